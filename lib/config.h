@@ -1,0 +1,121 @@
+// config.h: GPT-NeoX configuration. Loads one or more YAML files exactly as GPT-NeoX's deepy.py does
+// (keys with '-' or '_' are the same key; a key set in two files is an error), checks every key
+// against the typed schema of GPT-NeoX's arguments (lib/config/schema.c), refuses values that select
+// features neox.c does not support, and computes the derived values (batch sizes, parallel sizes,
+// precision, optimizer and ZeRO settings from their nested dicts) as GPT-NeoX computes them.
+#ifndef NEOX_CONFIG_H
+#define NEOX_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core.h"
+
+// ---- values ---------------------------------------------------------------------------------
+// A YAML value as read, with where it came from. Scalars are resolved as YAML 1.1 (PyYAML) does:
+// True/False/yes/no, ints (500000000, 0x10), floats (6.0e-4, 1e-5, .inf), null/~.
+typedef enum {
+    NEOX_VALUE_NULL,
+    NEOX_VALUE_BOOL,
+    NEOX_VALUE_INT,
+    NEOX_VALUE_FLOAT,
+    NEOX_VALUE_STRING,
+    NEOX_VALUE_LIST,
+    NEOX_VALUE_MAP,
+} neox_value_kind;
+
+typedef struct neox_value neox_value;
+struct neox_value {
+    neox_value_kind kind;
+    int boolean;          // NEOX_VALUE_BOOL
+    int64_t integer;      // NEOX_VALUE_INT
+    double number;        // NEOX_VALUE_FLOAT (also set for INT, so numbers read uniformly)
+    char *string;         // NEOX_VALUE_STRING
+    int count;            // LIST and MAP: number of items
+    neox_value **items;   // LIST and MAP: the values
+    char **keys;          // MAP: the keys, as written
+    const char *file;     // source file (owned by the config), NULL for defaults and derived values
+    int line, column;     // 1-based position in file
+};
+
+// Map lookup by key; '-' and '_' compare equal. NULL when absent or when map is not a MAP.
+const neox_value *neox_value_get(const neox_value *map, const char *key);
+// Writes the value as compact YAML flow text ("[0.9, 0.95]", "{stage: 1}") into buf.
+const char *neox_value_format(const neox_value *v, char *buf, size_t size);
+
+// ---- the schema -----------------------------------------------------------------------------
+typedef enum {
+    NEOX_TYPE_BOOL,
+    NEOX_TYPE_INT,
+    NEOX_TYPE_FLOAT,
+    NEOX_TYPE_STR,
+    NEOX_TYPE_CHOICE,   // a string from a fixed set
+    NEOX_TYPE_LIST,
+    NEOX_TYPE_DICT,
+    NEOX_TYPE_ANY,      // GPT-NeoX Union types; checked by the key's own validator
+} neox_type;
+
+// What neox.c does with a key.
+typedef enum {
+    NEOX_KEY_USED,         // read by neox.c
+    NEOX_KEY_IGNORED,      // DeepSpeed/launcher/logging-service knob with no meaning here: listed in one notice
+    NEOX_KEY_UNSUPPORTED,  // any non-default value selects a feature neox.c refuses
+} neox_key_use;
+
+typedef struct neox_key_spec {
+    const char *name;       // canonical, with '_'
+    neox_type type;
+    const char *default_text;   // YAML text of the default, NULL for None
+    const char *choices;    // NEOX_TYPE_CHOICE: '|'-separated allowed values
+    const char *group;      // GPT-NeoX argument class (NeoXArgsModel, ...) or "neox.c" for our own keys
+    neox_key_use use;
+    int nullable;           // None is an accepted value
+    double min, max;        // numeric range (inclusive); min > max means unchecked
+} neox_key_spec;
+
+extern const neox_key_spec neox_key_specs[];
+extern const int neox_key_count;
+const neox_key_spec *neox_key_find(const char *name);  // '-' and '_' equal; NULL if unknown
+
+// ---- loading --------------------------------------------------------------------------------
+typedef struct neox_config_options {
+    int world_size;   // ranks the job runs on (derives the data-parallel size); <= 0 means 1
+    int quiet;        // do not print the notice listing ignored keys
+} neox_config_options;
+
+typedef struct neox_config neox_config;
+
+// Loads and merges the files, validates, derives. On error returns NULL with a message naming
+// file:line and the key (status NEOX_EXIT_USAGE for config errors, NEOX_EXIT_FAILURE for I/O).
+neox_config *neox_config_load(const char *const *paths, int npaths, const neox_config_options *opts,
+                              neox_error *err);
+// Parses YAML text (name is used in messages) into a value tree; for tests and for tools that read
+// YAML of their own. Free with neox_value_free.
+neox_value *neox_yaml_parse(const char *text, size_t size, const char *name, neox_error *err);
+void neox_value_free(neox_value *v);
+void neox_config_free(neox_config *cfg);
+
+// ---- reading values -------------------------------------------------------------------------
+// Key names are schema names. Asking for a key that is not in the schema, or with the wrong type,
+// is a programming error and aborts with a message.
+int neox_config_has(const neox_config *cfg, const char *key);   // value is not None
+int neox_config_bool(const neox_config *cfg, const char *key);
+int64_t neox_config_int(const neox_config *cfg, const char *key);
+double neox_config_float(const neox_config *cfg, const char *key);
+const char *neox_config_str(const neox_config *cfg, const char *key);   // NULL when None
+const neox_value *neox_config_value(const neox_config *cfg, const char *key);
+
+// Where the effective value came from: "default", "derived", or "FILE:LINE".
+const char *neox_config_source(const neox_config *cfg, const char *key, char *buf, size_t size);
+
+// Prints every key: "name = value  # source", grouped as GPT-NeoX groups them.
+void neox_config_print(const neox_config *cfg, FILE *out);
+// The files the config was loaded from, in order (for saving them into checkpoints).
+int neox_config_file_count(const neox_config *cfg);
+const char *neox_config_file_path(const neox_config *cfg, int i);
+
+// GPT-NeoX's vocabulary padding: the smallest multiple of divisible_by * model_parallel_size that
+// is >= vocab_size.
+int64_t neox_padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t model_parallel_size);
+
+#endif

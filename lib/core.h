@@ -1,0 +1,127 @@
+// core.h: what every part of neox.c shares — errors and exit codes, logging with the MPI rank,
+// monotonic timers, the progress bar, atomic file writes, checked allocation and the common
+// command-line conventions (--help, --version).
+#ifndef NEOX_CORE_H
+#define NEOX_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define NEOX_VERSION "0.1.0"
+
+// ---------------------------------------------------------------------------------------------
+// Errors. Library functions never exit: they return -1 and fill a neox_error, whose status is the
+// exit code a tool should use (1 runtime failure, 2 usage or configuration error). Tools report it
+// with neox_die_error(), which prints "<prog>: error: <message>".
+enum { NEOX_EXIT_OK = 0, NEOX_EXIT_FAILURE = 1, NEOX_EXIT_USAGE = 2 };
+
+typedef struct neox_error {
+    int status;          // NEOX_EXIT_FAILURE or NEOX_EXIT_USAGE once set; 0 while clear
+    char message[2048];
+} neox_error;
+
+// Sets err (when not NULL) and returns -1, so callers can write `return neox_fail(err, ...)`.
+int neox_fail(neox_error *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// Prepends context to an existing message: "<context>: <old message>".
+int neox_fail_context(neox_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void neox_error_clear(neox_error *err);
+
+void neox_set_progname(const char *argv0);
+const char *neox_progname(void);
+_Noreturn void neox_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+_Noreturn void neox_die_error(const neox_error *err);
+
+// ---------------------------------------------------------------------------------------------
+// Logging. Messages go to stderr as "<prog>: <level>: ..." and, when more than one rank runs,
+// carry "[rank R]" so interleaved output from mpiexec stays readable. NEOX_LOG_LEVEL=debug|info|
+// warning|error sets the threshold (default info).
+typedef enum { NEOX_LOG_DEBUG, NEOX_LOG_INFO, NEOX_LOG_NOTICE, NEOX_LOG_WARNING, NEOX_LOG_ERROR } neox_log_level;
+
+void neox_log_set_rank(int rank, int world_size);
+void neox_log(neox_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void neox_vlog(neox_log_level level, const char *fmt, va_list ap);
+#define neox_info(...) neox_log(NEOX_LOG_INFO, __VA_ARGS__)
+#define neox_notice(...) neox_log(NEOX_LOG_NOTICE, __VA_ARGS__)
+#define neox_warn(...) neox_log(NEOX_LOG_WARNING, __VA_ARGS__)
+#define neox_debug(...) neox_log(NEOX_LOG_DEBUG, __VA_ARGS__)
+
+// ---------------------------------------------------------------------------------------------
+// Time. neox_now() is CLOCK_MONOTONIC in seconds; a neox_timer accumulates start/stop intervals.
+double neox_now(void);
+
+typedef struct neox_timer {
+    double started;   // neox_now() at start, or < 0 when stopped
+    double elapsed;   // seconds accumulated over completed intervals
+    long count;       // completed intervals
+} neox_timer;
+
+void neox_timer_reset(neox_timer *t);
+void neox_timer_start(neox_timer *t);
+double neox_timer_stop(neox_timer *t);  // returns the interval just ended
+double neox_timer_seconds(const neox_timer *t);  // accumulated, including a running interval
+
+// Formats seconds as "1h02m03s", "4m05s" or "6.7s" into buf (at least 16 bytes).
+const char *neox_format_duration(double seconds, char *buf, size_t size);
+// Formats a count with SI suffix ("1.23M") into buf (at least 16 bytes).
+const char *neox_format_count(double value, char *buf, size_t size);
+
+// ---------------------------------------------------------------------------------------------
+// Progress. On a terminal the line is redrawn in place (at most 10 times a second); otherwise a
+// plain line is printed every NEOX_PROGRESS_SECONDS (default 10) seconds, so batch logs stay
+// short. Each line shows done/total, the rate and, when the total is known, the ETA.
+typedef struct neox_progress neox_progress;
+
+// total <= 0 means unknown. unit names what is counted ("docs", "tokens", "steps").
+neox_progress *neox_progress_start(const char *label, double total, const char *unit);
+// done is the running total; extra (may be NULL) is appended to the line, e.g. "12.3 MB/s".
+void neox_progress_update(neox_progress *p, double done, const char *extra);
+void neox_progress_set_total(neox_progress *p, double total);
+// Prints the final line (always, also off a terminal) and frees p.
+void neox_progress_finish(neox_progress *p, double done, const char *extra);
+// Disables all progress output (for --quiet and for ranks other than 0).
+void neox_progress_set_enabled(int enabled);
+
+// ---------------------------------------------------------------------------------------------
+// Atomic files. Content is written to "<path>.tmp.<pid>", then fsync'ed and renamed over path, and
+// the directory is fsync'ed, so a reader never sees a half-written file under the final name.
+// Temporary files still open are removed on exit and on SIGINT/SIGTERM/SIGHUP.
+typedef struct neox_atomic_file {
+    FILE *fp;            // write through this
+    char *path;          // final name
+    char *tmp_path;      // temporary name
+} neox_atomic_file;
+
+neox_atomic_file *neox_atomic_open(const char *path, neox_error *err);
+int neox_atomic_commit(neox_atomic_file *af, neox_error *err);  // closes and frees af
+void neox_atomic_abort(neox_atomic_file *af);                   // removes the temporary; frees af
+// Writes a whole buffer atomically.
+int neox_atomic_write(const char *path, const void *data, size_t size, neox_error *err);
+// Registers/unregisters an arbitrary temporary path for removal on exit or fatal signal.
+void neox_cleanup_register(const char *path);
+void neox_cleanup_unregister(const char *path);
+// fsync()s the directory holding path (after a rename).
+int neox_fsync_dir_of(const char *path, neox_error *err);
+
+// ---------------------------------------------------------------------------------------------
+// Allocation. These never return NULL: on failure the process exits with a message naming the size.
+void *neox_malloc(size_t size);
+void *neox_calloc(size_t count, size_t size);
+void *neox_realloc(void *ptr, size_t size);
+void *neox_aligned_alloc(size_t alignment, size_t size);  // free with free()
+char *neox_strdup(const char *s);
+char *neox_strndup(const char *s, size_t n);
+char *neox_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Reads a whole file into a NUL-terminated buffer (size excludes the NUL). NULL + err on failure.
+char *neox_read_file(const char *path, size_t *size, neox_error *err);
+
+// ---------------------------------------------------------------------------------------------
+// Command line. Every tool answers --help (usage text to stdout, exit 0) and --version (tool name,
+// neox.c version, backends and library versions, exit 0).
+void neox_print_version(FILE *out);
+// Prints "Try '<prog> --help' for more information." after a usage error and exits 2.
+_Noreturn void neox_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

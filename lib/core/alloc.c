@@ -1,0 +1,82 @@
+// alloc.c: allocation that never returns NULL, string helpers and whole-file reads.
+#include "core.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Noreturn void out_of_memory(size_t size) {
+    neox_die(NEOX_EXIT_FAILURE, "out of memory allocating %zu bytes", size);
+}
+
+void *neox_malloc(size_t size) {
+    void *p = malloc(size ? size : 1);
+    if (!p) out_of_memory(size);
+    return p;
+}
+
+void *neox_calloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) out_of_memory(count * size);
+    return p;
+}
+
+void *neox_realloc(void *ptr, size_t size) {
+    void *p = realloc(ptr, size ? size : 1);
+    if (!p) out_of_memory(size);
+    return p;
+}
+
+void *neox_aligned_alloc(size_t alignment, size_t size) {
+    void *p = NULL;
+    if (posix_memalign(&p, alignment, size ? size : alignment) != 0) out_of_memory(size);
+    return p;
+}
+
+char *neox_strdup(const char *s) { return neox_strndup(s, strlen(s)); }
+
+char *neox_strndup(const char *s, size_t n) {
+    size_t len = strnlen(s, n);
+    char *d = neox_malloc(len + 1);
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+char *neox_asprintf(const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *s = neox_malloc((size_t)(n < 0 ? 0 : n) + 1);
+    vsnprintf(s, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    return s;
+}
+
+char *neox_read_file(const char *path, size_t *size, neox_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = neox_malloc(cap);
+    for (;;) {
+        if (len + 1 >= cap) buf = neox_realloc(buf, cap *= 2);
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: read error", path);
+        return NULL;
+    }
+    buf[len] = '\0';
+    if (size) *size = len;
+    return buf;
+}

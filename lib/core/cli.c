@@ -1,0 +1,35 @@
+// cli.c: the conventions every tool shares: --version text (with backends and library versions)
+// and usage errors (exit 2 with a pointer to --help).
+#include "core.h"
+
+#include <hdf5.h>
+#include <jansson.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <utf8proc.h>
+#include <yaml.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "kernels/kernels.h"
+
+void neox_print_version(FILE *out) {
+    unsigned h5maj, h5min, h5rel;
+    H5get_libversion(&h5maj, &h5min, &h5rel);
+    int mpi_major, mpi_minor;
+    MPI_Get_version(&mpi_major, &mpi_minor);
+    fprintf(out, "%s (neox.c) %s\n", neox_progname(), NEOX_VERSION);
+    fprintf(out, "backends: %s\n", neox_backends_description());
+    fprintf(out, "libraries: libyaml %s, jansson %s, utf8proc %s, zstd %s, zlib %s, HDF5 %u.%u.%u, MPI %d.%d (%s)\n",
+            yaml_get_version_string(), JANSSON_VERSION, utf8proc_version(), ZSTD_versionString(), zlibVersion(), h5maj,
+            h5min, h5rel, mpi_major, mpi_minor, MPICH_VERSION);
+}
+
+_Noreturn void neox_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    neox_vlog(NEOX_LOG_ERROR, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "Try '%s --help' for more information.\n", neox_progname());
+    exit(NEOX_EXIT_USAGE);
+}

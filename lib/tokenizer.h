@@ -1,0 +1,45 @@
+// tokenizer.h: the tokenizers GPT-NeoX's tokenizer_type names — GPT2BPETokenizer (vocab.json +
+// merges.txt), HFTokenizer (a `tokenizers` JSON file with a BPE model), HFGPT2Tokenizer (GPT-2 plus
+// a padding token) and CharLevelTokenizer — byte-exact with Hugging Face `tokenizers`.
+// A loaded tokenizer is immutable; encode may be called from many threads at once.
+#ifndef NEOX_TOKENIZER_H
+#define NEOX_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+
+typedef struct neox_tokenizer neox_tokenizer;
+
+typedef struct neox_tokenizer_options {
+    const char *type;        // GPT-NeoX tokenizer_type: "GPT2BPETokenizer", "HFTokenizer", ...
+    const char *vocab_file;  // vocab.json, or the tokenizer.json for HFTokenizer (NULL for CharLevel)
+    const char *merge_file;  // merges.txt for GPT2BPETokenizer / HFGPT2Tokenizer
+} neox_tokenizer_options;
+
+// Loads a tokenizer; errors name the file and what is wrong (status 2 for an unknown or refused
+// type, 1 for unreadable or malformed files).
+neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_error *err);
+void neox_tokenizer_free(neox_tokenizer *tok);
+
+// Number of ids (the vocabulary GPT-NeoX reports as tokenizer.vocab_size, before padding).
+int64_t neox_tokenizer_vocab_size(const neox_tokenizer *tok);
+int32_t neox_tokenizer_eod_id(const neox_tokenizer *tok);  // end of document
+int32_t neox_tokenizer_pad_id(const neox_tokenizer *tok);  // -1 when the tokenizer has none
+const char *neox_tokenizer_type(const neox_tokenizer *tok);
+
+// Encodes size bytes of text (UTF-8; invalid bytes are handled as HF does, see docs/tokenizers.md).
+// Appends ids to *ids (a growable array: *len used, *cap allocated, realloc'ed with neox_realloc).
+// Returns the number of ids appended, or -1 with err set.
+int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_t size, int32_t **ids, size_t *len,
+                              size_t *cap, neox_error *err);
+
+// Decodes ids to text, NUL-terminated, into a new buffer (free()); *size gets its length.
+// An id out of range is an error naming it.
+char *neox_tokenizer_decode(const neox_tokenizer *tok, const int32_t *ids, size_t n, size_t *size, neox_error *err);
+
+// The text of one id (as the vocabulary stores it), or NULL when out of range.
+const char *neox_tokenizer_id_to_token(const neox_tokenizer *tok, int32_t id);
+
+#endif

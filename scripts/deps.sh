@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# scripts/deps.sh (make deps): installs what building, running and testing neox.c need.
+#  1. Debian packages (apt-get; needs root, or sudo when available).
+#  2. The oracle virtual environment .venv (Python packages from PyPI used only by tests and
+#     benchmarks as independent references: HF tokenizers, tiktoken, numpy, pytest, ...).
+# Idempotent and quiet when everything is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages, each with why it is needed.
+DEBS=(
+  build-essential   # gcc, make
+  pkg-config        # finds the libraries below
+  libyaml-dev       # configs (libyaml)
+  libjansson-dev    # JSON: tokenizer files, jsonl corpora, safetensors headers
+  libutf8proc-dev   # Unicode categories and NFC for the tokenizers
+  libzstd-dev       # .jsonl.zst input
+  zlib1g-dev        # .jsonl.gz input
+  libhdf5-dev       # checkpoints
+  hdf5-tools        # h5dump/h5ls for inspecting checkpoints in tests
+  libopenblas-dev   # CPU GEMM
+  libmpich-dev      # MPI (headers + library)
+  mpich             # mpiexec
+  libcmocka-dev     # C unit tests
+  python3           # oracle tests
+  python3-venv      # the oracle virtual environment
+  python3-dev
+)
+# PyPI packages for the oracle environment (tests and benchmarks only; never used by the tools).
+PIP_PKGS=(
+  pytest
+  numpy
+  tokenizers
+  tiktoken
+  PyYAML
+)
+
+missing=()
+for p in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "make deps: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null; then SUDO=sudo; echo "make deps: apt-get needs root; using sudo"
+    else echo "make deps: error: installing Debian packages needs root (run 'make deps' as root or install: ${missing[*]})" >&2; exit 1; fi
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# MPICH must be the mpiexec/mpicc the build finds, also where Open MPI is installed too.
+if ! mpiexec --version 2>/dev/null | grep -qi 'hydra\|mpich'; then
+  echo "make deps: warning: 'mpiexec' is not MPICH's; tests use mpiexec.mpich" >&2
+fi
+
+# The oracle environment, built with Debian's python3 so it does not depend on a user's pyenv.
+PY=/usr/bin/python3
+stamp=.venv/.neox-deps
+want=$(printf '%s\n' "${PIP_PKGS[@]}")
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "make deps: preparing the oracle environment .venv (${PIP_PKGS[*]})"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
+  printf '%s\n' "$want" >"$stamp"
+fi

@@ -1,0 +1,59 @@
+# tests/lib.sh: helpers for the shell test suites (tool, MPI, SLURM tests). Each check prints one
+# TAP line ("ok - name", "not ok - name", "ok - name # SKIP reason"); tests/run counts them.
+# Source it from a test script; paths are relative to the repository root (tests/run cds there).
+
+NEOX_BIN=${NEOX_BIN:-build/cpu/bin}
+SHARED=${SHARED:-../shared}
+DATA=$SHARED/data
+CONFIGS=$SHARED/reference/gpt-neox-configs
+TEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/neox-test.XXXXXX")
+trap 'rm -rf "$TEST_TMP"' EXIT
+
+# The last command's output, for messages on failure.
+_last_out=$TEST_TMP/.last_out
+
+_report() {  # _report STATUS NAME [DETAIL FILE]
+    if [ "$1" = 0 ]; then echo "ok - $2"; else
+        echo "not ok - $2"
+        [ -n "${3:-}" ] && [ -s "$3" ] && sed 's/^/#   /' "$3" | head -n 40
+    fi
+}
+
+# check NAME CMD...: passes when CMD exits 0.
+check() {
+    local name=$1; shift
+    "$@" >"$_last_out" 2>&1
+    _report $? "$name" "$_last_out"
+}
+
+# check_fails NAME STATUS PATTERN CMD...: passes when CMD exits with STATUS and its stderr
+# matches the extended regular expression PATTERN.
+check_fails() {
+    local name=$1 want=$2 pattern=$3; shift 3
+    "$@" >"$TEST_TMP/.stdout" 2>"$_last_out"
+    local got=$?
+    if [ "$got" != "$want" ]; then
+        echo "exit status $got, expected $want" >>"$_last_out"; _report 1 "$name" "$_last_out"
+    elif ! grep -qE -- "$pattern" "$_last_out"; then
+        echo "stderr does not match: $pattern" >>"$_last_out"; _report 1 "$name" "$_last_out"
+    else _report 0 "$name"; fi
+}
+
+# check_output NAME PATTERN CMD...: passes when CMD exits 0 and stdout matches PATTERN.
+check_output() {
+    local name=$1 pattern=$2; shift 2
+    "$@" >"$_last_out" 2>"$TEST_TMP/.stderr"
+    local got=$?
+    if [ "$got" != 0 ]; then cat "$TEST_TMP/.stderr" >>"$_last_out"; echo "exit status $got" >>"$_last_out"; _report 1 "$name" "$_last_out"
+    elif ! grep -qE -- "$pattern" "$_last_out"; then echo "stdout does not match: $pattern" >>"$_last_out"; _report 1 "$name" "$_last_out"
+    else _report 0 "$name"; fi
+}
+
+skip() { echo "ok - $1 # SKIP $2"; }
+
+# need_shared NAME: true when ../shared/data exists; otherwise prints a skip line for NAME.
+need_shared() {
+    if [ -d "$DATA" ]; then return 0; fi
+    skip "$1" "$DATA is absent"
+    return 1
+}

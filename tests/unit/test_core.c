@@ -1,0 +1,146 @@
+// test_core.c: unit tests of lib/core: errors, atomic files, timers, formatting, file reading.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core.h"
+
+static char tmpdir[256];
+
+static int make_tmpdir(void **state) {
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/neox-core-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int remove_tmpdir(void **state) {
+    (void)state;
+    char *cmd = neox_asprintf("rm -rf '%s'", tmpdir);
+    int rc = system(cmd);
+    free(cmd);
+    return rc;
+}
+
+static void test_fail_sets_message_and_status(void **state) {
+    (void)state;
+    neox_error err = {0};
+    assert_int_equal(neox_fail(&err, NEOX_EXIT_USAGE, "key %s: bad", "hidden_size"), -1);
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    assert_string_equal(err.message, "key hidden_size: bad");
+    neox_fail_context(&err, "a.yml:%d", 3);
+    assert_string_equal(err.message, "a.yml:3: key hidden_size: bad");
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    neox_error_clear(&err);
+    assert_int_equal(err.status, 0);
+    assert_int_equal(neox_fail(NULL, 1, "ignored"), -1);  // NULL err is allowed
+}
+
+static void test_atomic_write_replaces_whole_file(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = neox_asprintf("%s/out.txt", tmpdir);
+    assert_int_equal(neox_atomic_write(path, "first", 5, &err), 0);
+    assert_int_equal(neox_atomic_write(path, "second!", 7, &err), 0);
+    size_t size = 0;
+    char *data = neox_read_file(path, &size, &err);
+    assert_non_null(data);
+    assert_int_equal(size, 7);
+    assert_string_equal(data, "second!");
+    free(data);
+    free(path);
+}
+
+static void test_atomic_abort_leaves_nothing(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = neox_asprintf("%s/aborted.txt", tmpdir);
+    neox_atomic_file *af = neox_atomic_open(path, &err);
+    assert_non_null(af);
+    char *tmp = neox_strdup(af->tmp_path);
+    fputs("partial", af->fp);
+    struct stat st;
+    assert_int_equal(stat(tmp, &st), 0);       // content goes to the temporary name
+    assert_int_not_equal(stat(path, &st), 0);  // never to the final one before commit
+    neox_atomic_abort(af);
+    assert_int_not_equal(stat(tmp, &st), 0);
+    assert_int_not_equal(stat(path, &st), 0);
+    free(tmp);
+    free(path);
+}
+
+static void test_atomic_open_in_missing_directory_fails(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = neox_asprintf("%s/no/such/dir/file", tmpdir);
+    assert_null(neox_atomic_open(path, &err));
+    assert_int_equal(err.status, NEOX_EXIT_FAILURE);
+    assert_non_null(strstr(err.message, "no/such/dir/file.tmp."));
+    assert_non_null(strstr(err.message, "No such file or directory"));
+    free(path);
+}
+
+static void test_read_missing_file_names_it(void **state) {
+    (void)state;
+    neox_error err = {0};
+    assert_null(neox_read_file("/nonexistent/neox.yml", NULL, &err));
+    assert_string_equal(err.message, "/nonexistent/neox.yml: No such file or directory");
+}
+
+static void test_timer_accumulates(void **state) {
+    (void)state;
+    neox_timer t;
+    neox_timer_reset(&t);
+    neox_timer_start(&t);
+    usleep(20000);
+    double dt = neox_timer_stop(&t);
+    assert_true(dt >= 0.019 && dt < 1.0);
+    neox_timer_start(&t);
+    usleep(10000);
+    neox_timer_stop(&t);
+    assert_int_equal(t.count, 2);
+    assert_true(neox_timer_seconds(&t) >= 0.029);
+    assert_true(neox_timer_stop(&t) == 0.0);  // stopping a stopped timer adds nothing
+    assert_int_equal(t.count, 2);
+}
+
+static void test_format_duration_and_count(void **state) {
+    (void)state;
+    char buf[32];
+    assert_string_equal(neox_format_duration(6.72, buf, sizeof buf), "6.7s");
+    assert_string_equal(neox_format_duration(245, buf, sizeof buf), "4m05s");
+    assert_string_equal(neox_format_duration(3723, buf, sizeof buf), "1h02m03s");
+    assert_string_equal(neox_format_duration(-1, buf, sizeof buf), "?");
+    assert_string_equal(neox_format_count(999, buf, sizeof buf), "999");
+    assert_string_equal(neox_format_count(1234567, buf, sizeof buf), "1.23M");
+    assert_string_equal(neox_format_count(45600, buf, sizeof buf), "45.6k");
+}
+
+static void test_asprintf_and_strndup(void **state) {
+    (void)state;
+    char *s = neox_asprintf("%s-%d", "layer", 12);
+    assert_string_equal(s, "layer-12");
+    free(s);
+    s = neox_strndup("abcdef", 3);
+    assert_string_equal(s, "abc");
+    free(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fail_sets_message_and_status),
+        cmocka_unit_test(test_atomic_write_replaces_whole_file),
+        cmocka_unit_test(test_atomic_abort_leaves_nothing),
+        cmocka_unit_test(test_atomic_open_in_missing_directory_fails),
+        cmocka_unit_test(test_read_missing_file_names_it),
+        cmocka_unit_test(test_timer_accumulates),
+        cmocka_unit_test(test_format_duration_and_count),
+        cmocka_unit_test(test_asprintf_and_strndup),
+    };
+    return cmocka_run_group_tests_name("core", tests, make_tmpdir, remove_tmpdir);
+}

@@ -1,0 +1,82 @@
+// neox-train: trains a GPT-NeoX-family model from GPT-NeoX YAML configs. This file parses the
+// command line and orchestrates; everything else is in lib/.
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "core.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "Usage: %s [OPTION]... CONFIG.yml [MORE.yml]...\n"
+            "Train a GPT-NeoX-family model from GPT-NeoX YAML configs (merged as deepy.py merges them).\n"
+            "Run under mpiexec or srun for several ranks.\n"
+            "\n"
+            "  --print-config     print every configuration key, its effective value and where it came\n"
+            "                     from (default, derived or file:line), then exit\n"
+            "  --world-size N     with --print-config: derive sizes for N ranks (default: the MPI world\n"
+            "                     size, or 1)\n"
+            "  -q, --quiet        no notices or progress\n"
+            "  -h, --help         show this help and exit\n"
+            "  -V, --version      show version, backends and library versions, and exit\n"
+            "\n"
+            "Exit status: 0 success, 1 runtime failure, 2 usage or configuration error.\n"
+            "Configuration keys: docs/config.md.\n",
+            neox_progname());
+}
+
+// The world size as the launcher announces it, without initialising MPI (for --print-config).
+static int launcher_world_size(void) {
+    const char *vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0) return atoi(v);
+    }
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    neox_set_progname(argv[0]);
+    enum { OPT_PRINT_CONFIG = 256, OPT_WORLD_SIZE };
+    static const struct option options[] = {
+        {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
+        {"world-size", required_argument, NULL, OPT_WORLD_SIZE},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    int print_config = 0, quiet = 0, world_size = 0, c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "qhV", options, NULL)) != -1) {
+        switch (c) {
+        case OPT_PRINT_CONFIG: print_config = 1; break;
+        case OPT_WORLD_SIZE: {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*end || n < 1 || n > 1 << 24) neox_usage_error("--world-size: '%s' is not a positive integer", optarg);
+            world_size = (int)n;
+            break;
+        }
+        case 'q': quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': neox_print_version(stdout); return 0;
+        default: neox_usage_error("unrecognized option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc) neox_usage_error("no config file given");
+    if (quiet) neox_progress_set_enabled(0);
+
+    neox_error err = {0};
+    neox_config_options opts = {.world_size = world_size ? world_size : launcher_world_size(), .quiet = quiet};
+    neox_config *cfg = neox_config_load((const char *const *)argv + optind, argc - optind, &opts, &err);
+    if (!cfg) neox_die_error(&err);
+    if (print_config) {
+        neox_config_print(cfg, stdout);
+        neox_config_free(cfg);
+        return 0;
+    }
+    neox_config_free(cfg);
+    neox_die(NEOX_EXIT_FAILURE, "training is not available in this build yet; use --print-config to check a config");
+}
