@@ -40,6 +40,11 @@ _Noreturn void neox_die_error(const neox_error *err);
 typedef enum { NEOX_LOG_DEBUG, NEOX_LOG_INFO, NEOX_LOG_NOTICE, NEOX_LOG_WARNING, NEOX_LOG_ERROR } neox_log_level;
 
 void neox_log_set_rank(int rank, int world_size);
+// Tags messages with the rank the launcher (mpiexec/PMI, Open MPI, SLURM) announces, before MPI
+// is initialised; the parallel layer later sets the MPI rank itself.
+void neox_log_from_launcher(void);
+int neox_launcher_rank(void);        // 0 when not launched by an MPI launcher
+int neox_launcher_world_size(void);  // 1 when not launched by an MPI launcher
 void neox_log(neox_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void neox_vlog(neox_log_level level, const char *fmt, va_list ap);
 #define neox_info(...) neox_log(NEOX_LOG_INFO, __VA_ARGS__)

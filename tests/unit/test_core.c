@@ -131,6 +131,31 @@ static void test_asprintf_and_strndup(void **state) {
     free(s);
 }
 
+// Off a terminal the progress bar prints plain lines: a final one always, with the total, the rate
+// and the elapsed time.
+static void test_progress_plain_lines(void **state) {
+    (void)state;
+    char *path = neox_asprintf("%s/progress.txt", tmpdir);
+    fflush(stderr);
+    int saved = dup(fileno(stderr));
+    assert_non_null(freopen(path, "w", stderr));
+    neox_progress *p = neox_progress_start("encode", 200, "docs");
+    neox_progress_update(p, 50, NULL);  // within the interval: nothing printed
+    neox_progress_finish(p, 200, "3.0 MB/s");
+    fflush(stderr);
+    dup2(saved, fileno(stderr));
+    close(saved);
+    neox_error err = {0};
+    char *text = neox_read_file(path, NULL, &err);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "encode: 200/200 docs (100.0%), "));
+    assert_non_null(strstr(text, "docs/s, 3.0 MB/s, "));
+    assert_null(strchr(text, '\r'));           // no redraws in a log file
+    assert_ptr_equal(strchr(text, '\n'), strrchr(text, '\n'));  // exactly one line
+    free(text);
+    free(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fail_sets_message_and_status),
@@ -141,6 +166,7 @@ int main(void) {
         cmocka_unit_test(test_timer_accumulates),
         cmocka_unit_test(test_format_duration_and_count),
         cmocka_unit_test(test_asprintf_and_strndup),
+        cmocka_unit_test(test_progress_plain_lines),
     };
     return cmocka_run_group_tests_name("core", tests, make_tmpdir, remove_tmpdir);
 }

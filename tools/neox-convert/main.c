@@ -20,6 +20,7 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
+    neox_log_from_launcher();
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},

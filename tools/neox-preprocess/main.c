@@ -31,6 +31,7 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
+    neox_log_from_launcher();
     if (argc >= 2 && argv[1][0] != '-') {
         for (const preprocess_command *c = commands; c->name; c++)
             if (!strcmp(argv[1], c->name)) return c->run(argc - 1, argv + 1);

@@ -26,18 +26,9 @@ static void usage(FILE *out) {
             neox_progname());
 }
 
-// The world size as the launcher announces it, without initialising MPI (for --print-config).
-static int launcher_world_size(void) {
-    const char *vars[] = {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "MPI_LOCALNRANKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atoi(v) > 0) return atoi(v);
-    }
-    return 1;
-}
-
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
+    neox_log_from_launcher();
     enum { OPT_PRINT_CONFIG = 256, OPT_WORLD_SIZE };
     static const struct option options[] = {
         {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
@@ -69,7 +60,7 @@ int main(int argc, char **argv) {
     if (quiet) neox_progress_set_enabled(0);
 
     neox_error err = {0};
-    neox_config_options opts = {.world_size = world_size ? world_size : launcher_world_size(), .quiet = quiet};
+    neox_config_options opts = {.world_size = world_size ? world_size : neox_launcher_world_size(), .quiet = quiet};
     neox_config *cfg = neox_config_load((const char *const *)argv + optind, argc - optind, &opts, &err);
     if (!cfg) neox_die_error(&err);
     if (print_config) {
