@@ -1,0 +1,448 @@
+// reader.c: reads layout-free checkpoints (see ckpt.h). Opening indexes every piece of every shard
+// file; reading a region (a block or a flat range of a tensor) cuts each overlapping piece into row
+// segments — runs that never cross a row of the last dimension — and copies each segment's part
+// inside the region. A bitmap of the region records coverage, so a missing shard is an error that
+// names the first element no file holds, never silently zero.
+#include "ckpt.h"
+
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/hdf5_util.h"
+
+typedef enum { PIECE_BLOCK, PIECE_RANGE, PIECE_BYTES } piece_kind;
+
+typedef struct piece {
+    int file;                          // index into reader->files
+    char *dataset;                     // path of the dataset in that file
+    piece_kind kind;
+    int64_t offset[NEOX_CKPT_MAX_DIMS];  // PIECE_BLOCK: where the block starts
+    int64_t count[NEOX_CKPT_MAX_DIMS];   // PIECE_BLOCK: its extent
+    int64_t start, n;                  // PIECE_RANGE: flat elements [start, start + n); PIECE_BYTES: n bytes
+} piece;
+
+typedef struct tensor {
+    char *name;
+    int ndim;
+    int64_t shape[NEOX_CKPT_MAX_DIMS];
+    int is_bytes;
+    piece *pieces;
+    int npieces;
+} tensor;
+
+struct neox_ckpt_reader {
+    hid_t *files;
+    char **paths;
+    int nfiles;
+    tensor *tensors;  // sorted by name once opened
+    int ntensors, cap;
+};
+
+// ---- indexing ---------------------------------------------------------------------------------
+
+static int read_attr_str(hid_t obj, const char *name, char *buf, size_t size) {
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
+    hid_t type = H5Aget_type(attr);
+    int rc = -1;
+    size_t len = H5Tget_size(type);
+    if (H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type) && len > 0 && len < size) {
+        hid_t mem = H5Tcopy(H5T_C_S1);
+        H5Tset_size(mem, len);
+        if (H5Aread(attr, mem, buf) >= 0) buf[len] = '\0', rc = 0;
+        H5Tclose(mem);
+    }
+    H5Tclose(type);
+    H5Aclose(attr);
+    return rc;
+}
+
+// Reads a 1-D int64 attribute of at most max values; returns the count or -1. A null dataspace
+// (what a 0-dimensional shape is written as) gives 0.
+static int read_attr_i64(hid_t obj, const char *name, int64_t *values, int max) {
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
+    hid_t space = H5Aget_space(attr);
+    hid_t type = H5Aget_type(attr);
+    int rc = -1;
+    if (H5Sget_simple_extent_type(space) == H5S_NULL) rc = 0;
+    else if (H5Tget_class(type) == H5T_INTEGER && H5Sget_simple_extent_ndims(space) == 1) {
+        hssize_t n = H5Sget_simple_extent_npoints(space);
+        if (n >= 0 && n <= max && H5Aread(attr, H5T_NATIVE_INT64, values) >= 0) rc = (int)n;
+    }
+    H5Tclose(type);
+    H5Sclose(space);
+    H5Aclose(attr);
+    return rc;
+}
+
+static tensor *find_tensor(const neox_ckpt_reader *r, const char *name) {
+    for (int lo = 0, hi = r->ntensors - 1; lo <= hi;) {
+        int mid = (lo + hi) / 2, c = strcmp(name, r->tensors[mid].name);
+        if (c == 0) return &r->tensors[mid];
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
+    }
+    return NULL;
+}
+
+// During indexing tensors are unsorted; a linear search keeps opening simple (it runs once).
+static tensor *tensor_for(neox_ckpt_reader *r, const char *name) {
+    for (int i = 0; i < r->ntensors; i++)
+        if (!strcmp(r->tensors[i].name, name)) return &r->tensors[i];
+    if (r->ntensors == r->cap) r->tensors = neox_realloc(r->tensors, (r->cap = r->cap ? 2 * r->cap : 64) * sizeof(tensor));
+    tensor *t = &r->tensors[r->ntensors++];
+    memset(t, 0, sizeof *t);
+    t->name = neox_strdup(name);
+    t->ndim = -1;
+    return t;
+}
+
+typedef struct visit_state {
+    neox_ckpt_reader *r;
+    int file;
+    neox_error *err;
+} visit_state;
+
+// Reads one dataset's tags into a piece; fails naming the file and dataset when they are wrong.
+static int index_dataset(visit_state *vs, hid_t dset, const char *path) {
+    const char *file = vs->r->paths[vs->file];
+    char kind[16];
+    int64_t shape[NEOX_CKPT_MAX_DIMS], offset[NEOX_CKPT_MAX_DIMS], start = 0;
+    if (read_attr_str(dset, "neox_piece", kind, sizeof kind) < 0)
+        return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: dataset '%s' has no valid 'neox_piece' attribute", file, path);
+    hid_t space = H5Dget_space(dset);
+    int rank = H5Sget_simple_extent_ndims(space);
+    hsize_t dims[H5S_MAX_RANK] = {0};
+    if (rank > 0 && rank <= H5S_MAX_RANK) H5Sget_simple_extent_dims(space, dims, NULL);
+    H5Sclose(space);
+    piece p = {.file = vs->file, .dataset = NULL};
+    int ndim = 0, is_bytes = 0;
+    if (!strcmp(kind, "bytes")) {
+        if (rank != 1) return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s' is not a 1-D byte string", file, path);
+        p.kind = PIECE_BYTES, p.n = (int64_t)dims[0], is_bytes = 1;
+    } else {
+        ndim = read_attr_i64(dset, "global_shape", shape, NEOX_CKPT_MAX_DIMS);
+        if (ndim < 0) return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s' has no valid 'global_shape'", file, path);
+        for (int d = 0; d < ndim; d++)
+            if (shape[d] < 0) return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': negative global_shape", file, path);
+        if (!strcmp(kind, "block")) {
+            if (read_attr_i64(dset, "offset", offset, NEOX_CKPT_MAX_DIMS) != ndim || rank != (ndim ? ndim : 1))
+                return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': 'offset' or dataset rank does not match global_shape",
+                                 file, path);
+            p.kind = PIECE_BLOCK;
+            for (int d = 0; d < ndim; d++) {
+                p.offset[d] = offset[d];
+                p.count[d] = (int64_t)dims[d];
+                if (offset[d] < 0 || offset[d] + p.count[d] > shape[d])
+                    return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': block outside global_shape in dimension %d",
+                                     file, path, d);
+            }
+        } else if (!strcmp(kind, "range")) {
+            int64_t total = 1;
+            for (int d = 0; d < ndim; d++) total *= shape[d];
+            if (read_attr_i64(dset, "range_start", &start, 1) != 1 || rank != 1 || start < 0 ||
+                start + (int64_t)dims[0] > total)
+                return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': 'range_start' missing or range outside the tensor",
+                                 file, path);
+            p.kind = PIECE_RANGE, p.start = start, p.n = (int64_t)dims[0];
+        } else
+            return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': unknown piece kind '%s'", file, path, kind);
+    }
+    tensor *t = tensor_for(vs->r, path);
+    if (t->ndim >= 0 && (t->is_bytes != is_bytes || t->ndim != ndim || memcmp(t->shape, shape, ndim * sizeof *shape)))
+        return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': global shape differs from the one in %s", file, path,
+                         vs->r->paths[t->pieces[0].file]);
+    if (is_bytes && t->npieces > 0)
+        return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: byte string '%s' is also in %s", file, path,
+                         vs->r->paths[t->pieces[0].file]);
+    t->ndim = ndim, t->is_bytes = is_bytes;
+    memcpy(t->shape, shape, ndim * sizeof *shape);
+    p.dataset = neox_strdup(path);
+    t->pieces = neox_realloc(t->pieces, (t->npieces + 1) * sizeof(piece));
+    t->pieces[t->npieces++] = p;
+    return 0;
+}
+
+// HDF5 1.12 changed the object-visit API; these names pick the one the installed HDF5 has.
+#if H5_VERSION_GE(1, 12, 0)
+typedef H5O_info2_t object_info;
+#define visit_objects(file, fn, data) H5Ovisit3(file, H5_INDEX_NAME, H5_ITER_INC, fn, data, H5O_INFO_BASIC)
+#else
+typedef H5O_info_t object_info;
+#define visit_objects(file, fn, data) H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, fn, data, H5O_INFO_BASIC)
+#endif
+
+static herr_t visit_object(hid_t root, const char *path, const object_info *info, void *data) {
+    visit_state *vs = data;
+    if (info->type != H5O_TYPE_DATASET) return 0;
+    hid_t dset = H5Dopen2(root, path, H5P_DEFAULT);
+    if (dset < 0) {
+        char msg[256];
+        neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: cannot open dataset '%s': %s", vs->r->paths[vs->file], path,
+                  neox_hdf5_error(msg));
+        return -1;
+    }
+    int rc = index_dataset(vs, dset, path);
+    H5Dclose(dset);
+    return rc < 0 ? -1 : 0;
+}
+
+static int compare_tensors(const void *a, const void *b) {
+    return strcmp(((const tensor *)a)->name, ((const tensor *)b)->name);
+}
+
+neox_ckpt_reader *neox_ckpt_reader_open(const char *const *paths, int npaths, neox_error *err) {
+    neox_hdf5_quiet();
+    neox_ckpt_reader *r = neox_calloc(1, sizeof *r);
+    r->files = neox_calloc(npaths, sizeof(hid_t));
+    r->paths = neox_calloc(npaths, sizeof(char *));
+    for (int i = 0; i < npaths; i++) {
+        char msg[256];
+        r->paths[i] = neox_strdup(paths[i]);
+        r->files[i] = H5Fopen(paths[i], H5F_ACC_RDONLY, H5P_DEFAULT);
+        r->nfiles = i + 1;
+        if (r->files[i] < 0) {
+            neox_fail(err, NEOX_EXIT_FAILURE, "%s: not a readable checkpoint shard: %s", paths[i], neox_hdf5_error(msg));
+            neox_ckpt_reader_close(r);
+            return NULL;
+        }
+        visit_state vs = {r, i, err};
+        if (visit_objects(r->files[i], visit_object, &vs) < 0) {
+            if (!err || !err->status) neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot index: %s", paths[i], neox_hdf5_error(msg));
+            neox_ckpt_reader_close(r);
+            return NULL;
+        }
+    }
+    qsort(r->tensors, r->ntensors, sizeof(tensor), compare_tensors);
+    return r;
+}
+
+void neox_ckpt_reader_close(neox_ckpt_reader *r) {
+    if (!r) return;
+    for (int i = 0; i < r->ntensors; i++) {
+        for (int j = 0; j < r->tensors[i].npieces; j++) free(r->tensors[i].pieces[j].dataset);
+        free(r->tensors[i].pieces);
+        free(r->tensors[i].name);
+    }
+    for (int i = 0; i < r->nfiles; i++) {
+        if (r->files[i] >= 0) H5Fclose(r->files[i]);
+        free(r->paths[i]);
+    }
+    free(r->tensors);
+    free(r->files);
+    free(r->paths);
+    free(r);
+}
+
+int neox_ckpt_tensor_count(const neox_ckpt_reader *r) { return r->ntensors; }
+const char *neox_ckpt_tensor_name(const neox_ckpt_reader *r, int i) {
+    return i >= 0 && i < r->ntensors ? r->tensors[i].name : NULL;
+}
+int neox_ckpt_has(const neox_ckpt_reader *r, const char *name) { return find_tensor(r, name) != NULL; }
+
+static const tensor *lookup(const neox_ckpt_reader *r, const char *name, int want_bytes, neox_error *err) {
+    const tensor *t = find_tensor(r, name);
+    if (!t) {
+        neox_fail(err, NEOX_EXIT_FAILURE, "checkpoint has no tensor '%s'", name);
+        return NULL;
+    }
+    if (t->is_bytes != want_bytes) {
+        neox_fail(err, NEOX_EXIT_FAILURE, "checkpoint entry '%s' is %s", name, t->is_bytes ? "a byte string" : "a tensor");
+        return NULL;
+    }
+    return t;
+}
+
+int neox_ckpt_tensor_shape(const neox_ckpt_reader *r, const char *name, int *ndim, int64_t *shape, neox_error *err) {
+    const tensor *t = lookup(r, name, 0, err);
+    if (!t) return -1;
+    *ndim = t->ndim;
+    memcpy(shape, t->shape, t->ndim * sizeof *shape);
+    return 0;
+}
+
+// ---- reading regions --------------------------------------------------------------------------
+
+// The region asked for, in the same row-segment terms as the pieces.
+typedef struct region {
+    int is_range;
+    int64_t offset[NEOX_CKPT_MAX_DIMS], count[NEOX_CKPT_MAX_DIMS];  // block
+    int64_t start, n;                                             // range
+    int64_t size;                                                 // elements
+} region;
+
+typedef struct copy_state {
+    const tensor *t;
+    const region *want;
+    float *dst;
+    uint64_t *covered;  // one bit per element of the region
+    int64_t row_len;    // length of the last dimension (1 for scalars)
+} copy_state;
+
+// Copies the part of one row segment that lies inside the region. The segment holds the
+// elements [flat, flat + len) of the tensor, all in one row, from src.
+static void copy_segment(copy_state *cs, int64_t flat, int64_t len, const float *src) {
+    const region *w = cs->want;
+    int64_t lo = flat, hi = flat + len, dst_of_lo;
+    if (w->is_range) {
+        if (lo < w->start) lo = w->start;
+        if (hi > w->start + w->n) hi = w->start + w->n;
+        if (lo >= hi) return;
+        dst_of_lo = lo - w->start;
+    } else {
+        int nd = cs->t->ndim;
+        if (nd == 0) {
+            dst_of_lo = 0;
+        } else {
+            // Position of the row in the region, and the column interval inside it.
+            int64_t row = flat / cs->row_len, col = flat % cs->row_len, region_row = 0;
+            for (int d = nd - 2; d >= 0; d--) {
+                int64_t idx = row % cs->t->shape[d];
+                row /= cs->t->shape[d];
+                if (idx < w->offset[d] || idx >= w->offset[d] + w->count[d]) return;
+            }
+            row = flat / cs->row_len;
+            int64_t stride = 1;
+            for (int d = nd - 2; d >= 0; d--) {
+                int64_t idx = row % cs->t->shape[d];
+                row /= cs->t->shape[d];
+                region_row += (idx - w->offset[d]) * stride;
+                stride *= w->count[d];
+            }
+            int64_t c_lo = col, c_hi = col + len, w_lo = w->offset[nd - 1], w_hi = w_lo + w->count[nd - 1];
+            if (c_lo < w_lo) c_lo = w_lo;
+            if (c_hi > w_hi) c_hi = w_hi;
+            if (c_lo >= c_hi) return;
+            lo = flat + (c_lo - col), hi = flat + (c_hi - col);
+            dst_of_lo = region_row * w->count[nd - 1] + (c_lo - w_lo);
+        }
+    }
+    memcpy(cs->dst + dst_of_lo, src + (lo - flat), (size_t)(hi - lo) * sizeof(float));
+    for (int64_t i = dst_of_lo; i < dst_of_lo + (hi - lo); i++) cs->covered[i >> 6] |= 1ull << (i & 63);
+}
+
+static int64_t flat_index(const tensor *t, const int64_t *idx) {
+    int64_t f = 0;
+    for (int d = 0; d < t->ndim; d++) f = f * t->shape[d] + idx[d];
+    return f;
+}
+
+// Cuts a piece's data (already read into buf) into row segments and copies each.
+static void copy_piece(copy_state *cs, const piece *p, const float *buf) {
+    const tensor *t = cs->t;
+    if (p->kind == PIECE_RANGE) {
+        for (int64_t f = p->start, end = p->start + p->n; f < end;) {
+            int64_t row_end = (f / cs->row_len + 1) * cs->row_len;
+            int64_t seg = (row_end < end ? row_end : end) - f;
+            copy_segment(cs, f, seg, buf + (f - p->start));
+            f += seg;
+        }
+        return;
+    }
+    if (t->ndim == 0) {
+        copy_segment(cs, 0, 1, buf);
+        return;
+    }
+    int nd = t->ndim;
+    int64_t rows = 1, idx[NEOX_CKPT_MAX_DIMS];
+    for (int d = 0; d < nd - 1; d++) rows *= p->count[d];
+    int64_t width = p->count[nd - 1];
+    if (width == 0) return;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rem = r;
+        for (int d = nd - 2; d >= 0; d--) idx[d] = p->offset[d] + rem % p->count[d], rem /= p->count[d];
+        idx[nd - 1] = p->offset[nd - 1];
+        copy_segment(cs, flat_index(t, idx), width, buf + r * width);
+    }
+}
+
+// Whether a piece can touch the region at all (cheap box or interval test).
+static int piece_overlaps(const tensor *t, const piece *p, const region *w) {
+    if (p->kind == PIECE_BLOCK && !w->is_range) {
+        for (int d = 0; d < t->ndim; d++)
+            if (p->offset[d] >= w->offset[d] + w->count[d] || w->offset[d] >= p->offset[d] + p->count[d]) return 0;
+        return 1;
+    }
+    if (p->kind == PIECE_RANGE && w->is_range) return p->start < w->start + w->n && w->start < p->start + p->n;
+    return 1;  // mixed kinds: decided segment by segment
+}
+
+static int read_region(const neox_ckpt_reader *r, const tensor *t, const region *w, float *dst, neox_error *err) {
+    copy_state cs = {t, w, dst, neox_calloc((size_t)(w->size + 63) / 64 + 1, sizeof(uint64_t)), 1};
+    if (t->ndim > 0) cs.row_len = t->shape[t->ndim - 1];
+    int rc = 0;
+    for (int i = 0; i < t->npieces && rc == 0 && cs.row_len > 0; i++) {
+        const piece *p = &t->pieces[i];
+        if (!piece_overlaps(t, p, w)) continue;
+        int64_t n = p->kind == PIECE_RANGE ? p->n : 1;
+        if (p->kind == PIECE_BLOCK)
+            for (int d = 0; d < t->ndim; d++) n *= p->count[d];
+        float *buf = neox_malloc((size_t)(n ? n : 1) * sizeof(float));
+        hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);
+        char msg[256];
+        if (dset < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot read '%s': %s", r->paths[p->file], p->dataset,
+                           neox_hdf5_error(msg));
+        else
+            copy_piece(&cs, p, buf);
+        if (dset >= 0) H5Dclose(dset);
+        free(buf);
+    }
+    for (int64_t i = 0; rc == 0 && i < w->size; i++)
+        if (!(cs.covered[i >> 6] >> (i & 63) & 1)) {
+            rc = neox_fail(err, NEOX_EXIT_FAILURE,
+                           "checkpoint tensor '%s': element %lld of the requested region is in no shard file (a shard is missing)",
+                           t->name, (long long)i);
+        }
+    free(cs.covered);
+    return rc;
+}
+
+int neox_ckpt_read_block(const neox_ckpt_reader *r, const char *name, const int64_t *offset, const int64_t *count,
+                         float *dst, neox_error *err) {
+    const tensor *t = lookup(r, name, 0, err);
+    if (!t) return -1;
+    region w = {.is_range = 0, .size = 1};
+    for (int d = 0; d < t->ndim; d++) {
+        if (offset[d] < 0 || count[d] < 0 || offset[d] + count[d] > t->shape[d])
+            return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': requested block outside the tensor in dimension %d",
+                             name, d);
+        w.offset[d] = offset[d], w.count[d] = count[d], w.size *= count[d];
+    }
+    return w.size == 0 ? 0 : read_region(r, t, &w, dst, err);
+}
+
+int neox_ckpt_read_range(const neox_ckpt_reader *r, const char *name, int64_t start, int64_t n, float *dst,
+                         neox_error *err) {
+    const tensor *t = lookup(r, name, 0, err);
+    if (!t) return -1;
+    int64_t total = 1;
+    for (int d = 0; d < t->ndim; d++) total *= t->shape[d];
+    if (start < 0 || n < 0 || start + n > total)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': requested range [%lld, %lld) outside the tensor", name,
+                         (long long)start, (long long)(start + n));
+    region w = {.is_range = 1, .start = start, .n = n, .size = n};
+    return n == 0 ? 0 : read_region(r, t, &w, dst, err);
+}
+
+int neox_ckpt_read_bytes(const neox_ckpt_reader *r, const char *name, void **data, size_t *size, neox_error *err) {
+    const tensor *t = lookup(r, name, 1, err);
+    if (!t) return -1;
+    const piece *p = &t->pieces[0];
+    unsigned char *buf = neox_malloc((size_t)p->n + 1);
+    hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);
+    char msg[256];
+    if (dset < 0 || (p->n > 0 && H5Dread(dset, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)) {
+        if (dset >= 0) H5Dclose(dset);
+        free(buf);
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot read '%s': %s", r->paths[p->file], p->dataset,
+                         neox_hdf5_error(msg));
+    }
+    H5Dclose(dset);
+    buf[p->n] = '\0';
+    *data = buf;
+    *size = (size_t)p->n;
+    return 0;
+}

@@ -1,0 +1,167 @@
+// writer.c: writes one HDF5 shard file of a layout-free checkpoint (see ckpt.h). Each piece of a
+// tensor is one dataset with attributes: "neox_piece" ("block", "range" or "bytes"),
+// "global_shape" and either "offset" (block) or "range_start" (range). The file is created under a
+// temporary name and renamed into place only once closed and synced.
+#include "ckpt.h"
+#include "ckpt/hdf5_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// ---- writer -----------------------------------------------------------------------------------
+
+struct neox_ckpt_writer {
+    hid_t file;
+    hid_t link_props;  // creates intermediate groups for '/'-separated names
+    char *path, *tmp_path;
+};
+
+neox_ckpt_writer *neox_ckpt_writer_open(const char *path, neox_error *err) {
+    neox_hdf5_quiet();
+    char msg[256];
+    char *tmp = neox_asprintf("%s.tmp.%ld", path, (long)getpid());
+    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0) {
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create checkpoint shard: %s", tmp, neox_hdf5_error(msg));
+        free(tmp);
+        return NULL;
+    }
+    neox_cleanup_register(tmp);
+    neox_ckpt_writer *w = neox_calloc(1, sizeof *w);
+    w->file = file;
+    w->link_props = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(w->link_props, 1);
+    w->path = neox_strdup(path);
+    w->tmp_path = tmp;
+    return w;
+}
+
+static int write_attr_i64(hid_t obj, const char *name, const int64_t *values, int n) {
+    hsize_t dims = (hsize_t)n;
+    hid_t space = n > 0 ? H5Screate_simple(1, &dims, NULL) : H5Screate(H5S_NULL);
+    hid_t attr = H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = attr < 0 ? -1 : (n > 0 ? H5Awrite(attr, H5T_NATIVE_INT64, values) : 0);
+    if (attr >= 0) H5Aclose(attr);
+    H5Sclose(space);
+    return rc < 0 ? -1 : 0;
+}
+
+static int write_attr_str(hid_t obj, const char *name, const char *value) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, strlen(value) + 1);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = attr < 0 ? -1 : H5Awrite(attr, type, value);
+    if (attr >= 0) H5Aclose(attr);
+    H5Sclose(space);
+    H5Tclose(type);
+    return rc < 0 ? -1 : 0;
+}
+
+static int check_shape(const char *name, int ndim, const int64_t *shape, neox_error *err) {
+    if (ndim < 0 || ndim > NEOX_CKPT_MAX_DIMS)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': %d dimensions (at most %d)", name, ndim,
+                         NEOX_CKPT_MAX_DIMS);
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0) return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': negative dimension", name);
+    return 0;
+}
+
+static int64_t element_count(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+// Creates one dataset of `type` holding data with the given HDF5 dimensions and tags it.
+static hid_t write_dataset(neox_ckpt_writer *w, const char *name, hid_t type, int rank, const hsize_t *dims,
+                           const void *data, const char *kind, neox_error *err) {
+    char msg[256];
+    hid_t space = H5Screate_simple(rank, dims, NULL);
+    hid_t dset = H5Dcreate2(w->file, name, type, space, w->link_props, H5P_DEFAULT, H5P_DEFAULT);
+    if (dset < 0 || H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0 ||
+        write_attr_str(dset, "neox_piece", kind) < 0) {
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write '%s': %s", w->tmp_path, name, neox_hdf5_error(msg));
+        if (dset >= 0) H5Dclose(dset);
+        dset = -1;
+    }
+    H5Sclose(space);
+    return dset;
+}
+
+int neox_ckpt_write_block(neox_ckpt_writer *w, const char *name, int ndim, const int64_t *global_shape,
+                          const int64_t *offset, const int64_t *count, const float *data, neox_error *err) {
+    if (check_shape(name, ndim, global_shape, err) < 0) return -1;
+    for (int d = 0; d < ndim; d++)
+        if (offset[d] < 0 || count[d] < 0 || offset[d] + count[d] > global_shape[d])
+            return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': block outside the tensor in dimension %d", name, d);
+    hsize_t dims[NEOX_CKPT_MAX_DIMS] = {1};
+    for (int d = 0; d < ndim; d++) dims[d] = (hsize_t)count[d];
+    hid_t dset = write_dataset(w, name, H5T_NATIVE_FLOAT, ndim ? ndim : 1, dims, data, "block", err);
+    if (dset < 0) return -1;
+    int rc = write_attr_i64(dset, "global_shape", global_shape, ndim) | write_attr_i64(dset, "offset", offset, ndim);
+    H5Dclose(dset);
+    return rc ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write attributes of '%s'", w->tmp_path, name) : 0;
+}
+
+int neox_ckpt_write_range(neox_ckpt_writer *w, const char *name, int ndim, const int64_t *global_shape, int64_t start,
+                          int64_t n, const float *data, neox_error *err) {
+    if (check_shape(name, ndim, global_shape, err) < 0) return -1;
+    if (start < 0 || n < 0 || start + n > element_count(ndim, global_shape))
+        return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': range [%lld, %lld) outside the tensor", name,
+                         (long long)start, (long long)(start + n));
+    hsize_t dims = (hsize_t)n;
+    hid_t dset = write_dataset(w, name, H5T_NATIVE_FLOAT, 1, &dims, data, "range", err);
+    if (dset < 0) return -1;
+    int rc = write_attr_i64(dset, "global_shape", global_shape, ndim) | write_attr_i64(dset, "range_start", &start, 1);
+    H5Dclose(dset);
+    return rc ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write attributes of '%s'", w->tmp_path, name) : 0;
+}
+
+int neox_ckpt_write_bytes(neox_ckpt_writer *w, const char *name, const void *data, size_t size, neox_error *err) {
+    hsize_t dims = (hsize_t)size;
+    hid_t dset = write_dataset(w, name, H5T_NATIVE_UCHAR, 1, &dims, data, "bytes", err);
+    if (dset < 0) return -1;
+    H5Dclose(dset);
+    return 0;
+}
+
+static void writer_free(neox_ckpt_writer *w) {
+    neox_cleanup_unregister(w->tmp_path);
+    free(w->path);
+    free(w->tmp_path);
+    free(w);
+}
+
+void neox_ckpt_writer_abort(neox_ckpt_writer *w) {
+    if (!w) return;
+    H5Pclose(w->link_props);
+    H5Fclose(w->file);
+    unlink(w->tmp_path);
+    writer_free(w);
+}
+
+int neox_ckpt_writer_close(neox_ckpt_writer *w, neox_error *err) {
+    char msg[256];
+    H5Pclose(w->link_props);
+    int rc = 0;
+    if (H5Fclose(w->file) < 0)
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot close checkpoint shard: %s", w->tmp_path, neox_hdf5_error(msg));
+    if (rc == 0) {
+        // HDF5 does not fsync; do it before the rename so the name never points at lost data.
+        int fd = open(w->tmp_path, O_RDONLY);
+        if (fd < 0 || fsync(fd) != 0)
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot sync: %s", w->tmp_path, strerror(errno));
+        if (fd >= 0) close(fd);
+    }
+    if (rc == 0 && rename(w->tmp_path, w->path) != 0)
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot rename into place: %s", w->path, strerror(errno));
+    if (rc == 0) rc = neox_fsync_dir_of(w->path, err);
+    if (rc != 0) unlink(w->tmp_path);
+    writer_free(w);
+    return rc;
+}

@@ -1,0 +1,300 @@
+// test_ckpt.c: layout-free checkpoint shards: write pieces as one layout cuts them (tensor-parallel
+// blocks, ZeRO flat ranges), read any block or range back as another layout would, and reject
+// missing, inconsistent and malformed shard files with errors naming the file or tensor.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+
+static char dir[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/neox-ckpt-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char *cmd = neox_asprintf("rm -rf '%s'", dir);
+    int rc = system(cmd);
+    free(cmd);
+    return rc;
+}
+
+static char *path_in_dir(const char *name) { return neox_asprintf("%s/%s", dir, name); }
+
+// The value every element of the test tensor holds: its flat index, scaled, so any misplaced
+// element is detected.
+static float value_at(int64_t flat) { return 0.5f * (float)flat - 7.0f; }
+
+// Fills a block of a row-major tensor of `shape` with value_at of each element's flat index.
+static void fill_block(int ndim, const int64_t *shape, const int64_t *offset, const int64_t *count, float *out) {
+    int64_t n = 1, idx[NEOX_CKPT_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) n *= count[d];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, flat = 0;
+        for (int d = ndim - 1; d >= 0; d--) idx[d] = offset[d] + rem % count[d], rem /= count[d];
+        for (int d = 0; d < ndim; d++) flat = flat * shape[d] + idx[d];
+        out[i] = value_at(flat);
+    }
+}
+
+static void assert_block_values(int ndim, const int64_t *shape, const int64_t *offset, const int64_t *count,
+                                const float *got) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= count[d];
+    float *want = neox_malloc(n * sizeof(float));
+    fill_block(ndim, shape, offset, count, want);
+    for (int64_t i = 0; i < n; i++) assert_float_equal(got[i], want[i], 0.0);
+    free(want);
+}
+
+// Writes tensor "w3" (4, 6, 5) as two tensor-parallel blocks split along dimension 1 into two
+// files, and "flat" (7, 9) as three ZeRO-style flat ranges that cut rows mid-way, into three files.
+static void write_two_layouts(char **paths) {
+    neox_error err = {0};
+    const int64_t shape3[3] = {4, 6, 5}, shape2[2] = {7, 9};
+    const int64_t cuts[4] = {0, 20, 41, 63};
+    for (int f = 0; f < 3; f++) {
+        neox_ckpt_writer *w = neox_ckpt_writer_open(paths[f], &err);
+        assert_non_null(w);
+        if (f < 2) {
+            int64_t off[3] = {0, 3 * f, 0}, cnt[3] = {4, 3, 5};
+            float buf[60];
+            fill_block(3, shape3, off, cnt, buf);
+            assert_int_equal(neox_ckpt_write_block(w, "params/w3", 3, shape3, off, cnt, buf, &err), 0);
+        }
+        float buf[63];
+        for (int64_t i = cuts[f]; i < cuts[f + 1]; i++) buf[i - cuts[f]] = value_at(i);
+        assert_int_equal(neox_ckpt_write_range(w, "optim/flat", 2, shape2, cuts[f], cuts[f + 1] - cuts[f], buf, &err), 0);
+        if (f == 0) {
+            float scalar = 42.0f;
+            assert_int_equal(neox_ckpt_write_block(w, "state/scale", 0, NULL, NULL, NULL, &scalar, &err), 0);
+            assert_int_equal(neox_ckpt_write_bytes(w, "state/rng", "\x01\x02\x00\x03", 4, &err), 0);
+        }
+        assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    }
+}
+
+static void test_any_region_reads_back(void **state) {
+    (void)state;
+    char *paths[3] = {path_in_dir("a.h5"), path_in_dir("b.h5"), path_in_dir("c.h5")};
+    write_two_layouts(paths);
+    neox_error err = {0};
+    neox_ckpt_reader *r = neox_ckpt_reader_open((const char *const *)paths, 3, &err);
+    assert_non_null(r);
+    assert_int_equal(neox_ckpt_tensor_count(r), 4);
+    assert_string_equal(neox_ckpt_tensor_name(r, 0), "optim/flat");  // sorted
+
+    int ndim;
+    int64_t shape[NEOX_CKPT_MAX_DIMS];
+    assert_int_equal(neox_ckpt_tensor_shape(r, "params/w3", &ndim, shape, &err), 0);
+    assert_int_equal(ndim, 3);
+    assert_int_equal(shape[1], 6);
+
+    // Whole tensors, blocks cutting across the pieces, and the other kind of region.
+    const int64_t shape3[3] = {4, 6, 5}, shape2[2] = {7, 9};
+    float buf[200];
+    int64_t whole_off[3] = {0, 0, 0};
+    assert_int_equal(neox_ckpt_read_block(r, "params/w3", whole_off, shape3, buf, &err), 0);
+    assert_block_values(3, shape3, whole_off, shape3, buf);
+    int64_t off3[3] = {1, 2, 1}, cnt3[3] = {2, 3, 4};  // straddles the tp boundary at column 3
+    assert_int_equal(neox_ckpt_read_block(r, "params/w3", off3, cnt3, buf, &err), 0);
+    assert_block_values(3, shape3, off3, cnt3, buf);
+    int64_t off2[2] = {1, 3}, cnt2[2] = {5, 4};  // blocks of a tensor stored as flat ranges
+    assert_int_equal(neox_ckpt_read_block(r, "optim/flat", off2, cnt2, buf, &err), 0);
+    assert_block_values(2, shape2, off2, cnt2, buf);
+    assert_int_equal(neox_ckpt_read_range(r, "params/w3", 17, 50, buf, &err), 0);  // ranges of a block-stored tensor
+    for (int i = 0; i < 50; i++) assert_float_equal(buf[i], value_at(17 + i), 0.0);
+    assert_int_equal(neox_ckpt_read_range(r, "optim/flat", 15, 30, buf, &err), 0);
+    for (int i = 0; i < 30; i++) assert_float_equal(buf[i], value_at(15 + i), 0.0);
+
+    assert_int_equal(neox_ckpt_read_block(r, "state/scale", NULL, NULL, buf, &err), 0);
+    assert_float_equal(buf[0], 42.0f, 0.0);
+    void *bytes;
+    size_t size;
+    assert_int_equal(neox_ckpt_read_bytes(r, "state/rng", &bytes, &size, &err), 0);
+    assert_int_equal(size, 4);
+    assert_memory_equal(bytes, "\x01\x02\x00\x03", 4);
+    free(bytes);
+
+    // Out-of-range requests and unknown names are errors, not reads past the end.
+    assert_int_equal(neox_ckpt_read_range(r, "optim/flat", 60, 4, buf, &err), -1);
+    assert_non_null(strstr(err.message, "outside the tensor"));
+    assert_int_equal(neox_ckpt_read_block(r, "params/nope", off3, cnt3, buf, &err), -1);
+    assert_string_equal(err.message, "checkpoint has no tensor 'params/nope'");
+    neox_ckpt_reader_close(r);
+    for (int i = 0; i < 3; i++) free(paths[i]);
+}
+
+static void test_missing_shard_is_named(void **state) {
+    (void)state;
+    char *paths[3] = {path_in_dir("m1.h5"), path_in_dir("m2.h5"), path_in_dir("m3.h5")};
+    write_two_layouts(paths);
+    neox_error err = {0};
+    const char *present[2] = {paths[0], paths[2]};  // the file holding the second tp block is gone
+    neox_ckpt_reader *r = neox_ckpt_reader_open(present, 2, &err);
+    assert_non_null(r);
+    const int64_t off[3] = {0, 0, 0}, shape3[3] = {4, 6, 5};
+    float buf[120];
+    assert_int_equal(neox_ckpt_read_block(r, "params/w3", off, shape3, buf, &err), -1);
+    assert_non_null(strstr(err.message, "'params/w3'"));
+    assert_non_null(strstr(err.message, "a shard is missing"));
+    // The part the remaining file holds still reads.
+    const int64_t cnt[3] = {4, 3, 5};
+    assert_int_equal(neox_ckpt_read_block(r, "params/w3", off, cnt, buf, &err), 0);
+    assert_int_equal(neox_ckpt_read_range(r, "optim/flat", 25, 10, buf, &err), -1);  // [20, 41) was in m2
+    neox_ckpt_reader_close(r);
+    for (int i = 0; i < 3; i++) free(paths[i]);
+}
+
+static void test_inconsistent_global_shapes_rejected(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *p1 = path_in_dir("s1.h5"), *p2 = path_in_dir("s2.h5");
+    const int64_t a[2] = {4, 4}, b[2] = {4, 8}, off[2] = {0, 0}, cnt[2] = {2, 2};
+    float buf[4] = {0};
+    neox_ckpt_writer *w = neox_ckpt_writer_open(p1, &err);
+    assert_int_equal(neox_ckpt_write_block(w, "t", 2, a, off, cnt, buf, &err), 0);
+    assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    w = neox_ckpt_writer_open(p2, &err);
+    assert_int_equal(neox_ckpt_write_block(w, "t", 2, b, off, cnt, buf, &err), 0);
+    assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    const char *paths[2] = {p1, p2};
+    assert_null(neox_ckpt_reader_open(paths, 2, &err));
+    assert_non_null(strstr(err.message, "s2.h5: 't': global shape differs from the one in "));
+    free(p1);
+    free(p2);
+}
+
+static void test_writer_is_atomic(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *p = path_in_dir("atomic.h5");
+    struct stat st;
+    neox_ckpt_writer *w = neox_ckpt_writer_open(p, &err);
+    float x = 1;
+    const int64_t one[1] = {1}, zero[1] = {0};
+    assert_int_equal(neox_ckpt_write_block(w, "x", 1, one, zero, one, &x, &err), 0);
+    assert_int_not_equal(stat(p, &st), 0);  // nothing under the final name before close
+    neox_ckpt_writer_abort(w);
+    assert_int_not_equal(stat(p, &st), 0);
+    w = neox_ckpt_writer_open(p, &err);
+    // A block that does not fit the tensor is refused before anything is written.
+    const int64_t two[1] = {2};
+    assert_int_equal(neox_ckpt_write_block(w, "x", 1, one, zero, two, &x, &err), -1);
+    assert_non_null(strstr(err.message, "block outside the tensor"));
+    assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    assert_int_equal(stat(p, &st), 0);
+    free(p);
+}
+
+// ---- malformed files --------------------------------------------------------------------------
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (n) assert_int_equal(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static void assert_open_fails(const char *path, const char *expect) {
+    neox_error err = {0};
+    const char *paths[1] = {path};
+    neox_ckpt_reader *r = neox_ckpt_reader_open(paths, 1, &err);
+    if (r) neox_ckpt_reader_close(r);
+    assert_null(r);
+    assert_non_null(strstr(err.message, path));
+    if (!strstr(err.message, expect)) fail_msg("message '%s' lacks '%s'", err.message, expect);
+}
+
+static void test_garbage_and_truncated_files(void **state) {
+    (void)state;
+    char *p = path_in_dir("bad.h5");
+    write_bytes(p, "", 0);
+    assert_open_fails(p, "not a readable checkpoint shard");
+    unsigned char noise[4096];
+    srand(7);
+    for (size_t i = 0; i < sizeof noise; i++) noise[i] = (unsigned char)rand();
+    write_bytes(p, noise, sizeof noise);
+    assert_open_fails(p, "not a readable checkpoint shard");
+
+    // A real shard cut short at several lengths: each must fail cleanly (or, when the cut keeps
+    // everything the index needs, open), never crash.
+    char *good[3] = {path_in_dir("t1.h5"), path_in_dir("t2.h5"), path_in_dir("t3.h5")};
+    write_two_layouts(good);
+    neox_error err = {0};
+    size_t size;
+    char *data = neox_read_file(good[0], &size, &err);
+    assert_non_null(data);
+    for (size_t cut = 8; cut < size; cut += size / 13 + 1) {
+        write_bytes(p, data, cut);
+        const char *paths[1] = {p};
+        neox_ckpt_reader *r = neox_ckpt_reader_open(paths, 1, &err);
+        if (!r) {
+            assert_non_null(strstr(err.message, p));
+            continue;
+        }
+        float buf[120];
+        const int64_t off[3] = {0, 0, 0}, cnt[3] = {4, 3, 5};
+        if (neox_ckpt_read_block(r, "params/w3", off, cnt, buf, &err) < 0) assert_true(strlen(err.message) > 0);
+        neox_ckpt_reader_close(r);
+    }
+    free(data);
+    for (int i = 0; i < 3; i++) free(good[i]);
+    free(p);
+}
+
+// HDF5 files that are valid HDF5 but not valid shards: untagged datasets, wrong attributes.
+static void test_wrong_tags_rejected(void **state) {
+    (void)state;
+    char *p = path_in_dir("tags.h5");
+    hsize_t dims[1] = {4};
+    float data[4] = {0};
+    hid_t file = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t space = H5Screate_simple(1, dims, NULL);
+    hid_t dset = H5Dcreate2(file, "untagged", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    H5Dclose(dset);
+    H5Sclose(space);
+    H5Fclose(file);
+    assert_open_fails(p, "dataset 'untagged' has no valid 'neox_piece' attribute");
+
+    // A block whose offset puts it outside its global shape.
+    neox_error err = {0};
+    neox_ckpt_writer *w = neox_ckpt_writer_open(p, &err);
+    const int64_t shape[1] = {4}, off[1] = {0}, cnt[1] = {4};
+    assert_int_equal(neox_ckpt_write_block(w, "v", 1, shape, off, cnt, data, &err), 0);
+    assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    file = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    dset = H5Dopen2(file, "v", H5P_DEFAULT);
+    hid_t attr = H5Aopen(dset, "offset", H5P_DEFAULT);
+    int64_t bad = 3;
+    H5Awrite(attr, H5T_NATIVE_INT64, &bad);
+    H5Aclose(attr);
+    H5Dclose(dset);
+    H5Fclose(file);
+    assert_open_fails(p, "'v': block outside global_shape in dimension 0");
+    free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_any_region_reads_back),
+        cmocka_unit_test(test_missing_shard_is_named),
+        cmocka_unit_test(test_inconsistent_global_shapes_rejected),
+        cmocka_unit_test(test_writer_is_atomic),
+        cmocka_unit_test(test_garbage_and_truncated_files),
+        cmocka_unit_test(test_wrong_tags_rejected),
+    };
+    return cmocka_run_group_tests_name("ckpt", tests, setup, teardown);
+}
