@@ -32,6 +32,11 @@ void neox_set_progname(const char *argv0);
 const char *neox_progname(void);
 _Noreturn void neox_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 _Noreturn void neox_die_error(const neox_error *err);
+// A function neox_die() calls, after printing, before it exits: the parallel layer installs one
+// that aborts every MPI rank, so a failure on one rank ends the job instead of hanging it.
+void neox_set_exit_hook(void (*hook)(int status));
+// Exits through the exit hook (what neox_die and neox_usage_error end with).
+_Noreturn void neox_exit(int status);
 
 // ---------------------------------------------------------------------------------------------
 // Logging. Messages go to stderr as "<prog>: <level>: ..." and, when more than one rank runs,

@@ -31,5 +31,5 @@ _Noreturn void neox_usage_error(const char *fmt, ...) {
     neox_vlog(NEOX_LOG_ERROR, fmt, ap);
     va_end(ap);
     fprintf(stderr, "Try '%s --help' for more information.\n", neox_progname());
-    exit(NEOX_EXIT_USAGE);
+    neox_exit(NEOX_EXIT_USAGE);
 }

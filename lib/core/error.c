@@ -6,6 +6,14 @@
 #include <string.h>
 
 static char progname[64] = "neox";
+static void (*exit_hook)(int status);
+
+void neox_set_exit_hook(void (*hook)(int status)) { exit_hook = hook; }
+
+_Noreturn void neox_exit(int status) {
+    if (exit_hook) exit_hook(status);
+    exit(status);
+}
 
 void neox_set_progname(const char *argv0) {
     const char *base = argv0 ? strrchr(argv0, '/') : NULL;
@@ -57,7 +65,7 @@ _Noreturn void neox_die(int status, const char *fmt, ...) {
     va_start(ap, fmt);
     neox_vlog(NEOX_LOG_ERROR, fmt, ap);
     va_end(ap);
-    exit(status ? status : NEOX_EXIT_FAILURE);
+    neox_exit(status ? status : NEOX_EXIT_FAILURE);
 }
 
 _Noreturn void neox_die_error(const neox_error *err) {

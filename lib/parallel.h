@@ -1,0 +1,101 @@
+// parallel.h: the process grid and the communication layer. Ranks are laid out as GPT-NeoX lays
+// them (pipe outermost, then data, then model innermost): rank = (pipe * D + data) * M + model.
+// Each group (world, pipe, data, model) is a neox_comm; the model and optimizer call only the
+// collectives below, which count calls, bytes and time per operation so communication can be
+// measured. MPI carries them on CPU ranks; a GPU build adds NCCL behind the same calls.
+// MPI errors are fatal, and neox_die() on any rank aborts the whole job, so no rank hangs.
+#ifndef NEOX_PARALLEL_H
+#define NEOX_PARALLEL_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+
+typedef enum { NEOX_F32, NEOX_F64, NEOX_BF16, NEOX_F16, NEOX_I32, NEOX_I64, NEOX_U8 } neox_dtype;
+size_t neox_dtype_size(neox_dtype dt);
+const char *neox_dtype_name(neox_dtype dt);
+
+typedef enum {
+    NEOX_COMM_ALLREDUCE,
+    NEOX_COMM_REDUCE_SCATTER,
+    NEOX_COMM_ALLGATHER,
+    NEOX_COMM_BROADCAST,
+    NEOX_COMM_SEND,
+    NEOX_COMM_RECV,
+    NEOX_COMM_BARRIER,
+    NEOX_COMM_OP_COUNT,
+} neox_comm_op;
+const char *neox_comm_op_name(neox_comm_op op);
+
+// Per-communicator accounting. bytes is the payload each call moves from this rank's point of
+// view: the buffer reduced (all-reduce), the full input (reduce-scatter), the full output
+// (all-gather), the buffer (broadcast, send, recv). seconds is time spent blocked in the call
+// (for non-blocking operations: in neox_wait), i.e. communication time not hidden by compute.
+typedef struct neox_comm_stats {
+    int64_t calls[NEOX_COMM_OP_COUNT];
+    int64_t bytes[NEOX_COMM_OP_COUNT];
+    double seconds[NEOX_COMM_OP_COUNT];
+} neox_comm_stats;
+
+typedef struct neox_comm {
+    char name[16];  // "world", "pipe", "data", "model"
+    int rank, size;
+    MPI_Comm mpi;
+    neox_comm_stats stats;
+} neox_comm;
+
+typedef struct neox_grid {
+    int world_rank, world_size;
+    int pipe_size, data_size, model_size;
+    int pipe_rank, data_rank, model_rank;
+    neox_comm world, pipe, data, model;
+} neox_grid;
+
+// Initialises MPI (thread level FUNNELED), tags log messages with the rank and makes neox_die()
+// abort every rank. Safe to call once per process.
+int neox_parallel_init(int *argc, char ***argv, neox_error *err);
+void neox_parallel_finalize(void);
+
+// Builds the grid over MPI_COMM_WORLD: the data-parallel size is world / (pipe x model); an error
+// when that does not divide.
+int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err);
+void neox_grid_free(neox_grid *g);
+// World rank of the process at (pipe, data, model) in a grid of these sizes.
+int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_rank, int model_rank);
+
+// ---- blocking collectives (reductions are sums; bf16/f16 are summed in fp32) ------------------
+void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt);
+// send holds c->size x recv_count elements; rank r receives the sum of block r.
+void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt);
+// recv receives c->size x send_count elements, block r from rank r.
+void neox_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt);
+void neox_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root);
+void neox_send(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag);
+void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag);
+void neox_barrier(neox_comm *c);
+
+// ---- non-blocking -----------------------------------------------------------------------------
+typedef struct neox_request {
+    MPI_Request mpi;
+    neox_comm *comm;
+    neox_comm_op op;
+    int active;
+} neox_request;
+
+void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, neox_request *req);
+void neox_ireduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
+                              neox_request *req);
+void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt, neox_request *req);
+void neox_isend(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag, neox_request *req);
+void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag, neox_request *req);
+// Completes a request (no-op for an inactive one); the time spent here is counted as exposed.
+void neox_wait(neox_request *req);
+// Non-blocking check; returns 1 when the request has completed (and completes it).
+int neox_test(neox_request *req);
+
+// Adds one communicator's statistics into a total (for summaries over groups).
+void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s);
+
+#endif

@@ -1,0 +1,220 @@
+// collectives.c: the communication calls of parallel.h over MPI, with accounting. Blocking
+// all-reduce, broadcast and point-to-point calls are chunked so element counts above MPI's int
+// limit work; bf16 and fp16 sums use a custom MPI operation that adds in fp32.
+#include <limits.h>
+#include <string.h>
+
+
+#include "parallel.h"
+
+size_t neox_dtype_size(neox_dtype dt) {
+    static const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1};
+    return sizes[dt];
+}
+
+const char *neox_dtype_name(neox_dtype dt) {
+    static const char *names[] = {"f32", "f64", "bf16", "f16", "i32", "i64", "u8"};
+    return names[dt];
+}
+
+const char *neox_comm_op_name(neox_comm_op op) {
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "barrier"};
+    return names[op];
+}
+
+// ---- 16-bit float sums ------------------------------------------------------------------------
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    uint16_t *a = in, *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    _Float16 *a = in, *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = (_Float16)((float)a[i] + (float)b[i]);
+}
+
+static MPI_Op sum_op(neox_dtype dt) {
+    static MPI_Op bf16_op = MPI_OP_NULL, f16_op = MPI_OP_NULL;
+    if (dt == NEOX_BF16) {
+        if (bf16_op == MPI_OP_NULL) MPI_Op_create(sum_bf16, 1, &bf16_op);
+        return bf16_op;
+    }
+    if (dt == NEOX_F16) {
+        if (f16_op == MPI_OP_NULL) MPI_Op_create(sum_f16, 1, &f16_op);
+        return f16_op;
+    }
+    return MPI_SUM;
+}
+
+static MPI_Datatype mpi_type(neox_dtype dt) {
+    switch (dt) {
+    case NEOX_F32: return MPI_FLOAT;
+    case NEOX_F64: return MPI_DOUBLE;
+    case NEOX_BF16:
+    case NEOX_F16: return MPI_UINT16_T;
+    case NEOX_I32: return MPI_INT32_T;
+    case NEOX_I64: return MPI_INT64_T;
+    default: return MPI_UINT8_T;
+    }
+}
+
+// ---- accounting -------------------------------------------------------------------------------
+
+static void account(neox_comm *c, neox_comm_op op, size_t bytes, double seconds) {
+    c->stats.calls[op]++;
+    c->stats.bytes[op] += (int64_t)bytes;
+    c->stats.seconds[op] += seconds;
+}
+
+void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s) {
+    for (int i = 0; i < NEOX_COMM_OP_COUNT; i++) {
+        total->calls[i] += s->calls[i];
+        total->bytes[i] += s->bytes[i];
+        total->seconds[i] += s->seconds[i];
+    }
+}
+
+// ---- blocking ---------------------------------------------------------------------------------
+
+// Every MPI call gets an int count: larger buffers go in pieces of this many elements.
+#define REDUCE_CHUNK ((size_t)1 << 30)
+
+void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
+    double t0 = neox_now();
+    size_t esize = neox_dtype_size(dt);
+    for (size_t done = 0; done < count && c->size > 1;) {
+        size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
+        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esize, (int)n, mpi_type(dt), sum_op(dt), c->mpi);
+        done += n;
+    }
+    account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
+}
+
+void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt) {
+    if (recv_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "reduce-scatter of %zu elements per rank is too large", recv_count);
+    double t0 = neox_now();
+    MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi);
+    account(c, NEOX_COMM_REDUCE_SCATTER, recv_count * c->size * neox_dtype_size(dt), neox_now() - t0);
+}
+
+void neox_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt) {
+    if (send_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-gather of %zu elements per rank is too large", send_count);
+    double t0 = neox_now();
+    MPI_Allgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi);
+    account(c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt), neox_now() - t0);
+}
+
+// Point-to-point and broadcast move large buffers in int-sized pieces, in order.
+static void chunked(neox_comm *c, neox_comm_op op, void *buf, size_t count, neox_dtype dt, int peer, int tag) {
+    size_t esize = neox_dtype_size(dt);
+    for (size_t done = 0; done < count;) {
+        size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
+        char *p = (char *)buf + done * esize;
+        if (op == NEOX_COMM_BROADCAST) MPI_Bcast(p, (int)n, mpi_type(dt), peer, c->mpi);
+        else if (op == NEOX_COMM_SEND) MPI_Send(p, (int)n, mpi_type(dt), peer, tag, c->mpi);
+        else MPI_Recv(p, (int)n, mpi_type(dt), peer, tag, c->mpi, MPI_STATUS_IGNORE);
+        done += n;
+    }
+}
+
+void neox_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
+    double t0 = neox_now();
+    if (c->size > 1) chunked(c, NEOX_COMM_BROADCAST, buf, count, dt, root, 0);
+    account(c, NEOX_COMM_BROADCAST, count * neox_dtype_size(dt), neox_now() - t0);
+}
+
+void neox_send(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag) {
+    double t0 = neox_now();
+    chunked(c, NEOX_COMM_SEND, (void *)buf, count, dt, dest, tag);
+    account(c, NEOX_COMM_SEND, count * neox_dtype_size(dt), neox_now() - t0);
+}
+
+void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag) {
+    double t0 = neox_now();
+    chunked(c, NEOX_COMM_RECV, buf, count, dt, source, tag);
+    account(c, NEOX_COMM_RECV, count * neox_dtype_size(dt), neox_now() - t0);
+}
+
+void neox_barrier(neox_comm *c) {
+    double t0 = neox_now();
+    MPI_Barrier(c->mpi);
+    account(c, NEOX_COMM_BARRIER, 0, neox_now() - t0);
+}
+
+// ---- non-blocking -----------------------------------------------------------------------------
+
+static void need_int(size_t count, const char *what) {
+    if (count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "non-blocking %s of %zu elements is too large", what, count);
+}
+
+static void start(neox_request *req, neox_comm *c, neox_comm_op op, size_t bytes) {
+    req->comm = c;
+    req->op = op;
+    req->active = 1;
+    account(c, op, bytes, 0.0);
+}
+
+void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, neox_request *req) {
+    need_int(count, "all-reduce");
+    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_ALLREDUCE, count * neox_dtype_size(dt));
+}
+
+void neox_ireduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
+                              neox_request *req) {
+    need_int(recv_count, "reduce-scatter");
+    MPI_Ireduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_REDUCE_SCATTER, recv_count * c->size * neox_dtype_size(dt));
+}
+
+void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt, neox_request *req) {
+    need_int(send_count, "all-gather");
+    MPI_Iallgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt));
+}
+
+void neox_isend(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag, neox_request *req) {
+    need_int(count, "send");
+    MPI_Isend(buf, (int)count, mpi_type(dt), dest, tag, c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_SEND, count * neox_dtype_size(dt));
+}
+
+void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag, neox_request *req) {
+    need_int(count, "recv");
+    MPI_Irecv(buf, (int)count, mpi_type(dt), source, tag, c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_RECV, count * neox_dtype_size(dt));
+}
+
+void neox_wait(neox_request *req) {
+    if (!req->active) return;
+    double t0 = neox_now();
+    MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
+    req->comm->stats.seconds[req->op] += neox_now() - t0;
+    req->active = 0;
+}
+
+int neox_test(neox_request *req) {
+    if (!req->active) return 1;
+    int done = 0;
+    MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
+    if (done) req->active = 0;
+    return done;
+}

@@ -1,0 +1,81 @@
+// grid.c: MPI start-up and the GPT-NeoX process grid (pipe outermost, data, model innermost) with
+// one communicator per group. An error on any rank aborts the whole job through MPI_Abort, so the
+// other ranks never wait for a peer that is gone.
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel.h"
+
+static void abort_all_ranks(int status) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
+}
+
+int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
+    int initialized = 0, provided = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized && MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "MPI initialisation failed");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    neox_log_set_rank(rank, size);
+    if (size > 1) neox_set_exit_hook(abort_all_ranks);
+    return 0;
+}
+
+void neox_parallel_finalize(void) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    neox_set_exit_hook(NULL);
+    if (initialized && !finalized) MPI_Finalize();
+}
+
+int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_rank, int model_rank) {
+    return (pipe_rank * data_size + data_rank) * model_size + model_rank;
+}
+
+// Ranks sharing `color` form one group; key orders them by their coordinate along the group.
+static void split(neox_comm *out, const char *name, int color, int key) {
+    MPI_Comm_split(MPI_COMM_WORLD, color, key, &out->mpi);
+    MPI_Comm_rank(out->mpi, &out->rank);
+    MPI_Comm_size(out->mpi, &out->size);
+    snprintf(out->name, sizeof out->name, "%s", name);
+    memset(&out->stats, 0, sizeof out->stats);
+}
+
+int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err) {
+    memset(g, 0, sizeof *g);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g->world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g->world_size);
+    if (pipe_size < 1 || model_size < 1 || g->world_size % (pipe_size * model_size) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE,
+                         "%d ranks cannot be divided into pipe_parallel_size %d x model_parallel_size %d",
+                         g->world_size, pipe_size, model_size);
+    g->pipe_size = pipe_size;
+    g->model_size = model_size;
+    g->data_size = g->world_size / (pipe_size * model_size);
+    g->model_rank = g->world_rank % model_size;
+    g->data_rank = g->world_rank / model_size % g->data_size;
+    g->pipe_rank = g->world_rank / (model_size * g->data_size);
+
+    MPI_Comm_dup(MPI_COMM_WORLD, &g->world.mpi);
+    g->world.rank = g->world_rank;
+    g->world.size = g->world_size;
+    snprintf(g->world.name, sizeof g->world.name, "world");
+    // A group is identified by the coordinates its members share.
+    split(&g->model, "model", g->pipe_rank * g->data_size + g->data_rank, g->model_rank);
+    split(&g->data, "data", g->pipe_rank * model_size + g->model_rank, g->data_rank);
+    split(&g->pipe, "pipe", g->data_rank * model_size + g->model_rank, g->pipe_rank);
+    return 0;
+}
+
+void neox_grid_free(neox_grid *g) {
+    neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model};
+    for (int i = 0; i < 4; i++)
+        if (comms[i]->mpi != MPI_COMM_NULL && comms[i]->mpi != 0) MPI_Comm_free(&comms[i]->mpi);
+}
