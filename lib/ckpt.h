@@ -58,4 +58,42 @@ int neox_ckpt_read_range(const neox_ckpt_reader *r, const char *name, int64_t st
 // Reads a byte string written with neox_ckpt_write_bytes; *data is malloc'ed (free()).
 int neox_ckpt_read_bytes(const neox_ckpt_reader *r, const char *name, void **data, size_t *size, neox_error *err);
 
+// ---- checkpoint directories -------------------------------------------------------------------
+// SAVE/global_stepN/ holds the shard files, the effective config and manifest.json (written last,
+// by one rank, once every shard is in place); SAVE/latest names the newest complete checkpoint and
+// is replaced atomically after the manifest. See docs/checkpoints.md.
+
+typedef struct neox_ckpt_file_entry {
+    char name[64];      // file name inside the checkpoint directory
+    int rank;           // world rank that wrote it (-1 for files written once, like config.yml)
+    uint64_t bytes;
+    uint32_t crc32;     // zlib CRC-32 of the whole file
+} neox_ckpt_file_entry;
+
+typedef struct neox_ckpt_manifest {
+    int64_t iteration;
+    int world_size, pipe_size, data_size, model_size, zero_stage;
+    int nfiles;
+    neox_ckpt_file_entry *files;
+} neox_ckpt_manifest;
+
+// "SAVE/global_stepN" (malloc'ed).
+char *neox_ckpt_dir(const char *save, int64_t iteration);
+// "rank_RRRRR.h5": the shard name of a world rank.
+void neox_ckpt_shard_name(int rank, char *buf, size_t size);
+// Creates SAVE/global_stepN (and SAVE), succeeding when it exists.
+int neox_ckpt_make_dir(const char *save, int64_t iteration, neox_error *err);
+// Size and CRC-32 of a file, into entry (name and rank are left as they are).
+int neox_ckpt_file_checksum(const char *path, neox_ckpt_file_entry *entry, neox_error *err);
+// Writes manifest.json atomically into the checkpoint directory.
+int neox_ckpt_manifest_write(const char *dir, const neox_ckpt_manifest *m, neox_error *err);
+// Reads and validates a manifest.json; m->files is malloc'ed (neox_ckpt_manifest_free).
+int neox_ckpt_manifest_read(const char *dir, neox_ckpt_manifest *m, neox_error *err);
+void neox_ckpt_manifest_free(neox_ckpt_manifest *m);
+// Points SAVE/latest at global_stepN (atomic replace), then removes the oldest global_step
+// directories beyond keep_last (keep_last <= 0 keeps all).
+int neox_ckpt_mark_latest(const char *save, int64_t iteration, int keep_last, neox_error *err);
+// The iteration SAVE/latest names; 0 with *found = 0 when there is no checkpoint to resume.
+int neox_ckpt_read_latest(const char *save, int64_t *iteration, int *found, neox_error *err);
+
 #endif
