@@ -88,6 +88,10 @@ void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, n
 void neox_ireduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
                               neox_request *req);
 void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt, neox_request *req);
+// Reduce-scatter with a count per rank: send holds sum(counts) elements; rank r receives the sum
+// of the counts[r] elements starting at sum(counts[0..r-1]).
+void neox_ireduce_scatterv_sum(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
+                               neox_request *req);
 void neox_isend(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag, neox_request *req);
 void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag, neox_request *req);
 // Completes a request (no-op for an inactive one); the time spent here is counted as exposed.
@@ -97,5 +101,34 @@ int neox_test(neox_request *req);
 
 // Adds one communicator's statistics into a total (for summaries over groups).
 void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s);
+
+// ---- data-parallel gradient reduction ---------------------------------------------------------
+// Gradients live in one flat buffer; parameters occupy [offset, offset + size) ranges of it.
+// Buckets group parameters in the order backward finishes them (last parameter first) up to
+// bucket_bytes. When every parameter of a bucket is marked ready, its reduction starts without
+// blocking (overlap), so communication runs behind the rest of backward. ZeRO stage 0 all-reduces;
+// stages 1 and 2 reduce-scatter, so each rank receives the reduced values of its own partition
+// only: the flat buffer cut into data_size contiguous equal parts (the last one shorter).
+typedef struct neox_grad_reducer neox_grad_reducer;
+
+typedef struct neox_grad_reducer_options {
+    size_t bucket_bytes;      // reduce_bucket_size x 4; 0 = one bucket
+    int zero_stage;           // 0: all-reduce; 1, 2: reduce-scatter into partitions
+    int overlap;              // start buckets as they complete (overlap_comm); else all at finish
+    double predivide_factor;  // gradient_predivide_factor: scale by 1/f before, f/data_size after
+} neox_grad_reducer_options;
+
+neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
+                                          const size_t *param_size, int nparams, const neox_grad_reducer_options *opt);
+void neox_grad_reducer_free(neox_grad_reducer *r);
+// The rank's partition of the flat buffer under ZeRO: [*begin, *end).
+void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end);
+// Parameter p's gradient is final for this step.
+void neox_grad_reducer_ready(neox_grad_reducer *r, int p);
+// Starts what has not started, waits for everything and averages. Afterwards the buffer holds the
+// mean gradient over data-parallel ranks (stage 0), or this rank's partition does (stages 1, 2;
+// the rest of the buffer is unspecified). Resets for the next step.
+void neox_grad_reducer_finish(neox_grad_reducer *r);
+int neox_grad_reducer_bucket_count(const neox_grad_reducer *r);
 
 #endif

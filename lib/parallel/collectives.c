@@ -191,6 +191,14 @@ void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_cou
     start(req, c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt));
 }
 
+void neox_ireduce_scatterv_sum(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
+                               neox_request *req) {
+    size_t total = 0;
+    for (int i = 0; i < c->size; i++) total += (size_t)counts[i];
+    MPI_Ireduce_scatter(send, recv, counts, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_REDUCE_SCATTER, total * neox_dtype_size(dt));
+}
+
 void neox_isend(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag, neox_request *req) {
     need_int(count, "send");
     MPI_Isend(buf, (int)count, mpi_type(dt), dest, tag, c->mpi, &req->mpi);

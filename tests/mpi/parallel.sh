@@ -23,3 +23,8 @@ check "the job ends within seconds, not at the timeout ($elapsed s)" test "$elap
 check_fails "a layout that does not divide the world is refused" 2 \
     "4 ranks cannot be divided into pipe_parallel_size 3 x model_parallel_size 1" \
     timeout 60 $MPIEXEC -n 4 "$DRIVER" 3 1
+
+for n in 2 3 4; do
+    timeout 60 $MPIEXEC -n $n build/cpu/tests/drivers/grad_reducer_check 2>"$TEST_TMP/stderr" || {
+        echo "not ok - gradient reduction on $n ranks: exited $?"; sed 's/^/#   /' "$TEST_TMP/stderr" | head -20; }
+done

@@ -1,0 +1,126 @@
+// grad_reducer.c: data-parallel gradient reduction in buckets that start while backward is still
+// running (see parallel.h). A bucket is a contiguous range of the flat gradient buffer; under ZeRO
+// stages 1 and 2 its reduce-scatter splits it at the partition boundaries, which are contiguous too,
+// so every rank receives exactly the part of the bucket inside its own partition.
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel.h"
+
+typedef struct bucket {
+    size_t begin, end;   // range of the flat buffer
+    int pending;         // parameters not yet ready this step
+    int total;           // parameters in the bucket
+    int started;
+    int *counts;         // ZeRO: elements of the bucket in each rank's partition
+    neox_request req;
+} bucket;
+
+struct neox_grad_reducer {
+    neox_comm *data;
+    float *grads;
+    size_t n;
+    neox_grad_reducer_options opt;
+    bucket *buckets;
+    int nbuckets;
+    int *bucket_of;      // parameter -> bucket
+};
+
+void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end) {
+    size_t size = r->data->size, per = (r->n + size - 1) / size;
+    *begin = per * rank < r->n ? per * rank : r->n;
+    *end = per * (rank + 1) < r->n ? per * (rank + 1) : r->n;
+}
+
+static void scale(float *x, size_t n, float factor) {
+    if (factor == 1.0f) return;
+    for (size_t i = 0; i < n; i++) x[i] *= factor;
+}
+
+neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
+                                          const size_t *param_size, int nparams, const neox_grad_reducer_options *opt) {
+    for (int p = 0; p + 1 < nparams; p++)
+        if (param_offset[p] + param_size[p] != param_offset[p + 1])
+            neox_die(NEOX_EXIT_FAILURE, "gradient buffer: parameter %d does not follow parameter %d", p + 1, p);
+    neox_grad_reducer *r = neox_calloc(1, sizeof *r);
+    r->data = data, r->grads = grads, r->n = n, r->opt = *opt;
+    if (r->opt.predivide_factor <= 0) r->opt.predivide_factor = 1.0;
+    r->bucket_of = neox_calloc(nparams, sizeof(int));
+    r->buckets = neox_calloc(nparams ? nparams : 1, sizeof(bucket));
+    // Backward finishes the last parameters first, so buckets are filled from the end.
+    for (int p = nparams - 1; p >= 0; p--) {
+        bucket *b = &r->buckets[r->nbuckets ? r->nbuckets - 1 : 0];
+        int fresh = r->nbuckets == 0 ||
+                    (opt->bucket_bytes > 0 && (b->end - b->begin) * sizeof(float) >= opt->bucket_bytes);
+        if (fresh) {
+            b = &r->buckets[r->nbuckets++];
+            b->end = param_offset[p] + param_size[p];
+        }
+        b->begin = param_offset[p];
+        b->total++;
+        r->bucket_of[p] = (int)(b - r->buckets);
+    }
+    for (int i = 0; i < r->nbuckets; i++) {
+        bucket *b = &r->buckets[i];
+        b->pending = b->total;
+        if (opt->zero_stage == 0) continue;
+        b->counts = neox_calloc(data->size, sizeof(int));
+        for (int q = 0; q < data->size; q++) {
+            size_t lo, hi;
+            neox_grad_reducer_partition(r, q, &lo, &hi);
+            if (lo < b->begin) lo = b->begin;
+            if (hi > b->end) hi = b->end;
+            b->counts[q] = hi > lo ? (int)(hi - lo) : 0;
+        }
+    }
+    return r;
+}
+
+void neox_grad_reducer_free(neox_grad_reducer *r) {
+    if (!r) return;
+    for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
+    free(r->buckets);
+    free(r->bucket_of);
+    free(r);
+}
+
+int neox_grad_reducer_bucket_count(const neox_grad_reducer *r) { return r->nbuckets; }
+
+static void start_bucket(neox_grad_reducer *r, bucket *b) {
+    float *x = r->grads + b->begin;
+    size_t len = b->end - b->begin;
+    scale(x, len, (float)(1.0 / r->opt.predivide_factor));
+    if (r->opt.zero_stage == 0) neox_iallreduce_sum(r->data, x, len, NEOX_F32, &b->req);
+    // In place: the result for this rank lands at the start of the bucket; finish moves it home.
+    else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, x, b->counts, NEOX_F32, &b->req);
+    b->started = 1;
+}
+
+void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
+    bucket *b = &r->buckets[r->bucket_of[p]];
+    if (--b->pending == 0 && r->opt.overlap && !b->started) start_bucket(r, b);
+}
+
+void neox_grad_reducer_finish(neox_grad_reducer *r) {
+    for (int i = 0; i < r->nbuckets; i++)
+        if (!r->buckets[i].started) start_bucket(r, &r->buckets[i]);
+    float after = (float)(r->opt.predivide_factor / r->data->size);
+    size_t mine_lo, mine_hi;
+    neox_grad_reducer_partition(r, r->data->rank, &mine_lo, &mine_hi);
+    for (int i = 0; i < r->nbuckets; i++) {
+        bucket *b = &r->buckets[i];
+        neox_wait(&b->req);
+        if (r->opt.zero_stage == 0) {
+            scale(r->grads + b->begin, b->end - b->begin, after);
+        } else {
+            size_t lo = mine_lo > b->begin ? mine_lo : b->begin;
+            size_t count = (size_t)b->counts[r->data->rank];
+            if (count) {
+                memmove(r->grads + lo, r->grads + b->begin, count * sizeof(float));
+                scale(r->grads + lo, count, after);
+            }
+        }
+        b->started = 0;
+        b->pending = b->total;
+    }
+}
