@@ -22,17 +22,23 @@ DEBS=(
   libmpich-dev      # MPI (headers + library)
   mpich             # mpiexec
   libcmocka-dev     # C unit tests
+  slurm-wlm         # SLURM tests: slurmctld, slurmd, sbatch, srun on localhost
+  munge             # SLURM authentication for those tests
   python3           # oracle tests
   python3-venv      # the oracle virtual environment
   python3-dev
+  python3-torch     # oracle for the model parity tests: PyTorch 1.13 CPU (~0.8 GB, 40 s; PyPI's wheels pull GBs of CUDA)
 )
 # PyPI packages for the oracle environment (tests and benchmarks only; never used by the tools).
 PIP_PKGS=(
+  zstandard   # reads .jsonl.zst corpora in the data oracle tests (as lm_dataformat does)
   pytest
-  numpy
+  "numpy<2"                # Debian's torch 1.13 is built against the NumPy 1.x ABI
+  transformers==4.49.0     # newest release that runs on torch 1.13 (4.51 needs torch.distributed.tensor); GQA Llama
   tokenizers
   tiktoken
   PyYAML
+  tensorboard   # reads back the event files lib/metrics writes (EventAccumulator); ~65 MB with grpcio, protobuf
 )
 
 missing=()
@@ -62,7 +68,8 @@ stamp=.venv/.neox-deps
 want=$(printf '%s\n' "${PIP_PKGS[@]}")
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "make deps: preparing the oracle environment .venv (${PIP_PKGS[*]})"
-  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  # System site packages: the venv sees Debian's python3-torch.
+  grep -qs 'include-system-site-packages = true' .venv/pyvenv.cfg || "$PY" -m venv --system-site-packages .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
   printf '%s\n' "$want" >"$stamp"
 fi
