@@ -66,10 +66,13 @@ typedef struct neox_key_spec {
     const char *name;       // canonical, with '_'
     neox_type type;
     const char *default_text;   // YAML text of the default, NULL for None
-    const char *choices;    // NEOX_TYPE_CHOICE: '|'-separated allowed values
+    const char *choices;    // NEOX_TYPE_CHOICE: '|'-separated allowed values (matched case-insensitively)
+    const char *supported;  // NEOX_TYPE_CHOICE: the values neox.c implements; NULL = all of choices
+    const char *feature;    // UNSUPPORTED keys, and CHOICE keys with `supported`: the feature, for errors
     const char *group;      // GPT-NeoX argument class (NeoXArgsModel, ...) or "neox.c" for our own keys
     neox_key_use use;
     int nullable;           // None is an accepted value
+    int derived;            // computed by neox.c (as GPT-NeoX computes it); a file may not set it
     double min, max;        // numeric range (inclusive); min > max means unchecked
 } neox_key_spec;
 
@@ -110,6 +113,16 @@ const char *neox_config_source(const neox_config *cfg, const char *key, char *bu
 
 // Prints every key: "name = value  # source", grouped as GPT-NeoX groups them.
 void neox_config_print(const neox_config *cfg, FILE *out);
+// The same as one JSON object: {"key": {"value": V, "source": "default|derived|FILE:LINE",
+// "group": G, "use": "used|ignored|unsupported", "set": {"value": V, "at": "FILE:LINE"}}}, where
+// "set" (present when a file set the key) holds the value exactly as the file wrote it.
+void neox_config_print_json(const neox_config *cfg, FILE *out);
+// Prints cfg as "text" (neox_config_print) or "json" (neox_config_print_json); -1 for another format.
+int neox_config_print_as(const neox_config *cfg, const char *format, FILE *out);
+// The --print-config of every tool: loads paths (world size from opts), prints them in format to out.
+// Returns 0, or -1 with err set (a config error, or an unknown format).
+int neox_config_print_files(const char *const *paths, int npaths, const neox_config_options *opts, const char *format,
+                            FILE *out, neox_error *err);
 // The files the config was loaded from, in order (for saving them into checkpoints).
 int neox_config_file_count(const neox_config *cfg);
 const char *neox_config_file_path(const neox_config *cfg, int i);

@@ -15,6 +15,9 @@ static void usage(FILE *out) {
             "\n"
             "  --print-config     print every configuration key, its effective value and where it came\n"
             "                     from (default, derived or file:line), then exit\n"
+            "  --print-config-format FORMAT\n"
+            "                     'text' (default) or 'json' (value, source and the value as the file\n"
+            "                     wrote it, per key)\n"
             "  --world-size N     with --print-config: derive sizes for N ranks (default: the MPI world\n"
             "                     size, or 1)\n"
             "  -q, --quiet        no notices or progress\n"
@@ -29,9 +32,10 @@ static void usage(FILE *out) {
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
     neox_log_from_launcher();
-    enum { OPT_PRINT_CONFIG = 256, OPT_WORLD_SIZE };
+    enum { OPT_PRINT_CONFIG = 256, OPT_PRINT_FORMAT, OPT_WORLD_SIZE };
     static const struct option options[] = {
         {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},
+        {"print-config-format", required_argument, NULL, OPT_PRINT_FORMAT},
         {"world-size", required_argument, NULL, OPT_WORLD_SIZE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -39,10 +43,16 @@ int main(int argc, char **argv) {
         {NULL, 0, NULL, 0},
     };
     int print_config = 0, quiet = 0, world_size = 0, c;
+    const char *print_format = "text";
     opterr = 0;
     while ((c = getopt_long(argc, argv, "qhV", options, NULL)) != -1) {
         switch (c) {
         case OPT_PRINT_CONFIG: print_config = 1; break;
+        case OPT_PRINT_FORMAT:
+            if (strcmp(optarg, "text") != 0 && strcmp(optarg, "json") != 0)
+                neox_usage_error("--print-config-format: '%s' is not 'text' or 'json'", optarg);
+            print_format = optarg;
+            break;
         case OPT_WORLD_SIZE: {
             char *end;
             long n = strtol(optarg, &end, 10);
@@ -64,7 +74,7 @@ int main(int argc, char **argv) {
     neox_config *cfg = neox_config_load((const char *const *)argv + optind, argc - optind, &opts, &err);
     if (!cfg) neox_die_error(&err);
     if (print_config) {
-        neox_config_print(cfg, stdout);
+        neox_config_print_as(cfg, print_format, stdout);
         neox_config_free(cfg);
         return 0;
     }

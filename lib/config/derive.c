@@ -1,0 +1,441 @@
+// derive.c: the values GPT-NeoX computes from the others (megatron/neox_arguments/arguments.py
+// calculate_derived, calculate_batch_parameters, check_batch_parameters, validate_values, and the
+// LR schedule length of training.py), reimplemented here, with the same consistency checks. Where
+// GPT-NeoX silently overwrites a value a file set (lr, optimizer_type, clip_grad) a conflicting
+// value is an error instead. docs/config.md lists every derived key.
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config/internal.h"
+
+// Where a key's value came from, for messages: its file:line, or "the default".
+static const char *where_key(const neox_config *cfg, const char *key, char *buf, size_t size) {
+    const neox_config_slot *s = neox_config_slot_of(cfg, key);
+    if (s->set) return neox_value_where(s->set, buf, size);
+    snprintf(buf, size, "%s", cfg->npaths ? cfg->paths[cfg->npaths - 1] : "config");
+    return buf;
+}
+
+static int derive_fail(const neox_config *cfg, neox_error *err, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int derive_fail(const neox_config *cfg, neox_error *err, const char *key, const char *fmt, ...) {
+    char what[1024], where[PATH_MAX + 32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return neox_fail(err, NEOX_EXIT_USAGE, "%s: key '%s': %s", where_key(cfg, key, where, sizeof where), key, what);
+}
+
+static const neox_value *val(const neox_config *cfg, const char *key) { return neox_config_value(cfg, key); }
+static int is_none(const neox_config *cfg, const char *key) { return val(cfg, key)->kind == NEOX_VALUE_NULL; }
+static int64_t int_of(const neox_config *cfg, const char *key) { return val(cfg, key)->integer; }
+
+// ---- parallel sizes and batch sizes ------------------------------------------------------------
+
+static int derive_parallel(neox_config *cfg, neox_error *err, int64_t *dp) {
+    int64_t pp = int_of(cfg, "pipe_parallel_size"), mp = int_of(cfg, "model_parallel_size");
+    if (pp < 1) pp = 1;
+    if (mp < 1) {
+        mp = 1;
+        neox_config_set_derived_int(cfg, "model_parallel_size", 1);
+    }
+    if (cfg->world_size % (pp * mp) != 0)
+        return derive_fail(cfg, err, "model_parallel_size",
+                           "world size %d is not divisible by pipe_parallel_size x model_parallel_size (%lld x %lld)",
+                           cfg->world_size, (long long)pp, (long long)mp);
+    *dp = cfg->world_size / (pp * mp);
+    if (!is_none(cfg, "global_num_gpus") && int_of(cfg, "global_num_gpus") != cfg->world_size)
+        return derive_fail(cfg, err, "global_num_gpus", "%lld does not match the world size %d (ranks launched)",
+                           (long long)int_of(cfg, "global_num_gpus"), cfg->world_size);
+    if (is_none(cfg, "global_num_gpus")) neox_config_set_derived_int(cfg, "global_num_gpus", cfg->world_size);
+    neox_config_set_derived_int(cfg, "data_parallel_size", *dp);
+    neox_config_set_derived_bool(cfg, "is_pipe_parallel", int_of(cfg, "pipe_parallel_size") >= 2);
+    return 0;
+}
+
+// Any two of train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps give
+// the third (GPT-NeoX's calculate_batch_parameters, with floor division), then all three must agree.
+static int derive_batch(neox_config *cfg, neox_error *err, int64_t dp) {
+    int has_tb = !is_none(cfg, "train_batch_size"), has_mb = !is_none(cfg, "train_micro_batch_size_per_gpu");
+    // GPT-NeoX's default of 1 counts as given; here only a value set in a file does, so train_batch_size
+    // with train_micro_batch_size_per_gpu derives the accumulation steps (GPT-NeoX would demand 1).
+    int has_ga = neox_config_slot_of(cfg, "gradient_accumulation_steps")->set != NULL && !is_none(cfg, "gradient_accumulation_steps");
+    int64_t tb = has_tb ? int_of(cfg, "train_batch_size") : 0;
+    int64_t mb = has_mb ? int_of(cfg, "train_micro_batch_size_per_gpu") : 0;
+    int64_t ga = has_ga ? int_of(cfg, "gradient_accumulation_steps") : 1;
+    if (has_tb && has_mb && !has_ga) ga = tb / mb / dp;
+    else if (has_tb && !has_mb) mb = tb / dp / ga;
+    else if (!has_tb && has_mb) tb = mb * ga * dp;
+    else if (!has_tb && !has_mb)
+        return derive_fail(cfg, err, "train_micro_batch_size_per_gpu",
+                           "not set; set train_micro_batch_size_per_gpu or train_batch_size");
+    const char *zero = !has_mb && mb <= 0 ? "train_micro_batch_size_per_gpu" : !has_ga && ga <= 0 ? "gradient_accumulation_steps" : NULL;
+    if (zero)
+        return derive_fail(cfg, err, "train_batch_size",
+                           "%lld is too small for a data-parallel size of %lld (%s would be 0)", (long long)tb,
+                           (long long)dp, zero);
+    if (tb != mb * ga * dp)
+        return derive_fail(cfg, err, "train_batch_size",
+                           "inconsistent batch sizes: train_batch_size %lld != train_micro_batch_size_per_gpu %lld x "
+                           "gradient_accumulation_steps %lld x data-parallel size %lld",
+                           (long long)tb, (long long)mb, (long long)ga, (long long)dp);
+    if (!has_tb) neox_config_set_derived_int(cfg, "train_batch_size", tb);
+    if (!has_mb) neox_config_set_derived_int(cfg, "train_micro_batch_size_per_gpu", mb);
+    if (!has_ga && ga != int_of(cfg, "gradient_accumulation_steps")) neox_config_set_derived_int(cfg, "gradient_accumulation_steps", ga);
+    neox_config_set_derived_int(cfg, "batch_size", mb);
+    return 0;
+}
+
+// ---- precision, ZeRO, optimizer ----------------------------------------------------------------
+
+static int dict_enabled(const neox_value *dict) {
+    const neox_value *e = neox_value_get(dict, "enabled");
+    return e && e->kind == NEOX_VALUE_BOOL && e->boolean;
+}
+
+static int derive_precision(neox_config *cfg, neox_error *err) {
+    const neox_value *fp16 = val(cfg, "fp16"), *bf16 = val(cfg, "bf16");
+    const char *precision = neox_config_str(cfg, "precision"), *wanted = NULL, *by = NULL;
+    const neox_value *type = neox_value_get(fp16, "type");
+    if (type && type->kind == NEOX_VALUE_STRING && strcasecmp(type->string, "bfloat16") == 0) wanted = "bfloat16", by = "fp16";
+    else if (dict_enabled(fp16)) wanted = "fp16", by = "fp16";
+    if (dict_enabled(bf16)) {
+        if (wanted && strcmp(wanted, "bfloat16") != 0)
+            return derive_fail(cfg, err, "bf16", "bf16 and fp16 are both enabled; enable one");
+        wanted = "bfloat16", by = "bf16";
+    }
+    if (wanted && precision && strcasecmp(precision, wanted) != 0)
+        return derive_fail(cfg, err, "precision", "'%s' conflicts with the %s dict, which selects %s", precision, by, wanted);
+    if (!precision) neox_config_set_derived_str(cfg, "precision", wanted ? wanted : "fp32");
+    return 0;
+}
+
+static int derive_zero(neox_config *cfg, neox_error *err) {
+    const neox_value *zero = val(cfg, "zero_optimization");
+    static const struct { const char *key, *field, *fallback; } map[] = {
+        {"zero_stage", "stage", "0"},
+        {"zero_reduce_scatter", "reduce_scatter", "true"},
+        {"zero_contiguous_gradients", "contiguous_gradients", "false"},
+        {"zero_reduce_bucket_size", "reduce_bucket_size", "500000000"},
+        {"zero_allgather_bucket_size", "allgather_bucket_size", "500000000"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+        const neox_value *v = neox_value_get(zero, map[i].field);
+        if (v) {
+            neox_config_set_derived(cfg, map[i].key, (neox_value *)v);  // the file's value, shown as derived
+            continue;
+        }
+        neox_value *d = neox_yaml_parse(map[i].fallback, strlen(map[i].fallback), "default", err);
+        d->file = NULL;
+        neox_value *owned = neox_config_new_value(cfg, d->kind);
+        *owned = *d;
+        free(d);
+        neox_config_set_derived(cfg, map[i].key, owned);
+    }
+    const neox_value *stage = val(cfg, "zero_stage");
+    if (stage->kind != NEOX_VALUE_INT || stage->integer < 0 || stage->integer > 3)
+        return derive_fail(cfg, err, "zero_optimization", "stage must be 0, 1, 2 or 3");
+    return 0;
+}
+
+// The optimizer params neox.c reads, per optimizer type; anything else is refused, not ignored.
+static const char *const ADAM_PARAMS[] = {"lr", "betas", "eps", NULL};
+static const char *const SGD_PARAMS[] = {"lr", "momentum", NULL};
+
+static int check_number(const neox_config *cfg, neox_error *err, const neox_value *v, const char *what, double lo, double hi) {
+    char text[128];
+    if (v->kind != NEOX_VALUE_INT && v->kind != NEOX_VALUE_FLOAT)
+        return derive_fail(cfg, err, "optimizer", "%s must be a number, not %s%s", what, neox_value_format(v, text, sizeof text),
+                           v->kind == NEOX_VALUE_STRING ? " (a string: YAML 1.1 reads 1.0e-8 as a number, not 1e-8 or 1.0e_8)" : "");
+    if (!(v->number >= lo && v->number <= hi))
+        return derive_fail(cfg, err, "optimizer", "%s = %g is out of range [%g, %g]", what, v->number, lo, hi);
+    return 0;
+}
+
+static int derive_optimizer(neox_config *cfg, neox_error *err) {
+    const neox_value *opt = val(cfg, "optimizer");
+    const char *type = "Adam";
+    const neox_value *params = NULL;
+    if (opt->kind == NEOX_VALUE_MAP) {
+        const neox_value *t = neox_value_get(opt, "type");
+        params = neox_value_get(opt, "params");
+        if (!t || t->kind != NEOX_VALUE_STRING) return derive_fail(cfg, err, "optimizer", "must contain a string 'type'");
+        if (!params || params->kind != NEOX_VALUE_MAP) return derive_fail(cfg, err, "optimizer", "must contain a mapping 'params'");
+        type = t->string;
+    }
+    const neox_key_spec *spec = neox_key_find("optimizer_type");
+    char lower[64];
+    snprintf(lower, sizeof lower, "%s", type);
+    for (char *p = lower; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+    if (!strstr("|adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion|", lower) || strchr(lower, '|'))
+        return derive_fail(cfg, err, "optimizer", "type '%s' is not one of: %s", type, spec->choices);
+    if (strcmp(lower, "adam") != 0 && strcmp(lower, "sgd") != 0)
+        return derive_fail(cfg, err, "optimizer", "optimizer '%s' is not supported by neox.c (supported: adam, sgd)", type);
+    const neox_config_slot *set_type = neox_config_slot_of(cfg, "optimizer_type");
+    if (set_type->set && strcasecmp(set_type->set->string, type) != 0)
+        return derive_fail(cfg, err, "optimizer_type", "'%s' conflicts with optimizer.type '%s' (GPT-NeoX takes optimizer.type)",
+                           set_type->set->string, type);
+    neox_config_set_derived_str(cfg, "optimizer_type", type);
+
+    const int adam = strcmp(lower, "adam") == 0;
+    const char *const *allowed = adam ? ADAM_PARAMS : SGD_PARAMS;
+    for (int i = 0; params && i < params->count; i++) {
+        int ok = 0;
+        for (int j = 0; allowed[j]; j++) ok |= strcmp(params->keys[i], allowed[j]) == 0;
+        if (strcmp(params->keys[i], "weight_decay") == 0)
+            return derive_fail(cfg, err, "optimizer", "params.weight_decay: set the top-level key 'weight_decay' instead "
+                               "(GPT-NeoX passes both to the optimizer and fails)");
+        if (!ok)
+            return derive_fail(cfg, err, "optimizer", "params.%s is not supported for optimizer '%s' by neox.c", params->keys[i], type);
+    }
+    const neox_value *lr = neox_value_get(params, "lr");
+    double lr_value = 0.001;  // GPT-NeoX's default optimizer params
+    if (lr) {
+        if (check_number(cfg, err, lr, "params.lr", 0, INFINITY) < 0) return -1;
+        lr_value = lr->number;
+    }
+    const neox_config_slot *set_lr = neox_config_slot_of(cfg, "lr");
+    if (set_lr->set && set_lr->set->kind != NEOX_VALUE_NULL && set_lr->set->number != lr_value)
+        return derive_fail(cfg, err, "lr", "GPT-NeoX takes the learning rate from optimizer.params.lr (%g); set it there", lr_value);
+    neox_config_set_derived_float(cfg, "lr", lr_value);
+    if (adam) {
+        const neox_value *betas = neox_value_get(params, "betas"), *eps = neox_value_get(params, "eps");
+        double b1 = 0.9, b2 = 0.999, e = 1e-8;
+        if (betas) {
+            if (betas->kind != NEOX_VALUE_LIST || betas->count != 2)
+                return derive_fail(cfg, err, "optimizer", "params.betas must be a list of two numbers");
+            if (check_number(cfg, err, betas->items[0], "params.betas[0]", 0, 1) < 0 ||
+                check_number(cfg, err, betas->items[1], "params.betas[1]", 0, 1) < 0)
+                return -1;
+            b1 = betas->items[0]->number, b2 = betas->items[1]->number;
+        }
+        if (eps) {
+            if (check_number(cfg, err, eps, "params.eps", 0, 1) < 0) return -1;
+            e = eps->number;
+        }
+        neox_config_set_derived_float(cfg, "adam_beta1", b1);
+        neox_config_set_derived_float(cfg, "adam_beta2", b2);
+        neox_config_set_derived_float(cfg, "adam_eps", e);
+    } else {
+        const neox_value *m = neox_value_get(params, "momentum");
+        if (m && check_number(cfg, err, m, "params.momentum", 0, 1) < 0) return -1;
+        neox_config_set_derived_float(cfg, "sgd_momentum", m ? m->number : 0.0);
+    }
+    if (neox_config_float(cfg, "min_lr") > lr_value)
+        return derive_fail(cfg, err, "min_lr", "min_lr (%g) must not exceed lr (%g)", neox_config_float(cfg, "min_lr"), lr_value);
+    return 0;
+}
+
+// ---- schedule, checkpoints, model shape ----------------------------------------------------------
+
+// The LR schedule length as GPT-NeoX's get_learning_rate_scheduler computes it, and the warmup.
+static int derive_schedule(neox_config *cfg, neox_error *err) {
+    int has_iters = !is_none(cfg, "lr_decay_iters"), has_fraction = !is_none(cfg, "lr_decay_fraction");
+    if (has_iters && has_fraction)
+        return derive_fail(cfg, err, "lr_decay_fraction", "set lr_decay_iters or lr_decay_fraction, not both");
+    if (!has_iters && !is_none(cfg, "train_iters")) {
+        int64_t train = int_of(cfg, "train_iters");
+        int64_t n = has_fraction ? (int64_t)floor((double)train * neox_config_float(cfg, "lr_decay_fraction")) : train;
+        neox_config_set_derived_int(cfg, "lr_decay_iters", n < 1 ? 1 : n);
+    }
+    if (!is_none(cfg, "lr_decay_iters")) {
+        int64_t n = int_of(cfg, "lr_decay_iters");
+        neox_config_set_derived_float(cfg, "warmup_iters", neox_config_float(cfg, "warmup") * (double)(n < 1 ? 1 : n));
+    }
+    neox_config_set_derived_bool(cfg, "dynamic_loss_scale", is_none(cfg, "loss_scale"));
+    const neox_config_slot *clip = neox_config_slot_of(cfg, "clip_grad");
+    double clipping = neox_config_float(cfg, "gradient_clipping");
+    if (clip->set && clip->set->number != clipping)
+        return derive_fail(cfg, err, "clip_grad", "GPT-NeoX replaces clip_grad with gradient_clipping (%g); set gradient_clipping", clipping);
+    neox_config_set_derived_float(cfg, "clip_grad", clipping);
+    return 0;
+}
+
+static int cmp_int64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// The iterations at which checkpoints are saved: checkpoint_factor steps (linear or log scale) below
+// train_iters, plus extra_save_iters, sorted and unique.
+static int derive_save_iters(neox_config *cfg, neox_error *err) {
+    const neox_value *extra = val(cfg, "extra_save_iters");
+    int has_factor = !is_none(cfg, "checkpoint_factor");
+    if (!is_none(cfg, "save") && !has_factor && extra->kind == NEOX_VALUE_NULL)
+        return derive_fail(cfg, err, "save", "checkpoint_factor or extra_save_iters must be set when save is set");
+    if (!has_factor && extra->kind == NEOX_VALUE_NULL) return 0;
+    int log_scale = strcasecmp(neox_config_str(cfg, "checkpoint_scale"), "log") == 0;
+    int64_t factor = has_factor ? int_of(cfg, "checkpoint_factor") : 0;
+    if (log_scale && has_factor && factor < 2)
+        return derive_fail(cfg, err, "checkpoint_factor", "must be at least 2 with checkpoint_scale 'log'");
+    int64_t train = is_none(cfg, "train_iters") ? 0 : int_of(cfg, "train_iters");
+    size_t n = 0, cap = 16;
+    int64_t *iters = neox_malloc(cap * sizeof *iters);
+    for (int i = 0; i < extra->count; i++) {
+        if (extra->items[i]->kind != NEOX_VALUE_INT) {
+            free(iters);
+            return derive_fail(cfg, err, "extra_save_iters", "must be a list of integers");
+        }
+        if (n == cap) iters = neox_realloc(iters, (cap *= 2) * sizeof *iters);
+        iters[n++] = extra->items[i]->integer;
+    }
+    for (int64_t step = factor; has_factor && step < train; step = log_scale ? step * factor : step + factor) {
+        if (n == cap) iters = neox_realloc(iters, (cap *= 2) * sizeof *iters);
+        iters[n++] = step;
+    }
+    qsort(iters, n, sizeof *iters, cmp_int64);
+    neox_value *list = neox_config_new_value(cfg, NEOX_VALUE_LIST);
+    list->items = neox_malloc((n ? n : 1) * sizeof *list->items);
+    for (size_t i = 0; i < n; i++) {
+        if (i && iters[i] == iters[i - 1]) continue;
+        neox_value *v = neox_calloc(1, sizeof *v);
+        v->kind = NEOX_VALUE_INT;
+        v->integer = iters[i];
+        v->number = (double)iters[i];
+        list->items[list->count++] = v;
+    }
+    free(iters);
+    neox_config_set_derived(cfg, "save_iters", list);
+    return 0;
+}
+
+static neox_value *new_string_item(const char *s) {
+    neox_value *v = neox_calloc(1, sizeof *v);
+    v->kind = NEOX_VALUE_STRING;
+    v->string = neox_strdup(s);
+    return v;
+}
+
+// attention_config: [[["global"], 12]] or [[["flash"], "all"]] or an already expanded list of names,
+// expanded to one attention type per layer as GPT-NeoX's expand_attention_types does.
+static int derive_attention(neox_config *cfg, neox_error *err, int64_t layers) {
+    const neox_value *spec = val(cfg, "attention_config");
+    neox_value *list = neox_config_new_value(cfg, NEOX_VALUE_LIST);
+    list->items = neox_malloc((size_t)layers * sizeof *list->items);
+    static const char *const bad_form = "must be a list of [[types...], count] pairs (count an integer or \"all\")";
+    if (spec->kind == NEOX_VALUE_NULL) {
+        for (int64_t i = 0; i < layers; i++) list->items[list->count++] = new_string_item("global");
+    } else if (spec->kind != NEOX_VALUE_LIST) {
+        return derive_fail(cfg, err, "attention_config", "%s", bad_form);
+    } else {
+        int all_strings = 1;
+        for (int i = 0; i < spec->count; i++) all_strings &= spec->items[i]->kind == NEOX_VALUE_STRING;
+        if (all_strings && spec->count == 1 && strcmp(spec->items[0]->string, "flash") == 0) {
+            for (int64_t i = 0; i < layers; i++) list->items[list->count++] = new_string_item("flash");
+        } else if (all_strings) {
+            for (int i = 0; i < spec->count && list->count < layers; i++) list->items[list->count++] = new_string_item(spec->items[i]->string);
+            if (spec->count != layers)
+                return derive_fail(cfg, err, "attention_config", "lists %d attention types for %lld layers", spec->count, (long long)layers);
+        } else {
+            int64_t total = 0;
+            for (int i = 0; i < spec->count; i++) {
+                const neox_value *pair = spec->items[i];
+                if (pair->kind != NEOX_VALUE_LIST || pair->count != 2 || pair->items[0]->kind != NEOX_VALUE_LIST ||
+                    pair->items[0]->count == 0)
+                    return derive_fail(cfg, err, "attention_config", "%s", bad_form);
+                const neox_value *types = pair->items[0], *count = pair->items[1];
+                for (int t = 0; t < types->count; t++)
+                    if (types->items[t]->kind != NEOX_VALUE_STRING) return derive_fail(cfg, err, "attention_config", "%s", bad_form);
+                int64_t repeat;
+                if (count->kind == NEOX_VALUE_STRING && strcmp(count->string, "all") == 0) {
+                    if (layers % types->count != 0)
+                        return derive_fail(cfg, err, "attention_config", "num_layers %lld is not divisible by the pattern length %d",
+                                           (long long)layers, types->count);
+                    repeat = layers / types->count;
+                    total = 0, list->count = 0;  // "all" replaces the whole list, as in GPT-NeoX
+                    for (int64_t r = 0; r < repeat; r++)
+                        for (int t = 0; t < types->count; t++) list->items[list->count++] = new_string_item(types->items[t]->string);
+                    total = layers;
+                    break;
+                }
+                if (count->kind != NEOX_VALUE_INT || count->integer < 0) return derive_fail(cfg, err, "attention_config", "%s", bad_form);
+                repeat = count->integer;
+                total += repeat * types->count;
+                if (total > layers)
+                    return derive_fail(cfg, err, "attention_config", "covers more than num_layers (%lld) layers", (long long)layers);
+                for (int64_t r = 0; r < repeat; r++)
+                    for (int t = 0; t < types->count; t++) list->items[list->count++] = new_string_item(types->items[t]->string);
+            }
+            if (total != layers)
+                return derive_fail(cfg, err, "attention_config", "covers %lld layers, but num_layers is %lld", (long long)total, (long long)layers);
+        }
+    }
+    static const char *const known = "|global|local|sparse_fixed|sparse_variable|bigbird|bslongformer|gmlp|amlp|flash|rwkv|mamba|";
+    for (int i = 0; i < list->count; i++) {
+        const char *t = list->items[i]->string;
+        char probe[80];
+        snprintf(probe, sizeof probe, "|%.70s|", t);
+        if (!strstr(known, probe)) return derive_fail(cfg, err, "attention_config", "attention type '%s' is not recognized", t);
+        if (strcmp(t, "global") != 0 && strcmp(t, "flash") != 0)
+            return derive_fail(cfg, err, "attention_config", "attention type '%s' is not supported by neox.c (supported: global, flash)", t);
+    }
+    neox_config_set_derived(cfg, "attention_config", list);
+    return 0;
+}
+
+static int derive_model(neox_config *cfg, neox_error *err) {
+    static const char *const required[] = {"num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"};
+    for (size_t i = 0; i < sizeof required / sizeof *required; i++)
+        if (is_none(cfg, required[i])) return derive_fail(cfg, err, required[i], "is not set (a model needs it)");
+    int64_t hidden = int_of(cfg, "hidden_size"), heads = int_of(cfg, "num_attention_heads");
+    if (hidden % heads != 0)
+        return derive_fail(cfg, err, "num_attention_heads", "hidden_size %lld is not divisible by num_attention_heads %lld",
+                           (long long)hidden, (long long)heads);
+    if (!is_none(cfg, "num_kv_heads") && heads % int_of(cfg, "num_kv_heads") != 0)
+        return derive_fail(cfg, err, "num_kv_heads", "num_attention_heads %lld is not divisible by num_kv_heads %lld",
+                           (long long)heads, (long long)int_of(cfg, "num_kv_heads"));
+    if (!is_none(cfg, "seq_length") && int_of(cfg, "max_position_embeddings") < int_of(cfg, "seq_length"))
+        return derive_fail(cfg, err, "max_position_embeddings", "%lld is less than seq_length %lld",
+                           (long long)int_of(cfg, "max_position_embeddings"), (long long)int_of(cfg, "seq_length"));
+    if (is_none(cfg, "sparsity_config")) neox_config_set_derived(cfg, "sparsity_config", neox_config_new_value(cfg, NEOX_VALUE_MAP));
+    return derive_attention(cfg, err, int_of(cfg, "num_layers"));
+}
+
+// Data paths: data_path or all three of train/valid/test_data_paths; weights default to 1.0 each.
+static int derive_data(neox_config *cfg, neox_error *err) {
+    static const char *const splits[] = {"train", "valid", "test"};
+    int given = 0;
+    for (int s = 0; s < 3; s++) {
+        char paths[32], weights[32];
+        snprintf(paths, sizeof paths, "%s_data_paths", splits[s]);
+        snprintf(weights, sizeof weights, "%s_data_weights", splits[s]);
+        const neox_value *p = val(cfg, paths), *w = val(cfg, weights);
+        if (p->kind == NEOX_VALUE_NULL) continue;
+        given++;
+        if (w->kind == NEOX_VALUE_NULL) {
+            neox_value *list = neox_config_new_value(cfg, NEOX_VALUE_LIST);
+            list->items = neox_malloc((size_t)(p->count ? p->count : 1) * sizeof *list->items);
+            for (int i = 0; i < p->count; i++) {
+                neox_value *one = neox_calloc(1, sizeof *one);
+                one->kind = NEOX_VALUE_FLOAT;
+                one->number = 1.0;
+                list->items[list->count++] = one;
+            }
+            neox_config_set_derived(cfg, weights, list);
+        } else if (w->count != p->count) {
+            return derive_fail(cfg, err, weights, "has %d weights for %d paths", w->count, p->count);
+        }
+    }
+    if (given != 0 && given != 3)
+        return derive_fail(cfg, err, "train_data_paths", "set all of train_data_paths, valid_data_paths and test_data_paths, or none");
+    if (given == 3 && !is_none(cfg, "data_path"))
+        return derive_fail(cfg, err, "data_path", "set either data_path or train/valid/test_data_paths, not both");
+    if (is_none(cfg, "text_gen_type"))
+        neox_config_set_derived_str(cfg, "text_gen_type", is_none(cfg, "sample_input_file") ? "unconditional" : "input-file");
+    return 0;
+}
+
+int neox_config_derive(neox_config *cfg, neox_error *err) {
+    int64_t dp = 1;
+    // The model first, so an unsupported attention type is reported before any batch-size complaint.
+    if (derive_model(cfg, err) < 0 || derive_parallel(cfg, err, &dp) < 0 || derive_batch(cfg, err, dp) < 0 ||
+        derive_precision(cfg, err) < 0 || derive_zero(cfg, err) < 0 || derive_optimizer(cfg, err) < 0 ||
+        derive_schedule(cfg, err) < 0 || derive_save_iters(cfg, err) < 0 || derive_data(cfg, err) < 0)
+        return -1;
+    return 0;
+}

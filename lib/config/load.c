@@ -1,0 +1,301 @@
+// load.c: loads GPT-NeoX config files as deepy.py does — each file a YAML mapping, keys with '-'
+// and '_' the same key, files merged with a key set twice (in one file or across files) an error
+// naming both places — then fills every schema key (file value or default) and runs validation
+// (validate.c) and derivation (derive.c). Also the read accessors of a loaded config.
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/internal.h"
+
+int neox_key_equal(const char *a, const char *b) {
+    for (;; a++, b++) {
+        char x = *a == '-' ? '_' : *a, y = *b == '-' ? '_' : *b;
+        if (x != y) return 0;
+        if (!x) return 1;
+    }
+}
+
+int neox_key_index(const char *name) {
+    for (int i = 0; i < neox_key_count; i++)
+        if (neox_key_equal(neox_key_specs[i].name, name)) return i;
+    return -1;
+}
+
+const neox_key_spec *neox_key_find(const char *name) {
+    int i = neox_key_index(name);
+    return i < 0 ? NULL : &neox_key_specs[i];
+}
+
+const neox_value *neox_value_get(const neox_value *map, const char *key) {
+    if (!map || map->kind != NEOX_VALUE_MAP) return NULL;
+    for (int i = 0; i < map->count; i++)
+        if (neox_key_equal(map->keys[i], key)) return map->items[i];
+    return NULL;
+}
+
+// Levenshtein distance with '-' == '_', for "did you mean" suggestions.
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    int *row = neox_malloc((m + 1) * sizeof *row);
+    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            char x = a[i - 1] == '-' ? '_' : a[i - 1], y = b[j - 1] == '-' ? '_' : b[j - 1];
+            int best = diag + (x != y);
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = row[j];
+            row[j] = best;
+        }
+    }
+    int d = row[m];
+    free(row);
+    return d;
+}
+
+// The schema key closest to name, or NULL when none is close enough to be a plausible typo.
+static const char *suggest_key(const char *name) {
+    const char *best = NULL;
+    int best_d = INT_MAX;
+    for (int i = 0; i < neox_key_count; i++) {
+        int d = edit_distance(name, neox_key_specs[i].name);
+        if (d < best_d) best_d = d, best = neox_key_specs[i].name;
+    }
+    int limit = (int)strlen(name) / 3 + 1;
+    return best_d <= limit ? best : NULL;
+}
+
+const char *neox_value_where(const neox_value *v, char *buf, size_t size) {
+    if (!v || !v->file) snprintf(buf, size, "default");
+    else snprintf(buf, size, "%s:%d", v->file, v->line);
+    return buf;
+}
+
+// Hands v to the config, which frees it with itself.
+static neox_value *own(neox_config *cfg, neox_value *v) {
+    if (cfg->nowned == cfg->owned_cap) {
+        cfg->owned_cap = cfg->owned_cap ? cfg->owned_cap * 2 : 64;
+        cfg->owned = neox_realloc(cfg->owned, (size_t)cfg->owned_cap * sizeof *cfg->owned);
+    }
+    cfg->owned[cfg->nowned++] = v;
+    return v;
+}
+
+neox_value *neox_config_new_value(neox_config *cfg, neox_value_kind kind) {
+    neox_value *v = neox_calloc(1, sizeof *v);
+    v->kind = kind;
+    return own(cfg, v);
+}
+
+static int slot_index_or_die(const char *key) {
+    int i = neox_key_index(key);
+    if (i < 0) neox_die(NEOX_EXIT_FAILURE, "internal error: configuration key '%s' is not in the schema", key);
+    return i;
+}
+
+void neox_config_set_derived(neox_config *cfg, const char *key, neox_value *v) {
+    neox_config_slot *s = &cfg->slots[slot_index_or_die(key)];
+    s->value = v;
+    s->source = NEOX_SOURCE_DERIVED;
+}
+
+void neox_config_set_derived_int(neox_config *cfg, const char *key, int64_t x) {
+    neox_value *v = neox_config_new_value(cfg, NEOX_VALUE_INT);
+    v->integer = x;
+    v->number = (double)x;
+    neox_config_set_derived(cfg, key, v);
+}
+
+void neox_config_set_derived_float(neox_config *cfg, const char *key, double x) {
+    neox_value *v = neox_config_new_value(cfg, NEOX_VALUE_FLOAT);
+    v->number = x;
+    neox_config_set_derived(cfg, key, v);
+}
+
+void neox_config_set_derived_bool(neox_config *cfg, const char *key, int b) {
+    neox_value *v = neox_config_new_value(cfg, NEOX_VALUE_BOOL);
+    v->boolean = b != 0;
+    v->number = v->boolean;
+    neox_config_set_derived(cfg, key, v);
+}
+
+void neox_config_set_derived_str(neox_config *cfg, const char *key, const char *s) {
+    neox_value *v = neox_config_new_value(cfg, s ? NEOX_VALUE_STRING : NEOX_VALUE_NULL);
+    if (s) v->string = neox_strdup(s);
+    neox_config_set_derived(cfg, key, v);
+}
+
+const neox_config_slot *neox_config_slot_of(const neox_config *cfg, const char *key) {
+    return &cfg->slots[slot_index_or_die(key)];
+}
+
+// Parses each default once into a value owned by the config (schema defaults are YAML text).
+static int fill_defaults(neox_config *cfg, neox_error *err) {
+    for (int i = 0; i < neox_key_count; i++) {
+        const neox_key_spec *k = &neox_key_specs[i];
+        neox_value *v;
+        if (!k->default_text) {
+            v = neox_config_new_value(cfg, NEOX_VALUE_NULL);
+        } else {
+            v = neox_yaml_parse(k->default_text, strlen(k->default_text), "schema", err);
+            if (!v) return neox_fail_context(err, "default of key '%s'", k->name);
+            v->file = NULL;  // scalar defaults; no default is a container
+            own(cfg, v);
+        }
+        cfg->slots[i].value = v;
+        cfg->slots[i].source = NEOX_SOURCE_DEFAULT;
+    }
+    return 0;
+}
+
+// Adds the top-level keys of one file; a key already set (here or in an earlier file) is an error.
+static int merge_file(neox_config *cfg, const neox_value *tree, const char *path, neox_error *err) {
+    if (tree->kind == NEOX_VALUE_NULL)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s: empty config file (expected a mapping of GPT-NeoX keys)", path);
+    if (tree->kind != NEOX_VALUE_MAP)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: the top level of a config must be a mapping of keys, not a %s",
+                         path, tree->line, tree->kind == NEOX_VALUE_LIST ? "list" : "scalar");
+    for (int i = 0; i < tree->count; i++) {
+        const char *key = tree->keys[i];
+        const neox_value *v = tree->items[i];
+        int k = neox_key_index(key);
+        if (k < 0) {
+            const char *hint = suggest_key(key);
+            if (hint)
+                return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: unknown key '%s'; did you mean '%s'?", path, v->line,
+                                 key, hint);
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: unknown key '%s' (keys: docs/config.md)", path, v->line, key);
+        }
+        neox_config_slot *s = &cfg->slots[k];
+        if (s->set) {
+            char first[PATH_MAX + 32];
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: key '%s' is set twice: first at %s", path, v->line,
+                             neox_key_specs[k].name, neox_value_where(s->set, first, sizeof first));
+        }
+        if (neox_key_specs[k].derived)
+            return neox_fail(err, NEOX_EXIT_USAGE,
+                             "%s:%d: key '%s' is derived from other keys and cannot be set (docs/config.md)", path,
+                             v->line, neox_key_specs[k].name);
+        s->set = v;
+        s->value = v;
+        s->source = NEOX_SOURCE_FILE;
+    }
+    return 0;
+}
+
+static int read_files(neox_config *cfg, const char *const *paths, int npaths, neox_error *err) {
+    for (int i = 0; i < npaths; i++) {
+        cfg->paths[i] = neox_strdup(paths[i]);
+        cfg->npaths = i + 1;
+        size_t size;
+        char *text = neox_read_file(paths[i], &size, err);
+        if (!text) return -1;
+        cfg->trees[i] = neox_yaml_parse(text, size, cfg->paths[i], err);
+        free(text);
+        if (!cfg->trees[i]) return -1;
+        if (merge_file(cfg, cfg->trees[i], cfg->paths[i], err) < 0) return -1;
+    }
+    return 0;
+}
+
+// One notice naming every ignored key the files set, so users see them without a wall of warnings.
+static void notice_ignored(const neox_config *cfg) {
+    size_t len = 0;
+    char *list = NULL;
+    for (int i = 0; i < neox_key_count; i++) {
+        if (!cfg->slots[i].set || neox_key_specs[i].use != NEOX_KEY_IGNORED) continue;
+        const char *name = neox_key_specs[i].name;
+        list = neox_realloc(list, len + strlen(name) + 3);
+        len += (size_t)sprintf(list + len, "%s%s", len ? ", " : "", name);
+    }
+    if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service or kernel-fusion settings): %s", list);
+    free(list);
+}
+
+neox_config *neox_config_load(const char *const *paths, int npaths, const neox_config_options *opts, neox_error *err) {
+    if (npaths <= 0) {
+        neox_fail(err, NEOX_EXIT_USAGE, "no config file given");
+        return NULL;
+    }
+    neox_config *cfg = neox_calloc(1, sizeof *cfg);
+    cfg->slots = neox_calloc((size_t)neox_key_count, sizeof *cfg->slots);
+    cfg->paths = neox_calloc((size_t)npaths, sizeof *cfg->paths);
+    cfg->trees = neox_calloc((size_t)npaths, sizeof *cfg->trees);
+    cfg->world_size = opts && opts->world_size > 0 ? opts->world_size : 1;
+    if (fill_defaults(cfg, err) < 0 || read_files(cfg, paths, npaths, err) < 0 ||
+        neox_config_validate_values(cfg, err) < 0 || neox_config_derive(cfg, err) < 0) {
+        neox_config_free(cfg);
+        return NULL;
+    }
+    if (!(opts && opts->quiet)) notice_ignored(cfg);
+    return cfg;
+}
+
+void neox_config_free(neox_config *cfg) {
+    if (!cfg) return;
+    for (int i = 0; i < cfg->npaths; i++) {
+        neox_value_free(cfg->trees[i]);
+        free(cfg->paths[i]);
+    }
+    for (int i = 0; i < cfg->nowned; i++) neox_value_free(cfg->owned[i]);
+    free(cfg->owned);
+    free(cfg->trees);
+    free(cfg->paths);
+    free(cfg->slots);
+    free(cfg);
+}
+
+// ---- reading ---------------------------------------------------------------------------------
+
+static const neox_value *typed(const neox_config *cfg, const char *key, neox_value_kind want, const char *what) {
+    const neox_value *v = neox_config_slot_of(cfg, key)->value;
+    if (v->kind == NEOX_VALUE_NULL) return v;
+    if (v->kind != want && !(want == NEOX_VALUE_FLOAT && v->kind == NEOX_VALUE_INT))
+        neox_die(NEOX_EXIT_FAILURE, "internal error: configuration key '%s' read as %s", key, what);
+    return v;
+}
+
+int neox_config_has(const neox_config *cfg, const char *key) {
+    return neox_config_slot_of(cfg, key)->value->kind != NEOX_VALUE_NULL;
+}
+
+int neox_config_bool(const neox_config *cfg, const char *key) {
+    return typed(cfg, key, NEOX_VALUE_BOOL, "a bool")->boolean;
+}
+
+int64_t neox_config_int(const neox_config *cfg, const char *key) {
+    return typed(cfg, key, NEOX_VALUE_INT, "an integer")->integer;
+}
+
+double neox_config_float(const neox_config *cfg, const char *key) {
+    return typed(cfg, key, NEOX_VALUE_FLOAT, "a number")->number;
+}
+
+const char *neox_config_str(const neox_config *cfg, const char *key) {
+    return typed(cfg, key, NEOX_VALUE_STRING, "a string")->string;
+}
+
+const neox_value *neox_config_value(const neox_config *cfg, const char *key) {
+    return neox_config_slot_of(cfg, key)->value;
+}
+
+const char *neox_config_source(const neox_config *cfg, const char *key, char *buf, size_t size) {
+    const neox_config_slot *s = neox_config_slot_of(cfg, key);
+    if (s->source == NEOX_SOURCE_DERIVED) snprintf(buf, size, "derived");
+    else return neox_value_where(s->source == NEOX_SOURCE_FILE ? s->value : NULL, buf, size);
+    return buf;
+}
+
+int neox_config_file_count(const neox_config *cfg) { return cfg->npaths; }
+
+const char *neox_config_file_path(const neox_config *cfg, int i) {
+    return i >= 0 && i < cfg->npaths ? cfg->paths[i] : NULL;
+}
+
+int64_t neox_padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t model_parallel_size) {
+    int64_t multiple = (divisible_by > 0 ? divisible_by : 1) * (model_parallel_size > 0 ? model_parallel_size : 1);
+    return (vocab_size + multiple - 1) / multiple * multiple;
+}

@@ -1,0 +1,130 @@
+# tests/tools/config.sh: the config loader through `neox-train --print-config`: every GPT-NeoX
+# reference config loads or is refused naming the unsupported feature (never a crash or hang), the
+# named model configs load, each error class has its message and exit status, and derived values.
+source tests/lib.sh
+T=$NEOX_BIN/neox-train
+TINY=configs/tiny-test.yml
+
+# ---- the reference configs -----------------------------------------------------------------------
+# Model configs (those setting num_layers) are merged with local_setup.yml, as GPT-NeoX users run
+# them. Exceptions, each as deepy.py would also need them:
+#  - llama/* and llama2/* hold only the model; they are merged with llama/train_config.yml (optimizer,
+#    batch size) as llama/README.md shows.
+#  - configs that already set local_setup.yml's keys (data and checkpoint paths: 20B, pythia/14M, ...)
+#    are loaded alone, since merging would set those keys twice (an error in GPT-NeoX too).
+#  - setup fragments (local_setup*, slurm_local, eleutherai_cluster, docker/pythia-paths, prof,
+#    sparse, text_generation, cpu_mock_config, llama/train_config) are not models; they are
+#    merged with 125M.yml instead, and local_setup-like ones that clash with nothing must load.
+# --world-size 8 gives every layout in these configs (model x pipe parallel up to 8) whole ranks.
+MUST_LOAD="19M 49M 125M 350M 760M 800M 1-3B 2-7B 6-7B 13B 20B 175B"
+REFUSE_PATTERN="is not supported by neox.c|unknown key|cannot be set"
+
+load_reference() {  # load_reference WORLD_SIZE FILES...: exit status of neox-train, stderr in err.txt
+    local world=$1; shift
+    timeout 20 "$T" -q --world-size "$world" --print-config "$@" >"$TEST_TMP/out.txt" 2>"$TEST_TMP/err.txt"
+}
+
+if [ -d "$CONFIGS" ]; then
+    for f in "$CONFIGS"/*.yml "$CONFIGS"/*/*.yml; do
+        rel=${f#$CONFIGS/}; name=${rel%.yml}
+        if grep -qE '"num[-_]layers"' "$f"; then
+            files=("$f") world=8
+            case $rel in llama/*|llama2/*) files+=("$CONFIGS/llama/train_config.yml") ;; esac
+            if grep -qE '"(data[-_]path|vocab[-_]file|save|load|tensorboard[-_]dir)"' "$f"; then mode=alone; else files+=("$CONFIGS/local_setup.yml"); mode="with local_setup"; fi
+        else
+            files=("$CONFIGS/125M.yml" "$f") world=1; mode="with 125M"
+            [ "$rel" = llama/train_config.yml ] && files=("$CONFIGS/llama/7B.yml" "$f" "$CONFIGS/local_setup.yml") world=1 mode="with llama/7B and local_setup"
+        fi
+        load_reference $world "${files[@]}"; status=$?
+        must=0
+        case " $MUST_LOAD " in *" $name "*) must=1 ;; esac
+        case $rel in pythia/*|llama/*|llama2/*) must=1 ;; esac
+        if [ $status = 0 ]; then
+            _report 0 "reference $rel ($mode) loads"
+        elif [ $status = 2 ] && [ $must = 0 ] && grep -qE "$REFUSE_PATTERN|set twice" "$TEST_TMP/err.txt"; then
+            echo "# $rel: $(tail -n 1 "$TEST_TMP/err.txt")"
+            _report 0 "reference $rel ($mode) refused with a reason"
+        else
+            echo "exit status $status" >>"$TEST_TMP/err.txt"
+            _report 1 "reference $rel ($mode) $([ $must = 1 ] && echo loads || echo 'loads or is refused')" "$TEST_TMP/err.txt"
+        fi
+    done
+    check_fails "reference: MoE refused naming it" 2 "moe_num_experts.*Mixture of Experts is not supported" \
+        "$T" --print-config "$CONFIGS/125M-dmoe.yml" "$CONFIGS/local_setup.yml"
+    check_fails "reference: mamba refused naming it" 2 "not supported by neox.c" \
+        "$T" --print-config "$CONFIGS/mamba/mamba-130M.yml" "$CONFIGS/local_setup.yml"
+    check_fails "reference: transformer engine refused naming it" 2 "te_.*Transformer Engine is not supported" \
+        "$T" --print-config "$CONFIGS/1-3B-transformer-engine.yml" "$CONFIGS/local_setup.yml"
+    check_fails "reference: sliding window refused naming it" 2 "sliding_window_width.*sliding-window attention" \
+        "$T" --world-size 8 --print-config "$CONFIGS/mistral/7B.yml" "$CONFIGS/llama/train_config.yml" "$CONFIGS/local_setup.yml"
+    check_output "reference: 125M prints key, value and file:line" \
+        "^num_layers += 12  # .*125M.yml:9$" "$T" -q --print-config "$CONFIGS/125M.yml" "$CONFIGS/local_setup.yml"
+else
+    skip "reference configs" "$CONFIGS is absent"
+fi
+
+# ---- printing and derived values -------------------------------------------------------------------
+check_output "print: defaults and derived values are labelled" "^hidden_dropout += 0.0  # default$" \
+    "$T" -q --print-config $TINY
+check_output "print: batch size derived" "^train_batch_size += 8  # derived$" "$T" -q --print-config $TINY
+check_output "print: data-parallel size from --world-size" "^data_parallel_size += 4  # derived$" \
+    "$T" -q --world-size 4 --print-config $TINY
+check_output "print: train batch with 4 ranks" "^train_batch_size += 32  # derived$" \
+    "$T" -q --world-size 4 --print-config $TINY
+check_output "print: lr from the optimizer dict" "^lr += 0.001  # derived$" "$T" -q --print-config $TINY
+check_output "print: betas from the optimizer dict" "^adam_beta2 += 0.95  # derived$" "$T" -q --print-config $TINY
+check_output "print: zero stage from zero_optimization" "^zero_stage += 1  # derived$" "$T" -q --print-config $TINY
+check_output "print: lr_decay_iters defaults to train_iters" "^lr_decay_iters += 100  # derived$" "$T" -q --print-config $TINY
+check_output "print: warmup iters = warmup x lr_decay_iters" "^warmup_iters += 10.0  # derived$" "$T" -q --print-config $TINY
+check_output "print: precision fp32 without fp16/bf16 dicts" "^precision += fp32  # derived$" "$T" -q --print-config $TINY
+check_output "print: attention_config expanded per layer" "^attention_config += \[global, global\]  # derived$" \
+    "$T" -q --print-config $TINY
+check_output "print: own key compute_backend" "^compute_backend += cpu  # configs/tiny-test.yml:" "$T" -q --print-config $TINY
+check_output "print: json format" '"train_batch_size": \{' "$T" -q --print-config --print-config-format json $TINY
+check_output "neox-eval --print-config uses the same loader" "^train_batch_size += 8  # derived$" \
+    "$NEOX_BIN/neox-eval" --print-config $TINY
+check_output "neox-convert --print-config uses the same loader" "^train_batch_size += 8  # derived$" \
+    "$NEOX_BIN/neox-convert" --print-config $TINY
+check_fails "ignored keys listed in one notice" 0 "notice: .*no effect.*steps_per_print, hostfile" \
+    bash -c "printf '{steps_per_print: 5, hostfile: /x}\n' >$TEST_TMP/ign.yml && $T --print-config $TINY $TEST_TMP/ign.yml"
+
+# ---- error classes ------------------------------------------------------------------------------------
+cfg() { printf '%s\n' "$2" >"$TEST_TMP/$1.yml"; echo "$TEST_TMP/$1.yml"; }
+MODEL='num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64, train_micro_batch_size_per_gpu: 1' 
+
+check_fails "error: unknown key with suggestion" 2 "unk.yml:1: unknown key 'hiden_size'; did you mean 'hidden_size'\?" \
+    "$T" --print-config $TINY "$(cfg unk '{"hiden_size": 64}')"
+check_fails "error: dashes and underscores are one key (duplicate across files)" 2 \
+    "dup.yml:2: key 'num_layers' is set twice: first at configs/tiny-test.yml:6" \
+    "$T" --print-config $TINY "$(cfg dup $'# again\nnum-layers: 4')"
+check_fails "error: duplicate key within one file" 2 "dup1.yml:2: duplicate key 'seed' \(first set at line 1\)" \
+    "$T" --print-config $TINY "$(cfg dup1 $'seed: 1\nseed: 2')"
+check_fails "error: wrong type" 2 "type.yml:1: key 'eval_iters': expected an integer, got a string \(abc\)" \
+    "$T" --print-config $TINY "$(cfg type 'eval_iters: abc')"
+check_fails "error: float written without a dot is a string in YAML 1.1" 2 "key 'init_method_std': expected a number, got the string '2e-2'" \
+    "$T" --print-config $TINY "$(cfg float 'init_method_std: 2e-2')"
+check_fails "error: out of range" 2 "range.yml:1: key 'hidden_dropout': 1.5 is out of range \(must be between 0 and 1\)" \
+    "$T" --print-config $TINY "$(cfg range 'hidden_dropout: 1.5')"
+check_fails "error: bad choice" 2 "choice.yml:1: key 'checkpoint_scale': 'sawtooth' is not one of: linear, log" \
+    "$T" --print-config $TINY "$(cfg choice 'checkpoint_scale: sawtooth')"
+check_fails "error: inconsistent batch sizes" 2 "key 'train_batch_size': inconsistent batch sizes: train_batch_size 10 != train_micro_batch_size_per_gpu 4 x gradient_accumulation_steps 2 x data-parallel size 1" \
+    "$T" --print-config $TINY "$(cfg batch 'train_batch_size: 10')"
+check_fails "error: world size not divisible" 2 "world size 3 is not divisible by pipe_parallel_size x model_parallel_size \(1 x 2\)" \
+    "$T" --world-size 3 --print-config "$(cfg mp $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n model_parallel_size: 2, train_micro_batch_size_per_gpu: 1}')"
+check_fails "error: unsupported feature (alibi)" 2 "alibi.yml:1: key 'pos_emb': position embedding 'alibi' is not supported by neox.c" \
+    "$T" --print-config "$(cfg alibi "{pos_emb: alibi, $MODEL}")"
+check_fails "error: unsupported optimizer" 2 "optimizer 'Lion' is not supported by neox.c" \
+    "$T" --print-config "$(cfg lion $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n train_micro_batch_size_per_gpu: 1, optimizer: {type: Lion, params: {lr: 0.001}}}')"
+check_fails "error: unsupported attention type" 2 "attention type 'local' is not supported by neox.c" \
+    "$T" --print-config $TINY "$(cfg local 'attention_config: [[[global, local], 1]]')"
+check_fails "error: attention_config counts must sum to num_layers" 2 "key .attention_config.: covers more than num_layers \\(2\\) layers" \
+    "$T" --print-config $TINY "$(cfg att3 'attention_config: [[[global], 3]]')"
+check_fails "error: derived key cannot be set" 2 "key 'zero_stage' is derived from other keys" \
+    "$T" --print-config $TINY "$(cfg derived 'zero_stage: 2')"
+check_fails "error: malformed YAML names the line" 2 "bad.yml:4:1: malformed YAML: did not find expected ',' or ']' \\(while parsing a flow sequence at line 3\\)" \
+    "$T" --print-config $TINY "$(cfg bad $'{\n  "seed": 1,\n  "x": [1, 2\n}')"
+check_fails "error: empty file" 2 "empty.yml: empty config file" "$T" --print-config $TINY "$(cfg empty '')"
+check_fails "error: top level not a mapping" 2 "list.yml:1: the top level of a config must be a mapping" \
+    "$T" --print-config $TINY "$(cfg list '[1, 2]')"
+check_fails "error: missing file (exit 1, an I/O failure)" 1 "no-such-file.yml" "$T" --print-config "$TEST_TMP/no-such-file.yml"
+check_fails "error: unknown --print-config-format" 2 "not 'text' or 'json'" "$T" --print-config --print-config-format xml $TINY

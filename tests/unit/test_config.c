@@ -1,0 +1,292 @@
+// test_config.c: unit tests of lib/config: the schema table, merging and its errors, validation,
+// and the derived values as GPT-NeoX computes them (batch sizes, precision, ZeRO, optimizer, LR
+// schedule length, attention_config expansion, padded vocabulary).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static char tmpdir[64];
+static const char *MODEL = "num_layers: 4\nhidden_size: 64\nnum_attention_heads: 4\nmax_position_embeddings: 64\n";
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/neox-config-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char *cmd = neox_asprintf("rm -rf '%s'", tmpdir);
+    int rc = system(cmd);
+    free(cmd);
+    return rc;
+}
+
+static char *write_config(const char *name, const char *text) {
+    char *path = neox_asprintf("%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+// Loads MODEL + extra (as two files) on world ranks; NULL with err filled on failure.
+static neox_config *load(const char *extra, int world, neox_error *err) {
+    char *a = write_config("model.yml", MODEL), *b = write_config("extra.yml", extra);
+    const char *paths[] = {a, b};
+    neox_config_options opts = {.world_size = world, .quiet = 1};
+    neox_error_clear(err);
+    neox_config *cfg = neox_config_load(paths, 2, &opts, err);
+    free(a);
+    free(b);
+    return cfg;
+}
+
+static void expect_error(const char *extra, int world, const char *fragment) {
+    neox_error err = {0};
+    neox_config *cfg = load(extra, world, &err);
+    if (cfg) fail_msg("config loaded, expected an error containing '%s'", fragment);
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    if (!strstr(err.message, fragment)) fail_msg("error '%s' does not contain '%s'", err.message, fragment);
+}
+
+static void test_schema_table(void **state) {
+    (void)state;
+    assert_true(neox_key_count >= 297);
+    for (int i = 0; i < neox_key_count; i++) {
+        const neox_key_spec *k = &neox_key_specs[i];
+        assert_ptr_equal(neox_key_find(k->name), k);  // names are unique
+        if (k->use == NEOX_KEY_UNSUPPORTED) assert_non_null(k->feature);
+        if (k->type == NEOX_TYPE_CHOICE) assert_non_null(k->choices);
+    }
+    assert_non_null(neox_key_find("num-layers"));
+    assert_null(neox_key_find("num_layer"));
+    assert_int_equal(neox_key_find("deepspeed")->use, NEOX_KEY_IGNORED);
+    assert_int_equal(neox_key_find("moe_num_experts")->use, NEOX_KEY_UNSUPPORTED);
+    assert_string_equal(neox_key_find("compute_backend")->group, "neox.c");
+}
+
+static void test_padded_vocab(void **state) {
+    (void)state;
+    assert_int_equal(neox_padded_vocab_size(50257, 128, 1), 50304);
+    assert_int_equal(neox_padded_vocab_size(50257, 128, 2), 50432);
+    assert_int_equal(neox_padded_vocab_size(50304, 128, 1), 50304);
+    assert_int_equal(neox_padded_vocab_size(50277, 1, 1), 50277);
+    assert_int_equal(neox_padded_vocab_size(256, 128, 8), 1024);
+}
+
+static void test_defaults_sources_and_accessors(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 2\nseq-length: 32\n", 1, &err);
+    assert_non_null(cfg);
+    char buf[512];
+    assert_int_equal(neox_config_int(cfg, "seq_length"), 32);
+    assert_non_null(strstr(neox_config_source(cfg, "seq_length", buf, sizeof buf), "extra.yml:2"));
+    assert_string_equal(neox_config_source(cfg, "hidden_dropout", buf, sizeof buf), "default");
+    assert_true(neox_config_float(cfg, "layernorm_epsilon") == 1e-5);
+    assert_string_equal(neox_config_str(cfg, "norm"), "layernorm");
+    assert_string_equal(neox_config_str(cfg, "compute_backend"), "auto");
+    assert_false(neox_config_has(cfg, "num_kv_heads"));
+    assert_true(neox_config_bool(cfg, "use_bias_in_mlp"));
+    assert_int_equal(neox_config_file_count(cfg), 2);
+    assert_non_null(strstr(neox_config_file_path(cfg, 1), "extra.yml"));
+    // Derived defaults: the default optimizer, ZeRO defaults, fp32, dynamic loss scale.
+    assert_string_equal(neox_config_str(cfg, "optimizer_type"), "Adam");
+    assert_true(neox_config_float(cfg, "lr") == 0.001);
+    assert_true(neox_config_float(cfg, "adam_beta2") == 0.999);
+    assert_int_equal(neox_config_int(cfg, "zero_stage"), 0);
+    assert_int_equal(neox_config_int(cfg, "zero_reduce_bucket_size"), 500000000);
+    assert_true(neox_config_bool(cfg, "zero_reduce_scatter"));
+    assert_string_equal(neox_config_str(cfg, "precision"), "fp32");
+    assert_true(neox_config_bool(cfg, "dynamic_loss_scale"));
+    assert_false(neox_config_bool(cfg, "is_pipe_parallel"));
+    assert_string_equal(neox_config_str(cfg, "text_gen_type"), "unconditional");
+    assert_string_equal(neox_config_source(cfg, "precision", buf, sizeof buf), "derived");
+    neox_config_free(cfg);
+}
+
+static void test_batch_sizes(void **state) {
+    (void)state;
+    neox_error err = {0};
+    // micro batch only: train = micro x dp, accumulation 1
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 4\n", 8, &err);
+    assert_int_equal(neox_config_int(cfg, "train_batch_size"), 32);
+    assert_int_equal(neox_config_int(cfg, "gradient_accumulation_steps"), 1);
+    assert_int_equal(neox_config_int(cfg, "data_parallel_size"), 8);
+    assert_int_equal(neox_config_int(cfg, "batch_size"), 4);
+    neox_config_free(cfg);
+    // train + micro: accumulation derived (floor division, then checked)
+    cfg = load("train_batch_size: 64\ntrain_micro_batch_size_per_gpu: 4\n", 4, &err);
+    assert_int_equal(neox_config_int(cfg, "gradient_accumulation_steps"), 4);
+    neox_config_free(cfg);
+    // train + accumulation: micro derived
+    cfg = load("train_batch_size: 64\ngradient_accumulation_steps: 2\n", 4, &err);
+    assert_int_equal(neox_config_int(cfg, "train_micro_batch_size_per_gpu"), 8);
+    neox_config_free(cfg);
+    // train only: accumulation 1, micro = train / dp
+    cfg = load("train_batch_size: 64\n", 4, &err);
+    assert_int_equal(neox_config_int(cfg, "train_micro_batch_size_per_gpu"), 16);
+    neox_config_free(cfg);
+    // pipe and model parallel divide the world
+    cfg = load("train_micro_batch_size_per_gpu: 1\npipe_parallel_size: 2\nmodel_parallel_size: 2\n", 8, &err);
+    assert_int_equal(neox_config_int(cfg, "data_parallel_size"), 2);
+    assert_true(neox_config_bool(cfg, "is_pipe_parallel"));
+    assert_int_equal(neox_config_int(cfg, "train_batch_size"), 2);
+    neox_config_free(cfg);
+    expect_error("train_batch_size: 10\ntrain_micro_batch_size_per_gpu: 4\n", 1, "inconsistent batch sizes");
+    expect_error("train_batch_size: 12\ntrain_micro_batch_size_per_gpu: 2\ngradient_accumulation_steps: 2\n", 2,
+                 "train_batch_size 12 != train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 2 x data-parallel size 2");
+    expect_error("train_batch_size: 2\n", 4, "too small");
+    expect_error("seed: 1\n", 1, "set train_micro_batch_size_per_gpu or train_batch_size");
+    expect_error("train_micro_batch_size_per_gpu: 1\nmodel_parallel_size: 3\n", 4, "world size 4 is not divisible");
+    expect_error("train_micro_batch_size_per_gpu: 0\n", 1, "key 'train_micro_batch_size_per_gpu': 0 is out of range");
+}
+
+static void test_precision(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: true, loss_scale: 0}\n", 1, &err);
+    assert_string_equal(neox_config_str(cfg, "precision"), "fp16");
+    neox_config_free(cfg);
+    cfg = load("train_micro_batch_size_per_gpu: 1\nbf16: {enabled: true}\n", 1, &err);
+    assert_string_equal(neox_config_str(cfg, "precision"), "bfloat16");
+    neox_config_free(cfg);
+    cfg = load("train_micro_batch_size_per_gpu: 1\nfp16: {type: bfloat16, enabled: true}\n", 1, &err);
+    assert_string_equal(neox_config_str(cfg, "precision"), "bfloat16");
+    neox_config_free(cfg);
+    cfg = load("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: false}\nprecision: bfloat16\n", 1, &err);
+    assert_string_equal(neox_config_str(cfg, "precision"), "bfloat16");
+    neox_config_free(cfg);
+    expect_error("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: true}\nprecision: fp32\n", 1, "conflicts with the fp16 dict");
+    expect_error("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: true}\nbf16: {enabled: true}\n", 1, "both enabled");
+}
+
+static void test_optimizer_and_zero(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: Adam, params: {lr: 6.0e-4, betas: [0.9, 0.95], "
+                            "eps: 1.0e-8}}\nzero_optimization: {stage: 2, contiguous_gradients: true}\n", 1, &err);
+    assert_non_null(cfg);
+    assert_true(neox_config_float(cfg, "lr") == 6.0e-4);
+    assert_true(neox_config_float(cfg, "adam_beta1") == 0.9);
+    assert_true(neox_config_float(cfg, "adam_eps") == 1.0e-8);
+    assert_int_equal(neox_config_int(cfg, "zero_stage"), 2);
+    assert_true(neox_config_bool(cfg, "zero_contiguous_gradients"));
+    assert_int_equal(neox_config_int(cfg, "zero_allgather_bucket_size"), 500000000);
+    neox_config_free(cfg);
+    cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sgd, params: {lr: 0.1, momentum: 0.9}}\n", 1, &err);
+    assert_true(neox_config_float(cfg, "sgd_momentum") == 0.9);
+    neox_config_free(cfg);
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: lion, params: {lr: 0.1}}\n", 1, "optimizer 'lion' is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam}\n", 1, "must contain a mapping 'params'");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 1e-4}}\n", 1, "params.lr must be a number");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 0.1, weight_decay: 0.1}}\n", 1,
+                 "top-level key 'weight_decay'");
+    expect_error("train_micro_batch_size_per_gpu: 1\nlr: 0.5\n", 1, "optimizer.params.lr");
+    expect_error("train_micro_batch_size_per_gpu: 1\nzero_optimization: {stage: 4}\n", 1, "stage must be 0, 1, 2 or 3");
+    expect_error("train_micro_batch_size_per_gpu: 1\nmin_lr: 0.1\n", 1, "must not exceed lr");
+}
+
+static void test_schedule_and_checkpoints(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\ntrain_iters: 1000\nlr_decay_fraction: 0.333\nwarmup: 0.1\n"
+                            "checkpoint_factor: 300\nextra_save_iters: [5, 300]\n", 1, &err);
+    assert_non_null(cfg);
+    assert_int_equal(neox_config_int(cfg, "lr_decay_iters"), 333);
+    assert_true(neox_config_float(cfg, "warmup_iters") == 0.1 * 333);
+    const neox_value *save = neox_config_value(cfg, "save_iters");
+    assert_int_equal(save->count, 4);  // 5, 300, 600, 900
+    assert_int_equal(save->items[0]->integer, 5);
+    assert_int_equal(save->items[3]->integer, 900);
+    neox_config_free(cfg);
+    cfg = load("train_micro_batch_size_per_gpu: 1\ntrain_iters: 100\ncheckpoint_factor: 2\ncheckpoint_scale: log\n", 1, &err);
+    assert_int_equal(neox_config_value(cfg, "save_iters")->count, 6);  // 2 4 8 16 32 64
+    neox_config_free(cfg);
+    expect_error("train_micro_batch_size_per_gpu: 1\nlr_decay_iters: 10\nlr_decay_fraction: 0.5\n", 1, "not both");
+    expect_error("train_micro_batch_size_per_gpu: 1\nsave: ckpt\n", 1, "checkpoint_factor or extra_save_iters must be set");
+    expect_error("train_micro_batch_size_per_gpu: 1\ngradient_clipping: 0.5\nclip_grad: 1.0\n", 1, "set gradient_clipping");
+}
+
+static void test_attention_config(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\nattention_config: [[[flash], all]]\n", 1, &err);
+    const neox_value *att = neox_config_value(cfg, "attention_config");
+    assert_int_equal(att->count, 4);
+    assert_string_equal(att->items[3]->string, "flash");
+    neox_config_free(cfg);
+    cfg = load("train_micro_batch_size_per_gpu: 1\nattention_config: [[[global, flash], 2]]\n", 1, &err);
+    att = neox_config_value(cfg, "attention_config");
+    assert_int_equal(att->count, 4);
+    assert_string_equal(att->items[1]->string, "flash");
+    assert_string_equal(att->items[2]->string, "global");
+    neox_config_free(cfg);
+    expect_error("train_micro_batch_size_per_gpu: 1\nattention_config: [[[global], 3]]\n", 1, "covers 3 layers, but num_layers is 4");
+    expect_error("train_micro_batch_size_per_gpu: 1\nattention_config: [[[sparse_fixed], 4]]\n", 1, "'sparse_fixed' is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\nattention_config: [[[bogus], 4]]\n", 1, "'bogus' is not recognized");
+    expect_error("train_micro_batch_size_per_gpu: 1\nattention_config: [global]\n", 1, "lists 1 attention types for 4 layers");
+}
+
+static void test_validation_and_refusals(void **state) {
+    (void)state;
+    expect_error("train_micro_batch_size_per_gpu: 1\nnum_layers: 2\n", 1, "key 'num_layers' is set twice: first at");
+    expect_error("train_micro_batch_size_per_gpu: 1\nnum_layer: 2\n", 1, "unknown key 'num_layer'; did you mean 'num_layers'?");
+    expect_error("train_micro_batch_size_per_gpu: 1\nzzzzzzzzzzzz: 2\n", 1, "unknown key 'zzzzzzzzzzzz' (keys: docs/config.md)");
+    expect_error("train_micro_batch_size_per_gpu: 1\nseed: 1.5\n", 1, "key 'seed': expected an integer, got a float (1.5)");
+    expect_error("train_micro_batch_size_per_gpu: 1\nno_weight_tying: 1\n", 1, "expected true or false");
+    expect_error("train_micro_batch_size_per_gpu: 1\nnorm: null\n", 1, "must not be null");
+    expect_error("train_micro_batch_size_per_gpu: 1\nnorm: scalenorm\n", 1, "normalization 'scalenorm' is not supported by neox.c (supported: layernorm, rmsnorm)");
+    expect_error("train_micro_batch_size_per_gpu: 1\nactivation: relu\n", 1, "activation 'relu' is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\nuse_mup: true\n", 1, "muP is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: dpo\n", 1, "training method 'dpo' is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\nmoe_num_experts: 2\n", 1, "Mixture of Experts");
+    expect_error("train_micro_batch_size_per_gpu: 1\nnum_kv_heads: 3\n", 1, "not divisible by num_kv_heads 3");
+    expect_error("train_micro_batch_size_per_gpu: 1\nseq_length: 128\n", 1, "less than seq_length 128");
+    expect_error("train_micro_batch_size_per_gpu: 1\nbatch_size: 4\n", 1, "derived from other keys");
+    neox_error err = {0};
+    // Defaults written out and switched-off feature dicts are accepted.
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\nmoe_num_experts: 1\nNorm: LayerNorm\n", 1, &err);
+    assert_null(cfg);  // keys are case-sensitive, as in GPT-NeoX
+    cfg = load("train_micro_batch_size_per_gpu: 1\nmoe_num_experts: 1\nnorm: RMSNorm\nsoft_prompt_tuning: {enabled: false}\n"
+               "sparsity_config: {}\n", 1, &err);
+    assert_non_null(cfg);
+    neox_config_free(cfg);
+}
+
+static void test_file_errors(void **state) {
+    (void)state;
+    neox_error err = {0};
+    const char *missing[] = {"/nonexistent/neox.yml"};
+    assert_null(neox_config_load(missing, 1, NULL, &err));
+    assert_int_equal(err.status, NEOX_EXIT_FAILURE);
+    assert_non_null(strstr(err.message, "/nonexistent/neox.yml"));
+    expect_error("", 1, "extra.yml: empty config file");
+    expect_error("- a\n", 1, "extra.yml:1: the top level of a config must be a mapping");
+    expect_error("a: [1,\n", 1, "extra.yml:2:1: malformed YAML");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_schema_table),
+        cmocka_unit_test(test_padded_vocab),
+        cmocka_unit_test(test_defaults_sources_and_accessors),
+        cmocka_unit_test(test_batch_sizes),
+        cmocka_unit_test(test_precision),
+        cmocka_unit_test(test_optimizer_and_zero),
+        cmocka_unit_test(test_schedule_and_checkpoints),
+        cmocka_unit_test(test_attention_config),
+        cmocka_unit_test(test_validation_and_refusals),
+        cmocka_unit_test(test_file_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
