@@ -123,7 +123,7 @@ int neox_ckpt_manifest_read(const char *dir, neox_ckpt_manifest *m, neox_error *
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: not a neox.c checkpoint manifest", path);
     } else {
         json_t *layout = json_object_get(root, "layout"), *files = json_object_get(root, "files");
-        int64_t version;
+        int64_t version = 0;
         if (manifest_int(root, "version", path, 1, &version, err) < 0 || manifest_int(root, "iteration", path, 0, &v[0], err) < 0)
             rc = -1;
         else if (version != MANIFEST_VERSION)

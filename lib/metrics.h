@@ -1,0 +1,160 @@
+// metrics.h: what neox-train reports about a run, in GPT-NeoX's forms — the rank-0 log line every
+// log_interval, the wall_clock_breakdown timer line, evaluation results, the same numbers as JSONL
+// in log_dir and as TensorBoard scalars (event files written natively) in tensorboard_dir, and
+// GPT-NeoX's model-FLOPs formula behind TFLOP/s and MFU. Tags and line formats are GPT-NeoX's
+// (megatron/logging.py, megatron/utils.py); docs/metrics.md lists them and what neox.c adds.
+//
+// The training loop's use:
+//   neox_metrics *m = neox_metrics_open(&opts, &err);          // every rank; only rank 0 writes
+//   neox_metrics_begin(m);                                     // just before the first step
+//   each step:  neox_timer_start(neox_metrics_timer(m, NEOX_TIMER_FORWARD)); ... stop ...
+//               neox_metrics_step(m, &(neox_step_stats){...}, &err);   // logs at log_interval
+//   evaluation: neox_metrics_eval(m, "validation", "iteration 100", 100, loss, &err);
+//   checkpoint: neox_metrics_flush(m, &err);                   // metrics on disk up to here
+//   end:        neox_metrics_close(m, &err);
+#ifndef NEOX_METRICS_H
+#define NEOX_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core.h"
+
+// ---------------------------------------------------------------------------------------------
+// FLOPs. GPT-NeoX's get_flops (from Megatron-DeepSpeed, after Narayanan et al. 2021, eq. 3):
+//   24 * f * B * s * l * h^2 * (1 + s / (6h) + V / (16 l h)),  f = 4 with activation
+//   checkpointing (one extra forward), else 3.
+// It assumes a 4h MLP and full multi-head attention: GPT-NeoX does not adjust it for swiglu,
+// intermediate_size or num_kv_heads, and neither does neox.c, so numbers compare across the two.
+typedef struct neox_flops_model {
+    int64_t num_layers;
+    int64_t hidden_size;
+    int64_t padded_vocab_size;
+    int64_t seq_length;
+    int64_t train_batch_size;      // global samples per iteration (all data-parallel ranks)
+    int checkpoint_activations;
+} neox_flops_model;
+
+double neox_flops_per_iteration(const neox_flops_model *m);
+// GPT-NeoX's human_readable_flops: "%3.1f" with FLOPS, KFLOPS, ..., ZFLOPS ("12.3TFLOPS").
+const char *neox_format_flops(double flops, char *buf, size_t size);
+
+// ---------------------------------------------------------------------------------------------
+// TensorBoard event files, written without TensorFlow: TFRecord framing (length, masked CRC32C,
+// data, masked CRC32C) around hand-encoded Event protobufs; the first event is the file version,
+// then one scalar summary (tag, simple_value) per event. Readers (TensorBoard, tbparse) accept a
+// file that is still being written, so scalars become visible at each flush.
+typedef struct neox_tb_writer neox_tb_writer;
+
+// Creates dir (and parents) and "dir/events.out.tfevents.<unix time>.<host>.<pid>.<n>".
+neox_tb_writer *neox_tb_open(const char *dir, neox_error *err);
+// wall_time is Unix time in seconds (neox_wall_time() for now).
+int neox_tb_scalar(neox_tb_writer *w, const char *tag, int64_t step, double value, double wall_time,
+                   neox_error *err);
+// Pushes buffered events to the file; with sync, also to disk (fsync).
+int neox_tb_flush(neox_tb_writer *w, int sync, neox_error *err);
+// Flushes, fsyncs and closes; frees w even when that fails.
+int neox_tb_close(neox_tb_writer *w, neox_error *err);
+const char *neox_tb_path(const neox_tb_writer *w);
+
+double neox_wall_time(void);   // CLOCK_REALTIME in seconds (what TensorBoard and JSONL record)
+
+// ---------------------------------------------------------------------------------------------
+// The timers of GPT-NeoX's wall_clock_breakdown, printed and tagged ("timers/<label>") under
+// GPT-NeoX's names, in this order. The loop starts and stops the ones it has; unused ones are left
+// out of the output, as in GPT-NeoX.
+typedef enum {
+    NEOX_TIMER_FORWARD,               // "forward"
+    NEOX_TIMER_BACKWARD,              // "backward"
+    NEOX_TIMER_BACKWARD_BACKWARD,     // "backward-backward": the backward pass proper
+    NEOX_TIMER_BACKWARD_ALLREDUCE,    // "backward-allreduce": data-parallel gradient reduction
+    NEOX_TIMER_BACKWARD_MASTER_GRAD,  // "backward-master-grad"
+    NEOX_TIMER_BACKWARD_CLIP_GRAD,    // "backward-clip-grad"
+    NEOX_TIMER_OPTIMIZER,             // "optimizer"
+    NEOX_TIMER_BATCH_GENERATOR,       // "batch generator"
+    NEOX_TIMER_COUNT
+} neox_timer_name;
+
+const char *neox_timer_label(neox_timer_name t);
+
+// ---------------------------------------------------------------------------------------------
+// The metrics of a run.
+typedef struct neox_metrics_options {
+    int rank;                      // only rank 0 prints and writes files
+    int world_size;                // devices (ranks) sharing the work: FLOP/s are per device
+    int64_t train_iters;           // the "/total" of the log line
+    int64_t log_interval;          // a line every log_interval iterations (GPT-NeoX default 100)
+    int64_t train_batch_size;      // global samples per iteration
+    int64_t seq_length;            // tokens per sample
+    double flops_per_iteration;    // neox_flops_per_iteration(); 0 leaves FLOP/s out
+    double peak_flops_per_device;  // for MFU; 0 leaves MFU out
+    int wall_clock_breakdown;      // print and tag the timers
+    int fp16;                      // report the loss scale (train/loss_scale, "loss scale:")
+    const char *log_dir;           // NULL: no JSONL; else LOG_DIR/metrics.jsonl (appended)
+    const char *tensorboard_dir;   // NULL: no TensorBoard events
+    FILE *out;                     // where the lines go; NULL means stdout
+    double (*clock)(void);         // monotonic seconds; NULL means neox_now (tests use a fake)
+} neox_metrics_options;
+
+typedef struct neox_metrics neox_metrics;
+
+// What one optimizer step produced.
+typedef struct neox_step_stats {
+    int64_t iteration;     // the iteration just completed (1-based, as GPT-NeoX counts)
+    double lm_loss;        // mean loss of the step's micro-batches
+    double learning_rate;  // the rate the step used
+    double grad_norm;      // global gradient norm before clipping; NAN when not computed
+    double loss_scale;     // fp16 dynamic loss scale (ignored unless fp16)
+    int skipped;           // the update was skipped (non-finite loss or gradients)
+} neox_step_stats;
+
+// One log interval, as the line reports it.
+typedef struct neox_train_summary {
+    int64_t iteration;
+    int64_t train_iters;
+    int64_t iterations;           // steps in this interval (log_interval except after a resume)
+    double iteration_time;        // seconds per iteration over the interval
+    double samples_per_sec;
+    double tokens_per_sec;
+    double flops_per_sec_per_device;   // < 0: not reported
+    double mfu;                   // fraction of peak; < 0: not reported
+    double learning_rate;         // of the last step
+    double lm_loss;               // mean over the interval's steps that were not skipped
+    double grad_norm;             // of the last step that computed one; NAN: not reported
+    double loss_scale;
+    int fp16;
+    int64_t skipped;              // steps skipped in the interval
+    int64_t nan;                  // skipped steps whose loss was not finite
+} neox_train_summary;
+
+// Opens the JSONL file and the TensorBoard writer on rank 0 (creating the directories).
+neox_metrics *neox_metrics_open(const neox_metrics_options *opts, neox_error *err);
+// Starts the first interval's clock (set-up time before it is not counted). Intervals end at
+// multiples of log_interval counted from 0, as in GPT-NeoX, also after a resume.
+void neox_metrics_begin(neox_metrics *m);
+neox_timer *neox_metrics_timer(neox_metrics *m, neox_timer_name t);
+// Records a step (per-step scalars go to TensorBoard as in GPT-NeoX); at a multiple of
+// log_interval prints the line (and the timer line), writes runtime scalars and a JSONL record.
+int neox_metrics_step(neox_metrics *m, const neox_step_stats *s, neox_error *err);
+// The last interval's summary (valid after a step that logged); for the loop and for tests.
+const neox_train_summary *neox_metrics_last_summary(const neox_metrics *m);
+// Evaluation results as GPT-NeoX's evaluate_and_print_results: chart is "validation" or "test",
+// prefix e.g. "iteration 100"; reports lm_loss and lm_loss_ppl = exp(lm_loss). Synced to disk.
+int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,
+                      double lm_loss, neox_error *err);
+// Makes everything written so far durable (fsync); call when a checkpoint is saved.
+int neox_metrics_flush(neox_metrics *m, neox_error *err);
+// Flushes and closes; frees m even when that fails. NULL is allowed.
+int neox_metrics_close(neox_metrics *m, neox_error *err);
+
+// The lines themselves (NUL-terminated, no newline; truncated to size).
+// " samples/sec: ... | iteration  100/ 1000 | elapsed time per iteration (ms): ... | ... |"
+void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size);
+// "time (ms) | forward: 12.34 | backward: 5.67"; ms per iteration of the timers that ran. Returns 0
+// (and an empty buf) when none ran.
+int neox_format_timer_line(const neox_timer *timers, int64_t iterations, char *buf, size_t size);
+// " validation results at iteration 100 | lm_loss value: ... | lm_loss_ppl value: ... | "
+void neox_format_eval_line(const char *chart, const char *prefix, double lm_loss, char *buf, size_t size);
+
+#endif
