@@ -27,6 +27,128 @@ typedef struct neox_cuda_device_info {
 int neox_cuda_device_count(void);
 int neox_cuda_device_info_get(int index, neox_cuda_device_info *info);
 
+// ---- conventions ----------------------------------------------------------------------------
+// All tensors are fp32, row-major and contiguous unless a stride is given. B micro-batch, T sequence,
+// C hidden size, NH query heads, NKV key/value heads, HS head size, F MLP width, V (padded) vocab,
+// N = B*T rows. Backward ops ADD into parameter gradients (so tied weights and gradient accumulation
+// need no extra pass); whether they add into or overwrite input gradients is said on each op.
+
+// ---- deterministic random numbers -------------------------------------------------------------
+// Counter-based: the value for (seed, index) does not depend on threads, order or backend, so
+// dropout masks can be regenerated in backward instead of stored, and initialisation does not
+// depend on the parallel layout.
+static inline unsigned long long neox_hash64(unsigned long long seed, unsigned long long index) {
+    unsigned long long z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// Uniform in [0, 1) with 24 random bits.
+static inline float neox_uniform(unsigned long long seed, unsigned long long index) {
+    return (float)(neox_hash64(seed, index) >> 40) * (1.0f / 16777216.0f);
+}
+// Standard normal (Box-Muller on two 32-bit halves of one hash; computed in double).
+double neox_normal(unsigned long long seed, unsigned long long index);
+
+// ---- linear layers ----------------------------------------------------------------------------
+// out = inp @ weight^T (+ bias): the torch.nn.Linear convention, weight as Hugging Face stores it.
+// inp: (N, IC) with row stride IC; weight: (OC, IC); bias: (OC) or NULL; out: (N, OC) with row
+// stride ldo (>= OC; lets several projections write side by side).
+void neox_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
+                         int N, int IC, int OC);
+// dout: (N, OC) with row stride ldo. dinp: (N, IC), overwritten (accumulate = 0) or added to
+// (accumulate = 1); may be NULL. dweight: (OC, IC) and dbias: (OC) (or NULL) are added to.
+void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
+                          const float *inp, const float *weight, int N, int IC, int OC, int accumulate);
+
+// ---- embeddings -------------------------------------------------------------------------------
+// out[b,t,:] = wte[ids[b,t],:] (+ wpe[t,:] when wpe is not NULL). ids: (B, T); wte: (V, C);
+// wpe: (maxT, C); out: (B, T, C). Ids are checked by the caller (model) against V.
+void neox_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C);
+// dwte, dwpe (or NULL) are added to. dout: (B, T, C).
+void neox_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C);
+
+// ---- normalisation ----------------------------------------------------------------------------
+// LayerNorm over the last dim. inp, out: (N, C); weight, bias: (C) (bias may be NULL);
+// mean, rstd: (N) saved for backward.
+void neox_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int N, int C, float eps);
+// dinp: (N, C) is ADDED to (it is the residual stream's gradient); dweight, dbias (or NULL) added to.
+void neox_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C);
+// RMSNorm: out = inp / sqrt(mean(inp^2) + eps) * weight (Llama's). rstd: (N).
+void neox_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
+// dinp ADDED to, dweight added to.
+void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                           const float *rstd, int N, int C);
+
+// ---- attention --------------------------------------------------------------------------------
+// Splits the output of the fused QKV projection into per-head q: (B, NH, T, HS), k, v: (B, NKV, T, HS).
+// qkv: (B, T, W) with W = (NH + 2*NKV) * HS, laid out either interleaved per head as GPT-NeoX and its
+// Hugging Face port store it ([q0 k0 v0 | q1 k1 v1 | ...], needs NKV == NH), or grouped
+// ([q all heads | k all heads | v all heads], Llama's separate q/k/v projections side by side).
+void neox_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,
+                    int interleaved);
+// The inverse, for the gradients: dqkv (B, T, W) is overwritten.
+void neox_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV,
+                    int HS, int interleaved);
+
+// Rotary tables for positions 0..T-1: cos, sin: (T, R/2), R the rotary dims (even), frequencies
+// base^(-2i/R) as GPT-NeoX and Hugging Face compute them.
+void neox_rotary_tables(float *cos, float *sin, int T, int R, double base);
+// In place on x: (B, H, T, HS), rotating the first R dims of each head with GPT-NeoX's rotate-half
+// convention (pairs i and i + R/2). The backward (inverse rotation) is the same call with inverse = 1.
+void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse);
+
+// Exact causal attention, flash style: no (T, T) matrix is stored; each query row keeps a running
+// max and sum (online softmax) and its log-sum-exp is saved for backward. Query head h uses key/value
+// head h / (NH / NKV) (GQA/MQA). q: (B, NH, T, HS); k, v: (B, NKV, T, HS); out: (B, T, NH, HS), i.e.
+// (B, T, NH*HS) ready for the output projection; lse: (B, NH, T). scale is usually 1/sqrt(HS).
+// Attention-probability dropout with probability p (0 = off) uses neox_uniform(seed, ...) per
+// (b, h, i, j), regenerated identically in backward.
+void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
+                            int NH, int NKV, int HS, float scale, float dropout, unsigned long long seed);
+// dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS).
+void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                             const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
+                             int HS, float scale, float dropout, unsigned long long seed);
+
+// ---- activations ------------------------------------------------------------------------------
+// GELU, exact (erf) or the tanh approximation (approximate = 1; GPT-NeoX's bias_gelu_fusion, HF
+// "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"). inp, out: (n). dinp overwritten.
+void neox_gelu_forward(float *out, const float *inp, size_t n, int approximate);
+void neox_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int approximate);
+// SwiGLU as GPT-NeoX computes it: inp: (N, 2F) = [x | gate] (the gate is the second half);
+// out: (N, F) = x * silu(gate). dinp: (N, 2F) overwritten.
+void neox_swiglu_forward(float *out, const float *inp, int N, int F);
+void neox_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
+
+// ---- elementwise ------------------------------------------------------------------------------
+void neox_add(float *out, const float *a, const float *b, size_t n);      // out = a + b (out may alias)
+void neox_add_inplace(float *acc, const float *x, size_t n);             // acc += x
+// Inverted dropout: out = keep ? inp / (1 - p) : 0 with keep = neox_uniform(seed, offset + i) >= p.
+// The backward is the same call on the gradient. out may alias inp.
+void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset);
+
+// ---- loss -------------------------------------------------------------------------------------
+// Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V);
+// losses: (N) = logsumexp(logits) - logits[target]; lse: (N) saved for backward.
+void neox_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N, int V);
+// dlogits = (softmax(logits) - onehot(target)) * weight[i] * scale, where weight is the loss mask
+// (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
+void neox_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
+                                 const float *weight, float scale, int N, int V);
+
+// ---- optimizer --------------------------------------------------------------------------------
+// Sum of squares of x (n), accumulated in double: global gradient norm = sqrt of the sum over buffers.
+double neox_sum_squares(const float *x, size_t n);
+// x *= s
+void neox_scale(float *x, size_t n, float s);
+// One AdamW step (decoupled weight decay, as torch.optim.AdamW): step is 1-based for the bias
+// corrections. param, grad, m, v: (n).
+void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                float eps, float weight_decay, long step);
+
 #ifdef __cplusplus
 }
 #endif

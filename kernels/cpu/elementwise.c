@@ -1,0 +1,28 @@
+// elementwise.c: residual additions, dropout and the deterministic normal sampler.
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+
+double neox_normal(unsigned long long seed, unsigned long long index) {
+    unsigned long long h = neox_hash64(seed, index);
+    double u1 = ((double)(h >> 32) + 1.0) / 4294967297.0;  // (0, 1): log never sees 0
+    double u2 = (double)(h & 0xFFFFFFFFull) / 4294967296.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void neox_add(float *out, const float *a, const float *b, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void neox_add_inplace(float *acc, const float *x, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset) {
+    float keep_scale = 1.0f / (1.0f - p);
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = neox_uniform(seed, offset + i) >= p ? inp[i] * keep_scale : 0.0f;
+}

@@ -1,0 +1,33 @@
+// optimizer.c: the optimizer's elementwise kernels: squared norms for clipping, scaling, AdamW.
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+
+double neox_sum_squares(const float *x, size_t n) {
+    double sum = 0.0;
+    #pragma omp parallel for reduction(+ : sum)
+    for (size_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    return sum;
+}
+
+void neox_scale(float *x, size_t n, float s) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                float eps, float weight_decay, long step) {
+    // torch.optim.AdamW: decay first (p *= 1 - lr*wd), then p -= lr * mhat / (sqrt(vhat) + eps),
+    // with the bias corrections folded into the step size and the denominator as torch does.
+    float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
+    float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2);
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float p = param[i] * (1.0f - lr * weight_decay);
+        param[i] = p - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    }
+}

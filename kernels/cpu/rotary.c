@@ -1,0 +1,86 @@
+// rotary.c: the fused-QKV split into heads and rotary position embeddings (GPT-NeoX rotate-half).
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+// Offsets of head h's q, k and v within one token's row of the fused projection output.
+static void qkv_offsets(int h, int NH, int NKV, int HS, int interleaved, size_t *q, size_t *k, size_t *v) {
+    if (interleaved) {  // [q0 k0 v0 | q1 k1 v1 | ...]
+        *q = (size_t)h * 3 * HS;
+        *k = *q + HS;
+        *v = *q + 2 * (size_t)HS;
+    } else {            // [q0 .. q(NH-1) | k0 .. k(NKV-1) | v0 .. v(NKV-1)]
+        *q = (size_t)h * HS;
+        *k = ((size_t)NH + h) * HS;
+        *v = ((size_t)NH + NKV + h) * HS;
+    }
+}
+
+// Copies between the token-major fused layout and the head-major q/k/v layout, in either direction.
+static void qkv_copy(float *qkv, float *q, float *k, float *v, int B, int T, int NH, int NKV, int HS,
+                     int interleaved, int to_heads) {
+    size_t W = (size_t)(NH + 2 * NKV) * HS, bytes = (size_t)HS * sizeof(float);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *row = qkv + ((size_t)b * T + t) * W;
+            for (int h = 0; h < NH; h++) {
+                size_t oq, ok, ov;
+                qkv_offsets(h, NH, NKV, HS, interleaved, &oq, &ok, &ov);
+                float *qh = q + (((size_t)b * NH + h) * T + t) * HS;
+                if (to_heads) memcpy(qh, row + oq, bytes); else memcpy(row + oq, qh, bytes);
+                if (h >= NKV) continue;
+                float *kh = k + (((size_t)b * NKV + h) * T + t) * HS;
+                float *vh = v + (((size_t)b * NKV + h) * T + t) * HS;
+                if (to_heads) {
+                    memcpy(kh, row + ok, bytes);
+                    memcpy(vh, row + ov, bytes);
+                } else {
+                    memcpy(row + ok, kh, bytes);
+                    memcpy(row + ov, vh, bytes);
+                }
+            }
+        }
+}
+
+void neox_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,
+                    int interleaved) {
+    qkv_copy((float *)qkv, q, k, v, B, T, NH, NKV, HS, interleaved, 1);
+}
+
+void neox_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV,
+                    int HS, int interleaved) {
+    qkv_copy(dqkv, (float *)dq, (float *)dk, (float *)dv, B, T, NH, NKV, HS, interleaved, 0);
+}
+
+void neox_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base) {
+    int half = R / 2;
+    for (int i = 0; i < half; i++) {
+        // Hugging Face computes the inverse frequency and the angle in fp32; do the same so the
+        // tables match it to the last bit for short sequences and closely for long ones.
+        float inv_freq = (float)(1.0 / pow(base, (double)(2 * i) / R));
+        for (int t = 0; t < T; t++) {
+            float angle = (float)t * inv_freq;
+            cos_t[(size_t)t * half + i] = cosf(angle);
+            sin_t[(size_t)t * half + i] = sinf(angle);
+        }
+    }
+}
+
+void neox_rotary_apply(float *x, const float *cos_t, const float *sin_t, int B, int H, int T, int HS, int R,
+                       int inverse) {
+    int half = R / 2;
+    float sign = inverse ? -1.0f : 1.0f;  // rotating by -angle undoes the rotation (its transpose)
+    #pragma omp parallel for collapse(2)
+    for (int bh = 0; bh < B * H; bh++)
+        for (int t = 0; t < T; t++) {
+            float *row = x + ((size_t)bh * T + t) * HS;
+            const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
+            for (int i = 0; i < half; i++) {
+                float x1 = row[i], x2 = row[i + half], sn = sign * s[i];
+                row[i] = x1 * c[i] - x2 * sn;
+                row[i + half] = x2 * c[i] + x1 * sn;
+            }
+        }
+}

@@ -1,0 +1,214 @@
+// safetensors.c: the safetensors format (lib/safetensors.h). The header is parsed with jansson;
+// the checks follow the format's rules: known dtypes, shapes that match the byte ranges, ranges
+// inside the data section that cover it exactly without overlap, unique names.
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+#define MAX_HEADER (100u << 20)  // as the reference implementation
+
+static const struct { const char *name; size_t size; } dtypes[] = {
+    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+    {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
+};
+
+size_t neox_st_dtype_size(const char *dtype) {
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (strcmp(dtypes[i].name, dtype) == 0) return dtypes[i].size;
+    return 0;
+}
+
+int64_t neox_st_numel(const neox_st_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+void neox_safetensors_close(neox_safetensors *st) {
+    if (!st) return;
+    for (int i = 0; i < st->count; i++) free(st->tensors[i].name);
+    free(st->tensors);
+    free(st->file);
+    free(st->name);
+    free(st);
+}
+
+const neox_st_tensor *neox_safetensors_find(const neox_safetensors *st, const char *name) {
+    for (int i = 0; i < st->count; i++)
+        if (strcmp(st->tensors[i].name, name) == 0) return &st->tensors[i];
+    return NULL;
+}
+
+// Fills t from one header entry; data_size bounds the byte range.
+static int parse_entry(neox_st_tensor *t, const char *key, json_t *v, size_t data_size, const char *file,
+                       neox_error *err) {
+    if (!json_is_object(v)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': entry is not an object", file, key);
+    json_t *dtype = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
+    json_t *offsets = json_object_get(v, "data_offsets");
+    if (!json_is_string(dtype) || neox_st_dtype_size(json_string_value(dtype)) == 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': missing or unknown dtype", file, key);
+    if (!json_is_array(shape) || json_array_size(shape) > NEOX_ST_MAX_DIMS)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': shape must be an array of at most %d sizes", file,
+                         key, NEOX_ST_MAX_DIMS);
+    if (!json_is_array(offsets) || json_array_size(offsets) != 2 || !json_is_integer(json_array_get(offsets, 0)) ||
+        !json_is_integer(json_array_get(offsets, 1)))
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': data_offsets must be [begin, end]", file, key);
+    snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(dtype));
+    t->ndim = (int)json_array_size(shape);
+    size_t bytes = neox_st_dtype_size(t->dtype);
+    for (int i = 0; i < t->ndim; i++) {
+        json_t *d = json_array_get(shape, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': shape[%d] is not a size", file, key, i);
+        t->shape[i] = json_integer_value(d);
+        if (t->shape[i] > 0 && bytes > SIZE_MAX / (size_t)t->shape[i])
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': shape is too large", file, key);
+        bytes *= (size_t)t->shape[i];
+    }
+    json_int_t begin = json_integer_value(json_array_get(offsets, 0)), end = json_integer_value(json_array_get(offsets, 1));
+    if (begin < 0 || end < begin || (uint64_t)end > data_size)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': data_offsets [%lld, %lld] outside the %zu data bytes",
+                         file, key, (long long)begin, (long long)end, data_size);
+    if ((size_t)(end - begin) != bytes)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': %lld data bytes, but dtype %s and its shape need %zu",
+                         file, key, (long long)(end - begin), t->dtype, bytes);
+    t->offset = (size_t)begin;
+    t->size = bytes;
+    return 0;
+}
+
+static int by_offset(const void *a, const void *b) {
+    const neox_st_tensor *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : (x->size > y->size) - (x->size < y->size);
+}
+
+static int parse_header(neox_safetensors *st, neox_error *err) {
+    const char *file = st->name;
+    if (st->file_size < 8) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: too short for a safetensors file", file);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | st->file[i];
+    if (hlen > MAX_HEADER || hlen > st->file_size - 8)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: header length %llu exceeds the file (%zu bytes)", file,
+                         (unsigned long long)hlen, st->file_size);
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)st->file + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: header: %s (column %d)", file, jerr.text, jerr.column);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: header is not a JSON object", file);
+    }
+    size_t data_size = st->file_size - 8 - (size_t)hlen;
+    const unsigned char *data = st->file + 8 + hlen;
+    st->tensors = neox_calloc(json_object_size(root) + 1, sizeof *st->tensors);
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(root, key, v) {
+        if (strcmp(key, "__metadata__") == 0) {
+            const char *mk;
+            json_t *mv;
+            if (!json_is_object(v)) { rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: __metadata__ is not an object", file); break; }
+            json_object_foreach(v, mk, mv) if (!json_is_string(mv)) {
+                rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: __metadata__ value '%s' is not a string", file, mk);
+                break;
+            }
+            if (rc) break;
+            continue;
+        }
+        neox_st_tensor *t = &st->tensors[st->count];
+        if ((rc = parse_entry(t, key, v, data_size, file, err)) != 0) break;
+        t->name = neox_strdup(key);
+        t->data = data + t->offset;
+        st->count++;
+    }
+    json_decref(root);
+    if (rc) return rc;
+    // The tensors must tile the data section: sorted by offset, each starts where the previous ends.
+    qsort(st->tensors, st->count, sizeof *st->tensors, by_offset);
+    size_t expect = 0;
+    for (int i = 0; i < st->count; i++) {
+        if (st->tensors[i].offset != expect)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s' starts at byte %zu, expected %zu (overlap or hole)",
+                             file, st->tensors[i].name, st->tensors[i].offset, expect);
+        expect += st->tensors[i].size;
+    }
+    if (expect != data_size)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: %zu data bytes, but the tensors cover %zu", file, data_size, expect);
+    return 0;
+}
+
+neox_safetensors *neox_safetensors_parse(unsigned char *buf, size_t size, const char *name, neox_error *err) {
+    neox_safetensors *st = neox_calloc(1, sizeof *st);
+    st->name = neox_strdup(name);
+    st->file = buf;
+    st->file_size = size;
+    if (parse_header(st, err) != 0) {
+        neox_safetensors_close(st);
+        return NULL;
+    }
+    return st;
+}
+
+neox_safetensors *neox_safetensors_open(const char *path, neox_error *err) {
+    size_t size;
+    char *buf = neox_read_file(path, &size, err);
+    if (!buf) return NULL;
+    return neox_safetensors_parse((unsigned char *)buf, size, path, err);
+}
+
+int neox_safetensors_write(const char *path, const neox_st_entry *entries, int count, const char *metadata_json,
+                           neox_error *err) {
+    json_t *root = json_object();
+    if (metadata_json) {
+        json_error_t jerr;
+        json_t *meta = json_loads(metadata_json, 0, &jerr);
+        if (!json_is_object(meta)) {
+            json_decref(meta);
+            json_decref(root);
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: metadata is not a JSON object", path);
+        }
+        json_object_set_new(root, "__metadata__", meta);
+    }
+    size_t offset = 0;
+    for (int i = 0; i < count; i++) {
+        const neox_st_entry *e = &entries[i];
+        size_t bytes = neox_st_dtype_size(e->dtype);
+        if (bytes == 0 || e->ndim < 0 || e->ndim > NEOX_ST_MAX_DIMS) {
+            json_decref(root);
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': bad dtype or rank", path, e->name);
+        }
+        json_t *shape = json_array();
+        for (int d = 0; d < e->ndim; d++) {
+            json_array_append_new(shape, json_integer(e->shape[d]));
+            bytes *= (size_t)e->shape[d];
+        }
+        json_t *t = json_object();
+        json_object_set_new(t, "dtype", json_string(e->dtype));
+        json_object_set_new(t, "shape", shape);
+        json_object_set_new(t, "data_offsets", json_pack("[II]", (json_int_t)offset, (json_int_t)(offset + bytes)));
+        json_object_set_new(root, e->name, t);
+        offset += bytes;
+    }
+    char *header = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    size_t hlen = strlen(header), padded = (hlen + 7) / 8 * 8;  // data starts 8-byte aligned
+    neox_atomic_file *af = neox_atomic_open(path, err);
+    if (!af) { free(header); return -1; }
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    fwrite(len, 1, 8, af->fp);
+    fwrite(header, 1, hlen, af->fp);
+    for (size_t i = hlen; i < padded; i++) fputc(' ', af->fp);
+    free(header);
+    for (int i = 0; i < count; i++) {
+        size_t bytes = neox_st_dtype_size(entries[i].dtype);
+        for (int d = 0; d < entries[i].ndim; d++) bytes *= (size_t)entries[i].shape[d];
+        if (bytes && fwrite(entries[i].data, 1, bytes, af->fp) != bytes) {
+            neox_atomic_abort(af);
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed", path);
+        }
+    }
+    return neox_atomic_commit(af, err);
+}

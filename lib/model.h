@@ -1,0 +1,119 @@
+// model.h: the GPT-NeoX / Llama-style decoder: its description (sizes and features), its parameters
+// in one buffer with Hugging Face names and layouts, one gradient buffer of the same layout,
+// activations planned once for (micro-batch, sequence), and the forward and backward passes.
+#ifndef NEOX_MODEL_H
+#define NEOX_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "core.h"
+
+typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM } neox_norm_kind;
+typedef enum { NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_NONE } neox_pos_kind;
+typedef enum { NEOX_ACT_GELU, NEOX_ACT_GELU_TANH, NEOX_ACT_SWIGLU } neox_activation;
+typedef enum { NEOX_INIT_NORMAL, NEOX_INIT_SCALED_NORMAL, NEOX_INIT_SMALL, NEOX_INIT_WANG } neox_init_method;
+// Which Hugging Face class the parameter names and layouts follow: GPTNeoXForCausalLM (fused QKV
+// interleaved per head, dense_h_to_4h/dense_4h_to_h) or LlamaForCausalLM (q/k/v/o_proj, gate/up/
+// down_proj). GPT-NeoX names are used whenever GPTNeoXForCausalLM can hold the model (layernorm,
+// gelu, no GQA, MLP biases); Llama names otherwise.
+typedef enum { NEOX_NAMES_GPT_NEOX, NEOX_NAMES_LLAMA } neox_naming;
+
+typedef struct neox_model_desc {
+    int vocab_size;         // padded vocabulary (the embedding rows)
+    int hidden_size;        // C
+    int num_layers;
+    int num_heads;          // query heads
+    int num_kv_heads;       // key/value heads (== num_heads without GQA)
+    int head_size;          // hidden_size / num_heads
+    int ffn_size;           // MLP width F (per gate half for swiglu)
+    int max_positions;      // learned position table rows / longest sequence
+    neox_norm_kind norm;
+    float norm_eps;
+    int norm_bias;          // layernorm has a bias
+    neox_pos_kind pos_emb;
+    int rotary_dims;        // R: leading dims of each head that rotate (int(head_size * rotary_pct))
+    double rotary_base;
+    int parallel_residual;  // gpt_j_residual: x + attn(ln1(x)) + mlp(ln2(x))
+    neox_activation activation;
+    int attn_bias, mlp_bias;
+    int tied;               // the output layer reuses the input embedding
+    neox_init_method init_method, output_init_method;
+    double init_std;
+    float hidden_dropout, attention_dropout;
+    int checkpoint_activations;  // recompute each layer's forward in backward
+    neox_naming naming;
+} neox_model_desc;
+
+// Fills desc from a loaded GPT-NeoX config (GPT-NeoX's semantics for the MLP width, rotary dims,
+// padded vocabulary, epsilons). tokenizer_vocab is the tokenizer's size, padded here as GPT-NeoX
+// pads it; <= 0 takes the config's padded_vocab_size. Bad combinations fail naming the key.
+int neox_model_desc_from_config(neox_model_desc *desc, const neox_config *cfg, int64_t tokenizer_vocab,
+                                neox_error *err);
+// Checks sizes and features for consistency; picks desc->naming. Called by neox_model_create.
+int neox_model_desc_check(neox_model_desc *desc, neox_error *err);
+
+// One named parameter: a view into the parameter buffer (and the same offset in the gradient buffer).
+typedef struct neox_param {
+    char name[96];          // Hugging Face name
+    int ndim;
+    int64_t shape[2];
+    size_t offset, numel;   // in floats, within the buffers
+    int no_decay;           // biases and norm weights (no weight decay)
+} neox_param;
+
+typedef struct neox_layer_params {  // pointers into a buffer (parameters or gradients)
+    float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    float *qkv_w, *qkv_b;    // ((NH + 2*NKV) * HS, C): fused QKV, or q/k/v_proj side by side
+    float *proj_w, *proj_b;  // (C, C): attention output
+    float *fc_w, *fc_b;      // (F or 2F, C): dense_h_to_4h, or [up_proj; gate_proj]
+    float *fc2_w, *fc2_b;    // (C, F)
+} neox_layer_params;
+
+typedef struct neox_model_weights {
+    float *wte, *wpe, *lnf_w, *lnf_b, *lm_head;  // lm_head == wte when tied
+    neox_layer_params *layers;
+} neox_model_weights;
+
+typedef struct neox_model neox_model;
+struct neox_model {
+    neox_model_desc desc;
+    int nparams;
+    neox_param *params;      // in buffer order
+    size_t num_floats;       // total parameter count
+    float *param_buf, *grad_buf;
+    neox_model_weights w, g; // views into param_buf and grad_buf
+    // Activations, planned by neox_model_plan for (B, T).
+    int B, T;
+    float *act_buf;
+    size_t act_floats;
+    void *acts;              // private layout (lib/model/forward.c)
+    // Set by the caller before forward: dropout on/off and the seed of this micro-batch.
+    int training;
+    unsigned long long dropout_seed;
+    float loss;              // of the last forward with targets
+};
+
+// Allocates the parameter and gradient buffers (gradients zeroed; parameters uninitialised).
+neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err);
+void neox_model_free(neox_model *m);
+const neox_param *neox_model_find_param(const neox_model *m, const char *name);
+// GPT-NeoX's init methods with a counter-based RNG: a value depends on (seed, parameter, element)
+// only. Biases 0, norm weights 1, norm biases 0.
+void neox_model_init(neox_model *m, unsigned long long seed);
+void neox_model_zero_grad(neox_model *m);
+// Plans (allocates once) the activations for micro-batch B and sequence T (T <= max_positions
+// for learned positions). Forward and backward then allocate nothing.
+int neox_model_plan(neox_model *m, int B, int T, neox_error *err);
+size_t neox_model_activation_bytes(const neox_model *m);
+
+// ids, targets: (B, T) token ids in [0, vocab); loss_mask: (B, T) weights or NULL. targets may be
+// NULL (logits only). Returns -1 (err) on an out-of-range id. The loss is the mask-weighted mean.
+int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err);
+// The logits of the last forward: (B, T, vocab). Overwritten by backward.
+const float *neox_model_logits(const neox_model *m);
+// Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
+void neox_model_backward(neox_model *m, float loss_scale);
+
+#endif

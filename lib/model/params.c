@@ -1,0 +1,212 @@
+// params.c: the model's parameters: one buffer laid out tensor by tensor under Hugging Face names,
+// a gradient buffer of the same layout, the per-layer views both are read through, and GPT-NeoX's
+// initialisation methods.
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "model_internal.h"
+
+int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
+    if (d->vocab_size <= 0 || d->hidden_size <= 0 || d->num_layers <= 0 || d->num_heads <= 0 || d->ffn_size <= 0 ||
+        d->max_positions <= 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "model: sizes must be positive");
+    if (d->num_kv_heads <= 0) d->num_kv_heads = d->num_heads;
+    if (d->hidden_size % d->num_heads != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "hidden_size %d is not divisible by num_attention_heads %d",
+                         d->hidden_size, d->num_heads);
+    if (d->num_heads % d->num_kv_heads != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "num_attention_heads %d is not divisible by num_kv_heads %d",
+                         d->num_heads, d->num_kv_heads);
+    d->head_size = d->hidden_size / d->num_heads;
+    if (d->pos_emb != NEOX_POS_ROTARY) d->rotary_dims = 0;
+    if (d->rotary_dims < 0 || d->rotary_dims > d->head_size || d->rotary_dims % 2 != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "rotary_pct gives %d rotary dims of head size %d; need an even number "
+                         "no larger than the head size", d->rotary_dims, d->head_size);
+    if (d->norm == NEOX_NORM_RMSNORM) d->norm_bias = 0;
+    int neox_like = d->norm == NEOX_NORM_LAYERNORM && d->norm_bias && d->activation != NEOX_ACT_SWIGLU &&
+                    d->num_kv_heads == d->num_heads && d->mlp_bias;
+    d->naming = neox_like ? NEOX_NAMES_GPT_NEOX : NEOX_NAMES_LLAMA;
+    return 0;
+}
+
+// Appends one tensor to the layout and returns its offset.
+static size_t add_param(neox_model *m, int *cap, int no_decay, int64_t rows, int64_t cols, const char *fmt, ...) {
+    if (m->nparams == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        m->params = neox_realloc(m->params, (size_t)*cap * sizeof *m->params);
+    }
+    neox_param *p = &m->params[m->nparams++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->name, sizeof p->name, fmt, ap);
+    va_end(ap);
+    p->ndim = cols ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols;
+    p->numel = (size_t)rows * (size_t)(cols ? cols : 1);
+    p->offset = m->num_floats;
+    p->no_decay = no_decay;
+    m->num_floats += p->numel;
+    return p->offset;
+}
+
+// Layout of one layer; offsets are stored in the views as (float *)offset, rebased later.
+#define OFF(x) ((float *)(uintptr_t)(x))
+
+static void layout_layer(neox_model *m, int *cap, int l, neox_layer_params *v) {
+    const neox_model_desc *d = &m->desc;
+    int C = d->hidden_size, HS = d->head_size, NH = d->num_heads, NKV = d->num_kv_heads, F = d->ffn_size;
+    int neox = d->naming == NEOX_NAMES_GPT_NEOX, ln_bias = d->norm_bias;
+    const char *pre = neox ? "gpt_neox.layers" : "model.layers";
+    memset(v, 0, sizeof *v);
+    v->ln1_w = OFF(add_param(m, cap, 1, C, 0, "%s.%d.input_layernorm.weight", pre, l));
+    if (ln_bias) v->ln1_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.input_layernorm.bias", pre, l));
+    v->ln2_w = OFF(add_param(m, cap, 1, C, 0, "%s.%d.post_attention_layernorm.weight", pre, l));
+    if (ln_bias) v->ln2_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.post_attention_layernorm.bias", pre, l));
+    if (neox) {
+        v->qkv_w = OFF(add_param(m, cap, 0, 3 * C, C, "%s.%d.attention.query_key_value.weight", pre, l));
+        if (d->attn_bias) v->qkv_b = OFF(add_param(m, cap, 1, 3 * C, 0, "%s.%d.attention.query_key_value.bias", pre, l));
+        v->proj_w = OFF(add_param(m, cap, 0, C, C, "%s.%d.attention.dense.weight", pre, l));
+        if (d->attn_bias) v->proj_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.attention.dense.bias", pre, l));
+        v->fc_w = OFF(add_param(m, cap, 0, F, C, "%s.%d.mlp.dense_h_to_4h.weight", pre, l));
+        v->fc_b = OFF(add_param(m, cap, 1, F, 0, "%s.%d.mlp.dense_h_to_4h.bias", pre, l));
+        v->fc2_w = OFF(add_param(m, cap, 0, C, F, "%s.%d.mlp.dense_4h_to_h.weight", pre, l));
+        v->fc2_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.mlp.dense_4h_to_h.bias", pre, l));
+        return;
+    }
+    // q, k and v projections (and their biases) are adjacent, so they form one fused matrix.
+    v->qkv_w = OFF(add_param(m, cap, 0, (int64_t)NH * HS, C, "%s.%d.self_attn.q_proj.weight", pre, l));
+    add_param(m, cap, 0, (int64_t)NKV * HS, C, "%s.%d.self_attn.k_proj.weight", pre, l);
+    add_param(m, cap, 0, (int64_t)NKV * HS, C, "%s.%d.self_attn.v_proj.weight", pre, l);
+    if (d->attn_bias) {
+        v->qkv_b = OFF(add_param(m, cap, 1, (int64_t)NH * HS, 0, "%s.%d.self_attn.q_proj.bias", pre, l));
+        add_param(m, cap, 1, (int64_t)NKV * HS, 0, "%s.%d.self_attn.k_proj.bias", pre, l);
+        add_param(m, cap, 1, (int64_t)NKV * HS, 0, "%s.%d.self_attn.v_proj.bias", pre, l);
+    }
+    v->proj_w = OFF(add_param(m, cap, 0, C, C, "%s.%d.self_attn.o_proj.weight", pre, l));
+    if (d->attn_bias) v->proj_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
+    // GPT-NeoX's gated MLP computes [x | gate] from one matrix: up_proj then gate_proj, adjacent.
+    v->fc_w = OFF(add_param(m, cap, 0, F, C, "%s.%d.mlp.up_proj.weight", pre, l));
+    if (d->activation == NEOX_ACT_SWIGLU) add_param(m, cap, 0, F, C, "%s.%d.mlp.gate_proj.weight", pre, l);
+    if (d->mlp_bias) {
+        v->fc_b = OFF(add_param(m, cap, 1, F, 0, "%s.%d.mlp.up_proj.bias", pre, l));
+        if (d->activation == NEOX_ACT_SWIGLU) add_param(m, cap, 1, F, 0, "%s.%d.mlp.gate_proj.bias", pre, l);
+    }
+    v->fc2_w = OFF(add_param(m, cap, 0, C, F, "%s.%d.mlp.down_proj.weight", pre, l));
+    if (d->mlp_bias) v->fc2_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.mlp.down_proj.bias", pre, l));
+}
+
+static float *rebase(float *base, float *off) { return off ? base + (uintptr_t)off : NULL; }
+
+// Turns the offset views of `layout` into pointers into base.
+static void make_views(const neox_model *m, const neox_model_weights *layout, float *base, neox_model_weights *out) {
+    out->wte = rebase(base, layout->wte);
+    out->wpe = layout->wpe ? rebase(base, layout->wpe) : NULL;
+    out->lnf_w = rebase(base, layout->lnf_w);
+    out->lnf_b = layout->lnf_b ? rebase(base, layout->lnf_b) : NULL;
+    out->lm_head = rebase(base, layout->lm_head);
+    out->layers = neox_calloc(m->desc.num_layers, sizeof *out->layers);
+    for (int l = 0; l < m->desc.num_layers; l++) {
+        const neox_layer_params *s = &layout->layers[l];
+        neox_layer_params *v = &out->layers[l];
+        float **dst[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b,
+                         &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
+        float *const src[] = {s->ln1_w, s->ln1_b, s->ln2_w, s->ln2_b, s->qkv_w, s->qkv_b,
+                              s->proj_w, s->proj_b, s->fc_w, s->fc_b, s->fc2_w, s->fc2_b};
+        for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) *dst[i] = src[i] ? base + (uintptr_t)src[i] : NULL;
+    }
+}
+
+neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err) {
+    neox_model_desc d = *desc;
+    if (neox_model_desc_check(&d, err) != 0) return NULL;
+    neox_model *m = neox_calloc(1, sizeof *m);
+    m->desc = d;
+    int cap = 0, C = d.hidden_size, neox = d.naming == NEOX_NAMES_GPT_NEOX;
+    neox_model_weights layout = {0};
+    layout.layers = neox_calloc(d.num_layers, sizeof *layout.layers);
+    // Offsets are stored +1 so that offset 0 is not mistaken for "absent"; undone below.
+    layout.wte = OFF(1 + add_param(m, &cap, 0, d.vocab_size, C, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight"));
+    if (d.pos_emb == NEOX_POS_LEARNED)
+        layout.wpe = OFF(1 + add_param(m, &cap, 0, d.max_positions, C, neox ? "gpt_neox.embed_pos.weight" : "model.embed_positions.weight"));
+    for (int l = 0; l < d.num_layers; l++) {
+        layout_layer(m, &cap, l, &layout.layers[l]);
+        neox_layer_params *v = &layout.layers[l];
+        float **all[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b,
+                         &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if (*all[i] || i == 0) *all[i] = OFF((uintptr_t)*all[i] + 1);
+    }
+    layout.lnf_w = OFF(1 + add_param(m, &cap, 1, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
+    if (d.norm_bias)
+        layout.lnf_b = OFF(1 + add_param(m, &cap, 1, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
+    layout.lm_head = d.tied ? layout.wte : OFF(1 + add_param(m, &cap, 0, d.vocab_size, C, neox ? "embed_out.weight" : "lm_head.weight"));
+    m->param_buf = neox_aligned_alloc(64, m->num_floats * sizeof(float));
+    m->grad_buf = neox_aligned_alloc(64, m->num_floats * sizeof(float));
+    memset(m->param_buf, 0, m->num_floats * sizeof(float));
+    memset(m->grad_buf, 0, m->num_floats * sizeof(float));
+    make_views(m, &layout, m->param_buf - 1, &m->w);
+    make_views(m, &layout, m->grad_buf - 1, &m->g);
+    free(layout.layers);
+    return m;
+}
+
+void neox_model_free(neox_model *m) {
+    if (!m) return;
+    free(m->params);
+    free(m->param_buf);
+    free(m->grad_buf);
+    free(m->w.layers);
+    free(m->g.layers);
+    free(m->act_buf);
+    if (m->acts) free(((neox_acts *)m->acts)->layers);
+    free(m->acts);
+    free(m);
+}
+
+const neox_param *neox_model_find_param(const neox_model *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+void neox_model_zero_grad(neox_model *m) { memset(m->grad_buf, 0, m->num_floats * sizeof(float)); }
+
+// The standard deviation of GPT-NeoX's init functions (megatron/model/init_functions.py).
+static double init_std(neox_init_method method, const neox_model_desc *d) {
+    switch (method) {
+    case NEOX_INIT_SCALED_NORMAL: return d->init_std / sqrt(2.0 * d->num_layers);
+    case NEOX_INIT_SMALL: return sqrt(2.0 / (5.0 * d->hidden_size));
+    case NEOX_INIT_WANG: return 2.0 / d->num_layers / sqrt((double)d->hidden_size);
+    case NEOX_INIT_NORMAL: break;
+    }
+    return d->init_std;
+}
+
+// Output layers (attention dense, MLP output) use output_layer_init_method, as GPT-NeoX's
+// RowParallelLinear layers do.
+static int is_output_layer(const char *name) {
+    return strstr(name, "attention.dense.") || strstr(name, "o_proj.") || strstr(name, "dense_4h_to_h.") ||
+           strstr(name, "down_proj.");
+}
+
+void neox_model_init(neox_model *m, unsigned long long seed) {
+    for (int i = 0; i < m->nparams; i++) {
+        const neox_param *p = &m->params[i];
+        float *x = m->param_buf + p->offset;
+        int is_norm = strstr(p->name, "norm.") != NULL || strstr(p->name, "layernorm.") != NULL;
+        int is_bias = strlen(p->name) > 5 && strcmp(p->name + strlen(p->name) - 5, ".bias") == 0;
+        if (is_bias || is_norm) {
+            float value = is_norm && !is_bias ? 1.0f : 0.0f;
+            for (size_t j = 0; j < p->numel; j++) x[j] = value;
+            continue;
+        }
+        double std = init_std(is_output_layer(p->name) ? m->desc.output_init_method : m->desc.init_method, &m->desc);
+        unsigned long long s = neox_hash64(seed, (unsigned long long)i);  // one stream per tensor
+        #pragma omp parallel for
+        for (size_t j = 0; j < p->numel; j++) x[j] = (float)(std * neox_normal(s, j));
+    }
+}

@@ -1,0 +1,140 @@
+// model_parity.c: test driver for tests/oracle/test_model_parity.py. Loads a model's parameters by
+// their Hugging Face names from a safetensors file, runs forward and backward on the token ids of a
+// second file, and writes the logits, the loss and every parameter gradient ("grad.<name>").
+//   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
+// keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none)
+// rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
+// adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses").
+// INPUTS holds "input_ids" and "targets" (I64, (B, T)) and optionally "loss_mask" (F32, (B, T)).
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "kernels/kernels.h"
+#include "model.h"
+#include "safetensors.h"
+
+static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *arg) {
+    const char *eq = strchr(arg, '=');
+    if (!eq) return -1;
+    size_t k = (size_t)(eq - arg);
+    const char *v = eq + 1;
+#define KEY(s) (k == strlen(s) && strncmp(arg, s, k) == 0)
+    if (KEY("vocab")) d->vocab_size = atoi(v);
+    else if (KEY("hidden")) d->hidden_size = atoi(v);
+    else if (KEY("layers")) d->num_layers = atoi(v);
+    else if (KEY("heads")) d->num_heads = atoi(v);
+    else if (KEY("kv_heads")) d->num_kv_heads = atoi(v);
+    else if (KEY("ffn")) d->ffn_size = atoi(v);
+    else if (KEY("max_pos")) d->max_positions = atoi(v);
+    else if (KEY("norm")) d->norm = strcmp(v, "rmsnorm") == 0 ? NEOX_NORM_RMSNORM : NEOX_NORM_LAYERNORM;
+    else if (KEY("eps")) d->norm_eps = strtof(v, NULL);
+    else if (KEY("pos")) d->pos_emb = strcmp(v, "learned") == 0 ? NEOX_POS_LEARNED : strcmp(v, "none") == 0 ? NEOX_POS_NONE : NEOX_POS_ROTARY;
+    else if (KEY("rotary_dims")) d->rotary_dims = atoi(v);
+    else if (KEY("rotary_base")) d->rotary_base = strtod(v, NULL);
+    else if (KEY("parallel")) d->parallel_residual = atoi(v);
+    else if (KEY("act")) d->activation = strcmp(v, "swiglu") == 0 ? NEOX_ACT_SWIGLU : strcmp(v, "gelu_tanh") == 0 ? NEOX_ACT_GELU_TANH : NEOX_ACT_GELU;
+    else if (KEY("attn_bias")) d->attn_bias = atoi(v);
+    else if (KEY("mlp_bias")) d->mlp_bias = atoi(v);
+    else if (KEY("tied")) d->tied = atoi(v);
+    else if (KEY("checkpoint")) d->checkpoint_activations = atoi(v);
+    else if (KEY("adam_steps")) *adam_steps = atoi(v);
+    else if (KEY("lr")) *lr = strtof(v, NULL);
+    else return -1;
+#undef KEY
+    return 0;
+}
+
+static const neox_st_tensor *need(const neox_safetensors *st, const char *name, const char *dtype, int64_t numel) {
+    const neox_st_tensor *t = neox_safetensors_find(st, name);
+    if (!t) neox_die(1, "%s: no tensor '%s'", st->name, name);
+    if (strcmp(t->dtype, dtype) != 0 || (numel >= 0 && neox_st_numel(t) != numel))
+        neox_die(1, "%s: tensor '%s' is %s with %lld elements, expected %s with %lld", st->name, name, t->dtype,
+                 (long long)neox_st_numel(t), dtype, (long long)numel);
+    return t;
+}
+
+static int *ids_of(const neox_safetensors *st, const char *name, int64_t numel) {
+    const int64_t *src = need(st, name, "I64", numel)->data;
+    int *ids = neox_malloc((size_t)numel * sizeof(int));
+    for (int64_t i = 0; i < numel; i++) ids[i] = (int)src[i];
+    return ids;
+}
+
+int main(int argc, char **argv) {
+    neox_set_progname(argv[0]);
+    if (argc < 4) neox_die(2, "usage: model_parity WEIGHTS INPUTS OUT key=value...");
+    neox_model_desc d = {.norm_eps = 1e-5f, .rotary_base = 10000.0, .init_std = 0.02, .mlp_bias = 1, .attn_bias = 1,
+                         .norm_bias = 1, .max_positions = 2048};
+    int adam_steps = 0;
+    float lr = 1e-3f;
+    for (int i = 4; i < argc; i++)
+        if (parse_kv(&d, &adam_steps, &lr, argv[i]) != 0) neox_die(2, "bad argument '%s'", argv[i]);
+    neox_error err = {0};
+    neox_model *m = neox_model_create(&d, &err);
+    if (!m) neox_die_error(&err);
+    neox_safetensors *w = neox_safetensors_open(argv[1], &err), *in = w ? neox_safetensors_open(argv[2], &err) : NULL;
+    if (!w || !in) neox_die_error(&err);
+    for (int i = 0; i < w->count; i++)
+        if (!neox_model_find_param(m, w->tensors[i].name)) neox_die(1, "%s: '%s' is not a parameter of this model", argv[1], w->tensors[i].name);
+    for (int i = 0; i < m->nparams; i++) {
+        const neox_param *p = &m->params[i];
+        memcpy(m->param_buf + p->offset, need(w, p->name, "F32", (int64_t)p->numel)->data, p->numel * sizeof(float));
+    }
+    const neox_st_tensor *ids_t = need(in, "input_ids", "I64", -1);
+    if (ids_t->ndim != 2) neox_die(1, "input_ids must be (B, T)");
+    int B = (int)ids_t->shape[0], T = (int)ids_t->shape[1];
+    int *ids = ids_of(in, "input_ids", (int64_t)B * T), *targets = ids_of(in, "targets", (int64_t)B * T);
+    const neox_st_tensor *mask_t = neox_safetensors_find(in, "loss_mask");
+    const float *mask = mask_t ? need(in, "loss_mask", "F32", (int64_t)B * T)->data : NULL;
+    if (neox_model_plan(m, B, T, &err) != 0 || neox_model_forward(m, ids, targets, mask, &err) != 0) neox_die_error(&err);
+
+    // Outputs: logits and loss of the forward, then the gradients of one backward.
+    int n = 0, cap = m->nparams + 3;
+    neox_st_entry *e = neox_calloc(cap, sizeof *e);
+    size_t nlogits = (size_t)B * T * d.vocab_size;
+    float *logits = neox_malloc(nlogits * sizeof(float));
+    memcpy(logits, neox_model_logits(m), nlogits * sizeof(float));
+    float loss = m->loss;
+    e[n++] = (neox_st_entry){"logits", "F32", 3, {B, T, d.vocab_size}, logits};
+    e[n++] = (neox_st_entry){"loss", "F32", 1, {1}, &loss};
+    neox_model_backward(m, 1.0f);
+    char **names = neox_calloc(m->nparams, sizeof *names);
+    for (int i = 0; i < m->nparams; i++) {
+        const neox_param *p = &m->params[i];
+        names[i] = neox_asprintf("grad.%s", p->name);
+        e[n++] = (neox_st_entry){names[i], "F32", p->ndim, {p->shape[0], p->shape[1]}, m->grad_buf + p->offset};
+    }
+    // Optional AdamW steps on the same batch (no weight decay on biases and norms), recording losses.
+    float *losses = NULL, *mom = NULL, *vel = NULL;
+    if (adam_steps > 0) {
+        losses = neox_calloc(adam_steps, sizeof(float));
+        mom = neox_calloc(m->num_floats, sizeof(float));
+        vel = neox_calloc(m->num_floats, sizeof(float));
+        float *grads = neox_malloc(m->num_floats * sizeof(float));
+        memcpy(grads, m->grad_buf, m->num_floats * sizeof(float));  // keep the first gradients for output
+        for (int s = 0; s < adam_steps; s++) {
+            if (s > 0) {
+                neox_model_zero_grad(m);
+                if (neox_model_forward(m, ids, targets, mask, &err) != 0) neox_die_error(&err);
+                neox_model_backward(m, 1.0f);
+            }
+            losses[s] = m->loss;
+            for (int i = 0; i < m->nparams; i++) {
+                const neox_param *p = &m->params[i];
+                neox_adamw(m->param_buf + p->offset, m->grad_buf + p->offset, mom + p->offset, vel + p->offset, p->numel,
+                           lr, 0.9f, 0.95f, 1e-8f, p->no_decay ? 0.0f : 0.1f, s + 1);
+            }
+        }
+        memcpy(m->grad_buf, grads, m->num_floats * sizeof(float));
+        free(grads);
+        e[n++] = (neox_st_entry){"losses", "F32", 1, {adam_steps}, losses};
+    }
+    if (neox_safetensors_write(argv[3], e, n, NULL, &err) != 0) neox_die_error(&err);
+    for (int i = 0; i < m->nparams; i++) free(names[i]);
+    free(names); free(e); free(logits); free(ids); free(targets); free(losses); free(mom); free(vel);
+    neox_safetensors_close(w);
+    neox_safetensors_close(in);
+    neox_model_free(m);
+    return 0;
+}

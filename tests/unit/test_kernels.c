@@ -1,0 +1,362 @@
+// test_kernels.c: every backward kernel against central finite differences of its forward, and
+// the forwards against direct (naive) formulas. The scalar checked is L = sum(out * R) for a fixed
+// random R, so dL/dout = R.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "kernels/kernels.h"
+
+static unsigned long long rng_counter = 1;
+
+static float *randn(size_t n, float scale) {
+    float *x = neox_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = scale * (float)neox_normal(7, rng_counter++);
+    return x;
+}
+
+static float *zeros(size_t n) { return neox_calloc(n, sizeof(float)); }
+
+static double dotd(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+// The forward under test, evaluated as L = sum(out * R).
+typedef double (*loss_fn)(void *ctx);
+
+// Compares analytic[i] with (L(x_i + h) - L(x_i - h)) / 2h for (a sample of) the elements of x.
+static void check_grad(const char *what, float *x, const float *analytic, size_t n, loss_fn loss, void *ctx) {
+    double maxg = 1e-3, worst = 0;
+    for (size_t i = 0; i < n; i++) maxg = fmax(maxg, fabs(analytic[i]));
+    size_t stride = n > 97 ? n / 97 : 1;
+    for (size_t i = 0; i < n; i += stride) {
+        float saved = x[i], h = 1e-2f * fmaxf(1.0f, fabsf(saved));
+        x[i] = saved + h;
+        double lp = loss(ctx);
+        x[i] = saved - h;
+        double lm = loss(ctx);
+        x[i] = saved;
+        double fd = (lp - lm) / (2.0 * h);
+        worst = fmax(worst, fabs(fd - analytic[i]) / maxg);
+    }
+    if (worst > 2e-2) fail_msg("%s: gradient differs from finite differences by %.3g of its max %.3g", what, worst, maxg);
+}
+
+// ---- linear -------------------------------------------------------------------------------------
+enum { N_ = 6, IC_ = 5, OC_ = 7 };
+struct linear_ctx { float *inp, *w, *b, *out, *R; };
+
+static double linear_loss(void *p) {
+    struct linear_ctx *c = p;
+    neox_linear_forward(c->out, OC_, c->inp, c->w, c->b, N_, IC_, OC_);
+    return dotd(c->out, c->R, N_ * OC_);
+}
+
+static void test_linear(void **state) {
+    (void)state;
+    struct linear_ctx c = {randn(N_ * IC_, 1), randn(OC_ * IC_, 1), randn(OC_, 1), zeros(N_ * OC_), randn(N_ * OC_, 1)};
+    linear_loss(&c);
+    for (int i = 0; i < N_; i++)
+        for (int o = 0; o < OC_; o++) {
+            double ref = c.b[o];
+            for (int k = 0; k < IC_; k++) ref += (double)c.inp[i * IC_ + k] * c.w[o * IC_ + k];
+            assert_true(fabs(ref - c.out[i * OC_ + o]) < 1e-5);
+        }
+    float *dinp = randn(N_ * IC_, 1), *dw = zeros(OC_ * IC_), *db = zeros(OC_);
+    neox_linear_backward(dinp, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
+    check_grad("linear dinp", c.inp, dinp, N_ * IC_, linear_loss, &c);
+    check_grad("linear dweight", c.w, dw, OC_ * IC_, linear_loss, &c);
+    check_grad("linear dbias", c.b, db, OC_, linear_loss, &c);
+    // Parameter gradients accumulate; input gradients accumulate on request.
+    float *dinp2 = neox_malloc(sizeof(float) * N_ * IC_);
+    memcpy(dinp2, dinp, sizeof(float) * N_ * IC_);
+    neox_linear_backward(dinp2, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 1);
+    check_grad("linear dinp (accumulated, halved)", c.inp, (neox_scale(dinp2, N_ * IC_, 0.5f), dinp2), N_ * IC_, linear_loss, &c);
+    check_grad("linear dbias (accumulated, halved)", c.b, (neox_scale(db, OC_, 0.5f), db), OC_, linear_loss, &c);
+    free(c.inp); free(c.w); free(c.b); free(c.out); free(c.R); free(dinp); free(dinp2); free(dw); free(db);
+}
+
+// ---- embedding ----------------------------------------------------------------------------------
+enum { EB = 2, ET = 5, EC = 4, EV = 6 };
+struct emb_ctx { int ids[EB * ET]; float *wte, *wpe, *out, *R; };
+
+static double emb_loss(void *p) {
+    struct emb_ctx *c = p;
+    neox_embedding_forward(c->out, c->ids, c->wte, c->wpe, EB, ET, EC);
+    return dotd(c->out, c->R, EB * ET * EC);
+}
+
+static void test_embedding(void **state) {
+    (void)state;
+    struct emb_ctx c = {{1, 3, 3, 0, 5, 2, 2, 2, 4, 1}, randn(EV * EC, 1), randn(ET * EC, 1), zeros(EB * ET * EC),
+                        randn(EB * ET * EC, 1)};
+    float *dwte = zeros(EV * EC), *dwpe = zeros(ET * EC);
+    neox_embedding_backward(dwte, dwpe, c.R, c.ids, EB, ET, EC);
+    check_grad("embedding dwte", c.wte, dwte, EV * EC, emb_loss, &c);
+    check_grad("embedding dwpe", c.wpe, dwpe, ET * EC, emb_loss, &c);
+    free(c.wte); free(c.wpe); free(c.out); free(c.R); free(dwte); free(dwpe);
+}
+
+// ---- norms --------------------------------------------------------------------------------------
+enum { NN = 5, NC = 9 };
+struct norm_ctx { float *inp, *w, *b, *out, *mean, *rstd, *R; int rms; };
+
+static double norm_loss(void *p) {
+    struct norm_ctx *c = p;
+    if (c->rms) neox_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, NN, NC, 1e-5f);
+    else neox_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, NN, NC, 1e-5f);
+    return dotd(c->out, c->R, NN * NC);
+}
+
+static void run_norm(int rms) {
+    struct norm_ctx c = {randn(NN * NC, 2), randn(NC, 1), randn(NC, 1), zeros(NN * NC), zeros(NN), zeros(NN),
+                         randn(NN * NC, 1), rms};
+    for (int i = 0; i < NN * NC; i++) c.inp[i] += 0.5f;  // a non-zero mean
+    norm_loss(&c);
+    // Forward against the formula.
+    for (int i = 0; i < NN; i++) {
+        double mu = 0, var = 0;
+        for (int k = 0; k < NC; k++) mu += c.inp[i * NC + k] / (double)NC;
+        for (int k = 0; k < NC; k++) {
+            double d = c.inp[i * NC + k] - (rms ? 0 : mu);
+            var += d * d / NC;
+        }
+        for (int k = 0; k < NC; k++) {
+            double ref = (c.inp[i * NC + k] - (rms ? 0 : mu)) / sqrt(var + 1e-5) * c.w[k] + (rms ? 0 : c.b[k]);
+            assert_true(fabs(ref - c.out[i * NC + k]) < 1e-5 * (1 + fabs(ref)));
+        }
+    }
+    float *dinp = zeros(NN * NC), *dw = zeros(NC), *db = zeros(NC);
+    if (rms) neox_rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, NN, NC);
+    else neox_layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, NN, NC);
+    check_grad(rms ? "rmsnorm dinp" : "layernorm dinp", c.inp, dinp, NN * NC, norm_loss, &c);
+    check_grad(rms ? "rmsnorm dweight" : "layernorm dweight", c.w, dw, NC, norm_loss, &c);
+    if (!rms) check_grad("layernorm dbias", c.b, db, NC, norm_loss, &c);
+    free(c.inp); free(c.w); free(c.b); free(c.out); free(c.mean); free(c.rstd); free(c.R); free(dinp); free(dw); free(db);
+}
+
+static void test_layernorm(void **state) { (void)state; run_norm(0); }
+static void test_rmsnorm(void **state) { (void)state; run_norm(1); }
+
+// ---- qkv split/merge and rotary -----------------------------------------------------------------
+static void run_qkv_adjoint(int interleaved, int NH, int NKV) {
+    int B = 2, T = 3, HS = 4, W = (NH + 2 * NKV) * HS;
+    float *qkv = randn((size_t)B * T * W, 1), *q = zeros((size_t)B * NH * T * HS), *k = zeros((size_t)B * NKV * T * HS),
+          *v = zeros((size_t)B * NKV * T * HS), *back = zeros((size_t)B * T * W);
+    neox_qkv_split(q, k, v, qkv, B, T, NH, NKV, HS, interleaved);
+    neox_qkv_merge(back, q, k, v, B, T, NH, NKV, HS, interleaved);
+    assert_memory_equal(back, qkv, sizeof(float) * B * T * W);  // a permutation: merge undoes split
+    // Spot check one element: head 1's k at (b=1, t=2, d=3).
+    size_t off = interleaved ? (size_t)(1 * 3 * HS + HS + 3) : (size_t)(NH + 1) * HS + 3;
+    assert_true(k[((1 * NKV + 1) * T + 2) * HS + 3] == qkv[(1 * T + 2) * (size_t)W + off]);
+    free(qkv); free(q); free(k); free(v); free(back);
+}
+
+static void test_qkv_split_merge(void **state) {
+    (void)state;
+    run_qkv_adjoint(1, 3, 3);
+    run_qkv_adjoint(0, 4, 2);
+}
+
+static void test_rotary(void **state) {
+    (void)state;
+    int B = 2, H = 3, T = 5, HS = 8, R = 4;
+    float cs[5 * 2], sn[5 * 2];
+    neox_rotary_tables(cs, sn, T, R, 10000.0);
+    float *x = randn((size_t)B * H * T * HS, 1), *y = neox_malloc(sizeof(float) * B * H * T * HS);
+    memcpy(y, x, sizeof(float) * B * H * T * HS);
+    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0);
+    // Against the formula: x*cos + rotate_half(x)*sin on the first R dims, pass-through beyond.
+    for (int bh = 0; bh < B * H; bh++)
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < HS; d++) {
+                const float *xr = x + ((size_t)bh * T + t) * HS;
+                double ref = xr[d];
+                if (d < R) {
+                    int i = d % (R / 2);
+                    double ang = t * pow(10000.0, -2.0 * i / R);
+                    double rot = d < R / 2 ? -xr[d + R / 2] : xr[d - R / 2];
+                    ref = xr[d] * cos(ang) + rot * sin(ang);
+                }
+                assert_true(fabs(ref - y[((size_t)bh * T + t) * HS + d]) < 1e-5);
+            }
+    // The inverse is the transpose of an orthogonal map: it restores x.
+    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 1);
+    for (int i = 0; i < B * H * T * HS; i++) assert_true(fabs(x[i] - y[i]) < 1e-5);
+    free(x); free(y);
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+enum { AB = 2, AT = 6, AHS = 4 };
+struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int NH, NKV; float dropout; };
+
+static double attn_loss(void *p) {
+    struct attn_ctx *c = p;
+    neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, AT, c->NH, c->NKV, AHS, 0.5f, c->dropout, 99);
+    return dotd(c->out, c->R, (size_t)AB * AT * c->NH * AHS);
+}
+
+static void run_attention(int NH, int NKV, float dropout) {
+    size_t nq = (size_t)AB * NH * AT * AHS, nk = (size_t)AB * NKV * AT * AHS;
+    struct attn_ctx c = {randn(nq, 1), randn(nk, 1), randn(nk, 1), zeros(nq), zeros((size_t)AB * NH * AT), randn(nq, 1),
+                         NH, NKV, dropout};
+    attn_loss(&c);
+    if (dropout == 0.0f) {  // forward against softmax(q k^T * scale + causal mask) v
+        for (int b = 0; b < AB; b++)
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < AT; i++) {
+                    int g = h / (NH / NKV);
+                    double s[AT], mx = -1e30, sum = 0;
+                    for (int j = 0; j <= i; j++) {
+                        s[j] = 0;
+                        for (int d = 0; d < AHS; d++)
+                            s[j] += 0.5 * c.q[((b * NH + h) * AT + i) * AHS + d] * c.k[((b * NKV + g) * AT + j) * AHS + d];
+                        mx = fmax(mx, s[j]);
+                    }
+                    for (int j = 0; j <= i; j++) sum += exp(s[j] - mx);
+                    for (int d = 0; d < AHS; d++) {
+                        double ref = 0;
+                        for (int j = 0; j <= i; j++) ref += exp(s[j] - mx) / sum * c.v[((b * NKV + g) * AT + j) * AHS + d];
+                        assert_true(fabs(ref - c.out[((b * AT + i) * NH + h) * AHS + d]) < 1e-5);
+                    }
+                }
+    }
+    float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
+    neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, AT, NH, NKV, AHS, 0.5f, dropout, 99);
+    check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
+    check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
+    check_grad("attention dv", c.v, dv, nk, attn_loss, &c);
+    free(c.q); free(c.k); free(c.v); free(c.out); free(c.lse); free(c.R); free(dq); free(dk); free(dv);
+}
+
+static void test_attention(void **state) { (void)state; run_attention(3, 3, 0.0f); }
+static void test_attention_gqa(void **state) { (void)state; run_attention(4, 2, 0.0f); run_attention(4, 1, 0.0f); }
+static void test_attention_dropout(void **state) { (void)state; run_attention(2, 2, 0.3f); }
+
+// ---- activations --------------------------------------------------------------------------------
+struct act_ctx { float *inp, *out, *R; int kind; };  // kind 0 gelu, 1 gelu tanh, 2 swiglu
+enum { AN = 4, AF = 5 };
+
+static double act_loss(void *p) {
+    struct act_ctx *c = p;
+    if (c->kind == 2) neox_swiglu_forward(c->out, c->inp, AN, AF);
+    else neox_gelu_forward(c->out, c->inp, AN * AF, c->kind);
+    return dotd(c->out, c->R, AN * AF);
+}
+
+static void run_activation(int kind) {
+    size_t nin = kind == 2 ? 2 * AN * AF : AN * AF;
+    struct act_ctx c = {randn(nin, 2), zeros(AN * AF), randn(AN * AF, 1), kind};
+    act_loss(&c);
+    for (int r = 0; r < AN; r++)
+        for (int i = 0; i < AF; i++) {
+            double ref;
+            if (kind == 2) {
+                double x = c.inp[r * 2 * AF + i], g = c.inp[r * 2 * AF + AF + i];
+                ref = x * g / (1 + exp(-g));
+            } else {
+                double x = c.inp[r * AF + i];
+                ref = kind ? 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) : 0.5 * x * (1 + erf(x / sqrt(2)));
+            }
+            assert_true(fabs(ref - c.out[r * AF + i]) < 1e-5 * (1 + fabs(ref)));
+        }
+    float *dinp = zeros(nin);
+    if (kind == 2) neox_swiglu_backward(dinp, c.R, c.inp, AN, AF);
+    else neox_gelu_backward(dinp, c.R, c.inp, AN * AF, kind);
+    check_grad(kind == 2 ? "swiglu" : kind ? "gelu tanh" : "gelu", c.inp, dinp, nin, act_loss, &c);
+    free(c.inp); free(c.out); free(c.R); free(dinp);
+}
+
+static void test_gelu(void **state) { (void)state; run_activation(0); }
+static void test_gelu_tanh(void **state) { (void)state; run_activation(1); }
+static void test_swiglu(void **state) { (void)state; run_activation(2); }
+
+static void test_dropout(void **state) {
+    (void)state;
+    size_t n = 10000;
+    float *x = randn(n, 1), *y = zeros(n), *y2 = zeros(n);
+    neox_dropout(y, x, n, 0.25f, 5, 100);
+    neox_dropout(y2, x, n, 0.25f, 5, 100);
+    assert_memory_equal(y, y2, n * sizeof(float));  // deterministic
+    size_t dropped = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (y[i] == 0.0f) dropped++;
+        else assert_true(fabsf(y[i] - x[i] / 0.75f) < 1e-6f);
+    }
+    assert_true(dropped > 2200 && dropped < 2800);
+    free(x); free(y); free(y2);
+}
+
+// ---- cross entropy ------------------------------------------------------------------------------
+enum { CN = 5, CV = 7 };
+struct ce_ctx { float *logits, *losses, *lse, *w; int targets[CN]; };
+
+static double ce_loss(void *p) {  // weighted mean, as the model uses it
+    struct ce_ctx *c = p;
+    neox_cross_entropy_forward(c->losses, c->lse, c->logits, c->targets, CN, CV);
+    double sum = 0, wsum = 0;
+    for (int i = 0; i < CN; i++) { sum += c->losses[i] * c->w[i]; wsum += c->w[i]; }
+    return sum / wsum;
+}
+
+static void test_cross_entropy(void **state) {
+    (void)state;
+    float w[CN] = {1, 0, 1, 1, 0};
+    struct ce_ctx c = {randn(CN * CV, 3), zeros(CN), zeros(CN), w, {0, 6, 3, 3, 1}};
+    ce_loss(&c);
+    for (int i = 0; i < CN; i++) {
+        double s = 0;
+        for (int j = 0; j < CV; j++) s += exp(c.logits[i * CV + j]);
+        assert_true(fabs(log(s) - c.logits[i * CV + c.targets[i]] - c.losses[i]) < 1e-5);
+    }
+    float *d = zeros(CN * CV);
+    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f / 3, CN, CV);
+    check_grad("cross entropy", c.logits, d, CN * CV, ce_loss, &c);
+    // In place (dlogits aliasing logits) gives the same.
+    float *inplace = neox_malloc(sizeof(float) * CN * CV);
+    memcpy(inplace, c.logits, sizeof(float) * CN * CV);
+    neox_cross_entropy_backward(inplace, inplace, c.lse, c.targets, w, 1.0f / 3, CN, CV);
+    assert_memory_equal(inplace, d, sizeof(float) * CN * CV);
+    free(c.logits); free(c.losses); free(c.lse); free(d); free(inplace);
+}
+
+// ---- optimizer ----------------------------------------------------------------------------------
+static void test_adamw_and_norm(void **state) {
+    (void)state;
+    float p[3] = {1, -2, 0.5f}, g[3] = {0.1f, 0.2f, -0.3f}, m[3] = {0}, v[3] = {0};
+    double ref[3], rm[3] = {0}, rv[3] = {0};
+    for (int i = 0; i < 3; i++) ref[i] = p[i];
+    for (long step = 1; step <= 3; step++) {
+        neox_adamw(p, g, m, v, 3, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        for (int i = 0; i < 3; i++) {  // torch.optim.AdamW's documented algorithm, in double
+            ref[i] *= 1 - 1e-2 * 0.1;
+            rm[i] = 0.9 * rm[i] + 0.1 * g[i];
+            rv[i] = 0.95 * rv[i] + 0.05 * (double)g[i] * g[i];
+            ref[i] -= 1e-2 * (rm[i] / (1 - pow(0.9, step))) / (sqrt(rv[i] / (1 - pow(0.95, step))) + 1e-8);
+        }
+    }
+    for (int i = 0; i < 3; i++) assert_true(fabs(ref[i] - p[i]) < 1e-6);
+    assert_true(fabs(neox_sum_squares(g, 3) - (0.01 + 0.04 + 0.09)) < 1e-7);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_linear),          cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_qkv_split_merge), cmocka_unit_test(test_rotary),
+        cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_gqa),
+        cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_dropout),         cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_adamw_and_norm),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
