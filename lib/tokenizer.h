@@ -42,4 +42,22 @@ char *neox_tokenizer_decode(const neox_tokenizer *tok, const int32_t *ids, size_
 // The text of one id (as the vocabulary stores it), or NULL when out of range.
 const char *neox_tokenizer_id_to_token(const neox_tokenizer *tok, int32_t id);
 
+// ---------------------------------------------------------------------------------------------
+// Training (neox-preprocess train-tokenizer): a byte-level BPE tokenizer as GPT-NeoX's
+// tools/datasets/train_tokenizer.py builds it with HF tokenizers — NFKC normalizer, ByteLevel
+// pre-tokenizer with add_prefix_space, ByteLevel decoder, special tokens first — written as a
+// tokenizer.json that HF tokenizers loads and that encodes the same in HF and neox.c.
+// Each line of each input file is one training sequence. Deterministic: the most frequent pair is
+// merged first, ties going to the smallest pair of ids.
+typedef struct neox_bpe_train_options {
+    const char *const *inputs;       // text files
+    size_t n_inputs;
+    int64_t vocab_size;              // including the special tokens and the 256-byte alphabet
+    const char *const *special_tokens;  // NULL: <|endoftext|>, <|padding|>
+    size_t n_special;
+    int64_t min_frequency;           // pairs seen fewer times are not merged (default 0)
+} neox_bpe_train_options;
+
+int neox_tokenizer_train_bpe(const neox_bpe_train_options *opts, const char *output, neox_error *err);
+
 #endif

@@ -10,17 +10,29 @@
 
 // Subcommands register here as they are written: {"name", "one-line summary", function}.
 static const preprocess_command commands[] = {
+    {"encode", "print the token ids of text", command_encode},
+    {"decode", "print the text of token ids", command_decode},
+    {"train-tokenizer", "train a byte-level BPE tokenizer.json", command_train_tokenizer},
+    {"merge", "concatenate datasets, keeping document boundaries", merge_main},
+    {"info", "describe a dataset and check .bin against .idx", info_main},
+    {"index", "build GPT-NeoX's sample index caches (.npy) for training settings", index_main},
     {NULL, NULL, NULL},
 };
 
 static void usage(FILE *out) {
     fprintf(out,
-            "Usage: %s COMMAND [OPTION]...\n"
+            "Usage: %s --input PATHS --output-prefix PREFIX --tokenizer-type TYPE [OPTION]...\n"
+            "       %s COMMAND [OPTION]...\n"
             "Tokenize corpora into Megatron/GPT-NeoX .bin/.idx datasets.\n"
             "\n"
             "Commands:\n",
-            neox_progname());
+            neox_progname(), neox_progname());
     for (const preprocess_command *c = commands; c->name; c++) fprintf(out, "  %-17s %s\n", c->name, c->summary);
+    fprintf(out,
+            "\n"
+            "Without a command, neox-preprocess tokenizes documents into {PREFIX}_{KEY}_document.bin/.idx\n"
+            "with the flags of GPT-NeoX's tools/datasets/preprocess_data.py:\n");
+    preprocess_options_help(out);
     fprintf(out,
             "\n"
             "  -h, --help         show this help (or COMMAND --help) and exit\n"
@@ -37,6 +49,10 @@ int main(int argc, char **argv) {
             if (!strcmp(argv[1], c->name)) return c->run(argc - 1, argv + 1);
         neox_usage_error("unknown command '%s'", argv[1]);
     }
+    // An option other than --help/--version first means the default mode, preprocess_data.py's.
+    if (argc >= 2 && strcmp(argv[1], "-h") && strcmp(argv[1], "--help") && strcmp(argv[1], "-V") &&
+        strcmp(argv[1], "--version"))
+        return preprocess_main(argc, argv);
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# bench/tokenizers.sh: neox.c's tokenizers against HF `tokenizers` and `tiktoken` on the same
+# corpus (every text in ../shared/data), single-threaded, plus neox.c's multi-thread scaling.
+# Prints MB/s and ratios. Needs `make` and `make deps` (.venv). Usage: bench/tokenizers.sh [THREADS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || { echo "bench/tokenizers.sh: .venv is missing (run 'make deps')" >&2; exit 1; }
+[ -f build/cpu/libneox.a ] || { echo "bench/tokenizers.sh: build/cpu/libneox.a is missing (run 'make')" >&2; exit 1; }
+threads=("$@"); [ ${#threads[@]} -eq 0 ] && threads=(1 2 4)
+work=$(mktemp -d "${TMPDIR:-/tmp}/neox-tokbench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+PKGS="yaml-0.1 jansson libutf8proc libzstd zlib hdf5 openblas mpich"
+gcc -std=c11 -D_GNU_SOURCE -O3 -march=x86-64-v2 -fopenmp -I. -Ilib $(pkg-config --cflags $PKGS) \
+    bench/tokenizers_bench.c build/cpu/libneox.a $(pkg-config --libs $PKGS) -lm -lpthread -o "$work/driver"
+export TOKENIZERS_PARALLELISM=false RAYON_NUM_THREADS=1
+.venv/bin/python bench/tokenizers_bench.py "$work/driver" "$work" "${threads[@]}"

@@ -1,0 +1,69 @@
+// batch.c: the training batch iterator. GPT-NeoX reads its dataset sequentially in global batches
+// of micro_batch * dp samples (drop_last) and gives each data-parallel rank a contiguous slice
+// (DistributedBatchSampler); inputs are tokens[:-1], labels tokens[1:], and the loss mask drops
+// padding (-100) and, with eod_mask_loss, positions whose input is the EOD token.
+#include "data.h"
+
+#include <stdlib.h>
+
+void neox_batch_iterator_init(neox_batch_iterator *it, const neox_dataset *d, int micro_batch, int dp_size, int dp_rank,
+                              int32_t eod_id, int eod_mask_loss) {
+    it->dataset = d;
+    it->micro_batch = micro_batch;
+    it->dp_size = dp_size;
+    it->dp_rank = dp_rank;
+    it->position = 0;
+    it->eod_id = eod_id;
+    it->eod_mask_loss = eod_mask_loss;
+}
+
+int64_t neox_batch_iterator_batches(const neox_batch_iterator *it) {
+    return it->dataset->size / ((int64_t)it->micro_batch * it->dp_size);
+}
+
+neox_batch *neox_batch_alloc(int micro_batch, int seq_length) {
+    neox_batch *b = neox_calloc(1, sizeof *b);
+    size_t n = (size_t)micro_batch * (size_t)seq_length;
+    b->micro_batch = micro_batch;
+    b->seq_length = seq_length;
+    b->tokens = neox_malloc(n * sizeof *b->tokens);
+    b->labels = neox_malloc(n * sizeof *b->labels);
+    b->loss_mask = neox_malloc(n * sizeof *b->loss_mask);
+    return b;
+}
+
+void neox_batch_free(neox_batch *b) {
+    if (!b) return;
+    free(b->tokens);
+    free(b->labels);
+    free(b->loss_mask);
+    free(b);
+}
+
+// The dataloader restarts from the beginning when a resume position passes its end
+// (GPT-NeoX: start_iter = iteration * gradient_accumulation_steps % len(dataloader)).
+int neox_batch_next(neox_batch_iterator *it, neox_batch *b, neox_error *err) {
+    int64_t batches = neox_batch_iterator_batches(it);
+    if (batches <= 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "the dataset has %lld samples, fewer than one global batch of %d",
+                         (long long)it->dataset->size, it->micro_batch * it->dp_size);
+    int seq = b->seq_length;
+    int32_t *sample = neox_malloc(((size_t)seq + 1) * sizeof *sample);
+    int64_t first = (it->position % batches) * it->micro_batch * it->dp_size + (int64_t)it->dp_rank * it->micro_batch;
+    int rc = 0;
+    for (int m = 0; m < b->micro_batch && rc == 0; m++) {
+        rc = neox_dataset_sample(it->dataset, first + m, sample, err);
+        for (int t = 0; rc == 0 && t < seq; t++) {
+            size_t k = (size_t)m * seq + t;
+            int32_t in = sample[t], next = sample[t + 1];
+            b->tokens[k] = in < 0 ? 0 : in;
+            b->labels[k] = next < 0 ? 0 : next;
+            float mask = next >= 0 ? 1.0f : 0.0f;
+            if (it->eod_mask_loss && in == it->eod_id) mask = 0.0f;
+            b->loss_mask[k] = mask;
+        }
+    }
+    free(sample);
+    if (rc == 0) it->position++;
+    return rc;
+}

@@ -1,0 +1,77 @@
+// data_config.c: the data settings of a loaded GPT-NeoX config (data_path/split or the
+// train/valid/test paths and weights, seq_length, seed, iteration counts, packing) as the plain
+// neox_data_settings struct the rest of lib/data takes.
+#include "config.h"
+#include "data.h"
+
+#include <stdlib.h>
+
+// A list of strings or numbers from the config; NULL and 0 when the key is None.
+static int read_list(const neox_config *cfg, const char *key, char ***strings, double **numbers, int *count,
+                     neox_error *err) {
+    const neox_value *v = neox_config_has(cfg, key) ? neox_config_value(cfg, key) : NULL;
+    *count = 0;
+    if (!v) return 0;
+    if (v->kind != NEOX_VALUE_LIST) return neox_fail(err, NEOX_EXIT_USAGE, "%s: expected a list", key);
+    if (strings) *strings = neox_calloc((size_t)v->count + 1, sizeof **strings);
+    if (numbers) *numbers = neox_calloc((size_t)v->count + 1, sizeof **numbers);
+    for (int i = 0; i < v->count; i++) {
+        const neox_value *item = v->items[i];
+        if (strings && item->kind != NEOX_VALUE_STRING)
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: %s[%d] must be a path", item->file ? item->file : "config",
+                             item->line, key, i);
+        if (numbers && item->kind != NEOX_VALUE_INT && item->kind != NEOX_VALUE_FLOAT)
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: %s[%d] must be a number", item->file ? item->file : "config",
+                             item->line, key, i);
+        if (strings) (*strings)[i] = item->string;
+        if (numbers) (*numbers)[i] = item->number;
+    }
+    *count = v->count;
+    return 0;
+}
+
+int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s, neox_error *err) {
+    *s = (neox_data_settings){0};
+    s->data_path = neox_config_str(cfg, "data_path");
+    s->split = neox_config_str(cfg, "split");
+    s->weight_by_num_documents = neox_config_bool(cfg, "weight_by_num_documents");
+    s->weighted_sampler_alpha = neox_config_float(cfg, "weighted_sampler_alpha");
+    s->seq_length = (int)neox_config_int(cfg, "seq_length");
+    s->seed = (uint32_t)neox_config_int(cfg, "seed");
+    s->train_iters = neox_config_has(cfg, "train_iters") ? neox_config_int(cfg, "train_iters") : 0;
+    s->eval_interval = neox_config_int(cfg, "eval_interval");
+    s->eval_iters = neox_config_int(cfg, "eval_iters");
+    s->train_batch_size = neox_config_has(cfg, "train_batch_size") ? neox_config_int(cfg, "train_batch_size") : 0;
+    s->allow_chopped = neox_config_bool(cfg, "allow_chopped");
+    s->use_cache = 1;
+    if (neox_pack_impl_parse(neox_config_str(cfg, "pack_impl"), &s->pack_impl) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "pack_impl: '%s' is not supported (packed, pack_until_overflow)",
+                         neox_config_str(cfg, "pack_impl"));
+    char **train = NULL, **valid = NULL, **test = NULL;
+    double *wt = NULL, *wv = NULL, *ws = NULL;
+    int nwt = 0, nwv = 0, nws = 0;
+    int rc = read_list(cfg, "train_data_paths", &train, NULL, &s->ntrain, err);
+    if (rc == 0) rc = read_list(cfg, "valid_data_paths", &valid, NULL, &s->nvalid, err);
+    if (rc == 0) rc = read_list(cfg, "test_data_paths", &test, NULL, &s->ntest, err);
+    if (rc == 0) rc = read_list(cfg, "train_data_weights", NULL, &wt, &nwt, err);
+    if (rc == 0) rc = read_list(cfg, "valid_data_weights", NULL, &wv, &nwv, err);
+    if (rc == 0) rc = read_list(cfg, "test_data_weights", NULL, &ws, &nws, err);
+    s->train_paths = (const char *const *)train, s->valid_paths = (const char *const *)valid;
+    s->test_paths = (const char *const *)test;
+    s->train_weights = wt, s->valid_weights = wv, s->test_weights = ws;
+    if (rc == 0 && ((wt && nwt != s->ntrain) || (wv && nwv != s->nvalid) || (ws && nws != s->ntest)))
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "*_data_weights must have one weight per path in *_data_paths");
+    if (rc != 0) neox_data_settings_release(s);
+    return rc;
+}
+
+void neox_data_settings_release(neox_data_settings *s) {
+    free((void *)s->train_paths);
+    free((void *)s->valid_paths);
+    free((void *)s->test_paths);
+    free((void *)s->train_weights);
+    free((void *)s->valid_weights);
+    free((void *)s->test_weights);
+    s->train_paths = s->valid_paths = s->test_paths = NULL;
+    s->train_weights = s->valid_weights = s->test_weights = NULL;
+}

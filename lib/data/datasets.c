@@ -1,0 +1,175 @@
+// datasets.c: the train/valid/test datasets GPT-NeoX builds from a config
+// (build_train_valid_test_data_iterators): one data_path split into document ranges, or separate
+// train/valid/test paths blended by weight (optionally weighted by document count), and reading a
+// sample of seq_length + 1 tokens as GPT2Dataset.__getitem__ and BlendableDataset do.
+#include "data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// Samples
+
+static int64_t gpt2_sample(const neox_gpt2_dataset *g, int64_t idx, int32_t *out, neox_error *err) {
+    const neox_sample_index *si = g->index;
+    const neox_indexed_dataset *ds = g->data;
+    int64_t want = g->seq_length + 1;
+    int64_t row = si->shuffle_idx[idx];
+    int64_t f = si->sample_idx[2 * row], l = si->sample_idx[2 * row + 2];
+    int64_t off_f = si->sample_idx[2 * row + 1], off_l = si->sample_idx[2 * row + 3];
+    int64_t n = 0;
+    // Tokens [off_f, end) of doc f, whole documents up to l, and tokens [0, off_l] of doc l:
+    // the last token is shared with the next sample. Reads are clamped to want tokens.
+    for (int64_t d = f; d <= l && d < si->doc_idx_len && n < want; d++) {
+        int64_t item = si->doc_idx[d], size = ds->sizes[item];
+        int64_t begin = d == f ? off_f : 0;
+        int64_t end = d == l ? off_l + 1 : size;
+        if (end > size) end = size;
+        if (end - begin > want - n) end = begin + (want - n);
+        if (end <= begin) continue;
+        if (neox_indexed_get(ds, item, begin, end - begin, out + n, err) < 0) return -1;
+        n += end - begin;
+    }
+    for (int64_t i = n; i < want; i++) out[i] = -100;  // GPT-NeoX pads short samples with -100
+    return n;
+}
+
+static int64_t gpt2_length(const neox_gpt2_dataset *g) { return g->index->length; }
+
+int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, neox_error *err) {
+    if (d->size <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "dataset has no samples");
+    idx %= d->size;
+    if (idx < 0) idx += d->size;
+    const neox_gpt2_dataset *g = &d->parts[0];
+    int64_t local = idx;
+    if (d->dataset_index) {
+        g = &d->parts[d->dataset_index[idx]];
+        local = d->dataset_sample_index[idx];
+    }
+    int64_t len = gpt2_length(g);
+    if (len <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: dataset has no samples", g->data->idx_path);
+    // GPT-NeoX answers an IndexError by taking the index modulo the dataset length.
+    return gpt2_sample(g, local % len, tokens, err) < 0 ? -1 : 0;
+}
+
+void neox_dataset_free(neox_dataset *d) {
+    if (!d) return;
+    for (int i = 0; i < d->count; i++) {
+        neox_sample_index_free(d->parts[i].index);
+        neox_indexed_close(d->parts[i].data);
+    }
+    free(d->parts);
+    free(d->weights);
+    free(d->dataset_index);
+    free(d->dataset_sample_index);
+    free(d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building
+
+static int build_part(neox_gpt2_dataset *part, neox_indexed_dataset *ds, const char *prefix, const char *name,
+                      int64_t begin, int64_t end, int64_t num_samples, const neox_data_settings *s, neox_error *err) {
+    neox_sample_index_options o = {
+        .name = name, .data_prefix = s->use_cache ? prefix : NULL, .doc_begin = begin, .doc_end = end,
+        .num_samples = num_samples, .seq_length = s->seq_length, .seed = s->seed, .pack_impl = s->pack_impl,
+        .allow_chopped = s->allow_chopped,
+    };
+    part->data = ds;
+    part->seq_length = s->seq_length;
+    part->index = neox_sample_index_build(ds, &o, NULL, err);
+    return part->index ? 0 : -1;
+}
+
+static neox_dataset *dataset_new(int count, int seq_length) {
+    neox_dataset *d = neox_calloc(1, sizeof *d);
+    d->count = count;
+    d->parts = neox_calloc((size_t)count, sizeof *d->parts);
+    d->seq_length = seq_length;
+    return d;
+}
+
+// data_path + split: three GPT2Datasets over contiguous document ranges of one file.
+static int build_from_split(const neox_data_settings *s, const int64_t samples[3], neox_dataset *out[3],
+                            neox_error *err) {
+    static const char *names[3] = {"train", "valid", "test"};
+    neox_indexed_dataset *probe = neox_indexed_open(s->data_path, err);
+    if (!probe) return -1;
+    int64_t docs = probe->num_doc_idx - 1, index[4];
+    neox_indexed_close(probe);
+    if (neox_split_ranges(s->split ? s->split : "969, 30, 1", docs, index, err) != 0) return -1;
+    for (int i = 0; i < 3; i++) {
+        if (index[i + 1] <= index[i]) continue;
+        neox_indexed_dataset *ds = neox_indexed_open(s->data_path, err);
+        if (!ds) return -1;
+        out[i] = dataset_new(1, s->seq_length);
+        if (build_part(&out[i]->parts[0], ds, s->data_path, names[i], index[i], index[i + 1], samples[i], s, err) != 0)
+            return -1;
+        out[i]->size = gpt2_length(&out[i]->parts[0]);
+    }
+    return 0;
+}
+
+// One BlendableDataset over paths with weights (or weights by document count).
+static int build_blend(const neox_data_settings *s, const char *kind, const char *const *paths, int n,
+                       const double *weights, int64_t total_samples, neox_dataset **out, neox_error *err) {
+    if (n == 0) return 0;
+    if (n > 254) return neox_fail(err, NEOX_EXIT_USAGE, "%s_data_paths: at most 254 datasets can be blended", kind);
+    double *w = neox_malloc((size_t)n * sizeof *w), *norm = neox_malloc((size_t)n * sizeof *norm);
+    int64_t *counts = neox_malloc((size_t)n * sizeof *counts);
+    neox_indexed_dataset **data = neox_calloc((size_t)n, sizeof *data);
+    int rc = -1;
+    for (int i = 0; i < n; i++) {
+        w[i] = weights ? weights[i] : 1.0;
+        if (!(data[i] = neox_indexed_open(paths[i], err))) goto done;
+        counts[i] = data[i]->num_items;  // GPT-NeoX counts indexed_dataset.sizes, i.e. items
+    }
+    if (s->weight_by_num_documents) neox_weights_by_num_docs(counts, n, s->weighted_sampler_alpha, w);
+    neox_normalized_weights(w, n, total_samples, norm, counts);
+    neox_dataset *d = *out = dataset_new(n, s->seq_length);
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s_%d", kind, i);
+        neox_indexed_dataset *ds = data[i];
+        data[i] = NULL;
+        if (build_part(&d->parts[i], ds, paths[i], name, 0, ds->num_doc_idx - 1, counts[i], s, err) != 0) goto done;
+        d->size += gpt2_length(&d->parts[i]);
+    }
+    // BlendableDataset normalises the already normalised weights once more (float64).
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += norm[i];
+    d->weights = neox_malloc((size_t)n * sizeof *d->weights);
+    for (int i = 0; i < n; i++) d->weights[i] = norm[i] / sum;
+    d->dataset_index = neox_malloc((size_t)d->size + 1);
+    d->dataset_sample_index = neox_malloc((size_t)d->size * sizeof *d->dataset_sample_index + 1);
+    neox_blending_indices(d->weights, n, d->size, d->dataset_index, d->dataset_sample_index);
+    rc = 0;
+done:
+    for (int i = 0; i < n; i++) neox_indexed_close(data[i]);
+    free(data);
+    free(w);
+    free(norm);
+    free(counts);
+    return rc;
+}
+
+int neox_build_datasets(const neox_data_settings *s, neox_dataset *out[3], neox_error *err) {
+    out[0] = out[1] = out[2] = NULL;
+    if (s->seq_length < 1) return neox_fail(err, NEOX_EXIT_USAGE, "seq_length must be positive");
+    if (s->eval_interval < 1) return neox_fail(err, NEOX_EXIT_USAGE, "eval_interval must be positive");
+    int64_t samples[3];
+    neox_train_valid_test_samples(s->train_iters, s->eval_interval, s->eval_iters, s->train_batch_size, samples);
+    int rc;
+    if (s->ntrain > 0) {
+        rc = build_blend(s, "train", s->train_paths, s->ntrain, s->train_weights, samples[0], &out[0], err);
+        if (rc == 0) rc = build_blend(s, "valid", s->valid_paths, s->nvalid, s->valid_weights, samples[1], &out[1], err);
+        if (rc == 0) rc = build_blend(s, "test", s->test_paths, s->ntest, s->test_weights, samples[2], &out[2], err);
+    } else if (s->data_path) {
+        rc = build_from_split(s, samples, out, err);
+    } else {
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "no data: set data_path, or train_data_paths with valid and test paths");
+    }
+    if (rc != 0)
+        for (int i = 0; i < 3; i++) neox_dataset_free(out[i]), out[i] = NULL;
+    return rc;
+}

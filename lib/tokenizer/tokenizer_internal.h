@@ -1,0 +1,172 @@
+// tokenizer_internal.h: the private pieces of lib/tokenizer shared between its files — the
+// tokenizer struct, the byte-level alphabet, the GPT-2 pre-tokenizer, the BPE model with its
+// hash tables and per-thread word cache, added-token matching and UTF-8 helpers.
+#ifndef NEOX_TOKENIZER_INTERNAL_H
+#define NEOX_TOKENIZER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "core.h"
+#include "tokenizer.h"
+
+// ---------------------------------------------------------------------------------------------
+// Byte-level alphabet (GPT-2's bytes_to_unicode): every byte maps to one printable code point so
+// vocabulary files can store arbitrary bytes as text. Printable Latin-1 bytes map to themselves,
+// the other 68 to U+0100.. in byte order.
+uint32_t bytelevel_char_of_byte(uint8_t b);
+// The byte a code point stands for, or -1 when the code point is not in the alphabet.
+int bytelevel_byte_of_char(uint32_t cp);
+// Converts a byte-level string (UTF-8 text of alphabet chars) to raw bytes in out (capacity at least
+// size). Returns the byte count, or -1 when a char is outside the alphabet or the UTF-8 is invalid.
+long bytelevel_decode(const char *text, size_t size, uint8_t *out);
+// Appends the byte-level text of raw bytes to a growable buffer.
+void bytelevel_encode(const uint8_t *bytes, size_t size, char **buf, size_t *len, size_t *cap);
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8 helpers.
+// Decodes one code point at s (n > 0 bytes available); sets *len. Returns -1 for an invalid sequence,
+// with *len the length of its maximal subpart (the bytes one U+FFFD replaces, as Python and Rust do).
+int32_t utf8_decode(const uint8_t *s, size_t n, int *len);
+// Length of the valid UTF-8 prefix of s (== n when all valid).
+size_t utf8_valid_prefix(const uint8_t *s, size_t n);
+// A copy of s with each maximal invalid subpart replaced by U+FFFD (what Python's
+// bytes.decode('utf-8', 'replace') and Rust's String::from_utf8_lossy produce). Sets *out_size.
+char *utf8_replace_invalid(const uint8_t *s, size_t n, size_t *out_size);
+int utf8_encode(uint32_t cp, char out[4]);
+
+// ---------------------------------------------------------------------------------------------
+// GPT-2 pre-tokenizer: the regex
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// as a hand-written matcher over Unicode categories (utf8proc). text must be valid UTF-8.
+// Returns the length in bytes of the match starting at pos (always > 0 when pos < size).
+size_t pretok_gpt2_next(const uint8_t *text, size_t size, size_t pos);
+// Unicode White_Space (what \s and Rust's char::is_whitespace match).
+bool unicode_is_space(int32_t cp);
+
+// ---------------------------------------------------------------------------------------------
+// Open-addressing hash table from byte strings to int32 (vocabularies, added tokens).
+typedef struct strmap {
+    uint32_t *slots;      // index + 1 into entries, 0 = empty
+    size_t mask;
+    struct strmap_entry { uint64_t hash; uint32_t off, len; int32_t value; } *entries;
+    size_t count, entries_cap;
+    char *arena;          // key bytes
+    size_t arena_len, arena_cap;
+} strmap;
+
+uint64_t tok_hash(const void *data, size_t len);
+void strmap_init(strmap *m, size_t expected);
+void strmap_free(strmap *m);
+// Inserts key -> value; returns 0, or 1 (leaving the old value) when key is present.
+int strmap_put(strmap *m, const void *key, size_t len, int32_t value);
+// The value of key, or -1.
+int32_t strmap_get(const strmap *m, const void *key, size_t len);
+
+// ---------------------------------------------------------------------------------------------
+// BPE model: ids of the 256 single bytes, merges ranked by line order, optional direct lookup of
+// whole words (ignore_merges). Merging follows HF tokenizers: repeatedly merge the adjacent pair of
+// lowest rank (leftmost on ties), with a binary heap over candidate pairs.
+typedef struct bpe_merge_entry { uint64_t key; int32_t rank, new_id; } bpe_merge_entry;
+
+typedef struct bpe_model {
+    strmap vocab;              // raw token bytes -> id
+    int32_t byte_id[256];      // id of each single byte, or -1 (such bytes are dropped, as HF does)
+    bpe_merge_entry *merges;   // open addressing on key = left << 32 | right; key 0 + rank -1 = empty
+    size_t merges_mask, n_merges;
+    bool ignore_merges;        // look whole words up in the vocabulary first
+    int32_t unk_id;            // -1 when the model has no unknown token
+    bool fuse_unk;
+    uint64_t uid;              // identifies the model for the per-thread word cache
+} bpe_model;
+
+void bpe_init(bpe_model *m, size_t vocab_hint);
+void bpe_free(bpe_model *m);
+// Adds merge (left, right) -> new_id with the given rank (its line index). A pair listed twice takes
+// the later rank, as HF's merge map does; returns 1 in that case.
+int bpe_add_merge(bpe_model *m, int32_t left, int32_t right, int32_t new_id, int32_t rank);
+void bpe_finish(bpe_model *m);  // after loading: computes byte_id and allocates the uid
+// Encodes one pre-tokenized word (raw bytes) and appends its ids to out (growable).
+void bpe_encode_word(const bpe_model *m, const uint8_t *word, size_t len, int32_t **ids, size_t *n, size_t *cap);
+// The id of a whole word (raw bytes) in the vocabulary, or -1.
+int32_t bpe_lookup_word(const bpe_model *m, const uint8_t *word, size_t len);
+
+// ---------------------------------------------------------------------------------------------
+// Added tokens: literal strings matched in the text before the model sees it (leftmost, longest),
+// as HF's AddedVocabulary does.
+typedef struct added_token {
+    char *content;
+    size_t len;
+    int32_t id;
+    bool special, normalized, lstrip, rstrip;
+} added_token;
+
+typedef struct added_matcher {    // a byte trie over the contents of a set of added tokens
+    struct trie_node { int32_t first_child, next_sibling, token; uint8_t byte; } *nodes;
+    size_t n_nodes, cap;
+    bool first_byte[256];
+} added_matcher;
+
+void added_matcher_init(added_matcher *m);
+void added_matcher_add(added_matcher *m, const char *s, size_t len, int32_t token_index);
+void added_matcher_free(added_matcher *m);
+// Finds the leftmost-longest match in text[from..size); returns its start (size when none) and
+// sets *match_len and *token_index.
+size_t added_matcher_find(const added_matcher *m, const uint8_t *text, size_t size, size_t from, size_t *match_len,
+                          int32_t *token_index);
+
+// ---------------------------------------------------------------------------------------------
+// The tokenizer.
+enum tokenizer_kind { TOK_CHAR, TOK_BPE };
+enum normalizer_kind { NORM_NONE = 0, NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD };
+
+#define TOK_MAX_NORMALIZERS 8
+
+struct neox_tokenizer {
+    char type[32];
+    enum tokenizer_kind kind;
+    int64_t vocab_size;
+    int32_t eod_id, pad_id;
+
+    // Every id's text as its file stores it (byte-level text for model tokens), NUL-terminated.
+    int32_t n_ids;             // 1 + the largest id
+    char **id_text;            // NULL for ids that do not exist
+    uint8_t *id_is_special;    // decode skips these when skip_special_on_decode
+
+    bpe_model bpe;
+    added_token *added;
+    size_t n_added;
+    added_matcher raw_matcher, normalized_matcher;  // added tokens matched before / after normalizing
+    bool has_raw_added, has_normalized_added;
+
+    enum normalizer_kind normalizers[TOK_MAX_NORMALIZERS];
+    int n_normalizers;
+    bool add_prefix_space;     // ByteLevel pre-tokenizer option
+    bool use_regex;            // ByteLevel pre-tokenizer option (GPT-2 regex split)
+    bool skip_special_on_decode;
+    bool bytelevel_decoder;
+};
+
+// Loaders: fill tok (already zeroed, type set) or return -1 with err naming the file.
+int tokenizer_load_gpt2_files(neox_tokenizer *tok, const char *vocab_file, const char *merge_file, neox_error *err);
+int tokenizer_load_hf_json(neox_tokenizer *tok, const char *path, neox_error *err);
+// Loads a JSON object of token text -> id into tok->bpe.vocab and the id table; `where` names it.
+int tokenizer_load_vocab_object(neox_tokenizer *tok, json_t *vocab, const char *file, const char *where,
+                                neox_error *err);
+// Adds the merge of two tokens given as text, with rank; both and their concatenation must exist.
+int tokenizer_add_merge_text(neox_tokenizer *tok, const char *left, size_t llen, const char *right, size_t rlen,
+                             int32_t rank, const char *file, const char *where, neox_error *err);
+// Registers an id's text (copying it); fails on a duplicate id or negative id.
+int tokenizer_set_id_text(neox_tokenizer *tok, int32_t id, const char *text, size_t len, const char *file,
+                          neox_error *err);
+// Adds an added token (HF semantics), after the model is loaded.
+int tokenizer_add_token(neox_tokenizer *tok, const char *content, size_t len, int32_t id, bool special,
+                        bool normalized, bool lstrip, bool rstrip, const char *file, neox_error *err);
+void tokenizer_finish_added(neox_tokenizer *tok);
+// Normalizes text with the tokenizer's normalizers; returns a new buffer or NULL when unchanged.
+char *tokenizer_normalize(const neox_tokenizer *tok, const char *text, size_t size, size_t *out_size);
+
+#endif

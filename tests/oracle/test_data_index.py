@@ -1,0 +1,147 @@
+"""test_data_index.py: neox.c's GPT-NeoX sample index (doc_idx / sample_idx / shuffle_idx .npy caches),
+splits, blending and first training samples against the independent numpy implementation in
+data_oracle.py (numpy.random.RandomState shuffles), over several seeds, splits, sequence lengths,
+epoch counts and blends."""
+import os
+
+import numpy as np
+import pytest
+
+from data_oracle import (DATA, build_index, blending_indices, cache_name, get_sample, neox, normalized_weights,
+                         read_indexed, split_ranges, write_indexed)
+
+
+def random_docs(seed, count, max_len, vocab=50000):
+    rng = np.random.default_rng(seed)
+    return [list(rng.integers(0, vocab, size=int(rng.integers(1, max_len)))) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    prefix = str(tmp_path_factory.mktemp("idx") / "corpus_text_document")
+    write_indexed(prefix, random_docs(1, 300, 200), np.uint16)
+    return prefix
+
+
+def samples_for(train_iters, eval_interval, eval_iters, batch):
+    return [train_iters * batch, (train_iters // eval_interval + 1) * eval_iters * batch, eval_iters * batch]
+
+
+CASES = [  # seed, split, seq_length, train_iters, batch
+    (1234, "949,50,1", 64, 20, 8),
+    (7, "1,1,1", 33, 50, 4),          # several epochs of small splits
+    (2**31 + 5, "80/10/10", 128, 5, 2),
+    (42, "100,0,0", 8, 400, 16),      # many epochs, short sequences
+    (0, "969, 30, 1", 1, 10, 3),
+]
+
+
+@pytest.mark.parametrize("seed,split,seq,iters,batch", CASES)
+def test_index_caches_match_numpy(dataset, tmp_path, seed, split, seq, iters, batch):
+    eval_interval, eval_iters = 10, 2
+    r = neox("index", "--data-path", dataset, "--split", split, "--seq-length", seq, "--seed", seed, "--train-iters", iters,
+             "--train-batch-size", batch, "--eval-interval", eval_interval, "--eval-iters", eval_iters)
+    assert r.returncode == 0, r.stderr
+    sizes, _, _, _ = read_indexed(dataset)
+    ranges = split_ranges(split, len(sizes))
+    counts = samples_for(iters, eval_interval, eval_iters, batch)
+    for i, name in enumerate(["train", "valid", "test"]):
+        base = cache_name(dataset, name, counts[i], seq, seed)
+        if ranges[i + 1] <= ranges[i]:
+            assert not os.path.exists(base + "_doc_idx.npy")
+            continue
+        documents = np.arange(ranges[i], ranges[i + 1], dtype=np.int32)
+        want = build_index(sizes, documents, counts[i], seq, seed)
+        for suffix, w in zip(["doc_idx", "sample_idx", "shuffle_idx"], want):
+            got = np.load(base + f"_{suffix}.npy")
+            assert got.dtype == w.dtype, (suffix, got.dtype, w.dtype)
+            np.testing.assert_array_equal(got, w, err_msg=f"{name} {suffix}")
+
+
+def test_split_rounding_half_even():
+    # 2.5 rounds to 2 in Python: the split code must do the same before the last-index correction.
+    for split, size in [("1,1,2", 10), ("949,50,1", 1000), ("1,1,1", 7), ("45,45,10", 5)]:
+        assert split_ranges(split, size)[-1] == size
+
+
+def test_first_samples_match_getitem(dataset):
+    seq, seed = 48, 99
+    r = neox("index", "--data-path", dataset, "--split", "949,50,1", "--seq-length", seq, "--seed", seed,
+             "--train-iters", 30, "--train-batch-size", 4, "--dump-samples", 40)
+    assert r.returncode == 0, r.stderr
+    sizes, pointers, _, tokens = read_indexed(dataset)
+    ranges = split_ranges("949,50,1", len(sizes))
+    index = build_index(sizes, np.arange(ranges[0], ranges[1], dtype=np.int32), 120, seq, seed)
+    got = [list(map(int, line.split())) for line in r.stdout.splitlines()]
+    for k, row in enumerate(got):
+        assert row == list(get_sample(tokens, pointers, 2, sizes, index, k, seq)), f"sample {k}"
+
+
+def test_megatron_fixture_index():
+    prefix = os.path.join(DATA, "megatron", "megatron_test_text_document")
+    if not os.path.exists(prefix + ".idx"):
+        pytest.skip(f"{prefix}.idx is absent")
+    sizes, pointers, _, tokens = read_indexed(prefix)
+    assert len(sizes) == 1000
+    # The shared directory is read-only: copy the dataset so the caches can be written beside it.
+    import shutil
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "m")
+        shutil.copy(prefix + ".idx", copy + ".idx")
+        shutil.copy(prefix + ".bin", copy + ".bin")
+        r = neox("index", "--data-path", copy, "--split", "98,2,0", "--seq-length", 16, "--seed", 1234,
+                 "--train-iters", 100, "--train-batch-size", 8, "--dump-samples", 5)
+        assert r.returncode == 0, r.stderr
+        ranges = split_ranges("98,2,0", 1000)
+        index = build_index(sizes, np.arange(ranges[0], ranges[1], dtype=np.int32), 800, 16, 1234)
+        got = np.load(cache_name(copy, "train", 800, 16, 1234) + "_shuffle_idx.npy")
+        np.testing.assert_array_equal(got, index[2])
+        rows = [list(map(int, line.split())) for line in r.stdout.splitlines()]
+        for k, row in enumerate(rows):
+            assert row == list(get_sample(tokens, pointers, 4, sizes, index, k, 16))
+
+
+@pytest.mark.parametrize("weights,by_docs", [([1.0, 1.0], False), ([0.7, 0.2, 0.1], False), ([3, 1, 1], True)])
+def test_blend_matches_numpy(tmp_path, weights, by_docs):
+    n = len(weights)
+    prefixes = []
+    for i in range(n):
+        p = str(tmp_path / f"part{i}_text_document")
+        write_indexed(p, random_docs(10 + i, 40 + 30 * i, 120), np.uint16)
+        prefixes.append(p)
+    seq, seed, iters, batch = 32, 5, 25, 4
+    args = ["index", "--train-data-paths", ",".join(prefixes), "--valid-data-paths", prefixes[0], "--test-data-paths",
+            prefixes[0], "--train-data-weights", ",".join(map(str, weights)), "--seq-length", seq, "--seed", seed,
+            "--train-iters", iters, "--train-batch-size", batch, "--eval-interval", 100, "--eval-iters", 1,
+            "--dump-samples", 60]
+    if by_docs:
+        args += ["--weight-by-num-documents", "--weighted-sampler-alpha", "0.3"]
+    r = neox(*args)
+    assert r.returncode == 0, r.stderr
+    total = iters * batch
+    parts = [read_indexed(p) for p in prefixes]
+    w = list(map(float, weights))
+    if by_docs:
+        docs = [len(p[0]) for p in parts]
+        probs = [(d / sum(docs)) ** 0.3 for d in docs]
+        probs = [p / sum(probs) for p in probs]
+        w = [p * (1 - d / sum(docs)) for p, d in zip(probs, docs)]
+        w = [x / sum(w) for x in w]
+    w, counts = normalized_weights(w, total)
+    indices, lengths = [], []
+    for i, (sizes, pointers, _, tokens) in enumerate(parts):
+        index = build_index(sizes, np.arange(len(sizes), dtype=np.int32), counts[i], seq, seed)
+        indices.append(index)
+        lengths.append(min(len(index[2]) - 1, len(index[1]) - 1))
+        got = np.load(cache_name(prefixes[i], f"train_{i}", counts[i], seq, seed) + "_doc_idx.npy")
+        np.testing.assert_array_equal(got, index[0])
+    ds_index, ds_sample = blending_indices(w, sum(lengths))
+    rows = [list(map(int, line.split())) for line in r.stdout.splitlines()]
+    assert len(rows) == 60
+    for k, row in enumerate(rows):
+        d = ds_index[k]
+        sizes, pointers, _, tokens = parts[d]
+        want = get_sample(tokens, pointers, 2, sizes, indices[d], ds_sample[k] % lengths[d], seq)
+        assert row == list(want), f"blended sample {k} (dataset {d})"
+

@@ -1,0 +1,331 @@
+// test_tokenizer.c: unit tests of lib/tokenizer — malformed vocab.json / merges.txt /
+// tokenizer.json give errors naming the file and the problem (run under ASan/UBSan), refused
+// types and components, GPT-NeoX's vocabulary sizes and special ids, char-level semantics,
+// invalid UTF-8 and random bytes never crash, and encoding from many threads agrees with one.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "tokenizer.h"
+
+#define SHARED "../shared/data/tokenizers"
+
+static char tmpdir[256];
+
+static int make_tmpdir(void **state) {
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/neox-tok-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int remove_tmpdir(void **state) {
+    (void)state;
+    char *cmd = neox_asprintf("rm -rf '%s'", tmpdir);
+    int rc = system(cmd);
+    free(cmd);
+    return rc;
+}
+
+// Writes content to tmpdir/name and returns the path (static buffer per slot).
+static const char *write_tmp(int slot, const char *name, const char *content) {
+    static char paths[4][512];
+    snprintf(paths[slot], sizeof paths[slot], "%s/%s", tmpdir, name);
+    FILE *f = fopen(paths[slot], "wb");
+    assert_non_null(f);
+    fputs(content, f);
+    fclose(f);
+    return paths[slot];
+}
+
+// A vocab.json with the 256 byte-level characters (ids 0..255) plus extra entries.
+static char *byte_vocab(const char *extra) {
+    char *s = neox_strdup("{");
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        static int next = 256;
+        if (b == 0) next = 256;
+        unsigned cp = printable ? (unsigned)b : (unsigned)next++;
+        char *t = neox_asprintf("%s%s\"\\u%04x\": %d", s, b ? ", " : "", cp, b);
+        free(s);
+        s = t;
+    }
+    char *t = neox_asprintf("%s%s%s}", s, extra && *extra ? ", " : "", extra ? extra : "");
+    free(s);
+    return t;
+}
+
+static void expect_gpt2_error(const char *vocab, const char *merges, const char *pattern) {
+    const char *v = write_tmp(0, "vocab.json", vocab);
+    const char *m = write_tmp(1, "merges.txt", merges);
+    neox_error err = {0};
+    neox_tokenizer_options o = {"GPT2BPETokenizer", v, m};
+    neox_tokenizer *tok = neox_tokenizer_load(&o, &err);
+    if (tok) fail_msg("loaded, expected an error matching '%s'", pattern);
+    if (!strstr(err.message, pattern)) fail_msg("error '%s' does not contain '%s'", err.message, pattern);
+    if (!strstr(err.message, tmpdir)) fail_msg("error '%s' does not name the file", err.message);
+    assert_int_equal(err.status, NEOX_EXIT_FAILURE);
+}
+
+static void test_malformed_vocab(void **state) {
+    (void)state;
+    expect_gpt2_error("{\"a\": 0, \"b\"", "#version: 0.2\n", "invalid JSON");
+    expect_gpt2_error("[1, 2]", "", "is not a JSON object");
+    expect_gpt2_error("{\"a\": \"x\"}", "", "is not an integer");
+    expect_gpt2_error("{\"a\": 1.5}", "", "is not an integer");
+    expect_gpt2_error("{\"a\": 0, \"b\": 0}", "", "id 0 is used by both");
+    expect_gpt2_error("{\"a\": 0, \"a\": 1}", "", "duplicate");
+    expect_gpt2_error("{\"a\": 99999999999}", "", "out of range");
+    expect_gpt2_error("{\"a\": -1}", "", "out of range");
+    expect_gpt2_error("", "", "invalid JSON");
+}
+
+static void test_malformed_merges(void **state) {
+    (void)state;
+    char *v = byte_vocab("\"ab\": 256, \"<|endoftext|>\": 257");
+    expect_gpt2_error(v, "#version: 0.2\na\n", "two tokens");
+    expect_gpt2_error(v, "#version: 0.2\na b c\n", "two tokens");
+    expect_gpt2_error(v, "#version: 0.2\n\na b\n", "two tokens");
+    expect_gpt2_error(v, "#version: 0.2\na zz\n", "merge token \"zz\" is not in the vocabulary");
+    expect_gpt2_error(v, "#version: 0.2\nb c\n", "merged token \"bc\" is not in the vocabulary");
+    free(v);
+    v = byte_vocab("\"ab\": 256");
+    expect_gpt2_error(v, "a b\n", "no <|endoftext|>");
+    free(v);
+    neox_error err = {0};
+    neox_tokenizer_options o = {"GPT2BPETokenizer", write_tmp(0, "v.json", "{}"), "/nonexistent/merges.txt"};
+    assert_null(neox_tokenizer_load(&o, &err));
+    assert_non_null(strstr(err.message, "/nonexistent/merges.txt"));
+}
+
+static void expect_json_error(const char *json, const char *pattern) {
+    const char *path = write_tmp(2, "tokenizer.json", json);
+    neox_error err = {0};
+    neox_tokenizer_options o = {"HFTokenizer", path, NULL};
+    neox_tokenizer *tok = neox_tokenizer_load(&o, &err);
+    if (tok) fail_msg("loaded, expected an error matching '%s'", pattern);
+    if (!strstr(err.message, pattern)) fail_msg("error '%s' does not contain '%s'", err.message, pattern);
+    if (!strstr(err.message, path)) fail_msg("error '%s' does not name the file", err.message);
+}
+
+static void test_malformed_tokenizer_json(void **state) {
+    (void)state;
+    char *v = byte_vocab("\"ab\": 256");
+    const char *bl = "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}";
+    char *ok_model = neox_asprintf("{\"type\": \"BPE\", \"vocab\": %s, \"merges\": [\"a b\"]}", v);
+#define J(...) neox_asprintf(__VA_ARGS__)
+    char *cases[][2] = {
+        {J("{\"model\": %s, %s", ok_model, bl), "invalid JSON"},
+        {J("[]"), "top level is not a JSON object"},
+        {J("{%s}", bl), "model is missing"},
+        {J("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}, %s}", bl), "model type 'WordPiece'"},
+        {J("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}, %s}", bl), "model type 'Unigram'"},
+        {J("{\"model\": %s, \"normalizer\": {\"type\": \"Lowercase\"}, %s}", ok_model, bl), "normalizer 'Lowercase'"},
+        {J("{\"model\": %s, \"pre_tokenizer\": {\"type\": \"Whitespace\"}}", ok_model), "pre_tokenizer 'Whitespace'"},
+        {J("{\"model\": %s, \"pre_tokenizer\": null}", ok_model), "pre_tokenizer"},
+        {J("{\"model\": %s, %s, \"post_processor\": {\"type\": \"TemplateProcessing\"}}", ok_model, bl),
+         "post_processor 'TemplateProcessing'"},
+        {J("{\"model\": %s, %s, \"truncation\": {\"max_length\": 5}}", ok_model, bl), "truncation"},
+        {J("{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": %s, \"merges\": []}, %s}", v, bl), "dropout"},
+        {J("{\"model\": {\"type\": \"BPE\", \"vocab\": %s, \"merges\": 7}, %s}", v, bl), "model.merges must be an array"},
+        {J("{\"model\": {\"type\": \"BPE\", \"vocab\": %s, \"merges\": [7]}, %s}", v, bl), "model.merges[0]"},
+        {J("{\"model\": {\"type\": \"BPE\", \"vocab\": %s, \"merges\": [\"a q\"]}, %s}", v, bl), "not in the vocabulary"},
+        {J("{\"model\": {\"type\": \"BPE\", \"vocab\": %s, \"merges\": [[\"a\", \"b\", \"c\"]]}, %s}", v, bl),
+         "model.merges[0]"},
+        {J("{\"model\": {\"type\": \"BPE\", \"vocab\": 5, \"merges\": []}, %s}", bl), "model.vocab is not a JSON object"},
+        {J("{\"model\": %s, %s, \"added_tokens\": [{\"id\": 3}]}", ok_model, bl), "added_tokens[0]"},
+        {J("{\"model\": %s, %s, \"added_tokens\": [{\"id\": \"x\", \"content\": \"q\"}]}", ok_model, bl),
+         "added_tokens[0].id"},
+        {J("{\"model\": %s, %s, \"added_tokens\": [{\"content\": \"q\", \"single_word\": true}]}", ok_model, bl),
+         "single_word"},
+        {J("{\"model\": %s, %s, \"added_tokens\": [{\"content\": \"q\", \"special\": 1}]}", ok_model, bl),
+         "special must be true or false"},
+        {J("{\"model\": %s, \"decoder\": {\"type\": \"WordPiece\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", ok_model),
+         "decoder 'WordPiece'"},
+    };
+#undef J
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        expect_json_error(cases[i][0], cases[i][1]);
+        free(cases[i][0]);
+    }
+    free(ok_model);
+    free(v);
+}
+
+static void test_refused_types(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_tokenizer_options o = {"SPMTokenizer", "x", NULL};
+    assert_null(neox_tokenizer_load(&o, &err));
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    assert_non_null(strstr(err.message, "SPMTokenizer"));
+    o.type = "NoSuchTokenizer";
+    assert_null(neox_tokenizer_load(&o, &err));
+    assert_non_null(strstr(err.message, "NoSuchTokenizer"));
+    o = (neox_tokenizer_options){"GPT2BPETokenizer", "vocab.json", NULL};
+    assert_null(neox_tokenizer_load(&o, &err));
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+}
+
+// A small tokenizer of our own making: merges a+b, ab+c; encode follows the ranks.
+static void test_small_bpe(void **state) {
+    (void)state;
+    char *v = byte_vocab("\"ab\": 256, \"abc\": 257, \"\\u0120a\": 258, \"<|endoftext|>\": 259");
+    const char *vp = write_tmp(0, "vocab.json", v);
+    const char *mp = write_tmp(1, "merges.txt", "#version: 0.2\na b\nab c\n\xc4\xa0 a\n");
+    free(v);
+    neox_error err = {0};
+    neox_tokenizer_options o = {"GPT2BPETokenizer", vp, mp};
+    neox_tokenizer *tok = neox_tokenizer_load(&o, &err);
+    if (!tok) fail_msg("%s", err.message);
+    assert_int_equal(neox_tokenizer_vocab_size(tok), 260);
+    assert_int_equal(neox_tokenizer_eod_id(tok), 259);
+    assert_int_equal(neox_tokenizer_pad_id(tok), -1);
+    int32_t *ids = NULL;
+    size_t len = 0, cap = 0;
+    assert_int_equal(neox_tokenizer_encode(tok, "abcab a", 7, &ids, &len, &cap, &err), 3);
+    assert_int_equal(ids[0], 257);
+    assert_int_equal(ids[1], 256);
+    assert_int_equal(ids[2], 258);
+    size_t size;
+    char *text = neox_tokenizer_decode(tok, ids, len, &size, &err);
+    assert_string_equal(text, "abcab a");
+    free(text);
+    int32_t bad = 100000;
+    assert_null(neox_tokenizer_decode(tok, &bad, 1, &size, &err));
+    assert_non_null(strstr(err.message, "100000"));
+    assert_string_equal(neox_tokenizer_id_to_token(tok, 256), "ab");
+    assert_null(neox_tokenizer_id_to_token(tok, -1));
+    free(ids);
+    neox_tokenizer_free(tok);
+}
+
+static void test_char_level(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_tokenizer_options o = {"CharLevelTokenizer", NULL, NULL};
+    neox_tokenizer *tok = neox_tokenizer_load(&o, &err);
+    assert_non_null(tok);
+    assert_int_equal(neox_tokenizer_vocab_size(tok), 512);
+    assert_int_equal(neox_tokenizer_eod_id(tok), 0);
+    assert_int_equal(neox_tokenizer_pad_id(tok), 1);
+    int32_t *ids = NULL;
+    size_t len = 0, cap = 0;
+    assert_int_equal(neox_tokenizer_encode(tok, "h\xc3\xa9\n", 4, &ids, &len, &cap, &err), 4);
+    assert_int_equal(ids[0], 'h');
+    assert_int_equal(ids[1], 0xC3);
+    assert_int_equal(ids[2], 0xA9);
+    size_t size;
+    char *text = neox_tokenizer_decode(tok, ids, len, &size, &err);
+    // GPT-NeoX decodes each id as chr(max(32, min(id, 512))): é's bytes become "Ã©", '\n' a space.
+    assert_string_equal(text, "h\xc3\x83\xc2\xa9 ");
+    free(text);
+    free(ids);
+    neox_tokenizer_free(tok);
+}
+
+static neox_tokenizer *load_shared(const char *type, const char *vocab, const char *merges) {
+    if (access(vocab, R_OK) != 0) return NULL;
+    neox_error err = {0};
+    neox_tokenizer_options o = {type, vocab, merges};
+    neox_tokenizer *tok = neox_tokenizer_load(&o, &err);
+    if (!tok) fail_msg("%s", err.message);
+    return tok;
+}
+
+static void test_gpt_neox_sizes_and_ids(void **state) {
+    (void)state;
+    struct { const char *type, *vocab, *merges; int64_t size; int32_t eod, pad; } cases[] = {
+        {"GPT2BPETokenizer", SHARED "/gpt2/vocab.json", SHARED "/gpt2/merges.txt", 50257, 50256, -1},
+        {"HFGPT2Tokenizer", SHARED "/gpt2/vocab.json", SHARED "/gpt2/merges.txt", 50258, 50256, 50257},
+        {"HFTokenizer", SHARED "/gpt2/gpt2_tokenizer.json", NULL, 50257, 50256, -1},
+        {"HFTokenizer", SHARED "/neox/20B_tokenizer.json", NULL, 50277, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        neox_tokenizer *tok = load_shared(cases[i].type, cases[i].vocab, cases[i].merges);
+        if (!tok) { skip(); return; }
+        assert_int_equal(neox_tokenizer_vocab_size(tok), cases[i].size);
+        assert_int_equal(neox_tokenizer_eod_id(tok), cases[i].eod);
+        assert_int_equal(neox_tokenizer_pad_id(tok), cases[i].pad);
+        neox_tokenizer_free(tok);
+    }
+}
+
+// Random bytes (mostly invalid UTF-8) through every stage: no crash, no sanitizer report, and the
+// ids decode back to text.
+static void test_random_bytes_never_crash(void **state) {
+    (void)state;
+    neox_tokenizer *tok = load_shared("HFTokenizer", SHARED "/neox/20B_tokenizer.json", NULL);
+    if (!tok) { skip(); return; }
+    uint64_t x = 88172645463325252ull;
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    neox_error err = {0};
+    for (int round = 0; round < 300; round++) {
+        uint8_t buf[257];
+        size_t n = (size_t)(round % 257);
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            // Bias toward bytes that make UTF-8 lead/continuation and whitespace edge cases.
+            uint8_t b = (uint8_t)x;
+            buf[i] = (x >> 8) % 3 == 0 ? (uint8_t)(0x80 | (b & 0x7F)) : (x >> 8) % 3 == 1 ? (uint8_t)(b % 64 + 0x20) : b;
+        }
+        size_t len = 0;
+        assert_true(neox_tokenizer_encode(tok, (const char *)buf, n, &ids, &len, &cap, &err) >= 0);
+        size_t size;
+        char *text = neox_tokenizer_decode(tok, ids, len, &size, &err);
+        assert_non_null(text);
+        free(text);
+    }
+    free(ids);
+    neox_tokenizer_free(tok);
+}
+
+// Encoding the lines of a text from many threads gives the same ids as one thread.
+static void test_threads_agree(void **state) {
+    (void)state;
+    neox_tokenizer *tok = load_shared("GPT2BPETokenizer", SHARED "/gpt2/vocab.json", SHARED "/gpt2/merges.txt");
+    if (!tok) { skip(); return; }
+    size_t size;
+    neox_error err = {0};
+    char *text = neox_read_file("../shared/data/text/enwik8_first100.txt", &size, &err);
+    if (!text) { neox_tokenizer_free(tok); skip(); return; }
+    enum { N = 64 };
+    int32_t *one = NULL;
+    size_t one_len = 0, one_cap = 0;
+    neox_tokenizer_encode(tok, text, size, &one, &one_len, &one_cap, &err);
+    int ok[N] = {0};
+#pragma omp parallel for num_threads(4)
+    for (int i = 0; i < N; i++) {
+        int32_t *ids = NULL;
+        size_t len = 0, cap = 0;
+        neox_error e = {0};
+        neox_tokenizer_encode(tok, text, size, &ids, &len, &cap, &e);
+        ok[i] = len == one_len && !memcmp(ids, one, len * sizeof *ids);
+        free(ids);
+    }
+    for (int i = 0; i < N; i++) assert_true(ok[i]);
+    free(one);
+    free(text);
+    neox_tokenizer_free(tok);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_malformed_vocab),
+        cmocka_unit_test(test_malformed_merges),
+        cmocka_unit_test(test_malformed_tokenizer_json),
+        cmocka_unit_test(test_refused_types),
+        cmocka_unit_test(test_small_bpe),
+        cmocka_unit_test(test_char_level),
+        cmocka_unit_test(test_gpt_neox_sizes_and_ids),
+        cmocka_unit_test(test_random_bytes_never_crash),
+        cmocka_unit_test(test_threads_agree),
+    };
+    return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+}
