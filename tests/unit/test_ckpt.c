@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "unit_util.h"
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,23 +16,7 @@
 
 #include "ckpt.h"
 
-static char dir[256];
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/neox-ckpt-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char *cmd = neox_asprintf("rm -rf '%s'", dir);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
-}
-
-static char *path_in_dir(const char *name) { return neox_asprintf("%s/%s", dir, name); }
 
 // The value every element of the test tensor holds: its flat index, scaled, so any misplaced
 // element is detected.
@@ -87,7 +73,7 @@ static void write_two_layouts(char **paths) {
 
 static void test_any_region_reads_back(void **state) {
     (void)state;
-    char *paths[3] = {path_in_dir("a.h5"), path_in_dir("b.h5"), path_in_dir("c.h5")};
+    char *paths[3] = {tmp_path("a.h5"), tmp_path("b.h5"), tmp_path("c.h5")};
     write_two_layouts(paths);
     neox_error err = {0};
     neox_ckpt_reader *r = neox_ckpt_reader_open((const char *const *)paths, 3, &err);
@@ -138,7 +124,7 @@ static void test_any_region_reads_back(void **state) {
 
 static void test_missing_shard_is_named(void **state) {
     (void)state;
-    char *paths[3] = {path_in_dir("m1.h5"), path_in_dir("m2.h5"), path_in_dir("m3.h5")};
+    char *paths[3] = {tmp_path("m1.h5"), tmp_path("m2.h5"), tmp_path("m3.h5")};
     write_two_layouts(paths);
     neox_error err = {0};
     const char *present[2] = {paths[0], paths[2]};  // the file holding the second tp block is gone
@@ -160,7 +146,7 @@ static void test_missing_shard_is_named(void **state) {
 static void test_inconsistent_global_shapes_rejected(void **state) {
     (void)state;
     neox_error err = {0};
-    char *p1 = path_in_dir("s1.h5"), *p2 = path_in_dir("s2.h5");
+    char *p1 = tmp_path("s1.h5"), *p2 = tmp_path("s2.h5");
     const int64_t a[2] = {4, 4}, b[2] = {4, 8}, off[2] = {0, 0}, cnt[2] = {2, 2};
     float buf[4] = {0};
     neox_ckpt_writer *w = neox_ckpt_writer_open(p1, &err);
@@ -179,7 +165,7 @@ static void test_inconsistent_global_shapes_rejected(void **state) {
 static void test_writer_is_atomic(void **state) {
     (void)state;
     neox_error err = {0};
-    char *p = path_in_dir("atomic.h5");
+    char *p = tmp_path("atomic.h5");
     struct stat st;
     neox_ckpt_writer *w = neox_ckpt_writer_open(p, &err);
     float x = 1;
@@ -219,7 +205,7 @@ static void assert_open_fails(const char *path, const char *expect) {
 
 static void test_garbage_and_truncated_files(void **state) {
     (void)state;
-    char *p = path_in_dir("bad.h5");
+    char *p = tmp_path("bad.h5");
     write_bytes(p, "", 0);
     assert_open_fails(p, "not a readable checkpoint shard");
     unsigned char noise[4096];
@@ -230,7 +216,7 @@ static void test_garbage_and_truncated_files(void **state) {
 
     // A real shard cut short at several lengths: each must fail cleanly (or, when the cut keeps
     // everything the index needs, open), never crash.
-    char *good[3] = {path_in_dir("t1.h5"), path_in_dir("t2.h5"), path_in_dir("t3.h5")};
+    char *good[3] = {tmp_path("t1.h5"), tmp_path("t2.h5"), tmp_path("t3.h5")};
     write_two_layouts(good);
     neox_error err = {0};
     size_t size;
@@ -257,7 +243,7 @@ static void test_garbage_and_truncated_files(void **state) {
 // HDF5 files that are valid HDF5 but not valid shards: untagged datasets, wrong attributes.
 static void test_wrong_tags_rejected(void **state) {
     (void)state;
-    char *p = path_in_dir("tags.h5");
+    char *p = tmp_path("tags.h5");
     hsize_t dims[1] = {4};
     float data[4] = {0};
     hid_t file = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -296,5 +282,5 @@ int main(void) {
         cmocka_unit_test(test_garbage_and_truncated_files),
         cmocka_unit_test(test_wrong_tags_rejected),
     };
-    return cmocka_run_group_tests_name("ckpt", tests, setup, teardown);
+    return cmocka_run_group_tests_name("ckpt", tests, make_tmpdir, remove_tmpdir);
 }

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "unit_util.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,21 +15,6 @@
 
 #include "ckpt.h"
 
-static char save[256];
-
-static int setup(void **state) {
-    (void)state;
-    snprintf(save, sizeof save, "/tmp/neox-ckptdir-XXXXXX");
-    return mkdtemp(save) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char *cmd = neox_asprintf("rm -rf '%s'", save);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
-}
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -44,9 +31,9 @@ static int exists(const char *path) {
 static void test_manifest_round_trip(void **state) {
     (void)state;
     neox_error err = {0};
-    assert_int_equal(neox_ckpt_make_dir(save, 40, &err), 0);
-    assert_int_equal(neox_ckpt_make_dir(save, 40, &err), 0);  // existing is fine
-    char *dir = neox_ckpt_dir(save, 40);
+    assert_int_equal(neox_ckpt_make_dir(tmpdir, 40, &err), 0);
+    assert_int_equal(neox_ckpt_make_dir(tmpdir, 40, &err), 0);  // existing is fine
+    char *dir = neox_ckpt_dir(tmpdir, 40);
     char *shard = neox_asprintf("%s/rank_00001.h5", dir);
     write_text(shard, "shard bytes");
     neox_ckpt_file_entry files[2] = {{.rank = 0}, {.rank = 1}};
@@ -76,7 +63,7 @@ static void test_manifest_round_trip(void **state) {
 
 static void assert_manifest_rejected(const char *text, const char *expect) {
     neox_error err = {0};
-    char *dir = neox_asprintf("%s/bad", save);
+    char *dir = neox_asprintf("%s/bad", tmpdir);
     mkdir(dir, 0777);
     char *path = neox_asprintf("%s/manifest.json", dir);
     write_text(path, text);
@@ -92,7 +79,7 @@ static void test_bad_manifests(void **state) {
     (void)state;
     neox_error err = {0};
     neox_ckpt_manifest m;
-    char *missing = neox_asprintf("%s/nowhere", save);
+    char *missing = neox_asprintf("%s/nowhere", tmpdir);
     assert_int_equal(neox_ckpt_manifest_read(missing, &m, &err), -1);
     assert_non_null(strstr(err.message, "the checkpoint is incomplete"));
     free(missing);
@@ -117,7 +104,7 @@ static void test_latest_and_pruning(void **state) {
     neox_error err = {0};
     int64_t it;
     int found;
-    char *fresh = neox_asprintf("%s/fresh", save);
+    char *fresh = neox_asprintf("%s/fresh", tmpdir);
     assert_int_equal(neox_ckpt_read_latest(fresh, &it, &found, &err), 0);  // nothing to resume
     assert_int_equal(found, 0);
     mkdir(fresh, 0777);
@@ -153,5 +140,5 @@ int main(void) {
         cmocka_unit_test(test_bad_manifests),
         cmocka_unit_test(test_latest_and_pruning),
     };
-    return cmocka_run_group_tests_name("ckpt_dir", tests, setup, teardown);
+    return cmocka_run_group_tests_name("ckpt_dir", tests, make_tmpdir, remove_tmpdir);
 }

@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "unit_util.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -11,21 +13,6 @@
 
 #include "core.h"
 
-static char tmpdir[256];
-
-static int make_tmpdir(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/neox-core-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_tmpdir(void **state) {
-    (void)state;
-    char *cmd = neox_asprintf("rm -rf '%s'", tmpdir);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
-}
 
 static void test_fail_sets_message_and_status(void **state) {
     (void)state;

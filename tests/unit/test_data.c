@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "unit_util.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,23 +17,6 @@
 
 #include "data.h"
 
-static char tmpdir[256];
-
-static int make_tmpdir(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/neox-data-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_tmpdir(void **state) {
-    (void)state;
-    char *cmd = neox_asprintf("rm -rf '%s'", tmpdir);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
-}
-
-static char *tmp(const char *name) { return neox_asprintf("%s/%s", tmpdir, name); }
 
 static void write_file(const char *path, const void *data, size_t size) {
     FILE *f = fopen(path, "wb");
@@ -57,7 +42,7 @@ static void write_small(const char *prefix, int dtype) {
 
 static void test_indexed_roundtrip(void **state) {
     (void)state;
-    char *prefix = tmp("small");
+    char *prefix = tmp_path("small");
     write_small(prefix, NEOX_DTYPE_U16);
     neox_error err = {0};
     neox_indexed_dataset *ds = neox_indexed_open(prefix, &err);
@@ -81,7 +66,7 @@ static void test_indexed_roundtrip(void **state) {
 
 static void test_writer_rejects_ids_outside_dtype(void **state) {
     (void)state;
-    char *prefix = tmp("bad_ids");
+    char *prefix = tmp_path("bad_ids");
     neox_error err = {0};
     neox_indexed_writer *w = neox_indexed_writer_open(prefix, NEOX_DTYPE_U16, &err);
     int32_t ids[] = {70000};
@@ -96,7 +81,7 @@ static void test_writer_rejects_ids_outside_dtype(void **state) {
 
 static void test_merge_keeps_doc_idx(void **state) {
     (void)state;
-    char *a = tmp("ma"), *out = tmp("merged");
+    char *a = tmp_path("ma"), *out = tmp_path("merged");
     write_small(a, NEOX_DTYPE_I32);
     neox_error err = {0};
     neox_indexed_dataset *ds = neox_indexed_open(a, &err);
@@ -132,7 +117,7 @@ static void expect_open_fails(const char *prefix, const uint8_t *idx, size_t siz
 
 static void test_malformed_idx(void **state) {
     (void)state;
-    char *prefix = tmp("mal");
+    char *prefix = tmp_path("mal");
     write_small(prefix, NEOX_DTYPE_U16);
     char *path = neox_asprintf("%s.idx", prefix);
     size_t size;
@@ -180,7 +165,7 @@ static void test_malformed_idx(void **state) {
 
 static void test_random_idx_garbage_never_crashes(void **state) {
     (void)state;
-    char *prefix = tmp("garbage");
+    char *prefix = tmp_path("garbage");
     char *bin = neox_asprintf("%s.bin", prefix);
     write_file(bin, "\0\0\0\0\0\0\0\0", 8);
     uint8_t buf[200];
@@ -208,7 +193,7 @@ static void test_random_idx_garbage_never_crashes(void **state) {
 
 static void test_npy_roundtrip_and_header(void **state) {
     (void)state;
-    char *path = tmp("a.npy");
+    char *path = tmp_path("a.npy");
     int32_t data[6] = {1, -2, 3, 4, 5, 6};
     int64_t shape[2] = {3, 2};
     neox_error err = {0};
@@ -342,7 +327,7 @@ static const char JSONL[] = "{\"text\": \"hello\"}\n\n{\"text\": [\"a\", \"b\"],
 
 static void test_jsonl_records_and_text(void **state) {
     (void)state;
-    char *path = tmp("in.jsonl");
+    char *path = tmp_path("in.jsonl");
     write_file(path, JSONL, sizeof JSONL - 1);
     neox_record recs[8];
     neox_error err = {0};
@@ -371,7 +356,7 @@ static void test_jsonl_records_and_text(void **state) {
 
 static void test_compressed_inputs_and_truncation(void **state) {
     (void)state;
-    char *z = tmp("in.jsonl.zst"), *g = tmp("in.jsonl.gz");
+    char *z = tmp_path("in.jsonl.zst"), *g = tmp_path("in.jsonl.gz");
     size_t cap = ZSTD_compressBound(sizeof JSONL);
     char *zbuf = neox_malloc(cap);
     size_t zn = ZSTD_compress(zbuf, cap, JSONL, sizeof JSONL - 1, 3);
@@ -421,7 +406,7 @@ static int64_t byte_encode(void *ctx, const char *text, size_t size, int32_t **i
 static char *run_pipeline(const char *input, int workers, int skip_invalid, int expect_rc, neox_preprocess_stats *st) {
     char name[32];
     snprintf(name, sizeof name, "pp%d_%d", workers, skip_invalid);
-    char *prefix = tmp(name);
+    char *prefix = tmp_path(name);
     const char *keys[] = {"text"};
     neox_preprocess_options o = {.inputs = &input, .ninputs = 1, .keys = keys, .nkeys = 1, .output_prefix = prefix,
                                  .encode = byte_encode, .vocab_size = 256, .eod_id = 0, .append_eod = 1,
@@ -434,7 +419,7 @@ static char *run_pipeline(const char *input, int workers, int skip_invalid, int 
 
 static void test_pipeline_order_for_any_workers(void **state) {
     (void)state;
-    char *path = tmp("many.jsonl");
+    char *path = tmp_path("many.jsonl");
     FILE *f = fopen(path, "w");
     for (int i = 0; i < 3000; i++) fprintf(f, "{\"text\": \"doc %d %.*s\"}\n", i, i % 50, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
     fclose(f);
@@ -464,7 +449,7 @@ static void test_pipeline_order_for_any_workers(void **state) {
 
 static void test_pipeline_bad_record(void **state) {
     (void)state;
-    char *path = tmp("bad.jsonl");
+    char *path = tmp_path("bad.jsonl");
     write_file(path, JSONL, sizeof JSONL - 1);
     neox_preprocess_stats st;
     char *prefix = run_pipeline(path, 2, 0, -1, &st);
@@ -482,7 +467,7 @@ static void test_pipeline_bad_record(void **state) {
 
 static void test_batches_slice_by_rank(void **state) {
     (void)state;
-    char *prefix = tmp("batch");
+    char *prefix = tmp_path("batch");
     neox_error err = {0};
     neox_indexed_writer *w = neox_indexed_writer_open(prefix, NEOX_DTYPE_U16, &err);
     for (int d = 0; d < 50; d++) {

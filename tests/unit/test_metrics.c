@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "unit_util.h"
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,21 +17,6 @@
 #include "metrics.h"
 #include "metrics/internal.h"
 
-static char tmpdir[256];
-
-static int make_tmpdir(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/neox-metrics-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_tmpdir(void **state) {
-    (void)state;
-    char *cmd = neox_asprintf("rm -rf '%s'", tmpdir);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
-}
 
 // ---- CRC32C -----------------------------------------------------------------------------------
 

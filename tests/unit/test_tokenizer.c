@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "unit_util.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,21 +18,6 @@
 
 #define SHARED "../shared/data/tokenizers"
 
-static char tmpdir[256];
-
-static int make_tmpdir(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/neox-tok-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_tmpdir(void **state) {
-    (void)state;
-    char *cmd = neox_asprintf("rm -rf '%s'", tmpdir);
-    int rc = system(cmd);
-    free(cmd);
-    return rc;
-}
 
 // Writes content to tmpdir/name and returns the path (static buffer per slot).
 static const char *write_tmp(int slot, const char *name, const char *content) {
