@@ -156,9 +156,9 @@ int64_t *neox_npy_to_i64(const neox_npy *a);
 
 // =============================================================================================
 // GPT-NeoX's sample index (GPT2Dataset._build_index_mappings).
-typedef enum { NEOX_PACK_PACKED, NEOX_PACK_UNTIL_OVERFLOW } neox_pack_impl;
+typedef enum { NEOX_PACK_PACKED, NEOX_PACK_UNTIL_OVERFLOW, NEOX_PACK_UNPACKED } neox_pack_impl;
 int neox_pack_impl_parse(const char *name, neox_pack_impl *out);
-const char *neox_pack_impl_name(neox_pack_impl p);  // "packed", "pack_until_overflow"
+const char *neox_pack_impl_name(neox_pack_impl p);  // "packed", "pack_until_overflow", "unpacked"
 
 typedef struct neox_sample_index_options {
     const char *name;          // "train", "valid", "test", "train_0", ...: part of the cache name

@@ -15,11 +15,14 @@
 int neox_pack_impl_parse(const char *name, neox_pack_impl *out) {
     if (!strcmp(name, "packed")) *out = NEOX_PACK_PACKED;
     else if (!strcmp(name, "pack_until_overflow")) *out = NEOX_PACK_UNTIL_OVERFLOW;
+    else if (!strcmp(name, "unpacked")) *out = NEOX_PACK_UNPACKED;
     else return -1;
     return 0;
 }
 
-const char *neox_pack_impl_name(neox_pack_impl p) { return p == NEOX_PACK_PACKED ? "packed" : "pack_until_overflow"; }
+const char *neox_pack_impl_name(neox_pack_impl p) {
+    return p == NEOX_PACK_PACKED ? "packed" : p == NEOX_PACK_UNTIL_OVERFLOW ? "pack_until_overflow" : "unpacked";
+}
 
 int neox_num_epochs(int64_t tokens_per_epoch, int seq_length, int64_t num_samples) {
     // -1: samples overlap by one token, except that the last one needs one token of its own.
@@ -153,6 +156,40 @@ static int build_pack_until_overflow(neox_sample_index *si, const int32_t *sizes
 }
 
 // ---------------------------------------------------------------------------------------------
+// unpacked: one document per sample, documents in order (cycling), samples served shuffled.
+// GPT-NeoX reads a label dataset here to skip documents whose labels are all -100 and fails
+// without one; neox.c has no label datasets, so no document is skipped for that reason. Document
+// ids are offset by the split's first document, as for pack_until_overflow.
+static int build_unpacked(neox_sample_index *si, const int32_t *sizes, const neox_sample_index_options *o,
+                          neox_random_state *rs, neox_error *err) {
+    int64_t ns = o->num_samples, ndocs = o->doc_end - o->doc_begin;
+    si->shuffle_idx_len = ns;
+    si->shuffle_idx = neox_malloc((size_t)ns * 8 + 1);
+    for (int64_t i = 0; i < ns; i++) si->shuffle_idx[i] = i;
+    neox_random_shuffle(rs, si->shuffle_idx, ns, 8);
+    si->sample_idx_len = ns + 1;
+    si->sample_idx = neox_malloc((size_t)(ns + 1) * 16);
+    for (int64_t i = 0; i <= ns; i++) si->sample_idx[2 * i] = i, si->sample_idx[2 * i + 1] = 0;
+    si->doc_idx_len = ns + 1;
+    si->doc_idx = neox_malloc((size_t)(ns + 1) * 8);
+    int64_t d = 0, skipped_in_row = 0;
+    for (int64_t i = 0; i <= ns;) {
+        int64_t doc = o->doc_begin + d;
+        d = (d + 1) % ndocs;
+        if (!o->allow_chopped && sizes[doc] > o->seq_length + 1) {
+            if (++skipped_in_row > ndocs)
+                return neox_fail(err, NEOX_EXIT_USAGE,
+                                 "%s: every document is longer than seq_length + 1 (%d) and allow_chopped is off", o->name,
+                                 o->seq_length + 1);
+            continue;
+        }
+        skipped_in_row = 0;
+        si->doc_idx[i++] = doc;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Caches
 
 static int save_caches(const neox_sample_index *si, const char *base, neox_pack_impl pack, neox_error *err) {
@@ -160,7 +197,7 @@ static int save_caches(const neox_sample_index *si, const char *base, neox_pack_
          *shuffle = neox_asprintf("%s_shuffle_idx.npy", base);
     int rc = -1;
     // GPT-NeoX's dtypes: packed doc_idx int32, sample_idx int32 while it fits, shuffle_idx uint32
-    // below 2^32 - 2; pack_until_overflow saves int64 throughout.
+    // below 2^32 - 2; pack_until_overflow and unpacked save int64 throughout.
     int packed = pack == NEOX_PACK_PACKED;
     int64_t shape1 = si->doc_idx_len, shape2[2] = {si->sample_idx_len, 2}, shape3 = si->shuffle_idx_len;
     int small_samples = packed && 2 * si->sample_idx_len < INT32_MAX;
@@ -252,6 +289,7 @@ static int build(neox_sample_index *si, const neox_indexed_dataset *ds, const ne
     neox_random_state rs;
     neox_random_seed(&rs, o->seed);
     if (o->pack_impl == NEOX_PACK_UNTIL_OVERFLOW) return build_pack_until_overflow(si, ds->sizes, o, &rs, err);
+    if (o->pack_impl == NEOX_PACK_UNPACKED) return build_unpacked(si, ds->sizes, o, &rs, err);
     int64_t tokens = 0;
     for (int64_t d = o->doc_begin; d < o->doc_end; d++) tokens += ds->sizes[d];
     if (tokens <= 1) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: dataset %s has %lld tokens; need at least 2", ds->idx_path,

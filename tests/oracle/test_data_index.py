@@ -145,3 +145,73 @@ def test_blend_matches_numpy(tmp_path, weights, by_docs):
         want = get_sample(tokens, pointers, 2, sizes, indices[d], ds_sample[k] % lengths[d], seq)
         assert row == list(want), f"blended sample {k} (dataset {d})"
 
+
+
+# ---- pack_until_overflow and unpacked ---------------------------------------------------------
+# numpy restatements of gpt2_dataset.py's two other packing modes. GPT-NeoX takes the positions
+# 0..n-1 of the split's documents as document ids (and unpacked needs a label dataset); neox.c
+# offsets them by the split's first document, so both agree when the split starts at document 0
+# and the offset is checked separately.
+
+def pack_until_overflow_index(sizes, first, ndocs, num_samples, seq_length, seed, allow_chopped):
+    rng = np.random.RandomState(seed=seed)
+    shuffle_idx = np.arange(num_samples)
+    rng.shuffle(shuffle_idx)
+    sample_idx, doc_idx = [], []
+    order = np.arange(ndocs)
+    rng.shuffle(order)
+    running, cur = 0, 0
+    while len(sample_idx) < num_samples:
+        doc = first + order[cur]
+        if allow_chopped or sizes[doc] <= seq_length + 1:
+            if running == 0 or running + sizes[doc] > seq_length + 1:
+                sample_idx.append([len(doc_idx), 0])
+                running = sizes[doc]
+            else:
+                running += sizes[doc]
+            doc_idx.append(doc)
+        cur += 1
+        if cur == ndocs:
+            cur = 0
+            rng.shuffle(order)
+    sample_idx.append([len(doc_idx), 0])
+    return np.array(doc_idx, dtype=np.int64), np.array(sample_idx, dtype=np.int64), shuffle_idx
+
+
+def unpacked_index(sizes, first, ndocs, num_samples, seq_length, seed, allow_chopped):
+    rng = np.random.RandomState(seed=seed)
+    shuffle_idx = np.arange(num_samples)
+    rng.shuffle(shuffle_idx)
+    sample_idx = np.zeros((num_samples + 1, 2), dtype=np.int64)
+    sample_idx[:, 0] = np.arange(num_samples + 1)
+    doc_idx, d = [], 0
+    while len(doc_idx) <= num_samples:
+        if allow_chopped or sizes[first + d] <= seq_length + 1:
+            doc_idx.append(first + d)
+        d = (d + 1) % ndocs
+    return np.array(doc_idx, dtype=np.int64), sample_idx, shuffle_idx
+
+
+@pytest.mark.parametrize("pack,build", [("pack_until_overflow", pack_until_overflow_index), ("unpacked", unpacked_index)])
+@pytest.mark.parametrize("split,chopped", [("100,0,0", True), ("100,0,0", False), ("7,3,0", True)])
+def test_other_packings_match_numpy(tmp_path, pack, build, split, chopped):
+    # A dataset of its own: GPT-NeoX's cache names do not include the split, so cases must not share.
+    dataset = str(tmp_path / "corpus_text_document")
+    write_indexed(dataset, random_docs(1, 300, 200), np.uint16)
+    seq, seed, iters, batch = 64, 31, 12, 4
+    args = ["index", "--data-path", dataset, "--split", split, "--seq-length", seq, "--seed", seed, "--train-iters", iters,
+            "--train-batch-size", batch, "--eval-interval", 1000, "--eval-iters", 1, "--pack-impl", pack]
+    r = neox(*args, *([] if chopped else ["--no-allow-chopped"]))
+    assert r.returncode == 0, r.stderr
+    sizes, _, _, _ = read_indexed(dataset)
+    ranges = split_ranges(split, len(sizes))
+    counts = samples_for(iters, 1000, 1, batch)
+    for i, name in enumerate(["train", "valid"]):
+        if ranges[i + 1] <= ranges[i]:
+            continue
+        base = cache_name(dataset, name, counts[i], seq, seed, pack, chopped)
+        want = build(sizes, ranges[i], ranges[i + 1] - ranges[i], counts[i], seq, seed, chopped)
+        for suffix, w in zip(["doc_idx", "sample_idx", "shuffle_idx"], want):
+            got = np.load(base + f"_{suffix}.npy")
+            assert got.dtype == np.int64, (suffix, got.dtype)
+            np.testing.assert_array_equal(got, w, err_msg=f"{pack} {name} {suffix}")

@@ -277,7 +277,7 @@ static void index_usage(void) {
            "Build the doc_idx/sample_idx/shuffle_idx .npy caches GPT-NeoX (and neox-train) use for these\n"
            "settings, next to the data, exactly as GPT-NeoX would name and fill them.\n"
            "  --seed N (1234)  --eval-interval N (1000)  --eval-iters N (100)  --split S (969, 30, 1)\n"
-           "  --pack-impl packed|pack_until_overflow  --no-allow-chopped\n"
+           "  --pack-impl packed|pack_until_overflow|unpacked  --no-allow-chopped\n"
            "  --weight-by-num-documents  --weighted-sampler-alpha A (1.0)\n"
            "  --valid-data-weights W,...  --test-data-weights W,...\n"
            "  --dump-samples K   print the first K training samples (token ids, one per line) to stdout\n",
@@ -324,7 +324,7 @@ int index_main(int argc, char **argv) {
         case O_BATCH: s.train_batch_size = parse_long("--train-batch-size", optarg, 1); break;
         case O_PACK:
             if (neox_pack_impl_parse(optarg, &s.pack_impl) != 0)
-                neox_usage_error("--pack-impl: '%s' is not packed or pack_until_overflow", optarg);
+                neox_usage_error("--pack-impl: '%s' is not packed, pack_until_overflow or unpacked", optarg);
             break;
         case O_NO_CHOP: s.allow_chopped = 0; break;
         case O_BY_DOCS: s.weight_by_num_documents = 1; break;
