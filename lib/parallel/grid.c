@@ -3,6 +3,7 @@
 // other ranks never wait for a peer that is gone.
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parallel.h"
 
@@ -10,7 +11,12 @@ static void abort_all_ranks(int status) {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
+    if (!initialized || finalized) return;
+    // The launcher forwards our stderr through a pipe; aborting at once can kill the job before
+    // the error message that explains it has been forwarded.
+    fflush(stderr);
+    usleep(200 * 1000);
+    MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
 }
 
 int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
