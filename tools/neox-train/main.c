@@ -6,6 +6,8 @@
 
 #include "config.h"
 #include "core.h"
+#include "parallel.h"
+#include "train.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -24,9 +26,39 @@ static void usage(FILE *out) {
             "  -h, --help         show this help and exit\n"
             "  -V, --version      show version, backends and library versions, and exit\n"
             "\n"
-            "Exit status: 0 success, 1 runtime failure, 2 usage or configuration error.\n"
-            "Configuration keys: docs/config.md.\n",
+            "Exit status: 0 success (train_iters or exit_interval reached), 1 runtime failure, 2 usage or\n"
+            "configuration error, 3 stopped by SIGTERM or SIGUSR1 after saving a checkpoint (resume with\n"
+            "the same command).\n"
+            "Configuration keys: docs/config.md; training and checkpoints: docs/training.md.\n",
             neox_progname());
+}
+
+// GPT-NeoX reads a parallel size of 0 as 1.
+static int at_least_1(int64_t n) { return n < 1 ? 1 : (int)n; }
+
+// Sets up MPI and the process grid, loads the config for that world size and trains.
+static int train(int nconfigs, const char *const *configs, int quiet, int *argc, char ***argv) {
+    neox_error err = {0};
+    neox_train_install_signal_handlers();
+    if (neox_parallel_init(argc, argv, &err) != 0) neox_die_error(&err);
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    neox_config_options opts = {.world_size = world, .quiet = quiet};
+    neox_config *cfg = neox_config_load(configs, nconfigs, &opts, &err);
+    if (!cfg) neox_die_error(&err);
+    neox_grid grid;
+    if (neox_grid_make(&grid, at_least_1(neox_config_int(cfg, "pipe_parallel_size")), at_least_1(neox_config_int(cfg, "model_parallel_size")),
+                       &err) != 0)
+        neox_die_error(&err);
+    neox_train_options topts = {.quiet = quiet};
+    neox_trainer *t = neox_trainer_create(cfg, &grid, &topts, &err);
+    int status = t ? neox_trainer_run(t, &err) : -1;
+    if (status < 0) neox_die_error(&err);
+    neox_trainer_free(t);
+    neox_grid_free(&grid);
+    neox_config_free(cfg);
+    neox_parallel_finalize();
+    return status;
 }
 
 int main(int argc, char **argv) {
@@ -70,14 +102,13 @@ int main(int argc, char **argv) {
     if (quiet) neox_progress_set_enabled(0);
 
     neox_error err = {0};
-    neox_config_options opts = {.world_size = world_size ? world_size : neox_launcher_world_size(), .quiet = quiet};
-    neox_config *cfg = neox_config_load((const char *const *)argv + optind, argc - optind, &opts, &err);
-    if (!cfg) neox_die_error(&err);
     if (print_config) {
-        neox_config_print_as(cfg, print_format, stdout);
-        neox_config_free(cfg);
+        neox_config_options opts = {.world_size = world_size ? world_size : neox_launcher_world_size(), .quiet = quiet};
+        if (neox_config_print_files((const char *const *)argv + optind, argc - optind, &opts, print_format, stdout,
+                                    &err) != 0)
+            neox_die_error(&err);
         return 0;
     }
-    neox_config_free(cfg);
-    neox_die(NEOX_EXIT_FAILURE, "training is not available in this build yet; use --print-config to check a config");
+    if (world_size) neox_usage_error("--world-size is only for --print-config; the MPI launcher sets the ranks");
+    return train(argc - optind, (const char *const *)argv + optind, quiet, &argc, &argv);
 }

@@ -1,0 +1,46 @@
+// train.h: the training loop of neox-train. From a loaded GPT-NeoX config it sets up the
+// tokenizer (for the vocabulary size), the model, the data iterators, the optimizer state, the
+// metrics and the data-parallel gradient reducer; then it trains: micro-batches with gradient
+// accumulation, clipping by global norm, AdamW or SGD with GPT-NeoX's AnnealingLR, skipped
+// non-finite steps, evaluation on the valid and test splits, checkpoints saved and resumed
+// bit-exactly, exit_interval and SIGTERM/SIGUSR1 handling. docs/training.md describes it.
+#ifndef NEOX_TRAIN_H
+#define NEOX_TRAIN_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "core.h"
+#include "parallel.h"
+
+// neox-train's exit status after SIGTERM or SIGUSR1: the step in flight finished, a checkpoint
+// was saved (when `save` is set) and the run can be resumed with the same command.
+#define NEOX_TRAIN_EXIT_INTERRUPTED 3
+
+// GPT-NeoX stops when this many steps in a row had a non-finite loss or gradient.
+#define NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW 50
+
+typedef struct neox_trainer neox_trainer;
+
+typedef struct neox_train_options {
+    int quiet;   // no notices or progress
+} neox_train_options;
+
+// Builds everything the run needs from cfg (which must outlive the trainer) on the ranks of grid,
+// and loads the checkpoint `load` names (when set and present). Errors name the config key.
+neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const neox_train_options *opts,
+                                  neox_error *err);
+void neox_trainer_free(neox_trainer *t);
+
+// Trains to train_iters (or exit_interval, or a signal), evaluating and saving as configured.
+// Returns the exit status (0, or NEOX_TRAIN_EXIT_INTERRUPTED), or -1 with err set.
+int neox_trainer_run(neox_trainer *t, neox_error *err);
+
+// The completed iteration count (after a resume: the checkpoint's iteration).
+int64_t neox_trainer_iteration(const neox_trainer *t);
+
+// Makes SIGTERM and SIGUSR1 request a stop after the current step (neox_trainer_run then saves
+// and returns NEOX_TRAIN_EXIT_INTERRUPTED). Installed before anything else claims the signals.
+void neox_train_install_signal_handlers(void);
+
+#endif

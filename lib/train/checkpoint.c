@@ -1,0 +1,342 @@
+// checkpoint.c: saving and loading training checkpoints (docs/checkpoints.md, "Training
+// checkpoints"). Every rank writes rank_RRRRR.h5 holding its data-parallel share of each tensor
+// as a flat range (parameters = the fp32 master weights, Adam moments or the SGD momentum), so a
+// checkpoint can be read back by any layout; rank 0 adds the run state (iteration, optimizer step,
+// LR schedule, RNG, data positions, model shape) as JSON, the effective config and the input YAML
+// files. After every shard is in place rank 0 writes manifest.json and only then moves `latest`.
+#include <jansson.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "internal.h"
+
+static const char *optimizer_name(neox_optimizer_kind k) { return k == NEOX_OPTIMIZER_SGD ? "sgd" : "adam"; }
+
+static const char *lr_style_name(neox_lr_style s) {
+    static const char *names[] = {"constant", "linear", "cosine", "exponential"};
+    return names[s];
+}
+
+// The state buffers of the optimizer, by the names they carry in checkpoints.
+static int optimizer_buffers(const neox_trainer *t, const char **names, float **bufs) {
+    if (t->optim.kind == NEOX_OPTIMIZER_SGD) {
+        names[0] = "optimizer/momentum_buffer", bufs[0] = t->exp_avg;
+        return 1;
+    }
+    names[0] = "optimizer/exp_avg", bufs[0] = t->exp_avg;
+    names[1] = "optimizer/exp_avg_sq", bufs[1] = t->exp_avg_sq;
+    return 2;
+}
+
+// ---- the model's shape, stored to refuse a config that does not match --------------------------
+typedef struct shape_field {
+    const char *name;  // in the JSON and, as GPT-NeoX names it, the config key that sets it
+    int value;
+} shape_field;
+
+static int model_shape(const neox_model_desc *d, shape_field *f) {
+    int n = 0;
+    f[n++] = (shape_field){"num_layers", d->num_layers};
+    f[n++] = (shape_field){"hidden_size", d->hidden_size};
+    f[n++] = (shape_field){"num_attention_heads", d->num_heads};
+    f[n++] = (shape_field){"num_kv_heads", d->num_kv_heads};
+    f[n++] = (shape_field){"intermediate_size", d->ffn_size};
+    f[n++] = (shape_field){"padded_vocab_size", d->vocab_size};
+    f[n++] = (shape_field){"norm", d->norm};
+    f[n++] = (shape_field){"pos_emb", d->pos_emb};
+    f[n++] = (shape_field){"activation", d->activation};
+    f[n++] = (shape_field){"use_bias_in_attn_linear", d->attn_bias};
+    f[n++] = (shape_field){"use_bias_in_mlp", d->mlp_bias};
+    f[n++] = (shape_field){"no_weight_tying", !d->tied};
+    if (d->pos_emb == NEOX_POS_LEARNED) f[n++] = (shape_field){"max_position_embeddings", d->max_positions};
+    return n;
+}
+
+static json_t *state_json(const neox_trainer *t) {
+    const neox_train_state *s = &t->state;
+    json_t *model = json_object();
+    shape_field f[16];
+    int n = model_shape(&t->model->desc, f);
+    for (int i = 0; i < n; i++) json_object_set_new(model, f[i].name, json_integer(f[i].value));
+    json_t *files = json_array();
+    for (int i = 0; i < neox_config_file_count(t->cfg); i++) {
+        char *copy = neox_strdup(neox_config_file_path(t->cfg, i));
+        json_array_append_new(files, json_sprintf("config/input/%d-%s", i, basename(copy)));
+        free(copy);
+    }
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:I, s:s, s:I}, s:o, s:o}",
+                     "iteration", (json_int_t)s->iteration, "optimizer_steps", (json_int_t)s->optimizer_steps,
+                     "train_position", (json_int_t)s->train_position, "valid_position", (json_int_t)s->valid_position,
+                     "seed", (json_int_t)s->seed, "dropout_draws", (json_int_t)s->dropout_draws, "skipped_total",
+                     (json_int_t)s->skipped_total, "nonfinite_in_a_row", (json_int_t)s->nonfinite_in_a_row,
+                     "optimizer", optimizer_name(t->optim.kind), "lr_schedule", "lr", t->lr.start_lr, "min_lr",
+                     t->lr.min_lr, "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
+                     "style", lr_style_name(t->lr.style), "num_iters", (json_int_t)s->iteration, "model", model,
+                     "config_files", files);
+}
+
+// ---- saving --------------------------------------------------------------------------------------
+// This rank's share of the flat buffers: [begin, end) of num_floats, cut evenly over data ranks.
+static void my_share(const neox_trainer *t, size_t *begin, size_t *end) {
+    size_t n = t->model->num_floats, dp = (size_t)t->grid->data_size, r = (size_t)t->grid->data_rank;
+    *begin = n * r / dp;
+    *end = n * (r + 1) / dp;
+}
+
+static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf, neox_error *err) {
+    size_t begin, end;
+    my_share(t, &begin, &end);
+    for (int i = 0; i < t->model->nparams; i++) {
+        const neox_param *p = &t->model->params[i];
+        size_t lo = p->offset > begin ? p->offset : begin, hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+        if (lo >= hi) continue;
+        char name[160];
+        snprintf(name, sizeof name, "%s/%s", group, p->name);
+        if (neox_ckpt_write_range(w, name, p->ndim, p->shape, (int64_t)(lo - p->offset), (int64_t)(hi - lo), buf + lo,
+                                  err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
+    json_t *state = state_json(t);
+    char *text = json_dumps(state, JSON_INDENT(2) | JSON_SORT_KEYS);
+    int rc = neox_ckpt_write_bytes(w, "state/train.json", text, strlen(text), err);
+    free(text);
+    char *effective = NULL;
+    size_t size = 0;
+    FILE *mem = open_memstream(&effective, &size);
+    neox_config_print_as(t->cfg, "json", mem);
+    fclose(mem);
+    if (rc == 0) rc = neox_ckpt_write_bytes(w, "config/effective.json", effective, size, err);
+    free(effective);
+    json_t *files = json_object_get(state, "config_files");
+    for (int i = 0; rc == 0 && i < neox_config_file_count(t->cfg); i++) {
+        size_t n;
+        char *yaml = neox_read_file(neox_config_file_path(t->cfg, i), &n, err);
+        rc = yaml ? neox_ckpt_write_bytes(w, json_string_value(json_array_get(files, (size_t)i)), yaml, n, err) : -1;
+        free(yaml);
+    }
+    json_decref(state);
+    return rc;
+}
+
+static int write_shard(const neox_trainer *t, const char *dir, neox_error *err) {
+    char name[32];
+    neox_ckpt_shard_name(t->grid->world_rank, name, sizeof name);
+    char *path = neox_asprintf("%s/%s", dir, name);
+    neox_ckpt_writer *w = neox_ckpt_writer_open(path, err);
+    free(path);
+    if (!w) return -1;
+    const char *names[2];
+    float *bufs[2];
+    int nbufs = optimizer_buffers(t, names, bufs);
+    int rc = write_share(t, w, "params", t->model->param_buf, err);
+    for (int b = 0; rc == 0 && b < nbufs; b++) rc = write_share(t, w, names[b], bufs[b], err);
+    if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
+    if (rc != 0) {
+        neox_ckpt_writer_abort(w);
+        return -1;
+    }
+    return neox_ckpt_writer_close(w, err);
+}
+
+static int write_manifest(const neox_trainer *t, const char *dir, neox_error *err) {
+    neox_ckpt_manifest m = {.iteration = t->state.iteration, .world_size = t->grid->world_size,
+                            .pipe_size = t->grid->pipe_size, .data_size = t->grid->data_size,
+                            .model_size = t->grid->model_size, .zero_stage = 0, .nfiles = t->grid->world_size};
+    m.files = neox_calloc((size_t)m.nfiles, sizeof *m.files);
+    int rc = 0;
+    for (int r = 0; r < m.nfiles && rc == 0; r++) {
+        neox_ckpt_shard_name(r, m.files[r].name, sizeof m.files[r].name);
+        m.files[r].rank = r;
+        char *path = neox_asprintf("%s/%s", dir, m.files[r].name);
+        rc = neox_ckpt_file_checksum(path, &m.files[r], err);
+        free(path);
+    }
+    if (rc == 0) rc = neox_ckpt_manifest_write(dir, &m, err);
+    free(m.files);
+    return rc;
+}
+
+// A failure on any rank fails the save on every rank (no rank waits for a checkpoint that will
+// never be complete).
+static int all_ranks_ok(neox_trainer *t, int rc) {
+    int failed = rc != 0;
+    if (t->grid->world_size > 1) neox_allreduce_sum(&t->grid->world, &failed, 1, NEOX_I32);
+    return failed == 0;
+}
+
+// The phases of a save, each ended by agreeing over all ranks that it succeeded.
+static int save_phases(neox_trainer *t, const char *dir, neox_error *err) {
+    int rc = 0;
+    if (t->rank0) {
+        rc = neox_ckpt_make_dir(t->save_dir, t->state.iteration, err);
+        // Re-saving an iteration (after resuming from an earlier checkpoint): the directory is not
+        // complete again until the new manifest is written.
+        char *manifest = neox_asprintf("%s/manifest.json", dir);
+        unlink(manifest);
+        free(manifest);
+    }
+    if (!all_ranks_ok(t, rc)) return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "rank 0 could not create %s", dir);
+    rc = write_shard(t, dir, err);
+    if (!all_ranks_ok(t, rc)) return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "another rank failed to write its shard");
+    if (t->rank0) {
+        rc = write_manifest(t, dir, err);
+        if (rc == 0) rc = neox_ckpt_mark_latest(t->save_dir, t->state.iteration, t->keep_last, err);
+        if (rc == 0) rc = neox_metrics_flush(t->metrics, err);
+    }
+    if (!all_ranks_ok(t, rc)) return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "rank 0 failed to complete %s", dir);
+    return 0;
+}
+
+int neox_train_save(neox_trainer *t, neox_error *err) {
+    double start = neox_now();
+    char *dir = neox_ckpt_dir(t->save_dir, t->state.iteration);
+    int rc = save_phases(t, dir, err);
+    if (rc == 0) {
+        t->last_saved = t->state.iteration;
+        if (t->rank0 && !t->opts.quiet) neox_info("saved checkpoint %s in %.2f s", dir, neox_now() - start);
+    } else {
+        neox_fail_context(err, "saving checkpoint %s", dir);
+    }
+    free(dir);
+    return rc;
+}
+
+// ---- loading -------------------------------------------------------------------------------------
+static int64_t json_int_field(json_t *obj, const char *key) { return (int64_t)json_integer_value(json_object_get(obj, key)); }
+
+static int check_model_shape(const neox_trainer *t, json_t *state, const char *dir, neox_error *err) {
+    json_t *model = json_object_get(state, "model");
+    if (!json_is_object(model)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json has no model shape", dir);
+    shape_field f[16];
+    int n = model_shape(&t->model->desc, f);
+    for (int i = 0; i < n; i++) {
+        json_t *v = json_object_get(model, f[i].name);
+        if (v && json_integer_value(v) != f[i].value)
+            return neox_fail(err, NEOX_EXIT_USAGE,
+                             "%s: the checkpoint's model has %s = %lld but the config gives %d; the model shape must match",
+                             dir, f[i].name, (long long)json_integer_value(v), f[i].value);
+    }
+    return 0;
+}
+
+// Reads whole tensors group/NAME into buf at each parameter's offset (any layout wrote them).
+static int read_tensors(const neox_trainer *t, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err) {
+    for (int i = 0; i < t->model->nparams; i++) {
+        const neox_param *p = &t->model->params[i];
+        char name[160];
+        snprintf(name, sizeof name, "%s/%s", group, p->name);
+        int ndim;
+        int64_t shape[NEOX_CKPT_MAX_DIMS];
+        if (neox_ckpt_tensor_shape(r, name, &ndim, shape, err) != 0) return -1;
+        int same = ndim == p->ndim;
+        for (int d = 0; same && d < ndim; d++) same = shape[d] == p->shape[d];
+        if (!same) return neox_fail(err, NEOX_EXIT_USAGE, "tensor %s: the checkpoint's shape differs from the config's model", name);
+        if (neox_ckpt_read_range(r, name, 0, (int64_t)p->numel, buf + p->offset, err) != 0) return -1;
+    }
+    return 0;
+}
+
+static int read_state(const neox_ckpt_reader *r, const char *dir, json_t **state, neox_error *err) {
+    void *data;
+    size_t size;
+    if (neox_ckpt_read_bytes(r, "state/train.json", &data, &size, err) != 0) return -1;
+    json_error_t jerr;
+    *state = json_loadb(data, size, 0, &jerr);
+    free(data);
+    if (!*state || !json_is_object(*state))
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json: %s", dir, *state ? "not an object" : jerr.text);
+    return 0;
+}
+
+static void restore_state(neox_trainer *t, json_t *state) {
+    const neox_config *cfg = t->cfg;
+    int finetune = neox_config_bool(cfg, "finetune");
+    int no_optim = finetune || neox_config_bool(cfg, "no_load_optim");
+    int no_rng = finetune || neox_config_bool(cfg, "no_load_rng");
+    if (!finetune) {
+        neox_train_state *s = &t->state;
+        s->iteration = json_int_field(state, "iteration");
+        s->train_position = json_int_field(state, "train_position");
+        // The valid split is read on from where the evaluations of iterations 1..N left it, as if
+        // the run had not stopped (the checkpoint of iteration N is written before its evaluation).
+        int64_t eval_interval = neox_config_int(cfg, "eval_interval");
+        s->valid_position = eval_interval > 0 ? s->iteration / eval_interval * neox_config_int(cfg, "eval_iters") * t->grad_accum : 0;
+        s->skipped_total = json_int_field(state, "skipped_total");
+        s->nonfinite_in_a_row = json_int_field(state, "nonfinite_in_a_row");
+        if (!no_optim) s->optimizer_steps = json_int_field(state, "optimizer_steps");
+        neox_batch_iterator_seek(&t->train_it, s->train_position);
+        if (t->datasets[1]) neox_batch_iterator_seek(&t->valid_it, s->valid_position);
+        t->last_saved = s->iteration;
+    }
+    if (!no_rng) {
+        t->state.seed = (uint64_t)json_int_field(state, "seed");
+        t->state.dropout_draws = json_int_field(state, "dropout_draws");
+    }
+    if (neox_config_bool(cfg, "use_checkpoint_lr_scheduler")) {
+        json_t *lr = json_object_get(state, "lr_schedule");
+        neox_lr_style style = t->lr.style;
+        neox_lr_style_parse(json_string_value(json_object_get(lr, "style")) ? json_string_value(json_object_get(lr, "style")) : "", &style);
+        t->lr = (neox_lr_schedule){json_real_value(json_object_get(lr, "lr")), json_real_value(json_object_get(lr, "min_lr")),
+                                   json_real_value(json_object_get(lr, "warmup_iters")),
+                                   json_int_field(lr, "decay_iters"), style};
+    }
+}
+
+static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
+    neox_ckpt_manifest man;
+    if (neox_ckpt_manifest_read(dir, &man, err) != 0) return -1;
+    const char **paths = neox_calloc((size_t)man.nfiles + 1, sizeof *paths);
+    int npaths = 0;
+    for (int i = 0; i < man.nfiles; i++)
+        if (man.files[i].rank >= 0) paths[npaths++] = neox_asprintf("%s/%s", dir, man.files[i].name);
+    neox_ckpt_reader *r = neox_ckpt_reader_open(paths, npaths, err);
+    json_t *state = NULL;
+    int rc = r ? read_state(r, dir, &state, err) : -1;
+    if (rc == 0) rc = check_model_shape(t, state, dir, err);
+    if (rc == 0) rc = read_tensors(t, r, "params", t->model->param_buf, err);
+    int load_optim = !neox_config_bool(t->cfg, "finetune") && !neox_config_bool(t->cfg, "no_load_optim");
+    if (rc == 0 && load_optim) {
+        const char *saved = json_string_value(json_object_get(state, "optimizer"));
+        if (!saved || strcmp(saved, optimizer_name(t->optim.kind)) != 0)
+            rc = neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: the checkpoint holds %s state, the config asks for %s "
+                           "(set no_load_optim: true to start the optimizer afresh)", saved ? saved : "no", optimizer_name(t->optim.kind));
+        const char *names[2];
+        float *bufs[2];
+        int nbufs = optimizer_buffers(t, names, bufs);
+        for (int b = 0; rc == 0 && b < nbufs; b++) rc = read_tensors(t, r, names[b], bufs[b], err);
+    }
+    if (rc == 0) restore_state(t, state);
+    json_decref(state);
+    neox_ckpt_reader_close(r);
+    for (int i = 0; i < npaths; i++) free((void *)paths[i]);
+    free(paths);
+    neox_ckpt_manifest_free(&man);
+    return rc;
+}
+
+int neox_train_load(neox_trainer *t, neox_error *err) {
+    if (!t->load_dir) return 0;
+    int64_t iteration;
+    int found;
+    if (neox_ckpt_read_latest(t->load_dir, &iteration, &found, err) != 0) return -1;
+    if (!found) {
+        if (t->rank0 && !t->opts.quiet)
+            neox_notice("load: no checkpoint in %s (no 'latest' file); training from scratch", t->load_dir);
+        return 0;
+    }
+    char *dir = neox_ckpt_dir(t->load_dir, iteration);
+    int rc = load_from(t, dir, err);
+    if (rc != 0) neox_fail_context(err, "loading checkpoint %s", dir);
+    else if (t->rank0 && !t->opts.quiet)
+        neox_info("loaded checkpoint %s (iteration %lld)", dir, (long long)t->state.iteration);
+    free(dir);
+    return rc;
+}

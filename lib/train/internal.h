@@ -1,0 +1,111 @@
+// internal.h: the trainer's state, shared by the files of lib/train/ (set-up, step, optimizer,
+// evaluation, checkpoints, loop). Nothing here is part of the public API (lib/train.h).
+#ifndef NEOX_TRAIN_INTERNAL_H
+#define NEOX_TRAIN_INTERNAL_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "data.h"
+#include "metrics.h"
+#include "model.h"
+#include "optim.h"
+#include "parallel.h"
+#include "tokenizer.h"
+#include "train.h"
+
+typedef enum { NEOX_OPTIMIZER_ADAM, NEOX_OPTIMIZER_SGD } neox_optimizer_kind;
+
+typedef struct neox_optimizer_settings {
+    neox_optimizer_kind kind;
+    double beta1, beta2, eps;  // adam
+    double momentum;           // sgd
+    double weight_decay;
+    double clip_grad;          // 0: no clipping
+} neox_optimizer_settings;
+
+// Everything a checkpoint restores besides tensors: the run's position.
+typedef struct neox_train_state {
+    int64_t iteration;             // completed iterations
+    int64_t optimizer_steps;       // updates applied (Adam's bias-correction step; skipped steps excluded)
+    int64_t train_position;        // global micro-batches consumed from the train split
+    int64_t valid_position;        // ... from the valid split
+    uint64_t seed;                 // the run's seed
+    int64_t dropout_draws;         // micro-batches that drew dropout masks (the RNG counter)
+    int64_t skipped_total;         // steps skipped over the run
+    int64_t nonfinite_in_a_row;
+} neox_train_state;
+
+struct neox_trainer {
+    const neox_config *cfg;
+    neox_grid *grid;
+    neox_train_options opts;
+    int rank0;                     // world rank 0: prints and writes run-wide files
+
+    neox_tokenizer *tokenizer;
+    int32_t eod_id;
+    neox_model *model;
+
+    // Sizes.
+    int micro_batch, grad_accum, seq_length;
+    int64_t train_iters, train_batch_size;
+
+    // Optimizer: state buffers parallel to the parameter buffer (fp32 params are the master weights).
+    neox_optimizer_settings optim;
+    float *exp_avg, *exp_avg_sq;   // adam moments, or (exp_avg) the sgd momentum buffer
+    neox_lr_schedule lr;
+    neox_grad_reducer *reducer;    // NULL at data-parallel size 1
+
+    // Data.
+    neox_data_settings data_settings;
+    neox_dataset *datasets[3];     // train, valid, test; NULL when a split is empty
+    neox_batch_iterator train_it, valid_it;
+    neox_batch *batch;
+
+    neox_metrics *metrics;
+    neox_train_state state;
+
+    // Checkpoint schedule.
+    const char *save_dir, *load_dir;
+    int64_t *save_iters;
+    int nsave_iters;
+    int64_t last_saved;            // iteration of the last checkpoint written or loaded (-1: none)
+    int keep_last;
+};
+
+// ---- set-up pieces (setup.c) ----------------------------------------------------------------
+int neox_train_read_optimizer(const neox_config *cfg, neox_optimizer_settings *o, neox_error *err);
+int neox_train_read_schedule(const neox_config *cfg, neox_lr_schedule *lr, neox_error *err);
+
+// ---- the step (step.c) ----------------------------------------------------------------------
+typedef struct neox_step_result {
+    double loss;          // mean over micro-batches and data-parallel ranks
+    double grad_norm;     // before clipping
+    double lr;
+    int skipped;          // non-finite loss or gradients: no update
+    int nonfinite_loss;
+} neox_step_result;
+
+// Runs gradient_accumulation_steps micro-batches, reduces, clips and updates.
+int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err);
+// Mean loss over eval_iters x gradient_accumulation_steps micro-batches of `it` (dropout off).
+int neox_train_evaluate(neox_trainer *t, neox_batch_iterator *it, int64_t iters, double *loss, neox_error *err);
+
+// ---- the optimizer (optimizer.c) ------------------------------------------------------------
+// Global L2 norm of the gradient buffer.
+double neox_train_grad_norm(const neox_trainer *t);
+// Scales gradients so their norm is at most clip_grad (DeepSpeed's coefficient clip / (norm + 1e-6)).
+void neox_train_clip(neox_trainer *t, double norm);
+// Applies one update with learning rate lr; step is the 1-based update count.
+void neox_train_update(neox_trainer *t, double lr, int64_t step);
+
+// ---- checkpoints (checkpoint.c) -------------------------------------------------------------
+int neox_train_save(neox_trainer *t, neox_error *err);
+// Loads SAVE/latest of load_dir (when there is one) as the config's load options say.
+int neox_train_load(neox_trainer *t, neox_error *err);
+
+// ---- signals (loop.c) -----------------------------------------------------------------------
+extern volatile sig_atomic_t neox_train_stop_signal;
+
+#endif

@@ -1,0 +1,121 @@
+// loop.c: the training loop as GPT-NeoX's train() and pretrain() run it: step, log, save at the
+// iterations of save_iters, evaluate every eval_interval, exit at exit_interval; then the final
+// validation, the final save and the test evaluation. SIGTERM and SIGUSR1 (SLURM's warning
+// before a time limit) stop the loop after the step in flight, with a checkpoint.
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+
+#include "internal.h"
+
+volatile sig_atomic_t neox_train_stop_signal = 0;
+
+static void on_stop_signal(int sig) { neox_train_stop_signal = sig; }
+
+void neox_train_install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+// Every rank stops at the same step when any rank got the signal.
+static int stop_requested(neox_trainer *t) {
+    int stop = neox_train_stop_signal != 0;
+    if (t->grid->world_size > 1) neox_allreduce_sum(&t->grid->world, &stop, 1, NEOX_I32);
+    return stop != 0;
+}
+
+static int is_save_iteration(const neox_trainer *t, int64_t iteration) {
+    for (int i = 0; i < t->nsave_iters; i++)
+        if (t->save_iters[i] == iteration) return 1;
+    return 0;
+}
+
+static int do_split(const neox_trainer *t, const char *key, int split) {
+    if (!t->datasets[split]) return 0;
+    return neox_config_has(t->cfg, key) ? neox_config_bool(t->cfg, key) : 1;
+}
+
+static int evaluate(neox_trainer *t, int split, const char *chart, const char *prefix, neox_error *err) {
+    neox_batch_iterator test_it, *it = &t->valid_it;
+    if (split == 2) {
+        neox_batch_iterator_init(&test_it, t->datasets[2], t->micro_batch, t->grid->data_size, t->grid->data_rank,
+                                 t->eod_id, neox_config_bool(t->cfg, "eod_mask_loss"));
+        it = &test_it;
+    }
+    double loss;
+    if (neox_train_evaluate(t, it, neox_config_int(t->cfg, "eval_iters"), &loss, err) != 0) return -1;
+    return neox_metrics_eval(t->metrics, chart, prefix, t->state.iteration, loss, err);
+}
+
+static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *err) {
+    neox_train_state *s = &t->state;
+    if (r->skipped) {
+        s->skipped_total++;
+        s->nonfinite_in_a_row++;
+    } else {
+        s->nonfinite_in_a_row = 0;
+    }
+    neox_step_stats stats = {.iteration = s->iteration, .lm_loss = r->loss, .learning_rate = r->lr,
+                             .grad_norm = r->grad_norm, .loss_scale = 1.0, .skipped = r->skipped};
+    if (neox_metrics_step(t->metrics, &stats, err) != 0) return -1;
+    if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
+        return neox_fail(err, NEOX_EXIT_FAILURE,
+                         "stopping at iteration %lld: the last %d iterations had a non-finite loss or gradient norm "
+                         "(skipped %lld iterations in all); lower the learning rate or check the data",
+                         (long long)s->iteration, NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW, (long long)s->skipped_total);
+    return 0;
+}
+
+// After each step: save, evaluate, maybe exit. Returns 1 to leave the loop with *status set.
+static int after_step(neox_trainer *t, int *status, neox_error *err) {
+    int64_t it = t->state.iteration;
+    if (t->save_dir && is_save_iteration(t, it) && neox_train_save(t, err) != 0) return -1;
+    int64_t eval_interval = neox_config_int(t->cfg, "eval_interval");
+    if (eval_interval > 0 && it % eval_interval == 0 && do_split(t, "do_valid", 1)) {
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "iteration %lld", (long long)it);
+        if (evaluate(t, 1, "validation", prefix, err) != 0) return -1;
+    }
+    int64_t exit_interval = neox_config_has(t->cfg, "exit_interval") ? neox_config_int(t->cfg, "exit_interval") : 0;
+    if (exit_interval > 0 && it % exit_interval == 0) {
+        if (t->rank0) neox_info("exiting program at iteration %lld (exit_interval)", (long long)it);
+        *status = 0;
+        return 1;
+    }
+    if (stop_requested(t)) {
+        if (t->rank0) neox_notice("stop requested by a signal: stopping at iteration %lld", (long long)it);
+        if (t->save_dir && t->last_saved != it && neox_train_save(t, err) != 0) return -1;
+        *status = NEOX_TRAIN_EXIT_INTERRUPTED;
+        return 1;
+    }
+    return 0;
+}
+
+static int finish(neox_trainer *t, neox_error *err) {
+    if (do_split(t, "do_valid", 1) && evaluate(t, 1, "validation", "the end of training for val data", err) != 0)
+        return -1;
+    if (t->save_dir && t->state.iteration > 0 && t->last_saved != t->state.iteration && neox_train_save(t, err) != 0)
+        return -1;
+    if (do_split(t, "do_test", 2) && evaluate(t, 2, "test", "the end of training for test data", err) != 0) return -1;
+    return 0;
+}
+
+int neox_trainer_run(neox_trainer *t, neox_error *err) {
+    int train = neox_config_has(t->cfg, "do_train") ? neox_config_bool(t->cfg, "do_train") : 1;
+    if (t->rank0 && !t->opts.quiet && t->state.iteration < t->train_iters && train)
+        neox_info("training from iteration %lld to %lld", (long long)t->state.iteration, (long long)t->train_iters);
+    neox_metrics_begin(t->metrics);
+    while (train && t->state.iteration < t->train_iters) {
+        neox_step_result r;
+        int status = 0, done;
+        if (neox_train_step(t, &r, err) != 0 || record_step(t, &r, err) != 0) return -1;
+        if ((done = after_step(t, &status, err)) != 0) return done < 0 ? -1 : status;
+    }
+    if (finish(t, err) != 0) return -1;
+    return neox_metrics_close(t->metrics, err) == 0 ? (t->metrics = NULL, 0) : (t->metrics = NULL, -1);
+}
