@@ -1,16 +1,29 @@
 // neox-convert: checkpoints between parallel layouts and to/from Hugging Face. This file parses the command
-// line and dispatches; the checkpoint code is in lib/.
+// line and dispatches; the conversions are in lib/convert (lib/convert.h).
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
+#include "convert.h"
 #include "core.h"
 
 static void usage(FILE *out) {
     fprintf(out,
-            "Usage: %s [OPTION]...\n"
+            "Usage: %s COMMAND [OPTION]...\n"
             "Reshard, export, import, inspect and verify neox.c checkpoints.\n"
+            "\n"
+            "Commands (CKPT is a save directory holding 'latest', or one global_stepN directory):\n"
+            "  to-hf --input CKPT --output DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]\n"
+            "                     write a Hugging Face model folder (config.json, generation_config.json,\n"
+            "                     model.safetensors or shards + index above BYTES (default 5G), tokenizer files)\n"
+            "  from-hf --input DIR --output SAVE [--tp N] [--pp M]\n"
+            "                     import a GPTNeoXForCausalLM or LlamaForCausalLM safetensors folder as a\n"
+            "                     checkpoint in SAVE (global_step0 + latest) and SAVE/model.yml\n"
+            "  inspect CKPT       layout, iteration, tokens seen, model, every tensor with shape, norm, CRC-32\n"
+            "  verify CKPT        completeness, checksums and metadata; exit 0 when sound, 1 when not\n"
+            "  reshard --input CKPT --output SAVE [--tp N] [--pp M] [--dp K] [--zero S]\n"
+            "                     write the checkpoint laid out for another parallel layout\n"
             "\n"
             "  --print-config CONFIG.yml [MORE.yml]...\n"
             "                     print every configuration key of the merged configs, its effective\n"
@@ -19,13 +32,104 @@ static void usage(FILE *out) {
             "  -h, --help         show this help and exit\n"
             "  -V, --version      show version, backends and library versions, and exit\n"
             "\n"
+            "Outputs are written under a temporary name and renamed when complete; an existing output is refused.\n"
             "Exit status: 0 success, 1 runtime failure, 2 usage error.\n",
             neox_progname());
+}
+
+typedef struct args {
+    const char *input, *output, *dtype;
+    unsigned long long max_shard;
+    neox_cvt_layout layout;
+} args;
+
+static int positive(const char *opt, const char *value) {
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (*end || v < 0 || v > 1 << 20) neox_usage_error("%s: '%s' is not a non-negative integer", opt, value);
+    return (int)v;
+}
+
+static unsigned long long byte_size(const char *value) {
+    char *end;
+    double v = strtod(value, &end);
+    double unit = !*end ? 1 : !strcmp(end, "K") ? 1e3 : !strcmp(end, "M") ? 1e6 : !strcmp(end, "G") ? 1e9 : -1;
+    if (v <= 0 || unit < 0) neox_usage_error("--max-shard-size: '%s' is not a size (BYTES, or with K, M or G)", value);
+    return (unsigned long long)(v * unit);
+}
+
+// Parses the options of a subcommand (argv[0] is the subcommand); positional arguments stay in argv[optind..].
+static args parse_command(int argc, char **argv) {
+    static const struct option options[] = {
+        {"input", required_argument, NULL, 'i'}, {"output", required_argument, NULL, 'o'},
+        {"dtype", required_argument, NULL, 'd'}, {"max-shard-size", required_argument, NULL, 's'},
+        {"tp", required_argument, NULL, 't'},    {"pp", required_argument, NULL, 'p'},
+        {"dp", required_argument, NULL, 'D'},    {"zero", required_argument, NULL, 'z'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    args a = {.layout = {1, 1, 1, 0}};
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (c) {
+        case 'i': a.input = optarg; break;
+        case 'o': a.output = optarg; break;
+        case 'd': a.dtype = optarg; break;
+        case 's': a.max_shard = byte_size(optarg); break;
+        case 't': a.layout.tp = positive("--tp", optarg); break;
+        case 'p': a.layout.pp = positive("--pp", optarg); break;
+        case 'D': a.layout.dp = positive("--dp", optarg); break;
+        case 'z': a.layout.zero = positive("--zero", optarg); break;
+        case 'h': usage(stdout); exit(0);
+        default: neox_usage_error("%s: unrecognized option '%s'", argv[0], argv[optind - 1]);
+        }
+    }
+    return a;
+}
+
+static void need_io(const args *a, const char *command) {
+    if (!a->input) neox_usage_error("%s: --input is required", command);
+    if (!a->output) neox_usage_error("%s: --output is required", command);
+}
+
+// inspect and verify take the checkpoint as their one positional argument (or --input).
+static const char *checkpoint_arg(const args *a, int argc, char **argv, const char *command) {
+    if (a->input && optind == argc) return a->input;
+    if (optind != argc - 1) neox_usage_error("%s: give exactly one checkpoint", command);
+    return argv[optind];
+}
+
+static int run_command(int argc, char **argv) {
+    const char *command = argv[0];
+    args a = parse_command(argc, argv);
+    neox_error err = {0};
+    int rc;
+    if (!strcmp(command, "to-hf")) {
+        need_io(&a, command);
+        neox_to_hf_options o = {.dtype = a.dtype, .max_shard_bytes = a.max_shard};
+        rc = neox_convert_to_hf(a.input, a.output, &o, &err);
+    } else if (!strcmp(command, "inspect")) {
+        rc = neox_convert_inspect(checkpoint_arg(&a, argc, argv, command), stdout, &err);
+    } else if (!strcmp(command, "verify")) {
+        rc = neox_convert_verify(checkpoint_arg(&a, argc, argv, command), stdout, &err);
+    } else if (!strcmp(command, "from-hf")) {
+        need_io(&a, command);
+        rc = neox_convert_from_hf(a.input, a.output, &a.layout, &err);
+    } else if (!strcmp(command, "reshard")) {
+        need_io(&a, command);
+        rc = neox_convert_reshard(a.input, a.output, &a.layout, &err);
+    } else {
+        neox_usage_error("unknown command '%s' (to-hf, from-hf, inspect, verify, reshard)", command);
+    }
+    if (rc != 0) neox_die_error(&err);
+    return 0;
 }
 
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
     neox_log_from_launcher();
+    if (argc > 1 && argv[1][0] != '-') return run_command(argc - 1, argv + 1);
     static const struct option options[] = {
         {"print-config", no_argument, NULL, 'P'},
         {"print-config-format", required_argument, NULL, 'F'},
@@ -53,5 +157,5 @@ int main(int argc, char **argv) {
             neox_die_error(&err);
         return 0;
     }
-    neox_usage_error("nothing to do");
+    neox_usage_error("nothing to do (give a command: to-hf, from-hf, inspect, verify, reshard)");
 }

@@ -1,0 +1,80 @@
+// convert.h: what neox-convert does, as library calls — export a training checkpoint as a Hugging
+// Face model folder and import one back, inspect and verify a checkpoint, and reshard it for another
+// parallel layout. Checkpoints are the trainer's (docs/training.md, "Checkpoints written by
+// neox-train"); every move reads tensors by intersection (lib/ckpt.h), one tensor at a time, so
+// memory stays bounded by a few tensors. See docs/convert.md.
+#ifndef NEOX_CONVERT_H
+#define NEOX_CONVERT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ckpt.h"
+#include "config.h"
+#include "core.h"
+#include "model.h"
+
+// ---- an opened checkpoint -------------------------------------------------------------------
+typedef struct neox_cvt_ckpt {
+    char *dir;                   // SAVE/global_stepN
+    neox_ckpt_manifest manifest;
+    neox_ckpt_reader *reader;    // every shard file of the manifest
+    void *state;                 // state/train.json (a jansson json_t *)
+    neox_config *cfg;            // the config the checkpoint was trained with (config/input/*)
+    neox_model_desc desc;
+} neox_cvt_ckpt;
+
+// Opens PATH: a checkpoint directory (holding manifest.json) or a save directory (holding `latest`).
+// Reads the manifest, indexes every shard, loads the stored config and derives the model from it.
+int neox_cvt_open(neox_cvt_ckpt *c, const char *path, neox_error *err);
+void neox_cvt_close(neox_cvt_ckpt *c);
+
+// ---- the parameters of a model, in the trainer's buffer order (lib/model/params.c) -----------
+typedef struct neox_cvt_param {
+    char name[96];      // Hugging Face name
+    int ndim;
+    int64_t shape[2];
+    int layer;          // -1 for embeddings, final norm and output layer
+} neox_cvt_param;
+
+// The parameter list of desc (malloc'ed, *count entries).
+neox_cvt_param *neox_cvt_params(const neox_model_desc *desc, int *count);
+
+// ---- parallel layouts (lib/convert/layout.c) ---------------------------------------------------
+typedef struct neox_cvt_layout {
+    int tp, pp, dp;     // model (tensor), pipe and data parallel sizes
+    int zero;           // ZeRO stage (0..3)
+} neox_cvt_layout;
+
+// The block of a parameter that (pipe, model) rank owns: offset and count per dimension.
+// Returns 0 when the rank holds no part of it (another pipe stage; a replicated tensor owned by
+// model rank 0). split_dim is -1 for replicated tensors.
+int neox_cvt_param_block(const neox_model_desc *desc, const neox_cvt_param *p, const neox_cvt_layout *lay, int pipe,
+                         int model, int64_t *offset, int64_t *count);
+// Checks that the layout divides the model (heads % tp, kv heads % tp, MLP width, vocabulary,
+// layers >= pp). The error names the size and the option.
+int neox_cvt_layout_check(const neox_model_desc *desc, const neox_cvt_layout *lay, neox_error *err);
+
+// ---- the subcommands ------------------------------------------------------------------------
+typedef struct neox_to_hf_options {
+    const char *dtype;          // "fp32" (default), "bf16" or "fp16"
+    uint64_t max_shard_bytes;   // model.safetensors is split above this (0: NEOX_HF_SHARD_BYTES)
+} neox_to_hf_options;
+#define NEOX_HF_SHARD_BYTES (5ull << 30)  // 5 GB, as transformers' save_pretrained
+
+int neox_convert_to_hf(const char *ckpt, const char *out_dir, const neox_to_hf_options *opts, neox_error *err);
+int neox_convert_from_hf(const char *hf_dir, const char *out_save, const neox_cvt_layout *lay, neox_error *err);
+int neox_convert_inspect(const char *ckpt, FILE *out, neox_error *err);
+// Prints a line per check; returns 0 when the checkpoint is sound, -1 (err names the first problem).
+int neox_convert_verify(const char *ckpt, FILE *out, neox_error *err);
+int neox_convert_reshard(const char *ckpt, const char *out_save, const neox_cvt_layout *lay, neox_error *err);
+
+// ---- output directories that appear complete or not at all (lib/convert/outdir.c) ----------------
+// Creates "<final>.tmp.<pid>" (refusing when final exists) and registers it for removal on exit.
+char *neox_cvt_outdir_begin(const char *final_path, neox_error *err);
+// Renames the temporary directory into place and fsyncs its parent.
+int neox_cvt_outdir_commit(const char *tmp, const char *final_path, neox_error *err);
+// Removes the temporary directory and everything in it.
+void neox_cvt_outdir_abort(const char *tmp);
+
+#endif

@@ -1,0 +1,416 @@
+// from_hf.c: a Hugging Face GPTNeoXForCausalLM or LlamaForCausalLM folder (config.json and
+// model.safetensors, or shards listed by model.safetensors.index.json) as a training checkpoint:
+// SAVE/global_step0 in the requested layout, SAVE/latest, and SAVE/model.yml, the GPT-NeoX-style
+// config of the model (to be combined with a data/training config; it sets `finetune: true`).
+// The YAML is loaded back through the config loader, so the model the trainer will build from it
+// is the one whose parameters are written. Memory: one safetensors file at a time.
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "convert_internal.h"
+#include "safetensors.h"
+
+typedef struct hf_model {
+    const char *dir;
+    json_t *config;
+    int llama;               // LlamaForCausalLM (else GPTNeoXForCausalLM)
+    json_t *weight_map;      // name -> file (NULL: everything is in model.safetensors)
+} hf_model;
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static json_t *load_json(const char *path, neox_error *err) {
+    json_error_t jerr;
+    json_t *j = json_load_file(path, 0, &jerr);
+    if (!j) neox_fail(err, NEOX_EXIT_FAILURE, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    else if (!json_is_object(j)) json_decref(j), j = NULL, neox_fail(err, NEOX_EXIT_FAILURE, "%s: not a JSON object", path);
+    return j;
+}
+
+// ---- config.json -> GPT-NeoX YAML -------------------------------------------------------------
+typedef struct yaml_out {
+    char *text;
+    size_t size;
+    FILE *f;
+} yaml_out;
+
+static int get_int(const hf_model *m, const char *key, int64_t fallback, int64_t *out, neox_error *err) {
+    json_t *v = json_object_get(m->config, key);
+    if (!v || json_is_null(v)) {
+        if (fallback < 0) return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' is missing", m->dir, key);
+        *out = fallback;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' is not a non-negative integer", m->dir, key);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static double get_num(const hf_model *m, const char *key, double fallback) {
+    json_t *v = json_object_get(m->config, key);
+    return json_is_number(v) ? json_number_value(v) : fallback;
+}
+
+static int get_bool(const hf_model *m, const char *key, int fallback) {
+    json_t *v = json_object_get(m->config, key);
+    return json_is_boolean(v) ? json_is_true(v) : fallback;
+}
+
+static const char *get_str(const hf_model *m, const char *key, const char *fallback) {
+    const char *s = json_string_value(json_object_get(m->config, key));
+    return s ? s : fallback;
+}
+
+// A float as YAML 1.1 reads it (an exponent needs a '.' in the mantissa: 1.0e-05, not 1e-05).
+static const char *yaml_float(double x, char *buf, size_t size) {
+    char tmp[40];
+    snprintf(tmp, sizeof tmp, "%.9g", x);
+    char *e = strchr(tmp, 'e');
+    if (e && !memchr(tmp, '.', (size_t)(e - tmp))) snprintf(buf, size, "%.*s.0%s", (int)(e - tmp), tmp, e);
+    else snprintf(buf, size, "%s", tmp);
+    return buf;
+}
+
+// The largest power of two up to 128 dividing the vocabulary: GPT-NeoX pads the tokenizer's size
+// up to a multiple of it, which gives the Hugging Face vocabulary back.
+static int64_t vocab_unit(int64_t vocab) {
+    int64_t unit = 1;
+    while (unit < 128 && vocab % (unit * 2) == 0) unit *= 2;
+    return unit;
+}
+
+static int architecture_of(hf_model *m, neox_error *err) {
+    const char *type = get_str(m, "model_type", "");
+    json_t *arch = json_array_get(json_object_get(m->config, "architectures"), 0);
+    const char *a = json_string_value(arch) ? json_string_value(arch) : "";
+    // model_type decides (transformers' AutoConfig reads it); architectures only when it is absent.
+    if (*type ? !strcmp(type, "gpt_neox") : !strcmp(a, "GPTNeoXForCausalLM")) m->llama = 0;
+    else if (*type ? !strcmp(type, "llama") : !strcmp(a, "LlamaForCausalLM")) m->llama = 1;
+    else return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: model_type '%s' (architectures '%s') is not "
+                          "GPTNeoXForCausalLM or LlamaForCausalLM", m->dir, type, a);
+    return 0;
+}
+
+static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads, neox_error *err) {
+    int64_t kv = 0, ffn = 0, head_dim = 0;
+    if (get_int(m, "num_key_value_heads", heads, &kv, err) || get_int(m, "intermediate_size", -1, &ffn, err) ||
+        get_int(m, "head_dim", hidden / heads, &head_dim, err))
+        return -1;
+    const char *act = get_str(m, "hidden_act", "silu");
+    double theta = get_num(m, "rope_theta", 10000.0);
+    if (strcmp(act, "silu") != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' (neox.c's swiglu is silu)", m->dir, act);
+    if (head_dim * heads != hidden)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: head_dim %lld x num_attention_heads is not hidden_size",
+                         m->dir, (long long)head_dim);
+    json_t *scaling = json_object_get(m->config, "rope_scaling");
+    if (scaling && !json_is_null(scaling))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling is not supported", m->dir);
+    if (theta != floor(theta))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_theta %g is not an integer (rotary_emb_base)", m->dir, theta);
+    // GPT-NeoX's gated MLP takes 2/3 of intermediate_size for both halves: 3F gives halves of F.
+    char eps[40];
+    fprintf(f, "norm: rmsnorm\nrms_norm_epsilon: %s\nactivation: swiglu\nintermediate_size: %lld\nmlp_multiple_of: 1\n"
+            "num_kv_heads: %lld\nrotary_pct: 1.0\nrotary_emb_base: %.0f\ngpt_j_residual: false\n"
+            "use_bias_in_attn_linear: %s\nuse_bias_in_mlp: %s\n",
+            yaml_float(get_num(m, "rms_norm_eps", 1e-6), eps, sizeof eps), (long long)(3 * ffn), (long long)kv, theta,
+            get_bool(m, "attention_bias", 0) ? "true" : "false", get_bool(m, "mlp_bias", 0) ? "true" : "false");
+    return 0;
+}
+
+static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error *err) {
+    int64_t ffn = 0;
+    if (get_int(m, "intermediate_size", 4 * hidden, &ffn, err)) return -1;
+    const char *act = get_str(m, "hidden_act", "gelu");
+    int tanh_gelu = !strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast");
+    if (!tanh_gelu && strcmp(act, "gelu") != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' (gelu, gelu_new, gelu_pytorch_tanh)", m->dir, act);
+    double base = get_num(m, "rotary_emb_base", 10000.0);
+    if (base != floor(base))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rotary_emb_base %g is not an integer", m->dir, base);
+    char eps[40];
+    fprintf(f, "norm: layernorm\nlayernorm_epsilon: %s\nuse_bias_in_norms: true\nactivation: gelu\n"
+            "bias_gelu_fusion: %s\nintermediate_size: %lld\nmlp_multiple_of: 1\nrotary_pct: %.17g\n"
+            "rotary_emb_base: %.0f\ngpt_j_residual: %s\nuse_bias_in_attn_linear: %s\nuse_bias_in_mlp: true\n",
+            yaml_float(get_num(m, "layer_norm_eps", 1e-5), eps, sizeof eps), tanh_gelu ? "true" : "false", (long long)ffn,
+            get_num(m, "rotary_pct", 0.25), base, get_bool(m, "use_parallel_residual", 1) ? "true" : "false",
+            get_bool(m, "attention_bias", 1) ? "true" : "false");
+    return 0;
+}
+
+// The tokenizer keys: the folder's tokenizer files, copied next to the checkpoint.
+static void tokenizer_yaml(const hf_model *m, FILE *f, const char *save_final) {
+    char *json_path = neox_asprintf("%s/tokenizer.json", m->dir), *vocab = neox_asprintf("%s/vocab.json", m->dir),
+         *merges = neox_asprintf("%s/merges.txt", m->dir);
+    if (file_exists(json_path))
+        fprintf(f, "tokenizer_type: HFTokenizer\nvocab_file: \"%s/tokenizer.json\"\n", save_final);
+    else if (file_exists(vocab) && file_exists(merges))
+        fprintf(f, "tokenizer_type: GPT2BPETokenizer\nvocab_file: \"%s/vocab.json\"\nmerge_file: \"%s/merges.txt\"\n",
+                save_final, save_final);
+    else
+        fprintf(f, "# %s has no tokenizer.json nor vocab.json + merges.txt: set tokenizer_type and vocab_file\n", m->dir);
+    free(json_path), free(vocab), free(merges);
+}
+
+static char *model_yaml(const hf_model *m, const char *save_final, int64_t *vocab, neox_error *err) {
+    int64_t hidden = 0, layers = 0, heads = 0, max_pos = 0;
+    if (get_int(m, "hidden_size", -1, &hidden, err) || get_int(m, "num_hidden_layers", -1, &layers, err) ||
+        get_int(m, "num_attention_heads", -1, &heads, err) || get_int(m, "vocab_size", -1, vocab, err) ||
+        get_int(m, "max_position_embeddings", 2048, &max_pos, err))
+        return NULL;
+    if (heads == 0 || hidden % heads != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_size is not divisible by num_attention_heads", m->dir), NULL;
+    char *text = NULL, std[40];
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    fprintf(f, "# Imported by neox-convert from-hf from %s (%s). Combine with a data and training config;\n"
+            "# finetune: true loads these parameters and starts a fresh run.\n",
+            m->dir, m->llama ? "LlamaForCausalLM" : "GPTNeoXForCausalLM");
+    fprintf(f, "num_layers: %lld\nhidden_size: %lld\nnum_attention_heads: %lld\nmax_position_embeddings: %lld\n"
+            "seq_length: %lld\npos_emb: rotary\nno_weight_tying: %s\nmake_vocab_size_divisible_by: %lld\n"
+            "init_method_std: %s\n",
+            (long long)layers, (long long)hidden, (long long)heads, (long long)max_pos, (long long)max_pos,
+            get_bool(m, "tie_word_embeddings", 0) ? "false" : "true", (long long)vocab_unit(*vocab),
+            yaml_float(get_num(m, "initializer_range", 0.02), std, sizeof std));
+    int rc = m->llama ? llama_yaml(m, f, hidden, heads, err) : gpt_neox_yaml(m, f, hidden, err);
+    tokenizer_yaml(m, f, save_final);
+    fprintf(f, "load: \"%s\"\nfinetune: true\n", save_final);
+    fclose(f);
+    if (rc != 0) free(text), text = NULL;
+    return text;
+}
+
+// ---- the tensors ----------------------------------------------------------------------------------
+typedef struct source {
+    const hf_model *m;
+    char *file;              // the safetensors file open now
+    neox_safetensors *st;
+    float *data;             // it, converted to fp32 (BF16, F16, or F32 stored unaligned)
+    const float *whole;      // it in fp32: data, or the file's bytes when F32 and aligned
+} source;
+
+static int open_file_of(source *s, const char *name, neox_error *err) {
+    const char *file = "model.safetensors";
+    if (s->m->weight_map) {
+        file = json_string_value(json_object_get(s->m->weight_map, name));
+        if (!file) return neox_fail(err, NEOX_EXIT_FAILURE, "%s/model.safetensors.index.json: no entry for tensor '%s'", s->m->dir, name);
+        if (strchr(file, '/')) return neox_fail(err, NEOX_EXIT_FAILURE, "%s/model.safetensors.index.json: file '%s' is "
+                                                "outside the folder", s->m->dir, file);
+    }
+    if (s->file && !strcmp(s->file, file)) return 0;
+    neox_safetensors_close(s->st);
+    free(s->file);
+    s->file = neox_strdup(file);
+    char *path = neox_asprintf("%s/%s", s->m->dir, file);
+    s->st = neox_safetensors_open(path, err);
+    free(path);
+    return s->st ? 0 : -1;
+}
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
+    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) u = sign;
+    else {  // subnormal: normalise
+        exp = 113;
+        while (!(man & 0x400)) man <<= 1, exp--;
+        u = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int load_tensor(source *s, const neox_cvt_param *p, neox_error *err) {
+    if (open_file_of(s, p->name, err) != 0) return -1;
+    const neox_st_tensor *t = neox_safetensors_find(s->st, p->name);
+    if (!t) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s' is missing", s->st->name, p->name);
+    int same = t->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+    if (!same) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s' has another shape than config.json gives "
+                                "(%lldx%lld expected)", s->st->name, p->name, (long long)p->shape[0],
+                                (long long)(p->ndim == 2 ? p->shape[1] : 1));
+    int64_t n = neox_st_numel(t);
+    const unsigned char *src = t->data;
+    if (!strcmp(t->dtype, "F32") && (uintptr_t)src % sizeof(float) == 0) {
+        s->whole = (const float *)t->data;  // used in place: no copy
+        return 0;
+    }
+    s->data = neox_realloc(s->data, (size_t)(n ? n : 1) * sizeof(float));
+    s->whole = s->data;
+    if (!strcmp(t->dtype, "F32")) memcpy(s->data, src, (size_t)n * 4);
+    else if (!strcmp(t->dtype, "BF16") || !strcmp(t->dtype, "F16")) {
+        int bf16 = !strcmp(t->dtype, "BF16");
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            if (bf16) {
+                uint32_t u = (uint32_t)h << 16;
+                memcpy(&s->data[i], &u, 4);
+            } else {
+                s->data[i] = half_to_float(h);
+            }
+        }
+    } else {
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s' is %s (F32, BF16 or F16 expected)", s->st->name,
+                         p->name, t->dtype);
+    }
+    return 0;
+}
+
+// Tensors a Hugging Face folder may hold that are not parameters of the model.
+static int ignorable(const char *name, int tied) {
+    size_t n = strlen(name);
+    const char *suffixes[] = {"rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n >= k && !strcmp(name + n - k, suffixes[i])) return 1;
+    }
+    return tied && (!strcmp(name, "embed_out.weight") || !strcmp(name, "lm_head.weight"));
+}
+
+// Every tensor of the folder (the index's weight map, or the single file, open in st) must be a
+// parameter of the model or a known non-parameter buffer.
+static int check_no_extra(const hf_model *m, const neox_safetensors *st, const neox_cvt_param *ps, int n, int tied,
+                          neox_error *err) {
+    json_t *names = json_object();
+    if (m->weight_map) json_object_update(names, m->weight_map);
+    else
+        for (int i = 0; st && i < st->count; i++) json_object_set_new(names, st->tensors[i].name, json_true());
+    for (int i = 0; i < n; i++) json_object_del(names, ps[i].name);
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(names, key, v) {
+        if (!ignorable(key, tied)) {
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s' is not a parameter of the model config.json describes",
+                           m->dir, key);
+            break;
+        }
+    }
+    json_decref(names);
+    return rc;
+}
+
+// The stored config is model.yml plus this file: the config loader needs a batch size, which the
+// fine-tuning config gives (model.yml leaves it out so the two can be merged).
+static const char batch_yaml[] = "# neox-convert from-hf: lets the stored model config load on its own\n"
+                                 "train_micro_batch_size_per_gpu: 1\n";
+
+static char *state_json(const neox_model_desc *d) {
+    json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:[s, s]}",
+                          "iteration", (json_int_t)0, "optimizer_steps", (json_int_t)0, "train_position", (json_int_t)0,
+                          "valid_position", (json_int_t)0, "seed", (json_int_t)1234, "dropout_draws", (json_int_t)0,
+                          "skipped_total", (json_int_t)0, "nonfinite_in_a_row", (json_int_t)0, "model", "num_layers",
+                          d->num_layers, "hidden_size", d->hidden_size, "num_attention_heads", d->num_heads,
+                          "num_kv_heads", d->num_kv_heads, "intermediate_size", d->ffn_size, "padded_vocab_size",
+                          d->vocab_size, "config_files", "config/input/0-model.yml", "config/input/1-batch.yml");
+    char *text = json_dumps(s, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(s);
+    return text;
+}
+
+static int write_checkpoint(const hf_model *m, const char *save, const neox_config *cfg, const neox_model_desc *d,
+                            const char *yaml, const neox_cvt_layout *lay, neox_error *err) {
+    neox_cvt_out o;
+    if (neox_cvt_out_open(&o, save, 0, d, lay, err) != 0) return -1;
+    int rc = m->weight_map ? check_no_extra(m, NULL, o.params, o.nparams, d->tied, err) : 0;
+    source s = {.m = m};
+    neox_progress *bar = neox_progress_start("from-hf", (double)o.flat_total * sizeof(float), "B");
+    for (int i = 0; i < o.nparams && rc == 0; i++) {
+        rc = load_tensor(&s, &o.params[i], err);
+        if (rc == 0) rc = neox_cvt_out_tensor(&o, "params", i, s.whole, err);
+        neox_progress_update(bar, o.bytes_written, NULL);
+    }
+    neox_progress_finish(bar, o.bytes_written, NULL);
+    if (rc == 0 && !m->weight_map) rc = check_no_extra(m, s.st, o.params, o.nparams, d->tied, err);
+    neox_safetensors_close(s.st);
+    free(s.file);
+    free(s.data);
+    char *state = state_json(d), *effective = NULL;
+    size_t size = 0;
+    FILE *mem = open_memstream(&effective, &size);
+    neox_config_print_as(cfg, "json", mem);
+    fclose(mem);
+    if (rc == 0) rc = neox_cvt_out_bytes(&o, "state/train.json", state, strlen(state), err);
+    if (rc == 0) rc = neox_cvt_out_bytes(&o, "config/effective.json", effective, size, err);
+    if (rc == 0) rc = neox_cvt_out_bytes(&o, "config/input/0-model.yml", yaml, strlen(yaml), err);
+    if (rc == 0) rc = neox_cvt_out_bytes(&o, "config/input/1-batch.yml", batch_yaml, strlen(batch_yaml), err);
+    free(state);
+    free(effective);
+    if (rc == 0) return neox_cvt_out_finish(&o, save, 0, err);
+    neox_cvt_out_abort(&o);
+    return -1;
+}
+
+static int copy_tokenizer(const hf_model *m, const char *tmp, neox_error *err) {
+    const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *src = neox_asprintf("%s/%s", m->dir, names[i]);
+        int rc = file_exists(src) ? neox_cvt_copy_file(src, tmp, names[i], err) : 0;
+        free(src);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+static int import_into(hf_model *m, const char *tmp, const char *save_final, const neox_cvt_layout *lay, neox_error *err) {
+    int64_t vocab = 0;
+    char *yaml = model_yaml(m, save_final, &vocab, err);
+    if (!yaml) return -1;
+    int rc = neox_cvt_write_text(tmp, "model.yml", yaml, err);
+    if (rc == 0) rc = neox_cvt_write_text(tmp, "batch.yml", batch_yaml, err);
+    char *paths[2] = {neox_asprintf("%s/model.yml", tmp), neox_asprintf("%s/batch.yml", tmp)};
+    neox_config_options opts = {.world_size = 1, .quiet = 1};
+    neox_config *cfg = rc == 0 ? neox_config_load((const char *const *)paths, 2, &opts, err) : NULL;
+    unlink(paths[1]);
+    neox_model_desc d;
+    if (!cfg) rc = -1;
+    if (rc == 0) rc = neox_model_desc_from_config(&d, cfg, vocab, err);
+    if (rc == 0 && (d.naming == NEOX_NAMES_LLAMA) != m->llama)
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: this model's parameters would not carry %s names", m->dir,
+                       m->llama ? "LlamaForCausalLM" : "GPTNeoXForCausalLM");
+    if (rc == 0) rc = copy_tokenizer(m, tmp, err);
+    if (rc == 0) rc = write_checkpoint(m, tmp, cfg, &d, yaml, lay, err);
+    if (cfg) neox_config_free(cfg);
+    free(paths[0]);
+    free(paths[1]);
+    free(yaml);
+    return rc;
+}
+
+int neox_convert_from_hf(const char *hf_dir, const char *out_save, const neox_cvt_layout *lay, neox_error *err) {
+    hf_model m = {.dir = hf_dir};
+    char *path = neox_asprintf("%s/config.json", hf_dir);
+    m.config = load_json(path, err);
+    free(path);
+    if (!m.config) return -1;
+    int rc = architecture_of(&m, err);
+    json_t *index = NULL;
+    path = neox_asprintf("%s/model.safetensors.index.json", hf_dir);
+    if (rc == 0 && file_exists(path)) {
+        index = load_json(path, err);
+        m.weight_map = index ? json_object_get(index, "weight_map") : NULL;
+        if (!index) rc = -1;
+        else if (!json_is_object(m.weight_map)) rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: no weight_map object", path);
+    }
+    free(path);
+    char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_save, err) : NULL;
+    if (rc == 0 && !tmp) rc = -1;
+    if (rc == 0) rc = import_into(&m, tmp, out_save, lay, err);
+    if (rc == 0) rc = neox_cvt_outdir_commit(tmp, out_save, err);
+    else neox_cvt_outdir_abort(tmp);
+    free(tmp);
+    json_decref(index);
+    json_decref(m.config);
+    return rc;
+}

@@ -1,0 +1,101 @@
+// hf_config.c: the Hugging Face side of a model description — config.json and
+// generation_config.json for GPTNeoXForCausalLM or LlamaForCausalLM from a neox.c model, refusing
+// what the class cannot hold (docs/convert.md has the field-by-field mapping).
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert_internal.h"
+
+// The epsilon as the config wrote it (1e-05), not as the float neox.c computes with (9.99999975e-06).
+static json_t *epsilon(float eps) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", eps);
+    return json_real(strtod(buf, NULL));
+}
+
+// GPTNeoXForCausalLM: layernorm with biases, gelu (exact: "gelu"; tanh: "gelu_new"), MLP biases,
+// partial rotary, either residual. Anything else was given Llama names by neox_model_desc_check.
+static json_t *gpt_neox_config(const neox_model_desc *d) {
+    json_t *c = json_object();
+    json_object_set_new(c, "architectures", json_pack("[s]", "GPTNeoXForCausalLM"));
+    json_object_set_new(c, "model_type", json_string("gpt_neox"));
+    json_object_set_new(c, "hidden_act", json_string(d->activation == NEOX_ACT_GELU_TANH ? "gelu_new" : "gelu"));
+    json_object_set_new(c, "rotary_pct", json_real(d->pos_emb == NEOX_POS_ROTARY ? (double)d->rotary_dims / d->head_size : 0.0));
+    json_object_set_new(c, "rotary_emb_base", json_integer((json_int_t)d->rotary_base));
+    json_object_set_new(c, "use_parallel_residual", json_boolean(d->parallel_residual));
+    json_object_set_new(c, "layer_norm_eps", epsilon(d->norm_eps));
+    json_object_set_new(c, "attention_bias", json_boolean(d->attn_bias));
+    json_object_set_new(c, "hidden_dropout", json_real(d->hidden_dropout));
+    json_object_set_new(c, "attention_dropout", json_real(d->attention_dropout));
+    return c;
+}
+
+static int llama_refuses(const neox_model_desc *d, neox_error *err) {
+    const char *why = d->norm != NEOX_NORM_RMSNORM ? "layernorm with num_kv_heads or without biases"
+                      : d->activation != NEOX_ACT_SWIGLU ? "a gelu MLP without biases or with num_kv_heads"
+                      : d->parallel_residual ? "gpt_j_residual (parallel residual)"
+                      : d->pos_emb != NEOX_POS_ROTARY ? "pos_emb other than rotary"
+                      : d->rotary_dims != d->head_size ? "rotary_pct below 1"
+                      : d->rotary_base != floor(d->rotary_base) ? "a fractional rotary_emb_base" : NULL;
+    if (why) return neox_fail(err, NEOX_EXIT_USAGE, "LlamaForCausalLM cannot hold this model: it has %s", why);
+    return 0;
+}
+
+static json_t *llama_config(const neox_model_desc *d) {
+    json_t *c = json_object();
+    json_object_set_new(c, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+    json_object_set_new(c, "model_type", json_string("llama"));
+    json_object_set_new(c, "hidden_act", json_string("silu"));
+    json_object_set_new(c, "num_key_value_heads", json_integer(d->num_kv_heads));
+    json_object_set_new(c, "head_dim", json_integer(d->head_size));
+    json_object_set_new(c, "rms_norm_eps", epsilon(d->norm_eps));
+    json_object_set_new(c, "rope_theta", json_real(d->rotary_base));
+    json_object_set_new(c, "attention_bias", json_boolean(d->attn_bias));
+    json_object_set_new(c, "mlp_bias", json_boolean(d->mlp_bias));
+    json_object_set_new(c, "attention_dropout", json_real(d->attention_dropout));
+    return c;
+}
+
+static const char *torch_dtype(const char *dtype) {
+    return !strcmp(dtype, "bf16") ? "bfloat16" : !strcmp(dtype, "fp16") ? "float16" : "float32";
+}
+
+char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, int bos, int eos, neox_error *err) {
+    if (d->pos_emb == NEOX_POS_LEARNED)
+        return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'learned': neither GPTNeoXForCausalLM nor LlamaForCausalLM has "
+                         "a learned position table"), NULL;
+    if (d->pos_emb == NEOX_POS_NONE)
+        return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'none': GPTNeoXForCausalLM and LlamaForCausalLM always rotate"), NULL;
+    json_t *c;
+    if (d->naming == NEOX_NAMES_GPT_NEOX) c = gpt_neox_config(d);
+    else if (llama_refuses(d, err) != 0) return NULL;
+    else c = llama_config(d);
+    json_object_set_new(c, "vocab_size", json_integer(d->vocab_size));
+    json_object_set_new(c, "hidden_size", json_integer(d->hidden_size));
+    json_object_set_new(c, "num_hidden_layers", json_integer(d->num_layers));
+    json_object_set_new(c, "num_attention_heads", json_integer(d->num_heads));
+    json_object_set_new(c, "intermediate_size", json_integer(d->ffn_size));
+    json_object_set_new(c, "max_position_embeddings", json_integer(d->max_positions));
+    json_object_set_new(c, "tie_word_embeddings", json_boolean(d->tied));
+    json_object_set_new(c, "initializer_range", json_real(d->init_std));
+    json_object_set_new(c, "use_cache", json_true());
+    json_object_set_new(c, "torch_dtype", json_string(torch_dtype(dtype)));
+    if (bos >= 0) json_object_set_new(c, "bos_token_id", json_integer(bos));
+    if (eos >= 0) json_object_set_new(c, "eos_token_id", json_integer(eos));
+    char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    json_decref(c);
+    return text;
+}
+
+char *neox_cvt_generation_config_json(int bos, int eos) {
+    json_t *c = json_object();
+    if (bos >= 0) json_object_set_new(c, "bos_token_id", json_integer(bos));
+    if (eos >= 0) json_object_set_new(c, "eos_token_id", json_integer(eos));
+    json_object_set_new(c, "_from_model_config", json_true());
+    char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(c);
+    return text;
+}

@@ -1,0 +1,199 @@
+// to_hf.c: a training checkpoint as a Hugging Face model folder — config.json,
+// generation_config.json, the tokenizer files the config names, and the parameters (already under
+// their Hugging Face names, DESIGN.md decision 2) as model.safetensors, or as numbered shards plus
+// model.safetensors.index.json when they exceed the shard size. Parameters are cast to fp32, bf16
+// or fp16 (round to nearest even). Memory: one output shard at a time.
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "convert_internal.h"
+#include "safetensors.h"
+#include "tokenizer.h"
+
+int neox_cvt_write_text(const char *dir, const char *name, const char *text, neox_error *err) {
+    char *path = neox_asprintf("%s/%s", dir, name);
+    int rc = neox_atomic_write(path, text, strlen(text), err);
+    free(path);
+    return rc;
+}
+
+int neox_cvt_copy_file(const char *src, const char *dir, const char *name, neox_error *err) {
+    size_t size;
+    char *data = neox_read_file(src, &size, err);
+    if (!data) return -1;
+    char *path = neox_asprintf("%s/%s", dir, name);
+    int rc = neox_atomic_write(path, data, size, err);
+    free(path);
+    free(data);
+    return rc;
+}
+
+// ---- dtype casts --------------------------------------------------------------------------------
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1);  // round to nearest even
+    return (uint16_t)(u >> 16);
+}
+
+static void cast(const float *src, size_t n, const char *dtype, void *dst) {
+    if (!strcmp(dtype, "F32")) memcpy(dst, src, n * sizeof(float));
+    else if (!strcmp(dtype, "BF16"))
+        for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = to_bf16(src[i]);
+    else
+        for (size_t i = 0; i < n; i++) ((_Float16 *)dst)[i] = (_Float16)src[i];
+}
+
+static const char *st_dtype(const char *dtype) {
+    return !strcmp(dtype, "fp32") ? "F32" : !strcmp(dtype, "bf16") ? "BF16" : !strcmp(dtype, "fp16") ? "F16" : NULL;
+}
+
+// ---- tokenizer files ------------------------------------------------------------------------------
+// Copies the files the config names and returns the end-of-document id (-1 without a tokenizer).
+static int tokenizer_files(const neox_cvt_ckpt *c, const char *dir, int *eod, neox_error *err) {
+    *eod = -1;
+    const char *type = neox_config_str(c->cfg, "tokenizer_type");
+    const char *vocab = neox_config_str(c->cfg, "vocab_file"), *merges = neox_config_str(c->cfg, "merge_file");
+    struct stat st;
+    if (!vocab && strcmp(type, "CharLevelTokenizer") != 0) {
+        neox_warn("the config names no tokenizer file (vocab_file): no tokenizer files and token ids in the export");
+        return 0;
+    }
+    if (vocab && stat(vocab, &st) != 0) {
+        neox_warn("the config's vocab_file %s is not readable here (%s): no tokenizer files in the export", vocab, strerror(errno));
+        return 0;
+    }
+    if (merges && stat(merges, &st) != 0) {
+        neox_warn("the config's merge_file %s is not readable here (%s): no tokenizer files in the export", merges, strerror(errno));
+        return 0;
+    }
+    neox_tokenizer_options to = {type, vocab, merges};
+    neox_tokenizer *tok = neox_tokenizer_load(&to, err);
+    if (!tok) return neox_fail_context(err, "the checkpoint's tokenizer");
+    *eod = neox_tokenizer_eod_id(tok);
+    neox_tokenizer_free(tok);
+    if (!strcmp(type, "HFTokenizer")) return neox_cvt_copy_file(vocab, dir, "tokenizer.json", err);
+    if (vocab && neox_cvt_copy_file(vocab, dir, "vocab.json", err) != 0) return -1;
+    if (merges && neox_cvt_copy_file(merges, dir, "merges.txt", err) != 0) return -1;
+    return 0;
+}
+
+// ---- the parameters ------------------------------------------------------------------------------
+static int64_t numel(const neox_cvt_param *p) { return p->shape[0] * (p->ndim == 2 ? p->shape[1] : 1); }
+
+static int check_shapes(const neox_cvt_ckpt *c, const neox_cvt_param *ps, int n, neox_error *err) {
+    for (int i = 0; i < n; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "params/%s", ps[i].name);
+        int ndim;
+        int64_t shape[NEOX_CKPT_MAX_DIMS];
+        if (neox_ckpt_tensor_shape(c->reader, name, &ndim, shape, err) != 0) return neox_fail_context(err, "%s", c->dir);
+        if (ndim != ps[i].ndim || shape[0] != ps[i].shape[0] || (ndim == 2 && shape[1] != ps[i].shape[1]))
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor %s has a shape other than the stored config's model gives",
+                             c->dir, name);
+    }
+    return 0;
+}
+
+// Writes params [first, last) as one safetensors file.
+static int write_shard(const neox_cvt_ckpt *c, const neox_cvt_param *ps, int first, int last, const char *dtype,
+                       const char *path, neox_progress *bar, double *done, neox_error *err) {
+    int n = last - first, rc = 0;
+    neox_st_entry *e = neox_calloc((size_t)n, sizeof *e);
+    size_t esize = neox_st_dtype_size(dtype);
+    float *tmp = NULL;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const neox_cvt_param *p = &ps[first + i];
+        size_t count = (size_t)numel(p);
+        void *data = neox_malloc(count * esize);
+        char name[128];
+        snprintf(name, sizeof name, "params/%s", p->name);
+        float *f32 = esize == 4 ? data : (tmp = neox_realloc(tmp, count * sizeof(float)));
+        rc = neox_ckpt_read_range(c->reader, name, 0, (int64_t)count, f32, err);
+        if (rc == 0 && esize != 4) cast(f32, count, dtype, data);
+        e[i] = (neox_st_entry){.name = p->name, .dtype = dtype, .ndim = p->ndim, .shape = {p->shape[0], p->shape[1]},
+                               .data = data};
+        *done += (double)(count * esize);
+        neox_progress_update(bar, *done, NULL);
+    }
+    if (rc == 0) rc = neox_safetensors_write(path, e, n, "{\"format\": \"pt\"}", err);
+    for (int i = 0; i < n; i++) free((void *)e[i].data);
+    free(e);
+    free(tmp);
+    return rc;
+}
+
+static int write_weights(const neox_cvt_ckpt *c, const char *dir, const char *dtype, uint64_t max_bytes, neox_error *err) {
+    int n;
+    neox_cvt_param *ps = neox_cvt_params(&c->desc, &n);
+    int rc = check_shapes(c, ps, n, err);
+    size_t esize = neox_st_dtype_size(st_dtype(dtype));
+    // Shards: consecutive parameters while they fit (a parameter larger than the limit goes alone).
+    int *start = neox_calloc((size_t)n + 1, sizeof *start), nshards = 0;
+    uint64_t in_shard = 0, total = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = (uint64_t)numel(&ps[i]) * esize;
+        if (i == 0 || (in_shard > 0 && in_shard + bytes > max_bytes)) start[nshards++] = i, in_shard = 0;
+        in_shard += bytes;
+        total += bytes;
+    }
+    start[nshards] = n;
+    neox_progress *bar = neox_progress_start("to-hf", (double)total, "B");
+    double done = 0;
+    json_t *weight_map = json_object();
+    for (int s = 0; s < nshards && rc == 0; s++) {
+        char *file = nshards == 1 ? neox_strdup("model.safetensors")
+                                  : neox_asprintf("model-%05d-of-%05d.safetensors", s + 1, nshards);
+        char *path = neox_asprintf("%s/%s", dir, file);
+        rc = write_shard(c, ps, start[s], start[s + 1], st_dtype(dtype), path, bar, &done, err);
+        for (int i = start[s]; i < start[s + 1]; i++) json_object_set_new(weight_map, ps[i].name, json_string(file));
+        free(path);
+        free(file);
+    }
+    neox_progress_finish(bar, done, NULL);
+    if (rc == 0 && nshards > 1) {
+        json_t *index = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total, "weight_map", weight_map);
+        char *text = json_dumps(index, JSON_INDENT(2) | JSON_SORT_KEYS);
+        rc = neox_cvt_write_text(dir, "model.safetensors.index.json", text, err);
+        free(text);
+        json_decref(index);
+    }
+    json_decref(weight_map);
+    free(start);
+    free(ps);
+    return rc;
+}
+
+static int export_into(const neox_cvt_ckpt *c, const char *dir, const neox_to_hf_options *o, neox_error *err) {
+    int eod;
+    if (tokenizer_files(c, dir, &eod, err) != 0) return -1;
+    char *config = neox_cvt_hf_config_json(&c->desc, o->dtype, eod, eod, err);
+    if (!config) return -1;
+    int rc = neox_cvt_write_text(dir, "config.json", config, err);
+    free(config);
+    char *gen = neox_cvt_generation_config_json(eod, eod);
+    if (rc == 0) rc = neox_cvt_write_text(dir, "generation_config.json", gen, err);
+    free(gen);
+    if (rc == 0) rc = write_weights(c, dir, st_dtype(o->dtype) ? o->dtype : "fp32", o->max_shard_bytes, err);
+    return rc;
+}
+
+int neox_convert_to_hf(const char *ckpt, const char *out_dir, const neox_to_hf_options *opts, neox_error *err) {
+    neox_to_hf_options o = opts ? *opts : (neox_to_hf_options){0};
+    if (!o.dtype) o.dtype = "fp32";
+    if (!st_dtype(o.dtype)) return neox_fail(err, NEOX_EXIT_USAGE, "--dtype '%s': use fp32, bf16 or fp16", o.dtype);
+    if (!o.max_shard_bytes) o.max_shard_bytes = NEOX_HF_SHARD_BYTES;
+    neox_cvt_ckpt c;
+    if (neox_cvt_open(&c, ckpt, err) != 0) return -1;
+    char *tmp = neox_cvt_outdir_begin(out_dir, err);
+    int rc = tmp ? export_into(&c, tmp, &o, err) : -1;
+    if (rc == 0) rc = neox_cvt_outdir_commit(tmp, out_dir, err);
+    else neox_cvt_outdir_abort(tmp);
+    free(tmp);
+    neox_cvt_close(&c);
+    return rc;
+}
