@@ -281,6 +281,22 @@ typedef struct copy_state {
     int64_t row_len;    // length of the last dimension (1 for scalars)
 } copy_state;
 
+// Marks elements [lo, hi) of the region as covered, a word at a time where possible.
+static void mark_covered(uint64_t *bits, int64_t lo, int64_t hi) {
+    while (lo < hi && (lo & 63)) bits[lo >> 6] |= 1ull << (lo & 63), lo++;
+    for (; lo + 64 <= hi; lo += 64) bits[lo >> 6] = ~0ull;
+    for (; lo < hi; lo++) bits[lo >> 6] |= 1ull << (lo & 63);
+}
+
+// The first element of [0, n) not covered, or -1.
+static int64_t first_uncovered(const uint64_t *bits, int64_t n) {
+    for (int64_t w = 0; w * 64 < n; w++) {
+        uint64_t want = (w + 1) * 64 <= n ? ~0ull : (1ull << (n - w * 64)) - 1;
+        if ((bits[w] & want) != want) return w * 64 + __builtin_ctzll(~bits[w] & want);
+    }
+    return -1;
+}
+
 // Copies the part of one row segment that lies inside the region. The segment holds the
 // elements [flat, flat + len) of the tensor, all in one row, from src.
 static void copy_segment(copy_state *cs, int64_t flat, int64_t len, const float *src) {
@@ -320,7 +336,7 @@ static void copy_segment(copy_state *cs, int64_t flat, int64_t len, const float 
         }
     }
     memcpy(cs->dst + dst_of_lo, src + (lo - flat), (size_t)(hi - lo) * sizeof(float));
-    for (int64_t i = dst_of_lo; i < dst_of_lo + (hi - lo); i++) cs->covered[i >> 6] |= 1ull << (i & 63);
+    mark_covered(cs->covered, dst_of_lo, dst_of_lo + (hi - lo));
 }
 
 static int64_t flat_index(const tensor *t, const int64_t *idx) {
@@ -369,6 +385,57 @@ static int piece_overlaps(const tensor *t, const piece *p, const region *w) {
     return 1;  // mixed kinds: decided segment by segment
 }
 
+// Reads the intersection of a piece and a region of the same kind straight into dst through HDF5
+// hyperslab selections: no staging buffer, no copy. Returns 1 when done, 0 when the kinds differ
+// (the caller then takes the general path), -1 on an HDF5 error.
+static int read_direct(hid_t dset, const tensor *t, const piece *p, const region *w, float *dst, uint64_t *covered) {
+    int nd = t->ndim;
+    hsize_t file_start[NEOX_CKPT_MAX_DIMS], count[NEOX_CKPT_MAX_DIMS], mem_dims[NEOX_CKPT_MAX_DIMS],
+        mem_start[NEOX_CKPT_MAX_DIMS];
+    int rank;
+    if (p->kind == PIECE_RANGE && w->is_range) {
+        int64_t lo = p->start > w->start ? p->start : w->start;
+        int64_t hi = p->start + p->n < w->start + w->n ? p->start + p->n : w->start + w->n;
+        if (lo >= hi) return 1;
+        rank = 1;
+        file_start[0] = (hsize_t)(lo - p->start), count[0] = (hsize_t)(hi - lo);
+        mem_dims[0] = (hsize_t)w->n, mem_start[0] = (hsize_t)(lo - w->start);
+    } else if (p->kind == PIECE_BLOCK && !w->is_range && nd > 0) {
+        rank = nd;
+        for (int d = 0; d < nd; d++) {
+            int64_t lo = p->offset[d] > w->offset[d] ? p->offset[d] : w->offset[d];
+            int64_t hi = p->offset[d] + p->count[d] < w->offset[d] + w->count[d] ? p->offset[d] + p->count[d]
+                                                                                  : w->offset[d] + w->count[d];
+            if (lo >= hi) return 1;
+            file_start[d] = (hsize_t)(lo - p->offset[d]), count[d] = (hsize_t)(hi - lo);
+            mem_dims[d] = (hsize_t)w->count[d], mem_start[d] = (hsize_t)(lo - w->offset[d]);
+        }
+    } else {
+        return 0;
+    }
+    hid_t file_space = H5Dget_space(dset), mem_space = H5Screate_simple(rank, mem_dims, NULL);
+    herr_t rc = H5Sselect_hyperslab(file_space, H5S_SELECT_SET, file_start, NULL, count, NULL);
+    if (rc >= 0) rc = H5Sselect_hyperslab(mem_space, H5S_SELECT_SET, mem_start, NULL, count, NULL);
+    if (rc >= 0) rc = H5Dread(dset, H5T_NATIVE_FLOAT, mem_space, file_space, H5P_DEFAULT, dst);
+    H5Sclose(mem_space);
+    H5Sclose(file_space);
+    if (rc < 0) return -1;
+    // Coverage, one run per row of the intersection (the whole run for ranges).
+    int64_t rows = 1;
+    for (int d = 0; d < rank - 1; d++) rows *= (int64_t)count[d];
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t rem = row, at = 0, stride = 1;
+        for (int d = rank - 1; d >= 0; d--) {
+            int64_t idx = d == rank - 1 ? (int64_t)mem_start[d] : (int64_t)mem_start[d] + rem % (int64_t)count[d];
+            if (d < rank - 1) rem /= (int64_t)count[d];
+            at += idx * stride;
+            stride *= (int64_t)mem_dims[d];
+        }
+        mark_covered(covered, at, at + (int64_t)count[rank - 1]);
+    }
+    return 1;
+}
+
 static int read_region(const neox_ckpt_reader *r, const tensor *t, const region *w, float *dst, neox_error *err) {
     copy_state cs = {t, w, dst, neox_calloc((size_t)(w->size + 63) / 64 + 1, sizeof(uint64_t)), 1};
     if (t->ndim > 0) cs.row_len = t->shape[t->ndim - 1];
@@ -376,26 +443,28 @@ static int read_region(const neox_ckpt_reader *r, const tensor *t, const region 
     for (int i = 0; i < t->npieces && rc == 0 && cs.row_len > 0; i++) {
         const piece *p = &t->pieces[i];
         if (!piece_overlaps(t, p, w)) continue;
-        int64_t n = p->kind == PIECE_RANGE ? p->n : 1;
-        if (p->kind == PIECE_BLOCK)
-            for (int d = 0; d < t->ndim; d++) n *= p->count[d];
-        float *buf = neox_malloc((size_t)(n ? n : 1) * sizeof(float));
-        hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);
         char msg[256];
-        if (dset < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+        hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);
+        int direct = dset < 0 ? -1 : read_direct(dset, t, p, w, dst, cs.covered);
+        if (direct == 0) {  // mixed kinds: stage the piece and cut it into row segments
+            int64_t n = p->kind == PIECE_RANGE ? p->n : 1;
+            if (p->kind == PIECE_BLOCK)
+                for (int d = 0; d < t->ndim; d++) n *= p->count[d];
+            float *buf = neox_malloc((size_t)(n ? n : 1) * sizeof(float));
+            if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) direct = -1;
+            else copy_piece(&cs, p, buf);
+            free(buf);
+        }
+        if (direct < 0)
             rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot read '%s': %s", r->paths[p->file], p->dataset,
                            neox_hdf5_error(msg));
-        else
-            copy_piece(&cs, p, buf);
         if (dset >= 0) H5Dclose(dset);
-        free(buf);
     }
-    for (int64_t i = 0; rc == 0 && i < w->size; i++)
-        if (!(cs.covered[i >> 6] >> (i & 63) & 1)) {
-            rc = neox_fail(err, NEOX_EXIT_FAILURE,
-                           "checkpoint tensor '%s': element %lld of the requested region is in no shard file (a shard is missing)",
-                           t->name, (long long)i);
-        }
+    int64_t missing = rc == 0 ? first_uncovered(cs.covered, w->size) : -1;
+    if (missing >= 0)
+        rc = neox_fail(err, NEOX_EXIT_FAILURE,
+                       "checkpoint tensor '%s': element %lld of the requested region is in no shard file (a shard is missing)",
+                       t->name, (long long)missing);
     free(cs.covered);
     return rc;
 }
@@ -411,7 +480,12 @@ int neox_ckpt_read_block(const neox_ckpt_reader *r, const char *name, const int6
                              name, d);
         w.offset[d] = offset[d], w.count[d] = count[d], w.size *= count[d];
     }
-    return w.size == 0 ? 0 : read_region(r, t, &w, dst, err);
+    if (w.size == 0) return 0;
+    int whole = 1;
+    for (int d = 0; d < t->ndim; d++) whole &= offset[d] == 0 && count[d] == t->shape[d];
+    // The whole tensor, row-major, is also the flat range [0, size): ranges then read directly.
+    if (whole) w = (region){.is_range = 1, .start = 0, .n = w.size, .size = w.size};
+    return read_region(r, t, &w, dst, err);
 }
 
 int neox_ckpt_read_range(const neox_ckpt_reader *r, const char *name, int64_t start, int64_t n, float *dst,
