@@ -1,90 +1,171 @@
-// attention.c: exact causal self-attention without a (T, T) matrix (flash-attention's online
-// softmax, one query row at a time). Memory beyond the inputs is one log-sum-exp per query row plus
-// a row of T scores on each thread's stack. Threads split (batch, head) in the forward and
-// (batch, key/value head) in the backward, so the key/value gradients shared by a GQA group are
-// written by one thread only.
+// attention.c: exact causal self-attention without a (T, T) matrix, flash-attention style. Queries
+// and keys are taken in blocks of ATT_BLOCK rows; each block pair is a few small GEMMs (OpenBLAS)
+// on a (ATT_BLOCK, ATT_BLOCK) score tile kept on the thread's stack, with an online softmax over
+// the key blocks in the forward (running max and sum per query row; the log-sum-exp is saved) and
+// the probabilities recomputed from the log-sum-exp in the backward. Memory beyond the inputs and
+// outputs is the (B, NH, T) log-sum-exp and a few tiles per thread. Threads split (batch, head,
+// query block) in the forward and (batch, key/value head) in the backward, so the key/value
+// gradients shared by a GQA group are written by one thread only (the backward therefore has
+// B * NKV units of parallel work).
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "kernels/kernels.h"
+#include "vector_math.h"
 
-static inline float dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+// Rows per block: tiles of 64 x 64 keep the scores of a tile and its GEMM operands in L1/L2. The
+// per-tile functions have an AVX2 build (NEOX_CLONES): exp of the scores is a fifth of the work.
+enum { ATT_BLOCK = 64 };
 
-static inline void axpy(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-// Dropout keep factor for probability (b, h, i, j): 0 or 1/(1-p).
+// Dropout keep factor for probability (row, j) of the head's (T, T) matrix: 0 or 1/(1-p).
 static inline float keep_factor(float p, unsigned long long seed, size_t row, int T, int j) {
-    if (p <= 0.0f) return 1.0f;
     return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+// Masks the causal upper triangle of a score tile (key j > query i gets -inf). Only tiles that
+// straddle the diagonal need it; the scale is applied inside the exponentials.
+static void mask_causal(float *s, int nq, int nk, int i0, int j0) {
+    if (j0 + nk - 1 <= i0) return;  // every key of the tile precedes the tile's first query
+    for (int r = 0; r < nq; r++) {
+        float *sr = s + (size_t)r * ATT_BLOCK;
+        int last = i0 + r - j0;  // last visible key column in this row
+        #pragma omp simd
+        for (int c = 0; c < nk; c++) sr[c] = c <= last ? sr[c] : -INFINITY;
+    }
+}
+
+// One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse.
+NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, const float *q, const float *k,
+                                            const float *v, int i0, int nq, int T, int HS, float scale, float dropout,
+                                            unsigned long long seed, size_t row0) {
+    float s[ATT_BLOCK * ATT_BLOCK], mx[ATT_BLOCK], sum[ATT_BLOCK];
+    for (int r = 0; r < nq; r++) {
+        mx[r] = -INFINITY;
+        sum[r] = 0.0f;
+        memset(out + (size_t)(i0 + r) * ldo, 0, (size_t)HS * sizeof(float));
+    }
+    for (int j0 = 0; j0 < i0 + nq; j0 += ATT_BLOCK) {
+        int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
+        neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, s, ATT_BLOCK);
+        mask_causal(s, nq, nk, i0, j0);
+        for (int r = 0; r < nq; r++) {
+            float *sr = s + (size_t)r * ATT_BLOCK, raw = -INFINITY;
+            #pragma omp simd reduction(max : raw)
+            for (int c = 0; c < nk; c++) raw = sr[c] > raw ? sr[c] : raw;
+            float m = raw * scale > mx[r] ? raw * scale : mx[r];  // scale > 0: max(s) * scale = max(s * scale)
+            float alpha = expf(mx[r] - m), rs = 0.0f;  // rescales what was accumulated under the old max
+            #pragma omp simd reduction(+ : rs)
+            for (int c = 0; c < nk; c++) {
+                sr[c] = expf(sr[c] * scale - m);
+                rs += sr[c];
+            }
+            sum[r] = sum[r] * alpha + rs;
+            mx[r] = m;
+            if (alpha != 1.0f) {
+                float *o = out + (size_t)(i0 + r) * ldo;
+                for (int d = 0; d < HS; d++) o[d] *= alpha;
+            }
+            if (dropout > 0.0f)  // the sum is of the undropped probabilities; only the values see the mask
+                for (int c = 0; c < nk; c++) sr[c] *= keep_factor(dropout, seed, row0 + (size_t)(i0 + r), T, j0 + c);
+        }
+        neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, s, ATT_BLOCK, v + (size_t)j0 * HS, HS, 1.0f, out + (size_t)i0 * ldo,
+                       ldo);
+    }
+    for (int r = 0; r < nq; r++) {
+        float *o = out + (size_t)(i0 + r) * ldo, inv = 1.0f / sum[r];
+        for (int d = 0; d < HS; d++) o[d] *= inv;
+        lse[i0 + r] = mx[r] + logf(sum[r]);
+    }
 }
 
 void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
                             int NH, int NKV, int HS, float scale, float dropout, unsigned long long seed) {
-    int group = NH / NKV;
-    #pragma omp parallel for collapse(2) schedule(dynamic, 1)
+    int group = NH / NKV, nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
+    // Later query blocks see more keys; dynamic scheduling over (b, h, block) balances them.
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            float p[T];
-            const float *kh = k + ((size_t)b * NKV + h / group) * T * HS;
-            const float *vh = v + ((size_t)b * NKV + h / group) * T * HS;
-            for (int i = 0; i < T; i++) {
-                size_t row = ((size_t)b * NH + h) * T + i;
-                const float *qi = q + row * HS;
-                float mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    p[j] = scale * dot(qi, kh + (size_t)j * HS, HS);
-                    mx = p[j] > mx ? p[j] : mx;
-                }
-                float sum = 0.0f;
-                for (int j = 0; j <= i; j++) {
-                    p[j] = expf(p[j] - mx);
-                    sum += p[j];
-                }
-                float *oi = out + (((size_t)b * T + i) * NH + h) * HS, inv = 1.0f / sum;
-                memset(oi, 0, (size_t)HS * sizeof(float));
-                for (int j = 0; j <= i; j++) axpy(oi, p[j] * inv * keep_factor(dropout, seed, row, T, j), vh + (size_t)j * HS, HS);
-                lse[row] = mx + logf(sum);
+        for (int h = 0; h < NH; h++)
+            for (int blk = 0; blk < nblocks; blk++) {
+                size_t head = (size_t)b * NH + h, kv = ((size_t)b * NKV + h / group) * T * HS;
+                int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < T ? ATT_BLOCK : T - i0;
+                forward_query_block(out + ((size_t)b * T * NH + h) * HS, NH * HS, lse + head * T, q + head * T * HS,
+                                    k + kv, v + kv, i0, nq, T, HS, scale, dropout, seed, head * T);
             }
-        }
+}
+
+// Gradients of one (query block, key block) tile of one head. With P the probabilities (recomputed
+// from lse), K the dropout keep factors and D_i = dout_i . out_i:
+// dV += (P*K)^T dO, dS = P * (K * (dO V^T) - D) * scale, dQ += dS Kb, dK += dS^T Q.
+NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const float *dout, int ldd, const float *q,
+                                      const float *k, const float *v, const float *lse, const float *D, int i0, int nq,
+                                      int j0, int nk, int T, int HS, float scale, float dropout, unsigned long long seed,
+                                      size_t row0) {
+    float p[ATT_BLOCK * ATT_BLOCK], dp[ATT_BLOCK * ATT_BLOCK];
+    neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, p, ATT_BLOCK);
+    mask_causal(p, nq, nk, i0, j0);
+    for (int r = 0; r < nq; r++) {
+        float *pr = p + (size_t)r * ATT_BLOCK, l = lse[i0 + r];
+        #pragma omp simd
+        for (int c = 0; c < nk; c++) pr[c] = expf(pr[c] * scale - l);
+    }
+    neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, dout + (size_t)i0 * ldd, ldd, v + (size_t)j0 * HS, HS, 0.0f, dp,
+                   ATT_BLOCK);
+    if (dropout > 0.0f) {  // dP = K * (dO V^T), and dV sees the dropped probabilities P * K
+        float pk[ATT_BLOCK * ATT_BLOCK];
+        for (int r = 0; r < nq; r++)
+            for (int c = 0; c < nk; c++) {
+                float kf = keep_factor(dropout, seed, row0 + (size_t)(i0 + r), T, j0 + c);
+                dp[(size_t)r * ATT_BLOCK + c] *= kf;
+                pk[(size_t)r * ATT_BLOCK + c] = p[(size_t)r * ATT_BLOCK + c] * kf;
+            }
+        neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, pk, ATT_BLOCK, dout + (size_t)i0 * ldd, ldd, 1.0f, dv + (size_t)j0 * HS,
+                       HS);
+    } else {
+        neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, p, ATT_BLOCK, dout + (size_t)i0 * ldd, ldd, 1.0f, dv + (size_t)j0 * HS,
+                       HS);
+    }
+    for (int r = 0; r < nq; r++) {
+        float *pr = p + (size_t)r * ATT_BLOCK, *dr = dp + (size_t)r * ATT_BLOCK, Di = D[r];
+        #pragma omp simd
+        for (int c = 0; c < nk; c++) pr[c] = pr[c] * (dr[c] - Di) * scale;  // p becomes dS
+    }
+    neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, p, ATT_BLOCK, k + (size_t)j0 * HS, HS, 1.0f, dq + (size_t)i0 * HS, HS);
+    neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, p, ATT_BLOCK, q + (size_t)i0 * HS, HS, 1.0f, dk + (size_t)j0 * HS, HS);
 }
 
 void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                              const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
                              int HS, float scale, float dropout, unsigned long long seed) {
-    int group = NH / NKV;
+    int group = NH / NKV, ldd = NH * HS;
     #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++) {
-            const float *kh = k + ((size_t)b * NKV + g) * T * HS, *vh = v + ((size_t)b * NKV + g) * T * HS;
-            float *dkh = dk + ((size_t)b * NKV + g) * T * HS, *dvh = dv + ((size_t)b * NKV + g) * T * HS;
-            memset(dkh, 0, (size_t)T * HS * sizeof(float));
-            memset(dvh, 0, (size_t)T * HS * sizeof(float));
-            for (int h = g * group; h < (g + 1) * group; h++)
-                for (int i = 0; i < T; i++) {
-                    size_t row = ((size_t)b * NH + h) * T + i;
-                    const float *qi = q + row * HS;
-                    const float *doi = dout + (((size_t)b * T + i) * NH + h) * HS;
-                    const float *oi = out + (((size_t)b * T + i) * NH + h) * HS;
-                    float *dqi = dq + row * HS;
-                    memset(dqi, 0, (size_t)HS * sizeof(float));
-                    // D = sum_j P_ij dP_ij = dout_i . out_i (also with dropout, as out includes the mask).
-                    float D = dot(doi, oi, HS), l = lse[row];
-                    for (int j = 0; j <= i; j++) {
-                        const float *kj = kh + (size_t)j * HS, *vj = vh + (size_t)j * HS;
-                        float pj = expf(scale * dot(qi, kj, HS) - l);
-                        float kf = keep_factor(dropout, seed, row, T, j);
-                        axpy(dvh + (size_t)j * HS, pj * kf, doi, HS);
-                        float ds = pj * (kf * dot(doi, vj, HS) - D) * scale;
-                        axpy(dqi, ds, kj, HS);
-                        axpy(dkh + (size_t)j * HS, ds, qi, HS);
+            size_t kv = ((size_t)b * NKV + g) * T * HS;
+            memset(dk + kv, 0, (size_t)T * HS * sizeof(float));
+            memset(dv + kv, 0, (size_t)T * HS * sizeof(float));
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                size_t head = (size_t)b * NH + h;
+                const float *dout_h = dout + ((size_t)b * T * NH + h) * HS, *out_h = out + ((size_t)b * T * NH + h) * HS;
+                float *dq_h = dq + head * T * HS;
+                memset(dq_h, 0, (size_t)T * HS * sizeof(float));
+                for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
+                    int nq = i0 + ATT_BLOCK < T ? ATT_BLOCK : T - i0;
+                    // D = sum_j P_ij dP_ij = dout_i . out_i (also with dropout: out includes the mask).
+                    float D[ATT_BLOCK];
+                    for (int r = 0; r < nq; r++) {
+                        const float *a = dout_h + (size_t)(i0 + r) * ldd, *o = out_h + (size_t)(i0 + r) * ldd;
+                        float s = 0.0f;
+                        for (int d = 0; d < HS; d++) s += a[d] * o[d];
+                        D[r] = s;
+                    }
+                    for (int j0 = 0; j0 < i0 + nq; j0 += ATT_BLOCK) {
+                        int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
+                        backward_tile(dq_h, dk + kv, dv + kv, dout_h, ldd, q + head * T * HS, k + kv, v + kv,
+                                      lse + head * T, D, i0, nq, j0, nk, T, HS, scale, dropout, seed, head * T);
                     }
                 }
+            }
         }
 }

@@ -1,8 +1,8 @@
-// linear.c: torch.nn.Linear forward and backward on the CPU, as three CBLAS GEMMs from OpenBLAS.
+// linear.c: torch.nn.Linear forward and backward on the CPU, as three GEMMs (kernels/cpu/gemm.c).
 // Weights are (out, in) as Hugging Face stores them, so the forward multiplies by weight^T.
-#include <cblas.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "kernels/kernels.h"
 
 void neox_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
@@ -12,23 +12,28 @@ void neox_linear_forward(float *out, int ldo, const float *inp, const float *wei
         #pragma omp parallel for
         for (int i = 0; i < N; i++) memcpy(out + (size_t)i * ldo, bias, (size_t)OC * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC,
-                bias ? 1.0f : 0.0f, out, ldo);
+    neox_cpu_sgemm(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, bias ? 1.0f : 0.0f, out, ldo);
 }
 
 void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
                           const float *inp, const float *weight, int N, int IC, int OC, int accumulate) {
     if (dinp)  // dinp (N, IC) = dout (N, OC) @ weight (OC, IC)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, ldo, weight, IC,
-                    accumulate ? 1.0f : 0.0f, dinp, IC);
+        neox_cpu_sgemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, accumulate ? 1.0f : 0.0f, dinp, IC);
     // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, ldo, inp, IC, 1.0f, dweight, IC);
+    neox_cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, 1.0f, dweight, IC);
     if (dbias) {
+        // Column blocks, rows in order: reads dout row by row (not down a column) and each column's
+        // sum is the same sequence of additions whatever the thread count.
         #pragma omp parallel for
-        for (int o = 0; o < OC; o++) {
-            float sum = 0.0f;
-            for (int i = 0; i < N; i++) sum += dout[(size_t)i * ldo + o];
-            dbias[o] += sum;
+        for (int o0 = 0; o0 < OC; o0 += 64) {
+            int n = OC - o0 < 64 ? OC - o0 : 64;
+            float sum[64] = {0};
+            for (int i = 0; i < N; i++) {
+                const float *row = dout + (size_t)i * ldo + o0;
+                #pragma omp simd
+                for (int c = 0; c < n; c++) sum[c] += row[c];
+            }
+            for (int c = 0; c < n; c++) dbias[o0 + c] += sum[c];
         }
     }
 }

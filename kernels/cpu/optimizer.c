@@ -22,12 +22,18 @@ void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, f
     // with the bias corrections folded into the step size and the denominator as torch does.
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
     float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2);
+    // Fixed blocks, vectorised inside (sqrtf becomes sqrtps: kernels/cpu is built without math
+    // errno); square root and division are exactly rounded either way, so lanes equal the scalar.
     #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-        v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-        float p = param[i] * (1.0f - lr * weight_decay);
-        param[i] = p - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    for (size_t i0 = 0; i0 < n; i0 += 4096) {
+        size_t i1 = n - i0 < 4096 ? n : i0 + 4096;
+        #pragma omp simd
+        for (size_t i = i0; i < i1; i++) {
+            float g = grad[i];
+            m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+            v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+            float p = param[i] * (1.0f - lr * weight_decay);
+            param[i] = p - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+        }
     }
 }

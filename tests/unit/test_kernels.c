@@ -195,51 +195,62 @@ static void test_rotary(void **state) {
 }
 
 // ---- attention ----------------------------------------------------------------------------------
-enum { AB = 2, AT = 6, AHS = 4 };
-struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int NH, NKV; float dropout; };
+// T = 6 fits in one block of the blocked kernel; T = 150 spans three (the last one partial), so the
+// online softmax across key blocks and the tiles off and on the diagonal are all exercised.
+enum { AB = 2, AHS = 4 };
+struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV; float dropout; };
 
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
-    neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, AT, c->NH, c->NKV, AHS, 0.5f, c->dropout, 99);
-    return dotd(c->out, c->R, (size_t)AB * AT * c->NH * AHS);
+    neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS, 0.5f, c->dropout, 99);
+    return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
 
-static void run_attention(int NH, int NKV, float dropout) {
-    size_t nq = (size_t)AB * NH * AT * AHS, nk = (size_t)AB * NKV * AT * AHS;
-    struct attn_ctx c = {randn(nq, 1), randn(nk, 1), randn(nk, 1), zeros(nq), zeros((size_t)AB * NH * AT), randn(nq, 1),
-                         NH, NKV, dropout};
+static void run_attention(int T, int NH, int NKV, float dropout) {
+    size_t nq = (size_t)AB * NH * T * AHS, nk = (size_t)AB * NKV * T * AHS;
+    struct attn_ctx c = {randn(nq, 1), randn(nk, 1), randn(nk, 1), zeros(nq), zeros((size_t)AB * NH * T), randn(nq, 1),
+                         T, NH, NKV, dropout};
     attn_loss(&c);
     if (dropout == 0.0f) {  // forward against softmax(q k^T * scale + causal mask) v
+        double *s = neox_malloc((size_t)T * sizeof(double));
         for (int b = 0; b < AB; b++)
             for (int h = 0; h < NH; h++)
-                for (int i = 0; i < AT; i++) {
+                for (int i = 0; i < T; i++) {
                     int g = h / (NH / NKV);
-                    double s[AT], mx = -1e30, sum = 0;
+                    double mx = -1e30, sum = 0;
                     for (int j = 0; j <= i; j++) {
                         s[j] = 0;
                         for (int d = 0; d < AHS; d++)
-                            s[j] += 0.5 * c.q[((b * NH + h) * AT + i) * AHS + d] * c.k[((b * NKV + g) * AT + j) * AHS + d];
+                            s[j] += 0.5 * c.q[((b * NH + h) * T + i) * AHS + d] * c.k[((b * NKV + g) * T + j) * AHS + d];
                         mx = fmax(mx, s[j]);
                     }
                     for (int j = 0; j <= i; j++) sum += exp(s[j] - mx);
+                    assert_true(fabs(mx + log(sum) - c.lse[(b * NH + h) * T + i]) < 1e-5);
                     for (int d = 0; d < AHS; d++) {
                         double ref = 0;
-                        for (int j = 0; j <= i; j++) ref += exp(s[j] - mx) / sum * c.v[((b * NKV + g) * AT + j) * AHS + d];
-                        assert_true(fabs(ref - c.out[((b * AT + i) * NH + h) * AHS + d]) < 1e-5);
+                        for (int j = 0; j <= i; j++) ref += exp(s[j] - mx) / sum * c.v[((b * NKV + g) * T + j) * AHS + d];
+                        assert_true(fabs(ref - c.out[((b * T + i) * NH + h) * AHS + d]) < 1e-5);
                     }
                 }
+        free(s);
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
-    neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, AT, NH, NKV, AHS, 0.5f, dropout, 99);
+    neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS, 0.5f, dropout, 99);
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
     check_grad("attention dv", c.v, dv, nk, attn_loss, &c);
     free(c.q); free(c.k); free(c.v); free(c.out); free(c.lse); free(c.R); free(dq); free(dk); free(dv);
 }
 
-static void test_attention(void **state) { (void)state; run_attention(3, 3, 0.0f); }
-static void test_attention_gqa(void **state) { (void)state; run_attention(4, 2, 0.0f); run_attention(4, 1, 0.0f); }
-static void test_attention_dropout(void **state) { (void)state; run_attention(2, 2, 0.3f); }
+static void test_attention(void **state) { (void)state; run_attention(6, 3, 3, 0.0f); }
+static void test_attention_gqa(void **state) { (void)state; run_attention(6, 4, 2, 0.0f); run_attention(6, 4, 1, 0.0f); }
+static void test_attention_dropout(void **state) { (void)state; run_attention(6, 2, 2, 0.3f); }
+static void test_attention_blocks(void **state) {
+    (void)state;
+    run_attention(150, 2, 2, 0.0f);
+    run_attention(150, 4, 2, 0.0f);
+    run_attention(150, 2, 1, 0.2f);
+}
 
 // ---- activations --------------------------------------------------------------------------------
 struct act_ctx { float *inp, *out, *R; int kind; };  // kind 0 gelu, 1 gelu tanh, 2 swiglu
@@ -353,7 +364,8 @@ int main(void) {
         cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_split_merge), cmocka_unit_test(test_rotary),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_gqa),
-        cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_attention_blocks),
+        cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_dropout),         cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_adamw_and_norm),

@@ -1,0 +1,104 @@
+// train_neox.c: the neox.c side of bench/train_cpu.sh. Trains a GPT-NeoX model (Pythia-70M's
+// shape by default) on random token ids with lib/model and the AdamW kernel for a fixed number of
+// steps and prints one JSON line with tokens/s, the time spent in forward, backward and AdamW, and
+// the CPU seconds all threads used in the timed steps.
+//   train_neox key=value...   keys: layers hidden heads vocab seq batch steps warmup threads
+// The step is the one neox-train runs: zero the gradients, forward, backward, AdamW over every
+// tensor (no weight decay on biases and norms).
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "core.h"
+#include "kernels/kernels.h"
+#include "model.h"
+
+typedef struct bench_opts { int layers, hidden, heads, vocab, seq, batch, steps, warmup, threads; } bench_opts;
+
+static void parse(bench_opts *o, const char *arg) {
+    struct { const char *key; int *value; } keys[] = {
+        {"layers", &o->layers}, {"hidden", &o->hidden}, {"heads", &o->heads}, {"vocab", &o->vocab},
+        {"seq", &o->seq}, {"batch", &o->batch}, {"steps", &o->steps}, {"warmup", &o->warmup},
+        {"threads", &o->threads},
+    };
+    const char *eq = strchr(arg, '=');
+    for (size_t i = 0; eq && i < sizeof keys / sizeof keys[0]; i++)
+        if (strlen(keys[i].key) == (size_t)(eq - arg) && strncmp(arg, keys[i].key, (size_t)(eq - arg)) == 0) {
+            *keys[i].value = atoi(eq + 1);
+            return;
+        }
+    neox_die(2, "bad argument '%s' (keys: layers hidden heads vocab seq batch steps warmup threads)", arg);
+}
+
+// Pythia-70M's architecture (rotary on a quarter of each head, parallel residual, exact GELU,
+// untied output), which is also what the PyTorch side builds with GPTNeoXForCausalLM.
+static neox_model_desc pythia_desc(const bench_opts *o) {
+    return (neox_model_desc){
+        .vocab_size = o->vocab, .hidden_size = o->hidden, .num_layers = o->layers, .num_heads = o->heads,
+        .num_kv_heads = o->heads, .ffn_size = 4 * o->hidden, .max_positions = o->seq, .norm = NEOX_NORM_LAYERNORM,
+        .norm_eps = 1e-5f, .norm_bias = 1, .pos_emb = NEOX_POS_ROTARY, .rotary_dims = o->hidden / o->heads / 4,
+        .rotary_base = 10000.0, .parallel_residual = 1, .activation = NEOX_ACT_GELU, .attn_bias = 1, .mlp_bias = 1,
+        .tied = 0, .init_method = NEOX_INIT_NORMAL, .output_init_method = NEOX_INIT_NORMAL, .init_std = 0.02,
+    };
+}
+
+// CPU seconds used so far by every thread of the process (user + system).
+static double cpu_seconds(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
+}
+
+int main(int argc, char **argv) {
+    neox_set_progname(argv[0]);
+    bench_opts o = {.layers = 6, .hidden = 512, .heads = 8, .vocab = 50304, .seq = 512, .batch = 8, .steps = 3,
+                    .warmup = 1, .threads = 2};
+    for (int i = 1; i < argc; i++) parse(&o, argv[i]);
+    omp_set_num_threads(o.threads);  // the kernels run OpenBLAS single-threaded on OpenMP's threads
+
+    neox_error err = {0};
+    neox_model_desc d = pythia_desc(&o);
+    neox_model *m = neox_model_create(&d, &err);
+    if (!m || neox_model_plan(m, o.batch, o.seq, &err) != 0) neox_die_error(&err);
+    neox_model_init(m, 1234);
+    m->training = 1;
+    float *mom = neox_calloc(m->num_floats, sizeof(float)), *vel = neox_calloc(m->num_floats, sizeof(float));
+    size_t n = (size_t)o.batch * o.seq;
+    int *ids = neox_malloc((n + 1) * sizeof(int));
+    for (size_t i = 0; i <= n; i++) ids[i] = (int)(neox_hash64(42, i) % (unsigned long long)o.vocab);
+
+    double t_fwd = 0, t_bwd = 0, t_opt = 0, first_loss = 0, last_loss = 0, cpu = 0;
+    for (int s = 0; s < o.warmup + o.steps; s++) {
+        if (s == o.warmup) cpu = cpu_seconds();
+        double t0 = neox_now();
+        neox_model_zero_grad(m);
+        if (neox_model_forward(m, ids, ids + 1, NULL, &err) != 0) neox_die_error(&err);
+        double t1 = neox_now();
+        neox_model_backward(m, 1.0f);
+        double t2 = neox_now();
+        for (int i = 0; i < m->nparams; i++) {
+            const neox_param *p = &m->params[i];
+            neox_adamw(m->param_buf + p->offset, m->grad_buf + p->offset, mom + p->offset, vel + p->offset, p->numel,
+                       6e-4f, 0.9f, 0.95f, 1e-8f, p->no_decay ? 0.0f : 0.1f, s + 1);
+        }
+        double t3 = neox_now();
+        if (s == 0) first_loss = m->loss;
+        last_loss = m->loss;
+        if (s < o.warmup) continue;
+        t_fwd += t1 - t0;
+        t_bwd += t2 - t1;
+        t_opt += t3 - t2;
+    }
+    cpu = cpu_seconds() - cpu;
+    double total = t_fwd + t_bwd + t_opt;
+    printf("{\"impl\": \"neox.c\", \"params\": %zu, \"tokens_per_step\": %zu, \"steps\": %d, \"seconds\": %.4f, "
+           "\"tokens_per_s\": %.2f, \"forward_s\": %.4f, \"backward_s\": %.4f, \"adamw_s\": %.4f, "
+           "\"cpu_s\": %.4f, \"first_loss\": %.4f, \"last_loss\": %.4f, \"activation_bytes\": %zu}\n",
+           m->num_floats, n, o.steps, total, (double)n * o.steps / total, t_fwd / o.steps, t_bwd / o.steps,
+           t_opt / o.steps, cpu, first_loss, last_loss, neox_model_activation_bytes(m));
+    free(ids); free(mom); free(vel);
+    neox_model_free(m);
+    return 0;
+}
