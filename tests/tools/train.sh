@@ -20,7 +20,7 @@ check "preprocess Tiny Shakespeare (char-level)" $PRE --input "$T/shakespeare.js
     --tokenizer-type CharLevelTokenizer --append-eod
 
 # ---- learning and determinism (configs/tiny-shakespeare.yml with the data paths of this test) ----
-sed -e '/"data_path"/d' -e '/"vocab_file"/d' -e '/"merge_file"/d' -e '/"log_interval"/d' -e 's/"train_iters": 200/"train_iters": 120/' \
+sed -e '/"data_path"/d' -e '/"vocab_file"/d' -e '/"merge_file"/d' -e '/"log_interval"/d' -e 's/"train_iters": 200/"train_iters": 300/' \
     -e 's/"train_micro_batch_size_per_gpu": 8/"train_micro_batch_size_per_gpu": 4/' \
     configs/tiny-shakespeare.yml >"$T/shakespeare.yml"
 gpt2_data() {  # gpt2_data NAME [MORE JSON]
