@@ -2,7 +2,8 @@
 // shape by default) on random token ids with lib/model and the AdamW kernel for a fixed number of
 // steps and prints one JSON line with tokens/s, the time spent in forward, backward and AdamW, and
 // the CPU seconds all threads used in the timed steps.
-//   train_neox key=value...   keys: layers hidden heads vocab seq batch steps warmup threads
+//   train_neox key=value...   keys: layers hidden heads vocab seq batch steps warmup threads checkpoint
+//   (checkpoint=1: activation checkpointing, each layer recomputed in backward)
 // The step is the one neox-train runs: zero the gradients, forward, backward, AdamW over every
 // tensor (no weight decay on biases and norms).
 #include <omp.h>
@@ -15,13 +16,13 @@
 #include "kernels/kernels.h"
 #include "model.h"
 
-typedef struct bench_opts { int layers, hidden, heads, vocab, seq, batch, steps, warmup, threads; } bench_opts;
+typedef struct bench_opts { int layers, hidden, heads, vocab, seq, batch, steps, warmup, threads, checkpoint; } bench_opts;
 
 static void parse(bench_opts *o, const char *arg) {
     struct { const char *key; int *value; } keys[] = {
         {"layers", &o->layers}, {"hidden", &o->hidden}, {"heads", &o->heads}, {"vocab", &o->vocab},
         {"seq", &o->seq}, {"batch", &o->batch}, {"steps", &o->steps}, {"warmup", &o->warmup},
-        {"threads", &o->threads},
+        {"threads", &o->threads}, {"checkpoint", &o->checkpoint},
     };
     const char *eq = strchr(arg, '=');
     for (size_t i = 0; eq && i < sizeof keys / sizeof keys[0]; i++)
@@ -29,7 +30,7 @@ static void parse(bench_opts *o, const char *arg) {
             *keys[i].value = atoi(eq + 1);
             return;
         }
-    neox_die(2, "bad argument '%s' (keys: layers hidden heads vocab seq batch steps warmup threads)", arg);
+    neox_die(2, "bad argument '%s' (keys: layers hidden heads vocab seq batch steps warmup threads checkpoint)", arg);
 }
 
 // Pythia-70M's architecture (rotary on a quarter of each head, parallel residual, exact GELU,
@@ -41,6 +42,7 @@ static neox_model_desc pythia_desc(const bench_opts *o) {
         .norm_eps = 1e-5f, .norm_bias = 1, .pos_emb = NEOX_POS_ROTARY, .rotary_dims = o->hidden / o->heads / 4,
         .rotary_base = 10000.0, .parallel_residual = 1, .activation = NEOX_ACT_GELU, .attn_bias = 1, .mlp_bias = 1,
         .tied = 0, .init_method = NEOX_INIT_NORMAL, .output_init_method = NEOX_INIT_NORMAL, .init_std = 0.02,
+        .checkpoint_activations = o->checkpoint,
     };
 }
 
