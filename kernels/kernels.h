@@ -108,6 +108,11 @@ void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int 
 // (b, h, i, j), regenerated identically in backward.
 void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
                             int NH, int NKV, int HS, float scale, float dropout, unsigned long long seed);
+// Attention of S new positions pos0..pos0+S-1 over a key/value cache holding positions
+// 0..pos0+S-1 (generation; kernels/cpu/attention_cache.c). q: (NH, S, HS); kcache, vcache:
+// (NKV, maxT, HS); out: (S, NH, HS). Query i sees keys 0..pos0+i.
+void neox_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,
+                           int NH, int NKV, int HS, int maxT, float scale);
 // dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS).
 void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                              const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,

@@ -32,35 +32,11 @@ static int optimizer_buffers(const neox_trainer *t, const char **names, float **
     return 2;
 }
 
-// ---- the model's shape, stored to refuse a config that does not match --------------------------
-typedef struct shape_field {
-    const char *name;  // in the JSON and, as GPT-NeoX names it, the config key that sets it
-    int value;
-} shape_field;
-
-static int model_shape(const neox_model_desc *d, shape_field *f) {
-    int n = 0;
-    f[n++] = (shape_field){"num_layers", d->num_layers};
-    f[n++] = (shape_field){"hidden_size", d->hidden_size};
-    f[n++] = (shape_field){"num_attention_heads", d->num_heads};
-    f[n++] = (shape_field){"num_kv_heads", d->num_kv_heads};
-    f[n++] = (shape_field){"intermediate_size", d->ffn_size};
-    f[n++] = (shape_field){"padded_vocab_size", d->vocab_size};
-    f[n++] = (shape_field){"norm", d->norm};
-    f[n++] = (shape_field){"pos_emb", d->pos_emb};
-    f[n++] = (shape_field){"activation", d->activation};
-    f[n++] = (shape_field){"use_bias_in_attn_linear", d->attn_bias};
-    f[n++] = (shape_field){"use_bias_in_mlp", d->mlp_bias};
-    f[n++] = (shape_field){"no_weight_tying", !d->tied};
-    if (d->pos_emb == NEOX_POS_LEARNED) f[n++] = (shape_field){"max_position_embeddings", d->max_positions};
-    return n;
-}
-
 static json_t *state_json(const neox_trainer *t) {
     const neox_train_state *s = &t->state;
     json_t *model = json_object();
-    shape_field f[16];
-    int n = model_shape(&t->model->desc, f);
+    neox_shape_field f[16];
+    int n = neox_train_model_shape(&t->model->desc, f);
     for (int i = 0; i < n; i++) json_object_set_new(model, f[i].name, json_integer(f[i].value));
     json_t *files = json_array();
     for (int i = 0; i < neox_config_file_count(t->cfg); i++) {
@@ -212,50 +188,6 @@ int neox_train_save(neox_trainer *t, neox_error *err) {
 // ---- loading -------------------------------------------------------------------------------------
 static int64_t json_int_field(json_t *obj, const char *key) { return (int64_t)json_integer_value(json_object_get(obj, key)); }
 
-static int check_model_shape(const neox_trainer *t, json_t *state, const char *dir, neox_error *err) {
-    json_t *model = json_object_get(state, "model");
-    if (!json_is_object(model)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json has no model shape", dir);
-    shape_field f[16];
-    int n = model_shape(&t->model->desc, f);
-    for (int i = 0; i < n; i++) {
-        json_t *v = json_object_get(model, f[i].name);
-        if (v && json_integer_value(v) != f[i].value)
-            return neox_fail(err, NEOX_EXIT_USAGE,
-                             "%s: the checkpoint's model has %s = %lld but the config gives %d; the model shape must match",
-                             dir, f[i].name, (long long)json_integer_value(v), f[i].value);
-    }
-    return 0;
-}
-
-// Reads whole tensors group/NAME into buf at each parameter's offset (any layout wrote them).
-static int read_tensors(const neox_trainer *t, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err) {
-    for (int i = 0; i < t->model->nparams; i++) {
-        const neox_param *p = &t->model->params[i];
-        char name[160];
-        snprintf(name, sizeof name, "%s/%s", group, p->name);
-        int ndim;
-        int64_t shape[NEOX_CKPT_MAX_DIMS];
-        if (neox_ckpt_tensor_shape(r, name, &ndim, shape, err) != 0) return -1;
-        int same = ndim == p->ndim;
-        for (int d = 0; same && d < ndim; d++) same = shape[d] == p->shape[d];
-        if (!same) return neox_fail(err, NEOX_EXIT_USAGE, "tensor %s: the checkpoint's shape differs from the config's model", name);
-        if (neox_ckpt_read_range(r, name, 0, (int64_t)p->numel, buf + p->offset, err) != 0) return -1;
-    }
-    return 0;
-}
-
-static int read_state(const neox_ckpt_reader *r, const char *dir, json_t **state, neox_error *err) {
-    void *data;
-    size_t size;
-    if (neox_ckpt_read_bytes(r, "state/train.json", &data, &size, err) != 0) return -1;
-    json_error_t jerr;
-    *state = json_loadb(data, size, 0, &jerr);
-    free(data);
-    if (!*state || !json_is_object(*state))
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json: %s", dir, *state ? "not an object" : jerr.text);
-    return 0;
-}
-
 static void restore_state(neox_trainer *t, json_t *state) {
     const neox_config *cfg = t->cfg;
     int finetune = neox_config_bool(cfg, "finetune");
@@ -291,17 +223,11 @@ static void restore_state(neox_trainer *t, json_t *state) {
 }
 
 static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
-    neox_ckpt_manifest man;
-    if (neox_ckpt_manifest_read(dir, &man, err) != 0) return -1;
-    const char **paths = neox_calloc((size_t)man.nfiles + 1, sizeof *paths);
-    int npaths = 0;
-    for (int i = 0; i < man.nfiles; i++)
-        if (man.files[i].rank >= 0) paths[npaths++] = neox_asprintf("%s/%s", dir, man.files[i].name);
-    neox_ckpt_reader *r = neox_ckpt_reader_open(paths, npaths, err);
+    neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
     json_t *state = NULL;
-    int rc = r ? read_state(r, dir, &state, err) : -1;
-    if (rc == 0) rc = check_model_shape(t, state, dir, err);
-    if (rc == 0) rc = read_tensors(t, r, "params", t->model->param_buf, err);
+    int rc = r ? neox_train_read_state(r, dir, &state, err) : -1;
+    if (rc == 0) rc = neox_train_check_model_shape(&t->model->desc, state, dir, err);
+    if (rc == 0) rc = neox_train_read_tensors(t->model, r, "params", t->model->param_buf, err);
     int load_optim = !neox_config_bool(t->cfg, "finetune") && !neox_config_bool(t->cfg, "no_load_optim");
     if (rc == 0 && load_optim) {
         const char *saved = json_string_value(json_object_get(state, "optimizer"));
@@ -311,14 +237,11 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         const char *names[2];
         float *bufs[2];
         int nbufs = optimizer_buffers(t, names, bufs);
-        for (int b = 0; rc == 0 && b < nbufs; b++) rc = read_tensors(t, r, names[b], bufs[b], err);
+        for (int b = 0; rc == 0 && b < nbufs; b++) rc = neox_train_read_tensors(t->model, r, names[b], bufs[b], err);
     }
     if (rc == 0) restore_state(t, state);
     json_decref(state);
     neox_ckpt_reader_close(r);
-    for (int i = 0; i < npaths; i++) free((void *)paths[i]);
-    free(paths);
-    neox_ckpt_manifest_free(&man);
     return rc;
 }
 

@@ -105,6 +105,23 @@ int neox_train_save(neox_trainer *t, neox_error *err);
 // Loads SAVE/latest of load_dir (when there is one) as the config's load options say.
 int neox_train_load(neox_trainer *t, neox_error *err);
 
+// ---- reading models out of checkpoints (load_model.c; neox_load_model_params is in train.h) ---
+// One entry of the model shape stored in state/train.json, named as the GPT-NeoX key that sets it.
+typedef struct neox_shape_field {
+    const char *name;
+    int value;
+} neox_shape_field;
+int neox_train_model_shape(const neox_model_desc *d, neox_shape_field *f);  // fills up to 16
+typedef struct neox_ckpt_reader neox_ckpt_reader;
+typedef struct json_t json_t;
+// Opens every shard file the manifest of checkpoint directory dir lists.
+neox_ckpt_reader *neox_train_open_checkpoint(const char *dir, neox_error *err);
+int neox_train_read_state(const neox_ckpt_reader *r, const char *dir, json_t **state, neox_error *err);
+// Fails naming the key when the stored shape differs from d.
+int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err);
+// Reads the whole tensors group/NAME of every parameter into buf at the parameter's offset.
+int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err);
+
 // ---- signals (loop.c) -----------------------------------------------------------------------
 extern volatile sig_atomic_t neox_train_stop_signal;
 

@@ -1,0 +1,57 @@
+"""bench/eval_transformers.py: the transformers side of bench/eval.sh, on the model neox-eval scores:
+lambada_openai requests tokenized and truncated as lm-evaluation-harness does, batched like neox-eval
+(sorted by length, micro-batch rows padded to the longest), loglikelihood + greedy from log_softmax;
+then greedy generation with transformers' KV cache. Prints `eval_tokens_per_s`, `gen_tokens_per_s`."""
+import json
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, GPT2TokenizerFast
+
+model_dir, lambada, limit, batch, max_length, prompts_file, max_new, threads = sys.argv[1:9]
+limit, batch, max_length, max_new = int(limit), int(batch), int(max_length), int(max_new)
+torch.set_num_threads(int(threads))
+tok = GPT2TokenizerFast(vocab_file=f"{model_dir}/vocab.json", merges_file=f"{model_dir}/merges.txt")
+model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+eot = tok.eos_token_id
+
+requests = []
+for line in list(open(lambada, encoding="utf-8"))[:limit]:
+    text = json.loads(line)["text"]
+    ctx, cont = " ".join(text.split(" ")[:-1]), " " + text.split(" ")[-1]
+    whole, c = tok.encode(ctx + cont), tok.encode(ctx)
+    cont_ids = whole[len(c):]
+    requests.append(((c + cont_ids)[-(max_length + 1):][:-1], cont_ids))
+requests.sort(key=lambda r: -len(r[0]))
+
+with torch.no_grad():
+    start, tokens = time.perf_counter(), 0
+    for i in range(0, len(requests), batch):
+        part = requests[i:i + batch]
+        T = len(part[0][0])
+        ids = torch.tensor([inp + [0] * (T - len(inp)) for inp, _ in part])
+        logprobs = torch.log_softmax(model(ids).logits, dim=-1)
+        tokens += sum(len(inp) for inp, _ in part)  # the requests' tokens, as neox-eval counts them
+        for b, (inp, cont) in enumerate(part):
+            n = min(len(cont), len(inp))
+            sel = logprobs[b, len(inp) - n:len(inp)]
+            target = torch.tensor(cont[len(cont) - n:])
+            float(sel.gather(1, target[:, None]).sum()), bool((sel.argmax(-1) == target).all())
+    seconds = time.perf_counter() - start
+    print(f"eval_tokens_per_s {tokens / seconds:.1f}")
+
+    start, generated = time.perf_counter(), 0
+    for prompt in [p.strip() for p in open(prompts_file, encoding="utf-8") if p.strip()]:
+        ids = tok.encode(prompt)
+        past, inp, n = None, torch.tensor([ids]), 0
+        while n < max_new and len(ids) + n < max_length:
+            out = model(inp, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            nxt = int(out.logits[0, -1, :len(tok)].argmax())
+            n += 1
+            if nxt == eot:
+                break
+            inp = torch.tensor([[nxt]])
+        generated += n
+    print(f"gen_tokens_per_s {generated / (time.perf_counter() - start):.1f}")

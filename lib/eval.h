@@ -1,0 +1,118 @@
+// eval.h: neox-eval's evaluation — perplexity of the valid and test splits (the samples training
+// evaluates on), lm-evaluation-harness 0.4 tasks scored from local files (lambada_openai, piqa,
+// wikitext) and the generic multiple-choice and loglikelihood jsonl formats, the results table
+// and the eval_results JSON file. Work is spread over the data-parallel ranks; every rank ends
+// with the same results. docs/eval.md describes tasks, formats and metrics.
+#ifndef NEOX_EVAL_H
+#define NEOX_EVAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "core.h"
+#include "model.h"
+#include "parallel.h"
+#include "tokenizer.h"
+
+typedef struct neox_evaluator {
+    const neox_config *cfg;      // outlives the evaluator
+    neox_grid *grid;
+    int rank0, quiet;
+    neox_tokenizer *tokenizer;
+    int32_t eod_id;
+    neox_model *model;
+    int64_t iteration;           // of the loaded checkpoint (0: none loaded)
+    int seq_length;              // the longest sequence scored (the harness's max_length)
+    int micro_batch;             // samples per forward (split perplexity)
+    struct neox_generator *scorer;  // the decoder path that scores requests (lib/generate.h)
+    int64_t tokens_scored;       // this rank's scored input tokens (for tokens/s)
+    double forward_seconds;
+} neox_evaluator;
+
+// Loads the tokenizer, builds the model from cfg and reads the checkpoint `load` names (the
+// `iteration` key picks one; otherwise `latest`). A config without `load` evaluates the initial
+// weights (with a notice).
+neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, int quiet, neox_error *err);
+void neox_evaluator_free(neox_evaluator *ev);
+
+// ---- results ------------------------------------------------------------------------------------
+#define NEOX_EVAL_MAX_METRICS 6
+typedef struct neox_metric {
+    const char *name;        // "acc", "perplexity", ... (static strings)
+    double value;
+    double stderr_value;
+    int has_stderr;          // 0: the harness reports "N/A"
+} neox_metric;
+
+typedef struct neox_task_result {
+    char *task;              // malloc'ed
+    int64_t examples;
+    int nmetrics;
+    neox_metric metrics[NEOX_EVAL_MAX_METRICS];
+    double seconds;
+} neox_task_result;
+
+void neox_task_result_release(neox_task_result *r);
+// The table as lm-evaluation-harness prints it: Tasks | n | Metric | Value | Stderr.
+void neox_eval_print_table(FILE *out, const neox_task_result *r, int n);
+// Writes {"results": {task: {"METRIC,none": v, "METRIC_stderr,none": s|"N/A"}}, "n-samples": ...,
+// "config": ...} atomically to path.
+int neox_eval_write_results(const char *path, const neox_task_result *r, int n, const neox_evaluator *ev,
+                            neox_error *err);
+// GPT-NeoX's name: {prefix}_eval_results_yy-mm-dd-HH-MM.json (eval_results_... without a prefix).
+char *neox_eval_results_path(const char *prefix);
+
+// ---- perplexity of a data split -------------------------------------------------------------
+// lm_loss (the mean of the micro-batch mask-weighted mean losses, as training reports it) and
+// lm_loss_ppl over eval_iters x gradient_accumulation_steps global batches of split 1 (valid) or
+// 2 (test) from the start of the split. iters <= 0 takes eval_iters.
+int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neox_task_result *out, neox_error *err);
+
+// ---- tasks ----------------------------------------------------------------------------------
+typedef struct neox_task_options {
+    const char *data_dir;    // where lambada_test.jsonl, piqa_valid*.jsonl/.lst and wikitext files are
+    int64_t limit;           // at most this many examples per task (0: all)
+} neox_task_options;
+
+// Runs one task by name: lambada_openai, piqa, wikitext, mc:FILE.jsonl, loglikelihood:FILE.jsonl,
+// rolling:FILE.jsonl. An unknown name is a usage error listing the known ones.
+int neox_eval_task(neox_evaluator *ev, const char *name, const neox_task_options *o, neox_task_result *out,
+                   neox_error *err);
+
+// ---- the loglikelihood engine (lm-evaluation-harness's loglikelihood requests) ----------------
+typedef struct neox_ll_request {
+    int32_t *ctx, *cont;     // token ids (malloc'ed)
+    int nctx, ncont;         // ncont >= 1
+} neox_ll_request;
+
+typedef struct neox_ll_result {
+    double ll;               // sum of log p(cont | ctx)
+    int greedy;              // every continuation token is the argmax
+} neox_ll_result;
+
+// Tokenizes a (context, continuation) pair as the harness's _encode_pair: trailing spaces of the
+// context move to the continuation, the continuation's ids are those of the whole text after the
+// context's, and an empty context becomes [EOD].
+int neox_eval_encode_pair(const neox_evaluator *ev, const char *ctx, const char *cont, neox_ll_request *out,
+                          neox_error *err);
+void neox_ll_request_release(neox_ll_request *r);
+// Scores every request: the input is (ctx + cont) cut to its last seq_length + 1 tokens minus the
+// last one, and the continuation is scored at the last ncont positions (at most the input's
+// length). Requests are spread over the data-parallel ranks; every rank gets every result. label
+// names the progress bar.
+int neox_eval_loglikelihood(neox_evaluator *ev, const neox_ll_request *reqs, int64_t n, neox_ll_result *out,
+                            const char *label, neox_error *err);
+// The harness's rolling windows (get_rolling_token_windows with context_len 1, then
+// make_disjoint_window) over tokens: disjoint requests that together score every token once.
+// Returns the number of windows (*out malloc'ed; release each).
+int64_t neox_rolling_windows(const int32_t *tokens, int64_t n, int32_t prefix, int max_len, neox_ll_request **out);
+
+// The harness's wikitext_detokenizer (lm_eval/tasks/wikitext/preprocess_wikitext.py): a new string.
+char *neox_wikitext_detokenize(const char *text);
+// len(re.split(r"\s+", s)) with Python's Unicode whitespace.
+int64_t neox_count_words(const char *s, size_t n);
+// len(s) of a Python str: code points of UTF-8 text.
+int64_t neox_count_codepoints(const char *s);
+
+#endif

@@ -1,0 +1,251 @@
+// evaluator.c: the evaluator's set-up (tokenizer, model, checkpoint) and the loglikelihood engine
+// every task is built on: requests tokenized as lm-evaluation-harness tokenizes them, each run
+// through the decoder once with only its continuation's positions through the output layer
+// (lib/generate.h's scoring path), scored from the logits (cross-entropy kernel, greedy check)
+// and spread over the data-parallel ranks.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval.h"
+#include "generate.h"
+#include "kernels/kernels.h"
+#include "train.h"
+
+static int64_t config_int_or(const neox_config *cfg, const char *key, int64_t fallback) {
+    return neox_config_has(cfg, key) ? neox_config_int(cfg, key) : fallback;
+}
+
+static int load_checkpoint(neox_evaluator *ev, neox_error *err) {
+    const char *load = neox_config_str(ev->cfg, "load");
+    if (!load) {
+        if (ev->rank0 && !ev->quiet) neox_notice("load: not set; evaluating the initial (untrained) weights");
+        return 0;
+    }
+    int64_t iteration = config_int_or(ev->cfg, "iteration", 0);
+    if (neox_load_model_params(ev->model, load, iteration, &ev->iteration, err) != 0) return -1;
+    if (ev->rank0 && !ev->quiet) neox_info("loaded checkpoint %s (iteration %lld)", load, (long long)ev->iteration);
+    return 0;
+}
+
+neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, int quiet, neox_error *err) {
+    neox_evaluator *ev = neox_calloc(1, sizeof *ev);
+    ev->cfg = cfg;
+    ev->grid = grid;
+    ev->quiet = quiet;
+    ev->rank0 = grid->world_rank == 0;
+    ev->seq_length = (int)neox_config_int(cfg, "seq_length");
+    ev->micro_batch = (int)neox_config_int(cfg, "train_micro_batch_size_per_gpu");
+    if (grid->model_size > 1 || grid->pipe_size > 1) {
+        neox_fail(err, NEOX_EXIT_USAGE, "neox-eval runs data parallel only (a grid with pipe and model size 1)");
+        goto fail;
+    }
+    neox_tokenizer_options to = {neox_config_str(cfg, "tokenizer_type"), neox_config_str(cfg, "vocab_file"),
+                                 neox_config_str(cfg, "merge_file")};
+    ev->tokenizer = neox_tokenizer_load(&to, err);
+    if (!ev->tokenizer) {
+        neox_fail_context(err, "tokenizer_type %s", to.type ? to.type : "None");
+        goto fail;
+    }
+    ev->eod_id = neox_tokenizer_eod_id(ev->tokenizer);
+    neox_model_desc desc;
+    if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(ev->tokenizer), err) != 0) goto fail;
+    ev->model = neox_model_create(&desc, err);
+    if (!ev->model) goto fail;
+    neox_model_init(ev->model, (unsigned long long)neox_config_int(cfg, "seed"));
+    ev->model->training = 0;
+    if (load_checkpoint(ev, err) != 0) goto fail;
+    return ev;
+fail:
+    neox_evaluator_free(ev);
+    return NULL;
+}
+
+void neox_evaluator_free(neox_evaluator *ev) {
+    if (!ev) return;
+    neox_generator_free(ev->scorer);
+    neox_model_free(ev->model);
+    if (ev->tokenizer) neox_tokenizer_free(ev->tokenizer);
+    free(ev);
+}
+
+// ---- tokenizing requests ------------------------------------------------------------------------
+static int encode(const neox_evaluator *ev, const char *text, size_t size, int32_t **ids, int *n, neox_error *err) {
+    size_t len = 0, cap = 0;
+    *ids = NULL;
+    if (neox_tokenizer_encode(ev->tokenizer, text, size, ids, &len, &cap, err) < 0) {
+        free(*ids);
+        *ids = NULL;
+        return -1;
+    }
+    *n = (int)len;
+    return 0;
+}
+
+int neox_eval_encode_pair(const neox_evaluator *ev, const char *ctx, const char *cont, neox_ll_request *out,
+                          neox_error *err) {
+    *out = (neox_ll_request){0};
+    size_t nctx = strlen(ctx), ncont = strlen(cont);
+    if (nctx == 0) {
+        out->ctx = neox_malloc(sizeof(int32_t));
+        out->ctx[0] = ev->eod_id;
+        out->nctx = 1;
+        if (encode(ev, cont, ncont, &out->cont, &out->ncont, err) != 0) {
+            neox_ll_request_release(out);
+            return -1;
+        }
+    } else {
+        // Trailing spaces of the context belong to the continuation (BPE merges a space into the
+        // word after it).
+        size_t keep = nctx;
+        while (keep > 0 && ctx[keep - 1] == ' ') keep--;
+        char *whole = neox_malloc(nctx + ncont + 1);
+        memcpy(whole, ctx, nctx);
+        memcpy(whole + nctx, cont, ncont + 1);
+        int32_t *all;
+        int nall;
+        int rc = encode(ev, whole, nctx + ncont, &all, &nall, err);
+        free(whole);
+        if (rc != 0) return -1;
+        if (encode(ev, ctx, keep, &out->ctx, &out->nctx, err) != 0) {
+            free(all);
+            return -1;
+        }
+        int start = out->nctx < nall ? out->nctx : nall;
+        out->ncont = nall - start;
+        out->cont = neox_malloc(((size_t)out->ncont + 1) * sizeof(int32_t));
+        memcpy(out->cont, all + start, (size_t)out->ncont * sizeof(int32_t));
+        free(all);
+    }
+    if (out->ncont == 0) {
+        neox_ll_request_release(out);
+        return neox_fail(err, NEOX_EXIT_USAGE, "the continuation '%s' has no tokens", cont);
+    }
+    return 0;
+}
+
+void neox_ll_request_release(neox_ll_request *r) {
+    free(r->ctx);
+    free(r->cont);
+    *r = (neox_ll_request){0};
+}
+
+// ---- rolling windows ----------------------------------------------------------------------------
+static neox_ll_request window(const int32_t *ctx, int nctx, const int32_t *cont, int ncont) {
+    neox_ll_request r = {neox_malloc(((size_t)nctx + 1) * sizeof(int32_t)), neox_malloc(((size_t)ncont + 1) * sizeof(int32_t)),
+                         nctx, ncont};
+    memcpy(r.ctx, ctx, (size_t)nctx * sizeof(int32_t));
+    memcpy(r.cont, cont, (size_t)ncont * sizeof(int32_t));
+    return r;
+}
+
+int64_t neox_rolling_windows(const int32_t *tokens, int64_t n, int32_t prefix, int max_len, neox_ll_request **out) {
+    *out = NULL;
+    if (n <= 0) return 0;
+    int64_t count = 1 + (n > max_len ? (n - max_len + max_len - 1) / max_len : 0), w = 0;
+    *out = neox_calloc((size_t)count, sizeof **out);
+    // The first window predicts its tokens from the prefix token alone (after make_disjoint_window
+    // the context is just [prefix]).
+    int64_t first = n < max_len ? n : max_len;
+    (*out)[w++] = window(&prefix, 1, tokens, (int)first);
+    // Each later window predicts the next up to max_len tokens; its context is the one token
+    // before them, plus earlier ones so that the input fills max_len positions.
+    for (int64_t predicted = first; predicted < n;) {
+        int64_t len = n - predicted < max_len ? n - predicted : max_len, end = predicted + len;
+        int64_t ctx_begin = end - max_len - 1, nctx = max_len + 1 - len;
+        (*out)[w++] = window(tokens + ctx_begin, (int)nctx, tokens + predicted, (int)len);
+        predicted = end;
+    }
+    return w;
+}
+
+// ---- scoring ------------------------------------------------------------------------------------
+// Rows of logits computed at a time (bounds memory for long continuations and large vocabularies).
+#define SCORE_CHUNK 32
+
+static int input_length(const neox_ll_request *r, int max_len) {
+    int total = r->nctx + r->ncont;
+    return (total > max_len + 1 ? max_len + 1 : total) - 1;
+}
+
+// Scores one request: its truncated input runs through the decoder once and only the continuation's
+// positions go through the output layer; the cross-entropy kernel gives -log p of each target and
+// greedy compares argmaxes.
+static int score_request(neox_evaluator *ev, const neox_ll_request *r, int32_t *ids, float *logits, float *losses,
+                         float *lse, neox_ll_result *res, neox_error *err) {
+    int len = input_length(r, ev->seq_length), total = r->nctx + r->ncont, start = total - (len + 1);
+    int V = ev->model->desc.vocab_size;
+    for (int t = 0; t < len; t++) {
+        int i = start + t;
+        ids[t] = i < r->nctx ? r->ctx[i] : r->cont[i - r->nctx];
+    }
+    int ncont = r->ncont < len ? r->ncont : len;  // never more than the input predicts
+    const int *targets = (const int *)r->cont + (r->ncont - ncont);
+    if (neox_generator_score(ev->scorer, ids, len, ncont, err) != 0) return -1;
+    ev->tokens_scored += len;
+    *res = (neox_ll_result){0.0, 1};
+    for (int j0 = 0; j0 < ncont; j0 += SCORE_CHUNK) {
+        int count = ncont - j0 < SCORE_CHUNK ? ncont - j0 : SCORE_CHUNK;
+        neox_generator_score_logits(ev->scorer, j0, count, logits);
+        neox_cross_entropy_forward(losses, lse, logits, targets + j0, count, V);
+        for (int j = 0; j < count; j++) {
+            const float *row = logits + (size_t)j * V;
+            int best = 0;
+            for (int v = 1; v < V; v++)
+                if (row[v] > row[best]) best = v;
+            res->ll -= losses[j];
+            if (best != targets[j0 + j]) res->greedy = 0;
+        }
+    }
+    return 0;
+}
+
+int neox_eval_loglikelihood(neox_evaluator *ev, const neox_ll_request *reqs, int64_t n, neox_ll_result *out,
+                            const char *label, neox_error *err) {
+    int dp = ev->grid->data_size, rank = ev->grid->data_rank, V = ev->model->desc.vocab_size;
+    if (!ev->scorer && !(ev->scorer = neox_generator_create(ev->model, ev->seq_length, 0, err))) return -1;
+    double *ll = neox_calloc((size_t)n + 1, sizeof *ll), *greedy = neox_calloc((size_t)n + 1, sizeof *greedy);
+    int32_t *ids = neox_malloc(((size_t)ev->seq_length + 1) * sizeof *ids);
+    float *logits = neox_malloc((size_t)SCORE_CHUNK * V * sizeof *logits);
+    float *losses = neox_malloc(SCORE_CHUNK * sizeof *losses), *lse = neox_malloc(SCORE_CHUNK * sizeof *lse);
+    neox_progress *bar = ev->rank0 && !ev->quiet ? neox_progress_start(label, (double)n, "examples") : NULL;
+    int rc = 0;
+    double start = neox_now(), last_update = 0.0;
+    // Rank r takes requests r, r + dp, ...
+    for (int64_t i = rank; i < n && rc == 0; i += dp) {
+        neox_ll_result r;
+        if ((rc = score_request(ev, &reqs[i], ids, logits, losses, lse, &r, err)) != 0) break;
+        ll[i] = r.ll;
+        greedy[i] = r.greedy;
+        double now = neox_now();
+        if (bar && now - last_update > 0.2) {
+            char extra[32];
+            double done = (double)(i + 1) < (double)n ? (double)(i + 1) : (double)n;
+            snprintf(extra, sizeof extra, "%.1f examples/s", done / (now - start + 1e-9));
+            neox_progress_update(bar, done, extra);
+            last_update = now;
+        }
+    }
+    ev->forward_seconds += neox_now() - start;
+    // Every rank fails together: a rank that stopped early would leave the others waiting.
+    int failed = rc != 0;
+    if (dp > 1) {
+        neox_allreduce_sum(&ev->grid->data, &failed, 1, NEOX_I32);
+        neox_allreduce_sum(&ev->grid->data, ll, (size_t)n, NEOX_F64);
+        neox_allreduce_sum(&ev->grid->data, greedy, (size_t)n, NEOX_F64);
+    }
+    if (bar) {
+        char extra[32];
+        snprintf(extra, sizeof extra, "%.1f examples/s", (double)n / (neox_now() - start + 1e-9));
+        neox_progress_finish(bar, (double)n, extra);
+    }
+    if (failed && rc == 0) rc = neox_fail(err, NEOX_EXIT_FAILURE, "another rank failed while scoring %s", label);
+    for (int64_t i = 0; i < n && rc == 0; i++) out[i] = (neox_ll_result){ll[i], greedy[i] > 0.5};
+    free(ids);
+    free(logits);
+    free(losses);
+    free(lse);
+    free(ll);
+    free(greedy);
+    return rc;
+}

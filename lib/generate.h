@@ -1,0 +1,49 @@
+// generate.h: autoregressive text generation from a neox_model (lib/model/generate.c): greedy or
+// sampled (temperature, top-k, top-p as GPT-NeoX's generate.py filters them), with a key/value
+// cache (each new token costs one position of compute) or by recomputing the whole sequence for
+// every token (GPT-NeoX's `recompute`); both give the same tokens.
+#ifndef NEOX_GENERATE_H
+#define NEOX_GENERATE_H
+
+#include <stdint.h>
+
+#include "core.h"
+#include "model.h"
+
+typedef struct neox_sampling {
+    double temperature;       // 0 with top_k 0 and top_p 0: greedy (argmax)
+    int top_k;                // keep the k most likely tokens (0: all)
+    double top_p;             // keep the smallest set with probability > top_p (0: all)
+    unsigned long long seed;  // sampling draws are neox_uniform(seed, draw number)
+    int vocab;                // only ids below this are generated (the tokenizer's size; the padded
+                              // rows of the embedding are no tokens); 0: every id
+} neox_sampling;
+
+typedef struct neox_generator neox_generator;
+
+// max_len: the longest sequence (prompt + generated), at most the model's context (seq_length).
+// recompute: run the full forward for every new token instead of using the cache.
+neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute, neox_error *err);
+void neox_generator_free(neox_generator *g);
+
+typedef struct neox_generation {
+    int32_t *tokens;          // generated ids (malloc'ed; free())
+    int n;
+    int finished;             // stopped at a stop token (end of document), not by a length limit
+} neox_generation;
+
+// Generates up to max_new tokens after the prompt (1 <= nprompt < max_len), stopping after any of
+// the stop ids (kept in the output) or when the sequence reaches max_len. A prompt that does not
+// leave room for one token is a usage error.
+int neox_generate(neox_generator *g, const int32_t *prompt, int nprompt, int max_new, const neox_sampling *s,
+                  const int32_t *stop, int nstop, neox_generation *out, neox_error *err);
+// The vocabulary logits of the last position scored (after neox_generate: the last step).
+const float *neox_generator_logits(const neox_generator *g);
+// Scoring (neox-eval): runs ids[0..n) (n <= max_len) from position 0 through the cached decoder
+// and the final norm of its last `last` positions; neox_generator_score_logits then gives the
+// logits of `count` of those rows from row j (0 = position n - last), (count, vocab). Only the rows
+// asked for go through the output layer, which dominates the cost when few positions are scored.
+int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err);
+void neox_generator_score_logits(const neox_generator *g, int j, int count, float *logits);
+
+#endif

@@ -1,0 +1,269 @@
+// generate.c: generation (lib/generate.h). The cached path runs the decoder on new positions
+// only: the prompt in one pass, then one token at a time; each layer appends its rotated keys and
+// values to a per-layer cache and attends over it (neox_attention_cached). The same kernels as
+// the training forward compute everything else, in the same order, so the logits match
+// recomputation to rounding. The recompute path calls neox_model_forward on the whole sequence.
+// neox-eval scores requests through the cached path too, taking only the rows it needs through
+// the output layer.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "generate.h"
+#include "kernels/kernels.h"
+
+struct neox_generator {
+    neox_model *m;
+    int max_len, recompute;
+    int len;                        // positions in the cache
+    float *kcache, *vcache;         // per layer (NKV, max_len, HS)
+    float *cos, *sin;               // rotary tables (max_len, R/2)
+    // Scratch for up to max_len new positions.
+    float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *branch, *mid, *fc, *act, *logits;
+    unsigned long long draws;       // sampling draws so far
+};
+
+static size_t qkv_width(const neox_model_desc *d) { return (size_t)(d->num_heads + 2 * d->num_kv_heads) * d->head_size; }
+static size_t fc_width(const neox_model_desc *d) { return (size_t)d->ffn_size * (d->activation == NEOX_ACT_SWIGLU ? 2 : 1); }
+
+neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute, neox_error *err) {
+    const neox_model_desc *d = &m->desc;
+    if (max_len < 2) return neox_fail(err, NEOX_EXIT_USAGE, "generation needs a context of at least 2 tokens"), NULL;
+    if (d->pos_emb == NEOX_POS_LEARNED && max_len > d->max_positions)
+        return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", max_len, d->max_positions), NULL;
+    neox_generator *g = neox_calloc(1, sizeof *g);
+    g->m = m;
+    g->max_len = max_len;
+    g->recompute = recompute;
+    size_t T = (size_t)max_len, C = d->hidden_size, L = d->num_layers, HS = d->head_size;
+    size_t kv = L * d->num_kv_heads * T * HS;
+    g->logits = neox_malloc((size_t)d->vocab_size * sizeof(float));
+    if (recompute) return g;
+    g->kcache = neox_calloc(kv, sizeof(float));
+    g->vcache = neox_calloc(kv, sizeof(float));
+    size_t R = d->rotary_dims ? d->rotary_dims : 2;
+    g->cos = neox_malloc(T * R / 2 * sizeof(float));
+    g->sin = neox_malloc(T * R / 2 * sizeof(float));
+    if (d->rotary_dims) neox_rotary_tables(g->cos, g->sin, (int)T, d->rotary_dims, d->rotary_base);
+    g->x = neox_malloc(T * C * sizeof(float));
+    g->ln = neox_malloc(T * C * sizeof(float));
+    g->mean = neox_malloc(T * sizeof(float));
+    g->rstd = neox_malloc(T * sizeof(float));
+    g->qkv = neox_malloc(T * qkv_width(d) * sizeof(float));
+    g->q = neox_malloc(T * d->num_heads * HS * sizeof(float));
+    g->k = neox_malloc(T * d->num_kv_heads * HS * sizeof(float));
+    g->v = neox_malloc(T * d->num_kv_heads * HS * sizeof(float));
+    g->att = neox_malloc(T * C * sizeof(float));
+    g->branch = neox_malloc(T * C * sizeof(float));
+    g->mid = neox_malloc(T * C * sizeof(float));
+    g->fc = neox_malloc(T * fc_width(d) * sizeof(float));
+    g->act = neox_malloc(T * d->ffn_size * sizeof(float));
+    return g;
+}
+
+void neox_generator_free(neox_generator *g) {
+    if (!g) return;
+    float *bufs[] = {g->kcache, g->vcache, g->cos, g->sin, g->x, g->ln, g->mean, g->rstd, g->qkv, g->q, g->k,
+                     g->v, g->att, g->branch, g->mid, g->fc, g->act, g->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(g);
+}
+
+const float *neox_generator_logits(const neox_generator *g) { return g->logits; }
+
+static void norm(const neox_model_desc *d, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                 const float *b, int N) {
+    if (d->norm == NEOX_NORM_RMSNORM) neox_rmsnorm_forward(out, rstd, inp, w, N, d->hidden_size, d->norm_eps);
+    else neox_layernorm_forward(out, mean, rstd, inp, w, b, N, d->hidden_size, d->norm_eps);
+}
+
+// The MLP branch of S rows of inp into g->branch.
+static void mlp(neox_generator *g, const neox_layer_params *p, const float *inp, int S) {
+    const neox_model_desc *d = &g->m->desc;
+    int C = d->hidden_size, F = d->ffn_size, FC = (int)fc_width(d);
+    norm(d, g->ln, g->mean, g->rstd, inp, p->ln2_w, p->ln2_b, S);
+    neox_linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
+    if (d->activation == NEOX_ACT_SWIGLU) neox_swiglu_forward(g->act, g->fc, S, F);
+    else neox_gelu_forward(g->act, g->fc, (size_t)S * F, d->activation == NEOX_ACT_GELU_TANH);
+    neox_linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C);
+}
+
+// Appends the S new keys and values of layer l, (NKV, S, HS), to its cache at position g->len.
+static void cache_append(neox_generator *g, int l, int S) {
+    const neox_model_desc *d = &g->m->desc;
+    size_t HS = d->head_size, T = g->max_len;
+    for (int h = 0; h < d->num_kv_heads; h++) {
+        size_t base = ((size_t)l * d->num_kv_heads + h) * T * HS + (size_t)g->len * HS;
+        memcpy(g->kcache + base, g->k + (size_t)h * S * HS, (size_t)S * HS * sizeof(float));
+        memcpy(g->vcache + base, g->v + (size_t)h * S * HS, (size_t)S * HS * sizeof(float));
+    }
+}
+
+static void layer(neox_generator *g, int l, int S) {
+    const neox_model_desc *d = &g->m->desc;
+    const neox_layer_params *p = &g->m->w.layers[l];
+    int C = d->hidden_size, NH = d->num_heads, NKV = d->num_kv_heads, HS = d->head_size, W = (int)qkv_width(d);
+    size_t NC = (size_t)S * C, half = d->rotary_dims / 2, T = g->max_len;
+    norm(d, g->ln, g->mean, g->rstd, g->x, p->ln1_w, p->ln1_b, S);
+    neox_linear_forward(g->qkv, W, g->ln, p->qkv_w, p->qkv_b, S, C, W);
+    neox_qkv_split(g->q, g->k, g->v, g->qkv, 1, S, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    if (d->rotary_dims) {
+        const float *cos = g->cos + (size_t)g->len * half, *sin = g->sin + (size_t)g->len * half;
+        neox_rotary_apply(g->q, cos, sin, 1, NH, S, HS, d->rotary_dims, 0);
+        neox_rotary_apply(g->k, cos, sin, 1, NKV, S, HS, d->rotary_dims, 0);
+    }
+    cache_append(g, l, S);
+    size_t layer_off = (size_t)l * NKV * T * HS;
+    neox_attention_cached(g->att, g->q, g->kcache + layer_off, g->vcache + layer_off, S, g->len, NH, NKV, HS, (int)T,
+                          1.0f / sqrtf((float)HS));
+    neox_linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
+    neox_add(g->mid, g->x, g->branch, NC);  // x + attention
+    if (d->parallel_residual) {
+        mlp(g, p, g->x, S);                  // beside attention, on ln2(x)
+        neox_add(g->x, g->mid, g->branch, NC);
+    } else {
+        mlp(g, p, g->mid, S);                // after it
+        neox_add(g->x, g->mid, g->branch, NC);
+    }
+}
+
+// Runs S new tokens through the decoder with the cache and the final norm of the last `last` of
+// them into g->ln; their logits into logits (last, vocab) unless it is NULL.
+static void forward_cached_rows(neox_generator *g, const int32_t *ids, int S, int last, float *logits) {
+    const neox_model_desc *d = &g->m->desc;
+    const neox_model_weights *w = &g->m->w;
+    int C = d->hidden_size;
+    const float *wpe = w->wpe ? w->wpe + (size_t)g->len * C : NULL;
+    neox_embedding_forward(g->x, (const int *)ids, w->wte, wpe, 1, S, C);
+    for (int l = 0; l < d->num_layers; l++) layer(g, l, S);
+    const float *rows = g->x + (size_t)(S - last) * C;
+    norm(d, g->ln, g->mean, g->rstd, rows, w->lnf_w, w->lnf_b, last);
+    if (logits) neox_linear_forward(logits, d->vocab_size, g->ln, w->lm_head, NULL, last, C, d->vocab_size);
+    g->len += S;
+}
+
+static void forward_cached(neox_generator *g, const int32_t *ids, int S) { forward_cached_rows(g, ids, S, 1, g->logits); }
+
+int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err) {
+    if (g->recompute) return neox_fail(err, NEOX_EXIT_FAILURE, "scoring needs a generator with a KV cache");
+    if (n < 1 || n > g->max_len || last < 1 || last > n)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "scoring %d of %d positions with a context of %d", last, n, g->max_len);
+    int V = g->m->desc.vocab_size;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "token id %d at position %d is outside the vocabulary (%d)", ids[i], i, V);
+    g->len = 0;
+    forward_cached_rows(g, ids, n, last, NULL);
+    return 0;
+}
+
+void neox_generator_score_logits(const neox_generator *g, int j, int count, float *logits) {
+    const neox_model_desc *d = &g->m->desc;
+    neox_linear_forward(logits, d->vocab_size, g->ln + (size_t)j * d->hidden_size, g->m->w.lm_head, NULL, count,
+                        d->hidden_size, d->vocab_size);
+}
+
+static int forward_recompute(neox_generator *g, const int32_t *seq, int n, neox_error *err) {
+    neox_model *m = g->m;
+    if ((m->B != 1 || m->T != n || !m->acts) && neox_model_plan(m, 1, n, err) != 0) return -1;
+    if (neox_model_forward(m, (const int *)seq, NULL, NULL, err) != 0) return -1;
+    memcpy(g->logits, neox_model_logits(m) + (size_t)(n - 1) * m->desc.vocab_size, (size_t)m->desc.vocab_size * sizeof(float));
+    return 0;
+}
+
+// ---- choosing the next token ---------------------------------------------------------------------
+typedef struct scored {
+    float logit;
+    int id;
+} scored;
+
+static int by_logit_desc(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+// GPT-NeoX's sampling: logits / temperature, then top-k (drop logits below the k-th largest),
+// then top-p (drop the tokens after the cumulative probability first exceeds p, always keeping
+// the most likely), softmax and one multinomial draw.
+static int sample(neox_generator *g, const neox_sampling *s) {
+    int V = g->m->desc.vocab_size;
+    if (s->vocab > 0 && s->vocab < V) V = s->vocab;
+    if (s->temperature == 0.0 && s->top_k == 0 && s->top_p == 0.0) return argmax(g->logits, V);
+    scored *c = neox_malloc((size_t)V * sizeof *c);
+    for (int i = 0; i < V; i++) c[i] = (scored){s->temperature > 0.0 ? (float)(g->logits[i] / s->temperature) : g->logits[i], i};
+    qsort(c, (size_t)V, sizeof *c, by_logit_desc);
+    int keep = V;
+    if (s->top_k > 0 && s->top_k < V) {
+        keep = s->top_k;
+        while (keep < V && c[keep].logit == c[s->top_k - 1].logit) keep++;  // ties with the k-th stay
+    }
+    double mx = c[0].logit, sum = 0.0;
+    for (int i = 0; i < keep; i++) sum += exp(c[i].logit - mx);
+    if (s->top_p > 0.0) {
+        double cum = 0.0;
+        for (int i = 0; i < keep; i++) {
+            cum += exp(c[i].logit - mx) / sum;
+            if (cum > s->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        sum = 0.0;
+        for (int i = 0; i < keep; i++) sum += exp(c[i].logit - mx);
+    }
+    double u = neox_uniform(s->seed, g->draws++) * sum, acc = 0.0;
+    int chosen = c[keep - 1].id;
+    for (int i = 0; i < keep; i++) {
+        acc += exp(c[i].logit - mx);
+        if (u < acc) {
+            chosen = c[i].id;
+            break;
+        }
+    }
+    free(c);
+    return chosen;
+}
+
+int neox_generate(neox_generator *g, const int32_t *prompt, int nprompt, int max_new, const neox_sampling *s,
+                  const int32_t *stop, int nstop, neox_generation *out, neox_error *err) {
+    *out = (neox_generation){0};
+    if (nprompt < 1) return neox_fail(err, NEOX_EXIT_USAGE, "the prompt has no tokens");
+    if (nprompt >= g->max_len)
+        return neox_fail(err, NEOX_EXIT_USAGE, "the prompt has %d tokens; the context holds %d, leaving no room to generate",
+                         nprompt, g->max_len);
+    int V = g->m->desc.vocab_size;
+    for (int i = 0; i < nprompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return neox_fail(err, NEOX_EXIT_USAGE, "prompt token %d is outside the vocabulary (%d)", prompt[i], V);
+    int32_t *seq = neox_malloc((size_t)g->max_len * sizeof *seq);
+    memcpy(seq, prompt, (size_t)nprompt * sizeof *seq);
+    int n = nprompt, rc = 0;
+    out->tokens = neox_malloc(((size_t)max_new + 1) * sizeof *out->tokens);
+    g->len = 0;
+    if (g->recompute) rc = forward_recompute(g, seq, n, err);
+    else forward_cached(g, seq, n);
+    while (rc == 0 && out->n < max_new && n < g->max_len) {
+        int32_t next = sample(g, s);
+        out->tokens[out->n++] = next;
+        seq[n++] = next;
+        int stopped = 0;
+        for (int i = 0; i < nstop; i++) stopped |= next == stop[i];
+        if (stopped) {
+            out->finished = 1;
+            break;
+        }
+        if (out->n == max_new || n == g->max_len) break;
+        if (g->recompute) rc = forward_recompute(g, seq, n, err);
+        else forward_cached(g, &next, 1);
+    }
+    free(seq);
+    return rc;
+}

@@ -1,0 +1,111 @@
+// load_model.c: reading a model out of a training checkpoint, shared by neox-train (resume) and
+// neox-eval (evaluation, generation). A checkpoint directory is opened through its manifest (every
+// shard file of whatever layout wrote it), its run state is parsed, the model shape recorded there
+// is compared with the config's model, and whole tensors are read into a buffer by intersection.
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "internal.h"
+
+int neox_train_model_shape(const neox_model_desc *d, neox_shape_field *f) {
+    int n = 0;
+    f[n++] = (neox_shape_field){"num_layers", d->num_layers};
+    f[n++] = (neox_shape_field){"hidden_size", d->hidden_size};
+    f[n++] = (neox_shape_field){"num_attention_heads", d->num_heads};
+    f[n++] = (neox_shape_field){"num_kv_heads", d->num_kv_heads};
+    f[n++] = (neox_shape_field){"intermediate_size", d->ffn_size};
+    f[n++] = (neox_shape_field){"padded_vocab_size", d->vocab_size};
+    f[n++] = (neox_shape_field){"norm", d->norm};
+    f[n++] = (neox_shape_field){"pos_emb", d->pos_emb};
+    f[n++] = (neox_shape_field){"activation", d->activation};
+    f[n++] = (neox_shape_field){"use_bias_in_attn_linear", d->attn_bias};
+    f[n++] = (neox_shape_field){"use_bias_in_mlp", d->mlp_bias};
+    f[n++] = (neox_shape_field){"no_weight_tying", !d->tied};
+    if (d->pos_emb == NEOX_POS_LEARNED) f[n++] = (neox_shape_field){"max_position_embeddings", d->max_positions};
+    return n;
+}
+
+neox_ckpt_reader *neox_train_open_checkpoint(const char *dir, neox_error *err) {
+    neox_ckpt_manifest man;
+    if (neox_ckpt_manifest_read(dir, &man, err) != 0) return NULL;
+    const char **paths = neox_calloc((size_t)man.nfiles + 1, sizeof *paths);
+    int npaths = 0;
+    for (int i = 0; i < man.nfiles; i++)
+        if (man.files[i].rank >= 0) paths[npaths++] = neox_asprintf("%s/%s", dir, man.files[i].name);
+    neox_ckpt_reader *r = neox_ckpt_reader_open(paths, npaths, err);
+    for (int i = 0; i < npaths; i++) free((void *)paths[i]);
+    free(paths);
+    neox_ckpt_manifest_free(&man);
+    return r;
+}
+
+int neox_train_read_state(const neox_ckpt_reader *r, const char *dir, json_t **state, neox_error *err) {
+    void *data;
+    size_t size;
+    if (neox_ckpt_read_bytes(r, "state/train.json", &data, &size, err) != 0) return -1;
+    json_error_t jerr;
+    *state = json_loadb(data, size, 0, &jerr);
+    free(data);
+    if (!*state || !json_is_object(*state))
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json: %s", dir, *state ? "not an object" : jerr.text);
+    return 0;
+}
+
+int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err) {
+    json_t *model = json_object_get(state, "model");
+    if (!json_is_object(model)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json has no model shape", dir);
+    neox_shape_field f[16];
+    int n = neox_train_model_shape(d, f);
+    for (int i = 0; i < n; i++) {
+        json_t *v = json_object_get(model, f[i].name);
+        if (v && json_integer_value(v) != f[i].value)
+            return neox_fail(err, NEOX_EXIT_USAGE,
+                             "%s: the checkpoint's model has %s = %lld but the config gives %d; the model shape must match",
+                             dir, f[i].name, (long long)json_integer_value(v), f[i].value);
+    }
+    return 0;
+}
+
+int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err) {
+    for (int i = 0; i < m->nparams; i++) {
+        const neox_param *p = &m->params[i];
+        char name[160];
+        snprintf(name, sizeof name, "%s/%s", group, p->name);
+        int ndim;
+        int64_t shape[NEOX_CKPT_MAX_DIMS];
+        if (neox_ckpt_tensor_shape(r, name, &ndim, shape, err) != 0) return -1;
+        int same = ndim == p->ndim;
+        for (int d = 0; same && d < ndim; d++) same = shape[d] == p->shape[d];
+        if (!same) return neox_fail(err, NEOX_EXIT_USAGE, "tensor %s: the checkpoint's shape differs from the config's model", name);
+        if (neox_ckpt_read_range(r, name, 0, (int64_t)p->numel, buf + p->offset, err) != 0) return -1;
+    }
+    return 0;
+}
+
+static int load_params(neox_model *m, const char *dir, neox_error *err) {
+    neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
+    if (!r) return -1;
+    json_t *state = NULL;
+    int rc = neox_train_read_state(r, dir, &state, err);
+    if (rc == 0) rc = neox_train_check_model_shape(&m->desc, state, dir, err);
+    if (rc == 0) rc = neox_train_read_tensors(m, r, "params", m->param_buf, err);
+    json_decref(state);
+    neox_ckpt_reader_close(r);
+    return rc;
+}
+
+int neox_load_model_params(neox_model *m, const char *load_dir, int64_t iteration, int64_t *loaded, neox_error *err) {
+    if (iteration <= 0) {
+        int found;
+        if (neox_ckpt_read_latest(load_dir, &iteration, &found, err) != 0) return -1;
+        if (!found) return neox_fail(err, NEOX_EXIT_FAILURE, "load: no checkpoint in %s (no 'latest' file)", load_dir);
+    }
+    char *dir = neox_ckpt_dir(load_dir, iteration);
+    int rc = load_params(m, dir, err);
+    if (rc != 0) neox_fail_context(err, "loading checkpoint %s", dir);
+    free(dir);
+    if (rc == 0 && loaded) *loaded = iteration;
+    return rc;
+}

@@ -1,0 +1,65 @@
+# tests/mpi/eval.sh: neox-eval data parallel under mpiexec -n 2: requests are spread over the ranks
+# and gathered, so every task metric equals the one-rank run; split perplexity over 2 ranks x
+# micro-batch 4 equals one rank x micro-batch 8 (the same global batches). A checkpoint written by
+# 2 ranks loads on 1.
+source tests/lib.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+EVAL=$NEOX_BIN/neox-eval
+T=$TEST_TMP
+command -v "$MPIEXEC" >/dev/null || { skip "neox-eval data parallel" "$MPIEXEC is not installed"; exit 0; }
+
+python3 - "$T" <<'EOF'
+import json, random, sys
+t = sys.argv[1]
+random.seed(3)
+words = ["the", "king", "queen", "sword", "crown", "night", "day", "love", "war", "speak", "thou", "art"]
+line = lambda n: " ".join(random.choice(words) for _ in range(n))
+with open(f"{t}/docs.jsonl", "w") as f:
+    for _ in range(300):
+        f.write(json.dumps({"text": line(random.randint(10, 50))}) + "\n")
+with open(f"{t}/mc.jsonl", "w") as f:
+    for _ in range(13):
+        f.write(json.dumps({"context": line(5), "choices": [" " + line(2), " " + line(3), " " + line(1)], "label": random.randint(0, 2)}) + "\n")
+with open(f"{t}/ll.jsonl", "w") as f:
+    for _ in range(11):
+        f.write(json.dumps({"context": line(6), "continuation": " " + line(2)}) + "\n")
+with open(f"{t}/roll.jsonl", "w") as f:
+    for _ in range(5):
+        f.write(json.dumps({"text": line(random.randint(5, 40))}) + "\n")
+EOF
+check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+cat >"$T/model.yml" <<EOF
+{
+  "num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
+  "pos_emb": "rotary", "no_weight_tying": true,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "lr_decay_style": "constant",
+  "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "train_iters": 8,
+  "eval_interval": 8, "eval_iters": 3, "log_interval": 4,
+  "data_path": "$T/docs_text_document", "split": "80,10,10", "tokenizer_type": "CharLevelTokenizer",
+  "save": "$T/ckpt", "load": "$T/ckpt", "checkpoint_factor": 8
+}
+EOF
+sed 's/"train_micro_batch_size_per_gpu": 4/"train_micro_batch_size_per_gpu": 8/' "$T/model.yml" >"$T/micro8.yml"
+check "train on 2 ranks" $MPIEXEC -n 2 $NEOX_BIN/neox-train -q "$T/model.yml"
+TASKS="valid,test,mc:$T/mc.jsonl,loglikelihood:$T/ll.jsonl,rolling:$T/roll.jsonl"
+check "evaluate on 2 ranks" $MPIEXEC -n 2 $EVAL -q "$T/model.yml" --tasks "$TASKS" --results-prefix "$T/two"
+check "evaluate on 1 rank (micro-batch 8)" $EVAL -q "$T/micro8.yml" --tasks "$TASKS" --results-prefix "$T/one"
+same_results() {
+    python3 - "$T" <<'EOF'
+import glob, json, sys
+t = sys.argv[1]
+load = lambda p: json.load(open(glob.glob(f"{t}/{p}_eval_results_*.json")[0]))["results"]
+a, b = load("two"), load("one")
+assert a.keys() == b.keys(), (a.keys(), b.keys())
+for task in a:
+    for k, v in a[task].items():
+        w = b[task][k]
+        if isinstance(v, float) and isinstance(w, float):
+            assert abs(v - w) <= 1e-5 * max(abs(v), abs(w), 1e-12), (task, k, v, w)
+        else:
+            assert v == w, (task, k, v, w)
+EOF
+}
+check "2 ranks give the 1-rank results" same_results

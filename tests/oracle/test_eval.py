@@ -1,0 +1,149 @@
+"""test_eval.py: neox-eval against lm-evaluation-harness 0.4's definitions applied with transformers
+(eval_oracle.py) on a tiny GPT-2-tokenized model trained here and exported with `neox-convert to-hf`:
+lambada_openai, piqa, wikitext and the generic formats (accuracies exactly, perplexities within 1e-5
+relative), the test-split loss equal to the one training logged, and greedy generation token for token
+equal to transformers' greedy generate (with the KV cache and with recomputation)."""
+import glob
+import json
+import os
+import subprocess
+
+import pytest
+
+from data_oracle import BIN, DATA, ROOT
+
+EVAL = os.path.join(DATA, "eval")
+GPT2 = os.path.join(DATA, "tokenizers", "gpt2")
+LIMIT = 24
+REL = 1e-5
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(EVAL) or not os.path.isdir(GPT2),
+                                reason=f"no shared eval data in {EVAL}")
+
+
+def run(*args, **kw):
+    return subprocess.run(list(args), check=True, capture_output=True, text=True, cwd=ROOT, **kw)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Trains a tiny model (20 iterations) and exports it to Hugging Face format."""
+    d = tmp_path_factory.mktemp("eval")
+    run("python3", "tests/tools/train_lib.py", "paragraphs", f"{DATA}/text/tinyshakespeare_input.txt", f"{d}/text.jsonl")
+    run(f"{BIN}/neox-preprocess", "--input", f"{d}/text.jsonl", "--output-prefix", f"{d}/gpt2", "--append-eod",
+        "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", f"{GPT2}/vocab.json", "--merge-file", f"{GPT2}/merges.txt")
+    with open("configs/tiny-shakespeare.yml") as f:
+        base = f.read()
+    for key, value in [('"train_iters": 200', '"train_iters": 20'), ('"eval_interval": 100', '"eval_interval": 20'),
+                       ('"eval_iters": 4', '"eval_iters": 2')]:
+        base = base.replace(key, value)
+    base = "\n".join(l for l in base.splitlines() if not any(k in l for k in ('"data_path"', '"vocab_file"', '"merge_file"')))
+    (d / "model.yml").write_text(base)
+    (d / "local.yml").write_text(json.dumps({
+        "data_path": f"{d}/gpt2_text_document", "vocab_file": f"{GPT2}/vocab.json", "merge_file": f"{GPT2}/merges.txt",
+        "save": f"{d}/ckpt", "load": f"{d}/ckpt", "log_dir": f"{d}/log", "checkpoint_factor": 20}))
+    run(f"{BIN}/neox-train", "-q", f"{d}/model.yml", f"{d}/local.yml")
+    run(f"{BIN}/neox-convert", "to-hf", "--input", f"{d}/ckpt", "--output", f"{d}/hf")
+    return d
+
+
+@pytest.fixture(scope="module")
+def lm(trained):
+    from eval_oracle import HarnessLM
+    return HarnessLM(str(trained / "hf"), max_length=64)
+
+
+def neox_eval(d, tasks, extra=()):
+    prefix = d / ("r_" + tasks.replace(":", "_").replace("/", "_").replace(",", "_"))[:40]
+    run(f"{BIN}/neox-eval", "-q", f"{d}/model.yml", f"{d}/local.yml", "--tasks", tasks, "--data-dir", EVAL,
+        "--limit", str(LIMIT), "--results-prefix", str(prefix), *extra)
+    files = sorted(glob.glob(f"{prefix}_eval_results_*.json"))
+    assert files, "no eval_results file written"
+    return json.load(open(files[-1]))["results"]
+
+
+def close(a, b, rel=REL):
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def test_lambada(trained, lm):
+    from eval_oracle import lambada
+    got = neox_eval(trained, "lambada_openai")["lambada_openai"]
+    want = lambada(lm, f"{EVAL}/lambada_test.jsonl", LIMIT)
+    assert got["acc,none"] == want["acc"]
+    assert close(got["perplexity,none"], want["perplexity"]), (got, want)
+    assert close(got["acc_stderr,none"], want["acc_stderr"], 1e-9) or want["acc"] == 0
+
+
+def test_piqa(trained, lm):
+    from eval_oracle import piqa
+    got = neox_eval(trained, "piqa")["piqa"]
+    want = piqa(lm, f"{EVAL}/piqa_valid.jsonl", f"{EVAL}/piqa_valid-labels.lst", LIMIT)
+    assert got["acc,none"] == want["acc"] and got["acc_norm,none"] == want["acc_norm"], (got, want)
+    assert close(got["acc_stderr,none"], want["acc_stderr"], 1e-9)
+    assert close(got["acc_norm_stderr,none"], want["acc_norm_stderr"], 1e-9)
+
+
+def test_wikitext(trained, lm):
+    from eval_oracle import wikitext
+    got = neox_eval(trained, "wikitext", ["--limit", "2"])["wikitext"]
+    want = wikitext(lm, f"{EVAL}/wikitext-2-raw_test_hfrows_crlf.raw", 2)
+    for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+        assert close(got[f"{metric},none"], want[metric]), (metric, got, want)
+        assert got[f"{metric}_stderr,none"] == "N/A"
+
+
+def test_generic_formats(trained, lm, tmp_path):
+    from eval_oracle import multiple_choice, rolling_metrics
+    mc = [{"context": "ROMEO: I love", "choices": [" thee", " the sword", " my lord"], "label": 0},
+          {"context": "First Citizen:\n", "choices": ["Before we proceed", "Zebra quantum"], "label": 1},
+          {"context": "", "choices": ["KING HENRY", "Hello"], "label": 0}]
+    ll = [{"context": "To be, or not to be:", "continuation": " that is the question"},
+          {"context": "My lord, ", "continuation": "I will."}]
+    roll = [{"text": "O Romeo, Romeo! wherefore art thou Romeo?\n" * 6}, {"text": "Good night."}]
+    for name, rows in (("mc", mc), ("ll", ll), ("roll", roll)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = neox_eval(trained, f"mc:{tmp_path}/mc.jsonl,loglikelihood:{tmp_path}/ll.jsonl,rolling:{tmp_path}/roll.jsonl")
+    want = multiple_choice(lm, [(r["context"], r["choices"], r["choices"], r["label"]) for r in mc])
+    g = got[f"mc:{tmp_path}/mc.jsonl"]
+    assert g["acc,none"] == want["acc"] and g["acc_norm,none"] == want["acc_norm"]
+    res = lm.loglikelihood([(r["context"], r["continuation"]) for r in ll])
+    import math
+    g = got[f"loglikelihood:{tmp_path}/ll.jsonl"]
+    assert close(g["perplexity,none"], math.exp(-sum(x for x, _ in res) / len(res)))
+    assert g["acc,none"] == sum(float(y) for _, y in res) / len(res)
+    want = rolling_metrics(lm, [r["text"] for r in roll], [r["text"] for r in roll])
+    g = got[f"rolling:{tmp_path}/roll.jsonl"]
+    for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+        assert close(g[f"{metric},none"], want[metric]), (metric, g, want)
+
+
+def test_test_split_loss_equals_training(trained):
+    got = neox_eval(trained, "test")["test"]
+    logged = [json.loads(l) for l in open(trained / "log" / "metrics.jsonl")]
+    want = [r["test/lm_loss"] for r in logged if "test/lm_loss" in r][-1]
+    assert close(got["lm_loss,none"], want, 1e-6), (got, want)
+
+
+PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed any further, hear me speak.", "The king"]
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_greedy_generation_matches_transformers(trained, lm, tmp_path, recompute):
+    (tmp_path / "prompts.txt").write_text("\n\n".join(PROMPTS) + "\n\n")
+    out = tmp_path / "samples.jsonl"
+    run(f"{BIN}/neox-eval", "generate", "-q", f"{trained}/model.yml", f"{trained}/local.yml", "--text-gen-type",
+        "input-file", "--sample-input-file", str(tmp_path / "prompts.txt"), "--prompt-end", "\n\n",
+        "--sample-output-file", str(out), "--maximum-tokens", "24", *(["--recompute"] if recompute else []))
+    records = [json.loads(l) for l in open(out)]
+    assert [r["context"] for r in records] == PROMPTS
+    for r in records:
+        ids = lm.encode(r["context"])
+        gen = lm.greedy(ids, 24)
+        finished = lm.eot in gen
+        if finished:
+            gen = gen[:gen.index(lm.eot)]
+        assert r["finished"] == finished
+        assert r["length"] == len(gen)
+        assert r["text"] == lm.tok.decode(gen), (r, gen)
+        assert set(r) >= {"context", "text", "length", "finished", "duration_seconds"}

@@ -1,0 +1,136 @@
+// test_generate.c: generation's KV-cache path against recomputation: the cached attention kernel
+// against neox_attention_forward (whole sequence, and a prompt followed by one position at a time),
+// and a tiny model's generator with and without the cache (the same logits within rounding, the
+// same tokens greedy and sampled; scoring logits equal to the full forward's).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "generate.h"
+#include "kernels/kernels.h"
+
+static void fill(float *x, size_t n, unsigned long long seed) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)neox_normal(seed, i);
+}
+
+static void test_cached_attention_matches_full(void **state) {
+    (void)state;
+    enum { T = 13, NH = 4, NKV = 2, HS = 8 };
+    float q[NH * T * HS], k[NKV * T * HS], v[NKV * T * HS], full[T * NH * HS], lse[NH * T], cached[T * NH * HS];
+    fill(q, sizeof q / sizeof *q, 1);
+    fill(k, sizeof k / sizeof *k, 2);
+    fill(v, sizeof v / sizeof *v, 3);
+    float scale = 1.0f / sqrtf(HS);
+    neox_attention_forward(full, lse, q, k, v, 1, T, NH, NKV, HS, scale, 0.0f, 0);
+    // The cache is (NKV, maxT, HS) with maxT = T: the same layout as k and v here.
+    neox_attention_cached(cached, q, k, v, T, 0, NH, NKV, HS, T, scale);
+    for (int i = 0; i < T * NH * HS; i++) assert_true(fabsf(full[i] - cached[i]) <= 1e-5f * (1 + fabsf(full[i])));
+    // One position at a time: query t alone over keys 0..t.
+    for (int t = 0; t < T; t++) {
+        float qt[NH * HS], out[NH * HS];
+        for (int h = 0; h < NH; h++) memcpy(qt + h * HS, q + ((size_t)h * T + t) * HS, HS * sizeof(float));
+        neox_attention_cached(out, qt, k, v, 1, t, NH, NKV, HS, T, scale);
+        for (int i = 0; i < NH * HS; i++) assert_true(fabsf(out[i] - full[(size_t)t * NH * HS + i]) <= 1e-5f * (1 + fabsf(out[i])));
+    }
+}
+
+static neox_model *tiny_model(neox_pos_kind pos, int parallel) {
+    neox_model_desc d = {.vocab_size = 48, .hidden_size = 16, .num_layers = 2, .num_heads = 4, .num_kv_heads = 4,
+                         .ffn_size = 32, .max_positions = 24, .norm = NEOX_NORM_LAYERNORM, .norm_eps = 1e-5f,
+                         .norm_bias = 1, .pos_emb = pos, .rotary_dims = pos == NEOX_POS_ROTARY ? 2 : 0,
+                         .rotary_base = 10000, .parallel_residual = parallel, .activation = NEOX_ACT_GELU,
+                         .attn_bias = 1, .mlp_bias = 1, .init_std = 0.5, .init_method = NEOX_INIT_NORMAL,
+                         .output_init_method = NEOX_INIT_NORMAL};
+    neox_error err = {0};
+    neox_model *m = neox_model_create(&d, &err);
+    if (!m) fail_msg("%s", err.message);
+    neox_model_init(m, 11);
+    return m;
+}
+
+static void generate_both(neox_model *m, const neox_sampling *s, int max_len) {
+    neox_error err = {0};
+    neox_generator *cached = neox_generator_create(m, max_len, 0, &err), *recompute = neox_generator_create(m, max_len, 1, &err);
+    assert_non_null(cached);
+    assert_non_null(recompute);
+    int32_t prompt[] = {3, 17, 5, 40, 2};
+    neox_generation a, b;
+    assert_int_equal(neox_generate(cached, prompt, 5, 30, s, NULL, 0, &a, &err), 0);
+    assert_int_equal(neox_generate(recompute, prompt, 5, 30, s, NULL, 0, &b, &err), 0);
+    assert_int_equal(a.n, max_len - 5);  // no stop ids: runs to the context's end
+    assert_int_equal(a.n, b.n);
+    assert_memory_equal(a.tokens, b.tokens, (size_t)a.n * sizeof *a.tokens);
+    const float *la = neox_generator_logits(cached), *lb = neox_generator_logits(recompute);
+    for (int i = 0; i < m->desc.vocab_size; i++) assert_true(fabsf(la[i] - lb[i]) <= 1e-4f * (1 + fabsf(lb[i])));
+    free(a.tokens);
+    free(b.tokens);
+    // Scoring: the cached path's logits of every position equal the full forward's.
+    int32_t ids[12];
+    for (int i = 0; i < 12; i++) ids[i] = (i * 7 + 3) % m->desc.vocab_size;
+    assert_int_equal(neox_generator_score(cached, ids, 12, 12, &err), 0);
+    float *logits = malloc(12 * (size_t)m->desc.vocab_size * sizeof *logits);
+    neox_generator_score_logits(cached, 0, 12, logits);
+    assert_int_equal(neox_model_plan(m, 1, 12, &err), 0);
+    assert_int_equal(neox_model_forward(m, (const int *)ids, NULL, NULL, &err), 0);
+    const float *full = neox_model_logits(m);
+    for (int i = 0; i < 12 * m->desc.vocab_size; i++) assert_true(fabsf(full[i] - logits[i]) <= 1e-4f * (1 + fabsf(full[i])));
+    free(logits);
+    neox_generator_free(cached);
+    neox_generator_free(recompute);
+}
+
+static void test_cache_equals_recompute(void **state) {
+    (void)state;
+    neox_sampling greedy = {0}, sampled = {.temperature = 1.3, .top_k = 20, .top_p = 0.95, .seed = 5, .vocab = 40};
+    neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED};
+    for (int k = 0; k < 2; k++)
+        for (int parallel = 0; parallel < 2; parallel++) {
+            neox_model *m = tiny_model(kinds[k], parallel);
+            generate_both(m, &greedy, 24);
+            generate_both(m, &sampled, 20);
+            neox_model_free(m);
+        }
+}
+
+static void test_stops_and_errors(void **state) {
+    (void)state;
+    neox_model *m = tiny_model(NEOX_POS_ROTARY, 1);
+    neox_error err = {0};
+    neox_generator *g = neox_generator_create(m, 16, 0, &err);
+    int32_t prompt[16] = {1, 2, 3};
+    neox_generation out;
+    neox_sampling greedy = {0};
+    assert_int_equal(neox_generate(g, prompt, 3, 5, &greedy, NULL, 0, &out, &err), 0);
+    assert_int_equal(out.n, 5);
+    assert_false(out.finished);
+    int32_t stop = out.tokens[2];
+    free(out.tokens);
+    assert_int_equal(neox_generate(g, prompt, 3, 5, &greedy, &stop, 1, &out, &err), 0);
+    assert_true(out.finished);
+    assert_true(out.n <= 3);
+    assert_int_equal(out.tokens[out.n - 1], stop);
+    free(out.tokens);
+    assert_int_equal(neox_generate(g, prompt, 16, 5, &greedy, NULL, 0, &out, &err), -1);
+    assert_non_null(strstr(err.message, "the prompt has 16 tokens; the context holds 16"));
+    free(out.tokens);
+    prompt[0] = 99;
+    assert_int_equal(neox_generate(g, prompt, 3, 5, &greedy, NULL, 0, &out, &err), -1);
+    assert_non_null(strstr(err.message, "outside the vocabulary"));
+    free(out.tokens);
+    neox_generator_free(g);
+    neox_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cached_attention_matches_full),
+        cmocka_unit_test(test_cache_equals_recompute),
+        cmocka_unit_test(test_stops_and_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

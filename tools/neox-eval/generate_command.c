@@ -1,0 +1,263 @@
+// generate_command.c: `neox-eval generate`, GPT-NeoX's generate.py: unconditional samples, one
+// completion per prompt of an input file, or interactive prompts from stdin; greedy or sampled;
+// jsonl output with GPT-NeoX's fields. Options override the config keys of the same names.
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "core.h"
+#include "eval.h"
+#include "generate.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "Usage: %s generate [OPTION]... CONFIG.yml [MORE.yml]...\n"
+            "Generate text from the checkpoint the configs name (`load`), as GPT-NeoX's generate.py.\n"
+            "Each option overrides the config key of the same name (with '_').\n"
+            "\n"
+            "  --text-gen-type TYPE     unconditional | input-file | interactive\n"
+            "  --sample-input-file F    prompts, separated by --prompt-end (input-file)\n"
+            "  --sample-output-file F   jsonl output: context, text, length, finished, duration_seconds\n"
+            "  --prompt-end S           prompt separator in the input file (default: newline)\n"
+            "  --maximum-tokens N       tokens to generate per prompt (stops early at end of document)\n"
+            "  --temperature T, --top-k K, --top-p P\n"
+            "                           sampling; greedy when all three are 0\n"
+            "  --num-samples N          unconditional samples\n"
+            "  --seed N                 sampling seed (default: the config's seed)\n"
+            "  --stop-token ID          also stop after this token id (repeatable; end of document always stops)\n"
+            "  --recompute              recompute the whole sequence for every token (no KV cache)\n"
+            "  -q, --quiet              no notices\n"
+            "  -h, --help               show this help and exit\n",
+            neox_progname());
+}
+
+typedef struct gen_args {
+    const char *type, *input, *output, *prompt_end;
+    int64_t maximum_tokens, top_k, num_samples, seed;
+    double temperature, top_p;
+    int recompute, quiet;
+    int have_max, have_top_k, have_samples, have_seed, have_temp, have_top_p;
+    int32_t stop[16];           // stop ids: end of document first, then --stop-token ones
+    int nstop;
+} gen_args;
+
+typedef struct gen_state {
+    neox_evaluator *ev;
+    neox_generator *gen;
+    neox_sampling sampling;
+    int maximum_tokens;
+    FILE *out;                  // jsonl (NULL: none)
+    const int32_t *stop;
+    int nstop;
+    int64_t tokens;             // generated, for tokens/s
+    double seconds;
+} gen_state;
+
+// Generates one completion of text and writes its jsonl record (and prints it when echo is set).
+static int complete(gen_state *st, const char *text, int echo, neox_error *err) {
+    neox_evaluator *ev = st->ev;
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    if (*text == 0) {
+        ids = neox_malloc(sizeof *ids);
+        ids[n++] = ev->eod_id;  // unconditional: the end-of-document token as the only context
+    } else if (neox_tokenizer_encode(ev->tokenizer, text, strlen(text), &ids, &n, &cap, err) < 0) {
+        return -1;
+    }
+    neox_generation g;
+    double start = neox_now();
+    int rc = neox_generate(st->gen, ids, (int)n, st->maximum_tokens, &st->sampling, st->stop, st->nstop, &g, err);
+    free(ids);
+    if (rc != 0) return neox_fail_context(err, "prompt '%.40s%s'", text, strlen(text) > 40 ? "..." : "");
+    double seconds = neox_now() - start;
+    st->tokens += g.n;
+    st->seconds += seconds;
+    int keep = g.finished ? g.n - 1 : g.n;  // the text ends before the stop token
+    size_t size;
+    char *generated = neox_tokenizer_decode(ev->tokenizer, g.tokens, (size_t)keep, &size, err);
+    free(g.tokens);
+    if (!generated) return -1;
+    if (st->out) {
+        json_t *rec = json_pack("{s:s, s:s%, s:i, s:b, s:n, s:f}", "context", text, "text", generated, size, "length", keep,
+                                "finished", g.finished, "message", "duration_seconds", seconds);
+        char *line = json_dumps(rec, JSON_COMPACT);
+        fprintf(st->out, "%s\n", line);
+        free(line);
+        json_decref(rec);
+    }
+    if (echo) printf("%s\n", generated);
+    free(generated);
+    return 0;
+}
+
+// The prompts of an input file: split on prompt_end, stripped, empty ones dropped (as generate.py).
+static char **read_prompts(const char *path, const char *prompt_end, int *count, neox_error *err) {
+    size_t size;
+    *count = -1;
+    char *text = neox_read_file(path, &size, err);
+    if (!text) return NULL;
+    char **prompts = NULL;
+    int n = 0;
+    size_t sep = strlen(prompt_end);
+    for (char *p = text; p;) {
+        char *end = sep ? strstr(p, prompt_end) : NULL;
+        char *piece = end ? neox_strndup(p, (size_t)(end - p)) : neox_strdup(p);
+        p = end ? end + sep : NULL;
+        char *a = piece, *b = piece + strlen(piece);
+        while (*a == ' ' || (*a >= '\t' && *a <= '\r')) a++;
+        while (b > a && (b[-1] == ' ' || (b[-1] >= '\t' && b[-1] <= '\r'))) b--;
+        if (b > a) {
+            prompts = neox_realloc(prompts, (size_t)(n + 1) * sizeof *prompts);
+            prompts[n++] = neox_strndup(a, (size_t)(b - a));
+        }
+        free(piece);
+    }
+    free(text);
+    *count = n;
+    return prompts;
+}
+
+static int run_type(gen_state *st, const gen_args *a, neox_error *err) {
+    if (!strcmp(a->type, "unconditional")) {
+        for (int64_t i = 0; i < a->num_samples; i++)
+            if (complete(st, "", 0, err) != 0) return -1;
+        return 0;
+    }
+    if (!strcmp(a->type, "input-file")) {
+        if (!a->input) return neox_fail(err, NEOX_EXIT_USAGE, "sample_input_file: not set (text_gen_type input-file)");
+        int n = 0;
+        char **prompts = read_prompts(a->input, a->prompt_end, &n, err);
+        if (n < 0) return -1;
+        if (n == 0) return neox_fail(err, NEOX_EXIT_USAGE, "%s: no prompts (separated by prompt_end)", a->input);
+        int rc = 0;
+        for (int i = 0; i < n; i++) {
+            if (rc == 0) rc = complete(st, prompts[i], 0, err);
+            free(prompts[i]);
+        }
+        free(prompts);
+        return rc;
+    }
+    if (!strcmp(a->type, "interactive")) {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        int rc = 0;
+        while (rc == 0 && (fprintf(stderr, "Context prompt >>> "), len = getline(&line, &cap, stdin)) >= 0) {
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+            if (!strcmp(line, "exit")) break;
+            if (len > 0) rc = complete(st, line, 1, err);
+        }
+        free(line);
+        return rc;
+    }
+    return neox_fail(err, NEOX_EXIT_USAGE, "text_gen_type: '%s' is not unconditional, input-file or interactive", a->type);
+}
+
+// Fills what the command line left unset from the config.
+static void from_config(gen_args *a, const neox_config *cfg) {
+    if (!a->type) a->type = neox_config_str(cfg, "text_gen_type") ? neox_config_str(cfg, "text_gen_type") : "unconditional";
+    if (!a->input) a->input = neox_config_str(cfg, "sample_input_file");
+    if (!a->output) a->output = neox_config_str(cfg, "sample_output_file");
+    if (!a->prompt_end) {
+        const char *end = neox_config_str(cfg, "prompt_end");
+        a->prompt_end = end && *end ? end : "\n";
+    }
+    if (!a->have_max) a->maximum_tokens = neox_config_int(cfg, "maximum_tokens");
+    if (!a->have_top_k) a->top_k = neox_config_int(cfg, "top_k");
+    if (!a->have_samples) a->num_samples = neox_config_int(cfg, "num_samples");
+    if (!a->have_seed) a->seed = neox_config_int(cfg, "seed");
+    if (!a->have_temp) a->temperature = neox_config_float(cfg, "temperature");
+    if (!a->have_top_p) a->top_p = neox_config_float(cfg, "top_p");
+    if (!a->recompute) a->recompute = neox_config_bool(cfg, "recompute");
+}
+
+static int generate(int nconfigs, const char *const *configs, gen_args *a, int *argc, char ***argv) {
+    neox_error err = {0};
+    neox_grid grid;
+    neox_config *cfg = neox_tool_setup(nconfigs, configs, a->quiet, &grid, argc, argv);
+    from_config(a, cfg);
+    neox_evaluator *ev = neox_evaluator_create(cfg, &grid, a->quiet, &err);
+    if (!ev) neox_die_error(&err);
+    a->stop[0] = ev->eod_id;
+    for (int i = 1; i < a->nstop; i++)
+        if (a->stop[i] >= neox_tokenizer_vocab_size(ev->tokenizer))
+            neox_usage_error("--stop-token %d: not an id of the tokenizer (%lld ids)", a->stop[i],
+                             (long long)neox_tokenizer_vocab_size(ev->tokenizer));
+    gen_state st = {.ev = ev, .maximum_tokens = (int)a->maximum_tokens, .stop = a->stop, .nstop = a->nstop,
+                    .sampling = {a->temperature, (int)a->top_k, a->top_p, (unsigned long long)a->seed,
+                                 (int)neox_tokenizer_vocab_size(ev->tokenizer)}};
+    int rc = 0;
+    if (grid.world_rank == 0) {  // one rank generates; the others only took part in loading
+        st.gen = neox_generator_create(ev->model, ev->seq_length, a->recompute, &err);
+        neox_atomic_file *af = NULL;
+        if (st.gen && a->output && strcmp(a->output, "-") != 0) {
+            af = neox_atomic_open(a->output, &err);
+            if (!af) rc = -1;
+            else st.out = af->fp;
+        } else if (st.gen && a->output) {
+            st.out = stdout;
+        }
+        if (!st.gen) rc = -1;
+        if (rc == 0) rc = run_type(&st, a, &err);
+        if (af) rc = rc == 0 ? neox_atomic_commit(af, &err) : (neox_atomic_abort(af), rc);
+        if (rc == 0 && !a->quiet)
+            neox_info("generated %lld tokens in %.2f s: %.1f tokens/s (%s)", (long long)st.tokens, st.seconds,
+                      (double)st.tokens / (st.seconds + 1e-9), a->recompute ? "recompute" : "KV cache");
+        neox_generator_free(st.gen);
+    }
+    if (rc != 0) neox_die_error(&err);
+    neox_evaluator_free(ev);
+    neox_tool_teardown(cfg, &grid);
+    return 0;
+}
+
+int neox_generate_command(int argc, char **argv) {
+    enum { O_TYPE = 256, O_INPUT, O_OUTPUT, O_END, O_MAX, O_TEMP, O_TOPK, O_TOPP, O_SAMPLES, O_SEED, O_RECOMPUTE, O_STOP };
+    static const struct option options[] = {
+        {"text-gen-type", required_argument, NULL, O_TYPE},
+        {"sample-input-file", required_argument, NULL, O_INPUT},
+        {"sample-output-file", required_argument, NULL, O_OUTPUT},
+        {"prompt-end", required_argument, NULL, O_END},
+        {"maximum-tokens", required_argument, NULL, O_MAX},
+        {"temperature", required_argument, NULL, O_TEMP},
+        {"top-k", required_argument, NULL, O_TOPK},
+        {"top-p", required_argument, NULL, O_TOPP},
+        {"num-samples", required_argument, NULL, O_SAMPLES},
+        {"seed", required_argument, NULL, O_SEED},
+        {"recompute", no_argument, NULL, O_RECOMPUTE},
+        {"stop-token", required_argument, NULL, O_STOP},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    gen_args a = {.nstop = 1};  // stop[0], the end-of-document id, is filled in once the tokenizer is loaded
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "qh", options, NULL)) != -1) {
+        switch (c) {
+        case O_TYPE: a.type = optarg; break;
+        case O_INPUT: a.input = optarg; break;
+        case O_OUTPUT: a.output = optarg; break;
+        case O_END: a.prompt_end = optarg; break;
+        case O_MAX: a.maximum_tokens = neox_parse_count_arg("--maximum-tokens", optarg), a.have_max = 1; break;
+        case O_TEMP: a.temperature = neox_parse_float_arg("--temperature", optarg), a.have_temp = 1; break;
+        case O_TOPK: a.top_k = neox_parse_count_arg("--top-k", optarg), a.have_top_k = 1; break;
+        case O_TOPP: a.top_p = neox_parse_float_arg("--top-p", optarg), a.have_top_p = 1; break;
+        case O_SAMPLES: a.num_samples = neox_parse_count_arg("--num-samples", optarg), a.have_samples = 1; break;
+        case O_SEED: a.seed = neox_parse_count_arg("--seed", optarg), a.have_seed = 1; break;
+        case O_RECOMPUTE: a.recompute = 1; break;
+        case O_STOP:
+            if (a.nstop == (int)(sizeof a.stop / sizeof *a.stop)) neox_usage_error("--stop-token: at most %d", a.nstop - 1);
+            a.stop[a.nstop++] = (int32_t)neox_parse_count_arg("--stop-token", optarg);
+            break;
+        case 'q': a.quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: neox_usage_error("generate: unrecognized option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc) neox_usage_error("generate: no config file given");
+    return generate(argc - optind, (const char *const *)argv + optind, &a, &argc, &argv);
+}

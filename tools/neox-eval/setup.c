@@ -1,0 +1,50 @@
+// setup.c: process set-up shared by neox-eval's commands: MPI, the merged config, the grid.
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "commands.h"
+#include "core.h"
+
+// GPT-NeoX reads a parallel size of 0 as 1.
+static int at_least_1(int64_t n) { return n < 1 ? 1 : (int)n; }
+
+neox_config *neox_tool_setup(int nconfigs, const char *const *configs, int quiet, neox_grid *grid, int *argc, char ***argv) {
+    neox_error err = {0};
+    if (neox_parallel_init(argc, argv, &err) != 0) neox_die_error(&err);
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    neox_config_options opts = {.world_size = world, .quiet = quiet};
+    neox_config *cfg = neox_config_load(configs, nconfigs, &opts, &err);
+    if (!cfg) neox_die_error(&err);
+    // Evaluation runs data parallel over every rank whatever layout trained the model (checkpoints
+    // load into any layout), so the configs of a tensor- or pipeline-parallel run work as they are.
+    int pp = at_least_1(neox_config_int(cfg, "pipe_parallel_size")), mp = at_least_1(neox_config_int(cfg, "model_parallel_size"));
+    if ((pp > 1 || mp > 1) && !quiet && neox_launcher_rank() == 0)
+        neox_notice("pipe_parallel_size %d, model_parallel_size %d: neox-eval runs data parallel over all %d ranks", pp, mp, world);
+    if (neox_grid_make(grid, 1, 1, &err) != 0) neox_die_error(&err);
+    if (quiet || grid->world_rank != 0) neox_progress_set_enabled(0);
+    return cfg;
+}
+
+void neox_tool_teardown(neox_config *cfg, neox_grid *grid) {
+    neox_grid_free(grid);
+    neox_config_free(cfg);
+    neox_parallel_finalize();
+}
+
+int64_t neox_parse_count_arg(const char *option, const char *text) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < 0) neox_usage_error("%s: '%s' is not a non-negative integer", option, text);
+    return (int64_t)v;
+}
+
+double neox_parse_float_arg(const char *option, const char *text) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(v) || v < 0) neox_usage_error("%s: '%s' is not a non-negative number", option, text);
+    return v;
+}
