@@ -108,16 +108,22 @@ static void push(int64_t **a, int64_t *len, int64_t *cap, int64_t v) {
     (*a)[(*len)++] = v;
 }
 
+// pack_until_overflow and unpacked serve their samples in a shuffled np.arange(num_samples) order,
+// drawn before anything else.
+static void shuffled_sample_order(neox_sample_index *si, int64_t ns, neox_random_state *rs) {
+    si->shuffle_idx_len = ns;
+    si->shuffle_idx = neox_malloc((size_t)ns * 8 + 1);
+    for (int64_t i = 0; i < ns; i++) si->shuffle_idx[i] = i;
+    neox_random_shuffle(rs, si->shuffle_idx, ns, 8);
+}
+
 // GPT-NeoX shuffles the positions 0..n-1 of the documents and uses them as document ids, which
 // reads the train documents for a valid/test split; neox.c offsets them by the split's first
 // document (the same result whenever the split starts at document 0).
 static int build_pack_until_overflow(neox_sample_index *si, const int32_t *sizes, const neox_sample_index_options *o,
                                      neox_random_state *rs, neox_error *err) {
     int64_t ns = o->num_samples, ndocs = o->doc_end - o->doc_begin;
-    si->shuffle_idx_len = ns;
-    si->shuffle_idx = neox_malloc((size_t)ns * 8 + 1);
-    for (int64_t i = 0; i < ns; i++) si->shuffle_idx[i] = i;
-    neox_random_shuffle(rs, si->shuffle_idx, ns, 8);
+    shuffled_sample_order(si, ns, rs);
     int64_t *order = neox_malloc((size_t)ndocs * 8 + 1);
     for (int64_t i = 0; i < ndocs; i++) order[i] = i;
     neox_random_shuffle(rs, order, ndocs, 8);
@@ -163,10 +169,7 @@ static int build_pack_until_overflow(neox_sample_index *si, const int32_t *sizes
 static int build_unpacked(neox_sample_index *si, const int32_t *sizes, const neox_sample_index_options *o,
                           neox_random_state *rs, neox_error *err) {
     int64_t ns = o->num_samples, ndocs = o->doc_end - o->doc_begin;
-    si->shuffle_idx_len = ns;
-    si->shuffle_idx = neox_malloc((size_t)ns * 8 + 1);
-    for (int64_t i = 0; i < ns; i++) si->shuffle_idx[i] = i;
-    neox_random_shuffle(rs, si->shuffle_idx, ns, 8);
+    shuffled_sample_order(si, ns, rs);
     si->sample_idx_len = ns + 1;
     si->sample_idx = neox_malloc((size_t)(ns + 1) * 16);
     for (int64_t i = 0; i <= ns; i++) si->sample_idx[2 * i] = i, si->sample_idx[2 * i + 1] = 0;
