@@ -393,6 +393,26 @@ static int read_direct(hid_t dset, const tensor *t, const piece *p, const region
     hsize_t file_start[NEOX_CKPT_MAX_DIMS], count[NEOX_CKPT_MAX_DIMS], mem_dims[NEOX_CKPT_MAX_DIMS],
         mem_start[NEOX_CKPT_MAX_DIMS];
     int rank;
+    if (p->kind == PIECE_BLOCK && w->is_range && nd > 0) {
+        // A block of whole rows (every dimension after the first complete) inside the range is a
+        // contiguous run of it: read all of it at its flat position.
+        int64_t row = 1, numel;
+        for (int d = 1; d < nd; d++) {
+            if (p->offset[d] != 0 || p->count[d] != t->shape[d]) return 0;
+            row *= t->shape[d];
+        }
+        int64_t start = p->offset[0] * row;
+        numel = p->count[0] * row;
+        if (start < w->start || start + numel > w->start + w->n) return 0;
+        hsize_t dims = (hsize_t)w->n, at = (hsize_t)(start - w->start), n = (hsize_t)numel;
+        hid_t mem_space = H5Screate_simple(1, &dims, NULL);
+        herr_t rc = H5Sselect_hyperslab(mem_space, H5S_SELECT_SET, &at, NULL, &n, NULL);
+        if (rc >= 0 && numel > 0) rc = H5Dread(dset, H5T_NATIVE_FLOAT, mem_space, H5S_ALL, H5P_DEFAULT, dst);
+        H5Sclose(mem_space);
+        if (rc < 0) return -1;
+        mark_covered(covered, start - w->start, start - w->start + numel);
+        return 1;
+    }
     if (p->kind == PIECE_RANGE && w->is_range) {
         int64_t lo = p->start > w->start ? p->start : w->start;
         int64_t hi = p->start + p->n < w->start + w->n ? p->start + p->n : w->start + w->n;

@@ -122,6 +122,37 @@ static void test_any_region_reads_back(void **state) {
     for (int i = 0; i < 3; i++) free(paths[i]);
 }
 
+// Blocks of whole rows (tensor parallelism's column-parallel cut) read back whole, as ranges and as
+// blocks; whole-tensor reads take the direct path, partial ones the staged path.
+static void test_row_blocks(void **state) {
+    (void)state;
+    neox_error err = {0};
+    const int64_t shape[2] = {6, 4};
+    char *paths[2] = {tmp_path("rows0.h5"), tmp_path("rows1.h5")};
+    for (int f = 0; f < 2; f++) {
+        int64_t off[2] = {3 * f, 0}, cnt[2] = {3, 4};
+        float buf[12];
+        fill_block(2, shape, off, cnt, buf);
+        neox_ckpt_writer *w = neox_ckpt_writer_open(paths[f], &err);
+        assert_int_equal(neox_ckpt_write_block(w, "rows", 2, shape, off, cnt, buf, &err), 0);
+        assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    }
+    neox_ckpt_reader *r = neox_ckpt_reader_open((const char *const *)paths, 2, &err);
+    assert_non_null(r);
+    float got[24];
+    const int64_t zero[2] = {0, 0};
+    assert_int_equal(neox_ckpt_read_block(r, "rows", zero, shape, got, &err), 0);
+    assert_block_values(2, shape, zero, shape, got);
+    assert_int_equal(neox_ckpt_read_range(r, "rows", 5, 14, got, &err), 0);
+    for (int i = 0; i < 14; i++) assert_float_equal(got[i], value_at(5 + i), 0.0);
+    const int64_t off[2] = {2, 1}, cnt[2] = {2, 3};
+    assert_int_equal(neox_ckpt_read_block(r, "rows", off, cnt, got, &err), 0);
+    assert_block_values(2, shape, off, cnt, got);
+    neox_ckpt_reader_close(r);
+    free(paths[0]);
+    free(paths[1]);
+}
+
 static void test_missing_shard_is_named(void **state) {
     (void)state;
     char *paths[3] = {tmp_path("m1.h5"), tmp_path("m2.h5"), tmp_path("m3.h5")};
@@ -276,6 +307,7 @@ static void test_wrong_tags_rejected(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_region_reads_back),
+        cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_missing_shard_is_named),
         cmocka_unit_test(test_inconsistent_global_shapes_rejected),
         cmocka_unit_test(test_writer_is_atomic),
