@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static _Noreturn void out_of_memory(size_t size) {
     neox_die(NEOX_EXIT_FAILURE, "out of memory allocating %zu bytes", size);
@@ -61,13 +62,17 @@ char *neox_read_file(const char *path, size_t *size, neox_error *err) {
         neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
+    // Regular files are read into one buffer of their size (+2: the NUL, and a byte that a short
+    // read at the end leaves unfilled); pipes and the like grow as they come.
+    struct stat st;
+    size_t cap = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 0, len = 0;
+    if (cap < (1 << 16)) cap = 1 << 16;
     char *buf = neox_malloc(cap);
     for (;;) {
-        if (len + 1 >= cap) buf = neox_realloc(buf, cap *= 2);
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        size_t want = cap - len - 1, got = fread(buf + len, 1, want, f);
         len += got;
-        if (got == 0) break;
+        if (got < want) break;  // end of file (or an error, checked below)
+        buf = neox_realloc(buf, cap *= 2);
     }
     int failed = ferror(f);
     fclose(f);
