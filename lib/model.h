@@ -98,6 +98,9 @@ struct neox_model {
 // Allocates the parameter and gradient buffers (gradients zeroed; parameters uninitialised).
 neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err);
 void neox_model_free(neox_model *m);
+// The parameters desc lays out (names, shapes, offsets, in buffer order) without allocating the
+// model: for tools that handle checkpoints tensor by tensor. malloc'ed; NULL + err for a bad desc.
+neox_param *neox_model_param_list(const neox_model_desc *desc, int *count, neox_error *err);
 const neox_param *neox_model_find_param(const neox_model *m, const char *name);
 // GPT-NeoX's init methods with a counter-based RNG: a value depends on (seed, parameter, element)
 // only. Biases 0, norm weights 1, norm biases 0.

@@ -9,81 +9,30 @@
 //    the rows of column-parallel weights; norms, row-parallel biases and the learned position table
 //    are replicated and written once, by model rank 0;
 //  - data: parameters are written by data rank 0; see reshard.c for how ZeRO cuts optimizer state.
-// It also lists the parameters of a model in the trainer's buffer order (as lib/model/params.c lays
-// them out), which the data-parallel flat-range layout is cut from.
-#include <stdarg.h>
+// It also lists the parameters of a model in the trainer's buffer order (lib/model's own layout,
+// neox_model_param_list), which the data-parallel flat-range layout is cut from.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "convert.h"
 
-static void add(neox_cvt_param **list, int *n, int *cap, int layer, int64_t rows, int64_t cols, const char *fmt, ...) {
-    if (*n == *cap) {
-        *cap = *cap ? 2 * *cap : 64;
-        *list = neox_realloc(*list, (size_t)*cap * sizeof **list);
-    }
-    neox_cvt_param *p = &(*list)[(*n)++];
-    memset(p, 0, sizeof *p);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->name, sizeof p->name, fmt, ap);
-    va_end(ap);
-    p->ndim = cols ? 2 : 1;
-    p->shape[0] = rows;
-    p->shape[1] = cols;
-    p->layer = layer;
-}
-
-static void add_layer(neox_cvt_param **list, int *n, int *cap, const neox_model_desc *d, int l) {
-    int64_t C = d->hidden_size, HS = d->head_size, NH = d->num_heads, NKV = d->num_kv_heads, F = d->ffn_size;
-    int neox = d->naming == NEOX_NAMES_GPT_NEOX, swiglu = d->activation == NEOX_ACT_SWIGLU;
-    const char *pre = neox ? "gpt_neox.layers" : "model.layers";
-    add(list, n, cap, l, C, 0, "%s.%d.input_layernorm.weight", pre, l);
-    if (d->norm_bias) add(list, n, cap, l, C, 0, "%s.%d.input_layernorm.bias", pre, l);
-    add(list, n, cap, l, C, 0, "%s.%d.post_attention_layernorm.weight", pre, l);
-    if (d->norm_bias) add(list, n, cap, l, C, 0, "%s.%d.post_attention_layernorm.bias", pre, l);
-    if (neox) {
-        add(list, n, cap, l, 3 * C, C, "%s.%d.attention.query_key_value.weight", pre, l);
-        if (d->attn_bias) add(list, n, cap, l, 3 * C, 0, "%s.%d.attention.query_key_value.bias", pre, l);
-        add(list, n, cap, l, C, C, "%s.%d.attention.dense.weight", pre, l);
-        if (d->attn_bias) add(list, n, cap, l, C, 0, "%s.%d.attention.dense.bias", pre, l);
-        add(list, n, cap, l, F, C, "%s.%d.mlp.dense_h_to_4h.weight", pre, l);
-        add(list, n, cap, l, F, 0, "%s.%d.mlp.dense_h_to_4h.bias", pre, l);
-        add(list, n, cap, l, C, F, "%s.%d.mlp.dense_4h_to_h.weight", pre, l);
-        add(list, n, cap, l, C, 0, "%s.%d.mlp.dense_4h_to_h.bias", pre, l);
-        return;
-    }
-    add(list, n, cap, l, NH * HS, C, "%s.%d.self_attn.q_proj.weight", pre, l);
-    add(list, n, cap, l, NKV * HS, C, "%s.%d.self_attn.k_proj.weight", pre, l);
-    add(list, n, cap, l, NKV * HS, C, "%s.%d.self_attn.v_proj.weight", pre, l);
-    if (d->attn_bias) {
-        add(list, n, cap, l, NH * HS, 0, "%s.%d.self_attn.q_proj.bias", pre, l);
-        add(list, n, cap, l, NKV * HS, 0, "%s.%d.self_attn.k_proj.bias", pre, l);
-        add(list, n, cap, l, NKV * HS, 0, "%s.%d.self_attn.v_proj.bias", pre, l);
-    }
-    add(list, n, cap, l, C, C, "%s.%d.self_attn.o_proj.weight", pre, l);
-    if (d->attn_bias) add(list, n, cap, l, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l);
-    add(list, n, cap, l, F, C, "%s.%d.mlp.up_proj.weight", pre, l);
-    if (swiglu) add(list, n, cap, l, F, C, "%s.%d.mlp.gate_proj.weight", pre, l);
-    if (d->mlp_bias) {
-        add(list, n, cap, l, F, 0, "%s.%d.mlp.up_proj.bias", pre, l);
-        if (swiglu) add(list, n, cap, l, F, 0, "%s.%d.mlp.gate_proj.bias", pre, l);
-    }
-    add(list, n, cap, l, C, F, "%s.%d.mlp.down_proj.weight", pre, l);
-    if (d->mlp_bias) add(list, n, cap, l, C, 0, "%s.%d.mlp.down_proj.bias", pre, l);
-}
-
 neox_cvt_param *neox_cvt_params(const neox_model_desc *d, int *count) {
-    neox_cvt_param *list = NULL;
-    int n = 0, cap = 0, neox = d->naming == NEOX_NAMES_GPT_NEOX;
-    int64_t C = d->hidden_size;
-    add(&list, &n, &cap, -1, d->vocab_size, C, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight");
-    if (d->pos_emb == NEOX_POS_LEARNED)
-        add(&list, &n, &cap, -1, d->max_positions, C, neox ? "gpt_neox.embed_pos.weight" : "model.embed_positions.weight");
-    for (int l = 0; l < d->num_layers; l++) add_layer(&list, &n, &cap, d, l);
-    add(&list, &n, &cap, -1, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight");
-    if (d->norm_bias) add(&list, &n, &cap, -1, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias");
-    if (!d->tied) add(&list, &n, &cap, -1, d->vocab_size, C, neox ? "embed_out.weight" : "lm_head.weight");
+    neox_error err = {0};
+    int n = 0;
+    neox_param *model = neox_model_param_list(d, &n, &err);
+    if (!model) neox_die_error(&err);  // desc was checked when the checkpoint was opened
+    neox_cvt_param *list = neox_calloc(n ? n : 1, sizeof *list);
+    for (int i = 0; i < n; i++) {
+        neox_cvt_param *p = &list[i];
+        snprintf(p->name, sizeof p->name, "%s", model[i].name);
+        p->ndim = model[i].ndim;
+        p->shape[0] = model[i].shape[0];
+        p->shape[1] = model[i].ndim == 2 ? model[i].shape[1] : 0;
+        const char *at = strstr(p->name, ".layers.");
+        p->layer = at ? atoi(at + strlen(".layers.")) : -1;
+    }
+    free(model);
     *count = n;
     return list;
 }

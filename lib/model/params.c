@@ -120,30 +120,48 @@ static void make_views(const neox_model *m, const neox_model_weights *layout, fl
     }
 }
 
-neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err) {
-    neox_model_desc d = *desc;
-    if (neox_model_desc_check(&d, err) != 0) return NULL;
-    neox_model *m = neox_calloc(1, sizeof *m);
-    m->desc = d;
+// Lays out every parameter of m->desc (m->params, m->num_floats) and records, in *layout, each
+// view's offset + 1 (0 = absent). Allocates no buffers.
+static void lay_out(neox_model *m, neox_model_weights *layout) {
+    const neox_model_desc d = m->desc;
     int cap = 0, C = d.hidden_size, neox = d.naming == NEOX_NAMES_GPT_NEOX;
-    neox_model_weights layout = {0};
-    layout.layers = neox_calloc(d.num_layers, sizeof *layout.layers);
+    memset(layout, 0, sizeof *layout);
+    layout->layers = neox_calloc(d.num_layers, sizeof *layout->layers);
     // Offsets are stored +1 so that offset 0 is not mistaken for "absent"; undone below.
-    layout.wte = OFF(1 + add_param(m, &cap, 0, d.vocab_size, C, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight"));
+    layout->wte = OFF(1 + add_param(m, &cap, 0, d.vocab_size, C, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight"));
     if (d.pos_emb == NEOX_POS_LEARNED)
-        layout.wpe = OFF(1 + add_param(m, &cap, 0, d.max_positions, C, neox ? "gpt_neox.embed_pos.weight" : "model.embed_positions.weight"));
+        layout->wpe = OFF(1 + add_param(m, &cap, 0, d.max_positions, C, neox ? "gpt_neox.embed_pos.weight" : "model.embed_positions.weight"));
     for (int l = 0; l < d.num_layers; l++) {
-        layout_layer(m, &cap, l, &layout.layers[l]);
-        neox_layer_params *v = &layout.layers[l];
+        layout_layer(m, &cap, l, &layout->layers[l]);
+        neox_layer_params *v = &layout->layers[l];
         float **all[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b,
                          &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             if (*all[i] || i == 0) *all[i] = OFF((uintptr_t)*all[i] + 1);
     }
-    layout.lnf_w = OFF(1 + add_param(m, &cap, 1, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
+    layout->lnf_w = OFF(1 + add_param(m, &cap, 1, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
     if (d.norm_bias)
-        layout.lnf_b = OFF(1 + add_param(m, &cap, 1, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
-    layout.lm_head = d.tied ? layout.wte : OFF(1 + add_param(m, &cap, 0, d.vocab_size, C, neox ? "embed_out.weight" : "lm_head.weight"));
+        layout->lnf_b = OFF(1 + add_param(m, &cap, 1, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
+    layout->lm_head = d.tied ? layout->wte : OFF(1 + add_param(m, &cap, 0, d.vocab_size, C, neox ? "embed_out.weight" : "lm_head.weight"));
+}
+
+neox_param *neox_model_param_list(const neox_model_desc *desc, int *count, neox_error *err) {
+    neox_model m = {.desc = *desc};
+    if (neox_model_desc_check(&m.desc, err) != 0) return NULL;
+    neox_model_weights layout;
+    lay_out(&m, &layout);
+    free(layout.layers);
+    *count = m.nparams;
+    return m.params;
+}
+
+neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err) {
+    neox_model_desc d = *desc;
+    if (neox_model_desc_check(&d, err) != 0) return NULL;
+    neox_model *m = neox_calloc(1, sizeof *m);
+    m->desc = d;
+    neox_model_weights layout;
+    lay_out(m, &layout);
     m->param_buf = neox_aligned_alloc(64, m->num_floats * sizeof(float));
     m->grad_buf = neox_aligned_alloc(64, m->num_floats * sizeof(float));
     memset(m->param_buf, 0, m->num_floats * sizeof(float));
