@@ -111,6 +111,9 @@ int neox_atomic_write(const char *path, const void *data, size_t size, neox_erro
 // Registers/unregisters an arbitrary temporary path for removal on exit or fatal signal.
 void neox_cleanup_register(const char *path);
 void neox_cleanup_unregister(const char *path);
+// Publishes a finished temporary file written by other means (HDF5, a library): fsyncs tmp,
+// renames it to path and fsyncs the directory. On failure tmp is left for the caller to remove.
+int neox_publish_file(const char *tmp, const char *path, neox_error *err);
 // fsync()s the directory holding path (after a rename).
 int neox_fsync_dir_of(const char *path, neox_error *err);
 

@@ -5,8 +5,6 @@
 #include "ckpt.h"
 #include "ckpt/hdf5_util.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,16 +149,8 @@ int neox_ckpt_writer_close(neox_ckpt_writer *w, neox_error *err) {
     int rc = 0;
     if (H5Fclose(w->file) < 0)
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot close checkpoint shard: %s", w->tmp_path, neox_hdf5_error(msg));
-    if (rc == 0) {
-        // HDF5 does not fsync; do it before the rename so the name never points at lost data.
-        int fd = open(w->tmp_path, O_RDONLY);
-        if (fd < 0 || fsync(fd) != 0)
-            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot sync: %s", w->tmp_path, strerror(errno));
-        if (fd >= 0) close(fd);
-    }
-    if (rc == 0 && rename(w->tmp_path, w->path) != 0)
-        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot rename into place: %s", w->path, strerror(errno));
-    if (rc == 0) rc = neox_fsync_dir_of(w->path, err);
+    // HDF5 does not fsync; publishing syncs before the rename so the name never points at lost data.
+    if (rc == 0) rc = neox_publish_file(w->tmp_path, w->path, err);
     if (rc != 0) unlink(w->tmp_path);
     writer_free(w);
     return rc;

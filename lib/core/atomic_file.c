@@ -78,6 +78,15 @@ int neox_fsync_dir_of(const char *path, neox_error *err) {
     return rc;
 }
 
+int neox_publish_file(const char *tmp, const char *path, neox_error *err) {
+    int fd = open(tmp, O_RDONLY);
+    int rc = fd < 0 || fsync(fd) != 0 ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot sync: %s", tmp, strerror(errno)) : 0;
+    if (fd >= 0) close(fd);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot rename into place: %s", path, strerror(errno));
+    return rc == 0 ? neox_fsync_dir_of(path, err) : rc;
+}
+
 neox_atomic_file *neox_atomic_open(const char *path, neox_error *err) {
     char *tmp = neox_asprintf("%s.tmp.%ld", path, (long)getpid());
     FILE *fp = fopen(tmp, "wb");
