@@ -63,9 +63,11 @@ void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float
 
 // ---- embeddings -------------------------------------------------------------------------------
 // out[b,t,:] = wte[ids[b,t],:] (+ wpe[t,:] when wpe is not NULL). ids: (B, T); wte: (V, C);
-// wpe: (maxT, C); out: (B, T, C). Ids are checked by the caller (model) against V.
+// wpe: (maxT, C); out: (B, T, C). Ids are checked by the caller (model) against V. An id < 0 means
+// "not in this table" (vocab-parallel embedding: the row lives on another tensor-parallel rank)
+// and contributes a zero row.
 void neox_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C);
-// dwte, dwpe (or NULL) are added to. dout: (B, T, C).
+// dwte, dwpe (or NULL) are added to. dout: (B, T, C). Ids < 0 add nothing to dwte.
 void neox_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C);
 
 // ---- normalisation ----------------------------------------------------------------------------
@@ -131,6 +133,8 @@ void neox_swiglu_backward(float *dinp, const float *dout, const float *inp, int 
 // ---- elementwise ------------------------------------------------------------------------------
 void neox_add(float *out, const float *a, const float *b, size_t n);      // out = a + b (out may alias)
 void neox_add_inplace(float *acc, const float *x, size_t n);             // acc += x
+// x: (N, C) += bias: (C) on every row (row-parallel layers add their bias after the reduction).
+void neox_add_bias(float *x, const float *bias, int N, int C);
 // Inverted dropout: out = keep ? inp / (1 - p) : 0 with keep = neox_uniform(seed, offset + i) >= p.
 // The backward is the same call on the gradient. out may alias inp.
 void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset);
@@ -139,8 +143,15 @@ void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long
 // Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V);
 // losses: (N) = logsumexp(logits) - logits[target]; lse: (N) saved for backward.
 void neox_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N, int V);
+// The two halves of the log-sum-exp, for a vocabulary cut over tensor-parallel ranks (each rank
+// holds V of the columns): the row maximum mx: (N) of logits: (N, V), and sum: (N) of
+// exp(logit - mx[i]) accumulated in double, mx being the maximum over all ranks. Then
+// lse = mx + log(sum over ranks), exactly what neox_cross_entropy_forward computes on one rank.
+void neox_cross_entropy_row_max(float *mx, const float *logits, int N, int V);
+void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V);
 // dlogits = (softmax(logits) - onehot(target)) * weight[i] * scale, where weight is the loss mask
 // (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
+// A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot.
 void neox_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                  const float *weight, float scale, int N, int V);
 

@@ -76,6 +76,8 @@ double neox_timer_seconds(const neox_timer *t);  // accumulated, including a run
 const char *neox_format_duration(double seconds, char *buf, size_t size);
 // Formats a count with SI suffix ("1.23M") into buf (at least 16 bytes).
 const char *neox_format_count(double value, char *buf, size_t size);
+// Formats a byte count as "1.23MB" (SI) into buf (at least 16 bytes).
+const char *neox_format_bytes(double bytes, char *buf, size_t size);
 
 // ---------------------------------------------------------------------------------------------
 // Progress. On a terminal the line is redrawn in place (at most 10 times a second); otherwise a

@@ -1,6 +1,12 @@
 // model.h: the GPT-NeoX / Llama-style decoder: its description (sizes and features), its parameters
 // in one buffer with Hugging Face names and layouts, one gradient buffer of the same layout,
 // activations planned once for (micro-batch, sequence), and the forward and backward passes.
+// A model object may be one rank's part of the whole model (DESIGN.md decision 5): a tensor-parallel
+// shard (heads, MLP rows and vocabulary rows cut tp_size ways, with Megatron's column- and
+// row-parallel linears, vocab-parallel embedding and cross-entropy) of one pipeline stage (a range
+// of layers, the embedding on the first stage, the final norm and output layer on the last). The
+// tensor-parallel reductions go through the communicator in neox_model.tp (none on one rank);
+// the pipeline transfers between stages are the caller's (docs/model.md, "Parallel layouts").
 #ifndef NEOX_MODEL_H
 #define NEOX_MODEL_H
 
@@ -44,6 +50,10 @@ typedef struct neox_model_desc {
     float hidden_dropout, attention_dropout;
     int checkpoint_activations;  // recompute each layer's forward in backward
     neox_naming naming;
+    // This rank's part of the model; zeros mean the whole model (neox_model_desc_check fills them).
+    int tp_size, tp_rank;         // tensor parallel
+    int pp_size, pp_rank;         // pipeline stage
+    int layer_begin, layer_end;   // the stage's transformer layers [begin, end)
 } neox_model_desc;
 
 // Fills desc from a loaded GPT-NeoX config (GPT-NeoX's semantics for the MLP width, rotary dims,
@@ -51,16 +61,36 @@ typedef struct neox_model_desc {
 // pads it; <= 0 takes the config's padded_vocab_size. Bad combinations fail naming the key.
 int neox_model_desc_from_config(neox_model_desc *desc, const neox_config *cfg, int64_t tokenizer_vocab,
                                 neox_error *err);
-// Checks sizes and features for consistency; picks desc->naming. Called by neox_model_create.
+// Checks sizes and features for consistency; picks desc->naming; fills the layout fields (the whole
+// model when they are zero) and checks that tp_size divides the heads, kv heads, MLP width and
+// vocabulary. Called by neox_model_create.
 int neox_model_desc_check(neox_model_desc *desc, neox_error *err);
 
+// How layers are spread over pipe stages (GPT-NeoX's pipe_partition_method): "type:transformer"
+// balances transformer layers; "parameters" balances parameter counts (the embedding counts on the
+// first stage, the output layer on the last); "uniform" balances layers counting the embedding and
+// the output layer as one layer each. bounds: (pp + 1), stage s holds [bounds[s], bounds[s+1]).
+// Every stage gets at least one transformer layer. An unknown method fails naming the key.
+int neox_model_pipe_partition(const neox_model_desc *desc, int pp, const char *method, int *bounds, neox_error *err);
+static inline int neox_model_first_stage(const neox_model_desc *d) { return d->pp_rank == 0; }
+static inline int neox_model_last_stage(const neox_model_desc *d) { return d->pp_rank == d->pp_size - 1; }
+
 // One named parameter: a view into the parameter buffer (and the same offset in the gradient buffer).
+// Under tensor parallelism the buffer holds a block of the global tensor: shape at block_offset in
+// global_shape (Megatron cuts one dimension; see split).
+typedef enum { NEOX_SPLIT_NONE, NEOX_SPLIT_ROWS, NEOX_SPLIT_COLS } neox_split;
 typedef struct neox_param {
     char name[96];          // Hugging Face name
     int ndim;
-    int64_t shape[2];
+    int64_t shape[2];       // this rank's block
+    int64_t global_shape[2];
+    int64_t block_offset[2];
     size_t offset, numel;   // in floats, within the buffers
     int no_decay;           // biases and norm weights (no weight decay)
+    neox_split split;       // NONE: every tensor-parallel rank holds the whole tensor (replicated)
+    int index;              // position in the whole model's parameter list (its init stream)
+    int tied_copy;          // the last stage's copy of the tied input embedding: not saved, gradient
+                            // summed with the first stage's
 } neox_param;
 
 typedef struct neox_layer_params {  // pointers into a buffer (parameters or gradients)
@@ -76,23 +106,38 @@ typedef struct neox_model_weights {
     neox_layer_params *layers;
 } neox_model_weights;
 
+typedef struct neox_comm neox_comm;
 typedef struct neox_model neox_model;
+// Called by backward when the gradients of parameters [begin, end) (indices into params) are
+// final for this micro-batch: data-parallel reduction can start on them.
+typedef void (*neox_grads_ready_fn)(void *ctx, int begin, int end);
 struct neox_model {
     neox_model_desc desc;
     int nparams;
     neox_param *params;      // in buffer order
+    // Layer l's parameters are params[layer_first_param[l] .. layer_first_param[l + 1]) (empty
+    // off this stage); before the first are the embeddings, from [num_layers] on the head.
+    int *layer_first_param;
     size_t num_floats;       // total parameter count
     float *param_buf, *grad_buf;
     neox_model_weights w, g; // views into param_buf and grad_buf
-    // Activations, planned by neox_model_plan for (B, T).
+    // Activations, planned by neox_model_plan for (B, T), in nslots independent sets (pipeline
+    // schedules keep several micro-batches between their forward and backward).
     int B, T;
     float *act_buf;
     size_t act_floats;
-    void *acts;              // private layout (lib/model/forward.c)
-    // Set by the caller before forward: dropout on/off and the seed of this micro-batch.
+    int nslots, slot;
+    void *slots;             // private layout (lib/model/forward.c)
+    void *acts;              // the current slot
+    // Set by the caller before forward: dropout on/off and the seed of this micro-batch (kept in
+    // the slot for its backward).
     int training;
     unsigned long long dropout_seed;
-    float loss;              // of the last forward with targets
+    float loss;              // of the last forward with targets (on the last pipe stage)
+    // Set by the caller: the tensor-parallel group (NULL on one rank), and the hook backward calls.
+    neox_comm *tp;
+    neox_grads_ready_fn grads_ready;
+    void *grads_ready_ctx;
 };
 
 // Allocates the parameter and gradient buffers (gradients zeroed; parameters uninitialised).
@@ -102,6 +147,14 @@ void neox_model_free(neox_model *m);
 // model: for tools that handle checkpoints tensor by tensor. malloc'ed; NULL + err for a bad desc.
 neox_param *neox_model_param_list(const neox_model_desc *desc, int *count, neox_error *err);
 const neox_param *neox_model_find_param(const neox_model *m, const char *name);
+// Elements [begin, end) of parameter p's block (row-major, relative to the block's start) as
+// blocks of the global tensor: at most three (a partial row, whole rows, a partial row). Each
+// piece's data starts at element `start` of the block. Returns the number of pieces.
+typedef struct neox_param_piece {
+    int64_t offset[2], count[2];  // in the global tensor
+    size_t start;
+} neox_param_piece;
+int neox_param_pieces(const neox_param *p, size_t begin, size_t end, neox_param_piece out[3]);
 // GPT-NeoX's init methods with a counter-based RNG: a value depends on (seed, parameter, element)
 // only. Biases 0, norm weights 1, norm biases 0.
 void neox_model_init(neox_model *m, unsigned long long seed);
@@ -109,12 +162,28 @@ void neox_model_zero_grad(neox_model *m);
 // Plans (allocates once) the activations for micro-batch B and sequence T (T <= max_positions
 // for learned positions). Forward and backward then allocate nothing.
 int neox_model_plan(neox_model *m, int B, int T, neox_error *err);
+// The same with nslots sets of saved activations (scratch is shared); neox_model_use_slot picks
+// the set the next forward or backward works in.
+int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *err);
+void neox_model_use_slot(neox_model *m, int slot);
 size_t neox_model_activation_bytes(const neox_model *m);
+
+// Pipeline stages. A stage without the embedding reads its input from neox_model_stage_input
+// ((B, T, C), filled by the caller before forward); a stage without the output layer leaves its
+// output in neox_model_stage_output and takes the gradient of that output in
+// neox_model_stage_output_grad (filled before backward). After backward, a stage without the
+// embedding leaves the gradient of its input in neox_model_stage_input_grad (until the next backward).
+float *neox_model_stage_input(neox_model *m);
+const float *neox_model_stage_output(const neox_model *m);
+float *neox_model_stage_output_grad(neox_model *m);
+const float *neox_model_stage_input_grad(const neox_model *m);
 
 // ids, targets: (B, T) token ids in [0, vocab); loss_mask: (B, T) weights or NULL. targets may be
 // NULL (logits only). Returns -1 (err) on an out-of-range id. The loss is the mask-weighted mean.
+// ids are read on the first pipe stage only, targets and loss_mask on the last only.
 int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err);
-// The logits of the last forward: (B, T, vocab). Overwritten by backward.
+// The logits of the last forward: (B, T, vocab) (this rank's vocabulary columns under tensor
+// parallelism). Overwritten by backward.
 const float *neox_model_logits(const neox_model *m);
 // Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
 void neox_model_backward(neox_model *m, float loss_scale);

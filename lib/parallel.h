@@ -51,6 +51,9 @@ typedef struct neox_grid {
     int pipe_size, data_size, model_size;
     int pipe_rank, data_rank, model_rank;
     neox_comm world, pipe, data, model;
+    // The first and last pipe stage of one (data, model) coordinate, which both hold the tied
+    // input embedding (pipe_size > 1 only; size 0 on middle stages and without pipelining).
+    neox_comm embed;
 } neox_grid;
 
 // Initialises MPI (thread level FUNNELED), tags log messages with the rank and makes neox_die()
@@ -67,10 +70,15 @@ int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_ran
 
 // ---- blocking collectives (reductions are sums; bf16/f16 are summed in fp32) ------------------
 void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt);
+// Element-wise maximum (f32, f64, i32, i64).
+void neox_allreduce_max(neox_comm *c, void *buf, size_t count, neox_dtype dt);
 // send holds c->size x recv_count elements; rank r receives the sum of block r.
 void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt);
 // recv receives c->size x send_count elements, block r from rank r.
 void neox_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt);
+// In place: buf holds sum(counts) elements; rank r contributes the counts[r] elements starting at
+// sum(counts[0..r-1]) and receives everyone else's (ZeRO's parameter all-gather).
+void neox_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dtype dt);
 void neox_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root);
 void neox_send(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag);
 void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag);
@@ -125,6 +133,8 @@ void neox_grad_reducer_free(neox_grad_reducer *r);
 void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end);
 // Parameter p's gradient is final for this step.
 void neox_grad_reducer_ready(neox_grad_reducer *r, int p);
+// Lets MPI progress the buckets in flight (call now and then during backward).
+void neox_grad_reducer_progress(neox_grad_reducer *r);
 // Starts what has not started, waits for everything and averages. Afterwards the buffer holds the
 // mean gradient over data-parallel ranks (stage 0), or this rank's partition does (stages 1, 2;
 // the rest of the buffer is unspecified). Resets for the next step.

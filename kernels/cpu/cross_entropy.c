@@ -9,14 +9,18 @@
 #include "kernels/kernels.h"
 #include "vector_math.h"
 
-NEOX_CLONES static float row_logsumexp(const float *z, int V) {
+NEOX_CLONES static float row_max(const float *z, int V) {
     float mx = -INFINITY;
     #pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+    return mx;
+}
+
+NEOX_CLONES static double row_sumexp(const float *z, float mx, int V) {
     double sum = 0.0;
     #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < V; j++) sum += (double)expf(z[j] - mx);
-    return mx + (float)log(sum);
+    return sum;
 }
 
 NEOX_CLONES static void row_softmax_scaled(float *dz, const float *z, float l, float w, int V) {
@@ -28,7 +32,8 @@ void neox_cross_entropy_forward(float *losses, float *lse, const float *logits, 
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         const float *z = logits + (size_t)i * V;
-        float l = row_logsumexp(z, V);
+        float mx = row_max(z, V);
+        float l = mx + (float)log(row_sumexp(z, mx, V));
         lse[i] = l;
         losses[i] = l - z[targets[i]];
     }
@@ -41,6 +46,16 @@ void neox_cross_entropy_backward(float *dlogits, const float *logits, const floa
         float w = (weight ? weight[i] : 1.0f) * scale;
         float *dz = dlogits + (size_t)i * V;
         row_softmax_scaled(dz, logits + (size_t)i * V, lse[i], w, V);
-        dz[targets[i]] -= w;
+        if (targets[i] >= 0 && targets[i] < V) dz[targets[i]] -= w;
     }
+}
+
+void neox_cross_entropy_row_max(float *mx, const float *logits, int N, int V) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) mx[i] = row_max(logits + (size_t)i * V, V);
+}
+
+void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) sum[i] = row_sumexp(logits + (size_t)i * V, mx[i], V);
 }

@@ -21,6 +21,14 @@ void neox_add_inplace(float *acc, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
+void neox_add_bias(float *x, const float *bias, int N, int C) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float *row = x + (size_t)i * C;
+        for (int c = 0; c < C; c++) row[c] += bias[c];
+    }
+}
+
 void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset) {
     float keep_scale = 1.0f / (1.0f - p);
     #pragma omp parallel for

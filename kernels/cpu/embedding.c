@@ -7,12 +7,11 @@ void neox_embedding_forward(float *out, const int *ids, const float *wte, const 
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
-        const float *e = wte + (size_t)ids[bt] * C;
+        if (ids[bt] < 0) memset(o, 0, (size_t)C * sizeof(float));
+        else memcpy(o, wte + (size_t)ids[bt] * C, (size_t)C * sizeof(float));
         if (wpe) {
             const float *p = wpe + (size_t)(bt % T) * C;
-            for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
-        } else {
-            memcpy(o, e, (size_t)C * sizeof(float));
+            for (int c = 0; c < C; c++) o[c] += p[c];
         }
     }
 }
@@ -27,8 +26,10 @@ void neox_embedding_backward(float *dwte, float *dwpe, const float *dout, const 
             int c1 = c0 + 64 < C ? c0 + 64 : C;
             for (int bt = 0; bt < B * T; bt++) {
                 const float *d = dout + (size_t)bt * C;
-                float *e = dwte + (size_t)ids[bt] * C;
-                for (int c = c0; c < c1; c++) e[c] += d[c];
+                if (ids[bt] >= 0) {
+                    float *e = dwte + (size_t)ids[bt] * C;
+                    for (int c = c0; c < c1; c++) e[c] += d[c];
+                }
                 if (dwpe) {
                     float *p = dwpe + (size_t)(bt % T) * C;
                     for (int c = c0; c < c1; c++) p[c] += d[c];

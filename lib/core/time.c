@@ -2,6 +2,7 @@
 #include "core.h"
 
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
 double neox_now(void) {
@@ -46,5 +47,12 @@ const char *neox_format_count(double v, char *buf, size_t size) {
     while (fabs(v) >= 1000 && i < 5) { v /= 1000; i++; }
     if (i == 0) snprintf(buf, size, "%.0f", v);
     else snprintf(buf, size, "%.*f%s", fabs(v) < 10 ? 2 : fabs(v) < 100 ? 1 : 0, v, suffix[i]);
+    return buf;
+}
+
+const char *neox_format_bytes(double bytes, char *buf, size_t size) {
+    neox_format_count(bytes, buf, size);
+    size_t n = strlen(buf);
+    if (n + 1 < size) buf[n] = 'B', buf[n + 1] = '\0';
     return buf;
 }

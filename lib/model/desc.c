@@ -2,7 +2,9 @@
 // width (4h, or intermediate_size / expansion_factor; 2/3 of it per half for the gated swiglu;
 // rounded to mlp_multiple_of as GPT-NeoX's ParallelMLP rounds it), rotary dims int(head * rotary_pct),
 // the padded vocabulary, the epsilon of the chosen norm.
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "model.h"
 
@@ -102,4 +104,76 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     d->attention_dropout = (float)neox_config_float(cfg, "attention_dropout");
     d->checkpoint_activations = neox_config_bool(cfg, "checkpoint_activations");
     return neox_model_desc_check(d, err);
+}
+
+// ---- pipeline partition ------------------------------------------------------------------------
+// Contiguous ranges of layers over pp stages minimising the heaviest stage, where a stage weighs the
+// sum of its layers plus `first` on stage 0 and `last` on the final stage (dynamic programming over
+// (stages, layers); the first minimum is kept, so the result is deterministic).
+static void balance(const double *w, int L, int pp, double first, double last, int *bounds) {
+    double *best = neox_malloc((size_t)(pp + 1) * (L + 1) * sizeof *best);
+    int *cut = neox_malloc((size_t)(pp + 1) * (L + 1) * sizeof *cut);
+    double *prefix = neox_malloc((size_t)(L + 1) * sizeof *prefix);
+    prefix[0] = 0;
+    for (int l = 0; l < L; l++) prefix[l + 1] = prefix[l] + w[l];
+#define AT(s, l) ((size_t)(s) * (L + 1) + (l))
+    for (int s = 1; s <= pp; s++)
+        for (int l = s; l <= L - (pp - s); l++) {
+            best[AT(s, l)] = -1;
+            int kmax = s == 1 ? 1 : l;
+            for (int k = s - 1; k < kmax; k++) {  // stage s-1 holds layers [k, l)
+                double stage = prefix[l] - prefix[k] + (s == 1 ? first : 0) + (s == pp ? last : 0);
+                double worst = s == 1 ? stage : (best[AT(s - 1, k)] > stage ? best[AT(s - 1, k)] : stage);
+                if (best[AT(s, l)] < 0 || worst < best[AT(s, l)]) best[AT(s, l)] = worst, cut[AT(s, l)] = k;
+            }
+        }
+    bounds[pp] = L;
+    for (int s = pp, l = L; s >= 1; s--) l = bounds[s - 1] = cut[AT(s, l)];
+#undef AT
+    free(best);
+    free(cut);
+    free(prefix);
+}
+
+int neox_model_pipe_partition(const neox_model_desc *desc, int pp, const char *method, int *bounds, neox_error *err) {
+    int L = desc->num_layers;
+    if (pp < 1 || pp > L)
+        return neox_fail(err, NEOX_EXIT_USAGE, "pipe_parallel_size %d: need between 1 and num_layers = %d stages", pp, L);
+    // type:REGEX balances the layers whose class matches REGEX; neox.c's only layer kind is the
+    // transformer layer, so any pattern naming it balances transformer layers.
+    if (!method || (strncmp(method, "type:", 5) == 0 && strcasestr(method, "transformer"))) {
+        for (int s = 0; s <= pp; s++) bounds[s] = (int)((int64_t)s * L / pp);
+        return 0;
+    }
+    double *w = neox_calloc((size_t)L, sizeof *w);
+    double first = 1, last = 1;
+    if (strcmp(method, "parameters") == 0) {
+        neox_model_desc whole = *desc;
+        whole.tp_size = whole.pp_size = 1;
+        whole.tp_rank = whole.pp_rank = whole.layer_begin = whole.layer_end = 0;
+        int n;
+        neox_param *params = neox_model_param_list(&whole, &n, err);
+        if (!params) return free(w), -1;
+        first = last = 0;
+        for (int i = 0; i < n; i++) {
+            const char *at = strstr(params[i].name, ".layers.");
+            double count = (double)params[i].numel;
+            if (at) w[atoi(at + strlen(".layers."))] += count;
+            else if (strstr(params[i].name, "embed_in") || strstr(params[i].name, "embed_tokens") ||
+                     strstr(params[i].name, "embed_pos") || strstr(params[i].name, "embed_positions")) first += count;
+            else last += count;
+        }
+        if (whole.tied) last += (double)whole.vocab_size * whole.hidden_size;  // the last stage's copy
+        free(params);
+    } else if (strcmp(method, "uniform") == 0) {
+        for (int l = 0; l < L; l++) w[l] = 1;
+    } else {
+        free(w);
+        return neox_fail(err, NEOX_EXIT_USAGE, "pipe_partition_method '%s' is not supported (type:transformer|mlp, "
+                         "parameters, uniform)", method);
+    }
+    if (strcmp(method, "uniform") == 0) first = last = 1;
+    balance(w, L, pp, first, last, bounds);
+    free(w);
+    return 0;
 }

@@ -1,5 +1,9 @@
 // forward.c: the activation plan and the forward pass: embedding, the decoder layers (sequential or
-// parallel residual), the final norm, the output projection and the fused cross-entropy.
+// parallel residual), the final norm, the output projection and the fused cross-entropy. Under
+// tensor parallelism the embedding and cross-entropy are vocab-parallel and each layer runs
+// Megatron's column-parallel (QKV, first MLP projection) and row-parallel (attention output,
+// second MLP projection) linears; row-parallel partial sums are reduced over the tensor-parallel
+// group and their bias added once, after the reduction.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,95 +17,170 @@ static float *take(float **cursor, size_t n) {
     return p;
 }
 
-// Walks the plan; with base == NULL it only counts floats.
-static size_t carve(neox_model *m, neox_acts *a, float *base) {
+// Carves one slot's saved activations from *cur.
+static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
     const neox_model_desc *d = &m->desc;
-    size_t B = m->B, T = m->T, N = B * T, C = d->hidden_size, L = d->num_layers, V = d->vocab_size;
-    size_t HS = d->head_size, NH = d->num_heads, NKV = d->num_kv_heads, W = (NH + 2 * NKV) * HS;
-    size_t F = d->ffn_size, FC = d->activation == NEOX_ACT_SWIGLU ? 2 * F : F;
+    neox_shard s = neox_model_shard(d);
+    size_t N = (size_t)m->B * m->T, C = d->hidden_size, L = s.L, HS = d->head_size;
+    size_t NH = s.NH, NKV = s.NKV, W = (NH + 2 * NKV) * HS, F = s.F, FC = d->activation == NEOX_ACT_SWIGLU ? 2 * F : F;
+    a->x = take(cur, (L + 1) * N * C);
+    size_t sets = d->checkpoint_activations ? 1 : L;
+    for (size_t i = 0; i < sets; i++) {
+        neox_layer_acts *la = &a->layers[i];
+        la->ln1 = take(cur, N * C);
+        la->ln1_mean = take(cur, N);
+        la->ln1_rstd = take(cur, N);
+        la->qkv = take(cur, N * W);
+        la->q = take(cur, N * NH * HS);
+        la->k = take(cur, N * NKV * HS);
+        la->v = take(cur, N * NKV * HS);
+        la->att = take(cur, N * NH * HS);
+        la->lse = take(cur, N * NH);
+        la->mid = d->parallel_residual ? NULL : take(cur, N * C);
+        la->ln2 = take(cur, N * C);
+        la->ln2_mean = take(cur, N);
+        la->ln2_rstd = take(cur, N);
+        la->fc = take(cur, N * FC);
+        la->act = take(cur, N * F);
+    }
+    for (size_t i = sets; i < L; i++) a->layers[i] = a->layers[0];
+    if (neox_model_last_stage(d)) {
+        a->lnf = take(cur, N * C);
+        a->lnf_mean = take(cur, N);
+        a->lnf_rstd = take(cur, N);
+        a->logits = take(cur, N * (size_t)s.V);
+        a->losses = take(cur, N);
+        a->ce_lse = take(cur, N);
+        a->mask = take(cur, N);
+        a->targets = (int *)take(cur, N);
+    }
+    a->ids = (int *)take(cur, N);
+}
+
+// Carves the scratch all slots share.
+static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
+    const neox_model_desc *d = &m->desc;
+    neox_shard s = neox_model_shard(d);
+    size_t N = (size_t)m->B * m->T, T = m->T, C = d->hidden_size, HS = d->head_size;
+    size_t NH = s.NH, NKV = s.NKV, W = (NH + 2 * NKV) * HS, F = s.F, FC = d->activation == NEOX_ACT_SWIGLU ? 2 * F : F;
+    size_t R = d->rotary_dims ? d->rotary_dims : 2;
+    a->cos = take(cur, T * R / 2);
+    a->sin = take(cur, T * R / 2);
+    a->branch = take(cur, N * C);
+    a->ce_max = take(cur, N);
+    a->ce_stats = (double *)take(cur, 4 * N);
+    a->dx = take(cur, N * C);
+    a->dln = take(cur, 2 * N * C);
+    a->dbranch = take(cur, N * C);
+    a->dqkv = take(cur, N * W);
+    a->dq = take(cur, N * NH * HS);
+    a->dk = take(cur, N * NKV * HS);
+    a->dv = take(cur, N * NKV * HS);
+    a->datt = take(cur, N * NH * HS);
+    a->dfc = take(cur, N * FC);
+    a->dact = take(cur, N * F);
+}
+
+// Walks the plan of every slot; with base == NULL it only counts floats.
+static size_t carve(neox_model *m, neox_acts *slots, float *base) {
     float *cur = base ? base : (float *)0 + 64;  // any non-NULL start when counting
     float *start = cur;
-    a->x = take(&cur, (L + 1) * N * C);
-    size_t sets = d->checkpoint_activations ? 1 : L;
-    for (size_t s = 0; s < sets; s++) {
-        neox_layer_acts *la = &a->layers[s];
-        la->ln1 = take(&cur, N * C);
-        la->ln1_mean = take(&cur, N);
-        la->ln1_rstd = take(&cur, N);
-        la->qkv = take(&cur, N * W);
-        la->q = take(&cur, N * NH * HS);
-        la->k = take(&cur, N * NKV * HS);
-        la->v = take(&cur, N * NKV * HS);
-        la->att = take(&cur, N * C);
-        la->lse = take(&cur, N * NH);
-        la->mid = d->parallel_residual ? NULL : take(&cur, N * C);
-        la->ln2 = take(&cur, N * C);
-        la->ln2_mean = take(&cur, N);
-        la->ln2_rstd = take(&cur, N);
-        la->fc = take(&cur, N * FC);
-        la->act = take(&cur, N * F);
+    carve_shared(m, &slots[0], &cur);
+    for (int k = 0; k < m->nslots; k++) {
+        if (k > 0) {
+            neox_layer_acts *layers = slots[k].layers;
+            slots[k] = slots[0];  // the shared pointers
+            slots[k].layers = layers;
+        }
+        carve_saved(m, &slots[k], &cur);
     }
-    for (size_t l = sets; l < L; l++) a->layers[l] = a->layers[0];
-    a->lnf = take(&cur, N * C);
-    a->lnf_mean = take(&cur, N);
-    a->lnf_rstd = take(&cur, N);
-    a->logits = take(&cur, N * V);
-    a->losses = take(&cur, N);
-    a->ce_lse = take(&cur, N);
-    a->mask = take(&cur, N);
-    a->ids = (int *)take(&cur, N);
-    a->targets = (int *)take(&cur, N);
-    size_t R = d->rotary_dims ? d->rotary_dims : 2;
-    a->cos = take(&cur, T * R / 2);
-    a->sin = take(&cur, T * R / 2);
-    a->branch = take(&cur, N * C);
-    a->dx = take(&cur, N * C);
-    a->dln1 = take(&cur, N * C);
-    a->dln2 = take(&cur, N * C);
-    a->dbranch = take(&cur, N * C);
-    a->dqkv = take(&cur, N * W);
-    a->dq = take(&cur, N * NH * HS);
-    a->dk = take(&cur, N * NKV * HS);
-    a->dv = take(&cur, N * NKV * HS);
-    a->datt = take(&cur, N * C);
-    a->dfc = take(&cur, N * FC);
-    a->dact = take(&cur, N * F);
     return (size_t)(cur - start);
 }
 
-int neox_model_plan(neox_model *m, int B, int T, neox_error *err) {
+void neox_model_free_plan(neox_model *m) {
+    neox_acts *slots = m->slots;
+    for (int k = 0; slots && k < m->nslots; k++) free(slots[k].layers);
+    free(slots);
+    free(m->act_buf);
+    m->slots = m->acts = NULL;
+    m->act_buf = NULL;
+    m->nslots = 0;
+}
+
+int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *err) {
     const neox_model_desc *d = &m->desc;
-    if (B <= 0 || T <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "model: micro-batch and sequence must be positive");
+    if (B <= 0 || T <= 0 || nslots <= 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "model: micro-batch and sequence must be positive");
     if (d->pos_emb == NEOX_POS_LEARNED && T > d->max_positions)
         return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", T, d->max_positions);
-    free(m->act_buf);
-    if (m->acts) free(((neox_acts *)m->acts)->layers);
-    free(m->acts);
+    neox_model_free_plan(m);
     m->B = B;
     m->T = T;
-    neox_acts *a = neox_calloc(1, sizeof *a);
-    a->layers = neox_calloc(d->num_layers, sizeof *a->layers);
-    m->act_floats = carve(m, a, NULL);
+    m->nslots = nslots;
+    neox_acts *slots = neox_calloc((size_t)nslots, sizeof *slots);
+    int L = neox_model_shard(d).L;
+    for (int k = 0; k < nslots; k++) slots[k].layers = neox_calloc((size_t)L, sizeof *slots[k].layers);
+    m->act_floats = carve(m, slots, NULL);
     m->act_buf = neox_aligned_alloc(64, m->act_floats * sizeof(float));
     memset(m->act_buf, 0, m->act_floats * sizeof(float));
-    carve(m, a, m->act_buf);
-    m->acts = a;
-    if (d->rotary_dims) neox_rotary_tables(a->cos, a->sin, T, d->rotary_dims, d->rotary_base);
+    carve(m, slots, m->act_buf);
+    m->slots = slots;
+    neox_model_use_slot(m, 0);
+    if (d->rotary_dims) neox_rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base);
     return 0;
+}
+
+int neox_model_plan(neox_model *m, int B, int T, neox_error *err) { return neox_model_plan_slots(m, B, T, 1, err); }
+
+void neox_model_use_slot(neox_model *m, int slot) {
+    m->slot = slot;
+    m->acts = (neox_acts *)m->slots + slot;
 }
 
 size_t neox_model_activation_bytes(const neox_model *m) { return m->act_floats * sizeof(float); }
 
 const float *neox_model_logits(const neox_model *m) { return ((const neox_acts *)m->acts)->logits; }
 
+float *neox_model_stage_input(neox_model *m) { return ((neox_acts *)m->acts)->x; }
+
+const float *neox_model_stage_output(const neox_model *m) {
+    const neox_acts *a = m->acts;
+    return a->x + (size_t)neox_model_shard(&m->desc).L * m->B * m->T * m->desc.hidden_size;
+}
+
+float *neox_model_stage_output_grad(neox_model *m) { return ((neox_acts *)m->acts)->dx; }
+
+const float *neox_model_stage_input_grad(const neox_model *m) { return ((const neox_acts *)m->acts)->dx; }
+
 unsigned long long neox_model_dropout_seed(const neox_model *m, int layer, int site) {
-    return neox_hash64(m->dropout_seed, (unsigned long long)(layer + 1) * NEOX_SITES_PER_LAYER + site);
+    const neox_acts *a = m->acts;
+    return neox_hash64(a->dropout_seed, (unsigned long long)(layer + 1) * NEOX_SITES_PER_LAYER + site);
+}
+
+unsigned long long neox_model_attention_seed(const neox_model *m, int layer) {
+    unsigned long long seed = neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS);
+    // Each tensor-parallel rank draws the masks of its own heads.
+    return m->desc.tp_size > 1 ? neox_hash64(seed, (unsigned long long)m->desc.tp_rank) : seed;
+}
+
+void neox_model_tp_reduce(neox_model *m, float *x, size_t n) {
+    if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, x, n, NEOX_F32);
 }
 
 static void norm_forward(const neox_model_desc *d, float *out, float *mean, float *rstd, const float *inp,
                          const float *w, const float *b, int N) {
     if (d->norm == NEOX_NORM_RMSNORM) neox_rmsnorm_forward(out, rstd, inp, w, N, d->hidden_size, d->norm_eps);
     else neox_layernorm_forward(out, mean, rstd, inp, w, b, N, d->hidden_size, d->norm_eps);
+}
+
+// A row-parallel linear: out (N, C) = the sum over tensor-parallel ranks of inp (N, IC) @ w^T
+// (IC this rank's columns), then + bias once.
+static void row_parallel_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
+                                 int IC) {
+    int C = m->desc.hidden_size;
+    neox_linear_forward(out, C, inp, w, NULL, N, IC, C);
+    neox_model_tp_reduce(m, out, (size_t)N * C);
+    if (bias) neox_add_bias(out, bias, N, C);
 }
 
 // Adds a branch output (after hidden dropout) into the residual: out = res + dropout(branch).
@@ -113,16 +192,17 @@ static void add_branch(neox_model *m, float *out, const float *res, float *branc
 
 void neox_model_layer_forward(neox_model *m, int l) {
     const neox_model_desc *d = &m->desc;
+    neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
-    neox_layer_acts *la = &a->layers[l];
+    neox_layer_acts *la = &a->layers[l - s.l0];
     const neox_layer_params *p = &m->w.layers[l];
-    int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = d->num_heads, NKV = d->num_kv_heads;
-    int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = d->ffn_size, swiglu = d->activation == NEOX_ACT_SWIGLU;
+    int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
+    int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = s.F, swiglu = d->activation == NEOX_ACT_SWIGLU;
     size_t NC = (size_t)N * C;
-    const float *x = a->x + l * NC;
-    float *y = a->x + (l + 1) * NC;
+    const float *x = a->x + (l - s.l0) * NC;
+    float *y = a->x + (l - s.l0 + 1) * NC;
 
-    // attention
+    // attention over this rank's heads
     norm_forward(d, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
     neox_linear_forward(la->qkv, W, la->ln1, p->qkv_w, p->qkv_b, N, C, W);
     neox_qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
@@ -132,8 +212,8 @@ void neox_model_layer_forward(neox_model *m, int l) {
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     neox_attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS), attn_p,
-                           neox_model_dropout_seed(m, l, NEOX_SITE_ATTN_PROBS));
-    neox_linear_forward(a->branch, C, la->att, p->proj_w, p->proj_b, N, C, C);
+                           neox_model_attention_seed(m, l));
+    row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
     add_branch(m, d->parallel_residual ? y : la->mid, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
 
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
@@ -142,39 +222,73 @@ void neox_model_layer_forward(neox_model *m, int l) {
     neox_linear_forward(la->fc, swiglu ? 2 * F : F, la->ln2, p->fc_w, p->fc_b, N, C, swiglu ? 2 * F : F);
     if (swiglu) neox_swiglu_forward(la->act, la->fc, N, F);
     else neox_gelu_forward(la->act, la->fc, (size_t)N * F, d->activation == NEOX_ACT_GELU_TANH);
-    neox_linear_forward(a->branch, C, la->act, p->fc2_w, p->fc2_b, N, F, C);
+    row_parallel_forward(m, a->branch, la->act, p->fc2_w, p->fc2_b, N, F);
     add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, NC, l, NEOX_SITE_MLP_OUT);
 }
 
-int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err) {
-    const neox_model_desc *d = &m->desc;
-    neox_acts *a = m->acts;
-    int N = m->B * m->T, C = d->hidden_size, V = d->vocab_size;
+// Ids outside [0, vocab) are an error; inside, they are mapped to this rank's vocabulary rows (-1
+// for rows another rank holds).
+static int localise_ids(int *out, const int *ids, int N, int V, neox_shard s, const char *what, neox_error *err) {
     for (int i = 0; i < N; i++) {
         if (ids[i] < 0 || ids[i] >= V)
-            return neox_fail(err, NEOX_EXIT_FAILURE, "token id %d at position %d is outside the vocabulary (%d)", ids[i], i, V);
-        if (targets && (targets[i] < 0 || targets[i] >= V))
-            return neox_fail(err, NEOX_EXIT_FAILURE, "target id %d at position %d is outside the vocabulary (%d)",
-                             targets[i], i, V);
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s id %d at position %d is outside the vocabulary (%d)", what, ids[i],
+                             i, V);
+        out[i] = ids[i] >= s.v0 && ids[i] < s.v0 + s.V ? ids[i] - s.v0 : -1;
     }
-    memcpy(a->ids, ids, (size_t)N * sizeof(int));
-    neox_embedding_forward(a->x, ids, m->w.wte, m->w.wpe, m->B, m->T, C);
+    return 0;
+}
+
+// Vocab-parallel embedding: each rank looks up the ids in its rows and the partial rows are summed.
+static void embed(neox_model *m) {
+    const neox_model_desc *d = &m->desc;
+    neox_acts *a = m->acts;
+    size_t NC = (size_t)m->B * m->T * d->hidden_size;
+    const float *wpe = d->tp_rank == 0 ? m->w.wpe : NULL;  // replicated: added once to the sum
+    neox_embedding_forward(a->x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
+    neox_model_tp_reduce(m, a->x, NC);
     if (m->training && d->hidden_dropout > 0.0f)
-        neox_dropout(a->x, a->x, (size_t)N * C, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
-    for (int l = 0; l < d->num_layers; l++) neox_model_layer_forward(m, l);
-    const float *last = a->x + (size_t)d->num_layers * N * C;
-    norm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, last, m->w.lnf_w, m->w.lnf_b, N);
-    neox_linear_forward(a->logits, V, a->lnf, m->w.lm_head, NULL, N, C, V);
-    if (!targets) return 0;
-    memcpy(a->targets, targets, (size_t)N * sizeof(int));
-    neox_cross_entropy_forward(a->losses, a->ce_lse, a->logits, targets, N, V);
+        neox_dropout(a->x, a->x, NC, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
+}
+
+// Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
+// logit from the rank that holds it; the logits are never gathered.
+static void cross_entropy(neox_model *m, const float *loss_mask) {
+    neox_acts *a = m->acts;
+    neox_shard s = neox_model_shard(&m->desc);
+    int N = m->B * m->T;
+    neox_cross_entropy_row_max(a->ce_max, a->logits, N, s.V);
+    if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max, (size_t)N, NEOX_F32);
+    double *sums = a->ce_stats, *target_logit = a->ce_stats + N;
+    neox_cross_entropy_row_sumexp(sums, a->logits, a->ce_max, N, s.V);
+    for (int i = 0; i < N; i++) target_logit[i] = a->targets[i] >= 0 ? a->logits[(size_t)i * s.V + a->targets[i]] : 0.0;
+    if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
     double sum = 0.0, wsum = 0.0;
     for (int i = 0; i < N; i++) {
+        a->ce_lse[i] = a->ce_max[i] + (float)log(sums[i]);
+        a->losses[i] = a->ce_lse[i] - (float)target_logit[i];
         a->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
         sum += (double)a->mask[i] * a->losses[i];
         wsum += a->mask[i];
     }
     a->mask_sum = (float)wsum;
     m->loss = wsum > 0 ? (float)(sum / wsum) : 0.0f;
+}
+
+int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err) {
+    const neox_model_desc *d = &m->desc;
+    neox_shard s = neox_model_shard(d);
+    neox_acts *a = m->acts;
+    int N = m->B * m->T, C = d->hidden_size, V = d->vocab_size;
+    int first = neox_model_first_stage(d), last = neox_model_last_stage(d);
+    if (first && localise_ids(a->ids, ids, N, V, s, "token", err) != 0) return -1;
+    if (last && targets && localise_ids(a->targets, targets, N, V, s, "target", err) != 0) return -1;
+    a->dropout_seed = m->dropout_seed;
+    if (first) embed(m);
+    for (int l = d->layer_begin; l < d->layer_end; l++) neox_model_layer_forward(m, l);
+    if (!last) return 0;
+    const float *out = a->x + (size_t)s.L * N * C;
+    norm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
+    neox_linear_forward(a->logits, s.V, a->lnf, m->w.lm_head, NULL, N, C, s.V);
+    if (targets) cross_entropy(m, loss_mask);
     return 0;
 }

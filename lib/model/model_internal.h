@@ -1,42 +1,72 @@
-// model_internal.h: the activation plan shared by lib/model/forward.c and lib/model/backward.c.
+// model_internal.h: the activation plan shared by lib/model/forward.c and lib/model/backward.c,
+// and this rank's sizes under tensor and pipeline parallelism.
 #ifndef NEOX_MODEL_INTERNAL_H
 #define NEOX_MODEL_INTERNAL_H
 
 #include "model.h"
+#include "parallel.h"
+
+// The sizes of this rank's shard: local heads, kv heads, MLP width and vocabulary columns
+// (starting at global id v0), and the stage's layers [l0, l0 + L).
+typedef struct neox_shard {
+    int NH, NKV, F, V, v0, L, l0;
+} neox_shard;
+
+static inline neox_shard neox_model_shard(const neox_model_desc *d) {
+    int tp = d->tp_size > 0 ? d->tp_size : 1;
+    neox_shard s = {d->num_heads / tp, d->num_kv_heads / tp, d->ffn_size / tp, d->vocab_size / tp, 0,
+                    d->layer_end - d->layer_begin, d->layer_begin};
+    s.v0 = s.V * d->tp_rank;
+    return s;
+}
 
 // What one layer's backward needs from its forward. With activation checkpointing every layer
 // points at the same single set and its forward is recomputed from the layer input in backward.
+// Sizes are the shard's: NH, NKV local heads, F the local MLP width.
 typedef struct neox_layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;  // (N, C), (N), (N)
     float *qkv;                        // (N, W), W = (NH + 2*NKV) * HS
     float *q, *k, *v;                  // (B, NH, T, HS), (B, NKV, T, HS) x 2, after rotary
-    float *att, *lse;                  // (N, C) attention output before the projection; (B, NH, T)
+    float *att, *lse;                  // (N, NH*HS) attention output before the projection; (B, NH, T)
     float *mid;                        // (N, C) sequential residual after attention (NULL when parallel)
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fc;                         // (N, F) or (N, 2F) before the activation
     float *act;                        // (N, F)
 } neox_layer_acts;
 
+// One slot: what a micro-batch keeps from its forward to its backward, plus pointers to the
+// scratch every slot shares.
 typedef struct neox_acts {
-    float *x;                          // (L + 1, N, C): the residual stream entering each layer, then the last
-    neox_layer_acts *layers;           // L entries
+    float *x;                          // (L + 1, N, C): the residual stream entering each local layer, then the last
+    neox_layer_acts *layers;           // L entries (local layer index)
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;                     // (N, V); holds dlogits after backward
+    float *logits;                     // (N, V) of this rank's vocabulary; holds dlogits after backward
     float *losses, *ce_lse, *mask;     // (N)
-    int *ids, *targets;                // (N)
+    int *ids, *targets;                // (N) ids and targets within this rank's vocabulary, -1 elsewhere
+    float mask_sum;
+    unsigned long long dropout_seed;
+    // shared
     float *cos, *sin;                  // (T, R/2)
     float *branch;                     // (N, C) output of the attention or MLP branch
-    // backward scratch
-    float *dx, *dln1, *dln2, *dbranch;  // (N, C)
+    float *ce_max;                     // (N) row maxima of the logits
+    double *ce_stats;                  // (2, N) sums of exponentials, target logits
+    float *dx, *dln, *dbranch;         // (N, C), (2, N, C): dln1 then dln2, adjacent for one reduction
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
-    float mask_sum;
 } neox_acts;
 
-// Dropout streams: one per (micro-batch seed, site), so masks are regenerated in backward.
+// Dropout streams: one per (micro-batch seed, global layer, site), so masks are regenerated in
+// backward and do not depend on the pipeline layout.
 enum { NEOX_SITE_ATTN_PROBS, NEOX_SITE_ATTN_OUT, NEOX_SITE_MLP_OUT, NEOX_SITES_PER_LAYER };
 unsigned long long neox_model_dropout_seed(const neox_model *m, int layer, int site);
+// The attention-probability dropout seed of a layer on this tensor-parallel rank.
+unsigned long long neox_model_attention_seed(const neox_model *m, int layer);
 
-// One layer's forward from m->acts x[l] into x[l + 1], saving into acts->layers[l].
+// One layer's forward (global layer index l) from x[l - l0] into x[l - l0 + 1] of the current
+// slot, saving into its layer activations.
 void neox_model_layer_forward(neox_model *m, int l);
+// Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank).
+void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
+// Frees the activation plan.
+void neox_model_free_plan(neox_model *m);
 
 #endif

@@ -9,6 +9,27 @@
 #include "kernels/kernels.h"
 #include "model_internal.h"
 
+// The rank's part of the model: defaults for the whole model, and the divisibility Megatron's cuts need.
+static int check_layout(neox_model_desc *d, neox_error *err) {
+    if (d->tp_size <= 0) d->tp_size = 1;
+    if (d->pp_size <= 0) d->pp_size = 1;
+    if (d->layer_begin == 0 && d->layer_end == 0) d->layer_end = d->num_layers;
+    if (d->tp_rank < 0 || d->tp_rank >= d->tp_size || d->pp_rank < 0 || d->pp_rank >= d->pp_size)
+        return neox_fail(err, NEOX_EXIT_USAGE, "model: rank outside the parallel layout");
+    if (d->layer_begin < 0 || d->layer_end > d->num_layers || d->layer_begin >= d->layer_end)
+        return neox_fail(err, NEOX_EXIT_USAGE, "model: pipe stage %d has no layers (layers [%d, %d) of %d)", d->pp_rank,
+                         d->layer_begin, d->layer_end, d->num_layers);
+    struct { const char *what; int n; } cuts[] = {
+        {"num_attention_heads", d->num_heads}, {"num_kv_heads", d->num_kv_heads},
+        {"the MLP width (intermediate_size)", d->ffn_size}, {"the padded vocabulary (padded_vocab_size)", d->vocab_size},
+    };
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+        if (cuts[i].n % d->tp_size != 0)
+            return neox_fail(err, NEOX_EXIT_USAGE, "model_parallel_size %d does not divide %s = %d", d->tp_size,
+                             cuts[i].what, cuts[i].n);
+    return 0;
+}
+
 int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
     if (d->vocab_size <= 0 || d->hidden_size <= 0 || d->num_layers <= 0 || d->num_heads <= 0 || d->ffn_size <= 0 ||
         d->max_positions <= 0)
@@ -29,84 +50,114 @@ int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
     int neox_like = d->norm == NEOX_NORM_LAYERNORM && d->norm_bias && d->activation != NEOX_ACT_SWIGLU &&
                     d->num_kv_heads == d->num_heads && d->mlp_bias;
     d->naming = neox_like ? NEOX_NAMES_GPT_NEOX : NEOX_NAMES_LLAMA;
-    return 0;
+    return check_layout(d, err);
 }
 
-// Appends one tensor to the layout and returns its offset.
-static size_t add_param(neox_model *m, int *cap, int no_decay, int64_t rows, int64_t cols, const char *fmt, ...) {
-    if (m->nparams == *cap) {
-        *cap = *cap ? 2 * *cap : 64;
-        m->params = neox_realloc(m->params, (size_t)*cap * sizeof *m->params);
+// ---- layout ------------------------------------------------------------------------------------
+// The whole model's tensors are visited in one order (wte, wpe, layers, final norm, output layer);
+// each has an index in that order, whether or not this rank holds it, so initialisation streams
+// and names do not depend on the layout. A rank keeps the tensors of its stage, cut for its
+// tensor-parallel rank.
+typedef struct layout_ctx {
+    neox_model *m;
+    int cap;
+    int index;    // the next tensor's position in the whole model
+    int present;  // the tensors being added live on this stage
+} layout_ctx;
+
+// Appends one tensor (when present) and returns its offset + 1, or 0 when this rank does not hold it.
+static size_t add_param(layout_ctx *c, int no_decay, neox_split split, int64_t rows, int64_t cols, const char *fmt, ...) {
+    neox_model *m = c->m;
+    int index = c->index++;
+    if (!c->present) return 0;
+    if (m->nparams == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        m->params = neox_realloc(m->params, (size_t)c->cap * sizeof *m->params);
     }
     neox_param *p = &m->params[m->nparams++];
+    memset(p, 0, sizeof *p);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(p->name, sizeof p->name, fmt, ap);
     va_end(ap);
     p->ndim = cols ? 2 : 1;
-    p->shape[0] = rows;
-    p->shape[1] = cols;
-    p->numel = (size_t)rows * (size_t)(cols ? cols : 1);
+    p->global_shape[0] = p->shape[0] = rows;
+    p->global_shape[1] = p->shape[1] = cols;
+    int tp = m->desc.tp_size, rank = m->desc.tp_rank, dim = split == NEOX_SPLIT_ROWS ? 0 : 1;
+    if (split != NEOX_SPLIT_NONE && tp > 1) {
+        p->shape[dim] /= tp;
+        p->block_offset[dim] = p->shape[dim] * rank;
+    }
+    p->split = split;
+    p->index = index;
+    p->numel = (size_t)p->shape[0] * (size_t)(cols ? p->shape[1] : 1);
     p->offset = m->num_floats;
     p->no_decay = no_decay;
     m->num_floats += p->numel;
-    return p->offset;
+    return p->offset + 1;
 }
 
-// Layout of one layer; offsets are stored in the views as (float *)offset, rebased later.
 #define OFF(x) ((float *)(uintptr_t)(x))
+#define ROWS NEOX_SPLIT_ROWS
+#define COLS NEOX_SPLIT_COLS
+#define NONE NEOX_SPLIT_NONE
 
-static void layout_layer(neox_model *m, int *cap, int l, neox_layer_params *v) {
-    const neox_model_desc *d = &m->desc;
+// One layer: column-parallel QKV and first MLP projection (cut by rows: whole heads, MLP rows),
+// row-parallel attention output and second MLP projection (cut by columns; biases replicated).
+static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
+    const neox_model_desc *d = &c->m->desc;
     int C = d->hidden_size, HS = d->head_size, NH = d->num_heads, NKV = d->num_kv_heads, F = d->ffn_size;
     int neox = d->naming == NEOX_NAMES_GPT_NEOX, ln_bias = d->norm_bias;
     const char *pre = neox ? "gpt_neox.layers" : "model.layers";
     memset(v, 0, sizeof *v);
-    v->ln1_w = OFF(add_param(m, cap, 1, C, 0, "%s.%d.input_layernorm.weight", pre, l));
-    if (ln_bias) v->ln1_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.input_layernorm.bias", pre, l));
-    v->ln2_w = OFF(add_param(m, cap, 1, C, 0, "%s.%d.post_attention_layernorm.weight", pre, l));
-    if (ln_bias) v->ln2_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.post_attention_layernorm.bias", pre, l));
+    v->ln1_w = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.input_layernorm.weight", pre, l));
+    if (ln_bias) v->ln1_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.input_layernorm.bias", pre, l));
+    v->ln2_w = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.post_attention_layernorm.weight", pre, l));
+    if (ln_bias) v->ln2_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.post_attention_layernorm.bias", pre, l));
     if (neox) {
-        v->qkv_w = OFF(add_param(m, cap, 0, 3 * C, C, "%s.%d.attention.query_key_value.weight", pre, l));
-        if (d->attn_bias) v->qkv_b = OFF(add_param(m, cap, 1, 3 * C, 0, "%s.%d.attention.query_key_value.bias", pre, l));
-        v->proj_w = OFF(add_param(m, cap, 0, C, C, "%s.%d.attention.dense.weight", pre, l));
-        if (d->attn_bias) v->proj_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.attention.dense.bias", pre, l));
-        v->fc_w = OFF(add_param(m, cap, 0, F, C, "%s.%d.mlp.dense_h_to_4h.weight", pre, l));
-        v->fc_b = OFF(add_param(m, cap, 1, F, 0, "%s.%d.mlp.dense_h_to_4h.bias", pre, l));
-        v->fc2_w = OFF(add_param(m, cap, 0, C, F, "%s.%d.mlp.dense_4h_to_h.weight", pre, l));
-        v->fc2_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.mlp.dense_4h_to_h.bias", pre, l));
+        // Fused QKV rows are [q k v] per head, so an even cut of the rows is a cut by heads.
+        v->qkv_w = OFF(add_param(c, 0, ROWS, 3 * C, C, "%s.%d.attention.query_key_value.weight", pre, l));
+        if (d->attn_bias) v->qkv_b = OFF(add_param(c, 1, ROWS, 3 * C, 0, "%s.%d.attention.query_key_value.bias", pre, l));
+        v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.attention.dense.weight", pre, l));
+        if (d->attn_bias) v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.attention.dense.bias", pre, l));
+        v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.dense_h_to_4h.weight", pre, l));
+        v->fc_b = OFF(add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.dense_h_to_4h.bias", pre, l));
+        v->fc2_w = OFF(add_param(c, 0, COLS, C, F, "%s.%d.mlp.dense_4h_to_h.weight", pre, l));
+        v->fc2_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.mlp.dense_4h_to_h.bias", pre, l));
         return;
     }
-    // q, k and v projections (and their biases) are adjacent, so they form one fused matrix.
-    v->qkv_w = OFF(add_param(m, cap, 0, (int64_t)NH * HS, C, "%s.%d.self_attn.q_proj.weight", pre, l));
-    add_param(m, cap, 0, (int64_t)NKV * HS, C, "%s.%d.self_attn.k_proj.weight", pre, l);
-    add_param(m, cap, 0, (int64_t)NKV * HS, C, "%s.%d.self_attn.v_proj.weight", pre, l);
+    // q, k and v projections (and their biases) are adjacent, so they form one fused matrix; each
+    // is cut by whole heads, so a shard's fused matrix is [q | k | v] of its own heads.
+    v->qkv_w = OFF(add_param(c, 0, ROWS, (int64_t)NH * HS, C, "%s.%d.self_attn.q_proj.weight", pre, l));
+    add_param(c, 0, ROWS, (int64_t)NKV * HS, C, "%s.%d.self_attn.k_proj.weight", pre, l);
+    add_param(c, 0, ROWS, (int64_t)NKV * HS, C, "%s.%d.self_attn.v_proj.weight", pre, l);
     if (d->attn_bias) {
-        v->qkv_b = OFF(add_param(m, cap, 1, (int64_t)NH * HS, 0, "%s.%d.self_attn.q_proj.bias", pre, l));
-        add_param(m, cap, 1, (int64_t)NKV * HS, 0, "%s.%d.self_attn.k_proj.bias", pre, l);
-        add_param(m, cap, 1, (int64_t)NKV * HS, 0, "%s.%d.self_attn.v_proj.bias", pre, l);
+        v->qkv_b = OFF(add_param(c, 1, ROWS, (int64_t)NH * HS, 0, "%s.%d.self_attn.q_proj.bias", pre, l));
+        add_param(c, 1, ROWS, (int64_t)NKV * HS, 0, "%s.%d.self_attn.k_proj.bias", pre, l);
+        add_param(c, 1, ROWS, (int64_t)NKV * HS, 0, "%s.%d.self_attn.v_proj.bias", pre, l);
     }
-    v->proj_w = OFF(add_param(m, cap, 0, C, C, "%s.%d.self_attn.o_proj.weight", pre, l));
-    if (d->attn_bias) v->proj_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
-    // GPT-NeoX's gated MLP computes [x | gate] from one matrix: up_proj then gate_proj, adjacent.
-    v->fc_w = OFF(add_param(m, cap, 0, F, C, "%s.%d.mlp.up_proj.weight", pre, l));
-    if (d->activation == NEOX_ACT_SWIGLU) add_param(m, cap, 0, F, C, "%s.%d.mlp.gate_proj.weight", pre, l);
+    v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.self_attn.o_proj.weight", pre, l));
+    if (d->attn_bias) v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
+    // GPT-NeoX's gated MLP computes [x | gate] from one matrix: up_proj then gate_proj, adjacent;
+    // each cut by rows, so every shard holds both halves of its rows.
+    v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.up_proj.weight", pre, l));
+    if (d->activation == NEOX_ACT_SWIGLU) add_param(c, 0, ROWS, F, C, "%s.%d.mlp.gate_proj.weight", pre, l);
     if (d->mlp_bias) {
-        v->fc_b = OFF(add_param(m, cap, 1, F, 0, "%s.%d.mlp.up_proj.bias", pre, l));
-        if (d->activation == NEOX_ACT_SWIGLU) add_param(m, cap, 1, F, 0, "%s.%d.mlp.gate_proj.bias", pre, l);
+        v->fc_b = OFF(add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.up_proj.bias", pre, l));
+        if (d->activation == NEOX_ACT_SWIGLU) add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.gate_proj.bias", pre, l);
     }
-    v->fc2_w = OFF(add_param(m, cap, 0, C, F, "%s.%d.mlp.down_proj.weight", pre, l));
-    if (d->mlp_bias) v->fc2_b = OFF(add_param(m, cap, 1, C, 0, "%s.%d.mlp.down_proj.bias", pre, l));
+    v->fc2_w = OFF(add_param(c, 0, COLS, C, F, "%s.%d.mlp.down_proj.weight", pre, l));
+    if (d->mlp_bias) v->fc2_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.mlp.down_proj.bias", pre, l));
 }
 
-static float *rebase(float *base, float *off) { return off ? base + (uintptr_t)off : NULL; }
+static float *rebase(float *base, float *off) { return off ? base + (uintptr_t)off - 1 : NULL; }
 
-// Turns the offset views of `layout` into pointers into base.
+// Turns the offset + 1 views of `layout` into pointers into base.
 static void make_views(const neox_model *m, const neox_model_weights *layout, float *base, neox_model_weights *out) {
     out->wte = rebase(base, layout->wte);
-    out->wpe = layout->wpe ? rebase(base, layout->wpe) : NULL;
+    out->wpe = rebase(base, layout->wpe);
     out->lnf_w = rebase(base, layout->lnf_w);
-    out->lnf_b = layout->lnf_b ? rebase(base, layout->lnf_b) : NULL;
+    out->lnf_b = rebase(base, layout->lnf_b);
     out->lm_head = rebase(base, layout->lm_head);
     out->layers = neox_calloc(m->desc.num_layers, sizeof *out->layers);
     for (int l = 0; l < m->desc.num_layers; l++) {
@@ -116,34 +167,49 @@ static void make_views(const neox_model *m, const neox_model_weights *layout, fl
                          &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
         float *const src[] = {s->ln1_w, s->ln1_b, s->ln2_w, s->ln2_b, s->qkv_w, s->qkv_b,
                               s->proj_w, s->proj_b, s->fc_w, s->fc_b, s->fc2_w, s->fc2_b};
-        for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) *dst[i] = src[i] ? base + (uintptr_t)src[i] : NULL;
+        for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) *dst[i] = rebase(base, src[i]);
     }
 }
 
-// Lays out every parameter of m->desc (m->params, m->num_floats) and records, in *layout, each
-// view's offset + 1 (0 = absent). Allocates no buffers.
+// Lays out this rank's parameters of m->desc (m->params, m->num_floats, m->layer_first_param) and
+// records, in *layout, each view's offset + 1 (0 = absent). Allocates no buffers.
 static void lay_out(neox_model *m, neox_model_weights *layout) {
     const neox_model_desc d = m->desc;
-    int cap = 0, C = d.hidden_size, neox = d.naming == NEOX_NAMES_GPT_NEOX;
+    int C = d.hidden_size, neox = d.naming == NEOX_NAMES_GPT_NEOX;
+    int first = neox_model_first_stage(&d), last = neox_model_last_stage(&d);
+    layout_ctx c = {.m = m, .present = first};
     memset(layout, 0, sizeof *layout);
     layout->layers = neox_calloc(d.num_layers, sizeof *layout->layers);
-    // Offsets are stored +1 so that offset 0 is not mistaken for "absent"; undone below.
-    layout->wte = OFF(1 + add_param(m, &cap, 0, d.vocab_size, C, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight"));
+    m->layer_first_param = neox_calloc((size_t)d.num_layers + 1, sizeof(int));
+    int wte_index = c.index;
+    layout->wte = OFF(add_param(&c, 0, ROWS, d.vocab_size, C, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight"));
     if (d.pos_emb == NEOX_POS_LEARNED)
-        layout->wpe = OFF(1 + add_param(m, &cap, 0, d.max_positions, C, neox ? "gpt_neox.embed_pos.weight" : "model.embed_positions.weight"));
+        layout->wpe = OFF(add_param(&c, 0, NONE, d.max_positions, C, neox ? "gpt_neox.embed_pos.weight" : "model.embed_positions.weight"));
     for (int l = 0; l < d.num_layers; l++) {
-        layout_layer(m, &cap, l, &layout->layers[l]);
-        neox_layer_params *v = &layout->layers[l];
-        float **all[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b,
-                         &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            if (*all[i] || i == 0) *all[i] = OFF((uintptr_t)*all[i] + 1);
+        c.present = l >= d.layer_begin && l < d.layer_end;
+        m->layer_first_param[l] = m->nparams;
+        layout_layer(&c, l, &layout->layers[l]);
     }
-    layout->lnf_w = OFF(1 + add_param(m, &cap, 1, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
+    m->layer_first_param[d.num_layers] = m->nparams;
+    c.present = last;
+    layout->lnf_w = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
     if (d.norm_bias)
-        layout->lnf_b = OFF(1 + add_param(m, &cap, 1, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
-    layout->lm_head = d.tied ? layout->wte : OFF(1 + add_param(m, &cap, 0, d.vocab_size, C, neox ? "embed_out.weight" : "lm_head.weight"));
+        layout->lnf_b = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
+    if (!d.tied) {
+        layout->lm_head = OFF(add_param(&c, 0, ROWS, d.vocab_size, C, neox ? "embed_out.weight" : "lm_head.weight"));
+    } else if (first) {
+        layout->lm_head = layout->wte;
+    } else if (last) {
+        // The last stage keeps its own copy of the tied embedding, initialised identically.
+        c.index = wte_index;
+        layout->lm_head = OFF(add_param(&c, 0, ROWS, d.vocab_size, C, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight"));
+        m->params[m->nparams - 1].tied_copy = 1;
+    }
 }
+
+#undef ROWS
+#undef COLS
+#undef NONE
 
 neox_param *neox_model_param_list(const neox_model_desc *desc, int *count, neox_error *err) {
     neox_model m = {.desc = *desc};
@@ -151,6 +217,7 @@ neox_param *neox_model_param_list(const neox_model_desc *desc, int *count, neox_
     neox_model_weights layout;
     lay_out(&m, &layout);
     free(layout.layers);
+    free(m.layer_first_param);
     *count = m.nparams;
     return m.params;
 }
@@ -166,8 +233,8 @@ neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err) {
     m->grad_buf = neox_aligned_alloc(64, m->num_floats * sizeof(float));
     memset(m->param_buf, 0, m->num_floats * sizeof(float));
     memset(m->grad_buf, 0, m->num_floats * sizeof(float));
-    make_views(m, &layout, m->param_buf - 1, &m->w);
-    make_views(m, &layout, m->grad_buf - 1, &m->g);
+    make_views(m, &layout, m->param_buf, &m->w);
+    make_views(m, &layout, m->grad_buf, &m->g);
     free(layout.layers);
     return m;
 }
@@ -175,13 +242,12 @@ neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err) {
 void neox_model_free(neox_model *m) {
     if (!m) return;
     free(m->params);
+    free(m->layer_first_param);
     free(m->param_buf);
     free(m->grad_buf);
     free(m->w.layers);
     free(m->g.layers);
-    free(m->act_buf);
-    if (m->acts) free(((neox_acts *)m->acts)->layers);
-    free(m->acts);
+    neox_model_free_plan(m);
     free(m);
 }
 
@@ -189,6 +255,35 @@ const neox_param *neox_model_find_param(const neox_model *m, const char *name) {
     for (int i = 0; i < m->nparams; i++)
         if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
     return NULL;
+}
+
+static void add_piece(const neox_param *p, int64_t row, int64_t col, int64_t rows, int64_t cols, neox_param_piece *out) {
+    out->offset[0] = p->block_offset[0] + row;
+    out->offset[1] = p->block_offset[1] + col;
+    out->count[0] = rows;
+    out->count[1] = cols;
+    out->start = (size_t)(row * (p->ndim == 2 ? p->shape[1] : 1) + col);
+}
+
+int neox_param_pieces(const neox_param *p, size_t begin, size_t end, neox_param_piece out[3]) {
+    if (begin >= end) return 0;
+    if (p->ndim == 1) {
+        add_piece(p, (int64_t)begin, 0, (int64_t)(end - begin), 0, &out[0]);
+        return 1;
+    }
+    int64_t cols = p->shape[1], a = (int64_t)begin, b = (int64_t)end;
+    int n = 0;
+    if (a % cols != 0) {  // the end of a first, partial row
+        int64_t stop = (a / cols + 1) * cols < b ? (a / cols + 1) * cols : b;
+        add_piece(p, a / cols, a % cols, 1, stop - a, &out[n++]);
+        a = stop;
+    }
+    if (b / cols > a / cols && a < b) {  // whole rows
+        add_piece(p, a / cols, 0, b / cols - a / cols, cols, &out[n++]);
+        a = b / cols * cols;
+    }
+    if (a < b) add_piece(p, a / cols, 0, 1, b - a, &out[n++]);  // the start of a last row
+    return n;
 }
 
 void neox_model_zero_grad(neox_model *m) { memset(m->grad_buf, 0, m->num_floats * sizeof(float)); }
@@ -223,8 +318,13 @@ void neox_model_init(neox_model *m, unsigned long long seed) {
             continue;
         }
         double std = init_std(is_output_layer(p->name) ? m->desc.output_init_method : m->desc.init_method, &m->desc);
-        unsigned long long s = neox_hash64(seed, (unsigned long long)i);  // one stream per tensor
+        // One stream per tensor, indexed by the element's position in the global tensor, so every
+        // layout holds the same values.
+        unsigned long long s = neox_hash64(seed, (unsigned long long)p->index);
+        size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 1, gcols = p->ndim == 2 ? (size_t)p->global_shape[1] : 1;
+        size_t r0 = (size_t)p->block_offset[0], c0 = p->ndim == 2 ? (size_t)p->block_offset[1] : 0;
         #pragma omp parallel for
-        for (size_t j = 0; j < p->numel; j++) x[j] = (float)(std * neox_normal(s, j));
+        for (size_t j = 0; j < p->numel; j++)
+            x[j] = (float)(std * neox_normal(s, (r0 + j / cols) * gcols + c0 + j % cols));
     }
 }

@@ -2,6 +2,7 @@
 // all-reduce, broadcast and point-to-point calls are chunked so element counts above MPI's int
 // limit work; bf16 and fp16 sums use a custom MPI operation that adds in fp32.
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 
@@ -108,6 +109,18 @@ void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
     account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
 }
 
+void neox_allreduce_max(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
+    if (dt == NEOX_BF16 || dt == NEOX_F16) neox_die(NEOX_EXIT_FAILURE, "all-reduce max of %s is not supported", neox_dtype_name(dt));
+    double t0 = neox_now();
+    size_t esize = neox_dtype_size(dt);
+    for (size_t done = 0; done < count && c->size > 1;) {
+        size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
+        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esize, (int)n, mpi_type(dt), MPI_MAX, c->mpi);
+        done += n;
+    }
+    account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
+}
+
 void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt) {
     if (recv_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "reduce-scatter of %zu elements per rank is too large", recv_count);
     double t0 = neox_now();
@@ -120,6 +133,20 @@ void neox_allgather(neox_comm *c, const void *send, void *recv, size_t send_coun
     double t0 = neox_now();
     MPI_Allgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi);
     account(c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt), neox_now() - t0);
+}
+
+void neox_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dtype dt) {
+    double t0 = neox_now();
+    int *displs = neox_malloc((size_t)c->size * sizeof(int));
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (total > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-gather of %zu elements is too large", total);
+        displs[r] = (int)total;
+        total += (size_t)counts[r];
+    }
+    if (c->size > 1) MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi);
+    free(displs);
+    account(c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt), neox_now() - t0);
 }
 
 // Point-to-point and broadcast move large buffers in int-sized pieces, in order.

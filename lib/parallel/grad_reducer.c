@@ -101,6 +101,11 @@ void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
     if (--b->pending == 0 && r->opt.overlap && !b->started) start_bucket(r, b);
 }
 
+void neox_grad_reducer_progress(neox_grad_reducer *r) {
+    for (int i = 0; i < r->nbuckets; i++)
+        if (r->buckets[i].started) neox_test(&r->buckets[i].req);
+}
+
 void neox_grad_reducer_finish(neox_grad_reducer *r) {
     for (int i = 0; i < r->nbuckets; i++)
         if (!r->buckets[i].started) start_bucket(r, &r->buckets[i]);

@@ -77,11 +77,19 @@ int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err)
     split(&g->model, "model", g->pipe_rank * g->data_size + g->data_rank, g->model_rank);
     split(&g->data, "data", g->pipe_rank * model_size + g->model_rank, g->data_rank);
     split(&g->pipe, "pipe", g->data_rank * model_size + g->model_rank, g->pipe_rank);
+    int ends = pipe_size > 1 && (g->pipe_rank == 0 || g->pipe_rank == pipe_size - 1);
+    MPI_Comm_split(MPI_COMM_WORLD, ends ? g->data_rank * model_size + g->model_rank : MPI_UNDEFINED, g->pipe_rank,
+                   &g->embed.mpi);
+    snprintf(g->embed.name, sizeof g->embed.name, "embed");
+    if (ends) {
+        MPI_Comm_rank(g->embed.mpi, &g->embed.rank);
+        MPI_Comm_size(g->embed.mpi, &g->embed.size);
+    }
     return 0;
 }
 
 void neox_grid_free(neox_grid *g) {
-    neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model};
-    for (int i = 0; i < 4; i++)
+    neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed};
+    for (int i = 0; i < 5; i++)
         if (comms[i]->mpi != MPI_COMM_NULL && comms[i]->mpi != 0) MPI_Comm_free(&comms[i]->mpi);
 }

@@ -1,7 +1,8 @@
 // checkpoint.c: saving and loading training checkpoints (docs/checkpoints.md, "Training
-// checkpoints"). Every rank writes rank_RRRRR.h5 holding its data-parallel share of each tensor
-// as a flat range (parameters = the fp32 master weights, Adam moments or the SGD momentum), so a
-// checkpoint can be read back by any layout; rank 0 adds the run state (iteration, optimizer step,
+// checkpoints"). Every rank writes rank_RRRRR.h5 holding its data-parallel share (under ZeRO its
+// partition) of its own flat buffers — parameters = the fp32 master weights, Adam moments or the
+// SGD momentum — as blocks of the global tensors, so a checkpoint can be read back by any layout
+// (tensor-parallel blocks, pipe stages and data-parallel ranges intersect freely); rank 0 adds the run state (iteration, optimizer step,
 // LR schedule, RNG, data positions, model shape) as JSON, the effective config and the input YAML
 // files. After every shard is in place rank 0 writes manifest.json and only then moves `latest`.
 #include <jansson.h>
@@ -56,25 +57,29 @@ static json_t *state_json(const neox_trainer *t) {
 }
 
 // ---- saving --------------------------------------------------------------------------------------
-// This rank's share of the flat buffers: [begin, end) of num_floats, cut evenly over data ranks.
-static void my_share(const neox_trainer *t, size_t *begin, size_t *end) {
-    size_t n = t->model->num_floats, dp = (size_t)t->grid->data_size, r = (size_t)t->grid->data_rank;
-    *begin = n * r / dp;
-    *end = n * (r + 1) / dp;
+// Whether this rank writes parameter p: replicated tensors are written by tensor-parallel rank 0,
+// the tied embedding by the first stage.
+static int writes(const neox_trainer *t, const neox_param *p) {
+    return !p->tied_copy && (p->split != NEOX_SPLIT_NONE || t->grid->model_rank == 0);
 }
 
-static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf, neox_error *err) {
-    size_t begin, end;
-    my_share(t, &begin, &end);
+// Writes elements [part_begin, part_end) of a flat buffer (this rank's data-parallel share; buf[0]
+// is element `base`) as blocks of the global tensors.
+static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf, size_t base,
+                       neox_error *err) {
+    size_t begin = t->part_begin, end = t->part_end;
     for (int i = 0; i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
         size_t lo = p->offset > begin ? p->offset : begin, hi = p->offset + p->numel < end ? p->offset + p->numel : end;
-        if (lo >= hi) continue;
+        if (lo >= hi || !writes(t, p)) continue;
         char name[160];
         snprintf(name, sizeof name, "%s/%s", group, p->name);
-        if (neox_ckpt_write_range(w, name, p->ndim, p->shape, (int64_t)(lo - p->offset), (int64_t)(hi - lo), buf + lo,
-                                  err) != 0)
-            return -1;
+        neox_param_piece pieces[3];
+        int n = neox_param_pieces(p, lo - p->offset, hi - p->offset, pieces);
+        for (int k = 0; k < n; k++)
+            if (neox_ckpt_write_block(w, name, p->ndim, p->global_shape, pieces[k].offset, pieces[k].count,
+                                      buf + (p->offset - base) + pieces[k].start, err) != 0)
+                return -1;
     }
     return 0;
 }
@@ -112,8 +117,8 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_error *err) 
     const char *names[2];
     float *bufs[2];
     int nbufs = optimizer_buffers(t, names, bufs);
-    int rc = write_share(t, w, "params", t->model->param_buf, err);
-    for (int b = 0; rc == 0 && b < nbufs; b++) rc = write_share(t, w, names[b], bufs[b], err);
+    int rc = write_share(t, w, "params", t->model->param_buf, 0, err);
+    for (int b = 0; rc == 0 && b < nbufs; b++) rc = write_share(t, w, names[b], bufs[b], t->state_begin, err);
     if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
     if (rc != 0) {
         neox_ckpt_writer_abort(w);
@@ -125,7 +130,7 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_error *err) 
 static int write_manifest(const neox_trainer *t, const char *dir, neox_error *err) {
     neox_ckpt_manifest m = {.iteration = t->state.iteration, .world_size = t->grid->world_size,
                             .pipe_size = t->grid->pipe_size, .data_size = t->grid->data_size,
-                            .model_size = t->grid->model_size, .zero_stage = 0, .nfiles = t->grid->world_size};
+                            .model_size = t->grid->model_size, .zero_stage = t->zero_stage, .nfiles = t->grid->world_size};
     m.files = neox_calloc((size_t)m.nfiles, sizeof *m.files);
     int rc = 0;
     for (int r = 0; r < m.nfiles && rc == 0; r++) {
@@ -237,7 +242,8 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         const char *names[2];
         float *bufs[2];
         int nbufs = optimizer_buffers(t, names, bufs);
-        for (int b = 0; rc == 0 && b < nbufs; b++) rc = neox_train_read_tensors(t->model, r, names[b], bufs[b], err);
+        for (int b = 0; rc == 0 && b < nbufs; b++)
+            rc = neox_train_read_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err);
     }
     if (rc == 0) restore_state(t, state);
     json_decref(state);

@@ -51,11 +51,22 @@ struct neox_trainer {
     int micro_batch, grad_accum, seq_length;
     int64_t train_iters, train_batch_size;
 
-    // Optimizer: state buffers parallel to the parameter buffer (fp32 params are the master weights).
+    // Optimizer: state buffers parallel to [state_begin, state_end) of the parameter buffer (fp32
+    // params are the master weights): the whole buffer, or under ZeRO this rank's partition.
     neox_optimizer_settings optim;
     float *exp_avg, *exp_avg_sq;   // adam moments, or (exp_avg) the sgd momentum buffer
     neox_lr_schedule lr;
     neox_grad_reducer *reducer;    // NULL at data-parallel size 1
+    int zero_stage;                // 0, 1 or 2 (0 whenever data-parallel size is 1)
+    int overlap_comm;              // start gradient buckets during backward
+    size_t part_begin, part_end;   // this rank's data-parallel partition of the flat buffers
+    size_t state_begin, state_end; // what the optimizer updates and keeps state for
+    float *grad_partition;         // ZeRO-2: reduced gradients of the partition, summed over micro-batches
+    int reduce_now;                // backward of the current micro-batch is followed by a reduction
+
+    // Pipeline: micro-batches between forward and backward at once on this stage (1F1B).
+    int pipe_slots;
+    float *pipe_grad_send;         // (B, T, C): the input gradient in flight to the previous stage
 
     // Data.
     neox_data_settings data_settings;
@@ -92,8 +103,20 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err);
 // Mean loss over eval_iters x gradient_accumulation_steps micro-batches of `it` (dropout off).
 int neox_train_evaluate(neox_trainer *t, neox_batch_iterator *it, int64_t iters, double *loss, neox_error *err);
 
+// ---- the pipeline schedule (pipeline.c) -----------------------------------------------------
+// Runs gradient_accumulation_steps micro-batches forward and backward through the stages in
+// 1F1B order (one stage: forward, backward, forward, ...); *loss_sum gets the sum of the
+// micro-batch losses on every rank.
+int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err);
+// Forward only over count micro-batches of it; *loss_sum as above.
+int neox_train_pipeline_eval(neox_trainer *t, neox_batch_iterator *it, int64_t count, double *loss_sum, neox_error *err);
+// After a micro-batch's backward: the tied-embedding sum and the data-parallel reduction, when due.
+void neox_train_after_backward(neox_trainer *t, int last_micro_batch);
+// Lets backward start data-parallel buckets as their gradients become final (overlap_comm).
+void neox_train_install_grad_hook(neox_trainer *t);
+
 // ---- the optimizer (optimizer.c) ------------------------------------------------------------
-// Global L2 norm of the gradient buffer.
+// Global L2 norm of the gradients over every rank (each element counted once).
 double neox_train_grad_norm(const neox_trainer *t);
 // Scales gradients so their norm is at most clip_grad (DeepSpeed's coefficient clip / (norm + 1e-6)).
 void neox_train_clip(neox_trainer *t, double norm);
@@ -119,8 +142,12 @@ neox_ckpt_reader *neox_train_open_checkpoint(const char *dir, neox_error *err);
 int neox_train_read_state(const neox_ckpt_reader *r, const char *dir, json_t **state, neox_error *err);
 // Fails naming the key when the stored shape differs from d.
 int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err);
-// Reads the whole tensors group/NAME of every parameter into buf at the parameter's offset.
+// Reads the whole tensors group/NAME of every parameter into buf at the parameter's offset
+// (this rank's block of each: the intersection of the checkpoint's pieces with it).
 int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err);
+// The same for elements [begin, end) of the flat buffer only; dst[0] is element begin.
+int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
+                          float *dst, neox_error *err);
 
 // ---- signals (loop.c) -----------------------------------------------------------------------
 extern volatile sig_atomic_t neox_train_stop_signal;

@@ -68,20 +68,52 @@ int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const 
     return 0;
 }
 
-int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err) {
+int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
+                          float *dst, neox_error *err) {
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
+        size_t lo = p->offset > begin ? p->offset : begin, hi = p->offset + p->numel < end ? p->offset + p->numel : end;
+        if (lo >= hi) continue;
         char name[160];
         snprintf(name, sizeof name, "%s/%s", group, p->name);
         int ndim;
         int64_t shape[NEOX_CKPT_MAX_DIMS];
         if (neox_ckpt_tensor_shape(r, name, &ndim, shape, err) != 0) return -1;
         int same = ndim == p->ndim;
-        for (int d = 0; same && d < ndim; d++) same = shape[d] == p->shape[d];
+        for (int d = 0; same && d < ndim; d++) same = shape[d] == p->global_shape[d];
         if (!same) return neox_fail(err, NEOX_EXIT_USAGE, "tensor %s: the checkpoint's shape differs from the config's model", name);
-        if (neox_ckpt_read_range(r, name, 0, (int64_t)p->numel, buf + p->offset, err) != 0) return -1;
+        neox_param_piece pieces[3];
+        int n = neox_param_pieces(p, lo - p->offset, hi - p->offset, pieces);
+        for (int k = 0; k < n; k++)
+            if (neox_ckpt_read_block(r, name, pieces[k].offset, pieces[k].count, dst + (p->offset - begin) + pieces[k].start,
+                                     err) != 0)
+                return -1;
     }
     return 0;
+}
+
+int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err) {
+    return neox_train_read_range(m, r, group, 0, m->num_floats, buf, err);
+}
+
+int neox_checkpoint_padded_vocab(const char *load_dir, int *vocab, neox_error *err) {
+    int64_t iteration;
+    int found;
+    if (neox_ckpt_read_latest(load_dir, &iteration, &found, err) != 0) return -1;
+    if (!found) return 0;
+    char *dir = neox_ckpt_dir(load_dir, iteration);
+    neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
+    json_t *state = NULL;
+    int rc = r ? neox_train_read_state(r, dir, &state, err) : -1;
+    if (rc == 0) {
+        json_t *v = json_object_get(json_object_get(state, "model"), "padded_vocab_size");
+        if (json_is_integer(v) && json_integer_value(v) > 0) *vocab = (int)json_integer_value(v);
+    }
+    if (rc != 0) neox_fail_context(err, "loading checkpoint %s", dir);
+    json_decref(state);
+    neox_ckpt_reader_close(r);
+    free(dir);
+    return rc;
 }
 
 static int load_params(neox_model *m, const char *dir, neox_error *err) {

@@ -1,20 +1,42 @@
 // optimizer.c: the update as GPT-NeoX makes it — the global gradient norm, clipping by it
 // (DeepSpeed's coefficient clip_grad / (norm + 1e-6), applied only when below 1), and either
 // AdamW (decoupled weight decay, bias-corrected moments) or torch's SGD (weight decay added to
-// the gradient, heavy-ball momentum), with no weight decay on biases and norm weights.
+// the gradient, heavy-ball momentum), with no weight decay on biases and norm weights. Each rank
+// updates [state_begin, state_end) of its flat buffer: all of it, or under ZeRO its data-parallel
+// partition, after which the partitions are all-gathered. The norm sums every element once over
+// the whole grid.
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/kernels.h"
 #include "internal.h"
 
+// Whether this rank's copy of parameter p counts in the global norm: replicated tensors are
+// counted on tensor-parallel rank 0 and the tied embedding on the first stage only.
+static int counts_in_norm(const neox_trainer *t, const neox_param *p) {
+    return !p->tied_copy && (p->split != NEOX_SPLIT_NONE || t->grid->model_rank == 0);
+}
+
 double neox_train_grad_norm(const neox_trainer *t) {
-    return sqrt(neox_sum_squares(t->model->grad_buf, t->model->num_floats));
+    const neox_model *m = t->model;
+    double sum = 0.0;
+    for (int i = 0; i < m->nparams; i++) {
+        const neox_param *p = &m->params[i];
+        size_t lo = p->offset > t->state_begin ? p->offset : t->state_begin;
+        size_t hi = p->offset + p->numel < t->state_end ? p->offset + p->numel : t->state_end;
+        if (lo < hi && counts_in_norm(t, p)) sum += neox_sum_squares(m->grad_buf + lo, hi - lo);
+    }
+    neox_grid *g = t->grid;
+    if (t->zero_stage > 0) neox_allreduce_sum(&g->data, &sum, 1, NEOX_F64);  // partitions; else replicas
+    if (g->model_size > 1) neox_allreduce_sum(&g->model, &sum, 1, NEOX_F64);
+    if (g->pipe_size > 1) neox_allreduce_sum(&g->pipe, &sum, 1, NEOX_F64);
+    return sqrt(sum);
 }
 
 void neox_train_clip(neox_trainer *t, double norm) {
     if (t->optim.clip_grad <= 0) return;
     double coef = t->optim.clip_grad / (norm + 1e-6);
-    if (coef < 1.0) neox_scale(t->model->grad_buf, t->model->num_floats, (float)coef);
+    if (coef < 1.0) neox_scale(t->model->grad_buf + t->state_begin, t->state_end - t->state_begin, (float)coef);
 }
 
 // torch.optim.SGD: d = g + wd * p; with momentum, buf = d on the first step, else
@@ -32,18 +54,36 @@ static void sgd_update(float *param, const float *grad, float *buf, size_t n, fl
     }
 }
 
+// ZeRO: every data-parallel rank updated its partition; each receives the others'.
+static void gather_partitions(neox_trainer *t) {
+    neox_comm *data = &t->grid->data;
+    int *counts = neox_malloc((size_t)data->size * sizeof(int));
+    for (int r = 0; r < data->size; r++) {
+        size_t lo, hi;
+        neox_grad_reducer_partition(t->reducer, r, &lo, &hi);
+        counts[r] = (int)(hi - lo);
+    }
+    neox_allgatherv_inplace(data, t->model->param_buf, counts, NEOX_F32);
+    free(counts);
+}
+
 void neox_train_update(neox_trainer *t, double lr, int64_t step) {
     neox_model *m = t->model;
     const neox_optimizer_settings *o = &t->optim;
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
+        size_t lo = p->offset > t->state_begin ? p->offset : t->state_begin;
+        size_t hi = p->offset + p->numel < t->state_end ? p->offset + p->numel : t->state_end;
+        if (lo >= hi) continue;
         float wd = p->no_decay ? 0.0f : (float)o->weight_decay;
-        float *param = m->param_buf + p->offset;
-        const float *grad = m->grad_buf + p->offset;
+        float *param = m->param_buf + lo;
+        const float *grad = m->grad_buf + lo;
+        size_t s = lo - t->state_begin;
         if (o->kind == NEOX_OPTIMIZER_ADAM)
-            neox_adamw(param, grad, t->exp_avg + p->offset, t->exp_avg_sq + p->offset, p->numel, (float)lr,
-                       (float)o->beta1, (float)o->beta2, (float)o->eps, wd, (long)step);
+            neox_adamw(param, grad, t->exp_avg + s, t->exp_avg_sq + s, hi - lo, (float)lr, (float)o->beta1,
+                       (float)o->beta2, (float)o->eps, wd, (long)step);
         else
-            sgd_update(param, grad, t->exp_avg + p->offset, p->numel, (float)lr, (float)o->momentum, wd, step == 1);
+            sgd_update(param, grad, t->exp_avg + s, hi - lo, (float)lr, (float)o->momentum, wd, step == 1);
     }
+    if (t->zero_stage > 0) gather_partitions(t);
 }

@@ -46,10 +46,6 @@ static int64_t config_int_or(const neox_config *cfg, const char *key, int64_t fa
 }
 
 static int check_layout(const neox_trainer *t, neox_error *err) {
-    if (t->grid->model_size > 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "model_parallel_size: tensor parallelism is not implemented in neox-train yet");
-    if (t->grid->pipe_size > 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "pipe_parallel_size: pipeline parallelism is not implemented in neox-train yet");
     if (!neox_config_has(t->cfg, "train_iters"))
         return neox_fail(err, NEOX_EXIT_USAGE, "train_iters: not set (neox-train trains for a number of iterations)");
     const char *precision = neox_config_str(t->cfg, "precision");
@@ -67,35 +63,66 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     t->eod_id = neox_tokenizer_eod_id(t->tokenizer);
     neox_model_desc desc;
     if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(t->tokenizer), err) != 0) return -1;
+    // The padded vocabulary is part of the model: a checkpoint written under another tensor-parallel
+    // size (which pads differently) keeps its own.
+    if (t->load_dir && neox_checkpoint_padded_vocab(t->load_dir, &desc.vocab_size, err) != 0) return -1;
+    neox_grid *g = t->grid;
+    desc.tp_size = g->model_size, desc.tp_rank = g->model_rank;
+    desc.pp_size = g->pipe_size, desc.pp_rank = g->pipe_rank;
+    int *bounds = neox_calloc((size_t)g->pipe_size + 1, sizeof *bounds);
+    int rc = neox_model_pipe_partition(&desc, g->pipe_size, neox_config_str(cfg, "pipe_partition_method"), bounds, err);
+    desc.layer_begin = bounds[g->pipe_rank], desc.layer_end = bounds[g->pipe_rank + 1];
+    free(bounds);
+    if (rc != 0) return -1;
     t->model = neox_model_create(&desc, err);
     if (!t->model) return -1;
+    t->model->tp = g->model_size > 1 ? &g->model : NULL;
     neox_model_init(t->model, t->state.seed);
-    return neox_model_plan(t->model, t->micro_batch, t->seq_length, err);
+    // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
+    int inflight = g->pipe_size - g->pipe_rank;
+    t->pipe_slots = inflight < t->grad_accum ? inflight : t->grad_accum;
+    t->pipe_grad_send = g->pipe_rank > 0 ? neox_calloc((size_t)t->micro_batch * t->seq_length * desc.hidden_size, sizeof(float)) : NULL;
+    return neox_model_plan_slots(t->model, t->micro_batch, t->seq_length, t->pipe_slots, err);
+}
+
+static const neox_value *zero_field(const neox_config *cfg, const char *field) {
+    return neox_config_has(cfg, "zero_optimization") ? neox_value_get(neox_config_value(cfg, "zero_optimization"), field) : NULL;
+}
+
+// Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap.
+static void setup_reducer(neox_trainer *t) {
+    const neox_model *m = t->model;
+    t->zero_stage = (int)config_int_or(t->cfg, "zero_stage", 0);
+    const neox_value *overlap = zero_field(t->cfg, "overlap_comm");
+    t->overlap_comm = overlap && overlap->kind == NEOX_VALUE_BOOL ? overlap->boolean : 0;
+    size_t *offset = neox_malloc((size_t)m->nparams * sizeof *offset), *size = neox_malloc((size_t)m->nparams * sizeof *size);
+    for (int p = 0; p < m->nparams; p++) offset[p] = m->params[p].offset, size[p] = m->params[p].numel;
+    int64_t bucket = config_int_or(t->cfg, "zero_reduce_bucket_size", 500000000);
+    double predivide = neox_config_has(t->cfg, "gradient_predivide_factor") ? neox_config_float(t->cfg, "gradient_predivide_factor") : 1.0;
+    neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
+                                    .overlap = t->overlap_comm, .predivide_factor = predivide};
+    t->reducer = neox_grad_reducer_make(&t->grid->data, m->grad_buf, m->num_floats, offset, size, m->nparams, &ro);
+    free(offset);
+    free(size);
+    neox_grad_reducer_partition(t->reducer, t->grid->data_rank, &t->part_begin, &t->part_end);
+    if (t->zero_stage == 2) t->grad_partition = neox_calloc(t->part_end - t->part_begin + 1, sizeof(float));
+    neox_train_install_grad_hook(t);
 }
 
 static int setup_optimizer(neox_trainer *t, neox_error *err) {
     if (neox_train_read_optimizer(t->cfg, &t->optim, err) != 0 || neox_train_read_schedule(t->cfg, &t->lr, err) != 0)
         return -1;
     size_t n = t->model->num_floats;
-    t->exp_avg = neox_calloc(n, sizeof(float));
-    if (t->optim.kind == NEOX_OPTIMIZER_ADAM) t->exp_avg_sq = neox_calloc(n, sizeof(float));
-    if (t->grid->data_size > 1) {
-        // ZeRO partitioning saves memory only; every rank keeps the whole optimizer state here and
-        // the gradients are all-reduced (stage 0), which gives the same updates.
-        int stage = (int)config_int_or(t->cfg, "zero_stage", 0);
-        if (stage > 0 && t->rank0 && !t->opts.quiet)
-            neox_notice("zero_optimization.stage %d: optimizer state is not partitioned yet; gradients are all-reduced",
-                        stage);
-        const neox_model *m = t->model;
-        size_t *offset = neox_malloc((size_t)m->nparams * sizeof *offset), *size = neox_malloc((size_t)m->nparams * sizeof *size);
-        for (int p = 0; p < m->nparams; p++) offset[p] = m->params[p].offset, size[p] = m->params[p].numel;
-        int64_t bucket = config_int_or(t->cfg, "zero_reduce_bucket_size", 500000000);
-        neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = 0, .overlap = 0,
-                                        .predivide_factor = 1.0};
-        t->reducer = neox_grad_reducer_make(&t->grid->data, m->grad_buf, n, offset, size, m->nparams, &ro);
-        free(offset);
-        free(size);
-    }
+    t->part_begin = 0, t->part_end = n;
+    if (t->grid->data_size > 1) setup_reducer(t);
+    else if (config_int_or(t->cfg, "zero_stage", 0) > 0 && t->rank0 && !t->opts.quiet)
+        neox_notice("zero_optimization.stage %lld: nothing to partition at data-parallel size 1",
+                    (long long)config_int_or(t->cfg, "zero_stage", 0));
+    t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
+    t->state_end = t->zero_stage > 0 ? t->part_end : n;
+    size_t state = t->state_end - t->state_begin + 1;
+    t->exp_avg = neox_calloc(state, sizeof(float));
+    if (t->optim.kind == NEOX_OPTIMIZER_ADAM) t->exp_avg_sq = neox_calloc(state, sizeof(float));
     return 0;
 }
 
@@ -146,6 +173,45 @@ static void setup_checkpoint_schedule(neox_trainer *t) {
     }
 }
 
+// Parameters of the whole model: each rank's own, replicated ones and the tied copy counted once.
+static double total_params(const neox_trainer *t) {
+    double n = 0;
+    for (int i = 0; i < t->model->nparams; i++) {
+        const neox_param *p = &t->model->params[i];
+        if (!p->tied_copy && (p->split != NEOX_SPLIT_NONE || t->grid->model_rank == 0)) n += (double)p->numel;
+    }
+    if (t->grid->world_size > 1) {
+        if (t->grid->data_rank != 0) n = 0;
+        neox_allreduce_sum(&t->grid->world, &n, 1, NEOX_F64);
+    }
+    return n;
+}
+
+// Each rank's memory (parameters, gradients, optimizer state, activations), printed by rank 0.
+static void report_memory(const neox_trainer *t) {
+    const neox_model *m = t->model;
+    double state = (double)(t->state_end - t->state_begin) * (t->optim.kind == NEOX_OPTIMIZER_ADAM ? 2 : 1);
+    double mine[4] = {(double)m->num_floats * 4, (double)m->num_floats * 4 + (t->grad_partition ? (double)(t->part_end - t->part_begin) * 4 : 0),
+                      state * 4, (double)neox_model_activation_bytes(m)};
+    int n = t->grid->world_size;
+    double *all = neox_malloc((size_t)n * 4 * sizeof(double));
+    if (n > 1) neox_allgather(&t->grid->world, mine, all, 4, NEOX_F64);
+    else memcpy(all, mine, sizeof mine);
+    for (int r = 0; t->rank0 && !t->opts.quiet && r < n; r++) {
+        if (n > 8 && r >= 4 && r < n - 4) {
+            if (r == 4) neox_info("memory: ... (%d more ranks)", n - 8);
+            continue;
+        }
+        double *x = all + 4 * r;
+        char a[16], b[16], c[16], d[16], e[16];
+        neox_info("memory of rank %d: %s = parameters %s + gradients %s + optimizer %s + activations %s", r,
+                  neox_format_bytes(x[0] + x[1] + x[2] + x[3], e, sizeof e), neox_format_bytes(x[0], a, sizeof a),
+                  neox_format_bytes(x[1], b, sizeof b), neox_format_bytes(x[2], c, sizeof c),
+                  neox_format_bytes(x[3], d, sizeof d));
+    }
+    free(all);
+}
+
 neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const neox_train_options *opts,
                                   neox_error *err) {
     neox_trainer *t = neox_calloc(1, sizeof *t);
@@ -167,9 +233,14 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     }
     if (t->rank0 && !t->opts.quiet) {
         char params[16];
-        neox_info("model: %s parameters, %d layers, hidden %d, vocabulary %d (padded); %d ranks (data parallel %d)",
-                  neox_format_count((double)t->model->num_floats, params, sizeof params), t->model->desc.num_layers,
-                  t->model->desc.hidden_size, t->model->desc.vocab_size, grid->world_size, grid->data_size);
+        neox_info("model: %s parameters, %d layers, hidden %d, vocabulary %d (padded)",
+                  neox_format_count(total_params(t), params, sizeof params), t->model->desc.num_layers,
+                  t->model->desc.hidden_size, t->model->desc.vocab_size);
+        neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s", grid->world_size, grid->pipe_size,
+                  grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "");
+    }
+    report_memory(t);
+    if (t->rank0 && !t->opts.quiet) {
         neox_info("batch: %lld samples per iteration = micro-batch %d x accumulation %d x data parallel %d; seq %d",
                   (long long)t->train_batch_size, t->micro_batch, t->grad_accum, grid->data_size, t->seq_length);
     }
@@ -186,6 +257,8 @@ void neox_trainer_free(neox_trainer *t) {
     if (t->reducer) neox_grad_reducer_free(t->reducer);
     free(t->exp_avg);
     free(t->exp_avg_sq);
+    free(t->grad_partition);
+    free(t->pipe_grad_send);
     neox_model_free(t->model);
     if (t->tokenizer) neox_tokenizer_free(t->tokenizer);
     free(t->save_iters);

@@ -1,0 +1,190 @@
+// pipeline.c: the micro-batches of one iteration through the pipe stages. Every rank runs the same
+// schedule for its stage, 1F1B as DeepSpeed's TrainSchedule: stage s of P runs min(P - s - 1, M)
+// forwards, then alternates one forward and one backward, then drains the backwards; with one
+// stage that is forward, backward, forward, ... Activations go to the next stage and gradients to
+// the previous one with non-blocking sends (a blocking send could wait on a peer that is itself
+// sending); each stage keeps up to P - s micro-batches in activation slots. Only the first stage
+// reads token ids and only the last reads labels; the others just advance the data position.
+// After the backward that completes a step's gradients (every backward under ZeRO-2) the tied
+// embedding's two copies are summed and the data-parallel reduction is finished.
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "internal.h"
+
+enum { TAG_ACTIVATION = 0, TAG_GRADIENT = 1 };
+
+static int tag_of(int micro_batch, int kind) { return 2 * micro_batch + kind; }
+
+// Dropout masks are counter-based: each micro-batch of each data-parallel rank gets a seed from
+// (run seed, global micro-batch count, rank), so a resumed run draws exactly the masks it would
+// have drawn without stopping.
+static unsigned long long dropout_seed(const neox_trainer *t) {
+    unsigned long long draw = (unsigned long long)t->state.dropout_draws * (unsigned long long)t->grid->data_size +
+                              (unsigned long long)t->grid->data_rank;
+    return neox_hash64(t->state.seed ^ 0x64726f706f7574ULL, draw);
+}
+
+typedef struct pipe_run {
+    neox_trainer *t;
+    neox_batch_iterator *it;
+    int training;
+    double loss_sum;
+    neox_request *act_send;   // one per slot: the activation send from that slot
+    neox_request grad_send;
+} pipe_run;
+
+static int stage_first(const neox_trainer *t) { return t->grid->pipe_rank == 0; }
+static int stage_last(const neox_trainer *t) { return t->grid->pipe_rank == t->grid->pipe_size - 1; }
+
+static int next_batch(pipe_run *r, neox_error *err) {
+    neox_trainer *t = r->t;
+    if (!stage_first(t) && !stage_last(t)) {
+        neox_batch_iterator_seek(r->it, neox_batch_iterator_position(r->it) + 1);
+        return 0;
+    }
+    neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BATCH_GENERATOR);
+    neox_timer_start(timer);
+    int rc = neox_batch_next(r->it, t->batch, err);
+    neox_timer_stop(timer);
+    return rc;
+}
+
+static int forward(pipe_run *r, int k, neox_error *err) {
+    neox_trainer *t = r->t;
+    neox_model *m = t->model;
+    neox_grid *g = t->grid;
+    int slot = k % m->nslots;
+    size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
+    neox_wait(&r->act_send[slot]);  // the slot's previous activations have left
+    neox_model_use_slot(m, slot);
+    if (next_batch(r, err) != 0) return -1;
+    if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(m), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_ACTIVATION));
+    m->training = r->training;
+    if (r->training) {
+        m->dropout_seed = dropout_seed(t);
+        t->state.dropout_draws++;
+    }
+    neox_batch *b = t->batch;
+    neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
+    if (r->training) neox_timer_start(timer);
+    int rc = neox_model_forward(m, stage_first(t) ? (const int *)b->tokens : NULL,
+                                stage_last(t) ? (const int *)b->labels : NULL, stage_last(t) ? b->loss_mask : NULL, err);
+    if (r->training) neox_timer_stop(timer);
+    if (rc != 0) return -1;
+    if (stage_last(t)) r->loss_sum += m->loss;
+    else neox_isend(&g->pipe, neox_model_stage_output(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
+    return 0;
+}
+
+static void backward(pipe_run *r, int k, int M) {
+    neox_trainer *t = r->t;
+    neox_model *m = t->model;
+    neox_grid *g = t->grid;
+    size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
+    neox_model_use_slot(m, k % m->nslots);
+    if (!stage_last(t)) neox_recv(&g->pipe, neox_model_stage_output_grad(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_GRADIENT));
+    t->reduce_now = t->zero_stage == 2 || k == M - 1;
+    neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD);
+    neox_timer_start(timer);
+    neox_model_backward(m, 1.0f / (float)M);
+    neox_timer_stop(timer);
+    if (!stage_first(t)) {
+        neox_wait(&r->grad_send);
+        memcpy(t->pipe_grad_send, neox_model_stage_input_grad(m), NC * sizeof(float));
+        neox_isend(&g->pipe, t->pipe_grad_send, NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_GRADIENT), &r->grad_send);
+    }
+    neox_train_after_backward(t, k == M - 1);
+}
+
+static void finish_sends(pipe_run *r) {
+    for (int s = 0; s < r->t->model->nslots; s++) neox_wait(&r->act_send[s]);
+    neox_wait(&r->grad_send);
+    free(r->act_send);
+}
+
+// The last stage's loss sum, on every rank of the pipe.
+static double share_loss(neox_trainer *t, double loss_sum) {
+    if (t->grid->pipe_size > 1) neox_broadcast(&t->grid->pipe, &loss_sum, 1, NEOX_F64, t->grid->pipe_size - 1);
+    return loss_sum;
+}
+
+int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err) {
+    pipe_run r = {.t = t, .it = &t->train_it, .training = 1};
+    r.act_send = neox_calloc((size_t)t->model->nslots, sizeof *r.act_send);
+    int M = t->grad_accum, P = t->grid->pipe_size, s = t->grid->pipe_rank;
+    int warmup = P - s - 1 < M ? P - s - 1 : M, rc = 0;
+    for (int k = 0; rc == 0 && k < warmup; k++) rc = forward(&r, k, err);
+    for (int i = 0; rc == 0 && i < M - warmup; i++) {
+        rc = forward(&r, warmup + i, err);
+        if (rc == 0) backward(&r, i, M);
+    }
+    for (int i = M - warmup; rc == 0 && i < M; i++) backward(&r, i, M);
+    finish_sends(&r);
+    if (rc != 0) return -1;
+    *loss_sum = share_loss(t, r.loss_sum);
+    return 0;
+}
+
+int neox_train_pipeline_eval(neox_trainer *t, neox_batch_iterator *it, int64_t count, double *loss_sum, neox_error *err) {
+    pipe_run r = {.t = t, .it = it, .training = 0};
+    r.act_send = neox_calloc((size_t)t->model->nslots, sizeof *r.act_send);
+    int rc = 0;
+    for (int64_t k = 0; rc == 0 && k < count; k++) rc = forward(&r, (int)(k % (1 << 20)), err);
+    finish_sends(&r);
+    if (rc != 0) return -1;
+    *loss_sum = share_loss(t, r.loss_sum);
+    return 0;
+}
+
+// ---- after backward --------------------------------------------------------------------------
+// The parameter whose gradient is summed between the first and last stage (the tied embedding,
+// with pipelining), or -1.
+static int tied_param(const neox_trainer *t) {
+    const neox_model *m = t->model;
+    if (t->grid->pipe_size <= 1 || !m->desc.tied || t->grid->embed.size == 0) return -1;
+    for (int p = 0; p < m->nparams; p++)
+        if (m->params[p].tied_copy || (stage_first(t) && p == 0)) return p;
+    return -1;
+}
+
+static void on_grads_ready(void *ctx, int begin, int end) {
+    neox_trainer *t = ctx;
+    if (!t->reducer || !t->reduce_now || !t->overlap_comm) return;
+    int tied = tied_param(t);
+    for (int p = begin; p < end; p++)
+        if (p != tied) neox_grad_reducer_ready(t->reducer, p);
+    neox_grad_reducer_progress(t->reducer);
+}
+
+void neox_train_install_grad_hook(neox_trainer *t) {
+    t->model->grads_ready = on_grads_ready;
+    t->model->grads_ready_ctx = t;
+}
+
+void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
+    if (!(t->zero_stage == 2 || last_micro_batch)) return;
+    neox_model *m = t->model;
+    int tied = tied_param(t);
+    if (tied >= 0) {
+        const neox_param *p = &m->params[tied];
+        neox_allreduce_sum(&t->grid->embed, m->grad_buf + p->offset, p->numel, NEOX_F32);
+        if (t->reducer && t->overlap_comm) neox_grad_reducer_ready(t->reducer, tied);
+    }
+    if (!t->reducer) return;
+    neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE);
+    neox_timer_start(timer);
+    neox_grad_reducer_finish(t->reducer);
+    neox_timer_stop(timer);
+    if (t->zero_stage != 2) return;
+    // ZeRO-2: keep this micro-batch's reduced partition and clear the buffer for the next one.
+    size_t n = t->part_end - t->part_begin;
+    neox_add_inplace(t->grad_partition, m->grad_buf + t->part_begin, n);
+    if (last_micro_batch) {
+        memcpy(m->grad_buf + t->part_begin, t->grad_partition, n * sizeof(float));
+        memset(t->grad_partition, 0, n * sizeof(float));
+    } else {
+        neox_model_zero_grad(m);
+    }
+}
