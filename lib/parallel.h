@@ -116,7 +116,7 @@ void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s);
 // bucket_bytes. When every parameter of a bucket is marked ready, its reduction starts without
 // blocking (overlap), so communication runs behind the rest of backward. ZeRO stage 0 all-reduces;
 // stages 1 and 2 reduce-scatter, so each rank receives the reduced values of its own partition
-// only: the flat buffer cut into data_size contiguous equal parts (the last one shorter).
+// only: the flat buffer cut into data_size contiguous parts, [n*r/size, n*(r+1)/size) for rank r.
 typedef struct neox_grad_reducer neox_grad_reducer;
 
 typedef struct neox_grad_reducer_options {

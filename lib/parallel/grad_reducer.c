@@ -27,9 +27,10 @@ struct neox_grad_reducer {
 };
 
 void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end) {
-    size_t size = r->data->size, per = (r->n + size - 1) / size;
-    *begin = per * rank < r->n ? per * rank : r->n;
-    *end = per * (rank + 1) < r->n ? per * (rank + 1) : r->n;
+    // As checkpoints cut flat buffers over data ranks (and neox-convert reshard --dp writes them).
+    size_t size = (size_t)r->data->size;
+    *begin = r->n * (size_t)rank / size;
+    *end = r->n * ((size_t)rank + 1) / size;
 }
 
 static void scale(float *x, size_t n, float factor) {

@@ -1,7 +1,9 @@
 // grid.c: MPI start-up and the GPT-NeoX process grid (pipe outermost, data, model innermost) with
 // one communicator per group. An error on any rank aborts the whole job through MPI_Abort, so the
 // other ranks never wait for a peer that is gone.
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,6 +21,21 @@ static void abort_all_ranks(int status) {
     MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
 }
 
+// Ranks sharing a machine share its cores: unless OMP_NUM_THREADS says otherwise, each gets
+// cores / ranks-on-this-machine OpenMP threads (oversubscribed spinning threads would stall every
+// collective on the slowest rank).
+static void share_cores(void) {
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    int local_size;
+    MPI_Comm_size(local, &local_size);
+    MPI_Comm_free(&local);
+    if (getenv("OMP_NUM_THREADS") || local_size <= 1) return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores / local_size > 1 ? (int)(cores / local_size) : 1;
+    omp_set_num_threads(threads);
+}
+
 int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
     int initialized = 0, provided = 0;
     MPI_Initialized(&initialized);
@@ -30,6 +47,7 @@ int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     neox_log_set_rank(rank, size);
     if (size > 1) neox_set_exit_hook(abort_all_ranks);
+    share_cores();
     return 0;
 }
 

@@ -74,6 +74,13 @@ static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *g
         if (lo >= hi || !writes(t, p)) continue;
         char name[160];
         snprintf(name, sizeof name, "%s/%s", group, p->name);
+        const float *data = buf + (lo - base);
+        if (p->split != NEOX_SPLIT_COLS || t->grid->model_size == 1) {
+            // The block is contiguous in the global tensor: one flat range.
+            int64_t start = p->block_offset[0] * (p->ndim == 2 ? p->global_shape[1] : 1) + (int64_t)(lo - p->offset);
+            if (neox_ckpt_write_range(w, name, p->ndim, p->global_shape, start, (int64_t)(hi - lo), data, err) != 0) return -1;
+            continue;
+        }
         neox_param_piece pieces[3];
         int n = neox_param_pieces(p, lo - p->offset, hi - p->offset, pieces);
         for (int k = 0; k < n; k++)

@@ -149,6 +149,10 @@ int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, cons
 int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
                           float *dst, neox_error *err);
 
+// ---- communication report (comm_report.c) ---------------------------------------------------
+// Gathers every rank's communicator statistics and writes log_dir/comm_stats.json (rank 0).
+int neox_train_write_comm_report(neox_trainer *t, neox_error *err);
+
 // ---- signals (loop.c) -----------------------------------------------------------------------
 extern volatile sig_atomic_t neox_train_stop_signal;
 

@@ -114,8 +114,9 @@ int neox_trainer_run(neox_trainer *t, neox_error *err) {
         neox_step_result r;
         int status = 0, done;
         if (neox_train_step(t, &r, err) != 0 || record_step(t, &r, err) != 0) return -1;
-        if ((done = after_step(t, &status, err)) != 0) return done < 0 ? -1 : status;
+        if ((done = after_step(t, &status, err)) != 0)
+            return done < 0 || neox_train_write_comm_report(t, err) != 0 ? -1 : status;
     }
-    if (finish(t, err) != 0) return -1;
+    if (finish(t, err) != 0 || neox_train_write_comm_report(t, err) != 0) return -1;
     return neox_metrics_close(t->metrics, err) == 0 ? (t->metrics = NULL, 0) : (t->metrics = NULL, -1);
 }

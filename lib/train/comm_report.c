@@ -1,0 +1,67 @@
+// comm_report.c: what every rank's communicators moved over the run, gathered to rank 0 and
+// written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
+// model, pipe, embed, world) and per operation, the calls, payload bytes and seconds blocked.
+// Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum { NGROUPS = 5 };
+
+static neox_comm *group(neox_grid *g, int i) {
+    neox_comm *groups[NGROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed};
+    return groups[i];
+}
+
+static json_t *rank_json(const neox_comm_stats *stats, const int *coords) {
+    static const char *names[NGROUPS] = {"world", "pipe", "data", "model", "embed"};
+    json_t *groups = json_object();
+    for (int i = 0; i < NGROUPS; i++) {
+        json_t *ops = json_object();
+        for (int op = 0; op < NEOX_COMM_OP_COUNT; op++)
+            if (stats[i].calls[op] > 0)
+                json_object_set_new(ops, neox_comm_op_name(op),
+                                    json_pack("{s:I, s:I, s:f}", "calls", (json_int_t)stats[i].calls[op], "bytes",
+                                              (json_int_t)stats[i].bytes[op], "seconds", stats[i].seconds[op]));
+        json_object_set_new(groups, names[i], ops);
+    }
+    return json_pack("{s:i, s:i, s:i, s:i, s:o}", "rank", coords[0], "pipe", coords[1], "data", coords[2], "model",
+                     coords[3], "groups", groups);
+}
+
+int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
+    neox_grid *g = t->grid;
+    neox_comm_stats mine[NGROUPS];
+    for (int i = 0; i < NGROUPS; i++) mine[i] = group(g, i)->stats;  // before the gather below counts
+    int n = g->world_size;
+    neox_comm_stats *all = neox_malloc((size_t)n * sizeof mine);
+    if (n > 1) MPI_Gather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, g->world.mpi);
+    else memcpy(all, mine, sizeof mine);
+    const char *dir = neox_config_str(t->cfg, "log_dir");
+    int rc = 0;
+    if (t->rank0 && dir) {
+        json_t *ranks = json_array();
+        for (int r = 0; r < n; r++) {
+            int coords[4] = {r, r / (g->model_size * g->data_size), r / g->model_size % g->data_size, r % g->model_size};
+            json_array_append_new(ranks, rank_json(all + (size_t)r * NGROUPS, coords));
+        }
+        json_t *doc = json_pack("{s:I, s:o}", "iterations", (json_int_t)t->state.iteration, "ranks", ranks);
+        char *text = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
+        char *path = neox_asprintf("%s/comm_stats.json", dir);
+        rc = neox_atomic_write(path, text, strlen(text), err);
+        free(path);
+        free(text);
+        json_decref(doc);
+    }
+    if (t->rank0 && !t->opts.quiet && n > 1) {
+        double bytes = 0, seconds = 0;
+        for (int i = 0; i < NGROUPS; i++)
+            for (int op = 0; op < NEOX_COMM_OP_COUNT; op++) bytes += (double)mine[i].bytes[op], seconds += mine[i].seconds[op];
+        char b[16];
+        neox_info("communication of rank 0: %s moved, %.2f s blocked", neox_format_bytes(bytes, b, sizeof b), seconds);
+    }
+    free(all);
+    return rc;
+}
