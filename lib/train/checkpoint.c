@@ -45,8 +45,10 @@ static json_t *state_json(const neox_trainer *t) {
         json_array_append_new(files, json_sprintf("config/input/%d-%s", i, basename(copy)));
         free(copy);
     }
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:I, s:s, s:I}, s:o, s:o}",
+    int64_t samples = s->train_position * t->micro_batch * t->grid->data_size;
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:I, s:s, s:I}, s:o, s:o}",
                      "iteration", (json_int_t)s->iteration, "optimizer_steps", (json_int_t)s->optimizer_steps,
+                     "train_samples", (json_int_t)samples,
                      "train_position", (json_int_t)s->train_position, "valid_position", (json_int_t)s->valid_position,
                      "seed", (json_int_t)s->seed, "dropout_draws", (json_int_t)s->dropout_draws, "skipped_total",
                      (json_int_t)s->skipped_total, "nonfinite_in_a_row", (json_int_t)s->nonfinite_in_a_row,
@@ -200,7 +202,7 @@ int neox_train_save(neox_trainer *t, neox_error *err) {
 // ---- loading -------------------------------------------------------------------------------------
 static int64_t json_int_field(json_t *obj, const char *key) { return (int64_t)json_integer_value(json_object_get(obj, key)); }
 
-static void restore_state(neox_trainer *t, json_t *state) {
+static int restore_state(neox_trainer *t, json_t *state, neox_error *err) {
     const neox_config *cfg = t->cfg;
     int finetune = neox_config_bool(cfg, "finetune");
     int no_optim = finetune || neox_config_bool(cfg, "no_load_optim");
@@ -208,7 +210,18 @@ static void restore_state(neox_trainer *t, json_t *state) {
     if (!finetune) {
         neox_train_state *s = &t->state;
         s->iteration = json_int_field(state, "iteration");
+        // Positions count batches of (micro-batch x data-parallel size) samples, which differ
+        // between layouts; train_samples (the samples consumed) does not.
+        int64_t per_batch = (int64_t)t->micro_batch * t->grid->data_size;
+        json_t *samples = json_object_get(state, "train_samples");
         s->train_position = json_int_field(state, "train_position");
+        if (json_is_integer(samples)) {
+            if (json_integer_value(samples) % per_batch != 0)
+                return neox_fail(err, NEOX_EXIT_USAGE, "the checkpoint consumed %lld training samples, not a whole number "
+                                 "of micro-batches (%d) x data-parallel ranks (%d); keep the global batch of the run that "
+                                 "wrote it", (long long)json_integer_value(samples), t->micro_batch, t->grid->data_size);
+            s->train_position = json_integer_value(samples) / per_batch;
+        }
         // The valid split is read on from where the evaluations of iterations 1..N left it, as if
         // the run had not stopped (the checkpoint of iteration N is written before its evaluation).
         int64_t eval_interval = neox_config_int(cfg, "eval_interval");
@@ -232,6 +245,7 @@ static void restore_state(neox_trainer *t, json_t *state) {
                                    json_real_value(json_object_get(lr, "warmup_iters")),
                                    json_int_field(lr, "decay_iters"), style};
     }
+    return 0;
 }
 
 static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
@@ -252,7 +266,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         for (int b = 0; rc == 0 && b < nbufs; b++)
             rc = neox_train_read_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err);
     }
-    if (rc == 0) restore_state(t, state);
+    if (rc == 0) rc = restore_state(t, state, err);
     json_decref(state);
     neox_ckpt_reader_close(r);
     return rc;

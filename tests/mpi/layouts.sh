@@ -1,0 +1,134 @@
+# tests/mpi/layouts.sh: 3-D parallelism against one rank. The same model and global batch train
+# 20 steps under each layout (dp2, tp2, pp2 with 4 micro-batches, tp2+pp2, dp2+tp2, dp2+pp2, dp2
+# with ZeRO-1 and ZeRO-2, dp4 with ZeRO-1); losses, evaluations and final parameters must equal
+# the single-rank run's within 1e-5 relative. A Llama-style model (rmsnorm, swiglu, GQA, untied)
+# checks the cuts of its tensors under tp2, pp2 and tp2+pp2. Checkpoints move across layouts
+# (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
+# group moves per step equal the analytical count. Killing one rank ends the job with `latest` intact.
+source tests/lib.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=$NEOX_BIN/neox-train
+CONVERT=$NEOX_BIN/neox-convert
+T=$TEST_TMP
+PY=.venv/bin/python
+command -v "$MPIEXEC" >/dev/null || { skip "3-D parallel layouts" "$MPIEXEC is not installed"; exit 0; }
+[ -x "$PY" ] || { skip "3-D parallel layouts" ".venv is missing (make deps)"; exit 0; }
+
+python3 - "$T/docs.jsonl" <<'EOF'
+import json, random, sys
+random.seed(7)
+words = ["the", "king", "queen", "sword", "crown", "night", "day", "love", "war", "speak", "thou", "art", "doth"]
+with open(sys.argv[1], "w") as f:
+    for _ in range(500):
+        f.write(json.dumps({"text": " ".join(random.choice(words) for _ in range(random.randint(10, 60)))}) + "\n")
+EOF
+check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+
+# config NAME KIND MICRO ACCUM ITERS EXTRA: KIND neox (layernorm, gelu, parallel residual, tied) or llama.
+config() {
+    local arch
+    if [ "$2" = neox ]; then
+        arch='"norm": "layernorm", "activation": "gelu", "gpt_j_residual": true, "pos_emb": "rotary", "rotary_pct": 0.5'
+    else
+        arch='"norm": "rmsnorm", "activation": "swiglu", "num_kv_heads": 2, "no_weight_tying": true, "pos_emb": "rotary",
+              "use_bias_in_attn_linear": false, "use_bias_in_mlp": false, "use_bias_in_norms": false, "intermediate_size": 96'
+    fi
+    cat >"$T/$1.yml" <<EOF
+{
+  "num_layers": 4, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
+  $arch, "make_vocab_size_divisible_by": 64,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.003}}, "lr_decay_style": "cosine", "warmup": 0.1,
+  "clip_grad": 1.0, "weight_decay": 0.01,
+  "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
+  "train_iters": $5, "eval_interval": 10, "eval_iters": 2, "log_interval": 1,
+  "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer",
+  "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": ${CKPT_FACTOR:-10} $6
+}
+EOF
+}
+
+# run NAME RANKS: trains $T/NAME.yml on RANKS ranks and exports the final parameters.
+run() {
+    local launch=()
+    [ "$2" -gt 1 ] && launch=("$MPIEXEC" -n "$2")
+    check "$1: train on $2 rank(s)" "${launch[@]}" "$TRAIN" -q "$T/$1.yml"
+    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
+}
+
+same() {  # same NAME REFERENCE: losses, evaluations and parameters within 1e-5
+    check "$1 follows the single-rank run (losses, evaluations, final parameters within 1e-5)" \
+        "$PY" tests/mpi/layouts_check.py same "$T/$2" "$T/$1"
+}
+
+TP=', "model_parallel_size": 2' PP=', "pipe_parallel_size": 2'
+Z1=', "zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_bucket_size": 3000}'
+Z2=', "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 3000}'
+config one neox 2 4 20 ""
+run one 1
+for spec in "dp2 2 2 2 ''" "tp2 2 2 4 '$TP'" "pp2 2 2 4 '$PP'" "tp2pp2 4 2 4 '$TP$PP'" "dp2tp2 4 2 2 '$TP'" \
+            "dp2pp2 4 2 2 '$PP'" "dp2z1 2 2 2 '$Z1'" "dp2z2 2 2 2 '$Z2'" "dp4z1 4 2 1 '$Z1'"; do
+    eval "set -- $spec"
+    config "$1" neox "$3" "$4" 20 "$5"
+    run "$1" "$2"
+    same "$1" one
+done
+config llama1 llama 2 4 20 ""
+run llama1 1
+for spec in "llamatp2 2 '$TP'" "llamapp2 2 '$PP'" "llamatp2pp2 4 '$TP$PP'"; do
+    eval "set -- $spec"
+    config "$1" llama 2 4 20 "$3"
+    run "$1" "$2"
+    same "$1" llama1
+done
+
+# Cross-layout resume: 10 steps under one layout, 10 more under another, against the 20-step run.
+resume() {  # resume NAME FROM_RANKS FROM_MICRO FROM_ACCUM FROM_EXTRA TO_RANKS TO_MICRO TO_ACCUM TO_EXTRA
+    config "$1-a" neox "$3" "$4" 20 "$5, \"exit_interval\": 10"
+    config "$1-b" neox "$7" "$8" 20 "$9, \"load\": \"$T/$1-a/ckpt\""
+    local a=() b=()
+    [ "$2" -gt 1 ] && a=("$MPIEXEC" -n "$2")
+    [ "$6" -gt 1 ] && b=("$MPIEXEC" -n "$6")
+    check "$1: first 10 steps" "${a[@]}" "$TRAIN" -q "$T/$1-a.yml"
+    check "$1: resume for 10 more under the other layout" "${b[@]}" "$TRAIN" -q "$T/$1-b.yml"
+    check "$1: the resumed run continues the straight run's trajectory (within 1e-5)" \
+        "$PY" tests/mpi/layouts_check.py resumed "$T/one" "$T/$1-a" "$T/$1-b"
+}
+resume "tp2pp2-to-dp4z1" 4 2 4 "$TP$PP" 4 2 1 "$Z1"
+resume "dp4z1-to-tp2pp2" 4 2 1 "$Z1" 4 2 4 "$TP$PP"
+resume "dp2-to-dp1" 2 2 2 "" 1 2 4 ""
+
+# Communication volume: the bytes per step (the difference of a 6- and a 4-step run) per group.
+volume() {  # volume NAME RANKS MICRO ACCUM EXTRA
+    local launch=("$MPIEXEC" -n "$2")
+    for n in 4 6; do
+        config "$1-$n" neox "$3" "$4" "$n" "$5, \"do_valid\": false, \"do_test\": false"
+        check "$1: $n steps" "${launch[@]}" "$TRAIN" -q "$T/$1-$n.yml"
+    done
+    check "$1: bytes per step of every group equal the analytical count" \
+        "$PY" tests/mpi/layouts_check.py volume "$1" "$T/one/hf/config.json" "$3" "$4" "$T/$1-4" "$T/$1-6"
+}
+volume dp2 2 2 2 ""
+volume dp2z1 2 2 2 "$Z1"
+volume dp2z2 2 2 2 "$Z2"
+volume tp2 2 2 4 "$TP"
+volume pp2 2 2 4 "$PP"
+
+# One rank killed mid-run: the job ends with a failure, no hang, and `latest` names a sound checkpoint.
+CKPT_FACTOR=5 config kill neox 2 2 100000 ""
+"$MPIEXEC" -n 2 "$TRAIN" -q "$T/kill.yml" >"$T/kill.out" 2>&1 &
+launcher=$!
+for _ in $(seq 100); do [ -f "$T/kill/ckpt/latest" ] && break; sleep 0.2; done
+victim=$(for p in $(pgrep -f "neox-train -q $T/kill.yml"); do
+    grep -qz '^PMI_RANK=1$' "/proc/$p/environ" 2>/dev/null && echo "$p"; done | head -1)
+start=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+( sleep 60; kill -9 "$launcher" 2>/dev/null ) &
+watchdog=$!
+wait "$launcher"
+status=$?
+kill "$watchdog" 2>/dev/null
+check "killing rank 1 mid-run ends the job with a failure status within 60 s" \
+    test -n "$victim" -a "$status" -ne 0 -a $(( $(date +%s) - start )) -lt 60
+check_output "latest still names a sound checkpoint" "is sound" "$CONVERT" verify "$T/kill/ckpt"

@@ -1,0 +1,118 @@
+"""tests/mpi/layouts_check.py: the checks of tests/mpi/layouts.sh.
+
+  same REF RUN                 RUN's losses, evaluations and exported parameters equal REF's within 1e-5
+  resumed STRAIGHT A B         A (steps 1..10) then B (11..20) equal the straight run within 1e-5
+  volume NAME CONFIG MICRO ACCUM RUN4 RUN6
+                               bytes per step of each group (RUN6 - RUN4) / 2 equal the count below
+
+The expected volumes are written out from the model's sizes (config.json of the HF export).
+"""
+import json
+import sys
+
+import numpy as np
+from safetensors.numpy import load_file
+
+TOL = 1e-5
+KEYS = ("train/lm_loss", "validation/lm_loss", "test/lm_loss")
+
+
+def metrics(run):
+    table = {}
+    for line in open(f"{run}/log/metrics.jsonl"):
+        r = json.loads(line)
+        for k in KEYS:
+            if k in r:
+                table[(r["iteration"], k)] = r[k]
+    return table
+
+
+def compare(a, b, keys):
+    bad = [(k, a[k], b[k]) for k in keys if abs(a[k] - b[k]) > TOL * abs(a[k])]
+    print(f"{len(keys)} values compared, {len(bad)} differ: {bad[:5]}")
+    return not bad and keys
+
+
+def same(ref, run):
+    a, b = metrics(ref), metrics(run)
+    if a.keys() != b.keys():
+        print("different records:", sorted(set(a) ^ set(b))[:10])
+        return False
+    ok = compare(a, b, sorted(a))
+    pa, pb = load_file(f"{ref}/hf/model.safetensors"), load_file(f"{run}/hf/model.safetensors")
+    # Relative L2 difference over all parameters. (Per tensor, the biases reach 2-3e-5: they start
+    # at zero, and Adam turns reordering noise in their near-zero gradients into steps of size lr.)
+    diff = sum(float(np.sum((pa[k].astype(np.float64) - pb[k]) ** 2)) for k in pa)
+    norm = sum(float(np.sum(pa[k].astype(np.float64) ** 2)) for k in pa)
+    worst_name = max(pa, key=lambda k: np.linalg.norm(pa[k] - pb[k]) / max(np.linalg.norm(pa[k]), 1e-30))
+    worst = (diff / norm) ** 0.5
+    print(f"{len(pa)} tensors, relative L2 difference {worst:.2e} (worst tensor {worst_name})")
+    return bool(ok) and pa.keys() == pb.keys() and worst <= TOL
+
+
+def resumed(straight, first, second):
+    s, a, b = metrics(straight), metrics(first), metrics(second)
+    keys_a = [k for k in s if k[0] <= 10 and k[1] == "train/lm_loss"]
+    keys_b = [k for k in s if k[0] > 10]
+    missing = [k for k in keys_a if k not in a] + [k for k in keys_b if k not in b]
+    if missing or not keys_a or not keys_b:
+        print("missing records:", missing[:10])
+        return False
+    return bool(compare(s, a, keys_a)) and bool(compare(s, b, keys_b))
+
+
+def per_step(run4, run6):
+    r4, r6 = (json.load(open(f"{r}/log/comm_stats.json")) for r in (run4, run6))
+    out = []
+    for a, b in zip(r4["ranks"], r6["ranks"]):
+        groups = {}
+        for g in ("data", "model", "pipe", "embed"):
+            ops = set(a["groups"][g]) | set(b["groups"][g])
+            groups[g] = {op: (b["groups"][g].get(op, {}).get("bytes", 0) - a["groups"][g].get(op, {}).get("bytes", 0)) / 2
+                         for op in ops}
+            groups[g] = {op: v for op, v in groups[g].items() if v}
+        out.append((b, groups))
+    return out
+
+
+def param_count(c):
+    C, L, V, F = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["intermediate_size"]
+    layer = 4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C
+    return V * C + L * layer + 2 * C + (0 if c.get("tie_word_embeddings", True) else V * C)
+
+
+def expected(name, c, micro, accum, rank):
+    C, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    N, M, n = micro * 32, accum, param_count(c)
+    if name == "dp2":
+        return {"data": {"all_reduce": 4 * n + 8}}
+    if name == "dp2z1":
+        return {"data": {"reduce_scatter": 4 * n, "all_gather": 4 * n, "all_reduce": 16}}
+    if name == "dp2z2":  # reduce-scatter after every micro-batch
+        return {"data": {"reduce_scatter": M * 4 * n, "all_gather": 4 * n, "all_reduce": 16}}
+    if name == "tp2":
+        forward = 4 * N * C * (1 + 2 * L) + 4 * N + 16 * N  # embedding, 2 row-parallel per layer, CE max + stats
+        backward = 8 * N * C * L + 4 * N * C               # one (2, N, C) reduction per layer, the output layer
+        return {"model": {"all_reduce": M * (forward + backward) + 8}}
+    if name == "pp2":
+        return {"pipe": {"send": 4 * N * C * M, "recv": 4 * N * C * M, "broadcast": 8, "all_reduce": 8},
+                "embed": {"all_reduce": 4 * V * C}}
+    raise SystemExit(f"no expectation for {name}")
+
+
+def volume(name, config, micro, accum, run4, run6):
+    c = json.load(open(config))
+    ok = True
+    for info, got in per_step(run4, run6):
+        want = expected(name, c, int(micro), int(accum), info["rank"])
+        for g in ("data", "model", "pipe", "embed"):
+            if got[g] != want.get(g, {}):
+                print(f"rank {info['rank']} group {g}: got {got[g]}, expected {want.get(g, {})}")
+                ok = False
+    print("per-step volumes match" if ok else "per-step volumes differ")
+    return ok
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    sys.exit(0 if {"same": same, "resumed": resumed, "volume": volume}[cmd](*args) else 1)
