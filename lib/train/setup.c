@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <zlib.h>
 
 #include "internal.h"
 
@@ -51,6 +52,25 @@ static int check_layout(const neox_trainer *t, neox_error *err) {
     const char *precision = neox_config_str(t->cfg, "precision");
     if (t->rank0 && !t->opts.quiet && precision && strcmp(precision, "fp32") != 0)
         neox_notice("precision %s: the CPU backend trains in fp32 (parameters, gradients and optimizer state)", precision);
+    return 0;
+}
+
+// Every rank must train the same configuration: the CRC-32 of the effective config (as JSON)
+// is compared over all ranks at start-up.
+static int check_same_config(const neox_trainer *t, neox_error *err) {
+    if (t->grid->world_size <= 1) return 0;
+    char *text = NULL;
+    size_t size = 0;
+    FILE *mem = open_memstream(&text, &size);
+    neox_config_print_as(t->cfg, "json", mem);
+    fclose(mem);
+    int64_t crc[2] = {(int64_t)crc32(0L, (const Bytef *)text, (uInt)size), 0};
+    free(text);
+    crc[1] = -crc[0];
+    neox_allreduce_max(&t->grid->world, crc, 2, NEOX_I64);  // max and -min
+    if (crc[0] != -crc[1])
+        return neox_fail(err, NEOX_EXIT_USAGE, "the ranks loaded different configurations (check that every rank reads "
+                         "the same files and environment)");
     return 0;
 }
 
@@ -226,7 +246,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     t->train_batch_size = neox_config_int(cfg, "train_batch_size");
     t->state.seed = (uint64_t)neox_config_int(cfg, "seed");
     setup_checkpoint_schedule(t);
-    if (check_layout(t, err) != 0 || setup_model(t, err) != 0 || setup_optimizer(t, err) != 0 ||
+    if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_model(t, err) != 0 || setup_optimizer(t, err) != 0 ||
         setup_data(t, err) != 0 || neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;

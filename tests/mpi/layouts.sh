@@ -132,3 +132,14 @@ kill "$watchdog" 2>/dev/null
 check "killing rank 1 mid-run ends the job with a failure status within 60 s" \
     test -n "$victim" -a "$status" -ne 0 -a $(( $(date +%s) - start )) -lt 60
 check_output "latest still names a sound checkpoint" "is sound" "$CONVERT" verify "$T/kill/ckpt"
+
+# Ranks that load different configurations are stopped at start-up.
+echo '{"seed": 5}' >"$T/other-seed.yml"
+cat >"$T/differ.sh" <<EOF
+#!/bin/sh
+if [ "\$PMI_RANK" = 1 ]; then exec "$TRAIN" -q "$T/one.yml" "$T/other-seed.yml"; fi
+exec "$TRAIN" -q "$T/one.yml"
+EOF
+chmod +x "$T/differ.sh"
+check_fails "ranks with different configurations are refused at start-up" 2 "different configurations" \
+    timeout 60 "$MPIEXEC" -n 2 "$T/differ.sh"
