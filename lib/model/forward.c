@@ -17,12 +17,27 @@ static float *take(float **cursor, size_t n) {
     return p;
 }
 
+// The shard's sizes the plan is cut by: rows N = B*T, the fused QKV width W, the first MLP
+// projection's width FC (both swiglu halves).
+typedef struct plan_sizes {
+    size_t N, C, L, HS, NH, NKV, W, F, FC;
+} plan_sizes;
+
+static plan_sizes sizes_of(const neox_model *m) {
+    const neox_model_desc *d = &m->desc;
+    neox_shard s = neox_model_shard(d);
+    plan_sizes z = {(size_t)m->B * m->T, (size_t)d->hidden_size, (size_t)s.L, (size_t)d->head_size, (size_t)s.NH,
+                    (size_t)s.NKV, 0, (size_t)s.F, 0};
+    z.W = (z.NH + 2 * z.NKV) * z.HS;
+    z.FC = d->activation == NEOX_ACT_SWIGLU ? 2 * z.F : z.F;
+    return z;
+}
+
 // Carves one slot's saved activations from *cur.
 static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
     const neox_model_desc *d = &m->desc;
-    neox_shard s = neox_model_shard(d);
-    size_t N = (size_t)m->B * m->T, C = d->hidden_size, L = s.L, HS = d->head_size;
-    size_t NH = s.NH, NKV = s.NKV, W = (NH + 2 * NKV) * HS, F = s.F, FC = d->activation == NEOX_ACT_SWIGLU ? 2 * F : F;
+    plan_sizes z = sizes_of(m);
+    size_t N = z.N, C = z.C, L = z.L, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
     a->x = take(cur, (L + 1) * N * C);
     size_t sets = d->checkpoint_activations ? 1 : L;
     for (size_t i = 0; i < sets; i++) {
@@ -48,7 +63,7 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         a->lnf = take(cur, N * C);
         a->lnf_mean = take(cur, N);
         a->lnf_rstd = take(cur, N);
-        a->logits = take(cur, N * (size_t)s.V);
+        a->logits = take(cur, N * (size_t)neox_model_shard(d).V);
         a->losses = take(cur, N);
         a->ce_lse = take(cur, N);
         a->mask = take(cur, N);
@@ -60,9 +75,8 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
 // Carves the scratch all slots share.
 static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     const neox_model_desc *d = &m->desc;
-    neox_shard s = neox_model_shard(d);
-    size_t N = (size_t)m->B * m->T, T = m->T, C = d->hidden_size, HS = d->head_size;
-    size_t NH = s.NH, NKV = s.NKV, W = (NH + 2 * NKV) * HS, F = s.F, FC = d->activation == NEOX_ACT_SWIGLU ? 2 * F : F;
+    plan_sizes z = sizes_of(m);
+    size_t N = z.N, T = m->T, C = z.C, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
     size_t R = d->rotary_dims ? d->rotary_dims : 2;
     a->cos = take(cur, T * R / 2);
     a->sin = take(cur, T * R / 2);
