@@ -251,10 +251,12 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_trainer_free(t);
         return NULL;
     }
+    // total_params is a collective: every rank computes it, rank 0 prints it.
+    double nparams = t->opts.quiet ? 0 : total_params(t);
     if (t->rank0 && !t->opts.quiet) {
         char params[16];
         neox_info("model: %s parameters, %d layers, hidden %d, vocabulary %d (padded)",
-                  neox_format_count(total_params(t), params, sizeof params), t->model->desc.num_layers,
+                  neox_format_count(nparams, params, sizeof params), t->model->desc.num_layers,
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
         neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s", grid->world_size, grid->pipe_size,
                   grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "");
