@@ -15,6 +15,8 @@
 #   NEOX_NPROCS         ranks for mpiexec outside SLURM (default 1; inside SLURM: $SLURM_NTASKS)
 #   NEOX_REQUEUE        0: a trainer stopped by a signal exits 3 instead of requeueing the job
 #   NEOX_MAX_RESTARTS   stop requeueing after this many restarts (default 50)
+#   NEOX_INIT_CHECKPOINT  training jobs: the checkpoint a run starts from (as finetune) while its
+#                       own save directory holds none; later runs resume from save
 
 NEOX_HOME=${NEOX_HOME:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 NEOX_JOB=${NEOX_JOB:-$(basename "$0")}
@@ -68,11 +70,14 @@ neox_launcher() {
 # Signals. SLURM's warning (#SBATCH --signal=B:USR1@120, scancel --batch --signal=USR1) or a
 # preemption's SIGTERM reaches this shell; it is passed on to the ranks, which finish the step,
 # save and exit 3. A signal that comes before the ranks start is remembered and honoured then.
+# neox_train passes either signal on as USR1, which means the same to neox-train: mpiexec (hydra)
+# treats a SIGTERM as its own end and may exit 0 although the ranks saved and exited 3.
 neox_stop_signal=
 neox_child=
+neox_forward_as=
 _neox_on_signal() {
     neox_stop_signal=$1
-    [ -n "$neox_child" ] && kill "-$1" "$neox_child" 2>/dev/null
+    [ -n "$neox_child" ] && kill "-${neox_forward_as:-$1}" "$neox_child" 2>/dev/null
     return 0
 }
 trap '_neox_on_signal USR1' USR1
@@ -103,17 +108,22 @@ neox_launch() {
     neox_run "${launch[@]}" "$@"
 }
 
-# neox_config_value KEY CONFIG...: the effective value of KEY for these configs (empty for null),
-# as neox-train --print-config reports it for the world size of the launch.
-neox_config_value() {
-    local key=$1 out; shift
+# neox_read_config WORLD CONFIG...: loads the configs once, as neox-train --print-config reports
+# them for WORLD ranks (a configuration error stops the script); neox_value KEY then prints the
+# effective value of KEY (nothing for null). Call it outside $(...).
+neox_config_text=
+neox_read_config() {
+    local world=$1; shift
     [ -x "$NEOX_BIN/neox-train" ] || neox_die 2 "no neox-train in $NEOX_BIN (NEOX_BIN): run 'make' or set NEOX_BIN"
-    out=$("$NEOX_BIN/neox-train" --print-config --world-size "$(neox_world_size)" "$@") ||
-        neox_die 2 "the configs do not load: $*"
-    out=$(sed -n "s/^$key  *= \(.*\)  # [^#]*\$/\1/p" <<<"$out")
-    [ "$out" = null ] && out=
-    out=${out#\"}; out=${out%\"}
-    echo "$out"
+    neox_config_text=$("$NEOX_BIN/neox-train" --print-config --world-size "$world" "$@") ||
+        neox_die 2 "the configs do not load for $world rank(s): $*"
+}
+neox_value() {
+    local v
+    v=$(sed -n "s/^$1  *= \(.*\)  # [^#]*\$/\1/p" <<<"$neox_config_text")
+    [ "$v" = null ] && v=
+    v=${v#\"}
+    echo "${v%\"}"
 }
 
 neox_json_string() {  # neox_json_string TEXT: TEXT as a JSON string
@@ -123,21 +133,31 @@ neox_json_string() {  # neox_json_string TEXT: TEXT as a JSON string
 
 # neox_write_file PATH: stdin to PATH through a temporary name and a rename.
 neox_write_file() {
-    cat >"$1.tmp.$$" && mv -f "$1.tmp.$$" "$1"
+    cat >"$1.tmp.$$" && mv -f "$1.tmp.$$" "$1" || neox_die 1 "cannot write $1"
 }
 
-# neox_resume_config SAVE: when SAVE holds a checkpoint (SAVE/latest), writes SAVE/resume.yml, a
-# config that loads it with everything (weights, optimizer, data position, RNG: an exact resume),
-# and sets neox_resume to its path; otherwise sets it empty. SAVE is where every node can read it.
-neox_resume=
-neox_resume_config() {
-    local save=$1
-    neox_resume=
-    [ -f "$save/latest" ] || return 0
-    printf '{"load": %s, "finetune": false, "no_load_optim": false, "no_load_rng": false}\n' \
-        "$(neox_json_string "$save")" | neox_write_file "$save/resume.yml" ||
-        neox_die 1 "cannot write $save/resume.yml"
-    neox_resume=$save/resume.yml
+# neox_start_config SAVE: after neox_read_config, sets neox_start to a config file that makes the
+# run start where it should (or to nothing when the configs already do): SAVE/resume.yml, loading
+# SAVE (everything: an exact resume), when SAVE holds a checkpoint; else SAVE/init.yml, loading
+# NEOX_INIT_CHECKPOINT as a fine-tuning start, when that is set. The files live in SAVE, which
+# every node can read. GPT-NeoX configs refuse a key set twice, so the configs must leave `load`
+# to this (or set it to SAVE itself).
+neox_start=
+neox_start_config() {
+    local save=$1 load
+    load=$(neox_value load)
+    neox_start=
+    if [ -f "$save/latest" ]; then
+        [ -z "$load" ] || return 0
+        printf '{"load": %s}\n' "$(neox_json_string "$save")" | neox_write_file "$save/resume.yml"
+        neox_start=$save/resume.yml
+    elif [ -n "${NEOX_INIT_CHECKPOINT:-}" ]; then
+        [ -z "$load" ] || neox_die 2 "NEOX_INIT_CHECKPOINT is set but the configs set load ($load) too"
+        [ -e "$NEOX_INIT_CHECKPOINT" ] || neox_die 2 "NEOX_INIT_CHECKPOINT: no such checkpoint: $NEOX_INIT_CHECKPOINT"
+        printf '{"load": %s, "finetune": true}\n' "$(neox_json_string "$NEOX_INIT_CHECKPOINT")" |
+            neox_write_file "$save/init.yml"
+        neox_start=$save/init.yml
+    fi
 }
 
 # neox_train CONFIG...: one training run, requeue-safe. Resumes from the configs' own `save`
@@ -145,25 +165,41 @@ neox_resume_config() {
 # stopped by a signal (exit 3, after saving) requeues the job; any other failure is the job's exit.
 neox_train() {
     [ $# -gt 0 ] || neox_die 2 "no config files given"
-    local c
+    local c k
     for c in "$@"; do [ -f "$c" ] || neox_die 2 "no such config file: $c"; done
-    local train save
+    local train save load iters
     train=$(neox_tool neox-train)
-    save=$(neox_config_value save "$@")
+    neox_read_config "$(neox_world_size)" "$@"
+    save=$(neox_value save) load=$(neox_value load) iters=$(neox_value train_iters)
     [ -n "$save" ] || neox_die 2 "the configs set no 'save' directory, so a requeued job could not resume: set save and checkpoint_factor"
+    [ -z "$load" ] || [ "$(realpath -m -- "$load")" = "$(realpath -m -- "$save")" ] ||
+        neox_die 2 "the configs load $load but save to $save: a requeued job must load what it saved; leave load out (NEOX_INIT_CHECKPOINT=$load starts from it)"
+    for k in finetune no_load_optim no_load_rng; do
+        [ "$(neox_value $k)" != true ] ||
+            neox_die 2 "the configs set $k, so a requeued job would not resume exactly; leave it out (NEOX_INIT_CHECKPOINT starts from another checkpoint as finetune does)"
+    done
     mkdir -p "$save"
-    neox_resume_config "$save"
+    neox_start_config "$save"
     local -a configs=("$@")
-    if [ -n "$neox_resume" ]; then
+    [ -z "$neox_start" ] || configs+=("$neox_start")
+    if [ -f "$save/latest" ]; then
         neox_say "resuming from $save/$(cat "$save/latest") (restart ${SLURM_RESTART_COUNT:-0})"
-        configs+=("$neox_resume")
     fi
     local status=0
     if [ -n "$neox_stop_signal" ]; then
         neox_say "SIG$neox_stop_signal arrived before training started"
         status=3
     else
+        neox_forward_as=USR1
         neox_launch "$train" "${configs[@]}" || status=$?
+        neox_forward_as=
+    fi
+    # mpiexec (hydra) can exit 0 after passing a signal on although every rank saved and exited 3:
+    # then the checkpoint says whether training had finished.
+    if [ "$status" = 0 ] && [ -n "$neox_stop_signal" ]; then
+        local last
+        last=$(sed -n 's/^global_step\([0-9]*\)$/\1/p' "$save/latest" 2>/dev/null || true)
+        [ "${last:-0}" -ge "${iters:-0}" ] || status=3
     fi
     # A signal that landed while the ranks were still starting can kill them before their handler
     # is installed; the checkpoint in SAVE is still sound, so that is a preemption too.

@@ -19,8 +19,8 @@ Paths:
   --input PATH           [NEOX_INPUTS] a corpus shard (.jsonl, .jsonl.zst, .jsonl.gz, .txt), or a
                          folder whose files (sorted) are shards; one preprocess task per shard
   --config FILE          [NEOX_CONFIGS] neox-train configs (model, tokenizer, schedule, split,
-                         checkpoint_factor); the pipeline adds data_path, save, log_dir and
-                         tensorboard_dir (RUN/paths.yml, given last)
+                         checkpoint_factor); the pipeline sets data_path, save, log_dir and
+                         tensorboard_dir (RUN/paths.yml), so the configs leave them (and load) out
   --prompts FILE         [NEOX_GENERATE_INPUT] prompts (one a line) to generate samples from in eval
   --eval-data-dir DIR    [NEOX_EVAL_DATA_DIR] task files for --eval-tasks
   --bin DIR              [NEOX_BIN] the neox.c tools (default: this checkout's bin/)
@@ -46,7 +46,7 @@ Resources:
 EOF
 }
 
-die() { echo "pipeline.sh: error: $*" >&2; exit 2; }
+die() { echo "pipeline.sh: error: $*" >&2; exit 2; }  # until jobs/common.sh is loaded
 
 here=$(cd "$(dirname "$0")" && pwd)
 export NEOX_HOME=${NEOX_HOME:-$(dirname "$here")}
@@ -119,6 +119,9 @@ done
 [ -z "$eval_data_dir" ] || { [ -d "$eval_data_dir" ] || die "no such folder: $eval_data_dir"; eval_data_dir=$(abs "$eval_data_dir"); }
 if [ -n "$bin" ]; then bin=$(abs "$bin"); else bin=$NEOX_HOME/bin; fi
 [ -x "$bin/neox-train" ] || die "no neox-train in $bin: run 'make' in $NEOX_HOME, or give --bin DIR"
+NEOX_BIN=$bin
+# shellcheck source=jobs/common.sh
+source "$here/common.sh"
 run_dir=$(abs "$run_dir")
 
 # The shards, one preprocess task each, in the order given (folders: their files, sorted).
@@ -132,33 +135,25 @@ for p in "${inputs[@]}"; do
     else die "no such input: $p"; fi
 done
 
-json() { local s=${1//\\/\\\\}; printf '"%s"' "${s//\"/\\\"}"; }
 mkdir -p "$run_dir"/{data,slurm,eval}
 printf '%s\n' "${shards[@]}" >"$run_dir/inputs.txt"
 data_prefix=$run_dir/data/corpus_text_document
 cat >"$run_dir/paths.yml" <<EOF
 # Written by jobs/pipeline.sh: the run folder's paths, given after the user's configs.
 {
-  "data_path": $(json "$data_prefix"),
-  "save": $(json "$run_dir/checkpoints"),
-  "log_dir": $(json "$run_dir/logs"),
-  "tensorboard_dir": $(json "$run_dir/tensorboard")
+  "data_path": $(neox_json_string "$data_prefix"),
+  "save": $(neox_json_string "$run_dir/checkpoints"),
+  "log_dir": $(neox_json_string "$run_dir/logs"),
+  "tensorboard_dir": $(neox_json_string "$run_dir/tensorboard")
 }
 EOF
 train_configs=("${configs[@]}" "$run_dir/paths.yml")
 
 # The configs must load for the training world size now, not hours later in the queue; the
 # tokenizer they name is the one preprocessing uses.
-effective=$("$bin/neox-train" --print-config --world-size $((nodes * ntasks)) "${train_configs[@]}") ||
-    die "the configs do not load (neox-train --print-config ${train_configs[*]})"
-value() {
-    local v
-    v=$(sed -n "s/^$1  *= \(.*\)  # [^#]*\$/\1/p" <<<"$effective")
-    [ "$v" = null ] && v=
-    v=${v#\"}; echo "${v%\"}"
-}
-tokenizer=$(value tokenizer_type) vocab=$(value vocab_file) merges=$(value merge_file)
-[ -n "$tokenizer" ] || die "the configs set no tokenizer_type"
+neox_read_config $((nodes * ntasks)) "${train_configs[@]}"
+tokenizer=$(neox_value tokenizer_type) vocab=$(neox_value vocab_file) merges=$(neox_value merge_file)
+[ -n "$tokenizer" ] || neox_die 2 "the configs set no tokenizer_type"
 pre_args=(--tokenizer-type "$tokenizer")
 [ -z "$vocab" ] || pre_args+=(--vocab-file "$vocab")
 [ -z "$merges" ] || pre_args+=(--merge-file "$merges")
