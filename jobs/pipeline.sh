@@ -175,31 +175,36 @@ export NEOX_GENERATE_OUTPUT=$run_dir/eval/samples.jsonl NEOX_GENERATE_ARGS=$gene
 export NEOX_CHECKPOINT=$run_dir/checkpoints NEOX_HF_OUTPUT=$run_dir/hf NEOX_HF_DTYPE=$hf_dtype
 export NEOX_RESHARD_ARGS=$reshard NEOX_RESHARD_OUTPUT=${reshard:+$run_dir/resharded}
 
-# submit NAME SBATCH-ARGS... -- SCRIPT ARGS...: prints the job id (a made-up one in a dry run).
-dry_id=1000
+# submit SBATCH-ARGS... SCRIPT ARGS...: sets job_id (a made-up one in a dry run).
+job_id=1000 submitted=()
 submit() {
     local out
     if [ "$dry_run" = 1 ]; then
-        printf '%q ' sbatch "$@" >&2; echo >&2
-        dry_id=$((dry_id + 1)); echo "$dry_id"
+        printf '%q ' sbatch "$@"; echo
+        job_id=$((job_id + 1))
         return
     fi
-    out=$(sbatch "$@") || { echo "pipeline.sh: error: sbatch $* failed" >&2; return 1; }
-    echo "${out%%;*}"
+    out=$(sbatch "$@") || neox_die 1 "sbatch failed: sbatch $*${submitted[*]:+ (already submitted: ${submitted[*]}; scancel them)}"
+    job_id=${out%%;*}
+    submitted+=("$job_id")
 }
 log=$run_dir/slurm
 n=${#shards[@]}
-pre=$(submit "${common[@]}" --array=0-$((n - 1)) -o "$log/%x-%A_%a.out" \
-      "$here/preprocess.sbatch" "${pre_args[@]}")
-merge=$(submit "${common[@]}" --dependency=afterok:"$pre" -o "$log/%x-%j.out" "$here/merge.sbatch")
+submit "${common[@]}" --array=0-$((n - 1)) -o "$log/%x-%A_%a.out" "$here/preprocess.sbatch" "${pre_args[@]}"
+pre=$job_id
+submit "${common[@]}" --dependency=afterok:"$pre" -o "$log/%x-%j.out" "$here/merge.sbatch"
+merge=$job_id
 train_res=(--nodes "$nodes" "${ranks[@]}")
 [ -z "$train_time" ] || train_res+=(--time "$train_time")
 [ -z "$signal" ] || train_res+=(--signal "$signal")
-train=$(submit "${common[@]}" "${train_res[@]}" --dependency=afterok:"$merge" -o "$log/%x-%j.out" \
-        "$here/train.sbatch" "${train_configs[@]}")
-evaluation=$(submit "${common[@]}" --nodes 1 "${ranks[@]}" --dependency=afterok:"$train" -o "$log/%x-%j.out" \
-        "$here/eval.sbatch" "${train_configs[@]}")
-conv=$(submit "${common[@]}" --dependency=afterok:"$evaluation" -o "$log/%x-%j.out" "$here/convert.sbatch")
+submit "${common[@]}" "${train_res[@]}" --dependency=afterok:"$merge" -o "$log/%x-%j.out" \
+    "$here/train.sbatch" "${train_configs[@]}"
+train=$job_id
+submit "${common[@]}" --nodes 1 "${ranks[@]}" --dependency=afterok:"$train" -o "$log/%x-%j.out" \
+    "$here/eval.sbatch" "${train_configs[@]}"
+evaluation=$job_id
+submit "${common[@]}" --dependency=afterok:"$evaluation" -o "$log/%x-%j.out" "$here/convert.sbatch"
+conv=$job_id
 
 {
     echo "preprocess $pre"
