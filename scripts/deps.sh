@@ -24,6 +24,8 @@ DEBS=(
   libcmocka-dev     # C unit tests
   slurm-wlm         # SLURM tests: slurmctld, slurmd, sbatch, srun on localhost
   munge             # SLURM authentication for those tests
+  bible-kjv         # make demo's corpus: the King James Bible (4.4 MB of public-domain English, pulls in
+                    # bible-kjv-text), printed by its `bible` program; a real text every Debian mirror has
   python3           # oracle tests
   python3-venv      # the oracle virtual environment
   python3-dev
