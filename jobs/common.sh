@@ -15,6 +15,7 @@
 #   NEOX_NPROCS         ranks for mpiexec outside SLURM (default 1; inside SLURM: $SLURM_NTASKS)
 #   NEOX_REQUEUE        0: a trainer stopped by a signal exits 3 instead of requeueing the job
 #   NEOX_MAX_RESTARTS   stop requeueing after this many restarts (default 50)
+#   NEOX_TASK_ID        outside a job array: the one task an array template runs (default: all)
 #   NEOX_INIT_CHECKPOINT  training jobs: the checkpoint a run starts from (as finetune) while its
 #                       own save directory holds none; later runs resume from save
 
