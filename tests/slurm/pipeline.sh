@@ -9,11 +9,7 @@ source tests/slurm/jobs.lib
 T=$TEST_TMP
 PRE=$NEOX_BIN/neox-preprocess
 CONVERT=$NEOX_BIN/neox-convert
-need_shared "jobs/pipeline.sh" || exit 0
-[ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "jobs/pipeline.sh" "no Tiny Shakespeare in $DATA/text"; exit 0; }
-start_cluster "a single-node SLURM starts on localhost"
-
-python3 tests/tools/train_lib.py paragraphs "$DATA/text/tinyshakespeare_input.txt" "$T/all.jsonl"
+shakespeare_cluster "jobs/pipeline.sh"
 head -n 2500 "$T/all.jsonl" >"$T/s0.jsonl"
 sed -n '2501,5000p' "$T/all.jsonl" >"$T/s1.jsonl"
 tail -n +5001 "$T/all.jsonl" | gzip -n >"$T/s2.jsonl.gz"

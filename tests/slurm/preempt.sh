@@ -8,13 +8,8 @@
 source tests/lib.sh
 source tests/slurm/jobs.lib
 T=$TEST_TMP
-need_shared "train.sbatch preemption" || exit 0
-[ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "train.sbatch preemption" "no Tiny Shakespeare"; exit 0; }
-start_cluster "a single-node SLURM starts on localhost"
-
-python3 tests/tools/train_lib.py paragraphs "$DATA/text/tinyshakespeare_input.txt" "$T/all.jsonl"
-check "preprocess (char-level)" "$NEOX_BIN/neox-preprocess" --input "$T/all.jsonl" --output-prefix "$T/char" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+shakespeare_cluster "train.sbatch preemption"
+char_dataset
 ITERS=300
 cat >"$T/model.yml" <<EOF
 {

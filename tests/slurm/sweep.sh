@@ -7,13 +7,8 @@ source tests/lib.sh
 source tests/slurm/jobs.lib
 T=$TEST_TMP
 TRAIN=$NEOX_BIN/neox-train
-need_shared "jobs/sweep.sbatch" || exit 0
-[ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "jobs/sweep.sbatch" "no Tiny Shakespeare"; exit 0; }
-start_cluster "a single-node SLURM starts on localhost"
-
-python3 tests/tools/train_lib.py paragraphs "$DATA/text/tinyshakespeare_input.txt" "$T/all.jsonl"
-check "preprocess (char-level)" "$NEOX_BIN/neox-preprocess" --input "$T/all.jsonl" --output-prefix "$T/char" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+shakespeare_cluster "jobs/sweep.sbatch"
+char_dataset
 cat >"$T/base.yml" <<EOF2
 {
   "num_layers": 2, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
