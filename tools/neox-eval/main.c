@@ -159,7 +159,7 @@ int main(int argc, char **argv) {
     if (optind >= argc) neox_usage_error(print_config ? "--print-config: no config file given" : "no config file given");
     if (print_config) {
         neox_error err = {0};
-        neox_config_options opts = {.world_size = 1};
+        neox_config_options opts = {.world_size = 1, .data_parallel_only = 1};
         if (neox_config_print_files((const char *const *)argv + optind, argc - optind, &opts, print_format, stdout, &err) < 0)
             neox_die_error(&err);
         return 0;
