@@ -45,5 +45,14 @@ const float *neox_generator_logits(const neox_generator *g);
 // asked for go through the output layer, which dominates the cost when few positions are scored.
 int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err);
 void neox_generator_score_logits(const neox_generator *g, int j, int count, float *logits);
+// Scores nseq sequences in one pass: sequence b is lens[b] ids of ids, packed one after the other
+// (at most max_len in all), each from position 0 and attending only to itself. Packing several
+// requests reads every weight once for all of them. The final norm covers every row, so
+// neox_generator_rows_logits then takes packed rows: row r0 + t is position t of the sequence
+// packed from r0.
+int neox_generator_score_packed(neox_generator *g, const int32_t *ids, const int *lens, int nseq, neox_error *err);
+// The logits (count, vocab) of the given rows of the last scoring (count <= max_len), in one pass
+// through the output layer.
+void neox_generator_rows_logits(neox_generator *g, const int *rows, int count, float *logits);
 
 #endif

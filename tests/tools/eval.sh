@@ -14,6 +14,13 @@ check_output "--print-config still works" 'eval_tasks' $EVAL --print-config conf
 check_fails "no config is a usage error" 2 'no config file' $EVAL
 check_fails "unknown option" 2 'unrecognized option' $EVAL --bogus x.yml
 check_fails "generate: unknown option" 2 'unrecognized option' $EVAL generate --bogus x.yml
+# neox-eval runs itself again with a passive OpenMP wait policy unless the user chose one.
+check_output "OMP_WAIT_POLICY unset: restarted once with passive" '^1$' sh -c \
+    "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT NEOX_LOG_LEVEL=debug $EVAL --version 2>&1 | grep -c 'running again with OMP_WAIT_POLICY=passive'"
+check_output "OMP_WAIT_POLICY set: kept" '^0$' sh -c \
+    "OMP_WAIT_POLICY=active NEOX_LOG_LEVEL=debug $EVAL --version 2>&1 | grep -c 'running again' || :"
+check_output "GOMP_SPINCOUNT set: kept" '^0$' sh -c \
+    "env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 NEOX_LOG_LEVEL=debug $EVAL --version 2>&1 | grep -c 'running again' || :"
 
 need_shared "neox-eval" || exit 0
 [ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "neox-eval" "no Tiny Shakespeare in $DATA/text"; exit 0; }
