@@ -79,6 +79,18 @@ assert r[0] == r[1], r
 ' "$T/orig" "$T/$name"
 done
 
+# --bootstrap-iters 0, as the harness's bootstrap_iters=0: no standard error at all.
+printf '{"context": "ROMEO:", "continuation": " I"}\n{"context": "KING", "continuation": " HENRY"}\n' >"$T/ll.jsonl"
+check "--bootstrap-iters 0: every standard error N/A" $EVAL -q "$T/model.yml" --tasks "mc:$T/mc.jsonl,loglikelihood:$T/ll.jsonl" \
+    --bootstrap-iters 0 --results-prefix "$T/noboot"
+check "--bootstrap-iters 0: results" python3 -c '
+import glob, json, sys
+r = json.load(open(glob.glob(sys.argv[1] + "_eval_results_*.json")[0]))["results"]
+se = [v for t in r.values() for k, v in t.items() if "_stderr," in k]
+assert len(se) == 4 and all(v == "N/A" for v in se), r
+' "$T/noboot"
+check_fails "--bootstrap-iters: not a number" 2 "bootstrap-iters: 'x'" $EVAL --bootstrap-iters x "$T/model.yml"
+
 # ---- malformed task files -------------------------------------------------------------------
 printf '{"context": "a", "choices": ["b", "c"], "label": 0}\n{"context": "a", "choices": ["b"], "label": 3}\n' >"$T/bad_label.jsonl"
 printf '{"context": "a", "choices": ["b", "c"], "label": 0}\n{"context": "a", "choices": \n' >"$T/bad_json.jsonl"
