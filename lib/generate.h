@@ -14,7 +14,7 @@ typedef struct neox_sampling {
     double temperature;       // 0 with top_k 0 and top_p 0: greedy (argmax)
     int top_k;                // keep the k most likely tokens (0: all)
     double top_p;             // keep the smallest set with probability > top_p (0: all)
-    unsigned long long seed;  // sampling draws are neox_uniform(seed, draw number)
+    unsigned long long seed;  // draw i of a completion is neox_uniform(seed, i)
     int vocab;                // only ids below this are generated (the tokenizer's size; the padded
                               // rows of the embedding are no tokens); 0: every id
 } neox_sampling;

@@ -22,7 +22,7 @@ struct neox_generator {
     float *cos, *sin;               // rotary tables (max_len, R/2)
     // Scratch for up to max_len new positions.
     float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act, *logits;
-    unsigned long long draws;       // sampling draws so far
+    unsigned long long draws;       // sampling draws of this completion so far
 };
 
 // A run of consecutive rows of one pass that belong to one sequence: rows [row, row + len) are its
@@ -317,6 +317,7 @@ int neox_generate(neox_generator *g, const int32_t *prompt, int nprompt, int max
     int n = nprompt, rc = 0;
     out->tokens = neox_malloc(((size_t)max_new + 1) * sizeof *out->tokens);
     g->len = 0;
+    g->draws = 0;  // each completion draws from its own seed (s->seed)
     if (g->recompute) rc = forward_recompute(g, seq, n, err);
     else forward_cached(g, seq, n);
     while (rc == 0 && out->n < max_new && n < g->max_len) {

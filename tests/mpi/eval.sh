@@ -2,6 +2,7 @@
 # and gathered, so every task metric equals the one-rank run; split perplexity over 2 ranks x
 # micro-batch 4 equals one rank x micro-batch 8 (the same global batches). A checkpoint written by
 # 2 ranks loads on 1. A tp2 x pp2 config evaluates on 1 and 3 ranks without an override file.
+# Generation shares its prompts over the ranks and writes the one-rank records in input order.
 source tests/lib.sh
 
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
@@ -78,3 +79,31 @@ check_output "tp2 x pp2 config on 3 ranks: data parallel, with a notice" \
 check "tp2 x pp2 config on 1 rank" $EVAL -q "$T/tp2pp2.yml" --tasks "$REQUEST_TASKS" --results-prefix "$T/tp2pp2_1"
 check "tp2 x pp2 config, 1 rank: the tp1 results" same_results tp2pp2_1 one subset
 check "tp2 x pp2 config, 3 ranks: the tp1 results" same_results tp2pp2_1 tp2pp2_3 subset
+
+# ---- generation shared over the data-parallel ranks: the one-rank records, in input order -------
+printf 'the king\nthou art\nspeak\nthe night\nlove\n' >"$T/prompts.txt"
+GEN=(generate -q "$T/model.yml" --maximum-tokens 12 --temperature 0.9 --top-k 8 --seed 3)
+check "generate input-file on 1 rank" $EVAL "${GEN[@]}" --text-gen-type input-file --sample-input-file "$T/prompts.txt" \
+    --sample-output-file "$T/gen1.jsonl"
+check_output "generate input-file on 3 ranks: each makes its share" '^2 2 1$' sh -c "NEOX_LOG_LEVEL=debug $MPIEXEC -n 3 \
+    $EVAL ${GEN[*]} --text-gen-type input-file --sample-input-file '$T/prompts.txt' --sample-output-file '$T/gen3.jsonl' 2>&1 |
+    sed -n 's/.*rank \([0-9]\)\].*generated \([0-9]*\) of the 5 completions.*/\1 \2/p' | sort | cut -d' ' -f2 | tr '\n' ' ' | sed 's/ $//'"
+check "generate unconditional on 1 and 2 ranks" sh -c "$EVAL ${GEN[*]} --text-gen-type unconditional --num-samples 3 \
+    --sample-output-file '$T/unc1.jsonl' && $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type unconditional --num-samples 3 \
+    --sample-output-file '$T/unc2.jsonl'"
+same_records() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+strip = lambda p: [{k: v for k, v in json.loads(l).items() if k != "duration_seconds"} for l in open(p)]
+a, b = strip(sys.argv[1]), strip(sys.argv[2])
+assert a == b and len(a) > 1, (a, b)
+assert len({r["text"] for r in a}) > 1, a  # each completion draws from its own seed
+PY
+}
+check "3 ranks: the 1-rank records, in input order" same_records "$T/gen1.jsonl" "$T/gen3.jsonl"
+check "unconditional, 2 ranks: the 1-rank samples" same_records "$T/unc1.jsonl" "$T/unc2.jsonl"
+check_output "interactive on 2 ranks: rank 0 reads the prompts" '^2$' sh -c \
+    "printf 'the king\nlove\nexit\n' | $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type interactive --sample-output-file '$T/i.jsonl' >/dev/null && wc -l <'$T/i.jsonl'"
+check_fails "a prompt too long on one rank fails every rank" 2 'the prompt has' sh -c \
+    "python3 -c 'print(\"short\"); print(\"x \" * 40)' >'$T/long.txt' && $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type input-file \
+    --sample-input-file '$T/long.txt' --sample-output-file '$T/long.jsonl'"
