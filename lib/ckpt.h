@@ -30,6 +30,11 @@ int neox_ckpt_write_range(neox_ckpt_writer *w, const char *name, int ndim, const
 int neox_ckpt_write_bytes(neox_ckpt_writer *w, const char *name, const void *data, size_t size, neox_error *err);
 // Flushes, fsyncs and renames the file into place; frees w. On error the temporary is removed.
 int neox_ckpt_writer_close(neox_ckpt_writer *w, neox_error *err);
+// The same, also filling entry->bytes and entry->crc32 (name and rank are left as they are) for
+// the manifest: what neox_ckpt_file_checksum() gives on the finished file, computed from the data
+// as it was written plus a read of HDF5's metadata only, not of the whole file.
+typedef struct neox_ckpt_file_entry neox_ckpt_file_entry;
+int neox_ckpt_writer_close_entry(neox_ckpt_writer *w, neox_ckpt_file_entry *entry, neox_error *err);
 // Removes the temporary file and frees w (for error paths).
 void neox_ckpt_writer_abort(neox_ckpt_writer *w);
 

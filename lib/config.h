@@ -84,6 +84,10 @@ const neox_key_spec *neox_key_find(const char *name);  // '-' and '_' equal; NUL
 typedef struct neox_config_options {
     int world_size;   // ranks the job runs on (derives the data-parallel size); <= 0 means 1
     int quiet;        // do not print the notice listing ignored keys
+    // Every rank is data parallel (neox-eval): pipe_parallel_size and model_parallel_size describe
+    // the checkpoint only (they still pad the vocabulary), the data-parallel size is world_size,
+    // whatever the two sizes are, and global_num_gpus (the training job's) is not checked.
+    int data_parallel_only;
 } neox_config_options;
 
 typedef struct neox_config neox_config;

@@ -73,6 +73,8 @@ int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neo
 typedef struct neox_task_options {
     const char *data_dir;    // where lambada_test.jsonl, piqa_valid*.jsonl/.lst and wikitext files are
     int64_t limit;           // at most this many examples per task (0: all)
+    int64_t bootstrap_iters; // the harness's bootstrap_iters (its default 100000): resamples for the
+                             // standard error of perplexity; 0 reports no standard errors at all
 } neox_task_options;
 
 // Runs one task by name: lambada_openai, piqa, wikitext, mc:FILE.jsonl, loglikelihood:FILE.jsonl,
@@ -107,6 +109,21 @@ int neox_eval_loglikelihood(neox_evaluator *ev, const neox_ll_request *reqs, int
 // make_disjoint_window) over tokens: disjoint requests that together score every token once.
 // Returns the number of windows (*out malloc'ed; release each).
 int64_t neox_rolling_windows(const int32_t *tokens, int64_t n, int32_t prefix, int max_len, neox_ll_request **out);
+
+// ---- the harness's bootstrap (lib/eval/bootstrap.c) -------------------------------------------
+// lm-evaluation-harness 0.4's bootstrap_stderr for perplexity, draw for draw: iters resamples in
+// chunks of neox_bootstrap_chunk(iters) = min(1000, iters), chunk c drawn by Python's
+// random.Random(c).choices(ll, k=n), each resample's exp(-mean); neox_bootstrap_count(iters) =
+// iters // chunk x chunk resamples in all. neox_bootstrap_perplexity fills the resamples of chunks
+// part, part + parts, ... (a data-parallel rank's share) at their places in replicates; the
+// standard error is neox_sample_stddev of all of them.
+int64_t neox_bootstrap_chunk(int64_t iters);
+int64_t neox_bootstrap_count(int64_t iters);
+void neox_bootstrap_perplexity(const double *ll, int64_t n, int64_t iters, int part, int parts, double *replicates);
+// The harness's sample_stddev: sqrt(sum((x - mean)^2) / (n - 1)); NaN for n < 2.
+double neox_sample_stddev(const double *x, int64_t n);
+// Python's random.Random(seed).random() after k earlier calls (for tests of the generator).
+double neox_python_random(uint64_t seed, int64_t k);
 
 // The harness's wikitext_detokenizer (lm_eval/tasks/wikitext/preprocess_wikitext.py): a new string.
 char *neox_wikitext_detokenize(const char *text);

@@ -14,7 +14,7 @@ typedef struct neox_sampling {
     double temperature;       // 0 with top_k 0 and top_p 0: greedy (argmax)
     int top_k;                // keep the k most likely tokens (0: all)
     double top_p;             // keep the smallest set with probability > top_p (0: all)
-    unsigned long long seed;  // sampling draws are neox_uniform(seed, draw number)
+    unsigned long long seed;  // draw i of a completion is neox_uniform(seed, i)
     int vocab;                // only ids below this are generated (the tokenizer's size; the padded
                               // rows of the embedding are no tokens); 0: every id
 } neox_sampling;
@@ -45,5 +45,14 @@ const float *neox_generator_logits(const neox_generator *g);
 // asked for go through the output layer, which dominates the cost when few positions are scored.
 int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err);
 void neox_generator_score_logits(const neox_generator *g, int j, int count, float *logits);
+// Scores nseq sequences in one pass: sequence b is lens[b] ids of ids, packed one after the other
+// (at most max_len in all), each from position 0 and attending only to itself. Packing several
+// requests reads every weight once for all of them. The final norm covers every row, so
+// neox_generator_rows_logits then takes packed rows: row r0 + t is position t of the sequence
+// packed from r0.
+int neox_generator_score_packed(neox_generator *g, const int32_t *ids, const int *lens, int nseq, neox_error *err);
+// The logits (count, vocab) of the given rows of the last scoring (count <= max_len), in one pass
+// through the output layer.
+void neox_generator_rows_logits(neox_generator *g, const int *rows, int count, float *logits);
 
 #endif

@@ -22,8 +22,9 @@ typedef struct neox_st_tensor {
 
 typedef struct neox_safetensors {
     char *name;           // for messages
-    unsigned char *file;  // the whole file
+    unsigned char *file;  // the whole file: mapped read-only (open) or malloc'ed (parse)
     size_t file_size;
+    int mapped;
     int count;
     neox_st_tensor *tensors;  // in file-data order
 } neox_safetensors;

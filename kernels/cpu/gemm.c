@@ -3,7 +3,10 @@
 // panel is a single-threaded OpenBLAS sgemm. Letting OpenBLAS run its own pthreads beside the
 // OpenMP ones instead leaves two pools busy-waiting for the same cores between kernels (measured:
 // about a tenth of the CPU time of a training step went to spinning). Inside a parallel region
-// (attention's tiles) the call goes straight to OpenBLAS on the calling thread.
+// (attention's tiles) the call goes straight to OpenBLAS on the calling thread. A product with
+// one row (a decoding step: one position through a linear layer) is a matrix-vector product and
+// goes to sgemv: OpenBLAS's sgemm would first pack (copy) the whole weight matrix for that one
+// row, which took half of generation's time.
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -12,6 +15,9 @@
 
 // Below this many multiply-adds a GEMM is not worth waking the other threads for.
 #define GEMM_PARALLEL_MIN (1 << 21)
+// A matrix-vector product reads each weight once: below this many weights (1 MB) the matrix is read
+// faster by one thread than the other threads can be woken.
+#define GEMV_PARALLEL_MIN (1 << 18)
 // Panels start on multiples of this many rows/columns (OpenBLAS's register blocks divide it).
 enum { GEMM_PANEL_ALIGN = 32 };
 
@@ -33,9 +39,39 @@ static void panel(int len, int t, int n, int *start, int *end) {
     *end = b1 * GEMM_PANEL_ALIGN < len ? b1 * GEMM_PANEL_ALIGN : len;
 }
 
+// Columns [s, e) of the one-row C = alpha * a op(B) + beta * C, a with stride inc: op(B)^T a.
+static void sgemv_part(int trans_b, int s, int e, int K, float alpha, const float *a, int inc, const float *B, int ldb,
+                       float beta, float *C) {
+    if (e <= s) return;
+    if (trans_b)  // B is (N, K): rows s..e of B times a
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, e - s, K, alpha, B + (size_t)s * ldb, ldb, a, inc, beta, C + s, 1);
+    else          // B is (K, N): columns s..e of B, transposed, times a
+        cblas_sgemv(CblasRowMajor, CblasTrans, K, e - s, alpha, B + s, ldb, a, inc, beta, C + s, 1);
+}
+
+// M == 1: the row of op(A) is A's first row (trans_a: its first column, stride lda).
+static void sgemv_row(int trans_a, int trans_b, int N, int K, float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C) {
+    int inc = trans_a ? lda : 1;
+    if (omp_in_parallel() || omp_get_max_threads() == 1 || (double)N * K < GEMV_PARALLEL_MIN) {
+        sgemv_part(trans_b, 0, N, K, alpha, A, inc, B, ldb, beta, C);
+        return;
+    }
+    #pragma omp parallel
+    {
+        int s, e;
+        panel(N, omp_get_thread_num(), omp_get_num_threads(), &s, &e);
+        sgemv_part(trans_b, s, e, K, alpha, A, inc, B, ldb, beta, C);
+    }
+}
+
 void neox_cpu_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                     const float *B, int ldb, float beta, float *C, int ldc) {
     pthread_once(&blas_once, make_blas_single_threaded);
+    if (M == 1 && N > 0 && K > 0) {
+        sgemv_row(trans_a, trans_b, N, K, alpha, A, lda, B, ldb, beta, C);
+        return;
+    }
     if (omp_in_parallel() || omp_get_max_threads() == 1 || (double)M * N * K < GEMM_PARALLEL_MIN) {
         sgemm1(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;

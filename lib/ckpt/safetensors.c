@@ -1,9 +1,13 @@
 // safetensors.c: the safetensors format (lib/safetensors.h). The header is parsed with jansson;
 // the checks follow the format's rules: known dtypes, shapes that match the byte ranges, ranges
 // inside the data section that cover it exactly without overlap, unique names.
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "safetensors.h"
 
@@ -30,7 +34,8 @@ void neox_safetensors_close(neox_safetensors *st) {
     if (!st) return;
     for (int i = 0; i < st->count; i++) free(st->tensors[i].name);
     free(st->tensors);
-    free(st->file);
+    if (st->mapped) munmap(st->file, st->file_size);
+    else free(st->file);
     free(st->name);
     free(st);
 }
@@ -139,11 +144,13 @@ static int parse_header(neox_safetensors *st, neox_error *err) {
     return 0;
 }
 
-neox_safetensors *neox_safetensors_parse(unsigned char *buf, size_t size, const char *name, neox_error *err) {
+// Takes ownership of buf: unmapped (mapped) or freed by close, also on error.
+static neox_safetensors *parse_owned(unsigned char *buf, size_t size, int mapped, const char *name, neox_error *err) {
     neox_safetensors *st = neox_calloc(1, sizeof *st);
     st->name = neox_strdup(name);
     st->file = buf;
     st->file_size = size;
+    st->mapped = mapped;
     if (parse_header(st, err) != 0) {
         neox_safetensors_close(st);
         return NULL;
@@ -151,11 +158,31 @@ neox_safetensors *neox_safetensors_parse(unsigned char *buf, size_t size, const 
     return st;
 }
 
+neox_safetensors *neox_safetensors_parse(unsigned char *buf, size_t size, const char *name, neox_error *err) {
+    return parse_owned(buf, size, 0, name, err);
+}
+
+// The file mapped read-only (NULL when it cannot be: empty, or not a regular file). Tensors are
+// then used where the page cache holds them: reading them into a buffer would cost a copy and
+// the zeroing of as many fresh pages, as much time as the conversion's own writing.
+static unsigned char *map_file(const char *path, size_t *size) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+        *size = (size_t)st.st_size;
+        p = mmap(NULL, *size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    }
+    if (fd >= 0) close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 neox_safetensors *neox_safetensors_open(const char *path, neox_error *err) {
     size_t size;
+    unsigned char *map = map_file(path, &size);
+    if (map) return parse_owned(map, size, 1, path, err);
     char *buf = neox_read_file(path, &size, err);
-    if (!buf) return NULL;
-    return neox_safetensors_parse((unsigned char *)buf, size, path, err);
+    return buf ? parse_owned((unsigned char *)buf, size, 0, path, err) : NULL;
 }
 
 int neox_safetensors_write(const char *path, const neox_st_entry *entries, int count, const char *metadata_json,

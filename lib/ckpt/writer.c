@@ -1,10 +1,14 @@
 // writer.c: writes one HDF5 shard file of a layout-free checkpoint (see ckpt.h). Each piece of a
 // tensor is one dataset with attributes: "neox_piece" ("block", "range" or "bytes"),
 // "global_shape" and either "offset" (block) or "range_start" (range). The file is created under a
-// temporary name and renamed into place only once closed and synced.
+// temporary name and renamed into place only once closed and synced. The CRC-32 of each dataset's
+// raw bytes is taken from memory as it is written, so closing can give the file's manifest entry
+// without reading the data back (shard_crc.c).
 #include "ckpt.h"
 #include "ckpt/hdf5_util.h"
+#include "ckpt/shard_crc.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,9 @@ struct neox_ckpt_writer {
     hid_t file;
     hid_t link_props;  // creates intermediate groups for '/'-separated names
     char *path, *tmp_path;
+    neox_crc_extents extents;  // where each dataset's raw bytes lie, with their CRC-32
+    int extents_unknown;       // a dataset without a contiguous address: read the whole file
+    int fd;                    // HDF5's descriptor of the file (sec2 driver), -1 if not known
 };
 
 neox_ckpt_writer *neox_ckpt_writer_open(const char *path, neox_error *err) {
@@ -35,6 +42,8 @@ neox_ckpt_writer *neox_ckpt_writer_open(const char *path, neox_error *err) {
     H5Pset_create_intermediate_group(w->link_props, 1);
     w->path = neox_strdup(path);
     w->tmp_path = tmp;
+    int *handle = NULL;
+    w->fd = H5Fget_vfd_handle(file, H5P_DEFAULT, (void **)&handle) >= 0 && handle ? *handle : -1;
     return w;
 }
 
@@ -75,6 +84,23 @@ static int64_t element_count(int ndim, const int64_t *shape) {
     return n;
 }
 
+// Records where the dataset's bytes lie in the file. The datasets are contiguous and stored in
+// the native type they are written in, so the file holds exactly the bytes of `data` there.
+static void note_extent(neox_ckpt_writer *w, hid_t dset, const void *data, uint64_t bytes) {
+    if (bytes == 0) return;
+    haddr_t addr = H5Dget_offset(dset);
+    if (addr == HADDR_UNDEF) {
+        w->extents_unknown = 1;
+        return;
+    }
+    neox_crc_extents_add(&w->extents, (uint64_t)addr, data, bytes);
+#ifdef SYNC_FILE_RANGE_WRITE
+    // Start writing a large dataset to disk now, without waiting: the disk then works while the
+    // next tensors are produced, and the fsync before the rename waits only for what is left.
+    if (w->fd >= 0 && bytes >= (1u << 20)) sync_file_range(w->fd, (off_t)addr, (off_t)bytes, SYNC_FILE_RANGE_WRITE);
+#endif
+}
+
 // Creates one dataset of `type` holding data with the given HDF5 dimensions and tags it.
 static hid_t write_dataset(neox_ckpt_writer *w, const char *name, hid_t type, int rank, const hsize_t *dims,
                            const void *data, const char *kind, neox_error *err) {
@@ -86,6 +112,8 @@ static hid_t write_dataset(neox_ckpt_writer *w, const char *name, hid_t type, in
         neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write '%s': %s", w->tmp_path, name, neox_hdf5_error(msg));
         if (dset >= 0) H5Dclose(dset);
         dset = -1;
+    } else {
+        note_extent(w, dset, data, (uint64_t)H5Sget_simple_extent_npoints(space) * H5Tget_size(type));
     }
     H5Sclose(space);
     return dset;
@@ -130,6 +158,7 @@ int neox_ckpt_write_bytes(neox_ckpt_writer *w, const char *name, const void *dat
 
 static void writer_free(neox_ckpt_writer *w) {
     neox_cleanup_unregister(w->tmp_path);
+    neox_crc_extents_free(&w->extents);
     free(w->path);
     free(w->tmp_path);
     free(w);
@@ -143,12 +172,17 @@ void neox_ckpt_writer_abort(neox_ckpt_writer *w) {
     writer_free(w);
 }
 
-int neox_ckpt_writer_close(neox_ckpt_writer *w, neox_error *err) {
+int neox_ckpt_writer_close(neox_ckpt_writer *w, neox_error *err) { return neox_ckpt_writer_close_entry(w, NULL, err); }
+
+int neox_ckpt_writer_close_entry(neox_ckpt_writer *w, neox_ckpt_file_entry *entry, neox_error *err) {
     char msg[256];
     H5Pclose(w->link_props);
     int rc = 0;
     if (H5Fclose(w->file) < 0)
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot close checkpoint shard: %s", w->tmp_path, neox_hdf5_error(msg));
+    if (rc == 0 && entry)
+        rc = w->extents_unknown ? neox_ckpt_file_checksum(w->tmp_path, entry, err)
+                                : neox_crc_extents_file(&w->extents, w->tmp_path, entry, err);
     // HDF5 does not fsync; publishing syncs before the rename so the name never points at lost data.
     if (rc == 0) rc = neox_publish_file(w->tmp_path, w->path, err);
     if (rc != 0) unlink(w->tmp_path);

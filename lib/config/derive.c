@@ -44,12 +44,13 @@ static int derive_parallel(neox_config *cfg, neox_error *err, int64_t *dp) {
         mp = 1;
         neox_config_set_derived_int(cfg, "model_parallel_size", 1);
     }
+    if (cfg->data_parallel_only) pp = mp = 1;  // the sizes describe the checkpoint, not this job
     if (cfg->world_size % (pp * mp) != 0)
         return derive_fail(cfg, err, "model_parallel_size",
                            "world size %d is not divisible by pipe_parallel_size x model_parallel_size (%lld x %lld)",
                            cfg->world_size, (long long)pp, (long long)mp);
     *dp = cfg->world_size / (pp * mp);
-    if (!is_none(cfg, "global_num_gpus") && int_of(cfg, "global_num_gpus") != cfg->world_size)
+    if (!cfg->data_parallel_only && !is_none(cfg, "global_num_gpus") && int_of(cfg, "global_num_gpus") != cfg->world_size)
         return derive_fail(cfg, err, "global_num_gpus", "%lld does not match the world size %d (ranks launched)",
                            (long long)int_of(cfg, "global_num_gpus"), cfg->world_size);
     if (is_none(cfg, "global_num_gpus")) neox_config_set_derived_int(cfg, "global_num_gpus", cfg->world_size);

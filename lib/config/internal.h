@@ -25,6 +25,7 @@ struct neox_config {
     neox_value **owned;        // defaults and derived values
     int nowned, owned_cap;
     int world_size;
+    int data_parallel_only;    // neox_config_options.data_parallel_only
 };
 
 int neox_key_index(const char *name);   // -1 when unknown

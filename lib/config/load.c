@@ -225,6 +225,7 @@ neox_config *neox_config_load(const char *const *paths, int npaths, const neox_c
     cfg->paths = neox_calloc((size_t)npaths, sizeof *cfg->paths);
     cfg->trees = neox_calloc((size_t)npaths, sizeof *cfg->trees);
     cfg->world_size = opts && opts->world_size > 0 ? opts->world_size : 1;
+    cfg->data_parallel_only = opts && opts->data_parallel_only;
     if (fill_defaults(cfg, err) < 0 || read_files(cfg, paths, npaths, err) < 0 ||
         neox_config_validate_values(cfg, err) < 0 || neox_config_derive(cfg, err) < 0) {
         neox_config_free(cfg);

@@ -121,24 +121,20 @@ int neox_cvt_out_bytes(neox_cvt_out *o, const char *name, const void *data, size
     return neox_ckpt_write_bytes(o->writers[0], name, data, size, err);
 }
 
+// Each shard's manifest entry comes from its writer as it closes (no shard is read back).
 int neox_cvt_out_finish(neox_cvt_out *o, const char *save, int64_t iteration, neox_error *err) {
-    int rc = 0;
-    for (int r = 0; r < o->world; r++) {
-        neox_ckpt_writer *w = o->writers[r];
-        o->writers[r] = NULL;
-        if (rc == 0) rc = neox_ckpt_writer_close(w, err);
-        else neox_ckpt_writer_abort(w);
-    }
     neox_ckpt_manifest m = {.iteration = iteration, .world_size = o->world, .pipe_size = o->lay.pp,
                             .data_size = o->lay.dp, .model_size = o->lay.tp, .zero_stage = o->lay.zero,
                             .nfiles = o->world};
     m.files = neox_calloc((size_t)m.nfiles, sizeof *m.files);
-    for (int r = 0; r < m.nfiles && rc == 0; r++) {
+    int rc = 0;
+    for (int r = 0; r < o->world; r++) {
+        neox_ckpt_writer *w = o->writers[r];
+        o->writers[r] = NULL;
         neox_ckpt_shard_name(r, m.files[r].name, sizeof m.files[r].name);
         m.files[r].rank = r;
-        char *path = neox_asprintf("%s/%s", o->dir, m.files[r].name);
-        rc = neox_ckpt_file_checksum(path, &m.files[r], err);
-        free(path);
+        if (rc == 0) rc = neox_ckpt_writer_close_entry(w, &m.files[r], err);
+        else neox_ckpt_writer_abort(w);
     }
     if (rc == 0) rc = neox_ckpt_manifest_write(o->dir, &m, err);
     if (rc == 0) rc = neox_ckpt_mark_latest(save, iteration, 0, err);

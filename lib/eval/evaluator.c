@@ -1,8 +1,9 @@
 // evaluator.c: the evaluator's set-up (tokenizer, model, checkpoint) and the loglikelihood engine
-// every task is built on: requests tokenized as lm-evaluation-harness tokenizes them, each run
-// through the decoder once with only its continuation's positions through the output layer
-// (lib/generate.h's scoring path), scored from the logits (cross-entropy kernel, greedy check)
-// and spread over the data-parallel ranks.
+// every task is built on: requests tokenized as lm-evaluation-harness tokenizes them, packed
+// several to a pass through the decoder (up to seq_length rows, each request in its own positions)
+// with only their continuations' positions through the output layer (lib/generate.h's scoring
+// path), scored from the logits (cross-entropy kernel, greedy check) and spread over the
+// data-parallel ranks.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,10 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
     if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(ev->tokenizer), err) != 0) goto fail;
     ev->model = neox_model_create(&desc, err);
     if (!ev->model) goto fail;
-    neox_model_init(ev->model, (unsigned long long)neox_config_int(cfg, "seed"));
+    // The checkpoint overwrites every parameter (a piece it lacks is an error), so the random
+    // initialisation, as long as reading the checkpoint for a large model, is only for a config
+    // without `load`.
+    if (!neox_config_str(cfg, "load")) neox_model_init(ev->model, (unsigned long long)neox_config_int(cfg, "seed"));
     ev->model->training = 0;
     if (load_checkpoint(ev, err) != 0) goto fail;
     return ev;
@@ -168,62 +172,109 @@ static int input_length(const neox_ll_request *r, int max_len) {
     return (total > max_len + 1 ? max_len + 1 : total) - 1;
 }
 
-// Scores one request: its truncated input runs through the decoder once and only the continuation's
-// positions go through the output layer; the cross-entropy kernel gives -log p of each target and
-// greedy compares argmaxes.
-static int score_request(neox_evaluator *ev, const neox_ll_request *r, int32_t *ids, float *logits, float *losses,
-                         float *lse, neox_ll_result *res, neox_error *err) {
-    int len = input_length(r, ev->seq_length), total = r->nctx + r->ncont, start = total - (len + 1);
-    int V = ev->model->desc.vocab_size;
+// Buffers for scoring one pack of requests; every count is at most seq_length (each request
+// contributes at least one row).
+typedef struct score_buffers {
+    int32_t *ids;            // the packed inputs
+    int *lens, *reqs;        // each packed request's input length and index
+    int *rows, *targets, *owner;  // every scored position: packed row, target id, which request
+    float *logits, *losses, *lse;
+} score_buffers;
+
+static void buffers_alloc(score_buffers *b, int max_len, int V) {
+    size_t n = (size_t)max_len + 1;
+    *b = (score_buffers){neox_malloc(n * sizeof(int32_t)), neox_malloc(n * sizeof(int)), neox_malloc(n * sizeof(int)),
+                         neox_malloc(n * sizeof(int)), neox_malloc(n * sizeof(int)), neox_malloc(n * sizeof(int)),
+                         neox_malloc((size_t)SCORE_CHUNK * V * sizeof(float)), neox_malloc(SCORE_CHUNK * sizeof(float)),
+                         neox_malloc(SCORE_CHUNK * sizeof(float))};
+}
+
+static void buffers_free(score_buffers *b) {
+    void *all[] = {b->ids, b->lens, b->reqs, b->rows, b->targets, b->owner, b->logits, b->losses, b->lse};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+// Packs request i's truncated input (the last seq_length + 1 tokens of context + continuation,
+// minus the last) at row `at`, and its scored positions (the continuation's, never more than the
+// input predicts) into the target lists; returns the input length.
+static int pack_request(const neox_ll_request *r, int owner, int at, int max_len, score_buffers *b, int *ntargets) {
+    int len = input_length(r, max_len), start = r->nctx + r->ncont - (len + 1);
     for (int t = 0; t < len; t++) {
         int i = start + t;
-        ids[t] = i < r->nctx ? r->ctx[i] : r->cont[i - r->nctx];
+        b->ids[at + t] = i < r->nctx ? r->ctx[i] : r->cont[i - r->nctx];
     }
-    int ncont = r->ncont < len ? r->ncont : len;  // never more than the input predicts
-    const int *targets = (const int *)r->cont + (r->ncont - ncont);
-    if (neox_generator_score(ev->scorer, ids, len, ncont, err) != 0) return -1;
-    ev->tokens_scored += len;
-    *res = (neox_ll_result){0.0, 1};
-    for (int j0 = 0; j0 < ncont; j0 += SCORE_CHUNK) {
-        int count = ncont - j0 < SCORE_CHUNK ? ncont - j0 : SCORE_CHUNK;
-        neox_generator_score_logits(ev->scorer, j0, count, logits);
-        neox_cross_entropy_forward(losses, lse, logits, targets + j0, count, V);
+    int ncont = r->ncont < len ? r->ncont : len;
+    for (int t = 0; t < ncont; t++) {
+        b->rows[*ntargets] = at + len - ncont + t;
+        b->targets[*ntargets] = r->cont[r->ncont - ncont + t];
+        b->owner[(*ntargets)++] = owner;
+    }
+    return len;
+}
+
+// The scored positions' logits, SCORE_CHUNK rows per pass through the output layer: -log p of
+// each target from the cross-entropy kernel, and whether it is the argmax.
+static void score_targets(neox_evaluator *ev, score_buffers *b, int ntargets, neox_ll_result *res) {
+    int V = ev->model->desc.vocab_size;
+    for (int j0 = 0; j0 < ntargets; j0 += SCORE_CHUNK) {
+        int count = ntargets - j0 < SCORE_CHUNK ? ntargets - j0 : SCORE_CHUNK;
+        neox_generator_rows_logits(ev->scorer, b->rows + j0, count, b->logits);
+        neox_cross_entropy_forward(b->losses, b->lse, b->logits, b->targets + j0, count, V);
         for (int j = 0; j < count; j++) {
-            const float *row = logits + (size_t)j * V;
+            const float *row = b->logits + (size_t)j * V;
             int best = 0;
             for (int v = 1; v < V; v++)
                 if (row[v] > row[best]) best = v;
-            res->ll -= losses[j];
-            if (best != targets[j0 + j]) res->greedy = 0;
+            neox_ll_result *r = &res[b->owner[j0 + j]];
+            r->ll -= b->losses[j];
+            if (best != b->targets[j0 + j]) r->greedy = 0;
         }
     }
+}
+
+// Scores this rank's requests from *next (every dp-th) as one pack: as many as fit seq_length
+// rows run through the decoder together, each in its own positions. Advances *next.
+static int score_pack(neox_evaluator *ev, const neox_ll_request *reqs, int64_t n, int64_t *next, score_buffers *b,
+                      double *ll, double *greedy, neox_error *err) {
+    int dp = ev->grid->data_size, rows = 0, count = 0, ntargets = 0;
+    while (*next < n && rows + input_length(&reqs[*next], ev->seq_length) <= ev->seq_length) {
+        b->reqs[count] = (int)*next;
+        b->lens[count] = pack_request(&reqs[*next], count, rows, ev->seq_length, b, &ntargets);
+        rows += b->lens[count++];
+        *next += dp;
+    }
+    if (neox_generator_score_packed(ev->scorer, b->ids, b->lens, count, err) != 0) return -1;
+    ev->tokens_scored += rows;
+    neox_ll_result res[count];
+    for (int i = 0; i < count; i++) res[i] = (neox_ll_result){0.0, 1};
+    score_targets(ev, b, ntargets, res);
+    for (int i = 0; i < count; i++) ll[b->reqs[i]] = res[i].ll, greedy[b->reqs[i]] = res[i].greedy;
     return 0;
+}
+
+static void show_progress(neox_progress *bar, double done, double start, int finish) {
+    char extra[32];
+    snprintf(extra, sizeof extra, "%.1f examples/s", done / (neox_now() - start + 1e-9));
+    if (finish) neox_progress_finish(bar, done, extra);
+    else neox_progress_update(bar, done, extra);
 }
 
 int neox_eval_loglikelihood(neox_evaluator *ev, const neox_ll_request *reqs, int64_t n, neox_ll_result *out,
                             const char *label, neox_error *err) {
-    int dp = ev->grid->data_size, rank = ev->grid->data_rank, V = ev->model->desc.vocab_size;
+    int dp = ev->grid->data_size;
     if (!ev->scorer && !(ev->scorer = neox_generator_create(ev->model, ev->seq_length, 0, err))) return -1;
     double *ll = neox_calloc((size_t)n + 1, sizeof *ll), *greedy = neox_calloc((size_t)n + 1, sizeof *greedy);
-    int32_t *ids = neox_malloc(((size_t)ev->seq_length + 1) * sizeof *ids);
-    float *logits = neox_malloc((size_t)SCORE_CHUNK * V * sizeof *logits);
-    float *losses = neox_malloc(SCORE_CHUNK * sizeof *losses), *lse = neox_malloc(SCORE_CHUNK * sizeof *lse);
+    score_buffers b;
+    buffers_alloc(&b, ev->seq_length, ev->model->desc.vocab_size);
     neox_progress *bar = ev->rank0 && !ev->quiet ? neox_progress_start(label, (double)n, "examples") : NULL;
     int rc = 0;
     double start = neox_now(), last_update = 0.0;
     // Rank r takes requests r, r + dp, ...
-    for (int64_t i = rank; i < n && rc == 0; i += dp) {
-        neox_ll_result r;
-        if ((rc = score_request(ev, &reqs[i], ids, logits, losses, lse, &r, err)) != 0) break;
-        ll[i] = r.ll;
-        greedy[i] = r.greedy;
-        double now = neox_now();
-        if (bar && now - last_update > 0.2) {
-            char extra[32];
-            double done = (double)(i + 1) < (double)n ? (double)(i + 1) : (double)n;
-            snprintf(extra, sizeof extra, "%.1f examples/s", done / (now - start + 1e-9));
-            neox_progress_update(bar, done, extra);
-            last_update = now;
+    for (int64_t next = ev->grid->data_rank; next < n && rc == 0;) {
+        rc = score_pack(ev, reqs, n, &next, &b, ll, greedy, err);
+        if (bar && neox_now() - last_update > 0.2) {
+            show_progress(bar, (double)(next < n ? next : n), start, 0);
+            last_update = neox_now();
         }
     }
     ev->forward_seconds += neox_now() - start;
@@ -234,17 +285,10 @@ int neox_eval_loglikelihood(neox_evaluator *ev, const neox_ll_request *reqs, int
         neox_allreduce_sum(&ev->grid->data, ll, (size_t)n, NEOX_F64);
         neox_allreduce_sum(&ev->grid->data, greedy, (size_t)n, NEOX_F64);
     }
-    if (bar) {
-        char extra[32];
-        snprintf(extra, sizeof extra, "%.1f examples/s", (double)n / (neox_now() - start + 1e-9));
-        neox_progress_finish(bar, (double)n, extra);
-    }
+    if (bar) show_progress(bar, (double)n, start, 1);
     if (failed && rc == 0) rc = neox_fail(err, NEOX_EXIT_FAILURE, "another rank failed while scoring %s", label);
     for (int64_t i = 0; i < n && rc == 0; i++) out[i] = (neox_ll_result){ll[i], greedy[i] > 0.5};
-    free(ids);
-    free(logits);
-    free(losses);
-    free(lse);
+    buffers_free(&b);
     free(ll);
     free(greedy);
     return rc;

@@ -66,16 +66,29 @@ static double mean_stderr(const double *x, int64_t n, double *mean) {
     return sqrt(ss / (double)(n - 1)) / sqrt((double)n);
 }
 
-static void add_mean_metric(neox_task_result *r, const char *name, const double *x, int64_t n) {
+// As the harness: a standard error needs two examples, and bootstrap_iters 0 turns them all off.
+static void add_mean_metric(neox_task_result *r, const char *name, const double *x, int64_t n, const neox_task_options *o) {
     double mean, se = mean_stderr(x, n, &mean);
-    add_metric(r, name, mean, se, n >= 2);
+    add_metric(r, name, mean, se, n >= 2 && o->bootstrap_iters > 0);
 }
 
-// perplexity = exp(-mean loglikelihood). The harness bootstraps its standard error; this is the
-// delta-method estimate exp(-mean) * stderr(loglikelihood), which the bootstrap converges to.
-static void add_perplexity_metric(neox_task_result *r, const double *ll, int64_t n) {
-    double mean, se = mean_stderr(ll, n, &mean);
-    add_metric(r, "perplexity", exp(-mean), exp(-mean) * se, n >= 2);
+// perplexity = exp(-mean loglikelihood), its standard error bootstrapped as the harness does
+// (lib/eval/bootstrap.c); the data-parallel ranks draw a share of the chunks each and sum the
+// resamples (each lies at its own place, zeros elsewhere), so every rank gets all of them.
+static void add_perplexity_metric(neox_evaluator *ev, neox_task_result *r, const double *ll, int64_t n,
+                                  const neox_task_options *o) {
+    double mean;
+    mean_stderr(ll, n, &mean);
+    int64_t count = neox_bootstrap_count(o->bootstrap_iters);
+    double se = NAN;
+    if (n >= 2 && count >= 2) {
+        double *rep = neox_calloc((size_t)count, sizeof *rep);
+        neox_bootstrap_perplexity(ll, n, o->bootstrap_iters, ev->grid->data_rank, ev->grid->data_size, rep);
+        if (ev->grid->data_size > 1) neox_allreduce_sum(&ev->grid->data, rep, (size_t)count, NEOX_F64);
+        se = neox_sample_stddev(rep, count);
+        free(rep);
+    }
+    add_metric(r, "perplexity", exp(-mean), se, n >= 2 && count >= 2);
 }
 
 // ---- loglikelihood tasks (lambada_openai, loglikelihood:) ------------------------------------------
@@ -145,8 +158,8 @@ static int loglikelihood_task(neox_evaluator *ev, const char *path, pair_reader 
     if (rc == 0) {
         double *ll = neox_malloc(((size_t)p.n + 1) * sizeof *ll), *acc = neox_malloc(((size_t)p.n + 1) * sizeof *acc);
         for (int64_t i = 0; i < p.n; i++) ll[i] = res[i].ll, acc[i] = res[i].greedy;
-        add_perplexity_metric(out, ll, p.n);
-        add_mean_metric(out, "acc", acc, p.n);
+        add_perplexity_metric(ev, out, ll, p.n, o);
+        add_mean_metric(out, "acc", acc, p.n, o);
         out->examples = p.n;
         free(ll);
         free(acc);
@@ -251,7 +264,7 @@ static int argmax(const double *x, int n) {
     return best;
 }
 
-static int mc_score(neox_evaluator *ev, mc_set *s, neox_task_result *out, neox_error *err) {
+static int mc_score(neox_evaluator *ev, mc_set *s, const neox_task_options *o, neox_task_result *out, neox_error *err) {
     neox_ll_result *res = neox_malloc(((size_t)s->p.n + 1) * sizeof *res);
     int rc = neox_eval_loglikelihood(ev, s->p.reqs, s->p.n, res, out->task, err);
     if (rc == 0) {
@@ -266,8 +279,8 @@ static int mc_score(neox_evaluator *ev, mc_set *s, neox_task_result *out, neox_e
             acc[i] = argmax(ll, d->count) == d->label;
             acc_norm[i] = argmax(norm, d->count) == d->label;
         }
-        add_mean_metric(out, "acc", acc, s->n);
-        add_mean_metric(out, "acc_norm", acc_norm, s->n);
+        add_mean_metric(out, "acc", acc, s->n, o);
+        add_mean_metric(out, "acc_norm", acc_norm, s->n, o);
         out->examples = s->n;
         free(acc);
         free(acc_norm);
@@ -288,7 +301,7 @@ static int generic_mc_task(neox_evaluator *ev, const char *path, const neox_task
         json_decref(obj);
         if (rc != 0) break;
     }
-    if (rc == 0) rc = mc_score(ev, &s, out, err);
+    if (rc == 0) rc = mc_score(ev, &s, o, out, err);
     mc_free(&s);
     free(f.text);
     return rc;
@@ -336,7 +349,7 @@ static int piqa_task(neox_evaluator *ev, const neox_task_options *o, neox_task_r
         for (int64_t i = 0; rc == 0 && i < s.n; i++) s.docs[i].label = labels[i];
         free(labels);
     }
-    if (rc == 0) rc = mc_score(ev, &s, out, err);
+    if (rc == 0) rc = mc_score(ev, &s, o, out, err);
     mc_free(&s);
     if (f.text) free(f.text);
     free(path);

@@ -3,8 +3,10 @@
 // values to a per-layer cache and attends over it (neox_attention_cached). The same kernels as
 // the training forward compute everything else, in the same order, so the logits match
 // recomputation to rounding. The recompute path calls neox_model_forward on the whole sequence.
-// neox-eval scores requests through the cached path too, taking only the rows it needs through
-// the output layer.
+// neox-eval scores requests through the cached path too, several requests packed one after the
+// other as the rows of one pass (each a segment with its own positions and causal attention, so
+// the weights are read once for all of them), taking only the rows it needs through the output
+// layer.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +21,15 @@ struct neox_generator {
     float *kcache, *vcache;         // per layer (NKV, max_len, HS)
     float *cos, *sin;               // rotary tables (max_len, R/2)
     // Scratch for up to max_len new positions.
-    float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *branch, *mid, *fc, *act, *logits;
-    unsigned long long draws;       // sampling draws so far
+    float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act, *logits;
+    unsigned long long draws;       // sampling draws of this completion so far
 };
+
+// A run of consecutive rows of one pass that belong to one sequence: rows [row, row + len) are its
+// positions [pos, pos + len); its position 0 is cache position base.
+typedef struct segment {
+    int row, len, base, pos;
+} segment;
 
 static size_t qkv_width(const neox_model_desc *d) { return (size_t)(d->num_heads + 2 * d->num_kv_heads) * d->head_size; }
 static size_t fc_width(const neox_model_desc *d) { return (size_t)d->ffn_size * (d->activation == NEOX_ACT_SWIGLU ? 2 : 1); }
@@ -54,6 +62,7 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     g->k = neox_malloc(T * d->num_kv_heads * HS * sizeof(float));
     g->v = neox_malloc(T * d->num_kv_heads * HS * sizeof(float));
     g->att = neox_malloc(T * C * sizeof(float));
+    g->lse = neox_malloc(T * d->num_heads * sizeof(float));
     g->branch = neox_malloc(T * C * sizeof(float));
     g->mid = neox_malloc(T * C * sizeof(float));
     g->fc = neox_malloc(T * fc_width(d) * sizeof(float));
@@ -64,7 +73,7 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
 void neox_generator_free(neox_generator *g) {
     if (!g) return;
     float *bufs[] = {g->kcache, g->vcache, g->cos, g->sin, g->x, g->ln, g->mean, g->rstd, g->qkv, g->q, g->k,
-                     g->v, g->att, g->branch, g->mid, g->fc, g->act, g->logits};
+                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, g->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(g);
 }
@@ -88,34 +97,51 @@ static void mlp(neox_generator *g, const neox_layer_params *p, const float *inp,
     neox_linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C);
 }
 
-// Appends the S new keys and values of layer l, (NKV, S, HS), to its cache at position g->len.
-static void cache_append(neox_generator *g, int l, int S) {
+// Appends a segment's keys and values of layer l, k and v (NKV, len, HS), to its cache positions.
+static void cache_append(neox_generator *g, int l, const float *k, const float *v, const segment *s) {
     const neox_model_desc *d = &g->m->desc;
-    size_t HS = d->head_size, T = g->max_len;
+    size_t HS = d->head_size, T = g->max_len, S = s->len;
     for (int h = 0; h < d->num_kv_heads; h++) {
-        size_t base = ((size_t)l * d->num_kv_heads + h) * T * HS + (size_t)g->len * HS;
-        memcpy(g->kcache + base, g->k + (size_t)h * S * HS, (size_t)S * HS * sizeof(float));
-        memcpy(g->vcache + base, g->v + (size_t)h * S * HS, (size_t)S * HS * sizeof(float));
+        size_t at = ((size_t)l * d->num_kv_heads + h) * T * HS + (size_t)(s->base + s->pos) * HS;
+        memcpy(g->kcache + at, k + (size_t)h * S * HS, S * HS * sizeof(float));
+        memcpy(g->vcache + at, v + (size_t)h * S * HS, S * HS * sizeof(float));
     }
 }
 
-static void layer(neox_generator *g, int l, int S) {
+// Attention of one segment of layer l: its q, k, v from g->qkv, rotated at its positions, its keys
+// and values into the cache, and its attention over its own cached positions into g->att.
+static void attend_segment(neox_generator *g, int l, const segment *s) {
+    const neox_model_desc *d = &g->m->desc;
+    int NH = d->num_heads, NKV = d->num_kv_heads, HS = d->head_size, W = (int)qkv_width(d);
+    size_t half = d->rotary_dims / 2, T = g->max_len, row = (size_t)s->row;
+    float *q = g->q + row * NH * HS, *k = g->k + row * NKV * HS, *v = g->v + row * NKV * HS;
+    neox_qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    if (d->rotary_dims) {
+        const float *cos = g->cos + (size_t)s->pos * half, *sin = g->sin + (size_t)s->pos * half;
+        neox_rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0);
+        neox_rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0);
+    }
+    cache_append(g, l, k, v, s);
+    float scale = 1.0f / sqrtf((float)HS), *out = g->att + row * d->hidden_size;
+    // A segment from position 0 (a prompt, a scored request) sees only its own keys: the training
+    // forward's blocked attention computes it, as recomputation does, and far faster than one query
+    // row at a time.
+    if (s->pos == 0) {
+        neox_attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, scale, 0.0f, 0);
+        return;
+    }
+    size_t at = ((size_t)l * NKV * T + (size_t)s->base) * HS;
+    neox_attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)T, scale);
+}
+
+static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg) {
     const neox_model_desc *d = &g->m->desc;
     const neox_layer_params *p = &g->m->w.layers[l];
-    int C = d->hidden_size, NH = d->num_heads, NKV = d->num_kv_heads, HS = d->head_size, W = (int)qkv_width(d);
-    size_t NC = (size_t)S * C, half = d->rotary_dims / 2, T = g->max_len;
+    int C = d->hidden_size, W = (int)qkv_width(d);
+    size_t NC = (size_t)S * C;
     norm(d, g->ln, g->mean, g->rstd, g->x, p->ln1_w, p->ln1_b, S);
     neox_linear_forward(g->qkv, W, g->ln, p->qkv_w, p->qkv_b, S, C, W);
-    neox_qkv_split(g->q, g->k, g->v, g->qkv, 1, S, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
-    if (d->rotary_dims) {
-        const float *cos = g->cos + (size_t)g->len * half, *sin = g->sin + (size_t)g->len * half;
-        neox_rotary_apply(g->q, cos, sin, 1, NH, S, HS, d->rotary_dims, 0);
-        neox_rotary_apply(g->k, cos, sin, 1, NKV, S, HS, d->rotary_dims, 0);
-    }
-    cache_append(g, l, S);
-    size_t layer_off = (size_t)l * NKV * T * HS;
-    neox_attention_cached(g->att, g->q, g->kcache + layer_off, g->vcache + layer_off, S, g->len, NH, NKV, HS, (int)T,
-                          1.0f / sqrtf((float)HS));
+    for (int i = 0; i < nseg; i++) attend_segment(g, l, &segs[i]);
     neox_linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
     neox_add(g->mid, g->x, g->branch, NC);  // x + attention
     if (d->parallel_residual) {
@@ -127,34 +153,77 @@ static void layer(neox_generator *g, int l, int S) {
     }
 }
 
-// Runs S new tokens through the decoder with the cache and the final norm of the last `last` of
-// them into g->ln; their logits into logits (last, vocab) unless it is NULL.
-static void forward_cached_rows(neox_generator *g, const int32_t *ids, int S, int last, float *logits) {
+// Runs the S rows of ids, cut into segments, through the decoder with the cache, and the final
+// norm of the last `last` rows into g->ln; their logits into logits (last, vocab) unless it is NULL.
+static void forward_segments(neox_generator *g, const int32_t *ids, int S, const segment *segs, int nseg, int last,
+                             float *logits) {
     const neox_model_desc *d = &g->m->desc;
     const neox_model_weights *w = &g->m->w;
     int C = d->hidden_size;
-    const float *wpe = w->wpe ? w->wpe + (size_t)g->len * C : NULL;
-    neox_embedding_forward(g->x, (const int *)ids, w->wte, wpe, 1, S, C);
-    for (int l = 0; l < d->num_layers; l++) layer(g, l, S);
+    for (int i = 0; i < nseg; i++) {
+        const float *wpe = w->wpe ? w->wpe + (size_t)segs[i].pos * C : NULL;
+        neox_embedding_forward(g->x + (size_t)segs[i].row * C, (const int *)ids + segs[i].row, w->wte, wpe, 1, segs[i].len, C);
+    }
+    for (int l = 0; l < d->num_layers; l++) layer(g, l, S, segs, nseg);
     const float *rows = g->x + (size_t)(S - last) * C;
     norm(d, g->ln, g->mean, g->rstd, rows, w->lnf_w, w->lnf_b, last);
     if (logits) neox_linear_forward(logits, d->vocab_size, g->ln, w->lm_head, NULL, last, C, d->vocab_size);
+}
+
+// S new tokens of the one sequence being generated, at positions g->len...
+static void forward_cached_rows(neox_generator *g, const int32_t *ids, int S, int last, float *logits) {
+    segment s = {0, S, 0, g->len};
+    forward_segments(g, ids, S, &s, 1, last, logits);
     g->len += S;
 }
 
 static void forward_cached(neox_generator *g, const int32_t *ids, int S) { forward_cached_rows(g, ids, S, 1, g->logits); }
 
-int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err) {
+static int check_ids(const neox_generator *g, const int32_t *ids, int n, neox_error *err) {
     if (g->recompute) return neox_fail(err, NEOX_EXIT_FAILURE, "scoring needs a generator with a KV cache");
-    if (n < 1 || n > g->max_len || last < 1 || last > n)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "scoring %d of %d positions with a context of %d", last, n, g->max_len);
     int V = g->m->desc.vocab_size;
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= V)
             return neox_fail(err, NEOX_EXIT_FAILURE, "token id %d at position %d is outside the vocabulary (%d)", ids[i], i, V);
+    return 0;
+}
+
+int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err) {
+    if (n < 1 || n > g->max_len || last < 1 || last > n)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "scoring %d of %d positions with a context of %d", last, n, g->max_len);
+    if (check_ids(g, ids, n, err) != 0) return -1;
     g->len = 0;
     forward_cached_rows(g, ids, n, last, NULL);
     return 0;
+}
+
+int neox_generator_score_packed(neox_generator *g, const int32_t *ids, const int *lens, int nseq, neox_error *err) {
+    segment *segs = neox_malloc((size_t)(nseq > 0 ? nseq : 1) * sizeof *segs);
+    int total = 0;
+    for (int i = 0; i < nseq; i++) {
+        if (lens[i] < 1 || lens[i] > g->max_len - total) {
+            free(segs);
+            return neox_fail(err, NEOX_EXIT_FAILURE, "scoring sequences of %d + %d positions with a context of %d", total,
+                             lens[i], g->max_len);
+        }
+        segs[i] = (segment){total, lens[i], total, 0};
+        total += lens[i];
+    }
+    int rc = nseq < 1 ? neox_fail(err, NEOX_EXIT_FAILURE, "scoring no sequences") : check_ids(g, ids, total, err);
+    if (rc == 0) {
+        g->len = 0;
+        forward_segments(g, ids, total, segs, nseq, total, NULL);
+        g->len = total;
+    }
+    free(segs);
+    return rc;
+}
+
+void neox_generator_rows_logits(neox_generator *g, const int *rows, int count, float *logits) {
+    const neox_model_desc *d = &g->m->desc;
+    size_t C = d->hidden_size;
+    for (int i = 0; i < count; i++) memcpy(g->branch + i * C, g->ln + (size_t)rows[i] * C, C * sizeof(float));
+    neox_linear_forward(logits, d->vocab_size, g->branch, g->m->w.lm_head, NULL, count, (int)C, d->vocab_size);
 }
 
 void neox_generator_score_logits(const neox_generator *g, int j, int count, float *logits) {
@@ -248,6 +317,7 @@ int neox_generate(neox_generator *g, const int32_t *prompt, int nprompt, int max
     int n = nprompt, rc = 0;
     out->tokens = neox_malloc(((size_t)max_new + 1) * sizeof *out->tokens);
     g->len = 0;
+    g->draws = 0;  // each completion draws from its own seed (s->seed)
     if (g->recompute) rc = forward_recompute(g, seq, n, err);
     else forward_cached(g, seq, n);
     while (rc == 0 && out->n < max_new && n < g->max_len) {

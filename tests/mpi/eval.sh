@@ -1,7 +1,8 @@
 # tests/mpi/eval.sh: neox-eval data parallel under mpiexec -n 2: requests are spread over the ranks
 # and gathered, so every task metric equals the one-rank run; split perplexity over 2 ranks x
 # micro-batch 4 equals one rank x micro-batch 8 (the same global batches). A checkpoint written by
-# 2 ranks loads on 1.
+# 2 ranks loads on 1. A tp2 x pp2 config evaluates on 1 and 3 ranks without an override file.
+# Generation shares its prompts over the ranks and writes the one-rank records in input order.
 source tests/lib.sh
 
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
@@ -46,13 +47,14 @@ check "train on 2 ranks" $MPIEXEC -n 2 $NEOX_BIN/neox-train -q "$T/model.yml"
 TASKS="valid,test,mc:$T/mc.jsonl,loglikelihood:$T/ll.jsonl,rolling:$T/roll.jsonl"
 check "evaluate on 2 ranks" $MPIEXEC -n 2 $EVAL -q "$T/model.yml" --tasks "$TASKS" --results-prefix "$T/two"
 check "evaluate on 1 rank (micro-batch 8)" $EVAL -q "$T/micro8.yml" --tasks "$TASKS" --results-prefix "$T/one"
+# same_results A B [subset]: every task of results A equals B's (with subset, B may have more tasks).
 same_results() {
-    python3 - "$T" <<'EOF'
+    python3 - "$T" "$@" <<'EOF'
 import glob, json, sys
-t = sys.argv[1]
+t, first, second = sys.argv[1:4]
 load = lambda p: json.load(open(glob.glob(f"{t}/{p}_eval_results_*.json")[0]))["results"]
-a, b = load("two"), load("one")
-assert a.keys() == b.keys(), (a.keys(), b.keys())
+a, b = load(first), load(second)
+assert a.keys() <= b.keys() if sys.argv[4:] == ["subset"] else a.keys() == b.keys(), (a.keys(), b.keys())
 for task in a:
     for k, v in a[task].items():
         w = b[task][k]
@@ -62,4 +64,46 @@ for task in a:
             assert v == w, (task, k, v, w)
 EOF
 }
-check "2 ranks give the 1-rank results" same_results
+check "2 ranks give the 1-rank results" same_results two one
+
+# ---- a tensor- and pipeline-parallel config evaluates on any number of ranks, no override file --
+# This model's vocabulary pads the same at model_parallel_size 1 and 2, so the tp2 x pp2 config
+# describes the resharded checkpoint of the same model.
+check "reshard to tp2 x pp2" $NEOX_BIN/neox-convert reshard --input "$T/ckpt" --output "$T/ckpt_tp2pp2" --tp 2 --pp 2
+sed "s|\"load\": \"$T/ckpt\"|\"load\": \"$T/ckpt_tp2pp2\", \"model_parallel_size\": 2, \"pipe_parallel_size\": 2|" \
+    "$T/model.yml" >"$T/tp2pp2.yml"
+REQUEST_TASKS="mc:$T/mc.jsonl,loglikelihood:$T/ll.jsonl,rolling:$T/roll.jsonl"
+check_output "tp2 x pp2 config on 3 ranks: data parallel, with a notice" \
+    'model_parallel_size 2: neox-eval runs data parallel over all 3 ranks' \
+    sh -c "$MPIEXEC -n 3 $EVAL '$T/tp2pp2.yml' --tasks 'valid,$REQUEST_TASKS' --results-prefix '$T/tp2pp2_3' 2>&1"
+check "tp2 x pp2 config on 1 rank" $EVAL -q "$T/tp2pp2.yml" --tasks "$REQUEST_TASKS" --results-prefix "$T/tp2pp2_1"
+check "tp2 x pp2 config, 1 rank: the tp1 results" same_results tp2pp2_1 one subset
+check "tp2 x pp2 config, 3 ranks: the tp1 results" same_results tp2pp2_1 tp2pp2_3 subset
+
+# ---- generation shared over the data-parallel ranks: the one-rank records, in input order -------
+printf 'the king\nthou art\nspeak\nthe night\nlove\n' >"$T/prompts.txt"
+GEN=(generate -q "$T/model.yml" --maximum-tokens 12 --temperature 0.9 --top-k 8 --seed 3)
+check "generate input-file on 1 rank" $EVAL "${GEN[@]}" --text-gen-type input-file --sample-input-file "$T/prompts.txt" \
+    --sample-output-file "$T/gen1.jsonl"
+check_output "generate input-file on 3 ranks: each makes its share" '^2 2 1$' sh -c "NEOX_LOG_LEVEL=debug $MPIEXEC -n 3 \
+    $EVAL ${GEN[*]} --text-gen-type input-file --sample-input-file '$T/prompts.txt' --sample-output-file '$T/gen3.jsonl' 2>&1 |
+    sed -n 's/.*rank \([0-9]\)\].*generated \([0-9]*\) of the 5 completions.*/\1 \2/p' | sort | cut -d' ' -f2 | tr '\n' ' ' | sed 's/ $//'"
+check "generate unconditional on 1 and 2 ranks" sh -c "$EVAL ${GEN[*]} --text-gen-type unconditional --num-samples 3 \
+    --sample-output-file '$T/unc1.jsonl' && $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type unconditional --num-samples 3 \
+    --sample-output-file '$T/unc2.jsonl'"
+same_records() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+strip = lambda p: [{k: v for k, v in json.loads(l).items() if k != "duration_seconds"} for l in open(p)]
+a, b = strip(sys.argv[1]), strip(sys.argv[2])
+assert a == b and len(a) > 1, (a, b)
+assert len({r["text"] for r in a}) > 1, a  # each completion draws from its own seed
+PY
+}
+check "3 ranks: the 1-rank records, in input order" same_records "$T/gen1.jsonl" "$T/gen3.jsonl"
+check "unconditional, 2 ranks: the 1-rank samples" same_records "$T/unc1.jsonl" "$T/unc2.jsonl"
+check_output "interactive on 2 ranks: rank 0 reads the prompts" '^2$' sh -c \
+    "printf 'the king\nlove\nexit\n' | $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type interactive --sample-output-file '$T/i.jsonl' >/dev/null && wc -l <'$T/i.jsonl'"
+check_fails "a prompt too long on one rank fails every rank" 2 'the prompt has' sh -c \
+    "python3 -c 'print(\"short\"); print(\"x \" * 40)' >'$T/long.txt' && $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type input-file \
+    --sample-input-file '$T/long.txt' --sample-output-file '$T/long.jsonl'"

@@ -2,9 +2,11 @@
 written independently of neox.c for its oracle tests: request tokenization (_encode_pair), truncation to
 max_length, loglikelihood and greedy checks, rolling windows (get_rolling_token_windows +
 make_disjoint_window), the wikitext detokenizer and word counts, and the metric aggregations
-(mean, mean_stderr, perplexity, weighted_perplexity, bits_per_byte)."""
+(mean, mean_stderr, perplexity, weighted_perplexity, bits_per_byte) and the bootstrapped standard error
+of perplexity (bootstrap_stderr on Python's random module)."""
 import json
 import math
+import random
 import re
 
 import numpy as np
@@ -133,13 +135,30 @@ def mean_stderr(x):
     return float(np.std(x, ddof=1) / math.sqrt(len(x)))
 
 
+def bootstrap_perplexity_stderr(lls, iters=100000):
+    """The harness's bootstrap_stderr(perplexity, lls, iters) (lm_eval/api/metrics.py, 0.4) in one
+    process: chunks of min(1000, iters) resamples, chunk i drawn by random.Random(i).choices, each
+    resample's perplexity exp(-mean), then the sample standard deviation of all of them. iters is
+    the harness's default bootstrap_iters."""
+    chunk = min(1000, iters)
+    res = []
+    for i in range(iters // chunk):
+        rnd = random.Random(i)
+        for _ in range(chunk):
+            sample = rnd.choices(lls, k=len(lls))
+            res.append(math.exp(-(sum(sample) / len(sample))))
+    mu = sum(res) / len(res)
+    return math.sqrt(sum((x - mu) ** 2 for x in res) / (len(res) - 1))
+
+
 def lambada(lm, path, limit):
     docs = [json.loads(line) for line in open(path, encoding="utf-8")][:limit]
     pairs = [(" ".join(d["text"].split(" ")[:-1]), " " + d["text"].split(" ")[-1]) for d in docs]
     res = lm.loglikelihood(pairs)
     lls = [ll for ll, _ in res]
     acc = [float(g) for _, g in res]
-    return {"perplexity": math.exp(-np.mean(lls)), "acc": float(np.mean(acc)), "acc_stderr": mean_stderr(acc)}
+    return {"perplexity": math.exp(-np.mean(lls)), "perplexity_stderr": bootstrap_perplexity_stderr(lls),
+            "acc": float(np.mean(acc)), "acc_stderr": mean_stderr(acc)}
 
 
 def multiple_choice(lm, docs):

@@ -6,7 +6,10 @@ equal to transformers' greedy generate (with the KV cache and with recomputation
 import glob
 import json
 import os
+import random
 import subprocess
+
+import numpy as np
 
 import pytest
 
@@ -72,7 +75,28 @@ def test_lambada(trained, lm):
     want = lambada(lm, f"{EVAL}/lambada_test.jsonl", LIMIT)
     assert got["acc,none"] == want["acc"]
     assert close(got["perplexity,none"], want["perplexity"]), (got, want)
+    # The same resamples of loglikelihoods that agree to ~1e-6: the standard errors agree as closely
+    # (an independent random stream would differ by the bootstrap's own noise, ~0.2% at 100000).
+    assert close(got["perplexity_stderr,none"], want["perplexity_stderr"], 1e-4), (got, want)
     assert close(got["acc_stderr,none"], want["acc_stderr"], 1e-9) or want["acc"] == 0
+
+
+def test_bootstrap_is_the_harness_draw_for_draw():
+    """lib/eval/bootstrap.c against the harness's definition on CPython's random module, on the same
+    loglikelihoods: equal to the last bits, whatever the chunking and the share of chunks per rank."""
+    from eval_oracle import bootstrap_perplexity_stderr
+    driver = os.path.join(ROOT, "build/cpu/tests/drivers/bootstrap_driver")
+    rng = np.random.default_rng(7)
+    for n, iters, parts in [(2, 1000, 1), (7, 999, 1), (24, 100000, 3), (150, 2500, 2), (5, 2, 1), (33, 3000, 5)]:
+        lls = [float(x) for x in -rng.gamma(2.0, 1.5, size=n)]
+        out = run(driver, "stderr", str(iters), str(parts), input="".join(f"{x!r}\n" for x in lls)).stdout
+        got, want = float(out), bootstrap_perplexity_stderr(lls, iters)
+        assert close(got, want, 1e-13), (n, iters, parts, got, want)
+    for seed, k in [(0, 0), (1, 623), (99, 624), (2**32 + 5, 1000)]:
+        r = random.Random(seed)
+        for _ in range(k):
+            r.random()
+        assert float(run(driver, "random", str(seed), str(k)).stdout) == r.random(), (seed, k)
 
 
 def test_piqa(trained, lm):

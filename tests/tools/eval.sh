@@ -14,6 +14,13 @@ check_output "--print-config still works" 'eval_tasks' $EVAL --print-config conf
 check_fails "no config is a usage error" 2 'no config file' $EVAL
 check_fails "unknown option" 2 'unrecognized option' $EVAL --bogus x.yml
 check_fails "generate: unknown option" 2 'unrecognized option' $EVAL generate --bogus x.yml
+# neox-eval runs itself again with a passive OpenMP wait policy unless the user chose one.
+check_output "OMP_WAIT_POLICY unset: restarted once with passive" '^1$' sh -c \
+    "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT NEOX_LOG_LEVEL=debug $EVAL --version 2>&1 | grep -c 'running again with OMP_WAIT_POLICY=passive'"
+check_output "OMP_WAIT_POLICY set: kept" '^0$' sh -c \
+    "OMP_WAIT_POLICY=active NEOX_LOG_LEVEL=debug $EVAL --version 2>&1 | grep -c 'running again' || :"
+check_output "GOMP_SPINCOUNT set: kept" '^0$' sh -c \
+    "env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 NEOX_LOG_LEVEL=debug $EVAL --version 2>&1 | grep -c 'running again' || :"
 
 need_shared "neox-eval" || exit 0
 [ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "neox-eval" "no Tiny Shakespeare in $DATA/text"; exit 0; }
@@ -71,6 +78,18 @@ r = [json.load(open(glob.glob(p + "_eval_results_*.json")[0]))["results"] for p 
 assert r[0] == r[1], r
 ' "$T/orig" "$T/$name"
 done
+
+# --bootstrap-iters 0, as the harness's bootstrap_iters=0: no standard error at all.
+printf '{"context": "ROMEO:", "continuation": " I"}\n{"context": "KING", "continuation": " HENRY"}\n' >"$T/ll.jsonl"
+check "--bootstrap-iters 0: every standard error N/A" $EVAL -q "$T/model.yml" --tasks "mc:$T/mc.jsonl,loglikelihood:$T/ll.jsonl" \
+    --bootstrap-iters 0 --results-prefix "$T/noboot"
+check "--bootstrap-iters 0: results" python3 -c '
+import glob, json, sys
+r = json.load(open(glob.glob(sys.argv[1] + "_eval_results_*.json")[0]))["results"]
+se = [v for t in r.values() for k, v in t.items() if "_stderr," in k]
+assert len(se) == 4 and all(v == "N/A" for v in se), r
+' "$T/noboot"
+check_fails "--bootstrap-iters: not a number" 2 "bootstrap-iters: 'x'" $EVAL --bootstrap-iters x "$T/model.yml"
 
 # ---- malformed task files -------------------------------------------------------------------
 printf '{"context": "a", "choices": ["b", "c"], "label": 0}\n{"context": "a", "choices": ["b"], "label": 3}\n' >"$T/bad_label.jsonl"

@@ -1,5 +1,6 @@
 // test_ckpt_dir.c: checkpoint directories: manifest round trip and validation, checksums, the
-// atomic `latest` marker and pruning to keep_last_n_checkpoints.
+// atomic `latest` marker and pruning to keep_last_n_checkpoints; a shard's manifest entry as its
+// writer computes it while writing, against zlib's CRC-32 of the finished file.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <zlib.h>
 
 #include "ckpt.h"
+#include "ckpt/shard_crc.h"
 
 
 static void write_text(const char *path, const char *text) {
@@ -134,11 +136,103 @@ static void test_latest_and_pruning(void **state) {
     free(fresh);
 }
 
+// The oracle: zlib's CRC-32 over the whole file, read here with stdio.
+static void file_crc(const char *path, uint64_t *bytes, uint32_t *crc) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char buf[4096];
+    uLong c = crc32(0L, Z_NULL, 0);
+    size_t n;
+    *bytes = 0;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) c = crc32(c, buf, (uInt)n), *bytes += n;
+    fclose(f);
+    *crc = (uint32_t)c;
+}
+
+// Pieces of every kind and size, many small ones among them (HDF5 interleaves their metadata with
+// the data), an empty one, and a block above the size at which writeback starts early.
+static void write_varied_shard(neox_ckpt_writer *w) {
+    neox_error err = {0};
+    int64_t n = 1 << 20;
+    float *data = neox_malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) data[i] = (float)i * 0.25f - 7.0f;
+    int64_t big[2] = {1024, 1024}, off[2] = {0, 0}, cnt[2] = {1024, 1024};
+    assert_int_equal(neox_ckpt_write_block(w, "params/big", 2, big, off, cnt, data, &err), 0);
+    int64_t shape[2] = {300, 257}, boff[2] = {100, 3}, bcnt[2] = {50, 200};
+    assert_int_equal(neox_ckpt_write_block(w, "params/block", 2, shape, boff, bcnt, data + 5, &err), 0);
+    int64_t empty[2] = {0, 0};
+    assert_int_equal(neox_ckpt_write_block(w, "params/empty", 2, shape, off, empty, data, &err), 0);
+    for (int i = 0; i < 600; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "optimizer/exp_avg/t%d", i);
+        int64_t len = 1 + i % 37, vshape[1] = {1000};
+        assert_int_equal(neox_ckpt_write_range(w, name, 1, vshape, i % 900, len, data + i, &err), 0);
+    }
+    assert_int_equal(neox_ckpt_write_bytes(w, "state/train.json", "{\"iteration\": 7}", 17, &err), 0);
+    free(data);
+}
+
+static void test_writer_entry_equals_file_crc(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = tmp_path("entry.h5");
+    neox_ckpt_writer *w = neox_ckpt_writer_open(path, &err);
+    assert_non_null(w);
+    write_varied_shard(w);
+    neox_ckpt_file_entry e = {.name = "kept", .rank = 3};
+    assert_int_equal(neox_ckpt_writer_close_entry(w, &e, &err), 0);
+    uint64_t bytes;
+    uint32_t crc;
+    file_crc(path, &bytes, &crc);
+    assert_true(bytes > (4u << 20));
+    assert_int_equal(e.bytes, bytes);
+    assert_int_equal(e.crc32, crc);
+    assert_string_equal(e.name, "kept");
+    assert_int_equal(e.rank, 3);
+    free(path);
+}
+
+// Extents are trusted where they fit the file (a wrong CRC shows that they are not re-read); an
+// overlap or an extent past the end makes the whole file be read instead.
+static void test_extents_and_fallback(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = tmp_path("extents.bin");
+    const char *text = "0123456789abcdefghij";
+    write_text(path, text);
+    uint64_t bytes;
+    uint32_t crc;
+    file_crc(path, &bytes, &crc);
+    neox_ckpt_file_entry e;
+    neox_crc_extents x = {0};
+    neox_crc_extents_add(&x, 12, text + 12, 5);
+    neox_crc_extents_add(&x, 2, text + 2, 4);
+    assert_int_equal(neox_crc_extents_file(&x, path, &e, &err), 0);
+    assert_int_equal(e.bytes, 20);
+    assert_int_equal(e.crc32, crc);
+    neox_crc_extents_add(&x, 7, "XY", 2);  // bytes the file does not hold there
+    assert_int_equal(neox_crc_extents_file(&x, path, &e, &err), 0);
+    assert_int_not_equal(e.crc32, crc);
+    neox_crc_extents_free(&x);
+    const uint64_t bad[][2] = {{3, 5}, {18, 4}};  // overlapping {2,4}; past the end
+    for (int i = 0; i < 2; i++) {
+        neox_crc_extents_add(&x, 2, "??", 2);
+        neox_crc_extents_add(&x, bad[i][0], "????", bad[i][1]);
+        e.crc32 = 0;
+        assert_int_equal(neox_crc_extents_file(&x, path, &e, &err), 0);
+        assert_int_equal(e.crc32, crc);
+        neox_crc_extents_free(&x);
+    }
+    free(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_manifest_round_trip),
         cmocka_unit_test(test_bad_manifests),
         cmocka_unit_test(test_latest_and_pruning),
+        cmocka_unit_test(test_writer_entry_equals_file_crc),
+        cmocka_unit_test(test_extents_and_fallback),
     };
     return cmocka_run_group_tests_name("ckpt_dir", tests, make_tmpdir, remove_tmpdir);
 }

@@ -38,16 +38,19 @@ static char *write_config(const char *name, const char *text) {
     return path;
 }
 
-// Loads MODEL + extra (as two files) on world ranks; NULL with err filled on failure.
-static neox_config *load(const char *extra, int world, neox_error *err) {
+// Loads MODEL + extra (as two files) on world ranks as opts says; NULL with err filled on failure.
+static neox_config *load_as(const char *extra, neox_config_options opts, neox_error *err) {
     char *a = write_config("model.yml", MODEL), *b = write_config("extra.yml", extra);
     const char *paths[] = {a, b};
-    neox_config_options opts = {.world_size = world, .quiet = 1};
     neox_error_clear(err);
     neox_config *cfg = neox_config_load(paths, 2, &opts, err);
     free(a);
     free(b);
     return cfg;
+}
+
+static neox_config *load(const char *extra, int world, neox_error *err) {
+    return load_as(extra, (neox_config_options){.world_size = world, .quiet = 1}, err);
 }
 
 static void expect_error(const char *extra, int world, const char *fragment) {
@@ -149,6 +152,26 @@ static void test_batch_sizes(void **state) {
     expect_error("seed: 1\n", 1, "set train_micro_batch_size_per_gpu or train_batch_size");
     expect_error("train_micro_batch_size_per_gpu: 1\nmodel_parallel_size: 3\n", 4, "world size 4 is not divisible");
     expect_error("train_micro_batch_size_per_gpu: 0\n", 1, "key 'train_micro_batch_size_per_gpu': 0 is out of range");
+}
+
+// neox-eval's loading: a tp2 x pp2 config (and the training job's global_num_gpus) on 1 or 3
+// ranks is data parallel over those ranks; the sizes stay as the checkpoint's description.
+static void test_data_parallel_only(void **state) {
+    (void)state;
+    neox_error err = {0};
+    const char *tp_pp = "train_micro_batch_size_per_gpu: 2\npipe_parallel_size: 2\nmodel_parallel_size: 2\n"
+                        "global_num_gpus: 8\n";
+    for (int world = 1; world <= 3; world += 2) {
+        neox_config *cfg = load_as(tp_pp, (neox_config_options){.world_size = world, .quiet = 1, .data_parallel_only = 1}, &err);
+        if (!cfg) fail_msg("world %d: %s", world, err.message);
+        assert_int_equal(neox_config_int(cfg, "data_parallel_size"), world);
+        assert_int_equal(neox_config_int(cfg, "train_batch_size"), 2 * world);
+        assert_int_equal(neox_config_int(cfg, "model_parallel_size"), 2);
+        assert_int_equal(neox_config_int(cfg, "pipe_parallel_size"), 2);
+        assert_int_equal(neox_config_int(cfg, "global_num_gpus"), 8);
+        neox_config_free(cfg);
+    }
+    expect_error(tp_pp, 3, "world size 3 is not divisible");  // as neox-train loads it
 }
 
 static void test_precision(void **state) {
@@ -281,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_padded_vocab),
         cmocka_unit_test(test_defaults_sources_and_accessors),
         cmocka_unit_test(test_batch_sizes),
+        cmocka_unit_test(test_data_parallel_only),
         cmocka_unit_test(test_precision),
         cmocka_unit_test(test_optimizer_and_zero),
         cmocka_unit_test(test_schedule_and_checkpoints),

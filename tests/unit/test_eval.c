@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,7 +124,7 @@ static char *write_file(const char *name, const char *text) {
 
 static void expect_task_error(neox_evaluator *ev, const char *kind, const char *name, const char *text, const char *message) {
     char *path = write_file(name, text), *task = neox_asprintf("%s:%s", kind, path), *want = neox_asprintf("%s:%s", name, message);
-    neox_task_options o = {tmpdir, 0};
+    neox_task_options o = {.data_dir = tmpdir, .bootstrap_iters = 100};
     neox_task_result r;
     neox_error err = {0};
     assert_int_equal(neox_eval_task(ev, task, &o, &r, &err), -1);
@@ -133,6 +134,30 @@ static void expect_task_error(neox_evaluator *ev, const char *kind, const char *
     free(path);
     free(task);
     free(want);
+}
+
+// Python's generator as CPython gives it (random.Random(seed).random() after k calls, values printed
+// by CPython 3.11), and the bootstrap's bookkeeping: the harness's chunking, a constant sample
+// with no spread, the chunks shared out over "ranks" giving the one-rank resamples.
+static void test_bootstrap(void **state) {
+    (void)state;
+    assert_true(neox_python_random(0, 0) == 0.8444218515250481);
+    assert_true(neox_python_random(0, 1) == 0.7579544029403025);
+    assert_true(neox_python_random(99, 5) == 0.2511510083752201);
+    assert_true(neox_python_random(4294967297ull, 0) == 0.2309331037176915);
+    assert_int_equal(neox_bootstrap_chunk(100000), 1000);
+    assert_int_equal(neox_bootstrap_chunk(300), 300);
+    assert_int_equal(neox_bootstrap_count(2500), 2000);
+    assert_int_equal(neox_bootstrap_count(0), 0);
+    double same[4] = {-2, -2, -2, -2}, rep[2000] = {0}, shared[2000] = {0};
+    neox_bootstrap_perplexity(same, 4, 1000, 0, 1, rep);
+    assert_true(neox_sample_stddev(rep, 1000) < 1e-12);  // exp(2) each time: no spread but rounding
+    double ll[5] = {-1.5, -0.25, -3.0, -0.75, -2.0};
+    neox_bootstrap_perplexity(ll, 5, 2500, 0, 1, rep);
+    for (int part = 0; part < 3; part++) neox_bootstrap_perplexity(ll, 5, 2500, part, 3, shared);
+    assert_memory_equal(rep, shared, sizeof rep);
+    assert_true(neox_sample_stddev(rep, 2000) > 0.0);
+    assert_true(isnan(neox_sample_stddev(rep, 1)));
 }
 
 static void test_malformed_task_files(void **state) {
@@ -159,7 +184,7 @@ static void test_malformed_task_files(void **state) {
     expect_task_error(ev, "rolling", "roll.jsonl", "{\"txt\": \"a\"}\n", "1: missing field \"text\"");
     // A good file scores, with a limit.
     char *path = write_file("good.jsonl", twice), *task = neox_asprintf("mc:%s", path);
-    neox_task_options o = {tmpdir, 1};
+    neox_task_options o = {.data_dir = tmpdir, .limit = 1, .bootstrap_iters = 100};
     neox_task_result r;
     neox_error err = {0};
     if (neox_eval_task(ev, task, &o, &r, &err) != 0) fail_msg("%s", err.message);
@@ -176,7 +201,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_detokenizer),   cmocka_unit_test(test_word_count),
         cmocka_unit_test(test_rolling_windows), cmocka_unit_test(test_encode_pair),
-        cmocka_unit_test(test_malformed_task_files),
+        cmocka_unit_test(test_malformed_task_files), cmocka_unit_test(test_bootstrap),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }

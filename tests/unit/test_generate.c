@@ -97,6 +97,48 @@ static void test_cache_equals_recompute(void **state) {
         }
 }
 
+// Sequences packed into one scoring pass give, row for row, the logits the full forward gives
+// each sequence alone (each from position 0, attending only to itself).
+static void test_packed_scoring(void **state) {
+    (void)state;
+    neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED};
+    int lens[] = {5, 9, 1, 7};
+    int32_t ids[22];
+    for (int i = 0; i < 22; i++) ids[i] = (i * 11 + 5) % 48;
+    for (int k = 0; k < 2; k++)
+        for (int parallel = 0; parallel < 2; parallel++) {
+            neox_model *m = tiny_model(kinds[k], parallel);
+            neox_error err = {0};
+            neox_generator *g = neox_generator_create(m, 24, 0, &err);
+            assert_int_equal(neox_generator_score_packed(g, ids, lens, 4, &err), 0);
+            int V = m->desc.vocab_size, row = 0;
+            float *logits = malloc((size_t)9 * V * sizeof *logits);
+            for (int s = 0; s < 4; s++) {
+                int rows[9];
+                for (int t = 0; t < lens[s]; t++) rows[t] = row + lens[s] - 1 - t;  // any order of rows
+                neox_generator_rows_logits(g, rows, lens[s], logits);
+                assert_int_equal(neox_model_plan(m, 1, lens[s], &err), 0);
+                assert_int_equal(neox_model_forward(m, (const int *)ids + row, NULL, NULL, &err), 0);
+                const float *full = neox_model_logits(m);
+                for (int t = 0; t < lens[s]; t++)
+                    for (int v = 0; v < V; v++) {
+                        float want = full[(size_t)(lens[s] - 1 - t) * V + v], got = logits[(size_t)t * V + v];
+                        if (fabsf(want - got) > 1e-4f * (1 + fabsf(want)))
+                            fail_msg("sequence %d row %d id %d: %g, full forward %g", s, t, v, got, want);
+                    }
+                row += lens[s];
+            }
+            int too_long[] = {20, 5}, empty[] = {3, 0};
+            assert_int_equal(neox_generator_score_packed(g, ids, too_long, 2, &err), -1);
+            assert_non_null(strstr(err.message, "20 + 5 positions with a context of 24"));
+            assert_int_equal(neox_generator_score_packed(g, ids, empty, 2, &err), -1);
+            assert_int_equal(neox_generator_score_packed(g, ids, lens, 0, &err), -1);
+            free(logits);
+            neox_generator_free(g);
+            neox_model_free(m);
+        }
+}
+
 static void test_stops_and_errors(void **state) {
     (void)state;
     neox_model *m = tiny_model(NEOX_POS_ROTARY, 1);
@@ -130,6 +172,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cached_attention_matches_full),
         cmocka_unit_test(test_cache_equals_recompute),
+        cmocka_unit_test(test_packed_scoring),
         cmocka_unit_test(test_stops_and_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -93,10 +93,36 @@ static void test_malformed(void **state) {
     expect_error("{\"__metadata__\": {\"k\": 1}}", 0, "__metadata__");
 }
 
+// Files are mapped by open: a malformed or empty file fails with the file named and is unmapped
+// (ASan reports a leak or a bad free otherwise).
+static void test_malformed_files(void **state) {
+    (void)state;
+    char path[] = "/tmp/neox-st-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    neox_error err = {0};
+    assert_null(neox_safetensors_open(path, &err));  // empty
+    assert_non_null(strstr(err.message, "too short"));
+    assert_non_null(strstr(err.message, path));
+    size_t size;
+    unsigned char *buf = image("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 4, &size);
+    FILE *f = fopen(path, "wb");
+    fwrite(buf, 1, size, f);
+    fclose(f);
+    free(buf);
+    assert_null(neox_safetensors_open(path, &err));  // truncated data
+    assert_non_null(strstr(err.message, "outside"));
+    assert_null(neox_safetensors_open("/nonexistent/x.safetensors", &err));
+    assert_non_null(strstr(err.message, "/nonexistent/x.safetensors"));
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_malformed_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 // generate_command.c: `neox-eval generate`, GPT-NeoX's generate.py: unconditional samples, one
 // completion per prompt of an input file, or interactive prompts from stdin; greedy or sampled;
-// jsonl output with GPT-NeoX's fields. Options override the config keys of the same names.
+// jsonl output with GPT-NeoX's fields. Options override the config keys of the same names. Under
+// mpiexec the prompts (or samples) are shared over the data-parallel ranks, k to rank k % ranks,
+// and rank 0 writes the records in input order; interactive prompts are rank 0's.
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 #include "core.h"
 #include "eval.h"
 #include "generate.h"
+#include "kernels/kernels.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -47,16 +50,20 @@ typedef struct gen_state {
     neox_evaluator *ev;
     neox_generator *gen;
     neox_sampling sampling;
+    unsigned long long seed;    // completion k samples with neox_hash64(seed, k)
     int maximum_tokens;
-    FILE *out;                  // jsonl (NULL: none)
+    int rank, ranks;            // this rank among the data-parallel ranks that share the prompts
+    FILE *out;                  // jsonl (NULL: none; written by rank 0)
     const int32_t *stop;
     int nstop;
     int64_t tokens;             // generated, for tokens/s
     double seconds;
 } gen_state;
 
-// Generates one completion of text and writes its jsonl record (and prints it when echo is set).
-static int complete(gen_state *st, const char *text, int echo, neox_error *err) {
+// Generates completion k of text and returns its jsonl record (malloc'ed; the text is printed too
+// when echo is set). Its sampling seed comes from k, so a completion depends on its place in the
+// input only, not on the rank that makes it or on the completions before it.
+static char *complete(gen_state *st, const char *text, int64_t k, int echo, neox_error *err) {
     neox_evaluator *ev = st->ev;
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;
@@ -64,13 +71,14 @@ static int complete(gen_state *st, const char *text, int echo, neox_error *err) 
         ids = neox_malloc(sizeof *ids);
         ids[n++] = ev->eod_id;  // unconditional: the end-of-document token as the only context
     } else if (neox_tokenizer_encode(ev->tokenizer, text, strlen(text), &ids, &n, &cap, err) < 0) {
-        return -1;
+        return NULL;
     }
     neox_generation g;
+    st->sampling.seed = neox_hash64(st->seed, (unsigned long long)k);
     double start = neox_now();
     int rc = neox_generate(st->gen, ids, (int)n, st->maximum_tokens, &st->sampling, st->stop, st->nstop, &g, err);
     free(ids);
-    if (rc != 0) return neox_fail_context(err, "prompt '%.40s%s'", text, strlen(text) > 40 ? "..." : "");
+    if (rc != 0) return neox_fail_context(err, "prompt '%.40s%s'", text, strlen(text) > 40 ? "..." : ""), NULL;
     double seconds = neox_now() - start;
     st->tokens += g.n;
     st->seconds += seconds;
@@ -78,18 +86,62 @@ static int complete(gen_state *st, const char *text, int echo, neox_error *err) 
     size_t size;
     char *generated = neox_tokenizer_decode(ev->tokenizer, g.tokens, (size_t)keep, &size, err);
     free(g.tokens);
-    if (!generated) return -1;
-    if (st->out) {
-        json_t *rec = json_pack("{s:s, s:s%, s:i, s:b, s:n, s:f}", "context", text, "text", generated, size, "length", keep,
-                                "finished", g.finished, "message", "duration_seconds", seconds);
-        char *line = json_dumps(rec, JSON_COMPACT);
-        fprintf(st->out, "%s\n", line);
-        free(line);
-        json_decref(rec);
-    }
+    if (!generated) return NULL;
+    json_t *rec = json_pack("{s:s, s:s%, s:i, s:b, s:n, s:f}", "context", text, "text", generated, size, "length", keep,
+                            "finished", g.finished, "message", "duration_seconds", seconds);
+    char *line = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
     if (echo) printf("%s\n", generated);
     free(generated);
+    return line;
+}
+
+// Completions rank, rank + ranks, ... of the n prompts, into records[k].
+static int generate_share(gen_state *st, char **prompts, int64_t n, char **records, neox_error *err) {
+    int64_t done = 0;
+    for (int64_t k = st->rank; k < n; k += st->ranks, done++)
+        if (!(records[k] = complete(st, prompts[k], k, 0, err))) return -1;
+    neox_debug("generated %lld of the %lld completions", (long long)done, (long long)n);
     return 0;
+}
+
+// Rank 0 writes every record in input order, receiving each from the rank that made it (every
+// rank sends its own in increasing order, the order rank 0 asks for them).
+static void collect_records(gen_state *st, char **records, int64_t n) {
+    neox_comm *c = &st->ev->grid->data;
+    for (int64_t k = 0; k < n; k++) {
+        int owner = (int)(k % st->ranks);
+        int64_t len = records[k] ? (int64_t)strlen(records[k]) : 0;
+        if (owner != 0 && st->rank == owner) {
+            neox_send(c, &len, 1, NEOX_I64, 0, 0);
+            neox_send(c, records[k], (size_t)len, NEOX_U8, 0, 0);
+        } else if (owner != 0 && st->rank == 0) {
+            neox_recv(c, &len, 1, NEOX_I64, owner, 0);
+            records[k] = neox_malloc((size_t)len + 1);
+            neox_recv(c, records[k], (size_t)len, NEOX_U8, owner, 0);
+            records[k][len] = 0;
+        }
+        if (st->rank == 0 && st->out) fprintf(st->out, "%s\n", records[k]);
+    }
+}
+
+// Whether every rank succeeded. A rank that failed keeps its own error; the others get one with
+// the same exit status (whichever rank ends the job first, the status is the failure's).
+static int all_ranks_ok(gen_state *st, int rc, neox_error *err) {
+    int status = rc != 0 ? (err->status ? err->status : NEOX_EXIT_FAILURE) : 0;
+    if (st->ranks > 1) neox_allreduce_max(&st->ev->grid->data, &status, 1, NEOX_I32);
+    if (status && rc == 0) neox_fail(err, status, "another rank failed while generating");
+    return status == 0;
+}
+
+// The n prompts shared over the data-parallel ranks, the records written in input order.
+static int generate_all(gen_state *st, char **prompts, int64_t n, neox_error *err) {
+    char **records = neox_calloc((size_t)n + 1, sizeof *records);
+    int ok = all_ranks_ok(st, generate_share(st, prompts, n, records, err), err);
+    if (ok) collect_records(st, records, n);
+    for (int64_t k = 0; k < n; k++) free(records[k]);
+    free(records);
+    return ok ? 0 : -1;
 }
 
 // The prompts of an input file: split on prompt_end, stripped, empty ones dropped (as generate.py).
@@ -119,40 +171,52 @@ static char **read_prompts(const char *path, const char *prompt_end, int *count,
     return prompts;
 }
 
-static int run_type(gen_state *st, const gen_args *a, neox_error *err) {
+// Interactive: rank 0 reads prompts from stdin, one a line, and prints each completion.
+static int interactive(gen_state *st, neox_error *err) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    for (int64_t k = 0; rc == 0 && (fprintf(stderr, "Context prompt >>> "), len = getline(&line, &cap, stdin)) >= 0; k++) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!strcmp(line, "exit")) break;
+        char *rec = len > 0 ? complete(st, line, k, 1, err) : NULL;
+        if (len > 0 && !rec) rc = -1;
+        if (rec && st->out) fprintf(st->out, "%s\n", rec);
+        free(rec);
+    }
+    free(line);
+    return rc;
+}
+
+// The prompts the text_gen_type asks for: num_samples empty ones (unconditional) or the input
+// file's; *n = -1 on error.
+static char **prompts_of(const gen_args *a, int64_t *n, neox_error *err) {
+    *n = -1;
     if (!strcmp(a->type, "unconditional")) {
-        for (int64_t i = 0; i < a->num_samples; i++)
-            if (complete(st, "", 0, err) != 0) return -1;
-        return 0;
+        *n = a->num_samples;
+        char **p = neox_calloc((size_t)*n + 1, sizeof *p);
+        for (int64_t i = 0; i < *n; i++) p[i] = neox_strdup("");
+        return p;
     }
-    if (!strcmp(a->type, "input-file")) {
-        if (!a->input) return neox_fail(err, NEOX_EXIT_USAGE, "sample_input_file: not set (text_gen_type input-file)");
-        int n = 0;
-        char **prompts = read_prompts(a->input, a->prompt_end, &n, err);
-        if (n < 0) return -1;
-        if (n == 0) return neox_fail(err, NEOX_EXIT_USAGE, "%s: no prompts (separated by prompt_end)", a->input);
-        int rc = 0;
-        for (int i = 0; i < n; i++) {
-            if (rc == 0) rc = complete(st, prompts[i], 0, err);
-            free(prompts[i]);
-        }
-        free(prompts);
-        return rc;
-    }
-    if (!strcmp(a->type, "interactive")) {
-        char *line = NULL;
-        size_t cap = 0;
-        ssize_t len;
-        int rc = 0;
-        while (rc == 0 && (fprintf(stderr, "Context prompt >>> "), len = getline(&line, &cap, stdin)) >= 0) {
-            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-            if (!strcmp(line, "exit")) break;
-            if (len > 0) rc = complete(st, line, 1, err);
-        }
-        free(line);
-        return rc;
-    }
-    return neox_fail(err, NEOX_EXIT_USAGE, "text_gen_type: '%s' is not unconditional, input-file or interactive", a->type);
+    if (!a->input) return neox_fail(err, NEOX_EXIT_USAGE, "sample_input_file: not set (text_gen_type input-file)"), NULL;
+    int count = 0;
+    char **p = read_prompts(a->input, a->prompt_end, &count, err);
+    if (count == 0) neox_fail(err, NEOX_EXIT_USAGE, "%s: no prompts (separated by prompt_end)", a->input);
+    if (count > 0) *n = count;
+    return p;
+}
+
+static int run_type(gen_state *st, const gen_args *a, neox_error *err) {
+    if (!strcmp(a->type, "interactive")) return all_ranks_ok(st, st->rank == 0 ? interactive(st, err) : 0, err) ? 0 : -1;
+    if (strcmp(a->type, "unconditional") && strcmp(a->type, "input-file"))
+        return neox_fail(err, NEOX_EXIT_USAGE, "text_gen_type: '%s' is not unconditional, input-file or interactive", a->type);
+    int64_t n;
+    char **prompts = prompts_of(a, &n, err);
+    int rc = n < 0 ? -1 : generate_all(st, prompts, n, err);
+    for (int64_t k = 0; k < n; k++) free(prompts[k]);
+    free(prompts);
+    return rc;
 }
 
 // Fills what the command line left unset from the config.
@@ -173,6 +237,18 @@ static void from_config(gen_args *a, const neox_config *cfg) {
     if (!a->recompute) a->recompute = neox_config_bool(cfg, "recompute");
 }
 
+// tokens/s over the ranks: all the tokens over the longest any rank spent generating.
+static void report_rate(gen_state *st, const gen_args *a) {
+    double v[2] = {(double)st->tokens, st->seconds};
+    if (st->ranks > 1) {
+        neox_allreduce_sum(&st->ev->grid->data, &v[0], 1, NEOX_F64);
+        neox_allreduce_max(&st->ev->grid->data, &v[1], 1, NEOX_F64);
+    }
+    if (st->ev->rank0 && !a->quiet)
+        neox_info("generated %.0f tokens in %.2f s: %.1f tokens/s (%s, %d rank%s)", v[0], v[1], v[0] / (v[1] + 1e-9),
+                  a->recompute ? "recompute" : "KV cache", st->ranks, st->ranks > 1 ? "s" : "");
+}
+
 static int generate(int nconfigs, const char *const *configs, gen_args *a, int *argc, char ***argv) {
     neox_error err = {0};
     neox_grid grid;
@@ -186,27 +262,21 @@ static int generate(int nconfigs, const char *const *configs, gen_args *a, int *
             neox_usage_error("--stop-token %d: not an id of the tokenizer (%lld ids)", a->stop[i],
                              (long long)neox_tokenizer_vocab_size(ev->tokenizer));
     gen_state st = {.ev = ev, .maximum_tokens = (int)a->maximum_tokens, .stop = a->stop, .nstop = a->nstop,
-                    .sampling = {a->temperature, (int)a->top_k, a->top_p, (unsigned long long)a->seed,
-                                 (int)neox_tokenizer_vocab_size(ev->tokenizer)}};
-    int rc = 0;
-    if (grid.world_rank == 0) {  // one rank generates; the others only took part in loading
-        st.gen = neox_generator_create(ev->model, ev->seq_length, a->recompute, &err);
-        neox_atomic_file *af = NULL;
-        if (st.gen && a->output && strcmp(a->output, "-") != 0) {
-            af = neox_atomic_open(a->output, &err);
-            if (!af) rc = -1;
-            else st.out = af->fp;
-        } else if (st.gen && a->output) {
-            st.out = stdout;
-        }
-        if (!st.gen) rc = -1;
-        if (rc == 0) rc = run_type(&st, a, &err);
-        if (af) rc = rc == 0 ? neox_atomic_commit(af, &err) : (neox_atomic_abort(af), rc);
-        if (rc == 0 && !a->quiet)
-            neox_info("generated %lld tokens in %.2f s: %.1f tokens/s (%s)", (long long)st.tokens, st.seconds,
-                      (double)st.tokens / (st.seconds + 1e-9), a->recompute ? "recompute" : "KV cache");
-        neox_generator_free(st.gen);
+                    .seed = (unsigned long long)a->seed, .rank = grid.data_rank, .ranks = grid.data_size,
+                    .sampling = {a->temperature, (int)a->top_k, a->top_p, 0, (int)neox_tokenizer_vocab_size(ev->tokenizer)}};
+    st.gen = neox_generator_create(ev->model, ev->seq_length, a->recompute, &err);
+    neox_atomic_file *af = NULL;
+    int rc = st.gen ? 0 : -1;
+    if (rc == 0 && grid.world_rank == 0 && a->output) {  // rank 0 writes every record
+        if (strcmp(a->output, "-") == 0) st.out = stdout;
+        else if ((af = neox_atomic_open(a->output, &err))) st.out = af->fp;
+        else rc = -1;
     }
+    if (all_ranks_ok(&st, rc, &err)) rc = run_type(&st, a, &err);
+    else rc = -1;
+    if (af) rc = rc == 0 ? neox_atomic_commit(af, &err) : (neox_atomic_abort(af), rc);
+    if (rc == 0) report_rate(&st, a);
+    neox_generator_free(st.gen);
     if (rc != 0) neox_die_error(&err);
     neox_evaluator_free(ev);
     neox_tool_teardown(cfg, &grid);

@@ -14,11 +14,12 @@ neox_config *neox_tool_setup(int nconfigs, const char *const *configs, int quiet
     if (neox_parallel_init(argc, argv, &err) != 0) neox_die_error(&err);
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    neox_config_options opts = {.world_size = world, .quiet = quiet};
+    // Evaluation runs data parallel over every rank whatever layout trained the model (checkpoints
+    // load into any layout), so the configs of a tensor- or pipeline-parallel run work as they are,
+    // on any number of ranks: the two sizes only describe the checkpoint.
+    neox_config_options opts = {.world_size = world, .quiet = quiet, .data_parallel_only = 1};
     neox_config *cfg = neox_config_load(configs, nconfigs, &opts, &err);
     if (!cfg) neox_die_error(&err);
-    // Evaluation runs data parallel over every rank whatever layout trained the model (checkpoints
-    // load into any layout), so the configs of a tensor- or pipeline-parallel run work as they are.
     int pp = at_least_1(neox_config_int(cfg, "pipe_parallel_size")), mp = at_least_1(neox_config_int(cfg, "model_parallel_size"));
     if ((pp > 1 || mp > 1) && !quiet && neox_launcher_rank() == 0)
         neox_notice("pipe_parallel_size %d, model_parallel_size %d: neox-eval runs data parallel over all %d ranks", pp, mp, world);
