@@ -64,8 +64,7 @@ struct neox_trainer {
     float *grad_partition;         // ZeRO-2: reduced gradients of the partition, summed over micro-batches
     int reduce_now;                // backward of the current micro-batch is followed by a reduction
 
-    // Pipeline: micro-batches between forward and backward at once on this stage (1F1B).
-    int pipe_slots;
+    // Pipeline (the model's activation slots hold the micro-batches in flight on this stage).
     float *pipe_grad_send;         // (B, T, C): the input gradient in flight to the previous stage
 
     // Data.

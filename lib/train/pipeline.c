@@ -15,7 +15,9 @@
 
 enum { TAG_ACTIVATION = 0, TAG_GRADIENT = 1 };
 
-static int tag_of(int micro_batch, int kind) { return 2 * micro_batch + kind; }
+// MPI only promises tags up to 32767. Messages between two ranks on one communicator arrive in
+// the order they were sent, and both sides walk micro-batches in the same order, so tags may wrap.
+static int tag_of(int64_t micro_batch, int kind) { return (int)(2 * (micro_batch % 16384) + kind); }
 
 // Dropout masks are counter-based: each micro-batch of each data-parallel rank gets a seed from
 // (run seed, global micro-batch count, rank), so a resumed run draws exactly the masks it would
@@ -51,11 +53,11 @@ static int next_batch(pipe_run *r, neox_error *err) {
     return rc;
 }
 
-static int forward(pipe_run *r, int k, neox_error *err) {
+static int forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_trainer *t = r->t;
     neox_model *m = t->model;
     neox_grid *g = t->grid;
-    int slot = k % m->nslots;
+    int slot = (int)(k % m->nslots);
     size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
     neox_wait(&r->act_send[slot]);  // the slot's previous activations have left
     neox_model_use_slot(m, slot);
@@ -131,7 +133,7 @@ int neox_train_pipeline_eval(neox_trainer *t, neox_batch_iterator *it, int64_t c
     pipe_run r = {.t = t, .it = it, .training = 0};
     r.act_send = neox_calloc((size_t)t->model->nslots, sizeof *r.act_send);
     int rc = 0;
-    for (int64_t k = 0; rc == 0 && k < count; k++) rc = forward(&r, (int)(k % (1 << 20)), err);
+    for (int64_t k = 0; rc == 0 && k < count; k++) rc = forward(&r, k, err);
     finish_sends(&r);
     if (rc != 0) return -1;
     *loss_sum = share_loss(t, r.loss_sum);

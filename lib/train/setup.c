@@ -100,9 +100,9 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_model_init(t->model, t->state.seed);
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
     int inflight = g->pipe_size - g->pipe_rank;
-    t->pipe_slots = inflight < t->grad_accum ? inflight : t->grad_accum;
+    int slots = inflight < t->grad_accum ? inflight : t->grad_accum;
     t->pipe_grad_send = g->pipe_rank > 0 ? neox_calloc((size_t)t->micro_batch * t->seq_length * desc.hidden_size, sizeof(float)) : NULL;
-    return neox_model_plan_slots(t->model, t->micro_batch, t->seq_length, t->pipe_slots, err);
+    return neox_model_plan_slots(t->model, t->micro_batch, t->seq_length, slots, err);
 }
 
 static const neox_value *zero_field(const neox_config *cfg, const char *field) {

@@ -15,14 +15,7 @@ PY=.venv/bin/python
 command -v "$MPIEXEC" >/dev/null || { skip "3-D parallel layouts" "$MPIEXEC is not installed"; exit 0; }
 [ -x "$PY" ] || { skip "3-D parallel layouts" ".venv is missing (make deps)"; exit 0; }
 
-python3 - "$T/docs.jsonl" <<'EOF'
-import json, random, sys
-random.seed(7)
-words = ["the", "king", "queen", "sword", "crown", "night", "day", "love", "war", "speak", "thou", "art", "doth"]
-with open(sys.argv[1], "w") as f:
-    for _ in range(500):
-        f.write(json.dumps({"text": " ".join(random.choice(words) for _ in range(random.randint(10, 60)))}) + "\n")
-EOF
+python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
 check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
     --tokenizer-type CharLevelTokenizer --append-eod
 

@@ -81,7 +81,7 @@ def param_count(c):
     return V * C + L * layer + 2 * C + (0 if c.get("tie_word_embeddings", True) else V * C)
 
 
-def expected(name, c, micro, accum, rank):
+def expected(name, c, micro, accum):
     C, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
     N, M, n = micro * 32, accum, param_count(c)
     if name == "dp2":
@@ -104,7 +104,7 @@ def volume(name, config, micro, accum, run4, run6):
     c = json.load(open(config))
     ok = True
     for info, got in per_step(run4, run6):
-        want = expected(name, c, int(micro), int(accum), info["rank"])
+        want = expected(name, c, int(micro), int(accum))
         for g in ("data", "model", "pipe", "embed"):
             if got[g] != want.get(g, {}):
                 print(f"rank {info['rank']} group {g}: got {got[g]}, expected {want.get(g, {})}")

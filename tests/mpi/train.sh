@@ -10,14 +10,7 @@ T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "neox-train data parallel" "$MPIEXEC is not installed"; exit 0; }
 
 # A small synthetic corpus (char-level ids), written by neox-preprocess from jsonl.
-python3 - "$T/docs.jsonl" <<'EOF'
-import json, random, sys
-random.seed(5)
-words = ["the", "king", "queen", "sword", "crown", "night", "day", "love", "war", "speak", "thou", "art"]
-with open(sys.argv[1], "w") as f:
-    for _ in range(400):
-        f.write(json.dumps({"text": " ".join(random.choice(words) for _ in range(random.randint(10, 60)))}) + "\n")
-EOF
+python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
 check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
     --tokenizer-type CharLevelTokenizer --append-eod
 
