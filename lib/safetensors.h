@@ -52,4 +52,18 @@ typedef struct neox_st_entry {
 int neox_safetensors_write(const char *path, const neox_st_entry *entries, int count, const char *metadata_json,
                            neox_error *err);
 
+// The same, streamed: open writes the header for entries (their data is not used), then put takes
+// the tensors' bytes in order, in as many calls as convenient, and commit checks that exactly the
+// announced bytes came and publishes the file. Memory is then one tensor, not the whole file.
+typedef struct neox_st_writer neox_st_writer;
+neox_st_writer *neox_st_writer_open(const char *path, const neox_st_entry *entries, int count,
+                                    const char *metadata_json, neox_error *err);
+int neox_st_writer_put(neox_st_writer *w, const void *data, size_t bytes, neox_error *err);
+// Instead of put: the caller writes the next `bytes` bytes itself into *fd at *offset (pwrite,
+// copy_file_range), then calls neox_st_writer_written.
+int neox_st_writer_reserve(neox_st_writer *w, size_t bytes, int *fd, int64_t *offset, neox_error *err);
+void neox_st_writer_written(neox_st_writer *w);
+int neox_st_writer_commit(neox_st_writer *w, neox_error *err);  // frees w, also on failure
+void neox_st_writer_abort(neox_st_writer *w);                   // removes the temporary; frees w
+
 #endif

@@ -28,6 +28,8 @@ int64_t neox_tokenizer_vocab_size(const neox_tokenizer *tok);
 int32_t neox_tokenizer_eod_id(const neox_tokenizer *tok);  // end of document
 int32_t neox_tokenizer_pad_id(const neox_tokenizer *tok);  // -1 when the tokenizer has none
 const char *neox_tokenizer_type(const neox_tokenizer *tok);
+// 1 when a space is put before text that does not start with one (ByteLevel add_prefix_space).
+int neox_tokenizer_adds_prefix_space(const neox_tokenizer *tok);
 
 // Encodes size bytes of text (UTF-8; invalid bytes are handled as HF does, see docs/tokenizers.md).
 // Appends ids to *ids (a growable array: *len used, *cap allocated, realloc'ed with neox_realloc).

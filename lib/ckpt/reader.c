@@ -5,9 +5,11 @@
 // names the first element no file holds, never silently zero.
 #include "ckpt.h"
 
+#include <errno.h>
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/hdf5_util.h"
 
@@ -519,6 +521,123 @@ int neox_ckpt_read_range(const neox_ckpt_reader *r, const char *name, int64_t st
                          (long long)start, (long long)(start + n));
     region w = {.is_range = 1, .start = start, .n = n, .size = n};
     return n == 0 ? 0 : read_region(r, t, &w, dst, err);
+}
+
+// ---- copying a range into a file ------------------------------------------------------------
+
+// Where a piece's elements lie in its file as one run of the tensor's own bytes: a range, or a
+// block of whole rows, stored contiguously as native floats. Sets *flat (the first element) and
+// *addr (its byte address) and returns 1; 0 when the piece is stored otherwise.
+static int piece_run(const neox_ckpt_reader *r, const tensor *t, const piece *p, int64_t *flat, uint64_t *addr) {
+    if (p->kind == PIECE_RANGE) *flat = p->start;
+    else if (p->kind == PIECE_BLOCK && t->ndim > 0) {
+        int64_t row = 1;
+        for (int d = 1; d < t->ndim; d++) {
+            if (p->offset[d] != 0 || p->count[d] != t->shape[d]) return 0;
+            row *= t->shape[d];
+        }
+        *flat = p->offset[0] * row;
+    } else return 0;
+    hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);
+    if (dset < 0) return 0;
+    hid_t type = H5Dget_type(dset);
+    haddr_t at = H5Dget_offset(dset);
+    int native = type >= 0 && H5Tequal(type, H5T_NATIVE_FLOAT) > 0;
+    if (type >= 0) H5Tclose(type);
+    H5Dclose(dset);
+    *addr = (uint64_t)at;
+    return native && at != HADDR_UNDEF;
+}
+
+static int64_t piece_elements(const tensor *t, const piece *p) {
+    if (p->kind == PIECE_RANGE) return p->n;
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= p->count[d];
+    return n;
+}
+
+// Copies len bytes between files in the kernel (no trip through user memory), falling back to
+// pread/pwrite where the file systems cannot.
+static int copy_bytes_between(int in, off_t in_at, int out, off_t out_at, size_t len) {
+    while (len > 0) {
+        ssize_t k = copy_file_range(in, &in_at, out, &out_at, len, 0);
+        if (k > 0) {
+            len -= (size_t)k;
+            continue;
+        }
+        if (k == 0 || (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)) return -1;
+        char buf[1 << 16];
+        while (len > 0) {
+            ssize_t got = pread(in, buf, len < sizeof buf ? len : sizeof buf, in_at);
+            if (got <= 0 || pwrite(out, buf, (size_t)got, out_at) != got) return -1;
+            in_at += got, out_at += got, len -= (size_t)got;
+        }
+    }
+    return 0;
+}
+
+static int file_descriptor(const neox_ckpt_reader *r, int file) {
+    int *handle = NULL;
+    return H5Fget_vfd_handle(r->files[file], H5P_DEFAULT, (void **)&handle) >= 0 && handle ? *handle : -1;
+}
+
+// Copies each overlapping piece's run straight from its shard file; 1 when every overlapping piece
+// was a run (and the range is covered), 0 when one is not (nothing was claimed), -1 on failure.
+static int copy_runs(const neox_ckpt_reader *r, const tensor *t, int64_t start, int64_t n, int fd, int64_t fd_offset,
+                     neox_error *err) {
+    uint64_t *covered = neox_calloc((size_t)(n + 63) / 64 + 1, sizeof(uint64_t));
+    int rc = 1;
+    for (int i = 0; i < t->npieces && rc == 1; i++) {
+        const piece *p = &t->pieces[i];
+        int64_t flat, lo, hi;
+        uint64_t addr;
+        if (!piece_run(r, t, p, &flat, &addr)) {
+            rc = 0;
+            break;
+        }
+        lo = flat > start ? flat : start;
+        hi = flat + piece_elements(t, p) < start + n ? flat + piece_elements(t, p) : start + n;
+        if (lo >= hi) continue;
+        int in = file_descriptor(r, p->file);
+        if (in < 0 || copy_bytes_between(in, (off_t)(addr + (uint64_t)(lo - flat) * sizeof(float)), fd,
+                                         (off_t)(fd_offset + (lo - start) * (int64_t)sizeof(float)),
+                                         (size_t)(hi - lo) * sizeof(float)) != 0)
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot copy '%s': %s", r->paths[p->file], p->dataset,
+                           strerror(errno));
+        else mark_covered(covered, lo - start, hi - start);
+    }
+    int64_t missing = rc == 1 ? first_uncovered(covered, n) : -1;
+    if (missing >= 0)
+        rc = neox_fail(err, NEOX_EXIT_FAILURE,
+                       "checkpoint tensor '%s': element %lld of the requested range is in no shard file (a shard is missing)",
+                       t->name, (long long)(start + missing));
+    free(covered);
+    return rc;
+}
+
+int neox_ckpt_copy_range_to_fd(const neox_ckpt_reader *r, const char *name, int64_t start, int64_t n, int fd,
+                               int64_t fd_offset, neox_error *err) {
+    const tensor *t = lookup(r, name, 0, err);
+    if (!t) return -1;
+    int64_t total = 1;
+    for (int d = 0; d < t->ndim; d++) total *= t->shape[d];
+    if (start < 0 || n < 0 || start + n > total)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': requested range [%lld, %lld) outside the tensor", name,
+                         (long long)start, (long long)(start + n));
+    if (n == 0) return 0;
+    int rc = copy_runs(r, t, start, n, fd, fd_offset, err);
+    if (rc != 0) return rc < 0 ? -1 : 0;
+    // Some piece is stored another way: read the range into memory and write it.
+    float *buf = neox_malloc((size_t)n * sizeof(float));
+    rc = neox_ckpt_read_range(r, name, start, n, buf, err);
+    size_t bytes = (size_t)n * sizeof(float), done = 0;
+    while (rc == 0 && done < bytes) {
+        ssize_t k = pwrite(fd, (char *)buf + done, bytes - done, (off_t)(fd_offset + (int64_t)done));
+        if (k <= 0) rc = neox_fail(err, NEOX_EXIT_FAILURE, "cannot write tensor '%s': %s", name, strerror(errno));
+        else done += (size_t)k;
+    }
+    free(buf);
+    return rc;
 }
 
 int neox_ckpt_read_bytes(const neox_ckpt_reader *r, const char *name, void **data, size_t *size, neox_error *err) {

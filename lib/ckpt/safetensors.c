@@ -1,7 +1,9 @@
 // safetensors.c: the safetensors format (lib/safetensors.h). The header is parsed with jansson;
 // the checks follow the format's rules: known dtypes, shapes that match the byte ranges, ranges
 // inside the data section that cover it exactly without overlap, unique names.
+#include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,8 +187,23 @@ neox_safetensors *neox_safetensors_open(const char *path, neox_error *err) {
     return buf ? parse_owned((unsigned char *)buf, size, 0, path, err) : NULL;
 }
 
-int neox_safetensors_write(const char *path, const neox_st_entry *entries, int count, const char *metadata_json,
-                           neox_error *err) {
+// ---- writing ---------------------------------------------------------------------------------
+struct neox_st_writer {
+    neox_atomic_file *af;
+    size_t expected, written;  // data-section bytes: all tensors, and those put so far
+    size_t synced;             // data bytes already handed to the disk (sync_file_range)
+    size_t data_start;         // file offset of the data section
+};
+
+static size_t entry_bytes(const neox_st_entry *e) {
+    size_t bytes = neox_st_dtype_size(e->dtype);
+    for (int d = 0; d < e->ndim; d++) bytes *= (size_t)e->shape[d];
+    return bytes;
+}
+
+// The JSON header for entries laid out back to back in this order; NULL + err on a bad entry.
+static char *header_json(const char *path, const neox_st_entry *entries, int count, const char *metadata_json,
+                         size_t *data_bytes, neox_error *err) {
     json_t *root = json_object();
     if (metadata_json) {
         json_error_t jerr;
@@ -194,23 +211,22 @@ int neox_safetensors_write(const char *path, const neox_st_entry *entries, int c
         if (!json_is_object(meta)) {
             json_decref(meta);
             json_decref(root);
-            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: metadata is not a JSON object", path);
+            neox_fail(err, NEOX_EXIT_FAILURE, "%s: metadata is not a JSON object", path);
+            return NULL;
         }
         json_object_set_new(root, "__metadata__", meta);
     }
     size_t offset = 0;
     for (int i = 0; i < count; i++) {
         const neox_st_entry *e = &entries[i];
-        size_t bytes = neox_st_dtype_size(e->dtype);
-        if (bytes == 0 || e->ndim < 0 || e->ndim > NEOX_ST_MAX_DIMS) {
+        if (neox_st_dtype_size(e->dtype) == 0 || e->ndim < 0 || e->ndim > NEOX_ST_MAX_DIMS) {
             json_decref(root);
-            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': bad dtype or rank", path, e->name);
+            neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s': bad dtype or rank", path, e->name);
+            return NULL;
         }
         json_t *shape = json_array();
-        for (int d = 0; d < e->ndim; d++) {
-            json_array_append_new(shape, json_integer(e->shape[d]));
-            bytes *= (size_t)e->shape[d];
-        }
+        for (int d = 0; d < e->ndim; d++) json_array_append_new(shape, json_integer(e->shape[d]));
+        size_t bytes = entry_bytes(e);
         json_t *t = json_object();
         json_object_set_new(t, "dtype", json_string(e->dtype));
         json_object_set_new(t, "shape", shape);
@@ -220,22 +236,100 @@ int neox_safetensors_write(const char *path, const neox_st_entry *entries, int c
     }
     char *header = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
+    *data_bytes = offset;
+    return header;
+}
+
+neox_st_writer *neox_st_writer_open(const char *path, const neox_st_entry *entries, int count,
+                                    const char *metadata_json, neox_error *err) {
+    size_t data_bytes;
+    char *header = header_json(path, entries, count, metadata_json, &data_bytes, err);
+    if (!header) return NULL;
     size_t hlen = strlen(header), padded = (hlen + 7) / 8 * 8;  // data starts 8-byte aligned
     neox_atomic_file *af = neox_atomic_open(path, err);
-    if (!af) { free(header); return -1; }
+    if (!af) {
+        free(header);
+        return NULL;
+    }
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     fwrite(len, 1, 8, af->fp);
     fwrite(header, 1, hlen, af->fp);
     for (size_t i = hlen; i < padded; i++) fputc(' ', af->fp);
     free(header);
-    for (int i = 0; i < count; i++) {
-        size_t bytes = neox_st_dtype_size(entries[i].dtype);
-        for (int d = 0; d < entries[i].ndim; d++) bytes *= (size_t)entries[i].shape[d];
-        if (bytes && fwrite(entries[i].data, 1, bytes, af->fp) != bytes) {
-            neox_atomic_abort(af);
-            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed", path);
-        }
+    neox_st_writer *w = neox_calloc(1, sizeof *w);
+    w->af = af;
+    w->expected = data_bytes;
+    w->data_start = 8 + padded;
+    return w;
+}
+
+// Hands what has been written since the last call to the disk without waiting, once it is worth a
+// system call: the disk then works while the next tensors are produced, and the fsync at commit
+// waits only for the tail.
+static void start_writeback(neox_st_writer *w) {
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (w->written - w->synced < (8u << 20) || fflush(w->af->fp) != 0) return;
+    sync_file_range(fileno(w->af->fp), (off_t)(w->data_start + w->synced), (off_t)(w->written - w->synced),
+                    SYNC_FILE_RANGE_WRITE);
+    w->synced = w->written;
+#else
+    (void)w;
+#endif
+}
+
+int neox_st_writer_put(neox_st_writer *w, const void *data, size_t bytes, neox_error *err) {
+    if (bytes > w->expected - w->written)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: more tensor data than the header announces", w->af->path);
+    if (bytes && fwrite(data, 1, bytes, w->af->fp) != bytes)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->af->tmp_path, strerror(errno));
+    w->written += bytes;
+    start_writeback(w);
+    return 0;
+}
+
+int neox_st_writer_reserve(neox_st_writer *w, size_t bytes, int *fd, int64_t *offset, neox_error *err) {
+    if (bytes > w->expected - w->written)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: more tensor data than the header announces", w->af->path);
+    if (fflush(w->af->fp) != 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->af->tmp_path, strerror(errno));
+    *fd = fileno(w->af->fp);
+    *offset = (int64_t)(w->data_start + w->written);
+    if (fseeko(w->af->fp, (off_t)(*offset + (int64_t)bytes), SEEK_SET) != 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: seek failed: %s", w->af->tmp_path, strerror(errno));
+    w->written += bytes;
+    return 0;
+}
+
+void neox_st_writer_written(neox_st_writer *w) { start_writeback(w); }
+
+int neox_st_writer_commit(neox_st_writer *w, neox_error *err) {
+    int rc;
+    if (w->written != w->expected) {
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: %zu bytes of tensor data written, the header announces %zu",
+                       w->af->path, w->written, w->expected);
+        neox_atomic_abort(w->af);
+    } else {
+        rc = neox_atomic_commit(w->af, err);
     }
-    return neox_atomic_commit(af, err);
+    free(w);
+    return rc;
+}
+
+void neox_st_writer_abort(neox_st_writer *w) {
+    if (!w) return;
+    neox_atomic_abort(w->af);
+    free(w);
+}
+
+int neox_safetensors_write(const char *path, const neox_st_entry *entries, int count, const char *metadata_json,
+                           neox_error *err) {
+    neox_st_writer *w = neox_st_writer_open(path, entries, count, metadata_json, err);
+    if (!w) return -1;
+    for (int i = 0; i < count; i++)
+        if (neox_st_writer_put(w, entries[i].data, entry_bytes(&entries[i]), err) != 0) {
+            neox_st_writer_abort(w);
+            return -1;
+        }
+    return neox_st_writer_commit(w, err);
 }

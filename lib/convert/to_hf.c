@@ -2,7 +2,7 @@
 // generation_config.json, the tokenizer files the config names, and the parameters (already under
 // their Hugging Face names, DESIGN.md decision 2) as model.safetensors, or as numbered shards plus
 // model.safetensors.index.json when they exceed the shard size. Parameters are cast to fp32, bf16
-// or fp16 (round to nearest even). Memory: one output shard at a time.
+// or fp16 (round to nearest even). Memory: one tensor at a time.
 #include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -53,7 +53,32 @@ static const char *st_dtype(const char *dtype) {
 }
 
 // ---- tokenizer files ------------------------------------------------------------------------------
-// Copies the files the config names and returns the end-of-document id (-1 without a tokenizer).
+// tokenizer_config.json and special_tokens_map.json, so that transformers' AutoTokenizer loads the
+// folder as neox.c tokenizes: without them it picks GPTNeoXTokenizerFast from config.json, which
+// cannot read vocab.json + merges.txt and forces add_prefix_space off whatever tokenizer.json says.
+// The tokenizer.json is then taken as it is (PreTrainedTokenizerFast), GPT-2 files by
+// GPT2TokenizerFast; the end-of-document token is bos, eos and unk, as in GPT-NeoX's own exports.
+static int tokenizer_config_files(const neox_tokenizer *tok, const char *dir, int64_t max_length, neox_error *err) {
+    const char *eod = neox_tokenizer_id_to_token(tok, neox_tokenizer_eod_id(tok));
+    int hf_json = !strcmp(neox_tokenizer_type(tok), "HFTokenizer");
+    json_t *special = json_pack("{s:s, s:s, s:s}", "bos_token", eod, "eos_token", eod, "unk_token", eod);
+    json_t *config = json_pack("{s:s, s:b, s:I, s:b}", "tokenizer_class",
+                               hf_json ? "PreTrainedTokenizerFast" : "GPT2TokenizerFast", "add_prefix_space",
+                               neox_tokenizer_adds_prefix_space(tok), "model_max_length", (json_int_t)max_length,
+                               "clean_up_tokenization_spaces", 0);
+    json_object_update(config, special);
+    char *config_text = json_dumps(config, JSON_INDENT(2)), *special_text = json_dumps(special, JSON_INDENT(2));
+    int rc = neox_cvt_write_text(dir, "tokenizer_config.json", config_text, err);
+    if (rc == 0) rc = neox_cvt_write_text(dir, "special_tokens_map.json", special_text, err);
+    free(config_text);
+    free(special_text);
+    json_decref(config);
+    json_decref(special);
+    return rc;
+}
+
+// Copies the files the config names, adds transformers' tokenizer configuration and returns the
+// end-of-document id (-1 without a tokenizer).
 static int tokenizer_files(const neox_cvt_ckpt *c, const char *dir, int *eod, neox_error *err) {
     *eod = -1;
     const char *type = neox_config_str(c->cfg, "tokenizer_type");
@@ -75,11 +100,13 @@ static int tokenizer_files(const neox_cvt_ckpt *c, const char *dir, int *eod, ne
     neox_tokenizer *tok = neox_tokenizer_load(&to, err);
     if (!tok) return neox_fail_context(err, "the checkpoint's tokenizer");
     *eod = neox_tokenizer_eod_id(tok);
+    int rc = 0;
+    if (!strcmp(type, "HFTokenizer")) rc = neox_cvt_copy_file(vocab, dir, "tokenizer.json", err);
+    if (rc == 0 && strcmp(type, "HFTokenizer") != 0 && vocab) rc = neox_cvt_copy_file(vocab, dir, "vocab.json", err);
+    if (rc == 0 && strcmp(type, "HFTokenizer") != 0 && merges) rc = neox_cvt_copy_file(merges, dir, "merges.txt", err);
+    if (rc == 0 && vocab) rc = tokenizer_config_files(tok, dir, c->desc.max_positions, err);
     neox_tokenizer_free(tok);
-    if (!strcmp(type, "HFTokenizer")) return neox_cvt_copy_file(vocab, dir, "tokenizer.json", err);
-    if (vocab && neox_cvt_copy_file(vocab, dir, "vocab.json", err) != 0) return -1;
-    if (merges && neox_cvt_copy_file(merges, dir, "merges.txt", err) != 0) return -1;
-    return 0;
+    return rc;
 }
 
 // ---- the parameters ------------------------------------------------------------------------------
@@ -99,32 +126,54 @@ static int check_shapes(const neox_cvt_ckpt *c, const neox_cvt_param *ps, int n,
     return 0;
 }
 
-// Writes params [first, last) as one safetensors file.
+// Writes params [first, last) as one safetensors file, streamed one tensor at a time through
+// buffers kept across tensors (the largest tensor's size).
+typedef struct tensor_buffers {
+    float *f32;
+    void *cast;
+    size_t cap;  // elements
+} tensor_buffers;
+
 static int write_shard(const neox_cvt_ckpt *c, const neox_cvt_param *ps, int first, int last, const char *dtype,
-                       const char *path, neox_progress *bar, double *done, neox_error *err) {
-    int n = last - first, rc = 0;
+                       const char *path, tensor_buffers *buf, neox_progress *bar, double *done, neox_error *err) {
+    int n = last - first;
     neox_st_entry *e = neox_calloc((size_t)n, sizeof *e);
+    for (int i = 0; i < n; i++)
+        e[i] = (neox_st_entry){.name = ps[first + i].name, .dtype = dtype, .ndim = ps[first + i].ndim,
+                               .shape = {ps[first + i].shape[0], ps[first + i].shape[1]}};
+    neox_st_writer *w = neox_st_writer_open(path, e, n, "{\"format\": \"pt\"}", err);
+    free(e);
+    if (!w) return -1;
     size_t esize = neox_st_dtype_size(dtype);
-    float *tmp = NULL;
-    for (int i = 0; i < n && rc == 0; i++) {
-        const neox_cvt_param *p = &ps[first + i];
-        size_t count = (size_t)numel(p);
-        void *data = neox_malloc(count * esize);
+    int rc = 0;
+    for (int i = first; i < last && rc == 0; i++) {
+        size_t count = (size_t)numel(&ps[i]);
+        if (esize != 4 && count > buf->cap) {
+            free(buf->f32);
+            free(buf->cast);
+            buf->f32 = neox_malloc(count * sizeof(float));
+            buf->cast = neox_malloc(count * esize);
+            buf->cap = count;
+        }
         char name[128];
-        snprintf(name, sizeof name, "params/%s", p->name);
-        float *f32 = esize == 4 ? data : (tmp = neox_realloc(tmp, count * sizeof(float)));
-        rc = neox_ckpt_read_range(c->reader, name, 0, (int64_t)count, f32, err);
-        if (rc == 0 && esize != 4) cast(f32, count, dtype, data);
-        e[i] = (neox_st_entry){.name = p->name, .dtype = dtype, .ndim = p->ndim, .shape = {p->shape[0], p->shape[1]},
-                               .data = data};
+        snprintf(name, sizeof name, "params/%s", ps[i].name);
+        if (esize == 4) {  // the checkpoint's own bytes: copied file to file
+            int fd;
+            int64_t at;
+            rc = neox_st_writer_reserve(w, count * esize, &fd, &at, err);
+            if (rc == 0) rc = neox_ckpt_copy_range_to_fd(c->reader, name, 0, (int64_t)count, fd, at, err);
+            if (rc == 0) neox_st_writer_written(w);
+        } else {
+            rc = neox_ckpt_read_range(c->reader, name, 0, (int64_t)count, buf->f32, err);
+            if (rc == 0) cast(buf->f32, count, dtype, buf->cast);
+            if (rc == 0) rc = neox_st_writer_put(w, buf->cast, count * esize, err);
+        }
         *done += (double)(count * esize);
         neox_progress_update(bar, *done, NULL);
     }
-    if (rc == 0) rc = neox_safetensors_write(path, e, n, "{\"format\": \"pt\"}", err);
-    for (int i = 0; i < n; i++) free((void *)e[i].data);
-    free(e);
-    free(tmp);
-    return rc;
+    if (rc == 0) return neox_st_writer_commit(w, err);
+    neox_st_writer_abort(w);
+    return -1;
 }
 
 static int write_weights(const neox_cvt_ckpt *c, const char *dir, const char *dtype, uint64_t max_bytes, neox_error *err) {
@@ -144,17 +193,20 @@ static int write_weights(const neox_cvt_ckpt *c, const char *dir, const char *dt
     start[nshards] = n;
     neox_progress *bar = neox_progress_start("to-hf", (double)total, "B");
     double done = 0;
+    tensor_buffers buf = {0};
     json_t *weight_map = json_object();
     for (int s = 0; s < nshards && rc == 0; s++) {
         char *file = nshards == 1 ? neox_strdup("model.safetensors")
                                   : neox_asprintf("model-%05d-of-%05d.safetensors", s + 1, nshards);
         char *path = neox_asprintf("%s/%s", dir, file);
-        rc = write_shard(c, ps, start[s], start[s + 1], st_dtype(dtype), path, bar, &done, err);
+        rc = write_shard(c, ps, start[s], start[s + 1], st_dtype(dtype), path, &buf, bar, &done, err);
         for (int i = start[s]; i < start[s + 1]; i++) json_object_set_new(weight_map, ps[i].name, json_string(file));
         free(path);
         free(file);
     }
     neox_progress_finish(bar, done, NULL);
+    free(buf.f32);
+    free(buf.cast);
     if (rc == 0 && nshards > 1) {
         json_t *index = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total, "weight_map", weight_map);
         char *text = json_dumps(index, JSON_INDENT(2) | JSON_SORT_KEYS);

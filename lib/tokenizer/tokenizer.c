@@ -171,6 +171,8 @@ int32_t neox_tokenizer_eod_id(const neox_tokenizer *tok) { return tok->eod_id; }
 int32_t neox_tokenizer_pad_id(const neox_tokenizer *tok) { return tok->pad_id; }
 const char *neox_tokenizer_type(const neox_tokenizer *tok) { return tok->type; }
 
+int neox_tokenizer_adds_prefix_space(const neox_tokenizer *tok) { return tok->add_prefix_space != 0; }
+
 const char *neox_tokenizer_id_to_token(const neox_tokenizer *tok, int32_t id) {
     if (tok->kind == TOK_CHAR || id < 0 || id >= tok->n_ids) return NULL;
     return tok->id_text[id];

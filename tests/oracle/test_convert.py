@@ -220,3 +220,53 @@ def test_import_tp2(kind, shard, corpus, tmp_path):
     losses = [r["train/lm_loss"] for r in map(json.loads, (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines())
               if "train/lm_loss" in r]
     assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+TOKENIZERS = "../shared/data/tokenizers"
+HOSTILE = ["", "  leading spaces", "trailing  ", "tabs\tand\r\nCRLF", "<|endoftext|>mid<|endoftext|>",
+           "Ünïcödé — ‘quotes’ 日本語 🤖 e\u0301", "x" * 300, "  \n\n  ", "numbers 12345 3.14 -7"]
+
+
+def export_texts():
+    texts = list(HOSTILE)
+    for name in ("tinyshakespeare_input.txt", "enwik8_first100.txt"):
+        path = os.path.join("../shared/data/text", name)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(20000)
+        texts += [text[i:i + 700] for i in range(0, len(text), 700)]
+    return texts
+
+
+@pytest.mark.parametrize("kind", ["20B", "20B-prefix-space", "gpt2"])
+def test_export_tokenizer(kind, corpus, tmp_path):
+    """transformers' AutoTokenizer on the exported folder encodes as HF tokenizers does on the
+    original tokenizer file, and knows the end-of-document token."""
+    tokenizers = pytest.importorskip("tokenizers")
+    prefix, _ = corpus
+    if kind == "gpt2":
+        files = dict(tokenizer_type="GPT2BPETokenizer", vocab_file=f"{TOKENIZERS}/gpt2/vocab.json",
+                     merge_file=f"{TOKENIZERS}/gpt2/merges.txt")
+        oracle_file = f"{TOKENIZERS}/gpt2/gpt2_tokenizer.json"
+    else:
+        oracle_file = f"{TOKENIZERS}/neox/20B_tokenizer.json"
+        if kind == "20B-prefix-space":
+            spec = json.loads(open(oracle_file, encoding="utf-8").read())
+            spec["pre_tokenizer"]["add_prefix_space"] = True
+            oracle_file = str(tmp_path / "prefix_tokenizer.json")
+            (tmp_path / "prefix_tokenizer.json").write_text(json.dumps(spec))
+        files = dict(tokenizer_type="HFTokenizer", vocab_file=oracle_file)
+    config = dict(num_layers=1, hidden_size=16, num_attention_heads=2, seq_length=32, max_position_embeddings=32,
+                  pos_emb="rotary", optimizer={"type": "Adam", "params": {"lr": 0.01}}, train_micro_batch_size_per_gpu=1,
+                  train_iters=1, eval_interval=1000, lr_decay_style="constant", data_path=prefix,
+                  save=str(tmp_path / "ckpt"), checkpoint_factor=1, **files)
+    (tmp_path / "train.yml").write_text(json.dumps(config))
+    run(TRAIN, "-q", tmp_path / "train.yml")
+    out = tmp_path / "hf"
+    run(CONVERT, "to-hf", "--input", tmp_path / "ckpt", "--output", out)
+    oracle = tokenizers.Tokenizer.from_file(oracle_file)
+    ours = transformers.AutoTokenizer.from_pretrained(str(out))
+    for text in export_texts():
+        assert ours(text)["input_ids"] == oracle.encode(text).ids, f"{kind}: {text[:60]!r}"
+    cfg = json.loads((out / "config.json").read_text())
+    assert ours.eos_token_id == cfg["eos_token_id"] == oracle.token_to_id("<|endoftext|>")
+    assert ours.model_max_length == 32

@@ -11,6 +11,8 @@
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -174,6 +176,72 @@ static void test_missing_shard_is_named(void **state) {
     for (int i = 0; i < 3; i++) free(paths[i]);
 }
 
+// Copies [start, start + n) of a tensor into a file at byte `at` and checks the bytes there, and
+// that the bytes before `at` were left alone.
+static void assert_copy(neox_ckpt_reader *r, const char *name, int64_t start, int64_t n, const char *path) {
+    neox_error err = {0};
+    const int64_t at = 12;
+    FILE *fp = fopen(path, "w+b");
+    assert_non_null(fp);
+    assert_int_equal(fwrite("header bytes", 1, (size_t)at, fp), (size_t)at);
+    fflush(fp);
+    assert_int_equal(neox_ckpt_copy_range_to_fd(r, name, start, n, fileno(fp), at, &err), 0);
+    float got[200];
+    char head[12];
+    rewind(fp);
+    assert_int_equal(fread(head, 1, sizeof head, fp), sizeof head);
+    assert_memory_equal(head, "header bytes", sizeof head);
+    assert_int_equal(fread(got, sizeof(float), (size_t)n, fp), (size_t)n);
+    for (int64_t i = 0; i < n; i++) assert_float_equal(got[i], value_at(start + i), 0.0);
+    fclose(fp);
+}
+
+// Copying ranges straight into a file: pieces stored as runs (flat ranges, whole-row blocks) are
+// copied file to file, column blocks through memory; a missing shard is an error, as for reads.
+static void test_copy_range_to_file(void **state) {
+    (void)state;
+    char *paths[3] = {tmp_path("k1.h5"), tmp_path("k2.h5"), tmp_path("k3.h5")};
+    char *out = tmp_path("copy.bin");
+    write_two_layouts(paths);
+    neox_error err = {0};
+    neox_ckpt_reader *r = neox_ckpt_reader_open((const char *const *)paths, 3, &err);
+    assert_non_null(r);
+    assert_copy(r, "optim/flat", 0, 63, out);   // three range pieces, whole
+    assert_copy(r, "optim/flat", 15, 30, out);  // across piece boundaries
+    assert_copy(r, "params/w3", 0, 120, out);   // column blocks: through memory
+    assert_copy(r, "params/w3", 17, 50, out);
+    int fd = open(out, O_WRONLY);
+    assert_int_equal(neox_ckpt_copy_range_to_fd(r, "optim/flat", 60, 4, fd, 0, &err), -1);
+    assert_non_null(strstr(err.message, "outside the tensor"));
+    neox_ckpt_reader_close(r);
+    const char *present[2] = {paths[0], paths[2]};
+    r = neox_ckpt_reader_open(present, 2, &err);
+    assert_int_equal(neox_ckpt_copy_range_to_fd(r, "optim/flat", 0, 63, fd, 0, &err), -1);
+    assert_non_null(strstr(err.message, "element 20 of the requested range is in no shard file"));
+    neox_ckpt_reader_close(r);
+    close(fd);
+
+    // Blocks of whole rows are runs too.
+    const int64_t shape[2] = {6, 4};
+    char *rows[2] = {tmp_path("krows0.h5"), tmp_path("krows1.h5")};
+    for (int f = 0; f < 2; f++) {
+        int64_t off[2] = {3 * f, 0}, cnt[2] = {3, 4};
+        float block[12];
+        fill_block(2, shape, off, cnt, block);
+        neox_ckpt_writer *w = neox_ckpt_writer_open(rows[f], &err);
+        assert_int_equal(neox_ckpt_write_block(w, "rows", 2, shape, off, cnt, block, &err), 0);
+        assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    }
+    r = neox_ckpt_reader_open((const char *const *)rows, 2, &err);
+    assert_copy(r, "rows", 0, 24, out);
+    assert_copy(r, "rows", 5, 14, out);
+    neox_ckpt_reader_close(r);
+    for (int i = 0; i < 3; i++) free(paths[i]);
+    free(rows[0]);
+    free(rows[1]);
+    free(out);
+}
+
 static void test_inconsistent_global_shapes_rejected(void **state) {
     (void)state;
     neox_error err = {0};
@@ -309,6 +377,7 @@ int main(void) {
         cmocka_unit_test(test_any_region_reads_back),
         cmocka_unit_test(test_row_blocks),
         cmocka_unit_test(test_missing_shard_is_named),
+        cmocka_unit_test(test_copy_range_to_file),
         cmocka_unit_test(test_inconsistent_global_shapes_rejected),
         cmocka_unit_test(test_writer_is_atomic),
         cmocka_unit_test(test_garbage_and_truncated_files),

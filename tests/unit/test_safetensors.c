@@ -60,6 +60,44 @@ static void test_round_trip(void **state) {
     unlink(path);
 }
 
+// The streamed writer: tensors put in pieces and through a reserved region read back as written;
+// more or fewer bytes than the header announces is an error and publishes nothing.
+static void test_streamed_writer(void **state) {
+    (void)state;
+    char path[] = "/tmp/neox-st-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(path);
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {-1, -2, -3};
+    neox_st_entry e[] = {{"a", "F32", 2, {2, 3}, NULL}, {"b", "F32", 1, {3}, NULL}};
+    neox_error err = {0};
+    neox_st_writer *w = neox_st_writer_open(path, e, 2, NULL, &err);
+    assert_non_null(w);
+    assert_int_equal(neox_st_writer_put(w, a, 8, &err), 0);
+    assert_int_equal(neox_st_writer_put(w, a + 2, 16, &err), 0);
+    int out;
+    int64_t at;
+    assert_int_equal(neox_st_writer_reserve(w, sizeof b, &out, &at, &err), 0);
+    assert_int_equal(pwrite(out, b, sizeof b, at), (ssize_t)sizeof b);
+    neox_st_writer_written(w);
+    assert_int_equal(neox_st_writer_put(w, b, 4, &err), -1);
+    assert_non_null(strstr(err.message, "more tensor data than the header announces"));
+    assert_int_equal(neox_st_writer_commit(w, &err), 0);
+    neox_safetensors *st = neox_safetensors_open(path, &err);
+    assert_non_null(st);
+    assert_memory_equal(neox_safetensors_find(st, "a")->data, a, sizeof a);
+    assert_memory_equal(neox_safetensors_find(st, "b")->data, b, sizeof b);
+    neox_safetensors_close(st);
+    unlink(path);
+
+    w = neox_st_writer_open(path, e, 2, NULL, &err);
+    assert_int_equal(neox_st_writer_put(w, a, sizeof a, &err), 0);
+    assert_int_equal(neox_st_writer_commit(w, &err), -1);
+    assert_non_null(strstr(err.message, "24 bytes of tensor data written, the header announces 36"));
+    assert_int_equal(access(path, F_OK), -1);  // nothing published
+}
+
 static void test_malformed(void **state) {
     (void)state;
     size_t size;
@@ -121,6 +159,7 @@ static void test_malformed_files(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_streamed_writer),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_malformed_files),
     };
