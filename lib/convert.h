@@ -34,7 +34,6 @@ typedef struct neox_cvt_param {
     char name[96];      // Hugging Face name
     int ndim;
     int64_t shape[2];
-    int layer;          // -1 for embeddings, final norm and output layer
 } neox_cvt_param;
 
 // The parameter list of desc (malloc'ed, *count entries).
@@ -44,13 +43,8 @@ neox_cvt_param *neox_cvt_params(const neox_model_desc *desc, int *count);
 typedef struct neox_cvt_layout {
     int tp, pp, dp;     // model (tensor), pipe and data parallel sizes
     int zero;           // ZeRO stage (0..3)
+    const char *pipe_partition;  // pipe_partition_method of the target run (NULL: type:transformer)
 } neox_cvt_layout;
-
-// The block of a parameter that (pipe, model) rank owns: offset and count per dimension.
-// Returns 0 when the rank holds no part of it (another pipe stage; a replicated tensor owned by
-// model rank 0). split_dim is -1 for replicated tensors.
-int neox_cvt_param_block(const neox_model_desc *desc, const neox_cvt_param *p, const neox_cvt_layout *lay, int pipe,
-                         int model, int64_t *offset, int64_t *count);
 // Checks that the layout divides the model (heads % tp, kv heads % tp, MLP width, vocabulary,
 // layers >= pp). The error names the size and the option.
 int neox_cvt_layout_check(const neox_model_desc *desc, const neox_cvt_layout *lay, neox_error *err);

@@ -35,6 +35,10 @@ typedef struct neox_cvt_out {
     double bytes_written;
     float *buf;                 // a block of columns being written
     size_t buf_floats;
+    // For each (pipe, model) rank, pipe * tp + model: the block of each parameter (indexed as
+    // params) that lib/model gives that rank, or NULL when the rank does not store it.
+    const neox_param ***blocks;
+    neox_param **rank_params;   // the lists the blocks point into
 } neox_cvt_out;
 
 // Creates SAVE/global_stepN and one shard writer per rank of the layout.

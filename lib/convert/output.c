@@ -2,15 +2,43 @@
 // With tp = pp = 1 every tensor group is the trainer's flat-range layout: the flat buffer, in the
 // trainer's parameter order, cut evenly over the data-parallel ranks (lib/train/checkpoint.c), so
 // a resharded checkpoint is exactly what a run with that many data ranks would have saved. With
-// tp or pp > 1 tensors are Megatron-style blocks (neox_cvt_param_block); parameters are written by
-// data rank 0, and with ZeRO (stage >= 1) and dp > 1 each optimizer block is cut further over the
-// data ranks by rows (its first dimension), as ZeRO partitions optimizer state over data ranks.
+// tp or pp > 1 tensors are Megatron-style blocks, exactly those lib/model gives each (pipe, model)
+// rank of the layout (its pipe partition included); replicated tensors are written once, by model
+// rank 0, and the last stage's copy of a tied embedding not at all. Parameters are written by data
+// rank 0, and with ZeRO (stage >= 1) and dp > 1 each optimizer block is cut further over the data
+// ranks by rows (its first dimension), as ZeRO partitions optimizer state over data ranks.
 #include <stdlib.h>
 #include <string.h>
 
 #include "convert_internal.h"
 
 static int rank_of(const neox_cvt_layout *l, int pipe, int data, int model) { return (pipe * l->dp + data) * l->tp + model; }
+
+// Each (pipe, model) rank's parameter list from lib/model, and where each parameter's block is in it.
+static int plan_blocks(neox_cvt_out *o, neox_error *err) {
+    const neox_cvt_layout *l = &o->lay;
+    int *bounds = neox_calloc((size_t)l->pp + 1, sizeof *bounds), rc = 0;
+    if (neox_model_pipe_partition(o->desc, l->pp, l->pipe_partition, bounds, err) != 0) return free(bounds), -1;
+    o->blocks = neox_calloc((size_t)(l->pp * l->tp), sizeof *o->blocks);
+    o->rank_params = neox_calloc((size_t)(l->pp * l->tp), sizeof *o->rank_params);
+    for (int r = 0; r < l->pp * l->tp && rc == 0; r++) {
+        int pipe = r / l->tp, model = r % l->tp, n;
+        neox_model_desc d = *o->desc;
+        d.tp_size = l->tp, d.tp_rank = model, d.pp_size = l->pp, d.pp_rank = pipe;
+        d.layer_begin = bounds[pipe], d.layer_end = bounds[pipe + 1];
+        neox_param *list = o->rank_params[r] = neox_model_param_list(&d, &n, err);
+        if (!list) rc = -1;
+        o->blocks[r] = neox_calloc((size_t)o->nparams, sizeof **o->blocks);
+        for (int k = 0; k < n && rc == 0; k++) {
+            const neox_param *q = &list[k];
+            if (q->index < 0 || q->index >= o->nparams || strcmp(q->name, o->params[q->index].name) != 0)
+                rc = neox_fail(err, NEOX_EXIT_FAILURE, "internal: rank %d's parameter %s is not the model's", r, q->name);
+            else if (!q->tied_copy && (q->split != NEOX_SPLIT_NONE || model == 0)) o->blocks[r][q->index] = q;
+        }
+    }
+    free(bounds);
+    return rc;
+}
 
 int neox_cvt_out_open(neox_cvt_out *o, const char *save, int64_t iteration, const neox_model_desc *desc,
                       const neox_cvt_layout *lay, neox_error *err) {
@@ -28,6 +56,10 @@ int neox_cvt_out_open(neox_cvt_out *o, const char *save, int64_t iteration, cons
         o->flat_total += o->params[i].shape[0] * (o->params[i].ndim == 2 ? o->params[i].shape[1] : 1);
     }
     o->writers = neox_calloc((size_t)o->world, sizeof *o->writers);
+    if (plan_blocks(o, err) != 0) {
+        neox_cvt_out_abort(o);
+        return -1;
+    }
     for (int r = 0; r < o->world; r++) {
         char name[32];
         neox_ckpt_shard_name(r, name, sizeof name);
@@ -100,8 +132,9 @@ int neox_cvt_out_tensor(neox_cvt_out *o, const char *group, int i, const float *
     int zero_cut = o->lay.zero >= 1 && o->lay.dp > 1 && strcmp(group, "params") != 0;
     for (int pipe = 0; pipe < o->lay.pp && rc == 0; pipe++) {
         for (int model = 0; model < o->lay.tp && rc == 0; model++) {
-            int64_t offset[2], count[2];
-            if (!neox_cvt_param_block(o->desc, p, &o->lay, pipe, model, offset, count)) continue;
+            const neox_param *b = o->blocks[pipe * o->lay.tp + model][i];
+            if (!b) continue;
+            int64_t offset[2] = {b->block_offset[0], b->block_offset[1]}, count[2] = {b->shape[0], b->shape[1]};
             if (!zero_cut) {
                 rc = write_block(o, name, p, rank_of(&o->lay, pipe, 0, model), offset, count, whole, err);
                 continue;
@@ -147,6 +180,12 @@ void neox_cvt_out_abort(neox_cvt_out *o) {
     for (int r = 0; o->writers && r < o->world; r++)
         if (o->writers[r]) neox_ckpt_writer_abort(o->writers[r]);
     free(o->writers);
+    for (int r = 0; o->blocks && r < o->lay.pp * o->lay.tp; r++) {
+        free(o->blocks[r]);
+        free(o->rank_params[r]);
+    }
+    free(o->blocks);
+    free(o->rank_params);
     free(o->params);
     free(o->flat_offset);
     free(o->buf);

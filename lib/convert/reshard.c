@@ -63,12 +63,14 @@ static int reshard_into(const neox_cvt_ckpt *c, const char *save, const neox_cvt
     return -1;
 }
 
-int neox_convert_reshard(const char *ckpt, const char *out_save, const neox_cvt_layout *lay, neox_error *err) {
+int neox_convert_reshard(const char *ckpt, const char *out_save, const neox_cvt_layout *layout, neox_error *err) {
     neox_cvt_ckpt c;
     if (neox_cvt_open(&c, ckpt, err) != 0) return -1;
-    int rc = neox_cvt_layout_check(&c.desc, lay, err);
+    neox_cvt_layout lay = *layout;  // stages cut as the run that resumes from it will cut them
+    if (!lay.pipe_partition) lay.pipe_partition = neox_config_str(c.cfg, "pipe_partition_method");
+    int rc = neox_cvt_layout_check(&c.desc, &lay, err);
     char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_save, err) : NULL;
-    if (tmp) rc = reshard_into(&c, tmp, lay, err);
+    if (tmp) rc = reshard_into(&c, tmp, &lay, err);
     else rc = -1;
     if (rc == 0) rc = neox_cvt_outdir_commit(tmp, out_save, err);
     else neox_cvt_outdir_abort(tmp);

@@ -40,3 +40,24 @@ for r in 0 1; do
     check "rank $r: reshard --dp 2 writes the trainer's own shard (h5diff)" \
         h5diff -c "$T/ckpt/global_step3/rank_0000$r.h5" "$T/dp2/global_step3/rank_0000$r.h5"
 done
+
+# tp2 x pp2 with 3 layers and the "parameters" partition (stages not a plain split of the layers):
+# reshard --tp 2 --pp 2 puts on every rank the same tensors, with the same element counts, as the
+# trainer's own shard of that rank; replicated tensors and the tied embedding are stored once.
+sed -e 's/"num_layers": 2/"num_layers": 3, "model_parallel_size": 2, "pipe_parallel_size": 2, "pipe_partition_method": "parameters"/' \
+    -e 's/"no_weight_tying": true/"no_weight_tying": false/' -e "s|$T/ckpt|$T/tp2pp2|" \
+    -e 's/"gradient_accumulation_steps": 1, //' "$T/model.yml" >"$T/tp2pp2.yml"
+check "train 3 iterations at tp2 x pp2" "$MPIEXEC" -n 4 "$NEOX_BIN/neox-train" -q "$T/tp2pp2.yml"
+check "reshard the tp2 x pp2 checkpoint to one rank" $CONVERT reshard --input "$T/tp2pp2" --output "$T/tp1"
+check "reshard it back to --tp 2 --pp 2" $CONVERT reshard --input "$T/tp1" --output "$T/again" --tp 2 --pp 2
+# Each params dataset of a shard with its element count (a range stores n, a block r x c).
+params_of() {
+    h5ls -r "$1" | awk '$1 ~ /^\/params\// { dims = ""; for (i = 3; i <= NF; i++) dims = dims $i
+        gsub(/[{} ]/, "", dims); n = 1; k = split(dims, d, ","); for (i = 1; i <= k; i++) n *= d[i]; print $1, n }' | sort
+}
+for r in 0 1 2 3; do
+    params_of "$T/tp2pp2/global_step3/rank_0000$r.h5" >"$T/trainer$r.txt"
+    params_of "$T/again/global_step3/rank_0000$r.h5" >"$T/convert$r.txt"
+    check "rank $r: reshard --tp 2 --pp 2 stores the trainer's tensors and sizes" cmp "$T/trainer$r.txt" "$T/convert$r.txt"
+done
+check "the trainer's ranks hold tensors at all" test -s "$T/trainer3.txt"
