@@ -4,7 +4,8 @@
 // SGD momentum — as blocks of the global tensors, so a checkpoint can be read back by any layout
 // (tensor-parallel blocks, pipe stages and data-parallel ranges intersect freely); rank 0 adds the run state (iteration, optimizer step,
 // LR schedule, RNG, data positions, model shape) as JSON, the effective config and the input YAML
-// files. After every shard is in place rank 0 writes manifest.json and only then moves `latest`.
+// files. After every shard is in place rank 0 writes manifest.json from the sizes and CRC-32s each
+// rank took while writing (no shard is read back), and only then moves `latest`.
 #include <jansson.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -116,7 +117,8 @@ static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, neox_erro
     return rc;
 }
 
-static int write_shard(const neox_trainer *t, const char *dir, neox_error *err) {
+// Writes this rank's shard; *entry gets its manifest entry (size and CRC-32, taken while writing).
+static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_entry *entry, neox_error *err) {
     char name[32];
     neox_ckpt_shard_name(t->grid->world_rank, name, sizeof name);
     char *path = neox_asprintf("%s/%s", dir, name);
@@ -133,25 +135,30 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_error *err) 
         neox_ckpt_writer_abort(w);
         return -1;
     }
-    return neox_ckpt_writer_close(w, err);
+    return neox_ckpt_writer_close_entry(w, entry, err);
 }
 
-static int write_manifest(const neox_trainer *t, const char *dir, neox_error *err) {
+// Every rank's manifest entry on every rank (rank 0 writes the manifest without reading a shard).
+static void gather_entries(neox_trainer *t, const neox_ckpt_file_entry *mine, neox_ckpt_file_entry *all) {
+    int n = t->grid->world_size;
+    int64_t sizes[2] = {(int64_t)mine->bytes, (int64_t)mine->crc32}, *every = neox_calloc((size_t)n * 2, sizeof *every);
+    if (n > 1) neox_allgather(&t->grid->world, sizes, every, 2, NEOX_I64);
+    else memcpy(every, sizes, sizeof sizes);
+    for (int r = 0; r < n; r++) {
+        neox_ckpt_shard_name(r, all[r].name, sizeof all[r].name);
+        all[r].rank = r;
+        all[r].bytes = (uint64_t)every[2 * r];
+        all[r].crc32 = (uint32_t)every[2 * r + 1];
+    }
+    free(every);
+}
+
+static int write_manifest(const neox_trainer *t, const char *dir, neox_ckpt_file_entry *files, neox_error *err) {
     neox_ckpt_manifest m = {.iteration = t->state.iteration, .world_size = t->grid->world_size,
                             .pipe_size = t->grid->pipe_size, .data_size = t->grid->data_size,
-                            .model_size = t->grid->model_size, .zero_stage = t->zero_stage, .nfiles = t->grid->world_size};
-    m.files = neox_calloc((size_t)m.nfiles, sizeof *m.files);
-    int rc = 0;
-    for (int r = 0; r < m.nfiles && rc == 0; r++) {
-        neox_ckpt_shard_name(r, m.files[r].name, sizeof m.files[r].name);
-        m.files[r].rank = r;
-        char *path = neox_asprintf("%s/%s", dir, m.files[r].name);
-        rc = neox_ckpt_file_checksum(path, &m.files[r], err);
-        free(path);
-    }
-    if (rc == 0) rc = neox_ckpt_manifest_write(dir, &m, err);
-    free(m.files);
-    return rc;
+                            .model_size = t->grid->model_size, .zero_stage = t->zero_stage,
+                            .nfiles = t->grid->world_size, .files = files};
+    return neox_ckpt_manifest_write(dir, &m, err);
 }
 
 // A failure on any rank fails the save on every rank (no rank waits for a checkpoint that will
@@ -174,13 +181,19 @@ static int save_phases(neox_trainer *t, const char *dir, neox_error *err) {
         free(manifest);
     }
     if (!all_ranks_ok(t, rc)) return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "rank 0 could not create %s", dir);
-    rc = write_shard(t, dir, err);
-    if (!all_ranks_ok(t, rc)) return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "another rank failed to write its shard");
+    neox_ckpt_file_entry mine = {0}, *files = neox_calloc((size_t)t->grid->world_size, sizeof *files);
+    rc = write_shard(t, dir, &mine, err);
+    if (!all_ranks_ok(t, rc)) {
+        free(files);
+        return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "another rank failed to write its shard");
+    }
+    gather_entries(t, &mine, files);
     if (t->rank0) {
-        rc = write_manifest(t, dir, err);
+        rc = write_manifest(t, dir, files, err);
         if (rc == 0) rc = neox_ckpt_mark_latest(t->save_dir, t->state.iteration, t->keep_last, err);
         if (rc == 0) rc = neox_metrics_flush(t->metrics, err);
     }
+    free(files);
     if (!all_ranks_ok(t, rc)) return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "rank 0 failed to complete %s", dir);
     return 0;
 }
