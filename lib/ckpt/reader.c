@@ -510,15 +510,25 @@ int neox_ckpt_read_block(const neox_ckpt_reader *r, const char *name, const int6
     return read_region(r, t, &w, dst, err);
 }
 
-int neox_ckpt_read_range(const neox_ckpt_reader *r, const char *name, int64_t start, int64_t n, float *dst,
-                         neox_error *err) {
+// The float tensor NAME when [start, start + n) lies inside it; NULL + err otherwise.
+static const tensor *lookup_range(const neox_ckpt_reader *r, const char *name, int64_t start, int64_t n,
+                                  neox_error *err) {
     const tensor *t = lookup(r, name, 0, err);
-    if (!t) return -1;
+    if (!t) return NULL;
     int64_t total = 1;
     for (int d = 0; d < t->ndim; d++) total *= t->shape[d];
-    if (start < 0 || n < 0 || start + n > total)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': requested range [%lld, %lld) outside the tensor", name,
-                         (long long)start, (long long)(start + n));
+    if (start < 0 || n < 0 || start + n > total) {
+        neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': requested range [%lld, %lld) outside the tensor", name,
+                  (long long)start, (long long)(start + n));
+        return NULL;
+    }
+    return t;
+}
+
+int neox_ckpt_read_range(const neox_ckpt_reader *r, const char *name, int64_t start, int64_t n, float *dst,
+                         neox_error *err) {
+    const tensor *t = lookup_range(r, name, start, n, err);
+    if (!t) return -1;
     region w = {.is_range = 1, .start = start, .n = n, .size = n};
     return n == 0 ? 0 : read_region(r, t, &w, dst, err);
 }
@@ -617,13 +627,8 @@ static int copy_runs(const neox_ckpt_reader *r, const tensor *t, int64_t start, 
 
 int neox_ckpt_copy_range_to_fd(const neox_ckpt_reader *r, const char *name, int64_t start, int64_t n, int fd,
                                int64_t fd_offset, neox_error *err) {
-    const tensor *t = lookup(r, name, 0, err);
+    const tensor *t = lookup_range(r, name, start, n, err);
     if (!t) return -1;
-    int64_t total = 1;
-    for (int d = 0; d < t->ndim; d++) total *= t->shape[d];
-    if (start < 0 || n < 0 || start + n > total)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "tensor '%s': requested range [%lld, %lld) outside the tensor", name,
-                         (long long)start, (long long)(start + n));
     if (n == 0) return 0;
     int rc = copy_runs(r, t, start, n, fd, fd_offset, err);
     if (rc != 0) return rc < 0 ? -1 : 0;
