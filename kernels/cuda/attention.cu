@@ -50,6 +50,23 @@ __device__ __forceinline__ void add_weighted_columns(float *acc, float w, const 
     }
 }
 
+// The same for two accumulators at once (dv and dk share the loop over the tile's query rows).
+template <int NU>
+__device__ __forceinline__ void add_weighted_columns2(float *acc1, float w1, const float *tile1, float *acc2, float w2,
+                                                      const float *tile2, int n, int HS, int lane) {
+    for (int c = 0; c < n; c++) {
+        float w1c = __shfl_sync(0xffffffffu, w1, c), w2c = __shfl_sync(0xffffffffu, w2, c);
+#pragma unroll
+        for (int u = 0; u < NU; u++) {
+            int d = lane + 32 * u;
+            if (d < HS) {
+                acc1[u] += w1c * tile1[d * ATT_PITCH + c];
+                acc2[u] += w2c * tile2[d * ATT_PITCH + c];
+            }
+        }
+    }
+}
+
 __device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned long long seed, size_t row, int T,
                                              int j) {
     return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? keep_scale : 0.0f;
@@ -208,9 +225,7 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
                 pk = p * kf;
                 ds = p * (dp * kf - Dt[lane]) * a.scale;
             }
-            int n = min(ATT_TILE, T - i0);
-            add_weighted_columns<NU>(dva, pk, Os, n, HS, lane);
-            add_weighted_columns<NU>(dka, ds, Qs, n, HS, lane);
+            add_weighted_columns2<NU>(dva, pk, Os, dka, ds, Qs, min(ATT_TILE, T - i0), HS, lane);
         }
     }
     if (!active) return;
