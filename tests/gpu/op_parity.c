@@ -148,7 +148,7 @@ static void test_linear(int N, int IC, int OC, int pad, int with_bias, int accum
     gpu->linear_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate);
     checkf(GEMM_TOL, &dinp, "linear_backward dinp N=%d IC=%d OC=%d accumulate=%d", N, IC, OC, accumulate);
     checkf(GEMM_TOL, &dw, "linear_backward dweight N=%d IC=%d OC=%d", N, IC, OC);
-    if (with_bias) checkf(1e-5, 1e-5, &db, "linear_backward dbias N=%d OC=%d", N, OC);
+    if (with_bias) checkf(1e-4, 1e-5, &db, "linear_backward dbias N=%d OC=%d", N, OC);
     pair *all[] = {&inp, &w, &b, &out, &dout, &dinp, &dw, &db};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
@@ -498,12 +498,12 @@ static void test_cross_entropy(int N, int V) {
 
 static void test_optimizer(size_t n) {
     pair x = pair_rand(n);
-    compare_scalar("sum_squares", cpu->sum_squares(x.h, n), gpu->sum_squares(x.d, n), 1e-12);
+    compare_scalar("sum_squares", cpu->sum_squares(x.h, n), gpu->sum_squares(x.d, n), 1e-10);
     // Segments with gaps (elements outside every segment must not change) and an empty one.
     neox_segment segs[] = {{0, 100, 0.0f}, {150, 5000, 0.1f}, {5000, 5000, 0.1f}, {5001, 6000, 0.0f}, {6100, n, 0.01f}};
     int nseg = sizeof segs / sizeof *segs;
     compare_scalar("sum_squares_segments", cpu->sum_squares_segments(x.h, segs, nseg),
-                   gpu->sum_squares_segments(x.d, segs, nseg), 1e-12);
+                   gpu->sum_squares_segments(x.d, segs, nseg), 1e-10);
     pair p = pair_rand(n), g = pair_rand(n), m = pair_uniform(n, -0.1f, 0.1f), v = pair_uniform(n, 0.0f, 0.01f);
     for (long step = 1; step <= 2; step++) {
         cpu->adamw(p.h, g.h, m.h, v.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
