@@ -54,6 +54,20 @@ cublasHandle_t neox_cuda_cublas(void) {
 }
 int neox_cuda_tf32(void) { return g_tf32; }
 
+void neox_cuda_after_launch(const char *file, int line) {
+    static int sync = -1;
+    if (sync < 0) {
+        const char *v = getenv("NEOX_CUDA_SYNC");
+        sync = v && *v && strcmp(v, "0") != 0;
+    }
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && sync) err = cudaStreamSynchronize(g_stream);
+    if (err != cudaSuccess) {
+        fprintf(stderr, "neox cuda: kernel launched at %s:%d: %s\n", file, line, cudaGetErrorString(err));
+        abort();
+    }
+}
+
 void *neox_cuda_scratch(size_t bytes) {
     ensure_init();
     if (bytes > g_scratch_bytes) {

@@ -18,8 +18,11 @@
             abort();                                                                                          \
         }                                                                                                     \
     } while (0)
-// After a launch: catches bad launch configurations at once (asynchronous faults surface later).
-#define CUDA_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+// After a launch: catches bad launch configurations at once. Faults inside a kernel surface at a
+// later synchronisation, unless NEOX_CUDA_SYNC=1 is set in the environment: then every launch is
+// waited for, so that a fault is reported at the kernel that caused it (for debugging; slow).
+void neox_cuda_after_launch(const char *file, int line);
+#define CUDA_LAUNCHED() neox_cuda_after_launch(__FILE__, __LINE__)
 
 // The stream all ops are queued on (initialising the backend on first use).
 cudaStream_t neox_cuda_current_stream(void);

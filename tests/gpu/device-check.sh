@@ -11,7 +11,8 @@
 # harness (every op CUDA vs CPU, verbose: the largest error of each check), then the same under
 # compute-sanitizer's memcheck and racecheck where that tool works (Firecracker machines; on
 # gVisor it refuses the device), and writes everything into $OUT:
-#   device.txt (nvidia-smi, nvcc), build.log, op_parity.txt, memcheck.txt, racecheck.txt, summary.txt
+#   device.txt (nvidia-smi, nvcc), build.log, op_parity.txt, memcheck.txt, racecheck.txt, summary.txt,
+#   and op_parity_sync.txt when the harness crashed (rerun with NEOX_CUDA_SYNC=1 to name the kernel)
 # Exit status: 0 when the harness passed. Planned for the next layers (not run yet, the model does
 # not call the backend table yet): the end-to-end 20-step fp32/bf16 parity run and the 125M
 # throughput/MFU benchmark.
@@ -84,6 +85,11 @@ status=$?
 if grep -q '# SKIP' "$OUT/op_parity.txt"; then status=3; note "FAIL: the harness saw no GPU"; fi
 note "op parity: exit $status; $(grep -c '^ok' "$OUT/op_parity.txt") ok, $(grep -c '^not ok' "$OUT/op_parity.txt") not ok"
 grep -A1 '^not ok' "$OUT/op_parity.txt" | tee -a "$summary"
+if [ $status -ne 0 ] && [ $status -ne 1 ] && [ $status -ne 3 ]; then
+    # A crash (an abort inside an op): again with every launch waited for, to name the kernel.
+    NEOX_CUDA_SYNC=1 timeout 120 "$bin" -v >"$OUT/op_parity_sync.txt" 2>&1
+    note "rerun with NEOX_CUDA_SYNC=1: exit $?; last lines:"; tail -n 5 "$OUT/op_parity_sync.txt" | tee -a "$summary"
+fi
 
 # ---- memory and race checks (where compute-sanitizer can run) ------------------------------------------
 sanitizer=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)

@@ -545,6 +545,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--self")) self = 1;
         else { fprintf(stderr, "usage: op_parity [-v] [--self]\n"); return 2; }
     }
+    setvbuf(stdout, NULL, _IOLBF, 0);  // lines so far survive an abort inside an op
     cpu = neox_backend_cpu();
     gpu = self ? cpu : neox_backend_cuda();
     if (!gpu) {
