@@ -79,6 +79,32 @@ static void test_casts(void **state) {
     assert_true(out[0] == 1.0f && out[1] == -3.140625f && out[2] == ldexpf(1.0f, -24));
 }
 
+// fp16 against GCC's _Float16 (its own IEEE conversions): every half back to fp32, and fp32 values
+// across the whole half range, ties, overflow and subnormals included, to half.
+static void test_f16_against_compiler(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint16_t b = (uint16_t)h;
+        _Float16 ref;
+        memcpy(&ref, &b, 2);
+        float got;
+        neox_cast_f16_to_f32(&got, &b, 1);
+        if (isnan((float)ref)) assert_true(isnan(got));
+        else assert_true(got == (float)ref && signbit(got) == signbit((float)ref));
+    }
+    for (uint32_t bits = 0x30000000u; bits < 0x47900000u; bits += 0x1fb) {  // 2^-31 .. 73728, every 507th
+        for (int s = 0; s < 2; s++) {
+            uint32_t x = bits | (s ? 0x80000000u : 0) | (bits & 0x1000u ? 0 : 0xfffu & (bits >> 4));
+            float f;
+            memcpy(&f, &x, 4);
+            _Float16 ref = (_Float16)f;
+            uint16_t want, got = bits16(f, 0);
+            memcpy(&want, &ref, 2);
+            if (got != want) fail_msg("fp16 of %a (0x%08x): 0x%04x, compiler 0x%04x", (double)f, x, got, want);
+        }
+    }
+}
+
 // C (M, N) = alpha A^T B + beta C with bf16 A (K, M) and B (K, N): against a double product of the
 // same rounded values; a bf16 C is that product rounded once more.
 static void test_gemm_ex(void **state) {
@@ -138,6 +164,7 @@ static void test_segments(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select),   cmocka_unit_test(test_cpu_table), cmocka_unit_test(test_casts),
+        cmocka_unit_test(test_f16_against_compiler),
         cmocka_unit_test(test_gemm_ex),  cmocka_unit_test(test_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
