@@ -8,10 +8,12 @@
 # the device tool carries. tests/run does not run this script (it is not a suite test).
 # It unpacks the carried .deb files into /tmp (never into /), builds the CUDA kernels and the GPU
 # tests for sm_90 (CUDA=1, kernels only: OpenBLAS is all the CPU side needs), runs the op-parity
-# harness (every op CUDA vs CPU, verbose: the largest error of each check), then the same under
+# harness (every op CUDA vs CPU, verbose: the largest error of each check), times the ops at the
+# 125M shapes against cuBLAS and copy bandwidth (bench/gpu_ops.c), then the harness under
 # compute-sanitizer's memcheck and racecheck where that tool works (Firecracker machines; on
 # gVisor it refuses the device), and writes everything into $OUT:
-#   device.txt (nvidia-smi, nvcc), build.log, op_parity.txt, memcheck.txt, racecheck.txt, summary.txt,
+#   device.txt (nvidia-smi, nvcc), build.log, op_parity.txt, gpu_ops.txt (op speed), memcheck.txt,
+#   racecheck.txt, summary.txt,
 #   and op_parity_sync.txt when the harness crashed (rerun with NEOX_CUDA_SYNC=1 to name the kernel)
 # Exit status: 0 when the harness passed. Planned for the next layers (not run yet, the model does
 # not call the backend table yet): the end-to-end 20-step fp32/bf16 parity run and the 125M
@@ -91,11 +93,15 @@ if [ $status -ne 0 ] && [ $status -ne 1 ] && [ $status -ne 3 ]; then
     note "rerun with NEOX_CUDA_SYNC=1: exit $?; last lines:"; tail -n 5 "$OUT/op_parity_sync.txt" | tee -a "$summary"
 fi
 
+# ---- op speed at the 125M shapes (bench/gpu_ops.c): ratios to cuBLAS fp32 and to a device copy ------
+timeout 90 build/cuda/bench/gpu_ops >"$OUT/gpu_ops.txt" 2>&1
+note "gpu_ops: exit $?"; cat "$OUT/gpu_ops.txt" >>"$summary"
+
 # ---- memory and race checks (where compute-sanitizer can run) ------------------------------------------
 sanitizer=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$sanitizer" ]; then
     for tool in memcheck racecheck; do
-        timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 99 "$bin" >"$OUT/$tool.txt" 2>&1
+        timeout 90 "$sanitizer" --tool "$tool" --error-exitcode 99 "$bin" >"$OUT/$tool.txt" 2>&1
         note "compute-sanitizer $tool: exit $? ($(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY|not supported' "$OUT/$tool.txt"))"
     done
 else
