@@ -522,6 +522,107 @@ static void test_optimizer(size_t n) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
+// ---- run-to-run determinism -----------------------------------------------------------------------
+
+// The ops that reduce (sums over rows, tokens, queries) are written without atomics so that a GPU
+// run repeats itself bit for bit (the bit-exact resume needs it): each runs twice on the same
+// inputs and the two results must be identical. outs are reset to their starting values before each run.
+typedef void (*gpu_op)(void *ctx);
+
+static void check_repeats(const char *name, gpu_op op, void *ctx, pair **outs, int nout) {
+    float *first[8];
+    for (int k = 0; k < nout; k++) first[k] = xmalloc(outs[k]->n * sizeof(float));
+    for (int run = 0; run < 2; run++) {
+        for (int k = 0; k < nout; k++) gpu->to_device(outs[k]->d, outs[k]->h, outs[k]->n * sizeof(float));
+        op(ctx);
+        for (int k = 0; k < nout; k++) {
+            if (run == 0) { gpu->to_host(first[k], outs[k]->d, outs[k]->n * sizeof(float)); continue; }
+            float *second = xmalloc(outs[k]->n * sizeof(float));
+            gpu->to_host(second, outs[k]->d, outs[k]->n * sizeof(float));
+            char full[160];
+            snprintf(full, sizeof full, "repeatable: %s output %d", name, k);
+            compare(full, first[k], second, outs[k]->n, 0, 0);
+            free(second);
+        }
+    }
+    for (int k = 0; k < nout; k++) free(first[k]);
+}
+
+// Context of the repeated ops: their shapes, inputs (in) and outputs (out).
+typedef struct { int B, T, NH, NKV, HS, N, C; pair *in, *out; int *ids; } rep_ctx;
+
+static void rep_attention(void *p) {
+    rep_ctx *c = p;
+    pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
+    gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
+                            c->NKV, c->HS, 0.125f, 0.1f, 9);
+}
+static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
+    rep_ctx *c = p;
+    pair *i = c->in, *o = c->out;
+    gpu->layernorm_backward(o[0].d, o[1].d, o[2].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->N, c->C);
+}
+static void rep_linear(void *p) {  // in: dout x w; out: dx dw db (square C x C weight)
+    rep_ctx *c = p;
+    pair *i = c->in, *o = c->out;
+    gpu->linear_backward(o[0].d, o[1].d, o[2].d, i[0].d, c->C, i[1].d, i[2].d, c->N, c->C, c->C, 0);
+}
+static void rep_embedding(void *p) {  // in: dout; out: dwte dwpe
+    rep_ctx *c = p;
+    gpu->embedding_backward(c->out[0].d, c->out[1].d, c->in[0].d, c->ids, c->B, c->T, c->C);
+}
+
+static void free_pairs(pair *p, int n) {
+    for (int i = 0; i < n; i++) pair_free(&p[i]);
+}
+
+static void test_determinism(void) {
+    rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64, .N = 1000, .C = 96};
+    size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
+    pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
+    cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS, 0.125f, 0.1f, 9);
+    gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
+    gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
+    pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
+    c.in = ai;
+    c.out = ao;
+    check_repeats("attention_backward (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    free_pairs(ai, 6);
+    free_pairs(ao, 3);
+
+    size_t nc = (size_t)c.N * c.C;
+    pair li[5] = {pair_rand(nc), pair_rand(nc), pair_rand(c.C), pair_rand(c.N), pair_uniform(c.N, 0.5f, 2.0f)};
+    pair lo[3] = {pair_rand(nc), pair_rand(c.C), pair_rand(c.C)};
+    c.in = li;
+    c.out = lo;
+    check_repeats("layernorm_backward", rep_layernorm, &c, (pair *[]){&lo[0], &lo[1], &lo[2]}, 3);
+    pair wi[3] = {pair_rand(nc), pair_rand(nc), pair_rand((size_t)c.C * c.C)};
+    pair wo[3] = {pair_rand(nc), pair_rand((size_t)c.C * c.C), pair_rand(c.C)};
+    c.in = wi;
+    c.out = wo;
+    check_repeats("linear_backward (cuBLAS)", rep_linear, &c, (pair *[]){&wo[0], &wo[1], &wo[2]}, 3);
+
+    int V = 50, *ids = xmalloc((size_t)c.B * c.T * sizeof(int));
+    for (int i = 0; i < c.B * c.T; i++) ids[i] = (int)(neox_uniform(11, i) * V);
+    ipair id = ipair_from(ids, (size_t)c.B * c.T);
+    pair ei[1] = {pair_rand((size_t)c.B * c.T * c.C)}, eo[2] = {pair_rand((size_t)V * c.C), pair_rand((size_t)c.T * c.C)};
+    c.in = ei;
+    c.out = eo;
+    c.ids = id.d;
+    check_repeats("embedding_backward", rep_embedding, &c, (pair *[]){&eo[0], &eo[1]}, 2);
+
+    double s1 = gpu->sum_squares(li[0].d, nc), s2 = gpu->sum_squares(li[0].d, nc);
+    compare_scalar("repeatable: sum_squares", s1, s2, 0);
+    free_pairs(li, 5);
+    free_pairs(lo, 3);
+    free_pairs(wi, 3);
+    free_pairs(wo, 3);
+    free_pairs(ei, 1);
+    free_pairs(eo, 2);
+    ipair_free(&id);
+    free(ids);
+}
+
 // ---- memory entry points -------------------------------------------------------------------------
 
 static void test_memory(void) {
@@ -592,6 +693,7 @@ int main(int argc, char **argv) {
     test_cross_entropy(9, 1001);
     test_cross_entropy(3, 50304);
     test_optimizer(100003);
+    test_determinism();
     printf("# %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
