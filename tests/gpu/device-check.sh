@@ -44,7 +44,11 @@ rm -rf "$DEPS" && mkdir -p "$DEPS"
 if ! ls .deps/*.deb >/dev/null 2>&1; then
     note "FAIL: no .deps/*.deb: run tests/gpu/device-check.sh --fetch on the build machine and carry .deps"; exit 2
 fi
-for f in .deps/*.deb; do dpkg -x "$f" "$DEPS" || { note "FAIL: dpkg -x $f"; exit 2; }; done
+unpack() {  # unpack DEB: dpkg -x, or (no dpkg) the .deb's ar members by hand
+    if command -v dpkg >/dev/null 2>&1; then dpkg -x "$1" "$DEPS"; return; fi
+    local tmp; tmp=$(mktemp -d) && (cd "$tmp" && ar x "$OLDPWD/$1" && tar -xf data.tar.* -C "$DEPS") && rm -rf "$tmp"
+}
+for f in .deps/*.deb; do unpack "$f" || { note "FAIL: unpacking $f"; exit 2; }; done
 BLAS_INC=$DEPS/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIB=$DEPS/usr/lib/x86_64-linux-gnu/openblas-pthread
 SYS_LIB=$DEPS/usr/lib/x86_64-linux-gnu   # libgfortran5, libquadmath0
