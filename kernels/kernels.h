@@ -5,6 +5,15 @@
 #define NEOX_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+// The random-number helpers below are compiled for the GPU too (kernels/cuda), so that dropout
+// masks there are the CPU's bit for bit.
+#ifdef __CUDACC__
+#define NEOX_HOST_DEVICE __host__ __device__
+#else
+#define NEOX_HOST_DEVICE
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,14 +46,14 @@ int neox_cuda_device_info_get(int index, neox_cuda_device_info *info);
 // Counter-based: the value for (seed, index) does not depend on threads, order or backend, so
 // dropout masks can be regenerated in backward instead of stored, and initialisation does not
 // depend on the parallel layout.
-static inline unsigned long long neox_hash64(unsigned long long seed, unsigned long long index) {
+NEOX_HOST_DEVICE static inline unsigned long long neox_hash64(unsigned long long seed, unsigned long long index) {
     unsigned long long z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;  // splitmix64
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 // Uniform in [0, 1) with 24 random bits.
-static inline float neox_uniform(unsigned long long seed, unsigned long long index) {
+NEOX_HOST_DEVICE static inline float neox_uniform(unsigned long long seed, unsigned long long index) {
     return (float)(neox_hash64(seed, index) >> 40) * (1.0f / 16777216.0f);
 }
 // Standard normal (Box-Muller on two 32-bit halves of one hash; computed in double).
@@ -164,6 +173,34 @@ void neox_scale(float *x, size_t n, float s);
 // corrections. param, grad, m, v: (n).
 void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                 float eps, float weight_decay, long step);
+// A run [begin, end) of a flat buffer with its own weight decay: the optimizer's view of one
+// parameter's part of the local state, so that one call (one GPU launch) covers every parameter.
+typedef struct neox_segment {
+    size_t begin, end;
+    float weight_decay;
+} neox_segment;
+// neox_adamw over each segment of param, grad, m, v (all indexed from the same origin); segs is a
+// host array of nseg segments, which must not overlap.
+void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
+                         float lr, float beta1, float beta2, float eps, long step);
+// neox_sum_squares over the union of the segments (weight_decay unused), in double.
+double neox_sum_squares_segments(const float *x, const neox_segment *segs, int nseg);
+
+// ---- mixed-precision matrix product -------------------------------------------------------------
+typedef enum neox_elem { NEOX_ELEM_F32, NEOX_ELEM_BF16, NEOX_ELEM_F16 } neox_elem;
+// C (M, N; row stride ldc) = alpha * op(A) op(B) + beta * C, row-major as cblas_sgemm, with A and B
+// both of element type ab and C of type c, products accumulated in fp32 (16-bit results rounded
+// once at the end). The CPU computes it in fp32 on widened copies; CUDA on the tensor cores.
+void neox_gemm_ex(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
+                  int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c);
+
+// ---- casts ------------------------------------------------------------------------------------
+// fp32 <-> bfloat16 / IEEE half, elements as raw 16-bit patterns: to 16 bits rounds to nearest
+// even (NaN stays NaN; fp16 overflows to infinity as torch's .half() does); back is exact.
+void neox_cast_f32_to_bf16(uint16_t *out, const float *inp, size_t n);
+void neox_cast_bf16_to_f32(float *out, const uint16_t *inp, size_t n);
+void neox_cast_f32_to_f16(uint16_t *out, const float *inp, size_t n);
+void neox_cast_f16_to_f32(float *out, const uint16_t *inp, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,12 @@
 // backend.c: which compute backends this build has and what they see, for --version and the
-// start-up banner.
+// start-up banner, and the run-time choice between them (kernels/backend.h).
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 
 const char *neox_backends_description(void) {
     static char text[1024];
@@ -23,4 +23,24 @@ const char *neox_backends_description(void) {
     (void)n;
 #endif
     return text;
+}
+
+#ifndef NEOX_CUDA
+const neox_backend *neox_backend_cuda(void) { return NULL; }
+#endif
+
+const neox_backend *neox_backend_select(const char *choice, char *err, size_t errlen) {
+    if (!strcmp(choice, "cpu")) return neox_backend_cpu();
+    if (!strcmp(choice, "cuda") || !strcmp(choice, "auto")) {
+        const neox_backend *cuda = neox_backend_cuda();
+        if (cuda || !strcmp(choice, "auto")) return cuda ? cuda : neox_backend_cpu();
+#ifdef NEOX_CUDA
+        snprintf(err, errlen, "backend 'cuda': no CUDA device is visible");
+#else
+        snprintf(err, errlen, "backend 'cuda': this build has no CUDA backend (build with make CUDA=1)");
+#endif
+        return NULL;
+    }
+    snprintf(err, errlen, "backend '%s': expected cpu, cuda or auto", choice);
+    return NULL;
 }

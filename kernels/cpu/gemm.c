@@ -10,8 +10,12 @@
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "gemm.h"
+#include "kernels/kernels.h"
 
 // Below this many multiply-adds a GEMM is not worth waking the other threads for.
 #define GEMM_PARALLEL_MIN (1 << 21)
@@ -88,4 +92,42 @@ void neox_cpu_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, 
             sgemm1(trans_a, trans_b, M, e - s, K, alpha, A, lda, trans_b ? B + (size_t)s * ldb : B + s, ldb, beta,
                    C + s, ldc);
     }
+}
+
+// Widens a rows x cols matrix (row stride ld) of 16-bit or fp32 elements into an fp32 copy with
+// the same stride; only (rows - 1) * ld + cols elements are read (a strided view's last row is short).
+static size_t extent(size_t rows, size_t cols, size_t ld) { return rows ? (rows - 1) * ld + cols : 0; }
+
+static float *widen(const void *x, size_t rows, size_t cols, size_t ld, neox_elem e) {
+    size_t n = extent(rows, cols, ld);
+    float *w = malloc((n ? n : 1) * sizeof(float));
+    if (!w) return NULL;
+    if (e == NEOX_ELEM_BF16) neox_cast_bf16_to_f32(w, x, n);
+    else if (e == NEOX_ELEM_F16) neox_cast_f16_to_f32(w, x, n);
+    else memcpy(w, x, n * sizeof(float));
+    return w;
+}
+
+void neox_gemm_ex(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
+                  int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c) {
+    if (ab == NEOX_ELEM_F32 && c == NEOX_ELEM_F32) {
+        neox_cpu_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    // As stored, A is (K, M) when transposed and (M, K) otherwise; B is (N, K) or (K, N).
+    float *a = trans_a ? widen(A, K, M, lda, ab) : widen(A, M, K, lda, ab);
+    float *b = trans_b ? widen(B, N, K, ldb, ab) : widen(B, K, N, ldb, ab);
+    float *cw = widen(C, M, N, ldc, c);
+    if (!a || !b || !cw) {
+        fprintf(stderr, "neox_gemm_ex: out of memory widening a %dx%dx%d product\n", M, N, K);
+        abort();
+    }
+    neox_cpu_sgemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, cw, ldc);
+    size_t n = extent(M, N, ldc);
+    if (c == NEOX_ELEM_BF16) neox_cast_f32_to_bf16(C, cw, n);
+    else if (c == NEOX_ELEM_F16) neox_cast_f32_to_f16(C, cw, n);
+    else memcpy(C, cw, n * sizeof(float));
+    free(a);
+    free(b);
+    free(cw);
 }

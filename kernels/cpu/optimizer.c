@@ -37,3 +37,17 @@ void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, f
         }
     }
 }
+
+void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
+                         float lr, float beta1, float beta2, float eps, long step) {
+    for (int s = 0; s < nseg; s++) {
+        size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
+        neox_adamw(param + b, grad + b, m + b, v + b, n, lr, beta1, beta2, eps, segs[s].weight_decay, step);
+    }
+}
+
+double neox_sum_squares_segments(const float *x, const neox_segment *segs, int nseg) {
+    double sum = 0.0;
+    for (int s = 0; s < nseg; s++) sum += neox_sum_squares(x + segs[s].begin, segs[s].end - segs[s].begin);
+    return sum;
+}

@@ -1,0 +1,167 @@
+// gpu_ops.c: speed of the CUDA ops at GPT-NeoX 125M's training shapes (B 8, T 2048, C 768, 12 heads,
+// vocabulary 50304), each against a peer measured in the same run: matrix-bound ops against cuBLAS's
+// fp32 GEMM rate, memory-bound ops against a device-to-device copy's bandwidth; plus the bf16 and
+// TF32 GEMM rates that MFU is measured against. One line per op:
+//   op  ms_per_call  achieved (TFLOP/s or GB/s)  ratio_to_peer
+// Times are wall-clock over repeated calls between two synchronisations (launch overhead included,
+// small at these sizes). Run by tests/gpu/device-check.sh; needs a GPU.
+//   gpu_ops [batch]     (default 8)
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda.h"
+
+static const neox_backend *be;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef void (*op_fn)(void *ctx);
+
+// Seconds per call: one warm-up call, then calls until 0.3 s have passed (at least 3).
+static double time_op(op_fn fn, void *ctx) {
+    fn(ctx);
+    be->synchronize();
+    int calls = 0;
+    double t0 = now(), t;
+    do {
+        fn(ctx);
+        calls++;
+        be->synchronize();
+        t = now();
+    } while (calls < 3 || t - t0 < 0.3);
+    return (t - t0) / calls;
+}
+
+// Device buffer of n floats filled with a small pattern (the values matter little for speed; they
+// are kept finite and modest so exponentials stay in range).
+static float *dev_floats(size_t n, float scale) {
+    float *h = malloc(n * sizeof(float)), *d = be->alloc(n * sizeof(float));
+    if (!h) { fprintf(stderr, "gpu_ops: out of host memory\n"); exit(2); }
+    for (size_t i = 0; i < n; i++) h[i] = scale * (neox_uniform(1, i) - 0.5f);
+    be->to_device(d, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+// ---- the ops timed, each a context struct and a function -------------------------------------------
+
+typedef struct { int M, N, K; neox_elem e; void *a, *b, *c; } gemm_ctx;
+static void run_gemm(void *p) {
+    gemm_ctx *g = p;
+    be->gemm_ex(0, 1, g->M, g->N, g->K, 1.0f, g->a, g->K, g->b, g->K, g->e, 0.0f, g->c, g->N, g->e);
+}
+
+typedef struct { size_t bytes; void *dst, *src; } copy_ctx;
+static void run_copy(void *p) { copy_ctx *c = p; be->copy(c->dst, c->src, c->bytes); }
+
+typedef struct { int B, T, NH, HS; float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv; } att_ctx;
+static void run_att_fwd(void *p) {
+    att_ctx *a = p;
+    be->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HS, 0.125f, 0.0f, 0);
+}
+static void run_att_bwd(void *p) {
+    att_ctx *a = p;
+    be->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->B, a->T, a->NH, a->NH,
+                           a->HS, 0.125f, 0.0f, 0);
+}
+
+typedef struct { int N, C, V; float *x, *y, *w, *b, *mean, *rstd, *dx, *dw, *db, *logits, *lse, *losses; int *ids; } row_ctx;
+static void run_ln_fwd(void *p) { row_ctx *r = p; be->layernorm_forward(r->y, r->mean, r->rstd, r->x, r->w, r->b, r->N, r->C, 1e-5f); }
+static void run_ln_bwd(void *p) {
+    row_ctx *r = p;
+    be->layernorm_backward(r->dx, r->dw, r->db, r->y, r->x, r->w, r->mean, r->rstd, r->N, r->C);
+}
+static void run_gelu(void *p) { row_ctx *r = p; be->gelu_forward(r->y, r->x, (size_t)r->N * r->C, 1); }
+static void run_ce_fwd(void *p) { row_ctx *r = p; be->cross_entropy_forward(r->losses, r->lse, r->logits, r->ids, r->N, r->V); }
+static void run_ce_bwd(void *p) {
+    row_ctx *r = p;
+    be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, r->N, r->V);
+}
+static void run_emb_bwd(void *p) { row_ctx *r = p; be->embedding_backward(r->dw, NULL, r->y, r->ids, 1, r->N, r->C); }
+
+typedef struct { size_t n; float *p, *g, *m, *v; } adam_ctx;
+static void run_adamw(void *p) {
+    adam_ctx *a = p;
+    neox_segment all = {0, a->n, 0.1f};
+    be->adamw_segments(a->p, a->g, a->m, a->v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, 10);
+}
+
+static void report(const char *name, double sec, double work, const char *unit, double peer) {
+    double rate = work / sec / 1e12;  // TFLOP/s, or TB/s shown as GB/s below
+    if (unit[0] == 'G') rate *= 1000;
+    printf("%-28s %9.3f ms  %9.1f %s  %6.3f of %s\n", name, sec * 1e3, rate, unit, peer > 0 ? rate / peer : 0,
+           unit[0] == 'G' ? "copy" : "fp32 GEMM");
+}
+
+int main(int argc, char **argv) {
+    be = neox_backend_cuda();
+    if (!be) { printf("gpu_ops: no GPU: skipped\n"); return 0; }
+    int B = argc > 1 ? atoi(argv[1]) : 8, T = 2048, C = 768, NH = 12, HS = 64, V = 50304, N = B * T;
+    printf("# %s; B=%d T=%d C=%d NH=%d V=%d\n", neox_backends_description(), B, T, C, NH, V);
+
+    // Peers: GEMM rates (fp32, TF32, bf16) and copy bandwidth.
+    int G = 8192;
+    gemm_ctx g = {G, G, G, NEOX_ELEM_F32, dev_floats((size_t)G * G, 1), dev_floats((size_t)G * G, 1),
+                  dev_floats((size_t)G * G, 1)};
+    double flops = 2.0 * G * G * G, fp32 = flops / time_op(run_gemm, &g) / 1e12;
+    report("gemm fp32 8192^3", flops / fp32 / 1e12, flops, "TFLOP/s", fp32);
+    neox_cuda_set_tf32(1);
+    double t = time_op(run_gemm, &g);
+    neox_cuda_set_tf32(0);
+    report("gemm tf32 8192^3", t, flops, "TFLOP/s", fp32);
+    gemm_ctx h = g;
+    h.e = NEOX_ELEM_BF16;  // the fp32 buffers hold twice the bf16 elements needed; values are arbitrary bits
+    be->cast_f32_to_bf16(h.a, g.a, (size_t)G * G);
+    be->cast_f32_to_bf16(h.b, g.b, (size_t)G * G);
+    report("gemm bf16 8192^3", time_op(run_gemm, &h), flops, "TFLOP/s", fp32);
+    size_t cbytes = (size_t)G * G * sizeof(float);
+    copy_ctx cp = {cbytes, g.a, g.c};
+    double copy = 2.0 * cbytes / time_op(run_copy, &cp) / 1e9;  // bytes read + written
+    printf("%-28s %9.3f ms  %9.1f GB/s (read + written)\n", "copy 256 MiB", 2.0 * cbytes / copy / 1e6, copy);
+
+    // Attention at the model's shape: causal FLOPs = 2 products of 2 T^2 HS / 2 per head forward.
+    att_ctx a = {B, T, NH, HS, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t nq = (size_t)B * NH * T * HS;
+    a.q = dev_floats(nq, 2); a.k = dev_floats(nq, 2); a.v = dev_floats(nq, 2); a.out = dev_floats(nq, 1);
+    a.lse = dev_floats((size_t)B * NH * T, 1); a.dout = dev_floats(nq, 1);
+    a.dq = dev_floats(nq, 1); a.dk = dev_floats(nq, 1); a.dv = dev_floats(nq, 1);
+    double att = 2.0 * B * NH * (double)T * T * HS;  // causal half of 4 B NH T^2 HS
+    report("attention forward", time_op(run_att_fwd, &a), att, "TFLOP/s", fp32);
+    report("attention backward", time_op(run_att_bwd, &a), 2.5 * att, "TFLOP/s", fp32);
+
+    // Row ops at (N, C) and the loss at (N', V) with N' rows limited to fit a few GB.
+    row_ctx r = {N, C, V, dev_floats((size_t)N * 4 * C, 4), dev_floats((size_t)N * 4 * C, 1), dev_floats(C, 1),
+                 dev_floats(C, 1), dev_floats(N, 1), dev_floats(N, 1), dev_floats((size_t)N * C, 1),
+                 dev_floats((size_t)V * C, 1), dev_floats(C, 1), NULL, NULL, NULL, NULL};
+    double nc = (double)N * C * sizeof(float);
+    report("layernorm forward", time_op(run_ln_fwd, &r), 2 * nc, "GB/s", copy);
+    report("layernorm backward", time_op(run_ln_bwd, &r), 5 * nc, "GB/s", copy);
+    row_ctx r4 = r;
+    r4.C = 4 * C;
+    report("gelu forward (N x 4C)", time_op(run_gelu, &r4), 2 * 4 * nc, "GB/s", copy);
+    int *ids = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) ids[i] = (int)(neox_uniform(3, i) * V);
+    r.ids = be->alloc((size_t)N * sizeof(int));
+    be->to_device(r.ids, ids, (size_t)N * sizeof(int));
+    report("embedding backward", time_op(run_emb_bwd, &r), 3 * nc, "GB/s", copy);
+    row_ctx ce = r;
+    ce.N = N < 4096 ? N : 4096;
+    ce.logits = dev_floats((size_t)ce.N * V, 8);
+    ce.lse = dev_floats(ce.N, 1);
+    ce.losses = dev_floats(ce.N, 1);
+    double lv = (double)ce.N * V * sizeof(float);
+    report("cross-entropy forward", time_op(run_ce_fwd, &ce), lv, "GB/s", copy);
+    report("cross-entropy backward", time_op(run_ce_bwd, &ce), 2 * lv, "GB/s", copy);
+
+    size_t np = 125000000;
+    adam_ctx ad = {np, dev_floats(np, 1), dev_floats(np, 1), dev_floats(np, 0.01f), dev_floats(np, 0)};
+    report("adamw 125M", time_op(run_adamw, &ad), 7.0 * np * sizeof(float), "GB/s", copy);
+    free(ids);
+    return 0;  // device memory goes with the process
+}

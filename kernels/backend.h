@@ -1,0 +1,109 @@
+// backend.h: the compute backend as a table of entry points, so that the same model code runs on the
+// CPU or a GPU, chosen at run time (config key `backend: cpu | cuda | auto` in a CUDA=1 build).
+//
+// Every op of kernels.h is one member with the same name and signature (without the neox_ prefix);
+// on the CUDA table all tensor pointers are device pointers, and memory for them comes from the
+// table's alloc/free/copy entries (host memory on the CPU table). Ops run in order on the backend's
+// stream and return without waiting, except those that return a host value (sum_squares*), which
+// wait for their result. The list of ops is written once (NEOX_BACKEND_OPS) and expands into the
+// table's members, the CUDA declarations (kernels/cuda/cuda.h) and the CPU table (kernels/cpu/
+// backend.c), so the compiler checks that every backend implements every op with kernels.h's types.
+#ifndef NEOX_BACKEND_H
+#define NEOX_BACKEND_H
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// X(return type, name, (parameters)): one line per op of kernels.h.
+#define NEOX_BACKEND_OPS(X)                                                                                           \
+    X(void, linear_forward, (float *out, int ldo, const float *inp, const float *weight, const float *bias, int N,    \
+                             int IC, int OC))                                                                          \
+    X(void, linear_backward, (float *dinp, float *dweight, float *dbias, const float *dout, int ldo, const float *inp, \
+                              const float *weight, int N, int IC, int OC, int accumulate))                             \
+    X(void, gemm_ex, (int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,             \
+                      const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c))               \
+    X(void, embedding_forward, (float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C)) \
+    X(void, embedding_backward, (float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C))   \
+    X(void, layernorm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,          \
+                                const float *bias, int N, int C, float eps))                                          \
+    X(void, layernorm_backward, (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,      \
+                                 const float *weight, const float *mean, const float *rstd, int N, int C))            \
+    X(void, rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps)) \
+    X(void, rmsnorm_backward, (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,  \
+                               const float *rstd, int N, int C))                                                      \
+    X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,        \
+                        int interleaved))                                                                              \
+    X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \
+                        int HS, int interleaved))                                                                      \
+    X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base))                                      \
+    X(void, rotary_apply, (float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,          \
+                           int inverse))                                                                               \
+    X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, \
+                                int NH, int NKV, int HS, float scale, float dropout, unsigned long long seed))         \
+    X(void, attention_cached, (float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,  \
+                               int NH, int NKV, int HS, int maxT, float scale))                                       \
+    X(void, attention_backward, (float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,  \
+                                 const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,  \
+                                 int HS, float scale, float dropout, unsigned long long seed))                        \
+    X(void, gelu_forward, (float *out, const float *inp, size_t n, int approximate))                                  \
+    X(void, gelu_backward, (float *dinp, const float *dout, const float *inp, size_t n, int approximate))             \
+    X(void, swiglu_forward, (float *out, const float *inp, int N, int F))                                             \
+    X(void, swiglu_backward, (float *dinp, const float *dout, const float *inp, int N, int F))                        \
+    X(void, add, (float *out, const float *a, const float *b, size_t n))                                              \
+    X(void, add_inplace, (float *acc, const float *x, size_t n))                                                      \
+    X(void, add_bias, (float *x, const float *bias, int N, int C))                                                    \
+    X(void, dropout, (float *out, const float *inp, size_t n, float p, unsigned long long seed,                       \
+                      unsigned long long offset))                                                                      \
+    X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V)) \
+    X(void, cross_entropy_row_max, (float *mx, const float *logits, int N, int V))                                    \
+    X(void, cross_entropy_row_sumexp, (double *sum, const float *logits, const float *mx, int N, int V))              \
+    X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,       \
+                                     const float *weight, float scale, int N, int V))                                 \
+    X(double, sum_squares, (const float *x, size_t n))                                                                \
+    X(double, sum_squares_segments, (const float *x, const neox_segment *segs, int nseg))                             \
+    X(void, scale, (float *x, size_t n, float s))                                                                     \
+    X(void, adamw, (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2, \
+                    float eps, float weight_decay, long step))                                                        \
+    X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
+                             float lr, float beta1, float beta2, float eps, long step))                               \
+    X(void, cast_f32_to_bf16, (uint16_t *out, const float *inp, size_t n))                                            \
+    X(void, cast_bf16_to_f32, (float *out, const uint16_t *inp, size_t n))                                            \
+    X(void, cast_f32_to_f16, (uint16_t *out, const float *inp, size_t n))                                             \
+    X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n))
+
+// Memory entry points: X(return type, name, (parameters)) likewise. to_device/to_host copy between
+// host memory and the backend's; copy within the backend's; synchronize waits for queued work.
+#define NEOX_BACKEND_MEMORY(X)                                                                                        \
+    X(void *, alloc, (size_t bytes))                                                                                  \
+    X(void, free, (void *p))                                                                                          \
+    X(void, memset_zero, (void *p, size_t bytes))                                                                     \
+    X(void, to_device, (void *dst, const void *src, size_t bytes))                                                    \
+    X(void, to_host, (void *dst, const void *src, size_t bytes))                                                      \
+    X(void, copy, (void *dst, const void *src, size_t bytes))                                                         \
+    X(void, synchronize, (void))
+
+#define NEOX_BACKEND_MEMBER(ret, name, params) ret(*name) params;
+
+typedef struct neox_backend {
+    const char *name;  // "cpu" or "cuda"
+    int on_device;     // tensors live in device memory (pointers are not host-dereferenceable)
+    NEOX_BACKEND_MEMORY(NEOX_BACKEND_MEMBER)
+    NEOX_BACKEND_OPS(NEOX_BACKEND_MEMBER)
+} neox_backend;
+
+// The CPU backend (always present).
+const neox_backend *neox_backend_cpu(void);
+// The CUDA backend on the current device, initialised on first use (cuBLAS handle, stream); NULL
+// in a CPU-only build or when no GPU is visible.
+const neox_backend *neox_backend_cuda(void);
+// The backend a configuration names: "cpu", "cuda" (NULL with a message in err when unavailable)
+// or "auto" (cuda when a GPU is visible, else cpu). NULL with a message for any other name.
+const neox_backend *neox_backend_select(const char *choice, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

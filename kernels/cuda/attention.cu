@@ -1,0 +1,337 @@
+// attention.cu: exact causal attention, flash style, in fp32 on the CUDA cores: no (T, T) matrix
+// ever exists. A block of ATT_WARPS warps takes ATT_WARPS consecutive rows (one per warp) and
+// streams tiles of 32 keys/values through shared memory; in a tile, lane j scores key j, the warp
+// keeps the online softmax (running max and sum, as kernels/cpu/attention.c), and lane d
+// accumulates output dims d, d + 32, ... in registers (NU = ceil(HS / 32) of them, HS <= 256).
+// Tiles are stored transposed with a row pitch of 33 floats, so that both "lane = key" reads
+// (scores) and "lane = dim" reads (weighted sums) hit 32 different banks.
+//
+// Forward: also serves generation over a KV cache (rows at positions pos0 + i, keys strided by
+// maxT). Backward, without atomics (deterministic): one kernel per query row gives dq and
+// D = dout . out; a second, one warp per key row, walks every query head of its GQA group and the
+// query tiles at or after the key, giving dk and dv. Probabilities are recomputed from the saved
+// log-sum-exp; attention dropout uses neox_uniform(seed, (head * T + i) * T + j) as the CPU does.
+// Not yet here: a tensor-core (bf16, wgmma) version; this one is for correctness and fp32.
+#include "kernels/cuda/common.cuh"
+
+enum { ATT_WARPS = 8, ATT_TILE = 32, ATT_PITCH = 33, ATT_MAX_NU = 8 };
+
+// Loads rows [r0, r0 + 32) of a (rows, HS) matrix transposed into tile[d * 33 + r], zero past nrows.
+__device__ __forceinline__ void load_tile(float *tile, const float *src, int r0, int nrows, int HS) {
+    for (int e = threadIdx.x; e < ATT_TILE * HS; e += blockDim.x) {
+        int r = e / HS, d = e % HS;
+        tile[d * ATT_PITCH + r] = r0 + r < nrows ? src[(size_t)(r0 + r) * HS + d] : 0.0f;
+    }
+}
+
+// Copies one HS-row into shared memory (one warp).
+__device__ __forceinline__ void load_row(float *dst, const float *src, int HS, int lane) {
+    for (int d = lane; d < HS; d += 32) dst[d] = src[d];
+}
+
+// Dot product of a shared row with column `col` of a transposed tile.
+__device__ __forceinline__ float dot_column(const float *row, const float *tile, int col, int HS) {
+    float s = 0.0f;
+    for (int d = 0; d < HS; d++) s += row[d] * tile[d * ATT_PITCH + col];
+    return s;
+}
+
+// acc[u] (dim lane + 32u) += sum over the tile's first n columns c of w_c * tile[dim][c], w_c
+// being lane c's w.
+template <int NU>
+__device__ __forceinline__ void add_weighted_columns(float *acc, float w, const float *tile, int n, int HS, int lane) {
+    for (int c = 0; c < n; c++) {
+        float wc = __shfl_sync(0xffffffffu, w, c);
+#pragma unroll
+        for (int u = 0; u < NU; u++) {
+            int d = lane + 32 * u;
+            if (d < HS) acc[u] += wc * tile[d * ATT_PITCH + c];
+        }
+    }
+}
+
+// The same for two accumulators at once (dv and dk share the loop over the tile's query rows).
+template <int NU>
+__device__ __forceinline__ void add_weighted_columns2(float *acc1, float w1, const float *tile1, float *acc2, float w2,
+                                                      const float *tile2, int n, int HS, int lane) {
+    for (int c = 0; c < n; c++) {
+        float w1c = __shfl_sync(0xffffffffu, w1, c), w2c = __shfl_sync(0xffffffffu, w2, c);
+#pragma unroll
+        for (int u = 0; u < NU; u++) {
+            int d = lane + 32 * u;
+            if (d < HS) {
+                acc1[u] += w1c * tile1[d * ATT_PITCH + c];
+                acc2[u] += w2c * tile2[d * ATT_PITCH + c];
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned long long seed, size_t row, int T,
+                                             int j) {
+    return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? keep_scale : 0.0f;
+}
+
+struct att_shape {
+    int Tq, kv_stride, pos0, NH, NKV, HS;  // query rows per head; key rows per kv head; first query's position
+    float scale, dropout, keep_scale;
+    unsigned long long seed;
+};
+
+// Grid (query blocks, NH, B); the heaviest (last) query blocks start first. q: (B, NH, Tq, HS);
+// k, v: (B, NKV, kv_stride, HS); out: (B, Tq, NH, HS); lse: (B, NH, Tq) or NULL.
+template <int NU>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+attention_forward_kernel(float *out, float *lse, const float *q, const float *k, const float *v, att_shape a) {
+    extern __shared__ float smem[];
+    int HS = a.HS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Ks = smem, *Vs = Ks + HS * ATT_PITCH, *Qr = Vs + HS * ATT_PITCH + warp * HS;
+    int b = blockIdx.z, h = blockIdx.y, g = h / (a.NH / a.NKV);
+    int i0 = (gridDim.x - 1 - blockIdx.x) * ATT_WARPS, i = i0 + warp;
+    bool active = i < a.Tq;
+    size_t head = (size_t)b * a.NH + h;
+    const float *kh = k + ((size_t)b * a.NKV + g) * a.kv_stride * HS, *vh = v + ((size_t)b * a.NKV + g) * a.kv_stride * HS;
+    if (active) load_row(Qr, q + (head * a.Tq + i) * HS, HS, lane);
+    float o[NU], m = -INFINITY, sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < NU; u++) o[u] = 0.0f;
+    int nkeys = a.pos0 + min(i0 + ATT_WARPS, a.Tq);  // keys seen by the block's last row, plus one
+    int last = a.pos0 + i;                            // this row's last visible key
+    for (int j0 = 0; j0 < nkeys; j0 += ATT_TILE) {
+        __syncthreads();  // the previous tile is consumed (and Qr written)
+        load_tile(Ks, kh, j0, nkeys, HS);
+        load_tile(Vs, vh, j0, nkeys, HS);
+        __syncthreads();
+        if (!active) continue;
+        int j = j0 + lane;
+        bool visible = j <= last;
+        float x = visible ? dot_column(Qr, Ks, lane, HS) * a.scale : -INFINITY;
+        float m_new = fmaxf(m, warp_max(x));
+        if (m_new == -INFINITY) continue;  // nothing visible yet (warp-uniform)
+        float alpha = expf(m - m_new);     // rescales what was accumulated under the old max
+        float p = visible ? expf(x - m_new) : 0.0f;
+        sum = sum * alpha + warp_sum(p);
+        m = m_new;
+        if (a.dropout > 0.0f && visible)  // the sum is of the undropped probabilities
+            p *= keep_factor(a.dropout, a.keep_scale, a.seed, head * a.Tq + i, a.Tq, j);
+#pragma unroll
+        for (int u = 0; u < NU; u++) o[u] *= alpha;
+        add_weighted_columns<NU>(o, p, Vs, min(ATT_TILE, nkeys - j0), HS, lane);
+    }
+    if (!active) return;
+    float inv = 1.0f / sum;
+    float *orow = out + (((size_t)b * a.Tq + i) * a.NH + h) * HS;
+#pragma unroll
+    for (int u = 0; u < NU; u++)
+        if (lane + 32 * u < HS) orow[lane + 32 * u] = o[u] * inv;
+    if (lse && lane == 0) lse[head * a.Tq + i] = m + logf(sum);
+}
+
+// dq (B, NH, T, HS) overwritten; D (B, NH, T) = dout . out. Grid as the forward's.
+template <int NU>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, const float *k, const float *v,
+                    const float *out, const float *lse, att_shape a) {
+    extern __shared__ float smem[];
+    int HS = a.HS, T = a.Tq, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Ks = smem, *Vs = Ks + HS * ATT_PITCH, *Qr = Vs + HS * ATT_PITCH + warp * 2 * HS, *Dr = Qr + HS;
+    int b = blockIdx.z, h = blockIdx.y, g = h / (a.NH / a.NKV);
+    int i0 = (gridDim.x - 1 - blockIdx.x) * ATT_WARPS, i = i0 + warp;
+    bool active = i < T;
+    size_t head = (size_t)b * a.NH + h, orow = (((size_t)b * T + i) * a.NH + h) * HS;
+    const float *kh = k + ((size_t)b * a.NKV + g) * T * HS, *vh = v + ((size_t)b * a.NKV + g) * T * HS;
+    float Di = 0.0f, l = 0.0f;
+    if (active) {
+        load_row(Qr, q + (head * T + i) * HS, HS, lane);
+        load_row(Dr, dout + orow, HS, lane);
+        float s = 0.0f;
+        for (int d = lane; d < HS; d += 32) s += dout[orow + d] * out[orow + d];
+        Di = warp_sum(s);
+        l = lse[head * T + i];
+        if (lane == 0) D[head * T + i] = Di;
+    }
+    float acc[NU];
+#pragma unroll
+    for (int u = 0; u < NU; u++) acc[u] = 0.0f;
+    int nkeys = min(i0 + ATT_WARPS, T);
+    for (int j0 = 0; j0 < nkeys; j0 += ATT_TILE) {
+        __syncthreads();
+        load_tile(Ks, kh, j0, nkeys, HS);
+        load_tile(Vs, vh, j0, nkeys, HS);
+        __syncthreads();
+        if (!active) continue;
+        int j = j0 + lane;
+        float ds = 0.0f;
+        if (j <= i) {
+            float p = expf(dot_column(Qr, Ks, lane, HS) * a.scale - l);
+            float dp = dot_column(Dr, Vs, lane, HS);
+            if (a.dropout > 0.0f) dp *= keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
+            ds = p * (dp - Di) * a.scale;
+        }
+        add_weighted_columns<NU>(acc, ds, Ks, min(ATT_TILE, nkeys - j0), HS, lane);
+    }
+    if (!active) return;
+    float *dqr = dq + (head * T + i) * HS;
+#pragma unroll
+    for (int u = 0; u < NU; u++)
+        if (lane + 32 * u < HS) dqr[lane + 32 * u] = acc[u];
+}
+
+// dk, dv (B, NKV, T, HS) overwritten. Grid (key blocks, NKV, B): warp w owns key row j and sums
+// over the query heads of its group and the query rows i >= j.
+template <int NU>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
+                     const float *lse, const float *D, att_shape a) {
+    extern __shared__ float smem[];
+    int HS = a.HS, T = a.Tq, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *Qs = smem, *Os = Qs + HS * ATT_PITCH, *Ls = Os + HS * ATT_PITCH, *Dt = Ls + ATT_TILE;
+    float *Kr = Dt + ATT_TILE + warp * 2 * HS, *Vr = Kr + HS;
+    int b = blockIdx.z, g = blockIdx.y, group = a.NH / a.NKV;
+    int j_first = blockIdx.x * ATT_WARPS, j = j_first + warp;
+    bool active = j < T;
+    size_t kvrow = (((size_t)b * a.NKV + g) * T + j) * HS;
+    if (active) {
+        load_row(Kr, k + kvrow, HS, lane);
+        load_row(Vr, v + kvrow, HS, lane);
+    }
+    float dka[NU], dva[NU];
+#pragma unroll
+    for (int u = 0; u < NU; u++) dka[u] = dva[u] = 0.0f;
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        size_t head = (size_t)b * a.NH + h;
+        const float *qh = q + head * T * HS;
+        for (int i0 = j_first / ATT_TILE * ATT_TILE; i0 < T; i0 += ATT_TILE) {
+            __syncthreads();
+            load_tile(Qs, qh, i0, T, HS);
+            // dout rows of head h are strided by NH * HS: (B, T, NH, HS).
+            for (int e = threadIdx.x; e < ATT_TILE * HS; e += blockDim.x) {
+                int r = e / HS, d = e % HS;
+                Os[d * ATT_PITCH + r] = i0 + r < T ? dout[(((size_t)b * T + i0 + r) * a.NH + h) * HS + d] : 0.0f;
+            }
+            if (threadIdx.x < ATT_TILE) {
+                int r = i0 + threadIdx.x;
+                Ls[threadIdx.x] = r < T ? lse[head * T + r] : 0.0f;
+                Dt[threadIdx.x] = r < T ? D[head * T + r] : 0.0f;
+            }
+            __syncthreads();
+            if (!active) continue;
+            int i = i0 + lane;
+            float pk = 0.0f, ds = 0.0f;
+            if (i >= j && i < T) {
+                float p = expf(dot_column(Kr, Qs, lane, HS) * a.scale - Ls[lane]);
+                float dp = dot_column(Vr, Os, lane, HS), kf = 1.0f;
+                if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
+                pk = p * kf;
+                ds = p * (dp * kf - Dt[lane]) * a.scale;
+            }
+            add_weighted_columns2<NU>(dva, pk, Os, dka, ds, Qs, min(ATT_TILE, T - i0), HS, lane);
+        }
+    }
+    if (!active) return;
+#pragma unroll
+    for (int u = 0; u < NU; u++)
+        if (lane + 32 * u < HS) {
+            dk[kvrow + lane + 32 * u] = dka[u];
+            dv[kvrow + lane + 32 * u] = dva[u];
+        }
+}
+
+// ---- launch -------------------------------------------------------------------------------------
+
+// Shared memory of each kernel: two transposed tiles plus per-warp rows (and, for dkv, 64 floats).
+static size_t tiles_bytes(int HS, int rows_per_warp, int extra) {
+    return ((size_t)2 * HS * ATT_PITCH + (size_t)ATT_WARPS * rows_per_warp * HS + extra) * sizeof(float);
+}
+
+// Raises the kernel's dynamic shared memory limit when it needs more than the default 48 KB.
+template <typename K> static void allow_smem(K kernel, size_t bytes) {
+    if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+static void check_head_size(int HS) {
+    if (HS < 1 || HS > 32 * ATT_MAX_NU) {
+        fprintf(stderr, "neox cuda: attention head size %d not supported (1..%d)\n", HS, 32 * ATT_MAX_NU);
+        abort();
+    }
+}
+
+template <int NU> static void forward_nu(float *out, float *lse, const float *q, const float *k, const float *v, int B,
+                                         const att_shape &a) {
+    size_t smem = tiles_bytes(a.HS, 1, 0);
+    allow_smem(attention_forward_kernel<NU>, smem);
+    dim3 grid((a.Tq + ATT_WARPS - 1) / ATT_WARPS, a.NH, B);
+    attention_forward_kernel<NU><<<grid, ATT_WARPS * 32, smem, neox_cuda_current_stream()>>>(out, lse, q, k, v, a);
+    CUDA_LAUNCHED();
+}
+
+template <int NU> static void backward_nu(float *dq, float *dk, float *dv, float *D, const float *dout, const float *q,
+                                          const float *k, const float *v, const float *out, const float *lse, int B,
+                                          const att_shape &a) {
+    cudaStream_t st = neox_cuda_current_stream();
+    size_t smem_q = tiles_bytes(a.HS, 2, 0), smem_kv = tiles_bytes(a.HS, 2, 2 * ATT_TILE);
+    allow_smem(attention_dq_kernel<NU>, smem_q);
+    allow_smem(attention_dkv_kernel<NU>, smem_kv);
+    int blocks = (a.Tq + ATT_WARPS - 1) / ATT_WARPS;
+    attention_dq_kernel<NU><<<dim3(blocks, a.NH, B), ATT_WARPS * 32, smem_q, st>>>(dq, D, dout, q, k, v, out, lse, a);
+    CUDA_LAUNCHED();
+    attention_dkv_kernel<NU><<<dim3(blocks, a.NKV, B), ATT_WARPS * 32, smem_kv, st>>>(dk, dv, dout, q, k, v, lse, D, a);
+    CUDA_LAUNCHED();
+}
+
+// Calls FN<NU>(args...) for NU = ceil(HS / 32), HS <= 256.
+#define DISPATCH_NU(HS, FN, ...)                        \
+    switch ((HS + 31) / 32) {                           \
+    case 1: FN<1>(__VA_ARGS__); break;                  \
+    case 2: FN<2>(__VA_ARGS__); break;                  \
+    case 3: FN<3>(__VA_ARGS__); break;                  \
+    case 4: FN<4>(__VA_ARGS__); break;                  \
+    case 5: FN<5>(__VA_ARGS__); break;                  \
+    case 6: FN<6>(__VA_ARGS__); break;                  \
+    case 7: FN<7>(__VA_ARGS__); break;                  \
+    default: FN<8>(__VA_ARGS__); break;                 \
+    }
+
+static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, int HS, float scale, float dropout,
+                            unsigned long long seed) {
+    att_shape a;
+    a.Tq = Tq;
+    a.kv_stride = kv_stride;
+    a.pos0 = pos0;
+    a.NH = NH;
+    a.NKV = NKV;
+    a.HS = HS;
+    a.scale = scale;
+    a.dropout = dropout;
+    a.keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;  // the CPU's keep factor
+    a.seed = seed;
+    return a;
+}
+
+extern "C" void neox_cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                            int B, int T, int NH, int NKV, int HS, float scale, float dropout,
+                                            unsigned long long seed) {
+    check_head_size(HS);
+    if (B <= 0 || T <= 0) return;
+    att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, dropout, seed);
+    DISPATCH_NU(HS, forward_nu, out, lse, q, k, v, B, a);
+}
+
+extern "C" void neox_cuda_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S,
+                                           int pos0, int NH, int NKV, int HS, int maxT, float scale) {
+    check_head_size(HS);
+    if (S <= 0) return;
+    att_shape a = make_shape(S, maxT, pos0, NH, NKV, HS, scale, 0.0f, 0);
+    DISPATCH_NU(HS, forward_nu, out, (float *)NULL, q, kcache, vcache, 1, a);
+}
+
+extern "C" void neox_cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                             const float *k, const float *v, const float *out, const float *lse, int B,
+                                             int T, int NH, int NKV, int HS, float scale, float dropout,
+                                             unsigned long long seed) {
+    check_head_size(HS);
+    if (B <= 0 || T <= 0) return;
+    float *D = (float *)neox_cuda_scratch((size_t)B * NH * T * sizeof(float));
+    att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, dropout, seed);
+    DISPATCH_NU(HS, backward_nu, dq, dk, dv, D, dout, q, k, v, out, lse, B, a);
+}

@@ -1,0 +1,132 @@
+// backend.cu: the CUDA backend's state and table: the current device, the one stream every op is
+// queued on, the cuBLAS handle, scratch memory, device memory entry points, and the neox_backend
+// table pointing at every neox_cuda_<op>.
+#include <cublas_v2.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemm.cuh"
+
+static int g_device = -1;
+static cudaStream_t g_stream;
+static cublasHandle_t g_cublas;
+static int g_tf32;
+static void *g_scratch;
+static size_t g_scratch_bytes;
+
+extern "C" int neox_cuda_init(int device) {
+    if (g_device >= 0) {
+        if (device == g_device) return 0;
+        fprintf(stderr, "neox cuda: already initialised on device %d, asked for %d\n", g_device, device);
+        return -1;
+    }
+    int count = neox_cuda_device_count();
+    if (device < 0 || device >= count) {
+        fprintf(stderr, "neox cuda: device %d asked for, %d visible\n", device, count);
+        return -1;
+    }
+    if (cudaSetDevice(device) != cudaSuccess || cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking) != cudaSuccess) {
+        fprintf(stderr, "neox cuda: cannot start device %d: %s\n", device, cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
+    if (cublasCreate(&g_cublas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(g_cublas, g_stream) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "neox cuda: cuBLAS did not start on device %d\n", device);
+        return -1;
+    }
+    g_device = device;
+    return 0;
+}
+
+static void ensure_init(void) {
+    if (g_device < 0 && neox_cuda_init(0) != 0) abort();
+}
+
+cudaStream_t neox_cuda_current_stream(void) {
+    ensure_init();
+    return g_stream;
+}
+extern "C" void *neox_cuda_stream(void) { return (void *)neox_cuda_current_stream(); }
+extern "C" void neox_cuda_set_tf32(int allow) { g_tf32 = allow != 0; }
+
+cublasHandle_t neox_cuda_cublas(void) {
+    ensure_init();
+    return g_cublas;
+}
+int neox_cuda_tf32(void) { return g_tf32; }
+
+void neox_cuda_after_launch(const char *file, int line) {
+    static int sync = -1;
+    if (sync < 0) {
+        const char *v = getenv("NEOX_CUDA_SYNC");
+        sync = v && *v && strcmp(v, "0") != 0;
+    }
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && sync) err = cudaStreamSynchronize(g_stream);
+    if (err != cudaSuccess) {
+        fprintf(stderr, "neox cuda: kernel launched at %s:%d: %s\n", file, line, cudaGetErrorString(err));
+        abort();
+    }
+}
+
+void *neox_cuda_scratch(size_t bytes) {
+    ensure_init();
+    if (bytes > g_scratch_bytes) {
+        if (g_scratch) CUDA_CHECK(cudaFree(g_scratch));  // waits for the ops that used it
+        size_t grown = bytes + bytes / 4;
+        CUDA_CHECK(cudaMalloc(&g_scratch, grown));
+        g_scratch_bytes = grown;
+    }
+    return g_scratch;
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+
+extern "C" void *neox_cuda_alloc(size_t bytes) {
+    ensure_init();
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        fprintf(stderr, "neox cuda: out of device memory allocating %zu bytes (%zu of %zu free): %s\n", bytes, free_b,
+                total, cudaGetErrorString(err));
+        abort();
+    }
+    return p;
+}
+extern "C" void neox_cuda_free(void *p) {
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+extern "C" void neox_cuda_memset_zero(void *p, size_t bytes) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, neox_cuda_current_stream()));
+}
+// Host <-> device copies wait for completion: the host buffer may be reused as soon as they return.
+extern "C" void neox_cuda_to_device(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, neox_cuda_current_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+}
+extern "C" void neox_cuda_to_host(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, neox_cuda_current_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+}
+extern "C" void neox_cuda_copy(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, neox_cuda_current_stream()));
+}
+extern "C" void neox_cuda_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(neox_cuda_current_stream())); }
+
+// ---- the table ----------------------------------------------------------------------------------
+
+#define CUDA_ENTRY(ret, name, params) table.name = neox_cuda_##name;
+
+extern "C" const neox_backend *neox_backend_cuda(void) {
+    static neox_backend table;
+    static int ready = -1;  // -1 not tried, 0 no device, 1 ready
+    if (ready < 0) {
+        ready = neox_cuda_device_count() > 0 && (g_device >= 0 || neox_cuda_init(0) == 0);
+        table.name = "cuda";
+        table.on_device = 1;
+        NEOX_BACKEND_MEMORY(CUDA_ENTRY)
+        NEOX_BACKEND_OPS(CUDA_ENTRY)
+    }
+    return ready ? &table : NULL;
+}

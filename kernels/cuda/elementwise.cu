@@ -1,0 +1,132 @@
+// elementwise.cu: residual additions, bias, dropout (the CPU's counter-based mask, bit for bit),
+// scaling, GELU (exact and tanh), SwiGLU and the fp32 <-> bf16/fp16 casts. One thread per element
+// in grid-stride loops; the formulas are kernels/cpu/activation.c's and elementwise.c's.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/common.cuh"
+
+#define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+#define LAUNCH(kernel, n, ...)                                                                              \
+    do {                                                                                                    \
+        if ((n) > 0) {                                                                                      \
+            kernel<<<blocks_for((n), 256), 256, 0, neox_cuda_current_stream()>>>(__VA_ARGS__);              \
+            CUDA_LAUNCHED();                                                                                \
+        }                                                                                                   \
+    } while (0)
+
+__global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+extern "C" void neox_cuda_add(float *out, const float *a, const float *b, size_t n) { LAUNCH(add_kernel, n, out, a, b, n); }
+extern "C" void neox_cuda_add_inplace(float *acc, const float *x, size_t n) { LAUNCH(add_kernel, n, acc, acc, x, n); }
+
+__global__ void add_bias_kernel(float *x, const float *bias, size_t n, int C) {
+    GRID_STRIDE(i, n) x[i] += bias[i % C];
+}
+extern "C" void neox_cuda_add_bias(float *x, const float *bias, int N, int C) {
+    size_t n = (size_t)N * C;
+    LAUNCH(add_bias_kernel, n, x, bias, n, C);
+}
+
+__global__ void dropout_kernel(float *out, const float *inp, size_t n, float p, float keep_scale,
+                               unsigned long long seed, unsigned long long offset) {
+    GRID_STRIDE(i, n) out[i] = neox_uniform(seed, offset + i) >= p ? __fmul_rn(inp[i], keep_scale) : 0.0f;
+}
+extern "C" void neox_cuda_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed,
+                                  unsigned long long offset) {
+    float keep_scale = 1.0f / (1.0f - p);  // on the host, as the CPU computes it
+    LAUNCH(dropout_kernel, n, out, inp, n, p, keep_scale, seed, offset);
+}
+
+__global__ void scale_kernel(float *x, size_t n, float s) {
+    GRID_STRIDE(i, n) x[i] *= s;
+}
+extern "C" void neox_cuda_scale(float *x, size_t n, float s) { LAUNCH(scale_kernel, n, x, n, s); }
+
+// ---- activations --------------------------------------------------------------------------------
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define INV_SQRT_2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int approximate) {
+    GRID_STRIDE(i, n) {
+        float x = inp[i];
+        out[i] = approximate ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
+                             : 0.5f * x * (1.0f + erff(x * INV_SQRT_2));
+    }
+}
+__global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n, int approximate) {
+    GRID_STRIDE(i, n) {
+        float x = inp[i], g;
+        if (approximate) {
+            float u = SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
+            float th = tanhf(u);
+            float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
+            g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+        } else {
+            g = 0.5f * (1.0f + erff(x * INV_SQRT_2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
+        }
+        dinp[i] = dout[i] * g;
+    }
+}
+extern "C" void neox_cuda_gelu_forward(float *out, const float *inp, size_t n, int approximate) {
+    LAUNCH(gelu_forward_kernel, n, out, inp, n, approximate);
+}
+extern "C" void neox_cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int approximate) {
+    LAUNCH(gelu_backward_kernel, n, dinp, dout, inp, n, approximate);
+}
+
+// inp: (N, 2F) = [x | gate]; element i of out (N, F) is row i / F, column i % F.
+__global__ void swiglu_forward_kernel(float *out, const float *inp, size_t n, int F) {
+    GRID_STRIDE(i, n) {
+        size_t r = i / F, c = i % F;
+        float x = inp[r * 2 * F + c], g = inp[r * 2 * F + F + c];
+        out[i] = x * g / (1.0f + expf(-g));
+    }
+}
+__global__ void swiglu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n, int F) {
+    GRID_STRIDE(i, n) {
+        size_t r = i / F, c = i % F;
+        float x = inp[r * 2 * F + c], g = inp[r * 2 * F + F + c], d = dout[i];
+        float sig = 1.0f / (1.0f + expf(-g)), silu = g * sig;
+        dinp[r * 2 * F + c] = d * silu;
+        dinp[r * 2 * F + F + c] = d * x * sig * (1.0f + g * (1.0f - sig));
+    }
+}
+extern "C" void neox_cuda_swiglu_forward(float *out, const float *inp, int N, int F) {
+    size_t n = (size_t)N * F;
+    LAUNCH(swiglu_forward_kernel, n, out, inp, n, F);
+}
+extern "C" void neox_cuda_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F) {
+    size_t n = (size_t)N * F;
+    LAUNCH(swiglu_backward_kernel, n, dinp, dout, inp, n, F);
+}
+
+// ---- casts (round to nearest even, as kernels/cpu/cast.c) -----------------------------------------
+
+__global__ void f32_to_bf16_kernel(__nv_bfloat16 *out, const float *inp, size_t n) {
+    GRID_STRIDE(i, n) out[i] = __float2bfloat16_rn(inp[i]);
+}
+__global__ void bf16_to_f32_kernel(float *out, const __nv_bfloat16 *inp, size_t n) {
+    GRID_STRIDE(i, n) out[i] = __bfloat162float(inp[i]);
+}
+__global__ void f32_to_f16_kernel(__half *out, const float *inp, size_t n) {
+    GRID_STRIDE(i, n) out[i] = __float2half_rn(inp[i]);
+}
+__global__ void f16_to_f32_kernel(float *out, const __half *inp, size_t n) {
+    GRID_STRIDE(i, n) out[i] = __half2float(inp[i]);
+}
+extern "C" void neox_cuda_cast_f32_to_bf16(uint16_t *out, const float *inp, size_t n) {
+    LAUNCH(f32_to_bf16_kernel, n, (__nv_bfloat16 *)out, inp, n);
+}
+extern "C" void neox_cuda_cast_bf16_to_f32(float *out, const uint16_t *inp, size_t n) {
+    LAUNCH(bf16_to_f32_kernel, n, out, (const __nv_bfloat16 *)inp, n);
+}
+extern "C" void neox_cuda_cast_f32_to_f16(uint16_t *out, const float *inp, size_t n) {
+    LAUNCH(f32_to_f16_kernel, n, (__half *)out, inp, n);
+}
+extern "C" void neox_cuda_cast_f16_to_f32(float *out, const uint16_t *inp, size_t n) {
+    LAUNCH(f16_to_f32_kernel, n, out, (const __half *)inp, n);
+}

@@ -1,0 +1,22 @@
+// gemm.cuh: the row-major GEMM on cuBLAS shared by the CUDA ops (kernels/cuda/linear.cu), and the
+// deterministic column sums used for bias and norm-weight gradients (kernels/cuda/reduce.cu).
+#ifndef NEOX_CUDA_GEMM_CUH
+#define NEOX_CUDA_GEMM_CUH
+
+#include <cublas_v2.h>
+
+#include "kernels/kernels.h"
+
+cublasHandle_t neox_cuda_cublas(void);
+int neox_cuda_tf32(void);
+
+// Row-major C = alpha op(A) op(B) + beta C as cblas_sgemm takes it, any element types of kernels.h.
+void neox_cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,
+                    const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c);
+
+// acc[c] += sum over rows i of a[i*lda + c] * (b ? (b[i*C + c] - (shift ? shift[i] : 0)) * scale[i] : 1),
+// summed in a fixed order (partial sums over fixed row chunks, then the chunks in order).
+void neox_cuda_column_sums(float *acc, const float *a, int lda, const float *b, const float *shift,
+                           const float *scale, int N, int C);
+
+#endif

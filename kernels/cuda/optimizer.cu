@@ -1,0 +1,171 @@
+// optimizer.cu: AdamW and the squared gradient norm on the GPU. The segmented forms cover every
+// parameter of the local state in one launch (plus one for the norm's final sum): a thread walks
+// flat positions of the concatenated segments and finds its segment from a small table in device
+// memory. AdamW uses explicitly rounded operations (no fused multiply-adds), in kernels/cpu/
+// optimizer.c's order, so its update equals the CPU's bit for bit. Norms are summed in double in
+// an order fixed by n alone (grid-stride partials per block, then the blocks in order).
+#include "kernels/cuda/common.cuh"
+
+enum { OPT_THREADS = 256, NORM_BLOCKS_MAX = 1024 };
+
+// One segment as the kernels see it: flat positions [start, next segment's start) map to buffer
+// elements begin + (position - start).
+struct dev_segment {
+    size_t begin, start;
+    float decay;  // 1 - lr * weight_decay, rounded on the host as the CPU rounds it
+};
+
+struct adam_consts {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bc2_sqrt, eps;
+};
+
+static adam_consts make_consts(float lr, float beta1, float beta2, float eps, long step) {
+    adam_consts k;
+    float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
+    k.beta1 = beta1;
+    k.beta2 = beta2;
+    k.one_minus_beta1 = 1.0f - beta1;
+    k.one_minus_beta2 = 1.0f - beta2;
+    k.step_size = lr / bc1;
+    k.bc2_sqrt = sqrtf(bc2);
+    k.eps = eps;
+    return k;
+}
+
+__device__ __forceinline__ void adam_element(float *param, const float *grad, float *m, float *v, size_t i,
+                                             float decay, const adam_consts &k) {
+    float g = grad[i];
+    float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, g));
+    float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
+    m[i] = mi;
+    v[i] = vi;
+    float p = __fmul_rn(param[i], decay);
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
+    param[i] = __fsub_rn(p, __fdiv_rn(__fmul_rn(k.step_size, mi), denom));
+}
+
+// Index of the segment holding flat position j (segments sorted by start; seg[0].start == 0).
+__device__ __forceinline__ int find_segment(const dev_segment *seg, int nseg, size_t j) {
+    int lo = 0, hi = nseg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (seg[mid].start <= j) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+__global__ void adamw_segments_kernel(float *param, const float *grad, float *m, float *v, const dev_segment *seg,
+                                      int nseg, size_t total, adam_consts k) {
+    size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    if (j >= total) return;
+    int s = find_segment(seg, nseg, j);
+    for (; j < total; j += stride) {
+        while (s + 1 < nseg && seg[s + 1].start <= j) s++;  // positions only grow: walk forward
+        adam_element(param, grad, m, v, seg[s].begin + (j - seg[s].start), seg[s].decay, k);
+    }
+}
+
+// Total length of the non-empty segments.
+static size_t segments_total(const neox_segment *segs, int nseg) {
+    size_t total = 0;
+    for (int i = 0; i < nseg; i++)
+        if (segs[i].end > segs[i].begin) total += segs[i].end - segs[i].begin;
+    return total;
+}
+
+// Bytes of the device table of nseg segments, rounded up to 256 so that data can follow it.
+static size_t table_bytes(int nseg) { return ((size_t)(nseg > 0 ? nseg : 1) * sizeof(dev_segment) + 255) / 256 * 256; }
+
+// Copies the host segments into device scratch as dev_segment, skipping empty ones, with `extra`
+// bytes of scratch after the table (at table_bytes(nseg)); returns the count and total length.
+static dev_segment *upload_segments(const neox_segment *segs, int nseg, float lr, size_t extra, int *count,
+                                    size_t *total) {
+    dev_segment *host = (dev_segment *)malloc((size_t)(nseg > 0 ? nseg : 1) * sizeof(dev_segment));
+    if (!host) abort();
+    int n = 0;
+    size_t start = 0;
+    for (int i = 0; i < nseg; i++) {
+        if (segs[i].end <= segs[i].begin) continue;
+        host[n].begin = segs[i].begin;
+        host[n].start = start;
+        host[n].decay = 1.0f - lr * segs[i].weight_decay;
+        start += segs[i].end - segs[i].begin;
+        n++;
+    }
+    dev_segment *dev = (dev_segment *)neox_cuda_scratch(table_bytes(nseg) + extra);
+    if (n > 0)  // from pageable memory: returns once the host table has been staged
+        CUDA_CHECK(cudaMemcpyAsync(dev, host, (size_t)n * sizeof(dev_segment), cudaMemcpyHostToDevice,
+                                   neox_cuda_current_stream()));
+    free(host);
+    *count = n;
+    *total = start;
+    return dev;
+}
+
+extern "C" void neox_cuda_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs,
+                                         int nseg, float lr, float beta1, float beta2, float eps, long step) {
+    int n;
+    size_t total;
+    dev_segment *dev = upload_segments(segs, nseg, lr, 0, &n, &total);
+    if (n == 0) return;
+    adamw_segments_kernel<<<blocks_for(total, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+        param, grad, m, v, dev, n, total, make_consts(lr, beta1, beta2, eps, step));
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
+                                float beta2, float eps, float weight_decay, long step) {
+    neox_segment all = {0, n, weight_decay};
+    neox_cuda_adamw_segments(param, grad, m, v, &all, 1, lr, beta1, beta2, eps, step);
+}
+
+// ---- squared norms ------------------------------------------------------------------------------
+
+// partial[block] = sum of x^2 over this block's grid-stride positions (in double).
+__global__ void sum_squares_kernel(double *partial, const float *x, const dev_segment *seg, int nseg, size_t total) {
+    size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    double sum = 0.0;
+    if (j < total) {
+        int s = find_segment(seg, nseg, j);
+        for (; j < total; j += stride) {
+            while (s + 1 < nseg && seg[s + 1].start <= j) s++;
+            double e = x[seg[s].begin + (j - seg[s].start)];
+            sum += e * e;
+        }
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+__global__ void sum_partials_kernel(double *out, const double *partial, int n) {
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += partial[i];
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) *out = sum;
+}
+
+extern "C" double neox_cuda_sum_squares_segments(const float *x, const neox_segment *segs, int nseg) {
+    unsigned blocks = blocks_for(segments_total(segs, nseg), OPT_THREADS);
+    if (blocks > NORM_BLOCKS_MAX) blocks = NORM_BLOCKS_MAX;
+    int n;
+    size_t total;
+    // The partials live in the same scratch, after the segment table.
+    dev_segment *dev = upload_segments(segs, nseg, 0.0f, (blocks + 1) * sizeof(double), &n, &total);
+    if (n == 0) return 0.0;
+    char *scratch = (char *)dev;
+    size_t table = table_bytes(nseg);
+    double *partial = (double *)(scratch + table), *result = partial + blocks, host;
+    cudaStream_t st = neox_cuda_current_stream();
+    sum_squares_kernel<<<blocks, OPT_THREADS, 0, st>>>(partial, x, dev, n, total);
+    CUDA_LAUNCHED();
+    sum_partials_kernel<<<1, 1024, 0, st>>>(result, partial, (int)blocks);
+    CUDA_LAUNCHED();
+    CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return host;
+}
+
+extern "C" double neox_cuda_sum_squares(const float *x, size_t n) {
+    neox_segment all = {0, n, 0.0f};
+    return neox_cuda_sum_squares_segments(x, &all, 1);
+}

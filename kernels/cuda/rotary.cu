@@ -1,0 +1,82 @@
+// rotary.cu: the fused-QKV split into heads (and its inverse for the gradients) and GPT-NeoX's
+// rotate-half rotary embedding, as kernels/cpu/rotary.c. The tables are computed on the host by the
+// CPU code (once per run; bit-identical to it) and copied to the device.
+#include "kernels/cuda/common.cuh"
+
+// One thread per element of the fused rows qkv: (B, T, W), W = (NH + 2 NKV) HS. to_heads copies
+// qkv -> q/k/v, else q/k/v -> qkv.
+__global__ void qkv_copy_kernel(float *qkv, float *q, float *k, float *v, int T, int NH, int NKV, int HS,
+                                int interleaved, int to_heads, size_t n) {
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = e / W, b = bt / T, t = bt % T;
+        int w = (int)(e % W), kind, h, d;  // kind 0 q, 1 k, 2 v
+        if (interleaved) {  // [q0 k0 v0 | q1 k1 v1 | ...]
+            h = w / (3 * HS);
+            kind = (w % (3 * HS)) / HS;
+            d = w % HS;
+        } else {            // [q heads | k heads | v heads]
+            int slot = w / HS;
+            d = w % HS;
+            kind = slot < NH ? 0 : slot < NH + NKV ? 1 : 2;
+            h = kind == 0 ? slot : kind == 1 ? slot - NH : slot - NH - NKV;
+        }
+        int heads = kind == 0 ? NH : NKV;
+        float *dst = kind == 0 ? q : kind == 1 ? k : v;
+        size_t idx = (((size_t)b * heads + h) * T + t) * HS + d;
+        if (to_heads) dst[idx] = qkv[e]; else qkv[e] = dst[idx];
+    }
+}
+
+static void qkv_copy(float *qkv, float *q, float *k, float *v, int B, int T, int NH, int NKV, int HS, int interleaved,
+                     int to_heads) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    if (n == 0) return;
+    qkv_copy_kernel<<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(qkv, q, k, v, T, NH, NKV, HS,
+                                                                                interleaved, to_heads, n);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV,
+                                    int HS, int interleaved) {
+    qkv_copy((float *)qkv, q, k, v, B, T, NH, NKV, HS, interleaved, 1);
+}
+
+extern "C" void neox_cuda_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T,
+                                    int NH, int NKV, int HS, int interleaved) {
+    qkv_copy(dqkv, (float *)dq, (float *)dk, (float *)dv, B, T, NH, NKV, HS, interleaved, 0);
+}
+
+extern "C" void neox_cuda_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base) {
+    size_t n = (size_t)T * (R / 2);
+    float *host = (float *)malloc(2 * (n ? n : 1) * sizeof(float));
+    if (!host) abort();
+    neox_rotary_tables(host, host + n, T, R, base);
+    neox_cuda_to_device(cos_t, host, n * sizeof(float));
+    neox_cuda_to_device(sin_t, host + n, n * sizeof(float));
+    free(host);
+}
+
+// x: (B*H, T, HS); one thread per rotated pair (row, i < R/2).
+__global__ void rotary_kernel(float *x, const float *cos_t, const float *sin_t, int T, int HS, int half, float sign,
+                              size_t n) {
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        size_t row = e / half;
+        int i = (int)(e % half), t = (int)(row % T);
+        float *r = x + row * HS;
+        float c = cos_t[(size_t)t * half + i], sn = sign * sin_t[(size_t)t * half + i];
+        float x1 = r[i], x2 = r[i + half];
+        r[i] = x1 * c - x2 * sn;
+        r[i + half] = x2 * c + x1 * sn;
+    }
+}
+
+extern "C" void neox_cuda_rotary_apply(float *x, const float *cos_t, const float *sin_t, int B, int H, int T, int HS,
+                                       int R, int inverse) {
+    int half = R / 2;
+    size_t n = (size_t)B * H * T * half;
+    if (n == 0) return;
+    rotary_kernel<<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(x, cos_t, sin_t, T, HS, half,
+                                                                              inverse ? -1.0f : 1.0f, n);
+    CUDA_LAUNCHED();
+}

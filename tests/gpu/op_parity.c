@@ -1,0 +1,699 @@
+// op_parity.c: the CUDA backend against the CPU backend, op by op (like ggml's test-backend-ops).
+// Each check runs one op of kernels/backend.h through both tables on the same random inputs
+// (including the starting contents of outputs that ops add into), copies the GPU's outputs back
+// and compares every element: |gpu - cpu| <= atol + rtol * |cpu| (NaN only where the CPU has NaN).
+// Shapes are odd on purpose: sizes that are not multiples of 32, T not a multiple of the attention
+// tile, GQA and MQA groupings, head sizes from 16 to 256. Backward ops get the CPU forward's saved
+// values as inputs, so each comparison is of one op alone. The per-op tolerances are in
+// docs/cuda.md with the reasons for them. Output: TAP lines for tests/run; with no GPU, one
+// "# SKIP no GPU: skipped" line.
+//   op_parity [-v] [--self]   -v prints the largest error of every check, also the passing ones;
+//                             --self compares the CPU backend with itself (checks the harness's own
+//                             plumbing where no GPU exists; every check must pass exactly)
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda.h"
+
+static const neox_backend *cpu, *gpu;
+static int verbose, failures, checks;
+static unsigned long long draw = 1;
+
+// A tensor on both backends with identical starting contents: h on the host for the CPU op, d on
+// the device for the CUDA op.
+typedef struct { float *h, *d; size_t n; } pair;
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { fprintf(stderr, "op_parity: out of memory\n"); exit(2); }
+    return p;
+}
+
+static pair pair_from(const float *values, size_t n) {
+    pair p = {xmalloc(n * sizeof(float)), gpu->alloc(n * sizeof(float)), n};
+    memcpy(p.h, values, n * sizeof(float));
+    gpu->to_device(p.d, p.h, n * sizeof(float));
+    return p;
+}
+
+// Uniform in [lo, hi), from the counter-based generator (reproducible run to run).
+static pair pair_uniform(size_t n, float lo, float hi) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * neox_uniform(12345, draw++);
+    pair p = pair_from(x, n);
+    free(x);
+    return p;
+}
+static pair pair_rand(size_t n) { return pair_uniform(n, -1.0f, 1.0f); }
+static pair pair_zero(size_t n) { return pair_uniform(n, 0.0f, 0.0f); }
+
+static void pair_free(pair *p) {
+    free(p->h);
+    gpu->free(p->d);
+}
+
+// Integer arrays (ids, targets) on both sides.
+typedef struct { int *h, *d; } ipair;
+static ipair ipair_from(const int *values, size_t n) {
+    ipair p = {xmalloc(n * sizeof(int)), gpu->alloc(n * sizeof(int))};
+    memcpy(p.h, values, n * sizeof(int));
+    gpu->to_device(p.d, p.h, n * sizeof(int));
+    return p;
+}
+static void ipair_free(ipair *p) {
+    free(p->h);
+    gpu->free(p->d);
+}
+
+// Compares n values (cpu on the host, gpu copied back) and prints one TAP line.
+static void compare(const char *name, const float *ref, const float *got, size_t n, double atol, double rtol) {
+    double worst = 0.0, worst_abs = 0.0;
+    size_t at = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double r = ref[i], g = got[i];
+        if (isnan(r) || isnan(g)) {
+            if (!(isnan(r) && isnan(g))) { bad = 1; at = i; worst = INFINITY; }
+            continue;
+        }
+        double err = fabs(g - r), allowed = atol + rtol * fabs(r);
+        double ratio = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0);
+        if (ratio > worst) { worst = ratio; at = i; }
+        if (err > worst_abs) worst_abs = err;
+        if (err > allowed) bad = 1;
+    }
+    checks++;
+    if (bad) {
+        failures++;
+        printf("not ok - %s\n#   element %zu: cpu %.9g gpu %.9g (max |err| %.3g; atol %.1g rtol %.1g)\n", name, at,
+               (double)ref[at], (double)got[at], worst_abs, atol, rtol);
+    } else if (verbose) {
+        printf("ok - %s (max |err| %.3g, %.2f of the tolerance)\n", name, worst_abs, worst);
+    } else {
+        printf("ok - %s\n", name);
+    }
+}
+
+static void check(const char *name, const pair *p, double atol, double rtol) {
+    float *got = xmalloc(p->n * sizeof(float));
+    gpu->to_host(got, p->d, p->n * sizeof(float));
+    compare(name, p->h, got, p->n, atol, rtol);
+    free(got);
+}
+
+static void checkf(double atol, double rtol, const pair *p, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void checkf(double atol, double rtol, const pair *p, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    check(name, p, atol, rtol);
+}
+
+static void compare_scalar(const char *name, double ref, double got, double rtol) {
+    checks++;
+    double err = fabs(got - ref);
+    if (err > rtol * fabs(ref)) {
+        failures++;
+        printf("not ok - %s\n#   cpu %.17g gpu %.17g (rel err %.3g, rtol %.1g)\n", name, ref, got, err / fabs(ref), rtol);
+    } else if (verbose) {
+        printf("ok - %s (rel err %.3g)\n", name, ref != 0 ? err / fabs(ref) : err);
+    } else {
+        printf("ok - %s\n", name);
+    }
+}
+
+// ---- linear layers and matrix products -------------------------------------------------------------
+
+// fp32 products of K terms of size <= 1: cuBLAS sums in another order than OpenBLAS.
+#define GEMM_TOL 1e-4, 1e-4
+
+static void test_linear(int N, int IC, int OC, int pad, int with_bias, int accumulate) {
+    int ldo = OC + pad;
+    pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
+    pair out = pair_rand((size_t)N * ldo);  // the padding columns must stay as they are
+    cpu->linear_forward(out.h, ldo, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC);
+    gpu->linear_forward(out.d, ldo, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC);
+    checkf(GEMM_TOL, &out, "linear_forward N=%d IC=%d OC=%d ldo=%d bias=%d", N, IC, OC, ldo, with_bias);
+
+    pair dout = pair_rand((size_t)N * ldo), dinp = pair_rand((size_t)N * IC), dw = pair_rand((size_t)OC * IC);
+    pair db = pair_rand(OC);
+    cpu->linear_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, ldo, inp.h, w.h, N, IC, OC, accumulate);
+    gpu->linear_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate);
+    checkf(GEMM_TOL, &dinp, "linear_backward dinp N=%d IC=%d OC=%d accumulate=%d", N, IC, OC, accumulate);
+    checkf(GEMM_TOL, &dw, "linear_backward dweight N=%d IC=%d OC=%d", N, IC, OC);
+    if (with_bias) checkf(1e-4, 1e-5, &db, "linear_backward dbias N=%d OC=%d", N, OC);
+    pair *all[] = {&inp, &w, &b, &out, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// fp32 GEMM on the TF32 tensor cores (10-bit mantissa products) against the CPU's fp32.
+static void test_linear_tf32(void) {
+    int N = 64, IC = 256, OC = 96;
+    pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), out = pair_zero((size_t)N * OC);
+    if (gpu != cpu) neox_cuda_set_tf32(1);
+    cpu->linear_forward(out.h, OC, inp.h, w.h, NULL, N, IC, OC);
+    gpu->linear_forward(out.d, OC, inp.d, w.d, NULL, N, IC, OC);
+    if (gpu != cpu) neox_cuda_set_tf32(0);
+    checkf(5e-2, 1e-2, &out, "linear_forward TF32 N=%d IC=%d OC=%d", N, IC, OC);
+    pair_free(&inp);
+    pair_free(&w);
+    pair_free(&out);
+}
+
+// 16-bit values on both sides: the host's from the CPU cast, the device's a copy of the same bits.
+typedef struct { uint16_t *h; void *d; size_t n; } pair16;
+
+static pair16 pair16_cast(const pair *x, neox_elem e) {
+    pair16 p = {xmalloc(x->n * 2), gpu->alloc(x->n * 2), x->n};
+    if (e == NEOX_ELEM_BF16) cpu->cast_f32_to_bf16(p.h, x->h, x->n); else cpu->cast_f32_to_f16(p.h, x->h, x->n);
+    gpu->to_device(p.d, p.h, x->n * 2);
+    return p;
+}
+
+static void widen16(float *out, const uint16_t *x, size_t n, neox_elem e) {
+    if (e == NEOX_ELEM_BF16) cpu->cast_bf16_to_f32(out, x, n); else cpu->cast_f16_to_f32(out, x, n);
+}
+
+// C = op(A) op(B) + C with 16-bit A and B, C fp32 or 16-bit; the CPU widens and uses fp32.
+static void test_gemm16(neox_elem ab, neox_elem ce, int ta, int tb, int M, int N, int K) {
+    const char *tn = ab == NEOX_ELEM_BF16 ? "bf16" : "f16";
+    pair a32 = pair_rand((size_t)M * K), b32 = pair_rand((size_t)K * N), c32 = pair_rand((size_t)M * N);
+    pair16 a = pair16_cast(&a32, ab), b = pair16_cast(&b32, ab);
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    float *got = xmalloc((size_t)M * N * sizeof(float)), *ref = xmalloc((size_t)M * N * sizeof(float));
+    char name[160];
+    if (ce == NEOX_ELEM_F32) {
+        cpu->gemm_ex(ta, tb, M, N, K, 0.5f, a.h, lda, b.h, ldb, ab, 1.0f, c32.h, N, ce);
+        gpu->gemm_ex(ta, tb, M, N, K, 0.5f, a.d, lda, b.d, ldb, ab, 1.0f, c32.d, N, ce);
+        snprintf(name, sizeof name, "gemm_ex %s->f32 %c%c M=%d N=%d K=%d", tn, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K);
+        check(name, &c32, GEMM_TOL);
+    } else {  // 16-bit C: both results rounded once from fp32 sums that may differ in the last bits
+        pair16 c = pair16_cast(&c32, ce);
+        cpu->gemm_ex(ta, tb, M, N, K, 0.5f, a.h, lda, b.h, ldb, ab, 1.0f, c.h, N, ce);
+        gpu->gemm_ex(ta, tb, M, N, K, 0.5f, a.d, lda, b.d, ldb, ab, 1.0f, c.d, N, ce);
+        uint16_t *g16 = xmalloc((size_t)M * N * 2);
+        gpu->to_host(g16, c.d, (size_t)M * N * 2);
+        widen16(ref, c.h, (size_t)M * N, ce);
+        widen16(got, g16, (size_t)M * N, ce);
+        snprintf(name, sizeof name, "gemm_ex %s->%s %c%c M=%d N=%d K=%d", tn, tn, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N,
+                 K);
+        compare(name, ref, got, (size_t)M * N, 1e-3, ce == NEOX_ELEM_BF16 ? 8e-3 : 1e-3);
+        free(g16);
+        free(c.h);
+        gpu->free(c.d);
+    }
+    free(got);
+    free(ref);
+    free(a.h);
+    free(b.h);
+    gpu->free(a.d);
+    gpu->free(b.d);
+    pair_free(&a32);
+    pair_free(&b32);
+    pair_free(&c32);
+}
+
+// ---- casts ----------------------------------------------------------------------------------------
+
+// Round-trips of values that exercise rounding ties, fp16 overflow and subnormals, infinities, NaN.
+static void test_casts(void) {
+    size_t n = 4099;
+    pair x = pair_uniform(n, -3.0f, 3.0f);
+    const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e5f, -1e5f, 6e-8f, 3e-5f, 1e-40f, INFINITY, -INFINITY,
+                             NAN, 1.00390625f, 1.01171875f, 3.4e38f};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++) x.h[i] = special[i];
+    for (size_t i = 100; i < 200; i++) x.h[i] *= 1e4f;
+    gpu->to_device(x.d, x.h, n * sizeof(float));
+    neox_elem kinds[] = {NEOX_ELEM_BF16, NEOX_ELEM_F16};
+    for (int k = 0; k < 2; k++) {
+        uint16_t *dev16 = gpu->alloc(n * 2), *got16 = xmalloc(n * 2), *ref16 = xmalloc(n * 2);
+        float *ref = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float)), *back = gpu->alloc(n * sizeof(float));
+        if (kinds[k] == NEOX_ELEM_BF16) {
+            cpu->cast_f32_to_bf16(ref16, x.h, n);
+            gpu->cast_f32_to_bf16(dev16, x.d, n);
+        } else {
+            cpu->cast_f32_to_f16(ref16, x.h, n);
+            gpu->cast_f32_to_f16(dev16, x.d, n);
+        }
+        gpu->to_host(got16, dev16, n * 2);
+        // Compared as the values the bits mean (NaN payloads may differ; both must be NaN).
+        widen16(ref, ref16, n, kinds[k]);
+        widen16(got, got16, n, kinds[k]);
+        compare(kinds[k] == NEOX_ELEM_BF16 ? "cast f32->bf16" : "cast f32->f16", ref, got, n, 0, 0);
+        // Back to fp32 on the GPU from the CPU's bits: exact.
+        gpu->to_device(dev16, ref16, n * 2);
+        if (kinds[k] == NEOX_ELEM_BF16) gpu->cast_bf16_to_f32(back, dev16, n); else gpu->cast_f16_to_f32(back, dev16, n);
+        gpu->to_host(got, back, n * sizeof(float));
+        compare(kinds[k] == NEOX_ELEM_BF16 ? "cast bf16->f32" : "cast f16->f32", ref, got, n, 0, 0);
+        gpu->free(dev16);
+        gpu->free(back);
+        free(got16);
+        free(ref16);
+        free(ref);
+        free(got);
+    }
+    pair_free(&x);
+}
+
+// ---- embeddings -------------------------------------------------------------------------------------
+
+static void test_embedding(int B, int T, int C, int V, int with_wpe) {
+    int n = B * T, *ids = xmalloc((size_t)n * sizeof(int));
+    // Repeated ids (a small range) and some -1 (rows held by another tensor-parallel rank).
+    for (int i = 0; i < n; i++) ids[i] = (int)(neox_uniform(99, draw++) * (V + 1)) - 1;
+    ipair id = ipair_from(ids, n);
+    pair wte = pair_rand((size_t)V * C), wpe = pair_rand((size_t)T * C), out = pair_rand((size_t)n * C);
+    cpu->embedding_forward(out.h, id.h, wte.h, with_wpe ? wpe.h : NULL, B, T, C);
+    gpu->embedding_forward(out.d, id.d, wte.d, with_wpe ? wpe.d : NULL, B, T, C);
+    checkf(0, 0, &out, "embedding_forward B=%d T=%d C=%d V=%d wpe=%d", B, T, C, V, with_wpe);
+    pair dout = pair_rand((size_t)n * C);  // wte and wpe now serve as the gradients added to
+    cpu->embedding_backward(wte.h, with_wpe ? wpe.h : NULL, dout.h, id.h, B, T, C);
+    gpu->embedding_backward(wte.d, with_wpe ? wpe.d : NULL, dout.d, id.d, B, T, C);
+    checkf(0, 0, &wte, "embedding_backward dwte B=%d T=%d C=%d V=%d (same order: exact)", B, T, C, V);
+    if (with_wpe) checkf(0, 0, &wpe, "embedding_backward dwpe B=%d T=%d C=%d (exact)", B, T, C);
+    pair_free(&wte);
+    pair_free(&wpe);
+    pair_free(&out);
+    pair_free(&dout);
+    ipair_free(&id);
+    free(ids);
+}
+
+// ---- normalisation ----------------------------------------------------------------------------------
+
+static void test_layernorm(int N, int C, int with_bias) {
+    pair inp = pair_uniform((size_t)N * C, -2.0f, 3.0f), w = pair_uniform(C, 0.5f, 1.5f), b = pair_rand(C);
+    pair out = pair_rand((size_t)N * C), mean = pair_rand(N), rstd = pair_rand(N);
+    cpu->layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, with_bias ? b.h : NULL, N, C, 1e-5f);
+    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, with_bias ? b.d : NULL, N, C, 1e-5f);
+    checkf(1e-5, 1e-5, &out, "layernorm_forward N=%d C=%d bias=%d", N, C, with_bias);
+    checkf(1e-6, 1e-6, &mean, "layernorm_forward mean N=%d C=%d", N, C);
+    checkf(0, 1e-6, &rstd, "layernorm_forward rstd N=%d C=%d", N, C);
+    // The backward takes the CPU's statistics on both sides.
+    pair m = pair_from(mean.h, N), r = pair_from(rstd.h, N), dout = pair_rand((size_t)N * C);
+    pair dinp = pair_rand((size_t)N * C), dw = pair_rand(C), db = pair_rand(C);
+    cpu->layernorm_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, inp.h, w.h, m.h, r.h, N, C);
+    gpu->layernorm_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, inp.d, w.d, m.d, r.d, N, C);
+    checkf(1e-5, 1e-5, &dinp, "layernorm_backward dinp N=%d C=%d", N, C);
+    checkf(1e-4, 1e-5, &dw, "layernorm_backward dweight N=%d C=%d", N, C);
+    if (with_bias) checkf(1e-4, 1e-5, &db, "layernorm_backward dbias N=%d C=%d", N, C);
+    pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &m, &r, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+static void test_rmsnorm(int N, int C) {
+    pair inp = pair_uniform((size_t)N * C, -2.0f, 3.0f), w = pair_uniform(C, 0.5f, 1.5f);
+    pair out = pair_rand((size_t)N * C), rstd = pair_rand(N);
+    cpu->rmsnorm_forward(out.h, rstd.h, inp.h, w.h, N, C, 1e-6f);
+    gpu->rmsnorm_forward(out.d, rstd.d, inp.d, w.d, N, C, 1e-6f);
+    checkf(1e-5, 1e-5, &out, "rmsnorm_forward N=%d C=%d", N, C);
+    checkf(0, 1e-6, &rstd, "rmsnorm_forward rstd N=%d C=%d", N, C);
+    pair r = pair_from(rstd.h, N), dout = pair_rand((size_t)N * C), dinp = pair_rand((size_t)N * C), dw = pair_rand(C);
+    cpu->rmsnorm_backward(dinp.h, dw.h, dout.h, inp.h, w.h, r.h, N, C);
+    gpu->rmsnorm_backward(dinp.d, dw.d, dout.d, inp.d, w.d, r.d, N, C);
+    checkf(1e-5, 1e-5, &dinp, "rmsnorm_backward dinp N=%d C=%d", N, C);
+    checkf(1e-4, 1e-5, &dw, "rmsnorm_backward dweight N=%d C=%d", N, C);
+    pair *all[] = {&inp, &w, &out, &rstd, &r, &dout, &dinp, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// ---- attention ----------------------------------------------------------------------------------------
+
+static void test_qkv(int B, int T, int NH, int NKV, int HS, int interleaved) {
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    pair qkv = pair_rand((size_t)B * T * W), q = pair_rand((size_t)B * NH * T * HS);
+    pair k = pair_rand((size_t)B * NKV * T * HS), v = pair_rand((size_t)B * NKV * T * HS);
+    cpu->qkv_split(q.h, k.h, v.h, qkv.h, B, T, NH, NKV, HS, interleaved);
+    gpu->qkv_split(q.d, k.d, v.d, qkv.d, B, T, NH, NKV, HS, interleaved);
+    checkf(0, 0, &q, "qkv_split q NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    checkf(0, 0, &k, "qkv_split k NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    checkf(0, 0, &v, "qkv_split v NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    pair dq = pair_rand(q.n), dk = pair_rand(k.n), dv = pair_rand(v.n);
+    cpu->qkv_merge(qkv.h, dq.h, dk.h, dv.h, B, T, NH, NKV, HS, interleaved);
+    gpu->qkv_merge(qkv.d, dq.d, dk.d, dv.d, B, T, NH, NKV, HS, interleaved);
+    checkf(0, 0, &qkv, "qkv_merge NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    pair *all[] = {&qkv, &q, &k, &v, &dq, &dk, &dv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+static void test_rotary(int B, int H, int T, int HS, int R) {
+    size_t half = (size_t)R / 2;
+    pair c = pair_zero((size_t)T * half), s = pair_zero((size_t)T * half), x = pair_rand((size_t)B * H * T * HS);
+    cpu->rotary_tables(c.h, s.h, T, R, 10000.0);
+    gpu->rotary_tables(c.d, s.d, T, R, 10000.0);
+    checkf(0, 0, &c, "rotary_tables cos T=%d R=%d", T, R);
+    checkf(0, 0, &s, "rotary_tables sin T=%d R=%d", T, R);
+    for (int inverse = 0; inverse < 2; inverse++) {
+        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse);
+        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse);
+        checkf(1e-6, 1e-6, &x, "rotary_apply B=%d H=%d T=%d HS=%d R=%d inverse=%d", B, H, T, HS, R, inverse);
+    }
+    pair_free(&c);
+    pair_free(&s);
+    pair_free(&x);
+}
+
+static void test_attention(int B, int T, int NH, int NKV, int HS, float dropout) {
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    float scale = 1.0f / sqrtf((float)HS);
+    unsigned long long seed = 4242;
+    pair q = pair_uniform(nq, -2.0f, 2.0f), k = pair_uniform(nkv, -2.0f, 2.0f), v = pair_rand(nkv);
+    pair out = pair_rand(nq), lse = pair_rand((size_t)B * NH * T);
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, scale, dropout, seed);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, scale, dropout, seed);
+    checkf(2e-5, 1e-4, &out, "attention_forward B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g", B, T, NH, NKV, HS, dropout);
+    checkf(1e-5, 1e-5, &lse, "attention_forward lse B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    pair o = pair_from(out.h, nq), l = pair_from(lse.h, lse.n), dout = pair_rand(nq);
+    pair dq = pair_rand(nq), dk = pair_rand(nkv), dv = pair_rand(nkv);
+    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, scale, dropout, seed);
+    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, scale, dropout, seed);
+    checkf(5e-5, 1e-4, &dq, "attention_backward dq B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g", B, T, NH, NKV, HS, dropout);
+    checkf(5e-5, 1e-4, &dk, "attention_backward dk B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g", B, T, NH, NKV, HS, dropout);
+    checkf(5e-5, 1e-4, &dv, "attention_backward dv B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g", B, T, NH, NKV, HS, dropout);
+    pair *all[] = {&q, &k, &v, &out, &lse, &o, &l, &dout, &dq, &dk, &dv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int maxT) {
+    pair q = pair_uniform((size_t)NH * S * HS, -2.0f, 2.0f), kc = pair_uniform((size_t)NKV * maxT * HS, -2.0f, 2.0f);
+    pair vc = pair_rand((size_t)NKV * maxT * HS), out = pair_rand((size_t)S * NH * HS);
+    float scale = 1.0f / sqrtf((float)HS);
+    cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, scale);
+    gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, scale);
+    checkf(2e-5, 1e-4, &out, "attention_cached S=%d pos0=%d NH=%d NKV=%d HS=%d maxT=%d", S, pos0, NH, NKV, HS, maxT);
+    pair_free(&q);
+    pair_free(&kc);
+    pair_free(&vc);
+    pair_free(&out);
+}
+
+// ---- activations and elementwise ------------------------------------------------------------------
+
+static void test_activations(size_t n, int N, int F) {
+    pair x = pair_uniform(n, -5.0f, 5.0f), out = pair_rand(n), dout = pair_rand(n), dinp = pair_rand(n);
+    for (int approximate = 0; approximate < 2; approximate++) {
+        cpu->gelu_forward(out.h, x.h, n, approximate);
+        gpu->gelu_forward(out.d, x.d, n, approximate);
+        checkf(1e-6, 1e-5, &out, "gelu_forward n=%zu approximate=%d", n, approximate);
+        cpu->gelu_backward(dinp.h, dout.h, x.h, n, approximate);
+        gpu->gelu_backward(dinp.d, dout.d, x.d, n, approximate);
+        checkf(1e-6, 1e-5, &dinp, "gelu_backward n=%zu approximate=%d", n, approximate);
+    }
+    pair in2 = pair_uniform((size_t)N * 2 * F, -6.0f, 6.0f), o = pair_rand((size_t)N * F), d = pair_rand((size_t)N * F);
+    pair di = pair_rand((size_t)N * 2 * F);
+    cpu->swiglu_forward(o.h, in2.h, N, F);
+    gpu->swiglu_forward(o.d, in2.d, N, F);
+    checkf(1e-6, 1e-5, &o, "swiglu_forward N=%d F=%d", N, F);
+    cpu->swiglu_backward(di.h, d.h, in2.h, N, F);
+    gpu->swiglu_backward(di.d, d.d, in2.d, N, F);
+    checkf(1e-6, 1e-5, &di, "swiglu_backward N=%d F=%d", N, F);
+    pair *all[] = {&x, &out, &dout, &dinp, &in2, &o, &d, &di};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// One rounding each (or none): the GPU must give the CPU's bits.
+static void test_elementwise(int N, int C) {
+    size_t n = (size_t)N * C;
+    pair a = pair_rand(n), b = pair_rand(n), out = pair_rand(n), bias = pair_rand(C);
+    cpu->add(out.h, a.h, b.h, n);
+    gpu->add(out.d, a.d, b.d, n);
+    checkf(0, 0, &out, "add n=%zu", n);
+    cpu->add_inplace(a.h, b.h, n);
+    gpu->add_inplace(a.d, b.d, n);
+    checkf(0, 0, &a, "add_inplace n=%zu", n);
+    cpu->add_bias(a.h, bias.h, N, C);
+    gpu->add_bias(a.d, bias.d, N, C);
+    checkf(0, 0, &a, "add_bias N=%d C=%d", N, C);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000);
+    checkf(0, 0, &out, "dropout n=%zu p=0.1 (the same mask)", n);
+    cpu->dropout(a.h, a.h, n, 0.5f, 78, 0);  // in place, as the backward uses it
+    gpu->dropout(a.d, a.d, n, 0.5f, 78, 0);
+    checkf(0, 0, &a, "dropout in place n=%zu p=0.5", n);
+    cpu->scale(b.h, n, 0.37f);
+    gpu->scale(b.d, n, 0.37f);
+    checkf(0, 0, &b, "scale n=%zu", n);
+    pair *all[] = {&a, &b, &out, &bias};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// ---- loss ----------------------------------------------------------------------------------------------
+
+static void test_cross_entropy(int N, int V) {
+    pair logits = pair_uniform((size_t)N * V, -8.0f, 8.0f), losses = pair_rand(N), lse = pair_rand(N);
+    pair mx = pair_rand(N), weight = pair_uniform(N, 0.0f, 1.0f);
+    int *t = xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) t[i] = (int)(neox_uniform(5, draw++) * V);
+    ipair tv = ipair_from(t, N);
+    cpu->cross_entropy_forward(losses.h, lse.h, logits.h, tv.h, N, V);
+    gpu->cross_entropy_forward(losses.d, lse.d, logits.d, tv.d, N, V);
+    checkf(1e-5, 1e-5, &losses, "cross_entropy_forward losses N=%d V=%d", N, V);
+    checkf(1e-5, 1e-6, &lse, "cross_entropy_forward lse N=%d V=%d", N, V);
+    cpu->cross_entropy_row_max(mx.h, logits.h, N, V);
+    gpu->cross_entropy_row_max(mx.d, logits.d, N, V);
+    checkf(0, 0, &mx, "cross_entropy_row_max N=%d V=%d", N, V);
+    double *sh = xmalloc((size_t)N * sizeof(double)), *sd = gpu->alloc((size_t)N * sizeof(double));
+    double *sg = xmalloc((size_t)N * sizeof(double));
+    cpu->cross_entropy_row_sumexp(sh, logits.h, mx.h, N, V);
+    gpu->cross_entropy_row_sumexp(sd, logits.d, mx.d, N, V);
+    gpu->to_host(sg, sd, (size_t)N * sizeof(double));
+    float *sumh = xmalloc((size_t)N * sizeof(float)), *sumg = xmalloc((size_t)N * sizeof(float));
+    for (int i = 0; i < N; i++) {
+        sumh[i] = (float)sh[i];
+        sumg[i] = (float)sg[i];
+    }
+    char name[96];
+    snprintf(name, sizeof name, "cross_entropy_row_sumexp N=%d V=%d", N, V);
+    compare(name, sumh, sumg, N, 0, 1e-6);  // expf differs by ulps per term; sums in double
+    free(sumh);
+    free(sumg);
+    // Backward in place (dlogits = logits) with a loss mask and targets on other ranks (-1, V + 2).
+    t[0] = -1;
+    if (N > 1) t[N - 1] = V + 2;
+    ipair tb = ipair_from(t, N);
+    pair l = pair_from(lse.h, N);
+    weight.h[N / 2] = 0.0f;
+    gpu->to_device(weight.d, weight.h, (size_t)N * sizeof(float));
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, N, V);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, N, V);
+    checkf(1e-7, 1e-5, &logits, "cross_entropy_backward in place, masked, targets off-rank N=%d V=%d", N, V);
+    pair *all[] = {&logits, &losses, &lse, &mx, &weight, &l};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    ipair_free(&tv);
+    ipair_free(&tb);
+    free(t);
+    free(sh);
+    free(sg);
+    gpu->free(sd);
+}
+
+// ---- optimizer --------------------------------------------------------------------------------------
+
+static void test_optimizer(size_t n) {
+    pair x = pair_rand(n);
+    compare_scalar("sum_squares", cpu->sum_squares(x.h, n), gpu->sum_squares(x.d, n), 1e-10);
+    // Segments with gaps (elements outside every segment must not change) and an empty one.
+    neox_segment segs[] = {{0, 100, 0.0f}, {150, 5000, 0.1f}, {5000, 5000, 0.1f}, {5001, 6000, 0.0f}, {6100, n, 0.01f}};
+    int nseg = sizeof segs / sizeof *segs;
+    compare_scalar("sum_squares_segments", cpu->sum_squares_segments(x.h, segs, nseg),
+                   gpu->sum_squares_segments(x.d, segs, nseg), 1e-10);
+    pair p = pair_rand(n), g = pair_rand(n), m = pair_uniform(n, -0.1f, 0.1f), v = pair_uniform(n, 0.0f, 0.01f);
+    for (long step = 1; step <= 2; step++) {
+        cpu->adamw(p.h, g.h, m.h, v.h, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        gpu->adamw(p.d, g.d, m.d, v.d, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+    }
+    // Explicitly rounded, in the CPU's order: expected bit-exact; 1e-6 leaves room for one ulp.
+    checkf(0, 1e-6, &p, "adamw param n=%zu, 2 steps", n);
+    checkf(0, 1e-6, &m, "adamw exp_avg n=%zu", n);
+    checkf(0, 1e-6, &v, "adamw exp_avg_sq n=%zu", n);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7);
+    checkf(0, 1e-6, &p, "adamw_segments param (%d segments, gaps untouched)", nseg);
+    checkf(0, 1e-6, &m, "adamw_segments exp_avg");
+    checkf(0, 1e-6, &v, "adamw_segments exp_avg_sq");
+    pair *all[] = {&x, &p, &g, &m, &v};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// ---- run-to-run determinism -----------------------------------------------------------------------
+
+// The ops that reduce (sums over rows, tokens, queries) are written without atomics so that a GPU
+// run repeats itself bit for bit (the bit-exact resume needs it): each runs twice on the same
+// inputs and the two results must be identical. outs are reset to their starting values before each run.
+typedef void (*gpu_op)(void *ctx);
+
+static void check_repeats(const char *name, gpu_op op, void *ctx, pair **outs, int nout) {
+    float *first[8];
+    for (int k = 0; k < nout; k++) first[k] = xmalloc(outs[k]->n * sizeof(float));
+    for (int run = 0; run < 2; run++) {
+        for (int k = 0; k < nout; k++) gpu->to_device(outs[k]->d, outs[k]->h, outs[k]->n * sizeof(float));
+        op(ctx);
+        for (int k = 0; k < nout; k++) {
+            if (run == 0) { gpu->to_host(first[k], outs[k]->d, outs[k]->n * sizeof(float)); continue; }
+            float *second = xmalloc(outs[k]->n * sizeof(float));
+            gpu->to_host(second, outs[k]->d, outs[k]->n * sizeof(float));
+            char full[160];
+            snprintf(full, sizeof full, "repeatable: %s output %d", name, k);
+            compare(full, first[k], second, outs[k]->n, 0, 0);
+            free(second);
+        }
+    }
+    for (int k = 0; k < nout; k++) free(first[k]);
+}
+
+// Context of the repeated ops: their shapes, inputs (in) and outputs (out).
+typedef struct { int B, T, NH, NKV, HS, N, C; pair *in, *out; int *ids; } rep_ctx;
+
+static void rep_attention(void *p) {
+    rep_ctx *c = p;
+    pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
+    gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
+                            c->NKV, c->HS, 0.125f, 0.1f, 9);
+}
+static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
+    rep_ctx *c = p;
+    pair *i = c->in, *o = c->out;
+    gpu->layernorm_backward(o[0].d, o[1].d, o[2].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->N, c->C);
+}
+static void rep_linear(void *p) {  // in: dout x w; out: dx dw db (square C x C weight)
+    rep_ctx *c = p;
+    pair *i = c->in, *o = c->out;
+    gpu->linear_backward(o[0].d, o[1].d, o[2].d, i[0].d, c->C, i[1].d, i[2].d, c->N, c->C, c->C, 0);
+}
+static void rep_embedding(void *p) {  // in: dout; out: dwte dwpe
+    rep_ctx *c = p;
+    gpu->embedding_backward(c->out[0].d, c->out[1].d, c->in[0].d, c->ids, c->B, c->T, c->C);
+}
+
+static void free_pairs(pair *p, int n) {
+    for (int i = 0; i < n; i++) pair_free(&p[i]);
+}
+
+static void test_determinism(void) {
+    rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64, .N = 1000, .C = 96};
+    size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
+    pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
+    cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS, 0.125f, 0.1f, 9);
+    gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
+    gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
+    pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
+    c.in = ai;
+    c.out = ao;
+    check_repeats("attention_backward (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    free_pairs(ai, 6);
+    free_pairs(ao, 3);
+
+    size_t nc = (size_t)c.N * c.C;
+    pair li[5] = {pair_rand(nc), pair_rand(nc), pair_rand(c.C), pair_rand(c.N), pair_uniform(c.N, 0.5f, 2.0f)};
+    pair lo[3] = {pair_rand(nc), pair_rand(c.C), pair_rand(c.C)};
+    c.in = li;
+    c.out = lo;
+    check_repeats("layernorm_backward", rep_layernorm, &c, (pair *[]){&lo[0], &lo[1], &lo[2]}, 3);
+    pair wi[3] = {pair_rand(nc), pair_rand(nc), pair_rand((size_t)c.C * c.C)};
+    pair wo[3] = {pair_rand(nc), pair_rand((size_t)c.C * c.C), pair_rand(c.C)};
+    c.in = wi;
+    c.out = wo;
+    check_repeats("linear_backward (cuBLAS)", rep_linear, &c, (pair *[]){&wo[0], &wo[1], &wo[2]}, 3);
+
+    int V = 50, *ids = xmalloc((size_t)c.B * c.T * sizeof(int));
+    for (int i = 0; i < c.B * c.T; i++) ids[i] = (int)(neox_uniform(11, i) * V);
+    ipair id = ipair_from(ids, (size_t)c.B * c.T);
+    pair ei[1] = {pair_rand((size_t)c.B * c.T * c.C)}, eo[2] = {pair_rand((size_t)V * c.C), pair_rand((size_t)c.T * c.C)};
+    c.in = ei;
+    c.out = eo;
+    c.ids = id.d;
+    check_repeats("embedding_backward", rep_embedding, &c, (pair *[]){&eo[0], &eo[1]}, 2);
+
+    double s1 = gpu->sum_squares(li[0].d, nc), s2 = gpu->sum_squares(li[0].d, nc);
+    compare_scalar("repeatable: sum_squares", s1, s2, 0);
+    free_pairs(li, 5);
+    free_pairs(lo, 3);
+    free_pairs(wi, 3);
+    free_pairs(wo, 3);
+    free_pairs(ei, 1);
+    free_pairs(eo, 2);
+    ipair_free(&id);
+    free(ids);
+}
+
+// ---- memory entry points -------------------------------------------------------------------------
+
+static void test_memory(void) {
+    size_t n = 1000;
+    pair a = pair_rand(n), b = pair_zero(n);
+    gpu->copy(b.d, a.d, n * sizeof(float));
+    memcpy(b.h, a.h, n * sizeof(float));
+    gpu->memset_zero(a.d, 10 * sizeof(float));
+    memset(a.h, 0, 10 * sizeof(float));
+    gpu->synchronize();
+    check("memory: copy", &b, 0, 0);
+    check("memory: memset_zero", &a, 0, 0);
+    pair_free(&a);
+    pair_free(&b);
+}
+
+int main(int argc, char **argv) {
+    int self = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-v")) verbose = 1;
+        else if (!strcmp(argv[i], "--self")) self = 1;
+        else { fprintf(stderr, "usage: op_parity [-v] [--self]\n"); return 2; }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);  // lines so far survive an abort inside an op
+    cpu = neox_backend_cpu();
+    gpu = self ? cpu : neox_backend_cuda();
+    if (!gpu) {
+        printf("ok - op parity # SKIP no GPU: skipped (%s)\n", neox_backends_description());
+        return 0;
+    }
+    printf("# %s\n", neox_backends_description());
+    test_memory();
+    test_linear(37, 53, 71, 0, 1, 0);
+    test_linear(64, 128, 96, 5, 1, 1);  // ldo > OC: a projection writing into a wider row
+    test_linear(1, 77, 33, 0, 0, 1);    // one row (decoding)
+    test_linear(300, 129, 250, 0, 1, 0);
+    test_linear_tf32();
+    test_gemm16(NEOX_ELEM_BF16, NEOX_ELEM_F32, 0, 1, 67, 45, 131);
+    test_gemm16(NEOX_ELEM_BF16, NEOX_ELEM_F32, 1, 0, 40, 64, 77);
+    test_gemm16(NEOX_ELEM_BF16, NEOX_ELEM_BF16, 0, 0, 33, 70, 96);
+    test_gemm16(NEOX_ELEM_F16, NEOX_ELEM_F32, 0, 1, 50, 31, 64);
+    test_gemm16(NEOX_ELEM_F16, NEOX_ELEM_F16, 1, 1, 24, 40, 56);
+    test_casts();
+    test_embedding(2, 19, 37, 7, 1);
+    test_embedding(3, 300, 64, 1000, 0);
+    test_layernorm(37, 200, 1);
+    test_layernorm(5, 1001, 0);
+    test_layernorm(300, 64, 1);
+    test_rmsnorm(37, 200);
+    test_rmsnorm(3, 4097);
+    test_qkv(2, 11, 4, 4, 24, 1);
+    test_qkv(2, 11, 6, 2, 24, 0);
+    test_rotary(2, 3, 45, 24, 16);
+    test_rotary(1, 4, 33, 64, 64);
+    test_attention(2, 37, 4, 4, 16, 0.0f);
+    test_attention(1, 70, 6, 2, 40, 0.0f);   // GQA
+    test_attention(2, 33, 4, 1, 64, 0.0f);   // MQA
+    test_attention(1, 65, 2, 2, 128, 0.1f);  // dropout
+    test_attention(1, 40, 2, 1, 200, 0.0f);  // 7 registers per lane, shared memory above 48 KB
+    test_attention(1, 129, 4, 2, 64, 0.2f);
+    test_attention(1, 300, 2, 2, 256, 0.0f);
+    test_attention_cached(5, 17, 4, 2, 48, 50);
+    test_attention_cached(1, 0, 4, 4, 64, 8);
+    test_attention_cached(9, 0, 2, 1, 128, 9);
+    test_attention_cached(1, 99, 6, 2, 80, 128);
+    test_activations(10007, 13, 77);
+    test_elementwise(37, 129);
+    test_cross_entropy(9, 1001);
+    test_cross_entropy(3, 50304);
+    test_optimizer(100003);
+    test_determinism();
+    printf("# %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,171 @@
+// test_backend.c: the backend table (kernels/backend.h) and the CPU ops added with it: the run-time
+// choice cpu/cuda/auto, the CPU table's memory entry points, fp32 <-> bf16/fp16 casts against
+// values fixed by the IEEE formats, the mixed-precision GEMM against a double-precision product,
+// and the segmented AdamW and squared norm against their per-segment forms.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+
+static void test_select(void **state) {
+    (void)state;
+    char err[256] = "";
+    assert_ptr_equal(neox_backend_select("cpu", err, sizeof err), neox_backend_cpu());
+    const neox_backend *a = neox_backend_select("auto", err, sizeof err);
+    assert_non_null(a);
+    assert_ptr_equal(a, neox_backend_cuda() ? neox_backend_cuda() : neox_backend_cpu());
+    assert_null(neox_backend_select("tpu", err, sizeof err));
+    assert_non_null(strstr(err, "backend 'tpu': expected cpu, cuda or auto"));
+    if (!neox_backend_cuda()) {
+        assert_null(neox_backend_select("cuda", err, sizeof err));
+        assert_non_null(strstr(err, "backend 'cuda'"));
+    }
+}
+
+static void test_cpu_table(void **state) {
+    (void)state;
+    const neox_backend *be = neox_backend_cpu();
+    assert_string_equal(be->name, "cpu");
+    assert_int_equal(be->on_device, 0);
+    assert_ptr_equal(be->attention_forward, neox_attention_forward);
+    float host[5] = {1, 2, 3, 4, 5}, back[5];
+    float *a = be->alloc(sizeof host), *b = be->alloc(sizeof host);
+    be->to_device(a, host, sizeof host);
+    be->copy(b, a, sizeof host);
+    be->memset_zero(b, sizeof(float));
+    be->add_inplace(b, a, 5);
+    be->synchronize();
+    be->to_host(back, b, sizeof back);
+    float want[5] = {1, 4, 6, 8, 10};
+    assert_memory_equal(back, want, sizeof want);
+    be->free(a);
+    be->free(b);
+}
+
+static uint16_t bits16(float f, int bf16) {
+    uint16_t h;
+    if (bf16) neox_cast_f32_to_bf16(&h, &f, 1); else neox_cast_f32_to_f16(&h, &f, 1);
+    return h;
+}
+
+// Expected patterns from the formats: bf16 is fp32's top half (rounded to nearest even), fp16 has
+// 5 exponent bits (largest finite 65504, smallest subnormal 2^-24 = 5.96e-8).
+static void test_casts(void **state) {
+    (void)state;
+    assert_int_equal(bits16(1.0f, 1), 0x3F80);
+    assert_int_equal(bits16(1.00390625f, 1), 0x3F80);  // 1 + 2^-8: a tie, to the even 1.0
+    assert_int_equal(bits16(1.01171875f, 1), 0x3F82);  // 1 + 3 * 2^-8: a tie, to the even 0x3F82
+    assert_int_equal(bits16(-2.0f, 1), 0xC000);
+    assert_int_equal(bits16(INFINITY, 1), 0x7F80);
+    uint16_t nb = bits16(NAN, 1);
+    assert_true((nb & 0x7F80) == 0x7F80 && (nb & 0x7F) != 0);
+    assert_int_equal(bits16(1.0f, 0), 0x3C00);
+    assert_int_equal(bits16(65504.0f, 0), 0x7BFF);
+    assert_int_equal(bits16(65520.0f, 0), 0x7C00);  // the tie above the largest finite rounds to infinity
+    assert_int_equal(bits16(6e-8f, 0), 0x0001);
+    assert_int_equal(bits16(-0.0f, 0), 0x8000);
+    uint16_t in[3] = {0x3F80, 0xC049, 0x0001};
+    float out[3];
+    neox_cast_bf16_to_f32(out, in, 3);
+    assert_true(out[0] == 1.0f && out[1] == -3.140625f && out[2] == ldexpf(1.0f, -133));
+    uint16_t hin[3] = {0x3C00, 0xC248, 0x0001};
+    neox_cast_f16_to_f32(out, hin, 3);
+    assert_true(out[0] == 1.0f && out[1] == -3.140625f && out[2] == ldexpf(1.0f, -24));
+}
+
+// fp16 against GCC's _Float16 (its own IEEE conversions): every half back to fp32, and fp32 values
+// across the whole half range, ties, overflow and subnormals included, to half.
+static void test_f16_against_compiler(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint16_t b = (uint16_t)h;
+        _Float16 ref;
+        memcpy(&ref, &b, 2);
+        float got;
+        neox_cast_f16_to_f32(&got, &b, 1);
+        if (isnan((float)ref)) assert_true(isnan(got));
+        else assert_true(got == (float)ref && signbit(got) == signbit((float)ref));
+    }
+    for (uint32_t bits = 0x30000000u; bits < 0x47900000u; bits += 0x1fb) {  // 2^-31 .. 73728, every 507th
+        for (int s = 0; s < 2; s++) {
+            uint32_t x = bits | (s ? 0x80000000u : 0) | (bits & 0x1000u ? 0 : 0xfffu & (bits >> 4));
+            float f;
+            memcpy(&f, &x, 4);
+            _Float16 ref = (_Float16)f;
+            uint16_t want, got = bits16(f, 0);
+            memcpy(&want, &ref, 2);
+            if (got != want) fail_msg("fp16 of %a (0x%08x): 0x%04x, compiler 0x%04x", (double)f, x, got, want);
+        }
+    }
+}
+
+// C (M, N) = alpha A^T B + beta C with bf16 A (K, M) and B (K, N): against a double product of the
+// same rounded values; a bf16 C is that product rounded once more.
+static void test_gemm_ex(void **state) {
+    (void)state;
+    enum { M = 5, N = 7, K = 33 };
+    float a32[K * M], b32[K * N], c32[M * N], aw[K * M], bw[K * N];
+    uint16_t a[K * M], b[K * N], c16[M * N];
+    for (int i = 0; i < K * M; i++) a32[i] = neox_uniform(1, i) * 2 - 1;
+    for (int i = 0; i < K * N; i++) b32[i] = neox_uniform(2, i) * 2 - 1;
+    for (int i = 0; i < M * N; i++) c32[i] = neox_uniform(3, i);
+    neox_cast_f32_to_bf16(a, a32, K * M);
+    neox_cast_f32_to_bf16(b, b32, K * N);
+    neox_cast_bf16_to_f32(aw, a, K * M);
+    neox_cast_bf16_to_f32(bw, b, K * N);
+    float c0[M * N];
+    memcpy(c0, c32, sizeof c0);
+    neox_cast_f32_to_bf16(c16, c32, M * N);
+    neox_gemm_ex(1, 0, M, N, K, 0.5f, a, M, b, N, NEOX_ELEM_BF16, 1.0f, c32, N, NEOX_ELEM_F32);
+    neox_gemm_ex(1, 0, M, N, K, 0.5f, a, M, b, N, NEOX_ELEM_BF16, 0.0f, c16, N, NEOX_ELEM_BF16);
+    float c16w[M * N];
+    neox_cast_bf16_to_f32(c16w, c16, M * N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += (double)aw[k * M + i] * bw[k * N + j];
+            assert_float_equal(c32[i * N + j], 0.5 * s + c0[i * N + j], 1e-5);
+            assert_float_equal(c16w[i * N + j], 0.5 * s, fabs(0.5 * s) / 128 + 1e-6);  // within a bf16 ulp
+        }
+}
+
+static void test_segments(void **state) {
+    (void)state;
+    enum { n = 1000 };
+    static float p1[n], p2[n], g[n], m1[n], m2[n], v1[n], v2[n];
+    for (int i = 0; i < n; i++) {
+        p1[i] = p2[i] = neox_uniform(4, i) - 0.5f;
+        g[i] = neox_uniform(5, i) - 0.5f;
+        m1[i] = m2[i] = 0.01f * neox_uniform(6, i);
+        v1[i] = v2[i] = 0.001f * neox_uniform(7, i);
+    }
+    neox_segment segs[] = {{0, 100, 0.1f}, {120, 120, 0.5f}, {130, 900, 0.0f}, {950, n, 0.01f}};
+    neox_adamw_segments(p1, g, m1, v1, segs, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 3);
+    for (int s = 0; s < 4; s++) {
+        size_t b = segs[s].begin;
+        neox_adamw(p2 + b, g + b, m2 + b, v2 + b, segs[s].end - b, 1e-3f, 0.9f, 0.95f, 1e-8f, segs[s].weight_decay, 3);
+    }
+    assert_memory_equal(p1, p2, sizeof p1);
+    assert_memory_equal(m1, m2, sizeof m1);
+    assert_memory_equal(v1, v2, sizeof v1);
+    assert_true(p1[110] == neox_uniform(4, 110) - 0.5f);  // in a gap: untouched
+    double want = 0;
+    for (int s = 0; s < 4; s++)
+        for (size_t i = segs[s].begin; i < segs[s].end; i++) want += (double)g[i] * g[i];
+    assert_float_equal(neox_sum_squares_segments(g, segs, 4), want, 1e-12 * want);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_select),   cmocka_unit_test(test_cpu_table), cmocka_unit_test(test_casts),
+        cmocka_unit_test(test_f16_against_compiler),
+        cmocka_unit_test(test_gemm_ex),  cmocka_unit_test(test_segments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
