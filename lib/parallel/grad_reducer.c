@@ -157,8 +157,15 @@ neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r) {
 
 void neox_grad_reducer_finish(neox_grad_reducer *r) {
     double seconds = 0.0;
-    for (int i = 0; i < r->nbuckets; i++)
-        if (!r->buckets[i].started) seconds += start_bucket(r, &r->buckets[i]);
+    for (int i = 0; i < r->nbuckets; i++) {
+        bucket *b = &r->buckets[i];
+        // With overlap every parameter is reported ready exactly once per reduction (a bucket
+        // reported too often would have started before its gradients were final).
+        if (r->opt.overlap && b->pending != 0)
+            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: bucket %d (elements %zu-%zu) had %d parameter(s) %s ready",
+                     i, b->begin, b->end, abs(b->pending), b->pending > 0 ? "never reported" : "reported more than once");
+        if (!b->started) seconds += start_bucket(r, b);
+    }
     float after = (float)(r->opt.predivide_factor / r->data->size);
     size_t mine_lo, mine_hi;
     neox_grad_reducer_partition(r, r->data->rank, &mine_lo, &mine_hi);
