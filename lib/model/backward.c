@@ -53,7 +53,10 @@ static void linear_backward(neox_model *m, int begin, int end, float *dinp, floa
                             int ldo, const float *inp, const float *w, int N, int IC, int OC) {
     neox_linear_backward(NULL, dw, db, dout, ldo, inp, w, N, IC, OC, 0);
     grads_ready(m, begin, end);
-    if (dinp) neox_linear_backward(dinp, NULL, NULL, dout, ldo, inp, w, N, IC, OC, 0);
+    // (Cutting this product into row blocks with polls between would progress reductions during
+    // it too, but the GEMM's result for a row depends on how many rows it is given: measured, an
+    // overlapped run doing that differed from one without overlap in the last bits.)
+    if (dinp) neox_linear_backward(dinp, NULL, NULL, dout, ldo, NULL, w, N, IC, OC, 0);
 }
 
 // Layer l's parameters, in buffer order (both namings): norm 1, norm 2, QKV, attention output,
