@@ -5,14 +5,18 @@
 # warm-up and its throughput relative to one rank, and, at dp2, the fraction of gradient-reduction
 # time hidden behind backward: 1 - (time blocked in the data group's reductions with overlap_comm)
 # / (the same without overlap, where every bucket is reduced after backward), both from
-# log_dir/comm_stats.json.
+# log_dir/comm_stats.json's gradient_reduction.exposed_seconds: per reduction, the time the last
+# rank to finish backward spends blocked in it (an earlier rank also waits for that rank's backward,
+# which is load imbalance, not communication). It also prints the share hidden when the calls made
+# during backward to start and progress the reductions count as not hidden, and rank 0's raw blocked
+# time, waiting for the other rank included.
 # Needs `make`. Usage: bench/parallel.sh [key=value...]  keys: threads iters layers hidden heads seq
-#        micro accum bucket   (defaults: threads=2 iters=30 layers=4 hidden=256 heads=8 seq=256
-#        micro=4 accum=2 bucket=200000)
+#        micro accum bucket layouts  (defaults: threads=2 iters=30 layers=4 hidden=256 heads=8 seq=256
+#        micro=4 accum=2 bucket=200000 layouts=dp2,tp2,pp2; e.g. layouts=dp2 to repeat only the dp2 pair)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/cpu/bin/neox-train ] || { echo "bench/parallel.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
-declare -A opt=([threads]=2 [iters]=30 [layers]=4 [hidden]=256 [heads]=8 [seq]=256 [micro]=4 [accum]=2 [bucket]=200000)
+declare -A opt=([threads]=2 [iters]=30 [layers]=4 [hidden]=256 [heads]=8 [seq]=256 [micro]=4 [accum]=2 [bucket]=200000 [layouts]=dp2,tp2,pp2)
 for arg in "$@"; do
     key=${arg%%=*}
     [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/parallel.sh: bad argument '$arg'" >&2; exit 2; }
@@ -56,27 +60,44 @@ config tp2 "$m" $((2 * a)) ', "model_parallel_size": 2'
 config pp2 "$m" $((2 * a)) ', "pipe_parallel_size": 2'
 
 OMP_NUM_THREADS=${opt[threads]} "$BIN/neox-train" -q "$work/one.yml" >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
-for name in dp2 dp2-serial tp2 pp2; do
+runs=()
+for layout in ${opt[layouts]//,/ }; do
+    case $layout in
+    dp2) runs+=(dp2 dp2-serial) ;;
+    tp2 | pp2) runs+=("$layout") ;;
+    *) echo "bench/parallel.sh: unknown layout '$layout' in layouts=" >&2; exit 2 ;;
+    esac
+done
+for name in "${runs[@]}"; do
     OMP_NUM_THREADS=$half "$MPIEXEC" -n 2 "$BIN/neox-train" -q "$work/$name.yml" >"$work/log" 2>&1 ||
         { cat "$work/log" >&2; exit 1; }
 done
 
-python3 - "$work" "${opt[threads]}" "$half" <<'EOF'
+python3 - "$work" "${opt[threads]}" "$half" "${runs[@]}" <<'EOF'
 import json, statistics, sys
-work, threads, half = sys.argv[1], sys.argv[2], sys.argv[3]
+work, threads, half, runs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 def iter_time(name):
     times = [r["runtime/iteration_time"] for r in map(json.loads, open(f"{work}/{name}/metrics.jsonl"))
              if "runtime/iteration_time" in r]
     return statistics.median(times[3:])  # after warm-up
-def blocked(name):  # seconds rank 0 spent blocked in data-parallel reductions
-    rank0 = json.load(open(f"{work}/{name}/comm_stats.json"))["ranks"][0]["groups"]["data"]
-    return sum(v["seconds"] for op, v in rank0.items() if op in ("all_reduce", "reduce_scatter") )
+def reduction(name):  # rank 0's gradient_reduction record (exposed_* are the data group's)
+    return json.load(open(f"{work}/{name}/comm_stats.json"))["ranks"][0]["gradient_reduction"]
+def pct(part, whole):
+    return f"{100 * (1 - part / whole) if whole > 0 else 0:.0f}%"
 one = iter_time("one")
 print(f"one rank, {threads} threads: {one * 1e3:.1f} ms per iteration")
-for name in ("dp2", "tp2", "pp2"):
+for name in runs:
     t = iter_time(name)
     print(f"{name} (2 ranks x {half} threads): {t * 1e3:.1f} ms per iteration, throughput {one / t:.2f}x one rank")
-exposed, serial = blocked("dp2"), blocked("dp2-serial")
-print(f"dp2 gradient reduction: {serial:.3f} s blocked without overlap, {exposed:.3f} s with overlap_comm: "
-      f"{100 * (1 - exposed / serial) if serial > 0 else 0:.0f}% hidden behind backward")
+if "dp2" not in runs:
+    sys.exit(0)
+ovl, ser = reduction("dp2"), reduction("dp2-serial")
+n = ser["reductions"]
+print(f"dp2 gradient reduction, per iteration: {ser['exposed_seconds'] / n * 1e3:.2f} ms blocked without overlap, "
+      f"{ovl['exposed_seconds'] / n * 1e3:.2f} ms with overlap_comm: {pct(ovl['exposed_seconds'], ser['exposed_seconds'])} "
+      f"hidden behind backward")
+print(f"  counting the {ovl['progress_seconds'] / n * 1e3:.2f} ms per iteration backward spends starting and progressing "
+      f"reductions as not hidden: {pct(ovl['exposed_with_progress_seconds'], ser['exposed_seconds'])} hidden")
+print(f"  rank 0 blocked, waiting for the other rank's backward included: {ser['finish_seconds'] / n * 1e3:.2f} ms without, "
+      f"{ovl['finish_seconds'] / n * 1e3:.2f} ms with overlap ({pct(ovl['finish_seconds'], ser['finish_seconds'])})")
 EOF

@@ -66,7 +66,10 @@ double neox_normal(unsigned long long seed, unsigned long long index);
 void neox_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC);
 // dout: (N, OC) with row stride ldo. dinp: (N, IC), overwritten (accumulate = 0) or added to
-// (accumulate = 1); may be NULL. dweight: (OC, IC) and dbias: (OC) (or NULL) are added to.
+// (accumulate = 1); may be NULL. dweight: (OC, IC) and dbias: (OC) are added to; either may be
+// NULL (backward computes a layer's weight gradients first, then its input gradient, so the
+// weights' data-parallel reduction can start while the input gradient is computed); inp is read
+// only for dweight.
 void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
                           const float *inp, const float *weight, int N, int IC, int OC, int accumulate);
 

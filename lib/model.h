@@ -108,8 +108,10 @@ typedef struct neox_model_weights {
 
 typedef struct neox_comm neox_comm;
 typedef struct neox_model neox_model;
-// Called by backward when the gradients of parameters [begin, end) (indices into params) are
-// final for this micro-batch: data-parallel reduction can start on them.
+// Called by backward between its operations with the parameters [begin, end) (indices into
+// params; possibly none) whose gradients became final for this micro-batch since the last call:
+// data-parallel reduction can start on them, and communication in flight can be progressed.
+// Every parameter of the stage is reported exactly once per backward.
 typedef void (*neox_grads_ready_fn)(void *ctx, int begin, int end);
 struct neox_model {
     neox_model_desc desc;

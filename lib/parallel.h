@@ -141,4 +141,17 @@ void neox_grad_reducer_progress(neox_grad_reducer *r);
 void neox_grad_reducer_finish(neox_grad_reducer *r);
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r);
 
+// Seconds the reducer spent in its communication calls, summed over its reductions (finishes).
+// finish_seconds: this rank's calls in finish (starting what had not started, waiting), which
+// include waiting for peers still in backward; exposed_seconds: per reduction, the least finish
+// time over the data group (the last rank to arrive waits only for the communication), summed;
+// progress_seconds: this rank's calls during backward (starting buckets, progressing them);
+// exposed_with_progress_seconds: as exposed_seconds with the calls during backward added.
+typedef struct neox_grad_reducer_timing {
+    int64_t reductions;
+    double finish_seconds, exposed_seconds, progress_seconds, exposed_with_progress_seconds;
+} neox_grad_reducer_timing;
+// Collective over the data group (every rank of it calls it after the same reductions).
+neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r);
+
 #endif

@@ -20,7 +20,7 @@ void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float
     if (dinp)  // dinp (N, IC) = dout (N, OC) @ weight (OC, IC)
         neox_cpu_sgemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, accumulate ? 1.0f : 0.0f, dinp, IC);
     // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    neox_cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, 1.0f, dweight, IC);
+    if (dweight) neox_cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, 1.0f, dweight, IC);
     if (dbias) {
         // Column blocks, rows in order: reads dout row by row (not down a column) and each column's
         // sum is the same sequence of additions whatever the thread count.

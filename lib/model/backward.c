@@ -3,7 +3,11 @@
 // masks come from counter-based seeds, so the recomputation is identical). Under tensor
 // parallelism the gradient entering each column-parallel linear's input is a partial sum, reduced
 // over the tensor-parallel group before the (replicated) norm's backward; replicated parameters
-// get the same gradient on every rank. After each layer the hook is told its gradients are final.
+// get the same gradient on every rank. Each linear layer computes its weight gradients before its
+// input gradient, and after every operation that finishes parameters (and after the long ones that
+// finish none) the grads_ready hook is told which became final, so the data-parallel reduction of a
+// bucket starts as early as possible and the communication in flight is progressed often (MPI moves
+// non-blocking collectives only inside its calls).
 #include <math.h>
 #include <string.h>
 
@@ -25,11 +29,52 @@ static const float *branch_grad(neox_model *m, const float *dx, float *scratch, 
 }
 
 static void grads_ready(neox_model *m, int begin, int end) {
-    if (m->grads_ready && end > begin) m->grads_ready(m->grads_ready_ctx, begin, end);
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, begin, end);
+}
+
+// Lets the hook progress communication between operations that finish no parameter.
+static void poll(neox_model *m) { grads_ready(m, 0, 0); }
+
+// The index of the parameter whose gradient starts at g (a view into grad_buf).
+static int param_at(const neox_model *m, const float *g) {
+    size_t offset = (size_t)(g - m->grad_buf);
+    int lo = 0, hi = m->nparams - 1;
+    while (lo < hi) {  // the last parameter starting at or before offset
+        int mid = (lo + hi + 1) / 2;
+        if (m->params[mid].offset <= offset) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// A linear layer's backward: its weight and bias gradients, which are then final as parameters
+// [begin, end), before its input gradient (when wanted).
+static void linear_backward(neox_model *m, int begin, int end, float *dinp, float *dw, float *db, const float *dout,
+                            int ldo, const float *inp, const float *w, int N, int IC, int OC) {
+    neox_linear_backward(NULL, dw, db, dout, ldo, inp, w, N, IC, OC, 0);
+    grads_ready(m, begin, end);
+    // (Cutting this product into row blocks with polls between would progress reductions during
+    // it too, but the GEMM's result for a row depends on how many rows it is given: measured, an
+    // overlapped run doing that differed from one without overlap in the last bits.)
+    if (dinp) neox_linear_backward(dinp, NULL, NULL, dout, ldo, NULL, w, N, IC, OC, 0);
+}
+
+// Layer l's parameters, in buffer order (both namings): norm 1, norm 2, QKV, attention output,
+// first and second MLP projections, each with its biases; index i starts group i.
+enum { GROUP_LN1, GROUP_LN2, GROUP_QKV, GROUP_PROJ, GROUP_FC, GROUP_FC2, GROUP_END };
+static void layer_groups(const neox_model *m, int l, int *first) {
+    const neox_layer_params *g = &m->g.layers[l];
+    first[GROUP_LN1] = m->layer_first_param[l];
+    first[GROUP_LN2] = param_at(m, g->ln2_w);
+    first[GROUP_QKV] = param_at(m, g->qkv_w);
+    first[GROUP_PROJ] = param_at(m, g->proj_w);
+    first[GROUP_FC] = param_at(m, g->fc_w);
+    first[GROUP_FC2] = param_at(m, g->fc2_w);
+    first[GROUP_END] = m->layer_first_param[l + 1];
 }
 
 // MLP branch: from the gradient of its output to dln2 (this rank's partial sum of it).
-static void mlp_backward(neox_model *m, int l, const float *dy, float *dln2) {
+static void mlp_backward(neox_model *m, int l, const int *group, const float *dy, float *dln2) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
@@ -38,14 +83,16 @@ static void mlp_backward(neox_model *m, int l, const float *dy, float *dln2) {
     neox_layer_params *g = &m->g.layers[l];
     int N = m->B * m->T, C = d->hidden_size, F = s.F, swiglu = d->activation == NEOX_ACT_SWIGLU;
     int FC = swiglu ? 2 * F : F;
-    neox_linear_backward(a->dact, g->fc2_w, g->fc2_b, dy, C, la->act, p->fc2_w, N, F, C, 0);
+    linear_backward(m, group[GROUP_FC2], group[GROUP_END], a->dact, g->fc2_w, g->fc2_b, dy, C, la->act, p->fc2_w, N,
+                    F, C);
     if (swiglu) neox_swiglu_backward(a->dfc, a->dact, la->fc, N, F);
     else neox_gelu_backward(a->dfc, a->dact, la->fc, (size_t)N * F, d->activation == NEOX_ACT_GELU_TANH);
-    neox_linear_backward(dln2, g->fc_w, g->fc_b, a->dfc, FC, la->ln2, p->fc_w, N, C, FC, 0);
+    linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, FC, la->ln2, p->fc_w, N, C,
+                    FC);
 }
 
 // Attention branch: from the gradient of its output to dln1 (this rank's partial sum of it).
-static void attention_backward(neox_model *m, int l, const float *dy, float *dln1) {
+static void attention_backward(neox_model *m, int l, const int *group, const float *dy, float *dln1) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
@@ -54,16 +101,19 @@ static void attention_backward(neox_model *m, int l, const float *dy, float *dln
     neox_layer_params *g = &m->g.layers[l];
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
     int HS = d->head_size, W = (NH + 2 * NKV) * HS;
-    neox_linear_backward(a->datt, g->proj_w, g->proj_b, dy, C, la->att, p->proj_w, N, NH * HS, C, 0);
+    linear_backward(m, group[GROUP_PROJ], group[GROUP_FC], a->datt, g->proj_w, g->proj_b, dy, C, la->att, p->proj_w,
+                    N, NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     neox_attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att, la->lse, B, T, NH, NKV, HS,
                             1.0f / sqrtf((float)HS), attn_p, neox_model_attention_seed(m, l));
+    poll(m);
     if (d->rotary_dims) {
         neox_rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1);
         neox_rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1);
     }
     neox_qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
-    neox_linear_backward(dln1, g->qkv_w, g->qkv_b, a->dqkv, W, la->ln1, p->qkv_w, N, C, W, 0);
+    linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv, W, la->ln1, p->qkv_w, N,
+                    C, W);
 }
 
 // a->dx holds the gradient of x[l + 1] on entry and of x[l] on return.
@@ -78,23 +128,29 @@ static void layer_backward(neox_model *m, int l) {
     size_t NC = (size_t)N * d->hidden_size;
     const float *x = a->x + (l - s.l0) * NC;
     float *dln1 = a->dln, *dln2 = a->dln + NC;
-    if (d->checkpoint_activations) neox_model_layer_forward(m, l);
-    mlp_backward(m, l, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_MLP_OUT), dln2);
+    int group[GROUP_END + 1];
+    layer_groups(m, l, group);
+    if (d->checkpoint_activations) {
+        neox_model_layer_forward(m, l);
+        poll(m);
+    }
+    mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_MLP_OUT), dln2);
     if (d->parallel_residual) {
         // Both branches read d x[l+1] before either norm adds its part into it; one reduction
         // completes both partial sums.
-        attention_backward(m, l, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);
+        attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);
         neox_model_tp_reduce(m, a->dln, 2 * NC);
         norm_backward(d, a->dx, g->ln2_w, g->ln2_b, dln2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
-        norm_backward(d, a->dx, g->ln1_w, g->ln1_b, dln1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N);
+        grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
     } else {
         neox_model_tp_reduce(m, dln2, NC);
         norm_backward(d, a->dx, g->ln2_w, g->ln2_b, dln2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
-        attention_backward(m, l, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);
+        grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
+        attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);
         neox_model_tp_reduce(m, dln1, NC);
-        norm_backward(d, a->dx, g->ln1_w, g->ln1_b, dln1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N);
     }
-    grads_ready(m, m->layer_first_param[l], m->layer_first_param[l + 1]);
+    norm_backward(d, a->dx, g->ln1_w, g->ln1_b, dln1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N);
+    grads_ready(m, group[GROUP_LN1], group[GROUP_LN2]);
 }
 
 // From the loss to the gradient of the stage's output: cross-entropy over this rank's
@@ -107,14 +163,17 @@ static void head_backward(neox_model *m, float loss_scale) {
     size_t NC = (size_t)N * C;
     float scale = a->mask_sum > 0 ? loss_scale / a->mask_sum : 0.0f;
     neox_cross_entropy_backward(a->logits, a->logits, a->ce_lse, a->targets, a->mask, scale, N, s.V);
-    neox_linear_backward(a->dln, m->g.lm_head, NULL, a->logits, s.V, a->lnf, m->w.lm_head, N, C, s.V, 0);
+    // The head's parameters are the final norm's, then the output layer's; with tied weights on
+    // one stage the output layer is the embedding, which is final only after the embedding's
+    // backward.
+    int head = m->layer_first_param[d->num_layers], out = param_at(m, m->g.lm_head);
+    if (out < head) out = m->nparams;
+    linear_backward(m, out, m->nparams, a->dln, m->g.lm_head, NULL, a->logits, s.V, a->lnf, m->w.lm_head, N, C, s.V);
     neox_model_tp_reduce(m, a->dln, NC);
     memset(a->dx, 0, NC * sizeof(float));
     norm_backward(d, a->dx, m->g.lnf_w, m->g.lnf_b, a->dln, a->x + (size_t)s.L * NC, m->w.lnf_w, a->lnf_mean,
                   a->lnf_rstd, N);
-    // (With tied weights on one stage the output layer is the embedding, which is final only
-    // after the embedding's backward.)
-    grads_ready(m, m->layer_first_param[d->num_layers], m->nparams);
+    grads_ready(m, head, out);
 }
 
 void neox_model_backward(neox_model *m, float loss_scale) {

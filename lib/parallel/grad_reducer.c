@@ -2,6 +2,12 @@
 // running (see parallel.h). A bucket is a contiguous range of the flat gradient buffer; under ZeRO
 // stages 1 and 2 its reduce-scatter splits it at the partition boundaries, which are contiguous too,
 // so every rank receives exactly the part of the bucket inside its own partition.
+//
+// It also times its own communication calls for the benchmark (neox_grad_reducer_timing): per
+// reduction (one finish), the seconds spent in finish's calls and in the calls made during backward.
+// A rank that reaches finish before its peers waits there for them to finish their backward, which
+// is load imbalance, not communication; the rank that arrives last waits only for communication,
+// so the minimum over the data group of each reduction's finish time is its exposed communication.
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +22,9 @@ typedef struct bucket {
     neox_request req;
 } bucket;
 
+// Per-reduction times not yet combined over the data group, folded into totals when full.
+enum { HISTORY = 1024 };
+
 struct neox_grad_reducer {
     neox_comm *data;
     float *grads;
@@ -24,6 +33,10 @@ struct neox_grad_reducer {
     bucket *buckets;
     int nbuckets;
     int *bucket_of;      // parameter -> bucket
+    double during;       // seconds in calls during backward (starts, progress) this reduction
+    double history[2][HISTORY];  // per reduction: [0] finish's calls, [1] those + during
+    int nhistory;
+    neox_grad_reducer_timing timing;
 };
 
 void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end) {
@@ -87,35 +100,80 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
 
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r) { return r->nbuckets; }
 
-static void start_bucket(neox_grad_reducer *r, bucket *b) {
+// Returns the seconds spent in the communication call.
+static double start_bucket(neox_grad_reducer *r, bucket *b) {
     float *x = r->grads + b->begin;
     size_t len = b->end - b->begin;
     scale(x, len, (float)(1.0 / r->opt.predivide_factor));
+    double t0 = neox_now();
     if (r->opt.zero_stage == 0) neox_iallreduce_sum(r->data, x, len, NEOX_F32, &b->req);
     // In place: the result for this rank lands at the start of the bucket; finish moves it home.
     else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, x, b->counts, NEOX_F32, &b->req);
     b->started = 1;
+    return neox_now() - t0;
 }
 
 void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
     bucket *b = &r->buckets[r->bucket_of[p]];
-    if (--b->pending == 0 && r->opt.overlap && !b->started) start_bucket(r, b);
+    if (--b->pending == 0 && r->opt.overlap && !b->started) r->during += start_bucket(r, b);
 }
 
 void neox_grad_reducer_progress(neox_grad_reducer *r) {
+    double t0 = neox_now();
     for (int i = 0; i < r->nbuckets; i++)
         if (r->buckets[i].started) neox_test(&r->buckets[i].req);
+    r->during += neox_now() - t0;
+}
+
+// Folds the per-reduction history into the totals: the minimum over the data group of each
+// reduction's times (an allreduce of the history, not counted in the communication statistics:
+// it measures, it is not training traffic).
+static void fold_history(neox_grad_reducer *r) {
+    if (r->nhistory == 0) return;
+    double least[2][HISTORY];
+    for (int k = 0; k < 2; k++)
+        MPI_Allreduce(r->history[k], least[k], r->nhistory, MPI_DOUBLE, MPI_MIN, r->data->mpi);
+    for (int i = 0; i < r->nhistory; i++) {
+        r->timing.exposed_seconds += least[0][i];
+        r->timing.exposed_with_progress_seconds += least[1][i];
+    }
+    r->nhistory = 0;
+}
+
+static void record(neox_grad_reducer *r, double finish_seconds) {
+    r->timing.reductions++;
+    r->timing.finish_seconds += finish_seconds;
+    r->timing.progress_seconds += r->during;
+    r->history[0][r->nhistory] = finish_seconds;
+    r->history[1][r->nhistory] = finish_seconds + r->during;
+    r->during = 0.0;
+    if (++r->nhistory == HISTORY) fold_history(r);
+}
+
+neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r) {
+    fold_history(r);
+    return r->timing;
 }
 
 void neox_grad_reducer_finish(neox_grad_reducer *r) {
-    for (int i = 0; i < r->nbuckets; i++)
-        if (!r->buckets[i].started) start_bucket(r, &r->buckets[i]);
+    double seconds = 0.0;
+    for (int i = 0; i < r->nbuckets; i++) {
+        bucket *b = &r->buckets[i];
+        // With overlap every parameter is reported ready exactly once per reduction (a bucket
+        // reported too often would have started before its gradients were final).
+        if (r->opt.overlap && b->pending != 0)
+            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: bucket %d (elements %zu-%zu) had %d parameter(s) %s ready",
+                     i, b->begin, b->end, abs(b->pending), b->pending > 0 ? "never reported" : "reported more than once");
+        if (!b->started) seconds += start_bucket(r, b);
+    }
     float after = (float)(r->opt.predivide_factor / r->data->size);
     size_t mine_lo, mine_hi;
     neox_grad_reducer_partition(r, r->data->rank, &mine_lo, &mine_hi);
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
+        double t0 = neox_now();
         neox_wait(&b->req);
+        seconds += neox_now() - t0;
         if (r->opt.zero_stage == 0) {
             scale(r->grads + b->begin, b->end - b->begin, after);
         } else {
@@ -129,4 +187,5 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         b->started = 0;
         b->pending = b->total;
     }
+    record(r, seconds);
 }

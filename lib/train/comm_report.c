@@ -1,7 +1,8 @@
 // comm_report.c: what every rank's communicators moved over the run, gathered to rank 0 and
 // written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
 // model, pipe, embed, world) and per operation, the calls, payload bytes and seconds blocked.
-// Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.
+// With data parallelism each rank also reports its gradient reducer's timing (parallel.h). Tests
+// derive the per-step volume of each layout from it; docs/parallel.md describes the file.
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,13 @@ static neox_comm *group(neox_grid *g, int i) {
     return groups[i];
 }
 
-static json_t *rank_json(const neox_comm_stats *stats, const int *coords) {
+static json_t *reduction_json(const neox_grad_reducer_timing *t) {
+    return json_pack("{s:I, s:f, s:f, s:f, s:f}", "reductions", (json_int_t)t->reductions, "finish_seconds",
+                     t->finish_seconds, "exposed_seconds", t->exposed_seconds, "progress_seconds", t->progress_seconds,
+                     "exposed_with_progress_seconds", t->exposed_with_progress_seconds);
+}
+
+static json_t *rank_json(const neox_comm_stats *stats, const neox_grad_reducer_timing *reduction, const int *coords) {
     static const char *names[NGROUPS] = {"world", "pipe", "data", "model", "embed"};
     json_t *groups = json_object();
     for (int i = 0; i < NGROUPS; i++) {
@@ -27,8 +34,10 @@ static json_t *rank_json(const neox_comm_stats *stats, const int *coords) {
                                               (json_int_t)stats[i].bytes[op], "seconds", stats[i].seconds[op]));
         json_object_set_new(groups, names[i], ops);
     }
-    return json_pack("{s:i, s:i, s:i, s:i, s:o}", "rank", coords[0], "pipe", coords[1], "data", coords[2], "model",
-                     coords[3], "groups", groups);
+    json_t *doc = json_pack("{s:i, s:i, s:i, s:i, s:o}", "rank", coords[0], "pipe", coords[1], "data", coords[2],
+                            "model", coords[3], "groups", groups);
+    if (reduction->reductions > 0) json_object_set_new(doc, "gradient_reduction", reduction_json(reduction));
+    return doc;
 }
 
 int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
@@ -37,15 +46,23 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
     for (int i = 0; i < NGROUPS; i++) mine[i] = group(g, i)->stats;  // before the gather below counts
     int n = g->world_size;
     neox_comm_stats *all = neox_malloc((size_t)n * sizeof mine);
-    if (n > 1) MPI_Gather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, g->world.mpi);
-    else memcpy(all, mine, sizeof mine);
+    neox_grad_reducer_timing timing = {0};
+    if (t->reducer) timing = neox_grad_reducer_timing_of(t->reducer);
+    neox_grad_reducer_timing *timings = neox_malloc((size_t)n * sizeof timing);
+    if (n > 1) {
+        MPI_Gather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, g->world.mpi);
+        MPI_Gather(&timing, (int)sizeof timing, MPI_BYTE, timings, (int)sizeof timing, MPI_BYTE, 0, g->world.mpi);
+    } else {
+        memcpy(all, mine, sizeof mine);
+        timings[0] = timing;
+    }
     const char *dir = neox_config_str(t->cfg, "log_dir");
     int rc = 0;
     if (t->rank0 && dir) {
         json_t *ranks = json_array();
         for (int r = 0; r < n; r++) {
             int coords[4] = {r, r / (g->model_size * g->data_size), r / g->model_size % g->data_size, r % g->model_size};
-            json_array_append_new(ranks, rank_json(all + (size_t)r * NGROUPS, coords));
+            json_array_append_new(ranks, rank_json(all + (size_t)r * NGROUPS, &timings[r], coords));
         }
         json_t *doc = json_pack("{s:I, s:o}", "iterations", (json_int_t)t->state.iteration, "ranks", ranks);
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
@@ -63,5 +80,6 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
         neox_info("communication of rank 0: %s moved, %.2f s blocked", neox_format_bytes(bytes, b, sizeof b), seconds);
     }
     free(all);
+    free(timings);
     return rc;
 }

@@ -126,7 +126,7 @@ static void setup_reducer(neox_trainer *t) {
     free(size);
     neox_grad_reducer_partition(t->reducer, t->grid->data_rank, &t->part_begin, &t->part_end);
     if (t->zero_stage == 2) t->grad_partition = neox_calloc(t->part_end - t->part_begin + 1, sizeof(float));
-    neox_train_install_grad_hook(t);
+    if (t->overlap_comm) neox_train_install_grad_hook(t);
 }
 
 static int setup_optimizer(neox_trainer *t, neox_error *err) {

@@ -1,8 +1,9 @@
 # tests/mpi/layouts.sh: 3-D parallelism against one rank. The same model and global batch train
-# 20 steps under each layout (dp2, tp2, pp2 with 4 micro-batches, tp2+pp2, dp2+tp2, dp2+pp2, dp2
-# with ZeRO-1 and ZeRO-2, dp4 with ZeRO-1); losses, evaluations and final parameters must equal
-# the single-rank run's within 1e-5 relative. A Llama-style model (rmsnorm, swiglu, GQA, untied)
-# checks the cuts of its tensors under tp2, pp2 and tp2+pp2. Checkpoints move across layouts
+# 20 steps under each layout (dp2, tp2, pp2 with 4 micro-batches, tp2+pp2, dp2+tp2, dp2+pp2 with
+# and without overlap_comm, dp2 with ZeRO-1 and ZeRO-2, dp4 with ZeRO-1); losses, evaluations and
+# final parameters must equal the single-rank run's within 1e-5 relative. A Llama-style model
+# (rmsnorm, swiglu, GQA, untied, sequential residual) checks the cuts of its tensors under tp2, pp2
+# and tp2+pp2, and the overlapped reduction's order under dp2. Checkpoints move across layouts
 # (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
 # group moves per step equal the analytical count. Killing one rank ends the job with `latest` intact.
 source tests/lib.sh
@@ -58,20 +59,23 @@ same() {  # same NAME REFERENCE: losses, evaluations and parameters within 1e-5
 TP=', "model_parallel_size": 2' PP=', "pipe_parallel_size": 2'
 Z1=', "zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_bucket_size": 3000}'
 Z2=', "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 3000}'
+ZO=', "zero_optimization": {"stage": 0, "overlap_comm": true, "reduce_bucket_size": 3000}'
 config one neox 2 4 20 ""
 run one 1
 for spec in "dp2 2 2 2 ''" "tp2 2 2 4 '$TP'" "pp2 2 2 4 '$PP'" "tp2pp2 4 2 4 '$TP$PP'" "dp2tp2 4 2 2 '$TP'" \
-            "dp2pp2 4 2 2 '$PP'" "dp2z1 2 2 2 '$Z1'" "dp2z2 2 2 2 '$Z2'" "dp4z1 4 2 1 '$Z1'"; do
+            "dp2pp2 4 2 2 '$PP'" "dp2pp2o 4 2 2 '$PP$ZO'" "dp2z1 2 2 2 '$Z1'" "dp2z2 2 2 2 '$Z2'" "dp4z1 4 2 1 '$Z1'"; do
     eval "set -- $spec"
     config "$1" neox "$3" "$4" 20 "$5"
     run "$1" "$2"
     same "$1" one
 done
+check "dp2pp2 with overlap_comm gives bit for bit the results without" \
+    "$PY" tests/mpi/layouts_check.py identical "$T/dp2pp2" "$T/dp2pp2o"
 config llama1 llama 2 4 20 ""
 run llama1 1
-for spec in "llamatp2 2 '$TP'" "llamapp2 2 '$PP'" "llamatp2pp2 4 '$TP$PP'"; do
+for spec in "llamatp2 2 4 '$TP'" "llamapp2 2 4 '$PP'" "llamatp2pp2 4 4 '$TP$PP'" "llamadp2o 2 2 '$ZO'"; do
     eval "set -- $spec"
-    config "$1" llama 2 4 20 "$3"
+    config "$1" llama 2 "$3" 20 "$4"
     run "$1" "$2"
     same "$1" llama1
 done

@@ -1,9 +1,11 @@
 """tests/mpi/layouts_check.py: the checks of tests/mpi/layouts.sh.
 
   same REF RUN                 RUN's losses, evaluations and exported parameters equal REF's within 1e-5
+  identical A B                A's losses, evaluations and exported parameters equal B's bit for bit
   resumed STRAIGHT A B         A (steps 1..10) then B (11..20) equal the straight run within 1e-5
   volume NAME CONFIG MICRO ACCUM RUN4 RUN6
-                               bytes per step of each group (RUN6 - RUN4) / 2 equal the count below
+                               bytes per step of each group (RUN6 - RUN4) / 2 equal the count below,
+                               and the gradient reductions per step the layout's
 
 The expected volumes are written out from the model's sizes (config.json of the HF export).
 """
@@ -48,6 +50,16 @@ def same(ref, run):
     worst = (diff / norm) ** 0.5
     print(f"{len(pa)} tensors, relative L2 difference {worst:.2e} (worst tensor {worst_name})")
     return bool(ok) and pa.keys() == pb.keys() and worst <= TOL
+
+
+def identical(a, b):
+    """Bit for bit the same losses, evaluations and final parameters (the overlapped reduction
+    must reduce exactly as the one after backward does)."""
+    ma, mb = metrics(a), metrics(b)
+    pa, pb = load_file(f"{a}/hf/model.safetensors"), load_file(f"{b}/hf/model.safetensors")
+    differ = [k for k in pa if k not in pb or pa[k].tobytes() != pb[k].tobytes()]
+    print(f"{len(ma)} values, {len(pa)} tensors; metrics {'equal' if ma == mb else 'differ'}, tensors differing: {differ[:5]}")
+    return bool(ma) and ma == mb and pa.keys() == pb.keys() and not differ
 
 
 def resumed(straight, first, second):
@@ -110,9 +122,31 @@ def volume(name, config, micro, accum, run4, run6):
                 print(f"rank {info['rank']} group {g}: got {got[g]}, expected {want.get(g, {})}")
                 ok = False
     print("per-step volumes match" if ok else "per-step volumes differ")
+    return reductions(name, int(accum), run4, run6) and ok
+
+
+def reductions(name, accum, run4, run6):
+    """The gradient reducer's timing record: one reduction per step (per micro-batch under ZeRO-2),
+    only with data parallelism; the group's exposed time is the least of its ranks' finish times."""
+    want = {"dp2": 1, "dp2z1": 1, "dp2z2": accum}.get(name, 0)
+    r4, r6 = (json.load(open(f"{r}/log/comm_stats.json")) for r in (run4, run6))
+    ok = True
+    for a, b in zip(r4["ranks"], r6["ranks"]):
+        ga, gb = a.get("gradient_reduction"), b.get("gradient_reduction")
+        got = (gb["reductions"] - ga["reductions"]) / 2 if ga and gb else 0
+        if got != want or bool(ga) != bool(want) or bool(gb) != bool(want):
+            print(f"rank {b['rank']}: {got} reductions per step, expected {want}")
+            ok = False
+        if not gb:
+            continue
+        least = min(r["gradient_reduction"]["finish_seconds"] for r in r6["ranks"])
+        if not (0 < gb["exposed_seconds"] <= least + 1e-6 and gb["exposed_seconds"] <= gb["exposed_with_progress_seconds"]):
+            print(f"rank {b['rank']}: inconsistent gradient_reduction {gb}")
+            ok = False
+    print("gradient reductions per step match" if ok else "gradient reductions per step differ")
     return ok
 
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    sys.exit(0 if {"same": same, "resumed": resumed, "volume": volume}[cmd](*args) else 1)
+    sys.exit(0 if {"same": same, "identical": identical, "resumed": resumed, "volume": volume}[cmd](*args) else 1)

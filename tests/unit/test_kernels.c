@@ -81,7 +81,17 @@ static void test_linear(void **state) {
     neox_linear_backward(dinp2, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 1);
     check_grad("linear dinp (accumulated, halved)", c.inp, (neox_scale(dinp2, N_ * IC_, 0.5f), dinp2), N_ * IC_, linear_loss, &c);
     check_grad("linear dbias (accumulated, halved)", c.b, (neox_scale(db, OC_, 0.5f), db), OC_, linear_loss, &c);
+    // Weights first, then the input gradient alone (as backward does): the same numbers exactly.
+    float *dinp3 = randn(N_ * IC_, 2), *dw3 = zeros(OC_ * IC_), *db3 = zeros(OC_), *dw4 = zeros(OC_ * IC_);
+    float *db4 = zeros(OC_);
+    neox_linear_backward(NULL, dw3, db3, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
+    neox_linear_backward(dinp3, NULL, NULL, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
+    neox_linear_backward(dinp2, dw4, db4, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
+    assert_memory_equal(dinp3, dinp2, sizeof(float) * N_ * IC_);
+    assert_memory_equal(dw3, dw4, sizeof(float) * OC_ * IC_);
+    assert_memory_equal(db3, db4, sizeof(float) * OC_);
     free(c.inp); free(c.w); free(c.b); free(c.out); free(c.R); free(dinp); free(dinp2); free(dw); free(db);
+    free(dinp3); free(dw3); free(db3); free(dw4); free(db4);
 }
 
 // ---- embedding ----------------------------------------------------------------------------------
