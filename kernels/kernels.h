@@ -164,6 +164,12 @@ void neox_scale(float *x, size_t n, float s);
 // corrections. param, grad, m, v: (n).
 void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                 float eps, float weight_decay, long step);
+// 1-bit Adam (DeepSpeed's OnebitAdam): the moments from a gradient, v untouched when NULL (the
+// frozen variance of the compression phase); then p -= lr * (m / (sqrt(v) + eps) + wd * p),
+// without bias correction.
+void neox_adam_moments(float *m, float *v, const float *grad, size_t n, float beta1, float beta2);
+void neox_onebit_adam_apply(float *param, const float *m, const float *v, size_t n, float lr, float eps,
+                            float weight_decay);
 
 #ifdef __cplusplus
 }
