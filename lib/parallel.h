@@ -173,4 +173,18 @@ void neox_onebit_reset(neox_onebit *o);
 void neox_pack_signs(const float *x, size_t n, uint8_t *bits);
 void neox_unpack_signs(const uint8_t *bits, size_t n, float scale, float *out);
 
+// ---- PowerSGD low-rank compressed all-reduce with error feedback (powersgd.c) ----------------
+// A buffer of segments back to back, segment s a rows[s] x cols[s] row-major matrix (a vector:
+// rows 1). Matrices are approximated with the given rank (one power iteration per call, warm
+// started from the last call's Q; error feedback per rank); vectors and matrices too small for the
+// rank to pay are averaged exactly. Two all-reduces per call.
+typedef struct neox_powersgd neox_powersgd;
+
+neox_powersgd *neox_powersgd_make(neox_comm *c, const int *rows, const int *cols, int nseg, int rank);
+void neox_powersgd_free(neox_powersgd *o);
+// buf becomes the compressed average over the ranks.
+void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
+// The state: which 0, this rank's error; 1, the shared Q factors.
+float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count);
+
 #endif

@@ -39,8 +39,9 @@ static int write_errors(neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
     return 0;
 }
 
-// Restores the error buffers when the checkpoint was written by the same layout; otherwise they
-// restart from zero (the chunks and the residuals they hold belong to other ranks), with a notice.
+// Restores the compressors' state when the checkpoint was written by the same layout; otherwise
+// it stays as set-up made it (zero errors; PowerSGD's fixed random Q), with a notice: the chunks
+// and the residuals they hold belong to other ranks.
 static int read_errors(neox_trainer *t, const neox_ckpt_reader *r, const char *dir, neox_error *err) {
     const char *names[4];
     float *bufs[4];
@@ -51,25 +52,20 @@ static int read_errors(neox_trainer *t, const neox_ckpt_reader *r, const char *d
     if (neox_ckpt_manifest_read(dir, &man, err) != 0) return -1;
     const neox_grid *g = t->grid;
     int same = man.pipe_size == g->pipe_size && man.data_size == g->data_size && man.model_size == g->model_size;
-    int have = 0;
+    char name[4][96];
     for (int b = 0; b < n; b++) {
-        char name[96];
-        error_name(t, names[b], name, sizeof name);
+        error_name(t, names[b], name[b], sizeof name[b]);
         int ndim;
         int64_t shape[4];
-        if (same && neox_ckpt_has(r, name) && neox_ckpt_tensor_shape(r, name, &ndim, shape, err) == 0 && ndim == 1 &&
-            shape[0] == (int64_t)counts[b]) {
-            if (neox_ckpt_read_range(r, name, 0, shape[0], bufs[b], err) != 0) return -1;
-            have++;
-        }
+        same = same && neox_ckpt_has(r, name[b]) && neox_ckpt_tensor_shape(r, name[b], &ndim, shape, err) == 0 &&
+               ndim == 1 && shape[0] == (int64_t)counts[b];
     }
-    if (have < n) {
-        for (int b = 0; b < n; b++) memset(bufs[b], 0, counts[b] * sizeof(float));
-        if (t->rank0 && !t->opts.quiet)
-            neox_notice("compression error buffers start from zero: the checkpoint %s (written by %d x %d x %d "
-                        "pipe x data x model ranks, now %d x %d x %d)", same ? "has none for this layout" : "has another layout",
-                        man.pipe_size, man.data_size, man.model_size, g->pipe_size, g->data_size, g->model_size);
-    }
+    for (int b = 0; same && b < n; b++)
+        if (neox_ckpt_read_range(r, name[b], 0, (int64_t)counts[b], bufs[b], err) != 0) return -1;
+    if (!same && t->rank0 && !t->opts.quiet)
+        neox_notice("compression error buffers start from zero: the checkpoint has another layout or none (written by "
+                    "%d x %d x %d pipe x data x model ranks, now %d x %d x %d)", man.pipe_size, man.data_size,
+                    man.model_size, g->pipe_size, g->data_size, g->model_size);
     neox_ckpt_manifest_free(&man);
     return 0;
 }

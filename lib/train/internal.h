@@ -66,7 +66,9 @@ struct neox_trainer {
     int reduce_now;                // backward of the current micro-batch is followed by a reduction
     int local_grads;               // this step leaves gradients unreduced (1-bit Adam's compression phase)
     neox_onebit *onebit;           // 1-bit Adam's compressed momentum all-reduce (data-parallel size > 1)
-    neox_onebit *grad_compress;    // gradient_compression: onebit (AdamW/SGD with compressed gradients)
+    neox_onebit *grad_onebit;      // gradient_compression: onebit (AdamW/SGD with compressed gradients)
+    neox_powersgd *grad_powersgd;  // gradient_compression: powersgd
+    int64_t compress_start;        // gradient_compression_start: uncompressed updates before it
 
     // Pipeline (the model's activation slots hold the micro-batches in flight on this stage).
     float *pipe_grad_send;         // (B, T, C): the input gradient in flight to the previous stage
@@ -129,11 +131,14 @@ void neox_train_update(neox_trainer *t, double lr, int64_t step);
 // ---- 1-bit Adam and compressed gradients (onebit_adam.c) ------------------------------------
 // Creates the compressors the config asks for (after the optimizer state exists).
 int neox_train_setup_compression(neox_trainer *t, neox_error *err);
-// Whether the coming step is in 1-bit Adam's compression phase (gradients stay local).
-int neox_train_onebit_compressing(const neox_trainer *t);
+// Whether the coming step leaves gradients unreduced: 1-bit Adam's compression phase, or
+// gradient_compression from gradient_compression_start on.
+int neox_train_local_grads(const neox_trainer *t);
+// gradient_compression: averages the gradient buffer with the configured compressor.
+void neox_train_compress_grads(neox_trainer *t);
 // DeepSpeed's OnebitAdam step with learning rate lr; step is the 1-based update count.
 void neox_train_onebit_update(neox_trainer *t, double lr, int64_t step);
-// Checkpointed error buffers: this rank's worker and server errors (NULL names when there are none).
+// Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.
 int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts);
 
 // ---- checkpoints (checkpoint.c) -------------------------------------------------------------

@@ -3,8 +3,9 @@
 // freeze_step are Adam without bias correction on the all-reduced gradient; from then on the
 // variance is frozen, each rank folds its own gradient into the momentum, and the momentum is
 // averaged by the 1-bit compressed all-reduce (parallel.h) instead of reducing gradients. Also
-// our gradient_compression: onebit, the same compressed all-reduce applied to the gradients of
-// an uncompressed optimizer (AdamW, SGD). The compressors' error buffers are checkpointed.
+// our gradient_compression: onebit (the same compressed all-reduce) or powersgd (low rank), applied
+// to the gradients of an uncompressed optimizer (AdamW, SGD) from gradient_compression_start on.
+// The compressors' state (error buffers, PowerSGD's Q) is checkpointed.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,23 @@ static neox_onebit *make_compressor(neox_trainer *t) {
     return o;
 }
 
+static neox_powersgd *make_powersgd(neox_trainer *t) {
+    const neox_model *m = t->model;
+    int *rows = neox_calloc((size_t)m->nparams + 1, sizeof(int)), *cols = neox_calloc((size_t)m->nparams + 1, sizeof(int));
+    for (int i = 0; i < m->nparams; i++) {
+        const neox_param *p = &m->params[i];
+        rows[i] = p->ndim == 2 ? (int)p->shape[0] : 1;
+        cols[i] = p->ndim == 2 ? (int)p->shape[1] : (int)p->numel;
+    }
+    neox_powersgd *o = neox_powersgd_make(&t->grid->data, rows, cols, m->nparams,
+                                          (int)neox_config_int(t->cfg, "gradient_compression_rank"));
+    free(rows);
+    free(cols);
+    return o;
+}
+
 int neox_train_setup_compression(neox_trainer *t, neox_error *err) {
-    const char *gc = neox_config_has(t->cfg, "gradient_compression") ? neox_config_str(t->cfg, "gradient_compression") : NULL;
+    const char *gc = neox_config_str(t->cfg, "gradient_compression");
     int grad_compress = gc && strcmp(gc, "none") != 0;
     int onebit = t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM;
     if (onebit && grad_compress)
@@ -36,14 +52,22 @@ int neox_train_setup_compression(neox_trainer *t, neox_error *err) {
     if ((onebit || grad_compress) && t->zero_stage > 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage %d: %s needs whole replicas (stage 0), as "
                          "DeepSpeed's 1-bit Adam does", t->zero_stage, onebit ? "onebitadam" : "gradient_compression");
+    t->compress_start = neox_config_int(t->cfg, "gradient_compression_start");
     if (t->grid->data_size <= 1) return 0;
     if (onebit) t->onebit = make_compressor(t);
-    if (grad_compress) t->grad_compress = make_compressor(t);
+    if (grad_compress && !strcmp(gc, "onebit")) t->grad_onebit = make_compressor(t);
+    if (grad_compress && !strcmp(gc, "powersgd")) t->grad_powersgd = make_powersgd(t);
     return 0;
 }
 
-int neox_train_onebit_compressing(const neox_trainer *t) {
+int neox_train_local_grads(const neox_trainer *t) {
+    if (t->grad_onebit || t->grad_powersgd) return t->state.optimizer_steps >= t->compress_start;
     return t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM && t->state.optimizer_steps >= t->optim.freeze_step;
+}
+
+void neox_train_compress_grads(neox_trainer *t) {
+    if (t->grad_onebit) neox_onebit_allreduce(t->grad_onebit, t->model->grad_buf);
+    if (t->grad_powersgd) neox_powersgd_allreduce(t->grad_powersgd, t->model->grad_buf);
 }
 
 void neox_train_onebit_update(neox_trainer *t, double lr, int64_t step) {
@@ -67,15 +91,16 @@ void neox_train_onebit_update(neox_trainer *t, double lr, int64_t step) {
 }
 
 int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts) {
-    static const char *const what[4] = {"optimizer/onebit_worker_error", "optimizer/onebit_server_error",
-                                        "optimizer/gradient_worker_error", "optimizer/gradient_server_error"};
-    neox_onebit *owners[2] = {t->onebit, t->grad_compress};
+    static const char *const what[6] = {"optimizer/onebit_worker_error", "optimizer/onebit_server_error",
+                                        "optimizer/gradient_worker_error", "optimizer/gradient_server_error",
+                                        "optimizer/powersgd_error", "optimizer/powersgd_q"};
     int n = 0;
-    for (int k = 0; k < 4; k++) {
-        if (!owners[k / 2]) continue;
-        names[n] = what[k];
-        bufs[n] = neox_onebit_error(owners[k / 2], k % 2, &counts[n]);
-        n++;
+    for (int k = 0; k < 6; k++) {
+        neox_onebit *o = k < 2 ? t->onebit : k < 4 ? t->grad_onebit : NULL;
+        if (o) bufs[n] = neox_onebit_error(o, k % 2, &counts[n]);
+        else if (k >= 4 && t->grad_powersgd) bufs[n] = neox_powersgd_state(t->grad_powersgd, k % 2, &counts[n]);
+        else continue;
+        names[n++] = what[k];
     }
     return n;
 }

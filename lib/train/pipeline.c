@@ -177,8 +177,8 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (!t->reducer) return;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE);
     neox_timer_start(timer);
-    if (t->grad_compress) neox_onebit_allreduce(t->grad_compress, m->grad_buf);
-    else if (!t->local_grads) neox_grad_reducer_finish(t->reducer);
+    if (!t->local_grads) neox_grad_reducer_finish(t->reducer);
+    else neox_train_compress_grads(t);
     neox_timer_stop(timer);
     if (t->zero_stage != 2) return;
     // ZeRO-2: keep this micro-batch's reduced partition and clear the buffer for the next one.

@@ -282,7 +282,8 @@ void neox_trainer_free(neox_trainer *t) {
     neox_data_settings_release(&t->data_settings);
     if (t->reducer) neox_grad_reducer_free(t->reducer);
     neox_onebit_free(t->onebit);
-    neox_onebit_free(t->grad_compress);
+    neox_onebit_free(t->grad_onebit);
+    neox_powersgd_free(t->grad_powersgd);
     free(t->exp_avg);
     free(t->exp_avg_sq);
     free(t->grad_partition);

@@ -100,5 +100,5 @@ model "$T/dp4.yml" 4
 opt "$T/dp4-resume.yml" OneBitAdam "$T/dp4-resume" ", \"load\": \"$T/ckpt\", \"train_iters\": 152"
 sed "s/\"train_iters\": $ITERS, //" "$T/dp4.yml" >"$T/dp4-noiters.yml"
 check_output "the dp2 checkpoint resumed on 4 ranks: error buffers restart, with a notice" \
-    "compression error buffers start from zero: the checkpoint has another layout" \
+    "compression error buffers start from zero: the checkpoint has another layout or none" \
     bash -c "$MPIEXEC -n 4 $TRAIN '$T/dp4-noiters.yml' '$T/dp4-resume.yml' 2>&1"
