@@ -27,7 +27,10 @@ int neox_train_read_optimizer(const neox_config *cfg, neox_optimizer_settings *o
     o->weight_decay = neox_config_float(cfg, "weight_decay");
     if (o->kind == NEOX_OPTIMIZER_ONEBITADAM) {
         o->freeze_step = neox_config_int(cfg, "onebitadam_freeze_step");
-        o->weight_decay = neox_config_float(cfg, "onebitadam_weight_decay");
+        // DeepSpeed builds 1-bit Adam from optimizer.params; GPT-NeoX's decay group sets no decay of
+        // its own (so params.weight_decay applies), and with weight_decay 0 every parameter is in the
+        // no-decay group (so none does).
+        if (o->weight_decay != 0.0) o->weight_decay = neox_config_float(cfg, "onebitadam_weight_decay");
     }
     o->clip_grad = neox_config_has(cfg, "clip_grad") ? neox_config_float(cfg, "clip_grad") : 0.0;
     return 0;
