@@ -197,8 +197,8 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
         return derive_fail(cfg, err, "optimizer", "type '%s' is not one of: %s", type, spec->choices);
     const int onebit = strcmp(lower, "onebitadam") == 0;
     if (strcmp(lower, "adam") != 0 && strcmp(lower, "sgd") != 0 && !onebit)
-        return derive_fail(cfg, err, "optimizer", "optimizer '%s' is not supported by neox.c (supported: adam, onebitadam, sgd)",
-                           type);
+        return derive_fail(cfg, err, "optimizer", "optimizer '%s' is not supported by neox.c "
+                           "(supported: adam, onebitadam, sgd)", type);
     const neox_config_slot *set_type = neox_config_slot_of(cfg, "optimizer_type");
     if (set_type->set && strcasecmp(set_type->set->string, type) != 0)
         return derive_fail(cfg, err, "optimizer_type", "'%s' conflicts with optimizer.type '%s' (GPT-NeoX takes optimizer.type)",

@@ -19,7 +19,8 @@ const char *neox_dtype_name(neox_dtype dt) {
 }
 
 const char *neox_comm_op_name(neox_comm_op op) {
-    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "barrier", "all_to_all"};
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                  "send",       "recv",           "barrier",    "all_to_all"};
     return names[op];
 }
 
