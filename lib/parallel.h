@@ -25,6 +25,7 @@ typedef enum {
     NEOX_COMM_SEND,
     NEOX_COMM_RECV,
     NEOX_COMM_BARRIER,
+    NEOX_COMM_ALLTOALL,
     NEOX_COMM_OP_COUNT,
 } neox_comm_op;
 const char *neox_comm_op_name(neox_comm_op op);
@@ -33,9 +34,14 @@ const char *neox_comm_op_name(neox_comm_op op);
 // view: the buffer reduced (all-reduce), the full input (reduce-scatter), the full output
 // (all-gather), the buffer (broadcast, send, recv). seconds is time spent blocked in the call
 // (for non-blocking operations: in neox_wait), i.e. communication time not hidden by compute.
+// sent is what this rank transmits under the bandwidth-optimal algorithm of each operation (the
+// bytes on the wire, headers aside): ring all-reduce 2(p-1)/p x payload; reduce-scatter,
+// all-gather and all-to-all (p-1)/p x payload; broadcast (p-1)/p x buffer (scatter + all-gather);
+// send the buffer; recv and barrier nothing.
 typedef struct neox_comm_stats {
     int64_t calls[NEOX_COMM_OP_COUNT];
     int64_t bytes[NEOX_COMM_OP_COUNT];
+    int64_t sent[NEOX_COMM_OP_COUNT];
     double seconds[NEOX_COMM_OP_COUNT];
 } neox_comm_stats;
 
@@ -83,6 +89,9 @@ void neox_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int ro
 void neox_send(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag);
 void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag);
 void neox_barrier(neox_comm *c);
+// send holds c->size blocks of block_count elements, block r for rank r; recv receives block q of
+// every rank q at block q (payload counted: the whole send buffer).
+void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt);
 
 // ---- non-blocking -----------------------------------------------------------------------------
 typedef struct neox_request {
@@ -141,6 +150,7 @@ void neox_grad_reducer_progress(neox_grad_reducer *r);
 void neox_grad_reducer_finish(neox_grad_reducer *r);
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r);
 
+<<<<<<< HEAD
 // Seconds the reducer spent in its communication calls, summed over its reductions (finishes).
 // finish_seconds: this rank's calls in finish (starting what had not started, waiting), which
 // include waiting for peers still in backward; exposed_seconds: per reduction, the least finish
@@ -153,5 +163,43 @@ typedef struct neox_grad_reducer_timing {
 } neox_grad_reducer_timing;
 // Collective over the data group (every rank of it calls it after the same reductions).
 neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r);
+=======
+// ---- 1-bit compressed all-reduce with error feedback (onebit.c) ------------------------------
+// DeepSpeed's compressed_allreduce (1-bit Adam), for a buffer made of segments (one per tensor)
+// laid back to back. Each segment is padded with zeros to a multiple of p x lcm(p, 8) elements
+// (p = ranks) and cut into p chunks. Worker phase: x + worker_error is sent as its signs (1 bit per
+// element, >= 0 -> 1, most significant bit first) and one scale per segment (its L2 norm /
+// sqrt(length)); the worker error keeps what that lost. Rank r is the server of chunk r of every
+// segment: it receives the chunk's signs and scales from every rank (one all-to-all), averages
+// them, adds its server error, and compresses again with one scale per chunk; an all-gather gives
+// everyone every server's signs and scales, and the buffer becomes their decompression. Both
+// messages are bytes: packed signs followed by the float scales.
+typedef struct neox_onebit neox_onebit;
+
+neox_onebit *neox_onebit_make(neox_comm *c, const size_t *seg_size, int nseg);
+void neox_onebit_free(neox_onebit *o);
+// buf (the sum of the segment sizes) becomes the compressed average over the ranks.
+void neox_onebit_allreduce(neox_onebit *o, float *buf);
+// The error buffers: worker (padded segments back to back) and server (this rank's chunk of each).
+float *neox_onebit_error(neox_onebit *o, int server, size_t *count);
+void neox_onebit_reset(neox_onebit *o);
+// Signs of n elements (a multiple of 8) into n / 8 bytes, and back as +-scale.
+void neox_pack_signs(const float *x, size_t n, uint8_t *bits);
+void neox_unpack_signs(const uint8_t *bits, size_t n, float scale, float *out);
+
+// ---- PowerSGD low-rank compressed all-reduce with error feedback (powersgd.c) ----------------
+// A buffer of segments back to back, segment s a rows[s] x cols[s] row-major matrix (a vector:
+// rows 1). Matrices are approximated with the given rank (one power iteration per call, warm
+// started from the last call's Q; error feedback per rank); vectors and matrices too small for the
+// rank to pay are averaged exactly. Two all-reduces per call.
+typedef struct neox_powersgd neox_powersgd;
+
+neox_powersgd *neox_powersgd_make(neox_comm *c, const int *rows, const int *cols, int nseg, int rank);
+void neox_powersgd_free(neox_powersgd *o);
+// buf becomes the compressed average over the ranks.
+void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
+// The state: which 0, this rank's error; 1, the shared Q factors.
+float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count);
+>>>>>>> onebit
 
 #endif

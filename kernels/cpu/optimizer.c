@@ -1,4 +1,4 @@
-// optimizer.c: the optimizer's elementwise kernels: squared norms for clipping, scaling, AdamW.
+// optimizer.c: the optimizer's elementwise kernels: squared norms for clipping, scaling, AdamW, 1-bit Adam.
 #include <math.h>
 #include <stddef.h>
 
@@ -38,6 +38,7 @@ void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, f
     }
 }
 
+<<<<<<< HEAD
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
                          float lr, float beta1, float beta2, float eps, long step) {
     for (int s = 0; s < nseg; s++) {
@@ -50,4 +51,24 @@ double neox_sum_squares_segments(const float *x, const neox_segment *segs, int n
     double sum = 0.0;
     for (int s = 0; s < nseg; s++) sum += neox_sum_squares(x + segs[s].begin, segs[s].end - segs[s].begin);
     return sum;
+=======
+void neox_adam_moments(float *m, float *v, const float *grad, size_t n, float beta1, float beta2) {
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+        if (v) v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+    }
+}
+
+void neox_onebit_adam_apply(float *param, const float *m, const float *v, size_t n, float lr, float eps,
+                            float weight_decay) {
+    // As torch evaluates update = m / (v.sqrt() + eps); update += wd * p; p.add_(-lr * update).
+    #pragma omp parallel for simd
+    for (size_t i = 0; i < n; i++) {
+        float update = m[i] / (sqrtf(v[i]) + eps);
+        if (weight_decay > 0.0f) update += weight_decay * param[i];
+        param[i] += -lr * update;
+    }
+>>>>>>> onebit
 }

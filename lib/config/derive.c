@@ -147,6 +147,11 @@ static int derive_zero(neox_config *cfg, neox_error *err) {
 // The optimizer params neox.c reads, per optimizer type; anything else is refused, not ignored.
 static const char *const ADAM_PARAMS[] = {"lr", "betas", "eps", NULL};
 static const char *const SGD_PARAMS[] = {"lr", "momentum", NULL};
+// DeepSpeed's OnebitAdam arguments. bias_correction, eps_inside_sqrt and max_grad_norm are stored
+// but unused by its step; cuda_aware and comm_backend_name choose a transport (here always MPI).
+static const char *const ONEBIT_PARAMS[] = {"lr", "betas", "eps", "weight_decay", "freeze_step", "cuda_aware",
+                                            "comm_backend_name", "bias_correction", "eps_inside_sqrt",
+                                            "max_grad_norm", "amsgrad", NULL};
 
 static int check_number(const neox_config *cfg, neox_error *err, const neox_value *v, const char *what, double lo, double hi) {
     char text[128];
@@ -155,6 +160,21 @@ static int check_number(const neox_config *cfg, neox_error *err, const neox_valu
                            v->kind == NEOX_VALUE_STRING ? " (a string: YAML 1.1 reads 1.0e-8 as a number, not 1e-8 or 1.0e_8)" : "");
     if (!(v->number >= lo && v->number <= hi))
         return derive_fail(cfg, err, "optimizer", "%s = %g is out of range [%g, %g]", what, v->number, lo, hi);
+    return 0;
+}
+
+// 1-bit Adam's own params: freeze_step (DeepSpeed's default 100000) and weight_decay, which
+// DeepSpeed takes from these params (GPT-NeoX's decay parameter group does not set its own).
+static int derive_onebit(neox_config *cfg, neox_error *err, const neox_value *params) {
+    const neox_value *freeze = neox_value_get(params, "freeze_step"), *wd = neox_value_get(params, "weight_decay");
+    const neox_value *amsgrad = neox_value_get(params, "amsgrad");
+    if (freeze && (freeze->kind != NEOX_VALUE_INT || freeze->integer < 0))
+        return derive_fail(cfg, err, "optimizer", "params.freeze_step must be a non-negative integer");
+    if (wd && check_number(cfg, err, wd, "params.weight_decay", 0, INFINITY) < 0) return -1;
+    if (amsgrad && (amsgrad->kind != NEOX_VALUE_BOOL || amsgrad->boolean))
+        return derive_fail(cfg, err, "optimizer", "params.amsgrad: 1-bit Adam does not support the AMSGrad variant");
+    neox_config_set_derived_int(cfg, "onebitadam_freeze_step", freeze ? freeze->integer : 100000);
+    neox_config_set_derived_float(cfg, "onebitadam_weight_decay", wd ? wd->number : 0.0);
     return 0;
 }
 
@@ -175,20 +195,22 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
     for (char *p = lower; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
     if (!strstr("|adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion|", lower) || strchr(lower, '|'))
         return derive_fail(cfg, err, "optimizer", "type '%s' is not one of: %s", type, spec->choices);
-    if (strcmp(lower, "adam") != 0 && strcmp(lower, "sgd") != 0)
-        return derive_fail(cfg, err, "optimizer", "optimizer '%s' is not supported by neox.c (supported: adam, sgd)", type);
+    const int onebit = strcmp(lower, "onebitadam") == 0;
+    if (strcmp(lower, "adam") != 0 && strcmp(lower, "sgd") != 0 && !onebit)
+        return derive_fail(cfg, err, "optimizer", "optimizer '%s' is not supported by neox.c "
+                           "(supported: adam, onebitadam, sgd)", type);
     const neox_config_slot *set_type = neox_config_slot_of(cfg, "optimizer_type");
     if (set_type->set && strcasecmp(set_type->set->string, type) != 0)
         return derive_fail(cfg, err, "optimizer_type", "'%s' conflicts with optimizer.type '%s' (GPT-NeoX takes optimizer.type)",
                            set_type->set->string, type);
     neox_config_set_derived_str(cfg, "optimizer_type", type);
 
-    const int adam = strcmp(lower, "adam") == 0;
-    const char *const *allowed = adam ? ADAM_PARAMS : SGD_PARAMS;
+    const int adam = strcmp(lower, "adam") == 0 || onebit;
+    const char *const *allowed = onebit ? ONEBIT_PARAMS : adam ? ADAM_PARAMS : SGD_PARAMS;
     for (int i = 0; params && i < params->count; i++) {
         int ok = 0;
         for (int j = 0; allowed[j]; j++) ok |= strcmp(params->keys[i], allowed[j]) == 0;
-        if (strcmp(params->keys[i], "weight_decay") == 0)
+        if (strcmp(params->keys[i], "weight_decay") == 0 && !onebit)
             return derive_fail(cfg, err, "optimizer", "params.weight_decay: set the top-level key 'weight_decay' instead "
                                "(GPT-NeoX passes both to the optimizer and fails)");
         if (!ok)
@@ -222,6 +244,7 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
         neox_config_set_derived_float(cfg, "adam_beta1", b1);
         neox_config_set_derived_float(cfg, "adam_beta2", b2);
         neox_config_set_derived_float(cfg, "adam_eps", e);
+        if (onebit && derive_onebit(cfg, err, params) < 0) return -1;
     } else {
         const neox_value *m = neox_value_get(params, "momentum");
         if (m && check_number(cfg, err, m, "params.momentum", 0, 1) < 0) return -1;

@@ -19,7 +19,8 @@ const char *neox_dtype_name(neox_dtype dt) {
 }
 
 const char *neox_comm_op_name(neox_comm_op op) {
-    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "barrier"};
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                  "send",       "recv",           "barrier",    "all_to_all"};
     return names[op];
 }
 
@@ -79,9 +80,22 @@ static MPI_Datatype mpi_type(neox_dtype dt) {
 
 // ---- accounting -------------------------------------------------------------------------------
 
+// The bytes a rank transmits for a payload of `bytes` (parallel.h: the bandwidth-optimal algorithm).
+static double sent_bytes(const neox_comm *c, neox_comm_op op, size_t bytes) {
+    double p = c->size, share = p > 1 ? (p - 1) / p * (double)bytes : 0.0;
+    switch (op) {
+    case NEOX_COMM_ALLREDUCE: return 2 * share;
+    case NEOX_COMM_SEND: return (double)bytes;
+    case NEOX_COMM_RECV:
+    case NEOX_COMM_BARRIER: return 0;
+    default: return share;
+    }
+}
+
 static void account(neox_comm *c, neox_comm_op op, size_t bytes, double seconds) {
     c->stats.calls[op]++;
     c->stats.bytes[op] += (int64_t)bytes;
+    c->stats.sent[op] += (int64_t)(sent_bytes(c, op, bytes) + 0.5);
     c->stats.seconds[op] += seconds;
 }
 
@@ -89,6 +103,7 @@ void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s) {
     for (int i = 0; i < NEOX_COMM_OP_COUNT; i++) {
         total->calls[i] += s->calls[i];
         total->bytes[i] += s->bytes[i];
+        total->sent[i] += s->sent[i];
         total->seconds[i] += s->seconds[i];
     }
 }
@@ -147,6 +162,13 @@ void neox_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dt
     if (c->size > 1) MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi);
     free(displs);
     account(c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt), neox_now() - t0);
+}
+
+void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
+    if (block_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-to-all of %zu elements per rank is too large", block_count);
+    double t0 = neox_now();
+    MPI_Alltoall(send, (int)block_count, mpi_type(dt), recv, (int)block_count, mpi_type(dt), c->mpi);
+    account(c, NEOX_COMM_ALLTOALL, block_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
 // Point-to-point and broadcast move large buffers in int-sized pieces, in order.

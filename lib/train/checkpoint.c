@@ -16,7 +16,60 @@
 #include "ckpt.h"
 #include "internal.h"
 
-static const char *optimizer_name(neox_optimizer_kind k) { return k == NEOX_OPTIMIZER_SGD ? "sgd" : "adam"; }
+static const char *optimizer_name(neox_optimizer_kind k) {
+    return k == NEOX_OPTIMIZER_SGD ? "sgd" : k == NEOX_OPTIMIZER_ONEBITADAM ? "onebitadam" : "adam";
+}
+
+// The compressors' error buffers are per rank (each rank's residuals, padded per tensor for the
+// data-parallel size): tensor NAME/rank_RRRRR of the rank's own shard.
+static void error_name(const neox_trainer *t, const char *group, char *buf, size_t size) {
+    snprintf(buf, size, "%s/rank_%05d", group, t->grid->world_rank);
+}
+
+static int write_errors(neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
+    const char *names[4];
+    float *bufs[4];
+    size_t counts[4];
+    int n = neox_train_onebit_buffers(t, names, bufs, counts);
+    for (int b = 0; b < n; b++) {
+        char name[96];
+        error_name(t, names[b], name, sizeof name);
+        int64_t shape[1] = {(int64_t)counts[b]};
+        if (neox_ckpt_write_range(w, name, 1, shape, 0, shape[0], bufs[b], err) != 0) return -1;
+    }
+    return 0;
+}
+
+// Restores the compressors' state when the checkpoint was written by the same layout; otherwise
+// it stays as set-up made it (zero errors; PowerSGD's fixed random Q), with a notice: the chunks
+// and the residuals they hold belong to other ranks.
+static int read_errors(neox_trainer *t, const neox_ckpt_reader *r, const char *dir, neox_error *err) {
+    const char *names[4];
+    float *bufs[4];
+    size_t counts[4];
+    int n = neox_train_onebit_buffers(t, names, bufs, counts);
+    if (n == 0) return 0;
+    neox_ckpt_manifest man;
+    if (neox_ckpt_manifest_read(dir, &man, err) != 0) return -1;
+    const neox_grid *g = t->grid;
+    int same = man.pipe_size == g->pipe_size && man.data_size == g->data_size && man.model_size == g->model_size;
+    char name[4][96];
+    for (int b = 0; b < n; b++) {
+        error_name(t, names[b], name[b], sizeof name[b]);
+        int ndim;
+        int64_t shape[4];
+        same = same && neox_ckpt_has(r, name[b]) && neox_ckpt_tensor_shape(r, name[b], &ndim, shape, err) == 0 &&
+               ndim == 1 && shape[0] == (int64_t)counts[b];
+    }
+    for (int b = 0; same && b < n; b++)
+        if (neox_ckpt_read_range(r, name[b], 0, (int64_t)counts[b], bufs[b], err) != 0) return -1;
+    if (!same && t->rank0 && !t->opts.quiet)
+        neox_notice("compression error buffers start from zero: the checkpoint has another layout or none (written by "
+                    "%d x %d x %d pipe x data x model ranks, now %d x %d x %d)", man.pipe_size, man.data_size,
+                    man.model_size, g->pipe_size, g->data_size, g->model_size);
+    neox_ckpt_manifest_free(&man);
+    return 0;
+}
 
 static const char *lr_style_name(neox_lr_style s) {
     static const char *names[] = {"constant", "linear", "cosine", "exponential"};
@@ -130,6 +183,7 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     int nbufs = optimizer_buffers(t, names, bufs);
     int rc = write_share(t, w, "params", t->model->param_buf, 0, err);
     for (int b = 0; rc == 0 && b < nbufs; b++) rc = write_share(t, w, names[b], bufs[b], t->state_begin, err);
+    if (rc == 0) rc = write_errors((neox_trainer *)t, w, err);
     if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
     if (rc != 0) {
         neox_ckpt_writer_abort(w);
@@ -278,6 +332,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         int nbufs = optimizer_buffers(t, names, bufs);
         for (int b = 0; rc == 0 && b < nbufs; b++)
             rc = neox_train_read_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err);
+        if (rc == 0) rc = read_errors(t, r, dir, err);
     }
     if (rc == 0) rc = restore_state(t, state, err);
     json_decref(state);

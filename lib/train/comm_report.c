@@ -1,8 +1,8 @@
 // comm_report.c: what every rank's communicators moved over the run, gathered to rank 0 and
 // written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
-// model, pipe, embed, world) and per operation, the calls, payload bytes and seconds blocked.
-// With data parallelism each rank also reports its gradient reducer's timing (parallel.h). Tests
-// derive the per-step volume of each layout from it; docs/parallel.md describes the file.
+// model, pipe, embed, world) and per operation, the calls, payload bytes, bytes sent and seconds
+// blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h).
+// Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +30,9 @@ static json_t *rank_json(const neox_comm_stats *stats, const neox_grad_reducer_t
         for (int op = 0; op < NEOX_COMM_OP_COUNT; op++)
             if (stats[i].calls[op] > 0)
                 json_object_set_new(ops, neox_comm_op_name(op),
-                                    json_pack("{s:I, s:I, s:f}", "calls", (json_int_t)stats[i].calls[op], "bytes",
-                                              (json_int_t)stats[i].bytes[op], "seconds", stats[i].seconds[op]));
+                                    json_pack("{s:I, s:I, s:I, s:f}", "calls", (json_int_t)stats[i].calls[op], "bytes",
+                                              (json_int_t)stats[i].bytes[op], "sent", (json_int_t)stats[i].sent[op],
+                                              "seconds", stats[i].seconds[op]));
         json_object_set_new(groups, names[i], ops);
     }
     json_t *doc = json_pack("{s:i, s:i, s:i, s:i, s:o}", "rank", coords[0], "pipe", coords[1], "data", coords[2],

@@ -15,13 +15,14 @@
 #include "tokenizer.h"
 #include "train.h"
 
-typedef enum { NEOX_OPTIMIZER_ADAM, NEOX_OPTIMIZER_SGD } neox_optimizer_kind;
+typedef enum { NEOX_OPTIMIZER_ADAM, NEOX_OPTIMIZER_SGD, NEOX_OPTIMIZER_ONEBITADAM } neox_optimizer_kind;
 
 typedef struct neox_optimizer_settings {
     neox_optimizer_kind kind;
     double beta1, beta2, eps;  // adam
     double momentum;           // sgd
-    double weight_decay;
+    int64_t freeze_step;       // onebitadam: Adam warm-up steps before compression
+    double weight_decay;       // (onebitadam: optimizer.params.weight_decay, as DeepSpeed takes it)
     double clip_grad;          // 0: no clipping
 } neox_optimizer_settings;
 
@@ -63,6 +64,11 @@ struct neox_trainer {
     size_t state_begin, state_end; // what the optimizer updates and keeps state for
     float *grad_partition;         // ZeRO-2: reduced gradients of the partition, summed over micro-batches
     int reduce_now;                // backward of the current micro-batch is followed by a reduction
+    int local_grads;               // this step leaves gradients unreduced (1-bit Adam's compression phase)
+    neox_onebit *onebit;           // 1-bit Adam's compressed momentum all-reduce (data-parallel size > 1)
+    neox_onebit *grad_onebit;      // gradient_compression: onebit (AdamW/SGD with compressed gradients)
+    neox_powersgd *grad_powersgd;  // gradient_compression: powersgd
+    int64_t compress_start;        // gradient_compression_start: uncompressed updates before it
 
     // Pipeline (the model's activation slots hold the micro-batches in flight on this stage).
     float *pipe_grad_send;         // (B, T, C): the input gradient in flight to the previous stage
@@ -121,6 +127,19 @@ double neox_train_grad_norm(const neox_trainer *t);
 void neox_train_clip(neox_trainer *t, double norm);
 // Applies one update with learning rate lr; step is the 1-based update count.
 void neox_train_update(neox_trainer *t, double lr, int64_t step);
+
+// ---- 1-bit Adam and compressed gradients (onebit_adam.c) ------------------------------------
+// Creates the compressors the config asks for (after the optimizer state exists).
+int neox_train_setup_compression(neox_trainer *t, neox_error *err);
+// Whether the coming step leaves gradients unreduced: 1-bit Adam's compression phase, or
+// gradient_compression from gradient_compression_start on.
+int neox_train_local_grads(const neox_trainer *t);
+// gradient_compression: averages the gradient buffer with the configured compressor.
+void neox_train_compress_grads(neox_trainer *t);
+// DeepSpeed's OnebitAdam step with learning rate lr; step is the 1-based update count.
+void neox_train_onebit_update(neox_trainer *t, double lr, int64_t step);
+// Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.
+int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts);
 
 // ---- checkpoints (checkpoint.c) -------------------------------------------------------------
 int neox_train_save(neox_trainer *t, neox_error *err);

@@ -68,6 +68,10 @@ static void gather_partitions(neox_trainer *t) {
 }
 
 void neox_train_update(neox_trainer *t, double lr, int64_t step) {
+    if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM) {
+        neox_train_onebit_update(t, lr, step);
+        return;
+    }
     neox_model *m = t->model;
     const neox_optimizer_settings *o = &t->optim;
     for (int i = 0; i < m->nparams; i++) {

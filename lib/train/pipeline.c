@@ -153,7 +153,7 @@ static int tied_param(const neox_trainer *t) {
 
 static void on_grads_ready(void *ctx, int begin, int end) {
     neox_trainer *t = ctx;
-    if (!t->reducer || !t->reduce_now || !t->overlap_comm) return;
+    if (!t->reducer || !t->reduce_now || !t->overlap_comm || t->local_grads) return;
     int tied = tied_param(t);
     for (int p = begin; p < end; p++)
         if (p != tied) neox_grad_reducer_ready(t->reducer, p);
@@ -177,7 +177,8 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (!t->reducer) return;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE);
     neox_timer_start(timer);
-    neox_grad_reducer_finish(t->reducer);
+    if (!t->local_grads) neox_grad_reducer_finish(t->reducer);
+    else neox_train_compress_grads(t);
     neox_timer_stop(timer);
     if (t->zero_stage != 2) return;
     // ZeRO-2: keep this micro-batch's reduced partition and clear the buffer for the next one.

@@ -16,15 +16,22 @@ int neox_train_read_optimizer(const neox_config *cfg, neox_optimizer_settings *o
     if (type && !strcasecmp(type, "sgd")) {
         o->kind = NEOX_OPTIMIZER_SGD;
         o->momentum = neox_config_has(cfg, "sgd_momentum") ? neox_config_float(cfg, "sgd_momentum") : 0.0;
-    } else if (!type || !strcasecmp(type, "adam")) {
-        o->kind = NEOX_OPTIMIZER_ADAM;
+    } else if (!type || !strcasecmp(type, "adam") || !strcasecmp(type, "onebitadam")) {
+        o->kind = type && !strcasecmp(type, "onebitadam") ? NEOX_OPTIMIZER_ONEBITADAM : NEOX_OPTIMIZER_ADAM;
         o->beta1 = neox_config_has(cfg, "adam_beta1") ? neox_config_float(cfg, "adam_beta1") : 0.9;
         o->beta2 = neox_config_has(cfg, "adam_beta2") ? neox_config_float(cfg, "adam_beta2") : 0.999;
         o->eps = neox_config_has(cfg, "adam_eps") ? neox_config_float(cfg, "adam_eps") : 1e-8;
     } else {
-        return neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: '%s' is not supported by neox-train (adam, sgd)", type);
+        return neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: '%s' is not supported by neox-train (adam, onebitadam, sgd)", type);
     }
     o->weight_decay = neox_config_float(cfg, "weight_decay");
+    if (o->kind == NEOX_OPTIMIZER_ONEBITADAM) {
+        o->freeze_step = neox_config_int(cfg, "onebitadam_freeze_step");
+        // DeepSpeed builds 1-bit Adam from optimizer.params; GPT-NeoX's decay group sets no decay of
+        // its own (so params.weight_decay applies), and with weight_decay 0 every parameter is in the
+        // no-decay group (so none does).
+        if (o->weight_decay != 0.0) o->weight_decay = neox_config_float(cfg, "onebitadam_weight_decay");
+    }
     o->clip_grad = neox_config_has(cfg, "clip_grad") ? neox_config_float(cfg, "clip_grad") : 0.0;
     return 0;
 }
@@ -142,8 +149,8 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
     size_t state = t->state_end - t->state_begin + 1;
     t->exp_avg = neox_calloc(state, sizeof(float));
-    if (t->optim.kind == NEOX_OPTIMIZER_ADAM) t->exp_avg_sq = neox_calloc(state, sizeof(float));
-    return 0;
+    if (t->optim.kind != NEOX_OPTIMIZER_SGD) t->exp_avg_sq = neox_calloc(state, sizeof(float));
+    return neox_train_setup_compression(t, err);
 }
 
 static int setup_data(neox_trainer *t, neox_error *err) {
@@ -277,6 +284,9 @@ void neox_trainer_free(neox_trainer *t) {
     for (int i = 0; i < 3; i++) neox_dataset_free(t->datasets[i]);
     neox_data_settings_release(&t->data_settings);
     if (t->reducer) neox_grad_reducer_free(t->reducer);
+    neox_onebit_free(t->onebit);
+    neox_onebit_free(t->grad_onebit);
+    neox_powersgd_free(t->grad_powersgd);
     free(t->exp_avg);
     free(t->exp_avg_sq);
     free(t->grad_partition);

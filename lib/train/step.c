@@ -17,6 +17,7 @@ static double mean_over_data_ranks(neox_trainer *t, double value) {
 
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     neox_model_zero_grad(t->model);
+    t->local_grads = neox_train_local_grads(t);
     double loss_sum = 0.0;
     if (neox_train_pipeline_step(t, &loss_sum, err) != 0) return -1;
     *out = (neox_step_result){0};

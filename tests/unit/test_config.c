@@ -209,6 +209,24 @@ static void test_optimizer_and_zero(void **state) {
     cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sgd, params: {lr: 0.1, momentum: 0.9}}\n", 1, &err);
     assert_true(neox_config_float(cfg, "sgd_momentum") == 0.9);
     neox_config_free(cfg);
+    // DeepSpeed's OnebitAdam arguments as GPT-NeoX passes them; weight_decay belongs to its params.
+    cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: OneBitAdam, params: {lr: 0.001, betas: [0.9, 0.95], "
+               "eps: 1.0e-8, weight_decay: 0.01, freeze_step: 400, cuda_aware: false, comm_backend_name: nccl}}\n", 1, &err);
+    assert_non_null(cfg);
+    assert_int_equal(neox_config_int(cfg, "onebitadam_freeze_step"), 400);
+    assert_true(neox_config_float(cfg, "onebitadam_weight_decay") == 0.01);
+    assert_true(neox_config_float(cfg, "adam_beta2") == 0.95);
+    neox_config_free(cfg);
+    cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.001}}\n", 1, &err);
+    assert_int_equal(neox_config_int(cfg, "onebitadam_freeze_step"), 100000);
+    neox_config_free(cfg);
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, amsgrad: true}}\n", 1,
+                 "does not support the AMSGrad variant");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, freeze_step: 1.5}}\n", 1,
+                 "freeze_step must be a non-negative integer");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, momentum: 0.9}}\n", 1,
+                 "params.momentum is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\ngradient_compression: topk\n", 1, "gradient_compression");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: lion, params: {lr: 0.1}}\n", 1, "optimizer 'lion' is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam}\n", 1, "must contain a mapping 'params'");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 1e-4}}\n", 1, "params.lr must be a number");

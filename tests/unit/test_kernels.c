@@ -368,6 +368,27 @@ static void test_adamw_and_norm(void **state) {
     assert_true(fabs(neox_sum_squares(g, 3) - (0.01 + 0.04 + 0.09)) < 1e-7);
 }
 
+// DeepSpeed's OnebitAdam update, in double: warm-up steps move both moments, frozen steps only m;
+// p -= lr * (m / (sqrt(v) + eps) + wd * p), no bias correction.
+static void test_onebit_adam(void **state) {
+    (void)state;
+    float p[3] = {1, -2, 0.5f}, g[3] = {0.1f, 0.2f, -0.3f}, m[3] = {0}, v[3] = {0};
+    double ref[3], rm[3] = {0}, rv[3] = {0};
+    for (int i = 0; i < 3; i++) ref[i] = p[i];
+    for (int step = 1; step <= 4; step++) {
+        int frozen = step > 2;
+        neox_adam_moments(m, frozen ? NULL : v, g, 3, 0.9f, 0.95f);
+        neox_onebit_adam_apply(p, m, v, 3, 1e-2f, 1e-8f, 0.1f);
+        for (int i = 0; i < 3; i++) {
+            rm[i] = 0.9 * rm[i] + 0.1 * g[i];
+            if (!frozen) rv[i] = 0.95 * rv[i] + 0.05 * (double)g[i] * g[i];
+            ref[i] -= 1e-2 * (rm[i] / (sqrt(rv[i]) + 1e-8) + 0.1 * ref[i]);
+        }
+    }
+    for (int i = 0; i < 3; i++) assert_true(fabs(ref[i] - p[i]) < 1e-6);
+    for (int i = 0; i < 3; i++) assert_true(fabs(rv[i] - v[i]) < 1e-6 * rv[i]);  // frozen after step 2
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),          cmocka_unit_test(test_embedding),
@@ -378,7 +399,7 @@ int main(void) {
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_dropout),         cmocka_unit_test(test_cross_entropy),
-        cmocka_unit_test(test_adamw_and_norm),
+        cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# bench/comm.sh: data-parallel communication on CPU ranks: dense AdamW, ZeRO-1, ZeRO-2, 1-bit Adam
+# (optimizer.type onebitadam) and AdamW with gradient_compression (powersgd, onebit), same model,
+# data (Tiny Shakespeare, char-level) and global batch. Each layout runs twice: ranks in one
+# network namespace (MPI's shared memory), and each rank in its own network namespace joined to
+# the others by veth pairs through a bridge, egress limited by `tc` (tbf) to model a slow
+# inter-node link, with MPI forced onto TCP over those interfaces (UCX_TLS=tcp,self,
+# UCX_NET_DEVICES=nx0, MPIR_CVAR_NOLOCAL=1). The namespaces are made and removed here (root only).
+# Per layout: median iteration time after freeze_step, bytes sent per step by the data group in
+# steady state (log_dir/comm_stats.json: compressed layouts after freeze_step), bytes that really
+# left the ranks' interfaces over the whole run (tx_bytes, headers included), and the validation
+# loss at the end. 1-bit Adam's and the compressors' warm-up (uncompressed) lasts freeze_step steps.
+# Usage: bench/comm.sh [key=value...]  keys: ranks iters freeze layers hidden heads seq micro rate
+#        psgd_rank   (defaults: ranks=2 iters=60 freeze=12 layers=4 hidden=256 heads=8 seq=64 micro=4
+#        rate=1gbit psgd_rank=4 timeout=600 (seconds per run); rate=none skips the namespaces)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x build/cpu/bin/neox-train ] || { echo "bench/comm.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
+declare -A opt=([ranks]=2 [iters]=60 [freeze]=12 [layers]=4 [hidden]=256 [heads]=8 [seq]=64 [micro]=4 [rate]=1gbit
+                [psgd_rank]=4 [timeout]=600)
+for arg in "$@"; do
+    key=${arg%%=*}
+    [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/comm.sh: bad argument '$arg'" >&2; exit 2; }
+    opt[$key]=${arg#*=}
+done
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+BIN=build/cpu/bin
+TEXT=../shared/data/text/tinyshakespeare_input.txt
+[ -f "$TEXT" ] || { echo "bench/comm.sh: $TEXT is missing" >&2; exit 1; }
+N=${opt[ranks]}
+work=$(mktemp -d "${TMPDIR:-/tmp}/neox-commbench.XXXXXX")
+NS=nxc$$                       # namespace prefix: this run's own
+SUBNET=10.$((200 + $$ % 50)).$(($$ / 50 % 250))
+cleanup() {
+    for i in $(seq 0 $((N - 1))); do ip netns del "$NS$i" 2>/dev/null || true; done
+    ip netns del "${NS}br" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+python3 tests/tools/train_lib.py paragraphs "$TEXT" "$work/s.jsonl"
+"$BIN/neox-preprocess" --input "$work/s.jsonl" --output-prefix "$work/char" --tokenizer-type CharLevelTokenizer \
+    --append-eod >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
+
+# ---- the network: one namespace per rank, veth into a bridge namespace, tbf on each rank's egress.
+netns_up() {
+    ip netns add "${NS}br"
+    ip -n "${NS}br" link add br0 type bridge
+    ip -n "${NS}br" link set br0 up
+    for i in $(seq 0 $((N - 1))); do
+        ip netns add "$NS$i"
+        ip link add "${NS}h$i" type veth peer name "${NS}p$i"
+        ip link set "${NS}h$i" netns "$NS$i"
+        ip link set "${NS}p$i" netns "${NS}br"
+        ip -n "$NS$i" link set "${NS}h$i" name nx0
+        ip -n "$NS$i" addr add "$SUBNET.$((i + 1))/24" dev nx0
+        ip -n "$NS$i" link set nx0 up
+        ip -n "$NS$i" link set lo up
+        ip -n "${NS}br" link set "${NS}p$i" master br0
+        ip -n "${NS}br" link set "${NS}p$i" up
+        ip netns exec "$NS$i" tc qdisc add dev nx0 root tbf rate "${opt[rate]}" burst 256kb latency 100ms
+    done
+}
+tx_total() {
+    local sum=0
+    for i in $(seq 0 $((N - 1))); do sum=$((sum + $(ip netns exec "$NS$i" cat /sys/class/net/nx0/statistics/tx_bytes))); done
+    echo $sum
+}
+NET=0
+if [ "${opt[rate]}" != none ]; then
+    if [ "$(id -u)" = 0 ] && command -v tc >/dev/null && netns_up 2>"$work/netns.err"; then NET=1
+    else echo "bench/comm.sh: no network namespaces ($(cat "$work/netns.err" 2>/dev/null | head -1)); shared memory only" >&2; fi
+fi
+
+# ---- layouts
+config() {  # config NAME OPTIMIZER_JSON EXTRA_JSON
+    cat >"$work/$1.yml" <<EOF
+{
+  "num_layers": ${opt[layers]}, "hidden_size": ${opt[hidden]}, "num_attention_heads": ${opt[heads]},
+  "seq_length": ${opt[seq]}, "max_position_embeddings": ${opt[seq]}, "pos_emb": "rotary", "norm": "layernorm",
+  "optimizer": $2, "min_lr": 0.0003, "lr_decay_style": "cosine", "warmup": 0.05, "gradient_clipping": 1.0,
+  "train_micro_batch_size_per_gpu": ${opt[micro]}, "train_iters": ${opt[iters]}, "eval_interval": ${opt[iters]},
+  "eval_iters": 8, "log_interval": 1, "seed": 1234, "split": "949,50,1",
+  "data_path": "$work/char_text_document", "tokenizer_type": "CharLevelTokenizer" $3
+}
+EOF
+}
+ADAM='{"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1.0e-8}}'
+ONEBIT="{\"type\": \"OneBitAdam\", \"params\": {\"lr\": 0.003, \"betas\": [0.9, 0.95], \"eps\": 1.0e-8, \"freeze_step\": ${opt[freeze]}}}"
+GC=", \"gradient_compression_start\": ${opt[freeze]}, \"gradient_compression_rank\": ${opt[psgd_rank]}"
+config adamw "$ADAM" ""
+config zero1 "$ADAM" ', "zero_optimization": {"stage": 1}'
+config zero2 "$ADAM" ', "zero_optimization": {"stage": 2}'
+config onebitadam "$ONEBIT" ""
+config adamw-powersgd "$ADAM" ", \"gradient_compression\": \"powersgd\"$GC"
+config adamw-onebit "$ADAM" ", \"gradient_compression\": \"onebit\"$GC"
+LAYOUTS="adamw zero1 zero2 onebitadam adamw-powersgd adamw-onebit"
+
+kill_tree() {  # kill_tree PID: the process and its descendants, by id
+    local child
+    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+    kill -9 "$1" 2>/dev/null || true
+}
+run() {  # run NAME MODE(shm|net)
+    local log=$work/$1-$2
+    echo "{\"log_dir\": \"$log\"}" >"$work/$1-$2.log.yml"
+    local cmd=(env OMP_NUM_THREADS=1 "$MPIEXEC" -n "$N" "$BIN/neox-train" -q "$work/$1.yml" "$work/$1-$2.log.yml")
+    if [ "$2" = net ]; then
+        cmd=(env OMP_NUM_THREADS=1 "$MPIEXEC" -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES nx0 -genv MPIR_CVAR_NOLOCAL 1)
+        for i in $(seq 0 $((N - 1))); do
+            [ "$i" -gt 0 ] && cmd+=(:)
+            cmd+=(-n 1 ip netns exec "$NS$i" "$BIN/neox-train" -q "$work/$1.yml" "$work/$1-$2.log.yml")
+        done
+    fi
+    local before=0; [ "$2" = net ] && before=$(tx_total)
+    # Over UCX's TCP transport MPI_Finalize can hang after a complete run (both ranks inside it, one
+    # spinning in ucp_worker_progress, the other waiting in the PMI barrier). So a run is done when
+    # it exits, or when it has written comm_stats.json (the last file) and 10 s have passed: then
+    # its processes (this mpiexec and its descendants, by id) are killed, and the run reported.
+    "${cmd[@]}" >"$work/log" 2>&1 &
+    local pid=$! waited=0 grace=0
+    while kill -0 $pid 2>/dev/null; do
+        sleep 1; waited=$((waited + 1))
+        [ -f "$log/comm_stats.json" ] && grace=$((grace + 1))
+        if [ $grace -ge 10 ] || [ $waited -ge "${opt[timeout]}" ]; then
+            kill_tree $pid
+            [ $grace -ge 10 ] && echo "bench/comm.sh: $1 ($2) finished but hung in MPI_Finalize; killed" >&2
+            break
+        fi
+    done
+    local rc=0; wait $pid || rc=$?
+    if [ $grace -lt 10 ] && [ $rc != 0 ]; then
+        echo "bench/comm.sh: $1 ($2) failed (exit $rc):" >&2; tail -20 "$work/log" >&2; exit 1
+    fi
+    local wire=-1; [ "$2" = net ] && wire=$(( $(tx_total) - before ))
+    echo "$wire" >"$log/wire_bytes"
+}
+modes="shm"; [ $NET = 1 ] && modes="shm net"
+for mode in $modes; do for name in $LAYOUTS; do run "$name" "$mode"; done; done
+
+python3 - "$work" "${opt[iters]}" "${opt[freeze]}" "$N" "$modes" "${opt[rate]}" $LAYOUTS <<'EOF'
+import json, statistics, sys
+work, iters, freeze, n, modes, rate, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split(), sys.argv[6], sys.argv[7:]
+
+def load(name, mode):
+    d = f"{work}/{name}-{mode}"
+    rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+    times = [r["runtime/iteration_time"] for r in rows if "runtime/iteration_time" in r and r["iteration"] > freeze + 1]
+    valid = [r["validation/lm_loss"] for r in rows if "validation/lm_loss" in r][0]
+    data = json.load(open(f"{d}/comm_stats.json"))["ranks"][0]["groups"]["data"]
+    sent = {op: v["sent"] for op, v in data.items()}
+    return statistics.median(times), valid, sent, int(open(f"{d}/wire_bytes").read())
+
+for mode in modes:
+    res = {name: load(name, mode) for name in names}
+    dense = res["adamw"][2].get("all_reduce", 0) / iters
+    where = f"{n} ranks, one network namespace each, {rate} tbf per rank" if mode == "net" else f"{n} ranks, shared memory"
+    print(f"\n{where}; {iters} iterations, compression from step {freeze + 1}")
+    print(f"{'layout':16} {'step ms':>8} {'vs AdamW':>9} {'sent/step':>11} {'vs AdamW':>9} {'wire MB/run':>12} {'val loss':>9}")
+    base_t = res["adamw"][0]
+    for name in names:
+        t, valid, sent, wire = res[name]
+        total = sum(sent.values())
+        if name == "onebitadam" or name == "adamw-onebit":
+            steady = (sent.get("all_to_all", 0) + sent.get("all_gather", 0)) / (iters - freeze)
+        elif name == "adamw-powersgd":
+            steady = (total - freeze * dense) / (iters - freeze)
+        else:
+            steady = total / iters
+        wire_text = f"{wire / 1e6:12.1f}" if wire >= 0 else f"{'-':>12}"
+        print(f"{name:16} {t * 1000:8.1f} {base_t / t:8.2f}x {steady / 1e3:9.1f}kB {dense / steady:8.1f}x {wire_text} {valid:9.4f}")
+EOF
