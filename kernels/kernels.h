@@ -176,7 +176,6 @@ void neox_scale(float *x, size_t n, float s);
 // corrections. param, grad, m, v: (n).
 void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                 float eps, float weight_decay, long step);
-<<<<<<< HEAD
 // A run [begin, end) of a flat buffer with its own weight decay: the optimizer's view of one
 // parameter's part of the local state, so that one call (one GPU launch) covers every parameter.
 typedef struct neox_segment {
@@ -205,14 +204,13 @@ void neox_cast_f32_to_bf16(uint16_t *out, const float *inp, size_t n);
 void neox_cast_bf16_to_f32(float *out, const uint16_t *inp, size_t n);
 void neox_cast_f32_to_f16(uint16_t *out, const float *inp, size_t n);
 void neox_cast_f16_to_f32(float *out, const uint16_t *inp, size_t n);
-=======
+
 // 1-bit Adam (DeepSpeed's OnebitAdam): the moments from a gradient, v untouched when NULL (the
 // frozen variance of the compression phase); then p -= lr * (m / (sqrt(v) + eps) + wd * p),
 // without bias correction.
 void neox_adam_moments(float *m, float *v, const float *grad, size_t n, float beta1, float beta2);
 void neox_onebit_adam_apply(float *param, const float *m, const float *v, size_t n, float lr, float eps,
                             float weight_decay);
->>>>>>> onebit
 
 #ifdef __cplusplus
 }

@@ -150,7 +150,6 @@ void neox_grad_reducer_progress(neox_grad_reducer *r);
 void neox_grad_reducer_finish(neox_grad_reducer *r);
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r);
 
-<<<<<<< HEAD
 // Seconds the reducer spent in its communication calls, summed over its reductions (finishes).
 // finish_seconds: this rank's calls in finish (starting what had not started, waiting), which
 // include waiting for peers still in backward; exposed_seconds: per reduction, the least finish
@@ -163,7 +162,7 @@ typedef struct neox_grad_reducer_timing {
 } neox_grad_reducer_timing;
 // Collective over the data group (every rank of it calls it after the same reductions).
 neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r);
-=======
+
 // ---- 1-bit compressed all-reduce with error feedback (onebit.c) ------------------------------
 // DeepSpeed's compressed_allreduce (1-bit Adam), for a buffer made of segments (one per tensor)
 // laid back to back. Each segment is padded with zeros to a multiple of p x lcm(p, 8) elements
@@ -200,6 +199,5 @@ void neox_powersgd_free(neox_powersgd *o);
 void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
 // The state: which 0, this rank's error; 1, the shared Q factors.
 float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count);
->>>>>>> onebit
 
 #endif

@@ -38,7 +38,6 @@ void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, f
     }
 }
 
-<<<<<<< HEAD
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
                          float lr, float beta1, float beta2, float eps, long step) {
     for (int s = 0; s < nseg; s++) {
@@ -51,7 +50,8 @@ double neox_sum_squares_segments(const float *x, const neox_segment *segs, int n
     double sum = 0.0;
     for (int s = 0; s < nseg; s++) sum += neox_sum_squares(x + segs[s].begin, segs[s].end - segs[s].begin);
     return sum;
-=======
+}
+
 void neox_adam_moments(float *m, float *v, const float *grad, size_t n, float beta1, float beta2) {
     #pragma omp parallel for simd
     for (size_t i = 0; i < n; i++) {
@@ -70,5 +70,4 @@ void neox_onebit_adam_apply(float *param, const float *m, const float *v, size_t
         if (weight_decay > 0.0f) update += weight_decay * param[i];
         param[i] += -lr * update;
     }
->>>>>>> onebit
 }
