@@ -34,18 +34,32 @@ static const neox_cvt_param *find(const neox_cvt_param *ps, int n, const char *n
     return NULL;
 }
 
-static void expect_block(const neox_model_desc *d, const neox_cvt_param *p, const neox_cvt_layout *lay, int pipe,
+// The block lib/model gives the (pipe, model) rank of a tp x pp layout (type:transformer stages),
+// which is what reshard writes for that rank. held: the rank has the parameter at all; replicated
+// tensors (split NONE) are held whole by every model rank (reshard writes model rank 0's).
+static void expect_block(const neox_model_desc *whole, const neox_cvt_param *p, const neox_cvt_layout *lay, int pipe,
                          int model, int held, int64_t off0, int64_t cnt0, int64_t off1, int64_t cnt1) {
-    int64_t offset[2] = {-1, -1}, count[2] = {-1, -1};
-    int got = neox_cvt_param_block(d, p, lay, pipe, model, offset, count);
-    assert_int_equal(got, held);
-    if (!held) return;
-    assert_int_equal(offset[0], off0);
-    assert_int_equal(count[0], cnt0);
-    if (p->ndim == 2) {
-        assert_int_equal(offset[1], off1);
-        assert_int_equal(count[1], cnt1);
+    neox_model_desc d = *whole;
+    int bounds[8], n;
+    neox_error err = {0};
+    assert_int_equal(neox_model_pipe_partition(&d, lay->pp, NULL, bounds, &err), 0);
+    d.tp_size = lay->tp, d.tp_rank = model, d.pp_size = lay->pp, d.pp_rank = pipe;
+    d.layer_begin = bounds[pipe], d.layer_end = bounds[pipe + 1];
+    neox_param *list = neox_model_param_list(&d, &n, &err);
+    assert_non_null(list);
+    const neox_param *b = NULL;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(list[i].name, p->name) && !list[i].tied_copy) b = &list[i];
+    assert_int_equal(b != NULL, held);
+    if (b) {
+        assert_int_equal(b->block_offset[0], off0);
+        assert_int_equal(b->shape[0], cnt0);
+        if (p->ndim == 2) {
+            assert_int_equal(b->block_offset[1], off1);
+            assert_int_equal(b->shape[1], cnt1);
+        }
     }
+    free(list);
 }
 
 static void test_layout_blocks(void **state) {
@@ -58,12 +72,12 @@ static void test_layout_blocks(void **state) {
     const neox_cvt_param *qkv = find(ps, n, "gpt_neox.layers.0.attention.query_key_value.weight");
     expect_block(&d, qkv, &lay, 0, 1, 1, 12, 12, 0, 8);
     expect_block(&d, qkv, &lay, 1, 1, 0, 0, 0, 0, 0);  // layer 0 is on stage 0
-    // Row-parallel weight by columns; its bias replicated on model rank 0 only.
+    // Row-parallel weight by columns; its bias replicated (whole on every model rank).
     const neox_cvt_param *dense = find(ps, n, "gpt_neox.layers.3.attention.dense.weight");
     expect_block(&d, dense, &lay, 1, 1, 1, 0, 8, 4, 4);
     const neox_cvt_param *dense_b = find(ps, n, "gpt_neox.layers.3.mlp.dense_4h_to_h.bias");
     expect_block(&d, dense_b, &lay, 1, 0, 1, 0, 8, 0, 0);
-    expect_block(&d, dense_b, &lay, 1, 1, 0, 0, 0, 0, 0);
+    expect_block(&d, dense_b, &lay, 1, 1, 1, 0, 8, 0, 0);
     const neox_cvt_param *fc2 = find(ps, n, "gpt_neox.layers.2.mlp.dense_4h_to_h.weight");
     expect_block(&d, fc2, &lay, 1, 1, 1, 0, 8, 16, 16);
     const neox_cvt_param *fc_b = find(ps, n, "gpt_neox.layers.1.mlp.dense_h_to_4h.bias");
@@ -141,7 +155,7 @@ static char *folder(const char *name, const char *config) {
 
 static void expect_import_error(const char *dir, int status, const char *message) {
     char *out = neox_asprintf("%s.out", dir), *tmp = neox_asprintf("%s.out.tmp.%ld", dir, (long)getpid());
-    neox_cvt_layout lay = {1, 1, 1, 0};
+    neox_cvt_layout lay = {1, 1, 1, 0, NULL};
     neox_error err = {0};
     assert_int_equal(neox_convert_from_hf(dir, out, &lay, &err), -1);
     if (!strstr(err.message, message)) fail_msg("error '%s' does not contain '%s'", err.message, message);
@@ -156,7 +170,7 @@ static void expect_import_error(const char *dir, int status, const char *message
 static void test_import_good_folder(void **state) {
     (void)state;
     char *dir = folder("good", NULL), *out = neox_asprintf("%s.out", dir);
-    neox_cvt_layout lay = {2, 2, 1, 0};
+    neox_cvt_layout lay = {2, 2, 1, 0, NULL};
     neox_error err = {0};
     if (neox_convert_from_hf(dir, out, &lay, &err) != 0) fail_msg("%s", err.message);
     assert_int_equal(neox_convert_verify(out, stdout, &err), 0);
