@@ -143,6 +143,11 @@ const neox_train_summary *neox_metrics_last_summary(const neox_metrics *m);
 // prefix e.g. "iteration 100"; reports lm_loss and lm_loss_ppl = exp(lm_loss). Synced to disk.
 int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,
                       double lm_loss, neox_error *err);
+// Adds a per-step value measured by the caller (communication accounting: "comm/data/all_reduce/bytes")
+// to the interval. At the next log the mean per iteration of every tag added is written as a JSONL
+// key and a TensorBoard scalar, and under wall_clock_breakdown printed as a line
+// ("communication per iteration | tag: value | ..."), then cleared. Tags keep their first-use order.
+void neox_metrics_add(neox_metrics *m, const char *tag, double value);
 // Makes everything written so far durable (fsync); call when a checkpoint is saved.
 int neox_metrics_flush(neox_metrics *m, neox_error *err);
 // Flushes and closes; frees m even when that fails. NULL is allowed.

@@ -38,11 +38,22 @@ const char *neox_comm_op_name(neox_comm_op op);
 // bytes on the wire, headers aside): ring all-reduce 2(p-1)/p x payload; reduce-scatter,
 // all-gather and all-to-all (p-1)/p x payload; broadcast (p-1)/p x buffer (scatter + all-gather);
 // send the buffer; recv and barrier nothing.
+// sizes breaks each operation down by message size (the payload of one call), as DeepSpeed's
+// comms_logger summarises: the first NEOX_COMM_SIZES - 1 distinct sizes get a row each, later ones
+// share the last row (bytes -1: "other sizes", calls and seconds still counted).
+enum { NEOX_COMM_SIZES = 8 };
+typedef struct neox_comm_size_row {
+    int64_t bytes;    // message size of the row; 0 in an unused row
+    int64_t calls;
+    double seconds;
+} neox_comm_size_row;
+
 typedef struct neox_comm_stats {
     int64_t calls[NEOX_COMM_OP_COUNT];
     int64_t bytes[NEOX_COMM_OP_COUNT];
     int64_t sent[NEOX_COMM_OP_COUNT];
     double seconds[NEOX_COMM_OP_COUNT];
+    neox_comm_size_row sizes[NEOX_COMM_OP_COUNT][NEOX_COMM_SIZES];
 } neox_comm_stats;
 
 typedef struct neox_comm {
@@ -98,6 +109,7 @@ typedef struct neox_request {
     MPI_Request mpi;
     neox_comm *comm;
     neox_comm_op op;
+    int size_row;     // the row of stats.sizes[op] the wait time goes to
     int active;
 } neox_request;
 
@@ -116,8 +128,12 @@ void neox_wait(neox_request *req);
 // Non-blocking check; returns 1 when the request has completed (and completes it).
 int neox_test(neox_request *req);
 
-// Adds one communicator's statistics into a total (for summaries over groups).
+// Adds one communicator's statistics into a total (for summaries over groups; calls, bytes, sent and
+// seconds, not the size rows).
 void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s);
+// What happened between two snapshots of the same communicator's statistics (per-step accounting):
+// calls, bytes, sent and seconds of every operation (the size rows are left zero).
+void neox_comm_stats_delta(neox_comm_stats *delta, const neox_comm_stats *now, const neox_comm_stats *before);
 
 // ---- data-parallel gradient reduction ---------------------------------------------------------
 // Gradients live in one flat buffer; parameters occupy [offset, offset + size) ranges of it.

@@ -27,12 +27,32 @@ struct neox_metrics {
     double loss_sum, learning_rate, grad_norm, loss_scale;
     double last_sync;
     neox_train_summary summary;
+    // caller-measured values (neox_metrics_add), summed over the interval
+    char **added_tag;
+    double *added_sum;
+    int nadded, added_cap;
 };
+
+void neox_metrics_add(neox_metrics *m, const char *tag, double value) {
+    int i = 0;
+    while (i < m->nadded && strcmp(m->added_tag[i], tag) != 0) i++;
+    if (i == m->nadded) {
+        if (m->nadded == m->added_cap) {
+            m->added_cap = m->added_cap ? 2 * m->added_cap : 32;
+            m->added_tag = neox_realloc(m->added_tag, (size_t)m->added_cap * sizeof *m->added_tag);
+            m->added_sum = neox_realloc(m->added_sum, (size_t)m->added_cap * sizeof *m->added_sum);
+        }
+        m->added_tag[m->nadded] = neox_strdup(tag);
+        m->added_sum[m->nadded++] = 0.0;
+    }
+    m->added_sum[i] += value;
+}
 
 static void reset_interval(neox_metrics *m) {
     m->interval_start = m->o.clock();
     m->iterations = m->skipped = m->nan = 0;
     m->loss_sum = 0.0;
+    for (int i = 0; i < m->nadded; i++) m->added_sum[i] = 0.0;
     for (int t = 0; t < NEOX_TIMER_COUNT; t++) neox_timer_reset(&m->timers[t]);
 }
 
@@ -118,6 +138,8 @@ static int log_interval_scalars(neox_metrics *m, neox_error *err) {
         tb_scalar(m, "runtime/flops_per_sec_per_gpu", it, s->flops_per_sec_per_device, err) != 0)
         return -1;
     if (s->mfu >= 0 && tb_scalar(m, "runtime/mfu", it, s->mfu, err) != 0) return -1;
+    for (int i = 0; i < m->nadded; i++)
+        if (tb_scalar(m, m->added_tag[i], it, m->added_sum[i] / (double)s->iterations, err) != 0) return -1;
     if (!m->o.wall_clock_breakdown) return 0;
     for (int t = 0; t < NEOX_TIMER_COUNT; t++) {
         if (m->timers[t].count == 0) continue;
@@ -145,6 +167,8 @@ static json_t *interval_record(const neox_metrics *m) {
     if (s->flops_per_sec_per_device >= 0)
         json_object_set_new(o, "runtime/flops_per_sec_per_gpu", neox_json_number(s->flops_per_sec_per_device));
     if (s->mfu >= 0) json_object_set_new(o, "runtime/mfu", neox_json_number(s->mfu));
+    for (int i = 0; i < m->nadded; i++)
+        json_object_set_new(o, m->added_tag[i], neox_json_number(m->added_sum[i] / (double)s->iterations));
     if (m->o.wall_clock_breakdown) {
         for (int t = 0; t < NEOX_TIMER_COUNT; t++) {
             if (m->timers[t].count == 0) continue;
@@ -172,6 +196,15 @@ static void print_line(neox_metrics *m, const char *line) {
     fflush(m->o.out);
 }
 
+// "communication per iteration | comm/data/all_reduce/bytes: 531464 | ..." (the added values).
+static void print_added_line(neox_metrics *m) {
+    if (m->nadded == 0) return;
+    fprintf(m->o.out, "communication per iteration");
+    for (int i = 0; i < m->nadded; i++) fprintf(m->o.out, " | %s: %.6g", m->added_tag[i], m->added_sum[i] / (double)m->iterations);
+    fprintf(m->o.out, "\n");
+    fflush(m->o.out);
+}
+
 static int log_interval(neox_metrics *m, int64_t iteration, neox_error *err) {
     summarize(m, iteration, m->o.clock() - m->interval_start);
     if (m->writes) {
@@ -180,6 +213,7 @@ static int log_interval(neox_metrics *m, int64_t iteration, neox_error *err) {
         print_line(m, line);
         if (m->o.wall_clock_breakdown && neox_format_timer_line(m->timers, m->iterations, line, sizeof line))
             print_line(m, line);
+        if (m->o.wall_clock_breakdown) print_added_line(m);
         if (log_interval_scalars(m, err) != 0) return -1;
         if (append_record(m, interval_record(m), 0, err) != 0) return -1;
         if (m->tb && neox_tb_flush(m->tb, 0, err) != 0) return -1;
@@ -243,6 +277,9 @@ int neox_metrics_close(neox_metrics *m, neox_error *err) {
     int rc = 0;
     if (neox_tb_close(m->tb, err) != 0) rc = -1;
     if (neox_jsonl_close(m->jsonl, rc == 0 ? err : NULL) != 0) rc = -1;
+    for (int i = 0; i < m->nadded; i++) free(m->added_tag[i]);
+    free(m->added_tag);
+    free(m->added_sum);
     free(m);
     return rc;
 }

@@ -92,11 +92,37 @@ static double sent_bytes(const neox_comm *c, neox_comm_op op, size_t bytes) {
     }
 }
 
-static void account(neox_comm *c, neox_comm_op op, size_t bytes, double seconds) {
+// The message-size row of a payload: its own row, a fresh one, or the shared last row when full.
+static int size_row(neox_comm_stats *s, neox_comm_op op, size_t bytes) {
+    neox_comm_size_row *rows = s->sizes[op];
+    for (int i = 0; i < NEOX_COMM_SIZES - 1; i++) {
+        if (rows[i].calls == 0) rows[i].bytes = (int64_t)bytes;
+        if (rows[i].bytes == (int64_t)bytes) return i;
+    }
+    rows[NEOX_COMM_SIZES - 1].bytes = -1;
+    return NEOX_COMM_SIZES - 1;
+}
+
+// Returns the size row the call was counted in (non-blocking calls add their wait time there).
+static int account(neox_comm *c, neox_comm_op op, size_t bytes, double seconds) {
     c->stats.calls[op]++;
     c->stats.bytes[op] += (int64_t)bytes;
     c->stats.sent[op] += (int64_t)(sent_bytes(c, op, bytes) + 0.5);
     c->stats.seconds[op] += seconds;
+    int row = size_row(&c->stats, op, bytes);
+    c->stats.sizes[op][row].calls++;
+    c->stats.sizes[op][row].seconds += seconds;
+    return row;
+}
+
+void neox_comm_stats_delta(neox_comm_stats *delta, const neox_comm_stats *now, const neox_comm_stats *before) {
+    memset(delta, 0, sizeof *delta);
+    for (int i = 0; i < NEOX_COMM_OP_COUNT; i++) {
+        delta->calls[i] = now->calls[i] - before->calls[i];
+        delta->bytes[i] = now->bytes[i] - before->bytes[i];
+        delta->sent[i] = now->sent[i] - before->sent[i];
+        delta->seconds[i] = now->seconds[i] - before->seconds[i];
+    }
 }
 
 void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s) {
@@ -218,7 +244,7 @@ static void start(neox_request *req, neox_comm *c, neox_comm_op op, size_t bytes
     req->comm = c;
     req->op = op;
     req->active = 1;
-    account(c, op, bytes, 0.0);
+    req->size_row = account(c, op, bytes, 0.0);
 }
 
 void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, neox_request *req) {
@@ -264,7 +290,9 @@ void neox_wait(neox_request *req) {
     if (!req->active) return;
     double t0 = neox_now();
     MPI_Wait(&req->mpi, MPI_STATUS_IGNORE);
-    req->comm->stats.seconds[req->op] += neox_now() - t0;
+    double seconds = neox_now() - t0;
+    req->comm->stats.seconds[req->op] += seconds;
+    req->comm->stats.sizes[req->op][req->size_row].seconds += seconds;
     req->active = 0;
 }
 

@@ -9,12 +9,7 @@
 
 #include "internal.h"
 
-enum { NGROUPS = 5 };
-
-static neox_comm *group(neox_grid *g, int i) {
-    neox_comm *groups[NGROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed};
-    return groups[i];
-}
+enum { NGROUPS = NEOX_TRAIN_COMM_GROUPS };
 
 static json_t *reduction_json(const neox_grad_reducer_timing *t) {
     return json_pack("{s:I, s:f, s:f, s:f, s:f}", "reductions", (json_int_t)t->reductions, "finish_seconds",
@@ -22,8 +17,8 @@ static json_t *reduction_json(const neox_grad_reducer_timing *t) {
                      "exposed_with_progress_seconds", t->exposed_with_progress_seconds);
 }
 
-static json_t *rank_json(const neox_comm_stats *stats, const neox_grad_reducer_timing *reduction, const int *coords) {
-    static const char *names[NGROUPS] = {"world", "pipe", "data", "model", "embed"};
+static json_t *rank_json(neox_grid *g, const neox_comm_stats *stats, const neox_grad_reducer_timing *reduction,
+                         const int *coords) {
     json_t *groups = json_object();
     for (int i = 0; i < NGROUPS; i++) {
         json_t *ops = json_object();
@@ -33,7 +28,9 @@ static json_t *rank_json(const neox_comm_stats *stats, const neox_grad_reducer_t
                                     json_pack("{s:I, s:I, s:I, s:f}", "calls", (json_int_t)stats[i].calls[op], "bytes",
                                               (json_int_t)stats[i].bytes[op], "sent", (json_int_t)stats[i].sent[op],
                                               "seconds", stats[i].seconds[op]));
-        json_object_set_new(groups, names[i], ops);
+        const char *name;
+        neox_train_comm_group(g, i, &name);
+        json_object_set_new(groups, name, ops);
     }
     json_t *doc = json_pack("{s:i, s:i, s:i, s:i, s:o}", "rank", coords[0], "pipe", coords[1], "data", coords[2],
                             "model", coords[3], "groups", groups);
@@ -44,7 +41,7 @@ static json_t *rank_json(const neox_comm_stats *stats, const neox_grad_reducer_t
 int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
     neox_grid *g = t->grid;
     neox_comm_stats mine[NGROUPS];
-    for (int i = 0; i < NGROUPS; i++) mine[i] = group(g, i)->stats;  // before the gather below counts
+    for (int i = 0; i < NGROUPS; i++) mine[i] = neox_train_comm_group(g, i, NULL)->stats;  // before the gather below counts
     int n = g->world_size;
     neox_comm_stats *all = neox_malloc((size_t)n * sizeof mine);
     neox_grad_reducer_timing timing = {0};
@@ -63,7 +60,7 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
         json_t *ranks = json_array();
         for (int r = 0; r < n; r++) {
             int coords[4] = {r, r / (g->model_size * g->data_size), r / g->model_size % g->data_size, r % g->model_size};
-            json_array_append_new(ranks, rank_json(all + (size_t)r * NGROUPS, &timings[r], coords));
+            json_array_append_new(ranks, rank_json(g, all + (size_t)r * NGROUPS, &timings[r], coords));
         }
         json_t *doc = json_pack("{s:I, s:o}", "iterations", (json_int_t)t->state.iteration, "ranks", ranks);
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
@@ -73,6 +70,7 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
         free(text);
         json_decref(doc);
     }
+    if (rc == 0) rc = neox_train_write_comms_summary(t, all, err);
     if (t->rank0 && !t->opts.quiet && n > 1) {
         double bytes = 0, seconds = 0;
         for (int i = 0; i < NGROUPS; i++)

@@ -38,6 +38,13 @@ typedef struct neox_train_state {
     int64_t nonfinite_in_a_row;
 } neox_train_state;
 
+// comms_logger (DeepSpeed's keys): the end-of-run summary, per-step verbose lines, the operations shown.
+typedef struct neox_comms_logger {
+    int enabled, verbose, prof_all, debug;
+    unsigned prof_ops;             // bit per neox_comm_op, used when prof_all is false
+} neox_comms_logger;
+enum { NEOX_TRAIN_COMM_GROUPS = 5 };   // world, pipe, data, model, embed
+
 struct neox_trainer {
     const neox_config *cfg;
     neox_grid *grid;
@@ -81,6 +88,8 @@ struct neox_trainer {
 
     neox_metrics *metrics;
     neox_train_state state;
+    neox_comms_logger comms_logger;
+    neox_comm_stats comm_before[NEOX_TRAIN_COMM_GROUPS];   // each group's statistics when the step began
 
     // Checkpoint schedule.
     const char *save_dir, *load_dir;
@@ -166,6 +175,17 @@ int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, cons
 // The same for elements [begin, end) of the flat buffer only; dst[0] is element begin.
 int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
                           float *dst, neox_error *err);
+
+// ---- communication accounting (comm_log.c) ----------------------------------------------------
+// Group i of the grid (0 world, 1 pipe, 2 data, 3 model, 4 embed) and its name.
+neox_comm *neox_train_comm_group(neox_grid *g, int i, const char **name);
+int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out, neox_error *err);
+// Around each step: the difference of every group's statistics goes to the metrics.
+void neox_train_comm_step_begin(neox_trainer *t);
+void neox_train_comm_step_end(neox_trainer *t);
+// Rank 0, with comms_logger.enabled: prints its summary and writes log_dir/comms_summary.txt from
+// every rank's statistics (NEOX_TRAIN_COMM_GROUPS per rank, rank-major).
+int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats, neox_error *err);
 
 // ---- communication report (comm_report.c) ---------------------------------------------------
 // Gathers every rank's communicator statistics and writes log_dir/comm_stats.json (rank 0).

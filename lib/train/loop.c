@@ -113,7 +113,10 @@ int neox_trainer_run(neox_trainer *t, neox_error *err) {
     while (train && t->state.iteration < t->train_iters) {
         neox_step_result r;
         int status = 0, done;
-        if (neox_train_step(t, &r, err) != 0 || record_step(t, &r, err) != 0) return -1;
+        neox_train_comm_step_begin(t);
+        if (neox_train_step(t, &r, err) != 0) return -1;
+        neox_train_comm_step_end(t);
+        if (record_step(t, &r, err) != 0) return -1;
         if ((done = after_step(t, &status, err)) != 0)
             return done < 0 || neox_train_write_comm_report(t, err) != 0 ? -1 : status;
     }

@@ -183,6 +183,7 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
         .log_dir = neox_config_str(t->cfg, "log_dir"),
         .tensorboard_dir = neox_config_str(t->cfg, "tensorboard_dir"),
     };
+    if (neox_train_read_comms_logger(t->cfg, &t->comms_logger, err) != 0) return -1;
     t->metrics = neox_metrics_open(&mo, err);
     return t->metrics ? 0 : -1;
 }

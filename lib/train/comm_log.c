@@ -1,0 +1,189 @@
+// comm_log.c: communication accounting of a training run. Per step, the difference of every
+// group's communicator statistics (lib/parallel/collectives.c) before and after the step goes to
+// the metrics (metrics.jsonl, TensorBoard, and under wall_clock_breakdown the log): calls, payload
+// bytes, bytes sent and seconds blocked per group and operation, and their totals. At the end of a
+// run, with `comms_logger.enabled`, a summary in the form of DeepSpeed's comms_logger
+// (deepspeed.comm.log_summary) per group, operation and message size: count, total and average
+// latency, algorithmic and bus bandwidth; rank 0 prints its own, log_dir/comms_summary.txt holds
+// every rank's. docs/communication.md ("Accounting") describes the numbers.
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *group_names[NEOX_TRAIN_COMM_GROUPS] = {"world", "pipe", "data", "model", "embed"};
+
+neox_comm *neox_train_comm_group(neox_grid *g, int i, const char **name) {
+    neox_comm *groups[NEOX_TRAIN_COMM_GROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed};
+    if (name) *name = group_names[i];
+    return groups[i];
+}
+
+// ---- configuration ----------------------------------------------------------------------------
+
+// DeepSpeed's op names (deepspeed.comm) for ours, so prof_ops lists written for DeepSpeed work.
+static int op_of_name(const char *name) {
+    static const struct { const char *name; neox_comm_op op; } aliases[] = {
+        {"all_to_all_single", NEOX_COMM_ALLTOALL}, {"all_gather_into_tensor", NEOX_COMM_ALLGATHER},
+        {"all_gather_base", NEOX_COMM_ALLGATHER},  {"reduce_scatter_tensor", NEOX_COMM_REDUCE_SCATTER},
+        {"reduce_scatter_base", NEOX_COMM_REDUCE_SCATTER}, {"isend", NEOX_COMM_SEND}, {"irecv", NEOX_COMM_RECV},
+        {"all_reduce_coalesced", NEOX_COMM_ALLREDUCE}};
+    for (int op = 0; op < NEOX_COMM_OP_COUNT; op++)
+        if (strcmp(name, neox_comm_op_name(op)) == 0) return op;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcmp(name, aliases[i].name) == 0) return (int)aliases[i].op;
+    return -1;
+}
+
+static int flag(const neox_value *map, const char *key, int fallback) {
+    const neox_value *v = neox_value_get(map, key);
+    return v && v->kind == NEOX_VALUE_BOOL ? v->boolean : fallback;
+}
+
+// comms_logger: {enabled, verbose, prof_all, prof_ops, debug} with DeepSpeed's defaults (false,
+// false, true, [], false). prof_all false limits the summary to the operations named in prof_ops.
+int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out, neox_error *err) {
+    memset(out, 0, sizeof *out);
+    out->prof_all = 1;
+    const neox_value *v = neox_config_has(cfg, "comms_logger") ? neox_config_value(cfg, "comms_logger") : NULL;
+    if (!v || v->kind != NEOX_VALUE_MAP) return 0;
+    out->enabled = flag(v, "enabled", 0);
+    out->verbose = flag(v, "verbose", 0);
+    out->prof_all = flag(v, "prof_all", 1);
+    out->debug = flag(v, "debug", 0);
+    const neox_value *ops = neox_value_get(v, "prof_ops");
+    if (ops && ops->kind != NEOX_VALUE_LIST && ops->kind != NEOX_VALUE_NULL)
+        return neox_fail(err, NEOX_EXIT_USAGE, "comms_logger.prof_ops: expected a list of operation names");
+    for (int i = 0; ops && ops->kind == NEOX_VALUE_LIST && i < ops->count; i++) {
+        int op = ops->items[i]->kind == NEOX_VALUE_STRING ? op_of_name(ops->items[i]->string) : -1;
+        if (op < 0)
+            return neox_fail(err, NEOX_EXIT_USAGE,
+                             "comms_logger.prof_ops: item %d is not an operation (all_reduce, reduce_scatter, "
+                             "all_gather, broadcast, send, recv, barrier, all_to_all or DeepSpeed's names for them)", i);
+        out->prof_ops |= 1u << op;
+    }
+    return 0;
+}
+
+static int profiled(const neox_comms_logger *l, int op) { return l->prof_all || (l->prof_ops >> op & 1u); }
+
+// ---- per step ---------------------------------------------------------------------------------
+
+void neox_train_comm_step_begin(neox_trainer *t) {
+    for (int i = 0; i < NEOX_TRAIN_COMM_GROUPS; i++) t->comm_before[i] = neox_train_comm_group(t->grid, i, NULL)->stats;
+}
+
+// DeepSpeed's calc_bw_log: algorithmic and bus bandwidth in Gbit/s of `bytes` moved in `seconds`
+// over a group of n (bytes: our payload, the full buffer of a reduce-scatter or all-gather).
+static void bandwidth(neox_comm_op op, double bytes, double seconds, int n, double *algbw, double *busbw) {
+    double rate = seconds > 0 ? bytes * 8 / seconds / 1e9 : 0.0, share = n > 1 ? (double)(n - 1) / n : 0.0;
+    switch (op) {
+    case NEOX_COMM_ALLREDUCE: *algbw = 2 * rate, *busbw = rate * 2 * share; break;
+    case NEOX_COMM_ALLGATHER:
+    case NEOX_COMM_REDUCE_SCATTER:
+    case NEOX_COMM_ALLTOALL: *algbw = rate, *busbw = rate * share; break;
+    default: *algbw = *busbw = rate;
+    }
+}
+
+static void add_step_op(neox_trainer *t, const char *group, int n, int op, const neox_comm_stats *d) {
+    char tag[96];
+    static const char *fields[] = {"calls", "bytes", "sent", "seconds"};
+    double values[] = {(double)d->calls[op], (double)d->bytes[op], (double)d->sent[op], d->seconds[op]};
+    for (int f = 0; f < 4; f++) {
+        snprintf(tag, sizeof tag, "comm/%s/%s/%s", group, neox_comm_op_name(op), fields[f]);
+        neox_metrics_add(t->metrics, tag, values[f]);
+    }
+    if (t->comms_logger.verbose && t->rank0) {
+        double algbw, busbw;
+        bandwidth(op, (double)d->bytes[op], d->seconds[op], n, &algbw, &busbw);
+        neox_info("comm op: %s | group: %s | iteration %lld | calls: %lld | bytes: %lld | time (ms): %.3f | "
+                  "algbw (Gbps): %.2f | busbw (Gbps): %.2f", neox_comm_op_name(op), group, (long long)t->state.iteration,
+                  (long long)d->calls[op], (long long)d->bytes[op], d->seconds[op] * 1e3, algbw, busbw);
+    }
+}
+
+// After a step: what each group moved during it, into the metrics (only with more than one rank).
+void neox_train_comm_step_end(neox_trainer *t) {
+    if (t->grid->world_size < 2) return;
+    double bytes = 0, sent = 0, seconds = 0;
+    for (int i = 0; i < NEOX_TRAIN_COMM_GROUPS; i++) {
+        const char *name;
+        neox_comm *c = neox_train_comm_group(t->grid, i, &name);
+        neox_comm_stats d;
+        neox_comm_stats_delta(&d, &c->stats, &t->comm_before[i]);
+        for (int op = 0; op < NEOX_COMM_OP_COUNT; op++) {
+            if (d.calls[op] == 0) continue;
+            add_step_op(t, name, c->size, op, &d);
+            bytes += (double)d.bytes[op], sent += (double)d.sent[op], seconds += d.seconds[op];
+        }
+    }
+    neox_metrics_add(t->metrics, "comm/bytes", bytes);
+    neox_metrics_add(t->metrics, "comm/sent", sent);
+    neox_metrics_add(t->metrics, "comm/exposed_seconds", seconds);
+}
+
+// ---- the summary at the end -------------------------------------------------------------------
+
+// DeepSpeed's convert_size: "0B", "531.46 KB" (powers of 1024, two decimals).
+static const char *format_size(int64_t bytes, char *buf, size_t size) {
+    static const char *units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    if (bytes < 0) return snprintf(buf, size, "other sizes"), buf;
+    if (bytes == 0) return snprintf(buf, size, "0B"), buf;
+    if (bytes < 1024) return snprintf(buf, size, "%lld B", (long long)bytes), buf;
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 5) v /= 1024, u++;
+    snprintf(buf, size, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+static void summary_rows(FILE *f, const neox_comm_stats *stats, const int *sizes, const neox_comms_logger *l) {
+    fprintf(f, "%-28s%-20s%-12s%-20s%-20s%-20s%-20s\n", "Comm. Op", "Message Size", "Count", "Total Latency(ms)",
+            "Avg Latency(ms)", "tput_avg (Gbps)", "busbw_avg (Gbps)");
+    for (int g = 0; g < NEOX_TRAIN_COMM_GROUPS; g++)
+        for (int op = 0; op < NEOX_COMM_OP_COUNT; op++) {
+            if (stats[g].calls[op] == 0 || !profiled(l, op)) continue;
+            char label[64], sz[32];
+            snprintf(label, sizeof label, "%s/%s", group_names[g], neox_comm_op_name(op));
+            fprintf(f, "%s\n", label);
+            for (int r = 0; r < NEOX_COMM_SIZES; r++) {
+                const neox_comm_size_row *row = &stats[g].sizes[op][r];
+                if (row->calls == 0) continue;
+                double algbw = 0, busbw = 0;
+                if (row->bytes > 0) bandwidth(op, (double)row->bytes * (double)row->calls, row->seconds, sizes[g], &algbw, &busbw);
+                fprintf(f, "%-28s%-20s%-12lld%-20.3f%-20.3f%-20.2f%-20.2f\n", "", format_size(row->bytes, sz, sizeof sz),
+                        (long long)row->calls, row->seconds * 1e3, row->seconds * 1e3 / (double)row->calls, algbw, busbw);
+            }
+        }
+}
+
+// stats: every rank's groups (NEOX_TRAIN_COMM_GROUPS per rank, rank-major), gathered to rank 0.
+int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats, neox_error *err) {
+    if (!t->comms_logger.enabled || !t->rank0) return 0;
+    int sizes[NEOX_TRAIN_COMM_GROUPS];
+    for (int g = 0; g < NEOX_TRAIN_COMM_GROUPS; g++) sizes[g] = neox_train_comm_group(t->grid, g, NULL)->size;
+    if (!t->opts.quiet) {
+        neox_info("communication summary of rank 0 (comms_logger):");
+        summary_rows(stdout, stats, sizes, &t->comms_logger);
+        fflush(stdout);
+    }
+    const char *dir = neox_config_str(t->cfg, "log_dir");
+    if (!dir) return 0;
+    char *path = neox_asprintf("%s/comms_summary.txt", dir), *tmp = neox_asprintf("%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int rc = 0;
+    if (!f) {
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write the communication summary", tmp);
+    } else {
+        // Group sizes are the same on every rank except embed (size 0 on middle pipe stages, where it has no calls).
+        for (int r = 0; r < t->grid->world_size; r++) {
+            fprintf(f, "rank %d\n", r);
+            summary_rows(f, stats + (size_t)r * NEOX_TRAIN_COMM_GROUPS, sizes, &t->comms_logger);
+        }
+        if (fclose(f) != 0 || rename(tmp, path) != 0) rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write the communication summary", path);
+    }
+    free(tmp);
+    free(path);
+    return rc;
+}
