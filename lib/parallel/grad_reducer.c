@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "parallel.h"
 
 typedef struct bucket {
@@ -30,6 +31,7 @@ struct neox_grad_reducer {
     float *grads;
     size_t n;
     neox_grad_reducer_options opt;
+    uint16_t *wire;      // 16-bit communication: the buckets' wire copies, parallel to grads
     bucket *buckets;
     int nbuckets;
     int *bucket_of;      // parameter -> bucket
@@ -59,6 +61,9 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     neox_grad_reducer *r = neox_calloc(1, sizeof *r);
     r->data = data, r->grads = grads, r->n = n, r->opt = *opt;
     if (r->opt.predivide_factor <= 0) r->opt.predivide_factor = 1.0;
+    if (r->opt.zero_stage == 0) r->opt.all_reduce = 1;
+    if (r->opt.wire == NEOX_BF16 || r->opt.wire == NEOX_F16) r->wire = neox_malloc((n ? n : 1) * sizeof(uint16_t));
+    else r->opt.wire = NEOX_F32;
     r->bucket_of = neox_calloc(nparams, sizeof(int));
     r->buckets = neox_calloc(nparams ? nparams : 1, sizeof(bucket));
     // Backward finishes the last parameters first, so buckets are filled from the end.
@@ -77,7 +82,7 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         b->pending = b->total;
-        if (opt->zero_stage == 0) continue;
+        if (r->opt.all_reduce) continue;
         b->counts = neox_calloc(data->size, sizeof(int));
         for (int q = 0; q < data->size; q++) {
             size_t lo, hi;
@@ -95,22 +100,39 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
     free(r->bucket_of);
+    free(r->wire);
     free(r);
 }
 
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r) { return r->nbuckets; }
+
+// The buffer the collective works on: the gradients themselves (fp32), or their 16-bit wire copy.
+static void *wire_of(neox_grad_reducer *r, size_t at) {
+    return r->wire ? (void *)(r->wire + at) : (void *)(r->grads + at);
+}
 
 // Returns the seconds spent in the communication call.
 static double start_bucket(neox_grad_reducer *r, bucket *b) {
     float *x = r->grads + b->begin;
     size_t len = b->end - b->begin;
     scale(x, len, (float)(1.0 / r->opt.predivide_factor));
+    if (r->opt.wire == NEOX_BF16) neox_cast_f32_to_bf16(r->wire + b->begin, x, len);
+    if (r->opt.wire == NEOX_F16) neox_cast_f32_to_f16(r->wire + b->begin, x, len);
+    void *w = wire_of(r, b->begin);
     double t0 = neox_now();
-    if (r->opt.zero_stage == 0) neox_iallreduce_sum(r->data, x, len, NEOX_F32, &b->req);
+    if (r->opt.all_reduce) neox_iallreduce_sum(r->data, w, len, r->opt.wire, &b->req);
     // In place: the result for this rank lands at the start of the bucket; finish moves it home.
-    else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, x, b->counts, NEOX_F32, &b->req);
+    else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, w, b->counts, r->opt.wire, &b->req);
     b->started = 1;
     return neox_now() - t0;
+}
+
+// After the wait: count reduced elements at wire position `from` become fp32 gradients at `to`.
+static void land(neox_grad_reducer *r, size_t to, size_t from, size_t count) {
+    if (r->opt.wire == NEOX_BF16) neox_cast_bf16_to_f32(r->grads + to, r->wire + from, count);
+    else if (r->opt.wire == NEOX_F16) neox_cast_f16_to_f32(r->grads + to, r->wire + from, count);
+    else if (to != from) memmove(r->grads + to, r->grads + from, count * sizeof(float));
+    scale(r->grads + to, count, (float)(r->opt.predivide_factor / r->data->size));
 }
 
 void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
@@ -166,7 +188,6 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
                      i, b->begin, b->end, abs(b->pending), b->pending > 0 ? "never reported" : "reported more than once");
         if (!b->started) seconds += start_bucket(r, b);
     }
-    float after = (float)(r->opt.predivide_factor / r->data->size);
     size_t mine_lo, mine_hi;
     neox_grad_reducer_partition(r, r->data->rank, &mine_lo, &mine_hi);
     for (int i = 0; i < r->nbuckets; i++) {
@@ -175,14 +196,12 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         neox_wait(&b->req);
         seconds += neox_now() - t0;
         if (r->opt.zero_stage == 0) {
-            scale(r->grads + b->begin, b->end - b->begin, after);
+            land(r, b->begin, b->begin, b->end - b->begin);
         } else {
-            size_t lo = mine_lo > b->begin ? mine_lo : b->begin;
-            size_t count = (size_t)b->counts[r->data->rank];
-            if (count) {
-                memmove(r->grads + lo, r->grads + b->begin, count * sizeof(float));
-                scale(r->grads + lo, count, after);
-            }
+            // This rank's part of the bucket: where the reduce-scatter left it (the bucket's
+            // start), or in place after an all-reduce (reduce_scatter false).
+            size_t lo = mine_lo > b->begin ? mine_lo : b->begin, hi = mine_hi < b->end ? mine_hi : b->end;
+            if (hi > lo) land(r, lo, r->opt.all_reduce ? lo : b->begin, hi - lo);
         }
         b->started = 0;
         b->pending = b->total;

@@ -54,16 +54,26 @@ static void sgd_update(float *param, const float *grad, float *buf, size_t n, fl
     }
 }
 
-// ZeRO: every data-parallel rank updated its partition; each receives the others'.
+// ZeRO: every data-parallel rank updated its partition; each receives the others', in buckets of
+// allgather_bucket_size elements (DeepSpeed's zero_optimization.allgather_bucket_size): bucket
+// [s, e) of the flat parameter buffer is one in-place all-gather in which rank r contributes the
+// part of its partition inside it. Values are copied, not combined, so results do not depend on it.
 static void gather_partitions(neox_trainer *t) {
     neox_comm *data = &t->grid->data;
+    size_t n = t->model->num_floats;
+    int64_t b = neox_config_has(t->cfg, "zero_allgather_bucket_size") ? neox_config_int(t->cfg, "zero_allgather_bucket_size") : 0;
+    size_t step = b > 0 && (size_t)b < n ? (size_t)b : n;
     int *counts = neox_malloc((size_t)data->size * sizeof(int));
-    for (int r = 0; r < data->size; r++) {
-        size_t lo, hi;
-        neox_grad_reducer_partition(t->reducer, r, &lo, &hi);
-        counts[r] = (int)(hi - lo);
+    for (size_t s = 0; s < n; s += step) {
+        size_t e = s + step < n ? s + step : n;
+        for (int r = 0; r < data->size; r++) {
+            size_t lo, hi;
+            neox_grad_reducer_partition(t->reducer, r, &lo, &hi);
+            lo = lo > s ? lo : s, hi = hi < e ? hi : e;
+            counts[r] = hi > lo ? (int)(hi - lo) : 0;
+        }
+        neox_allgatherv_inplace(data, t->model->param_buf + s, counts, NEOX_F32);
     }
-    neox_allgatherv_inplace(data, t->model->param_buf, counts, NEOX_F32);
     free(counts);
 }
 

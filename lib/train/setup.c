@@ -116,8 +116,27 @@ static const neox_value *zero_field(const neox_config *cfg, const char *field) {
     return neox_config_has(cfg, "zero_optimization") ? neox_value_get(neox_config_value(cfg, "zero_optimization"), field) : NULL;
 }
 
+// communication_data_type (DeepSpeed: fp32, fp16 or bf16, any case) and fp32_allreduce: the type
+// gradients travel in. Unset: fp32, the type of neox.c's gradients; a 16-bit type with
+// fp32_allreduce true contradicts it and is refused.
+static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *err) {
+    *wire = NEOX_F32;
+    const neox_value *v = neox_config_has(cfg, "communication_data_type") ? neox_config_value(cfg, "communication_data_type") : NULL;
+    if (!v || v->kind == NEOX_VALUE_NULL) return 0;
+    const char *names[] = {"fp32", "fp16", "bf16"};
+    neox_dtype types[] = {NEOX_F32, NEOX_F16, NEOX_BF16};
+    int found = -1;
+    for (int i = 0; v->kind == NEOX_VALUE_STRING && i < 3; i++)
+        if (strcasecmp(v->string, names[i]) == 0) found = i;
+    if (found < 0) return neox_fail(err, NEOX_EXIT_USAGE, "communication_data_type: expected fp32, fp16 or bf16");
+    *wire = types[found];
+    if (*wire != NEOX_F32 && neox_config_bool(cfg, "fp32_allreduce"))
+        return neox_fail(err, NEOX_EXIT_USAGE, "communication_data_type %s contradicts fp32_allreduce: true", names[found]);
+    return 0;
+}
+
 // Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap.
-static void setup_reducer(neox_trainer *t) {
+static void setup_reducer(neox_trainer *t, neox_dtype wire) {
     const neox_model *m = t->model;
     t->zero_stage = (int)config_int_or(t->cfg, "zero_stage", 0);
     const neox_value *overlap = zero_field(t->cfg, "overlap_comm");
@@ -127,7 +146,8 @@ static void setup_reducer(neox_trainer *t) {
     int64_t bucket = config_int_or(t->cfg, "zero_reduce_bucket_size", 500000000);
     double predivide = neox_config_has(t->cfg, "gradient_predivide_factor") ? neox_config_float(t->cfg, "gradient_predivide_factor") : 1.0;
     neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
-                                    .overlap = t->overlap_comm, .predivide_factor = predivide};
+                                    .all_reduce = !neox_config_bool(t->cfg, "zero_reduce_scatter"),
+                                    .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire};
     t->reducer = neox_grad_reducer_make(&t->grid->data, m->grad_buf, m->num_floats, offset, size, m->nparams, &ro);
     free(offset);
     free(size);
@@ -141,7 +161,9 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
         return -1;
     size_t n = t->model->num_floats;
     t->part_begin = 0, t->part_end = n;
-    if (t->grid->data_size > 1) setup_reducer(t);
+    neox_dtype wire;
+    if (read_wire_type(t->cfg, &wire, err) != 0) return -1;
+    if (t->grid->data_size > 1) setup_reducer(t, wire);
     else if (config_int_or(t->cfg, "zero_stage", 0) > 0 && t->rank0 && !t->opts.quiet)
         neox_notice("zero_optimization.stage %lld: nothing to partition at data-parallel size 1",
                     (long long)config_int_or(t->cfg, "zero_stage", 0));

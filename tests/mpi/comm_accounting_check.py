@@ -3,6 +3,11 @@
   logged NAME CONFIG MICRO ACCUM RUN   every metrics.jsonl record's per-iteration bytes of each group
                                        and operation equal the analytical per-step volume of the layout
                                        (layouts_check.expected), and comm/bytes is their total
+                                       (NAME may also be dp2bf16: dp2 with bf16 gradients on the wire;
+                                       dp2z1ar: ZeRO-1 with reduce_scatter false, which all-reduces)
+  gather_calls CONFIG RUN BUCKET       every record has ceil(n / BUCKET) parameter all-gathers of 4n
+                                       bytes in all per step (allgather_bucket_size)
+  losses A B TOL                       A's and B's logged losses agree within TOL relative
   summary RUN [OPS]                    log_dir/comms_summary.txt (comms_logger) per rank, group and
                                        operation: counts, bytes (count x message size) and total latency
                                        equal comm_stats.json's; with OPS (comma-separated) only those
@@ -12,14 +17,44 @@ import json
 import re
 import sys
 
-from layouts_check import expected
+from layouts_check import expected, metrics, param_count
 
 GROUPS = ("data", "model", "pipe", "embed")
 UNITS = {"B": 1, "KB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3}
 
 
+def volume(name, c, micro, accum):
+    """The analytical per-step bytes, with the variants the communication options make."""
+    if name == "dp2bf16":  # the gradient in 2 bytes; the loss and gradient norm (8 bytes) stay fp32
+        return {"data": {"all_reduce": (expected("dp2", c, micro, accum)["data"]["all_reduce"] - 8) // 2 + 8}}
+    if name == "dp2z1ar":  # reduce_scatter false: the gradient is all-reduced, then the partition kept
+        z1 = expected("dp2z1", c, micro, accum)["data"]
+        return {"data": {"all_reduce": z1["reduce_scatter"] + z1["all_reduce"], "all_gather": z1["all_gather"]}}
+    return expected(name, c, micro, accum)
+
+
+def gather_calls(config, run, bucket):
+    n = param_count(json.load(open(config)))
+    want = (-(-n // int(bucket)), 4 * n)
+    ok = True
+    for r in (json.loads(line) for line in open(f"{run}/log/metrics.jsonl") if '"comm/bytes"' in line):
+        got = (r.get("comm/data/all_gather/calls"), r.get("comm/data/all_gather/bytes"))
+        if got != want:
+            print(f"iteration {r['iteration']}: all-gather calls and bytes {got}, expected {want}")
+            ok = False
+    print(f"parameter all-gather per step: {want[0]} calls, {want[1]} bytes: {'as expected' if ok else 'differs'}")
+    return ok
+
+
+def losses(a, b, tol):
+    la, lb = ({k: v for k, v in metrics(r).items() if k[1] == "train/lm_loss"} for r in (a, b))
+    worst = max(abs(la[k] - lb[k]) / abs(la[k]) for k in la)
+    print(f"{len(la)} losses, largest relative difference {worst:.3g} (tolerance {tol})")
+    return bool(la) and la.keys() == lb.keys() and worst <= float(tol)
+
+
 def logged(name, config, micro, accum, run):
-    want = expected(name, json.load(open(config)), int(micro), int(accum))
+    want = volume(name, json.load(open(config)), int(micro), int(accum))
     records = [json.loads(line) for line in open(f"{run}/log/metrics.jsonl") if '"comm/bytes"' in line]
     ok = bool(records)
     for r in records:
@@ -92,4 +127,4 @@ def summary(run, ops=""):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    sys.exit(0 if {"logged": logged, "summary": summary}[cmd](*args) else 1)
+    sys.exit(0 if {"logged": logged, "summary": summary, "gather_calls": gather_calls, "losses": losses}[cmd](*args) else 1)
