@@ -388,6 +388,45 @@ static void test_timer_line_printed_with_breakdown(void **state) {
     free(text);
 }
 
+// Values added per step (communication accounting) are reported as the interval's mean per
+// iteration: in the JSONL record, and as a line under wall_clock_breakdown; cleared after a log.
+static void test_added_values(void **state) {
+    (void)state;
+    char *dir = neox_asprintf("%s/added", tmpdir);
+    neox_metrics_options o = {.rank = 0, .world_size = 2, .train_iters = 4, .log_interval = 2,
+                              .train_batch_size = 1, .seq_length = 4, .wall_clock_breakdown = 1, .log_dir = dir};
+    char *text = NULL;
+    size_t size = 0;
+    o.out = open_memstream(&text, &size);
+    o.clock = fake_clock;
+    neox_error err = {0};
+    neox_metrics *m = neox_metrics_open(&o, &err);
+    assert_non_null(m);
+    for (int i = 1; i <= 4; i++) {
+        neox_metrics_add(m, "comm/data/all_reduce/bytes", 100.0 * i);   // 150 then 350 per iteration
+        if (i <= 2) neox_metrics_add(m, "comm/bytes", 10.0);
+        fake_time += 1.0;
+        assert_int_equal(neox_metrics_step(m, &(neox_step_stats){.iteration = i, .lm_loss = 2.0, .grad_norm = NAN}, &err), 0);
+    }
+    fflush(o.out);
+    assert_non_null(strstr(text, "\ncommunication per iteration | comm/data/all_reduce/bytes: 150 | comm/bytes: 10\n"));
+    assert_non_null(strstr(text, "\ncommunication per iteration | comm/data/all_reduce/bytes: 350 | comm/bytes: 0\n"));
+    assert_int_equal(neox_metrics_close(m, &err), 0);
+    fclose(o.out);
+    char *path = neox_asprintf("%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4096];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_non_null(strstr(line, "\"comm/data/all_reduce/bytes\":150.0"));
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_non_null(strstr(line, "\"comm/data/all_reduce/bytes\":350.0"));
+    fclose(f);
+    free(path);
+    free(dir);
+    free(text);
+}
+
 static void test_eval_block(void **state) {
     (void)state;
     neox_metrics_options o = {.rank = 0, .world_size = 1, .train_iters = 2, .log_interval = 1};
@@ -440,6 +479,7 @@ int main(void) {
         cmocka_unit_test(test_interval_accounting),
         cmocka_unit_test(test_other_ranks_stay_silent),
         cmocka_unit_test(test_timer_line_printed_with_breakdown),
+        cmocka_unit_test(test_added_values),
         cmocka_unit_test(test_eval_block),
         cmocka_unit_test(test_bad_log_interval),
     };
