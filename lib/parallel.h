@@ -147,9 +147,9 @@ typedef struct neox_grad_reducer neox_grad_reducer;
 typedef struct neox_grad_reducer_options {
     size_t bucket_bytes;      // reduce_bucket_size x 4; 0 = one bucket
     int zero_stage;           // 0: all-reduce; 1, 2: reduce-scatter into partitions
-    int all_reduce;           // stages 1, 2 with reduce_scatter false: all-reduce, keep the partition
     int overlap;              // start buckets as they complete (overlap_comm); else all at finish
     double predivide_factor;  // gradient_predivide_factor: scale by 1/f before, f/data_size after
+    int all_reduce;           // stages 1, 2 with reduce_scatter false: all-reduce, keep the partition
     // communication_data_type: NEOX_F32 (0, the default), or NEOX_BF16 / NEOX_F16: each bucket is
     // cast into a 16-bit wire buffer, summed in fp32 by the collective, rounded, and cast back.
     neox_dtype wire;

@@ -1,6 +1,8 @@
 // grad_reducer_check.c: run under mpiexec; bucketed data-parallel gradient reduction gives the
 // mean gradient (ZeRO 0) or each rank's partition of it (ZeRO 1/2) for several bucket sizes, with
-// and without overlap and predivision. Prints TAP lines from rank 0.
+// and without overlap and predivision, with all-reduce instead of reduce-scatter under ZeRO
+// (reduce_scatter false) and with bf16/fp16 on the wire (within their rounding). Prints TAP lines
+// from rank 0.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,12 +21,14 @@ static void report(const char *name, int ok) {
 static float grad_value(int r, size_t i) { return (float)((r + 1) * (int)(i % 97)) * 0.25f; }
 static float mean_value(int ranks, size_t i) { return (float)(ranks + 1) / 2.0f * (float)(i % 97) * 0.25f; }
 
-static void run_case(int stage, size_t bucket_bytes, int overlap, double predivide) {
+static void run_case(int stage, size_t bucket_bytes, int overlap, double predivide, int all_reduce, neox_dtype wire) {
+    // 16-bit wire: each value and each sum is rounded to 8 (bf16) or 11 (fp16) significant bits.
+    float tol = wire == NEOX_BF16 ? 1e-2f : wire == NEOX_F16 ? 2e-3f : 1e-5f;
     enum { NPARAMS = 7 };
     size_t sizes[NPARAMS] = {5, 300, 1, 64, 1000, 17, 250}, offsets[NPARAMS], n = 0;
     for (int p = 0; p < NPARAMS; p++) offsets[p] = n, n += sizes[p];
     float *g = neox_malloc(n * sizeof(float));
-    neox_grad_reducer_options opt = {bucket_bytes, stage, overlap, predivide};
+    neox_grad_reducer_options opt = {bucket_bytes, stage, overlap, predivide, all_reduce, wire};
     neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
     int ok = 1;
     for (int step = 0; step < 2; step++) {  // the reducer resets itself between steps
@@ -34,11 +38,12 @@ static void run_case(int stage, size_t bucket_bytes, int overlap, double predivi
         size_t lo = 0, hi = n;
         if (stage > 0) neox_grad_reducer_partition(red, grid.data_rank, &lo, &hi);
         for (size_t i = lo; i < hi; i++)
-            ok &= fabsf(g[i] - mean_value(grid.data_size, i) * (float)(step + 1)) <= 1e-5f * (1.0f + fabsf(g[i]));
+            ok &= fabsf(g[i] - mean_value(grid.data_size, i) * (float)(step + 1)) <= tol * (1.0f + fabsf(g[i]));
     }
     char name[160];
-    snprintf(name, sizeof name, "zero stage %d, bucket %zu bytes (%d buckets), overlap %d, predivide %g", stage,
-             bucket_bytes, neox_grad_reducer_bucket_count(red), overlap, predivide);
+    snprintf(name, sizeof name, "zero stage %d, bucket %zu bytes (%d buckets), overlap %d, predivide %g%s, wire %s",
+             stage, bucket_bytes, neox_grad_reducer_bucket_count(red), overlap, predivide,
+             all_reduce && stage > 0 ? ", all-reduce" : "", neox_dtype_name(wire));
     report(name, ok);
     neox_grad_reducer_free(red);
     free(g);
@@ -50,14 +55,20 @@ int main(int argc, char **argv) {
     if (neox_parallel_init(&argc, &argv, &err) < 0 || neox_grid_make(&grid, 1, 1, &err) < 0) neox_die_error(&err);
     for (int stage = 0; stage <= 2; stage += 1)
         for (int overlap = 0; overlap <= 1; overlap++) {
-            run_case(stage, 0, overlap, 1.0);
-            run_case(stage, 1200, overlap, 1.0);
-            run_case(stage, 4, overlap, 2.0);
+            run_case(stage, 0, overlap, 1.0, 0, NEOX_F32);
+            run_case(stage, 1200, overlap, 1.0, 0, NEOX_F32);
+            run_case(stage, 4, overlap, 2.0, 0, NEOX_F32);
+            run_case(stage, 1200, overlap, 1.0, 0, NEOX_BF16);
+            run_case(stage, 4, overlap, 2.0, 0, NEOX_F16);
+            if (stage > 0) {
+                run_case(stage, 1200, overlap, 1.0, 1, NEOX_F32);
+                run_case(stage, 4, overlap, 2.0, 1, NEOX_BF16);
+            }
         }
     // Partitions tile the buffer in rank order.
     size_t sizes[1] = {10}, offsets[1] = {0};
     float g[10];
-    neox_grad_reducer_options opt = {0, 1, 1, 1.0};
+    neox_grad_reducer_options opt = {0, 1, 1, 1.0, 0, NEOX_F32};
     neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, 10, offsets, sizes, 1, &opt);
     size_t expect = 0, lo, hi;
     int ok = 1;

@@ -3,7 +3,8 @@
 # equal the analytical per-step volume that tests/mpi/layouts.sh checks comm_stats.json against; the
 # comms_logger summary (log_dir/comms_summary.txt) has comm_stats.json's calls, bytes and time per
 # rank, group and operation, obeys prof_all/prof_ops, and rank 0 prints it; wall_clock_breakdown
-# prints the per-step communication line; a bad prof_ops entry is refused.
+# prints the per-step communication line; verbose logs each step's operations on rank 0; a bad
+# prof_ops entry is refused.
 source tests/lib.sh
 
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
@@ -41,6 +42,10 @@ config ops neox 2 2 3 "$QUIET"', "comms_logger": {"enabled": true, "prof_all": f
 check "prof_all false: a run" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/ops.yml"
 check "prof_all false: the summary holds only prof_ops' operations (DeepSpeed's names accepted)" \
     "$PY" tests/mpi/comm_accounting_check.py summary "$T/ops" all_gather,reduce_scatter
+config verbose neox 2 2 2 "$QUIET"', "comms_logger": {"enabled": false, "verbose": true}'
+check "verbose: a run" sh -c "'$MPIEXEC' -n 2 '$TRAIN' '$T/verbose.yml' >'$T/verbose.out' 2>&1"
+check "verbose: rank 0 (only) logs each step's operations" \
+    test "$(grep -c 'comm op: all_reduce | group: data | iteration 2 | calls: 2 |' "$T/verbose.out")" = 1
 config off neox 2 2 2 ', "do_valid": false, "do_test": false'
 check "without comms_logger: a run" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/off.yml"
 check "without comms_logger: no summary file" test ! -e "$T/off/log/comms_summary.txt"
