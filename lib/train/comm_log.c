@@ -45,7 +45,10 @@ static int flag(const neox_value *map, const char *key, int fallback) {
 int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out, neox_error *err) {
     memset(out, 0, sizeof *out);
     out->prof_all = 1;
+    // GPT-NeoX's own configs pass it inside deepspeed_extra_args (configs/19M.yml); the top-level key wins.
     const neox_value *v = neox_config_has(cfg, "comms_logger") ? neox_config_value(cfg, "comms_logger") : NULL;
+    if ((!v || v->kind != NEOX_VALUE_MAP) && neox_config_has(cfg, "deepspeed_extra_args"))
+        v = neox_value_get(neox_config_value(cfg, "deepspeed_extra_args"), "comms_logger");
     if (!v || v->kind != NEOX_VALUE_MAP) return 0;
     out->enabled = flag(v, "enabled", 0);
     out->verbose = flag(v, "verbose", 0);

@@ -46,6 +46,10 @@ config verbose neox 2 2 2 "$QUIET"', "comms_logger": {"enabled": false, "verbose
 check "verbose: a run" sh -c "'$MPIEXEC' -n 2 '$TRAIN' '$T/verbose.yml' >'$T/verbose.out' 2>&1"
 check "verbose: rank 0 (only) logs each step's operations" \
     test "$(grep -c 'comm op: all_reduce | group: data | iteration 2 | calls: 2 |' "$T/verbose.out")" = 1
+config extra neox 2 2 2 "$QUIET"', "deepspeed_extra_args": {"comms_logger": {"enabled": true}}'
+check "comms_logger inside deepspeed_extra_args (as GPT-NeoX's configs pass it): a run" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/extra.yml"
+check "comms_logger inside deepspeed_extra_args: the summary's totals equal comm_stats.json's" \
+    "$PY" tests/mpi/comm_accounting_check.py summary "$T/extra"
 config off neox 2 2 2 ', "do_valid": false, "do_test": false'
 check "without comms_logger: a run" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/off.yml"
 check "without comms_logger: no summary file" test ! -e "$T/off/log/comms_summary.txt"
