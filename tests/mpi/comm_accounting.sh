@@ -18,7 +18,7 @@ command -v "$MPIEXEC" >/dev/null || { skip "communication accounting" "$MPIEXEC 
 python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
 check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
     --tokenizer-type CharLevelTokenizer --append-eod
-source tests/mpi/layout_config.sh
+source tests/layout_config.sh
 
 LOGGER=', "comms_logger": {"enabled": true, "verbose": false, "prof_all": true, "debug": false}'
 Z1=', "zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_bucket_size": 3000}'

@@ -18,7 +18,7 @@ command -v "$MPIEXEC" >/dev/null || { skip "communication options" "$MPIEXEC is 
 python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
 check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
     --tokenizer-type CharLevelTokenizer --append-eod
-source tests/mpi/layout_config.sh
+source tests/layout_config.sh
 
 run() {  # run NAME EXTRA: 10 steps on dp2 and the export
     config "$1" neox 2 2 10 "$2"

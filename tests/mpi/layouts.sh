@@ -20,7 +20,7 @@ python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
 check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
     --tokenizer-type CharLevelTokenizer --append-eod
 
-source tests/mpi/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
+source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 
 # run NAME RANKS: trains $T/NAME.yml on RANKS ranks and exports the final parameters.
 run() {

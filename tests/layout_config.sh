@@ -1,6 +1,6 @@
-# tests/mpi/layout_config.sh: the small model of the layout tests (tests/mpi/layouts.sh,
-# tests/mpi/comm_accounting.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes $T/NAME.yml training
-# on $T/docs_text_document with logs in $T/NAME/log and checkpoints in $T/NAME/ckpt.
+# tests/layout_config.sh: the small model of the MPI layout tests (tests/mpi/layouts.sh,
+# tests/mpi/comm_accounting.sh, tests/mpi/comm_options.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes
+# $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt.
 # config NAME KIND MICRO ACCUM ITERS EXTRA: KIND neox (layernorm, gelu, parallel residual, tied) or llama.
 config() {
     local arch
