@@ -242,7 +242,7 @@ void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source
 // Waits by polling with MPI_Test and yielding the core between polls, where MPI_Wait would spin:
 // CPU ranks often share cores (with each other or other work), and a rank waiting for a peer
 // should let that peer run. Measured with dp2 on a loaded 2-core machine: the overlapped gradient
-// reduction's exposed time fell 2.5-4x (bench/parallel.sh; docs/parallel.md). With a core to
+// reduction's exposed time fell 2.4-3.8x (bench/parallel.sh; docs/parallel.md). With a core to
 // itself sched_yield returns at once and this is MPI_Wait's spin.
 void neox_wait(neox_request *req) {
     if (!req->active) return;
