@@ -106,7 +106,9 @@ static double start_bucket(neox_grad_reducer *r, bucket *b) {
     size_t len = b->end - b->begin;
     scale(x, len, (float)(1.0 / r->opt.predivide_factor));
     double t0 = neox_now();
-    if (r->opt.zero_stage == 0) neox_iallreduce_sum(r->data, x, len, NEOX_F32, &b->req);
+    if (r->opt.zero_stage == 0 && r->opt.hier_intra && r->opt.hier_intra->size > 0)
+        neox_hier_allreduce_sum(r->opt.hier_intra, r->opt.hier_inter, x, len, NEOX_F32);  // blocking: 3 steps
+    else if (r->opt.zero_stage == 0) neox_iallreduce_sum(r->data, x, len, NEOX_F32, &b->req);
     // In place: the result for this rank lands at the start of the bucket; finish moves it home.
     else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, x, b->counts, NEOX_F32, &b->req);
     b->started = 1;
