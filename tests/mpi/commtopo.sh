@@ -76,6 +76,7 @@ pair() {
     else
         check "$1: sparse_gradients follows the dense run within 1e-5" \
             "$PY" tests/mpi/layouts_check.py same "$T/$1-dense" "$T/$1-sparse"
+        "$PY" tests/mpi/layouts_check.py identical "$T/$1-dense" "$T/$1-sparse" | sed 's/^/# (information) bit for bit? /'
     fi
 }
 pair dp2 llama 2 2 2 "$ZO" identical
@@ -107,6 +108,7 @@ config dp4-hier neox 2 1 20 "$ZO"
 run dp4-hier 4
 check "hierarchical (2 nodes of 2): follows the flat dp4 run within 1e-5" \
     "$PY" tests/mpi/layouts_check.py same "$T/dp4flat" "$T/dp4-hier"
+"$PY" tests/mpi/layouts_check.py identical "$T/dp4flat" "$T/dp4-hier" | sed 's/^/# (information) bit for bit? /'
 volume vhier neox 4 ""
 check "hierarchical: intra-node reduce + broadcast, leader-only inter-node all-reduce bytes" \
     "$PY" tests/mpi/commtopo_check.py hier "$T/dp2tied-dense/hf/config.json" "$T/vhier-4" "$T/vhier-6" 2
