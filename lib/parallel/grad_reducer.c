@@ -1,7 +1,8 @@
 // grad_reducer.c: data-parallel gradient reduction in buckets that start while backward is still
 // running (see parallel.h). A bucket is a contiguous range of the flat gradient buffer; under ZeRO
 // stages 1 and 2 its reduce-scatter splits it at the partition boundaries, which are contiguous too,
-// so every rank receives exactly the part of the bucket inside its own partition.
+// so every rank receives exactly the part of the bucket inside its own partition. Across nodes,
+// stage 0 can sum each bucket with the hierarchical all-reduce instead (hierarchical.c).
 //
 // It also times its own communication calls for the benchmark (neox_grad_reducer_timing): per
 // reduction (one finish), the seconds spent in finish's calls and in the calls made during backward.

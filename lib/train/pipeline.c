@@ -178,8 +178,12 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (!t->reducer) return;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE);
     neox_timer_start(timer);
-    if (!t->local_grads) neox_train_sparse_reduce(t), neox_grad_reducer_finish(t->reducer);
-    else neox_train_compress_grads(t);
+    if (!t->local_grads) {
+        neox_train_sparse_reduce(t);  // sparse_gradients: the embedding, outside the buckets
+        neox_grad_reducer_finish(t->reducer);
+    } else {
+        neox_train_compress_grads(t);
+    }
     neox_timer_stop(timer);
     if (t->zero_stage != 2) return;
     // ZeRO-2: keep this micro-batch's reduced partition and clear the buffer for the next one.
