@@ -21,7 +21,7 @@ const char *neox_dtype_name(neox_dtype dt) {
 
 const char *neox_comm_op_name(neox_comm_op op) {
     static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                  "send",       "recv",           "barrier",    "all_to_all"};
+                                  "send",       "recv",           "barrier",    "all_to_all", "reduce"};
     return names[op];
 }
 
@@ -201,6 +201,18 @@ void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source,
     double t0 = neox_now();
     chunked(c, NEOX_COMM_RECV, buf, count, dt, source, tag);
     account(c, NEOX_COMM_RECV, count * neox_dtype_size(dt), neox_now() - t0);
+}
+
+void neox_reduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
+    double t0 = neox_now();
+    size_t esize = neox_dtype_size(dt);
+    for (size_t done = 0; done < count && c->size > 1;) {
+        size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
+        char *p = (char *)buf + done * esize;
+        MPI_Reduce(c->rank == root ? MPI_IN_PLACE : p, p, (int)n, mpi_type(dt), sum_op(dt), root, c->mpi);
+        done += n;
+    }
+    account(c, NEOX_COMM_REDUCE, count * esize, neox_now() - t0);
 }
 
 void neox_barrier(neox_comm *c) {

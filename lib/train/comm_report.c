@@ -1,6 +1,7 @@
 // comm_report.c: what every rank's communicators moved over the run, gathered to rank 0 and
 // written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
-// model, pipe, embed, world) and per operation, the calls, payload bytes, bytes sent and seconds
+// model, pipe, embed, world; data_intra and data_inter under the
+// hierarchical all-reduce) and per operation, the calls, payload bytes, bytes sent and seconds
 // blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h).
 // Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.
 #include <jansson.h>
@@ -9,10 +10,10 @@
 
 #include "internal.h"
 
-enum { NGROUPS = 5 };
+enum { NGROUPS = 7 };
 
 static neox_comm *group(neox_grid *g, int i) {
-    neox_comm *groups[NGROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed};
+    neox_comm *groups[NGROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter};
     return groups[i];
 }
 
@@ -23,7 +24,7 @@ static json_t *reduction_json(const neox_grad_reducer_timing *t) {
 }
 
 static json_t *rank_json(const neox_comm_stats *stats, const neox_grad_reducer_timing *reduction, const int *coords) {
-    static const char *names[NGROUPS] = {"world", "pipe", "data", "model", "embed"};
+    static const char *names[NGROUPS] = {"world", "pipe", "data", "model", "embed", "data_intra", "data_inter"};
     json_t *groups = json_object();
     for (int i = 0; i < NGROUPS; i++) {
         json_t *ops = json_object();

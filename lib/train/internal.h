@@ -69,6 +69,8 @@ struct neox_trainer {
     neox_onebit *grad_onebit;      // gradient_compression: onebit (AdamW/SGD with compressed gradients)
     neox_powersgd *grad_powersgd;  // gradient_compression: powersgd
     int64_t compress_start;        // gradient_compression_start: uncompressed updates before it
+    neox_sparse_rows *sparse;      // sparse_gradients: the input embedding's row-sparse reduction
+    int reducer_first;             // first parameter in the reducer's buckets (1 when sparse takes the embedding)
 
     // Pipeline (the model's activation slots hold the micro-batches in flight on this stage).
     float *pipe_grad_send;         // (B, T, C): the input gradient in flight to the previous stage
@@ -140,6 +142,15 @@ void neox_train_compress_grads(neox_trainer *t);
 void neox_train_onebit_update(neox_trainer *t, double lr, int64_t step);
 // Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.
 int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts);
+
+// ---- sparse_gradients (sparse_embedding.c) ---------------------------------------------------
+// Refuses combinations it cannot serve; creates t->sparse for an untied input embedding (needs
+// the model, the grid and t->zero_stage).
+int neox_train_setup_sparse(neox_trainer *t, neox_error *err);
+// Marks the rows of a training micro-batch's input tokens.
+void neox_train_sparse_touch(neox_trainer *t, const neox_batch *b);
+// Averages the embedding's gradient over the data group (before the dense buckets finish).
+void neox_train_sparse_reduce(neox_trainer *t);
 
 // ---- checkpoints (checkpoint.c) -------------------------------------------------------------
 int neox_train_save(neox_trainer *t, neox_error *err);
