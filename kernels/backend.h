@@ -69,6 +69,9 @@ extern "C" {
                     float eps, float weight_decay, long step))                                                        \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
                              float lr, float beta1, float beta2, float eps, long step))                               \
+    X(void, adam_moments, (float *m, float *v, const float *grad, size_t n, float beta1, float beta2))                \
+    X(void, onebit_adam_apply, (float *param, const float *m, const float *v, size_t n, float lr, float eps,           \
+                                float weight_decay))                                                                  \
     X(void, cast_f32_to_bf16, (uint16_t *out, const float *inp, size_t n))                                            \
     X(void, cast_bf16_to_f32, (float *out, const uint16_t *inp, size_t n))                                            \
     X(void, cast_f32_to_f16, (uint16_t *out, const float *inp, size_t n))                                             \

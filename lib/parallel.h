@@ -26,6 +26,7 @@ typedef enum {
     NEOX_COMM_RECV,
     NEOX_COMM_BARRIER,
     NEOX_COMM_ALLTOALL,
+    NEOX_COMM_REDUCE,
     NEOX_COMM_OP_COUNT,
 } neox_comm_op;
 const char *neox_comm_op_name(neox_comm_op op);
@@ -71,6 +72,9 @@ typedef struct neox_grid {
     // The first and last pipe stage of one (data, model) coordinate, which both hold the tied
     // input embedding (pipe_size > 1 only; size 0 on middle stages and without pipelining).
     neox_comm embed;
+    // Hierarchical data-parallel all-reduce (hierarchical.c): the data group's ranks on this node
+    // and the nodes' leaders; size 0 when the data group is on one node or one rank per node.
+    neox_comm data_intra, data_inter;
 } neox_grid;
 
 // Initialises MPI (thread level FUNNELED), tags log messages with the rank and makes neox_die()
@@ -100,6 +104,9 @@ void neox_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int ro
 void neox_send(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag);
 void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag);
 void neox_barrier(neox_comm *c);
+// Sum to root (payload: the buffer; sent (p-1)/p of it, as reduce-scatter + gather). buf is
+// overwritten on every rank (MPI_IN_PLACE at the root; elsewhere its contents are unspecified).
+void neox_reduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root);
 // send holds c->size blocks of block_count elements, block r for rank r; recv receives block q of
 // every rank q at block q (payload counted: the whole send buffer).
 void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt);
@@ -153,6 +160,9 @@ typedef struct neox_grad_reducer_options {
     // communication_data_type: NEOX_F32 (0, the default), or NEOX_BF16 / NEOX_F16: each bucket is
     // cast into a 16-bit wire buffer, summed in fp32 by the collective, rounded, and cast back.
     neox_dtype wire;
+    // Stage 0 only: when set (size > 0), each bucket is summed by the hierarchical all-reduce over
+    // these groups (blocking, when the bucket starts) instead of the flat all-reduce.
+    neox_comm *hier_intra, *hier_inter;
 } neox_grad_reducer_options;
 
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
@@ -219,5 +229,29 @@ void neox_powersgd_free(neox_powersgd *o);
 void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
 // The state: which 0, this rank's error; 1, the shared Q factors.
 float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count);
+
+// ---- sparse embedding gradients (sparse_grad.c) ----------------------------------------------
+// sparse_gradients: a (rows x width) gradient block holding global rows [row_begin, row_begin +
+// rows) averaged over the group as (row ids, rows) for the rows touched on some rank: an all-gather
+// of counts, of ids and of rows (variable counts), summed in rank order. Untouched rows must be
+// zero on every rank (they are left as they are). Equal to the dense all-reduce (bit for bit at 2
+// ranks; see the file). predivide as gradient_predivide_factor.
+typedef struct neox_sparse_rows neox_sparse_rows;
+neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, int64_t rows, int64_t width, int64_t row_begin, double predivide);
+void neox_sparse_rows_free(neox_sparse_rows *s);
+// Marks the rows of these global token ids (ids outside the block are ignored).
+void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n);
+// grad (rows x width) becomes the mean over the group; the touched marks are cleared.
+void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad);
+
+// ---- hierarchical all-reduce (hierarchical.c) -------------------------------------------------
+// Splits c into nodes (MPI_COMM_TYPE_SHARED, or NEOX_RANKS_PER_NODE=k consecutive ranks) and returns
+// the number of nodes with intra (this node's ranks of c) and inter (one leader per node; size 0
+// elsewhere) created, or 0 (nothing created) when there is one node or no node has two ranks.
+// Collective over c.
+int neox_hier_make(neox_comm *c, neox_comm *intra, neox_comm *inter);
+void neox_hier_free(neox_comm *intra, neox_comm *inter);
+// Reduce to the node leader, all-reduce among leaders, broadcast within the node.
+void neox_hier_allreduce_sum(neox_comm *intra, neox_comm *inter, void *buf, size_t count, neox_dtype dt);
 
 #endif

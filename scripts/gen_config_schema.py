@@ -95,7 +95,7 @@ UNSUPPORTED = {
     "s3_path": "checkpoint upload to S3",
     "train_epochs": "training by epochs (set train_iters)",
     "use_mup": "muP", "coord_check": "muP coordinate check", "save_base_shapes": "muP base shapes",
-    "sparse_gradients": "sparse gradients", "amp": "apex AMP", "curriculum_learning": "curriculum learning",
+    "amp": "apex AMP", "curriculum_learning": "curriculum learning",
     "curriculum_seqlen": "curriculum learning", "sparse_attention": "sparse attention",
     "data_efficiency": "DeepSpeed data efficiency", "elasticity": "DeepSpeed elasticity",
     "compression_training": "DeepSpeed compression training",

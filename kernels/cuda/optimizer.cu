@@ -169,3 +169,39 @@ extern "C" double neox_cuda_sum_squares(const float *x, size_t n) {
     neox_segment all = {0, n, 0.0f};
     return neox_cuda_sum_squares_segments(x, &all, 1);
 }
+
+// ---- 1-bit Adam (kernels/cpu/optimizer.c's neox_adam_moments, neox_onebit_adam_apply) ----------
+// m, v, grad: (n); v may be NULL (the frozen variance). Rounded as the CPU rounds, no FMA.
+__global__ void adam_moments_kernel(float *m, float *v, const float *grad, size_t n, float beta1, float beta2) {
+    float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = grad[i];
+        m[i] = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(omb1, g));
+        if (v) v[i] = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(omb2, g), g));
+    }
+}
+
+// param, m, v: (n); param -= lr * (m / (sqrt(v) + eps) + weight_decay * param).
+__global__ void onebit_adam_apply_kernel(float *param, const float *m, const float *v, size_t n, float lr, float eps,
+                                         float weight_decay) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float update = __fdiv_rn(m[i], __fadd_rn(__fsqrt_rn(v[i]), eps));
+        if (weight_decay > 0.0f) update = __fadd_rn(update, __fmul_rn(weight_decay, param[i]));
+        param[i] = __fadd_rn(param[i], __fmul_rn(-lr, update));
+    }
+}
+
+extern "C" void neox_cuda_adam_moments(float *m, float *v, const float *grad, size_t n, float beta1, float beta2) {
+    if (n == 0) return;
+    adam_moments_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(m, v, grad, n, beta1,
+                                                                                                    beta2);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_onebit_adam_apply(float *param, const float *m, const float *v, size_t n, float lr, float eps,
+                                            float weight_decay) {
+    if (n == 0) return;
+    onebit_adam_apply_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+        param, m, v, n, lr, eps, weight_decay);
+    CUDA_LAUNCHED();
+}

@@ -783,7 +783,7 @@ const neox_key_spec neox_key_specs[] = {
      .feature = NULL, .group = "NeoXArgsDeepspeedConfig", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "sparse_gradients", .type = NEOX_TYPE_BOOL, .default_text = "false", .choices = NULL, .supported = NULL,
-     .feature = "sparse gradients", .group = "NeoXArgsDeepspeedConfig", .use = NEOX_KEY_UNSUPPORTED, .nullable = 0, .derived = 0,
+     .feature = NULL, .group = "NeoXArgsDeepspeedConfig", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "fp16", .type = NEOX_TYPE_DICT, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsDeepspeedConfig", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,

@@ -1,7 +1,8 @@
 // grad_reducer.c: data-parallel gradient reduction in buckets that start while backward is still
 // running (see parallel.h). A bucket is a contiguous range of the flat gradient buffer; under ZeRO
 // stages 1 and 2 its reduce-scatter splits it at the partition boundaries, which are contiguous too,
-// so every rank receives exactly the part of the bucket inside its own partition.
+// so every rank receives exactly the part of the bucket inside its own partition. Across nodes,
+// stage 0 can sum each bucket with the hierarchical all-reduce instead (hierarchical.c).
 //
 // It also times its own communication calls for the benchmark (neox_grad_reducer_timing): per
 // reduction (one finish), the seconds spent in finish's calls and in the calls made during backward.
@@ -120,7 +121,9 @@ static double start_bucket(neox_grad_reducer *r, bucket *b) {
     if (r->opt.wire == NEOX_F16) neox_cast_f32_to_f16(r->wire + b->begin, x, len);
     void *w = wire_of(r, b->begin);
     double t0 = neox_now();
-    if (r->opt.all_reduce) neox_iallreduce_sum(r->data, w, len, r->opt.wire, &b->req);
+    if (r->opt.zero_stage == 0 && r->opt.hier_intra && r->opt.hier_intra->size > 0)
+        neox_hier_allreduce_sum(r->opt.hier_intra, r->opt.hier_inter, w, len, r->opt.wire);  // blocking: 3 steps
+    else if (r->opt.all_reduce) neox_iallreduce_sum(r->data, w, len, r->opt.wire, &b->req);
     // In place: the result for this rank lands at the start of the bucket; finish moves it home.
     else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, w, b->counts, r->opt.wire, &b->req);
     b->started = 1;

@@ -11,10 +11,11 @@
 
 #include "internal.h"
 
-static const char *group_names[NEOX_TRAIN_COMM_GROUPS] = {"world", "pipe", "data", "model", "embed"};
+static const char *group_names[NEOX_TRAIN_COMM_GROUPS] = {"world", "pipe", "data", "model", "embed", "data_intra", "data_inter"};
 
 neox_comm *neox_train_comm_group(neox_grid *g, int i, const char **name) {
-    neox_comm *groups[NEOX_TRAIN_COMM_GROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed};
+    neox_comm *groups[NEOX_TRAIN_COMM_GROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra,
+                                                 &g->data_inter};
     if (name) *name = group_names[i];
     return groups[i];
 }
@@ -179,7 +180,8 @@ int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats
     if (!f) {
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write the communication summary", tmp);
     } else {
-        // Group sizes are the same on every rank except embed (size 0 on middle pipe stages, where it has no calls).
+        // Group sizes are the same on every rank except embed (size 0 on middle pipe stages, where it has no
+        // calls) and the node groups (data_intra, data_inter), whose sizes may differ by node.
         for (int r = 0; r < t->grid->world_size; r++) {
             fprintf(f, "rank %d\n", r);
             summary_rows(f, stats + (size_t)r * NEOX_TRAIN_COMM_GROUPS, sizes, &t->comms_logger);

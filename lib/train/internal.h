@@ -43,7 +43,7 @@ typedef struct neox_comms_logger {
     int enabled, verbose, prof_all, debug;
     unsigned prof_ops;             // bit per neox_comm_op, used when prof_all is false
 } neox_comms_logger;
-enum { NEOX_TRAIN_COMM_GROUPS = 5 };   // world, pipe, data, model, embed
+enum { NEOX_TRAIN_COMM_GROUPS = 7 };   // world, pipe, data, model, embed, data_intra, data_inter
 
 struct neox_trainer {
     const neox_config *cfg;
@@ -76,6 +76,8 @@ struct neox_trainer {
     neox_onebit *grad_onebit;      // gradient_compression: onebit (AdamW/SGD with compressed gradients)
     neox_powersgd *grad_powersgd;  // gradient_compression: powersgd
     int64_t compress_start;        // gradient_compression_start: uncompressed updates before it
+    neox_sparse_rows *sparse;      // sparse_gradients: the input embedding's row-sparse reduction
+    int reducer_first;             // first parameter in the reducer's buckets (1 when sparse takes the embedding)
 
     // Pipeline (the model's activation slots hold the micro-batches in flight on this stage).
     float *pipe_grad_send;         // (B, T, C): the input gradient in flight to the previous stage
@@ -150,6 +152,15 @@ void neox_train_onebit_update(neox_trainer *t, double lr, int64_t step);
 // Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.
 int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts);
 
+// ---- sparse_gradients (sparse_embedding.c) ---------------------------------------------------
+// Refuses combinations it cannot serve; creates t->sparse for an untied input embedding (needs
+// the model, the grid and t->zero_stage).
+int neox_train_setup_sparse(neox_trainer *t, neox_error *err);
+// Marks the rows of a training micro-batch's input tokens.
+void neox_train_sparse_touch(neox_trainer *t, const neox_batch *b);
+// Averages the embedding's gradient over the data group (before the dense buckets finish).
+void neox_train_sparse_reduce(neox_trainer *t);
+
 // ---- checkpoints (checkpoint.c) -------------------------------------------------------------
 int neox_train_save(neox_trainer *t, neox_error *err);
 // Loads SAVE/latest of load_dir (when there is one) as the config's load options say.
@@ -177,7 +188,7 @@ int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const 
                           float *dst, neox_error *err);
 
 // ---- communication accounting (comm_log.c) ----------------------------------------------------
-// Group i of the grid (0 world, 1 pipe, 2 data, 3 model, 4 embed) and its name.
+// Group i of the grid (0 world, 1 pipe, 2 data, 3 model, 4 embed, 5 data_intra, 6 data_inter) and its name.
 neox_comm *neox_train_comm_group(neox_grid *g, int i, const char **name);
 int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out, neox_error *err);
 // Around each step: the difference of every group's statistics goes to the metrics.

@@ -69,6 +69,7 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
         t->state.dropout_draws++;
     }
     neox_batch *b = t->batch;
+    if (r->training && stage_first(t)) neox_train_sparse_touch(t, b);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
     if (r->training) neox_timer_start(timer);
     int rc = neox_model_forward(m, stage_first(t) ? (const int *)b->tokens : NULL,
@@ -156,7 +157,7 @@ static void on_grads_ready(void *ctx, int begin, int end) {
     if (!t->reducer || !t->reduce_now || !t->overlap_comm || t->local_grads) return;
     int tied = tied_param(t);
     for (int p = begin; p < end; p++)
-        if (p != tied) neox_grad_reducer_ready(t->reducer, p);
+        if (p != tied && p >= t->reducer_first) neox_grad_reducer_ready(t->reducer, p - t->reducer_first);
     neox_grad_reducer_progress(t->reducer);
 }
 
@@ -177,8 +178,12 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (!t->reducer) return;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE);
     neox_timer_start(timer);
-    if (!t->local_grads) neox_grad_reducer_finish(t->reducer);
-    else neox_train_compress_grads(t);
+    if (!t->local_grads) {
+        neox_train_sparse_reduce(t);  // sparse_gradients: the embedding, outside the buckets
+        neox_grad_reducer_finish(t->reducer);
+    } else {
+        neox_train_compress_grads(t);
+    }
     neox_timer_stop(timer);
     if (t->zero_stage != 2) return;
     // ZeRO-2: keep this micro-batch's reduced partition and clear the buffer for the next one.

@@ -135,25 +135,40 @@ static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *
     return 0;
 }
 
-// Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap.
-static void setup_reducer(neox_trainer *t, neox_dtype wire) {
+// Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap; the
+// input embedding apart under sparse_gradients; the hierarchical all-reduce across nodes (stage 0).
+static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     const neox_model *m = t->model;
     t->zero_stage = (int)config_int_or(t->cfg, "zero_stage", 0);
     const neox_value *overlap = zero_field(t->cfg, "overlap_comm");
     t->overlap_comm = overlap && overlap->kind == NEOX_VALUE_BOOL ? overlap->boolean : 0;
-    size_t *offset = neox_malloc((size_t)m->nparams * sizeof *offset), *size = neox_malloc((size_t)m->nparams * sizeof *size);
-    for (int p = 0; p < m->nparams; p++) offset[p] = m->params[p].offset, size[p] = m->params[p].numel;
+    if (neox_train_setup_sparse(t, err) != 0) return -1;
+    int first = t->reducer_first = t->sparse ? 1 : 0, n = m->nparams - first;
+    size_t base = m->params[first].offset;
+    size_t *offset = neox_malloc((size_t)n * sizeof *offset), *size = neox_malloc((size_t)n * sizeof *size);
+    for (int p = 0; p < n; p++) offset[p] = m->params[first + p].offset - base, size[p] = m->params[first + p].numel;
     int64_t bucket = config_int_or(t->cfg, "zero_reduce_bucket_size", 500000000);
     double predivide = neox_config_has(t->cfg, "gradient_predivide_factor") ? neox_config_float(t->cfg, "gradient_predivide_factor") : 1.0;
     neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
                                     .all_reduce = !neox_config_bool(t->cfg, "zero_reduce_scatter"),
                                     .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire};
-    t->reducer = neox_grad_reducer_make(&t->grid->data, m->grad_buf, m->num_floats, offset, size, m->nparams, &ro);
+    neox_grid *g = t->grid;
+    if (t->zero_stage == 0 && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
+        ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
+        if (t->rank0 && !t->opts.quiet)
+            neox_info("data-parallel all-reduce: hierarchical (%d ranks per node on this node)", g->data_intra.size);
+    }
+    t->reducer = neox_grad_reducer_make(&g->data, m->grad_buf + base, m->num_floats - base, offset, size, n, &ro);
     free(offset);
     free(size);
-    neox_grad_reducer_partition(t->reducer, t->grid->data_rank, &t->part_begin, &t->part_end);
+    neox_grad_reducer_partition(t->reducer, g->data_rank, &t->part_begin, &t->part_end);
+    if (base > 0) {  // (stage 0 only) checkpoints cut the whole buffer, not the reducer's part of it
+        size_t all = m->num_floats, size = (size_t)g->data_size;
+        t->part_begin = all * (size_t)g->data_rank / size, t->part_end = all * ((size_t)g->data_rank + 1) / size;
+    }
     if (t->zero_stage == 2) t->grad_partition = neox_calloc(t->part_end - t->part_begin + 1, sizeof(float));
     if (t->overlap_comm) neox_train_install_grad_hook(t);
+    return 0;
 }
 
 static int setup_optimizer(neox_trainer *t, neox_error *err) {
@@ -163,7 +178,7 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->part_begin = 0, t->part_end = n;
     neox_dtype wire;
     if (read_wire_type(t->cfg, &wire, err) != 0) return -1;
-    if (t->grid->data_size > 1) setup_reducer(t, wire);
+    if (t->grid->data_size > 1 && setup_reducer(t, wire, err) != 0) return -1;
     else if (config_int_or(t->cfg, "zero_stage", 0) > 0 && t->rank0 && !t->opts.quiet)
         neox_notice("zero_optimization.stage %lld: nothing to partition at data-parallel size 1",
                     (long long)config_int_or(t->cfg, "zero_stage", 0));
@@ -307,6 +322,7 @@ void neox_trainer_free(neox_trainer *t) {
     for (int i = 0; i < 3; i++) neox_dataset_free(t->datasets[i]);
     neox_data_settings_release(&t->data_settings);
     if (t->reducer) neox_grad_reducer_free(t->reducer);
+    neox_sparse_rows_free(t->sparse);
     neox_onebit_free(t->onebit);
     neox_onebit_free(t->grad_onebit);
     neox_powersgd_free(t->grad_powersgd);

@@ -28,7 +28,8 @@ static void run_case(int stage, size_t bucket_bytes, int overlap, double predivi
     size_t sizes[NPARAMS] = {5, 300, 1, 64, 1000, 17, 250}, offsets[NPARAMS], n = 0;
     for (int p = 0; p < NPARAMS; p++) offsets[p] = n, n += sizes[p];
     float *g = neox_malloc(n * sizeof(float));
-    neox_grad_reducer_options opt = {bucket_bytes, stage, overlap, predivide, all_reduce, wire};
+    neox_grad_reducer_options opt = {.bucket_bytes = bucket_bytes, .zero_stage = stage, .overlap = overlap, .predivide_factor = predivide,
+                                     .all_reduce = all_reduce, .wire = wire};
     neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
     int ok = 1;
     for (int step = 0; step < 2; step++) {  // the reducer resets itself between steps
@@ -68,7 +69,7 @@ int main(int argc, char **argv) {
     // Partitions tile the buffer in rank order.
     size_t sizes[1] = {10}, offsets[1] = {0};
     float g[10];
-    neox_grad_reducer_options opt = {0, 1, 1, 1.0, 0, NEOX_F32};
+    neox_grad_reducer_options opt = {.bucket_bytes = 0, .zero_stage = 1, .overlap = 1, .predivide_factor = 1.0};
     neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, 10, offsets, sizes, 1, &opt);
     size_t expect = 0, lo, hi;
     int ok = 1;

@@ -518,6 +518,16 @@ static void test_optimizer(size_t n) {
     checkf(0, 1e-6, &p, "adamw_segments param (%d segments, gaps untouched)", nseg);
     checkf(0, 1e-6, &m, "adamw_segments exp_avg");
     checkf(0, 1e-6, &v, "adamw_segments exp_avg_sq");
+    // 1-bit Adam: moments (then the compression phase's frozen variance, v NULL) and the update.
+    cpu->adam_moments(m.h, v.h, g.h, n, 0.9f, 0.95f);
+    gpu->adam_moments(m.d, v.d, g.d, n, 0.9f, 0.95f);
+    cpu->adam_moments(m.h, NULL, x.h, n, 0.9f, 0.95f);
+    gpu->adam_moments(m.d, NULL, x.d, n, 0.9f, 0.95f);
+    checkf(0, 1e-6, &m, "adam_moments exp_avg (then v frozen)");
+    checkf(0, 1e-6, &v, "adam_moments exp_avg_sq");
+    cpu->onebit_adam_apply(p.h, m.h, v.h, n, 1e-3f, 1e-8f, 0.01f);
+    gpu->onebit_adam_apply(p.d, m.d, v.d, n, 1e-3f, 1e-8f, 0.01f);
+    checkf(0, 1e-6, &p, "onebit_adam_apply param");
     pair *all[] = {&x, &p, &g, &m, &v};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }

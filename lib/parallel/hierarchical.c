@@ -1,0 +1,67 @@
+// hierarchical.c: topology-aware all-reduce for a group whose ranks span several nodes: reduce to
+// one leader per node over the node's ranks (group "<name>_intra"), all-reduce among the leaders
+// (group "<name>_inter", the only traffic that leaves a node), broadcast within each node. Per
+// element a node then sends 2(N-1)/N across nodes for N nodes (the leaders' ring all-reduce)
+// instead of every rank sending 2(p-1)/p through the node's links.
+//
+// Nodes come from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). NEOX_RANKS_PER_NODE=k overrides that
+// and pretends nodes of k consecutive ranks of the group (for testing on one host).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel.h"
+
+static void name_comm(neox_comm *out, MPI_Comm mpi, const char *base, const char *suffix) {
+    out->mpi = mpi;
+    snprintf(out->name, sizeof out->name, "%.9s_%s", base, suffix);  // name[16]
+    memset(&out->stats, 0, sizeof out->stats);
+    out->rank = out->size = 0;
+    if (mpi != MPI_COMM_NULL) {
+        MPI_Comm_rank(mpi, &out->rank);
+        MPI_Comm_size(mpi, &out->size);
+    }
+}
+
+// The override's ranks per node, 0 without one; a bad value is an error naming the variable.
+static int ranks_per_node_override(void) {
+    const char *v = getenv("NEOX_RANKS_PER_NODE");
+    if (!v || !*v) return 0;
+    char *end;
+    long k = strtol(v, &end, 10);
+    if (*end || k < 1 || k > 1 << 20) neox_die(NEOX_EXIT_USAGE, "NEOX_RANKS_PER_NODE=%s: expected a positive number of ranks", v);
+    return (int)k;
+}
+
+int neox_hier_make(neox_comm *c, neox_comm *intra, neox_comm *inter) {
+    MPI_Comm node;
+    int k = ranks_per_node_override();
+    if (k > 0) MPI_Comm_split(c->mpi, c->rank / k, c->rank, &node);
+    else MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    int node_rank, node_size, leader, nodes, most;
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_size(node, &node_size);
+    leader = node_rank == 0;
+    MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, c->mpi);
+    MPI_Allreduce(&node_size, &most, 1, MPI_INT, MPI_MAX, c->mpi);
+    if (nodes <= 1 || most <= 1) {  // one node, or one rank per node: the flat all-reduce is the same thing
+        MPI_Comm_free(&node);
+        return 0;
+    }
+    MPI_Comm leaders;
+    MPI_Comm_split(c->mpi, leader ? 0 : MPI_UNDEFINED, c->rank, &leaders);
+    name_comm(intra, node, c->name, "intra");
+    name_comm(inter, leaders, c->name, "inter");
+    return nodes;
+}
+
+void neox_hier_free(neox_comm *intra, neox_comm *inter) {
+    if (intra->mpi != MPI_COMM_NULL && intra->mpi != 0) MPI_Comm_free(&intra->mpi);
+    if (inter->mpi != MPI_COMM_NULL && inter->mpi != 0) MPI_Comm_free(&inter->mpi);
+}
+
+void neox_hier_allreduce_sum(neox_comm *intra, neox_comm *inter, void *buf, size_t count, neox_dtype dt) {
+    neox_reduce_sum(intra, buf, count, dt, 0);
+    if (intra->rank == 0) neox_allreduce_sum(inter, buf, count, dt);
+    neox_broadcast(intra, buf, count, dt, 0);
+}

@@ -1,0 +1,109 @@
+// sparse_grad.c: sparse_gradients — the input embedding's gradient averaged over the data group as
+// (row ids, rows) for the rows each rank's tokens touched, instead of a dense all-reduce of the
+// whole vocabulary x hidden matrix. Three all-gathers: the counts, the ids, the rows (variable
+// counts); every rank then sums the gathered rows in rank order, so all ranks hold the same result.
+//
+// Exactness: a row nobody touched has gradient exactly zero on every rank, so it needs no message.
+// A touched row becomes ((0 + g_0) + g_1) + ... over the ranks that touched it, in rank order; the
+// dense all-reduce adds the same values (zeros for untouched copies) in MPI's order. For two ranks
+// both orders are g_0 + g_1 (addition commutes exactly), so the result is bit-identical; for more
+// ranks MPI may associate differently (for example (g_0 + g_1) + (g_2 + g_3)), a difference of a
+// few ulps per element (docs/communication.md).
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel.h"
+
+struct neox_sparse_rows {
+    neox_comm *c;
+    int64_t rows, width, row_begin;  // this rank's block of the embedding: global rows [row_begin, +rows)
+    double predivide;
+    uint8_t *touched;                // per local row: touched by this rank's tokens since the last reduce
+    int32_t *ids;                    // gathered ids (capacity cap_ids)
+    float *vals;                     // gathered rows
+    size_t cap_ids;
+    int *counts, *elems;             // per rank: ids, floats
+};
+
+neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, int64_t rows, int64_t width, int64_t row_begin, double predivide) {
+    neox_sparse_rows *s = neox_calloc(1, sizeof *s);
+    s->c = c, s->rows = rows, s->width = width, s->row_begin = row_begin;
+    s->predivide = predivide > 0 ? predivide : 1.0;
+    s->touched = neox_calloc((size_t)rows + 1, 1);
+    s->counts = neox_calloc((size_t)c->size, sizeof(int));
+    s->elems = neox_calloc((size_t)c->size, sizeof(int));
+    return s;
+}
+
+void neox_sparse_rows_free(neox_sparse_rows *s) {
+    if (!s) return;
+    free(s->touched), free(s->ids), free(s->vals), free(s->counts), free(s->elems), free(s);
+}
+
+void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int64_t r = (int64_t)ids[i] - s->row_begin;
+        if (r >= 0 && r < s->rows) s->touched[r] = 1;
+    }
+}
+
+static void reserve(neox_sparse_rows *s, size_t ids) {
+    if (ids <= s->cap_ids) return;
+    s->cap_ids = ids;
+    free(s->ids), free(s->vals);
+    s->ids = neox_malloc(ids * sizeof *s->ids);
+    s->vals = neox_malloc(ids * (size_t)s->width * sizeof *s->vals);
+}
+
+// Sums the gathered rows into grad, rank by rank, and scales the rows that were touched anywhere.
+static void sum_rows(neox_sparse_rows *s, float *grad, size_t total) {
+    size_t w = (size_t)s->width;
+    for (size_t i = 0; i < total; i++) memset(grad + (size_t)s->ids[i] * w, 0, w * sizeof(float));
+    for (size_t i = 0; i < total; i++) {
+        float *dst = grad + (size_t)s->ids[i] * w;
+        const float *src = s->vals + i * w;
+        for (size_t k = 0; k < w; k++) dst[k] += src[k];
+    }
+    float after = (float)(s->predivide / s->c->size);
+    if (after == 1.0f) return;
+    // Each distinct row once: the touched mask now marks the union.
+    memset(s->touched, 0, (size_t)s->rows);
+    for (size_t i = 0; i < total; i++) {
+        if (s->touched[s->ids[i]]) continue;
+        s->touched[s->ids[i]] = 1;
+        float *dst = grad + (size_t)s->ids[i] * w;
+        for (size_t k = 0; k < w; k++) dst[k] *= after;
+    }
+}
+
+void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad) {
+    neox_comm *c = s->c;
+    size_t w = (size_t)s->width;
+    int32_t mine = 0;
+    for (int64_t r = 0; r < s->rows; r++) mine += s->touched[r];
+    neox_allgather(c, &mine, s->counts, 1, NEOX_I32);
+    size_t total = 0, before = 0;
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank) before = total;
+        total += (size_t)s->counts[q];
+        if ((size_t)s->counts[q] * w > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "sparse gradients: %d rows of %zu are too many for one message", s->counts[q], w);
+        s->elems[q] = s->counts[q] * (int)w;
+    }
+    reserve(s, total ? total : 1);
+    // This rank's touched rows, ascending, at its place in the gathered buffers.
+    float inv = (float)(1.0 / s->predivide);
+    for (int64_t r = 0, k = 0; r < s->rows; r++) {
+        if (!s->touched[r]) continue;
+        size_t at = before + (size_t)k++;
+        s->ids[at] = (int32_t)r;
+        float *dst = s->vals + at * w;
+        memcpy(dst, grad + (size_t)r * w, w * sizeof(float));
+        if (inv != 1.0f)
+            for (size_t i = 0; i < w; i++) dst[i] *= inv;
+    }
+    neox_allgatherv_inplace(c, s->ids, s->counts, NEOX_I32);
+    neox_allgatherv_inplace(c, s->vals, s->elems, NEOX_F32);
+    sum_rows(s, grad, total);
+    memset(s->touched, 0, (size_t)s->rows);
+}

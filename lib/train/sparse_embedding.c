@@ -1,0 +1,48 @@
+// sparse_embedding.c: the trainer's side of sparse_gradients (GPT-NeoX/DeepSpeed key): the input
+// embedding's gradient leaves the dense data-parallel buckets and is averaged as (row ids, rows)
+// for the rows the step's tokens touched (lib/parallel/sparse_grad.c). Combinations that would
+// break the equality with dense reduction are refused by name, or fall back to dense with a notice.
+#include <string.h>
+
+#include "internal.h"
+
+// Why sparse_gradients cannot be honoured here, or NULL. Refused: ZeRO (the embedding would need
+// its own partition), pipelining (the embedding's stage has its own buckets and a tied copy),
+// compressed communication (which replaces the reduction altogether).
+static const char *refusal(const neox_trainer *t) {
+    const char *gc = neox_config_str(t->cfg, "gradient_compression");
+    if (t->zero_stage > 0) return "zero_optimization.stage %d: sparse_gradients needs stage 0 (the embedding's rows "
+                                  "would cross ZeRO partitions); set sparse_gradients: false or stage 0";
+    if (t->grid->pipe_size > 1) return "pipe_parallel_size %d: sparse_gradients is not supported with pipelining";
+    if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM) return "optimizer onebitadam%.0d: sparse_gradients cannot be combined "
+                                                          "with 1-bit Adam's compressed all-reduce";
+    if (gc && strcmp(gc, "none") != 0) return "gradient_compression%.0d: sparse_gradients cannot be combined with "
+                                              "compressed gradients";
+    return NULL;
+}
+
+int neox_train_setup_sparse(neox_trainer *t, neox_error *err) {
+    if (!neox_config_bool(t->cfg, "sparse_gradients") || t->grid->data_size <= 1) return 0;
+    const char *why = refusal(t);
+    if (why) return neox_fail(err, NEOX_EXIT_USAGE, why, t->zero_stage > 0 ? t->zero_stage : t->grid->pipe_size);
+    const neox_model *m = t->model;
+    if (m->desc.tied) {
+        // The output layer's gradient (logits x hidden) reaches every row: nothing is sparse.
+        if (t->rank0 && !t->opts.quiet)
+            neox_notice("sparse_gradients: the embedding is tied to the output layer, whose gradient touches every "
+                        "row; it is reduced densely");
+        return 0;
+    }
+    const neox_param *wte = &m->params[0];
+    double predivide = neox_config_has(t->cfg, "gradient_predivide_factor") ? neox_config_float(t->cfg, "gradient_predivide_factor") : 1.0;
+    t->sparse = neox_sparse_rows_make(&t->grid->data, wte->shape[0], wte->shape[1], wte->block_offset[0], predivide);
+    return 0;
+}
+
+void neox_train_sparse_touch(neox_trainer *t, const neox_batch *b) {
+    if (t->sparse) neox_sparse_rows_touch(t->sparse, b->tokens, (size_t)b->micro_batch * b->seq_length);
+}
+
+void neox_train_sparse_reduce(neox_trainer *t) {
+    if (t->sparse) neox_sparse_rows_reduce(t->sparse, t->model->grad_buf + t->model->params[0].offset);
+}
