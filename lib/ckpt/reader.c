@@ -458,7 +458,22 @@ static int read_direct(hid_t dset, const tensor *t, const piece *p, const region
     return 1;
 }
 
+// The whole tensor as a block region (0 when w is not the whole tensor): a block piece, say a
+// column block of a row-parallel weight, then lands in it through one strided hyperslab read
+// instead of being staged and cut row by row.
+static int whole_as_block(const tensor *t, const region *w, region *block) {
+    if (!w->is_range || w->start != 0 || t->ndim == 0) return 0;
+    int64_t total = 1;
+    for (int d = 0; d < t->ndim; d++) total *= t->shape[d];
+    if (w->n != total) return 0;
+    *block = (region){.is_range = 0, .size = total};
+    for (int d = 0; d < t->ndim; d++) block->count[d] = t->shape[d];
+    return 1;
+}
+
 static int read_region(const neox_ckpt_reader *r, const tensor *t, const region *w, float *dst, neox_error *err) {
+    region block;
+    int whole = whole_as_block(t, w, &block);
     copy_state cs = {t, w, dst, neox_calloc((size_t)(w->size + 63) / 64 + 1, sizeof(uint64_t)), 1};
     if (t->ndim > 0) cs.row_len = t->shape[t->ndim - 1];
     int rc = 0;
@@ -467,7 +482,8 @@ static int read_region(const neox_ckpt_reader *r, const tensor *t, const region 
         if (!piece_overlaps(t, p, w)) continue;
         char msg[256];
         hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);
-        int direct = dset < 0 ? -1 : read_direct(dset, t, p, w, dst, cs.covered);
+        const region *as = whole && p->kind == PIECE_BLOCK ? &block : w;
+        int direct = dset < 0 ? -1 : read_direct(dset, t, p, as, dst, cs.covered);
         if (direct == 0) {  // mixed kinds: stage the piece and cut it into row segments
             int64_t n = p->kind == PIECE_RANGE ? p->n : 1;
             if (p->kind == PIECE_BLOCK)
