@@ -1,6 +1,7 @@
 # tests/layout_config.sh: the small model of the MPI layout tests (tests/mpi/layouts.sh,
-# tests/mpi/comm_accounting.sh, tests/mpi/comm_options.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes
+# tests/mpi/comm_accounting.sh, tests/mpi/comm_options.sh, tests/mpi/commtopo.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes
 # $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt.
+# LAYERS (default 4) and CKPT_FACTOR (default 10) change those keys.
 # config NAME KIND MICRO ACCUM ITERS EXTRA: KIND neox (layernorm, gelu, parallel residual, tied) or llama.
 config() {
     local arch
@@ -12,7 +13,7 @@ config() {
     fi
     cat >"$T/$1.yml" <<EOF
 {
-  "num_layers": 4, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
+  "num_layers": ${LAYERS:-4}, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
   $arch, "make_vocab_size_divisible_by": 64,
   "optimizer": {"type": "Adam", "params": {"lr": 0.003}}, "lr_decay_style": "cosine", "warmup": 0.1,
   "clip_grad": 1.0, "weight_decay": 0.01,

@@ -33,28 +33,8 @@ python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
 check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
     --tokenizer-type CharLevelTokenizer --append-eod
 
-# config NAME KIND MICRO ACCUM ITERS EXTRA (as tests/mpi/layouts.sh)
-config() {
-    local arch
-    if [ "$2" = neox ]; then
-        arch='"norm": "layernorm", "activation": "gelu", "gpt_j_residual": true, "pos_emb": "rotary", "rotary_pct": 0.5'
-    else
-        arch='"norm": "rmsnorm", "activation": "swiglu", "num_kv_heads": 2, "no_weight_tying": true, "pos_emb": "rotary",
-              "use_bias_in_attn_linear": false, "use_bias_in_mlp": false, "use_bias_in_norms": false, "intermediate_size": 96'
-    fi
-    cat >"$T/$1.yml" <<EOC
-{
-  "num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
-  $arch, "make_vocab_size_divisible_by": 64,
-  "optimizer": {"type": "Adam", "params": {"lr": 0.003}}, "lr_decay_style": "cosine", "warmup": 0.1,
-  "clip_grad": 1.0, "weight_decay": 0.01,
-  "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
-  "train_iters": $5, "eval_interval": 10, "eval_iters": 2, "log_interval": 1,
-  "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer",
-  "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": 10 $6
-}
-EOC
-}
+LAYERS=2
+source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 
 run() {  # run NAME RANKS
     check "$1: train on $2 ranks" "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$1.yml"
