@@ -5,6 +5,8 @@
 # micro-batch 2 x 512 tokens per rank, dense and sparse runs of 2 and 4 steps on each rank count
 # (default 2 4); per step (the difference / 2) the data group's bytes from log_dir/comm_stats.json:
 # dense all-reduce, sparse all-gathers, rows touched, and the same scaled to hidden 768 (GPT-2 small).
+# Then dense and sparse train STEPS (default 20) steps with validation at the end: the median step
+# time after the first 2 steps and the validation loss each reached.
 set -eu
 cd "$(dirname "$0")/.."
 ranks=("${@:-2 4}"); [ $# -eq 0 ] && ranks=(2 4)
@@ -17,12 +19,12 @@ $BIN/neox-preprocess --input $D/jsonl/dolma_cc_sample_697docs.jsonl.gz --output-
     --merge-file $D/tokenizers/gpt2/merges.txt --append-eod >/dev/null 2>&1
 for p in "${ranks[@]}"; do
     for mode in dense sparse; do
-        for n in 2 4; do
+        for n in 2 4 ${STEPS:-20}; do
             cat >"$T/$mode$p-$n.yml" <<EOC
 {"num_layers": 2, "hidden_size": $H, "num_attention_heads": 4, "seq_length": 512, "max_position_embeddings": 512,
  "no_weight_tying": true, "pos_emb": "rotary", "sparse_gradients": $([ $mode = sparse ] && echo true || echo false),
  "optimizer": {"type": "Adam", "params": {"lr": 0.0006}}, "train_micro_batch_size_per_gpu": 2,
- "gradient_accumulation_steps": 1, "train_iters": $n, "do_valid": false, "do_test": false, "log_interval": 1,
+ "gradient_accumulation_steps": 1, "train_iters": $n, "eval_interval": $n, "eval_iters": 4, "split": "949,50,1", "log_interval": 1,
  "data_path": "$T/cc_text_document", "tokenizer_type": "GPT2BPETokenizer",
  "vocab_file": "$D/tokenizers/gpt2/vocab.json", "merge_file": "$D/tokenizers/gpt2/merges.txt",
  "log_dir": "$T/$mode$p-$n/log"}
@@ -47,5 +49,14 @@ print(f"dp{p}, hidden {H}: rows touched per step (all ranks) {rows:.0f} of {V} (
       f"(embedding: {emb_sent:,.0f} B all-reduce -> {ag_sent:,.0f} B all-gathers, 1/{emb_sent / ag_sent:.1f})")
 s768 = (p - 1) / p * (4 * p + rows * (4 + 4 * 768)); e768 = 2 * (p - 1) / p * 4 * V * 768
 print(f"  at hidden 768 (GPT-2 small): embedding {e768:,.0f} B -> {s768:,.0f} B per step, 1/{e768 / s768:.1f}")
+EOPY
+    .venv/bin/python - "$T" "$p" "${STEPS:-20}" <<'EOPY'
+import json, statistics, sys
+T, p, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for mode in ("dense", "sparse"):
+    rows = [json.loads(l) for l in open(f"{T}/{mode}{p}-{n}/log/metrics.jsonl")]
+    t = statistics.median(r["runtime/iteration_time"] for r in rows if "runtime/iteration_time" in r and r["iteration"] > 2)
+    valid = [r["validation/lm_loss"] for r in rows if "validation/lm_loss" in r][-1]
+    print(f"  dp{p} {mode:6} {n} steps: median step {t * 1000:.1f} ms, validation loss {valid:.6f}")
 EOPY
 done
