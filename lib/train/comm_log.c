@@ -174,21 +174,15 @@ int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats
     }
     const char *dir = neox_config_str(t->cfg, "log_dir");
     if (!dir) return 0;
-    char *path = neox_asprintf("%s/comms_summary.txt", dir), *tmp = neox_asprintf("%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int rc = 0;
-    if (!f) {
-        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write the communication summary", tmp);
-    } else {
-        // Group sizes are the same on every rank except embed (size 0 on middle pipe stages, where it has no
-        // calls) and the node groups (data_intra, data_inter), whose sizes may differ by node.
-        for (int r = 0; r < t->grid->world_size; r++) {
-            fprintf(f, "rank %d\n", r);
-            summary_rows(f, stats + (size_t)r * NEOX_TRAIN_COMM_GROUPS, sizes, &t->comms_logger);
-        }
-        if (fclose(f) != 0 || rename(tmp, path) != 0) rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write the communication summary", path);
-    }
-    free(tmp);
+    char *path = neox_asprintf("%s/comms_summary.txt", dir);
+    neox_atomic_file *af = neox_atomic_open(path, err);
     free(path);
-    return rc;
+    if (!af) return -1;
+    // Group sizes are the same on every rank except embed (size 0 on middle pipe stages, where it has no
+    // calls) and the node groups (data_intra, data_inter), whose sizes may differ by node.
+    for (int r = 0; r < t->grid->world_size; r++) {
+        fprintf(af->fp, "rank %d\n", r);
+        summary_rows(af->fp, stats + (size_t)r * NEOX_TRAIN_COMM_GROUPS, sizes, &t->comms_logger);
+    }
+    return neox_atomic_commit(af, err);
 }

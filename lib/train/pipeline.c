@@ -173,7 +173,7 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (tied >= 0) {
         const neox_param *p = &m->params[tied];
         neox_allreduce_sum(&t->grid->embed, m->grad_buf + p->offset, p->numel, NEOX_F32);
-        if (t->reducer && t->overlap_comm) neox_grad_reducer_ready(t->reducer, tied);
+        if (t->reducer && t->overlap_comm) neox_grad_reducer_ready(t->reducer, tied - t->reducer_first);
     }
     if (!t->reducer) return;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE);

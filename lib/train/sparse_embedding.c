@@ -6,25 +6,30 @@
 
 #include "internal.h"
 
-// Why sparse_gradients cannot be honoured here, or NULL. Refused: ZeRO (the embedding would need
-// its own partition), pipelining (the embedding's stage has its own buckets and a tied copy),
-// compressed communication (which replaces the reduction altogether).
-static const char *refusal(const neox_trainer *t) {
+// Refuses what sparse_gradients cannot serve: ZeRO (the embedding would need its own partition),
+// pipelining (the embedding's stage has its own buckets and a tied copy), compressed communication
+// (which replaces the reduction altogether).
+static int refuse_unsupported(const neox_trainer *t, neox_error *err) {
     const char *gc = neox_config_str(t->cfg, "gradient_compression");
-    if (t->zero_stage > 0) return "zero_optimization.stage %d: sparse_gradients needs stage 0 (the embedding's rows "
-                                  "would cross ZeRO partitions); set sparse_gradients: false or stage 0";
-    if (t->grid->pipe_size > 1) return "pipe_parallel_size %d: sparse_gradients is not supported with pipelining";
-    if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM) return "optimizer onebitadam%.0d: sparse_gradients cannot be combined "
-                                                          "with 1-bit Adam's compressed all-reduce";
-    if (gc && strcmp(gc, "none") != 0) return "gradient_compression%.0d: sparse_gradients cannot be combined with "
-                                              "compressed gradients";
-    return NULL;
+    if (t->zero_stage > 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage %d: sparse_gradients needs stage 0 (the "
+                         "embedding's rows would cross ZeRO partitions); set sparse_gradients: false or stage 0",
+                         t->zero_stage);
+    if (t->grid->pipe_size > 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "pipe_parallel_size %d: sparse_gradients is not supported with pipelining",
+                         t->grid->pipe_size);
+    if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM)
+        return neox_fail(err, NEOX_EXIT_USAGE,
+                         "optimizer onebitadam: sparse_gradients cannot be combined with 1-bit Adam's compressed all-reduce");
+    if (gc && strcmp(gc, "none") != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE,
+                         "gradient_compression %s: sparse_gradients cannot be combined with compressed gradients", gc);
+    return 0;
 }
 
 int neox_train_setup_sparse(neox_trainer *t, neox_error *err) {
     if (!neox_config_bool(t->cfg, "sparse_gradients") || t->grid->data_size <= 1) return 0;
-    const char *why = refusal(t);
-    if (why) return neox_fail(err, NEOX_EXIT_USAGE, why, t->zero_stage > 0 ? t->zero_stage : t->grid->pipe_size);
+    if (refuse_unsupported(t, err) != 0) return -1;
     const neox_model *m = t->model;
     if (m->desc.tied) {
         // The output layer's gradient (logits x hidden) reaches every row: nothing is sparse.
