@@ -12,8 +12,12 @@
 //
 // Every NCCL operation of the process runs on the one communication stream, in issue order: NCCL
 // asks that operations on different communicators not run concurrently, and one stream also keeps
-// the order the same as the MPI code's. The cost: a send blocks the stream until its peer's receive
-// runs, so a send and a receive that must progress together go in one neox_group_begin/end.
+// the order the same as the MPI code's. The cost: a send occupies the stream until its peer's
+// receive runs, where an MPI_Isend returns at once. So that MPI-style code (1F1B's isend of
+// activations followed by the receive of a gradient, on both sides of a stage boundary) does not
+// deadlock, a non-blocking send is held back and launched together with the process's next receive
+// (one NCCL group: they progress together), or on its own just before any other NCCL operation, or
+// when it is waited for or tested. Explicit groups: neox_group_begin/end.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +38,17 @@ static int g_grouped;                 // between neox_group_begin and neox_group
 enum { MAX_PENDING = 256 };
 static neox_request *g_pending[MAX_PENDING];  // a group's non-blocking requests, recorded at its end
 static int g_npending, g_pending_blocking;
+enum { MAX_HELD = 64 };
+typedef struct held_send {
+    neox_comm *c;
+    const void *buf;
+    size_t count;
+    neox_dtype dt;
+    int peer;
+    neox_request *req;
+} held_send;
+static held_send g_held[MAX_HELD];    // non-blocking sends not launched yet (see the top)
+static int g_nheld;
 
 static void nccl_ok(ncclResult_t r, const char *call) {
     if (r != ncclSuccess && r != ncclInProgress)
@@ -82,11 +97,10 @@ int neox_nccl_pick(const neox_comm *c, const void *a, const void *b, const char 
     return da > 0 || db > 0;
 }
 
-// Before an operation: the communication stream waits for what the compute stream has queued.
-static ncclComm_t begin(neox_comm *c) {
+// The communication stream waits for what the compute stream has queued so far.
+static void after_compute(void) {
     CUDA_OK(cudaEventRecord(g_ready, compute_stream()));
     CUDA_OK(cudaStreamWaitEvent(g_stream, g_ready, 0));
-    return (ncclComm_t)c->nccl;
 }
 
 // After an operation (or a group): a request's event is recorded; for a blocking call the compute
@@ -98,6 +112,32 @@ static void record(neox_request *req) {
         CUDA_OK(cudaEventRecord(g_done, g_stream));
         CUDA_OK(cudaStreamWaitEvent(compute_stream(), g_done, 0));
     }
+}
+
+// The held sends, into the NCCL group the caller has open; then their events, after the group.
+static void launch_held(void) {
+    for (int i = 0; i < g_nheld; i++) {
+        held_send *h = &g_held[i];
+        NCCL_OK(ncclSend(h->buf, h->count, nccl_type(h->dt), h->peer, (ncclComm_t)h->c->nccl, g_stream));
+    }
+}
+static void record_held(void) {
+    for (int i = 0; i < g_nheld; i++) record(g_held[i].req);
+    g_nheld = 0;
+}
+static void flush_held(void) {
+    if (g_nheld == 0) return;
+    NCCL_OK(ncclGroupStart());
+    launch_held();
+    NCCL_OK(ncclGroupEnd());
+    record_held();
+}
+
+// Before an operation: held sends go first (issue order), then the wait for the compute stream.
+static ncclComm_t begin(neox_comm *c) {
+    flush_held();
+    after_compute();
+    return (ncclComm_t)c->nccl;
 }
 
 // The event exists from the call on (so neox_wait knows an NCCL request), but inside a group it is
@@ -120,8 +160,11 @@ static void end(neox_request *req) {
 
 void neox_group_begin(void) {
     if (g_grouped) neox_die(NEOX_EXIT_FAILURE, "neox_group_begin: groups do not nest");
+    if (g_stream) {
+        flush_held();
+        NCCL_OK(ncclGroupStart());
+    }
     g_grouped = 1;
-    if (g_stream) NCCL_OK(ncclGroupStart());
 }
 
 void neox_group_end(void) {
@@ -213,7 +256,28 @@ void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block
     end(NULL);
 }
 
+// A non-blocking send outside a group is held (see the top); a receive takes the held sends into
+// its launch.
 void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int peer, int send, neox_request *req) {
+    if (send && req && !g_grouped) {
+        if (g_nheld == MAX_HELD) flush_held();
+        after_compute();  // the send reads buf as it is now, whenever it is launched
+        g_held[g_nheld++] = (held_send){c, buf, count, dt, peer, req};
+        cudaEvent_t ev;
+        CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        req->event = ev;  // recorded at launch
+        return;
+    }
+    if (!send && g_nheld > 0 && !g_grouped) {
+        after_compute();
+        NCCL_OK(ncclGroupStart());
+        launch_held();
+        NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, (ncclComm_t)c->nccl, g_stream));
+        NCCL_OK(ncclGroupEnd());
+        record_held();
+        end(req);
+        return;
+    }
     ncclComm_t nc = begin(c);
     if (send) NCCL_OK(ncclSend(buf, count, nccl_type(dt), peer, nc, g_stream));
     else NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, nc, g_stream));
@@ -224,6 +288,7 @@ void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int pee
 
 void neox_nccl_wait(neox_request *req) {
     if (g_grouped) neox_die(NEOX_EXIT_FAILURE, "neox_wait inside neox_group_begin/end: the group has not started");
+    flush_held();  // req may be a held send
     cudaEvent_t ev = (cudaEvent_t)req->event;
     CUDA_OK(cudaStreamWaitEvent(compute_stream(), ev, 0));
     CUDA_OK(cudaEventDestroy(ev));  // released once the wait is done with it
@@ -232,6 +297,7 @@ void neox_nccl_wait(neox_request *req) {
 
 int neox_nccl_test(neox_request *req) {
     if (g_grouped) return 0;
+    flush_held();
     cudaError_t e = cudaEventQuery((cudaEvent_t)req->event);
     if (e == cudaErrorNotReady) {
         // Still running: report a failed peer or network instead of letting the caller poll forever.
@@ -261,6 +327,7 @@ static void init_comm(neox_comm *c) {
 
 void neox_nccl_comm_free(neox_comm *c) {
     if (!c->nccl) return;
+    flush_held();
     CUDA_OK(cudaStreamSynchronize(g_stream));
     NCCL_OK(ncclCommDestroy((ncclComm_t)c->nccl));
     c->nccl = NULL;

@@ -5,7 +5,7 @@
 // multiples of 0.5, so every sum is exact in every type and in every order: NCCL's ring and MPI's
 // tree must agree bit for bit. Also checked: stream ordering without host waits (a kernel queued
 // before a collective and one after it), non-blocking calls with neox_wait and neox_test, grouped
-// send/receive, the communication statistics, and the gradient reducer (ZeRO 0 and 1, fp32 and
+// send/receive, an isend followed by a receive without a group (the held send), the statistics, and the gradient reducer (ZeRO 0 and 1, fp32 and
 // bf16 wire) on device against the same reducer on the host.
 //   mpiexec -n P nccl_parity     one GPU per rank (NCCL refuses two ranks of a communicator on one
 //                                GPU); with one GPU, P = 1 (every group then has one rank)
@@ -232,6 +232,20 @@ static void rooted_and_pairwise(neox_comm *c) {
     neox_group_end();
     snprintf(name, sizeof name, "grouped blocking send/recv ring i64 on %s", c->name);
     verdict(name, &got, 0, N);
+    // MPI style, no group: a non-blocking send, then a blocking receive. Launched one after the
+    // other on the stream, every rank's send would wait for a receive queued behind it; the layer
+    // holds the send back and launches it with the receive.
+    pair s2 = pair_make(N, NEOX_F32, 16), got2 = pair_make(N, NEOX_F32, 17);
+    neox_isend(c, s2.d, N, NEOX_F32, next, 9, &rq[0]);
+    neox_recv(c, got2.d, N, NEOX_F32, prev, 9);
+    neox_wait(&rq[0]);
+    neox_isend(c, s2.h, N, NEOX_F32, next, 9, &rq[1]);
+    neox_recv(c, got2.h, N, NEOX_F32, prev, 9);
+    neox_wait(&rq[1]);
+    snprintf(name, sizeof name, "isend then recv (the send held for the receive) ring f32 on %s", c->name);
+    verdict(name, &got2, 0, N);
+    pair_free(&s2);
+    pair_free(&got2);
     pair_free(&s);
     pair_free(&got);
 }
