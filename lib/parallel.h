@@ -109,8 +109,11 @@ int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_ran
 //    asks whether it has finished.
 // Host buffers go through MPI as before. Every NCCL operation of the process runs on the one
 // communication stream in the order issued (NCCL's rule for several communicators), and a send
-// finishes only when its peer's receive runs: ranks must issue their operations in compatible orders,
-// and a send and a receive that must progress together go between neox_group_begin/end.
+// finishes only when its peer's receive runs: ranks must issue their operations in compatible
+// orders. So that MPI-style isend-then-recv code (1F1B) works, a non-blocking send is held back and
+// launched with the process's next receive (or before any other NCCL operation, or when waited for
+// or tested); other operations that must progress together go between neox_group_begin/end.
+// Statistics: as for MPI, except that seconds is host time (the GPU's time is not measured).
 int neox_grid_enable_device(neox_grid *g, neox_error *err);
 // Whether the communicator carries device buffers through NCCL and p is device memory.
 int neox_comm_on_device(const neox_comm *c, const void *p);
