@@ -121,7 +121,7 @@ nccl_section() {
         local so; so=$(ls "$CUDA_HOME"/lib64/libnccl.so.* 2>/dev/null | head -1)
         [ -n "$so" ] && ln -s "$so" "$nccl_dir/libnccl.so"
     fi
-    export LD_LIBRARY_PATH=$lib:$nccl_dir:$LD_LIBRARY_PATH
+    export LD_LIBRARY_PATH=$lib:$nccl_dir:$LD_LIBRARY_PATH NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL says why it fails
     if ! make -j"$(nproc)" "${make_args[@]}" "MPI_CFLAGS=-I$inc" \
             "MPI_LIBS=-L$lib -lmpich -Wl,-rpath,$lib -L$nccl_dir" nccl-tests >"$OUT/nccl_build.log" 2>&1; then
         note "nccl parity: FAIL: build (last lines of nccl_build.log):"; tail -n 20 "$OUT/nccl_build.log" | tee -a "$summary"
