@@ -36,7 +36,7 @@ static cudaEvent_t g_ready, g_done;   // reused: a wait takes the event's latest
 static int g_ncomms;                  // communicators alive (the stream goes with the last)
 static int g_grouped;                 // between neox_group_begin and neox_group_end
 enum { MAX_PENDING = 256 };
-static neox_request *g_pending[MAX_PENDING];  // a group's non-blocking requests, recorded at its end
+static cudaEvent_t g_pending[MAX_PENDING];  // a group's non-blocking requests' events, recorded at its end
 static int g_npending, g_pending_blocking;
 enum { MAX_HELD = 64 };
 typedef struct held_send {
@@ -45,7 +45,7 @@ typedef struct held_send {
     size_t count;
     neox_dtype dt;
     int peer;
-    neox_request *req;
+    cudaEvent_t event;  // the request's (requests are copied by value, like MPI_Request)
 } held_send;
 static held_send g_held[MAX_HELD];    // non-blocking sends not launched yet (see the top)
 static int g_nheld;
@@ -103,11 +103,11 @@ static void after_compute(void) {
     CUDA_OK(cudaStreamWaitEvent(g_stream, g_ready, 0));
 }
 
-// After an operation (or a group): a request's event is recorded; for a blocking call the compute
-// stream waits for the communication stream.
-static void record(neox_request *req) {
-    if (req) {
-        CUDA_OK(cudaEventRecord((cudaEvent_t)req->event, g_stream));
+// After an operation (or a group): a request's event is recorded; for a blocking call (NULL) the
+// compute stream waits for the communication stream.
+static void record(cudaEvent_t event) {
+    if (event) {
+        CUDA_OK(cudaEventRecord(event, g_stream));
     } else {
         CUDA_OK(cudaEventRecord(g_done, g_stream));
         CUDA_OK(cudaStreamWaitEvent(compute_stream(), g_done, 0));
@@ -122,7 +122,7 @@ static void launch_held(void) {
     }
 }
 static void record_held(void) {
-    for (int i = 0; i < g_nheld; i++) record(g_held[i].req);
+    for (int i = 0; i < g_nheld; i++) record(g_held[i].event);
     g_nheld = 0;
 }
 static void flush_held(void) {
@@ -142,17 +142,19 @@ static ncclComm_t begin(neox_comm *c) {
 
 // The event exists from the call on (so neox_wait knows an NCCL request), but inside a group it is
 // recorded only at neox_group_end, when the operations are actually queued.
+static cudaEvent_t new_event(neox_request *req) {
+    cudaEvent_t ev;
+    CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    req->event = ev;
+    return ev;
+}
 static void end(neox_request *req) {
-    if (req) {
-        cudaEvent_t ev;
-        CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-        req->event = ev;
-    }
+    cudaEvent_t ev = req ? new_event(req) : NULL;
     if (!g_grouped) {
-        record(req);
-    } else if (req) {
+        record(ev);
+    } else if (ev) {
         if (g_npending == MAX_PENDING) neox_die(NEOX_EXIT_FAILURE, "neox_group_begin/end: more than %d non-blocking operations", MAX_PENDING);
-        g_pending[g_npending++] = req;
+        g_pending[g_npending++] = ev;
     } else {
         g_pending_blocking = 1;
     }
@@ -262,10 +264,7 @@ void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int pee
     if (send && req && !g_grouped) {
         if (g_nheld == MAX_HELD) flush_held();
         after_compute();  // the send reads buf as it is now, whenever it is launched
-        g_held[g_nheld++] = (held_send){c, buf, count, dt, peer, req};
-        cudaEvent_t ev;
-        CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-        req->event = ev;  // recorded at launch
+        g_held[g_nheld++] = (held_send){c, buf, count, dt, peer, new_event(req)};  // recorded at launch
         return;
     }
     if (!send && g_nheld > 0 && !g_grouped) {
