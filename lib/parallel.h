@@ -100,6 +100,9 @@ int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_ran
 // model, embed, data_intra, data_inter: call it after neox_hier_make when that is used), each from
 // an ncclUniqueId made on the group's rank 0 and broadcast over its MPI communicator, plus one
 // high-priority communication stream. Collective over MPI_COMM_WORLD. A CPU build returns an error.
+// Call it before the first use of the CUDA backend (neox_backend_select / neox_backend_cuda start
+// device 0 when no device was chosen, and the device cannot change afterwards), or choose the same
+// device first with neox_cuda_init(node-local rank).
 // From then on, a collective on one of these groups whose buffers are device memory:
 //  - waits (on the GPU, not the host) for the work already queued on the compute stream
 //    (neox_cuda_stream()), runs on the communication stream, and
