@@ -120,7 +120,7 @@ typedef struct neox_step_result {
     int skipped;          // non-finite loss or gradients: no update
     int nonfinite_loss;
     int overflow;         // fp16: the scaled gradients overflowed (counted by the loss scaler, not as non-finite)
-    double loss_scale;    // the scale this step's backward used
+    double loss_scale;    // the loss scale after this step's update (fp16; 1 otherwise)
 } neox_step_result;
 
 // Runs gradient_accumulation_steps micro-batches, reduces, clips and updates.

@@ -278,6 +278,19 @@ static int setup_data(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
+// The dense bfloat16 tensor-core peak of the GPU (NVIDIA's data sheets: A100 312, H100/H200 SXM
+// 989 TFLOP/s), the reference of MFU; 0 (no MFU) on the CPU and on other GPUs.
+static double device_peak_flops(const neox_trainer *t) {
+    if (!t->be->on_device) return 0.0;
+#ifdef NEOX_CUDA
+    neox_cuda_device_info info;
+    if (neox_cuda_device_info_get(neox_grid_local_rank(t->grid) % neox_cuda_device_count(), &info) != 0) return 0.0;
+    if (info.major == 9 && info.minor == 0) return 989.4e12;
+    if (info.major == 8 && info.minor == 0) return 312e12;
+#endif
+    return 0.0;
+}
+
 static int setup_metrics(neox_trainer *t, neox_error *err) {
     const neox_model_desc *d = &t->model->desc;
     neox_flops_model fm = {d->num_layers, d->hidden_size, d->vocab_size, t->seq_length, t->train_batch_size,
@@ -290,6 +303,8 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
         .train_batch_size = t->train_batch_size,
         .seq_length = t->seq_length,
         .flops_per_iteration = neox_flops_per_iteration(&fm),
+        .peak_flops_per_device = device_peak_flops(t),
+        .fp16 = t->precision == NEOX_PRECISION_FP16,
         .wall_clock_breakdown = neox_config_bool(t->cfg, "wall_clock_breakdown"),
         .log_dir = neox_config_str(t->cfg, "log_dir"),
         .tensorboard_dir = neox_config_str(t->cfg, "tensorboard_dir"),
@@ -381,6 +396,8 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
         neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s", grid->world_size, grid->pipe_size,
                   grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "");
+        neox_info("compute: %s backend (%s), precision %s%s", t->be->name, neox_backends_description(),
+                  neox_precision_name(t->precision), t->precision == NEOX_PRECISION_FP16 ? ", dynamic loss scaling" : "");
     }
     report_memory(t);
     if (t->rank0 && !t->opts.quiet) {

@@ -34,7 +34,6 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     double loss_sum = 0.0, scale = t->scaler.scale;
     if (neox_train_pipeline_step(t, &loss_sum, err) != 0) return -1;
     *out = (neox_step_result){0};
-    out->loss_scale = scale;
     out->loss = mean_over_data_ranks(t, loss_sum / t->grad_accum);
     out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);
     neox_timer *clip = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_CLIP_GRAD);
@@ -43,6 +42,7 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     out->nonfinite_loss = !isfinite(out->loss);
     out->skipped = out->nonfinite_loss || !isfinite(out->grad_norm);
     if (scaler_step(t, out, err) != 0) return -1;
+    out->loss_scale = t->scaler.scale;  // after the update, as GPT-NeoX logs optimizer.cur_scale
     if (!out->skipped) neox_train_clip(t, out->grad_norm, 1.0 / scale);
     neox_timer_stop(clip);
     if (!out->skipped) {
