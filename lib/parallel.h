@@ -2,7 +2,9 @@
 // them (pipe outermost, then data, then model innermost): rank = (pipe * D + data) * M + model.
 // Each group (world, pipe, data, model) is a neox_comm; the model and optimizer call only the
 // collectives below, which count calls, bytes and time per operation so communication can be
-// measured. MPI carries them on CPU ranks; a GPU build adds NCCL behind the same calls.
+// measured. MPI carries them on CPU ranks. In a CUDA build, neox_grid_enable_device gives each
+// group an NCCL communicator, and from then on every call whose buffers are device memory goes
+// through NCCL (nccl.c; host buffers still go through MPI, so host scalars keep working).
 // MPI errors are fatal, and neox_die() on any rank aborts the whole job, so no rank hangs.
 #ifndef NEOX_PARALLEL_H
 #define NEOX_PARALLEL_H
@@ -62,6 +64,7 @@ typedef struct neox_comm {
     int rank, size;
     MPI_Comm mpi;
     neox_comm_stats stats;
+    void *nccl;     // ncclComm_t once neox_grid_enable_device made one (CUDA builds); else NULL
 } neox_comm;
 
 typedef struct neox_grid {
@@ -85,12 +88,43 @@ void neox_parallel_finalize(void);
 // Builds the grid over MPI_COMM_WORLD: the data-parallel size is world / (pipe x model); an error
 // when that does not divide.
 int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err);
+// Frees the groups (and their NCCL communicators, after the queued operations are done).
 void neox_grid_free(neox_grid *g);
 // This process's rank among the ranks on its machine (MPI_COMM_TYPE_SHARED): one GPU per local rank.
 // Collective over the world.
 int neox_grid_local_rank(const neox_grid *g);
 // World rank of the process at (pipe, data, model) in a grid of these sizes.
 int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_rank, int model_rank);
+
+// ---- device communication (CUDA builds: nccl.c) -------------------------------------------------
+// Makes this process's GPU current (node-local rank, as MPI_COMM_TYPE_SHARED numbers it, which must
+// be below the node's device count: NCCL cannot put two ranks of one communicator on one GPU) and
+// creates an NCCL communicator for every group of g with at least one rank (world, pipe, data,
+// model, embed, data_intra, data_inter: call it after neox_hier_make when that is used), each from
+// an ncclUniqueId made on the group's rank 0 and broadcast over its MPI communicator, plus one
+// high-priority communication stream. Collective over MPI_COMM_WORLD. A CPU build returns an error.
+// From then on, a collective on one of these groups whose buffers are device memory:
+//  - waits (on the GPU, not the host) for the work already queued on the compute stream
+//    (neox_cuda_stream()), runs on the communication stream, and
+//  - blocking calls: the compute stream waits for it, so later ops see the result; the host does
+//    not wait (read the result with the backend's to_host, which is ordered on the compute stream);
+//  - non-blocking calls: neox_wait makes the compute stream wait for it (no host wait); neox_test
+//    asks whether it has finished.
+// Host buffers go through MPI as before. Every NCCL operation of the process runs on the one
+// communication stream in the order issued (NCCL's rule for several communicators), and a send
+// finishes only when its peer's receive runs: ranks must issue their operations in compatible
+// orders. So that MPI-style isend-then-recv code (1F1B) works, a non-blocking send is held back and
+// launched with the process's next receive (or before any other NCCL operation, or when waited for
+// or tested); other operations that must progress together go between neox_group_begin/end.
+// Statistics: as for MPI, except that seconds is host time (the GPU's time is not measured).
+int neox_grid_enable_device(neox_grid *g, neox_error *err);
+// Whether the communicator carries device buffers through NCCL and p is device memory.
+int neox_comm_on_device(const neox_comm *c, const void *p);
+// Fuse the NCCL operations issued in between into one launch (ncclGroupStart/End), e.g. 1F1B's
+// send-forward and receive-backward; nothing in the group starts before neox_group_end. No-ops for
+// MPI operations. Not nested.
+void neox_group_begin(void);
+void neox_group_end(void);
 
 // ---- blocking collectives (reductions are sums; bf16/f16 are summed in fp32) ------------------
 void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt);
@@ -121,6 +155,7 @@ typedef struct neox_request {
     neox_comm_op op;
     int size_row;     // the row of stats.sizes[op] the wait time goes to
     int active;
+    void *event;      // NCCL operations: the cudaEvent_t recorded after it; NULL for MPI ones
 } neox_request;
 
 void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, neox_request *req);
@@ -134,6 +169,8 @@ void neox_ireduce_scatterv_sum(neox_comm *c, const void *send, void *recv, const
 void neox_isend(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag, neox_request *req);
 void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag, neox_request *req);
 // Completes a request (no-op for an inactive one); the time spent here is counted as exposed.
+// An NCCL request: the compute stream waits for it on the GPU and the host returns at once (the
+// seconds counted are host time only, ~0; the GPU's communication time is not measured).
 void neox_wait(neox_request *req);
 // Non-blocking check; returns 1 when the request has completed (and completes it).
 int neox_test(neox_request *req);
@@ -166,6 +203,11 @@ typedef struct neox_grad_reducer_options {
     // Stage 0 only: when set (size > 0), each bucket is summed by the hierarchical all-reduce over
     // these groups (blocking, when the bucket starts) instead of the flat all-reduce.
     neox_comm *hier_intra, *hier_inter;
+    // The backend the gradients live on; NULL or one with on_device 0: host memory (MPI). On the
+    // device (NCCL on the data group): predivide scaling and the 16-bit wire casts run as the
+    // backend's scale and cast ops on its stream, and ZeRO's reduce-scatter leaves each rank's
+    // part where it belongs (no move).
+    const struct neox_backend *backend;
 } neox_grad_reducer_options;
 
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
@@ -210,7 +252,8 @@ typedef struct neox_onebit neox_onebit;
 
 neox_onebit *neox_onebit_make(neox_comm *c, const size_t *seg_size, int nseg);
 void neox_onebit_free(neox_onebit *o);
-// buf (the sum of the segment sizes) becomes the compressed average over the ranks.
+// buf (the sum of the segment sizes) becomes the compressed average over the ranks. Host memory
+// only (device buffers are refused: a host algorithm).
 void neox_onebit_allreduce(neox_onebit *o, float *buf);
 // The error buffers: worker (padded segments back to back) and server (this rank's chunk of each).
 float *neox_onebit_error(neox_onebit *o, int server, size_t *count);
@@ -228,7 +271,7 @@ typedef struct neox_powersgd neox_powersgd;
 
 neox_powersgd *neox_powersgd_make(neox_comm *c, const int *rows, const int *cols, int nseg, int rank);
 void neox_powersgd_free(neox_powersgd *o);
-// buf becomes the compressed average over the ranks.
+// buf becomes the compressed average over the ranks. Host memory only (device buffers refused).
 void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
 // The state: which 0, this rank's error; 1, the shared Q factors.
 float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count);
@@ -244,7 +287,8 @@ neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, int64_t rows, int64_t widt
 void neox_sparse_rows_free(neox_sparse_rows *s);
 // Marks the rows of these global token ids (ids outside the block are ignored).
 void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n);
-// grad (rows x width) becomes the mean over the group; the touched marks are cleared.
+// grad (rows x width) becomes the mean over the group; the touched marks are cleared. Host memory
+// only (device buffers refused).
 void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad);
 
 // ---- hierarchical all-reduce (hierarchical.c) -------------------------------------------------

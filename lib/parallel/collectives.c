@@ -1,6 +1,8 @@
 // collectives.c: the communication calls of parallel.h over MPI, with accounting. Blocking
 // all-reduce, broadcast and point-to-point calls are chunked so element counts above MPI's int
-// limit work; bf16 and fp16 sums use a custom MPI operation that adds in fp32.
+// limit work; bf16 and fp16 sums use a custom MPI operation that adds in fp32. In a CUDA build a
+// call whose buffers are device memory on a group with NCCL goes to nccl.c instead (NEOX_NCCL is
+// the constant 0 in a CPU build); the accounting is the same for both.
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -8,6 +10,7 @@
 
 
 #include "parallel.h"
+#include "parallel/nccl.h"
 
 size_t neox_dtype_size(neox_dtype dt) {
     static const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1};
@@ -143,11 +146,13 @@ void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s) {
 void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
     double t0 = neox_now();
     size_t esize = neox_dtype_size(dt);
-    for (size_t done = 0; done < count && c->size > 1;) {
-        size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
-        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esize, (int)n, mpi_type(dt), sum_op(dt), c->mpi);
-        done += n;
-    }
+    if (NEOX_NCCL(c, buf, NULL, "all-reduce")) neox_nccl_allreduce(c, buf, count, dt, 0, NULL);
+    else
+        for (size_t done = 0; done < count && c->size > 1;) {
+            size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
+            MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esize, (int)n, mpi_type(dt), sum_op(dt), c->mpi);
+            done += n;
+        }
     account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
 }
 
@@ -155,25 +160,29 @@ void neox_allreduce_max(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
     if (dt == NEOX_BF16 || dt == NEOX_F16) neox_die(NEOX_EXIT_FAILURE, "all-reduce max of %s is not supported", neox_dtype_name(dt));
     double t0 = neox_now();
     size_t esize = neox_dtype_size(dt);
-    for (size_t done = 0; done < count && c->size > 1;) {
-        size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
-        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esize, (int)n, mpi_type(dt), MPI_MAX, c->mpi);
-        done += n;
-    }
+    if (NEOX_NCCL(c, buf, NULL, "all-reduce max")) neox_nccl_allreduce(c, buf, count, dt, 1, NULL);
+    else
+        for (size_t done = 0; done < count && c->size > 1;) {
+            size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
+            MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esize, (int)n, mpi_type(dt), MPI_MAX, c->mpi);
+            done += n;
+        }
     account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
 }
 
 void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt) {
     if (recv_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "reduce-scatter of %zu elements per rank is too large", recv_count);
     double t0 = neox_now();
-    MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi);
+    if (NEOX_NCCL(c, send, recv, "reduce-scatter")) neox_nccl_reduce_scatter(c, send, recv, recv_count, dt, NULL);
+    else MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi);
     account(c, NEOX_COMM_REDUCE_SCATTER, recv_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
 void neox_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt) {
     if (send_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-gather of %zu elements per rank is too large", send_count);
     double t0 = neox_now();
-    MPI_Allgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi);
+    if (NEOX_NCCL(c, send, recv, "all-gather")) neox_nccl_allgather(c, send, recv, send_count, dt, NULL);
+    else MPI_Allgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi);
     account(c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
@@ -186,7 +195,8 @@ void neox_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dt
         displs[r] = (int)total;
         total += (size_t)counts[r];
     }
-    if (c->size > 1) MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi);
+    if (NEOX_NCCL(c, buf, NULL, "all-gather")) neox_nccl_allgatherv_inplace(c, buf, counts, dt);
+    else if (c->size > 1) MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi);
     free(displs);
     account(c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt), neox_now() - t0);
 }
@@ -194,7 +204,8 @@ void neox_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dt
 void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
     if (block_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-to-all of %zu elements per rank is too large", block_count);
     double t0 = neox_now();
-    MPI_Alltoall(send, (int)block_count, mpi_type(dt), recv, (int)block_count, mpi_type(dt), c->mpi);
+    if (NEOX_NCCL(c, send, recv, "all-to-all")) neox_nccl_alltoall(c, send, recv, block_count, dt);
+    else MPI_Alltoall(send, (int)block_count, mpi_type(dt), recv, (int)block_count, mpi_type(dt), c->mpi);
     account(c, NEOX_COMM_ALLTOALL, block_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
@@ -213,31 +224,36 @@ static void chunked(neox_comm *c, neox_comm_op op, void *buf, size_t count, neox
 
 void neox_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     double t0 = neox_now();
-    if (c->size > 1) chunked(c, NEOX_COMM_BROADCAST, buf, count, dt, root, 0);
+    if (NEOX_NCCL(c, buf, NULL, "broadcast")) neox_nccl_broadcast(c, buf, count, dt, root);
+    else if (c->size > 1) chunked(c, NEOX_COMM_BROADCAST, buf, count, dt, root, 0);
     account(c, NEOX_COMM_BROADCAST, count * neox_dtype_size(dt), neox_now() - t0);
 }
 
 void neox_send(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag) {
     double t0 = neox_now();
-    chunked(c, NEOX_COMM_SEND, (void *)buf, count, dt, dest, tag);
+    if (NEOX_NCCL(c, buf, NULL, "send")) neox_nccl_p2p(c, (void *)buf, count, dt, dest, 1, NULL);
+    else chunked(c, NEOX_COMM_SEND, (void *)buf, count, dt, dest, tag);
     account(c, NEOX_COMM_SEND, count * neox_dtype_size(dt), neox_now() - t0);
 }
 
 void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag) {
     double t0 = neox_now();
-    chunked(c, NEOX_COMM_RECV, buf, count, dt, source, tag);
+    if (NEOX_NCCL(c, buf, NULL, "recv")) neox_nccl_p2p(c, buf, count, dt, source, 0, NULL);
+    else chunked(c, NEOX_COMM_RECV, buf, count, dt, source, tag);
     account(c, NEOX_COMM_RECV, count * neox_dtype_size(dt), neox_now() - t0);
 }
 
 void neox_reduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     double t0 = neox_now();
     size_t esize = neox_dtype_size(dt);
-    for (size_t done = 0; done < count && c->size > 1;) {
-        size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
-        char *p = (char *)buf + done * esize;
-        MPI_Reduce(c->rank == root ? MPI_IN_PLACE : p, p, (int)n, mpi_type(dt), sum_op(dt), root, c->mpi);
-        done += n;
-    }
+    if (NEOX_NCCL(c, buf, NULL, "reduce")) neox_nccl_reduce(c, buf, count, dt, root);
+    else
+        for (size_t done = 0; done < count && c->size > 1;) {
+            size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
+            char *p = (char *)buf + done * esize;
+            MPI_Reduce(c->rank == root ? MPI_IN_PLACE : p, p, (int)n, mpi_type(dt), sum_op(dt), root, c->mpi);
+            done += n;
+        }
     account(c, NEOX_COMM_REDUCE, count * esize, neox_now() - t0);
 }
 
@@ -260,42 +276,73 @@ static void start(neox_request *req, neox_comm *c, neox_comm_op op, size_t bytes
     req->size_row = account(c, op, bytes, 0.0);
 }
 
+// Each non-blocking call clears req->event first: an MPI request has none, an NCCL one gets its own.
 void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, neox_request *req) {
-    need_int(count, "all-reduce");
-    MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    req->event = NULL;
+    if (NEOX_NCCL(c, buf, NULL, "all-reduce")) {
+        neox_nccl_allreduce(c, buf, count, dt, 0, req);
+    } else {
+        need_int(count, "all-reduce");
+        MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    }
     start(req, c, NEOX_COMM_ALLREDUCE, count * neox_dtype_size(dt));
 }
 
 void neox_ireduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
                               neox_request *req) {
-    need_int(recv_count, "reduce-scatter");
-    MPI_Ireduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    req->event = NULL;
+    if (NEOX_NCCL(c, send, recv, "reduce-scatter")) {
+        neox_nccl_reduce_scatter(c, send, recv, recv_count, dt, req);
+    } else {
+        need_int(recv_count, "reduce-scatter");
+        MPI_Ireduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    }
     start(req, c, NEOX_COMM_REDUCE_SCATTER, recv_count * c->size * neox_dtype_size(dt));
 }
 
 void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt, neox_request *req) {
-    need_int(send_count, "all-gather");
-    MPI_Iallgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi, &req->mpi);
+    req->event = NULL;
+    if (NEOX_NCCL(c, send, recv, "all-gather")) {
+        neox_nccl_allgather(c, send, recv, send_count, dt, req);
+    } else {
+        need_int(send_count, "all-gather");
+        MPI_Iallgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi, &req->mpi);
+    }
     start(req, c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt));
 }
 
+// On the device send must be a buffer (not MPI_IN_PLACE); recv may lie inside it at this rank's
+// offset, which reduces in place (nccl.h).
 void neox_ireduce_scatterv_sum(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
                                neox_request *req) {
     size_t total = 0;
     for (int i = 0; i < c->size; i++) total += (size_t)counts[i];
-    MPI_Ireduce_scatter(send, recv, counts, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    req->event = NULL;
+    if (NEOX_NCCL(c, send, recv, "reduce-scatter")) neox_nccl_reduce_scatterv(c, send, recv, counts, dt, req);
+    else MPI_Ireduce_scatter(send, recv, counts, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
     start(req, c, NEOX_COMM_REDUCE_SCATTER, total * neox_dtype_size(dt));
 }
 
+// NCCL has no tags: on the device, messages between two ranks match in the order they are issued.
 void neox_isend(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag, neox_request *req) {
-    need_int(count, "send");
-    MPI_Isend(buf, (int)count, mpi_type(dt), dest, tag, c->mpi, &req->mpi);
+    req->event = NULL;
+    if (NEOX_NCCL(c, buf, NULL, "send")) {
+        neox_nccl_p2p(c, (void *)buf, count, dt, dest, 1, req);
+    } else {
+        need_int(count, "send");
+        MPI_Isend(buf, (int)count, mpi_type(dt), dest, tag, c->mpi, &req->mpi);
+    }
     start(req, c, NEOX_COMM_SEND, count * neox_dtype_size(dt));
 }
 
 void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag, neox_request *req) {
-    need_int(count, "recv");
-    MPI_Irecv(buf, (int)count, mpi_type(dt), source, tag, c->mpi, &req->mpi);
+    req->event = NULL;
+    if (NEOX_NCCL(c, buf, NULL, "recv")) {
+        neox_nccl_p2p(c, buf, count, dt, source, 0, req);
+    } else {
+        need_int(count, "recv");
+        MPI_Irecv(buf, (int)count, mpi_type(dt), source, tag, c->mpi, &req->mpi);
+    }
     start(req, c, NEOX_COMM_RECV, count * neox_dtype_size(dt));
 }
 
@@ -307,10 +354,14 @@ void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source
 void neox_wait(neox_request *req) {
     if (!req->active) return;
     double t0 = neox_now();
-    for (int done = 0;;) {
-        MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
-        if (done) break;
-        sched_yield();
+    if (NEOX_NCCL_REQUEST(req)) {
+        neox_nccl_wait(req);  // the compute stream waits; the host does not
+    } else {
+        for (int done = 0;;) {
+            MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
+            if (done) break;
+            sched_yield();
+        }
     }
     double seconds = neox_now() - t0;
     req->comm->stats.seconds[req->op] += seconds;
@@ -321,7 +372,8 @@ void neox_wait(neox_request *req) {
 int neox_test(neox_request *req) {
     if (!req->active) return 1;
     int done = 0;
-    MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
+    if (NEOX_NCCL_REQUEST(req)) done = neox_nccl_test(req);
+    else MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
     if (done) req->active = 0;
     return done;
 }

@@ -9,9 +9,16 @@
 // A rank that reaches finish before its peers waits there for them to finish their backward, which
 // is load imbalance, not communication; the rank that arrives last waits only for communication,
 // so the minimum over the data group of each reduction's finish time is its exposed communication.
+//
+// On the device (options.backend with on_device, the data group on NCCL) the same plan runs on
+// device buffers: scaling and the 16-bit wire casts are the backend's ops, queued on its stream in
+// order with the collectives (nccl.c), and the reduce-scatter reduces each rank's part in place
+// instead of moving it to the bucket's start. The times above are then host time spent issuing
+// and waiting (the host does not wait for the GPU), not the GPU's communication time.
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "kernels/kernels.h"
 #include "parallel.h"
 
@@ -32,6 +39,7 @@ struct neox_grad_reducer {
     float *grads;
     size_t n;
     neox_grad_reducer_options opt;
+    const neox_backend *device;  // the backend when the buffers are device memory; else NULL
     uint16_t *wire;      // 16-bit communication: the buckets' wire copies, parallel to grads
     bucket *buckets;
     int nbuckets;
@@ -49,9 +57,20 @@ void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *b
     *end = r->n * ((size_t)rank + 1) / size;
 }
 
-static void scale(float *x, size_t n, float factor) {
+static void scale(neox_grad_reducer *r, float *x, size_t n, float factor) {
     if (factor == 1.0f) return;
-    for (size_t i = 0; i < n; i++) x[i] *= factor;
+    if (r->device) r->device->scale(x, n, factor);
+    else
+        for (size_t i = 0; i < n; i++) x[i] *= factor;
+}
+
+// Device gradients need NCCL on every group the reducer uses (MPI here cannot read device memory).
+static void check_device_groups(const neox_grad_reducer *r) {
+    const neox_comm *groups[] = {r->data, r->opt.hier_intra, r->opt.hier_inter};
+    for (int i = 0; i < 3; i++)
+        if (groups[i] && groups[i]->size > 0 && !groups[i]->nccl)
+            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: the gradients are device memory but group %s has no NCCL "
+                     "communicator (neox_grid_enable_device makes them)", groups[i]->name);
 }
 
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
@@ -63,7 +82,9 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->data = data, r->grads = grads, r->n = n, r->opt = *opt;
     if (r->opt.predivide_factor <= 0) r->opt.predivide_factor = 1.0;
     if (r->opt.zero_stage == 0) r->opt.all_reduce = 1;
-    if (r->opt.wire == NEOX_BF16 || r->opt.wire == NEOX_F16) r->wire = neox_malloc((n ? n : 1) * sizeof(uint16_t));
+    if (opt->backend && opt->backend->on_device) r->device = opt->backend, check_device_groups(r);
+    if (r->opt.wire == NEOX_BF16 || r->opt.wire == NEOX_F16)
+        r->wire = r->device ? r->device->alloc((n ? n : 1) * sizeof(uint16_t)) : neox_malloc((n ? n : 1) * sizeof(uint16_t));
     else r->opt.wire = NEOX_F32;
     r->bucket_of = neox_calloc(nparams, sizeof(int));
     r->buckets = neox_calloc(nparams ? nparams : 1, sizeof(bucket));
@@ -101,7 +122,8 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
     free(r->bucket_of);
-    free(r->wire);
+    if (r->device && r->wire) r->device->free(r->wire);
+    else free(r->wire);
     free(r);
 }
 
@@ -112,19 +134,44 @@ static void *wire_of(neox_grad_reducer *r, size_t at) {
     return r->wire ? (void *)(r->wire + at) : (void *)(r->grads + at);
 }
 
+// fp32 gradients into the 16-bit wire copy and back, on the host or the device.
+static void to_wire(neox_grad_reducer *r, size_t at, size_t count) {
+    uint16_t *w = r->wire + at;
+    const float *x = r->grads + at;
+    if (r->opt.wire == NEOX_BF16) r->device ? r->device->cast_f32_to_bf16(w, x, count) : neox_cast_f32_to_bf16(w, x, count);
+    if (r->opt.wire == NEOX_F16) r->device ? r->device->cast_f32_to_f16(w, x, count) : neox_cast_f32_to_f16(w, x, count);
+}
+static void from_wire(neox_grad_reducer *r, size_t to, size_t from, size_t count) {
+    float *x = r->grads + to;
+    const uint16_t *w = r->wire + from;
+    if (r->opt.wire == NEOX_BF16) r->device ? r->device->cast_bf16_to_f32(x, w, count) : neox_cast_bf16_to_f32(x, w, count);
+    if (r->opt.wire == NEOX_F16) r->device ? r->device->cast_f16_to_f32(x, w, count) : neox_cast_f16_to_f32(x, w, count);
+}
+
+// Where this rank's part of bucket b starts, relative to the bucket (its length is b->counts[rank]).
+static size_t own_offset(const neox_grad_reducer *r, const bucket *b) {
+    size_t lo, hi;
+    neox_grad_reducer_partition(r, r->data->rank, &lo, &hi);
+    lo = lo < b->begin ? b->begin : lo > b->end ? b->end : lo;
+    return lo - b->begin;
+}
+
 // Returns the seconds spent in the communication call.
 static double start_bucket(neox_grad_reducer *r, bucket *b) {
     float *x = r->grads + b->begin;
     size_t len = b->end - b->begin;
-    scale(x, len, (float)(1.0 / r->opt.predivide_factor));
-    if (r->opt.wire == NEOX_BF16) neox_cast_f32_to_bf16(r->wire + b->begin, x, len);
-    if (r->opt.wire == NEOX_F16) neox_cast_f32_to_f16(r->wire + b->begin, x, len);
+    scale(r, x, len, (float)(1.0 / r->opt.predivide_factor));
+    if (r->wire) to_wire(r, b->begin, len);
     void *w = wire_of(r, b->begin);
     double t0 = neox_now();
     if (r->opt.zero_stage == 0 && r->opt.hier_intra && r->opt.hier_intra->size > 0)
         neox_hier_allreduce_sum(r->opt.hier_intra, r->opt.hier_inter, w, len, r->opt.wire);  // blocking: 3 steps
     else if (r->opt.all_reduce) neox_iallreduce_sum(r->data, w, len, r->opt.wire, &b->req);
-    // In place: the result for this rank lands at the start of the bucket; finish moves it home.
+    // On the device each rank's sum lands where it belongs (NCCL reduces in place); on the host
+    // (MPI_IN_PLACE) at the start of the bucket, and finish moves it home.
+    else if (r->device)
+        neox_ireduce_scatterv_sum(r->data, w, (char *)w + own_offset(r, b) * neox_dtype_size(r->opt.wire), b->counts,
+                                  r->opt.wire, &b->req);
     else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, w, b->counts, r->opt.wire, &b->req);
     b->started = 1;
     return neox_now() - t0;
@@ -132,10 +179,9 @@ static double start_bucket(neox_grad_reducer *r, bucket *b) {
 
 // After the wait: count reduced elements at wire position `from` become fp32 gradients at `to`.
 static void land(neox_grad_reducer *r, size_t to, size_t from, size_t count) {
-    if (r->opt.wire == NEOX_BF16) neox_cast_bf16_to_f32(r->grads + to, r->wire + from, count);
-    else if (r->opt.wire == NEOX_F16) neox_cast_f16_to_f32(r->grads + to, r->wire + from, count);
-    else if (to != from) memmove(r->grads + to, r->grads + from, count * sizeof(float));
-    scale(r->grads + to, count, (float)(r->opt.predivide_factor / r->data->size));
+    if (r->wire) from_wire(r, to, from, count);
+    else if (to != from) memmove(r->grads + to, r->grads + from, count * sizeof(float));  // host only: device parts are home
+    scale(r, r->grads + to, count, (float)(r->opt.predivide_factor / r->data->size));
 }
 
 void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
@@ -201,10 +247,11 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         if (r->opt.zero_stage == 0) {
             land(r, b->begin, b->begin, b->end - b->begin);
         } else {
-            // This rank's part of the bucket: where the reduce-scatter left it (the bucket's
-            // start), or in place after an all-reduce (reduce_scatter false).
+            // This rank's part of the bucket: where the reduce-scatter left it (the bucket's start
+            // on the host, in place on the device), or in place after an all-reduce (reduce_scatter
+            // false).
             size_t lo = mine_lo > b->begin ? mine_lo : b->begin, hi = mine_hi < b->end ? mine_hi : b->end;
-            if (hi > lo) land(r, lo, r->opt.all_reduce ? lo : b->begin, hi - lo);
+            if (hi > lo) land(r, lo, r->opt.all_reduce || r->device ? lo : b->begin, hi - lo);
         }
         b->started = 0;
         b->pending = b->total;

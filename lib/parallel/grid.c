@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "parallel.h"
+#include "parallel/nccl.h"
 
 static void abort_all_ranks(int status) {
     int initialized = 0, finalized = 0;
@@ -118,6 +119,8 @@ int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err)
 
 void neox_grid_free(neox_grid *g) {
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter};
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 7; i++) {
+        neox_nccl_comm_free(comms[i]);
         if (comms[i]->mpi != MPI_COMM_NULL && comms[i]->mpi != 0) MPI_Comm_free(&comms[i]->mpi);
+    }
 }

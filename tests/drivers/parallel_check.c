@@ -120,6 +120,27 @@ static void check_collectives(void) {
     free(all);
 }
 
+// The device half of the layer in a CPU build: enabling it is refused with a message that says how
+// to get it, no buffer counts as device memory, and neox_group_begin/end leave MPI operations as
+// they are (a ring of isend/irecv inside a group).
+static void check_device_api(void) {
+#ifndef NEOX_CUDA
+    neox_error err = {0};
+    int refused = neox_grid_enable_device(&grid, &err) == -1 && strstr(err.message, "make CUDA=1") != NULL;
+    report("CPU build: neox_grid_enable_device refused, naming make CUDA=1", refused && !grid.world.nccl);
+    neox_comm *c = &grid.world;
+    int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size, out = c->rank, in = -1;
+    neox_request rq[2];
+    neox_group_begin();
+    neox_isend(c, &out, 1, NEOX_I32, next, 3, &rq[0]);
+    neox_irecv(c, &in, 1, NEOX_I32, prev, 3, &rq[1]);
+    neox_group_end();
+    neox_wait(&rq[0]);
+    neox_wait(&rq[1]);
+    report("CPU build: MPI isend/irecv inside neox_group_begin/end", in == prev && !neox_comm_on_device(c, &in));
+#endif
+}
+
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
     neox_error err = {0};
@@ -137,6 +158,7 @@ int main(int argc, char **argv) {
     if (neox_grid_make(&grid, atoi(argv[1]), atoi(argv[2]), &err) < 0) neox_die_error(&err);
     check_grid();
     check_collectives();
+    check_device_api();
     neox_grid_free(&grid);
     neox_parallel_finalize();
     return 0;

@@ -15,7 +15,8 @@
 #   device.txt (nvidia-smi, nvcc), build.log, op_parity.txt, gpu_ops.txt (op speed), memcheck.txt,
 #   racecheck.txt, summary.txt,
 #   and op_parity_sync.txt when the harness crashed (rerun with NEOX_CUDA_SYNC=1 to name the kernel)
-# Exit status: 0 when the harness passed. Planned for the next layers (not run yet, the model does
+# Also nccl_parity.txt and nccl_build.log (the NCCL section).
+# Exit status: 0 when the harness passed (4: it did, the NCCL parity test did not). Planned for the next layers (not run yet, the model does
 # not call the backend table yet): the end-to-end 20-step fp32/bf16 parity run and the 125M
 # throughput/MFU benchmark.
 set -uo pipefail
@@ -24,6 +25,8 @@ if [ "${1:-}" = --fetch ]; then
     set -e
     rm -rf .deps && mkdir -p .deps && cd .deps
     apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
+    # MPICH for the NCCL parity test (its libraries and headers, about 17 MB more)
+    apt-get download libmpich12 libmpich-dev libhwloc15 libucx0 libnuma1 libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200
     ls -l ./*.deb && du -sh .
     exit 0
 fi
@@ -96,6 +99,47 @@ if [ $status -ne 0 ] && [ $status -ne 1 ] && [ $status -ne 3 ]; then
     NEOX_CUDA_SYNC=1 timeout 120 "$bin" -v >"$OUT/op_parity_sync.txt" 2>&1
     note "rerun with NEOX_CUDA_SYNC=1: exit $?; last lines:"; tail -n 5 "$OUT/op_parity_sync.txt" | tee -a "$summary"
 fi
+
+# ---- NCCL parity (tests/gpu/nccl_parity.c) ----------------------------------------------------------
+# The communication layer on device buffers through NCCL against MPI on host copies, collective by
+# collective, plus stream order, held sends and the gradient reducer on the device (nccl_parity.txt).
+# Needs MPICH (the machine's, or the .deb files --fetch carries, unpacked above) and NCCL (the
+# toolkit's, or pip's nvidia-nccl). One rank per GPU, at most 4; one rank runs as an MPI singleton
+# when there is no mpiexec. Under a minute on one GPU.
+nccl_section() {
+    local inc lib nccl_dir gpus ranks launcher
+    inc=$(dirname "$(ls "$DEPS"/usr/include/x86_64-linux-gnu/mpich/mpi.h /usr/include/x86_64-linux-gnu/mpich/mpi.h \
+                     /usr/include/mpi.h 2>/dev/null | head -1)")
+    lib=$(dirname "$(ls "$DEPS"/usr/lib/x86_64-linux-gnu/libmpich.so /usr/lib/x86_64-linux-gnu/libmpich.so \
+                     /usr/lib64/libmpich.so 2>/dev/null | head -1)")
+    if [ ! -e "$inc/mpi.h" ] || [ ! -e "$lib/libmpich.so" ]; then
+        note "nccl parity: not run: no MPICH (tests/gpu/device-check.sh --fetch carries it in .deps)"; return
+    fi
+    nccl_dir=$CUDA_HOME/lib64
+    if [ ! -e "$nccl_dir/libnccl.so" ]; then  # pip's wheel has only libnccl.so.2: link the plain name
+        nccl_dir=/tmp/neox-nccl-lib && rm -rf "$nccl_dir" && mkdir -p "$nccl_dir"
+        local so; so=$(ls "$CUDA_HOME"/lib64/libnccl.so.* 2>/dev/null | head -1)
+        [ -n "$so" ] && ln -s "$so" "$nccl_dir/libnccl.so"
+    fi
+    export LD_LIBRARY_PATH=$lib:$nccl_dir:$LD_LIBRARY_PATH NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL says why it fails
+    if ! make -j"$(nproc)" "${make_args[@]}" "MPI_CFLAGS=-I$inc" \
+            "MPI_LIBS=-L$lib -lmpich -Wl,-rpath,$lib -L$nccl_dir" nccl-tests >"$OUT/nccl_build.log" 2>&1; then
+        note "nccl parity: FAIL: build (last lines of nccl_build.log):"; tail -n 20 "$OUT/nccl_build.log" | tee -a "$summary"
+        nccl_status=1; return
+    fi
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ranks=$(( gpus < 1 ? 1 : gpus > 4 ? 4 : gpus ))
+    launcher=$(command -v mpiexec.mpich || command -v mpiexec || ls "$DEPS"/usr/bin/mpiexec.hydra 2>/dev/null | head -1)
+    if [ -z "$launcher" ]; then ranks=1; fi
+    if [ "$ranks" -gt 1 ]; then timeout 120 "$launcher" -n "$ranks" build/cuda/tests/gpu/nccl_parity >"$OUT/nccl_parity.txt" 2>&1
+    else timeout 120 build/cuda/tests/gpu/nccl_parity >"$OUT/nccl_parity.txt" 2>&1; fi
+    nccl_status=$?
+    note "nccl parity ($ranks rank(s)): exit $nccl_status; $(grep -c '^ok' "$OUT/nccl_parity.txt") ok, $(grep -c '^not ok' "$OUT/nccl_parity.txt") not ok"
+    grep -E '^not ok|# SKIP' "$OUT/nccl_parity.txt" | tee -a "$summary"
+    [ $nccl_status -ne 0 ] && tail -n 15 "$OUT/nccl_parity.txt" | tee -a "$summary"
+}
+nccl_status=0
+nccl_section
+[ $nccl_status -ne 0 ] && [ $status -eq 0 ] && status=4
 
 # ---- op speed at the 125M shapes (bench/gpu_ops.c): ratios to cuBLAS fp32 and to a device copy ------
 timeout 90 build/cuda/bench/gpu_ops >"$OUT/gpu_ops.txt" 2>&1

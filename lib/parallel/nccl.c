@@ -1,0 +1,395 @@
+// nccl.c: NCCL behind the communication layer (CUDA builds; a CPU build has only the stubs at the
+// end). neox_grid_enable_device gives every group of the grid an NCCL communicator, made from an
+// ncclUniqueId that the group's rank 0 creates and broadcasts over the group's MPI communicator, and
+// the process one communication stream. collectives.c sends each call whose buffers are device
+// memory here (nccl.h).
+//
+// Ordering without host waits: before an operation the communication stream waits for an event
+// recorded on the compute stream (neox_cuda_stream()), so the operation sees every kernel queued
+// before it; after it an event is recorded on the communication stream. A blocking call makes the
+// compute stream wait for that event; a non-blocking one keeps it in the request, and neox_wait makes
+// the compute stream wait for it (neox_test queries it). The host never waits for the GPU here.
+//
+// Every NCCL operation of the process runs on the one communication stream, in issue order: NCCL
+// asks that operations on different communicators not run concurrently, and one stream also keeps
+// the order the same as the MPI code's. The cost: a send occupies the stream until its peer's
+// receive runs, where an MPI_Isend returns at once. So that MPI-style code (1F1B's isend of
+// activations followed by the receive of a gradient, on both sides of a stage boundary) does not
+// deadlock, a non-blocking send is held back and launched together with the process's next receive
+// (one NCCL group: they progress together), or on its own just before any other NCCL operation, or
+// when it is waited for or tested. Explicit groups: neox_group_begin/end.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel.h"
+#include "parallel/nccl.h"
+
+#ifdef NEOX_CUDA
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "kernels/cuda/cuda.h"
+
+static cudaStream_t g_stream;         // the communication stream; NULL until enable_device
+static cudaEvent_t g_ready, g_done;   // reused: a wait takes the event's latest record when issued
+static int g_ncomms;                  // communicators alive (the stream goes with the last)
+static int g_grouped;                 // between neox_group_begin and neox_group_end
+enum { MAX_PENDING = 256 };
+static neox_request *g_pending[MAX_PENDING];  // a group's non-blocking requests, recorded at its end
+static int g_npending, g_pending_blocking;
+enum { MAX_HELD = 64 };
+typedef struct held_send {
+    neox_comm *c;
+    const void *buf;
+    size_t count;
+    neox_dtype dt;
+    int peer;
+    neox_request *req;
+} held_send;
+static held_send g_held[MAX_HELD];    // non-blocking sends not launched yet (see the top)
+static int g_nheld;
+
+static void nccl_ok(ncclResult_t r, const char *call) {
+    if (r != ncclSuccess && r != ncclInProgress)
+        neox_die(NEOX_EXIT_FAILURE, "NCCL: %s failed: %s (%s)", call, ncclGetErrorString(r), ncclGetLastError(NULL));
+}
+static void cuda_ok(cudaError_t e, const char *call) {
+    if (e != cudaSuccess) neox_die(NEOX_EXIT_FAILURE, "CUDA: %s failed: %s", call, cudaGetErrorString(e));
+}
+#define NCCL_OK(call) nccl_ok((call), #call)
+#define CUDA_OK(call) cuda_ok((call), #call)
+
+static cudaStream_t compute_stream(void) { return (cudaStream_t)neox_cuda_stream(); }
+
+static ncclDataType_t nccl_type(neox_dtype dt) {
+    switch (dt) {
+    case NEOX_F32: return ncclFloat32;
+    case NEOX_F64: return ncclFloat64;
+    case NEOX_BF16: return ncclBfloat16;  // NCCL 2.10 and later
+    case NEOX_F16: return ncclFloat16;
+    case NEOX_I32: return ncclInt32;
+    case NEOX_I64: return ncclInt64;
+    default: return ncclUint8;
+    }
+}
+
+// Device (or managed) memory; host memory, registered or not, is not.
+static int is_device(const void *p) {
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        cudaGetLastError();  // an unknown pointer is host memory; clear the error
+        return 0;
+    }
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+int neox_comm_on_device(const neox_comm *c, const void *p) { return c->nccl && is_device(p); }
+
+int neox_nccl_pick(const neox_comm *c, const void *a, const void *b, const char *what) {
+    if (!c->nccl) return 0;
+    int da = a && a != MPI_IN_PLACE ? is_device(a) : -1, db = b ? is_device(b) : -1;
+    if (a == MPI_IN_PLACE && db > 0)
+        neox_die(NEOX_EXIT_FAILURE, "%s on group %s: MPI_IN_PLACE is for host buffers; on the device pass the send "
+                 "buffer (recv inside it for in place)", what, c->name);
+    if (da >= 0 && db >= 0 && da != db)
+        neox_die(NEOX_EXIT_FAILURE, "%s on group %s: one buffer is device memory, the other host memory", what, c->name);
+    return da > 0 || db > 0;
+}
+
+// The communication stream waits for what the compute stream has queued so far.
+static void after_compute(void) {
+    CUDA_OK(cudaEventRecord(g_ready, compute_stream()));
+    CUDA_OK(cudaStreamWaitEvent(g_stream, g_ready, 0));
+}
+
+// After an operation (or a group): a request's event is recorded; for a blocking call the compute
+// stream waits for the communication stream.
+static void record(neox_request *req) {
+    if (req) {
+        CUDA_OK(cudaEventRecord((cudaEvent_t)req->event, g_stream));
+    } else {
+        CUDA_OK(cudaEventRecord(g_done, g_stream));
+        CUDA_OK(cudaStreamWaitEvent(compute_stream(), g_done, 0));
+    }
+}
+
+// The held sends, into the NCCL group the caller has open; then their events, after the group.
+static void launch_held(void) {
+    for (int i = 0; i < g_nheld; i++) {
+        held_send *h = &g_held[i];
+        NCCL_OK(ncclSend(h->buf, h->count, nccl_type(h->dt), h->peer, (ncclComm_t)h->c->nccl, g_stream));
+    }
+}
+static void record_held(void) {
+    for (int i = 0; i < g_nheld; i++) record(g_held[i].req);
+    g_nheld = 0;
+}
+static void flush_held(void) {
+    if (g_nheld == 0) return;
+    NCCL_OK(ncclGroupStart());
+    launch_held();
+    NCCL_OK(ncclGroupEnd());
+    record_held();
+}
+
+// Before an operation: held sends go first (issue order), then the wait for the compute stream.
+static ncclComm_t begin(neox_comm *c) {
+    flush_held();
+    after_compute();
+    return (ncclComm_t)c->nccl;
+}
+
+// The event exists from the call on (so neox_wait knows an NCCL request), but inside a group it is
+// recorded only at neox_group_end, when the operations are actually queued.
+static void end(neox_request *req) {
+    if (req) {
+        cudaEvent_t ev;
+        CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        req->event = ev;
+    }
+    if (!g_grouped) {
+        record(req);
+    } else if (req) {
+        if (g_npending == MAX_PENDING) neox_die(NEOX_EXIT_FAILURE, "neox_group_begin/end: more than %d non-blocking operations", MAX_PENDING);
+        g_pending[g_npending++] = req;
+    } else {
+        g_pending_blocking = 1;
+    }
+}
+
+void neox_group_begin(void) {
+    if (g_grouped) neox_die(NEOX_EXIT_FAILURE, "neox_group_begin: groups do not nest");
+    if (g_stream) {
+        flush_held();
+        NCCL_OK(ncclGroupStart());
+    }
+    g_grouped = 1;
+}
+
+void neox_group_end(void) {
+    if (!g_grouped) neox_die(NEOX_EXIT_FAILURE, "neox_group_end without neox_group_begin");
+    g_grouped = 0;
+    if (!g_stream) return;
+    NCCL_OK(ncclGroupEnd());
+    for (int i = 0; i < g_npending; i++) record(g_pending[i]);
+    if (g_pending_blocking) record(NULL);
+    g_npending = g_pending_blocking = 0;
+}
+
+// ---- operations -------------------------------------------------------------------------------
+
+void neox_nccl_allreduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int max, neox_request *req) {
+    ncclComm_t nc = begin(c);
+    NCCL_OK(ncclAllReduce(buf, buf, count, nccl_type(dt), max ? ncclMax : ncclSum, nc, g_stream));
+    end(req);
+}
+
+void neox_nccl_reduce_scatter(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
+                              neox_request *req) {
+    ncclComm_t nc = begin(c);
+    NCCL_OK(ncclReduceScatter(send, recv, recv_count, nccl_type(dt), ncclSum, nc, g_stream));
+    end(req);
+}
+
+// One ncclReduce per rank, rooted there, fused into one launch; zero counts (the same on every
+// rank) are skipped.
+void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
+                               neox_request *req) {
+    ncclComm_t nc = begin(c);
+    size_t esize = neox_dtype_size(dt), at = 0;
+    NCCL_OK(ncclGroupStart());
+    for (int q = 0; q < c->size; q++) {
+        const char *part = (const char *)send + at * esize;
+        if (counts[q] > 0)
+            NCCL_OK(ncclReduce(part, q == c->rank ? recv : (void *)part, (size_t)counts[q], nccl_type(dt), ncclSum, q,
+                               nc, g_stream));
+        at += (size_t)counts[q];
+    }
+    NCCL_OK(ncclGroupEnd());
+    end(req);
+}
+
+void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt,
+                         neox_request *req) {
+    ncclComm_t nc = begin(c);
+    NCCL_OK(ncclAllGather(send, recv, send_count, nccl_type(dt), nc, g_stream));
+    end(req);
+}
+
+// Each rank broadcasts its own part in place, all in one launch.
+void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dtype dt) {
+    ncclComm_t nc = begin(c);
+    size_t esize = neox_dtype_size(dt), at = 0;
+    NCCL_OK(ncclGroupStart());
+    for (int q = 0; q < c->size; q++) {
+        char *part = (char *)buf + at * esize;
+        if (counts[q] > 0) NCCL_OK(ncclBroadcast(part, part, (size_t)counts[q], nccl_type(dt), q, nc, g_stream));
+        at += (size_t)counts[q];
+    }
+    NCCL_OK(ncclGroupEnd());
+    end(NULL);
+}
+
+void neox_nccl_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
+    ncclComm_t nc = begin(c);
+    NCCL_OK(ncclBroadcast(buf, buf, count, nccl_type(dt), root, nc, g_stream));
+    end(NULL);
+}
+
+void neox_nccl_reduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
+    ncclComm_t nc = begin(c);
+    NCCL_OK(ncclReduce(buf, buf, count, nccl_type(dt), ncclSum, root, nc, g_stream));
+    end(NULL);
+}
+
+// A send and a receive per peer (this rank included), fused.
+void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
+    ncclComm_t nc = begin(c);
+    size_t block = block_count * neox_dtype_size(dt);
+    NCCL_OK(ncclGroupStart());
+    for (int q = 0; q < c->size; q++) {
+        NCCL_OK(ncclSend((const char *)send + q * block, block_count, nccl_type(dt), q, nc, g_stream));
+        NCCL_OK(ncclRecv((char *)recv + q * block, block_count, nccl_type(dt), q, nc, g_stream));
+    }
+    NCCL_OK(ncclGroupEnd());
+    end(NULL);
+}
+
+// A non-blocking send outside a group is held (see the top); a receive takes the held sends into
+// its launch.
+void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int peer, int send, neox_request *req) {
+    if (send && req && !g_grouped) {
+        if (g_nheld == MAX_HELD) flush_held();
+        after_compute();  // the send reads buf as it is now, whenever it is launched
+        g_held[g_nheld++] = (held_send){c, buf, count, dt, peer, req};
+        cudaEvent_t ev;
+        CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        req->event = ev;  // recorded at launch
+        return;
+    }
+    if (!send && g_nheld > 0 && !g_grouped) {
+        after_compute();
+        NCCL_OK(ncclGroupStart());
+        launch_held();
+        NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, (ncclComm_t)c->nccl, g_stream));
+        NCCL_OK(ncclGroupEnd());
+        record_held();
+        end(req);
+        return;
+    }
+    ncclComm_t nc = begin(c);
+    if (send) NCCL_OK(ncclSend(buf, count, nccl_type(dt), peer, nc, g_stream));
+    else NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, nc, g_stream));
+    end(req);
+}
+
+// ---- requests ---------------------------------------------------------------------------------
+
+void neox_nccl_wait(neox_request *req) {
+    if (g_grouped) neox_die(NEOX_EXIT_FAILURE, "neox_wait inside neox_group_begin/end: the group has not started");
+    flush_held();  // req may be a held send
+    cudaEvent_t ev = (cudaEvent_t)req->event;
+    CUDA_OK(cudaStreamWaitEvent(compute_stream(), ev, 0));
+    CUDA_OK(cudaEventDestroy(ev));  // released once the wait is done with it
+    req->event = NULL;
+}
+
+int neox_nccl_test(neox_request *req) {
+    if (g_grouped) return 0;
+    flush_held();
+    cudaError_t e = cudaEventQuery((cudaEvent_t)req->event);
+    if (e == cudaErrorNotReady) {
+        // Still running: report a failed peer or network instead of letting the caller poll forever.
+        ncclResult_t async = ncclSuccess;
+        NCCL_OK(ncclCommGetAsyncError((ncclComm_t)req->comm->nccl, &async));
+        if (async != ncclSuccess && async != ncclInProgress)
+            neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s: %s", req->comm->name, ncclGetErrorString(async));
+        return 0;
+    }
+    CUDA_OK(e);
+    neox_nccl_wait(req);
+    return 1;
+}
+
+// ---- communicators ----------------------------------------------------------------------------
+
+static void init_comm(neox_comm *c) {
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (c->rank == 0) NCCL_OK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi);
+    ncclComm_t nc;
+    NCCL_OK(ncclCommInitRank(&nc, c->size, id, c->rank));
+    c->nccl = nc;
+    g_ncomms++;
+}
+
+void neox_nccl_comm_free(neox_comm *c) {
+    if (!c->nccl) return;
+    flush_held();
+    CUDA_OK(cudaStreamSynchronize(g_stream));
+    NCCL_OK(ncclCommDestroy((ncclComm_t)c->nccl));
+    c->nccl = NULL;
+    if (--g_ncomms == 0) {
+        CUDA_OK(cudaEventDestroy(g_ready));
+        CUDA_OK(cudaEventDestroy(g_done));
+        CUDA_OK(cudaStreamDestroy(g_stream));
+        g_stream = NULL;
+    }
+}
+
+// This rank's GPU: its rank among the ranks of its node. Every rank learns whether all succeeded,
+// so that none goes on into ncclCommInitRank waiting for one that stopped.
+static int choose_device(neox_grid *g, neox_error *err) {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g->world_rank, MPI_INFO_NULL, &node);
+    int local, local_size, count = neox_cuda_device_count();
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &local_size);
+    MPI_Comm_free(&node);
+    int bad = count < 1 ? 1 : local_size > count ? 2 : neox_cuda_init(local) != 0 ? 3 : 0, worst = 0;
+    MPI_Allreduce(&bad, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (worst == 1) return neox_fail(err, NEOX_EXIT_FAILURE, "device communication: no CUDA device visible on some node");
+    if (worst == 2)
+        return neox_fail(err, NEOX_EXIT_USAGE,
+                         "device communication: %d ranks on this node for %d GPU(s); NCCL needs a GPU of its own for "
+                         "each rank (start at most one rank per GPU)", local_size, count);
+    if (worst == 3) return neox_fail(err, NEOX_EXIT_FAILURE, "device communication: a rank could not start its GPU");
+    return 0;
+}
+
+int neox_grid_enable_device(neox_grid *g, neox_error *err) {
+    if (choose_device(g, err) != 0) return -1;
+    if (!g_stream) {
+        int least, greatest;  // NCCL kernels first when compute kernels also wait for the SMs
+        CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        CUDA_OK(cudaStreamCreateWithPriority(&g_stream, cudaStreamNonBlocking, greatest));
+        CUDA_OK(cudaEventCreateWithFlags(&g_ready, cudaEventDisableTiming));
+        CUDA_OK(cudaEventCreateWithFlags(&g_done, cudaEventDisableTiming));
+    }
+    // The same order on every rank: each group's members all reach it after the groups before it.
+    neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter};
+    for (int i = 0; i < 7; i++)
+        if (comms[i]->size >= 1 && !comms[i]->nccl) init_comm(comms[i]);
+    int version = 0;
+    ncclGetVersion(&version);
+    if (g->world_rank == 0) neox_info("device communication: NCCL %d, one communicator per group", version);
+    return 0;
+}
+
+#else  // a CPU build: no device communication
+
+int neox_grid_enable_device(neox_grid *g, neox_error *err) {
+    (void)g;
+    return neox_fail(err, NEOX_EXIT_USAGE, "device communication: this build has no CUDA (build with make CUDA=1)");
+}
+int neox_comm_on_device(const neox_comm *c, const void *p) {
+    (void)c, (void)p;
+    return 0;
+}
+void neox_group_begin(void) {}
+void neox_group_end(void) {}
+void neox_nccl_comm_free(neox_comm *c) { (void)c; }
+
+#endif
