@@ -1,0 +1,151 @@
+"""tests/gpu/e2e_check.py: the comparisons of tests/gpu/e2e.sh, over each run's LOG/metrics.jsonl (one
+record per iteration: log_interval 1) and its checkpoint exported by `neox-convert to-hf` (hf/).
+
+  close TOL REF RUN [params]   losses (train per step, validation, test) and gradient norms within TOL
+                               relative; with `params`, also the final parameters (relative L2
+                               difference over all tensors). Prints the largest differences.
+  identical A B FIRST LAST [params]
+                               every training and evaluation value of iterations FIRST..LAST bit for
+                               bit; with `params`, also the final parameters byte for byte
+  lossscale RUN POWER WINDOW HYSTERESIS MIN_SCALE
+                               the fp16 run's logged loss scales follow DeepSpeed's DynamicLossScaler
+                               (restated below from its documented rules) driven by the run's own
+                               overflow flags; step 1 overflowed; the scale came down until steps
+                               were taken; the skipped steps are the overflowed ones
+
+Needs numpy and safetensors (the oracle .venv here; the GPU machine's python3 has both).
+"""
+import json
+import sys
+
+import numpy as np
+from safetensors.numpy import load_file
+
+COMPARED = ("train/lm_loss", "train/grad_norm", "validation/lm_loss", "test/lm_loss")
+# Everything a run computes (not its clock): what a bit-exact resume must reproduce.
+EXACT_PREFIXES = ("train/", "validation/", "test/")
+
+
+def records(run):
+    table = {}
+    for line in open(f"{run}/log/metrics.jsonl"):
+        r = json.loads(line)
+        for k, v in r.items():
+            if k.startswith(EXACT_PREFIXES):
+                table[(r["iteration"], k)] = v
+    return table
+
+
+def params(run):
+    return load_file(f"{run}/hf/model.safetensors")
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(a), 1e-30)
+
+
+def close(tol, ref, run, with_params=""):
+    tol = float(tol)
+    a, b = records(ref), records(run)
+    keys = sorted(k for k in a if k[1] in COMPARED)
+    missing = [k for k in keys if k not in b or b[k] is None or a[k] is None]
+    if missing or not keys:
+        print(f"records missing or not finite in {run}: {missing[:5]}")
+        return False
+    worst = {}
+    for k in keys:
+        worst.setdefault(k[1], (0.0, None))
+        d = rel(a[k], b[k])
+        if d > worst[k[1]][0]:
+            worst[k[1]] = (d, k[0])
+    for name, (d, it) in worst.items():
+        print(f"# max relative difference {name}: {d:.3e}" + (f" (iteration {it})" if it else ""))
+    ok = all(d <= tol for d, _ in worst.values())
+    if with_params:
+        pa, pb = params(ref), params(run)
+        if pa.keys() != pb.keys():
+            print("different tensors:", sorted(set(pa) ^ set(pb))[:5])
+            return False
+        diff = sum(float(np.sum((pa[k].astype(np.float64) - pb[k]) ** 2)) for k in pa)
+        norm = sum(float(np.sum(pa[k].astype(np.float64) ** 2)) for k in pa)
+        d = (diff / norm) ** 0.5
+        print(f"# max relative difference parameters (L2 over {len(pa)} tensors): {d:.3e}")
+        ok = ok and d <= tol
+    return ok
+
+
+def identical(a, b, first, last, with_params=""):
+    lo, hi = int(first), int(last)
+    ra, rb = records(a), records(b)
+    sa = {k: v for k, v in ra.items() if lo <= k[0] <= hi}
+    sb = {k: v for k, v in rb.items() if lo <= k[0] <= hi}
+    differ = [(k, sa[k], sb.get(k)) for k in sorted(sa) if sb.get(k) != sa[k] or k not in sb]
+    extra = sorted(set(sb) - set(sa))
+    print(f"# {len(sa)} values of iterations {lo}..{hi}: {len(differ)} differ {differ[:3]}, {len(extra)} extra")
+    if not with_params:
+        return bool(sa) and not differ and not extra
+    pa, pb = params(a), params(b)
+    tensors = [k for k in pa if k not in pb or pa[k].tobytes() != pb[k].tobytes()]
+    print(f"# {len(pa)} tensors, {len(tensors)} differ {tensors[:3]}")
+    return bool(sa) and not differ and not extra and pa.keys() == pb.keys() and not tensors
+
+
+def deepspeed_scales(overflows, power, window, hysteresis, min_scale):
+    """The scale DeepSpeed's DynamicLossScaler holds after each step (what GPT-NeoX logs), given
+    which steps overflowed: on an overflow, once `hysteresis` overflows have been absorbed (the
+    delayed shift), halve, never below min_scale; on a clean step, double when `window` steps have
+    passed since the last overflow, and only then refill the hysteresis (consecutive_hysteresis off)."""
+    scale, left, last_overflow, out = 2.0 ** power, hysteresis, -1, []
+    for i, overflow in enumerate(overflows):
+        if overflow:
+            if hysteresis == 1 or left == 1:
+                scale = max(scale / 2.0, min_scale)
+            else:
+                left -= 1
+            last_overflow = i
+        elif (i - last_overflow) % window == 0:
+            left = hysteresis
+            scale *= 2.0
+        out.append(scale)
+    return out
+
+
+def lossscale(run, power, window, hysteresis, min_scale):
+    power, window, hysteresis, min_scale = int(power), int(window), int(hysteresis), float(min_scale)
+    r = [json.loads(line) for line in open(f"{run}/log/metrics.jsonl")]
+    steps = sorted((x for x in r if "train/lm_loss" in x or "train/skipped_iterations" in x), key=lambda x: x["iteration"])
+    if not steps or any("train/loss_scale" not in x for x in steps):
+        print("# the records carry no train/loss_scale (is fp16 on?)")
+        return False
+    its = [x["iteration"] for x in steps]
+    if its != list(range(1, len(its) + 1)):
+        print(f"# expected one record per iteration from 1: {its[:10]}")
+        return False
+    skipped = [x["train/skipped_iterations"] == 1 for x in steps]
+    logged = [x["train/loss_scale"] for x in steps]
+    want = deepspeed_scales(skipped, power, window, hysteresis, min_scale)
+    print(f"# skipped steps: {[i for i, s in zip(its, skipped) if s]}")
+    print(f"# logged scales:   {logged}")
+    print(f"# DeepSpeed rules: {want}")
+    before = [2.0 ** power] + want[:-1]
+    ok = True
+    if logged != want:
+        hint = " (they equal the scale before each step's update instead)" if logged == before else ""
+        print(f"# logged scales do not follow DeepSpeed's rules{hint}")
+        ok = False
+    if not skipped[0]:
+        print(f"# step 1 did not overflow at scale 2^{power}")
+        ok = False
+    taken = [x for x, s in zip(steps, skipped) if not s]
+    if len(taken) < 3 or not all(x["train/lm_loss"] is not None for x in taken):
+        print(f"# {len(taken)} steps taken; expected at least 3 with finite losses once the scale came down")
+        ok = False
+    if any(x["train/skipped_iterations"] not in (0, 1) for x in steps):
+        print("# a per-iteration record counts more than one skipped step")
+        ok = False
+    return ok
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    sys.exit(0 if {"close": close, "identical": identical, "lossscale": lossscale}[cmd](*args) else 1)
