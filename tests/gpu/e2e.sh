@@ -58,9 +58,9 @@ KEY=backend
 echo "# backend key: $KEY"
 
 # run NAME KIND BACKEND EXTRA: trains $T/NAME.yml (20 steps, micro-batch 4, accumulation 2, one record
-# per step, a checkpoint at 10 and 20) on BACKEND, and exports the final checkpoint.
+# per step (log_interval 1 in layout_config.sh), a checkpoint at 10 and 20) on BACKEND, and exports the final checkpoint.
 run() {
-    config "$1" "$2" 4 2 20 ", \"$KEY\": \"$3\", \"log_interval\": 1$4"
+    config "$1" "$2" 4 2 20 ", \"$KEY\": \"$3\"$4"
     check "$1: train 20 steps on $3$DRY" "$TRAIN" -q "$T/$1.yml"
     check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
 }
@@ -88,8 +88,8 @@ compare "bf16 GPT-NeoX on $GPU follows fp32 cpu within $BF16_TOL (losses, grad n
     close "$BF16_TOL" "$T/neox-cpu" "$T/neox-bf16"
 
 # 3. Resume on the GPU: 10 steps (exit_interval; the checkpoint at 10), then 10 more from it.
-config resume-a neox 4 2 20 ", \"$KEY\": \"$GPU\", \"log_interval\": 1, \"exit_interval\": 10$DROP"
-config resume-b neox 4 2 20 ", \"$KEY\": \"$GPU\", \"log_interval\": 1, \"load\": \"$T/resume-a/ckpt\"$DROP"
+config resume-a neox 4 2 20 ", \"$KEY\": \"$GPU\", \"exit_interval\": 10$DROP"
+config resume-b neox 4 2 20 ", \"$KEY\": \"$GPU\", \"load\": \"$T/resume-a/ckpt\"$DROP"
 check "resume: first 10 steps on $GPU$DRY" "$TRAIN" -q "$T/resume-a.yml"
 check "resume: 10 more steps on $GPU from the checkpoint$DRY" "$TRAIN" -q "$T/resume-b.yml"
 check "resume: export step 20" "$CONVERT" to-hf --input "$T/resume-b/ckpt" --output "$T/resume-b/hf"
@@ -100,7 +100,7 @@ compare "resume on $GPU: the resumed run equals the straight run's iterations 11
 
 # 4. fp16 dynamic loss scaling with a forced overflow (2^32 overflows fp16 from the first step).
 FP16=', "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 32, "loss_scale_window": 5, "hysteresis": 2, "min_loss_scale": 1}'
-config fp16 neox 4 2 30 ", \"$KEY\": \"$GPU\", \"log_interval\": 1$FP16"
+config fp16 neox 4 2 30 ", \"$KEY\": \"$GPU\"$FP16"
 check "fp16: train 30 steps on $GPU from loss scale 2^32$DRY" "$TRAIN" -q "$T/fp16.yml"
 compare "fp16 on $GPU: overflowed steps skipped, loss scale follows DeepSpeed's rules (hysteresis 2, window 5)" \
     lossscale "$T/fp16" 32 5 2 1
