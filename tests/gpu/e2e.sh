@@ -5,9 +5,10 @@
 #   1. fp32, cuda vs cpu: losses (every step, validation, test), gradient norms and final parameters
 #      within 1e-4 relative, for a GPT-NeoX model with attention and hidden dropout 0.1 and for a
 #      Llama-style one (rmsnorm, swiglu, GQA, untied).
-#   2. bf16 on cuda vs fp32 on cpu: losses within BF16_TOL relative (3e-2, provisional: the largest
-#      differences measured are printed so the first GPU run can set it; parameters are not compared,
-#      Adam turns 16-bit rounding of near-zero gradients into steps of size lr).
+#   2. bf16 on cuda vs fp32 on cpu: losses within 2e-3 relative, gradient norms within 2e-2: ten times
+#      what bf16 GEMM operands (and results) moved the same run in PyTorch (tests/gpu/bf16_tolerance.py:
+#      1.3e-4 and 1.8e-3 at most over 10 seeds). Parameters are not compared: Adam turns 16-bit rounding
+#      of near-zero gradients into steps of size lr.
 #   3. resume on cuda: 10 steps, a checkpoint, 10 more steps from it, against the 20-step run: the
 #      first run repeats the straight run's iterations 1..10 and the resumed run its 11..20 bit for
 #      bit (every logged training and evaluation value and the final parameters).
@@ -23,7 +24,7 @@ if [ "${NEOX_E2E_DRY:-0}" = 1 ]; then NEOX_BIN=${NEOX_BIN:-build/cpu/bin}; else 
 source tests/lib.sh
 TRAIN=$NEOX_BIN/neox-train CONVERT=$NEOX_BIN/neox-convert
 T=$TEST_TMP
-BF16_TOL=${BF16_TOL:-3e-2}
+BF16_LOSS_TOL=2e-3 BF16_NORM_TOL=2e-2
 
 if [ "${NEOX_E2E_DRY:-0}" = 1 ]; then
     GPU=cpu DRY=" (dry run: cpu on both sides)"
@@ -76,16 +77,16 @@ DROP=', "hidden_dropout": 0.1, "attention_dropout": 0.1'
 run neox-cpu neox cpu "$DROP"
 run neox-gpu neox "$GPU" "$DROP"
 compare "fp32 GPT-NeoX with dropout: $GPU equals cpu within 1e-4 (losses, grad norms, parameters)" \
-    close 1e-4 "$T/neox-cpu" "$T/neox-gpu" params
+    close 1e-4 1e-4 "$T/neox-cpu" "$T/neox-gpu" params
 run llama-cpu llama cpu ""
 run llama-gpu llama "$GPU" ""
 compare "fp32 Llama-style (GQA, swiglu, rmsnorm): $GPU equals cpu within 1e-4 (losses, grad norms, parameters)" \
-    close 1e-4 "$T/llama-cpu" "$T/llama-gpu" params
+    close 1e-4 1e-4 "$T/llama-cpu" "$T/llama-gpu" params
 
 # 2. bf16 against the fp32 cpu run.
 run neox-bf16 neox "$GPU" "$DROP, \"precision\": \"bfloat16\""
-compare "bf16 GPT-NeoX on $GPU follows fp32 cpu within $BF16_TOL (losses, grad norms)" \
-    close "$BF16_TOL" "$T/neox-cpu" "$T/neox-bf16"
+compare "bf16 GPT-NeoX on $GPU follows fp32 cpu (losses within $BF16_LOSS_TOL, grad norms within $BF16_NORM_TOL)" \
+    close "$BF16_LOSS_TOL" "$BF16_NORM_TOL" "$T/neox-cpu" "$T/neox-bf16"
 
 # 3. Resume on the GPU: 10 steps (exit_interval; the checkpoint at 10), then 10 more from it.
 config resume-a neox 4 2 20 ", \"$KEY\": \"$GPU\", \"exit_interval\": 10$DROP"
