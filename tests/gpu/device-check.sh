@@ -6,7 +6,7 @@
 # --fetch (on the build machine, with apt and network) downloads the Debian packages (runtime and
 # -dev) that the full CUDA=1 tools need and a bare machine lacks (libyaml, jansson, utf8proc, zstd,
 # zlib, HDF5 and what it links (libcurl and its TLS/Kerberos/LDAP libraries, libaec), OpenBLAS with
-# libgfortran, MPICH with hwloc and UCX, mpiexec) into .deps/ (about 43 MB), plus the benchmark's data
+# libgfortran, MPICH with hwloc and UCX, mpiexec: 50 packages, 44.3 MB) into .deps/, plus the benchmark's data
 # (the GPT-2 tokenizer and Tiny Shakespeare from ../shared/data, 2.6 MB) into .deps/data; git ignores
 # .deps and the device tool carries it. tests/run does not run this script (it is not a suite test).
 # On the device machine it unpacks the .deb files into /tmp (never into /), builds the four tools and
