@@ -54,7 +54,7 @@ if [ -z "$gemm" ] && [ -x build/cuda/bench/gpu_ops ]; then
 fi
 echo "# $("$TRAIN" -V | sed -n 's/^backends: //p')"
 echo "# model: layers ${opt[layers]}, hidden ${opt[hidden]}, heads ${opt[heads]}, seq ${opt[seq]}; ${opt[precision]} on ${opt[backend]}; " \
-     "${opt[warmup]} warm-up + ${opt[steps]} measured steps, at most ${opt[seconds]} s per try"
+     "${opt[warmup]} warm-up + ${opt[steps]} measured steps, at most ${opt[seconds]} s in all"
 echo "# peaks: measured bf16 GEMM ${gemm:-not measured} TFLOP/s, nominal ${opt[peak_tflops]} TFLOP/s"
 
 # The backend key: `backend`, or `compute_backend` in trainers from before it.

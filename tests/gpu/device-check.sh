@@ -6,7 +6,7 @@
 # --fetch (on the build machine, with apt and network) downloads the Debian packages (runtime and
 # -dev) that the full CUDA=1 tools need and a bare machine lacks (libyaml, jansson, utf8proc, zstd,
 # zlib, HDF5 and what it links (libcurl and its TLS/Kerberos/LDAP libraries, libaec), OpenBLAS with
-# libgfortran, MPICH with hwloc and UCX, mpiexec: 50 packages, 44.3 MB) into .deps/, plus the benchmark's data
+# libgfortran, MPICH with hwloc and UCX, mpiexec: 55 packages, 45.0 MB) into .deps/, plus the benchmark's data
 # (the GPT-2 tokenizer and Tiny Shakespeare from ../shared/data, 2.6 MB) into .deps/data; git ignores
 # .deps and the device tool carries it. tests/run does not run this script (it is not a suite test).
 # On the device machine it unpacks the .deb files into /tmp (never into /), builds the four tools and
@@ -48,6 +48,7 @@ FETCH_DEBS=(
                                                      # ^ libcurl and its libraries (HDF5's ROS3 driver links it)
     libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0   # CPU GEMM
     libmpich12 libmpich-dev libhwloc15 libucx0 libnuma1 libudev1             # MPI
+    libibverbs1 ibverbs-providers librdmacm1 libnl-3-200 libnl-route-3-200   # what UCX's InfiniBand modules load
     mpich libslurm38                                 # mpiexec (hydra links libslurm)
 )
 # The benchmark's corpus and tokenizer (../shared does not travel to the device machine).
