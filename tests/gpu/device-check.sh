@@ -108,8 +108,8 @@ export PATH=$DEPS/bin:$DEPS/usr/bin:$PATH MPIEXEC=$DEPS/bin/mpiexec
 
 # ==== the CUDA toolkit: headers and libraries where the Makefile expects them =======================
 # CUDA_HOME must hold include/{cublas_v2.h,nccl.h} and lib64/lib{cublas,cublasLt,cudart,nccl}.so. When
-# the toolkit's folder lacks some (pip's nvidia-* packages or /usr/lib may hold them instead), a folder
-# of links stands in for it.
+# the toolkit's folder lacks some (pip's nvidia-* packages, or /usr for NCCL, may hold them instead), a
+# folder of links stands in for it.
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
 cuda_complete() {
     local h l
@@ -120,12 +120,19 @@ if ! cuda_complete "$CUDA_HOME"; then
     home=/tmp/neox-cuda-home
     rm -rf "$home" && mkdir -p "$home/include" "$home/lib64"
     py_nvidia=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]) + "/nvidia")' 2>/dev/null || true)
-    for dir in "$CUDA_HOME/include" "$CUDA_HOME"/targets/x86_64-linux/include $py_nvidia/*/include $py_nvidia/*/*/include /usr/include; do
-        [ -d "$dir" ] && for h in "$dir"/*; do [ -e "$home/include/$(basename "$h")" ] || ln -s "$h" "$home/include/"; done
-    done
-    for dir in "$CUDA_HOME/lib64" "$CUDA_HOME"/targets/x86_64-linux/lib $py_nvidia/*/lib $py_nvidia/*/*/lib /usr/lib/x86_64-linux-gnu; do
-        [ -d "$dir" ] && for l in "$dir"/lib{cu,nccl,nv}*.so*; do [ -e "$l" ] && { [ -e "$home/lib64/$(basename "$l")" ] || ln -s "$l" "$home/lib64/"; }; done
-    done
+    link_all() {  # link_all DEST PATTERN DIR...: links each DIR's files matching PATTERN into DEST (first wins)
+        local dest=$1 pattern=$2 dir f; shift 2
+        for dir in "$@"; do
+            [ -d "$dir" ] || continue
+            for f in "$dir"/$pattern; do [ -e "$f" ] && [ ! -e "$dest/${f##*/}" ] && ln -s "$f" "$dest/"; done
+        done
+    }
+    # The toolkit's and pip's folders whole; from /usr only NCCL (the rest of /usr must not shadow the
+    # system headers or the carried libraries).
+    link_all "$home/include" '*' "$CUDA_HOME/include" "$CUDA_HOME"/targets/x86_64-linux/include $py_nvidia/*/include $py_nvidia/*/*/include
+    link_all "$home/include" 'nccl*' /usr/include
+    link_all "$home/lib64" 'lib*.so*' "$CUDA_HOME/lib64" "$CUDA_HOME"/targets/x86_64-linux/lib $py_nvidia/*/lib $py_nvidia/*/*/lib
+    link_all "$home/lib64" 'libnccl*.so*' /usr/lib/x86_64-linux-gnu
     for name in cublas cublasLt cudart nccl; do  # the linker wants the unversioned name
         [ -e "$home/lib64/lib$name.so" ] || { v=$(ls "$home"/lib64/lib$name.so.* 2>/dev/null | head -1); [ -n "$v" ] && ln -s "$v" "$home/lib64/lib$name.so"; }
     done
