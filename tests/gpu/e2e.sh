@@ -53,7 +53,7 @@ check "preprocess$DRY" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --out
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 
 # The backend key: `backend` (issue #10's name), or `compute_backend` in trainers from before it.
-echo '{"train_iters": 1}' >"$T/probe.yml"
+config probe neox 4 2 20 ""
 KEY=backend
 "$TRAIN" --print-config "$T/probe.yml" 2>/dev/null | grep -qE '^backend +=' || KEY=compute_backend
 echo "# backend key: $KEY"
