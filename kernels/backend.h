@@ -60,6 +60,7 @@ extern "C" {
     X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V)) \
     X(void, cross_entropy_row_max, (float *mx, const float *logits, int N, int V))                                    \
     X(void, cross_entropy_row_sumexp, (double *sum, const float *logits, const float *mx, int N, int V))              \
+    X(void, cross_entropy_target_logit, (double *out, const float *logits, const int *targets, int N, int V))     \
     X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,       \
                                      const float *weight, float scale, int N, int V))                                 \
     X(double, sum_squares, (const float *x, size_t n))                                                                \
@@ -69,6 +70,8 @@ extern "C" {
                     float eps, float weight_decay, long step))                                                        \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
                              float lr, float beta1, float beta2, float eps, long step))                               \
+    X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr, \
+                           float momentum, int first))                                                                \
     X(void, adam_moments, (float *m, float *v, const float *grad, size_t n, float beta1, float beta2))                \
     X(void, onebit_adam_apply, (float *param, const float *m, const float *v, size_t n, float lr, float eps,           \
                                 float weight_decay))                                                                  \
