@@ -121,6 +121,9 @@ print(f"tokens/s: {tok[0]:.0f} [{tok[1]:.0f}]")
 print(f"model TFLOP/s (GPT-NeoX formula): {flops[0]:.2f} [{flops[1]:.2f}]")
 mfu_gemm = f"{flops[0] / gemm:.1%} [{flops[1] / gemm:.1%}] of the measured bf16 GEMM rate {gemm:.1f} TFLOP/s" if gemm > 0 else "n/a (bf16 GEMM rate not measured)"
 print(f"MFU: {mfu_gemm}; {flops[0] / peak:.1%} [{flops[1] / peak:.1%}] of the nominal {peak:.0f} TFLOP/s")
+trainer = stat("runtime/mfu")
+if trainer[0] == trainer[0]:  # the trainer's own MFU, against its table of data-sheet peaks
+    print(f"MFU as the trainer logs it (runtime/mfu): {trainer[0]:.1%} [{trainer[1]:.1%}]")
 print("result: " + json.dumps({"micro_batch": micro, "seq": seq, "steps": len(rows), "ms_per_step": round(ms[0], 2),
                                "tokens_per_s": round(tok[0]), "model_tflops": round(flops[0], 2), "gemm_bf16_tflops": gemm,
                                "mfu_vs_gemm": round(flops[0] / gemm, 4) if gemm > 0 else None, "mfu_vs_peak": round(flops[0] / peak, 4)}))

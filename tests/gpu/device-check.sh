@@ -199,7 +199,7 @@ rm -f "$OUT/gpu_ops.tmp"
 NEOX_BIN=$BIN timeout "$(cap 100)" bash tests/gpu/e2e.sh >"$OUT/e2e.txt" 2>&1
 e2e=$?
 note "e2e: exit $e2e; $(grep '^ok' "$OUT/e2e.txt" | grep -vc '# SKIP') ok, $(grep -c '^not ok' "$OUT/e2e.txt") not ok, $(grep -c '# SKIP' "$OUT/e2e.txt") skipped"
-grep -E '^(not ok|ok .*# SKIP)|^# (max|measured)' "$OUT/e2e.txt" | tee -a "$summary"
+grep -E '^(not ok|ok .*# SKIP|# [^ ])' "$OUT/e2e.txt" | tee -a "$summary"   # failures, findings (details in e2e.txt)
 { [ $e2e -ne 0 ] || grep -q '^not ok\|# SKIP' "$OUT/e2e.txt"; } && status=1
 
 # ==== training throughput: 125M, seq 2048, bf16 (bench/gpu_train.sh) ================================
