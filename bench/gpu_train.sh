@@ -59,7 +59,6 @@ echo "# peaks: measured bf16 GEMM ${gemm:-not measured} TFLOP/s, nominal ${opt[p
 
 # config MICRO: the 125M run with micro-batch MICRO.
 config() {
-    local backend=; [ -n "$KEY" ] && backend="\"$KEY\": \"${opt[backend]}\","
     cat >"$work/m$1.yml" <<EOF
 {
   "num_layers": ${opt[layers]}, "hidden_size": ${opt[hidden]}, "num_attention_heads": ${opt[heads]},
@@ -69,7 +68,7 @@ config() {
   "optimizer": {"type": "Adam", "params": {"lr": 0.0006, "betas": [0.9, 0.95], "eps": 1.0e-8}},
   "min_lr": 0.00006, "lr_decay_style": "cosine", "warmup": 0.01, "gradient_clipping": 1.0, "weight_decay": 0.1,
   "hidden_dropout": 0.0, "attention_dropout": 0.0, "checkpoint_activations": false,
-  "precision": "${opt[precision]}", $backend
+  "precision": "${opt[precision]}", "compute_backend": "${opt[backend]}",
   "train_micro_batch_size_per_gpu": $1, "gradient_accumulation_steps": 1,
   "train_iters": $((opt[warmup] + opt[steps])), "log_interval": 1,
   "split": "100,0,0", "do_valid": false, "do_test": false, "eval_interval": 1000000, "eval_iters": 0,
@@ -93,11 +92,6 @@ try() {
     tail -n 3 "$work/train$1.log" | sed 's/^/#   /'
     return 1
 }
-# The backend key: `backend`, or `compute_backend` in trainers from before it (probed on the config
-# without it).
-KEY= && config 1
-KEY=backend
-"$TRAIN" --print-config "$work/m1.yml" 2>/dev/null | grep -qE '^backend +=' || KEY=compute_backend
 if [ "${opt[micro]}" = auto ]; then candidates=(32 16 8); else candidates=("${opt[micro]}"); fi
 micro=
 for m in "${candidates[@]}"; do

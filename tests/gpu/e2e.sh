@@ -53,16 +53,10 @@ check "preprocess$DRY" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --out
     --tokenizer-type CharLevelTokenizer --append-eod
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 
-# The backend key: `backend` (issue #10's name), or `compute_backend` in trainers from before it.
-config probe neox 4 2 20 ""
-KEY=backend
-"$TRAIN" --print-config "$T/probe.yml" 2>/dev/null | grep -qE '^backend +=' || KEY=compute_backend
-echo "# backend key: $KEY"
-
-# run NAME KIND BACKEND EXTRA: trains $T/NAME.yml (20 steps, micro-batch 4, accumulation 2, one record
-# per step (log_interval 1 in layout_config.sh), a checkpoint at 10 and 20) on BACKEND, and exports the final checkpoint.
+# run NAME KIND BACKEND EXTRA: trains $T/NAME.yml on BACKEND (20 steps, micro-batch 4, accumulation 2,
+# one record per step: layout_config.sh's log_interval 1; checkpoints at 10 and 20), exports the last.
 run() {
-    config "$1" "$2" 4 2 20 ", \"$KEY\": \"$3\"$4"
+    config "$1" "$2" 4 2 20 ", \"compute_backend\": \"$3\"$4"
     check "$1: train 20 steps on $3$DRY" "$TRAIN" -q "$T/$1.yml"
     check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
 }
@@ -91,8 +85,8 @@ compare "bf16 GPT-NeoX on $GPU follows fp32 cpu (losses within $BF16_LOSS_TOL, g
     "${CHECK[@]}" close "$BF16_LOSS_TOL" "$BF16_NORM_TOL" "$T/neox-cpu" "$T/neox-bf16"
 
 # 3. Resume on the GPU: 10 steps (exit_interval; the checkpoint at 10), then 10 more from it.
-config resume-a neox 4 2 20 ", \"$KEY\": \"$GPU\", \"exit_interval\": 10$DROP"
-config resume-b neox 4 2 20 ", \"$KEY\": \"$GPU\", \"load\": \"$T/resume-a/ckpt\"$DROP"
+config resume-a neox 4 2 20 ", \"compute_backend\": \"$GPU\", \"exit_interval\": 10$DROP"
+config resume-b neox 4 2 20 ", \"compute_backend\": \"$GPU\", \"load\": \"$T/resume-a/ckpt\"$DROP"
 check "resume: first 10 steps on $GPU$DRY" "$TRAIN" -q "$T/resume-a.yml"
 check "resume: 10 more steps on $GPU from the checkpoint$DRY" "$TRAIN" -q "$T/resume-b.yml"
 check "resume: export step 20" "$CONVERT" to-hf --input "$T/resume-b/ckpt" --output "$T/resume-b/hf"
