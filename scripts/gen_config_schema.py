@@ -30,7 +30,7 @@ EXTRA_KEYS = [
 
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
 OWN_KEYS = [
-    ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda", 0, None, None),
+    ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
     ("neox.c", "data_parallel_size", "INT", None, None, 1, None, None),
     ("neox.c", "warmup_iters", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_beta1", "FLOAT", None, None, 1, None, None),

@@ -929,7 +929,7 @@ const neox_key_spec neox_key_specs[] = {
     {.name = "te_fp8_mha", .type = NEOX_TYPE_BOOL, .default_text = "false", .choices = NULL, .supported = NULL,
      .feature = "Transformer Engine", .group = "NeoXArgsModel", .use = NEOX_KEY_UNSUPPORTED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
-    {.name = "compute_backend", .type = NEOX_TYPE_CHOICE, .default_text = "auto", .choices = "auto|cpu|cuda", .supported = NULL,
+    {.name = "compute_backend", .type = NEOX_TYPE_CHOICE, .default_text = "auto", .choices = "auto|cpu|cuda|emulated", .supported = NULL,
      .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "gradient_compression", .type = NEOX_TYPE_CHOICE, .default_text = "none", .choices = "none|onebit|powersgd", .supported = NULL,

@@ -103,25 +103,28 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
-// compute_backend: cpu, cuda or auto; on a GPU, one rank per device (local rank modulo the count).
+// compute_backend: cpu, cuda, auto or emulated; on a GPU, one rank per device (local rank modulo the
+// device count) and NCCL communicators for the device buffers.
 static int setup_backend(neox_trainer *t, neox_error *err) {
     char msg[256] = "";
     const char *choice = neox_config_str(t->cfg, "compute_backend");
     t->be = neox_backend_select(choice ? choice : "auto", msg, sizeof msg);
     if (!t->be) return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: %s", msg);
     if (!t->be->on_device) return 0;
-#ifdef NEOX_CUDA
-    int device = neox_grid_local_rank(t->grid) % neox_cuda_device_count();
-    if (neox_cuda_init(device) != 0)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "compute_backend cuda: device %d failed to initialise", device);
     // What still runs on host loops only (docs/cuda.md).
     const char *refused = NULL;
     if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM) refused = "optimizer.type onebitadam";
     else if (strcmp(neox_config_str(t->cfg, "gradient_compression"), "none") != 0) refused = "gradient_compression";
     else if (neox_config_bool(t->cfg, "sparse_gradients")) refused = "sparse_gradients";
     if (refused)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend cuda yet (CPU only); "
-                         "set compute_backend: cpu", refused);
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
+                         "set compute_backend: cpu", refused, t->be->name);
+    if (!strcmp(t->be->name, "emulated"))  // its memory cannot travel through MPI or NCCL
+        return t->grid->world_size == 1 ? 0 : neox_fail(err, NEOX_EXIT_USAGE, "compute_backend emulated: one rank only");
+#ifdef NEOX_CUDA
+    int device = neox_grid_local_rank(t->grid) % neox_cuda_device_count();
+    if (neox_cuda_init(device) != 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "compute_backend cuda: device %d failed to initialise", device);
     return neox_grid_enable_device(t->grid, err);
 #else
     return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: this build has no device backend");
@@ -281,7 +284,7 @@ static int setup_data(neox_trainer *t, neox_error *err) {
 // The dense bfloat16 tensor-core peak of the GPU (NVIDIA's data sheets: A100 312, H100/H200 SXM
 // 989 TFLOP/s), the reference of MFU; 0 (no MFU) on the CPU and on other GPUs.
 static double device_peak_flops(const neox_trainer *t) {
-    if (!t->be->on_device) return 0.0;
+    if (strcmp(t->be->name, "cuda") != 0) return 0.0;
 #ifdef NEOX_CUDA
     neox_cuda_device_info info;
     if (neox_cuda_device_info_get(neox_grid_local_rank(t->grid) % neox_cuda_device_count(), &info) != 0) return 0.0;
