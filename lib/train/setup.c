@@ -228,9 +228,11 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     double predivide = neox_config_has(t->cfg, "gradient_predivide_factor") ? neox_config_float(t->cfg, "gradient_predivide_factor") : 1.0;
     neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
                                     .all_reduce = !neox_config_bool(t->cfg, "zero_reduce_scatter"),
-                                    .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire};
+                                    .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
+                                    .backend = t->be};
     neox_grid *g = t->grid;
-    if (t->zero_stage == 0 && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
+    // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
+    if (t->zero_stage == 0 && !t->be->on_device && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
         ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
         if (t->rank0 && !t->opts.quiet)
             neox_info("data-parallel all-reduce: hierarchical (%d ranks per node on this node)", g->data_intra.size);
