@@ -17,8 +17,10 @@
 #      schedule holds over skipped steps (tests/tools/loss_scale_oracle.py); steps are taken once the
 #      scale is low enough.
 # Without a GPU (the CUDA build's neox-train -V sees none) it prints one "# SKIP no GPU: skipped" line
-# (counted as skipped, not passed). NEOX_E2E_DRY=1 runs every check with the CPU backend on both sides
-# (the cpu binaries by default), which proves the plumbing anywhere; its TAP names say "dry run".
+# (counted as skipped, not passed). NEOX_E2E_DRY=1 runs every "cuda" run on the emulated device
+# instead (compute_backend: emulated: the CPU ops on memory that faults on host access, so the device
+# paths are exercised; the cpu binaries by default), which proves the plumbing anywhere; its TAP
+# names say "dry run".
 # Environment: NEOX_BIN (default build/cuda/bin; build/cpu/bin in a dry run), NEOX_E2E_PY (python with
 # numpy and safetensors: .venv/bin/python, else python3).
 if [ "${NEOX_E2E_DRY:-0}" = 1 ]; then NEOX_BIN=${NEOX_BIN:-build/cpu/bin}; else NEOX_BIN=${NEOX_BIN:-build/cuda/bin}; fi
@@ -28,8 +30,8 @@ T=$TEST_TMP
 BF16_LOSS_TOL=2e-3 BF16_NORM_TOL=2e-2
 
 if [ "${NEOX_E2E_DRY:-0}" = 1 ]; then
-    GPU=cpu DRY=" (dry run: cpu on both sides)"
-    echo "# dry run: every 'cuda' run below trains on the cpu backend; this proves the plumbing only"
+    GPU=emulated DRY=" (dry run: emulated device for cuda)"
+    echo "# dry run: every 'cuda' run below trains on the emulated device; this proves the plumbing only"
 else
     GPU=cuda DRY=""
     if [ ! -x "$TRAIN" ]; then
