@@ -31,11 +31,16 @@ EXTRA_KEYS = [
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
 OWN_KEYS = [
     ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
+    ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd", 0, None, None),
+    ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),
+    ("neox.c", "gradient_compression_start", "INT", "0", None, 0, 0, float("inf")),
     ("neox.c", "data_parallel_size", "INT", None, None, 1, None, None),
     ("neox.c", "warmup_iters", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_beta1", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_beta2", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_eps", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "onebitadam_freeze_step", "INT", None, None, 1, None, None),
+    ("neox.c", "onebitadam_weight_decay", "FLOAT", None, None, 1, None, None),
     ("neox.c", "sgd_momentum", "FLOAT", None, None, 1, None, None),
 ]
 
@@ -112,7 +117,7 @@ SUPPORTED = {
     "activation": ("gelu|swiglu", "activation"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
-    "optimizer_type": ("adam|sgd", "optimizer"),
+    "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
     "tokenizer_type": ("GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|CharLevelTokenizer", "tokenizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "pack_impl": ("packed", "sample packing"),
