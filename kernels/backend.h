@@ -17,78 +17,97 @@
 extern "C" {
 #endif
 
-// X(return type, name, (parameters)): one line per op of kernels.h.
-#define NEOX_BACKEND_OPS(X)                                                                                           \
-    X(void, linear_forward, (float *out, int ldo, const float *inp, const float *weight, const float *bias, int N,    \
-                             int IC, int OC))                                                                          \
+// X(return type, name, (parameters), (argument names)): one line per op of kernels.h (the names let
+// a table wrap each op generically: kernels/cpu/emulated.c).
+#define NEOX_BACKEND_OPS(X)                                                                                            \
+    X(void, linear_forward, (float *out, int ldo, const float *inp, const float *weight, const float *bias, int N,     \
+      int IC, int OC), (out, ldo, inp, weight, bias, N, IC, OC))                                                       \
     X(void, linear_backward, (float *dinp, float *dweight, float *dbias, const float *dout, int ldo, const float *inp, \
-                              const float *weight, int N, int IC, int OC, int accumulate))                             \
-    X(void, gemm_ex, (int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,             \
-                      const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c))               \
-    X(void, embedding_forward, (float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C)) \
-    X(void, embedding_backward, (float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C))   \
-    X(void, layernorm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,          \
-                                const float *bias, int N, int C, float eps))                                          \
-    X(void, layernorm_backward, (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,      \
-                                 const float *weight, const float *mean, const float *rstd, int N, int C))            \
-    X(void, rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps)) \
+      const float *weight, int N, int IC, int OC, int accumulate), (dinp, dweight, dbias, dout, ldo, inp, weight, N,   \
+      IC, OC, accumulate))                                                                                             \
+    X(void, gemm_ex, (int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,              \
+      const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c), (trans_a, trans_b, M, N, K,    \
+      alpha, A, lda, B, ldb, ab, beta, C, ldc, c))                                                                     \
+    X(void, embedding_forward, (float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C),  \
+      (out, ids, wte, wpe, B, T, C))                                                                                   \
+    X(void, embedding_backward, (float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C),    \
+      (dwte, dwpe, dout, ids, B, T, C))                                                                                \
+    X(void, layernorm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,           \
+      const float *bias, int N, int C, float eps), (out, mean, rstd, inp, weight, bias, N, C, eps))                    \
+    X(void, layernorm_backward, (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,       \
+      const float *weight, const float *mean, const float *rstd, int N, int C), (dinp, dweight, dbias, dout, inp,      \
+      weight, mean, rstd, N, C))                                                                                       \
+    X(void, rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *weight, int N, int C,            \
+      float eps), (out, rstd, inp, weight, N, C, eps))                                                                 \
     X(void, rmsnorm_backward, (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,  \
-                               const float *rstd, int N, int C))                                                      \
-    X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,        \
-                        int interleaved))                                                                              \
+      const float *rstd, int N, int C), (dinp, dweight, dout, inp, weight, rstd, N, C))                                \
+    X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,         \
+      int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
     X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \
-                        int HS, int interleaved))                                                                      \
-    X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base))                                      \
-    X(void, rotary_apply, (float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,          \
-                           int inverse))                                                                               \
-    X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, \
-                                int NH, int NKV, int HS, float scale, float dropout, unsigned long long seed))         \
+      int HS, int interleaved), (dqkv, dq, dk, dv, B, T, NH, NKV, HS, interleaved))                                    \
+    X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base), (cos, sin, T, R, base))                \
+    X(void, rotary_apply, (float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,           \
+      int inverse), (x, cos, sin, B, H, T, HS, R, inverse))                                                            \
+    X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,  \
+      int NH, int NKV, int HS, float scale, float dropout, unsigned long long seed), (out, lse, q, k, v, B, T, NH,     \
+      NKV, HS, scale, dropout, seed))                                                                                  \
     X(void, attention_cached, (float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,  \
-                               int NH, int NKV, int HS, int maxT, float scale))                                       \
-    X(void, attention_backward, (float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,  \
-                                 const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,  \
-                                 int HS, float scale, float dropout, unsigned long long seed))                        \
-    X(void, gelu_forward, (float *out, const float *inp, size_t n, int approximate))                                  \
-    X(void, gelu_backward, (float *dinp, const float *dout, const float *inp, size_t n, int approximate))             \
-    X(void, swiglu_forward, (float *out, const float *inp, int N, int F))                                             \
-    X(void, swiglu_backward, (float *dinp, const float *dout, const float *inp, int N, int F))                        \
-    X(void, add, (float *out, const float *a, const float *b, size_t n))                                              \
-    X(void, add_inplace, (float *acc, const float *x, size_t n))                                                      \
-    X(void, add_bias, (float *x, const float *bias, int N, int C))                                                    \
-    X(void, dropout, (float *out, const float *inp, size_t n, float p, unsigned long long seed,                       \
-                      unsigned long long offset))                                                                      \
-    X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V)) \
-    X(void, cross_entropy_row_max, (float *mx, const float *logits, int N, int V))                                    \
-    X(void, cross_entropy_row_sumexp, (double *sum, const float *logits, const float *mx, int N, int V))              \
-    X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,       \
-                                     const float *weight, float scale, int N, int V))                                 \
-    X(double, sum_squares, (const float *x, size_t n))                                                                \
-    X(double, sum_squares_segments, (const float *x, const neox_segment *segs, int nseg))                             \
-    X(void, scale, (float *x, size_t n, float s))                                                                     \
+      int NH, int NKV, int HS, int maxT, float scale), (out, q, kcache, vcache, S, pos0, NH, NKV, HS, maxT, scale))    \
+    X(void, attention_backward, (float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,   \
+      const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS, float scale,          \
+      float dropout, unsigned long long seed), (dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, scale,         \
+      dropout, seed))                                                                                                  \
+    X(void, gelu_forward, (float *out, const float *inp, size_t n, int approximate), (out, inp, n, approximate))       \
+    X(void, gelu_backward, (float *dinp, const float *dout, const float *inp, size_t n, int approximate), (dinp, dout, \
+      inp, n, approximate))                                                                                            \
+    X(void, swiglu_forward, (float *out, const float *inp, int N, int F), (out, inp, N, F))                            \
+    X(void, swiglu_backward, (float *dinp, const float *dout, const float *inp, int N, int F), (dinp, dout, inp, N,    \
+      F))                                                                                                              \
+    X(void, add, (float *out, const float *a, const float *b, size_t n), (out, a, b, n))                               \
+    X(void, add_inplace, (float *acc, const float *x, size_t n), (acc, x, n))                                          \
+    X(void, add_bias, (float *x, const float *bias, int N, int C), (x, bias, N, C))                                    \
+    X(void, dropout, (float *out, const float *inp, size_t n, float p, unsigned long long seed,                        \
+      unsigned long long offset), (out, inp, n, p, seed, offset))                                                      \
+    X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V), \
+      (losses, lse, logits, targets, N, V))                                                                            \
+    X(void, cross_entropy_row_max, (float *mx, const float *logits, int N, int V), (mx, logits, N, V))                 \
+    X(void, cross_entropy_row_sumexp, (double *sum, const float *logits, const float *mx, int N, int V), (sum, logits, \
+      mx, N, V))                                                                                                       \
+    X(void, cross_entropy_target_logit, (double *out, const float *logits, const int *targets, int N, int V), (out,    \
+      logits, targets, N, V))                                                                                          \
+    X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,        \
+      const float *weight, float scale, int N, int V), (dlogits, logits, lse, targets, weight, scale, N, V))           \
+    X(double, sum_squares, (const float *x, size_t n), (x, n))                                                         \
+    X(double, sum_squares_segments, (const float *x, const neox_segment *segs, int nseg), (x, segs, nseg))             \
+    X(void, scale, (float *x, size_t n, float s), (x, n, s))                                                           \
     X(void, adamw, (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2, \
-                    float eps, float weight_decay, long step))                                                        \
+      float eps, float weight_decay, long step), (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step))    \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
-                             float lr, float beta1, float beta2, float eps, long step))                               \
-    X(void, adam_moments, (float *m, float *v, const float *grad, size_t n, float beta1, float beta2))                \
+      float lr, float beta1, float beta2, float eps, long step), (param, grad, m, v, segs, nseg, lr, beta1, beta2,     \
+      eps, step))                                                                                                      \
+    X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,  \
+      float momentum, int first), (param, grad, buf, segs, nseg, lr, momentum, first))                                 \
+    X(void, adam_moments, (float *m, float *v, const float *grad, size_t n, float beta1, float beta2), (m, v, grad, n, \
+      beta1, beta2))                                                                                                   \
     X(void, onebit_adam_apply, (float *param, const float *m, const float *v, size_t n, float lr, float eps,           \
-                                float weight_decay))                                                                  \
-    X(void, cast_f32_to_bf16, (uint16_t *out, const float *inp, size_t n))                                            \
-    X(void, cast_bf16_to_f32, (float *out, const uint16_t *inp, size_t n))                                            \
-    X(void, cast_f32_to_f16, (uint16_t *out, const float *inp, size_t n))                                             \
-    X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n))
+      float weight_decay), (param, m, v, n, lr, eps, weight_decay))                                                    \
+    X(void, cast_f32_to_bf16, (uint16_t *out, const float *inp, size_t n), (out, inp, n))                              \
+    X(void, cast_bf16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))                              \
+    X(void, cast_f32_to_f16, (uint16_t *out, const float *inp, size_t n), (out, inp, n))                               \
+    X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))
 
-// Memory entry points: X(return type, name, (parameters)) likewise. to_device/to_host copy between
+// Memory entry points: X(return type, name, (parameters), (argument names)) likewise. to_device/to_host copy between
 // host memory and the backend's; copy within the backend's; synchronize waits for queued work.
-#define NEOX_BACKEND_MEMORY(X)                                                                                        \
-    X(void *, alloc, (size_t bytes))                                                                                  \
-    X(void, free, (void *p))                                                                                          \
-    X(void, memset_zero, (void *p, size_t bytes))                                                                     \
-    X(void, to_device, (void *dst, const void *src, size_t bytes))                                                    \
-    X(void, to_host, (void *dst, const void *src, size_t bytes))                                                      \
-    X(void, copy, (void *dst, const void *src, size_t bytes))                                                         \
-    X(void, synchronize, (void))
+#define NEOX_BACKEND_MEMORY(X)                                                                                         \
+    X(void *, alloc, (size_t bytes), (bytes))                                                                          \
+    X(void, free, (void *p), (p))                                                                                      \
+    X(void, memset_zero, (void *p, size_t bytes), (p, bytes))                                                          \
+    X(void, to_device, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                  \
+    X(void, to_host, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                    \
+    X(void, copy, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                       \
+    X(void, synchronize, (void), ())
 
-#define NEOX_BACKEND_MEMBER(ret, name, params) ret(*name) params;
+#define NEOX_BACKEND_MEMBER(ret, name, params, args) ret(*name) params;
 
 typedef struct neox_backend {
     const char *name;  // "cpu" or "cuda"
@@ -99,11 +118,14 @@ typedef struct neox_backend {
 
 // The CPU backend (always present).
 const neox_backend *neox_backend_cpu(void);
+// The CPU's ops on memory the host may touch only through to_host/to_device (kernels/cpu/emulated.c:
+// any other host access faults with a message): checks device code paths without a GPU.
+const neox_backend *neox_backend_emulated(void);
 // The CUDA backend on the current device, initialised on first use (cuBLAS handle, stream); NULL
 // in a CPU-only build or when no GPU is visible.
 const neox_backend *neox_backend_cuda(void);
-// The backend a configuration names: "cpu", "cuda" (NULL with a message in err when unavailable)
-// or "auto" (cuda when a GPU is visible, else cpu). NULL with a message for any other name.
+// The backend a configuration names: "cpu", "cuda" (NULL with a message in err when unavailable),
+// "auto" (cuda when a GPU is visible, else cpu) or "emulated". NULL with a message for any other name.
 const neox_backend *neox_backend_select(const char *choice, char *err, size_t errlen);
 
 #ifdef __cplusplus

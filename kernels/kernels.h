@@ -161,6 +161,10 @@ void neox_cross_entropy_forward(float *losses, float *lse, const float *logits, 
 // lse = mx + log(sum over ranks), exactly what neox_cross_entropy_forward computes on one rank.
 void neox_cross_entropy_row_max(float *mx, const float *logits, int N, int V);
 void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V);
+// The target's logit of each row, in double (the vocab-parallel loss sums it over ranks with the
+// row sums): out[i] = logits[i, targets[i]], or 0 when targets[i] is outside [0, V) (another
+// rank's column). logits: (N, V); targets, out: (N).
+void neox_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V);
 // dlogits = (softmax(logits) - onehot(target)) * weight[i] * scale, where weight is the loss mask
 // (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
 // A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot.
@@ -186,6 +190,11 @@ typedef struct neox_segment {
 // host array of nseg segments, which must not overlap.
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
                          float lr, float beta1, float beta2, float eps, long step);
+// torch.optim.SGD over each segment (no dampening, no Nesterov, as GPT-NeoX configures it):
+// d = g + wd * p; with momentum, buf = d on the first step (first = 1), else momentum * buf + d;
+// p -= lr * buf (or lr * d without momentum; buf unused then).
+void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,
+                       float momentum, int first);
 // neox_sum_squares over the union of the segments (weight_decay unused), in double.
 double neox_sum_squares_segments(const float *x, const neox_segment *segs, int nseg);
 

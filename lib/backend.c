@@ -31,6 +31,7 @@ const neox_backend *neox_backend_cuda(void) { return NULL; }
 
 const neox_backend *neox_backend_select(const char *choice, char *err, size_t errlen) {
     if (!strcmp(choice, "cpu")) return neox_backend_cpu();
+    if (!strcmp(choice, "emulated")) return neox_backend_emulated();
     if (!strcmp(choice, "cuda") || !strcmp(choice, "auto")) {
         const neox_backend *cuda = neox_backend_cuda();
         if (cuda || !strcmp(choice, "auto")) return cuda ? cuda : neox_backend_cpu();
@@ -41,6 +42,6 @@ const neox_backend *neox_backend_select(const char *choice, char *err, size_t er
 #endif
         return NULL;
     }
-    snprintf(err, errlen, "backend '%s': expected cpu, cuda or auto", choice);
+    snprintf(err, errlen, "backend '%s': expected cpu, cuda, auto or emulated", choice);
     return NULL;
 }

@@ -108,6 +108,17 @@ typedef struct neox_model_weights {
 
 typedef struct neox_comm neox_comm;
 typedef struct neox_model neox_model;
+typedef struct neox_backend neox_backend;
+
+// The element type of the linear layers' GEMM operands (GPT-NeoX's `precision`): fp32, or
+// bfloat16 / fp16 copies of the weights and of each product's input and output gradient, with
+// products accumulated in fp32 into fp32 results (torch.autocast's rule for linear layers). The
+// parameters, their gradients, the optimizer state and every other op stay fp32: the parameters
+// are the master weights.
+typedef enum { NEOX_PRECISION_FP32, NEOX_PRECISION_BF16, NEOX_PRECISION_FP16 } neox_precision;
+// Parses "fp32" | "bfloat16" | "bf16" | "fp16" (GPT-NeoX's values); -1 when unknown.
+int neox_precision_parse(const char *name, neox_precision *out);
+const char *neox_precision_name(neox_precision p);
 // Called by backward between its operations with the parameters [begin, end) (indices into
 // params; possibly none) whose gradients became final for this micro-batch since the last call:
 // data-parallel reduction can start on them, and communication in flight can be progressed.
@@ -115,6 +126,14 @@ typedef struct neox_model neox_model;
 typedef void (*neox_grads_ready_fn)(void *ctx, int begin, int end);
 struct neox_model {
     neox_model_desc desc;
+    // Where every buffer below lives and every op runs (kernels/backend.h): on the CUDA backend
+    // param_buf, grad_buf and act_buf are device memory and must be read through be->to_host.
+    const neox_backend *be;
+    neox_precision precision;  // set with neox_model_set_precision
+    uint16_t *param16;         // 16-bit copy of param_buf (16-bit precisions), refreshed lazily
+    int param16_stale;         // param_buf changed since param16 was made
+    uint16_t *half_in, *half_out;  // 16-bit GEMM operand scratch (planned with the activations)
+    void *host_stage;          // host copies of the N-sized loss statistics (private; forward.c)
     int nparams;
     neox_param *params;      // in buffer order
     // Layer l's parameters are params[layer_first_param[l] .. layer_first_param[l + 1]) (empty
@@ -142,8 +161,15 @@ struct neox_model {
     void *grads_ready_ctx;
 };
 
-// Allocates the parameter and gradient buffers (gradients zeroed; parameters uninitialised).
+// Allocates the parameter and gradient buffers (gradients zeroed; parameters zero) on the CPU
+// backend, or on backend be.
 neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err);
+neox_model *neox_model_create_on(const neox_model_desc *desc, const neox_backend *be, neox_error *err);
+// Chooses the linear layers' operand precision (before or after planning).
+void neox_model_set_precision(neox_model *m, neox_precision p);
+// Whoever writes param_buf outside neox_model_init (an optimizer step, a checkpoint load) calls
+// this so that the 16-bit weight copy is remade before the next forward.
+void neox_model_weights_changed(neox_model *m);
 void neox_model_free(neox_model *m);
 // The parameters desc lays out (names, shapes, offsets, in buffer order) without allocating the
 // model: for tools that handle checkpoints tensor by tensor. malloc'ed; NULL + err for a bad desc.

@@ -90,6 +90,9 @@ void neox_parallel_finalize(void);
 int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err);
 // Frees the groups (and their NCCL communicators, after the queued operations are done).
 void neox_grid_free(neox_grid *g);
+// This process's rank among the ranks on its machine (MPI_COMM_TYPE_SHARED): one GPU per local rank.
+// Collective over the world.
+int neox_grid_local_rank(const neox_grid *g);
 // World rank of the process at (pipe, data, model) in a grid of these sizes.
 int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_rank, int model_rank);
 

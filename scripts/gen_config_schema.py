@@ -30,12 +30,17 @@ EXTRA_KEYS = [
 
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
 OWN_KEYS = [
-    ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda", 0, None, None),
+    ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
+    ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd", 0, None, None),
+    ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),
+    ("neox.c", "gradient_compression_start", "INT", "0", None, 0, 0, float("inf")),
     ("neox.c", "data_parallel_size", "INT", None, None, 1, None, None),
     ("neox.c", "warmup_iters", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_beta1", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_beta2", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_eps", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "onebitadam_freeze_step", "INT", None, None, 1, None, None),
+    ("neox.c", "onebitadam_weight_decay", "FLOAT", None, None, 1, None, None),
     ("neox.c", "sgd_momentum", "FLOAT", None, None, 1, None, None),
 ]
 
@@ -58,7 +63,7 @@ mamba_selective_fp32_params mamba_use_bias_in_conv mamba_use_bias_in_linears dim
 te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_fp8_margin
 distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume adlr_autoresume_interval
 onnx_safe deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
-pipe_partition_method world_size precompute_model_name
+world_size precompute_model_name
 dpo_fp32 dpo_reference_free dpo_beta kto_fp32 kto_desirable_weight kto_undesirable_weight kto_beta
 mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass num_workers
 deepspeed_activation_checkpointing contiguous_checkpointing
@@ -66,7 +71,7 @@ checkpoint_in_cpu synchronize_each_layer profile_backward partition_activations
 mup_init_scale mup_attn_temp mup_output_temp mup_embedding_mult mup_rp_embedding_mult mup_width_scale base_shapes_file
 deepspeed scheduler prescale_gradients steps_per_print
 dump_state flops_profiler autotuning activation_checkpointing tensorboard wandb csv_monitor
-checkpoint data_types deepspeed_extra_args
+checkpoint data_types
 hostfile include exclude num_nodes num_gpus master_port master_addr launcher force_multi autotuning_run
 no_ssh_check comment account
 """.split())
@@ -112,7 +117,7 @@ SUPPORTED = {
     "activation": ("gelu|swiglu", "activation"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
-    "optimizer_type": ("adam|sgd", "optimizer"),
+    "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
     "tokenizer_type": ("GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|CharLevelTokenizer", "tokenizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "pack_impl": ("packed", "sample packing"),

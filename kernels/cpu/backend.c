@@ -20,7 +20,7 @@ static void cpu_memset_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_synchronize(void) {}
 
-#define CPU_OP(ret, name, params) .name = neox_##name,
+#define CPU_OP(ret, name, params, args) .name = neox_##name,
 
 static const neox_backend cpu_backend = {
     .name = "cpu",

@@ -59,3 +59,7 @@ void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float
     #pragma omp parallel for
     for (int i = 0; i < N; i++) sum[i] = row_sumexp(logits + (size_t)i * V, mx[i], V);
 }
+
+void neox_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V) {
+    for (int i = 0; i < N; i++) out[i] = targets[i] >= 0 && targets[i] < V ? logits[(size_t)i * V + targets[i]] : 0.0;
+}

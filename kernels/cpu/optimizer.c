@@ -1,4 +1,4 @@
-// optimizer.c: the optimizer's elementwise kernels: squared norms for clipping, scaling, AdamW, 1-bit Adam.
+// optimizer.c: the optimizer's elementwise kernels: squared norms for clipping, scaling, AdamW, SGD, 1-bit Adam.
 #include <math.h>
 #include <stddef.h>
 
@@ -43,6 +43,22 @@ void neox_adamw_segments(float *param, const float *grad, float *m, float *v, co
     for (int s = 0; s < nseg; s++) {
         size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
         neox_adamw(param + b, grad + b, m + b, v + b, n, lr, beta1, beta2, eps, segs[s].weight_decay, step);
+    }
+}
+
+void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,
+                       float momentum, int first) {
+    for (int s = 0; s < nseg; s++) {
+        float wd = segs[s].weight_decay;
+        #pragma omp parallel for
+        for (size_t i = segs[s].begin; i < segs[s].end; i++) {
+            float d = grad[i] + wd * param[i];
+            if (momentum != 0.0f) {
+                buf[i] = first ? d : momentum * buf[i] + d;
+                d = buf[i];
+            }
+            param[i] -= lr * d;
+        }
     }
 }
 

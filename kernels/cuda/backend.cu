@@ -116,7 +116,7 @@ extern "C" void neox_cuda_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(n
 
 // ---- the table ----------------------------------------------------------------------------------
 
-#define CUDA_ENTRY(ret, name, params) table.name = neox_cuda_##name;
+#define CUDA_ENTRY(ret, name, params, args) table.name = neox_cuda_##name;
 
 extern "C" const neox_backend *neox_backend_cuda(void) {
     static neox_backend table;

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define NEOX_CUDA_DECLARE(ret, name, params) ret neox_cuda_##name params;
+#define NEOX_CUDA_DECLARE(ret, name, params, args) ret neox_cuda_##name params;
 NEOX_BACKEND_MEMORY(NEOX_CUDA_DECLARE)
 NEOX_BACKEND_OPS(NEOX_CUDA_DECLARE)
 #undef NEOX_CUDA_DECLARE

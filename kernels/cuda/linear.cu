@@ -54,7 +54,7 @@ extern "C" void neox_cuda_linear_backward(float *dinp, float *dweight, float *db
     if (dinp)  // dinp (N, IC) = dout (N, OC) @ weight (OC, IC)
         neox_cuda_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, NEOX_ELEM_F32, accumulate ? 1.0f : 0.0f, dinp, IC,
                        NEOX_ELEM_F32);
-    // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    neox_cuda_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, NEOX_ELEM_F32, 1.0f, dweight, IC, NEOX_ELEM_F32);
+    // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC); NULL when only dinp or dbias is wanted
+    if (dweight) neox_cuda_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, NEOX_ELEM_F32, 1.0f, dweight, IC, NEOX_ELEM_F32);
     if (dbias) neox_cuda_column_sums(dbias, dout, ldo, NULL, NULL, NULL, N, OC);
 }

@@ -54,6 +54,14 @@ __global__ void cross_entropy_backward_kernel(float *dlogits, const float *logit
     }
 }
 
+// out, targets: (N); one thread per row.
+__global__ void target_logit_kernel(double *out, const float *logits, const int *targets, int N, int V) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    int t = targets[i];
+    out[i] = t >= 0 && t < V ? (double)logits[(size_t)i * V + t] : 0.0;
+}
+
 // Rows go one per block; a grid's first dimension holds 2^31 - 1 blocks, far more than N.
 extern "C" void neox_cuda_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets,
                                                 int N, int V) {
@@ -79,5 +87,11 @@ extern "C" void neox_cuda_cross_entropy_backward(float *dlogits, const float *lo
     if (N <= 0) return;
     cross_entropy_backward_kernel<<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(dlogits, logits, lse, targets,
                                                                                     weight, scale, V);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V) {
+    if (N <= 0) return;
+    target_logit_kernel<<<(N + 255) / 256, 256, 0, neox_cuda_current_stream()>>>(out, logits, targets, N, V);
     CUDA_LAUNCHED();
 }

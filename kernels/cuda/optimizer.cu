@@ -170,6 +170,31 @@ extern "C" double neox_cuda_sum_squares(const float *x, size_t n) {
     return neox_cuda_sum_squares_segments(x, &all, 1);
 }
 
+// ---- SGD (kernels/cpu/optimizer.c's neox_sgd_segments): one launch per segment, rounded as the CPU ----
+// param, grad, buf: (n) of one segment.
+__global__ void sgd_kernel(float *param, const float *grad, float *buf, size_t n, float lr, float momentum, float wd,
+                           int first) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float d = __fadd_rn(grad[i], __fmul_rn(wd, param[i]));
+        if (momentum != 0.0f) {
+            buf[i] = first ? d : __fadd_rn(__fmul_rn(momentum, buf[i]), d);
+            d = buf[i];
+        }
+        param[i] = __fsub_rn(param[i], __fmul_rn(lr, d));
+    }
+}
+
+extern "C" void neox_cuda_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,
+                                       float lr, float momentum, int first) {
+    for (int s = 0; s < nseg; s++) {
+        size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
+        if (n == 0) continue;
+        sgd_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+            param + b, grad + b, momentum != 0.0f ? buf + b : NULL, n, lr, momentum, segs[s].weight_decay, first);
+        CUDA_LAUNCHED();
+    }
+}
+
 // ---- 1-bit Adam (kernels/cpu/optimizer.c's neox_adam_moments, neox_onebit_adam_apply) ----------
 // m, v, grad: (n); v may be NULL (the frozen variance). Rounded as the CPU rounds, no FMA.
 __global__ void adam_moments_kernel(float *m, float *v, const float *grad, size_t n, float beta1, float beta2) {

@@ -9,22 +9,22 @@
 // bucket starts as early as possible and the communication in flight is progressed often (MPI moves
 // non-blocking collectives only inside its calls).
 #include <math.h>
-#include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model_internal.h"
 
-static void norm_backward(const neox_model_desc *d, float *dinp, float *dw, float *db, const float *dout,
-                          const float *inp, const float *w, const float *mean, const float *rstd, int N) {
-    if (d->norm == NEOX_NORM_RMSNORM) neox_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size);
-    else neox_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size);
+static void norm_backward(const neox_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int N) {
+    const neox_model_desc *d = &m->desc;
+    if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size);
+    else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size);
 }
 
 // The gradient reaching a branch output through its hidden dropout: dx itself, or a masked copy.
 static const float *branch_grad(neox_model *m, const float *dx, float *scratch, size_t n, int layer, int site) {
     float p = m->training ? m->desc.hidden_dropout : 0.0f;
     if (p <= 0.0f) return dx;
-    neox_dropout(scratch, dx, n, p, neox_model_dropout_seed(m, layer, site), 0);
+    m->be->dropout(scratch, dx, n, p, neox_model_dropout_seed(m, layer, site), 0);
     return scratch;
 }
 
@@ -50,13 +50,13 @@ static int param_at(const neox_model *m, const float *g) {
 // A linear layer's backward: its weight and bias gradients, which are then final as parameters
 // [begin, end), before its input gradient (when wanted).
 static void linear_backward(neox_model *m, int begin, int end, float *dinp, float *dw, float *db, const float *dout,
-                            int ldo, const float *inp, const float *w, int N, int IC, int OC) {
-    neox_linear_backward(NULL, dw, db, dout, ldo, inp, w, N, IC, OC, 0);
+                            const float *inp, const float *w, int N, int IC, int OC) {
+    neox_model_linear_backward_weights(m, dw, db, dout, inp, N, IC, OC);
     grads_ready(m, begin, end);
     // (Cutting this product into row blocks with polls between would progress reductions during
     // it too, but the GEMM's result for a row depends on how many rows it is given: measured, an
     // overlapped run doing that differed from one without overlap in the last bits.)
-    if (dinp) neox_linear_backward(dinp, NULL, NULL, dout, ldo, NULL, w, N, IC, OC, 0);
+    if (dinp) neox_model_linear_backward_input(m, dinp, dout, w, N, IC, OC);
 }
 
 // Layer l's parameters, in buffer order (both namings): norm 1, norm 2, QKV, attention output,
@@ -83,12 +83,10 @@ static void mlp_backward(neox_model *m, int l, const int *group, const float *dy
     neox_layer_params *g = &m->g.layers[l];
     int N = m->B * m->T, C = d->hidden_size, F = s.F, swiglu = d->activation == NEOX_ACT_SWIGLU;
     int FC = swiglu ? 2 * F : F;
-    linear_backward(m, group[GROUP_FC2], group[GROUP_END], a->dact, g->fc2_w, g->fc2_b, dy, C, la->act, p->fc2_w, N,
-                    F, C);
-    if (swiglu) neox_swiglu_backward(a->dfc, a->dact, la->fc, N, F);
-    else neox_gelu_backward(a->dfc, a->dact, la->fc, (size_t)N * F, d->activation == NEOX_ACT_GELU_TANH);
-    linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, FC, la->ln2, p->fc_w, N, C,
-                    FC);
+    linear_backward(m, group[GROUP_FC2], group[GROUP_END], a->dact, g->fc2_w, g->fc2_b, dy, la->act, p->fc2_w, N, F, C);
+    if (swiglu) m->be->swiglu_backward(a->dfc, a->dact, la->fc, N, F);
+    else m->be->gelu_backward(a->dfc, a->dact, la->fc, (size_t)N * F, d->activation == NEOX_ACT_GELU_TANH);
+    linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, la->ln2, p->fc_w, N, C, FC);
 }
 
 // Attention branch: from the gradient of its output to dln1 (this rank's partial sum of it).
@@ -101,19 +99,19 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
     neox_layer_params *g = &m->g.layers[l];
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
     int HS = d->head_size, W = (NH + 2 * NKV) * HS;
-    linear_backward(m, group[GROUP_PROJ], group[GROUP_FC], a->datt, g->proj_w, g->proj_b, dy, C, la->att, p->proj_w,
-                    N, NH * HS, C);
+    linear_backward(m, group[GROUP_PROJ], group[GROUP_FC], a->datt, g->proj_w, g->proj_b, dy, la->att, p->proj_w, N,
+                    NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
-    neox_attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att, la->lse, B, T, NH, NKV, HS,
-                            1.0f / sqrtf((float)HS), attn_p, neox_model_attention_seed(m, l));
+    m->be->attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att, la->lse, B, T, NH, NKV, HS,
+                              1.0f / sqrtf((float)HS), attn_p, neox_model_attention_seed(m, l));
     poll(m);
     if (d->rotary_dims) {
-        neox_rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1);
-        neox_rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1);
+        m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1);
+        m->be->rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1);
     }
-    neox_qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
-    linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv, W, la->ln1, p->qkv_w, N,
-                    C, W);
+    m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv, la->ln1, p->qkv_w, N, C,
+                    W);
 }
 
 // a->dx holds the gradient of x[l + 1] on entry and of x[l] on return.
@@ -140,16 +138,16 @@ static void layer_backward(neox_model *m, int l) {
         // completes both partial sums.
         attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);
         neox_model_tp_reduce(m, a->dln, 2 * NC);
-        norm_backward(d, a->dx, g->ln2_w, g->ln2_b, dln2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
+        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
     } else {
         neox_model_tp_reduce(m, dln2, NC);
-        norm_backward(d, a->dx, g->ln2_w, g->ln2_b, dln2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
+        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
         attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);
         neox_model_tp_reduce(m, dln1, NC);
     }
-    norm_backward(d, a->dx, g->ln1_w, g->ln1_b, dln1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N);
+    norm_backward(m, a->dx, g->ln1_w, g->ln1_b, dln1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N);
     grads_ready(m, group[GROUP_LN1], group[GROUP_LN2]);
 }
 
@@ -162,16 +160,16 @@ static void head_backward(neox_model *m, float loss_scale) {
     int N = m->B * m->T, C = d->hidden_size;
     size_t NC = (size_t)N * C;
     float scale = a->mask_sum > 0 ? loss_scale / a->mask_sum : 0.0f;
-    neox_cross_entropy_backward(a->logits, a->logits, a->ce_lse, a->targets, a->mask, scale, N, s.V);
+    m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse, a->targets, a->mask, scale, N, s.V);
     // The head's parameters are the final norm's, then the output layer's; with tied weights on
     // one stage the output layer is the embedding, which is final only after the embedding's
     // backward.
     int head = m->layer_first_param[d->num_layers], out = param_at(m, m->g.lm_head);
     if (out < head) out = m->nparams;
-    linear_backward(m, out, m->nparams, a->dln, m->g.lm_head, NULL, a->logits, s.V, a->lnf, m->w.lm_head, N, C, s.V);
+    linear_backward(m, out, m->nparams, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, s.V);
     neox_model_tp_reduce(m, a->dln, NC);
-    memset(a->dx, 0, NC * sizeof(float));
-    norm_backward(d, a->dx, m->g.lnf_w, m->g.lnf_b, a->dln, a->x + (size_t)s.L * NC, m->w.lnf_w, a->lnf_mean,
+    m->be->memset_zero(a->dx, NC * sizeof(float));
+    norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, a->dln, a->x + (size_t)s.L * NC, m->w.lnf_w, a->lnf_mean,
                   a->lnf_rstd, N);
     grads_ready(m, head, out);
 }
@@ -184,7 +182,7 @@ void neox_model_backward(neox_model *m, float loss_scale) {
     for (int l = d->layer_end - 1; l >= d->layer_begin; l--) layer_backward(m, l);
     if (!neox_model_first_stage(d)) return;  // the caller sends a->dx to the previous stage
     if (m->training && d->hidden_dropout > 0.0f)
-        neox_dropout(a->dx, a->dx, NC, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
-    neox_embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size);
+        m->be->dropout(a->dx, a->dx, NC, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
+    m->be->embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size);
     grads_ready(m, 0, m->layer_first_param[0]);
 }

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model_internal.h"
 
 static float *take(float **cursor, size_t n) {
@@ -111,11 +111,62 @@ static size_t carve(neox_model *m, neox_acts *slots, float *base) {
     return (size_t)(cur - start);
 }
 
+// Host copies of the per-row values the loss is assembled from on the host (the backend's
+// buffers may be device memory): ids and targets on their way in, the statistics on their way out.
+typedef struct host_stage {
+    int *ids, *targets;             // (N)
+    float *max, *lse, *losses, *mask;  // (N)
+    double *stats;                  // (2, N): sums of exponentials, target logits
+} host_stage;
+
+static void free_host_stage(neox_model *m) {
+    host_stage *h = m->host_stage;
+    if (!h) return;
+    void *all[] = {h->ids, h->targets, h->max, h->lse, h->losses, h->mask, h->stats};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    free(h);
+    m->host_stage = NULL;
+}
+
+static void make_host_stage(neox_model *m) {
+    size_t N = (size_t)m->B * m->T;
+    host_stage *h = neox_calloc(1, sizeof *h);
+    h->ids = neox_malloc(N * sizeof(int));
+    h->targets = neox_malloc(N * sizeof(int));
+    h->max = neox_malloc(N * sizeof(float));
+    h->lse = neox_malloc(N * sizeof(float));
+    h->losses = neox_malloc(N * sizeof(float));
+    h->mask = neox_malloc(N * sizeof(float));
+    h->stats = neox_malloc(2 * N * sizeof(double));
+    m->host_stage = h;
+}
+
+static void free_half(neox_model *m) {
+    m->be->free(m->half_in);
+    m->be->free(m->half_out);
+    m->half_in = m->half_out = NULL;
+}
+
+void neox_model_plan_half(neox_model *m) {
+    free_half(m);
+    if (m->precision == NEOX_PRECISION_FP32 || !m->act_buf) return;
+    plan_sizes z = sizes_of(m);
+    size_t V = neox_model_last_stage(&m->desc) ? (size_t)neox_model_shard(&m->desc).V : 0;
+    size_t in = z.C > z.NH * z.HS ? z.C : z.NH * z.HS, out = z.W > z.FC ? z.W : z.FC;
+    in = in > z.F ? in : z.F;
+    out = out > z.C ? out : z.C;
+    out = out > V ? out : V;
+    m->half_in = m->be->alloc(z.N * in * sizeof(uint16_t));
+    m->half_out = m->be->alloc(z.N * out * sizeof(uint16_t));
+}
+
 void neox_model_free_plan(neox_model *m) {
     neox_acts *slots = m->slots;
     for (int k = 0; slots && k < m->nslots; k++) free(slots[k].layers);
     free(slots);
-    free(m->act_buf);
+    if (m->act_buf) m->be->free(m->act_buf);
+    free_half(m);
+    free_host_stage(m);
     m->slots = m->acts = NULL;
     m->act_buf = NULL;
     m->nslots = 0;
@@ -135,12 +186,14 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     int L = neox_model_shard(d).L;
     for (int k = 0; k < nslots; k++) slots[k].layers = neox_calloc((size_t)L, sizeof *slots[k].layers);
     m->act_floats = carve(m, slots, NULL);
-    m->act_buf = neox_aligned_alloc(64, m->act_floats * sizeof(float));
-    memset(m->act_buf, 0, m->act_floats * sizeof(float));
+    m->act_buf = m->be->alloc(m->act_floats * sizeof(float));
+    m->be->memset_zero(m->act_buf, m->act_floats * sizeof(float));
     carve(m, slots, m->act_buf);
     m->slots = slots;
     neox_model_use_slot(m, 0);
-    if (d->rotary_dims) neox_rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base);
+    make_host_stage(m);
+    neox_model_plan_half(m);
+    if (d->rotary_dims) m->be->rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base);
     return 0;
 }
 
@@ -181,10 +234,11 @@ void neox_model_tp_reduce(neox_model *m, float *x, size_t n) {
     if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, x, n, NEOX_F32);
 }
 
-static void norm_forward(const neox_model_desc *d, float *out, float *mean, float *rstd, const float *inp,
-                         const float *w, const float *b, int N) {
-    if (d->norm == NEOX_NORM_RMSNORM) neox_rmsnorm_forward(out, rstd, inp, w, N, d->hidden_size, d->norm_eps);
-    else neox_layernorm_forward(out, mean, rstd, inp, w, b, N, d->hidden_size, d->norm_eps);
+static void norm_forward(const neox_model *m, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                         const float *b, int N) {
+    const neox_model_desc *d = &m->desc;
+    if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_forward(out, rstd, inp, w, N, d->hidden_size, d->norm_eps);
+    else m->be->layernorm_forward(out, mean, rstd, inp, w, b, N, d->hidden_size, d->norm_eps);
 }
 
 // A row-parallel linear: out (N, C) = the sum over tensor-parallel ranks of inp (N, IC) @ w^T
@@ -192,20 +246,21 @@ static void norm_forward(const neox_model_desc *d, float *out, float *mean, floa
 static void row_parallel_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
                                  int IC) {
     int C = m->desc.hidden_size;
-    neox_linear_forward(out, C, inp, w, NULL, N, IC, C);
+    neox_model_linear_forward(m, out, inp, w, NULL, N, IC, C);
     neox_model_tp_reduce(m, out, (size_t)N * C);
-    if (bias) neox_add_bias(out, bias, N, C);
+    if (bias) m->be->add_bias(out, bias, N, C);
 }
 
 // Adds a branch output (after hidden dropout) into the residual: out = res + dropout(branch).
 static void add_branch(neox_model *m, float *out, const float *res, float *branch, size_t n, int layer, int site) {
     float p = m->training ? m->desc.hidden_dropout : 0.0f;
-    if (p > 0.0f) neox_dropout(branch, branch, n, p, neox_model_dropout_seed(m, layer, site), 0);
-    neox_add(out, res, branch, n);
+    if (p > 0.0f) m->be->dropout(branch, branch, n, p, neox_model_dropout_seed(m, layer, site), 0);
+    m->be->add(out, res, branch, n);
 }
 
 void neox_model_layer_forward(neox_model *m, int l) {
     const neox_model_desc *d = &m->desc;
+    const neox_backend *be = m->be;
     neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
     neox_layer_acts *la = &a->layers[l - s.l0];
@@ -217,25 +272,25 @@ void neox_model_layer_forward(neox_model *m, int l) {
     float *y = a->x + (l - s.l0 + 1) * NC;
 
     // attention over this rank's heads
-    norm_forward(d, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
-    neox_linear_forward(la->qkv, W, la->ln1, p->qkv_w, p->qkv_b, N, C, W);
-    neox_qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
+    neox_model_linear_forward(m, la->qkv, la->ln1, p->qkv_w, p->qkv_b, N, C, W);
+    be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
     if (d->rotary_dims) {
-        neox_rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0);
-        neox_rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0);
+        be->rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0);
+        be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0);
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
-    neox_attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS), attn_p,
-                           neox_model_attention_seed(m, l));
+    be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS), attn_p,
+                          neox_model_attention_seed(m, l));
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
     add_branch(m, d->parallel_residual ? y : la->mid, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
 
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
     const float *mlp_in = d->parallel_residual ? x : la->mid;
-    norm_forward(d, la->ln2, la->ln2_mean, la->ln2_rstd, mlp_in, p->ln2_w, p->ln2_b, N);
-    neox_linear_forward(la->fc, swiglu ? 2 * F : F, la->ln2, p->fc_w, p->fc_b, N, C, swiglu ? 2 * F : F);
-    if (swiglu) neox_swiglu_forward(la->act, la->fc, N, F);
-    else neox_gelu_forward(la->act, la->fc, (size_t)N * F, d->activation == NEOX_ACT_GELU_TANH);
+    norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, mlp_in, p->ln2_w, p->ln2_b, N);
+    neox_model_linear_forward(m, la->fc, la->ln2, p->fc_w, p->fc_b, N, C, swiglu ? 2 * F : F);
+    if (swiglu) be->swiglu_forward(la->act, la->fc, N, F);
+    else be->gelu_forward(la->act, la->fc, (size_t)N * F, d->activation == NEOX_ACT_GELU_TANH);
     row_parallel_forward(m, a->branch, la->act, p->fc2_w, p->fc2_b, N, F);
     add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, NC, l, NEOX_SITE_MLP_OUT);
 }
@@ -258,32 +313,40 @@ static void embed(neox_model *m) {
     neox_acts *a = m->acts;
     size_t NC = (size_t)m->B * m->T * d->hidden_size;
     const float *wpe = d->tp_rank == 0 ? m->w.wpe : NULL;  // replicated: added once to the sum
-    neox_embedding_forward(a->x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
+    m->be->embedding_forward(a->x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
     neox_model_tp_reduce(m, a->x, NC);
     if (m->training && d->hidden_dropout > 0.0f)
-        neox_dropout(a->x, a->x, NC, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
+        m->be->dropout(a->x, a->x, NC, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
 }
 
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
-// logit from the rank that holds it; the logits are never gathered.
+// logit from the rank that holds it; the logits are never gathered. The N-sized statistics come
+// to the host, where the loss is assembled, and the log-sum-exp and mask go back for backward.
 static void cross_entropy(neox_model *m, const float *loss_mask) {
+    const neox_backend *be = m->be;
     neox_acts *a = m->acts;
+    host_stage *h = m->host_stage;
     neox_shard s = neox_model_shard(&m->desc);
     int N = m->B * m->T;
-    neox_cross_entropy_row_max(a->ce_max, a->logits, N, s.V);
+    be->cross_entropy_row_max(a->ce_max, a->logits, N, s.V);
     if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max, (size_t)N, NEOX_F32);
-    double *sums = a->ce_stats, *target_logit = a->ce_stats + N;
-    neox_cross_entropy_row_sumexp(sums, a->logits, a->ce_max, N, s.V);
-    for (int i = 0; i < N; i++) target_logit[i] = a->targets[i] >= 0 ? a->logits[(size_t)i * s.V + a->targets[i]] : 0.0;
+    be->cross_entropy_row_sumexp(a->ce_stats, a->logits, a->ce_max, N, s.V);
+    be->cross_entropy_target_logit(a->ce_stats + N, a->logits, a->targets, N, s.V);
     if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
+    be->to_host(h->max, a->ce_max, (size_t)N * sizeof(float));
+    be->to_host(h->stats, a->ce_stats, 2 * (size_t)N * sizeof(double));
+    const double *sums = h->stats, *target_logit = h->stats + N;
     double sum = 0.0, wsum = 0.0;
     for (int i = 0; i < N; i++) {
-        a->ce_lse[i] = a->ce_max[i] + (float)log(sums[i]);
-        a->losses[i] = a->ce_lse[i] - (float)target_logit[i];
-        a->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
-        sum += (double)a->mask[i] * a->losses[i];
-        wsum += a->mask[i];
+        h->lse[i] = h->max[i] + (float)log(sums[i]);
+        h->losses[i] = h->lse[i] - (float)target_logit[i];
+        h->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
+        sum += (double)h->mask[i] * h->losses[i];
+        wsum += h->mask[i];
     }
+    be->to_device(a->ce_lse, h->lse, (size_t)N * sizeof(float));
+    be->to_device(a->losses, h->losses, (size_t)N * sizeof(float));
+    be->to_device(a->mask, h->mask, (size_t)N * sizeof(float));
     a->mask_sum = (float)wsum;
     m->loss = wsum > 0 ? (float)(sum / wsum) : 0.0f;
 }
@@ -293,16 +356,24 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
     int N = m->B * m->T, C = d->hidden_size, V = d->vocab_size;
+    host_stage *h = m->host_stage;
     int first = neox_model_first_stage(d), last = neox_model_last_stage(d);
-    if (first && localise_ids(a->ids, ids, N, V, s, "token", err) != 0) return -1;
-    if (last && targets && localise_ids(a->targets, targets, N, V, s, "target", err) != 0) return -1;
+    if (first) {
+        if (localise_ids(h->ids, ids, N, V, s, "token", err) != 0) return -1;
+        m->be->to_device(a->ids, h->ids, (size_t)N * sizeof(int));
+    }
+    if (last && targets) {
+        if (localise_ids(h->targets, targets, N, V, s, "target", err) != 0) return -1;
+        m->be->to_device(a->targets, h->targets, (size_t)N * sizeof(int));
+    }
     a->dropout_seed = m->dropout_seed;
+    neox_model_refresh_weights(m);
     if (first) embed(m);
     for (int l = d->layer_begin; l < d->layer_end; l++) neox_model_layer_forward(m, l);
     if (!last) return 0;
     const float *out = a->x + (size_t)s.L * N * C;
-    norm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
-    neox_linear_forward(a->logits, s.V, a->lnf, m->w.lm_head, NULL, N, C, s.V);
+    norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
+    neox_model_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, s.V);
     if (targets) cross_entropy(m, loss_mask);
     return 0;
 }

@@ -3,6 +3,7 @@
 #ifndef NEOX_MODEL_INTERNAL_H
 #define NEOX_MODEL_INTERNAL_H
 
+#include "kernels/backend.h"
 #include "model.h"
 #include "parallel.h"
 
@@ -68,5 +69,16 @@ void neox_model_layer_forward(neox_model *m, int l);
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
 // Frees the activation plan.
 void neox_model_free_plan(neox_model *m);
+// (Re)allocates the 16-bit GEMM scratch for the plan's sizes (16-bit precisions only).
+void neox_model_plan_half(neox_model *m);
+
+// The linear layers in the model's precision (linear.c). Weights are views into param_buf.
+void neox_model_refresh_weights(neox_model *m);  // remakes the 16-bit weights when stale
+void neox_model_linear_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
+                               int IC, int OC);
+void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, const float *dout, const float *inp, int N,
+                                        int IC, int OC);
+void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
+                                      int OC);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model_internal.h"
 
 // The rank's part of the model: defaults for the whole model, and the divisibility Megatron's cuts need.
@@ -222,29 +222,35 @@ neox_param *neox_model_param_list(const neox_model_desc *desc, int *count, neox_
     return m.params;
 }
 
-neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err) {
+neox_model *neox_model_create_on(const neox_model_desc *desc, const neox_backend *be, neox_error *err) {
     neox_model_desc d = *desc;
     if (neox_model_desc_check(&d, err) != 0) return NULL;
     neox_model *m = neox_calloc(1, sizeof *m);
     m->desc = d;
+    m->be = be;
     neox_model_weights layout;
     lay_out(m, &layout);
-    m->param_buf = neox_aligned_alloc(64, m->num_floats * sizeof(float));
-    m->grad_buf = neox_aligned_alloc(64, m->num_floats * sizeof(float));
-    memset(m->param_buf, 0, m->num_floats * sizeof(float));
-    memset(m->grad_buf, 0, m->num_floats * sizeof(float));
+    m->param_buf = be->alloc(m->num_floats * sizeof(float));
+    m->grad_buf = be->alloc(m->num_floats * sizeof(float));
+    be->memset_zero(m->param_buf, m->num_floats * sizeof(float));
+    be->memset_zero(m->grad_buf, m->num_floats * sizeof(float));
     make_views(m, &layout, m->param_buf, &m->w);
     make_views(m, &layout, m->grad_buf, &m->g);
     free(layout.layers);
     return m;
 }
 
+neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err) {
+    return neox_model_create_on(desc, neox_backend_cpu(), err);
+}
+
 void neox_model_free(neox_model *m) {
     if (!m) return;
     free(m->params);
     free(m->layer_first_param);
-    free(m->param_buf);
-    free(m->grad_buf);
+    m->be->free(m->param_buf);
+    m->be->free(m->grad_buf);
+    m->be->free(m->param16);
     free(m->w.layers);
     free(m->g.layers);
     neox_model_free_plan(m);
@@ -286,7 +292,7 @@ int neox_param_pieces(const neox_param *p, size_t begin, size_t end, neox_param_
     return n;
 }
 
-void neox_model_zero_grad(neox_model *m) { memset(m->grad_buf, 0, m->num_floats * sizeof(float)); }
+void neox_model_zero_grad(neox_model *m) { m->be->memset_zero(m->grad_buf, m->num_floats * sizeof(float)); }
 
 // The standard deviation of GPT-NeoX's init functions (megatron/model/init_functions.py).
 static double init_std(neox_init_method method, const neox_model_desc *d) {
@@ -306,10 +312,12 @@ static int is_output_layer(const char *name) {
            strstr(name, "down_proj.");
 }
 
+// Initialises on the host (into a staging copy when the parameters live on a device).
 void neox_model_init(neox_model *m, unsigned long long seed) {
+    float *host = m->be->on_device ? neox_malloc(m->num_floats * sizeof(float)) : m->param_buf;
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
-        float *x = m->param_buf + p->offset;
+        float *x = host + p->offset;
         int is_norm = strstr(p->name, "norm.") != NULL || strstr(p->name, "layernorm.") != NULL;
         int is_bias = strlen(p->name) > 5 && strcmp(p->name + strlen(p->name) - 5, ".bias") == 0;
         if (is_bias || is_norm) {
@@ -327,4 +335,9 @@ void neox_model_init(neox_model *m, unsigned long long seed) {
         for (size_t j = 0; j < p->numel; j++)
             x[j] = (float)(std * neox_normal(s, (r0 + j / cols) * gcols + c0 + j % cols));
     }
+    if (host != m->param_buf) {
+        m->be->to_device(m->param_buf, host, m->num_floats * sizeof(float));
+        free(host);
+    }
+    neox_model_weights_changed(m);
 }

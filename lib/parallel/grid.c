@@ -22,6 +22,16 @@ static void abort_all_ranks(int status) {
     MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
 }
 
+int neox_grid_local_rank(const neox_grid *g) {
+    (void)g;
+    MPI_Comm local;
+    int rank;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &rank);
+    MPI_Comm_free(&local);
+    return rank;
+}
+
 // Ranks sharing a machine share its cores: unless OMP_NUM_THREADS says otherwise, each gets
 // cores / ranks-on-this-machine OpenMP threads (oversubscribed spinning threads would stall every
 // collective on the slowest rank).

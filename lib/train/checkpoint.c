@@ -100,7 +100,7 @@ static json_t *state_json(const neox_trainer *t) {
         free(copy);
     }
     int64_t samples = s->train_position * t->micro_batch * t->grid->data_size;
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:I, s:s, s:I}, s:o, s:o}",
+    json_t *state = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:I, s:s, s:I}, s:o, s:o}",
                      "iteration", (json_int_t)s->iteration, "optimizer_steps", (json_int_t)s->optimizer_steps,
                      "train_samples", (json_int_t)samples,
                      "train_position", (json_int_t)s->train_position, "valid_position", (json_int_t)s->valid_position,
@@ -108,8 +108,15 @@ static json_t *state_json(const neox_trainer *t) {
                      (json_int_t)s->skipped_total, "nonfinite_in_a_row", (json_int_t)s->nonfinite_in_a_row,
                      "optimizer", optimizer_name(t->optim.kind), "lr_schedule", "lr", t->lr.start_lr, "min_lr",
                      t->lr.min_lr, "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
-                     "style", lr_style_name(t->lr.style), "num_iters", (json_int_t)s->iteration, "model", model,
-                     "config_files", files);
+                     "style", lr_style_name(t->lr.style), "num_iters", (json_int_t)(s->iteration - s->overflow_skips),
+                     "model", model, "config_files", files);
+    // fp16: DeepSpeed's loss scaler, so a resumed run scales and skips exactly as the straight one.
+    const neox_loss_scaler *ls = &t->scaler;
+    json_object_set_new(state, "overflow_skips", json_integer(s->overflow_skips));
+    json_object_set_new(state, "loss_scaler",
+                        json_pack("{s:f, s:I, s:I, s:I}", "scale", ls->scale, "hysteresis_left", (json_int_t)ls->hysteresis_left,
+                                  "iteration", (json_int_t)ls->iteration, "last_overflow", (json_int_t)ls->last_overflow));
+    return state;
 }
 
 // ---- saving --------------------------------------------------------------------------------------
@@ -147,6 +154,19 @@ static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *g
     return 0;
 }
 
+// write_share from backend memory: on a device, this rank's share is first copied to the host.
+static int write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf, size_t base,
+                          neox_error *err) {
+    const neox_backend *be = t->model->be;
+    if (!be->on_device || t->part_end <= t->part_begin) return write_share(t, w, group, buf, base, err);
+    size_t n = t->part_end - t->part_begin;
+    float *host = neox_malloc(n * sizeof(float));
+    be->to_host(host, buf + (t->part_begin - base), n * sizeof(float));
+    int rc = write_share(t, w, group, host, t->part_begin, err);
+    free(host);
+    return rc;
+}
+
 static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
     json_t *state = state_json(t);
     char *text = json_dumps(state, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -181,8 +201,8 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     const char *names[2];
     float *bufs[2];
     int nbufs = optimizer_buffers(t, names, bufs);
-    int rc = write_share(t, w, "params", t->model->param_buf, 0, err);
-    for (int b = 0; rc == 0 && b < nbufs; b++) rc = write_share(t, w, names[b], bufs[b], t->state_begin, err);
+    int rc = write_share_of(t, w, "params", t->model->param_buf, 0, err);
+    for (int b = 0; rc == 0 && b < nbufs; b++) rc = write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
     if (rc == 0) rc = write_errors((neox_trainer *)t, w, err);
     if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
     if (rc != 0) {
@@ -295,6 +315,14 @@ static int restore_state(neox_trainer *t, json_t *state, neox_error *err) {
         s->valid_position = eval_interval > 0 ? s->iteration / eval_interval * neox_config_int(cfg, "eval_iters") * t->grad_accum : 0;
         s->skipped_total = json_int_field(state, "skipped_total");
         s->nonfinite_in_a_row = json_int_field(state, "nonfinite_in_a_row");
+        s->overflow_skips = json_int_field(state, "overflow_skips");
+        json_t *ls = json_object_get(state, "loss_scaler");
+        if (t->scaler.window > 0 && json_is_object(ls)) {  // a dynamic scaler continues where it stopped
+            t->scaler.scale = json_real_value(json_object_get(ls, "scale"));
+            t->scaler.hysteresis_left = (int)json_int_field(ls, "hysteresis_left");
+            t->scaler.iteration = json_int_field(ls, "iteration");
+            t->scaler.last_overflow = json_int_field(ls, "last_overflow");
+        }
         if (!no_optim) s->optimizer_steps = json_int_field(state, "optimizer_steps");
         neox_batch_iterator_seek(&t->train_it, s->train_position);
         if (t->datasets[1]) neox_batch_iterator_seek(&t->valid_it, s->valid_position);
@@ -315,12 +343,31 @@ static int restore_state(neox_trainer *t, json_t *state, neox_error *err) {
     return 0;
 }
 
+// Reads the whole tensors of group (params: neox_train_read_tensors) or elements [begin, end) of
+// the flat buffer (neox_train_read_range) into dst, backend memory (dst[0] is element begin),
+// through a host copy on a device.
+static int read_into(const neox_trainer *t, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
+                     float *dst, neox_error *err) {
+    int whole = strcmp(group, "params") == 0;
+    const neox_backend *be = t->model->be;
+    float *host = be->on_device ? neox_malloc((end - begin + 1) * sizeof(float)) : dst;
+    if (host != dst) be->to_host(host, dst, (end - begin) * sizeof(float));  // pieces the checkpoint lacks keep their values
+    int rc = whole ? neox_train_read_tensors(t->model, r, group, host, err)
+                   : neox_train_read_range(t->model, r, group, begin, end, host, err);
+    if (host != dst) {
+        if (rc == 0) be->to_device(dst, host, (end - begin) * sizeof(float));
+        free(host);
+    }
+    return rc;
+}
+
 static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
     json_t *state = NULL;
     int rc = r ? neox_train_read_state(r, dir, &state, err) : -1;
     if (rc == 0) rc = neox_train_check_model_shape(&t->model->desc, state, dir, err);
-    if (rc == 0) rc = neox_train_read_tensors(t->model, r, "params", t->model->param_buf, err);
+    if (rc == 0) rc = read_into(t, r, "params", 0, t->model->num_floats, t->model->param_buf, err);
+    neox_model_weights_changed(t->model);
     int load_optim = !neox_config_bool(t->cfg, "finetune") && !neox_config_bool(t->cfg, "no_load_optim");
     if (rc == 0 && load_optim) {
         const char *saved = json_string_value(json_object_get(state, "optimizer"));
@@ -331,7 +378,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         float *bufs[2];
         int nbufs = optimizer_buffers(t, names, bufs);
         for (int b = 0; rc == 0 && b < nbufs; b++)
-            rc = neox_train_read_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err);
+            rc = read_into(t, r, names[b], t->state_begin, t->state_end, bufs[b], err);
         if (rc == 0) rc = read_errors(t, r, dir, err);
     }
     if (rc == 0) rc = restore_state(t, state, err);

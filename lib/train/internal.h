@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "kernels/backend.h"
 #include "data.h"
 #include "metrics.h"
 #include "model.h"
@@ -36,6 +37,7 @@ typedef struct neox_train_state {
     int64_t dropout_draws;         // micro-batches that drew dropout masks (the RNG counter)
     int64_t skipped_total;         // steps skipped over the run
     int64_t nonfinite_in_a_row;
+    int64_t overflow_skips;        // fp16 steps skipped for an overflow (the LR schedule does not advance)
 } neox_train_state;
 
 // comms_logger (DeepSpeed's keys): the end-of-run summary, per-step verbose lines, the operations shown.
@@ -54,6 +56,11 @@ struct neox_trainer {
     neox_tokenizer *tokenizer;
     int32_t eod_id;
     neox_model *model;
+    // Where the model, gradients and optimizer state live (`backend`), and the linear layers'
+    // precision; fp16 scales the loss with DeepSpeed's dynamic loss scaler (static 1 otherwise).
+    const neox_backend *be;
+    neox_precision precision;
+    neox_loss_scaler scaler;
 
     // Sizes.
     int micro_batch, grad_accum, seq_length;
@@ -112,6 +119,8 @@ typedef struct neox_step_result {
     double lr;
     int skipped;          // non-finite loss or gradients: no update
     int nonfinite_loss;
+    int overflow;         // fp16: the scaled gradients overflowed (counted by the loss scaler, not as non-finite)
+    double loss_scale;    // the loss scale after this step's update (fp16; 1 otherwise)
 } neox_step_result;
 
 // Runs gradient_accumulation_steps micro-batches, reduces, clips and updates.
@@ -134,8 +143,9 @@ void neox_train_install_grad_hook(neox_trainer *t);
 // ---- the optimizer (optimizer.c) ------------------------------------------------------------
 // Global L2 norm of the gradients over every rank (each element counted once).
 double neox_train_grad_norm(const neox_trainer *t);
-// Scales gradients so their norm is at most clip_grad (DeepSpeed's coefficient clip / (norm + 1e-6)).
-void neox_train_clip(neox_trainer *t, double norm);
+// Multiplies the gradients by unscale (1 / loss scale) and by DeepSpeed's clipping coefficient
+// clip_grad / (norm + 1e-6) when that is below 1 (norm: of the unscaled gradients); one pass.
+void neox_train_clip(neox_trainer *t, double norm, double unscale);
 // Applies one update with learning rate lr; step is the 1-based update count.
 void neox_train_update(neox_trainer *t, double lr, int64_t step);
 

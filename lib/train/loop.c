@@ -61,12 +61,12 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
         s->nonfinite_in_a_row = 0;
     }
     neox_step_stats stats = {.iteration = s->iteration, .lm_loss = r->loss, .learning_rate = r->lr,
-                             .grad_norm = r->grad_norm, .loss_scale = 1.0, .skipped = r->skipped};
+                             .grad_norm = r->grad_norm, .loss_scale = r->loss_scale, .skipped = r->skipped};
     if (neox_metrics_step(t->metrics, &stats, err) != 0) return -1;
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,
                          "stopping at iteration %lld: the last %d iterations had a non-finite loss or gradient norm "
-                         "(skipped %lld iterations in all); lower the learning rate or check the data",
+                         "(fp16: overflowed) (skipped %lld iterations in all); lower the learning rate or check the data",
                          (long long)s->iteration, NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW, (long long)s->skipped_total);
     return 0;
 }

@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels/kernels.h"
 #include "internal.h"
 
 // Whether this rank's copy of parameter p counts in the global norm: replicated tensors are
@@ -17,15 +16,29 @@ static int counts_in_norm(const neox_trainer *t, const neox_param *p) {
     return !p->tied_copy && (p->split != NEOX_SPLIT_NONE || t->grid->model_rank == 0);
 }
 
-double neox_train_grad_norm(const neox_trainer *t) {
+// The parameters' runs within [state_begin, state_end), relative to state_begin, with their weight
+// decay; with only_norm, just those that count in the global norm. neox_malloc'ed.
+static neox_segment *state_segments(const neox_trainer *t, int only_norm, int *count) {
     const neox_model *m = t->model;
-    double sum = 0.0;
+    neox_segment *segs = neox_malloc(((size_t)m->nparams + 1) * sizeof *segs);
+    int n = 0;
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
         size_t lo = p->offset > t->state_begin ? p->offset : t->state_begin;
         size_t hi = p->offset + p->numel < t->state_end ? p->offset + p->numel : t->state_end;
-        if (lo < hi && counts_in_norm(t, p)) sum += neox_sum_squares(m->grad_buf + lo, hi - lo);
+        if (lo >= hi || (only_norm && !counts_in_norm(t, p))) continue;
+        float wd = p->no_decay ? 0.0f : (float)t->optim.weight_decay;
+        segs[n++] = (neox_segment){lo - t->state_begin, hi - t->state_begin, wd};
     }
+    *count = n;
+    return segs;
+}
+
+double neox_train_grad_norm(const neox_trainer *t) {
+    int n;
+    neox_segment *segs = state_segments(t, 1, &n);
+    double sum = t->be->sum_squares_segments(t->model->grad_buf + t->state_begin, segs, n);
+    free(segs);
     neox_grid *g = t->grid;
     if (t->zero_stage > 0) neox_allreduce_sum(&g->data, &sum, 1, NEOX_F64);  // partitions; else replicas
     if (g->model_size > 1) neox_allreduce_sum(&g->model, &sum, 1, NEOX_F64);
@@ -33,25 +46,10 @@ double neox_train_grad_norm(const neox_trainer *t) {
     return sqrt(sum);
 }
 
-void neox_train_clip(neox_trainer *t, double norm) {
-    if (t->optim.clip_grad <= 0) return;
-    double coef = t->optim.clip_grad / (norm + 1e-6);
-    if (coef < 1.0) neox_scale(t->model->grad_buf + t->state_begin, t->state_end - t->state_begin, (float)coef);
-}
-
-// torch.optim.SGD: d = g + wd * p; with momentum, buf = d on the first step, else
-// momentum * buf + d; p -= lr * buf (no dampening, no Nesterov, as GPT-NeoX configures it).
-static void sgd_update(float *param, const float *grad, float *buf, size_t n, float lr, float momentum,
-                       float weight_decay, int first) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float d = grad[i] + weight_decay * param[i];
-        if (momentum != 0.0f) {
-            buf[i] = first ? d : momentum * buf[i] + d;
-            d = buf[i];
-        }
-        param[i] -= lr * d;
-    }
+void neox_train_clip(neox_trainer *t, double norm, double unscale) {
+    double coef = unscale;
+    if (t->optim.clip_grad > 0 && t->optim.clip_grad / (norm + 1e-6) < 1.0) coef *= t->optim.clip_grad / (norm + 1e-6);
+    if (coef != 1.0) t->be->scale(t->model->grad_buf + t->state_begin, t->state_end - t->state_begin, (float)coef);
 }
 
 // ZeRO: every data-parallel rank updated its partition; each receives the others', in buckets of
@@ -84,20 +82,15 @@ void neox_train_update(neox_trainer *t, double lr, int64_t step) {
     }
     neox_model *m = t->model;
     const neox_optimizer_settings *o = &t->optim;
-    for (int i = 0; i < m->nparams; i++) {
-        const neox_param *p = &m->params[i];
-        size_t lo = p->offset > t->state_begin ? p->offset : t->state_begin;
-        size_t hi = p->offset + p->numel < t->state_end ? p->offset + p->numel : t->state_end;
-        if (lo >= hi) continue;
-        float wd = p->no_decay ? 0.0f : (float)o->weight_decay;
-        float *param = m->param_buf + lo;
-        const float *grad = m->grad_buf + lo;
-        size_t s = lo - t->state_begin;
-        if (o->kind == NEOX_OPTIMIZER_ADAM)
-            neox_adamw(param, grad, t->exp_avg + s, t->exp_avg_sq + s, hi - lo, (float)lr, (float)o->beta1,
-                       (float)o->beta2, (float)o->eps, wd, (long)step);
-        else
-            sgd_update(param, grad, t->exp_avg + s, hi - lo, (float)lr, (float)o->momentum, wd, step == 1);
-    }
+    int n;
+    neox_segment *segs = state_segments(t, 0, &n);
+    float *param = m->param_buf + t->state_begin;
+    const float *grad = m->grad_buf + t->state_begin;
+    if (o->kind == NEOX_OPTIMIZER_ADAM)
+        t->be->adamw_segments(param, grad, t->exp_avg, t->exp_avg_sq, segs, n, (float)lr, (float)o->beta1,
+                              (float)o->beta2, (float)o->eps, (long)step);
+    else
+        t->be->sgd_segments(param, grad, t->exp_avg, segs, n, (float)lr, (float)o->momentum, step == 1);
+    free(segs);
     if (t->zero_stage > 0) gather_partitions(t);
 }

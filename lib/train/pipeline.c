@@ -91,11 +91,11 @@ static void backward(pipe_run *r, int k, int M) {
     t->reduce_now = t->zero_stage == 2 || k == M - 1;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD);
     neox_timer_start(timer);
-    neox_model_backward(m, 1.0f / (float)M);
+    neox_model_backward(m, (float)(t->scaler.scale / M));
     neox_timer_stop(timer);
     if (!stage_first(t)) {
         neox_wait(&r->grad_send);
-        memcpy(t->pipe_grad_send, neox_model_stage_input_grad(m), NC * sizeof(float));
+        t->be->copy(t->pipe_grad_send, neox_model_stage_input_grad(m), NC * sizeof(float));
         neox_isend(&g->pipe, t->pipe_grad_send, NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_GRADIENT), &r->grad_send);
     }
     neox_train_after_backward(t, k == M - 1);
@@ -188,10 +188,10 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (t->zero_stage != 2) return;
     // ZeRO-2: keep this micro-batch's reduced partition and clear the buffer for the next one.
     size_t n = t->part_end - t->part_begin;
-    neox_add_inplace(t->grad_partition, m->grad_buf + t->part_begin, n);
+    t->be->add_inplace(t->grad_partition, m->grad_buf + t->part_begin, n);
     if (last_micro_batch) {
-        memcpy(m->grad_buf + t->part_begin, t->grad_partition, n * sizeof(float));
-        memset(t->grad_partition, 0, n * sizeof(float));
+        t->be->copy(m->grad_buf + t->part_begin, t->grad_partition, n * sizeof(float));
+        t->be->memset_zero(t->grad_partition, n * sizeof(float));
     } else {
         neox_model_zero_grad(m);
     }

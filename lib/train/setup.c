@@ -9,6 +9,9 @@
 #include <zlib.h>
 
 #include "internal.h"
+#ifdef NEOX_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 
 int neox_train_read_optimizer(const neox_config *cfg, neox_optimizer_settings *o, neox_error *err) {
     const char *type = neox_config_str(cfg, "optimizer_type");
@@ -56,10 +59,76 @@ static int64_t config_int_or(const neox_config *cfg, const char *key, int64_t fa
 static int check_layout(const neox_trainer *t, neox_error *err) {
     if (!neox_config_has(t->cfg, "train_iters"))
         return neox_fail(err, NEOX_EXIT_USAGE, "train_iters: not set (neox-train trains for a number of iterations)");
-    const char *precision = neox_config_str(t->cfg, "precision");
-    if (t->rank0 && !t->opts.quiet && precision && strcmp(precision, "fp32") != 0)
-        neox_notice("precision %s: the CPU backend trains in fp32 (parameters, gradients and optimizer state)", precision);
     return 0;
+}
+
+static const neox_value *dict_field(const neox_config *cfg, const char *dict, const char *field) {
+    return neox_config_has(cfg, dict) ? neox_value_get(neox_config_value(cfg, dict), field) : NULL;
+}
+
+static double number_or(const neox_value *v, double fallback) {
+    if (v && v->kind == NEOX_VALUE_INT) return (double)v->integer;
+    if (v && v->kind == NEOX_VALUE_FLOAT) return v->number;
+    return fallback;
+}
+
+// precision (GPT-NeoX's key, or derived from its fp16/bf16 dicts) and, for fp16, DeepSpeed's loss
+// scaler from the fp16 dict with DeepSpeed's defaults: loss_scale 0 (dynamic), initial_scale_power
+// 16, loss_scale_window 1000, hysteresis 2, min_loss_scale 1, consecutive_hysteresis false.
+static int setup_precision(neox_trainer *t, neox_error *err) {
+    const char *name = neox_config_str(t->cfg, "precision");
+    if (neox_precision_parse(name ? name : "fp32", &t->precision) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "precision: '%s' is not fp32, bfloat16 or fp16", name);
+    t->scaler = neox_loss_scaler_static(1.0);
+    if (t->precision != NEOX_PRECISION_FP16) return 0;
+    const neox_config *c = t->cfg;
+    double fixed = number_or(dict_field(c, "fp16", "loss_scale"), 0.0);
+    if (fixed < 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.loss_scale: %g is negative (0 = dynamic)", fixed);
+    if (fixed > 0) {
+        t->scaler = neox_loss_scaler_static(fixed);
+        return 0;
+    }
+    double power = number_or(dict_field(c, "fp16", "initial_scale_power"), 16);
+    double window = number_or(dict_field(c, "fp16", "loss_scale_window"), 1000);
+    double hysteresis = number_or(dict_field(c, "fp16", "hysteresis"), 2);
+    double min_scale = number_or(dict_field(c, "fp16", "min_loss_scale"), 1);
+    const neox_value *consecutive = dict_field(c, "fp16", "consecutive_hysteresis");
+    if (power < 0 || power > 120 || power != floor(power))
+        return neox_fail(err, NEOX_EXIT_USAGE, "fp16.initial_scale_power: %g is not an integer in [0, 120]", power);
+    if (window < 1) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.loss_scale_window: %g must be at least 1", window);
+    if (hysteresis < 1) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.hysteresis: %g must be at least 1", hysteresis);
+    if (min_scale <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.min_loss_scale: %g must be positive", min_scale);
+    t->scaler = neox_loss_scaler_dynamic((int)power, (int64_t)window, (int)hysteresis, min_scale,
+                                         consecutive && consecutive->kind == NEOX_VALUE_BOOL && consecutive->boolean);
+    return 0;
+}
+
+// compute_backend: cpu, cuda, auto or emulated; on a GPU, one rank per device (local rank modulo the
+// device count) and NCCL communicators for the device buffers.
+static int setup_backend(neox_trainer *t, neox_error *err) {
+    char msg[256] = "";
+    const char *choice = neox_config_str(t->cfg, "compute_backend");
+    t->be = neox_backend_select(choice ? choice : "auto", msg, sizeof msg);
+    if (!t->be) return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: %s", msg);
+    if (!t->be->on_device) return 0;
+    // What still runs on host loops only (docs/cuda.md).
+    const char *refused = NULL;
+    if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM) refused = "optimizer.type onebitadam";
+    else if (strcmp(neox_config_str(t->cfg, "gradient_compression"), "none") != 0) refused = "gradient_compression";
+    else if (neox_config_bool(t->cfg, "sparse_gradients")) refused = "sparse_gradients";
+    if (refused)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
+                         "set compute_backend: cpu", refused, t->be->name);
+    if (!strcmp(t->be->name, "emulated"))  // its memory cannot travel through MPI or NCCL
+        return t->grid->world_size == 1 ? 0 : neox_fail(err, NEOX_EXIT_USAGE, "compute_backend emulated: one rank only");
+#ifdef NEOX_CUDA
+    int device = neox_grid_local_rank(t->grid) % neox_cuda_device_count();
+    if (neox_cuda_init(device) != 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "compute_backend cuda: device %d failed to initialise", device);
+    return neox_grid_enable_device(t->grid, err);
+#else
+    return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: this build has no device backend");
+#endif
 }
 
 // Every rank must train the same configuration: the CRC-32 of the effective config (as JSON)
@@ -79,6 +148,13 @@ static int check_same_config(const neox_trainer *t, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "the ranks loaded different configurations (check that every rank reads "
                          "the same files and environment)");
     return 0;
+}
+
+// n zeroed floats of the backend's memory.
+static float *zeroed(const neox_trainer *t, size_t n) {
+    float *p = t->be->alloc(n * sizeof(float));
+    t->be->memset_zero(p, n * sizeof(float));
+    return p;
 }
 
 static int setup_model(neox_trainer *t, neox_error *err) {
@@ -101,14 +177,15 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     desc.layer_begin = bounds[g->pipe_rank], desc.layer_end = bounds[g->pipe_rank + 1];
     free(bounds);
     if (rc != 0) return -1;
-    t->model = neox_model_create(&desc, err);
+    t->model = neox_model_create_on(&desc, t->be, err);
     if (!t->model) return -1;
+    neox_model_set_precision(t->model, t->precision);
     t->model->tp = g->model_size > 1 ? &g->model : NULL;
     neox_model_init(t->model, t->state.seed);
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
     int inflight = g->pipe_size - g->pipe_rank;
     int slots = inflight < t->grad_accum ? inflight : t->grad_accum;
-    t->pipe_grad_send = g->pipe_rank > 0 ? neox_calloc((size_t)t->micro_batch * t->seq_length * desc.hidden_size, sizeof(float)) : NULL;
+    if (g->pipe_rank > 0) t->pipe_grad_send = zeroed(t, (size_t)t->micro_batch * t->seq_length * desc.hidden_size);
     return neox_model_plan_slots(t->model, t->micro_batch, t->seq_length, slots, err);
 }
 
@@ -151,9 +228,11 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     double predivide = neox_config_has(t->cfg, "gradient_predivide_factor") ? neox_config_float(t->cfg, "gradient_predivide_factor") : 1.0;
     neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
                                     .all_reduce = !neox_config_bool(t->cfg, "zero_reduce_scatter"),
-                                    .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire};
+                                    .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
+                                    .backend = t->be};
     neox_grid *g = t->grid;
-    if (t->zero_stage == 0 && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
+    // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
+    if (t->zero_stage == 0 && !t->be->on_device && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
         ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
         if (t->rank0 && !t->opts.quiet)
             neox_info("data-parallel all-reduce: hierarchical (%d ranks per node on this node)", g->data_intra.size);
@@ -166,7 +245,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
         size_t all = m->num_floats, size = (size_t)g->data_size;
         t->part_begin = all * (size_t)g->data_rank / size, t->part_end = all * ((size_t)g->data_rank + 1) / size;
     }
-    if (t->zero_stage == 2) t->grad_partition = neox_calloc(t->part_end - t->part_begin + 1, sizeof(float));
+    if (t->zero_stage == 2) t->grad_partition = zeroed(t, t->part_end - t->part_begin + 1);
     if (t->overlap_comm) neox_train_install_grad_hook(t);
     return 0;
 }
@@ -185,8 +264,8 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
     size_t state = t->state_end - t->state_begin + 1;
-    t->exp_avg = neox_calloc(state, sizeof(float));
-    if (t->optim.kind != NEOX_OPTIMIZER_SGD) t->exp_avg_sq = neox_calloc(state, sizeof(float));
+    t->exp_avg = zeroed(t, state);
+    if (t->optim.kind != NEOX_OPTIMIZER_SGD) t->exp_avg_sq = zeroed(t, state);
     return neox_train_setup_compression(t, err);
 }
 
@@ -204,6 +283,19 @@ static int setup_data(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
+// The dense bfloat16 tensor-core peak of the GPU (NVIDIA's data sheets: A100 312, H100/H200 SXM
+// 989 TFLOP/s), the reference of MFU; 0 (no MFU) on the CPU and on other GPUs.
+static double device_peak_flops(const neox_trainer *t) {
+    if (strcmp(t->be->name, "cuda") != 0) return 0.0;
+#ifdef NEOX_CUDA
+    neox_cuda_device_info info;
+    if (neox_cuda_device_info_get(neox_grid_local_rank(t->grid) % neox_cuda_device_count(), &info) != 0) return 0.0;
+    if (info.major == 9 && info.minor == 0) return 989.4e12;
+    if (info.major == 8 && info.minor == 0) return 312e12;
+#endif
+    return 0.0;
+}
+
 static int setup_metrics(neox_trainer *t, neox_error *err) {
     const neox_model_desc *d = &t->model->desc;
     neox_flops_model fm = {d->num_layers, d->hidden_size, d->vocab_size, t->seq_length, t->train_batch_size,
@@ -216,6 +308,8 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
         .train_batch_size = t->train_batch_size,
         .seq_length = t->seq_length,
         .flops_per_iteration = neox_flops_per_iteration(&fm),
+        .peak_flops_per_device = device_peak_flops(t),
+        .fp16 = t->precision == NEOX_PRECISION_FP16,
         .wall_clock_breakdown = neox_config_bool(t->cfg, "wall_clock_breakdown"),
         .log_dir = neox_config_str(t->cfg, "log_dir"),
         .tensorboard_dir = neox_config_str(t->cfg, "tensorboard_dir"),
@@ -291,7 +385,9 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     t->train_batch_size = neox_config_int(cfg, "train_batch_size");
     t->state.seed = (uint64_t)neox_config_int(cfg, "seed");
     setup_checkpoint_schedule(t);
-    if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_model(t, err) != 0 || setup_optimizer(t, err) != 0 ||
+    if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
+        neox_train_read_optimizer(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
+        setup_optimizer(t, err) != 0 ||
         setup_data(t, err) != 0 || neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;
@@ -305,6 +401,8 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
         neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s", grid->world_size, grid->pipe_size,
                   grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "");
+        neox_info("compute: %s backend (%s), precision %s%s", t->be->name, neox_backends_description(),
+                  neox_precision_name(t->precision), t->precision == NEOX_PRECISION_FP16 ? ", dynamic loss scaling" : "");
     }
     report_memory(t);
     if (t->rank0 && !t->opts.quiet) {
@@ -326,10 +424,11 @@ void neox_trainer_free(neox_trainer *t) {
     neox_onebit_free(t->onebit);
     neox_onebit_free(t->grad_onebit);
     neox_powersgd_free(t->grad_powersgd);
-    free(t->exp_avg);
-    free(t->exp_avg_sq);
-    free(t->grad_partition);
-    free(t->pipe_grad_send);
+    if (t->be) {
+        float *bufs[] = {t->exp_avg, t->exp_avg_sq, t->grad_partition, t->pipe_grad_send};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) t->be->free(bufs[i]);
+    }
     neox_model_free(t->model);
     if (t->tokenizer) neox_tokenizer_free(t->tokenizer);
     free(t->save_iters);

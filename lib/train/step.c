@@ -6,7 +6,6 @@
 // rate the schedule gives for the iterations completed so far.
 #include <math.h>
 
-#include "kernels/kernels.h"
 #include "internal.h"
 
 static double mean_over_data_ranks(neox_trainer *t, double value) {
@@ -15,25 +14,42 @@ static double mean_over_data_ranks(neox_trainer *t, double value) {
     return value / t->grid->data_size;
 }
 
+// fp16: gradients of a scaled loss that overflowed (a non-finite norm) skip the step and lower
+// the scale (DeepSpeed's dynamic loss scaler); the LR schedule does not advance over such a step,
+// as DeepSpeed steps its scheduler only after an update.
+static int scaler_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
+    if (t->precision != NEOX_PRECISION_FP16) return 0;
+    out->overflow = !isfinite(out->grad_norm);
+    if (out->overflow) out->skipped = 1, t->state.overflow_skips++;
+    if (neox_loss_scaler_update(&t->scaler, out->overflow) && t->scaler.window > 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "iteration %lld: the fp16 gradients overflowed with the loss scale "
+                         "already at min_loss_scale (%g); lower the learning rate or train in bfloat16",
+                         (long long)t->state.iteration, t->scaler.min_scale);
+    return 0;
+}
+
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     neox_model_zero_grad(t->model);
     t->local_grads = neox_train_local_grads(t);
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, scale = t->scaler.scale;
     if (neox_train_pipeline_step(t, &loss_sum, err) != 0) return -1;
     *out = (neox_step_result){0};
     out->loss = mean_over_data_ranks(t, loss_sum / t->grad_accum);
-    out->lr = neox_lr_at(&t->lr, t->state.iteration);
+    out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);
     neox_timer *clip = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_CLIP_GRAD);
     neox_timer_start(clip);
-    out->grad_norm = neox_train_grad_norm(t);
+    out->grad_norm = neox_train_grad_norm(t) / scale;
     out->nonfinite_loss = !isfinite(out->loss);
     out->skipped = out->nonfinite_loss || !isfinite(out->grad_norm);
-    if (!out->skipped) neox_train_clip(t, out->grad_norm);
+    if (scaler_step(t, out, err) != 0) return -1;
+    out->loss_scale = t->scaler.scale;  // after the update, as GPT-NeoX logs optimizer.cur_scale
+    if (!out->skipped) neox_train_clip(t, out->grad_norm, 1.0 / scale);
     neox_timer_stop(clip);
     if (!out->skipped) {
         neox_timer *opt = neox_metrics_timer(t->metrics, NEOX_TIMER_OPTIMIZER);
         neox_timer_start(opt);
         neox_train_update(t, out->lr, ++t->state.optimizer_steps);
+        neox_model_weights_changed(t->model);
         neox_timer_stop(opt);
     }
     t->state.iteration++;

@@ -4,7 +4,8 @@
 //   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
 // keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none)
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
-// adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses").
+// adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
+// precision (fp32|bfloat16|fp16: the linear layers' operands).
 // INPUTS holds "input_ids" and "targets" (I64, (B, T)) and optionally "loss_mask" (F32, (B, T)).
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,8 @@
 #include "kernels/kernels.h"
 #include "model.h"
 #include "safetensors.h"
+
+static neox_precision precision = NEOX_PRECISION_FP32;
 
 static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *arg) {
     const char *eq = strchr(arg, '=');
@@ -40,6 +43,7 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("checkpoint")) d->checkpoint_activations = atoi(v);
     else if (KEY("adam_steps")) *adam_steps = atoi(v);
     else if (KEY("lr")) *lr = strtof(v, NULL);
+    else if (KEY("precision")) return neox_precision_parse(v, &precision);
     else return -1;
 #undef KEY
     return 0;
@@ -73,6 +77,7 @@ int main(int argc, char **argv) {
     neox_error err = {0};
     neox_model *m = neox_model_create(&d, &err);
     if (!m) neox_die_error(&err);
+    neox_model_set_precision(m, precision);
     neox_safetensors *w = neox_safetensors_open(argv[1], &err), *in = w ? neox_safetensors_open(argv[2], &err) : NULL;
     if (!w || !in) neox_die_error(&err);
     for (int i = 0; i < w->count; i++)
@@ -125,6 +130,7 @@ int main(int argc, char **argv) {
                 neox_adamw(m->param_buf + p->offset, m->grad_buf + p->offset, mom + p->offset, vel + p->offset, p->numel,
                            lr, 0.9f, 0.95f, 1e-8f, p->no_decay ? 0.0f : 0.1f, s + 1);
             }
+            neox_model_weights_changed(m);
         }
         memcpy(m->grad_buf, grads, m->num_floats * sizeof(float));
         free(grads);

@@ -1,6 +1,7 @@
 """tests/mpi/layouts_check.py: the checks of tests/mpi/layouts.sh.
 
-  same REF RUN                 RUN's losses, evaluations and exported parameters equal REF's within 1e-5
+  same REF RUN [TOL]           RUN's losses, evaluations and exported parameters equal REF's within TOL
+                               (default 1e-5)
   identical A B                A's losses, evaluations and exported parameters equal B's bit for bit
   resumed STRAIGHT A B         A (steps 1..10) then B (11..20) equal the straight run within 1e-5
   volume NAME CONFIG MICRO ACCUM RUN4 RUN6
@@ -15,7 +16,7 @@ import sys
 import numpy as np
 from safetensors.numpy import load_file
 
-TOL = 1e-5
+TOL = float(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[1] == "same" else 1e-5
 KEYS = ("train/lm_loss", "validation/lm_loss", "test/lm_loss")
 
 

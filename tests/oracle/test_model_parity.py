@@ -143,3 +143,66 @@ def test_adamw_losses(case, tmp_path):
     ours = out["losses"].tolist()
     for s, (a, b) in enumerate(zip(ours, ref)):
         assert abs(a - b) <= 1e-5 * abs(b), f"step {s + 1}: loss {a:.8g} vs torch {b:.8g}"
+
+
+# ---- 16-bit linear layers -----------------------------------------------------------------------
+# The oracle for precision bfloat16 / fp16 is the fp32 Hugging Face model with every nn.Linear
+# replaced by the rule it states (lib/model/linear.c): the layer's input, its weight and, in
+# backward, its output gradient rounded to 16 bits (round to nearest even), products accumulated
+# in fp32; everything else fp32. Written here with torch ops, independently of the C code.
+HALF = {"bfloat16": torch.bfloat16, "fp16": torch.float16}
+
+
+class RoundedLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, dtype):
+        xr, wr = x.to(dtype).float(), w.to(dtype).float()
+        ctx.save_for_backward(xr, wr)
+        ctx.dtype, ctx.has_bias = dtype, b is not None
+        out = xr @ wr.t()
+        return out + b if b is not None else out
+
+    @staticmethod
+    def backward(ctx, dout):
+        xr, wr = ctx.saved_tensors
+        dr = dout.to(ctx.dtype).float()
+        rows = dr.reshape(-1, dr.shape[-1])
+        dw = rows.t() @ xr.reshape(-1, xr.shape[-1])
+        db = dout.reshape(-1, dout.shape[-1]).sum(0) if ctx.has_bias else None
+        return dr @ wr, dw, db, None
+
+
+def round_linears(model, dtype):
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = (lambda m: lambda x: RoundedLinear.apply(x, m.weight, m.bias, dtype))(module)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "fp16"])
+@pytest.mark.parametrize("case", ["neox-parallel-rotary100-gelutanh-tied", "llama-gqa-swiglu-rmsnorm-untied"])
+def test_half_precision_parity(case, precision, tmp_path):
+    kind, kwargs, extra = CASES[case]
+    model, cfg = make_model(kind, kwargs)
+    ids, targets, mask = batch()
+    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=[f"precision={precision}"])
+    exact = model(input_ids=ids).logits.detach()  # fp32 throughout
+    round_linears(model, HALF[precision])
+    logits = model(input_ids=ids).logits
+    loss = masked_loss(logits, targets, mask)
+    loss.backward()
+    # An fp32 sum that lands within an ulp of a 16-bit rounding boundary may round the other way
+    # here than in torch: a few elements one 16-bit ulp apart, diluted downstream. 1e-3 of the
+    # tensor's scale allows that; the fp32 model is much further away (checked), so the 16-bit
+    # rounding is really applied.
+    tol = 1e-3
+    scale = logits.detach().abs().max().item()
+    err = (out["logits"] - logits.detach()).abs().max().item()
+    err_fp32 = (out["logits"] - exact).abs().max().item()
+    assert err <= tol * scale, f"logits: {err:.3g} vs 16-bit oracle (scale {scale:.3g})"
+    assert err_fp32 > 10 * err, f"logits are as close to fp32 ({err_fp32:.3g}) as to the 16-bit oracle ({err:.3g})"
+    assert abs(out["loss"].item() - loss.item()) <= tol * abs(loss.item())
+    for name, p in model.named_parameters():
+        ref, ours = p.grad, out["grad." + name]
+        gscale = ref.abs().max().item()
+        gerr = (ours - ref).abs().max().item()
+        assert gerr <= tol * max(gscale, 1e-6), f"gradient of {name}: {gerr:.3g} exceeds {tol} of {gscale:.3g}"

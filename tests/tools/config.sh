@@ -128,3 +128,8 @@ check_fails "error: top level not a mapping" 2 "list.yml:1: the top level of a c
     "$T" --print-config $TINY "$(cfg list '[1, 2]')"
 check_fails "error: missing file (exit 1, an I/O failure)" 1 "no-such-file.yml" "$T" --print-config "$TEST_TMP/no-such-file.yml"
 check_fails "error: unknown --print-config-format" 2 "not 'text' or 'json'" "$T" --print-config --print-config-format xml $TINY
+
+# The key table is generated: a hand edit of lib/config/schema.c that the generator would not
+# reproduce is lost at the next regeneration.
+check "lib/config/schema.c is exactly what scripts/gen_config_schema.py generates" bash -c \
+    "python3 scripts/gen_config_schema.py '$SHARED/reference/gpt-neox-configs/neox_arguments.md' | cmp - lib/config/schema.c"

@@ -1,5 +1,5 @@
 // test_backend.c: the backend table (kernels/backend.h) and the CPU ops added with it: the run-time
-// choice cpu/cuda/auto, the CPU table's memory entry points, fp32 <-> bf16/fp16 casts against
+// choice cpu/cuda/auto/emulated, the emulated device's memory discipline, the CPU table's memory entry points, fp32 <-> bf16/fp16 casts against
 // values fixed by the IEEE formats, the mixed-precision GEMM against a double-precision product,
 // and the segmented AdamW and squared norm against their per-segment forms.
 #include <setjmp.h>
@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "kernels/backend.h"
 
 static void test_select(void **state) {
@@ -21,7 +25,7 @@ static void test_select(void **state) {
     assert_non_null(a);
     assert_ptr_equal(a, neox_backend_cuda() ? neox_backend_cuda() : neox_backend_cpu());
     assert_null(neox_backend_select("tpu", err, sizeof err));
-    assert_non_null(strstr(err, "backend 'tpu': expected cpu, cuda or auto"));
+    assert_non_null(strstr(err, "backend 'tpu': expected cpu, cuda, auto or emulated"));
     if (!neox_backend_cuda()) {
         assert_null(neox_backend_select("cuda", err, sizeof err));
         assert_non_null(strstr(err, "backend 'cuda'"));
@@ -161,11 +165,60 @@ static void test_segments(void **state) {
     assert_float_equal(neox_sum_squares_segments(g, segs, 4), want, 1e-12 * want);
 }
 
+// The emulated device: its ops give the CPU's results on its own memory, reached through to_device
+// and to_host.
+static void test_emulated_table(void **state) {
+    (void)state;
+    char err[256] = "";
+    const neox_backend *be = neox_backend_select("emulated", err, sizeof err);
+    assert_non_null(be);
+    assert_string_equal(be->name, "emulated");
+    assert_int_equal(be->on_device, 1);
+    float a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, out[5];
+    float *da = be->alloc(sizeof a), *db = be->alloc(sizeof b);
+    be->to_device(da, a, sizeof a);
+    be->to_device(db, b, sizeof b);
+    be->add_inplace(da, db, 5);
+    assert_true(be->sum_squares(db, 5) == 5500.0);
+    be->to_host(out, da, sizeof out);
+    for (int i = 0; i < 5; i++) assert_true(out[i] == a[i] + b[i]);
+    be->free(da);
+    be->free(db);
+}
+
+// Host code touching emulated device memory directly dies at once with a message naming it.
+static void test_emulated_fault(void **state) {
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        const neox_backend *be = neox_backend_emulated();
+        float *p = be->alloc(1000 * sizeof(float));
+        be->memset_zero(p, 1000 * sizeof(float));  // through the table: fine
+        ((volatile float *)p)[17] = 1.0f;          // directly: faults
+        _exit(0);
+    }
+    close(fds[1]);
+    char text[512] = "";
+    ssize_t n = read(fds[0], text, sizeof text - 1);
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGSEGV);
+    assert_true(n > 0);
+    assert_non_null(strstr(text, "host code touched emulated device memory"));
+    assert_non_null(strstr(text, "offset 68 of a 4096-byte buffer"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select),   cmocka_unit_test(test_cpu_table), cmocka_unit_test(test_casts),
         cmocka_unit_test(test_f16_against_compiler),
         cmocka_unit_test(test_gemm_ex),  cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_emulated_table), cmocka_unit_test(test_emulated_fault),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

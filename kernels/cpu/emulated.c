@@ -1,0 +1,145 @@
+// emulated.c: a CPU backend that behaves like a device towards the code using it. Its memory is
+// mapped PROT_NONE except while one of its own entry points runs, so host code that reads or writes
+// backend memory directly, instead of through to_host/to_device, faults at once and is named. The
+// ops are kernels/cpu's, so results equal the CPU backend's bit for bit. `compute_backend:
+// emulated` (one rank) runs the trainer's device paths (host staging of ids and loss statistics,
+// the optimizer's segmented calls, checkpoints through host copies) on a machine without a GPU.
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+
+typedef struct region {
+    char *p;
+    size_t bytes;
+} region;
+
+static region *regions;
+static int nregions, region_cap;
+static int open_depth;  // entry points in progress (ops may call the memory entry points)
+
+static void protect_all(int prot) {
+    for (int i = 0; i < nregions; i++)
+        if (mprotect(regions[i].p, regions[i].bytes, prot) != 0) {
+            perror("neox emulated device: mprotect");
+            abort();
+        }
+}
+
+static void open_memory(void) {
+    if (open_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+}
+
+static void close_memory(void) {
+    if (--open_depth == 0) protect_all(PROT_NONE);
+}
+
+static void close_at_exit(int *unused) {
+    (void)unused;
+    close_memory();
+}
+
+// Opens the memory for the rest of the enclosing block.
+#define OPEN_FOR_SCOPE()                                                                                      \
+    open_memory();                                                                                            \
+    int scope_guard __attribute__((cleanup(close_at_exit))) = 0;                                              \
+    (void)scope_guard
+
+static const region *region_of(const void *p) {
+    for (int i = 0; i < nregions; i++)
+        if ((const char *)p >= regions[i].p && (const char *)p < regions[i].p + regions[i].bytes) return &regions[i];
+    return NULL;
+}
+
+// A fault inside a region is a host access to device memory: say so (async-signal-safe calls only).
+static void on_fault(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    const region *r = region_of(info->si_addr);
+    if (r) {
+        char msg[160];
+        int n = snprintf(msg, sizeof msg, "neox: host code touched emulated device memory at %p (offset %zu of a "
+                         "%zu-byte buffer)\n", info->si_addr, (size_t)((char *)info->si_addr - r->p), r->bytes);
+        if (write(2, msg, (size_t)n) < 0) _exit(134);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+// (Re)installed at every allocation: whoever replaced it (a test framework) would turn the fault into
+// something else.
+static void install_fault_handler(void) {
+    struct sigaction sa, old;
+    if (sigaction(SIGSEGV, NULL, &old) == 0 && (old.sa_flags & SA_SIGINFO) && old.sa_sigaction == on_fault) return;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, NULL);
+}
+
+static void *emu_alloc(size_t bytes) {
+    install_fault_handler();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (bytes ? bytes + page - 1 : page) / page * page;
+    void *p = mmap(NULL, len, open_depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "neox emulated device: out of memory allocating %zu bytes\n", bytes);
+        abort();
+    }
+    if (nregions == region_cap) {
+        region_cap = region_cap ? 2 * region_cap : 64;
+        regions = realloc(regions, (size_t)region_cap * sizeof *regions);
+        if (!regions) abort();
+    }
+    regions[nregions++] = (region){p, len};
+    return p;
+}
+
+static void emu_free(void *p) {
+    for (int i = 0; p && i < nregions; i++)
+        if (regions[i].p == p) {
+            munmap(p, regions[i].bytes);
+            regions[i] = regions[--nregions];
+            return;
+        }
+}
+
+static void emu_memset_zero(void *p, size_t bytes) {
+    OPEN_FOR_SCOPE();
+    memset(p, 0, bytes);
+}
+
+static void emu_copy(void *dst, const void *src, size_t bytes) {
+    OPEN_FOR_SCOPE();
+    memmove(dst, src, bytes);
+}
+
+static void emu_synchronize(void) {}
+
+// Every op: the CPU op with the memory open.
+#define EMU_OP(ret, name, params, args)                                                                       \
+    static ret emu_##name params {                                                                            \
+        OPEN_FOR_SCOPE();                                                                                     \
+        return neox_##name args;                                                                              \
+    }
+NEOX_BACKEND_OPS(EMU_OP)
+
+#define EMU_ENTRY(ret, name, params, args) .name = emu_##name,
+
+static const neox_backend emulated_backend = {
+    .name = "emulated",
+    .on_device = 1,
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .memset_zero = emu_memset_zero,
+    .to_device = emu_copy,
+    .to_host = emu_copy,
+    .copy = emu_copy,
+    .synchronize = emu_synchronize,
+    NEOX_BACKEND_OPS(EMU_ENTRY)
+};
+
+const neox_backend *neox_backend_emulated(void) { return &emulated_backend; }

@@ -1,0 +1,89 @@
+// linear.c: the model's linear layers in its precision. fp32 runs the backend's linear ops;
+// bfloat16 and fp16 cast the layer's input (or output gradient) into 16-bit scratch and multiply
+// it with the 16-bit copy of the weights through gemm_ex, accumulating in fp32 into fp32 results,
+// so only the products' operands are rounded (as under torch.autocast) and the parameters, their
+// gradients and every other activation stay fp32.
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "model_internal.h"
+
+static const char *const precision_names[] = {"fp32", "bfloat16", "fp16"};
+
+int neox_precision_parse(const char *name, neox_precision *out) {
+    if (!strcmp(name, "fp32") || !strcmp(name, "float32")) *out = NEOX_PRECISION_FP32;
+    else if (!strcmp(name, "bfloat16") || !strcmp(name, "bf16")) *out = NEOX_PRECISION_BF16;
+    else if (!strcmp(name, "fp16") || !strcmp(name, "float16")) *out = NEOX_PRECISION_FP16;
+    else return -1;
+    return 0;
+}
+
+const char *neox_precision_name(neox_precision p) { return precision_names[p]; }
+
+static neox_elem half_elem(const neox_model *m) {
+    return m->precision == NEOX_PRECISION_BF16 ? NEOX_ELEM_BF16 : NEOX_ELEM_F16;
+}
+
+static void cast_half(const neox_model *m, uint16_t *out, const float *inp, size_t n) {
+    if (m->precision == NEOX_PRECISION_BF16) m->be->cast_f32_to_bf16(out, inp, n);
+    else m->be->cast_f32_to_f16(out, inp, n);
+}
+
+void neox_model_set_precision(neox_model *m, neox_precision p) {
+    m->precision = p;
+    if (p != NEOX_PRECISION_FP32 && !m->param16) m->param16 = m->be->alloc(m->num_floats * sizeof(uint16_t));
+    m->param16_stale = 1;
+    if (m->act_buf) neox_model_plan_half(m);
+}
+
+void neox_model_weights_changed(neox_model *m) { m->param16_stale = 1; }
+
+void neox_model_refresh_weights(neox_model *m) {
+    if (m->precision == NEOX_PRECISION_FP32 || !m->param16_stale) return;
+    cast_half(m, m->param16, m->param_buf, m->num_floats);
+    m->param16_stale = 0;
+}
+
+// The 16-bit copy of weight w (a view into param_buf).
+static const uint16_t *weight16(const neox_model *m, const float *w) { return m->param16 + (w - m->param_buf); }
+
+// out (N, OC) = inp (N, IC) @ w^T (OC, IC) (+ bias (OC)).
+void neox_model_linear_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
+                               int IC, int OC) {
+    const neox_backend *be = m->be;
+    if (m->precision == NEOX_PRECISION_FP32) {
+        be->linear_forward(out, OC, inp, w, bias, N, IC, OC);
+        return;
+    }
+    cast_half(m, m->half_in, inp, (size_t)N * IC);
+    be->gemm_ex(0, 1, N, OC, IC, 1.0f, m->half_in, IC, weight16(m, w), IC, half_elem(m), 0.0f, out, OC, NEOX_ELEM_F32);
+    if (bias) be->add_bias(out, bias, N, OC);
+}
+
+// dw (OC, IC) += dout^T (OC, N) @ inp (N, IC); db (OC, or NULL) += column sums of dout (N, OC).
+// In 16-bit precision it leaves dout's 16-bit copy for neox_model_linear_backward_input.
+void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, const float *dout, const float *inp, int N,
+                                        int IC, int OC) {
+    const neox_backend *be = m->be;
+    if (m->precision == NEOX_PRECISION_FP32) {
+        be->linear_backward(NULL, dw, db, dout, OC, inp, NULL, N, IC, OC, 0);
+        return;
+    }
+    cast_half(m, m->half_out, dout, (size_t)N * OC);
+    cast_half(m, m->half_in, inp, (size_t)N * IC);
+    be->gemm_ex(1, 0, OC, IC, N, 1.0f, m->half_out, OC, m->half_in, IC, half_elem(m), 1.0f, dw, IC, NEOX_ELEM_F32);
+    if (db) be->linear_backward(NULL, NULL, db, dout, OC, NULL, NULL, N, IC, OC, 0);
+}
+
+// dinp (N, IC) = dout (N, OC) @ w (OC, IC), overwritten; right after the weights' backward of the
+// same dout.
+void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
+                                      int OC) {
+    const neox_backend *be = m->be;
+    if (m->precision == NEOX_PRECISION_FP32) {
+        be->linear_backward(dinp, NULL, NULL, dout, OC, NULL, w, N, IC, OC, 0);
+        return;
+    }
+    be->gemm_ex(0, 0, N, IC, OC, 1.0f, m->half_out, OC, weight16(m, w), IC, half_elem(m), 0.0f, dinp, IC,
+                NEOX_ELEM_F32);
+}

@@ -1,0 +1,63 @@
+# tests/tools/train_emulated.sh: neox-train's device paths on a machine without a GPU, through the
+# emulated device (compute_backend: emulated, kernels/cpu/emulated.c): the CPU's ops on memory that
+# faults when host code touches it other than through to_host/to_device. Training (fp32 with gradient
+# accumulation and dropout, bfloat16, fp16 with forced overflows) must equal the CPU backend's bit for
+# bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly.
+source tests/lib.sh
+
+TRAIN=$NEOX_BIN/neox-train
+LIB="python3 tests/tools/train_lib.py"
+T=$TEST_TMP
+need_shared "neox-train emulated device" || exit 0
+[ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "neox-train emulated device" "no Tiny Shakespeare"; exit 0; }
+
+$LIB paragraphs "$DATA/text/tinyshakespeare_input.txt" "$T/shakespeare.jsonl"
+check "preprocess Tiny Shakespeare (char-level)" $NEOX_BIN/neox-preprocess --input "$T/shakespeare.jsonl" \
+    --output-prefix "$T/char" --tokenizer-type CharLevelTokenizer --append-eod
+
+cat >"$T/model.yml" <<EOF
+{
+  "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
+  "pos_emb": "rotary", "rotary_pct": 0.25, "gpt_j_residual": true, "no_weight_tying": true,
+  "hidden_dropout": 0.1, "attention_dropout": 0.1,
+  "min_lr": 0.0003, "weight_decay": 0.01, "lr_decay_style": "cosine", "warmup": 0.1, "gradient_clipping": 1.0,
+  "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+  "train_iters": 20, "eval_interval": 10, "eval_iters": 2, "log_interval": 1,
+  "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer"
+}
+EOF
+ADAM='"optimizer": {"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1.0e-8}}'
+run() {  # run NAME BACKEND JSON [OPTIMIZER]: trains model.yml on BACKEND with logs in $T/NAME
+    echo "{\"log_dir\": \"$T/$1\", \"compute_backend\": \"$2\", ${4:-$ADAM} $3}" >"$T/$1.yml"
+    $TRAIN -q "$T/model.yml" "$T/$1.yml"
+}
+KEYS=train/lm_loss,train/grad_norm,train/learning_rate,validation/lm_loss,test/lm_loss
+OVF=', "fp16": {"enabled": true, "initial_scale_power": 26, "loss_scale_window": 5}'
+SGD='"optimizer": {"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}}'
+for spec in "fp32:" "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:"; do
+    name=${spec%%:*} extra=${spec#*:} opt=$ADAM
+    [ "$name" = sgd ] && opt=$SGD
+    check "$name: 20 steps on the CPU backend" run "cpu-$name" cpu "$extra" "$opt"
+    check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra" "$opt"
+    check "$name: emulated device equals the CPU bit for bit" $LIB same "$T/cpu-$name/metrics.jsonl" \
+        "$T/emu-$name/metrics.jsonl" "$KEYS"
+done
+check "fp16 on the emulated device skipped overflowing steps" \
+    grep -q '"train/skipped_iterations":1' "$T/emu-fp16/metrics.jsonl"
+
+# Checkpoints: 10 steps on one backend, 10 more on the other, against the straight CPU run.
+ck() { echo ", \"save\": \"$T/$1\", \"load\": \"$T/$1\", \"checkpoint_factor\": 10 $2"; }
+check "emulated: 10 steps and a checkpoint" run emu-first emulated "$(ck ck1 ', "exit_interval": 10')"
+check "cpu: resumes the emulated device's checkpoint for 10 more" run emu-first cpu "$(ck ck1)"
+check "emulated -> cpu: bit-identical to the straight run" $LIB same "$T/cpu-fp32/metrics.jsonl" \
+    "$T/emu-first/metrics.jsonl" "$KEYS"
+check "cpu: 10 steps and a checkpoint" run cpu-first cpu "$(ck ck2 ', "exit_interval": 10')"
+check "emulated: resumes the CPU's checkpoint for 10 more" run cpu-first emulated "$(ck ck2)"
+check "cpu -> emulated: bit-identical to the straight run" $LIB same "$T/cpu-fp32/metrics.jsonl" \
+    "$T/cpu-first/metrics.jsonl" "$KEYS"
+
+check_fails "emulated: 1-bit Adam is refused (host loops only)" 2 'onebitadam: not available with compute_backend emulated' \
+    run refused emulated '' '"optimizer": {"type": "OneBitAdam", "params": {"lr": 0.001, "freeze_step": 2}}'
+echo "{\"log_dir\": \"$T/two\", \"compute_backend\": \"emulated\", $ADAM}" >"$T/two.yml"
+check_fails "emulated: more than one rank is refused" 2 'compute_backend emulated: one rank only' \
+    "${MPIEXEC:-mpiexec.mpich}" -n 2 "$TRAIN" -q "$T/model.yml" "$T/two.yml"
