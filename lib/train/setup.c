@@ -108,7 +108,16 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
 static int setup_backend(neox_trainer *t, neox_error *err) {
     char msg[256] = "";
     const char *choice = neox_config_str(t->cfg, "compute_backend");
-    t->be = neox_backend_select(choice ? choice : "auto", msg, sizeof msg);
+    choice = choice ? choice : "auto";
+#ifdef NEOX_CUDA
+    // This rank's GPU first: the first use of the CUDA backend would otherwise start device 0 for good.
+    if ((!strcmp(choice, "cuda") || !strcmp(choice, "auto")) && neox_cuda_device_count() > 0) {
+        int device = neox_grid_local_rank(t->grid) % neox_cuda_device_count();
+        if (neox_cuda_init(device) != 0)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "compute_backend %s: GPU %d failed to initialise", choice, device);
+    }
+#endif
+    t->be = neox_backend_select(choice, msg, sizeof msg);
     if (!t->be) return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: %s", msg);
     if (!t->be->on_device) return 0;
     // What still runs on host loops only (docs/cuda.md).
@@ -122,9 +131,6 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
     if (!strcmp(t->be->name, "emulated"))  // its memory cannot travel through MPI or NCCL
         return t->grid->world_size == 1 ? 0 : neox_fail(err, NEOX_EXIT_USAGE, "compute_backend emulated: one rank only");
 #ifdef NEOX_CUDA
-    int device = neox_grid_local_rank(t->grid) % neox_cuda_device_count();
-    if (neox_cuda_init(device) != 0)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "compute_backend cuda: device %d failed to initialise", device);
     return neox_grid_enable_device(t->grid, err);
 #else
     return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: this build has no device backend");
