@@ -44,7 +44,7 @@ const float *neox_generator_logits(const neox_generator *g);
 // logits of `count` of those rows from row j (0 = position n - last), (count, vocab). Only the rows
 // asked for go through the output layer, which dominates the cost when few positions are scored.
 int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err);
-void neox_generator_score_logits(const neox_generator *g, int j, int count, float *logits);
+void neox_generator_score_logits(neox_generator *g, int j, int count, float *logits);
 // Scores nseq sequences in one pass: sequence b is lens[b] ids of ids, packed one after the other
 // (at most max_len in all), each from position 0 and attending only to itself. Packing several
 // requests reads every weight once for all of them. The final norm covers every row, so

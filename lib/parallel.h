@@ -93,6 +93,11 @@ void neox_grid_free(neox_grid *g);
 // This process's rank among the ranks on its machine (MPI_COMM_TYPE_SHARED): one GPU per local rank.
 // Collective over the world.
 int neox_grid_local_rank(const neox_grid *g);
+// The compute backend `compute_backend` names (cpu, cuda, auto, emulated) for this rank: on a GPU
+// machine each rank first starts GPU (local rank % GPUs). NULL + err when unavailable; the emulated
+// device takes one rank only. Collective over the world.
+typedef struct neox_backend neox_backend;
+const neox_backend *neox_backend_for_rank(const char *choice, const neox_grid *grid, neox_error *err);
 // World rank of the process at (pipe, data, model) in a grid of these sizes.
 int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_rank, int model_rank);
 

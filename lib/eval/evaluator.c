@@ -51,8 +51,8 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
     ev->eod_id = neox_tokenizer_eod_id(ev->tokenizer);
     neox_model_desc desc;
     if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(ev->tokenizer), err) != 0) goto fail;
-    ev->model = neox_model_create(&desc, err);
-    if (!ev->model) goto fail;
+    const neox_backend *be = neox_backend_for_rank(neox_config_str(cfg, "compute_backend"), grid, err);
+    if (!be || !(ev->model = neox_model_create_on(&desc, be, err))) goto fail;
     // The checkpoint overwrites every parameter (a piece it lacks is an error), so the random
     // initialisation, as long as reading the checkpoint for a large model, is only for a config
     // without `load`.

@@ -6,22 +6,28 @@
 // neox-eval scores requests through the cached path too, several requests packed one after the
 // other as the rows of one pass (each a segment with its own positions and causal attention, so
 // the weights are read once for all of them), taking only the rows it needs through the output
-// layer.
+// layer. Everything runs on the model's backend (m->be); ids go up and logits come down through
+// host copies. The linear layers run in fp32 whatever the model's training precision.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "generate.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 
 struct neox_generator {
     neox_model *m;
+    const neox_backend *be;         // the model's
     int max_len, recompute;
     int len;                        // positions in the cache
     float *kcache, *vcache;         // per layer (NKV, max_len, HS)
     float *cos, *sin;               // rotary tables (max_len, R/2)
     // Scratch for up to max_len new positions.
-    float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act, *logits;
+    float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act;
+    int *ids;                       // (max_len) the pass's token ids on the backend
+    float *logits;                  // (vocab) host copy of the last position's logits
+    float *out;                     // (out_rows, vocab) logits on the backend, grown on demand
+    int out_rows;
     unsigned long long draws;       // sampling draws of this completion so far
 };
 
@@ -34,12 +40,20 @@ typedef struct segment {
 static size_t qkv_width(const neox_model_desc *d) { return (size_t)(d->num_heads + 2 * d->num_kv_heads) * d->head_size; }
 static size_t fc_width(const neox_model_desc *d) { return (size_t)d->ffn_size * (d->activation == NEOX_ACT_SWIGLU ? 2 : 1); }
 
+// n floats of backend memory, zeroed.
+static float *zeros(const neox_backend *be, size_t n) {
+    float *p = be->alloc(n * sizeof(float));
+    be->memset_zero(p, n * sizeof(float));
+    return p;
+}
+
 neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute, neox_error *err) {
     const neox_model_desc *d = &m->desc;
     if (max_len < 2) return neox_fail(err, NEOX_EXIT_USAGE, "generation needs a context of at least 2 tokens"), NULL;
     if (d->pos_emb == NEOX_POS_LEARNED && max_len > d->max_positions)
         return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", max_len, d->max_positions), NULL;
     neox_generator *g = neox_calloc(1, sizeof *g);
+    const neox_backend *be = g->be = m->be;
     g->m = m;
     g->max_len = max_len;
     g->recompute = recompute;
@@ -47,54 +61,77 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     size_t kv = L * d->num_kv_heads * T * HS;
     g->logits = neox_malloc((size_t)d->vocab_size * sizeof(float));
     if (recompute) return g;
-    g->kcache = neox_calloc(kv, sizeof(float));
-    g->vcache = neox_calloc(kv, sizeof(float));
+    g->kcache = zeros(be, kv);
+    g->vcache = zeros(be, kv);
     size_t R = d->rotary_dims ? d->rotary_dims : 2;
-    g->cos = neox_malloc(T * R / 2 * sizeof(float));
-    g->sin = neox_malloc(T * R / 2 * sizeof(float));
-    if (d->rotary_dims) neox_rotary_tables(g->cos, g->sin, (int)T, d->rotary_dims, d->rotary_base);
-    g->x = neox_malloc(T * C * sizeof(float));
-    g->ln = neox_malloc(T * C * sizeof(float));
-    g->mean = neox_malloc(T * sizeof(float));
-    g->rstd = neox_malloc(T * sizeof(float));
-    g->qkv = neox_malloc(T * qkv_width(d) * sizeof(float));
-    g->q = neox_malloc(T * d->num_heads * HS * sizeof(float));
-    g->k = neox_malloc(T * d->num_kv_heads * HS * sizeof(float));
-    g->v = neox_malloc(T * d->num_kv_heads * HS * sizeof(float));
-    g->att = neox_malloc(T * C * sizeof(float));
-    g->lse = neox_malloc(T * d->num_heads * sizeof(float));
-    g->branch = neox_malloc(T * C * sizeof(float));
-    g->mid = neox_malloc(T * C * sizeof(float));
-    g->fc = neox_malloc(T * fc_width(d) * sizeof(float));
-    g->act = neox_malloc(T * d->ffn_size * sizeof(float));
+    g->cos = zeros(be, T * R / 2);
+    g->sin = zeros(be, T * R / 2);
+    if (d->rotary_dims) be->rotary_tables(g->cos, g->sin, (int)T, d->rotary_dims, d->rotary_base);
+    g->x = zeros(be, T * C);
+    g->ln = zeros(be, T * C);
+    g->mean = zeros(be, T);
+    g->rstd = zeros(be, T);
+    g->qkv = zeros(be, T * qkv_width(d));
+    g->q = zeros(be, T * d->num_heads * HS);
+    g->k = zeros(be, T * d->num_kv_heads * HS);
+    g->v = zeros(be, T * d->num_kv_heads * HS);
+    g->att = zeros(be, T * C);
+    g->lse = zeros(be, T * d->num_heads);
+    g->branch = zeros(be, T * C);
+    g->mid = zeros(be, T * C);
+    g->fc = zeros(be, T * fc_width(d));
+    g->act = zeros(be, T * d->ffn_size);
+    g->ids = be->alloc(T * sizeof(int));
     return g;
 }
 
 void neox_generator_free(neox_generator *g) {
     if (!g) return;
     float *bufs[] = {g->kcache, g->vcache, g->cos, g->sin, g->x, g->ln, g->mean, g->rstd, g->qkv, g->q, g->k,
-                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, g->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) g->be->free(bufs[i]);
+    free(g->logits);
     free(g);
+}
+
+// Room for rows x vocab logits on the backend.
+static float *out_rows(neox_generator *g, int rows) {
+    if (rows > g->out_rows) {
+        if (g->out) g->be->free(g->out);
+        g->out = g->be->alloc((size_t)rows * g->m->desc.vocab_size * sizeof(float));
+        g->out_rows = rows;
+    }
+    return g->out;
+}
+
+// logits (rows, vocab; host) = inp (rows, C; backend) @ lm_head^T.
+static void output_layer(neox_generator *g, float *logits, const float *inp, int rows) {
+    const neox_model_desc *d = &g->m->desc;
+    float *out = out_rows(g, rows);
+    g->be->linear_forward(out, d->vocab_size, inp, g->m->w.lm_head, NULL, rows, d->hidden_size, d->vocab_size);
+    g->be->to_host(logits, out, (size_t)rows * d->vocab_size * sizeof(float));
 }
 
 const float *neox_generator_logits(const neox_generator *g) { return g->logits; }
 
-static void norm(const neox_model_desc *d, float *out, float *mean, float *rstd, const float *inp, const float *w,
+static void norm(const neox_generator *g, float *out, float *mean, float *rstd, const float *inp, const float *w,
                  const float *b, int N) {
-    if (d->norm == NEOX_NORM_RMSNORM) neox_rmsnorm_forward(out, rstd, inp, w, N, d->hidden_size, d->norm_eps);
-    else neox_layernorm_forward(out, mean, rstd, inp, w, b, N, d->hidden_size, d->norm_eps);
+    const neox_model_desc *d = &g->m->desc;
+    if (d->norm == NEOX_NORM_RMSNORM) g->be->rmsnorm_forward(out, rstd, inp, w, N, d->hidden_size, d->norm_eps);
+    else g->be->layernorm_forward(out, mean, rstd, inp, w, b, N, d->hidden_size, d->norm_eps);
 }
 
 // The MLP branch of S rows of inp into g->branch.
 static void mlp(neox_generator *g, const neox_layer_params *p, const float *inp, int S) {
     const neox_model_desc *d = &g->m->desc;
     int C = d->hidden_size, F = d->ffn_size, FC = (int)fc_width(d);
-    norm(d, g->ln, g->mean, g->rstd, inp, p->ln2_w, p->ln2_b, S);
-    neox_linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
-    if (d->activation == NEOX_ACT_SWIGLU) neox_swiglu_forward(g->act, g->fc, S, F);
-    else neox_gelu_forward(g->act, g->fc, (size_t)S * F, d->activation == NEOX_ACT_GELU_TANH);
-    neox_linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C);
+    const neox_backend *be = g->be;
+    norm(g, g->ln, g->mean, g->rstd, inp, p->ln2_w, p->ln2_b, S);
+    be->linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
+    if (d->activation == NEOX_ACT_SWIGLU) be->swiglu_forward(g->act, g->fc, S, F);
+    else be->gelu_forward(g->act, g->fc, (size_t)S * F, d->activation == NEOX_ACT_GELU_TANH);
+    be->linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C);
 }
 
 // Appends a segment's keys and values of layer l, k and v (NKV, len, HS), to its cache positions.
@@ -103,8 +140,8 @@ static void cache_append(neox_generator *g, int l, const float *k, const float *
     size_t HS = d->head_size, T = g->max_len, S = s->len;
     for (int h = 0; h < d->num_kv_heads; h++) {
         size_t at = ((size_t)l * d->num_kv_heads + h) * T * HS + (size_t)(s->base + s->pos) * HS;
-        memcpy(g->kcache + at, k + (size_t)h * S * HS, S * HS * sizeof(float));
-        memcpy(g->vcache + at, v + (size_t)h * S * HS, S * HS * sizeof(float));
+        g->be->copy(g->kcache + at, k + (size_t)h * S * HS, S * HS * sizeof(float));
+        g->be->copy(g->vcache + at, v + (size_t)h * S * HS, S * HS * sizeof(float));
     }
 }
 
@@ -115,11 +152,12 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     int NH = d->num_heads, NKV = d->num_kv_heads, HS = d->head_size, W = (int)qkv_width(d);
     size_t half = d->rotary_dims / 2, T = g->max_len, row = (size_t)s->row;
     float *q = g->q + row * NH * HS, *k = g->k + row * NKV * HS, *v = g->v + row * NKV * HS;
-    neox_qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    const neox_backend *be = g->be;
+    be->qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
     if (d->rotary_dims) {
         const float *cos = g->cos + (size_t)s->pos * half, *sin = g->sin + (size_t)s->pos * half;
-        neox_rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0);
-        neox_rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0);
+        be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0);
+        be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0);
     }
     cache_append(g, l, k, v, s);
     float scale = 1.0f / sqrtf((float)HS), *out = g->att + row * d->hidden_size;
@@ -127,11 +165,11 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     // forward's blocked attention computes it, as recomputation does, and far faster than one query
     // row at a time.
     if (s->pos == 0) {
-        neox_attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, scale, 0.0f, 0);
+        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, scale, 0.0f, 0);
         return;
     }
     size_t at = ((size_t)l * NKV * T + (size_t)s->base) * HS;
-    neox_attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)T, scale);
+    be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)T, scale);
 }
 
 static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg) {
@@ -139,17 +177,18 @@ static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg
     const neox_layer_params *p = &g->m->w.layers[l];
     int C = d->hidden_size, W = (int)qkv_width(d);
     size_t NC = (size_t)S * C;
-    norm(d, g->ln, g->mean, g->rstd, g->x, p->ln1_w, p->ln1_b, S);
-    neox_linear_forward(g->qkv, W, g->ln, p->qkv_w, p->qkv_b, S, C, W);
+    const neox_backend *be = g->be;
+    norm(g, g->ln, g->mean, g->rstd, g->x, p->ln1_w, p->ln1_b, S);
+    be->linear_forward(g->qkv, W, g->ln, p->qkv_w, p->qkv_b, S, C, W);
     for (int i = 0; i < nseg; i++) attend_segment(g, l, &segs[i]);
-    neox_linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
-    neox_add(g->mid, g->x, g->branch, NC);  // x + attention
+    be->linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
+    be->add(g->mid, g->x, g->branch, NC);  // x + attention
     if (d->parallel_residual) {
-        mlp(g, p, g->x, S);                  // beside attention, on ln2(x)
-        neox_add(g->x, g->mid, g->branch, NC);
+        mlp(g, p, g->x, S);                 // beside attention, on ln2(x)
+        be->add(g->x, g->mid, g->branch, NC);
     } else {
-        mlp(g, p, g->mid, S);                // after it
-        neox_add(g->x, g->mid, g->branch, NC);
+        mlp(g, p, g->mid, S);               // after it
+        be->add(g->x, g->mid, g->branch, NC);
     }
 }
 
@@ -160,14 +199,15 @@ static void forward_segments(neox_generator *g, const int32_t *ids, int S, const
     const neox_model_desc *d = &g->m->desc;
     const neox_model_weights *w = &g->m->w;
     int C = d->hidden_size;
+    g->be->to_device(g->ids, ids, (size_t)S * sizeof(int));
     for (int i = 0; i < nseg; i++) {
         const float *wpe = w->wpe ? w->wpe + (size_t)segs[i].pos * C : NULL;
-        neox_embedding_forward(g->x + (size_t)segs[i].row * C, (const int *)ids + segs[i].row, w->wte, wpe, 1, segs[i].len, C);
+        g->be->embedding_forward(g->x + (size_t)segs[i].row * C, g->ids + segs[i].row, w->wte, wpe, 1, segs[i].len, C);
     }
     for (int l = 0; l < d->num_layers; l++) layer(g, l, S, segs, nseg);
     const float *rows = g->x + (size_t)(S - last) * C;
-    norm(d, g->ln, g->mean, g->rstd, rows, w->lnf_w, w->lnf_b, last);
-    if (logits) neox_linear_forward(logits, d->vocab_size, g->ln, w->lm_head, NULL, last, C, d->vocab_size);
+    norm(g, g->ln, g->mean, g->rstd, rows, w->lnf_w, w->lnf_b, last);
+    if (logits) output_layer(g, logits, g->ln, last);
 }
 
 // S new tokens of the one sequence being generated, at positions g->len...
@@ -220,23 +260,21 @@ int neox_generator_score_packed(neox_generator *g, const int32_t *ids, const int
 }
 
 void neox_generator_rows_logits(neox_generator *g, const int *rows, int count, float *logits) {
-    const neox_model_desc *d = &g->m->desc;
-    size_t C = d->hidden_size;
-    for (int i = 0; i < count; i++) memcpy(g->branch + i * C, g->ln + (size_t)rows[i] * C, C * sizeof(float));
-    neox_linear_forward(logits, d->vocab_size, g->branch, g->m->w.lm_head, NULL, count, (int)C, d->vocab_size);
+    size_t C = g->m->desc.hidden_size;
+    for (int i = 0; i < count; i++) g->be->copy(g->branch + i * C, g->ln + (size_t)rows[i] * C, C * sizeof(float));
+    output_layer(g, logits, g->branch, count);
 }
 
-void neox_generator_score_logits(const neox_generator *g, int j, int count, float *logits) {
-    const neox_model_desc *d = &g->m->desc;
-    neox_linear_forward(logits, d->vocab_size, g->ln + (size_t)j * d->hidden_size, g->m->w.lm_head, NULL, count,
-                        d->hidden_size, d->vocab_size);
+void neox_generator_score_logits(neox_generator *g, int j, int count, float *logits) {
+    output_layer(g, logits, g->ln + (size_t)j * g->m->desc.hidden_size, count);
 }
 
 static int forward_recompute(neox_generator *g, const int32_t *seq, int n, neox_error *err) {
     neox_model *m = g->m;
     if ((m->B != 1 || m->T != n || !m->acts) && neox_model_plan(m, 1, n, err) != 0) return -1;
     if (neox_model_forward(m, (const int *)seq, NULL, NULL, err) != 0) return -1;
-    memcpy(g->logits, neox_model_logits(m) + (size_t)(n - 1) * m->desc.vocab_size, (size_t)m->desc.vocab_size * sizeof(float));
+    m->be->to_host(g->logits, neox_model_logits(m) + (size_t)(n - 1) * m->desc.vocab_size,
+                   (size_t)m->desc.vocab_size * sizeof(float));
     return 0;
 }
 

@@ -1,5 +1,5 @@
 // grid.c: MPI start-up and the GPT-NeoX process grid (pipe outermost, data, model innermost) with
-// one communicator per group. An error on any rank aborts the whole job through MPI_Abort, so the
+// one communicator per group, and where each rank computes (its GPU: local rank % GPUs). An error on any rank aborts the whole job through MPI_Abort, so the
 // other ranks never wait for a peer that is gone.
 #include <omp.h>
 #include <stdio.h>
@@ -7,7 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/backend.h"
 #include "parallel.h"
+#ifdef NEOX_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 #include "parallel/nccl.h"
 
 static void abort_all_ranks(int status) {
@@ -123,4 +127,24 @@ void neox_grid_free(neox_grid *g) {
         neox_nccl_comm_free(comms[i]);
         if (comms[i]->mpi != MPI_COMM_NULL && comms[i]->mpi != 0) MPI_Comm_free(&comms[i]->mpi);
     }
+}
+
+const neox_backend *neox_backend_for_rank(const char *choice, const neox_grid *grid, neox_error *err) {
+    char msg[256] = "";
+    choice = choice ? choice : "auto";
+#ifdef NEOX_CUDA
+    // This rank's GPU first: the first use of the CUDA backend would otherwise start device 0 for good.
+    if ((!strcmp(choice, "cuda") || !strcmp(choice, "auto")) && neox_cuda_device_count() > 0) {
+        int device = neox_grid_local_rank(grid) % neox_cuda_device_count();
+        if (neox_cuda_init(device) != 0)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "compute_backend %s: GPU %d failed to initialise", choice, device), NULL;
+    }
+#else
+    (void)grid;
+#endif
+    const neox_backend *be = neox_backend_select(choice, msg, sizeof msg);
+    if (!be) return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: %s", msg), NULL;
+    if (!strcmp(be->name, "emulated") && grid->world_size > 1)  // its memory cannot travel through MPI or NCCL
+        return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend emulated: one rank only"), NULL;
+    return be;
 }

@@ -122,7 +122,14 @@ static int load_params(neox_model *m, const char *dir, neox_error *err) {
     json_t *state = NULL;
     int rc = neox_train_read_state(r, dir, &state, err);
     if (rc == 0) rc = neox_train_check_model_shape(&m->desc, state, dir, err);
-    if (rc == 0) rc = neox_train_read_tensors(m, r, "params", m->param_buf, err);
+    // Read on the host; a device model gets the values uploaded.
+    float *host = m->be->on_device ? neox_malloc(m->num_floats * sizeof(float)) : m->param_buf;
+    if (rc == 0) rc = neox_train_read_tensors(m, r, "params", host, err);
+    if (host != m->param_buf) {
+        if (rc == 0) m->be->to_device(m->param_buf, host, m->num_floats * sizeof(float));
+        free(host);
+    }
+    neox_model_weights_changed(m);
     json_decref(state);
     neox_ckpt_reader_close(r);
     return rc;

@@ -106,19 +106,8 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
 // compute_backend: cpu, cuda, auto or emulated; on a GPU, one rank per device (local rank modulo the
 // device count) and NCCL communicators for the device buffers.
 static int setup_backend(neox_trainer *t, neox_error *err) {
-    char msg[256] = "";
-    const char *choice = neox_config_str(t->cfg, "compute_backend");
-    choice = choice ? choice : "auto";
-#ifdef NEOX_CUDA
-    // This rank's GPU first: the first use of the CUDA backend would otherwise start device 0 for good.
-    if ((!strcmp(choice, "cuda") || !strcmp(choice, "auto")) && neox_cuda_device_count() > 0) {
-        int device = neox_grid_local_rank(t->grid) % neox_cuda_device_count();
-        if (neox_cuda_init(device) != 0)
-            return neox_fail(err, NEOX_EXIT_FAILURE, "compute_backend %s: GPU %d failed to initialise", choice, device);
-    }
-#endif
-    t->be = neox_backend_select(choice, msg, sizeof msg);
-    if (!t->be) return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: %s", msg);
+    t->be = neox_backend_for_rank(neox_config_str(t->cfg, "compute_backend"), t->grid, err);
+    if (!t->be) return -1;
     if (!t->be->on_device) return 0;
     // What still runs on host loops only (docs/cuda.md).
     const char *refused = NULL;
@@ -128,8 +117,7 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
     if (refused)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
                          "set compute_backend: cpu", refused, t->be->name);
-    if (!strcmp(t->be->name, "emulated"))  // its memory cannot travel through MPI or NCCL
-        return t->grid->world_size == 1 ? 0 : neox_fail(err, NEOX_EXIT_USAGE, "compute_backend emulated: one rank only");
+    if (!strcmp(t->be->name, "emulated")) return 0;  // one rank (neox_backend_for_rank)
 #ifdef NEOX_CUDA
     return neox_grid_enable_device(t->grid, err);
 #else

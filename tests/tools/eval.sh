@@ -124,7 +124,7 @@ check_fails "piqa: too few labels" 2 'has 1 labels, 2 questions' \
 printf 'ROMEO:\nFirst Citizen:\n\nKING\n' >"$T/prompts.txt"
 gen() {  # gen OUT [OPTIONS]
     local out=$1; shift
-    $EVAL generate -q "$T/model.yml" --text-gen-type input-file --sample-input-file "$T/prompts.txt" \
+    $EVAL generate -q "$T/model.yml" ${GEN_EXTRA:-} --text-gen-type input-file --sample-input-file "$T/prompts.txt" \
         --sample-output-file "$out" --maximum-tokens 30 "$@"
 }
 same_text() { python3 -c '
@@ -141,6 +141,21 @@ SAMPLE=(--temperature 0.9 --top-k 20 --top-p 0.95 --seed 7)
 check "sampling with the KV cache" gen "$T/sample.jsonl" "${SAMPLE[@]}"
 check "sampling recomputing" gen "$T/sample_re.jsonl" "${SAMPLE[@]}" --recompute
 check "sampling: KV cache equals recompute" same_text "$T/sample.jsonl" "$T/sample_re.jsonl" 3
+
+# ---- on the emulated device (compute_backend: emulated: the device paths, memory the host must not
+# touch directly): the CPU's results exactly ---------------------------------------------------------
+echo '{"compute_backend": "emulated"}' >"$T/emu.yml"
+check "emulated device: perplexity and tasks" $EVAL -q "$T/model.yml" "$T/emu.yml" --tasks "$LAYOUT_TASKS" \
+    --results-prefix "$T/emu"
+check "emulated device: the CPU's results exactly" python3 -c '
+import glob, json, sys
+r = [json.load(open(glob.glob(p + "_eval_results_*.json")[0]))["results"] for p in sys.argv[1:]]
+assert r[0] == r[1], r
+' "$T/orig" "$T/emu"
+GEN_EXTRA=$T/emu.yml check "emulated device: greedy with the KV cache" gen "$T/emu_greedy.jsonl"
+check "emulated device: the CPU's greedy text" same_text "$T/greedy.jsonl" "$T/emu_greedy.jsonl" 3
+GEN_EXTRA=$T/emu.yml check "emulated device: sampling recomputing" gen "$T/emu_sample_re.jsonl" "${SAMPLE[@]}" --recompute
+check "emulated device: the CPU's sampled text" same_text "$T/sample.jsonl" "$T/emu_sample_re.jsonl" 3
 fields_ok() { python3 -c '
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -170,7 +185,7 @@ check_output "interactive: one completion per line, 'exit' stops" '^2$' sh -c \
     "printf 'ROMEO:\nJULIET:\nexit\nKING:\n' | $EVAL generate -q '$T/model.yml' --text-gen-type interactive --maximum-tokens 5 --sample-output-file '$T/i.jsonl' >/dev/null && wc -l <'$T/i.jsonl'"
 python3 -c 'print("x" * 200)' >"$T/long.txt"
 check_fails "a prompt longer than the context is an error" 2 'the prompt has 200 tokens; the context holds 48' \
-    $EVAL generate -q "$T/model.yml" --text-gen-type input-file --sample-input-file "$T/long.txt" --sample-output-file "$T/l.jsonl"
+    $EVAL generate -q "$T/model.yml" ${GEN_EXTRA:-} --text-gen-type input-file --sample-input-file "$T/long.txt" --sample-output-file "$T/l.jsonl"
 check_fails "input-file without sample_input_file" 2 'sample_input_file: not set' \
-    $EVAL generate -q "$T/model.yml" --text-gen-type input-file
+    $EVAL generate -q "$T/model.yml" ${GEN_EXTRA:-} --text-gen-type input-file
 check_fails "unknown text_gen_type" 2 "text_gen_type: 'precompute'" $EVAL generate -q "$T/model.yml" --text-gen-type precompute
