@@ -79,7 +79,7 @@ done
 # the global gradient norm, which all ranks share), and otherwise follow the single-rank fp16 run.
 # (Data parallelism with another micro-batch split scales each rank's micro-batch gradient
 # differently before the average, 1 / accumulation steps, as DeepSpeed does, so which values
-# overflow fp16 depends on the split: measured, dp2 skipped one step more than one rank.)
+# overflow fp16 depends on the split: measured, dp2 skipped 8 steps of 20 where one rank skipped 7.)
 FP16=', "fp16": {"enabled": true, "initial_scale_power": 26, "loss_scale_window": 5, "hysteresis": 2}'
 config fp16one neox 2 4 20 "$FP16"
 run fp16one 1
