@@ -116,7 +116,7 @@ typedef struct neox_backend neox_backend;
 // parameters, their gradients, the optimizer state and every other op stay fp32: the parameters
 // are the master weights.
 typedef enum { NEOX_PRECISION_FP32, NEOX_PRECISION_BF16, NEOX_PRECISION_FP16 } neox_precision;
-// Parses "fp32" | "bfloat16" | "bf16" | "fp16" (GPT-NeoX's values); -1 when unknown.
+// Parses "fp32" | "bfloat16" | "fp16" (GPT-NeoX's values); -1 when unknown.
 int neox_precision_parse(const char *name, neox_precision *out);
 const char *neox_precision_name(neox_precision p);
 // Called by backward between its operations with the parameters [begin, end) (indices into
@@ -133,6 +133,7 @@ struct neox_model {
     uint16_t *param16;         // 16-bit copy of param_buf (16-bit precisions), refreshed lazily
     int param16_stale;         // param_buf changed since param16 was made
     uint16_t *half_in, *half_out;  // 16-bit GEMM operand scratch (planned with the activations)
+    size_t half_elems;         // their size together
     void *host_stage;          // host copies of the N-sized loss statistics (private; forward.c)
     int nparams;
     neox_param *params;      // in buffer order
@@ -194,6 +195,7 @@ int neox_model_plan(neox_model *m, int B, int T, neox_error *err);
 // the set the next forward or backward works in.
 int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *err);
 void neox_model_use_slot(neox_model *m, int slot);
+// The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions.
 size_t neox_model_activation_bytes(const neox_model *m);
 
 // Pipeline stages. A stage without the embedding reads its input from neox_model_stage_input

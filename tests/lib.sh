@@ -51,6 +51,17 @@ check_output() {
 
 skip() { echo "ok - $1 # SKIP $2"; }
 
+# char_shakespeare NAME: Tiny Shakespeare as one jsonl document per paragraph, preprocessed with the
+# character-level tokenizer into $TEST_TMP/char_text_document; false (with a skip line for NAME)
+# when ../shared/data or the text is absent.
+char_shakespeare() {
+    need_shared "$1" || return 1
+    [ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "$1" "no Tiny Shakespeare in $DATA/text"; return 1; }
+    python3 tests/tools/train_lib.py paragraphs "$DATA/text/tinyshakespeare_input.txt" "$TEST_TMP/shakespeare.jsonl"
+    check "preprocess Tiny Shakespeare (char-level)" "$NEOX_BIN/neox-preprocess" --input "$TEST_TMP/shakespeare.jsonl" \
+        --output-prefix "$TEST_TMP/char" --tokenizer-type CharLevelTokenizer --append-eod
+}
+
 # need_shared NAME: true when ../shared/data exists; otherwise prints a skip line for NAME.
 need_shared() {
     if [ -d "$DATA" ]; then return 0; fi

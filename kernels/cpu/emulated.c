@@ -55,7 +55,8 @@ static const region *region_of(const void *p) {
     return NULL;
 }
 
-// A fault inside a region is a host access to device memory: say so (async-signal-safe calls only).
+// A fault inside a region is a host access to device memory: say so, then take the default action
+// (the process is lost anyway, so a formatted message is worth the risk snprintf carries here).
 static void on_fault(int sig, siginfo_t *info, void *context) {
     (void)context;
     const region *r = region_of(info->si_addr);

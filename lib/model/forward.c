@@ -64,7 +64,6 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         a->lnf_mean = take(cur, N);
         a->lnf_rstd = take(cur, N);
         a->logits = take(cur, N * (size_t)neox_model_shard(d).V);
-        a->losses = take(cur, N);
         a->ce_lse = take(cur, N);
         a->mask = take(cur, N);
         a->targets = (int *)take(cur, N);
@@ -115,14 +114,14 @@ static size_t carve(neox_model *m, neox_acts *slots, float *base) {
 // buffers may be device memory): ids and targets on their way in, the statistics on their way out.
 typedef struct host_stage {
     int *ids, *targets;             // (N)
-    float *max, *lse, *losses, *mask;  // (N)
+    float *max, *lse, *mask;        // (N)
     double *stats;                  // (2, N): sums of exponentials, target logits
 } host_stage;
 
 static void free_host_stage(neox_model *m) {
     host_stage *h = m->host_stage;
     if (!h) return;
-    void *all[] = {h->ids, h->targets, h->max, h->lse, h->losses, h->mask, h->stats};
+    void *all[] = {h->ids, h->targets, h->max, h->lse, h->mask, h->stats};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(h);
     m->host_stage = NULL;
@@ -135,7 +134,6 @@ static void make_host_stage(neox_model *m) {
     h->targets = neox_malloc(N * sizeof(int));
     h->max = neox_malloc(N * sizeof(float));
     h->lse = neox_malloc(N * sizeof(float));
-    h->losses = neox_malloc(N * sizeof(float));
     h->mask = neox_malloc(N * sizeof(float));
     h->stats = neox_malloc(2 * N * sizeof(double));
     m->host_stage = h;
@@ -145,6 +143,7 @@ static void free_half(neox_model *m) {
     m->be->free(m->half_in);
     m->be->free(m->half_out);
     m->half_in = m->half_out = NULL;
+    m->half_elems = 0;
 }
 
 void neox_model_plan_half(neox_model *m) {
@@ -158,6 +157,7 @@ void neox_model_plan_half(neox_model *m) {
     out = out > V ? out : V;
     m->half_in = m->be->alloc(z.N * in * sizeof(uint16_t));
     m->half_out = m->be->alloc(z.N * out * sizeof(uint16_t));
+    m->half_elems = z.N * (in + out);
 }
 
 void neox_model_free_plan(neox_model *m) {
@@ -204,7 +204,9 @@ void neox_model_use_slot(neox_model *m, int slot) {
     m->acts = (neox_acts *)m->slots + slot;
 }
 
-size_t neox_model_activation_bytes(const neox_model *m) { return m->act_floats * sizeof(float); }
+size_t neox_model_activation_bytes(const neox_model *m) {
+    return m->act_floats * sizeof(float) + m->half_elems * sizeof(uint16_t);
+}
 
 const float *neox_model_logits(const neox_model *m) { return ((const neox_acts *)m->acts)->logits; }
 
@@ -339,13 +341,12 @@ static void cross_entropy(neox_model *m, const float *loss_mask) {
     double sum = 0.0, wsum = 0.0;
     for (int i = 0; i < N; i++) {
         h->lse[i] = h->max[i] + (float)log(sums[i]);
-        h->losses[i] = h->lse[i] - (float)target_logit[i];
+        float loss = h->lse[i] - (float)target_logit[i];
         h->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
-        sum += (double)h->mask[i] * h->losses[i];
+        sum += (double)h->mask[i] * loss;
         wsum += h->mask[i];
     }
     be->to_device(a->ce_lse, h->lse, (size_t)N * sizeof(float));
-    be->to_device(a->losses, h->losses, (size_t)N * sizeof(float));
     be->to_device(a->mask, h->mask, (size_t)N * sizeof(float));
     a->mask_sum = (float)wsum;
     m->loss = wsum > 0 ? (float)(sum / wsum) : 0.0f;

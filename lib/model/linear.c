@@ -11,11 +11,12 @@
 static const char *const precision_names[] = {"fp32", "bfloat16", "fp16"};
 
 int neox_precision_parse(const char *name, neox_precision *out) {
-    if (!strcmp(name, "fp32") || !strcmp(name, "float32")) *out = NEOX_PRECISION_FP32;
-    else if (!strcmp(name, "bfloat16") || !strcmp(name, "bf16")) *out = NEOX_PRECISION_BF16;
-    else if (!strcmp(name, "fp16") || !strcmp(name, "float16")) *out = NEOX_PRECISION_FP16;
-    else return -1;
-    return 0;
+    for (int p = 0; p < 3; p++)
+        if (!strcmp(name, precision_names[p])) {
+            *out = (neox_precision)p;
+            return 0;
+        }
+    return -1;
 }
 
 const char *neox_precision_name(neox_precision p) { return precision_names[p]; }

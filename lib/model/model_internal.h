@@ -42,7 +42,7 @@ typedef struct neox_acts {
     neox_layer_acts *layers;           // L entries (local layer index)
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;                     // (N, V) of this rank's vocabulary; holds dlogits after backward
-    float *losses, *ce_lse, *mask;     // (N)
+    float *ce_lse, *mask;              // (N)
     int *ids, *targets;                // (N) ids and targets within this rank's vocabulary, -1 elsewhere
     float mask_sum;
     unsigned long long dropout_seed;

@@ -1,8 +1,8 @@
-// nccl.c: NCCL behind the communication layer (CUDA builds; a CPU build has only the stubs at the
-// end). neox_grid_enable_device gives every group of the grid an NCCL communicator, made from an
-// ncclUniqueId that the group's rank 0 creates and broadcasts over the group's MPI communicator, and
-// the process one communication stream. collectives.c sends each call whose buffers are device
-// memory here (nccl.h).
+// nccl.c: NCCL behind the communication layer (CUDA builds; a CPU build has only the refusal and
+// no-ops at the end). neox_grid_enable_device gives every group of the grid an NCCL communicator,
+// made from an ncclUniqueId that the group's rank 0 creates and broadcasts over the group's MPI
+// communicator, and the process one communication stream. collectives.c sends each call whose
+// buffers are device memory here (nccl.h).
 //
 // Ordering without host waits: before an operation the communication stream waits for an event
 // recorded on the compute stream (neox_cuda_stream()), so the operation sees every kernel queued

@@ -152,7 +152,7 @@ static void gather_phase(neox_onebit *o, int s, float *x) {
 void neox_onebit_allreduce(neox_onebit *o, float *buf) {
     if (neox_comm_on_device(o->comm, buf))
         neox_die(NEOX_EXIT_USAGE, "the 1-bit compressed all-reduce (optimizer.type onebitadam, gradient_compression: "
-                 "onebit) runs on host memory only; these gradients are on the GPU (backend: cuda)");
+                 "onebit) runs on host memory only; these gradients are on the GPU (compute_backend: cuda)");
     if (o->comm->size <= 1) return;
     size_t off = 0;
     for (int s = 0; s < o->nseg; off += o->seg[s].size, s++) worker_phase(o, s, buf + off);

@@ -92,7 +92,7 @@ static void scale_all(float *x, size_t n, float s) {
 void neox_powersgd_allreduce(neox_powersgd *o, float *buf) {
     if (neox_comm_on_device(o->comm, buf))
         neox_die(NEOX_EXIT_USAGE, "gradient_compression: powersgd runs on host memory only; these gradients are on "
-                 "the GPU (backend: cuda)");
+                 "the GPU (compute_backend: cuda)");
     if (o->comm->size <= 1) return;
     float mean = 1.0f / (float)o->comm->size;
     for (int s = 0; s < o->n; s++) {  // P = (M + E) Q, or the plain elements

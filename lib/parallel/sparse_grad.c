@@ -80,7 +80,7 @@ static void sum_rows(neox_sparse_rows *s, float *grad, size_t total) {
 void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad) {
     neox_comm *c = s->c;
     if (neox_comm_on_device(c, grad))
-        neox_die(NEOX_EXIT_USAGE, "sparse_gradients runs on host memory only; this gradient is on the GPU (backend: cuda)");
+        neox_die(NEOX_EXIT_USAGE, "sparse_gradients runs on host memory only; this gradient is on the GPU (compute_backend: cuda)");
     size_t w = (size_t)s->width;
     int32_t mine = 0;
     for (int64_t r = 0; r < s->rows; r++) mine += s->touched[r];

@@ -343,30 +343,12 @@ static int restore_state(neox_trainer *t, json_t *state, neox_error *err) {
     return 0;
 }
 
-// Reads the whole tensors of group (params: neox_train_read_tensors) or elements [begin, end) of
-// the flat buffer (neox_train_read_range) into dst, backend memory (dst[0] is element begin),
-// through a host copy on a device.
-static int read_into(const neox_trainer *t, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
-                     float *dst, neox_error *err) {
-    int whole = strcmp(group, "params") == 0;
-    const neox_backend *be = t->model->be;
-    float *host = be->on_device ? neox_malloc((end - begin + 1) * sizeof(float)) : dst;
-    if (host != dst) be->to_host(host, dst, (end - begin) * sizeof(float));  // pieces the checkpoint lacks keep their values
-    int rc = whole ? neox_train_read_tensors(t->model, r, group, host, err)
-                   : neox_train_read_range(t->model, r, group, begin, end, host, err);
-    if (host != dst) {
-        if (rc == 0) be->to_device(dst, host, (end - begin) * sizeof(float));
-        free(host);
-    }
-    return rc;
-}
-
 static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
     json_t *state = NULL;
     int rc = r ? neox_train_read_state(r, dir, &state, err) : -1;
     if (rc == 0) rc = neox_train_check_model_shape(&t->model->desc, state, dir, err);
-    if (rc == 0) rc = read_into(t, r, "params", 0, t->model->num_floats, t->model->param_buf, err);
+    if (rc == 0) rc = neox_train_read_tensors(t->model, r, "params", t->model->param_buf, err);
     neox_model_weights_changed(t->model);
     int load_optim = !neox_config_bool(t->cfg, "finetune") && !neox_config_bool(t->cfg, "no_load_optim");
     if (rc == 0 && load_optim) {
@@ -378,7 +360,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         float *bufs[2];
         int nbufs = optimizer_buffers(t, names, bufs);
         for (int b = 0; rc == 0 && b < nbufs; b++)
-            rc = read_into(t, r, names[b], t->state_begin, t->state_end, bufs[b], err);
+            rc = neox_train_read_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err);
         if (rc == 0) rc = read_errors(t, r, dir, err);
     }
     if (rc == 0) rc = restore_state(t, state, err);

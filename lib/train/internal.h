@@ -56,7 +56,7 @@ struct neox_trainer {
     neox_tokenizer *tokenizer;
     int32_t eod_id;
     neox_model *model;
-    // Where the model, gradients and optimizer state live (`backend`), and the linear layers'
+    // Where the model, gradients and optimizer state live (`compute_backend`), and the linear layers'
     // precision; fp16 scales the loss with DeepSpeed's dynamic loss scaler (static 1 otherwise).
     const neox_backend *be;
     neox_precision precision;
@@ -119,7 +119,6 @@ typedef struct neox_step_result {
     double lr;
     int skipped;          // non-finite loss or gradients: no update
     int nonfinite_loss;
-    int overflow;         // fp16: the scaled gradients overflowed (counted by the loss scaler, not as non-finite)
     double loss_scale;    // the loss scale after this step's update (fp16; 1 otherwise)
 } neox_step_result;
 
@@ -191,7 +190,8 @@ int neox_train_read_state(const neox_ckpt_reader *r, const char *dir, json_t **s
 // Fails naming the key when the stored shape differs from d.
 int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err);
 // Reads the whole tensors group/NAME of every parameter into buf at the parameter's offset
-// (this rank's block of each: the intersection of the checkpoint's pieces with it).
+// (this rank's block of each: the intersection of the checkpoint's pieces with it). buf and dst
+// below are memory of the model's backend (staged through the host on a device).
 int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err);
 // The same for elements [begin, end) of the flat buffer only; dst[0] is element begin.
 int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,

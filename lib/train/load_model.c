@@ -68,8 +68,9 @@ int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const 
     return 0;
 }
 
-int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
-                          float *dst, neox_error *err) {
+// neox_train_read_range into host memory.
+static int read_range_host(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
+                           float *dst, neox_error *err) {
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
         size_t lo = p->offset > begin ? p->offset : begin, hi = p->offset + p->numel < end ? p->offset + p->numel : end;
@@ -90,6 +91,20 @@ int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const 
                 return -1;
     }
     return 0;
+}
+
+// On a device, through a host copy of [begin, end) (pieces the checkpoint lacks keep their values).
+int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
+                          float *dst, neox_error *err) {
+    const neox_backend *be = m->be;
+    if (!be->on_device) return read_range_host(m, r, group, begin, end, dst, err);
+    size_t bytes = (end - begin) * sizeof(float);
+    float *host = neox_malloc(bytes + sizeof(float));
+    be->to_host(host, dst, bytes);
+    int rc = read_range_host(m, r, group, begin, end, host, err);
+    if (rc == 0) be->to_device(dst, host, bytes);
+    free(host);
+    return rc;
 }
 
 int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err) {
@@ -122,13 +137,7 @@ static int load_params(neox_model *m, const char *dir, neox_error *err) {
     json_t *state = NULL;
     int rc = neox_train_read_state(r, dir, &state, err);
     if (rc == 0) rc = neox_train_check_model_shape(&m->desc, state, dir, err);
-    // Read on the host; a device model gets the values uploaded.
-    float *host = m->be->on_device ? neox_malloc(m->num_floats * sizeof(float)) : m->param_buf;
-    if (rc == 0) rc = neox_train_read_tensors(m, r, "params", host, err);
-    if (host != m->param_buf) {
-        if (rc == 0) m->be->to_device(m->param_buf, host, m->num_floats * sizeof(float));
-        free(host);
-    }
+    if (rc == 0) rc = neox_train_read_tensors(m, r, "params", m->param_buf, err);
     neox_model_weights_changed(m);
     json_decref(state);
     neox_ckpt_reader_close(r);

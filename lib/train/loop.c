@@ -66,7 +66,7 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,
                          "stopping at iteration %lld: the last %d iterations had a non-finite loss or gradient norm "
-                         "(fp16: overflowed) (skipped %lld iterations in all); lower the learning rate or check the data",
+                         "(with fp16: an overflow) (skipped %lld iterations in all); lower the learning rate or check the data",
                          (long long)s->iteration, NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW, (long long)s->skipped_total);
     return 0;
 }

@@ -118,11 +118,7 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
                          "set compute_backend: cpu", refused, t->be->name);
     if (!strcmp(t->be->name, "emulated")) return 0;  // one rank (neox_backend_for_rank)
-#ifdef NEOX_CUDA
     return neox_grid_enable_device(t->grid, err);
-#else
-    return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: this build has no device backend");
-#endif
 }
 
 // Every rank must train the same configuration: the CRC-32 of the effective config (as JSON)
@@ -245,8 +241,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
 }
 
 static int setup_optimizer(neox_trainer *t, neox_error *err) {
-    if (neox_train_read_optimizer(t->cfg, &t->optim, err) != 0 || neox_train_read_schedule(t->cfg, &t->lr, err) != 0)
-        return -1;
+    if (neox_train_read_schedule(t->cfg, &t->lr, err) != 0) return -1;
     size_t n = t->model->num_floats;
     t->part_begin = 0, t->part_end = n;
     neox_dtype wire;
@@ -344,7 +339,9 @@ static double total_params(const neox_trainer *t) {
 static void report_memory(const neox_trainer *t) {
     const neox_model *m = t->model;
     double state = (double)(t->state_end - t->state_begin) * (t->optim.kind == NEOX_OPTIMIZER_ADAM ? 2 : 1);
-    double mine[4] = {(double)m->num_floats * 4, (double)m->num_floats * 4 + (t->grad_partition ? (double)(t->part_end - t->part_begin) * 4 : 0),
+    // Parameters: the fp32 master weights, plus their 16-bit copy in a 16-bit precision.
+    double params = (double)m->num_floats * (m->param16 ? 6 : 4);
+    double mine[4] = {params, (double)m->num_floats * 4 + (t->grad_partition ? (double)(t->part_end - t->part_begin) * 4 : 0),
                       state * 4, (double)neox_model_activation_bytes(m)};
     int n = t->grid->world_size;
     double *all = neox_malloc((size_t)n * 4 * sizeof(double));

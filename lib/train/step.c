@@ -19,9 +19,9 @@ static double mean_over_data_ranks(neox_trainer *t, double value) {
 // as DeepSpeed steps its scheduler only after an update.
 static int scaler_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     if (t->precision != NEOX_PRECISION_FP16) return 0;
-    out->overflow = !isfinite(out->grad_norm);
-    if (out->overflow) out->skipped = 1, t->state.overflow_skips++;
-    if (neox_loss_scaler_update(&t->scaler, out->overflow) && t->scaler.window > 0)
+    int overflow = !isfinite(out->grad_norm);
+    if (overflow) out->skipped = 1, t->state.overflow_skips++;
+    if (neox_loss_scaler_update(&t->scaler, overflow))
         return neox_fail(err, NEOX_EXIT_FAILURE, "iteration %lld: the fp16 gradients overflowed with the loss scale "
                          "already at min_loss_scale (%g); lower the learning rate or train in bfloat16",
                          (long long)t->state.iteration, t->scaler.min_scale);

@@ -1,19 +1,14 @@
 # tests/tools/train_emulated.sh: neox-train's device paths on a machine without a GPU, through the
 # emulated device (compute_backend: emulated, kernels/cpu/emulated.c): the CPU's ops on memory that
 # faults when host code touches it other than through to_host/to_device. Training (fp32 with gradient
-# accumulation and dropout, bfloat16, fp16 with forced overflows) must equal the CPU backend's bit for
+# accumulation and dropout, bfloat16, fp16 with forced overflows, SGD) must equal the CPU backend's bit for
 # bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly.
 source tests/lib.sh
 
 TRAIN=$NEOX_BIN/neox-train
 LIB="python3 tests/tools/train_lib.py"
 T=$TEST_TMP
-need_shared "neox-train emulated device" || exit 0
-[ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "neox-train emulated device" "no Tiny Shakespeare"; exit 0; }
-
-$LIB paragraphs "$DATA/text/tinyshakespeare_input.txt" "$T/shakespeare.jsonl"
-check "preprocess Tiny Shakespeare (char-level)" $NEOX_BIN/neox-preprocess --input "$T/shakespeare.jsonl" \
-    --output-prefix "$T/char" --tokenizer-type CharLevelTokenizer --append-eod
+char_shakespeare "neox-train emulated device" || exit 0
 
 cat >"$T/model.yml" <<EOF
 {

@@ -7,15 +7,9 @@
 source tests/lib.sh
 
 TRAIN=$NEOX_BIN/neox-train
-PRE=$NEOX_BIN/neox-preprocess
 LIB="python3 tests/tools/train_lib.py"
 T=$TEST_TMP
-need_shared "neox-train precision" || exit 0
-[ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "neox-train precision" "no Tiny Shakespeare"; exit 0; }
-
-$LIB paragraphs "$DATA/text/tinyshakespeare_input.txt" "$T/shakespeare.jsonl"
-check "preprocess Tiny Shakespeare (char-level)" $PRE --input "$T/shakespeare.jsonl" --output-prefix "$T/char" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+char_shakespeare "neox-train precision" || exit 0
 
 cat >"$T/model.yml" <<EOF
 {
