@@ -2,7 +2,7 @@
 # bench/gpu_train.sh: GPU training throughput of neox.c on GPT-NeoX 125M (the model of GPT-NeoX's
 # configs/125M.yml: 12 layers, hidden 768, 12 heads, sequence 2048, rotary, layernorm, untied output
 # layer; GPT-2 tokenizer, vocabulary 50257 padded to 50304), precision bfloat16 on the cuda backend,
-# trained on Tiny Shakespeare. Run by tests/gpu/device-check.sh on the GPU machine.
+# trained on Tiny Shakespeare. Run by tests/gpu/device-check.sh on a GPU host.
 # It trains warmup + steps iterations with one record per step in metrics.jsonl and reports, over the
 # steps after the warm-up (median; mean in brackets): tokens/s, model FLOP/s by GPT-NeoX's formula
 # (lib/metrics/flops.c: no recomputation counted; activation checkpointing is off), and MFU against

@@ -1,4 +1,4 @@
-// ckpt.h: layout-free checkpoint shards in HDF5 (DESIGN.md decision 6). Every rank writes its own
+// ckpt.h: layout-free checkpoint shards in HDF5 (docs/design.md, decision 6). Every rank writes its own
 // shard file; each dataset in it is one piece of a global tensor and records the tensor's global
 // shape and where the piece sits in it — either a block (an offset and a count per dimension, as
 // tensor parallelism cuts tensors) or a flat range of the row-major tensor (as ZeRO cuts flat

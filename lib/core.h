@@ -133,10 +133,24 @@ char *neox_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *neox_read_file(const char *path, size_t *size, neox_error *err);
 
 // ---------------------------------------------------------------------------------------------
+// MT19937, the generator numpy's RandomState and Python's random.Random share (lib/core/mt19937.c).
+enum { NEOX_MT19937_N = 624 };
+typedef struct neox_mt19937 {
+    uint32_t key[NEOX_MT19937_N];
+    int pos;
+} neox_mt19937;
+void neox_mt19937_seed(neox_mt19937 *g, uint32_t seed);                             // init_genrand
+void neox_mt19937_seed_by_array(neox_mt19937 *g, const uint32_t *key, int len);    // init_by_array
+uint32_t neox_mt19937_next(neox_mt19937 *g);
+
+// ---------------------------------------------------------------------------------------------
 // Command line. Every tool answers --help (usage text to stdout, exit 0) and --version (tool name,
-// neox.c version, backends and library versions, exit 0).
-void neox_print_version(FILE *out);
+// neox.c version, backends and library versions, exit 0: lib/version.h).
 // Prints "Try '<prog> --help' for more information." after a usage error and exits 2.
 _Noreturn void neox_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// An option's value as a whole number in [min, max] (or any number in [min, max]; finite); anything
+// else is a usage error naming the option and the text.
+int64_t neox_option_int(const char *option, const char *text, int64_t min, int64_t max);
+double neox_option_number(const char *option, const char *text, double min, double max);
 
 #endif

@@ -126,10 +126,7 @@ int neox_preprocess_run(const neox_preprocess_options *opts, neox_preprocess_sta
 // numpy's legacy RandomState(seed): MT19937 seeded by init_genrand, and shuffle/permutation as
 // numpy implements them (Fisher-Yates from the end with masked rejection sampling on 32-bit draws,
 // or 64-bit draws when the bound exceeds 32 bits).
-typedef struct neox_random_state {
-    uint32_t key[624];
-    int pos;
-} neox_random_state;
+typedef neox_mt19937 neox_random_state;
 
 void neox_random_seed(neox_random_state *rs, uint32_t seed);
 uint32_t neox_random_uint32(neox_random_state *rs);

@@ -1,7 +1,7 @@
 // model.h: the GPT-NeoX / Llama-style decoder: its description (sizes and features), its parameters
 // in one buffer with Hugging Face names and layouts, one gradient buffer of the same layout,
 // activations planned once for (micro-batch, sequence), and the forward and backward passes.
-// A model object may be one rank's part of the whole model (DESIGN.md decision 5): a tensor-parallel
+// A model object may be one rank's part of the whole model (docs/design.md, decision 5): a tensor-parallel
 // shard (heads, MLP rows and vocabulary rows cut tp_size ways, with Megatron's column- and
 // row-parallel linears, vocab-parallel embedding and cross-entropy) of one pipeline stage (a range
 // of layers, the embedding on the first stage, the final norm and output layer on the last). The

@@ -33,14 +33,10 @@ typedef enum {
 } neox_comm_op;
 const char *neox_comm_op_name(neox_comm_op op);
 
-// Per-communicator accounting. bytes is the payload each call moves from this rank's point of
-// view: the buffer reduced (all-reduce), the full input (reduce-scatter), the full output
-// (all-gather), the buffer (broadcast, send, recv). seconds is time spent blocked in the call
-// (for non-blocking operations: in neox_wait), i.e. communication time not hidden by compute.
-// sent is what this rank transmits under the bandwidth-optimal algorithm of each operation (the
-// bytes on the wire, headers aside): ring all-reduce 2(p-1)/p x payload; reduce-scatter,
-// all-gather and all-to-all (p-1)/p x payload; broadcast (p-1)/p x buffer (scatter + all-gather);
-// send the buffer; recv and barrier nothing.
+// Per-communicator accounting, per operation: calls, bytes (the payload), sent (what this rank
+// transmits under the operation's bandwidth-optimal algorithm) and seconds blocked (for non-blocking
+// operations: in neox_wait). What each counts for each operation is defined once, in
+// docs/communication.md ("Counting bytes"); the counting itself is in lib/parallel/collectives.c.
 // sizes breaks each operation down by message size (the payload of one call), as DeepSpeed's
 // comms_logger summarises: the first NEOX_COMM_SIZES - 1 distinct sizes get a row each, later ones
 // share the last row (bytes -1: "other sizes", calls and seconds still counted).

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "convert_internal.h"
+#include "kernels/kernels.h"
 #include "safetensors.h"
 
 typedef struct hf_model {
@@ -215,21 +216,6 @@ static int open_file_of(source *s, const char *name, neox_error *err) {
     return s->st ? 0 : -1;
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
-    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
-    else if (!man) u = sign;
-    else {  // subnormal: normalise
-        exp = 113;
-        while (!(man & 0x400)) man <<= 1, exp--;
-        u = sign | (exp << 23) | ((man & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static int load_tensor(source *s, const neox_cvt_param *p, neox_error *err) {
     if (open_file_of(s, p->name, err) != 0) return -1;
     const neox_st_tensor *t = neox_safetensors_find(s->st, p->name);
@@ -253,12 +239,7 @@ static int load_tensor(source *s, const neox_cvt_param *p, neox_error *err) {
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
-            if (bf16) {
-                uint32_t u = (uint32_t)h << 16;
-                memcpy(&s->data[i], &u, 4);
-            } else {
-                s->data[i] = half_to_float(h);
-            }
+            s->data[i] = bf16 ? neox_bf16_to_f32(h) : neox_f16_to_f32(h);
         }
     } else {
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor '%s' is %s (F32, BF16 or F16 expected)", s->st->name,

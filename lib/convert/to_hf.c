@@ -1,6 +1,6 @@
 // to_hf.c: a training checkpoint as a Hugging Face model folder — config.json,
 // generation_config.json, the tokenizer files the config names, and the parameters (already under
-// their Hugging Face names, DESIGN.md decision 2) as model.safetensors, or as numbered shards plus
+// their Hugging Face names, docs/design.md, decision 2) as model.safetensors, or as numbered shards plus
 // model.safetensors.index.json when they exceed the shard size. Parameters are cast to fp32, bf16
 // or fp16 (round to nearest even). Memory: one tensor at a time.
 #include <errno.h>
@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "convert_internal.h"
+#include "kernels/kernels.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 
@@ -32,20 +33,12 @@ int neox_cvt_copy_file(const char *src, const char *dir, const char *name, neox_
 }
 
 // ---- dtype casts --------------------------------------------------------------------------------
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1);  // round to nearest even
-    return (uint16_t)(u >> 16);
-}
-
 static void cast(const float *src, size_t n, const char *dtype, void *dst) {
     if (!strcmp(dtype, "F32")) memcpy(dst, src, n * sizeof(float));
     else if (!strcmp(dtype, "BF16"))
-        for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = to_bf16(src[i]);
+        neox_cast_f32_to_bf16(dst, src, n);
     else
-        for (size_t i = 0; i < n; i++) ((_Float16 *)dst)[i] = (_Float16)src[i];
+        neox_cast_f32_to_f16(dst, src, n);
 }
 
 static const char *st_dtype(const char *dtype) {

@@ -1,29 +1,11 @@
-// cli.c: the conventions every tool shares: --version text (with backends and library versions)
-// and usage errors (exit 2 with a pointer to --help).
+// cli.c: the command-line conventions every tool shares: usage errors (exit 2 with a pointer to
+// --help) and checked numeric option values, so every tool refuses a bad number the same way.
 #include "core.h"
 
-#include <hdf5.h>
-#include <jansson.h>
-#include <mpi.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
-#include <utf8proc.h>
-#include <yaml.h>
-#include <zlib.h>
-#include <zstd.h>
-
-#include "kernels/kernels.h"
-
-void neox_print_version(FILE *out) {
-    unsigned h5maj, h5min, h5rel;
-    H5get_libversion(&h5maj, &h5min, &h5rel);
-    int mpi_major, mpi_minor;
-    MPI_Get_version(&mpi_major, &mpi_minor);
-    fprintf(out, "%s (neox.c) %s\n", neox_progname(), NEOX_VERSION);
-    fprintf(out, "backends: %s\n", neox_backends_description());
-    fprintf(out, "libraries: libyaml %s, jansson %s, utf8proc %s, zstd %s, zlib %s, HDF5 %u.%u.%u, MPI %d.%d (%s)\n",
-            yaml_get_version_string(), JANSSON_VERSION, utf8proc_version(), ZSTD_versionString(), zlibVersion(), h5maj,
-            h5min, h5rel, mpi_major, mpi_minor, MPICH_VERSION);
-}
 
 _Noreturn void neox_usage_error(const char *fmt, ...) {
     va_list ap;
@@ -32,4 +14,22 @@ _Noreturn void neox_usage_error(const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "Try '%s --help' for more information.\n", neox_progname());
     neox_exit(NEOX_EXIT_USAGE);
+}
+
+int64_t neox_option_int(const char *option, const char *text, int64_t min, int64_t max) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (!errno && end != text && !*end && v >= min && v <= max) return (int64_t)v;
+    if (max == INT64_MAX) neox_usage_error("%s: '%s' is not an integer >= %" PRId64, option, text, min);
+    neox_usage_error("%s: '%s' is not an integer from %" PRId64 " to %" PRId64, option, text, min, max);
+}
+
+double neox_option_number(const char *option, const char *text, double min, double max) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (!errno && end != text && !*end && isfinite(v) && v >= min && v <= max) return v;
+    if (isinf(max)) neox_usage_error("%s: '%s' is not a number >= %g", option, text, min);
+    neox_usage_error("%s: '%s' is not a number from %g to %g", option, text, min, max);
 }

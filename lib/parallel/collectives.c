@@ -10,6 +10,7 @@
 
 
 #include "parallel.h"
+#include "kernels/kernels.h"
 #include "parallel/nccl.h"
 
 size_t neox_dtype_size(neox_dtype dt) {
@@ -30,31 +31,17 @@ const char *neox_comm_op_name(neox_comm_op op) {
 
 // ---- 16-bit float sums ------------------------------------------------------------------------
 
-static float bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
-
+// Each element is summed in fp32 and rounded back, as the device collectives do.
 static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
     uint16_t *a = in, *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = neox_bf16_from_f32(neox_bf16_to_f32(a[i]) + neox_bf16_to_f32(b[i]));
 }
 
 static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
-    _Float16 *a = in, *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = (_Float16)((float)a[i] + (float)b[i]);
+    uint16_t *a = in, *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = neox_f16_from_f32(neox_f16_to_f32(a[i]) + neox_f16_to_f32(b[i]));
 }
 
 static MPI_Op sum_op(neox_dtype dt) {

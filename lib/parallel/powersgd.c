@@ -8,9 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/kernels.h"
 #include "parallel.h"
+
+// C = alpha op(A) op(B) + beta C in fp32, through the kernels' GEMM op (host buffers only).
+static void f32_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc) {
+    neox_gemm_ex(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, NEOX_ELEM_F32, beta, C, ldc, NEOX_ELEM_F32);
+}
 
 typedef struct matrix {
     size_t offset;     // in the caller's buffer
@@ -49,9 +54,9 @@ neox_powersgd *neox_powersgd_make(neox_comm *c, const int *rows, const int *cols
     o->q = neox_calloc(o->q_len + 1, sizeof(float));
     o->msg = neox_calloc(o->msg_len + 1, sizeof(float));
     o->qmsg = neox_calloc(o->q_len + 1, sizeof(float));
-    neox_random_state rs;  // the same start on every rank: a fixed seed
-    neox_random_seed(&rs, 20190613u);
-    for (size_t i = 0; i < o->q_len; i++) o->q[i] = (float)neox_random_uint32(&rs) / 4294967296.0f - 0.5f;
+    neox_mt19937 rs;  // the same start on every rank: a fixed seed
+    neox_mt19937_seed(&rs, 20190613u);
+    for (size_t i = 0; i < o->q_len; i++) o->q[i] = (float)neox_mt19937_next(&rs) / 4294967296.0f - 0.5f;
     return o;
 }
 
@@ -104,7 +109,7 @@ void neox_powersgd_allreduce(neox_powersgd *o, float *buf) {
             continue;
         }
         for (size_t i = 0; i < len; i++) E[i] += M[i];  // E holds M' until the end
-        neox_cpu_sgemm(0, 0, x->rows, x->r, x->cols, 1.0f, E, x->cols, o->q + x->q, x->r, 0.0f, o->msg + x->p, x->r);
+        f32_gemm(0, 0, x->rows, x->r, x->cols, 1.0f, E, x->cols, o->q + x->q, x->r, 0.0f, o->msg + x->p, x->r);
     }
     neox_allreduce_sum(o->comm, o->msg, o->msg_len, NEOX_F32);
     scale_all(o->msg, o->msg_len, mean);
@@ -112,7 +117,7 @@ void neox_powersgd_allreduce(neox_powersgd *o, float *buf) {
         matrix *x = &o->mat[s];
         if (!x->r) continue;
         orthonormalise(o->msg + x->p, x->rows, x->r);
-        neox_cpu_sgemm(1, 0, x->cols, x->r, x->rows, 1.0f, o->error + x->err, x->cols, o->msg + x->p, x->r, 0.0f,
+        f32_gemm(1, 0, x->cols, x->r, x->rows, 1.0f, o->error + x->err, x->cols, o->msg + x->p, x->r, 0.0f,
                        o->qmsg + x->q, x->r);
     }
     neox_allreduce_sum(o->comm, o->qmsg, o->q_len, NEOX_F32);
@@ -126,7 +131,7 @@ void neox_powersgd_allreduce(neox_powersgd *o, float *buf) {
             memcpy(M, o->msg + x->p, len * sizeof(float));
             continue;
         }
-        neox_cpu_sgemm(0, 1, x->rows, x->cols, x->r, 1.0f, o->msg + x->p, x->r, o->q + x->q, x->r, 0.0f, M, x->cols);
+        f32_gemm(0, 1, x->rows, x->cols, x->r, 1.0f, o->msg + x->p, x->r, o->q + x->q, x->r, 0.0f, M, x->cols);
         for (size_t i = 0; i < len; i++) E[i] -= M[i];
     }
 }

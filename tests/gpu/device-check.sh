@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# device-check.sh: the GPU check of issue #10, run ON the device machine (an H200 with gcc, nvcc 13 and
-# the CUDA libraries but no Debian packages and no network) through the device tool:
-#   here, once:  tests/gpu/device-check.sh --fetch
-#   then:        run(command="bash tests/gpu/device-check.sh", carry=[".deps"], timeout_s=420)
-# --fetch (on the build machine, with apt and network) downloads the Debian packages (runtime and
-# -dev) that the full CUDA=1 tools need and a bare machine lacks (libyaml, jansson, utf8proc, zstd,
-# zlib, HDF5 and what it links (libcurl and its TLS/Kerberos/LDAP libraries, libaec), OpenBLAS with
-# libgfortran, MPICH with hwloc and UCX, mpiexec: 55 packages, 45.0 MB) into .deps/, plus the benchmark's data
-# (the GPT-2 tokenizer and Tiny Shakespeare from ../shared/data, 2.6 MB) into .deps/data; git ignores
-# .deps and the device tool carries it. tests/run does not run this script (it is not a suite test).
-# On the device machine it unpacks the .deb files into /tmp (never into /), builds the four tools and
+# device-check.sh: the check of the CUDA build on a bare GPU host: one with gcc, the CUDA toolkit
+# (nvcc and its libraries) and a GPU, but none of the Debian packages the tools link and no network.
+#   on a machine with apt and ../shared, once:  tests/gpu/device-check.sh --fetch
+#   then copy the checkout with .deps to the GPU host and run there:  bash tests/gpu/device-check.sh
+# --fetch downloads the Debian packages (runtime and -dev) that the full CUDA=1 tools need and a bare
+# host lacks (libyaml, jansson, utf8proc, zstd, zlib, HDF5 and what it links (libcurl and its
+# TLS/Kerberos/LDAP libraries, libaec), OpenBLAS with libgfortran, MPICH with hwloc and UCX, mpiexec:
+# 55 packages, 45.0 MB) into .deps/, plus the benchmark's data (the GPT-2 tokenizer and Tiny
+# Shakespeare from ../shared/data, 2.6 MB) into .deps/data; git ignores .deps. tests/run does not run
+# this script (it is not a suite test).
+# On the GPU host it unpacks the .deb files into /tmp (never into /), builds the four tools and
 # the GPU tests with CUDA=1 for sm_90 against the unpacked copies (their folders in the binaries'
 # RPATH, so no LD_LIBRARY_PATH is needed), checks with ldd that every library resolves, then runs,
 # each under a time cap so the whole stays under 5 minutes:
@@ -21,9 +21,9 @@
 #      bf16, resume bit-exact on cuda, fp16 loss scaling on a forced overflow),
 #   4. 125M training throughput in bf16 (bench/gpu_train.sh: tokens/s, MFU vs the measured bf16 GEMM
 #      rate and vs the H200's nominal 989 TFLOP/s),
-#   5. the harness under compute-sanitizer's memcheck and racecheck where that tool works (Firecracker
-#      machines; on gVisor it refuses the device) and time is left,
-# and writes everything into $OUT (at most 8 files come back: the small ones are also appended to
+#   5. the harness under compute-sanitizer's memcheck and racecheck where that tool can reach the
+#      device (some sandboxed hosts refuse it) and time is left,
+# and writes everything into $OUT (a handful of files: the small ones are also appended to
 # summary.txt):
 #   summary.txt, build.log, op_parity.txt, e2e.txt, gpu_train.txt, details.txt (device, gpu_ops,
 #   ldd, sanitizers, and the op-parity rerun under NEOX_CUDA_SYNC=1 when the harness crashed)
@@ -33,8 +33,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-# ==== fetch (build machine) =========================================================================
-# The Debian packages carried to the GPU machine. Every shared library the CUDA=1 tools load (ldd of
+# ==== fetch (a machine with apt) ==================================================================
+# The Debian packages carried to the GPU host. Every shared library the CUDA=1 tools load (ldd of
 # neox-train, neox-eval, neox-convert, neox-preprocess, mpiexec) except glibc, libstdc++, libgcc_s,
 # libgomp (gcc's own) and the CUDA libraries, plus the -dev packages whose headers the build reads.
 FETCH_DEBS=(
@@ -52,7 +52,7 @@ FETCH_DEBS=(
     libibverbs1 ibverbs-providers librdmacm1 libnl-3-200 libnl-route-3-200   # what UCX's InfiniBand modules load
     mpich libslurm38                                 # mpiexec (hydra links libslurm)
 )
-# The benchmark's corpus and tokenizer (../shared does not travel to the device machine).
+# The benchmark's corpus and tokenizer (../shared is not on the GPU host).
 FETCH_DATA=(tokenizers/gpt2/vocab.json tokenizers/gpt2/merges.txt text/tinyshakespeare_input.txt)
 if [ "${1:-}" = --fetch ]; then
     set -e
@@ -85,7 +85,7 @@ note "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format
 DEPS=/tmp/neox-deps
 rm -rf "$DEPS" && mkdir -p "$DEPS"
 if ! ls .deps/*.deb >/dev/null 2>&1; then
-    note "FAIL: no .deps/*.deb: run tests/gpu/device-check.sh --fetch on the build machine and carry .deps"; exit 2
+    note "FAIL: no .deps/*.deb: run tests/gpu/device-check.sh --fetch on a machine with apt and copy .deps here"; exit 2
 fi
 unpack() {  # unpack DEB: dpkg -x, or (no dpkg) the .deb's ar members by hand
     if command -v dpkg >/dev/null 2>&1; then dpkg -x "$1" "$DEPS"; return; fi

@@ -1,5 +1,5 @@
-# tests/gpu/e2e.sh: end-to-end parity of the CUDA backend (issue #10), in the gpu suite of tests/run and
-# run by tests/gpu/device-check.sh on the GPU machine. Tiny models (tests/layout_config.sh) train 20
+# tests/gpu/e2e.sh: end-to-end parity of the CUDA backend, in the gpu suite of tests/run and
+# run by tests/gpu/device-check.sh on a GPU host. Tiny models (tests/layout_config.sh) train 20
 # steps with one record per step in metrics.jsonl; the final checkpoints are exported with
 # `neox-convert to-hf` and compared by tests/gpu/e2e_check.py:
 #   1. fp32, cuda vs cpu: losses (every step, validation, test), gradient norms and final parameters

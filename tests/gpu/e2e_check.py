@@ -10,7 +10,7 @@ record per iteration: log_interval 1) and its checkpoint exported by `neox-conve
                                every training and evaluation value of iterations FIRST..LAST bit for
                                bit; with `params`, also the final parameters byte for byte
 
-Needs numpy and safetensors (the oracle .venv here; the GPU machine's python3 has both).
+Needs numpy and safetensors (the oracle .venv here; a GPU host's python3 usually has both).
 """
 import json
 import sys

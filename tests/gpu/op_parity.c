@@ -535,7 +535,7 @@ static void test_optimizer(size_t n) {
 // ---- run-to-run determinism -----------------------------------------------------------------------
 
 // The ops that reduce (sums over rows, tokens, queries) are written without atomics so that a GPU
-// run repeats itself bit for bit (the bit-exact resume needs it): each runs twice on the same
+// run repeats itself bit for bit (a bit-exact resume on the GPU needs it): each runs twice on the same
 // inputs and the two results must be identical. outs are reset to their starting values before each run.
 typedef void (*gpu_op)(void *ctx);
 

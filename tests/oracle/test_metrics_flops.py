@@ -7,7 +7,7 @@ CASES = [
     # layers, hidden, padded vocab, seq, global batch, checkpoint_activations
     (2, 64, 128, 32, 4, 0),
     (2, 64, 128, 32, 4, 1),
-    (6, 512, 50304, 512, 8, 0),        # the benchmark model of issue 5
+    (6, 512, 50304, 512, 8, 0),        # the CPU training benchmark's model (bench/train_cpu.sh)
     (24, 1024, 50304, 2048, 1024, 1),   # Pythia-410M-like
     (44, 6144, 50432, 2048, 1538, 1),   # GPT-NeoX-20B
     (1, 8, 1, 1, 1, 0),

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "convert.h"
 #include "core.h"
+#include "version.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -43,13 +44,6 @@ typedef struct args {
     neox_cvt_layout layout;
 } args;
 
-static int positive(const char *opt, const char *value) {
-    char *end;
-    long v = strtol(value, &end, 10);
-    if (*end || v < 0 || v > 1 << 20) neox_usage_error("%s: '%s' is not a non-negative integer", opt, value);
-    return (int)v;
-}
-
 static unsigned long long byte_size(const char *value) {
     char *end;
     double v = strtod(value, &end);
@@ -77,10 +71,10 @@ static args parse_command(int argc, char **argv) {
         case 'o': a.output = optarg; break;
         case 'd': a.dtype = optarg; break;
         case 's': a.max_shard = byte_size(optarg); break;
-        case 't': a.layout.tp = positive("--tp", optarg); break;
-        case 'p': a.layout.pp = positive("--pp", optarg); break;
-        case 'D': a.layout.dp = positive("--dp", optarg); break;
-        case 'z': a.layout.zero = positive("--zero", optarg); break;
+        case 't': a.layout.tp = (int)neox_option_int("--tp", optarg, 1, 1 << 20); break;
+        case 'p': a.layout.pp = (int)neox_option_int("--pp", optarg, 1, 1 << 20); break;
+        case 'D': a.layout.dp = (int)neox_option_int("--dp", optarg, 1, 1 << 20); break;
+        case 'z': a.layout.zero = (int)neox_option_int("--zero", optarg, 0, 3); break;
         case 'h': usage(stdout); exit(0);
         default: neox_usage_error("%s: unrecognized option '%s'", argv[0], argv[optind - 1]);
         }

@@ -1,5 +1,5 @@
 // commands.h: the pieces of neox-eval shared by its commands (evaluation in main.c, generation in
-// generate_command.c): MPI and config set-up, and argument parsing helpers.
+// generate_command.c): MPI and config set-up.
 #ifndef NEOX_EVAL_COMMANDS_H
 #define NEOX_EVAL_COMMANDS_H
 
@@ -11,10 +11,6 @@
 // Initialises MPI, loads the configs for the world size and builds the grid; dies on error.
 neox_config *neox_tool_setup(int nconfigs, const char *const *configs, int quiet, neox_grid *grid, int *argc, char ***argv);
 void neox_tool_teardown(neox_config *cfg, neox_grid *grid);
-// A non-negative integer option value; a usage error naming the option otherwise.
-int64_t neox_parse_count_arg(const char *option, const char *text);
-// A finite number option value; a usage error naming the option otherwise.
-double neox_parse_float_arg(const char *option, const char *text);
 // neox-eval generate ARGS (argv[0] is "generate").
 int neox_generate_command(int argc, char **argv);
 

@@ -3,6 +3,7 @@
 // jsonl output with GPT-NeoX's fields. Options override the config keys of the same names. Under
 // mpiexec the prompts (or samples) are shared over the data-parallel ranks, k to rank k % ranks,
 // and rank 0 writes the records in input order; interactive prompts are rank 0's.
+#include <math.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -312,16 +313,16 @@ int neox_generate_command(int argc, char **argv) {
         case O_INPUT: a.input = optarg; break;
         case O_OUTPUT: a.output = optarg; break;
         case O_END: a.prompt_end = optarg; break;
-        case O_MAX: a.maximum_tokens = neox_parse_count_arg("--maximum-tokens", optarg), a.have_max = 1; break;
-        case O_TEMP: a.temperature = neox_parse_float_arg("--temperature", optarg), a.have_temp = 1; break;
-        case O_TOPK: a.top_k = neox_parse_count_arg("--top-k", optarg), a.have_top_k = 1; break;
-        case O_TOPP: a.top_p = neox_parse_float_arg("--top-p", optarg), a.have_top_p = 1; break;
-        case O_SAMPLES: a.num_samples = neox_parse_count_arg("--num-samples", optarg), a.have_samples = 1; break;
-        case O_SEED: a.seed = neox_parse_count_arg("--seed", optarg), a.have_seed = 1; break;
+        case O_MAX: a.maximum_tokens = neox_option_int("--maximum-tokens", optarg, 0, INT64_MAX), a.have_max = 1; break;
+        case O_TEMP: a.temperature = neox_option_number("--temperature", optarg, 0, INFINITY), a.have_temp = 1; break;
+        case O_TOPK: a.top_k = neox_option_int("--top-k", optarg, 0, INT64_MAX), a.have_top_k = 1; break;
+        case O_TOPP: a.top_p = neox_option_number("--top-p", optarg, 0, INFINITY), a.have_top_p = 1; break;
+        case O_SAMPLES: a.num_samples = neox_option_int("--num-samples", optarg, 0, INT64_MAX), a.have_samples = 1; break;
+        case O_SEED: a.seed = neox_option_int("--seed", optarg, 0, INT64_MAX), a.have_seed = 1; break;
         case O_RECOMPUTE: a.recompute = 1; break;
         case O_STOP:
             if (a.nstop == (int)(sizeof a.stop / sizeof *a.stop)) neox_usage_error("--stop-token: at most %d", a.nstop - 1);
-            a.stop[a.nstop++] = (int32_t)neox_parse_count_arg("--stop-token", optarg);
+            a.stop[a.nstop++] = (int32_t)neox_option_int("--stop-token", optarg, 0, INT32_MAX);
             break;
         case 'q': a.quiet = 1; break;
         case 'h': usage(stdout); return 0;

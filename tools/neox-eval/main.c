@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "config.h"
 #include "core.h"
+#include "version.h"
 #include "eval.h"
 #include "parallel.h"
 
@@ -167,10 +168,10 @@ int main(int argc, char **argv) {
         case OPT_PRINT_FORMAT: print_format = optarg; break;
         case OPT_TASKS: a.tasks = optarg; break;
         case OPT_DATA_DIR: a.data_dir = optarg; break;
-        case OPT_LIMIT: a.limit = neox_parse_count_arg("--limit", optarg); break;
-        case OPT_EVAL_ITERS: a.eval_iters = neox_parse_count_arg("--eval-iters", optarg); break;
+        case OPT_LIMIT: a.limit = neox_option_int("--limit", optarg, 0, INT64_MAX); break;
+        case OPT_EVAL_ITERS: a.eval_iters = neox_option_int("--eval-iters", optarg, 0, INT64_MAX); break;
         case OPT_PREFIX: a.results_prefix = optarg; break;
-        case OPT_BOOTSTRAP: a.bootstrap_iters = neox_parse_count_arg("--bootstrap-iters", optarg); break;
+        case OPT_BOOTSTRAP: a.bootstrap_iters = neox_option_int("--bootstrap-iters", optarg, 0, INT64_MAX); break;
         case 'q': a.quiet = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': neox_print_version(stdout); return 0;

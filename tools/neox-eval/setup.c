@@ -34,18 +34,3 @@ void neox_tool_teardown(neox_config *cfg, neox_grid *grid) {
     neox_parallel_finalize();
 }
 
-int64_t neox_parse_count_arg(const char *option, const char *text) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno || end == text || *end || v < 0) neox_usage_error("%s: '%s' is not a non-negative integer", option, text);
-    return (int64_t)v;
-}
-
-double neox_parse_float_arg(const char *option, const char *text) {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text || *end || !isfinite(v) || v < 0) neox_usage_error("%s: '%s' is not a non-negative number", option, text);
-    return v;
-}

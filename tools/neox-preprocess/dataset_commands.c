@@ -1,6 +1,7 @@
 // dataset_commands.c: the dataset commands of neox-preprocess — the default mode (the flags of
 // GPT-NeoX's tools/datasets/preprocess_data.py), `merge` (merge_datasets.py, keeping doc_idx) and
 // `info`. Argument parsing and reporting only; the work is in lib/data.
+#include <math.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,13 +57,6 @@ static char **split_commas(const char *list, int *count) {
     return out;
 }
 
-static long parse_long(const char *flag, const char *text, long min) {
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || v < min) neox_usage_error("%s: expected an integer >= %ld, got '%s'", flag, min, text);
-    return v;
-}
-
 static int64_t encode_with(void *ctx, const char *text, size_t size, int32_t **ids, size_t *len, size_t *cap,
                            neox_error *err) {
     return neox_tokenizer_encode(ctx, text, size, ids, len, cap, err);
@@ -102,7 +96,7 @@ static void parse_preprocess(int argc, char **argv, preprocess_args *a) {
             a->keys[a->nkeys++] = optarg;
             while (optind < argc && argv[optind][0] != '-') a->keys[a->nkeys++] = argv[optind++];
             break;
-        case O_NUM_DOCS: a->num_docs = parse_long("--num-docs", optarg, 0); break;
+        case O_NUM_DOCS: a->num_docs = neox_option_int("--num-docs", optarg, 0, INT64_MAX); break;
         case O_TYPE: a->tok.type = optarg; break;
         case O_VOCAB: a->tok.vocab_file = optarg; break;
         case O_MERGE: a->tok.merge_file = optarg; break;
@@ -110,8 +104,8 @@ static void parse_preprocess(int argc, char **argv, preprocess_args *a) {
         case O_FTFY: neox_usage_error("--ftfy is not supported: ftfy is a Python library; fix the text before preprocessing");
         case O_PREFIX: a->output_prefix = optarg; break;
         case O_IMPL: a->dataset_impl = optarg; break;
-        case O_WORKERS: a->workers = (int)parse_long("--workers", optarg, 1); break;
-        case O_LOG: a->log_interval = parse_long("--log-interval", optarg, 1); break;
+        case O_WORKERS: a->workers = (int)neox_option_int("--workers", optarg, 1, 4096); break;
+        case O_LOG: a->log_interval = neox_option_int("--log-interval", optarg, 1, INT64_MAX); break;
         case O_SKIP: a->skip_invalid = 1; break;
         case 'h': preprocess_usage(stdout); exit(0);
         case ':': neox_usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -316,20 +310,20 @@ int index_main(int argc, char **argv) {
         case O_TRAIN_W: case O_VALID_W: case O_TEST_W:
             weights[c - O_TRAIN_W] = parse_doubles(argv[optind - 1], optarg, &nweights[c - O_TRAIN_W]);
             break;
-        case O_SEQ: s.seq_length = (int)parse_long("--seq-length", optarg, 1); break;
-        case O_SEED: s.seed = (uint32_t)parse_long("--seed", optarg, 0); break;
-        case O_ITERS: s.train_iters = parse_long("--train-iters", optarg, 0); break;
-        case O_EVAL_INT: s.eval_interval = parse_long("--eval-interval", optarg, 1); break;
-        case O_EVAL_ITERS: s.eval_iters = parse_long("--eval-iters", optarg, 0); break;
-        case O_BATCH: s.train_batch_size = parse_long("--train-batch-size", optarg, 1); break;
+        case O_SEQ: s.seq_length = (int)neox_option_int("--seq-length", optarg, 1, INT32_MAX - 1); break;
+        case O_SEED: s.seed = (uint32_t)neox_option_int("--seed", optarg, 0, UINT32_MAX); break;
+        case O_ITERS: s.train_iters = neox_option_int("--train-iters", optarg, 0, INT64_MAX); break;
+        case O_EVAL_INT: s.eval_interval = neox_option_int("--eval-interval", optarg, 1, INT64_MAX); break;
+        case O_EVAL_ITERS: s.eval_iters = neox_option_int("--eval-iters", optarg, 0, INT64_MAX); break;
+        case O_BATCH: s.train_batch_size = neox_option_int("--train-batch-size", optarg, 1, INT64_MAX); break;
         case O_PACK:
             if (neox_pack_impl_parse(optarg, &s.pack_impl) != 0)
                 neox_usage_error("--pack-impl: '%s' is not packed, pack_until_overflow or unpacked", optarg);
             break;
         case O_NO_CHOP: s.allow_chopped = 0; break;
         case O_BY_DOCS: s.weight_by_num_documents = 1; break;
-        case O_ALPHA: s.weighted_sampler_alpha = strtod(optarg, NULL); break;
-        case O_DUMP: dump = parse_long("--dump-samples", optarg, 0); break;
+        case O_ALPHA: s.weighted_sampler_alpha = neox_option_number("--weighted-sampler-alpha", optarg, 0, INFINITY); break;
+        case O_DUMP: dump = neox_option_int("--dump-samples", optarg, 0, INT64_MAX); break;
         case 'h': index_usage(); return 0;
         case ':': neox_usage_error("option '%s' needs a value", argv[optind - 1]);
         default: neox_usage_error("unrecognized option '%s'", argv[optind - 1]);

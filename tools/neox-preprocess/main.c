@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "core.h"
+#include "version.h"
 
 // Subcommands register here as they are written: {"name", "one-line summary", function}.
 static const preprocess_command commands[] = {

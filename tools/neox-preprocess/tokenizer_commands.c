@@ -223,14 +223,6 @@ static void split_list(char *arg, const char ***list, size_t *n) {
     }
 }
 
-static long long parse_count(const char *opt, const char *arg) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(arg, &end, 10);
-    if (errno || *end || end == arg || v < 0) neox_usage_error("train-tokenizer: %s: '%s' is not a non-negative integer", opt, arg);
-    return v;
-}
-
 int command_train_tokenizer(int argc, char **argv) {
     enum { T_INPUT = 256, T_VOCAB, T_SPECIAL, T_MINFREQ, T_OUTPUT };
     static const struct option options[] = {
@@ -253,9 +245,9 @@ int command_train_tokenizer(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (c) {
         case T_INPUT: split_list(optarg, &inputs, &o.n_inputs); break;
-        case T_VOCAB: o.vocab_size = parse_count("--vocab-size", optarg); break;
+        case T_VOCAB: o.vocab_size = neox_option_int("train-tokenizer: --vocab-size", optarg, 0, INT64_MAX); break;
         case T_SPECIAL: split_list(optarg, &special, &n_special), special_given = 1; break;
-        case T_MINFREQ: o.min_frequency = parse_count("--min-frequency", optarg); break;
+        case T_MINFREQ: o.min_frequency = neox_option_int("train-tokenizer: --min-frequency", optarg, 0, INT64_MAX); break;
         case T_OUTPUT: output = optarg; break;
         case 'h': usage_train(stdout); return 0;
         default: neox_usage_error("train-tokenizer: unrecognized option '%s'", argv[optind - 1]);

@@ -6,6 +6,7 @@
 
 #include "config.h"
 #include "core.h"
+#include "version.h"
 #include "parallel.h"
 #include "train.h"
 
@@ -85,13 +86,7 @@ int main(int argc, char **argv) {
                 neox_usage_error("--print-config-format: '%s' is not 'text' or 'json'", optarg);
             print_format = optarg;
             break;
-        case OPT_WORLD_SIZE: {
-            char *end;
-            long n = strtol(optarg, &end, 10);
-            if (*end || n < 1 || n > 1 << 24) neox_usage_error("--world-size: '%s' is not a positive integer", optarg);
-            world_size = (int)n;
-            break;
-        }
+        case OPT_WORLD_SIZE: world_size = (int)neox_option_int("--world-size", optarg, 1, 1 << 24); break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': neox_print_version(stdout); return 0;
