@@ -36,6 +36,13 @@ typedef struct neox_cuda_device_info {
 // properties of one of them (returns -1 when index is out of range).
 int neox_cuda_device_count(void);
 int neox_cuda_device_info_get(int index, neox_cuda_device_info *info);
+// CUDA builds only: makes `device` current for this process and creates the stream and library
+// handles (once; later calls with the same device do nothing). Returns 0, or -1 with a message on
+// stderr. The CUDA table's first use calls it with device 0 unless the caller chose one first (one
+// rank per GPU: local rank % device count).
+int neox_cuda_init(int device);
+// CUDA builds only: the cudaStream_t every op runs on (as void *, so C code needs no CUDA headers).
+void *neox_cuda_stream(void);
 
 // ---- conventions ----------------------------------------------------------------------------
 // All tensors are fp32, row-major and contiguous unless a stride is given. B micro-batch, T sequence,

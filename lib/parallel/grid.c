@@ -9,9 +9,6 @@
 
 #include "kernels/backend.h"
 #include "parallel.h"
-#ifdef NEOX_CUDA
-#include "kernels/cuda/cuda.h"
-#endif
 #include "parallel/nccl.h"
 
 static void abort_all_ranks(int status) {

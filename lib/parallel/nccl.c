@@ -29,7 +29,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "kernels/cuda/cuda.h"
+#include "kernels/kernels.h"
 
 static cudaStream_t g_stream;         // the communication stream; NULL until enable_device
 static cudaEvent_t g_ready, g_done;   // reused: a wait takes the event's latest record when issued

@@ -9,9 +9,6 @@
 #include <zlib.h>
 
 #include "internal.h"
-#ifdef NEOX_CUDA
-#include "kernels/cuda/cuda.h"
-#endif
 
 int neox_train_read_optimizer(const neox_config *cfg, neox_optimizer_settings *o, neox_error *err) {
     const char *type = neox_config_str(cfg, "optimizer_type");
