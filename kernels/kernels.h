@@ -160,8 +160,9 @@ void neox_add_bias(float *x, const float *bias, int N, int C);
 void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset);
 
 // ---- loss -------------------------------------------------------------------------------------
-// Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V);
-// losses: (N) = logsumexp(logits) - logits[target]; lse: (N) saved for backward.
+// Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V)
+// or outside it for a position that is not scored (then its loss is 0 and backward leaves out the
+// -1 of the target); losses: (N) = logsumexp(logits) - logits[target]; lse: (N) saved for backward.
 void neox_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N, int V);
 // The two halves of the log-sum-exp, for a vocabulary cut over tensor-parallel ranks (each rank
 // holds V of the columns): the row maximum mx: (N) of logits: (N, V), and sum: (N) of

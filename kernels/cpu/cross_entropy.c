@@ -35,7 +35,7 @@ void neox_cross_entropy_forward(float *losses, float *lse, const float *logits, 
         float mx = row_max(z, V);
         float l = mx + (float)log(row_sumexp(z, mx, V));
         lse[i] = l;
-        losses[i] = l - z[targets[i]];
+        losses[i] = targets[i] >= 0 && targets[i] < V ? l - z[targets[i]] : 0.0f;  // a masked position: no loss
     }
 }
 

@@ -26,7 +26,8 @@ __global__ void cross_entropy_forward_kernel(float *losses, float *lse, const fl
     if (threadIdx.x == 0) {
         float l = mx + (float)log(sum);
         lse[blockIdx.x] = l;
-        losses[blockIdx.x] = l - z[targets[blockIdx.x]];
+        int t = targets[blockIdx.x];
+        losses[blockIdx.x] = t >= 0 && t < V ? l - z[t] : 0.0f;  // a masked position: no loss (as the CPU)
     }
 }
 

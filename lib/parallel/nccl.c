@@ -62,6 +62,21 @@ static void cuda_ok(cudaError_t e, const char *call) {
 
 static cudaStream_t compute_stream(void) { return (cudaStream_t)neox_cuda_stream(); }
 
+// A group of one rank gets no NCCL communicator (nothing to exchange, and each costs device memory
+// and start-up time): its `nccl` is this marker, and its operations are the local copies they
+// amount to, queued on the communication stream in the same order as any other operation.
+static char g_self;
+static int is_self(const neox_comm *c) { return c->nccl == &g_self; }
+static void self_copy(void *dst, const void *src, size_t bytes) {
+    if (dst != src && bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
+}
+// On such a group a rank can only send to itself: a send waits here, in order, for the receive
+// that copies from it (MPI's matching order; sends are queued before their receives).
+typedef struct self_send { const void *buf; size_t bytes; } self_send;
+enum { MAX_SELF_SENDS = 256 };
+static self_send g_self_sends[MAX_SELF_SENDS];
+static int g_nself_sends;
+
 static ncclDataType_t nccl_type(neox_dtype dt) {
     switch (dt) {
     case NEOX_F32: return ncclFloat32;
@@ -183,14 +198,15 @@ void neox_group_end(void) {
 
 void neox_nccl_allreduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int max, neox_request *req) {
     ncclComm_t nc = begin(c);
-    NCCL_OK(ncclAllReduce(buf, buf, count, nccl_type(dt), max ? ncclMax : ncclSum, nc, g_stream));
+    if (!is_self(c)) NCCL_OK(ncclAllReduce(buf, buf, count, nccl_type(dt), max ? ncclMax : ncclSum, nc, g_stream));
     end(req);
 }
 
 void neox_nccl_reduce_scatter(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
                               neox_request *req) {
     ncclComm_t nc = begin(c);
-    NCCL_OK(ncclReduceScatter(send, recv, recv_count, nccl_type(dt), ncclSum, nc, g_stream));
+    if (is_self(c)) self_copy(recv, send, recv_count * neox_dtype_size(dt));
+    else NCCL_OK(ncclReduceScatter(send, recv, recv_count, nccl_type(dt), ncclSum, nc, g_stream));
     end(req);
 }
 
@@ -200,6 +216,11 @@ void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const
                                neox_request *req) {
     ncclComm_t nc = begin(c);
     size_t esize = neox_dtype_size(dt), at = 0;
+    if (is_self(c)) {
+        self_copy(recv, send, (size_t)counts[0] * esize);
+        end(req);
+        return;
+    }
     NCCL_OK(ncclGroupStart());
     for (int q = 0; q < c->size; q++) {
         const char *part = (const char *)send + at * esize;
@@ -215,7 +236,8 @@ void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const
 void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt,
                          neox_request *req) {
     ncclComm_t nc = begin(c);
-    NCCL_OK(ncclAllGather(send, recv, send_count, nccl_type(dt), nc, g_stream));
+    if (is_self(c)) self_copy(recv, send, send_count * neox_dtype_size(dt));
+    else NCCL_OK(ncclAllGather(send, recv, send_count, nccl_type(dt), nc, g_stream));
     end(req);
 }
 
@@ -223,6 +245,10 @@ void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send
 void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dtype dt) {
     ncclComm_t nc = begin(c);
     size_t esize = neox_dtype_size(dt), at = 0;
+    if (is_self(c)) {  // one part, already in place
+        end(NULL);
+        return;
+    }
     NCCL_OK(ncclGroupStart());
     for (int q = 0; q < c->size; q++) {
         char *part = (char *)buf + at * esize;
@@ -235,13 +261,13 @@ void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, ne
 
 void neox_nccl_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     ncclComm_t nc = begin(c);
-    NCCL_OK(ncclBroadcast(buf, buf, count, nccl_type(dt), root, nc, g_stream));
+    if (!is_self(c)) NCCL_OK(ncclBroadcast(buf, buf, count, nccl_type(dt), root, nc, g_stream));
     end(NULL);
 }
 
 void neox_nccl_reduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     ncclComm_t nc = begin(c);
-    NCCL_OK(ncclReduce(buf, buf, count, nccl_type(dt), ncclSum, root, nc, g_stream));
+    if (!is_self(c)) NCCL_OK(ncclReduce(buf, buf, count, nccl_type(dt), ncclSum, root, nc, g_stream));
     end(NULL);
 }
 
@@ -249,6 +275,11 @@ void neox_nccl_reduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int 
 void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
     ncclComm_t nc = begin(c);
     size_t block = block_count * neox_dtype_size(dt);
+    if (is_self(c)) {
+        self_copy(recv, send, block);
+        end(NULL);
+        return;
+    }
     NCCL_OK(ncclGroupStart());
     for (int q = 0; q < c->size; q++) {
         NCCL_OK(ncclSend((const char *)send + q * block, block_count, nccl_type(dt), q, nc, g_stream));
@@ -260,7 +291,28 @@ void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block
 
 // A non-blocking send outside a group is held (see the top); a receive takes the held sends into
 // its launch.
+static void self_p2p(neox_comm *c, void *buf, size_t bytes, int send, neox_request *req) {
+    begin(c);
+    if (send) {
+        if (g_nself_sends == MAX_SELF_SENDS) neox_die(NEOX_EXIT_FAILURE, "send on group %s: more than %d sends to itself without their receives", c->name, MAX_SELF_SENDS);
+        g_self_sends[g_nself_sends++] = (self_send){buf, bytes};
+    } else {
+        if (g_nself_sends == 0) neox_die(NEOX_EXIT_FAILURE, "recv on group %s (one rank): no send to itself before it", c->name);
+        self_send first = g_self_sends[0];
+        if (first.bytes != bytes)
+            neox_die(NEOX_EXIT_FAILURE, "recv on group %s (one rank): %zu bytes expected, the send has %zu", c->name, bytes, first.bytes);
+        self_copy(buf, first.buf, bytes);
+        memmove(g_self_sends, g_self_sends + 1, (size_t)--g_nself_sends * sizeof *g_self_sends);
+    }
+    end(req);
+}
+
 void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int peer, int send, neox_request *req) {
+    if (is_self(c)) {
+        (void)peer;  // the only rank: itself
+        self_p2p(c, buf, count * neox_dtype_size(dt), send, req);
+        return;
+    }
     if (send && req && !g_grouped) {
         if (g_nheld == MAX_HELD) flush_held();
         after_compute();  // the send reads buf as it is now, whenever it is launched
@@ -301,7 +353,7 @@ int neox_nccl_test(neox_request *req) {
     if (e == cudaErrorNotReady) {
         // Still running: report a failed peer or network instead of letting the caller poll forever.
         ncclResult_t async = ncclSuccess;
-        NCCL_OK(ncclCommGetAsyncError((ncclComm_t)req->comm->nccl, &async));
+        if (!is_self(req->comm)) NCCL_OK(ncclCommGetAsyncError((ncclComm_t)req->comm->nccl, &async));
         if (async != ncclSuccess && async != ncclInProgress)
             neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s: %s", req->comm->name, ncclGetErrorString(async));
         return 0;
@@ -314,6 +366,11 @@ int neox_nccl_test(neox_request *req) {
 // ---- communicators ----------------------------------------------------------------------------
 
 static void init_comm(neox_comm *c) {
+    g_ncomms++;
+    if (c->size == 1) {
+        c->nccl = &g_self;
+        return;
+    }
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (c->rank == 0) NCCL_OK(ncclGetUniqueId(&id));
@@ -321,14 +378,13 @@ static void init_comm(neox_comm *c) {
     ncclComm_t nc;
     NCCL_OK(ncclCommInitRank(&nc, c->size, id, c->rank));
     c->nccl = nc;
-    g_ncomms++;
 }
 
 void neox_nccl_comm_free(neox_comm *c) {
     if (!c->nccl) return;
     flush_held();
     CUDA_OK(cudaStreamSynchronize(g_stream));
-    NCCL_OK(ncclCommDestroy((ncclComm_t)c->nccl));
+    if (!is_self(c)) NCCL_OK(ncclCommDestroy((ncclComm_t)c->nccl));
     c->nccl = NULL;
     if (--g_ncomms == 0) {
         CUDA_OK(cudaEventDestroy(g_ready));
@@ -370,10 +426,10 @@ int neox_grid_enable_device(neox_grid *g, neox_error *err) {
     // The same order on every rank: each group's members all reach it after the groups before it.
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter};
     for (int i = 0; i < 7; i++)
-        if (comms[i]->size >= 1 && !comms[i]->nccl) init_comm(comms[i]);
+        if (comms[i]->size >= 1 && !comms[i]->nccl) init_comm(comms[i]);  // one-rank groups: no NCCL (is_self)
     int version = 0;
     ncclGetVersion(&version);
-    if (g->world_rank == 0) neox_info("device communication: NCCL %d, one communicator per group", version);
+    if (g->world_rank == 0) neox_info("device communication: NCCL %d, one communicator per group of 2 or more ranks", version);
     return 0;
 }
 

@@ -16,13 +16,13 @@
 #   1. the op-parity harness (every op CUDA vs CPU, verbose: the largest error of each check),
 #   2. the op speed at the 125M shapes against cuBLAS and copy bandwidth (bench/gpu_ops.c), which
 #      also measures the bf16 GEMM rate that MFU is taken against,
-#   2b. the NCCL parity test (tests/gpu/nccl_parity.c: every collective through NCCL vs MPI),
-#   3. the end-to-end parity run (tests/gpu/e2e.sh: tiny models trained on cuda vs cpu in fp32 and
+#   3. 125M training throughput in bf16 (bench/gpu_train.sh: tokens/s, MFU vs the measured bf16 GEMM
+#      rate and vs the H200's nominal 989 TFLOP/s), the number that matters most, early,
+#   4. the NCCL parity test (tests/gpu/nccl_parity.c: every collective through NCCL vs MPI),
+#   5. the end-to-end parity run (tests/gpu/e2e.sh: tiny models trained on cuda vs cpu in fp32 and
 #      bf16, resume bit-exact on cuda, fp16 loss scaling on a forced overflow),
-#   4. 125M training throughput in bf16 (bench/gpu_train.sh: tokens/s, MFU vs the measured bf16 GEMM
-#      rate and vs the H200's nominal 989 TFLOP/s),
-#   5. the harness under compute-sanitizer's memcheck and racecheck where that tool can reach the
-#      device (some sandboxed hosts refuse it) and time is left,
+#   6. with --sanitizers only: the harness under compute-sanitizer's memcheck and racecheck where that
+#      tool can reach the device (some sandboxed hosts refuse it) and time is left,
 # and writes everything into $OUT (a handful of files: the small ones are also appended to
 # summary.txt):
 #   summary.txt, build.log, op_parity.txt, e2e.txt, gpu_train.txt, details.txt (device, gpu_ops,
@@ -63,6 +63,8 @@ if [ "${1:-}" = --fetch ]; then
     exit 0
 fi
 
+RUN_SANITIZERS=0
+[ "${1:-}" = --sanitizers ] && RUN_SANITIZERS=1
 OUT=${OUT:-/tmp/neox-device-out}
 mkdir -p "$OUT"
 summary=$OUT/summary.txt details=$OUT/details.txt
@@ -77,6 +79,11 @@ status=0
 fail() { note "FAIL: $*"; status=1; }
 
 # ==== the machine ===================================================================================
+# nvcc need not be on PATH: the toolkit's usual folder serves (CUDA_HOME names another).
+if ! command -v nvcc >/dev/null 2>&1; then
+    for d in "${CUDA_HOME:-}" /usr/local/cuda; do [ -n "$d" ] && [ -x "$d/bin/nvcc" ] && { export PATH=$d/bin:$PATH; break; }; done
+fi
+command -v nvcc >/dev/null 2>&1 || { note "FAIL: nvcc is neither on PATH nor in ${CUDA_HOME:-/usr/local/cuda}/bin"; exit 2; }
 section device
 { nvidia-smi; nvcc --version; gcc --version | head -1; uname -a; } >>"$details" 2>&1
 note "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
@@ -189,6 +196,28 @@ if [ $parity -ne 0 ] && [ $parity -ne 1 ] && [ $parity -ne 3 ]; then
     note "rerun with NEOX_CUDA_SYNC=1: exit $?; last lines:"; tail -n 5 "$details" | tee -a "$summary"
 fi
 
+# ==== op speed at the 125M shapes (bench/gpu_ops.c): ratios to cuBLAS fp32 and to a device copy ======
+section gpu_ops
+timeout "$(cap 60)" build/cuda/bench/gpu_ops >"$OUT/gpu_ops.tmp" 2>&1
+note "gpu_ops: exit $?"; cat "$OUT/gpu_ops.tmp" | tee -a "$details" >>"$summary"
+BF16_TFLOPS=$(awk '/^gemm bf16/ {for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") print $i}' "$OUT/gpu_ops.tmp" | head -1)
+rm -f "$OUT/gpu_ops.tmp"
+
+# ==== training throughput: 125M, seq 2048, bf16 (bench/gpu_train.sh) ================================
+# The number that matters most, so it runs right after the GEMM rate it is measured against. At
+# micro-batch 32 a step is about 5.96e13 model FLOPs by GPT-NeoX's formula (3 x 24·B·s·l·h²·(1 + s/6h +
+# V/16lh)), a quarter of them attention's: 2 warm-up steps and at most 10 measured, in 150 s.
+left=$(cap 150)
+if [ "$left" -lt 40 ]; then
+    note "gpu_train: not run (${left} s left of the time budget)"; status=1
+else
+    NEOX_BIN=$BIN timeout "$left" bash bench/gpu_train.sh data=.deps/data gemm_tflops="${BF16_TFLOPS:-}" \
+        warmup=2 steps=10 seconds=$((left - 10)) >"$OUT/gpu_train.txt" 2>&1
+    bench=$?
+    note "gpu_train: exit $bench"; [ $bench -ne 0 ] && status=1
+    grep -E '^(#|gpu_train|micro|steps|tokens|model|MFU|result)' "$OUT/gpu_train.txt" | tee -a "$summary"
+fi
+
 # ==== NCCL parity (tests/gpu/nccl_parity.c) =========================================================
 # The communication layer on device buffers through NCCL against MPI on host copies, collective by
 # collective, plus stream order, held sends and the gradient reducer on the device. One rank per GPU,
@@ -207,13 +236,6 @@ else
     fail "nccl parity: build (details.txt)"
 fi
 
-# ==== op speed at the 125M shapes (bench/gpu_ops.c): ratios to cuBLAS fp32 and to a device copy ======
-section gpu_ops
-timeout "$(cap 60)" build/cuda/bench/gpu_ops >"$OUT/gpu_ops.tmp" 2>&1
-note "gpu_ops: exit $?"; cat "$OUT/gpu_ops.tmp" | tee -a "$details" >>"$summary"
-BF16_TFLOPS=$(awk '/^gemm bf16/ {for (i = 1; i < NF; i++) if ($(i + 1) == "TFLOP/s") print $i}' "$OUT/gpu_ops.tmp" | head -1)
-rm -f "$OUT/gpu_ops.tmp"
-
 # ==== end-to-end parity: tiny models, cuda vs cpu (tests/gpu/e2e.sh) =================================
 NEOX_BIN=$BIN timeout "$(cap 90)" bash tests/gpu/e2e.sh >"$OUT/e2e.txt" 2>&1
 e2e=$?
@@ -221,23 +243,12 @@ note "e2e: exit $e2e; $(grep '^ok' "$OUT/e2e.txt" | grep -vc '# SKIP') ok, $(gre
 grep -E '^(not ok|ok .*# SKIP|# [^ ])' "$OUT/e2e.txt" | tee -a "$summary"   # failures, findings (details in e2e.txt)
 { [ $e2e -ne 0 ] || grep -q '^not ok\|# SKIP' "$OUT/e2e.txt"; } && status=1
 
-# ==== training throughput: 125M, seq 2048, bf16 (bench/gpu_train.sh) ================================
-# At micro-batch 32 a step is about 6e14 model FLOPs, a quarter of them attention's, which runs in fp32
-# on CUDA cores: several seconds a step, so 2 warm-up steps and at most 10 measured, in 150 s.
-left=$(cap 150)
-if [ "$left" -lt 40 ]; then
-    note "gpu_train: not run (${left} s left of the time budget)"; status=1
-else
-    NEOX_BIN=$BIN timeout "$left" bash bench/gpu_train.sh data=.deps/data gemm_tflops="${BF16_TFLOPS:-}" \
-        warmup=2 steps=10 seconds=$((left - 10)) >"$OUT/gpu_train.txt" 2>&1
-    bench=$?
-    note "gpu_train: exit $bench"; [ $bench -ne 0 ] && status=1
-    grep -E '^(#|gpu_train|micro|steps|tokens|model|MFU|result)' "$OUT/gpu_train.txt" | tee -a "$summary"
-fi
-
-# ==== memory and race checks (where compute-sanitizer can run and time is left) =====================
+# ==== memory and race checks (with --sanitizers, where compute-sanitizer can run and time is left) ======
+# Not in the first pass: they take minutes, and the numbers above come first.
 sanitizer=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-if [ -z "$sanitizer" ]; then
+if [ "$RUN_SANITIZERS" != 1 ]; then
+    note "compute-sanitizer: not run (pass --sanitizers to run memcheck and racecheck)"
+elif [ -z "$sanitizer" ]; then
     note "compute-sanitizer: not found"
 else
     for tool in memcheck racecheck; do

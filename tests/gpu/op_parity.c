@@ -451,6 +451,8 @@ static void test_cross_entropy(int N, int V) {
     pair mx = pair_rand(N), weight = pair_uniform(N, 0.0f, 1.0f);
     int *t = xmalloc((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) t[i] = (int)(neox_uniform(5, draw++) * V);
+    t[0] = -1;                 // positions that are not scored: loss 0 on both
+    if (N > 2) t[N / 2] = V;
     ipair tv = ipair_from(t, N);
     cpu->cross_entropy_forward(losses.h, lse.h, logits.h, tv.h, N, V);
     gpu->cross_entropy_forward(losses.d, lse.d, logits.d, tv.d, N, V);

@@ -349,6 +349,29 @@ static void test_cross_entropy(void **state) {
     free(c.logits); free(c.losses); free(c.lse); free(d); free(inplace);
 }
 
+// A target outside [0, V) marks a position that is not scored: loss 0, and its gradient is the
+// softmax alone (no -1 anywhere in the row); the first row's -1 once read before the logits.
+static void test_cross_entropy_masked_target(void **state) {
+    (void)state;
+    float w[CN] = {1, 1, 1, 1, 1};
+    struct ce_ctx c = {randn(CN * CV, 3), zeros(CN), zeros(CN), w, {-1, 6, CV, 3, -7}};
+    neox_cross_entropy_forward(c.losses, c.lse, c.logits, c.targets, CN, CV);
+    float *d = zeros(CN * CV);
+    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f, CN, CV);
+    for (int i = 0; i < CN; i++) {
+        double s = 0;
+        for (int j = 0; j < CV; j++) s += exp(c.logits[i * CV + j]);
+        int scored = c.targets[i] >= 0 && c.targets[i] < CV;
+        double want = scored ? log(s) - c.logits[i * CV + c.targets[i]] : 0.0;
+        assert_true(fabs(want - c.losses[i]) < 1e-5);
+        for (int j = 0; j < CV; j++) {
+            double g = exp(c.logits[i * CV + j]) / s - (scored && j == c.targets[i] ? 1.0 : 0.0);
+            assert_true(fabs(g - d[i * CV + j]) < 1e-5);
+        }
+    }
+    free(c.logits); free(c.losses); free(c.lse); free(d);
+}
+
 // ---- optimizer ----------------------------------------------------------------------------------
 static void test_adamw_and_norm(void **state) {
     (void)state;
@@ -399,6 +422,7 @@ int main(void) {
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_dropout),         cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_cross_entropy_masked_target),
         cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
