@@ -12,7 +12,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
-#include "parallel.h"
+#include "gradient.h"
 #include "tokenizer.h"
 #include "train.h"
 

@@ -1,6 +1,6 @@
 // sparse_embedding.c: the trainer's side of sparse_gradients (GPT-NeoX/DeepSpeed key): the input
 // embedding's gradient leaves the dense data-parallel buckets and is averaged as (row ids, rows)
-// for the rows the step's tokens touched (lib/parallel/sparse_grad.c). Combinations that would
+// for the rows the step's tokens touched (lib/gradient/sparse_grad.c). Combinations that would
 // break the equality with dense reduction are refused by name, or fall back to dense with a notice.
 #include <string.h>
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel.h"
+#include "gradient.h"
 
 static neox_grid grid;
 

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "parallel.h"
+#include "gradient.h"
 
 static neox_grid grid;
 

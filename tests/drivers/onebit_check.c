@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel.h"
+#include "gradient.h"
 
 static void *read_all(const char *path, size_t *size) {
     neox_error err = {0};

@@ -18,7 +18,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda.h"
-#include "parallel.h"
+#include "gradient.h"
 
 static const neox_backend *gpu;
 static neox_grid grid;

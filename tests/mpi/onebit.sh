@@ -1,4 +1,4 @@
-# tests/mpi/onebit.sh: the 1-bit compressed all-reduce with error feedback (lib/parallel/onebit.c)
+# tests/mpi/onebit.sh: the 1-bit compressed all-reduce with error feedback (lib/gradient/onebit.c)
 # on 2, 3 and 4 ranks against an independent numpy implementation (onebit_oracle.py): the outputs
 # of several steps, the worker and server error buffers after them, and the sign packing.
 source tests/lib.sh

@@ -24,6 +24,7 @@ LOWER = {
     "model": {"core", "config", "kernels", "parallel"},
     "optim": {"core"},
     "parallel": {"core", "kernels"},
+    "gradient": {"core", "kernels", "parallel"},
     "ckpt": {"core"},
     "metrics": {"core"},
 }

@@ -1,4 +1,4 @@
-// onebit.c: the 1-bit compressed all-reduce with error feedback of parallel.h (DeepSpeed's
+// onebit.c: the 1-bit compressed all-reduce with error feedback of gradient.h (DeepSpeed's
 // compressed_allreduce, as 1-bit Adam uses it for the momentum): sign packing, the worker phase
 // (compensate, scale, pack), one all-to-all that brings every rank the chunks it serves, the
 // server phase (average, compensate, re-compress) and one all-gather of the servers' chunks.
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "parallel.h"
+#include "gradient.h"
 
 typedef struct segment {
     size_t size;    // elements of the caller's buffer

@@ -1,5 +1,5 @@
 // powersgd.c: PowerSGD (Vogels et al. 2019), the low-rank compressed all-reduce with error
-// feedback of parallel.h. Per matrix M (n x m, plus this rank's error E): M' = M + E, P = M' Q,
+// feedback of gradient.h. Per matrix M (n x m, plus this rank's error E): M' = M + E, P = M' Q,
 // P averaged over the ranks and orthonormalised, Q = M'^T P averaged, and M becomes P Q^T; E keeps
 // M' - P Q^T. Q persists between calls (one power iteration per step, warm-started), identical on
 // every rank. Vectors, and matrices too small for rank r to pay, travel uncompressed beside P.
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "parallel.h"
+#include "gradient.h"
 
 // C = alpha op(A) op(B) + beta C in fp32, through the kernels' GEMM op (host buffers only).
 static void f32_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel.h"
+#include "gradient.h"
 
 struct neox_sparse_rows {
     neox_comm *c;

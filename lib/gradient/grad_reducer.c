@@ -1,5 +1,5 @@
 // grad_reducer.c: data-parallel gradient reduction in buckets that start while backward is still
-// running (see parallel.h). A bucket is a contiguous range of the flat gradient buffer; under ZeRO
+// running (see gradient.h). A bucket is a contiguous range of the flat gradient buffer; under ZeRO
 // stages 1 and 2 its reduce-scatter splits it at the partition boundaries, which are contiguous too,
 // so every rank receives exactly the part of the bucket inside its own partition. Across nodes,
 // stage 0 can sum each bucket with the hierarchical all-reduce instead (hierarchical.c).
@@ -20,7 +20,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/kernels.h"
-#include "parallel.h"
+#include "gradient.h"
 
 typedef struct bucket {
     size_t begin, end;   // range of the flat buffer
@@ -39,7 +39,7 @@ struct neox_grad_reducer {
     float *grads;
     size_t n;
     neox_grad_reducer_options opt;
-    const neox_backend *device;  // the backend when the buffers are device memory; else NULL
+    const neox_backend *be;      // where the gradients live: scaling and casts are its ops
     uint16_t *wire;      // 16-bit communication: the buckets' wire copies, parallel to grads
     bucket *buckets;
     int nbuckets;
@@ -58,10 +58,7 @@ void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *b
 }
 
 static void scale(neox_grad_reducer *r, float *x, size_t n, float factor) {
-    if (factor == 1.0f) return;
-    if (r->device) r->device->scale(x, n, factor);
-    else
-        for (size_t i = 0; i < n; i++) x[i] *= factor;
+    if (factor != 1.0f) r->be->scale(x, n, factor);
 }
 
 // Device gradients need NCCL on every group the reducer uses (MPI here cannot read device memory).
@@ -82,9 +79,9 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->data = data, r->grads = grads, r->n = n, r->opt = *opt;
     if (r->opt.predivide_factor <= 0) r->opt.predivide_factor = 1.0;
     if (r->opt.zero_stage == 0) r->opt.all_reduce = 1;
-    if (opt->backend && opt->backend->on_device) r->device = opt->backend, check_device_groups(r);
-    if (r->opt.wire == NEOX_BF16 || r->opt.wire == NEOX_F16)
-        r->wire = r->device ? r->device->alloc((n ? n : 1) * sizeof(uint16_t)) : neox_malloc((n ? n : 1) * sizeof(uint16_t));
+    r->be = opt->backend ? opt->backend : neox_backend_cpu();
+    if (r->be->on_device) check_device_groups(r);
+    if (r->opt.wire == NEOX_BF16 || r->opt.wire == NEOX_F16) r->wire = r->be->alloc((n ? n : 1) * sizeof(uint16_t));
     else r->opt.wire = NEOX_F32;
     r->bucket_of = neox_calloc(nparams, sizeof(int));
     r->buckets = neox_calloc(nparams ? nparams : 1, sizeof(bucket));
@@ -122,8 +119,7 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
     free(r->bucket_of);
-    if (r->device && r->wire) r->device->free(r->wire);
-    else free(r->wire);
+    if (r->wire) r->be->free(r->wire);
     free(r);
 }
 
@@ -138,14 +134,14 @@ static void *wire_of(neox_grad_reducer *r, size_t at) {
 static void to_wire(neox_grad_reducer *r, size_t at, size_t count) {
     uint16_t *w = r->wire + at;
     const float *x = r->grads + at;
-    if (r->opt.wire == NEOX_BF16) r->device ? r->device->cast_f32_to_bf16(w, x, count) : neox_cast_f32_to_bf16(w, x, count);
-    if (r->opt.wire == NEOX_F16) r->device ? r->device->cast_f32_to_f16(w, x, count) : neox_cast_f32_to_f16(w, x, count);
+    if (r->opt.wire == NEOX_BF16) r->be->cast_f32_to_bf16(w, x, count);
+    if (r->opt.wire == NEOX_F16) r->be->cast_f32_to_f16(w, x, count);
 }
 static void from_wire(neox_grad_reducer *r, size_t to, size_t from, size_t count) {
     float *x = r->grads + to;
     const uint16_t *w = r->wire + from;
-    if (r->opt.wire == NEOX_BF16) r->device ? r->device->cast_bf16_to_f32(x, w, count) : neox_cast_bf16_to_f32(x, w, count);
-    if (r->opt.wire == NEOX_F16) r->device ? r->device->cast_f16_to_f32(x, w, count) : neox_cast_f16_to_f32(x, w, count);
+    if (r->opt.wire == NEOX_BF16) r->be->cast_bf16_to_f32(x, w, count);
+    if (r->opt.wire == NEOX_F16) r->be->cast_f16_to_f32(x, w, count);
 }
 
 // Where this rank's part of bucket b starts, relative to the bucket (its length is b->counts[rank]).
@@ -169,7 +165,7 @@ static double start_bucket(neox_grad_reducer *r, bucket *b) {
     else if (r->opt.all_reduce) neox_iallreduce_sum(r->data, w, len, r->opt.wire, &b->req);
     // On the device each rank's sum lands where it belongs (NCCL reduces in place); on the host
     // (MPI_IN_PLACE) at the start of the bucket, and finish moves it home.
-    else if (r->device)
+    else if (r->be->on_device)
         neox_ireduce_scatterv_sum(r->data, w, (char *)w + own_offset(r, b) * neox_dtype_size(r->opt.wire), b->counts,
                                   r->opt.wire, &b->req);
     else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, w, b->counts, r->opt.wire, &b->req);
@@ -251,7 +247,7 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
             // on the host, in place on the device), or in place after an all-reduce (reduce_scatter
             // false).
             size_t lo = mine_lo > b->begin ? mine_lo : b->begin, hi = mine_hi < b->end ? mine_hi : b->end;
-            if (hi > lo) land(r, lo, r->opt.all_reduce || r->device ? lo : b->begin, hi - lo);
+            if (hi > lo) land(r, lo, r->opt.all_reduce || r->be->on_device ? lo : b->begin, hi - lo);
         }
         b->started = 0;
         b->pending = b->total;

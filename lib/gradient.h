@@ -1,0 +1,121 @@
+// gradient.h: the gradient-reduction layer, over the communication layer (parallel.h): the
+// data-parallel gradient reducer (buckets in backward order, overlapped with backward, ZeRO's
+// reduce-scatter into partitions, 16-bit wire formats), and the compressed all-reduces with error
+// feedback that replace its plain all-reduce (1-bit signs, PowerSGD), plus sparse embedding rows.
+// Element work (scaling, casts) goes through the backend table the gradients live on, so the
+// same code reduces host and device gradients. docs/parallel.md and docs/communication.md.
+#ifndef NEOX_GRADIENT_H
+#define NEOX_GRADIENT_H
+
+#include "parallel.h"
+
+// ---- data-parallel gradient reduction ---------------------------------------------------------
+// Gradients live in one flat buffer; parameters occupy [offset, offset + size) ranges of it.
+// Buckets group parameters in the order backward finishes them (last parameter first) up to
+// bucket_bytes. When every parameter of a bucket is marked ready, its reduction starts without
+// blocking (overlap), so communication runs behind the rest of backward. ZeRO stage 0 all-reduces;
+// stages 1 and 2 reduce-scatter, so each rank receives the reduced values of its own partition
+// only: the flat buffer cut into data_size contiguous parts, [n*r/size, n*(r+1)/size) for rank r.
+typedef struct neox_grad_reducer neox_grad_reducer;
+
+typedef struct neox_grad_reducer_options {
+    size_t bucket_bytes;      // reduce_bucket_size x 4; 0 = one bucket
+    int zero_stage;           // 0: all-reduce; 1, 2: reduce-scatter into partitions
+    int overlap;              // start buckets as they complete (overlap_comm); else all at finish
+    double predivide_factor;  // gradient_predivide_factor: scale by 1/f before, f/data_size after
+    int all_reduce;           // stages 1, 2 with reduce_scatter false: all-reduce, keep the partition
+    // communication_data_type: NEOX_F32 (0, the default), or NEOX_BF16 / NEOX_F16: each bucket is
+    // cast into a 16-bit wire buffer, summed in fp32 by the collective, rounded, and cast back.
+    neox_dtype wire;
+    // Stage 0 only: when set (size > 0), each bucket is summed by the hierarchical all-reduce over
+    // these groups (blocking, when the bucket starts) instead of the flat all-reduce.
+    neox_comm *hier_intra, *hier_inter;
+    // The backend the gradients live on; NULL or one with on_device 0: host memory (MPI). On the
+    // device (NCCL on the data group): predivide scaling and the 16-bit wire casts run as the
+    // backend's scale and cast ops on its stream, and ZeRO's reduce-scatter leaves each rank's
+    // part where it belongs (no move).
+    const struct neox_backend *backend;
+} neox_grad_reducer_options;
+
+neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
+                                          const size_t *param_size, int nparams, const neox_grad_reducer_options *opt);
+void neox_grad_reducer_free(neox_grad_reducer *r);
+// The rank's partition of the flat buffer under ZeRO: [*begin, *end).
+void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end);
+// Parameter p's gradient is final for this step.
+void neox_grad_reducer_ready(neox_grad_reducer *r, int p);
+// Lets MPI progress the buckets in flight (call now and then during backward).
+void neox_grad_reducer_progress(neox_grad_reducer *r);
+// Starts what has not started, waits for everything and averages. Afterwards the buffer holds the
+// mean gradient over data-parallel ranks (stage 0), or this rank's partition does (stages 1, 2;
+// the rest of the buffer is unspecified). Resets for the next step.
+void neox_grad_reducer_finish(neox_grad_reducer *r);
+int neox_grad_reducer_bucket_count(const neox_grad_reducer *r);
+
+// Seconds the reducer spent in its communication calls, summed over its reductions (finishes).
+// finish_seconds: this rank's calls in finish (starting what had not started, waiting), which
+// include waiting for peers still in backward; exposed_seconds: per reduction, the least finish
+// time over the data group (the last rank to arrive waits only for the communication), summed;
+// progress_seconds: this rank's calls during backward (starting buckets, progressing them);
+// exposed_with_progress_seconds: as exposed_seconds with the calls during backward added.
+typedef struct neox_grad_reducer_timing {
+    int64_t reductions;
+    double finish_seconds, exposed_seconds, progress_seconds, exposed_with_progress_seconds;
+} neox_grad_reducer_timing;
+// Collective over the data group (every rank of it calls it after the same reductions).
+neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r);
+
+// ---- 1-bit compressed all-reduce with error feedback (onebit.c) ------------------------------
+// DeepSpeed's compressed_allreduce (1-bit Adam), for a buffer made of segments (one per tensor)
+// laid back to back. Each segment is padded with zeros to a multiple of p x lcm(p, 8) elements
+// (p = ranks) and cut into p chunks. Worker phase: x + worker_error is sent as its signs (1 bit per
+// element, >= 0 -> 1, most significant bit first) and one scale per segment (its L2 norm /
+// sqrt(length)); the worker error keeps what that lost. Rank r is the server of chunk r of every
+// segment: it receives the chunk's signs and scales from every rank (one all-to-all), averages
+// them, adds its server error, and compresses again with one scale per chunk; an all-gather gives
+// everyone every server's signs and scales, and the buffer becomes their decompression. Both
+// messages are bytes: packed signs followed by the float scales.
+typedef struct neox_onebit neox_onebit;
+
+neox_onebit *neox_onebit_make(neox_comm *c, const size_t *seg_size, int nseg);
+void neox_onebit_free(neox_onebit *o);
+// buf (the sum of the segment sizes) becomes the compressed average over the ranks. Host memory
+// only (device buffers are refused: a host algorithm).
+void neox_onebit_allreduce(neox_onebit *o, float *buf);
+// The error buffers: worker (padded segments back to back) and server (this rank's chunk of each).
+float *neox_onebit_error(neox_onebit *o, int server, size_t *count);
+void neox_onebit_reset(neox_onebit *o);
+// Signs of n elements (a multiple of 8) into n / 8 bytes, and back as +-scale.
+void neox_pack_signs(const float *x, size_t n, uint8_t *bits);
+void neox_unpack_signs(const uint8_t *bits, size_t n, float scale, float *out);
+
+// ---- PowerSGD low-rank compressed all-reduce with error feedback (powersgd.c) ----------------
+// A buffer of segments back to back, segment s a rows[s] x cols[s] row-major matrix (a vector:
+// rows 1). Matrices are approximated with the given rank (one power iteration per call, warm
+// started from the last call's Q; error feedback per rank); vectors and matrices too small for the
+// rank to pay are averaged exactly. Two all-reduces per call.
+typedef struct neox_powersgd neox_powersgd;
+
+neox_powersgd *neox_powersgd_make(neox_comm *c, const int *rows, const int *cols, int nseg, int rank);
+void neox_powersgd_free(neox_powersgd *o);
+// buf becomes the compressed average over the ranks. Host memory only (device buffers refused).
+void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
+// The state: which 0, this rank's error; 1, the shared Q factors.
+float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count);
+
+// ---- sparse embedding gradients (sparse_grad.c) ----------------------------------------------
+// sparse_gradients: a (rows x width) gradient block holding global rows [row_begin, row_begin +
+// rows) averaged over the group as (row ids, rows) for the rows touched on some rank: an all-gather
+// of counts, of ids and of rows (variable counts), summed in rank order. Untouched rows must be
+// zero on every rank (they are left as they are). Equal to the dense all-reduce (bit for bit at 2
+// ranks; see the file). predivide as gradient_predivide_factor.
+typedef struct neox_sparse_rows neox_sparse_rows;
+neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, int64_t rows, int64_t width, int64_t row_begin, double predivide);
+void neox_sparse_rows_free(neox_sparse_rows *s);
+// Marks the rows of these global token ids (ids outside the block are ignored).
+void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n);
+// grad (rows x width) becomes the mean over the group; the touched marks are cleared. Host memory
+// only (device buffers refused).
+void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad);
+
+#endif
