@@ -1,9 +1,82 @@
-// optim.h: optimizer-side state machines the trainer steps once per iteration and checkpoints:
+// optim.h: what updates the parameters, stepped by the trainer once per iteration and checkpointed:
+// the optimizers (AdamW, SGD, 1-bit Adam) behind one interface, DeepSpeed's gradient clipping,
 // GPT-NeoX's learning-rate schedule (AnnealingLR) and DeepSpeed's dynamic fp16 loss scaler.
 #ifndef NEOX_OPTIM_H
 #define NEOX_OPTIM_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "core.h"
+#include "kernels/kernels.h"
+
+// Declared here so that readers of checkpoints (neox-convert) can name optimizer state without the
+// config, communication and backend headers: config.h, gradient.h and kernels/backend.h define them.
+typedef struct neox_config neox_config;
+typedef struct neox_onebit neox_onebit;
+typedef struct neox_backend neox_backend;
+
+// ---- optimizers (optimizer.c; one file per optimizer: adamw.c, sgd.c, onebit_adam.c) ------------
+// An optimizer updates one contiguous range of the flat parameter buffer (all of it, or under ZeRO
+// a data-parallel partition) from the same range of the gradient buffer, with fp32 state buffers
+// of the same length on the parameters' backend. Adding an optimizer is one file defining its
+// neox_optimizer_type and one row in optimizer.c's table.
+typedef enum { NEOX_OPTIMIZER_ADAM, NEOX_OPTIMIZER_SGD, NEOX_OPTIMIZER_ONEBITADAM, NEOX_OPTIMIZER_COUNT } neox_optimizer_kind;
+
+typedef struct neox_optimizer_settings {
+    neox_optimizer_kind kind;
+    double beta1, beta2, eps;  // adam, onebitadam
+    double momentum;           // sgd
+    int64_t freeze_step;       // onebitadam: Adam warm-up steps before compression
+    double weight_decay;       // (onebitadam: optimizer.params.weight_decay, as DeepSpeed takes it)
+    double clip_grad;          // 0: no clipping
+} neox_optimizer_settings;
+
+typedef struct neox_optimizer neox_optimizer;
+
+typedef struct neox_optimizer_type {
+    const char *name;              // optimizer.type (compared case-insensitively), as checkpoints record it
+    int nstate;                    // fp32 state buffers, each as long as the range updated
+    const char *state_names[2];    // their names in checkpoints
+    int host_only;                 // updates with host loops: refused on a device backend
+    // Reads the optimizer's own settings from the config (the common ones are read already).
+    void (*read)(const neox_config *cfg, neox_optimizer_settings *s);
+    // One update of param[0, n) from grad[0, n); segs: each parameter's run (relative to the range)
+    // and its weight decay; step: the 1-based update count; lr: this step's learning rate.
+    void (*step)(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg, double lr,
+                 int64_t step);
+} neox_optimizer_type;
+
+struct neox_optimizer {
+    const neox_optimizer_type *type;
+    neox_optimizer_settings s;
+    const neox_backend *be;
+    size_t n;                      // elements updated
+    float *state[2];               // type->nstate buffers of n floats on be
+    // 1-bit Adam under data parallelism: the compressed all-reduce that averages the momentum in the
+    // compression phase (the trainer makes it; NULL on one rank).
+    neox_onebit *momentum_allreduce;
+};
+
+extern const neox_optimizer_type neox_optimizer_adamw, neox_optimizer_sgd, neox_optimizer_onebit_adam;
+const neox_optimizer_type *neox_optimizer_type_of(neox_optimizer_kind kind);
+// The type a checkpoint's run state names ("adam", "sgd", "onebitadam"); NULL for another name.
+const neox_optimizer_type *neox_optimizer_type_named(const char *name);
+
+// The optimizer the config names (optimizer.type, its params and the top-level keys GPT-NeoX
+// derives from them). Refuses an unknown type naming it.
+int neox_optimizer_read_settings(const neox_config *cfg, neox_optimizer_settings *s, neox_error *err);
+// State buffers zeroed on be for n elements.
+neox_optimizer *neox_optimizer_make(const neox_optimizer_settings *s, const neox_backend *be, size_t n);
+void neox_optimizer_free(neox_optimizer *o);
+void neox_optimizer_step(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg,
+                         double lr, int64_t step);
+// Bytes of optimizer state per element updated.
+size_t neox_optimizer_state_bytes_per_element(const neox_optimizer_settings *s);
+
+// DeepSpeed's gradient clipping: the factor clip_grad / (norm + 1e-6) when that is below 1, else 1
+// (and 1 when clip_grad is 0: no clipping).
+double neox_clip_coefficient(double clip_grad, double norm);
 
 // ---- learning-rate schedule -------------------------------------------------------------------
 typedef enum { NEOX_LR_CONSTANT, NEOX_LR_LINEAR, NEOX_LR_COSINE, NEOX_LR_EXPONENTIAL } neox_lr_style;

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "convert_internal.h"
+#include "optim.h"
 
 static const char *norm_name(neox_norm_kind k) { return k == NEOX_NORM_RMSNORM ? "rmsnorm" : "layernorm"; }
 static const char *act_name(neox_activation a) {
@@ -20,15 +21,11 @@ static const char *pos_name(neox_pos_kind p) { return p == NEOX_POS_ROTARY ? "ro
 
 // The optimizer state groups the run state names.
 int neox_cvt_optimizer_groups(const neox_cvt_ckpt *c, const char **groups) {
-    const char *opt = json_string_value(json_object_get((json_t *)c->state, "optimizer"));
-    if (!opt) return 0;
-    if (!strcmp(opt, "sgd")) {
-        groups[0] = "optimizer/momentum_buffer";
-        return 1;
-    }
-    groups[0] = "optimizer/exp_avg";
-    groups[1] = "optimizer/exp_avg_sq";
-    return 2;
+    const neox_optimizer_type *type =
+        neox_optimizer_type_named(json_string_value(json_object_get((json_t *)c->state, "optimizer")));
+    if (!type) return 0;
+    for (int i = 0; i < type->nstate; i++) groups[i] = type->state_names[i];
+    return type->nstate;
 }
 
 static int64_t state_int(const neox_cvt_ckpt *c, const char *key) {

@@ -16,9 +16,7 @@
 #include "ckpt.h"
 #include "internal.h"
 
-static const char *optimizer_name(neox_optimizer_kind k) {
-    return k == NEOX_OPTIMIZER_SGD ? "sgd" : k == NEOX_OPTIMIZER_ONEBITADAM ? "onebitadam" : "adam";
-}
+static const char *optimizer_name(neox_optimizer_kind k) { return neox_optimizer_type_of(k)->name; }
 
 // The compressors' error buffers are per rank (each rank's residuals, padded per tensor for the
 // data-parallel size): tensor NAME/rank_RRRRR of the rank's own shard.
@@ -78,13 +76,9 @@ static const char *lr_style_name(neox_lr_style s) {
 
 // The state buffers of the optimizer, by the names they carry in checkpoints.
 static int optimizer_buffers(const neox_trainer *t, const char **names, float **bufs) {
-    if (t->optim.kind == NEOX_OPTIMIZER_SGD) {
-        names[0] = "optimizer/momentum_buffer", bufs[0] = t->exp_avg;
-        return 1;
-    }
-    names[0] = "optimizer/exp_avg", bufs[0] = t->exp_avg;
-    names[1] = "optimizer/exp_avg_sq", bufs[1] = t->exp_avg_sq;
-    return 2;
+    const neox_optimizer *o = t->optimizer;
+    for (int i = 0; i < o->type->nstate; i++) names[i] = o->type->state_names[i], bufs[i] = o->state[i];
+    return o->type->nstate;
 }
 
 static json_t *state_json(const neox_trainer *t) {

@@ -16,16 +16,6 @@
 #include "tokenizer.h"
 #include "train.h"
 
-typedef enum { NEOX_OPTIMIZER_ADAM, NEOX_OPTIMIZER_SGD, NEOX_OPTIMIZER_ONEBITADAM } neox_optimizer_kind;
-
-typedef struct neox_optimizer_settings {
-    neox_optimizer_kind kind;
-    double beta1, beta2, eps;  // adam
-    double momentum;           // sgd
-    int64_t freeze_step;       // onebitadam: Adam warm-up steps before compression
-    double weight_decay;       // (onebitadam: optimizer.params.weight_decay, as DeepSpeed takes it)
-    double clip_grad;          // 0: no clipping
-} neox_optimizer_settings;
 
 // Everything a checkpoint restores besides tensors: the run's position.
 typedef struct neox_train_state {
@@ -68,8 +58,8 @@ struct neox_trainer {
 
     // Optimizer: state buffers parallel to [state_begin, state_end) of the parameter buffer (fp32
     // params are the master weights): the whole buffer, or under ZeRO this rank's partition.
-    neox_optimizer_settings optim;
-    float *exp_avg, *exp_avg_sq;   // adam moments, or (exp_avg) the sgd momentum buffer
+    neox_optimizer_settings optim;   // as the config sets it (read before the state exists)
+    neox_optimizer *optimizer;     // its state covers [state_begin, state_end) of the flat buffers
     neox_lr_schedule lr;
     neox_grad_reducer *reducer;    // NULL at data-parallel size 1
     int zero_stage;                // 0, 1 or 2 (0 whenever data-parallel size is 1)
@@ -109,7 +99,6 @@ struct neox_trainer {
 };
 
 // ---- set-up pieces (setup.c) ----------------------------------------------------------------
-int neox_train_read_optimizer(const neox_config *cfg, neox_optimizer_settings *o, neox_error *err);
 int neox_train_read_schedule(const neox_config *cfg, neox_lr_schedule *lr, neox_error *err);
 
 // ---- the step (step.c) ----------------------------------------------------------------------
@@ -143,12 +132,13 @@ void neox_train_install_grad_hook(neox_trainer *t);
 // Global L2 norm of the gradients over every rank (each element counted once).
 double neox_train_grad_norm(const neox_trainer *t);
 // Multiplies the gradients by unscale (1 / loss scale) and by DeepSpeed's clipping coefficient
-// clip_grad / (norm + 1e-6) when that is below 1 (norm: of the unscaled gradients); one pass.
+// (neox_clip_coefficient of the unscaled gradients' norm); one pass.
 void neox_train_clip(neox_trainer *t, double norm, double unscale);
-// Applies one update with learning rate lr; step is the 1-based update count.
+// Applies one update of this rank's range with learning rate lr (step: the 1-based update count),
+// then under ZeRO gathers the other ranks' partitions.
 void neox_train_update(neox_trainer *t, double lr, int64_t step);
 
-// ---- 1-bit Adam and compressed gradients (onebit_adam.c) ------------------------------------
+// ---- compressed data-parallel communication (compression.c) ---------------------------------
 // Creates the compressors the config asks for (after the optimizer state exists).
 int neox_train_setup_compression(neox_trainer *t, neox_error *err);
 // Whether the coming step leaves gradients unreduced: 1-bit Adam's compression phase, or
@@ -156,8 +146,6 @@ int neox_train_setup_compression(neox_trainer *t, neox_error *err);
 int neox_train_local_grads(const neox_trainer *t);
 // gradient_compression: averages the gradient buffer with the configured compressor.
 void neox_train_compress_grads(neox_trainer *t);
-// DeepSpeed's OnebitAdam step with learning rate lr; step is the 1-based update count.
-void neox_train_onebit_update(neox_trainer *t, double lr, int64_t step);
 // Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.
 int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts);
 

@@ -1,10 +1,8 @@
-// optimizer.c: the update as GPT-NeoX makes it — the global gradient norm, clipping by it
-// (DeepSpeed's coefficient clip_grad / (norm + 1e-6), applied only when below 1), and either
-// AdamW (decoupled weight decay, bias-corrected moments) or torch's SGD (weight decay added to
-// the gradient, heavy-ball momentum), with no weight decay on biases and norm weights. Each rank
-// updates [state_begin, state_end) of its flat buffer: all of it, or under ZeRO its data-parallel
-// partition, after which the partitions are all-gathered. The norm sums every element once over
-// the whole grid.
+// optimizer.c: the trainer's side of the update — the global gradient norm (every element once
+// over the whole grid), clipping by it, and the optimizer (lib/optim) applied to this rank's range
+// [state_begin, state_end) of the flat buffers: all of it, or under ZeRO its data-parallel
+// partition, after which the partitions are all-gathered. No weight decay on biases and norm
+// weights (GPT-NeoX's parameter groups).
 #include <math.h>
 #include <stdlib.h>
 
@@ -47,8 +45,7 @@ double neox_train_grad_norm(const neox_trainer *t) {
 }
 
 void neox_train_clip(neox_trainer *t, double norm, double unscale) {
-    double coef = unscale;
-    if (t->optim.clip_grad > 0 && t->optim.clip_grad / (norm + 1e-6) < 1.0) coef *= t->optim.clip_grad / (norm + 1e-6);
+    double coef = unscale * neox_clip_coefficient(t->optim.clip_grad, norm);
     if (coef != 1.0) t->be->scale(t->model->grad_buf + t->state_begin, t->state_end - t->state_begin, (float)coef);
 }
 
@@ -76,21 +73,10 @@ static void gather_partitions(neox_trainer *t) {
 }
 
 void neox_train_update(neox_trainer *t, double lr, int64_t step) {
-    if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM) {
-        neox_train_onebit_update(t, lr, step);
-        return;
-    }
     neox_model *m = t->model;
-    const neox_optimizer_settings *o = &t->optim;
     int n;
     neox_segment *segs = state_segments(t, 0, &n);
-    float *param = m->param_buf + t->state_begin;
-    const float *grad = m->grad_buf + t->state_begin;
-    if (o->kind == NEOX_OPTIMIZER_ADAM)
-        t->be->adamw_segments(param, grad, t->exp_avg, t->exp_avg_sq, segs, n, (float)lr, (float)o->beta1,
-                              (float)o->beta2, (float)o->eps, (long)step);
-    else
-        t->be->sgd_segments(param, grad, t->exp_avg, segs, n, (float)lr, (float)o->momentum, step == 1);
+    neox_optimizer_step(t->optimizer, m->param_buf + t->state_begin, m->grad_buf + t->state_begin, segs, n, lr, step);
     free(segs);
     if (t->zero_stage > 0) gather_partitions(t);
 }

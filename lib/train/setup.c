@@ -10,32 +10,6 @@
 
 #include "internal.h"
 
-int neox_train_read_optimizer(const neox_config *cfg, neox_optimizer_settings *o, neox_error *err) {
-    const char *type = neox_config_str(cfg, "optimizer_type");
-    *o = (neox_optimizer_settings){0};
-    if (type && !strcasecmp(type, "sgd")) {
-        o->kind = NEOX_OPTIMIZER_SGD;
-        o->momentum = neox_config_has(cfg, "sgd_momentum") ? neox_config_float(cfg, "sgd_momentum") : 0.0;
-    } else if (!type || !strcasecmp(type, "adam") || !strcasecmp(type, "onebitadam")) {
-        o->kind = type && !strcasecmp(type, "onebitadam") ? NEOX_OPTIMIZER_ONEBITADAM : NEOX_OPTIMIZER_ADAM;
-        o->beta1 = neox_config_has(cfg, "adam_beta1") ? neox_config_float(cfg, "adam_beta1") : 0.9;
-        o->beta2 = neox_config_has(cfg, "adam_beta2") ? neox_config_float(cfg, "adam_beta2") : 0.999;
-        o->eps = neox_config_has(cfg, "adam_eps") ? neox_config_float(cfg, "adam_eps") : 1e-8;
-    } else {
-        return neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: '%s' is not supported by neox-train (adam, onebitadam, sgd)", type);
-    }
-    o->weight_decay = neox_config_float(cfg, "weight_decay");
-    if (o->kind == NEOX_OPTIMIZER_ONEBITADAM) {
-        o->freeze_step = neox_config_int(cfg, "onebitadam_freeze_step");
-        // DeepSpeed builds 1-bit Adam from optimizer.params; GPT-NeoX's decay group sets no decay of
-        // its own (so params.weight_decay applies), and with weight_decay 0 every parameter is in the
-        // no-decay group (so none does).
-        if (o->weight_decay != 0.0) o->weight_decay = neox_config_float(cfg, "onebitadam_weight_decay");
-    }
-    o->clip_grad = neox_config_has(cfg, "clip_grad") ? neox_config_float(cfg, "clip_grad") : 0.0;
-    return 0;
-}
-
 int neox_train_read_schedule(const neox_config *cfg, neox_lr_schedule *lr, neox_error *err) {
     neox_lr_style style;
     const char *name = neox_config_str(cfg, "lr_decay_style");
@@ -108,7 +82,7 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
     if (!t->be->on_device) return 0;
     // What still runs on host loops only (docs/cuda.md).
     const char *refused = NULL;
-    if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM) refused = "optimizer.type onebitadam";
+    if (neox_optimizer_type_of(t->optim.kind)->host_only) refused = "optimizer.type onebitadam";
     else if (strcmp(neox_config_str(t->cfg, "gradient_compression"), "none") != 0) refused = "gradient_compression";
     else if (neox_config_bool(t->cfg, "sparse_gradients")) refused = "sparse_gradients";
     if (refused)
@@ -249,9 +223,7 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
                     (long long)config_int_or(t->cfg, "zero_stage", 0));
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
-    size_t state = t->state_end - t->state_begin + 1;
-    t->exp_avg = zeroed(t, state);
-    if (t->optim.kind != NEOX_OPTIMIZER_SGD) t->exp_avg_sq = zeroed(t, state);
+    t->optimizer = neox_optimizer_make(&t->optim, t->be, t->state_end - t->state_begin);
     return neox_train_setup_compression(t, err);
 }
 
@@ -335,11 +307,11 @@ static double total_params(const neox_trainer *t) {
 // Each rank's memory (parameters, gradients, optimizer state, activations), printed by rank 0.
 static void report_memory(const neox_trainer *t) {
     const neox_model *m = t->model;
-    double state = (double)(t->state_end - t->state_begin) * (t->optim.kind == NEOX_OPTIMIZER_ADAM ? 2 : 1);
+    double state_bytes = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
     // Parameters: the fp32 master weights, plus their 16-bit copy in a 16-bit precision.
     double params = (double)m->num_floats * (m->param16 ? 6 : 4);
     double mine[4] = {params, (double)m->num_floats * 4 + (t->grad_partition ? (double)(t->part_end - t->part_begin) * 4 : 0),
-                      state * 4, (double)neox_model_activation_bytes(m)};
+                      state_bytes, (double)neox_model_activation_bytes(m)};
     int n = t->grid->world_size;
     double *all = neox_malloc((size_t)n * 4 * sizeof(double));
     if (n > 1) neox_allgather(&t->grid->world, mine, all, 4, NEOX_F64);
@@ -374,7 +346,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     t->state.seed = (uint64_t)neox_config_int(cfg, "seed");
     setup_checkpoint_schedule(t);
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
-        neox_train_read_optimizer(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
+        neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
         setup_optimizer(t, err) != 0 ||
         setup_data(t, err) != 0 || neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
@@ -413,7 +385,8 @@ void neox_trainer_free(neox_trainer *t) {
     neox_onebit_free(t->grad_onebit);
     neox_powersgd_free(t->grad_powersgd);
     if (t->be) {
-        float *bufs[] = {t->exp_avg, t->exp_avg_sq, t->grad_partition, t->pipe_grad_send};
+        neox_optimizer_free(t->optimizer);
+        float *bufs[] = {t->grad_partition, t->pipe_grad_send};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) t->be->free(bufs[i]);
     }

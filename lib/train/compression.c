@@ -1,10 +1,8 @@
-// onebit_adam.c: compressed data-parallel communication in the trainer. 1-bit Adam as DeepSpeed's
-// OnebitAdam steps (optimizer.type onebitadam): update 1 only creates the state; updates 2 ..
-// freeze_step are Adam without bias correction on the all-reduced gradient; from then on the
-// variance is frozen, each rank folds its own gradient into the momentum, and the momentum is
-// averaged by the 1-bit compressed all-reduce (parallel.h) instead of reducing gradients. Also
-// our gradient_compression: onebit (the same compressed all-reduce) or powersgd (low rank), applied
-// to the gradients of an uncompressed optimizer (AdamW, SGD) from gradient_compression_start on.
+// compression.c: compressed data-parallel communication in the trainer: the 1-bit compressed
+// all-reduce of 1-bit Adam's momentum (the optimizer itself is lib/optim/onebit_adam.c; from
+// freeze_step on, gradients stay unreduced and the momentum is averaged instead), and our
+// gradient_compression: onebit (the same compressed all-reduce) or powersgd (low rank), applied to
+// the gradients of an uncompressed optimizer (AdamW, SGD) from gradient_compression_start on.
 // The compressors' state (error buffers, PowerSGD's Q) is checkpointed.
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +52,7 @@ int neox_train_setup_compression(neox_trainer *t, neox_error *err) {
                          "DeepSpeed's 1-bit Adam does", t->zero_stage, onebit ? "onebitadam" : "gradient_compression");
     t->compress_start = neox_config_int(t->cfg, "gradient_compression_start");
     if (t->grid->data_size <= 1) return 0;
-    if (onebit) t->onebit = make_compressor(t);
+    if (onebit) t->onebit = make_compressor(t), t->optimizer->momentum_allreduce = t->onebit;
     if (grad_compress && !strcmp(gc, "onebit")) t->grad_onebit = make_compressor(t);
     if (grad_compress && !strcmp(gc, "powersgd")) t->grad_powersgd = make_powersgd(t);
     return 0;
@@ -68,26 +66,6 @@ int neox_train_local_grads(const neox_trainer *t) {
 void neox_train_compress_grads(neox_trainer *t) {
     if (t->grad_onebit) neox_onebit_allreduce(t->grad_onebit, t->model->grad_buf);
     if (t->grad_powersgd) neox_powersgd_allreduce(t->grad_powersgd, t->model->grad_buf);
-}
-
-void neox_train_onebit_update(neox_trainer *t, double lr, int64_t step) {
-    // DeepSpeed's first OnebitAdam step initialises its buffers and returns before any update.
-    if (step == 1) return;
-    neox_model *m = t->model;
-    const neox_optimizer_settings *o = &t->optim;
-    int compressing = step - 1 >= o->freeze_step;
-    for (int i = 0; i < m->nparams; i++) {
-        const neox_param *p = &m->params[i];
-        neox_adam_moments(t->exp_avg + p->offset, compressing ? NULL : t->exp_avg_sq + p->offset,
-                          m->grad_buf + p->offset, p->numel, (float)o->beta1, (float)o->beta2);
-    }
-    if (compressing && t->onebit) neox_onebit_allreduce(t->onebit, t->exp_avg);
-    for (int i = 0; i < m->nparams; i++) {
-        const neox_param *p = &m->params[i];
-        float wd = p->no_decay ? 0.0f : (float)o->weight_decay;
-        neox_onebit_adam_apply(m->param_buf + p->offset, t->exp_avg + p->offset, t->exp_avg_sq + p->offset, p->numel,
-                               (float)lr, (float)o->eps, wd);
-    }
 }
 
 int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts) {

@@ -1,0 +1,23 @@
+// adamw.c: AdamW as torch.optim.AdamW computes it (decoupled weight decay, bias-corrected
+// moments), which is what GPT-NeoX's Adam is; the backend's segmented kernel does the work.
+#include "config.h"
+#include "kernels/backend.h"
+#include "optim.h"
+
+static void read_adamw(const neox_config *cfg, neox_optimizer_settings *s) {
+    s->beta1 = neox_config_has(cfg, "adam_beta1") ? neox_config_float(cfg, "adam_beta1") : 0.9;
+    s->beta2 = neox_config_has(cfg, "adam_beta2") ? neox_config_float(cfg, "adam_beta2") : 0.999;
+    s->eps = neox_config_has(cfg, "adam_eps") ? neox_config_float(cfg, "adam_eps") : 1e-8;
+}
+
+static void step_adamw(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg,
+                       double lr, int64_t step) {
+    const neox_optimizer_settings *s = &o->s;
+    o->be->adamw_segments(param, grad, o->state[0], o->state[1], segs, nseg, (float)lr, (float)s->beta1,
+                          (float)s->beta2, (float)s->eps, (long)step);
+}
+
+const neox_optimizer_type neox_optimizer_adamw = {
+    .name = "adam", .nstate = 2, .state_names = {"optimizer/exp_avg", "optimizer/exp_avg_sq"},
+    .host_only = 0, .read = read_adamw, .step = step_adamw,
+};
