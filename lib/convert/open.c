@@ -92,9 +92,7 @@ static neox_config *load_stored_config(const neox_ckpt_reader *r, const char *di
             break;
         }
         paths[i] = neox_asprintf("%s/%s", tmpl, base + 1);
-        FILE *f = fopen(paths[i], "wb");
-        if (!f || fwrite(data, 1, size, f) != size) rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write", paths[i]);
-        if (f) fclose(f);
+        rc = neox_atomic_write(paths[i], data, size, err);
         free(data);
     }
     neox_config *cfg = NULL;
