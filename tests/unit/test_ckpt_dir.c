@@ -46,7 +46,7 @@ static void test_manifest_round_trip(void **state) {
     assert_int_equal(files[1].bytes, 11);
     assert_int_equal(files[1].crc32, (uint32_t)crc32(0, (const Bytef *)"shard bytes", 11));  // zlib as oracle
 
-    neox_ckpt_manifest m = {.iteration = 40, .world_size = 4, .pipe_size = 1, .data_size = 2, .model_size = 2,
+    neox_ckpt_manifest m = {.iteration = 40, .world_size = 2, .pipe_size = 1, .data_size = 2, .model_size = 1,
                             .zero_stage = 1, .nfiles = 2, .files = files};
     assert_int_equal(neox_ckpt_manifest_write(dir, &m, &err), 0);
     neox_ckpt_manifest back;
@@ -97,6 +97,24 @@ static void test_bad_manifests(void **state) {
                          "\"model_parallel_size\": 1, \"zero_stage\": 0}, \"files\": [{\"name\": \"../x\", "
                          "\"rank\": 0, \"bytes\": 1, \"crc32\": \"0000000a\"}]}";
     assert_manifest_rejected(escape, "files[0] needs a plain 'name'");
+    // A layout of more ranks than the files listed, a rank listed twice, a rank outside the layout.
+    const char *head = "{\"format\": \"neox.c checkpoint\", \"version\": 1, \"iteration\": 3, \"layout\": "
+                       "{\"world_size\": 2, \"pipe_parallel_size\": 1, \"data_parallel_size\": 1, "
+                       "\"model_parallel_size\": 2, \"zero_stage\": 0}, \"files\": [";
+    const char *entry = "{\"name\": \"rank_%05d.h5\", \"rank\": %d, \"bytes\": 1, \"crc32\": \"0000000a\"}";
+    char *one = neox_asprintf(entry, 0, 0), *dup = neox_asprintf(entry, 1, 0), *far = neox_asprintf(entry, 7, 7);
+    char *text = neox_asprintf("%s%s]}", head, one);
+    assert_manifest_rejected(text, "world_size is 2 but no shard file of rank 1 is listed");
+    free(text);
+    text = neox_asprintf("%s%s, %s]}", head, one, dup);
+    assert_manifest_rejected(text, "rank 0 is listed twice");
+    free(text);
+    text = neox_asprintf("%s%s, %s]}", head, one, far);
+    assert_manifest_rejected(text, "files[1] has rank 7, outside world_size 2");
+    free(text);
+    free(one);
+    free(dup);
+    free(far);
     assert_manifest_rejected("{\"format\": \"neox.c checkpoint\", \"version\": 1, \"iteration\": -5}",
                              "'iteration' is missing or not an integer >= 0");
 }
