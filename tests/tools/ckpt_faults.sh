@@ -125,26 +125,29 @@ refused "verify refuses a manifest declaring 4 ranks and listing 2" "manifest.js
     $CONVERT verify "$T/ranks"
 
 # ---- kill -9 during saves ------------------------------------------------------------------------------
-# A larger model (shards of a few MB) saved at every iteration. B first holds iterations 1..12 of a
-# straight run; each killed run resumes from A's iteration 3 and saves 4, 5, ... into B again, so
-# it keeps replacing checkpoints of B, among them the one B/latest names.
-model_yml 128 12 >"$T/big.yml"
-check "kill -9: B holds iterations 1..12" $TRAIN -q "$T/big.yml" "$(yml fill_b "{\"save\": \"$T/B\", \"checkpoint_factor\": 1}")"
-check "kill -9: A holds iteration 3" $TRAIN -q "$T/big.yml" "$(yml fill_a "{\"save\": \"$T/A\", \"checkpoint_factor\": 3, \"exit_interval\": 3}")"
+# A larger model (shards of about 13 MB, so saving dominates the run) saved at every iteration. A
+# and B both hold iterations 1..12. Each run loads A's iteration L-1, where B/latest names L, and
+# saves L, L+1, ... into B: its first save replaces the very checkpoint B/latest names. It is
+# killed at a different moment each time.
+model_yml 192 12 >"$T/big.yml"
+check "kill -9: A holds iterations 1..12" $TRAIN -q "$T/big.yml" "$(yml fill_a "{\"save\": \"$T/A\", \"checkpoint_factor\": 1}")"
+cp -r "$T/A" "$T/B"
 yml a_to_b "{\"load\": \"$T/A\", \"save\": \"$T/B\", \"checkpoint_factor\": 1}" >/dev/null
 yml from_b "{\"load\": \"$T/B\"}" >/dev/null
 bad=0
-for i in 1 2 3 4 5 6 7 8; do
+for i in 1 2 3 4 5 6 7 8 9 10; do
+    L=$(sed 's/global_step//' "$T/B/latest")
+    echo "global_step$((L - 1))" >"$T/A/latest"
     $TRAIN -q "$T/big.yml" "$T/a_to_b.yml" >/dev/null 2>&1 &
     pid=$!
-    sleep "0.$((RANDOM % 4))$((RANDOM % 10))"
+    sleep "0.$((i * 7 + RANDOM % 5))"
     kill -9 $pid 2>/dev/null
     wait $pid 2>/dev/null
     if ! $CONVERT verify "$T/B" >"$_last_out" 2>&1 || ! $TRAIN -q "$T/big.yml" "$T/from_b.yml" >>"$_last_out" 2>&1; then
         bad=1; echo "after kill $i (latest: $(cat "$T/B/latest"))" >>"$_last_out"; break
     fi
 done
-_report $bad "kill -9 while saving into B: every time latest names a checkpoint that verifies and resumes" "$_last_out"
+_report $bad "kill -9 while replacing the checkpoint B/latest names: every time latest names one that verifies and resumes" "$_last_out"
 left=$(ls "$T/B" | grep -c '\.tmp\.')
 check "a save into B after the kills" bash -c "$TRAIN '$T/big.yml' '$T/a_to_b.yml' 2>'$T/after.err'"
 check "... removes the $left temporaries the killed runs left" bash -c "! ls '$T/B' | grep -q '\.tmp\.'"
@@ -179,7 +182,11 @@ done
 model_yml 32 100000 >"$T/long.yml"
 $TRAIN -q "$T/long.yml" "$(yml hup "{\"save\": \"$T/hup\", \"checkpoint_factor\": 1000000}")" >/dev/null 2>&1 &
 pid=$!
-sleep 2; kill -HUP $pid; wait $pid; status=$?
+sleep 2; kill -HUP $pid
+( sleep 30; kill -9 $pid 2>/dev/null ) &  # a swallowed SIGHUP would train on for hours
+guard=$!
+wait $pid; status=$?
+kill $guard 2>/dev/null; wait $guard 2>/dev/null
 check "SIGHUP stops the trainer like SIGTERM: exit 3" test "$status" = 3
 check_output "... with a checkpoint that verifies" "is sound" $CONVERT verify "$T/hup"
 
