@@ -183,10 +183,9 @@ model_yml 32 100000 >"$T/long.yml"
 $TRAIN -q "$T/long.yml" "$(yml hup "{\"save\": \"$T/hup\", \"checkpoint_factor\": 1000000}")" >/dev/null 2>&1 &
 pid=$!
 sleep 2; kill -HUP $pid
-( sleep 30; kill -9 $pid 2>/dev/null ) &  # a swallowed SIGHUP would train on for hours
-guard=$!
+for _ in $(seq 300); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+kill -0 $pid 2>/dev/null && kill -9 $pid  # a swallowed SIGHUP would train on for hours
 wait $pid; status=$?
-kill $guard 2>/dev/null; wait $guard 2>/dev/null
 check "SIGHUP stops the trainer like SIGTERM: exit 3" test "$status" = 3
 check_output "... with a checkpoint that verifies" "is sound" $CONVERT verify "$T/hup"
 
