@@ -106,7 +106,8 @@ int neox_ckpt_file_checksum(const char *path, neox_ckpt_file_entry *entry, neox_
 // Checks dir/<entry name> against its manifest entry: its size first (a truncation is refused
 // without reading), then its CRC-32; the error names the file.
 int neox_ckpt_check_file(const char *dir, const neox_ckpt_file_entry *entry, neox_error *err);
-// Checks every file the manifest lists.
+// Checks every file the manifest lists (a directory checked just before, whose files stat() finds
+// unchanged, is not read again).
 int neox_ckpt_check_files(const char *dir, const neox_ckpt_manifest *m, neox_error *err);
 // Opens a checkpoint directory the one way every tool does: reads its manifest into m, checks
 // every file against it, and only then lets HDF5 open the shard files (rank >= 0). NULL + err

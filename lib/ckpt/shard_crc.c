@@ -133,9 +133,65 @@ int neox_ckpt_check_file(const char *dir, const neox_ckpt_file_entry *want, neox
     return rc;
 }
 
+// The files of the directory checked last in this process, as stat() saw them then: a checkpoint
+// opened twice by one tool (the trainer reads its vocabulary size, then its tensors) is read for
+// its CRC-32s once, unless a file was changed, replaced or touched in between.
+typedef struct file_identity {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} file_identity;
+
+static struct {
+    char *dir;
+    int nfiles;
+    file_identity *ids;
+} last_checked;
+
+// The identities of the manifest's files (0 when one cannot be stat'ed).
+static int identify(const char *dir, const neox_ckpt_manifest *m, file_identity *ids) {
+    for (int i = 0; i < m->nfiles; i++) {
+        char *path = neox_asprintf("%s/%s", dir, m->files[i].name);
+        struct stat st;
+        int ok = stat(path, &st) == 0;
+        free(path);
+        if (!ok) return 0;
+        ids[i] = (file_identity){st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim};
+    }
+    return 1;
+}
+
+static int same_time(struct timespec a, struct timespec b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; }
+
+static int checked_already(const char *dir, const neox_ckpt_manifest *m, const file_identity *ids) {
+    if (!last_checked.dir || strcmp(last_checked.dir, dir) || last_checked.nfiles != m->nfiles) return 0;
+    for (int i = 0; i < m->nfiles; i++) {
+        const file_identity *a = &ids[i], *b = &last_checked.ids[i];
+        if (a->dev != b->dev || a->ino != b->ino || a->size != b->size || !same_time(a->mtime, b->mtime) ||
+            !same_time(a->ctime, b->ctime))
+            return 0;
+    }
+    return 1;
+}
+
 int neox_ckpt_check_files(const char *dir, const neox_ckpt_manifest *m, neox_error *err) {
+    file_identity *ids = neox_calloc((size_t)m->nfiles + 1, sizeof *ids);
+    int known = identify(dir, m, ids);
+    if (known && checked_already(dir, m, ids)) {
+        free(ids);
+        return 0;
+    }
     for (int i = 0; i < m->nfiles; i++)
-        if (neox_ckpt_check_file(dir, &m->files[i], err) != 0) return -1;
+        if (neox_ckpt_check_file(dir, &m->files[i], err) != 0) {
+            free(ids);
+            return -1;
+        }
+    free(last_checked.dir);
+    free(last_checked.ids);
+    last_checked.dir = known ? neox_strdup(dir) : NULL;
+    last_checked.nfiles = m->nfiles;
+    last_checked.ids = ids;
     return 0;
 }
 

@@ -128,23 +128,25 @@ refused "verify refuses a manifest declaring 4 ranks and listing 2" "manifest.js
 # A larger model (shards of about 13 MB, so saving dominates the run) saved at every iteration. A
 # and B both hold iterations 1..12. Each run loads A's iteration L-1, where B/latest names L, and
 # saves L, L+1, ... into B: its first save replaces the very checkpoint B/latest names. It is
-# killed at a different moment each time.
+# killed at a different moment of that save each time (counted from the first change in B).
 model_yml 192 12 >"$T/big.yml"
 check "kill -9: A holds iterations 1..12" $TRAIN -q "$T/big.yml" "$(yml fill_a "{\"save\": \"$T/A\", \"checkpoint_factor\": 1}")"
 cp -r "$T/A" "$T/B"
 yml a_to_b "{\"load\": \"$T/A\", \"save\": \"$T/B\", \"checkpoint_factor\": 1}" >/dev/null
 yml from_b "{\"load\": \"$T/B\"}" >/dev/null
 bad=0
-for i in 1 2 3 4 5 6 7 8 9 10; do
+for delay in 0 0.01 0.02 0.04 0.07 0.1 0.15 0.2 0.3 0.5; do
     L=$(sed 's/global_step//' "$T/B/latest")
     echo "global_step$((L - 1))" >"$T/A/latest"
+    touch "$T/started"
     $TRAIN -q "$T/big.yml" "$T/a_to_b.yml" >/dev/null 2>&1 &
     pid=$!
-    sleep "0.$((i * 7 + RANDOM % 5))"
+    while kill -0 $pid 2>/dev/null && [ -z "$(find "$T/B" -newer "$T/started" -print -quit)" ]; do sleep 0.005; done
+    sleep $delay
     kill -9 $pid 2>/dev/null
     wait $pid 2>/dev/null
     if ! $CONVERT verify "$T/B" >"$_last_out" 2>&1 || ! $TRAIN -q "$T/big.yml" "$T/from_b.yml" >>"$_last_out" 2>&1; then
-        bad=1; echo "after kill $i (latest: $(cat "$T/B/latest"))" >>"$_last_out"; break
+        bad=1; echo "after a kill $delay s into a save (latest: $(cat "$T/B/latest"))" >>"$_last_out"; break
     fi
 done
 _report $bad "kill -9 while replacing the checkpoint B/latest names: every time latest names one that verifies and resumes" "$_last_out"
