@@ -182,11 +182,17 @@ int neox_ckpt_check_files(const char *dir, const neox_ckpt_manifest *m, neox_err
         free(ids);
         return 0;
     }
-    for (int i = 0; i < m->nfiles; i++)
+    double start = neox_now(), bytes = 0;
+    for (int i = 0; i < m->nfiles; i++) {
         if (neox_ckpt_check_file(dir, &m->files[i], err) != 0) {
             free(ids);
             return -1;
         }
+        bytes += (double)m->files[i].bytes;
+    }
+    double seconds = neox_now() - start;
+    neox_debug("%s: %d files (%.1f MB) match manifest.json (sizes and CRC-32), checked in %.3f s (%.0f MB/s)", dir,
+               m->nfiles, bytes / 1e6, seconds, seconds > 0 ? bytes / 1e6 / seconds : 0.0);
     free(last_checked.dir);
     free(last_checked.ids);
     last_checked.dir = known ? neox_strdup(dir) : NULL;
