@@ -94,13 +94,38 @@ char *neox_ckpt_dir(const char *save, int64_t iteration);
 void neox_ckpt_shard_name(int rank, char *buf, size_t size);
 // Creates SAVE/global_stepN (and SAVE), succeeding when it exists.
 int neox_ckpt_make_dir(const char *save, int64_t iteration, neox_error *err);
-// Size and CRC-32 of a file, into entry (name and rank are left as they are).
+// A new checkpoint of SAVE is written into a temporary directory beside SAVE/global_stepN
+// (begin; creates SAVE too) and switched into place whole once complete: a new name is a rename,
+// an existing checkpoint of the same iteration (saving again into a directory `latest` may name)
+// is exchanged with the new one atomically (renameat2 RENAME_EXCHANGE) and removed only after.
+char *neox_ckpt_begin_dir(const char *save, int64_t iteration, neox_error *err);
+int neox_ckpt_switch_dir(const char *save, int64_t iteration, const char *tmp, neox_error *err);
+// Size and CRC-32 of a file, into entry (name and rank are left as they are); streamed through a
+// bounded buffer.
 int neox_ckpt_file_checksum(const char *path, neox_ckpt_file_entry *entry, neox_error *err);
+// Checks dir/<entry name> against its manifest entry: its size first (a truncation is refused
+// without reading), then its CRC-32; the error names the file.
+int neox_ckpt_check_file(const char *dir, const neox_ckpt_file_entry *entry, neox_error *err);
+// Checks every file the manifest lists (a directory checked just before, whose files stat() finds
+// unchanged, is not read again).
+int neox_ckpt_check_files(const char *dir, const neox_ckpt_manifest *m, neox_error *err);
+// Opens a checkpoint directory the one way every tool does: reads its manifest into m, checks
+// every file against it, and only then lets HDF5 open the shard files (rank >= 0). NULL + err
+// naming the file when anything does not match; m is freed then.
+neox_ckpt_reader *neox_ckpt_open_dir(const char *dir, neox_ckpt_manifest *m, neox_error *err);
 // Writes manifest.json atomically into the checkpoint directory.
 int neox_ckpt_manifest_write(const char *dir, const neox_ckpt_manifest *m, neox_error *err);
 // Reads and validates a manifest.json; m->files is malloc'ed (neox_ckpt_manifest_free).
 int neox_ckpt_manifest_read(const char *dir, neox_ckpt_manifest *m, neox_error *err);
 void neox_ckpt_manifest_free(neox_ckpt_manifest *m);
+// The run state of a checkpoint (state/train.json: iteration, optimizer steps, data positions,
+// seed, LR schedule, loss scaler, model shape, stored config files), parsed and every field checked
+// for its type and range (lib/ckpt/run_state.c); the error names the directory, the file and the
+// field. *state (a jansson json_t) is the caller's to json_decref.
+struct json_t;
+int neox_ckpt_read_run_state(const neox_ckpt_reader *r, const char *dir, struct json_t **state, neox_error *err);
+// The checks alone, on a parsed state; file names it in errors.
+int neox_ckpt_check_run_state(struct json_t *state, const char *file, neox_error *err);
 // Points SAVE/latest at global_stepN (atomic replace), then removes the oldest global_step
 // directories beyond keep_last (keep_last <= 0 keeps all).
 int neox_ckpt_mark_latest(const char *save, int64_t iteration, int keep_last, neox_error *err);

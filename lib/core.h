@@ -96,9 +96,13 @@ void neox_progress_finish(neox_progress *p, double done, const char *extra);
 void neox_progress_set_enabled(int enabled);
 
 // ---------------------------------------------------------------------------------------------
-// Atomic files. Content is written to "<path>.tmp.<pid>", then fsync'ed and renamed over path, and
-// the directory is fsync'ed, so a reader never sees a half-written file under the final name.
-// Temporary files still open are removed on exit and on SIGINT/SIGTERM/SIGHUP.
+// Atomic files (lib/core/atomic_file.c, the one owner of output temporaries). Content is written
+// to a temporary "<path>.tmp.<pid>.<6 random>.<host>" created exclusively without following
+// symlinks (O_CREAT|O_EXCL|O_NOFOLLOW; a name taken is retried with other random characters),
+// then fsync'ed and renamed over path, and the directory is fsync'ed, so a reader never sees a
+// half-written file under the final name. Errors name the final path. Temporaries still open are
+// removed on exit and on SIGINT/SIGTERM/SIGHUP; creating one first removes (with a notice) the
+// temporaries beside it that processes no longer running on this host left behind.
 typedef struct neox_atomic_file {
     FILE *fp;            // write through this
     char *path;          // final name
@@ -110,9 +114,27 @@ int neox_atomic_commit(neox_atomic_file *af, neox_error *err);  // closes and fr
 void neox_atomic_abort(neox_atomic_file *af);                   // removes the temporary; frees af
 // Writes a whole buffer atomically.
 int neox_atomic_write(const char *path, const void *data, size_t size, neox_error *err);
+// Creates a temporary for path (as above, registered for cleanup); returns its descriptor (open
+// for writing) and *tmp (malloc'ed), or -1 + err naming path.
+int neox_temp_create(const char *path, char **tmp, neox_error *err);
+// The same with the random characters drawn from fill (tests force name collisions with it).
+typedef void (*neox_random_fill)(unsigned char *buf, size_t n);
+int neox_temp_create_with(const char *path, neox_random_fill fill, char **tmp, neox_error *err);
+void neox_random_bytes(unsigned char *buf, size_t n);  // from the kernel's random source
+// Creates a temporary directory for path (mkdir is exclusive and follows no symlink); malloc'ed.
+char *neox_temp_dir_create(const char *path, neox_error *err);
+// Removes the temporaries in dir left by processes no longer running on this host (files or
+// whole directories), each named in a notice; returns how many.
+int neox_cleanup_stale(const char *dir);
+// Removes a file or a directory tree (not following symlinks); NULL does nothing.
+void neox_remove_tree(const char *path);
 // Registers/unregisters an arbitrary temporary path for removal on exit or fatal signal.
 void neox_cleanup_register(const char *path);
 void neox_cleanup_unregister(const char *path);
+// A tool's own handler for SIGTERM, SIGUSR1 and SIGHUP (the trainer's checkpoint-and-stop),
+// installed over any other (MPI's transport libraries install one that swallows SIGHUP); the
+// temporaries are then removed at exit instead of in the signal handler.
+void neox_set_stop_handler(void (*handler)(int));
 // Publishes a finished temporary file written by other means (HDF5, a library): fsyncs tmp,
 // renames it to path and fsyncs the directory. On failure tmp is left for the caller to remove.
 int neox_publish_file(const char *tmp, const char *path, neox_error *err);

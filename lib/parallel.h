@@ -176,6 +176,14 @@ void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source
 // An NCCL request: the compute stream waits for it on the GPU and the host returns at once (the
 // seconds counted are host time only, ~0; the GPU's communication time is not measured).
 void neox_wait(neox_request *req);
+
+// The communication timeout (comm_timeout_seconds; lib/parallel/comm_timeout.c). 0 (the default)
+// waits forever in blocking MPI calls. Otherwise every MPI call on the host waits by polling, and
+// one that makes no progress for that long ends the job naming the ranks that did not respond.
+void neox_comm_set_timeout(double seconds);
+double neox_comm_timeout(void);
+// Waits for an MPI request of c's operation op under the timeout.
+void neox_comm_wait_mpi(const neox_comm *c, MPI_Request *req, neox_comm_op op);
 // Non-blocking check; returns 1 when the request has completed (and completes it).
 int neox_test(neox_request *req);
 

@@ -34,6 +34,7 @@ OWN_KEYS = [
     ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd", 0, None, None),
     ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),
     ("neox.c", "gradient_compression_start", "INT", "0", None, 0, 0, float("inf")),
+    ("neox.c", "comm_timeout_seconds", "FLOAT", "0", None, 0, 0, float("inf")),
     ("neox.c", "data_parallel_size", "INT", None, None, 1, None, None),
     ("neox.c", "warmup_iters", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_beta1", "FLOAT", None, None, 1, None, None),

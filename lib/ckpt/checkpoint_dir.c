@@ -1,14 +1,17 @@
 // checkpoint_dir.c: the directory side of checkpoints: SAVE/global_stepN/ with its shard files and
-// manifest.json (layout, iteration, every file with size and CRC-32), and SAVE/latest, which is
-// replaced atomically only once a checkpoint is complete, then old checkpoints are pruned.
+// manifest.json (layout, iteration, every file with size and CRC-32), written under a temporary
+// directory name and switched into place whole (never modifying the directory `latest` names),
+// and SAVE/latest, which is replaced atomically only once a checkpoint is complete, then old
+// checkpoints are pruned.
 #include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <errno.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include "ckpt.h"
 
@@ -34,23 +37,42 @@ int neox_ckpt_make_dir(const char *save, int64_t iteration, neox_error *err) {
     return rc;
 }
 
-int neox_ckpt_file_checksum(const char *path, neox_ckpt_file_entry *entry, neox_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s", path, strerror(errno));
-    unsigned char buf[1 << 16];
-    uLong crc = crc32(0L, Z_NULL, 0);
-    uint64_t bytes = 0;
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        crc = crc32(crc, buf, (uInt)n);
-        bytes += n;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: read error", path);
-    entry->bytes = bytes;
-    entry->crc32 = (uint32_t)crc;
-    return 0;
+char *neox_ckpt_begin_dir(const char *save, int64_t iteration, neox_error *err) {
+    if (make_one_dir(save, err) < 0) return NULL;
+    char *dir = neox_ckpt_dir(save, iteration);
+    char *tmp = neox_temp_dir_create(dir, err);
+    free(dir);
+    return tmp;
+}
+
+// Puts tmp in place of an existing dir in one step (both names stay valid throughout), so a
+// crash leaves either the old complete checkpoint or the new one under the name; tmp then holds
+// the old one.
+static int exchange_dirs(const char *tmp, const char *dir, neox_error *err) {
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot switch to the new checkpoint: %s", dir, strerror(errno));
+    // A file system without the exchange: the old directory is moved aside first, leaving a
+    // moment in which the name is missing (a resume then reports it and is rerun).
+    char *aside = neox_asprintf("%s.old", tmp);
+    int rc = rename(dir, aside) == 0 && rename(tmp, dir) == 0 && rename(aside, tmp) == 0
+                 ? 0 : neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot switch to the new checkpoint: %s", dir, strerror(errno));
+    free(aside);
+    return rc;
+}
+
+int neox_ckpt_switch_dir(const char *save, int64_t iteration, const char *tmp, neox_error *err) {
+    char *dir = neox_ckpt_dir(save, iteration);
+    struct stat st;
+    int replacing = lstat(dir, &st) == 0;
+    int rc = replacing ? exchange_dirs(tmp, dir, err)
+                       : rename(tmp, dir) == 0 ? 0
+                       : neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot rename the new checkpoint into place: %s", dir,
+                                   strerror(errno));
+    if (rc == 0) rc = neox_fsync_dir_of(dir, err);
+    if (rc == 0 && replacing) neox_remove_tree(tmp);  // the old checkpoint, now under the temporary name
+    free(dir);
+    return rc;
 }
 
 // ---- manifest ---------------------------------------------------------------------------------
@@ -107,6 +129,26 @@ static int read_file_entry(json_t *f, const char *path, int i, neox_ckpt_file_en
     return 0;
 }
 
+// Every world rank of the layout has exactly one shard file listed: a manifest declaring more
+// ranks than it lists would load with pieces missing.
+static int check_ranks(const neox_ckpt_manifest *m, const char *path, neox_error *err) {
+    unsigned char *seen = neox_calloc((size_t)m->world_size, 1);
+    int rc = 0;
+    for (int i = 0; i < m->nfiles && rc == 0; i++) {
+        int r = m->files[i].rank;
+        if (r >= m->world_size)
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: files[%d] has rank %d, outside world_size %d", path, i, r, m->world_size);
+        else if (r >= 0 && seen[r]++)
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: rank %d is listed twice", path, r);
+    }
+    for (int r = 0; r < m->world_size && rc == 0; r++)
+        if (!seen[r])
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: world_size is %d but no shard file of rank %d is listed", path,
+                           m->world_size, r);
+    free(seen);
+    return rc;
+}
+
 int neox_ckpt_manifest_read(const char *dir, neox_ckpt_manifest *m, neox_error *err) {
     memset(m, 0, sizeof *m);
     char *path = neox_asprintf("%s/manifest.json", dir);
@@ -147,6 +189,7 @@ int neox_ckpt_manifest_read(const char *dir, neox_ckpt_manifest *m, neox_error *
             m->files = neox_calloc(m->nfiles, sizeof *m->files);
             for (int i = 0; i < m->nfiles && rc == 0; i++)
                 rc = read_file_entry(json_array_get(files, i), path, i, &m->files[i], err);
+            if (rc == 0) rc = check_ranks(m, path, err);
         }
     }
     if (rc < 0) neox_ckpt_manifest_free(m);

@@ -584,18 +584,37 @@ static int64_t piece_elements(const tensor *t, const piece *p) {
 
 // Copies len bytes between files in the kernel (no trip through user memory), falling back to
 // pread/pwrite where the file systems cannot.
-static int copy_bytes_between(int in, off_t in_at, int out, off_t out_at, size_t len) {
+// Returns 0, or -1 with errno set and *write_side telling whether writing the output failed (a
+// full disk) rather than reading the shard.
+static int copy_bytes_between(int in, off_t in_at, int out, off_t out_at, size_t len, int *write_side) {
+    *write_side = 0;
     while (len > 0) {
         ssize_t k = copy_file_range(in, &in_at, out, &out_at, len, 0);
         if (k > 0) {
             len -= (size_t)k;
             continue;
         }
-        if (k == 0 || (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)) return -1;
+        if (k == 0) errno = EIO;
+        if (k == 0 || (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)) {
+            *write_side = errno == ENOSPC || errno == EDQUOT || errno == EFBIG;
+            return -1;
+        }
         char buf[1 << 16];
         while (len > 0) {
             ssize_t got = pread(in, buf, len < sizeof buf ? len : sizeof buf, in_at);
-            if (got <= 0 || pwrite(out, buf, (size_t)got, out_at) != got) return -1;
+            if (got <= 0) {
+                if (got == 0) errno = EIO;
+                return -1;
+            }
+            for (ssize_t put = 0; put < got;) {
+                ssize_t w = pwrite(out, buf + put, (size_t)(got - put), out_at + put);
+                if (w <= 0) {
+                    if (w == 0) errno = ENOSPC;
+                    *write_side = 1;
+                    return -1;
+                }
+                put += w;
+            }
             in_at += got, out_at += got, len -= (size_t)got;
         }
     }
@@ -624,12 +643,13 @@ static int copy_runs(const neox_ckpt_reader *r, const tensor *t, int64_t start, 
         lo = flat > start ? flat : start;
         hi = flat + piece_elements(t, p) < start + n ? flat + piece_elements(t, p) : start + n;
         if (lo >= hi) continue;
-        int in = file_descriptor(r, p->file);
+        int in = file_descriptor(r, p->file), write_side = 0;
         if (in < 0 || copy_bytes_between(in, (off_t)(addr + (uint64_t)(lo - flat) * sizeof(float)), fd,
                                          (off_t)(fd_offset + (lo - start) * (int64_t)sizeof(float)),
-                                         (size_t)(hi - lo) * sizeof(float)) != 0)
-            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot copy '%s': %s", r->paths[p->file], p->dataset,
-                           strerror(errno));
+                                         (size_t)(hi - lo) * sizeof(float), &write_side) != 0)
+            rc = write_side ? neox_fail(err, NEOX_EXIT_FAILURE, "cannot write tensor '%s': %s", t->name, strerror(errno))
+                            : neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot copy '%s': %s", r->paths[p->file],
+                                        p->dataset, strerror(errno));
         else mark_covered(covered, lo - start, hi - start);
     }
     int64_t missing = rc == 1 ? first_uncovered(covered, n) : -1;

@@ -282,7 +282,7 @@ int neox_st_writer_put(neox_st_writer *w, const void *data, size_t bytes, neox_e
     if (bytes > w->expected - w->written)
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: more tensor data than the header announces", w->af->path);
     if (bytes && fwrite(data, 1, bytes, w->af->fp) != bytes)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->af->tmp_path, strerror(errno));
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->af->path, strerror(errno));
     w->written += bytes;
     start_writeback(w);
     return 0;
@@ -292,11 +292,11 @@ int neox_st_writer_reserve(neox_st_writer *w, size_t bytes, int *fd, int64_t *of
     if (bytes > w->expected - w->written)
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: more tensor data than the header announces", w->af->path);
     if (fflush(w->af->fp) != 0)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->af->tmp_path, strerror(errno));
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->af->path, strerror(errno));
     *fd = fileno(w->af->fp);
     *offset = (int64_t)(w->data_start + w->written);
     if (fseeko(w->af->fp, (off_t)(*offset + (int64_t)bytes), SEEK_SET) != 0)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: seek failed: %s", w->af->tmp_path, strerror(errno));
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: seek failed: %s", w->af->path, strerror(errno));
     w->written += bytes;
     return 0;
 }

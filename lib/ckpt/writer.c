@@ -1,7 +1,7 @@
 // writer.c: writes one HDF5 shard file of a layout-free checkpoint (see ckpt.h). Each piece of a
 // tensor is one dataset with attributes: "neox_piece" ("block", "range" or "bytes"),
-// "global_shape" and either "offset" (block) or "range_start" (range). The file is created under a
-// temporary name and renamed into place only once closed and synced. The CRC-32 of each dataset's
+// "global_shape" and either "offset" (block) or "range_start" (range). The file is created under an
+// exclusive temporary name (lib/core/atomic_file.c) and renamed into place only once closed and synced. The CRC-32 of each dataset's
 // raw bytes is taken from memory as it is written, so closing can give the file's manifest entry
 // without reading the data back (shard_crc.c).
 #include "ckpt.h"
@@ -25,17 +25,22 @@ struct neox_ckpt_writer {
     int fd;                    // HDF5's descriptor of the file (sec2 driver), -1 if not known
 };
 
+// The temporary is created exclusively first (no symlink followed, an unpredictable name), then
+// HDF5 opens that file of ours to write it.
 neox_ckpt_writer *neox_ckpt_writer_open(const char *path, neox_error *err) {
     neox_hdf5_quiet();
-    char msg[256];
-    char *tmp = neox_asprintf("%s.tmp.%ld", path, (long)getpid());
+    char msg[256], *tmp;
+    int fd = neox_temp_create(path, &tmp, err);
+    if (fd < 0) return NULL;
+    close(fd);
     hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (file < 0) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create checkpoint shard: %s", tmp, neox_hdf5_error(msg));
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create checkpoint shard: %s", path, neox_hdf5_error(msg));
+        unlink(tmp);
+        neox_cleanup_unregister(tmp);
         free(tmp);
         return NULL;
     }
-    neox_cleanup_register(tmp);
     neox_ckpt_writer *w = neox_calloc(1, sizeof *w);
     w->file = file;
     w->link_props = H5Pcreate(H5P_LINK_CREATE);
@@ -109,7 +114,7 @@ static hid_t write_dataset(neox_ckpt_writer *w, const char *name, hid_t type, in
     hid_t dset = H5Dcreate2(w->file, name, type, space, w->link_props, H5P_DEFAULT, H5P_DEFAULT);
     if (dset < 0 || H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0 ||
         write_attr_str(dset, "neox_piece", kind) < 0) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write '%s': %s", w->tmp_path, name, neox_hdf5_error(msg));
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write '%s': %s", w->path, name, neox_hdf5_error(msg));
         if (dset >= 0) H5Dclose(dset);
         dset = -1;
     } else {
@@ -131,7 +136,7 @@ int neox_ckpt_write_block(neox_ckpt_writer *w, const char *name, int ndim, const
     if (dset < 0) return -1;
     int rc = write_attr_i64(dset, "global_shape", global_shape, ndim) | write_attr_i64(dset, "offset", offset, ndim);
     H5Dclose(dset);
-    return rc ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write attributes of '%s'", w->tmp_path, name) : 0;
+    return rc ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write attributes of '%s'", w->path, name) : 0;
 }
 
 int neox_ckpt_write_range(neox_ckpt_writer *w, const char *name, int ndim, const int64_t *global_shape, int64_t start,
@@ -145,7 +150,7 @@ int neox_ckpt_write_range(neox_ckpt_writer *w, const char *name, int ndim, const
     if (dset < 0) return -1;
     int rc = write_attr_i64(dset, "global_shape", global_shape, ndim) | write_attr_i64(dset, "range_start", &start, 1);
     H5Dclose(dset);
-    return rc ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write attributes of '%s'", w->tmp_path, name) : 0;
+    return rc ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write attributes of '%s'", w->path, name) : 0;
 }
 
 int neox_ckpt_write_bytes(neox_ckpt_writer *w, const char *name, const void *data, size_t size, neox_error *err) {
@@ -179,7 +184,7 @@ int neox_ckpt_writer_close_entry(neox_ckpt_writer *w, neox_ckpt_file_entry *entr
     H5Pclose(w->link_props);
     int rc = 0;
     if (H5Fclose(w->file) < 0)
-        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot close checkpoint shard: %s", w->tmp_path, neox_hdf5_error(msg));
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot close checkpoint shard: %s", w->path, neox_hdf5_error(msg));
     if (rc == 0 && entry)
         rc = w->extents_unknown ? neox_ckpt_file_checksum(w->tmp_path, entry, err)
                                 : neox_crc_extents_file(&w->extents, w->tmp_path, entry, err);

@@ -115,27 +115,6 @@ int neox_convert_inspect(const char *ckpt, FILE *out, neox_error *err) {
 }
 
 // ---- verify ---------------------------------------------------------------------------------------
-static int verify_files(const char *dir, FILE *out, neox_error *err) {
-    neox_ckpt_manifest m;
-    if (neox_ckpt_manifest_read(dir, &m, err) != 0) return -1;
-    int rc = 0;
-    for (int i = 0; i < m.nfiles && rc == 0; i++) {
-        char *path = neox_asprintf("%s/%s", dir, m.files[i].name);
-        neox_ckpt_file_entry got = m.files[i];
-        rc = neox_ckpt_file_checksum(path, &got, err);
-        if (rc == 0 && got.bytes != m.files[i].bytes)
-            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: %llu bytes, manifest.json says %llu (truncated or replaced)", path,
-                           (unsigned long long)got.bytes, (unsigned long long)m.files[i].bytes);
-        else if (rc == 0 && got.crc32 != m.files[i].crc32)
-            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: CRC-32 %08x, manifest.json says %08x (corrupt)", path, got.crc32,
-                           m.files[i].crc32);
-        free(path);
-    }
-    if (rc == 0) fprintf(out, "ok: %d files match manifest.json (sizes and CRC-32)\n", m.nfiles);
-    neox_ckpt_manifest_free(&m);
-    return rc;
-}
-
 static int is_expected(const char *name, const neox_cvt_param *ps, int n, const char **groups, int ngroups) {
     if (!strncmp(name, "state/", 6) || !strncmp(name, "config/", 7)) return 1;
     const char *slash = strrchr(name, '/');
@@ -189,13 +168,12 @@ static int verify_tensors(const neox_cvt_ckpt *c, FILE *out, neox_error *err) {
 }
 
 int neox_convert_verify(const char *ckpt, FILE *out, neox_error *err) {
-    // The files first: a damaged file is reported as such, before anything is read from it.
-    char *dir = neox_cvt_resolve(ckpt, err);
-    int rc = dir ? verify_files(dir, out, err) : -1;
-    free(dir);
-    if (rc != 0) return -1;
+    // Opening checks every file against the manifest first: a damaged file is reported as such,
+    // before anything is read from it.
     neox_cvt_ckpt c;
     if (neox_cvt_open(&c, ckpt, err) != 0) return -1;
+    fprintf(out, "ok: %d files match manifest.json (sizes and CRC-32)\n", c.manifest.nfiles);
+    int rc = 0;
     fprintf(out, "ok: manifest, shards, run state and stored config readable; model derived\n");
     if (state_int(&c, "iteration") != c.manifest.iteration)
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json has iteration %lld but manifest.json %lld", c.dir,

@@ -92,9 +92,7 @@ static neox_config *load_stored_config(const neox_ckpt_reader *r, const char *di
             break;
         }
         paths[i] = neox_asprintf("%s/%s", tmpl, base + 1);
-        FILE *f = fopen(paths[i], "wb");
-        if (!f || fwrite(data, 1, size, f) != size) rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write", paths[i]);
-        if (f) fclose(f);
+        rc = neox_atomic_write(paths[i], data, size, err);
         free(data);
     }
     neox_config *cfg = NULL;
@@ -141,25 +139,14 @@ int neox_cvt_open(neox_cvt_ckpt *c, const char *path, neox_error *err) {
     memset(c, 0, sizeof *c);
     c->dir = neox_cvt_resolve(path, err);
     if (!c->dir) return -1;
-    if (neox_ckpt_manifest_read(c->dir, &c->manifest, err) != 0) {
+    c->reader = neox_ckpt_open_dir(c->dir, &c->manifest, err);
+    if (!c->reader) {
         free(c->dir);
         c->dir = NULL;
         return -1;
     }
-    const char **paths = neox_calloc((size_t)c->manifest.nfiles + 1, sizeof *paths);
-    int npaths = 0, rc = 0;
-    for (int i = 0; i < c->manifest.nfiles; i++) {
-        if (!strstr(c->manifest.files[i].name, ".h5")) continue;
-        paths[npaths] = neox_asprintf("%s/%s", c->dir, c->manifest.files[i].name);
-        if (!is_file(paths[npaths])) rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: missing shard file (listed in manifest.json)", paths[npaths]);
-        npaths++;
-    }
-    if (rc == 0) c->reader = neox_ckpt_reader_open(paths, npaths, err);
-    for (int i = 0; i < npaths; i++) free((void *)paths[i]);
-    free(paths);
-    if (rc != 0 || !c->reader) goto fail;
     json_t *state;
-    if (read_json(c->reader, c->dir, "state/train.json", &state, err) != 0) goto fail;
+    if (neox_ckpt_read_run_state(c->reader, c->dir, &state, err) != 0) goto fail;
     c->state = state;
     c->cfg = load_stored_config(c->reader, c->dir, state, err);
     if (!c->cfg || derive_model(c, err) != 0) goto fail;

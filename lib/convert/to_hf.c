@@ -165,6 +165,7 @@ static int write_shard(const neox_cvt_ckpt *c, const neox_cvt_param *ps, int fir
         neox_progress_update(bar, *done, NULL);
     }
     if (rc == 0) return neox_st_writer_commit(w, err);
+    if (!strncmp(err->message, "cannot write", 12)) neox_fail_context(err, "%s", path);  // name the output
     neox_st_writer_abort(w);
     return -1;
 }

@@ -1,21 +1,33 @@
-// atomic_file.c: files that appear under their final name only when complete (temp + fsync +
-// rename + directory fsync), and removal of leftover temporaries on exit or a fatal signal.
+// atomic_file.c: the one owner of output temporaries. Every file a tool writes is created under an
+// unpredictable temporary name beside its final path ("<path>.tmp.<pid>.<6 random>.<host>"),
+// exclusively and without following a symlink planted there (O_CREAT|O_EXCL|O_NOFOLLOW), and
+// appears under its final name only when complete (fsync + rename + directory fsync). Temporaries
+// are removed on exit and on SIGINT/SIGTERM/SIGHUP; those a killed process left behind (its pid is
+// no longer running on this host) are removed, with a notice, when a later run writes beside them.
 #include "core.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#define NAME_RANDOM 6          // random characters in a temporary's name
+#define CREATE_ATTEMPTS 100    // name collisions tolerated before giving up
 
 // The cleanup registry is a fixed table so the signal handler can walk it without allocating.
 #define MAX_CLEANUP 256
 static char *cleanup_paths[MAX_CLEANUP];
 static pthread_mutex_t cleanup_lock = PTHREAD_MUTEX_INITIALIZER;
 static int cleanup_installed;
+static void (*stop_handler)(int);  // a tool's own handler for the stop signals, if it set one
 
 static void remove_registered(void) {
     for (int i = 0; i < MAX_CLEANUP; i++) {
@@ -30,17 +42,36 @@ static void on_fatal_signal(int sig) {
     raise(sig);
 }
 
+static void set_handler(int sig, void (*fn)(int)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fn;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(sig, &sa, NULL);
+}
+
+// SIGHUP is replaced whatever handler is there: MPI's transport libraries install one that
+// swallows it, and a hang-up must end the tool like SIGTERM does.
 static void install_cleanup(void) {
     if (cleanup_installed) return;
     cleanup_installed = 1;
     atexit(remove_registered);
+    if (stop_handler) return;
     int sigs[] = {SIGINT, SIGTERM, SIGHUP};
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
         struct sigaction old;
         sigaction(sigs[i], NULL, &old);
-        // Leave handlers a tool installed itself (the trainer's checkpoint-on-SIGTERM) alone.
-        if (old.sa_handler == SIG_DFL) signal(sigs[i], on_fatal_signal);
+        if (old.sa_handler == SIG_DFL || sigs[i] == SIGHUP) set_handler(sigs[i], on_fatal_signal);
     }
+}
+
+void neox_set_stop_handler(void (*handler)(int)) {
+    pthread_mutex_lock(&cleanup_lock);
+    stop_handler = handler;
+    int sigs[] = {SIGTERM, SIGUSR1, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) set_handler(sigs[i], handler);
+    pthread_mutex_unlock(&cleanup_lock);
 }
 
 void neox_cleanup_register(const char *path) {
@@ -66,6 +97,130 @@ void neox_cleanup_unregister(const char *path) {
     pthread_mutex_unlock(&cleanup_lock);
 }
 
+// ---- temporary names ----------------------------------------------------------------------------
+
+static void host_name(char *buf, size_t size) {
+    if (gethostname(buf, size) != 0) snprintf(buf, size, "localhost");
+    buf[size - 1] = '\0';
+    for (char *c = buf; *c; c++)
+        if (*c == '/') *c = '_';
+}
+
+void neox_random_bytes(unsigned char *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = getrandom(buf + got, n - got, 0);
+        if (k > 0) got += (size_t)k;
+        else if (errno != EINTR) neox_die(NEOX_EXIT_FAILURE, "cannot read random bytes: %s", strerror(errno));
+    }
+}
+
+static char *temp_name(const char *path, neox_random_fill fill) {
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char raw[NAME_RANDOM];
+    char rnd[NAME_RANDOM + 1], host[64];
+    fill(raw, sizeof raw);
+    for (int i = 0; i < NAME_RANDOM; i++) rnd[i] = alphabet[raw[i] % (sizeof alphabet - 1)];
+    rnd[NAME_RANDOM] = '\0';
+    host_name(host, sizeof host);
+    return neox_asprintf("%s.tmp.%ld.%s.%s", path, (long)getpid(), rnd, host);
+}
+
+// Whether name is a temporary (of any final name) made on this host by a process no longer
+// running; *pid gets its process id.
+static int is_stale_temporary(const char *name, const char *host, long *pid) {
+    for (const char *at = strstr(name, ".tmp."); at; at = strstr(at + 1, ".tmp.")) {
+        char *end;
+        long p = strtol(at + 5, &end, 10);
+        if (end == at + 5 || *end != '.' || p <= 0) continue;
+        const char *rnd = end + 1;
+        if (strspn(rnd, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != NAME_RANDOM ||
+            rnd[NAME_RANDOM] != '.' || strcmp(rnd + NAME_RANDOM + 1, host))
+            continue;
+        *pid = p;
+        return p != (long)getpid() && kill((pid_t)p, 0) != 0 && errno == ESRCH;
+    }
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+int neox_cleanup_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    char host[64];
+    host_name(host, sizeof host);
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid;
+        if (!is_stale_temporary(e->d_name, host, &pid)) continue;
+        char *path = neox_asprintf("%s/%s", dir, e->d_name);
+        nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        if (access(path, F_OK) != 0) {
+            neox_notice("removed %s, a temporary left by process %ld (no longer running)", path, pid);
+            removed++;
+        }
+        free(path);
+    }
+    closedir(d);
+    return removed;
+}
+
+static void cleanup_stale_beside(const char *path) {
+    char *copy = neox_strdup(path);
+    neox_cleanup_stale(dirname(copy));
+    free(copy);
+}
+
+int neox_temp_create_with(const char *path, neox_random_fill fill, char **tmp_out, neox_error *err) {
+    cleanup_stale_beside(path);
+    for (int attempt = 0; attempt < CREATE_ATTEMPTS; attempt++) {
+        char *tmp = temp_name(path, fill);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            neox_cleanup_register(tmp);
+            *tmp_out = tmp;
+            return fd;
+        }
+        int e = errno;
+        free(tmp);
+        if (e != EEXIST) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create: %s", path, strerror(e));
+    }
+    return neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create: no free temporary name after %d tries", path,
+                     CREATE_ATTEMPTS);
+}
+
+int neox_temp_create(const char *path, char **tmp_out, neox_error *err) {
+    return neox_temp_create_with(path, neox_random_bytes, tmp_out, err);
+}
+
+char *neox_temp_dir_create(const char *path, neox_error *err) {
+    cleanup_stale_beside(path);
+    for (int attempt = 0; attempt < CREATE_ATTEMPTS; attempt++) {
+        char *tmp = temp_name(path, neox_random_bytes);
+        if (mkdir(tmp, 0777) == 0) return tmp;  // mkdir never follows a symlink at the name
+        int e = errno;
+        free(tmp);
+        if (e != EEXIST) {
+            neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create directory: %s", path, strerror(e));
+            return NULL;
+        }
+    }
+    neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create directory: no free temporary name", path);
+    return NULL;
+}
+
+void neox_remove_tree(const char *path) {
+    if (path) nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+// ---- publishing ---------------------------------------------------------------------------------
+
 int neox_fsync_dir_of(const char *path, neox_error *err) {
     char *copy = neox_strdup(path);
     const char *dir = dirname(copy);
@@ -79,8 +234,8 @@ int neox_fsync_dir_of(const char *path, neox_error *err) {
 }
 
 int neox_publish_file(const char *tmp, const char *path, neox_error *err) {
-    int fd = open(tmp, O_RDONLY);
-    int rc = fd < 0 || fsync(fd) != 0 ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot sync: %s", tmp, strerror(errno)) : 0;
+    int fd = open(tmp, O_RDONLY | O_NOFOLLOW);
+    int rc = fd < 0 || fsync(fd) != 0 ? neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", path, strerror(errno)) : 0;
     if (fd >= 0) close(fd);
     if (rc == 0 && rename(tmp, path) != 0)
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot rename into place: %s", path, strerror(errno));
@@ -88,14 +243,18 @@ int neox_publish_file(const char *tmp, const char *path, neox_error *err) {
 }
 
 neox_atomic_file *neox_atomic_open(const char *path, neox_error *err) {
-    char *tmp = neox_asprintf("%s.tmp.%ld", path, (long)getpid());
-    FILE *fp = fopen(tmp, "wb");
+    char *tmp;
+    int fd = neox_temp_create(path, &tmp, err);
+    if (fd < 0) return NULL;
+    FILE *fp = fdopen(fd, "wb");
     if (!fp) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create: %s", path, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        neox_cleanup_unregister(tmp);
         free(tmp);
         return NULL;
     }
-    neox_cleanup_register(tmp);
     neox_atomic_file *af = neox_calloc(1, sizeof *af);
     af->fp = fp;
     af->path = neox_strdup(path);
@@ -124,7 +283,7 @@ int neox_atomic_commit(neox_atomic_file *af, neox_error *err) {
     if (fclose(af->fp) != 0 && !failed) failed = 1, saved = errno;
     af->fp = NULL;
     if (failed) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", af->tmp_path, strerror(saved));
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", af->path, strerror(saved));
         neox_atomic_abort(af);
         return -1;
     }
@@ -142,7 +301,7 @@ int neox_atomic_write(const char *path, const void *data, size_t size, neox_erro
     neox_atomic_file *af = neox_atomic_open(path, err);
     if (!af) return -1;
     if (size && fwrite(data, 1, size, af->fp) != size) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", af->tmp_path, strerror(errno));
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", af->path, strerror(errno));
         neox_atomic_abort(af);
         return -1;
     }

@@ -264,7 +264,7 @@ int neox_indexed_writer_add_item(neox_indexed_writer *w, const int32_t *ids, siz
         bytes = w->scratch;
     }
     if (n && fwrite(bytes, w->elem_size, n, w->bin->fp) != n)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->bin->tmp_path, strerror(errno));
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->bin->path, strerror(errno));
     if (w->nsizes == w->cap_sizes) {
         w->cap_sizes = w->cap_sizes ? w->cap_sizes * 2 : 1024;
         w->sizes = neox_realloc(w->sizes, w->cap_sizes * sizeof *w->sizes);
@@ -287,7 +287,7 @@ int neox_indexed_writer_append(neox_indexed_writer *w, const neox_indexed_datase
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: dtype %s differs from the output's %s", ds->idx_path,
                          neox_index_dtype_name(ds->dtype), neox_index_dtype_name(w->dtype));
     if (ds->bin_size && fwrite(ds->bin, 1, ds->bin_size, w->bin->fp) != ds->bin_size)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->bin->tmp_path, strerror(errno));
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->bin->path, strerror(errno));
     int64_t base = (int64_t)w->nsizes;
     for (int64_t i = 0; i < ds->num_items; i++) {
         if (w->nsizes == w->cap_sizes) {
@@ -324,7 +324,7 @@ static int write_index(neox_indexed_writer *w, neox_atomic_file *idx, neox_error
         pointer += (int64_t)w->sizes[i] * (int64_t)w->elem_size;
     }
     ok = ok && fwrite(w->doc_idx, 8, d, fp) == d;
-    if (!ok) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", idx->tmp_path, strerror(errno));
+    if (!ok) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", idx->path, strerror(errno));
     return 0;
 }
 

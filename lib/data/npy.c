@@ -51,7 +51,7 @@ int neox_npy_write(const char *path, const char *descr, int ndim, const int64_t 
     if (!af) return -1;
     size_t bytes = (size_t)count * esize;
     if (fwrite(header, 1, hsize, af->fp) != hsize || (bytes && fwrite(data, 1, bytes, af->fp) != bytes)) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", af->tmp_path, strerror(errno));
+        neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", af->path, strerror(errno));
         neox_atomic_abort(af);
         return -1;
     }

@@ -4,7 +4,6 @@
 // call whose buffers are device memory on a group with NCCL goes to nccl.c instead (NEOX_NCCL is
 // the constant 0 in a CPU build); the accounting is the same for both.
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +126,19 @@ void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s) {
 
 // ---- blocking ---------------------------------------------------------------------------------
 
+// A blocking MPI call, or with a communication timeout set its non-blocking form waited for under
+// the timeout (comm_timeout.c).
+#define WAITED(c, op, blocking, nonblocking, ...)                                        \
+    do {                                                                                 \
+        if (neox_comm_timeout() > 0) {                                                   \
+            MPI_Request waited_req_;                                                     \
+            nonblocking(__VA_ARGS__, &waited_req_);                                      \
+            neox_comm_wait_mpi((c), &waited_req_, (op));                                 \
+        } else {                                                                         \
+            blocking(__VA_ARGS__);                                                       \
+        }                                                                                \
+    } while (0)
+
 // Every MPI call gets an int count: larger buffers go in pieces of this many elements.
 #define REDUCE_CHUNK ((size_t)1 << 30)
 
@@ -137,7 +149,8 @@ void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
     else
         for (size_t done = 0; done < count && c->size > 1;) {
             size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
-            MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esize, (int)n, mpi_type(dt), sum_op(dt), c->mpi);
+            WAITED(c, NEOX_COMM_ALLREDUCE, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, (char *)buf + done * esize, (int)n,
+                   mpi_type(dt), sum_op(dt), c->mpi);
             done += n;
         }
     account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
@@ -151,7 +164,8 @@ void neox_allreduce_max(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
     else
         for (size_t done = 0; done < count && c->size > 1;) {
             size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
-            MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * esize, (int)n, mpi_type(dt), MPI_MAX, c->mpi);
+            WAITED(c, NEOX_COMM_ALLREDUCE, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, (char *)buf + done * esize, (int)n,
+                   mpi_type(dt), MPI_MAX, c->mpi);
             done += n;
         }
     account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
@@ -161,7 +175,8 @@ void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t 
     if (recv_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "reduce-scatter of %zu elements per rank is too large", recv_count);
     double t0 = neox_now();
     if (NEOX_NCCL(c, send, recv, "reduce-scatter")) neox_nccl_reduce_scatter(c, send, recv, recv_count, dt, NULL);
-    else MPI_Reduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi);
+    else WAITED(c, NEOX_COMM_REDUCE_SCATTER, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, send, recv,
+                (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi);
     account(c, NEOX_COMM_REDUCE_SCATTER, recv_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
@@ -169,7 +184,8 @@ void neox_allgather(neox_comm *c, const void *send, void *recv, size_t send_coun
     if (send_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-gather of %zu elements per rank is too large", send_count);
     double t0 = neox_now();
     if (NEOX_NCCL(c, send, recv, "all-gather")) neox_nccl_allgather(c, send, recv, send_count, dt, NULL);
-    else MPI_Allgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi);
+    else WAITED(c, NEOX_COMM_ALLGATHER, MPI_Allgather, MPI_Iallgather, send, (int)send_count, mpi_type(dt), recv,
+                (int)send_count, mpi_type(dt), c->mpi);
     account(c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
@@ -183,7 +199,9 @@ void neox_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dt
         total += (size_t)counts[r];
     }
     if (NEOX_NCCL(c, buf, NULL, "all-gather")) neox_nccl_allgatherv_inplace(c, buf, counts, dt);
-    else if (c->size > 1) MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi);
+    else if (c->size > 1)
+        WAITED(c, NEOX_COMM_ALLGATHER, MPI_Allgatherv, MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts,
+               displs, mpi_type(dt), c->mpi);
     free(displs);
     account(c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt), neox_now() - t0);
 }
@@ -192,8 +210,20 @@ void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_coun
     if (block_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-to-all of %zu elements per rank is too large", block_count);
     double t0 = neox_now();
     if (NEOX_NCCL(c, send, recv, "all-to-all")) neox_nccl_alltoall(c, send, recv, block_count, dt);
-    else MPI_Alltoall(send, (int)block_count, mpi_type(dt), recv, (int)block_count, mpi_type(dt), c->mpi);
+    else WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoall, MPI_Ialltoall, send, (int)block_count, mpi_type(dt), recv,
+                (int)block_count, mpi_type(dt), c->mpi);
     account(c, NEOX_COMM_ALLTOALL, block_count * c->size * neox_dtype_size(dt), neox_now() - t0);
+}
+
+// MPI_Recv, under the communication timeout when one is set.
+static void recv_waited(neox_comm *c, void *p, int n, MPI_Datatype type, int peer, int tag) {
+    if (neox_comm_timeout() <= 0) {
+        MPI_Recv(p, n, type, peer, tag, c->mpi, MPI_STATUS_IGNORE);
+        return;
+    }
+    MPI_Request req;
+    MPI_Irecv(p, n, type, peer, tag, c->mpi, &req);
+    neox_comm_wait_mpi(c, &req, NEOX_COMM_RECV);
 }
 
 // Point-to-point and broadcast move large buffers in int-sized pieces, in order.
@@ -202,9 +232,9 @@ static void chunked(neox_comm *c, neox_comm_op op, void *buf, size_t count, neox
     for (size_t done = 0; done < count;) {
         size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
         char *p = (char *)buf + done * esize;
-        if (op == NEOX_COMM_BROADCAST) MPI_Bcast(p, (int)n, mpi_type(dt), peer, c->mpi);
-        else if (op == NEOX_COMM_SEND) MPI_Send(p, (int)n, mpi_type(dt), peer, tag, c->mpi);
-        else MPI_Recv(p, (int)n, mpi_type(dt), peer, tag, c->mpi, MPI_STATUS_IGNORE);
+        if (op == NEOX_COMM_BROADCAST) WAITED(c, op, MPI_Bcast, MPI_Ibcast, p, (int)n, mpi_type(dt), peer, c->mpi);
+        else if (op == NEOX_COMM_SEND) WAITED(c, op, MPI_Send, MPI_Isend, p, (int)n, mpi_type(dt), peer, tag, c->mpi);
+        else recv_waited(c, p, (int)n, mpi_type(dt), peer, tag);
         done += n;
     }
 }
@@ -238,7 +268,8 @@ void neox_reduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int r
         for (size_t done = 0; done < count && c->size > 1;) {
             size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
             char *p = (char *)buf + done * esize;
-            MPI_Reduce(c->rank == root ? MPI_IN_PLACE : p, p, (int)n, mpi_type(dt), sum_op(dt), root, c->mpi);
+            WAITED(c, NEOX_COMM_REDUCE, MPI_Reduce, MPI_Ireduce, c->rank == root ? MPI_IN_PLACE : p, p, (int)n, mpi_type(dt),
+                   sum_op(dt), root, c->mpi);
             done += n;
         }
     account(c, NEOX_COMM_REDUCE, count * esize, neox_now() - t0);
@@ -246,7 +277,7 @@ void neox_reduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int r
 
 void neox_barrier(neox_comm *c) {
     double t0 = neox_now();
-    MPI_Barrier(c->mpi);
+    WAITED(c, NEOX_COMM_BARRIER, MPI_Barrier, MPI_Ibarrier, c->mpi);
     account(c, NEOX_COMM_BARRIER, 0, neox_now() - t0);
 }
 
@@ -344,11 +375,7 @@ void neox_wait(neox_request *req) {
     if (NEOX_NCCL_REQUEST(req)) {
         neox_nccl_wait(req);  // the compute stream waits; the host does not
     } else {
-        for (int done = 0;;) {
-            MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
-            if (done) break;
-            sched_yield();
-        }
+        neox_comm_wait_mpi(req->comm, &req->mpi, req->op);
     }
     double seconds = neox_now() - t0;
     req->comm->stats.seconds[req->op] += seconds;

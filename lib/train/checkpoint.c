@@ -4,8 +4,9 @@
 // SGD momentum — as blocks of the global tensors, so a checkpoint can be read back by any layout
 // (tensor-parallel blocks, pipe stages and data-parallel ranges intersect freely); rank 0 adds the run state (iteration, optimizer step,
 // LR schedule, RNG, data positions, model shape) as JSON, the effective config and the input YAML
-// files. After every shard is in place rank 0 writes manifest.json from the sizes and CRC-32s each
-// rank took while writing (no shard is read back), and only then moves `latest`.
+// files, all into a temporary directory. After every shard is in place rank 0 writes manifest.json
+// from the sizes and CRC-32s each rank took while writing (no shard is read back), switches the
+// directory into place as SAVE/global_stepN, and only then moves `latest`.
 #include <jansson.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -237,31 +238,47 @@ static int all_ranks_ok(neox_trainer *t, int rc) {
     return failed == 0;
 }
 
-// The phases of a save, each ended by agreeing over all ranks that it succeeded.
-static int save_phases(neox_trainer *t, const char *dir, neox_error *err) {
-    int rc = 0;
-    if (t->rank0) {
-        rc = neox_ckpt_make_dir(t->save_dir, t->state.iteration, err);
-        // Re-saving an iteration (after resuming from an earlier checkpoint): the directory is not
-        // complete again until the new manifest is written.
-        char *manifest = neox_asprintf("%s/manifest.json", dir);
-        unlink(manifest);
-        free(manifest);
-    }
-    if (!all_ranks_ok(t, rc)) return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "rank 0 could not create %s", dir);
+// The temporary directory rank 0 created, on every rank (NULL on all when it could not).
+static char *shared_dir_name(neox_trainer *t, char *mine) {
+    char name[4096] = "";
+    if (mine) snprintf(name, sizeof name, "%s", mine);
+    if (t->grid->world_size > 1) neox_broadcast(&t->grid->world, name, sizeof name, NEOX_U8, 0);
+    return name[0] ? neox_strdup(name) : NULL;
+}
+
+// Every shard and the manifest go into a temporary directory, switched into place whole before
+// `latest` moves (the directory `latest` names is never modified).
+static int write_checkpoint(neox_trainer *t, const char *tmp, neox_error *err) {
     neox_ckpt_file_entry mine = {0}, *files = neox_calloc((size_t)t->grid->world_size, sizeof *files);
-    rc = write_shard(t, dir, &mine, err);
+    int rc = write_shard(t, tmp, &mine, err);
     if (!all_ranks_ok(t, rc)) {
         free(files);
         return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "another rank failed to write its shard");
     }
     gather_entries(t, &mine, files);
     if (t->rank0) {
-        rc = write_manifest(t, dir, files, err);
+        rc = write_manifest(t, tmp, files, err);
+        if (rc == 0) rc = neox_ckpt_switch_dir(t->save_dir, t->state.iteration, tmp, err);
         if (rc == 0) rc = neox_ckpt_mark_latest(t->save_dir, t->state.iteration, t->keep_last, err);
         if (rc == 0) rc = neox_metrics_flush(t->metrics, err);
     }
     free(files);
+    return rc;
+}
+
+// The phases of a save, each ended by agreeing over all ranks that it succeeded.
+static int save_phases(neox_trainer *t, const char *dir, neox_error *err) {
+    char *made = t->rank0 ? neox_ckpt_begin_dir(t->save_dir, t->state.iteration, err) : NULL;
+    char *tmp = shared_dir_name(t, made);
+    int rc = tmp ? 0 : -1;
+    if (!tmp) {
+        if (!t->rank0) neox_fail(err, NEOX_EXIT_FAILURE, "rank 0 could not create %s", dir);
+    } else {
+        rc = write_checkpoint(t, tmp, err);
+    }
+    if (rc != 0 && t->rank0) neox_remove_tree(tmp);
+    free(made);
+    free(tmp);
     if (!all_ranks_ok(t, rc)) return rc ? rc : neox_fail(err, NEOX_EXIT_FAILURE, "rank 0 failed to complete %s", dir);
     return 0;
 }
@@ -340,7 +357,7 @@ static int restore_state(neox_trainer *t, json_t *state, neox_error *err) {
 static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
     json_t *state = NULL;
-    int rc = r ? neox_train_read_state(r, dir, &state, err) : -1;
+    int rc = r ? neox_ckpt_read_run_state(r, dir, &state, err) : -1;
     if (rc == 0) rc = neox_train_check_model_shape(&t->model->desc, state, dir, err);
     if (rc == 0) rc = neox_train_read_tensors(t->model, r, "params", t->model->param_buf, err);
     neox_model_weights_changed(t->model);

@@ -172,9 +172,9 @@ typedef struct neox_shape_field {
 int neox_train_model_shape(const neox_model_desc *d, neox_shape_field *f);  // fills up to 16
 typedef struct neox_ckpt_reader neox_ckpt_reader;
 typedef struct json_t json_t;
-// Opens every shard file the manifest of checkpoint directory dir lists.
+// Opens every shard file the manifest of checkpoint directory dir lists, each checked against it
+// first (neox_ckpt_open_dir).
 neox_ckpt_reader *neox_train_open_checkpoint(const char *dir, neox_error *err);
-int neox_train_read_state(const neox_ckpt_reader *r, const char *dir, json_t **state, neox_error *err);
 // Fails naming the key when the stored shape differs from d.
 int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err);
 // Reads the whole tensors group/NAME of every parameter into buf at the parameter's offset

@@ -29,28 +29,9 @@ int neox_train_model_shape(const neox_model_desc *d, neox_shape_field *f) {
 
 neox_ckpt_reader *neox_train_open_checkpoint(const char *dir, neox_error *err) {
     neox_ckpt_manifest man;
-    if (neox_ckpt_manifest_read(dir, &man, err) != 0) return NULL;
-    const char **paths = neox_calloc((size_t)man.nfiles + 1, sizeof *paths);
-    int npaths = 0;
-    for (int i = 0; i < man.nfiles; i++)
-        if (man.files[i].rank >= 0) paths[npaths++] = neox_asprintf("%s/%s", dir, man.files[i].name);
-    neox_ckpt_reader *r = neox_ckpt_reader_open(paths, npaths, err);
-    for (int i = 0; i < npaths; i++) free((void *)paths[i]);
-    free(paths);
-    neox_ckpt_manifest_free(&man);
+    neox_ckpt_reader *r = neox_ckpt_open_dir(dir, &man, err);
+    if (r) neox_ckpt_manifest_free(&man);
     return r;
-}
-
-int neox_train_read_state(const neox_ckpt_reader *r, const char *dir, json_t **state, neox_error *err) {
-    void *data;
-    size_t size;
-    if (neox_ckpt_read_bytes(r, "state/train.json", &data, &size, err) != 0) return -1;
-    json_error_t jerr;
-    *state = json_loadb(data, size, 0, &jerr);
-    free(data);
-    if (!*state || !json_is_object(*state))
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json: %s", dir, *state ? "not an object" : jerr.text);
-    return 0;
 }
 
 int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err) {
@@ -119,7 +100,7 @@ int neox_checkpoint_padded_vocab(const char *load_dir, int *vocab, neox_error *e
     char *dir = neox_ckpt_dir(load_dir, iteration);
     neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
     json_t *state = NULL;
-    int rc = r ? neox_train_read_state(r, dir, &state, err) : -1;
+    int rc = r ? neox_ckpt_read_run_state(r, dir, &state, err) : -1;
     if (rc == 0) {
         json_t *v = json_object_get(json_object_get(state, "model"), "padded_vocab_size");
         if (json_is_integer(v) && json_integer_value(v) > 0) *vocab = (int)json_integer_value(v);
@@ -135,7 +116,7 @@ static int load_params(neox_model *m, const char *dir, neox_error *err) {
     neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
     if (!r) return -1;
     json_t *state = NULL;
-    int rc = neox_train_read_state(r, dir, &state, err);
+    int rc = neox_ckpt_read_run_state(r, dir, &state, err);
     if (rc == 0) rc = neox_train_check_model_shape(&m->desc, state, dir, err);
     if (rc == 0) rc = neox_train_read_tensors(m, r, "params", m->param_buf, err);
     neox_model_weights_changed(m);

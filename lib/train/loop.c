@@ -1,7 +1,7 @@
 // loop.c: the training loop as GPT-NeoX's train() and pretrain() run it: step, log, save at the
 // iterations of save_iters, evaluate every eval_interval, exit at exit_interval; then the final
-// validation, the final save and the test evaluation. SIGTERM and SIGUSR1 (SLURM's warning
-// before a time limit) stop the loop after the step in flight, with a checkpoint.
+// validation, the final save and the test evaluation. SIGTERM, SIGHUP and SIGUSR1 (SLURM's
+// warning before a time limit) stop the loop after the step in flight, with a checkpoint.
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -12,15 +12,7 @@ volatile sig_atomic_t neox_train_stop_signal = 0;
 
 static void on_stop_signal(int sig) { neox_train_stop_signal = sig; }
 
-void neox_train_install_signal_handlers(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-}
+void neox_train_install_signal_handlers(void) { neox_set_stop_handler(on_stop_signal); }
 
 // Every rank stops at the same step when any rank got the signal.
 static int stop_requested(neox_trainer *t) {

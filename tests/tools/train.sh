@@ -133,7 +133,8 @@ kill_during_save() {
         kill -9 $pid; wait $pid 2>/dev/null
         local latest newest
         latest=$(sed 's/global_step//' "$d/ckpt/latest")
-        newest=$(ls "$d/ckpt" | sed -n 's/^global_step//p' | sort -n | tail -1)
+        # A save in progress is a temporary directory global_stepN.tmp.*, switched into place when complete.
+        newest=$(ls "$d/ckpt" | sed -n 's/^global_step\([0-9]*\).*/\1/p' | sort -n | tail -1)
         [ -f "$d/ckpt/global_step$latest/manifest.json" ] || { echo "latest ($latest) has no manifest"; return 1; }
         if [ "$newest" -gt "$latest" ]; then hit=1; break; fi
     done

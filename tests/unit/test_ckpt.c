@@ -302,6 +302,37 @@ static void assert_open_fails(const char *path, const char *expect) {
     if (!strstr(err.message, expect)) fail_msg("message '%s' lacks '%s'", err.message, expect);
 }
 
+// A symlink planted at the temporary name a shard writer used before names became unpredictable
+// ("<path>.tmp.<pid>") does not redirect the write: its target keeps its bytes.
+static void test_writer_ignores_planted_symlink(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *p = tmp_path("planted.h5"), *target = tmp_path("precious.bin");
+    char *planted = neox_asprintf("%s.tmp.%ld", p, (long)getpid());
+    write_bytes(target, "precious", 8);
+    assert_int_equal(symlink(target, planted), 0);
+    neox_ckpt_writer *w = neox_ckpt_writer_open(p, &err);
+    assert_non_null(w);
+    float x = 3;
+    const int64_t one[1] = {1}, zero[1] = {0};
+    assert_int_equal(neox_ckpt_write_block(w, "x", 1, one, zero, one, &x, &err), 0);
+    assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    struct stat st;
+    assert_int_equal(stat(target, &st), 0);
+    assert_int_equal(st.st_size, 8);
+    const char *paths[1] = {p};
+    neox_ckpt_reader *r = neox_ckpt_reader_open(paths, 1, &err);
+    assert_non_null(r);
+    float back = 0;
+    assert_int_equal(neox_ckpt_read_range(r, "x", 0, 1, &back, &err), 0);
+    assert_float_equal(back, 3, 0);
+    neox_ckpt_reader_close(r);
+    unlink(planted);
+    free(planted);
+    free(target);
+    free(p);
+}
+
 static void test_garbage_and_truncated_files(void **state) {
     (void)state;
     char *p = tmp_path("bad.h5");
@@ -380,6 +411,7 @@ int main(void) {
         cmocka_unit_test(test_copy_range_to_file),
         cmocka_unit_test(test_inconsistent_global_shapes_rejected),
         cmocka_unit_test(test_writer_is_atomic),
+        cmocka_unit_test(test_writer_ignores_planted_symlink),
         cmocka_unit_test(test_garbage_and_truncated_files),
         cmocka_unit_test(test_wrong_tags_rejected),
     };

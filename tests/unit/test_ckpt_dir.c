@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "unit_util.h"
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -46,7 +47,7 @@ static void test_manifest_round_trip(void **state) {
     assert_int_equal(files[1].bytes, 11);
     assert_int_equal(files[1].crc32, (uint32_t)crc32(0, (const Bytef *)"shard bytes", 11));  // zlib as oracle
 
-    neox_ckpt_manifest m = {.iteration = 40, .world_size = 4, .pipe_size = 1, .data_size = 2, .model_size = 2,
+    neox_ckpt_manifest m = {.iteration = 40, .world_size = 2, .pipe_size = 1, .data_size = 2, .model_size = 1,
                             .zero_stage = 1, .nfiles = 2, .files = files};
     assert_int_equal(neox_ckpt_manifest_write(dir, &m, &err), 0);
     neox_ckpt_manifest back;
@@ -97,8 +98,70 @@ static void test_bad_manifests(void **state) {
                          "\"model_parallel_size\": 1, \"zero_stage\": 0}, \"files\": [{\"name\": \"../x\", "
                          "\"rank\": 0, \"bytes\": 1, \"crc32\": \"0000000a\"}]}";
     assert_manifest_rejected(escape, "files[0] needs a plain 'name'");
+    // A layout of more ranks than the files listed, a rank listed twice, a rank outside the layout.
+    const char *head = "{\"format\": \"neox.c checkpoint\", \"version\": 1, \"iteration\": 3, \"layout\": "
+                       "{\"world_size\": 2, \"pipe_parallel_size\": 1, \"data_parallel_size\": 1, "
+                       "\"model_parallel_size\": 2, \"zero_stage\": 0}, \"files\": [";
+    const char *entry = "{\"name\": \"rank_%05d.h5\", \"rank\": %d, \"bytes\": 1, \"crc32\": \"0000000a\"}";
+    char *one = neox_asprintf(entry, 0, 0), *dup = neox_asprintf(entry, 1, 0), *far = neox_asprintf(entry, 7, 7);
+    char *text = neox_asprintf("%s%s]}", head, one);
+    assert_manifest_rejected(text, "world_size is 2 but no shard file of rank 1 is listed");
+    free(text);
+    text = neox_asprintf("%s%s, %s]}", head, one, dup);
+    assert_manifest_rejected(text, "rank 0 is listed twice");
+    free(text);
+    text = neox_asprintf("%s%s, %s]}", head, one, far);
+    assert_manifest_rejected(text, "files[1] has rank 7, outside world_size 2");
+    free(text);
+    free(one);
+    free(dup);
+    free(far);
     assert_manifest_rejected("{\"format\": \"neox.c checkpoint\", \"version\": 1, \"iteration\": -5}",
                              "'iteration' is missing or not an integer >= 0");
+}
+
+// The run state check (lib/ckpt/run_state.c) on a state as the trainer writes it, then with one
+// field spoiled at a time: each is refused naming the field.
+static const char good_state[] =
+    "{\"config_files\": [\"config/input/0-model.yml\"], \"dropout_draws\": 6, \"iteration\": 6,"
+    " \"loss_scaler\": {\"hysteresis_left\": 1, \"iteration\": 0, \"last_overflow\": -1, \"scale\": 1.0},"
+    " \"lr_schedule\": {\"decay_iters\": 6, \"lr\": 0.003, \"min_lr\": 0.0, \"num_iters\": 6, \"style\": \"linear\","
+    " \"warmup_iters\": 0.06}, \"model\": {\"activation\": 0, \"hidden_size\": 32, \"intermediate_size\": 128,"
+    " \"num_attention_heads\": 4, \"num_kv_heads\": 4, \"num_layers\": 2, \"padded_vocab_size\": 512, \"norm\": 0},"
+    " \"nonfinite_in_a_row\": 0, \"optimizer\": \"adam\", \"optimizer_steps\": 6, \"overflow_skips\": 0,"
+    " \"seed\": 1234, \"skipped_total\": 0, \"train_position\": 6, \"train_samples\": 24, \"valid_position\": 0}";
+
+static void expect_state_error(const char *object, const char *key, json_t *value, const char *message) {
+    json_t *state = json_loads(good_state, 0, NULL);
+    assert_non_null(state);
+    json_t *where = object ? json_object_get(state, object) : state;
+    if (value) json_object_set_new(where, key, value);
+    else json_object_del(where, key);
+    neox_error err = {0};
+    assert_int_equal(neox_ckpt_check_run_state(state, "ck: state/train.json", &err), -1);
+    if (!strstr(err.message, message)) fail_msg("'%s' lacks '%s'", err.message, message);
+    json_decref(state);
+}
+
+static void test_run_state_fields_checked(void **state) {
+    (void)state;
+    json_t *good = json_loads(good_state, 0, NULL);
+    neox_error err = {0};
+    if (neox_ckpt_check_run_state(good, "ck: state/train.json", &err) != 0) fail_msg("%s", err.message);
+    json_decref(good);
+    expect_state_error(NULL, "optimizer_steps", json_integer(-1), "ck: state/train.json: optimizer_steps = -1 must be >= 0");
+    expect_state_error(NULL, "seed", json_string("1234"), "seed must be an integer");
+    expect_state_error(NULL, "seed", NULL, "seed is missing");
+    expect_state_error(NULL, "train_position", json_real(6.0), "train_position must be an integer");
+    expect_state_error(NULL, "optimizer", json_string("rmsprop"), "optimizer 'rmsprop' is not one this version writes");
+    expect_state_error(NULL, "config_files", json_array(), "config_files is empty");
+    expect_state_error(NULL, "config_files", json_pack("[i]", 3), "config_files[0] must be a string");
+    expect_state_error(NULL, "lr_schedule", json_string("cosine"), "lr_schedule must be an object");
+    expect_state_error("lr_schedule", "lr", json_real(-0.5), "lr_schedule.lr = -0.5 must be >= 0");
+    expect_state_error("lr_schedule", "style", json_string("zigzag"), "lr_schedule.style 'zigzag'");
+    expect_state_error("loss_scaler", "last_overflow", json_integer(-2), "loss_scaler.last_overflow = -2 must be >= -1");
+    expect_state_error("model", "hidden_size", json_integer(0), "model.hidden_size = 0 must be >= 1");
+    expect_state_error("model", "norm", json_integer(-3), "model.norm must be an integer in [0, 2^30]");
 }
 
 static void test_latest_and_pruning(void **state) {
@@ -230,6 +293,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_manifest_round_trip),
         cmocka_unit_test(test_bad_manifests),
+        cmocka_unit_test(test_run_state_fields_checked),
         cmocka_unit_test(test_latest_and_pruning),
         cmocka_unit_test(test_writer_entry_equals_file_crc),
         cmocka_unit_test(test_extents_and_fallback),

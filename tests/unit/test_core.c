@@ -1,4 +1,5 @@
-// test_core.c: unit tests of lib/core: errors, atomic files, timers, formatting, file reading.
+// test_core.c: unit tests of lib/core: errors, atomic files (also against symlinks planted at
+// temporary names and name collisions), timers, formatting, file reading.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,8 @@
 
 #include "unit_util.h"
 #include <stdlib.h>
+#include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,9 +70,103 @@ static void test_atomic_open_in_missing_directory_fails(void **state) {
     char *path = neox_asprintf("%s/no/such/dir/file", tmpdir);
     assert_null(neox_atomic_open(path, &err));
     assert_int_equal(err.status, NEOX_EXIT_FAILURE);
-    assert_non_null(strstr(err.message, "no/such/dir/file.tmp."));
+    assert_non_null(strstr(err.message, "no/such/dir/file: cannot create"));
     assert_non_null(strstr(err.message, "No such file or directory"));
     free(path);
+}
+
+// The temporary name a writer of path used before names became unpredictable: a symlink planted
+// there must not redirect the write.
+static void test_symlink_at_old_temporary_name_is_not_followed(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = neox_asprintf("%s/victim_out.txt", tmpdir), *target = neox_asprintf("%s/precious.txt", tmpdir);
+    char *planted = neox_asprintf("%s.tmp.%ld", path, (long)getpid());
+    assert_int_equal(neox_atomic_write(target, "precious", 8, &err), 0);
+    assert_int_equal(symlink(target, planted), 0);
+    assert_int_equal(neox_atomic_write(path, "output", 6, &err), 0);
+    size_t size;
+    char *data = neox_read_file(target, &size, &err);
+    assert_string_equal(data, "precious");
+    free(data);
+    data = neox_read_file(path, &size, &err);
+    assert_string_equal(data, "output");
+    free(data);
+    unlink(planted);
+    free(planted);
+    free(target);
+    free(path);
+}
+
+// A fill that gives the same random bytes on its first two calls, then others: the first name is
+// taken by a planted symlink, so creation must retry under another name.
+static int fill_calls;
+static void repeating_fill(unsigned char *buf, size_t n) {
+    memset(buf, fill_calls++ < 2 ? 'a' : 'b', n);
+}
+
+static void test_temporary_name_collision_retries(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = neox_asprintf("%s/collide.txt", tmpdir), *target = neox_asprintf("%s/collide_target", tmpdir);
+    char *first = NULL, *second = NULL;
+    fill_calls = 0;
+    int fd = neox_temp_create_with(path, repeating_fill, &first, &err);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(first);  // the name is free again; plant a symlink there
+    assert_int_equal(symlink(target, first), 0);
+    fd = neox_temp_create_with(path, repeating_fill, &second, &err);  // the same first draw
+    assert_true(fd >= 0);
+    assert_string_not_equal(first, second);
+    assert_int_equal(write(fd, "x", 1), 1);
+    close(fd);
+    struct stat st;
+    assert_int_not_equal(lstat(target, &st), 0);  // the symlink's target was never created
+    assert_int_equal(lstat(first, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));  // and the symlink itself is untouched
+    assert_int_equal(fill_calls, 3);
+    neox_cleanup_unregister(first);
+    neox_cleanup_unregister(second);
+    unlink(first);
+    unlink(second);
+    free(first);
+    free(second);
+    free(target);
+    free(path);
+}
+
+// A temporary left by a process that is no longer running is removed by the next writer beside it;
+// one of a running process (this one) is kept.
+static void test_stale_temporaries_of_dead_processes_removed(void **state) {
+    (void)state;
+    char host[64];
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    long dead = 0;
+    for (long p = 32767; p > 300 && !dead; p--)
+        if (kill((pid_t)p, 0) != 0 && errno == ESRCH) dead = p;
+    assert_true(dead > 0);
+    char *stale = neox_asprintf("%s/data.bin.tmp.%ld.Xy12Zw.%s", tmpdir, dead, host);
+    char *live = neox_asprintf("%s/data.bin.tmp.%ld.Xy12Zw.%s", tmpdir, (long)getpid(), host);
+    char *other_host = neox_asprintf("%s/data.bin.tmp.%ld.Xy12Zw.%s-elsewhere", tmpdir, dead, host);
+    neox_error err = {0};
+    char *paths[] = {stale, live, other_host};
+    for (int i = 0; i < 3; i++) {
+        FILE *f = fopen(paths[i], "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    assert_int_equal(neox_cleanup_stale(tmpdir), 1);
+    struct stat st;
+    assert_int_not_equal(stat(stale, &st), 0);
+    assert_int_equal(stat(live, &st), 0);
+    assert_int_equal(stat(other_host, &st), 0);
+    (void)err;
+    for (int i = 0; i < 3; i++) {
+        unlink(paths[i]);
+        free(paths[i]);
+    }
 }
 
 static void test_read_missing_file_names_it(void **state) {
@@ -149,6 +246,9 @@ int main(void) {
         cmocka_unit_test(test_atomic_write_replaces_whole_file),
         cmocka_unit_test(test_atomic_abort_leaves_nothing),
         cmocka_unit_test(test_atomic_open_in_missing_directory_fails),
+        cmocka_unit_test(test_symlink_at_old_temporary_name_is_not_followed),
+        cmocka_unit_test(test_temporary_name_collision_retries),
+        cmocka_unit_test(test_stale_temporaries_of_dead_processes_removed),
         cmocka_unit_test(test_read_missing_file_names_it),
         cmocka_unit_test(test_timer_accumulates),
         cmocka_unit_test(test_format_duration_and_count),

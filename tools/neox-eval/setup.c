@@ -23,6 +23,7 @@ neox_config *neox_tool_setup(int nconfigs, const char *const *configs, int quiet
     int pp = at_least_1(neox_config_int(cfg, "pipe_parallel_size")), mp = at_least_1(neox_config_int(cfg, "model_parallel_size"));
     if ((pp > 1 || mp > 1) && !quiet && neox_launcher_rank() == 0)
         neox_notice("pipe_parallel_size %d, model_parallel_size %d: neox-eval runs data parallel over all %d ranks", pp, mp, world);
+    neox_comm_set_timeout(neox_config_float(cfg, "comm_timeout_seconds"));
     if (neox_grid_make(grid, 1, 1, &err) != 0) neox_die_error(&err);
     if (quiet || grid->world_rank != 0) neox_progress_set_enabled(0);
     return cfg;

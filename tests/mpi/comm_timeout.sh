@@ -1,0 +1,69 @@
+# tests/mpi/comm_timeout.sh: comm_timeout_seconds. A two-rank data-parallel job with a timeout set
+# (every MPI call then waits by polling) trains exactly as without one; with one rank stopped by
+# SIGSTOP the job ends (it would hang forever without the timeout) with an error naming the silent
+# rank, and the stopped rank is killed with it.
+source tests/lib.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=$NEOX_BIN/neox-train
+T=$TEST_TMP
+command -v "$MPIEXEC" >/dev/null || { skip "communication timeout" "$MPIEXEC is not installed"; exit 0; }
+
+python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
+check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+model() {  # model ITERS
+    cat <<EOF2
+{
+  "num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
+  "pos_emb": "rotary", "no_weight_tying": true, "optimizer": {"type": "Adam", "params": {"lr": 0.003}},
+  "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 1},
+  "train_iters": $1, "eval_interval": 4, "eval_iters": 1, "log_interval": 1,
+  "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer"
+}
+EOF2
+}
+model 8 >"$T/model.yml"
+echo "{\"log_dir\": \"$T/plain\"}" >"$T/plain.yml"
+echo "{\"log_dir\": \"$T/timed\", \"comm_timeout_seconds\": 30}" >"$T/timed.yml"
+check "dp2 / ZeRO-1 without a timeout" $MPIEXEC -n 2 $TRAIN -q "$T/model.yml" "$T/plain.yml"
+check "dp2 / ZeRO-1 with comm_timeout_seconds: 30" $MPIEXEC -n 2 $TRAIN -q "$T/model.yml" "$T/timed.yml"
+check "the same losses, grad norms and evaluations exactly" python3 - "$T/plain/metrics.jsonl" "$T/timed/metrics.jsonl" <<'EOF2'
+import json, sys
+keys = ("train/lm_loss", "train/grad_norm", "validation/lm_loss", "test/lm_loss")
+def table(p):
+    return {(r["iteration"], k): v for r in map(json.loads, open(p)) for k, v in r.items() if k in keys}
+a, b = table(sys.argv[1]), table(sys.argv[2])
+assert a and a == b, (len(a), [k for k in a if a[k] != b.get(k)][:5])
+EOF2
+
+# A long run; rank 1 is stopped once both ranks train.
+model 1000000 >"$T/long.yml"
+echo "{\"comm_timeout_seconds\": 2}" >"$T/short.yml"
+$MPIEXEC -n 2 $TRAIN -q "$T/long.yml" "$T/short.yml" >"$T/stopped.out" 2>&1 &
+job=$!
+rank1=
+for _ in $(seq 100); do
+    for pid in $(pgrep -x neox-train); do
+        tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx 'PMI_RANK=1' && grep -q "^$job\$" <(
+            p=$pid; while [ "$p" -gt 1 ]; do echo "$p"; p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1); done) && rank1=$pid
+    done
+    [ -n "$rank1" ] && grep -q "iteration" "$T/stopped.out" 2>/dev/null && break
+    sleep 0.1
+done
+sleep 1
+[ -n "$rank1" ] && kill -STOP "$rank1"
+start=$(date +%s)
+for _ in $(seq 400); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+took=$(( $(date +%s) - start ))
+if kill -0 $job 2>/dev/null; then  # the job hangs: let it go
+    [ -n "$rank1" ] && kill -CONT "$rank1"
+    kill $job
+fi
+wait $job; status=$?
+check "a stopped rank ends the job with a failure (status $status)" test "$status" != 0 -a -n "$rank1"
+check "... within a few timeouts (${took} s)" test "$took" -lt 20
+check_output "... naming the silent rank" "all_reduce|made no progress for 2 s \(comm_timeout_seconds\): rank 1 did not respond" \
+    grep -E "made no progress for 2 s \(comm_timeout_seconds\): rank 1 did not respond" "$T/stopped.out"
+gone() { for _ in $(seq 50); do kill -0 "$rank1" 2>/dev/null || return 0; sleep 0.1; done; return 1; }
+check "... and the stopped rank is gone" gone
