@@ -45,7 +45,7 @@ onebitadam 2 , "optimizer": {"type": "OneBitAdam", "params": {"lr": 0.003, "free
 RUNS
     for dt in fp32 bf16 fp16; do "$bin/neox-convert" to-hf --input "$out/fp32/ckpt" --output "$out/hf_$dt" --dtype $dt >/dev/null 2>&1; done
     for dt in bf16 fp16; do "$bin/neox-convert" from-hf --input "$out/hf_$dt" --output "$out/back_$dt" >/dev/null 2>&1; done
-    echo "{\"load\": \"$out/fp32/ckpt\"}" >"$out/eval.yml"
+    echo "{\"load\": \"$out/fp32/ckpt\", \"eval_results_prefix\": \"$out/eval\"}" >"$out/eval.yml"
     "$bin/neox-eval" -q "$out/model.yml" "$out/eval.yml" --tasks wikitext --data-dir "$DATA/eval" --limit 3 2>/dev/null |
         grep '|' >"$out/eval.txt"
 }
