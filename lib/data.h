@@ -80,6 +80,11 @@ neox_doc_reader *neox_doc_reader_open(const char *const *inputs, int ninputs, ne
 // all from one file; their data stays valid until the next call. Returns the count, 0 at the end,
 // -1 on error (a truncated or corrupt compressed file, a read error: the message names the file).
 int neox_doc_reader_next(neox_doc_reader *r, neox_record *recs, int max_records, size_t max_bytes, neox_error *err);
+// The longest record (a jsonl line, a whole .txt file) the reader holds, decoded: a longer one is an
+// error naming the file and line, not an allocation of its size (a small compressed file can
+// decode to gigabytes). NEOX_MAX_DOCUMENT_BYTES unless set (neox-preprocess --max-document-bytes).
+#define NEOX_MAX_DOCUMENT_BYTES ((size_t)256 << 20)
+void neox_doc_reader_set_max_record(neox_doc_reader *r, size_t max_record_bytes);
 int64_t neox_doc_reader_bytes_read(const neox_doc_reader *r);   // input bytes consumed (compressed)
 int64_t neox_doc_reader_total_bytes(const neox_doc_reader *r);  // sum of file sizes; 0 when unknown
 int neox_doc_reader_file_count(const neox_doc_reader *r);
@@ -108,6 +113,7 @@ typedef struct neox_preprocess_options {
     int skip_invalid;                          // skip and count malformed records instead of failing
     int64_t num_docs;                          // expected documents for the ETA (0: use input bytes)
     int64_t log_interval;                      // documents between progress updates
+    size_t max_document_bytes;                 // longest record read (0: NEOX_MAX_DOCUMENT_BYTES)
 } neox_preprocess_options;
 
 typedef struct neox_preprocess_stats {

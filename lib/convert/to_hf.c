@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "convert_internal.h"
+#include "kernels/kernels.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 
@@ -45,7 +46,7 @@ static void cast(const float *src, size_t n, const char *dtype, void *dst) {
     else if (!strcmp(dtype, "BF16"))
         for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = to_bf16(src[i]);
     else
-        for (size_t i = 0; i < n; i++) ((_Float16 *)dst)[i] = (_Float16)src[i];
+        neox_cast_f32_to_f16(dst, src, n);
 }
 
 static const char *st_dtype(const char *dtype) {

@@ -32,6 +32,7 @@ struct neox_doc_reader {
     int gz_open;
     char *buf;                        // decoded text; [pos, len) not yet handed out
     size_t pos, len, cap;
+    size_t max_record;                // longest record accepted (decoded bytes)
     int64_t line;
     int64_t bytes_read, total_bytes;
 };
@@ -101,6 +102,7 @@ neox_doc_reader *neox_doc_reader_open(const char *const *inputs, int ninputs, ne
         goto fail;
     }
     r->raw = neox_malloc(RAW_CHUNK);
+    r->max_record = NEOX_MAX_DOCUMENT_BYTES;
     return r;
 fail:
     neox_doc_reader_close(r);
@@ -256,10 +258,22 @@ static size_t universal_newlines(char *s, size_t n) {
     return o;
 }
 
+void neox_doc_reader_set_max_record(neox_doc_reader *r, size_t max_record_bytes) { r->max_record = max_record_bytes; }
+
+// Fails when the record being assembled ([pos, len) of buf, no end found yet) is over the limit.
+static int check_record_size(neox_doc_reader *r, neox_error *err) {
+    if (r->len - r->pos <= r->max_record) return 0;
+    return neox_fail(err, NEOX_EXIT_FAILURE,
+                     "%s:%lld: a document longer than %zu bytes (the limit; neox-preprocess --max-document-bytes raises it)",
+                     current_name(r), (long long)(r->is_txt ? 1 : r->line + 1), r->max_record);
+}
+
 static int read_txt(neox_doc_reader *r, neox_record *rec, neox_error *err) {
     int rc;
-    while ((rc = decode_more(r, err)) == 1) {}
+    while ((rc = decode_more(r, err)) == 1)
+        if (check_record_size(r, err) != 0) return -1;
     if (rc < 0) return -1;
+    if (!r->buf) r->buf = neox_calloc(1, 1), r->cap = 1;  // an empty file: one empty document
     size_t n = universal_newlines(r->buf + r->pos, r->len - r->pos);
     *rec = (neox_record){.data = r->buf + r->pos, .size = n, .file = r->files[r->current], .line = 1, .is_json = 0};
     r->pos = r->len;
@@ -295,6 +309,7 @@ int neox_doc_reader_next(neox_doc_reader *r, neox_record *recs, int max_records,
         } else {
             // Records handed out in this call point into buf: return them before it moves.
             if (count) return count;
+            if (check_record_size(r, err) != 0) return -1;
             int rc = decode_more(r, err);
             if (rc < 0) return -1;
             if (rc == 1) continue;

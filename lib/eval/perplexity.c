@@ -58,6 +58,10 @@ int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neo
     int64_t count = iters * neox_config_int(cfg, "gradient_accumulation_steps");
     double loss = NAN;
     if (rc == 0) rc = mean_loss(ev, ds[split], count, &loss, err);
+    // The cap below would turn a NaN or inf loss into a finite perplexity: that is an error instead.
+    if (rc == 0 && !isfinite(loss))
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: the mean loss over %lld batches is %g, not a number a model's "
+                       "perplexity can be computed from", out->task, (long long)count, loss);
     if (rc == 0) {
         // GPT-NeoX caps the exponent at 20 when it reports lm_loss_ppl.
         out->metrics[out->nmetrics++] = (neox_metric){"lm_loss", loss, NAN, 0};

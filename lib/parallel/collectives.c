@@ -10,6 +10,7 @@
 
 
 #include "parallel.h"
+#include "kernels/kernels.h"
 #include "parallel/nccl.h"
 
 size_t neox_dtype_size(neox_dtype dt) {
@@ -51,10 +52,21 @@ static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
     for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
 }
 
+// Widened a chunk at a time (the casts are the kernels' own: no _Float16, which not every
+// compiler has on x86), summed in fp32 and rounded back, as a half addition rounds.
 static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
-    _Float16 *a = in, *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = (_Float16)((float)a[i] + (float)b[i]);
+    enum { CHUNK = 1024 };
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    float wa[CHUNK], wb[CHUNK];
+    for (int i = 0; i < *len; i += CHUNK) {
+        size_t n = (size_t)(*len - i < CHUNK ? *len - i : CHUNK);
+        neox_cast_f16_to_f32(wa, a + i, n);
+        neox_cast_f16_to_f32(wb, b + i, n);
+        for (size_t k = 0; k < n; k++) wa[k] += wb[k];
+        neox_cast_f32_to_f16(b + i, wa, n);
+    }
 }
 
 static MPI_Op sum_op(neox_dtype dt) {

@@ -152,6 +152,7 @@ int neox_load_model_params(neox_model *m, const char *load_dir, int64_t iteratio
     }
     char *dir = neox_ckpt_dir(load_dir, iteration);
     int rc = load_params(m, dir, err);
+    if (rc == 0) rc = neox_model_check_finite(m, "the checkpoint's weights", err);
     if (rc != 0) neox_fail_context(err, "loading checkpoint %s", dir);
     free(dir);
     if (rc == 0 && loaded) *loaded = iteration;
