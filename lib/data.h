@@ -169,6 +169,7 @@ const char *neox_pack_impl_name(neox_pack_impl p);  // "packed", "pack_until_ove
 typedef struct neox_sample_index_options {
     const char *name;          // "train", "valid", "test", "train_0", ...: part of the cache name
     const char *data_prefix;   // for the cache names; NULL: no cache
+    const char *cache_dir;     // where the caches are (data_cache_dir); NULL: beside the data
     int64_t doc_begin, doc_end;  // documents [begin, end) of the dataset
     int64_t num_samples;
     int seq_length;
@@ -194,8 +195,17 @@ typedef struct neox_sample_index {
 neox_sample_index *neox_sample_index_build(const neox_indexed_dataset *ds, const neox_sample_index_options *opts,
                                            int *loaded, neox_error *err);
 void neox_sample_index_free(neox_sample_index *si);
-// The cache path prefix GPT-NeoX uses: {prefix}_{name}_indexmap_{ns}ns_{sl}sl_{seed}s_{pi}pi[_ac].
+// The cache path prefix GPT-NeoX uses: {prefix}_{name}_indexmap_{ns}ns_{sl}sl_{seed}s_{pi}pi[_ac]
+// (with cache_dir set, the same name under that directory: {cache_dir}/{basename(prefix)}_...).
 char *neox_sample_index_cache_name(const neox_sample_index_options *opts);
+
+// The dataset a cache was built from (lib/data/cache_identity.c): {cache}_identity.json beside the
+// .npy files records the .idx's size and CRC-32, the .bin's size and the item, document and token
+// counts; a cache whose record differs from the dataset now is rebuilt, or refused where it cannot be.
+typedef enum { NEOX_CACHE_IDENTITY_ABSENT, NEOX_CACHE_IDENTITY_MATCHES, NEOX_CACHE_IDENTITY_DIFFERS } neox_cache_identity;
+int neox_cache_identity_check(const char *base, const neox_indexed_dataset *ds, neox_cache_identity *result,
+                              neox_error *err);
+int neox_cache_identity_write(const char *base, const neox_indexed_dataset *ds, neox_error *err);
 int neox_num_epochs(int64_t tokens_per_epoch, int seq_length, int64_t num_samples);
 
 // =============================================================================================
@@ -230,10 +240,12 @@ typedef struct neox_dataset {
     uint8_t *dataset_index;       // NULL when not blended (count == 1 and a plain GPT2Dataset)
     int64_t *dataset_sample_index;
     int seq_length;
+    int64_t vocab_size;           // set by the user of the samples: ids must lie below it (0: unchecked)
 } neox_dataset;
 
 // Fills tokens[seq_length + 1] with sample idx (idx wraps modulo the size, as GPT-NeoX's
-// IndexError fallback does); a short sample is padded with -100.
+// IndexError fallback does); a short sample is padded with -100. With vocab_size set, a token id
+// outside the vocabulary is an error naming the dataset and the sample.
 int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, neox_error *err);
 void neox_dataset_free(neox_dataset *d);
 
@@ -252,7 +264,8 @@ typedef struct neox_data_settings {
     int64_t train_iters, eval_interval, eval_iters, train_batch_size;
     neox_pack_impl pack_impl;
     int allow_chopped;
-    int use_cache;                          // write/read the .npy index caches next to the data
+    int use_cache;                          // write/read the .npy index caches
+    const char *cache_dir;                  // data_cache_dir: where (NULL: next to the data)
 } neox_data_settings;
 
 // Fills s from a loaded config (lib/config.h); the path and weight lists point into the config

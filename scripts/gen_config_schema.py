@@ -42,6 +42,7 @@ OWN_KEYS = [
     ("neox.c", "onebitadam_freeze_step", "INT", None, None, 1, None, None),
     ("neox.c", "onebitadam_weight_decay", "FLOAT", None, None, 1, None, None),
     ("neox.c", "sgd_momentum", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "data_cache_dir", "STR", None, None, 0, None, None),
 ]
 
 # Values GPT-NeoX computes itself; a file may not set them (derive.c computes them).

@@ -39,6 +39,7 @@ struct neox_ckpt_reader {
     int nfiles;
     tensor *tensors;  // sorted by name once opened
     int ntensors, cap;
+    uint64_t stored_bytes;  // what the datasets of every file store, together
 };
 
 // ---- indexing ---------------------------------------------------------------------------------
@@ -128,6 +129,7 @@ static int check_stored(visit_state *vs, hid_t dset, const char *path, int rank,
     size_t elem_size = type >= 0 ? H5Tget_size(type) : 0;
     if (type >= 0) H5Tclose(type);
     uint64_t stored = (uint64_t)H5Dget_storage_size(dset);
+    vs->r->stored_bytes += stored;
     if (rank < 0 || elem_size == 0 || elements > stored / elem_size)
         return neox_fail(vs->err, NEOX_EXIT_FAILURE,
                          "%s: dataset '%s' claims %llu elements but the file stores %llu bytes of it (damaged or forged)",
@@ -225,6 +227,23 @@ static int compare_tensors(const void *a, const void *b) {
     return strcmp(((const tensor *)a)->name, ((const tensor *)b)->name);
 }
 
+// A global shape is a claim too: no tensor may have more elements than the open files store in
+// all (plus CLAIM_SLACK_BYTES, so that a small checkpoint missing a shard is still diagnosed when
+// a region is read, naming the first element no file holds), so no allocation sized by a shape (a
+// model built from it, a tensor read whole) exceeds what the files hold.
+enum { CLAIM_SLACK_BYTES = 1 << 20 };
+static int check_claims(const neox_ckpt_reader *r, neox_error *err) {
+    for (int i = 0; i < r->ntensors; i++) {
+        const tensor *t = &r->tensors[i];
+        int64_t claimed = shape_elements(t->shape, t->ndim);
+        if (!t->is_bytes && (uint64_t)claimed > (r->stored_bytes + CLAIM_SLACK_BYTES) / sizeof(float))
+            return neox_fail(err, NEOX_EXIT_FAILURE,
+                             "%s: tensor '%s' claims %lld elements, more than the shards store in all (%llu bytes)",
+                             r->paths[t->pieces[0].file], t->name, (long long)claimed, (unsigned long long)r->stored_bytes);
+    }
+    return 0;
+}
+
 neox_ckpt_reader *neox_ckpt_reader_open(const char *const *paths, int npaths, neox_error *err) {
     neox_hdf5_quiet();
     neox_ckpt_reader *r = neox_calloc(1, sizeof *r);
@@ -248,6 +267,10 @@ neox_ckpt_reader *neox_ckpt_reader_open(const char *const *paths, int npaths, ne
         }
     }
     if (r->ntensors > 1) qsort(r->tensors, r->ntensors, sizeof(tensor), compare_tensors);
+    if (check_claims(r, err) != 0) {
+        neox_ckpt_reader_close(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -518,7 +541,9 @@ static int read_region(const neox_ckpt_reader *r, const tensor *t, const region 
             int64_t n = p->kind == PIECE_RANGE ? p->n : 1;
             if (p->kind == PIECE_BLOCK)
                 for (int d = 0; d < t->ndim; d++) n *= p->count[d];
+            const char *previous = neox_alloc_reading(r->paths[p->file]);
             float *buf = neox_malloc((size_t)(n ? n : 1) * sizeof(float));
+            neox_alloc_reading(previous);
             if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) direct = -1;
             else copy_piece(&cs, p, buf);
             free(buf);
@@ -695,7 +720,9 @@ int neox_ckpt_read_bytes(const neox_ckpt_reader *r, const char *name, void **dat
     const tensor *t = lookup(r, name, 1, err);
     if (!t) return -1;
     const piece *p = &t->pieces[0];
+    const char *previous = neox_alloc_reading(r->paths[p->file]);
     unsigned char *buf = neox_malloc((size_t)p->n + 1);
+    neox_alloc_reading(previous);
     hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);
     char msg[256];
     if (dset < 0 || (p->n > 0 && H5Dread(dset, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)) {

@@ -192,7 +192,9 @@ static void reserve(neox_doc_reader *r, size_t more) {
         if (r->len + more <= r->cap) return;
     }
     while (r->cap < r->len + more) r->cap = r->cap ? r->cap * 2 : RAW_CHUNK * 4;
+    const char *previous = neox_alloc_reading(current_name(r));
     r->buf = neox_realloc(r->buf, r->cap + 1);
+    neox_alloc_reading(previous);
 }
 
 // Appends more decoded text to buf. Returns 1 when it added some, 0 at the end of the file.

@@ -52,6 +52,7 @@ int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neo
     s.train_iters = config_int_or(cfg, "train_iters", 0);
     neox_dataset *ds[3] = {0};
     int rc = neox_build_datasets(&s, ds, err);
+    if (rc == 0 && ds[split]) ds[split]->vocab_size = ev->model->desc.vocab_size;
     if (rc == 0 && !ds[split])
         rc = neox_fail(err, NEOX_EXIT_USAGE, "split: the %s split has no samples", split == 1 ? "validation" : "test");
     if (iters <= 0) iters = config_int_or(cfg, "eval_iters", 100);

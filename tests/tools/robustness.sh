@@ -76,3 +76,62 @@ check "metrics.jsonl records the NaN loss as null with the nan iteration counted
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if "train/lm_loss" in l]
 assert recs and all(r["train/lm_loss"] is None and r["train/nan_iterations"] == 1 for r in recs), recs' "$T/nanlogs/metrics.jsonl"
+
+# ---- from-hf: config.json values named by their Hugging Face keys ----------------------------------
+hf_case() {  # hf_case NAME KEY JSON_VALUE PATTERN
+    rm -rf "$T/hfbad" "$T/hfout"; mkdir -p "$T/hfbad"
+    $PY -c 'import json, sys; c = json.load(open(sys.argv[1])); c[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(c, open(sys.argv[4], "w"))' "$T/hf/config.json" "$2" "$3" "$T/hfbad/config.json"
+    cp "$T/hf/model.safetensors" "$T/hfbad/"
+    check_fails "from-hf: $1" 2 "$4" "$CONVERT" from-hf --input "$T/hfbad" --output "$T/hfout"
+}
+hf_case "an oversized max_position_embeddings is named as too large" max_position_embeddings 99999999999 \
+    "hfbad/config.json: 'max_position_embeddings' = 99999999999 is larger than 2147483647"
+hf_case "rotary_pct out of range names config.json and rotary_pct" rotary_pct 7.5 "hfbad/config.json: 'rotary_pct' value is not a number in \[0, 1\]"
+hf_case "a negative layer_norm_eps names config.json and layer_norm_eps" layer_norm_eps -1 "hfbad/config.json: 'layer_norm_eps' value is not a number in \[0, 1\]"
+hf_case "layer_norm_eps as a string is refused, not defaulted" layer_norm_eps '"1e-5"' "hfbad/config.json: 'layer_norm_eps' is present but is not a number"
+hf_case "eos_token_id outside the vocabulary is refused" eos_token_id 100000 "hfbad/config.json: 'eos_token_id' is not a token id of the vocabulary \(vocab_size [0-9]+\)"
+hf_case "an eos_token_id list with an id outside the vocabulary is refused" eos_token_id '[0, 100000]' "'eos_token_id' is not a token id"
+hf_case "a model the config cannot describe names config.json" rotary_pct 0.125 "hfbad/config.json: the model it describes: rotary_pct"
+
+# ---- token ids outside the model's vocabulary ---------------------------------------------------------
+head -n 20 "$T/shakespeare.jsonl" >"$T/few.jsonl"
+check "preprocess with the GPT-2 tokenizer" "$PRE" --input "$T/few.jsonl" --output-prefix "$T/gpt2" --tokenizer-type GPT2BPETokenizer \
+    --vocab-file "$DATA/tokenizers/gpt2/vocab.json" --merge-file "$DATA/tokenizers/gpt2/merges.txt" --append-eod
+echo "{\"data_path\": \"$T/gpt2_text_document\"}" >"$T/gpt2data.yml"
+check_fails "a char-level model on GPT-2 ids names the dataset and the sample" 1 \
+    "gpt2_text_document.bin: sample [0-9]+ \([0-9]+ of this dataset\) holds token id [0-9]+ at position [0-9]+, outside the model's vocabulary of 512" \
+    "$TRAIN" "$T/run.yml" "$T/gpt2data.yml"
+
+# ---- sample-index caches tied to their dataset ------------------------------------------------------
+mkdir -p "$T/cachecase"
+head -n 60 "$T/shakespeare.jsonl" >"$T/cachecase/a.jsonl"
+tail -n 60 "$T/shakespeare.jsonl" >"$T/cachecase/b.jsonl"
+P=$T/cachecase/corpus
+check "preprocess corpus A" "$PRE" --input "$T/cachecase/a.jsonl" --output-prefix "$P" --tokenizer-type CharLevelTokenizer --append-eod
+model_config "$T/cachecase/run.yml" 0.001
+echo "{\"data_path\": \"${P}_text_document\", \"do_valid\": false, \"do_test\": false}" >"$T/cachecase/data.yml"
+check "train on A builds the caches" "$TRAIN" "$T/cachecase/run.yml" "$T/cachecase/data.yml"
+id=$(ls "$T/cachecase"/corpus_text_document_train_indexmap_*_identity.json 2>/dev/null | head -n 1)
+check "an identity file is written beside the caches" test -s "$id"
+check "it records the .idx's size and CRC-32 (zlib) and the document count" $PY -c '
+import json, os, sys, zlib
+rec, idx = json.load(open(sys.argv[1])), sys.argv[2] + ".idx"
+data = open(idx, "rb").read()
+assert rec["idx_bytes"] == len(data) and rec["idx_crc32"] == zlib.crc32(data), rec
+assert rec["bin_bytes"] == os.path.getsize(sys.argv[2] + ".bin") and rec["documents"] == 60, rec' "$id" "${P}_text_document"
+# sample_idx depends on every document's length (doc_idx only on their count, the same here).
+sample_idx=${id%_identity.json}_sample_idx.npy
+cp "$sample_idx" "$T/cachecase/sample_idx_of_a.npy"
+check "preprocess corpus B under the same prefix" "$PRE" --input "$T/cachecase/b.jsonl" --output-prefix "$P" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+check_output "training on B rebuilds the stale caches with a notice" "" "$TRAIN" "$T/cachecase/run.yml" "$T/cachecase/data.yml"
+check "the notice names the cache and the dataset" grep -qE "indexmap.*_\*\.npy: built from another dataset than .*corpus_text_document.idx.*rebuilding" "$TEST_TMP/.stderr"
+mkdir -p "$T/cachecase/fresh"
+echo "{\"data_cache_dir\": \"$T/cachecase/fresh\"}" >"$T/cachecase/fresh.yml"
+check "a fresh build of B's caches in data_cache_dir" "$TRAIN" "$T/cachecase/run.yml" "$T/cachecase/data.yml" "$T/cachecase/fresh.yml"
+check "the rebuilt caches are B's (byte-identical to the fresh build)" cmp "$sample_idx" "$T/cachecase/fresh/$(basename "$sample_idx")"
+check "and not A's" $PY -c 'import sys; a, b = (open(p, "rb").read() for p in sys.argv[1:]); assert a != b' \
+    "$sample_idx" "$T/cachecase/sample_idx_of_a.npy"
+check "data_cache_dir holds the train split's three caches and its identity file" test \
+    "$(ls "$T/cachecase/fresh" | grep -c 'train_indexmap_.*\(doc_idx.npy\|sample_idx.npy\|shuffle_idx.npy\|identity.json\)$')" = 4
