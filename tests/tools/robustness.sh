@@ -65,7 +65,7 @@ check_fails "neox-eval refuses NaN weights, naming the parameter" 1 \
     "$EVAL" --tasks valid --results-prefix - "$T/nan/model.yml" "$T/eval.yml"
 echo "{\"data_path\": \"$T/char_text_document\", \"save\": \"$T/after\",
   \"checkpoint_factor\": 2, \"train_iters\": 3, \"log_interval\": 1, \"train_micro_batch_size_per_gpu\": 2,
-  \"do_valid\": false, \"do_test\": false, \"log_dir\": \"$T/nanlogs\", \"tokenizer_type\": \"CharLevelTokenizer\"}" >"$T/finetune.yml"
+  \"do_valid\": false, \"do_test\": false, \"log_dir\": \"$T/nanlogs\", \"tensorboard_dir\": \"$T/nantb\", \"tokenizer_type\": \"CharLevelTokenizer\"}" >"$T/finetune.yml"
 "$TRAIN" "$T/nan/model.yml" "$T/finetune.yml" >"$T/nan.out" 2>"$T/nan.err"
 status=$?
 _report "$([ $status = 1 ] && echo 0 || echo 1)" "training from NaN weights exits 1 (got $status)" "$T/nan.err"
@@ -76,6 +76,14 @@ check "metrics.jsonl records the NaN loss as null with the nan iteration counted
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if "train/lm_loss" in l]
 assert recs and all(r["train/lm_loss"] is None and r["train/nan_iterations"] == 1 for r in recs), recs' "$T/nanlogs/metrics.jsonl"
+check "TensorBoard has the NaN loss and the NaN grad norm of each step (tensorboard's reader)" $PY -c '
+import math, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
+acc.Reload()
+for tag in ("train/lm_loss", "train/grad_norm"):
+    values = [(s.step, s.value) for s in acc.Scalars(tag)]
+    assert [s for s, _ in values] == [1, 2] and all(math.isnan(v) for _, v in values), (tag, values)' "$T/nantb"
 
 # ---- from-hf: config.json values named by their Hugging Face keys ----------------------------------
 hf_case() {  # hf_case NAME KEY JSON_VALUE PATTERN
