@@ -63,6 +63,10 @@ echo "{\"data_path\": \"$T/char_text_document\", \"tokenizer_type\": \"CharLevel
 check_fails "neox-eval refuses NaN weights, naming the parameter" 1 \
     "parameter gpt_neox.layers.0.mlp.dense_h_to_4h.weight holds NaN or inf" \
     "$EVAL" --tasks valid --results-prefix - "$T/nan/model.yml" "$T/eval.yml"
+echo '{"compute_backend": "emulated"}' >"$T/emulated.yml"
+check_fails "the same on the emulated device (weights read back through the backend)" 1 \
+    "parameter gpt_neox.layers.0.mlp.dense_h_to_4h.weight holds NaN or inf" \
+    "$EVAL" --tasks valid --results-prefix - "$T/nan/model.yml" "$T/eval.yml" "$T/emulated.yml"
 echo "{\"data_path\": \"$T/char_text_document\", \"save\": \"$T/after\",
   \"checkpoint_factor\": 2, \"train_iters\": 3, \"log_interval\": 1, \"train_micro_batch_size_per_gpu\": 2,
   \"do_valid\": false, \"do_test\": false, \"log_dir\": \"$T/nanlogs\", \"tensorboard_dir\": \"$T/nantb\", \"tokenizer_type\": \"CharLevelTokenizer\"}" >"$T/finetune.yml"
