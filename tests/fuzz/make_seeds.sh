@@ -34,8 +34,8 @@ YML
 "$BIN/neox-train" "$W/run.yml" >/dev/null 2>&1
 "$BIN/neox-convert" to-hf --input "$W/ckpt" --output "$W/hf" >/dev/null
 cp "$W/ckpt/global_step4/manifest.json" "$OUT/manifest/trained.json"
-h5dump -b -d state/train.json -o "$W/state.bin" "$W/ckpt/global_step4/rank_00000.h5" >/dev/null 2>&1 ||
-    h5dump -d /state/train.json "$W/ckpt/global_step4/rank_00000.h5" >/dev/null
+# The stored run state, as raw bytes (h5dump's binary output of the byte string).
+h5dump -b -d state/train.json -o "$W/state.bin" "$W/ckpt/global_step4/rank_00000.h5" >/dev/null
 $PY - "$W" "$OUT" "$DATA" <<'PY'
 import gzip, json, os, struct, sys
 import numpy as np, zstandard
@@ -43,16 +43,13 @@ w, out, data = sys.argv[1:]
 def put(target, name, content):
     with open(os.path.join(out, target, name), "wb") as f:
         f.write(content if isinstance(content, bytes) else content.encode())
-# The stored state, as the checkpoint holds it.
-if os.path.exists(f"{w}/state.bin"):
-    put("state_json", "trained.json", open(f"{w}/state.bin", "rb").read())
+put("state_json", "trained.json", open(f"{w}/state.bin", "rb").read())
 put("hf_config", "exported.json", open(f"{w}/hf/config.json", "rb").read())
 put("safetensors", "exported.safetensors", open(f"{w}/hf/model.safetensors", "rb").read())
-# The indexed dataset the run trained on: its first few documents only.
+# The indexed dataset the run trained on (149 documents, 40 kB), and the header of Megatron's test .idx.
 idx, binf = open(f"{w}/char_text_document.idx", "rb").read(), open(f"{w}/char_text_document.bin", "rb").read()
 put("indexed", "preprocessed", idx + b"\n=====\n" + binf)
 meg = open(f"{data}/megatron/megatron_test_text_document.idx", "rb").read()
-n_items, n_docs = struct.unpack("<QQ", meg[18:34])
 put("indexed", "megatron_header", meg[:34 + 4 * 8 + 8 * 8 + 8 * 3])
 # GPT-NeoX's three cache arrays, as numpy.save writes them.
 for name, arr in [("doc_idx", np.arange(7, dtype=np.int32)), ("sample_idx", np.array([[0, 0], [1, 3], [2, 5]], dtype=np.int32)),
