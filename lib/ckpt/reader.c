@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -541,7 +542,9 @@ static int read_region(const neox_ckpt_reader *r, const tensor *t, const region 
             int64_t n = p->kind == PIECE_RANGE ? p->n : 1;
             if (p->kind == PIECE_BLOCK)
                 for (int d = 0; d < t->ndim; d++) n *= p->count[d];
-            const char *previous = neox_alloc_reading(r->paths[p->file]);
+            char what[PATH_MAX + 256];
+            snprintf(what, sizeof what, "%s (a piece of '%s')", r->paths[p->file], p->dataset);
+            const char *previous = neox_alloc_reading(what);
             float *buf = neox_malloc((size_t)(n ? n : 1) * sizeof(float));
             neox_alloc_reading(previous);
             if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) direct = -1;
@@ -720,7 +723,9 @@ int neox_ckpt_read_bytes(const neox_ckpt_reader *r, const char *name, void **dat
     const tensor *t = lookup(r, name, 1, err);
     if (!t) return -1;
     const piece *p = &t->pieces[0];
-    const char *previous = neox_alloc_reading(r->paths[p->file]);
+    char what[PATH_MAX + 256];
+    snprintf(what, sizeof what, "%s (byte string '%s')", r->paths[p->file], p->dataset);
+    const char *previous = neox_alloc_reading(what);
     unsigned char *buf = neox_malloc((size_t)p->n + 1);
     neox_alloc_reading(previous);
     hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);

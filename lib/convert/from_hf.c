@@ -62,10 +62,11 @@ static int get_int(const hf_model *m, const char *key, int64_t fallback, int64_t
 static int get_num_in(const hf_model *m, const char *key, double fallback, double lo, double hi, double *out,
                       neox_error *err) {
     json_t *v = json_object_get(m->config, key);
-    *out = !v || json_is_null(v) ? fallback : json_is_number(v) ? json_number_value(v) : NAN;
+    *out = !v || json_is_null(v) ? fallback : json_number_value(v);
+    if (v && !json_is_null(v) && !json_is_number(v))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' is not a number", m->dir, key);
     if (!(*out >= lo && *out <= hi))
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' %s is not a number in [%g, %g]", m->dir, key,
-                         json_is_number(v) ? "value" : "is present but", lo, hi);
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' = %g is outside [%g, %g]", m->dir, key, *out, lo, hi);
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -192,7 +193,9 @@ static void reserve(neox_doc_reader *r, size_t more) {
         if (r->len + more <= r->cap) return;
     }
     while (r->cap < r->len + more) r->cap = r->cap ? r->cap * 2 : RAW_CHUNK * 4;
-    const char *previous = neox_alloc_reading(current_name(r));
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof what, "%s (a document of the corpus)", current_name(r));
+    const char *previous = neox_alloc_reading(what);
     r->buf = neox_realloc(r->buf, r->cap + 1);
     neox_alloc_reading(previous);
 }

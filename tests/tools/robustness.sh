@@ -99,9 +99,9 @@ json.dump(c, open(sys.argv[4], "w"))' "$T/hf/config.json" "$2" "$3" "$T/hfbad/co
 }
 hf_case "an oversized max_position_embeddings is named as too large" max_position_embeddings 99999999999 \
     "hfbad/config.json: 'max_position_embeddings' = 99999999999 is larger than 2147483647"
-hf_case "rotary_pct out of range names config.json and rotary_pct" rotary_pct 7.5 "hfbad/config.json: 'rotary_pct' value is not a number in \[0, 1\]"
-hf_case "a negative layer_norm_eps names config.json and layer_norm_eps" layer_norm_eps -1 "hfbad/config.json: 'layer_norm_eps' value is not a number in \[0, 1\]"
-hf_case "layer_norm_eps as a string is refused, not defaulted" layer_norm_eps '"1e-5"' "hfbad/config.json: 'layer_norm_eps' is present but is not a number"
+hf_case "rotary_pct out of range names config.json and rotary_pct" rotary_pct 7.5 "hfbad/config.json: 'rotary_pct' = 7.5 is outside \[0, 1\]"
+hf_case "a negative layer_norm_eps names config.json and layer_norm_eps" layer_norm_eps -1 "hfbad/config.json: 'layer_norm_eps' = -1 is outside \[0, 1\]"
+hf_case "layer_norm_eps as a string is refused, not defaulted" layer_norm_eps '"1e-5"' "hfbad/config.json: 'layer_norm_eps' is not a number"
 hf_case "eos_token_id outside the vocabulary is refused" eos_token_id 100000 "hfbad/config.json: 'eos_token_id' is not a token id of the vocabulary \(vocab_size [0-9]+\)"
 hf_case "an eos_token_id list with an id outside the vocabulary is refused" eos_token_id '[0, 100000]' "'eos_token_id' is not a token id"
 hf_case "a model the config cannot describe names config.json" rotary_pct 0.125 "hfbad/config.json: the model it describes: rotary_pct"
