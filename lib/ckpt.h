@@ -13,6 +13,9 @@
 #include "core.h"
 
 #define NEOX_CKPT_MAX_DIMS 8
+// The most elements a tensor of a checkpoint may have (2^48: far above any model, far below
+// where its byte count overflows); shards claiming more are refused.
+#define NEOX_CKPT_MAX_ELEMENTS (INT64_C(1) << 48)
 
 // ---- writing one shard file -------------------------------------------------------------------
 typedef struct neox_ckpt_writer neox_ckpt_writer;

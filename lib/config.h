@@ -92,6 +92,9 @@ typedef struct neox_config_options {
 
 typedef struct neox_config neox_config;
 
+// The largest learning rate accepted (optimizer.params.lr, lr, min_lr): any above diverges at once.
+#define NEOX_MAX_LEARNING_RATE 10.0
+
 // Loads and merges the files, validates, derives. On error returns NULL with a message naming
 // file:line and the key (status NEOX_EXIT_USAGE for config errors, NEOX_EXIT_FAILURE for I/O).
 neox_config *neox_config_load(const char *const *paths, int npaths, const neox_config_options *opts,

@@ -150,6 +150,9 @@ void *neox_aligned_alloc(size_t alignment, size_t size);  // free with free()
 char *neox_strdup(const char *s);
 char *neox_strndup(const char *s, size_t n);
 char *neox_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// Names what this thread is reading (a file, and what in it) in the out-of-memory message, until
+// restored with the returned previous value: "out of memory allocating N bytes while reading WHAT".
+const char *neox_alloc_reading(const char *what);
 
 // Reads a whole file into a NUL-terminated buffer (size excludes the NUL). NULL + err on failure.
 char *neox_read_file(const char *path, size_t *size, neox_error *err);

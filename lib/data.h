@@ -80,6 +80,11 @@ neox_doc_reader *neox_doc_reader_open(const char *const *inputs, int ninputs, ne
 // all from one file; their data stays valid until the next call. Returns the count, 0 at the end,
 // -1 on error (a truncated or corrupt compressed file, a read error: the message names the file).
 int neox_doc_reader_next(neox_doc_reader *r, neox_record *recs, int max_records, size_t max_bytes, neox_error *err);
+// The longest record (a jsonl line, a whole .txt file) the reader holds, decoded: a longer one is an
+// error naming the file and line, not an allocation of its size (a small compressed file can
+// decode to gigabytes). NEOX_MAX_DOCUMENT_BYTES unless set (neox-preprocess --max-document-bytes).
+#define NEOX_MAX_DOCUMENT_BYTES ((size_t)256 << 20)
+void neox_doc_reader_set_max_record(neox_doc_reader *r, size_t max_record_bytes);
 int64_t neox_doc_reader_bytes_read(const neox_doc_reader *r);   // input bytes consumed (compressed)
 int64_t neox_doc_reader_total_bytes(const neox_doc_reader *r);  // sum of file sizes; 0 when unknown
 int neox_doc_reader_file_count(const neox_doc_reader *r);
@@ -108,6 +113,7 @@ typedef struct neox_preprocess_options {
     int skip_invalid;                          // skip and count malformed records instead of failing
     int64_t num_docs;                          // expected documents for the ETA (0: use input bytes)
     int64_t log_interval;                      // documents between progress updates
+    size_t max_document_bytes;                 // longest record read (0: NEOX_MAX_DOCUMENT_BYTES)
 } neox_preprocess_options;
 
 typedef struct neox_preprocess_stats {
@@ -160,6 +166,7 @@ const char *neox_pack_impl_name(neox_pack_impl p);  // "packed", "pack_until_ove
 typedef struct neox_sample_index_options {
     const char *name;          // "train", "valid", "test", "train_0", ...: part of the cache name
     const char *data_prefix;   // for the cache names; NULL: no cache
+    const char *cache_dir;     // where the caches are (data_cache_dir); NULL: beside the data
     int64_t doc_begin, doc_end;  // documents [begin, end) of the dataset
     int64_t num_samples;
     int seq_length;
@@ -185,8 +192,17 @@ typedef struct neox_sample_index {
 neox_sample_index *neox_sample_index_build(const neox_indexed_dataset *ds, const neox_sample_index_options *opts,
                                            int *loaded, neox_error *err);
 void neox_sample_index_free(neox_sample_index *si);
-// The cache path prefix GPT-NeoX uses: {prefix}_{name}_indexmap_{ns}ns_{sl}sl_{seed}s_{pi}pi[_ac].
+// The cache path prefix GPT-NeoX uses: {prefix}_{name}_indexmap_{ns}ns_{sl}sl_{seed}s_{pi}pi[_ac]
+// (with cache_dir set, the same name under that directory: {cache_dir}/{basename(prefix)}_...).
 char *neox_sample_index_cache_name(const neox_sample_index_options *opts);
+
+// The dataset a cache was built from (lib/data/cache_identity.c): {cache}_identity.json beside the
+// .npy files records the .idx's size and CRC-32, the .bin's size and the item, document and token
+// counts; a cache whose record differs from the dataset now is rebuilt, or refused where it cannot be.
+typedef enum { NEOX_CACHE_IDENTITY_ABSENT, NEOX_CACHE_IDENTITY_MATCHES, NEOX_CACHE_IDENTITY_DIFFERS } neox_cache_identity;
+int neox_cache_identity_check(const char *base, const neox_indexed_dataset *ds, neox_cache_identity *result,
+                              neox_error *err);
+int neox_cache_identity_write(const char *base, const neox_indexed_dataset *ds, neox_error *err);
 int neox_num_epochs(int64_t tokens_per_epoch, int seq_length, int64_t num_samples);
 
 // =============================================================================================
@@ -221,10 +237,12 @@ typedef struct neox_dataset {
     uint8_t *dataset_index;       // NULL when not blended (count == 1 and a plain GPT2Dataset)
     int64_t *dataset_sample_index;
     int seq_length;
+    int64_t vocab_size;           // set by the user of the samples: ids must lie below it (0: unchecked)
 } neox_dataset;
 
 // Fills tokens[seq_length + 1] with sample idx (idx wraps modulo the size, as GPT-NeoX's
-// IndexError fallback does); a short sample is padded with -100.
+// IndexError fallback does); a short sample is padded with -100. With vocab_size set, a token id
+// outside the vocabulary is an error naming the dataset and the sample.
 int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, neox_error *err);
 void neox_dataset_free(neox_dataset *d);
 
@@ -243,7 +261,8 @@ typedef struct neox_data_settings {
     int64_t train_iters, eval_interval, eval_iters, train_batch_size;
     neox_pack_impl pack_impl;
     int allow_chopped;
-    int use_cache;                          // write/read the .npy index caches next to the data
+    int use_cache;                          // write/read the .npy index caches
+    const char *cache_dir;                  // data_cache_dir: where (NULL: next to the data)
 } neox_data_settings;
 
 // Fills s from a loaded config (lib/config.h); the path and weight lists point into the config

@@ -171,6 +171,10 @@ void neox_model_set_precision(neox_model *m, neox_precision p);
 // Whoever writes param_buf outside neox_model_init (an optimizer step, a checkpoint load) calls
 // this so that the 16-bit weight copy is remade before the next forward.
 void neox_model_weights_changed(neox_model *m);
+// The parameter holding the first NaN or inf of param_buf (NULL when every weight is finite),
+// and the same as a check: fails with "WHAT: parameter NAME holds NaN or inf" (lib/model/finite.c).
+const neox_param *neox_model_first_nonfinite(const neox_model *m);
+int neox_model_check_finite(const neox_model *m, const char *what, neox_error *err);
 void neox_model_free(neox_model *m);
 // The parameters desc lays out (names, shapes, offsets, in buffer order) without allocating the
 // model: for tools that handle checkpoints tensor by tensor. malloc'ed; NULL + err for a bad desc.

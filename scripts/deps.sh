@@ -22,6 +22,9 @@ DEBS=(
   libmpich-dev      # MPI (headers + library)
   mpich             # mpiexec
   libcmocka-dev     # C unit tests
+  clang-14          # make fuzz: the fuzz targets (tests/fuzz) are built with clang's libFuzzer
+  libclang-rt-14-dev  # libFuzzer and clang's ASan/UBSan runtimes
+  libomp-14-dev     # OpenMP for the library built with clang
   slurm-wlm         # SLURM tests: slurmctld, slurmd, sbatch, srun on localhost
   munge             # SLURM authentication for those tests
   bible-kjv         # make demo's corpus: the King James Bible (4.4 MB of public-domain English, pulls in

@@ -43,6 +43,7 @@ OWN_KEYS = [
     ("neox.c", "onebitadam_freeze_step", "INT", None, None, 1, None, None),
     ("neox.c", "onebitadam_weight_decay", "FLOAT", None, None, 1, None, None),
     ("neox.c", "sgd_momentum", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "data_cache_dir", "STR", None, None, 0, None, None),
 ]
 
 # Values GPT-NeoX computes itself; a file may not set them (derive.c computes them).
@@ -139,7 +140,10 @@ for k in ("pipe_parallel_size model_parallel_size train_iters lr_decay_iters eva
 for k in ("attention_dropout hidden_dropout warmup lr_decay_fraction rotary_pct top_p "
           "weighted_sampler_alpha").split():
     RANGES[k] = (0, 1)
-for k in ("lr min_lr weight_decay init_method_std gradient_clipping clip_grad temperature layernorm_epsilon "
+# A learning rate above 10 diverges at once (docs/config.md); inf and NaN are refused with it.
+for k in ("lr min_lr").split():
+    RANGES[k] = (0, 10)
+for k in ("weight_decay init_method_std gradient_clipping clip_grad temperature layernorm_epsilon "
           "rms_norm_epsilon expansion_factor loss_scale loss_scale_window min_scale").split():
     RANGES[k] = (0, float("inf"))
 

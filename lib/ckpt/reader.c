@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,6 +40,7 @@ struct neox_ckpt_reader {
     int nfiles;
     tensor *tensors;  // sorted by name once opened
     int ntensors, cap;
+    uint64_t stored_bytes;  // what the datasets of every file store, together
 };
 
 // ---- indexing ---------------------------------------------------------------------------------
@@ -107,6 +109,35 @@ typedef struct visit_state {
     neox_error *err;
 } visit_state;
 
+// Elements of a shape, or -1 when a dimension is negative or the product exceeds
+// NEOX_CKPT_MAX_ELEMENTS (which keeps every byte count derived from it inside int64_t).
+static int64_t shape_elements(const int64_t *shape, int ndim) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || (shape[d] && n > NEOX_CKPT_MAX_ELEMENTS / shape[d])) return -1;
+        n *= shape[d];
+    }
+    return n;
+}
+
+// A dataset's extent is only a claim: refuses one whose elements the file does not store (a small
+// file claiming gigabytes), before anything is allocated for it. The writer stores every dataset
+// contiguously and uncompressed, so its storage holds each element.
+static int check_stored(visit_state *vs, hid_t dset, const char *path, int rank, const hsize_t *dims) {
+    uint64_t elements = 1;
+    for (int d = 0; d < rank; d++) elements = dims[d] && elements > UINT64_MAX / dims[d] ? UINT64_MAX : elements * dims[d];
+    hid_t type = H5Dget_type(dset);
+    size_t elem_size = type >= 0 ? H5Tget_size(type) : 0;
+    if (type >= 0) H5Tclose(type);
+    uint64_t stored = (uint64_t)H5Dget_storage_size(dset);
+    vs->r->stored_bytes += stored;
+    if (rank < 0 || elem_size == 0 || elements > stored / elem_size)
+        return neox_fail(vs->err, NEOX_EXIT_FAILURE,
+                         "%s: dataset '%s' claims %llu elements but the file stores %llu bytes of it (damaged or forged)",
+                         vs->r->paths[vs->file], path, (unsigned long long)elements, (unsigned long long)stored);
+    return 0;
+}
+
 // Reads one dataset's tags into a piece; fails naming the file and dataset when they are wrong.
 static int index_dataset(visit_state *vs, hid_t dset, const char *path) {
     const char *file = vs->r->paths[vs->file];
@@ -119,6 +150,7 @@ static int index_dataset(visit_state *vs, hid_t dset, const char *path) {
     hsize_t dims[H5S_MAX_RANK] = {0};
     if (rank > 0 && rank <= H5S_MAX_RANK) H5Sget_simple_extent_dims(space, dims, NULL);
     H5Sclose(space);
+    if (check_stored(vs, dset, path, rank, dims) != 0) return -1;
     piece p = {.file = vs->file, .dataset = NULL};
     int ndim = 0, is_bytes = 0;
     if (!strcmp(kind, "bytes")) {
@@ -127,8 +159,10 @@ static int index_dataset(visit_state *vs, hid_t dset, const char *path) {
     } else {
         ndim = read_attr_i64(dset, "global_shape", shape, NEOX_CKPT_MAX_DIMS);
         if (ndim < 0) return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s' has no valid 'global_shape'", file, path);
-        for (int d = 0; d < ndim; d++)
-            if (shape[d] < 0) return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': negative global_shape", file, path);
+        if (shape_elements(shape, ndim) < 0)
+            return neox_fail(vs->err, NEOX_EXIT_FAILURE,
+                             "%s: '%s': global_shape is negative or has more than %lld elements", file, path,
+                             (long long)NEOX_CKPT_MAX_ELEMENTS);
         if (!strcmp(kind, "block")) {
             if (read_attr_i64(dset, "offset", offset, NEOX_CKPT_MAX_DIMS) != ndim || rank != (ndim ? ndim : 1))
                 return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': 'offset' or dataset rank does not match global_shape",
@@ -137,15 +171,14 @@ static int index_dataset(visit_state *vs, hid_t dset, const char *path) {
             for (int d = 0; d < ndim; d++) {
                 p.offset[d] = offset[d];
                 p.count[d] = (int64_t)dims[d];
-                if (offset[d] < 0 || offset[d] + p.count[d] > shape[d])
+                if (offset[d] < 0 || p.count[d] > shape[d] || offset[d] > shape[d] - p.count[d])
                     return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': block outside global_shape in dimension %d",
                                      file, path, d);
             }
         } else if (!strcmp(kind, "range")) {
-            int64_t total = 1;
-            for (int d = 0; d < ndim; d++) total *= shape[d];
+            int64_t total = shape_elements(shape, ndim);
             if (read_attr_i64(dset, "range_start", &start, 1) != 1 || rank != 1 || start < 0 ||
-                start + (int64_t)dims[0] > total)
+                (int64_t)dims[0] > total || start > total - (int64_t)dims[0])
                 return neox_fail(vs->err, NEOX_EXIT_FAILURE, "%s: '%s': 'range_start' missing or range outside the tensor",
                                  file, path);
             p.kind = PIECE_RANGE, p.start = start, p.n = (int64_t)dims[0];
@@ -195,6 +228,23 @@ static int compare_tensors(const void *a, const void *b) {
     return strcmp(((const tensor *)a)->name, ((const tensor *)b)->name);
 }
 
+// A global shape is a claim too: no tensor may have more elements than the open files store in
+// all (plus CLAIM_SLACK_BYTES, so that a small checkpoint missing a shard is still diagnosed when
+// a region is read, naming the first element no file holds), so no allocation sized by a shape (a
+// model built from it, a tensor read whole) exceeds what the files hold.
+enum { CLAIM_SLACK_BYTES = 1 << 20 };
+static int check_claims(const neox_ckpt_reader *r, neox_error *err) {
+    for (int i = 0; i < r->ntensors; i++) {
+        const tensor *t = &r->tensors[i];
+        int64_t claimed = shape_elements(t->shape, t->ndim);
+        if (!t->is_bytes && (uint64_t)claimed > (r->stored_bytes + CLAIM_SLACK_BYTES) / sizeof(float))
+            return neox_fail(err, NEOX_EXIT_FAILURE,
+                             "%s: tensor '%s' claims %lld elements, more than the shards store in all (%llu bytes)",
+                             r->paths[t->pieces[0].file], t->name, (long long)claimed, (unsigned long long)r->stored_bytes);
+    }
+    return 0;
+}
+
 neox_ckpt_reader *neox_ckpt_reader_open(const char *const *paths, int npaths, neox_error *err) {
     neox_hdf5_quiet();
     neox_ckpt_reader *r = neox_calloc(1, sizeof *r);
@@ -217,7 +267,11 @@ neox_ckpt_reader *neox_ckpt_reader_open(const char *const *paths, int npaths, ne
             return NULL;
         }
     }
-    qsort(r->tensors, r->ntensors, sizeof(tensor), compare_tensors);
+    if (r->ntensors > 1) qsort(r->tensors, r->ntensors, sizeof(tensor), compare_tensors);
+    if (check_claims(r, err) != 0) {
+        neox_ckpt_reader_close(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -488,7 +542,11 @@ static int read_region(const neox_ckpt_reader *r, const tensor *t, const region 
             int64_t n = p->kind == PIECE_RANGE ? p->n : 1;
             if (p->kind == PIECE_BLOCK)
                 for (int d = 0; d < t->ndim; d++) n *= p->count[d];
+            char what[PATH_MAX + 256];
+            snprintf(what, sizeof what, "%s (a piece of '%s')", r->paths[p->file], p->dataset);
+            const char *previous = neox_alloc_reading(what);
             float *buf = neox_malloc((size_t)(n ? n : 1) * sizeof(float));
+            neox_alloc_reading(previous);
             if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) direct = -1;
             else copy_piece(&cs, p, buf);
             free(buf);
@@ -685,7 +743,11 @@ int neox_ckpt_read_bytes(const neox_ckpt_reader *r, const char *name, void **dat
     const tensor *t = lookup(r, name, 1, err);
     if (!t) return -1;
     const piece *p = &t->pieces[0];
+    char what[PATH_MAX + 256];
+    snprintf(what, sizeof what, "%s (byte string '%s')", r->paths[p->file], p->dataset);
+    const char *previous = neox_alloc_reading(what);
     unsigned char *buf = neox_malloc((size_t)p->n + 1);
+    neox_alloc_reading(previous);
     hid_t dset = H5Dopen2(r->files[p->file], p->dataset, H5P_DEFAULT);
     char msg[256];
     if (dset < 0 || (p->n > 0 && H5Dread(dset, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)) {

@@ -219,7 +219,7 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
     const neox_value *lr = neox_value_get(params, "lr");
     double lr_value = 0.001;  // GPT-NeoX's default optimizer params
     if (lr) {
-        if (check_number(cfg, err, lr, "params.lr", 0, INFINITY) < 0) return -1;
+        if (check_number(cfg, err, lr, "params.lr", 0, NEOX_MAX_LEARNING_RATE) < 0) return -1;
         lr_value = lr->number;
     }
     const neox_config_slot *set_lr = neox_config_slot_of(cfg, "lr");

@@ -19,7 +19,7 @@ const neox_key_spec neox_key_specs[] = {
      .min = 0, .max = 1},
     {.name = "min_lr", .type = NEOX_TYPE_FLOAT, .default_text = "0.0", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsLRScheduler", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
-     .min = 0, .max = INFINITY},
+     .min = 0, .max = 10},
     {.name = "warmup", .type = NEOX_TYPE_FLOAT, .default_text = "0.01", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsLRScheduler", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 0, .max = 1},
@@ -343,7 +343,7 @@ const neox_key_spec neox_key_specs[] = {
      .min = 1, .max = 0},
     {.name = "lr", .type = NEOX_TYPE_FLOAT, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsOptimizer", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
-     .min = 0, .max = INFINITY},
+     .min = 0, .max = 10},
     {.name = "distributed_backend", .type = NEOX_TYPE_STR, .default_text = "'nccl'", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsOther", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
@@ -967,6 +967,9 @@ const neox_key_spec neox_key_specs[] = {
      .min = 1, .max = 0},
     {.name = "sgd_momentum", .type = NEOX_TYPE_FLOAT, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 1, .derived = 1,
+     .min = 1, .max = 0},
+    {.name = "data_cache_dir", .type = NEOX_TYPE_STR, .default_text = NULL, .choices = NULL, .supported = NULL,
+     .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
      .min = 1, .max = 0},
 };
 

@@ -5,6 +5,7 @@
 // The YAML is loaded back through the config loader, so the model the trainer will build from it
 // is the one whose parameters are written. Memory: one safetensors file at a time.
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,38 @@ static int get_int(const hf_model *m, const char *key, int64_t fallback, int64_t
     }
     if (!json_is_integer(v) || json_integer_value(v) < 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' is not a non-negative integer", m->dir, key);
+    if (json_integer_value(v) > INT_MAX)  // every size of a neox.c model is an int
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' = %lld is larger than %d", m->dir, key,
+                         (long long)json_integer_value(v), INT_MAX);
     *out = json_integer_value(v);
+    return 0;
+}
+
+// A number in [lo, hi] (the fallback when absent), named by its config.json key when it is not.
+static int get_num_in(const hf_model *m, const char *key, double fallback, double lo, double hi, double *out,
+                      neox_error *err) {
+    json_t *v = json_object_get(m->config, key);
+    *out = !v || json_is_null(v) ? fallback : json_number_value(v);
+    if (v && !json_is_null(v) && !json_is_number(v))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' is not a number", m->dir, key);
+    if (!(*out >= lo && *out <= hi))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' = %g is outside [%g, %g]", m->dir, key, *out, lo, hi);
+    return 0;
+}
+
+// bos_token_id and eos_token_id (an id or a list of ids, as transformers allows) inside the vocabulary.
+static int check_token_ids(const hf_model *m, int64_t vocab, neox_error *err) {
+    static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        json_t *v = json_object_get(m->config, keys[k]), *one;
+        size_t i, n = json_is_array(v) ? json_array_size(v) : 1;
+        for (i = 0; v && !json_is_null(v) && i < n; i++) {
+            one = json_is_array(v) ? json_array_get(v, i) : v;
+            if (!json_is_integer(one) || json_integer_value(one) < 0 || json_integer_value(one) >= vocab)
+                return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: '%s' is not a token id of the vocabulary "
+                                 "(vocab_size %lld)", m->dir, keys[k], (long long)vocab);
+        }
+    }
     return 0;
 }
 
@@ -106,7 +138,9 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
         get_int(m, "head_dim", hidden / heads, &head_dim, err))
         return -1;
     const char *act = get_str(m, "hidden_act", "silu");
-    double theta = get_num(m, "rope_theta", 10000.0);
+    double theta = 0, eps_value = 0;
+    if (get_num_in(m, "rope_theta", 10000.0, 1, 1e12, &theta, err) || get_num_in(m, "rms_norm_eps", 1e-6, 0, 1, &eps_value, err))
+        return -1;
     if (strcmp(act, "silu") != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' (neox.c's swiglu is silu)", m->dir, act);
     if (head_dim * heads != hidden)
@@ -122,7 +156,7 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
     fprintf(f, "norm: rmsnorm\nrms_norm_epsilon: %s\nactivation: swiglu\nintermediate_size: %lld\nmlp_multiple_of: 1\n"
             "num_kv_heads: %lld\nrotary_pct: 1.0\nrotary_emb_base: %.0f\ngpt_j_residual: false\n"
             "use_bias_in_attn_linear: %s\nuse_bias_in_mlp: %s\n",
-            yaml_float(get_num(m, "rms_norm_eps", 1e-6), eps, sizeof eps), (long long)(3 * ffn), (long long)kv, theta,
+            yaml_float(eps_value, eps, sizeof eps), (long long)(3 * ffn), (long long)kv, theta,
             get_bool(m, "attention_bias", 0) ? "true" : "false", get_bool(m, "mlp_bias", 0) ? "true" : "false");
     return 0;
 }
@@ -134,15 +168,17 @@ static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error 
     int tanh_gelu = !strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast");
     if (!tanh_gelu && strcmp(act, "gelu") != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' (gelu, gelu_new, gelu_pytorch_tanh)", m->dir, act);
-    double base = get_num(m, "rotary_emb_base", 10000.0);
+    double base = 0, eps_value = 0, rotary_pct = 0;
+    if (get_num_in(m, "rotary_emb_base", 10000.0, 1, 1e12, &base, err) ||
+        get_num_in(m, "layer_norm_eps", 1e-5, 0, 1, &eps_value, err) || get_num_in(m, "rotary_pct", 0.25, 0, 1, &rotary_pct, err))
+        return -1;
     if (base != floor(base))
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rotary_emb_base %g is not an integer", m->dir, base);
     char eps[40];
     fprintf(f, "norm: layernorm\nlayernorm_epsilon: %s\nuse_bias_in_norms: true\nactivation: gelu\n"
             "bias_gelu_fusion: %s\nintermediate_size: %lld\nmlp_multiple_of: 1\nrotary_pct: %.17g\n"
             "rotary_emb_base: %.0f\ngpt_j_residual: %s\nuse_bias_in_attn_linear: %s\nuse_bias_in_mlp: true\n",
-            yaml_float(get_num(m, "layer_norm_eps", 1e-5), eps, sizeof eps), tanh_gelu ? "true" : "false", (long long)ffn,
-            get_num(m, "rotary_pct", 0.25), base, get_bool(m, "use_parallel_residual", 1) ? "true" : "false",
+            yaml_float(eps_value, eps, sizeof eps), tanh_gelu ? "true" : "false", (long long)ffn, rotary_pct, base, get_bool(m, "use_parallel_residual", 1) ? "true" : "false",
             get_bool(m, "attention_bias", 1) ? "true" : "false");
     return 0;
 }
@@ -167,6 +203,7 @@ static char *model_yaml(const hf_model *m, const char *save_final, int64_t *voca
         get_int(m, "num_attention_heads", -1, &heads, err) || get_int(m, "vocab_size", -1, vocab, err) ||
         get_int(m, "max_position_embeddings", 2048, &max_pos, err))
         return NULL;
+    if (check_token_ids(m, *vocab, err) != 0) return NULL;
     if (heads == 0 || hidden % heads != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_size is not divisible by num_attention_heads", m->dir), NULL;
     char *text = NULL, std[40];
@@ -356,7 +393,8 @@ static int import_into(hf_model *m, const char *tmp, const char *save_final, con
     unlink(paths[1]);
     neox_model_desc d;
     if (!cfg) rc = -1;
-    if (rc == 0) rc = neox_model_desc_from_config(&d, cfg, vocab, err);
+    if (rc == 0 && neox_model_desc_from_config(&d, cfg, vocab, err) != 0)
+        rc = neox_fail_context(err, "%s/config.json: the model it describes", m->dir);
     if (rc == 0 && (d.naming == NEOX_NAMES_LLAMA) != m->llama)
         rc = neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: this model's parameters would not carry %s names", m->dir,
                        m->llama ? "LlamaForCausalLM" : "GPTNeoXForCausalLM");

@@ -6,7 +6,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
+static _Thread_local const char *reading;  // what this thread reads, for the message below
+
+const char *neox_alloc_reading(const char *what) {
+    const char *previous = reading;
+    reading = what;
+    return previous;
+}
+
 static _Noreturn void out_of_memory(size_t size) {
+    if (reading) neox_die(NEOX_EXIT_FAILURE, "out of memory allocating %zu bytes while reading %s", size, reading);
     neox_die(NEOX_EXIT_FAILURE, "out of memory allocating %zu bytes", size);
 }
 
@@ -67,6 +76,7 @@ char *neox_read_file(const char *path, size_t *size, neox_error *err) {
     struct stat st;
     size_t cap = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) ? (size_t)st.st_size + 2 : 0, len = 0;
     if (cap < (1 << 16)) cap = 1 << 16;
+    const char *previous = neox_alloc_reading(path);
     char *buf = neox_malloc(cap);
     for (;;) {
         size_t want = cap - len - 1, got = fread(buf + len, 1, want, f);
@@ -74,6 +84,7 @@ char *neox_read_file(const char *path, size_t *size, neox_error *err) {
         if (got < want) break;  // end of file (or an error, checked below)
         buf = neox_realloc(buf, cap *= 2);
     }
+    neox_alloc_reading(previous);
     int failed = ferror(f);
     fclose(f);
     if (failed) {

@@ -44,6 +44,7 @@ int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s
     s->train_batch_size = neox_config_has(cfg, "train_batch_size") ? neox_config_int(cfg, "train_batch_size") : 0;
     s->allow_chopped = neox_config_bool(cfg, "allow_chopped");
     s->use_cache = 1;
+    s->cache_dir = neox_config_str(cfg, "data_cache_dir");
     if (neox_pack_impl_parse(neox_config_str(cfg, "pack_impl"), &s->pack_impl) != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "pack_impl: '%s' is not supported (packed, pack_until_overflow, unpacked)",
                          neox_config_str(cfg, "pack_impl"));

@@ -36,6 +36,19 @@ static int64_t gpt2_sample(const neox_gpt2_dataset *g, int64_t idx, int32_t *out
 
 static int64_t gpt2_length(const neox_gpt2_dataset *g) { return g->index->length; }
 
+// Every id of a sample below the model's vocabulary (padding, -100, aside).
+static int check_vocabulary(const neox_dataset *d, const neox_gpt2_dataset *g, int64_t idx, int64_t local,
+                            const int32_t *tokens, neox_error *err) {
+    if (d->vocab_size <= 0) return 0;
+    for (int t = 0; t <= g->seq_length; t++)
+        if (tokens[t] >= d->vocab_size || (tokens[t] < 0 && tokens[t] != -100))
+            return neox_fail(err, NEOX_EXIT_FAILURE,
+                             "%s: sample %lld (%lld of this dataset) holds token id %d at position %d, outside the "
+                             "model's vocabulary of %lld (was it preprocessed with another tokenizer?)",
+                             g->data->bin_path, (long long)idx, (long long)local, tokens[t], t, (long long)d->vocab_size);
+    return 0;
+}
+
 int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, neox_error *err) {
     if (d->size <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "dataset has no samples");
     idx %= d->size;
@@ -49,7 +62,8 @@ int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, neo
     int64_t len = gpt2_length(g);
     if (len <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: dataset has no samples", g->data->idx_path);
     // GPT-NeoX answers an IndexError by taking the index modulo the dataset length.
-    return gpt2_sample(g, local % len, tokens, err) < 0 ? -1 : 0;
+    if (gpt2_sample(g, local % len, tokens, err) < 0) return -1;
+    return check_vocabulary(d, g, idx, local % len, tokens, err);
 }
 
 void neox_dataset_free(neox_dataset *d) {
@@ -73,7 +87,7 @@ static int build_part(neox_gpt2_dataset *part, neox_indexed_dataset *ds, const c
     neox_sample_index_options o = {
         .name = name, .data_prefix = s->use_cache ? prefix : NULL, .doc_begin = begin, .doc_end = end,
         .num_samples = num_samples, .seq_length = s->seq_length, .seed = s->seed, .pack_impl = s->pack_impl,
-        .allow_chopped = s->allow_chopped,
+        .allow_chopped = s->allow_chopped, .cache_dir = s->cache_dir,
     };
     part->data = ds;
     part->seq_length = s->seq_length;

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@ struct neox_doc_reader {
     int gz_open;
     char *buf;                        // decoded text; [pos, len) not yet handed out
     size_t pos, len, cap;
+    size_t max_record;                // longest record accepted (decoded bytes)
     int64_t line;
     int64_t bytes_read, total_bytes;
 };
@@ -101,6 +103,7 @@ neox_doc_reader *neox_doc_reader_open(const char *const *inputs, int ninputs, ne
         goto fail;
     }
     r->raw = neox_malloc(RAW_CHUNK);
+    r->max_record = NEOX_MAX_DOCUMENT_BYTES;
     return r;
 fail:
     neox_doc_reader_close(r);
@@ -190,7 +193,11 @@ static void reserve(neox_doc_reader *r, size_t more) {
         if (r->len + more <= r->cap) return;
     }
     while (r->cap < r->len + more) r->cap = r->cap ? r->cap * 2 : RAW_CHUNK * 4;
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof what, "%s (a document of the corpus)", current_name(r));
+    const char *previous = neox_alloc_reading(what);
     r->buf = neox_realloc(r->buf, r->cap + 1);
+    neox_alloc_reading(previous);
 }
 
 // Appends more decoded text to buf. Returns 1 when it added some, 0 at the end of the file.
@@ -256,10 +263,22 @@ static size_t universal_newlines(char *s, size_t n) {
     return o;
 }
 
+void neox_doc_reader_set_max_record(neox_doc_reader *r, size_t max_record_bytes) { r->max_record = max_record_bytes; }
+
+// Fails when the record being assembled ([pos, len) of buf, no end found yet) is over the limit.
+static int check_record_size(neox_doc_reader *r, neox_error *err) {
+    if (r->len - r->pos <= r->max_record) return 0;
+    return neox_fail(err, NEOX_EXIT_FAILURE,
+                     "%s:%lld: a document longer than %zu bytes (the limit; neox-preprocess --max-document-bytes raises it)",
+                     current_name(r), (long long)(r->is_txt ? 1 : r->line + 1), r->max_record);
+}
+
 static int read_txt(neox_doc_reader *r, neox_record *rec, neox_error *err) {
     int rc;
-    while ((rc = decode_more(r, err)) == 1) {}
+    while ((rc = decode_more(r, err)) == 1)
+        if (check_record_size(r, err) != 0) return -1;
     if (rc < 0) return -1;
+    if (!r->buf) r->buf = neox_calloc(1, 1), r->cap = 1;  // an empty file: one empty document
     size_t n = universal_newlines(r->buf + r->pos, r->len - r->pos);
     *rec = (neox_record){.data = r->buf + r->pos, .size = n, .file = r->files[r->current], .line = 1, .is_json = 0};
     r->pos = r->len;
@@ -295,6 +314,7 @@ int neox_doc_reader_next(neox_doc_reader *r, neox_record *recs, int max_records,
         } else {
             // Records handed out in this call point into buf: return them before it moves.
             if (count) return count;
+            if (check_record_size(r, err) != 0) return -1;
             int rc = decode_more(r, err);
             if (rc < 0) return -1;
             if (rc == 1) continue;

@@ -110,9 +110,10 @@ int neox_npy_read(const char *path, neox_npy *out, neox_error *err) {
         free(buf);
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: unsupported .npy header (need a C-order <i4, <u4, <i8 or <u8 array)", path);
     }
-    int64_t count = out->ndim == 1 ? out->shape[0] : out->shape[0] * out->shape[1];
+    // The product is formed only once it cannot overflow (the file size bounds it far below that).
+    int64_t count = out->ndim == 1 ? out->shape[0] : -1;
     size_t esize = descr_size(out->descr);
-    if (out->ndim == 2 && out->shape[1] && out->shape[0] > INT64_MAX / out->shape[1]) count = -1;
+    if (out->ndim == 2 && (!out->shape[1] || out->shape[0] <= INT64_MAX / out->shape[1])) count = out->shape[0] * out->shape[1];
     if (count < 0 || (uint64_t)count > (size - 10 - hlen) / esize || (size - 10 - hlen) != (size_t)count * esize) {
         free(buf);
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: the file size does not match the array shape (truncated?)", path);

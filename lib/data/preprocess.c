@@ -286,6 +286,7 @@ int neox_preprocess_run(const neox_preprocess_options *o, neox_preprocess_stats 
         return neox_fail(err, NEOX_EXIT_USAGE, "preprocess: need at least one worker, one key and a tokenizer");
     neox_doc_reader *reader = neox_doc_reader_open(o->inputs, o->ninputs, err);
     if (!reader) return -1;
+    if (o->max_document_bytes) neox_doc_reader_set_max_record(reader, o->max_document_bytes);
     pipeline p = {.o = o, .stats = stats, .started = neox_now()};
     pthread_mutex_init(&p.lock, NULL);
     pthread_cond_init(&p.changed, NULL);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int neox_pack_impl_parse(const char *name, neox_pack_impl *out) {
@@ -24,6 +25,11 @@ const char *neox_pack_impl_name(neox_pack_impl p) {
     return p == NEOX_PACK_PACKED ? "packed" : p == NEOX_PACK_UNTIL_OVERFLOW ? "pack_until_overflow" : "unpacked";
 }
 
+static const char *basename_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
 int neox_num_epochs(int64_t tokens_per_epoch, int seq_length, int64_t num_samples) {
     // -1: samples overlap by one token, except that the last one needs one token of its own.
     int epochs = 0;
@@ -36,8 +42,11 @@ int neox_num_epochs(int64_t tokens_per_epoch, int seq_length, int64_t num_sample
 }
 
 char *neox_sample_index_cache_name(const neox_sample_index_options *o) {
-    return neox_asprintf("%s_%s_indexmap_%" PRId64 "ns_%dsl_%" PRIu32 "s_%spi%s", o->data_prefix, o->name, o->num_samples,
-                         o->seq_length, o->seed, neox_pack_impl_name(o->pack_impl), o->allow_chopped ? "_ac" : "");
+    char *prefix = o->cache_dir ? neox_asprintf("%s/%s", o->cache_dir, basename_of(o->data_prefix)) : neox_strdup(o->data_prefix);
+    char *name = neox_asprintf("%s_%s_indexmap_%" PRId64 "ns_%dsl_%" PRIu32 "s_%spi%s", prefix, o->name, o->num_samples,
+                               o->seq_length, o->seed, neox_pack_impl_name(o->pack_impl), o->allow_chopped ? "_ac" : "");
+    free(prefix);
+    return name;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -309,6 +318,39 @@ static void finish(neox_sample_index *si) {
     if (si->length < 0) si->length = 0;
 }
 
+// Loads the caches when they belong to ds (their identity file matches, or they have none: caches
+// GPT-NeoX wrote, adopted with one written now); builds and saves them otherwise, or refuses when
+// stale caches sit in a directory that cannot be written.
+static int use_or_build(neox_sample_index *si, const neox_indexed_dataset *ds, const neox_sample_index_options *o,
+                        const char *base, const char *dir, int *loaded, neox_error *err) {
+    neox_cache_identity id = NEOX_CACHE_IDENTITY_ABSENT;
+    int writable = access(dir, W_OK) == 0;
+    if (caches_exist(base)) {
+        if (neox_cache_identity_check(base, ds, &id, err) != 0) return -1;
+        if (id != NEOX_CACHE_IDENTITY_DIFFERS) {
+            if (load_caches(si, base, err) != 0 || check_index(si, ds, base, err) != 0) return -1;
+            if (loaded) *loaded = 1;
+            if (id == NEOX_CACHE_IDENTITY_ABSENT && writable) {
+                neox_notice("%s_*.npy: index caches without an identity file, taken as built from %s", base, ds->idx_path);
+                return neox_cache_identity_write(base, ds, err);
+            }
+            return 0;
+        }
+        if (!writable)
+            return neox_fail(err, NEOX_EXIT_FAILURE,
+                             "%s_*.npy: the index caches were built from another dataset than %s (%s_identity.json "
+                             "differs) and %s is not writable; set data_cache_dir to a writable directory",
+                             base, ds->idx_path, base, dir);
+        neox_notice("%s_*.npy: built from another dataset than %s (%s_identity.json differs): rebuilding", base,
+                    ds->idx_path, base);
+    } else if (!writable) {
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot write the index caches there; set data_cache_dir to a "
+                         "writable directory", dir);
+    }
+    if (build(si, ds, o, err) != 0 || save_caches(si, base, o->pack_impl, err) != 0) return -1;
+    return neox_cache_identity_write(base, ds, err);
+}
+
 neox_sample_index *neox_sample_index_build(const neox_indexed_dataset *ds, const neox_sample_index_options *o, int *loaded,
                                            neox_error *err) {
     if (loaded) *loaded = 0;
@@ -327,6 +369,10 @@ neox_sample_index *neox_sample_index_build(const neox_indexed_dataset *ds, const
         finish(si);
         return si;
     }
+    if (o->cache_dir && mkdir(o->cache_dir, 0777) != 0 && errno != EEXIST) {
+        neox_fail(err, NEOX_EXIT_FAILURE, "data_cache_dir %s: %s", o->cache_dir, strerror(errno));
+        goto fail;
+    }
     char *base = neox_sample_index_cache_name(o);
     // Builders on many ranks or nodes serialise on a lock so only the first builds; the files
     // themselves appear atomically, so a reader without the lock never sees half of one.
@@ -337,15 +383,7 @@ neox_sample_index *neox_sample_index_build(const neox_indexed_dataset *ds, const
     if (slash) *slash = 0;
     int lock_fd = open(slash ? (*dir_copy ? dir_copy : "/") : ".", O_RDONLY | O_DIRECTORY);
     if (lock_fd >= 0) flock(lock_fd, LOCK_EX);
-    int rc;
-    if (caches_exist(base)) {
-        rc = load_caches(si, base, err);
-        if (rc == 0) rc = check_index(si, ds, base, err);
-        if (rc == 0 && loaded) *loaded = 1;
-    } else {
-        rc = build(si, ds, o, err);
-        if (rc == 0) rc = save_caches(si, base, o->pack_impl, err);
-    }
+    int rc = use_or_build(si, ds, o, base, slash ? (*dir_copy ? dir_copy : "/") : ".", loaded, err);
     if (lock_fd >= 0) close(lock_fd);
     free(dir_copy);
     free(base);

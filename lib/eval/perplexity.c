@@ -52,12 +52,17 @@ int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neo
     s.train_iters = config_int_or(cfg, "train_iters", 0);
     neox_dataset *ds[3] = {0};
     int rc = neox_build_datasets(&s, ds, err);
+    if (rc == 0 && ds[split]) ds[split]->vocab_size = ev->model->desc.vocab_size;
     if (rc == 0 && !ds[split])
         rc = neox_fail(err, NEOX_EXIT_USAGE, "split: the %s split has no samples", split == 1 ? "validation" : "test");
     if (iters <= 0) iters = config_int_or(cfg, "eval_iters", 100);
     int64_t count = iters * neox_config_int(cfg, "gradient_accumulation_steps");
     double loss = NAN;
     if (rc == 0) rc = mean_loss(ev, ds[split], count, &loss, err);
+    // The cap below would turn a NaN or inf loss into a finite perplexity: that is an error instead.
+    if (rc == 0 && !isfinite(loss))
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: the mean loss over %lld batches is %g, not a number a model's "
+                       "perplexity can be computed from", out->task, (long long)count, loss);
     if (rc == 0) {
         // GPT-NeoX caps the exponent at 20 when it reports lm_loss_ppl.
         out->metrics[out->nmetrics++] = (neox_metric){"lm_loss", loss, NAN, 0};

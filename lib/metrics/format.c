@@ -50,7 +50,7 @@ void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size)
     if (s->mfu >= 0) append(buf, size, &used, " MFU: %.2f%% |", s->mfu * 100.0);
     append(buf, size, &used, " lm_loss: %.6E |", s->lm_loss);
     if (s->fp16) append(buf, size, &used, " loss scale: %.1f |", s->loss_scale);
-    if (!isnan(s->grad_norm)) append(buf, size, &used, " grad norm: %.3f |", s->grad_norm);
+    if (!isnan(s->grad_norm) || s->nonfinite) append(buf, size, &used, " grad norm: %.3f |", s->grad_norm);
     append(buf, size, &used, " number of skipped iterations: %3lld |", (long long)s->skipped);
     append(buf, size, &used, " number of nan iterations: %3lld |", (long long)s->nan);
 }

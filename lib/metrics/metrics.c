@@ -25,6 +25,7 @@ struct neox_metrics {
     double interval_start;
     int64_t iterations, skipped, nan;
     double loss_sum, learning_rate, grad_norm, loss_scale;
+    double nonfinite_grad_norm;  // of the last step with a NaN or inf loss
     double last_sync;
     neox_train_summary summary;
     // caller-measured values (neox_metrics_add), summed over the interval
@@ -97,7 +98,9 @@ static int log_step_scalars(neox_metrics *m, const neox_step_stats *s, neox_erro
     if (tb_scalar(m, "train/learning_rate", s->iteration, s->learning_rate, err) != 0) return -1;
     if (tb_scalar(m, "train/lm_loss", s->iteration, s->lm_loss, err) != 0) return -1;
     if (m->o.fp16 && tb_scalar(m, "train/loss_scale", s->iteration, s->loss_scale, err) != 0) return -1;
-    if (!isnan(s->grad_norm) && tb_scalar(m, "train/grad_norm", s->iteration, s->grad_norm, err) != 0) return -1;
+    int nonfinite = !isfinite(s->lm_loss);  // its grad norm is shown, NaN or not
+    if ((nonfinite || !isnan(s->grad_norm)) && tb_scalar(m, "train/grad_norm", s->iteration, s->grad_norm, err) != 0)
+        return -1;
     return 0;
 }
 
@@ -122,6 +125,9 @@ static void summarize(neox_metrics *m, int64_t iteration, double elapsed) {
     int64_t counted = m->iterations - m->skipped;
     s->lm_loss = m->loss_sum / (double)(counted > 1 ? counted : 1);
     s->grad_norm = m->grad_norm;
+    // A NaN or inf loss in the interval is reported as such, not as the mean of the others (or as 0
+    // when every step had one), and with that step's gradient norm, not an earlier finite one.
+    if (m->nan > 0) s->lm_loss = NAN, s->grad_norm = m->nonfinite_grad_norm, s->nonfinite = 1;
     s->loss_scale = m->loss_scale;
     s->fp16 = m->o.fp16;
     s->skipped = m->skipped;
@@ -157,7 +163,7 @@ static json_t *interval_record(const neox_metrics *m) {
     json_object_set_new(o, "wall_time", json_real(neox_wall_time()));
     json_object_set_new(o, "train/lm_loss", neox_json_number(s->lm_loss));
     json_object_set_new(o, "train/learning_rate", neox_json_number(s->learning_rate));
-    if (!isnan(s->grad_norm)) json_object_set_new(o, "train/grad_norm", neox_json_number(s->grad_norm));
+    if (!isnan(s->grad_norm) || s->nonfinite) json_object_set_new(o, "train/grad_norm", neox_json_number(s->grad_norm));
     if (s->fp16) json_object_set_new(o, "train/loss_scale", neox_json_number(s->loss_scale));
     json_object_set_new(o, "train/skipped_iterations", json_integer(s->skipped));
     json_object_set_new(o, "train/nan_iterations", json_integer(s->nan));
@@ -226,7 +232,7 @@ int neox_metrics_step(neox_metrics *m, const neox_step_stats *s, neox_error *err
     m->iterations++;
     if (s->skipped) {
         m->skipped++;
-        if (!isfinite(s->lm_loss)) m->nan++;
+        if (!isfinite(s->lm_loss)) m->nan++, m->nonfinite_grad_norm = s->grad_norm;
     } else {
         m->loss_sum += s->lm_loss;
     }

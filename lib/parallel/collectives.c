@@ -37,6 +37,8 @@ static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
     for (int i = 0; i < *len; i++) b[i] = neox_bf16_from_f32(neox_bf16_to_f32(a[i]) + neox_bf16_to_f32(b[i]));
 }
 
+// Widened a chunk at a time (the casts are the kernels' own: no _Float16, which not every
+// compiler has on x86), summed in fp32 and rounded back, as a half addition rounds.
 static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
     uint16_t *a = in, *b = inout;

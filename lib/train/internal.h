@@ -46,6 +46,7 @@ struct neox_trainer {
     neox_tokenizer *tokenizer;
     int32_t eod_id;
     neox_model *model;
+    int64_t nonfinite_loss_in_a_row;  // steps ending now whose loss was NaN or inf (fp16 overflows aside)
     // Where the model, gradients and optimizer state live (`compute_backend`), and the linear layers'
     // precision; fp16 scales the loss with DeepSpeed's dynamic loss scaler (static 1 otherwise).
     const neox_backend *be;

@@ -3,6 +3,7 @@
 // shard file of whatever layout wrote it), its run state is parsed, the model shape recorded there
 // is compared with the config's model, and whole tensors are read into a buffer by intersection.
 #include <jansson.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +93,26 @@ int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, cons
     return neox_train_read_range(m, r, group, 0, m->num_floats, buf, err);
 }
 
+// model.padded_vocab_size of state/train.json, which sizes the model built to load the checkpoint:
+// it must be the row count of the stored input embedding (a forged one would size the model).
+static int stored_padded_vocab(const neox_ckpt_reader *r, json_t *state, const char *dir, int *vocab, neox_error *err) {
+    json_t *v = json_object_get(json_object_get(state, "model"), "padded_vocab_size");
+    if (!v) return 0;
+    static const char *const embeddings[] = {"params/gpt_neox.embed_in.weight", "params/model.embed_tokens.weight"};
+    int64_t rows = -1, shape[NEOX_CKPT_MAX_DIMS];
+    int ndim;
+    for (int i = 0; i < 2 && rows < 0; i++)
+        if (neox_ckpt_has(r, embeddings[i]) && neox_ckpt_tensor_shape(r, embeddings[i], &ndim, shape, err) == 0 && ndim == 2)
+            rows = shape[0];
+    json_int_t value = json_integer_value(v);
+    if (!json_is_integer(v) || value <= 0 || value > INT_MAX || (rows >= 0 && value != rows))
+        return neox_fail(err, NEOX_EXIT_FAILURE,
+                         "%s: state/train.json: model.padded_vocab_size is not a positive integer equal to the rows of the "
+                         "stored input embedding (%lld)", dir, (long long)rows);
+    *vocab = (int)value;
+    return 0;
+}
+
 int neox_checkpoint_padded_vocab(const char *load_dir, int *vocab, neox_error *err) {
     int64_t iteration;
     int found;
@@ -101,10 +122,7 @@ int neox_checkpoint_padded_vocab(const char *load_dir, int *vocab, neox_error *e
     neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
     json_t *state = NULL;
     int rc = r ? neox_ckpt_read_run_state(r, dir, &state, err) : -1;
-    if (rc == 0) {
-        json_t *v = json_object_get(json_object_get(state, "model"), "padded_vocab_size");
-        if (json_is_integer(v) && json_integer_value(v) > 0) *vocab = (int)json_integer_value(v);
-    }
+    if (rc == 0) rc = stored_padded_vocab(r, state, dir, vocab, err);
     if (rc != 0) neox_fail_context(err, "loading checkpoint %s", dir);
     json_decref(state);
     neox_ckpt_reader_close(r);
@@ -133,6 +151,7 @@ int neox_load_model_params(neox_model *m, const char *load_dir, int64_t iteratio
     }
     char *dir = neox_ckpt_dir(load_dir, iteration);
     int rc = load_params(m, dir, err);
+    if (rc == 0) rc = neox_model_check_finite(m, "the checkpoint's weights", err);
     if (rc != 0) neox_fail_context(err, "loading checkpoint %s", dir);
     free(dir);
     if (rc == 0 && loaded) *loaded = iteration;

@@ -44,8 +44,28 @@ static int evaluate(neox_trainer *t, int split, const char *chart, const char *p
     return neox_metrics_eval(t->metrics, chart, prefix, t->state.iteration, loss, err);
 }
 
+// Every rank's weights are finite; otherwise fails on every rank (naming the parameter on the
+// rank that holds it), so no rank goes on to save or report a diverged model.
+static int check_finite_weights(neox_trainer *t, const char *what, neox_error *err) {
+    char where[96];
+    snprintf(where, sizeof where, "iteration %lld: %s", (long long)t->state.iteration, what);
+    int bad = neox_model_check_finite(t->model, where, err) != 0;
+    if (t->grid->world_size > 1) neox_allreduce_sum(&t->grid->world, &bad, 1, NEOX_I32);
+    if (bad && !err->status) neox_fail(err, NEOX_EXIT_FAILURE, "%s: another rank's weights hold NaN or inf", where);
+    return bad ? -1 : 0;
+}
+
+// A checkpoint is saved only of finite weights: a diverged run stops with an error instead.
+static int save_checkpoint(neox_trainer *t, neox_error *err) {
+    if (check_finite_weights(t, "not saving a checkpoint", err) != 0) return -1;
+    return neox_train_save(t, err);
+}
+
 static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *err) {
     neox_train_state *s = &t->state;
+    // fp16's forward may overflow to an inf loss that the loss scaler handles: not counted.
+    int diverged = r->nonfinite_loss && t->precision != NEOX_PRECISION_FP16;
+    t->nonfinite_loss_in_a_row = diverged ? t->nonfinite_loss_in_a_row + 1 : 0;
     if (r->skipped) {
         s->skipped_total++;
         s->nonfinite_in_a_row++;
@@ -66,7 +86,7 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
 // After each step: save, evaluate, maybe exit. Returns 1 to leave the loop with *status set.
 static int after_step(neox_trainer *t, int *status, neox_error *err) {
     int64_t it = t->state.iteration;
-    if (t->save_dir && is_save_iteration(t, it) && neox_train_save(t, err) != 0) return -1;
+    if (t->save_dir && is_save_iteration(t, it) && save_checkpoint(t, err) != 0) return -1;
     int64_t eval_interval = neox_config_int(t->cfg, "eval_interval");
     if (eval_interval > 0 && it % eval_interval == 0 && do_split(t, "do_valid", 1)) {
         char prefix[48];
@@ -81,17 +101,29 @@ static int after_step(neox_trainer *t, int *status, neox_error *err) {
     }
     if (stop_requested(t)) {
         if (t->rank0) neox_notice("stop requested by a signal: stopping at iteration %lld", (long long)it);
-        if (t->save_dir && t->last_saved != it && neox_train_save(t, err) != 0) return -1;
+        if (t->save_dir && t->last_saved != it && save_checkpoint(t, err) != 0) return -1;
         *status = NEOX_TRAIN_EXIT_INTERRUPTED;
         return 1;
     }
     return 0;
 }
 
+// A run whose last steps had a non-finite loss, or whose weights are not finite, did not train:
+// it ends with an error whether or not it saves.
+static int check_trained(neox_trainer *t, neox_error *err) {
+    if (t->nonfinite_loss_in_a_row > 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE,
+                         "training ended at iteration %lld with %lld iterations in a row of NaN or inf loss (skipped); "
+                         "lower the learning rate or check the data",
+                         (long long)t->state.iteration, (long long)t->nonfinite_loss_in_a_row);
+    return check_finite_weights(t, "training ended", err);
+}
+
 static int finish(neox_trainer *t, neox_error *err) {
+    if (check_trained(t, err) != 0) return -1;
     if (do_split(t, "do_valid", 1) && evaluate(t, 1, "validation", "the end of training for val data", err) != 0)
         return -1;
-    if (t->save_dir && t->state.iteration > 0 && t->last_saved != t->state.iteration && neox_train_save(t, err) != 0)
+    if (t->save_dir && t->state.iteration > 0 && t->last_saved != t->state.iteration && save_checkpoint(t, err) != 0)
         return -1;
     if (do_split(t, "do_test", 2) && evaluate(t, 2, "test", "the end of training for test data", err) != 0) return -1;
     return 0;

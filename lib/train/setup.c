@@ -232,6 +232,8 @@ static int setup_data(neox_trainer *t, neox_error *err) {
     t->data_settings.train_batch_size = t->train_batch_size;
     t->data_settings.train_iters = t->train_iters;
     if (neox_build_datasets(&t->data_settings, t->datasets, err) != 0) return -1;
+    for (int i = 0; i < 3; i++)
+        if (t->datasets[i]) t->datasets[i]->vocab_size = t->model->desc.vocab_size;
     if (!t->datasets[0]) return neox_fail(err, NEOX_EXIT_USAGE, "data_path: the training split has no samples");
     int eod_mask = neox_config_bool(t->cfg, "eod_mask_loss");
     int dp = t->grid->data_size, rank = t->grid->data_rank;

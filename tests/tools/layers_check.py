@@ -20,7 +20,7 @@ LOWER = {
     "core": set(),
     "config": {"core"},
     "tokenizer": {"core"},
-    "data": {"core", "config", "tokenizer"},
+    "data": {"core", "config", "tokenizer", "ckpt"},
     "model": {"core", "config", "kernels", "parallel"},
     "optim": {"core", "config", "kernels", "parallel", "gradient"},
     "parallel": {"core", "kernels"},

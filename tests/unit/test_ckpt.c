@@ -162,7 +162,7 @@ static void test_missing_shard_is_named(void **state) {
     neox_error err = {0};
     const char *present[2] = {paths[0], paths[2]};  // the file holding the second tp block is gone
     neox_ckpt_reader *r = neox_ckpt_reader_open(present, 2, &err);
-    assert_non_null(r);
+    if (!r) fail_msg("%s", err.message);
     const int64_t off[3] = {0, 0, 0}, shape3[3] = {4, 6, 5};
     float buf[120];
     assert_int_equal(neox_ckpt_read_block(r, "params/w3", off, shape3, buf, &err), -1);
@@ -297,7 +297,7 @@ static void assert_open_fails(const char *path, const char *expect) {
     const char *paths[1] = {path};
     neox_ckpt_reader *r = neox_ckpt_reader_open(paths, 1, &err);
     if (r) neox_ckpt_reader_close(r);
-    assert_null(r);
+    if (r) fail_msg("%s opened; expected: %s", path, expect);
     assert_non_null(strstr(err.message, path));
     if (!strstr(err.message, expect)) fail_msg("message '%s' lacks '%s'", err.message, expect);
 }
@@ -403,6 +403,50 @@ static void test_wrong_tags_rejected(void **state) {
     free(p);
 }
 
+// Extents and shapes a small file cannot hold: a byte string claiming 2 GB with no storage
+// written, and a global shape far beyond its pieces, are refused at open, before any allocation.
+static void test_claims_beyond_the_file_rejected(void **state) {
+    (void)state;
+    char *p = tmp_path("claims.h5");
+    hsize_t dims[1] = {(hsize_t)2 << 30};
+    hid_t file = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t space = H5Screate_simple(1, dims, NULL);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t dset = H5Dcreate2(file, "state/train.json", H5T_NATIVE_UCHAR, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    H5Pclose(lcpl);
+    hid_t type = H5Tcopy(H5T_C_S1), scalar = H5Screate(H5S_SCALAR);
+    H5Tset_size(type, 5);
+    hid_t attr = H5Acreate2(dset, "neox_piece", type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, type, "bytes");
+    H5Aclose(attr);
+    H5Sclose(scalar);
+    H5Tclose(type);
+    H5Dclose(dset);
+    H5Sclose(space);
+    H5Fclose(file);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    assert_true(st.st_size < 16384);
+    assert_open_fails(p, "dataset 'state/train.json' claims 2147483648 elements but the file stores 0 bytes of it");
+
+    neox_error err = {0};
+    float data[4] = {1, 2, 3, 4};
+    neox_ckpt_writer *w = neox_ckpt_writer_open(p, &err);
+    const int64_t shape[2] = {(int64_t)1 << 32, 4}, off[2] = {0, 0}, cnt[2] = {1, 4};
+    assert_int_equal(neox_ckpt_write_block(w, "params/embed", 2, shape, off, cnt, data, &err), 0);
+    assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    assert_open_fails(p, "tensor 'params/embed' claims 17179869184 elements, more than the shards store in all (16 bytes)");
+
+    // Beyond 2^48 elements (where byte counts would near int64_t) the shape itself is refused.
+    w = neox_ckpt_writer_open(p, &err);
+    const int64_t huge[3] = {(int64_t)1 << 20, (int64_t)1 << 20, (int64_t)1 << 20}, off3[3] = {0}, cnt3[3] = {1, 1, 4};
+    assert_int_equal(neox_ckpt_write_block(w, "params/huge", 3, huge, off3, cnt3, data, &err), 0);
+    assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    assert_open_fails(p, "'params/huge': global_shape is negative or has more than 281474976710656 elements");
+    free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_region_reads_back),
@@ -414,6 +458,7 @@ int main(void) {
         cmocka_unit_test(test_writer_ignores_planted_symlink),
         cmocka_unit_test(test_garbage_and_truncated_files),
         cmocka_unit_test(test_wrong_tags_rejected),
+        cmocka_unit_test(test_claims_beyond_the_file_rejected),
     };
     return cmocka_run_group_tests_name("ckpt", tests, make_tmpdir, remove_tmpdir);
 }

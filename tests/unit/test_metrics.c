@@ -325,16 +325,46 @@ static void test_interval_accounting(void **state) {
     assert_true(fabs(s->tokens_per_sec - 256.0) < 1e-12);
     assert_true(fabs(s->flops_per_sec_per_device - 1e12) < 1e-3);   // 1e12 / (0.5 s * 2 ranks)
     assert_true(fabs(s->mfu - 0.25) < 1e-12);
-    assert_true(fabs(s->lm_loss - (8.0 + 11.0) / 2) < 1e-12);    // steps 5 and 8; 6 and 7 skipped
+    // Step 7's loss was not finite: the interval reports NaN with step 7's grad norm (NaN), not the
+    // mean of the others nor step 8's finite norm.
+    assert_true(isnan(s->lm_loss));
+    assert_int_equal(s->nonfinite, 1);
     assert_int_equal(s->skipped, 2);
     assert_int_equal(s->nan, 1);
-    assert_true(fabs(s->grad_norm - 3.5) < 1e-12);
+    assert_true(isnan(s->grad_norm));
+    assert_non_null(strstr(text, " lm_loss: NAN |"));
+    assert_non_null(strstr(text, " grad norm: nan |"));
     // Two lines, at iterations 4 and 8.
     assert_non_null(strstr(text, "iteration        4/       8 |"));
     assert_non_null(strstr(text, "iteration        8/       8 |"));
     assert_non_null(strstr(text, " lm_loss: 5.500000E+00 |"));   // (4+5+6+7)/4
     assert_non_null(strstr(text, " number of skipped iterations:   2 | number of nan iterations:   1 |"));
     assert_null(strstr(text, "time (ms)"));   // wall_clock_breakdown off
+    neox_error err = {0};
+    assert_int_equal(neox_metrics_close(m, &err), 0);
+    fclose(o.out);
+    free(text);
+}
+
+// A step skipped with a finite loss (an fp16 overflow) leaves the interval's mean to the others.
+static void test_skipped_finite_loss_keeps_the_mean(void **state) {
+    (void)state;
+    neox_metrics_options o = {.rank = 0, .world_size = 1, .train_iters = 4, .log_interval = 4, .train_batch_size = 1,
+                              .seq_length = 4};
+    neox_step_stats steps[4];
+    for (int i = 0; i < 4; i++) steps[i] = (neox_step_stats){.iteration = i + 1, .lm_loss = 4.0 + i, .grad_norm = 2.0};
+    steps[1].skipped = 1, steps[1].grad_norm = INFINITY;
+    steps[3].grad_norm = 3.5;
+    neox_metrics *m;
+    char *text = NULL;
+    size_t size = 0;
+    run_steps(&o, steps, 4, 0.5, &m, &text, &size);
+    const neox_train_summary *s = neox_metrics_last_summary(m);
+    assert_true(fabs(s->lm_loss - (4.0 + 6.0 + 7.0) / 3) < 1e-12);
+    assert_int_equal(s->nonfinite, 0);
+    assert_int_equal(s->skipped, 1);
+    assert_int_equal(s->nan, 0);
+    assert_true(fabs(s->grad_norm - 3.5) < 1e-12);
     neox_error err = {0};
     assert_int_equal(neox_metrics_close(m, &err), 0);
     fclose(o.out);
@@ -477,6 +507,7 @@ int main(void) {
         cmocka_unit_test(test_timer_line_format),
         cmocka_unit_test(test_eval_line_format),
         cmocka_unit_test(test_interval_accounting),
+        cmocka_unit_test(test_skipped_finite_loss_keeps_the_mean),
         cmocka_unit_test(test_other_ranks_stay_silent),
         cmocka_unit_test(test_timer_line_printed_with_breakdown),
         cmocka_unit_test(test_added_values),

@@ -22,6 +22,8 @@ void preprocess_options_help(FILE *out) {
             "  --jsonl-keys KEY...    jsonl fields to tokenize, each into its own dataset (default: text)\n"
             "  --num-docs N           documents in the input, for the progress ETA\n"
             "  --skip-invalid         skip and count malformed records instead of failing\n"
+            "  --max-document-bytes N longest document read, decoded (default 268435456, 256 MiB);\n"
+            "                         a longer one is an error naming its file and line\n"
             "Tokenizer:\n"
             "  --tokenizer-type TYPE  GPT2BPETokenizer, HFTokenizer, HFGPT2Tokenizer, CharLevelTokenizer\n"
             "  --vocab-file FILE      vocab.json, or the tokenizer.json of an HFTokenizer\n"
@@ -68,12 +70,12 @@ typedef struct preprocess_args {
     int nkeys;
     neox_tokenizer_options tok;
     int append_eod, workers, skip_invalid;
-    long num_docs, log_interval;
+    long num_docs, log_interval, max_document_bytes;
 } preprocess_args;
 
 static void parse_preprocess(int argc, char **argv, preprocess_args *a) {
     enum { O_INPUT = 256, O_KEYS, O_NUM_DOCS, O_TYPE, O_VOCAB, O_MERGE, O_EOD, O_FTFY, O_PREFIX, O_IMPL, O_WORKERS,
-           O_LOG, O_SKIP };
+           O_LOG, O_SKIP, O_MAX_DOC };
     static const struct option options[] = {
         {"input", required_argument, NULL, O_INPUT}, {"jsonl-keys", required_argument, NULL, O_KEYS},
         {"num-docs", required_argument, NULL, O_NUM_DOCS}, {"tokenizer-type", required_argument, NULL, O_TYPE},
@@ -81,7 +83,8 @@ static void parse_preprocess(int argc, char **argv, preprocess_args *a) {
         {"append-eod", no_argument, NULL, O_EOD}, {"ftfy", no_argument, NULL, O_FTFY},
         {"output-prefix", required_argument, NULL, O_PREFIX}, {"dataset-impl", required_argument, NULL, O_IMPL},
         {"workers", required_argument, NULL, O_WORKERS}, {"log-interval", required_argument, NULL, O_LOG},
-        {"skip-invalid", no_argument, NULL, O_SKIP}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"skip-invalid", no_argument, NULL, O_SKIP}, {"max-document-bytes", required_argument, NULL, O_MAX_DOC},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     *a = (preprocess_args){.dataset_impl = "mmap", .workers = 1, .log_interval = 100};
     int c;
@@ -107,6 +110,7 @@ static void parse_preprocess(int argc, char **argv, preprocess_args *a) {
         case O_WORKERS: a->workers = (int)neox_option_int("--workers", optarg, 1, 4096); break;
         case O_LOG: a->log_interval = neox_option_int("--log-interval", optarg, 1, INT64_MAX); break;
         case O_SKIP: a->skip_invalid = 1; break;
+        case O_MAX_DOC: a->max_document_bytes = neox_option_int("--max-document-bytes", optarg, 1, INT64_MAX); break;
         case 'h': preprocess_usage(stdout); exit(0);
         case ':': neox_usage_error("option '%s' needs a value", argv[optind - 1]);
         default: neox_usage_error("unrecognized option '%s'", argv[optind - 1]);
@@ -151,6 +155,7 @@ int preprocess_main(int argc, char **argv) {
         .output_prefix = a.output_prefix, .encode = encode_with, .encode_ctx = tok,
         .vocab_size = neox_tokenizer_vocab_size(tok), .eod_id = neox_tokenizer_eod_id(tok), .append_eod = a.append_eod,
         .workers = a.workers, .skip_invalid = a.skip_invalid, .num_docs = a.num_docs, .log_interval = a.log_interval,
+        .max_document_bytes = (size_t)a.max_document_bytes,
     };
     neox_preprocess_stats st;
     int rc = neox_preprocess_run(&o, &st, &err);

@@ -1,0 +1,30 @@
+# tests/fuzz/fuzz.sh: runs each fuzz target of `make fuzz` (build/fuzz/fuzz/fuzz_<target>) for a
+# bounded time from its corpus in tests/fuzz/corpus/<target>/ (the seeds and every input that once
+# crashed, kept as regression inputs); a crash, a sanitizer report, a leak, an exit from inside
+# the library or an allocation above the memory limit fails the target's line.
+#   bash tests/fuzz/fuzz.sh                    every target, NEOX_FUZZ_SECONDS (default 4) each
+#   NEOX_FUZZ_SECONDS=600 bash tests/fuzz/fuzz.sh npy shard    longer runs of some targets
+# New inputs found go to a scratch directory, not the repository (see docs/robustness.md to keep one).
+source tests/lib.sh
+FUZZ_BIN=${FUZZ_BIN:-build/fuzz/fuzz}
+SECONDS_EACH=${NEOX_FUZZ_SECONDS:-4}
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && for c in tests/fuzz/fuzz_*.c; do t=${c#tests/fuzz/fuzz_}; targets+=("${t%.c}"); done
+for t in "${targets[@]}"; do
+    bin=$FUZZ_BIN/fuzz_$t
+    if [ ! -x "$bin" ]; then echo "not ok - fuzz $t: $bin is missing (run 'make fuzz')"; continue; fi
+    mkdir -p "$TEST_TMP/$t/new" "$TEST_TMP/$t/tmp"
+    # -rss_limit_mb also bounds single allocations: a small input asking for gigabytes is a failure.
+    # The targets write their files under TMPDIR: one directory each, removed with TEST_TMP.
+    TMPDIR=$TEST_TMP/$t/tmp ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        "$bin" -max_total_time="$SECONDS_EACH" -rss_limit_mb=1024 -timeout=10 -print_final_stats=1 \
+        -artifact_prefix="$TEST_TMP/$t/" "$TEST_TMP/$t/new" "tests/fuzz/corpus/$t" >"$TEST_TMP/$t.log" 2>&1
+    status=$?
+    runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$TEST_TMP/$t.log" | grep -oE '[0-9]+$')
+    _report "$status" "fuzz $t: ${runs:-0} inputs in ${SECONDS_EACH}s, no crash, leak or oversized allocation" "$TEST_TMP/$t.log"
+    if [ "$status" != 0 ]; then
+        for a in "$TEST_TMP/$t"/crash-* "$TEST_TMP/$t"/leak-* "$TEST_TMP/$t"/oom-* "$TEST_TMP/$t"/timeout-*; do
+            [ -f "$a" ] && { echo "#   input: $(basename "$a") (base64):"; base64 -w 100 "$a" | head -n 20 | sed 's/^/#   /'; }
+        done
+    fi
+done
