@@ -107,6 +107,11 @@ typedef struct neox_step_stats {
     double grad_norm;      // global gradient norm before clipping; NAN when not computed
     double loss_scale;     // fp16 dynamic loss scale (ignored unless fp16)
     int skipped;           // the update was skipped (non-finite loss or gradients)
+    // log_param_norm (NULL: not logged): the norms of the nparam_norms parameters named in
+    // param_norm_names after the step, then the norm of all of them (param_norms[nparam_norms]).
+    const double *param_norms;
+    char *const *param_norm_names;
+    int nparam_norms;
 } neox_step_stats;
 
 // One log interval, as the line reports it.
@@ -122,6 +127,7 @@ typedef struct neox_train_summary {
     double learning_rate;         // of the last step
     double lm_loss;               // mean over the interval's steps that were not skipped
     double grad_norm;             // of the last step that computed one; NAN: not reported
+    double param_norm;            // of all parameters after the last step; NAN: not reported
     double loss_scale;
     int fp16;
     int64_t skipped;              // steps skipped in the interval

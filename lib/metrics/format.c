@@ -1,6 +1,6 @@
 // format.c: the text lines of a run in GPT-NeoX's layout (megatron/logging.py training_log,
 // megatron/utils.py Timers.log, megatron/training.py evaluate_and_print_results), so scripts that
-// parse GPT-NeoX logs parse neox.c's. neox.c adds "tokens/sec", "MFU" and "grad norm" fields in
+// parse GPT-NeoX logs parse neox.c's. neox.c adds "tokens/sec", "MFU", "grad norm" and "param norm" fields in
 // the same " name: value |" form.
 #include <math.h>
 #include <stdarg.h>
@@ -51,6 +51,7 @@ void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size)
     append(buf, size, &used, " lm_loss: %.6E |", s->lm_loss);
     if (s->fp16) append(buf, size, &used, " loss scale: %.1f |", s->loss_scale);
     if (!isnan(s->grad_norm)) append(buf, size, &used, " grad norm: %.3f |", s->grad_norm);
+    if (!isnan(s->param_norm)) append(buf, size, &used, " param norm: %.3f |", s->param_norm);
     append(buf, size, &used, " number of skipped iterations: %3lld |", (long long)s->skipped);
     append(buf, size, &used, " number of nan iterations: %3lld |", (long long)s->nan);
 }

@@ -2,8 +2,9 @@
 // interval into GPT-NeoX's log line, TensorBoard scalars and a JSONL record (rank 0 only).
 // Tags follow GPT-NeoX's training_log: per step train/learning_rate, train/lm_loss (and
 // train/loss_scale under fp16); per interval runtime/samples_per_sec, runtime/iteration_time,
-// runtime/flops_per_sec_per_gpu and timers/<name>. neox.c adds train/grad_norm,
-// runtime/tokens_per_sec and runtime/mfu.
+// runtime/flops_per_sec_per_gpu and timers/<name>; with log_param_norm, per step
+// parameter_norms/<name>. neox.c adds train/grad_norm, train/param_norm, runtime/tokens_per_sec and
+// runtime/mfu.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ struct neox_metrics {
     double interval_start;
     int64_t iterations, skipped, nan;
     double loss_sum, learning_rate, grad_norm, loss_scale;
+    const neox_step_stats *step;   // the step being recorded (its parameter norms)
     double last_sync;
     neox_train_summary summary;
     // caller-measured values (neox_metrics_add), summed over the interval
@@ -98,6 +100,13 @@ static int log_step_scalars(neox_metrics *m, const neox_step_stats *s, neox_erro
     if (tb_scalar(m, "train/lm_loss", s->iteration, s->lm_loss, err) != 0) return -1;
     if (m->o.fp16 && tb_scalar(m, "train/loss_scale", s->iteration, s->loss_scale, err) != 0) return -1;
     if (!isnan(s->grad_norm) && tb_scalar(m, "train/grad_norm", s->iteration, s->grad_norm, err) != 0) return -1;
+    if (!s->param_norms) return 0;
+    if (tb_scalar(m, "train/param_norm", s->iteration, s->param_norms[s->nparam_norms], err) != 0) return -1;
+    for (int i = 0; i < s->nparam_norms; i++) {
+        char tag[160];
+        snprintf(tag, sizeof tag, "parameter_norms/%s", s->param_norm_names[i]);
+        if (tb_scalar(m, tag, s->iteration, s->param_norms[i], err) != 0) return -1;
+    }
     return 0;
 }
 
@@ -122,6 +131,7 @@ static void summarize(neox_metrics *m, int64_t iteration, double elapsed) {
     int64_t counted = m->iterations - m->skipped;
     s->lm_loss = m->loss_sum / (double)(counted > 1 ? counted : 1);
     s->grad_norm = m->grad_norm;
+    s->param_norm = m->step && m->step->param_norms ? m->step->param_norms[m->step->nparam_norms] : NAN;
     s->loss_scale = m->loss_scale;
     s->fp16 = m->o.fp16;
     s->skipped = m->skipped;
@@ -158,6 +168,14 @@ static json_t *interval_record(const neox_metrics *m) {
     json_object_set_new(o, "train/lm_loss", neox_json_number(s->lm_loss));
     json_object_set_new(o, "train/learning_rate", neox_json_number(s->learning_rate));
     if (!isnan(s->grad_norm)) json_object_set_new(o, "train/grad_norm", neox_json_number(s->grad_norm));
+    if (!isnan(s->param_norm)) {
+        json_object_set_new(o, "train/param_norm", neox_json_number(s->param_norm));
+        for (int i = 0; i < m->step->nparam_norms; i++) {
+            char key[160];
+            snprintf(key, sizeof key, "parameter_norms/%s", m->step->param_norm_names[i]);
+            json_object_set_new(o, key, neox_json_number(m->step->param_norms[i]));
+        }
+    }
     if (s->fp16) json_object_set_new(o, "train/loss_scale", neox_json_number(s->loss_scale));
     json_object_set_new(o, "train/skipped_iterations", json_integer(s->skipped));
     json_object_set_new(o, "train/nan_iterations", json_integer(s->nan));
@@ -234,8 +252,10 @@ int neox_metrics_step(neox_metrics *m, const neox_step_stats *s, neox_error *err
     if (!isnan(s->grad_norm)) m->grad_norm = s->grad_norm;
     m->loss_scale = s->loss_scale;
     if (m->writes && log_step_scalars(m, s, err) != 0) return -1;
-    if (s->iteration % m->o.log_interval == 0) return log_interval(m, s->iteration, err);
-    return 0;
+    m->step = s;
+    int rc = s->iteration % m->o.log_interval == 0 ? log_interval(m, s->iteration, err) : 0;
+    m->step = NULL;
+    return rc;
 }
 
 int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,

@@ -96,6 +96,11 @@ struct neox_trainer {
     neox_batch *batch;
 
     neox_metrics *metrics;
+    // log_param_norm: the whole model's parameter names and, after each step, their norms
+    // (norms[nnorms]: of all parameters).
+    int nnorms;
+    char **norm_names;
+    double *norms;
     neox_train_state state;
     neox_comms_logger comms_logger;
     neox_comm_stats comm_before[NEOX_TRAIN_COMM_GROUPS];   // each group's statistics when the step began
@@ -170,6 +175,12 @@ void neox_train_sparse_touch(neox_trainer *t, const neox_batch *b);
 // Averages the embedding's gradient over the data group (before the dense buckets finish).
 void neox_train_sparse_reduce(neox_trainer *t);
 
+// ---- log_param_norm (param_norm.c) ---------------------------------------------------------
+int neox_train_setup_param_norms(neox_trainer *t, neox_error *err);  // (nothing unless log_param_norm)
+void neox_train_free_param_norms(neox_trainer *t);
+// Fills t->norms after a step; a collective over the world.
+void neox_train_param_norms(neox_trainer *t);
+
 // ---- checkpoints (checkpoint.c) -------------------------------------------------------------
 int neox_train_save(neox_trainer *t, neox_error *err);
 // Loads SAVE/latest of load_dir (when there is one) as the config's load options say.
@@ -196,6 +207,13 @@ int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, cons
 // The same for elements [begin, end) of the flat buffer only; dst[0] is element begin.
 int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
                           float *dst, neox_error *err);
+
+// ---- the LR schedule on resume (resume_schedule.c) ------------------------------------------
+// Refuses override_lr_scheduler together with use_checkpoint_lr_scheduler (at set-up).
+int neox_train_check_schedule_keys(const neox_config *cfg, neox_error *err);
+// Applies a checkpoint's stored lr_schedule (a JSON object; NULL: none stored) to t->lr as the two
+// keys say; with neither, a schedule that differs from the config's is an error naming the value.
+int neox_train_resume_schedule(neox_trainer *t, json_t *saved, neox_error *err);
 
 // ---- communication accounting (comm_log.c) ----------------------------------------------------
 // Group i of the grid (0 world, 1 pipe, 2 data, 3 model, 4 embed, 5 data_intra, 6 data_inter) and its name.

@@ -62,6 +62,10 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
     }
     neox_step_stats stats = {.iteration = s->iteration, .lm_loss = r->loss, .learning_rate = r->lr,
                              .grad_norm = r->grad_norm, .loss_scale = r->loss_scale, .skipped = r->skipped};
+    if (t->norms) {
+        neox_train_param_norms(t);
+        stats.param_norms = t->norms, stats.param_norm_names = t->norm_names, stats.nparam_norms = t->nnorms;
+    }
     if (neox_metrics_step(t->metrics, &stats, err) != 0) return -1;
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,
