@@ -149,6 +149,14 @@ const neox_train_summary *neox_metrics_last_summary(const neox_metrics *m);
 // prefix e.g. "iteration 100"; reports lm_loss and lm_loss_ppl = exp(lm_loss). Synced to disk.
 int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,
                       double lm_loss, neox_error *err);
+// The same with more results after lm_loss_ppl, each in the line as "NAME value: V | " and tagged
+// CHART/NAME (GPT-NeoX's lm_loss_char_lvl_ppl, and eval_tasks' TASK_METRIC,none).
+typedef struct neox_eval_value {
+    char name[128];
+    double value;
+} neox_eval_value;
+int neox_metrics_eval_values(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration, double lm_loss,
+                             const neox_eval_value *more, int nmore, neox_error *err);
 // Adds a per-step value measured by the caller (communication accounting: "comm/data/all_reduce/bytes")
 // to the interval. At the next log the mean per iteration of every tag added is written as a JSONL
 // key and a TensorBoard scalar, and under wall_clock_breakdown printed as a line
@@ -167,5 +175,7 @@ void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size)
 int neox_format_timer_line(const neox_timer *timers, int64_t iterations, char *buf, size_t size);
 // " validation results at iteration 100 | lm_loss value: ... | lm_loss_ppl value: ... | "
 void neox_format_eval_line(const char *chart, const char *prefix, double lm_loss, char *buf, size_t size);
+void neox_format_eval_line_values(const char *chart, const char *prefix, double lm_loss, const neox_eval_value *more,
+                                  int nmore, char *buf, size_t size);
 
 #endif

@@ -45,6 +45,8 @@ OWN_KEYS = [
     ("neox.c", "onebitadam_freeze_step", "INT", None, None, 1, None, None),
     ("neox.c", "onebitadam_weight_decay", "FLOAT", None, None, 1, None, None),
     ("neox.c", "sgd_momentum", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "eval_data_dir", "STR", "data/eval", None, 0, None, None),
+    ("neox.c", "eval_task_limit", "INT", "0", None, 0, 0, float("inf")),
 ]
 
 # Values GPT-NeoX computes itself; a file may not set them (derive.c computes them).

@@ -971,6 +971,12 @@ const neox_key_spec neox_key_specs[] = {
     {.name = "sgd_momentum", .type = NEOX_TYPE_FLOAT, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 1, .derived = 1,
      .min = 1, .max = 0},
+    {.name = "eval_data_dir", .type = NEOX_TYPE_STR, .default_text = "data/eval", .choices = NULL, .supported = NULL,
+     .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
+     .min = 1, .max = 0},
+    {.name = "eval_task_limit", .type = NEOX_TYPE_INT, .default_text = "0", .choices = NULL, .supported = NULL,
+     .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
+     .min = 0, .max = INFINITY},
 };
 
 const int neox_key_count = (int)(sizeof neox_key_specs / sizeof neox_key_specs[0]);

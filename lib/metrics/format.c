@@ -72,11 +72,17 @@ int neox_format_timer_line(const neox_timer *timers, int64_t iterations, char *b
     return shown;
 }
 
-void neox_format_eval_line(const char *chart, const char *prefix, double lm_loss, char *buf, size_t size) {
+void neox_format_eval_line_values(const char *chart, const char *prefix, double lm_loss, const neox_eval_value *more,
+                                  int nmore, char *buf, size_t size) {
     size_t used = 0;
     if (size == 0) return;
     buf[0] = '\0';
     append(buf, size, &used, " %s results at %s | ", chart, prefix);
     append(buf, size, &used, "lm_loss value: %.6E | ", lm_loss);
     append(buf, size, &used, "lm_loss_ppl value: %.6E | ", exp(lm_loss));
+    for (int i = 0; i < nmore; i++) append(buf, size, &used, "%s value: %.6E | ", more[i].name, more[i].value);
+}
+
+void neox_format_eval_line(const char *chart, const char *prefix, double lm_loss, char *buf, size_t size) {
+    neox_format_eval_line_values(chart, prefix, lm_loss, NULL, 0, buf, size);
 }

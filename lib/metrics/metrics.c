@@ -258,11 +258,11 @@ int neox_metrics_step(neox_metrics *m, const neox_step_stats *s, neox_error *err
     return rc;
 }
 
-int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,
-                      double lm_loss, neox_error *err) {
+int neox_metrics_eval_values(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration, double lm_loss,
+                             const neox_eval_value *more, int nmore, neox_error *err) {
     if (!m->writes) return 0;
-    char line[1024], rule[1024];
-    neox_format_eval_line(chart, prefix, lm_loss, line, sizeof line);
+    char line[4096], rule[4096];
+    neox_format_eval_line_values(chart, prefix, lm_loss, more, nmore, line, sizeof line);
     size_t width = strlen(line) + 1;   // GPT-NeoX frames the line with dashes one longer than it
     if (width > sizeof rule - 1) width = sizeof rule - 1;
     memset(rule, '-', width);
@@ -270,19 +270,29 @@ int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, in
     print_line(m, rule);
     print_line(m, line);
     print_line(m, rule);
-    char loss_tag[256], ppl_tag[256];
-    snprintf(loss_tag, sizeof loss_tag, "%s/lm_loss", chart);
-    snprintf(ppl_tag, sizeof ppl_tag, "%s/lm_loss_ppl", chart);
-    double ppl = exp(lm_loss);
-    if (tb_scalar(m, loss_tag, iteration, lm_loss, err) != 0 || tb_scalar(m, ppl_tag, iteration, ppl, err) != 0)
-        return -1;
-    if (m->tb && neox_tb_flush(m->tb, 1, err) != 0) return -1;
     json_t *o = json_object();
     json_object_set_new(o, "iteration", json_integer(iteration));
     json_object_set_new(o, "wall_time", json_real(neox_wall_time()));
-    json_object_set_new(o, loss_tag, neox_json_number(lm_loss));
-    json_object_set_new(o, ppl_tag, neox_json_number(ppl));
+    int rc = 0;
+    for (int i = -2; rc == 0 && i < nmore; i++) {
+        const char *name = i == -2 ? "lm_loss" : i == -1 ? "lm_loss_ppl" : more[i].name;
+        double value = i == -2 ? lm_loss : i == -1 ? exp(lm_loss) : more[i].value;
+        char tag[256];
+        snprintf(tag, sizeof tag, "%s/%s", chart, name);
+        rc = tb_scalar(m, tag, iteration, value, err);
+        json_object_set_new(o, tag, neox_json_number(value));
+    }
+    if (rc == 0 && m->tb) rc = neox_tb_flush(m->tb, 1, err);
+    if (rc != 0) {
+        json_decref(o);
+        return -1;
+    }
     return append_record(m, o, 1, err);
+}
+
+int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,
+                      double lm_loss, neox_error *err) {
+    return neox_metrics_eval_values(m, chart, prefix, iteration, lm_loss, NULL, 0, err);
 }
 
 int neox_metrics_flush(neox_metrics *m, neox_error *err) {

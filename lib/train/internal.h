@@ -101,6 +101,11 @@ struct neox_trainer {
     int nnorms;
     char **norm_names;
     double *norms;
+    // eval_tasks: the tasks scored with each validation evaluation, and the evaluator (lib/eval)
+    // over this trainer's model and tokenizer that scores them (NULL: none).
+    const char *task_names[16];
+    int ntasks;
+    struct neox_evaluator *task_eval;
     neox_train_state state;
     neox_comms_logger comms_logger;
     neox_comm_stats comm_before[NEOX_TRAIN_COMM_GROUPS];   // each group's statistics when the step began
@@ -174,6 +179,15 @@ int neox_train_setup_sparse(neox_trainer *t, neox_error *err);
 void neox_train_sparse_touch(neox_trainer *t, const neox_batch *b);
 // Averages the embedding's gradient over the data group (before the dense buckets finish).
 void neox_train_sparse_reduce(neox_trainer *t);
+
+// ---- evaluations (evaluation.c) ------------------------------------------------------------
+int neox_train_setup_eval_tasks(neox_trainer *t, neox_error *err);  // (nothing unless eval_tasks)
+void neox_train_free_eval_tasks(neox_trainer *t);
+// Evaluates eval_iters x accumulation micro-batches of it and logs the results under chart
+// ("validation" or "test") with prefix ("iteration 100"): lm_loss, lm_loss_ppl, with
+// char_level_ppl lm_loss_char_lvl_ppl, with with_tasks the eval_tasks scores.
+int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const char *chart, const char *prefix,
+                                int with_tasks, neox_error *err);
 
 // ---- log_param_norm (param_norm.c) ---------------------------------------------------------
 int neox_train_setup_param_norms(neox_trainer *t, neox_error *err);  // (nothing unless log_param_norm)

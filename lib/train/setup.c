@@ -311,7 +311,9 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
         .log_dir = neox_config_str(t->cfg, "log_dir"),
         .tensorboard_dir = neox_config_str(t->cfg, "tensorboard_dir"),
     };
-    if (neox_train_read_comms_logger(t->cfg, &t->comms_logger, err) != 0 || neox_train_setup_param_norms(t, err) != 0) return -1;
+    if (neox_train_read_comms_logger(t->cfg, &t->comms_logger, err) != 0 || neox_train_setup_param_norms(t, err) != 0 ||
+        neox_train_setup_eval_tasks(t, err) != 0)
+        return -1;
     t->metrics = neox_metrics_open(&mo, err);
     return t->metrics ? 0 : -1;
 }
@@ -429,6 +431,7 @@ void neox_trainer_free(neox_trainer *t) {
             if (bufs[i]) t->be->free(bufs[i]);
     }
     neox_train_free_param_norms(t);
+    neox_train_free_eval_tasks(t);
     neox_model_free(t->model);
     if (t->tokenizer) neox_tokenizer_free(t->tokenizer);
     free(t->save_iters);

@@ -8,16 +8,23 @@
 - override_lr_scheduler / use_checkpoint_lr_scheduler: a resume with a changed lr or schedule fails
   naming the value without either key (GPT-NeoX's AnnealingLR asserts), trains on the config's schedule
   with override_lr_scheduler and on the checkpoint's with use_checkpoint_lr_scheduler, against GPT-NeoX's
-  AnnealingLR formula (test_train_lr.annealing_lr)."""
+  AnnealingLR formula (test_train_lr.annealing_lr).
+- char_level_ppl: lm_loss_char_lvl_ppl of training's validation and of neox-eval's valid split is
+  exp(lm_loss x tokens / characters) of the evaluated samples, rebuilt here from the sample-index caches
+  (GPT2Dataset.__getitem__) and detokenized with HF tokenizers (GPT-NeoX's CharCounter)."""
+import glob
 import json
+import math
+import os
 import re
 import subprocess
 
 import numpy as np
 import pytest
 
-from data_oracle import BIN, write_indexed
+from data_oracle import BIN, DATA, get_sample, read_indexed, write_indexed
 from test_train_lr import annealing_lr
+from tokenizer_corpus import hf_gpt2_from_files
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 pytest.importorskip("tensorboard")
@@ -162,3 +169,75 @@ def test_use_checkpoint_lr_scheduler_keeps_the_checkpoints(dataset, tmp_path, ch
 def test_both_schedule_keys_are_refused(dataset, tmp_path, checkpoint):
     r = resume(dataset, tmp_path, checkpoint, 2, use_checkpoint_lr_scheduler=True, override_lr_scheduler=True)
     assert "override_lr_scheduler and use_checkpoint_lr_scheduler are both true" in r.stderr
+
+
+# ---- char_level_ppl ---------------------------------------------------------------------------
+
+GPT2 = f"{DATA}/tokenizers/gpt2"
+
+
+@pytest.fixture(scope="module")
+def gpt2_dataset(tmp_path_factory):
+    """Tiny Shakespeare paragraphs as GPT-2 ids (HF tokenizers), EOD after each."""
+    pytest.importorskip("tokenizers")
+    text_path = f"{DATA}/text/tinyshakespeare_input.txt"
+    if not os.path.exists(text_path) or not os.path.exists(f"{GPT2}/vocab.json"):
+        pytest.skip("no Tiny Shakespeare or GPT-2 tokenizer in ../shared/data")
+    tok = hf_gpt2_from_files()
+    paragraphs = [p + "\n\n" for p in open(text_path, encoding="utf-8").read().split("\n\n")[:600] if p.strip()]
+    docs = [tok.encode(p).ids + [50256] for p in paragraphs]
+    prefix = str(tmp_path_factory.mktemp("gpt2") / "shakespeare_text_document")
+    write_indexed(prefix, docs, np.uint16)
+    return prefix, tok
+
+
+def gpt2_config(prefix, tmp_path, **extra):
+    config = base_config(prefix, tmp_path, tokenizer_type="GPT2BPETokenizer", vocab_file=f"{GPT2}/vocab.json",
+                         merge_file=f"{GPT2}/merges.txt", seq_length=32, max_position_embeddings=32, train_iters=6,
+                         eval_interval=6, eval_iters=3, split="90,10,0", char_level_ppl=True)
+    config.update(extra)
+    return config
+
+
+def first_valid_samples(prefix, count):
+    """The valid split's first samples in order, from the sample-index caches (GPT2Dataset.__getitem__)."""
+    sizes, pointers, _, tokens = read_indexed(prefix)
+    stem = glob.glob(f"{prefix}_valid_indexmap_*_doc_idx.npy")
+    assert len(stem) == 1, stem
+    stem = stem[0][: -len("_doc_idx.npy")]
+    index = tuple(np.load(f"{stem}_{n}.npy") for n in ("doc_idx", "sample_idx", "shuffle_idx"))
+    return [get_sample(tokens, pointers, tokens.itemsize, sizes, index, i, 32) for i in range(count)]
+
+
+def tokens_per_char(tok, samples):
+    """megatron/utils.py CharCounter: len(sample) / len(tokenizer.detokenize(sample)), summed."""
+    tokens = sum(len(s) for s in samples)
+    chars = sum(len(tok.decode([int(x) for x in s], skip_special_tokens=False)) for s in samples)
+    return tokens / chars
+
+
+def test_char_level_ppl_in_training_and_neox_eval(gpt2_dataset, tmp_path):
+    prefix, tok = gpt2_dataset
+    config = gpt2_config(prefix, tmp_path, save=str(tmp_path / "ckpt"), checkpoint_factor=6)
+    out = train(tmp_path, "char", config)
+    ratio = tokens_per_char(tok, first_valid_samples(prefix, 3 * 2))   # eval_iters x micro-batch
+    assert 1 / 6 < ratio < 1 / 2   # a GPT-2 token of English text is about 4 characters
+    first = [r for r in records(tmp_path / "logs" / "metrics.jsonl") if "validation/lm_loss" in r][0]
+    assert first["iteration"] == 6
+    want = math.exp(first["validation/lm_loss"] * ratio)
+    assert first["validation/lm_loss_char_lvl_ppl"] == pytest.approx(want, rel=1e-12)
+    assert re.search(r"validation results at iteration 6 \| lm_loss value: \S+ \| lm_loss_ppl value: \S+ \| "
+                     r"lm_loss_char_lvl_ppl value: ", out.stdout)
+    # neox-eval's valid perplexity reads the same first samples.
+    config["load"] = str(tmp_path / "ckpt")
+    (tmp_path / "eval.yml").write_text(json.dumps(config))
+    subprocess.run([f"{BIN}/neox-eval", "-q", str(tmp_path / "eval.yml"), "--tasks", "valid", "--results-prefix",
+                    str(tmp_path / "res"), "--bootstrap-iters", "0"], check=True, capture_output=True)
+    result = json.load(open(glob.glob(f"{tmp_path}/res_eval_results_*.json")[0]))["results"]["validation"]
+    assert result["lm_loss_char_lvl_ppl,none"] == pytest.approx(math.exp(result["lm_loss,none"] * ratio), rel=1e-12)
+
+
+def test_no_char_level_ppl_by_default(gpt2_dataset, tmp_path):
+    prefix, _ = gpt2_dataset
+    train(tmp_path, "plain", gpt2_config(prefix, tmp_path, char_level_ppl=False))
+    assert not any("char_lvl" in k for r in records(tmp_path / "logs" / "metrics.jsonl") for k in r)
