@@ -477,7 +477,7 @@ const neox_key_spec neox_key_specs[] = {
      .feature = NULL, .group = "NeoXArgsTraining", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
      .min = 1, .max = 0},
     {.name = "use_shared_fs", .type = NEOX_TYPE_BOOL, .default_text = "true", .choices = NULL, .supported = NULL,
-     .feature = NULL, .group = "NeoXArgsTraining", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
+     .feature = NULL, .group = "NeoXArgsTraining", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "train_data_paths", .type = NEOX_TYPE_LIST, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsTraining", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
