@@ -127,7 +127,8 @@ typedef struct neox_train_summary {
     double learning_rate;         // of the last step
     double lm_loss;               // mean over the interval's steps that were not skipped
     double grad_norm;             // of the last step that computed one; NAN: not reported
-    double param_norm;            // of all parameters after the last step; NAN: not reported
+    int has_param_norm;           // log_param_norm: param_norm is reported
+    double param_norm;            // of all parameters after the last step
     double loss_scale;
     int fp16;
     int64_t skipped;              // steps skipped in the interval

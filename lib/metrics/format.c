@@ -51,7 +51,7 @@ void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size)
     append(buf, size, &used, " lm_loss: %.6E |", s->lm_loss);
     if (s->fp16) append(buf, size, &used, " loss scale: %.1f |", s->loss_scale);
     if (!isnan(s->grad_norm)) append(buf, size, &used, " grad norm: %.3f |", s->grad_norm);
-    if (!isnan(s->param_norm)) append(buf, size, &used, " param norm: %.3f |", s->param_norm);
+    if (s->has_param_norm) append(buf, size, &used, " param norm: %.3f |", s->param_norm);
     append(buf, size, &used, " number of skipped iterations: %3lld |", (long long)s->skipped);
     append(buf, size, &used, " number of nan iterations: %3lld |", (long long)s->nan);
 }

@@ -131,7 +131,8 @@ static void summarize(neox_metrics *m, int64_t iteration, double elapsed) {
     int64_t counted = m->iterations - m->skipped;
     s->lm_loss = m->loss_sum / (double)(counted > 1 ? counted : 1);
     s->grad_norm = m->grad_norm;
-    s->param_norm = m->step && m->step->param_norms ? m->step->param_norms[m->step->nparam_norms] : NAN;
+    s->has_param_norm = m->step && m->step->param_norms;
+    if (s->has_param_norm) s->param_norm = m->step->param_norms[m->step->nparam_norms];
     s->loss_scale = m->loss_scale;
     s->fp16 = m->o.fp16;
     s->skipped = m->skipped;
@@ -168,7 +169,7 @@ static json_t *interval_record(const neox_metrics *m) {
     json_object_set_new(o, "train/lm_loss", neox_json_number(s->lm_loss));
     json_object_set_new(o, "train/learning_rate", neox_json_number(s->learning_rate));
     if (!isnan(s->grad_norm)) json_object_set_new(o, "train/grad_norm", neox_json_number(s->grad_norm));
-    if (!isnan(s->param_norm)) {
+    if (s->has_param_norm) {
         json_object_set_new(o, "train/param_norm", neox_json_number(s->param_norm));
         for (int i = 0; i < m->step->nparam_norms; i++) {
             char key[160];

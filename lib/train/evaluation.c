@@ -56,9 +56,11 @@ static int run_tasks(neox_trainer *t, neox_eval_value *values, int *n, neox_erro
                            .limit = neox_config_int(t->cfg, "eval_task_limit"), .bootstrap_iters = 0};
     t->task_eval->iteration = t->state.iteration;
     for (int k = 0; k < t->ntasks; k++) {
-        neox_task_result r;
-        if (neox_eval_task(t->task_eval, t->task_names[k], &o, &r, err) != 0)
+        neox_task_result r = {0};
+        if (neox_eval_task(t->task_eval, t->task_names[k], &o, &r, err) != 0) {
+            neox_task_result_release(&r);
             return neox_fail_context(err, "eval_tasks: %s at iteration %lld", t->task_names[k], (long long)t->state.iteration);
+        }
         for (int i = 0; i < r.nmetrics && *n < MAX_EVAL_VALUES; i++, (*n)++) {
             snprintf(values[*n].name, sizeof values[*n].name, "%s_%s,none", r.task, r.metrics[i].name);
             values[*n].value = r.metrics[i].value;
