@@ -69,6 +69,13 @@ char *neox_eval_results_path(const char *prefix);
 // 2 (test) from the start of the split. iters <= 0 takes eval_iters.
 int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neox_task_result *out, neox_error *err);
 
+// char_level_ppl: tokens per character of the count micro-batches `from` would give next (read
+// from a copy of it), summed over the data group (NULL: one rank); GPT-NeoX's character-level
+// perplexity is exp(lm_loss x *tokens_per_char). Collective over data.
+typedef struct neox_batch_iterator neox_batch_iterator;
+int neox_eval_tokens_per_char(const neox_tokenizer *tok, const neox_batch_iterator *from, int seq_length, int64_t count,
+                              neox_comm *data, double *tokens_per_char, neox_error *err);
+
 // ---- tasks ----------------------------------------------------------------------------------
 typedef struct neox_task_options {
     const char *data_dir;    // where lambada_test.jsonl, piqa_valid*.jsonl/.lst and wikitext files are

@@ -17,6 +17,7 @@ typedef struct neox_sampling {
     unsigned long long seed;  // draw i of a completion is neox_uniform(seed, i)
     int vocab;                // only ids below this are generated (the tokenizer's size; the padded
                               // rows of the embedding are no tokens); 0: every id
+    int keep_logits;          // return each generated token's logits in neox_generation.logits
 } neox_sampling;
 
 typedef struct neox_generator neox_generator;
@@ -30,6 +31,8 @@ typedef struct neox_generation {
     int32_t *tokens;          // generated ids (malloc'ed; free())
     int n;
     int finished;             // stopped at a stop token (end of document), not by a length limit
+    float *logits;            // with keep_logits: (n, padded vocabulary), the model's logits each token
+                              // was chosen from, before temperature and filtering (malloc'ed; free())
 } neox_generation;
 
 // Generates up to max_new tokens after the prompt (1 <= nprompt < max_len), stopping after any of

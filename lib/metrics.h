@@ -107,6 +107,11 @@ typedef struct neox_step_stats {
     double grad_norm;      // global gradient norm before clipping; NAN when not computed
     double loss_scale;     // fp16 dynamic loss scale (ignored unless fp16)
     int skipped;           // the update was skipped (non-finite loss or gradients)
+    // log_param_norm (NULL: not logged): the norms of the nparam_norms parameters named in
+    // param_norm_names after the step, then the norm of all of them (param_norms[nparam_norms]).
+    const double *param_norms;
+    char *const *param_norm_names;
+    int nparam_norms;
 } neox_step_stats;
 
 // One log interval, as the line reports it.
@@ -122,6 +127,8 @@ typedef struct neox_train_summary {
     double learning_rate;         // of the last step
     double lm_loss;               // mean over the interval's steps that were not skipped
     double grad_norm;             // of the last step that computed one; NAN: not reported
+    int has_param_norm;           // log_param_norm: param_norm is reported
+    double param_norm;            // of all parameters after the last step
     double loss_scale;
     int fp16;
     int64_t skipped;              // steps skipped in the interval
@@ -144,6 +151,14 @@ const neox_train_summary *neox_metrics_last_summary(const neox_metrics *m);
 // prefix e.g. "iteration 100"; reports lm_loss and lm_loss_ppl = exp(lm_loss). Synced to disk.
 int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,
                       double lm_loss, neox_error *err);
+// The same with more results after lm_loss_ppl, each in the line as "NAME value: V | " and tagged
+// CHART/NAME (GPT-NeoX's lm_loss_char_lvl_ppl, and eval_tasks' TASK_METRIC,none).
+typedef struct neox_eval_value {
+    char name[128];
+    double value;
+} neox_eval_value;
+int neox_metrics_eval_values(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration, double lm_loss,
+                             const neox_eval_value *more, int nmore, neox_error *err);
 // Adds a per-step value measured by the caller (communication accounting: "comm/data/all_reduce/bytes")
 // to the interval. At the next log the mean per iteration of every tag added is written as a JSONL
 // key and a TensorBoard scalar, and under wall_clock_breakdown printed as a line
@@ -162,5 +177,7 @@ void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size)
 int neox_format_timer_line(const neox_timer *timers, int64_t iterations, char *buf, size_t size);
 // " validation results at iteration 100 | lm_loss value: ... | lm_loss_ppl value: ... | "
 void neox_format_eval_line(const char *chart, const char *prefix, double lm_loss, char *buf, size_t size);
+void neox_format_eval_line_values(const char *chart, const char *prefix, double lm_loss, const neox_eval_value *more,
+                                  int nmore, char *buf, size_t size);
 
 #endif

@@ -91,6 +91,7 @@ typedef struct neox_lr_schedule {
 
 // Parses "constant" | "linear" | "cosine" | "exponential"; -1 when unknown.
 int neox_lr_style_parse(const char *name, neox_lr_style *style);
+const char *neox_lr_style_name(neox_lr_style style);
 // The schedule GPT-NeoX builds from its config values (decay_iters below 1 becomes 1).
 neox_lr_schedule neox_lr_schedule_make(double lr, double min_lr, double warmup_fraction, int64_t decay_iters,
                                        neox_lr_style style);

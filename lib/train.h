@@ -39,18 +39,6 @@ int neox_trainer_run(neox_trainer *t, neox_error *err);
 // The completed iteration count (after a resume: the checkpoint's iteration).
 int64_t neox_trainer_iteration(const neox_trainer *t);
 
-// Reads the parameters of a neox-train checkpoint into m (created from the same config): the
-// checkpoint of `iteration` under load_dir, or the one load_dir/latest names when iteration <= 0.
-// Any parallel layout may have written it; a different model shape is an error naming the key.
-// *loaded (may be NULL) gets the iteration read.
-typedef struct neox_model neox_model;
-int neox_load_model_params(neox_model *m, const char *load_dir, int64_t iteration, int64_t *loaded, neox_error *err);
-
-// The padded vocabulary of the newest checkpoint in load_dir, into *vocab (left as it is when
-// there is no checkpoint): the model's size, which a different tensor-parallel size would pad
-// differently.
-int neox_checkpoint_padded_vocab(const char *load_dir, int *vocab, neox_error *err);
-
 // Makes SIGTERM and SIGUSR1 request a stop after the current step (neox_trainer_run then saves
 // and returns NEOX_TRAIN_EXIT_INTERRUPTED). Installed before anything else claims the signals.
 void neox_train_install_signal_handlers(void);

@@ -14,7 +14,8 @@ import sys
 
 INT_MAX = 1 << 53
 
-# Keys newer than the reference's neox_arguments.md that GPT-NeoX configs use (transformer engine).
+# Keys newer than the reference's neox_arguments.md that GPT-NeoX configs use (transformer engine, and
+# neox_args.py's peak_theoretical_tflops and z_loss).
 EXTRA_KEYS = [
     ("NeoXArgsModel", "te_columnparallel", "bool", "False"),
     ("NeoXArgsModel", "te_rowparallel", "bool", "False"),
@@ -26,6 +27,8 @@ EXTRA_KEYS = [
     ("NeoXArgsModel", "te_fp8_amax_compute_algo", "str", "most_recent"),
     ("NeoXArgsModel", "te_fp8_margin", "int", "0"),
     ("NeoXArgsModel", "te_fp8_mha", "bool", "False"),
+    ("NeoXArgsLogging", "peak_theoretical_tflops", "float", "None"),
+    ("NeoXArgsTraining", "z_loss", "float", "0.0"),
 ]
 
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
@@ -44,6 +47,8 @@ OWN_KEYS = [
     ("neox.c", "onebitadam_weight_decay", "FLOAT", None, None, 1, None, None),
     ("neox.c", "sgd_momentum", "FLOAT", None, None, 1, None, None),
     ("neox.c", "data_cache_dir", "STR", None, None, 0, None, None),
+    ("neox.c", "eval_data_dir", "STR", "data/eval", None, 0, None, None),
+    ("neox.c", "eval_task_limit", "INT", "0", None, 0, 0, float("inf")),
 ]
 
 # Values GPT-NeoX computes itself; a file may not set them (derive.c computes them).
@@ -67,7 +72,7 @@ distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume
 onnx_safe deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
 world_size precompute_model_name
 dpo_fp32 dpo_reference_free dpo_beta kto_fp32 kto_desirable_weight kto_undesirable_weight kto_beta
-mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass num_workers
+z_loss use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass num_workers
 deepspeed_activation_checkpointing contiguous_checkpointing
 checkpoint_in_cpu synchronize_each_layer profile_backward partition_activations
 mup_init_scale mup_attn_temp mup_output_temp mup_embedding_mult mup_rp_embedding_mult mup_width_scale base_shapes_file
@@ -144,7 +149,7 @@ for k in ("attention_dropout hidden_dropout warmup lr_decay_fraction rotary_pct 
 for k in ("lr min_lr").split():
     RANGES[k] = (0, 10)
 for k in ("weight_decay init_method_std gradient_clipping clip_grad temperature layernorm_epsilon "
-          "rms_norm_epsilon expansion_factor loss_scale loss_scale_window min_scale").split():
+          "rms_norm_epsilon expansion_factor loss_scale loss_scale_window min_scale peak_theoretical_tflops").split():
     RANGES[k] = (0, float("inf"))
 
 

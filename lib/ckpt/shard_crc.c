@@ -43,7 +43,7 @@ static int crc_of_range(int fd, uint64_t from, uint64_t to, uLong *crc) {
 
 // The extents, sorted, tile part of a file of `size` bytes without overlap.
 static int extents_fit(neox_crc_extents *x, uint64_t size) {
-    qsort(x->items, (size_t)x->count, sizeof *x->items, by_addr);
+    if (x->count > 1) qsort(x->items, (size_t)x->count, sizeof *x->items, by_addr);  // (a shard may hold no tensor)
     uint64_t end = 0;
     for (int i = 0; i < x->count; i++) {
         if (x->items[i].addr < end || x->items[i].size > size - x->items[i].addr || x->items[i].addr > size) return 0;

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "eval.h"
 #include "generate.h"
 #include "kernels/kernels.h"
-#include "train.h"
+
 
 static int64_t config_int_or(const neox_config *cfg, const char *key, int64_t fallback) {
     return neox_config_has(cfg, key) ? neox_config_int(cfg, key) : fallback;

@@ -1,6 +1,7 @@
 // perplexity.c: lm_loss and lm_loss_ppl of the valid or test split, on the samples and in the
 // order training evaluates them (the same datasets, sample index and per-rank batch slices), so
-// the test loss equals the one neox-train logs at the end of training for the same checkpoint.
+// the test loss equals the one neox-train logs at the end of training for the same checkpoint;
+// with char_level_ppl also GPT-NeoX's character-level perplexity (char_ppl.c).
 #include <math.h>
 #include <stdlib.h>
 
@@ -11,11 +12,16 @@ static int64_t config_int_or(const neox_config *cfg, const char *key, int64_t fa
     return neox_config_has(cfg, key) ? neox_config_int(cfg, key) : fallback;
 }
 
-static int mean_loss(neox_evaluator *ev, const neox_dataset *ds, int64_t count, double *loss, neox_error *err) {
+// The mean loss over count micro-batches of ds; with char_level_ppl, *tokens_per_char of them too.
+static int mean_loss(neox_evaluator *ev, const neox_dataset *ds, int64_t count, double *loss, double *tokens_per_char,
+                     neox_error *err) {
     const neox_config *cfg = ev->cfg;
     neox_batch_iterator it;
     neox_batch_iterator_init(&it, ds, ev->micro_batch, ev->grid->data_size, ev->grid->data_rank,
                              ev->eod_id, neox_config_bool(cfg, "eod_mask_loss"));
+    if (neox_config_bool(cfg, "char_level_ppl") &&
+        neox_eval_tokens_per_char(ev->tokenizer, &it, ev->seq_length, count, &ev->grid->data, tokens_per_char, err) != 0)
+        return -1;
     neox_batch *b = neox_batch_alloc(ev->micro_batch, ev->seq_length);
     int rc = neox_model_plan(ev->model, ev->micro_batch, ev->seq_length, err);
     double sum = 0.0, start = neox_now();
@@ -57,8 +63,8 @@ int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neo
         rc = neox_fail(err, NEOX_EXIT_USAGE, "split: the %s split has no samples", split == 1 ? "validation" : "test");
     if (iters <= 0) iters = config_int_or(cfg, "eval_iters", 100);
     int64_t count = iters * neox_config_int(cfg, "gradient_accumulation_steps");
-    double loss = NAN;
-    if (rc == 0) rc = mean_loss(ev, ds[split], count, &loss, err);
+    double loss = NAN, tokens_per_char = NAN;
+    if (rc == 0) rc = mean_loss(ev, ds[split], count, &loss, &tokens_per_char, err);
     // The cap below would turn a NaN or inf loss into a finite perplexity: that is an error instead.
     if (rc == 0 && !isfinite(loss))
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: the mean loss over %lld batches is %g, not a number a model's "
@@ -67,6 +73,8 @@ int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neo
         // GPT-NeoX caps the exponent at 20 when it reports lm_loss_ppl.
         out->metrics[out->nmetrics++] = (neox_metric){"lm_loss", loss, NAN, 0};
         out->metrics[out->nmetrics++] = (neox_metric){"lm_loss_ppl", exp(fmin(20.0, loss)), NAN, 0};
+        if (!isnan(tokens_per_char))
+            out->metrics[out->nmetrics++] = (neox_metric){"lm_loss_char_lvl_ppl", exp(loss * tokens_per_char), NAN, 0};
         out->examples = count * ev->micro_batch * ev->grid->data_size;
     }
     for (int i = 0; i < 3; i++) neox_dataset_free(ds[i]);

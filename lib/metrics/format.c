@@ -1,6 +1,6 @@
 // format.c: the text lines of a run in GPT-NeoX's layout (megatron/logging.py training_log,
 // megatron/utils.py Timers.log, megatron/training.py evaluate_and_print_results), so scripts that
-// parse GPT-NeoX logs parse neox.c's. neox.c adds "tokens/sec", "MFU" and "grad norm" fields in
+// parse GPT-NeoX logs parse neox.c's. neox.c adds "tokens/sec", "MFU", "grad norm" and "param norm" fields in
 // the same " name: value |" form.
 #include <math.h>
 #include <stdarg.h>
@@ -51,6 +51,7 @@ void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size)
     append(buf, size, &used, " lm_loss: %.6E |", s->lm_loss);
     if (s->fp16) append(buf, size, &used, " loss scale: %.1f |", s->loss_scale);
     if (!isnan(s->grad_norm) || s->nonfinite) append(buf, size, &used, " grad norm: %.3f |", s->grad_norm);
+    if (s->has_param_norm) append(buf, size, &used, " param norm: %.3f |", s->param_norm);
     append(buf, size, &used, " number of skipped iterations: %3lld |", (long long)s->skipped);
     append(buf, size, &used, " number of nan iterations: %3lld |", (long long)s->nan);
 }
@@ -71,11 +72,17 @@ int neox_format_timer_line(const neox_timer *timers, int64_t iterations, char *b
     return shown;
 }
 
-void neox_format_eval_line(const char *chart, const char *prefix, double lm_loss, char *buf, size_t size) {
+void neox_format_eval_line_values(const char *chart, const char *prefix, double lm_loss, const neox_eval_value *more,
+                                  int nmore, char *buf, size_t size) {
     size_t used = 0;
     if (size == 0) return;
     buf[0] = '\0';
     append(buf, size, &used, " %s results at %s | ", chart, prefix);
     append(buf, size, &used, "lm_loss value: %.6E | ", lm_loss);
     append(buf, size, &used, "lm_loss_ppl value: %.6E | ", exp(lm_loss));
+    for (int i = 0; i < nmore; i++) append(buf, size, &used, "%s value: %.6E | ", more[i].name, more[i].value);
+}
+
+void neox_format_eval_line(const char *chart, const char *prefix, double lm_loss, char *buf, size_t size) {
+    neox_format_eval_line_values(chart, prefix, lm_loss, NULL, 0, buf, size);
 }

@@ -2,8 +2,9 @@
 // interval into GPT-NeoX's log line, TensorBoard scalars and a JSONL record (rank 0 only).
 // Tags follow GPT-NeoX's training_log: per step train/learning_rate, train/lm_loss (and
 // train/loss_scale under fp16); per interval runtime/samples_per_sec, runtime/iteration_time,
-// runtime/flops_per_sec_per_gpu and timers/<name>. neox.c adds train/grad_norm,
-// runtime/tokens_per_sec and runtime/mfu.
+// runtime/flops_per_sec_per_gpu and timers/<name>; with log_param_norm, per step
+// parameter_norms/<name>. neox.c adds train/grad_norm, train/param_norm, runtime/tokens_per_sec and
+// runtime/mfu.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ struct neox_metrics {
     int64_t iterations, skipped, nan;
     double loss_sum, learning_rate, grad_norm, loss_scale;
     double nonfinite_grad_norm;  // of the last step with a NaN or inf loss
+    const neox_step_stats *step;   // the step being recorded (its parameter norms)
     double last_sync;
     neox_train_summary summary;
     // caller-measured values (neox_metrics_add), summed over the interval
@@ -101,6 +103,13 @@ static int log_step_scalars(neox_metrics *m, const neox_step_stats *s, neox_erro
     int nonfinite = !isfinite(s->lm_loss);  // its grad norm is shown, NaN or not
     if ((nonfinite || !isnan(s->grad_norm)) && tb_scalar(m, "train/grad_norm", s->iteration, s->grad_norm, err) != 0)
         return -1;
+    if (!s->param_norms) return 0;
+    if (tb_scalar(m, "train/param_norm", s->iteration, s->param_norms[s->nparam_norms], err) != 0) return -1;
+    for (int i = 0; i < s->nparam_norms; i++) {
+        char tag[160];
+        snprintf(tag, sizeof tag, "parameter_norms/%s", s->param_norm_names[i]);
+        if (tb_scalar(m, tag, s->iteration, s->param_norms[i], err) != 0) return -1;
+    }
     return 0;
 }
 
@@ -128,6 +137,8 @@ static void summarize(neox_metrics *m, int64_t iteration, double elapsed) {
     // A NaN or inf loss in the interval is reported as such, not as the mean of the others (or as 0
     // when every step had one), and with that step's gradient norm, not an earlier finite one.
     if (m->nan > 0) s->lm_loss = NAN, s->grad_norm = m->nonfinite_grad_norm, s->nonfinite = 1;
+    s->has_param_norm = m->step && m->step->param_norms;
+    if (s->has_param_norm) s->param_norm = m->step->param_norms[m->step->nparam_norms];
     s->loss_scale = m->loss_scale;
     s->fp16 = m->o.fp16;
     s->skipped = m->skipped;
@@ -164,6 +175,14 @@ static json_t *interval_record(const neox_metrics *m) {
     json_object_set_new(o, "train/lm_loss", neox_json_number(s->lm_loss));
     json_object_set_new(o, "train/learning_rate", neox_json_number(s->learning_rate));
     if (!isnan(s->grad_norm) || s->nonfinite) json_object_set_new(o, "train/grad_norm", neox_json_number(s->grad_norm));
+    if (s->has_param_norm) {
+        json_object_set_new(o, "train/param_norm", neox_json_number(s->param_norm));
+        for (int i = 0; i < m->step->nparam_norms; i++) {
+            char key[160];
+            snprintf(key, sizeof key, "parameter_norms/%s", m->step->param_norm_names[i]);
+            json_object_set_new(o, key, neox_json_number(m->step->param_norms[i]));
+        }
+    }
     if (s->fp16) json_object_set_new(o, "train/loss_scale", neox_json_number(s->loss_scale));
     json_object_set_new(o, "train/skipped_iterations", json_integer(s->skipped));
     json_object_set_new(o, "train/nan_iterations", json_integer(s->nan));
@@ -240,15 +259,17 @@ int neox_metrics_step(neox_metrics *m, const neox_step_stats *s, neox_error *err
     if (!isnan(s->grad_norm)) m->grad_norm = s->grad_norm;
     m->loss_scale = s->loss_scale;
     if (m->writes && log_step_scalars(m, s, err) != 0) return -1;
-    if (s->iteration % m->o.log_interval == 0) return log_interval(m, s->iteration, err);
-    return 0;
+    m->step = s;
+    int rc = s->iteration % m->o.log_interval == 0 ? log_interval(m, s->iteration, err) : 0;
+    m->step = NULL;
+    return rc;
 }
 
-int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,
-                      double lm_loss, neox_error *err) {
+int neox_metrics_eval_values(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration, double lm_loss,
+                             const neox_eval_value *more, int nmore, neox_error *err) {
     if (!m->writes) return 0;
-    char line[1024], rule[1024];
-    neox_format_eval_line(chart, prefix, lm_loss, line, sizeof line);
+    char line[4096], rule[4096];
+    neox_format_eval_line_values(chart, prefix, lm_loss, more, nmore, line, sizeof line);
     size_t width = strlen(line) + 1;   // GPT-NeoX frames the line with dashes one longer than it
     if (width > sizeof rule - 1) width = sizeof rule - 1;
     memset(rule, '-', width);
@@ -256,19 +277,29 @@ int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, in
     print_line(m, rule);
     print_line(m, line);
     print_line(m, rule);
-    char loss_tag[256], ppl_tag[256];
-    snprintf(loss_tag, sizeof loss_tag, "%s/lm_loss", chart);
-    snprintf(ppl_tag, sizeof ppl_tag, "%s/lm_loss_ppl", chart);
-    double ppl = exp(lm_loss);
-    if (tb_scalar(m, loss_tag, iteration, lm_loss, err) != 0 || tb_scalar(m, ppl_tag, iteration, ppl, err) != 0)
-        return -1;
-    if (m->tb && neox_tb_flush(m->tb, 1, err) != 0) return -1;
     json_t *o = json_object();
     json_object_set_new(o, "iteration", json_integer(iteration));
     json_object_set_new(o, "wall_time", json_real(neox_wall_time()));
-    json_object_set_new(o, loss_tag, neox_json_number(lm_loss));
-    json_object_set_new(o, ppl_tag, neox_json_number(ppl));
+    int rc = 0;
+    for (int i = -2; rc == 0 && i < nmore; i++) {
+        const char *name = i == -2 ? "lm_loss" : i == -1 ? "lm_loss_ppl" : more[i].name;
+        double value = i == -2 ? lm_loss : i == -1 ? exp(lm_loss) : more[i].value;
+        char tag[256];
+        snprintf(tag, sizeof tag, "%s/%s", chart, name);
+        rc = tb_scalar(m, tag, iteration, value, err);
+        json_object_set_new(o, tag, neox_json_number(value));
+    }
+    if (rc == 0 && m->tb) rc = neox_tb_flush(m->tb, 1, err);
+    if (rc != 0) {
+        json_decref(o);
+        return -1;
+    }
     return append_record(m, o, 1, err);
+}
+
+int neox_metrics_eval(neox_metrics *m, const char *chart, const char *prefix, int64_t iteration,
+                      double lm_loss, neox_error *err) {
+    return neox_metrics_eval_values(m, chart, prefix, iteration, lm_loss, NULL, 0, err);
 }
 
 int neox_metrics_flush(neox_metrics *m, neox_error *err) {

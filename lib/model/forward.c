@@ -96,7 +96,7 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
 
 // Walks the plan of every slot; with base == NULL it only counts floats.
 static size_t carve(neox_model *m, neox_acts *slots, float *base) {
-    float *cur = base ? base : (float *)0 + 64;  // any non-NULL start when counting
+    float *cur = base ? base : (float *)(uintptr_t)256;  // any aligned non-NULL start when counting (never dereferenced)
     float *start = cur;
     carve_shared(m, &slots[0], &cur);
     for (int k = 0; k < m->nslots; k++) {

@@ -354,12 +354,14 @@ int neox_generate(neox_generator *g, const int32_t *prompt, int nprompt, int max
     memcpy(seq, prompt, (size_t)nprompt * sizeof *seq);
     int n = nprompt, rc = 0;
     out->tokens = neox_malloc(((size_t)max_new + 1) * sizeof *out->tokens);
+    if (s->keep_logits) out->logits = neox_malloc(((size_t)max_new + 1) * (size_t)V * sizeof *out->logits);
     g->len = 0;
     g->draws = 0;  // each completion draws from its own seed (s->seed)
     if (g->recompute) rc = forward_recompute(g, seq, n, err);
     else forward_cached(g, seq, n);
     while (rc == 0 && out->n < max_new && n < g->max_len) {
         int32_t next = sample(g, s);
+        if (s->keep_logits) memcpy(out->logits + (size_t)out->n * V, g->logits, (size_t)V * sizeof *g->logits);
         out->tokens[out->n++] = next;
         seq[n++] = next;
         int stopped = 0;

@@ -21,6 +21,11 @@ int neox_lr_style_parse(const char *name, neox_lr_style *style) {
     return -1;
 }
 
+const char *neox_lr_style_name(neox_lr_style style) {
+    static const char *names[] = {"constant", "linear", "cosine", "exponential"};
+    return names[style];
+}
+
 neox_lr_schedule neox_lr_schedule_make(double lr, double min_lr, double warmup_fraction, int64_t decay_iters,
                                        neox_lr_style style) {
     if (decay_iters < 1) decay_iters = 1;

@@ -70,11 +70,6 @@ static int read_errors(neox_trainer *t, const neox_ckpt_reader *r, const char *d
     return 0;
 }
 
-static const char *lr_style_name(neox_lr_style s) {
-    static const char *names[] = {"constant", "linear", "cosine", "exponential"};
-    return names[s];
-}
-
 // The state buffers of the optimizer, by the names they carry in checkpoints.
 static int optimizer_buffers(const neox_trainer *t, const char **names, float **bufs) {
     const neox_optimizer *o = t->optimizer;
@@ -82,11 +77,13 @@ static int optimizer_buffers(const neox_trainer *t, const char **names, float **
     return o->type->nstate;
 }
 
+static int saves_no_optimizer(const neox_trainer *t) { return neox_config_bool(t->cfg, "no_save_optim"); }
+
 static json_t *state_json(const neox_trainer *t) {
     const neox_train_state *s = &t->state;
     json_t *model = json_object();
     neox_shape_field f[16];
-    int n = neox_train_model_shape(&t->model->desc, f);
+    int n = neox_ckpt_model_shape(&t->model->desc, f);
     for (int i = 0; i < n; i++) json_object_set_new(model, f[i].name, json_integer(f[i].value));
     json_t *files = json_array();
     for (int i = 0; i < neox_config_file_count(t->cfg); i++) {
@@ -103,7 +100,7 @@ static json_t *state_json(const neox_trainer *t) {
                      (json_int_t)s->skipped_total, "nonfinite_in_a_row", (json_int_t)s->nonfinite_in_a_row,
                      "optimizer", optimizer_name(t->optim.kind), "lr_schedule", "lr", t->lr.start_lr, "min_lr",
                      t->lr.min_lr, "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
-                     "style", lr_style_name(t->lr.style), "num_iters", (json_int_t)(s->iteration - s->overflow_skips),
+                     "style", neox_lr_style_name(t->lr.style), "num_iters", (json_int_t)(s->iteration - s->overflow_skips),
                      "model", model, "config_files", files);
     // fp16: DeepSpeed's loss scaler, so a resumed run scales and skips exactly as the straight one.
     const neox_loss_scaler *ls = &t->scaler;
@@ -111,6 +108,13 @@ static json_t *state_json(const neox_trainer *t) {
     json_object_set_new(state, "loss_scaler",
                         json_pack("{s:f, s:I, s:I, s:I}", "scale", ls->scale, "hysteresis_left", (json_int_t)ls->hysteresis_left,
                                   "iteration", (json_int_t)ls->iteration, "last_overflow", (json_int_t)ls->last_overflow));
+    // no_save_optim / no_save_rng: the state they leave out is absent, which is what a resume
+    // (and neox-convert) reads as "not stored".
+    if (saves_no_optimizer(t)) json_object_del(state, "optimizer");
+    if (neox_config_bool(t->cfg, "no_save_rng")) {
+        json_object_del(state, "seed");
+        json_object_del(state, "dropout_draws");
+    }
     return state;
 }
 
@@ -195,10 +199,10 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     if (!w) return -1;
     const char *names[2];
     float *bufs[2];
-    int nbufs = optimizer_buffers(t, names, bufs);
+    int nbufs = saves_no_optimizer(t) ? 0 : optimizer_buffers(t, names, bufs);
     int rc = write_share_of(t, w, "params", t->model->param_buf, 0, err);
     for (int b = 0; rc == 0 && b < nbufs; b++) rc = write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
-    if (rc == 0) rc = write_errors((neox_trainer *)t, w, err);
+    if (rc == 0 && !saves_no_optimizer(t)) rc = write_errors((neox_trainer *)t, w, err);
     if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
     if (rc != 0) {
         neox_ckpt_writer_abort(w);
@@ -300,11 +304,32 @@ int neox_train_save(neox_trainer *t, neox_error *err) {
 // ---- loading -------------------------------------------------------------------------------------
 static int64_t json_int_field(json_t *obj, const char *key) { return (int64_t)json_integer_value(json_object_get(obj, key)); }
 
-static int restore_state(neox_trainer *t, json_t *state, neox_error *err) {
+// Whether the optimizer state (moments, step count, LR schedule) is loaded: not with finetune or
+// no_load_optim, nor from a checkpoint saved without it (no_save_optim), which a notice says.
+static int loads_optimizer(const neox_trainer *t, json_t *state, const char *dir) {
+    if (neox_config_bool(t->cfg, "finetune") || neox_config_bool(t->cfg, "no_load_optim")) return 0;
+    if (json_object_get(state, "optimizer")) return 1;
+    if (t->rank0 && !t->opts.quiet)
+        neox_notice("%s holds no optimizer state (saved with no_save_optim): the optimizer starts afresh (moments zero, "
+                    "bias correction from step 1, the config's LR schedule)", dir);
+    return 0;
+}
+
+// Whether the RNG state is loaded. A checkpoint saved with no_save_rng re-seeds, as no_load_rng
+// does: the dropout stream restarts from the config's seed with its counter at zero.
+static int loads_rng(const neox_trainer *t, json_t *state, const char *dir) {
+    if (neox_config_bool(t->cfg, "finetune") || neox_config_bool(t->cfg, "no_load_rng")) return 0;
+    if (json_object_get(state, "seed")) return 1;
+    if (t->rank0 && !t->opts.quiet)
+        neox_notice("%s holds no RNG state (saved with no_save_rng): re-seeding from the config's seed %llu (the dropout "
+                    "stream restarts as in a new run)", dir, (unsigned long long)t->state.seed);
+    return 0;
+}
+
+static int restore_state(neox_trainer *t, json_t *state, int load_optim, int load_rng, neox_error *err) {
     const neox_config *cfg = t->cfg;
     int finetune = neox_config_bool(cfg, "finetune");
-    int no_optim = finetune || neox_config_bool(cfg, "no_load_optim");
-    int no_rng = finetune || neox_config_bool(cfg, "no_load_rng");
+    int no_optim = !load_optim, no_rng = !load_rng;
     if (!finetune) {
         neox_train_state *s = &t->state;
         s->iteration = json_int_field(state, "iteration");
@@ -343,26 +368,19 @@ static int restore_state(neox_trainer *t, json_t *state, neox_error *err) {
         t->state.seed = (uint64_t)json_int_field(state, "seed");
         t->state.dropout_draws = json_int_field(state, "dropout_draws");
     }
-    if (neox_config_bool(cfg, "use_checkpoint_lr_scheduler")) {
-        json_t *lr = json_object_get(state, "lr_schedule");
-        neox_lr_style style = t->lr.style;
-        neox_lr_style_parse(json_string_value(json_object_get(lr, "style")) ? json_string_value(json_object_get(lr, "style")) : "", &style);
-        t->lr = (neox_lr_schedule){json_real_value(json_object_get(lr, "lr")), json_real_value(json_object_get(lr, "min_lr")),
-                                   json_real_value(json_object_get(lr, "warmup_iters")),
-                                   json_int_field(lr, "decay_iters"), style};
-    }
-    return 0;
+    // As GPT-NeoX, the schedule is part of the optimizer state: loaded (and checked) with it only.
+    return no_optim ? 0 : neox_train_resume_schedule(t, json_object_get(state, "lr_schedule"), err);
 }
 
 static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
-    neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
+    neox_ckpt_reader *r = neox_ckpt_open_checkpoint(dir, err);
     json_t *state = NULL;
     int rc = r ? neox_ckpt_read_run_state(r, dir, &state, err) : -1;
-    if (rc == 0) rc = neox_train_check_model_shape(&t->model->desc, state, dir, err);
-    if (rc == 0) rc = neox_train_read_tensors(t->model, r, "params", t->model->param_buf, err);
+    if (rc == 0) rc = neox_ckpt_check_model_shape(&t->model->desc, state, dir, err);
+    if (rc == 0) rc = neox_ckpt_read_model_tensors(t->model, r, "params", t->model->param_buf, err);
     neox_model_weights_changed(t->model);
-    int load_optim = !neox_config_bool(t->cfg, "finetune") && !neox_config_bool(t->cfg, "no_load_optim");
-    if (rc == 0 && load_optim) {
+    int load_optim = rc == 0 && loads_optimizer(t, state, dir), load_rng = rc == 0 && loads_rng(t, state, dir);
+    if (load_optim) {
         const char *saved = json_string_value(json_object_get(state, "optimizer"));
         if (!saved || strcmp(saved, optimizer_name(t->optim.kind)) != 0)
             rc = neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: the checkpoint holds %s state, the config asks for %s "
@@ -371,10 +389,10 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         float *bufs[2];
         int nbufs = optimizer_buffers(t, names, bufs);
         for (int b = 0; rc == 0 && b < nbufs; b++)
-            rc = neox_train_read_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err);
+            rc = neox_ckpt_read_model_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err);
         if (rc == 0) rc = read_errors(t, r, dir, err);
     }
-    if (rc == 0) rc = restore_state(t, state, err);
+    if (rc == 0) rc = restore_state(t, state, load_optim, load_rng, err);
     json_decref(state);
     neox_ckpt_reader_close(r);
     return rc;

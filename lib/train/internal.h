@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "checkpoint.h"
 #include "config.h"
 #include "kernels/backend.h"
 #include "data.h"
@@ -87,6 +88,16 @@ struct neox_trainer {
     neox_batch *batch;
 
     neox_metrics *metrics;
+    // log_param_norm: the whole model's parameter names and, after each step, their norms
+    // (norms[nnorms]: of all parameters).
+    int nnorms;
+    char **norm_names;
+    double *norms;
+    // eval_tasks: the tasks scored with each validation evaluation, and the evaluator (lib/eval)
+    // over this trainer's model and tokenizer that scores them (NULL: none).
+    const char *task_names[16];
+    int ntasks;
+    struct neox_evaluator *task_eval;
     neox_train_state state;
     neox_comms_logger comms_logger;
     neox_comm_stats comm_before[NEOX_TRAIN_COMM_GROUPS];   // each group's statistics when the step began
@@ -159,32 +170,32 @@ void neox_train_sparse_touch(neox_trainer *t, const neox_batch *b);
 // Averages the embedding's gradient over the data group (before the dense buckets finish).
 void neox_train_sparse_reduce(neox_trainer *t);
 
+// ---- evaluations (evaluation.c) ------------------------------------------------------------
+int neox_train_setup_eval_tasks(neox_trainer *t, neox_error *err);  // (nothing unless eval_tasks)
+void neox_train_free_eval_tasks(neox_trainer *t);
+// Evaluates eval_iters x accumulation micro-batches of it and logs the results under chart
+// ("validation" or "test") with prefix ("iteration 100"): lm_loss, lm_loss_ppl, with
+// char_level_ppl lm_loss_char_lvl_ppl, with with_tasks the eval_tasks scores.
+int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const char *chart, const char *prefix,
+                                int with_tasks, neox_error *err);
+
+// ---- log_param_norm (param_norm.c) ---------------------------------------------------------
+int neox_train_setup_param_norms(neox_trainer *t, neox_error *err);  // (nothing unless log_param_norm)
+void neox_train_free_param_norms(neox_trainer *t);
+// Fills t->norms after a step; a collective over the world.
+void neox_train_param_norms(neox_trainer *t);
+
 // ---- checkpoints (checkpoint.c) -------------------------------------------------------------
 int neox_train_save(neox_trainer *t, neox_error *err);
 // Loads SAVE/latest of load_dir (when there is one) as the config's load options say.
 int neox_train_load(neox_trainer *t, neox_error *err);
 
-// ---- reading models out of checkpoints (load_model.c; neox_load_model_params is in train.h) ---
-// One entry of the model shape stored in state/train.json, named as the GPT-NeoX key that sets it.
-typedef struct neox_shape_field {
-    const char *name;
-    int value;
-} neox_shape_field;
-int neox_train_model_shape(const neox_model_desc *d, neox_shape_field *f);  // fills up to 16
-typedef struct neox_ckpt_reader neox_ckpt_reader;
-typedef struct json_t json_t;
-// Opens every shard file the manifest of checkpoint directory dir lists, each checked against it
-// first (neox_ckpt_open_dir).
-neox_ckpt_reader *neox_train_open_checkpoint(const char *dir, neox_error *err);
-// Fails naming the key when the stored shape differs from d.
-int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err);
-// Reads the whole tensors group/NAME of every parameter into buf at the parameter's offset
-// (this rank's block of each: the intersection of the checkpoint's pieces with it). buf and dst
-// below are memory of the model's backend (staged through the host on a device).
-int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err);
-// The same for elements [begin, end) of the flat buffer only; dst[0] is element begin.
-int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
-                          float *dst, neox_error *err);
+// ---- the LR schedule on resume (resume_schedule.c) ------------------------------------------
+// Refuses override_lr_scheduler together with use_checkpoint_lr_scheduler (at set-up).
+int neox_train_check_schedule_keys(const neox_config *cfg, neox_error *err);
+// Applies a checkpoint's stored lr_schedule (a JSON object; NULL: none stored) to t->lr as the two
+// keys say; with neither, a schedule that differs from the config's is an error naming the value.
+int neox_train_resume_schedule(neox_trainer *t, json_t *saved, neox_error *err);
 
 // ---- communication accounting (comm_log.c) ----------------------------------------------------
 // Group i of the grid (0 world, 1 pipe, 2 data, 3 model, 4 embed, 5 data_intra, 6 data_inter) and its name.

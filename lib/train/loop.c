@@ -32,16 +32,16 @@ static int do_split(const neox_trainer *t, const char *key, int split) {
     return neox_config_has(t->cfg, key) ? neox_config_bool(t->cfg, key) : 1;
 }
 
-static int evaluate(neox_trainer *t, int split, const char *chart, const char *prefix, neox_error *err) {
+// eval_tasks are scored with the validation evaluations, or with the test evaluation when the
+// run ends without a validation evaluation.
+static int evaluate(neox_trainer *t, int split, const char *chart, const char *prefix, int with_tasks, neox_error *err) {
     neox_batch_iterator test_it, *it = &t->valid_it;
     if (split == 2) {
         neox_batch_iterator_init(&test_it, t->datasets[2], t->micro_batch, t->grid->data_size, t->grid->data_rank,
                                  t->eod_id, neox_config_bool(t->cfg, "eod_mask_loss"));
         it = &test_it;
     }
-    double loss;
-    if (neox_train_evaluate(t, it, neox_config_int(t->cfg, "eval_iters"), &loss, err) != 0) return -1;
-    return neox_metrics_eval(t->metrics, chart, prefix, t->state.iteration, loss, err);
+    return neox_train_evaluate_and_log(t, it, chart, prefix, with_tasks, err);
 }
 
 // Every rank's weights are finite; otherwise fails on every rank (naming the parameter on the
@@ -74,6 +74,10 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
     }
     neox_step_stats stats = {.iteration = s->iteration, .lm_loss = r->loss, .learning_rate = r->lr,
                              .grad_norm = r->grad_norm, .loss_scale = r->loss_scale, .skipped = r->skipped};
+    if (t->norms) {
+        neox_train_param_norms(t);
+        stats.param_norms = t->norms, stats.param_norm_names = t->norm_names, stats.nparam_norms = t->nnorms;
+    }
     if (neox_metrics_step(t->metrics, &stats, err) != 0) return -1;
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,
@@ -91,7 +95,7 @@ static int after_step(neox_trainer *t, int *status, neox_error *err) {
     if (eval_interval > 0 && it % eval_interval == 0 && do_split(t, "do_valid", 1)) {
         char prefix[48];
         snprintf(prefix, sizeof prefix, "iteration %lld", (long long)it);
-        if (evaluate(t, 1, "validation", prefix, err) != 0) return -1;
+        if (evaluate(t, 1, "validation", prefix, 1, err) != 0) return -1;
     }
     int64_t exit_interval = neox_config_has(t->cfg, "exit_interval") ? neox_config_int(t->cfg, "exit_interval") : 0;
     if (exit_interval > 0 && it % exit_interval == 0) {
@@ -121,11 +125,11 @@ static int check_trained(neox_trainer *t, neox_error *err) {
 
 static int finish(neox_trainer *t, neox_error *err) {
     if (check_trained(t, err) != 0) return -1;
-    if (do_split(t, "do_valid", 1) && evaluate(t, 1, "validation", "the end of training for val data", err) != 0)
-        return -1;
+    int valid = do_split(t, "do_valid", 1);
+    if (valid && evaluate(t, 1, "validation", "the end of training for val data", 1, err) != 0) return -1;
     if (t->save_dir && t->state.iteration > 0 && t->last_saved != t->state.iteration && save_checkpoint(t, err) != 0)
         return -1;
-    if (do_split(t, "do_test", 2) && evaluate(t, 2, "test", "the end of training for test data", err) != 0) return -1;
+    if (do_split(t, "do_test", 2) && evaluate(t, 2, "test", "the end of training for test data", !valid, err) != 0) return -1;
     return 0;
 }
 

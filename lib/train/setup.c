@@ -212,7 +212,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
 }
 
 static int setup_optimizer(neox_trainer *t, neox_error *err) {
-    if (neox_train_read_schedule(t->cfg, &t->lr, err) != 0) return -1;
+    if (neox_train_read_schedule(t->cfg, &t->lr, err) != 0 || neox_train_check_schedule_keys(t->cfg, err) != 0) return -1;
     size_t n = t->model->num_floats;
     t->part_begin = 0, t->part_end = n;
     neox_dtype wire;
@@ -256,6 +256,14 @@ static double device_peak_flops(const neox_trainer *t) {
     return 0.0;
 }
 
+// MFU's denominator: peak_theoretical_tflops (GPT-NeoX's key, TFLOP/s per device) when set, else
+// the detected GPU's peak.
+static double peak_flops(const neox_trainer *t) {
+    const neox_value *v = neox_config_has(t->cfg, "peak_theoretical_tflops") ? neox_config_value(t->cfg, "peak_theoretical_tflops") : NULL;
+    double tflops = number_or(v, 0.0);
+    return tflops > 0 ? tflops * 1e12 : device_peak_flops(t);
+}
+
 static int setup_metrics(neox_trainer *t, neox_error *err) {
     const neox_model_desc *d = &t->model->desc;
     neox_flops_model fm = {d->num_layers, d->hidden_size, d->vocab_size, t->seq_length, t->train_batch_size,
@@ -268,13 +276,15 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
         .train_batch_size = t->train_batch_size,
         .seq_length = t->seq_length,
         .flops_per_iteration = neox_flops_per_iteration(&fm),
-        .peak_flops_per_device = device_peak_flops(t),
+        .peak_flops_per_device = peak_flops(t),
         .fp16 = t->precision == NEOX_PRECISION_FP16,
         .wall_clock_breakdown = neox_config_bool(t->cfg, "wall_clock_breakdown"),
         .log_dir = neox_config_str(t->cfg, "log_dir"),
         .tensorboard_dir = neox_config_str(t->cfg, "tensorboard_dir"),
     };
-    if (neox_train_read_comms_logger(t->cfg, &t->comms_logger, err) != 0) return -1;
+    if (neox_train_read_comms_logger(t->cfg, &t->comms_logger, err) != 0 || neox_train_setup_param_norms(t, err) != 0 ||
+        neox_train_setup_eval_tasks(t, err) != 0)
+        return -1;
     t->metrics = neox_metrics_open(&mo, err);
     return t->metrics ? 0 : -1;
 }
@@ -392,6 +402,8 @@ void neox_trainer_free(neox_trainer *t) {
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) t->be->free(bufs[i]);
     }
+    neox_train_free_param_norms(t);
+    neox_train_free_eval_tasks(t);
     neox_model_free(t->model);
     if (t->tokenizer) neox_tokenizer_free(t->tokenizer);
     free(t->save_iters);

@@ -6,7 +6,7 @@
 #include "ckpt.h"
 #include "convert.h"
 #include "fuzz_util.h"
-#include "train.h"
+#include "checkpoint.h"
 
 static const char model_yml[] =
     "num_layers: 2\nhidden_size: 8\nnum_attention_heads: 2\nseq_length: 16\nmax_position_embeddings: 16\n"

@@ -44,7 +44,7 @@ print(f"{len(a)} values, {len(bad)} differ: {bad[:5]}")
 sys.exit(1 if bad else 0)
 EOF
 check "the 2-rank checkpoint has a shard per rank" test -f "$T/ckpt/global_step12/rank_00001.h5"
-echo "{\"load\": \"$T/ckpt\", \"train_iters\": 13, \"log_dir\": \"$T/log3\"}" >"$T/resume.yml"
+echo "{\"load\": \"$T/ckpt\", \"train_iters\": 13, \"override_lr_scheduler\": true, \"log_dir\": \"$T/log3\"}" >"$T/resume.yml"
 sed 's/"train_iters": 12, //' "$T/one.yml" >"$T/one-noiters.yml"
 check "one rank resumes the 2-rank checkpoint" bash -c \
     "$TRAIN -q '$T/one-noiters.yml' '$T/resume.yml' && grep -q '\"iteration\":13,' '$T/log3/metrics.jsonl'"

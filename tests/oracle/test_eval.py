@@ -171,3 +171,38 @@ def test_greedy_generation_matches_transformers(trained, lm, tmp_path, recompute
         assert r["length"] == len(gen)
         assert r["text"] == lm.tok.decode(gen), (r, gen)
         assert set(r) >= {"context", "text", "length", "finished", "duration_seconds"}
+
+
+def test_return_logits_are_the_models_logits(trained, lm, tmp_path):
+    """return_logits: each record's "logits" holds, per generated token (the stop token included), the
+    padded vocabulary's logits it was chosen from: transformers' logits of the prompt and the tokens
+    generated before it, within 1e-4; sampled tokens too (before temperature and filtering)."""
+    import torch
+    (tmp_path / "prompts.txt").write_text("\n\n".join(PROMPTS) + "\n\n")
+    (tmp_path / "logits.yml").write_text(json.dumps({"return_logits": True}))
+    for sampling in ([], ["--temperature", "0.8", "--top-k", "5"]):
+        out = tmp_path / "samples.jsonl"
+        out.unlink(missing_ok=True)
+        run(f"{BIN}/neox-eval", "generate", "-q", f"{trained}/model.yml", f"{trained}/local.yml", str(tmp_path / "logits.yml"),
+            "--text-gen-type", "input-file", "--sample-input-file", str(tmp_path / "prompts.txt"), "--prompt-end", "\n\n",
+            "--sample-output-file", str(out), "--maximum-tokens", "12", *sampling)
+        for r in [json.loads(l) for l in open(out)]:
+            rows = np.array(r["logits"], dtype=np.float64)
+            ids = lm.encode(r["context"])
+            generated = rows.shape[0]
+            assert generated == r["length"] + (1 if r["finished"] else 0)
+            with torch.no_grad():
+                want = lm.model(torch.tensor([ids])).logits[0].double().numpy()
+            assert rows.shape[1] == want.shape[1]   # the padded vocabulary
+            np.testing.assert_allclose(rows[0], want[-1], atol=1e-4, rtol=1e-4)
+            if not sampling:   # greedy: the chosen token is each row's argmax
+                chosen = [int(np.argmax(row[:len(lm.tok)])) for row in rows]
+                assert lm.tok.decode(chosen[: r["length"]]) == r["text"]
+                with torch.no_grad():
+                    full = lm.model(torch.tensor([ids + chosen[:-1]])).logits[0].double().numpy()
+                np.testing.assert_allclose(rows, full[len(ids) - 1:], atol=1e-4, rtol=1e-4)
+    (tmp_path / "plain.jsonl").unlink(missing_ok=True)
+    run(f"{BIN}/neox-eval", "generate", "-q", f"{trained}/model.yml", f"{trained}/local.yml", "--text-gen-type",
+        "input-file", "--sample-input-file", str(tmp_path / "prompts.txt"), "--prompt-end", "\n\n",
+        "--sample-output-file", str(tmp_path / "plain.jsonl"), "--maximum-tokens", "4")
+    assert all("logits" not in json.loads(l) for l in open(tmp_path / "plain.jsonl"))

@@ -140,7 +140,7 @@ kill_during_save() {
     done
     [ $hit = 1 ] || { echo "the kill never landed inside a save in 20 tries"; return 1; }
     echo "killed while saving global_step$newest; latest is global_step$latest"
-    echo "{\"load\": \"$d/ckpt\", \"train_iters\": $((latest + 1)), \"log_dir\": \"$d/after\"}" >"$d/after.yml"
+    echo "{\"load\": \"$d/ckpt\", \"train_iters\": $((latest + 1)), \"override_lr_scheduler\": true, \"log_dir\": \"$d/after\"}" >"$d/after.yml"
     $TRAIN -q "$d/model.yml" "$d/after.yml" >/dev/null || return 1
     grep -q "\"iteration\":$((latest + 1))," "$d/after/metrics.jsonl"
 }

@@ -244,6 +244,11 @@ static void test_train_line_format(void **state) {
         " samples/sec: 259.200 | tokens/sec: 530841.6 | iteration      100/  320000 |"
         " elapsed time per iteration (ms): 123.5 | learning rate: 6.000E-04 | lm_loss: 7.123457E+00 |"
         " number of skipped iterations:   2 | number of nan iterations:   1 |");
+    // log_param_norm adds the norm of all parameters after the grad norm's place.
+    s.has_param_norm = 1;
+    s.param_norm = 12.3456;
+    neox_format_train_line(&s, line, sizeof line);
+    assert_non_null(strstr(line, " lm_loss: 7.123457E+00 | param norm: 12.346 | number of skipped"));
     // A short buffer truncates without overrunning.
     char small[20];
     neox_format_train_line(&s, small, sizeof small);
@@ -274,6 +279,12 @@ static void test_eval_line_format(void **state) {
     neox_format_eval_line("validation", "iteration 1000", 2.0, line, sizeof line);
     assert_string_equal(line, " validation results at iteration 1000 | lm_loss value: 2.000000E+00 |"
                               " lm_loss_ppl value: 7.389056E+00 | ");
+    // More results follow in order, in the same form (char_level_ppl, eval_tasks).
+    neox_eval_value more[2] = {{"lm_loss_char_lvl_ppl", 1.5}, {"piqa_acc,none", 0.25}};
+    neox_format_eval_line_values("validation", "iteration 1000", 2.0, more, 2, line, sizeof line);
+    assert_string_equal(line, " validation results at iteration 1000 | lm_loss value: 2.000000E+00 |"
+                              " lm_loss_ppl value: 7.389056E+00 | lm_loss_char_lvl_ppl value: 1.500000E+00 |"
+                              " piqa_acc,none value: 2.500000E-01 | ");
 }
 
 // ---- the metrics object -----------------------------------------------------------------------

@@ -61,6 +61,18 @@ typedef struct gen_state {
     double seconds;
 } gen_state;
 
+// return_logits: GPT-NeoX's "logits" field, one row of the (padded) vocabulary's logits per
+// generated token, the stop token included.
+static json_t *logits_json(const float *logits, int n, int vocab) {
+    json_t *rows = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *row = json_array();
+        for (int v = 0; v < vocab; v++) json_array_append_new(row, json_real(logits[(size_t)i * vocab + v]));
+        json_array_append_new(rows, row);
+    }
+    return rows;
+}
+
 // Generates completion k of text and returns its jsonl record (malloc'ed; the text is printed too
 // when echo is set). Its sampling seed comes from k, so a completion depends on its place in the
 // input only, not on the rank that makes it or on the completions before it.
@@ -79,7 +91,11 @@ static char *complete(gen_state *st, const char *text, int64_t k, int echo, neox
     double start = neox_now();
     int rc = neox_generate(st->gen, ids, (int)n, st->maximum_tokens, &st->sampling, st->stop, st->nstop, &g, err);
     free(ids);
-    if (rc != 0) return neox_fail_context(err, "prompt '%.40s%s'", text, strlen(text) > 40 ? "..." : ""), NULL;
+    if (rc != 0) {
+        free(g.tokens);
+        free(g.logits);
+        return neox_fail_context(err, "prompt '%.40s%s'", text, strlen(text) > 40 ? "..." : ""), NULL;
+    }
     double seconds = neox_now() - start;
     st->tokens += g.n;
     st->seconds += seconds;
@@ -90,6 +106,8 @@ static char *complete(gen_state *st, const char *text, int64_t k, int echo, neox
     if (!generated) return NULL;
     json_t *rec = json_pack("{s:s, s:s%, s:i, s:b, s:n, s:f}", "context", text, "text", generated, size, "length", keep,
                             "finished", g.finished, "message", "duration_seconds", seconds);
+    if (g.logits) json_object_set_new(rec, "logits", logits_json(g.logits, g.n, ev->model->desc.vocab_size));
+    free(g.logits);
     char *line = json_dumps(rec, JSON_COMPACT);
     json_decref(rec);
     if (echo) printf("%s\n", generated);
@@ -264,7 +282,8 @@ static int generate(int nconfigs, const char *const *configs, gen_args *a, int *
                              (long long)neox_tokenizer_vocab_size(ev->tokenizer));
     gen_state st = {.ev = ev, .maximum_tokens = (int)a->maximum_tokens, .stop = a->stop, .nstop = a->nstop,
                     .seed = (unsigned long long)a->seed, .rank = grid.data_rank, .ranks = grid.data_size,
-                    .sampling = {a->temperature, (int)a->top_k, a->top_p, 0, (int)neox_tokenizer_vocab_size(ev->tokenizer)}};
+                    .sampling = {a->temperature, (int)a->top_k, a->top_p, 0, (int)neox_tokenizer_vocab_size(ev->tokenizer),
+                                 neox_config_bool(cfg, "return_logits")}};
     st.gen = neox_generator_create(ev->model, ev->seq_length, a->recompute, &err);
     neox_atomic_file *af = NULL;
     int rc = st.gen ? 0 : -1;

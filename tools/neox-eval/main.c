@@ -24,9 +24,10 @@ static void usage(FILE *out) {
             "  --tasks LIST       comma-separated tasks (default: the config's eval_tasks, else\n"
             "                     valid,test): valid, test (split perplexity), lambada_openai, piqa,\n"
             "                     wikitext, mc:FILE.jsonl, loglikelihood:FILE.jsonl, rolling:FILE.jsonl\n"
-            "  --data-dir DIR     where the task files are (default data/eval): lambada_test.jsonl,\n"
-            "                     piqa_valid.jsonl + piqa_valid-labels.lst, wikitext-2-raw_test_hfrows_crlf.raw\n"
-            "  --limit N          at most N examples per task\n"
+            "  --data-dir DIR     where the task files are (default: the config's eval_data_dir, data/eval):\n"
+            "                     lambada_test.jsonl, piqa_valid.jsonl + piqa_valid-labels.lst,\n"
+            "                     wikitext-2-raw_test_hfrows_crlf.raw\n"
+            "  --limit N          at most N examples per task (default: the config's eval_task_limit; 0: all)\n"
             "  --eval-iters N     batches per split for valid/test (default: eval_iters)\n"
             "  --results-prefix P override eval_results_prefix; '-' writes no results file\n"
             "  --bootstrap-iters N\n"
@@ -82,7 +83,9 @@ typedef struct eval_args {
 static int run_task(neox_evaluator *ev, const char *name, const eval_args *a, neox_task_result *r, neox_error *err) {
     if (!strcmp(name, "valid") || !strcmp(name, "test"))
         return neox_eval_split_perplexity(ev, name[0] == 'v' ? 1 : 2, a->eval_iters, r, err);
-    neox_task_options o = {.data_dir = a->data_dir, .limit = a->limit, .bootstrap_iters = a->bootstrap_iters};
+    neox_task_options o = {.data_dir = a->data_dir ? a->data_dir : neox_config_str(ev->cfg, "eval_data_dir"),
+                           .limit = a->limit >= 0 ? a->limit : neox_config_int(ev->cfg, "eval_task_limit"),
+                           .bootstrap_iters = a->bootstrap_iters};
     return neox_eval_task(ev, name, &o, r, err);
 }
 
@@ -160,7 +163,7 @@ int main(int argc, char **argv) {
     };
     int c, print_config = 0;
     const char *print_format = "text";
-    eval_args a = {.data_dir = "data/eval", .bootstrap_iters = 100000};  // the harness's default
+    eval_args a = {.limit = -1, .bootstrap_iters = 100000};  // the harness's default
     opterr = 0;
     while ((c = getopt_long(argc, argv, "qhV", options, NULL)) != -1) {
         switch (c) {

@@ -1,4 +1,4 @@
-// load_model.c: reading a model out of a training checkpoint, shared by neox-train (resume) and
+// model_io.c: reading a model out of a training checkpoint, shared by neox-train (resume) and
 // neox-eval (evaluation, generation). A checkpoint directory is opened through its manifest (every
 // shard file of whatever layout wrote it), its run state is parsed, the model shape recorded there
 // is compared with the config's model, and whole tensors are read into a buffer by intersection.
@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
-#include "internal.h"
+#include "checkpoint.h"
+#include "kernels/backend.h"
 
-int neox_train_model_shape(const neox_model_desc *d, neox_shape_field *f) {
+int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f) {
     int n = 0;
     f[n++] = (neox_shape_field){"num_layers", d->num_layers};
     f[n++] = (neox_shape_field){"hidden_size", d->hidden_size};
@@ -28,18 +28,18 @@ int neox_train_model_shape(const neox_model_desc *d, neox_shape_field *f) {
     return n;
 }
 
-neox_ckpt_reader *neox_train_open_checkpoint(const char *dir, neox_error *err) {
+neox_ckpt_reader *neox_ckpt_open_checkpoint(const char *dir, neox_error *err) {
     neox_ckpt_manifest man;
     neox_ckpt_reader *r = neox_ckpt_open_dir(dir, &man, err);
     if (r) neox_ckpt_manifest_free(&man);
     return r;
 }
 
-int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err) {
+int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err) {
     json_t *model = json_object_get(state, "model");
     if (!json_is_object(model)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json has no model shape", dir);
     neox_shape_field f[16];
-    int n = neox_train_model_shape(d, f);
+    int n = neox_ckpt_model_shape(d, f);
     for (int i = 0; i < n; i++) {
         json_t *v = json_object_get(model, f[i].name);
         if (v && json_integer_value(v) != f[i].value)
@@ -50,7 +50,7 @@ int neox_train_check_model_shape(const neox_model_desc *d, json_t *state, const 
     return 0;
 }
 
-// neox_train_read_range into host memory.
+// neox_ckpt_read_model_range into host memory.
 static int read_range_host(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
                            float *dst, neox_error *err) {
     for (int i = 0; i < m->nparams; i++) {
@@ -76,7 +76,7 @@ static int read_range_host(const neox_model *m, const neox_ckpt_reader *r, const
 }
 
 // On a device, through a host copy of [begin, end) (pieces the checkpoint lacks keep their values).
-int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
+int neox_ckpt_read_model_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
                           float *dst, neox_error *err) {
     const neox_backend *be = m->be;
     if (!be->on_device) return read_range_host(m, r, group, begin, end, dst, err);
@@ -89,8 +89,8 @@ int neox_train_read_range(const neox_model *m, const neox_ckpt_reader *r, const 
     return rc;
 }
 
-int neox_train_read_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err) {
-    return neox_train_read_range(m, r, group, 0, m->num_floats, buf, err);
+int neox_ckpt_read_model_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err) {
+    return neox_ckpt_read_model_range(m, r, group, 0, m->num_floats, buf, err);
 }
 
 // model.padded_vocab_size of state/train.json, which sizes the model built to load the checkpoint:
@@ -119,7 +119,7 @@ int neox_checkpoint_padded_vocab(const char *load_dir, int *vocab, neox_error *e
     if (neox_ckpt_read_latest(load_dir, &iteration, &found, err) != 0) return -1;
     if (!found) return 0;
     char *dir = neox_ckpt_dir(load_dir, iteration);
-    neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
+    neox_ckpt_reader *r = neox_ckpt_open_checkpoint(dir, err);
     json_t *state = NULL;
     int rc = r ? neox_ckpt_read_run_state(r, dir, &state, err) : -1;
     if (rc == 0) rc = stored_padded_vocab(r, state, dir, vocab, err);
@@ -131,12 +131,12 @@ int neox_checkpoint_padded_vocab(const char *load_dir, int *vocab, neox_error *e
 }
 
 static int load_params(neox_model *m, const char *dir, neox_error *err) {
-    neox_ckpt_reader *r = neox_train_open_checkpoint(dir, err);
+    neox_ckpt_reader *r = neox_ckpt_open_checkpoint(dir, err);
     if (!r) return -1;
     json_t *state = NULL;
     int rc = neox_ckpt_read_run_state(r, dir, &state, err);
-    if (rc == 0) rc = neox_train_check_model_shape(&m->desc, state, dir, err);
-    if (rc == 0) rc = neox_train_read_tensors(m, r, "params", m->param_buf, err);
+    if (rc == 0) rc = neox_ckpt_check_model_shape(&m->desc, state, dir, err);
+    if (rc == 0) rc = neox_ckpt_read_model_tensors(m, r, "params", m->param_buf, err);
     neox_model_weights_changed(m);
     json_decref(state);
     neox_ckpt_reader_close(r);

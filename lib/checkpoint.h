@@ -1,0 +1,45 @@
+// checkpoint.h: the training-checkpoint format as the model sees it (lib/ckpt/model_io.c): the model
+// shape a checkpoint records in state/train.json, opening a checkpoint directory (every shard checked
+// against its manifest first), and reading a model's parameters or optimizer state out of it by
+// intersection, whatever layout wrote it. neox-train (resume), neox-eval and neox-convert all call
+// these; the shard format itself is ckpt.h, the run state's reader lib/ckpt/run_state.c.
+#ifndef NEOX_CHECKPOINT_H
+#define NEOX_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "model.h"
+
+// Reads the parameters of a neox-train checkpoint into m (created from the same config): the
+// checkpoint of `iteration` under load_dir, or the one load_dir/latest names when iteration <= 0.
+// Any parallel layout may have written it; a different model shape is an error naming the key.
+// *loaded (may be NULL) gets the iteration read.
+int neox_load_model_params(neox_model *m, const char *load_dir, int64_t iteration, int64_t *loaded, neox_error *err);
+
+// The padded vocabulary of the newest checkpoint in load_dir, into *vocab (left as it is when
+// there is no checkpoint): the model's size, which a different tensor-parallel size would pad
+// differently.
+int neox_checkpoint_padded_vocab(const char *load_dir, int *vocab, neox_error *err);
+
+// One entry of the model shape stored in state/train.json, named as the GPT-NeoX key that sets it.
+typedef struct neox_shape_field {
+    const char *name;
+    int value;
+} neox_shape_field;
+int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f);  // fills up to 16
+typedef struct json_t json_t;
+// Opens every shard file the manifest of checkpoint directory dir lists, each checked against it
+// first (neox_ckpt_open_dir).
+neox_ckpt_reader *neox_ckpt_open_checkpoint(const char *dir, neox_error *err);
+// Fails naming the key when the stored shape differs from d.
+int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err);
+// Reads the whole tensors group/NAME of every parameter into buf at the parameter's offset
+// (this rank's block of each: the intersection of the checkpoint's pieces with it). buf and dst
+// below are memory of the model's backend (staged through the host on a device).
+int neox_ckpt_read_model_tensors(const neox_model *m, const neox_ckpt_reader *r, const char *group, float *buf, neox_error *err);
+// The same for elements [begin, end) of the flat buffer only; dst[0] is element begin.
+int neox_ckpt_read_model_range(const neox_model *m, const neox_ckpt_reader *r, const char *group, size_t begin, size_t end,
+                          float *dst, neox_error *err);
+
+#endif
