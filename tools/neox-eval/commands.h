@@ -1,5 +1,5 @@
 // commands.h: the pieces of neox-eval shared by its commands (evaluation in main.c, generation in
-// generate_command.c): MPI and config set-up, and argument parsing helpers.
+// generate_command.c, the server in serve_command.c): MPI and config set-up, and argument parsing helpers.
 #ifndef NEOX_EVAL_COMMANDS_H
 #define NEOX_EVAL_COMMANDS_H
 
@@ -17,5 +17,7 @@ int64_t neox_parse_count_arg(const char *option, const char *text);
 double neox_parse_float_arg(const char *option, const char *text);
 // neox-eval generate ARGS (argv[0] is "generate").
 int neox_generate_command(int argc, char **argv);
+// neox-eval serve ARGS (argv[0] is "serve").
+int neox_serve_command(int argc, char **argv);
 
 #endif
