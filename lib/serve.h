@@ -44,7 +44,7 @@ typedef struct neox_serve_request {
 typedef struct neox_serve_error {
     int http_status;
     const char *type;        // "invalid_request_error", "not_found_error", ... (static)
-    const char *param;       // the request field, or NULL (static)
+    char param[64];          // the request field at fault ("" when none)
     char message[512];
 } neox_serve_error;
 

@@ -13,7 +13,7 @@
 int neox_serve_error_set(neox_serve_error *e, int http_status, const char *type, const char *param, const char *fmt, ...) {
     e->http_status = http_status;
     e->type = type;
-    e->param = param;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);

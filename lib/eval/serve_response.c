@@ -11,7 +11,7 @@
 
 char *neox_serve_error_body(const neox_serve_error *e) {
     json_t *err = json_pack("{s:s, s:s, s:o, s:n}", "message", e->message, "type", e->type ? e->type : "server_error",
-                            "param", e->param ? json_string(e->param) : json_null(), "code");
+                            "param", e->param[0] ? json_string(e->param) : json_null(), "code");
     json_t *root = json_pack("{s:o}", "error", err);
     char *body = json_dumps(root, JSON_COMPACT);
     json_decref(root);
