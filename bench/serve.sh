@@ -4,7 +4,8 @@
 # checkpoint (one training step on Tiny Shakespeare, exported with `neox-convert to-hf`), the same
 # local task file (scripts/lm_eval_tasks.py) and the same thread count. The two runs alternate,
 # `rounds` times each, so that other work on the machine weighs on both alike; prints each run's
-# seconds and the ratio of the medians.
+# seconds and the ratio of the medians. The server gets --context seq + 2 and the harness max_length
+# seq + 2, so that it scores the windows neox-eval scores (docs/eval.md).
 # Needs `make`, `make deps` (.venv with lm-eval) and ../shared/data.
 # Usage: bench/serve.sh [key=value...]  keys: threads layers hidden heads seq batch limit rounds
 #        (defaults: threads=2 layers=6 hidden=512 heads=8 seq=512 batch=32 limit=0 (all 5153) rounds=2)
@@ -63,7 +64,7 @@ print(r['results']['lambada_openai_local']['acc,none'])" >"$work/$name.acc"
 }
 
 serve_run() {
-    $BIN/neox-eval serve -q --port 0 "$work/model.yml" 2>"$work/serve.log" &
+    $BIN/neox-eval serve -q --port 0 --context $((${opt[seq]} + 2)) "$work/model.yml" 2>"$work/serve.log" &
     server=$!
     for _ in $(seq 300); do grep -q 'listening on port' "$work/serve.log" && break; sleep 0.1; done
     local port; port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$work/serve.log")
