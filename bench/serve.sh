@@ -56,7 +56,7 @@ harness() {  # harness NAME MODEL MODEL_ARGS...: the harness's wall seconds, its
     start=$(date +%s.%N)
     .venv/bin/python tests/oracle/lm_eval_cli.py "$@" --tasks lambada_openai_local --include_path "$work/tasks" \
         --batch_size ${opt[batch]} "${limit[@]}" --output_path "$work/$name" >"$work/$name.log" 2>&1 ||
-        { tail -20 "$work/$name.log" >&2; exit 1; }
+        { tail -20 "$work/$name.log" >&2; [ "$name" = serve ] && tail -20 "$work/serve.log" >&2; exit 1; }
     end=$(date +%s.%N)
     python3 -c "import glob, json; r = json.load(open(sorted(glob.glob('$work/$name/**/results_*.json', recursive=True))[-1]));
 print(r['results']['lambada_openai_local']['acc,none'])" >"$work/$name.acc"

@@ -122,9 +122,10 @@ static int first_row(const score_seq *s) {
 }
 
 // Row t of sequence s predicts prompt token t + 1, or (the last row, when max_tokens is 1) the
-// generated token: the greedy one.
-static int row_target(const score_seq *s, int t, const float *row, int V) {
-    return t == s->p->nids - 1 ? argmax_of(row, V) : s->p->ids[t + 1];
+// generated token: the greedy one among the tokenizer's ids (the padding rows of the embedding are
+// no tokens, as in generation).
+static int row_target(const neox_serve_engine *en, const score_seq *s, int t, const float *row) {
+    return t == s->p->nids - 1 ? argmax_of(row, (int)neox_tokenizer_vocab_size(en->ev->tokenizer)) : s->p->ids[t + 1];
 }
 
 // Stores row t's results: -loss is log p(target), as neox-eval's loglikelihood sums it.
@@ -164,7 +165,7 @@ static int score_pass(neox_serve_engine *en, const score_seq *seqs, int count, n
         int targets[ROW_CHUNK];
         float losses[ROW_CHUNK], lse[ROW_CHUNK];
         for (int j = 0; j < m; j++)
-            targets[j] = row_target(&seqs[owner[j0 + j]], rows[j0 + j] - starts[owner[j0 + j]], en->logits + (size_t)j * V, V);
+            targets[j] = row_target(en, &seqs[owner[j0 + j]], rows[j0 + j] - starts[owner[j0 + j]], en->logits + (size_t)j * V);
         neox_cross_entropy_forward(losses, lse, en->logits, targets, m, V);
         for (int j = 0; j < m; j++) {
             int i = owner[j0 + j];
