@@ -21,6 +21,8 @@ typedef struct neox_evaluator {
     int rank0, quiet;
     neox_tokenizer *tokenizer;
     int32_t eod_id;
+    int32_t prefix_id;           // before rolling windows and empty contexts: the tokenizer's bos when
+                                 // it declares one, else eod (the harness's HFLM.prefix_token_id)
     neox_model *model;
     int64_t iteration;           // of the loaded checkpoint (0: none loaded)
     int seq_length;              // the longest sequence scored (the harness's max_length)
@@ -102,7 +104,7 @@ typedef struct neox_ll_result {
 
 // Tokenizes a (context, continuation) pair as the harness's _encode_pair: trailing spaces of the
 // context move to the continuation, the continuation's ids are those of the whole text after the
-// context's, and an empty context becomes [EOD].
+// context's, and an empty context becomes [prefix_id].
 int neox_eval_encode_pair(const neox_evaluator *ev, const char *ctx, const char *cont, neox_ll_request *out,
                           neox_error *err);
 void neox_ll_request_release(neox_ll_request *r);

@@ -40,6 +40,14 @@ typedef struct neox_generation {
 // leave room for one token is a usage error.
 int neox_generate(neox_generator *g, const int32_t *prompt, int nprompt, int max_new, const neox_sampling *s,
                   const int32_t *stop, int nstop, neox_generation *out, neox_error *err);
+// Called after each generated token with the logits (vocab) it was drawn from and the tokens so
+// far; a nonzero return stops the generation there (the token is kept; out->finished is set).
+// neox-eval serve stops on stop strings and reports log-probabilities with it.
+typedef int (*neox_token_hook)(void *ctx, const int32_t *generated, int n, const float *logits);
+// neox_generate with a hook (NULL: none).
+int neox_generate_hooked(neox_generator *g, const int32_t *prompt, int nprompt, int max_new, const neox_sampling *s,
+                         const int32_t *stop, int nstop, neox_token_hook hook, void *ctx, neox_generation *out,
+                         neox_error *err);
 // The vocabulary logits of the last position scored (after neox_generate: the last step).
 const float *neox_generator_logits(const neox_generator *g);
 // Scoring (neox-eval): runs ids[0..n) (n <= max_len) from position 0 through the cached decoder

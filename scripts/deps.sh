@@ -25,6 +25,7 @@ DEBS=(
   clang-14          # make fuzz: the fuzz targets (tests/fuzz) are built with clang's libFuzzer
   libclang-rt-14-dev  # libFuzzer and clang's ASan/UBSan runtimes
   libomp-14-dev     # OpenMP for the library built with clang
+  libmicrohttpd-dev # neox-eval serve's HTTP server (GNU libmicrohttpd)
   slurm-wlm         # SLURM tests: slurmctld, slurmd, sbatch, srun on localhost
   munge             # SLURM authentication for those tests
   bible-kjv         # make demo's corpus: the King James Bible (4.4 MB of public-domain English, pulls in
@@ -77,4 +78,28 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   grep -qs 'include-system-site-packages = true' .venv/pyvenv.cfg || "$PY" -m venv --system-site-packages .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
   printf '%s\n' "$want" >"$stamp"
+fi
+
+# lm-evaluation-harness in the oracle environment (tests/oracle/test_serve.py and bench/serve.sh run
+# it against neox-eval serve). Installed so that pip changes nothing the oracles above pin: the
+# versions of transformers, tokenizers, numpy, huggingface_hub and safetensors present are
+# constraints. lm-eval, accelerate and peft go in without their dependencies, because they ask for
+# torch >= 1.13 and pip counts Debian's 1.13.0a0 as older; their other dependencies follow.
+LM_EVAL=(lm-eval==0.4.8 accelerate==0.34.2 peft==0.13.2)
+LM_EVAL_DEPS=(evaluate datasets==3.6.0 pyarrow==17.0.0 jsonlines numexpr pybind11 pytablewriter rouge-score sacrebleu
+              scikit-learn sqlitedict tqdm-multiprocess dill word2number more_itertools jinja2 tenacity)
+lm_stamp=.venv/.neox-deps-lm-eval
+lm_want=$(printf '%s\n' "${LM_EVAL[@]}" "${LM_EVAL_DEPS[@]}")
+if [ "$(cat "$lm_stamp" 2>/dev/null)" != "$lm_want" ]; then
+  echo "make deps: installing lm-evaluation-harness into .venv (${LM_EVAL[*]})"
+  constraints=$(mktemp)
+  .venv/bin/python - >"$constraints" <<'PY'
+from importlib.metadata import version
+for p in ("transformers", "tokenizers", "numpy", "huggingface_hub", "safetensors"):
+    print(f"{p}=={version(p)}")
+PY
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${LM_EVAL[@]}"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c "$constraints" "${LM_EVAL_DEPS[@]}"
+  rm -f "$constraints"
+  printf '%s\n' "$lm_want" >"$lm_stamp"
 fi

@@ -50,6 +50,8 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
         goto fail;
     }
     ev->eod_id = neox_tokenizer_eod_id(ev->tokenizer);
+    int32_t bos = neox_tokenizer_bos_id(ev->tokenizer);
+    ev->prefix_id = bos >= 0 ? bos : ev->eod_id;
     neox_model_desc desc;
     if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(ev->tokenizer), err) != 0) goto fail;
     const neox_backend *be = neox_backend_for_rank(neox_config_str(cfg, "compute_backend"), grid, err);
@@ -93,7 +95,7 @@ int neox_eval_encode_pair(const neox_evaluator *ev, const char *ctx, const char 
     size_t nctx = strlen(ctx), ncont = strlen(cont);
     if (nctx == 0) {
         out->ctx = neox_malloc(sizeof(int32_t));
-        out->ctx[0] = ev->eod_id;
+        out->ctx[0] = ev->prefix_id;
         out->nctx = 1;
         if (encode(ev, cont, ncont, &out->cont, &out->ncont, err) != 0) {
             neox_ll_request_release(out);

@@ -375,7 +375,7 @@ static int rolling_score(neox_evaluator *ev, rolling_doc *docs, int64_t n, neox_
             rc = -1;
         } else {
             neox_ll_request *w;
-            int64_t nw = neox_rolling_windows(ids, (int64_t)len, ev->eod_id, ev->seq_length, &w);
+            int64_t nw = neox_rolling_windows(ids, (int64_t)len, ev->prefix_id, ev->seq_length, &w);
             for (int64_t k = 0; k < nw; k++) *pair_add(&p) = w[k];
             free(w);
         }

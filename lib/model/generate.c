@@ -341,6 +341,12 @@ static int sample(neox_generator *g, const neox_sampling *s) {
 
 int neox_generate(neox_generator *g, const int32_t *prompt, int nprompt, int max_new, const neox_sampling *s,
                   const int32_t *stop, int nstop, neox_generation *out, neox_error *err) {
+    return neox_generate_hooked(g, prompt, nprompt, max_new, s, stop, nstop, NULL, NULL, out, err);
+}
+
+int neox_generate_hooked(neox_generator *g, const int32_t *prompt, int nprompt, int max_new, const neox_sampling *s,
+                         const int32_t *stop, int nstop, neox_token_hook hook, void *ctx, neox_generation *out,
+                         neox_error *err) {
     *out = (neox_generation){0};
     if (nprompt < 1) return neox_fail(err, NEOX_EXIT_USAGE, "the prompt has no tokens");
     if (nprompt >= g->max_len)
@@ -366,6 +372,7 @@ int neox_generate(neox_generator *g, const int32_t *prompt, int nprompt, int max
         seq[n++] = next;
         int stopped = 0;
         for (int i = 0; i < nstop; i++) stopped |= next == stop[i];
+        if (hook && hook(ctx, out->tokens, out->n, g->logits)) stopped = 1;
         if (stopped) {
             out->finished = 1;
             break;

@@ -4,6 +4,9 @@
 // out, the pieces between are normalized, added tokens that match normalized text are cut out,
 // then each remaining piece is split by the GPT-2 regex and every word goes through BPE.
 #include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #include "tokenizer_internal.h"
 
@@ -89,6 +92,37 @@ static int32_t token_to_id(const neox_tokenizer *tok, const char *text) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The declared beginning-of-sequence token: transformers reads "bos_token" (a string, or an
+// AddedToken object with "content") from these files of the tokenizer's folder, in this order.
+static int bos_from_folder(neox_tokenizer *tok, const char *vocab_file, neox_error *err) {
+    static const char *const files[] = {"tokenizer_config.json", "special_tokens_map.json"};
+    const char *slash = strrchr(vocab_file, '/');
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *path = slash ? neox_asprintf("%.*s/%s", (int)(slash - vocab_file), vocab_file, files[i]) : neox_strdup(files[i]);
+        json_error_t jerr;
+        json_t *root = access(path, F_OK) == 0 ? json_load_file(path, 0, &jerr) : NULL;
+        if (access(path, F_OK) == 0 && !root) {
+            neox_fail(err, NEOX_EXIT_FAILURE, "%s:%d: %s", path, jerr.line, jerr.text);
+            free(path);
+            return -1;
+        }
+        json_t *bos = json_object_get(root, "bos_token");
+        if (json_is_object(bos)) bos = json_object_get(bos, "content");
+        int rc = 0;
+        if (json_is_string(bos)) {
+            tok->bos_id = token_to_id(tok, json_string_value(bos));
+            if (tok->bos_id < 0)
+                rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: bos_token '%s' is not a token of %s", path,
+                               json_string_value(bos), vocab_file);
+        }
+        json_decref(root);
+        free(path);
+        if (rc != 0 || tok->bos_id >= 0) return rc;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Loading.
 static const char *const refused_types[] = {"SPMTokenizer", "TiktokenTokenizer", NULL};
 
@@ -96,6 +130,7 @@ neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_err
     const char *type = opts->type ? opts->type : "";
     neox_tokenizer *tok = neox_calloc(1, sizeof *tok);
     tok->pad_id = -1;
+    tok->bos_id = -1;
     int rc = 0;
     // GPT-NeoX compares tokenizer_type case-insensitively.
     if (!strcasecmp(type, "CharLevelTokenizer")) {
@@ -147,6 +182,7 @@ neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_err
         goto fail;
     }
     if (strcmp(tok->type, "GPT2BPETokenizer")) tok->pad_id = token_to_id(tok, "<|padding|>");
+    if (bos_from_folder(tok, opts->vocab_file, err) != 0) goto fail;
     return tok;
 fail:
     neox_tokenizer_free(tok);
@@ -168,6 +204,7 @@ void neox_tokenizer_free(neox_tokenizer *tok) {
 
 int64_t neox_tokenizer_vocab_size(const neox_tokenizer *tok) { return tok->vocab_size; }
 int32_t neox_tokenizer_eod_id(const neox_tokenizer *tok) { return tok->eod_id; }
+int32_t neox_tokenizer_bos_id(const neox_tokenizer *tok) { return tok->bos_id; }
 int32_t neox_tokenizer_pad_id(const neox_tokenizer *tok) { return tok->pad_id; }
 const char *neox_tokenizer_type(const neox_tokenizer *tok) { return tok->type; }
 

@@ -4,9 +4,9 @@
 #   on a machine with apt and ../shared, once:  tests/gpu/device-check.sh --fetch
 #   then copy the checkout with .deps to the GPU host and run there:  bash tests/gpu/device-check.sh
 # --fetch downloads the Debian packages (runtime and -dev) that the full CUDA=1 tools need and a bare
-# host lacks (libyaml, jansson, utf8proc, zstd, zlib, HDF5 and what it links (libcurl and its
+# host lacks (libyaml, jansson, libmicrohttpd, utf8proc, zstd, zlib, HDF5 and what it links (libcurl and its
 # TLS/Kerberos/LDAP libraries, libaec), OpenBLAS with libgfortran, MPICH with hwloc and UCX, mpiexec:
-# 55 packages, 45.0 MB) into .deps/, plus the benchmark's data (the GPT-2 tokenizer and Tiny
+# 57 packages, about 45 MB) into .deps/, plus the benchmark's data (the GPT-2 tokenizer and Tiny
 # Shakespeare from ../shared/data, 2.6 MB) into .deps/data; git ignores .deps. tests/run does not run
 # this script (it is not a suite test).
 # On the GPU host it unpacks the .deb files into /tmp (never into /), builds the four tools and
@@ -40,6 +40,7 @@ cd "$(dirname "$0")/../.."
 FETCH_DEBS=(
     libyaml-0-2 libyaml-dev                          # configs
     libjansson4 libjansson-dev                       # JSON
+    libmicrohttpd12 libmicrohttpd-dev                # neox-eval serve's HTTP server (links GnuTLS, below)
     libutf8proc2 libutf8proc-dev                     # tokenizers
     libzstd1 libzstd-dev zlib1g zlib1g-dev           # compressed corpora (HDF5 links zlib too)
     libhdf5-103-1 libhdf5-dev libsz2 libaec0         # checkpoints; HDF5's szip filter
@@ -107,7 +108,7 @@ INCS+=" -I$DEPS/usr/include/x86_64-linux-gnu/openblas-pthread -I$DEPS/usr/includ
 # DT_RPATH (not RUNPATH) so the libraries' own dependencies (HDF5's libcurl, ...) resolve there too.
 RPATH="-Wl,--disable-new-dtags -Wl,-rpath,$LIBDIRS -Wl,-rpath-link,$LIBDIRS"
 BLAS_LIBS="-L$L/openblas-pthread -lopenblas $RPATH"
-PKG_LIBS_DEPS="-L$L -L$L/hdf5/serial -lyaml -ljansson -lutf8proc -lzstd -lz -lhdf5 $BLAS_LIBS -lmpich"
+PKG_LIBS_DEPS="-L$L -L$L/hdf5/serial -lyaml -ljansson -lmicrohttpd -lutf8proc -lzstd -lz -lhdf5 $BLAS_LIBS -lmpich"
 # mpiexec: hydra's programs have no RPATH, so a wrapper gives them the carried libraries.
 mkdir -p "$DEPS/bin"
 printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LIBDIRS" "$DEPS/usr/bin/mpiexec.hydra" >"$DEPS/bin/mpiexec"

@@ -14,19 +14,21 @@ import torch
 
 
 class HarnessLM:
-    def __init__(self, model_dir, max_length):
+    def __init__(self, model_dir, max_length, prefix=None):
         from transformers import AutoModelForCausalLM, GPT2TokenizerFast
         self.tok = GPT2TokenizerFast(vocab_file=f"{model_dir}/vocab.json", merges_file=f"{model_dir}/merges.txt")
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
         self.max_length = max_length
         self.eot = self.tok.eos_token_id
+        # HFLM.prefix_token_id: before empty contexts and rolling windows (the bos when there is one)
+        self.prefix = self.eot if prefix is None else prefix
 
     def encode(self, text):
         return self.tok.encode(text, add_special_tokens=False)
 
     def encode_pair(self, context, continuation):
         if context == "":
-            return [self.eot], self.encode(continuation)
+            return [self.prefix], self.encode(continuation)
         n_spaces = len(context) - len(context.rstrip())
         if n_spaces > 0:
             continuation = context[-n_spaces:] + continuation
@@ -72,7 +74,7 @@ class HarnessLM:
 
     def rolling(self, text):
         tokens = self.encode(text)
-        windows = [make_disjoint_window(w) for w in get_rolling_token_windows(tokens, self.eot, self.max_length, 1)]
+        windows = [make_disjoint_window(w) for w in get_rolling_token_windows(tokens, self.prefix, self.max_length, 1)]
         return sum(ll for ll, _ in self.loglikelihood_tokens(windows))
 
 

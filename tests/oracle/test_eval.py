@@ -117,6 +117,33 @@ def test_wikitext(trained, lm):
         assert got[f"{metric}_stderr,none"] == "N/A"
 
 
+def test_prefix_token_is_the_declared_bos(trained, tmp_path):
+    """A tokenizer folder whose tokenizer_config.json declares a bos of its own: rolling windows start
+    from it, as the harness's HFLM.prefix_token_id (transformers' bos_token_id) says."""
+    import shutil
+    from transformers import AutoTokenizer
+    from eval_oracle import HarnessLM, wikitext
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(f"{GPT2}/{f}", folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2TokenizerFast", "bos_token": "!", "eos_token": "<|endoftext|>"}))
+    bos = AutoTokenizer.from_pretrained(str(folder)).bos_token_id
+    assert bos == 0
+    local = json.loads((trained / "local.yml").read_text())
+    local.update(vocab_file=f"{folder}/vocab.json", merge_file=f"{folder}/merges.txt")
+    (tmp_path / "local_bos.yml").write_text(json.dumps(local))
+    run(f"{BIN}/neox-eval", "-q", f"{trained}/model.yml", f"{tmp_path}/local_bos.yml", "--tasks", "wikitext",
+        "--data-dir", EVAL, "--limit", "2", "--results-prefix", f"{tmp_path}/bos")
+    got = json.load(open(sorted(glob.glob(f"{tmp_path}/bos_eval_results_*.json"))[-1]))["results"]["wikitext"]
+    want = wikitext(HarnessLM(str(trained / "hf"), max_length=64, prefix=bos), f"{EVAL}/wikitext-2-raw_test_hfrows_crlf.raw", 2)
+    for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+        assert close(got[f"{metric},none"], want[metric]), (metric, got, want)
+    with_eod = neox_eval(trained, "wikitext", ["--limit", "2"])["wikitext"]
+    assert not close(got["word_perplexity,none"], with_eod["word_perplexity,none"], 1e-9)
+
+
 def test_generic_formats(trained, lm, tmp_path):
     from eval_oracle import multiple_choice, rolling_metrics
     mc = [{"context": "ROMEO: I love", "choices": [" thee", " the sword", " my lord"], "label": 0},

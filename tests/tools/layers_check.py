@@ -13,7 +13,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
 
 # Which lib/ folder each public header belongs to (lib/X.h is lib/X/'s, plus these).
-HEADER_OWNER = {"safetensors.h": "ckpt", "checkpoint.h": "ckpt", "generate.h": "model", "version.h": "version"}
+HEADER_OWNER = {"safetensors.h": "ckpt", "checkpoint.h": "ckpt", "serve.h": "eval", "generate.h": "model", "version.h": "version"}
 # What each folder of lib/ may include, from docs/design.md's table ("kernels" is kernels/kernels.h
 # and kernels/backend.h, the only kernel headers lib/ may see).
 LOWER = {

@@ -16,6 +16,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "Usage: %s [OPTION]... CONFIG.yml [MORE.yml]...\n"
             "       %s generate [OPTION]... CONFIG.yml [MORE.yml]...   (see generate --help)\n"
+            "       %s serve [OPTION]... CONFIG.yml [MORE.yml]...      (see serve --help)\n"
             "Evaluate the checkpoint the configs name (`load`, `iteration`): perplexity of the valid and\n"
             "test splits and lm-evaluation-harness tasks from local files. Prints a table and writes\n"
             "{eval_results_prefix}_eval_results_yy-mm-dd-HH-MM.json. Run under mpiexec/srun for several\n"
@@ -43,7 +44,7 @@ static void usage(FILE *out) {
             "\n"
             "Tasks, formats and metrics: docs/eval.md.\n"
             "Exit status: 0 success, 1 runtime failure, 2 usage error.\n",
-            neox_progname(), neox_progname());
+            neox_progname(), neox_progname(), neox_progname());
 }
 
 // Splits the comma-separated --tasks, or takes the config's eval_tasks list.
@@ -146,6 +147,7 @@ int main(int argc, char **argv) {
     neox_log_from_launcher();
     passive_openmp_wait(argv);
     if (argc > 1 && !strcmp(argv[1], "generate")) return neox_generate_command(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "serve")) return neox_serve_command(argc - 1, argv + 1);
     enum { OPT_PRINT_CONFIG = 256, OPT_PRINT_FORMAT, OPT_TASKS, OPT_DATA_DIR, OPT_LIMIT, OPT_EVAL_ITERS, OPT_PREFIX, OPT_BOOTSTRAP };
     static const struct option options[] = {
         {"print-config", no_argument, NULL, OPT_PRINT_CONFIG},

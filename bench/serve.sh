@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# bench/serve.sh: lm-evaluation-harness's wall time for lambada_openai through `neox-eval serve`
+# (model local-completions) against the harness's own `hf` model (transformers) on the same
+# checkpoint (one training step on Tiny Shakespeare, exported with `neox-convert to-hf`), the same
+# local task file (scripts/lm_eval_tasks.py) and the same thread count. The two runs alternate,
+# `rounds` times each, so that other work on the machine weighs on both alike; prints each run's
+# seconds and the ratio of the medians. The server gets --context seq + 2 and the harness max_length
+# seq + 2, so that it scores the windows neox-eval scores (docs/eval.md).
+# Needs `make`, `make deps` (.venv with lm-eval) and ../shared/data.
+# Usage: bench/serve.sh [key=value...]  keys: threads layers hidden heads seq batch limit rounds
+#        (defaults: threads=2 layers=6 hidden=512 heads=8 seq=512 batch=32 limit=0 (all 5153) rounds=2)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=../shared/data
+[ -x .venv/bin/python ] || { echo "bench/serve.sh: .venv is missing (run 'make deps')" >&2; exit 1; }
+[ -d $DATA/eval ] || { echo "bench/serve.sh: $DATA/eval is missing" >&2; exit 1; }
+declare -A opt=([threads]=2 [layers]=6 [hidden]=512 [heads]=8 [seq]=512 [batch]=32 [limit]=0 [rounds]=2)
+for arg in "$@"; do
+    key=${arg%%=*}
+    [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/serve.sh: bad argument '$arg'" >&2; exit 2; }
+    opt[$key]=${arg#*=}
+done
+export OMP_NUM_THREADS=${opt[threads]} OPENBLAS_NUM_THREADS=${opt[threads]} MKL_NUM_THREADS=${opt[threads]}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+work=$(mktemp -d "${TMPDIR:-/tmp}/neox-servebench.XXXXXX")
+server=
+trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
+BIN=build/cpu/bin
+GPT2=$DATA/tokenizers/gpt2
+export HF_HOME=$work/hf_home
+
+python3 tests/tools/train_lib.py paragraphs $DATA/text/tinyshakespeare_input.txt "$work/text.jsonl"
+$BIN/neox-preprocess --input "$work/text.jsonl" --output-prefix "$work/gpt2" --append-eod \
+    --tokenizer-type GPT2BPETokenizer --vocab-file $GPT2/vocab.json --merge-file $GPT2/merges.txt >/dev/null 2>&1
+cat >"$work/model.yml" <<YML
+{
+  "num_layers": ${opt[layers]}, "hidden_size": ${opt[hidden]}, "num_attention_heads": ${opt[heads]},
+  "seq_length": ${opt[seq]}, "max_position_embeddings": ${opt[seq]}, "pos_emb": "rotary", "rotary_pct": 0.25,
+  "gpt_j_residual": true, "no_weight_tying": true,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "lr_decay_style": "constant",
+  "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "train_iters": 1,
+  "eval_interval": 1000, "eval_iters": 1, "split": "90,5,5",
+  "data_path": "$work/gpt2_text_document", "tokenizer_type": "GPT2BPETokenizer",
+  "vocab_file": "$GPT2/vocab.json", "merge_file": "$GPT2/merges.txt",
+  "save": "$work/ckpt", "load": "$work/ckpt", "checkpoint_factor": 1
+}
+YML
+$BIN/neox-train -q "$work/model.yml"
+$BIN/neox-convert to-hf --input "$work/ckpt" --output "$work/hf" >/dev/null 2>&1
+.venv/bin/python scripts/lm_eval_tasks.py $DATA/eval "$work/tasks"
+limit=(); [ "${opt[limit]}" != 0 ] && limit=(--limit "${opt[limit]}")
+
+harness() {  # harness NAME MODEL MODEL_ARGS...: the harness's wall seconds, its acc into $work/NAME.acc
+    local name=$1; shift
+    local start end
+    start=$(date +%s.%N)
+    .venv/bin/python tests/oracle/lm_eval_cli.py "$@" --tasks lambada_openai_local --include_path "$work/tasks" \
+        --batch_size ${opt[batch]} "${limit[@]}" --output_path "$work/$name" >"$work/$name.log" 2>&1 ||
+        { tail -20 "$work/$name.log" >&2; [ "$name" = serve ] && tail -20 "$work/serve.log" >&2; exit 1; }
+    end=$(date +%s.%N)
+    python3 -c "import glob, json; r = json.load(open(sorted(glob.glob('$work/$name/**/results_*.json', recursive=True))[-1]));
+print(r['results']['lambada_openai_local']['acc,none'])" >"$work/$name.acc"
+    python3 -c "print(f'{$end - $start:.1f}')"
+}
+
+serve_run() {
+    $BIN/neox-eval serve -q --port 0 --context $((${opt[seq]} + 2)) "$work/model.yml" 2>"$work/serve.log" &
+    server=$!
+    for _ in $(seq 300); do grep -q 'listening on port' "$work/serve.log" && break; sleep 0.1; done
+    local port; port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$work/serve.log")
+    harness serve --model local-completions --model_args \
+        "base_url=http://127.0.0.1:$port/v1/completions,tokenizer=$work/hf,tokenizer_backend=huggingface,max_length=$((${opt[seq]} + 2)),model=neox,num_concurrent=4"
+    kill -TERM $server && wait $server
+    server=
+}
+
+hf_run() { harness hf --model hf --model_args "pretrained=$work/hf,dtype=float32,max_length=${opt[seq]}" --device cpu; }
+
+serve_times=() hf_times=()
+for r in $(seq ${opt[rounds]}); do
+    serve_times+=("$(serve_run)")
+    hf_times+=("$(hf_run)")
+    echo "round $r: neox-eval serve ${serve_times[-1]} s, hf ${hf_times[-1]} s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+done
+echo "model: layers=${opt[layers]} hidden=${opt[hidden]} seq=${opt[seq]} batch=${opt[batch]} threads=${opt[threads]} limit=${opt[limit]}"
+echo "acc: serve $(cat "$work/serve.acc"), hf $(cat "$work/hf.acc")"
+python3 - "${serve_times[*]}" "${hf_times[*]}" <<'PY'
+import statistics, sys
+s, h = (statistics.median(float(x) for x in a.split()) for a in sys.argv[1:3])
+print(f"median wall time: neox-eval serve {s:.1f} s, hf {h:.1f} s: serve is {h / s:.2f}x faster")
+PY

@@ -1,0 +1,481 @@
+// serve_engine.c: neox-eval serve's engine. Requests wait in a bounded queue; one scheduler
+// thread takes everything queued at once, scores the scoring requests (echo with max_tokens 0, or
+// one greedy token: lm-evaluation-harness's loglikelihood requests) together by packing their
+// prompts into passes of up to `context` rows (each in its own positions, as neox-eval's batch
+// scoring packs), and generates the others one after the other with the key/value cache. Only
+// the rows whose log-probabilities are asked for go through the output layer.
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "generate.h"
+#include "kernels/kernels.h"
+#include "serve_job.h"
+
+#define ROW_CHUNK 32  // rows of logits computed at a time
+
+struct neox_serve_engine {
+    neox_evaluator *ev;
+    neox_serve_options o;
+    neox_generator *scorer, *gen;   // packed scoring; generation with the cache
+    float *logits;                  // ROW_CHUNK x vocab
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int started, stopping, closed;
+    int pending;                    // queued or running
+    neox_serve_job *head, *tail;
+    long long next_id;
+};
+
+const neox_serve_options *neox_serve_engine_options(const neox_serve_engine *en) { return &en->o; }
+
+void neox_serve_choice_release(neox_serve_choice *c) {
+    free(c->tokens);
+    free(c->logprob);
+    free(c->top_ids);
+    free(c->top_logprob);
+    *c = (neox_serve_choice){0};
+}
+
+static void job_free(neox_serve_job *job) {
+    for (int i = 0; job->choices && i < job->req.nprompts * job->req.n; i++) neox_serve_choice_release(&job->choices[i]);
+    free(job->choices);
+    neox_serve_request_release(&job->req);
+    free(job);
+}
+
+// ---- per-row statistics -----------------------------------------------------------------------
+static int32_t argmax_of(const float *row, int V) {
+    int32_t best = 0;
+    for (int v = 1; v < V; v++)
+        if (row[v] > row[best]) best = v;
+    return best;
+}
+
+// The k most likely ids of a row and their log-probabilities (lse: the row's log-sum-exp, from the
+// cross-entropy kernel as neox-eval's scoring takes it).
+static void top_of(const float *row, int V, float lse, int k, int32_t *top_ids, double *top_lp) {
+    // Insertion into the k best so far: k is at most NEOX_SERVE_MAX_LOGPROBS.
+    int have = 0;
+    for (int v = 0; v < V && k > 0; v++) {
+        if (have == k && row[v] <= row[top_ids[k - 1]]) continue;
+        int at = have < k ? have++ : k - 1;
+        while (at > 0 && row[top_ids[at - 1]] < row[v]) top_ids[at] = top_ids[at - 1], at--;
+        top_ids[at] = v;
+    }
+    for (int i = 0; i < have; i++) top_lp[i] = -(double)(lse - row[top_ids[i]]);
+}
+
+// ---- choices --------------------------------------------------------------------------------------
+static int wants_logprobs(const neox_serve_request *r) { return r->logprobs >= 0; }
+static int top_count(const neox_serve_request *r) { return r->logprobs > 0 ? r->logprobs : 0; }
+
+static void choice_alloc(neox_serve_choice *c, const neox_serve_request *r, const neox_serve_prompt *p, int max_gen) {
+    int shown = r->echo ? p->nids : 0, cap = shown + max_gen + 1, k = top_count(r);
+    c->tokens = neox_malloc((size_t)cap * sizeof *c->tokens);
+    memcpy(c->tokens, p->ids, (size_t)shown * sizeof *c->tokens);
+    c->nprompt = shown;
+    c->stop_at = -1;
+    if (!wants_logprobs(r)) return;
+    c->logprob = neox_malloc((size_t)cap * sizeof *c->logprob);
+    c->top_ids = neox_calloc((size_t)cap * (k + 1), sizeof *c->top_ids);
+    c->top_logprob = neox_calloc((size_t)cap * (k + 1), sizeof *c->top_logprob);
+    for (int i = 0; i < cap; i++) c->logprob[i] = NAN;
+}
+
+static void choice_copy(neox_serve_choice *dst, const neox_serve_choice *src, const neox_serve_request *r, int cap) {
+    int k = top_count(r);
+    *dst = *src;
+    dst->tokens = neox_malloc((size_t)cap * sizeof *dst->tokens);
+    memcpy(dst->tokens, src->tokens, (size_t)cap * sizeof *dst->tokens);
+    if (!src->logprob) return;
+    dst->logprob = neox_malloc((size_t)cap * sizeof *dst->logprob);
+    memcpy(dst->logprob, src->logprob, (size_t)cap * sizeof *dst->logprob);
+    dst->top_ids = neox_malloc((size_t)cap * (k + 1) * sizeof *dst->top_ids);
+    memcpy(dst->top_ids, src->top_ids, (size_t)cap * (k + 1) * sizeof *dst->top_ids);
+    dst->top_logprob = neox_malloc((size_t)cap * (k + 1) * sizeof *dst->top_logprob);
+    memcpy(dst->top_logprob, src->top_logprob, (size_t)cap * (k + 1) * sizeof *dst->top_logprob);
+}
+
+// ---- scoring: echo and one greedy token, packed -----------------------------------------------------
+static int is_scoring(const neox_serve_request *r) {
+    return r->max_tokens == 0 || (r->max_tokens == 1 && (r->temperature == 0.0 || r->top_k == 1));
+}
+
+// One sequence of a pass: a prompt and the choice that gets its rows.
+typedef struct score_seq {
+    const neox_serve_prompt *p;
+    const neox_serve_request *r;
+    neox_serve_choice *c;
+} score_seq;
+
+// The first row of a sequence that goes through the output layer: every one when the prompt's
+// log-probabilities are returned, else only the last (for the generated token), else none. The
+// last row is for the generated token only.
+static int first_row(const score_seq *s) {
+    if (s->r->echo && wants_logprobs(s->r)) return 0;
+    return s->r->max_tokens == 1 ? s->p->nids - 1 : s->p->nids;
+}
+
+// Row t of sequence s predicts prompt token t + 1, or (the last row, when max_tokens is 1) the
+// generated token: the greedy one among the tokenizer's ids (the padding rows of the embedding are
+// no tokens, as in generation).
+static int row_target(const neox_serve_engine *en, const score_seq *s, int t, const float *row) {
+    return t == s->p->nids - 1 ? argmax_of(row, (int)neox_tokenizer_vocab_size(en->ev->tokenizer)) : s->p->ids[t + 1];
+}
+
+// Stores row t's results: -loss is log p(target), as neox-eval's loglikelihood sums it.
+static void take_row(neox_serve_engine *en, const score_seq *s, int t, const float *row, int target, float loss,
+                     float lse) {
+    const neox_serve_request *r = s->r;
+    neox_serve_choice *c = s->c;
+    int V = en->ev->model->desc.vocab_size, k = top_count(r);
+    int generated = t == s->p->nids - 1, slot = generated ? c->nprompt : t + 1;
+    if (wants_logprobs(r)) {
+        c->logprob[slot] = -(double)loss;
+        top_of(row, V, lse, k, c->top_ids + (size_t)slot * (k + 1), c->top_logprob + (size_t)slot * (k + 1));
+    }
+    if (generated) {
+        c->tokens[c->nprompt + c->ngen++] = target;
+        c->finished = target == en->ev->eod_id;
+    }
+}
+
+// Runs one pass over seqs[0..count): packed through the decoder, the wanted rows through the
+// output layer ROW_CHUNK at a time.
+static int score_pass(neox_serve_engine *en, const score_seq *seqs, int count, neox_error *err) {
+    int total = 0, nrows = 0, lens[count], starts[count];
+    for (int i = 0; i < count; i++) starts[i] = total, total += lens[i] = seqs[i].p->nids;
+    int32_t *ids = neox_malloc((size_t)total * sizeof *ids);
+    int *rows = neox_malloc((size_t)total * sizeof *rows), *owner = neox_malloc((size_t)total * sizeof *owner);
+    for (int i = 0, at = 0; i < count; at += lens[i++]) {
+        memcpy(ids + at, seqs[i].p->ids, (size_t)lens[i] * sizeof *ids);
+        int end = seqs[i].r->max_tokens == 1 ? lens[i] : lens[i] - 1;
+        for (int t = first_row(&seqs[i]); t < end; t++) rows[nrows] = at + t, owner[nrows++] = i;
+    }
+    int rc = neox_generator_score_packed(en->scorer, ids, lens, count, err);
+    int V = en->ev->model->desc.vocab_size;
+    for (int j0 = 0; rc == 0 && j0 < nrows; j0 += ROW_CHUNK) {
+        int m = nrows - j0 < ROW_CHUNK ? nrows - j0 : ROW_CHUNK;
+        neox_generator_rows_logits(en->scorer, rows + j0, m, en->logits);
+        int targets[ROW_CHUNK];
+        float losses[ROW_CHUNK], lse[ROW_CHUNK];
+        for (int j = 0; j < m; j++)
+            targets[j] = row_target(en, &seqs[owner[j0 + j]], rows[j0 + j] - starts[owner[j0 + j]], en->logits + (size_t)j * V);
+        neox_cross_entropy_forward(losses, lse, en->logits, targets, m, V);
+        for (int j = 0; j < m; j++) {
+            int i = owner[j0 + j];
+            take_row(en, &seqs[i], rows[j0 + j] - starts[i], en->logits + (size_t)j * V, targets[j], losses[j], lse[j]);
+        }
+    }
+    if (rc == 0) en->ev->tokens_scored += total;
+    free(ids);
+    free(rows);
+    free(owner);
+    return rc;
+}
+
+// Scores every sequence, as many to a pass as fit the context.
+static int score_all(neox_serve_engine *en, score_seq *seqs, int n, neox_error *err) {
+    for (int i = 0; i < n;) {
+        int count = 0, rows = 0;
+        while (i + count < n && (count == 0 || rows + seqs[i + count].p->nids <= en->o.context))
+            rows += seqs[i + count++].p->nids;
+        if (score_pass(en, seqs + i, count, err) != 0) return -1;
+        i += count;
+    }
+    return 0;
+}
+
+// The first completion of each prompt of every scoring job in one list, scored together; the
+// other n - 1 completions of a prompt are copies (scoring is deterministic).
+static int score_jobs(neox_serve_engine *en, neox_serve_job **jobs, int njobs, neox_error *err) {
+    int n = 0, cap = 0;
+    score_seq *seqs = NULL;
+    for (int j = 0; j < njobs; j++)
+        for (int p = 0; p < jobs[j]->req.nprompts; p++) {
+            if (n == cap) seqs = neox_realloc(seqs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *seqs);
+            neox_serve_choice *c = &jobs[j]->choices[p * jobs[j]->req.n];
+            choice_alloc(c, &jobs[j]->req, &jobs[j]->req.prompts[p], 1);
+            seqs[n++] = (score_seq){&jobs[j]->req.prompts[p], &jobs[j]->req, c};
+        }
+    int rc = score_all(en, seqs, n, err);
+    for (int j = 0; rc == 0 && j < njobs; j++)
+        for (int p = 0; p < jobs[j]->req.nprompts; p++)
+            for (int k = 1; k < jobs[j]->req.n; k++) {
+                const neox_serve_request *r = &jobs[j]->req;
+                int cap = (r->echo ? r->prompts[p].nids : 0) + 2;
+                choice_copy(&jobs[j]->choices[p * r->n + k], &jobs[j]->choices[p * r->n], r, cap);
+            }
+    free(seqs);
+    return rc;
+}
+
+// ---- generation with the key/value cache ----------------------------------------------------------
+typedef struct gen_hook_ctx {
+    neox_serve_engine *en;
+    const neox_serve_request *r;
+    neox_serve_choice *c;
+} gen_hook_ctx;
+
+// Whether the decoded generated text contains a stop string; *at gets where the first begins.
+static int find_stop(const neox_serve_engine *en, const neox_serve_request *r, const int32_t *gen, int n, int *at) {
+    if (r->nstop == 0) return 0;
+    size_t size;
+    neox_error err = {0};
+    char *text = neox_tokenizer_decode(en->ev->tokenizer, gen, (size_t)n, &size, &err);
+    if (!text) return 0;
+    int found = 0;
+    for (int i = 0; i < r->nstop; i++) {
+        const char *hit = strstr(text, r->stop[i]);
+        if (hit && (!found || hit - text < *at)) *at = (int)(hit - text), found = 1;
+    }
+    free(text);
+    return found;
+}
+
+static int on_token(void *ctx, const int32_t *gen, int n, const float *logits) {
+    gen_hook_ctx *h = ctx;
+    neox_serve_choice *c = h->c;
+    int slot = c->nprompt + n - 1, k = top_count(h->r);
+    c->tokens[slot] = gen[n - 1];
+    c->ngen = n;
+    if (wants_logprobs(h->r)) {
+        int V = h->en->ev->model->desc.vocab_size, target = gen[n - 1];
+        float loss, lse;
+        neox_cross_entropy_forward(&loss, &lse, logits, &target, 1, V);
+        c->logprob[slot] = -(double)loss;
+        top_of(logits, V, lse, k, c->top_ids + (size_t)slot * (k + 1), c->top_logprob + (size_t)slot * (k + 1));
+    }
+    int at;
+    if (find_stop(h->en, h->r, gen, n, &at)) {
+        c->stop_at = at;
+        return 1;
+    }
+    return 0;
+}
+
+static neox_sampling sampling_of(const neox_serve_request *r, unsigned long long seed, int vocab) {
+    if (r->temperature == 0.0 || r->top_k == 1 || r->top_p == 0.0) return (neox_sampling){.seed = seed, .vocab = vocab};
+    return (neox_sampling){.temperature = r->temperature, .top_k = r->top_k > 0 ? r->top_k : 0,
+                           .top_p = r->top_p < 1.0 ? r->top_p : 0.0, .seed = seed, .vocab = vocab};
+}
+
+// Completion k (prompt-major) of a generation job: the echoed prompt's log-probabilities from a
+// scoring pass of its own, then the cached generation.
+static int generate_choice(neox_serve_engine *en, neox_serve_job *job, int k, unsigned long long seed, neox_error *err) {
+    const neox_serve_request *r = &job->req;
+    const neox_serve_prompt *p = &r->prompts[k / r->n];
+    neox_serve_choice *c = &job->choices[k];
+    choice_alloc(c, r, p, r->max_tokens);
+    if (r->echo && wants_logprobs(r) && p->nids > 1) {
+        neox_serve_request prompt_only = *r;
+        prompt_only.max_tokens = 0;
+        score_seq s = {p, &prompt_only, c};
+        if (score_pass(en, &s, 1, err) != 0) return -1;
+    }
+    if (r->max_tokens == 0) return 0;
+    int32_t eod = en->ev->eod_id;
+    neox_sampling smp = sampling_of(r, neox_hash64(seed, (unsigned long long)k), (int)neox_tokenizer_vocab_size(en->ev->tokenizer));
+    gen_hook_ctx h = {en, r, c};
+    neox_generation g;
+    int rc = neox_generate_hooked(en->gen, p->ids, p->nids, r->max_tokens, &smp, &eod, 1, on_token, &h, &g, err);
+    if (rc == 0) c->finished = g.finished;
+    free(g.tokens);
+    return rc;
+}
+
+static int generate_job(neox_serve_engine *en, neox_serve_job *job, neox_error *err) {
+    unsigned long long seed = job->req.has_seed ? job->req.seed : (unsigned long long)time(NULL) ^ (unsigned long long)job->id;
+    for (int k = 0; k < job->req.nprompts * job->req.n; k++)
+        if (generate_choice(en, job, k, seed, err) != 0) return -1;
+    return 0;
+}
+
+// ---- the scheduler ----------------------------------------------------------------------------------
+static void finish(neox_serve_engine *en, neox_serve_job *job, int failed, const neox_error *err) {
+    neox_serve_error e = {0};
+    char *body = NULL;
+    if (!failed) body = neox_serve_completion_body(job, en->ev, en->o.model_name, &e);
+    else neox_serve_error_set(&e, 500, "server_error", NULL, "%s", err->message);
+    if (!body) body = neox_serve_error_body(&e);
+    job->done(job->ctx, body && !failed && !e.http_status ? 200 : (e.http_status ? e.http_status : 500), body);
+    job_free(job);
+    pthread_mutex_lock(&en->lock);
+    en->pending--;
+    pthread_cond_broadcast(&en->wake);
+    pthread_mutex_unlock(&en->lock);
+}
+
+// Runs everything taken from the queue: the scoring jobs together, then each generation job.
+static void run_batch(neox_serve_engine *en, neox_serve_job *list) {
+    int n = 0;
+    for (neox_serve_job *j = list; j; j = j->next) n++;
+    neox_serve_job *scoring[n], *other[n];
+    int ns = 0, no = 0;
+    for (neox_serve_job *j = list; j; j = j->next) {
+        j->choices = neox_calloc((size_t)j->req.nprompts * j->req.n, sizeof *j->choices);
+        if (is_scoring(&j->req)) scoring[ns++] = j;
+        else other[no++] = j;
+    }
+    neox_error err = {0};
+    int failed = ns > 0 && score_jobs(en, scoring, ns, &err) != 0;
+    for (int i = 0; i < ns; i++) finish(en, scoring[i], failed, &err);
+    for (int i = 0; i < no; i++) {
+        neox_error gerr = {0};
+        finish(en, other[i], generate_job(en, other[i], &gerr) != 0, &gerr);
+    }
+}
+
+static void *scheduler(void *arg) {
+    neox_serve_engine *en = arg;
+    for (;;) {
+        pthread_mutex_lock(&en->lock);
+        while (!en->head && !en->stopping) pthread_cond_wait(&en->wake, &en->lock);
+        neox_serve_job *list = en->head;
+        en->head = en->tail = NULL;
+        int stop = !list && en->stopping;
+        pthread_mutex_unlock(&en->lock);
+        if (stop) break;
+        run_batch(en, list);
+    }
+    return NULL;
+}
+
+neox_serve_engine *neox_serve_engine_create(neox_evaluator *ev, const neox_serve_options *o, neox_error *err) {
+    if (ev->grid->data_size > 1) {
+        neox_fail(err, NEOX_EXIT_USAGE, "neox-eval serve runs on one rank (run it without mpiexec; several servers "
+                  "behind a load balancer share requests)");
+        return NULL;
+    }
+    neox_serve_engine *en = neox_calloc(1, sizeof *en);
+    en->ev = ev;
+    en->o = *o;
+    if (!(en->scorer = neox_generator_create(ev->model, o->context, 0, err)) ||
+        !(en->gen = neox_generator_create(ev->model, o->context, 0, err))) {
+        neox_serve_engine_free(en);
+        return NULL;
+    }
+    en->logits = neox_malloc((size_t)ROW_CHUNK * ev->model->desc.vocab_size * sizeof *en->logits);
+    pthread_mutex_init(&en->lock, NULL);
+    pthread_cond_init(&en->wake, NULL);
+    // SIGTERM and SIGINT are for the HTTP front end's sigwait: blocked here, before the scheduler
+    // (and the OpenMP threads it starts) inherit the mask, so no other thread takes them.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    if (pthread_create(&en->thread, NULL, scheduler, en) != 0) {
+        neox_fail(err, NEOX_EXIT_FAILURE, "cannot start the scheduler thread");
+        neox_serve_engine_free(en);
+        return NULL;
+    }
+    en->started = 1;
+    return en;
+}
+
+void neox_serve_engine_free(neox_serve_engine *en) {
+    if (!en) return;
+    if (en->started) {
+        pthread_mutex_lock(&en->lock);
+        en->stopping = 1;
+        pthread_cond_broadcast(&en->wake);
+        pthread_mutex_unlock(&en->lock);
+        pthread_join(en->thread, NULL);
+        pthread_mutex_destroy(&en->lock);
+        pthread_cond_destroy(&en->wake);
+    }
+    neox_generator_free(en->scorer);
+    neox_generator_free(en->gen);
+    free(en->logits);
+    free(en);
+}
+
+// ---- submitting ------------------------------------------------------------------------------------
+// Tokenizes text prompts and checks ids and lengths against the vocabulary and the context.
+static int prepare_prompts(neox_serve_engine *en, neox_serve_request *r, neox_serve_error *e) {
+    const neox_evaluator *ev = en->ev;
+    int64_t vocab = neox_tokenizer_vocab_size(ev->tokenizer);
+    for (int i = 0; i < r->nprompts; i++) {
+        neox_serve_prompt *p = &r->prompts[i];
+        if (p->text) {
+            size_t len = 0, cap = 0;
+            neox_error err = {0};
+            if (neox_tokenizer_encode(ev->tokenizer, p->text, strlen(p->text), &p->ids, &len, &cap, &err) < 0)
+                return neox_serve_error_set(e, 400, "invalid_request_error", "prompt", "prompt %d: %s", i, err.message);
+            p->nids = (int)len;
+            if (p->nids == 0) {  // an empty prompt starts a document, as neox-eval generate's unconditional samples
+                p->ids = neox_realloc(p->ids, sizeof *p->ids);
+                p->ids[p->nids++] = ev->eod_id;
+            }
+        }
+        for (int t = 0; t < p->nids; t++)
+            if (p->ids[t] >= vocab)
+                return neox_serve_error_set(e, 400, "invalid_request_error", "prompt",
+                                            "prompt %d: token id %d is outside the vocabulary (%lld ids)", i, p->ids[t],
+                                            (long long)vocab);
+        if (p->nids > en->o.max_prompt_tokens)
+            return neox_serve_error_set(e, 400, "invalid_request_error", "prompt",
+                                        "prompt %d has %d tokens; the limit is %d", i, p->nids, en->o.max_prompt_tokens);
+        if (p->nids + r->max_tokens > en->o.context)
+            return neox_serve_error_set(e, 400, "invalid_request_error", "max_tokens",
+                                        "prompt %d has %d tokens and max_tokens is %d: more than the context of %d tokens",
+                                        i, p->nids, r->max_tokens, en->o.context);
+    }
+    return 0;
+}
+
+static int check_request(neox_serve_engine *en, neox_serve_request *r, neox_serve_error *e) {
+    if (r->model && strcmp(r->model, en->o.model_name) != 0)
+        return neox_serve_error_set(e, 404, "not_found_error", "model", "model '%s' does not exist (this server has '%s')",
+                                    r->model, en->o.model_name);
+    return prepare_prompts(en, r, e);
+}
+
+int neox_serve_submit(neox_serve_engine *en, neox_serve_request *r, neox_serve_done done, void *ctx, neox_serve_error *e) {
+    if (check_request(en, r, e) != 0) {
+        neox_serve_request_release(r);
+        return -1;
+    }
+    pthread_mutex_lock(&en->lock);
+    int refused = en->closed ? 1 : en->pending >= en->o.queue_size ? 2 : 0;
+    if (refused) {
+        pthread_mutex_unlock(&en->lock);
+        neox_serve_request_release(r);
+        return neox_serve_error_set(e, 503, "server_error", NULL,
+                                    refused == 1 ? "the server is shutting down"
+                                                 : "the server is busy: its queue of %d requests is full; retry later",
+                                    en->o.queue_size);
+    }
+    neox_serve_job *job = neox_calloc(1, sizeof *job);
+    job->req = *r;
+    *r = (neox_serve_request){0};
+    job->done = done;
+    job->ctx = ctx;
+    job->id = en->next_id++;
+    if (en->tail) en->tail->next = job;
+    else en->head = job;
+    en->tail = job;
+    en->pending++;
+    pthread_cond_broadcast(&en->wake);
+    pthread_mutex_unlock(&en->lock);
+    return 0;
+}
+
+int neox_serve_pending(neox_serve_engine *en) {
+    pthread_mutex_lock(&en->lock);
+    int n = en->pending;
+    pthread_mutex_unlock(&en->lock);
+    return n;
+}
+
+void neox_serve_close_queue(neox_serve_engine *en) {
+    pthread_mutex_lock(&en->lock);
+    en->closed = 1;
+    pthread_mutex_unlock(&en->lock);
+}

@@ -1,0 +1,33 @@
+// serve_job.h: what neox-eval serve's engine (serve_engine.c) hands its response writer
+// (serve_response.c): a request with, for each completion, the tokens it covers (the echoed prompt
+// and the generated ones), their log-probabilities and top alternatives, and why it ended.
+#ifndef NEOX_SERVE_JOB_H
+#define NEOX_SERVE_JOB_H
+
+#include "serve.h"
+
+typedef struct neox_serve_choice {
+    int32_t *tokens;         // echoed prompt tokens, then generated ones (malloc'ed)
+    int nprompt, ngen;       // how many of each
+    double *logprob;         // per token (NAN for the first prompt token); NULL without logprobs
+    int32_t *top_ids;        // per token, request logprobs entries (the most likely first)
+    double *top_logprob;
+    int stop_at;             // >= 0: the generated text ends before this byte (a stop string)
+    int finished;            // ended by end of document or a stop string, not by max_tokens
+} neox_serve_choice;
+
+struct neox_serve_job {
+    neox_serve_request req;
+    neox_serve_done done;
+    void *ctx;
+    neox_serve_choice *choices;  // req.nprompts x req.n, prompt-major
+    long long id;
+    struct neox_serve_job *next;
+};
+
+// The /v1/completions response body of a finished job (malloc'ed).
+char *neox_serve_completion_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name,
+                                 neox_serve_error *e);
+void neox_serve_choice_release(neox_serve_choice *c);
+
+#endif

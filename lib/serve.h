@@ -1,0 +1,115 @@
+// serve.h: neox-eval serve, an OpenAI-compatible completions server over a loaded evaluator —
+// request parsing and validation (lib/eval/serve_request.c), the scoring and generation engine
+// with its batching scheduler (lib/eval/serve_engine.c), the JSON responses
+// (lib/eval/serve_response.c) and the HTTP front end on libmicrohttpd (lib/eval/serve_http.c).
+// docs/eval.md describes the API, its limits and how lm-evaluation-harness talks to it.
+#ifndef NEOX_SERVE_H
+#define NEOX_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "eval.h"
+
+// ---- requests -----------------------------------------------------------------------------------
+#define NEOX_SERVE_MAX_LOGPROBS 20   // the most top_logprobs entries a token may ask for
+#define NEOX_SERVE_MAX_N 16          // the most completions per prompt
+#define NEOX_SERVE_MAX_STOP 8        // the most stop strings
+
+typedef struct neox_serve_prompt {
+    char *text;              // the prompt as text (NULL when given as token ids)
+    int32_t *ids;            // token ids: given, or the text's once tokenized
+    int nids;
+} neox_serve_prompt;
+
+typedef struct neox_serve_request {
+    char *model;             // NULL: not given
+    neox_serve_prompt *prompts;
+    int nprompts;
+    int max_tokens;          // tokens to generate (OpenAI's default 16)
+    double temperature;      // 0: greedy
+    double top_p;            // 1: all
+    int top_k;               // 0 or -1: all
+    int has_seed;
+    unsigned long long seed;
+    char *stop[NEOX_SERVE_MAX_STOP];
+    int nstop;
+    int echo;                // the prompt is part of the returned text and log-probabilities
+    int logprobs;            // -1: none; else top_logprobs entries per token (0 gives the chosen token's only)
+    int n;                   // completions per prompt
+} neox_serve_request;
+
+// An error answered to the client: HTTP status, OpenAI's error type and the parameter at fault.
+typedef struct neox_serve_error {
+    int http_status;
+    const char *type;        // "invalid_request_error", "not_found_error", ... (static)
+    char param[64];          // the request field at fault ("" when none)
+    char message[512];
+} neox_serve_error;
+
+int neox_serve_error_set(neox_serve_error *e, int http_status, const char *type, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+// Parses and validates a /v1/completions body (size bytes, not NUL-terminated). Every field is
+// checked for type and range; unknown fields are refused by name. Returns 0, or -1 with e set
+// (status 400). Prompts given as text stay untokenized (neox_serve_tokenize).
+int neox_serve_parse_request(const char *body, size_t size, neox_serve_request *out, neox_serve_error *e);
+void neox_serve_request_release(neox_serve_request *r);
+
+// The fuzzing entry point for the request parser: any bytes, never a crash or a leak. Returns 0.
+int neox_serve_fuzz_request(const uint8_t *data, size_t size);
+
+// ---- the engine ---------------------------------------------------------------------------------
+typedef struct neox_serve_options {
+    const char *model_name;  // the id /v1/models lists and requests may name
+    int context;             // the longest sequence (prompt + generated) in tokens
+    int max_prompt_tokens;   // longer prompts are refused (<= context)
+    int queue_size;          // requests waiting or running at once; more are answered 503
+} neox_serve_options;
+
+typedef struct neox_serve_engine neox_serve_engine;
+
+// Prepares scoring and generation over ev (which outlives the engine; one rank) and starts the
+// scheduler thread.
+neox_serve_engine *neox_serve_engine_create(neox_evaluator *ev, const neox_serve_options *o, neox_error *err);
+// Stops the scheduler after the queued requests, then frees.
+void neox_serve_engine_free(neox_serve_engine *en);
+const neox_serve_options *neox_serve_engine_options(const neox_serve_engine *en);
+
+// A request's place in the scheduler. done() is called from the scheduler thread once the
+// response (a JSON body and its HTTP status) is ready.
+typedef struct neox_serve_job neox_serve_job;
+typedef void (*neox_serve_done)(void *ctx, int http_status, char *body);
+
+// Tokenizes, checks the limits and queues a parsed request (taking it over). Returns 0 when
+// queued (done() follows), or -1 with e set (400 over the limits, 503 when the queue is full or
+// the server is stopping); the request is released either way.
+int neox_serve_submit(neox_serve_engine *en, neox_serve_request *r, neox_serve_done done, void *ctx, neox_serve_error *e);
+// Requests queued or running.
+int neox_serve_pending(neox_serve_engine *en);
+// No more requests are accepted (503 "shutting down"); queued ones still complete.
+void neox_serve_close_queue(neox_serve_engine *en);
+
+// ---- responses ----------------------------------------------------------------------------------
+// {"error": {"message", "type", "param", "code"}} (malloc'ed).
+char *neox_serve_error_body(const neox_serve_error *e);
+// {"object": "list", "data": [the model]} and {"status": "ok"} (malloc'ed).
+char *neox_serve_models_body(const neox_serve_options *o);
+
+// ---- HTTP ---------------------------------------------------------------------------------------
+typedef struct neox_serve_http_options {
+    const char *host;        // numeric IPv4 or IPv6 address to listen on
+    int port;                // 0: any free port
+    size_t max_body_bytes;   // larger request bodies are answered 413
+    int max_connections;     // more are refused by the HTTP library
+    double connection_timeout;  // seconds an idle connection stays open
+} neox_serve_http_options;
+
+// Serves the engine over HTTP until SIGTERM or SIGINT, then stops accepting, lets the queued
+// requests finish and be answered and returns 0 (-1 with err set when it cannot listen).
+// on_listening, when set, is called with the bound port once the server accepts connections.
+int neox_serve_http_run(neox_serve_engine *en, const neox_serve_http_options *o, void (*on_listening)(int port),
+                        neox_error *err);
+
+#endif

@@ -1,0 +1,125 @@
+// serve_command.c: `neox-eval serve`, the OpenAI-compatible completions server (lib/serve.h):
+// parses the options, loads the checkpoint and runs the server until SIGTERM.
+#include <math.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "commands.h"
+#include "core.h"
+#include "eval.h"
+#include "serve.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "Usage: %s serve [OPTION]... CONFIG.yml [MORE.yml]...\n"
+            "Serve the checkpoint the configs name (`load`) over an OpenAI-compatible HTTP API:\n"
+            "POST /v1/completions, GET /v1/models, GET /health (docs/eval.md). Runs until SIGTERM or\n"
+            "SIGINT, which finish the queued requests and exit 0.\n"
+            "\n"
+            "  --host ADDR            numeric address to listen on (default 127.0.0.1: this machine only)\n"
+            "  --port N               TCP port (default 8000; 0: any free port, printed when listening)\n"
+            "  --model-name NAME      the model id /v1/models lists and requests name (default neox)\n"
+            "  --context N            longest prompt + completion in tokens (default max_position_embeddings)\n"
+            "  --max-prompt-tokens N  longer prompts are answered 400 (default: the context)\n"
+            "  --max-body-bytes N     larger request bodies are answered 413 (default 8388608)\n"
+            "  --queue N              requests waiting or running at once; more are answered 503 (default 1024)\n"
+            "  --max-connections N    open connections; more are refused (default 4096)\n"
+            "  --timeout SECONDS      idle connections are closed after this (default 120; 0: never)\n"
+            "  -q, --quiet            no notices\n"
+            "  -h, --help             show this help and exit\n",
+            neox_progname());
+}
+
+typedef struct serve_args {
+    neox_serve_options engine;
+    neox_serve_http_options http;
+    int quiet;
+} serve_args;
+
+static void announce(int port) {
+    fprintf(stderr, "%s: listening on port %d\n", neox_progname(), port);
+}
+
+// Each connection takes a descriptor: the soft limit goes up to the hard one.
+static void raise_descriptor_limit(void) {
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
+
+static int serve(int nconfigs, const char *const *configs, serve_args *a, int *argc, char ***argv) {
+    neox_error err = {0};
+    neox_grid grid;
+    neox_config *cfg = neox_tool_setup(nconfigs, configs, a->quiet, &grid, argc, argv);
+    neox_evaluator *ev = neox_evaluator_create(cfg, &grid, a->quiet, &err);
+    if (!ev) neox_die_error(&err);
+    int positions = ev->model->desc.max_positions;
+    if (a->engine.context == 0) a->engine.context = positions;
+    if (ev->model->desc.pos_emb == NEOX_POS_LEARNED && a->engine.context > positions)
+        neox_usage_error("--context %d: the learned position table has %d rows", a->engine.context, positions);
+    if (a->engine.max_prompt_tokens == 0 || a->engine.max_prompt_tokens > a->engine.context)
+        a->engine.max_prompt_tokens = a->engine.context;
+    raise_descriptor_limit();
+    neox_serve_engine *en = neox_serve_engine_create(ev, &a->engine, &err);
+    if (!en) neox_die_error(&err);
+    int rc = neox_serve_http_run(en, &a->http, announce, &err);
+    neox_serve_engine_free(en);
+    if (rc != 0) neox_die_error(&err);
+    neox_evaluator_free(ev);
+    neox_tool_teardown(cfg, &grid);
+    return 0;
+}
+
+static int positive(const char *option, const char *text) { return (int)neox_option_int(option, text, 1, 1 << 30); }
+
+int neox_serve_command(int argc, char **argv) {
+    enum { O_HOST = 256, O_PORT, O_NAME, O_CONTEXT, O_PROMPT, O_BODY, O_QUEUE, O_CONNS, O_TIMEOUT };
+    static const struct option options[] = {
+        {"host", required_argument, NULL, O_HOST},
+        {"port", required_argument, NULL, O_PORT},
+        {"model-name", required_argument, NULL, O_NAME},
+        {"context", required_argument, NULL, O_CONTEXT},
+        {"max-prompt-tokens", required_argument, NULL, O_PROMPT},
+        {"max-body-bytes", required_argument, NULL, O_BODY},
+        {"queue", required_argument, NULL, O_QUEUE},
+        {"max-connections", required_argument, NULL, O_CONNS},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    serve_args a = {.engine = {.model_name = "neox", .queue_size = 1024},
+                    .http = {.host = "127.0.0.1", .port = 8000, .max_body_bytes = 8 << 20, .max_connections = 4096,
+                             .connection_timeout = 120}};
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "qh", options, NULL)) != -1) {
+        switch (c) {
+        case O_HOST: a.http.host = optarg; break;
+        case O_PORT:
+            a.http.port = (int)neox_option_int("--port", optarg, 0, 65535);  // 0: any free port
+            break;
+        case O_NAME:
+            if (!*optarg) neox_usage_error("--model-name: empty");
+            a.engine.model_name = optarg;
+            break;
+        case O_CONTEXT: a.engine.context = positive("--context", optarg); break;
+        case O_PROMPT: a.engine.max_prompt_tokens = positive("--max-prompt-tokens", optarg); break;
+        case O_BODY: a.http.max_body_bytes = (size_t)positive("--max-body-bytes", optarg); break;
+        case O_QUEUE: a.engine.queue_size = positive("--queue", optarg); break;
+        case O_CONNS: a.http.max_connections = positive("--max-connections", optarg); break;
+        case O_TIMEOUT: a.http.connection_timeout = neox_option_number("--timeout", optarg, 0, INFINITY); break;
+        case 'q': a.quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: neox_usage_error("serve: unrecognized option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc) neox_usage_error("serve: no config file given");
+    return serve(argc - optind, (const char *const *)argv + optind, &a, &argc, &argv);
+}
