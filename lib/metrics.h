@@ -133,7 +133,7 @@ typedef struct neox_train_summary {
     int fp16;
     int64_t skipped;              // steps skipped in the interval
     int64_t nan;                  // skipped steps whose loss was not finite
-    int nonfinite;                // nan > 0: lm_loss is NaN and grad_norm that step's (NaN or not)
+    int nonfinite;                // the last step's loss was NaN or inf: grad_norm is its own, shown NaN or not
 } neox_train_summary;
 
 // Opens the JSONL file and the TensorBoard writer on rank 0 (creating the directories).

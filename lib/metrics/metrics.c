@@ -26,7 +26,7 @@ struct neox_metrics {
     double interval_start;
     int64_t iterations, skipped, nan;
     double loss_sum, learning_rate, grad_norm, loss_scale;
-    double nonfinite_grad_norm;  // of the last step with a NaN or inf loss
+    int last_nonfinite;          // the last step's loss was NaN or inf: its grad norm is shown, NaN or not
     const neox_step_stats *step;   // the step being recorded (its parameter norms)
     double last_sync;
     neox_train_summary summary;
@@ -135,8 +135,8 @@ static void summarize(neox_metrics *m, int64_t iteration, double elapsed) {
     s->lm_loss = m->loss_sum / (double)(counted > 1 ? counted : 1);
     s->grad_norm = m->grad_norm;
     // A NaN or inf loss in the interval is reported as such, not as the mean of the others (or as 0
-    // when every step had one), and with that step's gradient norm, not an earlier finite one.
-    if (m->nan > 0) s->lm_loss = NAN, s->grad_norm = m->nonfinite_grad_norm, s->nonfinite = 1;
+    // when every step had one); a last step with one shows its own gradient norm, not an earlier one.
+    if (m->nan > 0) s->lm_loss = NAN, s->nonfinite = m->last_nonfinite;
     s->has_param_norm = m->step && m->step->param_norms;
     if (s->has_param_norm) s->param_norm = m->step->param_norms[m->step->nparam_norms];
     s->loss_scale = m->loss_scale;
@@ -251,12 +251,13 @@ int neox_metrics_step(neox_metrics *m, const neox_step_stats *s, neox_error *err
     m->iterations++;
     if (s->skipped) {
         m->skipped++;
-        if (!isfinite(s->lm_loss)) m->nan++, m->nonfinite_grad_norm = s->grad_norm;
+        if (!isfinite(s->lm_loss)) m->nan++;
     } else {
         m->loss_sum += s->lm_loss;
     }
     m->learning_rate = s->learning_rate;
-    if (!isnan(s->grad_norm)) m->grad_norm = s->grad_norm;
+    m->last_nonfinite = !isfinite(s->lm_loss);
+    if (!isnan(s->grad_norm) || m->last_nonfinite) m->grad_norm = s->grad_norm;
     m->loss_scale = s->loss_scale;
     if (m->writes && log_step_scalars(m, s, err) != 0) return -1;
     m->step = s;

@@ -80,6 +80,10 @@ check "metrics.jsonl records the NaN loss as null with the nan iteration counted
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if "train/lm_loss" in l]
 assert recs and all(r["train/lm_loss"] is None and r["train/nan_iterations"] == 1 for r in recs), recs' "$T/nanlogs/metrics.jsonl"
+echo "{\"data_path\": \"$T/char_text_document\", \"train_iters\": 100, \"train_micro_batch_size_per_gpu\": 2,
+  \"do_valid\": false, \"do_test\": false, \"tokenizer_type\": \"CharLevelTokenizer\"}" >"$T/fifty.yml"
+check_fails "50 NaN steps in a row stop the run" 1 "stopping at iteration 50: the last 50 iterations had a non-finite loss" \
+    "$TRAIN" -q "$T/nan/model.yml" "$T/fifty.yml"
 check "TensorBoard has the NaN loss and the NaN grad norm of each step (tensorboard's reader)" $PY -c '
 import math, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -336,15 +336,15 @@ static void test_interval_accounting(void **state) {
     assert_true(fabs(s->tokens_per_sec - 256.0) < 1e-12);
     assert_true(fabs(s->flops_per_sec_per_device - 1e12) < 1e-3);   // 1e12 / (0.5 s * 2 ranks)
     assert_true(fabs(s->mfu - 0.25) < 1e-12);
-    // Step 7's loss was not finite: the interval reports NaN with step 7's grad norm (NaN), not the
-    // mean of the others nor step 8's finite norm.
+    // Step 7's loss was not finite: the interval reports NaN, not the mean of the others; step 8
+    // (finite) gives the grad norm.
     assert_true(isnan(s->lm_loss));
-    assert_int_equal(s->nonfinite, 1);
+    assert_int_equal(s->nonfinite, 0);
     assert_int_equal(s->skipped, 2);
     assert_int_equal(s->nan, 1);
-    assert_true(isnan(s->grad_norm));
+    assert_true(fabs(s->grad_norm - 3.5) < 1e-12);
     assert_non_null(strstr(text, " lm_loss: NAN |"));
-    assert_non_null(strstr(text, " grad norm: nan |"));
+    assert_non_null(strstr(text, " grad norm: 3.500 |"));
     // Two lines, at iterations 4 and 8.
     assert_non_null(strstr(text, "iteration        4/       8 |"));
     assert_non_null(strstr(text, "iteration        8/       8 |"));
@@ -354,6 +354,21 @@ static void test_interval_accounting(void **state) {
     neox_error err = {0};
     assert_int_equal(neox_metrics_close(m, &err), 0);
     fclose(o.out);
+    free(text);
+
+    // A last step with a NaN loss shows its own grad norm (NaN), not step 3's finite one.
+    neox_metrics_options o2 = {.rank = 0, .world_size = 1, .train_iters = 4, .log_interval = 4, .train_batch_size = 1,
+                               .seq_length = 4};
+    for (int i = 0; i < 4; i++) steps[i] = (neox_step_stats){.iteration = i + 1, .lm_loss = 4.0, .grad_norm = 2.0};
+    steps[3] = (neox_step_stats){.iteration = 4, .lm_loss = NAN, .grad_norm = NAN, .skipped = 1};
+    text = NULL;
+    run_steps(&o2, steps, 4, 0.5, &m, &text, &size);
+    s = neox_metrics_last_summary(m);
+    assert_true(isnan(s->lm_loss) && isnan(s->grad_norm));
+    assert_int_equal(s->nonfinite, 1);
+    assert_non_null(strstr(text, " lm_loss: NAN | grad norm: nan |"));
+    assert_int_equal(neox_metrics_close(m, &err), 0);
+    fclose(o2.out);
     free(text);
 }
 
