@@ -25,7 +25,7 @@ static const char *const lr_styles[] = {"constant", "linear", "cosine", "exponen
 static const field_rule top_rules[] = {
     {"iteration", FIELD_INT, 1, 0, NULL},          {"optimizer_steps", FIELD_INT, 1, 0, NULL},
     {"train_position", FIELD_INT, 1, 0, NULL},     {"valid_position", FIELD_INT, 1, 0, NULL},
-    {"seed", FIELD_INT, 1, 0, NULL},               {"dropout_draws", FIELD_INT, 1, 0, NULL},
+    {"seed", FIELD_INT, 0, 0, NULL},               {"dropout_draws", FIELD_INT, 0, 0, NULL},  // absent: saved with no_save_rng
     {"skipped_total", FIELD_INT, 1, 0, NULL},      {"nonfinite_in_a_row", FIELD_INT, 1, 0, NULL},
     {"train_samples", FIELD_INT, 0, 0, NULL},      {"overflow_skips", FIELD_INT, 0, 0, NULL},
     {"optimizer", FIELD_STRING, 0, 0, optimizers}, {"model", FIELD_OBJECT, 1, 0, NULL},

@@ -39,7 +39,7 @@ check_fails "a 3 MB line of a small .jsonl.zst over --max-document-bytes names t
     "$PRE" --input "$T/long.jsonl.zst" --output-prefix "$T/long" --tokenizer-type CharLevelTokenizer --max-document-bytes 1000000
 check "the same file under the default limit" "$PRE" --input "$T/long.jsonl.zst" --output-prefix "$T/long" \
     --tokenizer-type CharLevelTokenizer
-check_fails "--max-document-bytes 0 is a usage error" 2 "max-document-bytes: expected an integer >= 1" \
+check_fails "--max-document-bytes 0 is a usage error" 2 "max-document-bytes: '0' is not an integer >= 1" \
     "$PRE" --input "$T/long.jsonl.zst" --output-prefix "$T/long" --tokenizer-type CharLevelTokenizer --max-document-bytes 0
 
 # ---- NaN weights ----------------------------------------------------------------------------------
