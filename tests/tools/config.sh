@@ -16,8 +16,9 @@ TINY=configs/tiny-test.yml
 #    sparse, text_generation, cpu_mock_config, llama/train_config) are not models; they are
 #    merged with 125M.yml instead, and local_setup-like ones that clash with nothing must load.
 # --world-size 8 gives every layout in these configs (model x pipe parallel up to 8) whole ranks.
+POST_CONFIGS=$SHARED/reference/gpt-neox-post-training/configs
 MUST_LOAD="19M 49M 125M 350M 760M 800M 1-3B 2-7B 6-7B 13B 20B 175B"
-REFUSE_PATTERN="is not supported by neox.c|unknown key|cannot be set"
+REFUSE_PATTERN="is not supported by neox.c|unknown key|cannot be set|expected a number, got a string"
 
 load_reference() {  # load_reference WORLD_SIZE FILES...: exit status of neox-train, stderr in err.txt
     local world=$1; shift
@@ -57,6 +58,12 @@ if [ -d "$CONFIGS" ]; then
         "$T" --print-config "$CONFIGS/1-3B-transformer-engine.yml" "$CONFIGS/local_setup.yml"
     check_fails "reference: sliding window refused naming it" 2 "sliding_window_width.*sliding-window attention" \
         "$T" --world-size 8 --print-config "$CONFIGS/mistral/7B.yml" "$CONFIGS/llama/train_config.yml" "$CONFIGS/local_setup.yml"
+    # Post-training configs (SFT, DPO, KTO, reward model, REINFORCE) set their own paths and load
+    # alone; each is refused naming post-training until neox.c implements it.
+    for f in "$POST_CONFIGS"/*.yml "$POST_CONFIGS"/*/*.yml; do
+        check_fails "post-training ${f#$POST_CONFIGS/} refused naming post-training" 2 \
+            "key '[a-z_]+': post-training.* is not supported by neox.c" "$T" -q --world-size 8 --print-config "$f"
+    done
     check_output "reference: 125M prints key, value and file:line" \
         "^num_layers += 12  # .*125M.yml:9$" "$T" -q --print-config "$CONFIGS/125M.yml" "$CONFIGS/local_setup.yml"
 else
@@ -132,4 +139,4 @@ check_fails "error: unknown --print-config-format" 2 "not 'text' or 'json'" "$T"
 # The key table is generated: a hand edit of lib/config/schema.c that the generator would not
 # reproduce is lost at the next regeneration.
 check "lib/config/schema.c is exactly what scripts/gen_config_schema.py generates" bash -c \
-    "python3 scripts/gen_config_schema.py '$SHARED/reference/gpt-neox-configs/neox_arguments.md' | cmp - lib/config/schema.c"
+    "python3 scripts/gen_config_schema.py '$SHARED/reference/gpt-neox-args' | cmp - lib/config/schema.c"
