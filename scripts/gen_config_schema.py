@@ -20,6 +20,8 @@ INT_MAX = 1 << 53
 
 ARG_FILES = ("neox_args.py", "deepspeed_args.py")
 
+CHOICES = {"communication_data_type": "fp32|fp16|bf16"}
+
 # Keys GPT-NeoX computes in calculate_derived that its dataclasses do not declare.
 EXTRA_KEYS = [
     ("NeoXArgsTraining", "save_iters", "list", None),
@@ -27,7 +29,7 @@ EXTRA_KEYS = [
 
 # The dataclasses' annotation is not what GPT-NeoX accepts for these: key -> schema type.
 TYPE_OVERRIDES = {
-    "communication_data_type": "ANY",  # declared bool; DeepSpeed takes a dtype name
+    "communication_data_type": "CHOICE",  # declared bool; DeepSpeed takes a dtype name (CHOICES)
     "checkpoint_factor": "INT",        # Union[int, float]; neox.c saves at whole iterations
 }
 
@@ -76,6 +78,7 @@ dump_state flops_profiler autotuning activation_checkpointing tensorboard wandb 
 checkpoint data_types
 hostfile include exclude num_nodes num_gpus master_port master_addr launcher force_multi autotuning_run
 no_ssh_check comment account
+sequence_parallel log_grad_norm checkpoint_num_layers loss_scale hysteresis loss_scale_window min_scale
 """.split())
 
 # Keys whose non-default value is refused, with the feature it would select.
@@ -132,7 +135,6 @@ SUPPORTED = {
     "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
     "tokenizer_type": ("GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|CharLevelTokenizer", "tokenizer"),
     "data_impl": ("infer|mmap", "dataset format"),
-    "pack_impl": ("packed", "sample packing"),
     "dataset_impl": ("gpt2", "dataset (pairwise and online data are post-training's)"),
     "train_impl": ("normal", "post-training method"),
 }
@@ -196,7 +198,7 @@ SUBKEYS += [
     sub("zero_optimization.stage", "INT", "0", supported="0|1|2", feature="ZeRO stage (stage 3 partitions parameters)",
         lo=0, hi=3),
     sub("zero_optimization.reduce_scatter", "BOOL", "true"),
-    sub("zero_optimization.contiguous_gradients", "BOOL", "false"),
+    sub("zero_optimization.contiguous_gradients", "BOOL", "false", "IGNORED"),  # gradients are one flat buffer
     sub("zero_optimization.reduce_bucket_size", "INT", "500000000", lo=1, hi=INT_MAX),
     sub("zero_optimization.allgather_bucket_size", "INT", "500000000", lo=1, hi=INT_MAX),
     sub("zero_optimization.overlap_comm", "BOOL", "false"),
@@ -384,6 +386,7 @@ def key_rows(directory):
         seen.add(name)
         ctype, choices = schema_type(annotation)
         ctype = TYPE_OVERRIDES.get(name, ctype)
+        choices = CHOICES.get(name, choices)
         use = "UNSUPPORTED" if name in UNSUPPORTED else "IGNORED" if name in IGNORED else "USED"
         supported, feature = SUPPORTED.get(name, (None, UNSUPPORTED.get(name)))
         lo, hi = RANGES.get(name, (1, 0))

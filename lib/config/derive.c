@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "config/internal.h"
+#include "data.h"
 
 // Where a key's value came from, for messages: its file:line, or "the default".
 static const char *where_key(const neox_config *cfg, const char *key, char *buf, size_t size) {
@@ -434,6 +435,12 @@ static int derive_data(neox_config *cfg, neox_error *err) {
         return derive_fail(cfg, err, "train_data_paths", "set all of train_data_paths, valid_data_paths and test_data_paths, or none");
     if (given == 3 && !is_none(cfg, "data_path"))
         return derive_fail(cfg, err, "data_path", "set either data_path or train/valid/test_data_paths, not both");
+    // split is parsed by the data layer's one parser; checking it here makes --print-config fail on it
+    // (with file:line) rather than the first training step. The document count only sizes the ranges.
+    int64_t ranges[4];
+    neox_error split_err = {0};
+    if (!is_none(cfg, "split") && neox_split_ranges(neox_config_str(cfg, "split"), 1000000, ranges, &split_err) != 0)
+        return derive_fail(cfg, err, "split", "%s", split_err.message);
     if (is_none(cfg, "text_gen_type"))
         neox_config_set_derived_str(cfg, "text_gen_type", is_none(cfg, "sample_input_file") ? "unconditional" : "input-file");
     return 0;

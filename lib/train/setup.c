@@ -238,10 +238,12 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->part_begin = 0, t->part_end = n;
     neox_dtype wire;
     if (read_wire_type(t->cfg, &wire, err) != 0) return -1;
-    if (t->grid->data_size > 1 && setup_reducer(t, wire, err) != 0) return -1;
-    else if (config_int_or(t->cfg, "zero_stage", 0) > 0 && t->rank0 && !t->opts.quiet)
+    if (t->grid->data_size > 1) {
+        if (setup_reducer(t, wire, err) != 0) return -1;
+    } else if (config_int_or(t->cfg, "zero_stage", 0) > 0 && t->rank0 && !t->opts.quiet) {
         neox_notice("zero_optimization.stage %lld: nothing to partition at data-parallel size 1",
                     (long long)config_int_or(t->cfg, "zero_stage", 0));
+    }
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
     size_t state = t->state_end - t->state_begin + 1;
