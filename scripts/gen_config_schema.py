@@ -195,7 +195,7 @@ SUBKEYS += [sub("bf16." + n, t, d, "IGNORED") for n, t, d, lo, hi in LOSS_SCALER
 OFFLOAD_OPTIMIZER = "ZeRO optimizer-state offload"
 OFFLOAD_PARAM = "ZeRO parameter offload"
 SUBKEYS += [
-    sub("zero_optimization.stage", "INT", "0", supported="0|1|2", feature="ZeRO stage (stage 3 partitions parameters)",
+    sub("zero_optimization.stage", "INT", "0", supported="0|1|2", feature="ZeRO stage",
         lo=0, hi=3),
     sub("zero_optimization.reduce_scatter", "BOOL", "true"),
     sub("zero_optimization.contiguous_gradients", "BOOL", "false", "IGNORED"),  # gradients are one flat buffer

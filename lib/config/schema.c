@@ -1071,7 +1071,7 @@ const neox_key_spec neox_subkey_specs[] = {
      .feature = NULL, .group = "bf16", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "zero_optimization.stage", .type = NEOX_TYPE_INT, .default_text = "0", .choices = NULL, .supported = "0|1|2",
-     .feature = "ZeRO stage (stage 3 partitions parameters)", .group = "zero_optimization", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
+     .feature = "ZeRO stage", .group = "zero_optimization", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 0, .max = 3},
     {.name = "zero_optimization.reduce_scatter", .type = NEOX_TYPE_BOOL, .default_text = "true", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "zero_optimization", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,

@@ -194,7 +194,7 @@ static int check_subkeys(const char *path, const neox_value *map, int inside_off
             return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: unknown key '%s' (the keys of '%s': docs/config.md)", v->file,
                              v->line, full, path);
         }
-        if (check_value(k, v, inside_off, err) < 0 || check_subkeys(full, v, inside_off, err) < 0) return -1;
+        if (check_subkeys(full, v, inside_off, err) < 0 || check_value(k, v, inside_off, err) < 0) return -1;
     }
     return 0;
 }
@@ -204,7 +204,8 @@ int neox_config_validate_values(neox_config *cfg, neox_error *err) {
         const neox_key_spec *k = &neox_key_specs[i];
         const neox_value *v = cfg->slots[i].set;
         if (!v) continue;
-        if (check_value(k, v, 0, err) < 0 || check_subkeys(k->name, v, 0, err) < 0) return -1;
+        // Sub-keys first: a misspelt sub-key is named even inside a dict that is refused as a whole.
+        if (check_subkeys(k->name, v, 0, err) < 0 || check_value(k, v, 0, err) < 0) return -1;
     }
     return 0;
 }
