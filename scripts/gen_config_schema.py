@@ -173,7 +173,7 @@ def sub(path, ctype, default=None, use="USED", feature=None, choices=None, suppo
 
 LOSS_SCALER = [  # DeepSpeed's dynamic loss scaler settings (fp16)
     ("loss_scale", "FLOAT", "0", 0, float("inf")), ("initial_scale_power", "INT", "16", 0, 120),
-    ("loss_scale_window", "INT", "1000", 1, INT_MAX), ("hysteresis", "INT", "2", 1, INT_MAX),
+    ("loss_scale_window", "INT", "1000", 1, float("inf")), ("hysteresis", "INT", "2", 1, float("inf")),
     ("consecutive_hysteresis", "BOOL", "false", None, None), ("min_loss_scale", "FLOAT", "1", 0, float("inf")),
 ]
 
@@ -199,8 +199,8 @@ SUBKEYS += [
         lo=0, hi=3),
     sub("zero_optimization.reduce_scatter", "BOOL", "true"),
     sub("zero_optimization.contiguous_gradients", "BOOL", "false", "IGNORED"),  # gradients are one flat buffer
-    sub("zero_optimization.reduce_bucket_size", "INT", "500000000", lo=1, hi=INT_MAX),
-    sub("zero_optimization.allgather_bucket_size", "INT", "500000000", lo=1, hi=INT_MAX),
+    sub("zero_optimization.reduce_bucket_size", "INT", "500000000", lo=1, hi=float("inf")),
+    sub("zero_optimization.allgather_bucket_size", "INT", "500000000", lo=1, hi=float("inf")),
     sub("zero_optimization.overlap_comm", "BOOL", "false"),
     sub("zero_optimization.allgather_partitions", "BOOL", "true", "IGNORED"),
     sub("zero_optimization.load_from_fp32_weights", "BOOL", "true", "IGNORED"),
@@ -254,7 +254,7 @@ SUBKEYS += [
     sub("optimizer.params.eps", "FLOAT", None, lo=0, hi=1),
     sub("optimizer.params.momentum", "FLOAT", None, lo=0, hi=1),
     sub("optimizer.params.weight_decay", "FLOAT", None, lo=0, hi=float("inf")),
-    sub("optimizer.params.freeze_step", "INT", None, lo=0, hi=INT_MAX),
+    sub("optimizer.params.freeze_step", "INT", None, lo=0, hi=float("inf")),
     sub("optimizer.params.amsgrad", "BOOL", "false"),
 ]
 # DeepSpeed's OnebitAdam stores these and its step does not use them; cuda_aware and comm_backend_name

@@ -89,10 +89,7 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
     double hysteresis = number_or(neox_config_sub(c, "fp16.hysteresis"), 2);
     double min_scale = number_or(neox_config_sub(c, "fp16.min_loss_scale"), 1);
     const neox_value *consecutive = neox_config_sub(c, "fp16.consecutive_hysteresis");
-    if (power < 0 || power > 120 || power != floor(power))
-        return neox_fail(err, NEOX_EXIT_USAGE, "fp16.initial_scale_power: %g is not an integer in [0, 120]", power);
-    if (window < 1) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.loss_scale_window: %g must be at least 1", window);
-    if (hysteresis < 1) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.hysteresis: %g must be at least 1", hysteresis);
+    // (types and ranges are the sub-key schema's; it allows a zero min_loss_scale, the scaler does not)
     if (min_scale <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.min_loss_scale: %g must be positive", min_scale);
     t->scaler = neox_loss_scaler_dynamic((int)power, (int64_t)window, (int)hysteresis, min_scale,
                                          consecutive && consecutive->kind == NEOX_VALUE_BOOL && consecutive->boolean);

@@ -79,7 +79,7 @@ check "communication_data_type fp16: losses within 1e-4 relative of fp32 communi
     "$PY" tests/mpi/comm_accounting_check.py losses "$T/dp2" "$T/fp16" 1e-4
 
 config bad neox 2 2 2 ', "communication_data_type": "int8"'
-check_fails "communication_data_type int8 is refused, naming the key" 2 "communication_data_type: expected fp32, fp16 or bf16" \
+check_fails "communication_data_type int8 is refused, naming the key" 2 "key 'communication_data_type': 'int8' is not one of: fp32, fp16, bf16" \
     "$TRAIN" -q "$T/bad.yml"
 config both neox 2 2 2 ', "communication_data_type": "bf16", "fp32_allreduce": true'
 check_fails "communication_data_type bf16 with fp32_allreduce true is refused" 2 "contradicts fp32_allreduce" \
