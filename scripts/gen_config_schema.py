@@ -405,6 +405,7 @@ def subkey_rows(deepspeed_config_keys):
     present = {s["path"] for s in subkeys}
     for name in deepspeed_config_keys:
         if "deepspeed_extra_args." + name not in present:
+            present.add("deepspeed_extra_args." + name)
             subkeys.append(sub("deepspeed_extra_args." + name, "ANY", None, "UNSUPPORTED",
                                f"deepspeed_extra_args overriding GPT-NeoX's own key (set the top-level key '{name}')"))
     rows = []

@@ -1706,9 +1706,6 @@ const neox_key_spec neox_subkey_specs[] = {
     {.name = "deepspeed_extra_args.deepspeed_extra_args", .type = NEOX_TYPE_ANY, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = "deepspeed_extra_args overriding GPT-NeoX's own key (set the top-level key 'deepspeed_extra_args')", .group = "deepspeed_extra_args", .use = NEOX_KEY_UNSUPPORTED, .nullable = 1, .derived = 0,
      .min = 1, .max = 0},
-    {.name = "deepspeed_extra_args.autotuning", .type = NEOX_TYPE_ANY, .default_text = NULL, .choices = NULL, .supported = NULL,
-     .feature = "deepspeed_extra_args overriding GPT-NeoX's own key (set the top-level key 'autotuning')", .group = "deepspeed_extra_args", .use = NEOX_KEY_UNSUPPORTED, .nullable = 1, .derived = 0,
-     .min = 1, .max = 0},
 };
 
 const int neox_subkey_count = (int)(sizeof neox_subkey_specs / sizeof neox_subkey_specs[0]);
