@@ -20,8 +20,6 @@ INT_MAX = 1 << 53
 
 ARG_FILES = ("neox_args.py", "deepspeed_args.py")
 
-CHOICES = {"communication_data_type": "fp32|fp16|bf16"}
-
 # Keys GPT-NeoX computes in calculate_derived that its dataclasses do not declare.
 EXTRA_KEYS = [
     ("NeoXArgsTraining", "save_iters", "list", None),
@@ -32,6 +30,7 @@ TYPE_OVERRIDES = {
     "communication_data_type": "CHOICE",  # declared bool; DeepSpeed takes a dtype name (CHOICES)
     "checkpoint_factor": "INT",        # Union[int, float]; neox.c saves at whole iterations
 }
+CHOICES = {"communication_data_type": "fp32|fp16|bf16"}  # the choices of an overridden CHOICE
 
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
 OWN_KEYS = [
@@ -288,7 +287,7 @@ SUBKEYS += [sub("deepspeed_extra_args.comms_logger." + n, t, d) for n, t, d in C
 SUBKEYS += [sub("deepspeed_extra_args." + n, "ANY", None, "IGNORED")
             for n in ("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "memory_breakdown",
                       "dump_state", "timers")]
-DEEPSPEED_CONFIG_KEYS = []  # filled from NeoXArgsDeepspeedConfig by main()
+# (the refusals of NeoXArgsDeepspeedConfig's keys inside deepspeed_extra_args: subkey_rows)
 
 # DeepSpeed features with no meaning here, each with its documented sub-keys (all ignored).
 IGNORED_DICTS = {

@@ -313,6 +313,7 @@ const neox_value *neox_config_sub(const neox_config *cfg, const char *path) {
     size_t n = strcspn(path, ".");
     snprintf(top, sizeof top, "%.*s", (int)n, path);
     const neox_value *v = read_slot(cfg, top)->value;
+    // Sub-key names match exactly (not neox_value_get's '-' == '_'): DeepSpeed reads them so.
     for (const char *p = path + n; v && *p == '.';) {
         size_t len = strcspn(p + 1, ".");
         char part[256];
