@@ -79,6 +79,12 @@ typedef struct neox_key_spec {
 extern const neox_key_spec neox_key_specs[];
 extern const int neox_key_count;
 const neox_key_spec *neox_key_find(const char *name);  // '-' and '_' equal; NULL if unknown
+// Sub-keys of the dicts GPT-NeoX hands to DeepSpeed, named by their dotted path
+// ("zero_optimization.offload_optimizer.device"); group is the top-level key. A dict with entries here
+// accepts only those sub-keys; DeepSpeed reads sub-keys exactly as spelt, so the path is matched exactly.
+extern const neox_key_spec neox_subkey_specs[];
+extern const int neox_subkey_count;
+const neox_key_spec *neox_subkey_find(const char *path);  // NULL if unknown
 
 // ---- loading --------------------------------------------------------------------------------
 typedef struct neox_config_options {
@@ -91,9 +97,6 @@ typedef struct neox_config_options {
 } neox_config_options;
 
 typedef struct neox_config neox_config;
-
-// The largest learning rate accepted (optimizer.params.lr, lr, min_lr): any above diverges at once.
-#define NEOX_MAX_LEARNING_RATE 10.0
 
 // Loads and merges the files, validates, derives. On error returns NULL with a message naming
 // file:line and the key (status NEOX_EXIT_USAGE for config errors, NEOX_EXIT_FAILURE for I/O).
@@ -113,7 +116,17 @@ int neox_config_bool(const neox_config *cfg, const char *key);
 int64_t neox_config_int(const neox_config *cfg, const char *key);
 double neox_config_float(const neox_config *cfg, const char *key);
 const char *neox_config_str(const neox_config *cfg, const char *key);   // NULL when None
+
+// The `split` key's weights for train, valid and test ("949,50,1" or "1/3"; missing parts are 0).
+int neox_split_weights(const char *split, double weights[3], neox_error *err);
 const neox_value *neox_config_value(const neox_config *cfg, const char *key);
+// The value at a sub-key's dotted path ("fp16.loss_scale_window"), or NULL when the file does not set
+// it (DeepSpeed's default applies). The path must be in the sub-key schema.
+const neox_value *neox_config_sub(const neox_config *cfg, const char *path);
+
+// With the environment variable NEOX_CONFIG_READS=FILE set when a config is loaded, each key and
+// sub-key path the program reads (through the accessors above) is appended to FILE once per process:
+// the record tests/tools/config_reads.sh compares with the schema's used keys.
 
 // Where the effective value came from: "default", "derived", or "FILE:LINE".
 const char *neox_config_source(const neox_config *cfg, const char *key, char *buf, size_t size);

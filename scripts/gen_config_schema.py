@@ -1,35 +1,36 @@
 #!/usr/bin/env python3
-"""Generates lib/config/schema.c, the typed table of every GPT-NeoX configuration key, from GPT-NeoX's
-key reference (neox_arguments.md) plus neox.c's decisions about each key (the tables below).
+"""Generates lib/config/schema.c, the typed table of every GPT-NeoX configuration key and of every
+sub-key of the dicts GPT-NeoX hands to DeepSpeed, from GPT-NeoX's argument dataclasses
+(neox_args.py, deepspeed_args.py: read with Python's ast, never imported) plus neox.c's decisions
+about each key (the tables below).
 
-    scripts/gen_config_schema.py [../shared/reference/gpt-neox-configs/neox_arguments.md] > lib/config/schema.c
+    scripts/gen_config_schema.py [../shared/reference/gpt-neox-args] > lib/config/schema.c
 
 The generated C file is project source (committed); rerun this script when the reference or a decision
 changes. Decisions: USED keys are read by neox.c; IGNORED keys (DeepSpeed, launcher, logging-service and
 kernel-fusion knobs with no meaning here) are accepted and listed once in a notice; UNSUPPORTED keys are
-refused when set to anything but their default. CHOICE keys may also refuse single values (SUPPORTED).
-docs/config.md explains each decision."""
-import re
+refused when set to anything but their default. CHOICE keys (and INT keys) may also refuse single values
+(SUPPORTED). docs/config.md explains each decision."""
+import ast
+import json
+import os
 import sys
 
 INT_MAX = 1 << 53
 
-# Keys newer than the reference's neox_arguments.md that GPT-NeoX configs use (transformer engine, and
-# neox_args.py's peak_theoretical_tflops and z_loss).
+ARG_FILES = ("neox_args.py", "deepspeed_args.py")
+
+# Keys GPT-NeoX computes in calculate_derived that its dataclasses do not declare.
 EXTRA_KEYS = [
-    ("NeoXArgsModel", "te_columnparallel", "bool", "False"),
-    ("NeoXArgsModel", "te_rowparallel", "bool", "False"),
-    ("NeoXArgsModel", "te_layernorm_mlp", "bool", "False"),
-    ("NeoXArgsModel", "te_mha", "bool", "False"),
-    ("NeoXArgsModel", "te_fp8_format", "typing.Literal['e4m3', 'hybrid']", "hybrid"),
-    ("NeoXArgsModel", "te_fp8_wgrad", "bool", "True"),
-    ("NeoXArgsModel", "te_fp8_amax_history_len", "int", "1"),
-    ("NeoXArgsModel", "te_fp8_amax_compute_algo", "str", "most_recent"),
-    ("NeoXArgsModel", "te_fp8_margin", "int", "0"),
-    ("NeoXArgsModel", "te_fp8_mha", "bool", "False"),
-    ("NeoXArgsLogging", "peak_theoretical_tflops", "float", "None"),
-    ("NeoXArgsTraining", "z_loss", "float", "0.0"),
+    ("NeoXArgsTraining", "save_iters", "list", None),
 ]
+
+# The dataclasses' annotation is not what GPT-NeoX accepts for these: key -> schema type.
+TYPE_OVERRIDES = {
+    "communication_data_type": "CHOICE",  # declared bool; DeepSpeed takes a dtype name (CHOICES)
+    "checkpoint_factor": "INT",        # Union[int, float]; neox.c saves at whole iterations
+}
+CHOICES = {"communication_data_type": "fp32|fp16|bf16"}  # the choices of an overridden CHOICE
 
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
 OWN_KEYS = [
@@ -59,7 +60,7 @@ DERIVED = {"is_pipe_parallel", "batch_size", "dynamic_loss_scale", "save_iters",
 
 IGNORED = set("""
 use_wandb wandb_group wandb_team wandb_project wandb_host wandb_init_all_ranks git_hash use_comet comet_workspace
-comet_project comet_experiment_name comet_tags comet_others log_grad_pct_zeros log_optimizer_states
+comet_project comet_experiment_name comet_experiment comet_tags comet_others wandb_run_name log_grad_pct_zeros log_optimizer_states
 log_gradient_noise_scale gradient_noise_scale_n_batches gradient_noise_scale_cpu_offload memory_profiling
 memory_profiling_path profile profile_step_start profile_step_stop
 scalenorm_epsilon rpe_num_buckets rpe_max_distance param_sharing_style layernorm_fusion rmsnorm_fusion
@@ -71,16 +72,16 @@ te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_f
 distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume adlr_autoresume_interval
 onnx_safe deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
 world_size precompute_model_name
-dpo_fp32 dpo_reference_free dpo_beta kto_fp32 kto_desirable_weight kto_undesirable_weight kto_beta
 z_loss use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass num_workers
 deepspeed_activation_checkpointing contiguous_checkpointing
 checkpoint_in_cpu synchronize_each_layer profile_backward partition_activations
 mup_init_scale mup_attn_temp mup_output_temp mup_embedding_mult mup_rp_embedding_mult mup_width_scale base_shapes_file
-deepspeed scheduler prescale_gradients steps_per_print
+deepspeed prescale_gradients steps_per_print
 dump_state flops_profiler autotuning activation_checkpointing tensorboard wandb csv_monitor
 checkpoint data_types
 hostfile include exclude num_nodes num_gpus master_port master_addr launcher force_multi autotuning_run
 no_ssh_check comment account
+sequence_parallel log_grad_norm checkpoint_num_layers loss_scale hysteresis loss_scale_window min_scale
 """.split())
 
 # Keys whose non-default value is refused, with the feature it would select.
@@ -100,10 +101,7 @@ UNSUPPORTED = {
     "te_columnparallel": "Transformer Engine", "te_rowparallel": "Transformer Engine",
     "te_layernorm_mlp": "Transformer Engine", "te_mha": "Transformer Engine", "te_fp8_mha": "Transformer Engine",
     "use_bnb_optimizer": "bitsandbytes 8-bit optimizer",
-    "train_label_data_paths": "label-masked training data", "test_label_data_paths": "label-masked training data",
-    "valid_label_data_paths": "label-masked training data",
-    "train_reward_data_paths": "reward-model training", "test_reward_data_paths": "reward-model training",
-    "valid_reward_data_paths": "reward-model training",
+    "scheduler": "DeepSpeed's LR scheduler, which replaces GPT-NeoX's (set lr_decay_style and warmup)",
     "s3_path": "checkpoint upload to S3",
     "train_epochs": "training by epochs (set train_iters)",
     "use_mup": "muP", "coord_check": "muP coordinate check", "save_base_shapes": "muP base shapes",
@@ -112,10 +110,23 @@ UNSUPPORTED = {
     "data_efficiency": "DeepSpeed data efficiency", "elasticity": "DeepSpeed elasticity",
     "compression_training": "DeepSpeed compression training",
 }
-for side in ("pos", "neg"):
-    for split in ("train", "valid", "test"):
-        UNSUPPORTED[f"{side}_{split}_data_paths"] = "pairwise (preference) training data"
-        UNSUPPORTED[f"{side}_{split}_label_data_paths"] = "pairwise (preference) training data"
+# Post-training (SFT label masks, DPO, KTO, reward models, REINFORCE, the online data and weight
+# servers): refused by name, every key of it, until neox.c implements post-training.
+POST_TRAINING = "post-training"
+for split in ("train", "valid", "test"):
+    UNSUPPORTED[f"{split}_label_data_paths"] = POST_TRAINING + " (label-masked SFT data)"
+    UNSUPPORTED[f"{split}_reward_data_paths"] = POST_TRAINING + " (reward-model data)"
+    for side in ("pos", "neg"):
+        UNSUPPORTED[f"{side}_{split}_data_paths"] = POST_TRAINING + " (pairwise preference data)"
+        UNSUPPORTED[f"{side}_{split}_label_data_paths"] = POST_TRAINING + " (pairwise preference data)"
+for key in "dpo_fp32 dpo_reference_free dpo_beta".split():
+    UNSUPPORTED[key] = POST_TRAINING + " (DPO)"
+for key in "kto_fp32 kto_desirable_weight kto_undesirable_weight kto_beta".split():
+    UNSUPPORTED[key] = POST_TRAINING + " (KTO)"
+for key in "kl_impl kl_div_beta reinforce_leave_one_out fp32_reinforce".split():
+    UNSUPPORTED[key] = POST_TRAINING + " (REINFORCE)"
+for key in "online_dataserver_ips online_dataserver_ports serve_model_weights weight_server_port".split():
+    UNSUPPORTED[key] = POST_TRAINING + " (online data and weight servers)"
 
 # CHOICE keys of which neox.c implements only some values: key -> (supported values, feature word).
 SUPPORTED = {
@@ -127,9 +138,8 @@ SUPPORTED = {
     "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
     "tokenizer_type": ("GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|CharLevelTokenizer", "tokenizer"),
     "data_impl": ("infer|mmap", "dataset format"),
-    "pack_impl": ("packed", "sample packing"),
-    "dataset_impl": ("gpt2", "dataset"),
-    "train_impl": ("normal", "training method"),
+    "dataset_impl": ("gpt2", "dataset (pairwise and online data are post-training's)"),
+    "train_impl": ("normal", "post-training method"),
 }
 
 # Numeric ranges (inclusive).
@@ -153,30 +163,216 @@ for k in ("weight_decay init_method_std gradient_clipping clip_grad temperature 
     RANGES[k] = (0, float("inf"))
 
 
-def parse_reference(path):
-    keys, group, lines = [], None, open(path).read().split("\n")
-    for i, line in enumerate(lines):
-        if line.startswith("## "):
-            group = line[3:].strip()
-        m = re.match(r"^- \*\*(\w+)\*\*: (.*)$", line)
-        if not m:
-            continue
-        default = None
-        for follow in lines[i + 1:]:
-            if follow.startswith("- **") or follow.startswith("## "):
-                break
-            d = re.match(r"^\s+Default = (.*)$", follow)
-            if d:
-                default = d.group(1)
-                break
-        keys.append((group, m.group(1), m.group(2), default))
+
+# ---- sub-keys of the dicts GPT-NeoX passes to DeepSpeed ----------------------------------------------
+# (path, type, default YAML text or None, use, feature of a refusal or None, choices/supported values,
+# range). Names, types and defaults are DeepSpeed's (docs/config-json.md and its config classes:
+# runtime/precision_config.py, runtime/zero/config.py, runtime/zero/offload_config.py,
+# profiling/config.py, autotuning/config.py, monitor/config.py, comm/config.py,
+# runtime/activation_checkpointing/config.py). A dict listed here has exactly these sub-keys: any other
+# is an error with the closest one. Dicts not listed (comet_others, and the refused feature dicts) are
+# not looked into.
+def sub(path, ctype, default=None, use="USED", feature=None, choices=None, supported=None, lo=None, hi=None):
+    return dict(path=path, type=ctype, default=default, use=use, feature=feature, choices=choices,
+                supported=supported, lo=lo, hi=hi)
+
+
+LOSS_SCALER = [  # DeepSpeed's dynamic loss scaler settings (fp16)
+    ("loss_scale", "FLOAT", "0", 0, float("inf")), ("initial_scale_power", "INT", "16", 0, 120),
+    ("loss_scale_window", "INT", "1000", 1, float("inf")), ("hysteresis", "INT", "2", 1, float("inf")),
+    ("consecutive_hysteresis", "BOOL", "false", None, None), ("min_loss_scale", "FLOAT", "1", 0, float("inf")),
+]
+
+SUBKEYS = [sub("fp16.enabled", "BOOL", "false"),
+           sub("fp16.type", "STR", None)]  # GPT-NeoX's old spelling of bf16: type: bfloat16
+SUBKEYS += [sub("fp16." + n, t, d, lo=lo, hi=hi) for n, t, d, lo, hi in LOSS_SCALER]
+SUBKEYS += [
+    sub("fp16.auto_cast", "BOOL", "false", "IGNORED"),   # casts float inputs; a language model's are token ids
+    sub("fp16.fp16", "BOOL", None, "IGNORED"),           # not a DeepSpeed key; GPT-NeoX's configs carry it
+    sub("fp16.fp16_master_weights_and_grads", "BOOL", "false", "UNSUPPORTED", "fp16 master weights and gradients"),
+    sub("bf16.enabled", "BOOL", "false"),
+    sub("bf16.bf16", "BOOL", None, "IGNORED"),
+    sub("bf16.immediate_grad_update", "BOOL", "false", "IGNORED"),
+    sub("bf16.check_grad_overflow", "BOOL", "false", "UNSUPPORTED", "bf16 overflow checks (skipped steps)"),
+]
+# bf16 needs no loss scaling: GPT-NeoX's bf16 configs copy the fp16 scaler settings, which DeepSpeed ignores.
+SUBKEYS += [sub("bf16." + n, t, d, "IGNORED") for n, t, d, lo, hi in LOSS_SCALER]
+
+OFFLOAD_OPTIMIZER = "ZeRO optimizer-state offload"
+OFFLOAD_PARAM = "ZeRO parameter offload"
+SUBKEYS += [
+    sub("zero_optimization.stage", "INT", "0", supported="0|1|2", feature="ZeRO stage",
+        lo=0, hi=3),
+    sub("zero_optimization.reduce_scatter", "BOOL", "true"),
+    sub("zero_optimization.contiguous_gradients", "BOOL", "false", "IGNORED"),  # gradients are one flat buffer
+    sub("zero_optimization.reduce_bucket_size", "INT", "500000000", lo=1, hi=float("inf")),
+    sub("zero_optimization.allgather_bucket_size", "INT", "500000000", lo=1, hi=float("inf")),
+    sub("zero_optimization.overlap_comm", "BOOL", "false"),
+    sub("zero_optimization.allgather_partitions", "BOOL", "true", "IGNORED"),
+    sub("zero_optimization.load_from_fp32_weights", "BOOL", "true", "IGNORED"),
+    sub("zero_optimization.elastic_checkpoint", "BOOL", "false", "IGNORED"),
+    sub("zero_optimization.round_robin_gradients", "BOOL", "false", "IGNORED"),
+    sub("zero_optimization.ignore_unused_parameters", "BOOL", "true", "IGNORED"),
+    sub("zero_optimization.legacy_stage1", "BOOL", "false", "IGNORED"),
+    sub("zero_optimization.use_multi_rank_bucket_allreduce", "BOOL", "true", "IGNORED"),
+    sub("zero_optimization.cpu_offload", "BOOL", "false", "UNSUPPORTED", OFFLOAD_OPTIMIZER),
+    sub("zero_optimization.cpu_offload_param", "BOOL", "false", "UNSUPPORTED", OFFLOAD_PARAM),
+    sub("zero_optimization.cpu_offload_use_pin_memory", "BOOL", "false", "UNSUPPORTED", OFFLOAD_PARAM),
+    sub("zero_optimization.offload_optimizer", "DICT", None, "UNSUPPORTED", OFFLOAD_OPTIMIZER),
+    sub("zero_optimization.offload_param", "DICT", None, "UNSUPPORTED", OFFLOAD_PARAM),
+    sub("zero_optimization.zero_hpz_partition_size", "INT", "1", "UNSUPPORTED", "ZeRO++ hierarchical partitioning"),
+    sub("zero_optimization.zero_quantized_weights", "BOOL", "false", "UNSUPPORTED", "ZeRO++ quantized weights"),
+    sub("zero_optimization.zero_quantized_nontrainable_weights", "BOOL", "false", "UNSUPPORTED", "ZeRO++ quantized weights"),
+    sub("zero_optimization.zero_quantized_gradients", "BOOL", "false", "UNSUPPORTED", "ZeRO++ quantized gradients"),
+    sub("zero_optimization.mics_shard_size", "INT", "-1", "UNSUPPORTED", "MiCS sharding"),
+    sub("zero_optimization.mics_hierarchical_params_gather", "BOOL", "false", "UNSUPPORTED", "MiCS sharding"),
+]
+# Stage 3's own settings: they only matter for the refused stage 3.
+for n, t, d in (("sub_group_size", "INT", "1000000000"), ("stage3_prefetch_bucket_size", "INT", "50000000"),
+                ("prefetch_bucket_size", "INT", "50000000"),
+                ("stage3_param_persistence_threshold", "INT", "100000"), ("param_persistence_threshold", "INT", "100000"),
+                ("stage3_model_persistence_threshold", "INT", None), ("model_persistence_threshold", "INT", None),
+                ("stage3_max_live_parameters", "INT", "1000000000"), ("max_live_parameters", "INT", "1000000000"),
+                ("stage3_max_reuse_distance", "INT", "1000000000"), ("max_reuse_distance", "INT", "1000000000"),
+                ("stage3_gather_16bit_weights_on_model_save", "BOOL", "false"),
+                ("stage3_gather_fp16_weights_on_model_save", "BOOL", "false"),
+                ("gather_16bit_weights_on_model_save", "BOOL", "false"),
+                ("stage3_module_granularity_threshold", "INT", "0"), ("module_granularity_threshold", "INT", "0"),
+                ("stage3_use_all_reduce_for_fetch_params", "BOOL", "false"),
+                ("use_all_reduce_for_fetch_params", "BOOL", "false")):
+    SUBKEYS.append(sub("zero_optimization." + n, t, d, "IGNORED"))
+for dict_name, feature, keys in (
+        ("offload_optimizer", OFFLOAD_OPTIMIZER, (("pipeline_read", "BOOL", "false"), ("pipeline_write", "BOOL", "false"),
+                                                  ("fast_init", "BOOL", "false"), ("ratio", "FLOAT", "1.0"))),
+        ("offload_param", OFFLOAD_PARAM, (("buffer_size", "INT", "100000000"), ("max_in_cpu", "INT", "1000000000")))):
+    SUBKEYS.append(sub(f"zero_optimization.{dict_name}.device", "CHOICE", "none", "UNSUPPORTED", feature,
+                       choices="none|cpu|nvme"))
+    for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "5" if dict_name == "offload_param" else "4"),
+                    ("pin_memory", "BOOL", "false")) + keys:
+        SUBKEYS.append(sub(f"zero_optimization.{dict_name}.{n}", t, d, "UNSUPPORTED", feature))
+
+SUBKEYS += [
+    sub("optimizer.type", "CHOICE", "adam", choices="adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion",
+        supported="adam|onebitadam|sgd", feature="optimizer"),
+    sub("optimizer.params", "DICT", None),
+    sub("optimizer.params.lr", "FLOAT", None, lo=0, hi=10),  # as lr (RANGES)
+    sub("optimizer.params.betas", "LIST", None),
+    sub("optimizer.params.eps", "FLOAT", None, lo=0, hi=1),
+    sub("optimizer.params.momentum", "FLOAT", None, lo=0, hi=1),
+    sub("optimizer.params.weight_decay", "FLOAT", None, lo=0, hi=float("inf")),
+    sub("optimizer.params.freeze_step", "INT", None, lo=0, hi=float("inf")),
+    sub("optimizer.params.amsgrad", "BOOL", "false"),
+]
+# DeepSpeed's OnebitAdam stores these and its step does not use them; cuda_aware and comm_backend_name
+# pick a transport (here always MPI).
+SUBKEYS += [sub("optimizer.params." + n, t, None, "IGNORED")
+            for n, t in (("cuda_aware", "BOOL"), ("comm_backend_name", "STR"), ("bias_correction", "BOOL"),
+                         ("eps_inside_sqrt", "BOOL"), ("max_grad_norm", "FLOAT"))]
+# Parameters of DeepSpeed's and GPT-NeoX's other optimizers (FusedAdam, SGD, SM3, MADGRAD, Lion).
+SUBKEYS += [sub("optimizer.params." + n, "ANY", None, "UNSUPPORTED", "this optimizer parameter")
+            for n in ("adam_w_mode", "torch_adam", "fused", "dampening", "nesterov", "beta", "set_grad_none")]
+
+SCHEDULER = UNSUPPORTED["scheduler"]
+SUBKEYS += [sub("scheduler.type", "CHOICE", None, "UNSUPPORTED", SCHEDULER,
+                choices="LRRangeTest|OneCycle|WarmupLR|WarmupDecayLR|WarmupCosineLR"),
+            sub("scheduler.params", "DICT", None, "UNSUPPORTED", SCHEDULER)]
+SUBKEYS += [sub("scheduler.params." + n, "ANY", None, "UNSUPPORTED", SCHEDULER) for n in (
+    "lr_range_test_min_lr lr_range_test_step_size lr_range_test_step_rate lr_range_test_staircase "
+    "cycle_min_lr cycle_max_lr decay_lr_rate cycle_first_step_size cycle_second_step_size "
+    "cycle_first_stair_count cycle_second_stair_count decay_step_size cycle_momentum cycle_min_mom "
+    "cycle_max_mom decay_mom_rate warmup_min_lr warmup_max_lr warmup_num_steps warmup_type "
+    "total_num_steps warmup_min_ratio cos_min_ratio last_batch_iteration").split()]
+
+COMMS_LOGGER = [("enabled", "BOOL", "false"), ("verbose", "BOOL", "false"), ("prof_all", "BOOL", "true"),
+                ("prof_ops", "LIST", None), ("debug", "BOOL", "false")]
+SUBKEYS += [sub("comms_logger." + n, t, d) for n, t, d in COMMS_LOGGER]
+
+# deepspeed_extra_args is merged into DeepSpeed's config over GPT-NeoX's: comms_logger is read from it;
+# a key GPT-NeoX has its own argument for is refused (it would override that argument behind its back).
+SUBKEYS.append(sub("deepspeed_extra_args.comms_logger", "DICT", None))
+SUBKEYS += [sub("deepspeed_extra_args.comms_logger." + n, t, d) for n, t, d in COMMS_LOGGER]
+SUBKEYS += [sub("deepspeed_extra_args." + n, "ANY", None, "IGNORED")
+            for n in ("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "memory_breakdown",
+                      "dump_state", "timers")]
+# (the refusals of NeoXArgsDeepspeedConfig's keys inside deepspeed_extra_args: subkey_rows)
+
+# DeepSpeed features with no meaning here, each with its documented sub-keys (all ignored).
+IGNORED_DICTS = {
+    "flops_profiler": "enabled recompute_fwd_factor profile_step module_depth top_modules detailed output_file",
+    "autotuning": "enabled start_step end_step metric_path arg_mappings metric model_info results_dir exps_dir "
+                  "overwrite fast start_profile_step end_profile_step tuner_type tuner_early_stopping tuner_num_trials "
+                  "model_info_path mp_size max_train_batch_size min_train_batch_size max_train_micro_batch_size_per_gpu "
+                  "min_train_micro_batch_size_per_gpu num_tuning_micro_batch_sizes",
+    "csv_monitor": "enabled output_path job_name",
+    "tensorboard": "enabled output_path job_name",
+    "wandb": "enabled group team project",
+    "activation_checkpointing": "partition_activations contiguous_memory_optimization cpu_checkpointing "
+                                "number_checkpoints synchronize_checkpoint_boundary profile",
+    "checkpoint": "tag_validation load_universal use_node_local_storage parallel_write",
+}
+for dict_name, names in IGNORED_DICTS.items():
+    SUBKEYS += [sub(f"{dict_name}.{n}", "ANY", None, "IGNORED") for n in names.split()]
+
+# Apex AMP (refused as a whole): amp.initialize's arguments.
+SUBKEYS += [sub("amp." + n, "ANY", None, "UNSUPPORTED", "apex AMP") for n in (
+    "enabled opt_level cast_model_type patch_torch_functions keep_batchnorm_fp32 master_weights loss_scale "
+    "min_loss_scale max_loss_scale").split()]
+
+# neox.c accumulates gradients in fp32, which is grad_accum_dtype's fp32; a 16-bit accumulator is refused.
+SUBKEYS.append(sub("data_types.grad_accum_dtype", "CHOICE", None, "IGNORED", "gradient accumulation type",
+                   choices="fp32|fp16|bf16", supported="fp32"))
+
+
+def parse_dataclasses(directory):
+    """(class, key, annotation text, default value) for every field of GPT-NeoX's argument dataclasses,
+    in file order; a default that is not a literal (git_hash's subprocess call) reads as None."""
+    keys = []
+    for name in ARG_FILES:
+        tree = ast.parse(open(os.path.join(directory, name)).read(), name)
+        for cls in tree.body:
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for field in cls.body:
+                if not isinstance(field, ast.AnnAssign):
+                    continue
+                try:
+                    default = ast.literal_eval(field.value) if field.value is not None else None
+                except ValueError:
+                    default = None
+                keys.append((cls.name, field.target.id, ast.unparse(field.annotation), default))
     return keys
+
+
+def schema_type(annotation):
+    """The schema type and choices of a dataclass annotation."""
+    if annotation.startswith("Literal["):
+        return "CHOICE", "|".join(ast.literal_eval(annotation[len("Literal"):]))
+    if annotation.startswith("Optional["):
+        annotation = annotation[len("Optional["):-1]
+    simple = {"bool": "BOOL", "int": "INT", "float": "FLOAT", "str": "STR", "list": "LIST", "dict": "DICT"}
+    return simple.get(annotation, "ANY"), None  # Union[...] and Any: checked by the key's reader
+
+
+def yaml_text(value):
+    """The YAML text of a Python default (None for None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):  # YAML 1.1 reads a float only with a '.' and a signed exponent
+        mantissa, _, exponent = repr(value).partition("e")
+        if "." not in mantissa:
+            mantissa += ".0"
+        return mantissa + ("e" + exponent if exponent else "")
+    return json.dumps(value)  # a double-quoted YAML scalar
 
 
 def c_str(s):
     if s is None:
         return "NULL"
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def c_num(x):
@@ -185,64 +381,51 @@ def c_num(x):
     return repr(float(x)) if isinstance(x, float) else str(x)
 
 
-def yaml_default(pytype, default):
-    """The YAML text of a default as neox_arguments.md prints it (Python repr-ish)."""
-    if default is None or default == "None":
-        return None
-    if pytype == "bool":
-        return {"True": "true", "False": "false"}[default]
-    if pytype == "float":  # YAML 1.1 reads a float only with a '.' and a signed exponent
-        mantissa, _, exponent = repr(float(default)).partition("e")
-        if "." not in mantissa:
-            mantissa += ".0"
-        return mantissa + ("e" + exponent if exponent else "")
-    if pytype == "int":
-        return default
-    if pytype == "str" and default == "":
-        return "''"
-    if pytype.startswith("typing.Union"):
-        return default
-    return "'" + default.replace("'", "''") + "'"
-
-
-def main():
-    ref = sys.argv[1] if len(sys.argv) > 1 else "../shared/reference/gpt-neox-configs/neox_arguments.md"
+def key_rows(directory):
     seen, rows = set(), []
-    for group, name, pytype, default in parse_reference(ref) + EXTRA_KEYS:
-        if name in seen:  # a key listed twice in the reference: the first entry wins
+    deepspeed_config_keys = []
+    for group, name, annotation, default in parse_dataclasses(directory) + EXTRA_KEYS:
+        if group == "NeoXArgsDeepspeedConfig":
+            deepspeed_config_keys.append(name)
+        if name in seen:  # a key declared twice (autotuning): the first declaration wins
             continue
         seen.add(name)
-        nullable = default in (None, "None")
-        choices = None
-        if pytype.startswith("typing.Literal"):
-            ctype, choices = "CHOICE", "|".join(re.findall(r"'([^']*)'", pytype))
-        elif pytype.startswith("typing.Union") or pytype == "Optional":
-            ctype = "ANY"
-        elif pytype == "typing.Optional[str]":
-            ctype = "STR"
-        else:
-            ctype = {"bool": "BOOL", "int": "INT", "float": "FLOAT", "str": "STR", "list": "LIST",
-                     "dict": "DICT"}[pytype]
-        if name == "communication_data_type":  # the reference says bool; DeepSpeed takes a dtype name
-            ctype = "ANY"
+        ctype, choices = schema_type(annotation)
+        ctype = TYPE_OVERRIDES.get(name, ctype)
+        choices = CHOICES.get(name, choices)
         use = "UNSUPPORTED" if name in UNSUPPORTED else "IGNORED" if name in IGNORED else "USED"
         supported, feature = SUPPORTED.get(name, (None, UNSUPPORTED.get(name)))
         lo, hi = RANGES.get(name, (1, 0))
-        rows.append(dict(name=name, type=ctype, default=yaml_default(pytype, default), choices=choices,
-                         supported=supported, feature=feature, group=group, use=use, nullable=nullable,
+        rows.append(dict(name=name, type=ctype, default=yaml_text(default), choices=choices,
+                         supported=supported, feature=feature, group=group, use=use, nullable=default is None,
                          min=lo, max=hi, derived=name in DERIVED))
     for group, name, ctype, default, choices, derived, lo, hi in OWN_KEYS:
         rows.append(dict(name=name, type=ctype, default=default, choices=choices, supported=None, feature=None,
                          group=group, use="USED", nullable=default is None, min=1 if lo is None else lo,
                          max=0 if hi is None else hi, derived=bool(derived)))
+    return rows, deepspeed_config_keys
 
-    out = sys.stdout
-    out.write("// schema.c: the typed table of every GPT-NeoX configuration key (type, default, choices, range,\n"
-              "// argument group) and what neox.c does with it (used, ignored, or refused when set).\n"
-              "// GENERATED by scripts/gen_config_schema.py from GPT-NeoX's neox_arguments.md and the decisions\n"
-              "// listed in that script; edit the script and regenerate rather than editing this file.\n"
-              "#include <math.h>\n#include <string.h>\n\n#include \"config.h\"\n\n"
-              "const neox_key_spec neox_key_specs[] = {\n")
+
+def subkey_rows(deepspeed_config_keys):
+    subkeys = list(SUBKEYS)
+    present = {s["path"] for s in subkeys}
+    for name in deepspeed_config_keys:
+        if "deepspeed_extra_args." + name not in present:
+            present.add("deepspeed_extra_args." + name)
+            subkeys.append(sub("deepspeed_extra_args." + name, "ANY", None, "UNSUPPORTED",
+                               f"deepspeed_extra_args overriding GPT-NeoX's own key (set the top-level key '{name}')"))
+    rows = []
+    for s in subkeys:
+        lo, hi = (1, 0) if s["lo"] is None else (s["lo"], s["hi"])
+        choices = s["choices"] if s["type"] == "CHOICE" else None
+        rows.append(dict(name=s["path"], type=s["type"], default=s["default"], choices=choices,
+                         supported=s["supported"], feature=s["feature"], group=s["path"].split(".")[0],
+                         use=s["use"], nullable=s["default"] is None, min=lo, max=hi, derived=False))
+    return rows
+
+
+def write_table(out, c_name, rows):
+    out.write("const neox_key_spec %s[] = {\n" % c_name)
     for r in rows:
         out.write("    {.name = %s, .type = NEOX_TYPE_%s, .default_text = %s, .choices = %s, .supported = %s,\n"
                   "     .feature = %s, .group = %s, .use = NEOX_KEY_%s, .nullable = %d, .derived = %d,\n"
@@ -250,7 +433,23 @@ def main():
                       c_str(r["name"]), r["type"], c_str(r["default"]), c_str(r["choices"]),
                       c_str(r["supported"]), c_str(r["feature"]), c_str(r["group"]), r["use"],
                       int(r["nullable"]), int(r["derived"]), c_num(r["min"]), c_num(r["max"])))
-    out.write("};\n\nconst int neox_key_count = (int)(sizeof neox_key_specs / sizeof neox_key_specs[0]);\n")
+    out.write("};\n\n")
+
+
+def main():
+    directory = sys.argv[1] if len(sys.argv) > 1 else "../shared/reference/gpt-neox-args"
+    rows, deepspeed_config_keys = key_rows(directory)
+    out = sys.stdout
+    out.write("// schema.c: the typed table of every GPT-NeoX configuration key (type, default, choices, range,\n"
+              "// argument group) and of every sub-key of the dicts it hands to DeepSpeed, and what neox.c does\n"
+              "// with each (used, ignored, or refused when set).\n"
+              "// GENERATED by scripts/gen_config_schema.py from GPT-NeoX's neox_args.py and deepspeed_args.py and\n"
+              "// the decisions listed in that script; edit the script and regenerate rather than editing this file.\n"
+              "#include <math.h>\n#include <string.h>\n\n#include \"config.h\"\n\n")
+    write_table(out, "neox_key_specs", rows)
+    out.write("const int neox_key_count = (int)(sizeof neox_key_specs / sizeof neox_key_specs[0]);\n\n")
+    write_table(out, "neox_subkey_specs", subkey_rows(deepspeed_config_keys))
+    out.write("const int neox_subkey_count = (int)(sizeof neox_subkey_specs / sizeof neox_subkey_specs[0]);\n")
 
 
 if __name__ == "__main__":

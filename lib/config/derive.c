@@ -94,18 +94,18 @@ static int derive_batch(neox_config *cfg, neox_error *err, int64_t dp) {
 
 // ---- precision, ZeRO, optimizer ----------------------------------------------------------------
 
-static int dict_enabled(const neox_value *dict) {
-    const neox_value *e = neox_value_get(dict, "enabled");
-    return e && e->kind == NEOX_VALUE_BOOL && e->boolean;
+// A boolean sub-key set true (the schema has checked its type).
+static int sub_true(const neox_config *cfg, const char *path) {
+    const neox_value *v = neox_config_sub(cfg, path);
+    return v && v->kind == NEOX_VALUE_BOOL && v->boolean;
 }
 
 static int derive_precision(neox_config *cfg, neox_error *err) {
-    const neox_value *fp16 = val(cfg, "fp16"), *bf16 = val(cfg, "bf16");
     const char *precision = neox_config_str(cfg, "precision"), *wanted = NULL, *by = NULL;
-    const neox_value *type = neox_value_get(fp16, "type");
+    const neox_value *type = neox_config_sub(cfg, "fp16.type");
     if (type && type->kind == NEOX_VALUE_STRING && strcasecmp(type->string, "bfloat16") == 0) wanted = "bfloat16", by = "fp16";
-    else if (dict_enabled(fp16)) wanted = "fp16", by = "fp16";
-    if (dict_enabled(bf16)) {
+    else if (sub_true(cfg, "fp16.enabled")) wanted = "fp16", by = "fp16";
+    if (sub_true(cfg, "bf16.enabled")) {
         if (wanted && strcmp(wanted, "bfloat16") != 0)
             return derive_fail(cfg, err, "bf16", "bf16 and fp16 are both enabled; enable one");
         wanted = "bfloat16", by = "bf16";
@@ -116,31 +116,31 @@ static int derive_precision(neox_config *cfg, neox_error *err) {
     return 0;
 }
 
+// GPT-NeoX's zero_* keys from the zero_optimization dict, with DeepSpeed's defaults (the sub-key
+// schema's); the dict's own refusals (stage 3, offload) are the schema's too.
 static int derive_zero(neox_config *cfg, neox_error *err) {
-    const neox_value *zero = val(cfg, "zero_optimization");
-    static const struct { const char *key, *field, *fallback; } map[] = {
-        {"zero_stage", "stage", "0"},
-        {"zero_reduce_scatter", "reduce_scatter", "true"},
-        {"zero_contiguous_gradients", "contiguous_gradients", "false"},
-        {"zero_reduce_bucket_size", "reduce_bucket_size", "500000000"},
-        {"zero_allgather_bucket_size", "allgather_bucket_size", "500000000"},
+    static const struct { const char *key, *path; } map[] = {
+        {"zero_stage", "zero_optimization.stage"},
+        {"zero_reduce_scatter", "zero_optimization.reduce_scatter"},
+        {"zero_contiguous_gradients", "zero_optimization.contiguous_gradients"},
+        {"zero_reduce_bucket_size", "zero_optimization.reduce_bucket_size"},
+        {"zero_allgather_bucket_size", "zero_optimization.allgather_bucket_size"},
     };
     for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
-        const neox_value *v = neox_value_get(zero, map[i].field);
+        const neox_value *v = neox_config_sub(cfg, map[i].path);
         if (v) {
             neox_config_set_derived(cfg, map[i].key, (neox_value *)v);  // the file's value, shown as derived
             continue;
         }
-        neox_value *d = neox_yaml_parse(map[i].fallback, strlen(map[i].fallback), "default", err);
+        const char *fallback = neox_subkey_find(map[i].path)->default_text;
+        neox_value *d = neox_yaml_parse(fallback, strlen(fallback), "default", err);
+        if (!d) return -1;
         d->file = NULL;
         neox_value *owned = neox_config_new_value(cfg, d->kind);
         *owned = *d;
         free(d);
         neox_config_set_derived(cfg, map[i].key, owned);
     }
-    const neox_value *stage = val(cfg, "zero_stage");
-    if (stage->kind != NEOX_VALUE_INT || stage->integer < 0 || stage->integer > 3)
-        return derive_fail(cfg, err, "zero_optimization", "stage must be 0, 1, 2 or 3");
     return 0;
 }
 
@@ -163,50 +163,25 @@ static int check_number(const neox_config *cfg, neox_error *err, const neox_valu
     return 0;
 }
 
+// A number sub-key (type and range checked by the schema), or fallback when unset.
+static double sub_number(const neox_config *cfg, const char *path, double fallback) {
+    const neox_value *v = neox_config_sub(cfg, path);
+    return v && v->kind != NEOX_VALUE_NULL ? v->number : fallback;
+}
+
 // 1-bit Adam's own params: freeze_step (DeepSpeed's default 100000) and weight_decay, which
 // DeepSpeed takes from these params (GPT-NeoX's decay parameter group does not set its own).
-static int derive_onebit(neox_config *cfg, neox_error *err, const neox_value *params) {
-    const neox_value *freeze = neox_value_get(params, "freeze_step"), *wd = neox_value_get(params, "weight_decay");
-    const neox_value *amsgrad = neox_value_get(params, "amsgrad");
-    if (freeze && (freeze->kind != NEOX_VALUE_INT || freeze->integer < 0))
-        return derive_fail(cfg, err, "optimizer", "params.freeze_step must be a non-negative integer");
-    if (wd && check_number(cfg, err, wd, "params.weight_decay", 0, INFINITY) < 0) return -1;
-    if (amsgrad && (amsgrad->kind != NEOX_VALUE_BOOL || amsgrad->boolean))
+static int derive_onebit(neox_config *cfg, neox_error *err) {
+    if (sub_true(cfg, "optimizer.params.amsgrad"))
         return derive_fail(cfg, err, "optimizer", "params.amsgrad: 1-bit Adam does not support the AMSGrad variant");
-    neox_config_set_derived_int(cfg, "onebitadam_freeze_step", freeze ? freeze->integer : 100000);
-    neox_config_set_derived_float(cfg, "onebitadam_weight_decay", wd ? wd->number : 0.0);
+    neox_config_set_derived_int(cfg, "onebitadam_freeze_step", (int64_t)sub_number(cfg, "optimizer.params.freeze_step", 100000));
+    neox_config_set_derived_float(cfg, "onebitadam_weight_decay", sub_number(cfg, "optimizer.params.weight_decay", 0.0));
     return 0;
 }
 
-static int derive_optimizer(neox_config *cfg, neox_error *err) {
-    const neox_value *opt = val(cfg, "optimizer");
-    const char *type = "Adam";
-    const neox_value *params = NULL;
-    if (opt->kind == NEOX_VALUE_MAP) {
-        const neox_value *t = neox_value_get(opt, "type");
-        params = neox_value_get(opt, "params");
-        if (!t || t->kind != NEOX_VALUE_STRING) return derive_fail(cfg, err, "optimizer", "must contain a string 'type'");
-        if (!params || params->kind != NEOX_VALUE_MAP) return derive_fail(cfg, err, "optimizer", "must contain a mapping 'params'");
-        type = t->string;
-    }
-    const neox_key_spec *spec = neox_key_find("optimizer_type");
-    char lower[64];
-    snprintf(lower, sizeof lower, "%s", type);
-    for (char *p = lower; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-    if (!strstr("|adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion|", lower) || strchr(lower, '|'))
-        return derive_fail(cfg, err, "optimizer", "type '%s' is not one of: %s", type, spec->choices);
-    const int onebit = strcmp(lower, "onebitadam") == 0;
-    if (strcmp(lower, "adam") != 0 && strcmp(lower, "sgd") != 0 && !onebit)
-        return derive_fail(cfg, err, "optimizer", "optimizer '%s' is not supported by neox.c "
-                           "(supported: adam, onebitadam, sgd)", type);
-    const neox_config_slot *set_type = neox_config_slot_of(cfg, "optimizer_type");
-    if (set_type->set && strcasecmp(set_type->set->string, type) != 0)
-        return derive_fail(cfg, err, "optimizer_type", "'%s' conflicts with optimizer.type '%s' (GPT-NeoX takes optimizer.type)",
-                           set_type->set->string, type);
-    neox_config_set_derived_str(cfg, "optimizer_type", type);
-
-    const int adam = strcmp(lower, "adam") == 0 || onebit;
-    const char *const *allowed = onebit ? ONEBIT_PARAMS : adam ? ADAM_PARAMS : SGD_PARAMS;
+// The params the optimizer type takes: anything else (known to the schema) is refused, not ignored.
+static int check_params_for_type(const neox_config *cfg, neox_error *err, const neox_value *params, const char *type,
+                                 int onebit, const char *const *allowed) {
     for (int i = 0; params && i < params->count; i++) {
         int ok = 0;
         for (int j = 0; allowed[j]; j++) ok |= strcmp(params->keys[i], allowed[j]) == 0;
@@ -216,19 +191,35 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
         if (!ok)
             return derive_fail(cfg, err, "optimizer", "params.%s is not supported for optimizer '%s' by neox.c", params->keys[i], type);
     }
-    const neox_value *lr = neox_value_get(params, "lr");
-    double lr_value = 0.001;  // GPT-NeoX's default optimizer params
-    if (lr) {
-        if (check_number(cfg, err, lr, "params.lr", 0, NEOX_MAX_LEARNING_RATE) < 0) return -1;
-        lr_value = lr->number;
+    return 0;
+}
+
+static int derive_optimizer(neox_config *cfg, neox_error *err) {
+    const neox_value *opt = val(cfg, "optimizer");
+    const char *type = "Adam";  // (optimizer.type's choices and supported values are the schema's)
+    if (opt->kind == NEOX_VALUE_MAP) {
+        const neox_value *t = neox_config_sub(cfg, "optimizer.type"), *params = neox_config_sub(cfg, "optimizer.params");
+        if (!t || t->kind != NEOX_VALUE_STRING) return derive_fail(cfg, err, "optimizer", "must contain a string 'type'");
+        if (!params || params->kind != NEOX_VALUE_MAP) return derive_fail(cfg, err, "optimizer", "must contain a mapping 'params'");
+        type = t->string;
     }
+    const int onebit = strcasecmp(type, "onebitadam") == 0, adam = strcasecmp(type, "adam") == 0 || onebit;
+    const neox_config_slot *set_type = neox_config_slot_of(cfg, "optimizer_type");
+    if (set_type->set && strcasecmp(set_type->set->string, type) != 0)
+        return derive_fail(cfg, err, "optimizer_type", "'%s' conflicts with optimizer.type '%s' (GPT-NeoX takes optimizer.type)",
+                           set_type->set->string, type);
+    neox_config_set_derived_str(cfg, "optimizer_type", type);
+    const neox_value *params = opt->kind == NEOX_VALUE_MAP ? neox_config_sub(cfg, "optimizer.params") : NULL;
+    if (check_params_for_type(cfg, err, params, type, onebit, onebit ? ONEBIT_PARAMS : adam ? ADAM_PARAMS : SGD_PARAMS) < 0)
+        return -1;
+    double lr_value = sub_number(cfg, "optimizer.params.lr", 0.001);  // GPT-NeoX's default optimizer params
     const neox_config_slot *set_lr = neox_config_slot_of(cfg, "lr");
     if (set_lr->set && set_lr->set->kind != NEOX_VALUE_NULL && set_lr->set->number != lr_value)
         return derive_fail(cfg, err, "lr", "GPT-NeoX takes the learning rate from optimizer.params.lr (%g); set it there", lr_value);
     neox_config_set_derived_float(cfg, "lr", lr_value);
     if (adam) {
-        const neox_value *betas = neox_value_get(params, "betas"), *eps = neox_value_get(params, "eps");
-        double b1 = 0.9, b2 = 0.999, e = 1e-8;
+        const neox_value *betas = neox_config_sub(cfg, "optimizer.params.betas");
+        double b1 = 0.9, b2 = 0.999;
         if (betas) {
             if (betas->kind != NEOX_VALUE_LIST || betas->count != 2)
                 return derive_fail(cfg, err, "optimizer", "params.betas must be a list of two numbers");
@@ -237,18 +228,12 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
                 return -1;
             b1 = betas->items[0]->number, b2 = betas->items[1]->number;
         }
-        if (eps) {
-            if (check_number(cfg, err, eps, "params.eps", 0, 1) < 0) return -1;
-            e = eps->number;
-        }
         neox_config_set_derived_float(cfg, "adam_beta1", b1);
         neox_config_set_derived_float(cfg, "adam_beta2", b2);
-        neox_config_set_derived_float(cfg, "adam_eps", e);
-        if (onebit && derive_onebit(cfg, err, params) < 0) return -1;
+        neox_config_set_derived_float(cfg, "adam_eps", sub_number(cfg, "optimizer.params.eps", 1e-8));
+        if (onebit && derive_onebit(cfg, err) < 0) return -1;
     } else {
-        const neox_value *m = neox_value_get(params, "momentum");
-        if (m && check_number(cfg, err, m, "params.momentum", 0, 1) < 0) return -1;
-        neox_config_set_derived_float(cfg, "sgd_momentum", m ? m->number : 0.0);
+        neox_config_set_derived_float(cfg, "sgd_momentum", sub_number(cfg, "optimizer.params.momentum", 0.0));
     }
     if (neox_config_float(cfg, "min_lr") > lr_value)
         return derive_fail(cfg, err, "min_lr", "min_lr (%g) must not exceed lr (%g)", neox_config_float(cfg, "min_lr"), lr_value);
@@ -449,6 +434,11 @@ static int derive_data(neox_config *cfg, neox_error *err) {
         return derive_fail(cfg, err, "train_data_paths", "set all of train_data_paths, valid_data_paths and test_data_paths, or none");
     if (given == 3 && !is_none(cfg, "data_path"))
         return derive_fail(cfg, err, "data_path", "set either data_path or train/valid/test_data_paths, not both");
+    // Checked here so --print-config fails on a bad split (with file:line), not the first training step.
+    double split_weights[3];
+    neox_error split_err = {0};
+    if (!is_none(cfg, "split") && neox_split_weights(neox_config_str(cfg, "split"), split_weights, &split_err) != 0)
+        return derive_fail(cfg, err, "split", "%s", split_err.message);
     if (is_none(cfg, "text_gen_type"))
         neox_config_set_derived_str(cfg, "text_gen_type", is_none(cfg, "sample_input_file") ? "unconditional" : "input-file");
     return 0;

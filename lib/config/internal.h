@@ -26,9 +26,17 @@ struct neox_config {
     int nowned, owned_cap;
     int world_size;
     int data_parallel_only;    // neox_config_options.data_parallel_only
+    unsigned char *read;       // per schema key: read through an accessor (recorded once)
+    unsigned char *read_sub;   // per sub-key schema entry: the same
+    char *reads_path;          // NEOX_CONFIG_READS, or NULL
 };
 
 int neox_key_index(const char *name);   // -1 when unknown
+// The entry of specs[0..count) closest to name among those whose name starts with prefix, or NULL when
+// none is close enough to be a plausible typo.
+const char *neox_key_suggest(const char *name, const neox_key_spec *specs, int count, const char *prefix);
+// A dict-valued switch that is off: empty, `enabled: false`, or (offload dicts) `device: none`.
+int neox_dict_is_off(const neox_value *v);
 // Keys compare with '-' and '_' equal.
 int neox_key_equal(const char *a, const char *b);
 

@@ -56,16 +56,28 @@ static int edit_distance(const char *a, const char *b) {
     return d;
 }
 
-// The schema key closest to name, or NULL when none is close enough to be a plausible typo.
-static const char *suggest_key(const char *name) {
+const char *neox_key_suggest(const char *name, const neox_key_spec *specs, int count, const char *prefix) {
     const char *best = NULL;
     int best_d = INT_MAX;
-    for (int i = 0; i < neox_key_count; i++) {
-        int d = edit_distance(name, neox_key_specs[i].name);
-        if (d < best_d) best_d = d, best = neox_key_specs[i].name;
+    size_t skip = strlen(prefix);
+    for (int i = 0; i < count; i++) {
+        if (strncmp(specs[i].name, prefix, skip) != 0 || strchr(specs[i].name + skip, '.')) continue;
+        int d = edit_distance(name, specs[i].name + skip);
+        if (d < best_d) best_d = d, best = specs[i].name;
     }
     int limit = (int)strlen(name) / 3 + 1;
     return best_d <= limit ? best : NULL;
+}
+
+static int subkey_index(const char *path) {
+    for (int i = 0; i < neox_subkey_count; i++)
+        if (strcmp(neox_subkey_specs[i].name, path) == 0) return i;
+    return -1;
+}
+
+const neox_key_spec *neox_subkey_find(const char *path) {
+    int i = subkey_index(path);
+    return i < 0 ? NULL : &neox_subkey_specs[i];
 }
 
 const char *neox_value_where(const neox_value *v, char *buf, size_t size) {
@@ -163,7 +175,7 @@ static int merge_file(neox_config *cfg, const neox_value *tree, const char *path
         const neox_value *v = tree->items[i];
         int k = neox_key_index(key);
         if (k < 0) {
-            const char *hint = suggest_key(key);
+            const char *hint = neox_key_suggest(key, neox_key_specs, neox_key_count, "");
             if (hint)
                 return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: unknown key '%s'; did you mean '%s'?", path, v->line,
                                  key, hint);
@@ -201,15 +213,32 @@ static int read_files(neox_config *cfg, const char *const *paths, int npaths, ne
     return 0;
 }
 
-// One notice naming every ignored key the files set, so users see them without a wall of warnings.
+static void append_name(char **list, size_t *len, const char *name) {
+    *list = neox_realloc(*list, *len + strlen(name) + 3);
+    *len += (size_t)sprintf(*list + *len, "%s%s", *len ? ", " : "", name);
+}
+
+// The ignored sub-keys set inside map (at path), depth first. An ignored dict stands for its contents.
+static void append_ignored_subkeys(char **list, size_t *len, const char *path, const neox_value *map) {
+    for (int i = 0; map && map->kind == NEOX_VALUE_MAP && i < map->count; i++) {
+        char full[512];
+        snprintf(full, sizeof full, "%s.%s", path, map->keys[i]);
+        const neox_key_spec *k = neox_subkey_find(full);
+        if (!k) continue;  // (validation refused unknown sub-keys already)
+        if (k->use == NEOX_KEY_IGNORED) append_name(list, len, full);
+        else append_ignored_subkeys(list, len, full, map->items[i]);
+    }
+}
+
+// One notice naming every ignored key and sub-key the files set, each once, so users see them
+// without a wall of warnings.
 static void notice_ignored(const neox_config *cfg) {
     size_t len = 0;
     char *list = NULL;
     for (int i = 0; i < neox_key_count; i++) {
-        if (!cfg->slots[i].set || neox_key_specs[i].use != NEOX_KEY_IGNORED) continue;
-        const char *name = neox_key_specs[i].name;
-        list = neox_realloc(list, len + strlen(name) + 3);
-        len += (size_t)sprintf(list + len, "%s%s", len ? ", " : "", name);
+        if (!cfg->slots[i].set) continue;
+        if (neox_key_specs[i].use == NEOX_KEY_IGNORED) append_name(&list, &len, neox_key_specs[i].name);
+        else append_ignored_subkeys(&list, &len, neox_key_specs[i].name, cfg->slots[i].set);
     }
     if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service or kernel-fusion settings): %s", list);
     free(list);
@@ -226,6 +255,10 @@ neox_config *neox_config_load(const char *const *paths, int npaths, const neox_c
     cfg->trees = neox_calloc((size_t)npaths, sizeof *cfg->trees);
     cfg->world_size = opts && opts->world_size > 0 ? opts->world_size : 1;
     cfg->data_parallel_only = opts && opts->data_parallel_only;
+    cfg->read = neox_calloc((size_t)neox_key_count, 1);
+    cfg->read_sub = neox_calloc((size_t)neox_subkey_count, 1);
+    const char *reads = getenv("NEOX_CONFIG_READS");
+    cfg->reads_path = reads && *reads ? neox_strdup(reads) : NULL;
     if (fill_defaults(cfg, err) < 0 || read_files(cfg, paths, npaths, err) < 0 ||
         neox_config_validate_values(cfg, err) < 0 || neox_config_derive(cfg, err) < 0) {
         neox_config_free(cfg);
@@ -246,13 +279,56 @@ void neox_config_free(neox_config *cfg) {
     free(cfg->trees);
     free(cfg->paths);
     free(cfg->slots);
+    free(cfg->read);
+    free(cfg->read_sub);
+    free(cfg->reads_path);
     free(cfg);
 }
 
 // ---- reading ---------------------------------------------------------------------------------
 
+// Appends name to the NEOX_CONFIG_READS file the first time it is read (flag: its read mark).
+static void record_read(const neox_config *cfg, unsigned char *flag, const char *name) {
+    if (*flag) return;
+    *flag = 1;
+    if (!cfg->reads_path) return;
+    FILE *f = fopen(cfg->reads_path, "a");
+    if (!f) neox_die(NEOX_EXIT_FAILURE, "NEOX_CONFIG_READS: cannot append to %s", cfg->reads_path);
+    fprintf(f, "%s\n", name);
+    fclose(f);
+}
+
+// The slot of a key read through an accessor, recorded as read.
+static const neox_config_slot *read_slot(const neox_config *cfg, const char *key) {
+    int i = slot_index_or_die(key);
+    record_read(cfg, &cfg->read[i], neox_key_specs[i].name);
+    return &cfg->slots[i];
+}
+
+const neox_value *neox_config_sub(const neox_config *cfg, const char *path) {
+    int i = subkey_index(path);
+    if (i < 0) neox_die(NEOX_EXIT_FAILURE, "internal error: configuration sub-key '%s' is not in the schema", path);
+    record_read(cfg, &cfg->read_sub[i], path);
+    char top[256];
+    size_t n = strcspn(path, ".");
+    snprintf(top, sizeof top, "%.*s", (int)n, path);
+    const neox_value *v = read_slot(cfg, top)->value;
+    // Sub-key names match exactly (not neox_value_get's '-' == '_'): DeepSpeed reads them so.
+    for (const char *p = path + n; v && *p == '.';) {
+        size_t len = strcspn(p + 1, ".");
+        char part[256];
+        snprintf(part, sizeof part, "%.*s", (int)len, p + 1);
+        const neox_value *next = NULL;
+        for (int j = 0; v->kind == NEOX_VALUE_MAP && j < v->count; j++)
+            if (strcmp(v->keys[j], part) == 0) next = v->items[j];
+        v = next;
+        p += len + 1;
+    }
+    return v;
+}
+
 static const neox_value *typed(const neox_config *cfg, const char *key, neox_value_kind want, const char *what) {
-    const neox_value *v = neox_config_slot_of(cfg, key)->value;
+    const neox_value *v = read_slot(cfg, key)->value;
     if (v->kind == NEOX_VALUE_NULL) return v;
     if (v->kind != want && !(want == NEOX_VALUE_FLOAT && v->kind == NEOX_VALUE_INT))
         neox_die(NEOX_EXIT_FAILURE, "internal error: configuration key '%s' read as %s", key, what);
@@ -260,7 +336,7 @@ static const neox_value *typed(const neox_config *cfg, const char *key, neox_val
 }
 
 int neox_config_has(const neox_config *cfg, const char *key) {
-    return neox_config_slot_of(cfg, key)->value->kind != NEOX_VALUE_NULL;
+    return read_slot(cfg, key)->value->kind != NEOX_VALUE_NULL;
 }
 
 int neox_config_bool(const neox_config *cfg, const char *key) {
@@ -280,7 +356,7 @@ const char *neox_config_str(const neox_config *cfg, const char *key) {
 }
 
 const neox_value *neox_config_value(const neox_config *cfg, const char *key) {
-    return neox_config_slot_of(cfg, key)->value;
+    return read_slot(cfg, key)->value;
 }
 
 const char *neox_config_source(const neox_config *cfg, const char *key, char *buf, size_t size) {

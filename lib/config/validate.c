@@ -1,6 +1,8 @@
 // validate.c: checks every value a config file sets against its schema entry — type, range, choice —
 // and refuses values that select features neox.c does not implement, naming the feature, the key and
-// the file:line. Consistency between keys is derive.c's job.
+// the file:line; inside the dicts GPT-NeoX hands to DeepSpeed, every sub-key the same way against the
+// sub-key schema (an unknown one is an error with the closest known one). Consistency between keys is
+// derive.c's job.
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -122,47 +124,88 @@ static int value_equal(const neox_value *a, const neox_value *b) {
 }
 
 // A dict-valued feature switch counts as off when empty or when its "enabled" is false, as
-// GPT-NeoX and DeepSpeed read them.
-static int dict_is_off(const neox_value *v) {
+// GPT-NeoX and DeepSpeed read them; DeepSpeed's offload dicts are off with `device: none`.
+int neox_dict_is_off(const neox_value *v) {
     if (v->kind != NEOX_VALUE_MAP) return 0;
     if (v->count == 0) return 1;
-    const neox_value *enabled = neox_value_get(v, "enabled");
+    const neox_value *enabled = neox_value_get(v, "enabled"), *device = neox_value_get(v, "device");
+    if (device && device->kind == NEOX_VALUE_STRING && strcasecmp(device->string, "none") == 0) return 1;
     return enabled && enabled->kind == NEOX_VALUE_BOOL && !enabled->boolean;
 }
 
 static int check_supported(const neox_key_spec *k, const neox_value *v, const neox_value *def, neox_error *err) {
     char buf[256], text[256];
-    if (k->use == NEOX_KEY_UNSUPPORTED && !value_equal(v, def) && !dict_is_off(v))
+    if (k->use == NEOX_KEY_UNSUPPORTED && !value_equal(v, def) && !neox_dict_is_off(v))
         return key_fail(err, k, v, "%s is not supported by neox.c (value %s; docs/config.md)", k->feature,
                         neox_value_format(v, text, sizeof text));
-    if (k->supported && v->kind == NEOX_VALUE_STRING && !in_list(k->supported, v->string))
-        return key_fail(err, k, v, "%s '%s' is not supported by neox.c (supported: %s)", k->feature, v->string,
+    // (an INT key's supported values are its decimal texts: zero_optimization.stage)
+    const char *word = v->kind == NEOX_VALUE_STRING ? v->string
+                       : v->kind == NEOX_VALUE_INT ? neox_value_format(v, text, sizeof text) : NULL;
+    if (k->supported && word && !in_list(k->supported, word))
+        return key_fail(err, k, v, "%s '%s' is not supported by neox.c (supported: %s)", k->feature, word,
                         list_text(k->supported, buf, sizeof buf));
+    return 0;
+}
+
+// The schema default of k as a value (None when it has none); free with neox_value_free.
+static neox_value *parse_default(const neox_key_spec *k, neox_error *err) {
+    if (!k->default_text) return neox_calloc(1, sizeof(neox_value));  // a NULL-kind value
+    return neox_yaml_parse(k->default_text, strlen(k->default_text), "schema", err);
+}
+
+// Checks one value against its entry: null-ness, type, range, and (unless a dict around it is switched
+// off, which makes its contents moot) whether it selects a refused feature.
+static int check_value(const neox_key_spec *k, const neox_value *v, int inside_off, neox_error *err) {
+    if (v->kind == NEOX_VALUE_NULL) {
+        if (!k->nullable) return key_fail(err, k, v, "must not be null (default: %s)", k->default_text);
+        return 0;
+    }
+    neox_value *def = parse_default(k, err);
+    if (!def) return -1;
+    int failed = check_type(k, v, err) < 0 || check_range(k, v, err) < 0 ||
+                 (!inside_off && check_supported(k, v, def, err) < 0);
+    neox_value_free(def);
+    return failed ? -1 : 0;
+}
+
+static int has_subkeys(const char *path) {
+    size_t n = strlen(path);
+    for (int i = 0; i < neox_subkey_count; i++)
+        if (strncmp(neox_subkey_specs[i].name, path, n) == 0 && neox_subkey_specs[i].name[n] == '.') return 1;
+    return 0;
+}
+
+// Every sub-key of the dict map at path, recursively: known (exactly as DeepSpeed spells it), then
+// checked like a top-level key. A dict without sub-key entries is not looked into.
+static int check_subkeys(const char *path, const neox_value *map, int inside_off, neox_error *err) {
+    if (map->kind != NEOX_VALUE_MAP || !has_subkeys(path)) return 0;
+    inside_off |= neox_dict_is_off(map);
+    char prefix[512], full[512];
+    snprintf(prefix, sizeof prefix, "%s.", path);
+    for (int i = 0; i < map->count; i++) {
+        const neox_value *v = map->items[i];
+        snprintf(full, sizeof full, "%s%s", prefix, map->keys[i]);
+        const neox_key_spec *k = neox_subkey_find(full);
+        if (!k) {
+            const char *hint = neox_key_suggest(map->keys[i], neox_subkey_specs, neox_subkey_count, prefix);
+            if (hint)
+                return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: unknown key '%s'; did you mean '%s'?", v->file, v->line,
+                                 full, hint);
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s:%d: unknown key '%s' (the keys of '%s': docs/config.md)", v->file,
+                             v->line, full, path);
+        }
+        if (check_subkeys(full, v, inside_off, err) < 0 || check_value(k, v, inside_off, err) < 0) return -1;
+    }
     return 0;
 }
 
 int neox_config_validate_values(neox_config *cfg, neox_error *err) {
     for (int i = 0; i < neox_key_count; i++) {
         const neox_key_spec *k = &neox_key_specs[i];
-        const neox_value *v = cfg->slots[i].set, *def;
+        const neox_value *v = cfg->slots[i].set;
         if (!v) continue;
-        def = v;  // the default is whatever fill_defaults parsed; find it again for comparison
-        if (v->kind == NEOX_VALUE_NULL) {
-            if (!k->nullable) return key_fail(err, k, v, "must not be null (default: %s)", k->default_text);
-            continue;
-        }
-        neox_value *parsed = NULL;
-        if (k->default_text) {
-            parsed = neox_yaml_parse(k->default_text, strlen(k->default_text), "schema", err);
-            if (!parsed) return -1;
-            def = parsed;
-        } else {
-            static const neox_value none = {.kind = NEOX_VALUE_NULL};
-            def = &none;
-        }
-        int failed = check_type(k, v, err) < 0 || check_range(k, v, err) < 0 || check_supported(k, v, def, err) < 0;
-        neox_value_free(parsed);
-        if (failed) return -1;
+        // Sub-keys first: a misspelt sub-key is named even inside a dict that is refused as a whole.
+        if (check_subkeys(k->name, v, 0, err) < 0 || check_value(k, v, 0, err) < 0) return -1;
     }
     return 0;
 }

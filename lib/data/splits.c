@@ -3,6 +3,7 @@
 // normalised blend weights with the 1.005 margin, weights by document count, and the greedy
 // blending assignment. Floating-point steps are done in the same order as the Python code so the
 // rounding is the same.
+#include "config.h"
 #include "data.h"
 
 #include <math.h>
@@ -10,24 +11,10 @@
 #include <string.h>
 
 int neox_split_ranges(const char *splits, int64_t num_docs, int64_t index[4], neox_error *err) {
-    double w[3] = {0, 0, 0};
-    char sep = strchr(splits, ',') ? ',' : strchr(splits, '/') ? '/' : 0;
-    const char *p = splits;
-    int n = 0;
-    for (;;) {
-        char *end;
-        double v = strtod(p, &end);
-        while (*end == ' ') end++;
-        if (end == p || (*end && *end != sep) || !isfinite(v) || v < 0)
-            return neox_fail(err, NEOX_EXIT_USAGE, "split '%s': expected up to three numbers separated by ',' or '/'", splits);
-        if (n < 3) w[n] = v;  // GPT-NeoX keeps the first three
-        n++;
-        if (!*end) break;
-        p = end + 1;
-    }
+    double w[3];
+    if (neox_split_weights(splits, w, err) != 0) return -1;
     double sum = 0;
     for (int i = 0; i < 3; i++) sum += w[i];
-    if (!(sum > 0)) return neox_fail(err, NEOX_EXIT_USAGE, "split '%s': the parts add up to zero", splits);
     index[0] = 0;
     // int(round(x)) in Python rounds half to even, as rint does in the default rounding mode.
     for (int i = 0; i < 3; i++) index[i + 1] = index[i] + (int64_t)rint(w[i] / sum * (double)num_docs);

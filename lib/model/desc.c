@@ -51,13 +51,22 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     d->num_layers = (int)neox_config_int(cfg, "num_layers");
     d->num_heads = (int)neox_config_int(cfg, "num_attention_heads");
     d->num_kv_heads = neox_config_has(cfg, "num_kv_heads") ? (int)neox_config_int(cfg, "num_kv_heads") : d->num_heads;
+    // GPT-NeoX overwrites a padded_vocab_size the file set with the tokenizer's; here they must agree.
+    const int64_t given = neox_config_has(cfg, "padded_vocab_size") ? neox_config_int(cfg, "padded_vocab_size") : 0;
     if (tokenizer_vocab > 0)
         d->vocab_size = (int)neox_padded_vocab_size(tokenizer_vocab, neox_config_int(cfg, "make_vocab_size_divisible_by"),
                                                     neox_config_int(cfg, "model_parallel_size"));
-    else if (neox_config_has(cfg, "padded_vocab_size"))
-        d->vocab_size = (int)neox_config_int(cfg, "padded_vocab_size");
+    else if (given > 0)
+        d->vocab_size = (int)given;
     else
         return neox_fail(err, NEOX_EXIT_USAGE, "padded_vocab_size is not set and no tokenizer gives the vocabulary");
+    if (given > 0 && given != d->vocab_size) {
+        char where[4096];
+        return neox_fail(err, NEOX_EXIT_USAGE,
+                         "%s: key 'padded_vocab_size': %lld does not match the tokenizer's vocabulary padded to %d "
+                         "(make_vocab_size_divisible_by x model_parallel_size); leave it unset",
+                         neox_config_source(cfg, "padded_vocab_size", where, sizeof where), (long long)given, d->vocab_size);
+    }
     d->max_positions = neox_config_has(cfg, "max_position_embeddings") ? (int)neox_config_int(cfg, "max_position_embeddings")
                        : neox_config_has(cfg, "seq_length") ? (int)neox_config_int(cfg, "seq_length") : 0;
     if (d->max_positions <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "max_position_embeddings is not set");

@@ -36,8 +36,11 @@ static int op_of_name(const char *name) {
     return -1;
 }
 
-static int flag(const neox_value *map, const char *key, int fallback) {
-    const neox_value *v = neox_value_get(map, key);
+// base.key as a bool (type checked by the schema), or fallback when unset.
+static int flag(const neox_config *cfg, const char *base, const char *key, int fallback) {
+    char path[96];
+    snprintf(path, sizeof path, "%s.%s", base, key);
+    const neox_value *v = neox_config_sub(cfg, path);
     return v && v->kind == NEOX_VALUE_BOOL ? v->boolean : fallback;
 }
 
@@ -47,23 +50,25 @@ int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out,
     memset(out, 0, sizeof *out);
     out->prof_all = 1;
     // GPT-NeoX's own configs pass it inside deepspeed_extra_args (configs/19M.yml); the top-level key wins.
-    const neox_value *v = neox_config_has(cfg, "comms_logger") ? neox_config_value(cfg, "comms_logger") : NULL;
-    if ((!v || v->kind != NEOX_VALUE_MAP) && neox_config_has(cfg, "deepspeed_extra_args"))
-        v = neox_value_get(neox_config_value(cfg, "deepspeed_extra_args"), "comms_logger");
-    if (!v || v->kind != NEOX_VALUE_MAP) return 0;
-    out->enabled = flag(v, "enabled", 0);
-    out->verbose = flag(v, "verbose", 0);
-    out->prof_all = flag(v, "prof_all", 1);
-    out->debug = flag(v, "debug", 0);
-    const neox_value *ops = neox_value_get(v, "prof_ops");
-    if (ops && ops->kind != NEOX_VALUE_LIST && ops->kind != NEOX_VALUE_NULL)
-        return neox_fail(err, NEOX_EXIT_USAGE, "comms_logger.prof_ops: expected a list of operation names");
+    const char *base = "comms_logger";
+    if (!neox_config_has(cfg, "comms_logger")) {
+        const neox_value *extra = neox_config_sub(cfg, "deepspeed_extra_args.comms_logger");
+        if (!extra || extra->kind != NEOX_VALUE_MAP) return 0;
+        base = "deepspeed_extra_args.comms_logger";
+    }
+    out->enabled = flag(cfg, base, "enabled", 0);
+    out->verbose = flag(cfg, base, "verbose", 0);
+    out->prof_all = flag(cfg, base, "prof_all", 1);
+    out->debug = flag(cfg, base, "debug", 0);
+    char path[96];
+    snprintf(path, sizeof path, "%s.prof_ops", base);
+    const neox_value *ops = neox_config_sub(cfg, path);
     for (int i = 0; ops && ops->kind == NEOX_VALUE_LIST && i < ops->count; i++) {
         int op = ops->items[i]->kind == NEOX_VALUE_STRING ? op_of_name(ops->items[i]->string) : -1;
         if (op < 0)
             return neox_fail(err, NEOX_EXIT_USAGE,
-                             "comms_logger.prof_ops: item %d is not an operation (all_reduce, reduce_scatter, "
-                             "all_gather, broadcast, send, recv, barrier, all_to_all or DeepSpeed's names for them)", i);
+                             "%s: item %d is not an operation (all_reduce, reduce_scatter, "
+                             "all_gather, broadcast, send, recv, barrier, all_to_all or DeepSpeed's names for them)", path, i);
         out->prof_ops |= 1u << op;
     }
     return 0;

@@ -33,10 +33,6 @@ static int check_layout(const neox_trainer *t, neox_error *err) {
     return 0;
 }
 
-static const neox_value *dict_field(const neox_config *cfg, const char *dict, const char *field) {
-    return neox_config_has(cfg, dict) ? neox_value_get(neox_config_value(cfg, dict), field) : NULL;
-}
-
 static double number_or(const neox_value *v, double fallback) {
     if (v && v->kind == NEOX_VALUE_INT) return (double)v->integer;
     if (v && v->kind == NEOX_VALUE_FLOAT) return v->number;
@@ -53,21 +49,18 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
     t->scaler = neox_loss_scaler_static(1.0);
     if (t->precision != NEOX_PRECISION_FP16) return 0;
     const neox_config *c = t->cfg;
-    double fixed = number_or(dict_field(c, "fp16", "loss_scale"), 0.0);
+    double fixed = number_or(neox_config_sub(c, "fp16.loss_scale"), 0.0);
     if (fixed < 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.loss_scale: %g is negative (0 = dynamic)", fixed);
     if (fixed > 0) {
         t->scaler = neox_loss_scaler_static(fixed);
         return 0;
     }
-    double power = number_or(dict_field(c, "fp16", "initial_scale_power"), 16);
-    double window = number_or(dict_field(c, "fp16", "loss_scale_window"), 1000);
-    double hysteresis = number_or(dict_field(c, "fp16", "hysteresis"), 2);
-    double min_scale = number_or(dict_field(c, "fp16", "min_loss_scale"), 1);
-    const neox_value *consecutive = dict_field(c, "fp16", "consecutive_hysteresis");
-    if (power < 0 || power > 120 || power != floor(power))
-        return neox_fail(err, NEOX_EXIT_USAGE, "fp16.initial_scale_power: %g is not an integer in [0, 120]", power);
-    if (window < 1) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.loss_scale_window: %g must be at least 1", window);
-    if (hysteresis < 1) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.hysteresis: %g must be at least 1", hysteresis);
+    double power = number_or(neox_config_sub(c, "fp16.initial_scale_power"), 16);
+    double window = number_or(neox_config_sub(c, "fp16.loss_scale_window"), 1000);
+    double hysteresis = number_or(neox_config_sub(c, "fp16.hysteresis"), 2);
+    double min_scale = number_or(neox_config_sub(c, "fp16.min_loss_scale"), 1);
+    const neox_value *consecutive = neox_config_sub(c, "fp16.consecutive_hysteresis");
+    // (types and ranges are the sub-key schema's; it allows a zero min_loss_scale, the scaler does not)
     if (min_scale <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.min_loss_scale: %g must be positive", min_scale);
     t->scaler = neox_loss_scaler_dynamic((int)power, (int64_t)window, (int)hysteresis, min_scale,
                                          consecutive && consecutive->kind == NEOX_VALUE_BOOL && consecutive->boolean);
@@ -150,10 +143,6 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     return neox_model_plan_slots(t->model, t->micro_batch, t->seq_length, slots, err);
 }
 
-static const neox_value *zero_field(const neox_config *cfg, const char *field) {
-    return neox_config_has(cfg, "zero_optimization") ? neox_value_get(neox_config_value(cfg, "zero_optimization"), field) : NULL;
-}
-
 // communication_data_type (DeepSpeed: fp32, fp16 or bf16, any case) and fp32_allreduce: the type
 // gradients travel in. Unset: fp32, the type of neox.c's gradients; a 16-bit type with
 // fp32_allreduce true contradicts it and is refused.
@@ -178,7 +167,7 @@ static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *
 static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     const neox_model *m = t->model;
     t->zero_stage = (int)config_int_or(t->cfg, "zero_stage", 0);
-    const neox_value *overlap = zero_field(t->cfg, "overlap_comm");
+    const neox_value *overlap = neox_config_sub(t->cfg, "zero_optimization.overlap_comm");
     t->overlap_comm = overlap && overlap->kind == NEOX_VALUE_BOOL ? overlap->boolean : 0;
     if (neox_train_setup_sparse(t, err) != 0) return -1;
     int first = t->reducer_first = t->sparse ? 1 : 0, n = m->nparams - first;
@@ -217,10 +206,12 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->part_begin = 0, t->part_end = n;
     neox_dtype wire;
     if (read_wire_type(t->cfg, &wire, err) != 0) return -1;
-    if (t->grid->data_size > 1 && setup_reducer(t, wire, err) != 0) return -1;
-    else if (config_int_or(t->cfg, "zero_stage", 0) > 0 && t->rank0 && !t->opts.quiet)
+    if (t->grid->data_size > 1) {
+        if (setup_reducer(t, wire, err) != 0) return -1;
+    } else if (config_int_or(t->cfg, "zero_stage", 0) > 0 && t->rank0 && !t->opts.quiet) {
         neox_notice("zero_optimization.stage %lld: nothing to partition at data-parallel size 1",
                     (long long)config_int_or(t->cfg, "zero_stage", 0));
+    }
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
     t->optimizer = neox_optimizer_make(&t->optim, t->be, t->state_end - t->state_begin);

@@ -38,6 +38,13 @@ run fp32 ', "fp32_allreduce": true, "communication_data_type": "FP32"'
 identical dp2 fp32 "fp32_allreduce and communication_data_type fp32"
 
 run z1 "$(zero 1 ', "reduce_bucket_size": 3000')"
+# The "nothing to partition" notice belongs to one data-parallel rank only: ZeRO-1 on 2 ranks partitions.
+config znotice neox 2 2 2 "$(zero 1 '')"
+config znotice1 neox 2 2 2 "$(zero 1 "")"
+check "ZeRO-1 on 2 data-parallel ranks: trains (notices on)" sh -c "'$MPIEXEC' -n 2 '$TRAIN' '$T/znotice.yml' 2>'$T/znotice.err'"
+check_output "ZeRO-1 on 2 data-parallel ranks: no 'nothing to partition' notice" '^0$' sh -c "grep -c 'nothing to partition' '$T/znotice.err' || :"
+check_fails "ZeRO-1 on 1 rank: the notice says nothing is partitioned" 0 'zero_optimization.stage 1: nothing to partition at data-parallel size 1' \
+    "$TRAIN" "$T/znotice1.yml"
 run z1g "$(zero 1 ', "reduce_bucket_size": 3000, "allgather_bucket_size": 1000')"
 identical z1 z1g "allgather_bucket_size 1000 (ZeRO-1)"
 check "allgather_bucket_size 1000: ceil(n/1000) all-gathers per step, the same bytes" \
@@ -72,7 +79,7 @@ check "communication_data_type fp16: losses within 1e-4 relative of fp32 communi
     "$PY" tests/mpi/comm_accounting_check.py losses "$T/dp2" "$T/fp16" 1e-4
 
 config bad neox 2 2 2 ', "communication_data_type": "int8"'
-check_fails "communication_data_type int8 is refused, naming the key" 2 "communication_data_type: expected fp32, fp16 or bf16" \
+check_fails "communication_data_type int8 is refused, naming the key" 2 "key 'communication_data_type': 'int8' is not one of: fp32, fp16, bf16" \
     "$TRAIN" -q "$T/bad.yml"
 config both neox 2 2 2 ', "communication_data_type": "bf16", "fp32_allreduce": true'
 check_fails "communication_data_type bf16 with fp32_allreduce true is refused" 2 "contradicts fp32_allreduce" \

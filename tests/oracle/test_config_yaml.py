@@ -61,9 +61,11 @@ def test_values_match_pyyaml(path):
     run = subprocess.run([NEOX_TRAIN, "-q", "--world-size", str(world), "--print-config", "--print-config-format",
                           "json", *files], capture_output=True, text=True, timeout=60)
     if run.returncode != 0:
-        # A refusal is a config error naming the file:line, the key and what neox.c does not do.
+        # A refusal is a config error naming the file:line, the key (or dotted sub-key) and what neox.c does
+        # not do, or a value of the wrong type (gmlp_small's optimizer.params.eps is the string "1.0e_8").
         assert run.returncode == 2, run.stderr
-        assert re.search(r"^neox-train: error: \S+\.yml:\d+: (key '\w+': .* not supported by neox\.c|unknown key '\w+')",
+        assert re.search(r"^neox-train: error: \S+\.yml:\d+: (key '[\w.]+': .* not supported by neox\.c|"
+                         r"key '[\w.]+': expected a number, got a string|unknown key '[\w.]+')",
                          run.stderr, re.M), run.stderr
         return
     printed = json.loads(run.stdout)

@@ -17,10 +17,10 @@ model_config() {  # model_config FILE LR
 YML
 }
 model_config "$T/inf.yml" .inf
-check_fails "lr .inf is refused naming the key and file:line" 2 "inf.yml:[0-9]+.*'optimizer'.*params.lr = inf is out of range \[0, 10\]" \
+check_fails "lr .inf is refused naming the key and file:line" 2 "inf.yml:[0-9]+: key 'optimizer.params.lr': .inf is out of range \(must be between 0 and 10\)" \
     "$TRAIN" --print-config "$T/inf.yml"
 model_config "$T/huge.yml" 1.0e+30
-check_fails "lr 1.0e+30 is refused naming the key and file:line" 2 "huge.yml:[0-9]+.*params.lr = 1e\+30 is out of range \[0, 10\]" \
+check_fails "lr 1.0e+30 is refused naming the key and file:line" 2 "huge.yml:[0-9]+: key 'optimizer.params.lr': 1e\+30 is out of range \(must be between 0 and 10\)" \
     "$TRAIN" --print-config "$T/huge.yml"
 echo '{"min_lr": .nan}' >"$T/min_lr.yml"
 check_fails "min_lr .nan is refused naming the key" 2 "min_lr.yml:1.*min_lr.*out of range" \

@@ -75,6 +75,48 @@ static void test_schema_table(void **state) {
     assert_int_equal(neox_key_find("deepspeed")->use, NEOX_KEY_IGNORED);
     assert_int_equal(neox_key_find("moe_num_experts")->use, NEOX_KEY_UNSUPPORTED);
     assert_string_equal(neox_key_find("compute_backend")->group, "neox.c");
+    // Keys GPT-NeoX's dataclasses declare that its stale key reference did not.
+    assert_int_equal(neox_key_find("peak_theoretical_tflops")->use, NEOX_KEY_USED);
+    assert_int_equal(neox_key_find("z_loss")->use, NEOX_KEY_IGNORED);  // (reward models only: docs/config.md)
+    assert_int_equal(neox_key_find("wandb_run_name")->use, NEOX_KEY_IGNORED);
+    assert_int_equal(neox_key_find("kl_impl")->use, NEOX_KEY_UNSUPPORTED);
+}
+
+// Every sub-key's parent is a dict of the schema (a top-level key or another sub-key) and its group is
+// the top-level key; refused sub-keys name their feature.
+static void test_subkey_table(void **state) {
+    (void)state;
+    assert_true(neox_subkey_count >= 150);
+    for (int i = 0; i < neox_subkey_count; i++) {
+        const neox_key_spec *k = &neox_subkey_specs[i];
+        assert_ptr_equal(neox_subkey_find(k->name), k);
+        if (k->use == NEOX_KEY_UNSUPPORTED) assert_non_null(k->feature);
+        char parent[256];
+        snprintf(parent, sizeof parent, "%s", k->name);
+        *strrchr(parent, '.') = 0;
+        const neox_key_spec *up = strchr(parent, '.') ? neox_subkey_find(parent) : neox_key_find(parent);
+        if (!up) fail_msg("sub-key '%s' has no parent '%s' in the schema", k->name, parent);
+        assert_true(up->type == NEOX_TYPE_DICT);
+        assert_int_equal(strncmp(k->group, k->name, strlen(k->group)), 0);
+    }
+    assert_null(neox_subkey_find("fp16.loss-scale-window"));  // DeepSpeed spells sub-keys exactly
+    assert_int_equal(neox_subkey_find("zero_optimization.offload_param")->use, NEOX_KEY_UNSUPPORTED);
+}
+
+// neox_config_sub: the value at a dotted path, NULL when the file does not set it.
+static void test_subkey_reads(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: true, loss_scale_window: 50}\n", 1, &err);
+    assert_non_null(cfg);
+    assert_int_equal(neox_config_sub(cfg, "fp16.loss_scale_window")->integer, 50);
+    assert_null(neox_config_sub(cfg, "fp16.hysteresis"));
+    assert_null(neox_config_sub(cfg, "zero_optimization.offload_optimizer.device"));
+    neox_config_free(cfg);
+    expect_error("train_micro_batch_size_per_gpu: 1\nbf16: {enabled: true, loss_scale_windw: 5}\n", 1,
+                 "unknown key 'bf16.loss_scale_windw'; did you mean 'bf16.loss_scale_window'?");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 0.1, bettas: [0.9, 0.9]}}\n", 1,
+                 "did you mean 'optimizer.params.betas'?");
 }
 
 static void test_padded_vocab(void **state) {
@@ -223,17 +265,17 @@ static void test_optimizer_and_zero(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, amsgrad: true}}\n", 1,
                  "does not support the AMSGrad variant");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, freeze_step: 1.5}}\n", 1,
-                 "freeze_step must be a non-negative integer");
+                 "key 'optimizer.params.freeze_step': expected an integer, got a float (1.5)");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, momentum: 0.9}}\n", 1,
                  "params.momentum is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\ngradient_compression: topk\n", 1, "gradient_compression");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: lion, params: {lr: 0.1}}\n", 1, "optimizer 'lion' is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam}\n", 1, "must contain a mapping 'params'");
-    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 1e-4}}\n", 1, "params.lr must be a number");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 1e-4}}\n", 1, "optimizer.params.lr': expected a number");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 0.1, weight_decay: 0.1}}\n", 1,
                  "top-level key 'weight_decay'");
     expect_error("train_micro_batch_size_per_gpu: 1\nlr: 0.5\n", 1, "optimizer.params.lr");
-    expect_error("train_micro_batch_size_per_gpu: 1\nzero_optimization: {stage: 4}\n", 1, "stage must be 0, 1, 2 or 3");
+    expect_error("train_micro_batch_size_per_gpu: 1\nzero_optimization: {stage: 4}\n", 1, "zero_optimization.stage': 4 is out of range");
     expect_error("train_micro_batch_size_per_gpu: 1\nmin_lr: 0.1\n", 1, "must not exceed lr");
 }
 
@@ -289,7 +331,7 @@ static void test_validation_and_refusals(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\nnorm: scalenorm\n", 1, "normalization 'scalenorm' is not supported by neox.c (supported: layernorm, rmsnorm)");
     expect_error("train_micro_batch_size_per_gpu: 1\nactivation: relu\n", 1, "activation 'relu' is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\nuse_mup: true\n", 1, "muP is not supported");
-    expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: dpo\n", 1, "training method 'dpo' is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: dpo\n", 1, "key 'train_impl': post-training method 'dpo' is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\nmoe_num_experts: 2\n", 1, "Mixture of Experts");
     expect_error("train_micro_batch_size_per_gpu: 1\nnum_kv_heads: 3\n", 1, "not divisible by num_kv_heads 3");
     expect_error("train_micro_batch_size_per_gpu: 1\nseq_length: 128\n", 1, "less than seq_length 128");
@@ -319,6 +361,8 @@ static void test_file_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schema_table),
+        cmocka_unit_test(test_subkey_table),
+        cmocka_unit_test(test_subkey_reads),
         cmocka_unit_test(test_padded_vocab),
         cmocka_unit_test(test_defaults_sources_and_accessors),
         cmocka_unit_test(test_batch_sizes),

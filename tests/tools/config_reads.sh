@@ -1,0 +1,63 @@
+# tests/tools/config_reads.sh: no key marked used in the schema goes unread. The four tools run on
+# small configs that between them set every used key and sub-key (training with fp16 and the
+# communication logger, a resume, two data-parallel ranks under ZeRO, evaluation, generation, export),
+# with NEOX_CONFIG_READS recording each key the config layer hands out; config_reads_check.py then fails
+# for any used key of lib/config/schema.c that no run read.
+source tests/lib.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=$NEOX_BIN/neox-train
+EVAL=$NEOX_BIN/neox-eval
+T=$TEST_TMP
+READS=$T/reads
+export NEOX_CONFIG_READS=$READS/run.txt
+mkdir -p "$READS"
+command -v "$MPIEXEC" >/dev/null || { skip "config reads" "$MPIEXEC is not installed"; exit 0; }
+
+python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 300 3
+check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+source tests/layout_config.sh
+LAYERS=2
+
+# fp16 with every loss-scaler setting, the communication logger, the data and checkpoint keys.
+FP16='"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "loss_scale_window": 100,
+  "hysteresis": 2, "consecutive_hysteresis": false, "min_loss_scale": 1}'
+COMMS='"comms_logger": {"enabled": true, "verbose": false, "prof_all": false, "prof_ops": ["all_reduce"], "debug": false}'
+config neox neox 2 2 4 ", $FP16, $COMMS, \"split\": \"90,5,5\", \"tensorboard_dir\": \"$T/neox/tb\",
+  \"checkpoint_activations\": true, \"seed\": 5, \"eval_results_prefix\": \"$T/eval\",
+  \"sample_output_file\": \"$T/gen.jsonl\""
+check "train: fp16, comms_logger, split, tensorboard" "$TRAIN" "$T/neox.yml"
+config resume neox 2 2 6 ", \"load\": \"$T/neox/ckpt\", \"no_load_optim\": false, \"finetune\": false,
+  \"use_checkpoint_lr_scheduler\": true"
+check "train: resume with load" "$TRAIN" "$T/resume.yml"
+
+# Two data-parallel ranks: ZeRO, the wire type, the comms logger inside deepspeed_extra_args, rmsnorm.
+ZERO='"zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_scatter": true, "reduce_bucket_size": 3000,
+  "allgather_bucket_size": 3000, "contiguous_gradients": true}'
+EXTRA='"deepspeed_extra_args": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": true, "prof_ops": [], "debug": false}}'
+config dp2 llama 2 1 4 ", $ZERO, $EXTRA, \"communication_data_type\": \"bf16\", \"fp32_allreduce\": false,
+  \"gradient_predivide_factor\": 1.0"
+check "train: 2 data-parallel ranks under ZeRO-1" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/dp2.yml"
+config psgd neox 2 1 3 ', "gradient_compression": "powersgd", "gradient_compression_rank": 2, "gradient_compression_start": 1'
+check "train: 2 data-parallel ranks with PowerSGD" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/psgd.yml"
+
+# SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step).
+config sgd neox 2 2 3 ''
+sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}|' "$T/sgd.yml"
+check "train: sgd with momentum" "$TRAIN" -q "$T/sgd.yml"
+config onebit neox 2 1 3 ''
+sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "onebitadam", "params": {"lr": 0.01, "freeze_step": 1, "weight_decay": 0.01, "amsgrad": false}}|' "$T/onebit.yml"
+check "train: onebitadam on 2 ranks" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/onebit.yml"
+
+# Evaluation, generation and export of the first run's checkpoint.
+sed "s|\"save\": \"$T/neox/ckpt\"|\"load\": \"$T/neox/ckpt\"|" "$T/neox.yml" >"$T/eval.yml"
+printf '{"eval_tasks": ["lambada_openai"], "eval_data_dir": "%s", "eval_task_limit": 3}\n' "$DATA/eval" >"$T/tasks.yml"
+check "neox-eval: the config's eval_tasks" "$EVAL" -q "$T/eval.yml" "$T/tasks.yml"
+printf 'the king\n' >"$T/prompts.txt"
+check "neox-eval generate" "$EVAL" generate -q "$T/eval.yml" --text-gen-type input-file --sample-input-file "$T/prompts.txt"
+check "neox-convert to-hf" "$NEOX_BIN/neox-convert" to-hf --input "$T/neox/ckpt" --output "$T/hf"
+
+unset NEOX_CONFIG_READS
+check_output "every used key and sub-key of the schema is read by some run" "used keys" \
+    python3 tests/tools/config_reads_check.py lib/config/schema.c "$READS/run.txt"
