@@ -29,11 +29,14 @@ typedef struct neox_shape_field {
 } neox_shape_field;
 int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f);  // fills up to 16
 typedef struct json_t json_t;
+// The "model" object of state/train.json: every shape field of d (new reference).
+json_t *neox_ckpt_model_shape_json(const neox_model_desc *d);
 // Opens every shard file the manifest of checkpoint directory dir lists, each checked against it
 // first (neox_ckpt_open_dir).
 neox_ckpt_reader *neox_ckpt_open_checkpoint(const char *dir, neox_error *err);
-// Fails naming the key when the stored shape differs from d.
-int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err);
+// Fails naming the key when the stored shape differs from d (status: NEOX_EXIT_USAGE when d comes from
+// the user's config, NEOX_EXIT_FAILURE when from the checkpoint's own stored config).
+int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, int status, neox_error *err);
 // Reads the whole tensors group/NAME of every parameter into buf at the parameter's offset
 // (this rank's block of each: the intersection of the checkpoint's pieces with it). buf and dst
 // below are memory of the model's backend (staged through the host on a device).

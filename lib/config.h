@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "config_keys.h"
 #include "core.h"
 
 // ---- values ---------------------------------------------------------------------------------
@@ -109,27 +110,48 @@ void neox_value_free(neox_value *v);
 void neox_config_free(neox_config *cfg);
 
 // ---- reading values -------------------------------------------------------------------------
-// Key names are schema names. Asking for a key that is not in the schema, or with the wrong type,
-// is a programming error and aborts with a message.
-int neox_config_has(const neox_config *cfg, const char *key);   // value is not None
-int neox_config_bool(const neox_config *cfg, const char *key);
-int64_t neox_config_int(const neox_config *cfg, const char *key);
-double neox_config_float(const neox_config *cfg, const char *key);
-const char *neox_config_str(const neox_config *cfg, const char *key);   // NULL when None
+// Keys are named by their schema name as a bare identifier, not a string: neox_config_int(cfg,
+// seq_length) reads NEOX_K_seq_length (config_keys.h, generated with the schema), so a key that is not
+// in the schema fails to compile. Reading a key with the wrong type is a programming error and aborts.
+#define neox_config_has(cfg, key) neox_config_has_id((cfg), NEOX_K_##key)     // value is not None
+#define neox_config_bool(cfg, key) neox_config_bool_id((cfg), NEOX_K_##key)
+#define neox_config_int(cfg, key) neox_config_int_id((cfg), NEOX_K_##key)
+#define neox_config_float(cfg, key) neox_config_float_id((cfg), NEOX_K_##key)
+#define neox_config_str(cfg, key) neox_config_str_id((cfg), NEOX_K_##key)     // NULL when None
+#define neox_config_value(cfg, key) neox_config_value_id((cfg), NEOX_K_##key)
+// An integer key whose None means a value the schema cannot state as a default (zero_stage None is
+// stage 0 because the zero_optimization dict sets it): fallback when None.
+#define neox_config_int_or(cfg, key, fallback) neox_config_int_or_id((cfg), NEOX_K_##key, (fallback))
+// The value at a sub-key's dotted path, '.' written '__' (neox_config_sub(cfg, fp16__loss_scale_window)),
+// or NULL when the file does not set it (DeepSpeed's default applies).
+#define neox_config_sub(cfg, path) neox_config_sub_id((cfg), NEOX_SK_##path)
+// Where the effective value came from: "default", "derived", or "FILE:LINE".
+#define neox_config_source(cfg, key, buf, size) neox_config_source_id((cfg), NEOX_K_##key, (buf), (size))
+
+// The same by id, for code that holds ids (a table of keys); neox_key_id_of names a key at run time and
+// aborts when the schema has no such key, neox_subkey_id_of a dotted sub-key path.
+int neox_config_has_id(const neox_config *cfg, neox_key_id key);
+int neox_config_bool_id(const neox_config *cfg, neox_key_id key);
+int64_t neox_config_int_id(const neox_config *cfg, neox_key_id key);
+int64_t neox_config_int_or_id(const neox_config *cfg, neox_key_id key, int64_t fallback);
+double neox_config_float_id(const neox_config *cfg, neox_key_id key);
+const char *neox_config_str_id(const neox_config *cfg, neox_key_id key);
+const neox_value *neox_config_value_id(const neox_config *cfg, neox_key_id key);
+const neox_value *neox_config_sub_id(const neox_config *cfg, neox_subkey_id path);
+const char *neox_config_source_id(const neox_config *cfg, neox_key_id key, char *buf, size_t size);
+neox_key_id neox_key_id_of(const char *name);
+// The schema's default of a scalar key, parsed as a file's value is: tools that take the same setting
+// as an option default to it. The string is the caller's to free (NULL for None); the integer is 0 for None.
+char *neox_key_default_str(neox_key_id key);
+int64_t neox_key_default_int(neox_key_id key);
+neox_subkey_id neox_subkey_id_of(const char *path);
 
 // The `split` key's weights for train, valid and test ("949,50,1" or "1/3"; missing parts are 0).
 int neox_split_weights(const char *split, double weights[3], neox_error *err);
-const neox_value *neox_config_value(const neox_config *cfg, const char *key);
-// The value at a sub-key's dotted path ("fp16.loss_scale_window"), or NULL when the file does not set
-// it (DeepSpeed's default applies). The path must be in the sub-key schema.
-const neox_value *neox_config_sub(const neox_config *cfg, const char *path);
 
 // With the environment variable NEOX_CONFIG_READS=FILE set when a config is loaded, each key and
 // sub-key path the program reads (through the accessors above) is appended to FILE once per process:
 // the record tests/tools/config_reads.sh compares with the schema's used keys.
-
-// Where the effective value came from: "default", "derived", or "FILE:LINE".
-const char *neox_config_source(const neox_config *cfg, const char *key, char *buf, size_t size);
 
 // Prints every key: "name = value  # source", grouped as GPT-NeoX groups them.
 void neox_config_print(const neox_config *cfg, FILE *out);

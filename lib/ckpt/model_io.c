@@ -35,7 +35,15 @@ neox_ckpt_reader *neox_ckpt_open_checkpoint(const char *dir, neox_error *err) {
     return r;
 }
 
-int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, neox_error *err) {
+json_t *neox_ckpt_model_shape_json(const neox_model_desc *d) {
+    json_t *model = json_object();
+    neox_shape_field f[16];
+    int n = neox_ckpt_model_shape(d, f);
+    for (int i = 0; i < n; i++) json_object_set_new(model, f[i].name, json_integer(f[i].value));
+    return model;
+}
+
+int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, int status, neox_error *err) {
     json_t *model = json_object_get(state, "model");
     if (!json_is_object(model)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json has no model shape", dir);
     neox_shape_field f[16];
@@ -43,7 +51,7 @@ int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const c
     for (int i = 0; i < n; i++) {
         json_t *v = json_object_get(model, f[i].name);
         if (v && json_integer_value(v) != f[i].value)
-            return neox_fail(err, NEOX_EXIT_USAGE,
+            return neox_fail(err, status,
                              "%s: the checkpoint's model has %s = %lld but the config gives %d; the model shape must match",
                              dir, f[i].name, (long long)json_integer_value(v), f[i].value);
     }
@@ -135,7 +143,7 @@ static int load_params(neox_model *m, const char *dir, neox_error *err) {
     if (!r) return -1;
     json_t *state = NULL;
     int rc = neox_ckpt_read_run_state(r, dir, &state, err);
-    if (rc == 0) rc = neox_ckpt_check_model_shape(&m->desc, state, dir, err);
+    if (rc == 0) rc = neox_ckpt_check_model_shape(&m->desc, state, dir, NEOX_EXIT_USAGE, err);
     if (rc == 0) rc = neox_ckpt_read_model_tensors(m, r, "params", m->param_buf, err);
     neox_model_weights_changed(m);
     json_decref(state);

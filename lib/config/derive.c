@@ -31,7 +31,8 @@ static int derive_fail(const neox_config *cfg, neox_error *err, const char *key,
     return neox_fail(err, NEOX_EXIT_USAGE, "%s: key '%s': %s", where_key(cfg, key, where, sizeof where), key, what);
 }
 
-static const neox_value *val(const neox_config *cfg, const char *key) { return neox_config_value(cfg, key); }
+// The layer that owns the table may name keys at run time (every load runs these paths).
+static const neox_value *val(const neox_config *cfg, const char *key) { return neox_config_value_id(cfg, neox_key_id_of(key)); }
 static int is_none(const neox_config *cfg, const char *key) { return val(cfg, key)->kind == NEOX_VALUE_NULL; }
 static int64_t int_of(const neox_config *cfg, const char *key) { return val(cfg, key)->integer; }
 
@@ -95,17 +96,17 @@ static int derive_batch(neox_config *cfg, neox_error *err, int64_t dp) {
 // ---- precision, ZeRO, optimizer ----------------------------------------------------------------
 
 // A boolean sub-key set true (the schema has checked its type).
-static int sub_true(const neox_config *cfg, const char *path) {
-    const neox_value *v = neox_config_sub(cfg, path);
+static int sub_true(const neox_config *cfg, neox_subkey_id path) {
+    const neox_value *v = neox_config_sub_id(cfg, path);
     return v && v->kind == NEOX_VALUE_BOOL && v->boolean;
 }
 
 static int derive_precision(neox_config *cfg, neox_error *err) {
-    const char *precision = neox_config_str(cfg, "precision"), *wanted = NULL, *by = NULL;
-    const neox_value *type = neox_config_sub(cfg, "fp16.type");
+    const char *precision = neox_config_str(cfg, precision), *wanted = NULL, *by = NULL;
+    const neox_value *type = neox_config_sub(cfg, fp16__type);
     if (type && type->kind == NEOX_VALUE_STRING && strcasecmp(type->string, "bfloat16") == 0) wanted = "bfloat16", by = "fp16";
-    else if (sub_true(cfg, "fp16.enabled")) wanted = "fp16", by = "fp16";
-    if (sub_true(cfg, "bf16.enabled")) {
+    else if (sub_true(cfg, NEOX_SK_fp16__enabled)) wanted = "fp16", by = "fp16";
+    if (sub_true(cfg, NEOX_SK_bf16__enabled)) {
         if (wanted && strcmp(wanted, "bfloat16") != 0)
             return derive_fail(cfg, err, "bf16", "bf16 and fp16 are both enabled; enable one");
         wanted = "bfloat16", by = "bf16";
@@ -127,7 +128,7 @@ static int derive_zero(neox_config *cfg, neox_error *err) {
         {"zero_allgather_bucket_size", "zero_optimization.allgather_bucket_size"},
     };
     for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
-        const neox_value *v = neox_config_sub(cfg, map[i].path);
+        const neox_value *v = neox_config_sub_id(cfg, neox_subkey_id_of(map[i].path));
         if (v) {
             neox_config_set_derived(cfg, map[i].key, (neox_value *)v);  // the file's value, shown as derived
             continue;
@@ -164,18 +165,18 @@ static int check_number(const neox_config *cfg, neox_error *err, const neox_valu
 }
 
 // A number sub-key (type and range checked by the schema), or fallback when unset.
-static double sub_number(const neox_config *cfg, const char *path, double fallback) {
-    const neox_value *v = neox_config_sub(cfg, path);
+static double sub_number(const neox_config *cfg, neox_subkey_id path, double fallback) {
+    const neox_value *v = neox_config_sub_id(cfg, path);
     return v && v->kind != NEOX_VALUE_NULL ? v->number : fallback;
 }
 
 // 1-bit Adam's own params: freeze_step (DeepSpeed's default 100000) and weight_decay, which
 // DeepSpeed takes from these params (GPT-NeoX's decay parameter group does not set its own).
 static int derive_onebit(neox_config *cfg, neox_error *err) {
-    if (sub_true(cfg, "optimizer.params.amsgrad"))
+    if (sub_true(cfg, NEOX_SK_optimizer__params__amsgrad))
         return derive_fail(cfg, err, "optimizer", "params.amsgrad: 1-bit Adam does not support the AMSGrad variant");
-    neox_config_set_derived_int(cfg, "onebitadam_freeze_step", (int64_t)sub_number(cfg, "optimizer.params.freeze_step", 100000));
-    neox_config_set_derived_float(cfg, "onebitadam_weight_decay", sub_number(cfg, "optimizer.params.weight_decay", 0.0));
+    neox_config_set_derived_int(cfg, "onebitadam_freeze_step", (int64_t)sub_number(cfg, NEOX_SK_optimizer__params__freeze_step, 100000));
+    neox_config_set_derived_float(cfg, "onebitadam_weight_decay", sub_number(cfg, NEOX_SK_optimizer__params__weight_decay, 0.0));
     return 0;
 }
 
@@ -198,7 +199,7 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
     const neox_value *opt = val(cfg, "optimizer");
     const char *type = "Adam";  // (optimizer.type's choices and supported values are the schema's)
     if (opt->kind == NEOX_VALUE_MAP) {
-        const neox_value *t = neox_config_sub(cfg, "optimizer.type"), *params = neox_config_sub(cfg, "optimizer.params");
+        const neox_value *t = neox_config_sub(cfg, optimizer__type), *params = neox_config_sub(cfg, optimizer__params);
         if (!t || t->kind != NEOX_VALUE_STRING) return derive_fail(cfg, err, "optimizer", "must contain a string 'type'");
         if (!params || params->kind != NEOX_VALUE_MAP) return derive_fail(cfg, err, "optimizer", "must contain a mapping 'params'");
         type = t->string;
@@ -209,16 +210,16 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
         return derive_fail(cfg, err, "optimizer_type", "'%s' conflicts with optimizer.type '%s' (GPT-NeoX takes optimizer.type)",
                            set_type->set->string, type);
     neox_config_set_derived_str(cfg, "optimizer_type", type);
-    const neox_value *params = opt->kind == NEOX_VALUE_MAP ? neox_config_sub(cfg, "optimizer.params") : NULL;
+    const neox_value *params = opt->kind == NEOX_VALUE_MAP ? neox_config_sub(cfg, optimizer__params) : NULL;
     if (check_params_for_type(cfg, err, params, type, onebit, onebit ? ONEBIT_PARAMS : adam ? ADAM_PARAMS : SGD_PARAMS) < 0)
         return -1;
-    double lr_value = sub_number(cfg, "optimizer.params.lr", 0.001);  // GPT-NeoX's default optimizer params
+    double lr_value = sub_number(cfg, NEOX_SK_optimizer__params__lr, 0.001);  // GPT-NeoX's default optimizer params
     const neox_config_slot *set_lr = neox_config_slot_of(cfg, "lr");
     if (set_lr->set && set_lr->set->kind != NEOX_VALUE_NULL && set_lr->set->number != lr_value)
         return derive_fail(cfg, err, "lr", "GPT-NeoX takes the learning rate from optimizer.params.lr (%g); set it there", lr_value);
     neox_config_set_derived_float(cfg, "lr", lr_value);
     if (adam) {
-        const neox_value *betas = neox_config_sub(cfg, "optimizer.params.betas");
+        const neox_value *betas = neox_config_sub(cfg, optimizer__params__betas);
         double b1 = 0.9, b2 = 0.999;
         if (betas) {
             if (betas->kind != NEOX_VALUE_LIST || betas->count != 2)
@@ -230,13 +231,13 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
         }
         neox_config_set_derived_float(cfg, "adam_beta1", b1);
         neox_config_set_derived_float(cfg, "adam_beta2", b2);
-        neox_config_set_derived_float(cfg, "adam_eps", sub_number(cfg, "optimizer.params.eps", 1e-8));
+        neox_config_set_derived_float(cfg, "adam_eps", sub_number(cfg, NEOX_SK_optimizer__params__eps, 1e-8));
         if (onebit && derive_onebit(cfg, err) < 0) return -1;
     } else {
-        neox_config_set_derived_float(cfg, "sgd_momentum", sub_number(cfg, "optimizer.params.momentum", 0.0));
+        neox_config_set_derived_float(cfg, "sgd_momentum", sub_number(cfg, NEOX_SK_optimizer__params__momentum, 0.0));
     }
-    if (neox_config_float(cfg, "min_lr") > lr_value)
-        return derive_fail(cfg, err, "min_lr", "min_lr (%g) must not exceed lr (%g)", neox_config_float(cfg, "min_lr"), lr_value);
+    if (neox_config_float(cfg, min_lr) > lr_value)
+        return derive_fail(cfg, err, "min_lr", "min_lr (%g) must not exceed lr (%g)", neox_config_float(cfg, min_lr), lr_value);
     return 0;
 }
 
@@ -249,16 +250,16 @@ static int derive_schedule(neox_config *cfg, neox_error *err) {
         return derive_fail(cfg, err, "lr_decay_fraction", "set lr_decay_iters or lr_decay_fraction, not both");
     if (!has_iters && !is_none(cfg, "train_iters")) {
         int64_t train = int_of(cfg, "train_iters");
-        int64_t n = has_fraction ? (int64_t)floor((double)train * neox_config_float(cfg, "lr_decay_fraction")) : train;
+        int64_t n = has_fraction ? (int64_t)floor((double)train * neox_config_float(cfg, lr_decay_fraction)) : train;
         neox_config_set_derived_int(cfg, "lr_decay_iters", n < 1 ? 1 : n);
     }
     if (!is_none(cfg, "lr_decay_iters")) {
         int64_t n = int_of(cfg, "lr_decay_iters");
-        neox_config_set_derived_float(cfg, "warmup_iters", neox_config_float(cfg, "warmup") * (double)(n < 1 ? 1 : n));
+        neox_config_set_derived_float(cfg, "warmup_iters", neox_config_float(cfg, warmup) * (double)(n < 1 ? 1 : n));
     }
     neox_config_set_derived_bool(cfg, "dynamic_loss_scale", is_none(cfg, "loss_scale"));
     const neox_config_slot *clip = neox_config_slot_of(cfg, "clip_grad");
-    double clipping = neox_config_float(cfg, "gradient_clipping");
+    double clipping = neox_config_float(cfg, gradient_clipping);
     if (clip->set && clip->set->number != clipping)
         return derive_fail(cfg, err, "clip_grad", "GPT-NeoX replaces clip_grad with gradient_clipping (%g); set gradient_clipping", clipping);
     neox_config_set_derived_float(cfg, "clip_grad", clipping);
@@ -278,7 +279,7 @@ static int derive_save_iters(neox_config *cfg, neox_error *err) {
     if (!is_none(cfg, "save") && !has_factor && extra->kind == NEOX_VALUE_NULL)
         return derive_fail(cfg, err, "save", "checkpoint_factor or extra_save_iters must be set when save is set");
     if (!has_factor && extra->kind == NEOX_VALUE_NULL) return 0;
-    int log_scale = strcasecmp(neox_config_str(cfg, "checkpoint_scale"), "log") == 0;
+    int log_scale = strcasecmp(neox_config_str(cfg, checkpoint_scale), "log") == 0;
     int64_t factor = has_factor ? int_of(cfg, "checkpoint_factor") : 0;
     if (log_scale && has_factor && factor < 2)
         return derive_fail(cfg, err, "checkpoint_factor", "must be at least 2 with checkpoint_scale 'log'");
@@ -437,7 +438,7 @@ static int derive_data(neox_config *cfg, neox_error *err) {
     // Checked here so --print-config fails on a bad split (with file:line), not the first training step.
     double split_weights[3];
     neox_error split_err = {0};
-    if (!is_none(cfg, "split") && neox_split_weights(neox_config_str(cfg, "split"), split_weights, &split_err) != 0)
+    if (!is_none(cfg, "split") && neox_split_weights(neox_config_str(cfg, split), split_weights, &split_err) != 0)
         return derive_fail(cfg, err, "split", "%s", split_err.message);
     if (is_none(cfg, "text_gen_type"))
         neox_config_set_derived_str(cfg, "text_gen_type", is_none(cfg, "sample_input_file") ? "unconditional" : "input-file");

@@ -298,21 +298,53 @@ static void record_read(const neox_config *cfg, unsigned char *flag, const char 
     fclose(f);
 }
 
-// The slot of a key read through an accessor, recorded as read.
-static const neox_config_slot *read_slot(const neox_config *cfg, const char *key) {
-    int i = slot_index_or_die(key);
-    record_read(cfg, &cfg->read[i], neox_key_specs[i].name);
-    return &cfg->slots[i];
+neox_key_id neox_key_id_of(const char *name) { return (neox_key_id)slot_index_or_die(name); }
+
+static neox_value *parse_default(neox_key_id key) {
+    const char *text = neox_key_specs[key].default_text;
+    neox_error err = {0};
+    neox_value *v = text ? neox_yaml_parse(text, strlen(text), "schema", &err) : NULL;
+    if (text && !v) neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s': %s", neox_key_specs[key].name, err.message);
+    return v;
 }
 
-const neox_value *neox_config_sub(const neox_config *cfg, const char *path) {
+char *neox_key_default_str(neox_key_id key) {
+    neox_value *v = parse_default(key);
+    char *s = v && v->kind == NEOX_VALUE_STRING ? neox_strdup(v->string) : NULL;
+    if (v && v->kind != NEOX_VALUE_STRING)
+        neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s' read as a string", neox_key_specs[key].name);
+    neox_value_free(v);
+    return s;
+}
+
+int64_t neox_key_default_int(neox_key_id key) {
+    neox_value *v = parse_default(key);
+    if (v && v->kind != NEOX_VALUE_INT)
+        neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s' read as an integer", neox_key_specs[key].name);
+    int64_t x = v ? v->integer : 0;
+    neox_value_free(v);
+    return x;
+}
+
+neox_subkey_id neox_subkey_id_of(const char *path) {
     int i = subkey_index(path);
     if (i < 0) neox_die(NEOX_EXIT_FAILURE, "internal error: configuration sub-key '%s' is not in the schema", path);
-    record_read(cfg, &cfg->read_sub[i], path);
+    return (neox_subkey_id)i;
+}
+
+// The slot of a key read through an accessor, recorded as read.
+static const neox_config_slot *read_slot(const neox_config *cfg, neox_key_id key) {
+    record_read(cfg, &cfg->read[key], neox_key_specs[key].name);
+    return &cfg->slots[key];
+}
+
+const neox_value *neox_config_sub_id(const neox_config *cfg, neox_subkey_id id) {
+    const char *path = neox_subkey_specs[id].name;
+    record_read(cfg, &cfg->read_sub[id], path);
     char top[256];
     size_t n = strcspn(path, ".");
     snprintf(top, sizeof top, "%.*s", (int)n, path);
-    const neox_value *v = read_slot(cfg, top)->value;
+    const neox_value *v = read_slot(cfg, neox_key_id_of(top))->value;
     // Sub-key names match exactly (not neox_value_get's '-' == '_'): DeepSpeed reads them so.
     for (const char *p = path + n; v && *p == '.';) {
         size_t len = strcspn(p + 1, ".");
@@ -327,40 +359,44 @@ const neox_value *neox_config_sub(const neox_config *cfg, const char *path) {
     return v;
 }
 
-static const neox_value *typed(const neox_config *cfg, const char *key, neox_value_kind want, const char *what) {
+static const neox_value *typed(const neox_config *cfg, neox_key_id key, neox_value_kind want, const char *what) {
     const neox_value *v = read_slot(cfg, key)->value;
     if (v->kind == NEOX_VALUE_NULL) return v;
     if (v->kind != want && !(want == NEOX_VALUE_FLOAT && v->kind == NEOX_VALUE_INT))
-        neox_die(NEOX_EXIT_FAILURE, "internal error: configuration key '%s' read as %s", key, what);
+        neox_die(NEOX_EXIT_FAILURE, "internal error: configuration key '%s' read as %s", neox_key_specs[key].name, what);
     return v;
 }
 
-int neox_config_has(const neox_config *cfg, const char *key) {
+int neox_config_has_id(const neox_config *cfg, neox_key_id key) {
     return read_slot(cfg, key)->value->kind != NEOX_VALUE_NULL;
 }
 
-int neox_config_bool(const neox_config *cfg, const char *key) {
+int neox_config_bool_id(const neox_config *cfg, neox_key_id key) {
     return typed(cfg, key, NEOX_VALUE_BOOL, "a bool")->boolean;
 }
 
-int64_t neox_config_int(const neox_config *cfg, const char *key) {
+int64_t neox_config_int_id(const neox_config *cfg, neox_key_id key) {
     return typed(cfg, key, NEOX_VALUE_INT, "an integer")->integer;
 }
 
-double neox_config_float(const neox_config *cfg, const char *key) {
+int64_t neox_config_int_or_id(const neox_config *cfg, neox_key_id key, int64_t fallback) {
+    return neox_config_has_id(cfg, key) ? neox_config_int_id(cfg, key) : fallback;
+}
+
+double neox_config_float_id(const neox_config *cfg, neox_key_id key) {
     return typed(cfg, key, NEOX_VALUE_FLOAT, "a number")->number;
 }
 
-const char *neox_config_str(const neox_config *cfg, const char *key) {
+const char *neox_config_str_id(const neox_config *cfg, neox_key_id key) {
     return typed(cfg, key, NEOX_VALUE_STRING, "a string")->string;
 }
 
-const neox_value *neox_config_value(const neox_config *cfg, const char *key) {
+const neox_value *neox_config_value_id(const neox_config *cfg, neox_key_id key) {
     return read_slot(cfg, key)->value;
 }
 
-const char *neox_config_source(const neox_config *cfg, const char *key, char *buf, size_t size) {
-    const neox_config_slot *s = neox_config_slot_of(cfg, key);
+const char *neox_config_source_id(const neox_config *cfg, neox_key_id key, char *buf, size_t size) {
+    const neox_config_slot *s = &cfg->slots[key];
     if (s->source == NEOX_SOURCE_DERIVED) snprintf(buf, size, "derived");
     else return neox_value_where(s->source == NEOX_SOURCE_FILE ? s->value : NULL, buf, size);
     return buf;

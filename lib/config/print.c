@@ -120,7 +120,7 @@ void neox_config_print(const neox_config *cfg, FILE *out) {
             const neox_key_spec *k = &neox_key_specs[i];
             if (strcmp(k->group, group) != 0) continue;
             neox_value_format(cfg->slots[i].value, value, VALUE_MAX);
-            neox_config_source(cfg, k->name, where, sizeof where);
+            neox_config_source_id(cfg, (neox_key_id)(k - neox_key_specs), where, sizeof where);
             fprintf(out, "%-42s = %s  # %s%s\n", k->name, value, where,
                     k->use == NEOX_KEY_USED ? "" : k->use == NEOX_KEY_IGNORED ? " (ignored)" : " (unsupported)");
         }
@@ -159,7 +159,7 @@ void neox_config_print_json(const neox_config *cfg, FILE *out) {
         const neox_config_slot *s = &cfg->slots[i];
         json_t *entry = json_object();
         json_object_set_new(entry, "value", to_json(s->value));
-        json_object_set_new(entry, "source", json_string(neox_config_source(cfg, k->name, where, sizeof where)));
+        json_object_set_new(entry, "source", json_string(neox_config_source_id(cfg, (neox_key_id)(k - neox_key_specs), where, sizeof where)));
         json_object_set_new(entry, "group", json_string(k->group));
         json_object_set_new(entry, "use", json_string(use_name(k->use)));
         if (s->set) {

@@ -39,8 +39,8 @@ static void print_summary(const neox_cvt_ckpt *c, FILE *out) {
     fprintf(out, "layout: world %d = pipe %d x data %d x model %d, zero stage %d, %d files\n", m->world_size, m->pipe_size,
             m->data_size, m->model_size, m->zero_stage, m->nfiles);
     // The data position counts global micro-batches (micro-batch x data-parallel ranks samples each).
-    int64_t seq = neox_config_has(c->cfg, "seq_length") ? neox_config_int(c->cfg, "seq_length") : 0;
-    int64_t per_batch = neox_config_int(c->cfg, "train_batch_size") / neox_config_int(c->cfg, "gradient_accumulation_steps");
+    int64_t seq = neox_config_has(c->cfg, seq_length) ? neox_config_int(c->cfg, seq_length) : 0;
+    int64_t per_batch = neox_config_int(c->cfg, train_batch_size) / neox_config_int(c->cfg, gradient_accumulation_steps);
     int64_t samples = state_int(c, "train_position") * per_batch;
     fprintf(out, "iteration: %lld, optimizer steps: %lld\n", (long long)state_int(c, "iteration"),
             (long long)state_int(c, "optimizer_steps"));

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "convert_internal.h"
 
 static int is_file(const char *path) {
@@ -122,16 +123,8 @@ static int derive_model(neox_cvt_ckpt *c, neox_error *err) {
     if (c->desc.vocab_size != json_integer_value(vocab))
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json: model.padded_vocab_size = %lld does not agree "
                          "with the stored config (%d)", c->dir, (long long)json_integer_value(vocab), c->desc.vocab_size);
-    const struct { const char *key; int value; } shape[] = {
-        {"num_layers", c->desc.num_layers}, {"hidden_size", c->desc.hidden_size},
-        {"num_attention_heads", c->desc.num_heads}, {"num_kv_heads", c->desc.num_kv_heads},
-        {"intermediate_size", c->desc.ffn_size}};
-    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
-        json_t *v = json_object_get(model, shape[i].key);
-        if (v && json_integer_value(v) != shape[i].value)
-            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json: model.%s = %lld disagrees with the stored "
-                             "config (%d)", c->dir, shape[i].key, (long long)json_integer_value(v), shape[i].value);
-    }
+    if (neox_ckpt_check_model_shape(&c->desc, c->state, c->dir, NEOX_EXIT_FAILURE, err) != 0)
+        return neox_fail_context(err, "the stored config");
     return 0;
 }
 

@@ -67,7 +67,7 @@ int neox_convert_reshard(const char *ckpt, const char *out_save, const neox_cvt_
     neox_cvt_ckpt c;
     if (neox_cvt_open(&c, ckpt, err) != 0) return -1;
     neox_cvt_layout lay = *layout;  // stages cut as the run that resumes from it will cut them
-    if (!lay.pipe_partition) lay.pipe_partition = neox_config_str(c.cfg, "pipe_partition_method");
+    if (!lay.pipe_partition) lay.pipe_partition = neox_config_str(c.cfg, pipe_partition_method);
     int rc = neox_cvt_layout_check(&c.desc, &lay, err);
     char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_save, err) : NULL;
     if (tmp) rc = reshard_into(&c, tmp, &lay, err);

@@ -74,8 +74,8 @@ static int tokenizer_config_files(const neox_tokenizer *tok, const char *dir, in
 // end-of-document id (-1 without a tokenizer).
 static int tokenizer_files(const neox_cvt_ckpt *c, const char *dir, int *eod, neox_error *err) {
     *eod = -1;
-    const char *type = neox_config_str(c->cfg, "tokenizer_type");
-    const char *vocab = neox_config_str(c->cfg, "vocab_file"), *merges = neox_config_str(c->cfg, "merge_file");
+    const char *type = neox_config_str(c->cfg, tokenizer_type);
+    const char *vocab = neox_config_str(c->cfg, vocab_file), *merges = neox_config_str(c->cfg, merge_file);
     struct stat st;
     if (!vocab && strcmp(type, "CharLevelTokenizer") != 0) {
         neox_warn("the config names no tokenizer file (vocab_file): no tokenizer files and token ids in the export");

@@ -7,9 +7,10 @@
 #include <stdlib.h>
 
 // A list of strings or numbers from the config; NULL and 0 when the key is None.
-static int read_list(const neox_config *cfg, const char *key, char ***strings, double **numbers, int *count,
+static int read_list(const neox_config *cfg, neox_key_id id, char ***strings, double **numbers, int *count,
                      neox_error *err) {
-    const neox_value *v = neox_config_has(cfg, key) ? neox_config_value(cfg, key) : NULL;
+    const neox_value *v = neox_config_has_id(cfg, id) ? neox_config_value_id(cfg, id) : NULL;
+    const char *key = neox_key_specs[id].name;
     *count = 0;
     if (!v) return 0;
     if (v->kind != NEOX_VALUE_LIST) return neox_fail(err, NEOX_EXIT_USAGE, "%s: expected a list", key);
@@ -32,31 +33,31 @@ static int read_list(const neox_config *cfg, const char *key, char ***strings, d
 
 int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s, neox_error *err) {
     *s = (neox_data_settings){0};
-    s->data_path = neox_config_str(cfg, "data_path");
-    s->split = neox_config_str(cfg, "split");
-    s->weight_by_num_documents = neox_config_bool(cfg, "weight_by_num_documents");
-    s->weighted_sampler_alpha = neox_config_float(cfg, "weighted_sampler_alpha");
-    s->seq_length = (int)neox_config_int(cfg, "seq_length");
-    s->seed = (uint32_t)neox_config_int(cfg, "seed");
-    s->train_iters = neox_config_has(cfg, "train_iters") ? neox_config_int(cfg, "train_iters") : 0;
-    s->eval_interval = neox_config_int(cfg, "eval_interval");
-    s->eval_iters = neox_config_int(cfg, "eval_iters");
-    s->train_batch_size = neox_config_has(cfg, "train_batch_size") ? neox_config_int(cfg, "train_batch_size") : 0;
-    s->allow_chopped = neox_config_bool(cfg, "allow_chopped");
+    s->data_path = neox_config_str(cfg, data_path);
+    s->split = neox_config_str(cfg, split);
+    s->weight_by_num_documents = neox_config_bool(cfg, weight_by_num_documents);
+    s->weighted_sampler_alpha = neox_config_float(cfg, weighted_sampler_alpha);
+    s->seq_length = (int)neox_config_int(cfg, seq_length);
+    s->seed = (uint32_t)neox_config_int(cfg, seed);
+    s->train_iters = neox_config_has(cfg, train_iters) ? neox_config_int(cfg, train_iters) : 0;
+    s->eval_interval = neox_config_int(cfg, eval_interval);
+    s->eval_iters = neox_config_int(cfg, eval_iters);
+    s->train_batch_size = neox_config_has(cfg, train_batch_size) ? neox_config_int(cfg, train_batch_size) : 0;
+    s->allow_chopped = neox_config_bool(cfg, allow_chopped);
     s->use_cache = 1;
-    s->cache_dir = neox_config_str(cfg, "data_cache_dir");
-    if (neox_pack_impl_parse(neox_config_str(cfg, "pack_impl"), &s->pack_impl) != 0)
+    s->cache_dir = neox_config_str(cfg, data_cache_dir);
+    if (neox_pack_impl_parse(neox_config_str(cfg, pack_impl), &s->pack_impl) != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "pack_impl: '%s' is not supported (packed, pack_until_overflow, unpacked)",
-                         neox_config_str(cfg, "pack_impl"));
+                         neox_config_str(cfg, pack_impl));
     char **train = NULL, **valid = NULL, **test = NULL;
     double *wt = NULL, *wv = NULL, *ws = NULL;
     int nwt = 0, nwv = 0, nws = 0;
-    int rc = read_list(cfg, "train_data_paths", &train, NULL, &s->ntrain, err);
-    if (rc == 0) rc = read_list(cfg, "valid_data_paths", &valid, NULL, &s->nvalid, err);
-    if (rc == 0) rc = read_list(cfg, "test_data_paths", &test, NULL, &s->ntest, err);
-    if (rc == 0) rc = read_list(cfg, "train_data_weights", NULL, &wt, &nwt, err);
-    if (rc == 0) rc = read_list(cfg, "valid_data_weights", NULL, &wv, &nwv, err);
-    if (rc == 0) rc = read_list(cfg, "test_data_weights", NULL, &ws, &nws, err);
+    int rc = read_list(cfg, NEOX_K_train_data_paths, &train, NULL, &s->ntrain, err);
+    if (rc == 0) rc = read_list(cfg, NEOX_K_valid_data_paths, &valid, NULL, &s->nvalid, err);
+    if (rc == 0) rc = read_list(cfg, NEOX_K_test_data_paths, &test, NULL, &s->ntest, err);
+    if (rc == 0) rc = read_list(cfg, NEOX_K_train_data_weights, NULL, &wt, &nwt, err);
+    if (rc == 0) rc = read_list(cfg, NEOX_K_valid_data_weights, NULL, &wv, &nwv, err);
+    if (rc == 0) rc = read_list(cfg, NEOX_K_test_data_weights, NULL, &ws, &nws, err);
     s->train_paths = (const char *const *)train, s->valid_paths = (const char *const *)valid;
     s->test_paths = (const char *const *)test;
     s->train_weights = wt, s->valid_weights = wv, s->test_weights = ws;

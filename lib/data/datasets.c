@@ -2,6 +2,7 @@
 // (build_train_valid_test_data_iterators): one data_path split into document ranges, or separate
 // train/valid/test paths blended by weight (optionally weighted by document count), and reading a
 // sample of seq_length + 1 tokens as GPT2Dataset.__getitem__ and BlendableDataset do.
+#include "config.h"
 #include "data.h"
 
 #include <stdlib.h>
@@ -111,7 +112,10 @@ static int build_from_split(const neox_data_settings *s, const int64_t samples[3
     if (!probe) return -1;
     int64_t docs = probe->num_doc_idx - 1, index[4];
     neox_indexed_close(probe);
-    if (neox_split_ranges(s->split ? s->split : "969, 30, 1", docs, index, err) != 0) return -1;
+    char *fallback = s->split ? NULL : neox_key_default_str(NEOX_K_split);  // (split: null in a file)
+    int rc = neox_split_ranges(s->split ? s->split : fallback, docs, index, err);
+    free(fallback);
+    if (rc != 0) return -1;
     for (int i = 0; i < 3; i++) {
         if (index[i + 1] <= index[i]) continue;
         neox_indexed_dataset *ds = neox_indexed_open(s->data_path, err);

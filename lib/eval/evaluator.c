@@ -14,17 +14,14 @@
 #include "kernels/kernels.h"
 
 
-static int64_t config_int_or(const neox_config *cfg, const char *key, int64_t fallback) {
-    return neox_config_has(cfg, key) ? neox_config_int(cfg, key) : fallback;
-}
 
 static int load_checkpoint(neox_evaluator *ev, neox_error *err) {
-    const char *load = neox_config_str(ev->cfg, "load");
+    const char *load = neox_config_str(ev->cfg, load);
     if (!load) {
         if (ev->rank0 && !ev->quiet) neox_notice("load: not set; evaluating the initial (untrained) weights");
         return 0;
     }
-    int64_t iteration = config_int_or(ev->cfg, "iteration", 0);
+    int64_t iteration = neox_config_int_or(ev->cfg, iteration, 0);
     if (neox_load_model_params(ev->model, load, iteration, &ev->iteration, err) != 0) return -1;
     if (ev->rank0 && !ev->quiet) neox_info("loaded checkpoint %s (iteration %lld)", load, (long long)ev->iteration);
     return 0;
@@ -36,14 +33,14 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
     ev->grid = grid;
     ev->quiet = quiet;
     ev->rank0 = grid->world_rank == 0;
-    ev->seq_length = (int)neox_config_int(cfg, "seq_length");
-    ev->micro_batch = (int)neox_config_int(cfg, "train_micro_batch_size_per_gpu");
+    ev->seq_length = (int)neox_config_int(cfg, seq_length);
+    ev->micro_batch = (int)neox_config_int(cfg, train_micro_batch_size_per_gpu);
     if (grid->model_size > 1 || grid->pipe_size > 1) {
         neox_fail(err, NEOX_EXIT_USAGE, "neox-eval runs data parallel only (a grid with pipe and model size 1)");
         goto fail;
     }
-    neox_tokenizer_options to = {neox_config_str(cfg, "tokenizer_type"), neox_config_str(cfg, "vocab_file"),
-                                 neox_config_str(cfg, "merge_file")};
+    neox_tokenizer_options to = {neox_config_str(cfg, tokenizer_type), neox_config_str(cfg, vocab_file),
+                                 neox_config_str(cfg, merge_file)};
     ev->tokenizer = neox_tokenizer_load(&to, err);
     if (!ev->tokenizer) {
         neox_fail_context(err, "tokenizer_type %s", to.type ? to.type : "None");
@@ -54,12 +51,12 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
     ev->prefix_id = bos >= 0 ? bos : ev->eod_id;
     neox_model_desc desc;
     if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(ev->tokenizer), err) != 0) goto fail;
-    const neox_backend *be = neox_backend_for_rank(neox_config_str(cfg, "compute_backend"), grid, err);
+    const neox_backend *be = neox_backend_for_rank(neox_config_str(cfg, compute_backend), grid, err);
     if (!be || !(ev->model = neox_model_create_on(&desc, be, err))) goto fail;
     // The checkpoint overwrites every parameter (a piece it lacks is an error), so the random
     // initialisation, as long as reading the checkpoint for a large model, is only for a config
     // without `load`.
-    if (!neox_config_str(cfg, "load")) neox_model_init(ev->model, (unsigned long long)neox_config_int(cfg, "seed"));
+    if (!neox_config_str(cfg, load)) neox_model_init(ev->model, (unsigned long long)neox_config_int(cfg, seed));
     ev->model->training = 0;
     if (load_checkpoint(ev, err) != 0) goto fail;
     return ev;

@@ -8,9 +8,6 @@
 #include "data.h"
 #include "eval.h"
 
-static int64_t config_int_or(const neox_config *cfg, const char *key, int64_t fallback) {
-    return neox_config_has(cfg, key) ? neox_config_int(cfg, key) : fallback;
-}
 
 // The mean loss over count micro-batches of ds; with char_level_ppl, *tokens_per_char of them too.
 static int mean_loss(neox_evaluator *ev, const neox_dataset *ds, int64_t count, double *loss, double *tokens_per_char,
@@ -18,8 +15,8 @@ static int mean_loss(neox_evaluator *ev, const neox_dataset *ds, int64_t count, 
     const neox_config *cfg = ev->cfg;
     neox_batch_iterator it;
     neox_batch_iterator_init(&it, ds, ev->micro_batch, ev->grid->data_size, ev->grid->data_rank,
-                             ev->eod_id, neox_config_bool(cfg, "eod_mask_loss"));
-    if (neox_config_bool(cfg, "char_level_ppl") &&
+                             ev->eod_id, neox_config_bool(cfg, eod_mask_loss));
+    if (neox_config_bool(cfg, char_level_ppl) &&
         neox_eval_tokens_per_char(ev->tokenizer, &it, ev->seq_length, count, &ev->grid->data, tokens_per_char, err) != 0)
         return -1;
     neox_batch *b = neox_batch_alloc(ev->micro_batch, ev->seq_length);
@@ -54,15 +51,15 @@ int neox_eval_split_perplexity(neox_evaluator *ev, int split, int64_t iters, neo
     double start = neox_now();
     neox_data_settings s;
     if (neox_data_settings_from_config(cfg, &s, err) != 0) return -1;
-    s.train_batch_size = neox_config_int(cfg, "train_batch_size");
-    s.train_iters = config_int_or(cfg, "train_iters", 0);
+    s.train_batch_size = neox_config_int(cfg, train_batch_size);
+    s.train_iters = neox_config_int_or(cfg, train_iters, 0);
     neox_dataset *ds[3] = {0};
     int rc = neox_build_datasets(&s, ds, err);
     if (rc == 0 && ds[split]) ds[split]->vocab_size = ev->model->desc.vocab_size;
     if (rc == 0 && !ds[split])
         rc = neox_fail(err, NEOX_EXIT_USAGE, "split: the %s split has no samples", split == 1 ? "validation" : "test");
-    if (iters <= 0) iters = config_int_or(cfg, "eval_iters", 100);
-    int64_t count = iters * neox_config_int(cfg, "gradient_accumulation_steps");
+    if (iters <= 0) iters = neox_config_int(cfg, eval_iters);
+    int64_t count = iters * neox_config_int(cfg, gradient_accumulation_steps);
     double loss = NAN, tokens_per_char = NAN;
     if (rc == 0) rc = mean_loss(ev, ds[split], count, &loss, &tokens_per_char, err);
     // The cap below would turn a NaN or inf loss into a finite perplexity: that is an error instead.

@@ -52,7 +52,7 @@ int neox_eval_write_results(const char *path, const neox_task_result *r, int n, 
         json_object_set_new(results, r[i].task, task);
         json_object_set_new(samples, r[i].task, json_integer((json_int_t)r[i].examples));
     }
-    const char *load = neox_config_str(ev->cfg, "load");
+    const char *load = neox_config_str(ev->cfg, load);
     json_t *root = json_pack("{s:o, s:o, s:{s:s?, s:I, s:i, s:i, s:i}}", "results", results, "n-samples", samples, "config",
                              "load", load, "iteration", (json_int_t)ev->iteration, "max_length", ev->seq_length,
                              "batch_size", ev->micro_batch, "data_parallel_size", ev->grid->data_size);

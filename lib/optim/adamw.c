@@ -5,9 +5,9 @@
 #include "optim.h"
 
 static void read_adamw(const neox_config *cfg, neox_optimizer_settings *s) {
-    s->beta1 = neox_config_has(cfg, "adam_beta1") ? neox_config_float(cfg, "adam_beta1") : 0.9;
-    s->beta2 = neox_config_has(cfg, "adam_beta2") ? neox_config_float(cfg, "adam_beta2") : 0.999;
-    s->eps = neox_config_has(cfg, "adam_eps") ? neox_config_float(cfg, "adam_eps") : 1e-8;
+    s->beta1 = neox_config_has(cfg, adam_beta1) ? neox_config_float(cfg, adam_beta1) : 0.9;
+    s->beta2 = neox_config_has(cfg, adam_beta2) ? neox_config_float(cfg, adam_beta2) : 0.999;
+    s->eps = neox_config_has(cfg, adam_eps) ? neox_config_float(cfg, adam_eps) : 1e-8;
 }
 
 static void step_adamw(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg,

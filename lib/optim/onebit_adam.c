@@ -9,11 +9,11 @@
 
 static void read_onebit_adam(const neox_config *cfg, neox_optimizer_settings *s) {
     neox_optimizer_adamw.read(cfg, s);  // Adam's betas and eps
-    s->freeze_step = neox_config_int(cfg, "onebitadam_freeze_step");
+    s->freeze_step = neox_config_int(cfg, onebitadam_freeze_step);
     // DeepSpeed builds 1-bit Adam from optimizer.params; GPT-NeoX's decay group sets no decay of
     // its own (so params.weight_decay applies), and with weight_decay 0 every parameter is in the
     // no-decay group (so none does).
-    if (s->weight_decay != 0.0) s->weight_decay = neox_config_float(cfg, "onebitadam_weight_decay");
+    if (s->weight_decay != 0.0) s->weight_decay = neox_config_float(cfg, onebitadam_weight_decay);
 }
 
 static void step_onebit_adam(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg,

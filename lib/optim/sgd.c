@@ -5,7 +5,7 @@
 #include "optim.h"
 
 static void read_sgd(const neox_config *cfg, neox_optimizer_settings *s) {
-    s->momentum = neox_config_has(cfg, "sgd_momentum") ? neox_config_float(cfg, "sgd_momentum") : 0.0;
+    s->momentum = neox_config_has(cfg, sgd_momentum) ? neox_config_float(cfg, sgd_momentum) : 0.0;
 }
 
 static void step_sgd(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg, double lr,

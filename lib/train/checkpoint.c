@@ -77,14 +77,11 @@ static int optimizer_buffers(const neox_trainer *t, const char **names, float **
     return o->type->nstate;
 }
 
-static int saves_no_optimizer(const neox_trainer *t) { return neox_config_bool(t->cfg, "no_save_optim"); }
+static int saves_no_optimizer(const neox_trainer *t) { return neox_config_bool(t->cfg, no_save_optim); }
 
 static json_t *state_json(const neox_trainer *t) {
     const neox_train_state *s = &t->state;
-    json_t *model = json_object();
-    neox_shape_field f[16];
-    int n = neox_ckpt_model_shape(&t->model->desc, f);
-    for (int i = 0; i < n; i++) json_object_set_new(model, f[i].name, json_integer(f[i].value));
+    json_t *model = neox_ckpt_model_shape_json(&t->model->desc);
     json_t *files = json_array();
     for (int i = 0; i < neox_config_file_count(t->cfg); i++) {
         char *copy = neox_strdup(neox_config_file_path(t->cfg, i));
@@ -111,7 +108,7 @@ static json_t *state_json(const neox_trainer *t) {
     // no_save_optim / no_save_rng: the state they leave out is absent, which is what a resume
     // (and neox-convert) reads as "not stored".
     if (saves_no_optimizer(t)) json_object_del(state, "optimizer");
-    if (neox_config_bool(t->cfg, "no_save_rng")) {
+    if (neox_config_bool(t->cfg, no_save_rng)) {
         json_object_del(state, "seed");
         json_object_del(state, "dropout_draws");
     }
@@ -307,7 +304,7 @@ static int64_t json_int_field(json_t *obj, const char *key) { return (int64_t)js
 // Whether the optimizer state (moments, step count, LR schedule) is loaded: not with finetune or
 // no_load_optim, nor from a checkpoint saved without it (no_save_optim), which a notice says.
 static int loads_optimizer(const neox_trainer *t, json_t *state, const char *dir) {
-    if (neox_config_bool(t->cfg, "finetune") || neox_config_bool(t->cfg, "no_load_optim")) return 0;
+    if (neox_config_bool(t->cfg, finetune) || neox_config_bool(t->cfg, no_load_optim)) return 0;
     if (json_object_get(state, "optimizer")) return 1;
     if (t->rank0 && !t->opts.quiet)
         neox_notice("%s holds no optimizer state (saved with no_save_optim): the optimizer starts afresh (moments zero, "
@@ -318,7 +315,7 @@ static int loads_optimizer(const neox_trainer *t, json_t *state, const char *dir
 // Whether the RNG state is loaded. A checkpoint saved with no_save_rng re-seeds, as no_load_rng
 // does: the dropout stream restarts from the config's seed with its counter at zero.
 static int loads_rng(const neox_trainer *t, json_t *state, const char *dir) {
-    if (neox_config_bool(t->cfg, "finetune") || neox_config_bool(t->cfg, "no_load_rng")) return 0;
+    if (neox_config_bool(t->cfg, finetune) || neox_config_bool(t->cfg, no_load_rng)) return 0;
     if (json_object_get(state, "seed")) return 1;
     if (t->rank0 && !t->opts.quiet)
         neox_notice("%s holds no RNG state (saved with no_save_rng): re-seeding from the config's seed %llu (the dropout "
@@ -328,7 +325,7 @@ static int loads_rng(const neox_trainer *t, json_t *state, const char *dir) {
 
 static int restore_state(neox_trainer *t, json_t *state, int load_optim, int load_rng, neox_error *err) {
     const neox_config *cfg = t->cfg;
-    int finetune = neox_config_bool(cfg, "finetune");
+    int finetune = neox_config_bool(cfg, finetune);
     int no_optim = !load_optim, no_rng = !load_rng;
     if (!finetune) {
         neox_train_state *s = &t->state;
@@ -347,8 +344,8 @@ static int restore_state(neox_trainer *t, json_t *state, int load_optim, int loa
         }
         // The valid split is read on from where the evaluations of iterations 1..N left it, as if
         // the run had not stopped (the checkpoint of iteration N is written before its evaluation).
-        int64_t eval_interval = neox_config_int(cfg, "eval_interval");
-        s->valid_position = eval_interval > 0 ? s->iteration / eval_interval * neox_config_int(cfg, "eval_iters") * t->grad_accum : 0;
+        int64_t eval_interval = neox_config_int(cfg, eval_interval);
+        s->valid_position = eval_interval > 0 ? s->iteration / eval_interval * neox_config_int(cfg, eval_iters) * t->grad_accum : 0;
         s->skipped_total = json_int_field(state, "skipped_total");
         s->nonfinite_in_a_row = json_int_field(state, "nonfinite_in_a_row");
         s->overflow_skips = json_int_field(state, "overflow_skips");
@@ -376,7 +373,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     neox_ckpt_reader *r = neox_ckpt_open_checkpoint(dir, err);
     json_t *state = NULL;
     int rc = r ? neox_ckpt_read_run_state(r, dir, &state, err) : -1;
-    if (rc == 0) rc = neox_ckpt_check_model_shape(&t->model->desc, state, dir, err);
+    if (rc == 0) rc = neox_ckpt_check_model_shape(&t->model->desc, state, dir, NEOX_EXIT_USAGE, err);
     if (rc == 0) rc = neox_ckpt_read_model_tensors(t->model, r, "params", t->model->param_buf, err);
     neox_model_weights_changed(t->model);
     int load_optim = rc == 0 && loads_optimizer(t, state, dir), load_rng = rc == 0 && loads_rng(t, state, dir);

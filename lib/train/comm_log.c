@@ -40,7 +40,7 @@ static int op_of_name(const char *name) {
 static int flag(const neox_config *cfg, const char *base, const char *key, int fallback) {
     char path[96];
     snprintf(path, sizeof path, "%s.%s", base, key);
-    const neox_value *v = neox_config_sub(cfg, path);
+    const neox_value *v = neox_config_sub_id(cfg, neox_subkey_id_of(path));
     return v && v->kind == NEOX_VALUE_BOOL ? v->boolean : fallback;
 }
 
@@ -51,8 +51,8 @@ int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out,
     out->prof_all = 1;
     // GPT-NeoX's own configs pass it inside deepspeed_extra_args (configs/19M.yml); the top-level key wins.
     const char *base = "comms_logger";
-    if (!neox_config_has(cfg, "comms_logger")) {
-        const neox_value *extra = neox_config_sub(cfg, "deepspeed_extra_args.comms_logger");
+    if (!neox_config_has(cfg, comms_logger)) {
+        const neox_value *extra = neox_config_sub(cfg, deepspeed_extra_args__comms_logger);
         if (!extra || extra->kind != NEOX_VALUE_MAP) return 0;
         base = "deepspeed_extra_args.comms_logger";
     }
@@ -62,7 +62,7 @@ int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out,
     out->debug = flag(cfg, base, "debug", 0);
     char path[96];
     snprintf(path, sizeof path, "%s.prof_ops", base);
-    const neox_value *ops = neox_config_sub(cfg, path);
+    const neox_value *ops = neox_config_sub_id(cfg, neox_subkey_id_of(path));
     for (int i = 0; ops && ops->kind == NEOX_VALUE_LIST && i < ops->count; i++) {
         int op = ops->items[i]->kind == NEOX_VALUE_STRING ? op_of_name(ops->items[i]->string) : -1;
         if (op < 0)
@@ -177,7 +177,7 @@ int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats
         summary_rows(stdout, stats, sizes, &t->comms_logger);
         fflush(stdout);
     }
-    const char *dir = neox_config_str(t->cfg, "log_dir");
+    const char *dir = neox_config_str(t->cfg, log_dir);
     if (!dir) return 0;
     char *path = neox_asprintf("%s/comms_summary.txt", dir);
     neox_atomic_file *af = neox_atomic_open(path, err);

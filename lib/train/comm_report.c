@@ -55,7 +55,7 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
         memcpy(all, mine, sizeof mine);
         timings[0] = timing;
     }
-    const char *dir = neox_config_str(t->cfg, "log_dir");
+    const char *dir = neox_config_str(t->cfg, log_dir);
     int rc = 0;
     if (t->rank0 && dir) {
         json_t *ranks = json_array();

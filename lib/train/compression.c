@@ -34,14 +34,14 @@ static neox_powersgd *make_powersgd(neox_trainer *t) {
         cols[i] = p->ndim == 2 ? (int)p->shape[1] : (int)p->numel;
     }
     neox_powersgd *o = neox_powersgd_make(&t->grid->data, rows, cols, m->nparams,
-                                          (int)neox_config_int(t->cfg, "gradient_compression_rank"));
+                                          (int)neox_config_int(t->cfg, gradient_compression_rank));
     free(rows);
     free(cols);
     return o;
 }
 
 int neox_train_setup_compression(neox_trainer *t, neox_error *err) {
-    const char *gc = neox_config_str(t->cfg, "gradient_compression");
+    const char *gc = neox_config_str(t->cfg, gradient_compression);
     int grad_compress = gc && strcmp(gc, "none") != 0;
     int onebit = t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM;
     if (onebit && grad_compress)
@@ -50,7 +50,7 @@ int neox_train_setup_compression(neox_trainer *t, neox_error *err) {
     if ((onebit || grad_compress) && t->zero_stage > 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage %d: %s needs whole replicas (stage 0), as "
                          "DeepSpeed's 1-bit Adam does", t->zero_stage, onebit ? "onebitadam" : "gradient_compression");
-    t->compress_start = neox_config_int(t->cfg, "gradient_compression_start");
+    t->compress_start = neox_config_int(t->cfg, gradient_compression_start);
     if (t->grid->data_size <= 1) return 0;
     if (onebit) t->onebit = make_compressor(t), t->optimizer->momentum_allreduce = t->onebit;
     if (grad_compress && !strcmp(gc, "onebit")) t->grad_onebit = make_compressor(t);

@@ -19,7 +19,7 @@ enum { MAX_EVAL_VALUES = 1 + 16 * NEOX_EVAL_MAX_METRICS };
 static int is_split_name(const char *name) { return !strcmp(name, "valid") || !strcmp(name, "test"); }
 
 int neox_train_setup_eval_tasks(neox_trainer *t, neox_error *err) {
-    const neox_value *v = neox_config_has(t->cfg, "eval_tasks") ? neox_config_value(t->cfg, "eval_tasks") : NULL;
+    const neox_value *v = neox_config_has(t->cfg, eval_tasks) ? neox_config_value(t->cfg, eval_tasks) : NULL;
     if (!v || v->kind != NEOX_VALUE_LIST) return 0;
     for (int i = 0; i < v->count; i++) {
         if (v->items[i]->kind != NEOX_VALUE_STRING)
@@ -52,8 +52,8 @@ void neox_train_free_eval_tasks(neox_trainer *t) {
 }
 
 static int run_tasks(neox_trainer *t, neox_eval_value *values, int *n, neox_error *err) {
-    neox_task_options o = {.data_dir = neox_config_str(t->cfg, "eval_data_dir"),
-                           .limit = neox_config_int(t->cfg, "eval_task_limit"), .bootstrap_iters = 0};
+    neox_task_options o = {.data_dir = neox_config_str(t->cfg, eval_data_dir),
+                           .limit = neox_config_int(t->cfg, eval_task_limit), .bootstrap_iters = 0};
     t->task_eval->iteration = t->state.iteration;
     for (int k = 0; k < t->ntasks; k++) {
         neox_task_result r = {0};
@@ -72,11 +72,11 @@ static int run_tasks(neox_trainer *t, neox_eval_value *values, int *n, neox_erro
 
 int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const char *chart, const char *prefix,
                                 int with_tasks, neox_error *err) {
-    int64_t iters = neox_config_int(t->cfg, "eval_iters");
+    int64_t iters = neox_config_int(t->cfg, eval_iters);
     neox_eval_value values[MAX_EVAL_VALUES];
     int n = 0;
     double tokens_per_char = 0, loss;
-    int char_ppl = neox_config_bool(t->cfg, "char_level_ppl");
+    int char_ppl = neox_config_bool(t->cfg, char_level_ppl);
     if (char_ppl && neox_eval_tokens_per_char(t->tokenizer, it, t->seq_length, iters * t->grad_accum, &t->grid->data,
                                               &tokens_per_char, err) != 0)
         return -1;

@@ -27,9 +27,9 @@ static int is_save_iteration(const neox_trainer *t, int64_t iteration) {
     return 0;
 }
 
-static int do_split(const neox_trainer *t, const char *key, int split) {
+static int do_split(const neox_trainer *t, neox_key_id key, int split) {
     if (!t->datasets[split]) return 0;
-    return neox_config_has(t->cfg, key) ? neox_config_bool(t->cfg, key) : 1;
+    return neox_config_has_id(t->cfg, key) ? neox_config_bool_id(t->cfg, key) : 1;
 }
 
 // eval_tasks are scored with the validation evaluations, or with the test evaluation when the
@@ -38,7 +38,7 @@ static int evaluate(neox_trainer *t, int split, const char *chart, const char *p
     neox_batch_iterator test_it, *it = &t->valid_it;
     if (split == 2) {
         neox_batch_iterator_init(&test_it, t->datasets[2], t->micro_batch, t->grid->data_size, t->grid->data_rank,
-                                 t->eod_id, neox_config_bool(t->cfg, "eod_mask_loss"));
+                                 t->eod_id, neox_config_bool(t->cfg, eod_mask_loss));
         it = &test_it;
     }
     return neox_train_evaluate_and_log(t, it, chart, prefix, with_tasks, err);
@@ -91,13 +91,13 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
 static int after_step(neox_trainer *t, int *status, neox_error *err) {
     int64_t it = t->state.iteration;
     if (t->save_dir && is_save_iteration(t, it) && save_checkpoint(t, err) != 0) return -1;
-    int64_t eval_interval = neox_config_int(t->cfg, "eval_interval");
-    if (eval_interval > 0 && it % eval_interval == 0 && do_split(t, "do_valid", 1)) {
+    int64_t eval_interval = neox_config_int(t->cfg, eval_interval);
+    if (eval_interval > 0 && it % eval_interval == 0 && do_split(t, NEOX_K_do_valid, 1)) {
         char prefix[48];
         snprintf(prefix, sizeof prefix, "iteration %lld", (long long)it);
         if (evaluate(t, 1, "validation", prefix, 1, err) != 0) return -1;
     }
-    int64_t exit_interval = neox_config_has(t->cfg, "exit_interval") ? neox_config_int(t->cfg, "exit_interval") : 0;
+    int64_t exit_interval = neox_config_has(t->cfg, exit_interval) ? neox_config_int(t->cfg, exit_interval) : 0;
     if (exit_interval > 0 && it % exit_interval == 0) {
         if (t->rank0) neox_info("exiting program at iteration %lld (exit_interval)", (long long)it);
         *status = 0;
@@ -125,16 +125,16 @@ static int check_trained(neox_trainer *t, neox_error *err) {
 
 static int finish(neox_trainer *t, neox_error *err) {
     if (check_trained(t, err) != 0) return -1;
-    int valid = do_split(t, "do_valid", 1);
+    int valid = do_split(t, NEOX_K_do_valid, 1);
     if (valid && evaluate(t, 1, "validation", "the end of training for val data", 1, err) != 0) return -1;
     if (t->save_dir && t->state.iteration > 0 && t->last_saved != t->state.iteration && save_checkpoint(t, err) != 0)
         return -1;
-    if (do_split(t, "do_test", 2) && evaluate(t, 2, "test", "the end of training for test data", !valid, err) != 0) return -1;
+    if (do_split(t, NEOX_K_do_test, 2) && evaluate(t, 2, "test", "the end of training for test data", !valid, err) != 0) return -1;
     return 0;
 }
 
 int neox_trainer_run(neox_trainer *t, neox_error *err) {
-    int train = neox_config_has(t->cfg, "do_train") ? neox_config_bool(t->cfg, "do_train") : 1;
+    int train = neox_config_has(t->cfg, do_train) ? neox_config_bool(t->cfg, do_train) : 1;
     if (t->rank0 && !t->opts.quiet && t->state.iteration < t->train_iters && train)
         neox_info("training from iteration %lld to %lld", (long long)t->state.iteration, (long long)t->train_iters);
     neox_metrics_begin(t->metrics);

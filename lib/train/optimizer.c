@@ -56,7 +56,7 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale) {
 static void gather_partitions(neox_trainer *t) {
     neox_comm *data = &t->grid->data;
     size_t n = t->model->num_floats;
-    int64_t b = neox_config_has(t->cfg, "zero_allgather_bucket_size") ? neox_config_int(t->cfg, "zero_allgather_bucket_size") : 0;
+    int64_t b = neox_config_has(t->cfg, zero_allgather_bucket_size) ? neox_config_int(t->cfg, zero_allgather_bucket_size) : 0;
     size_t step = b > 0 && (size_t)b < n ? (size_t)b : n;
     int *counts = neox_malloc((size_t)data->size * sizeof(int));
     for (size_t s = 0; s < n; s += step) {

@@ -10,7 +10,7 @@
 #include "internal.h"
 
 int neox_train_setup_param_norms(neox_trainer *t, neox_error *err) {
-    if (!neox_config_bool(t->cfg, "log_param_norm")) return 0;
+    if (!neox_config_bool(t->cfg, log_param_norm)) return 0;
     neox_model_desc whole = t->model->desc;
     whole.tp_size = whole.tp_rank = whole.pp_size = whole.pp_rank = whole.layer_begin = whole.layer_end = 0;
     neox_param *all = neox_model_param_list(&whole, &t->nnorms, err);

@@ -9,7 +9,7 @@
 #include "internal.h"
 
 int neox_train_check_schedule_keys(const neox_config *cfg, neox_error *err) {
-    if (neox_config_bool(cfg, "override_lr_scheduler") && neox_config_bool(cfg, "use_checkpoint_lr_scheduler"))
+    if (neox_config_bool(cfg, override_lr_scheduler) && neox_config_bool(cfg, use_checkpoint_lr_scheduler))
         return neox_fail(err, NEOX_EXIT_USAGE, "override_lr_scheduler and use_checkpoint_lr_scheduler are both true: the "
                          "first keeps the config's LR schedule on resume, the second the checkpoint's; set one");
     return 0;
@@ -50,12 +50,12 @@ int neox_train_resume_schedule(neox_trainer *t, json_t *saved_json, neox_error *
     neox_lr_schedule saved = saved_schedule(saved_json, &t->lr);
     char diff[320];
     int differs = first_difference(&saved, &t->lr, diff, sizeof diff);
-    if (neox_config_bool(t->cfg, "override_lr_scheduler")) {
+    if (neox_config_bool(t->cfg, override_lr_scheduler)) {
         if (differs && t->rank0 && !t->opts.quiet)
             neox_notice("override_lr_scheduler: the config's LR schedule replaces the checkpoint's (%s)", diff);
         return 0;
     }
-    if (neox_config_bool(t->cfg, "use_checkpoint_lr_scheduler")) {
+    if (neox_config_bool(t->cfg, use_checkpoint_lr_scheduler)) {
         t->lr = saved;
         return 0;
     }

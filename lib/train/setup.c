@@ -12,23 +12,20 @@
 
 int neox_train_read_schedule(const neox_config *cfg, neox_lr_schedule *lr, neox_error *err) {
     neox_lr_style style;
-    const char *name = neox_config_str(cfg, "lr_decay_style");
+    const char *name = neox_config_str(cfg, lr_decay_style);
     if (!name || neox_lr_style_parse(name, &style) != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "lr_decay_style: '%s' is not constant, linear, cosine or exponential",
                          name ? name : "None");
-    double start = neox_config_has(cfg, "lr") ? neox_config_float(cfg, "lr") : 0.001;
-    int64_t decay = neox_config_has(cfg, "lr_decay_iters") ? neox_config_int(cfg, "lr_decay_iters")
-                                                           : neox_config_int(cfg, "train_iters");
-    *lr = neox_lr_schedule_make(start, neox_config_float(cfg, "min_lr"), neox_config_float(cfg, "warmup"), decay, style);
+    double start = neox_config_has(cfg, lr) ? neox_config_float(cfg, lr) : 0.001;
+    int64_t decay = neox_config_has(cfg, lr_decay_iters) ? neox_config_int(cfg, lr_decay_iters)
+                                                           : neox_config_int(cfg, train_iters);
+    *lr = neox_lr_schedule_make(start, neox_config_float(cfg, min_lr), neox_config_float(cfg, warmup), decay, style);
     return 0;
 }
 
-static int64_t config_int_or(const neox_config *cfg, const char *key, int64_t fallback) {
-    return neox_config_has(cfg, key) ? neox_config_int(cfg, key) : fallback;
-}
 
 static int check_layout(const neox_trainer *t, neox_error *err) {
-    if (!neox_config_has(t->cfg, "train_iters"))
+    if (!neox_config_has(t->cfg, train_iters))
         return neox_fail(err, NEOX_EXIT_USAGE, "train_iters: not set (neox-train trains for a number of iterations)");
     return 0;
 }
@@ -43,23 +40,23 @@ static double number_or(const neox_value *v, double fallback) {
 // scaler from the fp16 dict with DeepSpeed's defaults: loss_scale 0 (dynamic), initial_scale_power
 // 16, loss_scale_window 1000, hysteresis 2, min_loss_scale 1, consecutive_hysteresis false.
 static int setup_precision(neox_trainer *t, neox_error *err) {
-    const char *name = neox_config_str(t->cfg, "precision");
+    const char *name = neox_config_str(t->cfg, precision);
     if (neox_precision_parse(name ? name : "fp32", &t->precision) != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "precision: '%s' is not fp32, bfloat16 or fp16", name);
     t->scaler = neox_loss_scaler_static(1.0);
     if (t->precision != NEOX_PRECISION_FP16) return 0;
     const neox_config *c = t->cfg;
-    double fixed = number_or(neox_config_sub(c, "fp16.loss_scale"), 0.0);
+    double fixed = number_or(neox_config_sub(c, fp16__loss_scale), 0.0);
     if (fixed < 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.loss_scale: %g is negative (0 = dynamic)", fixed);
     if (fixed > 0) {
         t->scaler = neox_loss_scaler_static(fixed);
         return 0;
     }
-    double power = number_or(neox_config_sub(c, "fp16.initial_scale_power"), 16);
-    double window = number_or(neox_config_sub(c, "fp16.loss_scale_window"), 1000);
-    double hysteresis = number_or(neox_config_sub(c, "fp16.hysteresis"), 2);
-    double min_scale = number_or(neox_config_sub(c, "fp16.min_loss_scale"), 1);
-    const neox_value *consecutive = neox_config_sub(c, "fp16.consecutive_hysteresis");
+    double power = number_or(neox_config_sub(c, fp16__initial_scale_power), 16);
+    double window = number_or(neox_config_sub(c, fp16__loss_scale_window), 1000);
+    double hysteresis = number_or(neox_config_sub(c, fp16__hysteresis), 2);
+    double min_scale = number_or(neox_config_sub(c, fp16__min_loss_scale), 1);
+    const neox_value *consecutive = neox_config_sub(c, fp16__consecutive_hysteresis);
     // (types and ranges are the sub-key schema's; it allows a zero min_loss_scale, the scaler does not)
     if (min_scale <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.min_loss_scale: %g must be positive", min_scale);
     t->scaler = neox_loss_scaler_dynamic((int)power, (int64_t)window, (int)hysteresis, min_scale,
@@ -70,14 +67,14 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
 // compute_backend: cpu, cuda, auto or emulated; on a GPU, one rank per device (local rank modulo the
 // device count) and NCCL communicators for the device buffers.
 static int setup_backend(neox_trainer *t, neox_error *err) {
-    t->be = neox_backend_for_rank(neox_config_str(t->cfg, "compute_backend"), t->grid, err);
+    t->be = neox_backend_for_rank(neox_config_str(t->cfg, compute_backend), t->grid, err);
     if (!t->be) return -1;
     if (!t->be->on_device) return 0;
     // What still runs on host loops only (docs/cuda.md).
     const char *refused = NULL;
     if (neox_optimizer_type_of(t->optim.kind)->host_only) refused = "optimizer.type onebitadam";
-    else if (strcmp(neox_config_str(t->cfg, "gradient_compression"), "none") != 0) refused = "gradient_compression";
-    else if (neox_config_bool(t->cfg, "sparse_gradients")) refused = "sparse_gradients";
+    else if (strcmp(neox_config_str(t->cfg, gradient_compression), "none") != 0) refused = "gradient_compression";
+    else if (neox_config_bool(t->cfg, sparse_gradients)) refused = "sparse_gradients";
     if (refused)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
                          "set compute_backend: cpu", refused, t->be->name);
@@ -113,8 +110,8 @@ static float *zeroed(const neox_trainer *t, size_t n) {
 
 static int setup_model(neox_trainer *t, neox_error *err) {
     const neox_config *cfg = t->cfg;
-    neox_tokenizer_options to = {neox_config_str(cfg, "tokenizer_type"), neox_config_str(cfg, "vocab_file"),
-                                 neox_config_str(cfg, "merge_file")};
+    neox_tokenizer_options to = {neox_config_str(cfg, tokenizer_type), neox_config_str(cfg, vocab_file),
+                                 neox_config_str(cfg, merge_file)};
     t->tokenizer = neox_tokenizer_load(&to, err);
     if (!t->tokenizer) return neox_fail_context(err, "tokenizer_type %s", to.type ? to.type : "None");
     t->eod_id = neox_tokenizer_eod_id(t->tokenizer);
@@ -127,7 +124,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     desc.tp_size = g->model_size, desc.tp_rank = g->model_rank;
     desc.pp_size = g->pipe_size, desc.pp_rank = g->pipe_rank;
     int *bounds = neox_calloc((size_t)g->pipe_size + 1, sizeof *bounds);
-    int rc = neox_model_pipe_partition(&desc, g->pipe_size, neox_config_str(cfg, "pipe_partition_method"), bounds, err);
+    int rc = neox_model_pipe_partition(&desc, g->pipe_size, neox_config_str(cfg, pipe_partition_method), bounds, err);
     desc.layer_begin = bounds[g->pipe_rank], desc.layer_end = bounds[g->pipe_rank + 1];
     free(bounds);
     if (rc != 0) return -1;
@@ -148,7 +145,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
 // fp32_allreduce true contradicts it and is refused.
 static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *err) {
     *wire = NEOX_F32;
-    const neox_value *v = neox_config_has(cfg, "communication_data_type") ? neox_config_value(cfg, "communication_data_type") : NULL;
+    const neox_value *v = neox_config_has(cfg, communication_data_type) ? neox_config_value(cfg, communication_data_type) : NULL;
     if (!v || v->kind == NEOX_VALUE_NULL) return 0;
     const char *names[] = {"fp32", "fp16", "bf16"};
     neox_dtype types[] = {NEOX_F32, NEOX_F16, NEOX_BF16};
@@ -157,7 +154,7 @@ static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *
         if (strcasecmp(v->string, names[i]) == 0) found = i;
     if (found < 0) return neox_fail(err, NEOX_EXIT_USAGE, "communication_data_type: expected fp32, fp16 or bf16");
     *wire = types[found];
-    if (*wire != NEOX_F32 && neox_config_bool(cfg, "fp32_allreduce"))
+    if (*wire != NEOX_F32 && neox_config_bool(cfg, fp32_allreduce))
         return neox_fail(err, NEOX_EXIT_USAGE, "communication_data_type %s contradicts fp32_allreduce: true", names[found]);
     return 0;
 }
@@ -166,18 +163,18 @@ static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *
 // input embedding apart under sparse_gradients; the hierarchical all-reduce across nodes (stage 0).
 static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     const neox_model *m = t->model;
-    t->zero_stage = (int)config_int_or(t->cfg, "zero_stage", 0);
-    const neox_value *overlap = neox_config_sub(t->cfg, "zero_optimization.overlap_comm");
+    t->zero_stage = (int)neox_config_int_or(t->cfg, zero_stage, 0);
+    const neox_value *overlap = neox_config_sub(t->cfg, zero_optimization__overlap_comm);
     t->overlap_comm = overlap && overlap->kind == NEOX_VALUE_BOOL ? overlap->boolean : 0;
     if (neox_train_setup_sparse(t, err) != 0) return -1;
     int first = t->reducer_first = t->sparse ? 1 : 0, n = m->nparams - first;
     size_t base = m->params[first].offset;
     size_t *offset = neox_malloc((size_t)n * sizeof *offset), *size = neox_malloc((size_t)n * sizeof *size);
     for (int p = 0; p < n; p++) offset[p] = m->params[first + p].offset - base, size[p] = m->params[first + p].numel;
-    int64_t bucket = config_int_or(t->cfg, "zero_reduce_bucket_size", 500000000);
-    double predivide = neox_config_has(t->cfg, "gradient_predivide_factor") ? neox_config_float(t->cfg, "gradient_predivide_factor") : 1.0;
+    int64_t bucket = neox_config_int_or(t->cfg, zero_reduce_bucket_size, 500000000);
+    double predivide = neox_config_has(t->cfg, gradient_predivide_factor) ? neox_config_float(t->cfg, gradient_predivide_factor) : 1.0;
     neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
-                                    .all_reduce = !neox_config_bool(t->cfg, "zero_reduce_scatter"),
+                                    .all_reduce = !neox_config_bool(t->cfg, zero_reduce_scatter),
                                     .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
                                     .backend = t->be};
     neox_grid *g = t->grid;
@@ -208,9 +205,9 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     if (read_wire_type(t->cfg, &wire, err) != 0) return -1;
     if (t->grid->data_size > 1) {
         if (setup_reducer(t, wire, err) != 0) return -1;
-    } else if (config_int_or(t->cfg, "zero_stage", 0) > 0 && t->rank0 && !t->opts.quiet) {
+    } else if (neox_config_int_or(t->cfg, zero_stage, 0) > 0 && t->rank0 && !t->opts.quiet) {
         neox_notice("zero_optimization.stage %lld: nothing to partition at data-parallel size 1",
-                    (long long)config_int_or(t->cfg, "zero_stage", 0));
+                    (long long)neox_config_int_or(t->cfg, zero_stage, 0));
     }
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
@@ -226,7 +223,7 @@ static int setup_data(neox_trainer *t, neox_error *err) {
     for (int i = 0; i < 3; i++)
         if (t->datasets[i]) t->datasets[i]->vocab_size = t->model->desc.vocab_size;
     if (!t->datasets[0]) return neox_fail(err, NEOX_EXIT_USAGE, "data_path: the training split has no samples");
-    int eod_mask = neox_config_bool(t->cfg, "eod_mask_loss");
+    int eod_mask = neox_config_bool(t->cfg, eod_mask_loss);
     int dp = t->grid->data_size, rank = t->grid->data_rank;
     neox_batch_iterator_init(&t->train_it, t->datasets[0], t->micro_batch, dp, rank, t->eod_id, eod_mask);
     if (t->datasets[1]) neox_batch_iterator_init(&t->valid_it, t->datasets[1], t->micro_batch, dp, rank, t->eod_id, eod_mask);
@@ -250,7 +247,7 @@ static double device_peak_flops(const neox_trainer *t) {
 // MFU's denominator: peak_theoretical_tflops (GPT-NeoX's key, TFLOP/s per device) when set, else
 // the detected GPU's peak.
 static double peak_flops(const neox_trainer *t) {
-    const neox_value *v = neox_config_has(t->cfg, "peak_theoretical_tflops") ? neox_config_value(t->cfg, "peak_theoretical_tflops") : NULL;
+    const neox_value *v = neox_config_has(t->cfg, peak_theoretical_tflops) ? neox_config_value(t->cfg, peak_theoretical_tflops) : NULL;
     double tflops = number_or(v, 0.0);
     return tflops > 0 ? tflops * 1e12 : device_peak_flops(t);
 }
@@ -263,15 +260,15 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
         .rank = t->grid->world_rank,
         .world_size = t->grid->world_size,
         .train_iters = t->train_iters,
-        .log_interval = config_int_or(t->cfg, "log_interval", 100),
+        .log_interval = neox_config_int(t->cfg, log_interval),
         .train_batch_size = t->train_batch_size,
         .seq_length = t->seq_length,
         .flops_per_iteration = neox_flops_per_iteration(&fm),
         .peak_flops_per_device = peak_flops(t),
         .fp16 = t->precision == NEOX_PRECISION_FP16,
-        .wall_clock_breakdown = neox_config_bool(t->cfg, "wall_clock_breakdown"),
-        .log_dir = neox_config_str(t->cfg, "log_dir"),
-        .tensorboard_dir = neox_config_str(t->cfg, "tensorboard_dir"),
+        .wall_clock_breakdown = neox_config_bool(t->cfg, wall_clock_breakdown),
+        .log_dir = neox_config_str(t->cfg, log_dir),
+        .tensorboard_dir = neox_config_str(t->cfg, tensorboard_dir),
     };
     if (neox_train_read_comms_logger(t->cfg, &t->comms_logger, err) != 0 || neox_train_setup_param_norms(t, err) != 0 ||
         neox_train_setup_eval_tasks(t, err) != 0)
@@ -281,11 +278,11 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
 }
 
 static void setup_checkpoint_schedule(neox_trainer *t) {
-    t->save_dir = neox_config_str(t->cfg, "save");
-    t->load_dir = neox_config_str(t->cfg, "load");
-    t->keep_last = (int)config_int_or(t->cfg, "keep_last_n_checkpoints", 0);
+    t->save_dir = neox_config_str(t->cfg, save);
+    t->load_dir = neox_config_str(t->cfg, load);
+    t->keep_last = (int)neox_config_int_or(t->cfg, keep_last_n_checkpoints, 0);
     t->last_saved = -1;
-    const neox_value *v = neox_config_has(t->cfg, "save_iters") ? neox_config_value(t->cfg, "save_iters") : NULL;
+    const neox_value *v = neox_config_has(t->cfg, save_iters) ? neox_config_value(t->cfg, save_iters) : NULL;
     if (v && v->kind == NEOX_VALUE_LIST) {
         t->save_iters = neox_calloc((size_t)v->count + 1, sizeof *t->save_iters);
         for (int i = 0; i < v->count; i++)
@@ -341,12 +338,12 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     t->grid = grid;
     if (opts) t->opts = *opts;
     t->rank0 = grid->world_rank == 0;
-    t->micro_batch = (int)neox_config_int(cfg, "train_micro_batch_size_per_gpu");
-    t->grad_accum = (int)neox_config_int(cfg, "gradient_accumulation_steps");
-    t->seq_length = (int)neox_config_int(cfg, "seq_length");
-    t->train_iters = config_int_or(cfg, "train_iters", 0);
-    t->train_batch_size = neox_config_int(cfg, "train_batch_size");
-    t->state.seed = (uint64_t)neox_config_int(cfg, "seed");
+    t->micro_batch = (int)neox_config_int(cfg, train_micro_batch_size_per_gpu);
+    t->grad_accum = (int)neox_config_int(cfg, gradient_accumulation_steps);
+    t->seq_length = (int)neox_config_int(cfg, seq_length);
+    t->train_iters = neox_config_int_or(cfg, train_iters, 0);
+    t->train_batch_size = neox_config_int(cfg, train_batch_size);
+    t->state.seed = (uint64_t)neox_config_int(cfg, seed);
     setup_checkpoint_schedule(t);
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||

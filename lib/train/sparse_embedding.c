@@ -10,7 +10,7 @@
 // pipelining (the embedding's stage has its own buckets and a tied copy), compressed communication
 // (which replaces the reduction altogether).
 static int refuse_unsupported(const neox_trainer *t, neox_error *err) {
-    const char *gc = neox_config_str(t->cfg, "gradient_compression");
+    const char *gc = neox_config_str(t->cfg, gradient_compression);
     if (t->zero_stage > 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage %d: sparse_gradients needs stage 0 (the "
                          "embedding's rows would cross ZeRO partitions); set sparse_gradients: false or stage 0",
@@ -28,7 +28,7 @@ static int refuse_unsupported(const neox_trainer *t, neox_error *err) {
 }
 
 int neox_train_setup_sparse(neox_trainer *t, neox_error *err) {
-    if (!neox_config_bool(t->cfg, "sparse_gradients") || t->grid->data_size <= 1) return 0;
+    if (!neox_config_bool(t->cfg, sparse_gradients) || t->grid->data_size <= 1) return 0;
     if (refuse_unsupported(t, err) != 0) return -1;
     const neox_model *m = t->model;
     if (m->desc.tied) {
@@ -39,7 +39,7 @@ int neox_train_setup_sparse(neox_trainer *t, neox_error *err) {
         return 0;
     }
     const neox_param *wte = &m->params[0];
-    double predivide = neox_config_has(t->cfg, "gradient_predivide_factor") ? neox_config_float(t->cfg, "gradient_predivide_factor") : 1.0;
+    double predivide = neox_config_has(t->cfg, gradient_predivide_factor) ? neox_config_float(t->cfg, gradient_predivide_factor) : 1.0;
     t->sparse = neox_sparse_rows_make(&t->grid->data, wte->shape[0], wte->shape[1], wte->block_offset[0], predivide);
     return 0;
 }

@@ -189,3 +189,11 @@ check_output "new GPT-NeoX keys (neox_args.py) are known: wandb_run_name ignored
 # reproduce is lost at the next regeneration.
 check "lib/config/schema.c is exactly what scripts/gen_config_schema.py generates" bash -c \
     "python3 scripts/gen_config_schema.py '$SHARED/reference/gpt-neox-args' | cmp - lib/config/schema.c"
+check "lib/config_keys.h is exactly what scripts/gen_config_schema.py --header generates" bash -c \
+    "python3 scripts/gen_config_schema.py --header '$SHARED/reference/gpt-neox-args' | cmp - lib/config_keys.h"
+# Keys are identifiers checked by the compiler: a misspelt key does not build, a right one does.
+printf '#include "config.h"\nlong f(const neox_config *c) { return (long)neox_config_int(c, %s); }\n' seq_length >"$TEST_TMP/key_ok.c"
+printf '#include "config.h"\nlong f(const neox_config *c) { return (long)neox_config_int(c, %s); }\n' seq_lenght >"$TEST_TMP/key_typo.c"
+check "a key of the schema compiles" cc -std=c11 -Wall -Werror -Ilib -c "$TEST_TMP/key_ok.c" -o "$TEST_TMP/key_ok.o"
+check_fails "a misspelt key fails to compile, naming it" 1 "NEOX_K_seq_lenght" \
+    cc -std=c11 -Wall -Werror -Ilib -c "$TEST_TMP/key_typo.c" -o "$TEST_TMP/key_typo.o"

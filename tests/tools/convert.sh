@@ -67,6 +67,16 @@ tensors "params/" "$T/ckpt" "$T/params.txt"
 tensors "params/" "$T/reimported" "$T/reimported.txt"
 check "checkpoint -> HF -> checkpoint is bit-exact" cmp "$T/params.txt" "$T/reimported.txt"
 check_output "the imported checkpoint verifies" "is sound" $CONVERT verify "$T/reimported"
+# The run state's model shape: from-hf records every field neox-train records, with the same values.
+model_shape() {
+    python3 -c 'import glob, json, re, sys
+data = open(sorted(glob.glob(sys.argv[1] + "/global_step*/rank_00000.h5"))[0], "rb").read()
+print(json.dumps(json.loads(re.search(rb"\"model\": (\{[^}]*\})", data).group(1)), sort_keys=True))' "$1"
+}
+model_shape "$T/ckpt" >"$T/shape_trained.json"
+model_shape "$T/reimported" >"$T/shape_imported.json"
+check "from-hf records the whole model shape neox-train records" cmp "$T/shape_trained.json" "$T/shape_imported.json"
+check_output "the shape has all 13 fields" '"activation".*"no_weight_tying".*"norm".*"pos_emb"' cat "$T/shape_trained.json"
 
 # ---- training resumed from a resharded checkpoint continues the trajectory ----
 KEYS=train/lm_loss,train/grad_norm,train/learning_rate,validation/lm_loss

@@ -80,6 +80,14 @@ static void test_schema_table(void **state) {
     assert_int_equal(neox_key_find("z_loss")->use, NEOX_KEY_IGNORED);  // (reward models only: docs/config.md)
     assert_int_equal(neox_key_find("wandb_run_name")->use, NEOX_KEY_IGNORED);
     assert_int_equal(neox_key_find("kl_impl")->use, NEOX_KEY_UNSUPPORTED);
+    // The generated ids index the tables.
+    assert_int_equal(NEOX_K_COUNT, neox_key_count);
+    assert_int_equal(NEOX_SK_COUNT, neox_subkey_count);
+    assert_string_equal(neox_key_specs[NEOX_K_seq_length].name, "seq_length");
+    assert_string_equal(neox_key_specs[NEOX_K_compute_backend].name, "compute_backend");
+    assert_string_equal(neox_subkey_specs[NEOX_SK_optimizer__params__lr].name, "optimizer.params.lr");
+    assert_int_equal(neox_key_id_of("seq-length"), NEOX_K_seq_length);
+    assert_int_equal(neox_subkey_id_of("fp16.loss_scale_window"), NEOX_SK_fp16__loss_scale_window);
 }
 
 // Every sub-key's parent is a dict of the schema (a top-level key or another sub-key) and its group is
@@ -109,9 +117,9 @@ static void test_subkey_reads(void **state) {
     neox_error err = {0};
     neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: true, loss_scale_window: 50}\n", 1, &err);
     assert_non_null(cfg);
-    assert_int_equal(neox_config_sub(cfg, "fp16.loss_scale_window")->integer, 50);
-    assert_null(neox_config_sub(cfg, "fp16.hysteresis"));
-    assert_null(neox_config_sub(cfg, "zero_optimization.offload_optimizer.device"));
+    assert_int_equal(neox_config_sub(cfg, fp16__loss_scale_window)->integer, 50);
+    assert_null(neox_config_sub(cfg, fp16__hysteresis));
+    assert_null(neox_config_sub(cfg, zero_optimization__offload_optimizer__device));
     neox_config_free(cfg);
     expect_error("train_micro_batch_size_per_gpu: 1\nbf16: {enabled: true, loss_scale_windw: 5}\n", 1,
                  "unknown key 'bf16.loss_scale_windw'; did you mean 'bf16.loss_scale_window'?");
@@ -134,28 +142,28 @@ static void test_defaults_sources_and_accessors(void **state) {
     neox_config *cfg = load("train_micro_batch_size_per_gpu: 2\nseq-length: 32\n", 1, &err);
     assert_non_null(cfg);
     char buf[512];
-    assert_int_equal(neox_config_int(cfg, "seq_length"), 32);
-    assert_non_null(strstr(neox_config_source(cfg, "seq_length", buf, sizeof buf), "extra.yml:2"));
-    assert_string_equal(neox_config_source(cfg, "hidden_dropout", buf, sizeof buf), "default");
-    assert_true(neox_config_float(cfg, "layernorm_epsilon") == 1e-5);
-    assert_string_equal(neox_config_str(cfg, "norm"), "layernorm");
-    assert_string_equal(neox_config_str(cfg, "compute_backend"), "auto");
-    assert_false(neox_config_has(cfg, "num_kv_heads"));
-    assert_true(neox_config_bool(cfg, "use_bias_in_mlp"));
+    assert_int_equal(neox_config_int(cfg, seq_length), 32);
+    assert_non_null(strstr(neox_config_source(cfg, seq_length, buf, sizeof buf), "extra.yml:2"));
+    assert_string_equal(neox_config_source(cfg, hidden_dropout, buf, sizeof buf), "default");
+    assert_true(neox_config_float(cfg, layernorm_epsilon) == 1e-5);
+    assert_string_equal(neox_config_str(cfg, norm), "layernorm");
+    assert_string_equal(neox_config_str(cfg, compute_backend), "auto");
+    assert_false(neox_config_has(cfg, num_kv_heads));
+    assert_true(neox_config_bool(cfg, use_bias_in_mlp));
     assert_int_equal(neox_config_file_count(cfg), 2);
     assert_non_null(strstr(neox_config_file_path(cfg, 1), "extra.yml"));
     // Derived defaults: the default optimizer, ZeRO defaults, fp32, dynamic loss scale.
-    assert_string_equal(neox_config_str(cfg, "optimizer_type"), "Adam");
-    assert_true(neox_config_float(cfg, "lr") == 0.001);
-    assert_true(neox_config_float(cfg, "adam_beta2") == 0.999);
-    assert_int_equal(neox_config_int(cfg, "zero_stage"), 0);
-    assert_int_equal(neox_config_int(cfg, "zero_reduce_bucket_size"), 500000000);
-    assert_true(neox_config_bool(cfg, "zero_reduce_scatter"));
-    assert_string_equal(neox_config_str(cfg, "precision"), "fp32");
-    assert_true(neox_config_bool(cfg, "dynamic_loss_scale"));
-    assert_false(neox_config_bool(cfg, "is_pipe_parallel"));
-    assert_string_equal(neox_config_str(cfg, "text_gen_type"), "unconditional");
-    assert_string_equal(neox_config_source(cfg, "precision", buf, sizeof buf), "derived");
+    assert_string_equal(neox_config_str(cfg, optimizer_type), "Adam");
+    assert_true(neox_config_float(cfg, lr) == 0.001);
+    assert_true(neox_config_float(cfg, adam_beta2) == 0.999);
+    assert_int_equal(neox_config_int(cfg, zero_stage), 0);
+    assert_int_equal(neox_config_int(cfg, zero_reduce_bucket_size), 500000000);
+    assert_true(neox_config_bool(cfg, zero_reduce_scatter));
+    assert_string_equal(neox_config_str(cfg, precision), "fp32");
+    assert_true(neox_config_bool(cfg, dynamic_loss_scale));
+    assert_false(neox_config_bool(cfg, is_pipe_parallel));
+    assert_string_equal(neox_config_str(cfg, text_gen_type), "unconditional");
+    assert_string_equal(neox_config_source(cfg, precision, buf, sizeof buf), "derived");
     neox_config_free(cfg);
 }
 
@@ -164,28 +172,28 @@ static void test_batch_sizes(void **state) {
     neox_error err = {0};
     // micro batch only: train = micro x dp, accumulation 1
     neox_config *cfg = load("train_micro_batch_size_per_gpu: 4\n", 8, &err);
-    assert_int_equal(neox_config_int(cfg, "train_batch_size"), 32);
-    assert_int_equal(neox_config_int(cfg, "gradient_accumulation_steps"), 1);
-    assert_int_equal(neox_config_int(cfg, "data_parallel_size"), 8);
-    assert_int_equal(neox_config_int(cfg, "batch_size"), 4);
+    assert_int_equal(neox_config_int(cfg, train_batch_size), 32);
+    assert_int_equal(neox_config_int(cfg, gradient_accumulation_steps), 1);
+    assert_int_equal(neox_config_int(cfg, data_parallel_size), 8);
+    assert_int_equal(neox_config_int(cfg, batch_size), 4);
     neox_config_free(cfg);
     // train + micro: accumulation derived (floor division, then checked)
     cfg = load("train_batch_size: 64\ntrain_micro_batch_size_per_gpu: 4\n", 4, &err);
-    assert_int_equal(neox_config_int(cfg, "gradient_accumulation_steps"), 4);
+    assert_int_equal(neox_config_int(cfg, gradient_accumulation_steps), 4);
     neox_config_free(cfg);
     // train + accumulation: micro derived
     cfg = load("train_batch_size: 64\ngradient_accumulation_steps: 2\n", 4, &err);
-    assert_int_equal(neox_config_int(cfg, "train_micro_batch_size_per_gpu"), 8);
+    assert_int_equal(neox_config_int(cfg, train_micro_batch_size_per_gpu), 8);
     neox_config_free(cfg);
     // train only: accumulation 1, micro = train / dp
     cfg = load("train_batch_size: 64\n", 4, &err);
-    assert_int_equal(neox_config_int(cfg, "train_micro_batch_size_per_gpu"), 16);
+    assert_int_equal(neox_config_int(cfg, train_micro_batch_size_per_gpu), 16);
     neox_config_free(cfg);
     // pipe and model parallel divide the world
     cfg = load("train_micro_batch_size_per_gpu: 1\npipe_parallel_size: 2\nmodel_parallel_size: 2\n", 8, &err);
-    assert_int_equal(neox_config_int(cfg, "data_parallel_size"), 2);
-    assert_true(neox_config_bool(cfg, "is_pipe_parallel"));
-    assert_int_equal(neox_config_int(cfg, "train_batch_size"), 2);
+    assert_int_equal(neox_config_int(cfg, data_parallel_size), 2);
+    assert_true(neox_config_bool(cfg, is_pipe_parallel));
+    assert_int_equal(neox_config_int(cfg, train_batch_size), 2);
     neox_config_free(cfg);
     expect_error("train_batch_size: 10\ntrain_micro_batch_size_per_gpu: 4\n", 1, "inconsistent batch sizes");
     expect_error("train_batch_size: 12\ntrain_micro_batch_size_per_gpu: 2\ngradient_accumulation_steps: 2\n", 2,
@@ -206,11 +214,11 @@ static void test_data_parallel_only(void **state) {
     for (int world = 1; world <= 3; world += 2) {
         neox_config *cfg = load_as(tp_pp, (neox_config_options){.world_size = world, .quiet = 1, .data_parallel_only = 1}, &err);
         if (!cfg) fail_msg("world %d: %s", world, err.message);
-        assert_int_equal(neox_config_int(cfg, "data_parallel_size"), world);
-        assert_int_equal(neox_config_int(cfg, "train_batch_size"), 2 * world);
-        assert_int_equal(neox_config_int(cfg, "model_parallel_size"), 2);
-        assert_int_equal(neox_config_int(cfg, "pipe_parallel_size"), 2);
-        assert_int_equal(neox_config_int(cfg, "global_num_gpus"), 8);
+        assert_int_equal(neox_config_int(cfg, data_parallel_size), world);
+        assert_int_equal(neox_config_int(cfg, train_batch_size), 2 * world);
+        assert_int_equal(neox_config_int(cfg, model_parallel_size), 2);
+        assert_int_equal(neox_config_int(cfg, pipe_parallel_size), 2);
+        assert_int_equal(neox_config_int(cfg, global_num_gpus), 8);
         neox_config_free(cfg);
     }
     expect_error(tp_pp, 3, "world size 3 is not divisible");  // as neox-train loads it
@@ -220,16 +228,16 @@ static void test_precision(void **state) {
     (void)state;
     neox_error err = {0};
     neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: true, loss_scale: 0}\n", 1, &err);
-    assert_string_equal(neox_config_str(cfg, "precision"), "fp16");
+    assert_string_equal(neox_config_str(cfg, precision), "fp16");
     neox_config_free(cfg);
     cfg = load("train_micro_batch_size_per_gpu: 1\nbf16: {enabled: true}\n", 1, &err);
-    assert_string_equal(neox_config_str(cfg, "precision"), "bfloat16");
+    assert_string_equal(neox_config_str(cfg, precision), "bfloat16");
     neox_config_free(cfg);
     cfg = load("train_micro_batch_size_per_gpu: 1\nfp16: {type: bfloat16, enabled: true}\n", 1, &err);
-    assert_string_equal(neox_config_str(cfg, "precision"), "bfloat16");
+    assert_string_equal(neox_config_str(cfg, precision), "bfloat16");
     neox_config_free(cfg);
     cfg = load("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: false}\nprecision: bfloat16\n", 1, &err);
-    assert_string_equal(neox_config_str(cfg, "precision"), "bfloat16");
+    assert_string_equal(neox_config_str(cfg, precision), "bfloat16");
     neox_config_free(cfg);
     expect_error("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: true}\nprecision: fp32\n", 1, "conflicts with the fp16 dict");
     expect_error("train_micro_batch_size_per_gpu: 1\nfp16: {enabled: true}\nbf16: {enabled: true}\n", 1, "both enabled");
@@ -241,26 +249,26 @@ static void test_optimizer_and_zero(void **state) {
     neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: Adam, params: {lr: 6.0e-4, betas: [0.9, 0.95], "
                             "eps: 1.0e-8}}\nzero_optimization: {stage: 2, contiguous_gradients: true}\n", 1, &err);
     assert_non_null(cfg);
-    assert_true(neox_config_float(cfg, "lr") == 6.0e-4);
-    assert_true(neox_config_float(cfg, "adam_beta1") == 0.9);
-    assert_true(neox_config_float(cfg, "adam_eps") == 1.0e-8);
-    assert_int_equal(neox_config_int(cfg, "zero_stage"), 2);
-    assert_true(neox_config_bool(cfg, "zero_contiguous_gradients"));
-    assert_int_equal(neox_config_int(cfg, "zero_allgather_bucket_size"), 500000000);
+    assert_true(neox_config_float(cfg, lr) == 6.0e-4);
+    assert_true(neox_config_float(cfg, adam_beta1) == 0.9);
+    assert_true(neox_config_float(cfg, adam_eps) == 1.0e-8);
+    assert_int_equal(neox_config_int(cfg, zero_stage), 2);
+    assert_true(neox_config_bool(cfg, zero_contiguous_gradients));
+    assert_int_equal(neox_config_int(cfg, zero_allgather_bucket_size), 500000000);
     neox_config_free(cfg);
     cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sgd, params: {lr: 0.1, momentum: 0.9}}\n", 1, &err);
-    assert_true(neox_config_float(cfg, "sgd_momentum") == 0.9);
+    assert_true(neox_config_float(cfg, sgd_momentum) == 0.9);
     neox_config_free(cfg);
     // DeepSpeed's OnebitAdam arguments as GPT-NeoX passes them; weight_decay belongs to its params.
     cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: OneBitAdam, params: {lr: 0.001, betas: [0.9, 0.95], "
                "eps: 1.0e-8, weight_decay: 0.01, freeze_step: 400, cuda_aware: false, comm_backend_name: nccl}}\n", 1, &err);
     assert_non_null(cfg);
-    assert_int_equal(neox_config_int(cfg, "onebitadam_freeze_step"), 400);
-    assert_true(neox_config_float(cfg, "onebitadam_weight_decay") == 0.01);
-    assert_true(neox_config_float(cfg, "adam_beta2") == 0.95);
+    assert_int_equal(neox_config_int(cfg, onebitadam_freeze_step), 400);
+    assert_true(neox_config_float(cfg, onebitadam_weight_decay) == 0.01);
+    assert_true(neox_config_float(cfg, adam_beta2) == 0.95);
     neox_config_free(cfg);
     cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.001}}\n", 1, &err);
-    assert_int_equal(neox_config_int(cfg, "onebitadam_freeze_step"), 100000);
+    assert_int_equal(neox_config_int(cfg, onebitadam_freeze_step), 100000);
     neox_config_free(cfg);
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, amsgrad: true}}\n", 1,
                  "does not support the AMSGrad variant");
@@ -285,15 +293,15 @@ static void test_schedule_and_checkpoints(void **state) {
     neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\ntrain_iters: 1000\nlr_decay_fraction: 0.333\nwarmup: 0.1\n"
                             "checkpoint_factor: 300\nextra_save_iters: [5, 300]\n", 1, &err);
     assert_non_null(cfg);
-    assert_int_equal(neox_config_int(cfg, "lr_decay_iters"), 333);
-    assert_true(neox_config_float(cfg, "warmup_iters") == 0.1 * 333);
-    const neox_value *save = neox_config_value(cfg, "save_iters");
+    assert_int_equal(neox_config_int(cfg, lr_decay_iters), 333);
+    assert_true(neox_config_float(cfg, warmup_iters) == 0.1 * 333);
+    const neox_value *save = neox_config_value(cfg, save_iters);
     assert_int_equal(save->count, 4);  // 5, 300, 600, 900
     assert_int_equal(save->items[0]->integer, 5);
     assert_int_equal(save->items[3]->integer, 900);
     neox_config_free(cfg);
     cfg = load("train_micro_batch_size_per_gpu: 1\ntrain_iters: 100\ncheckpoint_factor: 2\ncheckpoint_scale: log\n", 1, &err);
-    assert_int_equal(neox_config_value(cfg, "save_iters")->count, 6);  // 2 4 8 16 32 64
+    assert_int_equal(neox_config_value(cfg, save_iters)->count, 6);  // 2 4 8 16 32 64
     neox_config_free(cfg);
     expect_error("train_micro_batch_size_per_gpu: 1\nlr_decay_iters: 10\nlr_decay_fraction: 0.5\n", 1, "not both");
     expect_error("train_micro_batch_size_per_gpu: 1\nsave: ckpt\n", 1, "checkpoint_factor or extra_save_iters must be set");
@@ -304,12 +312,12 @@ static void test_attention_config(void **state) {
     (void)state;
     neox_error err = {0};
     neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\nattention_config: [[[flash], all]]\n", 1, &err);
-    const neox_value *att = neox_config_value(cfg, "attention_config");
+    const neox_value *att = neox_config_value(cfg, attention_config);
     assert_int_equal(att->count, 4);
     assert_string_equal(att->items[3]->string, "flash");
     neox_config_free(cfg);
     cfg = load("train_micro_batch_size_per_gpu: 1\nattention_config: [[[global, flash], 2]]\n", 1, &err);
-    att = neox_config_value(cfg, "attention_config");
+    att = neox_config_value(cfg, attention_config);
     assert_int_equal(att->count, 4);
     assert_string_equal(att->items[1]->string, "flash");
     assert_string_equal(att->items[2]->string, "global");

@@ -240,20 +240,20 @@ static int run_type(gen_state *st, const gen_args *a, neox_error *err) {
 
 // Fills what the command line left unset from the config.
 static void from_config(gen_args *a, const neox_config *cfg) {
-    if (!a->type) a->type = neox_config_str(cfg, "text_gen_type") ? neox_config_str(cfg, "text_gen_type") : "unconditional";
-    if (!a->input) a->input = neox_config_str(cfg, "sample_input_file");
-    if (!a->output) a->output = neox_config_str(cfg, "sample_output_file");
+    if (!a->type) a->type = neox_config_str(cfg, text_gen_type) ? neox_config_str(cfg, text_gen_type) : "unconditional";
+    if (!a->input) a->input = neox_config_str(cfg, sample_input_file);
+    if (!a->output) a->output = neox_config_str(cfg, sample_output_file);
     if (!a->prompt_end) {
-        const char *end = neox_config_str(cfg, "prompt_end");
+        const char *end = neox_config_str(cfg, prompt_end);
         a->prompt_end = end && *end ? end : "\n";
     }
-    if (!a->have_max) a->maximum_tokens = neox_config_int(cfg, "maximum_tokens");
-    if (!a->have_top_k) a->top_k = neox_config_int(cfg, "top_k");
-    if (!a->have_samples) a->num_samples = neox_config_int(cfg, "num_samples");
-    if (!a->have_seed) a->seed = neox_config_int(cfg, "seed");
-    if (!a->have_temp) a->temperature = neox_config_float(cfg, "temperature");
-    if (!a->have_top_p) a->top_p = neox_config_float(cfg, "top_p");
-    if (!a->recompute) a->recompute = neox_config_bool(cfg, "recompute");
+    if (!a->have_max) a->maximum_tokens = neox_config_int(cfg, maximum_tokens);
+    if (!a->have_top_k) a->top_k = neox_config_int(cfg, top_k);
+    if (!a->have_samples) a->num_samples = neox_config_int(cfg, num_samples);
+    if (!a->have_seed) a->seed = neox_config_int(cfg, seed);
+    if (!a->have_temp) a->temperature = neox_config_float(cfg, temperature);
+    if (!a->have_top_p) a->top_p = neox_config_float(cfg, top_p);
+    if (!a->recompute) a->recompute = neox_config_bool(cfg, recompute);
 }
 
 // tokens/s over the ranks: all the tokens over the longest any rank spent generating.
@@ -283,7 +283,7 @@ static int generate(int nconfigs, const char *const *configs, gen_args *a, int *
     gen_state st = {.ev = ev, .maximum_tokens = (int)a->maximum_tokens, .stop = a->stop, .nstop = a->nstop,
                     .seed = (unsigned long long)a->seed, .rank = grid.data_rank, .ranks = grid.data_size,
                     .sampling = {a->temperature, (int)a->top_k, a->top_p, 0, (int)neox_tokenizer_vocab_size(ev->tokenizer),
-                                 neox_config_bool(cfg, "return_logits")}};
+                                 neox_config_bool(cfg, return_logits)}};
     st.gen = neox_generator_create(ev->model, ev->seq_length, a->recompute, &err);
     neox_atomic_file *af = NULL;
     int rc = st.gen ? 0 : -1;

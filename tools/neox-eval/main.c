@@ -60,7 +60,7 @@ static int task_list(const neox_config *cfg, const char *arg, char ***names) {
         free(copy);
         return n;
     }
-    const neox_value *v = neox_config_has(cfg, "eval_tasks") ? neox_config_value(cfg, "eval_tasks") : NULL;
+    const neox_value *v = neox_config_has(cfg, eval_tasks) ? neox_config_value(cfg, eval_tasks) : NULL;
     if (v && v->kind == NEOX_VALUE_LIST) {
         for (int i = 0; i < v->count; i++)
             if (v->items[i]->kind == NEOX_VALUE_STRING) {
@@ -84,8 +84,8 @@ typedef struct eval_args {
 static int run_task(neox_evaluator *ev, const char *name, const eval_args *a, neox_task_result *r, neox_error *err) {
     if (!strcmp(name, "valid") || !strcmp(name, "test"))
         return neox_eval_split_perplexity(ev, name[0] == 'v' ? 1 : 2, a->eval_iters, r, err);
-    neox_task_options o = {.data_dir = a->data_dir ? a->data_dir : neox_config_str(ev->cfg, "eval_data_dir"),
-                           .limit = a->limit >= 0 ? a->limit : neox_config_int(ev->cfg, "eval_task_limit"),
+    neox_task_options o = {.data_dir = a->data_dir ? a->data_dir : neox_config_str(ev->cfg, eval_data_dir),
+                           .limit = a->limit >= 0 ? a->limit : neox_config_int(ev->cfg, eval_task_limit),
                            .bootstrap_iters = a->bootstrap_iters};
     return neox_eval_task(ev, name, &o, r, err);
 }
@@ -109,7 +109,7 @@ static int evaluate(int nconfigs, const char *const *configs, const eval_args *a
         if (!a->quiet)
             neox_info("%lld tokens scored in %.2f s: %.0f tokens/s over %d ranks", (long long)tokens, seconds,
                       (double)tokens / (ev->forward_seconds + 1e-9), grid.data_size);
-        const char *prefix = a->results_prefix ? a->results_prefix : neox_config_str(cfg, "eval_results_prefix");
+        const char *prefix = a->results_prefix ? a->results_prefix : neox_config_str(cfg, eval_results_prefix);
         if (!prefix || strcmp(prefix, "-") != 0) {
             char *path = neox_eval_results_path(prefix);
             if (neox_eval_write_results(path, results, n, ev, &err) != 0) neox_die_error(&err);

@@ -20,10 +20,10 @@ neox_config *neox_tool_setup(int nconfigs, const char *const *configs, int quiet
     neox_config_options opts = {.world_size = world, .quiet = quiet, .data_parallel_only = 1};
     neox_config *cfg = neox_config_load(configs, nconfigs, &opts, &err);
     if (!cfg) neox_die_error(&err);
-    int pp = at_least_1(neox_config_int(cfg, "pipe_parallel_size")), mp = at_least_1(neox_config_int(cfg, "model_parallel_size"));
+    int pp = at_least_1(neox_config_int(cfg, pipe_parallel_size)), mp = at_least_1(neox_config_int(cfg, model_parallel_size));
     if ((pp > 1 || mp > 1) && !quiet && neox_launcher_rank() == 0)
         neox_notice("pipe_parallel_size %d, model_parallel_size %d: neox-eval runs data parallel over all %d ranks", pp, mp, world);
-    neox_comm_set_timeout(neox_config_float(cfg, "comm_timeout_seconds"));
+    neox_comm_set_timeout(neox_config_float(cfg, comm_timeout_seconds));
     if (neox_grid_make(grid, 1, 1, &err) != 0) neox_die_error(&err);
     if (quiet || grid->world_rank != 0) neox_progress_set_enabled(0);
     return cfg;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "config.h"
 #include "core.h"
 #include "data.h"
 #include "tokenizer.h"
@@ -298,7 +299,11 @@ int index_main(int argc, char **argv) {
         {"weight-by-num-documents", no_argument, NULL, O_BY_DOCS}, {"weighted-sampler-alpha", required_argument, NULL, O_ALPHA},
         {"dump-samples", required_argument, NULL, O_DUMP}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
-    neox_data_settings s = {.split = "969, 30, 1", .seed = 1234, .eval_interval = 1000, .eval_iters = 100,
+    // The defaults are the config keys' (the schema's), as neox-train would read them.
+    char *default_split = neox_key_default_str(NEOX_K_split);
+    neox_data_settings s = {.split = default_split, .seed = (uint32_t)neox_key_default_int(NEOX_K_seed),
+                            .eval_interval = neox_key_default_int(NEOX_K_eval_interval),
+                            .eval_iters = neox_key_default_int(NEOX_K_eval_iters),
                             .allow_chopped = 1, .weighted_sampler_alpha = 1.0, .use_cache = 1};
     char **paths[3] = {NULL, NULL, NULL};
     int npaths[3] = {0, 0, 0}, nweights[3] = {0, 0, 0};
@@ -362,5 +367,6 @@ int index_main(int argc, char **argv) {
         free(paths[i]);
         free(weights[i]);
     }
+    free(default_split);
     return 0;
 }

@@ -49,9 +49,9 @@ static int train(int nconfigs, const char *const *configs, int quiet, int *argc,
     if (!cfg) neox_die_error(&err);
     // Again after MPI_Init: MPI's transport libraries may have replaced the SIGHUP handler.
     neox_train_install_signal_handlers();
-    neox_comm_set_timeout(neox_config_float(cfg, "comm_timeout_seconds"));
+    neox_comm_set_timeout(neox_config_float(cfg, comm_timeout_seconds));
     neox_grid grid;
-    if (neox_grid_make(&grid, at_least_1(neox_config_int(cfg, "pipe_parallel_size")), at_least_1(neox_config_int(cfg, "model_parallel_size")),
+    if (neox_grid_make(&grid, at_least_1(neox_config_int(cfg, pipe_parallel_size)), at_least_1(neox_config_int(cfg, model_parallel_size)),
                        &err) != 0)
         neox_die_error(&err);
     neox_train_options topts = {.quiet = quiet};
