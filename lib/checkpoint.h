@@ -31,6 +31,17 @@ int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f);  // fi
 typedef struct json_t json_t;
 // The "model" object of state/train.json: every shape field of d (new reference).
 json_t *neox_ckpt_model_shape_json(const neox_model_desc *d);
+// The counters of a run state (state/train.json); a fresh run's are all 0 but the seed.
+typedef struct neox_run_counters {
+    int64_t iteration, optimizer_steps, train_samples, train_position, valid_position;
+    int64_t skipped_total, nonfinite_in_a_row, overflow_skips;
+    int64_t seed, dropout_draws;
+    int has_rng;  // seed and dropout_draws stored (not with no_save_rng)
+} neox_run_counters;
+// state/train.json's common part (lib/ckpt/run_state.c, whose reader checks it): the counters, the
+// model shape of d and the stored config files (a json array, stolen). The trainer adds the sections
+// only a running trainer has (optimizer, LR schedule, loss scaler). New reference.
+json_t *neox_ckpt_run_state_json(const neox_run_counters *c, const neox_model_desc *d, json_t *config_files);
 // Opens every shard file the manifest of checkpoint directory dir lists, each checked against it
 // first (neox_ckpt_open_dir).
 neox_ckpt_reader *neox_ckpt_open_checkpoint(const char *dir, neox_error *err);

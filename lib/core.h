@@ -178,4 +178,12 @@ _Noreturn void neox_usage_error(const char *fmt, ...) __attribute__((format(prin
 int64_t neox_option_int(const char *option, const char *text, int64_t min, int64_t max);
 double neox_option_number(const char *option, const char *text, double min, double max);
 
+// ---------------------------------------------------------------------------------------------
+// Half-open ranges [lo, hi) (lib/core/ranges.c).
+// The overlap of [a_lo, a_hi) and [b_lo, b_hi) into [*lo, *hi) (empty: *lo == *hi); 1 when non-empty.
+int neox_overlap(size_t a_lo, size_t a_hi, size_t b_lo, size_t b_hi, size_t *lo, size_t *hi);
+// Part `part` of n items cut evenly into `parts`: [n * part / parts, n * (part + 1) / parts), the
+// flat layout's data-parallel share.
+void neox_even_share(size_t n, int part, int parts, size_t *lo, size_t *hi);
+
 #endif

@@ -119,6 +119,20 @@ int neox_eval_loglikelihood(neox_evaluator *ev, const neox_ll_request *reqs, int
 // Returns the number of windows (*out malloc'ed; release each).
 int64_t neox_rolling_windows(const int32_t *tokens, int64_t n, int32_t prefix, int max_len, neox_ll_request **out);
 
+// ---- work shared over the data-parallel ranks (lib/eval/shared_records.c) ----------------------
+// 0 when rc is 0 on every rank of dp; else -1, and a rank that did not fail gets "another rank failed
+// while DOING" with the failure's exit status.
+int neox_eval_ranks_agree(neox_comm *dp, int rc, const char *doing, neox_error *err);
+// Item k's record (malloc'ed text), or NULL with err set.
+typedef char *(*neox_record_maker)(void *ctx, int64_t k, neox_error *err);
+typedef void (*neox_record_sink)(void *ctx, int64_t k, const char *record);
+// Items 0..n-1 shared k to rank k % size: each rank makes its own records, then rank 0 emits every
+// record in item order. Fails on every rank when any rank's make fails.
+int neox_eval_share_records(neox_comm *dp, int64_t n, neox_record_maker make, neox_record_sink emit, void *ctx,
+                            const char *doing, neox_error *err);
+// *sum summed and *max maximised over the ranks of dp (a rate: tokens over the slowest rank's time).
+void neox_eval_sum_and_max(neox_comm *dp, double *sum, double *max);
+
 // ---- the harness's bootstrap (lib/eval/bootstrap.c) -------------------------------------------
 // lm-evaluation-harness 0.4's bootstrap_stderr for perplexity, draw for draw: iters resamples in
 // chunks of neox_bootstrap_chunk(iters) = min(1000, iters), chunk c drawn by Python's

@@ -63,8 +63,8 @@ static int read_range_host(const neox_model *m, const neox_ckpt_reader *r, const
                            float *dst, neox_error *err) {
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
-        size_t lo = p->offset > begin ? p->offset : begin, hi = p->offset + p->numel < end ? p->offset + p->numel : end;
-        if (lo >= hi) continue;
+        size_t lo, hi;
+        if (!neox_overlap(p->offset, p->offset + p->numel, begin, end, &lo, &hi)) continue;
         char name[160];
         snprintf(name, sizeof name, "%s/%s", group, p->name);
         int ndim;

@@ -1,5 +1,5 @@
-// run_state.c: the one reader of a checkpoint's run state (state/train.json, written by the trainer
-// and by neox-convert from-hf): parsed and every field checked for its type and range before the
+// run_state.c: the one writer of a checkpoint's run state's common part and its one reader
+// (state/train.json, written by the trainer and by neox-convert from-hf): parsed and every field checked for its type and range before the
 // trainer, the evaluator, verify or a conversion uses it, so a damaged or hand-edited state is
 // refused naming the field instead of resuming with a negative step count or position.
 #include <jansson.h>
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "ckpt.h"
 
 typedef enum { FIELD_INT, FIELD_NUMBER, FIELD_STRING, FIELD_OBJECT, FIELD_ARRAY } field_type;
@@ -140,4 +141,19 @@ int neox_ckpt_read_run_state(const neox_ckpt_reader *r, const char *dir, struct 
     if (rc != 0) json_decref(root);
     else *state = root;
     return rc;
+}
+
+json_t *neox_ckpt_run_state_json(const neox_run_counters *c, const neox_model_desc *d, json_t *config_files) {
+    json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}",
+                          "iteration", (json_int_t)c->iteration, "optimizer_steps", (json_int_t)c->optimizer_steps,
+                          "train_samples", (json_int_t)c->train_samples, "train_position", (json_int_t)c->train_position,
+                          "valid_position", (json_int_t)c->valid_position, "skipped_total", (json_int_t)c->skipped_total,
+                          "nonfinite_in_a_row", (json_int_t)c->nonfinite_in_a_row,
+                          "overflow_skips", (json_int_t)c->overflow_skips, "model", neox_ckpt_model_shape_json(d),
+                          "config_files", config_files);
+    if (c->has_rng) {
+        json_object_set_new(s, "seed", json_integer(c->seed));
+        json_object_set_new(s, "dropout_draws", json_integer(c->dropout_draws));
+    }
+    return s;
 }

@@ -326,13 +326,9 @@ static const char batch_yaml[] = "# neox-convert from-hf: lets the stored model 
                                  "train_micro_batch_size_per_gpu: 1\n";
 
 static char *state_json(const neox_model_desc *d) {
-    // The seed is the one the stored config trains with (it sets none: the schema's default).
-    json_t *s = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:[s, s]}",
-                          "iteration", (json_int_t)0, "optimizer_steps", (json_int_t)0, "train_position", (json_int_t)0,
-                          "valid_position", (json_int_t)0, "seed", (json_int_t)neox_key_default_int(NEOX_K_seed),
-                          "dropout_draws", (json_int_t)0, "skipped_total", (json_int_t)0, "nonfinite_in_a_row", (json_int_t)0,
-                          "model", neox_ckpt_model_shape_json(d), "config_files", "config/input/0-model.yml",
-                          "config/input/1-batch.yml");
+    // A fresh run: the seed is the one the stored config trains with (it sets none: the schema's default).
+    neox_run_counters c = {.seed = neox_key_default_int(NEOX_K_seed), .has_rng = 1};
+    json_t *s = neox_ckpt_run_state_json(&c, d, json_pack("[s, s]", "config/input/0-model.yml", "config/input/1-batch.yml"));
     char *text = json_dumps(s, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(s);
     return text;

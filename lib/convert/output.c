@@ -92,11 +92,10 @@ static int write_flat(neox_cvt_out *o, const char *name, int i, const float *who
     const neox_cvt_param *p = &o->params[i];
     int64_t begin = o->flat_offset[i], end = begin + numel_of(p);
     for (int d = 0; d < o->lay.dp; d++) {
-        int64_t lo = o->flat_total * d / o->lay.dp, hi = o->flat_total * (d + 1) / o->lay.dp;
-        if (lo < begin) lo = begin;
-        if (hi > end) hi = end;
-        if (lo >= hi) continue;
-        int64_t start = lo - begin, n = hi - lo;
+        size_t share_lo, share_hi, lo, hi;
+        neox_even_share((size_t)o->flat_total, d, o->lay.dp, &share_lo, &share_hi);
+        if (!neox_overlap(share_lo, share_hi, (size_t)begin, (size_t)end, &lo, &hi)) continue;
+        int64_t start = (int64_t)lo - begin, n = (int64_t)(hi - lo);
         if (neox_ckpt_write_range(o->writers[rank_of(&o->lay, 0, d, 0)], name, p->ndim, p->shape, start, n, whole + start,
                                   err) != 0)
             return -1;
@@ -141,8 +140,10 @@ int neox_cvt_out_tensor(neox_cvt_out *o, const char *group, int i, const float *
             }
             int64_t rows = count[0], first = offset[0];
             for (int d = 0; d < o->lay.dp && rc == 0; d++) {
-                offset[0] = first + rows * d / o->lay.dp;
-                count[0] = first + rows * (d + 1) / o->lay.dp - offset[0];
+                size_t lo, hi;  // ZeRO's rows of this data rank
+                neox_even_share((size_t)rows, d, o->lay.dp, &lo, &hi);
+                offset[0] = first + (int64_t)lo;
+                count[0] = (int64_t)(hi - lo);
                 rc = write_block(o, name, p, rank_of(&o->lay, pipe, d, model), offset, count, whole, err);
             }
         }

@@ -52,9 +52,7 @@ struct neox_grad_reducer {
 
 void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end) {
     // As checkpoints cut flat buffers over data ranks (and neox-convert reshard --dp writes them).
-    size_t size = (size_t)r->data->size;
-    *begin = r->n * (size_t)rank / size;
-    *end = r->n * ((size_t)rank + 1) / size;
+    neox_even_share(r->n, rank, r->data->size, begin, end);
 }
 
 static void scale(neox_grad_reducer *r, float *x, size_t n, float factor) {
@@ -106,9 +104,7 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
         for (int q = 0; q < data->size; q++) {
             size_t lo, hi;
             neox_grad_reducer_partition(r, q, &lo, &hi);
-            if (lo < b->begin) lo = b->begin;
-            if (hi > b->end) hi = b->end;
-            b->counts[q] = hi > lo ? (int)(hi - lo) : 0;
+            b->counts[q] = neox_overlap(lo, hi, b->begin, b->end, &lo, &hi) ? (int)(hi - lo) : 0;
         }
     }
     return r;
@@ -246,8 +242,8 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
             // This rank's part of the bucket: where the reduce-scatter left it (the bucket's start
             // on the host, in place on the device), or in place after an all-reduce (reduce_scatter
             // false).
-            size_t lo = mine_lo > b->begin ? mine_lo : b->begin, hi = mine_hi < b->end ? mine_hi : b->end;
-            if (hi > lo) land(r, lo, r->opt.all_reduce || r->be->on_device ? lo : b->begin, hi - lo);
+            size_t lo, hi;
+            if (neox_overlap(mine_lo, mine_hi, b->begin, b->end, &lo, &hi)) land(r, lo, r->opt.all_reduce || r->be->on_device ? lo : b->begin, hi - lo);
         }
         b->started = 0;
         b->pending = b->total;

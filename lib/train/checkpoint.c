@@ -81,37 +81,33 @@ static int saves_no_optimizer(const neox_trainer *t) { return neox_config_bool(t
 
 static json_t *state_json(const neox_trainer *t) {
     const neox_train_state *s = &t->state;
-    json_t *model = neox_ckpt_model_shape_json(&t->model->desc);
     json_t *files = json_array();
     for (int i = 0; i < neox_config_file_count(t->cfg); i++) {
         char *copy = neox_strdup(neox_config_file_path(t->cfg, i));
         json_array_append_new(files, json_sprintf("config/input/%d-%s", i, basename(copy)));
         free(copy);
     }
-    int64_t samples = s->train_position * t->micro_batch * t->grid->data_size;
-    json_t *state = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:I, s:s, s:I}, s:o, s:o}",
-                     "iteration", (json_int_t)s->iteration, "optimizer_steps", (json_int_t)s->optimizer_steps,
-                     "train_samples", (json_int_t)samples,
-                     "train_position", (json_int_t)s->train_position, "valid_position", (json_int_t)s->valid_position,
-                     "seed", (json_int_t)s->seed, "dropout_draws", (json_int_t)s->dropout_draws, "skipped_total",
-                     (json_int_t)s->skipped_total, "nonfinite_in_a_row", (json_int_t)s->nonfinite_in_a_row,
-                     "optimizer", optimizer_name(t->optim.kind), "lr_schedule", "lr", t->lr.start_lr, "min_lr",
-                     t->lr.min_lr, "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
-                     "style", neox_lr_style_name(t->lr.style), "num_iters", (json_int_t)(s->iteration - s->overflow_skips),
-                     "model", model, "config_files", files);
+    // no_save_rng: the seed and dropout draws are absent, which a resume (and neox-convert) reads as
+    // "not stored".
+    neox_run_counters c = {.iteration = s->iteration, .optimizer_steps = s->optimizer_steps,
+                           .train_samples = s->train_position * t->micro_batch * t->grid->data_size,
+                           .train_position = s->train_position, .valid_position = s->valid_position,
+                           .skipped_total = s->skipped_total, .nonfinite_in_a_row = s->nonfinite_in_a_row,
+                           .overflow_skips = s->overflow_skips, .seed = s->seed, .dropout_draws = s->dropout_draws,
+                           .has_rng = !neox_config_bool(t->cfg, no_save_rng)};
+    json_t *state = neox_ckpt_run_state_json(&c, &t->model->desc, files);
+    // no_save_optim: no optimizer named, as no optimizer state is stored.
+    if (!saves_no_optimizer(t)) json_object_set_new(state, "optimizer", json_string(optimizer_name(t->optim.kind)));
+    json_object_set_new(state, "lr_schedule",
+                        json_pack("{s:f, s:f, s:f, s:I, s:s, s:I}", "lr", t->lr.start_lr, "min_lr", t->lr.min_lr,
+                                  "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
+                                  "style", neox_lr_style_name(t->lr.style), "num_iters",
+                                  (json_int_t)(s->iteration - s->overflow_skips)));
     // fp16: DeepSpeed's loss scaler, so a resumed run scales and skips exactly as the straight one.
     const neox_loss_scaler *ls = &t->scaler;
-    json_object_set_new(state, "overflow_skips", json_integer(s->overflow_skips));
     json_object_set_new(state, "loss_scaler",
                         json_pack("{s:f, s:I, s:I, s:I}", "scale", ls->scale, "hysteresis_left", (json_int_t)ls->hysteresis_left,
                                   "iteration", (json_int_t)ls->iteration, "last_overflow", (json_int_t)ls->last_overflow));
-    // no_save_optim / no_save_rng: the state they leave out is absent, which is what a resume
-    // (and neox-convert) reads as "not stored".
-    if (saves_no_optimizer(t)) json_object_del(state, "optimizer");
-    if (neox_config_bool(t->cfg, no_save_rng)) {
-        json_object_del(state, "seed");
-        json_object_del(state, "dropout_draws");
-    }
     return state;
 }
 
@@ -129,8 +125,8 @@ static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *g
     size_t begin = t->part_begin, end = t->part_end;
     for (int i = 0; i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
-        size_t lo = p->offset > begin ? p->offset : begin, hi = p->offset + p->numel < end ? p->offset + p->numel : end;
-        if (lo >= hi || !writes(t, p)) continue;
+        size_t lo, hi;
+        if (!neox_overlap(p->offset, p->offset + p->numel, begin, end, &lo, &hi) || !writes(t, p)) continue;
         char name[160];
         snprintf(name, sizeof name, "%s/%s", group, p->name);
         const float *data = buf + (lo - base);

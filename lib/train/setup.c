@@ -189,8 +189,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     free(size);
     neox_grad_reducer_partition(t->reducer, g->data_rank, &t->part_begin, &t->part_end);
     if (base > 0) {  // (stage 0 only) checkpoints cut the whole buffer, not the reducer's part of it
-        size_t all = m->num_floats, size = (size_t)g->data_size;
-        t->part_begin = all * (size_t)g->data_rank / size, t->part_end = all * ((size_t)g->data_rank + 1) / size;
+        neox_even_share(m->num_floats, g->data_rank, g->data_size, &t->part_begin, &t->part_end);
     }
     if (t->zero_stage == 2) t->grad_partition = zeroed(t, t->part_end - t->part_begin + 1);
     if (t->overlap_comm) neox_train_install_grad_hook(t);

@@ -87,7 +87,7 @@ check "generate input-file on 1 rank" $EVAL "${GEN[@]}" --text-gen-type input-fi
     --sample-output-file "$T/gen1.jsonl"
 check_output "generate input-file on 3 ranks: each makes its share" '^2 2 1$' sh -c "NEOX_LOG_LEVEL=debug $MPIEXEC -n 3 \
     $EVAL ${GEN[*]} --text-gen-type input-file --sample-input-file '$T/prompts.txt' --sample-output-file '$T/gen3.jsonl' 2>&1 |
-    sed -n 's/.*rank \([0-9]\)\].*generated \([0-9]*\) of the 5 completions.*/\1 \2/p' | sort | cut -d' ' -f2 | tr '\n' ' ' | sed 's/ $//'"
+    sed -n 's/.*rank \([0-9]\)\].*generating: made \([0-9]*\) of the 5 records.*/\1 \2/p' | sort | cut -d' ' -f2 | tr '\n' ' ' | sed 's/ $//'"
 check "generate unconditional on 1 and 2 ranks" sh -c "$EVAL ${GEN[*]} --text-gen-type unconditional --num-samples 3 \
     --sample-output-file '$T/unc1.jsonl' && $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type unconditional --num-samples 3 \
     --sample-output-file '$T/unc2.jsonl'"

@@ -115,52 +115,30 @@ static char *complete(gen_state *st, const char *text, int64_t k, int echo, neox
     return line;
 }
 
-// Completions rank, rank + ranks, ... of the n prompts, into records[k].
-static int generate_share(gen_state *st, char **prompts, int64_t n, char **records, neox_error *err) {
-    int64_t done = 0;
-    for (int64_t k = st->rank; k < n; k += st->ranks, done++)
-        if (!(records[k] = complete(st, prompts[k], k, 0, err))) return -1;
-    neox_debug("generated %lld of the %lld completions", (long long)done, (long long)n);
-    return 0;
+typedef struct prompt_list {
+    gen_state *st;
+    char **prompts;
+} prompt_list;
+
+static char *complete_item(void *ctx, int64_t k, neox_error *err) {
+    prompt_list *p = ctx;
+    return complete(p->st, p->prompts[k], k, 0, err);
 }
 
-// Rank 0 writes every record in input order, receiving each from the rank that made it (every
-// rank sends its own in increasing order, the order rank 0 asks for them).
-static void collect_records(gen_state *st, char **records, int64_t n) {
-    neox_comm *c = &st->ev->grid->data;
-    for (int64_t k = 0; k < n; k++) {
-        int owner = (int)(k % st->ranks);
-        int64_t len = records[k] ? (int64_t)strlen(records[k]) : 0;
-        if (owner != 0 && st->rank == owner) {
-            neox_send(c, &len, 1, NEOX_I64, 0, 0);
-            neox_send(c, records[k], (size_t)len, NEOX_U8, 0, 0);
-        } else if (owner != 0 && st->rank == 0) {
-            neox_recv(c, &len, 1, NEOX_I64, owner, 0);
-            records[k] = neox_malloc((size_t)len + 1);
-            neox_recv(c, records[k], (size_t)len, NEOX_U8, owner, 0);
-            records[k][len] = 0;
-        }
-        if (st->rank == 0 && st->out) fprintf(st->out, "%s\n", records[k]);
-    }
+static void write_record(void *ctx, int64_t k, const char *record) {
+    (void)k;
+    prompt_list *p = ctx;
+    if (p->st->out) fprintf(p->st->out, "%s\n", record);
 }
 
-// Whether every rank succeeded. A rank that failed keeps its own error; the others get one with
-// the same exit status (whichever rank ends the job first, the status is the failure's).
 static int all_ranks_ok(gen_state *st, int rc, neox_error *err) {
-    int status = rc != 0 ? (err->status ? err->status : NEOX_EXIT_FAILURE) : 0;
-    if (st->ranks > 1) neox_allreduce_max(&st->ev->grid->data, &status, 1, NEOX_I32);
-    if (status && rc == 0) neox_fail(err, status, "another rank failed while generating");
-    return status == 0;
+    return neox_eval_ranks_agree(&st->ev->grid->data, rc, "generating", err) == 0;
 }
 
 // The n prompts shared over the data-parallel ranks, the records written in input order.
 static int generate_all(gen_state *st, char **prompts, int64_t n, neox_error *err) {
-    char **records = neox_calloc((size_t)n + 1, sizeof *records);
-    int ok = all_ranks_ok(st, generate_share(st, prompts, n, records, err), err);
-    if (ok) collect_records(st, records, n);
-    for (int64_t k = 0; k < n; k++) free(records[k]);
-    free(records);
-    return ok ? 0 : -1;
+    prompt_list p = {st, prompts};
+    return neox_eval_share_records(&st->ev->grid->data, n, complete_item, write_record, &p, "generating", err);
 }
 
 // The prompts of an input file: split on prompt_end, stripped, empty ones dropped (as generate.py).
@@ -259,10 +237,7 @@ static void from_config(gen_args *a, const neox_config *cfg) {
 // tokens/s over the ranks: all the tokens over the longest any rank spent generating.
 static void report_rate(gen_state *st, const gen_args *a) {
     double v[2] = {(double)st->tokens, st->seconds};
-    if (st->ranks > 1) {
-        neox_allreduce_sum(&st->ev->grid->data, &v[0], 1, NEOX_F64);
-        neox_allreduce_max(&st->ev->grid->data, &v[1], 1, NEOX_F64);
-    }
+    neox_eval_sum_and_max(&st->ev->grid->data, &v[0], &v[1]);
     if (st->ev->rank0 && !a->quiet)
         neox_info("generated %.0f tokens in %.2f s: %.1f tokens/s (%s, %d rank%s)", v[0], v[1], v[0] / (v[1] + 1e-9),
                   a->recompute ? "recompute" : "KV cache", st->ranks, st->ranks > 1 ? "s" : "");
