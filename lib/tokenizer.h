@@ -66,4 +66,30 @@ typedef struct neox_bpe_train_options {
 
 int neox_tokenizer_train_bpe(const neox_bpe_train_options *opts, const char *output, neox_error *err);
 
+// ---------------------------------------------------------------------------------------------
+// Chat templates: the Jinja2 templates tokenizer_config.json carries ("chat_template"), rendered as
+// transformers' apply_chat_template renders them (trim_blocks and lstrip_blocks on). The subset the
+// common templates use is supported (docs/post-training.md lists it); anything else is refused when
+// the template is parsed, naming the feature and the template's line.
+typedef struct neox_chat_template neox_chat_template;
+struct json_t;
+
+// Parses size bytes of template source; name is what errors call it. Status 2 for a syntax error or
+// an unsupported feature.
+neox_chat_template *neox_chat_template_parse(const char *source, size_t size, const char *name, neox_error *err);
+void neox_chat_template_free(neox_chat_template *tmpl);
+
+typedef struct neox_chat_context {
+    const struct json_t *messages;  // a JSON array of {"role": ..., "content": ...} objects
+    // The special tokens apply_chat_template passes (NULL: not defined in the template).
+    const char *bos_token, *eos_token, *unk_token, *pad_token;
+    int add_generation_prompt;
+} neox_chat_context;
+
+// Renders the template into a new NUL-terminated buffer (free()); *size gets its length. A runtime
+// error (raise_exception, an undefined value used as a string, a type error) names the template's
+// line; status 1.
+char *neox_chat_template_render(const neox_chat_template *tmpl, const neox_chat_context *ctx, size_t *size,
+                                neox_error *err);
+
 #endif
