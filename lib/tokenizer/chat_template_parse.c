@@ -4,6 +4,7 @@
 // "-"/"+" markers); each tag's inside is then tokenized and parsed by recursive descent with Jinja's
 // operator precedence. Anything outside the subset is refused by name with its line.
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,10 @@ typedef struct {
     const char *name;
     neox_error *err;
     int failed;
+    int depth;             // nesting of expressions and blocks, bounded so a template cannot exhaust the stack
 } parser;
+
+enum { MAX_NESTING = 200 };
 
 static int parse_fail(parser *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int parse_fail(parser *p, int line, const char *fmt, ...) {
@@ -126,7 +130,9 @@ static int lex_tag(parser *p, const char *s, const char *limit, int line, tag_to
             t->kind = TK_NAME;
         } else if (isdigit((unsigned char)*s)) {
             char *e;
+            errno = 0;
             t->integer = strtoll(s, &e, 10);
+            if (errno == ERANGE) return parse_fail(p, line, "integer literal out of the 64-bit range");
             if (e < limit && (*e == '.' || isalpha((unsigned char)*e)))
                 return parse_fail(p, line, "unsupported number literal '%.*s' (integers only)", (int)(limit - s > 20 ? 20 : limit - s), s);
             s = e;
@@ -155,6 +161,11 @@ static void tokens_free(tag_tokens *tt) {
 // ---------------------------------------------------------------------------------------------
 // Expressions: or < and < not < comparisons/in < + - < ~ < * % < unary minus < postfix ([ ], ., calls)
 // and filters/tests, as Jinja2's parser nests them.
+static int enter(parser *p, int line) {
+    if (++p->depth <= MAX_NESTING) return 0;
+    return parse_fail(p, line, "nested more than %d deep", MAX_NESTING);
+}
+
 static token *peek(tag_tokens *tt) { return &tt->toks[tt->pos]; }
 static int is_op(const token *t, const char *op) { return t->kind == TK_OP && t->len == strlen(op) && !strncmp(t->start, op, t->len); }
 static int is_name(const token *t, const char *name) { return t->kind == TK_NAME && t->len == strlen(name) && !strncmp(t->start, name, t->len); }
@@ -354,7 +365,8 @@ static ct_expr *parse_unary(parser *p, tag_tokens *tt) {
     token *t = peek(tt);
     if (is_op(t, "-")) {
         tt->pos++;
-        ct_expr *operand = parse_unary(p, tt);
+        ct_expr *operand = enter(p, t->line) == 0 ? parse_unary(p, tt) : NULL;
+        p->depth--;
         if (!operand) return NULL;
         ct_expr *e = new_expr(CT_EXPR_NEG, t->line);
         e->a = operand;
@@ -434,7 +446,8 @@ static ct_expr *parse_not(parser *p, tag_tokens *tt) {
     token *t = peek(tt);
     if (!is_name(t, "not")) return parse_compare(p, tt);
     tt->pos++;
-    ct_expr *operand = parse_not(p, tt);
+    ct_expr *operand = enter(p, t->line) == 0 ? parse_not(p, tt) : NULL;
+    p->depth--;
     if (!operand) return NULL;
     ct_expr *e = new_expr(CT_EXPR_NOT, t->line);
     e->a = operand;
@@ -472,7 +485,7 @@ static ct_expr *parse_and(parser *p, tag_tokens *tt) {
 }
 
 // a if b [else c]
-static ct_expr *parse_expr(parser *p, tag_tokens *tt) {
+static ct_expr *parse_conditional(parser *p, tag_tokens *tt) {
     ct_expr *e = parse_or(p, tt);
     while (e && is_name(peek(tt), "if")) {
         ct_expr *cond = new_expr(CT_EXPR_COND, peek(tt)->line);
@@ -488,6 +501,12 @@ static ct_expr *parse_expr(parser *p, tag_tokens *tt) {
         ct_expr_free(e);
         return NULL;
     }
+    return e;
+}
+
+static ct_expr *parse_expr(parser *p, tag_tokens *tt) {
+    ct_expr *e = enter(p, peek(tt)->line) == 0 ? parse_conditional(p, tt) : NULL;
+    p->depth--;
     return e;
 }
 
@@ -746,14 +765,17 @@ static int parse_body(parser *p, segments *ss, ct_body *body, const char *const 
                 *stop_tokens = tt;
                 return 0;
             }
-            if (is_name(kw, "if")) n = parse_if(p, ss, &tt, seg->line);
-            else if (is_name(kw, "for")) n = parse_for(p, ss, &tt, seg->line);
+            int nested = (is_name(kw, "if") || is_name(kw, "for")) && enter(p, seg->line) == 0;
+            if (nested && is_name(kw, "if")) n = parse_if(p, ss, &tt, seg->line);
+            else if (nested) n = parse_for(p, ss, &tt, seg->line);
             else if (is_name(kw, "set")) n = parse_set(p, &tt, seg->line);
+            else if (p->failed) ;
             else if (kw->kind == TK_NAME && name_in(kw, refused_statements, sizeof refused_statements / sizeof *refused_statements))
                 parse_fail(p, seg->line, "unsupported Jinja statement '%.*s'", (int)kw->len, kw->start);
             else if (kw->kind == TK_NAME) parse_fail(p, seg->line, "unexpected statement '%.*s'", (int)kw->len, kw->start);
             else parse_fail(p, seg->line, "expected a statement name after '{%%'");
         }
+        if (seg->kind == SEG_STATEMENT && (is_name(&tt.toks[0], "if") || is_name(&tt.toks[0], "for"))) p->depth--;
         tokens_free(&tt);
         if (!n) return -1;
         push_node(body, n);

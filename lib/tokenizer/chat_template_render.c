@@ -3,6 +3,7 @@
 // prints as nothing, iterates as empty and fails when used in arithmetic or subscripted), Python's
 // truthiness, equality and str(), a fresh scope for each loop iteration (a `set` inside a loop does
 // not outlive it), and raise_exception ending the render with the template's message.
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,12 +235,15 @@ static long long py_mod(long long a, long long b) {
 static json_t *arithmetic(renderer *r, const ct_expr *e, json_t *a, json_t *b, int *failed) {
     static const char *const spelling[] = {[CT_OP_ADD] = "+", [CT_OP_SUB] = "-", [CT_OP_MUL] = "*", [CT_OP_MOD] = "%"};
     if (is_number(a) && is_number(b)) {
-        long long x = number_of(a), y = number_of(b);
-        if (e->op == CT_OP_ADD) return json_integer(x + y);
-        if (e->op == CT_OP_SUB) return json_integer(x - y);
-        if (e->op == CT_OP_MUL) return json_integer(x * y);
-        if (y != 0) return json_integer(py_mod(x, y));
-        *failed = render_fail(r, e->line, "integer modulo by zero");
+        // Python's integers do not overflow; 64-bit ones that would are refused, not wrapped.
+        long long x = number_of(a), y = number_of(b), z = 0;
+        int overflow = e->op == CT_OP_ADD   ? __builtin_add_overflow(x, y, &z)
+                       : e->op == CT_OP_SUB ? __builtin_sub_overflow(x, y, &z)
+                       : e->op == CT_OP_MUL ? __builtin_mul_overflow(x, y, &z)
+                                            : y == -1 && x == LLONG_MIN;
+        if (e->op == CT_OP_MOD && y == 0) *failed = render_fail(r, e->line, "integer modulo by zero");
+        else if (overflow) *failed = render_fail(r, e->line, "integer overflow in '%s'", spelling[e->op]);
+        else return json_integer(e->op == CT_OP_MOD ? py_mod(x, y) : z);
         return NULL;
     }
     if (e->op == CT_OP_ADD && a && b && json_is_string(a) && json_is_string(b))
@@ -354,7 +358,7 @@ static json_t *eval(renderer *r, scope *sc, const ct_expr *e, int *failed) {
         else if (e->kind == CT_EXPR_FILTER) out = apply_filter(r, e, a, failed);
         else if (e->kind == CT_EXPR_SUBSCRIPT) out = subscript(r, e, a, b, failed);
         else if (e->kind == CT_EXPR_SLICE) out = slice(r, e, a, b, c, failed);
-        else if (is_number(a)) out = json_integer(-number_of(a));
+        else if (is_number(a) && number_of(a) != LLONG_MIN) out = json_integer(-number_of(a));
         else *failed = render_fail(r, e->line, "unary '-' of a %s", type_name(a));
     }
     json_decref(a);
@@ -385,8 +389,9 @@ static int render_for(renderer *r, scope *sc, const ct_node *node) {
         items = keys;
     }
     if (items && !json_is_array(items)) {
+        render_fail(r, node->line, "'for' over a %s", type_name(items));
         json_decref(items);
-        return render_fail(r, node->line, "'for' over a %s", type_name(items));
+        return -1;
     }
     size_t n = items ? json_array_size(items) : 0;
     int rc = 0;

@@ -100,6 +100,8 @@ REFUSED = [
     ("{{ 'abc", "unclosed '{{'", 1),
     ("{% for a, b in x %}{% endfor %}", "unpacking in 'for'", 1),
     ("{% generation %}x{% endgeneration %}", "unsupported Jinja statement 'generation'", 1),
+    ("{{ " + "(" * 300 + "1" + ")" * 300 + " }}", "nested more than 200 deep", 1),
+    ("{% if 1 %}" * 300, "nested more than 200 deep", 1),
 ]
 
 
