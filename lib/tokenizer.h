@@ -47,6 +47,8 @@ char *neox_tokenizer_decode(const neox_tokenizer *tok, const int32_t *ids, size_
 
 // The text of one id (as the vocabulary stores it), or NULL when out of range.
 const char *neox_tokenizer_id_to_token(const neox_tokenizer *tok, int32_t id);
+// The id of a token's text (an added token or a vocabulary entry), or -1.
+int32_t neox_tokenizer_token_to_id(const neox_tokenizer *tok, const char *token);
 
 // ---------------------------------------------------------------------------------------------
 // Training (neox-preprocess train-tokenizer): a byte-level BPE tokenizer as GPT-NeoX's
@@ -91,5 +93,20 @@ typedef struct neox_chat_context {
 // line; status 1.
 char *neox_chat_template_render(const neox_chat_template *tmpl, const neox_chat_context *ctx, size_t *size,
                                 neox_error *err);
+
+// A tokenizer's chat format as transformers' AutoTokenizer reads it from tokenizer_config.json in the
+// folder of the vocab file: "chat_template" (a string, or a list of {"name", "template"} of which
+// "default" is used) and the special tokens bos/eos/unk/pad (strings or {"content": ...}).
+typedef struct neox_chat_format {
+    neox_chat_template *tmpl;
+    char *bos_token, *eos_token, *unk_token, *pad_token;  // NULL where tokenizer_config.json has none
+    int32_t eos_id;                                       // -1 without an eos_token
+} neox_chat_format;
+
+// template_file, when not NULL, replaces tokenizer_config.json's chat_template (which may then be
+// absent). Errors name the file: no template, an eos_token that is not a token, a template error.
+int neox_chat_format_load(neox_chat_format *fmt, const neox_tokenizer *tok, const char *vocab_file,
+                          const char *template_file, neox_error *err);
+void neox_chat_format_free(neox_chat_format *fmt);
 
 #endif
