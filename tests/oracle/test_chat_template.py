@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-DRIVER = os.path.join(ROOT, "build/cpu/tests/drivers/chat_template_driver")
+DRIVER = os.path.join(ROOT, os.environ.get("NEOX_DRIVERS", "build/cpu/tests/drivers"), "chat_template_driver")
 TEMPLATES = os.path.join(os.path.dirname(__file__), "chat_templates")
 TOKENIZER = os.path.join(ROOT, "..", "shared", "data", "tokenizers", "neox", "20B_tokenizer.json")
 BOS, EOS = "<|begin_of_text|>", "</s>"
