@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "tokenizer.h"
 
 // =============================================================================================
 // Indexed dataset (Megatron MMIDIDX; layout in docs/data.md).
@@ -127,6 +128,33 @@ typedef struct neox_preprocess_stats {
 } neox_preprocess_stats;
 
 int neox_preprocess_run(const neox_preprocess_options *opts, neox_preprocess_stats *stats, neox_error *err);
+
+// =============================================================================================
+// Chat-formatted datasets (neox-preprocess chat), as GPT-NeoX's
+// tools/datasets/preprocess_data_with_chat_template.py writes them: each jsonl key holds a list of
+// {"role", "content"} messages, rendered with the tokenizer's chat template and tokenized into
+// {prefix}_{key}_document and the label dataset {prefix}_{key}_label_document beside it (int32,
+// the token ids where the loss is taken and -100 where it is masked; docs/post-training.md).
+#define NEOX_LABEL_MASKED (-100)
+
+typedef struct neox_chat_preprocess_options {
+    const char *const *inputs; int ninputs;
+    const char *const *keys; int nkeys;
+    const char *output_prefix;
+    const neox_tokenizer *tok;
+    const neox_chat_format *format;
+    const char *generation_role;   // the role whose turns are learned ("assistant")
+    int only_last;                 // learn only the last turn
+    int no_mask;                   // learn every token (the label dataset repeats the tokens)
+    int for_rm;                    // mask everything but a final end-of-sequence token (reward models)
+    size_t max_document_bytes;     // longest record read (0: NEOX_MAX_DOCUMENT_BYTES)
+} neox_chat_preprocess_options;
+
+// One conversation's tokens and labels (growable arrays, *n entries each). Errors name no file: the
+// caller adds where the conversation came from.
+int neox_chat_encode(const neox_chat_preprocess_options *o, const struct json_t *messages, int32_t **tokens,
+                     int32_t **labels, size_t *n, neox_error *err);
+int neox_chat_preprocess_run(const neox_chat_preprocess_options *o, neox_preprocess_stats *stats, neox_error *err);
 
 // =============================================================================================
 // numpy's legacy RandomState(seed): MT19937 seeded by init_genrand, and shuffle/permutation as

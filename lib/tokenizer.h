@@ -47,6 +47,8 @@ char *neox_tokenizer_decode(const neox_tokenizer *tok, const int32_t *ids, size_
 
 // The text of one id (as the vocabulary stores it), or NULL when out of range.
 const char *neox_tokenizer_id_to_token(const neox_tokenizer *tok, int32_t id);
+// The id of a token's text (an added token or a vocabulary entry), or -1.
+int32_t neox_tokenizer_token_to_id(const neox_tokenizer *tok, const char *token);
 
 // ---------------------------------------------------------------------------------------------
 // Training (neox-preprocess train-tokenizer): a byte-level BPE tokenizer as GPT-NeoX's
@@ -65,5 +67,46 @@ typedef struct neox_bpe_train_options {
 } neox_bpe_train_options;
 
 int neox_tokenizer_train_bpe(const neox_bpe_train_options *opts, const char *output, neox_error *err);
+
+// ---------------------------------------------------------------------------------------------
+// Chat templates: the Jinja2 templates tokenizer_config.json carries ("chat_template"), rendered as
+// transformers' apply_chat_template renders them (trim_blocks and lstrip_blocks on). The subset the
+// common templates use is supported (docs/post-training.md lists it); anything else is refused when
+// the template is parsed, naming the feature and the template's line.
+typedef struct neox_chat_template neox_chat_template;
+struct json_t;
+
+// Parses size bytes of template source; name is what errors call it. Status 2 for a syntax error or
+// an unsupported feature.
+neox_chat_template *neox_chat_template_parse(const char *source, size_t size, const char *name, neox_error *err);
+void neox_chat_template_free(neox_chat_template *tmpl);
+
+typedef struct neox_chat_context {
+    const struct json_t *messages;  // a JSON array of {"role": ..., "content": ...} objects
+    // The special tokens apply_chat_template passes (NULL: not defined in the template).
+    const char *bos_token, *eos_token, *unk_token, *pad_token;
+    int add_generation_prompt;
+} neox_chat_context;
+
+// Renders the template into a new NUL-terminated buffer (free()); *size gets its length. A runtime
+// error (raise_exception, an undefined value used as a string, a type error) names the template's
+// line; status 1.
+char *neox_chat_template_render(const neox_chat_template *tmpl, const neox_chat_context *ctx, size_t *size,
+                                neox_error *err);
+
+// A tokenizer's chat format as transformers' AutoTokenizer reads it from tokenizer_config.json in the
+// folder of the vocab file: "chat_template" (a string, or a list of {"name", "template"} of which
+// "default" is used) and the special tokens bos/eos/unk/pad (strings or {"content": ...}).
+typedef struct neox_chat_format {
+    neox_chat_template *tmpl;
+    char *bos_token, *eos_token, *unk_token, *pad_token;  // NULL where tokenizer_config.json has none
+    int32_t eos_id;                                       // -1 without an eos_token
+} neox_chat_format;
+
+// template_file, when not NULL, replaces tokenizer_config.json's chat_template (which may then be
+// absent). Errors name the file: no template, an eos_token that is not a token, a template error.
+int neox_chat_format_load(neox_chat_format *fmt, const neox_tokenizer *tok, const char *vocab_file,
+                          const char *template_file, neox_error *err);
+void neox_chat_format_free(neox_chat_format *fmt);
 
 #endif

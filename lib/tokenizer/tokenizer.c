@@ -91,6 +91,8 @@ static int32_t token_to_id(const neox_tokenizer *tok, const char *text) {
     return id >= 0 ? id : strmap_get(&tok->bpe.vocab, text, strlen(text));
 }
 
+int32_t neox_tokenizer_token_to_id(const neox_tokenizer *tok, const char *token) { return token_to_id(tok, token); }
+
 // ---------------------------------------------------------------------------------------------
 // The declared beginning-of-sequence token: transformers reads "bos_token" (a string, or an
 // AddedToken object with "content") from these files of the tokenizer's folder, in this order.

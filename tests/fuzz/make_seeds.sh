@@ -13,7 +13,9 @@ PY=.venv/bin/python
 W=$(mktemp -d "${TMPDIR:-/tmp}/neox-seeds.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 for t in yaml_config tokenizer_json gpt2_vocab indexed npy shard manifest state_json safetensors documents \
-         text_document hf_config; do mkdir -p "$OUT/$t"; done
+         text_document hf_config chat_template; do mkdir -p "$OUT/$t"; done
+# The chat templates the oracle test renders (Llama 3, ChatML/Qwen2, Zephyr, Mistral, every construct).
+cp tests/oracle/chat_templates/*.jinja "$OUT/chat_template/"
 
 cp configs/tiny-test.yml configs/tiny-shakespeare.yml "$OUT/yaml_config/"
 cp ../shared/reference/gpt-neox-configs/125M.yml "$OUT/yaml_config/" 2>/dev/null || true

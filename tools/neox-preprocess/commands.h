@@ -22,5 +22,9 @@ int merge_main(int argc, char **argv);
 int info_main(int argc, char **argv);
 int index_main(int argc, char **argv);
 void preprocess_options_help(FILE *out);  // the default mode's options, for the main --help
+char **split_commas(const char *list, int *count);  // a comma-separated list (malloc'ed strings)
+
+// chat_command.c
+int chat_main(int argc, char **argv);
 
 #endif

@@ -48,7 +48,7 @@ static void preprocess_usage(FILE *out) {
     preprocess_options_help(out);
 }
 
-static char **split_commas(const char *list, int *count) {
+char **split_commas(const char *list, int *count) {
     char *copy = neox_strdup(list), *save = NULL;
     char **out = NULL;
     *count = 0;

@@ -14,6 +14,7 @@ static const preprocess_command commands[] = {
     {"encode", "print the token ids of text", command_encode},
     {"decode", "print the text of token ids", command_decode},
     {"train-tokenizer", "train a byte-level BPE tokenizer.json", command_train_tokenizer},
+    {"chat", "chat-formatted jsonl into token and label datasets (chat template, loss masks)", chat_main},
     {"merge", "concatenate datasets, keeping document boundaries", merge_main},
     {"info", "describe a dataset and check .bin against .idx", info_main},
     {"index", "build GPT-NeoX's sample index caches (.npy) for training settings", index_main},
