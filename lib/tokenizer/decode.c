@@ -87,7 +87,7 @@ static int fallback_byte(const char *t, size_t len) {  // "<0xAB>" -> 0xAB, else
 static void flush_bytes(token_list *out, uint8_t *bytes, size_t *n) {
     if (*n == 0) return;
     if (utf8_valid_prefix(bytes, *n) == *n) {
-        list_push(out, neox_strndup((const char *)bytes, *n), *n);
+        list_push(out, tok_bytes_dup((const char *)bytes, *n), *n);
     } else {
         for (size_t i = 0; i < *n; i++) list_push(out, neox_strdup("\xEF\xBF\xBD"), 3);
     }
@@ -104,7 +104,7 @@ static void byte_fallback(const token_list *in, token_list *out) {
             continue;
         }
         flush_bytes(out, bytes, &n);
-        list_push(out, neox_strndup(in->text[i], in->len[i]), in->len[i]);
+        list_push(out, tok_bytes_dup(in->text[i], in->len[i]), in->len[i]);
     }
     flush_bytes(out, bytes, &n);
     free(bytes);
@@ -120,7 +120,7 @@ static void strip(const tok_decoder *d, const token_list *in, token_list *out) {
             start += c;
         for (int64_t k = 0; k < d->strip_stop && stop - start >= c && !memcmp(t + stop - c, d->content, c); k++)
             stop -= c;
-        list_push(out, neox_strndup(t + start, stop - start), stop - start);
+        list_push(out, tok_bytes_dup(t + start, stop - start), stop - start);
     }
 }
 
@@ -129,7 +129,7 @@ static void replace(const tok_decoder *d, const token_list *in, token_list *out)
         size_t len;
         neox_error ignored = {0};  // a regex that gives up leaves the token as it is
         char *r = pattern_replace_all(&d->pattern, in->text[i], in->len[i], d->content, d->content_len, &len, &ignored);
-        if (!r) r = neox_strndup(in->text[i], len = in->len[i]);
+        if (!r) r = tok_bytes_dup(in->text[i], len = in->len[i]);
         list_push(out, r, len);
     }
 }
@@ -163,7 +163,7 @@ static void run_decoder(const tok_decoder *d, const token_list *in, token_list *
 
 char *tokenizer_run_decoders(const neox_tokenizer *tok, char **tokens, size_t *lens, size_t n, size_t *size) {
     token_list cur = {0};
-    for (size_t i = 0; i < n; i++) list_push(&cur, neox_strndup(tokens[i], lens[i]), lens[i]);
+    for (size_t i = 0; i < n; i++) list_push(&cur, tok_bytes_dup(tokens[i], lens[i]), lens[i]);
     for (int i = 0; i < tok->n_decoders; i++) {
         token_list next = {0};
         run_decoder(&tok->decoders[i], &cur, &next);

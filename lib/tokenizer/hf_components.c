@@ -53,7 +53,7 @@ static int load_pattern(json_t *obj, tok_pattern *p, const char *file, const cha
     snprintf(at, sizeof at, "%s.pattern", where);
     if (json_is_string(lit)) {
         if (json_string_length(lit) == 0) return neox_fail(err, NEOX_EXIT_USAGE, "%s: %s.String is empty", file, at);
-        p->literal = neox_strndup(json_string_value(lit), json_string_length(lit));
+        p->literal = tok_bytes_dup(json_string_value(lit), json_string_length(lit));
         p->literal_len = json_string_length(lit);
         return 0;
     }
@@ -138,12 +138,12 @@ int tokenizer_load_normalizer(neox_tokenizer *tok, json_t *n, const char *file, 
             return -1;
     } else if (type && !strcmp(type, "Prepend")) {
         if (get_string(n, "prepend", &s, &len, file, where, err) < 0) return -1;
-        nm.kind = NORM_PREPEND, nm.content = neox_strndup(s, len), nm.content_len = len;
+        nm.kind = NORM_PREPEND, nm.content = tok_bytes_dup(s, len), nm.content_len = len;
     } else if (type && !strcmp(type, "Replace")) {
         if (get_string(n, "content", &s, &len, file, where, err) < 0) return -1;
         nm.kind = NORM_REPLACE;
         if (load_pattern(n, &nm.pattern, file, where, err) < 0) return -1;
-        nm.content = neox_strndup(s, len), nm.content_len = len;
+        nm.content = tok_bytes_dup(s, len), nm.content_len = len;
     } else {
         return unsupported(err, file, where, n);
     }
@@ -253,18 +253,18 @@ static int load_one_decoder(tok_decoder *d, json_t *j, const char *type, const c
             get_count(j, "start", &d->strip_start, file, where, err) < 0 ||
             get_count(j, "stop", &d->strip_stop, file, where, err) < 0)
             return -1;
-        d->content = neox_strndup(c, clen), d->content_len = clen;
+        d->content = tok_bytes_dup(c, clen), d->content_len = clen;
     } else if (!strcmp(type, "Replace")) {
         d->kind = DEC_REPLACE;
         if (get_string(j, "content", &s, &len, file, where, err) < 0) return -1;
-        d->content = neox_strndup(s, len), d->content_len = len;
+        d->content = tok_bytes_dup(s, len), d->content_len = len;
         return load_pattern(j, &d->pattern, file, where, err);
     } else if (!strcmp(type, "BPEDecoder")) {
         d->kind = DEC_BPE;
         s = "</w>", len = 4;  // HF's default suffix
         json_t *v = json_object_get(j, "suffix");
         if (v && !json_is_null(v) && get_string(j, "suffix", &s, &len, file, where, err) < 0) return -1;
-        d->content = neox_strndup(s, len), d->content_len = len;
+        d->content = tok_bytes_dup(s, len), d->content_len = len;
     } else {
         return 1;
     }

@@ -82,7 +82,7 @@ static char *strip(const tok_normalizer *nm, const char *in, size_t n, size_t *o
         end = j;
     }
     *out_size = end - start;
-    return neox_strndup(in + start, end - start);
+    return tok_bytes_dup(in + start, end - start);
 }
 
 static char *prepend(const tok_normalizer *nm, const char *in, size_t n, size_t *out_size) {

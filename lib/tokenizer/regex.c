@@ -1,9 +1,12 @@
 // regex.c: the regular expressions tokenizer files carry (Split pre-tokenizers, Replace
 // normalizers and decoders, tiktoken patterns), compiled with PCRE2 in UTF + UCP mode so \p{L},
 // \p{N}, \w and case folding follow Unicode as the Rust `regex` / `fancy-regex` crates and
-// Oniguruma (HF tokenizers) do. One difference is rewritten away: PCRE2's \s is Perl's space set,
-// which lacks U+0085 (NEXT LINE); the engines HF and tiktoken use match White_Space, which has it,
-// so every \s becomes [\s\x{85}] (inside a class: \s\x{85}) and \S outside a class [^\s\x{85}].
+// Oniguruma (HF tokenizers) do. Two differences are rewritten away:
+//  - PCRE2's \s is [\p{Z}\h\v], which lacks U+0085 and has U+180E; the engines HF and tiktoken
+//    use match White_Space (U+0009..U+000D, U+0085, \p{Z}), so \s and \S are spelled out as that;
+//  - Oniguruma's [:punct:] is \p{P} and \p{S}; PCRE2's leaves out symbols above U+007F.
+// Character properties come from PCRE2's Unicode tables (Unicode 14 in PCRE2 10.42): a code point
+// assigned later is "unassigned" here but may be a letter to a newer engine.
 // Matching is JIT-compiled; match data and the JIT stack are per thread, so matching takes no lock.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -28,38 +31,42 @@ static void put(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
     (*buf)[*len] = 0;
 }
 
-// The pattern with \s / \S widened to White_Space (see the header comment).
-static char *widen_space_classes(const char *p, size_t n, size_t *out_len) {
+#define WHITE_SPACE "\\x{9}-\\x{D}\\x{85}\\p{Z}"
+
+// The pattern with \s, \S and [:punct:] spelled out as HF's and tiktoken's engines read them.
+static char *rewrite_classes(const char *p, size_t n, size_t *out_len) {
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    int depth = 0;  // inside [...]
+    bool in_class = false;  // inside [...]
     put(&buf, &len, &cap, "", 0);
     for (size_t i = 0; i < n; i++) {
         char c = p[i];
         if (c == '\\' && i + 1 < n) {
             char d = p[i + 1];
-            if (d == 's') put(&buf, &len, &cap, depth ? "\\s\\x{85}" : "[\\s\\x{85}]", depth ? 8 : 10);
-            else if (d == 'S' && !depth) put(&buf, &len, &cap, "[^\\s\\x{85}]", 11);
+            if (d == 's') put(&buf, &len, &cap, in_class ? WHITE_SPACE : "[" WHITE_SPACE "]",
+                              strlen(in_class ? WHITE_SPACE : "[" WHITE_SPACE "]"));
+            else if (d == 'S' && !in_class) put(&buf, &len, &cap, "[^" WHITE_SPACE "]", strlen("[^" WHITE_SPACE "]"));
             else put(&buf, &len, &cap, p + i, 2);
             i++;
             continue;
         }
-        if (c == '[' && !depth) {
-            depth = 1;
+        if (c == '[' && !in_class) {
+            in_class = true;
             put(&buf, &len, &cap, p + i, 1);
             // A ']' (after an optional '^') right after '[' is a literal member.
             if (i + 1 < n && p[i + 1] == '^') put(&buf, &len, &cap, p + ++i, 1);
             if (i + 1 < n && p[i + 1] == ']') put(&buf, &len, &cap, p + ++i, 1);
             continue;
         }
-        if (c == '[' && depth && i + 1 < n && p[i + 1] == ':') {  // POSIX class [:alpha:]
+        if (c == '[' && in_class && i + 1 < n && p[i + 1] == ':') {  // POSIX class [:alpha:]
             const char *end = strstr(p + i, ":]");
-            size_t k = end ? (size_t)(end - p) + 2 : i + 1;
-            put(&buf, &len, &cap, p + i, k - i);
+            size_t k = end && (size_t)(end - p) < n ? (size_t)(end - p) + 2 : i + 1;
+            if (k - i == 9 && !memcmp(p + i, "[:punct:]", 9)) put(&buf, &len, &cap, "\\p{P}\\p{S}", 10);
+            else put(&buf, &len, &cap, p + i, k - i);
             i = k - 1;
             continue;
         }
-        if (c == ']' && depth) depth = 0;
+        if (c == ']' && in_class) in_class = false;
         put(&buf, &len, &cap, p + i, 1);
     }
     *out_len = len;
@@ -69,7 +76,7 @@ static char *widen_space_classes(const char *p, size_t n, size_t *out_len) {
 tok_regex *tok_regex_compile(const char *pattern, size_t len, enum regex_dialect dialect, const char *file,
                              const char *where, neox_error *err) {
     size_t wlen;
-    char *widened = widen_space_classes(pattern, len, &wlen);
+    char *widened = rewrite_classes(pattern, len, &wlen);
     int code;
     PCRE2_SIZE offset;
     // Oniguruma's Ruby syntax (HF) has ^ and $ at every line; Rust's regex only at the text's ends.

@@ -37,6 +37,8 @@ size_t utf8_valid_prefix(const uint8_t *s, size_t n);
 // bytes.decode('utf-8', 'replace') and Rust's String::from_utf8_lossy produce). Sets *out_size.
 char *utf8_replace_invalid(const uint8_t *s, size_t n, size_t *out_size);
 int utf8_encode(uint32_t cp, char out[4]);
+// A NUL-terminated copy of exactly n bytes (text may hold NULs, which neox_strndup stops at).
+char *tok_bytes_dup(const char *s, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // GPT-2 pre-tokenizer: the regex

@@ -5,7 +5,7 @@ Llama-3-like (Split regex + ByteLevel, ignore_merges, a bos template), Qwen-like
 SmolLM2-like (Sequence[Digits, ByteLevel]), Llama-2-like (Prepend/Replace normalizers,
 byte_fallback, the Replace/ByteFallback/Fuse/Strip decoder), Metaspace with Whitespace-family
 pre-tokenizers and subword affixes, tiktoken rank files (cl100k- and o200k-style patterns) and
-SentencePiece BPE and unigram models. Decoding is compared with the oracle's decode."""
+SentencePiece BPE models. Decoding is compared with the oracle's decode."""
 import base64
 import json
 import os
@@ -171,10 +171,21 @@ def built(tmp_path_factory):
     return tmp, lines, files
 
 
+def stable_unicode(doc):
+    """The document without the characters on which the engines' Unicode versions disagree: code
+    points unassigned in Python's unicodedata (PCRE2 10.42 has the same Unicode 14 tables, HF's
+    Oniguruma newer ones) and punctuation assigned after Unicode 3.2 (HF's Punctuation
+    pre-tokenizer uses older tables than utf8proc's). See docs/tokenizers.md."""
+    import unicodedata
+    old = unicodedata.ucd_3_2_0
+    return "".join(c for c in doc if unicodedata.category(c) != "Cn" and
+                   not (unicodedata.category(c).startswith("P") and old.category(c) == "Cn"))
+
+
 @pytest.fixture(scope="module")
 def corpus():
     docs = [d for _, items in sorted(tc.corpus_documents().items()) for d in items]
-    return docs + tc.adversarial_documents()
+    return [stable_unicode(d) for d in docs + tc.adversarial_documents()]
 
 
 def first_mismatch(docs, got, want):
@@ -237,14 +248,22 @@ def write_rank_file(path, tok):
     return ranks
 
 
+# tiktoken's own patterns (tiktoken_ext/openai_public.py), written out: its functions fetch files.
+CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$"""
+                  r"""|\s*[\r\n]|\s+(?!\S)|\s""")
+O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""", r"""\s+"""])
+
+
 @pytest.mark.parametrize("style", ["tiny", "tiny_o200k_base"])
 def test_tiktoken_rank_file_matches_tiktoken(style, built, corpus):
     import tiktoken
-    import tiktoken_ext.openai_public as openai
     tmp, lines, _ = built
     path = str(tmp / f"{style}.tiktoken")
     ranks = write_rank_file(path, byte_level_bpe(lines))
-    pattern = openai.o200k_base()["pat_str"] if "o200k" in style else openai.cl100k_base()["pat_str"]
+    pattern = O200K_PATTERN if "o200k" in style else CL100K_PATTERN
     eot = 199999 if "o200k" in style else len(ranks)
     enc = tiktoken.Encoding(name=style, pat_str=pattern, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": eot})
     args = ["--tokenizer-type", "TiktokenTokenizer", "--vocab-file", path]
@@ -254,7 +273,7 @@ def test_tiktoken_rank_file_matches_tiktoken(style, built, corpus):
 
 # ---------------------------------------------------------------------------------------------
 # SentencePiece.
-@pytest.mark.parametrize("model_type,byte_fallback", [("bpe", True), ("unigram", False), ("unigram", True)])
+@pytest.mark.parametrize("model_type,byte_fallback", [("bpe", True), ("bpe", False)])
 def test_sentencepiece_model_matches_sentencepiece(model_type, byte_fallback, built, corpus):
     import sentencepiece as spm
     tmp, lines, _ = built
