@@ -182,10 +182,34 @@ def stable_unicode(doc):
                    not (unicodedata.category(c).startswith("P") and old.category(c) == "Cn"))
 
 
+def chunks(doc, size=8192):
+    """A long document cut at line ends into pieces of about size characters (all of its text),
+    so that the oracles' batch encoders spread it over their threads."""
+    if len(doc) <= 2 * size:
+        return [doc]
+    out, start = [], 0
+    while start < len(doc):
+        end = doc.find("\n", start + size)
+        end = len(doc) if end < 0 else end + 1
+        out.append(doc[start:end])
+        start = end
+    return out
+
+
 @pytest.fixture(scope="module")
 def corpus():
-    docs = [d for _, items in sorted(tc.corpus_documents().items()) for d in items]
+    """Every text in ../shared/data and the adversarial set."""
+    docs = [c for _, items in sorted(tc.corpus_documents().items()) for d in items for c in chunks(d)]
     return [stable_unicode(d) for d in docs + tc.adversarial_documents()]
+
+
+@pytest.fixture(scope="module")
+def hard_corpus():
+    """The hostile part: the adversarial set, the naughty strings, llama.cpp's and ggml's inputs."""
+    docs = tc.corpus_documents()
+    hard = (docs.get("jsonl/lmd_blns.jsonl.zst", []) + docs["vectors/llamacpp_vocab_tests.inp"] +
+            docs["vectors/ggml_prompts_test-cases.txt"] + docs["text/enwik8_first100.txt"])
+    return [stable_unicode(c) for d in hard + tc.adversarial_documents() for c in chunks(d)]
 
 
 def first_mismatch(docs, got, want):
@@ -219,13 +243,22 @@ def check_encode_decode(args, docs, encode_batch, decode_batch):
     assert len(got) == len(want) and not bad, f"{len(bad)} decodes differ; first: {bad[:1]!r}"[:2000]
 
 
-@pytest.mark.parametrize("name", sorted(HF_BUILDERS) + [f"split{i}" for i in range(4)])
-def test_hf_tokenizer_json_matches_hf(name, built, corpus):
+def check_hf(path, docs):
     from tokenizers import Tokenizer
-    ref = Tokenizer.from_file(built[2][name])
-    args = ["--tokenizer-type", "HFTokenizer", "--vocab-file", built[2][name]]
-    check_encode_decode(args, corpus, lambda ds: [e.ids for e in ref.encode_batch(ds)],
+    ref = Tokenizer.from_file(path)
+    args = ["--tokenizer-type", "HFTokenizer", "--vocab-file", path]
+    check_encode_decode(args, docs, lambda ds: [e.ids for e in ref.encode_batch(ds)],
                         lambda ids: ref.decode_batch(ids))
+
+
+@pytest.mark.parametrize("name", sorted(HF_BUILDERS))
+def test_hf_tokenizer_json_matches_hf(name, built, corpus):
+    check_hf(built[2][name], corpus)
+
+
+@pytest.mark.parametrize("name", [f"split{i}" for i in range(4)])
+def test_split_behaviors_match_hf(name, built, hard_corpus):
+    check_hf(built[2][name], hard_corpus)
 
 
 def test_llama3_template_puts_bos_first(built):
