@@ -125,7 +125,7 @@ SUPPORTED = {
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
-    "tokenizer_type": ("GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|CharLevelTokenizer", "tokenizer"),
+    "tokenizer_type": ("GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|SPMTokenizer|CharLevelTokenizer|TiktokenTokenizer", "tokenizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "pack_impl": ("packed", "sample packing"),
     "dataset_impl": ("gpt2", "dataset"),
