@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # bench/tokenizers.sh: neox.c's tokenizers against HF `tokenizers` and `tiktoken` on the same
-# corpus (every text in ../shared/data), single-threaded, plus neox.c's multi-thread scaling.
+# corpus (every text in ../shared/data), single-threaded, plus neox.c's multi-thread scaling; then
+# the other tokenizer kinds (tokenizer.json families, tiktoken, SentencePiece) against their
+# references' batch APIs at 1 and 2 threads (bench/tokenizer_families_bench.py).
 # Prints MB/s and ratios. Needs `make` and `make deps` (.venv). Usage: bench/tokenizers.sh [THREADS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +11,11 @@ cd "$(dirname "$0")/.."
 threads=("$@"); [ ${#threads[@]} -eq 0 ] && threads=(1 2 4)
 work=$(mktemp -d "${TMPDIR:-/tmp}/neox-tokbench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-PKGS="yaml-0.1 jansson libutf8proc libzstd zlib hdf5 openblas mpich"
+PKGS="yaml-0.1 jansson libutf8proc libpcre2-8 sentencepiece libzstd zlib hdf5 openblas mpich"
 gcc -std=c11 -D_GNU_SOURCE -O3 -march=x86-64-v2 -fopenmp -I. -Ilib $(pkg-config --cflags $PKGS) \
-    bench/tokenizers_bench.c build/cpu/libneox.a $(pkg-config --libs $PKGS) -lm -lpthread -o "$work/driver"
+    bench/tokenizers_bench.c build/cpu/libneox.a $(pkg-config --libs $PKGS) -lstdc++ -lm -lpthread -o "$work/driver"
 export TOKENIZERS_PARALLELISM=false RAYON_NUM_THREADS=1
 .venv/bin/python bench/tokenizers_bench.py "$work/driver" "$work" "${threads[@]}"
+# The other kinds against their references' batch APIs, at 1 and 2 threads (their own thread pools).
+unset TOKENIZERS_PARALLELISM RAYON_NUM_THREADS
+.venv/bin/python bench/tokenizer_families_bench.py "$work/driver" "$work" 1 2

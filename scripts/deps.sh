@@ -14,6 +14,8 @@ DEBS=(
   libyaml-dev       # configs (libyaml)
   libjansson-dev    # JSON: tokenizer files, jsonl corpora, safetensors headers
   libutf8proc-dev   # Unicode categories and NFC for the tokenizers
+  libpcre2-dev      # the regular expressions tokenizer files carry (Split pre-tokenizers, tiktoken patterns)
+  libsentencepiece-dev  # SPMTokenizer: SentencePiece .model files (C++, behind lib/tokenizer/spm_shim.cc)
   libzstd-dev       # .jsonl.zst input
   zlib1g-dev        # .jsonl.gz input
   libhdf5-dev       # checkpoints
@@ -43,6 +45,7 @@ PIP_PKGS=(
   transformers==4.49.0     # newest release that runs on torch 1.13 (4.51 needs torch.distributed.tensor); GQA Llama
   tokenizers
   tiktoken
+  sentencepiece  # oracle for SPMTokenizer (and its trainer builds the test models)
   PyYAML
   tensorboard   # reads back the event files lib/metrics writes (EventAccumulator); ~65 MB with grpcio, protobuf
 )

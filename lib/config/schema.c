@@ -456,7 +456,7 @@ const neox_key_spec neox_key_specs[] = {
     {.name = "global_num_gpus", .type = NEOX_TYPE_INT, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsOther", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
      .min = 0, .max = 9007199254740992},
-    {.name = "tokenizer_type", .type = NEOX_TYPE_CHOICE, .default_text = "\"GPT2BPETokenizer\"", .choices = "GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|SPMTokenizer|CharLevelTokenizer|TiktokenTokenizer", .supported = "GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|CharLevelTokenizer",
+    {.name = "tokenizer_type", .type = NEOX_TYPE_CHOICE, .default_text = "\"GPT2BPETokenizer\"", .choices = "GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|SPMTokenizer|CharLevelTokenizer|TiktokenTokenizer", .supported = "GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|SPMTokenizer|CharLevelTokenizer|TiktokenTokenizer",
      .feature = "tokenizer", .group = "NeoXArgsTokenizer", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "padded_vocab_size", .type = NEOX_TYPE_INT, .default_text = NULL, .choices = NULL, .supported = NULL,

@@ -1,5 +1,6 @@
 // bpe.c: the BPE model — merges ranked by their order in the file, applied to one pre-tokenized
-// word at a time exactly as HF tokenizers does: start from one symbol per byte, then repeatedly
+// word at a time exactly as HF tokenizers does: start from one symbol per byte (byte-level
+// vocabularies) or per character (with byte_fallback, unk fusing and the subword affixes), then repeatedly
 // merge the adjacent pair of lowest rank (leftmost on ties). Candidate pairs sit in a binary heap
 // and stale entries are skipped when popped, so a word of n bytes costs O(n log n), never a
 // rescan per merge. Results are kept in a bounded per-thread cache of word encodings, so encode
@@ -32,6 +33,8 @@ void bpe_init(bpe_model *m, size_t vocab_hint) {
 void bpe_free(bpe_model *m) {
     strmap_free(&m->vocab);
     free(m->merges);
+    free(m->continuing_subword_prefix);
+    free(m->end_of_word_suffix);
     memset(m, 0, sizeof *m);
 }
 
@@ -85,6 +88,9 @@ void bpe_finish(bpe_model *m) {
         // bytelevel_encode may grow the buffer; 8 bytes always suffice for one char.
         bytelevel_encode(&byte, 1, &buf, &len, &cap);
         m->byte_id[b] = strmap_get(&m->vocab, text, len);
+        char code[8];
+        snprintf(code, sizeof code, "<0x%02X>", b);  // HF's format!("<{b:#04X}>")
+        m->fallback_id[b] = strmap_get(&m->vocab, code, strlen(code));
     }
     m->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
 }
@@ -232,27 +238,94 @@ static void push_pair(const bpe_model *m, const bpe_symbol *sym, int32_t pos, bp
     if (e) heap_push(heap, n, (bpe_candidate){e->rank, pos, e->new_id});
 }
 
-// Merges the word's bytes; writes the resulting ids to out (room for len ids). Returns the count.
-static size_t merge_word(const bpe_model *m, bpe_thread_state *st, const uint8_t *word, size_t len, int32_t *out) {
-    if (st->symbols_cap < len) {
-        st->symbols_cap = len * 2;
-        st->symbols = neox_realloc(st->symbols, st->symbols_cap * sizeof *st->symbols);
-        st->heap_cap = len * 4;
-        st->heap = neox_realloc(st->heap, st->heap_cap * sizeof *st->heap);
-    }
-    bpe_symbol *sym = st->symbols;
+static void add_symbol(bpe_symbol *sym, int32_t *n, int32_t id) {
+    sym[*n] = (bpe_symbol){id, *n - 1, -1, 1};
+    if (*n > 0) sym[*n - 1].next = *n;
+    (*n)++;
+}
+
+// One symbol per byte (byte-level vocabularies).
+static int32_t init_byte_symbols(const bpe_model *m, const uint8_t *word, size_t len, bpe_symbol *sym) {
     int32_t n = 0;
     for (size_t i = 0; i < len; i++) {
         int32_t id = m->byte_id[word[i]];
         if (id < 0) {
             if (m->unk_id < 0) continue;  // HF drops bytes the vocabulary lacks when there is no unk token
-            if (m->fuse_unk && n > 0 && sym[n - 1].id == m->unk_id) { sym[n - 1].len++; continue; }
+            if (m->fuse_unk && n > 0 && sym[n - 1].id == m->unk_id) continue;
             id = m->unk_id;
         }
-        sym[n] = (bpe_symbol){id, n - 1, -1, 1};
-        if (n > 0) sym[n - 1].next = n;
-        n++;
+        add_symbol(sym, &n, id);
     }
+    return n;
+}
+
+// The id of one character of a word as HF's BPE looks it up: with continuing_subword_prefix
+// unless it is the first, end_of_word_suffix when it is the last; -1 when absent.
+static int32_t char_id(const bpe_model *m, const uint8_t *c, size_t clen, bool first, bool last, char *buf,
+                       size_t *blen) {
+    size_t n = 0;
+    if (!first && m->prefix_len) memcpy(buf, m->continuing_subword_prefix, m->prefix_len), n = m->prefix_len;
+    memcpy(buf + n, c, clen), n += clen;
+    if (last && m->suffix_len) memcpy(buf + n, m->end_of_word_suffix, m->suffix_len), n += m->suffix_len;
+    *blen = n;
+    return strmap_get(&m->vocab, buf, n);
+}
+
+// One symbol per character (HF's BPE::merge_word): a character missing from the vocabulary becomes
+// its <0xXX> byte tokens (byte_fallback, when all exist), else the unknown token (runs of unknowns
+// fused into one with fuse_unk), else it is dropped.
+static int32_t init_char_symbols(const bpe_model *m, const uint8_t *word, size_t len, bpe_symbol *sym) {
+    int32_t n = 0;
+    bool pending_unk = false;
+    char small[64];
+    size_t cap = m->prefix_len + m->suffix_len + 4;
+    char *buf = cap <= sizeof small ? small : neox_malloc(cap);
+    for (size_t i = 0; i < len;) {
+        int clen;
+        if (utf8_decode(word + i, len - i, &clen) < 0) clen = 1;  // cannot happen: the text is valid UTF-8
+        size_t blen;
+        int32_t id = char_id(m, word + i, (size_t)clen, i == 0, i + (size_t)clen == len, buf, &blen);
+        i += (size_t)clen;
+        if (id >= 0) {
+            if (pending_unk) add_symbol(sym, &n, m->unk_id), pending_unk = false;
+            add_symbol(sym, &n, id);
+            continue;
+        }
+        if (m->byte_fallback) {
+            bool all = true;
+            for (size_t k = 0; k < blen; k++) all = all && m->fallback_id[(uint8_t)buf[k]] >= 0;
+            if (all) {
+                // HF adds the byte tokens without flushing a pending unknown first.
+                for (size_t k = 0; k < blen; k++) add_symbol(sym, &n, m->fallback_id[(uint8_t)buf[k]]);
+                continue;
+            }
+        }
+        if (m->unk_id < 0) continue;
+        if (pending_unk && !m->fuse_unk) add_symbol(sym, &n, m->unk_id);
+        pending_unk = true;
+    }
+    if (pending_unk) add_symbol(sym, &n, m->unk_id);
+    if (buf != small) free(buf);
+    return n;
+}
+
+// The most symbols a word of len bytes can start as: with byte_fallback every byte of every
+// character (and of its prefix / suffix) may become one.
+static size_t bpe_max_symbols(const bpe_model *m, size_t len) {
+    return m->byte_level ? len : len * (1 + m->prefix_len) + m->suffix_len;
+}
+
+// Merges the word's symbols; writes the resulting ids to out (room for bpe_max_symbols). Returns the count.
+static size_t merge_word(const bpe_model *m, bpe_thread_state *st, const uint8_t *word, size_t len, int32_t *out) {
+    size_t most = bpe_max_symbols(m, len);
+    if (st->symbols_cap < most) {
+        st->symbols_cap = most * 2;
+        st->symbols = neox_realloc(st->symbols, st->symbols_cap * sizeof *st->symbols);
+        st->heap_cap = most * 4;
+        st->heap = neox_realloc(st->heap, st->heap_cap * sizeof *st->heap);
+    }
+    bpe_symbol *sym = st->symbols;
+    int32_t n = m->byte_level ? init_byte_symbols(m, word, len, sym) : init_char_symbols(m, word, len, sym);
     size_t heap_n = 0;
     for (int32_t i = 0; i + 1 < n; i++) push_pair(m, sym, i, st->heap, &heap_n);
     while (heap_n) {
@@ -284,7 +357,7 @@ static void reserve_ids(int32_t **ids, size_t *n, size_t *cap, size_t more) {
 
 void bpe_encode_word(const bpe_model *m, const uint8_t *word, size_t len, int32_t **ids, size_t *n, size_t *cap) {
     if (len == 0) return;
-    if (len == 1 && m->byte_id[word[0]] >= 0) {
+    if (len == 1 && m->byte_level && m->byte_id[word[0]] >= 0) {
         reserve_ids(ids, n, cap, 1);
         (*ids)[(*n)++] = m->byte_id[word[0]];
         return;
@@ -304,7 +377,7 @@ void bpe_encode_word(const bpe_model *m, const uint8_t *word, size_t len, int32_
             return;
         }
     }
-    reserve_ids(ids, n, cap, len);
+    reserve_ids(ids, n, cap, bpe_max_symbols(m, len));
     size_t count;
     int32_t whole = m->ignore_merges ? bpe_lookup_word(m, word, len) : -1;
     if (whole >= 0) {
@@ -318,6 +391,7 @@ void bpe_encode_word(const bpe_model *m, const uint8_t *word, size_t len, int32_
 }
 
 int32_t bpe_lookup_word(const bpe_model *m, const uint8_t *word, size_t len) {
+    if (!m->byte_level) return strmap_get(&m->vocab, word, len);
     char small[512];
     char *buf = small;
     size_t blen = 0, cap = sizeof small;

@@ -37,6 +37,12 @@ int tokenizer_add_merge_text(neox_tokenizer *tok, const char *left, size_t llen,
     if (a < 0 || b < 0)
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s: merge token \"%.*s\" is not in the vocabulary", file, where,
                          (int)(a < 0 ? llen : rlen), a < 0 ? left : right);
+    // HF: the merged token is a + b less continuing_subword_prefix's length from the front of b.
+    size_t skip = tok->bpe.prefix_len;
+    if (skip > rlen)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s: \"%.*s\" is shorter than continuing_subword_prefix", file,
+                         where, (int)rlen, right);
+    right += skip, rlen -= skip;
     char small[256];
     char *joined = llen + rlen <= sizeof small ? small : neox_malloc(llen + rlen);
     memcpy(joined, left, llen);
@@ -100,9 +106,12 @@ int tokenizer_load_gpt2_files(neox_tokenizer *tok, const char *vocab_file, const
     json_decref(vocab);
     if (rc < 0) return -1;
     if (load_merges_txt(tok, merge_file, err) < 0) return -1;
+    tok->bpe.byte_level = true;
     bpe_finish(&tok->bpe);
     tok->use_regex = true;
-    tok->bytelevel_decoder = true;
+    tok->bytelevel_only = true;
+    tok->has_decoder = true;
+    tok->decoders[tok->n_decoders++] = (tok_decoder){.kind = DEC_BYTELEVEL};
     tok->vocab_size = (int64_t)tok->bpe.vocab.count;
     return 0;
 }

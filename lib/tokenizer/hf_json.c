@@ -1,9 +1,9 @@
-// hf_json.c: loading a Hugging Face `tokenizers` JSON file (tokenizer.json) with a BPE model.
-// Supported, with HF's semantics: normalizers NFC/NFD/NFKC/NFKD (alone or in a Sequence), the
-// ByteLevel pre-tokenizer, decoder and post-processor, added tokens (special or not, normalized
-// or not, lstrip/rstrip). Anything else — other models (WordPiece, Unigram, WordLevel), other
-// components, BPE dropout, truncation or padding — is refused with an error naming it, because
-// encoding without it would silently give different ids than HF.
+// hf_json.c: loading a Hugging Face `tokenizers` JSON file (tokenizer.json) with a BPE model
+// (byte_fallback, ignore_merges, fuse_unk, unk_token, continuing_subword_prefix,
+// end_of_word_suffix) and its added tokens (special or not, normalized or not, lstrip/rstrip);
+// the pipeline components are read by hf_components.c. Anything else — other models (WordPiece,
+// Unigram, WordLevel), BPE dropout, truncation or padding — is refused with an error naming it,
+// because encoding without it would silently give different ids than HF.
 #include <jansson.h>
 #include <string.h>
 
@@ -25,65 +25,8 @@ static int get_bool(json_t *obj, const char *key, bool *out, const char *file, c
 }
 
 static int refuse(neox_error *err, const char *file, const char *what, const char *name) {
-    return neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s '%s' is not supported (supported: see docs/tokenizers.md)", file,
-                     what, name ? name : "(no type)");
-}
-
-static int load_normalizer(neox_tokenizer *tok, json_t *n, const char *file, neox_error *err) {
-    if (!n || json_is_null(n)) return 0;
-    if (!json_is_object(n)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: normalizer must be an object or null", file);
-    const char *type = type_of(n);
-    if (type && !strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(n, "normalizers");
-        if (!json_is_array(list))
-            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: normalizer.normalizers must be an array", file);
-        size_t i;
-        json_t *item;
-        json_array_foreach(list, i, item) if (load_normalizer(tok, item, file, err) < 0) return -1;
-        return 0;
-    }
-    enum normalizer_kind k = NORM_NONE;
-    if (type && !strcmp(type, "NFC")) k = NORM_NFC;
-    else if (type && !strcmp(type, "NFD")) k = NORM_NFD;
-    else if (type && !strcmp(type, "NFKC")) k = NORM_NFKC;
-    else if (type && !strcmp(type, "NFKD")) k = NORM_NFKD;
-    else return refuse(err, file, "normalizer", type);
-    if (tok->n_normalizers == TOK_MAX_NORMALIZERS)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: more than %d normalizers", file, TOK_MAX_NORMALIZERS);
-    tok->normalizers[tok->n_normalizers++] = k;
-    return 0;
-}
-
-static int load_bytelevel(neox_tokenizer *tok, json_t *p, const char *file, const char *where, neox_error *err) {
-    tok->use_regex = true;
-    if (get_bool(p, "add_prefix_space", &tok->add_prefix_space, file, where, err) < 0) return -1;
-    return get_bool(p, "use_regex", &tok->use_regex, file, where, err);
-}
-
-static int load_pre_tokenizer(neox_tokenizer *tok, json_t *p, const char *file, neox_error *err) {
-    const char *type = json_is_object(p) ? type_of(p) : NULL;
-    if (type && !strcmp(type, "Sequence")) {  // a Sequence holding only one ByteLevel
-        json_t *list = json_object_get(p, "pretokenizers");
-        if (json_is_array(list) && json_array_size(list) == 1) return load_pre_tokenizer(tok, json_array_get(list, 0), file, err);
-    }
-    if (!type || strcmp(type, "ByteLevel")) return refuse(err, file, "pre_tokenizer", p && !json_is_null(p) ? type : "null");
-    return load_bytelevel(tok, p, file, "pre_tokenizer", err);
-}
-
-static int load_decoder(neox_tokenizer *tok, json_t *d, const char *file, neox_error *err) {
-    if (!d || json_is_null(d)) return 0;  // HF then joins the tokens with spaces
-    const char *type = json_is_object(d) ? type_of(d) : NULL;
-    if (!type || strcmp(type, "ByteLevel")) return refuse(err, file, "decoder", type);
-    tok->bytelevel_decoder = true;
-    return 0;
-}
-
-static int load_post_processor(json_t *p, const char *file, neox_error *err) {
-    if (!p || json_is_null(p)) return 0;
-    const char *type = json_is_object(p) ? type_of(p) : NULL;
-    // ByteLevel post-processing only trims offsets; it never changes ids.
-    if (!type || strcmp(type, "ByteLevel")) return refuse(err, file, "post_processor", type);
-    return 0;
+    return neox_fail(err, NEOX_EXIT_USAGE, "%s: %s: \"%s\" is not supported (see docs/tokenizers.md)", file, what,
+                     name ? name : "(no type)");
 }
 
 static int load_merges(neox_tokenizer *tok, json_t *merges, const char *file, neox_error *err) {
@@ -115,33 +58,41 @@ static int load_merges(neox_tokenizer *tok, json_t *merges, const char *file, ne
     return 0;
 }
 
+static int load_affix(json_t *model, const char *key, char **out, size_t *len, const char *file, neox_error *err) {
+    json_t *v = json_object_get(model, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return neox_fail(err, NEOX_EXIT_USAGE, "%s: model.%s must be a string or null", file, key);
+    if (json_string_length(v) == 0) return 0;
+    *out = neox_strndup(json_string_value(v), json_string_length(v));
+    *len = json_string_length(v);
+    return 0;
+}
+
 static int load_model(neox_tokenizer *tok, json_t *model, const char *file, neox_error *err) {
     if (!json_is_object(model)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: model is missing or not an object", file);
     const char *type = type_of(model);
-    if (type && strcmp(type, "BPE")) return refuse(err, file, "model type", type);
-    if (!type && !json_object_get(model, "merges")) return refuse(err, file, "model type", NULL);
+    if (type && strcmp(type, "BPE")) return refuse(err, file, "model.type", type);
+    if (!type && !json_object_get(model, "merges")) return refuse(err, file, "model.type", NULL);
     json_t *dropout = json_object_get(model, "dropout");
-    if (dropout && !json_is_null(dropout)) return refuse(err, file, "model option", "dropout");
-    const char *affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-    for (int i = 0; i < 2; i++) {
-        json_t *v = json_object_get(model, affixes[i]);
-        if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
-            return refuse(err, file, "model option", affixes[i]);
-    }
-    bool byte_fallback = false;
-    if (get_bool(model, "byte_fallback", &byte_fallback, file, "model", err) < 0) return -1;
-    if (byte_fallback) return refuse(err, file, "model option", "byte_fallback");
+    if (dropout && !json_is_null(dropout))  // random merges: the ids would differ from call to call
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s: model.dropout: BPE dropout is not supported (it must be null)", file);
     if (tokenizer_load_vocab_object(tok, json_object_get(model, "vocab"), file, "model.vocab", err) < 0) return -1;
-    if (get_bool(model, "ignore_merges", &tok->bpe.ignore_merges, file, "model", err) < 0) return -1;
-    if (get_bool(model, "fuse_unk", &tok->bpe.fuse_unk, file, "model", err) < 0) return -1;
+    bpe_model *m = &tok->bpe;
+    if (get_bool(model, "ignore_merges", &m->ignore_merges, file, "model", err) < 0 ||
+        get_bool(model, "fuse_unk", &m->fuse_unk, file, "model", err) < 0 ||
+        get_bool(model, "byte_fallback", &m->byte_fallback, file, "model", err) < 0 ||
+        load_affix(model, "continuing_subword_prefix", &m->continuing_subword_prefix, &m->prefix_len, file, err) < 0 ||
+        load_affix(model, "end_of_word_suffix", &m->end_of_word_suffix, &m->suffix_len, file, err) < 0)
+        return -1;
     json_t *unk = json_object_get(model, "unk_token");
     if (unk && !json_is_null(unk)) {
         if (!json_is_string(unk)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: model.unk_token must be a string", file);
-        tok->bpe.unk_id = strmap_get(&tok->bpe.vocab, json_string_value(unk), json_string_length(unk));
+        m->unk_id = strmap_get(&m->vocab, json_string_value(unk), json_string_length(unk));
+        if (m->unk_id < 0)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: model.unk_token \"%s\" is not in the vocabulary", file,
+                             json_string_value(unk));
     }
-    if (load_merges(tok, json_object_get(model, "merges"), file, err) < 0) return -1;
-    bpe_finish(&tok->bpe);
-    return 0;
+    return load_merges(tok, json_object_get(model, "merges"), file, err);
 }
 
 static int load_added_tokens(neox_tokenizer *tok, json_t *list, const char *file, neox_error *err) {
@@ -179,6 +130,20 @@ static int load_added_tokens(neox_tokenizer *tok, json_t *list, const char *file
     return 0;
 }
 
+// A last ByteLevel pre-tokenizer makes the model byte-level (words stay raw bytes); a lone one
+// takes encode's fast path.
+static void use_pre_tokenizers(neox_tokenizer *tok) {
+    int n = tok->n_pretokenizers;
+    const tok_pretokenizer *last = n ? &tok->pretokenizers[n - 1] : NULL;
+    tok->bpe.byte_level = last && last->kind == PRE_BYTELEVEL;
+    if (n == 1 && tok->bpe.byte_level) {
+        tok->bytelevel_only = true;
+        tok->add_prefix_space = last->add_prefix_space;
+        tok->use_regex = last->use_regex;
+    }
+    bpe_finish(&tok->bpe);
+}
+
 int tokenizer_load_hf_json(neox_tokenizer *tok, const char *path, neox_error *err) {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -197,14 +162,14 @@ int tokenizer_load_hf_json(neox_tokenizer *tok, const char *path, neox_error *er
             goto done;
         }
     }
-    tok->use_regex = true;
     if (load_model(tok, json_object_get(root, "model"), path, err) < 0 ||
-        load_normalizer(tok, json_object_get(root, "normalizer"), path, err) < 0 ||
-        load_pre_tokenizer(tok, json_object_get(root, "pre_tokenizer"), path, err) < 0 ||
-        load_decoder(tok, json_object_get(root, "decoder"), path, err) < 0 ||
-        load_post_processor(json_object_get(root, "post_processor"), path, err) < 0 ||
-        load_added_tokens(tok, json_object_get(root, "added_tokens"), path, err) < 0)
+        tokenizer_load_normalizer(tok, json_object_get(root, "normalizer"), path, "normalizer", err) < 0 ||
+        tokenizer_load_pre_tokenizer(tok, json_object_get(root, "pre_tokenizer"), path, "pre_tokenizer", err) < 0 ||
+        tokenizer_load_decoder(tok, json_object_get(root, "decoder"), path, "decoder", err) < 0 ||
+        tokenizer_load_post_processor(tok, json_object_get(root, "post_processor"), path, "post_processor", err) < 0)
         goto done;
+    use_pre_tokenizers(tok);
+    if (load_added_tokens(tok, json_object_get(root, "added_tokens"), path, err) < 0) goto done;
     tok->skip_special_on_decode = true;  // tokenizers' decode() default
     rc = 0;
 done:

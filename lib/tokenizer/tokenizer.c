@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "spm.h"
 #include "tokenizer_internal.h"
 
 #define CHAR_LEVEL_VOCAB 512  // GPT-NeoX: CharLevelTokenizer(vocab_size=512)
@@ -126,14 +127,49 @@ static int bos_from_folder(neox_tokenizer *tok, const char *vocab_file, neox_err
 
 // ---------------------------------------------------------------------------------------------
 // Loading.
-static const char *const refused_types[] = {"SPMTokenizer", "TiktokenTokenizer", NULL};
+static int load_gpt2(neox_tokenizer *tok, const neox_tokenizer_options *opts, bool hf, neox_error *err) {
+    snprintf(tok->type, sizeof tok->type, "%s", hf ? "HFGPT2Tokenizer" : "GPT2BPETokenizer");
+    if (!opts->vocab_file || !opts->merge_file)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s needs a vocab file (vocab.json) and a merge file (merges.txt)",
+                         tok->type);
+    if (tokenizer_load_gpt2_files(tok, opts->vocab_file, opts->merge_file, err) < 0) return -1;
+    if (!hf) return 0;
+    // GPT2TokenizerFast: <|endoftext|> is special; GPT-NeoX adds <|padding|>
+    if (tokenizer_add_token(tok, "<|endoftext|>", 13, -1, true, false, false, false, opts->vocab_file, err) < 0 ||
+        tokenizer_add_token(tok, "<|padding|>", 11, -1, true, false, false, false, opts->vocab_file, err) < 0)
+        return -1;
+    return 0;
+}
+
+static int load_hf(neox_tokenizer *tok, const neox_tokenizer_options *opts, neox_error *err) {
+    snprintf(tok->type, sizeof tok->type, "HFTokenizer");
+    if (!opts->vocab_file) return neox_fail(err, NEOX_EXIT_USAGE, "HFTokenizer needs a vocab file (a tokenizers JSON file)");
+    tok->vocab_size = 0;
+    if (tokenizer_load_hf_json(tok, opts->vocab_file, err) < 0) return -1;
+    tok->vocab_size += (int64_t)tok->bpe.vocab.count;
+    return 0;
+}
+
+// The types whose files carry their own special tokens: eod, pad and bos come from the loader.
+static int load_self_described(neox_tokenizer *tok, const neox_tokenizer_options *opts, bool tiktoken,
+                               neox_error *err) {
+    snprintf(tok->type, sizeof tok->type, "%s", tiktoken ? "TiktokenTokenizer" : "SPMTokenizer");
+    if (!opts->vocab_file)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s needs a vocab file (%s)", tok->type,
+                         tiktoken ? "a tiktoken rank file" : "a SentencePiece .model file");
+    tok->eod_id = tok->pad_id = tok->bos_id = -1;
+    if (tiktoken) return tokenizer_load_tiktoken(tok, opts->vocab_file, err);
+    tok->kind = TOK_SPM;
+    return tokenizer_load_spm(tok, opts->vocab_file, err);
+}
 
 neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_error *err) {
     const char *type = opts->type ? opts->type : "";
     neox_tokenizer *tok = neox_calloc(1, sizeof *tok);
     tok->pad_id = -1;
     tok->bos_id = -1;
-    int rc = 0;
+    tok->kind = TOK_BPE;
+    int rc;
     // GPT-NeoX compares tokenizer_type case-insensitively.
     if (!strcasecmp(type, "CharLevelTokenizer")) {
         snprintf(tok->type, sizeof tok->type, "CharLevelTokenizer");
@@ -142,41 +178,20 @@ neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_err
         tok->eod_id = 0, tok->pad_id = 1;
         return tok;
     }
-    tok->kind = TOK_BPE;
+    bool self_described = !strcasecmp(type, "TiktokenTokenizer") || !strcasecmp(type, "SPMTokenizer");
     if (!strcasecmp(type, "GPT2BPETokenizer") || !strcasecmp(type, "HFGPT2Tokenizer")) {
-        bool hf = !strcasecmp(type, "HFGPT2Tokenizer");
-        snprintf(tok->type, sizeof tok->type, "%s", hf ? "HFGPT2Tokenizer" : "GPT2BPETokenizer");
-        if (!opts->vocab_file || !opts->merge_file) {
-            neox_fail(err, NEOX_EXIT_USAGE, "%s needs a vocab file (vocab.json) and a merge file (merges.txt)", tok->type);
-            goto fail;
-        }
-        rc = tokenizer_load_gpt2_files(tok, opts->vocab_file, opts->merge_file, err);
-        if (rc < 0) goto fail;
-        if (hf) {  // GPT2TokenizerFast: <|endoftext|> is special; GPT-NeoX adds <|padding|>
-            if (tokenizer_add_token(tok, "<|endoftext|>", 13, -1, true, false, false, false, opts->vocab_file, err) < 0 ||
-                tokenizer_add_token(tok, "<|padding|>", 11, -1, true, false, false, false, opts->vocab_file, err) < 0)
-                goto fail;
-        }
+        rc = load_gpt2(tok, opts, !strcasecmp(type, "HFGPT2Tokenizer"), err);
     } else if (!strcasecmp(type, "HFTokenizer")) {
-        snprintf(tok->type, sizeof tok->type, "HFTokenizer");
-        if (!opts->vocab_file) {
-            neox_fail(err, NEOX_EXIT_USAGE, "HFTokenizer needs a vocab file (a tokenizers JSON file)");
-            goto fail;
-        }
-        tok->vocab_size = 0;
-        if (tokenizer_load_hf_json(tok, opts->vocab_file, err) < 0) goto fail;
-        tok->vocab_size += (int64_t)tok->bpe.vocab.count;
+        rc = load_hf(tok, opts, err);
+    } else if (self_described) {
+        rc = load_self_described(tok, opts, !strcasecmp(type, "TiktokenTokenizer"), err);
     } else {
-        for (const char *const *r = refused_types; *r; r++)
-            if (!strcasecmp(type, *r)) {
-                neox_fail(err, NEOX_EXIT_USAGE, "tokenizer type '%s' is not supported by neox.c", *r);
-                goto fail;
-            }
-        neox_fail(err, NEOX_EXIT_USAGE,
-                  "unknown tokenizer type '%s' (expected GPT2BPETokenizer, HFTokenizer, HFGPT2Tokenizer or "
-                  "CharLevelTokenizer)", type);
-        goto fail;
+        rc = neox_fail(err, NEOX_EXIT_USAGE,
+                       "unknown tokenizer type '%s' (expected GPT2BPETokenizer, HFTokenizer, HFGPT2Tokenizer, "
+                       "SPMTokenizer, TiktokenTokenizer or CharLevelTokenizer)", type);
     }
+    if (rc < 0) goto fail;
+    if (self_described) return tok;
     tokenizer_finish_added(tok);
     tok->eod_id = token_to_id(tok, "<|endoftext|>");
     if (!strcmp(tok->type, "GPT2BPETokenizer") && tok->eod_id < 0) {
@@ -201,6 +216,8 @@ void neox_tokenizer_free(neox_tokenizer *tok) {
     added_matcher_free(&tok->raw_matcher);
     added_matcher_free(&tok->normalized_matcher);
     bpe_free(&tok->bpe);
+    spm_free(tok->spm);
+    tokenizer_free_components(tok);
     free(tok);
 }
 
@@ -229,9 +246,19 @@ static void push_id(id_out *o, int32_t id) {
     (*o->ids)[(*o->len)++] = id;
 }
 
-// Pre-tokenizes one piece (ByteLevel: optional prefix space, GPT-2 regex) and runs BPE on each word.
-static void encode_words(const neox_tokenizer *tok, const uint8_t *s, size_t n, id_out *o) {
-    if (n == 0) return;
+// Pre-tokenizes one normalized piece and runs BPE on each word. A lone ByteLevel pre-tokenizer
+// (GPT-2, GPT-NeoX-20B) is written out here without the general pipeline's copies.
+static int encode_words(const neox_tokenizer *tok, const uint8_t *s, size_t n, bool first, id_out *o, neox_error *err) {
+    if (n == 0) return 0;
+    if (!tok->bytelevel_only) {
+        tok_pieces words = {0};
+        int rc = tokenizer_pretokenize(tok, (const char *)s, n, first, &words, err);
+        for (size_t i = 0; rc == 0 && i < words.n; i++)
+            bpe_encode_word(&tok->bpe, (const uint8_t *)words.text + words.items[i].off, words.items[i].len, o->ids,
+                            o->len, o->cap);
+        pieces_free(&words);
+        return rc;
+    }
     char *prefixed = NULL;
     if (tok->add_prefix_space && s[0] != ' ') {
         prefixed = neox_malloc(n + 1);
@@ -249,6 +276,7 @@ static void encode_words(const neox_tokenizer *tok, const uint8_t *s, size_t n, 
         }
     }
     free(prefixed);
+    return 0;
 }
 
 static size_t strip_left(const uint8_t *s, size_t floor, size_t start) {
@@ -275,12 +303,14 @@ static size_t strip_right(const uint8_t *s, size_t n, size_t stop) {
     return stop;
 }
 
-typedef void (*piece_fn)(const neox_tokenizer *tok, const uint8_t *s, size_t n, id_out *o);
+// What is done with the text between added tokens; first: it starts the original text.
+typedef int (*piece_fn)(const neox_tokenizer *tok, const uint8_t *s, size_t n, bool first, id_out *o,
+                        neox_error *err);
 
 // Splits s on the added tokens of matcher m (HF's split_with_indices), emitting token ids and
 // passing the text between to piece().
-static void split_added(const neox_tokenizer *tok, const added_matcher *m, const uint8_t *s, size_t n, id_out *o,
-                        piece_fn piece) {
+static int split_added(const neox_tokenizer *tok, const added_matcher *m, const uint8_t *s, size_t n, bool first,
+                       id_out *o, piece_fn piece, neox_error *err) {
     size_t offset = 0, from = 0;
     while (from < n) {
         size_t mlen;
@@ -292,29 +322,32 @@ static void split_added(const neox_tokenizer *tok, const added_matcher *m, const
         from = stop;
         if (t->lstrip) start = strip_left(s, offset, start);
         if (t->rstrip) stop = strip_right(s, n, stop);
-        if (offset < start) piece(tok, s + offset, start - offset, o);
+        if (offset < start && piece(tok, s + offset, start - offset, first && offset == 0, o, err) < 0) return -1;
         push_id(o, t->id);
         offset = stop;
     }
-    if (offset < n) piece(tok, s + offset, n - offset, o);
+    if (offset < n) return piece(tok, s + offset, n - offset, first && offset == 0, o, err);
+    return 0;
 }
 
-static void encode_normalized(const neox_tokenizer *tok, const uint8_t *s, size_t n, id_out *o) {
-    if (tok->has_normalized_added) split_added(tok, &tok->normalized_matcher, s, n, o, encode_words);
-    else encode_words(tok, s, n, o);
+static int encode_normalized(const neox_tokenizer *tok, const uint8_t *s, size_t n, bool first, id_out *o,
+                             neox_error *err) {
+    if (tok->has_normalized_added) return split_added(tok, &tok->normalized_matcher, s, n, first, o, encode_words, err);
+    return encode_words(tok, s, n, first, o, err);
 }
 
-static void encode_raw_piece(const neox_tokenizer *tok, const uint8_t *s, size_t n, id_out *o) {
+static int encode_raw_piece(const neox_tokenizer *tok, const uint8_t *s, size_t n, bool first, id_out *o,
+                            neox_error *err) {
     size_t nn;
     char *norm = tokenizer_normalize(tok, (const char *)s, n, &nn);
-    if (norm) encode_normalized(tok, (const uint8_t *)norm, nn, o);
-    else encode_normalized(tok, s, n, o);
+    int rc = norm ? encode_normalized(tok, (const uint8_t *)norm, nn, first, o, err)
+                  : encode_normalized(tok, s, n, first, o, err);
     free(norm);
+    return rc;
 }
 
 int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_t size, int32_t **ids, size_t *len,
                               size_t *cap, neox_error *err) {
-    (void)err;  // encoding cannot fail: every input has an encoding
     size_t before = *len;
     char *fixed = NULL;
     if (utf8_valid_prefix((const uint8_t *)text, size) != size) {
@@ -323,14 +356,22 @@ int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_
     }
     id_out o = {ids, len, cap};
     const uint8_t *s = (const uint8_t *)text;
+    int rc = 0;
     if (tok->kind == TOK_CHAR) {
         for (size_t i = 0; i < size; i++) push_id(&o, s[i]);
-    } else if (tok->has_raw_added) {
-        split_added(tok, &tok->raw_matcher, s, size, &o, encode_raw_piece);
+    } else if (tok->kind == TOK_SPM) {
+        rc = spm_encode(tok->spm, text, size, ids, len, cap, err);
     } else {
-        encode_raw_piece(tok, s, size, &o);
+        for (size_t i = 0; i < tok->n_template_prefix; i++) push_id(&o, tok->template_prefix[i]);
+        rc = tok->has_raw_added ? split_added(tok, &tok->raw_matcher, s, size, true, &o, encode_raw_piece, err)
+                                : encode_raw_piece(tok, s, size, true, &o, err);
+        for (size_t i = 0; i < tok->n_template_suffix; i++) push_id(&o, tok->template_suffix[i]);
     }
     free(fixed);
+    if (rc < 0) {
+        *len = before;
+        return -1;
+    }
     return (int64_t)(*len - before);
 }
 
@@ -346,39 +387,67 @@ static void append(char **buf, size_t *len, size_t *cap, const void *data, size_
     (*buf)[*len] = 0;
 }
 
-char *neox_tokenizer_decode(const neox_tokenizer *tok, const int32_t *ids, size_t n, size_t *size, neox_error *err) {
+// The texts of the ids (special tokens left out when the tokenizer skips them), joined with
+// spaces without a decoder (as HF), else through the decoders.
+static char *decode_tokens(const neox_tokenizer *tok, const int32_t *ids, size_t n, size_t *size, neox_error *err) {
+    char **texts = neox_malloc((n + 1) * sizeof *texts);
+    size_t *lens = neox_malloc((n + 1) * sizeof *lens), count = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= tok->n_ids || !tok->id_text[id]) {
+            free(texts);
+            free(lens);
+            neox_fail(err, NEOX_EXIT_FAILURE, "token id %d is out of range for %s (vocabulary of %lld)", id, tok->type,
+                      (long long)tok->vocab_size);
+            return NULL;
+        }
+        if (tok->skip_special_on_decode && tok->id_is_special[id]) continue;
+        texts[count] = tok->id_text[id], lens[count++] = strlen(tok->id_text[id]);
+    }
+    char *out;
+    if (tok->has_decoder) {
+        out = tokenizer_run_decoders(tok, texts, lens, count, size);
+    } else {
+        char *buf = neox_malloc(64);
+        size_t len = 0, cap = 64;
+        buf[0] = 0;
+        for (size_t i = 0; i < count; i++) {
+            if (i) append(&buf, &len, &cap, " ", 1);
+            append(&buf, &len, &cap, texts[i], lens[i]);
+        }
+        out = buf, *size = len;
+    }
+    free(texts);
+    free(lens);
+    return out;
+}
+
+static char *decode_char_level(const neox_tokenizer *tok, const int32_t *ids, size_t n, size_t *size, neox_error *err) {
     char *buf = neox_malloc(64);
     size_t len = 0, cap = 64;
-    int32_t bad = 0;
     buf[0] = 0;
     for (size_t i = 0; i < n; i++) {
-        int32_t id = bad = ids[i];
-        if (tok->kind == TOK_CHAR) {
-            if (id < 0 || id >= tok->vocab_size) goto bad_id;
-            // GPT-NeoX: chr(max(32, min(id, vocab_size))) for each id.
-            char u[4];
-            append(&buf, &len, &cap, u, (size_t)utf8_encode((uint32_t)(id < 32 ? 32 : id), u));
-            continue;
+        int32_t id = ids[i];
+        if (id < 0 || id >= tok->vocab_size) {
+            free(buf);
+            neox_fail(err, NEOX_EXIT_FAILURE, "token id %d is out of range for %s (vocabulary of %lld)", id, tok->type,
+                      (long long)tok->vocab_size);
+            return NULL;
         }
-        if (id < 0 || id >= tok->n_ids || !tok->id_text[id]) goto bad_id;
-        if (tok->skip_special_on_decode && tok->id_is_special[id]) continue;
-        const char *t = tok->id_text[id];
-        size_t tlen = strlen(t);
-        if (!tok->bytelevel_decoder) {  // HF without a decoder joins the tokens with spaces
-            if (len) append(&buf, &len, &cap, " ", 1);
-            append(&buf, &len, &cap, t, tlen);
-            continue;
-        }
-        // ByteLevel decoder: alphabet chars back to bytes; a token with any other char keeps its
-        // UTF-8 text (HF does the same, e.g. for added tokens made of plain spaces).
-        if (len + tlen + 1 > cap) {
-            cap = (len + tlen + 1) * 2;
-            buf = neox_realloc(buf, cap);
-        }
-        long got = bytelevel_decode(t, tlen, (uint8_t *)buf + len);
-        if (got < 0) append(&buf, &len, &cap, t, tlen);
-        else len += (size_t)got, buf[len] = 0;
+        // GPT-NeoX: chr(max(32, min(id, vocab_size))) for each id.
+        char u[4];
+        append(&buf, &len, &cap, u, (size_t)utf8_encode((uint32_t)(id < 32 ? 32 : id), u));
     }
+    *size = len;
+    return buf;
+}
+
+char *neox_tokenizer_decode(const neox_tokenizer *tok, const int32_t *ids, size_t n, size_t *size, neox_error *err) {
+    size_t len = 0;
+    char *buf = tok->kind == TOK_CHAR ? decode_char_level(tok, ids, n, &len, err)
+              : tok->kind == TOK_SPM  ? spm_decode(tok->spm, ids, n, &len, err)
+                                      : decode_tokens(tok, ids, n, &len, err);
+    if (!buf) return NULL;
     // Byte sequences that are not UTF-8 decode as U+FFFD (errors='replace' / from_utf8_lossy).
     if (utf8_valid_prefix((const uint8_t *)buf, len) != len) {
         char *fixed = utf8_replace_invalid((const uint8_t *)buf, len, &len);
@@ -387,9 +456,4 @@ char *neox_tokenizer_decode(const neox_tokenizer *tok, const int32_t *ids, size_
     }
     *size = len;
     return buf;
-bad_id:
-    free(buf);
-    neox_fail(err, NEOX_EXIT_FAILURE, "token id %d is out of range for %s (vocabulary of %lld)", bad, tok->type,
-              (long long)tok->vocab_size);
-    return NULL;
 }

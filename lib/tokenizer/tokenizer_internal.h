@@ -37,6 +37,8 @@ size_t utf8_valid_prefix(const uint8_t *s, size_t n);
 // bytes.decode('utf-8', 'replace') and Rust's String::from_utf8_lossy produce). Sets *out_size.
 char *utf8_replace_invalid(const uint8_t *s, size_t n, size_t *out_size);
 int utf8_encode(uint32_t cp, char out[4]);
+// A NUL-terminated copy of exactly n bytes (text may hold NULs, which neox_strndup stops at).
+char *tok_bytes_dup(const char *s, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // GPT-2 pre-tokenizer: the regex
@@ -80,6 +82,14 @@ typedef struct bpe_model {
     bool ignore_merges;        // look whole words up in the vocabulary first
     int32_t unk_id;            // -1 when the model has no unknown token
     bool fuse_unk;
+    // Words are raw bytes and the vocabulary byte-level text (a ByteLevel pre-tokenizer, GPT-2
+    // files, tiktoken); otherwise words are UTF-8 text in the vocabulary's own alphabet and start
+    // as one symbol per character.
+    bool byte_level;
+    bool byte_fallback;        // unknown characters become <0xXX> byte tokens
+    int32_t fallback_id[256];  // id of "<0xXX>" per byte, -1 when absent
+    char *continuing_subword_prefix, *end_of_word_suffix;  // NULL when unset
+    size_t prefix_len, suffix_len;
     uint64_t uid;              // identifies the model for the per-thread word cache
 } bpe_model;
 
@@ -88,7 +98,7 @@ void bpe_free(bpe_model *m);
 // Adds merge (left, right) -> new_id with the given rank (its line index). A pair listed twice takes
 // the later rank, as HF's merge map does; returns 1 in that case.
 int bpe_add_merge(bpe_model *m, int32_t left, int32_t right, int32_t new_id, int32_t rank);
-void bpe_finish(bpe_model *m);  // after loading: computes byte_id and allocates the uid
+void bpe_finish(bpe_model *m);  // after loading: computes byte_id / fallback_id and allocates the uid
 // Encodes one pre-tokenized word (raw bytes) and appends its ids to out (growable).
 void bpe_encode_word(const bpe_model *m, const uint8_t *word, size_t len, int32_t **ids, size_t *n, size_t *cap);
 // The id of a whole word (raw bytes) in the vocabulary, or -1.
@@ -119,11 +129,87 @@ size_t added_matcher_find(const added_matcher *m, const uint8_t *text, size_t si
                           int32_t *token_index);
 
 // ---------------------------------------------------------------------------------------------
-// The tokenizer.
-enum tokenizer_kind { TOK_CHAR, TOK_BPE };
-enum normalizer_kind { NORM_NONE = 0, NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD };
+// Regular expressions (PCRE2, UTF + UCP; \s widened to White_Space as HF and tiktoken match it).
+typedef struct tok_regex tok_regex;
+enum regex_dialect { REGEX_ONIGURUMA, REGEX_RUST };  // HF tokenizers' engine; tiktoken's (fancy-regex)
+tok_regex *tok_regex_compile(const char *pattern, size_t len, enum regex_dialect dialect, const char *file,
+                             const char *where, neox_error *err);
+void tok_regex_free(tok_regex *re);
+// The leftmost match at or after from: 1 with [*start, *end), 0 when none, -1 (err set) when the
+// matcher gives up (a resource limit).
+int tok_regex_find(const tok_regex *re, const uint8_t *s, size_t n, size_t from, size_t *start, size_t *end,
+                   neox_error *err);
 
-#define TOK_MAX_NORMALIZERS 8
+// ---------------------------------------------------------------------------------------------
+// Pipeline components of a tokenizer.json, as HF tokenizers defines them.
+enum normalizer_kind { NORM_NFC = 1, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_LOWERCASE, NORM_STRIP, NORM_REPLACE,
+                       NORM_PREPEND };
+// A literal or regex pattern (Split, Replace): "String" or "Regex" in the file.
+typedef struct tok_pattern { char *literal; size_t literal_len; tok_regex *regex; } tok_pattern;
+
+typedef struct tok_normalizer {
+    enum normalizer_kind kind;
+    bool strip_left, strip_right;   // Strip
+    tok_pattern pattern;            // Replace
+    char *content;                  // Replace's replacement, Prepend's prefix
+    size_t content_len;
+} tok_normalizer;
+
+enum split_behavior { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_WITH_PREVIOUS, SPLIT_MERGED_WITH_NEXT,
+                      SPLIT_CONTIGUOUS };
+enum pretok_kind { PRE_BYTELEVEL, PRE_SPLIT, PRE_DIGITS, PRE_METASPACE, PRE_WHITESPACE, PRE_WHITESPACE_SPLIT,
+                   PRE_PUNCTUATION };
+enum prepend_scheme { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER };
+
+typedef struct tok_pretokenizer {
+    enum pretok_kind kind;
+    enum split_behavior behavior;   // Split, Punctuation
+    bool invert;                    // Split
+    bool individual_digits;         // Digits
+    bool add_prefix_space, use_regex;  // ByteLevel
+    tok_pattern pattern;            // Split; Whitespace's \w+|[^\w\s]+
+    char replacement[8];            // Metaspace: one character, UTF-8
+    size_t replacement_len;
+    enum prepend_scheme prepend;    // Metaspace
+    bool split;                     // Metaspace
+} tok_pretokenizer;
+
+enum decoder_kind { DEC_BYTELEVEL, DEC_METASPACE, DEC_BYTE_FALLBACK, DEC_FUSE, DEC_STRIP, DEC_REPLACE, DEC_BPE };
+typedef struct tok_decoder {
+    enum decoder_kind kind;
+    tok_pattern pattern;            // Replace
+    char *content;                  // Replace's replacement, Strip's character, BPEDecoder's suffix
+    size_t content_len;
+    int64_t strip_start, strip_stop;  // Strip
+    char replacement[8];            // Metaspace
+    size_t replacement_len;
+    enum prepend_scheme prepend;    // Metaspace
+} tok_decoder;
+
+#define TOK_MAX_COMPONENTS 16
+
+// The text pieces a pre-tokenizer step produces: each piece's bytes in one arena, and whether the
+// piece starts at the beginning of the original text (Metaspace's prepend_scheme "first").
+typedef struct tok_piece { size_t off, len; bool first; } tok_piece;
+typedef struct tok_pieces {
+    char *text;
+    size_t text_len, text_cap;
+    tok_piece *items;
+    size_t n, cap;
+} tok_pieces;
+
+// A match or a gap of a pattern over a string (HF's (Offsets, bool)).
+typedef struct tok_segment { size_t start, end; bool is_match; } tok_segment;
+
+void pieces_clear(tok_pieces *p);
+void pieces_free(tok_pieces *p);
+void pieces_push(tok_pieces *p, const char *s, size_t n, bool first);
+
+// ---------------------------------------------------------------------------------------------
+// The tokenizer.
+enum tokenizer_kind { TOK_CHAR, TOK_BPE, TOK_SPM };
+
+typedef struct spm_model spm_model;  // spm.h: a SentencePiece model
 
 struct neox_tokenizer {
     char type[32];
@@ -138,17 +224,26 @@ struct neox_tokenizer {
     uint8_t *id_is_special;    // decode skips these when skip_special_on_decode
 
     bpe_model bpe;
+    spm_model *spm;            // TOK_SPM
     added_token *added;
     size_t n_added;
     added_matcher raw_matcher, normalized_matcher;  // added tokens matched before / after normalizing
     bool has_raw_added, has_normalized_added;
 
-    enum normalizer_kind normalizers[TOK_MAX_NORMALIZERS];
+    tok_normalizer normalizers[TOK_MAX_COMPONENTS];
     int n_normalizers;
+    tok_pretokenizer pretokenizers[TOK_MAX_COMPONENTS];
+    int n_pretokenizers;
+    bool bytelevel_only;       // the pre-tokenizer is one ByteLevel: the fast path of encode
     bool add_prefix_space;     // ByteLevel pre-tokenizer option
     bool use_regex;            // ByteLevel pre-tokenizer option (GPT-2 regex split)
+    tok_decoder decoders[TOK_MAX_COMPONENTS];
+    int n_decoders;
+    bool has_decoder;          // false: tokens joined with spaces, as HF without a decoder
     bool skip_special_on_decode;
-    bool bytelevel_decoder;
+    // TemplateProcessing's single-sequence template: ids put before and after the text's ids.
+    int32_t *template_prefix, *template_suffix;
+    size_t n_template_prefix, n_template_suffix;
 };
 
 // Loaders: fill tok (already zeroed, type set) or return -1 with err naming the file.
@@ -169,5 +264,28 @@ int tokenizer_add_token(neox_tokenizer *tok, const char *content, size_t len, in
 void tokenizer_finish_added(neox_tokenizer *tok);
 // Normalizes text with the tokenizer's normalizers; returns a new buffer or NULL when unchanged.
 char *tokenizer_normalize(const neox_tokenizer *tok, const char *text, size_t size, size_t *out_size);
+// Runs the pre-tokenizers over one normalized piece (first: it starts the original text); the
+// words land in out. Returns -1 with err set when a regex gives up.
+int tokenizer_pretokenize(const neox_tokenizer *tok, const char *s, size_t n, bool first, tok_pieces *out,
+                          neox_error *err);
+// Finds the matches of a pattern in s as HF's Pattern::find_matches does; the caller owns *segs.
+int pattern_find_matches(const tok_pattern *p, const char *s, size_t n, tok_segment **segs, size_t *n_segs,
+                         neox_error *err);
+// Replaces every match of p in s with content (Replace normalizer and decoder); a new buffer.
+char *pattern_replace_all(const tok_pattern *p, const char *s, size_t n, const char *content, size_t content_len,
+                          size_t *out_size, neox_error *err);
+void pattern_free(tok_pattern *p);
+// Applies the decoders to the tokens' texts and joins them; a new NUL-terminated buffer.
+char *tokenizer_run_decoders(const neox_tokenizer *tok, char **tokens, size_t *lens, size_t n, size_t *size);
+// Frees the pipeline components.
+void tokenizer_free_components(neox_tokenizer *tok);
+// The tokenizer.json loader's component parsers (hf_components.c); `where` is the JSON path.
+int tokenizer_load_normalizer(neox_tokenizer *tok, json_t *n, const char *file, const char *where, neox_error *err);
+int tokenizer_load_pre_tokenizer(neox_tokenizer *tok, json_t *p, const char *file, const char *where, neox_error *err);
+int tokenizer_load_decoder(neox_tokenizer *tok, json_t *d, const char *file, const char *where, neox_error *err);
+int tokenizer_load_post_processor(neox_tokenizer *tok, json_t *p, const char *file, const char *where,
+                                  neox_error *err);
+// A tiktoken rank file (base64 token, rank per line) as a byte-level BPE model.
+int tokenizer_load_tiktoken(neox_tokenizer *tok, const char *path, neox_error *err);
 
 #endif

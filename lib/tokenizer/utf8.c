@@ -86,3 +86,10 @@ char *utf8_replace_invalid(const uint8_t *s, size_t n, size_t *out_size) {
     *out_size = o;
     return out;
 }
+
+char *tok_bytes_dup(const char *s, size_t n) {
+    char *d = neox_malloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}

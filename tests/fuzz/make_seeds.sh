@@ -91,5 +91,7 @@ put("shard", "trained_layout", "block params/embed dims=4,8 shape=8,8 offset=0,0
 put("shard", "column_blocks", "block w dims=3,2 shape=3,4 offset=0,0\nblock w dims=3,2 shape=3,4 offset=0,2\n"
     "range w2 dims=12 shape=3,4 start=0\nblock b dims=4 shape=4 offset=0\n")
 PY
+# The other tokenizer kinds (tokenizer.json families, tiktoken, SentencePiece), trained small.
+$PY tests/fuzz/tokenizer_seeds.py "$OUT/tokenizer_json" "$DATA"
 ls -R "$OUT" | head -50
 du -sh "$OUT"

@@ -12,7 +12,11 @@ check_output "encode --help" "--tokenizer-type" $P encode --help
 check_output "train-tokenizer --help" "--vocab-size" $P train-tokenizer --help
 check_fails "encode without --tokenizer-type" 2 "tokenizer-type is required" $P encode /dev/null
 check_fails "unknown tokenizer type" 2 "unknown tokenizer type 'Nope'" $P encode --tokenizer-type Nope /dev/null
-check_fails "refused SPMTokenizer" 2 "SPMTokenizer" $P encode --tokenizer-type SPMTokenizer --vocab-file x /dev/null
+check_fails "SPMTokenizer without a vocab file" 2 "SPMTokenizer needs a vocab file" $P encode --tokenizer-type SPMTokenizer /dev/null
+check_fails "SPMTokenizer on a file that is not a model" 1 "README.md: not a SentencePiece model" \
+    $P encode --tokenizer-type SPMTokenizer --vocab-file README.md /dev/null
+check_fails "TiktokenTokenizer on a file that is not a rank file" 1 "README.md:1: " \
+    $P encode --tokenizer-type TiktokenTokenizer --vocab-file README.md /dev/null
 printf 'Hello' >"$TEST_TMP/hello.txt"
 check_output "char-level encode" "^72 101 108 108 111$" $P encode --tokenizer-type CharLevelTokenizer "$TEST_TMP/hello.txt"
 

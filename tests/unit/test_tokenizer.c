@@ -110,13 +110,30 @@ static void test_malformed_tokenizer_json(void **state) {
         {J("{\"model\": %s, %s", ok_model, bl), "invalid JSON"},
         {J("[]"), "top level is not a JSON object"},
         {J("{%s}", bl), "model is missing"},
-        {J("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}, %s}", bl), "model type 'WordPiece'"},
-        {J("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}, %s}", bl), "model type 'Unigram'"},
-        {J("{\"model\": %s, \"normalizer\": {\"type\": \"Lowercase\"}, %s}", ok_model, bl), "normalizer 'Lowercase'"},
-        {J("{\"model\": %s, \"pre_tokenizer\": {\"type\": \"Whitespace\"}}", ok_model), "pre_tokenizer 'Whitespace'"},
-        {J("{\"model\": %s, \"pre_tokenizer\": null}", ok_model), "pre_tokenizer"},
+        {J("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}, %s}", bl), "model.type: \"WordPiece\" is not supported"},
+        {J("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}, %s}", bl), "model.type: \"Unigram\" is not supported"},
+        {J("{\"model\": %s, \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, "
+           "{\"type\": \"BertNormalizer\"}]}, %s}", ok_model, bl),
+         "normalizer.normalizers[1].type: \"BertNormalizer\" is not supported"},
+        {J("{\"model\": %s, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}}", ok_model),
+         "pre_tokenizer.type: \"BertPreTokenizer\" is not supported"},
+        {J("{\"model\": %s, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, "
+           "{\"type\": \"Digits\"}]}}", ok_model),
+         "pre_tokenizer.pretokenizers[1]: a pre-tokenizer after ByteLevel is not supported"},
+        {J("{\"model\": %s, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}}}", ok_model),
+         "pre_tokenizer.pattern.Regex: the regular expression does not compile"},
+        {J("{\"model\": %s, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
+           "\"behavior\": \"Sideways\"}}", ok_model),
+         "pre_tokenizer.behavior must be"},
+        {J("{\"model\": %s, \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"ab\"}}", ok_model),
+         "pre_tokenizer.replacement must be one character"},
         {J("{\"model\": %s, %s, \"post_processor\": {\"type\": \"TemplateProcessing\"}}", ok_model, bl),
-         "post_processor 'TemplateProcessing'"},
+         "post_processor.single must be an array"},
+        {J("{\"model\": %s, %s, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+           "[{\"SpecialToken\": {\"id\": \"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}]}}", ok_model, bl),
+         "special token \"<s>\" is not in special_tokens"},
+        {J("{\"model\": %s, %s, \"post_processor\": {\"type\": \"RobertaProcessing\"}}", ok_model, bl),
+         "post_processor.type: \"RobertaProcessing\" is not supported"},
         {J("{\"model\": %s, %s, \"truncation\": {\"max_length\": 5}}", ok_model, bl), "truncation"},
         {J("{\"model\": {\"type\": \"BPE\", \"dropout\": 0.1, \"vocab\": %s, \"merges\": []}, %s}", v, bl), "dropout"},
         {J("{\"model\": {\"type\": \"BPE\", \"vocab\": %s, \"merges\": 7}, %s}", v, bl), "model.merges must be an array"},
@@ -133,7 +150,7 @@ static void test_malformed_tokenizer_json(void **state) {
         {J("{\"model\": %s, %s, \"added_tokens\": [{\"content\": \"q\", \"special\": 1}]}", ok_model, bl),
          "special must be true or false"},
         {J("{\"model\": %s, \"decoder\": {\"type\": \"WordPiece\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", ok_model),
-         "decoder 'WordPiece'"},
+         "decoder.type: \"WordPiece\" is not supported"},
     };
 #undef J
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -147,10 +164,14 @@ static void test_malformed_tokenizer_json(void **state) {
 static void test_refused_types(void **state) {
     (void)state;
     neox_error err = {0};
-    neox_tokenizer_options o = {"SPMTokenizer", "x", NULL};
+    neox_tokenizer_options o = {"SPMTokenizer", NULL, NULL};  // a .model file is needed
     assert_null(neox_tokenizer_load(&o, &err));
     assert_int_equal(err.status, NEOX_EXIT_USAGE);
     assert_non_null(strstr(err.message, "SPMTokenizer"));
+    o = (neox_tokenizer_options){"TiktokenTokenizer", NULL, NULL};
+    assert_null(neox_tokenizer_load(&o, &err));
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    assert_non_null(strstr(err.message, "TiktokenTokenizer"));
     o.type = "NoSuchTokenizer";
     assert_null(neox_tokenizer_load(&o, &err));
     assert_non_null(strstr(err.message, "NoSuchTokenizer"));
@@ -160,6 +181,62 @@ static void test_refused_types(void **state) {
 }
 
 // A small tokenizer of our own making: merges a+b, ab+c; encode follows the ranks.
+static void expect_file_error(const char *type, const char *name, const char *content, const char *pattern) {
+    const char *path = write_tmp(3, name, content);
+    neox_error err = {0};
+    neox_tokenizer_options o = {type, path, NULL};
+    neox_tokenizer *tok = neox_tokenizer_load(&o, &err);
+    if (tok) fail_msg("%s loaded, expected an error matching '%s'", name, pattern);
+    if (!strstr(err.message, pattern)) fail_msg("error '%s' does not contain '%s'", err.message, pattern);
+    if (!strstr(err.message, path)) fail_msg("error '%s' does not name the file", err.message);
+    assert_int_equal(err.status, NEOX_EXIT_FAILURE);
+}
+
+// The 256 single bytes as a tiktoken rank file (base64 of each byte, rank = the byte), plus extra.
+static char *byte_ranks(const char *extra) {
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *s = neox_strdup("");
+    for (int b = 0; b < 256; b++) {
+        char *t = neox_asprintf("%s%c%c== %d\n", s, b64[b >> 2], b64[(b & 3) << 4], b);
+        free(s);
+        s = t;
+    }
+    char *t = neox_asprintf("%s%s", s, extra);
+    free(s);
+    return t;
+}
+
+static void test_tiktoken_and_spm_files(void **state) {
+    (void)state;
+    expect_file_error("TiktokenTokenizer", "a.tiktoken", "YQ== 0\n", "byte 0x00 has no rank");
+    expect_file_error("TiktokenTokenizer", "b.tiktoken", "Y!== 0\n", ":1: the token is not base64");
+    expect_file_error("TiktokenTokenizer", "c.tiktoken", "YQ== x\n", ":1: the rank 'x' is not an integer");
+    expect_file_error("TiktokenTokenizer", "d.tiktoken", "YQ==\n", ":1: expected");
+    expect_file_error("TiktokenTokenizer", "e.tiktoken", "YQ== 0\nYQ== 1\n", ":2: the token is listed twice");
+    expect_file_error("TiktokenTokenizer", "f.tiktoken", "", "no tokens");
+    expect_file_error("SPMTokenizer", "g.model", "not a protobuf", "not a SentencePiece model");
+    // A complete byte alphabet and one merged token: "ab" (rank 256) is one id, as tiktoken gives.
+    char *ranks = byte_ranks("YWI= 256\n");
+    const char *path = write_tmp(3, "ok.tiktoken", ranks);
+    free(ranks);
+    neox_error err = {0};
+    neox_tokenizer_options o = {"TiktokenTokenizer", path, NULL};
+    neox_tokenizer *tok = neox_tokenizer_load(&o, &err);
+    assert_non_null(tok);
+    assert_int_equal(neox_tokenizer_eod_id(tok), 257);  // <|endoftext|> after the last rank
+    assert_int_equal(neox_tokenizer_vocab_size(tok), 258);
+    int32_t *ids = NULL;
+    size_t len = 0, cap = 0, size;
+    assert_int_equal(neox_tokenizer_encode(tok, "abc ab", 6, &ids, &len, &cap, &err), 4);
+    assert_int_equal(ids[0], 256), assert_int_equal(ids[1], 'c'), assert_int_equal(ids[2], ' ');
+    assert_int_equal(ids[3], 256);
+    char *text = neox_tokenizer_decode(tok, ids, len, &size, &err);
+    assert_string_equal(text, "abc ab");
+    free(text);
+    free(ids);
+    neox_tokenizer_free(tok);
+}
+
 static void test_small_bpe(void **state) {
     (void)state;
     char *v = byte_vocab("\"ab\": 256, \"abc\": 257, \"\\u0120a\": 258, \"<|endoftext|>\": 259");
@@ -308,6 +385,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_merges),
         cmocka_unit_test(test_malformed_tokenizer_json),
         cmocka_unit_test(test_refused_types),
+        cmocka_unit_test(test_tiktoken_and_spm_files),
         cmocka_unit_test(test_small_bpe),
         cmocka_unit_test(test_char_level),
         cmocka_unit_test(test_gpt_neox_sizes_and_ids),
