@@ -151,3 +151,50 @@ check "and not A's" $PY -c 'import sys; a, b = (open(p, "rb").read() for p in sy
     "$sample_idx" "$T/cachecase/sample_idx_of_a.npy"
 check "data_cache_dir holds the train split's three caches and its identity file" test \
     "$(ls "$T/cachecase/fresh" | grep -c 'train_indexmap_.*\(doc_idx.npy\|sample_idx.npy\|shuffle_idx.npy\|identity.json\)$')" = 4
+
+# ---- outputs written in place follow no symlink ---------------------------------------------------
+mkdir -p "$T/symlog"
+echo precious >"$T/precious.txt"
+ln -s "$T/precious.txt" "$T/symlog/metrics.jsonl"
+echo "{\"log_dir\": \"$T/symlog\"}" >"$T/symlog.yml"
+check_fails "a symlink planted at metrics.jsonl is refused, naming it" 1 \
+    "$T/symlog/metrics.jsonl: is a symbolic link; refusing to write through it" \
+    "$TRAIN" "$T/cachecase/run.yml" "$T/cachecase/data.yml" "$T/symlog.yml"
+check "... and its target is untouched" test "$(cat "$T/precious.txt")" = precious
+
+# ---- a read-only data directory -------------------------------------------------------------------
+# A tmpfs remounted read-only is read-only for root too (a chmod is not).
+R=$T/rodata
+mkdir -p "$R"
+if ! mount -t tmpfs -o size=4m tmpfs "$R" 2>"$_last_out"; then
+    skip "a read-only data directory" "cannot mount a tmpfs here: $(head -c 200 "$_last_out")"
+    exit 0
+fi
+trap 'umount "$R" 2>/dev/null; rm -rf "$TEST_TMP"' EXIT
+echo "{\"data_path\": \"$R/c_text_document\", \"do_valid\": false, \"do_test\": false}" >"$T/rodata.yml"
+check "preprocess corpus A into the data directory" "$PRE" --input "$T/cachecase/a.jsonl" --output-prefix "$R/c" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+check "train there builds its caches" "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml"
+mount -o remount,ro "$R"
+check "read-only: caches that match their dataset are loaded" "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml"
+echo "{\"seed\": 7}" >"$T/rodata_other.yml"  # another seed: other cache names
+check_fails "read-only: caches it lacks are refused, naming the directory and data_cache_dir" 1 \
+    "$R: cannot write the index caches there; set data_cache_dir to a writable directory" \
+    "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml" "$T/rodata_other.yml"
+echo "{\"data_cache_dir\": \"$T/rocache\"}" >"$T/rocache.yml"
+check "read-only: data_cache_dir elsewhere builds them there" "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml" \
+    "$T/rodata_other.yml" "$T/rocache.yml"
+check "... (the caches and their identity file are in data_cache_dir)" test \
+    "$(ls "$T/rocache" | grep -c '^c_text_document_train_indexmap_.*\(doc_idx.npy\|sample_idx.npy\|shuffle_idx.npy\|identity.json\)$')" = 4
+echo "{\"data_cache_dir\": \"$R/caches\"}" >"$T/rocache_inside.yml"
+check_fails "a data_cache_dir that cannot be created is refused, naming it" 1 \
+    "data_cache_dir $R/caches: Read-only file system" \
+    "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml" "$T/rodata_other.yml" "$T/rocache_inside.yml"
+mount -o remount,rw "$R"
+check "preprocess corpus B under the same prefix" "$PRE" --input "$T/cachecase/b.jsonl" --output-prefix "$R/c" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+mount -o remount,ro "$R"
+check_fails "read-only: stale caches are refused (not reused), naming the identity file and data_cache_dir" 1 \
+    "c_text_document_train_indexmap_.*_\*\.npy: the index caches were built from another dataset than .*c_text_document.idx .*is not writable; set data_cache_dir" \
+    "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml"
+umount "$R"
