@@ -130,6 +130,9 @@ char *neox_temp_dir_create(const char *path, neox_error *err);
 // with neox_publish_file, then call neox_private_temp_remove (it also removes an unpublished file).
 int neox_private_temp_create(const char *path, char **tmp_file, neox_error *err);
 void neox_private_temp_remove(const char *tmp_file);
+// A private scratch directory "$TMPDIR/NAME.XXXXXX" (/tmp when TMPDIR is unset; mkdtemp: a random
+// name, mode 0700); malloc'ed, or NULL + err naming the directory it could not be made in.
+char *neox_scratch_dir_create(const char *name, neox_error *err);
 // Removes the temporaries in dir left by processes no longer running on this host (files or
 // whole directories), each named in a notice; returns how many.
 int neox_cleanup_stale(const char *dir);

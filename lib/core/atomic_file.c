@@ -250,6 +250,16 @@ void neox_private_temp_remove(const char *tmp_file) {
     free(dir);
 }
 
+char *neox_scratch_dir_create(const char *name, neox_error *err) {
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    char *tmpl = neox_asprintf("%s/%s.XXXXXX", base, name);
+    if (mkdtemp(tmpl)) return tmpl;  // mode 0700, a random name, created exclusively
+    neox_fail(err, NEOX_EXIT_FAILURE, "cannot create a temporary directory in %s (TMPDIR): %s", base, strerror(errno));
+    free(tmpl);
+    return NULL;
+}
+
 void neox_remove_tree(const char *path) {
     if (path) nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
