@@ -112,7 +112,7 @@ static int manifest_int(json_t *obj, const char *key, const char *path, int64_t 
 
 static int read_file_entry(json_t *f, const char *path, int i, neox_ckpt_file_entry *e, neox_error *err) {
     json_t *name = json_object_get(f, "name"), *crc = json_object_get(f, "crc32");
-    int64_t rank, bytes;
+    int64_t rank = 0, bytes = 0;
     if (!json_is_object(f) || !json_is_string(name) || json_string_length(name) >= sizeof e->name ||
         strchr(json_string_value(name), '/') || !json_is_string(crc))
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: files[%d] needs a plain 'name' and a 'crc32' string", path, i);
