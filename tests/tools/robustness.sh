@@ -93,6 +93,42 @@ for tag in ("train/lm_loss", "train/grad_norm"):
     values = [(s.step, s.value) for s in acc.Scalars(tag)]
     assert [s for s, _ in values] == [1, 2] and all(math.isnan(v) for _, v in values), (tag, values)' "$T/nantb"
 
+# ---- resuming from NaN or inf in a checkpoint whose CRC-32s are valid -----------------------------
+# poison_shard SRC DST TENSOR VALUE: copies checkpoint SRC to DST with element 3 of TENSOR set to
+# VALUE, found through h5dump (HDF5's own tool: the dataset's contiguous storage offset), and the
+# manifest's CRC-32 and size recomputed with zlib, so only the finiteness check can refuse it.
+poison_shard() {
+    rm -rf "$2"; cp -r "$1" "$2"
+    local step; step=$(cat "$2/latest")
+    local shard=$2/$step/rank_00000.h5
+    local offset; offset=$(h5dump -p -H -d "$3" "$shard" | sed -n 's/.*OFFSET \([0-9]*\).*/\1/p')
+    [ -n "$offset" ] || { echo "no contiguous storage offset for $3 in $shard"; return 1; }
+    $PY -c '
+import json, struct, sys, zlib
+shard, offset, value, manifest = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+data = bytearray(open(shard, "rb").read())
+data[offset + 12:offset + 16] = struct.pack("<f", value)
+open(shard, "wb").write(data)
+m = json.load(open(manifest))
+m["files"][0].update(crc32="%08x" % zlib.crc32(data), bytes=len(data))
+json.dump(m, open(manifest, "w"))' "$shard" "$offset" "$4" "$2/$step/manifest.json"
+}
+echo "{\"data_path\": \"$T/char_text_document\", \"load\": \"$T/poisoned\", \"save\": \"$T/poisoned_out\",
+  \"checkpoint_factor\": 1, \"do_valid\": false, \"do_test\": false}" >"$T/resume.yml"
+for case in "params/gpt_neox.layers.0.attention.dense.weight|nan" "optimizer/exp_avg_sq/gpt_neox.final_layer_norm.bias|inf" \
+            "optimizer/exp_avg/gpt_neox.embed_in.weight|-inf"; do
+    tensor=${case%|*} value=${case#*|}
+    check "$value written into $tensor (valid CRC-32)" poison_shard "$T/ckpt" "$T/poisoned" "$tensor" "$value"
+    check "... its sizes and CRC-32s match the manifest" bash -c \
+        "'$CONVERT' verify '$T/poisoned' 2>/dev/null | grep -q 'ok: 1 files match manifest.json'"
+    check_fails "... verify refuses it, naming the tensor" 1 "poisoned/global_step4: tensor $tensor holds NaN or Inf" \
+        "$CONVERT" verify "$T/poisoned"
+    check_fails "... resuming from it is refused at load, naming the tensor and element" 1 \
+        "loading checkpoint .*poisoned/global_step4: tensor $tensor holds NaN or inf \(element 3 of it\)" \
+        "$TRAIN" "$T/run.yml" "$T/resume.yml"
+done
+check "... and nothing was saved" test ! -e "$T/poisoned_out"
+
 # ---- from-hf: config.json values named by their Hugging Face keys ----------------------------------
 hf_case() {  # hf_case NAME KEY JSON_VALUE PATTERN
     rm -rf "$T/hfbad" "$T/hfout"; mkdir -p "$T/hfbad"
