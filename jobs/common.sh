@@ -132,9 +132,14 @@ neox_json_string() {  # neox_json_string TEXT: TEXT as a JSON string
     printf '"%s"' "${s//\"/\\\"}"
 }
 
-# neox_write_file PATH: stdin to PATH through a temporary name and a rename.
+# neox_write_file PATH: stdin to PATH through a temporary made by mktemp beside it (an exclusive,
+# unpredictable name that follows no symlink planted there) and a rename.
 neox_write_file() {
-    cat >"$1.tmp.$$" && mv -f "$1.tmp.$$" "$1" || neox_die 1 "cannot write $1"
+    local tmp
+    tmp=$(mktemp "$1.tmp.XXXXXXXX") || neox_die 1 "cannot write $1: cannot create a temporary beside it"
+    if cat >"$tmp" && chmod "$(printf '%o' $((0666 & ~0$(umask))))" "$tmp" && mv -f "$tmp" "$1"; then return 0; fi
+    rm -f "$tmp"
+    neox_die 1 "cannot write $1"
 }
 
 # neox_start_config SAVE: after neox_read_config, sets neox_start to a config file that makes the

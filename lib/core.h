@@ -123,9 +123,24 @@ int neox_temp_create_with(const char *path, neox_random_fill fill, char **tmp, n
 void neox_random_bytes(unsigned char *buf, size_t n);  // from the kernel's random source
 // Creates a temporary directory for path (mkdir is exclusive and follows no symlink); malloc'ed.
 char *neox_temp_dir_create(const char *path, neox_error *err);
+// A temporary for a file that a library creates by name (HDF5's H5Fcreate): *tmp_file (malloc'ed,
+// not yet existing) inside a fresh directory beside path that only this user may enter (mode
+// 0700), so no symlink can be planted at the name between our check and the library's open; the
+// library should still create it exclusively. Both are registered for cleanup. Publish the file
+// with neox_publish_file, then call neox_private_temp_remove (it also removes an unpublished file).
+int neox_private_temp_create(const char *path, char **tmp_file, neox_error *err);
+void neox_private_temp_remove(const char *tmp_file);
+// A private scratch directory "$TMPDIR/NAME.XXXXXX" (/tmp when TMPDIR is unset; mkdtemp: a random
+// name, mode 0700); malloc'ed, or NULL + err naming the directory it could not be made in.
+char *neox_scratch_dir_create(const char *name, neox_error *err);
 // Removes the temporaries in dir left by processes no longer running on this host (files or
 // whole directories), each named in a notice; returns how many.
 int neox_cleanup_stale(const char *dir);
+// Opens (creating it if missing) an output written in place rather than renamed into place: an
+// appended log, a file created exclusively under a fresh name. flags adds O_APPEND, O_EXCL or
+// O_TRUNC; a symlink at path is never followed (an error naming path); returns the descriptor or
+// -1 + err naming path.
+int neox_open_output(const char *path, int flags, neox_error *err);
 // Removes a file or a directory tree (not following symlinks); NULL does nothing.
 void neox_remove_tree(const char *path);
 // Registers/unregisters an arbitrary temporary path for removal on exit or fatal signal.

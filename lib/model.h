@@ -175,6 +175,11 @@ void neox_model_weights_changed(neox_model *m);
 // and the same as a check: fails with "WHAT: parameter NAME holds NaN or inf" (lib/model/finite.c).
 const neox_param *neox_model_first_nonfinite(const neox_model *m);
 int neox_model_check_finite(const neox_model *m, const char *what, neox_error *err);
+// Whether buf, holding elements [begin, end) of the flat parameter layout of a state tensor group
+// (optimizer moments, on the model's device), is all finite; else an error naming the tensor as
+// the checkpoint stores it ("GROUP/PARAM") and the element.
+int neox_model_check_finite_state(const neox_model *m, const float *buf, size_t begin, size_t end, const char *group,
+                                  neox_error *err);
 void neox_model_free(neox_model *m);
 // The parameters desc lays out (names, shapes, offsets, in buffer order) without allocating the
 // model: for tools that handle checkpoints tensor by tensor. malloc'ed; NULL + err for a bad desc.

@@ -6,25 +6,18 @@ piqa_valid.jsonl + piqa_valid-labels.lst and wikitext-2-raw_test_hfrows_crlf.raw
 task file and replaces only where the documents come from; the tasks are named *_local.
 Run with the Python that has lm_eval; then: lm_eval --include_path OUT_DIR --tasks lambada_openai_local,..."""
 import importlib.util
+import inspect
 import os
 import sys
 
-UTILS = r'''"""Documents for the *_local tasks from the files in {data!r}."""
-import datasets
-
-DATA = {data!r}
-
-
-def piqa_docs(dataset):
-    """PIQA's validation questions with the labels of piqa_valid-labels.lst (one a line)."""
-    with open(f"{{DATA}}/piqa_valid-labels.lst") as f:
-        labels = [int(line) for line in f.read().split()]
-    return dataset.add_column("label", labels[:len(dataset)])
+# The evaluation files of a --data-dir (neox-eval's names; the oracle tests read the same).
+FILES = {"lambada": "lambada_test.jsonl", "piqa": "piqa_valid.jsonl", "piqa_labels": "piqa_valid-labels.lst",
+         "wikitext": "wikitext-2-raw_test_hfrows_crlf.raw"}
 
 
-def wikitext_docs(dataset):
-    """WikiText-2 test pages: a row " = Title = " (not " = = ") starts a page; rows keep "\n"."""
-    with open(f"{{DATA}}/wikitext-2-raw_test_hfrows_crlf.raw", encoding="utf-8", newline="") as f:
+def wikitext_pages(path):
+    """WikiText-2 test pages from the file's HF rows: a row " = Title = " (not " = = ") starts a page; rows keep "\n"."""
+    with open(path, encoding="utf-8", newline="") as f:
         rows = f.read().split("\n")
     if rows and rows[-1] == "":
         rows.pop()
@@ -36,7 +29,32 @@ def wikitext_docs(dataset):
         if not pages:
             pages.append("")
         pages[-1] += row + "\n"
-    return datasets.Dataset.from_dict({{"page": pages}})
+    return pages
+
+
+def piqa_labels(path):
+    """The gold answers of piqa_valid-labels.lst, one a line."""
+    with open(path) as f:
+        return [int(line) for line in f.read().split()]
+
+
+# The generated module holds this file's own readers (their source), so both read the files alike.
+UTILS = '''"""Documents for the *_local tasks from the files in {data!r}."""
+import datasets
+
+DATA = {data!r}
+FILES = {files!r}
+
+
+{readers}
+
+def piqa_docs(dataset):
+    """PIQA's validation questions with their labels."""
+    return dataset.add_column("label", piqa_labels(f"{{DATA}}/{{FILES['piqa_labels']}}")[:len(dataset)])
+
+
+def wikitext_docs(dataset):
+    return datasets.Dataset.from_dict({{"page": wikitext_pages(f"{{DATA}}/{{FILES['wikitext']}}")}})
 '''
 
 TASKS = {
@@ -44,13 +62,13 @@ TASKS = {
 dataset_name: null
 dataset_kwargs:
   data_files:
-    test: {data}/lambada_test.jsonl
+    test: {data}/{lambada}
 """),
     "piqa": ("piqa/piqa.yaml", """dataset_path: json
 dataset_name: null
 dataset_kwargs:
   data_files:
-    validation: {data}/piqa_valid.jsonl
+    validation: {data}/{piqa}
 training_split: null
 process_docs: !function neox_local_docs.piqa_docs
 """),
@@ -58,7 +76,7 @@ process_docs: !function neox_local_docs.piqa_docs
 dataset_name: null
 dataset_kwargs:
   data_files:
-    test: {data}/wikitext-2-raw_test_hfrows_crlf.raw
+    test: {data}/{wikitext}
 training_split: null
 validation_split: null
 process_docs: !function neox_local_docs.wikitext_docs
@@ -77,9 +95,10 @@ def main():
     os.makedirs(out, exist_ok=True)
     for name, (included, override) in TASKS.items():
         with open(os.path.join(out, f"{name}_local.yaml"), "w") as f:
-            f.write(f"include: {harness}/{included}\ntask: {name}_local\n" + override.format(data=data))
+            f.write(f"include: {harness}/{included}\ntask: {name}_local\n" + override.format(data=data, **FILES))
     with open(os.path.join(out, "neox_local_docs.py"), "w") as f:
-        f.write(UTILS.format(data=data))
+        readers = "\n\n".join(inspect.getsource(fn) for fn in (wikitext_pages, piqa_labels))
+        f.write(UTILS.format(data=data, files=FILES, readers=readers))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@
 
 #define MANIFEST_FORMAT "neox.c checkpoint"
 #define MANIFEST_VERSION 1
+#define MAX_WORLD_SIZE (1 << 24)  // ranks a manifest may declare
 
 char *neox_ckpt_dir(const char *save, int64_t iteration) {
     return neox_asprintf("%s/global_step%lld", save, (long long)iteration);
@@ -111,7 +112,7 @@ static int manifest_int(json_t *obj, const char *key, const char *path, int64_t 
 
 static int read_file_entry(json_t *f, const char *path, int i, neox_ckpt_file_entry *e, neox_error *err) {
     json_t *name = json_object_get(f, "name"), *crc = json_object_get(f, "crc32");
-    int64_t rank, bytes;
+    int64_t rank = 0, bytes = 0;
     if (!json_is_object(f) || !json_is_string(name) || json_string_length(name) >= sizeof e->name ||
         strchr(json_string_value(name), '/') || !json_is_string(crc))
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: files[%d] needs a plain 'name' and a 'crc32' string", path, i);
@@ -149,6 +150,14 @@ static int check_ranks(const neox_ckpt_manifest *m, const char *path, neox_error
     return rc;
 }
 
+// Whether world == pipe * data * model, within MAX_WORLD_SIZE; the product of forged sizes could
+// overflow int64 before it was compared, so it is multiplied with overflow checks.
+static int layout_product_is(int64_t world, int64_t pipe, int64_t data, int64_t model) {
+    int64_t product;
+    if (__builtin_mul_overflow(pipe, data, &product) || __builtin_mul_overflow(product, model, &product)) return 0;
+    return world == product && world <= MAX_WORLD_SIZE;
+}
+
 int neox_ckpt_manifest_read(const char *dir, neox_ckpt_manifest *m, neox_error *err) {
     memset(m, 0, sizeof *m);
     char *path = neox_asprintf("%s/manifest.json", dir);
@@ -179,8 +188,10 @@ int neox_ckpt_manifest_read(const char *dir, neox_ckpt_manifest *m, neox_error *
                  manifest_int(layout, "model_parallel_size", path, 1, &v[4], err) < 0 ||
                  manifest_int(layout, "zero_stage", path, 0, &v[5], err) < 0)
             rc = -1;
-        else if (v[1] != v[2] * v[3] * v[4] || v[1] > 1 << 24)
-            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: world_size %lld is not pipe x data x model", path, (long long)v[1]);
+        else if (!layout_product_is(v[1], v[2], v[3], v[4]))
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: world_size %lld is not pipe x data x model (%lld x %lld x %lld), "
+                           "or above %d ranks", path, (long long)v[1], (long long)v[2], (long long)v[3], (long long)v[4],
+                           MAX_WORLD_SIZE);
         else {
             m->iteration = v[0];
             m->world_size = (int)v[1], m->pipe_size = (int)v[2], m->data_size = (int)v[3];

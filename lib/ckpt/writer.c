@@ -1,8 +1,8 @@
 // writer.c: writes one HDF5 shard file of a layout-free checkpoint (see ckpt.h). Each piece of a
 // tensor is one dataset with attributes: "neox_piece" ("block", "range" or "bytes"),
-// "global_shape" and either "offset" (block) or "range_start" (range). The file is created under an
-// exclusive temporary name (lib/core/atomic_file.c) and renamed into place only once closed and synced. The CRC-32 of each dataset's
-// raw bytes is taken from memory as it is written, so closing can give the file's manifest entry
+// "global_shape" and either "offset" (block) or "range_start" (range). HDF5 creates the file in a
+// private temporary directory (lib/core/atomic_file.c); it is renamed into place only once closed
+// and synced. The CRC-32 of each dataset's raw bytes is taken from memory as it is written, so closing can give the file's manifest entry
 // without reading the data back (shard_crc.c).
 #include "ckpt.h"
 #include "ckpt/hdf5_util.h"
@@ -25,19 +25,16 @@ struct neox_ckpt_writer {
     int fd;                    // HDF5's descriptor of the file (sec2 driver), -1 if not known
 };
 
-// The temporary is created exclusively first (no symlink followed, an unpredictable name), then
-// HDF5 opens that file of ours to write it.
+// HDF5 creates the file by name, exclusively, inside a private temporary directory (only this
+// user may enter it, so nothing can be planted at the name before HDF5 opens it).
 neox_ckpt_writer *neox_ckpt_writer_open(const char *path, neox_error *err) {
     neox_hdf5_quiet();
     char msg[256], *tmp;
-    int fd = neox_temp_create(path, &tmp, err);
-    if (fd < 0) return NULL;
-    close(fd);
-    hid_t file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (neox_private_temp_create(path, &tmp, err) != 0) return NULL;
+    hid_t file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
     if (file < 0) {
         neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create checkpoint shard: %s", path, neox_hdf5_error(msg));
-        unlink(tmp);
-        neox_cleanup_unregister(tmp);
+        neox_private_temp_remove(tmp);
         free(tmp);
         return NULL;
     }
@@ -162,7 +159,7 @@ int neox_ckpt_write_bytes(neox_ckpt_writer *w, const char *name, const void *dat
 }
 
 static void writer_free(neox_ckpt_writer *w) {
-    neox_cleanup_unregister(w->tmp_path);
+    neox_private_temp_remove(w->tmp_path);
     neox_crc_extents_free(&w->extents);
     free(w->path);
     free(w->tmp_path);
@@ -173,7 +170,6 @@ void neox_ckpt_writer_abort(neox_ckpt_writer *w) {
     if (!w) return;
     H5Pclose(w->link_props);
     H5Fclose(w->file);
-    unlink(w->tmp_path);
     writer_free(w);
 }
 
@@ -190,7 +186,6 @@ int neox_ckpt_writer_close_entry(neox_ckpt_writer *w, neox_ckpt_file_entry *entr
                                 : neox_crc_extents_file(&w->extents, w->tmp_path, entry, err);
     // HDF5 does not fsync; publishing syncs before the rename so the name never points at lost data.
     if (rc == 0) rc = neox_publish_file(w->tmp_path, w->path, err);
-    if (rc != 0) unlink(w->tmp_path);
     writer_free(w);
     return rc;
 }

@@ -1,7 +1,6 @@
 // open.c: opening a training checkpoint for conversion — the manifest, a reader over every shard,
 // the run state, and the model rebuilt from the config files the checkpoint stores
 // (config/input/K-NAME, loaded as the trainer loaded them) with the vocabulary size it recorded.
-#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,11 +70,9 @@ static neox_config *load_stored_config(const neox_ckpt_reader *r, const char *di
     }
     int world;
     if (config_world_size(r, dir, &world, err) != 0) return NULL;
-    char tmpl[] = "/tmp/neox-convert-config.XXXXXX";
-    if (!mkdtemp(tmpl)) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "cannot create a temporary directory: %s", strerror(errno));
-        return NULL;
-    }
+    char *tmpl = neox_scratch_dir_create("neox-convert-config", err);
+    if (!tmpl) return NULL;
+    neox_cleanup_register(tmpl);  // removed (once emptied) should the tool be stopped meanwhile
     size_t n = json_array_size(files);
     char **paths = neox_calloc(n, sizeof *paths);
     int rc = 0;
@@ -94,6 +91,7 @@ static neox_config *load_stored_config(const neox_ckpt_reader *r, const char *di
         }
         paths[i] = neox_asprintf("%s/%s", tmpl, base + 1);
         rc = neox_atomic_write(paths[i], data, size, err);
+        neox_cleanup_register(paths[i]);
         free(data);
     }
     neox_config *cfg = NULL;
@@ -103,11 +101,13 @@ static neox_config *load_stored_config(const neox_ckpt_reader *r, const char *di
         if (!cfg) neox_fail_context(err, "%s: the stored config", dir);
     }
     for (size_t i = 0; i < n; i++) {
-        if (paths[i]) unlink(paths[i]);
+        if (paths[i]) unlink(paths[i]), neox_cleanup_unregister(paths[i]);
         free(paths[i]);
     }
     free(paths);
     rmdir(tmpl);
+    neox_cleanup_unregister(tmpl);
+    free(tmpl);
     return cfg;
 }
 

@@ -29,10 +29,16 @@ static pthread_mutex_t cleanup_lock = PTHREAD_MUTEX_INITIALIZER;
 static int cleanup_installed;
 static void (*stop_handler)(int);  // a tool's own handler for the stop signals, if it set one
 
+// Files first, then directories (a private temporary directory is empty once its file is gone);
+// unlink and rmdir are async-signal-safe, and each fails harmlessly on the other kind.
 static void remove_registered(void) {
     for (int i = 0; i < MAX_CLEANUP; i++) {
         char *p = cleanup_paths[i];
         if (p) unlink(p);
+    }
+    for (int i = 0; i < MAX_CLEANUP; i++) {
+        char *p = cleanup_paths[i];
+        if (p) rmdir(p);
     }
 }
 
@@ -199,11 +205,11 @@ int neox_temp_create(const char *path, char **tmp_out, neox_error *err) {
     return neox_temp_create_with(path, neox_random_bytes, tmp_out, err);
 }
 
-char *neox_temp_dir_create(const char *path, neox_error *err) {
+static char *temp_dir_create(const char *path, mode_t mode, neox_error *err) {
     cleanup_stale_beside(path);
     for (int attempt = 0; attempt < CREATE_ATTEMPTS; attempt++) {
         char *tmp = temp_name(path, neox_random_bytes);
-        if (mkdir(tmp, 0777) == 0) return tmp;  // mkdir never follows a symlink at the name
+        if (mkdir(tmp, mode) == 0) return tmp;  // mkdir never follows a symlink at the name
         int e = errno;
         free(tmp);
         if (e != EEXIST) {
@@ -215,8 +221,57 @@ char *neox_temp_dir_create(const char *path, neox_error *err) {
     return NULL;
 }
 
+char *neox_temp_dir_create(const char *path, neox_error *err) { return temp_dir_create(path, 0777, err); }
+
+// A library that creates its file by name (HDF5) cannot be handed a descriptor, and a name
+// reopened in a directory others can write is a race (the file swapped for a symlink between
+// our exclusive create and the library's open). Inside a directory of our own that nobody else
+// can enter, the name is ours until we rename the file out.
+int neox_private_temp_create(const char *path, char **tmp_file, neox_error *err) {
+    char *dir = temp_dir_create(path, 0700, err);
+    if (!dir) return -1;
+    char *copy = neox_strdup(path);
+    *tmp_file = neox_asprintf("%s/%s", dir, basename(copy));
+    free(copy);
+    neox_cleanup_register(dir);
+    neox_cleanup_register(*tmp_file);
+    free(dir);
+    return 0;
+}
+
+void neox_private_temp_remove(const char *tmp_file) {
+    char *dir = neox_strdup(tmp_file);
+    char *slash = strrchr(dir, '/');
+    *slash = '\0';
+    unlink(tmp_file);
+    rmdir(dir);
+    neox_cleanup_unregister(tmp_file);
+    neox_cleanup_unregister(dir);
+    free(dir);
+}
+
+char *neox_scratch_dir_create(const char *name, neox_error *err) {
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    char *tmpl = neox_asprintf("%s/%s.XXXXXX", base, name);
+    if (mkdtemp(tmpl)) return tmpl;  // mode 0700, a random name, created exclusively
+    neox_fail(err, NEOX_EXIT_FAILURE, "cannot create a temporary directory in %s (TMPDIR): %s", base, strerror(errno));
+    free(tmpl);
+    return NULL;
+}
+
 void neox_remove_tree(const char *path) {
     if (path) nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+// ---- files written in place ----------------------------------------------------------------------
+
+int neox_open_output(const char *path, int flags, neox_error *err) {
+    int fd = open(path, flags | O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0) return fd;
+    if (errno == ELOOP)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: is a symbolic link; refusing to write through it", path);
+    return neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot open for writing: %s", path, strerror(errno));
 }
 
 // ---- publishing ---------------------------------------------------------------------------------

@@ -25,11 +25,8 @@ neox_jsonl *neox_jsonl_open(const char *path, neox_error *err) {
     }
     free(dir);
     if (rc != 0) return NULL;
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
+    int fd = neox_open_output(path, O_APPEND, err);
+    if (fd < 0) return NULL;
     neox_jsonl *j = neox_calloc(1, sizeof *j);
     j->fd = fd;
     j->path = neox_strdup(path);

@@ -5,6 +5,7 @@
 //   Summary { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
 // The file starts with the file_version event "brain.Event:2", as TensorFlow's writers do.
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +58,13 @@ neox_tb_writer *neox_tb_open(const char *dir, neox_error *err) {
     if (neox_mkdirs(dir, err) != 0) return NULL;
     neox_tb_writer *w = neox_calloc(1, sizeof *w);
     w->path = event_file_name(dir);
-    w->fp = fopen(w->path, "wbx");
+    int fd = neox_open_output(w->path, O_EXCL, err);
+    w->fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!w->fp) {
-        neox_fail(err, NEOX_EXIT_FAILURE, "cannot create %s: %s", w->path, strerror(errno));
+        if (fd >= 0) {
+            neox_fail(err, NEOX_EXIT_FAILURE, "cannot create %s: %s", w->path, strerror(errno));
+            close(fd);
+        }
         free(w->path);
         free(w);
         return NULL;

@@ -371,6 +371,11 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     int rc = r ? neox_ckpt_read_run_state(r, dir, &state, err) : -1;
     if (rc == 0) rc = neox_ckpt_check_model_shape(&t->model->desc, state, dir, NEOX_EXIT_USAGE, err);
     if (rc == 0) rc = neox_ckpt_read_model_tensors(t->model, r, "params", t->model->param_buf, err);
+    // A valid CRC-32 does not make the values trainable: a resume from NaN or inf would continue a
+    // dead run. (A fine-tuning start from such weights is stopped by the first save or the run's
+    // end, which refuse non-finite weights, with the NaN steps logged as such.)
+    if (rc == 0 && !neox_config_bool(t->cfg, "finetune"))
+        rc = neox_model_check_finite_state(t->model, t->model->param_buf, 0, t->model->num_floats, "params", err);
     neox_model_weights_changed(t->model);
     int load_optim = rc == 0 && loads_optimizer(t, state, dir), load_rng = rc == 0 && loads_rng(t, state, dir);
     if (load_optim) {
@@ -382,7 +387,8 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         float *bufs[2];
         int nbufs = optimizer_buffers(t, names, bufs);
         for (int b = 0; rc == 0 && b < nbufs; b++)
-            rc = neox_ckpt_read_model_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err);
+            if ((rc = neox_ckpt_read_model_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err)) == 0)
+                rc = neox_model_check_finite_state(t->model, bufs[b], t->state_begin, t->state_end, names[b], err);
         if (rc == 0) rc = read_errors(t, r, dir, err);
     }
     if (rc == 0) rc = restore_state(t, state, load_optim, load_rng, err);

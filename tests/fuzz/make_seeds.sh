@@ -13,7 +13,7 @@ PY=.venv/bin/python
 W=$(mktemp -d "${TMPDIR:-/tmp}/neox-seeds.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 for t in yaml_config tokenizer_json gpt2_vocab indexed npy shard manifest state_json safetensors documents \
-         text_document hf_config chat_template; do mkdir -p "$OUT/$t"; done
+         text_document hf_config chat_template serve_request; do mkdir -p "$OUT/$t"; done
 # The chat templates the oracle test renders (Llama 3, ChatML/Qwen2, Zephyr, Mistral, every construct).
 cp tests/oracle/chat_templates/*.jinja "$OUT/chat_template/"
 
@@ -90,6 +90,19 @@ put("shard", "trained_layout", "block params/embed dims=4,8 shape=8,8 offset=0,0
     "range optim/exp_avg dims=10 shape=4,5 start=0\nbytes state/train.json dims=17\nblock params/scale shape=\n")
 put("shard", "column_blocks", "block w dims=3,2 shape=3,4 offset=0,0\nblock w dims=3,2 shape=3,4 offset=0,2\n"
     "range w2 dims=12 shape=3,4 start=0\nblock b dims=4 shape=4 offset=0\n")
+# /v1/completions bodies as lm-eval's local-completions sends them (loglikelihood: token ids,
+# echo + logprobs, one token; generate_until: text, stop sequences), and the other fields.
+for name, body in [
+        ("lm_eval_loglikelihood", {"model": "neox", "prompt": [[510, 3158, 8516, 30013], [510, 3158, 32449]],
+                                   "temperature": 0, "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": True}),
+        ("lm_eval_generate", {"prompt": ["Question: What is 2 + 2?\nAnswer:"], "model": "neox", "max_tokens": 256,
+                              "temperature": 0, "stop": ["\n\n", "Question:"], "seed": 1234}),
+        ("greedy_batch", {"prompt": ["ROMEO:", "JULIET:"], "max_tokens": 20, "temperature": 0}),
+        ("sampled", {"prompt": "To be, or not", "max_tokens": 8, "temperature": 0.8, "top_p": 0.9, "top_k": 40,
+                     "seed": 7, "n": 2, "stop": "\n"}),
+        ("top_logprobs", {"prompt": "ROMEO: ", "max_tokens": 1, "temperature": 0, "logprobs": 5, "echo": True}),
+        ("stream_refused", {"prompt": "a", "stream": False, "logprobs": None, "top_p": None})]:
+    put("serve_request", name + ".json", json.dumps(body))
 PY
 # The other tokenizer kinds (tokenizer.json families, tiktoken, SentencePiece), trained small.
 $PY tests/fuzz/tokenizer_seeds.py "$OUT/tokenizer_json" "$DATA"

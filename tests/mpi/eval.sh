@@ -107,3 +107,7 @@ check_output "interactive on 2 ranks: rank 0 reads the prompts" '^2$' sh -c \
 check_fails "a prompt too long on one rank fails every rank" 2 'the prompt has' sh -c \
     "python3 -c 'print(\"short\"); print(\"x \" * 40)' >'$T/long.txt' && $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type input-file \
     --sample-input-file '$T/long.txt' --sample-output-file '$T/long.jsonl'"
+# Serving is one rank's: several ranks are refused at once (before listening), none left waiting.
+check_fails "serve under mpiexec -n 2 is refused on every rank" 2 \
+    'rank 1\] error: neox-eval serve runs on one rank \(run it without mpiexec' \
+    timeout 120 $MPIEXEC -n 2 $EVAL serve -q --port 0 "$T/model.yml"

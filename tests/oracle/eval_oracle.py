@@ -6,11 +6,18 @@ make_disjoint_window), the wikitext detokenizer and word counts, and the metric 
 of perplexity (bootstrap_stderr on Python's random module)."""
 import json
 import math
+import os
 import random
 import re
+import sys
 
 import numpy as np
 import torch
+
+# The data files' names and how WikiText's rows form pages: scripts/lm_eval_tasks.py (the format
+# of the data, shared with the harness's local task files; nothing of neox.c's own scoring).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from lm_eval_tasks import FILES, piqa_labels, wikitext_pages  # noqa: E402
 
 
 class HarnessLM:
@@ -115,23 +122,6 @@ def wikitext_detokenizer(string):
     return string
 
 
-def wikitext_pages(path):
-    """Pages rebuilt from the non-empty HF rows: a level-1 heading row starts a page."""
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = f.read().split("\n")
-    if rows and rows[-1] == "":
-        rows.pop()
-    pages = []
-    for row in rows:
-        row = row[:-1] if row.endswith("\r") else row
-        if row.startswith(" = ") and not row.startswith(" = = ") and pages:
-            pages.append("")
-        if not pages:
-            pages.append("")
-        pages[-1] += row + "\n"
-    return pages
-
-
 def mean_stderr(x):
     x = np.asarray(x, dtype=np.float64)
     return float(np.std(x, ddof=1) / math.sqrt(len(x)))
@@ -153,8 +143,8 @@ def bootstrap_perplexity_stderr(lls, iters=100000):
     return math.sqrt(sum((x - mu) ** 2 for x in res) / (len(res) - 1))
 
 
-def lambada(lm, path, limit):
-    docs = [json.loads(line) for line in open(path, encoding="utf-8")][:limit]
+def lambada(lm, data_dir, limit):
+    docs = [json.loads(line) for line in open(f"{data_dir}/{FILES['lambada']}", encoding="utf-8")][:limit]
     pairs = [(" ".join(d["text"].split(" ")[:-1]), " " + d["text"].split(" ")[-1]) for d in docs]
     res = lm.loglikelihood(pairs)
     lls = [ll for ll, _ in res]
@@ -175,9 +165,9 @@ def multiple_choice(lm, docs):
             "acc_norm_stderr": mean_stderr(acc_norm)}
 
 
-def piqa(lm, path, labels_path, limit):
-    docs = [json.loads(line) for line in open(path, encoding="utf-8")][:limit]
-    labels = [int(x) for x in open(labels_path).read().split()][:limit]
+def piqa(lm, data_dir, limit):
+    docs = [json.loads(line) for line in open(f"{data_dir}/{FILES['piqa']}", encoding="utf-8")][:limit]
+    labels = piqa_labels(f"{data_dir}/{FILES['piqa_labels']}")[:limit]
     return multiple_choice(lm, [(f"Question: {d['goal']}\nAnswer:", [" " + d["sol1"], " " + d["sol2"]],
                                  [d["sol1"], d["sol2"]], g) for d, g in zip(docs, labels)])
 
@@ -190,6 +180,6 @@ def rolling_metrics(lm, texts, originals):
             "bits_per_byte": -ll / nbytes / math.log(2)}
 
 
-def wikitext(lm, path, limit):
-    pages = wikitext_pages(path)[:limit]
+def wikitext(lm, data_dir, limit):
+    pages = wikitext_pages(f"{data_dir}/{FILES['wikitext']}")[:limit]
     return rolling_metrics(lm, [wikitext_detokenizer(p) for p in pages], pages)

@@ -72,7 +72,7 @@ def close(a, b, rel=REL):
 def test_lambada(trained, lm):
     from eval_oracle import lambada
     got = neox_eval(trained, "lambada_openai")["lambada_openai"]
-    want = lambada(lm, f"{EVAL}/lambada_test.jsonl", LIMIT)
+    want = lambada(lm, EVAL, LIMIT)
     assert got["acc,none"] == want["acc"]
     assert close(got["perplexity,none"], want["perplexity"]), (got, want)
     # The same resamples of loglikelihoods that agree to ~1e-6: the standard errors agree as closely
@@ -102,7 +102,7 @@ def test_bootstrap_is_the_harness_draw_for_draw():
 def test_piqa(trained, lm):
     from eval_oracle import piqa
     got = neox_eval(trained, "piqa")["piqa"]
-    want = piqa(lm, f"{EVAL}/piqa_valid.jsonl", f"{EVAL}/piqa_valid-labels.lst", LIMIT)
+    want = piqa(lm, EVAL, LIMIT)
     assert got["acc,none"] == want["acc"] and got["acc_norm,none"] == want["acc_norm"], (got, want)
     assert close(got["acc_stderr,none"], want["acc_stderr"], 1e-9)
     assert close(got["acc_norm_stderr,none"], want["acc_norm_stderr"], 1e-9)
@@ -111,7 +111,7 @@ def test_piqa(trained, lm):
 def test_wikitext(trained, lm):
     from eval_oracle import wikitext
     got = neox_eval(trained, "wikitext", ["--limit", "2"])["wikitext"]
-    want = wikitext(lm, f"{EVAL}/wikitext-2-raw_test_hfrows_crlf.raw", 2)
+    want = wikitext(lm, EVAL, 2)
     for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
         assert close(got[f"{metric},none"], want[metric]), (metric, got, want)
         assert got[f"{metric}_stderr,none"] == "N/A"
@@ -137,7 +137,7 @@ def test_prefix_token_is_the_declared_bos(trained, tmp_path):
     run(f"{BIN}/neox-eval", "-q", f"{trained}/model.yml", f"{tmp_path}/local_bos.yml", "--tasks", "wikitext",
         "--data-dir", EVAL, "--limit", "2", "--results-prefix", f"{tmp_path}/bos")
     got = json.load(open(sorted(glob.glob(f"{tmp_path}/bos_eval_results_*.json"))[-1]))["results"]["wikitext"]
-    want = wikitext(HarnessLM(str(trained / "hf"), max_length=64, prefix=bos), f"{EVAL}/wikitext-2-raw_test_hfrows_crlf.raw", 2)
+    want = wikitext(HarnessLM(str(trained / "hf"), max_length=64, prefix=bos), EVAL, 2)
     for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
         assert close(got[f"{metric},none"], want[metric]), (metric, got, want)
     with_eod = neox_eval(trained, "wikitext", ["--limit", "2"])["wikitext"]

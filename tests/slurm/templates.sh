@@ -107,3 +107,15 @@ check "convert.sbatch: HF export and reshard" bash -c "$(declare -f conv); T='$T
 check_output "convert.sbatch again keeps both" 'to-hf conversion of .*global_step4' conv "$T/ck"
 check_fails "convert.sbatch refuses to overwrite a conversion of another checkpoint" 1 \
     "$T/dp2 exists and is not a conversion of $T/ck/global_step2" conv "$T/ck/global_step2"
+
+# ---- files the templates write ----
+# neox_write_file's temporary is made by mktemp: a symlink planted at the name the shell's pid
+# predicts ("PATH.tmp.$$") is neither followed nor replaced, and the file lands whole.
+echo original >"$T/victim"
+check "neox_write_file follows no symlink planted at a predictable temporary name" bash -c "
+    source jobs/common.sh; out='$T/written.yml'; ln -s '$T/victim' \"\$out.tmp.\$\$\"
+    echo 'key: value' | neox_write_file \"\$out\" && [ \"\$(cat '$T/victim')\" = original ] &&
+    [ \"\$(cat \"\$out\")\" = 'key: value' ] && [ -L \"\$out.tmp.\$\$\" ] &&
+    [ \"\$(find '$T' -maxdepth 1 -name 'written.yml.tmp.*' ! -type l | wc -l)\" = 0 ]"
+check_fails "neox_write_file into a missing directory names the file" 1 "cannot write $T/nodir/x.yml" \
+    bash -c "source jobs/common.sh; echo a | neox_write_file '$T/nodir/x.yml'"

@@ -42,6 +42,12 @@ check_output "inspect: layout, iteration, tokens, model, tensors" \
     'iteration: 6.*(.|\n)*tokens seen: 1536(.|\n)*hidden 32(.|\n)*params/gpt_neox.layers.1.mlp.dense_4h_to_h.weight +32x128 +float32 norm' \
     bash -c "$CONVERT inspect $T/ckpt | tr '\n' ' '"
 check_output "verify a trained checkpoint" "is sound" $CONVERT verify "$T/ckpt"
+# The stored config files are loaded from a scratch directory under TMPDIR, removed afterwards.
+mkdir -p "$T/scratch"
+check "inspect with TMPDIR set leaves its scratch directory empty" bash -c "
+    TMPDIR='$T/scratch' $CONVERT inspect '$T/ckpt' >/dev/null && [ -z \"\$(ls -A '$T/scratch')\" ]"
+check_fails "a TMPDIR that does not exist is named" 1 "cannot create a temporary directory in $T/no-such-dir \\(TMPDIR\\)" \
+    env TMPDIR="$T/no-such-dir" $CONVERT inspect "$T/ckpt"
 tensors "(params|optimizer)/" "$T/ckpt" "$T/orig.txt"
 
 # ---- round trips, bit-exact ----

@@ -93,6 +93,42 @@ for tag in ("train/lm_loss", "train/grad_norm"):
     values = [(s.step, s.value) for s in acc.Scalars(tag)]
     assert [s for s, _ in values] == [1, 2] and all(math.isnan(v) for _, v in values), (tag, values)' "$T/nantb"
 
+# ---- resuming from NaN or inf in a checkpoint whose CRC-32s are valid -----------------------------
+# poison_shard SRC DST TENSOR VALUE: copies checkpoint SRC to DST with element 3 of TENSOR set to
+# VALUE, found through h5dump (HDF5's own tool: the dataset's contiguous storage offset), and the
+# manifest's CRC-32 and size recomputed with zlib, so only the finiteness check can refuse it.
+poison_shard() {
+    rm -rf "$2"; cp -r "$1" "$2"
+    local step; step=$(cat "$2/latest")
+    local shard=$2/$step/rank_00000.h5
+    local offset; offset=$(h5dump -p -H -d "$3" "$shard" | sed -n 's/.*OFFSET \([0-9]*\).*/\1/p')
+    [ -n "$offset" ] || { echo "no contiguous storage offset for $3 in $shard"; return 1; }
+    $PY -c '
+import json, struct, sys, zlib
+shard, offset, value, manifest = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+data = bytearray(open(shard, "rb").read())
+data[offset + 12:offset + 16] = struct.pack("<f", value)
+open(shard, "wb").write(data)
+m = json.load(open(manifest))
+m["files"][0].update(crc32="%08x" % zlib.crc32(data), bytes=len(data))
+json.dump(m, open(manifest, "w"))' "$shard" "$offset" "$4" "$2/$step/manifest.json"
+}
+echo "{\"data_path\": \"$T/char_text_document\", \"load\": \"$T/poisoned\", \"save\": \"$T/poisoned_out\",
+  \"checkpoint_factor\": 1, \"do_valid\": false, \"do_test\": false}" >"$T/resume.yml"
+for case in "params/gpt_neox.layers.0.attention.dense.weight|nan" "optimizer/exp_avg_sq/gpt_neox.final_layer_norm.bias|inf" \
+            "optimizer/exp_avg/gpt_neox.embed_in.weight|-inf"; do
+    tensor=${case%|*} value=${case#*|}
+    check "$value written into $tensor (valid CRC-32)" poison_shard "$T/ckpt" "$T/poisoned" "$tensor" "$value"
+    check "... its sizes and CRC-32s match the manifest" bash -c \
+        "'$CONVERT' verify '$T/poisoned' 2>/dev/null | grep -q 'ok: 1 files match manifest.json'"
+    check_fails "... verify refuses it, naming the tensor" 1 "poisoned/global_step4: tensor $tensor holds NaN or Inf" \
+        "$CONVERT" verify "$T/poisoned"
+    check_fails "... resuming from it is refused at load, naming the tensor and element" 1 \
+        "loading checkpoint .*poisoned/global_step4: tensor $tensor holds NaN or inf \(element 3 of it\)" \
+        "$TRAIN" "$T/run.yml" "$T/resume.yml"
+done
+check "... and nothing was saved" test ! -e "$T/poisoned_out"
+
 # ---- from-hf: config.json values named by their Hugging Face keys ----------------------------------
 hf_case() {  # hf_case NAME KEY JSON_VALUE PATTERN
     rm -rf "$T/hfbad" "$T/hfout"; mkdir -p "$T/hfbad"
@@ -151,3 +187,50 @@ check "and not A's" $PY -c 'import sys; a, b = (open(p, "rb").read() for p in sy
     "$sample_idx" "$T/cachecase/sample_idx_of_a.npy"
 check "data_cache_dir holds the train split's three caches and its identity file" test \
     "$(ls "$T/cachecase/fresh" | grep -c 'train_indexmap_.*\(doc_idx.npy\|sample_idx.npy\|shuffle_idx.npy\|identity.json\)$')" = 4
+
+# ---- outputs written in place follow no symlink ---------------------------------------------------
+mkdir -p "$T/symlog"
+echo precious >"$T/precious.txt"
+ln -s "$T/precious.txt" "$T/symlog/metrics.jsonl"
+echo "{\"log_dir\": \"$T/symlog\"}" >"$T/symlog.yml"
+check_fails "a symlink planted at metrics.jsonl is refused, naming it" 1 \
+    "$T/symlog/metrics.jsonl: is a symbolic link; refusing to write through it" \
+    "$TRAIN" "$T/cachecase/run.yml" "$T/cachecase/data.yml" "$T/symlog.yml"
+check "... and its target is untouched" test "$(cat "$T/precious.txt")" = precious
+
+# ---- a read-only data directory -------------------------------------------------------------------
+# A tmpfs remounted read-only is read-only for root too (a chmod is not).
+R=$T/rodata
+mkdir -p "$R"
+if ! mount -t tmpfs -o size=4m tmpfs "$R" 2>"$_last_out"; then
+    skip "a read-only data directory" "cannot mount a tmpfs here: $(head -c 200 "$_last_out")"
+    exit 0
+fi
+trap 'umount "$R" 2>/dev/null; rm -rf "$TEST_TMP"' EXIT
+echo "{\"data_path\": \"$R/c_text_document\", \"do_valid\": false, \"do_test\": false}" >"$T/rodata.yml"
+check "preprocess corpus A into the data directory" "$PRE" --input "$T/cachecase/a.jsonl" --output-prefix "$R/c" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+check "train there builds its caches" "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml"
+mount -o remount,ro "$R"
+check "read-only: caches that match their dataset are loaded" "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml"
+echo "{\"seed\": 7}" >"$T/rodata_other.yml"  # another seed: other cache names
+check_fails "read-only: caches it lacks are refused, naming the directory and data_cache_dir" 1 \
+    "$R: cannot write the index caches there; set data_cache_dir to a writable directory" \
+    "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml" "$T/rodata_other.yml"
+echo "{\"data_cache_dir\": \"$T/rocache\"}" >"$T/rocache.yml"
+check "read-only: data_cache_dir elsewhere builds them there" "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml" \
+    "$T/rodata_other.yml" "$T/rocache.yml"
+check "... (the caches and their identity file are in data_cache_dir)" test \
+    "$(ls "$T/rocache" | grep -c '^c_text_document_train_indexmap_.*\(doc_idx.npy\|sample_idx.npy\|shuffle_idx.npy\|identity.json\)$')" = 4
+echo "{\"data_cache_dir\": \"$R/caches\"}" >"$T/rocache_inside.yml"
+check_fails "a data_cache_dir that cannot be created is refused, naming it" 1 \
+    "data_cache_dir $R/caches: Read-only file system" \
+    "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml" "$T/rodata_other.yml" "$T/rocache_inside.yml"
+mount -o remount,rw "$R"
+check "preprocess corpus B under the same prefix" "$PRE" --input "$T/cachecase/b.jsonl" --output-prefix "$R/c" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+mount -o remount,ro "$R"
+check_fails "read-only: stale caches are refused (not reused), naming the identity file and data_cache_dir" 1 \
+    "c_text_document_train_indexmap_.*_\*\.npy: the index caches were built from another dataset than .*c_text_document.idx .*is not writable; set data_cache_dir" \
+    "$TRAIN" "$T/cachecase/run.yml" "$T/rodata.yml"
+umount "$R"

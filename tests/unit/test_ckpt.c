@@ -11,6 +11,7 @@
 #include <hdf5.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -283,6 +284,52 @@ static void test_writer_is_atomic(void **state) {
     free(p);
 }
 
+// The directory entries of dir other than "." and "..": how many, and the last one's name.
+static int entries_of(const char *dir, char *last, size_t size) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++, snprintf(last, size, "%s", e->d_name);
+    closedir(d);
+    return n;
+}
+
+// HDF5 opens its file by name, so the name must lie where nobody else can swap it for a symlink
+// between its creation and HDF5's open: in a fresh directory only this user may enter, holding
+// the shard as a regular file; closing leaves only the shard, aborting leaves nothing.
+static void test_writer_temporary_is_private(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *dir = tmp_path("private"), name[256];
+    assert_int_equal(mkdir(dir, 0777), 0);
+    char *p = neox_asprintf("%s/shard.h5", dir);
+    neox_ckpt_writer *w = neox_ckpt_writer_open(p, &err);
+    assert_non_null(w);
+    assert_int_equal(entries_of(dir, name, sizeof name), 1);
+    assert_non_null(strstr(name, "shard.h5.tmp."));
+    char *inner = neox_asprintf("%s/%s", dir, name), *file = neox_asprintf("%s/shard.h5", inner);
+    struct stat st;
+    assert_int_equal(lstat(inner, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0700);
+    assert_int_equal(st.st_uid, getuid());
+    assert_int_equal(lstat(file, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    neox_ckpt_writer_abort(w);
+    assert_int_equal(entries_of(dir, name, sizeof name), 0);
+    w = neox_ckpt_writer_open(p, &err);
+    assert_non_null(w);
+    assert_int_equal(neox_ckpt_writer_close(w, &err), 0);
+    assert_int_equal(entries_of(dir, name, sizeof name), 1);
+    assert_string_equal(name, "shard.h5");
+    free(file);
+    free(inner);
+    free(p);
+    free(dir);
+}
+
 // ---- malformed files --------------------------------------------------------------------------
 
 static void write_bytes(const char *path, const void *data, size_t n) {
@@ -456,6 +503,7 @@ int main(void) {
         cmocka_unit_test(test_inconsistent_global_shapes_rejected),
         cmocka_unit_test(test_writer_is_atomic),
         cmocka_unit_test(test_writer_ignores_planted_symlink),
+        cmocka_unit_test(test_writer_temporary_is_private),
         cmocka_unit_test(test_garbage_and_truncated_files),
         cmocka_unit_test(test_wrong_tags_rejected),
         cmocka_unit_test(test_claims_beyond_the_file_rejected),

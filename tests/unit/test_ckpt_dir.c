@@ -93,6 +93,15 @@ static void test_bad_manifests(void **state) {
                          "{\"world_size\": 4, \"pipe_parallel_size\": 1, \"data_parallel_size\": 3, "
                          "\"model_parallel_size\": 1, \"zero_stage\": 0}, \"files\": []}";
     assert_manifest_rejected(layout, "world_size 4 is not pipe x data x model");
+    // (2^62 + 1) x 4 wraps around int64 to 4: refused, not taken as a 4-rank layout.
+    const char *wraps = "{\"format\": \"neox.c checkpoint\", \"version\": 1, \"iteration\": 3, \"layout\": "
+                        "{\"world_size\": 4, \"pipe_parallel_size\": 4611686018427387905, \"data_parallel_size\": 4, "
+                        "\"model_parallel_size\": 1, \"zero_stage\": 0}, \"files\": []}";
+    assert_manifest_rejected(wraps, "world_size 4 is not pipe x data x model (4611686018427387905 x 4 x 1)");
+    const char *huge = "{\"format\": \"neox.c checkpoint\", \"version\": 1, \"iteration\": 3, \"layout\": "
+                       "{\"world_size\": 33554432, \"pipe_parallel_size\": 1, \"data_parallel_size\": 33554432, "
+                       "\"model_parallel_size\": 1, \"zero_stage\": 0}, \"files\": []}";
+    assert_manifest_rejected(huge, "or above 16777216 ranks");
     const char *escape = "{\"format\": \"neox.c checkpoint\", \"version\": 1, \"iteration\": 3, \"layout\": "
                          "{\"world_size\": 1, \"pipe_parallel_size\": 1, \"data_parallel_size\": 1, "
                          "\"model_parallel_size\": 1, \"zero_stage\": 0}, \"files\": [{\"name\": \"../x\", "

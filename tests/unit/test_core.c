@@ -9,6 +9,7 @@
 #include "unit_util.h"
 #include <stdlib.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -72,6 +73,38 @@ static void test_atomic_open_in_missing_directory_fails(void **state) {
     assert_int_equal(err.status, NEOX_EXIT_FAILURE);
     assert_non_null(strstr(err.message, "no/such/dir/file: cannot create"));
     assert_non_null(strstr(err.message, "No such file or directory"));
+    free(path);
+}
+
+// A file written in place (an appended log) where a symlink was planted: refused naming the file,
+// and the symlink's target is untouched.
+static void test_output_opened_in_place_follows_no_symlink(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = tmp_path("log.jsonl"), *target = tmp_path("log_target.txt");
+    assert_int_equal(neox_atomic_write(target, "precious", 8, &err), 0);
+    assert_int_equal(symlink(target, path), 0);
+    assert_int_equal(neox_open_output(path, O_APPEND, &err), -1);
+    assert_non_null(strstr(err.message, path));
+    assert_non_null(strstr(err.message, "symbolic link"));
+    size_t size;
+    char *data = neox_read_file(target, &size, &err);
+    assert_string_equal(data, "precious");
+    free(data);
+    unlink(path);
+    int fd = neox_open_output(path, O_APPEND, &err);  // a plain file: created, then appended to
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "a", 1), 1);
+    close(fd);
+    fd = neox_open_output(path, O_APPEND, &err);
+    assert_int_equal(write(fd, "b", 1), 1);
+    close(fd);
+    data = neox_read_file(path, &size, &err);
+    assert_string_equal(data, "ab");
+    free(data);
+    assert_int_equal(neox_open_output(path, O_EXCL, &err), -1);  // exclusive: an existing file is refused
+    assert_non_null(strstr(err.message, path));
+    free(target);
     free(path);
 }
 
@@ -247,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_atomic_abort_leaves_nothing),
         cmocka_unit_test(test_atomic_open_in_missing_directory_fails),
         cmocka_unit_test(test_symlink_at_old_temporary_name_is_not_followed),
+        cmocka_unit_test(test_output_opened_in_place_follows_no_symlink),
         cmocka_unit_test(test_temporary_name_collision_retries),
         cmocka_unit_test(test_stale_temporaries_of_dead_processes_removed),
         cmocka_unit_test(test_read_missing_file_names_it),
