@@ -374,7 +374,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     // A valid CRC-32 does not make the values trainable: a resume from NaN or inf would continue a
     // dead run. (A fine-tuning start from such weights is stopped by the first save or the run's
     // end, which refuse non-finite weights, with the NaN steps logged as such.)
-    if (rc == 0 && !neox_config_bool(t->cfg, "finetune"))
+    if (rc == 0 && !neox_config_bool(t->cfg, finetune))
         rc = neox_model_check_finite_state(t->model, t->model->param_buf, 0, t->model->num_floats, "params", err);
     neox_model_weights_changed(t->model);
     int load_optim = rc == 0 && loads_optimizer(t, state, dir), load_rng = rc == 0 && loads_rng(t, state, dir);
