@@ -137,7 +137,6 @@ SUPPORTED = {
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
-    "tokenizer_type": ("GPT2BPETokenizer|HFTokenizer|HFGPT2Tokenizer|SPMTokenizer|CharLevelTokenizer|TiktokenTokenizer", "tokenizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "dataset_impl": ("gpt2", "dataset (pairwise and online data are post-training's)"),
     "train_impl": ("normal", "post-training method"),
