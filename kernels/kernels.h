@@ -141,14 +141,21 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              int HS, float scale, float dropout, unsigned long long seed);
 
 // ---- activations ------------------------------------------------------------------------------
-// GELU, exact (erf) or the tanh approximation (approximate = 1; GPT-NeoX's bias_gelu_fusion, HF
-// "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"). inp, out: (n). dinp overwritten.
-void neox_gelu_forward(float *out, const float *inp, size_t n, int approximate);
-void neox_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int approximate);
-// SwiGLU as GPT-NeoX computes it: inp: (N, 2F) = [x | gate] (the gate is the second half);
-// out: (N, F) = x * silu(gate). dinp: (N, 2F) overwritten.
-void neox_swiglu_forward(float *out, const float *inp, int N, int F);
-void neox_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
+// The elementwise functions of GPT-NeoX's `activation` values (formulas: kernels/activation_math.h):
+// GELU exact (erf), its tanh approximation (bias_gelu_fusion; HF "gelu_new"), onnx_safe's erf GELU,
+// relu, silu (= swish), softsign, mish, sigmoid (glu's gate) and identity (bilinear's gate).
+typedef enum neox_act_fn {
+    NEOX_FN_GELU, NEOX_FN_GELU_TANH, NEOX_FN_GELU_ONNX, NEOX_FN_RELU, NEOX_FN_SILU, NEOX_FN_SOFTSIGN,
+    NEOX_FN_MISH, NEOX_FN_SIGMOID, NEOX_FN_IDENTITY
+} neox_act_fn;
+// out = fn(inp): inp, out (n). dinp = dout * fn'(inp), overwritten.
+void neox_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn);
+void neox_activation_backward(float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn);
+// A gated activation as GPT-NeoX's Gated_Activation computes it (geglu, reglu, swiglu, bilinear,
+// glu): inp: (N, 2F) = [x | gate] (the gate is the second half); out: (N, F) = fn(gate) * x.
+// dinp: (N, 2F) overwritten.
+void neox_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn);
+void neox_gated_backward(float *dinp, const float *dout, const float *inp, int N, int F, neox_act_fn fn);
 
 // ---- elementwise ------------------------------------------------------------------------------
 void neox_add(float *out, const float *a, const float *b, size_t n);      // out = a + b (out may alias)

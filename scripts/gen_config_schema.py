@@ -70,7 +70,7 @@ rotary_save_freqs_buffer gmlp_attn_dim mamba_selective_scan_fusion mamba_causal_
 mamba_selective_fp32_params mamba_use_bias_in_conv mamba_use_bias_in_linears dim_att head_size ffn_dim
 te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_fp8_margin
 distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume adlr_autoresume_interval
-onnx_safe deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
+deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
 world_size precompute_model_name
 z_loss use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass num_workers
 deepspeed_activation_checkpointing contiguous_checkpointing
@@ -132,7 +132,6 @@ for key in "online_dataserver_ips online_dataserver_ports serve_model_weights we
 SUPPORTED = {
     "norm": ("layernorm|rmsnorm", "normalization"),
     "pos_emb": ("learned|rotary|none", "position embedding"),
-    "activation": ("gelu|swiglu", "activation"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),

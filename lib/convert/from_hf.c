@@ -138,11 +138,13 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
         get_int(m, "head_dim", hidden / heads, &head_dim, err))
         return -1;
     const char *act = get_str(m, "hidden_act", "silu");
+    neox_activation activation;
     double theta = 0, eps_value = 0;
     if (get_num_in(m, "rope_theta", 10000.0, 1, 1e12, &theta, err) || get_num_in(m, "rms_norm_eps", 1e-6, 0, 1, &eps_value, err))
         return -1;
-    if (strcmp(act, "silu") != 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' (neox.c's swiglu is silu)", m->dir, act);
+    if (neox_cvt_activation_of_hf(act, 1, &activation) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' is not supported in a gated MLP (silu, "
+                         "gelu, relu, linear, sigmoid)", m->dir, act);
     if (head_dim * heads != hidden)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: head_dim %lld x num_attention_heads is not hidden_size",
                          m->dir, (long long)head_dim);
@@ -153,10 +155,10 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_theta %g is not an integer (rotary_emb_base)", m->dir, theta);
     // GPT-NeoX's gated MLP takes 2/3 of intermediate_size for both halves: 3F gives halves of F.
     char eps[40];
-    fprintf(f, "norm: rmsnorm\nrms_norm_epsilon: %s\nactivation: swiglu\nintermediate_size: %lld\nmlp_multiple_of: 1\n"
+    fprintf(f, "norm: rmsnorm\nrms_norm_epsilon: %s\nactivation: %s\nintermediate_size: %lld\nmlp_multiple_of: 1\n"
             "num_kv_heads: %lld\nrotary_pct: 1.0\nrotary_emb_base: %.0f\ngpt_j_residual: false\n"
             "use_bias_in_attn_linear: %s\nuse_bias_in_mlp: %s\n",
-            yaml_float(eps_value, eps, sizeof eps), (long long)(3 * ffn), (long long)kv, theta,
+            yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), (long long)(3 * ffn), (long long)kv, theta,
             get_bool(m, "attention_bias", 0) ? "true" : "false", get_bool(m, "mlp_bias", 0) ? "true" : "false");
     return 0;
 }
@@ -165,9 +167,11 @@ static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error 
     int64_t ffn = 0;
     if (get_int(m, "intermediate_size", 4 * hidden, &ffn, err)) return -1;
     const char *act = get_str(m, "hidden_act", "gelu");
-    int tanh_gelu = !strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast");
-    if (!tanh_gelu && strcmp(act, "gelu") != 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' (gelu, gelu_new, gelu_pytorch_tanh)", m->dir, act);
+    neox_activation activation;
+    if (neox_cvt_activation_of_hf(act, 0, &activation) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' is not supported (gelu, gelu_new, "
+                         "gelu_pytorch_tanh, gelu_fast, relu, silu, swish, mish)", m->dir, act);
+    int tanh_gelu = activation == NEOX_ACT_GELU_TANH;
     double base = 0, eps_value = 0, rotary_pct = 0;
     if (get_num_in(m, "rotary_emb_base", 10000.0, 1, 1e12, &base, err) ||
         get_num_in(m, "layer_norm_eps", 1e-5, 0, 1, &eps_value, err) || get_num_in(m, "rotary_pct", 0.25, 0, 1, &rotary_pct, err))
@@ -175,10 +179,10 @@ static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error 
     if (base != floor(base))
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rotary_emb_base %g is not an integer", m->dir, base);
     char eps[40];
-    fprintf(f, "norm: layernorm\nlayernorm_epsilon: %s\nuse_bias_in_norms: true\nactivation: gelu\n"
+    fprintf(f, "norm: layernorm\nlayernorm_epsilon: %s\nuse_bias_in_norms: true\nactivation: %s\n"
             "bias_gelu_fusion: %s\nintermediate_size: %lld\nmlp_multiple_of: 1\nrotary_pct: %.17g\n"
             "rotary_emb_base: %.0f\ngpt_j_residual: %s\nuse_bias_in_attn_linear: %s\nuse_bias_in_mlp: true\n",
-            yaml_float(eps_value, eps, sizeof eps), tanh_gelu ? "true" : "false", (long long)ffn, rotary_pct, base, get_bool(m, "use_parallel_residual", 1) ? "true" : "false",
+            yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), tanh_gelu ? "true" : "false", (long long)ffn, rotary_pct, base, get_bool(m, "use_parallel_residual", 1) ? "true" : "false",
             get_bool(m, "attention_bias", 1) ? "true" : "false");
     return 0;
 }

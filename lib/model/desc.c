@@ -1,12 +1,12 @@
 // desc.c: the model description from a GPT-NeoX config, with GPT-NeoX's derived sizes: the MLP
-// width (4h, or intermediate_size / expansion_factor; 2/3 of it per half for the gated swiglu;
+// width (4h, or intermediate_size / expansion_factor; 2/3 of it per half for the gated activations;
 // rounded to mlp_multiple_of as GPT-NeoX's ParallelMLP rounds it), rotary dims int(head * rotary_pct),
 // the padded vocabulary, the epsilon of the chosen norm.
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "model.h"
+#include "model_internal.h"
 
 static int parse_init(const char *name, neox_init_method *out) {
     static const struct { const char *name; neox_init_method m; } methods[] = {
@@ -16,6 +16,59 @@ static int parse_init(const char *name, neox_init_method *out) {
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
         if (strcmp(name, methods[i].name) == 0) { *out = methods[i].m; return 0; }
     return -1;
+}
+
+static const struct {
+    const char *name;
+    neox_activation act;
+    neox_act_fn fn;
+} activations[] = {
+    {"gelu", NEOX_ACT_GELU, NEOX_FN_GELU},           {"gelu", NEOX_ACT_GELU_TANH, NEOX_FN_GELU_TANH},
+    {"gelu", NEOX_ACT_GELU_ONNX, NEOX_FN_GELU_ONNX}, {"relu", NEOX_ACT_RELU, NEOX_FN_RELU},
+    {"silu", NEOX_ACT_SILU, NEOX_FN_SILU},           {"swish", NEOX_ACT_SILU, NEOX_FN_SILU},
+    {"softsign", NEOX_ACT_SOFTSIGN, NEOX_FN_SOFTSIGN}, {"mish", NEOX_ACT_MISH, NEOX_FN_MISH},
+    {"swiglu", NEOX_ACT_SWIGLU, NEOX_FN_SILU},       {"geglu", NEOX_ACT_GEGLU, NEOX_FN_GELU},
+    {"reglu", NEOX_ACT_REGLU, NEOX_FN_RELU},         {"bilinear", NEOX_ACT_BILINEAR, NEOX_FN_IDENTITY},
+    {"glu", NEOX_ACT_GLU, NEOX_FN_SIGMOID},
+};
+enum { NUM_ACTIVATIONS = sizeof activations / sizeof activations[0] };
+
+int neox_activation_gated(neox_activation a) { return a >= NEOX_ACT_SWIGLU; }
+
+neox_act_fn neox_activation_function(neox_activation a) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (activations[i].act == a) return activations[i].fn;
+    return NEOX_FN_IDENTITY;
+}
+
+const char *neox_activation_name(neox_activation a) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (activations[i].act == a) return activations[i].name;
+    return "?";
+}
+
+int neox_activation_parse(const char *name, neox_activation *out) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (strcmp(activations[i].name, name) == 0) return *out = activations[i].act, 0;
+    return -1;
+}
+
+// gelu's variant: GPT-NeoX refuses onnx_safe with bias_gelu_fusion.
+static int gelu_variant(const neox_config *cfg, neox_activation *out, neox_error *err) {
+    int onnx = neox_config_bool(cfg, "onnx_safe"), tanh_fused = neox_config_bool(cfg, "bias_gelu_fusion");
+    if (onnx && tanh_fused)
+        return neox_fail(err, NEOX_EXIT_USAGE, "onnx_safe and bias_gelu_fusion cannot both be set (GPT-NeoX refuses "
+                         "the pair)");
+    *out = onnx ? NEOX_ACT_GELU_ONNX : tanh_fused ? NEOX_ACT_GELU_TANH : NEOX_ACT_GELU;
+    return 0;
+}
+
+static int parse_activation(const neox_config *cfg, neox_activation *out, neox_error *err) {
+    const char *act = neox_config_str(cfg, "activation");
+    if (neox_activation_parse(act, out) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "activation '%s' is not supported (gelu, relu, silu, swish, softsign, "
+                         "mish, swiglu, geglu, reglu, bilinear, glu)", act);
+    return *out == NEOX_ACT_GELU ? gelu_variant(cfg, out, err) : 0;
 }
 
 static int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
@@ -92,12 +145,8 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
         d->rotary_dims = (int)(d->hidden_size / d->num_heads * neox_config_float(cfg, "rotary_pct"));
     d->rotary_base = (double)neox_config_int(cfg, "rotary_emb_base");
 
-    const char *act = neox_config_str(cfg, "activation");
-    if (strcmp(act, "swiglu") == 0) d->activation = NEOX_ACT_SWIGLU;
-    else if (strcmp(act, "gelu") == 0)
-        d->activation = neox_config_bool(cfg, "bias_gelu_fusion") ? NEOX_ACT_GELU_TANH : NEOX_ACT_GELU;
-    else return neox_fail(err, NEOX_EXIT_USAGE, "activation '%s' is not supported (gelu, swiglu)", act);
-    if (mlp_width(cfg, d->hidden_size, d->activation == NEOX_ACT_SWIGLU, &d->ffn_size, err) != 0) return -1;
+    if (parse_activation(cfg, &d->activation, err) != 0) return -1;
+    if (mlp_width(cfg, d->hidden_size, neox_activation_gated(d->activation), &d->ffn_size, err) != 0) return -1;
 
     d->parallel_residual = neox_config_bool(cfg, "gpt_j_residual");
     d->attn_bias = neox_config_bool(cfg, "use_bias_in_attn_linear");

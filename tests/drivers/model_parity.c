@@ -36,7 +36,11 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("rotary_dims")) d->rotary_dims = atoi(v);
     else if (KEY("rotary_base")) d->rotary_base = strtod(v, NULL);
     else if (KEY("parallel")) d->parallel_residual = atoi(v);
-    else if (KEY("act")) d->activation = strcmp(v, "swiglu") == 0 ? NEOX_ACT_SWIGLU : strcmp(v, "gelu_tanh") == 0 ? NEOX_ACT_GELU_TANH : NEOX_ACT_GELU;
+    else if (KEY("act")) {
+        if (strcmp(v, "gelu_tanh") == 0) d->activation = NEOX_ACT_GELU_TANH;
+        else if (strcmp(v, "gelu_onnx") == 0) d->activation = NEOX_ACT_GELU_ONNX;
+        else if (neox_activation_parse(v, &d->activation) != 0) return -1;
+    }
     else if (KEY("attn_bias")) d->attn_bias = atoi(v);
     else if (KEY("mlp_bias")) d->mlp_bias = atoi(v);
     else if (KEY("tied")) d->tied = atoi(v);

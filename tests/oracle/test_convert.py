@@ -77,18 +77,24 @@ def train(tmp_path, prefix, model):
     return tmp_path / "ckpt"
 
 
+# hidden_act -> GPT-NeoX's activation: elementwise in GPTNeoXForCausalLM; in LlamaForCausalLM the
+# function of the gate in down(act(gate(x)) * up(x)), i.e. GPT-NeoX's gated activations.
+NEOX_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu",
+            "mish": "mish"}
+LLAMA_ACT = {"silu": "swiglu", "gelu": "geglu", "relu": "reglu", "sigmoid": "glu", "linear": "bilinear"}
+
+
 def driver_args(cfg):
     """The model_parity driver's description of the model config.json describes (read here, independently)."""
     hs = cfg["hidden_size"] // cfg["num_attention_heads"]
     if cfg["model_type"] == "gpt_neox":
         args = dict(norm="layernorm", eps=cfg["layer_norm_eps"], rotary_dims=int(hs * cfg["rotary_pct"]),
                     rotary_base=cfg["rotary_emb_base"], parallel=int(cfg["use_parallel_residual"]),
-                    act="gelu" if cfg["hidden_act"] == "gelu" else "gelu_tanh", attn_bias=int(cfg["attention_bias"]),
+                    act=NEOX_ACT[cfg["hidden_act"]], attn_bias=int(cfg["attention_bias"]),
                     mlp_bias=1, kv_heads=cfg["num_attention_heads"])
     else:
-        assert cfg["hidden_act"] == "silu"
         args = dict(norm="rmsnorm", eps=cfg["rms_norm_eps"], rotary_dims=hs, rotary_base=cfg["rope_theta"], parallel=0,
-                    act="swiglu", attn_bias=int(cfg.get("attention_bias", False)), mlp_bias=int(cfg.get("mlp_bias", False)),
+                    act=LLAMA_ACT[cfg.get("hidden_act", "silu")], attn_bias=int(cfg.get("attention_bias", False)), mlp_bias=int(cfg.get("mlp_bias", False)),
                     kv_heads=cfg["num_key_value_heads"])
     args.update(vocab=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
                 heads=cfg["num_attention_heads"], ffn=cfg["intermediate_size"], max_pos=cfg["max_position_embeddings"],
@@ -167,17 +173,17 @@ def test_export_parity(name, corpus, tmp_path):
     close(hf_logits(tmp_path / "sharded", ids), ref, f"{name}: sharded export logits")
 
 
-def random_hf_model(kind, vocab):
+def random_hf_model(kind, vocab, hidden_act=None):
     torch.manual_seed(7)
     common = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   max_position_embeddings=64)
     if kind == "neox":
         cfg = transformers.GPTNeoXConfig(intermediate_size=80, rotary_pct=0.5, use_parallel_residual=False,
-                                         hidden_act="gelu_new", tie_word_embeddings=False, **common)
+                                         hidden_act=hidden_act or "gelu_new", tie_word_embeddings=False, **common)
         model = transformers.GPTNeoXForCausalLM(cfg)
     else:
         cfg = transformers.LlamaConfig(intermediate_size=48, num_key_value_heads=2, tie_word_embeddings=True,
-                                       rope_theta=1000.0, **common)
+                                       rope_theta=1000.0, hidden_act=hidden_act or "silu", **common)
         model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -220,6 +226,37 @@ def test_import_tp2(kind, shard, corpus, tmp_path):
     losses = [r["train/lm_loss"] for r in map(json.loads, (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines())
               if "train/lm_loss" in r]
     assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+# Each activation a Hugging Face class can hold: imported, it gives transformers' logits in neox.c
+# and exports back to the same hidden_act and bit-identical tensors.
+@pytest.mark.parametrize("kind,hidden_act,activation", [
+    ("neox", "relu", "relu"), ("neox", "silu", "silu"), ("neox", "mish", "mish"), ("llama", "gelu", "geglu"),
+    ("llama", "relu", "reglu"), ("llama", "sigmoid", "glu"), ("llama", "linear", "bilinear")])
+def test_import_activation(kind, hidden_act, activation, corpus, tmp_path):
+    _, tokens = corpus
+    model = random_hf_model(kind, 512, hidden_act)
+    src, save, out = tmp_path / "src", tmp_path / "imported", tmp_path / "exported"
+    model.save_pretrained(str(src), safe_serialization=True)
+    run(CONVERT, "from-hf", "--input", src, "--output", save)
+    assert f"activation: {activation}\n" in (save / "model.yml").read_text()
+    run(CONVERT, "to-hf", "--input", save, "--output", out)
+    assert json.loads((out / "config.json").read_text())["hidden_act"] == hidden_act
+    exported = load_file(str(out / "model.safetensors"))
+    for n, p in model.named_parameters():
+        assert torch.equal(exported[n], p.detach()), f"{n} changed in the round trip"
+    ids = text_ids(tokens)
+    close(neox_logits(tmp_path, out, ids), hf_logits(model, ids), f"{kind} {hidden_act}: logits of the imported model")
+
+
+@pytest.mark.parametrize("kind,hidden_act", [("neox", "tanh"), ("llama", "gelu_new")])
+def test_import_refuses_activation(kind, hidden_act, tmp_path):
+    src = tmp_path / "src"
+    random_hf_model(kind, 512, hidden_act).save_pretrained(str(src), safe_serialization=True)
+    proc = subprocess.run([CONVERT, "from-hf", "--input", src, "--output", tmp_path / "out"], capture_output=True,
+                          text=True, env=ENV)
+    assert proc.returncode == 2 and f"hidden_act '{hidden_act}' is not supported" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 TOKENIZERS = "../shared/data/tokenizers"

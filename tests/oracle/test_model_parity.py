@@ -28,7 +28,45 @@ CASES = {
     "llama-gqa-swiglu-rmsnorm-untied": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=False), {}),
     "llama-mqa-tied-checkpointed": ("llama", dict(num_key_value_heads=1, tie_word_embeddings=True,
                                                   rope_theta=1000.0), {"checkpoint": 1}),
+    # GPT-NeoX's other activations: ungated ones in GPTNeoXForCausalLM (hidden_act elementwise),
+    # gated ones in LlamaForCausalLM, whose down(act(gate(x)) * up(x)) is GPT-NeoX's
+    # Gated_Activation act(gate) * x with x the first half of the fused projection (up_proj).
+    "neox-relu": ("neox", dict(hidden_act="relu", rotary_pct=0.5), {"act": "relu"}),
+    "neox-silu": ("neox", dict(hidden_act="silu", rotary_pct=0.5), {"act": "silu"}),
+    "neox-swish": ("neox", dict(hidden_act="swish", rotary_pct=0.5), {"act": "swish"}),
+    "neox-mish": ("neox", dict(hidden_act="mish", rotary_pct=0.5), {"act": "mish"}),
+    "llama-geglu": ("llama", dict(num_key_value_heads=2, hidden_act="gelu"), {"act": "geglu"}),
+    "llama-reglu": ("llama", dict(num_key_value_heads=2, hidden_act="relu"), {"act": "reglu"}),
+    "llama-glu": ("llama", dict(num_key_value_heads=2, hidden_act="sigmoid"), {"act": "glu"}),
+    "llama-bilinear-checkpointed": ("llama", dict(num_key_value_heads=2, hidden_act="linear"),
+                                    {"act": "bilinear", "checkpoint": 1}),
+    # Activations transformers has no hidden_act for: the GPTNeoX model's MLP activation replaced by
+    # a torch restatement of GPT-NeoX's megatron/model/activations.py (RESTATED below).
+    "neox-softsign": ("neox", dict(hidden_act="gelu", rotary_pct=0.5), {"act": "softsign"}),
+    "neox-gelu-onnx-safe": ("neox", dict(hidden_act="gelu", rotary_pct=0.5), {"act": "gelu_onnx"}),
 }
+
+
+def erf_gelu(x):  # GPT-NeoX's onnx_safe gelu, its constant 1.41421 included
+    return x * 0.5 * (torch.erf(x / 1.41421) + torch.ones_like(x))
+
+
+RESTATED = {"neox-softsign": torch.nn.functional.softsign, "neox-gelu-onnx-safe": erf_gelu}
+
+
+class Elementwise(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def restate_activation(model, case):
+    if case in RESTATED:
+        for layer in model.gpt_neox.layers:
+            layer.mlp.act = Elementwise(RESTATED[case])
 
 
 def make_model(kind, kwargs):
@@ -39,7 +77,7 @@ def make_model(kind, kwargs):
         cfg = transformers.GPTNeoXConfig(intermediate_size=80, layer_norm_eps=1e-5, **common, **kwargs)
         model = transformers.GPTNeoXForCausalLM(cfg)
     else:
-        cfg = transformers.LlamaConfig(intermediate_size=48, rms_norm_eps=1e-6, hidden_act="silu", **common, **kwargs)
+        cfg = transformers.LlamaConfig(intermediate_size=48, rms_norm_eps=1e-6, **{"hidden_act": "silu", **common, **kwargs})
         model = transformers.LlamaForCausalLM(cfg)
     model.config._attn_implementation = "eager"
     with torch.no_grad():  # random weights everywhere, norms around 1 and biases around 0, so all paths matter
@@ -109,6 +147,7 @@ def masked_loss(logits, targets, mask):
 def test_forward_backward_parity(case, tmp_path):
     kind, kwargs, extra = CASES[case]
     model, cfg = make_model(kind, kwargs)
+    restate_activation(model, case)
     ids, targets, mask = batch()
     out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask)
     logits = model(input_ids=ids).logits

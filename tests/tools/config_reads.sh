@@ -42,8 +42,9 @@ check "train: 2 data-parallel ranks under ZeRO-1" "$MPIEXEC" -n 2 "$TRAIN" -q "$
 config psgd neox 2 1 3 ', "gradient_compression": "powersgd", "gradient_compression_rank": 2, "gradient_compression_start": 1'
 check "train: 2 data-parallel ranks with PowerSGD" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/psgd.yml"
 
-# SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step).
-config sgd neox 2 2 3 ''
+# SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
+# run with GPT-NeoX's onnx_safe gelu.
+config sgd neox 2 2 3 ', "onnx_safe": true'
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}|' "$T/sgd.yml"
 check "train: sgd with momentum" "$TRAIN" -q "$T/sgd.yml"
 config onebit neox 2 1 3 ''

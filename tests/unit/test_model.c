@@ -58,6 +58,48 @@ static void test_desc_from_config(void **state) {
     neox_config_free(cfg);
 }
 
+static neox_config *activation_config(const char *extra) {
+    char text[512];
+    snprintf(text, sizeof text, "train_micro_batch_size_per_gpu: 1\nhidden_size: 96\nnum_layers: 1\n"
+             "num_attention_heads: 4\nseq_length: 16\nmax_position_embeddings: 16\nmlp_multiple_of: 16\n%s", extra);
+    return load_yaml(text);
+}
+
+// GPT-NeoX's activations: gated ones size each half 2/3 of 4h (rounded to mlp_multiple_of) and take
+// Llama names; gelu's variant follows onnx_safe / bias_gelu_fusion, which GPT-NeoX refuses together.
+static void test_desc_activations(void **state) {
+    (void)state;
+    static const struct { const char *yaml; neox_activation act; int ffn; } cases[] = {
+        {"activation: geglu\n", NEOX_ACT_GEGLU, 128},  // 384 * 2/3 = 256 -> 128 per half
+        {"activation: reglu\n", NEOX_ACT_REGLU, 128},
+        {"activation: glu\n", NEOX_ACT_GLU, 128},
+        {"activation: bilinear\n", NEOX_ACT_BILINEAR, 128},
+        {"activation: relu\n", NEOX_ACT_RELU, 384},
+        {"activation: swish\n", NEOX_ACT_SILU, 384},
+        {"activation: silu\n", NEOX_ACT_SILU, 384},
+        {"activation: mish\n", NEOX_ACT_MISH, 384},
+        {"activation: softsign\n", NEOX_ACT_SOFTSIGN, 384},
+        {"activation: gelu\nonnx_safe: true\n", NEOX_ACT_GELU_ONNX, 384},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        neox_config *cfg = activation_config(cases[i].yaml);
+        neox_model_desc d;
+        neox_error err = {0};
+        if (neox_model_desc_from_config(&d, cfg, 100, &err) != 0) fail_msg("%s: %s", cases[i].yaml, err.message);
+        assert_int_equal(d.activation, cases[i].act);
+        assert_int_equal(d.ffn_size, cases[i].ffn);
+        assert_int_equal(d.naming, neox_activation_gated(d.activation) ? NEOX_NAMES_LLAMA : NEOX_NAMES_GPT_NEOX);
+        neox_config_free(cfg);
+    }
+    neox_config *cfg = activation_config("onnx_safe: true\nbias_gelu_fusion: true\n");
+    neox_model_desc d;
+    neox_error err = {0};
+    assert_int_equal(neox_model_desc_from_config(&d, cfg, 100, &err), -1);
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    assert_non_null(strstr(err.message, "onnx_safe and bias_gelu_fusion"));
+    neox_config_free(cfg);
+}
+
 static neox_model *tiny(int checkpoint) {
     neox_model_desc d = {.vocab_size = 40, .hidden_size = 16, .num_layers = 2, .num_heads = 4, .num_kv_heads = 2,
                          .ffn_size = 24, .max_positions = 16, .norm = NEOX_NORM_LAYERNORM, .norm_eps = 1e-5f,
@@ -100,6 +142,7 @@ static void test_checkpointing_is_exact(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_desc_from_config),
+        cmocka_unit_test(test_desc_activations),
         cmocka_unit_test(test_checkpointing_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
