@@ -28,6 +28,9 @@ CASES = {
     "llama-gqa-swiglu-rmsnorm-untied": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=False), {}),
     "llama-mqa-tied-checkpointed": ("llama", dict(num_key_value_heads=1, tie_word_embeddings=True,
                                                   rope_theta=1000.0), {"checkpoint": 1}),
+    # Llama-3's rotary base with tied embeddings (as its 1B/3B checkpoints).
+    "llama-rope-theta-500000-tied": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=True,
+                                                   rope_theta=500000.0), {}),
     # GPT-NeoX's other activations: ungated ones in GPTNeoXForCausalLM (hidden_act elementwise),
     # gated ones in LlamaForCausalLM, whose down(act(gate(x)) * up(x)) is GPT-NeoX's
     # Gated_Activation act(gate) * x with x the first half of the fused projection (up_proj).
