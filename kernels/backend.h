@@ -45,7 +45,8 @@ extern "C" {
       int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
     X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \
       int HS, int interleaved), (dqkv, dq, dk, dv, B, T, NH, NKV, HS, interleaved))                                    \
-    X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base), (cos, sin, T, R, base))                \
+    X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling), (cos, sin, \
+      T, R, base, scaling))                                                                                            \
     X(void, rotary_apply, (float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,           \
       int inverse), (x, cos, sin, B, H, T, HS, R, inverse))                                                            \
     X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,  \

@@ -115,9 +115,19 @@ void neox_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T
 void neox_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV,
                     int HS, int interleaved);
 
+// Hugging Face's rope_scaling of the rotary frequencies (transformers' modeling_rope_utils): none;
+// linear (every frequency / factor); llama3 (Llama 3.1's: wavelengths above original_max_positions /
+// low_freq_factor divided by factor, below original_max_positions / high_freq_factor kept, a
+// smooth blend between). Its attention factor is 1 in all three.
+typedef enum neox_rope_kind { NEOX_ROPE_DEFAULT, NEOX_ROPE_LINEAR, NEOX_ROPE_LLAMA3 } neox_rope_kind;
+typedef struct neox_rope_scaling {
+    neox_rope_kind kind;
+    double factor, low_freq_factor, high_freq_factor;
+    int original_max_positions;
+} neox_rope_scaling;
 // Rotary tables for positions 0..T-1: cos, sin: (T, R/2), R the rotary dims (even), frequencies
-// base^(-2i/R) as GPT-NeoX and Hugging Face compute them.
-void neox_rotary_tables(float *cos, float *sin, int T, int R, double base);
+// base^(-2i/R) as GPT-NeoX and Hugging Face compute them, then scaled.
+void neox_rotary_tables(float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling);
 // In place on x: (B, H, T, HS), rotating the first R dims of each head with GPT-NeoX's rotate-half
 // convention (pairs i and i + R/2). The backward (inverse rotation) is the same call with inverse = 1.
 void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse);

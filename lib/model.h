@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "core.h"
+#include "kernels/kernels.h"
 
 typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM } neox_norm_kind;
 typedef enum { NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_NONE } neox_pos_kind;
@@ -46,6 +47,7 @@ typedef struct neox_model_desc {
     neox_pos_kind pos_emb;
     int rotary_dims;        // R: leading dims of each head that rotate (int(head_size * rotary_pct))
     double rotary_base;
+    neox_rope_scaling rope_scaling;  // the frequencies' scaling (config key rope_scaling)
     int parallel_residual;  // gpt_j_residual: x + attn(ln1(x)) + mlp(ln2(x))
     neox_activation activation;
     int attn_bias, mlp_bias;

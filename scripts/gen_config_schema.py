@@ -34,6 +34,8 @@ CHOICES = {"communication_data_type": "fp32|fp16|bf16"}  # the choices of an ove
 
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
 OWN_KEYS = [
+    # Hugging Face's rope_scaling dict (Llama 3.x, linear position interpolation); sub-keys below.
+    ("neox.c", "rope_scaling", "DICT", None, None, 0, None, None),
     ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
     ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd", 0, None, None),
     ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),
@@ -311,6 +313,21 @@ IGNORED_DICTS = {
 }
 for dict_name, names in IGNORED_DICTS.items():
     SUBKEYS += [sub(f"{dict_name}.{n}", "ANY", None, "IGNORED") for n in names.split()]
+
+# rope_scaling as transformers' config.json writes it (modeling_rope_utils); `type` is its older
+# spelling of rope_type. The other scalings change attention too (yarn's and longrope's attention
+# factor, dynamic's sequence-dependent base) and are refused.
+ROPE_TYPES = "default|linear|llama3|dynamic|yarn|longrope"
+SUBKEYS += [
+    sub("rope_scaling.rope_type", "CHOICE", None, feature="rope scaling", choices=ROPE_TYPES,
+        supported="default|linear|llama3"),
+    sub("rope_scaling.type", "CHOICE", None, feature="rope scaling", choices=ROPE_TYPES,
+        supported="default|linear|llama3"),
+    sub("rope_scaling.factor", "FLOAT", None, lo=1, hi=float("inf")),
+    sub("rope_scaling.low_freq_factor", "FLOAT", None, lo=0, hi=float("inf")),
+    sub("rope_scaling.high_freq_factor", "FLOAT", None, lo=0, hi=float("inf")),
+    sub("rope_scaling.original_max_position_embeddings", "INT", None, lo=1, hi=INT_MAX),
+]
 
 # Apex AMP (refused as a whole): amp.initialize's arguments.
 SUBKEYS += [sub("amp." + n, "ANY", None, "UNSUPPORTED", "apex AMP") for n in (

@@ -1,4 +1,4 @@
-// from_hf.c: a Hugging Face GPTNeoXForCausalLM or LlamaForCausalLM folder (config.json and
+// from_hf.c: a Hugging Face GPTNeoXForCausalLM, LlamaForCausalLM or MistralForCausalLM folder (config.json and
 // model.safetensors, or shards listed by model.safetensors.index.json) as a training checkpoint:
 // SAVE/global_step0 in the requested layout, SAVE/latest, and SAVE/model.yml, the GPT-NeoX-style
 // config of the model (to be combined with a data/training config; it sets `finetune: true`).
@@ -19,7 +19,8 @@
 typedef struct hf_model {
     const char *dir;
     json_t *config;
-    int llama;               // LlamaForCausalLM (else GPTNeoXForCausalLM)
+    int llama;               // Llama's names and layout: LlamaForCausalLM or MistralForCausalLM (else GPTNeoXForCausalLM)
+    const char *class_name;  // the Hugging Face class
     json_t *weight_map;      // name -> file (NULL: everything is in model.safetensors)
 } hf_model;
 
@@ -120,15 +121,67 @@ static int64_t vocab_unit(int64_t vocab) {
     return unit;
 }
 
+// MistralForCausalLM is Llama's block with attention to the last sliding_window positions: the
+// same model when the window covers every position it can see (null, or at least
+// max_position_embeddings); a shorter window is refused, as neox.c attends to all earlier positions.
+static int mistral_window_check(const hf_model *m, neox_error *err) {
+    json_t *w = json_object_get(m->config, "sliding_window");
+    if (!w || json_is_null(w)) return 0;
+    int64_t max_pos = 0;
+    if (get_int(m, "max_position_embeddings", 2048, &max_pos, err)) return -1;
+    if (!json_is_integer(w))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: 'sliding_window' is not an integer", m->dir);
+    if (json_integer_value(w) < max_pos)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: sliding_window %lld is shorter than "
+                         "max_position_embeddings %lld: sliding-window attention is not supported", m->dir,
+                         (long long)json_integer_value(w), (long long)max_pos);
+    return 0;
+}
+
 static int architecture_of(hf_model *m, neox_error *err) {
     const char *type = get_str(m, "model_type", "");
     json_t *arch = json_array_get(json_object_get(m->config, "architectures"), 0);
     const char *a = json_string_value(arch) ? json_string_value(arch) : "";
     // model_type decides (transformers' AutoConfig reads it); architectures only when it is absent.
-    if (*type ? !strcmp(type, "gpt_neox") : !strcmp(a, "GPTNeoXForCausalLM")) m->llama = 0;
-    else if (*type ? !strcmp(type, "llama") : !strcmp(a, "LlamaForCausalLM")) m->llama = 1;
-    else return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: model_type '%s' (architectures '%s') is not "
-                          "GPTNeoXForCausalLM or LlamaForCausalLM", m->dir, type, a);
+    static const struct { const char *type, *class_name; int llama; } classes[] = {
+        {"gpt_neox", "GPTNeoXForCausalLM", 0}, {"llama", "LlamaForCausalLM", 1}, {"mistral", "MistralForCausalLM", 1},
+    };
+    for (size_t i = 0; i < sizeof classes / sizeof *classes; i++)
+        if (*type ? !strcmp(type, classes[i].type) : !strcmp(a, classes[i].class_name)) {
+            m->llama = classes[i].llama;
+            m->class_name = classes[i].class_name;
+            return strcmp(classes[i].type, "mistral") ? 0 : mistral_window_check(m, err);
+        }
+    return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: model_type '%s' (architectures '%s') is not "
+                     "GPTNeoXForCausalLM, LlamaForCausalLM or MistralForCausalLM", m->dir, type, a);
+}
+
+// rope_scaling: linear and llama3 carried into the YAML as the same dict; anything else refused.
+static int rope_scaling_yaml(const hf_model *m, FILE *f, neox_error *err) {
+    json_t *scaling = json_object_get(m->config, "rope_scaling");
+    if (!scaling || json_is_null(scaling)) return 0;
+    const char *type = json_string_value(json_object_get(scaling, "rope_type"));
+    if (!type) type = json_string_value(json_object_get(scaling, "type"));
+    if (!type || (strcmp(type, "linear") && strcmp(type, "llama3") && strcmp(type, "default")))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling.rope_type '%s' is not supported (default, "
+                         "linear, llama3)", m->dir, type ? type : "(none)");
+    static const char *const numbers[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    fprintf(f, "rope_scaling:\n  rope_type: %s\n", type);
+    for (size_t i = 0; i < sizeof numbers / sizeof *numbers && strcmp(type, "default"); i++) {
+        json_t *v = json_object_get(scaling, numbers[i]);
+        if (i > 0 && !strcmp(type, "linear")) break;
+        if (!json_is_number(v))
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling.%s is not a number", m->dir, numbers[i]);
+        char buf[40];
+        fprintf(f, "  %s: %s\n", numbers[i], yaml_float(json_number_value(v), buf, sizeof buf));
+    }
+    if (!strcmp(type, "llama3")) {
+        json_t *v = json_object_get(scaling, "original_max_position_embeddings");
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT_MAX)
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling.original_max_position_embeddings is not "
+                             "a positive integer", m->dir);
+        fprintf(f, "  original_max_position_embeddings: %lld\n", (long long)json_integer_value(v));
+    }
     return 0;
 }
 
@@ -148,9 +201,6 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
     if (head_dim * heads != hidden)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: head_dim %lld x num_attention_heads is not hidden_size",
                          m->dir, (long long)head_dim);
-    json_t *scaling = json_object_get(m->config, "rope_scaling");
-    if (scaling && !json_is_null(scaling))
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling is not supported", m->dir);
     if (theta != floor(theta))
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_theta %g is not an integer (rotary_emb_base)", m->dir, theta);
     // GPT-NeoX's gated MLP takes 2/3 of intermediate_size for both halves: 3F gives halves of F.
@@ -160,7 +210,7 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
             "use_bias_in_attn_linear: %s\nuse_bias_in_mlp: %s\n",
             yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), (long long)(3 * ffn), (long long)kv, theta,
             get_bool(m, "attention_bias", 0) ? "true" : "false", get_bool(m, "mlp_bias", 0) ? "true" : "false");
-    return 0;
+    return rope_scaling_yaml(m, f, err);
 }
 
 static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error *err) {
@@ -184,7 +234,7 @@ static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error 
             "rotary_emb_base: %.0f\ngpt_j_residual: %s\nuse_bias_in_attn_linear: %s\nuse_bias_in_mlp: true\n",
             yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), tanh_gelu ? "true" : "false", (long long)ffn, rotary_pct, base, get_bool(m, "use_parallel_residual", 1) ? "true" : "false",
             get_bool(m, "attention_bias", 1) ? "true" : "false");
-    return 0;
+    return rope_scaling_yaml(m, f, err);
 }
 
 // The tokenizer keys: the folder's tokenizer files, copied next to the checkpoint.
@@ -215,7 +265,7 @@ static char *model_yaml(const hf_model *m, const char *save_final, int64_t *voca
     FILE *f = open_memstream(&text, &size);
     fprintf(f, "# Imported by neox-convert from-hf from %s (%s). Combine with a data and training config;\n"
             "# finetune: true loads these parameters and starts a fresh run.\n",
-            m->dir, m->llama ? "LlamaForCausalLM" : "GPTNeoXForCausalLM");
+            m->dir, m->class_name);
     fprintf(f, "num_layers: %lld\nhidden_size: %lld\nnum_attention_heads: %lld\nmax_position_embeddings: %lld\n"
             "seq_length: %lld\npos_emb: rotary\nno_weight_tying: %s\nmake_vocab_size_divisible_by: %lld\n"
             "init_method_std: %s\n",
@@ -401,7 +451,7 @@ static int import_into(hf_model *m, const char *tmp, const char *save_final, con
         rc = neox_fail_context(err, "%s/config.json: the model it describes", m->dir);
     if (rc == 0 && (d.naming == NEOX_NAMES_LLAMA) != m->llama)
         rc = neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: this model's parameters would not carry %s names", m->dir,
-                       m->llama ? "LlamaForCausalLM" : "GPTNeoXForCausalLM");
+                       m->class_name);
     if (rc == 0) rc = copy_tokenizer(m, tmp, err);
     if (rc == 0) rc = write_checkpoint(m, tmp, cfg, &d, yaml, lay, err);
     if (cfg) neox_config_free(cfg);

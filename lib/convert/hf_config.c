@@ -87,6 +87,19 @@ static json_t *llama_config(const neox_model_desc *d) {
     return c;
 }
 
+// rope_scaling as transformers writes it (rope_type and the numbers its kind reads).
+static json_t *rope_scaling_json(const neox_rope_scaling *s) {
+    json_t *j = json_object();
+    json_object_set_new(j, "rope_type", json_string(s->kind == NEOX_ROPE_LINEAR ? "linear" : "llama3"));
+    json_object_set_new(j, "factor", json_real(s->factor));
+    if (s->kind == NEOX_ROPE_LLAMA3) {
+        json_object_set_new(j, "low_freq_factor", json_real(s->low_freq_factor));
+        json_object_set_new(j, "high_freq_factor", json_real(s->high_freq_factor));
+        json_object_set_new(j, "original_max_position_embeddings", json_integer(s->original_max_positions));
+    }
+    return j;
+}
+
 static const char *torch_dtype(const char *dtype) {
     return !strcmp(dtype, "bf16") ? "bfloat16" : !strcmp(dtype, "fp16") ? "float16" : "float32";
 }
@@ -105,6 +118,7 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, int b
     if (d->naming == NEOX_NAMES_GPT_NEOX) c = gpt_neox_config(d);
     else if (llama_refuses(d, err) != 0) return NULL;
     else c = llama_config(d);
+    if (d->rope_scaling.kind != NEOX_ROPE_DEFAULT) json_object_set_new(c, "rope_scaling", rope_scaling_json(&d->rope_scaling));
     json_object_set_new(c, "vocab_size", json_integer(d->vocab_size));
     json_object_set_new(c, "hidden_size", json_integer(d->hidden_size));
     json_object_set_new(c, "num_hidden_layers", json_integer(d->num_layers));

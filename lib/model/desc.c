@@ -71,6 +71,41 @@ static int parse_activation(const neox_config *cfg, neox_activation *out, neox_e
     return *out == NEOX_ACT_GELU ? gelu_variant(cfg, out, err) : 0;
 }
 
+// rope_scaling: {rope_type (or type): default | linear | llama3, factor, low_freq_factor,
+// high_freq_factor, original_max_position_embeddings} as Hugging Face's config.json writes it.
+static double rope_number(const neox_config *cfg, const char *path, int *missing) {
+    const neox_value *v = neox_config_sub(cfg, path);
+    if (!v || (v->kind != NEOX_VALUE_INT && v->kind != NEOX_VALUE_FLOAT)) return *missing = 1, 0;
+    return v->number;
+}
+
+static int parse_rope_scaling(const neox_config *cfg, neox_rope_scaling *s, neox_error *err) {
+    memset(s, 0, sizeof *s);
+    if (!neox_config_has(cfg, "rope_scaling")) return 0;
+    // transformers reads `type` where rope_type is absent; both given must agree.
+    const neox_value *type = neox_config_sub(cfg, "rope_scaling.rope_type"), *old = neox_config_sub(cfg, "rope_scaling.type");
+    if (type && old && strcmp(type->string, old->string) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "rope_scaling: rope_type '%s' and type '%s' disagree", type->string,
+                         old->string);
+    const char *name = type ? type->string : old ? old->string : "default";
+    if (!strcmp(name, "default")) return 0;
+    int missing = 0;
+    s->kind = !strcmp(name, "linear") ? NEOX_ROPE_LINEAR : NEOX_ROPE_LLAMA3;
+    s->factor = rope_number(cfg, "rope_scaling.factor", &missing);
+    if (missing) return neox_fail(err, NEOX_EXIT_USAGE, "rope_scaling.factor is not set (rope_type %s needs it)", name);
+    if (s->kind == NEOX_ROPE_LINEAR) return 0;
+    s->low_freq_factor = rope_number(cfg, "rope_scaling.low_freq_factor", &missing);
+    s->high_freq_factor = rope_number(cfg, "rope_scaling.high_freq_factor", &missing);
+    s->original_max_positions = (int)rope_number(cfg, "rope_scaling.original_max_position_embeddings", &missing);
+    if (missing)
+        return neox_fail(err, NEOX_EXIT_USAGE, "rope_scaling: rope_type llama3 needs factor, low_freq_factor, "
+                         "high_freq_factor and original_max_position_embeddings");
+    if (!(s->high_freq_factor > s->low_freq_factor))
+        return neox_fail(err, NEOX_EXIT_USAGE, "rope_scaling: high_freq_factor %g must exceed low_freq_factor %g",
+                         s->high_freq_factor, s->low_freq_factor);
+    return 0;
+}
+
 static int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
 // GPT-NeoX's MLP width: the fused first projection has `out` columns (both halves when gated) and
@@ -144,6 +179,7 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     if (d->num_heads > 0 && d->pos_emb == NEOX_POS_ROTARY)
         d->rotary_dims = (int)(d->hidden_size / d->num_heads * neox_config_float(cfg, "rotary_pct"));
     d->rotary_base = (double)neox_config_int(cfg, "rotary_emb_base");
+    if (parse_rope_scaling(cfg, &d->rope_scaling, err) != 0) return -1;
 
     if (parse_activation(cfg, &d->activation, err) != 0) return -1;
     if (mlp_width(cfg, d->hidden_size, neox_activation_gated(d->activation), &d->ffn_size, err) != 0) return -1;

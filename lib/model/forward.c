@@ -193,7 +193,7 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     neox_model_use_slot(m, 0);
     make_host_stage(m);
     neox_model_plan_half(m);
-    if (d->rotary_dims) m->be->rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base);
+    if (d->rotary_dims) m->be->rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base, d->rope_scaling);
     return 0;
 }
 

@@ -67,7 +67,7 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     size_t R = d->rotary_dims ? d->rotary_dims : 2;
     g->cos = zeros(be, T * R / 2);
     g->sin = zeros(be, T * R / 2);
-    if (d->rotary_dims) be->rotary_tables(g->cos, g->sin, (int)T, d->rotary_dims, d->rotary_base);
+    if (d->rotary_dims) be->rotary_tables(g->cos, g->sin, (int)T, d->rotary_dims, d->rotary_base, d->rope_scaling);
     g->x = zeros(be, T * C);
     g->ln = zeros(be, T * C);
     g->mean = zeros(be, T);

@@ -35,6 +35,11 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("pos")) d->pos_emb = strcmp(v, "learned") == 0 ? NEOX_POS_LEARNED : strcmp(v, "none") == 0 ? NEOX_POS_NONE : NEOX_POS_ROTARY;
     else if (KEY("rotary_dims")) d->rotary_dims = atoi(v);
     else if (KEY("rotary_base")) d->rotary_base = strtod(v, NULL);
+    else if (KEY("rope_type")) d->rope_scaling.kind = strcmp(v, "linear") == 0 ? NEOX_ROPE_LINEAR : NEOX_ROPE_LLAMA3;
+    else if (KEY("rope_factor")) d->rope_scaling.factor = strtod(v, NULL);
+    else if (KEY("rope_low")) d->rope_scaling.low_freq_factor = strtod(v, NULL);
+    else if (KEY("rope_high")) d->rope_scaling.high_freq_factor = strtod(v, NULL);
+    else if (KEY("rope_orig")) d->rope_scaling.original_max_positions = atoi(v);
     else if (KEY("parallel")) d->parallel_residual = atoi(v);
     else if (KEY("act")) {
         if (strcmp(v, "gelu_tanh") == 0) d->activation = NEOX_ACT_GELU_TANH;

@@ -346,8 +346,9 @@ static void test_qkv(int B, int T, int NH, int NKV, int HS, int interleaved) {
 static void test_rotary(int B, int H, int T, int HS, int R) {
     size_t half = (size_t)R / 2;
     pair c = pair_zero((size_t)T * half), s = pair_zero((size_t)T * half), x = pair_rand((size_t)B * H * T * HS);
-    cpu->rotary_tables(c.h, s.h, T, R, 10000.0);
-    gpu->rotary_tables(c.d, s.d, T, R, 10000.0);
+    neox_rope_scaling llama3 = {NEOX_ROPE_LLAMA3, 8.0, 1.0, 4.0, 64};
+    cpu->rotary_tables(c.h, s.h, T, R, 10000.0, llama3);
+    gpu->rotary_tables(c.d, s.d, T, R, 10000.0, llama3);
     checkf(0, 0, &c, "rotary_tables cos T=%d R=%d", T, R);
     checkf(0, 0, &s, "rotary_tables sin T=%d R=%d", T, R);
     for (int inverse = 0; inverse < 2; inverse++) {

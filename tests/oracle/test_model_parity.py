@@ -31,6 +31,13 @@ CASES = {
     # Llama-3's rotary base with tied embeddings (as its 1B/3B checkpoints).
     "llama-rope-theta-500000-tied": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=True,
                                                    rope_theta=500000.0), {}),
+    # rope_scaling as Llama 3.1/3.2 (llama3) and linear position interpolation express it; the
+    # original context of 16 puts the 9 frequencies of head size 16 in all three llama3 bands.
+    "llama-rope-llama3": ("llama", dict(num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=True,
+                                        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                          high_freq_factor=4.0, original_max_position_embeddings=16)), {}),
+    "llama-rope-linear": ("llama", dict(num_key_value_heads=4, rope_scaling=dict(type="linear", factor=4.0)), {}),
+    "neox-rope-linear": ("neox", dict(rotary_pct=0.5, rope_scaling=dict(rope_type="linear", factor=2.5)), {}),
     # GPT-NeoX's other activations: ungated ones in GPTNeoXForCausalLM (hidden_act elementwise),
     # gated ones in LlamaForCausalLM, whose down(act(gate(x)) * up(x)) is GPT-NeoX's
     # Gated_Activation act(gate) * x with x the first half of the fused projection (up_proj).
@@ -105,6 +112,13 @@ def driver_args(kind, cfg, extra):
         args = dict(norm="rmsnorm", eps=cfg.rms_norm_eps, rotary_dims=cfg.hidden_size // cfg.num_attention_heads,
                     rotary_base=cfg.rope_theta, parallel=0, act="swiglu", attn_bias=0, mlp_bias=0,
                     kv_heads=cfg.num_key_value_heads)
+    scaling = getattr(cfg, "rope_scaling", None)
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        args.update(rope_type=kind, rope_factor=scaling["factor"])
+        if kind == "llama3":
+            args.update(rope_low=scaling["low_freq_factor"], rope_high=scaling["high_freq_factor"],
+                        rope_orig=scaling["original_max_position_embeddings"])
     args.update(vocab=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
                 heads=cfg.num_attention_heads, ffn=cfg.intermediate_size, max_pos=cfg.max_position_embeddings,
                 tied=int(cfg.tie_word_embeddings), **extra)

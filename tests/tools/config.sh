@@ -75,6 +75,14 @@ else
     skip "reference configs" "$CONFIGS is absent"
 fi
 
+# rope_scaling: transformers' kinds other than linear and llama3 are refused by name.
+printf 'rope_scaling:\n  rope_type: yarn\n  factor: 4.0\n' >"$TEST_TMP/yarn.yml"
+check_fails "rope_scaling: yarn refused naming the sub-key" 2 "rope_scaling.rope_type.*yarn.*not supported" \
+    "$T" --print-config $TINY "$TEST_TMP/yarn.yml"
+printf 'rope_scaling:\n  rope_type: linear\n  factor: 0.5\n' >"$TEST_TMP/factor.yml"
+check_fails "rope_scaling: a factor below 1 refused naming it" 2 "rope_scaling.factor" \
+    "$T" --print-config $TINY "$TEST_TMP/factor.yml"
+
 # ---- printing and derived values -------------------------------------------------------------------
 check_output "print: defaults and derived values are labelled" "^hidden_dropout += 0.0  # default$" \
     "$T" -q --print-config $TINY

@@ -180,7 +180,7 @@ static void test_rotary(void **state) {
     (void)state;
     int B = 2, H = 3, T = 5, HS = 8, R = 4;
     float cs[5 * 2], sn[5 * 2];
-    neox_rotary_tables(cs, sn, T, R, 10000.0);
+    neox_rotary_tables(cs, sn, T, R, 10000.0, (neox_rope_scaling){0});
     float *x = randn((size_t)B * H * T * HS, 1), *y = neox_malloc(sizeof(float) * B * H * T * HS);
     memcpy(y, x, sizeof(float) * B * H * T * HS);
     neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0);

@@ -58,6 +58,39 @@ static void test_desc_from_config(void **state) {
     neox_config_free(cfg);
 }
 
+// rope_scaling: llama3's four numbers read, linear's factor; missing numbers and disagreeing
+// spellings of the type refused by name.
+static void test_desc_rope_scaling(void **state) {
+    (void)state;
+    neox_config *cfg = load_yaml("train_micro_batch_size_per_gpu: 1\nhidden_size: 64\nnum_layers: 1\nnum_attention_heads: 4\n"
+                                 "seq_length: 16\nmax_position_embeddings: 16\nrope_scaling:\n  rope_type: llama3\n"
+                                 "  factor: 8.0\n  low_freq_factor: 1.0\n  high_freq_factor: 4.0\n"
+                                 "  original_max_position_embeddings: 8192\n");
+    neox_model_desc d;
+    neox_error err = {0};
+    if (neox_model_desc_from_config(&d, cfg, 100, &err) != 0) fail_msg("%s", err.message);
+    assert_int_equal(d.rope_scaling.kind, NEOX_ROPE_LLAMA3);
+    assert_true(d.rope_scaling.factor == 8.0 && d.rope_scaling.low_freq_factor == 1.0 && d.rope_scaling.high_freq_factor == 4.0);
+    assert_int_equal(d.rope_scaling.original_max_positions, 8192);
+    neox_config_free(cfg);
+    static const struct { const char *yaml, *message; } bad[] = {
+        {"rope_scaling:\n  rope_type: llama3\n  factor: 8.0\n", "rope_type llama3 needs factor, low_freq_factor"},
+        {"rope_scaling:\n  type: linear\n", "rope_scaling.factor is not set"},
+        {"rope_scaling:\n  type: linear\n  rope_type: llama3\n  factor: 2.0\n", "rope_type 'llama3' and type 'linear' disagree"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "train_micro_batch_size_per_gpu: 1\nhidden_size: 64\nnum_layers: 1\n"
+                 "num_attention_heads: 4\nseq_length: 16\nmax_position_embeddings: 16\n%s", bad[i].yaml);
+        cfg = load_yaml(text);
+        err = (neox_error){0};
+        assert_int_equal(neox_model_desc_from_config(&d, cfg, 100, &err), -1);
+        assert_int_equal(err.status, NEOX_EXIT_USAGE);
+        if (!strstr(err.message, bad[i].message)) fail_msg("'%s' lacks '%s'", err.message, bad[i].message);
+        neox_config_free(cfg);
+    }
+}
+
 static neox_config *activation_config(const char *extra) {
     char text[512];
     snprintf(text, sizeof text, "train_micro_batch_size_per_gpu: 1\nhidden_size: 96\nnum_layers: 1\n"
@@ -143,6 +176,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_desc_from_config),
         cmocka_unit_test(test_desc_activations),
+        cmocka_unit_test(test_desc_rope_scaling),
         cmocka_unit_test(test_checkpointing_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
