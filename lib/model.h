@@ -51,6 +51,7 @@ typedef struct neox_model_desc {
     int parallel_residual;  // gpt_j_residual: x + attn(ln1(x)) + mlp(ln2(x))
     neox_activation activation;
     int attn_bias, mlp_bias;
+    int attn_out_unbiased;  // with attn_bias: q/k/v have biases, the attention output none (Qwen2)
     int tied;               // the output layer reuses the input embedding
     neox_init_method init_method, output_init_method;
     double init_std;

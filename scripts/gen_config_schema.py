@@ -36,6 +36,8 @@ CHOICES = {"communication_data_type": "fp32|fp16|bf16"}  # the choices of an ove
 OWN_KEYS = [
     # Hugging Face's rope_scaling dict (Llama 3.x, linear position interpolation); sub-keys below.
     ("neox.c", "rope_scaling", "DICT", None, None, 0, None, None),
+    # false: q/k/v keep use_bias_in_attn_linear's biases, the attention output has none (Qwen2).
+    ("neox.c", "use_bias_in_attn_output", "BOOL", None, None, 0, None, None),
     ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
     ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd", 0, None, None),
     ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),

@@ -1,4 +1,4 @@
-// from_hf.c: a Hugging Face GPTNeoXForCausalLM, LlamaForCausalLM or MistralForCausalLM folder (config.json and
+// from_hf.c: a Hugging Face GPTNeoX, Llama, Mistral or Qwen2 ...ForCausalLM folder (config.json and
 // model.safetensors, or shards listed by model.safetensors.index.json) as a training checkpoint:
 // SAVE/global_step0 in the requested layout, SAVE/latest, and SAVE/model.yml, the GPT-NeoX-style
 // config of the model (to be combined with a data/training config; it sets `finetune: true`).
@@ -138,6 +138,14 @@ static int mistral_window_check(const hf_model *m, neox_error *err) {
     return 0;
 }
 
+// Qwen2ForCausalLM slides its window only with use_sliding_window (on layers from max_window_layers).
+static int qwen2_window_check(const hf_model *m, neox_error *err) {
+    if (get_bool(m, "use_sliding_window", 0))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: use_sliding_window: sliding-window attention is not "
+                         "supported", m->dir);
+    return 0;
+}
+
 static int architecture_of(hf_model *m, neox_error *err) {
     const char *type = get_str(m, "model_type", "");
     json_t *arch = json_array_get(json_object_get(m->config, "architectures"), 0);
@@ -145,15 +153,17 @@ static int architecture_of(hf_model *m, neox_error *err) {
     // model_type decides (transformers' AutoConfig reads it); architectures only when it is absent.
     static const struct { const char *type, *class_name; int llama; } classes[] = {
         {"gpt_neox", "GPTNeoXForCausalLM", 0}, {"llama", "LlamaForCausalLM", 1}, {"mistral", "MistralForCausalLM", 1},
+        {"qwen2", "Qwen2ForCausalLM", 1},
     };
     for (size_t i = 0; i < sizeof classes / sizeof *classes; i++)
         if (*type ? !strcmp(type, classes[i].type) : !strcmp(a, classes[i].class_name)) {
             m->llama = classes[i].llama;
             m->class_name = classes[i].class_name;
-            return strcmp(classes[i].type, "mistral") ? 0 : mistral_window_check(m, err);
+            return !strcmp(classes[i].type, "mistral") ? mistral_window_check(m, err)
+                   : !strcmp(classes[i].type, "qwen2") ? qwen2_window_check(m, err) : 0;
         }
     return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: model_type '%s' (architectures '%s') is not "
-                     "GPTNeoXForCausalLM, LlamaForCausalLM or MistralForCausalLM", m->dir, type, a);
+                     "GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM", m->dir, type, a);
 }
 
 // rope_scaling: linear and llama3 carried into the YAML as the same dict; anything else refused.
@@ -205,11 +215,15 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_theta %g is not an integer (rotary_emb_base)", m->dir, theta);
     // GPT-NeoX's gated MLP takes 2/3 of intermediate_size for both halves: 3F gives halves of F.
     char eps[40];
+    int qwen2 = !strcmp(m->class_name, "Qwen2ForCausalLM");
     fprintf(f, "norm: rmsnorm\nrms_norm_epsilon: %s\nactivation: %s\nintermediate_size: %lld\nmlp_multiple_of: 1\n"
             "num_kv_heads: %lld\nrotary_pct: 1.0\nrotary_emb_base: %.0f\ngpt_j_residual: false\n"
             "use_bias_in_attn_linear: %s\nuse_bias_in_mlp: %s\n",
             yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), (long long)(3 * ffn), (long long)kv, theta,
-            get_bool(m, "attention_bias", 0) ? "true" : "false", get_bool(m, "mlp_bias", 0) ? "true" : "false");
+            qwen2 || get_bool(m, "attention_bias", 0) ? "true" : "false",
+            !qwen2 && get_bool(m, "mlp_bias", 0) ? "true" : "false");
+    // Qwen2's layout is fixed: q/k/v biases, none on the output projection or the MLP.
+    if (qwen2) fprintf(f, "use_bias_in_attn_output: false\n");
     return rope_scaling_yaml(m, f, err);
 }
 

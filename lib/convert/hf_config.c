@@ -67,22 +67,30 @@ static int llama_refuses(const neox_model_desc *d, neox_error *err) {
                       : d->parallel_residual ? "gpt_j_residual (parallel residual)"
                       : d->pos_emb != NEOX_POS_ROTARY ? "pos_emb other than rotary"
                       : d->rotary_dims != d->head_size ? "rotary_pct below 1"
-                      : d->rotary_base != floor(d->rotary_base) ? "a fractional rotary_emb_base" : NULL;
-    if (why) return neox_fail(err, NEOX_EXIT_USAGE, "LlamaForCausalLM cannot hold this model: it has %s", why);
+                      : d->rotary_base != floor(d->rotary_base) ? "a fractional rotary_emb_base"
+                      : d->attn_out_unbiased && d->mlp_bias ? "MLP biases with q/k/v biases but no output bias" : NULL;
+    if (why) return neox_fail(err, NEOX_EXIT_USAGE, "%s cannot hold this model: it has %s",
+                              d->attn_out_unbiased ? "Qwen2ForCausalLM" : "LlamaForCausalLM", why);
     return 0;
 }
 
+// LlamaForCausalLM; Qwen2ForCausalLM for q/k/v biases without an output bias (its fixed layout).
 static json_t *llama_config(const neox_model_desc *d) {
     json_t *c = json_object();
-    json_object_set_new(c, "architectures", json_pack("[s]", "LlamaForCausalLM"));
-    json_object_set_new(c, "model_type", json_string("llama"));
+    int qwen2 = d->attn_out_unbiased;
+    json_object_set_new(c, "architectures", json_pack("[s]", qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+    json_object_set_new(c, "model_type", json_string(qwen2 ? "qwen2" : "llama"));
     json_object_set_new(c, "hidden_act", json_string(neox_cvt_hf_act_name(d->activation)));
     json_object_set_new(c, "num_key_value_heads", json_integer(d->num_kv_heads));
     json_object_set_new(c, "head_dim", json_integer(d->head_size));
     json_object_set_new(c, "rms_norm_eps", epsilon(d->norm_eps));
     json_object_set_new(c, "rope_theta", json_real(d->rotary_base));
-    json_object_set_new(c, "attention_bias", json_boolean(d->attn_bias));
-    json_object_set_new(c, "mlp_bias", json_boolean(d->mlp_bias));
+    if (qwen2) {
+        json_object_set_new(c, "use_sliding_window", json_false());
+    } else {
+        json_object_set_new(c, "attention_bias", json_boolean(d->attn_bias));
+        json_object_set_new(c, "mlp_bias", json_boolean(d->mlp_bias));
+    }
     json_object_set_new(c, "attention_dropout", json_real(d->attention_dropout));
     return c;
 }
@@ -114,6 +122,9 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, int b
         return neox_fail(err, NEOX_EXIT_USAGE, "activation %s: transformers has no hidden_act for it",
                          d->activation == NEOX_ACT_GELU_ONNX ? "gelu with onnx_safe (erf_gelu's 1.41421)"
                                                                : neox_activation_name(d->activation)), NULL;
+    if (d->naming == NEOX_NAMES_GPT_NEOX && d->attn_out_unbiased)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_bias_in_attn_output: false: GPTNeoXForCausalLM's attention_bias "
+                         "covers both the query_key_value and dense biases"), NULL;
     json_t *c;
     if (d->naming == NEOX_NAMES_GPT_NEOX) c = gpt_neox_config(d);
     else if (llama_refuses(d, err) != 0) return NULL;

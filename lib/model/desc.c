@@ -186,6 +186,13 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
 
     d->parallel_residual = neox_config_bool(cfg, "gpt_j_residual");
     d->attn_bias = neox_config_bool(cfg, "use_bias_in_attn_linear");
+    // use_bias_in_attn_output (unset: as use_bias_in_attn_linear) turns off the output projection's bias alone.
+    if (neox_config_has(cfg, "use_bias_in_attn_output")) {
+        int out_bias = neox_config_bool(cfg, "use_bias_in_attn_output");
+        if (out_bias && !d->attn_bias)
+            return neox_fail(err, NEOX_EXIT_USAGE, "use_bias_in_attn_output: true needs use_bias_in_attn_linear: true");
+        d->attn_out_unbiased = !out_bias;
+    }
     d->mlp_bias = neox_config_bool(cfg, "use_bias_in_mlp");
     d->tied = !neox_config_bool(cfg, "no_weight_tying");
     d->init_std = neox_config_float(cfg, "init_method_std");

@@ -119,7 +119,8 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         v->qkv_w = OFF(add_param(c, 0, ROWS, 3 * C, C, "%s.%d.attention.query_key_value.weight", pre, l));
         if (d->attn_bias) v->qkv_b = OFF(add_param(c, 1, ROWS, 3 * C, 0, "%s.%d.attention.query_key_value.bias", pre, l));
         v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.attention.dense.weight", pre, l));
-        if (d->attn_bias) v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.attention.dense.bias", pre, l));
+        if (d->attn_bias && !d->attn_out_unbiased)
+            v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.attention.dense.bias", pre, l));
         v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.dense_h_to_4h.weight", pre, l));
         v->fc_b = OFF(add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.dense_h_to_4h.bias", pre, l));
         v->fc2_w = OFF(add_param(c, 0, COLS, C, F, "%s.%d.mlp.dense_4h_to_h.weight", pre, l));
@@ -137,7 +138,8 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         add_param(c, 1, ROWS, (int64_t)NKV * HS, 0, "%s.%d.self_attn.v_proj.bias", pre, l);
     }
     v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.self_attn.o_proj.weight", pre, l));
-    if (d->attn_bias) v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
+    if (d->attn_bias && !d->attn_out_unbiased)
+        v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
     // GPT-NeoX's gated MLP computes [x | gate] from one matrix: up_proj then gate_proj, adjacent;
     // each cut by rows, so every shard holds both halves of its rows.
     v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.up_proj.weight", pre, l));

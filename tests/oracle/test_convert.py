@@ -96,6 +96,8 @@ def driver_args(cfg):
         args = dict(norm="rmsnorm", eps=cfg["rms_norm_eps"], rotary_dims=hs, rotary_base=cfg["rope_theta"], parallel=0,
                     act=LLAMA_ACT[cfg.get("hidden_act", "silu")], attn_bias=int(cfg.get("attention_bias", False)), mlp_bias=int(cfg.get("mlp_bias", False)),
                     kv_heads=cfg["num_key_value_heads"])
+    if cfg["model_type"] == "qwen2":
+        args.update(attn_bias=1, attn_out_bias=0)
     scaling = cfg.get("rope_scaling")
     if scaling:
         args.update(rope_type=scaling["rope_type"], rope_factor=scaling["factor"])
@@ -345,6 +347,49 @@ def test_import_mistral_refuses_short_window(tmp_path):
                           text=True, env=ENV)
     assert proc.returncode == 2, proc.stderr
     assert "sliding_window 16 is shorter than max_position_embeddings 64" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def random_qwen2_model(**extra):
+    torch.manual_seed(13)
+    cfg = transformers.Qwen2Config(vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64,
+                                   rope_theta=1000000.0, tie_word_embeddings=True, **extra)
+    model = transformers.Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_((1.0 if "norm" in n and n.endswith("weight") else 0.0) + 0.15 * torch.randn_like(p))
+    return model.float()
+
+
+# Qwen2ForCausalLM (q/k/v biases, no output bias): imported with transformers' logits, exported back
+# as Qwen2ForCausalLM with the same tensors; its sliding window (use_sliding_window) is refused.
+def test_import_qwen2(corpus, tmp_path):
+    _, tokens = corpus
+    model = random_qwen2_model()
+    src, save, out = tmp_path / "src", tmp_path / "imported", tmp_path / "exported"
+    model.save_pretrained(str(src), safe_serialization=True)
+    run(CONVERT, "from-hf", "--input", src, "--output", save)
+    assert "use_bias_in_attn_output: false\n" in (save / "model.yml").read_text()
+    run(CONVERT, "to-hf", "--input", save, "--output", out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen2ForCausalLM"] and cfg["use_sliding_window"] is False
+    exported = load_file(str(out / "model.safetensors"))
+    assert exported.keys() == {n for n, _ in model.named_parameters()}
+    for n, p in model.named_parameters():
+        assert torch.equal(exported[n], p.detach()), f"{n} changed in the round trip"
+    ids = text_ids(tokens)
+    ref = hf_logits(model, ids)
+    close(neox_logits(tmp_path, out, ids), ref, "qwen2: logits of the imported model")
+    close(hf_logits(out, ids), ref, "qwen2: the exported model's logits")
+
+
+def test_import_qwen2_refuses_sliding_window(tmp_path):
+    src = tmp_path / "src"
+    random_qwen2_model(use_sliding_window=True, sliding_window=16).save_pretrained(str(src), safe_serialization=True)
+    proc = subprocess.run([CONVERT, "from-hf", "--input", src, "--output", tmp_path / "out"], capture_output=True,
+                          text=True, env=ENV)
+    assert proc.returncode == 2 and "use_sliding_window" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
 
 

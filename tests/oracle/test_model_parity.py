@@ -31,6 +31,10 @@ CASES = {
     # Llama-3's rotary base with tied embeddings (as its 1B/3B checkpoints).
     "llama-rope-theta-500000-tied": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=True,
                                                    rope_theta=500000.0), {}),
+    # Qwen2: q/k/v biases, no output-projection bias (use_bias_in_attn_output: false).
+    "qwen2-gqa-qkv-bias": ("qwen2", dict(num_key_value_heads=2, tie_word_embeddings=False), {}),
+    "qwen2-tied-checkpointed": ("qwen2", dict(num_key_value_heads=1, tie_word_embeddings=True,
+                                              rope_theta=1000000.0), {"checkpoint": 1}),
     # rope_scaling as Llama 3.1/3.2 (llama3) and linear position interpolation express it; the
     # original context of 16 puts the 9 frequencies of head size 16 in all three llama3 bands.
     "llama-rope-llama3": ("llama", dict(num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=True,
@@ -86,6 +90,9 @@ def make_model(kind, kwargs):
     if kind == "neox":
         cfg = transformers.GPTNeoXConfig(intermediate_size=80, layer_norm_eps=1e-5, **common, **kwargs)
         model = transformers.GPTNeoXForCausalLM(cfg)
+    elif kind == "qwen2":
+        cfg = transformers.Qwen2Config(intermediate_size=48, rms_norm_eps=1e-6, **common, **kwargs)
+        model = transformers.Qwen2ForCausalLM(cfg)
     else:
         cfg = transformers.LlamaConfig(intermediate_size=48, rms_norm_eps=1e-6, **{"hidden_act": "silu", **common, **kwargs})
         model = transformers.LlamaForCausalLM(cfg)
@@ -119,6 +126,8 @@ def driver_args(kind, cfg, extra):
         if kind == "llama3":
             args.update(rope_low=scaling["low_freq_factor"], rope_high=scaling["high_freq_factor"],
                         rope_orig=scaling["original_max_position_embeddings"])
+    if kind == "qwen2":
+        args.update(attn_bias=1, attn_out_bias=0)
     args.update(vocab=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
                 heads=cfg.num_attention_heads, ffn=cfg.intermediate_size, max_pos=cfg.max_position_embeddings,
                 tied=int(cfg.tie_word_embeddings), **extra)

@@ -33,13 +33,13 @@ config resume neox 2 2 6 ", \"load\": \"$T/neox/ckpt\", \"no_load_optim\": false
 check "train: resume with load" "$TRAIN" "$T/resume.yml"
 
 # Two data-parallel ranks: ZeRO, the wire type, the comms logger inside deepspeed_extra_args, rmsnorm,
-# Llama 3.1's rope_scaling (both spellings of its type).
+# Llama 3.1's rope_scaling (both spellings of its type), Qwen2's unbiased attention output.
 ZERO='"zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_scatter": true, "reduce_bucket_size": 3000,
   "allgather_bucket_size": 3000, "contiguous_gradients": true}'
 EXTRA='"deepspeed_extra_args": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": true, "prof_ops": [], "debug": false}}'
 ROPE='"rope_scaling": {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
   "high_freq_factor": 4.0, "original_max_position_embeddings": 16}'
-config dp2 llama 2 1 4 ", $ZERO, $EXTRA, $ROPE, \"communication_data_type\": \"bf16\", \"fp32_allreduce\": false,
+config dp2 llama 2 1 4 ", $ZERO, $EXTRA, $ROPE, \"use_bias_in_attn_output\": false, \"communication_data_type\": \"bf16\", \"fp32_allreduce\": false,
   \"gradient_predivide_factor\": 1.0"
 check "train: 2 data-parallel ranks under ZeRO-1" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/dp2.yml"
 config psgd neox 2 1 3 ', "gradient_compression": "powersgd", "gradient_compression_rank": 2, "gradient_compression_start": 1'

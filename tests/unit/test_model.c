@@ -91,6 +91,36 @@ static void test_desc_rope_scaling(void **state) {
     }
 }
 
+// use_bias_in_attn_output: false keeps q/k/v's biases and drops the output projection's (Qwen2);
+// true without use_bias_in_attn_linear is refused.
+static void test_desc_attn_output_bias(void **state) {
+    (void)state;
+    neox_config *cfg = load_yaml("train_micro_batch_size_per_gpu: 1\nhidden_size: 64\nnum_layers: 1\nnum_attention_heads: 4\n"
+                                 "seq_length: 16\nmax_position_embeddings: 16\nnorm: rmsnorm\nactivation: swiglu\n"
+                                 "use_bias_in_attn_linear: true\nuse_bias_in_attn_output: false\nuse_bias_in_mlp: false\n");
+    neox_model_desc d;
+    neox_error err = {0};
+    if (neox_model_desc_from_config(&d, cfg, 100, &err) != 0) fail_msg("%s", err.message);
+    int n = 0, q_bias = 0, o_bias = 0;
+    neox_param *params = neox_model_param_list(&d, &n, &err);
+    assert_non_null(params);
+    for (int i = 0; i < n; i++) {
+        q_bias += strcmp(params[i].name, "model.layers.0.self_attn.q_proj.bias") == 0;
+        o_bias += strcmp(params[i].name, "model.layers.0.self_attn.o_proj.bias") == 0;
+    }
+    assert_int_equal(q_bias, 1);
+    assert_int_equal(o_bias, 0);
+    free(params);
+    neox_config_free(cfg);
+    cfg = load_yaml("train_micro_batch_size_per_gpu: 1\nhidden_size: 64\nnum_layers: 1\nnum_attention_heads: 4\n"
+                    "seq_length: 16\nmax_position_embeddings: 16\nuse_bias_in_attn_linear: false\n"
+                    "use_bias_in_attn_output: true\n");
+    assert_int_equal(neox_model_desc_from_config(&d, cfg, 100, &err), -1);
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    assert_non_null(strstr(err.message, "use_bias_in_attn_output: true needs use_bias_in_attn_linear: true"));
+    neox_config_free(cfg);
+}
+
 static neox_config *activation_config(const char *extra) {
     char text[512];
     snprintf(text, sizeof text, "train_micro_batch_size_per_gpu: 1\nhidden_size: 96\nnum_layers: 1\n"
@@ -177,6 +207,7 @@ int main(void) {
         cmocka_unit_test(test_desc_from_config),
         cmocka_unit_test(test_desc_activations),
         cmocka_unit_test(test_desc_rope_scaling),
+        cmocka_unit_test(test_desc_attn_output_bias),
         cmocka_unit_test(test_checkpointing_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
