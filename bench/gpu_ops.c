@@ -77,7 +77,7 @@ static void run_ln_bwd(void *p) {
     row_ctx *r = p;
     be->layernorm_backward(r->dx, r->dw, r->db, r->y, r->x, r->w, r->mean, r->rstd, r->N, r->C);
 }
-static void run_gelu(void *p) { row_ctx *r = p; be->gelu_forward(r->y, r->x, (size_t)r->N * r->C, 1); }
+static void run_gelu(void *p) { row_ctx *r = p; be->activation_forward(r->y, r->x, (size_t)r->N * r->C, NEOX_FN_GELU_TANH); }
 static void run_ce_fwd(void *p) { row_ctx *r = p; be->cross_entropy_forward(r->losses, r->lse, r->logits, r->ids, r->N, r->V); }
 static void run_ce_bwd(void *p) {
     row_ctx *r = p;

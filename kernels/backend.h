@@ -45,7 +45,8 @@ extern "C" {
       int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
     X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \
       int HS, int interleaved), (dqkv, dq, dk, dv, B, T, NH, NKV, HS, interleaved))                                    \
-    X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base), (cos, sin, T, R, base))                \
+    X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling), (cos, sin, \
+      T, R, base, scaling))                                                                                            \
     X(void, rotary_apply, (float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,           \
       int inverse), (x, cos, sin, B, H, T, HS, R, inverse))                                                            \
     X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,  \
@@ -57,12 +58,12 @@ extern "C" {
       const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS, float scale,          \
       float dropout, unsigned long long seed), (dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, scale,         \
       dropout, seed))                                                                                                  \
-    X(void, gelu_forward, (float *out, const float *inp, size_t n, int approximate), (out, inp, n, approximate))       \
-    X(void, gelu_backward, (float *dinp, const float *dout, const float *inp, size_t n, int approximate), (dinp, dout, \
-      inp, n, approximate))                                                                                            \
-    X(void, swiglu_forward, (float *out, const float *inp, int N, int F), (out, inp, N, F))                            \
-    X(void, swiglu_backward, (float *dinp, const float *dout, const float *inp, int N, int F), (dinp, dout, inp, N,    \
-      F))                                                                                                              \
+    X(void, activation_forward, (float *out, const float *inp, size_t n, neox_act_fn fn), (out, inp, n, fn))         \
+    X(void, activation_backward, (float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn), (dinp, \
+      dout, inp, n, fn))                                                                                               \
+    X(void, gated_forward, (float *out, const float *inp, int N, int F, neox_act_fn fn), (out, inp, N, F, fn))       \
+    X(void, gated_backward, (float *dinp, const float *dout, const float *inp, int N, int F, neox_act_fn fn), (dinp,  \
+      dout, inp, N, F, fn))                                                                                            \
     X(void, add, (float *out, const float *a, const float *b, size_t n), (out, a, b, n))                               \
     X(void, add_inplace, (float *acc, const float *x, size_t n), (acc, x, n))                                          \
     X(void, add_bias, (float *x, const float *bias, int N, int C), (x, bias, N, C))                                    \

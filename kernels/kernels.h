@@ -115,9 +115,19 @@ void neox_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T
 void neox_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV,
                     int HS, int interleaved);
 
+// Hugging Face's rope_scaling of the rotary frequencies (transformers' modeling_rope_utils): none;
+// linear (every frequency / factor); llama3 (Llama 3.1's: wavelengths above original_max_positions /
+// low_freq_factor divided by factor, below original_max_positions / high_freq_factor kept, a
+// smooth blend between). Its attention factor is 1 in all three.
+typedef enum neox_rope_kind { NEOX_ROPE_DEFAULT, NEOX_ROPE_LINEAR, NEOX_ROPE_LLAMA3 } neox_rope_kind;
+typedef struct neox_rope_scaling {
+    neox_rope_kind kind;
+    double factor, low_freq_factor, high_freq_factor;
+    int original_max_positions;
+} neox_rope_scaling;
 // Rotary tables for positions 0..T-1: cos, sin: (T, R/2), R the rotary dims (even), frequencies
-// base^(-2i/R) as GPT-NeoX and Hugging Face compute them.
-void neox_rotary_tables(float *cos, float *sin, int T, int R, double base);
+// base^(-2i/R) as GPT-NeoX and Hugging Face compute them, then scaled.
+void neox_rotary_tables(float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling);
 // In place on x: (B, H, T, HS), rotating the first R dims of each head with GPT-NeoX's rotate-half
 // convention (pairs i and i + R/2). The backward (inverse rotation) is the same call with inverse = 1.
 void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse);
@@ -141,14 +151,21 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                              int HS, float scale, float dropout, unsigned long long seed);
 
 // ---- activations ------------------------------------------------------------------------------
-// GELU, exact (erf) or the tanh approximation (approximate = 1; GPT-NeoX's bias_gelu_fusion, HF
-// "gelu_new"/"gelu_fast"/"gelu_pytorch_tanh"). inp, out: (n). dinp overwritten.
-void neox_gelu_forward(float *out, const float *inp, size_t n, int approximate);
-void neox_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int approximate);
-// SwiGLU as GPT-NeoX computes it: inp: (N, 2F) = [x | gate] (the gate is the second half);
-// out: (N, F) = x * silu(gate). dinp: (N, 2F) overwritten.
-void neox_swiglu_forward(float *out, const float *inp, int N, int F);
-void neox_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F);
+// The elementwise functions of GPT-NeoX's `activation` values (formulas: kernels/activation_math.h):
+// GELU exact (erf), its tanh approximation (bias_gelu_fusion; HF "gelu_new"), onnx_safe's erf GELU,
+// relu, silu (= swish), softsign, mish, sigmoid (glu's gate) and identity (bilinear's gate).
+typedef enum neox_act_fn {
+    NEOX_FN_GELU, NEOX_FN_GELU_TANH, NEOX_FN_GELU_ONNX, NEOX_FN_RELU, NEOX_FN_SILU, NEOX_FN_SOFTSIGN,
+    NEOX_FN_MISH, NEOX_FN_SIGMOID, NEOX_FN_IDENTITY
+} neox_act_fn;
+// out = fn(inp): inp, out (n). dinp = dout * fn'(inp), overwritten.
+void neox_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn);
+void neox_activation_backward(float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn);
+// A gated activation as GPT-NeoX's Gated_Activation computes it (geglu, reglu, swiglu, bilinear,
+// glu): inp: (N, 2F) = [x | gate] (the gate is the second half); out: (N, F) = fn(gate) * x.
+// dinp: (N, 2F) overwritten.
+void neox_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn);
+void neox_gated_backward(float *dinp, const float *dout, const float *inp, int N, int F, neox_act_fn fn);
 
 // ---- elementwise ------------------------------------------------------------------------------
 void neox_add(float *out, const float *a, const float *b, size_t n);      // out = a + b (out may alias)

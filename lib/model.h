@@ -15,10 +15,16 @@
 
 #include "config.h"
 #include "core.h"
+#include "kernels/kernels.h"
 
 typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM } neox_norm_kind;
 typedef enum { NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_NONE } neox_pos_kind;
-typedef enum { NEOX_ACT_GELU, NEOX_ACT_GELU_TANH, NEOX_ACT_SWIGLU } neox_activation;
+// GPT-NeoX's `activation` values (swish is silu), with gelu split by bias_gelu_fusion (tanh) and
+// onnx_safe (erf_gelu). The gated ones (from NEOX_ACT_SWIGLU on) take a (2F)-wide first projection.
+typedef enum {
+    NEOX_ACT_GELU, NEOX_ACT_GELU_TANH, NEOX_ACT_GELU_ONNX, NEOX_ACT_RELU, NEOX_ACT_SILU, NEOX_ACT_SOFTSIGN,
+    NEOX_ACT_MISH, NEOX_ACT_SWIGLU, NEOX_ACT_GEGLU, NEOX_ACT_REGLU, NEOX_ACT_BILINEAR, NEOX_ACT_GLU
+} neox_activation;
 typedef enum { NEOX_INIT_NORMAL, NEOX_INIT_SCALED_NORMAL, NEOX_INIT_SMALL, NEOX_INIT_WANG } neox_init_method;
 // Which Hugging Face class the parameter names and layouts follow: GPTNeoXForCausalLM (fused QKV
 // interleaved per head, dense_h_to_4h/dense_4h_to_h) or LlamaForCausalLM (q/k/v/o_proj, gate/up/
@@ -41,9 +47,11 @@ typedef struct neox_model_desc {
     neox_pos_kind pos_emb;
     int rotary_dims;        // R: leading dims of each head that rotate (int(head_size * rotary_pct))
     double rotary_base;
+    neox_rope_scaling rope_scaling;  // the frequencies' scaling (config key rope_scaling)
     int parallel_residual;  // gpt_j_residual: x + attn(ln1(x)) + mlp(ln2(x))
     neox_activation activation;
     int attn_bias, mlp_bias;
+    int attn_out_unbiased;  // with attn_bias: q/k/v have biases, the attention output none (Qwen2)
     int tied;               // the output layer reuses the input embedding
     neox_init_method init_method, output_init_method;
     double init_std;
@@ -61,6 +69,11 @@ typedef struct neox_model_desc {
 // pads it; <= 0 takes the config's padded_vocab_size. Bad combinations fail naming the key.
 int neox_model_desc_from_config(neox_model_desc *desc, const neox_config *cfg, int64_t tokenizer_vocab,
                                 neox_error *err);
+// Whether the activation is gated, and its GPT-NeoX name ("gelu" for every gelu variant); parse
+// takes a GPT-NeoX name, swish included (-1 when unknown).
+int neox_activation_gated(neox_activation a);
+const char *neox_activation_name(neox_activation a);
+int neox_activation_parse(const char *name, neox_activation *out);
 // Checks sizes and features for consistency; picks desc->naming; fills the layout fields (the whole
 // model when they are zero) and checks that tp_size divides the heads, kv heads, MLP width and
 // vocabulary. Called by neox_model_create.

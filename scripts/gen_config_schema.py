@@ -35,6 +35,10 @@ CHOICES = {"communication_data_type": "fp32|fp16|bf16"}  # the choices of an ove
 
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
 OWN_KEYS = [
+    # Hugging Face's rope_scaling dict (Llama 3.x, linear position interpolation); sub-keys below.
+    ("neox.c", "rope_scaling", "DICT", None, None, 0, None, None),
+    # false: q/k/v keep use_bias_in_attn_linear's biases, the attention output has none (Qwen2).
+    ("neox.c", "use_bias_in_attn_output", "BOOL", None, None, 0, None, None),
     ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
     ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd", 0, None, None),
     ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),
@@ -71,7 +75,7 @@ rotary_save_freqs_buffer gmlp_attn_dim mamba_selective_scan_fusion mamba_causal_
 mamba_selective_fp32_params mamba_use_bias_in_conv mamba_use_bias_in_linears dim_att head_size ffn_dim
 te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_fp8_margin
 distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume adlr_autoresume_interval
-onnx_safe deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
+deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
 world_size precompute_model_name
 z_loss use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass num_workers
 deepspeed_activation_checkpointing contiguous_checkpointing
@@ -133,7 +137,6 @@ for key in "online_dataserver_ips online_dataserver_ports serve_model_weights we
 SUPPORTED = {
     "norm": ("layernorm|rmsnorm", "normalization"),
     "pos_emb": ("learned|rotary|none", "position embedding"),
-    "activation": ("gelu|swiglu", "activation"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
@@ -312,6 +315,21 @@ IGNORED_DICTS = {
 }
 for dict_name, names in IGNORED_DICTS.items():
     SUBKEYS += [sub(f"{dict_name}.{n}", "ANY", None, "IGNORED") for n in names.split()]
+
+# rope_scaling as transformers' config.json writes it (modeling_rope_utils); `type` is its older
+# spelling of rope_type. The other scalings change attention too (yarn's and longrope's attention
+# factor, dynamic's sequence-dependent base) and are refused.
+ROPE_TYPES = "default|linear|llama3|dynamic|yarn|longrope"
+SUBKEYS += [
+    sub("rope_scaling.rope_type", "CHOICE", None, feature="rope scaling", choices=ROPE_TYPES,
+        supported="default|linear|llama3"),
+    sub("rope_scaling.type", "CHOICE", None, feature="rope scaling", choices=ROPE_TYPES,
+        supported="default|linear|llama3"),
+    sub("rope_scaling.factor", "FLOAT", None, lo=1, hi=float("inf")),
+    sub("rope_scaling.low_freq_factor", "FLOAT", None, lo=0, hi=float("inf")),
+    sub("rope_scaling.high_freq_factor", "FLOAT", None, lo=0, hi=float("inf")),
+    sub("rope_scaling.original_max_position_embeddings", "INT", None, lo=1, hi=INT_MAX),
+]
 
 # Apex AMP (refused as a whole): amp.initialize's arguments.
 SUBKEYS += [sub("amp." + n, "ANY", None, "UNSUPPORTED", "apex AMP") for n in (

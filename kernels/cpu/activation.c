@@ -1,87 +1,98 @@
-// activation.c: GELU (exact and tanh approximation) and GPT-NeoX's SwiGLU, forward and backward.
-// Loops are vectorised (libmvec's erff/tanhf/expf, see vector_math.h; AVX2 builds of the GELU blocks
-// where the CPU has it) over fixed blocks, so which elements take the vector path does not depend
-// on the thread count.
-#include <math.h>
+// activation.c: the MLP activations (kernels/activation_math.h's formulas), elementwise and gated as
+// GPT-NeoX's Gated_Activation, forward and backward. Each function gets its own loop, vectorised
+// (libmvec's erff/tanhf/expf, see vector_math.h; AVX2 builds where the CPU has it) over fixed
+// blocks, so which elements take the vector path does not depend on the thread count.
 #include <stddef.h>
 
-#include "kernels/kernels.h"
 #include "vector_math.h"
-
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define INV_SQRT_2 0.7071067811865476f
-#define INV_SQRT_2PI 0.3989422804014327f
+#include "kernels/activation_math.h"
 
 enum { ACT_BLOCK = 4096 };
 
-NEOX_CLONES static void gelu_forward_block(float *out, const float *inp, size_t n, int approximate) {
-    if (approximate) {
-        #pragma omp simd
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            out[i] = 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
-        }
-    } else {
-        #pragma omp simd
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            out[i] = 0.5f * x * (1.0f + erff(x * INV_SQRT_2));
-        }
+// One loop per function, the switch outside it, so each loop vectorises.
+#define PER_FUNCTION(fn, LOOP)                                                                                    \
+    switch (fn) {                                                                                                 \
+    case NEOX_FN_GELU: LOOP(neox_gelu_erf); break;                                                                \
+    case NEOX_FN_GELU_TANH: LOOP(neox_gelu_tanh); break;                                                          \
+    case NEOX_FN_GELU_ONNX: LOOP(neox_gelu_onnx); break;                                                          \
+    case NEOX_FN_RELU: LOOP(neox_relu); break;                                                                    \
+    case NEOX_FN_SILU: LOOP(neox_silu); break;                                                                    \
+    case NEOX_FN_SOFTSIGN: LOOP(neox_softsign); break;                                                            \
+    case NEOX_FN_MISH: LOOP(neox_mish); break;                                                                    \
+    case NEOX_FN_SIGMOID: LOOP(neox_sigmoid); break;                                                              \
+    case NEOX_FN_IDENTITY: LOOP(identity); break;                                                                 \
     }
+#define PER_GRADIENT(fn, LOOP)                                                                                    \
+    switch (fn) {                                                                                                 \
+    case NEOX_FN_GELU: LOOP(neox_gelu_erf_grad); break;                                                           \
+    case NEOX_FN_GELU_TANH: LOOP(neox_gelu_tanh_grad); break;                                                     \
+    case NEOX_FN_GELU_ONNX: LOOP(neox_gelu_onnx_grad); break;                                                     \
+    case NEOX_FN_RELU: LOOP(neox_relu_grad); break;                                                               \
+    case NEOX_FN_SILU: LOOP(neox_silu_grad); break;                                                               \
+    case NEOX_FN_SOFTSIGN: LOOP(neox_softsign_grad); break;                                                       \
+    case NEOX_FN_MISH: LOOP(neox_mish_grad); break;                                                               \
+    case NEOX_FN_SIGMOID: LOOP(neox_sigmoid_grad); break;                                                         \
+    case NEOX_FN_IDENTITY: LOOP(identity_grad); break;                                                            \
+    }
+
+static inline float identity(float x) { return x; }
+static inline float identity_grad(float x) { return (void)x, 1.0f; }
+
+NEOX_CLONES static void forward_block(float *out, const float *inp, size_t n, neox_act_fn fn) {
+#define LOOP(f) _Pragma("omp simd") for (size_t i = 0; i < n; i++) out[i] = f(inp[i])
+    PER_FUNCTION(fn, LOOP)
+#undef LOOP
 }
 
-NEOX_CLONES static void gelu_backward_block(float *dinp, const float *dout, const float *inp, size_t n, int approximate) {
-    if (approximate) {
-        #pragma omp simd
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            float u = SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
-            float th = tanhf(u);
-            float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
-            dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
-        }
-    } else {
-        #pragma omp simd
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            dinp[i] = dout[i] * (0.5f * (1.0f + erff(x * INV_SQRT_2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x));
-        }
-    }
+NEOX_CLONES static void backward_block(float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn) {
+#define LOOP(f) _Pragma("omp simd") for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * f(inp[i])
+    PER_GRADIENT(fn, LOOP)
+#undef LOOP
 }
 
-void neox_gelu_forward(float *out, const float *inp, size_t n, int approximate) {
+void neox_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn) {
     #pragma omp parallel for
     for (size_t i = 0; i < n; i += ACT_BLOCK)
-        gelu_forward_block(out + i, inp + i, n - i < ACT_BLOCK ? n - i : ACT_BLOCK, approximate);
+        forward_block(out + i, inp + i, n - i < ACT_BLOCK ? n - i : ACT_BLOCK, fn);
 }
 
-void neox_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int approximate) {
+void neox_activation_backward(float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn) {
     #pragma omp parallel for
     for (size_t i = 0; i < n; i += ACT_BLOCK)
-        gelu_backward_block(dinp + i, dout + i, inp + i, n - i < ACT_BLOCK ? n - i : ACT_BLOCK, approximate);
+        backward_block(dinp + i, dout + i, inp + i, n - i < ACT_BLOCK ? n - i : ACT_BLOCK, fn);
 }
 
-void neox_swiglu_forward(float *out, const float *inp, int N, int F) {
+// One row: x = inp[0, F), gate = inp[F, 2F); out = fn(gate) * x.
+NEOX_CLONES static void gated_forward_row(float *out, const float *x, const float *gate, int F, neox_act_fn fn) {
+#define LOOP(f) _Pragma("omp simd") for (int i = 0; i < F; i++) out[i] = f(gate[i]) * x[i]
+    PER_FUNCTION(fn, LOOP)
+#undef LOOP
+}
+
+// dx = dout * fn(gate); dgate = dout * x * fn'(gate).
+NEOX_CLONES static void gated_backward_row(float *dx, float *dgate, const float *dout, const float *x,
+                                           const float *gate, int F, neox_act_fn fn) {
+#define LOOP(f) _Pragma("omp simd") for (int i = 0; i < F; i++) dx[i] = dout[i] * f(gate[i])
+    PER_FUNCTION(fn, LOOP)
+#undef LOOP
+#define LOOP(f) _Pragma("omp simd") for (int i = 0; i < F; i++) dgate[i] = dout[i] * x[i] * f(gate[i])
+    PER_GRADIENT(fn, LOOP)
+#undef LOOP
+}
+
+void neox_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn) {
     #pragma omp parallel for
     for (int r = 0; r < N; r++) {
-        const float *x = inp + (size_t)r * 2 * F, *g = x + F;
-        float *o = out + (size_t)r * F;
-        #pragma omp simd
-        for (int i = 0; i < F; i++) o[i] = x[i] * g[i] / (1.0f + expf(-g[i]));
+        const float *x = inp + (size_t)r * 2 * F;
+        gated_forward_row(out + (size_t)r * F, x, x + F, F, fn);
     }
 }
 
-void neox_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F) {
+void neox_gated_backward(float *dinp, const float *dout, const float *inp, int N, int F, neox_act_fn fn) {
     #pragma omp parallel for
     for (int r = 0; r < N; r++) {
-        const float *x = inp + (size_t)r * 2 * F, *g = x + F, *d = dout + (size_t)r * F;
-        float *dx = dinp + (size_t)r * 2 * F, *dg = dx + F;
-        #pragma omp simd
-        for (int i = 0; i < F; i++) {
-            float sig = 1.0f / (1.0f + expf(-g[i]));
-            float silu = g[i] * sig;
-            dx[i] = d[i] * silu;
-            dg[i] = d[i] * x[i] * sig * (1.0f + g[i] * (1.0f - sig));
-        }
+        const float *x = inp + (size_t)r * 2 * F;
+        float *dx = dinp + (size_t)r * 2 * F;
+        gated_backward_row(dx, dx + F, dout + (size_t)r * F, x, x + F, F, fn);
     }
 }

@@ -54,12 +54,26 @@ void neox_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *
     qkv_copy(dqkv, (float *)dq, (float *)dk, (float *)dv, B, T, NH, NKV, HS, interleaved, 0);
 }
 
-void neox_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base) {
+// One inverse frequency after scaling, in fp32 as transformers computes it.
+static float scaled_inv_freq(float inv_freq, neox_rope_scaling s) {
+    float factor = (float)s.factor;
+    if (s.kind == NEOX_ROPE_LINEAR) return inv_freq / factor;
+    if (s.kind != NEOX_ROPE_LLAMA3) return inv_freq;
+    float old = (float)s.original_max_positions, low = (float)s.low_freq_factor, high = (float)s.high_freq_factor;
+    float wavelen = 2.0f * (float)M_PI / inv_freq;
+    float low_freq_wavelen = old / low, high_freq_wavelen = old / high;
+    if (wavelen > low_freq_wavelen) return inv_freq / factor;  // long wavelengths: interpolated
+    if (wavelen < high_freq_wavelen) return inv_freq;          // short ones: kept
+    float smooth = (old / wavelen - low) / (high - low);
+    return (1.0f - smooth) * inv_freq / factor + smooth * inv_freq;
+}
+
+void neox_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base, neox_rope_scaling scaling) {
     int half = R / 2;
     for (int i = 0; i < half; i++) {
         // Hugging Face computes the inverse frequency and the angle in fp32; do the same so the
         // tables match it to the last bit for short sequences and closely for long ones.
-        float inv_freq = (float)(1.0 / pow(base, (double)(2 * i) / R));
+        float inv_freq = scaled_inv_freq((float)(1.0 / pow(base, (double)(2 * i) / R)), scaling);
         for (int t = 0; t < T; t++) {
             float angle = (float)t * inv_freq;
             cos_t[(size_t)t * half + i] = cosf(angle);

@@ -1,9 +1,10 @@
 // elementwise.cu: residual additions, bias, dropout (the CPU's counter-based mask, bit for bit),
-// scaling, GELU (exact and tanh), SwiGLU and the fp32 <-> bf16/fp16 casts. One thread per element
+// scaling, the MLP activations (elementwise and gated) and the fp32 <-> bf16/fp16 casts. One thread per element
 // in grid-stride loops; the formulas are kernels/cpu/activation.c's and elementwise.c's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/activation_math.h"
 #include "kernels/cuda/common.cuh"
 
 #define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
@@ -44,64 +45,45 @@ __global__ void scale_kernel(float *x, size_t n, float s) {
 }
 extern "C" void neox_cuda_scale(float *x, size_t n, float s) { LAUNCH(scale_kernel, n, x, n, s); }
 
-// ---- activations --------------------------------------------------------------------------------
+// ---- activations (kernels/activation_math.h's formulas, shared with the CPU) ----------------------
 
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define INV_SQRT_2 0.7071067811865476f
-#define INV_SQRT_2PI 0.3989422804014327f
-
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n, int approximate) {
-    GRID_STRIDE(i, n) {
-        float x = inp[i];
-        out[i] = approximate ? 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)))
-                             : 0.5f * x * (1.0f + erff(x * INV_SQRT_2));
-    }
+__global__ void activation_forward_kernel(float *out, const float *inp, size_t n, neox_act_fn fn) {
+    GRID_STRIDE(i, n) out[i] = neox_act_value(fn, inp[i]);
 }
-__global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n, int approximate) {
-    GRID_STRIDE(i, n) {
-        float x = inp[i], g;
-        if (approximate) {
-            float u = SQRT_2_OVER_PI * (x + 0.044715f * x * x * x);
-            float th = tanhf(u);
-            float du = SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
-            g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
-        } else {
-            g = 0.5f * (1.0f + erff(x * INV_SQRT_2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
-        }
-        dinp[i] = dout[i] * g;
-    }
+__global__ void activation_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn) {
+    GRID_STRIDE(i, n) dinp[i] = dout[i] * neox_act_grad(fn, inp[i]);
 }
-extern "C" void neox_cuda_gelu_forward(float *out, const float *inp, size_t n, int approximate) {
-    LAUNCH(gelu_forward_kernel, n, out, inp, n, approximate);
+extern "C" void neox_cuda_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn) {
+    LAUNCH(activation_forward_kernel, n, out, inp, n, fn);
 }
-extern "C" void neox_cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int approximate) {
-    LAUNCH(gelu_backward_kernel, n, dinp, dout, inp, n, approximate);
+extern "C" void neox_cuda_activation_backward(float *dinp, const float *dout, const float *inp, size_t n,
+                                              neox_act_fn fn) {
+    LAUNCH(activation_backward_kernel, n, dinp, dout, inp, n, fn);
 }
 
 // inp: (N, 2F) = [x | gate]; element i of out (N, F) is row i / F, column i % F.
-__global__ void swiglu_forward_kernel(float *out, const float *inp, size_t n, int F) {
+__global__ void gated_forward_kernel(float *out, const float *inp, size_t n, int F, neox_act_fn fn) {
     GRID_STRIDE(i, n) {
         size_t r = i / F, c = i % F;
-        float x = inp[r * 2 * F + c], g = inp[r * 2 * F + F + c];
-        out[i] = x * g / (1.0f + expf(-g));
+        out[i] = neox_act_value(fn, inp[r * 2 * F + F + c]) * inp[r * 2 * F + c];
     }
 }
-__global__ void swiglu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n, int F) {
+__global__ void gated_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n, int F,
+                                      neox_act_fn fn) {
     GRID_STRIDE(i, n) {
         size_t r = i / F, c = i % F;
         float x = inp[r * 2 * F + c], g = inp[r * 2 * F + F + c], d = dout[i];
-        float sig = 1.0f / (1.0f + expf(-g)), silu = g * sig;
-        dinp[r * 2 * F + c] = d * silu;
-        dinp[r * 2 * F + F + c] = d * x * sig * (1.0f + g * (1.0f - sig));
+        dinp[r * 2 * F + c] = d * neox_act_value(fn, g);
+        dinp[r * 2 * F + F + c] = d * x * neox_act_grad(fn, g);
     }
 }
-extern "C" void neox_cuda_swiglu_forward(float *out, const float *inp, int N, int F) {
+extern "C" void neox_cuda_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn) {
     size_t n = (size_t)N * F;
-    LAUNCH(swiglu_forward_kernel, n, out, inp, n, F);
+    LAUNCH(gated_forward_kernel, n, out, inp, n, F, fn);
 }
-extern "C" void neox_cuda_swiglu_backward(float *dinp, const float *dout, const float *inp, int N, int F) {
+extern "C" void neox_cuda_gated_backward(float *dinp, const float *dout, const float *inp, int N, int F, neox_act_fn fn) {
     size_t n = (size_t)N * F;
-    LAUNCH(swiglu_backward_kernel, n, dinp, dout, inp, n, F);
+    LAUNCH(gated_backward_kernel, n, dinp, dout, inp, n, F, fn);
 }
 
 // ---- casts (round to nearest even, as kernels/cpu/cast.c) -----------------------------------------

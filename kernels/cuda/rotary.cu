@@ -47,11 +47,12 @@ extern "C" void neox_cuda_qkv_merge(float *dqkv, const float *dq, const float *d
     qkv_copy(dqkv, (float *)dq, (float *)dk, (float *)dv, B, T, NH, NKV, HS, interleaved, 0);
 }
 
-extern "C" void neox_cuda_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base) {
+extern "C" void neox_cuda_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base,
+                                        neox_rope_scaling scaling) {
     size_t n = (size_t)T * (R / 2);
     float *host = (float *)malloc(2 * (n ? n : 1) * sizeof(float));
     if (!host) abort();
-    neox_rotary_tables(host, host + n, T, R, base);
+    neox_rotary_tables(host, host + n, T, R, base, scaling);
     neox_cuda_to_device(cos_t, host, n * sizeof(float));
     neox_cuda_to_device(sin_t, host + n, n * sizeof(float));
     free(host);

@@ -388,6 +388,26 @@ static int derive_attention(neox_config *cfg, neox_error *err, int64_t layers) {
     return 0;
 }
 
+// The first string anywhere in v naming a non-transformer layer kind, or NULL.
+static const char *non_transformer_kind(const neox_value *v) {
+    if (!v) return NULL;
+    if (v->kind == NEOX_VALUE_STRING)
+        return !strcmp(v->string, "mamba") || !strcmp(v->string, "rwkv") ? v->string : NULL;
+    for (int i = 0; (v->kind == NEOX_VALUE_LIST || v->kind == NEOX_VALUE_MAP) && i < v->count; i++) {
+        const char *kind = non_transformer_kind(v->items[i]);
+        if (kind) return kind;
+    }
+    return NULL;
+}
+
+int neox_config_check_layer_kinds(const neox_config *cfg, neox_error *err) {
+    const char *kind = non_transformer_kind(val(cfg, "attention_config"));
+    if (!kind) return 0;
+    return derive_fail(cfg, err, "attention_config", "layer type '%s' (%s) is not supported by neox.c: it builds "
+                       "transformer layers (attention types global, flash)", kind,
+                       !strcmp(kind, "mamba") ? "a Mamba selective state-space block" : "an RWKV time-mixing block");
+}
+
 static int derive_model(neox_config *cfg, neox_error *err) {
     static const char *const required[] = {"num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"};
     for (size_t i = 0; i < sizeof required / sizeof *required; i++)

@@ -54,6 +54,10 @@ const char *neox_value_where(const neox_value *v, char *buf, size_t size);
 
 // Checks each value set in a file against its schema entry (type, range, choice, unsupported).
 int neox_config_validate_values(neox_config *cfg, neox_error *err);
+// Refuses a model whose attention_config names a layer kind that is not a transformer layer
+// (mamba, rwkv), before any other key is checked: those configs' other keys (their activation,
+// init methods) only mean something for that kind of layer.
+int neox_config_check_layer_kinds(const neox_config *cfg, neox_error *err);
 // Computes GPT-NeoX's derived values and checks their consistency.
 int neox_config_derive(neox_config *cfg, neox_error *err);
 

@@ -260,7 +260,7 @@ neox_config *neox_config_load(const char *const *paths, int npaths, const neox_c
     const char *reads = getenv("NEOX_CONFIG_READS");
     cfg->reads_path = reads && *reads ? neox_strdup(reads) : NULL;
     if (fill_defaults(cfg, err) < 0 || read_files(cfg, paths, npaths, err) < 0 ||
-        neox_config_validate_values(cfg, err) < 0 || neox_config_derive(cfg, err) < 0) {
+        neox_config_check_layer_kinds(cfg, err) < 0 || neox_config_validate_values(cfg, err) < 0 || neox_config_derive(cfg, err) < 0) {
         neox_config_free(cfg);
         return NULL;
     }

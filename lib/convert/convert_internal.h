@@ -8,6 +8,10 @@
 // bos/eos < 0 are left out. malloc'ed text.
 char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, int bos, int eos, neox_error *err);
 char *neox_cvt_generation_config_json(int bos, int eos);
+// The hidden_act of an activation (NULL when transformers has none), and the activation a
+// hidden_act names for an ungated (GPTNeoXForCausalLM) or gated (LlamaForCausalLM) MLP (-1: none).
+const char *neox_cvt_hf_act_name(neox_activation a);
+int neox_cvt_activation_of_hf(const char *hf, int gated, neox_activation *out);
 // The optimizer state groups ("optimizer/exp_avg", ...) of the run state; returns how many.
 int neox_cvt_optimizer_groups(const neox_cvt_ckpt *c, const char **groups);
 // Writes text to dir/name (the output directory is renamed into place as a whole at the end).

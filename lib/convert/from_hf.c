@@ -1,4 +1,4 @@
-// from_hf.c: a Hugging Face GPTNeoXForCausalLM or LlamaForCausalLM folder (config.json and
+// from_hf.c: a Hugging Face GPTNeoX, Llama, Mistral or Qwen2 ...ForCausalLM folder (config.json and
 // model.safetensors, or shards listed by model.safetensors.index.json) as a training checkpoint:
 // SAVE/global_step0 in the requested layout, SAVE/latest, and SAVE/model.yml, the GPT-NeoX-style
 // config of the model (to be combined with a data/training config; it sets `finetune: true`).
@@ -20,7 +20,8 @@
 typedef struct hf_model {
     const char *dir;
     json_t *config;
-    int llama;               // LlamaForCausalLM (else GPTNeoXForCausalLM)
+    int llama;               // Llama's names and layout: LlamaForCausalLM or MistralForCausalLM (else GPTNeoXForCausalLM)
+    const char *class_name;  // the Hugging Face class
     json_t *weight_map;      // name -> file (NULL: everything is in model.safetensors)
 } hf_model;
 
@@ -121,15 +122,77 @@ static int64_t vocab_unit(int64_t vocab) {
     return unit;
 }
 
+// MistralForCausalLM is Llama's block with attention to the last sliding_window positions: the
+// same model when the window covers every position it can see (null, or at least
+// max_position_embeddings); a shorter window is refused, as neox.c attends to all earlier positions.
+static int mistral_window_check(const hf_model *m, neox_error *err) {
+    json_t *w = json_object_get(m->config, "sliding_window");
+    if (!w || json_is_null(w)) return 0;
+    int64_t max_pos = 0;
+    if (get_int(m, "max_position_embeddings", 2048, &max_pos, err)) return -1;
+    if (!json_is_integer(w))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: 'sliding_window' is not an integer", m->dir);
+    if (json_integer_value(w) < max_pos)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: sliding_window %lld is shorter than "
+                         "max_position_embeddings %lld: sliding-window attention is not supported", m->dir,
+                         (long long)json_integer_value(w), (long long)max_pos);
+    return 0;
+}
+
+// Qwen2ForCausalLM slides its window only with use_sliding_window (on layers from max_window_layers).
+static int qwen2_window_check(const hf_model *m, neox_error *err) {
+    if (get_bool(m, "use_sliding_window", 0))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: use_sliding_window: sliding-window attention is not "
+                         "supported", m->dir);
+    return 0;
+}
+
 static int architecture_of(hf_model *m, neox_error *err) {
     const char *type = get_str(m, "model_type", "");
     json_t *arch = json_array_get(json_object_get(m->config, "architectures"), 0);
     const char *a = json_string_value(arch) ? json_string_value(arch) : "";
     // model_type decides (transformers' AutoConfig reads it); architectures only when it is absent.
-    if (*type ? !strcmp(type, "gpt_neox") : !strcmp(a, "GPTNeoXForCausalLM")) m->llama = 0;
-    else if (*type ? !strcmp(type, "llama") : !strcmp(a, "LlamaForCausalLM")) m->llama = 1;
-    else return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: model_type '%s' (architectures '%s') is not "
-                          "GPTNeoXForCausalLM or LlamaForCausalLM", m->dir, type, a);
+    static const struct { const char *type, *class_name; int llama; } classes[] = {
+        {"gpt_neox", "GPTNeoXForCausalLM", 0}, {"llama", "LlamaForCausalLM", 1}, {"mistral", "MistralForCausalLM", 1},
+        {"qwen2", "Qwen2ForCausalLM", 1},
+    };
+    for (size_t i = 0; i < sizeof classes / sizeof *classes; i++)
+        if (*type ? !strcmp(type, classes[i].type) : !strcmp(a, classes[i].class_name)) {
+            m->llama = classes[i].llama;
+            m->class_name = classes[i].class_name;
+            return !strcmp(classes[i].type, "mistral") ? mistral_window_check(m, err)
+                   : !strcmp(classes[i].type, "qwen2") ? qwen2_window_check(m, err) : 0;
+        }
+    return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: model_type '%s' (architectures '%s') is not "
+                     "GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM", m->dir, type, a);
+}
+
+// rope_scaling: linear and llama3 carried into the YAML as the same dict; anything else refused.
+static int rope_scaling_yaml(const hf_model *m, FILE *f, neox_error *err) {
+    json_t *scaling = json_object_get(m->config, "rope_scaling");
+    if (!scaling || json_is_null(scaling)) return 0;
+    const char *type = json_string_value(json_object_get(scaling, "rope_type"));
+    if (!type) type = json_string_value(json_object_get(scaling, "type"));
+    if (!type || (strcmp(type, "linear") && strcmp(type, "llama3") && strcmp(type, "default")))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling.rope_type '%s' is not supported (default, "
+                         "linear, llama3)", m->dir, type ? type : "(none)");
+    static const char *const numbers[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    fprintf(f, "rope_scaling:\n  rope_type: %s\n", type);
+    for (size_t i = 0; i < sizeof numbers / sizeof *numbers && strcmp(type, "default"); i++) {
+        json_t *v = json_object_get(scaling, numbers[i]);
+        if (i > 0 && !strcmp(type, "linear")) break;
+        if (!json_is_number(v))
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling.%s is not a number", m->dir, numbers[i]);
+        char buf[40];
+        fprintf(f, "  %s: %s\n", numbers[i], yaml_float(json_number_value(v), buf, sizeof buf));
+    }
+    if (!strcmp(type, "llama3")) {
+        json_t *v = json_object_get(scaling, "original_max_position_embeddings");
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT_MAX)
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling.original_max_position_embeddings is not "
+                             "a positive integer", m->dir);
+        fprintf(f, "  original_max_position_embeddings: %lld\n", (long long)json_integer_value(v));
+    }
     return 0;
 }
 
@@ -139,36 +202,41 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
         get_int(m, "head_dim", hidden / heads, &head_dim, err))
         return -1;
     const char *act = get_str(m, "hidden_act", "silu");
+    neox_activation activation;
     double theta = 0, eps_value = 0;
     if (get_num_in(m, "rope_theta", 10000.0, 1, 1e12, &theta, err) || get_num_in(m, "rms_norm_eps", 1e-6, 0, 1, &eps_value, err))
         return -1;
-    if (strcmp(act, "silu") != 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' (neox.c's swiglu is silu)", m->dir, act);
+    if (neox_cvt_activation_of_hf(act, 1, &activation) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' is not supported in a gated MLP (silu, "
+                         "gelu, relu, linear, sigmoid)", m->dir, act);
     if (head_dim * heads != hidden)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: head_dim %lld x num_attention_heads is not hidden_size",
                          m->dir, (long long)head_dim);
-    json_t *scaling = json_object_get(m->config, "rope_scaling");
-    if (scaling && !json_is_null(scaling))
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_scaling is not supported", m->dir);
     if (theta != floor(theta))
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_theta %g is not an integer (rotary_emb_base)", m->dir, theta);
     // GPT-NeoX's gated MLP takes 2/3 of intermediate_size for both halves: 3F gives halves of F.
     char eps[40];
-    fprintf(f, "norm: rmsnorm\nrms_norm_epsilon: %s\nactivation: swiglu\nintermediate_size: %lld\nmlp_multiple_of: 1\n"
+    int qwen2 = !strcmp(m->class_name, "Qwen2ForCausalLM");
+    fprintf(f, "norm: rmsnorm\nrms_norm_epsilon: %s\nactivation: %s\nintermediate_size: %lld\nmlp_multiple_of: 1\n"
             "num_kv_heads: %lld\nrotary_pct: 1.0\nrotary_emb_base: %.0f\ngpt_j_residual: false\n"
             "use_bias_in_attn_linear: %s\nuse_bias_in_mlp: %s\n",
-            yaml_float(eps_value, eps, sizeof eps), (long long)(3 * ffn), (long long)kv, theta,
-            get_bool(m, "attention_bias", 0) ? "true" : "false", get_bool(m, "mlp_bias", 0) ? "true" : "false");
-    return 0;
+            yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), (long long)(3 * ffn), (long long)kv, theta,
+            qwen2 || get_bool(m, "attention_bias", 0) ? "true" : "false",
+            !qwen2 && get_bool(m, "mlp_bias", 0) ? "true" : "false");
+    // Qwen2's layout is fixed: q/k/v biases, none on the output projection or the MLP.
+    if (qwen2) fprintf(f, "use_bias_in_attn_output: false\n");
+    return rope_scaling_yaml(m, f, err);
 }
 
 static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error *err) {
     int64_t ffn = 0;
     if (get_int(m, "intermediate_size", 4 * hidden, &ffn, err)) return -1;
     const char *act = get_str(m, "hidden_act", "gelu");
-    int tanh_gelu = !strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast");
-    if (!tanh_gelu && strcmp(act, "gelu") != 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' (gelu, gelu_new, gelu_pytorch_tanh)", m->dir, act);
+    neox_activation activation;
+    if (neox_cvt_activation_of_hf(act, 0, &activation) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' is not supported (gelu, gelu_new, "
+                         "gelu_pytorch_tanh, gelu_fast, relu, silu, swish, mish)", m->dir, act);
+    int tanh_gelu = activation == NEOX_ACT_GELU_TANH;
     double base = 0, eps_value = 0, rotary_pct = 0;
     if (get_num_in(m, "rotary_emb_base", 10000.0, 1, 1e12, &base, err) ||
         get_num_in(m, "layer_norm_eps", 1e-5, 0, 1, &eps_value, err) || get_num_in(m, "rotary_pct", 0.25, 0, 1, &rotary_pct, err))
@@ -176,12 +244,12 @@ static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error 
     if (base != floor(base))
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rotary_emb_base %g is not an integer", m->dir, base);
     char eps[40];
-    fprintf(f, "norm: layernorm\nlayernorm_epsilon: %s\nuse_bias_in_norms: true\nactivation: gelu\n"
+    fprintf(f, "norm: layernorm\nlayernorm_epsilon: %s\nuse_bias_in_norms: true\nactivation: %s\n"
             "bias_gelu_fusion: %s\nintermediate_size: %lld\nmlp_multiple_of: 1\nrotary_pct: %.17g\n"
             "rotary_emb_base: %.0f\ngpt_j_residual: %s\nuse_bias_in_attn_linear: %s\nuse_bias_in_mlp: true\n",
-            yaml_float(eps_value, eps, sizeof eps), tanh_gelu ? "true" : "false", (long long)ffn, rotary_pct, base, get_bool(m, "use_parallel_residual", 1) ? "true" : "false",
+            yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), tanh_gelu ? "true" : "false", (long long)ffn, rotary_pct, base, get_bool(m, "use_parallel_residual", 1) ? "true" : "false",
             get_bool(m, "attention_bias", 1) ? "true" : "false");
-    return 0;
+    return rope_scaling_yaml(m, f, err);
 }
 
 // The tokenizer keys: the folder's tokenizer files, copied next to the checkpoint.
@@ -212,7 +280,7 @@ static char *model_yaml(const hf_model *m, const char *save_final, int64_t *voca
     FILE *f = open_memstream(&text, &size);
     fprintf(f, "# Imported by neox-convert from-hf from %s (%s). Combine with a data and training config;\n"
             "# finetune: true loads these parameters and starts a fresh run.\n",
-            m->dir, m->llama ? "LlamaForCausalLM" : "GPTNeoXForCausalLM");
+            m->dir, m->class_name);
     fprintf(f, "num_layers: %lld\nhidden_size: %lld\nnum_attention_heads: %lld\nmax_position_embeddings: %lld\n"
             "seq_length: %lld\npos_emb: rotary\nno_weight_tying: %s\nmake_vocab_size_divisible_by: %lld\n"
             "init_method_std: %s\n",
@@ -394,7 +462,7 @@ static int import_into(hf_model *m, const char *tmp, const char *save_final, con
         rc = neox_fail_context(err, "%s/config.json: the model it describes", m->dir);
     if (rc == 0 && (d.naming == NEOX_NAMES_LLAMA) != m->llama)
         rc = neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: this model's parameters would not carry %s names", m->dir,
-                       m->llama ? "LlamaForCausalLM" : "GPTNeoXForCausalLM");
+                       m->class_name);
     if (rc == 0) rc = copy_tokenizer(m, tmp, err);
     if (rc == 0) rc = write_checkpoint(m, tmp, cfg, &d, yaml, lay, err);
     if (cfg) neox_config_free(cfg);

@@ -16,13 +16,41 @@ static json_t *epsilon(float eps) {
     return json_real(strtod(buf, NULL));
 }
 
-// GPTNeoXForCausalLM: layernorm with biases, gelu (exact: "gelu"; tanh: "gelu_new"), MLP biases,
+// Hugging Face's hidden_act names (transformers' ACT2FN) for each activation; the first of an
+// activation's names is the one written. GPTNeoXForCausalLM applies hidden_act elementwise,
+// LlamaForCausalLM as down(act(gate(x)) * up(x)), which is GPT-NeoX's gating with up_proj as x.
+static const struct {
+    const char *hf;
+    neox_activation act;
+} hf_activations[] = {
+    {"gelu", NEOX_ACT_GELU},   {"gelu_new", NEOX_ACT_GELU_TANH}, {"gelu_pytorch_tanh", NEOX_ACT_GELU_TANH},
+    {"gelu_fast", NEOX_ACT_GELU_TANH}, {"relu", NEOX_ACT_RELU},  {"silu", NEOX_ACT_SILU},
+    {"swish", NEOX_ACT_SILU},  {"mish", NEOX_ACT_MISH},          {"silu", NEOX_ACT_SWIGLU},
+    {"swish", NEOX_ACT_SWIGLU}, {"gelu", NEOX_ACT_GEGLU},        {"relu", NEOX_ACT_REGLU},
+    {"linear", NEOX_ACT_BILINEAR}, {"sigmoid", NEOX_ACT_GLU},
+};
+enum { NUM_HF_ACTIVATIONS = sizeof hf_activations / sizeof hf_activations[0] };
+
+const char *neox_cvt_hf_act_name(neox_activation a) {
+    for (int i = 0; i < NUM_HF_ACTIVATIONS; i++)
+        if (hf_activations[i].act == a) return hf_activations[i].hf;
+    return NULL;
+}
+
+int neox_cvt_activation_of_hf(const char *hf, int gated, neox_activation *out) {
+    for (int i = 0; i < NUM_HF_ACTIVATIONS; i++)
+        if (!strcmp(hf_activations[i].hf, hf) && neox_activation_gated(hf_activations[i].act) == gated)
+            return *out = hf_activations[i].act, 0;
+    return -1;
+}
+
+// GPTNeoXForCausalLM: layernorm with biases, an ungated activation, MLP biases,
 // partial rotary, either residual. Anything else was given Llama names by neox_model_desc_check.
 static json_t *gpt_neox_config(const neox_model_desc *d) {
     json_t *c = json_object();
     json_object_set_new(c, "architectures", json_pack("[s]", "GPTNeoXForCausalLM"));
     json_object_set_new(c, "model_type", json_string("gpt_neox"));
-    json_object_set_new(c, "hidden_act", json_string(d->activation == NEOX_ACT_GELU_TANH ? "gelu_new" : "gelu"));
+    json_object_set_new(c, "hidden_act", json_string(neox_cvt_hf_act_name(d->activation)));
     json_object_set_new(c, "rotary_pct", json_real(d->pos_emb == NEOX_POS_ROTARY ? (double)d->rotary_dims / d->head_size : 0.0));
     json_object_set_new(c, "rotary_emb_base", json_integer((json_int_t)d->rotary_base));
     json_object_set_new(c, "use_parallel_residual", json_boolean(d->parallel_residual));
@@ -35,28 +63,49 @@ static json_t *gpt_neox_config(const neox_model_desc *d) {
 
 static int llama_refuses(const neox_model_desc *d, neox_error *err) {
     const char *why = d->norm != NEOX_NORM_RMSNORM ? "layernorm with num_kv_heads or without biases"
-                      : d->activation != NEOX_ACT_SWIGLU ? "a gelu MLP without biases or with num_kv_heads"
+                      : !neox_activation_gated(d->activation) ? "an ungated MLP without biases or with num_kv_heads"
                       : d->parallel_residual ? "gpt_j_residual (parallel residual)"
                       : d->pos_emb != NEOX_POS_ROTARY ? "pos_emb other than rotary"
                       : d->rotary_dims != d->head_size ? "rotary_pct below 1"
-                      : d->rotary_base != floor(d->rotary_base) ? "a fractional rotary_emb_base" : NULL;
-    if (why) return neox_fail(err, NEOX_EXIT_USAGE, "LlamaForCausalLM cannot hold this model: it has %s", why);
+                      : d->rotary_base != floor(d->rotary_base) ? "a fractional rotary_emb_base"
+                      : d->attn_out_unbiased && d->mlp_bias ? "MLP biases with q/k/v biases but no output bias" : NULL;
+    if (why) return neox_fail(err, NEOX_EXIT_USAGE, "%s cannot hold this model: it has %s",
+                              d->attn_out_unbiased ? "Qwen2ForCausalLM" : "LlamaForCausalLM", why);
     return 0;
 }
 
+// LlamaForCausalLM; Qwen2ForCausalLM for q/k/v biases without an output bias (its fixed layout).
 static json_t *llama_config(const neox_model_desc *d) {
     json_t *c = json_object();
-    json_object_set_new(c, "architectures", json_pack("[s]", "LlamaForCausalLM"));
-    json_object_set_new(c, "model_type", json_string("llama"));
-    json_object_set_new(c, "hidden_act", json_string("silu"));
+    int qwen2 = d->attn_out_unbiased;
+    json_object_set_new(c, "architectures", json_pack("[s]", qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+    json_object_set_new(c, "model_type", json_string(qwen2 ? "qwen2" : "llama"));
+    json_object_set_new(c, "hidden_act", json_string(neox_cvt_hf_act_name(d->activation)));
     json_object_set_new(c, "num_key_value_heads", json_integer(d->num_kv_heads));
     json_object_set_new(c, "head_dim", json_integer(d->head_size));
     json_object_set_new(c, "rms_norm_eps", epsilon(d->norm_eps));
     json_object_set_new(c, "rope_theta", json_real(d->rotary_base));
-    json_object_set_new(c, "attention_bias", json_boolean(d->attn_bias));
-    json_object_set_new(c, "mlp_bias", json_boolean(d->mlp_bias));
+    if (qwen2) {
+        json_object_set_new(c, "use_sliding_window", json_false());
+    } else {
+        json_object_set_new(c, "attention_bias", json_boolean(d->attn_bias));
+        json_object_set_new(c, "mlp_bias", json_boolean(d->mlp_bias));
+    }
     json_object_set_new(c, "attention_dropout", json_real(d->attention_dropout));
     return c;
+}
+
+// rope_scaling as transformers writes it (rope_type and the numbers its kind reads).
+static json_t *rope_scaling_json(const neox_rope_scaling *s) {
+    json_t *j = json_object();
+    json_object_set_new(j, "rope_type", json_string(s->kind == NEOX_ROPE_LINEAR ? "linear" : "llama3"));
+    json_object_set_new(j, "factor", json_real(s->factor));
+    if (s->kind == NEOX_ROPE_LLAMA3) {
+        json_object_set_new(j, "low_freq_factor", json_real(s->low_freq_factor));
+        json_object_set_new(j, "high_freq_factor", json_real(s->high_freq_factor));
+        json_object_set_new(j, "original_max_position_embeddings", json_integer(s->original_max_positions));
+    }
+    return j;
 }
 
 static const char *torch_dtype(const char *dtype) {
@@ -69,10 +118,18 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, int b
                          "a learned position table"), NULL;
     if (d->pos_emb == NEOX_POS_NONE)
         return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'none': GPTNeoXForCausalLM and LlamaForCausalLM always rotate"), NULL;
+    if (!neox_cvt_hf_act_name(d->activation))
+        return neox_fail(err, NEOX_EXIT_USAGE, "activation %s: transformers has no hidden_act for it",
+                         d->activation == NEOX_ACT_GELU_ONNX ? "gelu with onnx_safe (erf_gelu's 1.41421)"
+                                                               : neox_activation_name(d->activation)), NULL;
+    if (d->naming == NEOX_NAMES_GPT_NEOX && d->attn_out_unbiased)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_bias_in_attn_output: false: GPTNeoXForCausalLM's attention_bias "
+                         "covers both the query_key_value and dense biases"), NULL;
     json_t *c;
     if (d->naming == NEOX_NAMES_GPT_NEOX) c = gpt_neox_config(d);
     else if (llama_refuses(d, err) != 0) return NULL;
     else c = llama_config(d);
+    if (d->rope_scaling.kind != NEOX_ROPE_DEFAULT) json_object_set_new(c, "rope_scaling", rope_scaling_json(&d->rope_scaling));
     json_object_set_new(c, "vocab_size", json_integer(d->vocab_size));
     json_object_set_new(c, "hidden_size", json_integer(d->hidden_size));
     json_object_set_new(c, "num_hidden_layers", json_integer(d->num_layers));

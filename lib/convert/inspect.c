@@ -15,7 +15,7 @@
 
 static const char *norm_name(neox_norm_kind k) { return k == NEOX_NORM_RMSNORM ? "rmsnorm" : "layernorm"; }
 static const char *act_name(neox_activation a) {
-    return a == NEOX_ACT_SWIGLU ? "swiglu" : a == NEOX_ACT_GELU_TANH ? "gelu (tanh)" : "gelu";
+    return a == NEOX_ACT_GELU_TANH ? "gelu (tanh)" : a == NEOX_ACT_GELU_ONNX ? "gelu (onnx_safe)" : neox_activation_name(a);
 }
 static const char *pos_name(neox_pos_kind p) { return p == NEOX_POS_ROTARY ? "rotary" : p == NEOX_POS_LEARNED ? "learned" : "none"; }
 

@@ -81,11 +81,12 @@ static void mlp_backward(neox_model *m, int l, const int *group, const float *dy
     neox_layer_acts *la = &a->layers[l - s.l0];
     const neox_layer_params *p = &m->w.layers[l];
     neox_layer_params *g = &m->g.layers[l];
-    int N = m->B * m->T, C = d->hidden_size, F = s.F, swiglu = d->activation == NEOX_ACT_SWIGLU;
-    int FC = swiglu ? 2 * F : F;
+    int N = m->B * m->T, C = d->hidden_size, F = s.F;
+    int FC = neox_activation_gated(d->activation) ? 2 * F : F;
     linear_backward(m, group[GROUP_FC2], group[GROUP_END], a->dact, g->fc2_w, g->fc2_b, dy, la->act, p->fc2_w, N, F, C);
-    if (swiglu) m->be->swiglu_backward(a->dfc, a->dact, la->fc, N, F);
-    else m->be->gelu_backward(a->dfc, a->dact, la->fc, (size_t)N * F, d->activation == NEOX_ACT_GELU_TANH);
+    neox_act_fn fn = neox_activation_function(d->activation);
+    if (neox_activation_gated(d->activation)) m->be->gated_backward(a->dfc, a->dact, la->fc, N, F, fn);
+    else m->be->activation_backward(a->dfc, a->dact, la->fc, (size_t)N * F, fn);
     linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, la->ln2, p->fc_w, N, C, FC);
 }
 

@@ -1,12 +1,12 @@
 // desc.c: the model description from a GPT-NeoX config, with GPT-NeoX's derived sizes: the MLP
-// width (4h, or intermediate_size / expansion_factor; 2/3 of it per half for the gated swiglu;
+// width (4h, or intermediate_size / expansion_factor; 2/3 of it per half for the gated activations;
 // rounded to mlp_multiple_of as GPT-NeoX's ParallelMLP rounds it), rotary dims int(head * rotary_pct),
 // the padded vocabulary, the epsilon of the chosen norm.
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "model.h"
+#include "model_internal.h"
 
 static int parse_init(const char *name, neox_init_method *out) {
     static const struct { const char *name; neox_init_method m; } methods[] = {
@@ -16,6 +16,94 @@ static int parse_init(const char *name, neox_init_method *out) {
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
         if (strcmp(name, methods[i].name) == 0) { *out = methods[i].m; return 0; }
     return -1;
+}
+
+static const struct {
+    const char *name;
+    neox_activation act;
+    neox_act_fn fn;
+} activations[] = {
+    {"gelu", NEOX_ACT_GELU, NEOX_FN_GELU},           {"gelu", NEOX_ACT_GELU_TANH, NEOX_FN_GELU_TANH},
+    {"gelu", NEOX_ACT_GELU_ONNX, NEOX_FN_GELU_ONNX}, {"relu", NEOX_ACT_RELU, NEOX_FN_RELU},
+    {"silu", NEOX_ACT_SILU, NEOX_FN_SILU},           {"swish", NEOX_ACT_SILU, NEOX_FN_SILU},
+    {"softsign", NEOX_ACT_SOFTSIGN, NEOX_FN_SOFTSIGN}, {"mish", NEOX_ACT_MISH, NEOX_FN_MISH},
+    {"swiglu", NEOX_ACT_SWIGLU, NEOX_FN_SILU},       {"geglu", NEOX_ACT_GEGLU, NEOX_FN_GELU},
+    {"reglu", NEOX_ACT_REGLU, NEOX_FN_RELU},         {"bilinear", NEOX_ACT_BILINEAR, NEOX_FN_IDENTITY},
+    {"glu", NEOX_ACT_GLU, NEOX_FN_SIGMOID},
+};
+enum { NUM_ACTIVATIONS = sizeof activations / sizeof activations[0] };
+
+int neox_activation_gated(neox_activation a) { return a >= NEOX_ACT_SWIGLU; }
+
+neox_act_fn neox_activation_function(neox_activation a) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (activations[i].act == a) return activations[i].fn;
+    return NEOX_FN_IDENTITY;
+}
+
+const char *neox_activation_name(neox_activation a) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (activations[i].act == a) return activations[i].name;
+    return "?";
+}
+
+int neox_activation_parse(const char *name, neox_activation *out) {
+    for (int i = 0; i < NUM_ACTIVATIONS; i++)
+        if (strcmp(activations[i].name, name) == 0) return *out = activations[i].act, 0;
+    return -1;
+}
+
+// gelu's variant: GPT-NeoX refuses onnx_safe with bias_gelu_fusion.
+static int gelu_variant(const neox_config *cfg, neox_activation *out, neox_error *err) {
+    int onnx = neox_config_bool(cfg, onnx_safe), tanh_fused = neox_config_bool(cfg, bias_gelu_fusion);
+    if (onnx && tanh_fused)
+        return neox_fail(err, NEOX_EXIT_USAGE, "onnx_safe and bias_gelu_fusion cannot both be set (GPT-NeoX refuses "
+                         "the pair)");
+    *out = onnx ? NEOX_ACT_GELU_ONNX : tanh_fused ? NEOX_ACT_GELU_TANH : NEOX_ACT_GELU;
+    return 0;
+}
+
+static int parse_activation(const neox_config *cfg, neox_activation *out, neox_error *err) {
+    const char *act = neox_config_str(cfg, activation);
+    if (neox_activation_parse(act, out) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "activation '%s' is not supported (gelu, relu, silu, swish, softsign, "
+                         "mish, swiglu, geglu, reglu, bilinear, glu)", act);
+    return *out == NEOX_ACT_GELU ? gelu_variant(cfg, out, err) : 0;
+}
+
+// rope_scaling: {rope_type (or type): default | linear | llama3, factor, low_freq_factor,
+// high_freq_factor, original_max_position_embeddings} as Hugging Face's config.json writes it.
+static double rope_number(const neox_config *cfg, neox_subkey_id path, int *missing) {
+    const neox_value *v = neox_config_sub_id(cfg, path);
+    if (!v || (v->kind != NEOX_VALUE_INT && v->kind != NEOX_VALUE_FLOAT)) return *missing = 1, 0;
+    return v->number;
+}
+
+static int parse_rope_scaling(const neox_config *cfg, neox_rope_scaling *s, neox_error *err) {
+    memset(s, 0, sizeof *s);
+    if (!neox_config_has(cfg, rope_scaling)) return 0;
+    // transformers reads `type` where rope_type is absent; both given must agree.
+    const neox_value *type = neox_config_sub(cfg, rope_scaling__rope_type), *old = neox_config_sub(cfg, rope_scaling__type);
+    if (type && old && strcmp(type->string, old->string) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "rope_scaling: rope_type '%s' and type '%s' disagree", type->string,
+                         old->string);
+    const char *name = type ? type->string : old ? old->string : "default";
+    if (!strcmp(name, "default")) return 0;
+    int missing = 0;
+    s->kind = !strcmp(name, "linear") ? NEOX_ROPE_LINEAR : NEOX_ROPE_LLAMA3;
+    s->factor = rope_number(cfg, NEOX_SK_rope_scaling__factor, &missing);
+    if (missing) return neox_fail(err, NEOX_EXIT_USAGE, "rope_scaling.factor is not set (rope_type %s needs it)", name);
+    if (s->kind == NEOX_ROPE_LINEAR) return 0;
+    s->low_freq_factor = rope_number(cfg, NEOX_SK_rope_scaling__low_freq_factor, &missing);
+    s->high_freq_factor = rope_number(cfg, NEOX_SK_rope_scaling__high_freq_factor, &missing);
+    s->original_max_positions = (int)rope_number(cfg, NEOX_SK_rope_scaling__original_max_position_embeddings, &missing);
+    if (missing)
+        return neox_fail(err, NEOX_EXIT_USAGE, "rope_scaling: rope_type llama3 needs factor, low_freq_factor, "
+                         "high_freq_factor and original_max_position_embeddings");
+    if (!(s->high_freq_factor > s->low_freq_factor))
+        return neox_fail(err, NEOX_EXIT_USAGE, "rope_scaling: high_freq_factor %g must exceed low_freq_factor %g",
+                         s->high_freq_factor, s->low_freq_factor);
+    return 0;
 }
 
 static int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
@@ -92,16 +180,20 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     if (d->num_heads > 0 && d->pos_emb == NEOX_POS_ROTARY)
         d->rotary_dims = (int)(d->hidden_size / d->num_heads * neox_config_float(cfg, rotary_pct));
     d->rotary_base = (double)neox_config_int(cfg, rotary_emb_base);
+    if (parse_rope_scaling(cfg, &d->rope_scaling, err) != 0) return -1;
 
-    const char *act = neox_config_str(cfg, activation);
-    if (strcmp(act, "swiglu") == 0) d->activation = NEOX_ACT_SWIGLU;
-    else if (strcmp(act, "gelu") == 0)
-        d->activation = neox_config_bool(cfg, bias_gelu_fusion) ? NEOX_ACT_GELU_TANH : NEOX_ACT_GELU;
-    else return neox_fail(err, NEOX_EXIT_USAGE, "activation '%s' is not supported (gelu, swiglu)", act);
-    if (mlp_width(cfg, d->hidden_size, d->activation == NEOX_ACT_SWIGLU, &d->ffn_size, err) != 0) return -1;
+    if (parse_activation(cfg, &d->activation, err) != 0) return -1;
+    if (mlp_width(cfg, d->hidden_size, neox_activation_gated(d->activation), &d->ffn_size, err) != 0) return -1;
 
     d->parallel_residual = neox_config_bool(cfg, gpt_j_residual);
     d->attn_bias = neox_config_bool(cfg, use_bias_in_attn_linear);
+    // use_bias_in_attn_output (unset: as use_bias_in_attn_linear) turns off the output projection's bias alone.
+    if (neox_config_has(cfg, use_bias_in_attn_output)) {
+        int out_bias = neox_config_bool(cfg, use_bias_in_attn_output);
+        if (out_bias && !d->attn_bias)
+            return neox_fail(err, NEOX_EXIT_USAGE, "use_bias_in_attn_output: true needs use_bias_in_attn_linear: true");
+        d->attn_out_unbiased = !out_bias;
+    }
     d->mlp_bias = neox_config_bool(cfg, use_bias_in_mlp);
     d->tied = !neox_config_bool(cfg, no_weight_tying);
     d->init_std = neox_config_float(cfg, init_method_std);

@@ -29,7 +29,7 @@ static plan_sizes sizes_of(const neox_model *m) {
     plan_sizes z = {(size_t)m->B * m->T, (size_t)d->hidden_size, (size_t)s.L, (size_t)d->head_size, (size_t)s.NH,
                     (size_t)s.NKV, 0, (size_t)s.F, 0};
     z.W = (z.NH + 2 * z.NKV) * z.HS;
-    z.FC = d->activation == NEOX_ACT_SWIGLU ? 2 * z.F : z.F;
+    z.FC = neox_activation_gated(d->activation) ? 2 * z.F : z.F;
     return z;
 }
 
@@ -193,7 +193,7 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     neox_model_use_slot(m, 0);
     make_host_stage(m);
     neox_model_plan_half(m);
-    if (d->rotary_dims) m->be->rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base);
+    if (d->rotary_dims) m->be->rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base, d->rope_scaling);
     return 0;
 }
 
@@ -268,7 +268,7 @@ void neox_model_layer_forward(neox_model *m, int l) {
     neox_layer_acts *la = &a->layers[l - s.l0];
     const neox_layer_params *p = &m->w.layers[l];
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
-    int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = s.F, swiglu = d->activation == NEOX_ACT_SWIGLU;
+    int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = s.F, gated = neox_activation_gated(d->activation);
     size_t NC = (size_t)N * C;
     const float *x = a->x + (l - s.l0) * NC;
     float *y = a->x + (l - s.l0 + 1) * NC;
@@ -290,9 +290,10 @@ void neox_model_layer_forward(neox_model *m, int l) {
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
     const float *mlp_in = d->parallel_residual ? x : la->mid;
     norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, mlp_in, p->ln2_w, p->ln2_b, N);
-    neox_model_linear_forward(m, la->fc, la->ln2, p->fc_w, p->fc_b, N, C, swiglu ? 2 * F : F);
-    if (swiglu) be->swiglu_forward(la->act, la->fc, N, F);
-    else be->gelu_forward(la->act, la->fc, (size_t)N * F, d->activation == NEOX_ACT_GELU_TANH);
+    neox_model_linear_forward(m, la->fc, la->ln2, p->fc_w, p->fc_b, N, C, gated ? 2 * F : F);
+    neox_act_fn fn = neox_activation_function(d->activation);
+    if (gated) be->gated_forward(la->act, la->fc, N, F, fn);
+    else be->activation_forward(la->act, la->fc, (size_t)N * F, fn);
     row_parallel_forward(m, a->branch, la->act, p->fc2_w, p->fc2_b, N, F);
     add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, NC, l, NEOX_SITE_MLP_OUT);
 }

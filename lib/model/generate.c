@@ -14,6 +14,7 @@
 
 #include "generate.h"
 #include "kernels/backend.h"
+#include "model_internal.h"
 
 struct neox_generator {
     neox_model *m;
@@ -38,7 +39,7 @@ typedef struct segment {
 } segment;
 
 static size_t qkv_width(const neox_model_desc *d) { return (size_t)(d->num_heads + 2 * d->num_kv_heads) * d->head_size; }
-static size_t fc_width(const neox_model_desc *d) { return (size_t)d->ffn_size * (d->activation == NEOX_ACT_SWIGLU ? 2 : 1); }
+static size_t fc_width(const neox_model_desc *d) { return (size_t)d->ffn_size * (neox_activation_gated(d->activation) ? 2 : 1); }
 
 // n floats of backend memory, zeroed.
 static float *zeros(const neox_backend *be, size_t n) {
@@ -66,7 +67,7 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     size_t R = d->rotary_dims ? d->rotary_dims : 2;
     g->cos = zeros(be, T * R / 2);
     g->sin = zeros(be, T * R / 2);
-    if (d->rotary_dims) be->rotary_tables(g->cos, g->sin, (int)T, d->rotary_dims, d->rotary_base);
+    if (d->rotary_dims) be->rotary_tables(g->cos, g->sin, (int)T, d->rotary_dims, d->rotary_base, d->rope_scaling);
     g->x = zeros(be, T * C);
     g->ln = zeros(be, T * C);
     g->mean = zeros(be, T);
@@ -129,8 +130,9 @@ static void mlp(neox_generator *g, const neox_layer_params *p, const float *inp,
     const neox_backend *be = g->be;
     norm(g, g->ln, g->mean, g->rstd, inp, p->ln2_w, p->ln2_b, S);
     be->linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
-    if (d->activation == NEOX_ACT_SWIGLU) be->swiglu_forward(g->act, g->fc, S, F);
-    else be->gelu_forward(g->act, g->fc, (size_t)S * F, d->activation == NEOX_ACT_GELU_TANH);
+    neox_act_fn fn = neox_activation_function(d->activation);
+    if (neox_activation_gated(d->activation)) be->gated_forward(g->act, g->fc, S, F, fn);
+    else be->activation_forward(g->act, g->fc, (size_t)S * F, fn);
     be->linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C);
 }
 

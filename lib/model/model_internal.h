@@ -62,6 +62,9 @@ unsigned long long neox_model_dropout_seed(const neox_model *m, int layer, int s
 // The attention-probability dropout seed of a layer on this tensor-parallel rank.
 unsigned long long neox_model_attention_seed(const neox_model *m, int layer);
 
+// The elementwise function of the activation (of its gate when gated).
+neox_act_fn neox_activation_function(neox_activation a);
+
 // One layer's forward (global layer index l) from x[l - l0] into x[l - l0 + 1] of the current
 // slot, saving into its layer activations.
 void neox_model_layer_forward(neox_model *m, int l);

@@ -47,7 +47,7 @@ int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "rotary_pct gives %d rotary dims of head size %d; need an even number "
                          "no larger than the head size", d->rotary_dims, d->head_size);
     if (d->norm == NEOX_NORM_RMSNORM) d->norm_bias = 0;
-    int neox_like = d->norm == NEOX_NORM_LAYERNORM && d->norm_bias && d->activation != NEOX_ACT_SWIGLU &&
+    int neox_like = d->norm == NEOX_NORM_LAYERNORM && d->norm_bias && !neox_activation_gated(d->activation) &&
                     d->num_kv_heads == d->num_heads && d->mlp_bias;
     d->naming = neox_like ? NEOX_NAMES_GPT_NEOX : NEOX_NAMES_LLAMA;
     return check_layout(d, err);
@@ -119,7 +119,8 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         v->qkv_w = OFF(add_param(c, 0, ROWS, 3 * C, C, "%s.%d.attention.query_key_value.weight", pre, l));
         if (d->attn_bias) v->qkv_b = OFF(add_param(c, 1, ROWS, 3 * C, 0, "%s.%d.attention.query_key_value.bias", pre, l));
         v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.attention.dense.weight", pre, l));
-        if (d->attn_bias) v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.attention.dense.bias", pre, l));
+        if (d->attn_bias && !d->attn_out_unbiased)
+            v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.attention.dense.bias", pre, l));
         v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.dense_h_to_4h.weight", pre, l));
         v->fc_b = OFF(add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.dense_h_to_4h.bias", pre, l));
         v->fc2_w = OFF(add_param(c, 0, COLS, C, F, "%s.%d.mlp.dense_4h_to_h.weight", pre, l));
@@ -137,14 +138,15 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         add_param(c, 1, ROWS, (int64_t)NKV * HS, 0, "%s.%d.self_attn.v_proj.bias", pre, l);
     }
     v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.self_attn.o_proj.weight", pre, l));
-    if (d->attn_bias) v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
+    if (d->attn_bias && !d->attn_out_unbiased)
+        v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
     // GPT-NeoX's gated MLP computes [x | gate] from one matrix: up_proj then gate_proj, adjacent;
     // each cut by rows, so every shard holds both halves of its rows.
     v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.up_proj.weight", pre, l));
-    if (d->activation == NEOX_ACT_SWIGLU) add_param(c, 0, ROWS, F, C, "%s.%d.mlp.gate_proj.weight", pre, l);
+    if (neox_activation_gated(d->activation)) add_param(c, 0, ROWS, F, C, "%s.%d.mlp.gate_proj.weight", pre, l);
     if (d->mlp_bias) {
         v->fc_b = OFF(add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.up_proj.bias", pre, l));
-        if (d->activation == NEOX_ACT_SWIGLU) add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.gate_proj.bias", pre, l);
+        if (neox_activation_gated(d->activation)) add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.gate_proj.bias", pre, l);
     }
     v->fc2_w = OFF(add_param(c, 0, COLS, C, F, "%s.%d.mlp.down_proj.weight", pre, l));
     if (d->mlp_bias) v->fc2_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.mlp.down_proj.bias", pre, l));

@@ -35,10 +35,20 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("pos")) d->pos_emb = strcmp(v, "learned") == 0 ? NEOX_POS_LEARNED : strcmp(v, "none") == 0 ? NEOX_POS_NONE : NEOX_POS_ROTARY;
     else if (KEY("rotary_dims")) d->rotary_dims = atoi(v);
     else if (KEY("rotary_base")) d->rotary_base = strtod(v, NULL);
+    else if (KEY("rope_type")) d->rope_scaling.kind = strcmp(v, "linear") == 0 ? NEOX_ROPE_LINEAR : NEOX_ROPE_LLAMA3;
+    else if (KEY("rope_factor")) d->rope_scaling.factor = strtod(v, NULL);
+    else if (KEY("rope_low")) d->rope_scaling.low_freq_factor = strtod(v, NULL);
+    else if (KEY("rope_high")) d->rope_scaling.high_freq_factor = strtod(v, NULL);
+    else if (KEY("rope_orig")) d->rope_scaling.original_max_positions = atoi(v);
     else if (KEY("parallel")) d->parallel_residual = atoi(v);
-    else if (KEY("act")) d->activation = strcmp(v, "swiglu") == 0 ? NEOX_ACT_SWIGLU : strcmp(v, "gelu_tanh") == 0 ? NEOX_ACT_GELU_TANH : NEOX_ACT_GELU;
+    else if (KEY("act")) {
+        if (strcmp(v, "gelu_tanh") == 0) d->activation = NEOX_ACT_GELU_TANH;
+        else if (strcmp(v, "gelu_onnx") == 0) d->activation = NEOX_ACT_GELU_ONNX;
+        else if (neox_activation_parse(v, &d->activation) != 0) return -1;
+    }
     else if (KEY("attn_bias")) d->attn_bias = atoi(v);
     else if (KEY("mlp_bias")) d->mlp_bias = atoi(v);
+    else if (KEY("attn_out_bias")) d->attn_out_unbiased = !atoi(v);
     else if (KEY("tied")) d->tied = atoi(v);
     else if (KEY("checkpoint")) d->checkpoint_activations = atoi(v);
     else if (KEY("adam_steps")) *adam_steps = atoi(v);

@@ -346,8 +346,9 @@ static void test_qkv(int B, int T, int NH, int NKV, int HS, int interleaved) {
 static void test_rotary(int B, int H, int T, int HS, int R) {
     size_t half = (size_t)R / 2;
     pair c = pair_zero((size_t)T * half), s = pair_zero((size_t)T * half), x = pair_rand((size_t)B * H * T * HS);
-    cpu->rotary_tables(c.h, s.h, T, R, 10000.0);
-    gpu->rotary_tables(c.d, s.d, T, R, 10000.0);
+    neox_rope_scaling llama3 = {NEOX_ROPE_LLAMA3, 8.0, 1.0, 4.0, 64};
+    cpu->rotary_tables(c.h, s.h, T, R, 10000.0, llama3);
+    gpu->rotary_tables(c.d, s.d, T, R, 10000.0, llama3);
     checkf(0, 0, &c, "rotary_tables cos T=%d R=%d", T, R);
     checkf(0, 0, &s, "rotary_tables sin T=%d R=%d", T, R);
     for (int inverse = 0; inverse < 2; inverse++) {
@@ -398,22 +399,23 @@ static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int 
 
 static void test_activations(size_t n, int N, int F) {
     pair x = pair_uniform(n, -5.0f, 5.0f), out = pair_rand(n), dout = pair_rand(n), dinp = pair_rand(n);
-    for (int approximate = 0; approximate < 2; approximate++) {
-        cpu->gelu_forward(out.h, x.h, n, approximate);
-        gpu->gelu_forward(out.d, x.d, n, approximate);
-        checkf(1e-6, 1e-5, &out, "gelu_forward n=%zu approximate=%d", n, approximate);
-        cpu->gelu_backward(dinp.h, dout.h, x.h, n, approximate);
-        gpu->gelu_backward(dinp.d, dout.d, x.d, n, approximate);
-        checkf(1e-6, 1e-5, &dinp, "gelu_backward n=%zu approximate=%d", n, approximate);
-    }
     pair in2 = pair_uniform((size_t)N * 2 * F, -6.0f, 6.0f), o = pair_rand((size_t)N * F), d = pair_rand((size_t)N * F);
     pair di = pair_rand((size_t)N * 2 * F);
-    cpu->swiglu_forward(o.h, in2.h, N, F);
-    gpu->swiglu_forward(o.d, in2.d, N, F);
-    checkf(1e-6, 1e-5, &o, "swiglu_forward N=%d F=%d", N, F);
-    cpu->swiglu_backward(di.h, d.h, in2.h, N, F);
-    gpu->swiglu_backward(di.d, d.d, in2.d, N, F);
-    checkf(1e-6, 1e-5, &di, "swiglu_backward N=%d F=%d", N, F);
+    for (int k = NEOX_FN_GELU; k <= NEOX_FN_IDENTITY; k++) {
+        neox_act_fn fn = (neox_act_fn)k;
+        cpu->activation_forward(out.h, x.h, n, fn);
+        gpu->activation_forward(out.d, x.d, n, fn);
+        checkf(1e-6, 1e-5, &out, "activation_forward n=%zu fn=%d", n, k);
+        cpu->activation_backward(dinp.h, dout.h, x.h, n, fn);
+        gpu->activation_backward(dinp.d, dout.d, x.d, n, fn);
+        checkf(1e-6, 1e-5, &dinp, "activation_backward n=%zu fn=%d", n, k);
+        cpu->gated_forward(o.h, in2.h, N, F, fn);
+        gpu->gated_forward(o.d, in2.d, N, F, fn);
+        checkf(1e-6, 1e-5, &o, "gated_forward N=%d F=%d fn=%d", N, F, k);
+        cpu->gated_backward(di.h, d.h, in2.h, N, F, fn);
+        gpu->gated_backward(di.d, d.d, in2.d, N, F, fn);
+        checkf(1e-6, 1e-5, &di, "gated_backward N=%d F=%d fn=%d", N, F, k);
+    }
     pair *all[] = {&x, &out, &dout, &dinp, &in2, &o, &d, &di};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }

@@ -77,19 +77,33 @@ def train(tmp_path, prefix, model):
     return tmp_path / "ckpt"
 
 
+# hidden_act -> GPT-NeoX's activation: elementwise in GPTNeoXForCausalLM; in LlamaForCausalLM the
+# function of the gate in down(act(gate(x)) * up(x)), i.e. GPT-NeoX's gated activations.
+NEOX_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu",
+            "mish": "mish"}
+LLAMA_ACT = {"silu": "swiglu", "gelu": "geglu", "relu": "reglu", "sigmoid": "glu", "linear": "bilinear"}
+
+
 def driver_args(cfg):
     """The model_parity driver's description of the model config.json describes (read here, independently)."""
     hs = cfg["hidden_size"] // cfg["num_attention_heads"]
     if cfg["model_type"] == "gpt_neox":
         args = dict(norm="layernorm", eps=cfg["layer_norm_eps"], rotary_dims=int(hs * cfg["rotary_pct"]),
                     rotary_base=cfg["rotary_emb_base"], parallel=int(cfg["use_parallel_residual"]),
-                    act="gelu" if cfg["hidden_act"] == "gelu" else "gelu_tanh", attn_bias=int(cfg["attention_bias"]),
+                    act=NEOX_ACT[cfg["hidden_act"]], attn_bias=int(cfg["attention_bias"]),
                     mlp_bias=1, kv_heads=cfg["num_attention_heads"])
     else:
-        assert cfg["hidden_act"] == "silu"
         args = dict(norm="rmsnorm", eps=cfg["rms_norm_eps"], rotary_dims=hs, rotary_base=cfg["rope_theta"], parallel=0,
-                    act="swiglu", attn_bias=int(cfg.get("attention_bias", False)), mlp_bias=int(cfg.get("mlp_bias", False)),
+                    act=LLAMA_ACT[cfg.get("hidden_act", "silu")], attn_bias=int(cfg.get("attention_bias", False)), mlp_bias=int(cfg.get("mlp_bias", False)),
                     kv_heads=cfg["num_key_value_heads"])
+    if cfg["model_type"] == "qwen2":
+        args.update(attn_bias=1, attn_out_bias=0)
+    scaling = cfg.get("rope_scaling")
+    if scaling:
+        args.update(rope_type=scaling["rope_type"], rope_factor=scaling["factor"])
+        if scaling["rope_type"] == "llama3":
+            args.update(rope_low=scaling["low_freq_factor"], rope_high=scaling["high_freq_factor"],
+                        rope_orig=scaling["original_max_position_embeddings"])
     args.update(vocab=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
                 heads=cfg["num_attention_heads"], ffn=cfg["intermediate_size"], max_pos=cfg["max_position_embeddings"],
                 tied=int(cfg.get("tie_word_embeddings", False)))
@@ -167,17 +181,18 @@ def test_export_parity(name, corpus, tmp_path):
     close(hf_logits(tmp_path / "sharded", ids), ref, f"{name}: sharded export logits")
 
 
-def random_hf_model(kind, vocab):
+def random_hf_model(kind, vocab, hidden_act=None, **extra):
     torch.manual_seed(7)
     common = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   max_position_embeddings=64)
     if kind == "neox":
         cfg = transformers.GPTNeoXConfig(intermediate_size=80, rotary_pct=0.5, use_parallel_residual=False,
-                                         hidden_act="gelu_new", tie_word_embeddings=False, **common)
+                                         hidden_act=hidden_act or "gelu_new", tie_word_embeddings=False, **common, **extra)
         model = transformers.GPTNeoXForCausalLM(cfg)
     else:
         cfg = transformers.LlamaConfig(intermediate_size=48, num_key_value_heads=2, tie_word_embeddings=True,
-                                       rope_theta=1000.0, **common)
+                                       rope_theta=extra.pop("rope_theta", 1000.0), hidden_act=hidden_act or "silu",
+                                       **common, **extra)
         model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -220,6 +235,162 @@ def test_import_tp2(kind, shard, corpus, tmp_path):
     losses = [r["train/lm_loss"] for r in map(json.loads, (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines())
               if "train/lm_loss" in r]
     assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+# Each activation a Hugging Face class can hold: imported, it gives transformers' logits in neox.c
+# and exports back to the same hidden_act and bit-identical tensors.
+@pytest.mark.parametrize("kind,hidden_act,activation", [
+    ("neox", "relu", "relu"), ("neox", "silu", "silu"), ("neox", "mish", "mish"), ("llama", "gelu", "geglu"),
+    ("llama", "relu", "reglu"), ("llama", "sigmoid", "glu"), ("llama", "linear", "bilinear")])
+def test_import_activation(kind, hidden_act, activation, corpus, tmp_path):
+    _, tokens = corpus
+    model = random_hf_model(kind, 512, hidden_act)
+    src, save, out = tmp_path / "src", tmp_path / "imported", tmp_path / "exported"
+    model.save_pretrained(str(src), safe_serialization=True)
+    run(CONVERT, "from-hf", "--input", src, "--output", save)
+    assert f"activation: {activation}\n" in (save / "model.yml").read_text()
+    run(CONVERT, "to-hf", "--input", save, "--output", out)
+    assert json.loads((out / "config.json").read_text())["hidden_act"] == hidden_act
+    exported = load_file(str(out / "model.safetensors"))
+    for n, p in model.named_parameters():
+        assert torch.equal(exported[n], p.detach()), f"{n} changed in the round trip"
+    ids = text_ids(tokens)
+    close(neox_logits(tmp_path, out, ids), hf_logits(model, ids), f"{kind} {hidden_act}: logits of the imported model")
+
+
+@pytest.mark.parametrize("kind,hidden_act", [("neox", "tanh"), ("llama", "gelu_new")])
+def test_import_refuses_activation(kind, hidden_act, tmp_path):
+    src = tmp_path / "src"
+    random_hf_model(kind, 512, hidden_act).save_pretrained(str(src), safe_serialization=True)
+    proc = subprocess.run([CONVERT, "from-hf", "--input", src, "--output", tmp_path / "out"], capture_output=True,
+                          text=True, env=ENV)
+    assert proc.returncode == 2 and f"hidden_act '{hidden_act}' is not supported" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# Llama-3-style configs: rope_theta 500000, tied embeddings and rope_scaling (llama3, linear) carried
+# through from-hf and to-hf, with transformers' logits in neox.c.
+LLAMA3_SCALING = dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=16)
+
+
+@pytest.mark.parametrize("kind,scaling", [("llama", LLAMA3_SCALING), ("llama", dict(rope_type="linear", factor=4.0)),
+                                          ("neox", dict(rope_type="linear", factor=2.0))])
+def test_import_rope_scaling(kind, scaling, corpus, tmp_path):
+    _, tokens = corpus
+    extra = dict(rope_scaling=scaling) if kind == "neox" else dict(rope_scaling=scaling, rope_theta=500000.0)
+    model = random_hf_model(kind, 512, **extra)
+    src, save, out = tmp_path / "src", tmp_path / "imported", tmp_path / "exported"
+    model.save_pretrained(str(src), safe_serialization=True)
+    run(CONVERT, "from-hf", "--input", src, "--output", save)
+    run(CONVERT, "to-hf", "--input", save, "--output", out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["rope_scaling"] == scaling
+    if kind == "llama":
+        assert cfg["rope_theta"] == 500000.0 and cfg["tie_word_embeddings"] is True
+    exported = load_file(str(out / "model.safetensors"))
+    for n, p in model.named_parameters():
+        assert torch.equal(exported[n], p.detach()), f"{n} changed in the round trip"
+    ids = text_ids(tokens)
+    close(neox_logits(tmp_path, out, ids), hf_logits(model, ids), f"{kind} {scaling['rope_type']}: logits")
+    close(hf_logits(out, ids), hf_logits(model, ids), f"{kind} {scaling['rope_type']}: exported model's logits")
+
+
+@pytest.mark.parametrize("scaling,field", [(dict(rope_type="yarn", factor=4.0), "rope_scaling.rope_type 'yarn'"),
+                                           (dict(rope_type="dynamic", factor=2.0), "rope_scaling.rope_type 'dynamic'"),
+                                           (dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                 high_freq_factor=4.0), "original_max_position_embeddings")])
+def test_import_refuses_rope_scaling(scaling, field, tmp_path):
+    src = tmp_path / "src"
+    model = random_hf_model("llama", 512)
+    model.config.rope_scaling = scaling  # set after construction: transformers validates at __init__
+    model.save_pretrained(str(src), safe_serialization=True)
+    proc = subprocess.run([CONVERT, "from-hf", "--input", src, "--output", tmp_path / "out"], capture_output=True,
+                          text=True, env=ENV)
+    assert proc.returncode == 2 and field in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def random_mistral_model(sliding_window):
+    torch.manual_seed(11)
+    cfg = transformers.MistralConfig(vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64,
+                                     sliding_window=sliding_window, rope_theta=1000000.0)
+    model = transformers.MistralForCausalLM(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_((1.0 if "norm" in n and n.endswith("weight") else 0.0) + 0.15 * torch.randn_like(p))
+    return model.float()
+
+
+# MistralForCausalLM whose window covers every position (v0.3's null, or >= max_position_embeddings)
+# is Llama's block: imported exactly; a shorter window is refused naming sliding_window.
+@pytest.mark.parametrize("window", [None, 64])
+def test_import_mistral(window, corpus, tmp_path):
+    _, tokens = corpus
+    model = random_mistral_model(window)
+    src, save, out = tmp_path / "src", tmp_path / "imported", tmp_path / "exported"
+    model.save_pretrained(str(src), safe_serialization=True)
+    run(CONVERT, "from-hf", "--input", src, "--output", save)
+    run(CONVERT, "to-hf", "--input", save, "--output", out)
+    exported = load_file(str(out / "model.safetensors"))
+    for n, p in model.named_parameters():
+        assert torch.equal(exported[n], p.detach()), f"{n} changed in the round trip"
+    ids = text_ids(tokens)
+    close(neox_logits(tmp_path, out, ids), hf_logits(model, ids), f"mistral window {window}: logits")
+
+
+def test_import_mistral_refuses_short_window(tmp_path):
+    src = tmp_path / "src"
+    random_mistral_model(16).save_pretrained(str(src), safe_serialization=True)
+    proc = subprocess.run([CONVERT, "from-hf", "--input", src, "--output", tmp_path / "out"], capture_output=True,
+                          text=True, env=ENV)
+    assert proc.returncode == 2, proc.stderr
+    assert "sliding_window 16 is shorter than max_position_embeddings 64" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def random_qwen2_model(**extra):
+    torch.manual_seed(13)
+    cfg = transformers.Qwen2Config(vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64,
+                                   rope_theta=1000000.0, tie_word_embeddings=True, **extra)
+    model = transformers.Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_((1.0 if "norm" in n and n.endswith("weight") else 0.0) + 0.15 * torch.randn_like(p))
+    return model.float()
+
+
+# Qwen2ForCausalLM (q/k/v biases, no output bias): imported with transformers' logits, exported back
+# as Qwen2ForCausalLM with the same tensors; its sliding window (use_sliding_window) is refused.
+def test_import_qwen2(corpus, tmp_path):
+    _, tokens = corpus
+    model = random_qwen2_model()
+    src, save, out = tmp_path / "src", tmp_path / "imported", tmp_path / "exported"
+    model.save_pretrained(str(src), safe_serialization=True)
+    run(CONVERT, "from-hf", "--input", src, "--output", save)
+    assert "use_bias_in_attn_output: false\n" in (save / "model.yml").read_text()
+    run(CONVERT, "to-hf", "--input", save, "--output", out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen2ForCausalLM"] and cfg["use_sliding_window"] is False
+    exported = load_file(str(out / "model.safetensors"))
+    assert exported.keys() == {n for n, _ in model.named_parameters()}
+    for n, p in model.named_parameters():
+        assert torch.equal(exported[n], p.detach()), f"{n} changed in the round trip"
+    ids = text_ids(tokens)
+    ref = hf_logits(model, ids)
+    close(neox_logits(tmp_path, out, ids), ref, "qwen2: logits of the imported model")
+    close(hf_logits(out, ids), ref, "qwen2: the exported model's logits")
+
+
+def test_import_qwen2_refuses_sliding_window(tmp_path):
+    src = tmp_path / "src"
+    random_qwen2_model(use_sliding_window=True, sliding_window=16).save_pretrained(str(src), safe_serialization=True)
+    proc = subprocess.run([CONVERT, "from-hf", "--input", src, "--output", tmp_path / "out"], capture_output=True,
+                          text=True, env=ENV)
+    assert proc.returncode == 2 and "use_sliding_window" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 TOKENIZERS = "../shared/data/tokenizers"

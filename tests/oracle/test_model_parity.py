@@ -28,7 +28,59 @@ CASES = {
     "llama-gqa-swiglu-rmsnorm-untied": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=False), {}),
     "llama-mqa-tied-checkpointed": ("llama", dict(num_key_value_heads=1, tie_word_embeddings=True,
                                                   rope_theta=1000.0), {"checkpoint": 1}),
+    # Llama-3's rotary base with tied embeddings (as its 1B/3B checkpoints).
+    "llama-rope-theta-500000-tied": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=True,
+                                                   rope_theta=500000.0), {}),
+    # Qwen2: q/k/v biases, no output-projection bias (use_bias_in_attn_output: false).
+    "qwen2-gqa-qkv-bias": ("qwen2", dict(num_key_value_heads=2, tie_word_embeddings=False), {}),
+    "qwen2-tied-checkpointed": ("qwen2", dict(num_key_value_heads=1, tie_word_embeddings=True,
+                                              rope_theta=1000000.0), {"checkpoint": 1}),
+    # rope_scaling as Llama 3.1/3.2 (llama3) and linear position interpolation express it; the
+    # original context of 16 puts the 9 frequencies of head size 16 in all three llama3 bands.
+    "llama-rope-llama3": ("llama", dict(num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=True,
+                                        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                          high_freq_factor=4.0, original_max_position_embeddings=16)), {}),
+    "llama-rope-linear": ("llama", dict(num_key_value_heads=4, rope_scaling=dict(type="linear", factor=4.0)), {}),
+    "neox-rope-linear": ("neox", dict(rotary_pct=0.5, rope_scaling=dict(rope_type="linear", factor=2.5)), {}),
+    # GPT-NeoX's other activations: ungated ones in GPTNeoXForCausalLM (hidden_act elementwise),
+    # gated ones in LlamaForCausalLM, whose down(act(gate(x)) * up(x)) is GPT-NeoX's
+    # Gated_Activation act(gate) * x with x the first half of the fused projection (up_proj).
+    "neox-relu": ("neox", dict(hidden_act="relu", rotary_pct=0.5), {"act": "relu"}),
+    "neox-silu": ("neox", dict(hidden_act="silu", rotary_pct=0.5), {"act": "silu"}),
+    "neox-swish": ("neox", dict(hidden_act="swish", rotary_pct=0.5), {"act": "swish"}),
+    "neox-mish": ("neox", dict(hidden_act="mish", rotary_pct=0.5), {"act": "mish"}),
+    "llama-geglu": ("llama", dict(num_key_value_heads=2, hidden_act="gelu"), {"act": "geglu"}),
+    "llama-reglu": ("llama", dict(num_key_value_heads=2, hidden_act="relu"), {"act": "reglu"}),
+    "llama-glu": ("llama", dict(num_key_value_heads=2, hidden_act="sigmoid"), {"act": "glu"}),
+    "llama-bilinear-checkpointed": ("llama", dict(num_key_value_heads=2, hidden_act="linear"),
+                                    {"act": "bilinear", "checkpoint": 1}),
+    # Activations transformers has no hidden_act for: the GPTNeoX model's MLP activation replaced by
+    # a torch restatement of GPT-NeoX's megatron/model/activations.py (RESTATED below).
+    "neox-softsign": ("neox", dict(hidden_act="gelu", rotary_pct=0.5), {"act": "softsign"}),
+    "neox-gelu-onnx-safe": ("neox", dict(hidden_act="gelu", rotary_pct=0.5), {"act": "gelu_onnx"}),
 }
+
+
+def erf_gelu(x):  # GPT-NeoX's onnx_safe gelu, its constant 1.41421 included
+    return x * 0.5 * (torch.erf(x / 1.41421) + torch.ones_like(x))
+
+
+RESTATED = {"neox-softsign": torch.nn.functional.softsign, "neox-gelu-onnx-safe": erf_gelu}
+
+
+class Elementwise(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def restate_activation(model, case):
+    if case in RESTATED:
+        for layer in model.gpt_neox.layers:
+            layer.mlp.act = Elementwise(RESTATED[case])
 
 
 def make_model(kind, kwargs):
@@ -38,8 +90,11 @@ def make_model(kind, kwargs):
     if kind == "neox":
         cfg = transformers.GPTNeoXConfig(intermediate_size=80, layer_norm_eps=1e-5, **common, **kwargs)
         model = transformers.GPTNeoXForCausalLM(cfg)
+    elif kind == "qwen2":
+        cfg = transformers.Qwen2Config(intermediate_size=48, rms_norm_eps=1e-6, **common, **kwargs)
+        model = transformers.Qwen2ForCausalLM(cfg)
     else:
-        cfg = transformers.LlamaConfig(intermediate_size=48, rms_norm_eps=1e-6, hidden_act="silu", **common, **kwargs)
+        cfg = transformers.LlamaConfig(intermediate_size=48, rms_norm_eps=1e-6, **{"hidden_act": "silu", **common, **kwargs})
         model = transformers.LlamaForCausalLM(cfg)
     model.config._attn_implementation = "eager"
     with torch.no_grad():  # random weights everywhere, norms around 1 and biases around 0, so all paths matter
@@ -64,6 +119,15 @@ def driver_args(kind, cfg, extra):
         args = dict(norm="rmsnorm", eps=cfg.rms_norm_eps, rotary_dims=cfg.hidden_size // cfg.num_attention_heads,
                     rotary_base=cfg.rope_theta, parallel=0, act="swiglu", attn_bias=0, mlp_bias=0,
                     kv_heads=cfg.num_key_value_heads)
+    scaling = getattr(cfg, "rope_scaling", None)
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        args.update(rope_type=kind, rope_factor=scaling["factor"])
+        if kind == "llama3":
+            args.update(rope_low=scaling["low_freq_factor"], rope_high=scaling["high_freq_factor"],
+                        rope_orig=scaling["original_max_position_embeddings"])
+    if kind == "qwen2":
+        args.update(attn_bias=1, attn_out_bias=0)
     args.update(vocab=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
                 heads=cfg.num_attention_heads, ffn=cfg.intermediate_size, max_pos=cfg.max_position_embeddings,
                 tied=int(cfg.tie_word_embeddings), **extra)
@@ -109,6 +173,7 @@ def masked_loss(logits, targets, mask):
 def test_forward_backward_parity(case, tmp_path):
     kind, kwargs, extra = CASES[case]
     model, cfg = make_model(kind, kwargs)
+    restate_activation(model, case)
     ids, targets, mask = batch()
     out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask)
     logits = model(input_ids=ids).logits

@@ -52,8 +52,13 @@ if [ -d "$CONFIGS" ]; then
     done
     check_fails "reference: MoE refused naming it" 2 "moe_num_experts.*Mixture of Experts is not supported" \
         "$T" --print-config "$CONFIGS/125M-dmoe.yml" "$CONFIGS/local_setup.yml"
-    check_fails "reference: mamba refused naming it" 2 "not supported by neox.c" \
-        "$T" --print-config "$CONFIGS/mamba/mamba-130M.yml" "$CONFIGS/local_setup.yml"
+    # mamba and rwkv are refused for their layer type, before their activation or init methods.
+    for f in "$CONFIGS"/mamba/*.yml "$CONFIGS"/rwkv/*.yml; do
+        kind=$(basename "$(dirname "$f")")
+        check_fails "reference: ${f#$CONFIGS/} refused for its layer type $kind" 2 \
+            "key 'attention_config': layer type '$kind' .* is not supported by neox.c" \
+            "$T" --print-config "$f" "$CONFIGS/local_setup.yml"
+    done
     check_fails "reference: transformer engine refused naming it" 2 "te_.*Transformer Engine is not supported" \
         "$T" --print-config "$CONFIGS/1-3B-transformer-engine.yml" "$CONFIGS/local_setup.yml"
     check_fails "reference: sliding window refused naming it" 2 "sliding_window_width.*sliding-window attention" \
@@ -69,6 +74,14 @@ if [ -d "$CONFIGS" ]; then
 else
     skip "reference configs" "$CONFIGS is absent"
 fi
+
+# rope_scaling: transformers' kinds other than linear and llama3 are refused by name.
+printf 'rope_scaling:\n  rope_type: yarn\n  factor: 4.0\n' >"$TEST_TMP/yarn.yml"
+check_fails "rope_scaling: yarn refused naming the sub-key" 2 "rope_scaling.rope_type.*yarn.*not supported" \
+    "$T" --print-config $TINY "$TEST_TMP/yarn.yml"
+printf 'rope_scaling:\n  rope_type: linear\n  factor: 0.5\n' >"$TEST_TMP/factor.yml"
+check_fails "rope_scaling: a factor below 1 refused naming it" 2 "rope_scaling.factor" \
+    "$T" --print-config $TINY "$TEST_TMP/factor.yml"
 
 # ---- printing and derived values -------------------------------------------------------------------
 check_output "print: defaults and derived values are labelled" "^hidden_dropout += 0.0  # default$" \

@@ -32,18 +32,22 @@ config resume neox 2 2 6 ", \"load\": \"$T/neox/ckpt\", \"no_load_optim\": false
   \"use_checkpoint_lr_scheduler\": true"
 check "train: resume with load" "$TRAIN" "$T/resume.yml"
 
-# Two data-parallel ranks: ZeRO, the wire type, the comms logger inside deepspeed_extra_args, rmsnorm.
+# Two data-parallel ranks: ZeRO, the wire type, the comms logger inside deepspeed_extra_args, rmsnorm,
+# Llama 3.1's rope_scaling (both spellings of its type), Qwen2's unbiased attention output.
 ZERO='"zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_scatter": true, "reduce_bucket_size": 3000,
   "allgather_bucket_size": 3000, "contiguous_gradients": true}'
 EXTRA='"deepspeed_extra_args": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": true, "prof_ops": [], "debug": false}}'
-config dp2 llama 2 1 4 ", $ZERO, $EXTRA, \"communication_data_type\": \"bf16\", \"fp32_allreduce\": false,
+ROPE='"rope_scaling": {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+  "high_freq_factor": 4.0, "original_max_position_embeddings": 16}'
+config dp2 llama 2 1 4 ", $ZERO, $EXTRA, $ROPE, \"use_bias_in_attn_output\": false, \"communication_data_type\": \"bf16\", \"fp32_allreduce\": false,
   \"gradient_predivide_factor\": 1.0"
 check "train: 2 data-parallel ranks under ZeRO-1" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/dp2.yml"
 config psgd neox 2 1 3 ', "gradient_compression": "powersgd", "gradient_compression_rank": 2, "gradient_compression_start": 1'
 check "train: 2 data-parallel ranks with PowerSGD" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/psgd.yml"
 
-# SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step).
-config sgd neox 2 2 3 ''
+# SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
+# run with GPT-NeoX's onnx_safe gelu.
+config sgd neox 2 2 3 ', "onnx_safe": true'
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}|' "$T/sgd.yml"
 check "train: sgd with momentum" "$TRAIN" -q "$T/sgd.yml"
 config onebit neox 2 1 3 ''

@@ -337,7 +337,7 @@ static void test_validation_and_refusals(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\nno_weight_tying: 1\n", 1, "expected true or false");
     expect_error("train_micro_batch_size_per_gpu: 1\nnorm: null\n", 1, "must not be null");
     expect_error("train_micro_batch_size_per_gpu: 1\nnorm: scalenorm\n", 1, "normalization 'scalenorm' is not supported by neox.c (supported: layernorm, rmsnorm)");
-    expect_error("train_micro_batch_size_per_gpu: 1\nactivation: relu\n", 1, "activation 'relu' is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\nactivation: tanh\n", 1, "key 'activation': 'tanh' is not one of");
     expect_error("train_micro_batch_size_per_gpu: 1\nuse_mup: true\n", 1, "muP is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: dpo\n", 1, "key 'train_impl': post-training method 'dpo' is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\nmoe_num_experts: 2\n", 1, "Mixture of Experts");

@@ -202,7 +202,7 @@ static void test_import_bad_config(void **state) {
         {"heads", "{\"model_type\": \"gpt_neox\", \"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 0,"
                   " \"vocab_size\": 16}", "hidden_size is not divisible by num_attention_heads", 2},
         {"act", "{\"model_type\": \"gpt_neox\", \"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
-                " \"vocab_size\": 16, \"hidden_act\": \"relu\"}", "hidden_act 'relu'", 2},
+                " \"vocab_size\": 16, \"hidden_act\": \"tanh\"}", "hidden_act 'tanh'", 2},
         {"theta", "{\"model_type\": \"llama\", \"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
                   " \"vocab_size\": 16, \"intermediate_size\": 8, \"rope_theta\": 10.5}", "rope_theta 10.5", 2},
         {"scaling", "{\"model_type\": \"llama\", \"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"

@@ -180,7 +180,7 @@ static void test_rotary(void **state) {
     (void)state;
     int B = 2, H = 3, T = 5, HS = 8, R = 4;
     float cs[5 * 2], sn[5 * 2];
-    neox_rotary_tables(cs, sn, T, R, 10000.0);
+    neox_rotary_tables(cs, sn, T, R, 10000.0, (neox_rope_scaling){0});
     float *x = randn((size_t)B * H * T * HS, 1), *y = neox_malloc(sizeof(float) * B * H * T * HS);
     memcpy(y, x, sizeof(float) * B * H * T * HS);
     neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0);
@@ -263,42 +263,63 @@ static void test_attention_blocks(void **state) {
 }
 
 // ---- activations --------------------------------------------------------------------------------
-struct act_ctx { float *inp, *out, *R; int kind; };  // kind 0 gelu, 1 gelu tanh, 2 swiglu
+struct act_ctx { float *inp, *out, *R; neox_act_fn fn; int gated; };
 enum { AN = 4, AF = 5 };
 
 static double act_loss(void *p) {
     struct act_ctx *c = p;
-    if (c->kind == 2) neox_swiglu_forward(c->out, c->inp, AN, AF);
-    else neox_gelu_forward(c->out, c->inp, AN * AF, c->kind);
+    if (c->gated) neox_gated_forward(c->out, c->inp, AN, AF, c->fn);
+    else neox_activation_forward(c->out, c->inp, AN * AF, c->fn);
     return dotd(c->out, c->R, AN * AF);
 }
 
-static void run_activation(int kind) {
-    size_t nin = kind == 2 ? 2 * AN * AF : AN * AF;
-    struct act_ctx c = {randn(nin, 2), zeros(AN * AF), randn(AN * AF, 1), kind};
+// The functions restated in double from their definitions (torch's and GPT-NeoX's activations.py).
+static double act_reference(neox_act_fn fn, double x) {
+    double sig = 1 / (1 + exp(-x));
+    switch (fn) {
+    case NEOX_FN_GELU: return 0.5 * x * (1 + erf(x / sqrt(2)));
+    case NEOX_FN_GELU_TANH: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case NEOX_FN_GELU_ONNX: return x * 0.5 * (erf(x / 1.41421) + 1);
+    case NEOX_FN_RELU: return x > 0 ? x : 0;
+    case NEOX_FN_SILU: return x * sig;
+    case NEOX_FN_SOFTSIGN: return x / (1 + fabs(x));
+    case NEOX_FN_MISH: return x * tanh(log1p(exp(x)));
+    case NEOX_FN_SIGMOID: return sig;
+    case NEOX_FN_IDENTITY: return x;
+    }
+    return NAN;
+}
+
+static void run_activation(neox_act_fn fn, int gated) {
+    size_t nin = gated ? 2 * AN * AF : AN * AF;
+    struct act_ctx c = {randn(nin, 2), zeros(AN * AF), randn(AN * AF, 1), fn, gated};
     act_loss(&c);
     for (int r = 0; r < AN; r++)
         for (int i = 0; i < AF; i++) {
-            double ref;
-            if (kind == 2) {
-                double x = c.inp[r * 2 * AF + i], g = c.inp[r * 2 * AF + AF + i];
-                ref = x * g / (1 + exp(-g));
-            } else {
-                double x = c.inp[r * AF + i];
-                ref = kind ? 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) : 0.5 * x * (1 + erf(x / sqrt(2)));
-            }
+            double ref = gated ? act_reference(fn, c.inp[r * 2 * AF + AF + i]) * c.inp[r * 2 * AF + i]
+                               : act_reference(fn, c.inp[r * AF + i]);
             assert_true(fabs(ref - c.out[r * AF + i]) < 1e-5 * (1 + fabs(ref)));
         }
     float *dinp = zeros(nin);
-    if (kind == 2) neox_swiglu_backward(dinp, c.R, c.inp, AN, AF);
-    else neox_gelu_backward(dinp, c.R, c.inp, AN * AF, kind);
-    check_grad(kind == 2 ? "swiglu" : kind ? "gelu tanh" : "gelu", c.inp, dinp, nin, act_loss, &c);
+    if (gated) neox_gated_backward(dinp, c.R, c.inp, AN, AF, fn);
+    else neox_activation_backward(dinp, c.R, c.inp, AN * AF, fn);
+    char what[32];
+    snprintf(what, sizeof what, "activation %d%s", (int)fn, gated ? " gated" : "");
+    check_grad(what, c.inp, dinp, nin, act_loss, &c);
     free(c.inp); free(c.out); free(c.R); free(dinp);
 }
 
-static void test_gelu(void **state) { (void)state; run_activation(0); }
-static void test_gelu_tanh(void **state) { (void)state; run_activation(1); }
-static void test_swiglu(void **state) { (void)state; run_activation(2); }
+static void test_gelu(void **state) { (void)state; run_activation(NEOX_FN_GELU, 0); }
+static void test_gelu_tanh(void **state) { (void)state; run_activation(NEOX_FN_GELU_TANH, 0); }
+static void test_swiglu(void **state) { (void)state; run_activation(NEOX_FN_SILU, 1); }
+// Every function, elementwise and gated (relu's kink at 0 has probability 0 under randn).
+static void test_activations_all(void **state) {
+    (void)state;
+    for (int fn = NEOX_FN_GELU; fn <= NEOX_FN_IDENTITY; fn++) {
+        run_activation((neox_act_fn)fn, 0);
+        run_activation((neox_act_fn)fn, 1);
+    }
+}
 
 static void test_dropout(void **state) {
     (void)state;
@@ -421,6 +442,7 @@ int main(void) {
         cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_attention_blocks),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_activations_all),
         cmocka_unit_test(test_dropout),         cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_cross_entropy_masked_target),
         cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),

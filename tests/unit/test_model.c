@@ -58,6 +58,111 @@ static void test_desc_from_config(void **state) {
     neox_config_free(cfg);
 }
 
+// rope_scaling: llama3's four numbers read, linear's factor; missing numbers and disagreeing
+// spellings of the type refused by name.
+static void test_desc_rope_scaling(void **state) {
+    (void)state;
+    neox_config *cfg = load_yaml("train_micro_batch_size_per_gpu: 1\nhidden_size: 64\nnum_layers: 1\nnum_attention_heads: 4\n"
+                                 "seq_length: 16\nmax_position_embeddings: 16\nrope_scaling:\n  rope_type: llama3\n"
+                                 "  factor: 8.0\n  low_freq_factor: 1.0\n  high_freq_factor: 4.0\n"
+                                 "  original_max_position_embeddings: 8192\n");
+    neox_model_desc d;
+    neox_error err = {0};
+    if (neox_model_desc_from_config(&d, cfg, 100, &err) != 0) fail_msg("%s", err.message);
+    assert_int_equal(d.rope_scaling.kind, NEOX_ROPE_LLAMA3);
+    assert_true(d.rope_scaling.factor == 8.0 && d.rope_scaling.low_freq_factor == 1.0 && d.rope_scaling.high_freq_factor == 4.0);
+    assert_int_equal(d.rope_scaling.original_max_positions, 8192);
+    neox_config_free(cfg);
+    static const struct { const char *yaml, *message; } bad[] = {
+        {"rope_scaling:\n  rope_type: llama3\n  factor: 8.0\n", "rope_type llama3 needs factor, low_freq_factor"},
+        {"rope_scaling:\n  type: linear\n", "rope_scaling.factor is not set"},
+        {"rope_scaling:\n  type: linear\n  rope_type: llama3\n  factor: 2.0\n", "rope_type 'llama3' and type 'linear' disagree"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "train_micro_batch_size_per_gpu: 1\nhidden_size: 64\nnum_layers: 1\n"
+                 "num_attention_heads: 4\nseq_length: 16\nmax_position_embeddings: 16\n%s", bad[i].yaml);
+        cfg = load_yaml(text);
+        err = (neox_error){0};
+        assert_int_equal(neox_model_desc_from_config(&d, cfg, 100, &err), -1);
+        assert_int_equal(err.status, NEOX_EXIT_USAGE);
+        if (!strstr(err.message, bad[i].message)) fail_msg("'%s' lacks '%s'", err.message, bad[i].message);
+        neox_config_free(cfg);
+    }
+}
+
+// use_bias_in_attn_output: false keeps q/k/v's biases and drops the output projection's (Qwen2);
+// true without use_bias_in_attn_linear is refused.
+static void test_desc_attn_output_bias(void **state) {
+    (void)state;
+    neox_config *cfg = load_yaml("train_micro_batch_size_per_gpu: 1\nhidden_size: 64\nnum_layers: 1\nnum_attention_heads: 4\n"
+                                 "seq_length: 16\nmax_position_embeddings: 16\nnorm: rmsnorm\nactivation: swiglu\n"
+                                 "use_bias_in_attn_linear: true\nuse_bias_in_attn_output: false\nuse_bias_in_mlp: false\n");
+    neox_model_desc d;
+    neox_error err = {0};
+    if (neox_model_desc_from_config(&d, cfg, 100, &err) != 0) fail_msg("%s", err.message);
+    int n = 0, q_bias = 0, o_bias = 0;
+    neox_param *params = neox_model_param_list(&d, &n, &err);
+    assert_non_null(params);
+    for (int i = 0; i < n; i++) {
+        q_bias += strcmp(params[i].name, "model.layers.0.self_attn.q_proj.bias") == 0;
+        o_bias += strcmp(params[i].name, "model.layers.0.self_attn.o_proj.bias") == 0;
+    }
+    assert_int_equal(q_bias, 1);
+    assert_int_equal(o_bias, 0);
+    free(params);
+    neox_config_free(cfg);
+    cfg = load_yaml("train_micro_batch_size_per_gpu: 1\nhidden_size: 64\nnum_layers: 1\nnum_attention_heads: 4\n"
+                    "seq_length: 16\nmax_position_embeddings: 16\nuse_bias_in_attn_linear: false\n"
+                    "use_bias_in_attn_output: true\n");
+    assert_int_equal(neox_model_desc_from_config(&d, cfg, 100, &err), -1);
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    assert_non_null(strstr(err.message, "use_bias_in_attn_output: true needs use_bias_in_attn_linear: true"));
+    neox_config_free(cfg);
+}
+
+static neox_config *activation_config(const char *extra) {
+    char text[512];
+    snprintf(text, sizeof text, "train_micro_batch_size_per_gpu: 1\nhidden_size: 96\nnum_layers: 1\n"
+             "num_attention_heads: 4\nseq_length: 16\nmax_position_embeddings: 16\nmlp_multiple_of: 16\n%s", extra);
+    return load_yaml(text);
+}
+
+// GPT-NeoX's activations: gated ones size each half 2/3 of 4h (rounded to mlp_multiple_of) and take
+// Llama names; gelu's variant follows onnx_safe / bias_gelu_fusion, which GPT-NeoX refuses together.
+static void test_desc_activations(void **state) {
+    (void)state;
+    static const struct { const char *yaml; neox_activation act; int ffn; } cases[] = {
+        {"activation: geglu\n", NEOX_ACT_GEGLU, 128},  // 384 * 2/3 = 256 -> 128 per half
+        {"activation: reglu\n", NEOX_ACT_REGLU, 128},
+        {"activation: glu\n", NEOX_ACT_GLU, 128},
+        {"activation: bilinear\n", NEOX_ACT_BILINEAR, 128},
+        {"activation: relu\n", NEOX_ACT_RELU, 384},
+        {"activation: swish\n", NEOX_ACT_SILU, 384},
+        {"activation: silu\n", NEOX_ACT_SILU, 384},
+        {"activation: mish\n", NEOX_ACT_MISH, 384},
+        {"activation: softsign\n", NEOX_ACT_SOFTSIGN, 384},
+        {"activation: gelu\nonnx_safe: true\n", NEOX_ACT_GELU_ONNX, 384},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        neox_config *cfg = activation_config(cases[i].yaml);
+        neox_model_desc d;
+        neox_error err = {0};
+        if (neox_model_desc_from_config(&d, cfg, 100, &err) != 0) fail_msg("%s: %s", cases[i].yaml, err.message);
+        assert_int_equal(d.activation, cases[i].act);
+        assert_int_equal(d.ffn_size, cases[i].ffn);
+        assert_int_equal(d.naming, neox_activation_gated(d.activation) ? NEOX_NAMES_LLAMA : NEOX_NAMES_GPT_NEOX);
+        neox_config_free(cfg);
+    }
+    neox_config *cfg = activation_config("onnx_safe: true\nbias_gelu_fusion: true\n");
+    neox_model_desc d;
+    neox_error err = {0};
+    assert_int_equal(neox_model_desc_from_config(&d, cfg, 100, &err), -1);
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    assert_non_null(strstr(err.message, "onnx_safe and bias_gelu_fusion"));
+    neox_config_free(cfg);
+}
+
 static neox_model *tiny(int checkpoint) {
     neox_model_desc d = {.vocab_size = 40, .hidden_size = 16, .num_layers = 2, .num_heads = 4, .num_kv_heads = 2,
                          .ffn_size = 24, .max_positions = 16, .norm = NEOX_NORM_LAYERNORM, .norm_eps = 1e-5f,
@@ -100,6 +205,9 @@ static void test_checkpointing_is_exact(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_desc_from_config),
+        cmocka_unit_test(test_desc_activations),
+        cmocka_unit_test(test_desc_rope_scaling),
+        cmocka_unit_test(test_desc_attn_output_bias),
         cmocka_unit_test(test_checkpointing_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
