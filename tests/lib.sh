@@ -51,6 +51,17 @@ check_output() {
 
 skip() { echo "ok - $1 # SKIP $2"; }
 
+# mount_tmpfs DIR SIZE WHAT: a tmpfs of SIZE at DIR, unmounted at exit (full disks, read-only
+# directories); where mounting is not allowed, WHAT is reported skipped and the status is 1.
+mount_tmpfs() {
+    mkdir -p "$1"
+    if ! mount -t tmpfs -o size="$2" tmpfs "$1" 2>"$_last_out"; then
+        skip "$3" "cannot mount a tmpfs here: $(head -c 200 "$_last_out")"
+        return 1
+    fi
+    trap "umount '$1' 2>/dev/null; rm -rf '$TEST_TMP'" EXIT
+}
+
 # char_shakespeare NAME: Tiny Shakespeare as one jsonl document per paragraph, preprocessed with the
 # character-level tokenizer into $TEST_TMP/char_text_document; false (with a skip line for NAME)
 # when ../shared/data or the text is absent.

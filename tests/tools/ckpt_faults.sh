@@ -193,12 +193,7 @@ check_output "... with a checkpoint that verifies" "is sound" $CONVERT verify "$
 
 # ---- full disks and read-only output directories ------------------------------------------------------
 M=$T/mnt
-mkdir -p "$M"
-if ! mount -t tmpfs -o size=120k tmpfs "$M" 2>"$_last_out"; then
-    skip "full disk and read-only outputs" "cannot mount a tmpfs here: $(head -c 200 "$_last_out")"
-    exit 0
-fi
-trap 'umount "$M" 2>/dev/null; rm -rf "$TEST_TMP"' EXIT
+mount_tmpfs "$M" 120k "full disk and read-only outputs" || exit 0
 check "to-hf for the from-hf case" $CONVERT to-hf --input "$T/ckpt" --output "$T/hf"
 $EVAL -q "$T/model.yml" "$(yml load_ok "{\"load\": \"$T/ckpt\"}")" --results-prefix "$T/res" >/dev/null 2>&1
 results_bytes=$(stat -c %s "$T"/res_eval_results_*.json)

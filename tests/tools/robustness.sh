@@ -201,12 +201,7 @@ check "... and its target is untouched" test "$(cat "$T/precious.txt")" = precio
 # ---- a read-only data directory -------------------------------------------------------------------
 # A tmpfs remounted read-only is read-only for root too (a chmod is not).
 R=$T/rodata
-mkdir -p "$R"
-if ! mount -t tmpfs -o size=4m tmpfs "$R" 2>"$_last_out"; then
-    skip "a read-only data directory" "cannot mount a tmpfs here: $(head -c 200 "$_last_out")"
-    exit 0
-fi
-trap 'umount "$R" 2>/dev/null; rm -rf "$TEST_TMP"' EXIT
+mount_tmpfs "$R" 4m "a read-only data directory" || exit 0
 echo "{\"data_path\": \"$R/c_text_document\", \"do_valid\": false, \"do_test\": false}" >"$T/rodata.yml"
 check "preprocess corpus A into the data directory" "$PRE" --input "$T/cachecase/a.jsonl" --output-prefix "$R/c" \
     --tokenizer-type CharLevelTokenizer --append-eod
