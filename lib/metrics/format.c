@@ -33,6 +33,9 @@ static void append(char *buf, size_t size, size_t *used, const char *fmt, ...) {
     if (n > 0) *used += (size_t)n < size - *used ? (size_t)n : size - *used - 1;
 }
 
+// NaN without its sign: printf writes "-nan" for a NaN whose sign bit is set, which is still not a number.
+static double unsigned_nan(double x) { return isnan(x) ? fabs(x) : x; }
+
 void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size) {
     size_t used = 0;
     if (size == 0) return;
@@ -48,10 +51,10 @@ void neox_format_train_line(const neox_train_summary *s, char *buf, size_t size)
                neox_format_flops(s->flops_per_sec_per_device, flops, sizeof flops));
     }
     if (s->mfu >= 0) append(buf, size, &used, " MFU: %.2f%% |", s->mfu * 100.0);
-    append(buf, size, &used, " lm_loss: %.6E |", s->lm_loss);
+    append(buf, size, &used, " lm_loss: %.6E |", unsigned_nan(s->lm_loss));
     if (s->fp16) append(buf, size, &used, " loss scale: %.1f |", s->loss_scale);
-    if (!isnan(s->grad_norm) || s->nonfinite) append(buf, size, &used, " grad norm: %.3f |", s->grad_norm);
-    if (s->has_param_norm) append(buf, size, &used, " param norm: %.3f |", s->param_norm);
+    if (!isnan(s->grad_norm) || s->nonfinite) append(buf, size, &used, " grad norm: %.3f |", unsigned_nan(s->grad_norm));
+    if (s->has_param_norm) append(buf, size, &used, " param norm: %.3f |", unsigned_nan(s->param_norm));
     append(buf, size, &used, " number of skipped iterations: %3lld |", (long long)s->skipped);
     append(buf, size, &used, " number of nan iterations: %3lld |", (long long)s->nan);
 }

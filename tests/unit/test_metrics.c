@@ -249,6 +249,12 @@ static void test_train_line_format(void **state) {
     s.param_norm = 12.3456;
     neox_format_train_line(&s, line, sizeof line);
     assert_non_null(strstr(line, " lm_loss: 7.123457E+00 | param norm: 12.346 | number of skipped"));
+    // A NaN with its sign bit set (as 0 * inf and inf - inf give on x86) prints as nan, not -nan.
+    s.lm_loss = -NAN;
+    s.grad_norm = -NAN;
+    s.nonfinite = 1;
+    neox_format_train_line(&s, line, sizeof line);
+    assert_non_null(strstr(line, " lm_loss: NAN | grad norm: nan | param norm"));
     // A short buffer truncates without overrunning.
     char small[20];
     neox_format_train_line(&s, small, sizeof small);
