@@ -21,6 +21,8 @@ typedef struct neox_evaluator {
     int rank0, quiet;
     neox_tokenizer *tokenizer;
     int32_t eod_id;
+    int32_t end_ids[2];          // what ends a generated text: eod, and the declared eos_token when
+    int nend;                    // it is another token (an instruct model's end of turn)
     int32_t prefix_id;           // before rolling windows and empty contexts: the tokenizer's bos when
                                  // it declares one, else eod (the harness's HFLM.prefix_token_id)
     neox_model *model;
@@ -37,6 +39,8 @@ typedef struct neox_evaluator {
 // weights (with a notice).
 neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, int quiet, neox_error *err);
 void neox_evaluator_free(neox_evaluator *ev);
+// 1 when id ends a generated text (one of end_ids).
+int neox_evaluator_ends_text(const neox_evaluator *ev, int32_t id);
 
 // ---- results ------------------------------------------------------------------------------------
 #define NEOX_EVAL_MAX_METRICS 6

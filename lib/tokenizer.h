@@ -27,9 +27,12 @@ void neox_tokenizer_free(neox_tokenizer *tok);
 int64_t neox_tokenizer_vocab_size(const neox_tokenizer *tok);
 int32_t neox_tokenizer_eod_id(const neox_tokenizer *tok);  // end of document
 int32_t neox_tokenizer_pad_id(const neox_tokenizer *tok);  // -1 when the tokenizer has none
-// The beginning-of-sequence token that Hugging Face's AutoTokenizer would report for the folder of
-// the vocab file: tokenizer_config.json's (else special_tokens_map.json's) "bos_token" there; -1
-// when neither file names one (a lone tokenizer.json, GPT-2 files, CharLevel).
+// The special tokens Hugging Face's AutoTokenizer would report for the folder of the vocab file:
+// tokenizer_config.json's (else special_tokens_map.json's) "bos_token", "eos_token", "pad_token",
+// "unk_token" there; -1 when neither file names one (a lone tokenizer.json, GPT-2 files,
+// CharLevel). A SentencePiece model declares its own bos.
+typedef enum neox_special { NEOX_SPECIAL_BOS, NEOX_SPECIAL_EOS, NEOX_SPECIAL_PAD, NEOX_SPECIAL_UNK, NEOX_SPECIAL_COUNT } neox_special;
+int32_t neox_tokenizer_declared_id(const neox_tokenizer *tok, neox_special which);
 int32_t neox_tokenizer_bos_id(const neox_tokenizer *tok);
 const char *neox_tokenizer_type(const neox_tokenizer *tok);
 // 1 when a space is put before text that does not start with one (ByteLevel add_prefix_space).

@@ -6,8 +6,12 @@
 
 // config.json for the Hugging Face class of the model (NULL + err when no class can hold it);
 // bos/eos < 0 are left out. malloc'ed text.
-char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, int bos, int eos, neox_error *err);
-char *neox_cvt_generation_config_json(int bos, int eos);
+// The special token ids an export declares (-1: none): config.json's and generation_config.json's.
+typedef struct neox_cvt_token_ids {
+    int bos, eos, pad;
+} neox_cvt_token_ids;
+char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_cvt_token_ids ids, neox_error *err);
+char *neox_cvt_generation_config_json(neox_cvt_token_ids ids);
 // The hidden_act of an activation (NULL when transformers has none), and the activation a
 // hidden_act names for an ungated (GPTNeoXForCausalLM) or gated (LlamaForCausalLM) MLP (-1: none).
 const char *neox_cvt_hf_act_name(neox_activation a);

@@ -1,7 +1,8 @@
 // from_hf.c: a Hugging Face GPTNeoX, Llama, Mistral or Qwen2 ...ForCausalLM folder (config.json and
 // model.safetensors, or shards listed by model.safetensors.index.json) as a training checkpoint:
-// SAVE/global_step0 in the requested layout, SAVE/latest, and SAVE/model.yml, the GPT-NeoX-style
-// config of the model (to be combined with a data/training config; it sets `finetune: true`).
+// SAVE/global_step0 in the requested layout, SAVE/latest, SAVE/model.yml (the GPT-NeoX-style config
+// of the model and its tokenizer) and SAVE/run.yml (context, batch, `load` and `finetune: true`, the
+// part a user changes), with the tokenizer files and their Hugging Face descriptions beside them.
 // The YAML is loaded back through the config loader, so the model the trainer will build from it
 // is the one whose parameters are written. Memory: one safetensors file at a time.
 #include <jansson.h>
@@ -16,6 +17,7 @@
 #include "convert_internal.h"
 #include "kernels/kernels.h"
 #include "safetensors.h"
+#include "tokenizer.h"
 
 typedef struct hf_model {
     const char *dir;
@@ -252,25 +254,55 @@ static int gpt_neox_yaml(const hf_model *m, FILE *f, int64_t hidden, neox_error 
     return rope_scaling_yaml(m, f, err);
 }
 
-// The tokenizer keys: the folder's tokenizer files, copied next to the checkpoint.
-static void tokenizer_yaml(const hf_model *m, FILE *f, const char *save_final) {
-    char *json_path = neox_asprintf("%s/tokenizer.json", m->dir), *vocab = neox_asprintf("%s/vocab.json", m->dir),
-         *merges = neox_asprintf("%s/merges.txt", m->dir);
-    if (file_exists(json_path))
-        fprintf(f, "tokenizer_type: HFTokenizer\nvocab_file: \"%s/tokenizer.json\"\n", save_final);
-    else if (file_exists(vocab) && file_exists(merges))
-        fprintf(f, "tokenizer_type: GPT2BPETokenizer\nvocab_file: \"%s/vocab.json\"\nmerge_file: \"%s/merges.txt\"\n",
-                save_final, save_final);
-    else
-        fprintf(f, "# %s has no tokenizer.json nor vocab.json + merges.txt: set tokenizer_type and vocab_file\n", m->dir);
-    free(json_path), free(vocab), free(merges);
+// The folder's tokenizer: tokenizer.json (HFTokenizer), else vocab.json + merges.txt (GPT-2 BPE);
+// type NULL when it has neither.
+typedef struct hf_tokenizer {
+    const char *type;
+    char *file, *merges;  // in the Hugging Face folder
+    const char *name, *merges_name;
+} hf_tokenizer;
+
+static hf_tokenizer tokenizer_of(const hf_model *m) {
+    hf_tokenizer t = {.file = neox_asprintf("%s/tokenizer.json", m->dir)};
+    if (file_exists(t.file)) return t.type = "HFTokenizer", t.name = "tokenizer.json", t;
+    free(t.file);
+    t.file = neox_asprintf("%s/vocab.json", m->dir), t.merges = neox_asprintf("%s/merges.txt", m->dir);
+    if (file_exists(t.file) && file_exists(t.merges))
+        return t.type = "GPT2BPETokenizer", t.name = "vocab.json", t.merges_name = "merges.txt", t;
+    free(t.file), free(t.merges);
+    return (hf_tokenizer){0};
 }
 
-static char *model_yaml(const hf_model *m, const char *save_final, int64_t *vocab, neox_error *err) {
-    int64_t hidden = 0, layers = 0, heads = 0, max_pos = 0;
+static void tokenizer_free(hf_tokenizer *t) { free(t->file), free(t->merges); }
+
+// A tokenizer neox.c cannot read is refused here, naming its component, rather than written into a
+// model.yml every later tool would fail on.
+static int check_tokenizer(const hf_model *m, const hf_tokenizer *t, neox_error *err) {
+    if (!t->type) return 0;
+    neox_tokenizer_options opts = {.type = t->type, .vocab_file = t->file, .merge_file = t->merges};
+    neox_tokenizer *tok = neox_tokenizer_load(&opts, err);
+    if (!tok) return neox_fail_context(err, "%s: its tokenizer", m->dir);
+    neox_tokenizer_free(tok);
+    return 0;
+}
+
+// The tokenizer keys: the folder's tokenizer files, copied into the save directory.
+static void tokenizer_yaml(const hf_model *m, const hf_tokenizer *t, FILE *f, const char *save_abs) {
+    if (!t->type) {
+        fprintf(f, "# %s has no tokenizer.json nor vocab.json + merges.txt: set tokenizer_type and vocab_file\n", m->dir);
+        return;
+    }
+    fprintf(f, "tokenizer_type: %s\nvocab_file: \"%s/%s\"\n", t->type, save_abs, t->name);
+    if (t->merges_name) fprintf(f, "merge_file: \"%s/%s\"\n", save_abs, t->merges_name);
+}
+
+// model.yml: what the checkpoint is (the model and its tokenizer), which a user does not change.
+static char *model_yaml(const hf_model *m, const hf_tokenizer *t, const char *save_abs, int64_t *vocab,
+                        int64_t *max_pos, neox_error *err) {
+    int64_t hidden = 0, layers = 0, heads = 0;
     if (get_int(m, "hidden_size", -1, &hidden, err) || get_int(m, "num_hidden_layers", -1, &layers, err) ||
         get_int(m, "num_attention_heads", -1, &heads, err) || get_int(m, "vocab_size", -1, vocab, err) ||
-        get_int(m, "max_position_embeddings", 2048, &max_pos, err))
+        get_int(m, "max_position_embeddings", 2048, max_pos, err))
         return NULL;
     if (check_token_ids(m, *vocab, err) != 0) return NULL;
     if (heads == 0 || hidden % heads != 0)
@@ -278,21 +310,28 @@ static char *model_yaml(const hf_model *m, const char *save_final, int64_t *voca
     char *text = NULL, std[40];
     size_t size = 0;
     FILE *f = open_memstream(&text, &size);
-    fprintf(f, "# Imported by neox-convert from-hf from %s (%s). Combine with a data and training config;\n"
-            "# finetune: true loads these parameters and starts a fresh run.\n",
+    fprintf(f, "# The model imported by neox-convert from-hf from %s (%s) and its tokenizer.\n"
+            "# Use it with run.yml beside it, or with a run config of your own (see run.yml).\n",
             m->dir, m->class_name);
     fprintf(f, "num_layers: %lld\nhidden_size: %lld\nnum_attention_heads: %lld\nmax_position_embeddings: %lld\n"
-            "seq_length: %lld\npos_emb: rotary\nno_weight_tying: %s\nmake_vocab_size_divisible_by: %lld\n"
-            "init_method_std: %s\n",
-            (long long)layers, (long long)hidden, (long long)heads, (long long)max_pos, (long long)max_pos,
+            "pos_emb: rotary\nno_weight_tying: %s\nmake_vocab_size_divisible_by: %lld\ninit_method_std: %s\n",
+            (long long)layers, (long long)hidden, (long long)heads, (long long)*max_pos,
             get_bool(m, "tie_word_embeddings", 0) ? "false" : "true", (long long)vocab_unit(*vocab),
             yaml_float(get_num(m, "initializer_range", 0.02), std, sizeof std));
     int rc = m->llama ? llama_yaml(m, f, hidden, heads, err) : gpt_neox_yaml(m, f, hidden, err);
-    tokenizer_yaml(m, f, save_final);
-    fprintf(f, "load: \"%s\"\nfinetune: true\n", save_final);
+    tokenizer_yaml(m, t, f, save_abs);
     fclose(f);
     if (rc != 0) free(text), text = NULL;
     return text;
+}
+
+// run.yml: what a user changes — the context, batch and the checkpoint to start from.
+static char *run_yaml(const char *save_abs, int64_t max_pos) {
+    return neox_asprintf("# Settings of a run on the model in model.yml: neox-eval and neox-eval generate take\n"
+                         "# model.yml + run.yml as they are; to fine-tune, copy this file and add data, optimizer\n"
+                         "# and schedule keys (finetune: true starts a fresh run from these parameters).\n"
+                         "seq_length: %lld\ntrain_micro_batch_size_per_gpu: 1\nload: \"%s\"\nfinetune: true\n",
+                         (long long)(max_pos < 2048 ? max_pos : 2048), save_abs);
 }
 
 // ---- the tensors ----------------------------------------------------------------------------------
@@ -388,22 +427,17 @@ static int check_no_extra(const hf_model *m, const neox_safetensors *st, const n
     return rc;
 }
 
-// The stored config is model.yml plus this file: the config loader needs a batch size, which the
-// fine-tuning config gives (model.yml leaves it out so the two can be merged).
-static const char batch_yaml[] = "# neox-convert from-hf: lets the stored model config load on its own\n"
-                                 "train_micro_batch_size_per_gpu: 1\n";
-
 static char *state_json(const neox_model_desc *d) {
     // A fresh run: the seed is the one the stored config trains with (it sets none: the schema's default).
     neox_run_counters c = {.seed = neox_key_default_int(NEOX_K_seed), .has_rng = 1};
-    json_t *s = neox_ckpt_run_state_json(&c, d, json_pack("[s, s]", "config/input/0-model.yml", "config/input/1-batch.yml"));
+    json_t *s = neox_ckpt_run_state_json(&c, d, json_pack("[s, s]", "config/input/0-model.yml", "config/input/1-run.yml"));
     char *text = json_dumps(s, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(s);
     return text;
 }
 
 static int write_checkpoint(const hf_model *m, const char *save, const neox_config *cfg, const neox_model_desc *d,
-                            const char *yaml, const neox_cvt_layout *lay, neox_error *err) {
+                            const char *model, const char *run, const neox_cvt_layout *lay, neox_error *err) {
     neox_cvt_out o;
     if (neox_cvt_out_open(&o, save, 0, d, lay, err) != 0) return -1;
     int rc = m->weight_map ? check_no_extra(m, NULL, o.params, o.nparams, d->tied, err) : 0;
@@ -426,8 +460,8 @@ static int write_checkpoint(const hf_model *m, const char *save, const neox_conf
     fclose(mem);
     if (rc == 0) rc = neox_cvt_out_bytes(&o, "state/train.json", state, strlen(state), err);
     if (rc == 0) rc = neox_cvt_out_bytes(&o, "config/effective.json", effective, size, err);
-    if (rc == 0) rc = neox_cvt_out_bytes(&o, "config/input/0-model.yml", yaml, strlen(yaml), err);
-    if (rc == 0) rc = neox_cvt_out_bytes(&o, "config/input/1-batch.yml", batch_yaml, strlen(batch_yaml), err);
+    if (rc == 0) rc = neox_cvt_out_bytes(&o, "config/input/0-model.yml", model, strlen(model), err);
+    if (rc == 0) rc = neox_cvt_out_bytes(&o, "config/input/1-run.yml", run, strlen(run), err);
     free(state);
     free(effective);
     if (rc == 0) return neox_cvt_out_finish(&o, save, 0, err);
@@ -435,8 +469,11 @@ static int write_checkpoint(const hf_model *m, const char *save, const neox_conf
     return -1;
 }
 
+// The tokenizer's files and the ones that describe it and the model's generation to transformers
+// (special tokens, chat template, stop ids): to-hf carries them back out.
 static int copy_tokenizer(const hf_model *m, const char *tmp, neox_error *err) {
-    const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"};
+    const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
+                           "special_tokens_map.json", "generation_config.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char *src = neox_asprintf("%s/%s", m->dir, names[i]);
         int rc = file_exists(src) ? neox_cvt_copy_file(src, tmp, names[i], err) : 0;
@@ -446,16 +483,27 @@ static int copy_tokenizer(const hf_model *m, const char *tmp, neox_error *err) {
     return 0;
 }
 
+// The save directory as an absolute path, so that model.yml and run.yml work from any directory.
+static char *absolute(const char *path) {
+    if (path[0] == '/') return neox_strdup(path);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) return neox_strdup(path);
+    while (path[0] == '.' && path[1] == '/') path += 2;
+    return neox_asprintf("%s/%s", cwd, path);
+}
+
 static int import_into(hf_model *m, const char *tmp, const char *save_final, const neox_cvt_layout *lay, neox_error *err) {
-    int64_t vocab = 0;
-    char *yaml = model_yaml(m, save_final, &vocab, err);
-    if (!yaml) return -1;
-    int rc = neox_cvt_write_text(tmp, "model.yml", yaml, err);
-    if (rc == 0) rc = neox_cvt_write_text(tmp, "batch.yml", batch_yaml, err);
-    char *paths[2] = {neox_asprintf("%s/model.yml", tmp), neox_asprintf("%s/batch.yml", tmp)};
+    int64_t vocab = 0, max_pos = 0;
+    hf_tokenizer t = tokenizer_of(m);
+    char *save_abs = absolute(save_final), *run = NULL;
+    char *model = check_tokenizer(m, &t, err) == 0 ? model_yaml(m, &t, save_abs, &vocab, &max_pos, err) : NULL;
+    int rc = model ? 0 : -1;
+    if (rc == 0) run = run_yaml(save_abs, max_pos);
+    if (rc == 0) rc = neox_cvt_write_text(tmp, "model.yml", model, err);
+    if (rc == 0) rc = neox_cvt_write_text(tmp, "run.yml", run, err);
+    char *paths[2] = {neox_asprintf("%s/model.yml", tmp), neox_asprintf("%s/run.yml", tmp)};
     neox_config_options opts = {.world_size = 1, .quiet = 1};
     neox_config *cfg = rc == 0 ? neox_config_load((const char *const *)paths, 2, &opts, err) : NULL;
-    unlink(paths[1]);
     neox_model_desc d;
     if (!cfg) rc = -1;
     if (rc == 0 && neox_model_desc_from_config(&d, cfg, vocab, err) != 0)
@@ -464,11 +512,14 @@ static int import_into(hf_model *m, const char *tmp, const char *save_final, con
         rc = neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: this model's parameters would not carry %s names", m->dir,
                        m->class_name);
     if (rc == 0) rc = copy_tokenizer(m, tmp, err);
-    if (rc == 0) rc = write_checkpoint(m, tmp, cfg, &d, yaml, lay, err);
+    if (rc == 0) rc = write_checkpoint(m, tmp, cfg, &d, model, run, lay, err);
     if (cfg) neox_config_free(cfg);
     free(paths[0]);
     free(paths[1]);
-    free(yaml);
+    free(model);
+    free(run);
+    free(save_abs);
+    tokenizer_free(&t);
     return rc;
 }
 

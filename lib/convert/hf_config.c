@@ -108,11 +108,17 @@ static json_t *rope_scaling_json(const neox_rope_scaling *s) {
     return j;
 }
 
+static void set_token_ids(json_t *c, neox_cvt_token_ids ids) {
+    if (ids.bos >= 0) json_object_set_new(c, "bos_token_id", json_integer(ids.bos));
+    if (ids.eos >= 0) json_object_set_new(c, "eos_token_id", json_integer(ids.eos));
+    if (ids.pad >= 0) json_object_set_new(c, "pad_token_id", json_integer(ids.pad));
+}
+
 static const char *torch_dtype(const char *dtype) {
     return !strcmp(dtype, "bf16") ? "bfloat16" : !strcmp(dtype, "fp16") ? "float16" : "float32";
 }
 
-char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, int bos, int eos, neox_error *err) {
+char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_cvt_token_ids ids, neox_error *err) {
     if (d->pos_emb == NEOX_POS_LEARNED)
         return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'learned': neither GPTNeoXForCausalLM nor LlamaForCausalLM has "
                          "a learned position table"), NULL;
@@ -140,17 +146,15 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, int b
     json_object_set_new(c, "initializer_range", json_real(d->init_std));
     json_object_set_new(c, "use_cache", json_true());
     json_object_set_new(c, "torch_dtype", json_string(torch_dtype(dtype)));
-    if (bos >= 0) json_object_set_new(c, "bos_token_id", json_integer(bos));
-    if (eos >= 0) json_object_set_new(c, "eos_token_id", json_integer(eos));
+    set_token_ids(c, ids);
     char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
     json_decref(c);
     return text;
 }
 
-char *neox_cvt_generation_config_json(int bos, int eos) {
+char *neox_cvt_generation_config_json(neox_cvt_token_ids ids) {
     json_t *c = json_object();
-    if (bos >= 0) json_object_set_new(c, "bos_token_id", json_integer(bos));
-    if (eos >= 0) json_object_set_new(c, "eos_token_id", json_integer(eos));
+    set_token_ids(c, ids);
     json_object_set_new(c, "_from_model_config", json_true());
     char *text = json_dumps(c, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(c);

@@ -46,11 +46,28 @@ static const char *st_dtype(const char *dtype) {
 }
 
 // ---- tokenizer files ------------------------------------------------------------------------------
-// tokenizer_config.json and special_tokens_map.json, so that transformers' AutoTokenizer loads the
-// folder as neox.c tokenizes: without them it picks GPTNeoXTokenizerFast from config.json, which
-// cannot read vocab.json + merges.txt and forces add_prefix_space off whatever tokenizer.json says.
-// The tokenizer.json is then taken as it is (PreTrainedTokenizerFast), GPT-2 files by
-// GPT2TokenizerFast; the end-of-document token is bos, eos and unk, as in GPT-NeoX's own exports.
+// The files beside a tokenizer that describe it to transformers (special tokens, chat template,
+// generation defaults), as from-hf copies them from a Hugging Face folder: carried as they are.
+static char *beside(const char *file, const char *name) {
+    const char *slash = strrchr(file, '/');
+    return slash ? neox_asprintf("%.*s/%s", (int)(slash - file), file, name) : neox_strdup(name);
+}
+
+static int copy_if_beside(const char *file, const char *name, const char *dir, int *copied, neox_error *err) {
+    char *src = beside(file, name);
+    struct stat st;
+    *copied = stat(src, &st) == 0;
+    int rc = *copied ? neox_cvt_copy_file(src, dir, name, err) : 0;
+    free(src);
+    return rc;
+}
+
+// tokenizer_config.json and special_tokens_map.json for a tokenizer without its own, so that
+// transformers' AutoTokenizer loads the folder as neox.c tokenizes: without them it picks
+// GPTNeoXTokenizerFast from config.json, which cannot read vocab.json + merges.txt and forces
+// add_prefix_space off whatever tokenizer.json says. The tokenizer.json is then taken as it is
+// (PreTrainedTokenizerFast), GPT-2 files by GPT2TokenizerFast; the end-of-document token is bos, eos
+// and unk, as in GPT-NeoX's own exports.
 static int tokenizer_config_files(const neox_tokenizer *tok, const char *dir, int64_t max_length, neox_error *err) {
     const char *eod = neox_tokenizer_id_to_token(tok, neox_tokenizer_eod_id(tok));
     int hf_json = !strcmp(neox_tokenizer_type(tok), "HFTokenizer");
@@ -70,10 +87,27 @@ static int tokenizer_config_files(const neox_tokenizer *tok, const char *dir, in
     return rc;
 }
 
-// Copies the files the config names, adds transformers' tokenizer configuration and returns the
-// end-of-document id (-1 without a tokenizer).
-static int tokenizer_files(const neox_cvt_ckpt *c, const char *dir, int *eod, neox_error *err) {
-    *eod = -1;
+// The tokenizer files the config names, copied as they are.
+static int copy_named_files(const char *type, const char *vocab, const char *merges, const char *dir, neox_error *err) {
+    int hf_json = !strcmp(type, "HFTokenizer"), rc = 0;
+    if (vocab) rc = neox_cvt_copy_file(vocab, dir, hf_json ? "tokenizer.json" : "vocab.json", err);
+    if (rc == 0 && !hf_json && merges) rc = neox_cvt_copy_file(merges, dir, "merges.txt", err);
+    return rc;
+}
+
+// The special tokens the tokenizer declares (its folder's tokenizer_config.json), else its end of
+// document as bos and eos.
+static neox_cvt_token_ids token_ids_of(const neox_tokenizer *tok) {
+    int eod = neox_tokenizer_eod_id(tok), bos = neox_tokenizer_declared_id(tok, NEOX_SPECIAL_BOS),
+        eos = neox_tokenizer_declared_id(tok, NEOX_SPECIAL_EOS);
+    return (neox_cvt_token_ids){bos >= 0 ? bos : eod, eos >= 0 ? eos : eod, neox_tokenizer_declared_id(tok, NEOX_SPECIAL_PAD)};
+}
+
+// Copies the tokenizer's files with transformers' configuration of them and gives the token ids
+// config.json declares. A tokenizer that cannot be read here still has its files copied (the
+// weights are what an export must not lose), without token ids.
+static int tokenizer_files(const neox_cvt_ckpt *c, const char *dir, neox_cvt_token_ids *ids, neox_error *err) {
+    *ids = (neox_cvt_token_ids){-1, -1, -1};
     const char *type = neox_config_str(c->cfg, tokenizer_type);
     const char *vocab = neox_config_str(c->cfg, vocab_file), *merges = neox_config_str(c->cfg, merge_file);
     struct stat st;
@@ -90,14 +124,15 @@ static int tokenizer_files(const neox_cvt_ckpt *c, const char *dir, int *eod, ne
         return 0;
     }
     neox_tokenizer_options to = {type, vocab, merges};
-    neox_tokenizer *tok = neox_tokenizer_load(&to, err);
-    if (!tok) return neox_fail_context(err, "the checkpoint's tokenizer");
-    *eod = neox_tokenizer_eod_id(tok);
-    int rc = 0;
-    if (!strcmp(type, "HFTokenizer")) rc = neox_cvt_copy_file(vocab, dir, "tokenizer.json", err);
-    if (rc == 0 && strcmp(type, "HFTokenizer") != 0 && vocab) rc = neox_cvt_copy_file(vocab, dir, "vocab.json", err);
-    if (rc == 0 && strcmp(type, "HFTokenizer") != 0 && merges) rc = neox_cvt_copy_file(merges, dir, "merges.txt", err);
-    if (rc == 0 && vocab) rc = tokenizer_config_files(tok, dir, c->desc.max_positions, err);
+    neox_error tok_err = {0};
+    neox_tokenizer *tok = neox_tokenizer_load(&to, &tok_err);
+    if (!tok) neox_warn("the checkpoint's tokenizer cannot be read here (%s): its files are copied as they are, and "
+                        "config.json declares no token ids", tok_err.message);
+    else *ids = token_ids_of(tok);
+    int rc = copy_named_files(type, vocab, merges, dir, err), own = 0, copied = 0;
+    if (rc == 0 && vocab) rc = copy_if_beside(vocab, "tokenizer_config.json", dir, &own, err);
+    if (rc == 0 && vocab && own) rc = copy_if_beside(vocab, "special_tokens_map.json", dir, &copied, err);
+    if (rc == 0 && vocab && !own && tok) rc = tokenizer_config_files(tok, dir, c->desc.max_positions, err);
     neox_tokenizer_free(tok);
     return rc;
 }
@@ -215,14 +250,19 @@ static int write_weights(const neox_cvt_ckpt *c, const char *dir, const char *dt
 }
 
 static int export_into(const neox_cvt_ckpt *c, const char *dir, const neox_to_hf_options *o, neox_error *err) {
-    int eod;
-    if (tokenizer_files(c, dir, &eod, err) != 0) return -1;
-    char *config = neox_cvt_hf_config_json(&c->desc, o->dtype, eod, eod, err);
+    neox_cvt_token_ids ids;
+    if (tokenizer_files(c, dir, &ids, err) != 0) return -1;
+    char *config = neox_cvt_hf_config_json(&c->desc, o->dtype, ids, err);
     if (!config) return -1;
     int rc = neox_cvt_write_text(dir, "config.json", config, err);
     free(config);
-    char *gen = neox_cvt_generation_config_json(eod, eod);
-    if (rc == 0) rc = neox_cvt_write_text(dir, "generation_config.json", gen, err);
+    // The model's own generation defaults when it came with them (from-hf keeps them beside its
+    // tokenizer), else the declared tokens'.
+    const char *vocab = neox_config_str(c->cfg, vocab_file);
+    int copied = 0;
+    if (rc == 0 && vocab) rc = copy_if_beside(vocab, "generation_config.json", dir, &copied, err);
+    char *gen = neox_cvt_generation_config_json(ids);
+    if (rc == 0 && !copied) rc = neox_cvt_write_text(dir, "generation_config.json", gen, err);
     free(gen);
     if (rc == 0) rc = write_weights(c, dir, st_dtype(o->dtype) ? o->dtype : "fp32", o->max_shard_bytes, err);
     return rc;

@@ -284,6 +284,9 @@ int neox_preprocess_run(const neox_preprocess_options *o, neox_preprocess_stats 
     memset(stats, 0, sizeof *stats);
     if (o->workers < 1 || o->nkeys < 1 || !o->encode)
         return neox_fail(err, NEOX_EXIT_USAGE, "preprocess: need at least one worker, one key and a tokenizer");
+    if (o->append_eod && o->eod_id < 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "--append-eod: the tokenizer has no end-of-document token (no "
+                         "<|endoftext|> and no eos_token in a tokenizer_config.json beside it)");
     neox_doc_reader *reader = neox_doc_reader_open(o->inputs, o->ninputs, err);
     if (!reader) return -1;
     if (o->max_document_bytes) neox_doc_reader_set_max_record(reader, o->max_document_bytes);

@@ -47,6 +47,9 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
         goto fail;
     }
     ev->eod_id = neox_tokenizer_eod_id(ev->tokenizer);
+    int32_t eos = neox_tokenizer_declared_id(ev->tokenizer, NEOX_SPECIAL_EOS);
+    ev->end_ids[ev->nend++] = ev->eod_id;
+    if (eos >= 0 && eos != ev->eod_id) ev->end_ids[ev->nend++] = eos;
     int32_t bos = neox_tokenizer_bos_id(ev->tokenizer);
     ev->prefix_id = bos >= 0 ? bos : ev->eod_id;
     neox_model_desc desc;
@@ -71,6 +74,12 @@ void neox_evaluator_free(neox_evaluator *ev) {
     neox_model_free(ev->model);
     if (ev->tokenizer) neox_tokenizer_free(ev->tokenizer);
     free(ev);
+}
+
+int neox_evaluator_ends_text(const neox_evaluator *ev, int32_t id) {
+    for (int i = 0; i < ev->nend; i++)
+        if (id >= 0 && id == ev->end_ids[i]) return 1;
+    return 0;
 }
 
 // ---- tokenizing requests ------------------------------------------------------------------------

@@ -141,7 +141,7 @@ static void take_row(neox_serve_engine *en, const score_seq *s, int t, const flo
     }
     if (generated) {
         c->tokens[c->nprompt + c->ngen++] = target;
-        c->finished = target == en->ev->eod_id;
+        c->finished = neox_evaluator_ends_text(en->ev, target);
     }
 }
 
@@ -279,11 +279,10 @@ static int generate_choice(neox_serve_engine *en, neox_serve_job *job, int k, un
         if (score_pass(en, &s, 1, err) != 0) return -1;
     }
     if (r->max_tokens == 0) return 0;
-    int32_t eod = en->ev->eod_id;
     neox_sampling smp = sampling_of(r, neox_hash64(seed, (unsigned long long)k), (int)neox_tokenizer_vocab_size(en->ev->tokenizer));
     gen_hook_ctx h = {en, r, c};
     neox_generation g;
-    int rc = neox_generate_hooked(en->gen, p->ids, p->nids, r->max_tokens, &smp, &eod, 1, on_token, &h, &g, err);
+    int rc = neox_generate_hooked(en->gen, p->ids, p->nids, r->max_tokens, &smp, en->ev->end_ids, en->ev->nend, on_token, &h, &g, err);
     if (rc == 0) c->finished = g.finished;
     free(g.tokens);
     return rc;

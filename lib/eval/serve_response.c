@@ -73,11 +73,11 @@ static json_t *logprobs_object(const neox_evaluator *ev, const neox_serve_choice
                      offsets);
 }
 
-// The generated text: without the end-of-document token that finished it, cut before a stop
+// The generated text: without the end-of-text token that finished it, cut before a stop
 // string.
 static char *generated_text(const neox_evaluator *ev, const neox_serve_choice *c, size_t *size, neox_error *err) {
     int n = c->ngen;
-    if (c->finished && n > 0 && c->stop_at < 0 && c->tokens[c->nprompt + n - 1] == ev->eod_id) n--;
+    if (c->finished && n > 0 && c->stop_at < 0 && neox_evaluator_ends_text(ev, c->tokens[c->nprompt + n - 1])) n--;
     char *text = neox_tokenizer_decode(ev->tokenizer, c->tokens + c->nprompt, (size_t)n, size, err);
     if (text && c->stop_at >= 0 && (size_t)c->stop_at < *size) text[*size = (size_t)c->stop_at] = 0;
     return text;

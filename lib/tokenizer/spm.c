@@ -20,7 +20,7 @@ int tokenizer_load_spm(neox_tokenizer *tok, const char *path, neox_error *err) {
     int32_t eot = spm_shim_piece_id(tok->spm, "<|endoftext|>");
     tok->eod_id = eot >= 0 ? eot : spm_shim_special_id(tok->spm, 'e');
     tok->pad_id = spm_shim_special_id(tok->spm, 'p');
-    tok->bos_id = spm_shim_special_id(tok->spm, 'b');
+    tok->declared[NEOX_SPECIAL_BOS] = spm_shim_special_id(tok->spm, 'b');
     return 0;
 }
 

@@ -95,34 +95,40 @@ static int32_t token_to_id(const neox_tokenizer *tok, const char *text) {
 int32_t neox_tokenizer_token_to_id(const neox_tokenizer *tok, const char *token) { return token_to_id(tok, token); }
 
 // ---------------------------------------------------------------------------------------------
-// The declared beginning-of-sequence token: transformers reads "bos_token" (a string, or an
-// AddedToken object with "content") from these files of the tokenizer's folder, in this order.
-static int bos_from_folder(neox_tokenizer *tok, const char *vocab_file, neox_error *err) {
+// The declared special tokens: transformers reads "bos_token", "eos_token", "pad_token" and
+// "unk_token" (each a string, or an AddedToken object with "content") from tokenizer_config.json of
+// the tokenizer's folder, and from special_tokens_map.json for a key tokenizer_config.json lacks.
+static const char *const special_keys[NEOX_SPECIAL_COUNT] = {"bos_token", "eos_token", "pad_token", "unk_token"};
+
+static int special_from_file(neox_tokenizer *tok, const char *path, const char *vocab_file, neox_error *err) {
+    if (access(path, F_OK) != 0) return 0;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return neox_fail(err, NEOX_EXIT_FAILURE, "%s:%d: %s", path, jerr.line, jerr.text);
+    int rc = 0;
+    for (int k = 0; k < NEOX_SPECIAL_COUNT && rc == 0; k++) {
+        json_t *v = json_object_get(root, special_keys[k]);
+        if (json_is_object(v)) v = json_object_get(v, "content");
+        if (tok->declared[k] >= 0 || !json_is_string(v)) continue;
+        tok->declared[k] = token_to_id(tok, json_string_value(v));
+        if (tok->declared[k] < 0)
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s '%s' is not a token of %s", path, special_keys[k],
+                           json_string_value(v), vocab_file);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static int special_from_folder(neox_tokenizer *tok, const char *vocab_file, neox_error *err) {
     static const char *const files[] = {"tokenizer_config.json", "special_tokens_map.json"};
     const char *slash = strrchr(vocab_file, '/');
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    int rc = 0;
+    for (size_t i = 0; i < sizeof files / sizeof *files && rc == 0; i++) {
         char *path = slash ? neox_asprintf("%.*s/%s", (int)(slash - vocab_file), vocab_file, files[i]) : neox_strdup(files[i]);
-        json_error_t jerr;
-        json_t *root = access(path, F_OK) == 0 ? json_load_file(path, 0, &jerr) : NULL;
-        if (access(path, F_OK) == 0 && !root) {
-            neox_fail(err, NEOX_EXIT_FAILURE, "%s:%d: %s", path, jerr.line, jerr.text);
-            free(path);
-            return -1;
-        }
-        json_t *bos = json_object_get(root, "bos_token");
-        if (json_is_object(bos)) bos = json_object_get(bos, "content");
-        int rc = 0;
-        if (json_is_string(bos)) {
-            tok->bos_id = token_to_id(tok, json_string_value(bos));
-            if (tok->bos_id < 0)
-                rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: bos_token '%s' is not a token of %s", path,
-                               json_string_value(bos), vocab_file);
-        }
-        json_decref(root);
+        rc = special_from_file(tok, path, vocab_file, err);
         free(path);
-        if (rc != 0 || tok->bos_id >= 0) return rc;
     }
-    return 0;
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,7 +163,7 @@ static int load_self_described(neox_tokenizer *tok, const neox_tokenizer_options
     if (!opts->vocab_file)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s needs a vocab file (%s)", tok->type,
                          tiktoken ? "a tiktoken rank file" : "a SentencePiece .model file");
-    tok->eod_id = tok->pad_id = tok->bos_id = -1;
+    tok->eod_id = tok->pad_id = -1;
     if (tiktoken) return tokenizer_load_tiktoken(tok, opts->vocab_file, err);
     tok->kind = TOK_SPM;
     return tokenizer_load_spm(tok, opts->vocab_file, err);
@@ -167,7 +173,7 @@ neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_err
     const char *type = opts->type ? opts->type : "";
     neox_tokenizer *tok = neox_calloc(1, sizeof *tok);
     tok->pad_id = -1;
-    tok->bos_id = -1;
+    for (int k = 0; k < NEOX_SPECIAL_COUNT; k++) tok->declared[k] = -1;
     tok->kind = TOK_BPE;
     int rc;
     // GPT-NeoX compares tokenizer_type case-insensitively.
@@ -199,7 +205,10 @@ neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_err
         goto fail;
     }
     if (strcmp(tok->type, "GPT2BPETokenizer")) tok->pad_id = token_to_id(tok, "<|padding|>");
-    if (bos_from_folder(tok, opts->vocab_file, err) != 0) goto fail;
+    if (special_from_folder(tok, opts->vocab_file, err) != 0) goto fail;
+    // GPT-NeoX finds no end of document in a tokenizer without <|endoftext|> (Llama 3's, Qwen's
+    // <|endoftext|> aside): the declared eos_token serves, as it ends documents for those models.
+    if (tok->eod_id < 0) tok->eod_id = tok->declared[NEOX_SPECIAL_EOS];
     return tok;
 fail:
     neox_tokenizer_free(tok);
@@ -223,7 +232,10 @@ void neox_tokenizer_free(neox_tokenizer *tok) {
 
 int64_t neox_tokenizer_vocab_size(const neox_tokenizer *tok) { return tok->vocab_size; }
 int32_t neox_tokenizer_eod_id(const neox_tokenizer *tok) { return tok->eod_id; }
-int32_t neox_tokenizer_bos_id(const neox_tokenizer *tok) { return tok->bos_id; }
+int32_t neox_tokenizer_bos_id(const neox_tokenizer *tok) { return tok->declared[NEOX_SPECIAL_BOS]; }
+int32_t neox_tokenizer_declared_id(const neox_tokenizer *tok, neox_special which) {
+    return which >= 0 && which < NEOX_SPECIAL_COUNT ? tok->declared[which] : -1;
+}
 int32_t neox_tokenizer_pad_id(const neox_tokenizer *tok) { return tok->pad_id; }
 const char *neox_tokenizer_type(const neox_tokenizer *tok) { return tok->type; }
 

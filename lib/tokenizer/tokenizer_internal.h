@@ -216,7 +216,7 @@ struct neox_tokenizer {
     enum tokenizer_kind kind;
     int64_t vocab_size;
     int32_t eod_id, pad_id;
-    int32_t bos_id;          // declared by a tokenizer_config.json beside the vocab file; -1: none
+    int32_t declared[NEOX_SPECIAL_COUNT];  // by the tokenizer_config.json beside the vocab file; -1: none
 
     // Every id's text as its file stores it (byte-level text for model tokens), NUL-terminated.
     int32_t n_ids;             // 1 + the largest id

@@ -222,15 +222,17 @@ def test_import_tp2(kind, shard, corpus, tmp_path):
     ids = text_ids(tokens)
     close(neox_logits(tmp_path, out, ids), hf_logits(model, ids), f"{kind}: logits of the imported model")
 
-    # neox-train fine-tunes from it (model.yml + a data config; finetune: true is in model.yml).
+    # neox-train fine-tunes from it: model.yml as it is, with the user's own run file in place of
+    # run.yml (its seq_length, batch and load are theirs to choose; this folder has no tokenizer).
+    run_yml = (save / "run.yml").read_text()
+    assert f'load: "{save}"' in run_yml and "finetune: true" in run_yml
     data = dict(data_path=prefix, tokenizer_type="CharLevelTokenizer", train_micro_batch_size_per_gpu=2,
+                load=str(save), finetune=True,
                 train_iters=2, eval_interval=1000, log_dir=str(tmp_path / "ft"), log_interval=1,
                 optimizer={"type": "Adam", "params": {"lr": 0.001}}, lr_decay_style="constant",
                 seq_length=32)
-    yml = (save / "model.yml").read_text().replace("seq_length: 64\n", "")
-    (tmp_path / "model.yml").write_text(yml)
     (tmp_path / "data.yml").write_text(json.dumps(data))
-    proc = run(TRAIN, tmp_path / "model.yml", tmp_path / "data.yml")
+    proc = run(TRAIN, save / "model.yml", tmp_path / "data.yml")
     assert "loaded checkpoint" in proc.stderr
     losses = [r["train/lm_loss"] for r in map(json.loads, (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines())
               if "train/lm_loss" in r]

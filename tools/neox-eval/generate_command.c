@@ -30,7 +30,8 @@ static void usage(FILE *out) {
             "                           sampling; greedy when all three are 0\n"
             "  --num-samples N          unconditional samples\n"
             "  --seed N                 sampling seed (default: the config's seed)\n"
-            "  --stop-token ID          also stop after this token id (repeatable; end of document always stops)\n"
+            "  --stop-token ID          also stop after this token id (repeatable; end of document and the\n"
+            "                           tokenizer's declared eos_token always stop)\n"
             "  --recompute              recompute the whole sequence for every token (no KV cache)\n"
             "  -q, --quiet              no notices\n"
             "  -h, --help               show this help and exit\n",
@@ -251,6 +252,10 @@ static int generate(int nconfigs, const char *const *configs, gen_args *a, int *
     neox_evaluator *ev = neox_evaluator_create(cfg, &grid, a->quiet, &err);
     if (!ev) neox_die_error(&err);
     a->stop[0] = ev->eod_id;
+    if (ev->nend > 1) {  // the declared eos_token ends a text too
+        if (a->nstop == (int)(sizeof a->stop / sizeof *a->stop)) neox_usage_error("--stop-token: at most %d", a->nstop - 2);
+        a->stop[a->nstop++] = ev->end_ids[1];
+    }
     for (int i = 1; i < a->nstop; i++)
         if (a->stop[i] >= neox_tokenizer_vocab_size(ev->tokenizer))
             neox_usage_error("--stop-token %d: not an id of the tokenizer (%lld ids)", a->stop[i],
