@@ -136,19 +136,22 @@ void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int 
 // max and sum (online softmax) and its log-sum-exp is saved for backward. Query head h uses key/value
 // head h / (NH / NKV) (GQA/MQA). q: (B, NH, T, HS); k, v: (B, NKV, T, HS); out: (B, T, NH, HS), i.e.
 // (B, T, NH*HS) ready for the output projection; lse: (B, NH, T). scale is usually 1/sqrt(HS).
+// window > 0 limits each query to the window most recent keys, itself included (sliding-window
+// attention: query i sees keys i - window + 1 .. i); 0 sees every earlier key.
 // Attention-probability dropout with probability p (0 = off) uses neox_uniform(seed, ...) per
 // (b, h, i, j), regenerated identically in backward.
 void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
-                            int NH, int NKV, int HS, float scale, float dropout, unsigned long long seed);
+                            int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed);
 // Attention of S new positions pos0..pos0+S-1 over a key/value cache holding positions
 // 0..pos0+S-1 (generation; kernels/cpu/attention_cache.c). q: (NH, S, HS); kcache, vcache:
-// (NKV, maxT, HS); out: (S, NH, HS). Query i sees keys 0..pos0+i.
+// (NKV, maxT, HS); out: (S, NH, HS). Query i sees keys 0..pos0+i (the last window of them when
+// window > 0).
 void neox_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,
-                           int NH, int NKV, int HS, int maxT, float scale);
+                           int NH, int NKV, int HS, int maxT, float scale, int window);
 // dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS).
 void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                              const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
-                             int HS, float scale, float dropout, unsigned long long seed);
+                             int HS, float scale, int window, float dropout, unsigned long long seed);
 
 // ---- activations ------------------------------------------------------------------------------
 // The elementwise functions of GPT-NeoX's `activation` values (formulas: kernels/activation_math.h):

@@ -52,6 +52,7 @@ typedef struct neox_model_desc {
     neox_activation activation;
     int attn_bias, mlp_bias;
     int attn_out_unbiased;  // with attn_bias: q/k/v have biases, the attention output none (Qwen2)
+    int attn_window;        // keys each query sees, itself included: sliding_window_width + 1 (0: all)
     int tied;               // the output layer reuses the input embedding
     neox_init_method init_method, output_init_method;
     double init_std;

@@ -1,4 +1,5 @@
-// attention.c: exact causal self-attention without a (T, T) matrix, flash-attention style. Queries
+// attention.c: exact causal self-attention (optionally over a sliding window of keys) without a
+// (T, T) matrix, flash-attention style. Queries
 // and keys are taken in blocks of ATT_BLOCK rows; each block pair is a few small GEMMs (OpenBLAS)
 // on a (ATT_BLOCK, ATT_BLOCK) score tile kept on the thread's stack, with an online softmax over
 // the key blocks in the forward (running max and sum per query row; the log-sum-exp is saved) and
@@ -24,37 +25,50 @@ static inline float keep_factor(float p, unsigned long long seed, size_t row, in
     return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? 1.0f / (1.0f - p) : 0.0f;
 }
 
-// Masks the causal upper triangle of a score tile (key j > query i gets -inf). Only tiles that
-// straddle the diagonal need it; the scale is applied inside the exponentials.
-static void mask_causal(float *s, int nq, int nk, int i0, int j0) {
-    if (j0 + nk - 1 <= i0) return;  // every key of the tile precedes the tile's first query
+// Masks what a query may not see in a score tile (-inf): keys after it (causal) and, with a window
+// of W keys (0: none), keys W or more positions before it. Only tiles that straddle the diagonal or
+// the window's edge need it; the scale is applied inside the exponentials.
+static void mask_scores(float *s, int nq, int nk, int i0, int j0, int window) {
+    int causal = j0 + nk - 1 > i0, windowed = window > 0 && j0 < i0 + nq - window;
+    if (!causal && !windowed) return;
     for (int r = 0; r < nq; r++) {
         float *sr = s + (size_t)r * ATT_BLOCK;
-        int last = i0 + r - j0;  // last visible key column in this row
+        int last = i0 + r - j0, first = window > 0 ? last - window + 1 : 0;  // visible key columns
         #pragma omp simd
-        for (int c = 0; c < nk; c++) sr[c] = c <= last ? sr[c] : -INFINITY;
+        for (int c = 0; c < nk; c++) sr[c] = c <= last && c >= first ? sr[c] : -INFINITY;
     }
+}
+
+// The first key block a query block starting at i0 needs: keys before the window of its first query
+// are seen by none of its rows.
+static int first_key_block(int i0, int window) {
+    if (window <= 0 || i0 - window + 1 <= 0) return 0;
+    return (i0 - window + 1) / ATT_BLOCK * ATT_BLOCK;
 }
 
 // One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse.
 NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, const float *q, const float *k,
-                                            const float *v, int i0, int nq, int T, int HS, float scale, float dropout,
-                                            unsigned long long seed, size_t row0) {
+                                            const float *v, int i0, int nq, int T, int HS, float scale, int window,
+                                            float dropout, unsigned long long seed, size_t row0) {
     float s[ATT_BLOCK * ATT_BLOCK], mx[ATT_BLOCK], sum[ATT_BLOCK];
     for (int r = 0; r < nq; r++) {
         mx[r] = -INFINITY;
         sum[r] = 0.0f;
         memset(out + (size_t)(i0 + r) * ldo, 0, (size_t)HS * sizeof(float));
     }
-    for (int j0 = 0; j0 < i0 + nq; j0 += ATT_BLOCK) {
+    for (int j0 = first_key_block(i0, window); j0 < i0 + nq; j0 += ATT_BLOCK) {
         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
         neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, s, ATT_BLOCK);
-        mask_causal(s, nq, nk, i0, j0);
+        mask_scores(s, nq, nk, i0, j0, window);
         for (int r = 0; r < nq; r++) {
             float *sr = s + (size_t)r * ATT_BLOCK, raw = -INFINITY;
             #pragma omp simd reduction(max : raw)
             for (int c = 0; c < nk; c++) raw = sr[c] > raw ? sr[c] : raw;
             float m = raw * scale > mx[r] ? raw * scale : mx[r];  // scale > 0: max(s) * scale = max(s * scale)
+            if (m == -INFINITY) {  // nothing visible to this row yet (before its window): no weight
+                memset(sr, 0, (size_t)nk * sizeof(float));
+                continue;
+            }
             float alpha = expf(mx[r] - m), rs = 0.0f;  // rescales what was accumulated under the old max
             #pragma omp simd reduction(+ : rs)
             for (int c = 0; c < nk; c++) {
@@ -81,7 +95,7 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
 }
 
 void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
-                            int NH, int NKV, int HS, float scale, float dropout, unsigned long long seed) {
+                            int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed) {
     int group = NH / NKV, nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
     // Later query blocks see more keys; dynamic scheduling over (b, h, block) balances them.
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
@@ -91,7 +105,7 @@ void neox_attention_forward(float *out, float *lse, const float *q, const float 
                 size_t head = (size_t)b * NH + h, kv = ((size_t)b * NKV + h / group) * T * HS;
                 int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < T ? ATT_BLOCK : T - i0;
                 forward_query_block(out + ((size_t)b * T * NH + h) * HS, NH * HS, lse + head * T, q + head * T * HS,
-                                    k + kv, v + kv, i0, nq, T, HS, scale, dropout, seed, head * T);
+                                    k + kv, v + kv, i0, nq, T, HS, scale, window, dropout, seed, head * T);
             }
 }
 
@@ -100,11 +114,11 @@ void neox_attention_forward(float *out, float *lse, const float *q, const float 
 // dV += (P*K)^T dO, dS = P * (K * (dO V^T) - D) * scale, dQ += dS Kb, dK += dS^T Q.
 NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const float *dout, int ldd, const float *q,
                                       const float *k, const float *v, const float *lse, const float *D, int i0, int nq,
-                                      int j0, int nk, int T, int HS, float scale, float dropout, unsigned long long seed,
-                                      size_t row0) {
+                                      int j0, int nk, int T, int HS, float scale, int window, float dropout,
+                                      unsigned long long seed, size_t row0) {
     float p[ATT_BLOCK * ATT_BLOCK], dp[ATT_BLOCK * ATT_BLOCK];
     neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, p, ATT_BLOCK);
-    mask_causal(p, nq, nk, i0, j0);
+    mask_scores(p, nq, nk, i0, j0, window);
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * ATT_BLOCK, l = lse[i0 + r];
         #pragma omp simd
@@ -137,7 +151,7 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
 
 void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                              const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
-                             int HS, float scale, float dropout, unsigned long long seed) {
+                             int HS, float scale, int window, float dropout, unsigned long long seed) {
     int group = NH / NKV, ldd = NH * HS;
     #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
@@ -160,10 +174,10 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                         for (int d = 0; d < HS; d++) s += a[d] * o[d];
                         D[r] = s;
                     }
-                    for (int j0 = 0; j0 < i0 + nq; j0 += ATT_BLOCK) {
+                    for (int j0 = first_key_block(i0, window); j0 < i0 + nq; j0 += ATT_BLOCK) {
                         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
                         backward_tile(dq_h, dk + kv, dv + kv, dout_h, ldd, q + head * T * HS, k + kv, v + kv,
-                                      lse + head * T, D, i0, nq, j0, nk, T, HS, scale, dropout, seed, head * T);
+                                      lse + head * T, D, i0, nq, j0, nk, T, HS, scale, window, dropout, seed, head * T);
                     }
                 }
             }

@@ -6,7 +6,7 @@
 #include "kernels/kernels.h"
 
 void neox_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,
-                           int NH, int NKV, int HS, int maxT, float scale) {
+                           int NH, int NKV, int HS, int maxT, float scale, int window) {
     int group = NH / NKV;
 #pragma omp parallel for collapse(2) schedule(static) if (NH * S > 1)
     for (int h = 0; h < NH; h++)
@@ -14,10 +14,10 @@ void neox_attention_cached(float *out, const float *q, const float *kcache, cons
             const float *qi = q + ((size_t)h * S + i) * HS;
             const float *K = kcache + (size_t)(h / group) * maxT * HS, *V = vcache + (size_t)(h / group) * maxT * HS;
             float *o = out + ((size_t)i * NH + h) * HS;
-            int n = pos0 + i + 1;
+            int n = pos0 + i + 1, j_first = window > 0 && n > window ? n - window : 0;
             float scores[n];
             float mx = -INFINITY;
-            for (int j = 0; j < n; j++) {
+            for (int j = j_first; j < n; j++) {
                 float s = 0.0f;
                 for (int d = 0; d < HS; d++) s += qi[d] * K[(size_t)j * HS + d];
                 scores[j] = s * scale;
@@ -25,7 +25,7 @@ void neox_attention_cached(float *out, const float *q, const float *kcache, cons
             }
             float sum = 0.0f;
             for (int d = 0; d < HS; d++) o[d] = 0.0f;
-            for (int j = 0; j < n; j++) {
+            for (int j = j_first; j < n; j++) {
                 float p = expf(scores[j] - mx);
                 sum += p;
                 for (int d = 0; d < HS; d++) o[d] += p * V[(size_t)j * HS + d];

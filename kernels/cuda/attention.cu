@@ -67,6 +67,15 @@ __device__ __forceinline__ void add_weighted_columns2(float *acc1, float w1, con
     }
 }
 
+// Whether query position i sees key position j: causal, within the window when there is one.
+__device__ __forceinline__ bool sees(int i, int j, int window) { return j <= i && (window == 0 || j > i - window); }
+
+// The first key tile rows at positions from i_first on need: keys before the first row's window are
+// seen by no row.
+__device__ __forceinline__ int first_key_tile(int i_first, int window) {
+    return window > 0 && i_first - window + 1 > 0 ? (i_first - window + 1) / ATT_TILE * ATT_TILE : 0;
+}
+
 __device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned long long seed, size_t row, int T,
                                              int j) {
     return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? keep_scale : 0.0f;
@@ -74,6 +83,7 @@ __device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned
 
 struct att_shape {
     int Tq, kv_stride, pos0, NH, NKV, HS;  // query rows per head; key rows per kv head; first query's position
+    int window;                            // keys a query sees, itself included (0: all earlier ones)
     float scale, dropout, keep_scale;
     unsigned long long seed;
 };
@@ -97,14 +107,14 @@ attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
     for (int u = 0; u < NU; u++) o[u] = 0.0f;
     int nkeys = a.pos0 + min(i0 + ATT_WARPS, a.Tq);  // keys seen by the block's last row, plus one
     int last = a.pos0 + i;                            // this row's last visible key
-    for (int j0 = 0; j0 < nkeys; j0 += ATT_TILE) {
+    for (int j0 = first_key_tile(a.pos0 + i0, a.window); j0 < nkeys; j0 += ATT_TILE) {
         __syncthreads();  // the previous tile is consumed (and Qr written)
         load_tile(Ks, kh, j0, nkeys, HS);
         load_tile(Vs, vh, j0, nkeys, HS);
         __syncthreads();
         if (!active) continue;
         int j = j0 + lane;
-        bool visible = j <= last;
+        bool visible = sees(last, j, a.window);
         float x = visible ? dot_column(Qr, Ks, lane, HS) * a.scale : -INFINITY;
         float m_new = fmaxf(m, warp_max(x));
         if (m_new == -INFINITY) continue;  // nothing visible yet (warp-uniform)
@@ -154,7 +164,7 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
 #pragma unroll
     for (int u = 0; u < NU; u++) acc[u] = 0.0f;
     int nkeys = min(i0 + ATT_WARPS, T);
-    for (int j0 = 0; j0 < nkeys; j0 += ATT_TILE) {
+    for (int j0 = first_key_tile(i0, a.window); j0 < nkeys; j0 += ATT_TILE) {
         __syncthreads();
         load_tile(Ks, kh, j0, nkeys, HS);
         load_tile(Vs, vh, j0, nkeys, HS);
@@ -162,7 +172,7 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
         if (!active) continue;
         int j = j0 + lane;
         float ds = 0.0f;
-        if (j <= i) {
+        if (sees(i, j, a.window)) {
             float p = expf(dot_column(Qr, Ks, lane, HS) * a.scale - l);
             float dp = dot_column(Dr, Vs, lane, HS);
             if (a.dropout > 0.0f) dp *= keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
@@ -201,7 +211,9 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
     for (int h = g * group; h < (g + 1) * group; h++) {
         size_t head = (size_t)b * a.NH + h;
         const float *qh = q + head * T * HS;
-        for (int i0 = j_first / ATT_TILE * ATT_TILE; i0 < T; i0 += ATT_TILE) {
+        // Queries after the window of the block's last key see none of its keys.
+        int i_end = a.window > 0 ? min(T, j_first + ATT_WARPS - 1 + a.window) : T;
+        for (int i0 = j_first / ATT_TILE * ATT_TILE; i0 < i_end; i0 += ATT_TILE) {
             __syncthreads();
             load_tile(Qs, qh, i0, T, HS);
             // dout rows of head h are strided by NH * HS: (B, T, NH, HS).
@@ -218,7 +230,7 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
             if (!active) continue;
             int i = i0 + lane;
             float pk = 0.0f, ds = 0.0f;
-            if (i >= j && i < T) {
+            if (i < T && sees(i, j, a.window)) {
                 float p = expf(dot_column(Kr, Qs, lane, HS) * a.scale - Ls[lane]);
                 float dp = dot_column(Vr, Os, lane, HS), kf = 1.0f;
                 if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
@@ -292,9 +304,10 @@ template <int NU> static void backward_nu(float *dq, float *dk, float *dv, float
     default: FN<8>(__VA_ARGS__); break;                 \
     }
 
-static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, int HS, float scale, float dropout,
-                            unsigned long long seed) {
+static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, int HS, float scale, int window,
+                            float dropout, unsigned long long seed) {
     att_shape a;
+    a.window = window;
     a.Tq = Tq;
     a.kv_stride = kv_stride;
     a.pos0 = pos0;
@@ -309,29 +322,29 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
 }
 
 extern "C" void neox_cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                            int B, int T, int NH, int NKV, int HS, float scale, float dropout,
-                                            unsigned long long seed) {
+                                            int B, int T, int NH, int NKV, int HS, float scale, int window,
+                                            float dropout, unsigned long long seed) {
     check_head_size(HS);
     if (B <= 0 || T <= 0) return;
-    att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, dropout, seed);
+    att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, window, dropout, seed);
     DISPATCH_NU(HS, forward_nu, out, lse, q, k, v, B, a);
 }
 
 extern "C" void neox_cuda_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S,
-                                           int pos0, int NH, int NKV, int HS, int maxT, float scale) {
+                                           int pos0, int NH, int NKV, int HS, int maxT, float scale, int window) {
     check_head_size(HS);
     if (S <= 0) return;
-    att_shape a = make_shape(S, maxT, pos0, NH, NKV, HS, scale, 0.0f, 0);
+    att_shape a = make_shape(S, maxT, pos0, NH, NKV, HS, scale, window, 0.0f, 0);
     DISPATCH_NU(HS, forward_nu, out, (float *)NULL, q, kcache, vcache, 1, a);
 }
 
 extern "C" void neox_cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                              const float *k, const float *v, const float *out, const float *lse, int B,
-                                             int T, int NH, int NKV, int HS, float scale, float dropout,
+                                             int T, int NH, int NKV, int HS, float scale, int window, float dropout,
                                              unsigned long long seed) {
     check_head_size(HS);
     if (B <= 0 || T <= 0) return;
     float *D = (float *)neox_cuda_scratch((size_t)B * NH * T * sizeof(float));
-    att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, dropout, seed);
+    att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, window, dropout, seed);
     DISPATCH_NU(HS, backward_nu, dq, dk, dv, D, dout, q, k, v, out, lse, B, a);
 }

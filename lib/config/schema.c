@@ -55,7 +55,7 @@ const neox_key_spec neox_key_specs[] = {
      .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
      .min = 1, .max = 9007199254740992},
     {.name = "sliding_window_width", .type = NEOX_TYPE_INT, .default_text = NULL, .choices = NULL, .supported = NULL,
-     .feature = "sliding-window attention", .group = "NeoXArgsModel", .use = NEOX_KEY_UNSUPPORTED, .nullable = 1, .derived = 0,
+     .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
      .min = 1, .max = 0},
     {.name = "max_position_embeddings", .type = NEOX_TYPE_INT, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,

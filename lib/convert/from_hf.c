@@ -124,20 +124,18 @@ static int64_t vocab_unit(int64_t vocab) {
     return unit;
 }
 
-// MistralForCausalLM is Llama's block with attention to the last sliding_window positions: the
-// same model when the window covers every position it can see (null, or at least
-// max_position_embeddings); a shorter window is refused, as neox.c attends to all earlier positions.
-static int mistral_window_check(const hf_model *m, neox_error *err) {
+// MistralForCausalLM is Llama's block with attention to the last sliding_window positions (the query
+// itself included). A window that covers every position (null, or at least max_position_embeddings)
+// is none; a shorter one is GPT-NeoX's sliding_window_width, which keeps one key more than its value.
+static int mistral_window(const hf_model *m, int64_t *width, neox_error *err) {
+    *width = -1;
     json_t *w = json_object_get(m->config, "sliding_window");
     if (!w || json_is_null(w)) return 0;
     int64_t max_pos = 0;
     if (get_int(m, "max_position_embeddings", 2048, &max_pos, err)) return -1;
-    if (!json_is_integer(w))
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: 'sliding_window' is not an integer", m->dir);
-    if (json_integer_value(w) < max_pos)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: sliding_window %lld is shorter than "
-                         "max_position_embeddings %lld: sliding-window attention is not supported", m->dir,
-                         (long long)json_integer_value(w), (long long)max_pos);
+    if (!json_is_integer(w) || json_integer_value(w) < 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: 'sliding_window' is not a positive integer", m->dir);
+    if (json_integer_value(w) < max_pos) *width = json_integer_value(w) - 1;
     return 0;
 }
 
@@ -162,8 +160,7 @@ static int architecture_of(hf_model *m, neox_error *err) {
         if (*type ? !strcmp(type, classes[i].type) : !strcmp(a, classes[i].class_name)) {
             m->llama = classes[i].llama;
             m->class_name = classes[i].class_name;
-            return !strcmp(classes[i].type, "mistral") ? mistral_window_check(m, err)
-                   : !strcmp(classes[i].type, "qwen2") ? qwen2_window_check(m, err) : 0;
+            return !strcmp(classes[i].type, "qwen2") ? qwen2_window_check(m, err) : 0;
         }
     return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: model_type '%s' (architectures '%s') is not "
                      "GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM", m->dir, type, a);
@@ -227,6 +224,9 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
             !qwen2 && get_bool(m, "mlp_bias", 0) ? "true" : "false");
     // Qwen2's layout is fixed: q/k/v biases, none on the output projection or the MLP.
     if (qwen2) fprintf(f, "use_bias_in_attn_output: false\n");
+    int64_t width = -1;
+    if (!strcmp(m->class_name, "MistralForCausalLM") && mistral_window(m, &width, err) != 0) return -1;
+    if (width >= 0) fprintf(f, "sliding_window_width: %lld\n", (long long)width);
     return rope_scaling_yaml(m, f, err);
 }
 

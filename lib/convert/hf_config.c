@@ -1,5 +1,6 @@
 // hf_config.c: the Hugging Face side of a model description — config.json and
-// generation_config.json for GPTNeoXForCausalLM or LlamaForCausalLM from a neox.c model, refusing
+// generation_config.json for GPTNeoXForCausalLM or the Llama family (Llama, Qwen2, Mistral) from a
+// neox.c model, refusing
 // what the class cannot hold (docs/convert.md has the field-by-field mapping).
 #include <jansson.h>
 #include <math.h>
@@ -61,6 +62,12 @@ static json_t *gpt_neox_config(const neox_model_desc *d) {
     return c;
 }
 
+// The Llama-family class of a model with Llama names: Qwen2ForCausalLM for q/k/v biases without an
+// output bias (its fixed layout), MistralForCausalLM for a sliding window, else LlamaForCausalLM.
+static const char *llama_class(const neox_model_desc *d) {
+    return d->attn_out_unbiased ? "Qwen2ForCausalLM" : d->attn_window ? "MistralForCausalLM" : "LlamaForCausalLM";
+}
+
 static int llama_refuses(const neox_model_desc *d, neox_error *err) {
     const char *why = d->norm != NEOX_NORM_RMSNORM ? "layernorm with num_kv_heads or without biases"
                       : !neox_activation_gated(d->activation) ? "an ungated MLP without biases or with num_kv_heads"
@@ -68,18 +75,20 @@ static int llama_refuses(const neox_model_desc *d, neox_error *err) {
                       : d->pos_emb != NEOX_POS_ROTARY ? "pos_emb other than rotary"
                       : d->rotary_dims != d->head_size ? "rotary_pct below 1"
                       : d->rotary_base != floor(d->rotary_base) ? "a fractional rotary_emb_base"
-                      : d->attn_out_unbiased && d->mlp_bias ? "MLP biases with q/k/v biases but no output bias" : NULL;
-    if (why) return neox_fail(err, NEOX_EXIT_USAGE, "%s cannot hold this model: it has %s",
-                              d->attn_out_unbiased ? "Qwen2ForCausalLM" : "LlamaForCausalLM", why);
+                      : d->attn_out_unbiased && d->mlp_bias ? "MLP biases with q/k/v biases but no output bias"
+                      : d->attn_window && d->attn_out_unbiased ? "sliding_window_width (Qwen2's window is chosen per layer)"
+                      : d->attn_window && (d->attn_bias || d->mlp_bias) ? "biases with sliding_window_width" : NULL;
+    if (why) return neox_fail(err, NEOX_EXIT_USAGE, "%s cannot hold this model: it has %s", llama_class(d), why);
     return 0;
 }
 
-// LlamaForCausalLM; Qwen2ForCausalLM for q/k/v biases without an output bias (its fixed layout).
+// LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM (llama_class).
 static json_t *llama_config(const neox_model_desc *d) {
     json_t *c = json_object();
-    int qwen2 = d->attn_out_unbiased;
-    json_object_set_new(c, "architectures", json_pack("[s]", qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
-    json_object_set_new(c, "model_type", json_string(qwen2 ? "qwen2" : "llama"));
+    const char *cls = llama_class(d);
+    int qwen2 = d->attn_out_unbiased, mistral = !qwen2 && d->attn_window;
+    json_object_set_new(c, "architectures", json_pack("[s]", cls));
+    json_object_set_new(c, "model_type", json_string(qwen2 ? "qwen2" : mistral ? "mistral" : "llama"));
     json_object_set_new(c, "hidden_act", json_string(neox_cvt_hf_act_name(d->activation)));
     json_object_set_new(c, "num_key_value_heads", json_integer(d->num_kv_heads));
     json_object_set_new(c, "head_dim", json_integer(d->head_size));
@@ -87,6 +96,8 @@ static json_t *llama_config(const neox_model_desc *d) {
     json_object_set_new(c, "rope_theta", json_real(d->rotary_base));
     if (qwen2) {
         json_object_set_new(c, "use_sliding_window", json_false());
+    } else if (mistral) {  // HF's window counts the keys a query sees, itself included
+        json_object_set_new(c, "sliding_window", json_integer(d->attn_window));
     } else {
         json_object_set_new(c, "attention_bias", json_boolean(d->attn_bias));
         json_object_set_new(c, "mlp_bias", json_boolean(d->mlp_bias));
@@ -128,6 +139,9 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_
         return neox_fail(err, NEOX_EXIT_USAGE, "activation %s: transformers has no hidden_act for it",
                          d->activation == NEOX_ACT_GELU_ONNX ? "gelu with onnx_safe (erf_gelu's 1.41421)"
                                                                : neox_activation_name(d->activation)), NULL;
+    if (d->naming == NEOX_NAMES_GPT_NEOX && d->attn_window)
+        return neox_fail(err, NEOX_EXIT_USAGE, "sliding_window_width: GPTNeoXForCausalLM attends to every earlier "
+                         "position (a Llama-shaped model exports as MistralForCausalLM)"), NULL;
     if (d->naming == NEOX_NAMES_GPT_NEOX && d->attn_out_unbiased)
         return neox_fail(err, NEOX_EXIT_USAGE, "use_bias_in_attn_output: false: GPTNeoXForCausalLM's attention_bias "
                          "covers both the query_key_value and dense biases"), NULL;

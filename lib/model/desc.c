@@ -2,6 +2,7 @@
 // width (4h, or intermediate_size / expansion_factor; 2/3 of it per half for the gated activations;
 // rounded to mlp_multiple_of as GPT-NeoX's ParallelMLP rounds it), rotary dims int(head * rotary_pct),
 // the padded vocabulary, the epsilon of the chosen norm.
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -193,6 +194,13 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
         if (out_bias && !d->attn_bias)
             return neox_fail(err, NEOX_EXIT_USAGE, "use_bias_in_attn_output: true needs use_bias_in_attn_linear: true");
         d->attn_out_unbiased = !out_bias;
+    }
+    // GPT-NeoX's sliding-window mask keeps keys i - W .. i of query i: W + 1 of them.
+    if (neox_config_has(cfg, sliding_window_width)) {
+        int64_t w = neox_config_int(cfg, sliding_window_width);
+        if (w < 0 || w >= INT_MAX)
+            return neox_fail(err, NEOX_EXIT_USAGE, "sliding_window_width: %lld is not a width in [0, %d)", (long long)w, INT_MAX);
+        d->attn_window = (int)w + 1;
     }
     d->mlp_bias = neox_config_bool(cfg, use_bias_in_mlp);
     d->tied = !neox_config_bool(cfg, no_weight_tying);

@@ -282,7 +282,8 @@ void neox_model_layer_forward(neox_model *m, int l) {
         be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0);
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
-    be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS), attn_p,
+    be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS),
+                          d->attn_window, attn_p,
                           neox_model_attention_seed(m, l));
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
     add_branch(m, d->parallel_residual ? y : la->mid, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);

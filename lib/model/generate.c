@@ -167,11 +167,12 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     // forward's blocked attention computes it, as recomputation does, and far faster than one query
     // row at a time.
     if (s->pos == 0) {
-        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, scale, 0.0f, 0);
+        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, scale, d->attn_window, 0.0f, 0);
         return;
     }
     size_t at = ((size_t)l * NKV * T + (size_t)s->base) * HS;
-    be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)T, scale);
+    be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)T, scale,
+                         d->attn_window);
 }
 
 static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg) {

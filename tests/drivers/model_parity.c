@@ -50,6 +50,7 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("mlp_bias")) d->mlp_bias = atoi(v);
     else if (KEY("attn_out_bias")) d->attn_out_unbiased = !atoi(v);
     else if (KEY("tied")) d->tied = atoi(v);
+    else if (KEY("window")) d->attn_window = atoi(v);
     else if (KEY("checkpoint")) d->checkpoint_activations = atoi(v);
     else if (KEY("adam_steps")) *adam_steps = atoi(v);
     else if (KEY("lr")) *lr = strtof(v, NULL);

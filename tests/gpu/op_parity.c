@@ -361,34 +361,41 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
     pair_free(&x);
 }
 
-static void test_attention(int B, int T, int NH, int NKV, int HS, float dropout) {
+static void test_attention(int B, int T, int NH, int NKV, int HS, float dropout, int window) {
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float scale = 1.0f / sqrtf((float)HS);
     unsigned long long seed = 4242;
     pair q = pair_uniform(nq, -2.0f, 2.0f), k = pair_uniform(nkv, -2.0f, 2.0f), v = pair_rand(nkv);
     pair out = pair_rand(nq), lse = pair_rand((size_t)B * NH * T);
-    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, scale, dropout, seed);
-    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, scale, dropout, seed);
-    checkf(2e-5, 1e-4, &out, "attention_forward B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g", B, T, NH, NKV, HS, dropout);
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, scale, window, dropout, seed);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, scale, window, dropout, seed);
+    checkf(2e-5, 1e-4, &out, "attention_forward B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", B, T, NH, NKV, HS,
+           dropout, window);
     checkf(1e-5, 1e-5, &lse, "attention_forward lse B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
     pair o = pair_from(out.h, nq), l = pair_from(lse.h, lse.n), dout = pair_rand(nq);
     pair dq = pair_rand(nq), dk = pair_rand(nkv), dv = pair_rand(nkv);
-    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, scale, dropout, seed);
-    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, scale, dropout, seed);
-    checkf(5e-5, 1e-4, &dq, "attention_backward dq B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g", B, T, NH, NKV, HS, dropout);
-    checkf(5e-5, 1e-4, &dk, "attention_backward dk B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g", B, T, NH, NKV, HS, dropout);
-    checkf(5e-5, 1e-4, &dv, "attention_backward dv B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g", B, T, NH, NKV, HS, dropout);
+    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, scale, window, dropout,
+                            seed);
+    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, scale, window, dropout,
+                            seed);
+    checkf(5e-5, 1e-4, &dq, "attention_backward dq B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", B, T, NH, NKV,
+           HS, dropout, window);
+    checkf(5e-5, 1e-4, &dk, "attention_backward dk B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", B, T, NH, NKV,
+           HS, dropout, window);
+    checkf(5e-5, 1e-4, &dv, "attention_backward dv B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", B, T, NH, NKV,
+           HS, dropout, window);
     pair *all[] = {&q, &k, &v, &out, &lse, &o, &l, &dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
-static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int maxT) {
+static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int maxT, int window) {
     pair q = pair_uniform((size_t)NH * S * HS, -2.0f, 2.0f), kc = pair_uniform((size_t)NKV * maxT * HS, -2.0f, 2.0f);
     pair vc = pair_rand((size_t)NKV * maxT * HS), out = pair_rand((size_t)S * NH * HS);
     float scale = 1.0f / sqrtf((float)HS);
-    cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, scale);
-    gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, scale);
-    checkf(2e-5, 1e-4, &out, "attention_cached S=%d pos0=%d NH=%d NKV=%d HS=%d maxT=%d", S, pos0, NH, NKV, HS, maxT);
+    cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, scale, window);
+    gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, scale, window);
+    checkf(2e-5, 1e-4, &out, "attention_cached S=%d pos0=%d NH=%d NKV=%d HS=%d maxT=%d window=%d", S, pos0, NH, NKV, HS,
+           maxT, window);
     pair_free(&q);
     pair_free(&kc);
     pair_free(&vc);
@@ -569,7 +576,7 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, 0.125f, 0.1f, 9);
+                            c->NKV, c->HS, 0.125f, 0, 0.1f, 9);
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
@@ -594,7 +601,7 @@ static void test_determinism(void) {
     rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64, .N = 1000, .C = 96};
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
-    cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS, 0.125f, 0.1f, 9);
+    cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS, 0.125f, 0, 0.1f, 9);
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
@@ -691,17 +698,20 @@ int main(int argc, char **argv) {
     test_qkv(2, 11, 6, 2, 24, 0);
     test_rotary(2, 3, 45, 24, 16);
     test_rotary(1, 4, 33, 64, 64);
-    test_attention(2, 37, 4, 4, 16, 0.0f);
-    test_attention(1, 70, 6, 2, 40, 0.0f);   // GQA
-    test_attention(2, 33, 4, 1, 64, 0.0f);   // MQA
-    test_attention(1, 65, 2, 2, 128, 0.1f);  // dropout
-    test_attention(1, 40, 2, 1, 200, 0.0f);  // 7 registers per lane, shared memory above 48 KB
-    test_attention(1, 129, 4, 2, 64, 0.2f);
-    test_attention(1, 300, 2, 2, 256, 0.0f);
-    test_attention_cached(5, 17, 4, 2, 48, 50);
-    test_attention_cached(1, 0, 4, 4, 64, 8);
-    test_attention_cached(9, 0, 2, 1, 128, 9);
-    test_attention_cached(1, 99, 6, 2, 80, 128);
+    test_attention(2, 37, 4, 4, 16, 0.0f, 0);
+    test_attention(1, 70, 6, 2, 40, 0.0f, 0);   // GQA
+    test_attention(2, 33, 4, 1, 64, 0.0f, 0);   // MQA
+    test_attention(1, 65, 2, 2, 128, 0.1f, 0);  // dropout
+    test_attention(1, 40, 2, 1, 200, 0.0f, 0);  // 7 registers per lane, shared memory above 48 KB
+    test_attention(1, 129, 4, 2, 64, 0.2f, 0);
+    test_attention(1, 300, 2, 2, 256, 0.0f, 0);
+    test_attention(2, 150, 4, 2, 64, 0.0f, 40);   // sliding window across tiles
+    test_attention(1, 97, 2, 1, 80, 0.1f, 1);     // a window of one key, dropout
+    test_attention_cached(5, 17, 4, 2, 48, 50, 0);
+    test_attention_cached(1, 0, 4, 4, 64, 8, 0);
+    test_attention_cached(9, 0, 2, 1, 128, 9, 0);
+    test_attention_cached(1, 99, 6, 2, 80, 128, 0);
+    test_attention_cached(5, 60, 4, 2, 64, 80, 16);  // sliding window
     test_activations(10007, 13, 77);
     test_elementwise(37, 129);
     test_cross_entropy(9, 1001);

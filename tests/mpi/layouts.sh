@@ -2,7 +2,8 @@
 # 20 steps under each layout (dp2, tp2, pp2 with 4 micro-batches, tp2+pp2, dp2+tp2, dp2+pp2 with
 # and without overlap_comm, dp2 with ZeRO-1 and ZeRO-2, dp4 with ZeRO-1); losses, evaluations and
 # final parameters must equal the single-rank run's within 1e-5 relative. A Llama-style model
-# (rmsnorm, swiglu, GQA, untied, sequential residual) checks the cuts of its tensors under tp2, pp2
+# (rmsnorm, swiglu, GQA, untied, sequential residual, a sliding attention window as Mistral's)
+# checks the cuts of its tensors under tp2, pp2
 # and tp2+pp2, and the overlapped reduction's order under dp2. Checkpoints move across layouts
 # (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
 # group moves per step equal the analytical count. Killing one rank ends the job with `latest` intact.
@@ -50,11 +51,12 @@ for spec in "dp2 2 2 2 ''" "tp2 2 2 4 '$TP'" "pp2 2 2 4 '$PP'" "tp2pp2 4 2 4 '$T
 done
 check "dp2pp2 with overlap_comm gives bit for bit the results without" \
     "$PY" tests/mpi/layouts_check.py identical "$T/dp2pp2" "$T/dp2pp2o"
-config llama1 llama 2 4 20 ""
+WIN=', "sliding_window_width": 11'  # Mistral-style: 12 of the 32 positions
+config llama1 llama 2 4 20 "$WIN"
 run llama1 1
 for spec in "llamatp2 2 4 '$TP'" "llamapp2 2 4 '$PP'" "llamatp2pp2 4 4 '$TP$PP'" "llamadp2o 2 2 '$ZO'"; do
     eval "set -- $spec"
-    config "$1" llama 2 "$3" 20 "$4"
+    config "$1" llama 2 "$3" 20 "$4$WIN"
     run "$1" "$2"
     same "$1" llama1
 done

@@ -98,6 +98,8 @@ def driver_args(cfg):
                     kv_heads=cfg["num_key_value_heads"])
     if cfg["model_type"] == "qwen2":
         args.update(attn_bias=1, attn_out_bias=0)
+    if cfg["model_type"] == "mistral" and cfg.get("sliding_window"):
+        args.update(window=cfg["sliding_window"])  # keys a query sees, itself included, as transformers counts
     scaling = cfg.get("rope_scaling")
     if scaling:
         args.update(rope_type=scaling["rope_type"], rope_factor=scaling["factor"])
@@ -325,30 +327,46 @@ def random_mistral_model(sliding_window):
     return model.float()
 
 
-# MistralForCausalLM whose window covers every position (v0.3's null, or >= max_position_embeddings)
-# is Llama's block: imported exactly; a shorter window is refused naming sliding_window.
-@pytest.mark.parametrize("window", [None, 64])
-def test_import_mistral(window, corpus, tmp_path):
+# MistralForCausalLM: a window that covers every position (v0.3's null, or >= max_position_embeddings)
+# is Llama's block, exported back as LlamaForCausalLM; a shorter one (v0.1's) is sliding_window_width
+# (one less: GPT-NeoX's mask keeps keys i - W .. i), exported back as MistralForCausalLM with the same
+# sliding_window. Either way transformers' logits (its own sliding-window mask) are neox.c's.
+@pytest.mark.parametrize("window,width", [(None, None), (64, None), (16, 15), (5, 4)])
+def test_import_mistral(window, width, corpus, tmp_path):
     _, tokens = corpus
     model = random_mistral_model(window)
+    model.config._attn_implementation = "eager"
     src, save, out = tmp_path / "src", tmp_path / "imported", tmp_path / "exported"
     model.save_pretrained(str(src), safe_serialization=True)
     run(CONVERT, "from-hf", "--input", src, "--output", save)
+    model_yml = (save / "model.yml").read_text()
+    assert (f"sliding_window_width: {width}\n" in model_yml) if width is not None else "sliding_window" not in model_yml
     run(CONVERT, "to-hf", "--input", save, "--output", out)
+    cfg = json.loads((out / "config.json").read_text())
+    if width is None:
+        assert cfg["architectures"] == ["LlamaForCausalLM"]
+    else:
+        assert cfg["architectures"] == ["MistralForCausalLM"] and cfg["sliding_window"] == window
     exported = load_file(str(out / "model.safetensors"))
     for n, p in model.named_parameters():
         assert torch.equal(exported[n], p.detach()), f"{n} changed in the round trip"
     ids = text_ids(tokens)
     close(neox_logits(tmp_path, out, ids), hf_logits(model, ids), f"mistral window {window}: logits")
+    if width is not None:  # the window binds: without it the logits differ
+        full = transformers.MistralForCausalLM(transformers.MistralConfig(**{**model.config.to_dict(), "sliding_window": None}))
+        full.load_state_dict(model.state_dict())
+        assert (hf_logits(full.float(), ids) - hf_logits(model, ids)).abs().max() > 1e-3
 
 
-def test_import_mistral_refuses_short_window(tmp_path):
+def test_import_mistral_refuses_zero_window(tmp_path):
     src = tmp_path / "src"
     random_mistral_model(16).save_pretrained(str(src), safe_serialization=True)
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**cfg, "sliding_window": 0}))
     proc = subprocess.run([CONVERT, "from-hf", "--input", src, "--output", tmp_path / "out"], capture_output=True,
                           text=True, env=ENV)
     assert proc.returncode == 2, proc.stderr
-    assert "sliding_window 16 is shorter than max_position_embeddings 64" in proc.stderr, proc.stderr
+    assert "'sliding_window' is not a positive integer" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -32,6 +32,11 @@ CASES = {
     "llama-rope-theta-500000-tied": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=True,
                                                    rope_theta=500000.0), {}),
     # Qwen2: q/k/v biases, no output-projection bias (use_bias_in_attn_output: false).
+    # Mistral's sliding window: 4 and 2 keys of the 9 positions.
+    "mistral-sliding-window-gqa": ("mistral", dict(num_key_value_heads=2, sliding_window=4,
+                                                   tie_word_embeddings=False), {}),
+    "mistral-window-2-checkpointed": ("mistral", dict(num_key_value_heads=1, sliding_window=2,
+                                                      tie_word_embeddings=True), {"checkpoint": 1}),
     "qwen2-gqa-qkv-bias": ("qwen2", dict(num_key_value_heads=2, tie_word_embeddings=False), {}),
     "qwen2-tied-checkpointed": ("qwen2", dict(num_key_value_heads=1, tie_word_embeddings=True,
                                               rope_theta=1000000.0), {"checkpoint": 1}),
@@ -90,6 +95,9 @@ def make_model(kind, kwargs):
     if kind == "neox":
         cfg = transformers.GPTNeoXConfig(intermediate_size=80, layer_norm_eps=1e-5, **common, **kwargs)
         model = transformers.GPTNeoXForCausalLM(cfg)
+    elif kind == "mistral":
+        cfg = transformers.MistralConfig(intermediate_size=48, rms_norm_eps=1e-6, **common, **kwargs)
+        model = transformers.MistralForCausalLM(cfg)
     elif kind == "qwen2":
         cfg = transformers.Qwen2Config(intermediate_size=48, rms_norm_eps=1e-6, **common, **kwargs)
         model = transformers.Qwen2ForCausalLM(cfg)
@@ -128,6 +136,8 @@ def driver_args(kind, cfg, extra):
                         rope_orig=scaling["original_max_position_embeddings"])
     if kind == "qwen2":
         args.update(attn_bias=1, attn_out_bias=0)
+    if kind == "mistral" and cfg.sliding_window:
+        args.update(window=cfg.sliding_window)
     args.update(vocab=cfg.vocab_size, hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
                 heads=cfg.num_attention_heads, ffn=cfg.intermediate_size, max_pos=cfg.max_position_embeddings,
                 tied=int(cfg.tie_word_embeddings), **extra)

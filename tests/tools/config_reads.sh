@@ -42,8 +42,9 @@ ROPE='"rope_scaling": {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "
 config dp2 llama 2 1 4 ", $ZERO, $EXTRA, $ROPE, \"use_bias_in_attn_output\": false, \"communication_data_type\": \"bf16\", \"fp32_allreduce\": false,
   \"gradient_predivide_factor\": 1.0"
 check "train: 2 data-parallel ranks under ZeRO-1" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/dp2.yml"
-config psgd neox 2 1 3 ', "gradient_compression": "powersgd", "gradient_compression_rank": 2, "gradient_compression_start": 1'
-check "train: 2 data-parallel ranks with PowerSGD" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/psgd.yml"
+config psgd neox 2 1 3 ', "gradient_compression": "powersgd", "gradient_compression_rank": 2, "gradient_compression_start": 1,
+  "sliding_window_width": 3'
+check "train: 2 data-parallel ranks with PowerSGD and a sliding window" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/psgd.yml"
 
 # SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
 # run with GPT-NeoX's onnx_safe gelu.

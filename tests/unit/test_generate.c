@@ -18,25 +18,32 @@ static void fill(float *x, size_t n, unsigned long long seed) {
     for (size_t i = 0; i < n; i++) x[i] = (float)neox_normal(seed, i);
 }
 
-static void test_cached_attention_matches_full(void **state) {
-    (void)state;
+// Cached attention (all new rows at once, then one position at a time) equals the full forward,
+// with every earlier key visible and with a sliding window of them.
+static void check_cached_attention(int window) {
     enum { T = 13, NH = 4, NKV = 2, HS = 8 };
     float q[NH * T * HS], k[NKV * T * HS], v[NKV * T * HS], full[T * NH * HS], lse[NH * T], cached[T * NH * HS];
     fill(q, sizeof q / sizeof *q, 1);
     fill(k, sizeof k / sizeof *k, 2);
     fill(v, sizeof v / sizeof *v, 3);
     float scale = 1.0f / sqrtf(HS);
-    neox_attention_forward(full, lse, q, k, v, 1, T, NH, NKV, HS, scale, 0.0f, 0);
+    neox_attention_forward(full, lse, q, k, v, 1, T, NH, NKV, HS, scale, window, 0.0f, 0);
     // The cache is (NKV, maxT, HS) with maxT = T: the same layout as k and v here.
-    neox_attention_cached(cached, q, k, v, T, 0, NH, NKV, HS, T, scale);
+    neox_attention_cached(cached, q, k, v, T, 0, NH, NKV, HS, T, scale, window);
     for (int i = 0; i < T * NH * HS; i++) assert_true(fabsf(full[i] - cached[i]) <= 1e-5f * (1 + fabsf(full[i])));
-    // One position at a time: query t alone over keys 0..t.
+    // One position at a time: query t alone over keys 0..t (its window of them).
     for (int t = 0; t < T; t++) {
         float qt[NH * HS], out[NH * HS];
         for (int h = 0; h < NH; h++) memcpy(qt + h * HS, q + ((size_t)h * T + t) * HS, HS * sizeof(float));
-        neox_attention_cached(out, qt, k, v, 1, t, NH, NKV, HS, T, scale);
+        neox_attention_cached(out, qt, k, v, 1, t, NH, NKV, HS, T, scale, window);
         for (int i = 0; i < NH * HS; i++) assert_true(fabsf(out[i] - full[(size_t)t * NH * HS + i]) <= 1e-5f * (1 + fabsf(out[i])));
     }
+}
+
+static void test_cached_attention_matches_full(void **state) {
+    (void)state;
+    check_cached_attention(0);
+    check_cached_attention(4);
 }
 
 static neox_model *tiny_model(neox_pos_kind pos, int parallel) {

@@ -208,49 +208,55 @@ static void test_rotary(void **state) {
 // T = 6 fits in one block of the blocked kernel; T = 150 spans three (the last one partial), so the
 // online softmax across key blocks and the tiles off and on the diagonal are all exercised.
 enum { AB = 2, AHS = 4 };
-struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV; float dropout; };
+struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; float dropout; };
 
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
-    neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS, 0.5f, c->dropout, 99);
+    neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS, 0.5f, c->window, c->dropout,
+                           99);
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
 
-static void run_attention(int T, int NH, int NKV, float dropout) {
+// window: keys each query sees (0: all earlier ones).
+static void run_attention_window(int T, int NH, int NKV, float dropout, int window) {
     size_t nq = (size_t)AB * NH * T * AHS, nk = (size_t)AB * NKV * T * AHS;
     struct attn_ctx c = {randn(nq, 1), randn(nk, 1), randn(nk, 1), zeros(nq), zeros((size_t)AB * NH * T), randn(nq, 1),
-                         T, NH, NKV, dropout};
+                         T, NH, NKV, window, dropout};
     attn_loss(&c);
-    if (dropout == 0.0f) {  // forward against softmax(q k^T * scale + causal mask) v
+    if (dropout == 0.0f) {  // forward against softmax(q k^T * scale + causal (and window) mask) v
         double *s = neox_malloc((size_t)T * sizeof(double));
         for (int b = 0; b < AB; b++)
             for (int h = 0; h < NH; h++)
                 for (int i = 0; i < T; i++) {
                     int g = h / (NH / NKV);
                     double mx = -1e30, sum = 0;
-                    for (int j = 0; j <= i; j++) {
+                    int j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+                    for (int j = j0; j <= i; j++) {
                         s[j] = 0;
                         for (int d = 0; d < AHS; d++)
                             s[j] += 0.5 * c.q[((b * NH + h) * T + i) * AHS + d] * c.k[((b * NKV + g) * T + j) * AHS + d];
                         mx = fmax(mx, s[j]);
                     }
-                    for (int j = 0; j <= i; j++) sum += exp(s[j] - mx);
+                    for (int j = j0; j <= i; j++) sum += exp(s[j] - mx);
                     assert_true(fabs(mx + log(sum) - c.lse[(b * NH + h) * T + i]) < 1e-5);
                     for (int d = 0; d < AHS; d++) {
                         double ref = 0;
-                        for (int j = 0; j <= i; j++) ref += exp(s[j] - mx) / sum * c.v[((b * NKV + g) * T + j) * AHS + d];
+                        for (int j = j0; j <= i; j++) ref += exp(s[j] - mx) / sum * c.v[((b * NKV + g) * T + j) * AHS + d];
                         assert_true(fabs(ref - c.out[((b * T + i) * NH + h) * AHS + d]) < 1e-5);
                     }
                 }
         free(s);
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
-    neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS, 0.5f, dropout, 99);
+    neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS, 0.5f, window, dropout,
+                            99);
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
     check_grad("attention dv", c.v, dv, nk, attn_loss, &c);
     free(c.q); free(c.k); free(c.v); free(c.out); free(c.lse); free(c.R); free(dq); free(dk); free(dv);
 }
+
+static void run_attention(int T, int NH, int NKV, float dropout) { run_attention_window(T, NH, NKV, dropout, 0); }
 
 static void test_attention(void **state) { (void)state; run_attention(6, 3, 3, 0.0f); }
 static void test_attention_gqa(void **state) { (void)state; run_attention(6, 4, 2, 0.0f); run_attention(6, 4, 1, 0.0f); }
@@ -260,6 +266,17 @@ static void test_attention_blocks(void **state) {
     run_attention(150, 2, 2, 0.0f);
     run_attention(150, 4, 2, 0.0f);
     run_attention(150, 2, 1, 0.2f);
+}
+// Sliding windows: one key (only itself), a window inside one block, windows whose edge crosses
+// the 64-key tiles (whole tiles before it skipped, rows with nothing visible in a tile), with GQA
+// and dropout.
+static void test_attention_window(void **state) {
+    (void)state;
+    run_attention_window(6, 2, 2, 0.0f, 1);
+    run_attention_window(6, 2, 1, 0.0f, 3);
+    run_attention_window(150, 2, 1, 0.0f, 70);
+    run_attention_window(150, 4, 2, 0.0f, 5);
+    run_attention_window(150, 2, 2, 0.2f, 40);
 }
 
 // ---- activations --------------------------------------------------------------------------------
@@ -440,6 +457,7 @@ int main(void) {
         cmocka_unit_test(test_qkv_split_merge), cmocka_unit_test(test_rotary),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_attention_blocks),
+        cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_activations_all),
