@@ -15,14 +15,16 @@
 #include "parallel.h"
 #include "tokenizer.h"
 
+enum { NEOX_EVAL_MAX_END_IDS = 16 };
+
 typedef struct neox_evaluator {
     const neox_config *cfg;      // outlives the evaluator
     neox_grid *grid;
     int rank0, quiet;
     neox_tokenizer *tokenizer;
     int32_t eod_id;
-    int32_t end_ids[2];          // what ends a generated text: eod, and the declared eos_token when
-    int nend;                    // it is another token (an instruct model's end of turn)
+    int32_t end_ids[NEOX_EVAL_MAX_END_IDS];  // what ends a generated text: eod, the declared
+    int nend;                    // eos_token and generation_config.json's eos_token_id(s) (each once)
     int32_t prefix_id;           // before rolling windows and empty contexts: the tokenizer's bos when
                                  // it declares one, else eod (the harness's HFLM.prefix_token_id)
     neox_model *model;

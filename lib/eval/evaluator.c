@@ -4,16 +4,62 @@
 // with only their continuations' positions through the output layer (lib/generate.h's scoring
 // path), scored from the logits (cross-entropy kernel, greedy check) and spread over the
 // data-parallel ranks.
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "eval.h"
 #include "generate.h"
 #include "kernels/kernels.h"
 
+// ---- what ends a generated text -----------------------------------------------------------------
+static int add_end_id(neox_evaluator *ev, int32_t id, const char *what, neox_error *err) {
+    if (id < 0) return 0;
+    for (int i = 0; i < ev->nend; i++)
+        if (ev->end_ids[i] == id) return 0;
+    if (ev->nend == NEOX_EVAL_MAX_END_IDS)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s: more than %d end-of-text ids", what, NEOX_EVAL_MAX_END_IDS);
+    ev->end_ids[ev->nend++] = id;
+    return 0;
+}
 
+// generation_config.json beside the vocab file (a Hugging Face model's, which from-hf keeps there):
+// its eos_token_id, an id or a list (Llama 3.1 Instruct stops at three), ends generation as in
+// transformers' generate().
+static int generation_config_stops(neox_evaluator *ev, const char *vocab_file, neox_error *err) {
+    const char *slash = vocab_file ? strrchr(vocab_file, '/') : NULL;
+    if (!vocab_file) return 0;
+    char *path = slash ? neox_asprintf("%.*s/generation_config.json", (int)(slash - vocab_file), vocab_file)
+                       : neox_strdup("generation_config.json");
+    int rc = 0;
+    if (access(path, F_OK) == 0) {
+        json_error_t jerr;
+        json_t *root = json_load_file(path, 0, &jerr), *eos = json_object_get(root, "eos_token_id");
+        int64_t vocab = neox_tokenizer_vocab_size(ev->tokenizer);
+        if (!root) rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s:%d: %s", path, jerr.line, jerr.text);
+        size_t n = json_is_array(eos) ? json_array_size(eos) : eos && !json_is_null(eos) ? 1 : 0;
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            json_t *one = json_is_array(eos) ? json_array_get(eos, i) : eos;
+            if (!json_is_integer(one) || json_integer_value(one) < 0 || json_integer_value(one) >= vocab)
+                rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: eos_token_id is not a token id of the tokenizer (%lld ids)",
+                               path, (long long)vocab);
+            else rc = add_end_id(ev, (int32_t)json_integer_value(one), path, err);
+        }
+        json_decref(root);
+    }
+    free(path);
+    return rc;
+}
+
+static int end_ids(neox_evaluator *ev, const char *vocab_file, neox_error *err) {
+    if (add_end_id(ev, ev->eod_id, "the end of document", err) != 0 ||
+        add_end_id(ev, neox_tokenizer_declared_id(ev->tokenizer, NEOX_SPECIAL_EOS), "eos_token", err) != 0)
+        return -1;
+    return generation_config_stops(ev, vocab_file, err);
+}
 
 static int load_checkpoint(neox_evaluator *ev, neox_error *err) {
     const char *load = neox_config_str(ev->cfg, load);
@@ -47,9 +93,7 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
         goto fail;
     }
     ev->eod_id = neox_tokenizer_eod_id(ev->tokenizer);
-    int32_t eos = neox_tokenizer_declared_id(ev->tokenizer, NEOX_SPECIAL_EOS);
-    ev->end_ids[ev->nend++] = ev->eod_id;
-    if (eos >= 0 && eos != ev->eod_id) ev->end_ids[ev->nend++] = eos;
+    if (end_ids(ev, to.vocab_file, err) != 0) goto fail;
     int32_t bos = neox_tokenizer_bos_id(ev->tokenizer);
     ev->prefix_id = bos >= 0 ? bos : ev->eod_id;
     neox_model_desc desc;

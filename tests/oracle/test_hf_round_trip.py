@@ -8,8 +8,8 @@ pad / unk and a ChatML chat template, and a generation_config.json. The oracles 
 
 - `from-hf` imports it with its tokenizer descriptions; model.yml holds the model and tokenizer,
   run.yml the context, batch and `load`, both with absolute paths: `neox-eval generate` runs on them
-  from another directory and stops at the declared eos_token exactly where transformers' greedy
-  generation on the same weights stops.
+  from another directory and stops at generation_config.json's eos_token_id exactly where
+  transformers' greedy generation on the same weights stops.
 - `to-hf` carries tokenizer_config.json (chat template included), special_tokens_map.json and
   generation_config.json back out, and config.json declares AutoTokenizer's bos / eos / pad ids.
 - A tokenizer neox.c cannot read is refused at import, naming the component (exit status 2); an
@@ -80,15 +80,15 @@ def llama(vocab):
     return model.float().eval()
 
 
-def greedy(model, ids, n, eos=None):
-    """transformers' model, one greedy token at a time (the continuation, eos included when reached)."""
+def greedy(model, ids, n, eos=()):
+    """transformers' model, one greedy token at a time (the continuation, an eos id included when reached)."""
     out, seq = [], list(ids)
     with torch.no_grad():
         for _ in range(n):
             nxt = int(model(input_ids=torch.tensor([seq])).logits[0, -1].argmax())
             out.append(nxt)
             seq.append(nxt)
-            if nxt == eos:
+            if nxt in eos:
                 break
     return out
 
@@ -96,7 +96,8 @@ def greedy(model, ids, n, eos=None):
 @pytest.fixture(scope="module")
 def smol(tmp_path_factory):
     """The Hugging Face folder, and the token transformers' greedy continuation reaches fifth or later
-    for the first time, declared as eos_token so that generation must stop there."""
+    for the first time, made a stop id by generation_config.json (beside eos_token <|im_end|>, as Llama 3
+    Instruct lists several), so that generation must stop there."""
     src = tmp_path_factory.mktemp("smol") / "hf"
     src.mkdir()
     tok = build_tokenizer(src / "tokenizer.json", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
@@ -106,12 +107,13 @@ def smol(tmp_path_factory):
     free = greedy(model, ids, NEW_TOKENS)
     k = next(i for i in range(4, NEW_TOKENS) if free[i] not in free[:i] and free[i] > 2)
     stop = free[k]
-    config = dict(tokenizer_class="PreTrainedTokenizerFast", bos_token="<|im_start|>", eos_token=tok.id_to_token(stop),
+    assert 0 not in free[:k] and 2 not in free[:k], "the fixture's continuation reaches another stop id first"
+    config = dict(tokenizer_class="PreTrainedTokenizerFast", bos_token="<|im_start|>", eos_token="<|im_end|>",
                   pad_token="<|im_end|>", unk_token="<|endoftext|>", chat_template=CHATML, model_max_length=64,
                   clean_up_tokenization_spaces=False)
     (src / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     gen = json.loads((src / "generation_config.json").read_text())
-    gen["eos_token_id"] = stop
+    gen["eos_token_id"] = [2, stop]
     (src / "generation_config.json").write_text(json.dumps(gen, indent=2))
     return dict(src=src, tok=tok, model=model, ids=ids, stop=stop, expected=free[:k + 1])
 
@@ -129,8 +131,8 @@ def test_import_generate_export(smol, tmp_path):
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         assert (save / name).read_bytes() == (src / name).read_bytes(), name
 
-    # Generation from another directory, on model.yml + run.yml as they are: it stops at the
-    # declared eos_token where transformers' greedy generation does.
+    # Generation from another directory, on model.yml + run.yml as they are: it stops at
+    # generation_config.json's stop id where transformers' greedy generation does.
     (elsewhere / "prompts.txt").write_text(PROMPT + "\n\n")
     run(EVAL, "generate", "-q", save / "model.yml", save / "run.yml", "--text-gen-type", "input-file",
         "--sample-input-file", "prompts.txt", "--prompt-end", "\n\n", "--sample-output-file", "out.jsonl",
@@ -148,7 +150,7 @@ def test_import_generate_export(smol, tmp_path):
     exported = transformers.AutoTokenizer.from_pretrained(str(out))
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["bos_token_id"], cfg["eos_token_id"], cfg["pad_token_id"]) == \
-        (ref.bos_token_id, ref.eos_token_id, ref.pad_token_id) == (1, smol["stop"], 2)
+        (ref.bos_token_id, ref.eos_token_id, ref.pad_token_id) == (1, 2, 2)
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Speak, 12 times."}]
     assert exported.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) == \
         ref.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
@@ -156,6 +158,7 @@ def test_import_generate_export(smol, tmp_path):
     # generate() itself needs a newer torch than the oracle environment's).
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(out), torch_dtype=torch.float32).eval()
     eos = transformers.GenerationConfig.from_pretrained(str(out)).eos_token_id
+    assert eos == [2, smol["stop"]]
     assert greedy(hf, smol["ids"], NEW_TOKENS, eos) == expected
     weights = load_file(str(out / "model.safetensors"))
     for n, p in smol["model"].named_parameters():
@@ -208,3 +211,16 @@ def test_declared_eos_ends_documents(tmp_path):
     import numpy as np
     ids = np.fromfile(tmp_path / "eos_text_document.bin", dtype=np.uint16).tolist()
     assert ids == ref.encode("Speak, speak.", add_special_tokens=False) + [ref.eos_token_id]
+
+
+def test_bad_generation_config_is_named(smol, tmp_path):
+    save = tmp_path / "ckpt"
+    run(CONVERT, "from-hf", "--input", smol["src"], "--output", save)
+    (tmp_path / "prompts.txt").write_text(PROMPT + "\n\n")
+    args = [EVAL, "generate", "-q", save / "model.yml", save / "run.yml", "--text-gen-type", "input-file",
+            "--sample-input-file", tmp_path / "prompts.txt", "--sample-output-file", tmp_path / "out.jsonl"]
+    for bad in ('{"eos_token_id": [2, 100000]}', '{"eos_token_id": "x"}', '{"eos_token_id": [2,'):
+        (save / "generation_config.json").write_text(bad)
+        proc = run(*args, status=1)
+        assert f"{save}/generation_config.json" in proc.stderr, proc.stderr
+        assert not (tmp_path / "out.jsonl").exists()

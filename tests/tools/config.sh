@@ -30,7 +30,7 @@ if [ -d "$CONFIGS" ]; then
         rel=${f#$CONFIGS/}; name=${rel%.yml}
         if grep -qE '"num[-_]layers"' "$f"; then
             files=("$f") world=8
-            case $rel in llama/*|llama2/*) files+=("$CONFIGS/llama/train_config.yml") ;; esac
+            case $rel in llama/*|llama2/*|mistral/*) files+=("$CONFIGS/llama/train_config.yml") ;; esac
             if grep -qE '"(data[-_]path|vocab[-_]file|save|load|tensorboard[-_]dir)"' "$f"; then mode=alone; else files+=("$CONFIGS/local_setup.yml"); mode="with local_setup"; fi
         else
             files=("$CONFIGS/125M.yml" "$f") world=1; mode="with 125M"
@@ -39,7 +39,7 @@ if [ -d "$CONFIGS" ]; then
         load_reference $world "${files[@]}"; status=$?
         must=0
         case " $MUST_LOAD " in *" $name "*) must=1 ;; esac
-        case $rel in pythia/*|llama/*|llama2/*) must=1 ;; esac
+        case $rel in pythia/*|llama/*|llama2/*|mistral/*) must=1 ;; esac
         if [ $status = 0 ]; then
             _report 0 "reference $rel ($mode) loads"
         elif [ $status = 2 ] && [ $must = 0 ] && grep -qE "$REFUSE_PATTERN|set twice" "$TEST_TMP/err.txt"; then

@@ -59,18 +59,18 @@ w[3, 5] = np.nan
 t["gpt_neox.layers.0.mlp.dense_h_to_4h.weight"] = w
 save_file(t, path, metadata={"format": "pt"})' "$T/hf"
 check "import the poisoned model" "$CONVERT" from-hf --input "$T/hf" --output "$T/nan"
-echo "{\"data_path\": \"$T/char_text_document\", \"tokenizer_type\": \"CharLevelTokenizer\", \"train_micro_batch_size_per_gpu\": 2}" >"$T/eval.yml"
+echo "{\"data_path\": \"$T/char_text_document\", \"tokenizer_type\": \"CharLevelTokenizer\"}" >"$T/eval.yml"
 check_fails "neox-eval refuses NaN weights, naming the parameter" 1 \
     "parameter gpt_neox.layers.0.mlp.dense_h_to_4h.weight holds NaN or inf" \
-    "$EVAL" --tasks valid --results-prefix - "$T/nan/model.yml" "$T/eval.yml"
+    "$EVAL" --tasks valid --results-prefix - "$T/nan/model.yml" "$T/nan/run.yml" "$T/eval.yml"
 echo '{"compute_backend": "emulated"}' >"$T/emulated.yml"
 check_fails "the same on the emulated device (weights read back through the backend)" 1 \
     "parameter gpt_neox.layers.0.mlp.dense_h_to_4h.weight holds NaN or inf" \
-    "$EVAL" --tasks valid --results-prefix - "$T/nan/model.yml" "$T/eval.yml" "$T/emulated.yml"
+    "$EVAL" --tasks valid --results-prefix - "$T/nan/model.yml" "$T/nan/run.yml" "$T/eval.yml" "$T/emulated.yml"
 echo "{\"data_path\": \"$T/char_text_document\", \"save\": \"$T/after\",
-  \"checkpoint_factor\": 2, \"train_iters\": 3, \"log_interval\": 1, \"train_micro_batch_size_per_gpu\": 2,
+  \"checkpoint_factor\": 2, \"train_iters\": 3, \"log_interval\": 1,
   \"do_valid\": false, \"do_test\": false, \"log_dir\": \"$T/nanlogs\", \"tensorboard_dir\": \"$T/nantb\", \"tokenizer_type\": \"CharLevelTokenizer\"}" >"$T/finetune.yml"
-"$TRAIN" "$T/nan/model.yml" "$T/finetune.yml" >"$T/nan.out" 2>"$T/nan.err"
+"$TRAIN" "$T/nan/model.yml" "$T/nan/run.yml" "$T/finetune.yml" >"$T/nan.out" 2>"$T/nan.err"
 status=$?
 _report "$([ $status = 1 ] && echo 0 || echo 1)" "training from NaN weights exits 1 (got $status)" "$T/nan.err"
 check "the error says no checkpoint is saved of them" grep -qE "iteration 2: not saving a checkpoint: parameter .* holds NaN or inf" "$T/nan.err"
@@ -80,10 +80,10 @@ check "metrics.jsonl records the NaN loss as null with the nan iteration counted
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if "train/lm_loss" in l]
 assert recs and all(r["train/lm_loss"] is None and r["train/nan_iterations"] == 1 for r in recs), recs' "$T/nanlogs/metrics.jsonl"
-echo "{\"data_path\": \"$T/char_text_document\", \"train_iters\": 100, \"train_micro_batch_size_per_gpu\": 2,
+echo "{\"data_path\": \"$T/char_text_document\", \"train_iters\": 100,
   \"do_valid\": false, \"do_test\": false, \"tokenizer_type\": \"CharLevelTokenizer\"}" >"$T/fifty.yml"
 check_fails "50 NaN steps in a row stop the run" 1 "stopping at iteration 50: the last 50 iterations had a non-finite loss" \
-    "$TRAIN" -q "$T/nan/model.yml" "$T/fifty.yml"
+    "$TRAIN" -q "$T/nan/model.yml" "$T/nan/run.yml" "$T/fifty.yml"
 check "TensorBoard has the NaN loss and the NaN grad norm of each step (tensorboard's reader)" $PY -c '
 import math, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -31,7 +31,8 @@ static void usage(FILE *out) {
             "  --num-samples N          unconditional samples\n"
             "  --seed N                 sampling seed (default: the config's seed)\n"
             "  --stop-token ID          also stop after this token id (repeatable; end of document and the\n"
-            "                           tokenizer's declared eos_token always stop)\n"
+            "                           tokenizer's declared eos_token and\n"
+            "                           generation_config.json's eos_token_id always stop)\n"
             "  --recompute              recompute the whole sequence for every token (no KV cache)\n"
             "  -q, --quiet              no notices\n"
             "  -h, --help               show this help and exit\n",
@@ -44,7 +45,7 @@ typedef struct gen_args {
     double temperature, top_p;
     int recompute, quiet;
     int have_max, have_top_k, have_samples, have_seed, have_temp, have_top_p;
-    int32_t stop[16];           // stop ids: end of document first, then --stop-token ones
+    int32_t stop[32];           // stop ids: end of document first, then --stop-token ones, then the model's
     int nstop;
 } gen_args;
 
@@ -252,9 +253,12 @@ static int generate(int nconfigs, const char *const *configs, gen_args *a, int *
     neox_evaluator *ev = neox_evaluator_create(cfg, &grid, a->quiet, &err);
     if (!ev) neox_die_error(&err);
     a->stop[0] = ev->eod_id;
-    if (ev->nend > 1) {  // the declared eos_token ends a text too
-        if (a->nstop == (int)(sizeof a->stop / sizeof *a->stop)) neox_usage_error("--stop-token: at most %d", a->nstop - 2);
-        a->stop[a->nstop++] = ev->end_ids[1];
+    for (int i = 0; i < ev->nend; i++) {  // the declared eos_token and generation_config.json's end a text too
+        if (ev->end_ids[i] == ev->eod_id) continue;
+        if (a->nstop == (int)(sizeof a->stop / sizeof *a->stop))
+            neox_usage_error("--stop-token: at most %d stop ids with the model's own %d",
+                             (int)(sizeof a->stop / sizeof *a->stop), ev->nend);
+        a->stop[a->nstop++] = ev->end_ids[i];
     }
     for (int i = 1; i < a->nstop; i++)
         if (a->stop[i] >= neox_tokenizer_vocab_size(ev->tokenizer))
