@@ -29,7 +29,7 @@ def combination(path):
         return [f"{CONFIGS}/llama/7B.yml", path, f"{CONFIGS}/local_setup.yml"], 1
     if '"num_layers"' in text or '"num-layers"' in text:
         files = [path]
-        if rel.startswith(("llama/", "llama2/")):
+        if rel.startswith(("llama/", "llama2/", "mistral/")):
             files.append(f"{CONFIGS}/llama/train_config.yml")
         if not any(f'"{k}"' in text for k in ("data_path", "data-path", "vocab_file", "vocab-file", "save", "load",
                                               "tensorboard_dir", "tensorboard-dir")):
