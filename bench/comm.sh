@@ -15,6 +15,7 @@
 #        rate=1gbit psgd_rank=4 timeout=600 (seconds per run); rate=none skips the namespaces)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 [ -x build/cpu/bin/neox-train ] || { echo "bench/comm.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
 declare -A opt=([ranks]=2 [iters]=60 [freeze]=12 [layers]=4 [hidden]=256 [heads]=8 [seq]=64 [micro]=4 [rate]=1gbit
                 [psgd_rank]=4 [timeout]=600)

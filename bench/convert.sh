@@ -7,6 +7,7 @@
 #   bench/convert.sh [HIDDEN LAYERS VOCAB [REPEATS]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 HIDDEN=${1:-768} LAYERS=${2:-6} VOCAB=${3:-50304} REPEATS=${4:-3}
 [ -x .venv/bin/python ] || { echo "bench: .venv is missing (make deps)" >&2; exit 1; }
 CONVERT=build/cpu/bin/neox-convert

@@ -10,6 +10,7 @@
 #        (defaults: threads=2 layers=6 hidden=512 heads=8 seq=512 batch=8 limit=200 tokens=128)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 DATA=../shared/data
 [ -x .venv/bin/python ] || { echo "bench/eval.sh: .venv is missing (run 'make deps')" >&2; exit 1; }
 [ -d $DATA/eval ] || { echo "bench/eval.sh: $DATA/eval is missing" >&2; exit 1; }

@@ -20,6 +20,7 @@
 # "gpu_train: no GPU: skipped" and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 declare -A opt=([micro]=auto [steps]=20 [warmup]=5 [seconds]=150 [gemm_tflops]= [peak_tflops]=989 [precision]=bfloat16
                 [backend]=cuda [data]= [layers]=12 [hidden]=768 [heads]=12 [seq]=2048)
 for arg in "$@"; do

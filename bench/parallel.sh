@@ -15,6 +15,7 @@
 #        micro=4 accum=2 bucket=200000 layouts=dp2,tp2,pp2; e.g. layouts=dp2 to repeat only the dp2 pair)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 [ -x build/cpu/bin/neox-train ] || { echo "bench/parallel.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
 declare -A opt=([threads]=2 [iters]=30 [layers]=4 [hidden]=256 [heads]=8 [seq]=256 [micro]=4 [accum]=2 [bucket]=200000 [layouts]=dp2,tp2,pp2)
 for arg in "$@"; do

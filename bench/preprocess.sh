@@ -6,6 +6,7 @@
 #   bench/preprocess.sh [REPEATS]   (the 697-document dolma sample, listed REPEATS times; default 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 REPEATS=${1:-8}
 DATA=../shared/data
 CORPUS=$DATA/jsonl/dolma_cc_sample_697docs.jsonl.zst

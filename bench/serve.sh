@@ -11,6 +11,7 @@
 #        (defaults: threads=2 layers=6 hidden=512 heads=8 seq=512 batch=32 limit=0 (all 5153) rounds=2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 DATA=../shared/data
 [ -x .venv/bin/python ] || { echo "bench/serve.sh: .venv is missing (run 'make deps')" >&2; exit 1; }
 [ -d $DATA/eval ] || { echo "bench/serve.sh: $DATA/eval is missing" >&2; exit 1; }

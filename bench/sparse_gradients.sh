@@ -9,6 +9,7 @@
 # time after the first 2 steps and the validation loss each reached.
 set -eu
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 ranks=("${@:-2 4}"); [ $# -eq 0 ] && ranks=(2 4)
 H=${H:-64}
 BIN=build/cpu/bin MPIEXEC=${MPIEXEC:-mpiexec.mpich}

@@ -6,6 +6,7 @@
 # Prints MB/s and ratios. Needs `make` and `make deps` (.venv). Usage: bench/tokenizers.sh [THREADS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 [ -x .venv/bin/python ] || { echo "bench/tokenizers.sh: .venv is missing (run 'make deps')" >&2; exit 1; }
 [ -f build/cpu/libneox.a ] || { echo "bench/tokenizers.sh: build/cpu/libneox.a is missing (run 'make')" >&2; exit 1; }
 threads=("$@"); [ ${#threads[@]} -eq 0 ] && threads=(1 2 4)

@@ -2,7 +2,9 @@
 // with one tokenizer, once per thread count, and prints one line per run:
 //   neox.c THREADS MB_PER_S TOKENS
 // One thread is timed in CPU time (as the Python peers are), so a busy machine distorts the
-// single-thread ratios less; more threads are timed on the wall clock.
+// single-thread ratios less; more threads are timed on the wall clock. Threads take documents one
+// at a time, longest first: with a few large documents in the corpus, handing them out in file
+// order (or several at a time) left one thread tokenizing them while the other had finished.
 // Usage: tokenizers_bench DOCS_FILE TYPE VOCAB [MERGES|-] THREADS...
 #include <omp.h>
 #include <stdlib.h>
@@ -11,6 +13,12 @@
 
 #include "core.h"
 #include "tokenizer.h"
+
+static const size_t *doc_lengths;
+static int longer_first(const void *a, const void *b) {
+    size_t la = doc_lengths[*(const size_t *)a], lb = doc_lengths[*(const size_t *)b];
+    return la < lb ? 1 : la > lb ? -1 : 0;
+}
 
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
@@ -34,6 +42,10 @@ int main(int argc, char **argv) {
         start[n_docs] = pos, len[n_docs++] = e - pos;
         pos = e + 1;
     }
+    size_t *order = neox_malloc((n_docs ? n_docs : 1) * sizeof *order);
+    for (size_t d = 0; d < n_docs; d++) order[d] = d;
+    doc_lengths = len;
+    qsort(order, n_docs, sizeof *order, longer_first);
     for (int a = 5; a < argc; a++) {
         int threads = atoi(argv[a]);
         long long tokens = 0;
@@ -44,8 +56,9 @@ int main(int argc, char **argv) {
         {
             int32_t *ids = NULL;
             size_t n = 0, c = 0;
-#pragma omp for schedule(dynamic, 4)
-            for (size_t d = 0; d < n_docs; d++) {
+#pragma omp for schedule(dynamic, 1)
+            for (size_t i = 0; i < n_docs; i++) {
+                size_t d = order[i];
                 n = 0;
                 tokens += neox_tokenizer_encode(tok, text + start[d], len[d], &ids, &n, &c, NULL);
             }
@@ -58,6 +71,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     neox_tokenizer_free(tok);
+    free(order);
     free(start);
     free(len);
     free(text);

@@ -18,6 +18,7 @@
 #        vocab seq batch   (defaults: threads=2 rounds=3 steps=2 warmup=1 and the model above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench/cpu_info.sh
 [ -x .venv/bin/python ] || { echo "bench/train_cpu.sh: .venv is missing (run 'make deps')" >&2; exit 1; }
 [ -f build/cpu/libneox.a ] || { echo "bench/train_cpu.sh: build/cpu/libneox.a is missing (run 'make')" >&2; exit 1; }
 declare -A opt=([threads]=2 [rounds]=3 [steps]=2 [warmup]=1 [layers]=6 [hidden]=512 [heads]=8 [vocab]=50304

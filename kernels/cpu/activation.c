@@ -1,6 +1,6 @@
 // activation.c: the MLP activations (kernels/activation_math.h's formulas), elementwise and gated as
 // GPT-NeoX's Gated_Activation, forward and backward. Each function gets its own loop, vectorised
-// (libmvec's erff/tanhf/expf, see vector_math.h; AVX2 builds where the CPU has it) over fixed
+// (libmvec's erff/tanhf/expf, see vector_math.h; AVX-512 and AVX2 builds where the CPU has them) over fixed
 // blocks, so which elements take the vector path does not depend on the thread count.
 #include <stddef.h>
 

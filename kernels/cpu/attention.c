@@ -17,7 +17,7 @@
 #include "vector_math.h"
 
 // Rows per block: tiles of 64 x 64 keep the scores of a tile and its GEMM operands in L1/L2. The
-// per-tile functions have an AVX2 build (NEOX_CLONES): exp of the scores is a fifth of the work.
+// per-tile functions have AVX-512 and AVX2 builds (NEOX_CLONES): exp of the scores is a fifth of the work.
 enum { ATT_BLOCK = 64 };
 
 // Dropout keep factor for probability (row, j) of the head's (T, T) matrix: 0 or 1/(1-p).

@@ -1,7 +1,7 @@
 // cross_entropy.c: softmax and cross-entropy fused over the vocabulary, so the probabilities are
 // never stored: the forward keeps one log-sum-exp per row and the backward recomputes from it.
-// The vocabulary loops are vectorised (libmvec's expf, see vector_math.h), with an AVX2 build of
-// each row function chosen at run time where the CPU has it (the baseline build is x86-64-v2); the
+// The vocabulary loops are vectorised (libmvec's expf, see vector_math.h), with AVX-512 and AVX2 builds of
+// each row function, the best one this CPU runs chosen at run time (the baseline build is x86-64-v2); the
 // sum of exponentials is accumulated in double.
 #include <math.h>
 #include <stddef.h>

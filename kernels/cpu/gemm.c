@@ -5,8 +5,10 @@
 // about a tenth of the CPU time of a training step went to spinning). Inside a parallel region
 // (attention's tiles) the call goes straight to OpenBLAS on the calling thread. A product with
 // one row (a decoding step: one position through a linear layer) is a matrix-vector product and
-// goes to sgemv: OpenBLAS's sgemm would first pack (copy) the whole weight matrix for that one
-// row, which took half of generation's time.
+// goes to a GEMV: OpenBLAS's sgemm would first pack (copy) the whole weight matrix for that one
+// row, which took half of generation's time. A weight stored (N, K), as linear layers and the tied
+// classifier store theirs, goes to kernels/cpu/gemv.c's build for this CPU (AVX-512 where it has
+// it); other layouts to OpenBLAS's sgemv.
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "gemv.h"
 #include "kernels/kernels.h"
 
 // Below this many multiply-adds a GEMM is not worth waking the other threads for.
@@ -26,7 +29,11 @@
 enum { GEMM_PANEL_ALIGN = 32 };
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void make_blas_single_threaded(void) { openblas_set_num_threads(1); }
+static neox_gemv_rows_fn *gemv_rows;
+static void make_blas_single_threaded(void) {
+    openblas_set_num_threads(1);
+    gemv_rows = neox_gemv_rows_best();
+}
 
 static void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc) {
@@ -47,7 +54,9 @@ static void panel(int len, int t, int n, int *start, int *end) {
 static void sgemv_part(int trans_b, int s, int e, int K, float alpha, const float *a, int inc, const float *B, int ldb,
                        float beta, float *C) {
     if (e <= s) return;
-    if (trans_b)  // B is (N, K): rows s..e of B times a
+    if (trans_b && inc == 1)  // B is (N, K): rows s..e of B times a
+        gemv_rows(e - s, K, alpha, B + (size_t)s * ldb, ldb, a, beta, C + s);
+    else if (trans_b)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, e - s, K, alpha, B + (size_t)s * ldb, ldb, a, inc, beta, C + s, 1);
     else          // B is (K, N): columns s..e of B, transposed, times a
         cblas_sgemv(CblasRowMajor, CblasTrans, K, e - s, alpha, B + s, ldb, a, inc, beta, C + s, 1);

@@ -1,0 +1,84 @@
+// test_gemv.c: every build of the decoding step's one-row product (kernels/cpu/gemv.c) that this
+// CPU runs, AVX-512F and AVX2 + FMA, against a double-precision dot product, and the readable
+// reference loop too: row counts that are and are not multiples of the four rows done together,
+// row lengths below one vector, with and without a masked tail, padded row strides, alpha and
+// beta (beta 0 must not read y, which holds NaN there).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core.h"
+#include "kernels/cpu/gemv.h"
+
+static float value(int i, int salt) { return (float)((i * 37 + salt * 11) % 23 - 11) / 8.0f; }
+
+static void check_build(neox_gemv_rows_fn *gemv, const char *name, int N, int K, float beta) {
+    int ldw = K + 3;
+    float *W = neox_malloc((size_t)N * ldw * sizeof *W), *x = neox_malloc((size_t)K * sizeof *x);
+    float *y = neox_malloc((size_t)N * sizeof *y);
+    for (size_t i = 0; i < (size_t)N * ldw; i++) W[i] = value((int)i, 1);
+    for (int k = 0; k < K; k++) x[k] = value(k, 2);
+    for (int n = 0; n < N; n++) y[n] = beta != 0.0f ? value(n, 3) : NAN;
+    gemv(N, K, 0.5f, W, ldw, x, beta, y);
+    for (int n = 0; n < N; n++) {
+        double dot = 0.0;
+        for (int k = 0; k < K; k++) dot += (double)W[(size_t)n * ldw + k] * x[k];
+        double expected = 0.5 * dot + (beta != 0.0f ? beta * value(n, 3) : 0.0);
+        if (!(fabs(y[n] - expected) <= 1e-4 * (1.0 + fabs(expected))))
+            fail_msg("%s N %d K %d beta %g: y[%d] = %g, expected %g", name, N, K, beta, n, y[n], expected);
+    }
+    free(W), free(x), free(y);
+}
+
+static void check_every_shape(neox_gemv_rows_fn *gemv, const char *name) {
+    const int shapes[][2] = {{1, 1}, {3, 7}, {4, 16}, {5, 17}, {9, 33}, {64, 576}, {193, 1536}, {2, 100}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int beta = 0; beta < 2; beta++) check_build(gemv, name, shapes[s][0], shapes[s][1], (float)beta);
+}
+
+static void test_reference(void **state) {
+    (void)state;
+    check_every_shape(neox_gemv_rows_reference, "reference");
+}
+
+static void test_avx2(void **state) {
+    (void)state;
+    if (!neox_cpu_has_avx2_fma()) {
+        printf("this CPU has no AVX2 + FMA: that build cannot run here\n");
+        return;
+    }
+    check_every_shape(neox_gemv_rows_avx2, "avx2");
+}
+
+static void test_avx512(void **state) {
+    (void)state;
+    if (!neox_cpu_has_avx512f()) {
+        printf("this CPU has no AVX-512F: that build cannot run here\n");
+        return;
+    }
+    check_every_shape(neox_gemv_rows_avx512, "avx512");
+}
+
+// The build the matrix multiply uses is the most capable one this CPU runs.
+static void test_best_build(void **state) {
+    (void)state;
+    neox_gemv_rows_fn *best = neox_gemv_rows_best();
+    if (neox_cpu_has_avx512f()) assert_ptr_equal(best, neox_gemv_rows_avx512);
+    else if (neox_cpu_has_avx2_fma()) assert_ptr_equal(best, neox_gemv_rows_avx2);
+    else assert_ptr_equal(best, neox_gemv_rows_reference);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference),
+        cmocka_unit_test(test_avx2),
+        cmocka_unit_test(test_avx512),
+        cmocka_unit_test(test_best_build),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
