@@ -41,7 +41,8 @@ static const char *config_template(const json_t *config, const char *path, neox_
 static json_t *load_config(const char *path, neox_error *err) {
     if (access(path, F_OK) != 0) return json_object();
     json_error_t jerr;
-    json_t *config = json_load_file(path, 0, &jerr);
+    // Only strings are read; integers as reals, so transformers' "unset" model_max_length (1e30) loads.
+    json_t *config = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
     if (!config) neox_fail(err, NEOX_EXIT_FAILURE, "%s:%d: %s", path, jerr.line, jerr.text);
     else if (!json_is_object(config)) {
         neox_fail(err, NEOX_EXIT_FAILURE, "%s: not a JSON object", path);

@@ -103,7 +103,8 @@ static const char *const special_keys[NEOX_SPECIAL_COUNT] = {"bos_token", "eos_t
 static int special_from_file(neox_tokenizer *tok, const char *path, const char *vocab_file, neox_error *err) {
     if (access(path, F_OK) != 0) return 0;
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    // Only strings are read; integers as reals, so transformers' "unset" model_max_length (1e30) loads.
+    json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
     if (!root) return neox_fail(err, NEOX_EXIT_FAILURE, "%s:%d: %s", path, jerr.line, jerr.text);
     int rc = 0;
     for (int k = 0; k < NEOX_SPECIAL_COUNT && rc == 0; k++) {

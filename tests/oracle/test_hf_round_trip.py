@@ -109,7 +109,8 @@ def smol(tmp_path_factory):
     stop = free[k]
     assert 0 not in free[:k] and 2 not in free[:k], "the fixture's continuation reaches another stop id first"
     config = dict(tokenizer_class="PreTrainedTokenizerFast", bos_token="<|im_start|>", eos_token="<|im_end|>",
-                  pad_token="<|im_end|>", unk_token="<|endoftext|>", chat_template=CHATML, model_max_length=64,
+                  pad_token="<|im_end|>", unk_token="<|endoftext|>", chat_template=CHATML,
+                  model_max_length=int(1e30),  # what save_pretrained writes when no length is set
                   clean_up_tokenization_spaces=False)
     (src / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     gen = json.loads((src / "generation_config.json").read_text())
