@@ -31,14 +31,15 @@ $BIN/neox-preprocess --input "$W/s.jsonl" --output-prefix "$W/bpe" --tokenizer-t
     --vocab-file "$DATA/tokenizers/gpt2/vocab.json" --merge-file "$DATA/tokenizers/gpt2/merges.txt" >/dev/null
 sed -e "s#\"data_path\": .*#\"data_path\": \"$W/bpe_text_document\",#" -e "s#\"train_iters\": 200#\"train_iters\": $I#" \
     -e "s#\"eval_interval\": 100#\"eval_interval\": $I#" -e 's#"log_interval": 20#"log_interval": 1#' \
-    -e '/"optimizer"/d' configs/tiny-shakespeare.yml >"$W/dp2.yml"
+    -e '/"optimizer"/d' -e '/"min_lr"/d' configs/tiny-shakespeare.yml >"$W/dp2.yml"
 sed 's#"train_micro_batch_size_per_gpu": 8#"train_micro_batch_size_per_gpu": 16#' "$W/dp2.yml" >"$W/dp1.yml"
 
-run() {  # run NAME RANKS TYPE LR FREEZE [MORE JSON]
-    local model=$W/dp$2.yml extra=""
+run() {  # run NAME RANKS TYPE LR FREEZE [MORE JSON]   (min_lr: lr / 2, as lr 0.002 over the config's min_lr 0.001)
+    local model=$W/dp$2.yml extra="" min_lr
+    min_lr=$(python3 -c "print($4 / 2)")
     [ "$3" = OneBitAdam ] && extra=", \"freeze_step\": $5"
     echo "{\"optimizer\": {\"type\": \"$3\", \"params\": {\"lr\": $4, \"betas\": [0.9, 0.95], \"eps\": 1.0e-8$extra}},
-      \"log_dir\": \"$W/$1\" ${6:-}}" >"$W/$1.yml"
+      \"min_lr\": $min_lr, \"log_dir\": \"$W/$1\" ${6:-}}" >"$W/$1.yml"
     if [ "$2" = 1 ]; then $BIN/neox-train -q "$model" "$W/$1.yml" >/dev/null
     else $MPIEXEC -n "$2" $BIN/neox-train -q "$model" "$W/$1.yml" >/dev/null; fi
     echo "$1" >>"$W/runs.txt"
@@ -48,12 +49,17 @@ run onebit 2 OneBitAdam "$LR" "$F" ", \"save\": \"$W/ckpt\", \"checkpoint_factor
 run never_compressed 2 OneBitAdam "$LR" 100000
 run frozen_one_rank 1 OneBitAdam "$LR" "$F"
 run freeze_x2 2 OneBitAdam "$LR" $((2 * F))
-run lr_div4 2 OneBitAdam "$(python3 -c "print($LR / 4)")" "$F" ", \"min_lr\": $(python3 -c "print($LR / 40)")"
+run lr_div4 2 OneBitAdam "$(python3 -c "print($LR / 4)")" "$F"
 
-for t in $(h5ls -r "$W/ckpt/global_step$F/rank_00000.h5" | awk '$1 ~ /^\/optimizer\/exp_avg\// {print $1}'); do
-    name=${t#/optimizer/exp_avg/}
-    h5dump -d "/optimizer/exp_avg/$name" -b LE -o "$W/m.$name" "$W/ckpt/global_step$F/rank_00000.h5" >/dev/null
-    h5dump -d "/optimizer/exp_avg_sq/$name" -b LE -o "$W/v.$name" "$W/ckpt/global_step$F/rank_00000.h5" >/dev/null
+# Each rank's shard holds some tensors whole and a part of others (in rank order): concatenate.
+for shard in "$W/ckpt/global_step$F"/rank_*.h5; do
+    for t in $(h5ls -r "$shard" | awk '$1 ~ /^\/optimizer\/exp_avg\// {print $1}'); do
+        name=${t#/optimizer/exp_avg/}
+        for k in exp_avg exp_avg_sq; do
+            h5dump -d "/optimizer/$k/$name" -b LE -o "$W/part" "$shard" >/dev/null
+            cat "$W/part" >>"$W/$k.$name"
+        done
+    done
 done
 $PY - "$W" "$F" "$I" <<'PY'
 import glob, json, os, sys
@@ -73,10 +79,10 @@ for run in open(f"{w}/runs.txt").read().split():
 print(f"\nFirst compressed update against Adam's, from the moments after step {freeze} (m, frozen v):")
 print("| tensor | numel | ||scale sign(m) / sqrt(v)|| / ||m / sqrt(v)|| | max element ratio |")
 print("|---|---|---|---|")
-for path in sorted(glob.glob(f"{w}/m.*")):
-    name = os.path.basename(path)[2:]
+for path in sorted(glob.glob(f"{w}/exp_avg.*")):
+    name = os.path.basename(path)[len("exp_avg."):]
     m = np.fromfile(path, "<f4").astype(np.float64)
-    v = np.fromfile(f"{w}/v.{name}", "<f4").astype(np.float64)
+    v = np.fromfile(f"{w}/exp_avg_sq.{name}", "<f4").astype(np.float64)
     scale = np.linalg.norm(m) / np.sqrt(m.size)
     adam = m / (np.sqrt(v) + 1e-8)
     onebit = scale * np.where(m >= 0, 1.0, -1.0) / (np.sqrt(v) + 1e-8)
