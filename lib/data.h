@@ -253,6 +253,7 @@ void neox_train_valid_test_samples(int64_t train_iters, int64_t eval_interval, i
 // Datasets as the trainer sees them: one GPT2Dataset, or a BlendableDataset over several.
 typedef struct neox_gpt2_dataset {
     neox_indexed_dataset *data;   // owned
+    neox_indexed_dataset *labels; // owned; NULL without a label dataset (its items match data's)
     neox_sample_index *index;     // owned
     int seq_length;
 } neox_gpt2_dataset;
@@ -265,13 +266,16 @@ typedef struct neox_dataset {
     uint8_t *dataset_index;       // NULL when not blended (count == 1 and a plain GPT2Dataset)
     int64_t *dataset_sample_index;
     int seq_length;
+    int has_labels;               // every part has a label dataset (*_label_data_paths)
     int64_t vocab_size;           // set by the user of the samples: ids must lie below it (0: unchecked)
 } neox_dataset;
 
 // Fills tokens[seq_length + 1] with sample idx (idx wraps modulo the size, as GPT-NeoX's
-// IndexError fallback does); a short sample is padded with -100. With vocab_size set, a token id
-// outside the vocabulary is an error naming the dataset and the sample.
-int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, neox_error *err);
+// IndexError fallback does); a short sample is padded with -100. With labels non-NULL and a label
+// dataset, labels[seq_length + 1] gets the same span of it (also padded with -100). With
+// vocab_size set, a token or label id outside the vocabulary is an error naming the dataset and
+// the sample.
+int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, int32_t *labels, neox_error *err);
 void neox_dataset_free(neox_dataset *d);
 
 // The data settings of a GPT-NeoX config, as plain values.
@@ -281,6 +285,8 @@ typedef struct neox_data_settings {
     const char *const *train_paths; int ntrain;  // or these with their weights
     const char *const *valid_paths; int nvalid;
     const char *const *test_paths; int ntest;
+    const char *const *train_label_paths, *const *valid_label_paths, *const *test_label_paths;  // NULL or
+                                           // one per data path (*_label_data_paths)
     const double *train_weights, *valid_weights, *test_weights;  // NULL: all 1
     int weight_by_num_documents;
     double weighted_sampler_alpha;
@@ -318,8 +324,10 @@ typedef struct neox_batch_iterator {
 typedef struct neox_batch {
     int micro_batch, seq_length;
     int32_t *tokens;    // [micro_batch][seq_length] inputs (padding replaced by 0)
-    int32_t *labels;    // [micro_batch][seq_length] next tokens (padding replaced by 0)
-    float *loss_mask;   // [micro_batch][seq_length] 0 for padding and, with eod_mask_loss, EOD inputs
+    int32_t *labels;    // [micro_batch][seq_length] next tokens, or with a label dataset its next labels
+                        // (padding and masked labels replaced by 0)
+    float *loss_mask;   // [micro_batch][seq_length] 0 for padding, masked labels (< 0) and, with
+                        // eod_mask_loss, EOD inputs
 } neox_batch;
 
 void neox_batch_iterator_init(neox_batch_iterator *it, const neox_dataset *d, int micro_batch, int dp_size,

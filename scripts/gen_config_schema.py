@@ -114,11 +114,10 @@ UNSUPPORTED = {
     "data_efficiency": "DeepSpeed data efficiency", "elasticity": "DeepSpeed elasticity",
     "compression_training": "DeepSpeed compression training",
 }
-# Post-training (SFT label masks, DPO, KTO, reward models, REINFORCE, the online data and weight
-# servers): refused by name, every key of it, until neox.c implements post-training.
+# Post-training: SFT's label datasets (*_label_data_paths) are used; DPO, KTO, reward models,
+# REINFORCE and the online data and weight servers are refused by name, every key of them.
 POST_TRAINING = "post-training"
 for split in ("train", "valid", "test"):
-    UNSUPPORTED[f"{split}_label_data_paths"] = POST_TRAINING + " (label-masked SFT data)"
     UNSUPPORTED[f"{split}_reward_data_paths"] = POST_TRAINING + " (reward-model data)"
     for side in ("pos", "neg"):
         UNSUPPORTED[f"{side}_{split}_data_paths"] = POST_TRAINING + " (pairwise preference data)"

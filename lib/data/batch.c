@@ -1,7 +1,10 @@
 // batch.c: the training batch iterator. GPT-NeoX reads its dataset sequentially in global batches
 // of micro_batch * dp samples (drop_last) and gives each data-parallel rank a contiguous slice
 // (DistributedBatchSampler); inputs are tokens[:-1], labels tokens[1:], and the loss mask drops
-// padding (-100) and, with eod_mask_loss, positions whose input is the EOD token.
+// padding (-100) and, with eod_mask_loss, positions whose input is the EOD token. With a label
+// dataset (SFT), labels and mask come from it as GPT-NeoX's _get_batch takes them: labels are
+// label[1:] (negative ones replaced by 0) and a position is scored only where its label is >= 0,
+// the EOD mask still applying to the inputs.
 #include "data.h"
 
 #include <stdlib.h>
@@ -49,13 +52,15 @@ int neox_batch_next(neox_batch_iterator *it, neox_batch *b, neox_error *err) {
                          (long long)it->dataset->size, it->micro_batch * it->dp_size);
     int seq = b->seq_length;
     int32_t *sample = neox_malloc(((size_t)seq + 1) * sizeof *sample);
+    int32_t *label = it->dataset->has_labels ? neox_malloc(((size_t)seq + 1) * sizeof *label) : NULL;
+    const int32_t *target = label ? label : sample;
     int64_t first = (it->position % batches) * it->micro_batch * it->dp_size + (int64_t)it->dp_rank * it->micro_batch;
     int rc = 0;
     for (int m = 0; m < b->micro_batch && rc == 0; m++) {
-        rc = neox_dataset_sample(it->dataset, first + m, sample, err);
+        rc = neox_dataset_sample(it->dataset, first + m, sample, label, err);
         for (int t = 0; rc == 0 && t < seq; t++) {
             size_t k = (size_t)m * seq + t;
-            int32_t in = sample[t], next = sample[t + 1];
+            int32_t in = sample[t], next = target[t + 1];
             b->tokens[k] = in < 0 ? 0 : in;
             b->labels[k] = next < 0 ? 0 : next;
             float mask = next >= 0 ? 1.0f : 0.0f;
@@ -64,6 +69,7 @@ int neox_batch_next(neox_batch_iterator *it, neox_batch *b, neox_error *err) {
         }
     }
     free(sample);
+    free(label);
     if (rc == 0) it->position++;
     return rc;
 }

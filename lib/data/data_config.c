@@ -31,6 +31,23 @@ static int read_list(const neox_config *cfg, neox_key_id id, char ***strings, do
     return 0;
 }
 
+// A *_label_data_paths list: one label dataset per path of the matching *_data_paths (GPT-NeoX pairs
+// them by position), so it exists only beside train/valid/test_data_paths, never with data_path.
+static int read_labels(const neox_config *cfg, neox_key_id id, int ndata, const char *const **out,
+                       neox_error *err) {
+    char **paths = NULL;
+    int n = 0;
+    if (read_list(cfg, id, &paths, NULL, &n, err) != 0) return free(paths), -1;
+    *out = (const char *const *)paths;
+    const char *key = neox_key_specs[id].name;
+    if (paths && n != ndata)
+        return neox_fail(err, NEOX_EXIT_USAGE,
+                         "%s: has %d paths but the matching *_data_paths has %d: each token dataset needs its label "
+                         "dataset (train_label_data_paths needs train_data_paths, not data_path)",
+                         key, n, ndata);
+    return 0;
+}
+
 int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s, neox_error *err) {
     *s = (neox_data_settings){0};
     s->data_path = neox_config_str(cfg, data_path);
@@ -63,6 +80,9 @@ int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s
     s->train_weights = wt, s->valid_weights = wv, s->test_weights = ws;
     if (rc == 0 && ((wt && nwt != s->ntrain) || (wv && nwv != s->nvalid) || (ws && nws != s->ntest)))
         rc = neox_fail(err, NEOX_EXIT_USAGE, "*_data_weights must have one weight per path in *_data_paths");
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_train_label_data_paths, s->ntrain, &s->train_label_paths, err);
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_valid_label_data_paths, s->nvalid, &s->valid_label_paths, err);
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_test_label_data_paths, s->ntest, &s->test_label_paths, err);
     if (rc != 0) neox_data_settings_release(s);
     return rc;
 }
@@ -74,6 +94,10 @@ void neox_data_settings_release(neox_data_settings *s) {
     free((void *)s->train_weights);
     free((void *)s->valid_weights);
     free((void *)s->test_weights);
+    free((void *)s->train_label_paths);
+    free((void *)s->valid_label_paths);
+    free((void *)s->test_label_paths);
+    s->train_label_paths = s->valid_label_paths = s->test_label_paths = NULL;
     s->train_paths = s->valid_paths = s->test_paths = NULL;
     s->train_weights = s->valid_weights = s->test_weights = NULL;
 }

@@ -48,6 +48,12 @@ check "train: 2 data-parallel ranks with PowerSGD and a sliding window" "$MPIEXE
 
 # SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
 # run with GPT-NeoX's onnx_safe gelu.
+# Label datasets (SFT): the token dataset serves as its own label dataset.
+D=$T/docs_text_document
+config sft neox 2 1 3 ", \"train_data_paths\": [\"$D\"], \"valid_data_paths\": [\"$D\"], \"test_data_paths\": [\"$D\"],
+  \"train_label_data_paths\": [\"$D\"], \"valid_label_data_paths\": [\"$D\"], \"test_label_data_paths\": [\"$D\"]"
+sed -i 's|"data_path": "[^"]*", ||' "$T/sft.yml"
+check "train: label datasets" "$TRAIN" -q "$T/sft.yml"
 config sgd neox 2 2 3 ', "onnx_safe": true'
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}|' "$T/sgd.yml"
 check "train: sgd with momentum" "$TRAIN" -q "$T/sgd.yml"

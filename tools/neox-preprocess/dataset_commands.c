@@ -356,7 +356,7 @@ int index_main(int argc, char **argv) {
         neox_info("%s: %lld samples", names[i], sets[i] ? (long long)sets[i]->size : 0LL);
     int32_t *tokens = neox_malloc(((size_t)s.seq_length + 1) * sizeof *tokens);
     for (long k = 0; sets[0] && k < dump; k++) {
-        if (neox_dataset_sample(sets[0], k, tokens, &err) != 0) neox_die_error(&err);
+        if (neox_dataset_sample(sets[0], k, tokens, NULL, &err) != 0) neox_die_error(&err);
         for (int t = 0; t <= s.seq_length; t++) printf(t ? " %d" : "%d", tokens[t]);
         printf("\n");
     }
