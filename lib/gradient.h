@@ -35,6 +35,12 @@ typedef struct neox_grad_reducer_options {
     // backend's scale and cast ops on its stream, and ZeRO's reduce-scatter leaves each rank's
     // part where it belongs (no move).
     const struct neox_backend *backend;
+    // ZeRO-2 (stage 2 only): this rank's partition of the summed gradients, part_end - part_begin
+    // floats on the gradients' backend. Every bucket starts as soon as its parameters are ready
+    // (waited for at once when overlap is off); as it completes, its reduced part inside the
+    // partition is added here and the bucket's range of the flat buffer is cleared (on the host,
+    // its pages are given back), so the flat buffer only holds the buckets in flight.
+    float *partition_sum;
 } neox_grad_reducer_options;
 
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
@@ -47,10 +53,16 @@ void neox_grad_reducer_ready(neox_grad_reducer *r, int p);
 // Lets MPI progress the buckets in flight (call now and then during backward).
 void neox_grad_reducer_progress(neox_grad_reducer *r);
 // Starts what has not started, waits for everything and averages. Afterwards the buffer holds the
-// mean gradient over data-parallel ranks (stage 0), or this rank's partition does (stages 1, 2;
-// the rest of the buffer is unspecified). Resets for the next step.
+// mean gradient over data-parallel ranks (stage 0), or this rank's partition does (stage 1 and
+// stage 2 without partition_sum; the rest of the buffer is unspecified), or (partition_sum) the
+// mean is added to partition_sum and the buffer is all zeros. Resets for the next step.
 void neox_grad_reducer_finish(neox_grad_reducer *r);
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r);
+// Elements of the flat buffer the reducer covers.
+size_t neox_grad_reducer_size(const neox_grad_reducer *r);
+// Bytes of the flat buffer that hold gradients at a time: all of it, except under ZeRO-2 on the
+// host, where only the bucket being filled and the one being reduced do (two of the largest).
+size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r);
 
 // Seconds the reducer spent in its communication calls, summed over its reductions (finishes).
 // finish_seconds: this rank's calls in finish (starting what had not started, waiting), which

@@ -4,6 +4,12 @@
 // so every rank receives exactly the part of the bucket inside its own partition. Across nodes,
 // stage 0 can sum each bucket with the hierarchical all-reduce instead (hierarchical.c).
 //
+// Under ZeRO-2 (options.partition_sum) every bucket starts when its parameters are ready, with or
+// without overlap (without, it is waited for at once), and lands as soon as it completes: its part
+// of this rank's partition is added to partition_sum and the bucket's range is cleared. On the host
+// the cleared range's pages go back to the system, so gradient memory per rank is the partition
+// plus the buckets in flight rather than the whole model.
+//
 // It also times its own communication calls for the benchmark (neox_grad_reducer_timing): per
 // reduction (one finish), the seconds spent in finish's calls and in the calls made during backward.
 // A rank that reaches finish before its peers waits there for them to finish their backward, which
@@ -27,6 +33,7 @@ typedef struct bucket {
     int pending;         // parameters not yet ready this step
     int total;           // parameters in the bucket
     int started;
+    int landed;          // ZeRO-2: reduced, added to partition_sum and cleared this reduction
     int *counts;         // ZeRO: elements of the bucket in each rank's partition
     neox_request req;
 } bucket;
@@ -48,6 +55,7 @@ struct neox_grad_reducer {
     double history[2][HISTORY];  // per reduction: [0] finish's calls, [1] those + during
     int nhistory;
     neox_grad_reducer_timing timing;
+    int eager;           // buckets start as they become ready (overlap, or ZeRO-2)
 };
 
 void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end) {
@@ -77,6 +85,8 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->data = data, r->grads = grads, r->n = n, r->opt = *opt;
     if (r->opt.predivide_factor <= 0) r->opt.predivide_factor = 1.0;
     if (r->opt.zero_stage == 0) r->opt.all_reduce = 1;
+    if (r->opt.zero_stage != 2) r->opt.partition_sum = NULL;
+    r->eager = r->opt.overlap || r->opt.partition_sum;
     r->be = opt->backend ? opt->backend : neox_backend_cpu();
     if (r->be->on_device) check_device_groups(r);
     if (r->opt.wire == NEOX_BF16 || r->opt.wire == NEOX_F16) r->wire = r->be->alloc((n ? n : 1) * sizeof(uint16_t));
@@ -120,6 +130,16 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
 }
 
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r) { return r->nbuckets; }
+
+size_t neox_grad_reducer_size(const neox_grad_reducer *r) { return r->n; }
+
+size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
+    if (!r->opt.partition_sum || r->be->on_device) return r->n * sizeof(float);
+    size_t largest = 0;
+    for (int i = 0; i < r->nbuckets; i++)
+        if (r->buckets[i].end - r->buckets[i].begin > largest) largest = r->buckets[i].end - r->buckets[i].begin;
+    return (2 * largest < r->n ? 2 * largest : r->n) * sizeof(float);
+}
 
 // The buffer the collective works on: the gradients themselves (fp32), or their 16-bit wire copy.
 static void *wire_of(neox_grad_reducer *r, size_t at) {
@@ -176,15 +196,40 @@ static void land(neox_grad_reducer *r, size_t to, size_t from, size_t count) {
     scale(r, r->grads + to, count, (float)(r->opt.predivide_factor / r->data->size));
 }
 
+// This rank's part of a reduced bucket becomes fp32 mean gradients: where the reduce-scatter left
+// it (the bucket's start on the host, in place on the device), or in place after an all-reduce
+// (reduce_scatter false). Under ZeRO-2 it is then added to partition_sum and the bucket cleared.
+static void land_own_part(neox_grad_reducer *r, bucket *b) {
+    size_t mine_lo, mine_hi, lo, hi;
+    neox_grad_reducer_partition(r, r->data->rank, &mine_lo, &mine_hi);
+    int mine = neox_overlap(mine_lo, mine_hi, b->begin, b->end, &lo, &hi);
+    if (mine) land(r, lo, r->opt.all_reduce || r->be->on_device ? lo : b->begin, hi - lo);
+    if (!r->opt.partition_sum) return;
+    if (mine) r->be->add_inplace(r->opt.partition_sum + (lo - mine_lo), r->grads + lo, hi - lo);
+    if (r->be->on_device) r->be->memset_zero(r->grads + b->begin, (b->end - b->begin) * sizeof(float));
+    else neox_discard_pages(r->grads + b->begin, (b->end - b->begin) * sizeof(float));
+    b->landed = 1;
+}
+
 void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
     bucket *b = &r->buckets[r->bucket_of[p]];
-    if (--b->pending == 0 && r->opt.overlap && !b->started) r->during += start_bucket(r, b);
+    if (--b->pending != 0 || !r->eager || b->started) return;
+    r->during += start_bucket(r, b);
+    if (r->opt.overlap) return;
+    // ZeRO-2 without overlap: reduce now, so the bucket's memory is free before the next one fills.
+    double t0 = neox_now();
+    neox_wait(&b->req);
+    r->during += neox_now() - t0;
+    land_own_part(r, b);
 }
 
 void neox_grad_reducer_progress(neox_grad_reducer *r) {
     double t0 = neox_now();
-    for (int i = 0; i < r->nbuckets; i++)
-        if (r->buckets[i].started) neox_test(&r->buckets[i].req);
+    for (int i = 0; i < r->nbuckets; i++) {
+        bucket *b = &r->buckets[i];
+        if (!b->started || b->landed) continue;
+        if (neox_test(&b->req) && r->opt.partition_sum) land_own_part(r, b);
+    }
     r->during += neox_now() - t0;
 }
 
@@ -224,28 +269,21 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         bucket *b = &r->buckets[i];
         // With overlap every parameter is reported ready exactly once per reduction (a bucket
         // reported too often would have started before its gradients were final).
-        if (r->opt.overlap && b->pending != 0)
+        if (r->eager && b->pending != 0)
             neox_die(NEOX_EXIT_FAILURE, "gradient reducer: bucket %d (elements %zu-%zu) had %d parameter(s) %s ready",
                      i, b->begin, b->end, abs(b->pending), b->pending > 0 ? "never reported" : "reported more than once");
         if (!b->started) seconds += start_bucket(r, b);
     }
-    size_t mine_lo, mine_hi;
-    neox_grad_reducer_partition(r, r->data->rank, &mine_lo, &mine_hi);
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
-        double t0 = neox_now();
-        neox_wait(&b->req);
-        seconds += neox_now() - t0;
-        if (r->opt.zero_stage == 0) {
-            land(r, b->begin, b->begin, b->end - b->begin);
-        } else {
-            // This rank's part of the bucket: where the reduce-scatter left it (the bucket's start
-            // on the host, in place on the device), or in place after an all-reduce (reduce_scatter
-            // false).
-            size_t lo, hi;
-            if (neox_overlap(mine_lo, mine_hi, b->begin, b->end, &lo, &hi)) land(r, lo, r->opt.all_reduce || r->be->on_device ? lo : b->begin, hi - lo);
+        if (!b->landed) {
+            double t0 = neox_now();
+            neox_wait(&b->req);
+            seconds += neox_now() - t0;
+            if (r->opt.zero_stage == 0) land(r, b->begin, b->begin, b->end - b->begin);
+            else land_own_part(r, b);
         }
-        b->started = 0;
+        b->started = b->landed = 0;
         b->pending = b->total;
     }
     record(r, seconds);

@@ -32,10 +32,15 @@ static neox_segment *state_segments(const neox_trainer *t, int only_norm, int *c
     return segs;
 }
 
+// The gradients of [state_begin, state_end): ZeRO-2 keeps them apart from the flat buffer.
+static float *state_grads(const neox_trainer *t) {
+    return t->grad_partition ? t->grad_partition : t->model->grad_buf + t->state_begin;
+}
+
 double neox_train_grad_norm(const neox_trainer *t) {
     int n;
     neox_segment *segs = state_segments(t, 1, &n);
-    double sum = t->be->sum_squares_segments(t->model->grad_buf + t->state_begin, segs, n);
+    double sum = t->be->sum_squares_segments(state_grads(t), segs, n);
     free(segs);
     neox_grid *g = t->grid;
     if (t->zero_stage > 0) neox_allreduce_sum(&g->data, &sum, 1, NEOX_F64);  // partitions; else replicas
@@ -46,7 +51,7 @@ double neox_train_grad_norm(const neox_trainer *t) {
 
 void neox_train_clip(neox_trainer *t, double norm, double unscale) {
     double coef = unscale * neox_clip_coefficient(t->optim.clip_grad, norm);
-    if (coef != 1.0) t->be->scale(t->model->grad_buf + t->state_begin, t->state_end - t->state_begin, (float)coef);
+    if (coef != 1.0) t->be->scale(state_grads(t), t->state_end - t->state_begin, (float)coef);
 }
 
 // ZeRO: every data-parallel rank updated its partition; each receives the others', in buckets of
@@ -76,7 +81,7 @@ void neox_train_update(neox_trainer *t, double lr, int64_t step) {
     neox_model *m = t->model;
     int n;
     neox_segment *segs = state_segments(t, 0, &n);
-    neox_optimizer_step(t->optimizer, m->param_buf + t->state_begin, m->grad_buf + t->state_begin, segs, n, lr, step);
+    neox_optimizer_step(t->optimizer, m->param_buf + t->state_begin, state_grads(t), segs, n, lr, step);
     free(segs);
     if (t->zero_stage > 0) gather_partitions(t);
 }

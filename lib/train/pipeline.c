@@ -5,7 +5,8 @@
 // the previous one with non-blocking sends (a blocking send could wait on a peer that is itself
 // sending); each stage keeps up to P - s micro-batches in activation slots. Only the first stage
 // reads token ids and only the last reads labels; the others just advance the data position.
-// After the backward that completes a step's gradients (every backward under ZeRO-2) the tied
+// After the backward that completes a step's gradients (every backward under ZeRO-2, whose
+// reducer adds each micro-batch's reduced partition into the trainer's grad_partition) the tied
 // embedding's two copies are summed and the data-parallel reduction is finished.
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +155,7 @@ static int tied_param(const neox_trainer *t) {
 
 static void on_grads_ready(void *ctx, int begin, int end) {
     neox_trainer *t = ctx;
-    if (!t->reducer || !t->reduce_now || !t->overlap_comm || t->local_grads) return;
+    if (!t->reducer || !t->reduce_now || !(t->overlap_comm || t->grad_partition) || t->local_grads) return;
     int tied = tied_param(t);
     for (int p = begin; p < end; p++)
         if (p != tied && p >= t->reducer_first) neox_grad_reducer_ready(t->reducer, p - t->reducer_first);
@@ -173,7 +174,7 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (tied >= 0) {
         const neox_param *p = &m->params[tied];
         neox_allreduce_sum(&t->grid->embed, m->grad_buf + p->offset, p->numel, NEOX_F32);
-        if (t->reducer && t->overlap_comm) neox_grad_reducer_ready(t->reducer, tied - t->reducer_first);
+        if (t->reducer && (t->overlap_comm || t->grad_partition)) neox_grad_reducer_ready(t->reducer, tied - t->reducer_first);
     }
     if (!t->reducer) return;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE);
@@ -185,14 +186,4 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
         neox_train_compress_grads(t);
     }
     neox_timer_stop(timer);
-    if (t->zero_stage != 2) return;
-    // ZeRO-2: keep this micro-batch's reduced partition and clear the buffer for the next one.
-    size_t n = t->part_end - t->part_begin;
-    t->be->add_inplace(t->grad_partition, m->grad_buf + t->part_begin, n);
-    if (last_micro_batch) {
-        t->be->copy(m->grad_buf + t->part_begin, t->grad_partition, n * sizeof(float));
-        t->be->memset_zero(t->grad_partition, n * sizeof(float));
-    } else {
-        neox_model_zero_grad(m);
-    }
 }

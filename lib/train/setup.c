@@ -178,6 +178,11 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
                                     .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
                                     .backend = t->be};
     neox_grid *g = t->grid;
+    if (t->zero_stage == 2) {
+        size_t lo, hi;  // the reducer's partition (neox_grad_reducer_partition), known before it exists
+        neox_even_share(m->num_floats - base, g->data_rank, g->data_size, &lo, &hi);
+        ro.partition_sum = t->grad_partition = zeroed(t, hi - lo + 1);
+    }
     // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
     if (t->zero_stage == 0 && !t->be->on_device && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
         ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
@@ -191,8 +196,9 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     if (base > 0) {  // (stage 0 only) checkpoints cut the whole buffer, not the reducer's part of it
         neox_even_share(m->num_floats, g->data_rank, g->data_size, &t->part_begin, &t->part_end);
     }
-    if (t->zero_stage == 2) t->grad_partition = zeroed(t, t->part_end - t->part_begin + 1);
-    if (t->overlap_comm) neox_train_install_grad_hook(t);
+    // ZeRO-2 on the host: the flat buffer only maps the buckets in flight, starting from none.
+    if (t->grad_partition && !t->be->on_device) neox_discard_pages(m->grad_buf, m->num_floats * sizeof(float));
+    if (t->overlap_comm || t->grad_partition) neox_train_install_grad_hook(t);
     return 0;
 }
 
@@ -309,7 +315,10 @@ static void report_memory(const neox_trainer *t) {
     double state_bytes = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
     // Parameters: the fp32 master weights, plus their 16-bit copy in a 16-bit precision.
     double params = (double)m->num_floats * (m->param16 ? 6 : 4);
-    double mine[4] = {params, (double)m->num_floats * 4 + (t->grad_partition ? (double)(t->part_end - t->part_begin) * 4 : 0),
+    double grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) + (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
+                              : (double)m->num_floats * 4;
+    if (t->grad_partition) grads += (double)(t->part_end - t->part_begin) * 4;
+    double mine[4] = {params, grads,
                       state_bytes, (double)neox_model_activation_bytes(m)};
     int n = t->grid->world_size;
     double *all = neox_malloc((size_t)n * 4 * sizeof(double));

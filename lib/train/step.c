@@ -29,7 +29,10 @@ static int scaler_step(neox_trainer *t, neox_step_result *out, neox_error *err) 
 }
 
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
-    neox_model_zero_grad(t->model);
+    // ZeRO-2: every reduction leaves the flat buffer all zeros with its pages given back; only the
+    // partition's sum starts again (zeroing the whole buffer would map all of it).
+    if (t->grad_partition) t->be->memset_zero(t->grad_partition, (t->part_end - t->part_begin) * sizeof(float));
+    else neox_model_zero_grad(t->model);
     t->local_grads = neox_train_local_grads(t);
     double loss_sum = 0.0, scale = t->scaler.scale;
     if (neox_train_pipeline_step(t, &loss_sum, err) != 0) return -1;

@@ -1,0 +1,49 @@
+# tests/mpi/zero.sh: ZeRO stages against stage 0. The same model and global batch train 20 steps at
+# dp2 and dp4 under stages 0, 1 and 2 (stage 2 with and without overlap_comm, its buckets then
+# reduced one by one during backward); losses, evaluations and final parameters must equal stage
+# 0's within 1e-5 relative. Stage 2 keeps only its partition of the gradients plus the buckets in
+# flight: the gradient bytes each rank plans at start-up must be within 10% of that formula,
+# computed from the exported model's tensors.
+source tests/lib.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=$NEOX_BIN/neox-train
+CONVERT=$NEOX_BIN/neox-convert
+T=$TEST_TMP
+PY=.venv/bin/python
+command -v "$MPIEXEC" >/dev/null || { skip "ZeRO stages" "$MPIEXEC is not installed"; exit 0; }
+[ -x "$PY" ] || { skip "ZeRO stages" ".venv is missing (make deps)"; exit 0; }
+
+python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
+check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+
+source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
+
+BUCKET=3000
+zero() { echo ", \"zero_optimization\": {\"stage\": $1, \"overlap_comm\": $2, \"reduce_bucket_size\": $BUCKET}"; }
+
+# run NAME RANKS: trains $T/NAME.yml (its start-up report in $T/NAME.out) and exports the parameters.
+run() {
+    check "$1: train on $2 ranks" "$MPIEXEC" -n "$2" "$TRAIN" "$T/$1.yml"
+    cp "$_last_out" "$T/$1.out"
+    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
+}
+
+for dp in 2 4; do
+    accum=$((4 / dp))
+    config "dp${dp}s0" neox 2 "$accum" 20 "$(zero 0 true)"
+    run "dp${dp}s0" "$dp"
+    for spec in "s1 1 true" "s2 2 true" "s2serial 2 false"; do
+        set -- $spec
+        name=dp$dp$1
+        config "$name" neox 2 "$accum" 20 "$(zero "$2" "$3")"
+        run "$name" "$dp"
+        check "$name follows stage 0 at dp$dp (losses, evaluations, final parameters within 1e-5)" \
+            "$PY" tests/mpi/layouts_check.py same "$T/dp${dp}s0" "$T/$name"
+        [ "$2" = 2 ] && check "$name: planned gradient bytes per rank within 10% of partition + two buckets" \
+            "$PY" tests/mpi/zero_check.py planned "$T/$name.out" "$T/$name/hf" "$dp" "$BUCKET"
+    done
+    check "dp$dp: stage 0 plans the whole model's gradients on every rank (within 10%)" \
+        "$PY" tests/mpi/zero_check.py planned "$T/dp${dp}s0.out" "$T/dp${dp}s0/hf" 1 0
+done
