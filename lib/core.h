@@ -169,6 +169,9 @@ void neox_discard_pages(void *p, size_t bytes);
 char *neox_strdup(const char *s);
 char *neox_strndup(const char *s, size_t n);
 char *neox_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// The path of `name` in the directory of `file` (a file's companions: tokenizer_config.json beside
+// a tokenizer.json); name itself when file has no directory part. Malloc'ed.
+char *neox_path_beside(const char *file, const char *name);
 // Names what this thread is reading (a file, and what in it) in the out-of-memory message, until
 // restored with the returned previous value: "out of memory allocating N bytes while reading WHAT".
 const char *neox_alloc_reading(const char *what);

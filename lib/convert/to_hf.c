@@ -48,13 +48,8 @@ static const char *st_dtype(const char *dtype) {
 // ---- tokenizer files ------------------------------------------------------------------------------
 // The files beside a tokenizer that describe it to transformers (special tokens, chat template,
 // generation defaults), as from-hf copies them from a Hugging Face folder: carried as they are.
-static char *beside(const char *file, const char *name) {
-    const char *slash = strrchr(file, '/');
-    return slash ? neox_asprintf("%.*s/%s", (int)(slash - file), file, name) : neox_strdup(name);
-}
-
 static int copy_if_beside(const char *file, const char *name, const char *dir, int *copied, neox_error *err) {
-    char *src = beside(file, name);
+    char *src = neox_path_beside(file, name);
     struct stat st;
     *copied = stat(src, &st) == 0;
     int rc = *copied ? neox_cvt_copy_file(src, dir, name, err) : 0;

@@ -110,3 +110,8 @@ char *neox_read_file(const char *path, size_t *size, neox_error *err) {
     if (size) *size = len;
     return buf;
 }
+
+char *neox_path_beside(const char *file, const char *name) {
+    const char *slash = file ? strrchr(file, '/') : NULL;
+    return slash ? neox_asprintf("%.*s/%s", (int)(slash - file), file, name) : neox_strdup(name);
+}

@@ -30,10 +30,8 @@ static int add_end_id(neox_evaluator *ev, int32_t id, const char *what, neox_err
 // its eos_token_id, an id or a list (Llama 3.1 Instruct stops at three), ends generation as in
 // transformers' generate().
 static int generation_config_stops(neox_evaluator *ev, const char *vocab_file, neox_error *err) {
-    const char *slash = vocab_file ? strrchr(vocab_file, '/') : NULL;
     if (!vocab_file) return 0;
-    char *path = slash ? neox_asprintf("%.*s/generation_config.json", (int)(slash - vocab_file), vocab_file)
-                       : neox_strdup("generation_config.json");
+    char *path = neox_path_beside(vocab_file, "generation_config.json");
     int rc = 0;
     if (access(path, F_OK) == 0) {
         json_error_t jerr;

@@ -74,9 +74,7 @@ int neox_chat_format_load(neox_chat_format *fmt, const neox_tokenizer *tok, cons
                           const char *template_file, neox_error *err) {
     memset(fmt, 0, sizeof *fmt);
     fmt->eos_id = -1;
-    const char *slash = vocab_file ? strrchr(vocab_file, '/') : NULL;
-    char *path = slash ? neox_asprintf("%.*s/tokenizer_config.json", (int)(slash - vocab_file), vocab_file)
-                       : neox_strdup("tokenizer_config.json");
+    char *path = neox_path_beside(vocab_file, "tokenizer_config.json");
     json_t *config = load_config(path, err);
     int rc = config ? parse_template(fmt, config, path, template_file, err) : -1;
     if (rc == 0) {

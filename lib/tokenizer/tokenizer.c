@@ -122,10 +122,9 @@ static int special_from_file(neox_tokenizer *tok, const char *path, const char *
 
 static int special_from_folder(neox_tokenizer *tok, const char *vocab_file, neox_error *err) {
     static const char *const files[] = {"tokenizer_config.json", "special_tokens_map.json"};
-    const char *slash = strrchr(vocab_file, '/');
     int rc = 0;
     for (size_t i = 0; i < sizeof files / sizeof *files && rc == 0; i++) {
-        char *path = slash ? neox_asprintf("%.*s/%s", (int)(slash - vocab_file), vocab_file, files[i]) : neox_strdup(files[i]);
+        char *path = neox_path_beside(vocab_file, files[i]);
         rc = special_from_file(tok, path, vocab_file, err);
         free(path);
     }
