@@ -97,6 +97,12 @@ void neox_onebit_allreduce(neox_onebit *o, float *buf);
 // The error buffers: worker (padded segments back to back) and server (this rank's chunk of each).
 float *neox_onebit_error(neox_onebit *o, int server, size_t *count);
 void neox_onebit_reset(neox_onebit *o);
+// Bytes this rank sends per call (the all-to-all's and the all-gather's p - 1 blocks each).
+double neox_onebit_wire_bytes(const neox_onebit *o);
+// Hands the error back to the next uncompressed average and clears it: buf (this rank's next
+// gradients, before they are averaged over the p ranks) gains the worker error and p x the server
+// error of the chunks this rank serves, so the average gains exactly what the compression owed.
+void neox_onebit_flush(neox_onebit *o, float *buf);
 // Signs of n elements (a multiple of 8) into n / 8 bytes, and back as +-scale.
 void neox_pack_signs(const float *x, size_t n, uint8_t *bits);
 void neox_unpack_signs(const uint8_t *bits, size_t n, float scale, float *out);
@@ -114,6 +120,57 @@ void neox_powersgd_free(neox_powersgd *o);
 void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
 // The state: which 0, this rank's error; 1, the shared Q factors.
 float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count);
+// Bytes this rank sends per call (both all-reduces, ring-counted as 2 (p - 1) / p of each).
+double neox_powersgd_wire_bytes(const neox_powersgd *o);
+// Adds this rank's error to buf (its next gradients, before an uncompressed average) and clears it;
+// Q is kept for a later warm start.
+void neox_powersgd_flush(neox_powersgd *o, float *buf);
+
+// ---- adaptive gradient compression: which scheme a step uses (adaptive.c) --------------------
+// gradient_compression: adaptive. From what was measured — the link (latency and bandwidth of the
+// data group's all-reduce), the backward time the overlapped reduction can hide behind, and each
+// compressor's own cost when it last ran — predict each scheme's exposed communication time per
+// step and take the most faithful scheme within a margin of the fastest. Pure: the same inputs give
+// the same choice, so ranks that share their measurements agree.
+typedef enum {
+    NEOX_SCHEME_DENSE,     // the configured all-reduce (communication_data_type)
+    NEOX_SCHEME_BF16,      // the same in bfloat16 on the wire
+    NEOX_SCHEME_POWERSGD,  // low rank, error feedback
+    NEOX_SCHEME_ONEBIT,    // signs, error feedback
+    NEOX_SCHEME_COUNT      // (schemes are in order of fidelity: a later one loses more)
+} neox_scheme;
+
+const char *neox_scheme_name(neox_scheme s);
+// The scheme of a name, or -1.
+int neox_scheme_from_name(const char *name);
+
+typedef struct neox_scheme_cost {
+    int available;      // the run may use it
+    double wire_bytes;  // bytes a rank sends per step
+    int messages;       // collectives per step (each pays the latency)
+    int overlapped;     // reduced during backward (the dense reducer under overlap_comm)
+    double compute_s;   // seconds of its own work per step beyond the link model (measured; 0 unknown)
+} neox_scheme_cost;
+
+typedef struct neox_adaptive_inputs {
+    double latency_s;      // per collective
+    double bytes_per_s;    // link bandwidth as the all-reduce sees it (> 0)
+    double backward_s;     // backward time per step, what an overlapped reduction can hide behind
+    double step_s;         // compute time of a step (forward, backward, optimizer)
+    double margin;         // a less faithful scheme must save this fraction of the step time
+    neox_scheme_cost cost[NEOX_SCHEME_COUNT];
+} neox_adaptive_inputs;
+
+// Seconds of a step the scheme leaves exposed: its own work (compute_s), plus the part of its
+// transfer (messages x latency + wire bytes / bandwidth) that backward does not hide.
+double neox_adaptive_exposed(const neox_adaptive_inputs *in, const neox_scheme_cost *c);
+// Predicted exposed seconds per step for every scheme into predicted[NEOX_SCHEME_COUNT] (infinity
+// for unavailable ones); returns the choice.
+neox_scheme neox_adaptive_choose(const neox_adaptive_inputs *in, double *predicted);
+// The link from two timed all-reduces of small and large payloads (their ring wire bytes per rank
+// and seconds): latency and bandwidth of the straight line through both, kept positive.
+void neox_adaptive_fit_link(double small_bytes, double small_s, double large_bytes, double large_s, double *latency_s,
+                            double *bytes_per_s);
 
 // ---- sparse embedding gradients (sparse_grad.c) ----------------------------------------------
 // sparse_gradients: a (rows x width) gradient block holding global rows [row_begin, row_begin +

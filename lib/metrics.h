@@ -59,6 +59,7 @@ int neox_tb_close(neox_tb_writer *w, neox_error *err);
 const char *neox_tb_path(const neox_tb_writer *w);
 
 double neox_wall_time(void);   // CLOCK_REALTIME in seconds (what TensorBoard and JSONL record)
+int neox_mkdirs(const char *dir, neox_error *err);  // mkdir -p, for the run's log files
 
 // ---------------------------------------------------------------------------------------------
 // The timers of GPT-NeoX's wall_clock_breakdown, printed and tagged ("timers/<label>") under

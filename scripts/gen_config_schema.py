@@ -40,9 +40,12 @@ OWN_KEYS = [
     # false: q/k/v keep use_bias_in_attn_linear's biases, the attention output has none (Qwen2).
     ("neox.c", "use_bias_in_attn_output", "BOOL", None, None, 0, None, None),
     ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
-    ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd", 0, None, None),
+    ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd|adaptive", 0, None, None),
     ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),
     ("neox.c", "gradient_compression_start", "INT", "0", None, 0, 0, float("inf")),
+    # adaptive: steps between decisions (20 when unset), and a decisions file to replay instead of measuring.
+    ("neox.c", "gradient_compression_interval", "INT", None, None, 0, 1, float("inf")),
+    ("neox.c", "gradient_compression_replay", "STR", None, None, 0, None, None),
     ("neox.c", "comm_timeout_seconds", "FLOAT", "0", None, 0, 0, float("inf")),
     ("neox.c", "data_parallel_size", "INT", None, None, 1, None, None),
     ("neox.c", "warmup_iters", "FLOAT", None, None, 1, None, None),

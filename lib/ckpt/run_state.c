@@ -31,7 +31,7 @@ static const field_rule top_rules[] = {
     {"train_samples", FIELD_INT, 0, 0, NULL},      {"overflow_skips", FIELD_INT, 0, 0, NULL},
     {"optimizer", FIELD_STRING, 0, 0, optimizers}, {"model", FIELD_OBJECT, 1, 0, NULL},
     {"config_files", FIELD_ARRAY, 1, 0, NULL},     {"lr_schedule", FIELD_OBJECT, 0, 0, NULL},
-    {"loss_scaler", FIELD_OBJECT, 0, 0, NULL},
+    {"loss_scaler", FIELD_OBJECT, 0, 0, NULL},     {"gradient_compression", FIELD_OBJECT, 0, 0, NULL},
 };
 
 static const field_rule lr_rules[] = {

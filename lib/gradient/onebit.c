@@ -162,3 +162,20 @@ void neox_onebit_allreduce(neox_onebit *o, float *buf) {
     off = 0;
     for (int s = 0; s < o->nseg; off += o->seg[s].size, s++) gather_phase(o, s, buf + off);
 }
+
+double neox_onebit_wire_bytes(const neox_onebit *o) {
+    return 2.0 * (double)(o->comm->size - 1) * (double)o->block;
+}
+
+void neox_onebit_flush(neox_onebit *o, float *buf) {
+    size_t p = (size_t)o->comm->size, rank = (size_t)o->comm->rank, off = 0;
+    for (int s = 0; s < o->nseg; off += o->seg[s].size, s++) {
+        const segment *g = &o->seg[s];
+        size_t chunk = g->padded / p;
+        // The padding's error is dropped with the padding: it never reaches the caller's elements.
+        neox_add_inplace(buf + off, o->worker_error + g->worker, g->size);
+        const float *server = o->server_error + g->server;
+        for (size_t j = 0, i = rank * chunk; j < chunk && i < g->size; j++, i++) buf[off + i] += (float)p * server[j];
+    }
+    neox_onebit_reset(o);
+}

@@ -135,3 +135,18 @@ void neox_powersgd_allreduce(neox_powersgd *o, float *buf) {
         for (size_t i = 0; i < len; i++) E[i] -= M[i];
     }
 }
+
+double neox_powersgd_wire_bytes(const neox_powersgd *o) {
+    double p = o->comm->size;
+    return p > 1 ? 2.0 * (p - 1) / p * (double)(o->msg_len + o->q_len) * sizeof(float) : 0.0;
+}
+
+void neox_powersgd_flush(neox_powersgd *o, float *buf) {
+    for (int s = 0; s < o->n; s++) {
+        const matrix *x = &o->mat[s];
+        if (!x->r) continue;
+        size_t len = (size_t)x->rows * (size_t)x->cols;
+        neox_add_inplace(buf + x->offset, o->error + x->err, len);
+    }
+    memset(o->error, 0, o->error_len * sizeof(float));
+}

@@ -47,8 +47,4 @@ const char *neox_jsonl_path(const neox_jsonl *j);
 // A JSON number, or null for NaN and infinities (which JSON cannot hold).
 json_t *neox_json_number(double v);
 
-// ---- files ----------------------------------------------------------------------------------
-// mkdir -p.
-int neox_mkdirs(const char *dir, neox_error *err);
-
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics.h"
 #include "metrics/internal.h"
 
 struct neox_jsonl {

@@ -103,6 +103,8 @@ static json_t *state_json(const neox_trainer *t) {
                                   "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
                                   "style", neox_lr_style_name(t->lr.style), "num_iters",
                                   (json_int_t)(s->iteration - s->overflow_skips)));
+    json_t *adaptive = neox_train_adaptive_state(t);
+    if (adaptive) json_object_set_new(state, "gradient_compression", adaptive);
     // fp16: DeepSpeed's loss scaler, so a resumed run scales and skips exactly as the straight one.
     const neox_loss_scaler *ls = &t->scaler;
     json_object_set_new(state, "loss_scaler",
@@ -319,7 +321,7 @@ static int loads_rng(const neox_trainer *t, json_t *state, const char *dir) {
     return 0;
 }
 
-static int restore_state(neox_trainer *t, json_t *state, int load_optim, int load_rng, neox_error *err) {
+static int restore_state(neox_trainer *t, json_t *state, const char *dir, int load_optim, int load_rng, neox_error *err) {
     const neox_config *cfg = t->cfg;
     int finetune = neox_config_bool(cfg, finetune);
     int no_optim = !load_optim, no_rng = !load_rng;
@@ -361,8 +363,12 @@ static int restore_state(neox_trainer *t, json_t *state, int load_optim, int loa
         t->state.seed = (uint64_t)json_int_field(state, "seed");
         t->state.dropout_draws = json_int_field(state, "dropout_draws");
     }
-    // As GPT-NeoX, the schedule is part of the optimizer state: loaded (and checked) with it only.
-    return no_optim ? 0 : neox_train_resume_schedule(t, json_object_get(state, "lr_schedule"), err);
+    // As GPT-NeoX, the schedule is part of the optimizer state: loaded (and checked) with it only;
+    // so is the compression scheme in use (its error buffers are optimizer state).
+    if (no_optim) return 0;
+    if (!finetune && neox_train_adaptive_restore(t, json_object_get(state, "gradient_compression"), dir, err) != 0)
+        return -1;
+    return neox_train_resume_schedule(t, json_object_get(state, "lr_schedule"), err);
 }
 
 static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
@@ -391,7 +397,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
                 rc = neox_model_check_finite_state(t->model, bufs[b], t->state_begin, t->state_end, names[b], err);
         if (rc == 0) rc = read_errors(t, r, dir, err);
     }
-    if (rc == 0) rc = restore_state(t, state, load_optim, load_rng, err);
+    if (rc == 0) rc = restore_state(t, state, dir, load_optim, load_rng, err);
     json_decref(state);
     neox_ckpt_reader_close(r);
     return rc;

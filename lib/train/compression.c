@@ -3,7 +3,8 @@
 // freeze_step on, gradients stay unreduced and the momentum is averaged instead), and our
 // gradient_compression: onebit (the same compressed all-reduce) or powersgd (low rank), applied to
 // the gradients of an uncompressed optimizer (AdamW, SGD) from gradient_compression_start on.
-// The compressors' state (error buffers, PowerSGD's Q) is checkpointed.
+// The compressors' state (error buffers, PowerSGD's Q) is checkpointed. adaptive makes both
+// compressors and lets adaptive_compression.c pick one (or none) per step window.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,7 @@ static neox_powersgd *make_powersgd(neox_trainer *t) {
 
 int neox_train_setup_compression(neox_trainer *t, neox_error *err) {
     const char *gc = neox_config_str(t->cfg, gradient_compression);
-    int grad_compress = gc && strcmp(gc, "none") != 0;
+    int grad_compress = gc && strcmp(gc, "none") != 0, adaptive = gc && !strcmp(gc, "adaptive");
     int onebit = t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM;
     if (onebit && grad_compress)
         return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression: onebitadam compresses the momentum already; "
@@ -51,21 +52,39 @@ int neox_train_setup_compression(neox_trainer *t, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage %d: %s needs whole replicas (stage 0), as "
                          "DeepSpeed's 1-bit Adam does", t->zero_stage, onebit ? "onebitadam" : "gradient_compression");
     t->compress_start = neox_config_int(t->cfg, gradient_compression_start);
-    if (t->grid->data_size <= 1) return 0;
-    if (onebit) t->onebit = make_compressor(t), t->optimizer->momentum_allreduce = t->onebit;
-    if (grad_compress && !strcmp(gc, "onebit")) t->grad_onebit = make_compressor(t);
-    if (grad_compress && !strcmp(gc, "powersgd")) t->grad_powersgd = make_powersgd(t);
-    return 0;
+    if (t->grid->data_size > 1) {
+        if (onebit) t->onebit = make_compressor(t), t->optimizer->momentum_allreduce = t->onebit;
+        if (grad_compress && (adaptive || !strcmp(gc, "onebit"))) t->grad_onebit = make_compressor(t);
+        if (grad_compress && (adaptive || !strcmp(gc, "powersgd"))) t->grad_powersgd = make_powersgd(t);
+    }
+    return neox_train_setup_adaptive(t, adaptive, err);
+}
+
+void neox_train_free_compression(neox_trainer *t) {
+    neox_train_free_adaptive(t);
+    neox_onebit_free(t->onebit);
+    neox_onebit_free(t->grad_onebit);
+    neox_powersgd_free(t->grad_powersgd);
+    t->onebit = t->grad_onebit = NULL, t->grad_powersgd = NULL;
+}
+
+// Under adaptive, the scheme of the step says which compressor (if any) replaces the reduction.
+static int uses_onebit(const neox_trainer *t) {
+    return t->grad_onebit && (!t->adaptive || neox_train_adaptive_scheme(t) == NEOX_SCHEME_ONEBIT);
+}
+static int uses_powersgd(const neox_trainer *t) {
+    return t->grad_powersgd && (!t->adaptive || neox_train_adaptive_scheme(t) == NEOX_SCHEME_POWERSGD);
 }
 
 int neox_train_local_grads(const neox_trainer *t) {
-    if (t->grad_onebit || t->grad_powersgd) return t->state.optimizer_steps >= t->compress_start;
+    if (uses_onebit(t) || uses_powersgd(t)) return t->state.optimizer_steps >= t->compress_start;
+    if (t->adaptive) return 0;
     return t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM && t->state.optimizer_steps >= t->optim.freeze_step;
 }
 
 void neox_train_compress_grads(neox_trainer *t) {
-    if (t->grad_onebit) neox_onebit_allreduce(t->grad_onebit, t->model->grad_buf);
-    if (t->grad_powersgd) neox_powersgd_allreduce(t->grad_powersgd, t->model->grad_buf);
+    if (uses_onebit(t)) neox_onebit_allreduce(t->grad_onebit, t->model->grad_buf);
+    if (uses_powersgd(t)) neox_powersgd_allreduce(t->grad_powersgd, t->model->grad_buf);
 }
 
 int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts) {

@@ -3,6 +3,7 @@
 #ifndef NEOX_TRAIN_INTERNAL_H
 #define NEOX_TRAIN_INTERNAL_H
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdint.h>
 
@@ -75,6 +76,9 @@ struct neox_trainer {
     neox_onebit *grad_onebit;      // gradient_compression: onebit (AdamW/SGD with compressed gradients)
     neox_powersgd *grad_powersgd;  // gradient_compression: powersgd
     int64_t compress_start;        // gradient_compression_start: uncompressed updates before it
+    struct neox_adaptive *adaptive;  // gradient_compression: adaptive (adaptive_compression.c)
+    neox_dtype wire;               // communication_data_type: the configured reducer's wire type
+    int hierarchical;              // the reducer sums over data_intra, then data_inter
     neox_sparse_rows *sparse;      // sparse_gradients: the input embedding's row-sparse reduction
     int reducer_first;             // first parameter in the reducer's buckets (1 when sparse takes the embedding)
 
@@ -156,6 +160,22 @@ int neox_train_setup_compression(neox_trainer *t, neox_error *err);
 // Whether the coming step leaves gradients unreduced: 1-bit Adam's compression phase, or
 // gradient_compression from gradient_compression_start on.
 int neox_train_local_grads(const neox_trainer *t);
+void neox_train_free_compression(neox_trainer *t);
+// A data-parallel reducer with this wire type and the run's buckets, ZeRO stage and overlap (setup.c).
+neox_grad_reducer *neox_train_make_reducer(neox_trainer *t, neox_dtype wire);
+
+// ---- gradient_compression: adaptive (adaptive_compression.c) ----------------------------------
+typedef struct neox_adaptive neox_adaptive;
+// adaptive: the config asks for it (else its own keys are refused); after the reducer and compressors.
+int neox_train_setup_adaptive(neox_trainer *t, int adaptive, neox_error *err);
+void neox_train_free_adaptive(neox_trainer *t);
+neox_scheme neox_train_adaptive_scheme(const neox_trainer *t);
+// Around each step: the decision (after the gradients are zeroed), then the step's measurements.
+void neox_train_adaptive_begin_step(neox_trainer *t);
+void neox_train_adaptive_end_step(neox_trainer *t);
+// The train.json object of the scheme in use (NULL when not adaptive), and its restore.
+json_t *neox_train_adaptive_state(const neox_trainer *t);
+int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir, neox_error *err);
 // gradient_compression: averages the gradient buffer with the configured compressor.
 void neox_train_compress_grads(neox_trainer *t);
 // Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.

@@ -159,15 +159,12 @@ static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *
     return 0;
 }
 
-// Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap; the
-// input embedding apart under sparse_gradients; the hierarchical all-reduce across nodes (stage 0).
-static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
+// A data-parallel reducer over the flat gradient buffer with the given wire type and the run's
+// buckets, ZeRO stage, overlap and hierarchy (set up by setup_reducer). The input embedding is
+// outside the buckets under sparse_gradients.
+neox_grad_reducer *neox_train_make_reducer(neox_trainer *t, neox_dtype wire) {
     const neox_model *m = t->model;
-    t->zero_stage = (int)neox_config_int_or(t->cfg, zero_stage, 0);
-    const neox_value *overlap = neox_config_sub(t->cfg, zero_optimization__overlap_comm);
-    t->overlap_comm = overlap && overlap->kind == NEOX_VALUE_BOOL ? overlap->boolean : 0;
-    if (neox_train_setup_sparse(t, err) != 0) return -1;
-    int first = t->reducer_first = t->sparse ? 1 : 0, n = m->nparams - first;
+    int first = t->reducer_first, n = m->nparams - first;
     size_t base = m->params[first].offset;
     size_t *offset = neox_malloc((size_t)n * sizeof *offset), *size = neox_malloc((size_t)n * sizeof *size);
     for (int p = 0; p < n; p++) offset[p] = m->params[first + p].offset - base, size[p] = m->params[first + p].numel;
@@ -176,22 +173,38 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
                                     .all_reduce = !neox_config_bool(t->cfg, zero_reduce_scatter),
                                     .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
-                                    .backend = t->be};
+                                    .backend = t->be, .partition_sum = t->grad_partition};
+    neox_grid *g = t->grid;
+    if (t->hierarchical) ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
+    neox_grad_reducer *r = neox_grad_reducer_make(&g->data, m->grad_buf + base, m->num_floats - base, offset, size, n, &ro);
+    free(offset);
+    free(size);
+    return r;
+}
+
+// Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap; the
+// input embedding apart under sparse_gradients; the hierarchical all-reduce across nodes (stage 0).
+static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
+    const neox_model *m = t->model;
+    t->zero_stage = (int)neox_config_int_or(t->cfg, zero_stage, 0);
+    const neox_value *overlap = neox_config_sub(t->cfg, zero_optimization__overlap_comm);
+    t->overlap_comm = overlap && overlap->kind == NEOX_VALUE_BOOL ? overlap->boolean : 0;
+    if (neox_train_setup_sparse(t, err) != 0) return -1;
+    t->reducer_first = t->sparse ? 1 : 0;
+    size_t base = m->params[t->reducer_first].offset;
     neox_grid *g = t->grid;
     if (t->zero_stage == 2) {
         size_t lo, hi;  // the reducer's partition (neox_grad_reducer_partition), known before it exists
         neox_even_share(m->num_floats - base, g->data_rank, g->data_size, &lo, &hi);
-        ro.partition_sum = t->grad_partition = zeroed(t, hi - lo + 1);
+        t->grad_partition = zeroed(t, hi - lo + 1);
     }
     // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
     if (t->zero_stage == 0 && !t->be->on_device && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
-        ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
+        t->hierarchical = 1;
         if (t->rank0 && !t->opts.quiet)
             neox_info("data-parallel all-reduce: hierarchical (%d ranks per node on this node)", g->data_intra.size);
     }
-    t->reducer = neox_grad_reducer_make(&g->data, m->grad_buf + base, m->num_floats - base, offset, size, n, &ro);
-    free(offset);
-    free(size);
+    t->reducer = neox_train_make_reducer(t, wire);
     neox_grad_reducer_partition(t->reducer, g->data_rank, &t->part_begin, &t->part_end);
     if (base > 0) {  // (stage 0 only) checkpoints cut the whole buffer, not the reducer's part of it
         neox_even_share(m->num_floats, g->data_rank, g->data_size, &t->part_begin, &t->part_end);
@@ -208,6 +221,7 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->part_begin = 0, t->part_end = n;
     neox_dtype wire;
     if (read_wire_type(t->cfg, &wire, err) != 0) return -1;
+    t->wire = wire;
     if (t->grid->data_size > 1) {
         if (setup_reducer(t, wire, err) != 0) return -1;
     } else if (neox_config_int_or(t->cfg, zero_stage, 0) > 0 && t->rank0 && !t->opts.quiet) {
@@ -387,11 +401,10 @@ void neox_trainer_free(neox_trainer *t) {
     neox_batch_free(t->batch);
     for (int i = 0; i < 3; i++) neox_dataset_free(t->datasets[i]);
     neox_data_settings_release(&t->data_settings);
+    neox_train_free_compression(t);  // before the reducer: adaptive runs may have swapped it
     if (t->reducer) neox_grad_reducer_free(t->reducer);
     neox_sparse_rows_free(t->sparse);
     neox_onebit_free(t->onebit);
-    neox_onebit_free(t->grad_onebit);
-    neox_powersgd_free(t->grad_powersgd);
     if (t->be) {
         neox_optimizer_free(t->optimizer);
         float *bufs[] = {t->grad_partition, t->pipe_grad_send};

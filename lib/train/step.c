@@ -33,9 +33,11 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     // partition's sum starts again (zeroing the whole buffer would map all of it).
     if (t->grad_partition) t->be->memset_zero(t->grad_partition, (t->part_end - t->part_begin) * sizeof(float));
     else neox_model_zero_grad(t->model);
+    neox_train_adaptive_begin_step(t);  // may hand a compressor's error to these gradients
     t->local_grads = neox_train_local_grads(t);
     double loss_sum = 0.0, scale = t->scaler.scale;
     if (neox_train_pipeline_step(t, &loss_sum, err) != 0) return -1;
+    neox_train_adaptive_end_step(t);
     *out = (neox_step_result){0};
     out->loss = mean_over_data_ranks(t, loss_sum / t->grad_accum);
     out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);
