@@ -10,15 +10,20 @@
 # steady state (log_dir/comm_stats.json: compressed layouts after freeze_step), bytes that really
 # left the ranks' interfaces over the whole run (tx_bytes, headers included), and the validation
 # loss at the end. 1-bit Adam's and the compressors' warm-up (uncompressed) lasts freeze_step steps.
+# gradient_compression: adaptive runs beside the static schemes (a decision every `interval` steps).
+# drop=RATE changes every rank's tbf rate to RATE once a run passes half its iterations (a link that
+# degrades mid-run); the table then gives each layout's median step time before and after the drop,
+# and adaptive's ratio to the best static layout in each phase.
 # Usage: bench/comm.sh [key=value...]  keys: ranks iters freeze layers hidden heads seq micro rate
-#        psgd_rank   (defaults: ranks=2 iters=60 freeze=12 layers=4 hidden=256 heads=8 seq=64 micro=4
-#        rate=1gbit psgd_rank=4 timeout=600 (seconds per run); rate=none skips the namespaces)
+#        psgd_rank interval drop   (defaults: ranks=2 iters=60 freeze=12 layers=4 hidden=256 heads=8
+#        seq=64 micro=4 rate=1gbit psgd_rank=4 interval=10 drop=none timeout=600 (seconds per run);
+#        rate=none skips the namespaces)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench/cpu_info.sh
 [ -x build/cpu/bin/neox-train ] || { echo "bench/comm.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
 declare -A opt=([ranks]=2 [iters]=60 [freeze]=12 [layers]=4 [hidden]=256 [heads]=8 [seq]=64 [micro]=4 [rate]=1gbit
-                [psgd_rank]=4 [timeout]=600)
+                [psgd_rank]=4 [interval]=10 [drop]=none [timeout]=600)
 for arg in "$@"; do
     key=${arg%%=*}
     [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/comm.sh: bad argument '$arg'" >&2; exit 2; }
@@ -95,7 +100,9 @@ config zero2 "$ADAM" ', "zero_optimization": {"stage": 2}'
 config onebitadam "$ONEBIT" ""
 config adamw-powersgd "$ADAM" ", \"gradient_compression\": \"powersgd\"$GC"
 config adamw-onebit "$ADAM" ", \"gradient_compression\": \"onebit\"$GC"
-LAYOUTS="adamw zero1 zero2 onebitadam adamw-powersgd adamw-onebit"
+config adamw-bf16 "$ADAM" ', "communication_data_type": "bf16"'
+config adamw-adaptive "$ADAM" ", \"gradient_compression\": \"adaptive\"$GC, \"gradient_compression_interval\": ${opt[interval]}"
+LAYOUTS="adamw zero1 zero2 onebitadam adamw-bf16 adamw-powersgd adamw-onebit adamw-adaptive"
 
 kill_tree() {  # kill_tree PID: the process and its descendants, by id
     local child
@@ -114,6 +121,8 @@ run() {  # run NAME MODE(shm|net)
         done
     fi
     local before=0; [ "$2" = net ] && before=$(tx_total)
+    local dropper=
+    if [ "$2" = net ] && [ "${opt[drop]}" != none ]; then set_rate "${opt[rate]}"; drop_later "$log" & dropper=$!; fi
     # Over UCX's TCP transport MPI_Finalize can hang after a complete run (both ranks inside it, one
     # spinning in ucp_worker_progress, the other waiting in the PMI barrier). So a run is done when
     # it exits, or when it has written comm_stats.json (the last file) and 10 s have passed: then
@@ -130,23 +139,44 @@ run() {  # run NAME MODE(shm|net)
         fi
     done
     local rc=0; wait $pid || rc=$?
+    [ -n "$dropper" ] && { kill $dropper 2>/dev/null; wait $dropper 2>/dev/null || true; }
     if [ $grace -lt 10 ] && [ $rc != 0 ]; then
         echo "bench/comm.sh: $1 ($2) failed (exit $rc):" >&2; tail -20 "$work/log" >&2; exit 1
     fi
     local wire=-1; [ "$2" = net ] && wire=$(( $(tx_total) - before ))
     echo "$wire" >"$log/wire_bytes"
 }
+set_rate() {  # set_rate RATE: every rank's egress
+    for i in $(seq 0 $((N - 1))); do
+        ip netns exec "$NS$i" tc qdisc change dev nx0 root tbf rate "$1" burst 256kb latency 100ms
+    done
+}
+drop_later() {  # drop_later LOG_DIR: the drop, once the run's metrics pass half its iterations
+    local half=$((${opt[iters]} / 2))
+    while sleep 0.2; do
+        [ -f "$1/metrics.jsonl" ] || continue
+        if python3 -c "import json, sys; r = [json.loads(l) for l in open('$1/metrics.jsonl')]; sys.exit(0 if r and r[-1]['iteration'] >= $half else 1)" 2>/dev/null; then
+            set_rate "${opt[drop]}"; return
+        fi
+    done
+}
 modes="shm"; [ $NET = 1 ] && modes="shm net"
 for mode in $modes; do for name in $LAYOUTS; do run "$name" "$mode"; done; done
 
-python3 - "$work" "${opt[iters]}" "${opt[freeze]}" "$N" "$modes" "${opt[rate]}" $LAYOUTS <<'EOF'
+python3 - "$work" "${opt[iters]}" "${opt[freeze]}" "$N" "$modes" "${opt[rate]}" "${opt[drop]}" $LAYOUTS <<'EOF'
 import json, statistics, sys
-work, iters, freeze, n, modes, rate, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split(), sys.argv[6], sys.argv[7:]
+work, iters, freeze, n, modes, rate, drop, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split(), sys.argv[6], sys.argv[7], sys.argv[8:]
+phases = {}
 
 def load(name, mode):
     d = f"{work}/{name}-{mode}"
     rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
     times = [r["runtime/iteration_time"] for r in rows if "runtime/iteration_time" in r and r["iteration"] > freeze + 1]
+    if mode == "net" and drop != "none":  # the phases: before the drop, and after it has settled
+        half = iters // 2
+        step = lambda lo, hi: statistics.median([r["runtime/iteration_time"] for r in rows
+                                                 if "runtime/iteration_time" in r and lo < r["iteration"] <= hi])
+        phases[name] = (step(freeze + 1, half), step(half + 2, iters))
     valid = [r["validation/lm_loss"] for r in rows if "validation/lm_loss" in r][0]
     data = json.load(open(f"{d}/comm_stats.json"))["ranks"][0]["groups"]["data"]
     sent = {op: v["sent"] for op, v in data.items()}
@@ -164,10 +194,28 @@ for mode in modes:
         total = sum(sent.values())
         if name == "onebitadam" or name == "adamw-onebit":
             steady = (sent.get("all_to_all", 0) + sent.get("all_gather", 0)) / (iters - freeze)
-        elif name == "adamw-powersgd":
+        elif name == "adamw-powersgd" or name == "adamw-adaptive":
             steady = (total - freeze * dense) / (iters - freeze)
         else:
             steady = total / iters
         wire_text = f"{wire / 1e6:12.1f}" if wire >= 0 else f"{'-':>12}"
         print(f"{name:16} {t * 1000:8.1f} {base_t / t:8.2f}x {steady / 1e3:9.1f}kB {dense / steady:8.1f}x {wire_text} {valid:9.4f}")
+if phases:
+    static = [x for x in phases if x != "adamw-adaptive"]
+    print(f"\nnet, {rate} then {drop} from iteration {iters // 2}: median step ms per phase")
+    print(f"{'layout':16} {rate:>10} {drop:>10}")
+    for name, (a, b) in phases.items():
+        print(f"{name:16} {a * 1000:10.1f} {b * 1000:10.1f}")
+    if "adamw-adaptive" in phases:
+        ad = phases["adamw-adaptive"]
+        for k, label in ((0, rate), (1, drop)):
+            best = min(static, key=lambda x: phases[x][k])
+            print(f"{label}: adaptive {ad[k] * 1000:.1f} ms, best static {best} {phases[best][k] * 1000:.1f} ms: "
+                  f"adaptive / best = {ad[k] / phases[best][k]:.2f}, AdamW / adaptive = {phases['adamw'][k] / ad[k]:.2f}x")
+for mode in modes:
+    path = f"{work}/adamw-adaptive-{mode}/gradient_compression.jsonl"
+    try:
+        print(f"adaptive decisions ({mode}):", [(d["iteration"], d["scheme"]) for d in map(json.loads, open(path))])
+    except OSError:
+        pass
 EOF

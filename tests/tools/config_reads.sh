@@ -45,6 +45,10 @@ check "train: 2 data-parallel ranks under ZeRO-1" "$MPIEXEC" -n 2 "$TRAIN" -q "$
 config psgd neox 2 1 3 ', "gradient_compression": "powersgd", "gradient_compression_rank": 2, "gradient_compression_start": 1,
   "sliding_window_width": 3'
 check "train: 2 data-parallel ranks with PowerSGD and a sliding window" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/psgd.yml"
+echo '{"iteration": 1, "scheme": "bf16"}' >"$T/decisions.jsonl"
+config adaptive neox 2 1 3 ", \"gradient_compression\": \"adaptive\", \"gradient_compression_interval\": 2,
+  \"gradient_compression_replay\": \"$T/decisions.jsonl\""
+check "train: 2 data-parallel ranks with adaptive compression, replayed" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/adaptive.yml"
 
 # SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
 # run with GPT-NeoX's onnx_safe gelu.
