@@ -139,7 +139,7 @@ run() {  # run NAME MODE(shm|net)
         fi
     done
     local rc=0; wait $pid || rc=$?
-    [ -n "$dropper" ] && { kill $dropper 2>/dev/null; wait $dropper 2>/dev/null || true; }
+    if [ -n "$dropper" ]; then kill $dropper 2>/dev/null || true; wait $dropper 2>/dev/null || true; fi
     if [ $grace -lt 10 ] && [ $rc != 0 ]; then
         echo "bench/comm.sh: $1 ($2) failed (exit $rc):" >&2; tail -20 "$work/log" >&2; exit 1
     fi
