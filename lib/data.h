@@ -336,6 +336,14 @@ int64_t neox_batch_iterator_batches(const neox_batch_iterator *it);  // len(data
 neox_batch *neox_batch_alloc(int micro_batch, int seq_length);
 void neox_batch_free(neox_batch *b);
 int neox_batch_next(neox_batch_iterator *it, neox_batch *b, neox_error *err);
+// num_workers >= 1: the batch after each one read on a background thread (prefetch.c). *b becomes
+// the batch at it's position (swapped with the prefetched buffer when that is the one, read now
+// otherwise: the same batches and errors as neox_batch_next), it advances, and the read of the
+// next position starts. Batches must all be micro_batch x seq_length.
+typedef struct neox_prefetch neox_prefetch;
+neox_prefetch *neox_prefetch_start(int micro_batch, int seq_length);
+int neox_prefetch_next(neox_prefetch *p, neox_batch_iterator *it, neox_batch **b, neox_error *err);
+void neox_prefetch_free(neox_prefetch *p);
 // Saving and restoring is the position; resume with position = iteration * gradient_accumulation_steps.
 static inline int64_t neox_batch_iterator_position(const neox_batch_iterator *it) { return it->position; }
 static inline void neox_batch_iterator_seek(neox_batch_iterator *it, int64_t position) { it->position = position; }

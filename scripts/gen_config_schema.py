@@ -80,7 +80,7 @@ te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_f
 distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume adlr_autoresume_interval
 deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
 world_size precompute_model_name
-z_loss use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass num_workers
+z_loss use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass
 deepspeed_activation_checkpointing contiguous_checkpointing
 checkpoint_in_cpu synchronize_each_layer profile_backward partition_activations
 mup_init_scale mup_attn_temp mup_output_temp mup_embedding_mult mup_rp_embedding_mult mup_width_scale base_shapes_file
@@ -154,7 +154,7 @@ for k in ("num_layers hidden_size num_attention_heads num_kv_heads seq_length ma
           "checkpoint_factor rotary_emb_base num_samples maximum_tokens padded_vocab_size").split():
     RANGES[k] = (1, INT_MAX)
 for k in ("pipe_parallel_size model_parallel_size train_iters lr_decay_iters eval_iters seed top_k "
-          "keep_last_n_checkpoints exit_interval hysteresis moe_num_experts iteration global_num_gpus").split():
+          "keep_last_n_checkpoints exit_interval hysteresis moe_num_experts iteration global_num_gpus num_workers").split():
     RANGES[k] = (0, INT_MAX)
 for k in ("attention_dropout hidden_dropout warmup lr_decay_fraction rotary_pct top_p "
           "weighted_sampler_alpha").split():

@@ -90,6 +90,7 @@ struct neox_trainer {
     neox_dataset *datasets[3];     // train, valid, test; NULL when a split is empty
     neox_batch_iterator train_it, valid_it;
     neox_batch *batch;
+    neox_prefetch *prefetch;       // num_workers >= 1: the next batch read behind the current one
 
     neox_metrics *metrics;
     // log_param_norm: the whole model's parameter names and, after each step, their norms

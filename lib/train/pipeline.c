@@ -49,7 +49,7 @@ static int next_batch(pipe_run *r, neox_error *err) {
     }
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BATCH_GENERATOR);
     neox_timer_start(timer);
-    int rc = neox_batch_next(r->it, t->batch, err);
+    int rc = t->prefetch ? neox_prefetch_next(t->prefetch, r->it, &t->batch, err) : neox_batch_next(r->it, t->batch, err);
     neox_timer_stop(timer);
     return rc;
 }

@@ -247,6 +247,10 @@ static int setup_data(neox_trainer *t, neox_error *err) {
     neox_batch_iterator_init(&t->train_it, t->datasets[0], t->micro_batch, dp, rank, t->eod_id, eod_mask);
     if (t->datasets[1]) neox_batch_iterator_init(&t->valid_it, t->datasets[1], t->micro_batch, dp, rank, t->eod_id, eod_mask);
     t->batch = neox_batch_alloc(t->micro_batch, t->seq_length);
+    // num_workers (a DataLoader's background readers in GPT-NeoX): one thread reading ahead is
+    // enough for a reader that copies from mapped files. Only the stages that read batches need it.
+    int reads = t->grid->pipe_rank == 0 || t->grid->pipe_rank == t->grid->pipe_size - 1;
+    if (neox_config_int(t->cfg, num_workers) > 0 && reads) t->prefetch = neox_prefetch_start(t->micro_batch, t->seq_length);
     return 0;
 }
 
@@ -398,6 +402,7 @@ void neox_trainer_free(neox_trainer *t) {
     if (!t) return;
     neox_error ignored = {0};
     neox_metrics_close(t->metrics, &ignored);
+    neox_prefetch_free(t->prefetch);
     neox_batch_free(t->batch);
     for (int i = 0; i < 3; i++) neox_dataset_free(t->datasets[i]);
     neox_data_settings_release(&t->data_settings);

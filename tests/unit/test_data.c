@@ -510,6 +510,52 @@ static void test_batches_slice_by_rank(void **state) {
     free(prefix);
 }
 
+// num_workers: the prefetching reader gives the synchronous reader's batches in any order of
+// requests (the same iterator, another iterator in between, a seek back), and its errors.
+static void test_prefetch_matches_synchronous(void **state) {
+    (void)state;
+    char *prefix = tmp_path("prefetch");
+    neox_error err = {0};
+    neox_indexed_writer *w = neox_indexed_writer_open(prefix, NEOX_DTYPE_U16, &err);
+    for (int d = 0; d < 40; d++) {
+        int32_t ids[9];
+        for (int t = 0; t < 9; t++) ids[t] = (d * 13 + t * 7) % 500;
+        neox_indexed_writer_add_item(w, ids, 9 - d % 4, &err);
+        neox_indexed_writer_end_document(w);
+    }
+    assert_int_equal(neox_indexed_writer_commit(w, &err), 0);
+    neox_data_settings s = {.data_path = prefix, .split = "8,2,0", .seq_length = 5, .seed = 7, .train_iters = 20,
+                            .eval_interval = 5, .eval_iters = 2, .train_batch_size = 2, .allow_chopped = 1};
+    neox_dataset *sets[3];
+    assert_int_equal(neox_build_datasets(&s, sets, &err), 0);
+    neox_batch_iterator train, valid, want_train, want_valid;
+    neox_batch_iterator_init(&train, sets[0], 2, 1, 0, 3, 1);
+    neox_batch_iterator_init(&valid, sets[1], 2, 1, 0, 3, 1);
+    want_train = train, want_valid = valid;
+    neox_prefetch *p = neox_prefetch_start(2, 5);
+    neox_batch *b = neox_batch_alloc(2, 5), *want = neox_batch_alloc(2, 5);
+    for (int step = 0; step < 30; step++) {
+        int eval = step % 7 == 6, seek = step == 20;
+        if (seek) neox_batch_iterator_seek(&train, 3), neox_batch_iterator_seek(&want_train, 3);
+        assert_int_equal(neox_prefetch_next(p, eval ? &valid : &train, &b, &err), 0);
+        assert_int_equal(neox_batch_next(eval ? &want_valid : &want_train, want, &err), 0);
+        assert_memory_equal(b->tokens, want->tokens, 10 * sizeof(int32_t));
+        assert_memory_equal(b->labels, want->labels, 10 * sizeof(int32_t));
+        assert_memory_equal(b->loss_mask, want->loss_mask, 10 * sizeof(float));
+        assert_int_equal(train.position, want_train.position);
+    }
+    neox_batch_iterator too_big;  // fewer samples than one global batch
+    neox_batch_iterator_init(&too_big, sets[0], 2, 1000, 0, 3, 1);
+    neox_error sync_err = {0};
+    assert_int_equal(neox_prefetch_next(p, &too_big, &b, &err), -1);
+    assert_int_equal(neox_batch_next(&too_big, want, &sync_err), -1);
+    assert_string_equal(err.message, sync_err.message);
+    neox_prefetch_free(p);
+    neox_batch_free(b), neox_batch_free(want);
+    for (int i = 0; i < 3; i++) neox_dataset_free(sets[i]);
+    free(prefix);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_indexed_roundtrip),
@@ -527,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_pipeline_order_for_any_workers),
         cmocka_unit_test(test_pipeline_bad_record),
         cmocka_unit_test(test_batches_slice_by_rank),
+        cmocka_unit_test(test_prefetch_matches_synchronous),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }
