@@ -15,15 +15,18 @@
 # degrades mid-run); the table then gives each layout's median step time before and after the drop,
 # and adaptive's ratio to the best static layout in each phase.
 # Usage: bench/comm.sh [key=value...]  keys: ranks iters freeze layers hidden heads seq micro rate
-#        psgd_rank interval drop   (defaults: ranks=2 iters=60 freeze=12 layers=4 hidden=256 heads=8
+#        psgd_rank interval drop layouts   (defaults: ranks=2 iters=60 freeze=12 layers=4 hidden=256 heads=8
 #        seq=64 micro=4 rate=1gbit psgd_rank=4 interval=10 drop=none timeout=600 (seconds per run);
-#        rate=none skips the namespaces)
+#        rate=none skips the namespaces; layouts=a,b,... runs only those, adamw always included)
+# adamw-overlap is AdamW with overlap_comm and 8 buckets: the share of the reduction it hides behind
+# backward is 1 - (its exposed reduction time) / (adamw's, where every bucket waits for the end of
+# backward), both from log_dir/comm_stats.json (the data group's minimum per reduction).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench/cpu_info.sh
 [ -x build/cpu/bin/neox-train ] || { echo "bench/comm.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
 declare -A opt=([ranks]=2 [iters]=60 [freeze]=12 [layers]=4 [hidden]=256 [heads]=8 [seq]=64 [micro]=4 [rate]=1gbit
-                [psgd_rank]=4 [interval]=10 [drop]=none [timeout]=600)
+                [psgd_rank]=4 [interval]=10 [drop]=none [layouts]=all [timeout]=600)
 for arg in "$@"; do
     key=${arg%%=*}
     [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/comm.sh: bad argument '$arg'" >&2; exit 2; }
@@ -101,8 +104,11 @@ config onebitadam "$ONEBIT" ""
 config adamw-powersgd "$ADAM" ", \"gradient_compression\": \"powersgd\"$GC"
 config adamw-onebit "$ADAM" ", \"gradient_compression\": \"onebit\"$GC"
 config adamw-bf16 "$ADAM" ', "communication_data_type": "bf16"'
+BUCKET=$(( (${opt[layers]} * 12 * ${opt[hidden]} * ${opt[hidden]} + 8) / 8 ))
+config adamw-overlap "$ADAM" ", \"zero_optimization\": {\"stage\": 0, \"overlap_comm\": true, \"reduce_bucket_size\": $BUCKET}"
 config adamw-adaptive "$ADAM" ", \"gradient_compression\": \"adaptive\"$GC, \"gradient_compression_interval\": ${opt[interval]}"
-LAYOUTS="adamw zero1 zero2 onebitadam adamw-bf16 adamw-powersgd adamw-onebit adamw-adaptive"
+LAYOUTS="adamw adamw-overlap zero1 zero2 onebitadam adamw-bf16 adamw-powersgd adamw-onebit adamw-adaptive"
+[ "${opt[layouts]}" != all ] && LAYOUTS="adamw ${opt[layouts]//,/ }"
 
 kill_tree() {  # kill_tree PID: the process and its descendants, by id
     local child
@@ -166,7 +172,7 @@ for mode in $modes; do for name in $LAYOUTS; do run "$name" "$mode"; done; done
 python3 - "$work" "${opt[iters]}" "${opt[freeze]}" "$N" "$modes" "${opt[rate]}" "${opt[drop]}" $LAYOUTS <<'EOF'
 import json, statistics, sys
 work, iters, freeze, n, modes, rate, drop, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split(), sys.argv[6], sys.argv[7], sys.argv[8:]
-phases = {}
+phases, exposed, progress = {}, {}, {}
 
 def load(name, mode):
     d = f"{work}/{name}-{mode}"
@@ -178,8 +184,10 @@ def load(name, mode):
                                                  if "runtime/iteration_time" in r and lo < r["iteration"] <= hi])
         phases[name] = (step(freeze + 1, half), step(half + 2, iters))
     valid = [r["validation/lm_loss"] for r in rows if "validation/lm_loss" in r][0]
-    data = json.load(open(f"{d}/comm_stats.json"))["ranks"][0]["groups"]["data"]
-    sent = {op: v["sent"] for op, v in data.items()}
+    stats = json.load(open(f"{d}/comm_stats.json"))["ranks"][0]
+    sent = {op: v["sent"] for op, v in stats["groups"]["data"].items()}
+    exposed[mode, name] = stats.get("gradient_reduction", {}).get("exposed_seconds", 0.0)
+    progress[mode, name] = stats.get("gradient_reduction", {}).get("progress_seconds", 0.0)
     return statistics.median(times), valid, sent, int(open(f"{d}/wire_bytes").read())
 
 for mode in modes:
@@ -218,4 +226,10 @@ for mode in modes:
         print(f"adaptive decisions ({mode}):", [(d["iteration"], d["scheme"]) for d in map(json.loads, open(path))])
     except OSError:
         pass
+for mode in modes:
+    if ("adamw-overlap" in names) and exposed.get((mode, "adamw"), 0) > 0:
+        serial, ovl = exposed[mode, "adamw"], exposed[mode, "adamw-overlap"]
+        print(f"overlap_comm ({mode}): the reduction blocks {ovl / iters * 1e3:.1f} ms per step against "
+              f"{serial / iters * 1e3:.1f} ms without: {100 * (1 - ovl / serial):.0f}% hidden behind backward; "
+              f"backward spends {progress[mode, 'adamw-overlap'] / iters * 1e3:.1f} ms per step starting and progressing it")
 EOF
