@@ -3,6 +3,7 @@
 // becomes U+FFFD (the string Python would hand HF), added tokens that match the raw text are cut
 // out, the pieces between are normalized, added tokens that match normalized text are cut out,
 // then each remaining piece is split by the GPT-2 regex and every word goes through BPE.
+#include <omp.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -258,6 +259,49 @@ static void push_id(id_out *o, int32_t id) {
     (*o->ids)[(*o->len)++] = id;
 }
 
+// A long text inside an OpenMP team (a caller encoding documents in parallel) has its words cut
+// into blocks that idle threads of the team encode as tasks: the thread holding the largest
+// document then no longer decides when the team is done. The ids are the same, since BPE encodes
+// each word on its own; the blocks' ids are joined in order.
+#define PARALLEL_WORDS 16384
+
+typedef struct id_block { int32_t *ids; size_t n, cap; } id_block;
+
+static void encode_pieces(const neox_tokenizer *tok, const uint8_t *base, const tok_piece *w, size_t n, id_out *o) {
+    int team = omp_in_parallel() ? omp_get_num_threads() : 1;
+    if (n < PARALLEL_WORDS || team < 2) {
+        for (size_t i = 0; i < n; i++) bpe_encode_word(&tok->bpe, base + w[i].off, w[i].len, o->ids, o->len, o->cap);
+        return;
+    }
+    size_t nblocks = (size_t)team * 4, per = (n + nblocks - 1) / nblocks;
+    id_block *blocks = neox_calloc(nblocks, sizeof *blocks);
+    for (size_t b = 0; b < nblocks; b++) {
+        #pragma omp task firstprivate(b) shared(blocks)
+        for (size_t i = b * per; i < n && i < (b + 1) * per; i++)
+            bpe_encode_word(&tok->bpe, base + w[i].off, w[i].len, &blocks[b].ids, &blocks[b].n, &blocks[b].cap);
+    }
+    #pragma omp taskwait
+    for (size_t b = 0; b < nblocks; b++) {
+        for (size_t i = 0; i < blocks[b].n; i++) push_id(o, blocks[b].ids[i]);
+        free(blocks[b].ids);
+    }
+    free(blocks);
+}
+
+// The GPT-2 pre-tokenizer's words of s, for encode_pieces.
+static tok_piece *gpt2_words(const uint8_t *s, size_t n, size_t *count) {
+    size_t cap = n / 4 + 16, k = 0;
+    tok_piece *w = neox_malloc(cap * sizeof *w);
+    for (size_t pos = 0; pos < n; k++) {
+        if (k == cap) w = neox_realloc(w, (cap *= 2) * sizeof *w);
+        size_t len = pretok_gpt2_next(s, n, pos);
+        w[k] = (tok_piece){pos, len, false};
+        pos += len;
+    }
+    *count = k;
+    return w;
+}
+
 // Pre-tokenizes one normalized piece and runs BPE on each word. A lone ByteLevel pre-tokenizer
 // (GPT-2, GPT-NeoX-20B) is written out here without the general pipeline's copies.
 static int encode_words(const neox_tokenizer *tok, const uint8_t *s, size_t n, bool first, id_out *o, neox_error *err) {
@@ -265,9 +309,7 @@ static int encode_words(const neox_tokenizer *tok, const uint8_t *s, size_t n, b
     if (!tok->bytelevel_only) {
         tok_pieces words = {0};
         int rc = tokenizer_pretokenize(tok, (const char *)s, n, first, &words, err);
-        for (size_t i = 0; rc == 0 && i < words.n; i++)
-            bpe_encode_word(&tok->bpe, (const uint8_t *)words.text + words.items[i].off, words.items[i].len, o->ids,
-                            o->len, o->cap);
+        if (rc == 0) encode_pieces(tok, (const uint8_t *)words.text, words.items, words.n, o);
         pieces_free(&words);
         return rc;
     }
@@ -280,6 +322,11 @@ static int encode_words(const neox_tokenizer *tok, const uint8_t *s, size_t n, b
     }
     if (!tok->use_regex) {
         bpe_encode_word(&tok->bpe, s, n, o->ids, o->len, o->cap);
+    } else if (n >= PARALLEL_WORDS * 4 && omp_in_parallel()) {
+        size_t count;
+        tok_piece *w = gpt2_words(s, n, &count);
+        encode_pieces(tok, s, w, count, o);
+        free(w);
     } else {
         for (size_t pos = 0; pos < n;) {
             size_t len = pretok_gpt2_next(s, n, pos);

@@ -350,6 +350,36 @@ static void test_random_bytes_never_crash(void **state) {
     neox_tokenizer_free(tok);
 }
 
+// A long document encoded inside an OpenMP team is cut into word blocks that the team encodes as
+// tasks: the ids equal those of one thread, on the GPT-2 fast path and the general pipeline.
+static void test_long_document_split_across_team(void **state) {
+    (void)state;
+    size_t size;
+    neox_error err = {0};
+    char *text = neox_read_file("../shared/data/text/tinyshakespeare_input.txt", &size, &err);
+    if (!text) { skip(); return; }
+    struct { const char *type, *vocab, *merges; } cases[] = {
+        {"GPT2BPETokenizer", SHARED "/gpt2/vocab.json", SHARED "/gpt2/merges.txt"},
+        {"HFTokenizer", SHARED "/neox/20B_tokenizer.json", NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        neox_tokenizer *tok = load_shared(cases[c].type, cases[c].vocab, cases[c].merges);
+        if (!tok) { free(text); skip(); return; }
+        int32_t *one = NULL, *team = NULL;
+        size_t one_len = 0, one_cap = 0, team_len = 0, team_cap = 0;
+        assert_true(neox_tokenizer_encode(tok, text, size, &one, &one_len, &one_cap, &err) > 100000);
+        int64_t got = -1;
+#pragma omp parallel num_threads(3)
+#pragma omp single
+        got = neox_tokenizer_encode(tok, text, size, &team, &team_len, &team_cap, &err);
+        assert_int_equal(got, (int64_t)one_len);
+        assert_memory_equal(team, one, one_len * sizeof *one);
+        free(one), free(team);
+        neox_tokenizer_free(tok);
+    }
+    free(text);
+}
+
 // Encoding the lines of a text from many threads gives the same ids as one thread.
 static void test_threads_agree(void **state) {
     (void)state;
@@ -391,6 +421,7 @@ int main(void) {
         cmocka_unit_test(test_gpt_neox_sizes_and_ids),
         cmocka_unit_test(test_random_bytes_never_crash),
         cmocka_unit_test(test_threads_agree),
+        cmocka_unit_test(test_long_document_split_across_team),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }
