@@ -172,6 +172,10 @@ void neox_ireduce_scatterv_sum(neox_comm *c, const void *send, void *recv, const
                                neox_request *req);
 void neox_isend(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag, neox_request *req);
 void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag, neox_request *req);
+// Host buffers only (the hierarchical all-reduce's steps): sum to root (MPI_IN_PLACE there), and
+// root's buffer to every rank.
+void neox_ireduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root, neox_request *req);
+void neox_ibroadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root, neox_request *req);
 // Completes a request (no-op for an inactive one); the time spent here is counted as exposed.
 // An NCCL request: the compute stream waits for it on the GPU and the host returns at once (the
 // seconds counted are host time only, ~0; the GPU's communication time is not measured).
@@ -203,5 +207,23 @@ int neox_hier_make(neox_comm *c, neox_comm *intra, neox_comm *inter);
 void neox_hier_free(neox_comm *intra, neox_comm *inter);
 // Reduce to the node leader, all-reduce among leaders, broadcast within the node.
 void neox_hier_allreduce_sum(neox_comm *intra, neox_comm *inter, void *buf, size_t count, neox_dtype dt);
+// The same without blocking: a chain of three non-blocking steps (reduce to the node's leader, the
+// leaders' all-reduce, broadcast from the leader), each started when neox_hier_test or
+// neox_hier_wait finds the one before complete. Every rank of intra must start its chains in the
+// same order and run them one at a time (a chain's broadcast is issued before the next chain's
+// reduce), so that their collectives are issued in the same order everywhere.
+typedef struct neox_hier_request {
+    neox_comm *intra, *inter;
+    void *buf;
+    size_t count;
+    neox_dtype dt;
+    int step;           // the step in flight (or done)
+    neox_request req;   // its request
+} neox_hier_request;
+void neox_hier_iallreduce_sum(neox_comm *intra, neox_comm *inter, void *buf, size_t count, neox_dtype dt,
+                              neox_hier_request *r);
+// 1 when the chain has completed (advancing it as far as it can go without waiting).
+int neox_hier_test(neox_hier_request *r);
+void neox_hier_wait(neox_hier_request *r);
 
 #endif

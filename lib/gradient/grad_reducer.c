@@ -36,6 +36,7 @@ typedef struct bucket {
     int landed;          // ZeRO-2: reduced, added to partition_sum and cleared this reduction
     int *counts;         // ZeRO: elements of the bucket in each rank's partition
     neox_request req;
+    neox_hier_request hier;  // the hierarchical all-reduce's chain (stage 0 across nodes)
 } bucket;
 
 // Per-reduction times not yet combined over the data group, folded into totals when full.
@@ -56,7 +57,14 @@ struct neox_grad_reducer {
     int nhistory;
     neox_grad_reducer_timing timing;
     int eager;           // buckets start as they become ready (overlap, or ZeRO-2)
+    // Hierarchical buckets in the order they started; chains run one at a time from hier_head, so
+    // that every rank issues their node-group collectives in the same order.
+    int *hier_order, hier_started, hier_head, hier_running;
 };
+
+static int hierarchical(const neox_grad_reducer *r) {
+    return r->opt.zero_stage == 0 && r->opt.hier_intra && r->opt.hier_intra->size > 0;
+}
 
 void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end) {
     // As checkpoints cut flat buffers over data ranks (and neox-convert reshard --dp writes them).
@@ -92,6 +100,7 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     if (r->opt.wire == NEOX_BF16 || r->opt.wire == NEOX_F16) r->wire = r->be->alloc((n ? n : 1) * sizeof(uint16_t));
     else r->opt.wire = NEOX_F32;
     r->bucket_of = neox_calloc(nparams, sizeof(int));
+    r->hier_order = neox_calloc(nparams ? nparams : 1, sizeof(int));
     r->buckets = neox_calloc(nparams ? nparams : 1, sizeof(bucket));
     // Backward finishes the last parameters first, so buckets are filled from the end.
     for (int p = nparams - 1; p >= 0; p--) {
@@ -125,6 +134,7 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
     free(r->bucket_of);
+    free(r->hier_order);
     if (r->wire) r->be->free(r->wire);
     free(r);
 }
@@ -168,6 +178,22 @@ static size_t own_offset(const neox_grad_reducer *r, const bucket *b) {
     return lo - b->begin;
 }
 
+// Moves the hierarchical chains on as far as they go without waiting: the running one is tested,
+// and when it completes the next started bucket's chain begins (wait: until all have completed).
+static void hier_pump(neox_grad_reducer *r, int wait) {
+    while (r->hier_head < r->hier_started) {
+        bucket *b = &r->buckets[r->hier_order[r->hier_head]];
+        if (!r->hier_running) {
+            neox_hier_iallreduce_sum(r->opt.hier_intra, r->opt.hier_inter, wire_of(r, b->begin), b->end - b->begin,
+                                     r->opt.wire, &b->hier);
+            r->hier_running = 1;
+        }
+        if (wait) neox_hier_wait(&b->hier);
+        else if (!neox_hier_test(&b->hier)) return;
+        r->hier_running = 0, r->hier_head++;
+    }
+}
+
 // Returns the seconds spent in the communication call.
 static double start_bucket(neox_grad_reducer *r, bucket *b) {
     float *x = r->grads + b->begin;
@@ -176,8 +202,9 @@ static double start_bucket(neox_grad_reducer *r, bucket *b) {
     if (r->wire) to_wire(r, b->begin, len);
     void *w = wire_of(r, b->begin);
     double t0 = neox_now();
-    if (r->opt.zero_stage == 0 && r->opt.hier_intra && r->opt.hier_intra->size > 0)
-        neox_hier_allreduce_sum(r->opt.hier_intra, r->opt.hier_inter, w, len, r->opt.wire);  // blocking: 3 steps
+    if (hierarchical(r) && r->be->on_device)  // NCCL's calls are queued on the stream: no chain to pump
+        neox_hier_allreduce_sum(r->opt.hier_intra, r->opt.hier_inter, w, len, r->opt.wire);
+    else if (hierarchical(r)) r->hier_order[r->hier_started++] = (int)(b - r->buckets), hier_pump(r, 0);
     else if (r->opt.all_reduce) neox_iallreduce_sum(r->data, w, len, r->opt.wire, &b->req);
     // On the device each rank's sum lands where it belongs (NCCL reduces in place); on the host
     // (MPI_IN_PLACE) at the start of the bucket, and finish moves it home.
@@ -225,6 +252,7 @@ void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
 
 void neox_grad_reducer_progress(neox_grad_reducer *r) {
     double t0 = neox_now();
+    if (hierarchical(r)) hier_pump(r, 0);
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         if (!b->started || b->landed) continue;
@@ -273,6 +301,12 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
             neox_die(NEOX_EXIT_FAILURE, "gradient reducer: bucket %d (elements %zu-%zu) had %d parameter(s) %s ready",
                      i, b->begin, b->end, abs(b->pending), b->pending > 0 ? "never reported" : "reported more than once");
         if (!b->started) seconds += start_bucket(r, b);
+    }
+    if (hierarchical(r)) {  // the chains complete in the order they started
+        double t0 = neox_now();
+        hier_pump(r, 1);
+        seconds += neox_now() - t0;
+        r->hier_started = r->hier_head = 0;
     }
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];

@@ -320,6 +320,20 @@ void neox_ireduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t
     start(req, c, NEOX_COMM_REDUCE_SCATTER, recv_count * c->size * neox_dtype_size(dt));
 }
 
+void neox_ireduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root, neox_request *req) {
+    req->event = NULL;
+    need_int(count, "reduce");
+    MPI_Ireduce(c->rank == root ? MPI_IN_PLACE : buf, buf, (int)count, mpi_type(dt), sum_op(dt), root, c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_REDUCE, count * neox_dtype_size(dt));
+}
+
+void neox_ibroadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root, neox_request *req) {
+    req->event = NULL;
+    need_int(count, "broadcast");
+    MPI_Ibcast(buf, (int)count, mpi_type(dt), root, c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_BROADCAST, count * neox_dtype_size(dt));
+}
+
 void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt, neox_request *req) {
     req->event = NULL;
     if (NEOX_NCCL(c, send, recv, "all-gather")) {

@@ -69,3 +69,36 @@ void neox_hier_allreduce_sum(neox_comm *intra, neox_comm *inter, void *buf, size
     if (intra->rank == 0) neox_allreduce_sum(inter, buf, count, dt);
     neox_broadcast(intra, buf, count, dt, 0);
 }
+
+enum { HIER_REDUCE, HIER_ALLREDUCE, HIER_BROADCAST, HIER_DONE };
+
+void neox_hier_iallreduce_sum(neox_comm *intra, neox_comm *inter, void *buf, size_t count, neox_dtype dt,
+                              neox_hier_request *r) {
+    *r = (neox_hier_request){.intra = intra, .inter = inter, .buf = buf, .count = count, .dt = dt, .step = HIER_REDUCE};
+    neox_ireduce_sum(intra, buf, count, dt, 0, &r->req);
+}
+
+// The step after the one just completed: the leaders all-reduce, everyone then takes the broadcast.
+static void next_step(neox_hier_request *r) {
+    if (r->step == HIER_REDUCE && r->intra->rank == 0) {
+        r->step = HIER_ALLREDUCE;
+        neox_iallreduce_sum(r->inter, r->buf, r->count, r->dt, &r->req);
+    } else if (r->step == HIER_REDUCE || r->step == HIER_ALLREDUCE) {
+        r->step = HIER_BROADCAST;
+        neox_ibroadcast(r->intra, r->buf, r->count, r->dt, 0, &r->req);
+    } else {
+        r->step = HIER_DONE;
+    }
+}
+
+int neox_hier_test(neox_hier_request *r) {
+    while (r->step != HIER_DONE && neox_test(&r->req)) next_step(r);
+    return r->step == HIER_DONE;
+}
+
+void neox_hier_wait(neox_hier_request *r) {
+    while (r->step != HIER_DONE) {
+        neox_wait(&r->req);
+        next_step(r);
+    }
+}

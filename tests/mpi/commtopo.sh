@@ -89,6 +89,12 @@ run dp4-hier 4
 check "hierarchical (2 nodes of 2): follows the flat dp4 run within 1e-5" \
     "$PY" tests/mpi/layouts_check.py same "$T/dp4flat" "$T/dp4-hier"
 "$PY" tests/mpi/layouts_check.py identical "$T/dp4flat" "$T/dp4-hier" | sed 's/^/# (information) bit for bit? /'
+# The same buckets reduced at the end of backward (no overlap): the chains are the same collectives
+# in the same order, started later.
+config dp4-hier-late neox 2 1 20 ', "zero_optimization": {"stage": 0, "overlap_comm": false, "reduce_bucket_size": 3000}'
+run dp4-hier-late 4
+check "hierarchical: overlapped chains give bit for bit the end-of-backward ones" \
+    "$PY" tests/mpi/layouts_check.py identical "$T/dp4-hier" "$T/dp4-hier-late"
 volume vhier neox 4 ""
 check "hierarchical: intra-node reduce + broadcast, leader-only inter-node all-reduce bytes" \
     "$PY" tests/mpi/commtopo_check.py hier "$T/dp2tied-dense/hf/config.json" "$T/vhier-4" "$T/vhier-6" 2
