@@ -1,5 +1,6 @@
 // serve.h: neox-eval serve, an OpenAI-compatible completions server over a loaded evaluator —
-// request parsing and validation (lib/eval/serve_request.c), the scoring and generation engine
+// request parsing and validation (lib/eval/serve_request.c; chat bodies in serve_chat.c), the
+// scoring and generation engine
 // with its batching scheduler (lib/eval/serve_engine.c), the JSON responses
 // (lib/eval/serve_response.c) and the HTTP front end on libmicrohttpd (lib/eval/serve_http.c).
 // docs/eval.md describes the API, its limits and how lm-evaluation-harness talks to it.
@@ -38,6 +39,10 @@ typedef struct neox_serve_request {
     int echo;                // the prompt is part of the returned text and log-probabilities
     int logprobs;            // -1: none; else top_logprobs entries per token (0 gives the chosen token's only)
     int n;                   // completions per prompt
+    // /v1/chat/completions: the conversation, rendered with the chat template into the one
+    // prompt's text when the request is submitted; max_tokens -1 there means "up to the context".
+    int chat;
+    struct json_t *messages; // owned (a reference)
 } neox_serve_request;
 
 // An error answered to the client: HTTP status, OpenAI's error type and the parameter at fault.
@@ -56,8 +61,13 @@ int neox_serve_error_set(neox_serve_error *e, int http_status, const char *type,
 // (status 400). Prompts given as text stay untokenized (neox_serve_tokenize).
 int neox_serve_parse_request(const char *body, size_t size, neox_serve_request *out, neox_serve_error *e);
 void neox_serve_request_release(neox_serve_request *r);
+// The same for a /v1/chat/completions body: `messages` (a list of {"role", "content"[, "name"]}
+// with string contents), OpenAI's chat fields (`logprobs` true with `top_logprobs`,
+// `max_completion_tokens`) and the sampling fields of completions; `prompt` and `echo` are refused.
+int neox_serve_parse_chat_request(const char *body, size_t size, neox_serve_request *out, neox_serve_error *e);
 
-// The fuzzing entry point for the request parser: any bytes, never a crash or a leak. Returns 0.
+// The fuzzing entry point for the request parsers (completions and chat): any bytes, never a crash
+// or a leak. Returns 0.
 int neox_serve_fuzz_request(const uint8_t *data, size_t size);
 
 // ---- the engine ---------------------------------------------------------------------------------
@@ -66,6 +76,8 @@ typedef struct neox_serve_options {
     int context;             // the longest sequence (prompt + generated) in tokens
     int max_prompt_tokens;   // longer prompts are refused (<= context)
     int queue_size;          // requests waiting or running at once; more are answered 503
+    const neox_chat_format *chat;  // renders /v1/chat/completions (NULL: chat requests are refused
+    const char *no_chat;           // with this reason)
 } neox_serve_options;
 
 typedef struct neox_serve_engine neox_serve_engine;

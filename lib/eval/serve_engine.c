@@ -299,7 +299,9 @@ static int generate_job(neox_serve_engine *en, neox_serve_job *job, neox_error *
 static void finish(neox_serve_engine *en, neox_serve_job *job, int failed, const neox_error *err) {
     neox_serve_error e = {0};
     char *body = NULL;
-    if (!failed) body = neox_serve_completion_body(job, en->ev, en->o.model_name, &e);
+    if (!failed)
+        body = job->req.chat ? neox_serve_chat_body(job, en->ev, en->o.model_name, &e)
+                             : neox_serve_completion_body(job, en->ev, en->o.model_name, &e);
     else neox_serve_error_set(&e, 500, "server_error", NULL, "%s", err->message);
     if (!body) body = neox_serve_error_body(&e);
     job->done(job->ctx, body && !failed && !e.http_status ? 200 : (e.http_status ? e.http_status : 500), body);
@@ -419,8 +421,12 @@ static int prepare_prompts(neox_serve_engine *en, neox_serve_request *r, neox_se
                                             "prompt %d: token id %d is outside the vocabulary (%lld ids)", i, p->ids[t],
                                             (long long)vocab);
         if (p->nids > en->o.max_prompt_tokens)
-            return neox_serve_error_set(e, 400, "invalid_request_error", "prompt",
+            return neox_serve_error_set(e, 400, "invalid_request_error", r->chat ? "messages" : "prompt",
                                         "prompt %d has %d tokens; the limit is %d", i, p->nids, en->o.max_prompt_tokens);
+        if (r->max_tokens < 0 && (r->max_tokens = en->o.context - p->nids) < 1)  // chat's default: what the context leaves
+            return neox_serve_error_set(e, 400, "invalid_request_error", "messages",
+                                        "the conversation has %d tokens: the context of %d tokens leaves none to generate",
+                                        p->nids, en->o.context);
         if (p->nids + r->max_tokens > en->o.context)
             return neox_serve_error_set(e, 400, "invalid_request_error", "max_tokens",
                                         "prompt %d has %d tokens and max_tokens is %d: more than the context of %d tokens",
@@ -433,6 +439,7 @@ static int check_request(neox_serve_engine *en, neox_serve_request *r, neox_serv
     if (r->model && strcmp(r->model, en->o.model_name) != 0)
         return neox_serve_error_set(e, 404, "not_found_error", "model", "model '%s' does not exist (this server has '%s')",
                                     r->model, en->o.model_name);
+    if (r->chat && neox_serve_render_chat(&en->o, r, e) != 0) return -1;
     return prepare_prompts(en, r, e);
 }
 

@@ -1,6 +1,6 @@
 // serve_http.c: neox-eval serve's HTTP front end on GNU libmicrohttpd: one polling thread (epoll)
-// for every connection, routes (/v1/completions, /v1/models, /health; /v1/chat/completions
-// answered 501), bounded request bodies, and requests handed to the engine with their connection
+// for every connection, routes (/v1/completions, /v1/chat/completions, /v1/models, /health),
+// bounded request bodies, and requests handed to the engine with their connection
 // suspended until the scheduler has the response. SIGTERM/SIGINT stop accepting, let queued
 // requests finish and be answered, then return.
 #include <arpa/inet.h>
@@ -66,11 +66,14 @@ static void on_done(void *ctx, int status, char *body) {
     pthread_mutex_unlock(&srv->lock);
 }
 
-// POST /v1/completions once the body is in: parse, submit and wait (suspended) for the answer.
-static enum MHD_Result completions(request_state *rs) {
+typedef int (*body_parser)(const char *, size_t, neox_serve_request *, neox_serve_error *);
+
+// POST /v1/completions or /v1/chat/completions once the body is in: parse, submit and wait
+// (suspended) for the answer.
+static enum MHD_Result completions(request_state *rs, body_parser parse) {
     neox_serve_request req;
     neox_serve_error e;
-    if (neox_serve_parse_request(rs->body ? rs->body : "", rs->size, &req, &e) != 0) return send_error(rs->conn, &e);
+    if (parse(rs->body ? rs->body : "", rs->size, &req, &e) != 0) return send_error(rs->conn, &e);
     if (neox_serve_submit(rs->srv->en, &req, on_done, rs, &e) != 0) return send_error(rs->conn, &e);
     rs->submitted = 1;
     pthread_mutex_lock(&rs->srv->lock);
@@ -97,10 +100,8 @@ static enum MHD_Result route(request_state *rs, const char *url, const char *met
     if (!strcmp(url, "/v1/models"))
         return get ? send_json(rs->conn, 200, neox_serve_models_body(o))
                    : send_error_of(rs->conn, 405, "invalid_request_error", "%s: use GET", url);
-    if (!strcmp(url, "/v1/chat/completions"))
-        return send_error_of(rs->conn, 501, "not_implemented_error",
-                             "%s: chat completions need a chat template, and neox.c has none; use /v1/completions", url);
-    if (!strcmp(url, "/v1/completions")) {
+    int chat = !strcmp(url, "/v1/chat/completions");
+    if (chat || !strcmp(url, "/v1/completions")) {
         if (!post) return send_error_of(rs->conn, 405, "invalid_request_error", "%s: use POST", url);
         if (rs->too_large) {
             neox_serve_error e;
@@ -108,7 +109,7 @@ static enum MHD_Result route(request_state *rs, const char *url, const char *met
                                  rs->srv->o.max_body_bytes);
             return send_error(rs->conn, &e);
         }
-        return completions(rs);
+        return completions(rs, chat ? neox_serve_parse_chat_request : neox_serve_parse_request);
     }
     return send_error_of(rs->conn, 404, "not_found_error", "%s: no such endpoint", url);
 }

@@ -29,5 +29,14 @@ struct neox_serve_job {
 char *neox_serve_completion_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name,
                                  neox_serve_error *e);
 void neox_serve_choice_release(neox_serve_choice *c);
+// The text a choice generated: without the end-of-text token that finished it, cut before a stop
+// string (malloc'ed; NULL with err set when it cannot be decoded).
+char *neox_serve_generated_text(const neox_evaluator *ev, const neox_serve_choice *c, size_t *size, neox_error *err);
+
+// /v1/chat/completions (serve_chat.c): the conversation of a chat request rendered into its prompt's
+// text (400 when the server has no template or the template refuses it), and the chat.completion
+// body of a finished chat job.
+int neox_serve_render_chat(const neox_serve_options *o, neox_serve_request *r, neox_serve_error *e);
+char *neox_serve_chat_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name, neox_serve_error *e);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve.h"
+#include "serve_parse.h"
 
 int neox_serve_error_set(neox_serve_error *e, int http_status, const char *type, const char *param, const char *fmt, ...) {
     e->http_status = http_status;
@@ -31,6 +31,7 @@ void neox_serve_request_release(neox_serve_request *r) {
     free(r->prompts);
     for (int i = 0; i < r->nstop; i++) free(r->stop[i]);
     free(r->model);
+    json_decref(r->messages);
     *r = (neox_serve_request){0};
 }
 
@@ -83,7 +84,7 @@ static int parse_prompts(const json_t *v, neox_serve_request *r, neox_serve_erro
 }
 
 // ---- scalar fields --------------------------------------------------------------------------------
-static int int_field(const json_t *v, const char *name, long long lo, long long hi, long long *out, neox_serve_error *e) {
+int neox_serve_int_field(const json_t *v, const char *name, long long lo, long long hi, long long *out, neox_serve_error *e) {
     if (!json_is_integer(v)) return BAD(name, "%s: must be an integer", name);
     long long x = json_integer_value(v);
     if (x < lo || x > hi) return BAD(name, "%s: %lld is outside [%lld, %lld]", name, x, lo, hi);
@@ -99,7 +100,7 @@ static int number_field(const json_t *v, const char *name, double lo, double hi,
     return 0;
 }
 
-static int bool_field(const json_t *v, const char *name, int *out, neox_serve_error *e) {
+int neox_serve_bool_field(const json_t *v, const char *name, int *out, neox_serve_error *e) {
     if (!json_is_boolean(v)) return BAD(name, "%s: must be true or false", name);
     *out = json_is_true(v);
     return 0;
@@ -126,13 +127,13 @@ static int parse_stop(const json_t *v, neox_serve_request *r, neox_serve_error *
 static int parse_logprobs(const json_t *v, neox_serve_request *r, neox_serve_error *e) {
     if (json_is_null(v)) return 0;
     long long x = 0;
-    if (int_field(v, "logprobs", 0, NEOX_SERVE_MAX_LOGPROBS, &x, e) != 0) return -1;
+    if (neox_serve_int_field(v, "logprobs", 0, NEOX_SERVE_MAX_LOGPROBS, &x, e) != 0) return -1;
     r->logprobs = (int)x;
     return 0;
 }
 
 // One known field into r; an unknown one is refused by name.
-static int parse_field(const char *key, const json_t *v, neox_serve_request *r, neox_serve_error *e) {
+int neox_serve_parse_field(const char *key, const json_t *v, neox_serve_request *r, neox_serve_error *e) {
     long long x = 0;
     if (!strcmp(key, "prompt")) return parse_prompts(v, r, e);
     if (!strcmp(key, "model")) {
@@ -142,7 +143,7 @@ static int parse_field(const char *key, const json_t *v, neox_serve_request *r, 
     }
     if (!strcmp(key, "max_tokens")) {
         if (json_is_null(v)) return 0;
-        if (int_field(v, key, 0, 1 << 20, &x, e) != 0) return -1;
+        if (neox_serve_int_field(v, key, 0, 1 << 20, &x, e) != 0) return -1;
         r->max_tokens = (int)x;
         return 0;
     }
@@ -150,7 +151,7 @@ static int parse_field(const char *key, const json_t *v, neox_serve_request *r, 
     if (!strcmp(key, "top_p")) return json_is_null(v) ? 0 : number_field(v, "top_p", 0.0, 1.0, &r->top_p, e);
     if (!strcmp(key, "top_k")) {
         if (json_is_null(v)) return 0;
-        if (int_field(v, key, -1, 1 << 24, &x, e) != 0) return -1;
+        if (neox_serve_int_field(v, key, -1, 1 << 24, &x, e) != 0) return -1;
         r->top_k = (int)x;
         return 0;
     }
@@ -162,16 +163,16 @@ static int parse_field(const char *key, const json_t *v, neox_serve_request *r, 
         return 0;
     }
     if (!strcmp(key, "stop")) return parse_stop(v, r, e);
-    if (!strcmp(key, "echo")) return bool_field(v, "echo", &r->echo, e);
+    if (!strcmp(key, "echo")) return neox_serve_bool_field(v, "echo", &r->echo, e);
     if (!strcmp(key, "logprobs")) return parse_logprobs(v, r, e);
     if (!strcmp(key, "n")) {
-        if (int_field(v, "n", 1, NEOX_SERVE_MAX_N, &x, e) != 0) return -1;
+        if (neox_serve_int_field(v, "n", 1, NEOX_SERVE_MAX_N, &x, e) != 0) return -1;
         r->n = (int)x;
         return 0;
     }
     if (!strcmp(key, "stream")) {
         int stream = 0;
-        if (!json_is_null(v) && bool_field(v, "stream", &stream, e) != 0) return -1;
+        if (!json_is_null(v) && neox_serve_bool_field(v, "stream", &stream, e) != 0) return -1;
         return stream ? BAD("stream", "stream: streamed responses are not supported") : 0;
     }
     return BAD(key, "unsupported parameter '%s'", key);
@@ -182,14 +183,15 @@ static int parse_object(const json_t *root, neox_serve_request *r, neox_serve_er
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)root, key, v) {
-        if (parse_field(key, v, r, e) != 0) return -1;
+        if (neox_serve_parse_field(key, v, r, e) != 0) return -1;
     }
     if (r->nprompts == 0) return BAD("prompt", "prompt: missing");
     if (r->nprompts * r->n > 4096) return BAD("n", "%d prompts x n %d is more than 4096 completions", r->nprompts, r->n);
     return 0;
 }
 
-int neox_serve_parse_request(const char *body, size_t size, neox_serve_request *out, neox_serve_error *e) {
+int neox_serve_parse_body(const char *body, size_t size, neox_serve_request *out,
+                          int (*parse)(const json_t *, neox_serve_request *, neox_serve_error *), neox_serve_error *e) {
     *out = (neox_serve_request){.max_tokens = 16, .temperature = 1.0, .top_p = 1.0, .logprobs = -1, .n = 1};
     json_error_t jerr;
     // REJECT_DUPLICATES: a field given twice would be ambiguous.
@@ -199,15 +201,20 @@ int neox_serve_parse_request(const char *body, size_t size, neox_serve_request *
                              jerr.column, jerr.text);
         return -1;
     }
-    int rc = parse_object(root, out, e);
+    int rc = parse(root, out, e);
     json_decref(root);
     if (rc != 0) neox_serve_request_release(out);
     return rc;
+}
+
+int neox_serve_parse_request(const char *body, size_t size, neox_serve_request *out, neox_serve_error *e) {
+    return neox_serve_parse_body(body, size, out, parse_object, e);
 }
 
 int neox_serve_fuzz_request(const uint8_t *data, size_t size) {
     neox_serve_request r;
     neox_serve_error e;
     if (neox_serve_parse_request((const char *)data, size, &r, &e) == 0) neox_serve_request_release(&r);
+    if (neox_serve_parse_chat_request((const char *)data, size, &r, &e) == 0) neox_serve_request_release(&r);
     return 0;
 }

@@ -73,9 +73,7 @@ static json_t *logprobs_object(const neox_evaluator *ev, const neox_serve_choice
                      offsets);
 }
 
-// The generated text: without the end-of-text token that finished it, cut before a stop
-// string.
-static char *generated_text(const neox_evaluator *ev, const neox_serve_choice *c, size_t *size, neox_error *err) {
+char *neox_serve_generated_text(const neox_evaluator *ev, const neox_serve_choice *c, size_t *size, neox_error *err) {
     int n = c->ngen;
     if (c->finished && n > 0 && c->stop_at < 0 && neox_evaluator_ends_text(ev, c->tokens[c->nprompt + n - 1])) n--;
     char *text = neox_tokenizer_decode(ev->tokenizer, c->tokens + c->nprompt, (size_t)n, size, err);
@@ -89,7 +87,7 @@ static json_t *choice_object(const neox_serve_job *job, const neox_evaluator *ev
     const neox_serve_prompt *p = &r->prompts[index / r->n];
     neox_error err = {0};
     size_t gsize, psize = 0;
-    char *gen = generated_text(ev, c, &gsize, &err), *prompt = NULL;
+    char *gen = neox_serve_generated_text(ev, c, &gsize, &err), *prompt = NULL;
     if (gen && r->echo) {
         prompt = p->text ? neox_strdup(p->text) : neox_tokenizer_decode(ev->tokenizer, p->ids, (size_t)p->nids, &psize, &err);
         if (p->text) psize = strlen(p->text);

@@ -1,6 +1,7 @@
-// fuzz_serve_request.c: a /v1/completions request body, as `neox-eval serve` receives it from a
-// client, through the request parser and validator (every field's type and range, prompts as
-// text or token ids, stop sequences, logprobs); malformed bodies must be refused, never crash.
+// fuzz_serve_request.c: a /v1/completions or /v1/chat/completions request body, as `neox-eval
+// serve` receives it from a client, through both request parsers and validators (every field's
+// type and range, prompts as text or token ids, conversations, stop sequences, logprobs);
+// malformed bodies must be refused, never crash.
 #include "fuzz_util.h"
 #include "serve.h"
 

@@ -3,9 +3,12 @@ on the tiny GPT-2-tokenized model test_eval.py trains. The harness (`local-compl
 files from scripts/lm_eval_tasks.py) scores lambada_openai, piqa and wikitext through the server with
 the same acc and acc_norm as `neox-eval --tasks` and perplexities within 1e-6 relative; greedy
 generation through the server equals `neox-eval generate`; a sampled completion with a seed is the
-same twice; SIGTERM in the middle of requests answers them all and exits 0."""
+same twice; SIGTERM in the middle of requests answers them all and exits 0. /v1/chat/completions:
+greedy chat completions equal transformers' apply_chat_template + generate (text, token counts,
+log-probabilities), sampling with a seed repeats, bad bodies are refused naming the field."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +18,7 @@ import urllib.request
 import pytest
 
 from data_oracle import BIN, ROOT
-from test_eval import EVAL, neox_eval, run, trained  # noqa: F401  (trained: the module's model fixture)
+from test_eval import EVAL, GPT2 as GPT2_DIR, neox_eval, run, trained  # noqa: F401  (trained: the module's model fixture)
 
 LIMIT = 4  # documents (pages for wikitext) per task: enough to compare every metric, and quick
 # neox-eval scores windows of seq_length tokens, as the harness's HFLM; its API models keep one
@@ -45,8 +48,8 @@ def longer_context(d):
 
 
 class Server:
-    def __init__(self, d, *extra):
-        self.proc = subprocess.Popen([f"{BIN}/neox-eval", "serve", "-q", f"{d}/eval_model.yml", f"{d}/local.yml",
+    def __init__(self, d, *extra, configs=("eval_model.yml", "local.yml")):
+        self.proc = subprocess.Popen([f"{BIN}/neox-eval", "serve", "-q", *(f"{d}/{c}" for c in configs),
                                       "--port", "0", *extra],
                                      cwd=ROOT, stderr=subprocess.PIPE, text=True)
         line = self.proc.stderr.readline()
@@ -188,3 +191,139 @@ def test_sigterm_answers_the_requests_in_flight(trained):  # noqa: F811
     # not accepted; none was cut off.
     assert all(code in (200, 503, 0) for code, _ in answers), answers
     assert any(code == 200 for code, _ in answers)
+
+
+# ---- /v1/chat/completions ---------------------------------------------------------------------------
+TEMPLATES = os.path.join(ROOT, "tests", "oracle", "chat_templates")
+CONVERSATION = [{"role": "system", "content": "You speak as a king."},
+                {"role": "user", "content": "Who goes there?"},
+                {"role": "assistant", "content": "A friend, my lord."},
+                {"role": "user", "content": "Then speak, friend: what news from Verona?"}]
+
+
+@pytest.fixture(scope="module")
+def chat_served(trained):  # noqa: F811
+    """The trained model served with GPT-2's tokenizer.json (the same ids, and <|endoftext|> in text
+    is the special token, as in transformers) beside a tokenizer_config.json carrying Zephyr's chat
+    template: what transformers reads from a model's folder."""
+    longer_context(trained)
+    tok = trained / "chat_tokenizer"
+    tok.mkdir(exist_ok=True)
+    shutil.copy(os.path.join(GPT2_DIR, "gpt2_tokenizer.json"), tok / "tokenizer.json")
+    template = open(os.path.join(TEMPLATES, "zephyr.jinja")).read()
+    (tok / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": template, "eos_token": "<|endoftext|>", "bos_token": "<|endoftext|>"}))
+    model = [l for l in (trained / "eval_model.yml").read_text().splitlines() if '"tokenizer_type"' not in l]
+    (trained / "chat_model.yml").write_text("\n".join(model) + "\n")
+    local = json.loads((trained / "local.yml").read_text())
+    del local["merge_file"]
+    local.update(vocab_file=f"{tok}/tokenizer.json", tokenizer_type="HFTokenizer")
+    (trained / "chat_local.yml").write_text(json.dumps(local))
+    s = Server(trained, "--context", str(CONTEXT), configs=("chat_model.yml", "chat_local.yml"))
+    yield trained, s, template
+    status, rest = s.stop()
+    assert status == 0, rest
+
+
+def hf_chat(d, template, messages, max_new_tokens):
+    """transformers' side: apply_chat_template with the same template, then greedy decoding with the
+    transformers model (eval_oracle's loop: GenerationMixin does not import with this torch build)
+    and the log-softmax of each generated token."""
+    import torch
+    from eval_oracle import HarnessLM
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(d / "hf"))
+    tok.chat_template = template
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    lm = HarnessLM(str(d / "hf"), max_length=CONTEXT)
+    gen = lm.greedy(ids, max_new_tokens)
+    with torch.no_grad():
+        logits = lm.model(torch.tensor([ids + gen])).logits[0].double().log_softmax(-1)
+    logprobs = [logits[len(ids) + i - 1, t].item() for i, t in enumerate(gen)]
+    text = tok.decode(gen[:-1] if gen and gen[-1] == tok.eos_token_id else gen)
+    return ids, gen, text, logprobs
+
+
+def test_chat_greedy_equals_transformers(chat_served):
+    d, s, template = chat_served
+    status, r = s.post({"messages": CONVERSATION, "max_tokens": 24, "temperature": 0, "logprobs": True,
+                        "top_logprobs": 3}, path="/v1/chat/completions")
+    assert status == 200, r
+    ids, gen, text, logprobs = hf_chat(d, template, CONVERSATION, 24)
+    assert r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-")
+    (choice,) = r["choices"]
+    assert choice["message"] == {"role": "assistant", "content": text}
+    assert r["usage"]["prompt_tokens"] == len(ids)
+    assert r["usage"]["completion_tokens"] == len(gen)
+    assert choice["finish_reason"] == ("stop" if len(gen) < 24 else "length")
+    content = choice["logprobs"]["content"]
+    assert len(content) == len(gen)
+    for entry, want in zip(content, logprobs):
+        assert abs(entry["logprob"] - want) <= 1e-4, (entry, want)
+        top = entry["top_logprobs"]
+        assert len(top) == 3 and top[0]["logprob"] == entry["logprob"]  # greedy: the chosen is the likeliest
+        assert all(a["logprob"] >= b["logprob"] for a, b in zip(top, top[1:]))
+    body = bytes(b for entry in content for b in entry["bytes"]).decode("utf-8", "replace")
+    assert body.startswith(text)  # the tokens' bytes spell the message (and the eos, if it ended there)
+
+
+def test_chat_default_length_fills_the_context(chat_served):
+    """Without max_tokens a chat completion may run to the end of the context (OpenAI's default)."""
+    d, s, template = chat_served
+    status, r = s.post({"messages": CONVERSATION[-1:], "temperature": 0}, path="/v1/chat/completions")
+    assert status == 200, r
+    room = CONTEXT - r["usage"]["prompt_tokens"]
+    assert r["usage"]["completion_tokens"] <= room
+    assert r["choices"][0]["finish_reason"] == "stop" or r["usage"]["completion_tokens"] == room
+
+
+def test_chat_sampling_with_a_seed_is_reproducible(chat_served):
+    _, s, _ = chat_served
+    body = {"messages": CONVERSATION, "max_tokens": 12, "temperature": 1.0, "seed": 5, "n": 3}
+    first, second = (s.post(body, path="/v1/chat/completions") for _ in range(2))
+    assert first[0] == second[0] == 200
+    texts = [c["message"]["content"] for c in first[1]["choices"]]
+    assert texts == [c["message"]["content"] for c in second[1]["choices"]]
+    assert len(set(texts)) > 1, texts
+
+
+def test_chat_refusals_name_the_field(chat_served, served):
+    _, s, _ = chat_served
+    for body, param in [({"messages": []}, "messages"),
+                        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}, "messages"),
+                        ({"messages": CONVERSATION, "prompt": "x"}, "prompt"),
+                        ({"messages": CONVERSATION, "top_logprobs": 2}, "top_logprobs"),
+                        ({"messages": CONVERSATION, "max_tokens": CONTEXT}, "max_tokens")]:
+        status, r = s.post(body, path="/v1/chat/completions")
+        assert status == 400 and r["error"]["param"] == param, (body, r)
+    # The GPT-2 folder has no tokenizer_config.json: chat is refused with the way out.
+    _, plain = served
+    status, r = plain.post({"messages": CONVERSATION}, path="/v1/chat/completions")
+    assert status == 400 and "--chat-template" in r["error"]["message"], r
+
+
+def test_chat_template_option(chat_served):
+    """--chat-template replaces the tokenizer's template (its special tokens stay the folder's); a
+    conversation the template refuses (raise_exception) is a 400 with its message; a missing or
+    unsupported file stops the start."""
+    trained = chat_served[0]
+    mistral = os.path.join(TEMPLATES, "mistral-v0.1.jinja")
+    s = Server(trained, "--chat-template", mistral, "--context", str(CONTEXT), configs=("chat_model.yml", "chat_local.yml"))
+    try:
+        status, r = s.post({"messages": CONVERSATION[1:], "max_tokens": 4, "temperature": 0}, path="/v1/chat/completions")
+        assert status == 200, r
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(str(trained / "hf"))
+        tok.chat_template = open(mistral).read()
+        want = tok.apply_chat_template(CONVERSATION[1:], add_generation_prompt=True, tokenize=True)
+        assert r["usage"]["prompt_tokens"] == len(want)
+        status, r = s.post({"messages": CONVERSATION[1:2] * 2, "max_tokens": 4}, path="/v1/chat/completions")
+        assert status == 400 and "alternate" in r["error"]["message"], r
+    finally:
+        assert s.stop()[0] == 0
+    bad = trained / "bad.jinja"
+    bad.write_text("{{ messages | tojson }}")
+    for path, words in [(str(trained / "missing.jinja"), "missing.jinja"), (str(bad), "tojson")]:
+        p = subprocess.run([f"{BIN}/neox-eval", "serve", "-q", f"{trained}/eval_model.yml", f"{trained}/local.yml",
+                            "--port", "0", "--chat-template", path], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and words in p.stderr, p.stderr

@@ -1,5 +1,6 @@
-// test_serve.c: neox-eval serve's request parser under ASan/UBSan: every field of a valid request read
-// with its value, OpenAI's defaults, each kind of bad field refused with 400 naming it, the error
+// test_serve.c: neox-eval serve's request parsers under ASan/UBSan (completions and chat): every field
+// of a valid request read with its value, OpenAI's defaults, each kind of bad field refused with 400
+// naming it, the error
 // body's shape, and the fuzzing entry point over random bytes and byte-level mutations of valid
 // requests (never a crash, a leak or undefined behaviour).
 #include <setjmp.h>
@@ -96,6 +97,79 @@ static void test_bad_requests(void **state) {
     neox_serve_request_release(&r);
 }
 
+static int parse_chat(const char *body, neox_serve_request *r, neox_serve_error *e) {
+    return neox_serve_parse_chat_request(body, strlen(body), r, e);
+}
+
+static void test_chat_request(void **state) {
+    (void)state;
+    neox_serve_request r;
+    neox_serve_error e = {0};
+    const char *body = "{\"model\": \"neox\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+                       " {\"role\": \"user\", \"content\": \"Hi\", \"name\": \"ann\"}], \"max_completion_tokens\": 7,"
+                       " \"temperature\": 0, \"seed\": 3, \"stop\": \"\\n\", \"logprobs\": true, \"top_logprobs\": 4, \"n\": 2}";
+    if (parse_chat(body, &r, &e) != 0) fail_msg("%s", e.message);
+    assert_true(r.chat);
+    assert_int_equal(json_array_size(r.messages), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 1), "name")), "ann");
+    assert_int_equal(r.nprompts, 1);  // rendered when submitted
+    assert_null(r.prompts[0].text);
+    assert_int_equal(r.max_tokens, 7);
+    assert_int_equal(r.logprobs, 4);
+    assert_true(r.temperature == 0.0 && r.has_seed && r.seed == 3 && r.nstop == 1 && r.n == 2);
+    assert_false(r.echo);
+    neox_serve_request_release(&r);
+    // Defaults: up to the context (-1), no log-probabilities; logprobs true alone: the chosen tokens'.
+    if (parse_chat("{\"messages\": [{\"role\": \"user\", \"content\": \"\"}]}", &r, &e) != 0) fail_msg("%s", e.message);
+    assert_int_equal(r.max_tokens, -1);
+    assert_int_equal(r.logprobs, -1);
+    neox_serve_request_release(&r);
+    if (parse_chat("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"max_tokens\": 2}", &r, &e) != 0)
+        fail_msg("%s", e.message);
+    assert_int_equal(r.logprobs, 0);
+    assert_int_equal(r.max_tokens, 2);
+    neox_serve_request_release(&r);
+}
+
+static void test_bad_chat_requests(void **state) {
+    (void)state;
+#define USER "{\"role\": \"user\", \"content\": \"x\"}"
+    static const struct { const char *body, *param; } cases[] = {
+        {"{\"max_tokens\": 3}", "messages"},
+        {"{\"messages\": []}", "messages"},
+        {"{\"messages\": \"hi\"}", "messages"},
+        {"{\"messages\": [3]}", "messages"},
+        {"{\"messages\": [{\"content\": \"x\"}]}", "messages"},
+        {"{\"messages\": [{\"role\": \"user\"}]}", "messages"},
+        {"{\"messages\": [{\"role\": \"\", \"content\": \"x\"}]}", "messages"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"x\"}]}]}", "messages"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": null}]}", "messages"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": []}]}", "messages"},
+        {"{\"messages\": [" USER "], \"prompt\": \"x\"}", "prompt"},
+        {"{\"messages\": [" USER "], \"echo\": true}", "echo"},
+        {"{\"messages\": [" USER "], \"logprobs\": 2}", "logprobs"},
+        {"{\"messages\": [" USER "], \"top_logprobs\": 2}", "top_logprobs"},
+        {"{\"messages\": [" USER "], \"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs"},
+        {"{\"messages\": [" USER "], \"max_tokens\": 0}", "max_tokens"},
+        {"{\"messages\": [" USER "], \"max_tokens\": 2, \"max_completion_tokens\": 2}", "max_completion_tokens"},
+        {"{\"messages\": [" USER "], \"frequency_penalty\": 1}", "frequency_penalty"},
+        {"{\"messages\": [" USER "], \"stream\": true}", "stream"},
+        {"{\"messages\": [" USER "], \"n\": 0}", "n"},
+        {"[" USER "]", NULL},
+        {"{\"messages\": [" USER "]", NULL},
+    };
+#undef USER
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        neox_serve_request r;
+        neox_serve_error e = {0};
+        if (parse_chat(cases[i].body, &r, &e) != -1) fail_msg("accepted: %s", cases[i].body);
+        assert_int_equal(e.http_status, 400);
+        if (cases[i].param) assert_string_equal(e.param, cases[i].param);
+        else assert_string_equal(e.param, "");
+        assert_true(strlen(e.message) > 0);
+    }
+}
+
 static void test_error_body(void **state) {
     (void)state;
     neox_serve_error e;
@@ -126,11 +200,12 @@ static void test_fuzz_entry(void **state) {
     static const char *seeds[] = {
         "{\"prompt\": [[1, 2], [3]], \"max_tokens\": 1, \"echo\": true, \"logprobs\": 1, \"temperature\": 0}",
         "{\"prompt\": \"hello\", \"stop\": [\"a\", \"b\"], \"n\": 2, \"seed\": 5, \"top_k\": -1, \"top_p\": 0.5}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"logprobs\": true, \"top_logprobs\": 2}",
     };
     uint64_t s = 0x9e3779b97f4a7c15ULL;
     uint8_t buf[512];
     for (int iter = 0; iter < 20000; iter++) {
-        const char *seed = seeds[iter % 2];
+        const char *seed = seeds[iter % 3];
         size_t n = strlen(seed);
         memcpy(buf, seed, n);
         if (iter % 5 == 0) {  // random bytes
@@ -151,6 +226,7 @@ static void test_fuzz_entry(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_request), cmocka_unit_test(test_defaults),   cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_chat_request),  cmocka_unit_test(test_bad_chat_requests),
         cmocka_unit_test(test_error_body),    cmocka_unit_test(test_fuzz_entry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,7 +16,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "Usage: %s serve [OPTION]... CONFIG.yml [MORE.yml]...\n"
             "Serve the checkpoint the configs name (`load`) over an OpenAI-compatible HTTP API:\n"
-            "POST /v1/completions, GET /v1/models, GET /health (docs/eval.md). Runs until SIGTERM or\n"
+            "POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health (docs/eval.md). Runs until SIGTERM or\n"
             "SIGINT, which finish the queued requests and exit 0.\n"
             "\n"
             "  --host ADDR            numeric address to listen on (default 127.0.0.1: this machine only)\n"
@@ -24,6 +24,8 @@ static void usage(FILE *out) {
             "  --model-name NAME      the model id /v1/models lists and requests name (default neox)\n"
             "  --context N            longest prompt + completion in tokens (default max_position_embeddings)\n"
             "  --max-prompt-tokens N  longer prompts are answered 400 (default: the context)\n"
+            "  --chat-template FILE   the Jinja template of /v1/chat/completions (default: chat_template of\n"
+            "                         tokenizer_config.json beside vocab_file; without one, chat is refused)\n"
             "  --max-body-bytes N     larger request bodies are answered 413 (default 8388608)\n"
             "  --queue N              requests waiting or running at once; more are answered 503 (default 1024)\n"
             "  --max-connections N    open connections; more are refused (default 4096)\n"
@@ -36,6 +38,7 @@ static void usage(FILE *out) {
 typedef struct serve_args {
     neox_serve_options engine;
     neox_serve_http_options http;
+    const char *chat_template;  // --chat-template
     int quiet;
 } serve_args;
 
@@ -52,6 +55,26 @@ static void raise_descriptor_limit(void) {
     }
 }
 
+// The chat format of /v1/chat/completions: --chat-template must load; the tokenizer's own template
+// may be missing or unsupported, which leaves chat refused with the reason (and a notice).
+static int load_chat_format(neox_chat_format *chat, const neox_config *cfg, const neox_evaluator *ev, serve_args *a,
+                            neox_error *err) {
+    const char *vocab_file = neox_config_str(cfg, vocab_file);
+    if (!vocab_file && !a->chat_template) {
+        a->engine.no_chat = neox_strdup("the tokenizer has no vocab_file to find tokenizer_config.json beside");
+        return 0;
+    }
+    if (neox_chat_format_load(chat, ev->tokenizer, vocab_file ? vocab_file : a->chat_template, a->chat_template, err) == 0) {
+        a->engine.chat = chat;
+        return 1;
+    }
+    if (a->chat_template) neox_die_error(err);
+    a->engine.no_chat = neox_strdup(err->message);
+    if (!a->quiet) neox_info("/v1/chat/completions is refused: %s", err->message);
+    *err = (neox_error){0};
+    return 0;
+}
+
 static int serve(int nconfigs, const char *const *configs, serve_args *a, int *argc, char ***argv) {
     neox_error err = {0};
     neox_grid grid;
@@ -65,10 +88,14 @@ static int serve(int nconfigs, const char *const *configs, serve_args *a, int *a
     if (a->engine.max_prompt_tokens == 0 || a->engine.max_prompt_tokens > a->engine.context)
         a->engine.max_prompt_tokens = a->engine.context;
     raise_descriptor_limit();
+    neox_chat_format chat;
+    int has_chat = load_chat_format(&chat, cfg, ev, a, &err);
     neox_serve_engine *en = neox_serve_engine_create(ev, &a->engine, &err);
     if (!en) neox_die_error(&err);
     int rc = neox_serve_http_run(en, &a->http, announce, &err);
     neox_serve_engine_free(en);
+    if (has_chat) neox_chat_format_free(&chat);
+    free((char *)a->engine.no_chat);
     if (rc != 0) neox_die_error(&err);
     neox_evaluator_free(ev);
     neox_tool_teardown(cfg, &grid);
@@ -78,7 +105,7 @@ static int serve(int nconfigs, const char *const *configs, serve_args *a, int *a
 static int positive(const char *option, const char *text) { return (int)neox_option_int(option, text, 1, 1 << 30); }
 
 int neox_serve_command(int argc, char **argv) {
-    enum { O_HOST = 256, O_PORT, O_NAME, O_CONTEXT, O_PROMPT, O_BODY, O_QUEUE, O_CONNS, O_TIMEOUT };
+    enum { O_HOST = 256, O_PORT, O_NAME, O_CONTEXT, O_PROMPT, O_BODY, O_QUEUE, O_CONNS, O_TIMEOUT, O_CHAT };
     static const struct option options[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -89,6 +116,7 @@ int neox_serve_command(int argc, char **argv) {
         {"queue", required_argument, NULL, O_QUEUE},
         {"max-connections", required_argument, NULL, O_CONNS},
         {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"chat-template", required_argument, NULL, O_CHAT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -115,6 +143,7 @@ int neox_serve_command(int argc, char **argv) {
         case O_QUEUE: a.engine.queue_size = positive("--queue", optarg); break;
         case O_CONNS: a.http.max_connections = positive("--max-connections", optarg); break;
         case O_TIMEOUT: a.http.connection_timeout = neox_option_number("--timeout", optarg, 0, INFINITY); break;
+        case O_CHAT: a.chat_template = optarg; break;
         case 'q': a.quiet = 1; break;
         case 'h': usage(stdout); return 0;
         default: neox_usage_error("serve: unrecognized option '%s'", argv[optind - 1]);
