@@ -103,7 +103,16 @@ expect_error("another model's name", status, reply, 404, "model")
 status, reply = request("GET", "/v1/completions")
 expect_error("GET /v1/completions", status, reply, 405)
 status, reply = request("POST", "/v1/chat/completions", b'{"messages": []}')
-expect_error("chat completions (no chat template)", status, reply, 501)
+expect_error("chat completions: an empty conversation", status, reply, 400, "messages")
+for name, body in [("chat: deep nesting", b'{"messages": [' + b'[' * 100000 + b']' * 100000 + b']}'),
+                   ("chat: invalid UTF-8 content", b'{"messages": [{"role": "user", "content": "\xc3\x28"}]}'),
+                   ("chat: a truncated body", b'{"messages": [{"role": "user", "content": "hi"}'),
+                   ("chat: a number as content", b'{"messages": [{"role": "user", "content": 5}]}')]:
+    status, reply = request("POST", "/v1/chat/completions", body)
+    expect_error(name, status, reply, 400)
+status, reply = request("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}]}')
+expect_error("chat completions without a chat template (GPT-2's folder has none)", status, reply, 400, "messages")
+tap(b"--chat-template" in reply, "chat completions without a chat template: the answer names --chat-template", reply[:200])
 status, reply = request("GET", "/nowhere")
 expect_error("unknown path", status, reply, 404)
 
