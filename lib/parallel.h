@@ -76,7 +76,7 @@ typedef struct neox_grid {
     neox_comm data_intra, data_inter;
 } neox_grid;
 
-// Initialises MPI (thread level FUNNELED), tags log messages with the rank and makes neox_die()
+// Initialises MPI (thread level SERIALIZED), tags log messages with the rank and makes neox_die()
 // abort every rank. Safe to call once per process.
 int neox_parallel_init(int *argc, char ***argv, neox_error *err);
 void neox_parallel_finalize(void);

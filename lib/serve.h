@@ -82,9 +82,12 @@ typedef struct neox_serve_options {
 
 typedef struct neox_serve_engine neox_serve_engine;
 
-// Prepares scoring and generation over ev (which outlives the engine; one rank) and starts the
-// scheduler thread.
+// Prepares scoring and generation over ev (which outlives the engine) and, on data-parallel rank
+// 0, starts the scheduler thread (the other ranks run neox_serve_worker_run).
 neox_serve_engine *neox_serve_engine_create(neox_evaluator *ev, const neox_serve_options *o, neox_error *err);
+// On data-parallel ranks other than 0 (no HTTP there): computes the shares of the batches rank 0
+// sends until it says stop. Returns 0.
+int neox_serve_worker_run(neox_serve_engine *en);
 // Stops the scheduler after the queued requests, then frees.
 void neox_serve_engine_free(neox_serve_engine *en);
 const neox_serve_options *neox_serve_engine_options(const neox_serve_engine *en);

@@ -13,6 +13,7 @@
 
 #include "generate.h"
 #include "kernels/kernels.h"
+#include "parallel.h"
 #include "serve_job.h"
 
 #define ROW_CHUNK 32  // rows of logits computed at a time
@@ -25,7 +26,7 @@ struct neox_serve_engine {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t thread;
-    int started, stopping, closed;
+    int locks, started, stopping, closed;
     int pending;                    // queued or running
     neox_serve_job *head, *tail;
     long long next_id;
@@ -41,9 +42,10 @@ void neox_serve_choice_release(neox_serve_choice *c) {
     *c = (neox_serve_choice){0};
 }
 
-static void job_free(neox_serve_job *job) {
+void neox_serve_job_free(neox_serve_job *job) {
     for (int i = 0; job->choices && i < job->req.nprompts * job->req.n; i++) neox_serve_choice_release(&job->choices[i]);
     free(job->choices);
+    free(job->owner);
     neox_serve_request_release(&job->req);
     free(job);
 }
@@ -87,6 +89,10 @@ static void choice_alloc(neox_serve_choice *c, const neox_serve_request *r, cons
     for (int i = 0; i < cap; i++) c->logprob[i] = NAN;
 }
 
+void neox_serve_choice_prepare(const neox_serve_request *r, int index, neox_serve_choice *c) {
+    choice_alloc(c, r, &r->prompts[index / r->n], neox_serve_is_scoring(r) ? 1 : r->max_tokens);
+}
+
 static void choice_copy(neox_serve_choice *dst, const neox_serve_choice *src, const neox_serve_request *r, int cap) {
     int k = top_count(r);
     *dst = *src;
@@ -102,7 +108,7 @@ static void choice_copy(neox_serve_choice *dst, const neox_serve_choice *src, co
 }
 
 // ---- scoring: echo and one greedy token, packed -----------------------------------------------------
-static int is_scoring(const neox_serve_request *r) {
+int neox_serve_is_scoring(const neox_serve_request *r) {
     return r->max_tokens == 0 || (r->max_tokens == 1 && (r->temperature == 0.0 || r->top_k == 1));
 }
 
@@ -191,28 +197,35 @@ static int score_all(neox_serve_engine *en, score_seq *seqs, int n, neox_error *
     return 0;
 }
 
-// The first completion of each prompt of every scoring job in one list, scored together; the
-// other n - 1 completions of a prompt are copies (scoring is deterministic).
-static int score_jobs(neox_serve_engine *en, neox_serve_job **jobs, int njobs, neox_error *err) {
+static int mine(const neox_serve_job *job, int choice, int rank) { return !job->owner || job->owner[choice] == rank; }
+
+// The first completion of each prompt of every scoring job that rank owns, in one list, scored
+// together; the other n - 1 completions of a prompt are copies (scoring is deterministic), made
+// once every rank's part is in (copy_scored).
+static int score_jobs(neox_serve_engine *en, neox_serve_job **jobs, int njobs, int rank, neox_error *err) {
     int n = 0, cap = 0;
     score_seq *seqs = NULL;
     for (int j = 0; j < njobs; j++)
         for (int p = 0; p < jobs[j]->req.nprompts; p++) {
+            int first = p * jobs[j]->req.n;
+            if (!mine(jobs[j], first, rank)) continue;
             if (n == cap) seqs = neox_realloc(seqs, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *seqs);
-            neox_serve_choice *c = &jobs[j]->choices[p * jobs[j]->req.n];
-            choice_alloc(c, &jobs[j]->req, &jobs[j]->req.prompts[p], 1);
+            neox_serve_choice *c = &jobs[j]->choices[first];
+            neox_serve_choice_prepare(&jobs[j]->req, first, c);
             seqs[n++] = (score_seq){&jobs[j]->req.prompts[p], &jobs[j]->req, c};
         }
     int rc = score_all(en, seqs, n, err);
-    for (int j = 0; rc == 0 && j < njobs; j++)
-        for (int p = 0; p < jobs[j]->req.nprompts; p++)
-            for (int k = 1; k < jobs[j]->req.n; k++) {
-                const neox_serve_request *r = &jobs[j]->req;
-                int cap = (r->echo ? r->prompts[p].nids : 0) + 2;
-                choice_copy(&jobs[j]->choices[p * r->n + k], &jobs[j]->choices[p * r->n], r, cap);
-            }
     free(seqs);
     return rc;
+}
+
+static void copy_scored(neox_serve_job *job) {
+    const neox_serve_request *r = &job->req;
+    for (int p = 0; p < r->nprompts; p++)
+        for (int k = 1; k < r->n; k++) {
+            int cap = (r->echo ? r->prompts[p].nids : 0) + 2;
+            choice_copy(&job->choices[p * r->n + k], &job->choices[p * r->n], r, cap);
+        }
 }
 
 // ---- generation with the key/value cache ----------------------------------------------------------
@@ -271,7 +284,7 @@ static int generate_choice(neox_serve_engine *en, neox_serve_job *job, int k, un
     const neox_serve_request *r = &job->req;
     const neox_serve_prompt *p = &r->prompts[k / r->n];
     neox_serve_choice *c = &job->choices[k];
-    choice_alloc(c, r, p, r->max_tokens);
+    neox_serve_choice_prepare(r, k, c);
     if (r->echo && wants_logprobs(r) && p->nids > 1) {
         neox_serve_request prompt_only = *r;
         prompt_only.max_tokens = 0;
@@ -288,15 +301,35 @@ static int generate_choice(neox_serve_engine *en, neox_serve_job *job, int k, un
     return rc;
 }
 
-static int generate_job(neox_serve_engine *en, neox_serve_job *job, neox_error *err) {
-    unsigned long long seed = job->req.has_seed ? job->req.seed : (unsigned long long)time(NULL) ^ (unsigned long long)job->id;
+static int generate_job(neox_serve_engine *en, neox_serve_job *job, int rank, neox_error *err) {
     for (int k = 0; k < job->req.nprompts * job->req.n; k++)
-        if (generate_choice(en, job, k, seed, err) != 0) return -1;
+        if (mine(job, k, rank) && generate_choice(en, job, k, job->req.seed, err) != 0) return -1;
     return 0;
 }
 
+void neox_serve_compute(neox_serve_engine *en, neox_serve_job **jobs, int n, int rank) {
+    neox_serve_job *scoring[n ? n : 1];
+    int ns = 0;
+    for (int i = 0; i < n; i++)
+        if (neox_serve_is_scoring(&jobs[i]->req)) scoring[ns++] = jobs[i];
+    neox_error err = {0};
+    if (ns > 0 && score_jobs(en, scoring, ns, rank, &err) != 0)
+        for (int i = 0; i < ns; i++) scoring[i]->failed = 1, scoring[i]->err = err;
+    for (int i = 0; i < n; i++)
+        if (!neox_serve_is_scoring(&jobs[i]->req) && generate_job(en, jobs[i], rank, &jobs[i]->err) != 0) jobs[i]->failed = 1;
+    if (n == 0 || !jobs[0]->owner) return;
+    int owned = 0, total = 0;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < jobs[i]->req.nprompts * jobs[i]->req.n; c++) owned += jobs[i]->owner[c] == rank, total++;
+    neox_debug("serving: computed %d of the batch's %d completions", owned, total);
+}
+
+neox_evaluator *neox_serve_engine_evaluator(neox_serve_engine *en) { return en->ev; }
+
 // ---- the scheduler ----------------------------------------------------------------------------------
-static void finish(neox_serve_engine *en, neox_serve_job *job, int failed, const neox_error *err) {
+static void finish(neox_serve_engine *en, neox_serve_job *job) {
+    int failed = job->failed;
+    const neox_error *err = &job->err;
     neox_serve_error e = {0};
     char *body = NULL;
     if (!failed)
@@ -305,30 +338,53 @@ static void finish(neox_serve_engine *en, neox_serve_job *job, int failed, const
     else neox_serve_error_set(&e, 500, "server_error", NULL, "%s", err->message);
     if (!body) body = neox_serve_error_body(&e);
     job->done(job->ctx, body && !failed && !e.http_status ? 200 : (e.http_status ? e.http_status : 500), body);
-    job_free(job);
+    neox_serve_job_free(job);
     pthread_mutex_lock(&en->lock);
     en->pending--;
     pthread_cond_broadcast(&en->wake);
     pthread_mutex_unlock(&en->lock);
 }
 
-// Runs everything taken from the queue: the scoring jobs together, then each generation job.
+// Runs everything taken from the queue: the scoring jobs together, then each generation job; on
+// one rank the scoring answers go out before generation starts, over several ranks every rank's
+// share is in before any answer.
 static void run_batch(neox_serve_engine *en, neox_serve_job *list) {
     int n = 0;
     for (neox_serve_job *j = list; j; j = j->next) n++;
+    neox_serve_job *jobs[n];
+    n = 0;
+    for (neox_serve_job *j = list; j; j = j->next) {
+        jobs[n++] = j;
+        j->choices = neox_calloc((size_t)j->req.nprompts * j->req.n, sizeof *j->choices);
+        if (!j->req.has_seed)  // drawn here, so that whichever rank samples a completion draws the same
+            j->req.seed = (unsigned long long)time(NULL) ^ (unsigned long long)j->id, j->req.has_seed = 1;
+    }
+    neox_comm *data = &en->ev->grid->data;
+    if (data->size > 1) {
+        neox_serve_share(data, jobs, n);
+        neox_serve_assign(jobs, n, data->size);
+        neox_serve_compute(en, jobs, n, 0);
+        neox_serve_collect(data, jobs, n);
+        for (int i = 0; i < n; i++) {
+            if (!jobs[i]->failed && neox_serve_is_scoring(&jobs[i]->req)) copy_scored(jobs[i]);
+            finish(en, jobs[i]);
+        }
+        return;
+    }
     neox_serve_job *scoring[n], *other[n];
     int ns = 0, no = 0;
-    for (neox_serve_job *j = list; j; j = j->next) {
-        j->choices = neox_calloc((size_t)j->req.nprompts * j->req.n, sizeof *j->choices);
-        if (is_scoring(&j->req)) scoring[ns++] = j;
-        else other[no++] = j;
+    for (int i = 0; i < n; i++) {
+        if (neox_serve_is_scoring(&jobs[i]->req)) scoring[ns++] = jobs[i];
+        else other[no++] = jobs[i];
     }
-    neox_error err = {0};
-    int failed = ns > 0 && score_jobs(en, scoring, ns, &err) != 0;
-    for (int i = 0; i < ns; i++) finish(en, scoring[i], failed, &err);
+    neox_serve_compute(en, scoring, ns, 0);
+    for (int i = 0; i < ns; i++) {
+        if (!scoring[i]->failed) copy_scored(scoring[i]);
+        finish(en, scoring[i]);
+    }
     for (int i = 0; i < no; i++) {
-        neox_error gerr = {0};
-        finish(en, other[i], generate_job(en, other[i], &gerr) != 0, &gerr);
+        neox_serve_compute(en, &other[i], 1, 0);
+        finish(en, other[i]);
     }
 }
 
@@ -344,13 +400,16 @@ static void *scheduler(void *arg) {
         if (stop) break;
         run_batch(en, list);
     }
+    if (en->ev->grid->data.size > 1) neox_serve_stop_workers(&en->ev->grid->data);
     return NULL;
 }
 
 neox_serve_engine *neox_serve_engine_create(neox_evaluator *ev, const neox_serve_options *o, neox_error *err) {
-    if (ev->grid->data_size > 1) {
-        neox_fail(err, NEOX_EXIT_USAGE, "neox-eval serve runs on one rank (run it without mpiexec; several servers "
-                  "behind a load balancer share requests)");
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (ev->grid->data_size > 1 && level < MPI_THREAD_SERIALIZED) {  // rank 0's scheduler thread talks to the others
+        neox_fail(err, NEOX_EXIT_FAILURE, "neox-eval serve on %d ranks needs MPI_THREAD_SERIALIZED; this MPI gives less",
+                  ev->grid->data_size);
         return NULL;
     }
     neox_serve_engine *en = neox_calloc(1, sizeof *en);
@@ -364,6 +423,8 @@ neox_serve_engine *neox_serve_engine_create(neox_evaluator *ev, const neox_serve
     en->logits = neox_malloc((size_t)ROW_CHUNK * ev->model->desc.vocab_size * sizeof *en->logits);
     pthread_mutex_init(&en->lock, NULL);
     pthread_cond_init(&en->wake, NULL);
+    en->locks = 1;
+    if (ev->grid->data_rank != 0) return en;  // a worker: neox_serve_worker_run
     // SIGTERM and SIGINT are for the HTTP front end's sigwait: blocked here, before the scheduler
     // (and the OpenMP threads it starts) inherit the mask, so no other thread takes them.
     sigset_t stop;
@@ -388,6 +449,8 @@ void neox_serve_engine_free(neox_serve_engine *en) {
         pthread_cond_broadcast(&en->wake);
         pthread_mutex_unlock(&en->lock);
         pthread_join(en->thread, NULL);
+    }
+    if (en->locks) {
         pthread_mutex_destroy(&en->lock);
         pthread_cond_destroy(&en->wake);
     }

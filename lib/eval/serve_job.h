@@ -21,9 +21,33 @@ struct neox_serve_job {
     neox_serve_done done;
     void *ctx;
     neox_serve_choice *choices;  // req.nprompts x req.n, prompt-major
+    int *owner;                  // per choice, the data-parallel rank computing it (NULL: this one)
+    int failed;                  // computing it failed, with err
+    neox_error err;
     long long id;
     struct neox_serve_job *next;
 };
+
+// ---- the engine's pieces the data-parallel ranks share (serve_engine.c) ----------------------------
+// Scoring requests (echo with max_tokens 0, or one greedy token) are packed; the rest generate.
+int neox_serve_is_scoring(const neox_serve_request *r);
+// Allocates choice `index` of r for what computing it writes (its tokens, log-probabilities and
+// top alternatives), the same on the rank that computes it and the rank that answers.
+void neox_serve_choice_prepare(const neox_serve_request *r, int index, neox_serve_choice *c);
+// Computes the choices of jobs[0..n) that `rank` owns (all of them without owners): the scoring
+// ones packed together, then the generation ones; a failure marks its jobs failed.
+void neox_serve_compute(neox_serve_engine *en, neox_serve_job **jobs, int n, int rank);
+void neox_serve_job_free(neox_serve_job *job);
+neox_evaluator *neox_serve_engine_evaluator(neox_serve_engine *en);
+
+// ---- data-parallel serving (serve_ranks.c) -------------------------------------------------------
+// Rank 0 answers HTTP and schedules; every batch it takes is broadcast to the other data-parallel
+// ranks, each computes the choices assigned to it and sends them back. The assignment is a
+// function of the batch alone, so every rank derives the same one.
+void neox_serve_assign(neox_serve_job **jobs, int n, int ranks);
+void neox_serve_share(neox_comm *c, neox_serve_job **jobs, int n);    // rank 0: the batch to all
+void neox_serve_collect(neox_comm *c, neox_serve_job **jobs, int n);  // rank 0: the others' choices
+void neox_serve_stop_workers(neox_comm *c);                           // rank 0: no more batches
 
 // The /v1/completions response body of a finished job (malloc'ed).
 char *neox_serve_completion_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name,

@@ -17,4 +17,8 @@ int neox_serve_parse_field(const char *key, const json_t *v, neox_serve_request 
 int neox_serve_parse_body(const char *body, size_t size, neox_serve_request *r,
                           int (*parse)(const json_t *, neox_serve_request *, neox_serve_error *), neox_serve_error *e);
 
+// A tokenized request as the /v1/completions body that parses back to it (prompts as token ids;
+// the seed only when it has one): how a batch travels to the other data-parallel ranks.
+json_t *neox_serve_request_json(const neox_serve_request *r);
+
 #endif

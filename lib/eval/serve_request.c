@@ -218,3 +218,21 @@ int neox_serve_fuzz_request(const uint8_t *data, size_t size) {
     if (neox_serve_parse_chat_request((const char *)data, size, &r, &e) == 0) neox_serve_request_release(&r);
     return 0;
 }
+
+// ---- the inverse: a tokenized request as a completions body --------------------------------------
+json_t *neox_serve_request_json(const neox_serve_request *r) {
+    json_t *prompts = json_array();
+    for (int i = 0; i < r->nprompts; i++) {
+        json_t *ids = json_array();
+        for (int t = 0; t < r->prompts[i].nids; t++) json_array_append_new(ids, json_integer(r->prompts[i].ids[t]));
+        json_array_append_new(prompts, ids);
+    }
+    json_t *stop = json_array();
+    for (int i = 0; i < r->nstop; i++) json_array_append_new(stop, json_string(r->stop[i]));
+    json_t *o = json_pack("{s:o, s:i, s:f, s:f, s:i, s:o, s:b, s:i}", "prompt", prompts, "max_tokens", r->max_tokens,
+                          "temperature", r->temperature, "top_p", r->top_p, "top_k", r->top_k, "stop", stop, "echo",
+                          r->echo, "n", r->n);
+    if (r->has_seed) json_object_set_new(o, "seed", json_integer((json_int_t)r->seed));
+    if (r->logprobs >= 0) json_object_set_new(o, "logprobs", json_integer(r->logprobs));
+    return o;
+}

@@ -51,7 +51,9 @@ static void share_cores(void) {
 int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
     int initialized = 0, provided = 0;
     MPI_Initialized(&initialized);
-    if (!initialized && MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    // SERIALIZED, not FUNNELED: neox-eval serve's rank 0 talks to its other ranks from its scheduler
+    // thread (never at the same time as its main thread); everything else calls MPI from main.
+    if (!initialized && MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
         return neox_fail(err, NEOX_EXIT_FAILURE, "MPI initialisation failed");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     int rank, size;

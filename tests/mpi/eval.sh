@@ -3,6 +3,7 @@
 # micro-batch 4 equals one rank x micro-batch 8 (the same global batches). A checkpoint written by
 # 2 ranks loads on 1. A tp2 x pp2 config evaluates on 1 and 3 ranks without an override file.
 # Generation shares its prompts over the ranks and writes the one-rank records in input order.
+# neox-eval serve on 2 and 3 ranks gives the one-rank answers (tests/mpi/serve_ranks_check.py).
 source tests/lib.sh
 
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
@@ -107,7 +108,8 @@ check_output "interactive on 2 ranks: rank 0 reads the prompts" '^2$' sh -c \
 check_fails "a prompt too long on one rank fails every rank" 2 'the prompt has' sh -c \
     "python3 -c 'print(\"short\"); print(\"x \" * 40)' >'$T/long.txt' && $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type input-file \
     --sample-input-file '$T/long.txt' --sample-output-file '$T/long.jsonl'"
-# Serving is one rank's: several ranks are refused at once (before listening), none left waiting.
-check_fails "serve under mpiexec -n 2 is refused on every rank" 2 \
-    'rank 1\] error: neox-eval serve runs on one rank \(run it without mpiexec' \
-    timeout 120 $MPIEXEC -n 2 $EVAL serve -q --port 0 "$T/model.yml"
+# Serving over data-parallel ranks: rank 0 answers HTTP, every rank computes a share of each batch.
+PY=.venv/bin/python
+[ -x "$PY" ] || PY=python3
+"$PY" tests/mpi/serve_ranks_check.py "$MPIEXEC" "$EVAL" "$T/model.yml" "$T" ||
+    _report 1 "serve on 1, 2 and 3 ranks: every case (logs: serve1.log ... in the test directory)"

@@ -92,7 +92,7 @@ static int serve(int nconfigs, const char *const *configs, serve_args *a, int *a
     int has_chat = load_chat_format(&chat, cfg, ev, a, &err);
     neox_serve_engine *en = neox_serve_engine_create(ev, &a->engine, &err);
     if (!en) neox_die_error(&err);
-    int rc = neox_serve_http_run(en, &a->http, announce, &err);
+    int rc = ev->grid->data_rank == 0 ? neox_serve_http_run(en, &a->http, announce, &err) : neox_serve_worker_run(en);
     neox_serve_engine_free(en);
     if (has_chat) neox_chat_format_free(&chat);
     free((char *)a->engine.no_chat);
