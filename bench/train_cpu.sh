@@ -15,14 +15,15 @@
 # q k^T and p v, forward and backward, over the full (T, T) (PaLM's convention).
 # Needs `make` and `make deps` (.venv with torch and transformers).
 # Usage: bench/train_cpu.sh [key=value...]  keys: threads rounds steps warmup layers hidden heads
-#        vocab seq batch   (defaults: threads=2 rounds=3 steps=2 warmup=1 and the model above)
+#        vocab seq batch precision   (defaults: threads=2 rounds=3 steps=2 warmup=1 precision=fp32 and
+#        the model above; precision=bfloat16: neox.c's precision bfloat16 against torch's CPU autocast)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench/cpu_info.sh
 [ -x .venv/bin/python ] || { echo "bench/train_cpu.sh: .venv is missing (run 'make deps')" >&2; exit 1; }
 [ -f build/cpu/libneox.a ] || { echo "bench/train_cpu.sh: build/cpu/libneox.a is missing (run 'make')" >&2; exit 1; }
 declare -A opt=([threads]=2 [rounds]=3 [steps]=2 [warmup]=1 [layers]=6 [hidden]=512 [heads]=8 [vocab]=50304
-                [seq]=512 [batch]=8)
+                [seq]=512 [batch]=8 [precision]=fp32)
 for arg in "$@"; do
     key=${arg%%=*}
     [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/train_cpu.sh: bad argument '$arg'" >&2; exit 2; }
@@ -30,6 +31,11 @@ for arg in "$@"; do
 done
 model="layers=${opt[layers]} hidden=${opt[hidden]} vocab=${opt[vocab]} seq=${opt[seq]} batch=${opt[batch]} threads=${opt[threads]}"
 train="$model heads=${opt[heads]} steps=${opt[steps]} warmup=${opt[warmup]}"
+case ${opt[precision]} in
+fp32) ;;
+bfloat16) train="$train bf16=1" ;;
+*) echo "bench/train_cpu.sh: precision must be fp32 or bfloat16" >&2; exit 2 ;;
+esac
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/neox-trainbench.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -2,8 +2,9 @@
 // shape by default) on random token ids with lib/model and the AdamW kernel for a fixed number of
 // steps and prints one JSON line with tokens/s, the time spent in forward, backward and AdamW, and
 // the CPU seconds all threads used in the timed steps.
-//   train_neox key=value...   keys: layers hidden heads vocab seq batch steps warmup threads checkpoint
-//   (checkpoint=1: activation checkpointing, each layer recomputed in backward)
+//   train_neox key=value...   keys: layers hidden heads vocab seq batch steps warmup threads checkpoint bf16
+//   (checkpoint=1: activation checkpointing, each layer recomputed in backward; bf16=1: precision
+//   bfloat16, the linear layers' products on bfloat16 operands as neox-train runs them)
 // The step is the one neox-train runs: zero the gradients, forward, backward, AdamW over every
 // tensor (no weight decay on biases and norms).
 #include <omp.h>
@@ -16,13 +17,13 @@
 #include "kernels/kernels.h"
 #include "model.h"
 
-typedef struct bench_opts { int layers, hidden, heads, vocab, seq, batch, steps, warmup, threads, checkpoint; } bench_opts;
+typedef struct bench_opts { int layers, hidden, heads, vocab, seq, batch, steps, warmup, threads, checkpoint, bf16; } bench_opts;
 
 static void parse(bench_opts *o, const char *arg) {
     struct { const char *key; int *value; } keys[] = {
         {"layers", &o->layers}, {"hidden", &o->hidden}, {"heads", &o->heads}, {"vocab", &o->vocab},
         {"seq", &o->seq}, {"batch", &o->batch}, {"steps", &o->steps}, {"warmup", &o->warmup},
-        {"threads", &o->threads}, {"checkpoint", &o->checkpoint},
+        {"threads", &o->threads}, {"checkpoint", &o->checkpoint}, {"bf16", &o->bf16},
     };
     const char *eq = strchr(arg, '=');
     for (size_t i = 0; eq && i < sizeof keys / sizeof keys[0]; i++)
@@ -30,7 +31,7 @@ static void parse(bench_opts *o, const char *arg) {
             *keys[i].value = atoi(eq + 1);
             return;
         }
-    neox_die(2, "bad argument '%s' (keys: layers hidden heads vocab seq batch steps warmup threads checkpoint)", arg);
+    neox_die(2, "bad argument '%s' (keys: layers hidden heads vocab seq batch steps warmup threads checkpoint bf16)", arg);
 }
 
 // Pythia-70M's architecture (rotary on a quarter of each head, parallel residual, exact GELU,
@@ -65,6 +66,7 @@ int main(int argc, char **argv) {
     neox_model *m = neox_model_create(&d, &err);
     if (!m || neox_model_plan(m, o.batch, o.seq, &err) != 0) neox_die_error(&err);
     neox_model_init(m, 1234);
+    if (o.bf16) neox_model_set_precision(m, NEOX_PRECISION_BF16);
     m->training = 1;
     float *mom = neox_calloc(m->num_floats, sizeof(float)), *vel = neox_calloc(m->num_floats, sizeof(float));
     size_t n = (size_t)o.batch * o.seq;
@@ -85,6 +87,7 @@ int main(int argc, char **argv) {
             neox_adamw(m->param_buf + p->offset, m->grad_buf + p->offset, mom + p->offset, vel + p->offset, p->numel,
                        6e-4f, 0.9f, 0.95f, 1e-8f, p->no_decay ? 0.0f : 0.1f, s + 1);
         }
+        neox_model_weights_changed(m);  // the 16-bit copy is cast again in the next forward
         double t3 = neox_now();
         if (s == 0) first_loss = m->loss;
         last_loss = m->loss;
@@ -95,10 +98,10 @@ int main(int argc, char **argv) {
     }
     cpu = cpu_seconds() - cpu;
     double total = t_fwd + t_bwd + t_opt;
-    printf("{\"impl\": \"neox.c\", \"params\": %zu, \"tokens_per_step\": %zu, \"steps\": %d, \"seconds\": %.4f, "
+    printf("{\"impl\": \"neox.c\", \"precision\": \"%s\", \"params\": %zu, \"tokens_per_step\": %zu, \"steps\": %d, \"seconds\": %.4f, "
            "\"tokens_per_s\": %.2f, \"forward_s\": %.4f, \"backward_s\": %.4f, \"adamw_s\": %.4f, "
            "\"cpu_s\": %.4f, \"first_loss\": %.4f, \"last_loss\": %.4f, \"activation_bytes\": %zu}\n",
-           m->num_floats, n, o.steps, total, (double)n * o.steps / total, t_fwd / o.steps, t_bwd / o.steps,
+           o.bf16 ? "bfloat16" : "fp32", m->num_floats, n, o.steps, total, (double)n * o.steps / total, t_fwd / o.steps, t_bwd / o.steps,
            t_opt / o.steps, cpu, first_loss, last_loss, neox_model_activation_bytes(m));
     free(ids); free(mom); free(vel);
     neox_model_free(m);

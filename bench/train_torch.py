@@ -19,7 +19,7 @@ import transformers
 
 
 def main(argv):
-    opts = dict(layers=6, hidden=512, heads=8, vocab=50304, seq=512, batch=8, steps=3, warmup=1, threads=2)
+    opts = dict(layers=6, hidden=512, heads=8, vocab=50304, seq=512, batch=8, steps=3, warmup=1, threads=2, bf16=0)
     for arg in argv:
         key, _, value = arg.partition("=")
         if key not in opts:
@@ -55,8 +55,10 @@ def main(argv):
             cpu = cpu_seconds()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logits = model(input_ids=ids).logits
-        loss = F.cross_entropy(logits.view(n, -1), targets)
+        # bf16=1: torch's CPU autocast, its users' bfloat16 training (linear layers on bf16 operands).
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(opts["bf16"])):
+            logits = model(input_ids=ids).logits
+        loss = F.cross_entropy(logits.float().view(n, -1), targets)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -69,7 +71,7 @@ def main(argv):
     cpu = cpu_seconds() - cpu
     total = fwd + bwd + step
     print(json.dumps({
-        "impl": "pytorch", "torch": torch.__version__, "transformers": transformers.__version__,
+        "impl": "pytorch", "precision": "bfloat16" if opts["bf16"] else "fp32", "torch": torch.__version__, "transformers": transformers.__version__,
         "params": sum(p.numel() for p in model.parameters()), "tokens_per_step": n, "steps": opts["steps"],
         "seconds": round(total, 4), "tokens_per_s": round(n * opts["steps"] / total, 2),
         "forward_s": round(fwd / opts["steps"], 4), "backward_s": round(bwd / opts["steps"], 4),

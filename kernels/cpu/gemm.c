@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "gemv.h"
 #include "kernels/kernels.h"
 
@@ -30,9 +31,11 @@ enum { GEMM_PANEL_ALIGN = 32 };
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static neox_gemv_rows_fn *gemv_rows;
+static neox_gemm_bf16_fn *bf16_gemm;
 static void make_blas_single_threaded(void) {
     openblas_set_num_threads(1);
     gemv_rows = neox_gemv_rows_best();
+    bf16_gemm = neox_gemm_bf16_best();
 }
 
 static void sgemm1(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
@@ -121,6 +124,11 @@ void neox_gemm_ex(int trans_a, int trans_b, int M, int N, int K, float alpha, co
                   int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c) {
     if (ab == NEOX_ELEM_F32 && c == NEOX_ELEM_F32) {
         neox_cpu_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (ab == NEOX_ELEM_BF16 && c == NEOX_ELEM_F32) {  // 16-bit precision's products
+        pthread_once(&blas_once, make_blas_single_threaded);
+        bf16_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     // As stored, A is (K, M) when transposed and (M, K) otherwise; B is (N, K) or (K, N).

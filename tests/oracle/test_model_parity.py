@@ -228,13 +228,41 @@ def test_adamw_losses(case, tmp_path):
 HALF = {"bfloat16": torch.bfloat16, "fp16": torch.float16}
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        return next((set(l.split(":")[1].split()) for l in f if l.startswith("flags")), set())
+
+
+# Which fp32 order the products are summed in matters here: a sum one fp32 ulp away lands on the
+# other side of a 16-bit rounding boundary of the next layer's input, and in a model this small that
+# moves a whole row of logits by 2e-3 of their scale (measured: summing in reverse order does it too).
+# On a CPU with AVX512_BF16 (kernels/cpu/gemm_bf16.h) bfloat16 products are summed as vdpbf16ps sums
+# them: the two products of each pair along K first, then the pairs in order; elsewhere (and for
+# fp16) by sgemm, as torch's own matmul sums them.
+PAIRED_BF16 = {"avx512f", "avx512bw", "avx512_bf16"} <= cpu_flags()
+
+
+def matmul16(a, b, dtype):
+    """a (..., K) @ b (K, N) of 16-bit-rounded fp32 values, summed in the order the C build sums."""
+    if not (PAIRED_BF16 and dtype == torch.bfloat16):
+        return a @ b
+    prods = a.unsqueeze(-1) * b  # (..., K, N): exact (8-bit significands)
+    if prods.shape[-2] % 2:
+        prods = torch.cat([prods, torch.zeros_like(prods[..., :1, :])], -2)
+    pairs = prods[..., 0::2, :] + prods[..., 1::2, :]
+    out = torch.zeros(pairs.shape[:-2] + pairs.shape[-1:])
+    for k in range(pairs.shape[-2]):
+        out = out + pairs[..., k, :]
+    return out
+
+
 class RoundedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, dtype):
         xr, wr = x.to(dtype).float(), w.to(dtype).float()
         ctx.save_for_backward(xr, wr)
         ctx.dtype, ctx.has_bias = dtype, b is not None
-        out = xr @ wr.t()
+        out = matmul16(xr, wr.t(), dtype)
         return out + b if b is not None else out
 
     @staticmethod
@@ -242,9 +270,9 @@ class RoundedLinear(torch.autograd.Function):
         xr, wr = ctx.saved_tensors
         dr = dout.to(ctx.dtype).float()
         rows = dr.reshape(-1, dr.shape[-1])
-        dw = rows.t() @ xr.reshape(-1, xr.shape[-1])
+        dw = matmul16(rows.t(), xr.reshape(-1, xr.shape[-1]), ctx.dtype)
         db = dout.reshape(-1, dout.shape[-1]).sum(0) if ctx.has_bias else None
-        return dr @ wr, dw, db, None
+        return matmul16(dr, wr, ctx.dtype), dw, db, None
 
 
 def round_linears(model, dtype):

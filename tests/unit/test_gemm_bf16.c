@@ -1,0 +1,97 @@
+// test_gemm_bf16.c: both builds of the bfloat16 matrix product (kernels/cpu/gemm_bf16.c) this CPU
+// runs, the reference (widen, sgemm) and AVX512_BF16 (vdpbf16ps on packed pairs), against a
+// double-precision product of the same bfloat16 values: every transposition, odd K (a pair half
+// empty), M and N that are and are not multiples of the 8 x 32 register block and the 128-row
+// cache block, fewer than 8 rows (the decoding step's in-place dot products, K tails masked), padded strides, alpha and beta (beta 0 must not read C, which holds NaN there).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/kernels.h"
+
+// Values exact in bfloat16 (k/16 for small k), varied by position and operand.
+static uint16_t bf16_of(float x) {
+    uint16_t h;
+    neox_cast_f32_to_bf16(&h, &x, 1);
+    return h;
+}
+static float value(size_t i, int salt) { return (float)((int)((i * 37 + (size_t)salt * 11) % 29) - 14) / 16.0f; }
+
+static void check(neox_gemm_bf16_fn *gemm, const char *name, int ta, int tb, int M, int N, int K, float beta) {
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    uint16_t *A = neox_malloc(na * sizeof *A), *B = neox_malloc(nb * sizeof *B);
+    float *C = neox_malloc(nc * sizeof *C);
+    for (size_t i = 0; i < na; i++) A[i] = bf16_of(value(i, 1));
+    for (size_t i = 0; i < nb; i++) B[i] = bf16_of(value(i, 2));
+    for (size_t i = 0; i < nc; i++) C[i] = beta != 0.0f ? value(i, 3) : NAN;
+    gemm(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, C, ldc);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double dot = 0.0;
+            for (int k = 0; k < K; k++)
+                dot += (double)value(ta ? (size_t)k * lda + i : (size_t)i * lda + k, 1) *
+                       value(tb ? (size_t)j * ldb + k : (size_t)k * ldb + j, 2);
+            double want = 0.5 * dot + (beta != 0.0f ? beta * value((size_t)i * ldc + j, 3) : 0.0);
+            double got = C[(size_t)i * ldc + j];
+            if (!(fabs(got - want) <= 1e-5 * (1.0 + fabs(want))))
+                fail_msg("%s ta %d tb %d M %d N %d K %d beta %g: C[%d][%d] = %.9g, expected %.9g", name, ta, tb, M, N, K,
+                         beta, i, j, got, want);
+        }
+    // Columns past N in the padded stride are not written.
+    for (int i = 0; i < M && beta == 0.0f; i++)
+        for (int j = N; j < ldc; j++)
+            if (!isnan(C[(size_t)i * ldc + j])) fail_msg("%s: wrote C[%d][%d] past N", name, i, j);
+    free(A), free(B), free(C);
+}
+
+static void check_every_shape(neox_gemm_bf16_fn *gemm, const char *name) {
+    // M below 8 with B (N, K) takes the in-place dot products; K 33 and 70 end in a masked tail.
+    const int shapes[][3] = {{1, 1, 1}, {1, 33, 7}, {7, 31, 16}, {8, 32, 17}, {9, 65, 64}, {130, 40, 33},
+                             {3, 200, 576}, {2, 9, 70}, {5, 3, 32}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int t = 0; t < 4; t++)
+            for (int beta = 0; beta < 2; beta++)
+                check(gemm, name, t & 1, t >> 1, shapes[s][0], shapes[s][1], shapes[s][2], (float)beta);
+}
+
+static void test_reference(void **state) {
+    (void)state;
+    check_every_shape(neox_gemm_bf16_reference, "reference");
+}
+
+static void test_avx512_bf16(void **state) {
+    (void)state;
+    if (!neox_cpu_has_avx512_bf16()) {
+        printf("this CPU has no AVX512_BF16: that build cannot run here\n");
+        return;
+    }
+    check_every_shape(neox_gemm_bf16_avx512, "avx512_bf16");
+}
+
+// neox_gemm_ex, the backends' entry, takes the best build for bfloat16 operands and fp32 results.
+static void test_gemm_ex_takes_it(void **state) {
+    (void)state;
+    uint16_t a[6], b[6];
+    float c[4] = {NAN, NAN, NAN, NAN};
+    for (int i = 0; i < 6; i++) a[i] = bf16_of((float)(i + 1)), b[i] = bf16_of((float)(6 - i));
+    neox_gemm_ex(0, 1, 2, 2, 3, 1.0f, a, 3, b, 3, NEOX_ELEM_BF16, 0.0f, c, 2, NEOX_ELEM_F32);
+    // rows (1 2 3), (4 5 6) against (6 5 4), (3 2 1)
+    assert_true(c[0] == 28.0f && c[1] == 10.0f && c[2] == 73.0f && c[3] == 28.0f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference),
+        cmocka_unit_test(test_avx512_bf16),
+        cmocka_unit_test(test_gemm_ex_takes_it),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
