@@ -5,18 +5,29 @@
 // each of 16 sums: a block of 8 rows x 32 columns of C stays in 16 accumulators while K streams by.
 // Half the bytes of fp32 operands, twice the products per instruction. Fewer than 8 rows against a
 // row-major B (a decoding step) take dot products in place instead.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/kernels.h"
 
+// The kernels link without lib/core: running out of memory for a product's scratch ends the process
+// as gemm.c's widening does.
+static void *scratch(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "neox_gemm_bf16: out of memory for %zu bytes of scratch\n", bytes);
+        abort();
+    }
+    return p;
+}
+
 void neox_gemm_bf16_reference(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                               const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     size_t na = trans_a ? (size_t)K * lda : (size_t)M * lda, nb = trans_b ? (size_t)N * ldb : (size_t)K * ldb;
-    float *a = neox_malloc((na ? na : 1) * sizeof *a), *b = neox_malloc((nb ? nb : 1) * sizeof *b);
+    float *a = scratch((na ? na : 1) * sizeof *a), *b = scratch((nb ? nb : 1) * sizeof *b);
     // Strided views' last rows may be short: widen only what they cover.
     size_t ea = trans_a ? (K ? (size_t)(K - 1) * lda + M : 0) : (M ? (size_t)(M - 1) * lda + K : 0);
     size_t eb = trans_b ? (N ? (size_t)(N - 1) * ldb + K : 0) : (K ? (size_t)(K - 1) * ldb + N : 0);
@@ -132,7 +143,7 @@ void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float 
     size_t b_size = (size_t)panels * KP * 2 * NR;
     if (b_size > packed_b_size) {
         free(packed_b);
-        packed_b = neox_malloc(b_size * sizeof *packed_b);
+        packed_b = scratch(b_size * sizeof *packed_b);
         packed_b_size = b_size;
     }
     uint16_t *b = packed_b;
@@ -142,7 +153,7 @@ void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float 
     // call) and runs it against every panel, which stay in the shared cache.
     #pragma omp parallel
     {
-        uint32_t *a = neox_malloc((size_t)MB * (KP ? KP : 1) * sizeof *a);
+        uint32_t *a = scratch((size_t)MB * (KP ? KP : 1) * sizeof *a);
         #pragma omp for schedule(dynamic, 1)
         for (int mb = 0; mb < mblocks; mb++) {
             int first = mb * MB, rows_here = MP - first < MB ? MP - first : MB;
