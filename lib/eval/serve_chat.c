@@ -6,7 +6,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "serve_job.h"
 #include "serve_parse.h"
@@ -115,19 +114,8 @@ int neox_serve_render_chat(const neox_serve_options *o, neox_serve_request *r, n
 // A token's text and its bytes (a byte-level token may be part of a character: its text is then
 // the "<id N>" placeholder the completions lists use, and its bytes are exact).
 static json_t *token_entry(const neox_evaluator *ev, int32_t id, double logprob) {
-    size_t size = 0;
-    neox_error err = {0};
-    char *text = id < neox_tokenizer_vocab_size(ev->tokenizer) ? neox_tokenizer_decode(ev->tokenizer, &id, 1, &size, &err) : NULL;
-    json_t *bytes = json_array();
-    for (size_t i = 0; text && i < size; i++) json_array_append_new(bytes, json_integer((unsigned char)text[i]));
-    json_t *s = text ? json_stringn(text, size) : NULL;
-    if (!s) {
-        char name[32];
-        snprintf(name, sizeof name, "<id %d>", (int)id);
-        s = json_string(name);
-    }
-    free(text);
-    return json_pack("{s:o, s:f, s:o}", "token", s, "logprob", logprob, "bytes", bytes);
+    json_t *bytes, *text = neox_serve_token_json(ev, id, &bytes);
+    return json_pack("{s:o, s:f, s:o}", "token", text, "logprob", logprob, "bytes", bytes);
 }
 
 // {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}...]}]} over the
@@ -163,26 +151,5 @@ static json_t *chat_choice(const neox_serve_job *job, const neox_evaluator *ev, 
 }
 
 char *neox_serve_chat_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name, neox_serve_error *e) {
-    const neox_serve_request *r = &job->req;
-    json_t *choices = json_array();
-    long long completion_tokens = 0;
-    for (int i = 0; i < r->n; i++) {
-        json_t *c = chat_choice(job, ev, i, e);
-        if (!c) {
-            json_decref(choices);
-            return NULL;
-        }
-        json_array_append_new(choices, c);
-        completion_tokens += job->choices[i].ngen;
-    }
-    char id[32];
-    snprintf(id, sizeof id, "chatcmpl-%lld", job->id);
-    long long prompt_tokens = r->prompts[0].nids;
-    json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:I, s:I, s:I}}", "id", id, "object", "chat.completion",
-                             "created", (json_int_t)time(NULL), "model", model_name, "choices", choices, "usage",
-                             "prompt_tokens", (json_int_t)prompt_tokens, "completion_tokens",
-                             (json_int_t)completion_tokens, "total_tokens", (json_int_t)(prompt_tokens + completion_tokens));
-    char *body = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
-    json_decref(root);
-    return body;
+    return neox_serve_job_body(job, ev, model_name, chat_choice, "chat.completion", "chatcmpl", e);
 }

@@ -49,6 +49,16 @@ void neox_serve_share(neox_comm *c, neox_serve_job **jobs, int n);    // rank 0:
 void neox_serve_collect(neox_comm *c, neox_serve_job **jobs, int n);  // rank 0: the others' choices
 void neox_serve_stop_workers(neox_comm *c);                           // rank 0: no more batches
 
+// A token's text for the log-probability lists, and with bytes its UTF-8 bytes as a list of
+// integers: a token that is no text of its own (part of a character, an id past the tokenizer such
+// as a padding row of the embedding) is "<id N>".
+struct json_t *neox_serve_token_json(const neox_evaluator *ev, int32_t id, struct json_t **bytes);
+// A finished job's response body (malloc'ed): each choice through `choice`, under OpenAI's
+// envelope (id "<id_prefix>-N", object, created, model, choices, usage).
+typedef struct json_t *(*neox_serve_choice_json)(const neox_serve_job *job, const neox_evaluator *ev, int index,
+                                                 neox_serve_error *e);
+char *neox_serve_job_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name,
+                          neox_serve_choice_json choice, const char *object, const char *id_prefix, neox_serve_error *e);
 // The /v1/completions response body of a finished job (malloc'ed).
 char *neox_serve_completion_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name,
                                  neox_serve_error *e);

@@ -27,12 +27,14 @@ char *neox_serve_models_body(const neox_serve_options *o) {
     return body;
 }
 
-// The text of one token for the log-probability lists (ids past the tokenizer, padding rows of the
-// embedding, have none).
-static json_t *token_string(const neox_evaluator *ev, int32_t id) {
-    size_t size;
+json_t *neox_serve_token_json(const neox_evaluator *ev, int32_t id, json_t **bytes) {
+    size_t size = 0;
     neox_error err = {0};
     char *text = id < neox_tokenizer_vocab_size(ev->tokenizer) ? neox_tokenizer_decode(ev->tokenizer, &id, 1, &size, &err) : NULL;
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; text && i < size; i++) json_array_append_new(*bytes, json_integer((unsigned char)text[i]));
+    }
     json_t *s = text ? json_stringn(text, size) : NULL;
     if (!s) {
         char name[32];
@@ -42,6 +44,8 @@ static json_t *token_string(const neox_evaluator *ev, int32_t id) {
     free(text);
     return s;
 }
+
+static json_t *token_string(const neox_evaluator *ev, int32_t id) { return neox_serve_token_json(ev, id, NULL); }
 
 static json_t *number_or_null(double x) { return isnan(x) ? json_null() : json_real(x); }
 
@@ -110,14 +114,14 @@ static json_t *choice_object(const neox_serve_job *job, const neox_evaluator *ev
     return o;
 }
 
-char *neox_serve_completion_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name,
-                                 neox_serve_error *e) {
+char *neox_serve_job_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name,
+                         neox_serve_choice_json choice, const char *object, const char *id_prefix, neox_serve_error *e) {
     const neox_serve_request *r = &job->req;
     json_t *choices = json_array();
     long long prompt_tokens = 0, completion_tokens = 0;
     for (int i = 0; i < r->nprompts; i++) prompt_tokens += r->prompts[i].nids;
     for (int i = 0; i < r->nprompts * r->n; i++) {
-        json_t *c = choice_object(job, ev, i, e);
+        json_t *c = choice(job, ev, i, e);
         if (!c) {
             json_decref(choices);
             return NULL;
@@ -125,13 +129,18 @@ char *neox_serve_completion_body(const neox_serve_job *job, const neox_evaluator
         json_array_append_new(choices, c);
         completion_tokens += job->choices[i].ngen;
     }
-    char id[32];
-    snprintf(id, sizeof id, "cmpl-%lld", job->id);
-    json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:I, s:I, s:I}}", "id", id, "object", "text_completion",
-                             "created", (json_int_t)time(NULL), "model", model_name, "choices", choices, "usage",
-                             "prompt_tokens", (json_int_t)prompt_tokens, "completion_tokens",
-                             (json_int_t)completion_tokens, "total_tokens", (json_int_t)(prompt_tokens + completion_tokens));
+    char id[48];
+    snprintf(id, sizeof id, "%s-%lld", id_prefix, job->id);
+    json_t *root = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:I, s:I, s:I}}", "id", id, "object", object, "created",
+                             (json_int_t)time(NULL), "model", model_name, "choices", choices, "usage", "prompt_tokens",
+                             (json_int_t)prompt_tokens, "completion_tokens", (json_int_t)completion_tokens,
+                             "total_tokens", (json_int_t)(prompt_tokens + completion_tokens));
     char *body = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(root);
     return body;
+}
+
+char *neox_serve_completion_body(const neox_serve_job *job, const neox_evaluator *ev, const char *model_name,
+                                 neox_serve_error *e) {
+    return neox_serve_job_body(job, ev, model_name, choice_object, "text_completion", "cmpl", e);
 }
