@@ -108,21 +108,23 @@ __attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *
 // A few rows against B (N, K) row-major, as a decoding step multiplies: packing B would read and
 // write all of it for a handful of dot products, so each C[i][j] is a dot product of A's row i and
 // B's row j read where they lie (their elements already pair along K), 32 at a time.
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void few_rows(int M, int N, int K, float alpha,
-                                                                           const uint16_t *A, int lda,
-                                                                           const uint16_t *B, int ldb, float beta,
-                                                                           float *C, int ldc) {
+// (The vector code is a function of its own: clang does not carry a target attribute into the
+// OpenMP region's outlined body.)
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static float dot_bf16(const uint16_t *a, const uint16_t *b, int K) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) {
+        __mmask32 m = K - k >= 32 ? 0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
+        acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_maskz_loadu_epi16(m, a + k), (__m512bh)_mm512_maskz_loadu_epi16(m, b + k));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void few_rows(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                     float *C, int ldc) {
     #pragma omp parallel for schedule(static)
     for (int j = 0; j < N; j++)
         for (int i = 0; i < M; i++) {
-            __m512 acc = _mm512_setzero_ps();
-            for (int k = 0; k < K; k += 32) {
-                __mmask32 m = K - k >= 32 ? 0xffffffffu : (__mmask32)((1u << (K - k)) - 1);
-                __m512bh a = (__m512bh)_mm512_maskz_loadu_epi16(m, A + (size_t)i * lda + k);
-                __m512bh b = (__m512bh)_mm512_maskz_loadu_epi16(m, B + (size_t)j * ldb + k);
-                acc = _mm512_dpbf16_ps(acc, a, b);
-            }
-            float *c = C + (size_t)i * ldc + j, dot = _mm512_reduce_add_ps(acc);
+            float *c = C + (size_t)i * ldc + j, dot = dot_bf16(A + (size_t)i * lda, B + (size_t)j * ldb, K);
             *c = alpha * dot + (beta != 0.0f ? beta * *c : 0.0f);
         }
 }
