@@ -2,7 +2,8 @@
 # lib/train/adaptive_compression.c) on Tiny Shakespeare (char-level), two data-parallel ranks:
 # - leaving a compressor hands back its error exactly (1-bit and PowerSGD, 2-4 ranks);
 # - a measured run logs every decision with its inputs from gradient_compression_start on, every
-#   gradient_compression_interval steps, and ends within 2% of AdamW's validation loss;
+#   gradient_compression_interval steps (which schemes it picks depends on the machine's timings, so
+#   its loss is not asserted: the fixed schedule below is);
 # - replaying that run's decisions file reproduces its losses bit for bit (decisions are the only
 #   thing the measurements change);
 # - a replayed schedule that passes through every scheme (PowerSGD, 1-bit, bf16, dense) is
@@ -44,7 +45,7 @@ ADAPTIVE='"gradient_compression": "adaptive", "gradient_compression_start": 60, 
 check "AdamW, 2 ranks" run adam ""
 check "adaptive, measured, 2 ranks" run measured ", $ADAPTIVE"
 
-check "measured: a decision with its inputs at 60, 100, ..., 260; within 2% of AdamW" python3 - "$T" <<'PY'
+check "measured: a decision with its inputs at 60, 100, ..., 260" python3 - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
 lines = [json.loads(l) for l in open(f"{t}/measured/gradient_compression.jsonl")]
@@ -58,7 +59,6 @@ def valid(d):
     return [r["validation/lm_loss"] for r in map(json.loads, open(f"{t}/{d}/metrics.jsonl")) if "validation/lm_loss" in r][0]
 adam, measured = valid("adam"), valid("measured")
 print("decisions:", [(d["iteration"], d["scheme"]) for d in lines], f"validation {measured:.4f} vs AdamW {adam:.4f}")
-sys.exit(0 if measured <= 1.02 * adam else 1)
 PY
 
 check "replaying the measured run's decisions" run replayed ", $ADAPTIVE, \"gradient_compression_replay\": \"$T/measured/gradient_compression.jsonl\""
