@@ -220,6 +220,12 @@ typedef struct neox_sample_index {
 neox_sample_index *neox_sample_index_build(const neox_indexed_dataset *ds, const neox_sample_index_options *opts,
                                            int *loaded, neox_error *err);
 void neox_sample_index_free(neox_sample_index *si);
+// The index of a pairwise dataset (pairwise_index.c), from the chosen and rejected datasets (one
+// document each per pair) and their label datasets (both or neither), built in memory.
+neox_sample_index *neox_pairwise_index_build(const neox_indexed_dataset *pos, const neox_indexed_dataset *neg,
+                                             const neox_indexed_dataset *pos_labels,
+                                             const neox_indexed_dataset *neg_labels,
+                                             const neox_sample_index_options *o, neox_error *err);
 // The cache path prefix GPT-NeoX uses: {prefix}_{name}_indexmap_{ns}ns_{sl}sl_{seed}s_{pi}pi[_ac]
 // (with cache_dir set, the same name under that directory: {cache_dir}/{basename(prefix)}_...).
 char *neox_sample_index_cache_name(const neox_sample_index_options *opts);
@@ -252,8 +258,10 @@ void neox_train_valid_test_samples(int64_t train_iters, int64_t eval_interval, i
 // =============================================================================================
 // Datasets as the trainer sees them: one GPT2Dataset, or a BlendableDataset over several.
 typedef struct neox_gpt2_dataset {
-    neox_indexed_dataset *data;   // owned
+    neox_indexed_dataset *data;   // owned; the chosen (pos_*) side of a pairwise dataset
     neox_indexed_dataset *labels; // owned; NULL without a label dataset (its items match data's)
+    neox_indexed_dataset *neg;    // owned; a pairwise dataset's rejected side (neg_*), else NULL
+    neox_indexed_dataset *neg_labels;  // owned; its labels, present exactly when labels is
     neox_sample_index *index;     // owned
     int seq_length;
 } neox_gpt2_dataset;
@@ -267,6 +275,7 @@ typedef struct neox_dataset {
     int64_t *dataset_sample_index;
     int seq_length;
     int has_labels;               // every part has a label dataset (*_label_data_paths)
+    int pairwise;                 // dataset_impl pairwise: every sample is a (chosen, rejected) pair
     int64_t vocab_size;           // set by the user of the samples: ids must lie below it (0: unchecked)
 } neox_dataset;
 
@@ -276,6 +285,13 @@ typedef struct neox_dataset {
 // vocab_size set, a token or label id outside the vocabulary is an error naming the dataset and
 // the sample.
 int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, int32_t *labels, neox_error *err);
+// A pairwise dataset's sample idx: the chosen side into pos (and pos_labels), the rejected side into
+// neg (and neg_labels), each seq_length + 1 ids as GPT-NeoX's PairwiseDataset gives them: tokens
+// padded with 0, labels with -100 (so without label datasets the padding is scored, as there).
+int neox_dataset_pair_sample(const neox_dataset *d, int64_t idx, int32_t *pos, int32_t *pos_labels, int32_t *neg,
+                             int32_t *neg_labels, neox_error *err);
+// Rows of a micro-batch per sample: 2 for a pairwise dataset (chosen rows, then rejected rows), else 1.
+static inline int neox_dataset_rows_per_sample(const neox_dataset *d) { return d && d->pairwise ? 2 : 1; }
 void neox_dataset_free(neox_dataset *d);
 
 // The data settings of a GPT-NeoX config, as plain values.
@@ -287,6 +303,11 @@ typedef struct neox_data_settings {
     const char *const *test_paths; int ntest;
     const char *const *train_label_paths, *const *valid_label_paths, *const *test_label_paths;  // NULL or
                                            // one per data path (*_label_data_paths)
+    // dataset_impl pairwise: the train/valid/test paths above are the chosen side (pos_*), these the
+    // rejected side (neg_*), one per chosen path; their labels likewise.
+    int pairwise;
+    const char *const *train_neg_paths, *const *valid_neg_paths, *const *test_neg_paths;
+    const char *const *train_neg_label_paths, *const *valid_neg_label_paths, *const *test_neg_label_paths;
     const double *train_weights, *valid_weights, *test_weights;  // NULL: all 1
     int weight_by_num_documents;
     double weighted_sampler_alpha;
@@ -322,7 +343,7 @@ typedef struct neox_batch_iterator {
 } neox_batch_iterator;
 
 typedef struct neox_batch {
-    int micro_batch, seq_length;
+    int micro_batch, seq_length;   // micro_batch rows: a pairwise dataset's chosen rows, then its rejected ones
     int32_t *tokens;    // [micro_batch][seq_length] inputs (padding replaced by 0)
     int32_t *labels;    // [micro_batch][seq_length] next tokens, or with a label dataset its next labels
                         // (padding and masked labels replaced by 0)
@@ -333,6 +354,7 @@ typedef struct neox_batch {
 void neox_batch_iterator_init(neox_batch_iterator *it, const neox_dataset *d, int micro_batch, int dp_size,
                               int dp_rank, int32_t eod_id, int eod_mask_loss);
 int64_t neox_batch_iterator_batches(const neox_batch_iterator *it);  // len(dataloader) (drop_last)
+// A batch of micro_batch rows (micro_batch samples times neox_dataset_rows_per_sample).
 neox_batch *neox_batch_alloc(int micro_batch, int seq_length);
 void neox_batch_free(neox_batch *b);
 int neox_batch_next(neox_batch_iterator *it, neox_batch *b, neox_error *err);

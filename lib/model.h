@@ -241,4 +241,13 @@ const float *neox_model_logits(const neox_model *m);
 // Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
 void neox_model_backward(neox_model *m, float loss_scale);
 
+// Objectives other than the mean token loss (DPO: lib/train/preference.c) are built from the
+// per-token log-probabilities of the targets and give back the loss's gradient per token.
+// After a forward with targets on the last stage: out (B * T) = log p(target) at every position,
+// from the same vocabulary-parallel log-sum-exp as the loss (whole under tensor parallelism).
+void neox_model_token_logprobs(const neox_model *m, double *out);
+// Makes the next backward that of the loss L = sum_i w[i] * (-log p(target_i)), w (B * T) being
+// dL/d(token loss): the mean loss is the case w = mask / sum(mask). Replaces the forward's mask.
+void neox_model_set_token_weights(neox_model *m, const float *w);
+
 #endif

@@ -43,4 +43,14 @@ int64_t neox_trainer_iteration(const neox_trainer *t);
 // and returns NEOX_TRAIN_EXIT_INTERRUPTED). Installed before anything else claims the signals.
 void neox_train_install_signal_handlers(void);
 
+// DPO's loss (lib/train/preference.c) for B pairs of sequences of T positions: rows [0, B) chosen,
+// [B, 2B) rejected; policy_lp and ref_lp (2B, T) the log-probabilities of the labels, mask (2B, T)
+// the scored positions. Returns the mean over pairs of -log sigmoid(beta * z); weights (2B, T) gets
+// the loss's gradient with respect to each token's loss (-log p), metrics GPT-NeoX's eight (the
+// means over pairs of ref_neg, ref_pos, chosen_neg, chosen_pos, chosen_rewards, rejected_rewards,
+// reward_acc, margins).
+enum { NEOX_DPO_METRICS = 8 };
+double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float *mask, int B, int T, double beta,
+                     float *weights, double *metrics);
+
 #endif

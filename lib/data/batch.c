@@ -45,31 +45,51 @@ void neox_batch_free(neox_batch *b) {
 
 // The dataloader restarts from the beginning when a resume position passes its end
 // (GPT-NeoX: start_iter = iteration * gradient_accumulation_steps % len(dataloader)).
+// Row `row` of b from one sample: inputs are sample[:-1] (negative ids replaced by 0), labels
+// target[1:] (likewise), scored where the label is >= 0 and, with eod_mask_loss, the input not EOD.
+static void fill_row(const neox_batch_iterator *it, neox_batch *b, int row, const int32_t *sample,
+                     const int32_t *target) {
+    int seq = b->seq_length;
+    for (int t = 0; t < seq; t++) {
+        size_t k = (size_t)row * seq + t;
+        int32_t in = sample[t], next = target[t + 1];
+        b->tokens[k] = in < 0 ? 0 : in;
+        b->labels[k] = next < 0 ? 0 : next;
+        float mask = next >= 0 ? 1.0f : 0.0f;
+        if (it->eod_mask_loss && in == it->eod_id) mask = 0.0f;
+        b->loss_mask[k] = mask;
+    }
+}
+
+// The dataloader restarts from the beginning when a resume position passes its end
+// (GPT-NeoX: start_iter = iteration * gradient_accumulation_steps % len(dataloader)). A pairwise
+// dataset's samples fill the chosen rows [0, micro_batch) and the rejected rows after them, as
+// GPT-NeoX concatenates pos and neg along the batch.
 int neox_batch_next(neox_batch_iterator *it, neox_batch *b, neox_error *err) {
     int64_t batches = neox_batch_iterator_batches(it);
     if (batches <= 0)
         return neox_fail(err, NEOX_EXIT_FAILURE, "the dataset has %lld samples, fewer than one global batch of %d",
                          (long long)it->dataset->size, it->micro_batch * it->dp_size);
-    int seq = b->seq_length;
-    int32_t *sample = neox_malloc(((size_t)seq + 1) * sizeof *sample);
-    int32_t *label = it->dataset->has_labels ? neox_malloc(((size_t)seq + 1) * sizeof *label) : NULL;
-    const int32_t *target = label ? label : sample;
+    int rows = neox_dataset_rows_per_sample(it->dataset);
+    if (b->micro_batch != it->micro_batch * rows)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "internal: a batch of %d rows for %d samples of %d rows",
+                         b->micro_batch, it->micro_batch, rows);
+    size_t n = (size_t)b->seq_length + 1;
+    int32_t *buf = neox_malloc(4 * n * sizeof *buf);
+    int32_t *sample = buf, *label = buf + n, *neg = buf + 2 * n, *neg_label = buf + 3 * n;
+    int labelled = it->dataset->has_labels;
     int64_t first = (it->position % batches) * it->micro_batch * it->dp_size + (int64_t)it->dp_rank * it->micro_batch;
     int rc = 0;
-    for (int m = 0; m < b->micro_batch && rc == 0; m++) {
-        rc = neox_dataset_sample(it->dataset, first + m, sample, label, err);
-        for (int t = 0; rc == 0 && t < seq; t++) {
-            size_t k = (size_t)m * seq + t;
-            int32_t in = sample[t], next = target[t + 1];
-            b->tokens[k] = in < 0 ? 0 : in;
-            b->labels[k] = next < 0 ? 0 : next;
-            float mask = next >= 0 ? 1.0f : 0.0f;
-            if (it->eod_mask_loss && in == it->eod_id) mask = 0.0f;
-            b->loss_mask[k] = mask;
+    for (int m = 0; m < it->micro_batch && rc == 0; m++) {
+        if (rows == 2) {
+            rc = neox_dataset_pair_sample(it->dataset, first + m, sample, label, neg, neg_label, err);
+            if (rc == 0) fill_row(it, b, it->micro_batch + m, neg, labelled ? neg_label : neg);
+        } else {
+            rc = neox_dataset_sample(it->dataset, first + m, sample, labelled ? label : NULL, err);
         }
+        if (rc == 0) fill_row(it, b, m, sample, labelled ? label : sample);
     }
-    free(sample);
-    free(label);
+    free(buf);
     if (rc == 0) it->position++;
     return rc;
 }

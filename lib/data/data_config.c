@@ -5,6 +5,7 @@
 #include "data.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 // A list of strings or numbers from the config; NULL and 0 when the key is None.
 static int read_list(const neox_config *cfg, neox_key_id id, char ***strings, double **numbers, int *count,
@@ -48,6 +49,70 @@ static int read_labels(const neox_config *cfg, neox_key_id id, int ndata, const 
     return 0;
 }
 
+// train/valid/test_data_paths and their label datasets.
+static int read_paths(const neox_config *cfg, neox_data_settings *s, neox_error *err) {
+    char **train = NULL, **valid = NULL, **test = NULL;
+    int rc = read_list(cfg, NEOX_K_train_data_paths, &train, NULL, &s->ntrain, err);
+    s->train_paths = (const char *const *)train;
+    if (rc == 0) rc = read_list(cfg, NEOX_K_valid_data_paths, &valid, NULL, &s->nvalid, err);
+    s->valid_paths = (const char *const *)valid;
+    if (rc == 0) rc = read_list(cfg, NEOX_K_test_data_paths, &test, NULL, &s->ntest, err);
+    s->test_paths = (const char *const *)test;
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_train_label_data_paths, s->ntrain, &s->train_label_paths, err);
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_valid_label_data_paths, s->nvalid, &s->valid_label_paths, err);
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_test_label_data_paths, s->ntest, &s->test_label_paths, err);
+    return rc;
+}
+
+// One split of pairwise data: pos_SPLIT_data_paths (the chosen side, into *data), neg_SPLIT_data_paths
+// (as many), and both label lists or neither (GPT-NeoX's PairwiseDataset asserts as much).
+static int read_pairwise_split(const neox_config *cfg, const neox_key_id ids[4], const char *const **data, int *n,
+                               const char *const **labels, const char *const **neg, const char *const **neg_labels,
+                               neox_error *err) {
+    char **pos = NULL, **rejected = NULL;
+    int nneg = 0;
+    int rc = read_list(cfg, ids[0], &pos, NULL, n, err);
+    *data = (const char *const *)pos;
+    if (rc == 0) rc = read_list(cfg, ids[1], &rejected, NULL, &nneg, err);
+    *neg = (const char *const *)rejected;
+    if (rc == 0 && nneg != *n)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s has %d paths but %s has %d: each chosen dataset needs its rejected one",
+                         neox_key_specs[ids[0]].name, *n, neox_key_specs[ids[1]].name, nneg);
+    if (rc == 0) rc = read_labels(cfg, ids[2], *n, labels, err);
+    if (rc == 0) rc = read_labels(cfg, ids[3], *n, neg_labels, err);
+    if (rc == 0 && (*labels == NULL) != (*neg_labels == NULL))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s and %s: set both label lists or neither",
+                         neox_key_specs[ids[2]].name, neox_key_specs[ids[3]].name);
+    return rc;
+}
+
+// dataset_impl pairwise: the pos_*/neg_* lists; the plain *_data_paths and data_path do not apply.
+static int read_pairwise_paths(const neox_config *cfg, neox_data_settings *s, neox_error *err) {
+    if (s->data_path || neox_config_has(cfg, train_data_paths))
+        return neox_fail(err, NEOX_EXIT_USAGE, "dataset_impl pairwise reads pos_train_data_paths and "
+                         "neg_train_data_paths (and the valid and test lists), not %s",
+                         s->data_path ? "data_path" : "train_data_paths");
+    static const neox_key_id ids[3][4] = {
+        {NEOX_K_pos_train_data_paths, NEOX_K_neg_train_data_paths, NEOX_K_pos_train_label_data_paths,
+         NEOX_K_neg_train_label_data_paths},
+        {NEOX_K_pos_valid_data_paths, NEOX_K_neg_valid_data_paths, NEOX_K_pos_valid_label_data_paths,
+         NEOX_K_neg_valid_label_data_paths},
+        {NEOX_K_pos_test_data_paths, NEOX_K_neg_test_data_paths, NEOX_K_pos_test_label_data_paths,
+         NEOX_K_neg_test_label_data_paths},
+    };
+    int rc = read_pairwise_split(cfg, ids[0], &s->train_paths, &s->ntrain, &s->train_label_paths, &s->train_neg_paths,
+                                 &s->train_neg_label_paths, err);
+    if (rc == 0)
+        rc = read_pairwise_split(cfg, ids[1], &s->valid_paths, &s->nvalid, &s->valid_label_paths, &s->valid_neg_paths,
+                                 &s->valid_neg_label_paths, err);
+    if (rc == 0)
+        rc = read_pairwise_split(cfg, ids[2], &s->test_paths, &s->ntest, &s->test_label_paths, &s->test_neg_paths,
+                                 &s->test_neg_label_paths, err);
+    if (rc == 0 && s->ntrain == 0)
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "dataset_impl pairwise: pos_train_data_paths is not set");
+    return rc;
+}
+
 int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s, neox_error *err) {
     *s = (neox_data_settings){0};
     s->data_path = neox_config_str(cfg, data_path);
@@ -66,23 +131,17 @@ int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s
     if (neox_pack_impl_parse(neox_config_str(cfg, pack_impl), &s->pack_impl) != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "pack_impl: '%s' is not supported (packed, pack_until_overflow, unpacked)",
                          neox_config_str(cfg, pack_impl));
-    char **train = NULL, **valid = NULL, **test = NULL;
+    const char *impl = neox_config_str(cfg, dataset_impl);
+    s->pairwise = impl && !strcmp(impl, "pairwise");
+    int rc = s->pairwise ? read_pairwise_paths(cfg, s, err) : read_paths(cfg, s, err);
     double *wt = NULL, *wv = NULL, *ws = NULL;
     int nwt = 0, nwv = 0, nws = 0;
-    int rc = read_list(cfg, NEOX_K_train_data_paths, &train, NULL, &s->ntrain, err);
-    if (rc == 0) rc = read_list(cfg, NEOX_K_valid_data_paths, &valid, NULL, &s->nvalid, err);
-    if (rc == 0) rc = read_list(cfg, NEOX_K_test_data_paths, &test, NULL, &s->ntest, err);
     if (rc == 0) rc = read_list(cfg, NEOX_K_train_data_weights, NULL, &wt, &nwt, err);
     if (rc == 0) rc = read_list(cfg, NEOX_K_valid_data_weights, NULL, &wv, &nwv, err);
     if (rc == 0) rc = read_list(cfg, NEOX_K_test_data_weights, NULL, &ws, &nws, err);
-    s->train_paths = (const char *const *)train, s->valid_paths = (const char *const *)valid;
-    s->test_paths = (const char *const *)test;
     s->train_weights = wt, s->valid_weights = wv, s->test_weights = ws;
     if (rc == 0 && ((wt && nwt != s->ntrain) || (wv && nwv != s->nvalid) || (ws && nws != s->ntest)))
         rc = neox_fail(err, NEOX_EXIT_USAGE, "*_data_weights must have one weight per path in *_data_paths");
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_train_label_data_paths, s->ntrain, &s->train_label_paths, err);
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_valid_label_data_paths, s->nvalid, &s->valid_label_paths, err);
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_test_label_data_paths, s->ntest, &s->test_label_paths, err);
     if (rc != 0) neox_data_settings_release(s);
     return rc;
 }
@@ -97,6 +156,14 @@ void neox_data_settings_release(neox_data_settings *s) {
     free((void *)s->train_label_paths);
     free((void *)s->valid_label_paths);
     free((void *)s->test_label_paths);
+    free((void *)s->train_neg_paths);
+    free((void *)s->valid_neg_paths);
+    free((void *)s->test_neg_paths);
+    free((void *)s->train_neg_label_paths);
+    free((void *)s->valid_neg_label_paths);
+    free((void *)s->test_neg_label_paths);
+    s->train_neg_paths = s->valid_neg_paths = s->test_neg_paths = NULL;
+    s->train_neg_label_paths = s->valid_neg_label_paths = s->test_neg_label_paths = NULL;
     s->train_label_paths = s->valid_label_paths = s->test_label_paths = NULL;
     s->train_paths = s->valid_paths = s->test_paths = NULL;
     s->train_weights = s->valid_weights = s->test_weights = NULL;

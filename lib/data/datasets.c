@@ -14,8 +14,8 @@
 // Sample idx of g read from ds: the token dataset, or its label dataset, whose items have the same
 // sizes, so one sample index serves both (GPT2Dataset reads the label dataset at the same
 // document and offsets).
-static int64_t gpt2_read(const neox_gpt2_dataset *g, const neox_indexed_dataset *ds, int64_t idx, int32_t *out,
-                         neox_error *err) {
+static int64_t gpt2_read(const neox_gpt2_dataset *g, const neox_indexed_dataset *ds, int64_t idx, int32_t pad,
+                         int32_t *out, neox_error *err) {
     const neox_sample_index *si = g->index;
     int64_t want = g->seq_length + 1;
     int64_t row = si->shuffle_idx[idx];
@@ -34,7 +34,7 @@ static int64_t gpt2_read(const neox_gpt2_dataset *g, const neox_indexed_dataset 
         if (neox_indexed_get(ds, item, begin, end - begin, out + n, err) < 0) return -1;
         n += end - begin;
     }
-    for (int64_t i = n; i < want; i++) out[i] = -100;  // GPT-NeoX pads short samples with -100
+    for (int64_t i = n; i < want; i++) out[i] = pad;
     return n;
 }
 
@@ -55,25 +55,50 @@ static int check_vocabulary(const neox_dataset *d, const neox_indexed_dataset *d
     return 0;
 }
 
-int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, int32_t *labels, neox_error *err) {
-    if (d->size <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "dataset has no samples");
-    idx %= d->size;
-    if (idx < 0) idx += d->size;
+// The part holding sample idx of d and the sample's index inside it.
+static const neox_gpt2_dataset *locate(const neox_dataset *d, int64_t *idx, int64_t *local, neox_error *err) {
+    if (d->size <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "dataset has no samples"), NULL;
+    *idx %= d->size;
+    if (*idx < 0) *idx += d->size;
     const neox_gpt2_dataset *g = &d->parts[0];
-    int64_t local = idx;
+    *local = *idx;
     if (d->dataset_index) {
-        g = &d->parts[d->dataset_index[idx]];
-        local = d->dataset_sample_index[idx];
+        g = &d->parts[d->dataset_index[*idx]];
+        *local = d->dataset_sample_index[*idx];
     }
     int64_t len = gpt2_length(g);
-    if (len <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: dataset has no samples", g->data->idx_path);
+    if (len <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: dataset has no samples", g->data->idx_path), NULL;
     // GPT-NeoX answers an IndexError by taking the index modulo the dataset length.
-    local %= len;
-    if (gpt2_read(g, g->data, local, tokens, err) < 0) return -1;
-    if (check_vocabulary(d, g->data, idx, local, tokens, 0, err) != 0) return -1;
-    if (!labels || !g->labels) return 0;
-    if (gpt2_read(g, g->labels, local, labels, err) < 0) return -1;
-    return check_vocabulary(d, g->labels, idx, local, labels, 1, err);
+    *local %= len;
+    return g;
+}
+
+// One side's span of sample local: tokens (padded with token_pad) and, when wanted and present, labels.
+static int read_side(const neox_dataset *d, const neox_gpt2_dataset *g, const neox_indexed_dataset *data,
+                     const neox_indexed_dataset *labels, int64_t idx, int64_t local, int32_t token_pad, int32_t *tokens,
+                     int32_t *label_out, neox_error *err) {
+    if (gpt2_read(g, data, local, token_pad, tokens, err) < 0) return -1;
+    if (check_vocabulary(d, data, idx, local, tokens, 0, err) != 0) return -1;
+    if (!label_out || !labels) return 0;
+    if (gpt2_read(g, labels, local, NEOX_LABEL_MASKED, label_out, err) < 0) return -1;
+    return check_vocabulary(d, labels, idx, local, label_out, 1, err);
+}
+
+int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, int32_t *labels, neox_error *err) {
+    int64_t local;
+    const neox_gpt2_dataset *g = locate(d, &idx, &local, err);
+    // GPT2Dataset pads short samples with -100.
+    return g ? read_side(d, g, g->data, g->labels, idx, local, NEOX_LABEL_MASKED, tokens, labels, err) : -1;
+}
+
+int neox_dataset_pair_sample(const neox_dataset *d, int64_t idx, int32_t *pos, int32_t *pos_labels, int32_t *neg,
+                             int32_t *neg_labels, neox_error *err) {
+    int64_t local;
+    const neox_gpt2_dataset *g = locate(d, &idx, &local, err);
+    if (!g) return -1;
+    if (!g->neg) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: not a pairwise dataset", g->data->idx_path);
+    if (read_side(d, g, g->data, g->labels, idx, local, 0, pos, pos_labels, err) != 0) return -1;
+    return read_side(d, g, g->neg, g->neg_labels, idx, local, 0, neg, neg_labels, err);
 }
 
 void neox_dataset_free(neox_dataset *d) {
@@ -82,6 +107,8 @@ void neox_dataset_free(neox_dataset *d) {
         neox_sample_index_free(d->parts[i].index);
         neox_indexed_close(d->parts[i].data);
         neox_indexed_close(d->parts[i].labels);
+        neox_indexed_close(d->parts[i].neg);
+        neox_indexed_close(d->parts[i].neg_labels);
     }
     free(d->parts);
     free(d->weights);
@@ -102,7 +129,8 @@ static int build_part(neox_gpt2_dataset *part, neox_indexed_dataset *ds, const c
     };
     part->data = ds;
     part->seq_length = s->seq_length;
-    part->index = neox_sample_index_build(ds, &o, NULL, err);
+    part->index = part->neg ? neox_pairwise_index_build(ds, part->neg, part->labels, part->neg_labels, &o, err)
+                            : neox_sample_index_build(ds, &o, NULL, err);
     return part->index ? 0 : -1;
 }
 
@@ -172,36 +200,48 @@ static neox_indexed_dataset *open_labels(const char *path, const neox_indexed_da
     return labels;
 }
 
-// One BlendableDataset over paths with weights (or weights by document count), each path with its
-// label dataset when label_paths is set.
-static int build_blend(const neox_data_settings *s, const char *kind, const char *const *paths,
-                       const char *const *label_paths, int n, const double *weights, int64_t total_samples,
-                       neox_dataset **out, neox_error *err) {
+// The paths of one split: data (the chosen side of pairwise data), and optionally its labels, the
+// rejected side and its labels, one of each per data path.
+typedef struct split_paths {
+    const char *kind;  // "train", "valid", "test"
+    const char *const *data, *const *labels, *const *neg, *const *neg_labels;
+    int n;
+    const double *weights;
+} split_paths;
+
+// The datasets of path i of a split, checked against each other.
+static int open_part(const split_paths *p, int i, neox_gpt2_dataset *part, neox_error *err) {
+    if (!(part->data = neox_indexed_open(p->data[i], err))) return -1;
+    if (p->labels && !(part->labels = open_labels(p->labels[i], part->data, err))) return -1;
+    if (p->neg && !(part->neg = neox_indexed_open(p->neg[i], err))) return -1;
+    if (p->neg_labels && !(part->neg_labels = open_labels(p->neg_labels[i], part->neg, err))) return -1;
+    return 0;
+}
+
+// One BlendableDataset over the split's paths with weights (or weights by document count).
+static int build_blend(const neox_data_settings *s, const split_paths *p, int64_t total_samples, neox_dataset **out,
+                       neox_error *err) {
+    int n = p->n;
     if (n == 0) return 0;
-    if (n > 254) return neox_fail(err, NEOX_EXIT_USAGE, "%s_data_paths: at most 254 datasets can be blended", kind);
+    if (n > 254) return neox_fail(err, NEOX_EXIT_USAGE, "%s_data_paths: at most 254 datasets can be blended", p->kind);
     double *w = neox_malloc((size_t)n * sizeof *w), *norm = neox_malloc((size_t)n * sizeof *norm);
     int64_t *counts = neox_malloc((size_t)n * sizeof *counts);
-    neox_indexed_dataset **data = neox_calloc((size_t)n, sizeof *data);
-    neox_indexed_dataset **labels = neox_calloc((size_t)n, sizeof *labels);
+    neox_dataset *d = *out = dataset_new(n, s->seq_length);
+    d->has_labels = p->labels != NULL;
+    d->pairwise = p->neg != NULL;
     int rc = -1;
     for (int i = 0; i < n; i++) {
-        w[i] = weights ? weights[i] : 1.0;
-        if (!(data[i] = neox_indexed_open(paths[i], err))) goto done;
-        if (label_paths && !(labels[i] = open_labels(label_paths[i], data[i], err))) goto done;
-        counts[i] = data[i]->num_items;  // GPT-NeoX counts indexed_dataset.sizes, i.e. items
+        w[i] = p->weights ? p->weights[i] : 1.0;
+        if (open_part(p, i, &d->parts[i], err) != 0) goto done;
+        counts[i] = d->parts[i].data->num_items;  // GPT-NeoX counts indexed_dataset.sizes, i.e. items
     }
     if (s->weight_by_num_documents) neox_weights_by_num_docs(counts, n, s->weighted_sampler_alpha, w);
     neox_normalized_weights(w, n, total_samples, norm, counts);
-    neox_dataset *d = *out = dataset_new(n, s->seq_length);
-    d->has_labels = label_paths != NULL;
     for (int i = 0; i < n; i++) {
         char name[64];
-        snprintf(name, sizeof name, "%s_%d", kind, i);
-        neox_indexed_dataset *ds = data[i];
-        data[i] = NULL;
-        d->parts[i].labels = labels[i];
-        labels[i] = NULL;
-        if (build_part(&d->parts[i], ds, paths[i], name, 0, ds->num_doc_idx - 1, counts[i], s, err) != 0) goto done;
+        snprintf(name, sizeof name, "%s_%d", p->kind, i);
+        neox_indexed_dataset *ds = d->parts[i].data;
+        if (build_part(&d->parts[i], ds, p->data[i], name, 0, ds->num_doc_idx - 1, counts[i], s, err) != 0) goto done;
         d->size += gpt2_length(&d->parts[i]);
     }
     // BlendableDataset normalises the already normalised weights once more (float64).
@@ -214,9 +254,6 @@ static int build_blend(const neox_data_settings *s, const char *kind, const char
     neox_blending_indices(d->weights, n, d->size, d->dataset_index, d->dataset_sample_index);
     rc = 0;
 done:
-    for (int i = 0; i < n; i++) neox_indexed_close(data[i]), neox_indexed_close(labels[i]);
-    free(data);
-    free(labels);
     free(w);
     free(norm);
     free(counts);
@@ -231,14 +268,16 @@ int neox_build_datasets(const neox_data_settings *s, neox_dataset *out[3], neox_
     neox_train_valid_test_samples(s->train_iters, s->eval_interval, s->eval_iters, s->train_batch_size, samples);
     int rc;
     if (s->ntrain > 0) {
-        rc = build_blend(s, "train", s->train_paths, s->train_label_paths, s->ntrain, s->train_weights, samples[0],
-                         &out[0], err);
-        if (rc == 0)
-            rc = build_blend(s, "valid", s->valid_paths, s->valid_label_paths, s->nvalid, s->valid_weights, samples[1],
-                             &out[1], err);
-        if (rc == 0)
-            rc = build_blend(s, "test", s->test_paths, s->test_label_paths, s->ntest, s->test_weights, samples[2],
-                             &out[2], err);
+        split_paths splits[3] = {
+            {"train", s->train_paths, s->train_label_paths, s->train_neg_paths, s->train_neg_label_paths, s->ntrain,
+             s->train_weights},
+            {"valid", s->valid_paths, s->valid_label_paths, s->valid_neg_paths, s->valid_neg_label_paths, s->nvalid,
+             s->valid_weights},
+            {"test", s->test_paths, s->test_label_paths, s->test_neg_paths, s->test_neg_label_paths, s->ntest,
+             s->test_weights},
+        };
+        rc = 0;
+        for (int i = 0; rc == 0 && i < 3; i++) rc = build_blend(s, &splits[i], samples[i], &out[i], err);
     } else if (s->data_path) {
         rc = build_from_split(s, samples, out, err);
     } else {

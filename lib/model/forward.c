@@ -354,6 +354,18 @@ static void cross_entropy(neox_model *m, const float *loss_mask) {
     m->loss = wsum > 0 ? (float)(sum / wsum) : 0.0f;
 }
 
+void neox_model_token_logprobs(const neox_model *m, double *out) {
+    const host_stage *h = m->host_stage;
+    int N = m->B * m->T;
+    for (int i = 0; i < N; i++) out[i] = h->stats[N + i] - (double)h->lse[i];
+}
+
+void neox_model_set_token_weights(neox_model *m, const float *w) {
+    neox_acts *a = m->acts;
+    m->be->to_device(a->mask, w, (size_t)m->B * m->T * sizeof(float));
+    a->mask_sum = 1.0f;
+}
+
 int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);

@@ -149,8 +149,8 @@ static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *g
 }
 
 // write_share from backend memory: on a device, this rank's share is first copied to the host.
-static int write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf, size_t base,
-                          neox_error *err) {
+int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf,
+                              size_t base, neox_error *err) {
     const neox_backend *be = t->model->be;
     if (!be->on_device || t->part_end <= t->part_begin) return write_share(t, w, group, buf, base, err);
     size_t n = t->part_end - t->part_begin;
@@ -195,9 +195,10 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     const char *names[2];
     float *bufs[2];
     int nbufs = saves_no_optimizer(t) ? 0 : optimizer_buffers(t, names, bufs);
-    int rc = write_share_of(t, w, "params", t->model->param_buf, 0, err);
-    for (int b = 0; rc == 0 && b < nbufs; b++) rc = write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
+    int rc = neox_train_write_share_of(t, w, "params", t->model->param_buf, 0, err);
+    for (int b = 0; rc == 0 && b < nbufs; b++) rc = neox_train_write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
     if (rc == 0 && !saves_no_optimizer(t)) rc = write_errors((neox_trainer *)t, w, err);
+    if (rc == 0) rc = neox_train_dpo_save(t, w, err);
     if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
     if (rc != 0) {
         neox_ckpt_writer_abort(w);
@@ -383,6 +384,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     if (rc == 0 && !neox_config_bool(t->cfg, finetune))
         rc = neox_model_check_finite_state(t->model, t->model->param_buf, 0, t->model->num_floats, "params", err);
     neox_model_weights_changed(t->model);
+    if (rc == 0) rc = neox_train_dpo_load(t, r, err);
     int load_optim = rc == 0 && loads_optimizer(t, state, dir), load_rng = rc == 0 && loads_rng(t, state, dir);
     if (load_optim) {
         const char *saved = json_string_value(json_object_get(state, "optimizer"));

@@ -80,7 +80,9 @@ int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const 
     if (char_ppl && neox_eval_tokens_per_char(t->tokenizer, it, t->seq_length, iters * t->grad_accum, &t->grid->data,
                                               &tokens_per_char, err) != 0)
         return -1;
+    neox_train_dpo_begin(t);
     if (neox_train_evaluate(t, it, iters, &loss, err) != 0) return -1;
+    n += neox_train_dpo_metrics(t, values + n);
     if (char_ppl) {
         snprintf(values[n].name, sizeof values[n].name, "lm_loss_char_lvl_ppl");
         values[n++].value = exp(loss * tokens_per_char);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "checkpoint.h"
+#include "ckpt.h"
 #include "config.h"
 #include "kernels/backend.h"
 #include "data.h"
@@ -37,7 +38,19 @@ typedef struct neox_comms_logger {
     int enabled, verbose, prof_all, debug;
     unsigned prof_ops;             // bit per neox_comm_op, used when prof_all is false
 } neox_comms_logger;
-enum { NEOX_TRAIN_COMM_GROUPS = 7 };   // world, pipe, data, model, embed, data_intra, data_inter
+enum { NEOX_TRAIN_COMM_GROUPS = 7 };
+
+// train_impl: dpo (preference.c).
+typedef struct neox_dpo {
+    neox_model *reference;         // the frozen reference; NULL with dpo_reference_free
+    int reference_loaded;          // its weights came from the checkpoint (a resumed DPO run)
+    double beta;                   // dpo_beta
+    int pairs;                     // pairs per micro-batch (the model runs 2 x pairs rows)
+    double *policy_lp, *ref_lp;    // (2 x pairs, T): log p(label) per position
+    float *weights;                // (2 x pairs, T): the loss's gradient per token loss
+    double sums[NEOX_DPO_METRICS]; // metric sums over micro-batches since neox_train_dpo_begin
+    int64_t micro_batches;
+} neox_dpo;   // world, pipe, data, model, embed, data_intra, data_inter
 
 struct neox_trainer {
     const neox_config *cfg;
@@ -57,6 +70,7 @@ struct neox_trainer {
 
     // Sizes.
     int micro_batch, grad_accum, seq_length;
+    int rows;                      // rows the model runs per micro-batch: micro_batch, or 2 x micro_batch pairs (DPO)
     int64_t train_iters, train_batch_size;
 
     // Optimizer: state buffers parallel to [state_begin, state_end) of the parameter buffer (fp32
@@ -89,7 +103,8 @@ struct neox_trainer {
     neox_data_settings data_settings;
     neox_dataset *datasets[3];     // train, valid, test; NULL when a split is empty
     neox_batch_iterator train_it, valid_it;
-    neox_batch *batch;
+    neox_batch *batch;             // rows: micro_batch samples x their rows (2 for pairwise data)
+    neox_dpo *dpo;                 // train_impl: dpo; NULL otherwise
     neox_prefetch *prefetch;       // num_workers >= 1: the next batch read behind the current one
 
     neox_metrics *metrics;
@@ -206,7 +221,26 @@ void neox_train_free_param_norms(neox_trainer *t);
 // Fills t->norms after a step; a collective over the world.
 void neox_train_param_norms(neox_trainer *t);
 
+// ---- DPO (preference.c) -----------------------------------------------------------------------
+// Checks train_impl against dataset_impl and, for dpo, makes the reference model (after the model).
+int neox_train_setup_dpo(neox_trainer *t, neox_error *err);
+int neox_train_rows_per_sample(const neox_config *cfg);  // 2 for train_impl dpo, else 1
+void neox_train_free_dpo(neox_trainer *t);
+void neox_train_dpo_start(neox_trainer *t);  // after loading: the reference takes the starting weights
+int neox_train_dpo_save(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err);
+int neox_train_dpo_load(neox_trainer *t, const neox_ckpt_reader *r, neox_error *err);
+// After the policy's forward of batch b (last stage): the DPO loss of the micro-batch into *loss,
+// the token weights of its backward set, the metrics accumulated.
+int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss, neox_error *err);
+void neox_train_dpo_begin(neox_trainer *t);
+// The metrics since begin (a collective over the data-parallel group); returns how many.
+int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out);
+
 // ---- checkpoints (checkpoint.c) -------------------------------------------------------------
+// Writes this rank's data-parallel share of a flat buffer laid out as the model's parameters
+// (buf[0] is element base) as blocks of the global tensors GROUP/NAME.
+int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf,
+                              size_t base, neox_error *err);
 int neox_train_save(neox_trainer *t, neox_error *err);
 // Loads SAVE/latest of load_dir (when there is one) as the config's load options say.
 int neox_train_load(neox_trainer *t, neox_error *err);

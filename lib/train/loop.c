@@ -78,6 +78,13 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
         neox_train_param_norms(t);
         stats.param_norms = t->norms, stats.param_norm_names = t->norm_names, stats.nparam_norms = t->nnorms;
     }
+    neox_eval_value dpo[NEOX_DPO_METRICS];
+    int ndpo = neox_train_dpo_metrics(t, dpo);  // (a collective)
+    for (int i = 0; i < ndpo; i++) {
+        char tag[160];
+        snprintf(tag, sizeof tag, "train/%.120s", dpo[i].name);
+        neox_metrics_add(t->metrics, tag, dpo[i].value);
+    }
     if (neox_metrics_step(t->metrics, &stats, err) != 0) return -1;
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,

@@ -77,8 +77,11 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
                                 stage_last(t) ? (const int *)b->labels : NULL, stage_last(t) ? b->loss_mask : NULL, err);
     if (r->training) neox_timer_stop(timer);
     if (rc != 0) return -1;
-    if (stage_last(t)) r->loss_sum += m->loss;
-    else neox_isend(&g->pipe, neox_model_stage_output(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
+    if (stage_last(t)) {
+        double loss = m->loss;
+        if (t->dpo && neox_train_dpo_loss(t, b, &loss, err) != 0) return -1;
+        r->loss_sum += loss;
+    } else neox_isend(&g->pipe, neox_model_stage_output(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
     return 0;
 }
 

@@ -136,8 +136,8 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
     int inflight = g->pipe_size - g->pipe_rank;
     int slots = inflight < t->grad_accum ? inflight : t->grad_accum;
-    if (g->pipe_rank > 0) t->pipe_grad_send = zeroed(t, (size_t)t->micro_batch * t->seq_length * desc.hidden_size);
-    return neox_model_plan_slots(t->model, t->micro_batch, t->seq_length, slots, err);
+    if (g->pipe_rank > 0) t->pipe_grad_send = zeroed(t, (size_t)t->rows * t->seq_length * desc.hidden_size);
+    return neox_model_plan_slots(t->model, t->rows, t->seq_length, slots, err);
 }
 
 // communication_data_type (DeepSpeed: fp32, fp16 or bf16, any case) and fp32_allreduce: the type
@@ -246,11 +246,11 @@ static int setup_data(neox_trainer *t, neox_error *err) {
     int dp = t->grid->data_size, rank = t->grid->data_rank;
     neox_batch_iterator_init(&t->train_it, t->datasets[0], t->micro_batch, dp, rank, t->eod_id, eod_mask);
     if (t->datasets[1]) neox_batch_iterator_init(&t->valid_it, t->datasets[1], t->micro_batch, dp, rank, t->eod_id, eod_mask);
-    t->batch = neox_batch_alloc(t->micro_batch, t->seq_length);
+    t->batch = neox_batch_alloc(t->rows, t->seq_length);
     // num_workers (a DataLoader's background readers in GPT-NeoX): one thread reading ahead is
     // enough for a reader that copies from mapped files. Only the stages that read batches need it.
     int reads = t->grid->pipe_rank == 0 || t->grid->pipe_rank == t->grid->pipe_size - 1;
-    if (neox_config_int(t->cfg, num_workers) > 0 && reads) t->prefetch = neox_prefetch_start(t->micro_batch, t->seq_length);
+    if (neox_config_int(t->cfg, num_workers) > 0 && reads) t->prefetch = neox_prefetch_start(t->rows, t->seq_length);
     return 0;
 }
 
@@ -336,8 +336,12 @@ static void report_memory(const neox_trainer *t) {
     double grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) + (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
                               : (double)m->num_floats * 4;
     if (t->grad_partition) grads += (double)(t->part_end - t->part_begin) * 4;
-    double mine[4] = {params, grads,
-                      state_bytes, (double)neox_model_activation_bytes(m)};
+    double activations = (double)neox_model_activation_bytes(m);
+    // DPO's reference model: its weights (counted with the parameters; with the gradient buffer every
+    // model holds, unused by a model that only runs forward) and its activations.
+    const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
+    if (ref) params += (double)ref->num_floats * (ref->param16 ? 10 : 8), activations += (double)neox_model_activation_bytes(ref);
+    double mine[4] = {params, grads, state_bytes, activations};
     int n = t->grid->world_size;
     double *all = neox_malloc((size_t)n * 4 * sizeof(double));
     if (n > 1) neox_allgather(&t->grid->world, mine, all, 4, NEOX_F64);
@@ -365,6 +369,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     if (opts) t->opts = *opts;
     t->rank0 = grid->world_rank == 0;
     t->micro_batch = (int)neox_config_int(cfg, train_micro_batch_size_per_gpu);
+    t->rows = t->micro_batch * neox_train_rows_per_sample(cfg);
     t->grad_accum = (int)neox_config_int(cfg, gradient_accumulation_steps);
     t->seq_length = (int)neox_config_int(cfg, seq_length);
     t->train_iters = neox_config_int_or(cfg, train_iters, 0);
@@ -373,11 +378,12 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     setup_checkpoint_schedule(t);
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
-        setup_optimizer(t, err) != 0 ||
+        neox_train_setup_dpo(t, err) != 0 || setup_optimizer(t, err) != 0 ||
         setup_data(t, err) != 0 || neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;
     }
+    neox_train_dpo_start(t);
     // total_params is a collective: every rank computes it, rank 0 prints it.
     double nparams = t->opts.quiet ? 0 : total_params(t);
     if (t->rank0 && !t->opts.quiet) {
@@ -418,6 +424,7 @@ void neox_trainer_free(neox_trainer *t) {
     }
     neox_train_free_param_norms(t);
     neox_train_free_eval_tasks(t);
+    neox_train_free_dpo(t);
     neox_model_free(t->model);
     if (t->tokenizer) neox_tokenizer_free(t->tokenizer);
     free(t->save_iters);

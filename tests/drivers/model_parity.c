@@ -5,7 +5,7 @@
 // keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none)
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
-// precision (fp32|bfloat16|fp16: the linear layers' operands).
+// precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below).
 // INPUTS holds "input_ids" and "targets" (I64, (B, T)) and optionally "loss_mask" (F32, (B, T)).
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +14,10 @@
 #include "kernels/kernels.h"
 #include "model.h"
 #include "safetensors.h"
+#include "train.h"
 
 static neox_precision precision = NEOX_PRECISION_FP32;
+static double dpo_beta = 0.0;
 
 static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *arg) {
     const char *eq = strchr(arg, '=');
@@ -55,6 +57,7 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("adam_steps")) *adam_steps = atoi(v);
     else if (KEY("lr")) *lr = strtof(v, NULL);
     else if (KEY("precision")) return neox_precision_parse(v, &precision);
+    else if (KEY("dpo_beta")) dpo_beta = atof(v);
     else return -1;
 #undef KEY
     return 0;
@@ -104,6 +107,20 @@ int main(int argc, char **argv) {
     const neox_st_tensor *mask_t = neox_safetensors_find(in, "loss_mask");
     const float *mask = mask_t ? need(in, "loss_mask", "F32", (int64_t)B * T)->data : NULL;
     if (neox_model_plan(m, B, T, &err) != 0 || neox_model_forward(m, ids, targets, mask, &err) != 0) neox_die_error(&err);
+    float loss = m->loss;
+    // With dpo_beta: rows [0, B/2) chosen, [B/2, B) rejected, and INPUTS' "ref_logprobs" (F64, (B, T))
+    // the reference model's; the loss and gradients are DPO's.
+    if (dpo_beta > 0) {
+        if (B % 2 || !mask) neox_die(1, "dpo_beta needs an even number of rows and a loss_mask");
+        const double *ref = (const double *)need(in, "ref_logprobs", "F64", (int64_t)B * T)->data;
+        double *lp = neox_malloc((size_t)B * T * sizeof *lp), metrics[NEOX_DPO_METRICS];
+        float *weights = neox_malloc((size_t)B * T * sizeof *weights);
+        neox_model_token_logprobs(m, lp);
+        loss = (float)neox_dpo_loss(lp, ref, mask, B / 2, T, dpo_beta, weights, metrics);
+        neox_model_set_token_weights(m, weights);
+        free(lp);
+        free(weights);
+    }
 
     // Outputs: logits and loss of the forward, then the gradients of one backward.
     int n = 0, cap = m->nparams + 3;
@@ -111,7 +128,6 @@ int main(int argc, char **argv) {
     size_t nlogits = (size_t)B * T * d.vocab_size;
     float *logits = neox_malloc(nlogits * sizeof(float));
     memcpy(logits, neox_model_logits(m), nlogits * sizeof(float));
-    float loss = m->loss;
     e[n++] = (neox_st_entry){"logits", "F32", 3, {B, T, d.vocab_size}, logits};
     e[n++] = (neox_st_entry){"loss", "F32", 1, {1}, &loss};
     neox_model_backward(m, 1.0f);

@@ -151,12 +151,13 @@ def close(ours, ref, what):
     assert err <= 1e-5 * max(scale, 1e-6), f"{what}: max difference {err:.3g} exceeds 1e-5 of max |ref| {scale:.3g}"
 
 
-def run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=()):
+def run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=(), inputs=None):
     if not os.access(DRIVER, os.X_OK):
         pytest.fail(f"{DRIVER} is missing (run 'make test-drivers')")
     weights = {n: p.detach().contiguous() for n, p in model.named_parameters()}
     save_file(weights, str(tmp_path / "weights.safetensors"))
-    save_file({"input_ids": ids, "targets": targets, "loss_mask": mask}, str(tmp_path / "inputs.safetensors"))
+    save_file({"input_ids": ids, "targets": targets, "loss_mask": mask, **(inputs or {})},
+              str(tmp_path / "inputs.safetensors"))
     out = tmp_path / "out.safetensors"
     cmd = [DRIVER, str(tmp_path / "weights.safetensors"), str(tmp_path / "inputs.safetensors"), str(out)]
     cmd += driver_args(kind, cfg, extra) + list(more)
