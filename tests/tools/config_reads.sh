@@ -58,6 +58,16 @@ config sft neox 2 1 3 ", \"train_data_paths\": [\"$D\"], \"valid_data_paths\": [
   \"train_label_data_paths\": [\"$D\"], \"valid_label_data_paths\": [\"$D\"], \"test_label_data_paths\": [\"$D\"]"
 sed -i 's|"data_path": "[^"]*", ||' "$T/sft.yml"
 check "train: label datasets" "$TRAIN" -q "$T/sft.yml"
+# DPO on pairwise data (the token dataset as both sides and as their labels).
+PAIRS=""
+for split in train valid test; do
+    PAIRS="$PAIRS, \"pos_${split}_data_paths\": [\"$D\"], \"neg_${split}_data_paths\": [\"$D\"],
+      \"pos_${split}_label_data_paths\": [\"$D\"], \"neg_${split}_label_data_paths\": [\"$D\"]"
+done
+config dpo neox 2 1 3 ", \"train_impl\": \"dpo\", \"dataset_impl\": \"pairwise\", \"dpo_beta\": 0.2,
+  \"dpo_reference_free\": false, \"pack_impl\": \"unpacked\" $PAIRS"
+sed -i 's|"data_path": "[^"]*", ||' "$T/dpo.yml"
+check "train: DPO on pairwise data" "$TRAIN" -q "$T/dpo.yml"
 config sgd neox 2 2 3 ', "onnx_safe": true'
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}|' "$T/sgd.yml"
 check "train: sgd with momentum" "$TRAIN" -q "$T/sgd.yml"

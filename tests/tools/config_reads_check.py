@@ -7,7 +7,7 @@ import sys
 
 # Keys no code needs to read: every value the schema accepts selects what neox.c always does (it
 # refuses the others), e.g. data_impl infer and mmap both read the mmap format.
-ONE_BEHAVIOUR = {"data_impl", "dataset_impl", "train_impl", "output_layer_parallelism"}
+ONE_BEHAVIOUR = {"data_impl", "output_layer_parallelism"}
 
 # Derived values GPT-NeoX computes that --print-config shows; the code computes them where it needs
 # them (the grid its data-parallel size, the schedule its warmup), and a file cannot set them.

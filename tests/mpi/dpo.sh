@@ -1,0 +1,82 @@
+# tests/mpi/dpo.sh: DPO (train_impl: dpo) under data and tensor parallelism. The same pre-trained
+# policy is fine-tuned on the same preference pairs (tests/tools/dpo_pairs.py) with the same global
+# batch on one rank, dp2 with ZeRO-1, tp2 and dp2+tp2; the losses (DPO's), evaluations, reward
+# margins and final parameters must equal the single-rank run's within 1e-5 relative (the reference
+# model is sharded as the policy is, and the metrics are averaged over data-parallel ranks).
+source tests/lib.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=$NEOX_BIN/neox-train
+CONVERT=$NEOX_BIN/neox-convert
+T=$TEST_TMP
+PY=.venv/bin/python
+command -v "$MPIEXEC" >/dev/null || { skip "DPO layouts" "$MPIEXEC is not installed"; exit 0; }
+[ -x "$PY" ] || { skip "DPO layouts" ".venv is missing (make deps)"; exit 0; }
+need_shared "DPO layouts" || exit 0
+TEXT=$DATA/text/tinyshakespeare_input.txt
+[ -f "$TEXT" ] || { skip "DPO layouts" "no Tiny Shakespeare in $DATA/text"; exit 0; }
+
+head -c 100000 "$TEXT" >"$T/small.txt"
+python3 tests/tools/train_lib.py paragraphs "$T/small.txt" "$T/small.jsonl"
+check "preprocess (char-level)" "$NEOX_BIN/neox-preprocess" --input "$T/small.jsonl" --output-prefix "$T/char" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+check "write the pairs" $PY tests/tools/dpo_pairs.py "$TEXT" "$T/pairs" 0 200 16 15 1
+MODEL='"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
+  "pos_emb": "rotary", "rotary_pct": 0.5, "no_weight_tying": true, "tokenizer_type": "CharLevelTokenizer",
+  "log_interval": 1, "eval_iters": 1'
+echo "{$MODEL, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.003}}, \"train_iters\": 20,
+  \"eval_interval\": 20, \"train_micro_batch_size_per_gpu\": 8, \"data_path\": \"$T/char_text_document\",
+  \"save\": \"$T/pre\", \"checkpoint_factor\": 20}" >"$T/pre.yml"
+check "pre-train the policy" "$TRAIN" -q "$T/pre.yml"
+
+P=$T/pairs
+split() {
+    echo "\"pos_$1_data_paths\": [\"${P}_chosen_document\"], \"neg_$1_data_paths\": [\"${P}_rejected_document\"],
+      \"pos_$1_label_data_paths\": [\"${P}_chosen_label_document\"], \"neg_$1_label_data_paths\": [\"${P}_rejected_label_document\"]"
+}
+# run NAME RANKS MICRO ACCUM EXTRA: 12 DPO steps of 8 pairs, then the export.
+run() {
+    cat >"$T/$1.yml" <<EOF2
+{$MODEL, "train_impl": "dpo", "dataset_impl": "pairwise", "dpo_beta": 0.1, "pack_impl": "unpacked",
+ "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "clip_grad": 1.0, "train_iters": 12, "eval_interval": 6,
+ "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4, "load": "$T/pre", "finetune": true,
+ "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": 12,
+ $(split train), $(split valid), $(split test) $5}
+EOF2
+    local launch=()
+    [ "$2" -gt 1 ] && launch=("$MPIEXEC" -n "$2")
+    check "DPO $1: train on $2 rank(s)" "${launch[@]}" "$TRAIN" -q "$T/$1.yml"
+    check "DPO $1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
+}
+# Rewards are beta times differences of sequence log-probabilities near -50: their agreement is
+# measured against those sums (1e-5 of beta x |sum|), the sums themselves relative to their size.
+margins_same() {
+    check "DPO $1: log-probability sums, rewards, margins and accuracies equal the single-rank run's" $PY -c "
+import json
+SUMS = ('ref_pos', 'chosen_pos', 'chosen_neg')
+DIFFS = ('margins', 'chosen_rewards', 'rejected_rewards', 'reward_acc')
+def table(run):
+    return {(r['iteration'], k): r[k] for r in map(json.loads, open(run + '/log/metrics.jsonl'))
+            for k in r if k.split('/')[-1] in SUMS + DIFFS}
+a, b = table('$T/one'), table('$T/$1')
+assert a and a.keys() == b.keys(), sorted(set(a) ^ set(b))[:5]
+def tol(it, k):
+    split, name = k.split('/')
+    scale = abs(a[(it, k)]) if name in SUMS else 0.1 * abs(a[(it, split + '/ref_pos')])
+    return 1e-5 * scale
+bad = [(k, a[k], b[k]) for k in a if abs(a[k] - b[k]) > tol(*k)]
+assert not bad, bad[:5]
+print(len(a), 'values compared')"
+}
+run one 1 4 2 ""
+for spec in "dp2z1 2 2 2 ', \"zero_optimization\": {\"stage\": 1}'" "tp2 2 4 2 ', \"model_parallel_size\": 2'" \
+            "dp2tp2 4 2 2 ', \"model_parallel_size\": 2'"; do
+    eval "set -- $spec"
+    run "$1" "$2" "$3" "$4" "$5"
+    check "DPO $1 follows the single-rank run (losses, evaluations, final parameters within 1e-5)" \
+        $PY tests/mpi/layouts_check.py same "$T/one" "$T/$1"
+    margins_same "$1"
+done
+sed 's/"train_iters": 12,/"train_iters": 12, "pipe_parallel_size": 2,/' "$T/one.yml" >"$T/pp2.yml"
+check_fails "DPO with pipeline parallelism is refused, naming the key" 2 "train_impl dpo: pipe_parallel_size 2 is not supported" \
+    "$MPIEXEC" -n 2 "$TRAIN" -q "$T/pp2.yml"
