@@ -97,6 +97,14 @@ int neox_dataset_pair_sample(const neox_dataset *d, int64_t idx, int32_t *pos, i
     const neox_gpt2_dataset *g = locate(d, &idx, &local, err);
     if (!g) return -1;
     if (!g->neg) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: not a pairwise dataset", g->data->idx_path);
+    // PairwiseDataset reads doc_idx[l] even for the last sample of pack_until_overflow, where l is one
+    // past the end: its IndexError fallback then serves sample shuffle_idx[local] % len instead.
+    const neox_sample_index *si = g->index;
+    for (int64_t guard = 0; guard < si->length; guard++) {
+        int64_t row = si->shuffle_idx[local];
+        if (si->sample_idx[2 * row + 2] < si->doc_idx_len) break;
+        local = row % si->length;
+    }
     if (read_side(d, g, g->data, g->labels, idx, local, 0, pos, pos_labels, err) != 0) return -1;
     return read_side(d, g, g->neg, g->neg_labels, idx, local, 0, neg, neg_labels, err);
 }

@@ -215,3 +215,112 @@ def test_other_packings_match_numpy(tmp_path, pack, build, split, chopped):
             got = np.load(base + f"_{suffix}.npy")
             assert got.dtype == np.int64, (suffix, got.dtype)
             np.testing.assert_array_equal(got, w, err_msg=f"{pack} {name} {suffix}")
+
+
+# ---- pairwise (DPO) datasets ------------------------------------------------------------------
+# numpy restatements of pairwise_dataset.py: _build_index_mappings for unpacked and
+# pack_until_overflow, and __getitem__ (tokens padded with 0, the IndexError fallback included).
+
+def pairwise_index(pos_sizes, neg_sizes, pos_labels, neg_labels, ndocs, num_samples, seq, seed, pack, chopped):
+    rng = np.random.RandomState(seed=seed)
+
+    def masked(labels, doc, n):
+        return labels is not None and np.all(np.asarray(labels[doc][:n]) == -100)
+
+    if pack == "unpacked":
+        shuffle_idx = np.array([i % ndocs for i in range(num_samples)])
+        rng.shuffle(shuffle_idx)
+        sample_idx = np.zeros((num_samples + 1, 2), dtype=np.int64)
+        sample_idx[:, 0] = np.arange(num_samples + 1)
+        doc_idx, d = [], 0
+        while len(doc_idx) <= num_samples:
+            skip = not chopped and (pos_sizes[d] > seq + 1 or neg_sizes[d] > seq + 1)
+            skip = skip or masked(pos_labels, d, seq) or masked(neg_labels, d, seq)
+            if not skip:
+                doc_idx.append(d)
+            d = (d + 1) % ndocs
+        return doc_idx, sample_idx.tolist(), shuffle_idx
+    shuffle_idx = np.arange(num_samples)
+    rng.shuffle(shuffle_idx)
+    order = np.arange(ndocs)
+    rng.shuffle(order)
+    sample_idx, doc_idx, running, cur = [], [], 0, 0
+    while len(sample_idx) < num_samples:
+        d = order[cur]
+        skip = not chopped and (pos_sizes[d] < seq + 1 or neg_sizes[d] < seq + 1)
+        skip = skip or masked(pos_labels, d, seq + 1) or masked(neg_labels, d, seq + 1)
+        if not skip:
+            length = max(pos_sizes[d], neg_sizes[d])
+            if running == 0 or running + length > seq + 1:
+                sample_idx.append([len(doc_idx), 0])
+                running = length
+            else:
+                running += length
+            doc_idx.append(d)
+        cur += 1
+        if cur == ndocs:
+            cur = 0
+            rng.shuffle(order)
+    sample_idx.append([len(doc_idx), 0])
+    return doc_idx, sample_idx, shuffle_idx
+
+
+def pairwise_item(docs_by_side, index, k, seq):
+    doc_idx, sample_idx, shuffle_idx = index
+    length = min(len(shuffle_idx) - 1, len(sample_idx) - 1)
+    while True:
+        idx = shuffle_idx[k]
+        f, l = sample_idx[idx][0], sample_idx[idx + 1][0]
+        if l < len(doc_idx):
+            break
+        k = idx % length  # __getitem__'s IndexError fallback
+    rows = []
+    for docs in docs_by_side:
+        parts = [docs[doc_idx[f]]] + [docs[doc_idx[i]] for i in range(f + 1, l)] + [docs[doc_idx[l]][:1]]
+        row = list(np.concatenate(parts))[:seq + 1]
+        rows.append(row + [0] * (seq + 1 - len(row)))
+    return rows
+
+
+@pytest.mark.parametrize("pack", ["unpacked", "pack_until_overflow"])
+@pytest.mark.parametrize("chopped,labelled", [(True, True), (False, True), (True, False)])
+def test_pairwise_index_matches_numpy(tmp_path, pack, chopped, labelled):
+    seq, seed, iters, batch = 40, 17, 10, 4
+    pos = random_docs(2, 120, 60, vocab=500)
+    neg = random_docs(3, 120, 60, vocab=500)
+    rng = np.random.default_rng(5)
+    # Labels mask a prompt; a few documents are masked entirely (they must be skipped).
+    def labels_of(docs):
+        out = []
+        for i, d in enumerate(docs):
+            cut = len(d) if i % 17 == 3 else int(rng.integers(0, len(d)))
+            out.append([-100] * cut + d[cut:])
+        return out
+    pos_l, neg_l = labels_of(pos), labels_of(neg)
+    prefixes = {}
+    for name, docs, dtype in (("pos", pos, np.uint16), ("neg", neg, np.uint16), ("posl", pos_l, np.int32),
+                              ("negl", neg_l, np.int32)):
+        prefixes[name] = str(tmp_path / f"{name}_document")
+        write_indexed(prefixes[name], docs, dtype)
+    args = ["index", "--train-data-paths", prefixes["pos"], "--neg-train-data-paths", prefixes["neg"],
+            "--valid-data-paths", prefixes["pos"], "--neg-valid-data-paths", prefixes["neg"],
+            "--test-data-paths", prefixes["pos"], "--neg-test-data-paths", prefixes["neg"],
+            "--seq-length", seq, "--seed", seed, "--train-iters", iters, "--train-batch-size", batch,
+            "--eval-interval", 1000, "--eval-iters", 1, "--pack-impl", pack, "--dump-samples", iters * batch]
+    if labelled:
+        args += ["--train-label-data-paths", prefixes["posl"], "--neg-train-label-data-paths", prefixes["negl"]]
+    if not chopped:
+        args.append("--no-allow-chopped")
+    r = neox(*args)
+    assert r.returncode == 0, r.stderr
+    num_samples = samples_for(iters, 1000, 1, batch)[0]
+    # GPT2-style normalised weights of one dataset: ceil(n * 1.005).
+    num_samples = int(np.ceil(num_samples * 1.005))
+    index = pairwise_index([len(d) for d in pos], [len(d) for d in neg], pos_l if labelled else None,
+                           neg_l if labelled else None, len(pos), num_samples, seq, seed, pack, chopped)
+    lines = [list(map(int, line.split())) for line in r.stdout.splitlines()]
+    assert len(lines) == 2 * iters * batch
+    for k in range(iters * batch):
+        want = pairwise_item([pos, neg], index, k, seq)
+        assert lines[2 * k] == want[0], f"sample {k}: chosen row"
+        assert lines[2 * k + 1] == want[1], f"sample {k}: rejected row"

@@ -280,13 +280,18 @@ static void index_usage(void) {
            "  --pack-impl packed|pack_until_overflow|unpacked  --no-allow-chopped\n"
            "  --weight-by-num-documents  --weighted-sampler-alpha A (1.0)\n"
            "  --valid-data-weights W,...  --test-data-weights W,...\n"
-           "  --dump-samples K   print the first K training samples (token ids, one per line) to stdout\n",
+           "  --dump-samples K   print the first K training samples (token ids, one per line) to stdout\n"
+           "Pairwise (DPO) data: the *-data-paths above are the chosen side, and\n"
+           "  --neg-train-data-paths P,...  --neg-valid-data-paths P,...  --neg-test-data-paths P,...\n"
+           "  the rejected side; --train-label-data-paths P,...  --neg-train-label-data-paths P,... their\n"
+           "  labels (both or neither). --dump-samples then prints each sample's chosen and rejected rows.\n",
            neox_progname());
 }
 
 int index_main(int argc, char **argv) {
     enum { O_DATA = 256, O_SPLIT, O_TRAIN, O_VALID, O_TEST, O_TRAIN_W, O_VALID_W, O_TEST_W, O_SEQ, O_SEED, O_ITERS,
-           O_EVAL_INT, O_EVAL_ITERS, O_BATCH, O_PACK, O_NO_CHOP, O_BY_DOCS, O_ALPHA, O_DUMP };
+           O_EVAL_INT, O_EVAL_ITERS, O_BATCH, O_PACK, O_NO_CHOP, O_BY_DOCS, O_ALPHA, O_DUMP, O_NEG_TRAIN, O_NEG_VALID,
+           O_NEG_TEST, O_TRAIN_LABELS, O_NEG_TRAIN_LABELS };
     static const struct option options[] = {
         {"data-path", required_argument, NULL, O_DATA}, {"split", required_argument, NULL, O_SPLIT},
         {"train-data-paths", required_argument, NULL, O_TRAIN}, {"valid-data-paths", required_argument, NULL, O_VALID},
@@ -297,7 +302,12 @@ int index_main(int argc, char **argv) {
         {"eval-iters", required_argument, NULL, O_EVAL_ITERS}, {"train-batch-size", required_argument, NULL, O_BATCH},
         {"pack-impl", required_argument, NULL, O_PACK}, {"no-allow-chopped", no_argument, NULL, O_NO_CHOP},
         {"weight-by-num-documents", no_argument, NULL, O_BY_DOCS}, {"weighted-sampler-alpha", required_argument, NULL, O_ALPHA},
-        {"dump-samples", required_argument, NULL, O_DUMP}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"dump-samples", required_argument, NULL, O_DUMP}, {"neg-train-data-paths", required_argument, NULL, O_NEG_TRAIN},
+        {"neg-valid-data-paths", required_argument, NULL, O_NEG_VALID},
+        {"neg-test-data-paths", required_argument, NULL, O_NEG_TEST},
+        {"train-label-data-paths", required_argument, NULL, O_TRAIN_LABELS},
+        {"neg-train-label-data-paths", required_argument, NULL, O_NEG_TRAIN_LABELS},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     // The defaults are the config keys' (the schema's), as neox-train would read them.
     char *default_split = neox_key_default_str(NEOX_K_split);
@@ -305,8 +315,8 @@ int index_main(int argc, char **argv) {
                             .eval_interval = neox_key_default_int(NEOX_K_eval_interval),
                             .eval_iters = neox_key_default_int(NEOX_K_eval_iters),
                             .allow_chopped = 1, .weighted_sampler_alpha = 1.0, .use_cache = 1};
-    char **paths[3] = {NULL, NULL, NULL};
-    int npaths[3] = {0, 0, 0}, nweights[3] = {0, 0, 0};
+    char **paths[3] = {NULL, NULL, NULL}, **neg[3] = {NULL, NULL, NULL}, **labels[2] = {NULL, NULL};
+    int npaths[3] = {0, 0, 0}, nweights[3] = {0, 0, 0}, nneg[3] = {0, 0, 0}, nlabels[2] = {0, 0};
     double *weights[3] = {NULL, NULL, NULL};
     long dump = 0;
     int c;
@@ -334,6 +344,10 @@ int index_main(int argc, char **argv) {
         case O_BY_DOCS: s.weight_by_num_documents = 1; break;
         case O_ALPHA: s.weighted_sampler_alpha = neox_option_number("--weighted-sampler-alpha", optarg, 0, INFINITY); break;
         case O_DUMP: dump = neox_option_int("--dump-samples", optarg, 0, INT64_MAX); break;
+        case O_NEG_TRAIN: case O_NEG_VALID: case O_NEG_TEST: neg[c - O_NEG_TRAIN] = split_commas(optarg, &nneg[c - O_NEG_TRAIN]); break;
+        case O_TRAIN_LABELS: case O_NEG_TRAIN_LABELS:
+            labels[c - O_TRAIN_LABELS] = split_commas(optarg, &nlabels[c - O_TRAIN_LABELS]);
+            break;
         case 'h': index_usage(); return 0;
         case ':': neox_usage_error("option '%s' needs a value", argv[optind - 1]);
         default: neox_usage_error("unrecognized option '%s'", argv[optind - 1]);
@@ -348,24 +362,45 @@ int index_main(int argc, char **argv) {
     s.valid_paths = (const char *const *)paths[1], s.nvalid = npaths[1];
     s.test_paths = (const char *const *)paths[2], s.ntest = npaths[2];
     s.train_weights = weights[0], s.valid_weights = weights[1], s.test_weights = weights[2];
+    s.pairwise = neg[0] != NULL;
+    for (int i = 0; i < 3; i++)
+        if ((neg[i] || s.pairwise) && nneg[i] != npaths[i])
+            neox_usage_error("%d rejected data paths given for %d chosen ones", nneg[i], npaths[i]);
+    if ((labels[0] != NULL) != (labels[1] != NULL) || (labels[0] && (nlabels[0] != npaths[0] || nlabels[1] != npaths[0])))
+        neox_usage_error("--train-label-data-paths and --neg-train-label-data-paths: one label dataset per data path on both sides");
+    if (labels[0] && !s.pairwise) neox_usage_error("label datasets are only read here for pairwise data");
+    s.train_neg_paths = (const char *const *)neg[0], s.valid_neg_paths = (const char *const *)neg[1];
+    s.test_neg_paths = (const char *const *)neg[2];
+    s.train_label_paths = (const char *const *)labels[0], s.train_neg_label_paths = (const char *const *)labels[1];
     neox_error err = {0};
     neox_dataset *sets[3];
     if (neox_build_datasets(&s, sets, &err) != 0) neox_die_error(&err);
     static const char *names[3] = {"train", "valid", "test"};
     for (int i = 0; i < 3; i++)
         neox_info("%s: %lld samples", names[i], sets[i] ? (long long)sets[i]->size : 0LL);
-    int32_t *tokens = neox_malloc(((size_t)s.seq_length + 1) * sizeof *tokens);
+    size_t n = (size_t)s.seq_length + 1;
+    int32_t *tokens = neox_malloc(2 * n * sizeof *tokens), *rejected = tokens + n;
     for (long k = 0; sets[0] && k < dump; k++) {
-        if (neox_dataset_sample(sets[0], k, tokens, NULL, &err) != 0) neox_die_error(&err);
-        for (int t = 0; t <= s.seq_length; t++) printf(t ? " %d" : "%d", tokens[t]);
-        printf("\n");
+        int rc = s.pairwise ? neox_dataset_pair_sample(sets[0], k, tokens, NULL, rejected, NULL, &err)
+                            : neox_dataset_sample(sets[0], k, tokens, NULL, &err);
+        if (rc != 0) neox_die_error(&err);
+        for (int row = 0; row < (s.pairwise ? 2 : 1); row++) {
+            for (size_t t = 0; t < n; t++) printf(t ? " %d" : "%d", tokens[row * n + t]);
+            printf("\n");
+        }
     }
     free(tokens);
     for (int i = 0; i < 3; i++) {
         neox_dataset_free(sets[i]);
         for (int j = 0; j < npaths[i]; j++) free(paths[i][j]);
+        for (int j = 0; j < nneg[i]; j++) free(neg[i][j]);
         free(paths[i]);
+        free(neg[i]);
         free(weights[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < nlabels[i]; j++) free(labels[i][j]);
+        free(labels[i]);
     }
     free(default_split);
     return 0;
