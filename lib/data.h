@@ -201,6 +201,9 @@ typedef struct neox_sample_index_options {
     uint32_t seed;
     neox_pack_impl pack_impl;
     int allow_chopped;
+    // pack_until_overflow and unpacked skip documents whose first labels are all masked (-100) in
+    // this label dataset, as GPT-NeoX does; NULL: no label dataset.
+    const neox_indexed_dataset *labels;
 } neox_sample_index_options;
 
 typedef struct neox_sample_index {
@@ -220,6 +223,9 @@ typedef struct neox_sample_index {
 neox_sample_index *neox_sample_index_build(const neox_indexed_dataset *ds, const neox_sample_index_options *opts,
                                            int *loaded, neox_error *err);
 void neox_sample_index_free(neox_sample_index *si);
+// Whether the first n labels of item doc are all NEOX_LABEL_MASKED (scratch holds n ids).
+int neox_labels_all_masked(const neox_indexed_dataset *labels, int64_t doc, int64_t n, int32_t *scratch, int *masked,
+                           neox_error *err);
 // The index of a pairwise dataset (pairwise_index.c), from the chosen and rejected datasets (one
 // document each per pair) and their label datasets (both or neither), built in memory.
 neox_sample_index *neox_pairwise_index_build(const neox_indexed_dataset *pos, const neox_indexed_dataset *neg,

@@ -133,7 +133,7 @@ static int build_part(neox_gpt2_dataset *part, neox_indexed_dataset *ds, const c
     neox_sample_index_options o = {
         .name = name, .data_prefix = s->use_cache ? prefix : NULL, .doc_begin = begin, .doc_end = end,
         .num_samples = num_samples, .seq_length = s->seq_length, .seed = s->seed, .pack_impl = s->pack_impl,
-        .allow_chopped = s->allow_chopped, .cache_dir = s->cache_dir,
+        .allow_chopped = s->allow_chopped, .cache_dir = s->cache_dir, .labels = part->labels,
     };
     part->data = ds;
     part->seq_length = s->seq_length;

@@ -14,18 +14,10 @@ typedef struct pairwise_sources {
     int32_t *scratch;  // seq_length + 1 labels
 } pairwise_sources;
 
-// Whether the first n labels of document doc on one side are all masked (GPT-NeoX reads the
-// label dataset for this; without label datasets nothing is masked).
 static int all_masked(const pairwise_sources *s, const neox_indexed_dataset *labels, int64_t doc, int64_t n,
                       int *masked, neox_error *err) {
     *masked = 0;
-    if (!labels) return 0;
-    int64_t got = neox_indexed_get(labels, doc, 0, n < labels->sizes[doc] ? n : labels->sizes[doc], s->scratch, err);
-    if (got < 0) return -1;
-    *masked = 1;
-    for (int64_t i = 0; i < got; i++)
-        if (s->scratch[i] != NEOX_LABEL_MASKED) *masked = 0;
-    return 0;
+    return labels ? neox_labels_all_masked(labels, doc, n, s->scratch, masked, err) : 0;
 }
 
 // A document pair GPT-NeoX skips: too long (or, for pack_until_overflow, too short: its test is

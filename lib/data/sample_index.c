@@ -129,6 +129,30 @@ static void shuffled_sample_order(neox_sample_index *si, int64_t ns, neox_random
 // GPT-NeoX shuffles the positions 0..n-1 of the documents and uses them as document ids, which
 // reads the train documents for a valid/test split; neox.c offsets them by the split's first
 // document (the same result whenever the split starts at document 0).
+// Whether GPT-NeoX leaves document doc out of a pack_until_overflow or unpacked index: longer than
+// seq_length + 1 without allow_chopped, or (with a label dataset) its first n labels all masked.
+static int skips(const neox_sample_index_options *o, const int32_t *sizes, int64_t doc, int64_t n, int32_t *scratch,
+                 int *skip, neox_error *err) {
+    *skip = !o->allow_chopped && sizes[doc] > o->seq_length + 1;
+    if (*skip || !o->labels) return 0;
+    return neox_labels_all_masked(o->labels, doc, n, scratch, skip, err);
+}
+
+static int none_usable(const neox_sample_index_options *o, neox_error *err) {
+    return neox_fail(err, NEOX_EXIT_USAGE, "%s: no usable document (each is longer than seq_length + 1 = %d with "
+                     "allow_chopped off, or has only masked labels)", o->name, o->seq_length + 1);
+}
+
+int neox_labels_all_masked(const neox_indexed_dataset *labels, int64_t doc, int64_t n, int32_t *scratch, int *masked,
+                           neox_error *err) {
+    int64_t got = neox_indexed_get(labels, doc, 0, n < labels->sizes[doc] ? n : labels->sizes[doc], scratch, err);
+    if (got < 0) return -1;
+    *masked = 1;
+    for (int64_t i = 0; i < got; i++)
+        if (scratch[i] != NEOX_LABEL_MASKED) *masked = 0;
+    return 0;
+}
+
 static int build_pack_until_overflow(neox_sample_index *si, const int32_t *sizes, const neox_sample_index_options *o,
                                      neox_random_state *rs, neox_error *err) {
     int64_t ns = o->num_samples, ndocs = o->doc_end - o->doc_begin;
@@ -137,16 +161,15 @@ static int build_pack_until_overflow(neox_sample_index *si, const int32_t *sizes
     for (int64_t i = 0; i < ndocs; i++) order[i] = i;
     neox_random_shuffle(rs, order, ndocs, 8);
     int64_t flat = 0, flat_cap = 0, docs_cap = 0, running = 0, cur = 0, skipped_in_row = 0;
+    int32_t *scratch = neox_malloc(((size_t)o->seq_length + 1) * sizeof *scratch);
+    int rc = 0;
     si->doc_idx_len = 0;
-    while (flat / 2 < ns) {
+    while (rc == 0 && flat / 2 < ns) {
         int64_t doc = o->doc_begin + order[cur], len = sizes[doc];
-        if (!o->allow_chopped && len > o->seq_length + 1) {
-            if (++skipped_in_row > ndocs) {
-                free(order);
-                return neox_fail(err, NEOX_EXIT_USAGE,
-                                 "%s: every document is longer than seq_length + 1 (%d) and allow_chopped is off", o->name,
-                                 o->seq_length + 1);
-            }
+        int skip;
+        if ((rc = skips(o, sizes, doc, o->seq_length + 1, scratch, &skip, err)) != 0) break;
+        if (skip) {
+            if (++skipped_in_row > ndocs) rc = none_usable(o, err);
         } else {
             skipped_in_row = 0;
             if (running == 0 || running + len > o->seq_length + 1) {
@@ -167,14 +190,15 @@ static int build_pack_until_overflow(neox_sample_index *si, const int32_t *sizes
     push(&si->sample_idx, &flat, &flat_cap, 0);
     si->sample_idx_len = flat / 2;
     free(order);
-    return 0;
+    free(scratch);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------
 // unpacked: one document per sample, documents in order (cycling), samples served shuffled.
-// GPT-NeoX reads a label dataset here to skip documents whose labels are all -100 and fails
-// without one; neox.c has no label datasets, so no document is skipped for that reason. Document
-// ids are offset by the split's first document, as for pack_until_overflow.
+// GPT-NeoX skips documents whose first seq_length labels are all -100 (and fails without a label
+// dataset; neox.c then skips nothing for that reason). Document ids are offset by the split's first
+// document, as for pack_until_overflow.
 static int build_unpacked(neox_sample_index *si, const int32_t *sizes, const neox_sample_index_options *o,
                           neox_random_state *rs, neox_error *err) {
     int64_t ns = o->num_samples, ndocs = o->doc_end - o->doc_begin;
@@ -184,21 +208,23 @@ static int build_unpacked(neox_sample_index *si, const int32_t *sizes, const neo
     for (int64_t i = 0; i <= ns; i++) si->sample_idx[2 * i] = i, si->sample_idx[2 * i + 1] = 0;
     si->doc_idx_len = ns + 1;
     si->doc_idx = neox_malloc((size_t)(ns + 1) * 8);
+    int32_t *scratch = neox_malloc(((size_t)o->seq_length + 1) * sizeof *scratch);
     int64_t d = 0, skipped_in_row = 0;
-    for (int64_t i = 0; i <= ns;) {
+    int rc = 0;
+    for (int64_t i = 0; rc == 0 && i <= ns;) {
         int64_t doc = o->doc_begin + d;
+        int skip;
         d = (d + 1) % ndocs;
-        if (!o->allow_chopped && sizes[doc] > o->seq_length + 1) {
-            if (++skipped_in_row > ndocs)
-                return neox_fail(err, NEOX_EXIT_USAGE,
-                                 "%s: every document is longer than seq_length + 1 (%d) and allow_chopped is off", o->name,
-                                 o->seq_length + 1);
+        if ((rc = skips(o, sizes, doc, o->seq_length, scratch, &skip, err)) != 0) break;
+        if (skip) {
+            if (++skipped_in_row > ndocs) rc = none_usable(o, err);
             continue;
         }
         skipped_in_row = 0;
         si->doc_idx[i++] = doc;
     }
-    return 0;
+    free(scratch);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------

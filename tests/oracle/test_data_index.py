@@ -153,7 +153,11 @@ def test_blend_matches_numpy(tmp_path, weights, by_docs):
 # offsets them by the split's first document, so both agree when the split starts at document 0
 # and the offset is checked separately.
 
-def pack_until_overflow_index(sizes, first, ndocs, num_samples, seq_length, seed, allow_chopped):
+def all_masked(labels, doc, n):
+    return labels is not None and bool(np.all(np.asarray(labels[doc][:n]) == -100))
+
+
+def pack_until_overflow_index(sizes, first, ndocs, num_samples, seq_length, seed, allow_chopped, labels=None):
     rng = np.random.RandomState(seed=seed)
     shuffle_idx = np.arange(num_samples)
     rng.shuffle(shuffle_idx)
@@ -163,7 +167,7 @@ def pack_until_overflow_index(sizes, first, ndocs, num_samples, seq_length, seed
     running, cur = 0, 0
     while len(sample_idx) < num_samples:
         doc = first + order[cur]
-        if allow_chopped or sizes[doc] <= seq_length + 1:
+        if (allow_chopped or sizes[doc] <= seq_length + 1) and not all_masked(labels, doc, seq_length + 1):
             if running == 0 or running + sizes[doc] > seq_length + 1:
                 sample_idx.append([len(doc_idx), 0])
                 running = sizes[doc]
@@ -178,7 +182,7 @@ def pack_until_overflow_index(sizes, first, ndocs, num_samples, seq_length, seed
     return np.array(doc_idx, dtype=np.int64), np.array(sample_idx, dtype=np.int64), shuffle_idx
 
 
-def unpacked_index(sizes, first, ndocs, num_samples, seq_length, seed, allow_chopped):
+def unpacked_index(sizes, first, ndocs, num_samples, seq_length, seed, allow_chopped, labels=None):
     rng = np.random.RandomState(seed=seed)
     shuffle_idx = np.arange(num_samples)
     rng.shuffle(shuffle_idx)
@@ -186,7 +190,7 @@ def unpacked_index(sizes, first, ndocs, num_samples, seq_length, seed, allow_cho
     sample_idx[:, 0] = np.arange(num_samples + 1)
     doc_idx, d = [], 0
     while len(doc_idx) <= num_samples:
-        if allow_chopped or sizes[first + d] <= seq_length + 1:
+        if (allow_chopped or sizes[first + d] <= seq_length + 1) and not all_masked(labels, first + d, seq_length):
             doc_idx.append(first + d)
         d = (d + 1) % ndocs
     return np.array(doc_idx, dtype=np.int64), sample_idx, shuffle_idx
@@ -324,3 +328,24 @@ def test_pairwise_index_matches_numpy(tmp_path, pack, chopped, labelled):
         want = pairwise_item([pos, neg], index, k, seq)
         assert lines[2 * k] == want[0], f"sample {k}: chosen row"
         assert lines[2 * k + 1] == want[1], f"sample {k}: rejected row"
+
+
+@pytest.mark.parametrize("pack,build", [("pack_until_overflow", pack_until_overflow_index), ("unpacked", unpacked_index)])
+def test_label_datasets_skip_masked_documents(tmp_path, pack, build):
+    """With a label dataset (SFT), GPT-NeoX leaves out documents whose first labels are all -100."""
+    docs = random_docs(4, 200, 120)
+    labels = [[-100] * len(d) if i % 9 == 2 else [-100] * (len(d) // 2) + d[len(d) // 2:] for i, d in enumerate(docs)]
+    dataset, label_prefix = str(tmp_path / "corpus_text_document"), str(tmp_path / "corpus_label_document")
+    write_indexed(dataset, docs, np.uint16)
+    write_indexed(label_prefix, labels, np.int32)
+    seq, seed, iters, batch = 64, 23, 12, 4
+    r = neox("index", "--train-data-paths", dataset, "--valid-data-paths", dataset, "--test-data-paths", dataset,
+             "--train-label-data-paths", label_prefix, "--seq-length", seq, "--seed", seed, "--train-iters", iters,
+             "--train-batch-size", batch, "--eval-interval", 1000, "--eval-iters", 1, "--pack-impl", pack)
+    assert r.returncode == 0, r.stderr
+    ns = int(np.ceil(samples_for(iters, 1000, 1, batch)[0] * 1.005))
+    base = cache_name(dataset, "train_0", ns, seq, seed, pack, True)
+    want = build([len(d) for d in docs], 0, len(docs), ns, seq, seed, True, labels)
+    assert not any(d % 9 == 2 for d in want[0]), "the oracle must skip the masked documents"
+    for suffix, w in zip(["doc_idx", "sample_idx", "shuffle_idx"], want):
+        np.testing.assert_array_equal(np.load(base + f"_{suffix}.npy"), w, err_msg=f"{pack} {suffix}")

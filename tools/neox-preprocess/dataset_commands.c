@@ -283,8 +283,9 @@ static void index_usage(void) {
            "  --dump-samples K   print the first K training samples (token ids, one per line) to stdout\n"
            "Pairwise (DPO) data: the *-data-paths above are the chosen side, and\n"
            "  --neg-train-data-paths P,...  --neg-valid-data-paths P,...  --neg-test-data-paths P,...\n"
-           "  the rejected side; --train-label-data-paths P,...  --neg-train-label-data-paths P,... their\n"
-           "  labels (both or neither). --dump-samples then prints each sample's chosen and rejected rows.\n",
+           "  the rejected side; --neg-train-label-data-paths P,... its labels (with --train-label-data-paths,\n"
+           "  the training data's labels, which pack_until_overflow and unpacked read to skip documents\n"
+           "  whose labels are all masked). --dump-samples then prints each sample's chosen and rejected rows.\n",
            neox_progname());
 }
 
@@ -366,9 +367,10 @@ int index_main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         if ((neg[i] || s.pairwise) && nneg[i] != npaths[i])
             neox_usage_error("%d rejected data paths given for %d chosen ones", nneg[i], npaths[i]);
-    if ((labels[0] != NULL) != (labels[1] != NULL) || (labels[0] && (nlabels[0] != npaths[0] || nlabels[1] != npaths[0])))
-        neox_usage_error("--train-label-data-paths and --neg-train-label-data-paths: one label dataset per data path on both sides");
-    if (labels[0] && !s.pairwise) neox_usage_error("label datasets are only read here for pairwise data");
+    if ((labels[0] && nlabels[0] != npaths[0]) || (s.pairwise && (labels[0] != NULL) != (labels[1] != NULL)) ||
+        (labels[1] && (!s.pairwise || nlabels[1] != npaths[0])))
+        neox_usage_error("--train-label-data-paths (and, for pairwise data, --neg-train-label-data-paths): one label "
+                         "dataset per training data path");
     s.train_neg_paths = (const char *const *)neg[0], s.valid_neg_paths = (const char *const *)neg[1];
     s.test_neg_paths = (const char *const *)neg[2];
     s.train_label_paths = (const char *const *)labels[0], s.train_neg_label_paths = (const char *const *)labels[1];
