@@ -115,6 +115,10 @@ typedef struct neox_preprocess_options {
     int64_t num_docs;                          // expected documents for the ETA (0: use input bytes)
     int64_t log_interval;                      // documents between progress updates
     size_t max_document_bytes;                 // longest record read (0: NEOX_MAX_DOCUMENT_BYTES)
+    // preprocess_data_with_mask.py's --mask-before-token (one key only): also writes the label dataset
+    // {prefix}_label_document, each document's ids with those up to and including the first occurrence
+    // of this pattern masked (-100); both datasets are int32, as that script writes them.
+    const int32_t *mask_before; int mask_before_len;
 } neox_preprocess_options;
 
 typedef struct neox_preprocess_stats {

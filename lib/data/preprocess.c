@@ -145,6 +145,21 @@ static void report_progress(pipeline *p, const slot *s, int final) {
     else neox_progress_update(p->progress, done, extra);
 }
 
+// The label document of preprocess_data_with_mask.py: every token up to and including the first
+// occurrence of the mask_before pattern replaced by -100 (the document unchanged without one).
+static int write_masked_labels(pipeline *p, const int32_t *ids, size_t n, neox_error *err) {
+    const neox_preprocess_options *o = p->o;
+    size_t m = (size_t)o->mask_before_len, cut = 0;
+    for (size_t at = 0; !cut && n >= m && at <= n - m; at++)
+        if (!memcmp(ids + at, o->mask_before, m * sizeof *ids)) cut = at + m;
+    int32_t *labels = neox_malloc((n + 1) * sizeof *labels);
+    for (size_t t = 0; t < n; t++) labels[t] = t < cut ? NEOX_LABEL_MASKED : ids[t];
+    int rc = neox_indexed_writer_add_item(p->writers[o->nkeys], labels, n, err);
+    free(labels);
+    if (rc == 0) neox_indexed_writer_end_document(p->writers[o->nkeys]);
+    return rc;
+}
+
 static int write_chunk(pipeline *p, slot *s, neox_error *err) {
     const neox_preprocess_options *o = p->o;
     size_t begin = 0;
@@ -161,6 +176,8 @@ static int write_chunk(pipeline *p, slot *s, neox_error *err) {
             } else {
                 if (neox_indexed_writer_add_item(p->writers[k], s->ids + begin, s->ends[i] - begin, err) != 0) return -1;
                 neox_indexed_writer_end_document(p->writers[k]);
+                if (o->mask_before_len > 0 && write_masked_labels(p, s->ids + begin, s->ends[i] - begin, err) != 0)
+                    return -1;
                 p->stats->documents++;
                 p->stats->tokens += (int64_t)(s->ends[i] - begin);
             }
@@ -245,10 +262,13 @@ static void read_all(pipeline *p, neox_doc_reader *reader) {
 
 static int open_writers(pipeline *p, neox_error *err) {
     const neox_preprocess_options *o = p->o;
-    p->writers = neox_calloc((size_t)o->nkeys, sizeof *p->writers);
-    int dtype = neox_dtype_for_vocab(o->vocab_size);
-    for (int k = 0; k < o->nkeys; k++) {
-        char *prefix = neox_asprintf("%s_%s_document", o->output_prefix, o->keys[k]);
+    int labelled = o->mask_before_len > 0;
+    p->writers = neox_calloc((size_t)o->nkeys + 1, sizeof *p->writers);
+    // preprocess_data_with_mask.py writes its text and label datasets as int32 whatever the vocabulary.
+    int dtype = labelled ? NEOX_DTYPE_I32 : neox_dtype_for_vocab(o->vocab_size);
+    for (int k = 0; k < o->nkeys + labelled; k++) {
+        char *prefix = k < o->nkeys ? neox_asprintf("%s_%s_document", o->output_prefix, o->keys[k])
+                                    : neox_asprintf("%s_label_document", o->output_prefix);
         p->writers[k] = neox_indexed_writer_open(prefix, dtype, err);
         free(prefix);
         if (!p->writers[k]) return -1;
@@ -284,6 +304,9 @@ int neox_preprocess_run(const neox_preprocess_options *o, neox_preprocess_stats 
     memset(stats, 0, sizeof *stats);
     if (o->workers < 1 || o->nkeys < 1 || !o->encode)
         return neox_fail(err, NEOX_EXIT_USAGE, "preprocess: need at least one worker, one key and a tokenizer");
+    if (o->mask_before_len > 0 && (o->nkeys != 1 || !strcmp(o->keys[0], "label")))
+        return neox_fail(err, NEOX_EXIT_USAGE, "--mask-before-token: one jsonl key, not named 'label' (its label dataset is "
+                         "{prefix}_label_document)");
     if (o->append_eod && o->eod_id < 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "--append-eod: the tokenizer has no end-of-document token (no "
                          "<|endoftext|> and no eos_token in a tokenizer_config.json beside it)");
@@ -304,7 +327,7 @@ int neox_preprocess_run(const neox_preprocess_options *o, neox_preprocess_stats 
         if (p.writer_failed) rc = neox_fail(err, p.writer_err.status ? p.writer_err.status : 1, "%s", p.writer_err.message);
         else if (p.reader_failed) rc = neox_fail(err, p.reader_err.status ? p.reader_err.status : 1, "%s", p.reader_err.message);
     }
-    for (int k = 0; k < o->nkeys && p.writers; k++) {
+    for (int k = 0; k < o->nkeys + (o->mask_before_len > 0) && p.writers; k++) {
         if (!p.writers[k]) continue;
         if (rc == 0) rc = neox_indexed_writer_commit(p.writers[k], err);
         else neox_indexed_writer_abort(p.writers[k]);

@@ -144,3 +144,59 @@ def test_jsonl_keys_each_their_own_dataset(tmp_path):
     write_indexed(str(tmp_path / "b"), [tok.encode("para a\n\npara b").ids, tok.encode("only").ids], np.uint16)
     same_files(str(tmp_path / "k_title_document"), str(tmp_path / "t"))
     same_files(str(tmp_path / "k_body_document"), str(tmp_path / "b"))
+
+
+def masked_before(ids, pattern):
+    """preprocess_data_with_mask.py's mask(): -100 up to and including the first occurrence of pattern."""
+    for at in range(len(ids) - len(pattern) + 1):
+        if ids[at:at + len(pattern)] == pattern:
+            cut = at + len(pattern)
+            return [-100] * cut + ids[cut:]
+    return list(ids)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_mask_before_token_matches_numpy_writer(tmp_path, workers):
+    """`neox-preprocess mask`: int32 token and label datasets, the label masked through the first
+    occurrence of the delimiter's ids (a document without it unmasked), against HF tokenizers."""
+    need(NEOX_JSON)
+    tok = tokenizers.Tokenizer.from_file(NEOX_JSON)
+    eod = tok.token_to_id("<|endoftext|>")
+    records = ["Question: what is 2+2?\nAnswer: 4", "no delimiter in this one", "Answer: first\nAnswer: second",
+               "Q: ünïcödé ☃ 𝔘\nAnswer: ✓ done", "Answer:", ""]
+    with open(tmp_path / "qa.jsonl", "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps({"text": r}) + "\n")
+    pattern = tok.encode("\nAnswer:").ids
+    docs, labels = [], []
+    for r in records:
+        ids = tok.encode(r).ids
+        if not ids:
+            continue
+        ids.append(eod)
+        docs.append(ids)
+        labels.append(masked_before(ids, pattern))
+    assert any(-100 in l for l in labels) and any(-100 not in l for l in labels)
+    write_indexed(str(tmp_path / "want_text"), docs, np.int32)
+    write_indexed(str(tmp_path / "want_label"), labels, np.int32)
+    out = str(tmp_path / "qa")
+    r = neox("mask", "--input", str(tmp_path / "qa.jsonl"), "--output-prefix", out, "--tokenizer-type", "HFTokenizer",
+             "--vocab-file", NEOX_JSON, "--append-eod", "--workers", workers,
+             "--mask-before-token", ",".join(map(str, pattern)))
+    assert r.returncode == 0, r.stderr
+    same_files(out + "_text_document", str(tmp_path / "want_text"))
+    same_files(out + "_label_document", str(tmp_path / "want_label"))
+
+
+def test_mask_refusals(tmp_path):
+    need(NEOX_JSON)
+    (tmp_path / "a.jsonl").write_text('{"text": "x", "other": "y"}\n')
+    base = ["--input", str(tmp_path / "a.jsonl"), "--output-prefix", str(tmp_path / "o"), "--tokenizer-type",
+            "HFTokenizer", "--vocab-file", NEOX_JSON]
+    r = neox("mask", *base)
+    assert r.returncode == 2 and "--mask-before-token IDS is required" in r.stderr, r.stderr
+    r = neox("mask", *base, "--mask-before-token", "12,x")
+    assert r.returncode == 2 and "--mask-before-token" in r.stderr, r.stderr
+    r = neox("mask", *base, "--mask-before-token", "12", "--jsonl-keys", "text", "other")
+    assert r.returncode == 2 and "one jsonl key" in r.stderr, r.stderr
+    assert not (tmp_path / "o_label_document.bin").exists() and not (tmp_path / "o_text_document.bin").exists()

@@ -18,6 +18,7 @@ int command_train_tokenizer(int argc, char **argv);
 
 // dataset_commands.c
 int preprocess_main(int argc, char **argv);  // the default mode: preprocess_data.py's flags
+int mask_main(int argc, char **argv);  // preprocess_data_with_mask.py: the default mode with label masks
 int merge_main(int argc, char **argv);
 int info_main(int argc, char **argv);
 int index_main(int argc, char **argv);

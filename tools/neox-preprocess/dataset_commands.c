@@ -34,6 +34,9 @@ void preprocess_options_help(FILE *out) {
             "Output:\n"
             "  --output-prefix PREFIX output path prefix\n"
             "  --dataset-impl mmap    the only format written (lazy and cached are legacy)\n"
+            "  --mask-before-token IDS  (one key) also write {PREFIX}_label_document: each document's ids with\n"
+            "                         those up to and including the first occurrence of the comma-separated\n"
+            "                         ids masked (-100), as preprocess_data_with_mask.py; int32 datasets\n"
             "Runtime:\n"
             "  --workers N            tokenizing threads (default 1); output is identical for any N\n"
             "  --log-interval N       documents between progress updates (default 100)\n");
@@ -72,11 +75,27 @@ typedef struct preprocess_args {
     neox_tokenizer_options tok;
     int append_eod, workers, skip_invalid;
     long num_docs, log_interval, max_document_bytes;
+    int32_t *mask_before;  // --mask-before-token
+    int mask_before_len;
 } preprocess_args;
+
+// --mask-before-token X,Y,Z: token ids (each a non-negative integer).
+static void parse_mask_pattern(const char *list, preprocess_args *a) {
+    int n;
+    char **items = split_commas(list, &n);
+    if (n == 0) neox_usage_error("--mask-before-token: no token ids given");
+    a->mask_before = neox_malloc((size_t)n * sizeof *a->mask_before);
+    for (int i = 0; i < n; i++) {
+        a->mask_before[i] = (int32_t)neox_option_int("--mask-before-token", items[i], 0, INT32_MAX);
+        free(items[i]);
+    }
+    free(items);
+    a->mask_before_len = n;
+}
 
 static void parse_preprocess(int argc, char **argv, preprocess_args *a) {
     enum { O_INPUT = 256, O_KEYS, O_NUM_DOCS, O_TYPE, O_VOCAB, O_MERGE, O_EOD, O_FTFY, O_PREFIX, O_IMPL, O_WORKERS,
-           O_LOG, O_SKIP, O_MAX_DOC };
+           O_LOG, O_SKIP, O_MAX_DOC, O_MASK };
     static const struct option options[] = {
         {"input", required_argument, NULL, O_INPUT}, {"jsonl-keys", required_argument, NULL, O_KEYS},
         {"num-docs", required_argument, NULL, O_NUM_DOCS}, {"tokenizer-type", required_argument, NULL, O_TYPE},
@@ -85,7 +104,7 @@ static void parse_preprocess(int argc, char **argv, preprocess_args *a) {
         {"output-prefix", required_argument, NULL, O_PREFIX}, {"dataset-impl", required_argument, NULL, O_IMPL},
         {"workers", required_argument, NULL, O_WORKERS}, {"log-interval", required_argument, NULL, O_LOG},
         {"skip-invalid", no_argument, NULL, O_SKIP}, {"max-document-bytes", required_argument, NULL, O_MAX_DOC},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"mask-before-token", required_argument, NULL, O_MASK}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     *a = (preprocess_args){.dataset_impl = "mmap", .workers = 1, .log_interval = 100};
     int c;
@@ -112,6 +131,7 @@ static void parse_preprocess(int argc, char **argv, preprocess_args *a) {
         case O_LOG: a->log_interval = neox_option_int("--log-interval", optarg, 1, INT64_MAX); break;
         case O_SKIP: a->skip_invalid = 1; break;
         case O_MAX_DOC: a->max_document_bytes = neox_option_int("--max-document-bytes", optarg, 1, INT64_MAX); break;
+        case O_MASK: free(a->mask_before); parse_mask_pattern(optarg, a); break;
         case 'h': preprocess_usage(stdout); exit(0);
         case ':': neox_usage_error("option '%s' needs a value", argv[optind - 1]);
         default: neox_usage_error("unrecognized option '%s'", argv[optind - 1]);
@@ -140,6 +160,7 @@ static void print_summary(const preprocess_args *a, const neox_preprocess_stats 
               st->text_bytes / 1e6, neox_format_duration(st->seconds, t, sizeof t), st->documents / (st->seconds + 1e-9),
               st->text_bytes / 1e6 / (st->seconds + 1e-9));
     for (int k = 0; k < a->nkeys; k++) neox_info("wrote %s_%s_document.bin/.idx", a->output_prefix, a->keys[k]);
+    if (a->mask_before_len > 0) neox_info("wrote %s_label_document.bin/.idx", a->output_prefix);
 }
 
 int preprocess_main(int argc, char **argv) {
@@ -156,7 +177,8 @@ int preprocess_main(int argc, char **argv) {
         .output_prefix = a.output_prefix, .encode = encode_with, .encode_ctx = tok,
         .vocab_size = neox_tokenizer_vocab_size(tok), .eod_id = neox_tokenizer_eod_id(tok), .append_eod = a.append_eod,
         .workers = a.workers, .skip_invalid = a.skip_invalid, .num_docs = a.num_docs, .log_interval = a.log_interval,
-        .max_document_bytes = (size_t)a.max_document_bytes,
+        .max_document_bytes = (size_t)a.max_document_bytes, .mask_before = a.mask_before,
+        .mask_before_len = a.mask_before_len,
     };
     neox_preprocess_stats st;
     int rc = neox_preprocess_run(&o, &st, &err);
@@ -164,9 +186,21 @@ int preprocess_main(int argc, char **argv) {
     for (int i = 0; i < ninputs; i++) free(inputs[i]);
     free(inputs);
     free(a.keys);
+    free(a.mask_before);
     neox_tokenizer_free(tok);
     if (rc != 0) neox_die_error(&err);
     return 0;
+}
+
+// `mask`: preprocess_data_with_mask.py, the default mode with --mask-before-token required.
+int mask_main(int argc, char **argv) {
+    int given = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--mask-before-token") || !strncmp(argv[i], "--mask-before-token=", 20) ||
+            !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            given = 1;
+    if (!given) neox_usage_error("mask: --mask-before-token IDS is required (the ids of the delimiter, e.g. from 'encode')");
+    return preprocess_main(argc, argv);
 }
 
 // ---------------------------------------------------------------------------------------------

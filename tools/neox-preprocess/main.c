@@ -15,6 +15,7 @@ static const preprocess_command commands[] = {
     {"decode", "print the text of token ids", command_decode},
     {"train-tokenizer", "train a byte-level BPE tokenizer.json", command_train_tokenizer},
     {"chat", "chat-formatted jsonl into token and label datasets (chat template, loss masks)", chat_main},
+    {"mask", "token and label datasets, masked up to a delimiter (--mask-before-token)", mask_main},
     {"merge", "concatenate datasets, keeping document boundaries", merge_main},
     {"info", "describe a dataset and check .bin against .idx", info_main},
     {"index", "build GPT-NeoX's sample index caches (.npy) for training settings", index_main},
