@@ -229,9 +229,9 @@ void neox_train_free_dpo(neox_trainer *t);
 void neox_train_dpo_start(neox_trainer *t);  // after loading: the reference takes the starting weights
 int neox_train_dpo_save(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err);
 int neox_train_dpo_load(neox_trainer *t, const neox_ckpt_reader *r, neox_error *err);
-// After the policy's forward of batch b (last stage): the DPO loss of the micro-batch into *loss,
-// the token weights of its backward set, the metrics accumulated.
-int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss, neox_error *err);
+// After the reference's and the policy's forward of batch b (last stage): the DPO loss of the
+// micro-batch into *loss, the token weights of its backward set, the metrics accumulated.
+int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss);
 void neox_train_dpo_begin(neox_trainer *t);
 // The metrics since begin (a collective over the data-parallel group); returns how many.
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out);

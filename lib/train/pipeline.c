@@ -14,11 +14,11 @@
 #include "kernels/kernels.h"
 #include "internal.h"
 
-enum { TAG_ACTIVATION = 0, TAG_GRADIENT = 1 };
+enum { TAG_ACTIVATION = 0, TAG_GRADIENT = 1, TAG_REFERENCE = 2, TAG_KINDS = 3 };
 
 // MPI only promises tags up to 32767. Messages between two ranks on one communicator arrive in
 // the order they were sent, and both sides walk micro-batches in the same order, so tags may wrap.
-static int tag_of(int64_t micro_batch, int kind) { return (int)(2 * (micro_batch % 16384) + kind); }
+static int tag_of(int64_t micro_batch, int kind) { return (int)(TAG_KINDS * (micro_batch % 10000) + kind); }
 
 // Dropout masks are counter-based: each micro-batch of each data-parallel rank gets a seed from
 // (run seed, global micro-batch count, rank), so a resumed run draws exactly the masks it would
@@ -36,6 +36,7 @@ typedef struct pipe_run {
     double loss_sum;
     neox_request *act_send;   // one per slot: the activation send from that slot
     neox_request grad_send;
+    neox_request ref_send;    // DPO: the reference model's activations in flight to the next stage
 } pipe_run;
 
 static int stage_first(const neox_trainer *t) { return t->grid->pipe_rank == 0; }
@@ -54,6 +55,27 @@ static int next_batch(pipe_run *r, neox_error *err) {
     return rc;
 }
 
+// DPO's frozen reference runs micro-batch k through its own copy of this stage just before the
+// policy does, its activations passing between stages with their own tag; the last stage keeps
+// its log-probabilities for the loss (neox_train_dpo_loss).
+static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
+    neox_trainer *t = r->t;
+    neox_model *ref = t->dpo->reference;
+    if (!ref) return 0;
+    neox_grid *g = t->grid;
+    size_t NC = (size_t)ref->B * ref->T * ref->desc.hidden_size;
+    neox_wait(&r->ref_send);  // its previous activations have left
+    if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(ref), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_REFERENCE));
+    neox_batch *b = t->batch;
+    ref->training = 0;
+    if (neox_model_forward(ref, stage_first(t) ? (const int *)b->tokens : NULL, stage_last(t) ? (const int *)b->labels : NULL,
+                           stage_last(t) ? b->loss_mask : NULL, err) != 0)
+        return -1;
+    if (stage_last(t)) neox_model_token_logprobs(ref, t->dpo->ref_lp);
+    else neox_isend(&g->pipe, neox_model_stage_output(ref), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_REFERENCE), &r->ref_send);
+    return 0;
+}
+
 static int forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_trainer *t = r->t;
     neox_model *m = t->model;
@@ -70,6 +92,7 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
         t->state.dropout_draws++;
     }
     neox_batch *b = t->batch;
+    if (t->dpo && reference_forward(r, k, err) != 0) return -1;
     if (r->training && stage_first(t)) neox_train_sparse_touch(t, b);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
     if (r->training) neox_timer_start(timer);
@@ -79,7 +102,7 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     if (rc != 0) return -1;
     if (stage_last(t)) {
         double loss = m->loss;
-        if (t->dpo && neox_train_dpo_loss(t, b, &loss, err) != 0) return -1;
+        if (t->dpo) neox_train_dpo_loss(t, b, &loss);
         r->loss_sum += loss;
     } else neox_isend(&g->pipe, neox_model_stage_output(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
     return 0;
@@ -108,6 +131,7 @@ static void backward(pipe_run *r, int k, int M) {
 static void finish_sends(pipe_run *r) {
     for (int s = 0; s < r->t->model->nslots; s++) neox_wait(&r->act_send[s]);
     neox_wait(&r->grad_send);
+    neox_wait(&r->ref_send);
     free(r->act_send);
 }
 

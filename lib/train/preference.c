@@ -7,7 +7,8 @@
 // (neox_model_set_token_weights): +-dpo_beta * sigmoid(-dpo_beta * z) / B on the chosen (+) and
 // rejected (-) tokens' losses. The reference is a second model on the same layout, loaded with the
 // weights training starts from and saved in checkpoints (group `reference/`), so a resumed run
-// compares against the same reference. Log-probabilities are always computed in fp32 or wider,
+// compares against the same reference; under pipeline parallelism each stage holds its layers and
+// runs them just before the policy's (pipeline.c). Log-probabilities are always computed in fp32 or wider,
 // which is what dpo_fp32 asks for.
 #include <math.h>
 #include <stdlib.h>
@@ -42,10 +43,6 @@ int neox_train_setup_dpo(neox_trainer *t, neox_error *err) {
     if (neox_config_bool(t->cfg, char_level_ppl))
         return neox_fail(err, NEOX_EXIT_USAGE, "char_level_ppl: a character-level perplexity of preference pairs is not "
                          "defined (the DPO evaluation reports its loss and rewards); unset it for train_impl dpo");
-    if (t->grid->pipe_size > 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "train_impl dpo: pipe_parallel_size %d is not supported (the reference "
-                         "model runs beside the policy on one stage; GPT-NeoX refuses pipelines here too): use tensor "
-                         "and data parallelism", t->grid->pipe_size);
     neox_dpo *d = t->dpo = neox_calloc(1, sizeof *d);
     d->beta = neox_config_float(t->cfg, dpo_beta);
     d->pairs = t->micro_batch;
@@ -110,15 +107,6 @@ static double row_sum(const double *lp, const float *mask, int row, int T) {
 static double neg_log_sigmoid(double x) { return x >= 0 ? log1p(exp(-x)) : -x + log1p(exp(x)); }
 static double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
 
-static int reference_logprobs(neox_trainer *t, const neox_batch *b, neox_error *err) {
-    neox_dpo *d = t->dpo;
-    if (!d->reference) return 0;  // reference-free: ref_lp stays 0
-    d->reference->training = 0;
-    if (neox_model_forward(d->reference, b->tokens, b->labels, b->loss_mask, err) != 0) return -1;
-    neox_model_token_logprobs(d->reference, d->ref_lp);
-    return 0;
-}
-
 double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float *mask, int B, int T, double beta,
                      float *weights, double *metrics) {
     double sum = 0.0;
@@ -140,10 +128,9 @@ double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float 
     return sum / B;
 }
 
-int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss, neox_error *err) {
+int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss) {
     neox_dpo *d = t->dpo;
-    neox_model_token_logprobs(t->model, d->policy_lp);
-    if (reference_logprobs(t, b, err) != 0) return -1;
+    neox_model_token_logprobs(t->model, d->policy_lp);  // ref_lp: the reference's forward (pipeline.c), or 0
     double metrics[NEOX_DPO_METRICS];
     *loss = neox_dpo_loss(d->policy_lp, d->ref_lp, b->loss_mask, d->pairs, t->seq_length, d->beta, d->weights, metrics);
     neox_model_set_token_weights(t->model, d->weights);
@@ -159,7 +146,7 @@ void neox_train_dpo_begin(neox_trainer *t) {
 }
 
 // The metrics since neox_train_dpo_begin: per micro-batch means, averaged over micro-batches and
-// data-parallel ranks (GPT-NeoX's reduce_losses). Without a reference the ref_* metrics and the
+// data-parallel ranks (GPT-NeoX's reduce_losses), from the last pipe stage on every rank. Without a reference the ref_* metrics and the
 // rewards are not defined (GPT-NeoX does not log them): only chosen_neg and chosen_pos are given.
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out) {
     neox_dpo *d = t->dpo;
@@ -168,6 +155,8 @@ int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out) {
     memcpy(v, d->sums, sizeof d->sums);
     v[NEOX_DPO_METRICS] = (double)d->micro_batches;
     if (t->grid->data_size > 1) neox_allreduce_sum(&t->grid->data, v, NEOX_DPO_METRICS + 1, NEOX_F64);
+    // Only the last pipe stage computes the loss.
+    if (t->grid->pipe_size > 1) neox_broadcast(&t->grid->pipe, v, NEOX_DPO_METRICS + 1, NEOX_F64, t->grid->pipe_size - 1);
     int n = 0;
     for (int k = 0; k < NEOX_DPO_METRICS; k++) {
         if (!d->reference && k != CHOSEN_NEG && k != CHOSEN_POS) continue;

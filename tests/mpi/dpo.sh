@@ -1,8 +1,9 @@
 # tests/mpi/dpo.sh: DPO (train_impl: dpo) under data and tensor parallelism. The same pre-trained
 # policy is fine-tuned on the same preference pairs (tests/tools/dpo_pairs.py) with the same global
-# batch on one rank, dp2 with ZeRO-1, tp2 and dp2+tp2; the losses (DPO's), evaluations, reward
-# margins and final parameters must equal the single-rank run's within 1e-5 relative (the reference
-# model is sharded as the policy is, and the metrics are averaged over data-parallel ranks).
+# batch on one rank, dp2 with ZeRO-1, tp2, dp2+tp2, pp2 and tp2+pp2; the losses (DPO's), evaluations,
+# reward margins and final parameters must equal the single-rank run's within 1e-5 relative (the
+# reference model is sharded and staged as the policy is, and the metrics are averaged over
+# data-parallel ranks). A run stopped under pp2 resumes under tp2 on the same trajectory.
 source tests/lib.sh
 
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
@@ -40,7 +41,7 @@ run() {
 {$MODEL, "train_impl": "dpo", "dataset_impl": "pairwise", "dpo_beta": 0.1, "pack_impl": "unpacked",
  "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "clip_grad": 1.0, "train_iters": 12, "eval_interval": 6,
  "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4, "load": "$T/pre", "finetune": true,
- "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": 12,
+ "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": ${CKPT:-12},
  $(split train), $(split valid), $(split test) $5}
 EOF2
     local launch=()
@@ -70,13 +71,27 @@ print(len(a), 'values compared')"
 }
 run one 1 4 2 ""
 for spec in "dp2z1 2 2 2 ', \"zero_optimization\": {\"stage\": 1}'" "tp2 2 4 2 ', \"model_parallel_size\": 2'" \
-            "dp2tp2 4 2 2 ', \"model_parallel_size\": 2'"; do
+            "dp2tp2 4 2 2 ', \"model_parallel_size\": 2'" "pp2 2 4 2 ', \"pipe_parallel_size\": 2'" \
+            "tp2pp2 4 4 2 ', \"pipe_parallel_size\": 2, \"model_parallel_size\": 2'"; do
     eval "set -- $spec"
     run "$1" "$2" "$3" "$4" "$5"
     check "DPO $1 follows the single-rank run (losses, evaluations, final parameters within 1e-5)" \
         $PY tests/mpi/layouts_check.py same "$T/one" "$T/$1"
     margins_same "$1"
 done
-sed 's/"train_iters": 12,/"train_iters": 12, "pipe_parallel_size": 2,/' "$T/one.yml" >"$T/pp2.yml"
-check_fails "DPO with pipeline parallelism is refused, naming the key" 2 "train_impl dpo: pipe_parallel_size 2 is not supported" \
-    "$MPIEXEC" -n 2 "$TRAIN" -q "$T/pp2.yml"
+# Stopped at step 6 under pp2 and resumed under tp2: the reference, saved by both stages, is read
+# back into the other layout.
+CKPT=6 run part1 2 4 2 ', "pipe_parallel_size": 2, "exit_interval": 6'
+sed -e "s|\"log_dir\": \"$T/part1/log\", \"save\": \"$T/part1/ckpt\"|\"log_dir\": \"$T/part2/log\", \"save\": \"$T/part2/ckpt\"|" \
+    -e "s|\"load\": \"$T/pre\", \"finetune\": true|\"load\": \"$T/part1/ckpt\"|" \
+    -e 's/"pipe_parallel_size": 2, "exit_interval": 6/"model_parallel_size": 2/' "$T/part1.yml" >"$T/part2.yml"
+check "DPO: resumed under tp2 from the pp2 checkpoint" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/part2.yml"
+check "DPO: the resumed run continues the single-rank trajectory" $PY -c "
+import json
+def table(path):
+    return {(r['iteration'], k): r[k] for r in map(json.loads, open(path)) for k in ('train/lm_loss', 'train/margins') if k in r}
+a, b, c = table('$T/one/log/metrics.jsonl'), table('$T/part1/log/metrics.jsonl'), table('$T/part2/log/metrics.jsonl')
+assert max(i for i, _ in b) == 6 and min(i for i, _ in c) == 7 and max(i for i, _ in c) == 12, (sorted(b), sorted(c))
+both = {**b, **c}
+bad = [(k, a[k], both[k]) for k in a if abs(a[k] - both[k]) > 1e-5 * max(abs(a[k]), 1e-2)]
+assert a.keys() == both.keys() and not bad, bad[:5]"
