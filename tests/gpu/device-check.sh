@@ -42,6 +42,8 @@ FETCH_DEBS=(
     libjansson4 libjansson-dev                       # JSON
     libmicrohttpd12 libmicrohttpd-dev                # neox-eval serve's HTTP server (links GnuTLS, below)
     libutf8proc2 libutf8proc-dev                     # tokenizers
+    libpcre2-8-0 libpcre2-dev                        # pre-tokenizer regexes
+    libsentencepiece0 libsentencepiece-dev           # SentencePiece models
     libzstd1 libzstd-dev zlib1g zlib1g-dev           # compressed corpora (HDF5 links zlib too)
     libhdf5-103-1 libhdf5-dev libsz2 libaec0         # checkpoints; HDF5's szip filter
     libcurl4 libnghttp2-14 libidn2-0 libunistring2 librtmp1 libssh2-1 libpsl5 libssl3 libbrotli1
@@ -108,7 +110,7 @@ INCS+=" -I$DEPS/usr/include/x86_64-linux-gnu/openblas-pthread -I$DEPS/usr/includ
 # DT_RPATH (not RUNPATH) so the libraries' own dependencies (HDF5's libcurl, ...) resolve there too.
 RPATH="-Wl,--disable-new-dtags -Wl,-rpath,$LIBDIRS -Wl,-rpath-link,$LIBDIRS"
 BLAS_LIBS="-L$L/openblas-pthread -lopenblas $RPATH"
-PKG_LIBS_DEPS="-L$L -L$L/hdf5/serial -lyaml -ljansson -lmicrohttpd -lutf8proc -lzstd -lz -lhdf5 $BLAS_LIBS -lmpich"
+PKG_LIBS_DEPS="-L$L -L$L/hdf5/serial -lyaml -ljansson -lmicrohttpd -lutf8proc -lpcre2-8 -lsentencepiece -lzstd -lz -lhdf5 $BLAS_LIBS -lmpich"
 # mpiexec: hydra's programs have no RPATH, so a wrapper gives them the carried libraries.
 mkdir -p "$DEPS/bin"
 printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LIBDIRS" "$DEPS/usr/bin/mpiexec.hydra" >"$DEPS/bin/mpiexec"
