@@ -416,12 +416,15 @@ static void test_activations(size_t n, int N, int F) {
         cpu->activation_backward(dinp.h, dout.h, x.h, n, fn);
         gpu->activation_backward(dinp.d, dout.d, x.d, n, fn);
         checkf(1e-6, 1e-5, &dinp, "activation_backward n=%zu fn=%d", n, k);
+        // The gated inputs reach +-6, where 1 + erf (or 1 + tanh) cancels: one float ulp of the erf
+        // near -1 is 6e-8, times |x|/2 and the gate's |b| <= 6 gives errors near 2e-6 that both
+        // backends are entitled to (the GPU's erff and tanhf differ from glibc's by an ulp).
         cpu->gated_forward(o.h, in2.h, N, F, fn);
         gpu->gated_forward(o.d, in2.d, N, F, fn);
-        checkf(1e-6, 1e-5, &o, "gated_forward N=%d F=%d fn=%d", N, F, k);
+        checkf(1e-5, 1e-5, &o, "gated_forward N=%d F=%d fn=%d", N, F, k);
         cpu->gated_backward(di.h, d.h, in2.h, N, F, fn);
         gpu->gated_backward(di.d, d.d, in2.d, N, F, fn);
-        checkf(1e-6, 1e-5, &di, "gated_backward N=%d F=%d fn=%d", N, F, k);
+        checkf(1e-5, 1e-5, &di, "gated_backward N=%d F=%d fn=%d", N, F, k);
     }
     pair *all[] = {&x, &out, &dout, &dinp, &in2, &o, &d, &di};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
