@@ -60,15 +60,15 @@ static void run_gemm(void *p) {
 typedef struct { size_t bytes; void *dst, *src; } copy_ctx;
 static void run_copy(void *p) { copy_ctx *c = p; be->copy(c->dst, c->src, c->bytes); }
 
-typedef struct { int B, T, NH, HS; float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv; } att_ctx;
+typedef struct { int B, T, NH, HS; float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv; neox_elem e; } att_ctx;
 static void run_att_fwd(void *p) {
     att_ctx *a = p;
-    be->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HS, 0.125f, 0, 0.0f, 0);
+    be->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HS, 0.125f, 0, 0.0f, 0, a->e);
 }
 static void run_att_bwd(void *p) {
     att_ctx *a = p;
     be->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->B, a->T, a->NH, a->NH,
-                           a->HS, 0.125f, 0, 0.0f, 0);
+                           a->HS, 0.125f, 0, 0.0f, 0, a->e);
 }
 
 typedef struct { int N, C, V; float *x, *y, *w, *b, *mean, *rstd, *dx, *dw, *db, *logits, *lse, *losses; int *ids; } row_ctx;
@@ -92,11 +92,15 @@ static void run_adamw(void *p) {
     be->adamw_segments(a->p, a->g, a->m, a->v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, 10);
 }
 
-static void report(const char *name, double sec, double work, const char *unit, double peer) {
+// peer: the peer's rate in the same unit; peer_name says which peer it is.
+static void report_vs(const char *name, double sec, double work, const char *unit, double peer, const char *peer_name) {
     double rate = work / sec / 1e12;  // TFLOP/s, or TB/s shown as GB/s below
     if (unit[0] == 'G') rate *= 1000;
     printf("%-28s %9.3f ms  %9.1f %s  %6.3f of %s\n", name, sec * 1e3, rate, unit, peer > 0 ? rate / peer : 0,
-           unit[0] == 'G' ? "copy" : "fp32 GEMM");
+           peer_name);
+}
+static void report(const char *name, double sec, double work, const char *unit, double peer) {
+    report_vs(name, sec, work, unit, peer, unit[0] == 'G' ? "copy" : "fp32 GEMM");
 }
 
 int main(int argc, char **argv) {
@@ -121,7 +125,8 @@ int main(int argc, char **argv) {
     gemm_ctx h = {G, G, G, NEOX_ELEM_BF16, be->alloc(half_bytes), be->alloc(half_bytes), be->alloc(half_bytes)};
     be->cast_f32_to_bf16(h.a, g.a, (size_t)G * G);
     be->cast_f32_to_bf16(h.b, g.b, (size_t)G * G);
-    report("gemm bf16 8192^3", time_op(run_gemm, &h), flops, "TFLOP/s", fp32);
+    double bf16_sec = time_op(run_gemm, &h), bf16 = flops / bf16_sec / 1e12;
+    report("gemm bf16 8192^3", bf16_sec, flops, "TFLOP/s", fp32);
     be->free(h.a), be->free(h.b), be->free(h.c);
     size_t cbytes = (size_t)G * G * sizeof(float);
     copy_ctx cp = {cbytes, g.a, g.c};
@@ -129,14 +134,18 @@ int main(int argc, char **argv) {
     printf("%-28s %9.3f ms  %9.1f GB/s (read + written)\n", "copy 256 MiB", 2.0 * cbytes / copy / 1e6, copy);
 
     // Attention at the model's shape: causal FLOPs = 2 products of 2 T^2 HS / 2 per head forward.
-    att_ctx a = {B, T, NH, HS, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    att_ctx a = {B, T, NH, HS, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NEOX_ELEM_F32};
     size_t nq = (size_t)B * NH * T * HS;
     a.q = dev_floats(nq, 2); a.k = dev_floats(nq, 2); a.v = dev_floats(nq, 2); a.out = dev_floats(nq, 1);
     a.lse = dev_floats((size_t)B * NH * T, 1); a.dout = dev_floats(nq, 1);
     a.dq = dev_floats(nq, 1); a.dk = dev_floats(nq, 1); a.dv = dev_floats(nq, 1);
     double att = 2.0 * B * NH * (double)T * T * HS;  // causal half of 4 B NH T^2 HS
-    report("attention forward", time_op(run_att_fwd, &a), att, "TFLOP/s", fp32);
-    report("attention backward", time_op(run_att_bwd, &a), 2.5 * att, "TFLOP/s", fp32);
+    report("attention forward fp32", time_op(run_att_fwd, &a), att, "TFLOP/s", fp32);
+    report("attention backward fp32", time_op(run_att_bwd, &a), 2.5 * att, "TFLOP/s", fp32);
+    // The tensor-core kernels the model runs in bf16 precision, against the bf16 GEMM rate.
+    a.e = neox_attention_operands(NEOX_ELEM_BF16, HS);
+    report_vs("attention forward bf16", time_op(run_att_fwd, &a), att, "TFLOP/s", bf16, "bf16 GEMM");
+    report_vs("attention backward bf16", time_op(run_att_bwd, &a), 2.5 * att, "TFLOP/s", bf16, "bf16 GEMM");
 
     // Row ops at (N, C) and the loss at (N', V) with N' rows limited to fit a few GB.
     row_ctx r = {N, C, V, dev_floats((size_t)N * 4 * C, 4), dev_floats((size_t)N * 4 * C, 1), dev_floats(C, 1),

@@ -50,6 +50,9 @@ void *neox_cuda_stream(void);
 // N = B*T rows. Backward ops ADD into parameter gradients (so tied weights and gradient accumulation
 // need no extra pass); whether they add into or overwrite input gradients is said on each op.
 
+// Element types of the operands of mixed-precision products (GEMMs, attention's tensor-core tiles).
+typedef enum neox_elem { NEOX_ELEM_F32, NEOX_ELEM_BF16, NEOX_ELEM_F16 } neox_elem;
+
 // ---- deterministic random numbers -------------------------------------------------------------
 // Counter-based: the value for (seed, index) does not depend on threads, order or backend, so
 // dropout masks can be regenerated in backward instead of stored, and initialisation does not
@@ -140,18 +143,33 @@ void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int 
 // attention: query i sees keys i - window + 1 .. i); 0 sees every earlier key.
 // Attention-probability dropout with probability p (0 = off) uses neox_uniform(seed, ...) per
 // (b, h, i, j), regenerated identically in backward.
+// operands: the element type of every matrix product's operands (the tensor cores' inputs on a GPU),
+// products accumulated in fp32 and softmax statistics kept in fp32 either way. In 16-bit, q, k, v are
+// rounded to it, and so are the probabilities of each key tile (after the dropout factor, under the
+// running max of the tiles so far: tiles of 64 keys from the first the query block needs) before they
+// weight v; the row sums are of the unrounded probabilities. Inputs and outputs stay fp32.
 void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
-                            int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed);
+                            int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed,
+                            neox_elem operands);
 // Attention of S new positions pos0..pos0+S-1 over a key/value cache holding positions
 // 0..pos0+S-1 (generation; kernels/cpu/attention_cache.c). q: (NH, S, HS); kcache, vcache:
 // (NKV, maxT, HS); out: (S, NH, HS). Query i sees keys 0..pos0+i (the last window of them when
 // window > 0).
 void neox_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,
                            int NH, int NKV, int HS, int maxT, float scale, int window);
-// dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS).
+// dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS). In 16-bit
+// operands, q, k, v and dout are rounded, and so are the dropped probabilities before dv's product and
+// the score gradients dS before dq's and dk's; D = dout . out is taken from the unrounded fp32 values.
 void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                              const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
-                             int HS, float scale, int window, float dropout, unsigned long long seed);
+                             int HS, float scale, int window, float dropout, unsigned long long seed,
+                             neox_elem operands);
+// The operands attention uses when the model's products take `half` (NEOX_ELEM_F32 in fp32
+// precision): 16-bit for head sizes the tensor-core kernel tiles (multiples of 16 up to 128), fp32
+// otherwise. The one place that decides, so every backend rounds at the same points.
+static inline neox_elem neox_attention_operands(neox_elem half, int HS) {
+    return half != NEOX_ELEM_F32 && HS % 16 == 0 && HS <= 128 ? half : NEOX_ELEM_F32;
+}
 
 // ---- activations ------------------------------------------------------------------------------
 // The elementwise functions of GPT-NeoX's `activation` values (formulas: kernels/activation_math.h):
@@ -228,7 +246,6 @@ void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_s
 double neox_sum_squares_segments(const float *x, const neox_segment *segs, int nseg);
 
 // ---- mixed-precision matrix product -------------------------------------------------------------
-typedef enum neox_elem { NEOX_ELEM_F32, NEOX_ELEM_BF16, NEOX_ELEM_F16 } neox_elem;
 // C (M, N; row stride ldc) = alpha * op(A) op(B) + beta * C, row-major as cblas_sgemm, with A and B
 // both of element type ab and C of type c, products accumulated in fp32 (16-bit results rounded
 // once at the end). The CPU computes it in fp32 on widened copies; CUDA on the tensor cores.
@@ -289,6 +306,12 @@ static inline float neox_f16_to_f32(uint16_t h) {
     float f;
     memcpy(&f, &x, 4);
     return f;
+}
+// x rounded to element type e and widened back (exact in fp32): what a 16-bit operand holds.
+static inline float neox_round_to_elem(float x, neox_elem e) {
+    if (e == NEOX_ELEM_BF16) return neox_bf16_to_f32(neox_bf16_from_f32(x));
+    if (e == NEOX_ELEM_F16) return neox_f16_to_f32(neox_f16_from_f32(x));
+    return x;
 }
 
 // 1-bit Adam (DeepSpeed's OnebitAdam): the moments from a gradient, v untouched when NULL (the

@@ -8,8 +8,14 @@
 // query block) in the forward and (batch, key/value head) in the backward, so the key/value
 // gradients shared by a GQA group are written by one thread only (the backward therefore has
 // B * NKV units of parallel work).
+//
+// With 16-bit operands (the GPU's tensor-core kernel, kernels/cuda/attention_mma.cu) this is its
+// reference at the same storage precision: the inputs are rounded once into copies, and the
+// probability and score-gradient tiles where that kernel rounds them (kernels.h says where).
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gemm.h"
@@ -23,6 +29,31 @@ enum { ATT_BLOCK = 64 };
 // Dropout keep factor for probability (row, j) of the head's (T, T) matrix: 0 or 1/(1-p).
 static inline float keep_factor(float p, unsigned long long seed, size_t row, int T, int j) {
     return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+// A copy of x (n values) rounded to the operand type, or x itself in fp32 (nothing to free then).
+// The kernels link without lib/core: running out of memory ends the process as gemm.c's widening does.
+static const float *rounded(const float *x, size_t n, neox_elem e) {
+    if (e == NEOX_ELEM_F32) return x;
+    float *r = malloc((n ? n : 1) * sizeof *r);
+    if (!r) {
+        fprintf(stderr, "neox attention: out of memory for a %zu-value rounded operand\n", n);
+        abort();
+    }
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) r[i] = neox_round_to_elem(x[i], e);
+    return r;
+}
+
+static void free_rounded(const float *r, const float *x) {
+    if (r != x) free((void *)r);
+}
+
+// Rounds the first nc values of each of nr tile rows (row pitch ATT_BLOCK) in place.
+static void round_tile(float *t, int nr, int nc, neox_elem e) {
+    if (e == NEOX_ELEM_F32) return;
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) t[(size_t)r * ATT_BLOCK + c] = neox_round_to_elem(t[(size_t)r * ATT_BLOCK + c], e);
 }
 
 // Masks what a query may not see in a score tile (-inf): keys after it (causal) and, with a window
@@ -49,7 +80,7 @@ static int first_key_block(int i0, int window) {
 // One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse.
 NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, const float *q, const float *k,
                                             const float *v, int i0, int nq, int T, int HS, float scale, int window,
-                                            float dropout, unsigned long long seed, size_t row0) {
+                                            float dropout, unsigned long long seed, size_t row0, neox_elem operands) {
     float s[ATT_BLOCK * ATT_BLOCK], mx[ATT_BLOCK], sum[ATT_BLOCK];
     for (int r = 0; r < nq; r++) {
         mx[r] = -INFINITY;
@@ -84,6 +115,7 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
             if (dropout > 0.0f)  // the sum is of the undropped probabilities; only the values see the mask
                 for (int c = 0; c < nk; c++) sr[c] *= keep_factor(dropout, seed, row0 + (size_t)(i0 + r), T, j0 + c);
         }
+        round_tile(s, nq, nk, operands);
         neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, s, ATT_BLOCK, v + (size_t)j0 * HS, HS, 1.0f, out + (size_t)i0 * ldo,
                        ldo);
     }
@@ -94,9 +126,12 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
     }
 }
 
-void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
-                            int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed) {
+void neox_attention_forward(float *out, float *lse, const float *q_in, const float *k_in, const float *v_in, int B,
+                            int T, int NH, int NKV, int HS, float scale, int window, float dropout,
+                            unsigned long long seed, neox_elem operands) {
     int group = NH / NKV, nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    const float *q = rounded(q_in, nq, operands), *k = rounded(k_in, nkv, operands), *v = rounded(v_in, nkv, operands);
     // Later query blocks see more keys; dynamic scheduling over (b, h, block) balances them.
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
@@ -105,8 +140,9 @@ void neox_attention_forward(float *out, float *lse, const float *q, const float 
                 size_t head = (size_t)b * NH + h, kv = ((size_t)b * NKV + h / group) * T * HS;
                 int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < T ? ATT_BLOCK : T - i0;
                 forward_query_block(out + ((size_t)b * T * NH + h) * HS, NH * HS, lse + head * T, q + head * T * HS,
-                                    k + kv, v + kv, i0, nq, T, HS, scale, window, dropout, seed, head * T);
+                                    k + kv, v + kv, i0, nq, T, HS, scale, window, dropout, seed, head * T, operands);
             }
+    free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in);
 }
 
 // Gradients of one (query block, key block) tile of one head. With P the probabilities (recomputed
@@ -115,8 +151,8 @@ void neox_attention_forward(float *out, float *lse, const float *q, const float 
 NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const float *dout, int ldd, const float *q,
                                       const float *k, const float *v, const float *lse, const float *D, int i0, int nq,
                                       int j0, int nk, int T, int HS, float scale, int window, float dropout,
-                                      unsigned long long seed, size_t row0) {
-    float p[ATT_BLOCK * ATT_BLOCK], dp[ATT_BLOCK * ATT_BLOCK];
+                                      unsigned long long seed, size_t row0, neox_elem operands) {
+    float p[ATT_BLOCK * ATT_BLOCK], dp[ATT_BLOCK * ATT_BLOCK], pk[ATT_BLOCK * ATT_BLOCK];
     neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, p, ATT_BLOCK);
     mask_scores(p, nq, nk, i0, j0, window);
     for (int r = 0; r < nq; r++) {
@@ -126,33 +162,35 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
     }
     neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, dout + (size_t)i0 * ldd, ldd, v + (size_t)j0 * HS, HS, 0.0f, dp,
                    ATT_BLOCK);
-    if (dropout > 0.0f) {  // dP = K * (dO V^T), and dV sees the dropped probabilities P * K
-        float pk[ATT_BLOCK * ATT_BLOCK];
+    const float *pv = p;  // the probabilities dV sees
+    if (dropout > 0.0f || operands != NEOX_ELEM_F32) {  // dP = K * (dO V^T); dV sees P * K, rounded
         for (int r = 0; r < nq; r++)
             for (int c = 0; c < nk; c++) {
-                float kf = keep_factor(dropout, seed, row0 + (size_t)(i0 + r), T, j0 + c);
+                float kf = dropout > 0.0f ? keep_factor(dropout, seed, row0 + (size_t)(i0 + r), T, j0 + c) : 1.0f;
                 dp[(size_t)r * ATT_BLOCK + c] *= kf;
-                pk[(size_t)r * ATT_BLOCK + c] = p[(size_t)r * ATT_BLOCK + c] * kf;
+                pk[(size_t)r * ATT_BLOCK + c] = neox_round_to_elem(p[(size_t)r * ATT_BLOCK + c] * kf, operands);
             }
-        neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, pk, ATT_BLOCK, dout + (size_t)i0 * ldd, ldd, 1.0f, dv + (size_t)j0 * HS,
-                       HS);
-    } else {
-        neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, p, ATT_BLOCK, dout + (size_t)i0 * ldd, ldd, 1.0f, dv + (size_t)j0 * HS,
-                       HS);
+        pv = pk;
     }
+    neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, pv, ATT_BLOCK, dout + (size_t)i0 * ldd, ldd, 1.0f, dv + (size_t)j0 * HS, HS);
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * ATT_BLOCK, *dr = dp + (size_t)r * ATT_BLOCK, Di = D[r];
         #pragma omp simd
         for (int c = 0; c < nk; c++) pr[c] = pr[c] * (dr[c] - Di) * scale;  // p becomes dS
     }
+    round_tile(p, nq, nk, operands);
     neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, p, ATT_BLOCK, k + (size_t)j0 * HS, HS, 1.0f, dq + (size_t)i0 * HS, HS);
     neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, p, ATT_BLOCK, q + (size_t)i0 * HS, HS, 1.0f, dk + (size_t)j0 * HS, HS);
 }
 
-void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                             const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
-                             int HS, float scale, int window, float dropout, unsigned long long seed) {
+void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout_in, const float *q_in,
+                             const float *k_in, const float *v_in, const float *out, const float *lse, int B, int T,
+                             int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed,
+                             neox_elem operands) {
     int group = NH / NKV, ldd = NH * HS;
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    const float *q = rounded(q_in, nq, operands), *k = rounded(k_in, nkv, operands), *v = rounded(v_in, nkv, operands);
+    const float *dout = rounded(dout_in, nq, operands);
     #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++) {
@@ -161,7 +199,8 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout,
             memset(dv + kv, 0, (size_t)T * HS * sizeof(float));
             for (int h = g * group; h < (g + 1) * group; h++) {
                 size_t head = (size_t)b * NH + h;
-                const float *dout_h = dout + ((size_t)b * T * NH + h) * HS, *out_h = out + ((size_t)b * T * NH + h) * HS;
+                size_t merged = ((size_t)b * T * NH + h) * HS;  // head h's rows in (B, T, NH, HS)
+                const float *dout_h = dout + merged, *dout_exact = dout_in + merged, *out_h = out + merged;
                 float *dq_h = dq + head * T * HS;
                 memset(dq_h, 0, (size_t)T * HS * sizeof(float));
                 for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
@@ -169,7 +208,7 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                     // D = sum_j P_ij dP_ij = dout_i . out_i (also with dropout: out includes the mask).
                     float D[ATT_BLOCK];
                     for (int r = 0; r < nq; r++) {
-                        const float *a = dout_h + (size_t)(i0 + r) * ldd, *o = out_h + (size_t)(i0 + r) * ldd;
+                        const float *a = dout_exact + (size_t)(i0 + r) * ldd, *o = out_h + (size_t)(i0 + r) * ldd;
                         float s = 0.0f;
                         for (int d = 0; d < HS; d++) s += a[d] * o[d];
                         D[r] = s;
@@ -177,9 +216,11 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                     for (int j0 = first_key_block(i0, window); j0 < i0 + nq; j0 += ATT_BLOCK) {
                         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
                         backward_tile(dq_h, dk + kv, dv + kv, dout_h, ldd, q + head * T * HS, k + kv, v + kv,
-                                      lse + head * T, D, i0, nq, j0, nk, T, HS, scale, window, dropout, seed, head * T);
+                                      lse + head * T, D, i0, nq, j0, nk, T, HS, scale, window, dropout, seed, head * T,
+                                      operands);
                     }
                 }
             }
         }
+    free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in), free_rounded(dout, dout_in);
 }

@@ -11,8 +11,8 @@
 // D = dout . out; a second, one warp per key row, walks every query head of its GQA group and the
 // query tiles at or after the key, giving dk and dv. Probabilities are recomputed from the saved
 // log-sum-exp; attention dropout uses neox_uniform(seed, (head * T + i) * T + j) as the CPU does.
-// Not yet here: a tensor-core (bf16, wgmma) version; this one is for correctness and fp32.
-#include "kernels/cuda/common.cuh"
+// With 16-bit operands the entry points hand over to the tensor-core kernels (attention_mma.cu).
+#include "kernels/cuda/attention.cuh"
 
 enum { ATT_WARPS = 8, ATT_TILE = 32, ATT_PITCH = 33, ATT_MAX_NU = 8 };
 
@@ -67,18 +67,10 @@ __device__ __forceinline__ void add_weighted_columns2(float *acc1, float w1, con
     }
 }
 
-// Whether query position i sees key position j: causal, within the window when there is one.
-__device__ __forceinline__ bool sees(int i, int j, int window) { return j <= i && (window == 0 || j > i - window); }
-
 // The first key tile rows at positions from i_first on need: keys before the first row's window are
 // seen by no row.
 __device__ __forceinline__ int first_key_tile(int i_first, int window) {
     return window > 0 && i_first - window + 1 > 0 ? (i_first - window + 1) / ATT_TILE * ATT_TILE : 0;
-}
-
-__device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned long long seed, size_t row, int T,
-                                             int j) {
-    return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? keep_scale : 0.0f;
 }
 
 struct att_shape {
@@ -323,7 +315,11 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
 
 extern "C" void neox_cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                                             int B, int T, int NH, int NKV, int HS, float scale, int window,
-                                            float dropout, unsigned long long seed) {
+                                            float dropout, unsigned long long seed, neox_elem operands) {
+    if (operands != NEOX_ELEM_F32) {
+        neox_cuda_attention_mma_forward(out, lse, q, k, v, B, T, NH, NKV, HS, scale, window, dropout, seed, operands);
+        return;
+    }
     check_head_size(HS);
     if (B <= 0 || T <= 0) return;
     att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, window, dropout, seed);
@@ -341,7 +337,12 @@ extern "C" void neox_cuda_attention_cached(float *out, const float *q, const flo
 extern "C" void neox_cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                              const float *k, const float *v, const float *out, const float *lse, int B,
                                              int T, int NH, int NKV, int HS, float scale, int window, float dropout,
-                                             unsigned long long seed) {
+                                             unsigned long long seed, neox_elem operands) {
+    if (operands != NEOX_ELEM_F32) {
+        neox_cuda_attention_mma_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, scale, window, dropout,
+                                         seed, operands);
+        return;
+    }
     check_head_size(HS);
     if (B <= 0 || T <= 0) return;
     float *D = (float *)neox_cuda_scratch((size_t)B * NH * T * sizeof(float));

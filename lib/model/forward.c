@@ -283,8 +283,8 @@ void neox_model_layer_forward(neox_model *m, int l) {
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS),
-                          d->attn_window, attn_p,
-                          neox_model_attention_seed(m, l));
+                          d->attn_window, attn_p, neox_model_attention_seed(m, l),
+                          neox_attention_operands(neox_model_operand_elem(m), HS));
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
     add_branch(m, d->parallel_residual ? y : la->mid, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
 

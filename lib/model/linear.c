@@ -21,9 +21,13 @@ int neox_precision_parse(const char *name, neox_precision *out) {
 
 const char *neox_precision_name(neox_precision p) { return precision_names[p]; }
 
-static neox_elem half_elem(const neox_model *m) {
-    return m->precision == NEOX_PRECISION_BF16 ? NEOX_ELEM_BF16 : NEOX_ELEM_F16;
+neox_elem neox_model_operand_elem(const neox_model *m) {
+    return m->precision == NEOX_PRECISION_BF16 ? NEOX_ELEM_BF16
+           : m->precision == NEOX_PRECISION_FP16 ? NEOX_ELEM_F16
+                                                 : NEOX_ELEM_F32;
 }
+
+static neox_elem half_elem(const neox_model *m) { return neox_model_operand_elem(m); }
 
 static void cast_half(const neox_model *m, uint16_t *out, const float *inp, size_t n) {
     if (m->precision == NEOX_PRECISION_BF16) m->be->cast_f32_to_bf16(out, inp, n);

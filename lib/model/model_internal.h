@@ -75,6 +75,8 @@ void neox_model_free_plan(neox_model *m);
 // (Re)allocates the 16-bit GEMM scratch for the plan's sizes (16-bit precisions only).
 void neox_model_plan_half(neox_model *m);
 
+// The element type of the model's products' operands: fp32, or its 16-bit precision's (linear.c).
+neox_elem neox_model_operand_elem(const neox_model *m);
 // The linear layers in the model's precision (linear.c). Weights are views into param_buf.
 void neox_model_refresh_weights(neox_model *m);  // remakes the 16-bit weights when stale
 void neox_model_linear_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,

@@ -361,31 +361,45 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
     pair_free(&x);
 }
 
-static void test_attention(int B, int T, int NH, int NKV, int HS, float dropout, int window) {
+// e: the operands' type (fp32: the CUDA-core kernels; bf16/fp16: the tensor-core kernels against the
+// CPU reference at the same rounding points). In 16 bits the two sides round the same values, but
+// their fp32 sums and exponentials differ in the last bits, so a probability or score gradient may
+// round to the neighbouring 16-bit value on one side: a few units of the operand's precision.
+static void test_attention_elem(int B, int T, int NH, int NKV, int HS, float dropout, int window, neox_elem e) {
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float scale = 1.0f / sqrtf((float)HS);
     unsigned long long seed = 4242;
+    double unit = e == NEOX_ELEM_BF16 ? 1.0 / 128 : e == NEOX_ELEM_F16 ? 1.0 / 1024 : 0.0;  // 2^-(mantissa bits)
+    double fwd_tol = e == NEOX_ELEM_F32 ? 2e-5 : 2 * unit, bwd_tol = e == NEOX_ELEM_F32 ? 5e-5 : 4 * unit;
+    const char *type = e == NEOX_ELEM_BF16 ? "bf16" : e == NEOX_ELEM_F16 ? "fp16" : "fp32";
     pair q = pair_uniform(nq, -2.0f, 2.0f), k = pair_uniform(nkv, -2.0f, 2.0f), v = pair_rand(nkv);
     pair out = pair_rand(nq), lse = pair_rand((size_t)B * NH * T);
-    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, scale, window, dropout, seed);
-    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, scale, window, dropout, seed);
-    checkf(2e-5, 1e-4, &out, "attention_forward B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", B, T, NH, NKV, HS,
-           dropout, window);
-    checkf(1e-5, 1e-5, &lse, "attention_forward lse B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, scale, window, dropout, seed, e);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, scale, window, dropout, seed, e);
+    checkf(fwd_tol, e == NEOX_ELEM_F32 ? 1e-4 : fwd_tol, &out,
+           "attention_forward %s B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", type, B, T, NH, NKV, HS, dropout,
+           window);
+    checkf(e == NEOX_ELEM_F32 ? 1e-5 : 1e-4, 1e-5, &lse, "attention_forward %s lse B=%d T=%d NH=%d NKV=%d HS=%d", type,
+           B, T, NH, NKV, HS);
     pair o = pair_from(out.h, nq), l = pair_from(lse.h, lse.n), dout = pair_rand(nq);
     pair dq = pair_rand(nq), dk = pair_rand(nkv), dv = pair_rand(nkv);
     cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, scale, window, dropout,
-                            seed);
+                            seed, e);
     gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, scale, window, dropout,
-                            seed);
-    checkf(5e-5, 1e-4, &dq, "attention_backward dq B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", B, T, NH, NKV,
-           HS, dropout, window);
-    checkf(5e-5, 1e-4, &dk, "attention_backward dk B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", B, T, NH, NKV,
-           HS, dropout, window);
-    checkf(5e-5, 1e-4, &dv, "attention_backward dv B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", B, T, NH, NKV,
-           HS, dropout, window);
+                            seed, e);
+    double rtol = e == NEOX_ELEM_F32 ? 1e-4 : bwd_tol;
+    checkf(bwd_tol, rtol, &dq, "attention_backward %s dq B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", type, B, T,
+           NH, NKV, HS, dropout, window);
+    checkf(bwd_tol, rtol, &dk, "attention_backward %s dk B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", type, B, T,
+           NH, NKV, HS, dropout, window);
+    checkf(bwd_tol, rtol, &dv, "attention_backward %s dv B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", type, B, T,
+           NH, NKV, HS, dropout, window);
     pair *all[] = {&q, &k, &v, &out, &lse, &o, &l, &dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+static void test_attention(int B, int T, int NH, int NKV, int HS, float dropout, int window) {
+    test_attention_elem(B, T, NH, NKV, HS, dropout, window, NEOX_ELEM_F32);
 }
 
 static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int maxT, int window) {
@@ -573,13 +587,13 @@ static void check_repeats(const char *name, gpu_op op, void *ctx, pair **outs, i
 }
 
 // Context of the repeated ops: their shapes, inputs (in) and outputs (out).
-typedef struct { int B, T, NH, NKV, HS, N, C; pair *in, *out; int *ids; } rep_ctx;
+typedef struct { int B, T, NH, NKV, HS, N, C; pair *in, *out; int *ids; neox_elem operands; } rep_ctx;
 
 static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, 0.125f, 0, 0.1f, 9);
+                            c->NKV, c->HS, 0.125f, 0, 0.1f, 9, c->operands);
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
@@ -604,13 +618,17 @@ static void test_determinism(void) {
     rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64, .N = 1000, .C = 96};
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
-    cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS, 0.125f, 0, 0.1f, 9);
+    cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS, 0.125f, 0, 0.1f, 9,
+                           NEOX_ELEM_F32);
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
     c.in = ai;
     c.out = ao;
+    c.operands = NEOX_ELEM_F32;
     check_repeats("attention_backward (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    c.operands = NEOX_ELEM_BF16;
+    check_repeats("attention_backward bf16 (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
     free_pairs(ai, 6);
     free_pairs(ao, 3);
 
@@ -710,6 +728,17 @@ int main(int argc, char **argv) {
     test_attention(1, 300, 2, 2, 256, 0.0f, 0);
     test_attention(2, 150, 4, 2, 64, 0.0f, 40);   // sliding window across tiles
     test_attention(1, 97, 2, 1, 80, 0.1f, 1);     // a window of one key, dropout
+    // The tensor-core kernels: T off and on the 64-row tiles, GQA and MQA, head sizes 16..128.
+    test_attention_elem(2, 37, 4, 4, 16, 0.0f, 0, NEOX_ELEM_BF16);
+    test_attention_elem(1, 64, 4, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);
+    test_attention_elem(2, 200, 6, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);    // GQA, a partial last tile
+    test_attention_elem(1, 130, 4, 1, 128, 0.0f, 0, NEOX_ELEM_BF16);   // MQA
+    test_attention_elem(1, 97, 2, 2, 80, 0.1f, 0, NEOX_ELEM_BF16);     // dropout
+    test_attention_elem(2, 150, 4, 2, 64, 0.0f, 40, NEOX_ELEM_BF16);   // sliding window across tiles
+    test_attention_elem(1, 97, 2, 1, 96, 0.2f, 1, NEOX_ELEM_BF16);     // a window of one key, dropout
+    test_attention_elem(1, 300, 4, 2, 112, 0.0f, 0, NEOX_ELEM_F16);
+    test_attention_elem(1, 129, 2, 2, 32, 0.1f, 0, NEOX_ELEM_F16);
+    test_attention_elem(1, 2048, 2, 2, 128, 0.0f, 0, NEOX_ELEM_BF16);  // a training length
     test_attention_cached(5, 17, 4, 2, 48, 50, 0);
     test_attention_cached(1, 0, 4, 4, 64, 8, 0);
     test_attention_cached(9, 0, 2, 1, 128, 9, 0);

@@ -310,3 +310,79 @@ def test_half_precision_parity(case, precision, tmp_path):
         gscale = ref.abs().max().item()
         gerr = (ours - ref).abs().max().item()
         assert gerr <= tol * max(gscale, 1e-6), f"gradient of {name}: {gerr:.3g} exceeds {tol} of {gscale:.3g}"
+
+
+# ---- 16-bit attention operands ---------------------------------------------------------------------
+# At head sizes the tensor-core attention tiles (multiples of 16 up to 128), 16-bit precision also
+# rounds attention's products (kernels/kernels.h): q, k, v and the output gradient, the probabilities
+# before they weight v (forward) or the output gradient (dv), and the score gradients before they
+# weight k (dq) or q (dk); softmax statistics and D = dout . out stay fp32. With T = 9 every row is in
+# one key tile, so the probabilities are rounded under the row's own max. Restated with torch ops as
+# the eager attention of the Hugging Face model, its backward written out.
+class RoundedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, dtype):
+        r = lambda x: x.to(dtype).float()
+        qr, kr, vr = r(q), r(k), r(v)
+        T = q.shape[-2]
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        s = (qr @ kr.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        p = torch.exp(s - m)
+        l = p.sum(-1, keepdim=True)
+        out = (r(p) @ vr) / l
+        ctx.save_for_backward(qr, kr, vr, out, m + torch.log(l), causal)
+        ctx.scale, ctx.dtype = scale, dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        qr, kr, vr, out, lse, causal = ctx.saved_tensors
+        r = lambda x: x.to(ctx.dtype).float()
+        s = (qr @ kr.transpose(-1, -2) * ctx.scale).masked_fill(~causal, float("-inf"))
+        p = torch.exp(s - lse)
+        dor = r(dout)
+        dp = dor @ vr.transpose(-1, -2)
+        D = (dout * out).sum(-1, keepdim=True)
+        ds = r(p * (dp - D) * ctx.scale)
+        return ds @ kr, ds.transpose(-1, -2) @ qr, r(p).transpose(-1, -2) @ dor, None, None
+
+
+def rounded_eager_attention(dtype):
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        k, v = repeat_kv(key, module.num_key_value_groups), repeat_kv(value, module.num_key_value_groups)
+        return RoundedAttention.apply(query, k, v, scaling, dtype).transpose(1, 2).contiguous(), None
+    return attention
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "fp16"])
+def test_half_precision_attention_parity(precision, tmp_path, monkeypatch):
+    import transformers.models.llama.modeling_llama as llama
+    kind, kwargs, extra = "llama", dict(num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False), {}
+    model, cfg = make_model(kind, kwargs)  # hidden 32 over 2 heads: head size 16
+    ids, targets, mask = batch()
+    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=[f"precision={precision}"])
+    round_linears(model, HALF[precision])
+    linears_only = model(input_ids=ids).logits.detach()  # attention in fp32
+    monkeypatch.setattr(llama, "eager_attention_forward", rounded_eager_attention(HALF[precision]))
+    logits = model(input_ids=ids).logits
+    loss = masked_loss(logits, targets, mask)
+    loss.backward()
+    # As above: a few 16-bit rounding boundaries crossed by an fp32 ulp. fp16's boundaries are 8
+    # times denser than bfloat16's, and attention adds two rounded tiles per product, so more
+    # elements cross (measured: bfloat16 gradients within 2e-7 of the oracle, fp16 within 1.1e-3).
+    tol = 1e-3 if precision == "bfloat16" else 3e-3
+    scale = logits.detach().abs().max().item()
+    err = (out["logits"] - logits.detach()).abs().max().item()
+    err_fp32_attention = (out["logits"] - linears_only).abs().max().item()
+    assert err <= tol * scale, f"logits: {err:.3g} vs the 16-bit oracle (scale {scale:.3g})"
+    assert err_fp32_attention > 5 * err, (f"logits as close to fp32 attention ({err_fp32_attention:.3g}) as to "
+                                          f"16-bit attention ({err:.3g})")
+    assert abs(out["loss"].item() - loss.item()) <= tol * abs(loss.item())
+    for name, p in model.named_parameters():
+        ref, ours = p.grad, out["grad." + name]
+        gscale = ref.abs().max().item()
+        gerr = (ours - ref).abs().max().item()
+        assert gerr <= tol * max(gscale, 1e-6), f"gradient of {name}: {gerr:.3g} exceeds {tol} of {gscale:.3g}"

@@ -213,7 +213,7 @@ struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; floa
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
     neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS, 0.5f, c->window, c->dropout,
-                           99);
+                           99, NEOX_ELEM_F32);
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
 
@@ -249,7 +249,7 @@ static void run_attention_window(int T, int NH, int NKV, float dropout, int wind
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS, 0.5f, window, dropout,
-                            99);
+                            99, NEOX_ELEM_F32);
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
     check_grad("attention dv", c.v, dv, nk, attn_loss, &c);
@@ -277,6 +277,134 @@ static void test_attention_window(void **state) {
     run_attention_window(150, 2, 1, 0.0f, 70);
     run_attention_window(150, 4, 2, 0.0f, 5);
     run_attention_window(150, 2, 2, 0.2f, 40);
+}
+
+// ---- attention with 16-bit operands: the rounding points ------------------------------------------
+// One key tile (T <= 64), so a tile's running max is its row's max: a naive attention in double that
+// rounds where kernels.h says (q, k, v, dout; the probability tile before it weights v or dout; the
+// score gradients before they weight k or q) must match the kernel far more closely than the same
+// naive attention without the tile roundings (inputs rounded in both). A rounding boundary crossed
+// by the last fp32 bit on one side moves one element by a unit of the 16-bit type at most.
+enum { RT = 60, RNH = 2, RNKV = 1, RHS = 16 };
+typedef struct { double out[RNH * RT * RHS], dq[RNH * RT * RHS], dk[RNKV * RT * RHS], dv[RNKV * RT * RHS]; } attn_ref;
+
+static double rnd(double x, neox_elem e, int on) { return on ? neox_round_to_elem((float)x, e) : x; }
+
+static void naive_rounded_attention(attn_ref *r, const float *q, const float *k, const float *v, const float *dout,
+                                    const float *out, const float *lse, float scale, neox_elem e, int tiles) {
+    memset(r, 0, sizeof *r);
+    for (int h = 0; h < RNH; h++) {
+        const float *qh = q + (size_t)h * RT * RHS, *kh = k + (size_t)(h / (RNH / RNKV)) * RT * RHS;
+        const float *vh = v + (size_t)(h / (RNH / RNKV)) * RT * RHS;
+        double *dkh = r->dk + (size_t)(h / (RNH / RNKV)) * RT * RHS, *dvh = r->dv + (size_t)(h / (RNH / RNKV)) * RT * RHS;
+        for (int i = 0; i < RT; i++) {
+            double sc[RT], mx = -1e300, sum = 0, Di = 0;
+            const float *dor = dout + ((size_t)i * RNH + h) * RHS, *orow = out + ((size_t)i * RNH + h) * RHS;
+            for (int j = 0; j <= i; j++) {
+                sc[j] = 0;
+                for (int d = 0; d < RHS; d++) sc[j] += rnd(qh[i * RHS + d], e, 1) * rnd(kh[j * RHS + d], e, 1);
+                sc[j] *= scale;
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = 0; j <= i; j++) sum += exp(sc[j] - mx);
+            for (int d = 0; d < RHS; d++) Di += (double)dor[d] * orow[d];
+            for (int j = 0; j <= i; j++) {
+                double pf = exp(sc[j] - mx), pb = exp(sc[j] - lse[h * RT + i]), dp = 0;
+                for (int d = 0; d < RHS; d++) {
+                    r->out[((size_t)i * RNH + h) * RHS + d] += rnd(pf, e, tiles) * rnd(vh[j * RHS + d], e, 1) / sum;
+                    dp += rnd(dor[d], e, 1) * rnd(vh[j * RHS + d], e, 1);
+                }
+                double ds = rnd(pb * (dp - Di) * scale, e, tiles);
+                for (int d = 0; d < RHS; d++) {
+                    dvh[j * RHS + d] += rnd(pb, e, tiles) * rnd(dor[d], e, 1);
+                    r->dq[((size_t)h * RT + i) * RHS + d] += ds * rnd(kh[j * RHS + d], e, 1);
+                    dkh[j * RHS + d] += ds * rnd(qh[i * RHS + d], e, 1);
+                }
+            }
+        }
+    }
+}
+
+// Mean distance of got from a and from b, and the largest from a relative to a's largest value.
+static void distances(const float *got, const double *a, const double *b, size_t n, double *to_a, double *to_b,
+                      double *worst_rel) {
+    double sa = 0, sb = 0, worst = 0, amax = 0;
+    for (size_t i = 0; i < n; i++) {
+        sa += fabs(got[i] - a[i]), sb += fabs(got[i] - b[i]);
+        worst = fmax(worst, fabs(got[i] - a[i])), amax = fmax(amax, fabs(a[i]));
+    }
+    *to_a = sa / n, *to_b = sb / n, *worst_rel = worst / amax;
+}
+
+static void check_rounding_points(neox_elem e) {
+    size_t nq = (size_t)RNH * RT * RHS, nkv = (size_t)RNKV * RT * RHS;
+    float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1), scale = 0.25f;
+    float *out = zeros(nq), *lse = zeros((size_t)RNH * RT), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
+    neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, scale, 0, 0.0f, 0, e);
+    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, scale, 0, 0.0f, 0, e);
+    attn_ref *ref = neox_malloc(sizeof *ref), *loose = neox_malloc(sizeof *loose);
+    naive_rounded_attention(ref, q, k, v, dout, out, lse, scale, e, 1);
+    naive_rounded_attention(loose, q, k, v, dout, out, lse, scale, e, 0);
+    const float *got[] = {out, dq, dk, dv};
+    const double *want[] = {ref->out, ref->dq, ref->dk, ref->dv}, *skip[] = {loose->out, loose->dq, loose->dk, loose->dv};
+    size_t n[] = {nq, nq, nkv, nkv};
+    double unit = e == NEOX_ELEM_BF16 ? 1.0 / 256 : 1.0 / 2048;  // half a unit in the last place, relative
+    for (int t = 0; t < 4; t++) {
+        double to_ref, to_loose, worst;
+        distances(got[t], want[t], skip[t], n[t], &to_ref, &to_loose, &worst);
+        if (!(to_ref < 0.05 * to_loose && worst < 4 * unit))
+            fail_msg("tensor %d (out, dq, dk, dv), operands %d: mean distance %.3g to the rounded reference, %.3g to "
+                     "the one without tile roundings; worst %.3g of the largest value", t, (int)e, to_ref, to_loose,
+                     worst);
+    }
+    free(q); free(k); free(v); free(dout); free(out); free(lse); free(dq); free(dk); free(dv); free(ref); free(loose);
+}
+
+static void test_attention_rounding_points(void **state) {
+    (void)state;
+    check_rounding_points(NEOX_ELEM_BF16);
+    check_rounding_points(NEOX_ELEM_F16);
+}
+
+// Longer sequences (the running max changes from tile to tile): 16-bit operands stay within a few
+// units of their precision of fp32 attention, and do differ from it (the roundings happen).
+static void test_attention_16bit_tiles(void **state) {
+    (void)state;
+    int T = 150, NH = 4, NKV = 2, HS = 16;
+    size_t nq = (size_t)2 * NH * T * HS, nkv = (size_t)2 * NKV * T * HS;
+    float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1);
+    for (int e = NEOX_ELEM_BF16; e <= NEOX_ELEM_F16; e++) {
+        float *o32 = zeros(nq), *o16 = zeros(nq), *l32 = zeros((size_t)2 * NH * T), *l16 = zeros((size_t)2 * NH * T);
+        float *g32[3] = {zeros(nq), zeros(nkv), zeros(nkv)}, *g16[3] = {zeros(nq), zeros(nkv), zeros(nkv)};
+        neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, 0.25f, 0, 0.1f, 5, NEOX_ELEM_F32);
+        neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, 0.25f, 0, 0.1f, 5, (neox_elem)e);
+        neox_attention_backward(g32[0], g32[1], g32[2], dout, q, k, v, o32, l32, 2, T, NH, NKV, HS, 0.25f, 0, 0.1f, 5,
+                                NEOX_ELEM_F32);
+        neox_attention_backward(g16[0], g16[1], g16[2], dout, q, k, v, o16, l16, 2, T, NH, NKV, HS, 0.25f, 0, 0.1f, 5,
+                                (neox_elem)e);
+        double unit = e == NEOX_ELEM_BF16 ? 1.0 / 128 : 1.0 / 1024;
+        const float *a[] = {o32, g32[0], g32[1], g32[2]}, *b[] = {o16, g16[0], g16[1], g16[2]};
+        size_t n[] = {nq, nq, nkv, nkv};
+        for (int t = 0; t < 4; t++) {
+            double worst = 0, amax = 0;
+            for (size_t i = 0; i < n[t]; i++) worst = fmax(worst, fabs(a[t][i] - b[t][i])), amax = fmax(amax, fabs(a[t][i]));
+            assert_true(worst > 1e-3 * unit * amax);  // rounded: not fp32's values
+            assert_true(worst < 8 * unit * amax);
+        }
+        free(o32); free(o16); free(l32); free(l16);
+        for (int t = 0; t < 3; t++) free(g32[t]), free(g16[t]);
+    }
+    free(q); free(k); free(v); free(dout);
+}
+
+// The one place that picks attention's operands: 16-bit only where the tensor-core kernel tiles.
+static void test_attention_operands_choice(void **state) {
+    (void)state;
+    assert_int_equal(neox_attention_operands(NEOX_ELEM_F32, 64), NEOX_ELEM_F32);
+    assert_int_equal(neox_attention_operands(NEOX_ELEM_BF16, 64), NEOX_ELEM_BF16);
+    assert_int_equal(neox_attention_operands(NEOX_ELEM_F16, 128), NEOX_ELEM_F16);
+    assert_int_equal(neox_attention_operands(NEOX_ELEM_BF16, 40), NEOX_ELEM_F32);
+    assert_int_equal(neox_attention_operands(NEOX_ELEM_BF16, 256), NEOX_ELEM_F32);
 }
 
 // ---- activations --------------------------------------------------------------------------------
@@ -457,7 +585,8 @@ int main(void) {
         cmocka_unit_test(test_qkv_split_merge), cmocka_unit_test(test_rotary),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_attention_blocks),
-        cmocka_unit_test(test_attention_window),
+        cmocka_unit_test(test_attention_window),  cmocka_unit_test(test_attention_rounding_points),
+        cmocka_unit_test(test_attention_16bit_tiles), cmocka_unit_test(test_attention_operands_choice),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_activations_all),

@@ -1,0 +1,29 @@
+// attention.cuh: what the two CUDA attention kernels share (attention.cu on the CUDA cores in fp32,
+// attention_mma.cu on the tensor cores with 16-bit operands): which keys a query sees, the dropout
+// keep factor (the CPU's, bit for bit) and the tensor-core entry points attention.cu dispatches to.
+#ifndef NEOX_CUDA_ATTENTION_CUH
+#define NEOX_CUDA_ATTENTION_CUH
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/kernels.h"
+
+// Whether query position i sees key position j: causal, within the window when there is one.
+__device__ __forceinline__ bool sees(int i, int j, int window) { return j <= i && (window == 0 || j > i - window); }
+
+// Dropout keep factor of probability (row, j), row = head * T + i: 0 or keep_scale = 1 / (1 - p).
+__device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned long long seed, size_t row, int T,
+                                             int j) {
+    return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? keep_scale : 0.0f;
+}
+
+// The tensor-core kernels (attention_mma.cu), for operands of type e (bf16 or fp16) and head sizes
+// neox_attention_operands accepts; shapes and semantics as neox_attention_forward/backward's.
+void neox_cuda_attention_mma_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B,
+                                     int T, int NH, int NKV, int HS, float scale, int window, float dropout,
+                                     unsigned long long seed, neox_elem e);
+void neox_cuda_attention_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                      const float *k, const float *v, const float *out, const float *lse, int B, int T,
+                                      int NH, int NKV, int HS, float scale, int window, float dropout,
+                                      unsigned long long seed, neox_elem e);
+
+#endif
