@@ -50,15 +50,13 @@ extern "C" {
     X(void, rotary_apply, (float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,           \
       int inverse), (x, cos, sin, B, H, T, HS, R, inverse))                                                            \
     X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,  \
-      int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed, neox_elem operands),  \
-      (out, lse, q, k, v, B, T, NH, NKV, HS, scale, window, dropout, seed, operands))                                  \
+      int NH, int NKV, int HS, neox_attention_opts o), (out, lse, q, k, v, B, T, NH, NKV, HS, o))                      \
     X(void, attention_cached, (float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,  \
-      int NH, int NKV, int HS, int maxT, float scale, int window), (out, q, kcache, vcache, S, pos0, NH, NKV, HS,     \
-      maxT, scale, window))                                                                                            \
+      int NH, int NKV, int HS, int maxT, neox_attention_opts o), (out, q, kcache, vcache, S, pos0, NH, NKV, HS, maxT,  \
+      o))                                                                                                              \
     X(void, attention_backward, (float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,   \
-      const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS, float scale,          \
-      int window, float dropout, unsigned long long seed, neox_elem operands), (dq, dk, dv, dout, q, k, v, out, lse,  \
-      B, T, NH, NKV, HS, scale, window, dropout, seed, operands))                                                      \
+      const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,                        \
+      neox_attention_opts o), (dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o))                             \
     X(void, activation_forward, (float *out, const float *inp, size_t n, neox_act_fn fn), (out, inp, n, fn))         \
     X(void, activation_backward, (float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn), (dinp, \
       dout, inp, n, fn))                                                                                               \

@@ -135,35 +135,47 @@ void neox_rotary_tables(float *cos, float *sin, int T, int R, double base, neox_
 // convention (pairs i and i + R/2). The backward (inverse rotation) is the same call with inverse = 1.
 void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse);
 
+// How attention scores its keys: the same for the forward, its backward and the cached form.
+typedef struct neox_attention_opts {
+    float scale;              // on q . k, usually 1/sqrt(HS)
+    int window;               // > 0: each query sees the window most recent keys, itself included
+                              // (query i sees keys i - window + 1 .. i); 0: every earlier key
+    float dropout;            // attention-probability dropout p (0 = off; not in the cached form)
+    unsigned long long seed;  // dropout masks: neox_uniform(seed, ...) per (b, h, i, j)
+    neox_elem operands;       // the products' operand type (fp32 only in the cached form)
+    const float *alibi;       // NULL, or (NH) slopes in backend memory: score(i, j) += slope_h * (j - i)
+} neox_attention_opts;
+
 // Exact causal attention, flash style: no (T, T) matrix is stored; each query row keeps a running
 // max and sum (online softmax) and its log-sum-exp is saved for backward. Query head h uses key/value
 // head h / (NH / NKV) (GQA/MQA). q: (B, NH, T, HS); k, v: (B, NKV, T, HS); out: (B, T, NH, HS), i.e.
-// (B, T, NH*HS) ready for the output projection; lse: (B, NH, T). scale is usually 1/sqrt(HS).
-// window > 0 limits each query to the window most recent keys, itself included (sliding-window
-// attention: query i sees keys i - window + 1 .. i); 0 sees every earlier key.
-// Attention-probability dropout with probability p (0 = off) uses neox_uniform(seed, ...) per
-// (b, h, i, j), regenerated identically in backward.
+// (B, T, NH*HS) ready for the output projection; lse: (B, NH, T). A score is
+// q . k * scale + slope * (j - i) (ALiBi's linear bias, after the scale as GPT-NeoX adds it).
+// Dropout masks are regenerated identically in backward.
 // operands: the element type of every matrix product's operands (the tensor cores' inputs on a GPU),
 // products accumulated in fp32 and softmax statistics kept in fp32 either way. In 16-bit, q, k, v are
 // rounded to it, and so are the probabilities of each key tile (after the dropout factor, under the
 // running max of the tiles so far: tiles of 64 keys from the first the query block needs) before they
 // weight v; the row sums are of the unrounded probabilities. Inputs and outputs stay fp32.
 void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
-                            int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed,
-                            neox_elem operands);
+                            int NH, int NKV, int HS, neox_attention_opts o);
 // Attention of S new positions pos0..pos0+S-1 over a key/value cache holding positions
-// 0..pos0+S-1 (generation; kernels/cpu/attention_cache.c). q: (NH, S, HS); kcache, vcache:
-// (NKV, maxT, HS); out: (S, NH, HS). Query i sees keys 0..pos0+i (the last window of them when
-// window > 0).
+// 0..pos0+S-1 (generation; kernels/cpu/attention_cache.c), in fp32 without dropout (o.dropout must
+// be 0 and o.operands fp32). q: (NH, S, HS); kcache, vcache: (NKV, maxT, HS); out: (S, NH, HS).
+// Query i sees keys 0..pos0+i (the last window of them when window > 0).
 void neox_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,
-                           int NH, int NKV, int HS, int maxT, float scale, int window);
+                           int NH, int NKV, int HS, int maxT, neox_attention_opts o);
 // dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS). In 16-bit
 // operands, q, k, v and dout are rounded, and so are the dropped probabilities before dv's product and
 // the score gradients dS before dq's and dk's; D = dout . out is taken from the unrounded fp32 values.
 void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                              const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
-                             int HS, float scale, int window, float dropout, unsigned long long seed,
-                             neox_elem operands);
+                             int HS, neox_attention_opts o);
+// GPT-NeoX's ALiBi slopes for heads head0 .. head0 + n - 1 of a model with num_heads heads (its
+// AliBi._get_slopes, in double as Python computes it, then fp32): the geometric sequence from
+// 2^(-8/m) for the largest power of two m <= num_heads, then every other slope of the sequence for
+// 2m. A tensor-parallel rank holds its partition's slice.
+void neox_alibi_slopes(float *slopes, int num_heads, int head0, int n);
 // The operands attention uses when the model's products take `half` (NEOX_ELEM_F32 in fp32
 // precision): 16-bit for head sizes the tensor-core kernel tiles (multiples of 16 up to 128), fp32
 // otherwise. The one place that decides, so every backend rounds at the same points.

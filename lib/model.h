@@ -18,7 +18,9 @@
 #include "kernels/kernels.h"
 
 typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM } neox_norm_kind;
-typedef enum { NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_NONE } neox_pos_kind;
+// ALiBi: no embedding; attention scores get a linear bias per head (GPT-NeoX slopes). The values are
+// stored in checkpoints: append new kinds.
+typedef enum { NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_NONE, NEOX_POS_ALIBI } neox_pos_kind;
 // GPT-NeoX's `activation` values (swish is silu), with gelu split by bias_gelu_fusion (tanh) and
 // onnx_safe (erf_gelu). The gated ones (from NEOX_ACT_SWIGLU on) take a (2F)-wide first projection.
 typedef enum {

@@ -1,12 +1,12 @@
 # tests/layout_config.sh: the small model of the MPI layout tests (tests/mpi/layouts.sh,
 # tests/mpi/comm_accounting.sh, tests/mpi/comm_options.sh, tests/mpi/commtopo.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes
 # $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt.
-# LAYERS (default 4) and CKPT_FACTOR (default 10) change those keys.
+# LAYERS (default 4), CKPT_FACTOR (default 10) and POS_EMB (default rotary; neox kind) change those keys.
 # config NAME KIND MICRO ACCUM ITERS EXTRA: KIND neox (layernorm, gelu, parallel residual, tied) or llama.
 config() {
     local arch
     if [ "$2" = neox ]; then
-        arch='"norm": "layernorm", "activation": "gelu", "gpt_j_residual": true, "pos_emb": "rotary", "rotary_pct": 0.5'
+        arch='"norm": "layernorm", "activation": "gelu", "gpt_j_residual": true, "pos_emb": "'"${POS_EMB:-rotary}"'", "rotary_pct": 0.5'
     else
         arch='"norm": "rmsnorm", "activation": "swiglu", "num_kv_heads": 2, "no_weight_tying": true, "pos_emb": "rotary",
               "use_bias_in_attn_linear": false, "use_bias_in_mlp": false, "use_bias_in_norms": false, "intermediate_size": 96'

@@ -56,19 +56,28 @@ static void round_tile(float *t, int nr, int nc, neox_elem e) {
         for (int c = 0; c < nc; c++) t[(size_t)r * ATT_BLOCK + c] = neox_round_to_elem(t[(size_t)r * ATT_BLOCK + c], e);
 }
 
-// Masks what a query may not see in a score tile (-inf): keys after it (causal) and, with a window
-// of W keys (0: none), keys W or more positions before it. Only tiles that straddle the diagonal or
-// the window's edge need it; the scale is applied inside the exponentials.
-static void mask_scores(float *s, int nq, int nk, int i0, int j0, int window) {
-    int causal = j0 + nk - 1 > i0, windowed = window > 0 && j0 < i0 + nq - window;
-    if (!causal && !windowed) return;
+// Turns a tile of products q . k (query rows i0.., key columns j0..) into scores: times the scale,
+// plus ALiBi's slope * (j - i), and -inf where the query may not look: keys after it (causal) and,
+// with a window of W keys (0: none), keys W or more positions before it.
+static void finish_scores(float *s, int nq, int nk, int i0, int j0, const neox_attention_opts *o, float slope) {
     for (int r = 0; r < nq; r++) {
-        float *sr = s + (size_t)r * ATT_BLOCK;
-        int last = i0 + r - j0, first = window > 0 ? last - window + 1 : 0;  // visible key columns
+        float *sr = s + (size_t)r * ATT_BLOCK, scale = o->scale;
+        int last = i0 + r - j0, first = o->window > 0 ? last - o->window + 1 : 0;  // visible key columns
+        if (slope != 0.0f) {
+            #pragma omp simd
+            for (int c = 0; c < nk; c++) sr[c] = sr[c] * scale + slope * (float)(c - last);  // j - i = c - last
+        } else {
+            #pragma omp simd
+            for (int c = 0; c < nk; c++) sr[c] *= scale;
+        }
+        if (last >= nk - 1 && first <= 0) continue;  // the whole row is visible
         #pragma omp simd
         for (int c = 0; c < nk; c++) sr[c] = c <= last && c >= first ? sr[c] : -INFINITY;
     }
 }
+
+// Head h's ALiBi slope (0 without ALiBi).
+static float slope_of(const neox_attention_opts *o, int h) { return o->alibi ? o->alibi[h] : 0.0f; }
 
 // The first key block a query block starting at i0 needs: keys before the window of its first query
 // are seen by none of its rows.
@@ -79,23 +88,23 @@ static int first_key_block(int i0, int window) {
 
 // One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse.
 NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, const float *q, const float *k,
-                                            const float *v, int i0, int nq, int T, int HS, float scale, int window,
-                                            float dropout, unsigned long long seed, size_t row0, neox_elem operands) {
+                                            const float *v, int i0, int nq, int T, int HS,
+                                            const neox_attention_opts *o, float slope, size_t row0) {
     float s[ATT_BLOCK * ATT_BLOCK], mx[ATT_BLOCK], sum[ATT_BLOCK];
     for (int r = 0; r < nq; r++) {
         mx[r] = -INFINITY;
         sum[r] = 0.0f;
         memset(out + (size_t)(i0 + r) * ldo, 0, (size_t)HS * sizeof(float));
     }
-    for (int j0 = first_key_block(i0, window); j0 < i0 + nq; j0 += ATT_BLOCK) {
+    for (int j0 = first_key_block(i0, o->window); j0 < i0 + nq; j0 += ATT_BLOCK) {
         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
         neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, s, ATT_BLOCK);
-        mask_scores(s, nq, nk, i0, j0, window);
+        finish_scores(s, nq, nk, i0, j0, o, slope);
         for (int r = 0; r < nq; r++) {
             float *sr = s + (size_t)r * ATT_BLOCK, raw = -INFINITY;
             #pragma omp simd reduction(max : raw)
             for (int c = 0; c < nk; c++) raw = sr[c] > raw ? sr[c] : raw;
-            float m = raw * scale > mx[r] ? raw * scale : mx[r];  // scale > 0: max(s) * scale = max(s * scale)
+            float m = raw > mx[r] ? raw : mx[r];
             if (m == -INFINITY) {  // nothing visible to this row yet (before its window): no weight
                 memset(sr, 0, (size_t)nk * sizeof(float));
                 continue;
@@ -103,7 +112,7 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
             float alpha = expf(mx[r] - m), rs = 0.0f;  // rescales what was accumulated under the old max
             #pragma omp simd reduction(+ : rs)
             for (int c = 0; c < nk; c++) {
-                sr[c] = expf(sr[c] * scale - m);
+                sr[c] = expf(sr[c] - m);
                 rs += sr[c];
             }
             sum[r] = sum[r] * alpha + rs;
@@ -112,10 +121,11 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
                 float *o = out + (size_t)(i0 + r) * ldo;
                 for (int d = 0; d < HS; d++) o[d] *= alpha;
             }
-            if (dropout > 0.0f)  // the sum is of the undropped probabilities; only the values see the mask
-                for (int c = 0; c < nk; c++) sr[c] *= keep_factor(dropout, seed, row0 + (size_t)(i0 + r), T, j0 + c);
+            if (o->dropout > 0.0f)  // the sum is of the undropped probabilities; only the values see the mask
+                for (int c = 0; c < nk; c++)
+                    sr[c] *= keep_factor(o->dropout, o->seed, row0 + (size_t)(i0 + r), T, j0 + c);
         }
-        round_tile(s, nq, nk, operands);
+        round_tile(s, nq, nk, o->operands);
         neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, s, ATT_BLOCK, v + (size_t)j0 * HS, HS, 1.0f, out + (size_t)i0 * ldo,
                        ldo);
     }
@@ -127,8 +137,8 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
 }
 
 void neox_attention_forward(float *out, float *lse, const float *q_in, const float *k_in, const float *v_in, int B,
-                            int T, int NH, int NKV, int HS, float scale, int window, float dropout,
-                            unsigned long long seed, neox_elem operands) {
+                            int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    neox_elem operands = o.operands;
     int group = NH / NKV, nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     const float *q = rounded(q_in, nq, operands), *k = rounded(k_in, nkv, operands), *v = rounded(v_in, nkv, operands);
@@ -140,7 +150,7 @@ void neox_attention_forward(float *out, float *lse, const float *q_in, const flo
                 size_t head = (size_t)b * NH + h, kv = ((size_t)b * NKV + h / group) * T * HS;
                 int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < T ? ATT_BLOCK : T - i0;
                 forward_query_block(out + ((size_t)b * T * NH + h) * HS, NH * HS, lse + head * T, q + head * T * HS,
-                                    k + kv, v + kv, i0, nq, T, HS, scale, window, dropout, seed, head * T, operands);
+                                    k + kv, v + kv, i0, nq, T, HS, &o, slope_of(&o, h), head * T);
             }
     free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in);
 }
@@ -150,15 +160,17 @@ void neox_attention_forward(float *out, float *lse, const float *q_in, const flo
 // dV += (P*K)^T dO, dS = P * (K * (dO V^T) - D) * scale, dQ += dS Kb, dK += dS^T Q.
 NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const float *dout, int ldd, const float *q,
                                       const float *k, const float *v, const float *lse, const float *D, int i0, int nq,
-                                      int j0, int nk, int T, int HS, float scale, int window, float dropout,
-                                      unsigned long long seed, size_t row0, neox_elem operands) {
+                                      int j0, int nk, int T, int HS, const neox_attention_opts *o, float slope,
+                                      size_t row0) {
+    float dropout = o->dropout;
+    neox_elem operands = o->operands;
     float p[ATT_BLOCK * ATT_BLOCK], dp[ATT_BLOCK * ATT_BLOCK], pk[ATT_BLOCK * ATT_BLOCK];
     neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, p, ATT_BLOCK);
-    mask_scores(p, nq, nk, i0, j0, window);
+    finish_scores(p, nq, nk, i0, j0, o, slope);
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * ATT_BLOCK, l = lse[i0 + r];
         #pragma omp simd
-        for (int c = 0; c < nk; c++) pr[c] = expf(pr[c] * scale - l);
+        for (int c = 0; c < nk; c++) pr[c] = expf(pr[c] - l);
     }
     neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, dout + (size_t)i0 * ldd, ldd, v + (size_t)j0 * HS, HS, 0.0f, dp,
                    ATT_BLOCK);
@@ -166,7 +178,7 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
     if (dropout > 0.0f || operands != NEOX_ELEM_F32) {  // dP = K * (dO V^T); dV sees P * K, rounded
         for (int r = 0; r < nq; r++)
             for (int c = 0; c < nk; c++) {
-                float kf = dropout > 0.0f ? keep_factor(dropout, seed, row0 + (size_t)(i0 + r), T, j0 + c) : 1.0f;
+                float kf = dropout > 0.0f ? keep_factor(dropout, o->seed, row0 + (size_t)(i0 + r), T, j0 + c) : 1.0f;
                 dp[(size_t)r * ATT_BLOCK + c] *= kf;
                 pk[(size_t)r * ATT_BLOCK + c] = neox_round_to_elem(p[(size_t)r * ATT_BLOCK + c] * kf, operands);
             }
@@ -176,7 +188,7 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * ATT_BLOCK, *dr = dp + (size_t)r * ATT_BLOCK, Di = D[r];
         #pragma omp simd
-        for (int c = 0; c < nk; c++) pr[c] = pr[c] * (dr[c] - Di) * scale;  // p becomes dS
+        for (int c = 0; c < nk; c++) pr[c] = pr[c] * (dr[c] - Di) * o->scale;  // p becomes dS
     }
     round_tile(p, nq, nk, operands);
     neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, p, ATT_BLOCK, k + (size_t)j0 * HS, HS, 1.0f, dq + (size_t)i0 * HS, HS);
@@ -185,9 +197,9 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
 
 void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout_in, const float *q_in,
                              const float *k_in, const float *v_in, const float *out, const float *lse, int B, int T,
-                             int NH, int NKV, int HS, float scale, int window, float dropout, unsigned long long seed,
-                             neox_elem operands) {
-    int group = NH / NKV, ldd = NH * HS;
+                             int NH, int NKV, int HS, neox_attention_opts o) {
+    int group = NH / NKV, ldd = NH * HS, window = o.window;
+    neox_elem operands = o.operands;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     const float *q = rounded(q_in, nq, operands), *k = rounded(k_in, nkv, operands), *v = rounded(v_in, nkv, operands);
     const float *dout = rounded(dout_in, nq, operands);
@@ -216,11 +228,27 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout_
                     for (int j0 = first_key_block(i0, window); j0 < i0 + nq; j0 += ATT_BLOCK) {
                         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
                         backward_tile(dq_h, dk + kv, dv + kv, dout_h, ldd, q + head * T * HS, k + kv, v + kv,
-                                      lse + head * T, D, i0, nq, j0, nk, T, HS, scale, window, dropout, seed, head * T,
-                                      operands);
+                                      lse + head * T, D, i0, nq, j0, nk, T, HS, &o, slope_of(&o, h), head * T);
                     }
                 }
             }
         }
     free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in), free_rounded(dout, dout_in);
+}
+
+// GPT-NeoX's get_slopes_power_of_2(m)[i] = start * ratio ** i with start = ratio = 2 ** -(2 ** -(log2 m - 3)),
+// computed in double with the same operations.
+static double power_of_2_slope(int m, int i) {
+    double start = pow(2.0, -pow(2.0, -(log2((double)m) - 3.0)));
+    return start * pow(start, (double)i);
+}
+
+void neox_alibi_slopes(float *slopes, int num_heads, int head0, int n) {
+    int m = 1;
+    while (m * 2 <= num_heads) m *= 2;  // the largest power of two <= num_heads
+    for (int t = 0; t < n; t++) {
+        int h = head0 + t;
+        // Past the first m heads: every other slope of the sequence for 2m, from its first.
+        slopes[t] = (float)(h < m ? power_of_2_slope(m, h) : power_of_2_slope(2 * m, 2 * (h - m)));
+    }
 }

@@ -78,7 +78,11 @@ struct att_shape {
     int window;                            // keys a query sees, itself included (0: all earlier ones)
     float scale, dropout, keep_scale;
     unsigned long long seed;
+    const float *alibi;                    // (NH) slopes on the device, or NULL
 };
+
+// Head h's ALiBi slope (0 without ALiBi).
+__device__ __forceinline__ float slope_of(const att_shape &a, int h) { return a.alibi ? a.alibi[h] : 0.0f; }
 
 // Grid (query blocks, NH, B); the heaviest (last) query blocks start first. q: (B, NH, Tq, HS);
 // k, v: (B, NKV, kv_stride, HS); out: (B, Tq, NH, HS); lse: (B, NH, Tq) or NULL.
@@ -99,6 +103,7 @@ attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
     for (int u = 0; u < NU; u++) o[u] = 0.0f;
     int nkeys = a.pos0 + min(i0 + ATT_WARPS, a.Tq);  // keys seen by the block's last row, plus one
     int last = a.pos0 + i;                            // this row's last visible key
+    float slope = slope_of(a, h);
     for (int j0 = first_key_tile(a.pos0 + i0, a.window); j0 < nkeys; j0 += ATT_TILE) {
         __syncthreads();  // the previous tile is consumed (and Qr written)
         load_tile(Ks, kh, j0, nkeys, HS);
@@ -107,7 +112,7 @@ attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
         if (!active) continue;
         int j = j0 + lane;
         bool visible = sees(last, j, a.window);
-        float x = visible ? dot_column(Qr, Ks, lane, HS) * a.scale : -INFINITY;
+        float x = visible ? dot_column(Qr, Ks, lane, HS) * a.scale + slope * (float)(j - last) : -INFINITY;
         float m_new = fmaxf(m, warp_max(x));
         if (m_new == -INFINITY) continue;  // nothing visible yet (warp-uniform)
         float alpha = expf(m - m_new);     // rescales what was accumulated under the old max
@@ -142,7 +147,7 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
     bool active = i < T;
     size_t head = (size_t)b * a.NH + h, orow = (((size_t)b * T + i) * a.NH + h) * HS;
     const float *kh = k + ((size_t)b * a.NKV + g) * T * HS, *vh = v + ((size_t)b * a.NKV + g) * T * HS;
-    float Di = 0.0f, l = 0.0f;
+    float Di = 0.0f, l = 0.0f, slope = slope_of(a, h);
     if (active) {
         load_row(Qr, q + (head * T + i) * HS, HS, lane);
         load_row(Dr, dout + orow, HS, lane);
@@ -165,7 +170,7 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
         int j = j0 + lane;
         float ds = 0.0f;
         if (sees(i, j, a.window)) {
-            float p = expf(dot_column(Qr, Ks, lane, HS) * a.scale - l);
+            float p = expf(dot_column(Qr, Ks, lane, HS) * a.scale + slope * (float)(j - i) - l);
             float dp = dot_column(Dr, Vs, lane, HS);
             if (a.dropout > 0.0f) dp *= keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
             ds = p * (dp - Di) * a.scale;
@@ -203,6 +208,7 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
     for (int h = g * group; h < (g + 1) * group; h++) {
         size_t head = (size_t)b * a.NH + h;
         const float *qh = q + head * T * HS;
+        float slope = slope_of(a, h);
         // Queries after the window of the block's last key see none of its keys.
         int i_end = a.window > 0 ? min(T, j_first + ATT_WARPS - 1 + a.window) : T;
         for (int i0 = j_first / ATT_TILE * ATT_TILE; i0 < i_end; i0 += ATT_TILE) {
@@ -223,7 +229,7 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
             int i = i0 + lane;
             float pk = 0.0f, ds = 0.0f;
             if (i < T && sees(i, j, a.window)) {
-                float p = expf(dot_column(Kr, Qs, lane, HS) * a.scale - Ls[lane]);
+                float p = expf(dot_column(Kr, Qs, lane, HS) * a.scale + slope * (float)(j - i) - Ls[lane]);
                 float dp = dot_column(Vr, Os, lane, HS), kf = 1.0f;
                 if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
                 pk = p * kf;
@@ -296,9 +302,12 @@ template <int NU> static void backward_nu(float *dq, float *dk, float *dv, float
     default: FN<8>(__VA_ARGS__); break;                 \
     }
 
-static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, int HS, float scale, int window,
-                            float dropout, unsigned long long seed) {
+static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, int HS, const neox_attention_opts &o) {
+    float scale = o.scale, dropout = o.dropout;
+    int window = o.window;
+    unsigned long long seed = o.seed;
     att_shape a;
+    a.alibi = o.alibi;
     a.window = window;
     a.Tq = Tq;
     a.kv_stride = kv_stride;
@@ -314,38 +323,36 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
 }
 
 extern "C" void neox_cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                            int B, int T, int NH, int NKV, int HS, float scale, int window,
-                                            float dropout, unsigned long long seed, neox_elem operands) {
-    if (operands != NEOX_ELEM_F32) {
-        neox_cuda_attention_mma_forward(out, lse, q, k, v, B, T, NH, NKV, HS, scale, window, dropout, seed, operands);
+                                            int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    if (o.operands != NEOX_ELEM_F32) {
+        neox_cuda_attention_mma_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o);
         return;
     }
     check_head_size(HS);
     if (B <= 0 || T <= 0) return;
-    att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, window, dropout, seed);
+    att_shape a = make_shape(T, T, 0, NH, NKV, HS, o);
     DISPATCH_NU(HS, forward_nu, out, lse, q, k, v, B, a);
 }
 
 extern "C" void neox_cuda_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S,
-                                           int pos0, int NH, int NKV, int HS, int maxT, float scale, int window) {
+                                           int pos0, int NH, int NKV, int HS, int maxT, neox_attention_opts o) {
     check_head_size(HS);
     if (S <= 0) return;
-    att_shape a = make_shape(S, maxT, pos0, NH, NKV, HS, scale, window, 0.0f, 0);
+    o.dropout = 0.0f;  // the cached form has none (kernels.h)
+    att_shape a = make_shape(S, maxT, pos0, NH, NKV, HS, o);
     DISPATCH_NU(HS, forward_nu, out, (float *)NULL, q, kcache, vcache, 1, a);
 }
 
 extern "C" void neox_cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                              const float *k, const float *v, const float *out, const float *lse, int B,
-                                             int T, int NH, int NKV, int HS, float scale, int window, float dropout,
-                                             unsigned long long seed, neox_elem operands) {
-    if (operands != NEOX_ELEM_F32) {
-        neox_cuda_attention_mma_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, scale, window, dropout,
-                                         seed, operands);
+                                             int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    if (o.operands != NEOX_ELEM_F32) {
+        neox_cuda_attention_mma_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o);
         return;
     }
     check_head_size(HS);
     if (B <= 0 || T <= 0) return;
     float *D = (float *)neox_cuda_scratch((size_t)B * NH * T * sizeof(float));
-    att_shape a = make_shape(T, T, 0, NH, NKV, HS, scale, window, dropout, seed);
+    att_shape a = make_shape(T, T, 0, NH, NKV, HS, o);
     DISPATCH_NU(HS, backward_nu, dq, dk, dv, D, dout, q, k, v, out, lse, B, a);
 }

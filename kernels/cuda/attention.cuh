@@ -16,14 +16,12 @@ __device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned
     return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? keep_scale : 0.0f;
 }
 
-// The tensor-core kernels (attention_mma.cu), for operands of type e (bf16 or fp16) and head sizes
+// The tensor-core kernels (attention_mma.cu), for operands o.operands (bf16 or fp16) and head sizes
 // neox_attention_operands accepts; shapes and semantics as neox_attention_forward/backward's.
 void neox_cuda_attention_mma_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B,
-                                     int T, int NH, int NKV, int HS, float scale, int window, float dropout,
-                                     unsigned long long seed, neox_elem e);
+                                     int T, int NH, int NKV, int HS, neox_attention_opts o);
 void neox_cuda_attention_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                       const float *k, const float *v, const float *out, const float *lse, int B, int T,
-                                      int NH, int NKV, int HS, float scale, int window, float dropout,
-                                      unsigned long long seed, neox_elem e);
+                                      int NH, int NKV, int HS, neox_attention_opts o);
 
 #endif

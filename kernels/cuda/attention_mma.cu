@@ -156,7 +156,11 @@ struct mma_shape {
     int T, NH, NKV, window;
     float scale, dropout, keep_scale;
     unsigned long long seed;
+    const float *alibi;  // (NH) slopes on the device, or NULL
 };
+
+// Head h's ALiBi slope in the base-2 units of the scores (0 without ALiBi).
+__device__ __forceinline__ float slope2_of(const mma_shape &a, int h) { return a.alibi ? a.alibi[h] * LOG2E : 0.0f; }
 
 // The first 64-key tile a query tile starting at i0 needs (attention.c's first_key_block).
 __device__ __forceinline__ int first_key_tile64(int i0, int window) {
@@ -212,7 +216,7 @@ attention_mma_forward_kernel(float *out, float *lse, const float *q, const float
     const int i0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = i0 + warp * 16;
     const size_t head = (size_t)b * a.NH + h;
     const float *kh = k + ((size_t)b * a.NKV + kvh) * T * HS, *vh = v + ((size_t)b * a.NKV + kvh) * T * HS;
-    const float sl2 = a.scale * LOG2E;
+    const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
 
     uint32_t qf[HS / 16][4];
     a_frags_global<Ops, HS>(qf, q + head * T * HS, HS, r0, T, g, t);
@@ -237,7 +241,9 @@ attention_mma_forward_kernel(float *out, float *lse, const float *q, const float
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     int j = j0 + n * 8 + 2 * t + c;
-                    float x = row[hr] < T && sees(row[hr], j, a.window) ? s[n][2 * hr + c] * sl2 : -INFINITY;
+                    float x = row[hr] < T && sees(row[hr], j, a.window)
+                                  ? s[n][2 * hr + c] * sl2 + slope2 * (float)(j - row[hr])
+                                  : -INFINITY;
                     s[n][2 * hr + c] = x;
                     mx = fmaxf(mx, x);
                 }
@@ -294,7 +300,7 @@ attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, 
     const size_t head = (size_t)b * a.NH + h, ostride = (size_t)a.NH * HS;
     const float *kh = k + ((size_t)b * a.NKV + kvh) * T * HS, *vh = v + ((size_t)b * a.NKV + kvh) * T * HS;
     const float *dout_h = dout + ((size_t)b * T * a.NH + h) * HS, *out_h = out + ((size_t)b * T * a.NH + h) * HS;
-    const float sl2 = a.scale * LOG2E;
+    const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
     const int row[2] = {r0 + g, r0 + g + 8};
 
     // D and the log-sum-exp (in base-2 units of the scaled score) of the thread's two rows.
@@ -333,7 +339,7 @@ attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, 
                 int hr = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
                 float ds = 0.0f;
                 if (row[hr] < T && sees(row[hr], j, a.window)) {
-                    float p = exp2f(s[n][e] * sl2 - L[hr]), d = dp[n][e];
+                    float p = exp2f(s[n][e] * sl2 + slope2 * (float)(j - row[hr]) - L[hr]), d = dp[n][e];
                     if (a.dropout > 0.0f) d *= keep_factor(a.dropout, a.keep_scale, a.seed, head * T + row[hr], T, j);
                     ds = p * (d - Dr[hr]) * a.scale;
                 }
@@ -384,7 +390,7 @@ attention_mma_dkv_kernel(float *dk, float *dv, const float *dout, const float *q
 
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
         const size_t head = (size_t)b * a.NH + h;
-        const float *dout_h = dout + ((size_t)b * T * a.NH + h) * HS;
+        const float *dout_h = dout + ((size_t)b * T * a.NH + h) * HS, slope2 = slope2_of(a, h);
         for (int i0 = j0; i0 < i_end; i0 += MMA_COLS) {
             __syncthreads();  // the previous query tile is consumed (and Ks, Vs written)
             load_tile<Ops, HS>(Qs, q + head * T * HS, HS, i0, T);
@@ -411,7 +417,7 @@ attention_mma_dkv_kernel(float *dk, float *dv, const float *dout, const float *q
                     int c = n * 8 + 2 * t + (e & 1), i = i0 + c, j = key[e >> 1];
                     float pk = 0.0f, ds = 0.0f;
                     if (i < T && j < T && sees(i, j, a.window)) {
-                        float p = exp2f(st[n][e] * sl2 - Ls[c]), kf = 1.0f;
+                        float p = exp2f(st[n][e] * sl2 + slope2 * (float)(j - i) - Ls[c]), kf = 1.0f;
                         if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
                         pk = p * kf;
                         ds = p * (dpt[n][e] * kf - Ds[c]) * a.scale;
@@ -445,11 +451,11 @@ template <int HS> static size_t tiles_bytes(int ntiles, int nfloats) {
     return (size_t)ntiles * MMA_COLS * tile_dims<HS>::pitch * 2 + (size_t)nfloats * sizeof(float);
 }
 
-static mma_shape make_shape(int T, int NH, int NKV, float scale, int window, float dropout, unsigned long long seed) {
+static mma_shape make_shape(int T, int NH, int NKV, const neox_attention_opts &o) {
     mma_shape a;
-    a.T = T, a.NH = NH, a.NKV = NKV, a.window = window;
-    a.scale = scale, a.dropout = dropout, a.seed = seed;
-    a.keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;  // the CPU's keep factor
+    a.T = T, a.NH = NH, a.NKV = NKV, a.window = o.window;
+    a.scale = o.scale, a.dropout = o.dropout, a.seed = o.seed, a.alibi = o.alibi;
+    a.keep_scale = o.dropout > 0.0f ? 1.0f / (1.0f - o.dropout) : 1.0f;  // the CPU's keep factor
     return a;
 }
 
@@ -511,20 +517,18 @@ static void check_operands(neox_elem e, int HS) {
 }
 
 void neox_cuda_attention_mma_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B,
-                                     int T, int NH, int NKV, int HS, float scale, int window, float dropout,
-                                     unsigned long long seed, neox_elem e) {
-    check_operands(e, HS);
+                                     int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    check_operands(o.operands, HS);
     if (B <= 0 || T <= 0) return;
-    mma_shape a = make_shape(T, NH, NKV, scale, window, dropout, seed);
-    DISPATCH_MMA(e, HS, forward_hs, out, lse, q, k, v, B, a);
+    mma_shape a = make_shape(T, NH, NKV, o);
+    DISPATCH_MMA(o.operands, HS, forward_hs, out, lse, q, k, v, B, a);
 }
 
 void neox_cuda_attention_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                       const float *k, const float *v, const float *out, const float *lse, int B, int T,
-                                      int NH, int NKV, int HS, float scale, int window, float dropout,
-                                      unsigned long long seed, neox_elem e) {
-    check_operands(e, HS);
+                                      int NH, int NKV, int HS, neox_attention_opts o) {
+    check_operands(o.operands, HS);
     if (B <= 0 || T <= 0) return;
-    mma_shape a = make_shape(T, NH, NKV, scale, window, dropout, seed);
-    DISPATCH_MMA(e, HS, backward_hs, dq, dk, dv, dout, q, k, v, out, lse, B, a);
+    mma_shape a = make_shape(T, NH, NKV, o);
+    DISPATCH_MMA(o.operands, HS, backward_hs, dq, dk, dv, dout, q, k, v, out, lse, B, a);
 }

@@ -81,7 +81,7 @@ const neox_key_spec neox_key_specs[] = {
     {.name = "scalenorm_epsilon", .type = NEOX_TYPE_FLOAT, .default_text = "1.0e-08", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
-    {.name = "pos_emb", .type = NEOX_TYPE_CHOICE, .default_text = "\"learned\"", .choices = "learned|rotary|sinusoidal|rpe|alibi|none", .supported = "learned|rotary|none",
+    {.name = "pos_emb", .type = NEOX_TYPE_CHOICE, .default_text = "\"learned\"", .choices = "learned|rotary|sinusoidal|rpe|alibi|none", .supported = "learned|rotary|none|alibi",
      .feature = "position embedding", .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "rpe_num_buckets", .type = NEOX_TYPE_INT, .default_text = "32", .choices = NULL, .supported = NULL,

@@ -17,7 +17,9 @@ static const char *norm_name(neox_norm_kind k) { return k == NEOX_NORM_RMSNORM ?
 static const char *act_name(neox_activation a) {
     return a == NEOX_ACT_GELU_TANH ? "gelu (tanh)" : a == NEOX_ACT_GELU_ONNX ? "gelu (onnx_safe)" : neox_activation_name(a);
 }
-static const char *pos_name(neox_pos_kind p) { return p == NEOX_POS_ROTARY ? "rotary" : p == NEOX_POS_LEARNED ? "learned" : "none"; }
+static const char *pos_name(neox_pos_kind p) {
+    return p == NEOX_POS_ROTARY ? "rotary" : p == NEOX_POS_LEARNED ? "learned" : p == NEOX_POS_ALIBI ? "alibi" : "none";
+}
 
 // The optimizer state groups the run state names.
 int neox_cvt_optimizer_groups(const neox_cvt_ckpt *c, const char **groups) {

@@ -177,7 +177,8 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     if (strcmp(pos, "rotary") == 0) d->pos_emb = NEOX_POS_ROTARY;
     else if (strcmp(pos, "learned") == 0) d->pos_emb = NEOX_POS_LEARNED;
     else if (strcmp(pos, "none") == 0) d->pos_emb = NEOX_POS_NONE;
-    else return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb '%s' is not supported (rotary, learned, none)", pos);
+    else if (strcmp(pos, "alibi") == 0) d->pos_emb = NEOX_POS_ALIBI;
+    else return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb '%s' is not supported (rotary, learned, none, alibi)", pos);
     if (d->num_heads > 0 && d->pos_emb == NEOX_POS_ROTARY)
         d->rotary_dims = (int)(d->hidden_size / d->num_heads * neox_config_float(cfg, rotary_pct));
     d->rotary_base = (double)neox_config_int(cfg, rotary_emb_base);

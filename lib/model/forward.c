@@ -79,6 +79,7 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     size_t R = d->rotary_dims ? d->rotary_dims : 2;
     a->cos = take(cur, T * R / 2);
     a->sin = take(cur, T * R / 2);
+    a->alibi = d->pos_emb == NEOX_POS_ALIBI ? take(cur, NH) : NULL;
     a->branch = take(cur, N * C);
     a->ce_max = take(cur, N);
     a->ce_stats = (double *)take(cur, 4 * N);
@@ -194,6 +195,10 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     make_host_stage(m);
     neox_model_plan_half(m);
     if (d->rotary_dims) m->be->rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base, d->rope_scaling);
+    if (slots[0].alibi) {  // this rank's heads: GPT-NeoX slices the slopes by tensor-parallel rank
+        int NH = neox_model_shard(d).NH;
+        neox_model_fill_alibi(d, m->be, slots[0].alibi, d->tp_rank * NH, NH);
+    }
     return 0;
 }
 
@@ -230,6 +235,21 @@ unsigned long long neox_model_attention_seed(const neox_model *m, int layer) {
     unsigned long long seed = neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS);
     // Each tensor-parallel rank draws the masks of its own heads.
     return m->desc.tp_size > 1 ? neox_hash64(seed, (unsigned long long)m->desc.tp_rank) : seed;
+}
+
+neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout,
+                                              unsigned long long seed) {
+    const neox_model_desc *d = &m->desc;
+    neox_attention_opts o = {1.0f / sqrtf((float)d->head_size), d->attn_window, dropout, seed,
+                             neox_attention_operands(neox_model_operand_elem(m), d->head_size), alibi};
+    return o;
+}
+
+void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, float *slopes, int head0, int n) {
+    float *host = neox_malloc((size_t)n * sizeof *host);
+    neox_alibi_slopes(host, d->num_heads, head0, n);
+    be->to_device(slopes, host, (size_t)n * sizeof *host);
+    free(host);
 }
 
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n) {
@@ -282,9 +302,8 @@ void neox_model_layer_forward(neox_model *m, int l) {
         be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0);
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
-    be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS, 1.0f / sqrtf((float)HS),
-                          d->attn_window, attn_p, neox_model_attention_seed(m, l),
-                          neox_attention_operands(neox_model_operand_elem(m), HS));
+    be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,
+                          neox_model_attention_opts(m, a->alibi, attn_p, neox_model_attention_seed(m, l)));
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
     add_branch(m, d->parallel_residual ? y : la->mid, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
 

@@ -23,6 +23,7 @@ struct neox_generator {
     int len;                        // positions in the cache
     float *kcache, *vcache;         // per layer (NKV, max_len, HS)
     float *cos, *sin;               // rotary tables (max_len, R/2)
+    float *alibi;                   // (NH) ALiBi slopes (pos_emb alibi), else NULL
     // Scratch for up to max_len new positions.
     float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act;
     int *ids;                       // (max_len) the pass's token ids on the backend
@@ -68,6 +69,10 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     g->cos = zeros(be, T * R / 2);
     g->sin = zeros(be, T * R / 2);
     if (d->rotary_dims) be->rotary_tables(g->cos, g->sin, (int)T, d->rotary_dims, d->rotary_base, d->rope_scaling);
+    if (d->pos_emb == NEOX_POS_ALIBI) {
+        g->alibi = zeros(be, (size_t)d->num_heads);
+        neox_model_fill_alibi(d, be, g->alibi, 0, d->num_heads);
+    }
     g->x = zeros(be, T * C);
     g->ln = zeros(be, T * C);
     g->mean = zeros(be, T);
@@ -89,7 +94,7 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
 void neox_generator_free(neox_generator *g) {
     if (!g) return;
     float *bufs[] = {g->kcache, g->vcache, g->cos, g->sin, g->x, g->ln, g->mean, g->rstd, g->qkv, g->q, g->k,
-                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out};
+                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out, g->alibi};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) g->be->free(bufs[i]);
     free(g->logits);
@@ -162,18 +167,18 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
         be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0);
     }
     cache_append(g, l, k, v, s);
-    float scale = 1.0f / sqrtf((float)HS), *out = g->att + row * d->hidden_size;
+    float *out = g->att + row * d->hidden_size;
+    // fp32 without dropout: the cached form's terms (kernels.h), and recomputation's the same.
+    neox_attention_opts o = {1.0f / sqrtf((float)HS), d->attn_window, 0.0f, 0, NEOX_ELEM_F32, g->alibi};
     // A segment from position 0 (a prompt, a scored request) sees only its own keys: the training
     // forward's blocked attention computes it, as recomputation does, and far faster than one query
     // row at a time.
     if (s->pos == 0) {
-        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, scale, d->attn_window, 0.0f, 0,
-                              NEOX_ELEM_F32);
+        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, o);
         return;
     }
     size_t at = ((size_t)l * NKV * T + (size_t)s->base) * HS;
-    be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)T, scale,
-                         d->attn_window);
+    be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)T, o);
 }
 
 static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg) {

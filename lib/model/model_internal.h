@@ -48,6 +48,7 @@ typedef struct neox_acts {
     unsigned long long dropout_seed;
     // shared
     float *cos, *sin;                  // (T, R/2)
+    float *alibi;                      // (NH) this rank's ALiBi slopes (pos_emb alibi), else NULL
     float *branch;                     // (N, C) output of the attention or MLP branch
     float *ce_max;                     // (N) row maxima of the logits
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
@@ -74,6 +75,13 @@ void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
 void neox_model_free_plan(neox_model *m);
 // (Re)allocates the 16-bit GEMM scratch for the plan's sizes (16-bit precisions only).
 void neox_model_plan_half(neox_model *m);
+
+// Attention's options for this model's heads head0.. (global index): scale, window, operands, and
+// ALiBi's slopes `alibi` (backend memory filled by neox_model_fill_alibi, or NULL).
+neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout,
+                                              unsigned long long seed);
+// Fills n slopes (backend memory) for heads head0.. of the model with pos_emb alibi.
+void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, float *slopes, int head0, int n);
 
 // The element type of the model's products' operands: fp32, or its 16-bit precision's (linear.c).
 neox_elem neox_model_operand_elem(const neox_model *m);

@@ -2,7 +2,7 @@
 // their Hugging Face names from a safetensors file, runs forward and backward on the token ids of a
 // second file, and writes the logits, the loss and every parameter gradient ("grad.<name>").
 //   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
-// keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none)
+// keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none|alibi)
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
 // precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below).
@@ -34,7 +34,11 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("max_pos")) d->max_positions = atoi(v);
     else if (KEY("norm")) d->norm = strcmp(v, "rmsnorm") == 0 ? NEOX_NORM_RMSNORM : NEOX_NORM_LAYERNORM;
     else if (KEY("eps")) d->norm_eps = strtof(v, NULL);
-    else if (KEY("pos")) d->pos_emb = strcmp(v, "learned") == 0 ? NEOX_POS_LEARNED : strcmp(v, "none") == 0 ? NEOX_POS_NONE : NEOX_POS_ROTARY;
+    else if (KEY("pos"))
+        d->pos_emb = strcmp(v, "learned") == 0 ? NEOX_POS_LEARNED
+                     : strcmp(v, "none") == 0  ? NEOX_POS_NONE
+                     : strcmp(v, "alibi") == 0 ? NEOX_POS_ALIBI
+                                               : NEOX_POS_ROTARY;
     else if (KEY("rotary_dims")) d->rotary_dims = atoi(v);
     else if (KEY("rotary_base")) d->rotary_base = strtod(v, NULL);
     else if (KEY("rope_type")) d->rope_scaling.kind = strcmp(v, "linear") == 0 ? NEOX_ROPE_LINEAR : NEOX_ROPE_LLAMA3;

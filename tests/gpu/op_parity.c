@@ -365,7 +365,9 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
 // CPU reference at the same rounding points). In 16 bits the two sides round the same values, but
 // their fp32 sums and exponentials differ in the last bits, so a probability or score gradient may
 // round to the neighbouring 16-bit value on one side: a few units of the operand's precision.
-static void test_attention_elem(int B, int T, int NH, int NKV, int HS, float dropout, int window, neox_elem e) {
+// alibi: with GPT-NeoX's slopes for NH heads (copies on both sides).
+static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dropout, int window, neox_elem e,
+                                int alibi) {
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float scale = 1.0f / sqrtf((float)HS);
     unsigned long long seed = 4242;
@@ -374,42 +376,54 @@ static void test_attention_elem(int B, int T, int NH, int NKV, int HS, float dro
     const char *type = e == NEOX_ELEM_BF16 ? "bf16" : e == NEOX_ELEM_F16 ? "fp16" : "fp32";
     pair q = pair_uniform(nq, -2.0f, 2.0f), k = pair_uniform(nkv, -2.0f, 2.0f), v = pair_rand(nkv);
     pair out = pair_rand(nq), lse = pair_rand((size_t)B * NH * T);
-    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, scale, window, dropout, seed, e);
-    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, scale, window, dropout, seed, e);
+    float *host_slopes = xmalloc((size_t)NH * sizeof(float));
+    neox_alibi_slopes(host_slopes, NH, 0, NH);
+    pair slopes = pair_from(host_slopes, NH);
+    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL}, og = oc;
+    og.alibi = alibi ? slopes.d : NULL;
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og);
     checkf(fwd_tol, e == NEOX_ELEM_F32 ? 1e-4 : fwd_tol, &out,
-           "attention_forward %s B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", type, B, T, NH, NKV, HS, dropout,
-           window);
+           "attention_forward %s B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d alibi=%d", type, B, T, NH, NKV, HS,
+           dropout, window, alibi);
     checkf(e == NEOX_ELEM_F32 ? 1e-5 : 1e-4, 1e-5, &lse, "attention_forward %s lse B=%d T=%d NH=%d NKV=%d HS=%d", type,
            B, T, NH, NKV, HS);
     pair o = pair_from(out.h, nq), l = pair_from(lse.h, lse.n), dout = pair_rand(nq);
     pair dq = pair_rand(nq), dk = pair_rand(nkv), dv = pair_rand(nkv);
-    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, scale, window, dropout,
-                            seed, e);
-    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, scale, window, dropout,
-                            seed, e);
+    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, oc);
+    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, og);
     double rtol = e == NEOX_ELEM_F32 ? 1e-4 : bwd_tol;
-    checkf(bwd_tol, rtol, &dq, "attention_backward %s dq B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", type, B, T,
-           NH, NKV, HS, dropout, window);
-    checkf(bwd_tol, rtol, &dk, "attention_backward %s dk B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", type, B, T,
-           NH, NKV, HS, dropout, window);
-    checkf(bwd_tol, rtol, &dv, "attention_backward %s dv B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d", type, B, T,
-           NH, NKV, HS, dropout, window);
+    const char *fmt = "attention_backward %s %s B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d alibi=%d";
+    checkf(bwd_tol, rtol, &dq, fmt, type, "dq", B, T, NH, NKV, HS, dropout, window, alibi);
+    checkf(bwd_tol, rtol, &dk, fmt, type, "dk", B, T, NH, NKV, HS, dropout, window, alibi);
+    checkf(bwd_tol, rtol, &dv, fmt, type, "dv", B, T, NH, NKV, HS, dropout, window, alibi);
+    pair_free(&slopes);
+    free(host_slopes);
     pair *all[] = {&q, &k, &v, &out, &lse, &o, &l, &dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
+static void test_attention_elem(int B, int T, int NH, int NKV, int HS, float dropout, int window, neox_elem e) {
+    test_attention_full(B, T, NH, NKV, HS, dropout, window, e, 0);
+}
 static void test_attention(int B, int T, int NH, int NKV, int HS, float dropout, int window) {
-    test_attention_elem(B, T, NH, NKV, HS, dropout, window, NEOX_ELEM_F32);
+    test_attention_full(B, T, NH, NKV, HS, dropout, window, NEOX_ELEM_F32, 0);
 }
 
-static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int maxT, int window) {
+static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int maxT, int window, int alibi) {
     pair q = pair_uniform((size_t)NH * S * HS, -2.0f, 2.0f), kc = pair_uniform((size_t)NKV * maxT * HS, -2.0f, 2.0f);
     pair vc = pair_rand((size_t)NKV * maxT * HS), out = pair_rand((size_t)S * NH * HS);
     float scale = 1.0f / sqrtf((float)HS);
-    cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, scale, window);
-    gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, scale, window);
-    checkf(2e-5, 1e-4, &out, "attention_cached S=%d pos0=%d NH=%d NKV=%d HS=%d maxT=%d window=%d", S, pos0, NH, NKV, HS,
-           maxT, window);
+    float host_slopes[64];
+    neox_alibi_slopes(host_slopes, NH, 0, NH);
+    pair slopes = pair_from(host_slopes, NH);
+    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL}, og = oc;
+    og.alibi = alibi ? slopes.d : NULL;
+    cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, oc);
+    gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, og);
+    checkf(2e-5, 1e-4, &out, "attention_cached S=%d pos0=%d NH=%d NKV=%d HS=%d maxT=%d window=%d alibi=%d", S, pos0, NH,
+           NKV, HS, maxT, window, alibi);
+    pair_free(&slopes);
     pair_free(&q);
     pair_free(&kc);
     pair_free(&vc);
@@ -593,7 +607,7 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, 0.125f, 0, 0.1f, 9, c->operands);
+                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, 0.1f, 9, c->operands, NULL});
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
@@ -618,8 +632,8 @@ static void test_determinism(void) {
     rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64, .N = 1000, .C = 96};
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
-    cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS, 0.125f, 0, 0.1f, 9,
-                           NEOX_ELEM_F32);
+    cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
+                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL});
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
@@ -739,11 +753,16 @@ int main(int argc, char **argv) {
     test_attention_elem(1, 300, 4, 2, 112, 0.0f, 0, NEOX_ELEM_F16);
     test_attention_elem(1, 129, 2, 2, 32, 0.1f, 0, NEOX_ELEM_F16);
     test_attention_elem(1, 2048, 2, 2, 128, 0.0f, 0, NEOX_ELEM_BF16);  // a training length
-    test_attention_cached(5, 17, 4, 2, 48, 50, 0);
-    test_attention_cached(1, 0, 4, 4, 64, 8, 0);
-    test_attention_cached(9, 0, 2, 1, 128, 9, 0);
-    test_attention_cached(1, 99, 6, 2, 80, 128, 0);
-    test_attention_cached(5, 60, 4, 2, 64, 80, 16);  // sliding window
+    // ALiBi's biases (12 heads: slopes from two sequences), both kernels.
+    test_attention_full(1, 150, 12, 4, 64, 0.0f, 0, NEOX_ELEM_F32, 1);
+    test_attention_full(1, 97, 12, 12, 40, 0.1f, 30, NEOX_ELEM_F32, 1);
+    test_attention_full(2, 150, 12, 4, 64, 0.0f, 0, NEOX_ELEM_BF16, 1);
+    test_attention_full(1, 97, 12, 6, 128, 0.1f, 30, NEOX_ELEM_BF16, 1);
+    test_attention_cached(5, 17, 4, 2, 48, 50, 0, 0);
+    test_attention_cached(1, 0, 4, 4, 64, 8, 0, 0);
+    test_attention_cached(9, 0, 2, 1, 128, 9, 0, 0);
+    test_attention_cached(1, 99, 6, 2, 80, 128, 0, 1);  // ALiBi
+    test_attention_cached(5, 60, 4, 2, 64, 80, 16, 0);  // sliding window
     test_activations(10007, 13, 77);
     test_elementwise(37, 129);
     test_cross_entropy(9, 1001);

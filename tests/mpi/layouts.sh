@@ -61,6 +61,20 @@ for spec in "llamatp2 2 4 '$TP'" "llamapp2 2 4 '$PP'" "llamatp2pp2 4 4 '$TP$PP'"
     same "$1" llama1
 done
 
+# ALiBi (pos_emb alibi, GPT-NeoX's slopes): each tensor-parallel rank biases its own heads with its
+# slice of the slopes. Losses and evaluations only: no Hugging Face class holds an ALiBi model.
+POS_EMB=alibi config alibi1 neox 2 4 20 ""
+check "alibi1: train on 1 rank(s)" "$TRAIN" -q "$T/alibi1.yml"
+for spec in "alibitp2 2 4 '$TP'" "alibitp2pp2 4 4 '$TP$PP'"; do
+    eval "set -- $spec"
+    POS_EMB=alibi config "$1" neox 2 "$3" 20 "$4"
+    check "$1: train on $2 rank(s)" "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$1.yml"
+    check "$1 follows the single-rank ALiBi run (losses, evaluations within 1e-5)" \
+        "$PY" tests/mpi/layouts_check.py same_losses "$T/alibi1" "$T/$1"
+done
+check "ALiBi changes the losses (its slopes reach the scores)" bash -c \
+    "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/alibi1' >/dev/null"
+
 # bfloat16 linear layers: each layout rounds the same values to 16 bits except where a reduction
 # order differs by an fp32 ulp and a rounding flips, which training amplifies: measured 1.1e-5 on
 # the losses and 1.0e-4 / 6.5e-5 relative L2 on the parameters (tp2pp2 / dp2 ZeRO-1) after 20 steps;

@@ -3,6 +3,7 @@ LlamaForCausalLM models with random fp32 weights covering each supported feature
 safetensors; the C driver tests/drivers/model_parity.c loads them by Hugging Face name, runs forward
 and backward, and its logits, loss and every parameter gradient must agree with PyTorch's to 1e-5 of
 each tensor's largest magnitude; a few AdamW steps must give the same losses as torch.optim.AdamW."""
+import math
 import os
 import subprocess
 
@@ -386,3 +387,60 @@ def test_half_precision_attention_parity(precision, tmp_path, monkeypatch):
         gscale = ref.abs().max().item()
         gerr = (ours - ref).abs().max().item()
         assert gerr <= tol * max(gscale, 1e-6), f"gradient of {name}: {gerr:.3g} exceeds {tol} of {gscale:.3g}"
+
+
+# ---- ALiBi -----------------------------------------------------------------------------------------
+# GPT-NeoX's AliBi (megatron/model/positional_embeddings.py) restated: its slopes, and the bias
+# -slope * (i - j) added to the scaled scores of query i and key j, in the Hugging Face GPT-NeoX model
+# with rotary_pct 0 (no rotation) and that bias in its eager attention.
+def neox_alibi_slopes(n):
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + neox_alibi_slopes(2 * closest)[0::2][: n - closest]
+
+
+def alibi_eager_attention(heads):
+    slopes = torch.tensor(neox_alibi_slopes(heads), dtype=torch.float32)
+
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, head_mask=None, **kwargs):
+        T = query.shape[-2]
+        pos = torch.arange(T)
+        bias = -(pos.view(T, 1) - pos.view(1, T)).tril().float()  # -(i - j) on and below the diagonal
+        scores = query @ key.transpose(2, 3) * scaling + slopes.view(-1, 1, 1) * bias
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        return (probs @ value).transpose(1, 2).contiguous(), probs
+    return attention
+
+
+@pytest.mark.parametrize("heads,hidden", [(4, 32), (6, 36)])  # 6: slopes past the power of two
+def test_alibi_parity(heads, hidden, tmp_path, monkeypatch):
+    import transformers.models.gpt_neox.modeling_gpt_neox as neox
+    torch.manual_seed(1234)
+    cfg = transformers.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=2,
+                                     num_attention_heads=heads, intermediate_size=80, max_position_embeddings=64,
+                                     layer_norm_eps=1e-5, rotary_pct=0.0, use_parallel_residual=True,
+                                     hidden_act="gelu", tie_word_embeddings=False)
+    model = transformers.GPTNeoXForCausalLM(cfg)
+    model.config._attn_implementation = "eager"
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if "layernorm" in name and name.endswith("weight")
+                    else 0.1 * torch.randn_like(p) if name.endswith("bias") else 0.15 * torch.randn_like(p))
+    model = model.float().train()
+    ids, targets, mask = batch()
+    out = run_driver(tmp_path, model, cfg, "neox", {}, ids, targets, mask, more=["pos=alibi"])
+    unbiased = model(input_ids=ids).logits.detach()
+    monkeypatch.setattr(neox, "eager_attention_forward", alibi_eager_attention(heads))
+    logits = model(input_ids=ids).logits
+    loss = masked_loss(logits, targets, mask)
+    loss.backward()
+    close(out["logits"], logits.detach(), "logits")
+    assert (out["logits"] - unbiased).abs().max().item() > 1e-2, "the bias changed nothing"
+    close(out["loss"], loss.detach().reshape(1), "loss")
+    for name, p in model.named_parameters():
+        close(out["grad." + name], p.grad, "gradient of " + name)

@@ -145,8 +145,9 @@ check_fails "error: inconsistent batch sizes" 2 "key 'train_batch_size': inconsi
     "$T" --print-config $TINY "$(cfg batch 'train_batch_size: 10')"
 check_fails "error: world size not divisible" 2 "world size 3 is not divisible by pipe_parallel_size x model_parallel_size \(1 x 2\)" \
     "$T" --world-size 3 --print-config "$(cfg mp $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n model_parallel_size: 2, train_micro_batch_size_per_gpu: 1}')"
-check_fails "error: unsupported feature (alibi)" 2 "alibi.yml:1: key 'pos_emb': position embedding 'alibi' is not supported by neox.c" \
-    "$T" --print-config "$(cfg alibi "{pos_emb: alibi, $MODEL}")"
+check_fails "error: unsupported feature (rpe)" 2 "rpe.yml:1: key 'pos_emb': position embedding 'rpe' is not supported by neox.c" \
+    "$T" --print-config "$(cfg rpe "{pos_emb: rpe, $MODEL}")"
+check "pos_emb: alibi loads" "$T" --print-config "$(cfg alibi "{pos_emb: alibi, $MODEL}")"
 check_fails "error: unsupported optimizer" 2 "optimizer 'Lion' is not supported by neox.c" \
     "$T" --print-config "$(cfg lion $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n train_micro_batch_size_per_gpu: 1, optimizer: {type: Lion, params: {lr: 0.001}}}')"
 check_fails "error: unsupported attention type" 2 "attention type 'local' is not supported by neox.c" \

@@ -20,30 +20,34 @@ static void fill(float *x, size_t n, unsigned long long seed) {
 
 // Cached attention (all new rows at once, then one position at a time) equals the full forward,
 // with every earlier key visible and with a sliding window of them.
-static void check_cached_attention(int window) {
+static void check_cached_attention(int window, const float *alibi) {
     enum { T = 13, NH = 4, NKV = 2, HS = 8 };
     float q[NH * T * HS], k[NKV * T * HS], v[NKV * T * HS], full[T * NH * HS], lse[NH * T], cached[T * NH * HS];
     fill(q, sizeof q / sizeof *q, 1);
     fill(k, sizeof k / sizeof *k, 2);
     fill(v, sizeof v / sizeof *v, 3);
-    float scale = 1.0f / sqrtf(HS);
-    neox_attention_forward(full, lse, q, k, v, 1, T, NH, NKV, HS, scale, window, 0.0f, 0, NEOX_ELEM_F32);
+    neox_attention_opts o = {1.0f / sqrtf(HS), window, 0.0f, 0, NEOX_ELEM_F32, alibi};
+    neox_attention_forward(full, lse, q, k, v, 1, T, NH, NKV, HS, o);
     // The cache is (NKV, maxT, HS) with maxT = T: the same layout as k and v here.
-    neox_attention_cached(cached, q, k, v, T, 0, NH, NKV, HS, T, scale, window);
+    neox_attention_cached(cached, q, k, v, T, 0, NH, NKV, HS, T, o);
     for (int i = 0; i < T * NH * HS; i++) assert_true(fabsf(full[i] - cached[i]) <= 1e-5f * (1 + fabsf(full[i])));
     // One position at a time: query t alone over keys 0..t (its window of them).
     for (int t = 0; t < T; t++) {
         float qt[NH * HS], out[NH * HS];
         for (int h = 0; h < NH; h++) memcpy(qt + h * HS, q + ((size_t)h * T + t) * HS, HS * sizeof(float));
-        neox_attention_cached(out, qt, k, v, 1, t, NH, NKV, HS, T, scale, window);
+        neox_attention_cached(out, qt, k, v, 1, t, NH, NKV, HS, T, o);
         for (int i = 0; i < NH * HS; i++) assert_true(fabsf(out[i] - full[(size_t)t * NH * HS + i]) <= 1e-5f * (1 + fabsf(out[i])));
     }
 }
 
 static void test_cached_attention_matches_full(void **state) {
     (void)state;
-    check_cached_attention(0);
-    check_cached_attention(4);
+    check_cached_attention(0, NULL);
+    check_cached_attention(4, NULL);
+    float slopes[4];  // ALiBi: the bias follows each query's position in both forms
+    neox_alibi_slopes(slopes, 4, 0, 4);
+    check_cached_attention(0, slopes);
+    check_cached_attention(5, slopes);
 }
 
 static neox_model *tiny_model(neox_pos_kind pos, int parallel) {
@@ -94,8 +98,8 @@ static void generate_both(neox_model *m, const neox_sampling *s, int max_len) {
 static void test_cache_equals_recompute(void **state) {
     (void)state;
     neox_sampling greedy = {0}, sampled = {.temperature = 1.3, .top_k = 20, .top_p = 0.95, .seed = 5, .vocab = 40};
-    neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED};
-    for (int k = 0; k < 2; k++)
+    neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_ALIBI};
+    for (int k = 0; k < 3; k++)
         for (int parallel = 0; parallel < 2; parallel++) {
             neox_model *m = tiny_model(kinds[k], parallel);
             generate_both(m, &greedy, 24);
@@ -108,11 +112,11 @@ static void test_cache_equals_recompute(void **state) {
 // each sequence alone (each from position 0, attending only to itself).
 static void test_packed_scoring(void **state) {
     (void)state;
-    neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED};
+    neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_ALIBI};
     int lens[] = {5, 9, 1, 7};
     int32_t ids[22];
     for (int i = 0; i < 22; i++) ids[i] = (i * 11 + 5) % 48;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         for (int parallel = 0; parallel < 2; parallel++) {
             neox_model *m = tiny_model(kinds[k], parallel);
             neox_error err = {0};

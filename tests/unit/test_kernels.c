@@ -208,20 +208,20 @@ static void test_rotary(void **state) {
 // T = 6 fits in one block of the blocked kernel; T = 150 spans three (the last one partial), so the
 // online softmax across key blocks and the tiles off and on the diagonal are all exercised.
 enum { AB = 2, AHS = 4 };
-struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; float dropout; };
+struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; float dropout; const float *alibi; };
 
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
-    neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS, 0.5f, c->window, c->dropout,
-                           99, NEOX_ELEM_F32);
+    neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS,
+                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi});
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
 
-// window: keys each query sees (0: all earlier ones).
-static void run_attention_window(int T, int NH, int NKV, float dropout, int window) {
+// window: keys each query sees (0: all earlier ones); alibi: NH slopes or NULL.
+static void run_attention_biased(int T, int NH, int NKV, float dropout, int window, const float *alibi) {
     size_t nq = (size_t)AB * NH * T * AHS, nk = (size_t)AB * NKV * T * AHS;
     struct attn_ctx c = {randn(nq, 1), randn(nk, 1), randn(nk, 1), zeros(nq), zeros((size_t)AB * NH * T), randn(nq, 1),
-                         T, NH, NKV, window, dropout};
+                         T, NH, NKV, window, dropout, alibi};
     attn_loss(&c);
     if (dropout == 0.0f) {  // forward against softmax(q k^T * scale + causal (and window) mask) v
         double *s = neox_malloc((size_t)T * sizeof(double));
@@ -235,6 +235,7 @@ static void run_attention_window(int T, int NH, int NKV, float dropout, int wind
                         s[j] = 0;
                         for (int d = 0; d < AHS; d++)
                             s[j] += 0.5 * c.q[((b * NH + h) * T + i) * AHS + d] * c.k[((b * NKV + g) * T + j) * AHS + d];
+                        if (alibi) s[j] += (double)alibi[h] * (j - i);  // ALiBi: slope * (j - i)
                         mx = fmax(mx, s[j]);
                     }
                     for (int j = j0; j <= i; j++) sum += exp(s[j] - mx);
@@ -248,14 +249,17 @@ static void run_attention_window(int T, int NH, int NKV, float dropout, int wind
         free(s);
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
-    neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS, 0.5f, window, dropout,
-                            99, NEOX_ELEM_F32);
+    neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS,
+                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi});
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
     check_grad("attention dv", c.v, dv, nk, attn_loss, &c);
     free(c.q); free(c.k); free(c.v); free(c.out); free(c.lse); free(c.R); free(dq); free(dk); free(dv);
 }
 
+static void run_attention_window(int T, int NH, int NKV, float dropout, int window) {
+    run_attention_biased(T, NH, NKV, dropout, window, NULL);
+}
 static void run_attention(int T, int NH, int NKV, float dropout) { run_attention_window(T, NH, NKV, dropout, 0); }
 
 static void test_attention(void **state) { (void)state; run_attention(6, 3, 3, 0.0f); }
@@ -277,6 +281,38 @@ static void test_attention_window(void **state) {
     run_attention_window(150, 2, 1, 0.0f, 70);
     run_attention_window(150, 4, 2, 0.0f, 5);
     run_attention_window(150, 2, 2, 0.2f, 40);
+}
+
+// ALiBi: GPT-NeoX's slopes (its AliBi._get_slopes, restated in double here) and the biased scores
+// against the naive attention and finite differences, across tiles, with GQA, a window and dropout.
+static double neox_slope(int n, int h) {  // get_slopes(n)[h]
+    if (log2(n) == floor(log2(n))) {
+        double start = pow(2.0, -pow(2.0, -(log2(n) - 3)));
+        return start * pow(start, h);
+    }
+    int m = (int)pow(2.0, floor(log2(n)));
+    return h < m ? neox_slope(m, h) : neox_slope(2 * m, 2 * (h - m));
+}
+
+static void test_attention_alibi(void **state) {
+    (void)state;
+    // Slopes: powers of two (8: 1/2, 1/4, ... 1/256), and 12 heads (8 of the 8-sequence, then the
+    // even ones of the 16-sequence), whole and as a tensor-parallel rank's slice.
+    float sl[12];
+    neox_alibi_slopes(sl, 8, 0, 8);
+    for (int h = 0; h < 8; h++) assert_float_equal(sl[h], ldexp(1.0, -(h + 1)), 0);
+    neox_alibi_slopes(sl, 12, 0, 12);
+    for (int h = 0; h < 12; h++) assert_true(sl[h] == (float)neox_slope(12, h));
+    assert_float_equal(sl[8], pow(2.0, -0.5), 1e-7);  // the 16-sequence's first: 2^(-8/16)
+    float part[4];
+    neox_alibi_slopes(part, 12, 4, 4);
+    for (int h = 0; h < 4; h++) assert_true(part[h] == sl[4 + h]);
+    float s4[4], s3[3];  // 3 heads: a sequence that is not a power of two
+    neox_alibi_slopes(s4, 4, 0, 4);
+    neox_alibi_slopes(s3, 3, 0, 3);
+    run_attention_biased(6, 4, 4, 0.0f, 0, s4);
+    run_attention_biased(150, 4, 2, 0.0f, 0, s4);
+    run_attention_biased(150, 3, 1, 0.2f, 40, s3);
 }
 
 // ---- attention with 16-bit operands: the rounding points ------------------------------------------
@@ -340,8 +376,9 @@ static void check_rounding_points(neox_elem e) {
     size_t nq = (size_t)RNH * RT * RHS, nkv = (size_t)RNKV * RT * RHS;
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1), scale = 0.25f;
     float *out = zeros(nq), *lse = zeros((size_t)RNH * RT), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
-    neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, scale, 0, 0.0f, 0, e);
-    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, scale, 0, 0.0f, 0, e);
+    neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL};
+    neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o);
+    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o);
     attn_ref *ref = neox_malloc(sizeof *ref), *loose = neox_malloc(sizeof *loose);
     naive_rounded_attention(ref, q, k, v, dout, out, lse, scale, e, 1);
     naive_rounded_attention(loose, q, k, v, dout, out, lse, scale, e, 0);
@@ -376,12 +413,12 @@ static void test_attention_16bit_tiles(void **state) {
     for (int e = NEOX_ELEM_BF16; e <= NEOX_ELEM_F16; e++) {
         float *o32 = zeros(nq), *o16 = zeros(nq), *l32 = zeros((size_t)2 * NH * T), *l16 = zeros((size_t)2 * NH * T);
         float *g32[3] = {zeros(nq), zeros(nkv), zeros(nkv)}, *g16[3] = {zeros(nq), zeros(nkv), zeros(nkv)};
-        neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, 0.25f, 0, 0.1f, 5, NEOX_ELEM_F32);
-        neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, 0.25f, 0, 0.1f, 5, (neox_elem)e);
-        neox_attention_backward(g32[0], g32[1], g32[2], dout, q, k, v, o32, l32, 2, T, NH, NKV, HS, 0.25f, 0, 0.1f, 5,
-                                NEOX_ELEM_F32);
-        neox_attention_backward(g16[0], g16[1], g16[2], dout, q, k, v, o16, l16, 2, T, NH, NKV, HS, 0.25f, 0, 0.1f, 5,
-                                (neox_elem)e);
+        neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL}, o16_opts = o32_opts;
+        o16_opts.operands = (neox_elem)e;
+        neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts);
+        neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts);
+        neox_attention_backward(g32[0], g32[1], g32[2], dout, q, k, v, o32, l32, 2, T, NH, NKV, HS, o32_opts);
+        neox_attention_backward(g16[0], g16[1], g16[2], dout, q, k, v, o16, l16, 2, T, NH, NKV, HS, o16_opts);
         double unit = e == NEOX_ELEM_BF16 ? 1.0 / 128 : 1.0 / 1024;
         const float *a[] = {o32, g32[0], g32[1], g32[2]}, *b[] = {o16, g16[0], g16[1], g16[2]};
         size_t n[] = {nq, nq, nkv, nkv};
@@ -587,6 +624,7 @@ int main(void) {
         cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_attention_blocks),
         cmocka_unit_test(test_attention_window),  cmocka_unit_test(test_attention_rounding_points),
         cmocka_unit_test(test_attention_16bit_tiles), cmocka_unit_test(test_attention_operands_choice),
+        cmocka_unit_test(test_attention_alibi),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_activations_all),

@@ -1,0 +1,72 @@
+# tests/tools/train_alibi.sh: pos_emb alibi through the tools. A model with GPT-NeoX's ALiBi biases
+# trains on Tiny Shakespeare at a sequence length beyond any learned table and learns; it evaluates
+# past its training length (ALiBi's point: no position table to outgrow); generation with the KV
+# cache gives the text recomputation gives; it resumes bit for bit on the emulated device as on the
+# CPU; Hugging Face export is refused by name and writes nothing. (Numerics against a torch
+# restatement: tests/oracle/test_model_parity.py::test_alibi_parity; tensor parallelism:
+# tests/mpi/layouts.sh.)
+source tests/lib.sh
+
+TRAIN=$NEOX_BIN/neox-train
+EVAL=$NEOX_BIN/neox-eval
+CONVERT=$NEOX_BIN/neox-convert
+LIB="python3 tests/tools/train_lib.py"
+T=$TEST_TMP
+char_shakespeare "ALiBi" || exit 0
+
+cat >"$T/model.yml" <<EOF
+{
+  "num_layers": 2, "hidden_size": 96, "num_attention_heads": 6,
+  "pos_emb": "alibi", "gpt_j_residual": true, "no_weight_tying": true,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1.0e-8}},
+  "min_lr": 0.0003, "weight_decay": 0.01, "lr_decay_style": "cosine", "warmup": 0.1, "gradient_clipping": 1.0,
+  "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+  "train_iters": 30, "eval_interval": 10, "eval_iters": 2, "log_interval": 1, "attention_dropout": 0.1,
+  "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer", "checkpoint_factor": 15
+}
+EOF
+run() {  # run NAME JSON: trains model.yml + JSON with logs in $T/NAME, at sequence length 96
+    echo "{\"log_dir\": \"$T/$1\", \"seq_length\": 96, \"max_position_embeddings\": 96 $2}" >"$T/$1.yml"
+    $TRAIN -q "$T/model.yml" "$T/$1.yml"
+}
+learned() {
+    python3 - "$1" <<'PY'
+import json, sys
+losses = [r["train/lm_loss"] for r in map(json.loads, open(sys.argv[1])) if "train/lm_loss" in r]
+print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+assert len(losses) == 30 and losses[-1] < losses[0] - 0.7
+PY
+}
+
+check "ALiBi (6 heads): 30 steps" run straight ", \"save\": \"$T/ckpt\""
+check "ALiBi: the loss falls" learned "$T/straight/metrics.jsonl"
+check "stop at 15" run resumed ", \"save\": \"$T/ckpt2\", \"exit_interval\": 15"
+check "resume to 30" run resumed ", \"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\""
+check "resumed run equals the straight one bit for bit" $LIB same "$T/straight/metrics.jsonl" \
+    "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+check "emulated device: 30 steps" run emulated ", \"compute_backend\": \"emulated\""
+check "emulated device: the CPU's losses bit for bit" $LIB same "$T/straight/metrics.jsonl" \
+    "$T/emulated/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+
+# Evaluation past the training length: nothing to outgrow.
+echo "{\"load\": \"$T/ckpt\", \"seq_length\": 192, \"max_position_embeddings\": 192}" >"$T/long.yml"
+check_output "perplexity at twice the training length" "test" $EVAL -q --tasks valid,test --results-prefix - \
+    "$T/model.yml" "$T/long.yml"
+
+printf 'ROMEO:\nFirst Citizen:\n' >"$T/prompts.txt"
+gen() {  # gen OUT [--recompute]
+    $EVAL generate -q --text-gen-type input-file --sample-input-file "$T/prompts.txt" --sample-output-file "$T/$1" \
+        --maximum-tokens 40 $2 "$T/model.yml" "$T/long.yml"
+}
+check "generate with the KV cache" gen cached.jsonl
+check "generate recomputing every step" gen recomputed.jsonl --recompute
+check "the KV cache gives the recomputed text" python3 - "$T/cached.jsonl" "$T/recomputed.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["text"] for l in open(p)] for p in sys.argv[1:])
+print(a)
+assert a == b and len(a) == 2 and all(len(t) > 0 for t in a)
+PY
+
+check_fails "to-hf refuses ALiBi by name" 2 "pos_emb 'alibi'" $CONVERT to-hf --input "$T/ckpt" --output "$T/hf"
+check "the refused export wrote nothing" test ! -e "$T/hf"
+check_output "inspect names the position embedding" "alibi" $CONVERT inspect "$T/ckpt"
