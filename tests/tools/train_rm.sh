@@ -100,6 +100,9 @@ check "the reward model exports as ...ForSequenceClassification with a pad token
 check "the z_loss reward model exports" "$CONVERT" to-hf --input "$T/z_ckpt" --output "$T/hf_z" --pad-token-id 1
 check "transformers' logits are neox.c's values at the reward position, rank held-out pairs, and z_loss shrinks them" \
     env OMP_NUM_THREADS=2 $PY tests/tools/rm_export_check.py "$T/hf" "$T/hf_z" "$T/valid" "$T/check"
+check_fails "from-hf refuses a ...ForSequenceClassification folder by name" 2 \
+    "architectures 'GPTNeoXForSequenceClassification': from-hf imports language models" \
+    "$CONVERT" from-hf --input "$T/hf" --output "$T/back"
 check_fails "--pad-token-id outside the vocabulary is refused" 2 "--pad-token-id 100000 is outside the model's vocabulary" \
     "$CONVERT" to-hf --input "$T/rm_ckpt" --output "$T/hf_bad" --pad-token-id 100000
 check "nothing is left of the refused export" test ! -e "$T/hf_bad"
