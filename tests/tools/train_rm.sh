@@ -84,6 +84,13 @@ check "the log line carries the evaluation's reward metrics" \
 # Stopped at 10 and resumed from the reward model's own checkpoint (its value head read back).
 rm_config part1 ", \"save\": \"$T/part_ckpt\", \"checkpoint_factor\": 10, \"exit_interval\": 10"
 check "reward model: the first 10 steps" "$TRAIN" -q "$T/model.yml" "$T/part1.yml"
+# The device path (value gradients to the device, values to the host) on the emulated device, whose
+# memory faults when host code touches it: the first 10 steps equal the CPU's bit for bit.
+rm_config emulated ", \"exit_interval\": 10, \"compute_backend\": \"emulated\""
+check "reward model on the emulated device" "$TRAIN" -q "$T/model.yml" "$T/emulated.yml"
+check "the emulated device repeats the CPU's steps bit for bit" $LIB same "$T/part1/metrics.jsonl" \
+    "$T/emulated/metrics.jsonl" train/lm_loss,train/grad_norm,train/margin,validation/lm_loss,validation/accuracy
+
 sed -e "s|\"load\": \"$T/pre\", \"finetune\": true|\"load\": \"$T/part_ckpt\"|" -e "s|, \"exit_interval\": 10||" \
     "$T/part1.yml" >"$T/part2.yml"
 check "reward model: resumed for the rest" "$TRAIN" -q "$T/model.yml" "$T/part2.yml"
