@@ -36,6 +36,11 @@ int neox_train_setup_rm(neox_trainer *t, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm reads each sequence's reward at its one labelled position: "
                          "set pos_train_label_data_paths and neg_train_label_data_paths (label datasets as "
                          "neox-preprocess chat --for-rm writes them)");
+    const char *pack = neox_config_str(cfg, pack_impl);
+    if (pack && !strcmp(pack, "pack_until_overflow"))
+        return neox_fail(err, NEOX_EXIT_USAGE, "pack_impl: pack_until_overflow puts several pairs in a row, each with its "
+                         "own reward position, which GPT-NeoX's reward gather misaligns; set pack_impl: unpacked for "
+                         "train_impl rm");
     if (neox_config_bool(cfg, char_level_ppl))
         return neox_fail(err, NEOX_EXIT_USAGE, "char_level_ppl: a reward model predicts no tokens; unset it for train_impl rm");
     if (neox_config_has(cfg, eval_tasks))

@@ -129,6 +129,9 @@ rm_config tied "" && sed -i 's/"load": "[^"]*", "finetune": true, //' "$T/tied.y
 sed 's/"no_weight_tying": true/"no_weight_tying": false/' "$T/model.yml" >"$T/tied_model.yml"
 check_fails "a tied reward model is refused" 2 "cannot be the input embedding; set no_weight_tying: true" \
     "$TRAIN" -q "$T/tied_model.yml" "$T/tied.yml"
+rm_config packed ", \"pack_impl\": \"pack_until_overflow\"" && sed -i 's/"pack_impl": "unpacked", //' "$T/packed.yml"
+check_fails "pack_until_overflow is refused for reward models by name" 2 "pack_impl: pack_until_overflow puts several pairs in a row" \
+    "$TRAIN" -q "$T/model.yml" "$T/packed.yml"
 rm_config nopair "" && sed -i 's/"dataset_impl": "pairwise", //' "$T/nopair.yml"
 check_fails "train_impl rm without pairwise data is refused" 2 "train_impl rm trains on pairs: set dataset_impl: pairwise" \
     "$TRAIN" -q "$T/model.yml" "$T/nopair.yml"
