@@ -53,6 +53,10 @@ int neox_cvt_layout_check(const neox_model_desc *desc, const neox_cvt_layout *la
 typedef struct neox_to_hf_options {
     const char *dtype;          // "fp32" (default), "bf16" or "fp16"
     uint64_t max_shard_bytes;   // model.safetensors is split above this (0: NEOX_HF_SHARD_BYTES)
+    // config.json's pad_token_id (a token of the padded vocabulary), replacing the tokenizer's pad
+    // token; -1: the tokenizer's, if it declares one. A reward model's ...ForSequenceClassification
+    // reads each row's value at its last token that is not this one.
+    long long pad_token_id;
 } neox_to_hf_options;
 #define NEOX_HF_SHARD_BYTES (5ull << 30)  // 5 GB, as transformers' save_pretrained
 

@@ -56,6 +56,11 @@ typedef struct neox_model_desc {
     int attn_out_unbiased;  // with attn_bias: q/k/v have biases, the attention output none (Qwen2)
     int attn_window;        // keys each query sees, itself included: sliding_window_width + 1 (0: all)
     int tied;               // the output layer reuses the input embedding
+    // A reward model (train_impl: rm): the output layer is a scalar value head, score.weight (1, C)
+    // without bias as in GPT-NeoX's RowParallelLinear(hidden, 1) and Hugging Face's
+    // ...ForSequenceClassification, giving one value per position instead of logits. It is
+    // replicated on every tensor-parallel rank (C numbers; no reduction), and cannot be tied.
+    int value_head;
     neox_init_method init_method, output_init_method;
     double init_std;
     float hidden_dropout, attention_dropout;
@@ -234,11 +239,11 @@ float *neox_model_stage_output_grad(neox_model *m);
 const float *neox_model_stage_input_grad(const neox_model *m);
 
 // ids, targets: (B, T) token ids in [0, vocab); loss_mask: (B, T) weights or NULL. targets may be
-// NULL (logits only). Returns -1 (err) on an out-of-range id. The loss is the mask-weighted mean.
+// NULL (logits only); a value-head model ignores targets and loss_mask (its loss is the caller's). Returns -1 (err) on an out-of-range id. The loss is the mask-weighted mean.
 // ids are read on the first pipe stage only, targets and loss_mask on the last only.
 int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err);
 // The logits of the last forward: (B, T, vocab) (this rank's vocabulary columns under tensor
-// parallelism). Overwritten by backward.
+// parallelism), or (B, T) values of a value head. Overwritten by backward.
 const float *neox_model_logits(const neox_model *m);
 // Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
 void neox_model_backward(neox_model *m, float loss_scale);
@@ -251,5 +256,11 @@ void neox_model_token_logprobs(const neox_model *m, double *out);
 // Makes the next backward that of the loss L = sum_i w[i] * (-log p(target_i)), w (B * T) being
 // dL/d(token loss): the mean loss is the case w = mask / sum(mask). Replaces the forward's mask.
 void neox_model_set_token_weights(neox_model *m, const float *w);
+
+// Value-head models (desc.value_head): after a forward on the last stage, out (B * T) = the value
+// at every position (host memory; whole on every tensor-parallel rank). set_value_grads makes the
+// next backward that of a loss L with dL/d(value_i) = dv[i] (B * T), scaled by backward's loss_scale.
+void neox_model_values(const neox_model *m, float *out);
+void neox_model_set_value_grads(neox_model *m, const float *dv);
 
 #endif

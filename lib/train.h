@@ -53,4 +53,15 @@ enum { NEOX_DPO_METRICS = 8 };
 double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float *mask, int B, int T, double beta,
                      float *weights, double *metrics);
 
+// A reward model's loss (lib/train/reward_model.c) for B pairs of T positions: values (2B, T) the
+// value head's output, rows [0, B) chosen and [B, 2B) rejected; mask (2B, T) the scored positions,
+// exactly one per row (the reward). Returns the mean over pairs of -log sigmoid(pos - neg) +
+// z_loss * (pos^2 + neg^2), with grads (2B, T) its gradient with respect to each value and metrics
+// GPT-NeoX's four (means over pairs of pos_values, neg_values, margin = pos - neg, accuracy =
+// [margin > 0]); *bad_row is -1, or the first row without exactly one scored position (the
+// return value is then NaN).
+enum { NEOX_RM_METRICS = 4 };
+double neox_rm_loss(const float *values, const float *mask, int B, int T, double z_loss, float *grads, double *metrics,
+                    int *bad_row);
+
 #endif

@@ -80,7 +80,7 @@ te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_f
 distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume adlr_autoresume_interval
 deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
 world_size dpo_fp32
-z_loss use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass
+use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass
 deepspeed_activation_checkpointing contiguous_checkpointing
 checkpoint_in_cpu synchronize_each_layer profile_backward partition_activations
 mup_init_scale mup_attn_temp mup_output_temp mup_embedding_mult mup_rp_embedding_mult mup_width_scale base_shapes_file
@@ -117,8 +117,9 @@ UNSUPPORTED = {
     "data_efficiency": "DeepSpeed data efficiency", "elasticity": "DeepSpeed elasticity",
     "compression_training": "DeepSpeed compression training",
 }
-# Post-training: SFT's label datasets (*_label_data_paths), DPO and its pairwise data are used; KTO,
-# reward models, REINFORCE and the online data and weight servers are refused by name, every key.
+# Post-training: SFT's label datasets (*_label_data_paths), DPO, reward models (train_impl rm, z_loss)
+# and their pairwise data are used; KTO (and its *_reward_data_paths), REINFORCE and the online data
+# and weight servers are refused by name, every key.
 POST_TRAINING = "post-training"
 for split in ("train", "valid", "test"):
     UNSUPPORTED[f"{split}_reward_data_paths"] = POST_TRAINING + " (reward-model data)"
@@ -140,7 +141,7 @@ SUPPORTED = {
     "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "dataset_impl": ("gpt2|pairwise", "dataset (online data is REINFORCE's)"),
-    "train_impl": ("normal|dpo", "post-training method"),
+    "train_impl": ("normal|dpo|rm", "post-training method"),
 }
 
 # Numeric ranges (inclusive).

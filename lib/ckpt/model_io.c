@@ -25,6 +25,9 @@ int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f) {
     f[n++] = (neox_shape_field){"use_bias_in_mlp", d->mlp_bias};
     f[n++] = (neox_shape_field){"no_weight_tying", !d->tied};
     if (d->pos_emb == NEOX_POS_LEARNED) f[n++] = (neox_shape_field){"max_position_embeddings", d->max_positions};
+    // Only a reward model records it, so a language model's checkpoint can start one (its value
+    // head then initialised; lib/train/checkpoint.c).
+    if (d->value_head) f[n++] = (neox_shape_field){"value_head", 1};
     return n;
 }
 
@@ -55,6 +58,9 @@ int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const c
                              "%s: the checkpoint's model has %s = %lld but the config gives %d; the model shape must match",
                              dir, f[i].name, (long long)json_integer_value(v), f[i].value);
     }
+    if (json_integer_value(json_object_get(model, "value_head")) && !d->value_head)
+        return neox_fail(err, status, "%s: the checkpoint holds a reward model (train_impl rm: a value head, score.weight, "
+                         "in place of the output layer); a language model cannot be read from it", dir);
     return 0;
 }
 

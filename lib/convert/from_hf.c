@@ -151,6 +151,9 @@ static int architecture_of(hf_model *m, neox_error *err) {
     const char *type = get_str(m, "model_type", "");
     json_t *arch = json_array_get(json_object_get(m->config, "architectures"), 0);
     const char *a = json_string_value(arch) ? json_string_value(arch) : "";
+    if (strstr(a, "ForSequenceClassification"))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: architectures '%s': from-hf imports language models "
+                         "(...ForCausalLM), not reward or classification models", m->dir, a);
     // model_type decides (transformers' AutoConfig reads it); architectures only when it is absent.
     static const struct { const char *type, *class_name; int llama; } classes[] = {
         {"gpt_neox", "GPTNeoXForCausalLM", 0}, {"llama", "LlamaForCausalLM", 1}, {"mistral", "MistralForCausalLM", 1},

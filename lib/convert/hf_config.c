@@ -1,6 +1,6 @@
 // hf_config.c: the Hugging Face side of a model description — config.json and
 // generation_config.json for GPTNeoXForCausalLM or the Llama family (Llama, Qwen2, Mistral) from a
-// neox.c model, refusing
+// neox.c model (...ForSequenceClassification with one label for a reward model), refusing
 // what the class cannot hold (docs/convert.md has the field-by-field mapping).
 #include <jansson.h>
 #include <math.h>
@@ -49,7 +49,8 @@ int neox_cvt_activation_of_hf(const char *hf, int gated, neox_activation *out) {
 // partial rotary, either residual. Anything else was given Llama names by neox_model_desc_check.
 static json_t *gpt_neox_config(const neox_model_desc *d) {
     json_t *c = json_object();
-    json_object_set_new(c, "architectures", json_pack("[s]", "GPTNeoXForCausalLM"));
+    json_object_set_new(c, "architectures",
+                        json_pack("[s]", d->value_head ? "GPTNeoXForSequenceClassification" : "GPTNeoXForCausalLM"));
     json_object_set_new(c, "model_type", json_string("gpt_neox"));
     json_object_set_new(c, "hidden_act", json_string(neox_cvt_hf_act_name(d->activation)));
     json_object_set_new(c, "rotary_pct", json_real(d->pos_emb == NEOX_POS_ROTARY ? (double)d->rotary_dims / d->head_size : 0.0));
@@ -87,7 +88,13 @@ static json_t *llama_config(const neox_model_desc *d) {
     json_t *c = json_object();
     const char *cls = llama_class(d);
     int qwen2 = d->attn_out_unbiased, mistral = !qwen2 && d->attn_window;
-    json_object_set_new(c, "architectures", json_pack("[s]", cls));
+    char *arch = neox_strdup(cls);
+    if (d->value_head) {  // ...ForCausalLM -> ...ForSequenceClassification
+        free(arch);
+        arch = neox_asprintf("%.*sForSequenceClassification", (int)(strlen(cls) - strlen("ForCausalLM")), cls);
+    }
+    json_object_set_new(c, "architectures", json_pack("[s]", arch));
+    free(arch);
     json_object_set_new(c, "model_type", json_string(qwen2 ? "qwen2" : mistral ? "mistral" : "llama"));
     json_object_set_new(c, "hidden_act", json_string(neox_cvt_hf_act_name(d->activation)));
     json_object_set_new(c, "num_key_value_heads", json_integer(d->num_kv_heads));
@@ -160,6 +167,10 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_
     json_object_set_new(c, "intermediate_size", json_integer(d->ffn_size));
     json_object_set_new(c, "max_position_embeddings", json_integer(d->max_positions));
     json_object_set_new(c, "tie_word_embeddings", json_boolean(d->tied));
+    if (d->value_head) {  // one label: the reward, as transformers writes num_labels 1
+        json_object_set_new(c, "id2label", json_pack("{s:s}", "0", "LABEL_0"));
+        json_object_set_new(c, "label2id", json_pack("{s:i}", "LABEL_0", 0));
+    }
     json_object_set_new(c, "initializer_range", json_real(d->init_std));
     json_object_set_new(c, "use_cache", json_true());
     json_object_set_new(c, "torch_dtype", json_string(torch_dtype(dtype)));

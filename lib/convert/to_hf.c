@@ -1,4 +1,5 @@
-// to_hf.c: a training checkpoint as a Hugging Face model folder — config.json,
+// to_hf.c: a training checkpoint as a Hugging Face model folder (a reward model's as
+// ...ForSequenceClassification with its value head score.weight) — config.json,
 // generation_config.json, the tokenizer files the config names, and the parameters (already under
 // their Hugging Face names, docs/design.md, decision 2) as model.safetensors, or as numbered shards plus
 // model.safetensors.index.json when they exceed the shard size. Parameters are cast to fp32, bf16
@@ -247,6 +248,10 @@ static int write_weights(const neox_cvt_ckpt *c, const char *dir, const char *dt
 static int export_into(const neox_cvt_ckpt *c, const char *dir, const neox_to_hf_options *o, neox_error *err) {
     neox_cvt_token_ids ids;
     if (tokenizer_files(c, dir, &ids, err) != 0) return -1;
+    if (o->pad_token_id >= 0) ids.pad = (int)o->pad_token_id;
+    if (c->desc.value_head && ids.pad < 0)
+        neox_warn("a reward model without a pad token: its ...ForSequenceClassification scores batches of one sequence "
+                  "only (give --pad-token-id)");
     char *config = neox_cvt_hf_config_json(&c->desc, o->dtype, ids, err);
     if (!config) return -1;
     int rc = neox_cvt_write_text(dir, "config.json", config, err);
@@ -270,6 +275,11 @@ int neox_convert_to_hf(const char *ckpt, const char *out_dir, const neox_to_hf_o
     if (!o.max_shard_bytes) o.max_shard_bytes = NEOX_HF_SHARD_BYTES;
     neox_cvt_ckpt c;
     if (neox_cvt_open(&c, ckpt, err) != 0) return -1;
+    if (o.pad_token_id >= c.desc.vocab_size) {
+        neox_cvt_close(&c);
+        return neox_fail(err, NEOX_EXIT_USAGE, "--pad-token-id %lld is outside the model's vocabulary (%d tokens)",
+                         o.pad_token_id, c.desc.vocab_size);
+    }
     char *tmp = neox_cvt_outdir_begin(out_dir, err);
     int rc = tmp ? export_into(&c, tmp, &o, err) : -1;
     if (rc == 0) rc = neox_cvt_outdir_commit(tmp, out_dir, err);

@@ -96,6 +96,12 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
     ev->prefix_id = bos >= 0 ? bos : ev->eod_id;
     neox_model_desc desc;
     if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(ev->tokenizer), err) != 0) goto fail;
+    if (desc.value_head) {
+        neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm: a reward model gives one value per sequence and predicts no "
+                  "tokens, so perplexity, tasks and generation do not apply (export it with neox-convert to-hf and score "
+                  "sequences with transformers' ...ForSequenceClassification)");
+        goto fail;
+    }
     const neox_backend *be = neox_backend_for_rank(neox_config_str(cfg, compute_backend), grid, err);
     if (!be || !(ev->model = neox_model_create_on(&desc, be, err))) goto fail;
     // The checkpoint overwrites every parameter (a piece it lacks is an error), so the random

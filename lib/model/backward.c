@@ -153,22 +153,30 @@ static void layer_backward(neox_model *m, int l) {
 }
 
 // From the loss to the gradient of the stage's output: cross-entropy over this rank's
-// vocabulary, the output layer (its input gradient reduced) and the final norm.
+// vocabulary (or the given gradient of a value head's values), the output layer (its input
+// gradient reduced) and the final norm.
 static void head_backward(neox_model *m, float loss_scale) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
     int N = m->B * m->T, C = d->hidden_size;
     size_t NC = (size_t)N * C;
-    float scale = a->mask_sum > 0 ? loss_scale / a->mask_sum : 0.0f;
-    m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse, a->targets, a->mask, scale, N, s.V);
+    int OC = neox_model_head_cols(d);
+    if (d->value_head) {
+        // The values' gradient was set by neox_model_set_value_grads.
+        m->be->scale(a->logits, (size_t)N, loss_scale);
+    } else {
+        float scale = a->mask_sum > 0 ? loss_scale / a->mask_sum : 0.0f;
+        m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse, a->targets, a->mask, scale, N, s.V);
+    }
     // The head's parameters are the final norm's, then the output layer's; with tied weights on
     // one stage the output layer is the embedding, which is final only after the embedding's
     // backward.
     int head = m->layer_first_param[d->num_layers], out = param_at(m, m->g.lm_head);
     if (out < head) out = m->nparams;
-    linear_backward(m, out, m->nparams, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, s.V);
-    neox_model_tp_reduce(m, a->dln, NC);
+    linear_backward(m, out, m->nparams, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, OC);
+    // A vocabulary shard's input gradient is a partial sum; the replicated value head's is whole.
+    if (!d->value_head) neox_model_tp_reduce(m, a->dln, NC);
     m->be->memset_zero(a->dx, NC * sizeof(float));
     norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, a->dln, a->x + (size_t)s.L * NC, m->w.lnf_w, a->lnf_mean,
                   a->lnf_rstd, N);

@@ -205,6 +205,8 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     }
     d->mlp_bias = neox_config_bool(cfg, use_bias_in_mlp);
     d->tied = !neox_config_bool(cfg, no_weight_tying);
+    const char *impl = neox_config_str(cfg, train_impl);
+    d->value_head = impl && !strcmp(impl, "rm");
     d->init_std = neox_config_float(cfg, init_method_std);
     if (parse_init(neox_config_str(cfg, init_method), &d->init_method) != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "init_method '%s' is not supported", neox_config_str(cfg, init_method));

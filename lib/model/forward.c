@@ -63,7 +63,7 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         a->lnf = take(cur, N * C);
         a->lnf_mean = take(cur, N);
         a->lnf_rstd = take(cur, N);
-        a->logits = take(cur, N * (size_t)neox_model_shard(d).V);
+        a->logits = take(cur, N * (size_t)neox_model_head_cols(d));
         a->ce_lse = take(cur, N);
         a->mask = take(cur, N);
         a->targets = (int *)take(cur, N);
@@ -151,7 +151,7 @@ void neox_model_plan_half(neox_model *m) {
     free_half(m);
     if (m->precision == NEOX_PRECISION_FP32 || !m->act_buf) return;
     plan_sizes z = sizes_of(m);
-    size_t V = neox_model_last_stage(&m->desc) ? (size_t)neox_model_shard(&m->desc).V : 0;
+    size_t V = neox_model_last_stage(&m->desc) ? (size_t)neox_model_head_cols(&m->desc) : 0;
     size_t in = z.C > z.NH * z.HS ? z.C : z.NH * z.HS, out = z.W > z.FC ? z.W : z.FC;
     in = in > z.F ? in : z.F;
     out = out > z.C ? out : z.C;
@@ -396,6 +396,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
         if (localise_ids(h->ids, ids, N, V, s, "token", err) != 0) return -1;
         m->be->to_device(a->ids, h->ids, (size_t)N * sizeof(int));
     }
+    if (d->value_head) targets = NULL;  // its loss is the caller's (neox_model_values)
     if (last && targets) {
         if (localise_ids(h->targets, targets, N, V, s, "target", err) != 0) return -1;
         m->be->to_device(a->targets, h->targets, (size_t)N * sizeof(int));
@@ -407,7 +408,15 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     if (!last) return 0;
     const float *out = a->x + (size_t)s.L * N * C;
     norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
-    neox_model_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, s.V);
+    neox_model_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, neox_model_head_cols(d));
     if (targets) cross_entropy(m, loss_mask);
     return 0;
+}
+
+void neox_model_values(const neox_model *m, float *out) {
+    m->be->to_host(out, ((const neox_acts *)m->acts)->logits, (size_t)m->B * m->T * sizeof(float));
+}
+
+void neox_model_set_value_grads(neox_model *m, const float *dv) {
+    m->be->to_device(((neox_acts *)m->acts)->logits, dv, (size_t)m->B * m->T * sizeof(float));
 }

@@ -21,6 +21,9 @@ static inline neox_shard neox_model_shard(const neox_model_desc *d) {
     return s;
 }
 
+// The output layer's width on this rank: the vocabulary shard, or 1 for a value head.
+static inline int neox_model_head_cols(const neox_model_desc *d) { return d->value_head ? 1 : neox_model_shard(d).V; }
+
 // What one layer's backward needs from its forward. With activation checkpointing every layer
 // points at the same single set and its forward is recomputed from the layer input in backward.
 // Sizes are the shard's: NH, NKV local heads, F the local MLP width.
@@ -41,7 +44,7 @@ typedef struct neox_acts {
     float *x;                          // (L + 1, N, C): the residual stream entering each local layer, then the last
     neox_layer_acts *layers;           // L entries (local layer index)
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;                     // (N, V) of this rank's vocabulary; holds dlogits after backward
+    float *logits;                     // (N, V) of this rank's vocabulary (value head: (N)); holds dlogits after backward
     float *ce_lse, *mask;              // (N)
     int *ids, *targets;                // (N) ids and targets within this rank's vocabulary, -1 elsewhere
     float mask_sum;

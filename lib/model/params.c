@@ -47,6 +47,9 @@ int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "rotary_pct gives %d rotary dims of head size %d; need an even number "
                          "no larger than the head size", d->rotary_dims, d->head_size);
     if (d->norm == NEOX_NORM_RMSNORM) d->norm_bias = 0;
+    if (d->value_head && d->tied)
+        return neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm: a reward model's value head (score.weight, 1 x hidden) "
+                         "cannot be the input embedding; set no_weight_tying: true");
     int neox_like = d->norm == NEOX_NORM_LAYERNORM && d->norm_bias && !neox_activation_gated(d->activation) &&
                     d->num_kv_heads == d->num_heads && d->mlp_bias;
     d->naming = neox_like ? NEOX_NAMES_GPT_NEOX : NEOX_NAMES_LLAMA;
@@ -197,7 +200,9 @@ static void lay_out(neox_model *m, neox_model_weights *layout) {
     layout->lnf_w = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
     if (d.norm_bias)
         layout->lnf_b = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
-    if (!d.tied) {
+    if (d.value_head) {
+        layout->lm_head = OFF(add_param(&c, 0, NONE, 1, C, "score.weight"));
+    } else if (!d.tied) {
         layout->lm_head = OFF(add_param(&c, 0, ROWS, d.vocab_size, C, neox ? "embed_out.weight" : "lm_head.weight"));
     } else if (first) {
         layout->lm_head = layout->wte;

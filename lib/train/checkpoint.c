@@ -372,12 +372,34 @@ static int restore_state(neox_trainer *t, json_t *state, const char *dir, int lo
     return neox_train_resume_schedule(t, json_object_get(state, "lr_schedule"), err);
 }
 
+// The weights. A reward model started from a language model's checkpoint (finetune) finds no
+// value head there: it keeps its initialisation, as GPT-NeoX builds the head anew, and the rest
+// is read.
+static int read_params(neox_trainer *t, const neox_ckpt_reader *r, const char *dir, neox_error *err) {
+    neox_model *m = t->model;
+    if (!m->desc.value_head || neox_ckpt_has(r, "params/score.weight"))
+        return neox_ckpt_read_model_tensors(m, r, "params", m->param_buf, err);
+    if (!neox_config_bool(t->cfg, finetune))
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s holds a language model (no value head score.weight); start a reward "
+                         "model from it with finetune: true", dir);
+    if (t->rank0 && !t->opts.quiet)
+        neox_notice("%s holds a language model: the reward model's value head (score.weight) starts from its "
+                    "initialisation, the other weights are loaded", dir);
+    const neox_param *head = neox_model_find_param(m, "score.weight");
+    if (!head) return neox_ckpt_read_model_tensors(m, r, "params", m->param_buf, err);  // (not on this pipe stage)
+    int rc = neox_ckpt_read_model_range(m, r, "params", 0, head->offset, m->param_buf, err);
+    size_t end = head->offset + head->numel;
+    if (rc == 0 && end < m->num_floats)
+        rc = neox_ckpt_read_model_range(m, r, "params", end, m->num_floats, m->param_buf + end, err);
+    return rc;
+}
+
 static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     neox_ckpt_reader *r = neox_ckpt_open_checkpoint(dir, err);
     json_t *state = NULL;
     int rc = r ? neox_ckpt_read_run_state(r, dir, &state, err) : -1;
     if (rc == 0) rc = neox_ckpt_check_model_shape(&t->model->desc, state, dir, NEOX_EXIT_USAGE, err);
-    if (rc == 0) rc = neox_ckpt_read_model_tensors(t->model, r, "params", t->model->param_buf, err);
+    if (rc == 0) rc = read_params(t, r, dir, err);
     // A valid CRC-32 does not make the values trainable: a resume from NaN or inf would continue a
     // dead run. (A fine-tuning start from such weights is stopped by the first save or the run's
     // end, which refuse non-finite weights, with the NaN steps logged as such.)

@@ -81,8 +81,10 @@ int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const 
                                               &tokens_per_char, err) != 0)
         return -1;
     neox_train_dpo_begin(t);
+    neox_train_rm_begin(t);
     if (neox_train_evaluate(t, it, iters, &loss, err) != 0) return -1;
     n += neox_train_dpo_metrics(t, values + n);
+    n += neox_train_rm_metrics(t, values + n);
     if (char_ppl) {
         snprintf(values[n].name, sizeof values[n].name, "lm_loss_char_lvl_ppl");
         values[n++].value = exp(loss * tokens_per_char);

@@ -52,6 +52,15 @@ typedef struct neox_dpo {
     int64_t micro_batches;
 } neox_dpo;   // world, pipe, data, model, embed, data_intra, data_inter
 
+// train_impl: rm (reward_model.c).
+typedef struct neox_rm {
+    double z_loss;
+    int pairs;                     // pairs per micro-batch (the model runs 2 x pairs rows)
+    float *values, *grads;         // (2 x pairs, T): the value head's output and the loss's gradient
+    double sums[NEOX_RM_METRICS];  // metric sums over micro-batches since neox_train_rm_begin
+    int64_t micro_batches;
+} neox_rm;
+
 struct neox_trainer {
     const neox_config *cfg;
     neox_grid *grid;
@@ -105,6 +114,7 @@ struct neox_trainer {
     neox_batch_iterator train_it, valid_it;
     neox_batch *batch;             // rows: micro_batch samples x their rows (2 for pairwise data)
     neox_dpo *dpo;                 // train_impl: dpo; NULL otherwise
+    neox_rm *rm;                   // train_impl: rm; NULL otherwise
     neox_prefetch *prefetch;       // num_workers >= 1: the next batch read behind the current one
 
     neox_metrics *metrics;
@@ -235,6 +245,18 @@ int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss);
 void neox_train_dpo_begin(neox_trainer *t);
 // The metrics since begin (a collective over the data-parallel group); returns how many.
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out);
+
+// ---- reward models (reward_model.c) ---------------------------------------------------------
+int neox_train_is_rm(const neox_config *cfg);
+// Checks the keys of train_impl rm (z_loss is refused without it) and makes its buffers.
+int neox_train_setup_rm(neox_trainer *t, neox_error *err);
+void neox_train_free_rm(neox_trainer *t);
+// After the forward of batch b (last stage): the loss into *loss, the metrics accumulated and, when
+// training, the value gradients of its backward set. A sequence without exactly one scored
+// position is an error.
+int neox_train_rm_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err);
+void neox_train_rm_begin(neox_trainer *t);
+int neox_train_rm_metrics(neox_trainer *t, neox_eval_value *out);  // a collective; returns how many
 
 // ---- checkpoints (checkpoint.c) -------------------------------------------------------------
 // Writes this rank's data-parallel share of a flat buffer laid out as the model's parameters

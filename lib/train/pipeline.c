@@ -103,6 +103,7 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     if (stage_last(t)) {
         double loss = m->loss;
         if (t->dpo) neox_train_dpo_loss(t, b, &loss);
+        if (t->rm && neox_train_rm_loss(t, b, r->training, &loss, err) != 0) return -1;
         r->loss_sum += loss;
     } else neox_isend(&g->pipe, neox_model_stage_output(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
     return 0;

@@ -31,14 +31,15 @@ static int is_dpo(const neox_config *cfg) {
     return impl && !strcmp(impl, "dpo");
 }
 
-int neox_train_rows_per_sample(const neox_config *cfg) { return is_dpo(cfg) ? 2 : 1; }
+int neox_train_rows_per_sample(const neox_config *cfg) { return is_dpo(cfg) || neox_train_is_rm(cfg) ? 2 : 1; }
 
 int neox_train_setup_dpo(neox_trainer *t, neox_error *err) {
     const char *data = neox_config_str(t->cfg, dataset_impl);
     int dpo = is_dpo(t->cfg), pairwise = data && !strcmp(data, "pairwise");
+    if (neox_train_is_rm(t->cfg)) return 0;  // (reward_model.c)
     if (dpo != pairwise)
         return neox_fail(err, NEOX_EXIT_USAGE, dpo ? "train_impl dpo trains on pairs: set dataset_impl: pairwise"
-                                                   : "dataset_impl pairwise is DPO's data: set train_impl: dpo");
+                                                   : "dataset_impl pairwise is preference data: set train_impl: dpo or rm");
     if (!dpo) return 0;
     if (neox_config_bool(t->cfg, char_level_ppl))
         return neox_fail(err, NEOX_EXIT_USAGE, "char_level_ppl: a character-level perplexity of preference pairs is not "

@@ -378,7 +378,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     setup_checkpoint_schedule(t);
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
-        neox_train_setup_dpo(t, err) != 0 || setup_optimizer(t, err) != 0 ||
+        neox_train_setup_dpo(t, err) != 0 || neox_train_setup_rm(t, err) != 0 || setup_optimizer(t, err) != 0 ||
         setup_data(t, err) != 0 || neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;
@@ -425,6 +425,7 @@ void neox_trainer_free(neox_trainer *t) {
     neox_train_free_param_norms(t);
     neox_train_free_eval_tasks(t);
     neox_train_free_dpo(t);
+    neox_train_free_rm(t);
     neox_model_free(t->model);
     if (t->tokenizer) neox_tokenizer_free(t->tokenizer);
     free(t->save_iters);

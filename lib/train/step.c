@@ -34,6 +34,7 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     if (t->grad_partition) t->be->memset_zero(t->grad_partition, (t->part_end - t->part_begin) * sizeof(float));
     else neox_model_zero_grad(t->model);
     neox_train_dpo_begin(t);
+    neox_train_rm_begin(t);
     neox_train_adaptive_begin_step(t);  // may hand a compressor's error to these gradients
     t->local_grads = neox_train_local_grads(t);
     double loss_sum = 0.0, scale = t->scaler.scale;

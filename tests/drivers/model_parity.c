@@ -5,7 +5,8 @@
 // keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none|alibi)
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
-// precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below).
+// precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
+// value_head z_loss (a reward model: the value head and its pairwise loss, below).
 // INPUTS holds "input_ids" and "targets" (I64, (B, T)) and optionally "loss_mask" (F32, (B, T)).
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@
 #include "train.h"
 
 static neox_precision precision = NEOX_PRECISION_FP32;
-static double dpo_beta = 0.0;
+static double dpo_beta = 0.0, z_loss = 0.0;
 
 static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *arg) {
     const char *eq = strchr(arg, '=');
@@ -62,6 +63,8 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("lr")) *lr = strtof(v, NULL);
     else if (KEY("precision")) return neox_precision_parse(v, &precision);
     else if (KEY("dpo_beta")) dpo_beta = atof(v);
+    else if (KEY("value_head")) d->value_head = atoi(v);
+    else if (KEY("z_loss")) z_loss = atof(v);
     else return -1;
 #undef KEY
     return 0;
@@ -125,14 +128,31 @@ int main(int argc, char **argv) {
         free(lp);
         free(weights);
     }
+    // With value_head: rows [0, B/2) chosen, [B/2, B) rejected, each with one scored position of the
+    // loss_mask; the loss and gradients are the reward model's (neox_rm_loss).
+    float *values = NULL;  // kept for the output (set_value_grads overwrites the model's copy)
+    if (d.value_head) {
+        if (B % 2 || !mask) neox_die(1, "value_head needs an even number of rows and a loss_mask");
+        values = neox_malloc((size_t)B * T * sizeof *values);
+        float *grads = neox_malloc((size_t)B * T * sizeof *grads);
+        double metrics[NEOX_RM_METRICS];
+        int bad;
+        neox_model_values(m, values);
+        loss = (float)neox_rm_loss(values, mask, B / 2, T, z_loss, grads, metrics, &bad);
+        if (bad >= 0) neox_die(1, "row %d of loss_mask does not have exactly one scored position", bad);
+        neox_model_set_value_grads(m, grads);
+        free(grads);
+    }
 
     // Outputs: logits and loss of the forward, then the gradients of one backward.
     int n = 0, cap = m->nparams + 3;
     neox_st_entry *e = neox_calloc(cap, sizeof *e);
-    size_t nlogits = (size_t)B * T * d.vocab_size;
+    int cols = d.value_head ? 1 : d.vocab_size;
+    size_t nlogits = (size_t)B * T * cols;
     float *logits = neox_malloc(nlogits * sizeof(float));
-    memcpy(logits, neox_model_logits(m), nlogits * sizeof(float));
-    e[n++] = (neox_st_entry){"logits", "F32", 3, {B, T, d.vocab_size}, logits};
+    memcpy(logits, values ? values : neox_model_logits(m), nlogits * sizeof(float));
+    free(values);
+    e[n++] = (neox_st_entry){d.value_head ? "values" : "logits", "F32", d.value_head ? 2 : 3, {B, T, cols}, logits};
     e[n++] = (neox_st_entry){"loss", "F32", 1, {1}, &loss};
     neox_model_backward(m, 1.0f);
     char **names = neox_calloc(m->nparams, sizeof *names);

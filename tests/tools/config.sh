@@ -65,8 +65,8 @@ if [ -d "$CONFIGS" ]; then
         "^sliding_window_width += 4096  # .*mistral/7B.yml:15$" \
         "$T" -q --world-size 8 --print-config "$CONFIGS/mistral/7B.yml" "$CONFIGS/llama/train_config.yml" "$CONFIGS/local_setup.yml"
     # Post-training configs set their own paths and load alone. SFT (label datasets, unpacked
-    # samples) loads with its label paths and DPO with its pairwise data; the DPO benchmarking
-    # configs stop at bf16 gradient accumulation; KTO, reward model and REINFORCE are refused naming
+    # samples) loads with its label paths, DPO and the reward model with their pairwise data; the DPO
+    # benchmarking configs stop at bf16 gradient accumulation; KTO and REINFORCE are refused naming
     # post-training until neox.c implements them.
     check_output "post-training llama3-8b-sft.yml loads with its label datasets" \
         '^train_label_data_paths += \[.*llama3_train_messages_label_document' \
@@ -74,12 +74,15 @@ if [ -d "$CONFIGS" ]; then
     check_output "post-training llama3-8b-dpo.yml loads with its pairwise data" \
         '^neg_train_label_data_paths += \[.*llama3_dpo_train_rejected_label_document' \
         "$T" -q --world-size 8 --print-config "$POST_CONFIGS/llama3-8b-dpo.yml"
+    check_output "post-training llama3-8b-rm.yml loads as a reward model with its pairwise data" \
+        '^neg_train_label_data_paths += \[.*llama3_rm_train_rejected_label_document' \
+        "$T" -q --world-size 8 --print-config "$POST_CONFIGS/llama3-8b-rm.yml"
     for f in "$POST_CONFIGS"/benchmarking/*.yml; do
         check_fails "post-training ${f#$POST_CONFIGS/} refused at its bf16 gradient accumulation" 2 \
             "key 'data_types.grad_accum_dtype': gradient accumulation type 'bf16' is not supported" \
             "$T" -q --world-size 8 --print-config "$f"
     done
-    for f in "$POST_CONFIGS"/llama3-8b-kto.yml "$POST_CONFIGS"/llama3-8b-rm.yml "$POST_CONFIGS"/llama3-8b-reinforce.yml; do
+    for f in "$POST_CONFIGS"/llama3-8b-kto.yml "$POST_CONFIGS"/llama3-8b-reinforce.yml; do
         check_fails "post-training ${f#$POST_CONFIGS/} refused naming post-training" 2 \
             "key '[a-z_]+': post-training.* is not supported by neox.c" "$T" -q --world-size 8 --print-config "$f"
     done

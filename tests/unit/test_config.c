@@ -77,7 +77,7 @@ static void test_schema_table(void **state) {
     assert_string_equal(neox_key_find("compute_backend")->group, "neox.c");
     // Keys GPT-NeoX's dataclasses declare that its stale key reference did not.
     assert_int_equal(neox_key_find("peak_theoretical_tflops")->use, NEOX_KEY_USED);
-    assert_int_equal(neox_key_find("z_loss")->use, NEOX_KEY_IGNORED);  // (reward models only: docs/config.md)
+    assert_int_equal(neox_key_find("z_loss")->use, NEOX_KEY_USED);  // (train_impl rm; refused otherwise when set)
     assert_int_equal(neox_key_find("wandb_run_name")->use, NEOX_KEY_IGNORED);
     assert_int_equal(neox_key_find("kl_impl")->use, NEOX_KEY_UNSUPPORTED);
     // The generated ids index the tables.
@@ -339,7 +339,7 @@ static void test_validation_and_refusals(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\nnorm: scalenorm\n", 1, "normalization 'scalenorm' is not supported by neox.c (supported: layernorm, rmsnorm)");
     expect_error("train_micro_batch_size_per_gpu: 1\nactivation: tanh\n", 1, "key 'activation': 'tanh' is not one of");
     expect_error("train_micro_batch_size_per_gpu: 1\nuse_mup: true\n", 1, "muP is not supported");
-    expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: rm\n", 1, "key 'train_impl': post-training method 'rm' is not supported by neox.c (supported: normal, dpo)");
+    expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: kto\n", 1, "key 'train_impl': post-training method 'kto' is not supported by neox.c (supported: normal, dpo, rm)");
     expect_error("train_micro_batch_size_per_gpu: 1\nmoe_num_experts: 2\n", 1, "Mixture of Experts");
     expect_error("train_micro_batch_size_per_gpu: 1\nnum_kv_heads: 3\n", 1, "not divisible by num_kv_heads 3");
     expect_error("train_micro_batch_size_per_gpu: 1\nseq_length: 128\n", 1, "less than seq_length 128");

@@ -16,8 +16,11 @@ static void usage(FILE *out) {
             "\n"
             "Commands (CKPT is a save directory holding 'latest', or one global_stepN directory):\n"
             "  to-hf --input CKPT --output DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]\n"
+            "        [--pad-token-id ID]\n"
             "                     write a Hugging Face model folder (config.json, generation_config.json,\n"
-            "                     model.safetensors or shards + index above BYTES (default 5G), tokenizer files)\n"
+            "                     model.safetensors or shards + index above BYTES (default 5G), tokenizer files);\n"
+            "                     a reward model (train_impl rm) as ...ForSequenceClassification; ID is\n"
+            "                     config.json's pad_token_id (default: the tokenizer's pad token, if any)\n"
             "  from-hf --input DIR --output SAVE [--tp N] [--pp M]\n"
             "                     import a GPTNeoXForCausalLM or LlamaForCausalLM safetensors folder as a\n"
             "                     checkpoint in SAVE (global_step0 + latest) and SAVE/model.yml\n"
@@ -41,6 +44,7 @@ static void usage(FILE *out) {
 typedef struct args {
     const char *input, *output, *dtype;
     unsigned long long max_shard;
+    long long pad_token_id;  // -1: not given
     neox_cvt_layout layout;
 } args;
 
@@ -59,9 +63,10 @@ static args parse_command(int argc, char **argv) {
         {"dtype", required_argument, NULL, 'd'}, {"max-shard-size", required_argument, NULL, 's'},
         {"tp", required_argument, NULL, 't'},    {"pp", required_argument, NULL, 'p'},
         {"dp", required_argument, NULL, 'D'},    {"zero", required_argument, NULL, 'z'},
+        {"pad-token-id", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
-    args a = {.layout = {1, 1, 1, 0}};
+    args a = {.layout = {1, 1, 1, 0}, .pad_token_id = -1};
     int c;
     optind = 1;
     opterr = 0;
@@ -75,6 +80,7 @@ static args parse_command(int argc, char **argv) {
         case 'p': a.layout.pp = (int)neox_option_int("--pp", optarg, 1, 1 << 20); break;
         case 'D': a.layout.dp = (int)neox_option_int("--dp", optarg, 1, 1 << 20); break;
         case 'z': a.layout.zero = (int)neox_option_int("--zero", optarg, 0, 3); break;
+        case 'P': a.pad_token_id = neox_option_int("--pad-token-id", optarg, 0, (1LL << 31) - 1); break;
         case 'h': usage(stdout); exit(0);
         default: neox_usage_error("%s: unrecognized option '%s'", argv[0], argv[optind - 1]);
         }
@@ -101,7 +107,7 @@ static int run_command(int argc, char **argv) {
     int rc;
     if (!strcmp(command, "to-hf")) {
         need_io(&a, command);
-        neox_to_hf_options o = {.dtype = a.dtype, .max_shard_bytes = a.max_shard};
+        neox_to_hf_options o = {.dtype = a.dtype, .max_shard_bytes = a.max_shard, .pad_token_id = a.pad_token_id};
         rc = neox_convert_to_hf(a.input, a.output, &o, &err);
     } else if (!strcmp(command, "inspect")) {
         rc = neox_convert_inspect(checkpoint_arg(&a, argc, argv, command), stdout, &err);
