@@ -379,7 +379,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
         neox_train_setup_dpo(t, err) != 0 || setup_optimizer(t, err) != 0 ||
-        setup_data(t, err) != 0 || neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
+        setup_data(t, err) != 0 || neox_train_check_kto_data(t, err) != 0 || neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;
     }

@@ -5,7 +5,8 @@
 // keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none)
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
-// precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below).
+// precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
+// kto_beta kto_desirable_weight kto_undesirable_weight (KTO's loss, below).
 // INPUTS holds "input_ids" and "targets" (I64, (B, T)) and optionally "loss_mask" (F32, (B, T)).
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 
 static neox_precision precision = NEOX_PRECISION_FP32;
 static double dpo_beta = 0.0;
+static neox_kto_weights kto = {0.0, 1.0, 1.0};
 
 static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *arg) {
     const char *eq = strchr(arg, '=');
@@ -58,6 +60,9 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("lr")) *lr = strtof(v, NULL);
     else if (KEY("precision")) return neox_precision_parse(v, &precision);
     else if (KEY("dpo_beta")) dpo_beta = atof(v);
+    else if (KEY("kto_beta")) kto.beta = atof(v);
+    else if (KEY("kto_desirable_weight")) kto.desirable = atof(v);
+    else if (KEY("kto_undesirable_weight")) kto.undesirable = atof(v);
     else return -1;
 #undef KEY
     return 0;
@@ -122,14 +127,32 @@ int main(int argc, char **argv) {
         free(weights);
     }
 
+    // With kto_beta: INPUTS' "ref_logprobs" (F64, (B, T)) and "rewards" (F32, (B, T)); the loss and
+    // gradients are KTO's, and "kto_metrics" (F32, 9) its metrics.
+    float kto_metrics[NEOX_KTO_METRICS];
+    if (kto.beta > 0) {
+        if (!mask) neox_die(1, "kto_beta needs a loss_mask");
+        const double *ref = (const double *)need(in, "ref_logprobs", "F64", (int64_t)B * T)->data;
+        const float *rewards = (const float *)need(in, "rewards", "F32", (int64_t)B * T)->data;
+        double *lp = neox_malloc((size_t)B * T * sizeof *lp), metrics[NEOX_KTO_METRICS];
+        float *weights = neox_malloc((size_t)B * T * sizeof *weights);
+        neox_model_token_logprobs(m, lp);
+        loss = (float)neox_kto_loss(lp, ref, mask, rewards, B, T, &kto, weights, metrics);
+        for (int i = 0; i < NEOX_KTO_METRICS; i++) kto_metrics[i] = (float)metrics[i];
+        neox_model_set_token_weights(m, weights);
+        free(lp);
+        free(weights);
+    }
+
     // Outputs: logits and loss of the forward, then the gradients of one backward.
-    int n = 0, cap = m->nparams + 3;
+    int n = 0, cap = m->nparams + 4;
     neox_st_entry *e = neox_calloc(cap, sizeof *e);
     size_t nlogits = (size_t)B * T * d.vocab_size;
     float *logits = neox_malloc(nlogits * sizeof(float));
     memcpy(logits, neox_model_logits(m), nlogits * sizeof(float));
     e[n++] = (neox_st_entry){"logits", "F32", 3, {B, T, d.vocab_size}, logits};
     e[n++] = (neox_st_entry){"loss", "F32", 1, {1}, &loss};
+    if (kto.beta > 0) e[n++] = (neox_st_entry){"kto_metrics", "F32", 1, {NEOX_KTO_METRICS}, kto_metrics};
     neox_model_backward(m, 1.0f);
     char **names = neox_calloc(m->nparams, sizeof *names);
     for (int i = 0; i < m->nparams; i++) {
