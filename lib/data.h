@@ -156,6 +156,11 @@ typedef struct neox_chat_preprocess_options {
     int only_last;                 // learn only the last turn
     int no_mask;                   // learn every token (the label dataset repeats the tokens)
     int for_rm;                    // mask everything but a final end-of-sequence token (reward models)
+    // --reward-key: also {prefix}_{key}_reward_document, one item per conversation holding the record's
+    // reward (int32 when every reward is an integer, as GPT-NeoX writes it; float32 otherwise);
+    // binary_reward: the value's truth, as 1 or -1.
+    const char *reward_key;
+    int binary_reward;
     size_t max_document_bytes;     // longest record read (0: NEOX_MAX_DOCUMENT_BYTES)
 } neox_chat_preprocess_options;
 
