@@ -102,6 +102,18 @@ kto fewer "" && sed -i "s|\"train_reward_data_paths\": \[\"$T/train_messages_rew
 check_fails "a reward dataset whose length differs from its token dataset's is refused, naming both files" 1 \
     "few_messages_reward_document.idx: has 300 rewards in 300 documents, but its token dataset .*train_messages_document.idx has 400 items in 400 documents" \
     "$TRAIN" -q "$T/model.yml" "$T/fewer.yml"
+check "write a reward dataset with an empty item" $PY -c "
+import sys; sys.path.insert(0, 'tests/oracle')
+import numpy as np
+from data_oracle import write_indexed
+write_indexed('$T/empty_messages_reward_document', [[1]] * 399 + [[]], np.int32)"
+kto empty "" && sed -i "s|\"train_reward_data_paths\": \[\"$T/train_messages_reward_document\"\]|\"train_reward_data_paths\": [\"$T/empty_messages_reward_document\"]|" "$T/empty.yml"
+check_fails "a reward dataset with an empty item is refused, naming it and the token dataset" 1 \
+    "empty_messages_reward_document.idx: item 399 holds no reward \\(document 399 of .*train_messages_document.idx\\)" \
+    "$TRAIN" -q "$T/model.yml" "$T/empty.yml"
+kto pairwise ", \"dataset_impl\": \"pairwise\""
+check_fails "KTO on pairwise data is refused" 2 "dataset_impl pairwise is DPO's data: set train_impl: dpo" \
+    "$TRAIN" -q "$T/model.yml" "$T/pairwise.yml"
 kto norewards "" && sed -i 's/"valid_reward_data_paths": \[[^]]*\],//' "$T/norewards.yml"
 check_fails "KTO without a split's reward datasets is refused, naming the key" 2 \
     "train_impl kto needs valid_reward_data_paths beside valid_data_paths" "$TRAIN" -q "$T/model.yml" "$T/norewards.yml"
