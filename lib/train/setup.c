@@ -337,7 +337,7 @@ static void report_memory(const neox_trainer *t) {
                               : (double)m->num_floats * 4;
     if (t->grad_partition) grads += (double)(t->part_end - t->part_begin) * 4;
     double activations = (double)neox_model_activation_bytes(m);
-    // DPO's reference model: its weights (counted with the parameters; with the gradient buffer every
+    // DPO's and KTO's reference model: its weights (counted with the parameters; with the gradient buffer every
     // model holds, unused by a model that only runs forward) and its activations.
     const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
     if (ref) params += (double)ref->num_floats * (ref->param16 ? 10 : 8), activations += (double)neox_model_activation_bytes(ref);

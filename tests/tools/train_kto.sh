@@ -131,6 +131,46 @@ kto charppl ", \"char_level_ppl\": true"
 check_fails "char_level_ppl is refused for KTO, naming the key" 2 "char_level_ppl: unset it for train_impl kto" \
     "$TRAIN" -q "$T/model.yml" "$T/charppl.yml"
 
+# From chat jsonl to KTO: neox-preprocess chat --reward-key --binary-reward writes the three datasets a
+# KTO run reads (GPT-NeoX's 20B tokenizer with a ChatML template); a tiny model trains on them.
+TOK=$DATA/tokenizers/neox/20B_tokenizer.json
+if [ -f "$TOK" ]; then
+    mkdir -p "$T/tok" && cp "$TOK" "$T/tok/tokenizer.json"
+    $PY -c "
+import json
+template = open('tests/oracle/chat_templates/chatml-qwen2.jinja').read()
+json.dump({'eos_token': '<|endoftext|>', 'chat_template': template}, open('$T/tok/tokenizer_config.json', 'w'))
+with open('$T/chat.jsonl', 'w') as f:
+    for i in range(24):
+        q = ' '.join(['word%d' % (i * 7 % 13)] * (1 + i % 4))
+        good = i % 3 != 1
+        answer = q.upper() if good else 'no'
+        f.write(json.dumps({'messages': [{'role': 'user', 'content': q}, {'role': 'assistant', 'content': answer}],
+                            'label': good}) + '\\n')"
+    check "neox-preprocess chat --reward-key label --binary-reward" "$NEOX_BIN/neox-preprocess" chat --input "$T/chat.jsonl" \
+        --output-prefix "$T/chat" --tokenizer-type HFTokenizer --vocab-file "$T/tok/tokenizer.json" --jsonl-keys messages \
+        --reward-key label --binary-reward
+    C=$T/chat_messages
+    cat >"$T/chat_kto.yml" <<EOF2
+{"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
+ "tokenizer_type": "HFTokenizer", "vocab_file": "$T/tok/tokenizer.json", "train_micro_batch_size_per_gpu": 4,
+ "train_impl": "kto", "pack_impl": "unpacked", "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+ "train_iters": 3, "eval_interval": 3, "eval_iters": 1, "log_interval": 1, "log_dir": "$T/chat_log",
+ "train_data_paths": ["${C}_document"], "train_label_data_paths": ["${C}_label_document"],
+ "train_reward_data_paths": ["${C}_reward_document"], "valid_data_paths": ["${C}_document"],
+ "valid_label_data_paths": ["${C}_label_document"], "valid_reward_data_paths": ["${C}_reward_document"],
+ "test_data_paths": ["${C}_document"], "test_label_data_paths": ["${C}_label_document"],
+ "test_reward_data_paths": ["${C}_reward_document"]}
+EOF2
+    check "KTO trains on the preprocessed chat datasets (first loss 0.5: policy = reference, every row rewarded)" \
+        bash -c "'$TRAIN' -q '$T/chat_kto.yml' && $PY -c \"
+import json
+r = next(r for r in map(json.loads, open('$T/chat_log/metrics.jsonl')) if 'train/lm_loss' in r)
+assert abs(r['train/lm_loss'] - 0.5) < 1e-7 and r['train/neg_ref_logp'] < 0 and r['train/pos_ref_logp'] < 0, r\""
+else
+    skip "KTO on preprocessed chat data" "$TOK is absent"
+fi
+
 # GPT-NeoX's own KTO config, with a tiny model, local data and one process: 10 steps train.
 POST=$SHARED/reference/gpt-neox-post-training/configs/llama3-8b-kto.yml
 if [ -f "$POST" ]; then
