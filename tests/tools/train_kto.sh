@@ -97,6 +97,16 @@ assert 0.1 < first < 0.45, first  # 0.25 (S_1 + S_2): S_h the fraction of desira
 v = [r for r in rs if 'validation/kl' in r][-1]
 assert v['validation/pos_policy_logp'] > v['validation/pos_ref_logp'], v"
 
+kto nolabels "" && sed -i -e 's/"[a-z]*_label_data_paths": \[[^]]*\],//g' -e 's/"train_iters": 30/"train_iters": 2/' "$T/nolabels.yml"
+check "KTO without label datasets runs: every token of the documents scored, first loss 0.5" bash -c "
+    '$TRAIN' -q '$T/model.yml' '$T/nolabels.yml' && ! grep -q label_data_paths '$T/nolabels.yml' && $PY -c \"
+import json
+rs = list(map(json.loads, open('$T/nolabels/metrics.jsonl')))
+r = next(r for r in rs if 'train/lm_loss' in r)
+w = next(r for r in map(json.loads, open('$T/kto/metrics.jsonl')) if 'train/lm_loss' in r)
+assert abs(r['train/lm_loss'] - 0.5) < 1e-7, r
+assert r['train/ref_logp'] < w['train/ref_logp'] < 0, (r, w)  # the prompts are scored too\""
+
 # Refusals.
 kto fewer "" && sed -i "s|\"train_reward_data_paths\": \[\"$T/train_messages_reward_document\"\]|\"train_reward_data_paths\": [\"$T/few_messages_reward_document\"]|" "$T/fewer.yml"
 check_fails "a reward dataset whose length differs from its token dataset's is refused, naming both files" 1 \
