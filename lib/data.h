@@ -26,7 +26,7 @@ int neox_dtype_for_vocab(int64_t vocab_size);
 
 typedef struct neox_indexed_dataset {
     char *bin_path, *idx_path;
-    int dtype;                 // NEOX_DTYPE_*; only integer types are readable as tokens
+    int dtype;                 // NEOX_DTYPE_*; only integer types are readable as tokens, any as values
     size_t elem_size;
     int64_t num_items;         // sizes[] / pointers[] entries
     int64_t num_doc_idx;       // doc_idx[] entries (documents + 1)
@@ -46,12 +46,17 @@ void neox_indexed_close(neox_indexed_dataset *ds);
 // to the end of the item). Returns the number copied or -1 (range error).
 int64_t neox_indexed_get(const neox_indexed_dataset *ds, int64_t item, int64_t offset, int64_t length, int32_t *out,
                          neox_error *err);
+// The same for values of any dtype (floats as stored, integers exactly): reward datasets.
+int64_t neox_indexed_get_values(const neox_indexed_dataset *ds, int64_t item, int64_t offset, int64_t length,
+                                double *out, neox_error *err);
 
 // Writer: PREFIX.bin/.idx are written under temporary names and renamed only by commit.
 typedef struct neox_indexed_writer neox_indexed_writer;
 neox_indexed_writer *neox_indexed_writer_open(const char *prefix, int dtype, neox_error *err);
-// Appends one item (ids must fit the dtype; an id that does not is an error).
+// Appends one item (ids must fit the dtype; an id that does not is an error; not for float dtypes).
 int neox_indexed_writer_add_item(neox_indexed_writer *w, const int32_t *ids, size_t n, neox_error *err);
+// Appends one item of values: for float dtypes (float32 rounds to nearest), or integers that fit.
+int neox_indexed_writer_add_values(neox_indexed_writer *w, const double *values, size_t n, neox_error *err);
 // Closes the current document (as MMapIndexedDatasetBuilder.end_document).
 void neox_indexed_writer_end_document(neox_indexed_writer *w);
 // Appends every item and document of ds (same dtype), keeping its document boundaries.
@@ -151,6 +156,11 @@ typedef struct neox_chat_preprocess_options {
     int only_last;                 // learn only the last turn
     int no_mask;                   // learn every token (the label dataset repeats the tokens)
     int for_rm;                    // mask everything but a final end-of-sequence token (reward models)
+    // --reward-key: also {prefix}_{key}_reward_document, one item per conversation holding the record's
+    // reward (int32 when every reward is an integer, as GPT-NeoX writes it; float32 otherwise);
+    // binary_reward: the value's truth, as 1 or -1.
+    const char *reward_key;
+    int binary_reward;
     size_t max_document_bytes;     // longest record read (0: NEOX_MAX_DOCUMENT_BYTES)
 } neox_chat_preprocess_options;
 
@@ -272,6 +282,8 @@ typedef struct neox_gpt2_dataset {
     neox_indexed_dataset *labels; // owned; NULL without a label dataset (its items match data's)
     neox_indexed_dataset *neg;    // owned; a pairwise dataset's rejected side (neg_*), else NULL
     neox_indexed_dataset *neg_labels;  // owned; its labels, present exactly when labels is
+    neox_indexed_dataset *rewards;     // owned; NULL without a reward dataset (KTO): item i is document
+                                       // i's reward, of which the first value is used, as GPT-NeoX does
     neox_sample_index *index;     // owned
     int seq_length;
 } neox_gpt2_dataset;
@@ -286,6 +298,7 @@ typedef struct neox_dataset {
     int seq_length;
     int has_labels;               // every part has a label dataset (*_label_data_paths)
     int pairwise;                 // dataset_impl pairwise: every sample is a (chosen, rejected) pair
+    int has_rewards;              // every part has a reward dataset (*_reward_data_paths)
     int64_t vocab_size;           // set by the user of the samples: ids must lie below it (0: unchecked)
 } neox_dataset;
 
@@ -300,6 +313,9 @@ int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, int
 // padded with 0, labels with -100 (so without label datasets the padding is scored, as there).
 int neox_dataset_pair_sample(const neox_dataset *d, int64_t idx, int32_t *pos, int32_t *pos_labels, int32_t *neg,
                              int32_t *neg_labels, neox_error *err);
+// The reward row of sample idx (which must have a reward dataset), as GPT2Dataset gives it: over
+// each document's span of the sample that document's reward, padding 0; out[seq_length + 1].
+int neox_dataset_sample_rewards(const neox_dataset *d, int64_t idx, float *out, neox_error *err);
 // Rows of a micro-batch per sample: 2 for a pairwise dataset (chosen rows, then rejected rows), else 1.
 static inline int neox_dataset_rows_per_sample(const neox_dataset *d) { return d && d->pairwise ? 2 : 1; }
 void neox_dataset_free(neox_dataset *d);
@@ -313,6 +329,8 @@ typedef struct neox_data_settings {
     const char *const *test_paths; int ntest;
     const char *const *train_label_paths, *const *valid_label_paths, *const *test_label_paths;  // NULL or
                                            // one per data path (*_label_data_paths)
+    const char *const *train_reward_paths, *const *valid_reward_paths, *const *test_reward_paths;  // NULL or
+                                           // one per data path (*_reward_data_paths; pack_impl unpacked)
     // dataset_impl pairwise: the train/valid/test paths above are the chosen side (pos_*), these the
     // rejected side (neg_*), one per chosen path; their labels likewise.
     int pairwise;
@@ -359,6 +377,8 @@ typedef struct neox_batch {
                         // (padding and masked labels replaced by 0)
     float *loss_mask;   // [micro_batch][seq_length] 0 for padding, masked labels (< 0) and, with
                         // eod_mask_loss, EOD inputs
+    float *rewards;     // [micro_batch][seq_length] with a reward dataset the reward of each input
+                        // position (GPT-NeoX's reward[:, :-1]), else 0
 } neox_batch;
 
 void neox_batch_iterator_init(neox_batch_iterator *it, const neox_dataset *d, int micro_batch, int dp_size,

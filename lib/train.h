@@ -63,5 +63,20 @@ double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float 
 enum { NEOX_RM_METRICS = 4 };
 double neox_rm_loss(const float *values, const float *mask, int B, int T, double z_loss, float *grads, double *metrics,
                     int *bad_row);
+// KTO's loss (lib/train/kto.c) for B sequences (B even) of T positions: policy_lp and ref_lp (B, T)
+// the log-probabilities of the labels, mask (B, T) the scored positions, rewards (B, T) each
+// position's reward (GPT-NeoX's reward[:, :-1]). Returns GPT-NeoX's loss (rows [0, B/2) and
+// [B/2, B) the two halves, each the other's KL baseline); weights (B, T) gets its gradient with
+// respect to each token's loss (-log p); metrics (may be NULL) GPT-NeoX's nine: ref_logp,
+// policy_logp, pos_ref_logp, neg_ref_logp, pos_policy_logp, neg_policy_logp, kl, reward_acc,
+// policy_rewards.
+enum { NEOX_KTO_METRICS = 9 };
+typedef struct neox_kto_weights {
+    double beta;          // kto_beta
+    double desirable;     // kto_desirable_weight
+    double undesirable;   // kto_undesirable_weight
+} neox_kto_weights;
+double neox_kto_loss(const double *policy_lp, const double *ref_lp, const float *mask, const float *rewards, int B,
+                     int T, const neox_kto_weights *w, float *weights, double *metrics);
 
 #endif

@@ -79,7 +79,7 @@ mamba_selective_fp32_params mamba_use_bias_in_conv mamba_use_bias_in_linears dim
 te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_fp8_margin
 distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume adlr_autoresume_interval
 deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
-world_size dpo_fp32
+world_size dpo_fp32 kto_fp32
 use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass
 deepspeed_activation_checkpointing contiguous_checkpointing
 checkpoint_in_cpu synchronize_each_layer profile_backward partition_activations
@@ -117,16 +117,12 @@ UNSUPPORTED = {
     "data_efficiency": "DeepSpeed data efficiency", "elasticity": "DeepSpeed elasticity",
     "compression_training": "DeepSpeed compression training",
 }
-# Post-training: SFT's label datasets (*_label_data_paths), DPO, reward models (train_impl rm, z_loss)
-# and their pairwise data are used; KTO (and its *_reward_data_paths), REINFORCE and the online data
-# and weight servers are refused by name, every key.
+# Post-training: SFT's label datasets (*_label_data_paths), DPO and its pairwise data, KTO and its
+# reward datasets (*_reward_data_paths), reward models (train_impl rm, z_loss) are used; REINFORCE and
+# the online data and weight servers are refused by name, every key.
 POST_TRAINING = "post-training"
-for split in ("train", "valid", "test"):
-    UNSUPPORTED[f"{split}_reward_data_paths"] = POST_TRAINING + " (reward-model data)"
 UNSUPPORTED["precompute_model_name"] = ("precomputed reference log-probabilities (neox.c keeps the reference "
                                         "model in memory and computes them; unset the key)")
-for key in "kto_fp32 kto_desirable_weight kto_undesirable_weight kto_beta".split():
-    UNSUPPORTED[key] = POST_TRAINING + " (KTO)"
 for key in "kl_impl kl_div_beta reinforce_leave_one_out fp32_reinforce".split():
     UNSUPPORTED[key] = POST_TRAINING + " (REINFORCE)"
 for key in "online_dataserver_ips online_dataserver_ports serve_model_weights weight_server_port".split():
@@ -141,7 +137,7 @@ SUPPORTED = {
     "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "dataset_impl": ("gpt2|pairwise", "dataset (online data is REINFORCE's)"),
-    "train_impl": ("normal|dpo|rm", "post-training method"),
+    "train_impl": ("normal|dpo|kto|rm", "post-training method"),
 }
 
 # Numeric ranges (inclusive).

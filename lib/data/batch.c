@@ -4,10 +4,12 @@
 // padding (-100) and, with eod_mask_loss, positions whose input is the EOD token. With a label
 // dataset (SFT), labels and mask come from it as GPT-NeoX's _get_batch takes them: labels are
 // label[1:] (negative ones replaced by 0) and a position is scored only where its label is >= 0,
-// the EOD mask still applying to the inputs.
+// the EOD mask still applying to the inputs. With a reward dataset (KTO) each row also carries the
+// reward of each input position (GPT-NeoX's reward[:, :-1]).
 #include "data.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void neox_batch_iterator_init(neox_batch_iterator *it, const neox_dataset *d, int micro_batch, int dp_size, int dp_rank,
                               int32_t eod_id, int eod_mask_loss) {
@@ -32,6 +34,7 @@ neox_batch *neox_batch_alloc(int micro_batch, int seq_length) {
     b->tokens = neox_malloc(n * sizeof *b->tokens);
     b->labels = neox_malloc(n * sizeof *b->labels);
     b->loss_mask = neox_malloc(n * sizeof *b->loss_mask);
+    b->rewards = neox_calloc(n ? n : 1, sizeof *b->rewards);
     return b;
 }
 
@@ -40,6 +43,7 @@ void neox_batch_free(neox_batch *b) {
     free(b->tokens);
     free(b->labels);
     free(b->loss_mask);
+    free(b->rewards);
     free(b);
 }
 
@@ -59,6 +63,15 @@ static void fill_row(const neox_batch_iterator *it, neox_batch *b, int row, cons
         if (it->eod_mask_loss && in == it->eod_id) mask = 0.0f;
         b->loss_mask[k] = mask;
     }
+}
+
+// Row `row` of b's rewards: the sample's reward row without its last position.
+static int read_rewards(const neox_dataset *d, int64_t idx, neox_batch *b, int row, neox_error *err) {
+    float *r = neox_malloc(((size_t)b->seq_length + 1) * sizeof *r);
+    int rc = neox_dataset_sample_rewards(d, idx, r, err);
+    if (rc == 0) memcpy(b->rewards + (size_t)row * b->seq_length, r, (size_t)b->seq_length * sizeof *r);
+    free(r);
+    return rc;
 }
 
 // The dataloader restarts from the beginning when a resume position passes its end
@@ -88,6 +101,7 @@ int neox_batch_next(neox_batch_iterator *it, neox_batch *b, neox_error *err) {
             rc = neox_dataset_sample(it->dataset, first + m, sample, labelled ? label : NULL, err);
         }
         if (rc == 0) fill_row(it, b, m, sample, labelled ? label : sample);
+        if (rc == 0 && it->dataset->has_rewards) rc = read_rewards(it->dataset, first + m, b, m, err);
     }
     free(buf);
     if (rc == 0) it->position++;

@@ -32,8 +32,9 @@ static int read_list(const neox_config *cfg, neox_key_id id, char ***strings, do
     return 0;
 }
 
-// A *_label_data_paths list: one label dataset per path of the matching *_data_paths (GPT-NeoX pairs
-// them by position), so it exists only beside train/valid/test_data_paths, never with data_path.
+// A *_label_data_paths or *_reward_data_paths list: one dataset per path of the matching *_data_paths
+// (GPT-NeoX pairs them by position), so it exists only beside train/valid/test_data_paths, never with
+// data_path.
 static int read_labels(const neox_config *cfg, neox_key_id id, int ndata, const char *const **out,
                        neox_error *err) {
     char **paths = NULL;
@@ -43,9 +44,9 @@ static int read_labels(const neox_config *cfg, neox_key_id id, int ndata, const 
     const char *key = neox_key_specs[id].name;
     if (paths && n != ndata)
         return neox_fail(err, NEOX_EXIT_USAGE,
-                         "%s: has %d paths but the matching *_data_paths has %d: each token dataset needs its label "
-                         "dataset (train_label_data_paths needs train_data_paths, not data_path)",
-                         key, n, ndata);
+                         "%s: has %d paths but the matching *_data_paths has %d: each token dataset needs its own "
+                         "(%s needs the *_data_paths lists, not data_path)",
+                         key, n, ndata, key);
     return 0;
 }
 
@@ -61,6 +62,14 @@ static int read_paths(const neox_config *cfg, neox_data_settings *s, neox_error 
     if (rc == 0) rc = read_labels(cfg, NEOX_K_train_label_data_paths, s->ntrain, &s->train_label_paths, err);
     if (rc == 0) rc = read_labels(cfg, NEOX_K_valid_label_data_paths, s->nvalid, &s->valid_label_paths, err);
     if (rc == 0) rc = read_labels(cfg, NEOX_K_test_label_data_paths, s->ntest, &s->test_label_paths, err);
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_train_reward_data_paths, s->ntrain, &s->train_reward_paths, err);
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_valid_reward_data_paths, s->nvalid, &s->valid_reward_paths, err);
+    if (rc == 0) rc = read_labels(cfg, NEOX_K_test_reward_data_paths, s->ntest, &s->test_reward_paths, err);
+    // GPT2Dataset asserts the same: a reward belongs to one document, and a packed sample holds several.
+    if (rc == 0 && (s->train_reward_paths || s->valid_reward_paths || s->test_reward_paths) &&
+        s->pack_impl != NEOX_PACK_UNPACKED)
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "*_reward_data_paths: reward datasets are read with pack_impl: unpacked "
+                       "only (one document per sample, as GPT-NeoX requires), not %s", neox_pack_impl_name(s->pack_impl));
     return rc;
 }
 
@@ -133,7 +142,14 @@ int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s
                          neox_config_str(cfg, pack_impl));
     const char *impl = neox_config_str(cfg, dataset_impl);
     s->pairwise = impl && !strcmp(impl, "pairwise");
-    int rc = s->pairwise ? read_pairwise_paths(cfg, s, err) : read_paths(cfg, s, err);
+    int rc = 0;
+    static const neox_key_id reward_keys[3] = {NEOX_K_train_reward_data_paths, NEOX_K_valid_reward_data_paths,
+                                               NEOX_K_test_reward_data_paths};
+    for (int i = 0; s->pairwise && i < 3 && rc == 0; i++)
+        if (neox_config_has_id(cfg, reward_keys[i]) && neox_config_value_id(cfg, reward_keys[i]))
+            rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: reward datasets go with train_data_paths (KTO), not with "
+                           "dataset_impl pairwise", neox_key_specs[reward_keys[i]].name);
+    if (rc == 0) rc = s->pairwise ? read_pairwise_paths(cfg, s, err) : read_paths(cfg, s, err);
     double *wt = NULL, *wv = NULL, *ws = NULL;
     int nwt = 0, nwv = 0, nws = 0;
     if (rc == 0) rc = read_list(cfg, NEOX_K_train_data_weights, NULL, &wt, &nwt, err);
@@ -156,6 +172,10 @@ void neox_data_settings_release(neox_data_settings *s) {
     free((void *)s->train_label_paths);
     free((void *)s->valid_label_paths);
     free((void *)s->test_label_paths);
+    free((void *)s->train_reward_paths);
+    free((void *)s->valid_reward_paths);
+    free((void *)s->test_reward_paths);
+    s->train_reward_paths = s->valid_reward_paths = s->test_reward_paths = NULL;
     free((void *)s->train_neg_paths);
     free((void *)s->valid_neg_paths);
     free((void *)s->test_neg_paths);

@@ -38,6 +38,30 @@ static int64_t gpt2_read(const neox_gpt2_dataset *g, const neox_indexed_dataset 
     return n;
 }
 
+// The reward row of sample idx of g: the same spans as gpt2_read, each filled with its document's
+// reward (the first value of the reward dataset's item), padding 0 (GPT2Dataset.__getitem__).
+static int gpt2_read_rewards(const neox_gpt2_dataset *g, int64_t idx, float *out, neox_error *err) {
+    const neox_sample_index *si = g->index;
+    int64_t want = g->seq_length + 1;
+    int64_t row = si->shuffle_idx[idx];
+    int64_t f = si->sample_idx[2 * row], l = si->sample_idx[2 * row + 2];
+    int64_t off_f = si->sample_idx[2 * row + 1], off_l = si->sample_idx[2 * row + 3];
+    int64_t n = 0;
+    for (int64_t d = f; d <= l && d < si->doc_idx_len && n < want; d++) {
+        int64_t item = si->doc_idx[d], size = g->data->sizes[item];
+        int64_t begin = d == f ? off_f : 0;
+        int64_t end = d == l ? off_l + 1 : size;
+        if (end > size) end = size;
+        if (end - begin > want - n) end = begin + (want - n);
+        if (end <= begin) continue;
+        double r;
+        if (neox_indexed_get_values(g->rewards, item, 0, 1, &r, err) < 0) return -1;
+        for (int64_t i = begin; i < end; i++) out[n++] = (float)r;
+    }
+    for (int64_t i = n; i < want; i++) out[i] = 0.0f;
+    return 0;
+}
+
 static int64_t gpt2_length(const neox_gpt2_dataset *g) { return g->index->length; }
 
 // Every id of a sample below the model's vocabulary: tokens may be padding (-100) only, labels
@@ -91,6 +115,14 @@ int neox_dataset_sample(const neox_dataset *d, int64_t idx, int32_t *tokens, int
     return g ? read_side(d, g, g->data, g->labels, idx, local, NEOX_LABEL_MASKED, tokens, labels, err) : -1;
 }
 
+int neox_dataset_sample_rewards(const neox_dataset *d, int64_t idx, float *out, neox_error *err) {
+    int64_t local;
+    const neox_gpt2_dataset *g = locate(d, &idx, &local, err);
+    if (!g) return -1;
+    if (!g->rewards) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: has no reward dataset", g->data->idx_path);
+    return gpt2_read_rewards(g, local, out, err);
+}
+
 int neox_dataset_pair_sample(const neox_dataset *d, int64_t idx, int32_t *pos, int32_t *pos_labels, int32_t *neg,
                              int32_t *neg_labels, neox_error *err) {
     int64_t local;
@@ -117,6 +149,7 @@ void neox_dataset_free(neox_dataset *d) {
         neox_indexed_close(d->parts[i].labels);
         neox_indexed_close(d->parts[i].neg);
         neox_indexed_close(d->parts[i].neg_labels);
+        neox_indexed_close(d->parts[i].rewards);
     }
     free(d->parts);
     free(d->weights);
@@ -208,11 +241,34 @@ static neox_indexed_dataset *open_labels(const char *path, const neox_indexed_da
     return labels;
 }
 
+// A reward dataset holds one reward per item of its token dataset (GPT-NeoX reads the first value of
+// item i for document i), so it must have as many items, none of them empty; the error names both files.
+static int check_reward_lengths(const neox_indexed_dataset *tokens, const neox_indexed_dataset *rewards,
+                                neox_error *err) {
+    if (rewards->num_items != tokens->num_items || rewards->num_doc_idx != tokens->num_doc_idx)
+        return neox_fail(err, NEOX_EXIT_FAILURE,
+                         "%s: has %lld rewards in %lld documents, but its token dataset %s has %lld items in %lld "
+                         "documents (a reward dataset holds one reward per document of its token dataset)",
+                         rewards->idx_path, (long long)rewards->num_items, (long long)(rewards->num_doc_idx - 1),
+                         tokens->idx_path, (long long)tokens->num_items, (long long)(tokens->num_doc_idx - 1));
+    for (int64_t i = 0; i < rewards->num_items; i++)
+        if (rewards->sizes[i] < 1)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s: item %lld holds no reward (document %lld of %s)",
+                             rewards->idx_path, (long long)i, (long long)i, tokens->idx_path);
+    return 0;
+}
+
+static neox_indexed_dataset *open_rewards(const char *path, const neox_indexed_dataset *tokens, neox_error *err) {
+    neox_indexed_dataset *rewards = neox_indexed_open(path, err);
+    if (rewards && check_reward_lengths(tokens, rewards, err) != 0) neox_indexed_close(rewards), rewards = NULL;
+    return rewards;
+}
+
 // The paths of one split: data (the chosen side of pairwise data), and optionally its labels, the
 // rejected side and its labels, one of each per data path.
 typedef struct split_paths {
     const char *kind;  // "train", "valid", "test"
-    const char *const *data, *const *labels, *const *neg, *const *neg_labels;
+    const char *const *data, *const *labels, *const *neg, *const *neg_labels, *const *rewards;
     int n;
     const double *weights;
 } split_paths;
@@ -223,6 +279,7 @@ static int open_part(const split_paths *p, int i, neox_gpt2_dataset *part, neox_
     if (p->labels && !(part->labels = open_labels(p->labels[i], part->data, err))) return -1;
     if (p->neg && !(part->neg = neox_indexed_open(p->neg[i], err))) return -1;
     if (p->neg_labels && !(part->neg_labels = open_labels(p->neg_labels[i], part->neg, err))) return -1;
+    if (p->rewards && !(part->rewards = open_rewards(p->rewards[i], part->data, err))) return -1;
     return 0;
 }
 
@@ -237,6 +294,7 @@ static int build_blend(const neox_data_settings *s, const split_paths *p, int64_
     neox_dataset *d = *out = dataset_new(n, s->seq_length);
     d->has_labels = p->labels != NULL;
     d->pairwise = p->neg != NULL;
+    d->has_rewards = p->rewards != NULL;
     int rc = -1;
     for (int i = 0; i < n; i++) {
         w[i] = p->weights ? p->weights[i] : 1.0;
@@ -277,12 +335,12 @@ int neox_build_datasets(const neox_data_settings *s, neox_dataset *out[3], neox_
     int rc;
     if (s->ntrain > 0) {
         split_paths splits[3] = {
-            {"train", s->train_paths, s->train_label_paths, s->train_neg_paths, s->train_neg_label_paths, s->ntrain,
-             s->train_weights},
-            {"valid", s->valid_paths, s->valid_label_paths, s->valid_neg_paths, s->valid_neg_label_paths, s->nvalid,
-             s->valid_weights},
-            {"test", s->test_paths, s->test_label_paths, s->test_neg_paths, s->test_neg_label_paths, s->ntest,
-             s->test_weights},
+            {"train", s->train_paths, s->train_label_paths, s->train_neg_paths, s->train_neg_label_paths,
+             s->train_reward_paths, s->ntrain, s->train_weights},
+            {"valid", s->valid_paths, s->valid_label_paths, s->valid_neg_paths, s->valid_neg_label_paths,
+             s->valid_reward_paths, s->nvalid, s->valid_weights},
+            {"test", s->test_paths, s->test_label_paths, s->test_neg_paths, s->test_neg_label_paths,
+             s->test_reward_paths, s->ntest, s->test_weights},
         };
         rc = 0;
         for (int i = 0; rc == 0 && i < 3; i++) rc = build_blend(s, &splits[i], samples[i], &out[i], err);

@@ -1,9 +1,12 @@
 // indexed.c: the Megatron MMIDIDX indexed dataset: a memory-mapped reader that validates every
 // field of the .idx against the .bin before trusting it, and a streaming writer that produces the
-// bytes Megatron's MMapIndexedDatasetBuilder would, under temporary names until committed.
+// bytes Megatron's MMapIndexedDatasetBuilder would, under temporary names until committed. Token
+// datasets hold integer ids; reward datasets may hold float32/float64 values (dtype codes 6 and 7,
+// which GPT-NeoX's indexed_dataset.py reads as np.float32 and np.float64).
 #include "data.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +191,30 @@ int64_t neox_indexed_get(const neox_indexed_dataset *ds, int64_t item, int64_t o
     return length;
 }
 
+static double value_at(const uint8_t *p, int dtype) {
+    switch (dtype) {
+    case NEOX_DTYPE_F32: { float v; memcpy(&v, p, 4); return v; }
+    case NEOX_DTYPE_F64: { double v; memcpy(&v, p, 8); return v; }
+    case NEOX_DTYPE_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    default: return token_at(p, dtype);
+    }
+}
+
+int64_t neox_indexed_get_values(const neox_indexed_dataset *ds, int64_t item, int64_t offset, int64_t length,
+                                double *out, neox_error *err) {
+    if (item < 0 || item >= ds->num_items)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: item %lld out of range (%lld items)", ds->idx_path, (long long)item,
+                         (long long)ds->num_items);
+    int64_t size = ds->sizes[item];
+    if (length < 0) length = size - offset;
+    if (offset < 0 || length < 0 || offset + length > size)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: values [%lld, %lld) out of range of item %lld (%lld values)",
+                         ds->idx_path, (long long)offset, (long long)(offset + length), (long long)item, (long long)size);
+    const uint8_t *p = ds->bin + ds->pointers[item] + offset * (int64_t)ds->elem_size;
+    for (int64_t i = 0; i < length; i++) out[i] = value_at(p + i * (int64_t)ds->elem_size, ds->dtype);
+    return length;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writer
 
@@ -206,8 +233,8 @@ struct neox_indexed_writer {
 };
 
 neox_indexed_writer *neox_indexed_writer_open(const char *prefix, int dtype, neox_error *err) {
-    if (!neox_index_dtype_size(dtype) || dtype == NEOX_DTYPE_F32 || dtype == NEOX_DTYPE_F64) {
-        neox_fail(err, NEOX_EXIT_USAGE, "%s: cannot write tokens as dtype code %d", prefix, dtype);
+    if (!neox_index_dtype_size(dtype)) {
+        neox_fail(err, NEOX_EXIT_USAGE, "%s: cannot write dtype code %d", prefix, dtype);
         return NULL;
     }
     char *bin_path = neox_asprintf("%s.bin", prefix);
@@ -252,7 +279,60 @@ static void encode_ids(neox_indexed_writer *w, const int32_t *ids, size_t n) {
     }
 }
 
+static int is_float_dtype(int dtype) { return dtype == NEOX_DTYPE_F32 || dtype == NEOX_DTYPE_F64; }
+
+// Records an item of n elements whose bytes are already written.
+static void push_size(neox_indexed_writer *w, size_t n) {
+    if (w->nsizes == w->cap_sizes) {
+        w->cap_sizes = w->cap_sizes ? w->cap_sizes * 2 : 1024;
+        w->sizes = neox_realloc(w->sizes, w->cap_sizes * sizeof *w->sizes);
+    }
+    w->sizes[w->nsizes++] = (int32_t)n;
+    w->tokens += (int64_t)n;
+}
+
+// A value an integer dtype holds exactly: integral and within its range.
+static int value_fits(double v, int dtype) {
+    if (v != floor(v)) return 0;
+    switch (dtype) {
+    case NEOX_DTYPE_I32: return v >= -2147483648.0 && v <= 2147483647.0;
+    case NEOX_DTYPE_I64: return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    default: return v >= -2147483648.0 && v <= 2147483647.0 && id_fits((int32_t)v, dtype);
+    }
+}
+
+int neox_indexed_writer_add_values(neox_indexed_writer *w, const double *values, size_t n, neox_error *err) {
+    if (n > INT32_MAX) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: item of %zu values exceeds int32 sizes", w->prefix, n);
+    if (w->scratch_cap < n * w->elem_size) {
+        w->scratch_cap = n * w->elem_size * 2;
+        w->scratch = neox_realloc(w->scratch, w->scratch_cap);
+    }
+    for (size_t i = 0; i < n; i++) {
+        double v = values[i];
+        uint8_t *p = w->scratch + i * w->elem_size;
+        if (w->dtype == NEOX_DTYPE_F32) { float f = (float)v; memcpy(p, &f, 4); continue; }
+        if (w->dtype == NEOX_DTYPE_F64) { memcpy(p, &v, 8); continue; }
+        if (!value_fits(v, w->dtype))
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s.bin: value %.17g does not fit dtype %s", w->prefix, v,
+                             neox_index_dtype_name(w->dtype));
+        if (w->dtype == NEOX_DTYPE_I64) { int64_t x = (int64_t)v; memcpy(p, &x, 8); continue; }
+        int32_t id = (int32_t)v;
+        switch (w->dtype) {
+        case NEOX_DTYPE_U8: case NEOX_DTYPE_I8: p[0] = (uint8_t)id; break;
+        case NEOX_DTYPE_U16: case NEOX_DTYPE_I16: { uint16_t x = (uint16_t)id; memcpy(p, &x, 2); break; }
+        default: memcpy(p, &id, 4); break;
+        }
+    }
+    if (n && fwrite(w->scratch, w->elem_size, n, w->bin->fp) != n)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->bin->path, strerror(errno));
+    push_size(w, n);
+    return 0;
+}
+
 int neox_indexed_writer_add_item(neox_indexed_writer *w, const int32_t *ids, size_t n, neox_error *err) {
+    if (is_float_dtype(w->dtype))
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: token ids cannot be written as %s", w->prefix,
+                         neox_index_dtype_name(w->dtype));
     for (size_t i = 0; i < n; i++)
         if (!id_fits(ids[i], w->dtype))
             return neox_fail(err, NEOX_EXIT_FAILURE, "%s.bin: token id %d does not fit dtype %s", w->prefix, ids[i],
@@ -265,12 +345,7 @@ int neox_indexed_writer_add_item(neox_indexed_writer *w, const int32_t *ids, siz
     }
     if (n && fwrite(bytes, w->elem_size, n, w->bin->fp) != n)
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: write failed: %s", w->bin->path, strerror(errno));
-    if (w->nsizes == w->cap_sizes) {
-        w->cap_sizes = w->cap_sizes ? w->cap_sizes * 2 : 1024;
-        w->sizes = neox_realloc(w->sizes, w->cap_sizes * sizeof *w->sizes);
-    }
-    w->sizes[w->nsizes++] = (int32_t)n;
-    w->tokens += (int64_t)n;
+    push_size(w, n);
     return 0;
 }
 

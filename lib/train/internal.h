@@ -40,14 +40,24 @@ typedef struct neox_comms_logger {
 } neox_comms_logger;
 enum { NEOX_TRAIN_COMM_GROUPS = 7 };
 
-// train_impl: dpo (preference.c).
+// train_impl: kto (kto.c): its weights and metric sums.
+typedef struct neox_kto {
+    neox_kto_weights w;
+    double sums[NEOX_KTO_METRICS]; // metric sums over micro-batches since neox_train_dpo_begin
+} neox_kto;
+
+// Metrics a preference method logs at most (DPO's eight, KTO's nine).
+enum { NEOX_PREFERENCE_MAX_METRICS = 16 };
+
+// train_impl: dpo (preference.c), and the reference model and buffers KTO shares with it.
 typedef struct neox_dpo {
+    neox_kto *kto;                 // train_impl kto (the loss and metrics are kto.c's); NULL for DPO
     neox_model *reference;         // the frozen reference; NULL with dpo_reference_free
     int reference_loaded;          // its weights came from the checkpoint (a resumed DPO run)
     double beta;                   // dpo_beta
-    int pairs;                     // pairs per micro-batch (the model runs 2 x pairs rows)
-    double *policy_lp, *ref_lp;    // (2 x pairs, T): log p(label) per position
-    float *weights;                // (2 x pairs, T): the loss's gradient per token loss
+    int pairs;                     // pairs per micro-batch (the model runs 2 x pairs rows; KTO: rows)
+    double *policy_lp, *ref_lp;    // (rows, T): log p(label) per position
+    float *weights;                // (rows, T): the loss's gradient per token loss
     double sums[NEOX_DPO_METRICS]; // metric sums over micro-batches since neox_train_dpo_begin
     int64_t micro_batches;
 } neox_dpo;   // world, pipe, data, model, embed, data_intra, data_inter
@@ -245,6 +255,15 @@ int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss);
 void neox_train_dpo_begin(neox_trainer *t);
 // The metrics since begin (a collective over the data-parallel group); returns how many.
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out);
+// The reference model and the buffers of t->dpo (rows x seq_length), after the policy exists.
+int neox_train_make_reference(neox_trainer *t, neox_error *err);
+// KTO (kto.c): the set-up (called by neox_train_setup_dpo), the reward datasets' check (after the
+// datasets), the loss of a micro-batch and the metrics (called by the DPO entry points for KTO).
+int neox_train_is_kto(const neox_config *cfg);
+int neox_train_setup_kto(neox_trainer *t, neox_error *err);
+int neox_train_check_kto_data(const neox_trainer *t, neox_error *err);
+int neox_train_kto_loss(neox_trainer *t, const neox_batch *b, double *loss);
+int neox_train_kto_metrics(neox_trainer *t, neox_eval_value *out);
 
 // ---- reward models (reward_model.c) ---------------------------------------------------------
 int neox_train_is_rm(const neox_config *cfg);

@@ -78,7 +78,7 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
         neox_train_param_norms(t);
         stats.param_norms = t->norms, stats.param_norm_names = t->norm_names, stats.nparam_norms = t->nnorms;
     }
-    neox_eval_value dpo[NEOX_DPO_METRICS + NEOX_RM_METRICS];
+    neox_eval_value dpo[NEOX_PREFERENCE_MAX_METRICS + NEOX_RM_METRICS];
     int ndpo = neox_train_dpo_metrics(t, dpo);  // (a collective)
     ndpo += neox_train_rm_metrics(t, dpo + ndpo);
     for (int i = 0; i < ndpo; i++) {

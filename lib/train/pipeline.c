@@ -55,7 +55,7 @@ static int next_batch(pipe_run *r, neox_error *err) {
     return rc;
 }
 
-// DPO's frozen reference runs micro-batch k through its own copy of this stage just before the
+// DPO's (and KTO's) frozen reference runs micro-batch k through its own copy of this stage just before the
 // policy does, its activations passing between stages with their own tag; the last stage keeps
 // its log-probabilities for the loss (neox_train_dpo_loss).
 static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {

@@ -9,7 +9,7 @@
 // weights training starts from and saved in checkpoints (group `reference/`), so a resumed run
 // compares against the same reference; under pipeline parallelism each stage holds its layers and
 // runs them just before the policy's (pipeline.c). Log-probabilities are always computed in fp32 or wider,
-// which is what dpo_fp32 asks for.
+// which is what dpo_fp32 asks for. KTO (kto.c) shares the reference and the buffers.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +40,7 @@ int neox_train_setup_dpo(neox_trainer *t, neox_error *err) {
     if (dpo != pairwise)
         return neox_fail(err, NEOX_EXIT_USAGE, dpo ? "train_impl dpo trains on pairs: set dataset_impl: pairwise"
                                                    : "dataset_impl pairwise is preference data: set train_impl: dpo or rm");
+    if (neox_train_is_kto(t->cfg)) return neox_train_setup_kto(t, err);
     if (!dpo) return 0;
     if (neox_config_bool(t->cfg, char_level_ppl))
         return neox_fail(err, NEOX_EXIT_USAGE, "char_level_ppl: a character-level perplexity of preference pairs is not "
@@ -47,11 +48,16 @@ int neox_train_setup_dpo(neox_trainer *t, neox_error *err) {
     neox_dpo *d = t->dpo = neox_calloc(1, sizeof *d);
     d->beta = neox_config_float(t->cfg, dpo_beta);
     d->pairs = t->micro_batch;
+    return neox_train_make_reference(t, err);
+}
+
+int neox_train_make_reference(neox_trainer *t, neox_error *err) {
+    neox_dpo *d = t->dpo;
     size_t n = (size_t)t->rows * t->seq_length;
     d->policy_lp = neox_malloc(n * sizeof *d->policy_lp);
     d->ref_lp = neox_calloc(n, sizeof *d->ref_lp);
     d->weights = neox_malloc(n * sizeof *d->weights);
-    if (neox_config_bool(t->cfg, dpo_reference_free)) return 0;
+    if (!d->kto && neox_config_bool(t->cfg, dpo_reference_free)) return 0;
     d->reference = neox_model_create_on(&t->model->desc, t->be, err);
     if (!d->reference) return -1;
     neox_model_set_precision(d->reference, t->precision);
@@ -66,6 +72,7 @@ void neox_train_free_dpo(neox_trainer *t) {
     free(d->policy_lp);
     free(d->ref_lp);
     free(d->weights);
+    free(d->kto);
     free(d);
     t->dpo = NULL;
 }
@@ -131,6 +138,7 @@ double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float 
 
 int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss) {
     neox_dpo *d = t->dpo;
+    if (d->kto) return neox_train_kto_loss(t, b, loss);
     neox_model_token_logprobs(t->model, d->policy_lp);  // ref_lp: the reference's forward (pipeline.c), or 0
     double metrics[NEOX_DPO_METRICS];
     *loss = neox_dpo_loss(d->policy_lp, d->ref_lp, b->loss_mask, d->pairs, t->seq_length, d->beta, d->weights, metrics);
@@ -143,6 +151,7 @@ int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss) {
 void neox_train_dpo_begin(neox_trainer *t) {
     if (!t->dpo) return;
     memset(t->dpo->sums, 0, sizeof t->dpo->sums);
+    if (t->dpo->kto) memset(t->dpo->kto->sums, 0, sizeof t->dpo->kto->sums);
     t->dpo->micro_batches = 0;
 }
 
@@ -152,6 +161,7 @@ void neox_train_dpo_begin(neox_trainer *t) {
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out) {
     neox_dpo *d = t->dpo;
     if (!d) return 0;
+    if (d->kto) return neox_train_kto_metrics(t, out);
     double v[NEOX_DPO_METRICS + 1];
     memcpy(v, d->sums, sizeof d->sums);
     v[NEOX_DPO_METRICS] = (double)d->micro_batches;

@@ -337,7 +337,7 @@ static void report_memory(const neox_trainer *t) {
                               : (double)m->num_floats * 4;
     if (t->grad_partition) grads += (double)(t->part_end - t->part_begin) * 4;
     double activations = (double)neox_model_activation_bytes(m);
-    // DPO's reference model: its weights (counted with the parameters; with the gradient buffer every
+    // DPO's and KTO's reference model: its weights (counted with the parameters; with the gradient buffer every
     // model holds, unused by a model that only runs forward) and its activations.
     const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
     if (ref) params += (double)ref->num_floats * (ref->param16 ? 10 : 8), activations += (double)neox_model_activation_bytes(ref);
@@ -379,7 +379,8 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
         neox_train_setup_dpo(t, err) != 0 || neox_train_setup_rm(t, err) != 0 || setup_optimizer(t, err) != 0 ||
-        setup_data(t, err) != 0 || neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
+        setup_data(t, err) != 0 || neox_train_check_kto_data(t, err) != 0 || neox_train_load(t, err) != 0 ||
+        setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;
     }

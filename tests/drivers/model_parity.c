@@ -6,7 +6,8 @@
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
 // precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
-// value_head z_loss (a reward model: the value head and its pairwise loss, below).
+// value_head z_loss (a reward model: the value head and its pairwise loss, below);
+// kto_beta kto_desirable_weight kto_undesirable_weight (KTO's loss, below).
 // INPUTS holds "input_ids" and "targets" (I64, (B, T)) and optionally "loss_mask" (F32, (B, T)).
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 
 static neox_precision precision = NEOX_PRECISION_FP32;
 static double dpo_beta = 0.0, z_loss = 0.0;
+static neox_kto_weights kto = {0.0, 1.0, 1.0};
 
 static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *arg) {
     const char *eq = strchr(arg, '=');
@@ -65,6 +67,9 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("dpo_beta")) dpo_beta = atof(v);
     else if (KEY("value_head")) d->value_head = atoi(v);
     else if (KEY("z_loss")) z_loss = atof(v);
+    else if (KEY("kto_beta")) kto.beta = atof(v);
+    else if (KEY("kto_desirable_weight")) kto.desirable = atof(v);
+    else if (KEY("kto_undesirable_weight")) kto.undesirable = atof(v);
     else return -1;
 #undef KEY
     return 0;
@@ -144,8 +149,25 @@ int main(int argc, char **argv) {
         free(grads);
     }
 
+    // With kto_beta: INPUTS' "ref_logprobs" (F64, (B, T)) and "rewards" (F32, (B, T)); the loss and
+    // gradients are KTO's, and "kto_metrics" (F32, 9) its metrics.
+    float kto_metrics[NEOX_KTO_METRICS];
+    if (kto.beta > 0) {
+        if (!mask) neox_die(1, "kto_beta needs a loss_mask");
+        const double *ref = (const double *)need(in, "ref_logprobs", "F64", (int64_t)B * T)->data;
+        const float *rewards = (const float *)need(in, "rewards", "F32", (int64_t)B * T)->data;
+        double *lp = neox_malloc((size_t)B * T * sizeof *lp), metrics[NEOX_KTO_METRICS];
+        float *weights = neox_malloc((size_t)B * T * sizeof *weights);
+        neox_model_token_logprobs(m, lp);
+        loss = (float)neox_kto_loss(lp, ref, mask, rewards, B, T, &kto, weights, metrics);
+        for (int i = 0; i < NEOX_KTO_METRICS; i++) kto_metrics[i] = (float)metrics[i];
+        neox_model_set_token_weights(m, weights);
+        free(lp);
+        free(weights);
+    }
+
     // Outputs: logits and loss of the forward, then the gradients of one backward.
-    int n = 0, cap = m->nparams + 3;
+    int n = 0, cap = m->nparams + 4;
     neox_st_entry *e = neox_calloc(cap, sizeof *e);
     int cols = d.value_head ? 1 : d.vocab_size;
     size_t nlogits = (size_t)B * T * cols;
@@ -154,6 +176,7 @@ int main(int argc, char **argv) {
     free(values);
     e[n++] = (neox_st_entry){d.value_head ? "values" : "logits", "F32", d.value_head ? 2 : 3, {B, T, cols}, logits};
     e[n++] = (neox_st_entry){"loss", "F32", 1, {1}, &loss};
+    if (kto.beta > 0) e[n++] = (neox_st_entry){"kto_metrics", "F32", 1, {NEOX_KTO_METRICS}, kto_metrics};
     neox_model_backward(m, 1.0f);
     char **names = neox_calloc(m->nparams, sizeof *names);
     for (int i = 0; i < m->nparams; i++) {

@@ -1,5 +1,6 @@
 // fuzz_indexed.c: a Megatron indexed dataset (.idx and .bin) through the reader, then every item
-// read back. The input is the .idx, a line "=====", then the .bin.
+// read back, as token ids and as values (reward datasets, float dtypes included). The input is the
+// .idx, a line "=====", then the .bin.
 #include "data.h"
 #include "fuzz_util.h"
 
@@ -17,6 +18,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int32_t *tokens = neox_malloc(((size_t)ds->sizes[i] + 1) * sizeof *tokens);
             neox_indexed_get(ds, i, 0, -1, tokens, &err);
             free(tokens);
+            double *values = neox_malloc(((size_t)ds->sizes[i] + 1) * sizeof *values);
+            neox_indexed_get_values(ds, i, 0, -1, values, &err);
+            free(values);
         }
         neox_indexed_close(ds);
     }

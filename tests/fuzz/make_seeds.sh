@@ -53,6 +53,11 @@ idx, binf = open(f"{w}/char_text_document.idx", "rb").read(), open(f"{w}/char_te
 put("indexed", "preprocessed", idx + b"\n=====\n" + binf)
 meg = open(f"{data}/megatron/megatron_test_text_document.idx", "rb").read()
 put("indexed", "megatron_header", meg[:34 + 4 * 8 + 8 * 8 + 8 * 3])
+# A float32 reward dataset (dtype code 6), one reward per document, as KTO reads them.
+rw = np.array([1.0, -1.0, 0.75], dtype=np.float32)
+head = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 6, 3, 4)
+put("indexed", "float32_rewards", head + np.ones(3, np.int32).tobytes() + np.arange(0, 12, 4, dtype=np.int64).tobytes()
+    + np.arange(4, dtype=np.int64).tobytes() + b"\n=====\n" + rw.tobytes())
 # GPT-NeoX's three cache arrays, as numpy.save writes them.
 for name, arr in [("doc_idx", np.arange(7, dtype=np.int32)), ("sample_idx", np.array([[0, 0], [1, 3], [2, 5]], dtype=np.int32)),
                   ("shuffle_idx", np.array([2, 0, 1], dtype=np.int64)), ("u4", np.array([1, 2], dtype=np.uint32))]:

@@ -2,8 +2,9 @@
 (tools/datasets/preprocess_data_with_chat_template.py) restated over transformers' AutoTokenizer and
 apply_chat_template (jinja2, HF tokenizers), its token and label datasets written by
 data_oracle.write_indexed; the .bin/.idx bytes must be equal. Conversations have several turns,
-system prompts, Unicode and empty turns; every masking mode; and bad input is refused naming the
-file, line and key."""
+system prompts, Unicode and empty turns; every masking mode; reward datasets (--reward-key,
+--binary-reward) as that script's encode takes the reward, written by numpy; and bad input is refused
+naming the file, line and key."""
 import json
 import os
 import shutil
@@ -159,5 +160,75 @@ def test_template_errors_are_configuration_errors(tmp_path):
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     proc = do.neox(*args)
     assert proc.returncode == 2 and "tokenizer_config.json: no chat_template" in proc.stderr, proc.stderr
-    proc = do.neox(*args, "--reward-key", "score")
-    assert proc.returncode == 2 and "--reward-key is not supported" in proc.stderr, proc.stderr
+    proc = do.neox(*args, "--ftfy")
+    assert proc.returncode == 2 and "--ftfy is not supported" in proc.stderr, proc.stderr
+
+
+def gpt_neox_reward(value, binary):
+    """preprocess_data_with_chat_template.py's encode: the reward item of one record."""
+    if binary:
+        return [1] if value else [-1]
+    return [value] if type(value) is float else value
+
+
+REWARDS = {
+    # GPT-NeoX's own reward data (llama_data.py): +1 desirable, -1 undesirable; JSON integers and booleans.
+    "integers": ([1, -1, 1, True, 0], [], np.int32),
+    # Any JSON value read as true or false.
+    "binary": ([True, False, 0.0, "yes", None], ["--binary-reward"], np.int32),
+    # A fractional reward keeps its value as float32 (GPT-NeoX's int32 builder would truncate it to 0).
+    "fractional": ([0.75, -1, 2.5, -0.125, 1.0], [], np.float32),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REWARDS))
+def test_reward_datasets_equal_the_reference_writer(case, tmp_path):
+    values, flags, dtype = REWARDS[case]
+    folder = tokenizer_folder(tmp_path, "llama3.jinja")
+    records = [{"messages": c, "score": v} for c, v in zip(CONVERSATIONS, values)]
+    write_jsonl(tmp_path / "chat.jsonl", records)
+    proc = do.neox("chat", "--input", tmp_path / "chat.jsonl", "--output-prefix", tmp_path / "out",
+                   "--tokenizer-type", "HFTokenizer", "--vocab-file", folder / "tokenizer.json",
+                   "--jsonl-keys", "messages", "--reward-key", "score", *flags)
+    assert proc.returncode == 0, proc.stderr
+    items = [np.array(gpt_neox_reward(v, bool(flags)), dtype=dtype).reshape(-1) for v in values]
+    do.write_indexed(str(tmp_path / "ref_reward"), items, dtype)
+    assert files_equal(str(tmp_path / "out_messages_reward_document"), str(tmp_path / "ref_reward"))
+    if dtype is np.float32:
+        assert [float(i[0]) for i in items] == [0.75, -1.0, 2.5, -0.125, 1.0]
+    # The token and label datasets are those of a run without rewards.
+    proc = do.neox("chat", "--input", tmp_path / "chat.jsonl", "--output-prefix", tmp_path / "plain",
+                   "--tokenizer-type", "HFTokenizer", "--vocab-file", folder / "tokenizer.json", "--jsonl-keys", "messages")
+    assert proc.returncode == 0, proc.stderr
+    for suffix in ("document", "label_document"):
+        assert files_equal(str(tmp_path / f"out_messages_{suffix}"), str(tmp_path / f"plain_messages_{suffix}"))
+
+
+BAD_REWARDS = [
+    ('{"messages": MSG}', [], 'no key "score" (--reward-key)'),
+    ('{"messages": MSG, "score": "good"}', [], '"score": the reward must be a number or a boolean'),
+    ('{"messages": MSG, "score": [1]}', [], '"score": the reward must be a number or a boolean'),
+    ('{"messages": MSG, "score": 4294967296}', [], '"score": reward 4294967296 does not fit int32'),
+    ('{"messages_reward": MSG, "messages": MSG, "score": 1}', ["--jsonl-keys", "messages", "messages_reward"],
+     "'messages_reward' is the reward dataset of 'messages'"),
+]
+
+
+@pytest.mark.parametrize("line,flags,message", BAD_REWARDS)
+def test_bad_rewards_name_file_line_and_key(line, flags, message, tmp_path):
+    folder = tokenizer_folder(tmp_path, "chatml-qwen2.jinja")
+    good = json.dumps({"messages": CONVERSATIONS[0], "score": 1})
+    (tmp_path / "bad.jsonl").write_text(good + "\n" + line.replace("MSG", json.dumps(CONVERSATIONS[0])) + "\n")
+    proc = do.neox("chat", "--input", tmp_path / "bad.jsonl", "--output-prefix", tmp_path / "out",
+                   "--tokenizer-type", "HFTokenizer", "--vocab-file", folder / "tokenizer.json",
+                   "--jsonl-keys", "messages", "--reward-key", "score", *flags)
+    assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
+    if not flags:
+        assert proc.returncode == 1 and f"{tmp_path / 'bad.jsonl'}:2" in proc.stderr, proc.stderr
+    assert not list(tmp_path.glob("out_*")), "no partial dataset may be left"
+
+
+def test_binary_reward_needs_a_reward_key(tmp_path):
+    proc = do.neox("chat", "--input", tmp_path / "x.jsonl", "--output-prefix", tmp_path / "out",
+                   "--tokenizer-type", "HFTokenizer", "--vocab-file", TOKENIZER, "--binary-reward")
+    assert proc.returncode == 2 and "--binary-reward reads the --reward-key field" in proc.stderr, proc.stderr

@@ -349,3 +349,55 @@ def test_label_datasets_skip_masked_documents(tmp_path, pack, build):
     assert not any(d % 9 == 2 for d in want[0]), "the oracle must skip the masked documents"
     for suffix, w in zip(["doc_idx", "sample_idx", "shuffle_idx"], want):
         np.testing.assert_array_equal(np.load(base + f"_{suffix}.npy"), w, err_msg=f"{pack} {suffix}")
+
+
+# ---- reward datasets (KTO) --------------------------------------------------------------------
+# GPT2Dataset.__getitem__ with a reward dataset (unpacked only): the sample spans document
+# doc_idx[i] whole and the first token of doc_idx[i + 1]; the reward row repeats each document's
+# reward (the first value of its reward item) over that document's tokens in the sample, padding 0,
+# then everything is cut to seq_length + 1.
+
+def reward_item(docs, rewards, doc_idx, sample_idx, shuffle_idx, k, seq):
+    i = shuffle_idx[k]
+    f, l = sample_idx[i][0], sample_idx[i + 1][0]
+    off_f, off_l = sample_idx[i][1], sample_idx[i + 1][1]
+    parts = [docs[doc_idx[f]][off_f:]] + [docs[doc_idx[j]] for j in range(f + 1, l)] + [docs[doc_idx[l]][:off_l + 1]]
+    tokens = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+    reward = np.concatenate([np.full(len(p), rewards[doc_idx[f + j]][0], dtype=np.float32) for j, p in enumerate(parts)])
+    tokens = np.pad(tokens, (0, max(0, seq + 1 - len(tokens))), constant_values=0)[:seq + 1]
+    reward = np.pad(reward, (0, max(0, seq + 1 - len(reward))), constant_values=0)[:seq + 1]
+    return tokens, reward
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_reward_rows_match_getitem(tmp_path, dtype):
+    docs = random_docs(6, 120, 90)
+    labels = [[-100] * (len(d) // 3) + d[len(d) // 3:] for d in docs]
+    g = np.random.RandomState(3)
+    rewards = [[v] for v in (g.choice([-1, 1], len(docs)) if dtype is np.int32 else g.uniform(-2, 2, len(docs)))]
+    prefix = str(tmp_path / "kto")
+    write_indexed(prefix + "_document", docs, np.uint16)
+    write_indexed(prefix + "_label_document", labels, np.int32)
+    write_indexed(prefix + "_reward_document", rewards, dtype)
+    seq, seed, iters, batch = 64, 5, 10, 4
+    r = neox("index", "--train-data-paths", prefix + "_document", "--valid-data-paths", prefix + "_document",
+             "--test-data-paths", prefix + "_document", "--train-label-data-paths", prefix + "_label_document",
+             "--train-reward-data-paths", prefix + "_reward_document", "--seq-length", seq, "--seed", seed,
+             "--train-iters", iters, "--train-batch-size", batch, "--eval-interval", 1000, "--eval-iters", 1,
+             "--pack-impl", "unpacked", "--dump-samples", iters * batch)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().split("\n")
+    assert len(lines) == 2 * iters * batch
+    ns = int(np.ceil(samples_for(iters, 1000, 1, batch)[0] * 1.005))
+    index = unpacked_index([len(d) for d in docs], 0, len(docs), ns, seq, seed, True, labels)
+    short = 0
+    for k in range(iters * batch):
+        tokens, reward = reward_item(docs, [np.asarray(x, dtype) for x in rewards], *index, k, seq)
+        got_tokens = np.array(lines[2 * k].split(), dtype=np.int64)
+        got_reward = np.array(lines[2 * k + 1].split(), dtype=np.float32)
+        # neox.c pads a plain sample's tokens with -100 (GPT2Dataset without labels); compare the ids.
+        n = int(np.sum(got_tokens != -100))
+        np.testing.assert_array_equal(got_tokens[:n], tokens[:n], err_msg=f"sample {k}: tokens")
+        np.testing.assert_array_equal(got_reward, reward, err_msg=f"sample {k}: rewards")
+        short += n < seq + 1 and reward[n - 1] != reward[0]
+    assert short > 0, "some sample must end with the next document's first token and reward"

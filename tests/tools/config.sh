@@ -65,9 +65,9 @@ if [ -d "$CONFIGS" ]; then
         "^sliding_window_width += 4096  # .*mistral/7B.yml:15$" \
         "$T" -q --world-size 8 --print-config "$CONFIGS/mistral/7B.yml" "$CONFIGS/llama/train_config.yml" "$CONFIGS/local_setup.yml"
     # Post-training configs set their own paths and load alone. SFT (label datasets, unpacked
-    # samples) loads with its label paths, DPO and the reward model with their pairwise data; the DPO
-    # benchmarking configs stop at bf16 gradient accumulation; KTO and REINFORCE are refused naming
-    # post-training until neox.c implements them.
+    # samples) loads with its label paths, DPO and the reward model with their pairwise data, KTO with
+    # its reward datasets; the DPO benchmarking configs stop at bf16 gradient accumulation; REINFORCE
+    # is refused naming post-training until neox.c implements it.
     check_output "post-training llama3-8b-sft.yml loads with its label datasets" \
         '^train_label_data_paths += \[.*llama3_train_messages_label_document' \
         "$T" -q --world-size 8 --print-config "$POST_CONFIGS/llama3-8b-sft.yml"
@@ -82,7 +82,10 @@ if [ -d "$CONFIGS" ]; then
             "key 'data_types.grad_accum_dtype': gradient accumulation type 'bf16' is not supported" \
             "$T" -q --world-size 8 --print-config "$f"
     done
-    for f in "$POST_CONFIGS"/llama3-8b-kto.yml "$POST_CONFIGS"/llama3-8b-reinforce.yml; do
+    check_output "post-training llama3-8b-kto.yml loads with its reward datasets" \
+        '^train_reward_data_paths += \[.*llama3_train_messages_reward_document' \
+        "$T" -q --world-size 8 --print-config "$POST_CONFIGS/llama3-8b-kto.yml"
+    for f in "$POST_CONFIGS"/llama3-8b-reinforce.yml; do
         check_fails "post-training ${f#$POST_CONFIGS/} refused naming post-training" 2 \
             "key '[a-z_]+': post-training.* is not supported by neox.c" "$T" -q --world-size 8 --print-config "$f"
     done

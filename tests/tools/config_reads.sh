@@ -68,6 +68,16 @@ config dpo neox 2 1 3 ", \"train_impl\": \"dpo\", \"dataset_impl\": \"pairwise\"
   \"dpo_reference_free\": false, \"pack_impl\": \"unpacked\" $PAIRS"
 sed -i 's|"data_path": "[^"]*", ||' "$T/dpo.yml"
 check "train: DPO on pairwise data" "$TRAIN" -q "$T/dpo.yml"
+# KTO: the token dataset as its own labels and rewards (each document's first id, > 0: desirable).
+REWARDS=""
+for split in train valid test; do
+    REWARDS="$REWARDS, \"${split}_data_paths\": [\"$D\"], \"${split}_label_data_paths\": [\"$D\"],
+      \"${split}_reward_data_paths\": [\"$D\"]"
+done
+config kto neox 2 1 3 ", \"train_impl\": \"kto\", \"kto_beta\": 0.2, \"kto_desirable_weight\": 1.0,
+  \"kto_undesirable_weight\": 1.5, \"pack_impl\": \"unpacked\" $REWARDS"
+sed -i 's|"data_path": "[^"]*", ||' "$T/kto.yml"
+check "train: KTO on reward datasets" "$TRAIN" -q "$T/kto.yml"
 config sgd neox 2 2 3 ', "onnx_safe": true'
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}|' "$T/sgd.yml"
 check "train: sgd with momentum" "$TRAIN" -q "$T/sgd.yml"

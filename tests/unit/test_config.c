@@ -339,7 +339,7 @@ static void test_validation_and_refusals(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\nnorm: scalenorm\n", 1, "normalization 'scalenorm' is not supported by neox.c (supported: layernorm, rmsnorm)");
     expect_error("train_micro_batch_size_per_gpu: 1\nactivation: tanh\n", 1, "key 'activation': 'tanh' is not one of");
     expect_error("train_micro_batch_size_per_gpu: 1\nuse_mup: true\n", 1, "muP is not supported");
-    expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: kto\n", 1, "key 'train_impl': post-training method 'kto' is not supported by neox.c (supported: normal, dpo, rm)");
+    expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: reinforce\n", 1, "key 'train_impl': post-training method 'reinforce' is not supported by neox.c (supported: normal, dpo, kto, rm)");
     expect_error("train_micro_batch_size_per_gpu: 1\nmoe_num_experts: 2\n", 1, "Mixture of Experts");
     expect_error("train_micro_batch_size_per_gpu: 1\nnum_kv_heads: 3\n", 1, "not divisible by num_kv_heads 3");
     expect_error("train_micro_batch_size_per_gpu: 1\nseq_length: 128\n", 1, "less than seq_length 128");

@@ -79,6 +79,72 @@ static void test_writer_rejects_ids_outside_dtype(void **state) {
     free(prefix);
 }
 
+// Reward datasets: float32 and float64 values written and read back exactly, integers read as values,
+// token reads refused on float data, integer writes of values that do not fit refused, and a float32
+// index whose .bin is one value short refused naming both files.
+static void test_indexed_float_values(void **state) {
+    (void)state;
+    char *prefix = tmp_path("rewards32"), *p64 = tmp_path("rewards64"), *pint = tmp_path("rewards_int");
+    neox_error err = {0};
+    double in[] = {0.75, -1.0, 1e-3, -2.5e10};
+    int dtypes[] = {NEOX_DTYPE_F32, NEOX_DTYPE_F64};
+    char *prefixes[] = {prefix, p64};
+    for (int k = 0; k < 2; k++) {
+        neox_indexed_writer *w = neox_indexed_writer_open(prefixes[k], dtypes[k], &err);
+        assert_non_null(w);
+        int32_t ids[] = {1};
+        assert_int_equal(neox_indexed_writer_add_item(w, ids, 1, &err), -1);  // token ids are not floats
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(neox_indexed_writer_add_values(w, &in[i], 1, &err), 0);
+            neox_indexed_writer_end_document(w);
+        }
+        assert_int_equal(neox_indexed_writer_commit(w, &err), 0);
+        neox_indexed_dataset *ds = neox_indexed_open(prefixes[k], &err);
+        assert_non_null(ds);
+        assert_int_equal(ds->dtype, dtypes[k]);
+        assert_int_equal(ds->num_items, 4);
+        for (int i = 0; i < 4; i++) {
+            double v;
+            assert_int_equal(neox_indexed_get_values(ds, i, 0, 1, &v, &err), 1);
+            if (k == 0) assert_true(v == (double)(float)in[i]);
+            else assert_true(v == in[i]);
+        }
+        double v;
+        assert_int_equal(neox_indexed_get_values(ds, 4, 0, 1, &v, &err), -1);
+        assert_int_equal(neox_indexed_get_values(ds, 0, 1, 1, &v, &err), -1);
+        int32_t tok;
+        assert_int_equal(neox_indexed_get(ds, 0, 0, 1, &tok, &err), -1);
+        assert_non_null(strstr(err.message, "holds no token ids"));
+        neox_indexed_close(ds);
+    }
+    neox_indexed_writer *w = neox_indexed_writer_open(pint, NEOX_DTYPE_I32, &err);
+    double ok[] = {-1.0, 1.0}, frac = 0.5, big = 4294967296.0;
+    assert_int_equal(neox_indexed_writer_add_values(w, ok, 2, &err), 0);
+    assert_int_equal(neox_indexed_writer_add_values(w, &frac, 1, &err), -1);
+    assert_non_null(strstr(err.message, "does not fit dtype int32"));
+    assert_int_equal(neox_indexed_writer_add_values(w, &big, 1, &err), -1);
+    neox_indexed_writer_end_document(w);
+    assert_int_equal(neox_indexed_writer_commit(w, &err), 0);
+    neox_indexed_dataset *ds = neox_indexed_open(pint, &err);
+    double got[2];
+    assert_int_equal(neox_indexed_get_values(ds, 0, 0, -1, got, &err), 2);
+    assert_true(got[0] == -1.0 && got[1] == 1.0);
+    neox_indexed_close(ds);
+    // A float32 .bin one value short of its index.
+    char *bin = neox_asprintf("%s.bin", prefix);
+    size_t size;
+    char *bytes = neox_read_file(bin, &size, &err);
+    write_file(bin, bytes, size - 4);
+    assert_null(neox_indexed_open(prefix, &err));
+    assert_non_null(strstr(err.message, "the index describes 16 bytes of tokens"));
+    assert_non_null(strstr(err.message, bin));
+    free(bytes);
+    free(bin);
+    free(prefix);
+    free(p64);
+    free(pint);
+}
+
 static void test_merge_keeps_doc_idx(void **state) {
     (void)state;
     char *a = tmp_path("ma"), *out = tmp_path("merged");
@@ -559,6 +625,7 @@ static void test_prefetch_matches_synchronous(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_indexed_roundtrip),
+        cmocka_unit_test(test_indexed_float_values),
         cmocka_unit_test(test_writer_rejects_ids_outside_dtype),
         cmocka_unit_test(test_merge_keeps_doc_idx),
         cmocka_unit_test(test_malformed_idx),

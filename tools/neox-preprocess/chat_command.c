@@ -25,6 +25,8 @@ static void chat_usage(FILE *out) {
             "  --only-last            learn only the last turn\n"
             "  --no-mask              learn every token\n"
             "  --for-rm               learn only a final end-of-sequence token (reward-model data)\n"
+            "  --reward-key KEY       also write {PREFIX}_{KEY}_reward_document: each record's reward (KTO)\n"
+            "  --binary-reward        the reward's truth as 1 or -1\n"
             "  --output-prefix PREFIX output path prefix\n"
             "  --dataset-impl mmap    the only format written\n"
             "  --max-document-bytes N longest record read, decoded (default 268435456)\n",
@@ -40,14 +42,12 @@ typedef struct chat_args {
 } chat_args;
 
 static const char *const refused_options[][2] = {
-    {"reward-key", "reward datasets are not written yet"},
-    {"binary-reward", "reward datasets are not written yet"},
     {"ftfy", "ftfy is a Python library; fix the text before preprocessing"},
 };
 
 static void parse_chat(int argc, char **argv, chat_args *a) {
     enum { O_INPUT = 256, O_KEYS, O_TYPE, O_VOCAB, O_MERGE, O_TEMPLATE, O_ROLE, O_ONLY_LAST, O_NO_MASK, O_FOR_RM,
-           O_PREFIX, O_IMPL, O_MAX_DOC, O_REFUSED };
+           O_PREFIX, O_IMPL, O_MAX_DOC, O_REWARD, O_BINARY, O_REFUSED };
     static const struct option options[] = {
         {"input", required_argument, NULL, O_INPUT}, {"jsonl-keys", required_argument, NULL, O_KEYS},
         {"tokenizer-type", required_argument, NULL, O_TYPE}, {"vocab-file", required_argument, NULL, O_VOCAB},
@@ -56,7 +56,7 @@ static void parse_chat(int argc, char **argv, chat_args *a) {
         {"no-mask", no_argument, NULL, O_NO_MASK}, {"for-rm", no_argument, NULL, O_FOR_RM},
         {"output-prefix", required_argument, NULL, O_PREFIX}, {"dataset-impl", required_argument, NULL, O_IMPL},
         {"max-document-bytes", required_argument, NULL, O_MAX_DOC},
-        {"reward-key", required_argument, NULL, O_REFUSED}, {"binary-reward", no_argument, NULL, O_REFUSED},
+        {"reward-key", required_argument, NULL, O_REWARD}, {"binary-reward", no_argument, NULL, O_BINARY},
         {"ftfy", no_argument, NULL, O_REFUSED}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     *a = (chat_args){.dataset_impl = "mmap", .o.generation_role = "assistant"};
@@ -80,6 +80,8 @@ static void parse_chat(int argc, char **argv, chat_args *a) {
         case O_ONLY_LAST: a->o.only_last = 1; break;
         case O_NO_MASK: a->o.no_mask = 1; break;
         case O_FOR_RM: a->o.for_rm = 1; break;
+        case O_REWARD: a->o.reward_key = optarg; break;
+        case O_BINARY: a->o.binary_reward = 1; break;
         case O_PREFIX: a->o.output_prefix = optarg; break;
         case O_IMPL: a->dataset_impl = optarg; break;
         case O_MAX_DOC: a->max_document_bytes = neox_option_int("--max-document-bytes", optarg, 1, INT64_MAX); break;
@@ -99,6 +101,7 @@ static void parse_chat(int argc, char **argv, chat_args *a) {
     if (!a->tok.type || !a->tok.vocab_file) neox_usage_error("chat: --tokenizer-type and --vocab-file are required");
     if (strcmp(a->dataset_impl, "mmap") != 0)
         neox_usage_error("--dataset-impl %s is not supported: only mmap datasets are written", a->dataset_impl);
+    if (a->o.binary_reward && !a->o.reward_key) neox_usage_error("chat: --binary-reward reads the --reward-key field; give it");
     if (a->o.no_mask + a->o.for_rm + a->o.only_last > 1) neox_usage_error("chat: --no-mask, --for-rm and --only-last exclude each other");
     if (!a->keys) {
         a->keys = neox_malloc(sizeof *a->keys);
@@ -129,8 +132,11 @@ int chat_main(int argc, char **argv) {
     if (rc == 0) {
         neox_info("%lld conversations, %lld tokens", (long long)st.documents, (long long)st.tokens);
         for (int k = 0; k < a.o.nkeys; k++)
+        {
             neox_info("wrote %s_%s_document.bin/.idx and %s_%s_label_document.bin/.idx", a.o.output_prefix, a.keys[k],
                       a.o.output_prefix, a.keys[k]);
+            if (a.o.reward_key) neox_info("wrote %s_%s_reward_document.bin/.idx", a.o.output_prefix, a.keys[k]);
+        }
     }
     for (int i = 0; i < ninputs; i++) free(inputs[i]);
     free(inputs);

@@ -319,14 +319,16 @@ static void index_usage(void) {
            "  --neg-train-data-paths P,...  --neg-valid-data-paths P,...  --neg-test-data-paths P,...\n"
            "  the rejected side; --neg-train-label-data-paths P,... its labels (with --train-label-data-paths,\n"
            "  the training data's labels, which pack_until_overflow and unpacked read to skip documents\n"
-           "  whose labels are all masked). --dump-samples then prints each sample's chosen and rejected rows.\n",
+           "  whose labels are all masked). --dump-samples then prints each sample's chosen and rejected rows.\n"
+           "KTO data: --train-reward-data-paths P,... one reward dataset per training data path (pack-impl\n"
+           "  unpacked); --dump-samples then prints each sample's token row and its reward row.\n",
            neox_progname());
 }
 
 int index_main(int argc, char **argv) {
     enum { O_DATA = 256, O_SPLIT, O_TRAIN, O_VALID, O_TEST, O_TRAIN_W, O_VALID_W, O_TEST_W, O_SEQ, O_SEED, O_ITERS,
            O_EVAL_INT, O_EVAL_ITERS, O_BATCH, O_PACK, O_NO_CHOP, O_BY_DOCS, O_ALPHA, O_DUMP, O_NEG_TRAIN, O_NEG_VALID,
-           O_NEG_TEST, O_TRAIN_LABELS, O_NEG_TRAIN_LABELS };
+           O_NEG_TEST, O_TRAIN_LABELS, O_NEG_TRAIN_LABELS, O_TRAIN_REWARDS };
     static const struct option options[] = {
         {"data-path", required_argument, NULL, O_DATA}, {"split", required_argument, NULL, O_SPLIT},
         {"train-data-paths", required_argument, NULL, O_TRAIN}, {"valid-data-paths", required_argument, NULL, O_VALID},
@@ -342,6 +344,7 @@ int index_main(int argc, char **argv) {
         {"neg-test-data-paths", required_argument, NULL, O_NEG_TEST},
         {"train-label-data-paths", required_argument, NULL, O_TRAIN_LABELS},
         {"neg-train-label-data-paths", required_argument, NULL, O_NEG_TRAIN_LABELS},
+        {"train-reward-data-paths", required_argument, NULL, O_TRAIN_REWARDS},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     // The defaults are the config keys' (the schema's), as neox-train would read them.
@@ -351,7 +354,8 @@ int index_main(int argc, char **argv) {
                             .eval_iters = neox_key_default_int(NEOX_K_eval_iters),
                             .allow_chopped = 1, .weighted_sampler_alpha = 1.0, .use_cache = 1};
     char **paths[3] = {NULL, NULL, NULL}, **neg[3] = {NULL, NULL, NULL}, **labels[2] = {NULL, NULL};
-    int npaths[3] = {0, 0, 0}, nweights[3] = {0, 0, 0}, nneg[3] = {0, 0, 0}, nlabels[2] = {0, 0};
+    int npaths[3] = {0, 0, 0}, nweights[3] = {0, 0, 0}, nneg[3] = {0, 0, 0}, nlabels[2] = {0, 0}, nrewards = 0;
+    char **rewards = NULL;
     double *weights[3] = {NULL, NULL, NULL};
     long dump = 0;
     int c;
@@ -383,6 +387,7 @@ int index_main(int argc, char **argv) {
         case O_TRAIN_LABELS: case O_NEG_TRAIN_LABELS:
             labels[c - O_TRAIN_LABELS] = split_commas(optarg, &nlabels[c - O_TRAIN_LABELS]);
             break;
+        case O_TRAIN_REWARDS: rewards = split_commas(optarg, &nrewards); break;
         case 'h': index_usage(); return 0;
         case ':': neox_usage_error("option '%s' needs a value", argv[optind - 1]);
         default: neox_usage_error("unrecognized option '%s'", argv[optind - 1]);
@@ -408,6 +413,10 @@ int index_main(int argc, char **argv) {
     s.train_neg_paths = (const char *const *)neg[0], s.valid_neg_paths = (const char *const *)neg[1];
     s.test_neg_paths = (const char *const *)neg[2];
     s.train_label_paths = (const char *const *)labels[0], s.train_neg_label_paths = (const char *const *)labels[1];
+    if (rewards && (s.pairwise || nrewards != npaths[0]))
+        neox_usage_error("--train-reward-data-paths: one reward dataset per training data path (not pairwise data)");
+    if (rewards && s.pack_impl != NEOX_PACK_UNPACKED) neox_usage_error("--train-reward-data-paths needs --pack-impl unpacked");
+    s.train_reward_paths = (const char *const *)rewards;
     neox_error err = {0};
     neox_dataset *sets[3];
     if (neox_build_datasets(&s, sets, &err) != 0) neox_die_error(&err);
@@ -416,6 +425,7 @@ int index_main(int argc, char **argv) {
         neox_info("%s: %lld samples", names[i], sets[i] ? (long long)sets[i]->size : 0LL);
     size_t n = (size_t)s.seq_length + 1;
     int32_t *tokens = neox_malloc(2 * n * sizeof *tokens), *rejected = tokens + n;
+    float *reward_row = neox_malloc(n * sizeof *reward_row);
     for (long k = 0; sets[0] && k < dump; k++) {
         int rc = s.pairwise ? neox_dataset_pair_sample(sets[0], k, tokens, NULL, rejected, NULL, &err)
                             : neox_dataset_sample(sets[0], k, tokens, NULL, &err);
@@ -424,8 +434,15 @@ int index_main(int argc, char **argv) {
             for (size_t t = 0; t < n; t++) printf(t ? " %d" : "%d", tokens[row * n + t]);
             printf("\n");
         }
+        if (!rewards) continue;
+        if (neox_dataset_sample_rewards(sets[0], k, reward_row, &err) != 0) neox_die_error(&err);
+        for (size_t t = 0; t < n; t++) printf(t ? " %.9g" : "%.9g", reward_row[t]);
+        printf("\n");
     }
     free(tokens);
+    free(reward_row);
+    for (int j = 0; j < nrewards; j++) free(rewards[j]);
+    free(rewards);
     for (int i = 0; i < 3; i++) {
         neox_dataset_free(sets[i]);
         for (int j = 0; j < npaths[i]; j++) free(paths[i][j]);
