@@ -11,19 +11,21 @@
 // ---------------------------------------------------------------------------------------------
 // Samples
 
-// Sample idx of g read from ds: the token dataset, or its label dataset, whose items have the same
-// sizes, so one sample index serves both (GPT2Dataset reads the label dataset at the same
-// document and offsets).
-static int64_t gpt2_read(const neox_gpt2_dataset *g, const neox_indexed_dataset *ds, int64_t idx, int32_t pad,
-                         int32_t *out, neox_error *err) {
+// One document's span of a sample: tokens [begin, end) of the indexed item, written at position at.
+typedef int (*span_fn)(const neox_gpt2_dataset *g, const void *ctx, int64_t item, int64_t begin, int64_t end,
+                       int64_t at, void *out, neox_error *err);
+
+// Walks the spans of sample idx: tokens [off_f, end) of doc f, whole documents up to l, and tokens
+// [0, off_l] of doc l (the last token is shared with the next sample), clamped to seq_length + 1
+// positions in all. Returns the positions covered, or -1 when fn fails.
+static int64_t gpt2_walk(const neox_gpt2_dataset *g, const neox_indexed_dataset *ds, int64_t idx, span_fn fn,
+                         const void *ctx, void *out, neox_error *err) {
     const neox_sample_index *si = g->index;
     int64_t want = g->seq_length + 1;
     int64_t row = si->shuffle_idx[idx];
     int64_t f = si->sample_idx[2 * row], l = si->sample_idx[2 * row + 2];
     int64_t off_f = si->sample_idx[2 * row + 1], off_l = si->sample_idx[2 * row + 3];
     int64_t n = 0;
-    // Tokens [off_f, end) of doc f, whole documents up to l, and tokens [0, off_l] of doc l:
-    // the last token is shared with the next sample. Reads are clamped to want tokens.
     for (int64_t d = f; d <= l && d < si->doc_idx_len && n < want; d++) {
         int64_t item = si->doc_idx[d], size = ds->sizes[item];
         int64_t begin = d == f ? off_f : 0;
@@ -31,34 +33,45 @@ static int64_t gpt2_read(const neox_gpt2_dataset *g, const neox_indexed_dataset 
         if (end > size) end = size;
         if (end - begin > want - n) end = begin + (want - n);
         if (end <= begin) continue;
-        if (neox_indexed_get(ds, item, begin, end - begin, out + n, err) < 0) return -1;
+        if (fn(g, ctx, item, begin, end, n, out, err) != 0) return -1;
         n += end - begin;
     }
-    for (int64_t i = n; i < want; i++) out[i] = pad;
     return n;
 }
 
-// The reward row of sample idx of g: the same spans as gpt2_read, each filled with its document's
-// reward (the first value of the reward dataset's item), padding 0 (GPT2Dataset.__getitem__).
+static int read_ids(const neox_gpt2_dataset *g, const void *ds, int64_t item, int64_t begin, int64_t end, int64_t at,
+                    void *out, neox_error *err) {
+    (void)g;
+    return neox_indexed_get(ds, item, begin, end - begin, (int32_t *)out + at, err) < 0 ? -1 : 0;
+}
+
+// Each position of a document's span takes the document's reward (the first value of its item).
+static int read_reward(const neox_gpt2_dataset *g, const void *ctx, int64_t item, int64_t begin, int64_t end,
+                       int64_t at, void *out, neox_error *err) {
+    (void)ctx;
+    double r;
+    if (neox_indexed_get_values(g->rewards, item, 0, 1, &r, err) < 0) return -1;
+    for (int64_t i = begin; i < end; i++) ((float *)out)[at++] = (float)r;
+    return 0;
+}
+
+// Sample idx of g read from ds: the token dataset, or its label dataset, whose items have the same
+// sizes, so one sample index serves both (GPT2Dataset reads the label dataset at the same
+// document and offsets).
+static int64_t gpt2_read(const neox_gpt2_dataset *g, const neox_indexed_dataset *ds, int64_t idx, int32_t pad,
+                         int32_t *out, neox_error *err) {
+    int64_t n = gpt2_walk(g, ds, idx, read_ids, ds, out, err);
+    if (n < 0) return -1;
+    for (int64_t i = n; i < g->seq_length + 1; i++) out[i] = pad;
+    return n;
+}
+
+// The reward row of sample idx of g: the token spans, each filled with its document's reward,
+// padding 0 (GPT2Dataset.__getitem__).
 static int gpt2_read_rewards(const neox_gpt2_dataset *g, int64_t idx, float *out, neox_error *err) {
-    const neox_sample_index *si = g->index;
-    int64_t want = g->seq_length + 1;
-    int64_t row = si->shuffle_idx[idx];
-    int64_t f = si->sample_idx[2 * row], l = si->sample_idx[2 * row + 2];
-    int64_t off_f = si->sample_idx[2 * row + 1], off_l = si->sample_idx[2 * row + 3];
-    int64_t n = 0;
-    for (int64_t d = f; d <= l && d < si->doc_idx_len && n < want; d++) {
-        int64_t item = si->doc_idx[d], size = g->data->sizes[item];
-        int64_t begin = d == f ? off_f : 0;
-        int64_t end = d == l ? off_l + 1 : size;
-        if (end > size) end = size;
-        if (end - begin > want - n) end = begin + (want - n);
-        if (end <= begin) continue;
-        double r;
-        if (neox_indexed_get_values(g->rewards, item, 0, 1, &r, err) < 0) return -1;
-        for (int64_t i = begin; i < end; i++) out[n++] = (float)r;
-    }
-    for (int64_t i = n; i < want; i++) out[i] = 0.0f;
+    int64_t n = gpt2_walk(g, g->data, idx, read_reward, NULL, out, err);
+    if (n < 0) return -1;
+    for (int64_t i = n; i < g->seq_length + 1; i++) out[i] = 0.0f;
     return 0;
 }
 

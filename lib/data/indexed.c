@@ -170,19 +170,28 @@ static int32_t token_at(const uint8_t *p, int dtype) {
     }
 }
 
+// Elements [offset, offset + *length) of item (*length < 0: to its end) in the mapped .bin, or NULL
+// with an error naming the file and the range (unit: what the elements are called).
+static const uint8_t *item_span(const neox_indexed_dataset *ds, int64_t item, int64_t offset, int64_t *length,
+                                const char *unit, neox_error *err) {
+    if (item < 0 || item >= ds->num_items)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: item %lld out of range (%lld items)", ds->idx_path, (long long)item,
+                         (long long)ds->num_items), NULL;
+    int64_t size = ds->sizes[item];
+    if (*length < 0) *length = size - offset;
+    if (offset < 0 || *length < 0 || offset + *length > size)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s [%lld, %lld) out of range of item %lld (%lld %s)", ds->idx_path,
+                         unit, (long long)offset, (long long)(offset + *length), (long long)item, (long long)size, unit),
+               NULL;
+    return ds->bin + ds->pointers[item] + offset * (int64_t)ds->elem_size;
+}
+
 int64_t neox_indexed_get(const neox_indexed_dataset *ds, int64_t item, int64_t offset, int64_t length, int32_t *out,
                          neox_error *err) {
     if (ds->dtype == NEOX_DTYPE_F32 || ds->dtype == NEOX_DTYPE_F64)
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: dtype %s holds no token ids", ds->idx_path, neox_index_dtype_name(ds->dtype));
-    if (item < 0 || item >= ds->num_items)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: item %lld out of range (%lld items)", ds->idx_path, (long long)item,
-                         (long long)ds->num_items);
-    int64_t size = ds->sizes[item];
-    if (length < 0) length = size - offset;
-    if (offset < 0 || length < 0 || offset + length > size)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tokens [%lld, %lld) out of range of item %lld (%lld tokens)",
-                         ds->idx_path, (long long)offset, (long long)(offset + length), (long long)item, (long long)size);
-    const uint8_t *p = ds->bin + ds->pointers[item] + offset * (int64_t)ds->elem_size;
+    const uint8_t *p = item_span(ds, item, offset, &length, "tokens", err);
+    if (!p) return -1;
     if (ds->dtype == NEOX_DTYPE_I32) {
         memcpy(out, p, (size_t)length * 4);
     } else {
@@ -202,15 +211,8 @@ static double value_at(const uint8_t *p, int dtype) {
 
 int64_t neox_indexed_get_values(const neox_indexed_dataset *ds, int64_t item, int64_t offset, int64_t length,
                                 double *out, neox_error *err) {
-    if (item < 0 || item >= ds->num_items)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: item %lld out of range (%lld items)", ds->idx_path, (long long)item,
-                         (long long)ds->num_items);
-    int64_t size = ds->sizes[item];
-    if (length < 0) length = size - offset;
-    if (offset < 0 || length < 0 || offset + length > size)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: values [%lld, %lld) out of range of item %lld (%lld values)",
-                         ds->idx_path, (long long)offset, (long long)(offset + length), (long long)item, (long long)size);
-    const uint8_t *p = ds->bin + ds->pointers[item] + offset * (int64_t)ds->elem_size;
+    const uint8_t *p = item_span(ds, item, offset, &length, "values", err);
+    if (!p) return -1;
     for (int64_t i = 0; i < length; i++) out[i] = value_at(p + i * (int64_t)ds->elem_size, ds->dtype);
     return length;
 }
