@@ -6,7 +6,8 @@
 # weights), a zero KL estimate and zero policy rewards; training must raise the held-out desirable
 # log-ratio above the undesirable one; a run stopped and resumed (the reference read back from the
 # checkpoint) must repeat the straight run bit for bit. Inconsistent reward data and unsupported
-# combinations are refused naming the files and keys. GPT-NeoX's llama3-8b-kto.yml, shrunk, trains.
+# combinations are refused naming the files and keys; the checkpoint exports the trained policy to
+# Hugging Face. GPT-NeoX's llama3-8b-kto.yml, shrunk, trains.
 source tests/lib.sh
 
 TRAIN=$NEOX_BIN/neox-train
@@ -87,6 +88,15 @@ check "a resumed KTO run repeats the straight run bit for bit (losses, metrics, 
     "$T/kto/metrics.jsonl" "$T/part1/metrics.jsonl" \
     train/lm_loss,train/grad_norm,train/kl,train/ref_logp,train/policy_rewards,validation/lm_loss,validation/kl,test/lm_loss
 
+check "a KTO checkpoint exports to Hugging Face" "$NEOX_BIN/neox-convert" to-hf --input "$T/kto_ckpt" --output "$T/hf"
+check "the export holds the trained policy, not the reference (the pre-trained weights)" $PY -c "
+import subprocess
+from safetensors.numpy import load_file
+subprocess.run(['$NEOX_BIN/neox-convert', 'to-hf', '--input', '$T/pre', '--output', '$T/hf_pre'], check=True, capture_output=True)
+a, b = load_file('$T/hf/model.safetensors'), load_file('$T/hf_pre/model.safetensors')
+assert a.keys() == b.keys()
+assert sum(float(abs(a[k] - b[k]).max()) > 0 for k in a) >= len(a) - 2, 'the export is the starting weights'"
+
 kto weighted ", \"kto_undesirable_weight\": 0.0"
 check "KTO with kto_undesirable_weight 0 runs" "$TRAIN" -q "$T/model.yml" "$T/weighted.yml"
 check "kto_undesirable_weight 0 leaves the desirable rows' loss only: a first loss below 0.5, desirable rows learned" $PY -c "
@@ -122,7 +132,7 @@ check_fails "a reward dataset with an empty item is refused, naming it and the t
     "empty_messages_reward_document.idx: item 399 holds no reward \\(document 399 of .*train_messages_document.idx\\)" \
     "$TRAIN" -q "$T/model.yml" "$T/empty.yml"
 kto pairwise ", \"dataset_impl\": \"pairwise\""
-check_fails "KTO on pairwise data is refused" 2 "dataset_impl pairwise is DPO's data: set train_impl: dpo" \
+check_fails "KTO on pairwise data is refused" 2 "dataset_impl pairwise is preference data: set train_impl: dpo or rm" \
     "$TRAIN" -q "$T/model.yml" "$T/pairwise.yml"
 kto norewards "" && sed -i 's/"valid_reward_data_paths": \[[^]]*\],//' "$T/norewards.yml"
 check_fails "KTO without a split's reward datasets is refused, naming the key" 2 \
