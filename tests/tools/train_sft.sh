@@ -2,7 +2,7 @@
 # SFT data of GPT-NeoX. A label dataset equal to its token dataset must give the losses of no label
 # dataset, bit for bit (labels are shifted as tokens are); masking the first half of each document
 # must change the losses and still learn; a label dataset with a document missing is an error
-# naming both files and the document.
+# naming both files and the document. GPT-NeoX's llama3-8b-sft.yml, shrunk, trains.
 source tests/lib.sh
 
 TRAIN=$NEOX_BIN/neox-train
@@ -57,3 +57,31 @@ check_fails "a label dataset with a document missing names both files and the do
 echo "{\"log_dir\": \"$T/two\", \"train_label_data_paths\": [\"$T/label_copy\", \"$T/label_copy\"]}" >"$T/two.yml"
 check_fails "a label list longer than its data list is a usage error naming the key" 2 \
     "train_label_data_paths: has 2 paths but the matching \*_data_paths has 1" $TRAIN -q "$T/model.yml" "$T/two.yml"
+
+# GPT-NeoX's own SFT config, with a tiny model, local data and one process: 10 steps train.
+POST=$SHARED/reference/gpt-neox-post-training/configs/llama3-8b-sft.yml
+if [ -f "$POST" ]; then
+    check "shrink GPT-NeoX's llama3-8b-sft.yml to a tiny model with local paths" .venv/bin/python -c "
+import json, re, yaml
+c = yaml.safe_load(open('$POST'))
+c.update(num_layers=2, hidden_size=64, num_attention_heads=4, num_kv_heads=2, intermediate_size=128, mlp_multiple_of=128,
+         seq_length=48, max_position_embeddings=48, model_parallel_size=1, train_micro_batch_size_per_gpu=4,
+         gradient_accumulation_steps=2, train_iters=10, lr_decay_iters=10, eval_interval=5, eval_iters=1,
+         attention_config=[[['flash'], 2]], tokenizer_type='CharLevelTokenizer', save='$T/llama3_ckpt', load=None,
+         finetune=False, use_wandb=False, log_dir='$T/llama3')
+c.pop('vocab-file', None)
+for split in ('train', 'valid', 'test'):
+    c[f'{split}_data_paths'] = ['$D']
+    c[f'{split}_label_data_paths'] = ['$T/label_prompt']
+# YAML 1.1 (GPT-NeoX's reader and neox.c's) takes 1e-05 for a string: write floats as 1.0e-05.
+text = re.sub(r'(?<![0-9.])([0-9]+)e', r'\\1.0e', json.dumps(c, indent=1))
+open('$T/llama3-sft.yml', 'w').write(text)"
+    check "the shrunk llama3-8b-sft.yml trains 10 steps on label datasets" $TRAIN -q "$T/llama3-sft.yml"
+    check "its loss is logged, finite, for every step (its learning rate, 1e-5 scale, barely moves it in 10)" \
+        .venv/bin/python -c "
+import json, math
+l = [r['train/lm_loss'] for r in map(json.loads, open('$T/llama3/metrics.jsonl')) if 'train/lm_loss' in r]
+assert len(l) == 10 and all(math.isfinite(x) for x in l), l"
+else
+    skip "GPT-NeoX's llama3-8b-sft.yml trains" "$POST is absent"
+fi
