@@ -230,6 +230,21 @@ static void append_ignored_subkeys(char **list, size_t *len, const char *path, c
     }
 }
 
+// Keys that only mean something under one value of another key: the rotary settings without
+// pos_emb rotary. Set beside another position embedding they change nothing, so say so (GPT-NeoX's
+// own configs often carry rotary_pct with learned positions).
+static void notice_unused_by_choice(const neox_config *cfg) {
+    const char *pos = neox_config_str(cfg, pos_emb);
+    if (!pos || strcmp(pos, "rotary") == 0) return;
+    static const int rotary_keys[] = {NEOX_K_rotary_pct, NEOX_K_rotary_emb_base, NEOX_K_rope_scaling};
+    size_t len = 0;
+    char *list = NULL;
+    for (size_t i = 0; i < sizeof rotary_keys / sizeof *rotary_keys; i++)
+        if (cfg->slots[rotary_keys[i]].set) append_name(&list, &len, neox_key_specs[rotary_keys[i]].name);
+    if (list) neox_notice("config keys with no effect with pos_emb %s (they configure rotary embeddings): %s", pos, list);
+    free(list);
+}
+
 // One notice naming every ignored key and sub-key the files set, each once, so users see them
 // without a wall of warnings.
 static void notice_ignored(const neox_config *cfg) {
@@ -242,6 +257,7 @@ static void notice_ignored(const neox_config *cfg) {
     }
     if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service or kernel-fusion settings): %s", list);
     free(list);
+    notice_unused_by_choice(cfg);
 }
 
 neox_config *neox_config_load(const char *const *paths, int npaths, const neox_config_options *opts, neox_error *err) {

@@ -154,6 +154,11 @@ check_fails "error: world size not divisible" 2 "world size 3 is not divisible b
 check_fails "error: unsupported feature (rpe)" 2 "rpe.yml:1: key 'pos_emb': position embedding 'rpe' is not supported by neox.c" \
     "$T" --print-config "$(cfg rpe "{pos_emb: rpe, $MODEL}")"
 check "pos_emb: alibi loads" "$T" --print-config "$(cfg alibi "{pos_emb: alibi, $MODEL}")"
+check_fails "rotary keys beside pos_emb alibi are named in a notice" 0 \
+    "notice: config keys with no effect with pos_emb alibi \(they configure rotary embeddings\): rotary_pct, rotary_emb_base" \
+    "$T" --print-config "$(cfg alibirot "{pos_emb: alibi, rotary_pct: 0.5, rotary_emb_base: 500, $MODEL}")"
+check "with pos_emb rotary they are not" bash -c \
+    "! '$T' --print-config '$(cfg rot "{pos_emb: rotary, rotary_pct: 0.5, $MODEL}")' 2>&1 >/dev/null | grep -q 'they configure rotary'"
 check_fails "error: unsupported optimizer" 2 "optimizer 'Lion' is not supported by neox.c" \
     "$T" --print-config "$(cfg lion $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n train_micro_batch_size_per_gpu: 1, optimizer: {type: Lion, params: {lr: 0.001}}}')"
 check_fails "error: unsupported attention type" 2 "attention type 'local' is not supported by neox.c" \
