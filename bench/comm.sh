@@ -4,8 +4,7 @@
 # data (Tiny Shakespeare, char-level) and global batch. Each layout runs twice: ranks in one
 # network namespace (MPI's shared memory), and each rank in its own network namespace joined to
 # the others by veth pairs through a bridge, egress limited by `tc` (tbf) to model a slow
-# inter-node link, with MPI forced onto TCP over those interfaces (UCX_TLS=tcp,self,
-# UCX_NET_DEVICES=nx0, MPIR_CVAR_NOLOCAL=1). The namespaces are made and removed here (root only).
+# inter-node link, with MPI forced onto TCP over those interfaces (scripts/shaped_link.sh; root only).
 # Per layout: median iteration time after freeze_step, bytes sent per step by the data group in
 # steady state (log_dir/comm_stats.json: compressed layouts after freeze_step), bytes that really
 # left the ranks' interfaces over the whole run (tx_bytes, headers included), and the validation
@@ -15,18 +14,21 @@
 # degrades mid-run); the table then gives each layout's median step time before and after the drop,
 # and adaptive's ratio to the best static layout in each phase.
 # Usage: bench/comm.sh [key=value...]  keys: ranks iters freeze layers hidden heads seq micro rate
-#        psgd_rank interval drop layouts   (defaults: ranks=2 iters=60 freeze=12 layers=4 hidden=256 heads=8
+#        psgd_rank interval drop layouts progress_us   (defaults: ranks=2 iters=60 freeze=12 layers=4 hidden=256 heads=8
 #        seq=64 micro=4 rate=1gbit psgd_rank=4 interval=10 drop=none timeout=600 (seconds per run);
-#        rate=none skips the namespaces; layouts=a,b,... runs only those, adamw always included)
+#        rate=none skips the namespaces, shm=0 the shared-memory runs; layouts=a,b,... runs only those,
+#        adamw always included)
 # adamw-overlap is AdamW with overlap_comm and 8 buckets: the share of the reduction it hides behind
 # backward is 1 - (its exposed reduction time) / (adamw's, where every bucket waits for the end of
 # backward), both from log_dir/comm_stats.json (the data group's minimum per reduction).
+# adamw-thread is the same with comm_progress_thread_us=progress_us (default 200): a thread that
+# polls the buckets in flight between backward's own polls.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench/cpu_info.sh
 [ -x build/cpu/bin/neox-train ] || { echo "bench/comm.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
 declare -A opt=([ranks]=2 [iters]=60 [freeze]=12 [layers]=4 [hidden]=256 [heads]=8 [seq]=64 [micro]=4 [rate]=1gbit
-                [psgd_rank]=4 [interval]=10 [drop]=none [layouts]=all [timeout]=600)
+                [psgd_rank]=4 [interval]=10 [drop]=none [layouts]=all [timeout]=600 [progress_us]=200 [shm]=1)
 for arg in "$@"; do
     key=${arg%%=*}
     [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/comm.sh: bad argument '$arg'" >&2; exit 2; }
@@ -38,47 +40,18 @@ TEXT=../shared/data/text/tinyshakespeare_input.txt
 [ -f "$TEXT" ] || { echo "bench/comm.sh: $TEXT is missing" >&2; exit 1; }
 N=${opt[ranks]}
 work=$(mktemp -d "${TMPDIR:-/tmp}/neox-commbench.XXXXXX")
-NS=nxc$$                       # namespace prefix: this run's own
-SUBNET=10.$((200 + $$ % 50)).$(($$ / 50 % 250))
-cleanup() {
-    for i in $(seq 0 $((N - 1))); do ip netns del "$NS$i" 2>/dev/null || true; done
-    ip netns del "${NS}br" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source scripts/shaped_link.sh
+trap 'link_down; rm -rf "$work"' EXIT
 
 python3 tests/tools/train_lib.py paragraphs "$TEXT" "$work/s.jsonl"
 "$BIN/neox-preprocess" --input "$work/s.jsonl" --output-prefix "$work/char" --tokenizer-type CharLevelTokenizer \
     --append-eod >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
 
-# ---- the network: one namespace per rank, veth into a bridge namespace, tbf on each rank's egress.
-netns_up() {
-    ip netns add "${NS}br"
-    ip -n "${NS}br" link add br0 type bridge
-    ip -n "${NS}br" link set br0 up
-    for i in $(seq 0 $((N - 1))); do
-        ip netns add "$NS$i"
-        ip link add "${NS}h$i" type veth peer name "${NS}p$i"
-        ip link set "${NS}h$i" netns "$NS$i"
-        ip link set "${NS}p$i" netns "${NS}br"
-        ip -n "$NS$i" link set "${NS}h$i" name nx0
-        ip -n "$NS$i" addr add "$SUBNET.$((i + 1))/24" dev nx0
-        ip -n "$NS$i" link set nx0 up
-        ip -n "$NS$i" link set lo up
-        ip -n "${NS}br" link set "${NS}p$i" master br0
-        ip -n "${NS}br" link set "${NS}p$i" up
-        ip netns exec "$NS$i" tc qdisc add dev nx0 root tbf rate "${opt[rate]}" burst 256kb latency 100ms
-    done
-}
-tx_total() {
-    local sum=0
-    for i in $(seq 0 $((N - 1))); do sum=$((sum + $(ip netns exec "$NS$i" cat /sys/class/net/nx0/statistics/tx_bytes))); done
-    echo $sum
-}
+# ---- the network: one namespace per rank (scripts/shaped_link.sh)
 NET=0
 if [ "${opt[rate]}" != none ]; then
-    if [ "$(id -u)" = 0 ] && command -v tc >/dev/null && netns_up 2>"$work/netns.err"; then NET=1
-    else echo "bench/comm.sh: no network namespaces ($(cat "$work/netns.err" 2>/dev/null | head -1)); shared memory only" >&2; fi
+    if link_up "$N" "${opt[rate]}" 2>"$work/netns.err"; then NET=1
+    else echo "bench/comm.sh: no network namespaces ($(head -1 "$work/netns.err")); shared memory only" >&2; link_down; fi
 fi
 
 # ---- layouts
@@ -106,8 +79,9 @@ config adamw-onebit "$ADAM" ", \"gradient_compression\": \"onebit\"$GC"
 config adamw-bf16 "$ADAM" ', "communication_data_type": "bf16"'
 BUCKET=$(( (${opt[layers]} * 12 * ${opt[hidden]} * ${opt[hidden]} + 8) / 8 ))
 config adamw-overlap "$ADAM" ", \"zero_optimization\": {\"stage\": 0, \"overlap_comm\": true, \"reduce_bucket_size\": $BUCKET}"
+config adamw-thread "$ADAM" ", \"zero_optimization\": {\"stage\": 0, \"overlap_comm\": true, \"reduce_bucket_size\": $BUCKET}, \"comm_progress_thread_us\": ${opt[progress_us]}"
 config adamw-adaptive "$ADAM" ", \"gradient_compression\": \"adaptive\"$GC, \"gradient_compression_interval\": ${opt[interval]}"
-LAYOUTS="adamw adamw-overlap zero1 zero2 onebitadam adamw-bf16 adamw-powersgd adamw-onebit adamw-adaptive"
+LAYOUTS="adamw adamw-overlap adamw-thread zero1 zero2 onebitadam adamw-bf16 adamw-powersgd adamw-onebit adamw-adaptive"
 [ "${opt[layouts]}" != all ] && LAYOUTS="adamw ${opt[layouts]//,/ }"
 
 kill_tree() {  # kill_tree PID: the process and its descendants, by id
@@ -120,59 +94,45 @@ run() {  # run NAME MODE(shm|net)
     echo "{\"log_dir\": \"$log\"}" >"$work/$1-$2.log.yml"
     local cmd=(env OMP_NUM_THREADS=1 "$MPIEXEC" -n "$N" "$BIN/neox-train" -q "$work/$1.yml" "$work/$1-$2.log.yml")
     if [ "$2" = net ]; then
-        cmd=(env OMP_NUM_THREADS=1 "$MPIEXEC" -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES nx0 -genv MPIR_CVAR_NOLOCAL 1)
-        for i in $(seq 0 $((N - 1))); do
-            [ "$i" -gt 0 ] && cmd+=(:)
-            cmd+=(-n 1 ip netns exec "$NS$i" "$BIN/neox-train" -q "$work/$1.yml" "$work/$1-$2.log.yml")
-        done
+        link_mpiexec "$BIN/neox-train" -q "$work/$1.yml" "$work/$1-$2.log.yml"
+        cmd=(env OMP_NUM_THREADS=1 "${LINK_CMD[@]}")
     fi
-    local before=0; [ "$2" = net ] && before=$(tx_total)
+    local before=0; [ "$2" = net ] && before=$(link_tx_bytes)
     local dropper=
-    if [ "$2" = net ] && [ "${opt[drop]}" != none ]; then set_rate "${opt[rate]}"; drop_later "$log" & dropper=$!; fi
-    # Over UCX's TCP transport MPI_Finalize can hang after a complete run (both ranks inside it, one
-    # spinning in ucp_worker_progress, the other waiting in the PMI barrier). So a run is done when
-    # it exits, or when it has written comm_stats.json (the last file) and 10 s have passed: then
-    # its processes (this mpiexec and its descendants, by id) are killed, and the run reported.
+    if [ "$2" = net ] && [ "${opt[drop]}" != none ]; then link_rate "${opt[rate]}"; drop_later "$log" & dropper=$!; fi
+    # (Over UCX's TCP transport MPI_Finalize can hang after a complete run; the tools end
+    # themselves 20 s into such a hang with their own status: lib/parallel/grid.c.)
     "${cmd[@]}" >"$work/log" 2>&1 &
-    local pid=$! waited=0 grace=0
+    local pid=$! waited=0
     while kill -0 $pid 2>/dev/null; do
         sleep 1; waited=$((waited + 1))
-        [ -f "$log/comm_stats.json" ] && grace=$((grace + 1))
-        if [ $grace -ge 10 ] || [ $waited -ge "${opt[timeout]}" ]; then
-            kill_tree $pid
-            [ $grace -ge 10 ] && echo "bench/comm.sh: $1 ($2) finished but hung in MPI_Finalize; killed" >&2
-            break
-        fi
+        if [ $waited -ge "${opt[timeout]}" ]; then kill_tree $pid; break; fi
     done
     local rc=0; wait $pid || rc=$?
     if [ -n "$dropper" ]; then kill $dropper 2>/dev/null || true; wait $dropper 2>/dev/null || true; fi
-    if [ $grace -lt 10 ] && [ $rc != 0 ]; then
+    if [ $rc != 0 ]; then
         echo "bench/comm.sh: $1 ($2) failed (exit $rc):" >&2; tail -20 "$work/log" >&2; exit 1
     fi
-    local wire=-1; [ "$2" = net ] && wire=$(( $(tx_total) - before ))
+    local wire=-1; [ "$2" = net ] && wire=$(( $(link_tx_bytes) - before ))
     echo "$wire" >"$log/wire_bytes"
-}
-set_rate() {  # set_rate RATE: every rank's egress
-    for i in $(seq 0 $((N - 1))); do
-        ip netns exec "$NS$i" tc qdisc change dev nx0 root tbf rate "$1" burst 256kb latency 100ms
-    done
 }
 drop_later() {  # drop_later LOG_DIR: the drop, once the run's metrics pass half its iterations
     local half=$((${opt[iters]} / 2))
     while sleep 0.2; do
         [ -f "$1/metrics.jsonl" ] || continue
         if python3 -c "import json, sys; r = [json.loads(l) for l in open('$1/metrics.jsonl')]; sys.exit(0 if r and r[-1]['iteration'] >= $half else 1)" 2>/dev/null; then
-            set_rate "${opt[drop]}"; return
+            link_rate "${opt[drop]}"; return
         fi
     done
 }
-modes="shm"; [ $NET = 1 ] && modes="shm net"
+modes=""; [ "${opt[shm]}" = 1 ] && modes="shm"; [ $NET = 1 ] && modes="$modes net"
+[ -n "$modes" ] || { echo "bench/comm.sh: shm=0 and no shaped link: nothing to run" >&2; exit 1; }
 for mode in $modes; do for name in $LAYOUTS; do run "$name" "$mode"; done; done
 
-python3 - "$work" "${opt[iters]}" "${opt[freeze]}" "$N" "$modes" "${opt[rate]}" "${opt[drop]}" $LAYOUTS <<'EOF'
+python3 - "$work" "${opt[iters]}" "${opt[freeze]}" "$N" "${modes# }" "${opt[rate]}" "${opt[drop]}" $LAYOUTS <<'EOF'
 import json, statistics, sys
 work, iters, freeze, n, modes, rate, drop, names = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split(), sys.argv[6], sys.argv[7], sys.argv[8:]
-phases, exposed, progress = {}, {}, {}
+phases, exposed, progress, thread, polls = {}, {}, {}, {}, {}
 
 def load(name, mode):
     d = f"{work}/{name}-{mode}"
@@ -188,6 +148,8 @@ def load(name, mode):
     sent = {op: v["sent"] for op, v in stats["groups"]["data"].items()}
     exposed[mode, name] = stats.get("gradient_reduction", {}).get("exposed_seconds", 0.0)
     progress[mode, name] = stats.get("gradient_reduction", {}).get("progress_seconds", 0.0)
+    thread[mode, name] = stats.get("gradient_reduction", {}).get("thread_seconds", 0.0)
+    polls[mode, name] = stats.get("gradient_reduction", {}).get("thread_polls", 0)
     return statistics.median(times), valid, sent, int(open(f"{d}/wire_bytes").read())
 
 for mode in modes:
@@ -227,9 +189,13 @@ for mode in modes:
     except OSError:
         pass
 for mode in modes:
-    if ("adamw-overlap" in names) and exposed.get((mode, "adamw"), 0) > 0:
-        serial, ovl = exposed[mode, "adamw"], exposed[mode, "adamw-overlap"]
-        print(f"overlap_comm ({mode}): the reduction blocks {ovl / iters * 1e3:.1f} ms per step against "
+    for name, how in (("adamw-overlap", "backward's polls"), ("adamw-thread", "a progress thread")):
+        if name not in names or exposed.get((mode, "adamw"), 0) <= 0:
+            continue
+        serial, ovl = exposed[mode, "adamw"], exposed[mode, name]
+        print(f"overlap_comm with {how} ({mode}): the reduction blocks {ovl / iters * 1e3:.1f} ms per step against "
               f"{serial / iters * 1e3:.1f} ms without: {100 * (1 - ovl / serial):.0f}% hidden behind backward; "
-              f"backward spends {progress[mode, 'adamw-overlap'] / iters * 1e3:.1f} ms per step starting and progressing it")
+              f"backward spends {progress[mode, name] / iters * 1e3:.1f} ms per step starting and progressing it"
+              + (f", the thread {thread[mode, name] / iters * 1e3:.1f} ms in {polls[mode, name] / iters:.0f} polls"
+                 if name == "adamw-thread" else ""))
 EOF

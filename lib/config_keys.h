@@ -334,18 +334,19 @@ typedef enum neox_key_id {
     NEOX_K_gradient_compression_interval = 325,
     NEOX_K_gradient_compression_replay = 326,
     NEOX_K_comm_timeout_seconds = 327,
-    NEOX_K_data_parallel_size = 328,
-    NEOX_K_warmup_iters = 329,
-    NEOX_K_adam_beta1 = 330,
-    NEOX_K_adam_beta2 = 331,
-    NEOX_K_adam_eps = 332,
-    NEOX_K_onebitadam_freeze_step = 333,
-    NEOX_K_onebitadam_weight_decay = 334,
-    NEOX_K_sgd_momentum = 335,
-    NEOX_K_data_cache_dir = 336,
-    NEOX_K_eval_data_dir = 337,
-    NEOX_K_eval_task_limit = 338,
-    NEOX_K_COUNT = 339
+    NEOX_K_comm_progress_thread_us = 328,
+    NEOX_K_data_parallel_size = 329,
+    NEOX_K_warmup_iters = 330,
+    NEOX_K_adam_beta1 = 331,
+    NEOX_K_adam_beta2 = 332,
+    NEOX_K_adam_eps = 333,
+    NEOX_K_onebitadam_freeze_step = 334,
+    NEOX_K_onebitadam_weight_decay = 335,
+    NEOX_K_sgd_momentum = 336,
+    NEOX_K_data_cache_dir = 337,
+    NEOX_K_eval_data_dir = 338,
+    NEOX_K_eval_task_limit = 339,
+    NEOX_K_COUNT = 340
 } neox_key_id;
 
 // Sub-keys: the dotted path with '.' as '__' (optimizer.params.lr is NEOX_SK_optimizer__params__lr).

@@ -41,6 +41,10 @@ typedef struct neox_grad_reducer_options {
     // partition is added here and the bucket's range of the flat buffer is cleared (on the host,
     // its pages are given back), so the flat buffer only holds the buckets in flight.
     float *partition_sum;
+    // With overlap on the host: seconds between the polls of a progress thread that tests the
+    // buckets in flight (and moves hierarchical chains on) while backward computes, besides
+    // backward's own polls between operations; 0: no thread. Needs MPI_THREAD_MULTIPLE.
+    double progress_interval;
 } neox_grad_reducer_options;
 
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
@@ -69,10 +73,12 @@ size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r);
 // include waiting for peers still in backward; exposed_seconds: per reduction, the least finish
 // time over the data group (the last rank to arrive waits only for the communication), summed;
 // progress_seconds: this rank's calls during backward (starting buckets, progressing them);
-// exposed_with_progress_seconds: as exposed_seconds with the calls during backward added.
+// exposed_with_progress_seconds: as exposed_seconds with the calls during backward added;
+// thread_polls, thread_seconds: the progress thread's polls and the time they took (its sleep not
+// counted), on this rank.
 typedef struct neox_grad_reducer_timing {
-    int64_t reductions;
-    double finish_seconds, exposed_seconds, progress_seconds, exposed_with_progress_seconds;
+    int64_t reductions, thread_polls;
+    double finish_seconds, exposed_seconds, progress_seconds, exposed_with_progress_seconds, thread_seconds;
 } neox_grad_reducer_timing;
 // Collective over the data group (every rank of it calls it after the same reductions).
 neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r);

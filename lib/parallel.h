@@ -76,10 +76,31 @@ typedef struct neox_grid {
     neox_comm data_intra, data_inter;
 } neox_grid;
 
-// Initialises MPI (thread level SERIALIZED), tags log messages with the rank and makes neox_die()
-// abort every rank. Safe to call once per process.
+// Initialises MPI (asking for thread level MULTIPLE), tags log messages with the rank and makes
+// neox_die() abort every rank. Safe to call once per process.
 int neox_parallel_init(int *argc, char ***argv, neox_error *err);
-void neox_parallel_finalize(void);
+// Ends MPI after a barrier over the world; `status` is what the tool will exit with, used if
+// MPI_Finalize hangs (grid.c says when) and the process has to end without it.
+void neox_parallel_finalize(int status);
+// Whether MPI may be called from several threads at once (MPI_THREAD_MULTIPLE was granted): the
+// progress thread below needs it, since the main thread keeps calling MPI while it polls.
+int neox_parallel_thread_multiple(void);
+
+// A thread that calls fn(ctx) every interval_seconds while armed, sleeping (not spinning) in
+// between, to move non-blocking communication on while the main thread computes
+// (progress_thread.c). fn runs with the thread's mutex held; the owner takes the same mutex around
+// the state it shares with fn, and arms and disarms while holding it (after disarm returns and the
+// mutex is released, fn does not run again until the next arm).
+typedef struct neox_progress_thread neox_progress_thread;
+neox_progress_thread *neox_progress_thread_start(void (*fn)(void *ctx), void *ctx, double interval_seconds);
+void neox_progress_thread_lock(neox_progress_thread *p);
+void neox_progress_thread_unlock(neox_progress_thread *p);
+void neox_progress_thread_arm(neox_progress_thread *p);
+void neox_progress_thread_disarm(neox_progress_thread *p);
+// Calls of fn so far (read under the lock, or after stop).
+int64_t neox_progress_thread_polls(const neox_progress_thread *p);
+// Ends and joins the thread (NULL: nothing).
+void neox_progress_thread_stop(neox_progress_thread *p);
 
 // Builds the grid over MPI_COMM_WORLD: the data-parallel size is world / (pipe x model); an error
 // when that does not divide.

@@ -47,6 +47,8 @@ OWN_KEYS = [
     ("neox.c", "gradient_compression_interval", "INT", None, None, 0, 1, float("inf")),
     ("neox.c", "gradient_compression_replay", "STR", None, None, 0, None, None),
     ("neox.c", "comm_timeout_seconds", "FLOAT", "0", None, 0, 0, float("inf")),
+    # overlap_comm on CPU ranks: microseconds between a progress thread's polls (0: no thread).
+    ("neox.c", "comm_progress_thread_us", "INT", "0", None, 0, 0, 1000000),
     ("neox.c", "data_parallel_size", "INT", None, None, 1, None, None),
     ("neox.c", "warmup_iters", "FLOAT", None, None, 1, None, None),
     ("neox.c", "adam_beta1", "FLOAT", None, None, 1, None, None),

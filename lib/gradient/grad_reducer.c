@@ -10,6 +10,12 @@
 // the cleared range's pages go back to the system, so gradient memory per rank is the partition
 // plus the buckets in flight rather than the whole model.
 //
+// With options.progress_interval a progress thread (lib/parallel/progress_thread.c) also tests the
+// buckets in flight while backward computes, so a slow link keeps moving between backward's polls.
+// It only tests (and starts the next step of a hierarchical chain); landing a completed bucket is
+// compute, left to the main thread's next poll or finish. Everything the two threads share is
+// guarded by the thread's mutex; finish disarms the thread before it waits.
+//
 // It also times its own communication calls for the benchmark (neox_grad_reducer_timing): per
 // reduction (one finish), the seconds spent in finish's calls and in the calls made during backward.
 // A rank that reaches finish before its peers waits there for them to finish their backward, which
@@ -60,6 +66,7 @@ struct neox_grad_reducer {
     // Hierarchical buckets in the order they started; chains run one at a time from hier_head, so
     // that every rank issues their node-group collectives in the same order.
     int *hier_order, hier_started, hier_head, hier_running;
+    neox_progress_thread *thread;  // NULL without options.progress_interval
 };
 
 static int hierarchical(const neox_grad_reducer *r) {
@@ -82,6 +89,25 @@ static void check_device_groups(const neox_grad_reducer *r) {
         if (groups[i] && groups[i]->size > 0 && !groups[i]->nccl)
             neox_die(NEOX_EXIT_FAILURE, "gradient reducer: the gradients are device memory but group %s has no NCCL "
                      "communicator (neox_grid_enable_device makes them)", groups[i]->name);
+}
+
+static void hier_pump(neox_grad_reducer *r, int wait);
+
+// The progress thread's poll (mutex held): test what is in flight, land nothing.
+static void thread_poll(void *ctx) {
+    neox_grad_reducer *r = ctx;
+    double t0 = neox_now();
+    if (hierarchical(r)) hier_pump(r, 0);
+    for (int i = 0; i < r->nbuckets; i++)
+        if (r->buckets[i].started && !r->buckets[i].landed) neox_test(&r->buckets[i].req);
+    r->timing.thread_seconds += neox_now() - t0;
+}
+
+static void lock(neox_grad_reducer *r) {
+    if (r->thread) neox_progress_thread_lock(r->thread);
+}
+static void unlock(neox_grad_reducer *r) {
+    if (r->thread) neox_progress_thread_unlock(r->thread);
 }
 
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
@@ -126,11 +152,18 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
             b->counts[q] = neox_overlap(lo, hi, b->begin, b->end, &lo, &hi) ? (int)(hi - lo) : 0;
         }
     }
+    if (opt->progress_interval > 0 && opt->overlap && !r->be->on_device && data->size > 1) {
+        if (!neox_parallel_thread_multiple())
+            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: a progress thread needs MPI_THREAD_MULTIPLE, which this MPI "
+                     "does not grant");
+        r->thread = neox_progress_thread_start(thread_poll, r, opt->progress_interval);
+    }
     return r;
 }
 
 void neox_grad_reducer_free(neox_grad_reducer *r) {
     if (!r) return;
+    neox_progress_thread_stop(r->thread);
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
     free(r->bucket_of);
@@ -241,7 +274,10 @@ static void land_own_part(neox_grad_reducer *r, bucket *b) {
 void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
     bucket *b = &r->buckets[r->bucket_of[p]];
     if (--b->pending != 0 || !r->eager || b->started) return;
+    lock(r);
     r->during += start_bucket(r, b);
+    if (r->thread) neox_progress_thread_arm(r->thread);
+    unlock(r);
     if (r->opt.overlap) return;
     // ZeRO-2 without overlap: reduce now, so the bucket's memory is free before the next one fills.
     double t0 = neox_now();
@@ -251,6 +287,7 @@ void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
 }
 
 void neox_grad_reducer_progress(neox_grad_reducer *r) {
+    lock(r);
     double t0 = neox_now();
     if (hierarchical(r)) hier_pump(r, 0);
     for (int i = 0; i < r->nbuckets; i++) {
@@ -259,6 +296,7 @@ void neox_grad_reducer_progress(neox_grad_reducer *r) {
         if (neox_test(&b->req) && r->opt.partition_sum) land_own_part(r, b);
     }
     r->during += neox_now() - t0;
+    unlock(r);
 }
 
 // Folds the per-reduction history into the totals: the minimum over the data group of each
@@ -288,10 +326,19 @@ static void record(neox_grad_reducer *r, double finish_seconds) {
 
 neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r) {
     fold_history(r);
-    return r->timing;
+    lock(r);
+    if (r->thread) r->timing.thread_polls = neox_progress_thread_polls(r->thread);
+    neox_grad_reducer_timing timing = r->timing;
+    unlock(r);
+    return timing;
 }
 
 void neox_grad_reducer_finish(neox_grad_reducer *r) {
+    if (r->thread) {  // from here on the main thread alone touches the buckets
+        neox_progress_thread_lock(r->thread);
+        neox_progress_thread_disarm(r->thread);
+        neox_progress_thread_unlock(r->thread);
+    }
     double seconds = 0.0;
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];

@@ -1,10 +1,13 @@
 // grid.c: MPI start-up and the GPT-NeoX process grid (pipe outermost, data, model innermost) with
 // one communicator per group, and where each rank computes (its GPU: local rank % GPUs). An error on any rank aborts the whole job through MPI_Abort, so the
 // other ranks never wait for a peer that is gone.
+#include <errno.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/backend.h"
@@ -48,13 +51,20 @@ static void share_cores(void) {
     omp_set_num_threads(threads);
 }
 
+static int thread_multiple;
+
+int neox_parallel_thread_multiple(void) { return thread_multiple; }
+
 int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
     int initialized = 0, provided = 0;
     MPI_Initialized(&initialized);
-    // SERIALIZED, not FUNNELED: neox-eval serve's rank 0 talks to its other ranks from its scheduler
-    // thread (never at the same time as its main thread); everything else calls MPI from main.
-    if (!initialized && MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    // Not FUNNELED: neox-eval serve's rank 0 talks to its other ranks from its scheduler thread
+    // (SERIALIZED would do), and the gradient reducer's progress thread tests requests while the
+    // main thread makes other calls (MULTIPLE). MPICH grants MULTIPLE at the price of a lock per call.
+    if (!initialized && MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return neox_fail(err, NEOX_EXIT_FAILURE, "MPI initialisation failed");
+    if (initialized) MPI_Query_thread(&provided);
+    thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -65,12 +75,40 @@ int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
     return 0;
 }
 
-void neox_parallel_finalize(void) {
+// MPI_Finalize over MPICH's UCX TCP transport can hang: a rank that has closed its endpoints waits
+// in the process manager's barrier, which does not progress UCX, while a peer still needs it to
+// acknowledge its own close (seen on ranks in network namespaces of their own, docs/parallel.md).
+// The barrier before it means every rank has finished its work and its last message, so a
+// finalize that has not returned in FINALIZE_GRACE_SECONDS ends the process with the status the
+// tool was going to return; the launcher then ends the others.
+enum { FINALIZE_GRACE_SECONDS = 20 };
+static int finalize_status;
+
+static void *finalize_watchdog(void *arg) {
+    (void)arg;
+    struct timespec grace = {FINALIZE_GRACE_SECONDS, 0};
+    while (nanosleep(&grace, &grace) != 0 && errno == EINTR) {}
+    neox_warn("MPI_Finalize has not returned in %d s (MPICH over UCX's TCP transport can hang there after a "
+                 "complete run); exiting with status %d", FINALIZE_GRACE_SECONDS, finalize_status);
+    _exit(finalize_status);
+    return NULL;
+}
+
+void neox_parallel_finalize(int status) {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     neox_set_exit_hook(NULL);
-    if (initialized && !finalized) MPI_Finalize();
+    if (!initialized || finalized) return;
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        finalize_status = status;
+        pthread_t watchdog;
+        if (pthread_create(&watchdog, NULL, finalize_watchdog, NULL) == 0) pthread_detach(watchdog);
+    }
+    MPI_Finalize();
 }
 
 int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_rank, int model_rank) {

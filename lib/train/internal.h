@@ -100,6 +100,7 @@ struct neox_trainer {
     neox_grad_reducer *reducer;    // NULL at data-parallel size 1
     int zero_stage;                // 0, 1 or 2 (0 whenever data-parallel size is 1)
     int overlap_comm;              // start gradient buckets during backward
+    double progress_interval;      // comm_progress_thread_us in seconds (0: backward's polls only)
     size_t part_begin, part_end;   // this rank's data-parallel partition of the flat buffers
     size_t state_begin, state_end; // what the optimizer updates and keeps state for
     float *grad_partition;         // ZeRO-2: reduced gradients of the partition, summed over micro-batches

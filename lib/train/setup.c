@@ -173,13 +173,28 @@ neox_grad_reducer *neox_train_make_reducer(neox_trainer *t, neox_dtype wire) {
     neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
                                     .all_reduce = !neox_config_bool(t->cfg, zero_reduce_scatter),
                                     .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
-                                    .backend = t->be, .partition_sum = t->grad_partition};
+                                    .backend = t->be, .partition_sum = t->grad_partition,
+                                    .progress_interval = t->progress_interval};
     neox_grid *g = t->grid;
     if (t->hierarchical) ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
     neox_grad_reducer *r = neox_grad_reducer_make(&g->data, m->grad_buf + base, m->num_floats - base, offset, size, n, &ro);
     free(offset);
     free(size);
     return r;
+}
+
+// comm_progress_thread_us: a thread that tests the overlapped buckets in flight on CPU ranks.
+static int setup_progress_thread(neox_trainer *t, neox_error *err) {
+    int64_t us = neox_config_int_or(t->cfg, comm_progress_thread_us, 0);
+    if (us == 0) return 0;
+    if (!t->overlap_comm)
+        return neox_fail(err, NEOX_EXIT_USAGE, "comm_progress_thread_us: the thread progresses the overlapped gradient "
+                         "reduction; set zero_optimization.overlap_comm: true");
+    if (t->be->on_device)
+        return neox_fail(err, NEOX_EXIT_USAGE, "comm_progress_thread_us: device gradients are reduced by NCCL on its own "
+                         "stream, with nothing for a host thread to progress");
+    t->progress_interval = (double)us * 1e-6;
+    return 0;
 }
 
 // Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap; the
@@ -189,6 +204,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     t->zero_stage = (int)neox_config_int_or(t->cfg, zero_stage, 0);
     const neox_value *overlap = neox_config_sub(t->cfg, zero_optimization__overlap_comm);
     t->overlap_comm = overlap && overlap->kind == NEOX_VALUE_BOOL ? overlap->boolean : 0;
+    if (setup_progress_thread(t, err) != 0) return -1;
     if (neox_train_setup_sparse(t, err) != 0) return -1;
     t->reducer_first = t->sparse ? 1 : 0;
     size_t base = m->params[t->reducer_first].offset;

@@ -152,6 +152,6 @@ int main(int argc, char **argv) {
     else if (argc > 2 && !strcmp(argv[1], "hier")) hier_case(atoi(argv[2]));
     else neox_die(NEOX_EXIT_USAGE, "usage: commtopo_check sparse | hier NODES");
     neox_grid_free(&grid);
-    neox_parallel_finalize();
+    neox_parallel_finalize(0);
     return 0;
 }

@@ -84,6 +84,6 @@ int main(int argc, char **argv) {
         failed |= !ok;
     }
     neox_grid_free(&grid);
-    neox_parallel_finalize();
+    neox_parallel_finalize(failed);
     return failed;
 }

@@ -81,6 +81,6 @@ int main(int argc, char **argv) {
     report("partitions tile the flat buffer", ok && expect == 10);
     neox_grad_reducer_free(red);
     neox_grid_free(&grid);
-    neox_parallel_finalize();
+    neox_parallel_finalize(0);
     return 0;
 }

@@ -93,6 +93,6 @@ int main(int argc, char **argv) {
     free(grads);
     free(param);
     neox_grid_free(&grid);
-    neox_parallel_finalize();
+    neox_parallel_finalize(0);
     return 0;
 }

@@ -70,6 +70,6 @@ int main(int argc, char **argv) {
     free(input);
     neox_onebit_free(o);
     neox_grid_free(&grid);
-    neox_parallel_finalize();
+    neox_parallel_finalize(0);
     return 0;
 }

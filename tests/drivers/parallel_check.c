@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         if (rank == atoi(argv[2])) neox_die(NEOX_EXIT_FAILURE, "deliberate failure on rank %d", rank);
         MPI_Barrier(MPI_COMM_WORLD);
-        neox_parallel_finalize();
+        neox_parallel_finalize(0);
         return 0;
     }
     if (argc != 3) neox_die(NEOX_EXIT_USAGE, "usage: parallel_check PIPE MODEL | die RANK x");
@@ -160,6 +160,6 @@ int main(int argc, char **argv) {
     check_collectives();
     check_device_api();
     neox_grid_free(&grid);
-    neox_parallel_finalize();
+    neox_parallel_finalize(0);
     return 0;
 }

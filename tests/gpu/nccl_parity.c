@@ -349,7 +349,7 @@ int main(int argc, char **argv) {
             if (gpus == 0) printf("ok - nccl parity # SKIP no GPU: skipped\n");
             else printf("ok - nccl parity # SKIP %d ranks on a node with %d GPU(s): NCCL needs one GPU per rank\n", ranks, gpus);
         }
-        neox_parallel_finalize();
+        neox_parallel_finalize(0);
         return 0;
     }
     if (neox_grid_make(&grid, 1, 1, &err) != 0 || neox_grid_enable_device(&grid, &err) != 0) neox_die_error(&err);
@@ -369,6 +369,6 @@ int main(int argc, char **argv) {
     gpu->synchronize();
     neox_grid_free(&grid);
     if (grid.world_rank == 0) printf("# nccl parity: %d rank(s), %d failure(s)\n", grid.world_size, failures);
-    neox_parallel_finalize();
+    neox_parallel_finalize(failures ? 1 : 0);
     return failures ? 1 : 0;
 }

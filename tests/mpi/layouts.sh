@@ -4,7 +4,8 @@
 # final parameters must equal the single-rank run's within 1e-5 relative. A Llama-style model
 # (rmsnorm, swiglu, GQA, untied, sequential residual, a sliding attention window as Mistral's)
 # checks the cuts of its tensors under tp2, pp2
-# and tp2+pp2, and the overlapped reduction's order under dp2. Checkpoints move across layouts
+# and tp2+pp2, and the overlapped reduction's order under dp2; a progress thread (dp2+pp2, ZeRO-2)
+# changes no bit. Checkpoints move across layouts
 # (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
 # group moves per step equal the analytical count. Killing one rank ends the job with `latest` intact.
 source tests/lib.sh
@@ -51,6 +52,19 @@ for spec in "dp2 2 2 2 ''" "tp2 2 2 4 '$TP'" "pp2 2 2 4 '$PP'" "tp2pp2 4 2 4 '$T
 done
 check "dp2pp2 with overlap_comm gives bit for bit the results without" \
     "$PY" tests/mpi/layouts_check.py identical "$T/dp2pp2" "$T/dp2pp2o"
+# A progress thread testing the buckets in flight (comm_progress_thread_us) changes when a reduction
+# completes, never what it sums: stage 0 across pipeline stages and ZeRO-2 landing buckets early.
+PT=', "comm_progress_thread_us": 50'
+for spec in "dp2pp2ot 4 2 2 '$PP$ZO$PT' dp2pp2o" "dp2z2t 2 2 2 '$Z2$PT' dp2z2"; do
+    eval "set -- $spec"
+    config "$1" neox "$3" "$4" 20 "$5"
+    run "$1" "$2"
+    check "$1 (a progress thread) gives bit for bit the results of $6" \
+        "$PY" tests/mpi/layouts_check.py identical "$T/$6" "$T/$1"
+done
+echo '{"comm_progress_thread_us": 50}' >"$T/pt-alone.yml"
+check_fails "comm_progress_thread_us without overlap_comm is refused by name" 2 \
+    "comm_progress_thread_us: .*overlap_comm" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/dp2.yml" "$T/pt-alone.yml"
 WIN=', "sliding_window_width": 11'  # Mistral-style: 12 of the 32 positions
 config llama1 llama 2 4 20 "$WIN"
 run llama1 1

@@ -32,6 +32,6 @@ neox_config *neox_tool_setup(int nconfigs, const char *const *configs, int quiet
 void neox_tool_teardown(neox_config *cfg, neox_grid *grid) {
     neox_grid_free(grid);
     neox_config_free(cfg);
-    neox_parallel_finalize();
+    neox_parallel_finalize(0);
 }
 

@@ -61,7 +61,7 @@ static int train(int nconfigs, const char *const *configs, int quiet, int *argc,
     neox_trainer_free(t);
     neox_grid_free(&grid);
     neox_config_free(cfg);
-    neox_parallel_finalize();
+    neox_parallel_finalize(status);
     return status;
 }
 

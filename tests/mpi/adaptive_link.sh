@@ -1,0 +1,93 @@
+# tests/mpi/adaptive_link.sh: data-parallel training across a real, shaped link. Two ranks, each in a
+# network namespace of its own, MPI over TCP between them, every rank's egress limited by tc
+# (scripts/shaped_link.sh):
+# - gradient_compression: adaptive follows the link: it starts at 10 Gbit/s, and the test drops it
+#   to 20 Mbit/s once the run has logged its decision at iteration 40. While the link is fast the
+#   overlapped uncompressed reduction hides behind backward and is kept (dense or bf16; a decision
+#   may still pick a compressor where a loaded machine delays the probes, so one of the two before
+#   the drop must be uncompressed); after the drop a compressor is chosen (PowerSGD or 1-bit) every
+#   time, and the bandwidth the decisions measured falls with the link;
+# - the overlapped reduction with a progress thread (comm_progress_thread_us) over the link gives
+#   bit for bit the run without it.
+# Network namespaces need root: elsewhere the test is reported skipped with the reason.
+source tests/lib.sh
+source scripts/shaped_link.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=$NEOX_BIN/neox-train
+LIB="python3 tests/tools/train_lib.py"
+T=$TEST_TMP
+command -v "$MPIEXEC" >/dev/null || { skip "adaptive compression on a shaped link" "$MPIEXEC is not installed"; exit 0; }
+trap 'link_down; rm -rf "$TEST_TMP"' EXIT
+if ! link_up 2 10gbit 2>"$T/link.err"; then
+    skip "adaptive compression on a shaped link" "$(head -1 "$T/link.err")"
+    exit 0
+fi
+export OMP_NUM_THREADS=1
+char_shakespeare "adaptive compression on a shaped link" || exit 0
+
+base() {  # base ITERS: the model and data, trained for ITERS steps, in $T/base-ITERS.yml
+cat >"$T/base-$1.yml" <<EOF
+{
+  "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
+  "norm": "layernorm", "pos_emb": "rotary", "rotary_pct": 0.25, "gpt_j_residual": true,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1.0e-8}},
+  "min_lr": 0.0003, "gradient_clipping": 1.0, "lr_decay_style": "cosine", "warmup": 0.05,
+  "train_micro_batch_size_per_gpu": 8, "train_iters": $1, "eval_interval": $1, "eval_iters": 2,
+  "log_interval": 10, "seed": 1234, "split": "949,50,1",
+  "zero_optimization": {"stage": 0, "overlap_comm": true},
+  "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer"
+}
+EOF
+}
+base 100
+base 20
+
+run() {  # run NAME ITERS EXTRA_JSON: 2 ranks across the link, log_dir $T/NAME
+    echo "{\"log_dir\": \"$T/$1\" $3}" >"$T/$1.yml"
+    link_mpiexec "$TRAIN" -q "$T/base-$2.yml" "$T/$1.yml"
+    timeout 600 "${LINK_CMD[@]}"
+}
+
+# Drops the link once the decisions log holds iteration 40 (the run then has 20 steps before the next).
+drop_after_40() {
+    local log=$T/adaptive/gradient_compression.jsonl
+    for _ in $(seq 3000); do
+        if [ -f "$log" ] && grep -Eq '"iteration": ?40\b' "$log"; then link_rate 20mbit; return 0; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+ADAPTIVE='"gradient_compression": "adaptive", "gradient_compression_start": 20, "gradient_compression_interval": 20'
+drop_after_40 &
+dropper=$!
+check "adaptive across the link, 10 Gbit/s dropping to 20 Mbit/s after the decision at 40" run adaptive 100 ", $ADAPTIVE"
+check "the link was dropped during the run" wait $dropper
+check "the decisions follow the link: uncompressed at 10 Gbit/s, a compressor at 20 Mbit/s" python3 - "$T" <<'PY'
+import json, sys
+t = sys.argv[1]
+log = {d["iteration"]: d for d in map(json.loads, open(f"{t}/adaptive/gradient_compression.jsonl"))}
+print("decisions:", [(i, d["scheme"], f'{d["bytes_per_s"] * 8 / 1e9:.3f} Gbit/s') for i, d in sorted(log.items())])
+assert sorted(log) == [20, 40, 60, 80], sorted(log)
+assert any(log[i]["scheme"] in ("dense", "bf16") for i in (20, 40)), (log[20], log[40])
+for i in (60, 80):
+    assert log[i]["scheme"] in ("powersgd", "onebit"), (i, log[i])
+fast = min(log[i]["bytes_per_s"] for i in (20, 40))
+slow = max(log[i]["bytes_per_s"] for i in (60, 80))
+assert slow * 5 < fast, (fast, slow)  # the measured link fell with the real one
+PY
+
+# The progress thread over a real link: the same sums, whenever they complete.
+link_rate 1gbit
+check "overlapped reduction across the link (1 Gbit/s)" run polled 20 ""
+check "the same with a progress thread" run threaded 20 ", \"comm_progress_thread_us\": 200"
+check "a progress thread changes no bit (losses, gradient norms, validation)" $LIB same \
+    "$T/polled/metrics.jsonl" "$T/threaded/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+check "the thread polled while buckets were in flight" python3 - "$T" <<'PY'
+import json, sys
+stats = json.load(open(f"{sys.argv[1]}/threaded/comm_stats.json"))["ranks"]
+polls = [r["gradient_reduction"]["thread_polls"] for r in stats]
+print("thread polls per rank:", polls)
+assert all(p > 0 for p in polls), polls
+PY
