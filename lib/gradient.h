@@ -165,13 +165,20 @@ typedef struct neox_adaptive_inputs {
     double step_s;         // compute time of a step (forward, backward, optimizer)
     double margin;         // a less faithful scheme must save this fraction of the step time
     neox_scheme_cost cost[NEOX_SCHEME_COUNT];
+    // The scheme in use and the exposed seconds per step measured on real steps with it since the
+    // last decision (negative: none measured). Measured beats predicted: it replaces that scheme's
+    // prediction, so probes that a busy host slows (their latency inflated by descheduled ranks)
+    // cannot talk the run out of a reduction that really does hide behind backward.
+    neox_scheme current;
+    double current_exposed_s;
 } neox_adaptive_inputs;
 
 // Seconds of a step the scheme leaves exposed: its own work (compute_s), plus the part of its
 // transfer (messages x latency + wire bytes / bandwidth) that backward does not hide.
 double neox_adaptive_exposed(const neox_adaptive_inputs *in, const neox_scheme_cost *c);
 // Predicted exposed seconds per step for every scheme into predicted[NEOX_SCHEME_COUNT] (infinity
-// for unavailable ones); returns the choice.
+// for unavailable ones; the measurement for the scheme in use, where there is one); returns the
+// choice.
 neox_scheme neox_adaptive_choose(const neox_adaptive_inputs *in, double *predicted);
 // The link from two timed all-reduces of small and large payloads (their ring wire bytes per rank
 // and seconds): latency and bandwidth of the straight line through both, kept positive.

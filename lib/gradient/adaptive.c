@@ -28,6 +28,8 @@ double neox_adaptive_exposed(const neox_adaptive_inputs *in, const neox_scheme_c
 neox_scheme neox_adaptive_choose(const neox_adaptive_inputs *in, double *predicted) {
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++)
         predicted[s] = in->cost[s].available ? neox_adaptive_exposed(in, &in->cost[s]) : INFINITY;
+    if (in->current_exposed_s >= 0 && in->current >= 0 && in->current < NEOX_SCHEME_COUNT && in->cost[in->current].available)
+        predicted[in->current] = in->current_exposed_s;
     int best = -1;
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) {
         if (!in->cost[s].available) continue;

@@ -28,6 +28,8 @@ struct neox_adaptive {
     double latency_s, bytes_per_s;    // the link at the last decision (0: not measured)
     double cost_s[NEOX_SCHEME_COUNT]; // this rank's measured extra cost per scheme
     double backward_s, step_s;        // this rank's last step
+    double exposed_sum;               // exposed seconds of the steps since the last decision
+    int64_t exposed_steps;
     double at_start[3];               // timers and clock when the step began
     float *probe;
     FILE *log;                        // rank 0, with log_dir
@@ -166,16 +168,20 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in) {
     neox_adaptive *a = t->adaptive;
     size_t large = t->model->num_floats < PROBE_LARGE_FLOATS ? t->model->num_floats : PROBE_LARGE_FLOATS;
     if (large < 2 * PROBE_SMALL_FLOATS) large = 2 * PROBE_SMALL_FLOATS;
-    double v[4 + NEOX_SCHEME_COUNT] = {timed_allreduce(t, PROBE_SMALL_FLOATS), timed_allreduce(t, large), a->backward_s,
-                                       a->step_s};
-    for (int s = 0; s < NEOX_SCHEME_COUNT; s++) v[4 + s] = a->cost_s[s];
+    // The scheme in use, as real steps exposed it: the least over the ranks (the last rank to reach
+    // the reduction waits only for it), as a maximum of negated values.
+    double negated_exposed = a->exposed_steps ? -a->exposed_sum / (double)a->exposed_steps : -INFINITY;
+    double v[5 + NEOX_SCHEME_COUNT] = {timed_allreduce(t, PROBE_SMALL_FLOATS), timed_allreduce(t, large), a->backward_s,
+                                       a->step_s, negated_exposed};
+    for (int s = 0; s < NEOX_SCHEME_COUNT; s++) v[5 + s] = a->cost_s[s];
     neox_allreduce_max(&t->grid->data, v, sizeof v / sizeof *v, NEOX_F64);
     memset(in, 0, sizeof *in);
     neox_adaptive_fit_link(ring_bytes(t, PROBE_SMALL_FLOATS * 4.0), v[0], ring_bytes(t, (double)large * 4.0), v[1],
                            &in->latency_s, &in->bytes_per_s);
     in->backward_s = v[2], in->step_s = v[3], in->margin = MARGIN;
+    in->current = a->scheme, in->current_exposed_s = isfinite(v[4]) ? -v[4] : -1.0;
     scheme_costs(t, in->cost);
-    for (int s = 0; s < NEOX_SCHEME_COUNT; s++) in->cost[s].compute_s = v[4 + s];
+    for (int s = 0; s < NEOX_SCHEME_COUNT; s++) in->cost[s].compute_s = v[5 + s];
     a->latency_s = in->latency_s, a->bytes_per_s = in->bytes_per_s;
 }
 
@@ -195,6 +201,7 @@ static void log_decision(neox_trainer *t, neox_scheme from, const neox_adaptive_
         json_object_set_new(d, "bytes_per_s", json_real(in->bytes_per_s));
         json_object_set_new(d, "backward_s", json_real(in->backward_s));
         json_object_set_new(d, "step_s", json_real(in->step_s));
+        if (in->current_exposed_s >= 0) json_object_set_new(d, "measured_exposed_s", json_real(in->current_exposed_s));
         json_object_set_new(d, "predicted_exposed_s", pred);
         json_object_set_new(d, "measured_cost_s", cost);
     } else {
@@ -232,6 +239,7 @@ static void decide(neox_trainer *t) {
     neox_adaptive_inputs in;
     double predicted[NEOX_SCHEME_COUNT];
     measure(t, &in);
+    a->exposed_sum = 0, a->exposed_steps = 0;
     use_scheme(t, neox_adaptive_choose(&in, predicted));
     log_decision(t, from, &in, predicted);
     if (t->rank0 && !t->opts.quiet && a->scheme != from)
@@ -261,6 +269,7 @@ void neox_train_adaptive_end_step(neox_trainer *t) {
     double exposed = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE)) - a->at_start[1];
     double wall = neox_now() - a->at_start[2];
     a->backward_s = backward, a->step_s = fmax(0.0, wall - exposed);
+    a->exposed_sum += exposed, a->exposed_steps++;
     if (a->bytes_per_s > 0) {
         neox_adaptive_inputs in = {.latency_s = a->latency_s, .bytes_per_s = a->bytes_per_s, .backward_s = backward};
         scheme_costs(t, in.cost);

@@ -15,7 +15,7 @@
 // PowerSGD 0.4 MB in two all-reduces (and 50 ms of its own work); 1-bit 2.5 MB (10 ms).
 static neox_adaptive_inputs model(double bytes_per_s, double latency_s) {
     neox_adaptive_inputs in = {.latency_s = latency_s, .bytes_per_s = bytes_per_s, .backward_s = 0.5,
-                               .step_s = 1.0, .margin = 0.02};
+                               .step_s = 1.0, .margin = 0.02, .current = NEOX_SCHEME_DENSE, .current_exposed_s = -1};
     in.cost[NEOX_SCHEME_DENSE] = (neox_scheme_cost){1, 40e6, 1, 1, 0.0};
     in.cost[NEOX_SCHEME_BF16] = (neox_scheme_cost){1, 20e6, 1, 1, 0.0};
     in.cost[NEOX_SCHEME_POWERSGD] = (neox_scheme_cost){1, 0.4e6, 2, 0, 0.05};
@@ -79,6 +79,32 @@ static void test_unavailable_and_latency(void **state) {
     assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_ONEBIT);
 }
 
+// Real steps beat the probes: a busy host's probes (10 ms latency per collective, 20 buckets) say
+// dense would expose 0.08 s, but the steps measured with it since the last decision exposed 2 ms:
+// the measurement replaces the prediction of the scheme in use, and dense stays. The other schemes
+// keep their predictions, and a measurement of a slow reality moves the run off dense.
+static void test_measured_replaces_predicted(void **state) {
+    (void)state;
+    double predicted[NEOX_SCHEME_COUNT];
+    neox_adaptive_inputs in = model(1e9 / 8, 10e-3);
+    in.cost[NEOX_SCHEME_DENSE].messages = in.cost[NEOX_SCHEME_BF16].messages = 20;
+    in.backward_s = 0.44;
+    assert_int_not_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_DENSE);  // on the probes alone
+    assert_true(fabs(predicted[NEOX_SCHEME_DENSE] - (20 * 10e-3 + 40e6 / 125e6 - 0.44)) < 1e-12);
+    in.current_exposed_s = 0.002;
+    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_DENSE);
+    assert_true(predicted[NEOX_SCHEME_DENSE] == 0.002);
+    assert_true(fabs(predicted[NEOX_SCHEME_ONEBIT] - (0.01 + 2 * 10e-3 + 2.5e6 / 125e6)) < 1e-12);
+    in.current_exposed_s = 0.5;  // what dense really cost: bf16's transfer (0.36 s) hides, so bf16
+    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_BF16);
+    // bf16 in use now, and it did not hide (0.3 s): the others keep their predictions (dense 0.08 s,
+    // PowerSGD 0.073 s, 1-bit 0.05 s), and 1-bit saves more than the margin over dense.
+    in.current = NEOX_SCHEME_BF16, in.current_exposed_s = 0.3;
+    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_ONEBIT);
+    assert_true(predicted[NEOX_SCHEME_BF16] == 0.3);
+    assert_true(fabs(predicted[NEOX_SCHEME_DENSE] - (20 * 10e-3 + 40e6 / 125e6 - 0.44)) < 1e-12);
+}
+
 static void test_fit_link(void **state) {
     (void)state;
     double latency, bandwidth;
@@ -97,6 +123,7 @@ int main(void) {
         cmocka_unit_test(test_choices_follow_the_link),
         cmocka_unit_test(test_margin_keeps_fidelity),
         cmocka_unit_test(test_unavailable_and_latency),
+        cmocka_unit_test(test_measured_replaces_predicted),
         cmocka_unit_test(test_fit_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
