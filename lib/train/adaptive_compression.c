@@ -19,11 +19,14 @@
 #define PROBE_REPEATS 3
 #define COST_SMOOTHING 0.5   // weight of the newest measurement of a scheme's own cost
 #define MARGIN 0.02          // a less faithful scheme must save 2% of the step time
+#define TRIAL_STEPS 3        // a scheme never run is decided on again after this many steps
 
 struct neox_adaptive {
     neox_scheme scheme;          // what steps use now
     int64_t decided_at;          // iteration of the last decision; -1: none yet
     int64_t interval;
+    int64_t trial_end;           // a scheme on trial is decided on again here; -1: no trial
+    int tried[NEOX_SCHEME_COUNT];     // the scheme has run steps (its exposure has been measured)
     neox_grad_reducer *dense, *bf16;  // bf16 NULL when the configured wire is bf16 already
     double latency_s, bytes_per_s;    // the link at the last decision (0: not measured)
     double cost_s[NEOX_SCHEME_COUNT]; // this rank's measured extra cost per scheme
@@ -90,7 +93,7 @@ int neox_train_setup_adaptive(neox_trainer *t, int adaptive, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression: adaptive switches between host compressors; "
                          "these gradients are on the GPU (compute_backend: cuda)");
     neox_adaptive *a = t->adaptive = neox_calloc(1, sizeof *a);
-    a->scheme = NEOX_SCHEME_DENSE, a->decided_at = -1;
+    a->scheme = NEOX_SCHEME_DENSE, a->decided_at = -1, a->trial_end = -1;
     a->interval = neox_config_int_or(t->cfg, gradient_compression_interval, 20);
     const char *replay = neox_config_str(t->cfg, gradient_compression_replay);
     if (replay && read_replay(a, replay, err) != 0) return -1;
@@ -241,6 +244,8 @@ static void decide(neox_trainer *t) {
     measure(t, &in);
     a->exposed_sum = 0, a->exposed_steps = 0;
     use_scheme(t, neox_adaptive_choose(&in, predicted));
+    // A scheme chosen on its prediction alone runs a few steps, then is judged on what they measured.
+    a->trial_end = !a->tried[a->scheme] && TRIAL_STEPS < a->interval ? t->state.iteration + TRIAL_STEPS : -1;
     log_decision(t, from, &in, predicted);
     if (t->rank0 && !t->opts.quiet && a->scheme != from)
         neox_info("iteration %lld: gradient compression %s -> %s (link %.3g Gbit/s, latency %.3g ms)",
@@ -253,7 +258,8 @@ void neox_train_adaptive_begin_step(neox_trainer *t) {
     neox_adaptive *a = t->adaptive;
     if (!a || t->grid->data_size <= 1) return;
     if (t->state.optimizer_steps >= t->compress_start &&
-        (a->decided_at < 0 || a->nreplay || t->state.iteration - a->decided_at >= a->interval))
+        (a->decided_at < 0 || a->nreplay || t->state.iteration - a->decided_at >= a->interval ||
+         (a->trial_end >= 0 && t->state.iteration >= a->trial_end)))
         decide(t);
     a->at_start[0] = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD));
     a->at_start[1] = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE));
@@ -270,6 +276,7 @@ void neox_train_adaptive_end_step(neox_trainer *t) {
     double wall = neox_now() - a->at_start[2];
     a->backward_s = backward, a->step_s = fmax(0.0, wall - exposed);
     a->exposed_sum += exposed, a->exposed_steps++;
+    a->tried[a->scheme] = 1;
     if (a->bytes_per_s > 0) {
         neox_adaptive_inputs in = {.latency_s = a->latency_s, .bytes_per_s = a->bytes_per_s, .backward_s = backward};
         scheme_costs(t, in.cost);
@@ -290,7 +297,11 @@ void neox_train_adaptive_end_step(neox_trainer *t) {
 json_t *neox_train_adaptive_state(const neox_trainer *t) {
     const neox_adaptive *a = t->adaptive;
     if (!a) return NULL;
-    return json_pack("{s:s, s:I}", "scheme", neox_scheme_name(a->scheme), "decided_at", (json_int_t)a->decided_at);
+    json_t *tried = json_array();
+    for (int s = 0; s < NEOX_SCHEME_COUNT; s++)
+        if (a->tried[s]) json_array_append_new(tried, json_string(neox_scheme_name(s)));
+    return json_pack("{s:s, s:I, s:I, s:o}", "scheme", neox_scheme_name(a->scheme), "decided_at",
+                     (json_int_t)a->decided_at, "trial_end", (json_int_t)a->trial_end, "tried", tried);
 }
 
 int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir, neox_error *err) {
@@ -303,6 +314,18 @@ int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir,
                          "\"dense|bf16|powersgd|onebit\", \"decided_at\": N >= -1}", dir);
     if (scheme == NEOX_SCHEME_BF16 && !a->bf16) scheme = NEOX_SCHEME_DENSE;
     a->decided_at = json_integer_value(at);
+    // (trial_end and tried are absent from checkpoints written before trials: no trial, none tried.)
+    json_t *trial = json_object_get(state, "trial_end"), *tried = json_object_get(state, "tried");
+    a->trial_end = json_is_integer(trial) ? json_integer_value(trial) : -1;
+    size_t i;
+    json_t *name;
+    json_array_foreach(tried, i, name) {
+        int s = json_is_string(name) ? neox_scheme_from_name(json_string_value(name)) : -1;
+        if (s < 0)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "%s/state/train.json: gradient_compression.tried: expected scheme "
+                             "names", dir);
+        a->tried[s] = 1;
+    }
     // The compressors' errors were restored with the optimizer: switch without flushing them.
     a->scheme = (neox_scheme)scheme;
     if (t->grid->data_size > 1) t->reducer = scheme == NEOX_SCHEME_BF16 ? a->bf16 : a->dense;
