@@ -27,7 +27,7 @@ typedef struct neox_train_state {
     int64_t train_position;        // global micro-batches consumed from the train split
     int64_t valid_position;        // ... from the valid split
     uint64_t seed;                 // the run's seed
-    int64_t dropout_draws;         // micro-batches that drew dropout masks (the RNG counter)
+    int64_t dropout_rows;          // batch rows of the whole run that drew dropout masks (the RNG counter)
     int64_t skipped_total;         // steps skipped over the run
     int64_t nonfinite_in_a_row;
     int64_t overflow_skips;        // fp16 steps skipped for an overflow (the LR schedule does not advance)
