@@ -108,6 +108,22 @@ static float *zeroed(const neox_trainer *t, size_t n) {
     return p;
 }
 
+// GPT-NeoX pads the vocabulary to a multiple of make_vocab_size_divisible_by x model_parallel_size, so
+// a tensor-parallel run may train more rows than one rank, and follow another trajectory: say so.
+static void notice_vocab_padding(const neox_trainer *t, int vocab) {
+    const neox_config *cfg = t->cfg;
+    int64_t mp = neox_config_int(cfg, model_parallel_size);
+    int64_t one = neox_padded_vocab_size(neox_tokenizer_vocab_size(t->tokenizer),
+                                         neox_config_int(cfg, make_vocab_size_divisible_by), 1);
+    if (!t->rank0 || t->opts.quiet || neox_config_has(cfg, pinned_padded_vocab_size) || vocab == one) return;
+    int64_t pin = (one + mp - 1) / mp * mp;  // the smallest size this layout and one rank can share
+    neox_notice("model_parallel_size %lld pads the vocabulary to %d rows where model_parallel_size 1 pads it to %lld "
+                "(a multiple of make_vocab_size_divisible_by x model_parallel_size, as GPT-NeoX pads): this run's "
+                "trajectory differs from one rank's; set pinned_padded_vocab_size (e.g. %lld) in every run to train "
+                "the same rows under each model_parallel_size dividing it", (long long)mp, vocab, (long long)one,
+                (long long)pin);
+}
+
 static int setup_model(neox_trainer *t, neox_error *err) {
     const neox_config *cfg = t->cfg;
     neox_tokenizer_options to = {neox_config_str(cfg, tokenizer_type), neox_config_str(cfg, vocab_file),
@@ -118,8 +134,13 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_model_desc desc;
     if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(t->tokenizer), err) != 0) return -1;
     // The padded vocabulary is part of the model: a checkpoint written under another tensor-parallel
-    // size (which pads differently) keeps its own.
+    // size (which pads differently) keeps its own, which a pinned size must then be.
+    int configured_vocab = desc.vocab_size;
     if (t->load_dir && neox_checkpoint_padded_vocab(t->load_dir, &desc.vocab_size, err) != 0) return -1;
+    if (neox_config_has(cfg, pinned_padded_vocab_size) && desc.vocab_size != configured_vocab)
+        return neox_fail(err, NEOX_EXIT_USAGE, "key 'pinned_padded_vocab_size': %d does not match the %d vocabulary rows "
+                         "of the checkpoint in %s", configured_vocab, desc.vocab_size, t->load_dir);
+    if (desc.vocab_size == configured_vocab) notice_vocab_padding(t, desc.vocab_size);
     neox_grid *g = t->grid;
     desc.tp_size = g->model_size, desc.tp_rank = g->model_rank;
     desc.pp_size = g->pipe_size, desc.pp_rank = g->pipe_rank;
