@@ -348,36 +348,57 @@ static double total_params(const neox_trainer *t) {
     return n;
 }
 
-// Each rank's memory (parameters, gradients, optimizer state, activations), printed by rank 0.
-static void report_memory(const neox_trainer *t) {
+void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
-    double state_bytes = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
-    // Parameters: the fp32 master weights, plus their 16-bit copy in a 16-bit precision.
-    double params = (double)m->num_floats * (m->param16 ? 6 : 4);
-    double grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) + (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
-                              : (double)m->num_floats * 4;
-    if (t->grad_partition) grads += (double)(t->part_end - t->part_begin) * 4;
-    double activations = (double)neox_model_activation_bytes(m);
-    // DPO's and KTO's reference model: its weights (counted with the parameters; with the gradient buffer every
-    // model holds, unused by a model that only runs forward) and its activations.
+    memset(p, 0, sizeof *p);
+    p->params = (double)m->num_floats * 4;
+    p->params16 = m->param16 ? (double)m->num_floats * 2 : 0;
+    p->grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) +
+                                (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
+                          : (double)m->num_floats * 4;
+    if (t->grad_partition) p->grads += (double)(t->part_end - t->part_begin) * 4;
+    p->optimizer = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
+    p->activations = (double)neox_model_activation_bytes(m);
+    // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
+    // (unused by a model that only runs forward) and its activations.
     const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
-    if (ref) params += (double)ref->num_floats * (ref->param16 ? 10 : 8), activations += (double)neox_model_activation_bytes(ref);
-    double mine[4] = {params, grads, state_bytes, activations};
+    if (ref) {
+        p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
+        p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
+    }
+    if (t->reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer);
+    if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
+    const char *names[6];
+    float *bufs[6];
+    size_t counts[6];
+    int n = neox_train_onebit_buffers(t, names, bufs, counts);
+    for (int i = 0; i < n; i++) p->comm += (double)counts[i] * 4;
+}
+
+// Each rank's planned memory by region, printed by rank 0.
+static void report_memory(const neox_trainer *t) {
+    neox_memory_plan plan;
+    neox_train_memory_plan(t, &plan);
+    enum { REGIONS = sizeof plan / sizeof(double) };
+    double mine[REGIONS];
+    memcpy(mine, &plan, sizeof mine);
     int n = t->grid->world_size;
-    double *all = neox_malloc((size_t)n * 4 * sizeof(double));
-    if (n > 1) neox_allgather(&t->grid->world, mine, all, 4, NEOX_F64);
+    double *all = neox_malloc((size_t)n * REGIONS * sizeof(double));
+    if (n > 1) neox_allgather(&t->grid->world, mine, all, REGIONS, NEOX_F64);
     else memcpy(all, mine, sizeof mine);
     for (int r = 0; t->rank0 && !t->opts.quiet && r < n; r++) {
         if (n > 8 && r >= 4 && r < n - 4) {
             if (r == 4) neox_info("memory: ... (%d more ranks)", n - 8);
             continue;
         }
-        double *x = all + 4 * r;
-        char a[16], b[16], c[16], d[16], e[16];
-        neox_info("memory of rank %d: %s = parameters %s + gradients %s + optimizer %s + activations %s", r,
-                  neox_format_bytes(x[0] + x[1] + x[2] + x[3], e, sizeof e), neox_format_bytes(x[0], a, sizeof a),
-                  neox_format_bytes(x[1], b, sizeof b), neox_format_bytes(x[2], c, sizeof c),
-                  neox_format_bytes(x[3], d, sizeof d));
+        const double *x = all + REGIONS * r;
+        double total = 0;
+        for (int i = 0; i < REGIONS; i++) total += x[i];
+        char b[REGIONS + 1][16];
+        for (int i = 0; i < REGIONS; i++) neox_format_bytes(x[i], b[i], sizeof b[i]);
+        neox_info("memory of rank %d: %s = parameters %s + 16-bit copies %s + gradients %s + optimizer %s + activations "
+                  "%s + communication %s + offloaded %s", r, neox_format_bytes(total, b[REGIONS], sizeof b[REGIONS]),
+                  b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
     }
     free(all);
 }
