@@ -3,6 +3,7 @@
   table DIR D BUCKET   $DIR/{fp32,bf16,fp16}-s{0,1,2}.out: bytes per parameter of each region against the
                        closed forms, printed as the markdown table of docs/memory.md
   wire OUT             communication is 2 bytes per parameter (the 16-bit wire copy of the gradients)
+  regions OUT          the line's regions and total in bytes, as JSON (tests/tools/train_memory.sh)
 
 Psi is rank 0's parameter count, the fp32 parameters' bytes / 4 (tensor and pipeline size 1, so every
 rank holds the whole model). The closed forms are written out here from the ZeRO paper's accounting
@@ -10,6 +11,7 @@ rank holds the whole model). The closed forms are written out here from the ZeRO
 neox.c's buffers: fp32 master parameters (4), 16-bit copies in bf16/fp16 only (2), fp32 gradients
 (4; stage 2 keeps 4/D plus the buckets in flight), Adam's two fp32 moments (8; stages 1 and 2: 8/D).
 """
+import json
 import re
 import sys
 
@@ -67,6 +69,11 @@ def table(directory, d, bucket):
     return ok
 
 
+def print_regions(out):
+    print(json.dumps(regions(out)))
+    return True
+
+
 def wire(out):
     p = regions(out)
     got = p["communication"] / (p["parameters"] / 4)
@@ -75,4 +82,5 @@ def wire(out):
 
 
 if __name__ == "__main__":
-    sys.exit(0 if globals()[sys.argv[1]](*sys.argv[2:]) else 1)
+    command = {"table": table, "wire": wire, "regions": print_regions}[sys.argv[1]]
+    sys.exit(0 if command(*sys.argv[2:]) else 1)

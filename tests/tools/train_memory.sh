@@ -1,8 +1,8 @@
 # tests/tools/train_memory.sh: the start-up memory report counts each optimizer's own state: two
 # fp32 buffers per parameter for AdamW and 1-bit Adam (the moments), one for SGD (the momentum
 # buffer), i.e. optimizer bytes = 2x or 1x the fp32 parameter bytes. Its regions add up to its
-# total, bfloat16 adds 2 bytes of 16-bit copies per parameter, and 16-bit gradient communication
-# its wire copy. Every log interval metrics.jsonl and TensorBoard carry the measured peak memory:
+# total and bfloat16 adds 2 bytes of 16-bit copies per parameter (the per-parameter table of each
+# ZeRO stage is tests/mpi/memory.sh's). Every log interval metrics.jsonl and TensorBoard carry the measured peak memory:
 # the resident set on the CPU (at least the planned parameters and at most a sane bound), and on a
 # device backend (the emulated one) also the device's peak, at least the planned backend regions.
 source tests/lib.sh
@@ -39,24 +39,12 @@ check "1-bit Adam: two buffers too (momentum and frozen variance)" \
 check "SGD with momentum: one buffer" \
     ratio sgd 1 '{"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}'
 
-# regions LOG: the memory line's regions as bytes, as JSON (name -> bytes, "total" too).
-regions() {
-    python3 - "$1" <<'PY'
-import json, re, sys
-units = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-line = next(l for l in open(sys.argv[1]) if "memory of rank 0" in l)
-total = re.search(r"memory of rank 0: ([0-9.]+)\s*([kKMGT]?)B =", line)
-parts = {n: float(v) * units[u] for n, v, u in re.findall(r"(?:= |\+ )([a-z0-9 -]+?) ([0-9.]+)\s*([kKMGT]?)B", line)}
-parts["total"] = float(total.group(1)) * units[total.group(2)]
-print(json.dumps(parts))
-PY
-}
 # planned NAME CHECK: runs model.yml + NAME.yml (3 steps, logs and TensorBoard in $T/NAME) and checks
 # the python expression CHECK over p (the planned regions) and r (the last metrics.jsonl record).
 planned() {
     local name=$1 expr=$2
     $TRAIN "$T/model.yml" "$T/$name.yml" >"$T/$name.log" 2>&1 || { tail -20 "$T/$name.log"; return 1; }
-    regions "$T/$name.log" >"$T/$name.json" || return 1
+    python3 tests/mpi/memory_check.py regions "$T/$name.log" >"$T/$name.json" || return 1
     python3 - "$T/$name.json" "$T/$name/log/metrics.jsonl" "$expr" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
