@@ -97,7 +97,9 @@ extern "C" {
     X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))
 
 // Memory entry points: X(return type, name, (parameters), (argument names)) likewise. to_device/to_host copy between
-// host memory and the backend's; copy within the backend's; synchronize waits for queued work.
+// host memory and the backend's; copy within the backend's; synchronize waits for queued work; peak_bytes
+// is the most device memory the backend's allocations (and its own scratch) held at once, 0 on the CPU
+// table, whose memory is the process's own (its peak is the resident set's).
 #define NEOX_BACKEND_MEMORY(X)                                                                                         \
     X(void *, alloc, (size_t bytes), (bytes))                                                                          \
     X(void, free, (void *p), (p))                                                                                      \
@@ -105,7 +107,8 @@ extern "C" {
     X(void, to_device, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                  \
     X(void, to_host, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                    \
     X(void, copy, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                       \
-    X(void, synchronize, (void), ())
+    X(void, synchronize, (void), ())                                                                               \
+    X(size_t, peak_bytes, (void), ())
 
 #define NEOX_BACKEND_MEMBER(ret, name, params, args) ret(*name) params;
 

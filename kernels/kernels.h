@@ -141,10 +141,25 @@ typedef struct neox_attention_opts {
     int window;               // > 0: each query sees the window most recent keys, itself included
                               // (query i sees keys i - window + 1 .. i); 0: every earlier key
     float dropout;            // attention-probability dropout p (0 = off; not in the cached form)
-    unsigned long long seed;  // dropout masks: neox_uniform(seed, ...) per (b, h, i, j)
+    unsigned long long seed;  // dropout masks: neox_uniform(seed, ...) per (b, h, i, j), see below
     neox_elem operands;       // the products' operand type (fp32 only in the cached form)
     const float *alibi;       // NULL, or (NH) slopes in backend memory: score(i, j) += slope_h * (j - i)
+    // Where the masks sit in the run (neox_attention_dropout_row): row b of the micro-batch is row
+    // dropout_row0 + b of all rows that drew masks, and local head h is head dropout_head0 + h of the
+    // model's dropout_heads (0: NH, i.e. these heads are all of them).
+    unsigned long long dropout_row0;
+    int dropout_head0, dropout_heads;
 } neox_attention_opts;
+
+// Attention dropout keeps probability (i, j) of local head h of micro-batch row b when
+// neox_uniform(seed, (neox_attention_dropout_row(..., b, h, T) + i) * T + j) >= p. The counter is
+// made of the row's and the head's global indices, so data-parallel ranks draw what one rank draws
+// for the same sample and tensor-parallel ranks what one rank draws for the same head.
+NEOX_HOST_DEVICE static inline unsigned long long neox_attention_dropout_row(unsigned long long row0, int head0,
+                                                                             int heads, int NH, int b, int h, int T) {
+    unsigned long long H = (unsigned long long)(heads > 0 ? heads : NH);
+    return ((row0 + (unsigned long long)b) * H + (unsigned long long)(head0 + h)) * (unsigned long long)T;
+}
 
 // Exact causal attention, flash style: no (T, T) matrix is stored; each query row keeps a running
 // max and sum (online softmax) and its log-sum-exp is saved for backward. Query head h uses key/value

@@ -35,8 +35,8 @@ json_t *neox_ckpt_model_shape_json(const neox_model_desc *d);
 typedef struct neox_run_counters {
     int64_t iteration, optimizer_steps, train_samples, train_position, valid_position;
     int64_t skipped_total, nonfinite_in_a_row, overflow_skips;
-    int64_t seed, dropout_draws;
-    int has_rng;  // seed and dropout_draws stored (not with no_save_rng)
+    int64_t seed, dropout_rows;
+    int has_rng;  // seed and dropout_rows stored (not with no_save_rng)
 } neox_run_counters;
 // state/train.json's common part (lib/ckpt/run_state.c, whose reader checks it): the counters, the
 // model shape of d and the stored config files (a json array, stolen). The trainer adds the sections

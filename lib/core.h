@@ -166,6 +166,9 @@ void *neox_aligned_alloc(size_t alignment, size_t size);  // free with free()
 // (they read as zero and are mapped again when next written), so a buffer that is only partly in
 // use at a time holds only the pages in use.
 void neox_discard_pages(void *p, size_t bytes);
+// The most resident memory (bytes) this process has held so far: getrusage's ru_maxrss (Linux's
+// VmHWM of /proc/self/status).
+size_t neox_peak_rss_bytes(void);
 char *neox_strdup(const char *s);
 char *neox_strndup(const char *s, size_t n);
 char *neox_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

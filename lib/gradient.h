@@ -67,6 +67,8 @@ size_t neox_grad_reducer_size(const neox_grad_reducer *r);
 // Bytes of the flat buffer that hold gradients at a time: all of it, except under ZeRO-2 on the
 // host, where only the bucket being filled and the one being reduced do (two of the largest).
 size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r);
+// Bytes of the 16-bit wire copy of the gradients (communication_data_type bf16/fp16), else 0.
+size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r);
 
 // Seconds the reducer spent in its communication calls, summed over its reductions (finishes).
 // finish_seconds: this rank's calls in finish (starting what had not started, waiting), which

@@ -165,6 +165,10 @@ int neox_metrics_eval_values(neox_metrics *m, const char *chart, const char *pre
 // key and a TensorBoard scalar, and under wall_clock_breakdown printed as a line
 // ("communication per iteration | tag: value | ..."), then cleared. Tags keep their first-use order.
 void neox_metrics_add(neox_metrics *m, const char *tag, double value);
+// Sets a value measured by the caller that is reported as it stands, not averaged (a gauge: the
+// peak memory "memory/peak_rss_bytes"): at each log the latest value set is written as a JSONL key
+// and a TensorBoard scalar.
+void neox_metrics_set(neox_metrics *m, const char *tag, double value);
 // Makes everything written so far durable (fsync); call when a checkpoint is saved.
 int neox_metrics_flush(neox_metrics *m, neox_error *err);
 // Flushes and closes; frees m even when that fails. NULL is allowed.

@@ -172,10 +172,12 @@ struct neox_model {
     int nslots, slot;
     void *slots;             // private layout (lib/model/forward.c)
     void *acts;              // the current slot
-    // Set by the caller before forward: dropout on/off and the seed of this micro-batch (kept in
-    // the slot for its backward).
+    // Set by the caller before forward: dropout on/off, the run's dropout seed and the index of this
+    // micro-batch's first row among all rows of the run that drew masks (kept in the slot for its
+    // backward). Masks are indexed by global row, position, channel and head, so any layout that
+    // gives each sample the same row draws the same masks.
     int training;
-    unsigned long long dropout_seed;
+    unsigned long long dropout_seed, dropout_row0;
     float loss;              // of the last forward with targets (on the last pipe stage)
     // Set by the caller: the tensor-parallel group (NULL on one rank), and the hook backward calls.
     neox_comm *tp;

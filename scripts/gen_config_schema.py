@@ -60,6 +60,9 @@ OWN_KEYS = [
     ("neox.c", "data_cache_dir", "STR", None, None, 0, None, None),
     ("neox.c", "eval_data_dir", "STR", "data/eval", None, 0, None, None),
     ("neox.c", "eval_task_limit", "INT", "0", None, 0, 0, float("inf")),
+    # The padded vocabulary in rows, the same under every model_parallel_size (GPT-NeoX's padding,
+    # make_vocab_size_divisible_by x model_parallel_size, changes with it).
+    ("neox.c", "pinned_padded_vocab_size", "INT", None, None, 0, 1, float("inf")),
 ]
 
 # Values GPT-NeoX computes itself; a file may not set them (derive.c computes them).

@@ -26,9 +26,14 @@
 // per-tile functions have AVX-512 and AVX2 builds (NEOX_CLONES): exp of the scores is a fifth of the work.
 enum { ATT_BLOCK = 64 };
 
-// Dropout keep factor for probability (row, j) of the head's (T, T) matrix: 0 or 1/(1-p).
-static inline float keep_factor(float p, unsigned long long seed, size_t row, int T, int j) {
-    return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? 1.0f / (1.0f - p) : 0.0f;
+// Dropout keep factor for probability (row, j), row = the head's first counter row + i: 0 or 1/(1-p).
+static inline float keep_factor(float p, unsigned long long seed, unsigned long long row, int T, int j) {
+    return neox_uniform(seed, row * T + j) >= p ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+// The first dropout counter row of head h of micro-batch row b (kernels.h).
+static unsigned long long dropout_row(const neox_attention_opts *o, int NH, int b, int h, int T) {
+    return neox_attention_dropout_row(o->dropout_row0, o->dropout_head0, o->dropout_heads, NH, b, h, T);
 }
 
 // A copy of x (n values) rounded to the operand type, or x itself in fp32 (nothing to free then).
@@ -89,7 +94,7 @@ static int first_key_block(int i0, int window) {
 // One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse.
 NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, const float *q, const float *k,
                                             const float *v, int i0, int nq, int T, int HS,
-                                            const neox_attention_opts *o, float slope, size_t row0) {
+                                            const neox_attention_opts *o, float slope, unsigned long long row0) {
     float s[ATT_BLOCK * ATT_BLOCK], mx[ATT_BLOCK], sum[ATT_BLOCK];
     for (int r = 0; r < nq; r++) {
         mx[r] = -INFINITY;
@@ -123,7 +128,7 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
             }
             if (o->dropout > 0.0f)  // the sum is of the undropped probabilities; only the values see the mask
                 for (int c = 0; c < nk; c++)
-                    sr[c] *= keep_factor(o->dropout, o->seed, row0 + (size_t)(i0 + r), T, j0 + c);
+                    sr[c] *= keep_factor(o->dropout, o->seed, row0 + (unsigned long long)(i0 + r), T, j0 + c);
         }
         round_tile(s, nq, nk, o->operands);
         neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, s, ATT_BLOCK, v + (size_t)j0 * HS, HS, 1.0f, out + (size_t)i0 * ldo,
@@ -150,7 +155,7 @@ void neox_attention_forward(float *out, float *lse, const float *q_in, const flo
                 size_t head = (size_t)b * NH + h, kv = ((size_t)b * NKV + h / group) * T * HS;
                 int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < T ? ATT_BLOCK : T - i0;
                 forward_query_block(out + ((size_t)b * T * NH + h) * HS, NH * HS, lse + head * T, q + head * T * HS,
-                                    k + kv, v + kv, i0, nq, T, HS, &o, slope_of(&o, h), head * T);
+                                    k + kv, v + kv, i0, nq, T, HS, &o, slope_of(&o, h), dropout_row(&o, NH, b, h, T));
             }
     free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in);
 }
@@ -161,7 +166,7 @@ void neox_attention_forward(float *out, float *lse, const float *q_in, const flo
 NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const float *dout, int ldd, const float *q,
                                       const float *k, const float *v, const float *lse, const float *D, int i0, int nq,
                                       int j0, int nk, int T, int HS, const neox_attention_opts *o, float slope,
-                                      size_t row0) {
+                                      unsigned long long row0) {
     float dropout = o->dropout;
     neox_elem operands = o->operands;
     float p[ATT_BLOCK * ATT_BLOCK], dp[ATT_BLOCK * ATT_BLOCK], pk[ATT_BLOCK * ATT_BLOCK];
@@ -178,7 +183,8 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
     if (dropout > 0.0f || operands != NEOX_ELEM_F32) {  // dP = K * (dO V^T); dV sees P * K, rounded
         for (int r = 0; r < nq; r++)
             for (int c = 0; c < nk; c++) {
-                float kf = dropout > 0.0f ? keep_factor(dropout, o->seed, row0 + (size_t)(i0 + r), T, j0 + c) : 1.0f;
+                unsigned long long row = row0 + (unsigned long long)(i0 + r);
+                float kf = dropout > 0.0f ? keep_factor(dropout, o->seed, row, T, j0 + c) : 1.0f;
                 dp[(size_t)r * ATT_BLOCK + c] *= kf;
                 pk[(size_t)r * ATT_BLOCK + c] = neox_round_to_elem(p[(size_t)r * ATT_BLOCK + c] * kf, operands);
             }
@@ -228,7 +234,8 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout_
                     for (int j0 = first_key_block(i0, window); j0 < i0 + nq; j0 += ATT_BLOCK) {
                         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
                         backward_tile(dq_h, dk + kv, dv + kv, dout_h, ldd, q + head * T * HS, k + kv, v + kv,
-                                      lse + head * T, D, i0, nq, j0, nk, T, HS, &o, slope_of(&o, h), head * T);
+                                      lse + head * T, D, i0, nq, j0, nk, T, HS, &o, slope_of(&o, h),
+                                      dropout_row(&o, NH, b, h, T));
                     }
                 }
             }

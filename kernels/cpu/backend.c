@@ -19,6 +19,7 @@ static void cpu_free(void *p) { free(p); }
 static void cpu_memset_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_synchronize(void) {}
+static size_t cpu_peak_bytes(void) { return 0; }
 
 #define CPU_OP(ret, name, params, args) .name = neox_##name,
 
@@ -32,6 +33,7 @@ static const neox_backend cpu_backend = {
     .to_host = cpu_copy,
     .copy = cpu_copy,
     .synchronize = cpu_synchronize,
+    .peak_bytes = cpu_peak_bytes,
     NEOX_BACKEND_OPS(CPU_OP)
 };
 

@@ -20,6 +20,7 @@ typedef struct region {
 
 static region *regions;
 static int nregions, region_cap;
+static size_t held, peak;  // bytes of the regions, and the most at once (the device's peak)
 static int open_depth;  // entry points in progress (ops may call the memory entry points)
 
 static void protect_all(int prot) {
@@ -96,6 +97,8 @@ static void *emu_alloc(size_t bytes) {
         if (!regions) abort();
     }
     regions[nregions++] = (region){p, len};
+    held += len;
+    if (held > peak) peak = held;
     return p;
 }
 
@@ -103,6 +106,7 @@ static void emu_free(void *p) {
     for (int i = 0; p && i < nregions; i++)
         if (regions[i].p == p) {
             munmap(p, regions[i].bytes);
+            held -= regions[i].bytes;
             regions[i] = regions[--nregions];
             return;
         }
@@ -119,6 +123,7 @@ static void emu_copy(void *dst, const void *src, size_t bytes) {
 }
 
 static void emu_synchronize(void) {}
+static size_t emu_peak_bytes(void) { return peak; }
 
 // Every op: the CPU op with the memory open.
 #define EMU_OP(ret, name, params, args)                                                                       \
@@ -140,6 +145,7 @@ static const neox_backend emulated_backend = {
     .to_host = emu_copy,
     .copy = emu_copy,
     .synchronize = emu_synchronize,
+    .peak_bytes = emu_peak_bytes,
     NEOX_BACKEND_OPS(EMU_ENTRY)
 };
 

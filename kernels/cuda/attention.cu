@@ -10,7 +10,7 @@
 // maxT). Backward, without atomics (deterministic): one kernel per query row gives dq and
 // D = dout . out; a second, one warp per key row, walks every query head of its GQA group and the
 // query tiles at or after the key, giving dk and dv. Probabilities are recomputed from the saved
-// log-sum-exp; attention dropout uses neox_uniform(seed, (head * T + i) * T + j) as the CPU does.
+// log-sum-exp; attention dropout uses the CPU's counter (neox_attention_dropout_row in kernels.h).
 // With 16-bit operands the entry points hand over to the tensor-core kernels (attention_mma.cu).
 #include "kernels/cuda/attention.cuh"
 
@@ -77,9 +77,15 @@ struct att_shape {
     int Tq, kv_stride, pos0, NH, NKV, HS;  // query rows per head; key rows per kv head; first query's position
     int window;                            // keys a query sees, itself included (0: all earlier ones)
     float scale, dropout, keep_scale;
-    unsigned long long seed;
+    unsigned long long seed, drop_row0;    // dropout: the counter's first row and heads (kernels.h)
+    int drop_head0, drop_heads;
     const float *alibi;                    // (NH) slopes on the device, or NULL
 };
+
+// The first dropout counter row of head h of micro-batch row b (the CPU's).
+__device__ __forceinline__ unsigned long long dropout_row(const att_shape &a, int b, int h) {
+    return neox_attention_dropout_row(a.drop_row0, a.drop_head0, a.drop_heads, a.NH, b, h, a.Tq);
+}
 
 // Head h's ALiBi slope (0 without ALiBi).
 __device__ __forceinline__ float slope_of(const att_shape &a, int h) { return a.alibi ? a.alibi[h] : 0.0f; }
@@ -96,6 +102,7 @@ attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
     int i0 = (gridDim.x - 1 - blockIdx.x) * ATT_WARPS, i = i0 + warp;
     bool active = i < a.Tq;
     size_t head = (size_t)b * a.NH + h;
+    const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
     const float *kh = k + ((size_t)b * a.NKV + g) * a.kv_stride * HS, *vh = v + ((size_t)b * a.NKV + g) * a.kv_stride * HS;
     if (active) load_row(Qr, q + (head * a.Tq + i) * HS, HS, lane);
     float o[NU], m = -INFINITY, sum = 0.0f;
@@ -120,7 +127,7 @@ attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
         sum = sum * alpha + warp_sum(p);
         m = m_new;
         if (a.dropout > 0.0f && visible)  // the sum is of the undropped probabilities
-            p *= keep_factor(a.dropout, a.keep_scale, a.seed, head * a.Tq + i, a.Tq, j);
+            p *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, a.Tq, j);
 #pragma unroll
         for (int u = 0; u < NU; u++) o[u] *= alpha;
         add_weighted_columns<NU>(o, p, Vs, min(ATT_TILE, nkeys - j0), HS, lane);
@@ -146,6 +153,7 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
     int i0 = (gridDim.x - 1 - blockIdx.x) * ATT_WARPS, i = i0 + warp;
     bool active = i < T;
     size_t head = (size_t)b * a.NH + h, orow = (((size_t)b * T + i) * a.NH + h) * HS;
+    const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
     const float *kh = k + ((size_t)b * a.NKV + g) * T * HS, *vh = v + ((size_t)b * a.NKV + g) * T * HS;
     float Di = 0.0f, l = 0.0f, slope = slope_of(a, h);
     if (active) {
@@ -172,7 +180,7 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
         if (sees(i, j, a.window)) {
             float p = expf(dot_column(Qr, Ks, lane, HS) * a.scale + slope * (float)(j - i) - l);
             float dp = dot_column(Dr, Vs, lane, HS);
-            if (a.dropout > 0.0f) dp *= keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
+            if (a.dropout > 0.0f) dp *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
             ds = p * (dp - Di) * a.scale;
         }
         add_weighted_columns<NU>(acc, ds, Ks, min(ATT_TILE, nkeys - j0), HS, lane);
@@ -207,6 +215,7 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
     for (int u = 0; u < NU; u++) dka[u] = dva[u] = 0.0f;
     for (int h = g * group; h < (g + 1) * group; h++) {
         size_t head = (size_t)b * a.NH + h;
+        const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
         const float *qh = q + head * T * HS;
         float slope = slope_of(a, h);
         // Queries after the window of the block's last key see none of its keys.
@@ -231,7 +240,7 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
             if (i < T && sees(i, j, a.window)) {
                 float p = expf(dot_column(Kr, Qs, lane, HS) * a.scale + slope * (float)(j - i) - Ls[lane]);
                 float dp = dot_column(Vr, Os, lane, HS), kf = 1.0f;
-                if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
+                if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
                 pk = p * kf;
                 ds = p * (dp * kf - Dt[lane]) * a.scale;
             }
@@ -319,6 +328,9 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
     a.dropout = dropout;
     a.keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;  // the CPU's keep factor
     a.seed = seed;
+    a.drop_row0 = o.dropout_row0;
+    a.drop_head0 = o.dropout_head0;
+    a.drop_heads = o.dropout_heads;
     return a;
 }
 

@@ -10,10 +10,11 @@
 // Whether query position i sees key position j: causal, within the window when there is one.
 __device__ __forceinline__ bool sees(int i, int j, int window) { return j <= i && (window == 0 || j > i - window); }
 
-// Dropout keep factor of probability (row, j), row = head * T + i: 0 or keep_scale = 1 / (1 - p).
-__device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned long long seed, size_t row, int T,
-                                             int j) {
-    return neox_uniform(seed, (unsigned long long)row * T + j) >= p ? keep_scale : 0.0f;
+// Dropout keep factor of probability (row, j), row = the head's first counter row
+// (neox_attention_dropout_row) + i: 0 or keep_scale = 1 / (1 - p).
+__device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned long long seed, unsigned long long row,
+                                             int T, int j) {
+    return neox_uniform(seed, row * T + j) >= p ? keep_scale : 0.0f;
 }
 
 // The tensor-core kernels (attention_mma.cu), for operands o.operands (bf16 or fp16) and head sizes

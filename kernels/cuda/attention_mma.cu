@@ -155,9 +155,15 @@ __device__ __forceinline__ float quad_sum(float x) {
 struct mma_shape {
     int T, NH, NKV, window;
     float scale, dropout, keep_scale;
-    unsigned long long seed;
+    unsigned long long seed, drop_row0;  // dropout: the counter's first row and heads (kernels.h)
+    int drop_head0, drop_heads;
     const float *alibi;  // (NH) slopes on the device, or NULL
 };
+
+// The first dropout counter row of head h of micro-batch row b (the CPU's).
+__device__ __forceinline__ unsigned long long dropout_row(const mma_shape &a, int b, int h) {
+    return neox_attention_dropout_row(a.drop_row0, a.drop_head0, a.drop_heads, a.NH, b, h, a.T);
+}
 
 // Head h's ALiBi slope in the base-2 units of the scores (0 without ALiBi).
 __device__ __forceinline__ float slope2_of(const mma_shape &a, int h) { return a.alibi ? a.alibi[h] * LOG2E : 0.0f; }
@@ -215,6 +221,7 @@ attention_mma_forward_kernel(float *out, float *lse, const float *q, const float
     const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.NH / a.NKV);
     const int i0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = i0 + warp * 16;
     const size_t head = (size_t)b * a.NH + h;
+    const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
     const float *kh = k + ((size_t)b * a.NKV + kvh) * T * HS, *vh = v + ((size_t)b * a.NKV + kvh) * T * HS;
     const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
 
@@ -258,7 +265,7 @@ attention_mma_forward_kernel(float *out, float *lse, const float *q, const float
                     float p = m_new == -INFINITY ? 0.0f : exp2f(s[n][2 * hr + c] - m_new);
                     rs += p;  // the sum is of the undropped, unrounded probabilities
                     if (a.dropout > 0.0f && p != 0.0f)
-                        p *= keep_factor(a.dropout, a.keep_scale, a.seed, head * T + row[hr], T, j0 + n * 8 + 2 * t + c);
+                        p *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + row[hr], T, j0 + n * 8 + 2 * t + c);
                     s[n][2 * hr + c] = p;
                 }
             l[hr] = l[hr] * alpha[hr] + rs;  // a partial sum: this thread's columns only
@@ -298,6 +305,7 @@ attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, 
     const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.NH / a.NKV);
     const int i0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = i0 + warp * 16;
     const size_t head = (size_t)b * a.NH + h, ostride = (size_t)a.NH * HS;
+    const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
     const float *kh = k + ((size_t)b * a.NKV + kvh) * T * HS, *vh = v + ((size_t)b * a.NKV + kvh) * T * HS;
     const float *dout_h = dout + ((size_t)b * T * a.NH + h) * HS, *out_h = out + ((size_t)b * T * a.NH + h) * HS;
     const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
@@ -340,7 +348,7 @@ attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, 
                 float ds = 0.0f;
                 if (row[hr] < T && sees(row[hr], j, a.window)) {
                     float p = exp2f(s[n][e] * sl2 + slope2 * (float)(j - row[hr]) - L[hr]), d = dp[n][e];
-                    if (a.dropout > 0.0f) d *= keep_factor(a.dropout, a.keep_scale, a.seed, head * T + row[hr], T, j);
+                    if (a.dropout > 0.0f) d *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + row[hr], T, j);
                     ds = p * (d - Dr[hr]) * a.scale;
                 }
                 s[n][e] = ds;
@@ -390,6 +398,7 @@ attention_mma_dkv_kernel(float *dk, float *dv, const float *dout, const float *q
 
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
         const size_t head = (size_t)b * a.NH + h;
+        const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
         const float *dout_h = dout + ((size_t)b * T * a.NH + h) * HS, slope2 = slope2_of(a, h);
         for (int i0 = j0; i0 < i_end; i0 += MMA_COLS) {
             __syncthreads();  // the previous query tile is consumed (and Ks, Vs written)
@@ -418,7 +427,7 @@ attention_mma_dkv_kernel(float *dk, float *dv, const float *dout, const float *q
                     float pk = 0.0f, ds = 0.0f;
                     if (i < T && j < T && sees(i, j, a.window)) {
                         float p = exp2f(st[n][e] * sl2 + slope2 * (float)(j - i) - Ls[c]), kf = 1.0f;
-                        if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, head * T + i, T, j);
+                        if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
                         pk = p * kf;
                         ds = p * (dpt[n][e] * kf - Ds[c]) * a.scale;
                     }
@@ -455,6 +464,7 @@ static mma_shape make_shape(int T, int NH, int NKV, const neox_attention_opts &o
     mma_shape a;
     a.T = T, a.NH = NH, a.NKV = NKV, a.window = o.window;
     a.scale = o.scale, a.dropout = o.dropout, a.seed = o.seed, a.alibi = o.alibi;
+    a.drop_row0 = o.dropout_row0, a.drop_head0 = o.dropout_head0, a.drop_heads = o.dropout_heads;
     a.keep_scale = o.dropout > 0.0f ? 1.0f / (1.0f - o.dropout) : 1.0f;  // the CPU's keep factor
     return a;
 }

@@ -68,18 +68,50 @@ void neox_cuda_after_launch(const char *file, int line) {
     }
 }
 
+// ---- memory -------------------------------------------------------------------------------------
+
+// The backend's allocations with their sizes, so that the bytes held, and their peak, are known
+// (cudaFree does not say how much it frees).
+struct held_block {
+    void *p;
+    size_t bytes;
+};
+static held_block *g_blocks;
+static int g_nblocks, g_block_cap;
+static size_t g_held, g_peak;
+
+static void note_alloc(void *p, size_t bytes) {
+    if (g_nblocks == g_block_cap) {
+        g_block_cap = g_block_cap ? 2 * g_block_cap : 64;
+        g_blocks = (held_block *)realloc(g_blocks, (size_t)g_block_cap * sizeof *g_blocks);
+        if (!g_blocks) abort();
+    }
+    g_blocks[g_nblocks++] = held_block{p, bytes};
+    g_held += bytes;
+    if (g_held > g_peak) g_peak = g_held;
+}
+
+static void note_free(void *p) {
+    for (int i = 0; p && i < g_nblocks; i++)
+        if (g_blocks[i].p == p) {
+            g_held -= g_blocks[i].bytes;
+            g_blocks[i] = g_blocks[--g_nblocks];
+            return;
+        }
+}
+
 void *neox_cuda_scratch(size_t bytes) {
     ensure_init();
     if (bytes > g_scratch_bytes) {
+        note_free(g_scratch);
         if (g_scratch) CUDA_CHECK(cudaFree(g_scratch));  // waits for the ops that used it
         size_t grown = bytes + bytes / 4;
         CUDA_CHECK(cudaMalloc(&g_scratch, grown));
+        note_alloc(g_scratch, grown);
         g_scratch_bytes = grown;
     }
     return g_scratch;
 }
-
-// ---- memory -------------------------------------------------------------------------------------
 
 extern "C" void *neox_cuda_alloc(size_t bytes) {
     ensure_init();
@@ -92,11 +124,14 @@ extern "C" void *neox_cuda_alloc(size_t bytes) {
                 total, cudaGetErrorString(err));
         abort();
     }
+    note_alloc(p, bytes ? bytes : 1);
     return p;
 }
 extern "C" void neox_cuda_free(void *p) {
+    note_free(p);
     if (p) CUDA_CHECK(cudaFree(p));
 }
+extern "C" size_t neox_cuda_peak_bytes(void) { return g_peak; }
 extern "C" void neox_cuda_memset_zero(void *p, size_t bytes) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, neox_cuda_current_stream()));
 }

@@ -26,7 +26,9 @@ static const char *const lr_styles[] = {"constant", "linear", "cosine", "exponen
 static const field_rule top_rules[] = {
     {"iteration", FIELD_INT, 1, 0, NULL},          {"optimizer_steps", FIELD_INT, 1, 0, NULL},
     {"train_position", FIELD_INT, 1, 0, NULL},     {"valid_position", FIELD_INT, 1, 0, NULL},
-    {"seed", FIELD_INT, 0, 0, NULL},               {"dropout_draws", FIELD_INT, 0, 0, NULL},  // absent: saved with no_save_rng
+    {"seed", FIELD_INT, 0, 0, NULL},  // absent (and dropout_rows): saved with no_save_rng
+    {"dropout_rows", FIELD_INT, 0, 0, NULL},
+    {"dropout_draws", FIELD_INT, 0, 0, NULL},  // older checkpoints' counter (micro-batches; unused)
     {"skipped_total", FIELD_INT, 1, 0, NULL},      {"nonfinite_in_a_row", FIELD_INT, 1, 0, NULL},
     {"train_samples", FIELD_INT, 0, 0, NULL},      {"overflow_skips", FIELD_INT, 0, 0, NULL},
     {"optimizer", FIELD_STRING, 0, 0, optimizers}, {"model", FIELD_OBJECT, 1, 0, NULL},
@@ -153,7 +155,7 @@ json_t *neox_ckpt_run_state_json(const neox_run_counters *c, const neox_model_de
                           "config_files", config_files);
     if (c->has_rng) {
         json_object_set_new(s, "seed", json_integer(c->seed));
-        json_object_set_new(s, "dropout_draws", json_integer(c->dropout_draws));
+        json_object_set_new(s, "dropout_rows", json_integer(c->dropout_rows));
     }
     return s;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +56,11 @@ void *neox_aligned_alloc(size_t alignment, size_t size) {
     void *p = NULL;
     if (posix_memalign(&p, alignment, size ? size : alignment) != 0) out_of_memory(size);
     return p;
+}
+
+size_t neox_peak_rss_bytes(void) {
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? (size_t)u.ru_maxrss * 1024 : 0;  // Linux counts kilobytes
 }
 
 char *neox_strdup(const char *s) { return neox_strndup(s, strlen(s)); }

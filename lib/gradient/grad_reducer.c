@@ -184,6 +184,8 @@ size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
     return (2 * largest < r->n ? 2 * largest : r->n) * sizeof(float);
 }
 
+size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r) { return r->wire ? (r->n ? r->n : 1) * sizeof(uint16_t) : 0; }
+
 // The buffer the collective works on: the gradients themselves (fp32), or their 16-bit wire copy.
 static void *wire_of(neox_grad_reducer *r, size_t at) {
     return r->wire ? (void *)(r->wire + at) : (void *)(r->grads + at);

@@ -30,13 +30,16 @@ struct neox_metrics {
     const neox_step_stats *step;   // the step being recorded (its parameter norms)
     double last_sync;
     neox_train_summary summary;
-    // caller-measured values (neox_metrics_add), summed over the interval
+    // caller-measured values: summed over the interval (neox_metrics_add), or the latest (a gauge,
+    // neox_metrics_set)
     char **added_tag;
     double *added_sum;
+    int *added_gauge;
     int nadded, added_cap;
 };
 
-void neox_metrics_add(neox_metrics *m, const char *tag, double value) {
+// The index of a caller-measured tag, added (at 0) on first use.
+static int added_index(neox_metrics *m, const char *tag, int gauge) {
     int i = 0;
     while (i < m->nadded && strcmp(m->added_tag[i], tag) != 0) i++;
     if (i == m->nadded) {
@@ -44,18 +47,37 @@ void neox_metrics_add(neox_metrics *m, const char *tag, double value) {
             m->added_cap = m->added_cap ? 2 * m->added_cap : 32;
             m->added_tag = neox_realloc(m->added_tag, (size_t)m->added_cap * sizeof *m->added_tag);
             m->added_sum = neox_realloc(m->added_sum, (size_t)m->added_cap * sizeof *m->added_sum);
+            m->added_gauge = neox_realloc(m->added_gauge, (size_t)m->added_cap * sizeof *m->added_gauge);
         }
         m->added_tag[m->nadded] = neox_strdup(tag);
+        m->added_gauge[m->nadded] = gauge;
         m->added_sum[m->nadded++] = 0.0;
     }
+    return i;
+}
+
+// (The index first: adding a tag may move added_sum.)
+void neox_metrics_add(neox_metrics *m, const char *tag, double value) {
+    int i = added_index(m, tag, 0);
     m->added_sum[i] += value;
+}
+
+void neox_metrics_set(neox_metrics *m, const char *tag, double value) {
+    int i = added_index(m, tag, 1);
+    m->added_sum[i] = value;
+}
+
+// What a caller-measured tag reports for the interval: a sum's mean per iteration, a gauge's value.
+static double added_value(const neox_metrics *m, int i, int64_t iterations) {
+    return m->added_gauge[i] ? m->added_sum[i] : m->added_sum[i] / (double)iterations;
 }
 
 static void reset_interval(neox_metrics *m) {
     m->interval_start = m->o.clock();
     m->iterations = m->skipped = m->nan = 0;
     m->loss_sum = 0.0;
-    for (int i = 0; i < m->nadded; i++) m->added_sum[i] = 0.0;
+    for (int i = 0; i < m->nadded; i++)
+        if (!m->added_gauge[i]) m->added_sum[i] = 0.0;
     for (int t = 0; t < NEOX_TIMER_COUNT; t++) neox_timer_reset(&m->timers[t]);
 }
 
@@ -156,7 +178,7 @@ static int log_interval_scalars(neox_metrics *m, neox_error *err) {
         return -1;
     if (s->mfu >= 0 && tb_scalar(m, "runtime/mfu", it, s->mfu, err) != 0) return -1;
     for (int i = 0; i < m->nadded; i++)
-        if (tb_scalar(m, m->added_tag[i], it, m->added_sum[i] / (double)s->iterations, err) != 0) return -1;
+        if (tb_scalar(m, m->added_tag[i], it, added_value(m, i, s->iterations), err) != 0) return -1;
     if (!m->o.wall_clock_breakdown) return 0;
     for (int t = 0; t < NEOX_TIMER_COUNT; t++) {
         if (m->timers[t].count == 0) continue;
@@ -193,7 +215,7 @@ static json_t *interval_record(const neox_metrics *m) {
         json_object_set_new(o, "runtime/flops_per_sec_per_gpu", neox_json_number(s->flops_per_sec_per_device));
     if (s->mfu >= 0) json_object_set_new(o, "runtime/mfu", neox_json_number(s->mfu));
     for (int i = 0; i < m->nadded; i++)
-        json_object_set_new(o, m->added_tag[i], neox_json_number(m->added_sum[i] / (double)s->iterations));
+        json_object_set_new(o, m->added_tag[i], neox_json_number(added_value(m, i, s->iterations)));
     if (m->o.wall_clock_breakdown) {
         for (int t = 0; t < NEOX_TIMER_COUNT; t++) {
             if (m->timers[t].count == 0) continue;
@@ -221,11 +243,14 @@ static void print_line(neox_metrics *m, const char *line) {
     fflush(m->o.out);
 }
 
-// "communication per iteration | comm/data/all_reduce/bytes: 531464 | ..." (the added values).
+// "communication per iteration | comm/data/all_reduce/bytes: 531464 | ..." (the summed added values).
 static void print_added_line(neox_metrics *m) {
-    if (m->nadded == 0) return;
+    int nsums = 0;
+    for (int i = 0; i < m->nadded; i++) nsums += !m->added_gauge[i];
+    if (nsums == 0) return;
     fprintf(m->o.out, "communication per iteration");
-    for (int i = 0; i < m->nadded; i++) fprintf(m->o.out, " | %s: %.6g", m->added_tag[i], m->added_sum[i] / (double)m->iterations);
+    for (int i = 0; i < m->nadded; i++)
+        if (!m->added_gauge[i]) fprintf(m->o.out, " | %s: %.6g", m->added_tag[i], added_value(m, i, m->iterations));
     fprintf(m->o.out, "\n");
     fflush(m->o.out);
 }
@@ -318,6 +343,7 @@ int neox_metrics_close(neox_metrics *m, neox_error *err) {
     for (int i = 0; i < m->nadded; i++) free(m->added_tag[i]);
     free(m->added_tag);
     free(m->added_sum);
+    free(m->added_gauge);
     free(m);
     return rc;
 }

@@ -21,10 +21,9 @@ static void norm_backward(const neox_model *m, float *dinp, float *dw, float *db
 }
 
 // The gradient reaching a branch output through its hidden dropout: dx itself, or a masked copy.
-static const float *branch_grad(neox_model *m, const float *dx, float *scratch, size_t n, int layer, int site) {
-    float p = m->training ? m->desc.hidden_dropout : 0.0f;
-    if (p <= 0.0f) return dx;
-    m->be->dropout(scratch, dx, n, p, neox_model_dropout_seed(m, layer, site), 0);
+static const float *branch_grad(neox_model *m, const float *dx, float *scratch, int layer, int site) {
+    if (!m->training || m->desc.hidden_dropout <= 0.0f) return dx;
+    neox_model_hidden_dropout(m, scratch, dx, layer, site);
     return scratch;
 }
 
@@ -104,7 +103,7 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
                     NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     m->be->attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att, la->lse, B, T, NH, NKV, HS,
-                              neox_model_attention_opts(m, a->alibi, attn_p, neox_model_attention_seed(m, l)));
+                              neox_model_attention_opts(m, a->alibi, attn_p, l));
     poll(m);
     if (d->rotary_dims) {
         m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1);
@@ -133,11 +132,11 @@ static void layer_backward(neox_model *m, int l) {
         neox_model_layer_forward(m, l);
         poll(m);
     }
-    mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_MLP_OUT), dln2);
+    mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_MLP_OUT), dln2);
     if (d->parallel_residual) {
         // Both branches read d x[l+1] before either norm adds its part into it; one reduction
         // completes both partial sums.
-        attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);
+        attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_ATTN_OUT), dln1);
         neox_model_tp_reduce(m, a->dln, 2 * NC);
         norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
@@ -145,7 +144,7 @@ static void layer_backward(neox_model *m, int l) {
         neox_model_tp_reduce(m, dln2, NC);
         norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
-        attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);
+        attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_ATTN_OUT), dln1);
         neox_model_tp_reduce(m, dln1, NC);
     }
     norm_backward(m, a->dx, g->ln1_w, g->ln1_b, dln1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N);
@@ -186,12 +185,10 @@ static void head_backward(neox_model *m, float loss_scale) {
 void neox_model_backward(neox_model *m, float loss_scale) {
     const neox_model_desc *d = &m->desc;
     neox_acts *a = m->acts;
-    size_t NC = (size_t)m->B * m->T * d->hidden_size;
     if (neox_model_last_stage(d)) head_backward(m, loss_scale);
     for (int l = d->layer_end - 1; l >= d->layer_begin; l--) layer_backward(m, l);
     if (!neox_model_first_stage(d)) return;  // the caller sends a->dx to the previous stage
-    if (m->training && d->hidden_dropout > 0.0f)
-        m->be->dropout(a->dx, a->dx, NC, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
+    if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->dx, a->dx, -1, NEOX_SITE_ATTN_OUT);
     m->be->embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size);
     grads_ready(m, 0, m->layer_first_param[0]);
 }

@@ -131,6 +131,43 @@ static int mlp_width(const neox_config *cfg, int hidden, int gated, int *width, 
     return 0;
 }
 
+// The padded vocabulary: pinned_padded_vocab_size, the same under every model_parallel_size, or
+// GPT-NeoX's (the tokenizer's vocabulary rounded up to make_vocab_size_divisible_by x
+// model_parallel_size), or padded_vocab_size without a tokenizer. GPT-NeoX overwrites a
+// padded_vocab_size the file set with its own; here the two must agree.
+static int padded_vocab(neox_model_desc *d, const neox_config *cfg, int64_t tokenizer_vocab, neox_error *err) {
+    char where[4096];
+    const int64_t given = neox_config_has(cfg, padded_vocab_size) ? neox_config_int(cfg, padded_vocab_size) : 0;
+    const int64_t mp = neox_config_int(cfg, model_parallel_size);
+    if (neox_config_has(cfg, pinned_padded_vocab_size)) {
+        int64_t pinned = neox_config_int(cfg, pinned_padded_vocab_size);
+        const char *src = neox_config_source(cfg, pinned_padded_vocab_size, where, sizeof where);
+        if (pinned < tokenizer_vocab || pinned > INT_MAX)
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s: key 'pinned_padded_vocab_size': %lld rows cannot hold the "
+                             "tokenizer's vocabulary of %lld", src, (long long)pinned, (long long)tokenizer_vocab);
+        if (mp > 1 && pinned % mp != 0)
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s: key 'pinned_padded_vocab_size': %lld is not divisible by "
+                             "model_parallel_size %lld (every tensor-parallel rank holds as many vocabulary rows)", src,
+                             (long long)pinned, (long long)mp);
+        d->vocab_size = (int)pinned;
+    } else if (tokenizer_vocab > 0) {
+        d->vocab_size = (int)neox_padded_vocab_size(tokenizer_vocab, neox_config_int(cfg, make_vocab_size_divisible_by), mp);
+    } else if (given > 0) {
+        d->vocab_size = (int)given;
+    } else {
+        return neox_fail(err, NEOX_EXIT_USAGE, "padded_vocab_size is not set and no tokenizer gives the vocabulary");
+    }
+    if (given > 0 && given != d->vocab_size)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s: key 'padded_vocab_size': %lld does not match %s %d%s; leave it unset",
+                         neox_config_source(cfg, padded_vocab_size, where, sizeof where), (long long)given,
+                         neox_config_has(cfg, pinned_padded_vocab_size) ? "pinned_padded_vocab_size"
+                                                                        : "the tokenizer's vocabulary padded to",
+                         d->vocab_size,
+                         neox_config_has(cfg, pinned_padded_vocab_size)
+                             ? "" : " (make_vocab_size_divisible_by x model_parallel_size)");
+    return 0;
+}
+
 int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int64_t tokenizer_vocab, neox_error *err) {
     memset(d, 0, sizeof *d);
     const neox_key_id need[] = {NEOX_K_hidden_size, NEOX_K_num_layers, NEOX_K_num_attention_heads};
@@ -141,22 +178,7 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     d->num_layers = (int)neox_config_int(cfg, num_layers);
     d->num_heads = (int)neox_config_int(cfg, num_attention_heads);
     d->num_kv_heads = neox_config_has(cfg, num_kv_heads) ? (int)neox_config_int(cfg, num_kv_heads) : d->num_heads;
-    // GPT-NeoX overwrites a padded_vocab_size the file set with the tokenizer's; here they must agree.
-    const int64_t given = neox_config_has(cfg, padded_vocab_size) ? neox_config_int(cfg, padded_vocab_size) : 0;
-    if (tokenizer_vocab > 0)
-        d->vocab_size = (int)neox_padded_vocab_size(tokenizer_vocab, neox_config_int(cfg, make_vocab_size_divisible_by),
-                                                    neox_config_int(cfg, model_parallel_size));
-    else if (given > 0)
-        d->vocab_size = (int)given;
-    else
-        return neox_fail(err, NEOX_EXIT_USAGE, "padded_vocab_size is not set and no tokenizer gives the vocabulary");
-    if (given > 0 && given != d->vocab_size) {
-        char where[4096];
-        return neox_fail(err, NEOX_EXIT_USAGE,
-                         "%s: key 'padded_vocab_size': %lld does not match the tokenizer's vocabulary padded to %d "
-                         "(make_vocab_size_divisible_by x model_parallel_size); leave it unset",
-                         neox_config_source(cfg, padded_vocab_size, where, sizeof where), (long long)given, d->vocab_size);
-    }
+    if (padded_vocab(d, cfg, tokenizer_vocab, err) != 0) return -1;
     d->max_positions = neox_config_has(cfg, max_position_embeddings) ? (int)neox_config_int(cfg, max_position_embeddings)
                        : neox_config_has(cfg, seq_length) ? (int)neox_config_int(cfg, seq_length) : 0;
     if (d->max_positions <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "max_position_embeddings is not set");

@@ -231,17 +231,21 @@ unsigned long long neox_model_dropout_seed(const neox_model *m, int layer, int s
     return neox_hash64(a->dropout_seed, (unsigned long long)(layer + 1) * NEOX_SITES_PER_LAYER + site);
 }
 
-unsigned long long neox_model_attention_seed(const neox_model *m, int layer) {
-    unsigned long long seed = neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS);
-    // Each tensor-parallel rank draws the masks of its own heads.
-    return m->desc.tp_size > 1 ? neox_hash64(seed, (unsigned long long)m->desc.tp_rank) : seed;
+void neox_model_hidden_dropout(const neox_model *m, float *out, const float *inp, int layer, int site) {
+    const neox_acts *a = m->acts;
+    size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
+    unsigned long long offset = a->dropout_row0 * (unsigned long long)m->T * (unsigned long long)m->desc.hidden_size;
+    m->be->dropout(out, inp, NC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset);
 }
 
-neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout,
-                                              unsigned long long seed) {
+neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout, int layer) {
     const neox_model_desc *d = &m->desc;
-    neox_attention_opts o = {1.0f / sqrtf((float)d->head_size), d->attn_window, dropout, seed,
-                             neox_attention_operands(neox_model_operand_elem(m), d->head_size), alibi};
+    const neox_acts *a = m->acts;
+    int NH = neox_model_shard(d).NH;
+    neox_attention_opts o = {1.0f / sqrtf((float)d->head_size), d->attn_window, dropout,
+                             dropout > 0.0f ? neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS) : 0,
+                             neox_attention_operands(neox_model_operand_elem(m), d->head_size), alibi,
+                             a->dropout_row0, d->tp_rank * NH, d->num_heads};
     return o;
 }
 
@@ -275,8 +279,7 @@ static void row_parallel_forward(neox_model *m, float *out, const float *inp, co
 
 // Adds a branch output (after hidden dropout) into the residual: out = res + dropout(branch).
 static void add_branch(neox_model *m, float *out, const float *res, float *branch, size_t n, int layer, int site) {
-    float p = m->training ? m->desc.hidden_dropout : 0.0f;
-    if (p > 0.0f) m->be->dropout(branch, branch, n, p, neox_model_dropout_seed(m, layer, site), 0);
+    if (m->training && m->desc.hidden_dropout > 0.0f) neox_model_hidden_dropout(m, branch, branch, layer, site);
     m->be->add(out, res, branch, n);
 }
 
@@ -303,7 +306,7 @@ void neox_model_layer_forward(neox_model *m, int l) {
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,
-                          neox_model_attention_opts(m, a->alibi, attn_p, neox_model_attention_seed(m, l)));
+                          neox_model_attention_opts(m, a->alibi, attn_p, l));
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
     add_branch(m, d->parallel_residual ? y : la->mid, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
 
@@ -338,8 +341,7 @@ static void embed(neox_model *m) {
     const float *wpe = d->tp_rank == 0 ? m->w.wpe : NULL;  // replicated: added once to the sum
     m->be->embedding_forward(a->x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
     neox_model_tp_reduce(m, a->x, NC);
-    if (m->training && d->hidden_dropout > 0.0f)
-        m->be->dropout(a->x, a->x, NC, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
+    if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->x, a->x, -1, NEOX_SITE_ATTN_OUT);
 }
 
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
@@ -402,6 +404,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
         m->be->to_device(a->targets, h->targets, (size_t)N * sizeof(int));
     }
     a->dropout_seed = m->dropout_seed;
+    a->dropout_row0 = m->dropout_row0;
     neox_model_refresh_weights(m);
     if (first) embed(m);
     for (int l = d->layer_begin; l < d->layer_end; l++) neox_model_layer_forward(m, l);

@@ -169,7 +169,8 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     cache_append(g, l, k, v, s);
     float *out = g->att + row * d->hidden_size;
     // fp32 without dropout: the cached form's terms (kernels.h), and recomputation's the same.
-    neox_attention_opts o = {1.0f / sqrtf((float)HS), d->attn_window, 0.0f, 0, NEOX_ELEM_F32, g->alibi};
+    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)HS), .window = d->attn_window, .operands = NEOX_ELEM_F32,
+                             .alibi = g->alibi};
     // A segment from position 0 (a prompt, a scored request) sees only its own keys: the training
     // forward's blocked attention computes it, as recomputation does, and far faster than one query
     // row at a time.

@@ -48,7 +48,7 @@ typedef struct neox_acts {
     float *ce_lse, *mask;              // (N)
     int *ids, *targets;                // (N) ids and targets within this rank's vocabulary, -1 elsewhere
     float mask_sum;
-    unsigned long long dropout_seed;
+    unsigned long long dropout_seed, dropout_row0;
     // shared
     float *cos, *sin;                  // (T, R/2)
     float *alibi;                      // (NH) this rank's ALiBi slopes (pos_emb alibi), else NULL
@@ -59,12 +59,14 @@ typedef struct neox_acts {
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
 } neox_acts;
 
-// Dropout streams: one per (micro-batch seed, global layer, site), so masks are regenerated in
-// backward and do not depend on the pipeline layout.
+// Dropout streams: one per (run's dropout seed, global layer, site), indexed by global coordinates
+// (the row among all rows that drew masks, the position, the channel or the global head), so masks
+// are regenerated in backward and are the same under every data, tensor and pipeline layout.
 enum { NEOX_SITE_ATTN_PROBS, NEOX_SITE_ATTN_OUT, NEOX_SITE_MLP_OUT, NEOX_SITES_PER_LAYER };
 unsigned long long neox_model_dropout_seed(const neox_model *m, int layer, int site);
-// The attention-probability dropout seed of a layer on this tensor-parallel rank.
-unsigned long long neox_model_attention_seed(const neox_model *m, int layer);
+// Hidden dropout of an (N, C) activation of the current slot at (layer, site): element (b, t, c)
+// draws counter ((dropout_row0 + b) * T + t) * C + c. out may alias inp; backward is the same call.
+void neox_model_hidden_dropout(const neox_model *m, float *out, const float *inp, int layer, int site);
 
 // The elementwise function of the activation (of its gate when gated).
 neox_act_fn neox_activation_function(neox_activation a);
@@ -79,10 +81,10 @@ void neox_model_free_plan(neox_model *m);
 // (Re)allocates the 16-bit GEMM scratch for the plan's sizes (16-bit precisions only).
 void neox_model_plan_half(neox_model *m);
 
-// Attention's options for this model's heads head0.. (global index): scale, window, operands, and
-// ALiBi's slopes `alibi` (backend memory filled by neox_model_fill_alibi, or NULL).
-neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout,
-                                              unsigned long long seed);
+// Attention's options for this rank's heads of global layer `layer` in the current slot: scale,
+// window, operands, ALiBi's slopes `alibi` (backend memory filled by neox_model_fill_alibi, or NULL),
+// and dropout p with its seed and the global row and head coordinates of its masks.
+neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout, int layer);
 // Fills n slopes (backend memory) for heads head0.. of the model with pos_emb alibi.
 void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, float *slopes, int head0, int n);
 

@@ -87,13 +87,13 @@ static json_t *state_json(const neox_trainer *t) {
         json_array_append_new(files, json_sprintf("config/input/%d-%s", i, basename(copy)));
         free(copy);
     }
-    // no_save_rng: the seed and dropout draws are absent, which a resume (and neox-convert) reads as
+    // no_save_rng: the seed and dropout counter are absent, which a resume (and neox-convert) reads as
     // "not stored".
     neox_run_counters c = {.iteration = s->iteration, .optimizer_steps = s->optimizer_steps,
                            .train_samples = s->train_position * t->micro_batch * t->grid->data_size,
                            .train_position = s->train_position, .valid_position = s->valid_position,
                            .skipped_total = s->skipped_total, .nonfinite_in_a_row = s->nonfinite_in_a_row,
-                           .overflow_skips = s->overflow_skips, .seed = s->seed, .dropout_draws = s->dropout_draws,
+                           .overflow_skips = s->overflow_skips, .seed = s->seed, .dropout_rows = s->dropout_rows,
                            .has_rng = !neox_config_bool(t->cfg, no_save_rng)};
     json_t *state = neox_ckpt_run_state_json(&c, &t->model->desc, files);
     // no_save_optim: no optimizer named, as no optimizer state is stored.
@@ -362,7 +362,11 @@ static int restore_state(neox_trainer *t, json_t *state, const char *dir, int lo
     }
     if (!no_rng) {
         t->state.seed = (uint64_t)json_int_field(state, "seed");
-        t->state.dropout_draws = json_int_field(state, "dropout_draws");
+        // Checkpoints from before the counter counted rows hold dropout_draws instead; every sample
+        // consumed drew masks once unless the run was re-seeded.
+        json_t *rows = json_object_get(state, "dropout_rows");
+        t->state.dropout_rows = rows ? json_int_field(state, "dropout_rows")
+                                     : json_int_field(state, "train_samples") * neox_train_rows_per_sample(cfg);
     }
     // As GPT-NeoX, the schedule is part of the optimizer state: loaded (and checked) with it only;
     // so is the compression scheme in use (its error buffers are optimizer state).

@@ -87,7 +87,7 @@ void neox_train_compress_grads(neox_trainer *t) {
     if (uses_powersgd(t)) neox_powersgd_allreduce(t->grad_powersgd, t->model->grad_buf);
 }
 
-int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts) {
+int neox_train_onebit_buffers(const neox_trainer *t, const char **names, float **bufs, size_t *counts) {
     static const char *const what[6] = {"optimizer/onebit_worker_error", "optimizer/onebit_server_error",
                                         "optimizer/gradient_worker_error", "optimizer/gradient_server_error",
                                         "optimizer/powersgd_error", "optimizer/powersgd_q"};

@@ -27,7 +27,7 @@ typedef struct neox_train_state {
     int64_t train_position;        // global micro-batches consumed from the train split
     int64_t valid_position;        // ... from the valid split
     uint64_t seed;                 // the run's seed
-    int64_t dropout_draws;         // micro-batches that drew dropout masks (the RNG counter)
+    int64_t dropout_rows;          // batch rows of the whole run that drew dropout masks (the RNG counter)
     int64_t skipped_total;         // steps skipped over the run
     int64_t nonfinite_in_a_row;
     int64_t overflow_skips;        // fp16 steps skipped for an overflow (the LR schedule does not advance)
@@ -191,6 +191,21 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale);
 // then under ZeRO gathers the other ranks' partitions.
 void neox_train_update(neox_trainer *t, double lr, int64_t step);
 
+// ---- memory (setup.c) -------------------------------------------------------------------------
+// The bytes one rank plans, by region: what the start-up "memory of rank N" line prints and the
+// bytes-per-parameter table of docs/memory.md is made of.
+typedef struct neox_memory_plan {
+    double params;       // fp32 parameters (the master weights), DPO's and KTO's reference model's too
+    double params16;     // their 16-bit copies for the products (bf16 and fp16 precision)
+    double grads;        // fp32 gradients: the flat buffer's resident part, ZeRO-2's partition, the reference's
+    double optimizer;    // optimizer state of the rank's partition (Adam's moments, SGD's momentum)
+    double activations;  // the activation plan (every pipeline slot; the reference model's)
+    double comm;         // communication: the 16-bit gradient wire copy, the pipeline's gradient send buffer,
+                         // compression's error buffers
+    double offloaded;    // host memory of state offloaded from the device (none yet: always 0)
+} neox_memory_plan;
+void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p);
+
 // ---- compressed data-parallel communication (compression.c) ---------------------------------
 // Creates the compressors the config asks for (after the optimizer state exists).
 int neox_train_setup_compression(neox_trainer *t, neox_error *err);
@@ -216,7 +231,7 @@ int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir,
 // gradient_compression: averages the gradient buffer with the configured compressor.
 void neox_train_compress_grads(neox_trainer *t);
 // Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.
-int neox_train_onebit_buffers(neox_trainer *t, const char **names, float **bufs, size_t *counts);
+int neox_train_onebit_buffers(const neox_trainer *t, const char **names, float **bufs, size_t *counts);
 
 // ---- sparse_gradients (sparse_embedding.c) ---------------------------------------------------
 // Refuses combinations it cannot serve; creates t->sparse for an untied input embedding (needs

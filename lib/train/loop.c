@@ -86,6 +86,10 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
         snprintf(tag, sizeof tag, "train/%.120s", dpo[i].name);
         neox_metrics_add(t->metrics, tag, dpo[i].value);
     }
+    // The peak memory so far (gauges, written at each log): this rank's resident set (rank 0's, as
+    // rank 0 writes the metrics) and, on a device backend, the most device memory it held.
+    neox_metrics_set(t->metrics, "memory/peak_rss_bytes", (double)neox_peak_rss_bytes());
+    if (t->be->on_device) neox_metrics_set(t->metrics, "memory/device_peak_bytes", (double)t->be->peak_bytes());
     if (neox_metrics_step(t->metrics, &stats, err) != 0) return -1;
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,

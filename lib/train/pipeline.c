@@ -20,13 +20,14 @@ enum { TAG_ACTIVATION = 0, TAG_GRADIENT = 1, TAG_REFERENCE = 2, TAG_KINDS = 3 };
 // the order they were sent, and both sides walk micro-batches in the same order, so tags may wrap.
 static int tag_of(int64_t micro_batch, int kind) { return (int)(TAG_KINDS * (micro_batch % 10000) + kind); }
 
-// Dropout masks are counter-based: each micro-batch of each data-parallel rank gets a seed from
-// (run seed, global micro-batch count, rank), so a resumed run draws exactly the masks it would
-// have drawn without stopping.
-static unsigned long long dropout_seed(const neox_trainer *t) {
-    unsigned long long draw = (unsigned long long)t->state.dropout_draws * (unsigned long long)t->grid->data_size +
-                              (unsigned long long)t->grid->data_rank;
-    return neox_hash64(t->state.seed ^ 0x64726f706f7574ULL, draw);
+// Dropout masks are counter-based, keyed on the run's seed and each row's index among all rows of
+// the run that drew masks: data-parallel rank r takes rows [r x rows, (r + 1) x rows) of each global
+// micro-batch, as it takes its samples, so every layout (and a resumed run) draws for a sample
+// exactly the masks one uninterrupted rank draws.
+static void set_dropout(neox_trainer *t, neox_model *m) {
+    m->dropout_seed = neox_hash64(t->state.seed ^ 0x64726f706f7574ULL, 0);
+    m->dropout_row0 = (unsigned long long)t->state.dropout_rows + (unsigned long long)t->grid->data_rank * t->rows;
+    t->state.dropout_rows += (int64_t)t->rows * t->grid->data_size;
 }
 
 typedef struct pipe_run {
@@ -87,10 +88,7 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     if (next_batch(r, err) != 0) return -1;
     if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(m), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_ACTIVATION));
     m->training = r->training;
-    if (r->training) {
-        m->dropout_seed = dropout_seed(t);
-        t->state.dropout_draws++;
-    }
+    if (r->training) set_dropout(t, m);
     neox_batch *b = t->batch;
     if (t->dpo && reference_forward(r, k, err) != 0) return -1;
     if (r->training && stage_first(t)) neox_train_sparse_touch(t, b);

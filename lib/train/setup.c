@@ -108,6 +108,22 @@ static float *zeroed(const neox_trainer *t, size_t n) {
     return p;
 }
 
+// GPT-NeoX pads the vocabulary to a multiple of make_vocab_size_divisible_by x model_parallel_size, so
+// a tensor-parallel run may train more rows than one rank, and follow another trajectory: say so.
+static void notice_vocab_padding(const neox_trainer *t, int vocab) {
+    const neox_config *cfg = t->cfg;
+    int64_t mp = neox_config_int(cfg, model_parallel_size);
+    int64_t one = neox_padded_vocab_size(neox_tokenizer_vocab_size(t->tokenizer),
+                                         neox_config_int(cfg, make_vocab_size_divisible_by), 1);
+    if (!t->rank0 || t->opts.quiet || neox_config_has(cfg, pinned_padded_vocab_size) || vocab == one) return;
+    int64_t pin = (one + mp - 1) / mp * mp;  // the smallest size this layout and one rank can share
+    neox_notice("model_parallel_size %lld pads the vocabulary to %d rows where model_parallel_size 1 pads it to %lld "
+                "(a multiple of make_vocab_size_divisible_by x model_parallel_size, as GPT-NeoX pads): this run's "
+                "trajectory differs from one rank's; set pinned_padded_vocab_size (e.g. %lld) in every run to train "
+                "the same rows under each model_parallel_size dividing it", (long long)mp, vocab, (long long)one,
+                (long long)pin);
+}
+
 static int setup_model(neox_trainer *t, neox_error *err) {
     const neox_config *cfg = t->cfg;
     neox_tokenizer_options to = {neox_config_str(cfg, tokenizer_type), neox_config_str(cfg, vocab_file),
@@ -118,8 +134,13 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_model_desc desc;
     if (neox_model_desc_from_config(&desc, cfg, neox_tokenizer_vocab_size(t->tokenizer), err) != 0) return -1;
     // The padded vocabulary is part of the model: a checkpoint written under another tensor-parallel
-    // size (which pads differently) keeps its own.
+    // size (which pads differently) keeps its own, which a pinned size must then be.
+    int configured_vocab = desc.vocab_size;
     if (t->load_dir && neox_checkpoint_padded_vocab(t->load_dir, &desc.vocab_size, err) != 0) return -1;
+    if (neox_config_has(cfg, pinned_padded_vocab_size) && desc.vocab_size != configured_vocab)
+        return neox_fail(err, NEOX_EXIT_USAGE, "key 'pinned_padded_vocab_size': %d does not match the %d vocabulary rows "
+                         "of the checkpoint in %s", configured_vocab, desc.vocab_size, t->load_dir);
+    if (desc.vocab_size == configured_vocab) notice_vocab_padding(t, desc.vocab_size);
     neox_grid *g = t->grid;
     desc.tp_size = g->model_size, desc.tp_rank = g->model_rank;
     desc.pp_size = g->pipe_size, desc.pp_rank = g->pipe_rank;
@@ -343,36 +364,57 @@ static double total_params(const neox_trainer *t) {
     return n;
 }
 
-// Each rank's memory (parameters, gradients, optimizer state, activations), printed by rank 0.
-static void report_memory(const neox_trainer *t) {
+void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
-    double state_bytes = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
-    // Parameters: the fp32 master weights, plus their 16-bit copy in a 16-bit precision.
-    double params = (double)m->num_floats * (m->param16 ? 6 : 4);
-    double grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) + (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
-                              : (double)m->num_floats * 4;
-    if (t->grad_partition) grads += (double)(t->part_end - t->part_begin) * 4;
-    double activations = (double)neox_model_activation_bytes(m);
-    // DPO's and KTO's reference model: its weights (counted with the parameters; with the gradient buffer every
-    // model holds, unused by a model that only runs forward) and its activations.
+    memset(p, 0, sizeof *p);
+    p->params = (double)m->num_floats * 4;
+    p->params16 = m->param16 ? (double)m->num_floats * 2 : 0;
+    p->grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) +
+                                (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
+                          : (double)m->num_floats * 4;
+    if (t->grad_partition) p->grads += (double)(t->part_end - t->part_begin) * 4;
+    p->optimizer = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
+    p->activations = (double)neox_model_activation_bytes(m);
+    // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
+    // (unused by a model that only runs forward) and its activations.
     const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
-    if (ref) params += (double)ref->num_floats * (ref->param16 ? 10 : 8), activations += (double)neox_model_activation_bytes(ref);
-    double mine[4] = {params, grads, state_bytes, activations};
+    if (ref) {
+        p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
+        p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
+    }
+    if (t->reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer);
+    if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
+    const char *names[6];
+    float *bufs[6];
+    size_t counts[6];
+    int n = neox_train_onebit_buffers(t, names, bufs, counts);
+    for (int i = 0; i < n; i++) p->comm += (double)counts[i] * 4;
+}
+
+// Each rank's planned memory by region, printed by rank 0.
+static void report_memory(const neox_trainer *t) {
+    neox_memory_plan plan;
+    neox_train_memory_plan(t, &plan);
+    enum { REGIONS = sizeof plan / sizeof(double) };
+    double mine[REGIONS];
+    memcpy(mine, &plan, sizeof mine);
     int n = t->grid->world_size;
-    double *all = neox_malloc((size_t)n * 4 * sizeof(double));
-    if (n > 1) neox_allgather(&t->grid->world, mine, all, 4, NEOX_F64);
+    double *all = neox_malloc((size_t)n * REGIONS * sizeof(double));
+    if (n > 1) neox_allgather(&t->grid->world, mine, all, REGIONS, NEOX_F64);
     else memcpy(all, mine, sizeof mine);
     for (int r = 0; t->rank0 && !t->opts.quiet && r < n; r++) {
         if (n > 8 && r >= 4 && r < n - 4) {
             if (r == 4) neox_info("memory: ... (%d more ranks)", n - 8);
             continue;
         }
-        double *x = all + 4 * r;
-        char a[16], b[16], c[16], d[16], e[16];
-        neox_info("memory of rank %d: %s = parameters %s + gradients %s + optimizer %s + activations %s", r,
-                  neox_format_bytes(x[0] + x[1] + x[2] + x[3], e, sizeof e), neox_format_bytes(x[0], a, sizeof a),
-                  neox_format_bytes(x[1], b, sizeof b), neox_format_bytes(x[2], c, sizeof c),
-                  neox_format_bytes(x[3], d, sizeof d));
+        const double *x = all + REGIONS * r;
+        double total = 0;
+        for (int i = 0; i < REGIONS; i++) total += x[i];
+        char b[REGIONS + 1][16];
+        for (int i = 0; i < REGIONS; i++) neox_format_bytes(x[i], b[i], sizeof b[i]);
+        neox_info("memory of rank %d: %s = parameters %s + 16-bit copies %s + gradients %s + optimizer %s + activations "
+                  "%s + communication %s + offloaded %s", r, neox_format_bytes(total, b[REGIONS], sizeof b[REGIONS]),
+                  b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
     }
     free(all);
 }

@@ -379,7 +379,8 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     float *host_slopes = xmalloc((size_t)NH * sizeof(float));
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
-    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL}, og = oc;
+    // The dropout counter of a tensor-parallel rank holding heads 1.. of NH + 3, from batch row 5.
+    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc);
     gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og);
@@ -417,7 +418,7 @@ static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int 
     float host_slopes[64];
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
-    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL}, og = oc;
+    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL, 0, 0, 0}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, oc);
     gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, og);
@@ -607,7 +608,7 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, 0.1f, 9, c->operands, NULL});
+                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, 0.1f, 9, c->operands, NULL, 0, 0, 0});
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
@@ -633,7 +634,7 @@ static void test_determinism(void) {
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
-                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL});
+                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0});
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};

@@ -68,7 +68,7 @@ check "...to the same weights" cmp "$T/hf-noopt/model.safetensors" "$T/hf-full/m
 # ---- no_save_rng ----
 # state/train.json is stored as plain bytes in rank 0's shard.
 check "no_save_rng: the run state stores no RNG state (no dropout counter)" bash -c \
-    "grep -qa '\"dropout_draws\"' '$full' && ! grep -qa '\"dropout_draws\"' '$T/norng/global_step8/rank_00000.h5'"
+    "grep -qa '\"dropout_rows\"' '$full' && ! grep -qa '\"dropout_rows\"' '$T/norng/global_step8/rank_00000.h5'"
 check "resume from the no_save_rng checkpoint" then_resume from-norng norng
 check_output "the resume says it re-seeds" \
     'holds no RNG state \(saved with no_save_rng\): re-seeding from the config.s seed 1234' cat "$T/from-norng.out"

@@ -1,6 +1,10 @@
 # tests/tools/train_memory.sh: the start-up memory report counts each optimizer's own state: two
 # fp32 buffers per parameter for AdamW and 1-bit Adam (the moments), one for SGD (the momentum
-# buffer), i.e. optimizer bytes = 2x or 1x the fp32 parameter bytes.
+# buffer), i.e. optimizer bytes = 2x or 1x the fp32 parameter bytes. Its regions add up to its
+# total and bfloat16 adds 2 bytes of 16-bit copies per parameter (the per-parameter table of each
+# ZeRO stage is tests/mpi/memory.sh's). Every log interval metrics.jsonl and TensorBoard carry the measured peak memory:
+# the resident set on the CPU (at least the planned parameters and at most a sane bound), and on a
+# device backend (the emulated one) also the device's peak, at least the planned backend regions.
 source tests/lib.sh
 
 TRAIN=$NEOX_BIN/neox-train
@@ -8,7 +12,7 @@ T=$TEST_TMP
 char_shakespeare "neox-train memory report" || exit 0
 cat >"$T/model.yml" <<EOF
 { "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
-  "train_micro_batch_size_per_gpu": 2, "train_iters": 1, "eval_iters": 0, "log_interval": 1,
+  "train_micro_batch_size_per_gpu": 2, "train_iters": 3, "eval_iters": 0, "log_interval": 1,
   "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer" }
 EOF
 # ratio NAME WANT OPTIMIZER_JSON: optimizer bytes / parameter bytes in the report equals WANT (the
@@ -34,3 +38,48 @@ check "1-bit Adam: two buffers too (momentum and frozen variance)" \
     ratio onebit 2 '{"type": "OneBitAdam", "params": {"lr": 0.001, "freeze_step": 1}}'
 check "SGD with momentum: one buffer" \
     ratio sgd 1 '{"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}'
+
+# planned NAME CHECK: runs model.yml + NAME.yml (3 steps, logs and TensorBoard in $T/NAME) and checks
+# the python expression CHECK over p (the planned regions) and r (the last metrics.jsonl record).
+planned() {
+    local name=$1 expr=$2
+    $TRAIN "$T/model.yml" "$T/$name.yml" >"$T/$name.log" 2>&1 || { tail -20 "$T/$name.log"; return 1; }
+    python3 tests/mpi/memory_check.py regions "$T/$name.log" >"$T/$name.json" || return 1
+    python3 - "$T/$name.json" "$T/$name/log/metrics.jsonl" "$expr" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+records = [json.loads(l) for l in open(sys.argv[2])]
+r = [x for x in records if "train/lm_loss" in x][-1]
+print(p, {k: v for k, v in r.items() if k.startswith("memory/")})
+assert eval(sys.argv[3]), sys.argv[3]
+PY
+}
+logs() { echo '{"log_dir": "'"$T/$1"'/log", "tensorboard_dir": "'"$T/$1"'/tb"'"$2"'}' >"$T/$1.yml"; }
+logs fp32 ''
+check "the memory line's regions add up to its total (within its 3 significant figures)" \
+    planned fp32 'abs(sum(v for k, v in p.items() if k != "total") - p["total"]) <= 0.01 * p["total"] and len(p) == 8'
+check "fp32: no 16-bit copies, no communication buffers, nothing offloaded" \
+    planned fp32 'p["16-bit copies"] == 0 and p["communication"] == 0 and p["offloaded"] == 0'
+check "metrics.jsonl: the peak resident set is at least the planned parameters, below 4 GB" \
+    planned fp32 'p["parameters"] <= r["memory/peak_rss_bytes"] < 4e9 and "memory/device_peak_bytes" not in r'
+tb_memory() {
+    .venv/bin/python - "$T/fp32" <<'PY'
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(f"{sys.argv[1]}/tb", size_guidance={"scalars": 0})
+acc.Reload()
+tb = {e.step: e.value for e in acc.Scalars("memory/peak_rss_bytes")}
+jsonl = {r["iteration"]: r["memory/peak_rss_bytes"] for r in map(json.loads, open(f"{sys.argv[1]}/log/metrics.jsonl"))
+         if "memory/peak_rss_bytes" in r}
+print(tb, jsonl)
+assert sorted(tb) == [1, 2, 3] and all(abs(tb[i] - jsonl[i]) <= 1e-6 * jsonl[i] for i in tb)  # float32 in TensorBoard
+PY
+}
+if [ -x .venv/bin/python ]; then check "TensorBoard carries memory/peak_rss_bytes at every log, as metrics.jsonl" tb_memory
+else skip "TensorBoard memory/peak_rss_bytes" ".venv is missing"; fi
+logs bf16 ', "precision": "bfloat16"'
+check "bfloat16: 16-bit copies are 2 bytes per parameter (half the fp32 parameters)" \
+    planned bf16 'abs(p["16-bit copies"] - p["parameters"] / 2) <= 0.01 * p["parameters"]'
+logs emulated ', "compute_backend": "emulated"'
+check "emulated device: its peak holds the planned backend regions, and at most twice the plan" \
+    planned emulated 'p["parameters"] + p["gradients"] + p["optimizer"] + p["activations"] <= r["memory/device_peak_bytes"] <= 2 * p["total"]'

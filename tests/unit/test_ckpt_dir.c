@@ -132,7 +132,7 @@ static void test_bad_manifests(void **state) {
 // The run state check (lib/ckpt/run_state.c) on a state as the trainer writes it, then with one
 // field spoiled at a time: each is refused naming the field.
 static const char good_state[] =
-    "{\"config_files\": [\"config/input/0-model.yml\"], \"dropout_draws\": 6, \"iteration\": 6,"
+    "{\"config_files\": [\"config/input/0-model.yml\"], \"dropout_rows\": 6, \"iteration\": 6,"
     " \"loss_scaler\": {\"hysteresis_left\": 1, \"iteration\": 0, \"last_overflow\": -1, \"scale\": 1.0},"
     " \"lr_schedule\": {\"decay_iters\": 6, \"lr\": 0.003, \"min_lr\": 0.0, \"num_iters\": 6, \"style\": \"linear\","
     " \"warmup_iters\": 0.06}, \"model\": {\"activation\": 0, \"hidden_size\": 32, \"intermediate_size\": 128,"

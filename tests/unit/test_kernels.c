@@ -213,7 +213,7 @@ struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; floa
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
     neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS,
-                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi});
+                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0});
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
 
@@ -250,7 +250,7 @@ static void run_attention_biased(int T, int NH, int NKV, float dropout, int wind
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS,
-                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi});
+                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0});
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
     check_grad("attention dv", c.v, dv, nk, attn_loss, &c);
@@ -376,7 +376,7 @@ static void check_rounding_points(neox_elem e) {
     size_t nq = (size_t)RNH * RT * RHS, nkv = (size_t)RNKV * RT * RHS;
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1), scale = 0.25f;
     float *out = zeros(nq), *lse = zeros((size_t)RNH * RT), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
-    neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL};
+    neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL, 0, 0, 0};
     neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o);
     neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o);
     attn_ref *ref = neox_malloc(sizeof *ref), *loose = neox_malloc(sizeof *loose);
@@ -413,7 +413,7 @@ static void test_attention_16bit_tiles(void **state) {
     for (int e = NEOX_ELEM_BF16; e <= NEOX_ELEM_F16; e++) {
         float *o32 = zeros(nq), *o16 = zeros(nq), *l32 = zeros((size_t)2 * NH * T), *l16 = zeros((size_t)2 * NH * T);
         float *g32[3] = {zeros(nq), zeros(nkv), zeros(nkv)}, *g16[3] = {zeros(nq), zeros(nkv), zeros(nkv)};
-        neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL}, o16_opts = o32_opts;
+        neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL, 0, 0, 0}, o16_opts = o32_opts;
         o16_opts.operands = (neox_elem)e;
         neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts);
         neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts);
@@ -501,6 +501,87 @@ static void test_activations_all(void **state) {
         run_activation((neox_act_fn)fn, 0);
         run_activation((neox_act_fn)fn, 1);
     }
+}
+
+// Heads h0 .. h0 + nh - 1 of micro-batch row b of (B, H, T, HS)-shaped x, copied out: what a
+// data-parallel rank holding that row and a tensor-parallel rank holding those heads see.
+static float *head_slice(const float *x, int b, int h0, int nh, int H, int T, int HS) {
+    float *s = neox_malloc((size_t)nh * T * HS * sizeof(float));
+    memcpy(s, x + ((size_t)b * H + h0) * T * HS, (size_t)nh * T * HS * sizeof(float));
+    return s;
+}
+
+// (B, T, NH, HS)-shaped x's rows of micro-batch row b, heads h0 .. h0 + nh - 1 (the merged output layout).
+static float *merged_slice(const float *x, int b, int h0, int nh, int NH, int T, int HS) {
+    float *s = neox_malloc((size_t)nh * T * HS * sizeof(float));
+    for (int t = 0; t < T; t++)
+        memcpy(s + (size_t)t * nh * HS, x + (((size_t)b * T + t) * NH + h0) * HS, (size_t)nh * HS * sizeof(float));
+    return s;
+}
+
+// Attention dropout keyed on global coordinates: a batch row alone (a data-parallel rank's share) with
+// its global row index, and a head group alone (a tensor-parallel rank's heads) with its global head
+// index, compute exactly the outputs and gradients the whole batch does; with the partition's local
+// coordinates instead, the masks (and outputs) differ.
+static void test_attention_dropout_partition(void **state) {
+    (void)state;
+    enum { B = 2, T = 70, NH = 4, NKV = 2, HS = 4, P = 2 };
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1);
+    float *out = zeros(nq), *lse = zeros((size_t)B * NH * T), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
+    neox_attention_opts whole = {0.5f, 0, 0.3f, 77, NEOX_ELEM_F32, NULL, 3, 0, 0};
+    neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, whole);
+    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, whole);
+    int local_differs = 0;
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < P; r++) {
+            int nh = NH / P, nkv_r = NKV / P, h0 = r * nh, g0 = r * nkv_r;
+            size_t pq = (size_t)nh * T * HS, pkv = (size_t)nkv_r * T * HS;
+            float *qs = head_slice(q, b, h0, nh, NH, T, HS), *ks = head_slice(k, b, g0, nkv_r, NKV, T, HS);
+            float *vs = head_slice(v, b, g0, nkv_r, NKV, T, HS), *ds = merged_slice(dout, b, h0, nh, NH, T, HS);
+            float *o = zeros(pq), *l = zeros((size_t)nh * T), *gq = zeros(pq), *gk = zeros(pkv), *gv = zeros(pkv);
+            neox_attention_opts part = whole;
+            part.dropout_row0 = whole.dropout_row0 + (unsigned long long)b, part.dropout_head0 = h0;
+            part.dropout_heads = NH;
+            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, part);
+            neox_attention_backward(gq, gk, gv, ds, qs, ks, vs, o, l, 1, T, nh, nkv_r, HS, part);
+            float *want = merged_slice(out, b, h0, nh, NH, T, HS);
+            assert_memory_equal(o, want, pq * sizeof(float));
+            free(want);
+            want = head_slice(dq, b, h0, nh, NH, T, HS);
+            assert_memory_equal(gq, want, pq * sizeof(float));
+            free(want);
+            want = head_slice(dk, b, g0, nkv_r, NKV, T, HS);
+            assert_memory_equal(gk, want, pkv * sizeof(float));
+            free(want);
+            want = head_slice(dv, b, g0, nkv_r, NKV, T, HS);
+            assert_memory_equal(gv, want, pkv * sizeof(float));
+            // The same slice with the partition's own coordinates (row 0, heads from 0 of nh).
+            neox_attention_opts local = whole;
+            local.dropout_row0 = 0;
+            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, local);
+            float *got = merged_slice(out, b, h0, nh, NH, T, HS);
+            local_differs += memcmp(o, got, pq * sizeof(float)) != 0;
+            free(got); free(want);
+            free(qs); free(ks); free(vs); free(ds); free(o); free(l); free(gq); free(gk); free(gv);
+        }
+    assert_int_equal(local_differs, B * P);
+    free(q); free(k); free(v); free(dout); free(out); free(lse); free(dq); free(dk); free(dv);
+}
+
+// Hidden dropout's counter is the element's flat index: a part of the rows with its offset draws
+// exactly the whole's mask.
+static void test_dropout_partition(void **state) {
+    (void)state;
+    size_t n = 3000, cut = 1234;
+    float *x = randn(n, 1), *whole = zeros(n), *part = zeros(n);
+    neox_dropout(whole, x, n, 0.2f, 11, 9000);
+    neox_dropout(part, x, cut, 0.2f, 11, 9000);
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut);
+    assert_memory_equal(whole, part, n * sizeof(float));
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000);  // a local offset: another mask
+    assert_true(memcmp(whole + cut, part + cut, (n - cut) * sizeof(float)) != 0);
+    free(x); free(whole); free(part);
 }
 
 static void test_dropout(void **state) {
@@ -629,6 +710,7 @@ int main(void) {
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_activations_all),
         cmocka_unit_test(test_dropout),         cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_attention_dropout_partition), cmocka_unit_test(test_dropout_partition),
         cmocka_unit_test(test_cross_entropy_masked_target),
         cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),
     };

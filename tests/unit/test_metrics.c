@@ -452,6 +452,7 @@ static void test_timer_line_printed_with_breakdown(void **state) {
 
 // Values added per step (communication accounting) are reported as the interval's mean per
 // iteration: in the JSONL record, and as a line under wall_clock_breakdown; cleared after a log.
+// A value set (a gauge: the peak memory) is reported as it stands, and not in that line.
 static void test_added_values(void **state) {
     (void)state;
     char *dir = neox_asprintf("%s/added", tmpdir);
@@ -467,6 +468,7 @@ static void test_added_values(void **state) {
     for (int i = 1; i <= 4; i++) {
         neox_metrics_add(m, "comm/data/all_reduce/bytes", 100.0 * i);   // 150 then 350 per iteration
         if (i <= 2) neox_metrics_add(m, "comm/bytes", 10.0);
+        neox_metrics_set(m, "memory/peak_rss_bytes", 1000.0 * i);   // a gauge: the latest, not a mean
         fake_time += 1.0;
         assert_int_equal(neox_metrics_step(m, &(neox_step_stats){.iteration = i, .lm_loss = 2.0, .grad_norm = NAN}, &err), 0);
     }
@@ -481,8 +483,10 @@ static void test_added_values(void **state) {
     char line[4096];
     assert_non_null(fgets(line, sizeof line, f));
     assert_non_null(strstr(line, "\"comm/data/all_reduce/bytes\":150.0"));
+    assert_non_null(strstr(line, "\"memory/peak_rss_bytes\":2000.0"));
     assert_non_null(fgets(line, sizeof line, f));
     assert_non_null(strstr(line, "\"comm/data/all_reduce/bytes\":350.0"));
+    assert_non_null(strstr(line, "\"memory/peak_rss_bytes\":4000.0"));
     fclose(f);
     free(path);
     free(dir);

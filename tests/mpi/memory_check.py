@@ -1,0 +1,86 @@
+"""tests/mpi/memory_check.py: the checks of tests/mpi/memory.sh, on the start-up "memory of rank 0" line.
+
+  table DIR D BUCKET   $DIR/{fp32,bf16,fp16}-s{0,1,2}.out: bytes per parameter of each region against the
+                       closed forms, printed as the markdown table of docs/memory.md
+  wire OUT             communication is 2 bytes per parameter (the 16-bit wire copy of the gradients)
+  regions OUT          the line's regions and total in bytes, as JSON (tests/tools/train_memory.sh)
+
+Psi is rank 0's parameter count, the fp32 parameters' bytes / 4 (tensor and pipeline size 1, so every
+rank holds the whole model). The closed forms are written out here from the ZeRO paper's accounting
+(Rajbhandari et al. 2020, section 3: (2 + 2 + K) Psi with mixed-precision Adam, K = 12), restated for
+neox.c's buffers: fp32 master parameters (4), 16-bit copies in bf16/fp16 only (2), fp32 gradients
+(4; stage 2 keeps 4/D plus the buckets in flight), Adam's two fp32 moments (8; stages 1 and 2: 8/D).
+"""
+import json
+import re
+import sys
+
+UNITS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def regions(path):
+    line = next(l for l in open(path) if "memory of rank 0" in l)
+    parts = {n: float(v) * UNITS[u] for n, v, u in re.findall(r"(?:= |\+ )([a-z0-9 -]+?) ([0-9.]+)\s*([kKMGT]?)B", line)}
+    total = re.search(r"memory of rank 0: ([0-9.]+)\s*([kKMGT]?)B =", line)
+    parts["total"] = float(total.group(1)) * UNITS[total.group(2)]
+    return parts
+
+
+def expected(precision, stage, d):
+    """Bytes per parameter of each region; stage 2's gradients without the buckets in flight."""
+    half = 2 if precision != "fp32" else 0
+    return {"parameters": 4, "16-bit copies": half, "gradients": 4 if stage < 2 else 4 / d,
+            "optimizer": 8 if stage == 0 else 8 / d}
+
+
+def table(directory, d, bucket):
+    d, bucket = int(d), int(bucket)
+    ok = True
+    print("| ZeRO stage | precision | parameters | 16-bit copies | gradients | optimizer | model states | "
+          "closed form | DeepSpeed (mixed-precision Adam, K = 12) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    ds = {0: "(2 + 2 + K) = 16", 1: f"2 + 2 + K/D = {4 + 12 / d:.3g}", 2: f"2 + (2 + K)/D = {2 + 14 / d:.3g}"}
+    for stage in (0, 1, 2):
+        for precision in ("fp32", "bf16", "fp16"):
+            p = regions(f"{directory}/{precision}-s{stage}.out")
+            psi = p["parameters"] / 4
+            want = expected(precision, stage, d)
+            got = {k: p[k] / psi for k in want}
+            # Stage 2 on the host keeps the two largest buckets in flight besides its partition: a
+            # bucket is filled with whole tensors up to BUCKET elements, so it holds less than BUCKET
+            # plus the largest tensor (the MLP's 4h x h = 262144 here).
+            buckets = got["gradients"] - want["gradients"] if stage == 2 else 0
+            if not 0 <= buckets <= 2 * 4 * (bucket + 4 * 256 * 256) / psi:
+                print(f"# {precision} stage {stage}: {buckets:.3f} bytes per parameter of buckets in flight")
+                ok = False
+            for k in want:
+                have = got[k] - (buckets if k == "gradients" else 0)
+                if abs(have - want[k]) > 0.02 * want[k] + 0.01:
+                    print(f"# {precision} stage {stage} {k}: {have:.3f} bytes per parameter, want {want[k]:.3f}")
+                    ok = False
+            model = sum(got.values())
+            form = " + ".join(f"{v:.3g}" for v in want.values() if v)
+            if stage == 2:
+                form += f" + {buckets:.2f} (buckets)"
+                want["gradients"] += buckets
+            print(f"| {stage} | {precision} | {got['parameters']:.2f} | {got['16-bit copies']:.2f} | "
+                  f"{got['gradients']:.2f} | {got['optimizer']:.2f} | {model:.2f} | {form} = {sum(want.values()):.3g} | "
+                  f"{ds[stage]} |")
+    return ok
+
+
+def print_regions(out):
+    print(json.dumps(regions(out)))
+    return True
+
+
+def wire(out):
+    p = regions(out)
+    got = p["communication"] / (p["parameters"] / 4)
+    print(f"communication: {got:.3f} bytes per parameter")
+    return abs(got - 2) <= 0.04
+
+
+if __name__ == "__main__":
+    command = {"table": table, "wire": wire, "regions": print_regions}[sys.argv[1]]
+    sys.exit(0 if command(*sys.argv[2:]) else 1)
