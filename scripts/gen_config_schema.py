@@ -199,7 +199,7 @@ SUBKEYS += [sub("bf16." + n, t, d, "IGNORED") for n, t, d, lo, hi in LOSS_SCALER
 OFFLOAD_OPTIMIZER = "ZeRO optimizer-state offload"
 OFFLOAD_PARAM = "ZeRO parameter offload"
 SUBKEYS += [
-    sub("zero_optimization.stage", "INT", "0", supported="0|1|2", feature="ZeRO stage",
+    sub("zero_optimization.stage", "INT", "0", supported="0|1|2|3", feature="ZeRO stage",
         lo=0, hi=3),
     sub("zero_optimization.reduce_scatter", "BOOL", "true"),
     sub("zero_optimization.contiguous_gradients", "BOOL", "false", "IGNORED"),  # gradients are one flat buffer
@@ -225,20 +225,26 @@ SUBKEYS += [
     sub("zero_optimization.mics_shard_size", "INT", "-1", "UNSUPPORTED", "MiCS sharding"),
     sub("zero_optimization.mics_hierarchical_params_gather", "BOOL", "false", "UNSUPPORTED", "MiCS sharding"),
 ]
-# Stage 3's own settings: they only matter for the refused stage 3.
-for n, t, d in (("sub_group_size", "INT", "1000000000"), ("stage3_prefetch_bucket_size", "INT", "50000000"),
-                ("prefetch_bucket_size", "INT", "50000000"),
+# Stage 3's own settings, read at stage 3 (lib/train/zero3.c), each also under DeepSpeed's older name
+# without the prefix; at stages 0-2 a notice names them (lib/config/load.c).
+for n, t, d in (("stage3_prefetch_bucket_size", "INT", "50000000"), ("prefetch_bucket_size", "INT", "50000000"),
                 ("stage3_param_persistence_threshold", "INT", "100000"), ("param_persistence_threshold", "INT", "100000"),
                 ("stage3_model_persistence_threshold", "INT", None), ("model_persistence_threshold", "INT", None),
                 ("stage3_max_live_parameters", "INT", "1000000000"), ("max_live_parameters", "INT", "1000000000"),
-                ("stage3_max_reuse_distance", "INT", "1000000000"), ("max_reuse_distance", "INT", "1000000000"),
+                ("stage3_max_reuse_distance", "INT", "1000000000"), ("max_reuse_distance", "INT", "1000000000")):
+    SUBKEYS.append(sub("zero_optimization." + n, t, d, lo=0, hi=float("inf")))
+# The optimizer steps over the whole partition at once (sub_group_size splits DeepSpeed's step to
+# bound its temporary buffers); checkpoints always hold whole fp32 tensors any layout reads (the
+# 16-bit gather on save); the gathered unit is always a whole layer (module granularity).
+for n, t, d in (("sub_group_size", "INT", "1000000000"),
                 ("stage3_gather_16bit_weights_on_model_save", "BOOL", "false"),
                 ("stage3_gather_fp16_weights_on_model_save", "BOOL", "false"),
                 ("gather_16bit_weights_on_model_save", "BOOL", "false"),
-                ("stage3_module_granularity_threshold", "INT", "0"), ("module_granularity_threshold", "INT", "0"),
-                ("stage3_use_all_reduce_for_fetch_params", "BOOL", "false"),
-                ("use_all_reduce_for_fetch_params", "BOOL", "false")):
+                ("stage3_module_granularity_threshold", "INT", "0"), ("module_granularity_threshold", "INT", "0")):
     SUBKEYS.append(sub("zero_optimization." + n, t, d, "IGNORED"))
+# Parameters are gathered with all-gathers only.
+for n in ("stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"):
+    SUBKEYS.append(sub("zero_optimization." + n, "BOOL", "false", "UNSUPPORTED", "ZeRO-3 parameter fetch by all-reduce"))
 for dict_name, feature, keys in (
         ("offload_optimizer", OFFLOAD_OPTIMIZER, (("pipeline_read", "BOOL", "false"), ("pipeline_write", "BOOL", "false"),
                                                   ("fast_init", "BOOL", "false"), ("ratio", "FLOAT", "1.0"))),

@@ -195,7 +195,9 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     const char *names[2];
     float *bufs[2];
     int nbufs = saves_no_optimizer(t) ? 0 : optimizer_buffers(t, names, bufs);
-    int rc = neox_train_write_share_of(t, w, "params", t->model->param_buf, 0, err);
+    // (ZeRO-3: the partition's master weights; the flat buffer holds only gathered units)
+    int rc = t->param_partition ? neox_train_write_share_of(t, w, "params", t->param_partition, t->part_begin, err)
+                                : neox_train_write_share_of(t, w, "params", t->model->param_buf, 0, err);
     for (int b = 0; rc == 0 && b < nbufs; b++) rc = neox_train_write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
     if (rc == 0 && !saves_no_optimizer(t)) rc = write_errors((neox_trainer *)t, w, err);
     if (rc == 0) rc = neox_train_dpo_save(t, w, err);

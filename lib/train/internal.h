@@ -102,7 +102,12 @@ struct neox_trainer {
     int overlap_comm;              // start gradient buckets during backward
     size_t part_begin, part_end;   // this rank's data-parallel partition of the flat buffers
     size_t state_begin, state_end; // what the optimizer updates and keeps state for
-    float *grad_partition;         // ZeRO-2: reduced gradients of the partition, summed over micro-batches
+    float *grad_partition;         // ZeRO-2 and 3: reduced gradients of the partition, summed over micro-batches
+    // ZeRO-3 (zero3.c): the fp32 master weights of the partition, the coordinator that gathers the
+    // model's units into its flat buffer, and the model's traces (0: forward, 1: forward + backward).
+    float *param_partition;
+    neox_param_gather *gather;
+    int *trace[2], trace_len[2];
     int reduce_now;                // backward of the current micro-batch is followed by a reduction
     int local_grads;               // this step leaves gradients unreduced (1-bit Adam's compression phase)
     neox_onebit *onebit;           // 1-bit Adam's compressed momentum all-reduce (data-parallel size > 1)
@@ -189,6 +194,24 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale);
 // Applies one update of this rank's range with learning rate lr (step: the 1-based update count),
 // then under ZeRO gathers the other ranks' partitions.
 void neox_train_update(neox_trainer *t, double lr, int64_t step);
+
+// ---- ZeRO stage 3 (zero3.c) -------------------------------------------------------------------
+// After the reducer (the partition is known): refuses what stage 3 cannot serve, makes the
+// partition's master weights and the parameter coordinator with the stage3_* keys.
+int neox_train_setup_zero3(neox_trainer *t, neox_error *err);
+void neox_train_free_zero3(neox_trainer *t);
+// After the weights are initialised or loaded whole: the partition is taken from them, the rest of
+// the flat buffer given back, and the model's weights_use hook installed.
+void neox_train_zero3_take_weights(neox_trainer *t);
+// Around one micro-batch's use of the model: forward only (backward 0) or forward and backward.
+void neox_train_zero3_begin(neox_trainer *t, int backward);
+void neox_train_zero3_end(neox_trainer *t);
+// The whole model in the flat buffer until neox_train_zero3_end (readers outside a pass).
+void neox_train_zero3_gather_all(neox_trainer *t);
+// Parameter elements a rank holds whole at most: the peak of a training pass plus the persistent tensors.
+size_t neox_train_zero3_planned_elements(const neox_trainer *t);
+// After the optimizer updated the partition: the persistent tensors are gathered again.
+void neox_train_zero3_after_update(neox_trainer *t);
 
 // ---- compressed data-parallel communication (compression.c) ---------------------------------
 // Creates the compressors the config asks for (after the optimizer state exists).

@@ -33,11 +33,13 @@ void neox_train_free_param_norms(neox_trainer *t) {
 void neox_train_param_norms(neox_trainer *t) {
     const neox_grid *g = t->grid;
     double *sq = neox_calloc((size_t)t->nnorms, sizeof *sq);
+    neox_train_zero3_gather_all(t);  // (ZeRO-3: every data rank takes part)
     for (int i = 0; g->data_rank == 0 && i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
         if (p->tied_copy || (p->split == NEOX_SPLIT_NONE && g->model_rank != 0)) continue;
         sq[p->index] = t->be->sum_squares(t->model->param_buf + p->offset, p->numel);
     }
+    neox_train_zero3_end(t);
     if (g->world_size > 1) neox_allreduce_sum(&t->grid->world, sq, t->nnorms, NEOX_F64);
     double total = 0.0;
     for (int i = 0; i < t->nnorms; i++) {

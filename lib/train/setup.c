@@ -193,7 +193,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     t->reducer_first = t->sparse ? 1 : 0;
     size_t base = m->params[t->reducer_first].offset;
     neox_grid *g = t->grid;
-    if (t->zero_stage == 2) {
+    if (t->zero_stage >= 2) {
         size_t lo, hi;  // the reducer's partition (neox_grad_reducer_partition), known before it exists
         neox_even_share(m->num_floats - base, g->data_rank, g->data_size, &lo, &hi);
         t->grad_partition = zeroed(t, hi - lo + 1);
@@ -212,7 +212,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     // ZeRO-2 on the host: the flat buffer only maps the buckets in flight, starting from none.
     if (t->grad_partition && !t->be->on_device) neox_discard_pages(m->grad_buf, m->num_floats * sizeof(float));
     if (t->overlap_comm || t->grad_partition) neox_train_install_grad_hook(t);
-    return 0;
+    return t->zero_stage == 3 ? neox_train_setup_zero3(t, err) : 0;
 }
 
 static int setup_optimizer(neox_trainer *t, neox_error *err) {
@@ -331,8 +331,11 @@ static double total_params(const neox_trainer *t) {
 static void report_memory(const neox_trainer *t) {
     const neox_model *m = t->model;
     double state_bytes = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
-    // Parameters: the fp32 master weights, plus their 16-bit copy in a 16-bit precision.
+    // Parameters: the fp32 master weights, plus their 16-bit copy in a 16-bit precision; under
+    // ZeRO-3 the master weights of the partition plus what a pass holds whole at most.
     double params = (double)m->num_floats * (m->param16 ? 6 : 4);
+    if (t->gather)
+        params = (double)(t->part_end - t->part_begin) * 4 + (double)neox_train_zero3_planned_elements(t) * (m->param16 ? 6 : 4);
     double grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) + (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
                               : (double)m->num_floats * 4;
     if (t->grad_partition) grads += (double)(t->part_end - t->part_begin) * 4;
@@ -385,6 +388,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         return NULL;
     }
     neox_train_dpo_start(t);
+    neox_train_zero3_take_weights(t);
     // total_params is a collective: every rank computes it, rank 0 prints it.
     double nparams = t->opts.quiet ? 0 : total_params(t);
     if (t->rank0 && !t->opts.quiet) {
@@ -413,6 +417,7 @@ void neox_trainer_free(neox_trainer *t) {
     neox_batch_free(t->batch);
     for (int i = 0; i < 3; i++) neox_dataset_free(t->datasets[i]);
     neox_data_settings_release(&t->data_settings);
+    neox_train_free_zero3(t);
     neox_train_free_compression(t);  // before the reducer: adaptive runs may have swapped it
     if (t->reducer) neox_grad_reducer_free(t->reducer);
     neox_sparse_rows_free(t->sparse);
