@@ -245,6 +245,23 @@ static void notice_unused_by_choice(const neox_config *cfg) {
     free(list);
 }
 
+// ZeRO-3's settings below stage 3: they configure the parameter gathers only stage 3 makes.
+static void notice_stage3_keys(const neox_config *cfg) {
+    if (neox_config_int_or(cfg, zero_stage, 0) >= 3) return;
+    static const int stage3_keys[] = {
+        NEOX_SK_zero_optimization__stage3_prefetch_bucket_size, NEOX_SK_zero_optimization__prefetch_bucket_size,
+        NEOX_SK_zero_optimization__stage3_param_persistence_threshold, NEOX_SK_zero_optimization__param_persistence_threshold,
+        NEOX_SK_zero_optimization__stage3_model_persistence_threshold, NEOX_SK_zero_optimization__model_persistence_threshold,
+        NEOX_SK_zero_optimization__stage3_max_live_parameters, NEOX_SK_zero_optimization__max_live_parameters,
+        NEOX_SK_zero_optimization__stage3_max_reuse_distance, NEOX_SK_zero_optimization__max_reuse_distance};
+    size_t len = 0;
+    char *list = NULL;
+    for (size_t i = 0; i < sizeof stage3_keys / sizeof *stage3_keys; i++)
+        if (neox_config_sub_id(cfg, stage3_keys[i])) append_name(&list, &len, neox_subkey_specs[stage3_keys[i]].name);
+    if (list) neox_notice("config keys with no effect below zero_optimization.stage 3 (they configure its parameter gathers): %s", list);
+    free(list);
+}
+
 // One notice naming every ignored key and sub-key the files set, each once, so users see them
 // without a wall of warnings.
 static void notice_ignored(const neox_config *cfg) {
@@ -258,6 +275,7 @@ static void notice_ignored(const neox_config *cfg) {
     if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service or kernel-fusion settings): %s", list);
     free(list);
     notice_unused_by_choice(cfg);
+    notice_stage3_keys(cfg);
 }
 
 neox_config *neox_config_load(const char *const *paths, int npaths, const neox_config_options *opts, neox_error *err) {
