@@ -40,19 +40,32 @@ same() { check "$2 follows $1 (losses, evaluations, final parameters within 1e-5
     "$PY" tests/mpi/layouts_check.py same "$T/$1" "$T/$2"; }
 z3() { "$PY" tests/mpi/zero3_check.py "$@"; }
 
-# Equal to stage 0 at dp2 and dp4, with the default settings and one layer at a time.
+# Equal to stage 0 at dp2 and dp4, with the default settings and one layer at a time (whose
+# parameter norms, read from the gathered model, are stage 0's too).
+NORMS=', "log_param_norm": true'
 for dp in 2 4; do
     accum=$((4 / dp))
-    config "dp${dp}s0" neox 2 "$accum" 20 "$(zero 0)"; run "dp${dp}s0" "$dp"
+    config "dp${dp}s0" neox 2 "$accum" 20 "$(zero 0)$NORMS"; run "dp${dp}s0" "$dp"
     config "dp${dp}s3" neox 2 "$accum" 20 "$(zero 3)"; run "dp${dp}s3" "$dp"
     same "dp${dp}s0" "dp${dp}s3"
-    config "dp${dp}one" neox 2 "$accum" 20 "$(zero 3 "$ONE")"; run "dp${dp}one" "$dp"
+    config "dp${dp}one" neox 2 "$accum" 20 "$(zero 3 "$ONE")$NORMS"; run "dp${dp}one" "$dp"
+    check "dp${dp}one: parameter norms equal stage 0's (within 1e-5)" z3 norms "$T/dp${dp}s0" "$T/dp${dp}one"
     same "dp${dp}s0" "dp${dp}one"
     check "dp${dp}one: planned parameter bytes per rank within 10% of 4 psi / $dp + one layer" \
         z3 planned "$T/dp${dp}one.out" "$T/dp${dp}one/hf" "$dp" one
 done
 check "dp2s3 (defaults): planned parameter bytes within 10% of 4 psi / 2 + the whole model" \
     z3 planned "$T/dp2s3.out" "$T/dp2s3/hf" 2 whole
+
+# Gradients and optimizer state are partitioned as under stage 2, and gathering copies values: stage
+# 3 is stage 2 bit for bit, in fp32 and in bfloat16 (whose 16-bit weight copies are made per layer
+# as it is gathered).
+BF16=', "precision": "bfloat16"'
+config dp2s2 neox 2 2 20 "$(zero 2)$NORMS"; run dp2s2 2
+check "dp2one equals stage 2 bit for bit" "$PY" tests/mpi/layouts_check.py identical "$T/dp2s2" "$T/dp2one"
+config bf16s2 neox 2 2 20 "$(zero 2)$BF16"; run bf16s2 2
+config bf16s3 neox 2 2 20 "$(zero 3 "$ONE")$BF16"; run bf16s3 2
+check "bfloat16: stage 3 equals stage 2 bit for bit" "$PY" tests/mpi/layouts_check.py identical "$T/bf16s2" "$T/bf16s3"
 
 # stage3_param_persistence_threshold: at its default every tensor of this model is persistent
 # (gathered after each update, never by layer); at 0 none is.

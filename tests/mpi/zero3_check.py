@@ -11,6 +11,7 @@ and output layer) and the run's comm_stats.json.
   stat RUN KEY OP VALUE      every rank's parameter_gathers[KEY] OP VALUE (OP: eq, gt)
   same_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is the same in both runs
   more_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is larger in RUN_A
+  norms RUN_A RUN_B          the per-step parameter norms (log_param_norm) of both runs agree within 1e-5
   extra_gathers RUN_A RUN_B PASSES HF
                              RUN_A (nothing kept between uses: stage3_max_reuse_distance 0) gathers
                              more than RUN_B (everything kept within a pass) by, per training pass,
@@ -79,6 +80,19 @@ def more_stat(a, b, key):
     return bool(x) and all(p > q for p, q in zip(x, y))
 
 
+def norms(a, b):
+    def table(run):
+        out = {}
+        for line in open(f"{run}/log/metrics.jsonl"):
+            r = json.loads(line)
+            out.update({(r["iteration"], k): v for k, v in r.items() if k.startswith("parameter_norms/") or k == "train/param_norm"})
+        return out
+    x, y = table(a), table(b)
+    bad = [k for k in x if k not in y or abs(x[k] - y[k]) > 1e-5 * abs(x[k])]
+    print(f"{len(x)} norms, {len(bad)} differ: {bad[:5]}")
+    return bool(x) and x.keys() == y.keys() and not bad
+
+
 def extra_gathers(a, b, passes, hf):
     tensors = load_file(f"{hf}/model.safetensors")
     tied = not any("embed_out" in n or "lm_head" in n for n in tensors)
@@ -98,6 +112,8 @@ if __name__ == "__main__":
         ok = same_stat(*args)
     elif cmd == "more_stat":
         ok = more_stat(*args)
+    elif cmd == "norms":
+        ok = norms(*args)
     elif cmd == "extra_gathers":
         ok = extra_gathers(*args)
     else:
