@@ -199,8 +199,7 @@ SUBKEYS += [sub("bf16." + n, t, d, "IGNORED") for n, t, d, lo, hi in LOSS_SCALER
 OFFLOAD_OPTIMIZER = "ZeRO optimizer-state offload"
 OFFLOAD_PARAM = "ZeRO parameter offload"
 SUBKEYS += [
-    sub("zero_optimization.stage", "INT", "0", supported="0|1|2|3", feature="ZeRO stage",
-        lo=0, hi=3),
+    sub("zero_optimization.stage", "INT", "0", lo=0, hi=3),
     sub("zero_optimization.reduce_scatter", "BOOL", "true"),
     sub("zero_optimization.contiguous_gradients", "BOOL", "false", "IGNORED"),  # gradients are one flat buffer
     sub("zero_optimization.reduce_bucket_size", "INT", "500000000", lo=1, hi=float("inf")),

@@ -247,7 +247,12 @@ static void notice_unused_by_choice(const neox_config *cfg) {
 
 // ZeRO-3's settings below stage 3: they configure the parameter gathers only stage 3 makes.
 static void notice_stage3_keys(const neox_config *cfg) {
-    if (neox_config_int_or(cfg, zero_stage, 0) >= 3) return;
+    if (neox_config_int_or(cfg, zero_stage, 0) >= 3) {  // stage 3 gathers by layer, not after the update
+        if (neox_config_sub(cfg, zero_optimization__allgather_bucket_size))
+            neox_notice("config key with no effect at zero_optimization.stage 3 (parameters are gathered layer by layer "
+                        "as they are used, not after the update): zero_optimization.allgather_bucket_size");
+        return;
+    }
     static const int stage3_keys[] = {
         NEOX_SK_zero_optimization__stage3_prefetch_bucket_size, NEOX_SK_zero_optimization__prefetch_bucket_size,
         NEOX_SK_zero_optimization__stage3_param_persistence_threshold, NEOX_SK_zero_optimization__param_persistence_threshold,

@@ -127,20 +127,12 @@ config below neox 2 2 20 "$(zero 2 '"stage3_max_live_parameters": 5')"
 check_fails "stage3 keys below stage 3 are named in a notice" 0 \
     "no effect below zero_optimization.stage 3.*stage3_max_live_parameters" "$TRAIN" --print-config "$T/below.yml"
 
+config agb neox 2 2 20 "$(zero 3 '"allgather_bucket_size": 1000')"
+check_fails "allgather_bucket_size at stage 3 is named in a notice" 0 \
+    "no effect at zero_optimization.stage 3.*allgather_bucket_size" "$TRAIN" --print-config "$T/agb.yml"
+
 # A rank killed while the ranks gather layers ends the job.
 CKPT_FACTOR=5 config kill neox 2 2 100000 "$(zero 3 "$ONE")"
-"$MPIEXEC" -n 2 "$TRAIN" -q "$T/kill.yml" >"$T/kill.out" 2>&1 &
-launcher=$!
-for _ in $(seq 150); do [ -f "$T/kill/ckpt/latest" ] && break; sleep 0.2; done
-victim=$(for p in $(pgrep -f "neox-train -q $T/kill.yml"); do
-    grep -qz '^PMI_RANK=1$' "/proc/$p/environ" 2>/dev/null && echo "$p"; done | head -1)
-start=$(date +%s)
-[ -n "$victim" ] && kill -9 "$victim"
-( sleep 60; kill -9 "$launcher" 2>/dev/null ) &
-watchdog=$!
-wait "$launcher"
-status=$?
-kill "$watchdog" 2>/dev/null
-took=$(( $(date +%s) - start ))
-check "killing rank 1 mid-run ends the stage-3 job with a failure status within 15 s (${took} s)" \
-    test -n "$victim" -a "$status" -ne 0 -a "$took" -lt 15
+kill_rank_mid_run kill
+check "killing rank 1 mid-run ends the stage-3 job with a failure status within 15 s (${KILL_TOOK} s)" \
+    test -n "$KILL_VICTIM" -a "$KILL_STATUS" -ne 0 -a "$KILL_TOOK" -lt 15

@@ -193,8 +193,9 @@ check_fails "sub-key: value type-checked with file:line" 2 "subt.yml:2: key 'zer
     "$T" --print-config "$(cfg subt $'{'"$MODEL"$',\n zero_optimization: {overlap_comm: 3}}')"
 check_fails "sub-key: value range-checked" 2 "key 'zero_optimization.reduce_bucket_size': 0 is out of range" \
     "$T" --print-config "$(cfg subr "{zero_optimization: {reduce_bucket_size: 0}, $MODEL}")"
-check_fails "ZeRO stage 3 refused by name" 2 "key 'zero_optimization.stage': ZeRO stage '3' is not supported by neox.c" \
-    "$T" --print-config "$(cfg z3 "{zero_optimization: {stage: 3}, $MODEL}")"
+check "ZeRO stage 3 loads" "$T" --print-config "$(cfg z3 "{zero_optimization: {stage: 3}, $MODEL}")"
+check_fails "ZeRO stage 4 is out of range" 2 "key 'zero_optimization.stage': 4 is out of range" \
+    "$T" --print-config "$(cfg z4 "{zero_optimization: {stage: 4}, $MODEL}")"
 check_fails "zero_optimization.cpu_offload refused by name" 2 "key 'zero_optimization.cpu_offload': ZeRO optimizer-state offload is not supported" \
     "$T" --print-config "$(cfg coff "{zero_optimization: {stage: 2, cpu_offload: true}, $MODEL}")"
 check_fails "offload_optimizer to cpu refused by name" 2 "key 'zero_optimization.offload_optimizer.device': ZeRO optimizer-state offload is not supported" \
