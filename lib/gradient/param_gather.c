@@ -73,8 +73,7 @@ static void add_range(neox_param_gather *g, run **runs, int *count, size_t begin
         run_init(g, last, last->begin, end);
         return;
     }
-    *runs = realloc(*runs, (size_t)(*count + 1) * sizeof **runs);
-    if (!*runs) neox_die(NEOX_EXIT_FAILURE, "out of memory");
+    *runs = neox_realloc(*runs, (size_t)(*count + 1) * sizeof **runs);
     run_init(g, &(*runs)[(*count)++], begin, end);
 }
 
@@ -86,8 +85,8 @@ neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t
     neox_even_share(n, data->rank, data->size, &g->part_begin, &g->part_end);
     g->nunits = nunits;
     g->units = neox_calloc((size_t)nunits, sizeof *g->units);
-    // Persistent tensors, smallest first would be DeepSpeed's choice under a model-wide cap; here
-    // they are taken in buffer order while the cap allows (model_persistence_threshold < 0: none).
+    // Persistent tensors: those of at most persistence_threshold elements, taken in buffer order
+    // while their total stays within model_persistence_threshold (< 0: no cap).
     size_t persist_total = 0;
     for (int u = 0; u < nunits; u++) {
         unit *x = &g->units[u];

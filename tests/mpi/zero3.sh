@@ -73,6 +73,17 @@ check "default persistence threshold: no layer gathers" z3 stat "$T/dp2s3" gathe
 check "default persistence threshold: persistent elements" z3 stat "$T/dp2s3" persistent_elements gt 0
 check "persistence threshold 0: layers are gathered" z3 stat "$T/dp2one" gathers gt 0
 check "persistence threshold 0: nothing persistent" z3 stat "$T/dp2one" persistent_elements eq 0
+# stage3_model_persistence_threshold caps the persistent elements (tensors taken in order while
+# they fit), so the larger tensors are gathered by layer again.
+config mpt neox 2 2 20 "$(zero 3 '"stage3_model_persistence_threshold": 2000')"; run mpt 2
+same dp2s0 mpt
+check "model persistence threshold 2000: at most 2000 persistent elements" z3 stat "$T/mpt" persistent_elements le 2000
+check "model persistence threshold 2000: some persistent" z3 stat "$T/mpt" persistent_elements gt 0
+check "model persistence threshold 2000: layers are gathered" z3 stat "$T/mpt" gathers gt 0
+# Activation checkpointing recomputes each layer's forward inside its backward use.
+config ckpt neox 2 2 20 "$(zero 3 "$ONE"), \"checkpoint_activations\": true"; run ckpt 2
+same dp2s0 ckpt
+
 # stage3_prefetch_bucket_size: 0 prefetches nothing; one element prefetches the next layer, which
 # then is whole beside the current one.
 check "prefetch 0: nothing prefetched" z3 stat "$T/dp2one" prefetched eq 0

@@ -8,7 +8,7 @@ and output layer) and the run's comm_stats.json.
                              settings keep a small model whole) or one (one unit at a time, the
                              final norm with the tied embedding it uses, when nothing is
                              prefetched or kept)
-  stat RUN KEY OP VALUE      every rank's parameter_gathers[KEY] OP VALUE (OP: eq, gt)
+  stat RUN KEY OP VALUE      every rank's parameter_gathers[KEY] OP VALUE (OP: eq, gt, le)
   same_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is the same in both runs
   more_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is larger in RUN_A
   norms RUN_A RUN_B          the per-step parameter norms (log_param_norm) of both runs agree within 1e-5
@@ -65,7 +65,8 @@ def gathers(run):
 def stat(run, key, op, value):
     got = [g.get(key, 0) for g in gathers(run)]
     print(f"{key}: {got}")
-    return all((v == int(value)) if op == "eq" else (v > int(value)) for v in got)
+    test = {"eq": lambda v: v == int(value), "gt": lambda v: v > int(value), "le": lambda v: v <= int(value)}[op]
+    return bool(got) and all(test(v) for v in got)
 
 
 def same_stat(a, b, key):
