@@ -20,7 +20,7 @@ typedef struct neox_grad_reducer neox_grad_reducer;
 
 typedef struct neox_grad_reducer_options {
     size_t bucket_bytes;      // reduce_bucket_size x 4; 0 = one bucket
-    int zero_stage;           // 0: all-reduce; 1, 2: reduce-scatter into partitions
+    int zero_stage;           // 0: all-reduce; 1, 2, 3: reduce-scatter into partitions
     int overlap;              // start buckets as they complete (overlap_comm); else all at finish
     double predivide_factor;  // gradient_predivide_factor: scale by 1/f before, f/data_size after
     int all_reduce;           // stages 1, 2 with reduce_scatter false: all-reduce, keep the partition
@@ -35,7 +35,7 @@ typedef struct neox_grad_reducer_options {
     // backend's scale and cast ops on its stream, and ZeRO's reduce-scatter leaves each rank's
     // part where it belongs (no move).
     const struct neox_backend *backend;
-    // ZeRO-2 (stage 2 only): this rank's partition of the summed gradients, part_end - part_begin
+    // ZeRO-2 and 3 (stages 2 and 3 only): this rank's partition of the summed gradients, part_end - part_begin
     // floats on the gradients' backend. Every bucket starts as soon as its parameters are ready
     // (waited for at once when overlap is off); as it completes, its reduced part inside the
     // partition is added here and the bucket's range of the flat buffer is cleared (on the host,
