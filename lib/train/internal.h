@@ -108,6 +108,10 @@ struct neox_trainer {
     float *param_partition;
     neox_param_gather *gather;
     int *trace[2], trace_len[2];
+    // ZeRO-Offload (offload.c): the optimizer state on the host, with host copies of the weights it
+    // updates and of their gradients ([state_begin, state_end)).
+    int offload;
+    float *host_params, *host_grads;
     int reduce_now;                // backward of the current micro-batch is followed by a reduction
     int local_grads;               // this step leaves gradients unreduced (1-bit Adam's compression phase)
     neox_onebit *onebit;           // 1-bit Adam's compressed momentum all-reduce (data-parallel size > 1)
@@ -212,6 +216,19 @@ void neox_train_zero3_gather_all(neox_trainer *t);
 size_t neox_train_zero3_planned_elements(const neox_trainer *t);
 // After the optimizer updated the partition: the persistent tensors are gathered again.
 void neox_train_zero3_after_update(neox_trainer *t);
+
+// ---- ZeRO-Offload of the optimizer (offload.c) ---------------------------------------------------
+// Once [state_begin, state_end) is known, before the optimizer is made: whether its state goes to
+// the host (t->offload; a notice on a host backend, where nothing moves).
+int neox_train_setup_offload(neox_trainer *t, neox_error *err);
+// Where the optimizer state lives: the host under offload, else the trainer's backend.
+const neox_backend *neox_train_optimizer_backend(const neox_trainer *t);
+// After the weights are initialised or loaded: the host copy of the range the optimizer updates.
+void neox_train_offload_take_weights(neox_trainer *t);
+// One update on the host from the gradients of the range (device memory), written back to the device.
+void neox_train_offload_step(neox_trainer *t, const float *grads, const neox_segment *segs, int nseg, double lr,
+                             int64_t step);
+void neox_train_free_offload(neox_trainer *t);
 
 // ---- compressed data-parallel communication (compression.c) ---------------------------------
 // Creates the compressors the config asks for (after the optimizer state exists).

@@ -230,7 +230,8 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     }
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
-    t->optimizer = neox_optimizer_make(&t->optim, t->be, t->state_end - t->state_begin);
+    if (neox_train_setup_offload(t, err) != 0) return -1;
+    t->optimizer = neox_optimizer_make(&t->optim, neox_train_optimizer_backend(t), t->state_end - t->state_begin);
     return neox_train_setup_compression(t, err);
 }
 
@@ -389,6 +390,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     }
     neox_train_dpo_start(t);
     neox_train_zero3_take_weights(t);
+    neox_train_offload_take_weights(t);
     // total_params is a collective: every rank computes it, rank 0 prints it.
     double nparams = t->opts.quiet ? 0 : total_params(t);
     if (t->rank0 && !t->opts.quiet) {
@@ -396,8 +398,9 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_info("model: %s parameters, %d layers, hidden %d, vocabulary %d (padded)",
                   neox_format_count(nparams, params, sizeof params), t->model->desc.num_layers,
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
-        neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s", grid->world_size, grid->pipe_size,
-                  grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "");
+        neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s%s", grid->world_size, grid->pipe_size,
+                  grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "",
+                  t->offload ? ", optimizer offloaded to the host" : "");
         neox_info("compute: %s backend (%s), precision %s%s", t->be->name, neox_backends_description(),
                   neox_precision_name(t->precision), t->precision == NEOX_PRECISION_FP16 ? ", dynamic loss scaling" : "");
     }
@@ -418,6 +421,7 @@ void neox_trainer_free(neox_trainer *t) {
     for (int i = 0; i < 3; i++) neox_dataset_free(t->datasets[i]);
     neox_data_settings_release(&t->data_settings);
     neox_train_free_zero3(t);
+    neox_train_free_offload(t);
     neox_train_free_compression(t);  // before the reducer: adaptive runs may have swapped it
     if (t->reducer) neox_grad_reducer_free(t->reducer);
     neox_sparse_rows_free(t->sparse);
