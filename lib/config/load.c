@@ -339,13 +339,15 @@ static void record_read(const neox_config *cfg, unsigned char *flag, const char 
 
 neox_key_id neox_key_id_of(const char *name) { return (neox_key_id)slot_index_or_die(name); }
 
-static neox_value *parse_default(neox_key_id key) {
-    const char *text = neox_key_specs[key].default_text;
+static neox_value *parse_spec_default(const neox_key_spec *k) {
+    const char *text = k->default_text;
     neox_error err = {0};
     neox_value *v = text ? neox_yaml_parse(text, strlen(text), "schema", &err) : NULL;
-    if (text && !v) neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s': %s", neox_key_specs[key].name, err.message);
+    if (text && !v) neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s': %s", k->name, err.message);
     return v;
 }
+
+static neox_value *parse_default(neox_key_id key) { return parse_spec_default(&neox_key_specs[key]); }
 
 char *neox_key_default_str(neox_key_id key) {
     neox_value *v = parse_default(key);
@@ -361,6 +363,15 @@ int64_t neox_key_default_int(neox_key_id key) {
     if (v && v->kind != NEOX_VALUE_INT)
         neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s' read as an integer", neox_key_specs[key].name);
     int64_t x = v ? v->integer : 0;
+    neox_value_free(v);
+    return x;
+}
+
+int64_t neox_subkey_default_int(neox_subkey_id path, int64_t fallback) {
+    neox_value *v = parse_spec_default(&neox_subkey_specs[path]);
+    if (v && v->kind != NEOX_VALUE_INT)
+        neox_die(NEOX_EXIT_FAILURE, "internal error: default of sub-key '%s' read as an integer", neox_subkey_specs[path].name);
+    int64_t x = v ? v->integer : fallback;
     neox_value_free(v);
     return x;
 }

@@ -10,14 +10,15 @@
 #include "internal.h"
 
 // The stage-3 keys: each with its DeepSpeed name and the older one without the prefix, which
-// DeepSpeed also reads (the prefixed one wins when both are set).
-static int64_t stage3_key(const neox_config *cfg, neox_subkey_id prefixed, neox_subkey_id plain, int64_t fallback) {
+// DeepSpeed also reads (the prefixed one wins when both are set); unset, the schema's default
+// (unlimited for a None default).
+static int64_t stage3_key(const neox_config *cfg, neox_subkey_id prefixed, neox_subkey_id plain) {
     neox_subkey_id ids[2] = {prefixed, plain};
     for (int i = 0; i < 2; i++) {
         const neox_value *v = neox_config_sub_id(cfg, ids[i]);
         if (v && v->kind == NEOX_VALUE_INT) return v->integer;
     }
-    return fallback;
+    return neox_subkey_default_int(prefixed, -1);
 }
 
 // Layouts stage 3 cannot serve, refused by name (zero_optimization.[stage3_]use_all_reduce_for_fetch_params
@@ -54,15 +55,15 @@ int neox_train_setup_zero3(neox_trainer *t, neox_error *err) {
     t->param_partition = t->be->alloc((t->part_end - t->part_begin + 1) * sizeof(float));
     neox_param_gather_options o = {
         .prefetch_elems = stage3_key(c, NEOX_SK_zero_optimization__stage3_prefetch_bucket_size,
-                                     NEOX_SK_zero_optimization__prefetch_bucket_size, 50000000),
+                                     NEOX_SK_zero_optimization__prefetch_bucket_size),
         .max_live = stage3_key(c, NEOX_SK_zero_optimization__stage3_max_live_parameters,
-                               NEOX_SK_zero_optimization__max_live_parameters, 1000000000),
+                               NEOX_SK_zero_optimization__max_live_parameters),
         .max_reuse_distance = stage3_key(c, NEOX_SK_zero_optimization__stage3_max_reuse_distance,
-                                         NEOX_SK_zero_optimization__max_reuse_distance, 1000000000),
+                                         NEOX_SK_zero_optimization__max_reuse_distance),
         .persistence_threshold = stage3_key(c, NEOX_SK_zero_optimization__stage3_param_persistence_threshold,
-                                            NEOX_SK_zero_optimization__param_persistence_threshold, 100000),
+                                            NEOX_SK_zero_optimization__param_persistence_threshold),
         .model_persistence_threshold = stage3_key(c, NEOX_SK_zero_optimization__stage3_model_persistence_threshold,
-                                                  NEOX_SK_zero_optimization__model_persistence_threshold, -1),
+                                                  NEOX_SK_zero_optimization__model_persistence_threshold),
         .gathered = on_gathered, .released = on_released, .ctx = t};
     int nunits = neox_model_unit_count(&m->desc);
     int *first = neox_malloc((size_t)(nunits + 1) * sizeof(int));
