@@ -144,6 +144,8 @@ neox_key_id neox_key_id_of(const char *name);
 // as an option default to it. The string is the caller's to free (NULL for None); the integer is 0 for None.
 char *neox_key_default_str(neox_key_id key);
 int64_t neox_key_default_int(neox_key_id key);
+// A sub-key's schema default as an integer; fallback when its default is None.
+int64_t neox_subkey_default_int(neox_subkey_id path, int64_t fallback);
 neox_subkey_id neox_subkey_id_of(const char *path);
 
 // The `split` key's weights for train, valid and test ("949,50,1" or "1/3"; missing parts are 0).

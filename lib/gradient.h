@@ -20,7 +20,7 @@ typedef struct neox_grad_reducer neox_grad_reducer;
 
 typedef struct neox_grad_reducer_options {
     size_t bucket_bytes;      // reduce_bucket_size x 4; 0 = one bucket
-    int zero_stage;           // 0: all-reduce; 1, 2: reduce-scatter into partitions
+    int zero_stage;           // 0: all-reduce; 1, 2, 3: reduce-scatter into partitions
     int overlap;              // start buckets as they complete (overlap_comm); else all at finish
     double predivide_factor;  // gradient_predivide_factor: scale by 1/f before, f/data_size after
     int all_reduce;           // stages 1, 2 with reduce_scatter false: all-reduce, keep the partition
@@ -35,7 +35,7 @@ typedef struct neox_grad_reducer_options {
     // backend's scale and cast ops on its stream, and ZeRO's reduce-scatter leaves each rank's
     // part where it belongs (no move).
     const struct neox_backend *backend;
-    // ZeRO-2 (stage 2 only): this rank's partition of the summed gradients, part_end - part_begin
+    // ZeRO-2 and 3 (stages 2 and 3 only): this rank's partition of the summed gradients, part_end - part_begin
     // floats on the gradients' backend. Every bucket starts as soon as its parameters are ready
     // (waited for at once when overlap is off); as it completes, its reduced part inside the
     // partition is added here and the bucket's range of the flat buffer is cleared (on the host,
@@ -84,6 +84,59 @@ typedef struct neox_grad_reducer_timing {
 } neox_grad_reducer_timing;
 // Collective over the data group (every rank of it calls it after the same reductions).
 neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r);
+
+// ---- ZeRO-3: parameters partitioned over the data group (param_gather.c) ---------------------
+// Each rank keeps its partition [n*r/D, n*(r+1)/D) of the flat parameters (`master`, which the
+// optimizer updates); the flat buffer `params` holds whole only the units (groups of parameters:
+// the embedding, each layer, the head) in use or about to be. A pass (one micro-batch's forward
+// and backward, or a forward) is run between begin, with the order in which it will use the
+// units (its trace), and end; acquire gathers a unit (or waits for its prefetch) and starts the
+// gathers of the next units, release gives its pages back unless it is used again soon.
+typedef struct neox_param_gather neox_param_gather;
+
+typedef struct neox_param_gather_options {
+    int64_t prefetch_elems;        // stage3_prefetch_bucket_size: elements gathered ahead at a time (0: none)
+    int64_t max_live;              // stage3_max_live_parameters: no prefetch beyond this many gathered
+    int64_t max_reuse_distance;    // stage3_max_reuse_distance: keep a unit used again within this many elements
+    int64_t persistence_threshold; // stage3_param_persistence_threshold: tensors this small stay whole
+    int64_t model_persistence_threshold;  // stage3_model_persistence_threshold: at most this many persistent (-1: no cap)
+    // Called for each range of the flat buffer that became whole (gathered) or was given back.
+    void (*gathered)(void *ctx, size_t begin, size_t end);
+    void (*released)(void *ctx, size_t begin, size_t end);
+    void *ctx;
+} neox_param_gather_options;
+
+typedef struct neox_param_gather_stats {
+    int64_t gathers;               // unit gathers started (each one all-gather per run of its tensors)
+    int64_t prefetched;            // of those, started ahead of their use
+    int64_t gathered_elements;     // elements gathered by them
+    int64_t peak_live_elements;    // most elements of non-persistent units whole at once
+    int64_t persistent_elements;   // elements of the persistent tensors (always whole)
+} neox_param_gather_stats;
+
+// Units: unit u holds parameters [unit_first[u], unit_first[u + 1]) (nunits + 1 entries), laid out
+// back to back in the flat buffer of n elements as param_offset/param_size say.
+neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t n, const float *master,
+                                          const size_t *param_offset, const size_t *param_size,
+                                          const int *unit_first, int nunits, const neox_param_gather_options *opt);
+void neox_param_gather_free(neox_param_gather *g);
+// A pass that will use the units in the order trace lists them (kept by the caller until end).
+void neox_param_gather_begin(neox_param_gather *g, const int *trace, int len);
+// Unit u is about to be used (it must be the trace's next): it is whole when this returns.
+void neox_param_gather_acquire(neox_param_gather *g, int u);
+// The use of unit u is over.
+void neox_param_gather_release(neox_param_gather *g, int u);
+// The pass is over: every non-persistent unit is released (prefetches in flight completed first).
+void neox_param_gather_end(neox_param_gather *g);
+// Every unit whole (outside passes: for readers of the whole model); end releases them.
+void neox_param_gather_all(neox_param_gather *g);
+// After an update of master (and at the start): the persistent tensors gathered, blocking.
+void neox_param_gather_persistent(neox_param_gather *g);
+// Gives back the pages of every non-persistent unit (after the flat buffer was filled whole).
+void neox_param_gather_release_all(neox_param_gather *g);
+// The peak of gathered non-persistent elements a pass with this trace reaches (no communication).
+size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len);
+neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g);
 
 // ---- 1-bit compressed all-reduce with error feedback (onebit.c) ------------------------------
 // DeepSpeed's compressed_allreduce (1-bit Adam), for a buffer made of segments (one per tensor)

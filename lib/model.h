@@ -145,6 +145,15 @@ const char *neox_precision_name(neox_precision p);
 // data-parallel reduction can start on them, and communication in flight can be progressed.
 // Every parameter of the stage is reported exactly once per backward.
 typedef void (*neox_grads_ready_fn)(void *ctx, int begin, int end);
+// ZeRO-3: called by forward and backward with use 1 just before they read the weights of a unit
+// and with use 0 when they are done with them, so that the owner can gather the unit's parameters
+// into param_buf first and release them after. Units: NEOX_UNIT_EMBED (the parameters before the
+// first layer), layer l as NEOX_UNIT_LAYER(l), and the head (final norm and output layer) as
+// neox_model_unit_head(desc); with tied weights on one stage the head also uses the embedding.
+// While the hook is installed the 16-bit weight copy is its owner's to keep (neox_model_refresh_range).
+typedef void (*neox_weights_use_fn)(void *ctx, int unit, int use);
+enum { NEOX_UNIT_EMBED = 0 };
+#define NEOX_UNIT_LAYER(l) (1 + (l))
 struct neox_model {
     neox_model_desc desc;
     // Where every buffer below lives and every op runs (kernels/backend.h): on the CUDA backend
@@ -183,7 +192,20 @@ struct neox_model {
     neox_comm *tp;
     neox_grads_ready_fn grads_ready;
     void *grads_ready_ctx;
+    neox_weights_use_fn weights_use;
+    void *weights_use_ctx;
 };
+
+static inline int neox_model_unit_head(const neox_model_desc *d) { return NEOX_UNIT_LAYER(d->num_layers); }
+// Units in all: the embedding, every layer, the head.
+static inline int neox_model_unit_count(const neox_model_desc *d) { return d->num_layers + 2; }
+// Unit u's parameters are params[first[u] .. first[u + 1]) (first: unit_count + 1 entries).
+void neox_model_unit_params(const neox_model *m, int *first);
+// The units one pass uses, in the order forward (and with backward, then backward) acquires them
+// (the weights_use calls with use 1); returns how many (at most 2 x unit_count + 2).
+int neox_model_weight_trace(const neox_model *m, int backward, int *trace);
+// Casts elements [begin, end) of param_buf into the 16-bit copy (16-bit precisions; else nothing).
+void neox_model_refresh_range(neox_model *m, size_t begin, size_t end);
 
 // Allocates the parameter and gradient buffers (gradients zeroed; parameters zero) on the CPU
 // backend, or on backend be.

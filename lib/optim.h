@@ -30,6 +30,7 @@ typedef struct neox_optimizer_settings {
     int64_t freeze_step;       // onebitadam: Adam warm-up steps before compression
     double weight_decay;       // (onebitadam: optimizer.params.weight_decay, as DeepSpeed takes it)
     double clip_grad;          // 0: no clipping
+    int host;                  // optimizer.type cpu_adam: Adam (AdamW) run on the host (ZeRO-Offload)
 } neox_optimizer_settings;
 
 typedef struct neox_optimizer neox_optimizer;

@@ -187,6 +187,10 @@ void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, n
 void neox_ireduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
                               neox_request *req);
 void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt, neox_request *req);
+// In place with a count per rank (as neox_allgatherv_inplace; displs[r] = sum(counts[0..r-1])),
+// host buffers only; counts and displs must stay unchanged until the request completes.
+void neox_iallgatherv_inplace(neox_comm *c, void *buf, const int *counts, const int *displs, neox_dtype dt,
+                              neox_request *req);
 // Reduce-scatter with a count per rank: send holds sum(counts) elements; rank r receives the sum
 // of the counts[r] elements starting at sum(counts[0..r-1]).
 void neox_ireduce_scatterv_sum(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,

@@ -139,7 +139,7 @@ SUPPORTED = {
     "pos_emb": ("learned|rotary|none|alibi", "position embedding"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
-    "optimizer_type": ("adam|onebitadam|sgd", "optimizer"),
+    "optimizer_type": ("adam|onebitadam|sgd|cpu_adam", "optimizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "dataset_impl": ("gpt2|pairwise", "dataset (online data is REINFORCE's)"),
     "train_impl": ("normal|dpo|kto|rm", "post-training method"),
@@ -204,8 +204,7 @@ SUBKEYS += [sub("bf16." + n, t, d, "IGNORED") for n, t, d, lo, hi in LOSS_SCALER
 OFFLOAD_OPTIMIZER = "ZeRO optimizer-state offload"
 OFFLOAD_PARAM = "ZeRO parameter offload"
 SUBKEYS += [
-    sub("zero_optimization.stage", "INT", "0", supported="0|1|2", feature="ZeRO stage",
-        lo=0, hi=3),
+    sub("zero_optimization.stage", "INT", "0", lo=0, hi=3),
     sub("zero_optimization.reduce_scatter", "BOOL", "true"),
     sub("zero_optimization.contiguous_gradients", "BOOL", "false", "IGNORED"),  # gradients are one flat buffer
     sub("zero_optimization.reduce_bucket_size", "INT", "500000000", lo=1, hi=float("inf")),
@@ -218,10 +217,10 @@ SUBKEYS += [
     sub("zero_optimization.ignore_unused_parameters", "BOOL", "true", "IGNORED"),
     sub("zero_optimization.legacy_stage1", "BOOL", "false", "IGNORED"),
     sub("zero_optimization.use_multi_rank_bucket_allreduce", "BOOL", "true", "IGNORED"),
-    sub("zero_optimization.cpu_offload", "BOOL", "false", "UNSUPPORTED", OFFLOAD_OPTIMIZER),
+    sub("zero_optimization.cpu_offload", "BOOL", "false"),  # DeepSpeed's older offload_optimizer.device: cpu
     sub("zero_optimization.cpu_offload_param", "BOOL", "false", "UNSUPPORTED", OFFLOAD_PARAM),
     sub("zero_optimization.cpu_offload_use_pin_memory", "BOOL", "false", "UNSUPPORTED", OFFLOAD_PARAM),
-    sub("zero_optimization.offload_optimizer", "DICT", None, "UNSUPPORTED", OFFLOAD_OPTIMIZER),
+    sub("zero_optimization.offload_optimizer", "DICT", None),
     sub("zero_optimization.offload_param", "DICT", None, "UNSUPPORTED", OFFLOAD_PARAM),
     sub("zero_optimization.zero_hpz_partition_size", "INT", "1", "UNSUPPORTED", "ZeRO++ hierarchical partitioning"),
     sub("zero_optimization.zero_quantized_weights", "BOOL", "false", "UNSUPPORTED", "ZeRO++ quantized weights"),
@@ -230,33 +229,46 @@ SUBKEYS += [
     sub("zero_optimization.mics_shard_size", "INT", "-1", "UNSUPPORTED", "MiCS sharding"),
     sub("zero_optimization.mics_hierarchical_params_gather", "BOOL", "false", "UNSUPPORTED", "MiCS sharding"),
 ]
-# Stage 3's own settings: they only matter for the refused stage 3.
-for n, t, d in (("sub_group_size", "INT", "1000000000"), ("stage3_prefetch_bucket_size", "INT", "50000000"),
-                ("prefetch_bucket_size", "INT", "50000000"),
+# Stage 3's own settings, read at stage 3 (lib/train/zero3.c), each also under DeepSpeed's older name
+# without the prefix; at stages 0-2 a notice names them (lib/config/load.c).
+for n, t, d in (("stage3_prefetch_bucket_size", "INT", "50000000"), ("prefetch_bucket_size", "INT", "50000000"),
                 ("stage3_param_persistence_threshold", "INT", "100000"), ("param_persistence_threshold", "INT", "100000"),
                 ("stage3_model_persistence_threshold", "INT", None), ("model_persistence_threshold", "INT", None),
                 ("stage3_max_live_parameters", "INT", "1000000000"), ("max_live_parameters", "INT", "1000000000"),
-                ("stage3_max_reuse_distance", "INT", "1000000000"), ("max_reuse_distance", "INT", "1000000000"),
+                ("stage3_max_reuse_distance", "INT", "1000000000"), ("max_reuse_distance", "INT", "1000000000")):
+    SUBKEYS.append(sub("zero_optimization." + n, t, d, lo=0, hi=float("inf")))
+# The optimizer steps over the whole partition at once (sub_group_size splits DeepSpeed's step to
+# bound its temporary buffers); checkpoints always hold whole fp32 tensors any layout reads (the
+# 16-bit gather on save); the gathered unit is always a whole layer (module granularity).
+for n, t, d in (("sub_group_size", "INT", "1000000000"),
                 ("stage3_gather_16bit_weights_on_model_save", "BOOL", "false"),
                 ("stage3_gather_fp16_weights_on_model_save", "BOOL", "false"),
                 ("gather_16bit_weights_on_model_save", "BOOL", "false"),
-                ("stage3_module_granularity_threshold", "INT", "0"), ("module_granularity_threshold", "INT", "0"),
-                ("stage3_use_all_reduce_for_fetch_params", "BOOL", "false"),
-                ("use_all_reduce_for_fetch_params", "BOOL", "false")):
+                ("stage3_module_granularity_threshold", "INT", "0"), ("module_granularity_threshold", "INT", "0")):
     SUBKEYS.append(sub("zero_optimization." + n, t, d, "IGNORED"))
-for dict_name, feature, keys in (
-        ("offload_optimizer", OFFLOAD_OPTIMIZER, (("pipeline_read", "BOOL", "false"), ("pipeline_write", "BOOL", "false"),
-                                                  ("fast_init", "BOOL", "false"), ("ratio", "FLOAT", "1.0"))),
-        ("offload_param", OFFLOAD_PARAM, (("buffer_size", "INT", "100000000"), ("max_in_cpu", "INT", "1000000000")))):
-    SUBKEYS.append(sub(f"zero_optimization.{dict_name}.device", "CHOICE", "none", "UNSUPPORTED", feature,
-                       choices="none|cpu|nvme"))
-    for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "5" if dict_name == "offload_param" else "4"),
-                    ("pin_memory", "BOOL", "false")) + keys:
-        SUBKEYS.append(sub(f"zero_optimization.{dict_name}.{n}", t, d, "UNSUPPORTED", feature))
+# Parameters are gathered with all-gathers only.
+for n in ("stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"):
+    SUBKEYS.append(sub("zero_optimization." + n, "BOOL", "false", "UNSUPPORTED", "ZeRO-3 parameter fetch by all-reduce"))
+# Optimizer offload to the host (lib/train/offload.c): device cpu; NVMe and its settings are refused,
+# and so is a partial offload (ratio); pin_memory only makes the host copies faster to transfer.
+OFFLOAD_NVME = "ZeRO optimizer-state offload to NVMe"
+SUBKEYS.append(sub("zero_optimization.offload_optimizer.device", "CHOICE", "none", choices="none|cpu|nvme",
+                   supported="none|cpu", feature=OFFLOAD_NVME))
+for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "4"), ("pipeline_read", "BOOL", "false"),
+                ("pipeline_write", "BOOL", "false"), ("fast_init", "BOOL", "false")):
+    SUBKEYS.append(sub("zero_optimization.offload_optimizer." + n, t, d, "UNSUPPORTED", OFFLOAD_NVME))
+SUBKEYS.append(sub("zero_optimization.offload_optimizer.ratio", "FLOAT", "1.0", "UNSUPPORTED",
+                   "partial ZeRO optimizer offload (ratio)"))
+SUBKEYS.append(sub("zero_optimization.offload_optimizer.pin_memory", "BOOL", "false", "IGNORED"))
+SUBKEYS.append(sub("zero_optimization.offload_param.device", "CHOICE", "none", "UNSUPPORTED", OFFLOAD_PARAM,
+                   choices="none|cpu|nvme"))
+for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "5"), ("pin_memory", "BOOL", "false"),
+                ("buffer_size", "INT", "100000000"), ("max_in_cpu", "INT", "1000000000")):
+    SUBKEYS.append(sub("zero_optimization.offload_param." + n, t, d, "UNSUPPORTED", OFFLOAD_PARAM))
 
 SUBKEYS += [
     sub("optimizer.type", "CHOICE", "adam", choices="adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion",
-        supported="adam|onebitadam|sgd", feature="optimizer"),
+        supported="adam|onebitadam|sgd|cpu_adam", feature="optimizer"),
     sub("optimizer.params", "DICT", None),
     sub("optimizer.params.lr", "FLOAT", None, lo=0, hi=10),  # as lr (RANGES)
     sub("optimizer.params.betas", "LIST", None),

@@ -1,4 +1,4 @@
-# tests/layout_config.sh: the small model of the MPI layout tests (tests/mpi/layouts.sh,
+# tests/layout_config.sh: the small model of the MPI layout tests (tests/mpi/layouts.sh, tests/mpi/zero3.sh,
 # tests/mpi/comm_accounting.sh, tests/mpi/comm_options.sh, tests/mpi/commtopo.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes
 # $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt.
 # LAYERS (default 4), CKPT_FACTOR (default 10), POS_EMB (default rotary; neox kind), VOCAB_DIVISOR
@@ -25,4 +25,24 @@ config() {
   "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": ${CKPT_FACTOR:-10} $6
 }
 EOF
+}
+
+# kill_rank_mid_run NAME: trains $T/NAME.yml on 2 ranks ($MPIEXEC, $TRAIN) and, once its first
+# checkpoint exists (or after 30 s), kills rank 1 with SIGKILL. Sets KILL_VICTIM (the killed pid;
+# empty when none was found), KILL_STATUS (the job's exit status) and KILL_TOOK (seconds from the kill
+# to the job's end; the job is itself killed after 60 s).
+kill_rank_mid_run() {
+    "$MPIEXEC" -n 2 "$TRAIN" -q "$T/$1.yml" >"$T/$1.out" 2>&1 &
+    local launcher=$! watchdog start
+    for _ in $(seq 150); do [ -f "$T/$1/ckpt/latest" ] && break; sleep 0.2; done
+    KILL_VICTIM=$(for p in $(pgrep -f "neox-train -q $T/$1.yml"); do
+        grep -qz '^PMI_RANK=1$' "/proc/$p/environ" 2>/dev/null && echo "$p"; done | head -1)
+    start=$(date +%s)
+    [ -n "$KILL_VICTIM" ] && kill -9 "$KILL_VICTIM"
+    ( sleep 60; kill -9 "$launcher" 2>/dev/null ) &
+    watchdog=$!
+    wait "$launcher"
+    KILL_STATUS=$?
+    kill "$watchdog" 2>/dev/null
+    KILL_TOOK=$(( $(date +%s) - start ))
 }

@@ -204,7 +204,9 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
         if (!params || params->kind != NEOX_VALUE_MAP) return derive_fail(cfg, err, "optimizer", "must contain a mapping 'params'");
         type = t->string;
     }
-    const int onebit = strcasecmp(type, "onebitadam") == 0, adam = strcasecmp(type, "adam") == 0 || onebit;
+    // (cpu_adam is Adam run on the host: Adam's parameters)
+    const int onebit = strcasecmp(type, "onebitadam") == 0,
+              adam = strcasecmp(type, "adam") == 0 || strcasecmp(type, "cpu_adam") == 0 || onebit;
     const neox_config_slot *set_type = neox_config_slot_of(cfg, "optimizer_type");
     if (set_type->set && strcasecmp(set_type->set->string, type) != 0)
         return derive_fail(cfg, err, "optimizer_type", "'%s' conflicts with optimizer.type '%s' (GPT-NeoX takes optimizer.type)",

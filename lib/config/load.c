@@ -245,6 +245,28 @@ static void notice_unused_by_choice(const neox_config *cfg) {
     free(list);
 }
 
+// ZeRO-3's settings below stage 3: they configure the parameter gathers only stage 3 makes.
+static void notice_stage3_keys(const neox_config *cfg) {
+    if (neox_config_int_or(cfg, zero_stage, 0) >= 3) {  // stage 3 gathers by layer, not after the update
+        if (neox_config_sub(cfg, zero_optimization__allgather_bucket_size))
+            neox_notice("config key with no effect at zero_optimization.stage 3 (parameters are gathered layer by layer "
+                        "as they are used, not after the update): zero_optimization.allgather_bucket_size");
+        return;
+    }
+    static const int stage3_keys[] = {
+        NEOX_SK_zero_optimization__stage3_prefetch_bucket_size, NEOX_SK_zero_optimization__prefetch_bucket_size,
+        NEOX_SK_zero_optimization__stage3_param_persistence_threshold, NEOX_SK_zero_optimization__param_persistence_threshold,
+        NEOX_SK_zero_optimization__stage3_model_persistence_threshold, NEOX_SK_zero_optimization__model_persistence_threshold,
+        NEOX_SK_zero_optimization__stage3_max_live_parameters, NEOX_SK_zero_optimization__max_live_parameters,
+        NEOX_SK_zero_optimization__stage3_max_reuse_distance, NEOX_SK_zero_optimization__max_reuse_distance};
+    size_t len = 0;
+    char *list = NULL;
+    for (size_t i = 0; i < sizeof stage3_keys / sizeof *stage3_keys; i++)
+        if (neox_config_sub_id(cfg, stage3_keys[i])) append_name(&list, &len, neox_subkey_specs[stage3_keys[i]].name);
+    if (list) neox_notice("config keys with no effect below zero_optimization.stage 3 (they configure its parameter gathers): %s", list);
+    free(list);
+}
+
 // One notice naming every ignored key and sub-key the files set, each once, so users see them
 // without a wall of warnings.
 static void notice_ignored(const neox_config *cfg) {
@@ -258,6 +280,7 @@ static void notice_ignored(const neox_config *cfg) {
     if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service or kernel-fusion settings): %s", list);
     free(list);
     notice_unused_by_choice(cfg);
+    notice_stage3_keys(cfg);
 }
 
 neox_config *neox_config_load(const char *const *paths, int npaths, const neox_config_options *opts, neox_error *err) {
@@ -316,13 +339,15 @@ static void record_read(const neox_config *cfg, unsigned char *flag, const char 
 
 neox_key_id neox_key_id_of(const char *name) { return (neox_key_id)slot_index_or_die(name); }
 
-static neox_value *parse_default(neox_key_id key) {
-    const char *text = neox_key_specs[key].default_text;
+static neox_value *parse_spec_default(const neox_key_spec *k) {
+    const char *text = k->default_text;
     neox_error err = {0};
     neox_value *v = text ? neox_yaml_parse(text, strlen(text), "schema", &err) : NULL;
-    if (text && !v) neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s': %s", neox_key_specs[key].name, err.message);
+    if (text && !v) neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s': %s", k->name, err.message);
     return v;
 }
+
+static neox_value *parse_default(neox_key_id key) { return parse_spec_default(&neox_key_specs[key]); }
 
 char *neox_key_default_str(neox_key_id key) {
     neox_value *v = parse_default(key);
@@ -338,6 +363,15 @@ int64_t neox_key_default_int(neox_key_id key) {
     if (v && v->kind != NEOX_VALUE_INT)
         neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s' read as an integer", neox_key_specs[key].name);
     int64_t x = v ? v->integer : 0;
+    neox_value_free(v);
+    return x;
+}
+
+int64_t neox_subkey_default_int(neox_subkey_id path, int64_t fallback) {
+    neox_value *v = parse_spec_default(&neox_subkey_specs[path]);
+    if (v && v->kind != NEOX_VALUE_INT)
+        neox_die(NEOX_EXIT_FAILURE, "internal error: default of sub-key '%s' read as an integer", neox_subkey_specs[path].name);
+    int64_t x = v ? v->integer : fallback;
     neox_value_free(v);
     return x;
 }

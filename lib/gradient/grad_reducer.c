@@ -119,7 +119,7 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->data = data, r->grads = grads, r->n = n, r->opt = *opt;
     if (r->opt.predivide_factor <= 0) r->opt.predivide_factor = 1.0;
     if (r->opt.zero_stage == 0) r->opt.all_reduce = 1;
-    if (r->opt.zero_stage != 2) r->opt.partition_sum = NULL;
+    if (r->opt.zero_stage < 2) r->opt.partition_sum = NULL;
     r->eager = r->opt.overlap || r->opt.partition_sum;
     r->be = opt->backend ? opt->backend : neox_backend_cpu();
     if (r->be->on_device) check_device_groups(r);

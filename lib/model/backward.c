@@ -185,8 +185,16 @@ static void head_backward(neox_model *m, float loss_scale) {
 void neox_model_backward(neox_model *m, float loss_scale) {
     const neox_model_desc *d = &m->desc;
     neox_acts *a = m->acts;
-    if (neox_model_last_stage(d)) head_backward(m, loss_scale);
-    for (int l = d->layer_end - 1; l >= d->layer_begin; l--) layer_backward(m, l);
+    if (neox_model_last_stage(d)) {
+        neox_model_use_head(m, 1);
+        head_backward(m, loss_scale);
+        neox_model_use_head(m, 0);
+    }
+    for (int l = d->layer_end - 1; l >= d->layer_begin; l--) {
+        neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 1);
+        layer_backward(m, l);
+        neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 0);
+    }
     if (!neox_model_first_stage(d)) return;  // the caller sends a->dx to the previous stage
     if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->dx, a->dx, -1, NEOX_SITE_ATTN_OUT);
     m->be->embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size);

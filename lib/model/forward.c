@@ -406,12 +406,22 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     a->dropout_seed = m->dropout_seed;
     a->dropout_row0 = m->dropout_row0;
     neox_model_refresh_weights(m);
-    if (first) embed(m);
-    for (int l = d->layer_begin; l < d->layer_end; l++) neox_model_layer_forward(m, l);
+    if (first) {
+        neox_model_use_weights(m, NEOX_UNIT_EMBED, 1);
+        embed(m);
+        neox_model_use_weights(m, NEOX_UNIT_EMBED, 0);
+    }
+    for (int l = d->layer_begin; l < d->layer_end; l++) {
+        neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 1);
+        neox_model_layer_forward(m, l);
+        neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 0);
+    }
     if (!last) return 0;
     const float *out = a->x + (size_t)s.L * N * C;
+    neox_model_use_head(m, 1);
     norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
     neox_model_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, neox_model_head_cols(d));
+    neox_model_use_head(m, 0);
     if (targets) cross_entropy(m, loss_mask);
     return 0;
 }

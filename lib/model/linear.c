@@ -44,9 +44,14 @@ void neox_model_set_precision(neox_model *m, neox_precision p) {
 void neox_model_weights_changed(neox_model *m) { m->param16_stale = 1; }
 
 void neox_model_refresh_weights(neox_model *m) {
-    if (m->precision == NEOX_PRECISION_FP32 || !m->param16_stale) return;
+    // Under ZeRO-3 param_buf holds only the gathered units: the hook's owner casts them as they arrive.
+    if (m->precision == NEOX_PRECISION_FP32 || !m->param16_stale || m->weights_use) return;
     cast_half(m, m->param16, m->param_buf, m->num_floats);
     m->param16_stale = 0;
+}
+
+void neox_model_refresh_range(neox_model *m, size_t begin, size_t end) {
+    if (m->precision != NEOX_PRECISION_FP32 && end > begin) cast_half(m, m->param16 + begin, m->param_buf + begin, end - begin);
 }
 
 // The 16-bit copy of weight w (a view into param_buf).

@@ -91,6 +91,10 @@ void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, flo
 // The element type of the model's products' operands: fp32, or its 16-bit precision's (linear.c).
 neox_elem neox_model_operand_elem(const neox_model *m);
 // The linear layers in the model's precision (linear.c). Weights are views into param_buf.
+// The weights_use hook around a unit's use (nothing without the hook); the head's with the
+// embedding when they are tied on this stage, in the order neox_model_weight_trace lists them.
+void neox_model_use_weights(neox_model *m, int unit, int use);
+void neox_model_use_head(neox_model *m, int use);
 void neox_model_refresh_weights(neox_model *m);  // remakes the 16-bit weights when stale
 void neox_model_linear_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
                                int IC, int OC);

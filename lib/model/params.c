@@ -348,3 +348,38 @@ void neox_model_init(neox_model *m, unsigned long long seed) {
     }
     neox_model_weights_changed(m);
 }
+
+// ---- units of weights (ZeRO-3's gathers; see neox_weights_use_fn) ----------------------------
+void neox_model_unit_params(const neox_model *m, int *first) {
+    const neox_model_desc *d = &m->desc;
+    first[NEOX_UNIT_EMBED] = 0;
+    for (int l = 0; l <= d->num_layers; l++) first[NEOX_UNIT_LAYER(l)] = m->layer_first_param[l];
+    first[neox_model_unit_count(d)] = m->nparams;
+}
+
+// The head reads the embedding too when the output layer is the input embedding on this stage.
+static int head_uses_embedding(const neox_model *m) { return m->w.lm_head == m->w.wte && m->w.wte; }
+
+int neox_model_weight_trace(const neox_model *m, int backward, int *trace) {
+    const neox_model_desc *d = &m->desc;
+    int n = 0, head = neox_model_unit_head(d), first = neox_model_first_stage(d), last = neox_model_last_stage(d);
+    if (first) trace[n++] = NEOX_UNIT_EMBED;
+    for (int l = d->layer_begin; l < d->layer_end; l++) trace[n++] = NEOX_UNIT_LAYER(l);
+    for (int pass = 0; last && pass < 1 + backward; pass++) {  // the head ends forward and starts backward
+        trace[n++] = head;
+        if (head_uses_embedding(m)) trace[n++] = NEOX_UNIT_EMBED;
+    }
+    for (int l = d->layer_end - 1; backward && l >= d->layer_begin; l--) trace[n++] = NEOX_UNIT_LAYER(l);
+    return n;  // (the embedding's backward reads no weights)
+}
+
+void neox_model_use_weights(neox_model *m, int unit, int use) {
+    if (!m->weights_use) return;
+    m->weights_use(m->weights_use_ctx, unit, use);
+}
+
+void neox_model_use_head(neox_model *m, int use) {
+    if (!m->weights_use) return;
+    m->weights_use(m->weights_use_ctx, neox_model_unit_head(&m->desc), use);
+    if (head_uses_embedding(m)) m->weights_use(m->weights_use_ctx, NEOX_UNIT_EMBED, use);
+}

@@ -24,10 +24,12 @@ const neox_optimizer_type *neox_optimizer_type_named(const char *name) {
 int neox_optimizer_read_settings(const neox_config *cfg, neox_optimizer_settings *s, neox_error *err) {
     const char *name = neox_config_str(cfg, optimizer_type);
     *s = (neox_optimizer_settings){.kind = NEOX_OPTIMIZER_COUNT};
+    // GPT-NeoX's cpu_adam is DeepSpeed's CPU Adam (AdamW, as its adam) with the optimizer offloaded.
+    if (name && !strcasecmp(name, "cpu_adam")) name = "adam", s->host = 1;
     for (int k = 0; k < NEOX_OPTIMIZER_COUNT; k++)
         if (types[k] == (name ? neox_optimizer_type_named(name) : &neox_optimizer_adamw)) s->kind = (neox_optimizer_kind)k;
     if (s->kind == NEOX_OPTIMIZER_COUNT)
-        return neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: '%s' is not supported by neox-train (adam, onebitadam, sgd)", name);
+        return neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: '%s' is not supported by neox-train (adam, cpu_adam, onebitadam, sgd)", name);
     s->weight_decay = neox_config_float(cfg, weight_decay);
     s->clip_grad = neox_config_has(cfg, clip_grad) ? neox_config_float(cfg, clip_grad) : 0.0;
     types[s->kind]->read(cfg, s);

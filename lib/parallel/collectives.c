@@ -345,6 +345,19 @@ void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_cou
     start(req, c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt));
 }
 
+// Host buffers only (ZeRO-3's parameter gathers run on host memory). counts and displs must stay
+// unchanged until the request completes (MPI reads them while it runs).
+void neox_iallgatherv_inplace(neox_comm *c, void *buf, const int *counts, const int *displs, neox_dtype dt,
+                              neox_request *req) {
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++) total += (size_t)counts[r];
+    req->event = NULL;
+    if (NEOX_NCCL(c, buf, NULL, "all-gather"))
+        neox_die(NEOX_EXIT_FAILURE, "non-blocking all-gather of varying counts: host buffers only");
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi, &req->mpi);
+    start(req, c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt));
+}
+
 // On the device send must be a buffer (not MPI_IN_PLACE); recv may lie inside it at this rank's
 // offset, which reduces in place (nccl.h).
 void neox_ireduce_scatterv_sum(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,

@@ -195,8 +195,12 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     const char *names[2];
     float *bufs[2];
     int nbufs = saves_no_optimizer(t) ? 0 : optimizer_buffers(t, names, bufs);
-    int rc = neox_train_write_share_of(t, w, "params", t->model->param_buf, 0, err);
-    for (int b = 0; rc == 0 && b < nbufs; b++) rc = neox_train_write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
+    // (ZeRO-3: the partition's master weights; the flat buffer holds only gathered units)
+    int rc = t->param_partition ? neox_train_write_share_of(t, w, "params", t->param_partition, t->part_begin, err)
+                                : neox_train_write_share_of(t, w, "params", t->model->param_buf, 0, err);
+    for (int b = 0; rc == 0 && b < nbufs; b++)  // (offloaded optimizer state is host memory already)
+        rc = t->offload ? write_share(t, w, names[b], bufs[b], t->state_begin, err)
+                        : neox_train_write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
     if (rc == 0 && !saves_no_optimizer(t)) rc = write_errors((neox_trainer *)t, w, err);
     if (rc == 0) rc = neox_train_dpo_save(t, w, err);
     if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
@@ -420,9 +424,12 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         const char *names[2];
         float *bufs[2];
         int nbufs = optimizer_buffers(t, names, bufs);
+        // The state is read where it lives: offloaded, on the host (the model's layout, the CPU backend).
+        neox_model host_view = *t->model;
+        host_view.be = neox_train_optimizer_backend(t);
         for (int b = 0; rc == 0 && b < nbufs; b++)
-            if ((rc = neox_ckpt_read_model_range(t->model, r, names[b], t->state_begin, t->state_end, bufs[b], err)) == 0)
-                rc = neox_model_check_finite_state(t->model, bufs[b], t->state_begin, t->state_end, names[b], err);
+            if ((rc = neox_ckpt_read_model_range(&host_view, r, names[b], t->state_begin, t->state_end, bufs[b], err)) == 0)
+                rc = neox_model_check_finite_state(&host_view, bufs[b], t->state_begin, t->state_end, names[b], err);
         if (rc == 0) rc = read_errors(t, r, dir, err);
     }
     if (rc == 0) rc = restore_state(t, state, dir, load_optim, load_rng, err);

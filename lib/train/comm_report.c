@@ -2,7 +2,8 @@
 // written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
 // model, pipe, embed, world; data_intra and data_inter under the
 // hierarchical all-reduce) and per operation, the calls, payload bytes, bytes sent and seconds
-// blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h).
+// blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h),
+// and under ZeRO-3 its parameter coordinator's gathers and the most parameters it held whole.
 // Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.
 #include <jansson.h>
 #include <stdlib.h>
@@ -19,8 +20,14 @@ static json_t *reduction_json(const neox_grad_reducer_timing *t) {
                      (json_int_t)t->thread_polls, "thread_seconds", t->thread_seconds);
 }
 
+static json_t *gathers_json(const neox_param_gather_stats *s) {
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "gathers", (json_int_t)s->gathers, "prefetched", (json_int_t)s->prefetched,
+                     "gathered_elements", (json_int_t)s->gathered_elements, "peak_live_elements",
+                     (json_int_t)s->peak_live_elements, "persistent_elements", (json_int_t)s->persistent_elements);
+}
+
 static json_t *rank_json(neox_grid *g, const neox_comm_stats *stats, const neox_grad_reducer_timing *reduction,
-                         const int *coords) {
+                         const neox_param_gather_stats *gathers, const int *coords) {
     json_t *groups = json_object();
     for (int i = 0; i < NGROUPS; i++) {
         json_t *ops = json_object();
@@ -37,6 +44,8 @@ static json_t *rank_json(neox_grid *g, const neox_comm_stats *stats, const neox_
     json_t *doc = json_pack("{s:i, s:i, s:i, s:i, s:o}", "rank", coords[0], "pipe", coords[1], "data", coords[2],
                             "model", coords[3], "groups", groups);
     if (reduction->reductions > 0) json_object_set_new(doc, "gradient_reduction", reduction_json(reduction));
+    if (gathers->gathers > 0 || gathers->persistent_elements > 0)
+        json_object_set_new(doc, "parameter_gathers", gathers_json(gathers));
     return doc;
 }
 
@@ -49,12 +58,17 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
     neox_grad_reducer_timing timing = {0};
     if (t->reducer) timing = neox_grad_reducer_timing_of(t->reducer);
     neox_grad_reducer_timing *timings = neox_malloc((size_t)n * sizeof timing);
+    neox_param_gather_stats gathers = {0};  // ZeRO-3's parameter coordinator
+    if (t->gather) gathers = neox_param_gather_stats_of(t->gather);
+    neox_param_gather_stats *all_gathers = neox_malloc((size_t)n * sizeof gathers);
     if (n > 1) {
         MPI_Gather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, g->world.mpi);
         MPI_Gather(&timing, (int)sizeof timing, MPI_BYTE, timings, (int)sizeof timing, MPI_BYTE, 0, g->world.mpi);
+        MPI_Gather(&gathers, (int)sizeof gathers, MPI_BYTE, all_gathers, (int)sizeof gathers, MPI_BYTE, 0, g->world.mpi);
     } else {
         memcpy(all, mine, sizeof mine);
         timings[0] = timing;
+        all_gathers[0] = gathers;
     }
     const char *dir = neox_config_str(t->cfg, log_dir);
     int rc = 0;
@@ -62,7 +76,7 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
         json_t *ranks = json_array();
         for (int r = 0; r < n; r++) {
             int coords[4] = {r, r / (g->model_size * g->data_size), r / g->model_size % g->data_size, r % g->model_size};
-            json_array_append_new(ranks, rank_json(g, all + (size_t)r * NGROUPS, &timings[r], coords));
+            json_array_append_new(ranks, rank_json(g, all + (size_t)r * NGROUPS, &timings[r], &all_gathers[r], coords));
         }
         json_t *doc = json_pack("{s:I, s:o}", "iterations", (json_int_t)t->state.iteration, "ranks", ranks);
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
@@ -82,5 +96,6 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
     }
     free(all);
     free(timings);
+    free(all_gathers);
     return rc;
 }

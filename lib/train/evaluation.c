@@ -89,6 +89,12 @@ int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const 
         snprintf(values[n].name, sizeof values[n].name, "lm_loss_char_lvl_ppl");
         values[n++].value = exp(loss * tokens_per_char);
     }
-    if (with_tasks && t->task_eval && run_tasks(t, values, &n, err) != 0) return -1;
+    // (ZeRO-3: generation reads the weights without the model's hook, so the whole model is gathered)
+    if (with_tasks && t->task_eval) {
+        neox_train_zero3_gather_all(t);
+        int rc = run_tasks(t, values, &n, err);
+        neox_train_zero3_end(t);
+        if (rc != 0) return -1;
+    }
     return neox_metrics_eval_values(t->metrics, chart, prefix, t->state.iteration, loss, values, n, err);
 }

@@ -103,7 +103,16 @@ struct neox_trainer {
     double progress_interval;      // comm_progress_thread_us in seconds (0: backward's polls only)
     size_t part_begin, part_end;   // this rank's data-parallel partition of the flat buffers
     size_t state_begin, state_end; // what the optimizer updates and keeps state for
-    float *grad_partition;         // ZeRO-2: reduced gradients of the partition, summed over micro-batches
+    float *grad_partition;         // ZeRO-2 and 3: reduced gradients of the partition, summed over micro-batches
+    // ZeRO-3 (zero3.c): the fp32 master weights of the partition, the coordinator that gathers the
+    // model's units into its flat buffer, and the model's traces (0: forward, 1: forward + backward).
+    float *param_partition;
+    neox_param_gather *gather;
+    int *trace[2], trace_len[2];
+    // ZeRO-Offload (offload.c): the optimizer state on the host, with host copies of the weights it
+    // updates and of their gradients ([state_begin, state_end)).
+    int offload;
+    float *host_params, *host_grads;
     int reduce_now;                // backward of the current micro-batch is followed by a reduction
     int local_grads;               // this step leaves gradients unreduced (1-bit Adam's compression phase)
     neox_onebit *onebit;           // 1-bit Adam's compressed momentum all-reduce (data-parallel size > 1)
@@ -202,9 +211,41 @@ typedef struct neox_memory_plan {
     double activations;  // the activation plan (every pipeline slot; the reference model's)
     double comm;         // communication: the 16-bit gradient wire copy, the pipeline's gradient send buffer,
                          // compression's error buffers
-    double offloaded;    // host memory of state offloaded from the device (none yet: always 0)
+    double offloaded;    // host memory of state offloaded from the device (optimizer offload: the state and
+                         // the host copies of the weights and gradients it updates)
 } neox_memory_plan;
 void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p);
+
+// ---- ZeRO stage 3 (zero3.c) -------------------------------------------------------------------
+// After the reducer (the partition is known): refuses what stage 3 cannot serve, makes the
+// partition's master weights and the parameter coordinator with the stage3_* keys.
+int neox_train_setup_zero3(neox_trainer *t, neox_error *err);
+void neox_train_free_zero3(neox_trainer *t);
+// After the weights are initialised or loaded whole: the partition is taken from them, the rest of
+// the flat buffer given back, and the model's weights_use hook installed.
+void neox_train_zero3_take_weights(neox_trainer *t);
+// Around one micro-batch's use of the model: forward only (backward 0) or forward and backward.
+void neox_train_zero3_begin(neox_trainer *t, int backward);
+void neox_train_zero3_end(neox_trainer *t);
+// The whole model in the flat buffer until neox_train_zero3_end (readers outside a pass).
+void neox_train_zero3_gather_all(neox_trainer *t);
+// Parameter elements a rank holds whole at most: the peak of a training pass plus the persistent tensors.
+size_t neox_train_zero3_planned_elements(const neox_trainer *t);
+// After the optimizer updated the partition: the persistent tensors are gathered again.
+void neox_train_zero3_after_update(neox_trainer *t);
+
+// ---- ZeRO-Offload of the optimizer (offload.c) ---------------------------------------------------
+// Once [state_begin, state_end) is known, before the optimizer is made: whether its state goes to
+// the host (t->offload; a notice on a host backend, where nothing moves).
+int neox_train_setup_offload(neox_trainer *t, neox_error *err);
+// Where the optimizer state lives: the host under offload, else the trainer's backend.
+const neox_backend *neox_train_optimizer_backend(const neox_trainer *t);
+// After the weights are initialised or loaded: the host copy of the range the optimizer updates.
+void neox_train_offload_take_weights(neox_trainer *t);
+// One update on the host from the gradients of the range (device memory), written back to the device.
+void neox_train_offload_step(neox_trainer *t, const float *grads, const neox_segment *segs, int nseg, double lr,
+                             int64_t step);
+void neox_train_free_offload(neox_trainer *t);
 
 // ---- compressed data-parallel communication (compression.c) ---------------------------------
 // Creates the compressors the config asks for (after the optimizer state exists).

@@ -49,7 +49,9 @@ static int evaluate(neox_trainer *t, int split, const char *chart, const char *p
 static int check_finite_weights(neox_trainer *t, const char *what, neox_error *err) {
     char where[96];
     snprintf(where, sizeof where, "iteration %lld: %s", (long long)t->state.iteration, what);
-    int bad = neox_model_check_finite(t->model, where, err) != 0;
+    int bad = t->param_partition ? neox_model_check_finite_state(t->model, t->param_partition, t->part_begin, t->part_end,
+                                                                 "params", err) != 0
+                                 : neox_model_check_finite(t->model, where, err) != 0;
     if (t->grid->world_size > 1) neox_allreduce_sum(&t->grid->world, &bad, 1, NEOX_I32);
     if (bad && !err->status) neox_fail(err, NEOX_EXIT_FAILURE, "%s: another rank's weights hold NaN or inf", where);
     return bad ? -1 : 0;

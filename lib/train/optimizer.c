@@ -81,7 +81,10 @@ void neox_train_update(neox_trainer *t, double lr, int64_t step) {
     neox_model *m = t->model;
     int n;
     neox_segment *segs = state_segments(t, 0, &n);
-    neox_optimizer_step(t->optimizer, m->param_buf + t->state_begin, state_grads(t), segs, n, lr, step);
+    float *params = t->param_partition ? t->param_partition : m->param_buf + t->state_begin;
+    if (t->offload) neox_train_offload_step(t, state_grads(t), segs, n, lr, step);
+    else neox_optimizer_step(t->optimizer, params, state_grads(t), segs, n, lr, step);
     free(segs);
-    if (t->zero_stage > 0) gather_partitions(t);
+    if (t->param_partition) neox_train_zero3_after_update(t);  // (the units are gathered when used)
+    else if (t->zero_stage > 0) gather_partitions(t);
 }

@@ -1,7 +1,8 @@
 // param_norm.c: log_param_norm — the Frobenius norm of every parameter after each step, as
 // GPT-NeoX logs parameter_norms/NAME, and the norm of all of them together. Each tensor is counted
 // once over the grid: its tensor-parallel blocks summed, replicated tensors taken from
-// tensor-parallel rank 0, the tied embedding from the first stage, one data-parallel replica.
+// tensor-parallel rank 0, the tied embedding from the first stage, one data-parallel replica (under
+// ZeRO-3, which holds no replica whole, the partitions of all data-parallel ranks).
 // Rank 0 gets the values of the whole model (GPT-NeoX logs only rank 0's stage and shards).
 #include <math.h>
 #include <stdlib.h>
@@ -33,10 +34,14 @@ void neox_train_free_param_norms(neox_trainer *t) {
 void neox_train_param_norms(neox_trainer *t) {
     const neox_grid *g = t->grid;
     double *sq = neox_calloc((size_t)t->nnorms, sizeof *sq);
-    for (int i = 0; g->data_rank == 0 && i < t->model->nparams; i++) {
+    for (int i = 0; i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
         if (p->tied_copy || (p->split == NEOX_SPLIT_NONE && g->model_rank != 0)) continue;
-        sq[p->index] = t->be->sum_squares(t->model->param_buf + p->offset, p->numel);
+        size_t lo, hi;  // ZeRO-3: every data rank adds the part of its partition (the model is not whole)
+        if (t->param_partition && neox_overlap(p->offset, p->offset + p->numel, t->part_begin, t->part_end, &lo, &hi))
+            sq[p->index] = t->be->sum_squares(t->param_partition + (lo - t->part_begin), hi - lo);
+        else if (!t->param_partition && g->data_rank == 0)
+            sq[p->index] = t->be->sum_squares(t->model->param_buf + p->offset, p->numel);
     }
     if (g->world_size > 1) neox_allreduce_sum(&t->grid->world, sq, t->nnorms, NEOX_F64);
     double total = 0.0;

@@ -94,8 +94,10 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     if (r->training && stage_first(t)) neox_train_sparse_touch(t, b);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
     if (r->training) neox_timer_start(timer);
+    neox_train_zero3_begin(t, r->training);  // (ZeRO-3: a training pass ends after its backward)
     int rc = neox_model_forward(m, stage_first(t) ? (const int *)b->tokens : NULL,
                                 stage_last(t) ? (const int *)b->labels : NULL, stage_last(t) ? b->loss_mask : NULL, err);
+    if (!r->training || rc != 0) neox_train_zero3_end(t);
     if (r->training) neox_timer_stop(timer);
     if (rc != 0) return -1;
     if (stage_last(t)) {
@@ -114,10 +116,11 @@ static void backward(pipe_run *r, int k, int M) {
     size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
     neox_model_use_slot(m, k % m->nslots);
     if (!stage_last(t)) neox_recv(&g->pipe, neox_model_stage_output_grad(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_GRADIENT));
-    t->reduce_now = t->zero_stage == 2 || k == M - 1;
+    t->reduce_now = t->zero_stage >= 2 || k == M - 1;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD);
     neox_timer_start(timer);
     neox_model_backward(m, (float)(t->scaler.scale / M));
+    neox_train_zero3_end(t);
     neox_timer_stop(timer);
     if (!stage_first(t)) {
         neox_wait(&r->grad_send);
@@ -194,7 +197,7 @@ void neox_train_install_grad_hook(neox_trainer *t) {
 }
 
 void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
-    if (!(t->zero_stage == 2 || last_micro_batch)) return;
+    if (!(t->zero_stage >= 2 || last_micro_batch)) return;
     neox_model *m = t->model;
     int tied = tied_param(t);
     if (tied >= 0) {

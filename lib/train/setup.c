@@ -230,7 +230,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     t->reducer_first = t->sparse ? 1 : 0;
     size_t base = m->params[t->reducer_first].offset;
     neox_grid *g = t->grid;
-    if (t->zero_stage == 2) {
+    if (t->zero_stage >= 2) {
         size_t lo, hi;  // the reducer's partition (neox_grad_reducer_partition), known before it exists
         neox_even_share(m->num_floats - base, g->data_rank, g->data_size, &lo, &hi);
         t->grad_partition = zeroed(t, hi - lo + 1);
@@ -249,7 +249,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     // ZeRO-2 on the host: the flat buffer only maps the buckets in flight, starting from none.
     if (t->grad_partition && !t->be->on_device) neox_discard_pages(m->grad_buf, m->num_floats * sizeof(float));
     if (t->overlap_comm || t->grad_partition) neox_train_install_grad_hook(t);
-    return 0;
+    return t->zero_stage == 3 ? neox_train_setup_zero3(t, err) : 0;
 }
 
 static int setup_optimizer(neox_trainer *t, neox_error *err) {
@@ -267,7 +267,8 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     }
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
-    t->optimizer = neox_optimizer_make(&t->optim, t->be, t->state_end - t->state_begin);
+    if (neox_train_setup_offload(t, err) != 0) return -1;
+    t->optimizer = neox_optimizer_make(&t->optim, neox_train_optimizer_backend(t), t->state_end - t->state_begin);
     return neox_train_setup_compression(t, err);
 }
 
@@ -367,13 +368,20 @@ static double total_params(const neox_trainer *t) {
 void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
     memset(p, 0, sizeof *p);
-    p->params = (double)m->num_floats * 4;
-    p->params16 = m->param16 ? (double)m->num_floats * 2 : 0;
+    // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies; under
+    // ZeRO-3 the master weights of the partition plus what a pass holds whole at most.
+    double whole = t->gather ? (double)neox_train_zero3_planned_elements(t) : (double)m->num_floats;
+    p->params = whole * 4 + (t->gather ? (double)(t->part_end - t->part_begin) * 4 : 0);
+    p->params16 = m->param16 ? whole * 2 : 0;
     p->grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) +
                                 (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
                           : (double)m->num_floats * 4;
     if (t->grad_partition) p->grads += (double)(t->part_end - t->part_begin) * 4;
-    p->optimizer = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
+    double state = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
+    // ZeRO-Offload: the optimizer state, and the host copies of the weights and gradients it
+    // updates from, live in host memory instead of the device's.
+    if (t->offload) p->offloaded = state + (double)(t->state_end - t->state_begin) * 8;
+    else p->optimizer = state;
     p->activations = (double)neox_model_activation_bytes(m);
     // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
     // (unused by a model that only runs forward) and its activations.
@@ -443,6 +451,8 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         return NULL;
     }
     neox_train_dpo_start(t);
+    neox_train_zero3_take_weights(t);
+    neox_train_offload_take_weights(t);
     // total_params is a collective: every rank computes it, rank 0 prints it.
     double nparams = t->opts.quiet ? 0 : total_params(t);
     if (t->rank0 && !t->opts.quiet) {
@@ -450,8 +460,9 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_info("model: %s parameters, %d layers, hidden %d, vocabulary %d (padded)",
                   neox_format_count(nparams, params, sizeof params), t->model->desc.num_layers,
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
-        neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s", grid->world_size, grid->pipe_size,
-                  grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "");
+        neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s%s", grid->world_size, grid->pipe_size,
+                  grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "",
+                  t->offload ? ", optimizer offloaded to the host" : "");
         neox_info("compute: %s backend (%s), precision %s%s", t->be->name, neox_backends_description(),
                   neox_precision_name(t->precision), t->precision == NEOX_PRECISION_FP16 ? ", dynamic loss scaling" : "");
     }
@@ -471,6 +482,8 @@ void neox_trainer_free(neox_trainer *t) {
     neox_batch_free(t->batch);
     for (int i = 0; i < 3; i++) neox_dataset_free(t->datasets[i]);
     neox_data_settings_release(&t->data_settings);
+    neox_train_free_zero3(t);
+    neox_train_free_offload(t);
     neox_train_free_compression(t);  // before the reducer: adaptive runs may have swapped it
     if (t->reducer) neox_grad_reducer_free(t->reducer);
     neox_sparse_rows_free(t->sparse);

@@ -167,20 +167,9 @@ volume pp2 2 2 4 "$PP"
 
 # One rank killed mid-run: the job ends with a failure, no hang, and `latest` names a sound checkpoint.
 CKPT_FACTOR=5 config kill neox 2 2 100000 ""
-"$MPIEXEC" -n 2 "$TRAIN" -q "$T/kill.yml" >"$T/kill.out" 2>&1 &
-launcher=$!
-for _ in $(seq 100); do [ -f "$T/kill/ckpt/latest" ] && break; sleep 0.2; done
-victim=$(for p in $(pgrep -f "neox-train -q $T/kill.yml"); do
-    grep -qz '^PMI_RANK=1$' "/proc/$p/environ" 2>/dev/null && echo "$p"; done | head -1)
-start=$(date +%s)
-[ -n "$victim" ] && kill -9 "$victim"
-( sleep 60; kill -9 "$launcher" 2>/dev/null ) &
-watchdog=$!
-wait "$launcher"
-status=$?
-kill "$watchdog" 2>/dev/null
+kill_rank_mid_run kill
 check "killing rank 1 mid-run ends the job with a failure status within 60 s" \
-    test -n "$victim" -a "$status" -ne 0 -a $(( $(date +%s) - start )) -lt 60
+    test -n "$KILL_VICTIM" -a "$KILL_STATUS" -ne 0 -a "$KILL_TOOK" -lt 60
 check_output "latest still names a sound checkpoint" "is sound" "$CONVERT" verify "$T/kill/ckpt"
 
 # Ranks that load different configurations are stopped at start-up.

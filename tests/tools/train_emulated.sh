@@ -3,6 +3,10 @@
 # faults when host code touches it other than through to_host/to_device. Training (fp32 with gradient
 # accumulation and dropout, bfloat16, fp16 with forced overflows, SGD) must equal the CPU backend's bit for
 # bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly.
+# ZeRO-Offload of the optimizer (offload_optimizer.device cpu, cpu_offload, optimizer.type cpu_adam)
+# runs the optimizer on host copies of the weights and gradients: it must train bit for bit as
+# without offload, checkpoints must move between offloaded and not offloaded runs, and NVMe, a
+# partial offload (ratio) and cpu_torch_adam are refused by name.
 source tests/lib.sh
 
 TRAIN=$NEOX_BIN/neox-train
@@ -21,10 +25,14 @@ cat >"$T/model.yml" <<EOF
   "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer"
 }
 EOF
-ADAM='"optimizer": {"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1.0e-8}}'
-run() {  # run NAME BACKEND JSON [OPTIMIZER]: trains model.yml on BACKEND with logs in $T/NAME
+PARAMS='"params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1.0e-8}'
+ADAM="\"optimizer\": {\"type\": \"Adam\", $PARAMS}"
+run() {  # run NAME BACKEND JSON [OPTIMIZER]: trains model.yml on BACKEND with logs in $T/NAME (its output also in $T/NAME.out)
     echo "{\"log_dir\": \"$T/$1\", \"compute_backend\": \"$2\", ${4:-$ADAM} $3}" >"$T/$1.yml"
-    $TRAIN -q "$T/model.yml" "$T/$1.yml"
+    $TRAIN "$T/model.yml" "$T/$1.yml" >"$T/$1.out" 2>&1
+    local status=$?
+    cat "$T/$1.out" >&2
+    return $status
 }
 KEYS=train/lm_loss,train/grad_norm,train/learning_rate,validation/lm_loss,test/lm_loss
 OVF=', "fp16": {"enabled": true, "initial_scale_power": 26, "loss_scale_window": 5}'
@@ -56,3 +64,37 @@ check_fails "emulated: 1-bit Adam is refused (host loops only)" 2 'onebitadam: n
 echo "{\"log_dir\": \"$T/two\", \"compute_backend\": \"emulated\", $ADAM}" >"$T/two.yml"
 check_fails "emulated: more than one rank is refused" 2 'compute_backend emulated: one rank only' \
     "${MPIEXEC:-mpiexec.mpich}" -n 2 "$TRAIN" -q "$T/model.yml" "$T/two.yml"
+
+# ZeRO-Offload of the optimizer, against emu-fp32 (the same run without offload).
+CPU_ADAM="\"optimizer\": {\"type\": \"cpu_adam\", $PARAMS}"
+DEVICE=', "zero_optimization": {"offload_optimizer": {"device": "cpu", "pin_memory": true}}'
+OLD=', "zero_optimization": {"cpu_offload": true}'
+
+check "emulated without offload: the optimizer stays on the device" bash -c "grep -q 'ZeRO stage 0' '$T/emu-fp32.out' && ! grep -q offloaded '$T/emu-fp32.out'"
+for name in cpu_adam device_cpu cpu_offload; do
+    extra="" opt=""
+    case $name in cpu_adam) opt=$CPU_ADAM ;; device_cpu) extra=$DEVICE ;; cpu_offload) extra=$OLD ;; esac
+    check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra" "$opt"
+    check "$name: the optimizer is offloaded" grep -q "ZeRO stage 0, optimizer offloaded to the host" "$T/emu-$name.out"
+    check "$name: equals the run without offload bit for bit" $LIB same "$T/emu-fp32/metrics.jsonl" \
+        "$T/emu-$name/metrics.jsonl" "$KEYS"
+done
+
+# Checkpoints: 10 steps offloaded, 10 more without, and the reverse, against the straight run.
+check "offloaded: 10 steps and a checkpoint" run off-first emulated "$(ck ck3 ", \"exit_interval\": 10$DEVICE")"
+check "not offloaded: resumes for 10 more" run off-first emulated "$(ck ck3)"
+check "offloaded -> not: bit-identical to the straight run" $LIB same "$T/emu-fp32/metrics.jsonl" \
+    "$T/off-first/metrics.jsonl" "$KEYS"
+check "not offloaded: 10 steps and a checkpoint" run on-first emulated "$(ck ck4 ', "exit_interval": 10')"
+check "offloaded: resumes for 10 more" run on-first emulated "$(ck ck4 "$DEVICE")"
+check "not -> offloaded: bit-identical to the straight run" $LIB same "$T/emu-fp32/metrics.jsonl" \
+    "$T/on-first/metrics.jsonl" "$KEYS"
+
+check_fails "cpu backend: a notice says the optimizer is in host memory already" 0 \
+    "nothing to move, compute_backend cpu keeps the optimizer in host memory already" run cpu cpu "" "$CPU_ADAM"
+check_fails "offload to NVMe is refused by name" 2 "zero_optimization.offload_optimizer.device': ZeRO optimizer-state offload to NVMe 'nvme' is not supported" \
+    run nvme emulated ', "zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}'
+check_fails "a partial offload (ratio) is refused by name" 2 "zero_optimization.offload_optimizer.ratio': partial ZeRO optimizer offload" \
+    run ratio emulated ', "zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0.5}}'
+check_fails "cpu_torch_adam is refused by name" 2 "optimizer 'cpu_torch_adam' is not supported by neox.c" \
+    run torch emulated "" "\"optimizer\": {\"type\": \"cpu_torch_adam\", $PARAMS}"

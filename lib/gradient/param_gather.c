@@ -1,0 +1,271 @@
+// param_gather.c: ZeRO-3's parameter coordinator (see gradient.h). Every data-parallel rank keeps
+// only its partition of the flat fp32 parameters (the master weights the optimizer updates); the
+// flat parameter buffer holds whole only the units (embedding, layers, head) that forward or
+// backward is using or is about to use. A unit is all-gathered into the flat buffer before its
+// use, each rank contributing its partition's part of it, and released after (its pages given
+// back to the system), unless its next use in the pass comes within max_reuse_distance elements.
+// Because the order in which a pass uses the units is known in advance (the model's trace), the
+// units after the current one are gathered ahead with non-blocking all-gathers (prefetch), up to
+// prefetch_elems elements at a time and as long as the gathered elements stay under max_live.
+// Small tensors (at most persistence_threshold elements) are persistent: gathered once after
+// every update and kept whole, as DeepSpeed keeps its persistent parameters.
+//
+// Every rank of the data group runs the same passes with the same traces, so the collectives start
+// in the same order everywhere. A dry run of a trace (no communication) gives the peak of gathered
+// elements that the start-up memory plan reports.
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradient.h"
+
+enum { RELEASED, INFLIGHT, AVAILABLE };
+
+typedef struct run {
+    size_t begin, end;   // a range of the flat buffer
+    int *counts, *displs;  // per rank: its part of the range (the all-gather's counts), where it starts
+    neox_request req;
+} run;
+
+typedef struct unit {
+    run *runs;           // its non-persistent parameters, adjacent ones merged
+    int nruns;
+    size_t gathered;     // elements in the runs
+    size_t numel;        // all its elements (the reuse distance counts them)
+    int state, active;
+} unit;
+
+struct neox_param_gather {
+    neox_comm *data;
+    float *params;
+    const float *master;     // this rank's partition [part_begin, part_end) of the flat buffer
+    size_t n, part_begin, part_end;
+    neox_param_gather_options opt;
+    unit *units;
+    int nunits;
+    run *persistent;         // the persistent parameters' runs
+    int npersistent;
+    size_t persistent_elems;
+    const int *trace;        // the pass's units in order of use (NULL between passes)
+    int trace_len, pos;
+    size_t live;             // elements of the units gathered or in flight
+    int dry;                 // plan: change states and counts only, no communication
+    int pinned;              // neox_param_gather_all: nothing is released before end
+    neox_param_gather_stats stats;
+};
+
+static void run_init(neox_param_gather *g, run *r, size_t begin, size_t end) {
+    r->begin = begin, r->end = end;
+    r->counts = neox_calloc((size_t)g->data->size, sizeof(int));
+    r->displs = neox_calloc((size_t)g->data->size, sizeof(int));
+    for (int q = 0; q < g->data->size; q++) {
+        size_t lo, hi, a, b;
+        neox_even_share(g->n, q, g->data->size, &lo, &hi);
+        if (!neox_overlap(lo, hi, begin, end, &a, &b)) a = b = begin;
+        r->counts[q] = (int)(b - a), r->displs[q] = (int)(a - begin);
+    }
+}
+
+// Appends [begin, end) to the runs, merging it into the last one when they touch.
+static void add_range(neox_param_gather *g, run **runs, int *count, size_t begin, size_t end) {
+    if (*count > 0 && (*runs)[*count - 1].end == begin) {
+        run *last = &(*runs)[*count - 1];
+        free(last->counts), free(last->displs);
+        run_init(g, last, last->begin, end);
+        return;
+    }
+    *runs = neox_realloc(*runs, (size_t)(*count + 1) * sizeof **runs);
+    run_init(g, &(*runs)[(*count)++], begin, end);
+}
+
+neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t n, const float *master,
+                                          const size_t *param_offset, const size_t *param_size,
+                                          const int *unit_first, int nunits, const neox_param_gather_options *opt) {
+    neox_param_gather *g = neox_calloc(1, sizeof *g);
+    g->data = data, g->params = params, g->n = n, g->master = master, g->opt = *opt;
+    neox_even_share(n, data->rank, data->size, &g->part_begin, &g->part_end);
+    g->nunits = nunits;
+    g->units = neox_calloc((size_t)nunits, sizeof *g->units);
+    // Persistent tensors: those of at most persistence_threshold elements, taken in buffer order
+    // while their total stays within model_persistence_threshold (< 0: no cap).
+    size_t persist_total = 0;
+    for (int u = 0; u < nunits; u++) {
+        unit *x = &g->units[u];
+        for (int p = unit_first[u]; p < unit_first[u + 1]; p++) {
+            size_t lo = param_offset[p], hi = lo + param_size[p];
+            x->numel += param_size[p];
+            int persist = (int64_t)param_size[p] <= opt->persistence_threshold &&
+                          (opt->model_persistence_threshold < 0 ||
+                           (int64_t)(persist_total + param_size[p]) <= opt->model_persistence_threshold);
+            if (persist) {
+                persist_total += param_size[p];
+                add_range(g, &g->persistent, &g->npersistent, lo, hi);
+            } else {
+                x->gathered += param_size[p];
+                add_range(g, &x->runs, &x->nruns, lo, hi);
+            }
+        }
+    }
+    g->persistent_elems = persist_total;
+    g->stats.persistent_elements = (int64_t)persist_total;
+    return g;
+}
+
+static void free_runs(run *runs, int count) {
+    for (int i = 0; i < count; i++) free(runs[i].counts), free(runs[i].displs);
+    free(runs);
+}
+
+void neox_param_gather_free(neox_param_gather *g) {
+    if (!g) return;
+    for (int u = 0; u < g->nunits; u++) free_runs(g->units[u].runs, g->units[u].nruns);
+    free_runs(g->persistent, g->npersistent);
+    free(g->units);
+    free(g);
+}
+
+// This rank's part of the run goes from its partition to its place in the flat buffer.
+static void place_own_part(neox_param_gather *g, const run *r) {
+    size_t lo, hi;
+    if (neox_overlap(g->part_begin, g->part_end, r->begin, r->end, &lo, &hi))
+        memcpy(g->params + lo, g->master + (lo - g->part_begin), (hi - lo) * sizeof(float));
+}
+
+static void start_gather(neox_param_gather *g, int u, int prefetch) {
+    unit *x = &g->units[u];
+    for (int i = 0; !g->dry && i < x->nruns; i++) {
+        run *r = &x->runs[i];
+        place_own_part(g, r);
+        neox_iallgatherv_inplace(g->data, g->params + r->begin, r->counts, r->displs, NEOX_F32, &r->req);
+    }
+    x->state = INFLIGHT;
+    g->live += x->gathered;
+    if (g->live > (size_t)g->stats.peak_live_elements) g->stats.peak_live_elements = (int64_t)g->live;
+    if (g->dry) return;
+    g->stats.gathers++;
+    g->stats.prefetched += prefetch;
+    g->stats.gathered_elements += (int64_t)x->gathered;
+}
+
+static void finish_gather(neox_param_gather *g, int u) {
+    unit *x = &g->units[u];
+    for (int i = 0; !g->dry && i < x->nruns; i++) {
+        neox_wait(&x->runs[i].req);
+        if (g->opt.gathered) g->opt.gathered(g->opt.ctx, x->runs[i].begin, x->runs[i].end);
+    }
+    x->state = AVAILABLE;
+}
+
+static void release_unit(neox_param_gather *g, int u) {
+    unit *x = &g->units[u];
+    if (x->state == INFLIGHT) finish_gather(g, u);  // (a prefetch the pass did not use)
+    for (int i = 0; !g->dry && i < x->nruns; i++) {
+        neox_discard_pages(g->params + x->runs[i].begin, (x->runs[i].end - x->runs[i].begin) * sizeof(float));
+        if (g->opt.released) g->opt.released(g->opt.ctx, x->runs[i].begin, x->runs[i].end);
+    }
+    x->state = RELEASED;
+    g->live -= x->gathered;
+}
+
+void neox_param_gather_begin(neox_param_gather *g, const int *trace, int len) {
+    g->trace = trace, g->trace_len = len, g->pos = 0;
+}
+
+// Gathers ahead the units the trace uses next, up to prefetch_elems elements and while the
+// gathered elements stay below max_live (DeepSpeed's budget: the smaller of the two, counted after
+// the current unit's gather).
+static void prefetch(neox_param_gather *g) {
+    int64_t room = g->opt.max_live - (int64_t)g->live, budget = g->opt.prefetch_elems < room ? g->opt.prefetch_elems : room;
+    int64_t taken = 0;
+    for (int j = g->pos + 1; j < g->trace_len && taken < budget; j++) {
+        int v = g->trace[j];
+        if (g->units[v].state != RELEASED || g->units[v].gathered == 0) continue;
+        start_gather(g, v, 1);
+        taken += (int64_t)g->units[v].gathered;
+    }
+}
+
+void neox_param_gather_acquire(neox_param_gather *g, int u) {
+    if (g->trace && (g->pos >= g->trace_len || g->trace[g->pos] != u))
+        neox_die(NEOX_EXIT_FAILURE, "ZeRO-3: the model used weight unit %d where its trace has %d (position %d of %d)", u,
+                 g->pos < g->trace_len ? g->trace[g->pos] : -1, g->pos, g->trace_len);
+    unit *x = &g->units[u];
+    if (x->state == RELEASED && x->gathered > 0) start_gather(g, u, 0);
+    if (x->state == INFLIGHT) finish_gather(g, u);
+    if (x->gathered == 0) x->state = AVAILABLE;
+    x->active++;
+    if (g->trace) {
+        prefetch(g);
+        g->pos++;
+    }
+}
+
+// Whether unit u is used again in the pass with fewer than max_reuse_distance elements of other
+// units' use in between (DeepSpeed's rule: count the elements of the units used before it).
+static int reused_soon(const neox_param_gather *g, int u) {
+    int64_t between = 0;
+    for (int j = g->pos; g->trace && j < g->trace_len && between < g->opt.max_reuse_distance; j++) {
+        if (g->trace[j] == u) return 1;
+        between += (int64_t)g->units[g->trace[j]].numel;
+    }
+    return 0;
+}
+
+void neox_param_gather_release(neox_param_gather *g, int u) {
+    unit *x = &g->units[u];
+    if (--x->active > 0 || x->gathered == 0 || g->pinned || reused_soon(g, u)) return;
+    release_unit(g, u);
+}
+
+void neox_param_gather_end(neox_param_gather *g) {
+    for (int u = 0; u < g->nunits; u++) {
+        g->units[u].active = 0;
+        if (g->units[u].gathered == 0) g->units[u].state = RELEASED;
+        else if (g->units[u].state != RELEASED) release_unit(g, u);
+    }
+    g->trace = NULL;
+    g->pinned = 0;
+}
+
+void neox_param_gather_all(neox_param_gather *g) {
+    g->pinned = 1;
+    for (int u = 0; u < g->nunits; u++)
+        if (g->units[u].state == RELEASED && g->units[u].gathered > 0) start_gather(g, u, 0);
+    for (int u = 0; u < g->nunits; u++)
+        if (g->units[u].state == INFLIGHT) finish_gather(g, u);
+}
+
+void neox_param_gather_persistent(neox_param_gather *g) {
+    for (int i = 0; i < g->npersistent; i++) {
+        run *r = &g->persistent[i];
+        place_own_part(g, r);
+        neox_allgatherv_inplace(g->data, g->params + r->begin, r->counts, NEOX_F32);
+        if (g->opt.gathered) g->opt.gathered(g->opt.ctx, r->begin, r->end);
+    }
+}
+
+void neox_param_gather_release_all(neox_param_gather *g) {
+    for (int u = 0; u < g->nunits; u++)
+        for (int i = 0; i < g->units[u].nruns; i++) {
+            run *r = &g->units[u].runs[i];
+            neox_discard_pages(g->params + r->begin, (r->end - r->begin) * sizeof(float));
+            if (g->opt.released) g->opt.released(g->opt.ctx, r->begin, r->end);
+        }
+}
+
+size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {
+    neox_param_gather_stats kept = g->stats;
+    g->dry = 1;
+    g->stats.peak_live_elements = 0;
+    neox_param_gather_begin(g, trace, len);
+    for (int i = 0; i < len; i++) {
+        neox_param_gather_acquire(g, trace[i]);
+        neox_param_gather_release(g, trace[i]);
+    }
+    size_t peak = (size_t)g->stats.peak_live_elements;
+    neox_param_gather_end(g);
+    g->dry = 0;
+    g->stats = kept;
+    return peak;
+}
+
+neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g) { return g->stats; }

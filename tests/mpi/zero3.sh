@@ -1,0 +1,149 @@
+# tests/mpi/zero3.sh: ZeRO stage 3 (parameters partitioned over the data group) against stage 0.
+# The same model and global batch train 20 steps at dp2, dp4 and dp2 x tp2; losses, evaluations and
+# final parameters must equal stage 0's within 1e-5 relative, under the default stage-3 settings
+# (a model this small stays whole, every tensor persistent) and under settings that gather one layer
+# at a time. Each stage3_* key shows its effect in the run's parameter_gathers report
+# (comm_stats.json) or the parameter bytes planned at start-up, which must be within 10% of the
+# formula (tests/mpi/zero3_check.py). Checkpoints move between stage 3 and stage 1 / tp2 both ways
+# and continue the straight run; pipelining and the fetch-by-all-reduce keys are refused by name; a
+# rank killed while the ranks gather parameters ends the job.
+source tests/lib.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=$NEOX_BIN/neox-train
+CONVERT=$NEOX_BIN/neox-convert
+T=$TEST_TMP
+PY=.venv/bin/python
+command -v "$MPIEXEC" >/dev/null || { skip "ZeRO stage 3" "$MPIEXEC is not installed"; exit 0; }
+[ -x "$PY" ] || { skip "ZeRO stage 3" ".venv is missing (make deps)"; exit 0; }
+
+python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
+check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+
+source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
+
+# zero STAGE [STAGE3 SETTINGS]
+zero() { echo ", \"zero_optimization\": {\"stage\": $1, \"overlap_comm\": true, \"reduce_bucket_size\": 3000${2:+, $2}}"; }
+# One layer at a time: nothing persistent, nothing prefetched, nothing kept between uses.
+ONE='"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0'
+NOEVAL=', "do_valid": false, "do_test": false'
+TP=', "model_parallel_size": 2'
+
+# run NAME RANKS: trains $T/NAME.yml (its start-up report in $T/NAME.out) and exports the parameters.
+run() {
+    check "$1: train on $2 ranks" "$MPIEXEC" -n "$2" "$TRAIN" "$T/$1.yml"
+    cp "$_last_out" "$T/$1.out"
+    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
+}
+same() { check "$2 follows $1 (losses, evaluations, final parameters within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py same "$T/$1" "$T/$2"; }
+z3() { "$PY" tests/mpi/zero3_check.py "$@"; }
+
+# Equal to stage 0 at dp2 and dp4, with the default settings and one layer at a time (whose
+# parameter norms, read from the gathered model, are stage 0's too).
+NORMS=', "log_param_norm": true'
+for dp in 2 4; do
+    accum=$((4 / dp))
+    config "dp${dp}s0" neox 2 "$accum" 20 "$(zero 0)$NORMS"; run "dp${dp}s0" "$dp"
+    config "dp${dp}s3" neox 2 "$accum" 20 "$(zero 3)"; run "dp${dp}s3" "$dp"
+    same "dp${dp}s0" "dp${dp}s3"
+    config "dp${dp}one" neox 2 "$accum" 20 "$(zero 3 "$ONE")$NORMS"; run "dp${dp}one" "$dp"
+    check "dp${dp}one: parameter norms equal stage 0's (within 1e-5)" z3 norms "$T/dp${dp}s0" "$T/dp${dp}one"
+    same "dp${dp}s0" "dp${dp}one"
+    check "dp${dp}one: planned parameter bytes per rank within 10% of 4 psi / $dp + one layer" \
+        z3 planned "$T/dp${dp}one.out" "$T/dp${dp}one/hf" "$dp" one
+done
+check "dp2s3 (defaults): planned parameter bytes within 10% of 4 psi / 2 + the whole model" \
+    z3 planned "$T/dp2s3.out" "$T/dp2s3/hf" 2 whole
+
+# Gradients and optimizer state are partitioned as under stage 2, and gathering copies values: stage
+# 3 is stage 2 bit for bit, in fp32 and in bfloat16 (whose 16-bit weight copies are made per layer
+# as it is gathered).
+BF16=', "precision": "bfloat16"'
+config dp2s2 neox 2 2 20 "$(zero 2)$NORMS"; run dp2s2 2
+check "dp2one equals stage 2 bit for bit" "$PY" tests/mpi/layouts_check.py identical "$T/dp2s2" "$T/dp2one"
+config bf16s2 neox 2 2 20 "$(zero 2)$BF16"; run bf16s2 2
+config bf16s3 neox 2 2 20 "$(zero 3 "$ONE")$BF16"; run bf16s3 2
+check "bfloat16: stage 3 equals stage 2 bit for bit" "$PY" tests/mpi/layouts_check.py identical "$T/bf16s2" "$T/bf16s3"
+
+# stage3_param_persistence_threshold: at its default every tensor of this model is persistent
+# (gathered after each update, never by layer); at 0 none is.
+check "default persistence threshold: no layer gathers" z3 stat "$T/dp2s3" gathers eq 0
+check "default persistence threshold: persistent elements" z3 stat "$T/dp2s3" persistent_elements gt 0
+check "persistence threshold 0: layers are gathered" z3 stat "$T/dp2one" gathers gt 0
+check "persistence threshold 0: nothing persistent" z3 stat "$T/dp2one" persistent_elements eq 0
+# stage3_model_persistence_threshold caps the persistent elements (tensors taken in order while
+# they fit), so the larger tensors are gathered by layer again.
+config mpt neox 2 2 20 "$(zero 3 '"stage3_model_persistence_threshold": 2000')"; run mpt 2
+same dp2s0 mpt
+check "model persistence threshold 2000: at most 2000 persistent elements" z3 stat "$T/mpt" persistent_elements le 2000
+check "model persistence threshold 2000: some persistent" z3 stat "$T/mpt" persistent_elements gt 0
+check "model persistence threshold 2000: layers are gathered" z3 stat "$T/mpt" gathers gt 0
+# Activation checkpointing recomputes each layer's forward inside its backward use.
+config ckpt neox 2 2 20 "$(zero 3 "$ONE"), \"checkpoint_activations\": true"; run ckpt 2
+same dp2s0 ckpt
+
+# stage3_prefetch_bucket_size: 0 prefetches nothing; one element prefetches the next layer, which
+# then is whole beside the current one.
+check "prefetch 0: nothing prefetched" z3 stat "$T/dp2one" prefetched eq 0
+config pre neox 2 2 20 "$(zero 3 '"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 1, "stage3_max_reuse_distance": 0')"
+run pre 2
+same dp2s0 pre
+check "prefetch 1: layers are gathered ahead" z3 stat "$T/pre" prefetched gt 0
+check "prefetch 1: more parameters whole at the peak than without prefetch" z3 more_stat "$T/pre" "$T/dp2one" peak_live_elements
+check "prefetch 1: as many gathers as without" z3 same_stat "$T/pre" "$T/dp2one" gathers
+# stage3_max_live_parameters: with one element allowed there is never room to prefetch.
+config live neox 2 2 20 "$(zero 3 '"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 100000000, "stage3_max_live_parameters": 1, "stage3_max_reuse_distance": 0')"
+run live 2
+check "max_live_parameters 1: nothing prefetched" z3 stat "$T/live" prefetched eq 0
+check "max_live_parameters 1: the peak of no prefetch" z3 same_stat "$T/live" "$T/dp2one" peak_live_elements
+# stage3_max_reuse_distance: at its default a layer gathered for forward is kept for backward.
+config reuse0 neox 2 2 20 "$(zero 3 "$ONE")$NOEVAL"; run reuse0 2
+config reusebig neox 2 2 20 "$(zero 3 '"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0')$NOEVAL"
+run reusebig 2
+check "max_reuse_distance 0 gathers every unit again for backward (20 steps x 2 micro-batches)" \
+    z3 extra_gathers "$T/reuse0" "$T/reusebig" 40 "$T/reuse0/hf"
+check "max_reuse_distance default: more parameters whole at the peak" z3 more_stat "$T/reusebig" "$T/reuse0" peak_live_elements
+# The older names without the prefix are read too.
+config plain neox 2 2 20 "$(zero 3 '"param_persistence_threshold": 0, "prefetch_bucket_size": 0, "max_reuse_distance": 0')"
+run plain 2
+check "keys without the stage3_ prefix: the same gathers" z3 same_stat "$T/plain" "$T/dp2one" gathers
+
+# With tensor parallelism: dp2 x tp2.
+config tps0 neox 2 2 20 "$(zero 0)$TP"; run tps0 4
+config tps3 neox 2 2 20 "$(zero 3 "$ONE")$TP"; run tps3 4
+same tps0 tps3
+
+# Checkpoints: 10 steps at stage 3, 10 more at stage 1 with tp2, and the reverse.
+resume() {  # resume NAME FROM_RANKS FROM_EXTRA TO_RANKS TO_EXTRA
+    config "$1-a" neox 2 2 20 "$3, \"exit_interval\": 10"
+    config "$1-b" neox 2 2 20 "$5, \"load\": \"$T/$1-a/ckpt\""
+    check "$1: first 10 steps" "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$1-a.yml"
+    check "$1: resume for 10 more under the other layout" "$MPIEXEC" -n "$4" "$TRAIN" -q "$T/$1-b.yml"
+    check "$1: the resumed run continues the straight run's trajectory (within 1e-5)" \
+        "$PY" tests/mpi/layouts_check.py resumed "$T/dp2s0" "$T/$1-a" "$T/$1-b"
+}
+resume s3-to-s1tp2 2 "$(zero 3 "$ONE")" 4 "$(zero 1)$TP"
+resume s1tp2-to-s3 4 "$(zero 1)$TP" 2 "$(zero 3 "$ONE")"
+
+# Refused by name.
+config pipe neox 2 2 20 "$(zero 3), \"pipe_parallel_size\": 2"
+check_fails "stage 3 with pipe_parallel_size 2 is refused" 2 "zero_optimization.stage 3: not with pipe_parallel_size 2" \
+    "$MPIEXEC" -n 4 "$TRAIN" -q "$T/pipe.yml"
+config allred neox 2 2 20 "$(zero 3 '"stage3_use_all_reduce_for_fetch_params": true')"
+check_fails "stage3_use_all_reduce_for_fetch_params is refused" 2 "stage3_use_all_reduce_for_fetch_params" \
+    "$MPIEXEC" -n 2 "$TRAIN" -q "$T/allred.yml"
+config below neox 2 2 20 "$(zero 2 '"stage3_max_live_parameters": 5')"
+check_fails "stage3 keys below stage 3 are named in a notice" 0 \
+    "no effect below zero_optimization.stage 3.*stage3_max_live_parameters" "$TRAIN" --print-config "$T/below.yml"
+
+config agb neox 2 2 20 "$(zero 3 '"allgather_bucket_size": 1000')"
+check_fails "allgather_bucket_size at stage 3 is named in a notice" 0 \
+    "no effect at zero_optimization.stage 3.*allgather_bucket_size" "$TRAIN" --print-config "$T/agb.yml"
+
+# A rank killed while the ranks gather layers ends the job.
+CKPT_FACTOR=5 config kill neox 2 2 100000 "$(zero 3 "$ONE")"
+kill_rank_mid_run kill
+check "killing rank 1 mid-run ends the stage-3 job with a failure status within 15 s (${KILL_TOOK} s)" \
+    test -n "$KILL_VICTIM" -a "$KILL_STATUS" -ne 0 -a "$KILL_TOOK" -lt 15
