@@ -296,21 +296,26 @@ def test_half_precision_parity(case, precision, tmp_path):
     loss = masked_loss(logits, targets, mask)
     loss.backward()
     # An fp32 sum that lands within an ulp of a 16-bit rounding boundary may round the other way
-    # here than in torch: a few elements one 16-bit ulp apart, diluted downstream. 1e-3 of the
-    # tensor's scale allows that; the fp32 model is much further away (checked), so the 16-bit
-    # rounding is really applied.
-    tol = 1e-3
+    # here than in torch, and in a model this small one such element moves a whole row of logits.
+    # Where torch sums in the build's order (above) that never happens; where it cannot (sgemm's
+    # blocking, which depends on the CPU and the shapes: measured on AMD family 25 model 1, the
+    # Llama case's bfloat16 logits 1.9e-3 of their scale apart at most, gradients 4.6e-3) a few
+    # rows do. So: most logits equal the 16-bit oracle's (the median difference), the largest
+    # differences stay within such crossings, and the fp32 model is much further away on average
+    # (the 16-bit rounding is really applied).
     scale = logits.detach().abs().max().item()
-    err = (out["logits"] - logits.detach()).abs().max().item()
-    err_fp32 = (out["logits"] - exact).abs().max().item()
-    assert err <= tol * scale, f"logits: {err:.3g} vs 16-bit oracle (scale {scale:.3g})"
-    assert err_fp32 > 10 * err, f"logits are as close to fp32 ({err_fp32:.3g}) as to the 16-bit oracle ({err:.3g})"
-    assert abs(out["loss"].item() - loss.item()) <= tol * abs(loss.item())
+    d16, d32 = (out["logits"] - logits.detach()).abs(), (out["logits"] - exact).abs()
+    assert d16.median().item() <= 1e-6 * scale, f"median logit difference {d16.median().item():.3g} (scale {scale:.3g})"
+    assert d16.max().item() <= 5e-3 * scale, f"logits: {d16.max().item():.3g} vs 16-bit oracle (scale {scale:.3g})"
+    assert d32.mean().item() > 5 * d16.mean().item(), (f"logits are as close to fp32 ({d32.mean().item():.3g} on "
+                                                       f"average) as to the 16-bit oracle ({d16.mean().item():.3g})")
+    assert abs(out["loss"].item() - loss.item()) <= 1e-4 * abs(loss.item())
     for name, p in model.named_parameters():
         ref, ours = p.grad, out["grad." + name]
-        gscale = ref.abs().max().item()
-        gerr = (ours - ref).abs().max().item()
-        assert gerr <= tol * max(gscale, 1e-6), f"gradient of {name}: {gerr:.3g} exceeds {tol} of {gscale:.3g}"
+        gscale, gnorm = ref.abs().max().item(), ref.norm().item()
+        gerr, gl2 = (ours - ref).abs().max().item(), (ours - ref).norm().item()
+        assert gerr <= 1e-2 * max(gscale, 1e-6), f"gradient of {name}: {gerr:.3g} exceeds 1e-2 of {gscale:.3g}"
+        assert gl2 <= 5e-3 * max(gnorm, 1e-9), f"gradient of {name}: relative L2 {gl2 / max(gnorm, 1e-9):.3g} exceeds 5e-3"
 
 
 # ---- 16-bit attention operands ---------------------------------------------------------------------
