@@ -41,6 +41,12 @@ extern "C" {
       float eps), (out, rstd, inp, weight, N, C, eps))                                                                 \
     X(void, rmsnorm_backward, (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,  \
       const float *rstd, int N, int C), (dinp, dweight, dout, inp, weight, rstd, N, C))                                \
+    X(void, head_norm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,         \
+      const float *bias, int B, int H, int T, int HS, int G, float eps), (out, mean, rstd, inp, weight, bias, B, H, T, \
+      HS, G, eps))                                                                                                     \
+    X(void, head_norm_backward, (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,       \
+      const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS, int G), (dinp, dweight,  \
+      dbias, dout, inp, weight, mean, rstd, B, H, T, HS, G))                                                           \
     X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,         \
       int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
     X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \

@@ -107,6 +107,19 @@ void neox_rmsnorm_forward(float *out, float *rstd, const float *inp, const float
 void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                            const float *rstd, int N, int C);
 
+// Query/key normalisation (use_qk_layernorm) of per-head tensors x: (B, H, T, HS). For each (b, t)
+// the G * HS values of each group of G consecutive heads are normalised together: G = H is a
+// LayerNorm over all the token's heads (GPT-NeoX's LayerNorm([heads, head_size])), G = 1 one per
+// head (GPT-NeoX's RMSNorm, which reduces over the last dim). mean == NULL: RMS (no centring).
+// weight, bias: (H, HS) (bias may be NULL); mean, rstd: (B, T, H / G) saved for backward. out may
+// be inp.
+void neox_head_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int B, int H, int T, int HS, int G, float eps);
+// dinp OVERWRITTEN (it may be dout); dweight, dbias (or NULL) added to. mean NULL as in forward.
+void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS,
+                             int G);
+
 // ---- attention --------------------------------------------------------------------------------
 // Splits the output of the fused QKV projection into per-head q: (B, NH, T, HS), k, v: (B, NKV, T, HS).
 // qkv: (B, T, W) with W = (NH + 2*NKV) * HS, laid out either interleaved per head as GPT-NeoX and its

@@ -55,6 +55,10 @@ typedef struct neox_model_desc {
     int attn_bias, mlp_bias;
     int attn_out_unbiased;  // with attn_bias: q/k/v have biases, the attention output none (Qwen2)
     int attn_window;        // keys each query sees, itself included: sliding_window_width + 1 (0: all)
+    // use_qk_layernorm: queries and keys normalised before rotary by one shared norm of weight (and
+    // bias) (num_heads, head_size), GPT-NeoX's: a LayerNorm over all the token's heads together, or
+    // an RMSNorm per head (qk_norm_group gives how many heads share statistics).
+    int qk_norm;
     int tied;               // the output layer reuses the input embedding
     // A reward model (train_impl: rm): the output layer is a scalar value head, score.weight (1, C)
     // without bias as in GPT-NeoX's RowParallelLinear(hidden, 1) and Hugging Face's
@@ -93,6 +97,11 @@ int neox_model_desc_check(neox_model_desc *desc, neox_error *err);
 // the output layer as one layer each. bounds: (pp + 1), stage s holds [bounds[s], bounds[s+1]).
 // Every stage gets at least one transformer layer. An unknown method fails naming the key.
 int neox_model_pipe_partition(const neox_model_desc *desc, int pp, const char *method, int *bounds, neox_error *err);
+// The heads whose values use_qk_layernorm normalises together: all of them for a LayerNorm
+// (GPT-NeoX's LayerNorm([heads, head_size])), one for an RMSNorm (GPT-NeoX's reduces the last dim).
+static inline int neox_qk_norm_group(const neox_model_desc *d, int local_heads) {
+    return d->norm == NEOX_NORM_LAYERNORM ? local_heads : 1;
+}
 static inline int neox_model_first_stage(const neox_model_desc *d) { return d->pp_rank == 0; }
 static inline int neox_model_last_stage(const neox_model_desc *d) { return d->pp_rank == d->pp_size - 1; }
 
@@ -117,6 +126,7 @@ typedef struct neox_param {
 typedef struct neox_layer_params {  // pointers into a buffer (parameters or gradients)
     float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
     float *qkv_w, *qkv_b;    // ((NH + 2*NKV) * HS, C): fused QKV, or q/k/v_proj side by side
+    float *qk_norm_w, *qk_norm_b;  // (NH, HS): use_qk_layernorm's norm of queries and keys
     float *proj_w, *proj_b;  // (C, C): attention output
     float *fc_w, *fc_b;      // (F or 2F, C): dense_h_to_4h, or [up_proj; gate_proj]
     float *fc2_w, *fc2_b;    // (C, F)

@@ -98,7 +98,6 @@ UNSUPPORTED = {
     "moe_expert_interval": "Mixture of Experts", "moe_top_k": "Mixture of Experts",
     "moe_router_type": "Mixture of Experts", "moe_lbl_in_fp32": "Mixture of Experts",
     "moe_jitter_eps": "Mixture of Experts",
-    "use_qk_layernorm": "query/key layernorm",
     "opt_pos_emb_offset": "OPT position-embedding offset",
     "sparsity_config": "sparse attention",
     "num_unique_layers": "parameter sharing across layers",

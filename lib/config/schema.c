@@ -70,7 +70,7 @@ const neox_key_spec neox_key_specs[] = {
      .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "use_qk_layernorm", .type = NEOX_TYPE_BOOL, .default_text = "false", .choices = NULL, .supported = NULL,
-     .feature = "query/key layernorm", .group = "NeoXArgsModel", .use = NEOX_KEY_UNSUPPORTED, .nullable = 0, .derived = 0,
+     .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "layernorm_epsilon", .type = NEOX_TYPE_FLOAT, .default_text = "1.0e-05", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,

@@ -204,6 +204,7 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
         d->attn_window = (int)w + 1;
     }
     d->mlp_bias = neox_config_bool(cfg, use_bias_in_mlp);
+    d->qk_norm = neox_config_bool(cfg, use_qk_layernorm);
     d->tied = !neox_config_bool(cfg, no_weight_tying);
     const char *impl = neox_config_str(cfg, train_impl);
     d->value_head = impl && !strcmp(impl, "rm");

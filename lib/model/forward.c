@@ -49,6 +49,12 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         la->q = take(cur, N * NH * HS);
         la->k = take(cur, N * NKV * HS);
         la->v = take(cur, N * NKV * HS);
+        if (d->qk_norm) {
+            la->qraw = take(cur, N * NH * HS);
+            la->kraw = take(cur, N * NKV * HS);
+            la->qk_mean = d->norm == NEOX_NORM_LAYERNORM ? take(cur, 2 * N * NH) : NULL;
+            la->qk_rstd = take(cur, 2 * N * NH);
+        }
         la->att = take(cur, N * NH * HS);
         la->lse = take(cur, N * NH);
         la->mid = d->parallel_residual ? NULL : take(cur, N * C);
@@ -280,6 +286,19 @@ static void add_branch(neox_model *m, float *out, const float *res, float *branc
     m->be->add(out, res, branch, n);
 }
 
+// use_qk_layernorm: the one norm of queries and keys (same weights, statistics apart), before rotary.
+static void qk_norm_forward(neox_model *m, int l, neox_layer_acts *la) {
+    const neox_model_desc *d = &m->desc;
+    const neox_layer_params *p = &m->w.layers[l];
+    int B = m->B, T = m->T, NH = neox_model_shard(d).NH, G = neox_qk_norm_group(d, NH);
+    size_t stats = (size_t)B * T * NH / G;
+    float *kmean = la->qk_mean ? la->qk_mean + stats : NULL;
+    m->be->head_norm_forward(la->q, la->qk_mean, la->qk_rstd, la->qraw, p->qk_norm_w, p->qk_norm_b, B, NH, T,
+                             d->head_size, G, d->norm_eps);
+    m->be->head_norm_forward(la->k, kmean, la->qk_rstd + stats, la->kraw, p->qk_norm_w, p->qk_norm_b, B, NH, T,
+                             d->head_size, G, d->norm_eps);
+}
+
 void neox_model_layer_forward(neox_model *m, int l) {
     const neox_model_desc *d = &m->desc;
     const neox_backend *be = m->be;
@@ -296,7 +315,12 @@ void neox_model_layer_forward(neox_model *m, int l) {
     // attention over this rank's heads
     norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
     neox_model_linear_forward(m, la->qkv, la->ln1, p->qkv_w, p->qkv_b, N, C, W);
-    be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    if (d->qk_norm) {
+        be->qkv_split(la->qraw, la->kraw, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+        qk_norm_forward(m, l, la);
+    } else {
+        be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    }
     if (d->rotary_dims) {
         be->rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0);
         be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0);

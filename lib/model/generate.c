@@ -24,6 +24,7 @@ struct neox_generator {
     float *kcache, *vcache;         // per layer (NKV, max_len, HS)
     float *cos, *sin;               // rotary tables (max_len, R/2)
     float *alibi;                   // (NH) ALiBi slopes (pos_emb alibi), else NULL
+    float *qk_stats;                // (2, max_len, NH) use_qk_layernorm's statistics, else NULL
     // Scratch for up to max_len new positions.
     float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act;
     int *ids;                       // (max_len) the pass's token ids on the backend
@@ -87,6 +88,7 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     g->mid = zeros(be, T * C);
     g->fc = zeros(be, T * fc_width(d));
     g->act = zeros(be, T * d->ffn_size);
+    if (d->qk_norm) g->qk_stats = zeros(be, 2 * T * d->num_heads);
     g->ids = be->alloc(T * sizeof(int));
     return g;
 }
@@ -94,7 +96,8 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
 void neox_generator_free(neox_generator *g) {
     if (!g) return;
     float *bufs[] = {g->kcache, g->vcache, g->cos, g->sin, g->x, g->ln, g->mean, g->rstd, g->qkv, g->q, g->k,
-                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out, g->alibi};
+                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out, g->alibi,
+                     g->qk_stats};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) g->be->free(bufs[i]);
     free(g->logits);
@@ -161,6 +164,13 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     float *q = g->q + row * NH * HS, *k = g->k + row * NKV * HS, *v = g->v + row * NKV * HS;
     const neox_backend *be = g->be;
     be->qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    if (d->qk_norm) {  // in place, as the training forward normalises them
+        const neox_layer_params *p = &g->m->w.layers[l];
+        int G = neox_qk_norm_group(d, NH);
+        float *mean = d->norm == NEOX_NORM_LAYERNORM ? g->qk_stats : NULL, *rstd = g->qk_stats + T * NH;
+        be->head_norm_forward(q, mean, rstd, q, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps);
+        be->head_norm_forward(k, mean, rstd, k, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps);
+    }
     if (d->rotary_dims) {
         const float *cos = g->cos + (size_t)s->pos * half, *sin = g->sin + (size_t)s->pos * half;
         be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0);

@@ -31,6 +31,8 @@ typedef struct neox_layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;  // (N, C), (N), (N)
     float *qkv;                        // (N, W), W = (NH + 2*NKV) * HS
     float *q, *k, *v;                  // (B, NH, T, HS), (B, NKV, T, HS) x 2, after rotary
+    float *qraw, *kraw;                // use_qk_layernorm: q and k before their norm (else NULL)
+    float *qk_mean, *qk_rstd;          // (2, B, T, NH / G): the norm's statistics, q's then k's (mean NULL: RMS)
     float *att, *lse;                  // (N, NH*HS) attention output before the projection; (B, NH, T)
     float *mid;                        // (N, C) sequential residual after attention (NULL when parallel)
     float *ln2, *ln2_mean, *ln2_rstd;

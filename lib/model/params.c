@@ -27,6 +27,11 @@ static int check_layout(neox_model_desc *d, neox_error *err) {
         if (cuts[i].n % d->tp_size != 0)
             return neox_fail(err, NEOX_EXIT_USAGE, "model_parallel_size %d does not divide %s = %d", d->tp_size,
                              cuts[i].what, cuts[i].n);
+    // GPT-NeoX's query/key LayerNorm spans one rank's heads, so its model would change with the layout.
+    if (d->qk_norm && d->tp_size > 1 && neox_qk_norm_group(d, d->num_heads) > 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm with norm: layernorm normalises over all heads of a "
+                         "token; model_parallel_size %d would cut it (GPT-NeoX normalises each rank's heads apart, a "
+                         "different model per layout); use model_parallel_size 1 or norm: rmsnorm", d->tp_size);
     return 0;
 }
 
@@ -47,6 +52,11 @@ int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "rotary_pct gives %d rotary dims of head size %d; need an even number "
                          "no larger than the head size", d->rotary_dims, d->head_size);
     if (d->norm == NEOX_NORM_RMSNORM) d->norm_bias = 0;
+    // GPT-NeoX's one query/key norm has the queries' shape: keys of fewer heads do not fit it.
+    if (d->qk_norm && d->num_kv_heads != d->num_heads)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm needs num_kv_heads = num_attention_heads (%d, not %d): "
+                         "its one norm of shape (heads, head_size) serves queries and keys", d->num_heads,
+                         d->num_kv_heads);
     if (d->value_head && d->tied)
         return neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm: a reward model's value head (score.weight, 1 x hidden) "
                          "cannot be the input embedding; set no_weight_tying: true");
@@ -105,6 +115,16 @@ static size_t add_param(layout_ctx *c, int no_decay, neox_split split, int64_t r
 #define COLS NEOX_SPLIT_COLS
 #define NONE NEOX_SPLIT_NONE
 
+// use_qk_layernorm's norm, GPT-NeoX's module name under the attention block's: (heads, head_size),
+// cut by heads as the queries are (Hugging Face has no class with one norm shared by q and k).
+static void layout_qk_norm(layout_ctx *c, neox_layer_params *v, const char *pre, const char *attn, int l) {
+    const neox_model_desc *d = &c->m->desc;
+    if (!d->qk_norm) return;
+    v->qk_norm_w = OFF(add_param(c, 1, ROWS, d->num_heads, d->head_size, "%s.%d.%s.qk_layernorm.weight", pre, l, attn));
+    if (d->norm_bias)
+        v->qk_norm_b = OFF(add_param(c, 1, ROWS, d->num_heads, d->head_size, "%s.%d.%s.qk_layernorm.bias", pre, l, attn));
+}
+
 // One layer: column-parallel QKV and first MLP projection (cut by rows: whole heads, MLP rows),
 // row-parallel attention output and second MLP projection (cut by columns; biases replicated).
 static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
@@ -121,6 +141,7 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         // Fused QKV rows are [q k v] per head, so an even cut of the rows is a cut by heads.
         v->qkv_w = OFF(add_param(c, 0, ROWS, 3 * C, C, "%s.%d.attention.query_key_value.weight", pre, l));
         if (d->attn_bias) v->qkv_b = OFF(add_param(c, 1, ROWS, 3 * C, 0, "%s.%d.attention.query_key_value.bias", pre, l));
+        layout_qk_norm(c, v, pre, "attention", l);
         v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.attention.dense.weight", pre, l));
         if (d->attn_bias && !d->attn_out_unbiased)
             v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.attention.dense.bias", pre, l));
@@ -140,6 +161,7 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         add_param(c, 1, ROWS, (int64_t)NKV * HS, 0, "%s.%d.self_attn.k_proj.bias", pre, l);
         add_param(c, 1, ROWS, (int64_t)NKV * HS, 0, "%s.%d.self_attn.v_proj.bias", pre, l);
     }
+    layout_qk_norm(c, v, pre, "self_attn", l);
     v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.self_attn.o_proj.weight", pre, l));
     if (d->attn_bias && !d->attn_out_unbiased)
         v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
@@ -168,10 +190,10 @@ static void make_views(const neox_model *m, const neox_model_weights *layout, fl
     for (int l = 0; l < m->desc.num_layers; l++) {
         const neox_layer_params *s = &layout->layers[l];
         neox_layer_params *v = &out->layers[l];
-        float **dst[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b,
-                         &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
-        float *const src[] = {s->ln1_w, s->ln1_b, s->ln2_w, s->ln2_b, s->qkv_w, s->qkv_b,
-                              s->proj_w, s->proj_b, s->fc_w, s->fc_b, s->fc2_w, s->fc2_b};
+        float **dst[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b, &v->qk_norm_w,
+                         &v->qk_norm_b, &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
+        float *const src[] = {s->ln1_w, s->ln1_b, s->ln2_w, s->ln2_b, s->qkv_w, s->qkv_b, s->qk_norm_w,
+                              s->qk_norm_b, s->proj_w, s->proj_b, s->fc_w, s->fc_b, s->fc2_w, s->fc2_b};
         for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) *dst[i] = rebase(base, src[i]);
     }
 }

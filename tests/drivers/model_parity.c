@@ -3,7 +3,7 @@
 // second file, and writes the logits, the loss and every parameter gradient ("grad.<name>").
 //   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
 // keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none|alibi)
-// rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
+// rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint qk_norm
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
 // precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
 // value_head z_loss (a reward model: the value head and its pairwise loss, below);
@@ -60,6 +60,7 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("attn_out_bias")) d->attn_out_unbiased = !atoi(v);
     else if (KEY("tied")) d->tied = atoi(v);
     else if (KEY("window")) d->attn_window = atoi(v);
+    else if (KEY("qk_norm")) d->qk_norm = atoi(v);
     else if (KEY("checkpoint")) d->checkpoint_activations = atoi(v);
     else if (KEY("adam_steps")) *adam_steps = atoi(v);
     else if (KEY("lr")) *lr = strtof(v, NULL);

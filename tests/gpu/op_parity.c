@@ -324,6 +324,25 @@ static void test_rmsnorm(int N, int C) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
+// use_qk_layernorm's norm of (B, H, T, HS) heads, G heads per group (rms: no mean); dinp in place.
+static void test_head_norm(int B, int H, int T, int HS, int G, int rms) {
+    size_t n = (size_t)B * H * T * HS, rows = (size_t)B * T * (H / G), WH = (size_t)H * HS;
+    pair inp = pair_uniform(n, -2.0f, 3.0f), w = pair_uniform(WH, 0.5f, 1.5f), b = pair_rand(WH);
+    pair out = pair_rand(n), mean = pair_rand(rows), rstd = pair_rand(rows);
+    cpu->head_norm_forward(out.h, rms ? NULL : mean.h, rstd.h, inp.h, w.h, rms ? NULL : b.h, B, H, T, HS, G, 1e-5f);
+    gpu->head_norm_forward(out.d, rms ? NULL : mean.d, rstd.d, inp.d, w.d, rms ? NULL : b.d, B, H, T, HS, G, 1e-5f);
+    checkf(1e-5, 1e-5, &out, "head_norm_forward B=%d H=%d T=%d HS=%d G=%d rms=%d", B, H, T, HS, G, rms);
+    checkf(0, 1e-6, &rstd, "head_norm_forward rstd G=%d rms=%d", G, rms);
+    pair m = pair_from(mean.h, rows), r = pair_from(rstd.h, rows), d = pair_rand(n), dw = pair_rand(WH), db = pair_rand(WH);
+    cpu->head_norm_backward(d.h, dw.h, rms ? NULL : db.h, d.h, inp.h, w.h, rms ? NULL : m.h, r.h, B, H, T, HS, G);
+    gpu->head_norm_backward(d.d, dw.d, rms ? NULL : db.d, d.d, inp.d, w.d, rms ? NULL : m.d, r.d, B, H, T, HS, G);
+    checkf(1e-5, 1e-5, &d, "head_norm_backward dinp G=%d rms=%d", G, rms);
+    checkf(1e-4, 1e-5, &dw, "head_norm_backward dweight G=%d rms=%d", G, rms);
+    if (!rms) checkf(1e-4, 1e-5, &db, "head_norm_backward dbias G=%d", G);
+    pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &m, &r, &d, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
 // ---- attention ----------------------------------------------------------------------------------------
 
 static void test_qkv(int B, int T, int NH, int NKV, int HS, int interleaved) {
@@ -729,6 +748,8 @@ int main(int argc, char **argv) {
     test_layernorm(300, 64, 1);
     test_rmsnorm(37, 200);
     test_rmsnorm(3, 4097);
+    test_head_norm(2, 4, 37, 16, 4, 0);
+    test_head_norm(3, 6, 20, 64, 1, 1);
     test_qkv(2, 11, 4, 4, 24, 1);
     test_qkv(2, 11, 6, 2, 24, 0);
     test_rotary(2, 3, 45, 24, 16);
