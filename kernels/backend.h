@@ -47,6 +47,11 @@ extern "C" {
     X(void, head_norm_backward, (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,       \
       const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS, int G), (dinp, dweight,  \
       dbias, dout, inp, weight, mean, rstd, B, H, T, HS, G))                                                           \
+    X(void, gather_rows, (float *out, const float *inp, const int *idx, int n, int C), (out, inp, idx, n, C))        \
+    X(void, moe_combine, (float *out, const float *rows, const int *slot, const float *weight, int N, int K, int C),  \
+      (out, rows, slot, weight, N, K, C))                                                                              \
+    X(void, moe_combine_backward, (float *drows, float *dweight, const float *dout, const float *rows,                \
+      const int *slot, const float *weight, int N, int K, int C), (drows, dweight, dout, rows, slot, weight, N, K, C)) \
     X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,         \
       int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
     X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \

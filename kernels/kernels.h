@@ -120,6 +120,17 @@ void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const fl
                              const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS,
                              int G);
 
+// ---- Mixture of Experts -------------------------------------------------------------------------
+// out (n, C): row j = inp row idx[j] (the token rows of each expert slot, grouped by expert).
+void neox_gather_rows(float *out, const float *inp, const int *idx, int n, int C);
+// out (N, C) OVERWRITTEN: out[t] = sum over k < K of weight[t*K + k] * rows[slot[t*K + k]] (in k
+// order; weight NULL: 1). rows: (N*K, C) expert outputs, slot: each token slot's row.
+void neox_moe_combine(float *out, const float *rows, const int *slot, const float *weight, int N, int K, int C);
+// Its backward: drows[slot[t*K + k]] = weight[t*K + k] * dout[t] (overwritten; every row is some
+// token's slot), dweight[t*K + k] = dout[t] . rows[slot[t*K + k]] (summed in double).
+void neox_moe_combine_backward(float *drows, float *dweight, const float *dout, const float *rows, const int *slot,
+                               const float *weight, int N, int K, int C);
+
 // ---- attention --------------------------------------------------------------------------------
 // Splits the output of the fused QKV projection into per-head q: (B, NH, T, HS), k, v: (B, NKV, T, HS).
 // qkv: (B, T, W) with W = (NH + 2*NKV) * HS, laid out either interleaved per head as GPT-NeoX and its

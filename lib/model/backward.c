@@ -68,9 +68,10 @@ static void layer_groups(const neox_model *m, int l, int *first) {
     first[GROUP_LN2] = param_at(m, g->ln2_w);
     first[GROUP_QKV] = param_at(m, g->qkv_w);
     first[GROUP_PROJ] = param_at(m, g->proj_w);
-    first[GROUP_FC] = param_at(m, g->fc_w);
-    first[GROUP_FC2] = param_at(m, g->fc2_w);
     first[GROUP_END] = m->layer_first_param[l + 1];
+    // A Mixture of Experts: the router and experts, all final at once (as group FC).
+    first[GROUP_FC] = param_at(m, g->router_w ? g->router_w : g->fc_w);
+    first[GROUP_FC2] = g->router_w ? first[GROUP_END] : param_at(m, g->fc2_w);
 }
 
 // MLP branch: from the gradient of its output to dln2 (this rank's partial sum of it).
@@ -142,7 +143,12 @@ static void layer_backward(neox_model *m, int l) {
         neox_model_layer_forward(m, l);
         poll(m);
     }
-    mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_MLP_OUT), dln2);
+    if (neox_model_moe_layer(d, l)) {  // no dropout on its output
+        neox_model_moe_backward(m, l, la, a->dx, dln2, a->dbranch);
+        grads_ready(m, group[GROUP_FC], group[GROUP_END]);
+    } else {
+        mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_MLP_OUT), dln2);
+    }
     if (d->parallel_residual) {
         // Both branches read d x[l+1] before either norm adds its part into it; one reduction
         // completes both partial sums.

@@ -55,6 +55,9 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     if (max_len < 2) return neox_fail(err, NEOX_EXIT_USAGE, "generation needs a context of at least 2 tokens"), NULL;
     if (d->pos_emb == NEOX_POS_LEARNED && max_len > d->max_positions)
         return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", max_len, d->max_positions), NULL;
+    if (d->moe_experts > 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts: generation and scoring from the KV cache have no "
+                         "expert routing yet (Mixture-of-Experts models train and evaluate in neox-train)"), NULL;
     neox_generator *g = neox_calloc(1, sizeof *g);
     const neox_backend *be = g->be = m->be;
     g->m = m;

@@ -35,6 +35,27 @@ static int check_layout(neox_model_desc *d, neox_error *err) {
     return 0;
 }
 
+// What neox.c's Mixture of Experts covers (docs/model.md, "Mixture of Experts").
+static int check_moe(const neox_model_desc *d, neox_error *err) {
+    if (d->moe_experts <= 1) return 0;
+    if (d->moe_top_k < 1 || d->moe_top_k > d->moe_experts)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_top_k %d must be between 1 and moe_num_experts %d", d->moe_top_k,
+                         d->moe_experts);
+    if (d->moe_interval < 1 || d->moe_ffn_size <= 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_expert_interval and the experts' width must be positive");
+    if (neox_activation_gated(d->activation))
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with activation %s: GPT-NeoX's experts "
+                         "(ParallelGroupedMLP) take an ungated activation", neox_activation_name(d->activation));
+    if (d->parallel_residual)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with gpt_j_residual: GPT-NeoX's parallel layer drops "
+                         "the attention output when its MLP is a MoE; use gpt_j_residual: false");
+    if (d->tp_size > 1 || d->pp_size > 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with model_parallel_size %d, pipe_parallel_size %d: "
+                         "Mixture of Experts trains on one rank or data-parallel replicas only", d->tp_size,
+                         d->pp_size);
+    return 0;
+}
+
 int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
     if (d->vocab_size <= 0 || d->hidden_size <= 0 || d->num_layers <= 0 || d->num_heads <= 0 || d->ffn_size <= 0 ||
         d->max_positions <= 0)
@@ -60,6 +81,7 @@ int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
     if (d->value_head && d->tied)
         return neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm: a reward model's value head (score.weight, 1 x hidden) "
                          "cannot be the input embedding; set no_weight_tying: true");
+    if (check_moe(d, err) != 0) return -1;
     int neox_like = d->norm == NEOX_NORM_LAYERNORM && d->norm_bias && !neox_activation_gated(d->activation) &&
                     d->num_kv_heads == d->num_heads && d->mlp_bias;
     d->naming = neox_like ? NEOX_NAMES_GPT_NEOX : NEOX_NAMES_LLAMA;
@@ -125,6 +147,20 @@ static void layout_qk_norm(layout_ctx *c, neox_layer_params *v, const char *pre,
         v->qk_norm_b = OFF(add_param(c, 1, ROWS, d->num_heads, d->head_size, "%s.%d.%s.qk_layernorm.bias", pre, l, attn));
 }
 
+// A Mixture-of-Experts layer's router and experts, named as Hugging Face's Mixtral names its
+// block_sparse_moe (gate, experts.E.w1 and w2; GPT-NeoX's experts have no w3). Each expert's w1 and
+// w2 are adjacent, expert after expert.
+static void layout_moe(layout_ctx *c, neox_layer_params *v, const char *pre, int l) {
+    const neox_model_desc *d = &c->m->desc;
+    int C = d->hidden_size, Fe = d->moe_ffn_size;
+    v->router_w = OFF(add_param(c, 0, NONE, d->moe_experts, C, "%s.%d.block_sparse_moe.gate.weight", pre, l));
+    for (int e = 0; e < d->moe_experts; e++) {
+        size_t w1 = add_param(c, 0, NONE, Fe, C, "%s.%d.block_sparse_moe.experts.%d.w1.weight", pre, l, e);
+        add_param(c, 0, NONE, C, Fe, "%s.%d.block_sparse_moe.experts.%d.w2.weight", pre, l, e);
+        if (e == 0) v->experts_w = OFF(w1);
+    }
+}
+
 // One layer: column-parallel QKV and first MLP projection (cut by rows: whole heads, MLP rows),
 // row-parallel attention output and second MLP projection (cut by columns; biases replicated).
 static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
@@ -145,6 +181,10 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.attention.dense.weight", pre, l));
         if (d->attn_bias && !d->attn_out_unbiased)
             v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.attention.dense.bias", pre, l));
+        if (neox_model_moe_layer(d, l)) {
+        layout_moe(c, v, pre, l);
+        return;
+    }
         v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.dense_h_to_4h.weight", pre, l));
         v->fc_b = OFF(add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.dense_h_to_4h.bias", pre, l));
         v->fc2_w = OFF(add_param(c, 0, COLS, C, F, "%s.%d.mlp.dense_4h_to_h.weight", pre, l));
@@ -165,6 +205,10 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
     v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.self_attn.o_proj.weight", pre, l));
     if (d->attn_bias && !d->attn_out_unbiased)
         v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
+    if (neox_model_moe_layer(d, l)) {
+        layout_moe(c, v, pre, l);
+        return;
+    }
     // GPT-NeoX's gated MLP computes [x | gate] from one matrix: up_proj then gate_proj, adjacent;
     // each cut by rows, so every shard holds both halves of its rows.
     v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.up_proj.weight", pre, l));
@@ -191,9 +235,9 @@ static void make_views(const neox_model *m, const neox_model_weights *layout, fl
         const neox_layer_params *s = &layout->layers[l];
         neox_layer_params *v = &out->layers[l];
         float **dst[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b, &v->qk_norm_w,
-                         &v->qk_norm_b, &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
+                         &v->qk_norm_b, &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b, &v->router_w, &v->experts_w};
         float *const src[] = {s->ln1_w, s->ln1_b, s->ln2_w, s->ln2_b, s->qkv_w, s->qkv_b, s->qk_norm_w,
-                              s->qk_norm_b, s->proj_w, s->proj_b, s->fc_w, s->fc_b, s->fc2_w, s->fc2_b};
+                              s->qk_norm_b, s->proj_w, s->proj_b, s->fc_w, s->fc_b, s->fc2_w, s->fc2_b, s->router_w, s->experts_w};
         for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) *dst[i] = rebase(base, src[i]);
     }
 }
@@ -338,7 +382,7 @@ static double init_std(neox_init_method method, const neox_model_desc *d) {
 // RowParallelLinear layers do.
 static int is_output_layer(const char *name) {
     return strstr(name, "attention.dense.") || strstr(name, "o_proj.") || strstr(name, "dense_4h_to_h.") ||
-           strstr(name, "down_proj.");
+           strstr(name, "down_proj.") || (strstr(name, ".experts.") && strstr(name, ".w2."));
 }
 
 // Initialises on the host (into a staging copy when the parameters live on a device).

@@ -4,6 +4,7 @@
 //   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
 // keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none|alibi)
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint qk_norm
+// moe_experts moe_top_k moe_interval moe_ffn moe_router(sinkhorn|topk) training (the model's flag)
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
 // precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
 // value_head z_loss (a reward model: the value head and its pairwise loss, below);
@@ -19,6 +20,7 @@
 #include "train.h"
 
 static neox_precision precision = NEOX_PRECISION_FP32;
+static int training;  // the model's training flag (MoE: Sinkhorn routing)
 static double dpo_beta = 0.0, z_loss = 0.0;
 static neox_kto_weights kto = {0.0, 1.0, 1.0};
 
@@ -61,6 +63,12 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("tied")) d->tied = atoi(v);
     else if (KEY("window")) d->attn_window = atoi(v);
     else if (KEY("qk_norm")) d->qk_norm = atoi(v);
+    else if (KEY("moe_experts")) d->moe_experts = atoi(v);
+    else if (KEY("moe_top_k")) d->moe_top_k = atoi(v);
+    else if (KEY("moe_interval")) d->moe_interval = atoi(v);
+    else if (KEY("moe_ffn")) d->moe_ffn_size = atoi(v);
+    else if (KEY("moe_router")) d->moe_router = strcmp(v, "topk") == 0 ? NEOX_MOE_TOPK : NEOX_MOE_SINKHORN;
+    else if (KEY("training")) training = atoi(v);
     else if (KEY("checkpoint")) d->checkpoint_activations = atoi(v);
     else if (KEY("adam_steps")) *adam_steps = atoi(v);
     else if (KEY("lr")) *lr = strtof(v, NULL);
@@ -105,6 +113,7 @@ int main(int argc, char **argv) {
     neox_model *m = neox_model_create(&d, &err);
     if (!m) neox_die_error(&err);
     neox_model_set_precision(m, precision);
+    m->training = training;
     neox_safetensors *w = neox_safetensors_open(argv[1], &err), *in = w ? neox_safetensors_open(argv[2], &err) : NULL;
     if (!w || !in) neox_die_error(&err);
     for (int i = 0; i < w->count; i++)
