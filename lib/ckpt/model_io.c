@@ -25,6 +25,11 @@ int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f) {
     f[n++] = (neox_shape_field){"use_bias_in_mlp", d->mlp_bias};
     f[n++] = (neox_shape_field){"no_weight_tying", !d->tied};
     f[n++] = (neox_shape_field){"use_qk_layernorm", d->qk_norm};
+    f[n++] = (neox_shape_field){"moe_num_experts", d->moe_experts > 1 ? d->moe_experts : 1};
+    if (d->moe_experts > 1) {
+        f[n++] = (neox_shape_field){"moe_expert_interval", d->moe_interval};
+        f[n++] = (neox_shape_field){"moe_expert_width", d->moe_ffn_size};
+    }
     if (d->pos_emb == NEOX_POS_LEARNED) f[n++] = (neox_shape_field){"max_position_embeddings", d->max_positions};
     // Only a reward model records it, so a language model's checkpoint can start one (its value
     // head then initialised; lib/train/checkpoint.c).
