@@ -157,7 +157,7 @@ static void layer_backward(neox_model *m, int l) {
         norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
     } else {
-        neox_model_tp_reduce(m, dln2, NC);
+        if (!neox_model_moe_layer(d, l)) neox_model_tp_reduce(m, dln2, NC);  // a MoE's is whole on every rank
         norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
         attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_ATTN_OUT), dln1);

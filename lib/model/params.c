@@ -49,10 +49,6 @@ static int check_moe(const neox_model_desc *d, neox_error *err) {
     if (d->parallel_residual)
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with gpt_j_residual: GPT-NeoX's parallel layer drops "
                          "the attention output when its MLP is a MoE; use gpt_j_residual: false");
-    if (d->tp_size > 1 || d->pp_size > 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with model_parallel_size %d, pipe_parallel_size %d: "
-                         "Mixture of Experts trains on one rank or data-parallel replicas only", d->tp_size,
-                         d->pp_size);
     return 0;
 }
 
@@ -150,6 +146,8 @@ static void layout_qk_norm(layout_ctx *c, neox_layer_params *v, const char *pre,
 // A Mixture-of-Experts layer's router and experts, named as Hugging Face's Mixtral names its
 // block_sparse_moe (gate, experts.E.w1 and w2; GPT-NeoX's experts have no w3). Each expert's w1 and
 // w2 are adjacent, expert after expert.
+// Under tensor parallelism the router and experts are replicated (each rank routes and computes every
+// token of the whole, replicated, MLP input: no reduction).
 static void layout_moe(layout_ctx *c, neox_layer_params *v, const char *pre, int l) {
     const neox_model_desc *d = &c->m->desc;
     int C = d->hidden_size, Fe = d->moe_ffn_size;
