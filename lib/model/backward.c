@@ -144,7 +144,7 @@ static void layer_backward(neox_model *m, int l) {
         poll(m);
     }
     if (neox_model_moe_layer(d, l)) {  // no dropout on its output
-        neox_model_moe_backward(m, l, la, a->dx, dln2, a->dbranch);
+        neox_model_moe_backward(m, l, &la->moe, la->ln2, a->dx, dln2, a->dbranch);
         grads_ready(m, group[GROUP_FC], group[GROUP_END]);
     } else {
         mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, NC, l, NEOX_SITE_MLP_OUT), dln2);

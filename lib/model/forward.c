@@ -70,14 +70,14 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         la->fc = take(cur, N * FC);
         la->act = take(cur, N * F);
         if (d->checkpoint_activations ? neox_model_has_moe(d) : neox_model_moe_layer(d, d->layer_begin + (int)i)) {
-            la->moe_logits = take(cur, N * z.E);
-            la->moe_x = take(cur, z.NK * C);
-            la->moe_h = take(cur, z.NK * z.Fe);
-            la->moe_act = take(cur, z.NK * z.Fe);
-            la->moe_y = take(cur, z.NK * C);
-            la->moe_weight = take(cur, z.NK);
-            la->moe_slot = (int *)take(cur, z.NK);
-            la->moe_perm = (int *)take(cur, z.NK);
+            la->moe.logits = take(cur, N * z.E);
+            la->moe.x = take(cur, z.NK * C);
+            la->moe.h = take(cur, z.NK * z.Fe);
+            la->moe.act = take(cur, z.NK * z.Fe);
+            la->moe.y = take(cur, z.NK * C);
+            la->moe.weight = take(cur, z.NK);
+            la->moe.slot = (int *)take(cur, z.NK);
+            la->moe.perm = (int *)take(cur, z.NK);
         }
     }
     for (size_t i = sets; i < L; i++) a->layers[i] = a->layers[0];
@@ -202,7 +202,7 @@ void neox_model_free_plan(neox_model *m) {
     neox_acts *slots = m->slots;
     int sets = m->desc.checkpoint_activations ? 1 : neox_model_shard(&m->desc).L;
     for (int k = 0; slots && k < m->nslots; k++) {
-        for (int i = 0; i < sets; i++) neox_moe_route_free(slots[k].layers[i].route);
+        for (int i = 0; i < sets; i++) neox_moe_route_free(slots[k].layers[i].moe.route);
         free(slots[k].layers);
     }
     free(slots);
@@ -234,8 +234,8 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     int sets = d->checkpoint_activations ? 1 : L;
     for (int k = 0; k < nslots; k++) {
         for (int i = 0; i < sets; i++)
-            if (slots[k].layers[i].moe_logits) slots[k].layers[i].route = neox_moe_route_new(d, B * T);
-        for (int i = sets; i < L; i++) slots[k].layers[i].route = slots[k].layers[0].route;
+            if (slots[k].layers[i].moe.logits) slots[k].layers[i].moe.route = neox_moe_route_new(d, B * T);
+        for (int i = sets; i < L; i++) slots[k].layers[i].moe.route = slots[k].layers[0].moe.route;
     }
     m->slots = slots;
     neox_model_use_slot(m, 0);
@@ -376,7 +376,7 @@ void neox_model_layer_forward(neox_model *m, int l) {
     const float *mlp_in = d->parallel_residual ? x : la->mid;
     norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, mlp_in, p->ln2_w, p->ln2_b, N);
     if (neox_model_moe_layer(d, l)) {  // GPT-NeoX adds a MoE's output without dropout (it has no bias)
-        neox_model_moe_forward(m, l, la, a->branch);
+        neox_model_moe_forward(m, l, &la->moe, la->ln2, a->branch, N, m->training, 0);
         be->add(y, la->mid, a->branch, NC);
         return;
     }

@@ -25,6 +25,7 @@ struct neox_generator {
     float *cos, *sin;               // rotary tables (max_len, R/2)
     float *alibi;                   // (NH) ALiBi slopes (pos_emb alibi), else NULL
     float *qk_stats;                // (2, max_len, NH) use_qk_layernorm's statistics, else NULL
+    neox_moe_bufs moe;              // Mixture of Experts: up to max_len tokens (logits NULL: none)
     // Scratch for up to max_len new positions.
     float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act;
     int *ids;                       // (max_len) the pass's token ids on the backend
@@ -55,9 +56,6 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     if (max_len < 2) return neox_fail(err, NEOX_EXIT_USAGE, "generation needs a context of at least 2 tokens"), NULL;
     if (d->pos_emb == NEOX_POS_LEARNED && max_len > d->max_positions)
         return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", max_len, d->max_positions), NULL;
-    if (d->moe_experts > 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts: generation and scoring from the KV cache have no "
-                         "expert routing yet (Mixture-of-Experts models train and evaluate in neox-train)"), NULL;
     neox_generator *g = neox_calloc(1, sizeof *g);
     const neox_backend *be = g->be = m->be;
     g->m = m;
@@ -92,6 +90,12 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     g->fc = zeros(be, T * fc_width(d));
     g->act = zeros(be, T * d->ffn_size);
     if (d->qk_norm) g->qk_stats = zeros(be, 2 * T * d->num_heads);
+    if (d->moe_experts > 1) {
+        size_t NK = T * d->moe_top_k, Fe = d->moe_ffn_size;
+        g->moe = (neox_moe_bufs){zeros(be, T * d->moe_experts), zeros(be, NK * C), zeros(be, NK * Fe),
+                                 zeros(be, NK * Fe), zeros(be, NK * C), zeros(be, NK), (int *)zeros(be, NK),
+                                 (int *)zeros(be, NK), neox_moe_route_new(d, (int)T)};
+    }
     g->ids = be->alloc(T * sizeof(int));
     return g;
 }
@@ -100,9 +104,11 @@ void neox_generator_free(neox_generator *g) {
     if (!g) return;
     float *bufs[] = {g->kcache, g->vcache, g->cos, g->sin, g->x, g->ln, g->mean, g->rstd, g->qkv, g->q, g->k,
                      g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out, g->alibi,
-                     g->qk_stats};
+                     g->qk_stats, g->moe.logits, g->moe.x, g->moe.h, g->moe.act, g->moe.y, g->moe.weight,
+                     (float *)g->moe.slot, (float *)g->moe.perm};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) g->be->free(bufs[i]);
+    neox_moe_route_free(g->moe.route);
     free(g->logits);
     free(g);
 }
@@ -135,11 +141,16 @@ static void norm(const neox_generator *g, float *out, float *mean, float *rstd, 
 }
 
 // The MLP branch of S rows of inp into g->branch.
-static void mlp(neox_generator *g, const neox_layer_params *p, const float *inp, int S) {
+static void mlp(neox_generator *g, int l, const float *inp, int S) {
     const neox_model_desc *d = &g->m->desc;
+    const neox_layer_params *p = &g->m->w.layers[l];
     int C = d->hidden_size, F = d->ffn_size, FC = (int)fc_width(d);
     const neox_backend *be = g->be;
     norm(g, g->ln, g->mean, g->rstd, inp, p->ln2_w, p->ln2_b, S);
+    if (neox_model_moe_layer(d, l)) {  // evaluation routing: each token's own top k
+        neox_model_moe_forward(g->m, l, &g->moe, g->ln, g->branch, S, 0, 1);
+        return;
+    }
     be->linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
     neox_act_fn fn = neox_activation_function(d->activation);
     if (neox_activation_gated(d->activation)) be->gated_forward(g->act, g->fc, S, F, fn);
@@ -206,10 +217,10 @@ static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg
     be->linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
     be->add(g->mid, g->x, g->branch, NC);  // x + attention
     if (d->parallel_residual) {
-        mlp(g, p, g->x, S);                 // beside attention, on ln2(x)
+        mlp(g, l, g->x, S);                 // beside attention, on ln2(x)
         be->add(g->x, g->mid, g->branch, NC);
     } else {
-        mlp(g, p, g->mid, S);               // after it
+        mlp(g, l, g->mid, S);               // after it
         be->add(g->x, g->mid, g->branch, NC);
     }
 }

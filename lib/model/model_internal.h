@@ -38,13 +38,16 @@ typedef struct neox_layer_acts {
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fc;                         // (N, F) or (N, 2F) before the activation
     float *act;                        // (N, F)
-    // A Mixture-of-Experts layer (NK = N * top_k token slots, rows grouped by expert): the router's
-    // logits (N, E); the slots' inputs (NK, C), first projections (NK, Fe), activations (NK, Fe) and
-    // outputs (NK, C); each slot's weight and row (token-major) and each row's token; the routing on the host.
-    float *moe_logits, *moe_x, *moe_h, *moe_act, *moe_y, *moe_weight;
-    int *moe_slot, *moe_perm;
-    struct neox_moe_route *route;
+    struct neox_moe_bufs {             // a Mixture-of-Experts layer's (logits NULL: none)
+        // NK = N * top_k token slots, rows grouped by expert: the router's logits (N, E); the slots'
+        // inputs (NK, C), first projections (NK, Fe), activations (NK, Fe) and outputs (NK, C); each
+        // slot's weight and row (token-major) and each row's token; the routing on the host.
+        float *logits, *x, *h, *act, *y, *weight;
+        int *slot, *perm;
+        struct neox_moe_route *route;
+    } moe;
 } neox_layer_acts;
+typedef struct neox_moe_bufs neox_moe_bufs;
 
 // A Mixture-of-Experts layer's routing of one micro-batch, on the host: token t's k-th expert and
 // weight at t*K + k, the scores they came from, the rows of each expert, and backward's scratch.
@@ -95,8 +98,11 @@ void neox_model_layer_forward(neox_model *m, int l);
 // host. Backward: from dy (N, C) to dln2 (N, C, overwritten), adding the router's and experts'
 // gradients; scratch (N, C) is used. Routes are allocated for the plan and freed with it.
 int neox_model_has_moe(const neox_model_desc *d);
-void neox_model_moe_forward(neox_model *m, int l, neox_layer_acts *la, float *out);
-void neox_model_moe_backward(neox_model *m, int l, neox_layer_acts *la, const float *dy, float *dln2, float *scratch);
+// fp32: the products in fp32 whatever the model's precision (generation). training: Sinkhorn routing.
+void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, float *out, int N,
+                            int training, int fp32);
+void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, const float *dy,
+                             float *dln2, float *scratch);
 neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N);
 void neox_moe_route_free(neox_moe_route *r);
 

@@ -132,31 +132,34 @@ static float *w1_of(const float *experts, const neox_model_desc *d, int e) {
     return (float *)experts + (size_t)e * 2 * d->moe_ffn_size * d->hidden_size;
 }
 
-void neox_model_moe_forward(neox_model *m, int l, neox_layer_acts *la, float *out) {
+// out (N, OC) = inp (N, IC) @ w^T in the model's precision, or in fp32.
+static void linear(neox_model *m, int fp32, float *out, const float *inp, const float *w, int N, int IC, int OC) {
+    if (fp32) m->be->linear_forward(out, OC, inp, w, NULL, N, IC, OC);
+    else neox_model_linear_forward(m, out, inp, w, NULL, N, IC, OC);
+}
+
+void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, float *out, int N,
+                            int training, int fp32) {
     const neox_model_desc *d = &m->desc;
     const neox_backend *be = m->be;
     const neox_layer_params *p = &m->w.layers[l];
-    neox_moe_route *r = la->route;
-    int N = m->B * m->T, C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
-    neox_model_linear_forward(m, la->moe_logits, la->ln2, p->router_w, NULL, N, C, E);
-    be->to_host(r->scores, la->moe_logits, (size_t)N * E * sizeof(float));
-    route(r, d, N, m->training);
-    be->to_device(la->moe_perm, r->perm, (size_t)NK * sizeof(int));
-    be->to_device(la->moe_slot, r->slot, (size_t)NK * sizeof(int));
-    be->to_device(la->moe_weight, r->weight, (size_t)NK * sizeof(float));
-    be->gather_rows(la->moe_x, la->ln2, la->moe_perm, NK, C);
-    for (int e = 0, at = 0; e < E; at += r->count[e++]) {
-        if (!r->count[e]) continue;
-        const float *w1 = w1_of(p->experts_w, d, e);
-        neox_model_linear_forward(m, la->moe_h + (size_t)at * Fe, la->moe_x + (size_t)at * C, w1, NULL, r->count[e], C, Fe);
-    }
-    be->activation_forward(la->moe_act, la->moe_h, (size_t)NK * Fe, neox_activation_function(d->activation));
-    for (int e = 0, at = 0; e < E; at += r->count[e++]) {
-        if (!r->count[e]) continue;
-        const float *w2 = w1_of(p->experts_w, d, e) + (size_t)Fe * C;
-        neox_model_linear_forward(m, la->moe_y + (size_t)at * C, la->moe_act + (size_t)at * Fe, w2, NULL, r->count[e], Fe, C);
-    }
-    be->moe_combine(out, la->moe_y, la->moe_slot, la->moe_weight, N, K, C);
+    neox_moe_route *r = b->route;
+    int C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
+    linear(m, fp32, b->logits, inp, p->router_w, N, C, E);
+    be->to_host(r->scores, b->logits, (size_t)N * E * sizeof(float));
+    route(r, d, N, training);
+    be->to_device(b->perm, r->perm, (size_t)NK * sizeof(int));
+    be->to_device(b->slot, r->slot, (size_t)NK * sizeof(int));
+    be->to_device(b->weight, r->weight, (size_t)NK * sizeof(float));
+    be->gather_rows(b->x, inp, b->perm, NK, C);
+    for (int e = 0, at = 0; e < E; at += r->count[e++])
+        if (r->count[e]) linear(m, fp32, b->h + (size_t)at * Fe, b->x + (size_t)at * C, w1_of(p->experts_w, d, e), r->count[e], C, Fe);
+    be->activation_forward(b->act, b->h, (size_t)NK * Fe, neox_activation_function(d->activation));
+    for (int e = 0, at = 0; e < E; at += r->count[e++])
+        if (r->count[e])
+            linear(m, fp32, b->y + (size_t)at * C, b->act + (size_t)at * Fe, w1_of(p->experts_w, d, e) + (size_t)Fe * C,
+                   r->count[e], Fe, C);
+    be->moe_combine(out, b->y, b->slot, b->weight, N, K, C);
 }
 
 // d(loss)/d(logits) from d(loss)/d(weights): through the sigmoid, or the softmax over all experts.
@@ -183,36 +186,37 @@ static void router_logit_grads(neox_moe_route *r, const neox_model_desc *d, int 
     }
 }
 
-void neox_model_moe_backward(neox_model *m, int l, neox_layer_acts *la, const float *dy, float *dln2, float *scratch) {
+void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, const float *dy,
+                             float *dln2, float *scratch) {
     const neox_model_desc *d = &m->desc;
     const neox_backend *be = m->be;
     const neox_layer_params *p = &m->w.layers[l];
     neox_layer_params *g = &m->g.layers[l];
     neox_acts *a = m->acts;
-    neox_moe_route *r = la->route;
+    neox_moe_route *r = b->route;
     int N = m->B * m->T, C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
-    be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, la->moe_y, la->moe_slot, la->moe_weight, N, K, C);
+    be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C);
     for (int e = 0, at = 0; e < E; at += r->count[e++]) {
         if (!r->count[e]) continue;
         const float *w2 = w1_of(p->experts_w, d, e) + (size_t)Fe * C;
         float *dw2 = w1_of(g->experts_w, d, e) + (size_t)Fe * C;
         const float *dye = a->moe_dy + (size_t)at * C;
-        neox_model_linear_backward_weights(m, dw2, NULL, dye, la->moe_act + (size_t)at * Fe, r->count[e], Fe, C);
+        neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, r->count[e], Fe, C);
         neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, r->count[e], Fe, C);
     }
-    be->activation_backward(a->moe_dh, a->moe_dact, la->moe_h, (size_t)NK * Fe, neox_activation_function(d->activation));
+    be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)NK * Fe, neox_activation_function(d->activation));
     for (int e = 0, at = 0; e < E; at += r->count[e++]) {
         if (!r->count[e]) continue;
         const float *dh = a->moe_dh + (size_t)at * Fe;
-        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, la->moe_x + (size_t)at * C,
+        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, b->x + (size_t)at * C,
                                            r->count[e], C, Fe);
         neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), r->count[e], C, Fe);
     }
-    be->moe_combine(dln2, a->moe_dx, la->moe_slot, NULL, N, K, C);
+    be->moe_combine(dln2, a->moe_dx, b->slot, NULL, N, K, C);
     be->to_host(r->dweight, a->moe_dweight, (size_t)NK * sizeof(float));
     router_logit_grads(r, d, N);
     be->to_device(a->moe_dlogits, r->dlogits, (size_t)N * E * sizeof(float));
-    neox_model_linear_backward_weights(m, g->router_w, NULL, a->moe_dlogits, la->ln2, N, C, E);
+    neox_model_linear_backward_weights(m, g->router_w, NULL, a->moe_dlogits, inp, N, C, E);
     neox_model_linear_backward_input(m, scratch, a->moe_dlogits, p->router_w, N, C, E);
     be->add_inplace(dln2, scratch, (size_t)N * C);
 }

@@ -2,7 +2,7 @@
 # router, top 2 of 4 experts) trains on Tiny Shakespeare and learns; it resumes bit for bit, and the
 # emulated device gives the CPU's losses bit for bit; the router type, top_k and expert interval each
 # change the run (and the interval the parameters); the checkpoint lists the experts; Hugging Face
-# export and KV-cache evaluation are refused by name; moe_jitter_eps is refused and moe_lbl_in_fp32
+# export is refused by name; generation with the KV cache gives recomputation's text; moe_jitter_eps is refused and moe_lbl_in_fp32
 # named as ignored. GPT-NeoX's 125M-dmoe.yml, shrunk, trains 10 steps (bfloat16, recomputation,
 # ZeRO-1). (Numerics against a torch restatement of GPT-NeoX's MoE: tests/oracle/test_moe.py.)
 source tests/lib.sh
@@ -80,10 +80,19 @@ check "the refused export wrote nothing" test ! -e "$T/hf"
 echo "{\"load\": \"$T/ckpt\", $MOE}" >"$T/load.yml"
 check_output "neox-eval: perplexity of the MoE checkpoint (evaluation routing)" "valid" \
     $EVAL -q --tasks valid --results-prefix - "$T/model.yml" "$T/load.yml"
-printf 'ROMEO:\n' >"$T/prompts.txt"
-check_fails "generation (KV cache) refuses MoE by name" 2 "moe_num_experts: generation and scoring" \
-    $EVAL generate -q --text-gen-type input-file --sample-input-file "$T/prompts.txt" \
-    --sample-output-file "$T/gen.jsonl" --maximum-tokens 8 "$T/model.yml" "$T/load.yml"
+printf 'ROMEO:\nFirst Citizen:\n' >"$T/prompts.txt"
+gen() {  # gen OUT [--recompute]
+    $EVAL generate -q --text-gen-type input-file --sample-input-file "$T/prompts.txt" --sample-output-file "$T/$1" \
+        --maximum-tokens 40 $2 "$T/model.yml" "$T/load.yml"
+}
+check "generate with the KV cache (evaluation routing per token)" gen cached.jsonl
+check "generate recomputing every step" gen recomputed.jsonl --recompute
+check "the KV cache gives the recomputed text" python3 - "$T/cached.jsonl" "$T/recomputed.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["text"] for l in open(p)] for p in sys.argv[1:])
+print(a)
+assert a == b and len(a) == 2 and all(len(t) > 0 for t in a)
+PY
 echo "{$MOE, \"moe_jitter_eps\": 0.01}" >"$T/jitter.yml"
 check_fails "moe_jitter_eps is refused naming it" 2 "moe_jitter_eps.*MoE router jitter" \
     $TRAIN -q --print-config "$T/model.yml" "$T/jitter.yml"
