@@ -181,31 +181,25 @@ def masked_loss(logits, targets, mask):
     return (losses * mask.reshape(-1)).sum() / mask.sum()
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_forward_backward_parity(case, tmp_path):
-    kind, kwargs, extra = CASES[case]
-    model, cfg = make_model(kind, kwargs)
-    restate_activation(model, case)
-    ids, targets, mask = batch()
-    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask)
+def check_parity(out, model, ids, targets, mask, unlike=None, change="the feature changed nothing"):
+    """The driver's logits, loss and every parameter gradient against the torch model's forward and
+    backward on the same batch (a parameter torch leaves without a gradient, an idle expert's, must
+    have a zero one); with unlike, the logits must also differ from those by more than 1e-2."""
     logits = model(input_ids=ids).logits
     loss = masked_loss(logits, targets, mask)
     loss.backward()
     close(out["logits"], logits.detach(), "logits")
+    if unlike is not None:
+        assert (out["logits"] - unlike).abs().max().item() > 1e-2, change
     close(out["loss"], loss.detach().reshape(1), "loss")
     names = [n for n, _ in model.named_parameters()]
     assert sorted(k[5:] for k in out if k.startswith("grad.")) == sorted(names)
     for name, p in model.named_parameters():
-        close(out["grad." + name], p.grad, "gradient of " + name)
+        close(out["grad." + name], p.grad if p.grad is not None else torch.zeros_like(p), "gradient of " + name)
 
 
-@pytest.mark.parametrize("case", ["neox-sequential-rotary25-gelu-untied", "llama-gqa-swiglu-rmsnorm-untied"])
-def test_adamw_losses(case, tmp_path):
-    kind, kwargs, extra = CASES[case]
-    model, cfg = make_model(kind, kwargs)
-    ids, targets, mask = batch()
-    steps, lr = 10, 1e-3
-    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=[f"adam_steps={steps}", f"lr={lr}"])
+def torch_adamw_losses(model, ids, targets, mask, steps, lr):
+    """The losses of `steps` torch.optim.AdamW steps on one batch, no decay on biases and norms."""
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "norm" in n]
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "norm" in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -217,9 +211,33 @@ def test_adamw_losses(case, tmp_path):
         loss.backward()
         ref.append(loss.item())
         opt.step()
-    ours = out["losses"].tolist()
+    return ref
+
+
+def check_losses(ours, ref):
+    assert len(ours) == len(ref)
     for s, (a, b) in enumerate(zip(ours, ref)):
         assert abs(a - b) <= 1e-5 * abs(b), f"step {s + 1}: loss {a:.8g} vs torch {b:.8g}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_forward_backward_parity(case, tmp_path):
+    kind, kwargs, extra = CASES[case]
+    model, cfg = make_model(kind, kwargs)
+    restate_activation(model, case)
+    ids, targets, mask = batch()
+    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask)
+    check_parity(out, model, ids, targets, mask)
+
+
+@pytest.mark.parametrize("case", ["neox-sequential-rotary25-gelu-untied", "llama-gqa-swiglu-rmsnorm-untied"])
+def test_adamw_losses(case, tmp_path):
+    kind, kwargs, extra = CASES[case]
+    model, cfg = make_model(kind, kwargs)
+    ids, targets, mask = batch()
+    steps, lr = 10, 1e-3
+    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=[f"adam_steps={steps}", f"lr={lr}"])
+    check_losses(out["losses"].tolist(), torch_adamw_losses(model, ids, targets, mask, steps, lr))
 
 
 # ---- 16-bit linear layers -----------------------------------------------------------------------
@@ -436,14 +454,7 @@ def test_alibi_parity(heads, hidden, tmp_path, monkeypatch):
     out = run_driver(tmp_path, model, cfg, "neox", {}, ids, targets, mask, more=["pos=alibi"])
     unbiased = model(input_ids=ids).logits.detach()
     monkeypatch.setattr(neox, "eager_attention_forward", alibi_eager_attention(heads))
-    logits = model(input_ids=ids).logits
-    loss = masked_loss(logits, targets, mask)
-    loss.backward()
-    close(out["logits"], logits.detach(), "logits")
-    assert (out["logits"] - unbiased).abs().max().item() > 1e-2, "the bias changed nothing"
-    close(out["loss"], loss.detach().reshape(1), "loss")
-    for name, p in model.named_parameters():
-        close(out["grad." + name], p.grad, "gradient of " + name)
+    check_parity(out, model, ids, targets, mask, unlike=unbiased, change="the bias changed nothing")
 
 
 # ---- use_qk_layernorm ------------------------------------------------------------------------------
@@ -512,18 +523,9 @@ def test_qk_layernorm_parity(case, tmp_path, monkeypatch):
     ids, targets, mask = batch()
     plain = model(input_ids=ids).logits.detach()
     add_qk_norm(model, kind, cfg, monkeypatch)
+    assert any("qk_layernorm" in n for n, _ in model.named_parameters())
     out = run_driver(tmp_path, model, cfg, kind, {**extra, "qk_norm": 1}, ids, targets, mask)
-    logits = model(input_ids=ids).logits
-    loss = masked_loss(logits, targets, mask)
-    loss.backward()
-    close(out["logits"], logits.detach(), "logits")
-    assert (out["logits"] - plain).abs().max().item() > 1e-2, "the norm changed nothing"
-    close(out["loss"], loss.detach().reshape(1), "loss")
-    names = [n for n, _ in model.named_parameters()]
-    assert any("qk_layernorm" in n for n in names)
-    assert sorted(k[5:] for k in out if k.startswith("grad.")) == sorted(names)
-    for name, p in model.named_parameters():
-        close(out["grad." + name], p.grad, "gradient of " + name)
+    check_parity(out, model, ids, targets, mask, unlike=plain, change="the norm changed nothing")
 
 
 def test_qk_layernorm_refuses_gqa(tmp_path):

@@ -53,19 +53,7 @@ echo "{\"load\": \"$T/ckpt\", \"seq_length\": 192, \"max_position_embeddings\": 
 check_output "perplexity at twice the training length" "test" $EVAL -q --tasks valid,test --results-prefix - \
     "$T/model.yml" "$T/long.yml"
 
-printf 'ROMEO:\nFirst Citizen:\n' >"$T/prompts.txt"
-gen() {  # gen OUT [--recompute]
-    $EVAL generate -q --text-gen-type input-file --sample-input-file "$T/prompts.txt" --sample-output-file "$T/$1" \
-        --maximum-tokens 40 $2 "$T/model.yml" "$T/long.yml"
-}
-check "generate with the KV cache" gen cached.jsonl
-check "generate recomputing every step" gen recomputed.jsonl --recompute
-check "the KV cache gives the recomputed text" python3 - "$T/cached.jsonl" "$T/recomputed.jsonl" <<'PY'
-import json, sys
-a, b = ([json.loads(l)["text"] for l in open(p)] for p in sys.argv[1:])
-print(a)
-assert a == b and len(a) == 2 and all(len(t) > 0 for t in a)
-PY
+check_cached_generation "$T/model.yml" "$T/long.yml"
 
 check_fails "to-hf refuses ALiBi by name" 2 "pos_emb 'alibi'" $CONVERT to-hf --input "$T/ckpt" --output "$T/hf"
 check "the refused export wrote nothing" test ! -e "$T/hf"

@@ -80,19 +80,7 @@ check "the refused export wrote nothing" test ! -e "$T/hf"
 echo "{\"load\": \"$T/ckpt\", $MOE}" >"$T/load.yml"
 check_output "neox-eval: perplexity of the MoE checkpoint (evaluation routing)" "valid" \
     $EVAL -q --tasks valid --results-prefix - "$T/model.yml" "$T/load.yml"
-printf 'ROMEO:\nFirst Citizen:\n' >"$T/prompts.txt"
-gen() {  # gen OUT [--recompute]
-    $EVAL generate -q --text-gen-type input-file --sample-input-file "$T/prompts.txt" --sample-output-file "$T/$1" \
-        --maximum-tokens 40 $2 "$T/model.yml" "$T/load.yml"
-}
-check "generate with the KV cache (evaluation routing per token)" gen cached.jsonl
-check "generate recomputing every step" gen recomputed.jsonl --recompute
-check "the KV cache gives the recomputed text" python3 - "$T/cached.jsonl" "$T/recomputed.jsonl" <<'PY'
-import json, sys
-a, b = ([json.loads(l)["text"] for l in open(p)] for p in sys.argv[1:])
-print(a)
-assert a == b and len(a) == 2 and all(len(t) > 0 for t in a)
-PY
+check_cached_generation "$T/model.yml" "$T/load.yml"  # evaluation routing, token by token
 echo "{$MOE, \"moe_jitter_eps\": 0.01}" >"$T/jitter.yml"
 check_fails "moe_jitter_eps is refused naming it" 2 "moe_jitter_eps.*MoE router jitter" \
     $TRAIN -q --print-config "$T/model.yml" "$T/jitter.yml"

@@ -57,19 +57,7 @@ echo "{\"load\": \"$T/ckpt\"}" >"$T/load_plain.yml"
 check_fails "a checkpoint with the norm does not load without it" 2 "use_qk_layernorm = 1 but the config gives 0" \
     $EVAL -q --tasks valid --results-prefix - "$T/model.yml" "$T/load_plain.yml"
 
-printf 'ROMEO:\nFirst Citizen:\n' >"$T/prompts.txt"
-gen() {  # gen OUT [--recompute]
-    $EVAL generate -q --text-gen-type input-file --sample-input-file "$T/prompts.txt" --sample-output-file "$T/$1" \
-        --maximum-tokens 40 $2 "$T/model.yml" "$T/load.yml"
-}
-check "generate with the KV cache" gen cached.jsonl
-check "generate recomputing every step" gen recomputed.jsonl --recompute
-check "the KV cache gives the recomputed text" python3 - "$T/cached.jsonl" "$T/recomputed.jsonl" <<'PY'
-import json, sys
-a, b = ([json.loads(l)["text"] for l in open(p)] for p in sys.argv[1:])
-print(a)
-assert a == b and len(a) == 2 and all(len(t) > 0 for t in a)
-PY
+check_cached_generation "$T/model.yml" "$T/load.yml"
 check "rmsnorm (a norm per head): 30 steps" run rms "$QK, \"norm\": \"rmsnorm\""
 check_fails "GQA is refused naming the keys" 2 "use_qk_layernorm needs num_kv_heads = num_attention_heads" \
     run gqa "$QK, \"num_kv_heads\": 2"
