@@ -29,17 +29,9 @@ run() {  # run NAME JSON: trains model.yml + JSON with logs in $T/NAME, at seque
     echo "{\"log_dir\": \"$T/$1\", \"seq_length\": 96, \"max_position_embeddings\": 96 $2}" >"$T/$1.yml"
     $TRAIN -q "$T/model.yml" "$T/$1.yml"
 }
-learned() {
-    python3 - "$1" <<'PY'
-import json, sys
-losses = [r["train/lm_loss"] for r in map(json.loads, open(sys.argv[1])) if "train/lm_loss" in r]
-print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
-assert len(losses) == 30 and losses[-1] < losses[0] - 0.7
-PY
-}
 
 check "ALiBi (6 heads): 30 steps" run straight ", \"save\": \"$T/ckpt\""
-check "ALiBi: the loss falls" learned "$T/straight/metrics.jsonl"
+check "ALiBi: the loss falls" $LIB falls "$T/straight/metrics.jsonl" 30 0.7
 check "stop at 15" run resumed ", \"save\": \"$T/ckpt2\", \"exit_interval\": 15"
 check "resume to 30" run resumed ", \"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\""
 check "resumed run equals the straight one bit for bit" $LIB same "$T/straight/metrics.jsonl" \
