@@ -79,6 +79,8 @@ extern "C" {
     X(void, add_bias, (float *x, const float *bias, int N, int C), (x, bias, N, C))                                    \
     X(void, dropout, (float *out, const float *inp, size_t n, float p, unsigned long long seed,                        \
       unsigned long long offset), (out, inp, n, p, seed, offset))                                                      \
+    X(void, jitter, (float *out, const float *inp, size_t n, float eps, unsigned long long seed), (out, inp, n, eps,   \
+      seed))                                                                                                           \
     X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V), \
       (losses, lse, logits, targets, N, V))                                                                            \
     X(void, cross_entropy_row_max, (float *mx, const float *logits, int N, int V), (mx, logits, N, V))                 \

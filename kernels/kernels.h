@@ -232,6 +232,9 @@ void neox_add_bias(float *x, const float *bias, int N, int C);
 // Inverted dropout: out = keep ? inp / (1 - p) : 0 with keep = neox_uniform(seed, offset + i) >= p.
 // The backward is the same call on the gradient. out may alias inp.
 void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset);
+// Multiplicative jitter (GPT-NeoX's MoE router noise): out = inp * (low + u * (high - low)), low = 1 - eps,
+// high = 1 + eps, u = neox_uniform(seed, i). out may be inp; applied to a gradient it is its backward.
+void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed);
 
 // ---- loss -------------------------------------------------------------------------------------
 // Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V)

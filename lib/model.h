@@ -67,6 +67,7 @@ typedef struct neox_model_desc {
     // (moe_experts x hidden, no bias) sending each token to moe_top_k of them. 0 experts: none.
     int moe_experts, moe_top_k, moe_interval, moe_ffn_size;
     neox_moe_router moe_router;
+    float moe_jitter_eps;   // topk router in training: its input times uniform noise in [1 - eps, 1 + eps) (0: off)
     int tied;               // the output layer reuses the input embedding
     // A reward model (train_impl: rm): the output layer is a scalar value head, score.weight (1, C)
     // without bias as in GPT-NeoX's RowParallelLinear(hidden, 1) and Hugging Face's

@@ -95,8 +95,6 @@ sequence_parallel log_grad_norm checkpoint_num_layers loss_scale hysteresis loss
 
 # Keys whose non-default value is refused, with the feature it would select.
 UNSUPPORTED = {
-    # (GPT-NeoX multiplies the topk router's input by uniform noise; neox.c has no such stream yet.)
-    "moe_jitter_eps": "MoE router jitter",
     "opt_pos_emb_offset": "OPT position-embedding offset",
     "sparsity_config": "sparse attention",
     "num_unique_layers": "parameter sharing across layers",

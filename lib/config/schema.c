@@ -817,7 +817,7 @@ const neox_key_spec neox_key_specs[] = {
      .feature = NULL, .group = "NeoXArgsMoE", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "moe_jitter_eps", .type = NEOX_TYPE_FLOAT, .default_text = NULL, .choices = NULL, .supported = NULL,
-     .feature = "MoE router jitter", .group = "NeoXArgsMoE", .use = NEOX_KEY_UNSUPPORTED, .nullable = 1, .derived = 0,
+     .feature = NULL, .group = "NeoXArgsMoE", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
      .min = 1, .max = 0},
     {.name = "deepspeed", .type = NEOX_TYPE_BOOL, .default_text = "true", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsDeepspeedConfig", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,

@@ -141,6 +141,7 @@ static int moe_from_config(neox_model_desc *d, const neox_config *cfg, neox_erro
     d->moe_top_k = (int)neox_config_int(cfg, moe_top_k);
     d->moe_interval = (int)neox_config_int(cfg, moe_expert_interval);
     d->moe_router = strcmp(neox_config_str(cfg, moe_router_type), "topk") == 0 ? NEOX_MOE_TOPK : NEOX_MOE_SINKHORN;
+    if (neox_config_has(cfg, moe_jitter_eps)) d->moe_jitter_eps = (float)neox_config_float(cfg, moe_jitter_eps);
     int64_t width = neox_config_has(cfg, intermediate_size) ? neox_config_int(cfg, intermediate_size)
                                                             : round_up(4 * (int64_t)d->hidden_size, 256);
     if (width <= 0 || width > INT_MAX) return neox_fail(err, NEOX_EXIT_USAGE, "MoE expert width %lld", (long long)width);

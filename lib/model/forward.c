@@ -78,6 +78,7 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
             la->moe.weight = take(cur, z.NK);
             la->moe.slot = (int *)take(cur, z.NK);
             la->moe.perm = (int *)take(cur, z.NK);
+            la->moe.jx = d->moe_jitter_eps > 0.0f ? take(cur, N * C) : NULL;
         }
     }
     for (size_t i = sets; i < L; i++) a->layers[i] = a->layers[0];

@@ -43,6 +43,7 @@ typedef struct neox_layer_acts {
         // inputs (NK, C), first projections (NK, Fe), activations (NK, Fe) and outputs (NK, C); each
         // slot's weight and row (token-major) and each row's token; the routing on the host.
         float *logits, *x, *h, *act, *y, *weight;
+        float *jx;                     // (N, C) the router's jittered input (moe_jitter_eps), else NULL
         int *slot, *perm;
         struct neox_moe_route *route;
     } moe;

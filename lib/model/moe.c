@@ -138,6 +138,16 @@ static void linear(neox_model *m, int fp32, float *out, const float *inp, const 
     else neox_model_linear_forward(m, out, inp, w, NULL, N, IC, OC);
 }
 
+// The router's input: inp, or (topk router in training with moe_jitter_eps) inp times GPT-NeoX's
+// uniform noise, drawn from the layer's stream (a MoE layer has no MLP-output dropout to use it).
+static const float *router_input(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, int N, int training) {
+    const neox_model_desc *d = &m->desc;
+    if (!training || !b->jx) return inp;
+    m->be->jitter(b->jx, inp, (size_t)N * d->hidden_size, d->moe_jitter_eps,
+                  neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT));
+    return b->jx;
+}
+
 void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, float *out, int N,
                             int training, int fp32) {
     const neox_model_desc *d = &m->desc;
@@ -145,7 +155,7 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
     const neox_layer_params *p = &m->w.layers[l];
     neox_moe_route *r = b->route;
     int C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
-    linear(m, fp32, b->logits, inp, p->router_w, N, C, E);
+    linear(m, fp32, b->logits, router_input(m, l, b, inp, N, training), p->router_w, N, C, E);
     be->to_host(r->scores, b->logits, (size_t)N * E * sizeof(float));
     route(r, d, N, training);
     be->to_device(b->perm, r->perm, (size_t)NK * sizeof(int));
@@ -216,7 +226,10 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     be->to_host(r->dweight, a->moe_dweight, (size_t)NK * sizeof(float));
     router_logit_grads(r, d, N);
     be->to_device(a->moe_dlogits, r->dlogits, (size_t)N * E * sizeof(float));
-    neox_model_linear_backward_weights(m, g->router_w, NULL, a->moe_dlogits, inp, N, C, E);
+    int jittered = m->training && b->jx;
+    neox_model_linear_backward_weights(m, g->router_w, NULL, a->moe_dlogits, jittered ? b->jx : inp, N, C, E);
     neox_model_linear_backward_input(m, scratch, a->moe_dlogits, p->router_w, N, C, E);
+    if (jittered)  // d(x * noise)/dx = noise
+        be->jitter(scratch, scratch, (size_t)N * C, d->moe_jitter_eps, neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT));
     be->add_inplace(dln2, scratch, (size_t)N * C);
 }

@@ -43,6 +43,12 @@ static int check_moe(const neox_model_desc *d, neox_error *err) {
                          d->moe_experts);
     if (d->moe_interval < 1 || d->moe_ffn_size <= 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_expert_interval and the experts' width must be positive");
+    if (d->moe_jitter_eps < 0.0f || d->moe_jitter_eps >= 1.0f)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_jitter_eps %g: need 0 <= eps < 1 (noise in [1 - eps, 1 + eps))",
+                         d->moe_jitter_eps);
+    if (d->moe_jitter_eps > 0.0f && d->moe_router != NEOX_MOE_TOPK)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_jitter_eps applies to moe_router_type: topk only (GPT-NeoX's "
+                         "Sinkhorn router never reads it)");
     if (neox_activation_gated(d->activation))
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with activation %s: GPT-NeoX's experts "
                          "(ParallelGroupedMLP) take an ungated activation", neox_activation_name(d->activation));

@@ -50,6 +50,7 @@ class DroplessMoE(torch.nn.Module):
         self.experts = torch.nn.ModuleList(Expert() for _ in range(experts))
         self.top_k, self.router = top_k, router
         self.chosen = None
+        self.jitter = None  # the noise factors (tokens, hidden) of TopKTokenChoiceRouter.jitter, when given
 
     def route(self, logits):
         k = self.top_k
@@ -66,7 +67,7 @@ class DroplessMoE(torch.nn.Module):
     def forward(self, x):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        weights, idx = self.route(self.gate(x))
+        weights, idx = self.route(self.gate(x * self.jitter if self.jitter is not None else x))
         self.chosen = idx
         out = torch.zeros_like(x)
         for e, expert in enumerate(self.experts):
@@ -134,6 +135,23 @@ def test_moe_parity(case, tmp_path):
     if router == "sinkhorn" and training:
         x = torch.randn(B * T, HIDDEN)
         assert any((moe.route(moe.gate(x))[1] != torch.topk(moe.gate(x), top_k, dim=1)[1]).any() for moe in moes)
+
+
+def test_moe_jitter_parity(tmp_path):
+    """moe_jitter_eps: the topk router's input times uniform noise in [1 - eps, 1 + eps) in training
+    (TopKTokenChoiceRouter.jitter). The noise is neox.c's own stream; the driver writes the factors
+    it drew, which must lie in that range and vary, and the restatement then uses them."""
+    eps = 0.2
+    spec = (4, 2, "topk", 1, 1, 0)
+    model, cfg, moes = make_moe_model(*spec[:5])
+    ids, targets, mask = batch()
+    out = run_driver(tmp_path, model, cfg, "neox", {**moe_args(*spec), "moe_jitter": eps}, ids, targets, mask)
+    plain = model(input_ids=ids).logits.detach()
+    for l, moe in enumerate(moes):
+        f = out[f"moe_jitter.{l}"]
+        assert f.min() >= 1 - eps - 1e-5 and f.max() <= 1 + eps + 1e-5 and f.std() > eps / 4, (f.min(), f.max())
+        moe.jitter = f
+    check_parity(out, model, ids, targets, mask, unlike=plain, change="the jitter changed no routing")
 
 
 def test_moe_adamw_losses(tmp_path):

@@ -2,9 +2,10 @@
 # router, top 2 of 4 experts) trains on Tiny Shakespeare and learns; it resumes bit for bit, and the
 # emulated device gives the CPU's losses bit for bit; the router type, top_k and expert interval each
 # change the run (and the interval the parameters); the checkpoint lists the experts; Hugging Face
-# export is refused by name; generation with the KV cache gives recomputation's text; moe_jitter_eps is refused and moe_lbl_in_fp32
-# named as ignored. GPT-NeoX's 125M-dmoe.yml, shrunk, trains 10 steps (bfloat16, recomputation,
-# ZeRO-1). (Numerics against a torch restatement of GPT-NeoX's MoE: tests/oracle/test_moe.py.)
+# export is refused by name; generation with the KV cache gives recomputation's text;
+# moe_jitter_eps changes the topk router's run and resumes bit for bit (refused with Sinkhorn, which
+# GPT-NeoX never jitters); moe_lbl_in_fp32 is named as ignored. GPT-NeoX's 125M-dmoe.yml, shrunk,
+# trains 10 steps (bfloat16, recomputation, ZeRO-1). (Numerics against a torch restatement of GPT-NeoX's MoE: tests/oracle/test_moe.py.)
 source tests/lib.sh
 
 TRAIN=$NEOX_BIN/neox-train
@@ -73,9 +74,16 @@ echo "{\"load\": \"$T/ckpt\", $MOE}" >"$T/load.yml"
 check_output "neox-eval: perplexity of the MoE checkpoint (evaluation routing)" "valid" \
     $EVAL -q --tasks valid --results-prefix - "$T/model.yml" "$T/load.yml"
 check_cached_generation "$T/model.yml" "$T/load.yml"  # evaluation routing, token by token
-echo "{$MOE, \"moe_jitter_eps\": 0.01}" >"$T/jitter.yml"
-check_fails "moe_jitter_eps is refused naming it" 2 "moe_jitter_eps.*MoE router jitter" \
-    $TRAIN -q --print-config "$T/model.yml" "$T/jitter.yml"
+JITTER=', "moe_top_k": 2, "moe_router_type": "topk", "moe_jitter_eps": 0.1'
+check "moe_jitter_eps with the topk router" run jitter "$JITTER"
+check "the jitter changes the topk router's run" differ topk jitter
+check "jitter: stop at 15" run jitter_resumed "$JITTER, \"save\": \"$T/ckpt_jitter\", \"exit_interval\": 15"
+check "jitter: resume to 30" run jitter_resumed "$JITTER, \"save\": \"$T/ckpt_jitter\", \"load\": \"$T/ckpt_jitter\""
+check "jitter: the resumed run equals the straight one bit for bit (the noise is a counter-based stream)" \
+    $LIB same "$T/jitter/metrics.jsonl" "$T/jitter_resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+echo "{$MOE, \"moe_jitter_eps\": 0.1}" >"$T/jitter_sinkhorn.yml"
+check_fails "moe_jitter_eps with the Sinkhorn router is refused naming both" 2 \
+    "moe_jitter_eps applies to moe_router_type: topk only" $TRAIN -q "$T/model.yml" "$T/jitter_sinkhorn.yml"
 echo "{$MOE, \"moe_lbl_in_fp32\": true}" >"$T/lbl.yml"
 check_output "moe_lbl_in_fp32 is named as ignored" "moe_lbl_in_fp32" \
     sh -c "$TRAIN --print-config '$T/model.yml' '$T/lbl.yml' 2>&1"
