@@ -41,6 +41,17 @@ extern "C" {
       float eps), (out, rstd, inp, weight, N, C, eps))                                                                 \
     X(void, rmsnorm_backward, (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,  \
       const float *rstd, int N, int C), (dinp, dweight, dout, inp, weight, rstd, N, C))                                \
+    X(void, head_norm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,         \
+      const float *bias, int B, int H, int T, int HS, int G, float eps), (out, mean, rstd, inp, weight, bias, B, H, T, \
+      HS, G, eps))                                                                                                     \
+    X(void, head_norm_backward, (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,       \
+      const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS, int G), (dinp, dweight,  \
+      dbias, dout, inp, weight, mean, rstd, B, H, T, HS, G))                                                           \
+    X(void, gather_rows, (float *out, const float *inp, const int *idx, int n, int C), (out, inp, idx, n, C))        \
+    X(void, moe_combine, (float *out, const float *rows, const int *slot, const float *weight, int N, int K, int C),  \
+      (out, rows, slot, weight, N, K, C))                                                                              \
+    X(void, moe_combine_backward, (float *drows, float *dweight, const float *dout, const float *rows,                \
+      const int *slot, const float *weight, int N, int K, int C), (drows, dweight, dout, rows, slot, weight, N, K, C)) \
     X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,         \
       int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
     X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \
@@ -68,6 +79,8 @@ extern "C" {
     X(void, add_bias, (float *x, const float *bias, int N, int C), (x, bias, N, C))                                    \
     X(void, dropout, (float *out, const float *inp, size_t n, float p, unsigned long long seed,                        \
       unsigned long long offset), (out, inp, n, p, seed, offset))                                                      \
+    X(void, jitter, (float *out, const float *inp, size_t n, float eps, unsigned long long seed), (out, inp, n, eps,   \
+      seed))                                                                                                           \
     X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V), \
       (losses, lse, logits, targets, N, V))                                                                            \
     X(void, cross_entropy_row_max, (float *mx, const float *logits, int N, int V), (mx, logits, N, V))                 \

@@ -107,6 +107,30 @@ void neox_rmsnorm_forward(float *out, float *rstd, const float *inp, const float
 void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                            const float *rstd, int N, int C);
 
+// Query/key normalisation (use_qk_layernorm) of per-head tensors x: (B, H, T, HS). For each (b, t)
+// the G * HS values of each group of G consecutive heads are normalised together: G = H is a
+// LayerNorm over all the token's heads (GPT-NeoX's LayerNorm([heads, head_size])), G = 1 one per
+// head (GPT-NeoX's RMSNorm, which reduces over the last dim). mean == NULL: RMS (no centring).
+// weight, bias: (H, HS) (bias may be NULL); mean, rstd: (B, T, H / G) saved for backward. out may
+// be inp.
+void neox_head_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int B, int H, int T, int HS, int G, float eps);
+// dinp OVERWRITTEN (it may be dout); dweight, dbias (or NULL) added to. mean NULL as in forward.
+void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS,
+                             int G);
+
+// ---- Mixture of Experts -------------------------------------------------------------------------
+// out (n, C): row j = inp row idx[j] (the token rows of each expert slot, grouped by expert).
+void neox_gather_rows(float *out, const float *inp, const int *idx, int n, int C);
+// out (N, C) OVERWRITTEN: out[t] = sum over k < K of weight[t*K + k] * rows[slot[t*K + k]] (in k
+// order; weight NULL: 1). rows: (N*K, C) expert outputs, slot: each token slot's row.
+void neox_moe_combine(float *out, const float *rows, const int *slot, const float *weight, int N, int K, int C);
+// Its backward: drows[slot[t*K + k]] = weight[t*K + k] * dout[t] (overwritten; every row is some
+// token's slot), dweight[t*K + k] = dout[t] . rows[slot[t*K + k]] (summed in double).
+void neox_moe_combine_backward(float *drows, float *dweight, const float *dout, const float *rows, const int *slot,
+                               const float *weight, int N, int K, int C);
+
 // ---- attention --------------------------------------------------------------------------------
 // Splits the output of the fused QKV projection into per-head q: (B, NH, T, HS), k, v: (B, NKV, T, HS).
 // qkv: (B, T, W) with W = (NH + 2*NKV) * HS, laid out either interleaved per head as GPT-NeoX and its
@@ -223,6 +247,9 @@ void neox_add_bias(float *x, const float *bias, int N, int C);
 // Inverted dropout: out = keep ? inp / (1 - p) : 0 with keep = neox_uniform(seed, offset + i) >= p.
 // The backward is the same call on the gradient. out may alias inp.
 void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset);
+// Multiplicative jitter (GPT-NeoX's MoE router noise): out = inp * (low + u * (high - low)), low = 1 - eps,
+// high = 1 + eps, u = neox_uniform(seed, i). out may be inp; applied to a gradient it is its backward.
+void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed);
 
 // ---- loss -------------------------------------------------------------------------------------
 // Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V)

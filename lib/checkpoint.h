@@ -27,7 +27,8 @@ typedef struct neox_shape_field {
     const char *name;
     int value;
 } neox_shape_field;
-int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f);  // fills up to 16
+enum { NEOX_SHAPE_FIELDS = 32 };
+int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f);  // fills up to NEOX_SHAPE_FIELDS
 typedef struct json_t json_t;
 // The "model" object of state/train.json: every shape field of d (new reference).
 json_t *neox_ckpt_model_shape_json(const neox_model_desc *d);

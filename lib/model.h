@@ -27,6 +27,9 @@ typedef enum {
     NEOX_ACT_GELU, NEOX_ACT_GELU_TANH, NEOX_ACT_GELU_ONNX, NEOX_ACT_RELU, NEOX_ACT_SILU, NEOX_ACT_SOFTSIGN,
     NEOX_ACT_MISH, NEOX_ACT_SWIGLU, NEOX_ACT_GEGLU, NEOX_ACT_REGLU, NEOX_ACT_BILINEAR, NEOX_ACT_GLU
 } neox_activation;
+// GPT-NeoX's moe_router_type: sinkhorn (training picks experts by Sinkhorn-balanced scores,
+// evaluation by the scores) or topk (the softmax's top k).
+typedef enum { NEOX_MOE_SINKHORN, NEOX_MOE_TOPK } neox_moe_router;
 typedef enum { NEOX_INIT_NORMAL, NEOX_INIT_SCALED_NORMAL, NEOX_INIT_SMALL, NEOX_INIT_WANG } neox_init_method;
 // Which Hugging Face class the parameter names and layouts follow: GPTNeoXForCausalLM (fused QKV
 // interleaved per head, dense_h_to_4h/dense_4h_to_h) or LlamaForCausalLM (q/k/v/o_proj, gate/up/
@@ -55,6 +58,16 @@ typedef struct neox_model_desc {
     int attn_bias, mlp_bias;
     int attn_out_unbiased;  // with attn_bias: q/k/v have biases, the attention output none (Qwen2)
     int attn_window;        // keys each query sees, itself included: sliding_window_width + 1 (0: all)
+    // use_qk_layernorm: queries and keys normalised before rotary by one shared norm of weight (and
+    // bias) (num_heads, head_size), GPT-NeoX's: a LayerNorm over all the token's heads together, or
+    // an RMSNorm per head (qk_norm_group gives how many heads share statistics).
+    int qk_norm;
+    // Mixture of Experts (GPT-NeoX's dropless MoE, docs/model.md): layers l with l % moe_interval == 0
+    // replace the MLP by moe_experts experts of width moe_ffn_size (no biases) and a router
+    // (moe_experts x hidden, no bias) sending each token to moe_top_k of them. 0 experts: none.
+    int moe_experts, moe_top_k, moe_interval, moe_ffn_size;
+    neox_moe_router moe_router;
+    float moe_jitter_eps;   // topk router in training: its input times uniform noise in [1 - eps, 1 + eps) (0: off)
     int tied;               // the output layer reuses the input embedding
     // A reward model (train_impl: rm): the output layer is a scalar value head, score.weight (1, C)
     // without bias as in GPT-NeoX's RowParallelLinear(hidden, 1) and Hugging Face's
@@ -93,6 +106,15 @@ int neox_model_desc_check(neox_model_desc *desc, neox_error *err);
 // the output layer as one layer each. bounds: (pp + 1), stage s holds [bounds[s], bounds[s+1]).
 // Every stage gets at least one transformer layer. An unknown method fails naming the key.
 int neox_model_pipe_partition(const neox_model_desc *desc, int pp, const char *method, int *bounds, neox_error *err);
+// The heads whose values use_qk_layernorm normalises together: all of them for a LayerNorm
+// (GPT-NeoX's LayerNorm([heads, head_size])), one for an RMSNorm (GPT-NeoX's reduces the last dim).
+static inline int neox_qk_norm_group(const neox_model_desc *d, int local_heads) {
+    return d->norm == NEOX_NORM_LAYERNORM ? local_heads : 1;
+}
+// Whether layer l's MLP is a Mixture of Experts.
+static inline int neox_model_moe_layer(const neox_model_desc *d, int l) {
+    return d->moe_experts > 1 && l % d->moe_interval == 0;
+}
 static inline int neox_model_first_stage(const neox_model_desc *d) { return d->pp_rank == 0; }
 static inline int neox_model_last_stage(const neox_model_desc *d) { return d->pp_rank == d->pp_size - 1; }
 
@@ -117,9 +139,13 @@ typedef struct neox_param {
 typedef struct neox_layer_params {  // pointers into a buffer (parameters or gradients)
     float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
     float *qkv_w, *qkv_b;    // ((NH + 2*NKV) * HS, C): fused QKV, or q/k/v_proj side by side
+    float *qk_norm_w, *qk_norm_b;  // (NH, HS): use_qk_layernorm's norm of queries and keys
     float *proj_w, *proj_b;  // (C, C): attention output
     float *fc_w, *fc_b;      // (F or 2F, C): dense_h_to_4h, or [up_proj; gate_proj]
     float *fc2_w, *fc2_b;    // (C, F)
+    // A Mixture-of-Experts layer has these in place of fc/fc2: the router (E, C), then expert e's
+    // w1 (Fe, C) and w2 (C, Fe) at experts + e * 2 * Fe * C.
+    float *router_w, *experts_w;
 } neox_layer_params;
 
 typedef struct neox_model_weights {

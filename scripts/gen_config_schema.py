@@ -94,16 +94,12 @@ dump_state flops_profiler autotuning activation_checkpointing tensorboard wandb 
 checkpoint data_types
 hostfile include exclude num_nodes num_gpus master_port master_addr launcher force_multi autotuning_run
 no_ssh_check comment account
+moe_lbl_in_fp32
 sequence_parallel log_grad_norm checkpoint_num_layers loss_scale hysteresis loss_scale_window min_scale
 """.split())
 
 # Keys whose non-default value is refused, with the feature it would select.
 UNSUPPORTED = {
-    "moe_num_experts": "Mixture of Experts",
-    "moe_expert_interval": "Mixture of Experts", "moe_top_k": "Mixture of Experts",
-    "moe_router_type": "Mixture of Experts", "moe_lbl_in_fp32": "Mixture of Experts",
-    "moe_jitter_eps": "Mixture of Experts",
-    "use_qk_layernorm": "query/key layernorm",
     "opt_pos_emb_offset": "OPT position-embedding offset",
     "sparsity_config": "sparse attention",
     "num_unique_layers": "parameter sharing across layers",

@@ -73,6 +73,24 @@ char_shakespeare() {
         --output-prefix "$TEST_TMP/char" --tokenizer-type CharLevelTokenizer --append-eod
 }
 
+# check_cached_generation CONFIG...: neox-eval generate continues two prompts by 40 tokens with the
+# KV cache and recomputing every step; the texts must be equal and not empty.
+check_cached_generation() {
+    printf 'ROMEO:\nFirst Citizen:\n' >"$TEST_TMP/prompts.txt"
+    local mode
+    for mode in cached recomputed; do
+        check "generate ($mode)" "$NEOX_BIN/neox-eval" generate -q --text-gen-type input-file \
+            --sample-input-file "$TEST_TMP/prompts.txt" --sample-output-file "$TEST_TMP/$mode.jsonl" \
+            --maximum-tokens 40 $([ $mode = recomputed ] && echo --recompute) "$@"
+    done
+    check "the KV cache gives the recomputed text" python3 - "$TEST_TMP/cached.jsonl" "$TEST_TMP/recomputed.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["text"] for l in open(p)] for p in sys.argv[1:])
+print(a)
+assert a == b and len(a) == 2 and all(len(t) > 0 for t in a)
+PY
+}
+
 # need_shared NAME: true when ../shared/data exists; otherwise prints a skip line for NAME.
 need_shared() {
     if [ -d "$DATA" ]; then return 0; fi

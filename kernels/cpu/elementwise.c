@@ -1,4 +1,4 @@
-// elementwise.c: residual additions, dropout and the deterministic normal sampler.
+// elementwise.c: residual additions, dropout, jitter and the deterministic normal sampler.
 #include <math.h>
 #include <stddef.h>
 
@@ -33,4 +33,10 @@ void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long
     float keep_scale = 1.0f / (1.0f - p);
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++) out[i] = neox_uniform(seed, offset + i) >= p ? inp[i] * keep_scale : 0.0f;
+}
+
+void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed) {
+    float low = 1.0f - eps, span = (1.0f + eps) - low;
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] * (low + neox_uniform(seed, i) * span);
 }

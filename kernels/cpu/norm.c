@@ -94,3 +94,78 @@ void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const
     }
     add_column_sums(dweight, dout, inp, NULL, rstd, N, C);
 }
+
+// ---- query/key normalisation over heads ---------------------------------------------------------
+// x: (B, H, T, HS). Row r = (b, t, group) holds the G * HS values of heads group*G .. group*G + G - 1
+// at position t; its element e is head group*G + e / HS, dim e % HS.
+static size_t head_norm_at(int b, int t, int h, int d, int H, int T, int HS) {
+    return (((size_t)b * H + h) * T + t) * HS + d;
+}
+
+void neox_head_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int B, int H, int T, int HS, int G, float eps) {
+    int groups = H / G, E = G * HS;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < groups; g++) {
+                double sum = 0.0, sq = 0.0;
+                for (int e = 0; e < E; e++) sum += inp[head_norm_at(b, t, g * G + e / HS, e % HS, H, T, HS)];
+                double mu = mean ? sum / E : 0.0;
+                for (int e = 0; e < E; e++) {
+                    double x = inp[head_norm_at(b, t, g * G + e / HS, e % HS, H, T, HS)] - mu;
+                    sq += x * x;
+                }
+                float m = (float)mu, s = (float)(1.0 / sqrt(sq / E + eps));
+                for (int e = 0; e < E; e++) {
+                    int h = g * G + e / HS, d = e % HS;
+                    size_t at = head_norm_at(b, t, h, d, H, T, HS);
+                    out[at] = (inp[at] - m) * s * weight[h * HS + d] + (bias ? bias[h * HS + d] : 0.0f);
+                }
+                size_t r = ((size_t)b * T + t) * groups + g;
+                if (mean) mean[r] = m;
+                rstd[r] = s;
+            }
+}
+
+void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS,
+                             int G) {
+    int groups = H / G, E = G * HS;
+    // Parameter gradients first (dinp may be dout): one (h, d) per iteration, rows in order.
+    #pragma omp parallel for
+    for (int hd = 0; hd < H * HS; hd++) {
+        int h = hd / HS, d = hd % HS;
+        float sw = 0.0f, sb = 0.0f;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                size_t r = ((size_t)b * T + t) * groups + h / G, at = head_norm_at(b, t, h, d, H, T, HS);
+                sw += dout[at] * (inp[at] - (mean ? mean[r] : 0.0f)) * rstd[r];
+                sb += dout[at];
+            }
+        dweight[hd] += sw;
+        if (dbias) dbias[hd] += sb;
+    }
+    // dx = s * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight (no mean(g) term for RMS)
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < groups; g++) {
+                size_t r = ((size_t)b * T + t) * groups + g;
+                float m = mean ? mean[r] : 0.0f, s = rstd[r];
+                double gsum = 0.0, gxsum = 0.0;
+                for (int e = 0; e < E; e++) {
+                    int h = g * G + e / HS, d = e % HS;
+                    size_t at = head_norm_at(b, t, h, d, H, T, HS);
+                    float gr = dout[at] * weight[h * HS + d];
+                    gsum += gr;
+                    gxsum += gr * (inp[at] - m) * s;
+                }
+                float gmean = mean ? (float)(gsum / E) : 0.0f, gxmean = (float)(gxsum / E);
+                for (int e = 0; e < E; e++) {
+                    int h = g * G + e / HS, d = e % HS;
+                    size_t at = head_norm_at(b, t, h, d, H, T, HS);
+                    dinp[at] = s * (dout[at] * weight[h * HS + d] - gmean - (inp[at] - m) * s * gxmean);
+                }
+            }
+}

@@ -40,6 +40,15 @@ extern "C" void neox_cuda_dropout(float *out, const float *inp, size_t n, float 
     LAUNCH(dropout_kernel, n, out, inp, n, p, keep_scale, seed, offset);
 }
 
+// The CPU's expression, rounded step by step (no fused multiply-add).
+__global__ void jitter_kernel(float *out, const float *inp, size_t n, float low, float span, unsigned long long seed) {
+    GRID_STRIDE(i, n) out[i] = __fmul_rn(inp[i], __fadd_rn(low, __fmul_rn(neox_uniform(seed, i), span)));
+}
+extern "C" void neox_cuda_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed) {
+    float low = 1.0f - eps, span = (1.0f + eps) - low;  // on the host, as the CPU computes them
+    LAUNCH(jitter_kernel, n, out, inp, n, low, span, seed);
+}
+
 __global__ void scale_kernel(float *x, size_t n, float s) {
     GRID_STRIDE(i, n) x[i] *= s;
 }

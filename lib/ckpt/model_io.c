@@ -24,6 +24,12 @@ int neox_ckpt_model_shape(const neox_model_desc *d, neox_shape_field *f) {
     f[n++] = (neox_shape_field){"use_bias_in_attn_linear", d->attn_bias};
     f[n++] = (neox_shape_field){"use_bias_in_mlp", d->mlp_bias};
     f[n++] = (neox_shape_field){"no_weight_tying", !d->tied};
+    f[n++] = (neox_shape_field){"use_qk_layernorm", d->qk_norm};
+    f[n++] = (neox_shape_field){"moe_num_experts", d->moe_experts > 1 ? d->moe_experts : 1};
+    if (d->moe_experts > 1) {
+        f[n++] = (neox_shape_field){"moe_expert_interval", d->moe_interval};
+        f[n++] = (neox_shape_field){"moe_expert_width", d->moe_ffn_size};
+    }
     if (d->pos_emb == NEOX_POS_LEARNED) f[n++] = (neox_shape_field){"max_position_embeddings", d->max_positions};
     // Only a reward model records it, so a language model's checkpoint can start one (its value
     // head then initialised; lib/train/checkpoint.c).
@@ -40,7 +46,7 @@ neox_ckpt_reader *neox_ckpt_open_checkpoint(const char *dir, neox_error *err) {
 
 json_t *neox_ckpt_model_shape_json(const neox_model_desc *d) {
     json_t *model = json_object();
-    neox_shape_field f[16];
+    neox_shape_field f[NEOX_SHAPE_FIELDS];
     int n = neox_ckpt_model_shape(d, f);
     for (int i = 0; i < n; i++) json_object_set_new(model, f[i].name, json_integer(f[i].value));
     return model;
@@ -49,7 +55,7 @@ json_t *neox_ckpt_model_shape_json(const neox_model_desc *d) {
 int neox_ckpt_check_model_shape(const neox_model_desc *d, json_t *state, const char *dir, int status, neox_error *err) {
     json_t *model = json_object_get(state, "model");
     if (!json_is_object(model)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: state/train.json has no model shape", dir);
-    neox_shape_field f[16];
+    neox_shape_field f[NEOX_SHAPE_FIELDS];
     int n = neox_ckpt_model_shape(d, f);
     for (int i = 0; i < n; i++) {
         json_t *v = json_object_get(model, f[i].name);

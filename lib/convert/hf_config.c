@@ -145,6 +145,12 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_
     if (d->pos_emb == NEOX_POS_ALIBI)
         return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'alibi': GPTNeoXForCausalLM and LlamaForCausalLM have no "
                          "attention biases (they always rotate)"), NULL;
+    if (d->moe_experts > 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts %d: GPT-NeoX's experts are ungated (w1, w2 without "
+                         "Mixtral's w3) and no transformers class holds them", d->moe_experts), NULL;
+    if (d->qk_norm)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm: no transformers class normalises queries and keys "
+                         "with one shared norm (qk_layernorm, heads x head_size)"), NULL;
     if (!neox_cvt_hf_act_name(d->activation))
         return neox_fail(err, NEOX_EXIT_USAGE, "activation %s: transformers has no hidden_act for it",
                          d->activation == NEOX_ACT_GELU_ONNX ? "gelu with onnx_safe (erf_gelu's 1.41421)"

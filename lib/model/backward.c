@@ -67,9 +67,10 @@ static void layer_groups(const neox_model *m, int l, int *first) {
     first[GROUP_LN2] = param_at(m, g->ln2_w);
     first[GROUP_QKV] = param_at(m, g->qkv_w);
     first[GROUP_PROJ] = param_at(m, g->proj_w);
-    first[GROUP_FC] = param_at(m, g->fc_w);
-    first[GROUP_FC2] = param_at(m, g->fc2_w);
     first[GROUP_END] = m->layer_first_param[l + 1];
+    // A Mixture of Experts: the router and experts, all final at once (as group FC).
+    first[GROUP_FC] = param_at(m, g->router_w ? g->router_w : g->fc_w);
+    first[GROUP_FC2] = g->router_w ? first[GROUP_END] : param_at(m, g->fc2_w);
 }
 
 // MLP branch: from the gradient of its output to dln2 (this rank's partial sum of it).
@@ -109,6 +110,15 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
         m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1);
         m->be->rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1);
     }
+    if (d->qk_norm) {  // in place: the gradients of q and k before their norm
+        int G = neox_qk_norm_group(d, NH);
+        size_t stats = (size_t)B * T * NH / G;
+        const float *kmean = la->qk_mean ? la->qk_mean + stats : NULL;
+        m->be->head_norm_backward(a->dq, g->qk_norm_w, g->qk_norm_b, a->dq, la->qraw, p->qk_norm_w, la->qk_mean,
+                                  la->qk_rstd, B, NH, T, HS, G);
+        m->be->head_norm_backward(a->dk, g->qk_norm_w, g->qk_norm_b, a->dk, la->kraw, p->qk_norm_w, kmean,
+                                  la->qk_rstd + stats, B, NH, T, HS, G);
+    }
     m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
     linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv, la->ln1, p->qkv_w, N, C,
                     W);
@@ -132,7 +142,12 @@ static void layer_backward(neox_model *m, int l) {
         neox_model_layer_forward(m, l);
         poll(m);
     }
-    mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_MLP_OUT), dln2);
+    if (neox_model_moe_layer(d, l)) {  // no dropout on its output
+        neox_model_moe_backward(m, l, &la->moe, la->ln2, a->dx, dln2, a->dbranch);
+        grads_ready(m, group[GROUP_FC], group[GROUP_END]);
+    } else {
+        mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_MLP_OUT), dln2);
+    }
     if (d->parallel_residual) {
         // Both branches read d x[l+1] before either norm adds its part into it; one reduction
         // completes both partial sums.
@@ -141,7 +156,7 @@ static void layer_backward(neox_model *m, int l) {
         norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
     } else {
-        neox_model_tp_reduce(m, dln2, NC);
+        if (!neox_model_moe_layer(d, l)) neox_model_tp_reduce(m, dln2, NC);  // a MoE's is whole on every rank
         norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
         attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_ATTN_OUT), dln1);

@@ -168,6 +168,24 @@ static int padded_vocab(neox_model_desc *d, const neox_config *cfg, int64_t toke
     return 0;
 }
 
+// GPT-NeoX's dropless MoE (megatron/model/moe.py, moe_mlp.py): an expert's width is intermediate_size,
+// else 4 x hidden rounded up to 256 (ParallelGroupedMLP's multiple_of), whatever mlp_multiple_of says.
+static int moe_from_config(neox_model_desc *d, const neox_config *cfg, neox_error *err) {
+    int64_t experts = neox_config_int(cfg, moe_num_experts);
+    if (experts <= 1) return 0;
+    if (experts > 4096) return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts %lld: at most 4096", (long long)experts);
+    d->moe_experts = (int)experts;
+    d->moe_top_k = (int)neox_config_int(cfg, moe_top_k);
+    d->moe_interval = (int)neox_config_int(cfg, moe_expert_interval);
+    d->moe_router = strcmp(neox_config_str(cfg, moe_router_type), "topk") == 0 ? NEOX_MOE_TOPK : NEOX_MOE_SINKHORN;
+    if (neox_config_has(cfg, moe_jitter_eps)) d->moe_jitter_eps = (float)neox_config_float(cfg, moe_jitter_eps);
+    int64_t width = neox_config_has(cfg, intermediate_size) ? neox_config_int(cfg, intermediate_size)
+                                                            : round_up(4 * (int64_t)d->hidden_size, 256);
+    if (width <= 0 || width > INT_MAX) return neox_fail(err, NEOX_EXIT_USAGE, "MoE expert width %lld", (long long)width);
+    d->moe_ffn_size = (int)width;
+    return 0;
+}
+
 int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int64_t tokenizer_vocab, neox_error *err) {
     memset(d, 0, sizeof *d);
     const neox_key_id need[] = {NEOX_K_hidden_size, NEOX_K_num_layers, NEOX_K_num_attention_heads};
@@ -226,6 +244,8 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
         d->attn_window = (int)w + 1;
     }
     d->mlp_bias = neox_config_bool(cfg, use_bias_in_mlp);
+    d->qk_norm = neox_config_bool(cfg, use_qk_layernorm);
+    if (moe_from_config(d, cfg, err) != 0) return -1;
     d->tied = !neox_config_bool(cfg, no_weight_tying);
     const char *impl = neox_config_str(cfg, train_impl);
     d->value_head = impl && !strcmp(impl, "rm");

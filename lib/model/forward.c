@@ -21,15 +21,21 @@ static float *take(float **cursor, size_t n) {
 // projection's width FC (both swiglu halves).
 typedef struct plan_sizes {
     size_t N, C, L, HS, NH, NKV, W, F, FC;
+    size_t NK, E, Fe;  // Mixture of Experts: token slots, experts, expert width (0 without)
 } plan_sizes;
 
 static plan_sizes sizes_of(const neox_model *m) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     plan_sizes z = {(size_t)m->B * m->T, (size_t)d->hidden_size, (size_t)s.L, (size_t)d->head_size, (size_t)s.NH,
-                    (size_t)s.NKV, 0, (size_t)s.F, 0};
+                    (size_t)s.NKV, 0, (size_t)s.F, 0, 0, 0, 0};
     z.W = (z.NH + 2 * z.NKV) * z.HS;
     z.FC = neox_activation_gated(d->activation) ? 2 * z.F : z.F;
+    if (neox_model_has_moe(d)) {
+        z.NK = z.N * (size_t)d->moe_top_k;
+        z.E = (size_t)d->moe_experts;
+        z.Fe = (size_t)d->moe_ffn_size;
+    }
     return z;
 }
 
@@ -49,6 +55,12 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         la->q = take(cur, N * NH * HS);
         la->k = take(cur, N * NKV * HS);
         la->v = take(cur, N * NKV * HS);
+        if (d->qk_norm) {
+            la->qraw = take(cur, N * NH * HS);
+            la->kraw = take(cur, N * NKV * HS);
+            la->qk_mean = d->norm == NEOX_NORM_LAYERNORM ? take(cur, 2 * N * NH) : NULL;
+            la->qk_rstd = take(cur, 2 * N * NH);
+        }
         la->att = take(cur, N * NH * HS);
         la->lse = take(cur, N * NH);
         la->mid = d->parallel_residual ? NULL : take(cur, N * C);
@@ -57,6 +69,17 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         la->ln2_rstd = take(cur, N);
         la->fc = take(cur, N * FC);
         la->act = take(cur, N * F);
+        if (d->checkpoint_activations ? neox_model_has_moe(d) : neox_model_moe_layer(d, d->layer_begin + (int)i)) {
+            la->moe.logits = take(cur, N * z.E);
+            la->moe.x = take(cur, z.NK * C);
+            la->moe.h = take(cur, z.NK * z.Fe);
+            la->moe.act = take(cur, z.NK * z.Fe);
+            la->moe.y = take(cur, z.NK * C);
+            la->moe.weight = take(cur, z.NK);
+            la->moe.slot = (int *)take(cur, z.NK);
+            la->moe.perm = (int *)take(cur, z.NK);
+            la->moe.jx = d->moe_jitter_eps > 0.0f ? take(cur, N * C) : NULL;
+        }
     }
     for (size_t i = sets; i < L; i++) a->layers[i] = a->layers[0];
     if (neox_model_last_stage(d)) {
@@ -93,6 +116,14 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->datt = take(cur, N * NH * HS);
     a->dfc = take(cur, N * FC);
     a->dact = take(cur, N * F);
+    if (z.NK) {
+        a->moe_dx = take(cur, z.NK * C);
+        a->moe_dh = take(cur, z.NK * z.Fe);
+        a->moe_dact = take(cur, z.NK * z.Fe);
+        a->moe_dy = take(cur, z.NK * C);
+        a->moe_dweight = take(cur, z.NK);
+        a->moe_dlogits = take(cur, N * z.E);
+    }
 }
 
 // Walks the plan of every slot; with base == NULL it only counts floats.
@@ -156,14 +187,25 @@ void neox_model_plan_half(neox_model *m) {
     in = in > z.F ? in : z.F;
     out = out > z.C ? out : z.C;
     out = out > V ? out : V;
-    m->half_in = m->be->alloc(z.N * in * sizeof(uint16_t));
-    m->half_out = m->be->alloc(z.N * out * sizeof(uint16_t));
-    m->half_elems = z.N * (in + out);
+    size_t nin = z.N * in, nout = z.N * out;
+    if (z.NK) {  // the experts' products over token slots, the router's over tokens
+        size_t wide = z.C > z.Fe ? z.C : z.Fe;
+        nin = nin > z.NK * wide ? nin : z.NK * wide;
+        nout = nout > z.NK * wide ? nout : z.NK * wide;
+        nout = nout > z.N * z.E ? nout : z.N * z.E;
+    }
+    m->half_in = m->be->alloc(nin * sizeof(uint16_t));
+    m->half_out = m->be->alloc(nout * sizeof(uint16_t));
+    m->half_elems = nin + nout;
 }
 
 void neox_model_free_plan(neox_model *m) {
     neox_acts *slots = m->slots;
-    for (int k = 0; slots && k < m->nslots; k++) free(slots[k].layers);
+    int sets = m->desc.checkpoint_activations ? 1 : neox_model_shard(&m->desc).L;
+    for (int k = 0; slots && k < m->nslots; k++) {
+        for (int i = 0; i < sets; i++) neox_moe_route_free(slots[k].layers[i].moe.route);
+        free(slots[k].layers);
+    }
     free(slots);
     if (m->act_buf) m->be->free(m->act_buf);
     free_half(m);
@@ -190,6 +232,12 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     m->act_buf = m->be->alloc(m->act_floats * sizeof(float));
     m->be->memset_zero(m->act_buf, m->act_floats * sizeof(float));
     carve(m, slots, m->act_buf);
+    int sets = d->checkpoint_activations ? 1 : L;
+    for (int k = 0; k < nslots; k++) {
+        for (int i = 0; i < sets; i++)
+            if (slots[k].layers[i].moe.logits) slots[k].layers[i].moe.route = neox_moe_route_new(d, B * T);
+        for (int i = sets; i < L; i++) slots[k].layers[i].moe.route = slots[k].layers[0].moe.route;
+    }
     m->slots = slots;
     neox_model_use_slot(m, 0);
     make_host_stage(m);
@@ -283,6 +331,19 @@ static void add_branch(neox_model *m, float *out, const float *res, float *branc
     m->be->add(out, res, branch, n);
 }
 
+// use_qk_layernorm: the one norm of queries and keys (same weights, statistics apart), before rotary.
+static void qk_norm_forward(neox_model *m, int l, neox_layer_acts *la) {
+    const neox_model_desc *d = &m->desc;
+    const neox_layer_params *p = &m->w.layers[l];
+    int B = m->B, T = m->T, NH = neox_model_shard(d).NH, G = neox_qk_norm_group(d, NH);
+    size_t stats = (size_t)B * T * NH / G;
+    float *kmean = la->qk_mean ? la->qk_mean + stats : NULL;
+    m->be->head_norm_forward(la->q, la->qk_mean, la->qk_rstd, la->qraw, p->qk_norm_w, p->qk_norm_b, B, NH, T,
+                             d->head_size, G, d->norm_eps);
+    m->be->head_norm_forward(la->k, kmean, la->qk_rstd + stats, la->kraw, p->qk_norm_w, p->qk_norm_b, B, NH, T,
+                             d->head_size, G, d->norm_eps);
+}
+
 void neox_model_layer_forward(neox_model *m, int l) {
     const neox_model_desc *d = &m->desc;
     const neox_backend *be = m->be;
@@ -299,7 +360,12 @@ void neox_model_layer_forward(neox_model *m, int l) {
     // attention over this rank's heads
     norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
     neox_model_linear_forward(m, la->qkv, la->ln1, p->qkv_w, p->qkv_b, N, C, W);
-    be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    if (d->qk_norm) {
+        be->qkv_split(la->qraw, la->kraw, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+        qk_norm_forward(m, l, la);
+    } else {
+        be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    }
     if (d->rotary_dims) {
         be->rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0);
         be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0);
@@ -313,6 +379,11 @@ void neox_model_layer_forward(neox_model *m, int l) {
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
     const float *mlp_in = d->parallel_residual ? x : la->mid;
     norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, mlp_in, p->ln2_w, p->ln2_b, N);
+    if (neox_model_moe_layer(d, l)) {  // GPT-NeoX adds a MoE's output without dropout (it has no bias)
+        neox_model_moe_forward(m, l, &la->moe, la->ln2, a->branch, N, m->training, 0);
+        be->add(y, la->mid, a->branch, NC);
+        return;
+    }
     neox_model_linear_forward(m, la->fc, la->ln2, p->fc_w, p->fc_b, N, C, gated ? 2 * F : F);
     neox_act_fn fn = neox_activation_function(d->activation);
     if (gated) be->gated_forward(la->act, la->fc, N, F, fn);

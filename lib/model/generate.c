@@ -24,6 +24,8 @@ struct neox_generator {
     float *kcache, *vcache;         // per layer (NKV, max_len, HS)
     float *cos, *sin;               // rotary tables (max_len, R/2)
     float *alibi;                   // (NH) ALiBi slopes (pos_emb alibi), else NULL
+    float *qk_stats;                // (2, max_len, NH) use_qk_layernorm's statistics, else NULL
+    neox_moe_bufs moe;              // Mixture of Experts: up to max_len tokens (logits NULL: none)
     // Scratch for up to max_len new positions.
     float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act;
     int *ids;                       // (max_len) the pass's token ids on the backend
@@ -87,6 +89,14 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     g->mid = zeros(be, T * C);
     g->fc = zeros(be, T * fc_width(d));
     g->act = zeros(be, T * d->ffn_size);
+    if (d->qk_norm) g->qk_stats = zeros(be, 2 * T * d->num_heads);
+    if (d->moe_experts > 1) {
+        size_t NK = T * d->moe_top_k, Fe = d->moe_ffn_size;
+        g->moe = (neox_moe_bufs){.logits = zeros(be, T * d->moe_experts), .x = zeros(be, NK * C),
+                                 .h = zeros(be, NK * Fe), .act = zeros(be, NK * Fe), .y = zeros(be, NK * C),
+                                 .weight = zeros(be, NK), .slot = (int *)zeros(be, NK), .perm = (int *)zeros(be, NK),
+                                 .route = neox_moe_route_new(d, (int)T)};  // no jitter: never training
+    }
     g->ids = be->alloc(T * sizeof(int));
     return g;
 }
@@ -94,9 +104,12 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
 void neox_generator_free(neox_generator *g) {
     if (!g) return;
     float *bufs[] = {g->kcache, g->vcache, g->cos, g->sin, g->x, g->ln, g->mean, g->rstd, g->qkv, g->q, g->k,
-                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out, g->alibi};
+                     g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out, g->alibi,
+                     g->qk_stats, g->moe.logits, g->moe.x, g->moe.h, g->moe.act, g->moe.y, g->moe.weight,
+                     (float *)g->moe.slot, (float *)g->moe.perm};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) g->be->free(bufs[i]);
+    neox_moe_route_free(g->moe.route);
     free(g->logits);
     free(g);
 }
@@ -129,11 +142,16 @@ static void norm(const neox_generator *g, float *out, float *mean, float *rstd, 
 }
 
 // The MLP branch of S rows of inp into g->branch.
-static void mlp(neox_generator *g, const neox_layer_params *p, const float *inp, int S) {
+static void mlp(neox_generator *g, int l, const float *inp, int S) {
     const neox_model_desc *d = &g->m->desc;
+    const neox_layer_params *p = &g->m->w.layers[l];
     int C = d->hidden_size, F = d->ffn_size, FC = (int)fc_width(d);
     const neox_backend *be = g->be;
     norm(g, g->ln, g->mean, g->rstd, inp, p->ln2_w, p->ln2_b, S);
+    if (neox_model_moe_layer(d, l)) {  // evaluation routing: each token's own top k
+        neox_model_moe_forward(g->m, l, &g->moe, g->ln, g->branch, S, 0, 1);
+        return;
+    }
     be->linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
     neox_act_fn fn = neox_activation_function(d->activation);
     if (neox_activation_gated(d->activation)) be->gated_forward(g->act, g->fc, S, F, fn);
@@ -161,6 +179,13 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     float *q = g->q + row * NH * HS, *k = g->k + row * NKV * HS, *v = g->v + row * NKV * HS;
     const neox_backend *be = g->be;
     be->qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    if (d->qk_norm) {  // in place, as the training forward normalises them
+        const neox_layer_params *p = &g->m->w.layers[l];
+        int G = neox_qk_norm_group(d, NH);
+        float *mean = d->norm == NEOX_NORM_LAYERNORM ? g->qk_stats : NULL, *rstd = g->qk_stats + T * NH;
+        be->head_norm_forward(q, mean, rstd, q, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps);
+        be->head_norm_forward(k, mean, rstd, k, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps);
+    }
     if (d->rotary_dims) {
         const float *cos = g->cos + (size_t)s->pos * half, *sin = g->sin + (size_t)s->pos * half;
         be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0);
@@ -194,10 +219,10 @@ static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg
     be->linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
     be->add(g->mid, g->x, g->branch, NC);  // x + attention
     if (d->parallel_residual) {
-        mlp(g, p, g->x, S);                 // beside attention, on ln2(x)
+        mlp(g, l, g->x, S);                 // beside attention, on ln2(x)
         be->add(g->x, g->mid, g->branch, NC);
     } else {
-        mlp(g, p, g->mid, S);               // after it
+        mlp(g, l, g->mid, S);               // after it
         be->add(g->x, g->mid, g->branch, NC);
     }
 }

@@ -31,12 +31,34 @@ typedef struct neox_layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;  // (N, C), (N), (N)
     float *qkv;                        // (N, W), W = (NH + 2*NKV) * HS
     float *q, *k, *v;                  // (B, NH, T, HS), (B, NKV, T, HS) x 2, after rotary
+    float *qraw, *kraw;                // use_qk_layernorm: q and k before their norm (else NULL)
+    float *qk_mean, *qk_rstd;          // (2, B, T, NH / G): the norm's statistics, q's then k's (mean NULL: RMS)
     float *att, *lse;                  // (N, NH*HS) attention output before the projection; (B, NH, T)
     float *mid;                        // (N, C) sequential residual after attention (NULL when parallel)
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fc;                         // (N, F) or (N, 2F) before the activation
     float *act;                        // (N, F)
+    struct neox_moe_bufs {             // a Mixture-of-Experts layer's (logits NULL: none)
+        // NK = N * top_k token slots, rows grouped by expert: the router's logits (N, E); the slots'
+        // inputs (NK, C), first projections (NK, Fe), activations (NK, Fe) and outputs (NK, C); each
+        // slot's weight and row (token-major) and each row's token; the routing on the host.
+        float *logits, *x, *h, *act, *y, *weight;
+        float *jx;                     // (N, C) the router's jittered input (moe_jitter_eps), else NULL
+        int *slot, *perm;
+        struct neox_moe_route *route;
+    } moe;
 } neox_layer_acts;
+typedef struct neox_moe_bufs neox_moe_bufs;
+
+// A Mixture-of-Experts layer's routing of one micro-batch, on the host: token t's k-th expert and
+// weight at t*K + k, the scores they came from, the rows of each expert, and backward's scratch.
+typedef struct neox_moe_route {
+    int *expert, *slot, *perm;         // (NK): expert, row of each token slot; token of each row
+    int *count;                        // (E) rows of each expert
+    float *weight, *dweight;           // (NK)
+    float *scores, *dlogits;           // (N, E): sigmoid or softmax of the logits (logits on arrival)
+    double *balanced;                  // (N, E) Sinkhorn's scratch
+} neox_moe_route;
 
 // One slot: what a micro-batch keeps from its forward to its backward, plus pointers to the
 // scratch every slot shares.
@@ -57,6 +79,7 @@ typedef struct neox_acts {
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
     float *dx, *dln, *dbranch;         // (N, C), (2, N, C): dln1 then dln2, adjacent for one reduction
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
+    float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NK, C), (NK, Fe) x 2, (NK, C), (NK), (N, E)
 } neox_acts;
 
 // Dropout streams: one per (run's dropout seed, global layer, site), indexed by global coordinates
@@ -74,6 +97,18 @@ neox_act_fn neox_activation_function(neox_activation a);
 // One layer's forward (global layer index l) from x[l - l0] into x[l - l0 + 1] of the current
 // slot, saving into its layer activations.
 void neox_model_layer_forward(neox_model *m, int l);
+// Mixture-of-Experts layers (lib/model/moe.c). Forward: from la->ln2 to out (N, C), routing on the
+// host. Backward: from dy (N, C) to dln2 (N, C, overwritten), adding the router's and experts'
+// gradients; scratch (N, C) is used. Routes are allocated for the plan and freed with it.
+int neox_model_has_moe(const neox_model_desc *d);
+// fp32: the products in fp32 whatever the model's precision (generation). training: Sinkhorn routing.
+void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, float *out, int N,
+                            int training, int fp32);
+void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, const float *dy,
+                             float *dln2, float *scratch);
+neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N);
+void neox_moe_route_free(neox_moe_route *r);
+
 // Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank).
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
 // Frees the activation plan.

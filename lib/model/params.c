@@ -27,6 +27,34 @@ static int check_layout(neox_model_desc *d, neox_error *err) {
         if (cuts[i].n % d->tp_size != 0)
             return neox_fail(err, NEOX_EXIT_USAGE, "model_parallel_size %d does not divide %s = %d", d->tp_size,
                              cuts[i].what, cuts[i].n);
+    // GPT-NeoX's query/key LayerNorm spans one rank's heads, so its model would change with the layout.
+    if (d->qk_norm && d->tp_size > 1 && neox_qk_norm_group(d, d->num_heads) > 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm with norm: layernorm normalises over all heads of a "
+                         "token; model_parallel_size %d would cut it (GPT-NeoX normalises each rank's heads apart, a "
+                         "different model per layout); use model_parallel_size 1 or norm: rmsnorm", d->tp_size);
+    return 0;
+}
+
+// What neox.c's Mixture of Experts covers (docs/model.md, "Mixture of Experts").
+static int check_moe(const neox_model_desc *d, neox_error *err) {
+    if (d->moe_experts <= 1) return 0;
+    if (d->moe_top_k < 1 || d->moe_top_k > d->moe_experts)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_top_k %d must be between 1 and moe_num_experts %d", d->moe_top_k,
+                         d->moe_experts);
+    if (d->moe_interval < 1 || d->moe_ffn_size <= 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_expert_interval and the experts' width must be positive");
+    if (d->moe_jitter_eps < 0.0f || d->moe_jitter_eps >= 1.0f)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_jitter_eps %g: need 0 <= eps < 1 (noise in [1 - eps, 1 + eps))",
+                         d->moe_jitter_eps);
+    if (d->moe_jitter_eps > 0.0f && d->moe_router != NEOX_MOE_TOPK)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_jitter_eps applies to moe_router_type: topk only (GPT-NeoX's "
+                         "Sinkhorn router never reads it)");
+    if (neox_activation_gated(d->activation))
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with activation %s: GPT-NeoX's experts "
+                         "(ParallelGroupedMLP) take an ungated activation", neox_activation_name(d->activation));
+    if (d->parallel_residual)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with gpt_j_residual: GPT-NeoX's parallel layer drops "
+                         "the attention output when its MLP is a MoE; use gpt_j_residual: false");
     return 0;
 }
 
@@ -47,9 +75,15 @@ int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "rotary_pct gives %d rotary dims of head size %d; need an even number "
                          "no larger than the head size", d->rotary_dims, d->head_size);
     if (d->norm == NEOX_NORM_RMSNORM) d->norm_bias = 0;
+    // GPT-NeoX's one query/key norm has the queries' shape: keys of fewer heads do not fit it.
+    if (d->qk_norm && d->num_kv_heads != d->num_heads)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm needs num_kv_heads = num_attention_heads (%d, not %d): "
+                         "its one norm of shape (heads, head_size) serves queries and keys", d->num_heads,
+                         d->num_kv_heads);
     if (d->value_head && d->tied)
         return neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm: a reward model's value head (score.weight, 1 x hidden) "
                          "cannot be the input embedding; set no_weight_tying: true");
+    if (check_moe(d, err) != 0) return -1;
     int neox_like = d->norm == NEOX_NORM_LAYERNORM && d->norm_bias && !neox_activation_gated(d->activation) &&
                     d->num_kv_heads == d->num_heads && d->mlp_bias;
     d->naming = neox_like ? NEOX_NAMES_GPT_NEOX : NEOX_NAMES_LLAMA;
@@ -105,6 +139,32 @@ static size_t add_param(layout_ctx *c, int no_decay, neox_split split, int64_t r
 #define COLS NEOX_SPLIT_COLS
 #define NONE NEOX_SPLIT_NONE
 
+// use_qk_layernorm's norm, GPT-NeoX's module name under the attention block's: (heads, head_size),
+// cut by heads as the queries are (Hugging Face has no class with one norm shared by q and k).
+static void layout_qk_norm(layout_ctx *c, neox_layer_params *v, const char *pre, const char *attn, int l) {
+    const neox_model_desc *d = &c->m->desc;
+    if (!d->qk_norm) return;
+    v->qk_norm_w = OFF(add_param(c, 1, ROWS, d->num_heads, d->head_size, "%s.%d.%s.qk_layernorm.weight", pre, l, attn));
+    if (d->norm_bias)
+        v->qk_norm_b = OFF(add_param(c, 1, ROWS, d->num_heads, d->head_size, "%s.%d.%s.qk_layernorm.bias", pre, l, attn));
+}
+
+// A Mixture-of-Experts layer's router and experts, named as Hugging Face's Mixtral names its
+// block_sparse_moe (gate, experts.E.w1 and w2; GPT-NeoX's experts have no w3). Each expert's w1 and
+// w2 are adjacent, expert after expert.
+// Under tensor parallelism the router and experts are replicated (each rank routes and computes every
+// token of the whole, replicated, MLP input: no reduction).
+static void layout_moe(layout_ctx *c, neox_layer_params *v, const char *pre, int l) {
+    const neox_model_desc *d = &c->m->desc;
+    int C = d->hidden_size, Fe = d->moe_ffn_size;
+    v->router_w = OFF(add_param(c, 0, NONE, d->moe_experts, C, "%s.%d.block_sparse_moe.gate.weight", pre, l));
+    for (int e = 0; e < d->moe_experts; e++) {
+        size_t w1 = add_param(c, 0, NONE, Fe, C, "%s.%d.block_sparse_moe.experts.%d.w1.weight", pre, l, e);
+        add_param(c, 0, NONE, C, Fe, "%s.%d.block_sparse_moe.experts.%d.w2.weight", pre, l, e);
+        if (e == 0) v->experts_w = OFF(w1);
+    }
+}
+
 // One layer: column-parallel QKV and first MLP projection (cut by rows: whole heads, MLP rows),
 // row-parallel attention output and second MLP projection (cut by columns; biases replicated).
 static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
@@ -121,9 +181,14 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         // Fused QKV rows are [q k v] per head, so an even cut of the rows is a cut by heads.
         v->qkv_w = OFF(add_param(c, 0, ROWS, 3 * C, C, "%s.%d.attention.query_key_value.weight", pre, l));
         if (d->attn_bias) v->qkv_b = OFF(add_param(c, 1, ROWS, 3 * C, 0, "%s.%d.attention.query_key_value.bias", pre, l));
+        layout_qk_norm(c, v, pre, "attention", l);
         v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.attention.dense.weight", pre, l));
         if (d->attn_bias && !d->attn_out_unbiased)
             v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.attention.dense.bias", pre, l));
+        if (neox_model_moe_layer(d, l)) {
+        layout_moe(c, v, pre, l);
+        return;
+    }
         v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.dense_h_to_4h.weight", pre, l));
         v->fc_b = OFF(add_param(c, 1, ROWS, F, 0, "%s.%d.mlp.dense_h_to_4h.bias", pre, l));
         v->fc2_w = OFF(add_param(c, 0, COLS, C, F, "%s.%d.mlp.dense_4h_to_h.weight", pre, l));
@@ -140,9 +205,14 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
         add_param(c, 1, ROWS, (int64_t)NKV * HS, 0, "%s.%d.self_attn.k_proj.bias", pre, l);
         add_param(c, 1, ROWS, (int64_t)NKV * HS, 0, "%s.%d.self_attn.v_proj.bias", pre, l);
     }
+    layout_qk_norm(c, v, pre, "self_attn", l);
     v->proj_w = OFF(add_param(c, 0, COLS, C, C, "%s.%d.self_attn.o_proj.weight", pre, l));
     if (d->attn_bias && !d->attn_out_unbiased)
         v->proj_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l));
+    if (neox_model_moe_layer(d, l)) {
+        layout_moe(c, v, pre, l);
+        return;
+    }
     // GPT-NeoX's gated MLP computes [x | gate] from one matrix: up_proj then gate_proj, adjacent;
     // each cut by rows, so every shard holds both halves of its rows.
     v->fc_w = OFF(add_param(c, 0, ROWS, F, C, "%s.%d.mlp.up_proj.weight", pre, l));
@@ -168,10 +238,10 @@ static void make_views(const neox_model *m, const neox_model_weights *layout, fl
     for (int l = 0; l < m->desc.num_layers; l++) {
         const neox_layer_params *s = &layout->layers[l];
         neox_layer_params *v = &out->layers[l];
-        float **dst[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b,
-                         &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b};
-        float *const src[] = {s->ln1_w, s->ln1_b, s->ln2_w, s->ln2_b, s->qkv_w, s->qkv_b,
-                              s->proj_w, s->proj_b, s->fc_w, s->fc_b, s->fc2_w, s->fc2_b};
+        float **dst[] = {&v->ln1_w, &v->ln1_b, &v->ln2_w, &v->ln2_b, &v->qkv_w, &v->qkv_b, &v->qk_norm_w,
+                         &v->qk_norm_b, &v->proj_w, &v->proj_b, &v->fc_w, &v->fc_b, &v->fc2_w, &v->fc2_b, &v->router_w, &v->experts_w};
+        float *const src[] = {s->ln1_w, s->ln1_b, s->ln2_w, s->ln2_b, s->qkv_w, s->qkv_b, s->qk_norm_w,
+                              s->qk_norm_b, s->proj_w, s->proj_b, s->fc_w, s->fc_b, s->fc2_w, s->fc2_b, s->router_w, s->experts_w};
         for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) *dst[i] = rebase(base, src[i]);
     }
 }
@@ -316,7 +386,7 @@ static double init_std(neox_init_method method, const neox_model_desc *d) {
 // RowParallelLinear layers do.
 static int is_output_layer(const char *name) {
     return strstr(name, "attention.dense.") || strstr(name, "o_proj.") || strstr(name, "dense_4h_to_h.") ||
-           strstr(name, "down_proj.");
+           strstr(name, "down_proj.") || (strstr(name, ".experts.") && strstr(name, ".w2."));
 }
 
 // Initialises on the host (into a staging copy when the parameters live on a device).

@@ -3,7 +3,9 @@
 // second file, and writes the logits, the loss and every parameter gradient ("grad.<name>").
 //   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
 // keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none|alibi)
-// rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint
+// rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint qk_norm
+// moe_experts moe_top_k moe_interval moe_ffn moe_router(sinkhorn|topk) moe_jitter training (the model's flag);
+// with moe_jitter the noise factors of each MoE layer l are written as "moe_jitter.l" (B*T, C).
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
 // precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
 // value_head z_loss (a reward model: the value head and its pairwise loss, below);
@@ -15,10 +17,12 @@
 #include "core.h"
 #include "kernels/kernels.h"
 #include "model.h"
+#include "model/model_internal.h"  // a MoE layer's jittered router input, for the oracle's noise
 #include "safetensors.h"
 #include "train.h"
 
 static neox_precision precision = NEOX_PRECISION_FP32;
+static int training;  // the model's training flag (MoE: Sinkhorn routing)
 static double dpo_beta = 0.0, z_loss = 0.0;
 static neox_kto_weights kto = {0.0, 1.0, 1.0};
 
@@ -60,6 +64,14 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("attn_out_bias")) d->attn_out_unbiased = !atoi(v);
     else if (KEY("tied")) d->tied = atoi(v);
     else if (KEY("window")) d->attn_window = atoi(v);
+    else if (KEY("qk_norm")) d->qk_norm = atoi(v);
+    else if (KEY("moe_experts")) d->moe_experts = atoi(v);
+    else if (KEY("moe_top_k")) d->moe_top_k = atoi(v);
+    else if (KEY("moe_interval")) d->moe_interval = atoi(v);
+    else if (KEY("moe_ffn")) d->moe_ffn_size = atoi(v);
+    else if (KEY("moe_jitter")) d->moe_jitter_eps = strtof(v, NULL);
+    else if (KEY("moe_router")) d->moe_router = strcmp(v, "topk") == 0 ? NEOX_MOE_TOPK : NEOX_MOE_SINKHORN;
+    else if (KEY("training")) training = atoi(v);
     else if (KEY("checkpoint")) d->checkpoint_activations = atoi(v);
     else if (KEY("adam_steps")) *adam_steps = atoi(v);
     else if (KEY("lr")) *lr = strtof(v, NULL);
@@ -104,6 +116,7 @@ int main(int argc, char **argv) {
     neox_model *m = neox_model_create(&d, &err);
     if (!m) neox_die_error(&err);
     neox_model_set_precision(m, precision);
+    m->training = training;
     neox_safetensors *w = neox_safetensors_open(argv[1], &err), *in = w ? neox_safetensors_open(argv[2], &err) : NULL;
     if (!w || !in) neox_die_error(&err);
     for (int i = 0; i < w->count; i++)
@@ -167,7 +180,7 @@ int main(int argc, char **argv) {
     }
 
     // Outputs: logits and loss of the forward, then the gradients of one backward.
-    int n = 0, cap = m->nparams + 4;
+    int n = 0, cap = m->nparams + 4 + d.num_layers;
     neox_st_entry *e = neox_calloc(cap, sizeof *e);
     int cols = d.value_head ? 1 : d.vocab_size;
     size_t nlogits = (size_t)B * T * cols;
@@ -178,6 +191,20 @@ int main(int argc, char **argv) {
     e[n++] = (neox_st_entry){"loss", "F32", 1, {1}, &loss};
     if (kto.beta > 0) e[n++] = (neox_st_entry){"kto_metrics", "F32", 1, {NEOX_KTO_METRICS}, kto_metrics};
     neox_model_backward(m, 1.0f);
+    float *jitter = NULL;
+    char jitter_names[8][32];
+    if (d.moe_jitter_eps > 0 && training) {  // factor = jittered input / input (no recomputation here)
+        size_t NC = (size_t)B * T * d.hidden_size;
+        jitter = neox_malloc((size_t)d.num_layers * NC * sizeof(float));
+        const neox_acts *a = m->acts;
+        for (int l = 0; l < d.num_layers && l < 8; l++) {
+            const neox_layer_acts *la = &a->layers[l];
+            if (!la->moe.jx) continue;
+            for (size_t i = 0; i < NC; i++) jitter[l * NC + i] = la->moe.jx[i] / la->ln2[i];
+            snprintf(jitter_names[l], sizeof jitter_names[l], "moe_jitter.%d", l);
+            e[n++] = (neox_st_entry){jitter_names[l], "F32", 2, {(int64_t)B * T, d.hidden_size}, jitter + l * NC};
+        }
+    }
     char **names = neox_calloc(m->nparams, sizeof *names);
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
@@ -212,7 +239,7 @@ int main(int argc, char **argv) {
     }
     if (neox_safetensors_write(argv[3], e, n, NULL, &err) != 0) neox_die_error(&err);
     for (int i = 0; i < m->nparams; i++) free(names[i]);
-    free(names); free(e); free(logits); free(ids); free(targets); free(losses); free(mom); free(vel);
+    free(names); free(e); free(jitter); free(logits); free(ids); free(targets); free(losses); free(mom); free(vel);
     neox_safetensors_close(w);
     neox_safetensors_close(in);
     neox_model_free(m);

@@ -324,6 +324,66 @@ static void test_rmsnorm(int N, int C) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
+// use_qk_layernorm's norm of (B, H, T, HS) heads, G heads per group (rms: no mean); dinp in place.
+static void test_head_norm(int B, int H, int T, int HS, int G, int rms) {
+    size_t n = (size_t)B * H * T * HS, rows = (size_t)B * T * (H / G), WH = (size_t)H * HS;
+    pair inp = pair_uniform(n, -2.0f, 3.0f), w = pair_uniform(WH, 0.5f, 1.5f), b = pair_rand(WH);
+    pair out = pair_rand(n), mean = pair_rand(rows), rstd = pair_rand(rows);
+    cpu->head_norm_forward(out.h, rms ? NULL : mean.h, rstd.h, inp.h, w.h, rms ? NULL : b.h, B, H, T, HS, G, 1e-5f);
+    gpu->head_norm_forward(out.d, rms ? NULL : mean.d, rstd.d, inp.d, w.d, rms ? NULL : b.d, B, H, T, HS, G, 1e-5f);
+    checkf(1e-5, 1e-5, &out, "head_norm_forward B=%d H=%d T=%d HS=%d G=%d rms=%d", B, H, T, HS, G, rms);
+    checkf(0, 1e-6, &rstd, "head_norm_forward rstd G=%d rms=%d", G, rms);
+    pair m = pair_from(mean.h, rows), r = pair_from(rstd.h, rows), d = pair_rand(n), dw = pair_rand(WH), db = pair_rand(WH);
+    cpu->head_norm_backward(d.h, dw.h, rms ? NULL : db.h, d.h, inp.h, w.h, rms ? NULL : m.h, r.h, B, H, T, HS, G);
+    gpu->head_norm_backward(d.d, dw.d, rms ? NULL : db.d, d.d, inp.d, w.d, rms ? NULL : m.d, r.d, B, H, T, HS, G);
+    checkf(1e-5, 1e-5, &d, "head_norm_backward dinp G=%d rms=%d", G, rms);
+    checkf(1e-4, 1e-5, &dw, "head_norm_backward dweight G=%d rms=%d", G, rms);
+    if (!rms) checkf(1e-4, 1e-5, &db, "head_norm_backward dbias G=%d", G);
+    pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &m, &r, &d, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// ---- Mixture of Experts ---------------------------------------------------------------------------------
+
+// N tokens, K slots each, rows in a shuffled order; the router's jitter on n values (in place too).
+static void test_moe(int N, int K, int C) {
+    int NK = N * K, *slot = xmalloc((size_t)NK * sizeof(int)), *perm = xmalloc((size_t)NK * sizeof(int));
+    for (int j = 0; j < NK; j++) slot[j] = j;
+    for (int j = NK - 1; j > 0; j--) {  // a fixed permutation
+        int i = (int)((unsigned)(j * 2654435761u) % (unsigned)(j + 1)), t = slot[i];
+        slot[i] = slot[j];
+        slot[j] = t;
+    }
+    for (int s = 0; s < NK; s++) perm[slot[s]] = s / K;
+    ipair sl = ipair_from(slot, NK), pm = ipair_from(perm, NK);
+    pair inp = pair_rand((size_t)N * C), rows = pair_rand((size_t)NK * C), w = pair_uniform(NK, 0.0f, 1.0f);
+    pair g = pair_rand((size_t)NK * C), out = pair_rand((size_t)N * C), dout = pair_rand((size_t)N * C);
+    pair drows = pair_rand((size_t)NK * C), dw = pair_rand(NK);
+    cpu->gather_rows(g.h, inp.h, pm.h, NK, C);
+    gpu->gather_rows(g.d, inp.d, pm.d, NK, C);
+    checkf(0, 0, &g, "gather_rows N=%d K=%d C=%d", N, K, C);
+    cpu->moe_combine(out.h, rows.h, sl.h, w.h, N, K, C);
+    gpu->moe_combine(out.d, rows.d, sl.d, w.d, N, K, C);
+    checkf(1e-6, 1e-6, &out, "moe_combine N=%d K=%d C=%d", N, K, C);
+    cpu->moe_combine_backward(drows.h, dw.h, dout.h, rows.h, sl.h, w.h, N, K, C);
+    gpu->moe_combine_backward(drows.d, dw.d, dout.d, rows.d, sl.d, w.d, N, K, C);
+    checkf(0, 0, &drows, "moe_combine_backward drows N=%d K=%d C=%d", N, K, C);
+    checkf(1e-5, 1e-5, &dw, "moe_combine_backward dweight N=%d K=%d C=%d", N, K, C);
+    pair j = pair_rand((size_t)N * C);
+    cpu->jitter(j.h, inp.h, (size_t)N * C, 0.1f, 77);
+    gpu->jitter(j.d, inp.d, (size_t)N * C, 0.1f, 77);
+    checkf(0, 0, &j, "jitter n=%d", N * C);
+    cpu->jitter(j.h, j.h, (size_t)N * C, 0.3f, 78);
+    gpu->jitter(j.d, j.d, (size_t)N * C, 0.3f, 78);
+    checkf(0, 0, &j, "jitter in place n=%d", N * C);
+    pair *all[] = {&inp, &rows, &w, &g, &out, &dout, &drows, &dw, &j};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    ipair_free(&sl);
+    ipair_free(&pm);
+    free(slot);
+    free(perm);
+}
+
 // ---- attention ----------------------------------------------------------------------------------------
 
 static void test_qkv(int B, int T, int NH, int NKV, int HS, int interleaved) {
@@ -730,6 +790,10 @@ int main(int argc, char **argv) {
     test_layernorm(300, 64, 1);
     test_rmsnorm(37, 200);
     test_rmsnorm(3, 4097);
+    test_head_norm(2, 4, 37, 16, 4, 0);
+    test_head_norm(3, 6, 20, 64, 1, 1);
+    test_moe(37, 2, 96);
+    test_moe(300, 1, 768);
     test_qkv(2, 11, 4, 4, 24, 1);
     test_qkv(2, 11, 6, 2, 24, 0);
     test_rotary(2, 3, 45, 24, 16);

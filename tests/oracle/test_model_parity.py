@@ -181,31 +181,25 @@ def masked_loss(logits, targets, mask):
     return (losses * mask.reshape(-1)).sum() / mask.sum()
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_forward_backward_parity(case, tmp_path):
-    kind, kwargs, extra = CASES[case]
-    model, cfg = make_model(kind, kwargs)
-    restate_activation(model, case)
-    ids, targets, mask = batch()
-    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask)
+def check_parity(out, model, ids, targets, mask, unlike=None, change="the feature changed nothing"):
+    """The driver's logits, loss and every parameter gradient against the torch model's forward and
+    backward on the same batch (a parameter torch leaves without a gradient, an idle expert's, must
+    have a zero one); with unlike, the logits must also differ from those by more than 1e-2."""
     logits = model(input_ids=ids).logits
     loss = masked_loss(logits, targets, mask)
     loss.backward()
     close(out["logits"], logits.detach(), "logits")
+    if unlike is not None:
+        assert (out["logits"] - unlike).abs().max().item() > 1e-2, change
     close(out["loss"], loss.detach().reshape(1), "loss")
     names = [n for n, _ in model.named_parameters()]
     assert sorted(k[5:] for k in out if k.startswith("grad.")) == sorted(names)
     for name, p in model.named_parameters():
-        close(out["grad." + name], p.grad, "gradient of " + name)
+        close(out["grad." + name], p.grad if p.grad is not None else torch.zeros_like(p), "gradient of " + name)
 
 
-@pytest.mark.parametrize("case", ["neox-sequential-rotary25-gelu-untied", "llama-gqa-swiglu-rmsnorm-untied"])
-def test_adamw_losses(case, tmp_path):
-    kind, kwargs, extra = CASES[case]
-    model, cfg = make_model(kind, kwargs)
-    ids, targets, mask = batch()
-    steps, lr = 10, 1e-3
-    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=[f"adam_steps={steps}", f"lr={lr}"])
+def torch_adamw_losses(model, ids, targets, mask, steps, lr):
+    """The losses of `steps` torch.optim.AdamW steps on one batch, no decay on biases and norms."""
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "norm" in n]
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "norm" in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -217,9 +211,33 @@ def test_adamw_losses(case, tmp_path):
         loss.backward()
         ref.append(loss.item())
         opt.step()
-    ours = out["losses"].tolist()
+    return ref
+
+
+def check_losses(ours, ref):
+    assert len(ours) == len(ref)
     for s, (a, b) in enumerate(zip(ours, ref)):
         assert abs(a - b) <= 1e-5 * abs(b), f"step {s + 1}: loss {a:.8g} vs torch {b:.8g}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_forward_backward_parity(case, tmp_path):
+    kind, kwargs, extra = CASES[case]
+    model, cfg = make_model(kind, kwargs)
+    restate_activation(model, case)
+    ids, targets, mask = batch()
+    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask)
+    check_parity(out, model, ids, targets, mask)
+
+
+@pytest.mark.parametrize("case", ["neox-sequential-rotary25-gelu-untied", "llama-gqa-swiglu-rmsnorm-untied"])
+def test_adamw_losses(case, tmp_path):
+    kind, kwargs, extra = CASES[case]
+    model, cfg = make_model(kind, kwargs)
+    ids, targets, mask = batch()
+    steps, lr = 10, 1e-3
+    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=[f"adam_steps={steps}", f"lr={lr}"])
+    check_losses(out["losses"].tolist(), torch_adamw_losses(model, ids, targets, mask, steps, lr))
 
 
 # ---- 16-bit linear layers -----------------------------------------------------------------------
@@ -441,11 +459,83 @@ def test_alibi_parity(heads, hidden, tmp_path, monkeypatch):
     out = run_driver(tmp_path, model, cfg, "neox", {}, ids, targets, mask, more=["pos=alibi"])
     unbiased = model(input_ids=ids).logits.detach()
     monkeypatch.setattr(neox, "eager_attention_forward", alibi_eager_attention(heads))
-    logits = model(input_ids=ids).logits
-    loss = masked_loss(logits, targets, mask)
-    loss.backward()
-    close(out["logits"], logits.detach(), "logits")
-    assert (out["logits"] - unbiased).abs().max().item() > 1e-2, "the bias changed nothing"
-    close(out["loss"], loss.detach().reshape(1), "loss")
-    for name, p in model.named_parameters():
-        close(out["grad." + name], p.grad, "gradient of " + name)
+    check_parity(out, model, ids, targets, mask, unlike=unbiased, change="the bias changed nothing")
+
+
+# ---- use_qk_layernorm ------------------------------------------------------------------------------
+# GPT-NeoX's ParallelSelfAttention (megatron/model/transformer.py) restated: one norm module of shape
+# [heads, head_size] applied to the queries and then to the keys, before rotary. With norm: layernorm
+# it is torch's LayerNorm([heads, head_size]), which normalises each token's heads together; with
+# rmsnorm it is megatron/model/norms.py's RMSNorm, whose mean is over the last dim only (per head) and
+# whose scale is (heads, head_size). Hooked into the Hugging Face models at apply_rotary_pos_emb.
+class NeoxRMSNorm(torch.nn.Module):
+    def __init__(self, shape, eps):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(torch.ones(shape)), eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def add_qk_norm(model, kind, cfg, monkeypatch):
+    module = transformers.models.gpt_neox.modeling_gpt_neox if kind == "neox" else \
+        transformers.models.llama.modeling_llama
+    heads, hs = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
+    current = []
+    layers = model.gpt_neox.layers if kind == "neox" else model.model.layers
+    torch.manual_seed(77)
+    for layer in layers:
+        attn = layer.attention if kind == "neox" else layer.self_attn
+        if kind == "neox":
+            attn.qk_layernorm = torch.nn.LayerNorm([heads, hs], eps=cfg.layer_norm_eps)
+        else:
+            attn.qk_layernorm = NeoxRMSNorm((heads, hs), cfg.rms_norm_eps)
+        with torch.no_grad():
+            for name, p in attn.qk_layernorm.named_parameters():
+                p.copy_((1 if name == "weight" else 0) + 0.2 * torch.randn_like(p))
+        forward = attn.forward
+
+        def hooked(*args, attn=attn, forward=forward, **kwargs):
+            current.append(attn.qk_layernorm)
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                current.pop()
+        attn.forward = hooked
+    rotate = module.apply_rotary_pos_emb
+
+    def normed_rotary(q, k, cos, sin, *args, **kwargs):  # q, k: (B, heads, T, hs) -> GPT-NeoX's [T, B, heads, hs]
+        norm = current[-1]
+        q, k = (norm(x.transpose(1, 2)).transpose(1, 2) for x in (q, k))
+        return rotate(q, k, cos, sin, *args, **kwargs)
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", normed_rotary)
+
+
+QK_CASES = {
+    "neox-layernorm-sequential": ("neox", dict(use_parallel_residual=False, rotary_pct=0.25, hidden_act="gelu",
+                                                tie_word_embeddings=False), {}),
+    "neox-layernorm-parallel-checkpointed": ("neox", dict(use_parallel_residual=True, rotary_pct=1.0,
+                                                           hidden_act="gelu", tie_word_embeddings=True),
+                                             {"checkpoint": 1}),
+    "llama-rmsnorm-swiglu": ("llama", dict(num_key_value_heads=4, tie_word_embeddings=False), {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(QK_CASES))
+def test_qk_layernorm_parity(case, tmp_path, monkeypatch):
+    kind, kwargs, extra = QK_CASES[case]
+    model, cfg = make_model(kind, kwargs)
+    ids, targets, mask = batch()
+    plain = model(input_ids=ids).logits.detach()
+    add_qk_norm(model, kind, cfg, monkeypatch)
+    assert any("qk_layernorm" in n for n, _ in model.named_parameters())
+    out = run_driver(tmp_path, model, cfg, kind, {**extra, "qk_norm": 1}, ids, targets, mask)
+    check_parity(out, model, ids, targets, mask, unlike=plain, change="the norm changed nothing")
+
+
+def test_qk_layernorm_refuses_gqa(tmp_path):
+    kind, kwargs, extra = CASES["llama-gqa-swiglu-rmsnorm-untied"]
+    model, cfg = make_model(kind, kwargs)
+    ids, targets, mask = batch()
+    with pytest.raises(AssertionError, match="use_qk_layernorm needs num_kv_heads = num_attention_heads"):
+        run_driver(tmp_path, model, cfg, kind, {**extra, "qk_norm": 1}, ids, targets, mask)

@@ -1,5 +1,6 @@
-"""train_lib.py: small helpers for tests/tools/train.sh (standard library only): Tiny Shakespeare as
-jsonl paragraphs, the unigram entropy of a token file, and comparisons of metrics.jsonl files."""
+"""train_lib.py: small helpers for tests/tools/train*.sh (standard library only): Tiny Shakespeare as
+jsonl paragraphs, the unigram entropy of a token file, a falling loss, and comparisons of
+metrics.jsonl files."""
 import array
 import json
 import math
@@ -65,12 +66,21 @@ def same(a, b, keys, upto=None):
     return not diff
 
 
+def falls(metrics, steps, drop):
+    """A run of `steps` logged training losses whose last is below its first by `drop` nats."""
+    losses = [train_losses(metrics)[k] for k in sorted(train_losses(metrics))]
+    print(f"{len(losses)} losses, {losses[0]:.4f} -> {losses[-1]:.4f}")
+    return len(losses) == steps and losses[-1] < losses[0] - drop
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "paragraphs":
         paragraphs(sys.argv[2], sys.argv[3])
     elif cmd == "learned":
         sys.exit(0 if learned(sys.argv[2], sys.argv[3], float(sys.argv[4])) else 1)
+    elif cmd == "falls":
+        sys.exit(0 if falls(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])) else 1)
     elif cmd == "same":
         upto = int(sys.argv[5]) if len(sys.argv) > 5 else None
         sys.exit(0 if same(sys.argv[2], sys.argv[3], sys.argv[4].split(","), upto) else 1)

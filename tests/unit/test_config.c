@@ -73,7 +73,8 @@ static void test_schema_table(void **state) {
     assert_non_null(neox_key_find("num-layers"));
     assert_null(neox_key_find("num_layer"));
     assert_int_equal(neox_key_find("deepspeed")->use, NEOX_KEY_IGNORED);
-    assert_int_equal(neox_key_find("moe_num_experts")->use, NEOX_KEY_UNSUPPORTED);
+    assert_int_equal(neox_key_find("moe_num_experts")->use, NEOX_KEY_USED);
+    assert_int_equal(neox_key_find("moe_lbl_in_fp32")->use, NEOX_KEY_IGNORED);
     assert_string_equal(neox_key_find("compute_backend")->group, "neox.c");
     // Keys GPT-NeoX's dataclasses declare that its stale key reference did not.
     assert_int_equal(neox_key_find("peak_theoretical_tflops")->use, NEOX_KEY_USED);
@@ -340,7 +341,6 @@ static void test_validation_and_refusals(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\nactivation: tanh\n", 1, "key 'activation': 'tanh' is not one of");
     expect_error("train_micro_batch_size_per_gpu: 1\nuse_mup: true\n", 1, "muP is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: reinforce\n", 1, "key 'train_impl': post-training method 'reinforce' is not supported by neox.c (supported: normal, dpo, kto, rm)");
-    expect_error("train_micro_batch_size_per_gpu: 1\nmoe_num_experts: 2\n", 1, "Mixture of Experts");
     expect_error("train_micro_batch_size_per_gpu: 1\nnum_kv_heads: 3\n", 1, "not divisible by num_kv_heads 3");
     expect_error("train_micro_batch_size_per_gpu: 1\nseq_length: 128\n", 1, "less than seq_length 128");
     expect_error("train_micro_batch_size_per_gpu: 1\nbatch_size: 4\n", 1, "derived from other keys");

@@ -1,0 +1,235 @@
+// moe.c: GPT-NeoX's dropless Mixture of Experts (megatron/model/moe.py, router.py, moe_mlp.py). A
+// router (a bias-free linear, hidden -> experts) scores every token; each token goes to top_k
+// experts, none is dropped, and the layer's output is the experts' outputs weighted by their
+// scores. The routing decisions are made on the host from the router's logits (N x E numbers):
+//   sinkhorn (training): experts by the Sinkhorn-balanced scores (GPT-NeoX's three iterations,
+//     tolerance 1e-4), weights the sigmoid (top_k 1) or softmax of the logits at those experts;
+//   sinkhorn (evaluation) and topk: the top_k of those scores (topk always uses softmax).
+// Weights are not renormalised (GPT-NeoX does not). The experts run as one GEMM each over their
+// rows; tokens move with gather_rows and moe_combine. GPT-NeoX has no load-balancing loss in this
+// MoE (docs/model.md, "Mixture of Experts").
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "model_internal.h"
+
+int neox_model_has_moe(const neox_model_desc *d) {
+    for (int l = d->layer_begin; l < d->layer_end; l++)
+        if (neox_model_moe_layer(d, l)) return 1;
+    return 0;
+}
+
+neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N) {
+    size_t NK = (size_t)N * d->moe_top_k, NE = (size_t)N * d->moe_experts;
+    neox_moe_route *r = neox_calloc(1, sizeof *r);
+    r->expert = neox_malloc(NK * sizeof(int));
+    r->slot = neox_malloc(NK * sizeof(int));
+    r->perm = neox_malloc(NK * sizeof(int));
+    r->count = neox_malloc((size_t)d->moe_experts * sizeof(int));
+    r->weight = neox_malloc(NK * sizeof(float));
+    r->dweight = neox_malloc(NK * sizeof(float));
+    r->scores = neox_malloc(NE * sizeof(float));
+    r->dlogits = neox_malloc(NE * sizeof(float));
+    r->balanced = neox_malloc(NE * sizeof(double));
+    return r;
+}
+
+void neox_moe_route_free(neox_moe_route *r) {
+    if (!r) return;
+    void *all[] = {r->expert, r->slot, r->perm, r->count, r->weight, r->dweight, r->scores, r->dlogits, r->balanced};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    free(r);
+}
+
+// GPT-NeoX's SinkhornRouter.sinkhorn on cost = exp(logits) (N, E): returns d1 * cost * d0 in bal.
+static void sinkhorn(double *bal, const float *logits, int N, int E) {
+    double *d0 = neox_malloc((size_t)N * sizeof *d0), *d1 = neox_malloc((size_t)E * sizeof *d1);
+    double *old = neox_malloc((size_t)E * sizeof *old), eps = 1e-8, tol = 1e-4;
+    for (size_t i = 0; i < (size_t)N * E; i++) bal[i] = exp((double)logits[i]);
+    for (int e = 0; e < E; e++) {
+        double s = 0.0;
+        for (int t = 0; t < N; t++) s += bal[(size_t)t * E + e];
+        old[e] = d1[e] = 1.0 / (E * s);
+    }
+    for (int it = 0; it < 3; it++) {
+        for (int t = 0; t < N; t++) {
+            double s = 0.0;
+            for (int e = 0; e < E; e++) s += d1[e] * bal[(size_t)t * E + e];
+            d0[t] = (1.0 / N) / (s + eps);
+        }
+        double err = 0.0;
+        for (int e = 0; e < E; e++) {
+            double s = 0.0;
+            for (int t = 0; t < N; t++) s += d0[t] * bal[(size_t)t * E + e];
+            d1[e] = (1.0 / E) / (s + eps);
+            err += fabs(old[e] - d1[e]) / E;
+            old[e] = d1[e];
+        }
+        if (err < tol) break;
+    }
+    for (int t = 0; t < N; t++)
+        for (int e = 0; e < E; e++) bal[(size_t)t * E + e] *= d1[e] * d0[t];
+    free(d0);
+    free(d1);
+    free(old);
+}
+
+// Scores from logits in place: sigmoid (Sinkhorn with top_k 1), else softmax over the experts.
+static void scores_of(float *s, int N, int E, int use_sigmoid) {
+    for (int t = 0; t < N; t++) {
+        float *row = s + (size_t)t * E;
+        if (use_sigmoid) {
+            for (int e = 0; e < E; e++) row[e] = (float)(1.0 / (1.0 + exp(-(double)row[e])));
+            continue;
+        }
+        double mx = row[0], sum = 0.0;
+        for (int e = 1; e < E; e++) mx = row[e] > mx ? row[e] : mx;
+        for (int e = 0; e < E; e++) sum += exp((double)row[e] - mx);
+        for (int e = 0; e < E; e++) row[e] = (float)(exp((double)row[e] - mx) / sum);
+    }
+}
+
+static int sigmoid_scores(const neox_model_desc *d) { return d->moe_router == NEOX_MOE_SINKHORN && d->moe_top_k == 1; }
+
+// r->scores holds the logits on entry. Picks each token's experts (largest key first, the lower
+// expert on ties), their weights, and the expert-ordered rows.
+static void route(neox_moe_route *r, const neox_model_desc *d, int N, int training) {
+    int E = d->moe_experts, K = d->moe_top_k;
+    int balance = d->moe_router == NEOX_MOE_SINKHORN && training;
+    if (balance) sinkhorn(r->balanced, r->scores, N, E);
+    scores_of(r->scores, N, E, sigmoid_scores(d));
+    memset(r->count, 0, (size_t)E * sizeof(int));
+    for (int t = 0; t < N; t++) {
+        const float *s = r->scores + (size_t)t * E;
+        const double *b = r->balanced + (size_t)t * E;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= r->expert[t * K + j] == e;
+                if (taken) continue;
+                if (best < 0 || (balance ? b[e] > b[best] : s[e] > s[best])) best = e;
+            }
+            r->expert[t * K + k] = best;
+            r->weight[t * K + k] = s[best];
+            r->count[best]++;
+        }
+    }
+    int *next = neox_malloc((size_t)E * sizeof(int));
+    for (int e = 0, at = 0; e < E; e++) next[e] = at, at += r->count[e];
+    for (int t = 0; t < N; t++)
+        for (int k = 0; k < K; k++) {
+            int j = next[r->expert[t * K + k]]++;
+            r->slot[t * K + k] = j;
+            r->perm[j] = t;
+        }
+    free(next);
+}
+
+static float *w1_of(const float *experts, const neox_model_desc *d, int e) {
+    return (float *)experts + (size_t)e * 2 * d->moe_ffn_size * d->hidden_size;
+}
+
+// out (N, OC) = inp (N, IC) @ w^T in the model's precision, or in fp32.
+static void linear(neox_model *m, int fp32, float *out, const float *inp, const float *w, int N, int IC, int OC) {
+    if (fp32) m->be->linear_forward(out, OC, inp, w, NULL, N, IC, OC);
+    else neox_model_linear_forward(m, out, inp, w, NULL, N, IC, OC);
+}
+
+// The router's input: inp, or (topk router in training with moe_jitter_eps) inp times GPT-NeoX's
+// uniform noise, drawn from the layer's stream (a MoE layer has no MLP-output dropout to use it).
+static const float *router_input(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, int N, int training) {
+    const neox_model_desc *d = &m->desc;
+    if (!training || !b->jx) return inp;
+    m->be->jitter(b->jx, inp, (size_t)N * d->hidden_size, d->moe_jitter_eps,
+                  neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT));
+    return b->jx;
+}
+
+void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, float *out, int N,
+                            int training, int fp32) {
+    const neox_model_desc *d = &m->desc;
+    const neox_backend *be = m->be;
+    const neox_layer_params *p = &m->w.layers[l];
+    neox_moe_route *r = b->route;
+    int C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
+    linear(m, fp32, b->logits, router_input(m, l, b, inp, N, training), p->router_w, N, C, E);
+    be->to_host(r->scores, b->logits, (size_t)N * E * sizeof(float));
+    route(r, d, N, training);
+    be->to_device(b->perm, r->perm, (size_t)NK * sizeof(int));
+    be->to_device(b->slot, r->slot, (size_t)NK * sizeof(int));
+    be->to_device(b->weight, r->weight, (size_t)NK * sizeof(float));
+    be->gather_rows(b->x, inp, b->perm, NK, C);
+    for (int e = 0, at = 0; e < E; at += r->count[e++])
+        if (r->count[e]) linear(m, fp32, b->h + (size_t)at * Fe, b->x + (size_t)at * C, w1_of(p->experts_w, d, e), r->count[e], C, Fe);
+    be->activation_forward(b->act, b->h, (size_t)NK * Fe, neox_activation_function(d->activation));
+    for (int e = 0, at = 0; e < E; at += r->count[e++])
+        if (r->count[e])
+            linear(m, fp32, b->y + (size_t)at * C, b->act + (size_t)at * Fe, w1_of(p->experts_w, d, e) + (size_t)Fe * C,
+                   r->count[e], Fe, C);
+    be->moe_combine(out, b->y, b->slot, b->weight, N, K, C);
+}
+
+// d(loss)/d(logits) from d(loss)/d(weights): through the sigmoid, or the softmax over all experts.
+static void router_logit_grads(neox_moe_route *r, const neox_model_desc *d, int N) {
+    int E = d->moe_experts, K = d->moe_top_k;
+    memset(r->dlogits, 0, (size_t)N * E * sizeof(float));
+    for (int t = 0; t < N; t++) {
+        const float *s = r->scores + (size_t)t * E;
+        float *g = r->dlogits + (size_t)t * E;
+        if (sigmoid_scores(d)) {
+            for (int k = 0; k < K; k++) {
+                int e = r->expert[t * K + k];
+                g[e] += r->dweight[t * K + k] * s[e] * (1.0f - s[e]);
+            }
+            continue;
+        }
+        double dot = 0.0;  // sum_j p_j dp_j, dp nonzero at the chosen experts
+        for (int k = 0; k < K; k++) dot += (double)s[r->expert[t * K + k]] * r->dweight[t * K + k];
+        for (int e = 0; e < E; e++) g[e] = (float)(-(double)s[e] * dot);
+        for (int k = 0; k < K; k++) {
+            int e = r->expert[t * K + k];
+            g[e] += s[e] * r->dweight[t * K + k];
+        }
+    }
+}
+
+void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, const float *dy,
+                             float *dln2, float *scratch) {
+    const neox_model_desc *d = &m->desc;
+    const neox_backend *be = m->be;
+    const neox_layer_params *p = &m->w.layers[l];
+    neox_layer_params *g = &m->g.layers[l];
+    neox_acts *a = m->acts;
+    neox_moe_route *r = b->route;
+    int N = m->B * m->T, C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
+    be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C);
+    for (int e = 0, at = 0; e < E; at += r->count[e++]) {
+        if (!r->count[e]) continue;
+        const float *w2 = w1_of(p->experts_w, d, e) + (size_t)Fe * C;
+        float *dw2 = w1_of(g->experts_w, d, e) + (size_t)Fe * C;
+        const float *dye = a->moe_dy + (size_t)at * C;
+        neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, r->count[e], Fe, C);
+        neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, r->count[e], Fe, C);
+    }
+    be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)NK * Fe, neox_activation_function(d->activation));
+    for (int e = 0, at = 0; e < E; at += r->count[e++]) {
+        if (!r->count[e]) continue;
+        const float *dh = a->moe_dh + (size_t)at * Fe;
+        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, b->x + (size_t)at * C,
+                                           r->count[e], C, Fe);
+        neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), r->count[e], C, Fe);
+    }
+    be->moe_combine(dln2, a->moe_dx, b->slot, NULL, N, K, C);
+    be->to_host(r->dweight, a->moe_dweight, (size_t)NK * sizeof(float));
+    router_logit_grads(r, d, N);
+    be->to_device(a->moe_dlogits, r->dlogits, (size_t)N * E * sizeof(float));
+    int jittered = m->training && b->jx;
+    neox_model_linear_backward_weights(m, g->router_w, NULL, a->moe_dlogits, jittered ? b->jx : inp, N, C, E);
+    neox_model_linear_backward_input(m, scratch, a->moe_dlogits, p->router_w, N, C, E);
+    if (jittered)  // d(x * noise)/dx = noise
+        be->jitter(scratch, scratch, (size_t)N * C, d->moe_jitter_eps, neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT));
+    be->add_inplace(dln2, scratch, (size_t)N * C);
+}

@@ -1,0 +1,60 @@
+# tests/mpi/moe.sh: Mixture of Experts under data, tensor and pipeline parallelism, experts
+# replicated on every data- and tensor-parallel rank. The same model (Sinkhorn router, top 2 of 4
+# experts, every layer; a topk router on every second layer) and global batch train 12 steps on one
+# rank (4 micro-batches accumulated), at dp2, dp2 with ZeRO-1, dp4, tp2, pp2 and tp2 + dp2 (the same
+# micro-batches, so the same routing: Sinkhorn balances over one micro-batch); losses and
+# evaluations must follow one rank within 1e-5 relative. The dp2 checkpoint resumes on one rank.
+source tests/lib.sh
+
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=$NEOX_BIN/neox-train
+T=$TEST_TMP
+PY=.venv/bin/python
+command -v "$MPIEXEC" >/dev/null || { skip "MoE data parallel" "$MPIEXEC is not installed"; exit 0; }
+[ -x "$PY" ] || { skip "MoE data parallel" ".venv is missing (make deps)"; exit 0; }
+
+python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
+check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
+    --tokenizer-type CharLevelTokenizer --append-eod
+
+config() {  # config NAME ACCUM ROUTER INTERVAL EXTRA
+    mkdir -p "$T/$1"
+    cat >"$T/$1.yml" <<EOF
+{
+  "num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
+  "pos_emb": "rotary", "no_weight_tying": true, "intermediate_size": 48, "make_vocab_size_divisible_by": 64,
+  "moe_num_experts": 4, "moe_top_k": 2, "moe_router_type": "$3", "moe_expert_interval": $4,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.003}}, "lr_decay_style": "cosine", "warmup": 0.1,
+  "clip_grad": 1.0, "weight_decay": 0.01,
+  "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": $2,
+  "train_iters": 12, "eval_interval": 6, "eval_iters": 2, "log_interval": 1,
+  "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer",
+  "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": 6 $5
+}
+EOF
+}
+
+for spec in "sinkhorn 1" "topk 2"; do
+    set -- $spec
+    router=$1 interval=$2
+    config "${router}1" 4 "$router" "$interval" ""
+    check "$router router (interval $interval): one rank, 4 micro-batches of 2" "$TRAIN" -q "$T/${router}1.yml"
+    for layout in "dp2 2 2" "dp2zero1 2 2" "dp4 4 1" "tp2 2 4" "pp2 2 4" "tp2dp2 4 2"; do
+        set -- $layout
+        case $1 in
+        dp2zero1) extra=', "zero_optimization": {"stage": 1}' ;;
+        tp2|tp2dp2) extra=', "model_parallel_size": 2' ;;
+        pp2) extra=', "pipe_parallel_size": 2' ;;
+        *) extra="" ;;
+        esac
+        config "$router-$1" "$3" "$router" "$interval" "$extra"
+        check "$router router: $1 on $2 ranks" "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$router-$1.yml"
+        check "$router router: $1 follows one rank (losses, evaluations within 1e-5)" \
+            "$PY" tests/mpi/layouts_check.py same_losses "$T/${router}1" "$T/$router-$1"
+    done
+done
+
+echo "{\"load\": \"$T/sinkhorn-dp2/ckpt\", \"train_iters\": 13, \"override_lr_scheduler\": true, \"log_dir\": \"$T/resumed\"}" >"$T/resume.yml"
+sed 's/"train_iters": 12, //; s/"log_dir": "[^"]*", "save": "[^"]*", //' "$T/sinkhorn1.yml" >"$T/one-noiters.yml"
+check "one rank resumes the dp2 MoE checkpoint" bash -c \
+    "$TRAIN -q '$T/one-noiters.yml' '$T/resume.yml' && grep -q '\"iteration\":13,' '$T/resumed/metrics.jsonl'"
