@@ -163,6 +163,12 @@ int main(int argc, char **argv) {
     r.ids = be->alloc((size_t)N * sizeof(int));
     be->to_device(r.ids, ids, (size_t)N * sizeof(int));
     report("embedding backward", time_op(run_emb_bwd, &r), 3 * nc, "GB/s", copy);
+    // The worst case of per-id chains: every token the same id (the spans make it as fast as above).
+    for (int i = 0; i < N; i++) ids[i] = 50256;
+    be->to_device(r.ids, ids, (size_t)N * sizeof(int));
+    report("embedding backward 1 id", time_op(run_emb_bwd, &r), 3 * nc, "GB/s", copy);
+    for (int i = 0; i < N; i++) ids[i] = (int)(neox_uniform(3, i) * V);
+    be->to_device(r.ids, ids, (size_t)N * sizeof(int));
     row_ctx ce = r;
     ce.N = N < 4096 ? N : 4096;
     ce.logits = dev_floats((size_t)ce.N * V, 8);

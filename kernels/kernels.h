@@ -91,6 +91,14 @@ void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float
 // and contributes a zero row.
 void neox_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C);
 // dwte, dwpe (or NULL) are added to. dout: (B, T, C). Ids < 0 add nothing to dwte.
+// The order of dwte's sums is part of the contract, so that every backend gives the same bits:
+// the tokens are stably sorted by id (ids < 0 last), the sorted sequence is cut into spans of
+// NEOX_EMBEDDING_SPAN tokens, and each id's row receives its tokens in token order, except that
+// the tokens of a later span are first summed from zero and that sum is added to the row. An id
+// whose tokens lie in one span is therefore summed exactly as row += d0, row += d1, ...; cutting
+// long runs (one token repeated) lets a GPU sum every span at once, in the same time whatever the
+// ids are. dwpe[t] receives the batch's rows b = 0, 1, ... in order.
+#define NEOX_EMBEDDING_SPAN 256
 void neox_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C);
 
 // ---- normalisation ----------------------------------------------------------------------------

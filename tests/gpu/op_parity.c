@@ -264,10 +264,11 @@ static void test_casts(void) {
 
 // ---- embeddings -------------------------------------------------------------------------------------
 
+// V = 1: every token the same id (runs across every span of the sorted sequence); else ids drawn
+// from [-1, V): repeats and some -1 (rows held by another tensor-parallel rank).
 static void test_embedding(int B, int T, int C, int V, int with_wpe) {
     int n = B * T, *ids = xmalloc((size_t)n * sizeof(int));
-    // Repeated ids (a small range) and some -1 (rows held by another tensor-parallel rank).
-    for (int i = 0; i < n; i++) ids[i] = (int)(neox_uniform(99, draw++) * (V + 1)) - 1;
+    for (int i = 0; i < n; i++) ids[i] = V == 1 ? 0 : (int)(neox_uniform(99, draw++) * (V + 1)) - 1;
     ipair id = ipair_from(ids, n);
     pair wte = pair_rand((size_t)V * C), wpe = pair_rand((size_t)T * C), out = pair_rand((size_t)n * C);
     cpu->embedding_forward(out.h, id.h, wte.h, with_wpe ? wpe.h : NULL, B, T, C);
@@ -724,6 +725,9 @@ int main(int argc, char **argv) {
     test_casts();
     test_embedding(2, 19, 37, 7, 1);
     test_embedding(3, 300, 64, 1000, 0);
+    test_embedding(2, 1000, 96, 1, 1);      // one id: 2000 tokens in 8 spans, the last partial
+    test_embedding(2, 777, 130, 5, 0);      // runs crossing span ends, channels past a 128 block
+    test_embedding(4, 2048, 768, 50304, 1); // a training batch
     test_layernorm(37, 200, 1);
     test_layernorm(5, 1001, 0);
     test_layernorm(300, 64, 1);

@@ -115,6 +115,70 @@ static void test_embedding(void **state) {
     free(c.wte); free(c.wpe); free(c.out); free(c.R); free(dwte); free(dwpe);
 }
 
+// The order of dwte's sums (kernels.h): restated here without sorting. A token's place in the sorted
+// sequence is the number of tokens with a smaller id (as unsigned) plus the earlier ones with its id;
+// its span is that place / NEOX_EMBEDDING_SPAN. Walking the tokens in order, a token in the span of its
+// id's first token adds onto the row; a later span's tokens add into a piece that joins the row when
+// the span changes or the tokens end.
+static void emb_order_reference(float *dwte, const float *dout, const int *ids, int n, int C) {
+    float *piece = zeros((size_t)C);
+    for (int i = 0; i < n; i++) {  // each id once, from its first token
+        int first = ids[i] >= 0, span0 = -1, piece_span = -1;
+        for (int j = 0; j < i && first; j++) first = ids[j] != ids[i];
+        if (!first) continue;
+        float *row = dwte + (size_t)ids[i] * C;
+        for (int j = i; j < n; j++) {
+            if (ids[j] != ids[i]) continue;
+            int place = 0;
+            for (int k = 0; k < n; k++) place += (unsigned)ids[k] < (unsigned)ids[i] || (ids[k] == ids[i] && k < j);
+            int span = place / NEOX_EMBEDDING_SPAN;
+            if (span0 < 0) span0 = span;
+            const float *d = dout + (size_t)j * C;
+            if (span == span0) {
+                for (int c = 0; c < C; c++) row[c] += d[c];
+                continue;
+            }
+            if (span != piece_span) {
+                for (int c = 0; piece_span >= 0 && c < C; c++) row[c] += piece[c];
+                memset(piece, 0, (size_t)C * sizeof *piece);
+                piece_span = span;
+            }
+            for (int c = 0; c < C; c++) piece[c] += d[c];
+        }
+        for (int c = 0; piece_span >= 0 && c < C; c++) row[c] += piece[c];
+    }
+    free(piece);
+}
+
+static void test_embedding_order(void **state) {
+    (void)state;
+    // Few tokens (every id inside one span: the plain token-order sum), one token repeated across
+    // several spans, and many ids with -1s (another rank's rows) whose runs straddle span ends.
+    enum { C = 67, V = 40 };
+    int sizes[] = {37, 3 * NEOX_EMBEDDING_SPAN + 17, 5 * NEOX_EMBEDDING_SPAN + 3};
+    for (int t = 0; t < 3; t++) {
+        int n = sizes[t], *ids = neox_malloc((size_t)n * sizeof *ids);
+        for (int i = 0; i < n; i++)
+            ids[i] = t == 1 ? 7 : (int)(neox_uniform(5, rng_counter++) * (V + 1)) - 1;
+        float *dout = randn((size_t)n * C, 1), *base = randn((size_t)V * C, 1);
+        float *got = neox_malloc((size_t)V * C * sizeof *got), *want = neox_malloc((size_t)V * C * sizeof *want);
+        memcpy(got, base, (size_t)V * C * sizeof *got);
+        memcpy(want, base, (size_t)V * C * sizeof *want);
+        neox_embedding_backward(got, NULL, dout, ids, 1, n, C);
+        emb_order_reference(want, dout, ids, n, C);
+        assert_memory_equal(got, want, (size_t)V * C * sizeof *got);
+        if (t == 1) {  // the spans matter: summing straight onto the row gives other bits
+            float *plain = neox_malloc((size_t)C * sizeof *plain);
+            memcpy(plain, base + 7 * C, (size_t)C * sizeof *plain);
+            for (int j = 0; j < n; j++)
+                for (int c = 0; c < C; c++) plain[c] += dout[(size_t)j * C + c];
+            assert_true(memcmp(plain, got + 7 * C, (size_t)C * sizeof *plain) != 0);
+            free(plain);
+        }
+        free(ids); free(dout); free(base); free(got); free(want);
+    }
+}
+
 // ---- norms --------------------------------------------------------------------------------------
 enum { NN = 5, NC = 9 };
 struct norm_ctx { float *inp, *w, *b, *out, *mean, *rstd, *R; int rms; };
@@ -618,6 +682,7 @@ static void test_onebit_adam(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),          cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_embedding_order),
         cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_qkv_split_merge), cmocka_unit_test(test_rotary),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_gqa),
