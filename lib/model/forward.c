@@ -63,7 +63,7 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         a->lnf = take(cur, N * C);
         a->lnf_mean = take(cur, N);
         a->lnf_rstd = take(cur, N);
-        a->logits = take(cur, N * (size_t)neox_model_head_cols(d));
+        a->logits = take(cur, (size_t)m->head_rows * neox_model_head_cols(d));
         a->ce_lse = take(cur, N);
         a->mask = take(cur, N);
         a->targets = (int *)take(cur, N);
@@ -154,11 +154,11 @@ void neox_model_plan_half(neox_model *m) {
     size_t V = neox_model_last_stage(&m->desc) ? (size_t)neox_model_head_cols(&m->desc) : 0;
     size_t in = z.C > z.NH * z.HS ? z.C : z.NH * z.HS, out = z.W > z.FC ? z.W : z.FC;
     in = in > z.F ? in : z.F;
-    out = out > z.C ? out : z.C;
-    out = out > V ? out : V;
+    out = (out > z.C ? out : z.C) * z.N;
+    out = out > (size_t)m->head_rows * V ? out : (size_t)m->head_rows * V;  // the head: one chunk's logits
     m->half_in = m->be->alloc(z.N * in * sizeof(uint16_t));
-    m->half_out = m->be->alloc(z.N * out * sizeof(uint16_t));
-    m->half_elems = z.N * (in + out);
+    m->half_out = m->be->alloc(out * sizeof(uint16_t));
+    m->half_elems = z.N * in + out;
 }
 
 void neox_model_free_plan(neox_model *m) {
@@ -173,6 +173,20 @@ void neox_model_free_plan(neox_model *m) {
     m->nslots = 0;
 }
 
+void neox_model_set_head_rows(neox_model *m, int rows) {
+    m->head_rows_asked = rows > 0 || rows == NEOX_MODEL_HEAD_AUTO ? rows : 0;
+}
+
+// The rows of logits the plan holds: all N, chunks of the asked size, or (automatically) as many as
+// NEOX_MODEL_HEAD_ELEMS allows. A value head's N values are always whole.
+static int head_rows(const neox_model *m) {
+    size_t N = (size_t)m->B * m->T, V = (size_t)neox_model_head_cols(&m->desc), rows = N;
+    if (m->head_rows_asked > 0) rows = (size_t)m->head_rows_asked;
+    else if (m->head_rows_asked == NEOX_MODEL_HEAD_AUTO && N * V > NEOX_MODEL_HEAD_ELEMS) rows = NEOX_MODEL_HEAD_ELEMS / V;
+    if (m->desc.value_head || rows > N) rows = N;
+    return rows ? (int)rows : 1;
+}
+
 int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *err) {
     const neox_model_desc *d = &m->desc;
     if (B <= 0 || T <= 0 || nslots <= 0)
@@ -182,6 +196,7 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     neox_model_free_plan(m);
     m->B = B;
     m->T = T;
+    m->head_rows = head_rows(m);
     m->nslots = nslots;
     neox_acts *slots = neox_calloc((size_t)nslots, sizeof *slots);
     int L = neox_model_shard(d).L;
@@ -342,19 +357,33 @@ static void embed(neox_model *m) {
         m->be->dropout(a->x, a->x, NC, d->hidden_dropout, neox_model_dropout_seed(m, -1, NEOX_SITE_ATTN_OUT), 0);
 }
 
+// The logits of rows [r0, r0 + rows) into a->logits: the output layer on the final norm's rows.
+void neox_model_head_logits(neox_model *m, int r0, int rows) {
+    neox_acts *a = m->acts;
+    int C = m->desc.hidden_size;
+    neox_model_linear_forward(m, a->logits, a->lnf + (size_t)r0 * C, m->w.lm_head, NULL, rows, C,
+                              neox_model_head_cols(&m->desc));
+}
+
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
-// logit from the rank that holds it; the logits are never gathered. The N-sized statistics come
-// to the host, where the loss is assembled, and the log-sum-exp and mask go back for backward.
+// logit from the rank that holds it; the logits are never gathered. Chunk by chunk of head_rows
+// rows when the plan holds fewer than N (the logits of a chunk are made here and dropped). The
+// N-sized statistics come to the host, where the loss is assembled, and the log-sum-exp and mask
+// go back for backward.
 static void cross_entropy(neox_model *m, const float *loss_mask) {
     const neox_backend *be = m->be;
     neox_acts *a = m->acts;
     host_stage *h = m->host_stage;
     neox_shard s = neox_model_shard(&m->desc);
     int N = m->B * m->T;
-    be->cross_entropy_row_max(a->ce_max, a->logits, N, s.V);
-    if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max, (size_t)N, NEOX_F32);
-    be->cross_entropy_row_sumexp(a->ce_stats, a->logits, a->ce_max, N, s.V);
-    be->cross_entropy_target_logit(a->ce_stats + N, a->logits, a->targets, N, s.V);
+    for (int r0 = 0; r0 < N; r0 += m->head_rows) {
+        int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
+        neox_model_head_logits(m, r0, rows);
+        be->cross_entropy_row_max(a->ce_max + r0, a->logits, rows, s.V);
+        if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max + r0, (size_t)rows, NEOX_F32);
+        be->cross_entropy_row_sumexp(a->ce_stats + r0, a->logits, a->ce_max + r0, rows, s.V);
+        be->cross_entropy_target_logit(a->ce_stats + N + r0, a->logits, a->targets + r0, rows, s.V);
+    }
     if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
     be->to_host(h->max, a->ce_max, (size_t)N * sizeof(float));
     be->to_host(h->stats, a->ce_stats, 2 * (size_t)N * sizeof(double));
@@ -408,8 +437,14 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     if (!last) return 0;
     const float *out = a->x + (size_t)s.L * N * C;
     norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
-    neox_model_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, neox_model_head_cols(d));
-    if (targets) cross_entropy(m, loss_mask);
+    if (targets) {
+        cross_entropy(m, loss_mask);
+        return 0;
+    }
+    if (m->head_rows < N)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "model: a forward without targets needs all %d rows of logits; the plan "
+                         "holds %d at a time", N, m->head_rows);
+    neox_model_head_logits(m, 0, N);
     return 0;
 }
 

@@ -44,7 +44,7 @@ typedef struct neox_acts {
     float *x;                          // (L + 1, N, C): the residual stream entering each local layer, then the last
     neox_layer_acts *layers;           // L entries (local layer index)
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;                     // (N, V) of this rank's vocabulary (value head: (N)); holds dlogits after backward
+    float *logits;                     // (head_rows, V) of this rank's vocabulary (value head: (N)); dlogits after backward
     float *ce_lse, *mask;              // (N)
     int *ids, *targets;                // (N) ids and targets within this rank's vocabulary, -1 elsewhere
     float mask_sum;
@@ -72,6 +72,8 @@ neox_act_fn neox_activation_function(neox_activation a);
 // One layer's forward (global layer index l) from x[l - l0] into x[l - l0 + 1] of the current
 // slot, saving into its layer activations.
 void neox_model_layer_forward(neox_model *m, int l);
+// The output layer's logits of rows [r0, r0 + rows) (rows <= head_rows) into the slot's logits buffer.
+void neox_model_head_logits(neox_model *m, int r0, int rows);
 // Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank).
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
 // Frees the activation plan.

@@ -131,6 +131,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     t->model = neox_model_create_on(&desc, t->be, err);
     if (!t->model) return -1;
     neox_model_set_precision(t->model, t->precision);
+    neox_model_set_head_rows(t->model, NEOX_MODEL_HEAD_AUTO);  // training needs the loss, not the logits
     t->model->tp = g->model_size > 1 ? &g->model : NULL;
     neox_model_init(t->model, t->state.seed);
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
