@@ -78,6 +78,11 @@ static void run_ln_bwd(void *p) {
     row_ctx *r = p;
     be->layernorm_backward(r->dx, r->dw, r->db, r->y, r->x, r->w, r->mean, r->rstd, r->N, r->C);
 }
+static void run_add_ln(void *p) {  // sum (dx) = x + y's second quarter, then the norm into y
+    row_ctx *r = p;
+    be->add_layernorm_forward(r->dx, r->y, r->mean, r->rstd, r->x, r->y + (size_t)r->N * r->C, r->w, r->b, r->N, r->C,
+                              1e-5f);
+}
 static void run_gelu(void *p) { row_ctx *r = p; be->activation_forward(r->y, r->x, (size_t)r->N * r->C, NEOX_FN_GELU_TANH); }
 static void run_ce_fwd(void *p) { row_ctx *r = p; be->cross_entropy_forward(r->losses, r->lse, r->logits, r->ids, r->N, r->V); }
 static void run_ce_bwd(void *p) {
@@ -155,6 +160,7 @@ int main(int argc, char **argv) {
     double nc = (double)N * C * sizeof(float);
     report("layernorm forward", time_op(run_ln_fwd, &r), 2 * nc, "GB/s", copy);
     report("layernorm backward", time_op(run_ln_bwd, &r), 5 * nc, "GB/s", copy);
+    report("add + layernorm forward", time_op(run_add_ln, &r), 4 * nc, "GB/s", copy);  // a, b in; sum, out
     row_ctx r4 = r;
     r4.C = 4 * C;
     report("gelu forward (N x 4C)", time_op(run_gelu, &r4), 2 * 4 * nc, "GB/s", copy);

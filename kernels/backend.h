@@ -41,6 +41,11 @@ extern "C" {
       float eps), (out, rstd, inp, weight, N, C, eps))                                                                 \
     X(void, rmsnorm_backward, (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,  \
       const float *rstd, int N, int C), (dinp, dweight, dout, inp, weight, rstd, N, C))                                \
+    X(void, add_layernorm_forward, (float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,  \
+      const float *weight, const float *bias, int N, int C, float eps), (sum, out, mean, rstd, a, b, weight, bias, N, \
+      C, eps))                                                                                                         \
+    X(void, add_rmsnorm_forward, (float *sum, float *out, float *rstd, const float *a, const float *b,                 \
+      const float *weight, int N, int C, float eps), (sum, out, rstd, a, b, weight, N, C, eps))                        \
     X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,         \
       int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
     X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \

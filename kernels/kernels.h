@@ -115,6 +115,14 @@ void neox_rmsnorm_forward(float *out, float *rstd, const float *inp, const float
 void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                            const float *rstd, int N, int C);
 
+// The residual add followed by the norm (a sequential residual's x + attention, then the MLP's
+// norm): sum = a + b (N, C; sum may alias a), then out, mean, rstd as the norm's forward of sum. The
+// same bits as neox_add then the norm; one pass over the rows on a GPU.
+void neox_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                const float *weight, const float *bias, int N, int C, float eps);
+void neox_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b, const float *weight,
+                              int N, int C, float eps);
+
 // ---- attention --------------------------------------------------------------------------------
 // Splits the output of the fused QKV projection into per-head q: (B, NH, T, HS), k, v: (B, NKV, T, HS).
 // qkv: (B, T, W) with W = (NH + 2*NKV) * HS, laid out either interleaved per head as GPT-NeoX and its

@@ -1,6 +1,6 @@
-// norm.cu: LayerNorm and RMSNorm forward and backward, one warp per row, statistics accumulated in
-// double as kernels/cpu/norm.c does (so wide rows lose nothing), with the CPU's expressions. The
-// weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
+// norm.cu: LayerNorm and RMSNorm forward and backward, and the residual add fused before the
+// forward; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
+// rows lose nothing), with the CPU's expressions. The weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
 
@@ -98,4 +98,92 @@ extern "C" void neox_cuda_rmsnorm_backward(float *dinp, float *dweight, const fl
         dinp, dout, inp, weight, NULL, rstd, N, C);
     CUDA_LAUNCHED();
     neox_cuda_column_sums(dweight, dout, C, inp, NULL, rstd, N, C);
+}
+
+// ---- the residual add fused before the norm --------------------------------------------------------
+
+__device__ __forceinline__ float4 add4(float4 x, float4 y) { return make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w); }
+
+// sum, out, a, b: (N, C) with C % 4 == 0 and 16-byte aligned rows; mean (LayerNorm only), rstd: (N).
+// One warp per row in 16-byte loads: the first pass writes sum = a + b and accumulates the row's sum
+// (LayerNorm) or sum of squares (RMSNorm) in double; the row is read back (from L1) for the variance
+// and the output, with the expressions of layernorm_forward_kernel and rmsnorm_forward_kernel.
+template <bool RMS>
+__global__ void add_norm_forward_kernel(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                        const float *weight, const float *bias, int N, int C, float eps) {
+    int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31, C4 = C / 4;
+    if (row >= N) return;
+    size_t off = (size_t)row * C;
+    const float4 *a4 = (const float4 *)(a + off), *b4 = (const float4 *)(b + off);
+    float4 *s4 = (float4 *)(sum + off), *o4 = (float4 *)(out + off);
+    const float4 *w4 = (const float4 *)weight, *bias4 = (const float4 *)bias;
+    double acc = 0.0;
+    for (int g = lane; g < C4; g += 32) {  // sum may alias a: each element is read before it is written
+        float4 z = add4(a4[g], b4[g]);
+        s4[g] = z;
+        if (RMS) acc += (double)z.x * z.x + (double)z.y * z.y + (double)z.z * z.z + (double)z.w * z.w;
+        else acc += (double)z.x + (double)z.y + (double)z.z + (double)z.w;
+    }
+    acc = warp_sum(acc);
+    float m = 0.0f, s;
+    if (RMS) {
+        s = (float)(1.0 / sqrt(acc / C + eps));
+    } else {
+        double mu = acc / C, sq = 0.0;
+        for (int g = lane; g < C4; g += 32) {
+            float4 z = s4[g];
+            double d0 = z.x - mu, d1 = z.y - mu, d2 = z.z - mu, d3 = z.w - mu;
+            sq += d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3;
+        }
+        sq = warp_sum(sq);
+        m = (float)mu, s = (float)(1.0 / sqrt(sq / C + eps));
+    }
+    for (int g = lane; g < C4; g += 32) {
+        float4 z = s4[g], w = w4[g], bb = !RMS && bias ? bias4[g] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), o;
+        if (RMS) o = make_float4(z.x * s * w.x, z.y * s * w.y, z.z * s * w.z, z.w * s * w.w);
+        else o = make_float4((z.x - m) * s * w.x + bb.x, (z.y - m) * s * w.y + bb.y, (z.z - m) * s * w.z + bb.z,
+                             (z.w - m) * s * w.w + bb.w);
+        o4[g] = o;
+    }
+    if (lane == 0) {
+        if (!RMS) mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// Whether every row of every tensor can be read in 16-byte pieces.
+static bool vec4_rows(int C, const void *const *ptrs, int n) {
+    if (C % 4) return false;
+    for (int i = 0; i < n; i++)
+        if (ptrs[i] && (uintptr_t)ptrs[i] % 16) return false;
+    return true;
+}
+
+extern "C" void neox_cuda_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
+                                                const float *b, const float *weight, const float *bias, int N, int C,
+                                                float eps) {
+    if (N <= 0) return;
+    const void *ptrs[] = {sum, out, a, b, weight, bias};
+    if (!vec4_rows(C, ptrs, 6)) {  // odd widths: the two ops in turn
+        neox_cuda_add(sum, a, b, (size_t)N * C);
+        neox_cuda_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps);
+        return;
+    }
+    add_norm_forward_kernel<false><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+        sum, out, mean, rstd, a, b, weight, bias, N, C, eps);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b,
+                                              const float *weight, int N, int C, float eps) {
+    if (N <= 0) return;
+    const void *ptrs[] = {sum, out, a, b, weight};
+    if (!vec4_rows(C, ptrs, 5)) {
+        neox_cuda_add(sum, a, b, (size_t)N * C);
+        neox_cuda_rmsnorm_forward(out, rstd, sum, weight, N, C, eps);
+        return;
+    }
+    add_norm_forward_kernel<true><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+        sum, out, NULL, rstd, a, b, weight, NULL, N, C, eps);
+    CUDA_LAUNCHED();
 }

@@ -288,11 +288,27 @@ static void row_parallel_forward(neox_model *m, float *out, const float *inp, co
     if (bias) m->be->add_bias(out, bias, N, C);
 }
 
-// Adds a branch output (after hidden dropout) into the residual: out = res + dropout(branch).
-static void add_branch(neox_model *m, float *out, const float *res, float *branch, size_t n, int layer, int site) {
+// A branch output's hidden dropout, in place.
+static void branch_dropout(neox_model *m, float *branch, size_t n, int layer, int site) {
     float p = m->training ? m->desc.hidden_dropout : 0.0f;
     if (p > 0.0f) m->be->dropout(branch, branch, n, p, neox_model_dropout_seed(m, layer, site), 0);
+}
+
+// Adds a branch output (after hidden dropout) into the residual: out = res + dropout(branch).
+static void add_branch(neox_model *m, float *out, const float *res, float *branch, size_t n, int layer, int site) {
+    branch_dropout(m, branch, n, layer, site);
     m->be->add(out, res, branch, n);
+}
+
+// The same add followed by the norm of its result, in one op: sum = res + dropout(branch), out =
+// norm(sum) (the sequential residual's MLP input).
+static void add_branch_norm(neox_model *m, float *sum, float *out, float *mean, float *rstd, const float *res,
+                            float *branch, const float *w, const float *b, int layer, int site) {
+    const neox_model_desc *d = &m->desc;
+    int N = m->B * m->T, C = d->hidden_size;
+    branch_dropout(m, branch, (size_t)N * C, layer, site);
+    if (d->norm == NEOX_NORM_RMSNORM) m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps);
+    else m->be->add_layernorm_forward(sum, out, mean, rstd, res, branch, w, b, N, C, d->norm_eps);
 }
 
 void neox_model_layer_forward(neox_model *m, int l) {
@@ -320,11 +336,15 @@ void neox_model_layer_forward(neox_model *m, int l) {
     be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,
                           neox_model_attention_opts(m, a->alibi, attn_p, neox_model_attention_seed(m, l)));
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
-    add_branch(m, d->parallel_residual ? y : la->mid, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
 
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
-    const float *mlp_in = d->parallel_residual ? x : la->mid;
-    norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, mlp_in, p->ln2_w, p->ln2_b, N);
+    if (d->parallel_residual) {
+        add_branch(m, y, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
+        norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, x, p->ln2_w, p->ln2_b, N);
+    } else {
+        add_branch_norm(m, la->mid, la->ln2, la->ln2_mean, la->ln2_rstd, x, a->branch, p->ln2_w, p->ln2_b, l,
+                        NEOX_SITE_ATTN_OUT);
+    }
     neox_model_linear_forward(m, la->fc, la->ln2, p->fc_w, p->fc_b, N, C, gated ? 2 * F : F);
     neox_act_fn fn = neox_activation_function(d->activation);
     if (gated) be->gated_forward(la->act, la->fc, N, F, fn);

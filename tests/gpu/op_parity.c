@@ -325,6 +325,30 @@ static void test_rmsnorm(int N, int C) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
+// The residual add fused before the norm: the sum exactly, the norm as the norm's own tolerances.
+// C % 4 == 0 takes the 16-byte kernel, other widths the add and the norm in turn; alias: sum over a
+// (the residual stream updated in place).
+static void test_add_norm(int N, int C, int rms, int alias) {
+    pair a = pair_uniform((size_t)N * C, -2.0f, 3.0f), b = pair_rand((size_t)N * C), w = pair_uniform(C, 0.5f, 1.5f);
+    pair bias = pair_rand(C), sum = pair_rand((size_t)N * C), out = pair_rand((size_t)N * C), mean = pair_rand(N),
+         rstd = pair_rand(N);
+    pair *s = alias ? &a : &sum;
+    if (rms) {
+        cpu->add_rmsnorm_forward(s->h, out.h, rstd.h, a.h, b.h, w.h, N, C, 1e-6f);
+        gpu->add_rmsnorm_forward(s->d, out.d, rstd.d, a.d, b.d, w.d, N, C, 1e-6f);
+    } else {
+        cpu->add_layernorm_forward(s->h, out.h, mean.h, rstd.h, a.h, b.h, w.h, bias.h, N, C, 1e-5f);
+        gpu->add_layernorm_forward(s->d, out.d, mean.d, rstd.d, a.d, b.d, w.d, bias.d, N, C, 1e-5f);
+        checkf(1e-6, 1e-6, &mean, "add_layernorm_forward mean N=%d C=%d", N, C);
+    }
+    const char *op = rms ? "add_rmsnorm_forward" : "add_layernorm_forward";
+    checkf(0, 0, s, "%s sum N=%d C=%d alias=%d (exact)", op, N, C, alias);
+    checkf(1e-5, 1e-5, &out, "%s N=%d C=%d alias=%d", op, N, C, alias);
+    checkf(0, 1e-6, &rstd, "%s rstd N=%d C=%d", op, N, C);
+    pair *all[] = {&a, &b, &w, &bias, &sum, &out, &mean, &rstd};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) pair_free(all[k]);
+}
+
 // ---- attention ----------------------------------------------------------------------------------------
 
 static void test_qkv(int B, int T, int NH, int NKV, int HS, int interleaved) {
@@ -733,6 +757,11 @@ int main(int argc, char **argv) {
     test_layernorm(300, 64, 1);
     test_rmsnorm(37, 200);
     test_rmsnorm(3, 4097);
+    test_add_norm(300, 768, 0, 0);  // 16-byte rows
+    test_add_norm(37, 200, 0, 1);
+    test_add_norm(5, 1001, 0, 0);   // an odd width: the unfused ops
+    test_add_norm(64, 4096, 1, 1);
+    test_add_norm(9, 90, 1, 0);     // 90 % 4 != 0
     test_qkv(2, 11, 4, 4, 24, 1);
     test_qkv(2, 11, 6, 2, 24, 0);
     test_rotary(2, 3, 45, 24, 16);

@@ -220,6 +220,36 @@ static void run_norm(int rms) {
 static void test_layernorm(void **state) { (void)state; run_norm(0); }
 static void test_rmsnorm(void **state) { (void)state; run_norm(1); }
 
+// The fused residual add + norm: the sum and the norm of it, against a direct double-precision
+// restatement (sum exact; the norm within fp32 rounding), in place (sum over a) and apart.
+static void test_add_norm(void **state) {
+    (void)state;
+    enum { N = 3, C = 37 };
+    for (int rms = 0; rms < 2; rms++) {
+        float *a = randn(N * C, 1), *b = randn(N * C, 1), *w = randn(C, 1), *bias = randn(C, 1), *a0 = zeros(N * C);
+        float *out = zeros(N * C), *mean = zeros(N), *rstd = zeros(N);
+        memcpy(a0, a, sizeof(float) * N * C);
+        if (rms) neox_add_rmsnorm_forward(a, out, rstd, a, b, w, N, C, 1e-6f);
+        else neox_add_layernorm_forward(a, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+        for (int i = 0; i < N; i++) {
+            double mu = 0, var = 0;
+            for (int c = 0; c < C; c++) {
+                float sum = a0[i * C + c] + b[i * C + c];
+                assert_true(a[i * C + c] == sum);
+                mu += rms ? 0.0 : (double)sum / C;
+            }
+            for (int c = 0; c < C; c++) var += ((double)a[i * C + c] - mu) * ((double)a[i * C + c] - mu) / C;
+            double r = 1.0 / sqrt(var + (rms ? 1e-6 : 1e-5));
+            assert_true(fabs(rstd[i] - r) <= 1e-6 * r);
+            for (int c = 0; c < C; c++) {
+                double want = ((double)a[i * C + c] - mu) * r * w[c] + (rms ? 0.0 : bias[c]);
+                assert_true(fabs(out[i * C + c] - want) <= 1e-5 * (1 + fabs(want)));
+            }
+        }
+        free(a); free(b); free(w); free(bias); free(a0); free(out); free(mean); free(rstd);
+    }
+}
+
 // ---- qkv split/merge and rotary -----------------------------------------------------------------
 static void run_qkv_adjoint(int interleaved, int NH, int NKV) {
     int B = 2, T = 3, HS = 4, W = (NH + 2 * NKV) * HS;
@@ -684,6 +714,7 @@ int main(void) {
         cmocka_unit_test(test_linear),          cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_embedding_order),
         cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_add_norm),
         cmocka_unit_test(test_qkv_split_merge), cmocka_unit_test(test_rotary),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_attention_blocks),
