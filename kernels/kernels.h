@@ -262,9 +262,11 @@ typedef struct neox_segment {
     float weight_decay;
 } neox_segment;
 // neox_adamw over each segment of param, grad, m, v (all indexed from the same origin); segs is a
-// host array of nseg segments, which must not overlap.
+// host array of nseg segments, which must not overlap. guard: NULL, or one double in the backend's
+// memory (the gradients' sum of squares, neox_sum_squares_segments_into): the update is skipped,
+// touching nothing, when it is not finite (an fp16 overflow), without the host reading it.
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
-                         float lr, float beta1, float beta2, float eps, long step);
+                         float lr, float beta1, float beta2, float eps, long step, const double *guard);
 // torch.optim.SGD over each segment (no dampening, no Nesterov, as GPT-NeoX configures it):
 // d = g + wd * p; with momentum, buf = d on the first step (first = 1), else momentum * buf + d;
 // p -= lr * buf (or lr * d without momentum; buf unused then).
@@ -272,6 +274,17 @@ void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_s
                        float momentum, int first);
 // neox_sum_squares over the union of the segments (weight_decay unused), in double.
 double neox_sum_squares_segments(const float *x, const neox_segment *segs, int nseg);
+// The same sum written to *sumsq, one double in the backend's memory: no wait for the host.
+void neox_sum_squares_segments_into(double *sumsq, const float *x, const neox_segment *segs, int nseg);
+// DeepSpeed's gradient clipping: the factor clip_grad / (norm + 1e-6) when that is below 1, else 1
+// (and 1 when clip_grad is 0: no clipping). The one definition, for the host and the device.
+NEOX_HOST_DEVICE static inline double neox_clip_coefficient(double clip_grad, double norm) {
+    return clip_grad > 0 && clip_grad / (norm + 1e-6) < 1.0 ? clip_grad / (norm + 1e-6) : 1.0;
+}
+// Unscaling and clipping from a sum of squares in the backend's memory: with norm = sqrt(*sumsq) /
+// loss_scale (the unscaled gradients' norm), x (n) *= (float)(1 / loss_scale * neox_clip_coefficient
+// (clip_grad, norm)) when the norm is finite and that factor is not 1; else x is left as it is.
+void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad);
 
 // ---- mixed-precision matrix product -------------------------------------------------------------
 // C (M, N; row stride ldc) = alpha * op(A) op(B) + beta * C, row-major as cblas_sgemm, with A and B

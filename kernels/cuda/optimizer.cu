@@ -54,10 +54,11 @@ __device__ __forceinline__ int find_segment(const dev_segment *seg, int nseg, si
     return lo;
 }
 
+// guard: NULL, or the gradients' sum of squares: not finite (an fp16 overflow) skips the update.
 __global__ void adamw_segments_kernel(float *param, const float *grad, float *m, float *v, const dev_segment *seg,
-                                      int nseg, size_t total, adam_consts k) {
+                                      int nseg, size_t total, adam_consts k, const double *guard) {
     size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    if (j >= total) return;
+    if (j >= total || (guard && !isfinite(*guard))) return;
     int s = find_segment(seg, nseg, j);
     for (; j < total; j += stride) {
         while (s + 1 < nseg && seg[s + 1].start <= j) s++;  // positions only grow: walk forward
@@ -103,20 +104,21 @@ static dev_segment *upload_segments(const neox_segment *segs, int nseg, float lr
 }
 
 extern "C" void neox_cuda_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs,
-                                         int nseg, float lr, float beta1, float beta2, float eps, long step) {
+                                         int nseg, float lr, float beta1, float beta2, float eps, long step,
+                                         const double *guard) {
     int n;
     size_t total;
     dev_segment *dev = upload_segments(segs, nseg, lr, 0, &n, &total);
     if (n == 0) return;
     adamw_segments_kernel<<<blocks_for(total, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
-        param, grad, m, v, dev, n, total, make_consts(lr, beta1, beta2, eps, step));
+        param, grad, m, v, dev, n, total, make_consts(lr, beta1, beta2, eps, step), guard);
     CUDA_LAUNCHED();
 }
 
 extern "C" void neox_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                                 float beta2, float eps, float weight_decay, long step) {
     neox_segment all = {0, n, weight_decay};
-    neox_cuda_adamw_segments(param, grad, m, v, &all, 1, lr, beta1, beta2, eps, step);
+    neox_cuda_adamw_segments(param, grad, m, v, &all, 1, lr, beta1, beta2, eps, step, NULL);
 }
 
 // ---- squared norms ------------------------------------------------------------------------------
@@ -144,22 +146,32 @@ __global__ void sum_partials_kernel(double *out, const double *partial, int n) {
     if (threadIdx.x == 0) *out = sum;
 }
 
-extern "C" double neox_cuda_sum_squares_segments(const float *x, const neox_segment *segs, int nseg) {
+extern "C" void neox_cuda_sum_squares_segments_into(double *sumsq, const float *x, const neox_segment *segs, int nseg) {
     unsigned blocks = blocks_for(segments_total(segs, nseg), OPT_THREADS);
     if (blocks > NORM_BLOCKS_MAX) blocks = NORM_BLOCKS_MAX;
     int n;
     size_t total;
     // The partials live in the same scratch, after the segment table.
-    dev_segment *dev = upload_segments(segs, nseg, 0.0f, (blocks + 1) * sizeof(double), &n, &total);
-    if (n == 0) return 0.0;
-    char *scratch = (char *)dev;
-    size_t table = table_bytes(nseg);
-    double *partial = (double *)(scratch + table), *result = partial + blocks, host;
+    dev_segment *dev = upload_segments(segs, nseg, 0.0f, blocks * sizeof(double), &n, &total);
     cudaStream_t st = neox_cuda_current_stream();
+    if (n == 0) {
+        CUDA_CHECK(cudaMemsetAsync(sumsq, 0, sizeof *sumsq, st));
+        return;
+    }
+    double *partial = (double *)((char *)dev + table_bytes(nseg));
     sum_squares_kernel<<<blocks, OPT_THREADS, 0, st>>>(partial, x, dev, n, total);
     CUDA_LAUNCHED();
-    sum_partials_kernel<<<1, 1024, 0, st>>>(result, partial, (int)blocks);
+    sum_partials_kernel<<<1, 1024, 0, st>>>(sumsq, partial, (int)blocks);
     CUDA_LAUNCHED();
+}
+
+// The same sum brought to the host: the one op of a step that waits for the device.
+extern "C" double neox_cuda_sum_squares_segments(const float *x, const neox_segment *segs, int nseg) {
+    static double *result;  // one device double, kept for the process
+    if (!result) CUDA_CHECK(cudaMalloc(&result, sizeof *result));
+    double host;
+    neox_cuda_sum_squares_segments_into(result, x, segs, nseg);
+    cudaStream_t st = neox_cuda_current_stream();
     CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     return host;

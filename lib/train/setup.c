@@ -232,6 +232,10 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
     t->optimizer = neox_optimizer_make(&t->optim, t->be, t->state_end - t->state_begin);
+    // The device step: one rank (no host all-reduce of the norm), AdamW (whose kernel takes the guard).
+    neox_grid *g = t->grid;
+    if (t->be->on_device && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
+        t->step_sumsq = t->be->alloc(sizeof(double));
     return neox_train_setup_compression(t, err);
 }
 
@@ -420,6 +424,7 @@ void neox_trainer_free(neox_trainer *t) {
     neox_onebit_free(t->onebit);
     if (t->be) {
         neox_optimizer_free(t->optimizer);
+        if (t->step_sumsq) t->be->free(t->step_sumsq);
         float *bufs[] = {t->grad_partition, t->pipe_grad_send};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) t->be->free(bufs[i]);

@@ -580,8 +580,8 @@ static void test_optimizer(size_t n) {
     checkf(0, 1e-6, &p, "adamw param n=%zu, 2 steps", n);
     checkf(0, 1e-6, &m, "adamw exp_avg n=%zu", n);
     checkf(0, 1e-6, &v, "adamw exp_avg_sq n=%zu", n);
-    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7);
-    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, NULL);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, NULL);
     checkf(0, 1e-6, &p, "adamw_segments param (%d segments, gaps untouched)", nseg);
     checkf(0, 1e-6, &m, "adamw_segments exp_avg");
     checkf(0, 1e-6, &v, "adamw_segments exp_avg_sq");
@@ -704,6 +704,35 @@ static void test_determinism(void) {
     free(ids);
 }
 
+// The device step's ops: the sum of squares into device memory, clipping from it (both sides given
+// the CPU's sum, so the factor is the same double), AdamW run and then skipped by the guard.
+static void test_device_step(size_t n) {
+    pair g = pair_rand(n), p = pair_rand(n), m = pair_uniform(n, -0.1f, 0.1f), v = pair_uniform(n, 0.0f, 0.01f);
+    neox_segment segs[] = {{0, 100, 0.0f}, {150, 5000, 0.1f}, {5001, n, 0.01f}};
+    double host, got, *dev = gpu->alloc(sizeof(double));
+    cpu->sum_squares_segments_into(&host, g.h, segs, 3);
+    gpu->sum_squares_segments_into(dev, g.d, segs, 3);
+    gpu->to_host(&got, dev, sizeof got);
+    compare_scalar("sum_squares_segments_into", host, got, 1e-10);
+    gpu->to_device(dev, &host, sizeof host);
+    cpu->clip_by_norm(g.h, n, &host, 1024.0, 1e-3);
+    gpu->clip_by_norm(g.d, n, dev, 1024.0, 1e-3);
+    checkf(0, 0, &g, "clip_by_norm n=%zu (loss scale 1024, clipped)", n);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, &host);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, dev);
+    checkf(0, 1e-6, &p, "adamw_segments guard finite: updated");
+    double inf = INFINITY;
+    gpu->to_device(dev, &inf, sizeof inf);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 4, dev);
+    gpu->clip_by_norm(g.d, n, dev, 1.0, 1e-3);
+    checkf(0, 1e-6, &p, "adamw_segments guard inf: skipped");
+    checkf(0, 1e-6, &m, "adamw_segments guard inf: exp_avg untouched");
+    checkf(0, 0, &g, "clip_by_norm inf: untouched");
+    gpu->free(dev);
+    pair *all[] = {&g, &p, &m, &v};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
 // ---- memory entry points -------------------------------------------------------------------------
 
 static void test_memory(void) {
@@ -755,8 +784,10 @@ int main(int argc, char **argv) {
     test_layernorm(37, 200, 1);
     test_layernorm(5, 1001, 0);
     test_layernorm(300, 64, 1);
+    test_layernorm(4096, 768, 1);  // a training shape: the fused backward's 256 row chunks
     test_rmsnorm(37, 200);
-    test_rmsnorm(3, 4097);
+    test_rmsnorm(3, 4097);         // wider than 1024: the row kernel and the column sums apart
+    test_rmsnorm(2048, 1024);      // the fused backward's widest rows
     test_add_norm(300, 768, 0, 0);  // 16-byte rows
     test_add_norm(37, 200, 0, 1);
     test_add_norm(5, 1001, 0, 0);   // an odd width: the unfused ops
@@ -801,6 +832,7 @@ int main(int argc, char **argv) {
     test_cross_entropy(9, 1001);
     test_cross_entropy(3, 50304);
     test_optimizer(100003);
+    test_device_step(100003);
     test_determinism();
     printf("# %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

@@ -688,6 +688,36 @@ static void test_adamw_and_norm(void **state) {
     assert_true(fabs(neox_sum_squares(g, 3) - (0.01 + 0.04 + 0.09)) < 1e-7);
 }
 
+// The device step's ops: the sum of squares into memory, unscaling + DeepSpeed's clipping from it
+// (clip_grad / (norm + 1e-6) when below 1, the norm being that of the unscaled gradients), and AdamW
+// skipped by a non-finite guard.
+static void test_clip_by_norm_and_guard(void **state) {
+    (void)state;
+    float g[4] = {3, -4, 12, 0}, want[4];
+    neox_segment all = {0, 4, 0.0f};
+    double sumsq = -1;
+    neox_sum_squares_segments_into(&sumsq, g, &all, 1);
+    assert_true(sumsq == 169.0);
+    double scale = 2.0, norm = 13.0 / scale, coef = 0.5 * (1.0 / (norm + 1e-6));  // clip_grad 1
+    for (int i = 0; i < 4; i++) want[i] = g[i] * (float)coef;
+    neox_clip_by_norm(g, 4, &sumsq, scale, 1.0);
+    assert_memory_equal(g, want, sizeof g);
+    neox_clip_by_norm(g, 4, &sumsq, 1.0, 100.0);  // below the clip and no loss scale: untouched
+    assert_memory_equal(g, want, sizeof g);
+    double bad[2] = {INFINITY, NAN};
+    float p[4] = {1, 2, 3, 4}, m[4] = {0}, v[4] = {0}, p0[4];
+    memcpy(p0, p, sizeof p);
+    for (int k = 0; k < 2; k++) {
+        neox_clip_by_norm(g, 4, &bad[k], 1.0, 1.0);
+        assert_memory_equal(g, want, sizeof g);
+        neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, &bad[k]);
+        assert_memory_equal(p, p0, sizeof p);
+        assert_true(m[0] == 0 && v[0] == 0);
+    }
+    neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, &sumsq);
+    assert_true(p[0] != p0[0] && m[0] != 0);
+}
+
 // DeepSpeed's OnebitAdam update, in double: warm-up steps move both moments, frozen steps only m;
 // p -= lr * (m / (sqrt(v) + eps) + wd * p), no bias correction.
 static void test_onebit_adam(void **state) {
@@ -727,6 +757,7 @@ int main(void) {
         cmocka_unit_test(test_dropout),         cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_cross_entropy_masked_target),
         cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),
+        cmocka_unit_test(test_clip_by_norm_and_guard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
