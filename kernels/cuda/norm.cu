@@ -64,6 +64,84 @@ __global__ void norm_backward_kernel(float *dinp, const float *dout, const float
     for (int c = lane; c < C; c += 32) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
 }
 
+// The backward with the weight (and bias) gradients' partial sums in the same pass, so dout and inp
+// are read once: one block per row chunk of neox_cuda_column_chunks, warp w taking rows r0 + w,
+// r0 + w + 8, ... (the column sums' lanes); each row's dinp as norm_backward_kernel, and the warp's
+// column sums of dout * (x - m) * s and dout in registers (column lane + 32k, k < K: C <= 32 K), then
+// the warps summed in order into pw, pb (chunks, C): the column sums' own order, finished by
+// neox_cuda_column_finish. mean NULL: RMSNorm (m = 0, no mean(g) term, no bias).
+static_assert(NORM_WARPS == 8, "the fused backward's warps are the column sums' 8 lanes (kernels/cuda/reduce.cu)");
+
+// out[c] = the sum over the block's warps, in order, of each warp's column sums v (column lane + 32k).
+template <int K>
+__device__ void warps_in_order(float *out, float (*part)[32 * K], const float *v, int C) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < K; k++) part[warp][lane + 32 * k] = v[k];
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float t = 0.0f;
+        for (int w = 0; w < NORM_WARPS; w++) t += part[w][c];
+        out[c] = t;
+    }
+}
+
+template <int K>
+__global__ void norm_backward_fused_kernel(float *dinp, float *pw, float *pb, const float *dout, const float *inp,
+                                           const float *weight, const float *mean, const float *rstd, int N, int C,
+                                           int rows_per_chunk) {
+    __shared__ float part[NORM_WARPS][32 * K];
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float sw[K], sb[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) sw[k] = sb[k] = 0.0f;
+    for (int row = r0 + warp; row < r1; row += NORM_WARPS) {
+        const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+        float m = mean ? mean[row] : 0.0f, s = rstd[row];
+        double gsum = 0.0, gxsum = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = lane + 32 * k;
+            if (c >= C) break;
+            float g = d[c] * weight[c];
+            gsum += g;
+            gxsum += g * (x[c] - m) * s;
+            sw[k] += d[c] * (x[c] - m) * s;
+            sb[k] += d[c];
+        }
+        float gmean = mean ? (float)(warp_sum(gsum) / C) : 0.0f, gxmean = (float)(warp_sum(gxsum) / C);
+        float *dx = dinp + (size_t)row * C;
+        for (int c = lane; c < C; c += 32) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
+    }
+    warps_in_order<K>(pw + (size_t)blockIdx.x * C, part, sw, C);
+    if (pb) {
+        __syncthreads();  // part is rewritten for the bias
+        warps_in_order<K>(pb + (size_t)blockIdx.x * C, part, sb, C);
+    }
+}
+
+// Runs the fused backward for C <= 1024 and returns 1; 0 for wider rows (the caller runs the row
+// kernel and the column sums apart).
+static int norm_backward_fused(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                               const float *weight, const float *mean, const float *rstd, int N, int C) {
+    int K = (C + 31) / 32, rows_per_chunk, chunks = neox_cuda_column_chunks(N, &rows_per_chunk);
+    if (K > 32) return 0;
+    float *pw = (float *)neox_cuda_scratch(2 * (size_t)chunks * C * sizeof(float)), *pb = dbias ? pw + (size_t)chunks * C : NULL;
+    cudaStream_t st = neox_cuda_current_stream();
+#define FUSED(KK) norm_backward_fused_kernel<KK><<<chunks, NORM_WARPS * 32, 0, st>>>(dinp, pw, pb, dout, inp, weight, \
+                                                                                     mean, rstd, N, C, rows_per_chunk)
+    if (K <= 8) FUSED(8);
+    else if (K <= 16) FUSED(16);
+    else if (K <= 24) FUSED(24);
+    else FUSED(32);
+#undef FUSED
+    CUDA_LAUNCHED();
+    neox_cuda_column_finish(dweight, pw, chunks, C);
+    if (dbias) neox_cuda_column_finish(dbias, pb, chunks, C);
+    return 1;
+}
+
 extern "C" void neox_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                                             const float *bias, int N, int C, float eps) {
     if (N <= 0) return;
@@ -75,7 +153,7 @@ extern "C" void neox_cuda_layernorm_forward(float *out, float *mean, float *rstd
 extern "C" void neox_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                              const float *inp, const float *weight, const float *mean,
                                              const float *rstd, int N, int C) {
-    if (N <= 0) return;
+    if (N <= 0 || norm_backward_fused(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)) return;
     norm_backward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
     CUDA_LAUNCHED();
@@ -93,7 +171,7 @@ extern "C" void neox_cuda_rmsnorm_forward(float *out, float *rstd, const float *
 
 extern "C" void neox_cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                            const float *weight, const float *rstd, int N, int C) {
-    if (N <= 0) return;
+    if (N <= 0 || norm_backward_fused(dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C)) return;
     norm_backward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
         dinp, dout, inp, weight, NULL, rstd, N, C);
     CUDA_LAUNCHED();
