@@ -200,6 +200,22 @@ def test_forward_backward_parity(case, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["neox-sequential-rotary25-gelu-untied", "llama-gqa-swiglu-rmsnorm-untied"])
+def test_head_chunks_parity(case, tmp_path):
+    # The output layer in row chunks (18 rows as 4 + 4 + 4 + 4 + 2): the loss and every gradient of
+    # the whole model against Hugging Face's, with the masked loss.
+    kind, kwargs, extra = CASES[case]
+    model, cfg = make_model(kind, kwargs)
+    ids, targets, mask = batch()
+    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=["head_rows=4"])
+    assert "logits" not in out
+    loss = masked_loss(model(input_ids=ids).logits, targets, mask)
+    loss.backward()
+    close(out["loss"], loss.detach().reshape(1), "loss")
+    for name, p in model.named_parameters():
+        close(out["grad." + name], p.grad, "gradient of " + name)
+
+
+@pytest.mark.parametrize("case", ["neox-sequential-rotary25-gelu-untied", "llama-gqa-swiglu-rmsnorm-untied"])
 def test_adamw_losses(case, tmp_path):
     kind, kwargs, extra = CASES[case]
     model, cfg = make_model(kind, kwargs)
