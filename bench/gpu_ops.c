@@ -89,6 +89,10 @@ static void run_ce_bwd(void *p) {
     row_ctx *r = p;
     be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, r->N, r->V);
 }
+static void run_ce_loss(void *p) {  // (2, N) doubles read from x, mask from dx, the two sums written to y
+    row_ctx *r = p;
+    be->cross_entropy_loss(r->mean, (double *)r->y, r->rstd, (const double *)r->x, r->dx, r->N);
+}
 static void run_emb_bwd(void *p) { row_ctx *r = p; be->embedding_backward(r->dw, NULL, r->y, r->ids, 1, r->N, r->C); }
 
 typedef struct { size_t n; float *p, *g, *m, *v; } adam_ctx;
@@ -183,6 +187,8 @@ int main(int argc, char **argv) {
     double lv = (double)ce.N * V * sizeof(float);
     report("cross-entropy forward", time_op(run_ce_fwd, &ce), lv, "GB/s", copy);
     report("cross-entropy backward", time_op(run_ce_bwd, &ce), 2 * lv, "GB/s", copy);
+    // The loss from the (N) statistics: lse and mask (floats), the sums and target logits (doubles).
+    report("cross-entropy loss (N rows)", time_op(run_ce_loss, &r), (double)N * (3 * 4 + 2 * 8), "GB/s", copy);
 
     size_t np = 125000000;
     adam_ctx ad = {np, dev_floats(np, 1), dev_floats(np, 1), dev_floats(np, 0.01f), dev_floats(np, 0)};

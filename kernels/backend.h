@@ -80,6 +80,8 @@ extern "C" {
       mx, N, V))                                                                                                       \
     X(void, cross_entropy_target_logit, (double *out, const float *logits, const int *targets, int N, int V), (out,    \
       logits, targets, N, V))                                                                                          \
+    X(void, cross_entropy_loss, (float *lse, double *loss, const float *mx, const double *stats, const float *mask,     \
+      int N), (lse, loss, mx, stats, mask, N))                                                                         \
     X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,        \
       const float *weight, float scale, int N, int V), (dlogits, logits, lse, targets, weight, scale, N, V))           \
     X(double, sum_squares, (const float *x, size_t n), (x, n))                                                         \

@@ -240,6 +240,12 @@ void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float
 // row sums): out[i] = logits[i, targets[i]], or 0 when targets[i] is outside [0, V) (another
 // rank's column). logits: (N, V); targets, out: (N).
 void neox_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V);
+// The loss assembled from those halves (after their sums over ranks), on the backend: lse[i] = mx[i]
+// + (float)log(stats[i]) (saved for backward), each row's loss lse[i] - (float)stats[N + i] (fp32), and
+// loss[0] = the sum over rows of mask[i] * that loss, loss[1] = the sum of mask[i], both in double (the
+// CPU in row order, a GPU in its own fixed order). stats: (2, N) = the sums of exponentials, then the
+// target logits; lse, mask: (N); loss: 2 doubles in the backend's memory.
+void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats, const float *mask, int N);
 // dlogits = (softmax(logits) - onehot(target)) * weight[i] * scale, where weight is the loss mask
 // (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
 // A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot.

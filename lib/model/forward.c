@@ -83,6 +83,7 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->branch = take(cur, N * C);
     a->ce_max = take(cur, N);
     a->ce_stats = (double *)take(cur, 4 * N);
+    a->ce_loss = (double *)take(cur, 4);
     a->dx = take(cur, N * C);
     a->dln = take(cur, 2 * N * C);
     a->dbranch = take(cur, N * C);
@@ -111,18 +112,18 @@ static size_t carve(neox_model *m, neox_acts *slots, float *base) {
     return (size_t)(cur - start);
 }
 
-// Host copies of the per-row values the loss is assembled from on the host (the backend's
-// buffers may be device memory): ids and targets on their way in, the statistics on their way out.
+// Host copies of per-row values (the backend's buffers may be device memory): ids, targets and the
+// loss mask on their way in, the log-sum-exp and target logits when log-probabilities are asked for.
 typedef struct host_stage {
     int *ids, *targets;             // (N)
-    float *max, *lse, *mask;        // (N)
-    double *stats;                  // (2, N): sums of exponentials, target logits
+    float *lse, *mask;              // (N)
+    double *target_logit;           // (N)
 } host_stage;
 
 static void free_host_stage(neox_model *m) {
     host_stage *h = m->host_stage;
     if (!h) return;
-    void *all[] = {h->ids, h->targets, h->max, h->lse, h->mask, h->stats};
+    void *all[] = {h->ids, h->targets, h->lse, h->mask, h->target_logit};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(h);
     m->host_stage = NULL;
@@ -133,10 +134,9 @@ static void make_host_stage(neox_model *m) {
     host_stage *h = neox_calloc(1, sizeof *h);
     h->ids = neox_malloc(N * sizeof(int));
     h->targets = neox_malloc(N * sizeof(int));
-    h->max = neox_malloc(N * sizeof(float));
     h->lse = neox_malloc(N * sizeof(float));
     h->mask = neox_malloc(N * sizeof(float));
-    h->stats = neox_malloc(2 * N * sizeof(double));
+    h->target_logit = neox_malloc(N * sizeof(double));
     m->host_stage = h;
 }
 
@@ -387,9 +387,9 @@ void neox_model_head_logits(neox_model *m, int r0, int rows) {
 
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
 // logit from the rank that holds it; the logits are never gathered. Chunk by chunk of head_rows
-// rows when the plan holds fewer than N (the logits of a chunk are made here and dropped). The
-// N-sized statistics come to the host, where the loss is assembled, and the log-sum-exp and mask
-// go back for backward.
+// rows when the plan holds fewer than N (the logits of a chunk are made here and dropped). The loss
+// is assembled on the backend (cross_entropy_loss, which also saves the log-sum-exp for backward);
+// only its two sums come to the host.
 static void cross_entropy(neox_model *m, const float *loss_mask) {
     const neox_backend *be = m->be;
     neox_acts *a = m->acts;
@@ -405,27 +405,22 @@ static void cross_entropy(neox_model *m, const float *loss_mask) {
         be->cross_entropy_target_logit(a->ce_stats + N + r0, a->logits, a->targets + r0, rows, s.V);
     }
     if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
-    be->to_host(h->max, a->ce_max, (size_t)N * sizeof(float));
-    be->to_host(h->stats, a->ce_stats, 2 * (size_t)N * sizeof(double));
-    const double *sums = h->stats, *target_logit = h->stats + N;
-    double sum = 0.0, wsum = 0.0;
-    for (int i = 0; i < N; i++) {
-        h->lse[i] = h->max[i] + (float)log(sums[i]);
-        float loss = h->lse[i] - (float)target_logit[i];
-        h->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
-        sum += (double)h->mask[i] * loss;
-        wsum += h->mask[i];
-    }
-    be->to_device(a->ce_lse, h->lse, (size_t)N * sizeof(float));
+    for (int i = 0; i < N; i++) h->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
     be->to_device(a->mask, h->mask, (size_t)N * sizeof(float));
-    a->mask_sum = (float)wsum;
-    m->loss = wsum > 0 ? (float)(sum / wsum) : 0.0f;
+    be->cross_entropy_loss(a->ce_lse, a->ce_loss, a->ce_max, a->ce_stats, a->mask, N);
+    double loss[2];  // the masked sum of the rows' losses, the sum of the mask
+    be->to_host(loss, a->ce_loss, sizeof loss);
+    a->mask_sum = (float)loss[1];
+    m->loss = loss[1] > 0 ? (float)(loss[0] / loss[1]) : 0.0f;
 }
 
 void neox_model_token_logprobs(const neox_model *m, double *out) {
-    const host_stage *h = m->host_stage;
+    const neox_acts *a = m->acts;
+    host_stage *h = m->host_stage;
     int N = m->B * m->T;
-    for (int i = 0; i < N; i++) out[i] = h->stats[N + i] - (double)h->lse[i];
+    m->be->to_host(h->lse, a->ce_lse, (size_t)N * sizeof(float));
+    m->be->to_host(h->target_logit, a->ce_stats + N, (size_t)N * sizeof(double));
+    for (int i = 0; i < N; i++) out[i] = h->target_logit[i] - (double)h->lse[i];
 }
 
 void neox_model_set_token_weights(neox_model *m, const float *w) {

@@ -55,6 +55,7 @@ typedef struct neox_acts {
     float *branch;                     // (N, C) output of the attention or MLP branch
     float *ce_max;                     // (N) row maxima of the logits
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
+    double *ce_loss;                   // (2) the masked sum of the rows' losses, the sum of the mask
     float *dx, *dln, *dbranch;         // (N, C), (2, N, C): dln1 then dln2, adjacent for one reduction
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
 } neox_acts;

@@ -561,6 +561,32 @@ static void test_cross_entropy(int N, int V) {
     gpu->free(sd);
 }
 
+// The loss assembled on the device from the same row maxima and (2, N) statistics on both sides, with
+// a loss mask of zeros and fractions: lse to log's ulps, the two double sums to their order.
+static void test_cross_entropy_loss(int N) {
+    pair mx = pair_uniform(N, -3.0f, 8.0f), mask = pair_uniform(N, 0.0f, 1.0f), lse = pair_rand(N);
+    mask.h[0] = 0.0f;
+    gpu->to_device(mask.d, mask.h, (size_t)N * sizeof(float));
+    double *stats = xmalloc(2 * (size_t)N * sizeof(double)), *sd = gpu->alloc(2 * (size_t)N * sizeof(double));
+    for (int i = 0; i < N; i++) {
+        stats[i] = 1.0 + 5e4 * neox_uniform(21, draw++);         // a sum of exponentials: at least the max's 1
+        stats[N + i] = mx.h[i] - 12.0 * neox_uniform(22, draw++);  // a target logit below the max
+    }
+    gpu->to_device(sd, stats, 2 * (size_t)N * sizeof(double));
+    double want[2], got[2], *ld = gpu->alloc(sizeof got);
+    cpu->cross_entropy_loss(lse.h, want, mx.h, stats, mask.h, N);
+    gpu->cross_entropy_loss(lse.d, ld, mx.d, sd, mask.d, N);
+    gpu->to_host(got, ld, sizeof got);
+    checkf(1e-6, 1e-6, &lse, "cross_entropy_loss lse N=%d", N);
+    compare_scalar("cross_entropy_loss masked sum", want[0], got[0], 1e-12);
+    compare_scalar("cross_entropy_loss mask sum", want[1], got[1], 1e-12);
+    gpu->free(sd);
+    gpu->free(ld);
+    free(stats);
+    pair *all[] = {&mx, &mask, &lse};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
 // ---- optimizer --------------------------------------------------------------------------------------
 
 static void test_optimizer(size_t n) {
@@ -831,6 +857,8 @@ int main(int argc, char **argv) {
     test_elementwise(37, 129);
     test_cross_entropy(9, 1001);
     test_cross_entropy(3, 50304);
+    test_cross_entropy_loss(37);
+    test_cross_entropy_loss(65536);  // 125M's micro-batch 32 at sequence 2048
     test_optimizer(100003);
     test_device_step(100003);
     test_determinism();
