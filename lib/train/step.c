@@ -28,6 +28,22 @@ static int scaler_step(neox_trainer *t, neox_step_result *out, neox_error *err) 
     return 0;
 }
 
+// The norm (all-reduced over the grid on the host), then clipping and the update unless skipped.
+static void host_step(neox_trainer *t, neox_step_result *out, double scale) {
+    neox_timer *clip = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_CLIP_GRAD);
+    neox_timer_start(clip);
+    out->grad_norm = neox_train_grad_norm(t) / scale;
+    out->skipped = out->nonfinite_loss || !isfinite(out->grad_norm);
+    if (!out->skipped) neox_train_clip(t, out->grad_norm, 1.0 / scale);
+    neox_timer_stop(clip);
+    if (out->skipped) return;
+    neox_timer *opt = neox_metrics_timer(t->metrics, NEOX_TIMER_OPTIMIZER);
+    neox_timer_start(opt);
+    neox_train_update(t, out->lr, ++t->state.optimizer_steps);
+    neox_model_weights_changed(t->model);
+    neox_timer_stop(opt);
+}
+
 // The same decisions with the norm, the clipping and the update queued on the device (their
 // results equal the host path's bit for bit): the update is applied, or skipped by the device when
 // the norm is not finite, before the host learns which; then the count of updates follows.
@@ -60,23 +76,8 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     out->loss = mean_over_data_ranks(t, loss_sum / t->grad_accum);
     out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);
     out->nonfinite_loss = !isfinite(out->loss);
-    if (t->step_sumsq && !out->nonfinite_loss) {
-        device_step(t, out, scale);
-    } else {
-        neox_timer *clip = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_CLIP_GRAD);
-        neox_timer_start(clip);
-        out->grad_norm = neox_train_grad_norm(t) / scale;
-        out->skipped = out->nonfinite_loss || !isfinite(out->grad_norm);
-        if (!out->skipped) neox_train_clip(t, out->grad_norm, 1.0 / scale);
-        neox_timer_stop(clip);
-        if (!out->skipped) {
-            neox_timer *opt = neox_metrics_timer(t->metrics, NEOX_TIMER_OPTIMIZER);
-            neox_timer_start(opt);
-            neox_train_update(t, out->lr, ++t->state.optimizer_steps);
-            neox_model_weights_changed(t->model);
-            neox_timer_stop(opt);
-        }
-    }
+    if (t->step_sumsq && !out->nonfinite_loss) device_step(t, out, scale);
+    else host_step(t, out, scale);
     if (scaler_step(t, out, err) != 0) return -1;
     out->loss_scale = t->scaler.scale;  // after the update, as GPT-NeoX logs optimizer.cur_scale
     t->state.iteration++;
