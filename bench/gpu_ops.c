@@ -78,11 +78,20 @@ static void run_ln_bwd(void *p) {
     row_ctx *r = p;
     be->layernorm_backward(r->dx, r->dw, r->db, r->y, r->x, r->w, r->mean, r->rstd, r->N, r->C);
 }
+static void run_add_ln(void *p) {  // sum (dx) = x + y's second quarter, then the norm into y
+    row_ctx *r = p;
+    be->add_layernorm_forward(r->dx, r->y, r->mean, r->rstd, r->x, r->y + (size_t)r->N * r->C, r->w, r->b, r->N, r->C,
+                              1e-5f);
+}
 static void run_gelu(void *p) { row_ctx *r = p; be->activation_forward(r->y, r->x, (size_t)r->N * r->C, NEOX_FN_GELU_TANH); }
 static void run_ce_fwd(void *p) { row_ctx *r = p; be->cross_entropy_forward(r->losses, r->lse, r->logits, r->ids, r->N, r->V); }
 static void run_ce_bwd(void *p) {
     row_ctx *r = p;
     be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, r->N, r->V);
+}
+static void run_ce_loss(void *p) {  // (2, N) doubles read from x, mask from dx, the two sums written to y
+    row_ctx *r = p;
+    be->cross_entropy_loss(r->mean, (double *)r->y, r->rstd, (const double *)r->x, r->dx, r->N);
 }
 static void run_emb_bwd(void *p) { row_ctx *r = p; be->embedding_backward(r->dw, NULL, r->y, r->ids, 1, r->N, r->C); }
 
@@ -90,7 +99,7 @@ typedef struct { size_t n; float *p, *g, *m, *v; } adam_ctx;
 static void run_adamw(void *p) {
     adam_ctx *a = p;
     neox_segment all = {0, a->n, 0.1f};
-    be->adamw_segments(a->p, a->g, a->m, a->v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, 10);
+    be->adamw_segments(a->p, a->g, a->m, a->v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, 10, NULL);
 }
 
 // peer: the peer's rate in the same unit; peer_name says which peer it is.
@@ -155,6 +164,7 @@ int main(int argc, char **argv) {
     double nc = (double)N * C * sizeof(float);
     report("layernorm forward", time_op(run_ln_fwd, &r), 2 * nc, "GB/s", copy);
     report("layernorm backward", time_op(run_ln_bwd, &r), 5 * nc, "GB/s", copy);
+    report("add + layernorm forward", time_op(run_add_ln, &r), 4 * nc, "GB/s", copy);  // a, b in; sum, out
     row_ctx r4 = r;
     r4.C = 4 * C;
     report("gelu forward (N x 4C)", time_op(run_gelu, &r4), 2 * 4 * nc, "GB/s", copy);
@@ -163,6 +173,12 @@ int main(int argc, char **argv) {
     r.ids = be->alloc((size_t)N * sizeof(int));
     be->to_device(r.ids, ids, (size_t)N * sizeof(int));
     report("embedding backward", time_op(run_emb_bwd, &r), 3 * nc, "GB/s", copy);
+    // The worst case of per-id chains: every token the same id (the spans make it as fast as above).
+    for (int i = 0; i < N; i++) ids[i] = 50256;
+    be->to_device(r.ids, ids, (size_t)N * sizeof(int));
+    report("embedding backward 1 id", time_op(run_emb_bwd, &r), 3 * nc, "GB/s", copy);
+    for (int i = 0; i < N; i++) ids[i] = (int)(neox_uniform(3, i) * V);
+    be->to_device(r.ids, ids, (size_t)N * sizeof(int));
     row_ctx ce = r;
     ce.N = N < 4096 ? N : 4096;
     ce.logits = dev_floats((size_t)ce.N * V, 8);
@@ -171,6 +187,8 @@ int main(int argc, char **argv) {
     double lv = (double)ce.N * V * sizeof(float);
     report("cross-entropy forward", time_op(run_ce_fwd, &ce), lv, "GB/s", copy);
     report("cross-entropy backward", time_op(run_ce_bwd, &ce), 2 * lv, "GB/s", copy);
+    // The loss from the (N) statistics: lse and mask (floats), the sums and target logits (doubles).
+    report("cross-entropy loss (N rows)", time_op(run_ce_loss, &r), (double)N * (3 * 4 + 2 * 8), "GB/s", copy);
 
     size_t np = 125000000;
     adam_ctx ad = {np, dev_floats(np, 1), dev_floats(np, 1), dev_floats(np, 0.01f), dev_floats(np, 0)};

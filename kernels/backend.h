@@ -52,6 +52,11 @@ extern "C" {
       (out, rows, slot, weight, N, K, C))                                                                              \
     X(void, moe_combine_backward, (float *drows, float *dweight, const float *dout, const float *rows,                \
       const int *slot, const float *weight, int N, int K, int C), (drows, dweight, dout, rows, slot, weight, N, K, C)) \
+    X(void, add_layernorm_forward, (float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,  \
+      const float *weight, const float *bias, int N, int C, float eps), (sum, out, mean, rstd, a, b, weight, bias, N, \
+      C, eps))                                                                                                         \
+    X(void, add_rmsnorm_forward, (float *sum, float *out, float *rstd, const float *a, const float *b,                 \
+      const float *weight, int N, int C, float eps), (sum, out, rstd, a, b, weight, N, C, eps))                        \
     X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,         \
       int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
     X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \
@@ -88,6 +93,8 @@ extern "C" {
       mx, N, V))                                                                                                       \
     X(void, cross_entropy_target_logit, (double *out, const float *logits, const int *targets, int N, int V), (out,    \
       logits, targets, N, V))                                                                                          \
+    X(void, cross_entropy_loss, (float *lse, double *loss, const float *mx, const double *stats, const float *mask,     \
+      int N), (lse, loss, mx, stats, mask, N))                                                                         \
     X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,        \
       const float *weight, float scale, int N, int V), (dlogits, logits, lse, targets, weight, scale, N, V))           \
     X(double, sum_squares, (const float *x, size_t n), (x, n))                                                         \
@@ -95,9 +102,13 @@ extern "C" {
     X(void, scale, (float *x, size_t n, float s), (x, n, s))                                                           \
     X(void, adamw, (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2, \
       float eps, float weight_decay, long step), (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step))    \
+    X(void, sum_squares_segments_into, (double *sumsq, const float *x, const neox_segment *segs, int nseg), (sumsq, x,  \
+      segs, nseg))                                                                                                     \
+    X(void, clip_by_norm, (float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad), (x, n, sumsq,  \
+      loss_scale, clip_grad))                                                                                          \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
-      float lr, float beta1, float beta2, float eps, long step), (param, grad, m, v, segs, nseg, lr, beta1, beta2,     \
-      eps, step))                                                                                                      \
+      float lr, float beta1, float beta2, float eps, long step, const double *guard), (param, grad, m, v, segs, nseg,  \
+      lr, beta1, beta2, eps, step, guard))                                                                             \
     X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,  \
       float momentum, int first), (param, grad, buf, segs, nseg, lr, momentum, first))                                 \
     X(void, adam_moments, (float *m, float *v, const float *grad, size_t n, float beta1, float beta2), (m, v, grad, n, \

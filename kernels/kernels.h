@@ -91,6 +91,14 @@ void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float
 // and contributes a zero row.
 void neox_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C);
 // dwte, dwpe (or NULL) are added to. dout: (B, T, C). Ids < 0 add nothing to dwte.
+// The order of dwte's sums is part of the contract, so that every backend gives the same bits:
+// the tokens are stably sorted by id (ids < 0 last), the sorted sequence is cut into spans of
+// NEOX_EMBEDDING_SPAN tokens, and each id's row receives its tokens in token order, except that
+// the tokens of a later span are first summed from zero and that sum is added to the row. An id
+// whose tokens lie in one span is therefore summed exactly as row += d0, row += d1, ...; cutting
+// long runs (one token repeated) lets a GPU sum every span at once, in the same time whatever the
+// ids are. dwpe[t] receives the batch's rows b = 0, 1, ... in order.
+#define NEOX_EMBEDDING_SPAN 256
 void neox_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C);
 
 // ---- normalisation ----------------------------------------------------------------------------
@@ -130,6 +138,13 @@ void neox_moe_combine(float *out, const float *rows, const int *slot, const floa
 // token's slot), dweight[t*K + k] = dout[t] . rows[slot[t*K + k]] (summed in double).
 void neox_moe_combine_backward(float *drows, float *dweight, const float *dout, const float *rows, const int *slot,
                                const float *weight, int N, int K, int C);
+// The residual add followed by the norm (a sequential residual's x + attention, then the MLP's
+// norm): sum = a + b (N, C; sum may alias a), then out, mean, rstd as the norm's forward of sum. The
+// same bits as neox_add then the norm; one pass over the rows on a GPU.
+void neox_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                const float *weight, const float *bias, int N, int C, float eps);
+void neox_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b, const float *weight,
+                              int N, int C, float eps);
 
 // ---- attention --------------------------------------------------------------------------------
 // Splits the output of the fused QKV projection into per-head q: (B, NH, T, HS), k, v: (B, NKV, T, HS).
@@ -266,6 +281,12 @@ void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float
 // row sums): out[i] = logits[i, targets[i]], or 0 when targets[i] is outside [0, V) (another
 // rank's column). logits: (N, V); targets, out: (N).
 void neox_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V);
+// The loss assembled from those halves (after their sums over ranks), on the backend: lse[i] = mx[i]
+// + (float)log(stats[i]) (saved for backward), each row's loss lse[i] - (float)stats[N + i] (fp32), and
+// loss[0] = the sum over rows of mask[i] * that loss, loss[1] = the sum of mask[i], both in double (the
+// CPU in row order, a GPU in its own fixed order). stats: (2, N) = the sums of exponentials, then the
+// target logits; lse, mask: (N); loss: 2 doubles in the backend's memory.
+void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats, const float *mask, int N);
 // dlogits = (softmax(logits) - onehot(target)) * weight[i] * scale, where weight is the loss mask
 // (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
 // A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot.
@@ -288,9 +309,11 @@ typedef struct neox_segment {
     float weight_decay;
 } neox_segment;
 // neox_adamw over each segment of param, grad, m, v (all indexed from the same origin); segs is a
-// host array of nseg segments, which must not overlap.
+// host array of nseg segments, which must not overlap. guard: NULL, or one double in the backend's
+// memory (the gradients' sum of squares, neox_sum_squares_segments_into): the update is skipped,
+// touching nothing, when it is not finite (an fp16 overflow), without the host reading it.
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
-                         float lr, float beta1, float beta2, float eps, long step);
+                         float lr, float beta1, float beta2, float eps, long step, const double *guard);
 // torch.optim.SGD over each segment (no dampening, no Nesterov, as GPT-NeoX configures it):
 // d = g + wd * p; with momentum, buf = d on the first step (first = 1), else momentum * buf + d;
 // p -= lr * buf (or lr * d without momentum; buf unused then).
@@ -298,6 +321,17 @@ void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_s
                        float momentum, int first);
 // neox_sum_squares over the union of the segments (weight_decay unused), in double.
 double neox_sum_squares_segments(const float *x, const neox_segment *segs, int nseg);
+// The same sum written to *sumsq, one double in the backend's memory: no wait for the host.
+void neox_sum_squares_segments_into(double *sumsq, const float *x, const neox_segment *segs, int nseg);
+// DeepSpeed's gradient clipping: the factor clip_grad / (norm + 1e-6) when that is below 1, else 1
+// (and 1 when clip_grad is 0: no clipping). The one definition, for the host and the device.
+NEOX_HOST_DEVICE static inline double neox_clip_coefficient(double clip_grad, double norm) {
+    return clip_grad > 0 && clip_grad / (norm + 1e-6) < 1.0 ? clip_grad / (norm + 1e-6) : 1.0;
+}
+// Unscaling and clipping from a sum of squares in the backend's memory: with norm = sqrt(*sumsq) /
+// loss_scale (the unscaled gradients' norm), x (n) *= (float)(1 / loss_scale * neox_clip_coefficient
+// (clip_grad, norm)) when the norm is finite and that factor is not 1; else x is left as it is.
+void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad);
 
 // ---- mixed-precision matrix product -------------------------------------------------------------
 // C (M, N; row stride ldc) = alpha * op(A) op(B) + beta * C, row-major as cblas_sgemm, with A and B

@@ -202,6 +202,11 @@ struct neox_model {
     // Activations, planned by neox_model_plan for (B, T), in nslots independent sets (pipeline
     // schedules keep several micro-batches between their forward and backward).
     int B, T;
+    // Rows of the output layer's logits held at a time (asked with neox_model_set_head_rows before
+    // planning; all B*T rows by default). With fewer rows than B*T, a forward with targets computes
+    // the logits chunk by chunk, keeping only the loss statistics, and backward recomputes each
+    // chunk's logits for its gradient.
+    int head_rows_asked, head_rows;
     float *act_buf;
     size_t act_floats;
     int nslots, slot;
@@ -275,6 +280,15 @@ int neox_model_plan(neox_model *m, int B, int T, neox_error *err);
 // the set the next forward or backward works in.
 int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *err);
 void neox_model_use_slot(neox_model *m, int slot);
+// The logits that training holds at once: above this many elements (2 GiB of fp32) the head runs in
+// row chunks (a (B*T) x V product of 125M's micro-batch 32 would be 3.3e9 elements, 13 GB).
+#define NEOX_MODEL_HEAD_ELEMS ((size_t)1 << 29)
+// Asks for the output layer in chunks of `rows` rows, NEOX_MODEL_HEAD_AUTO (chunks only above
+// NEOX_MODEL_HEAD_ELEMS: what training asks for) or 0 (every row at once: the default, which a forward
+// without targets needs); takes effect at the next plan. The loss and gradients are those of the
+// whole product up to the GEMM's summation order (bit for bit when one chunk holds every row).
+#define NEOX_MODEL_HEAD_AUTO (-1)
+void neox_model_set_head_rows(neox_model *m, int rows);
 // The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions.
 size_t neox_model_activation_bytes(const neox_model *m);
 
@@ -293,7 +307,8 @@ const float *neox_model_stage_input_grad(const neox_model *m);
 // ids are read on the first pipe stage only, targets and loss_mask on the last only.
 int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err);
 // The logits of the last forward: (B, T, vocab) (this rank's vocabulary columns under tensor
-// parallelism), or (B, T) values of a value head. Overwritten by backward.
+// parallelism), or (B, T) values of a value head. Overwritten by backward. A forward without targets
+// needs a plan holding every row's logits (head_rows == B*T; it fails otherwise).
 const float *neox_model_logits(const neox_model *m);
 // Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
 void neox_model_backward(neox_model *m, float loss_scale);

@@ -57,6 +57,9 @@ struct neox_optimizer {
     // 1-bit Adam under data parallelism: the compressed all-reduce that averages the momentum in the
     // compression phase (the trainer makes it; NULL on one rank).
     neox_onebit *momentum_allreduce;
+    // NULL, or the gradients' sum of squares in the backend's memory: AdamW skips its update when
+    // it is not finite, decided on the device (the trainer's device step; other types ignore it).
+    const double *guard;
 };
 
 extern const neox_optimizer_type neox_optimizer_adamw, neox_optimizer_sgd, neox_optimizer_onebit_adam;
@@ -75,9 +78,6 @@ void neox_optimizer_step(neox_optimizer *o, float *param, const float *grad, con
 // Bytes of optimizer state per element updated.
 size_t neox_optimizer_state_bytes_per_element(const neox_optimizer_settings *s);
 
-// DeepSpeed's gradient clipping: the factor clip_grad / (norm + 1e-6) when that is below 1, else 1
-// (and 1 when clip_grad is 0: no clipping).
-double neox_clip_coefficient(double clip_grad, double norm);
 
 // ---- learning-rate schedule -------------------------------------------------------------------
 typedef enum { NEOX_LR_CONSTANT, NEOX_LR_LINEAR, NEOX_LR_COSINE, NEOX_LR_EXPONENTIAL } neox_lr_style;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "scratch.h"
 #include "kernels/kernels.h"
 #include "vector_math.h"
 
@@ -37,14 +38,9 @@ static unsigned long long dropout_row(const neox_attention_opts *o, int NH, int 
 }
 
 // A copy of x (n values) rounded to the operand type, or x itself in fp32 (nothing to free then).
-// The kernels link without lib/core: running out of memory ends the process as gemm.c's widening does.
 static const float *rounded(const float *x, size_t n, neox_elem e) {
     if (e == NEOX_ELEM_F32) return x;
-    float *r = malloc((n ? n : 1) * sizeof *r);
-    if (!r) {
-        fprintf(stderr, "neox attention: out of memory for a %zu-value rounded operand\n", n);
-        abort();
-    }
+    float *r = neox_cpu_scratch(n * sizeof *r, "attention's rounded operands");
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) r[i] = neox_round_to_elem(x[i], e);
     return r;

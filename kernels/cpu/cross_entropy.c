@@ -60,6 +60,17 @@ void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float
     for (int i = 0; i < N; i++) sum[i] = row_sumexp(logits + (size_t)i * V, mx[i], V);
 }
 
+void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats, const float *mask, int N) {
+    double sum = 0.0, wsum = 0.0;
+    for (int i = 0; i < N; i++) {
+        lse[i] = mx[i] + (float)log(stats[i]);
+        float row = lse[i] - (float)stats[N + i];
+        sum += (double)mask[i] * row;
+        wsum += mask[i];
+    }
+    loss[0] = sum, loss[1] = wsum;
+}
+
 void neox_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V) {
     for (int i = 0; i < N; i++) out[i] = targets[i] >= 0 && targets[i] < V ? logits[(size_t)i * V + targets[i]] : 0.0;
 }

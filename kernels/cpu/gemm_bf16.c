@@ -11,18 +11,10 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/kernels.h"
 
-// The kernels link without lib/core: running out of memory for a product's scratch ends the process
-// as gemm.c's widening does.
-static void *scratch(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "neox_gemm_bf16: out of memory for %zu bytes of scratch\n", bytes);
-        abort();
-    }
-    return p;
-}
+static void *scratch(size_t bytes) { return neox_cpu_scratch(bytes, "bfloat16 product scratch"); }
 
 void neox_gemm_bf16_reference(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                               const uint16_t *B, int ldb, float beta, float *C, int ldc) {

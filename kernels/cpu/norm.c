@@ -1,4 +1,5 @@
-// norm.c: LayerNorm and RMSNorm forward and backward. Statistics are accumulated in double for
+// norm.c: LayerNorm and RMSNorm forward and backward, and the residual add fused before them (here
+// the add and the norm in turn: the reference a GPU's one-pass kernel is held to). Statistics are accumulated in double for
 // rows of any width; parameter gradients are reduced over rows by column blocks so that no
 // per-thread scratch is needed and the sums do not depend on the thread count.
 #include <math.h>
@@ -168,4 +169,16 @@ void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const fl
                     dinp[at] = s * (dout[at] * weight[h * HS + d] - gmean - (inp[at] - m) * s * gxmean);
                 }
             }
+}
+
+void neox_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                const float *weight, const float *bias, int N, int C, float eps) {
+    neox_add(sum, a, b, (size_t)N * C);
+    neox_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps);
+}
+
+void neox_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b, const float *weight,
+                              int N, int C, float eps) {
+    neox_add(sum, a, b, (size_t)N * C);
+    neox_rmsnorm_forward(out, rstd, sum, weight, N, C, eps);
 }

@@ -39,7 +39,8 @@ void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, f
 }
 
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
-                         float lr, float beta1, float beta2, float eps, long step) {
+                         float lr, float beta1, float beta2, float eps, long step, const double *guard) {
+    if (guard && !isfinite(*guard)) return;
     for (int s = 0; s < nseg; s++) {
         size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
         neox_adamw(param + b, grad + b, m + b, v + b, n, lr, beta1, beta2, eps, segs[s].weight_decay, step);
@@ -86,4 +87,13 @@ void neox_onebit_adam_apply(float *param, const float *m, const float *v, size_t
         if (weight_decay > 0.0f) update += weight_decay * param[i];
         param[i] += -lr * update;
     }
+}
+
+void neox_sum_squares_segments_into(double *sumsq, const float *x, const neox_segment *segs, int nseg) {
+    *sumsq = neox_sum_squares_segments(x, segs, nseg);
+}
+
+void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
+    double norm = sqrt(*sumsq) / loss_scale, coef = 1.0 / loss_scale * neox_clip_coefficient(clip_grad, norm);
+    if (isfinite(norm) && coef != 1.0) neox_scale(x, n, (float)coef);
 }

@@ -1,9 +1,13 @@
-// embedding.cu: token (+ learned position) embedding lookup, and its gradient with the CPU's
-// addition order, so the result is deterministic and equal to kernels/cpu/embedding.c's: each
-// dwte row receives its tokens' gradients in token order. To get that order without atomics, each
-// token finds the next token with the same id (a scan over later ids through shared memory;
-// O(N^2) comparisons, about 1.3e8 for N = 16k tokens, microseconds on a GPU), and the first token
-// of each id walks that chain for its row, one thread per channel.
+// embedding.cu: token (+ learned position) embedding lookup, and its gradient in the order
+// kernels.h fixes (equal to kernels/cpu/embedding.c bit for bit, deterministic, no atomics): a
+// stable radix sort of the (id, position) pairs (CUB), then the sorted sequence in spans of
+// NEOX_EMBEDDING_SPAN tokens, one block per (span, 128 channels) adding its tokens in order: an id
+// whose run stays inside the span is written to its row at once, the pieces of a run that crosses a
+// span boundary are kept and a second kernel adds them onto the row in span order. Each thread
+// adds at most one span's tokens and the runs that cross a boundary at most N / SPAN pieces, so a
+// batch of one repeated token takes as long as one of distinct tokens.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/common.cuh"
 
 enum { EMB_THREADS = 256 };
@@ -29,48 +33,56 @@ extern "C" void neox_cuda_embedding_forward(float *out, const int *ids, const fl
     CUDA_LAUNCHED();
 }
 
-// next[i] = the smallest j > i with ids[j] == ids[i] (or -1); ids < 0 have no chain. Also clears
-// has_prev. Each block scans the ids after its own in tiles until all its tokens have found theirs.
-__global__ void next_same_kernel(int *next, int *has_prev, const int *ids, int n) {
-    __shared__ int tile[EMB_THREADS];
-    int i = blockIdx.x * EMB_THREADS + threadIdx.x;
-    int id = i < n ? ids[i] : -1, found = -1;
-    bool searching = id >= 0;
-    if (i < n) has_prev[i] = 0;
-    for (int j0 = blockIdx.x * EMB_THREADS; __syncthreads_or(searching) && j0 < n; j0 += EMB_THREADS) {
-        int j = j0 + threadIdx.x;
-        tile[threadIdx.x] = j < n ? ids[j] : -1;
-        __syncthreads();
-        if (searching)
-            for (int t = 0; t < EMB_THREADS; t++)
-                if (j0 + t > i && tile[t] == id) {
-                    found = j0 + t;
-                    searching = false;
-                    break;
-                }
-        __syncthreads();  // the tile is rewritten next round
-    }
-    if (i < n) next[i] = found;
-}
+enum { SPAN = NEOX_EMBEDDING_SPAN, SPAN_CHANNELS = 128 };
 
-// Each chained token has exactly one predecessor, so these writes never collide.
-__global__ void mark_chained_kernel(int *has_prev, const int *next, int n) {
+// The radix sort's input: keys = the ids as unsigned (ids < 0 sort last and are skipped), values =
+// the positions 0..n-1 (so equal ids keep token order: the sort is stable).
+__global__ void sort_input_kernel(unsigned *keys, int *pos, const int *ids, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n && next[i] >= 0) has_prev[next[i]] = 1;
+    if (i < n) keys[i] = (unsigned)ids[i], pos[i] = i;
 }
 
-// Grid (channel blocks, token strides): the first token of each id adds its chain to dwte's row in order.
-__global__ void embedding_chain_kernel(float *dwte, const float *dout, const int *ids, const int *next,
-                                       const int *has_prev, int n, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
+// Grid (channel blocks, spans). keys, pos: (n) sorted. A thread adds the tokens of span blockIdx.y
+// into channel c run by run. A run that started before the span (it continues one from an earlier
+// span) is summed from zero into first[span]; a run that starts here and crosses the span's end is
+// summed onto the row's value into last[span]; every other run is complete and written to dwte.
+// first, last: (spans, C).
+__global__ void embedding_span_kernel(float *dwte, float *first, float *last, const float *dout, const unsigned *keys,
+                                      const int *pos, int n, int C) {
+    __shared__ unsigned skey[SPAN];
+    __shared__ int spos[SPAN];
+    int j0 = blockIdx.y * SPAN, j1 = min(j0 + SPAN, n), c = blockIdx.x * SPAN_CHANNELS + threadIdx.x;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) skey[j - j0] = keys[j], spos[j - j0] = pos[j];
+    __syncthreads();
     if (c >= C) return;
-    for (int i = blockIdx.y; i < n; i += gridDim.y) {
-        if (ids[i] < 0 || has_prev[i]) continue;
-        float *e = dwte + (size_t)ids[i] * C + c;
-        float acc = *e;
-        for (int j = i; j >= 0; j = next[j]) acc += dout[(size_t)j * C + c];
-        *e = acc;
+    unsigned after = j1 < n ? keys[j1] : 0xffffffffu;  // the key past the span's end (none: invalid)
+    for (int s = j0, e; s < j1 && (int)skey[s - j0] >= 0; s = e) {
+        unsigned key = skey[s - j0];
+        bool continued = s == j0 && j0 > 0 && keys[j0 - 1] == key;
+        float acc = continued ? 0.0f : dwte[(size_t)key * C + c];
+        for (e = s; e < j1 && skey[e - j0] == key; e++) acc += dout[(size_t)spos[e - j0] * C + c];
+        if (continued) first[(size_t)blockIdx.y * C + c] = acc;
+        else if (e == j1 && after == key) last[(size_t)blockIdx.y * C + c] = acc;
+        else dwte[(size_t)key * C + c] = acc;
     }
+}
+
+// Grid (channel blocks, spans): the run that starts in span blockIdx.y and crosses its end adds the
+// pieces of the spans it continues into, in order, onto its partial row, and writes the row.
+__global__ void embedding_carry_kernel(float *dwte, const float *first, const float *last, const unsigned *keys,
+                                       int n, int C) {
+    int span = blockIdx.y, j0 = span * SPAN, j1 = min(j0 + SPAN, n), c = blockIdx.x * SPAN_CHANNELS + threadIdx.x;
+    if (c >= C || j1 >= n) return;
+    unsigned key = keys[j1 - 1];
+    bool starts_here = j0 == 0 || keys[j0 - 1] != key;  // sorted: else the whole span is one continued run
+    if ((int)key < 0 || keys[j1] != key || !starts_here) return;
+    float acc = last[(size_t)span * C + c];
+    for (int b = span + 1, end; ; b++) {
+        acc += first[(size_t)b * C + c];
+        end = min((b + 1) * SPAN, n);
+        if (end >= n || keys[end] != key) break;
+    }
+    dwte[(size_t)key * C + c] = acc;
 }
 
 // dwpe[t, c] += dout[b, t, c] for b in order. Grid (channel blocks, position strides).
@@ -84,21 +96,37 @@ __global__ void position_grad_kernel(float *dwpe, const float *dout, int B, int 
     }
 }
 
+// The bytes of scratch CUB's radix sort of n pairs needs (after the keys, positions and span pieces).
+static size_t sort_scratch_bytes(int n) {
+    size_t bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, bytes, (const unsigned *)NULL, (unsigned *)NULL, (const int *)NULL,
+                                               (int *)NULL, n));
+    return bytes;
+}
+
 extern "C" void neox_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T,
                                              int C) {
     int n = B * T;
     if (n == 0 || C == 0) return;
     cudaStream_t st = neox_cuda_current_stream();
-    int *next = (int *)neox_cuda_scratch(2 * (size_t)n * sizeof(int)), *has_prev = next + n;
-    unsigned token_blocks = (unsigned)((n + EMB_THREADS - 1) / EMB_THREADS);
-    next_same_kernel<<<token_blocks, EMB_THREADS, 0, st>>>(next, has_prev, ids, n);
+    int spans = (n + SPAN - 1) / SPAN;
+    size_t sort_bytes = sort_scratch_bytes(n), keys_bytes = ((size_t)n * 4 + 255) / 256 * 256;
+    size_t piece_bytes = 2 * (size_t)spans * C * sizeof(float);
+    char *scratch = (char *)neox_cuda_scratch(4 * keys_bytes + piece_bytes + sort_bytes);
+    unsigned *keys_in = (unsigned *)scratch, *keys = (unsigned *)(scratch + keys_bytes);
+    int *pos_in = (int *)(scratch + 2 * keys_bytes), *pos = (int *)(scratch + 3 * keys_bytes);
+    float *first = (float *)(scratch + 4 * keys_bytes), *last = first + (size_t)spans * C;
+    void *sort_tmp = scratch + 4 * keys_bytes + piece_bytes;
+    sort_input_kernel<<<(n + 255) / 256, 256, 0, st>>>(keys_in, pos_in, ids, n);
     CUDA_LAUNCHED();
-    mark_chained_kernel<<<token_blocks, EMB_THREADS, 0, st>>>(has_prev, next, n);
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys_in, keys, pos_in, pos, n, 0, 32, st));
+    dim3 grid((unsigned)((C + SPAN_CHANNELS - 1) / SPAN_CHANNELS), (unsigned)spans);
+    embedding_span_kernel<<<grid, SPAN_CHANNELS, 0, st>>>(dwte, first, last, dout, keys, pos, n, C);
     CUDA_LAUNCHED();
-    unsigned cblocks = (unsigned)((C + 127) / 128);
-    embedding_chain_kernel<<<dim3(cblocks, n < 65535 ? n : 65535), 128, 0, st>>>(dwte, dout, ids, next, has_prev, n, C);
+    embedding_carry_kernel<<<grid, SPAN_CHANNELS, 0, st>>>(dwte, first, last, keys, n, C);
     CUDA_LAUNCHED();
     if (dwpe) {
+        unsigned cblocks = (unsigned)((C + 127) / 128);
         position_grad_kernel<<<dim3(cblocks, T < 65535 ? T : 65535), 128, 0, st>>>(dwpe, dout, B, T, C);
         CUDA_LAUNCHED();
     }

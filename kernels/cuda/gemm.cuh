@@ -18,5 +18,11 @@ void neox_cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, 
 // summed in a fixed order (partial sums over fixed row chunks, then the chunks in order).
 void neox_cuda_column_sums(float *acc, const float *a, int lda, const float *b, const float *shift,
                            const float *scale, int N, int C);
+// Its two halves, for kernels that make the partial sums themselves (the fused norm backward): the
+// row chunks for N rows (returns their count; rows of each in *rows_per_chunk; the partial sums of
+// chunk k are of rows k * rows_per_chunk .. in 8 lanes, lane l taking rows l, l + 8, ..., then the
+// lanes in order), and acc[c] += partial (chunks, C) summed over the chunks in order.
+int neox_cuda_column_chunks(int N, int *rows_per_chunk);
+void neox_cuda_column_finish(float *acc, const float *partial, int chunks, int C);
 
 #endif

@@ -96,3 +96,25 @@ extern "C" void neox_cuda_cross_entropy_target_logit(double *out, const float *l
     target_logit_kernel<<<(N + 255) / 256, 256, 0, neox_cuda_current_stream()>>>(out, logits, targets, N, V);
     CUDA_LAUNCHED();
 }
+
+// One block: thread t takes rows t, t + blockDim.x, ...; the block's sums in the fixed order of
+// block_sum, so the loss repeats bit for bit from run to run.
+__global__ void cross_entropy_loss_kernel(float *lse, double *loss, const float *mx, const double *stats,
+                                          const float *mask, int N) {
+    double sum = 0.0, wsum = 0.0;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) {
+        float l = mx[i] + (float)log(stats[i]);
+        lse[i] = l;
+        sum += (double)mask[i] * (l - (float)stats[N + i]);
+        wsum += mask[i];
+    }
+    sum = block_sum(sum);
+    wsum = block_sum(wsum);
+    if (threadIdx.x == 0) loss[0] = sum, loss[1] = wsum;
+}
+
+extern "C" void neox_cuda_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats,
+                                             const float *mask, int N) {
+    cross_entropy_loss_kernel<<<1, 1024, 0, neox_cuda_current_stream()>>>(lse, loss, mx, stats, mask, N);
+    CUDA_LAUNCHED();
+}

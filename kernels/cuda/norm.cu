@@ -1,6 +1,6 @@
-// norm.cu: LayerNorm and RMSNorm forward and backward, one warp per row, statistics accumulated in
-// double as kernels/cpu/norm.c does (so wide rows lose nothing), with the CPU's expressions. The
-// weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
+// norm.cu: LayerNorm and RMSNorm forward and backward, and the residual add fused before the
+// forward; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
+// rows lose nothing), with the CPU's expressions. The weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
 
@@ -64,6 +64,84 @@ __global__ void norm_backward_kernel(float *dinp, const float *dout, const float
     for (int c = lane; c < C; c += 32) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
 }
 
+// The backward with the weight (and bias) gradients' partial sums in the same pass, so dout and inp
+// are read once: one block per row chunk of neox_cuda_column_chunks, warp w taking rows r0 + w,
+// r0 + w + 8, ... (the column sums' lanes); each row's dinp as norm_backward_kernel, and the warp's
+// column sums of dout * (x - m) * s and dout in registers (column lane + 32k, k < K: C <= 32 K), then
+// the warps summed in order into pw, pb (chunks, C): the column sums' own order, finished by
+// neox_cuda_column_finish. mean NULL: RMSNorm (m = 0, no mean(g) term, no bias).
+static_assert(NORM_WARPS == 8, "the fused backward's warps are the column sums' 8 lanes (kernels/cuda/reduce.cu)");
+
+// out[c] = the sum over the block's warps, in order, of each warp's column sums v (column lane + 32k).
+template <int K>
+__device__ void warps_in_order(float *out, float (*part)[32 * K], const float *v, int C) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < K; k++) part[warp][lane + 32 * k] = v[k];
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float t = 0.0f;
+        for (int w = 0; w < NORM_WARPS; w++) t += part[w][c];
+        out[c] = t;
+    }
+}
+
+template <int K>
+__global__ void norm_backward_fused_kernel(float *dinp, float *pw, float *pb, const float *dout, const float *inp,
+                                           const float *weight, const float *mean, const float *rstd, int N, int C,
+                                           int rows_per_chunk) {
+    __shared__ float part[NORM_WARPS][32 * K];
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float sw[K], sb[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) sw[k] = sb[k] = 0.0f;
+    for (int row = r0 + warp; row < r1; row += NORM_WARPS) {
+        const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+        float m = mean ? mean[row] : 0.0f, s = rstd[row];
+        double gsum = 0.0, gxsum = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = lane + 32 * k;
+            if (c >= C) break;
+            float g = d[c] * weight[c];
+            gsum += g;
+            gxsum += g * (x[c] - m) * s;
+            sw[k] += d[c] * (x[c] - m) * s;
+            sb[k] += d[c];
+        }
+        float gmean = mean ? (float)(warp_sum(gsum) / C) : 0.0f, gxmean = (float)(warp_sum(gxsum) / C);
+        float *dx = dinp + (size_t)row * C;
+        for (int c = lane; c < C; c += 32) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
+    }
+    warps_in_order<K>(pw + (size_t)blockIdx.x * C, part, sw, C);
+    if (pb) {
+        __syncthreads();  // part is rewritten for the bias
+        warps_in_order<K>(pb + (size_t)blockIdx.x * C, part, sb, C);
+    }
+}
+
+// Runs the fused backward for C <= 1024 and returns 1; 0 for wider rows (the caller runs the row
+// kernel and the column sums apart).
+static int norm_backward_fused(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                               const float *weight, const float *mean, const float *rstd, int N, int C) {
+    int K = (C + 31) / 32, rows_per_chunk, chunks = neox_cuda_column_chunks(N, &rows_per_chunk);
+    if (K > 32) return 0;
+    float *pw = (float *)neox_cuda_scratch(2 * (size_t)chunks * C * sizeof(float)), *pb = dbias ? pw + (size_t)chunks * C : NULL;
+    cudaStream_t st = neox_cuda_current_stream();
+#define FUSED(KK) norm_backward_fused_kernel<KK><<<chunks, NORM_WARPS * 32, 0, st>>>(dinp, pw, pb, dout, inp, weight, \
+                                                                                     mean, rstd, N, C, rows_per_chunk)
+    if (K <= 8) FUSED(8);
+    else if (K <= 16) FUSED(16);
+    else if (K <= 24) FUSED(24);
+    else FUSED(32);
+#undef FUSED
+    CUDA_LAUNCHED();
+    neox_cuda_column_finish(dweight, pw, chunks, C);
+    if (dbias) neox_cuda_column_finish(dbias, pb, chunks, C);
+    return 1;
+}
+
 extern "C" void neox_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                                             const float *bias, int N, int C, float eps) {
     if (N <= 0) return;
@@ -75,7 +153,7 @@ extern "C" void neox_cuda_layernorm_forward(float *out, float *mean, float *rstd
 extern "C" void neox_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                              const float *inp, const float *weight, const float *mean,
                                              const float *rstd, int N, int C) {
-    if (N <= 0) return;
+    if (N <= 0 || norm_backward_fused(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)) return;
     norm_backward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
     CUDA_LAUNCHED();
@@ -93,7 +171,7 @@ extern "C" void neox_cuda_rmsnorm_forward(float *out, float *rstd, const float *
 
 extern "C" void neox_cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                                            const float *weight, const float *rstd, int N, int C) {
-    if (N <= 0) return;
+    if (N <= 0 || norm_backward_fused(dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C)) return;
     norm_backward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
         dinp, dout, inp, weight, NULL, rstd, N, C);
     CUDA_LAUNCHED();
@@ -129,6 +207,57 @@ __global__ void head_norm_forward_kernel(float *out, float *mean, float *rstd, c
     }
     if (lane == 0) {
         if (mean) mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// ---- the residual add fused before the norm --------------------------------------------------------
+
+__device__ __forceinline__ float4 add4(float4 x, float4 y) { return make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w); }
+
+// sum, out, a, b: (N, C) with C % 4 == 0 and 16-byte aligned rows; mean (LayerNorm only), rstd: (N).
+// One warp per row in 16-byte loads: the first pass writes sum = a + b and accumulates the row's sum
+// (LayerNorm) or sum of squares (RMSNorm) in double; the row is read back (from L1) for the variance
+// and the output, with the expressions of layernorm_forward_kernel and rmsnorm_forward_kernel.
+template <bool RMS>
+__global__ void add_norm_forward_kernel(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
+                                        const float *weight, const float *bias, int N, int C, float eps) {
+    int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31, C4 = C / 4;
+    if (row >= N) return;
+    size_t off = (size_t)row * C;
+    const float4 *a4 = (const float4 *)(a + off), *b4 = (const float4 *)(b + off);
+    float4 *s4 = (float4 *)(sum + off), *o4 = (float4 *)(out + off);
+    const float4 *w4 = (const float4 *)weight, *bias4 = (const float4 *)bias;
+    double acc = 0.0;
+    for (int g = lane; g < C4; g += 32) {  // sum may alias a: each element is read before it is written
+        float4 z = add4(a4[g], b4[g]);
+        s4[g] = z;
+        if (RMS) acc += (double)z.x * z.x + (double)z.y * z.y + (double)z.z * z.z + (double)z.w * z.w;
+        else acc += (double)z.x + (double)z.y + (double)z.z + (double)z.w;
+    }
+    acc = warp_sum(acc);
+    float m = 0.0f, s;
+    if (RMS) {
+        s = (float)(1.0 / sqrt(acc / C + eps));
+    } else {
+        double mu = acc / C, sq = 0.0;
+        for (int g = lane; g < C4; g += 32) {
+            float4 z = s4[g];
+            double d0 = z.x - mu, d1 = z.y - mu, d2 = z.z - mu, d3 = z.w - mu;
+            sq += d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3;
+        }
+        sq = warp_sum(sq);
+        m = (float)mu, s = (float)(1.0 / sqrt(sq / C + eps));
+    }
+    for (int g = lane; g < C4; g += 32) {
+        float4 z = s4[g], w = w4[g], bb = !RMS && bias ? bias4[g] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), o;
+        if (RMS) o = make_float4(z.x * s * w.x, z.y * s * w.y, z.z * s * w.z, z.w * s * w.w);
+        else o = make_float4((z.x - m) * s * w.x + bb.x, (z.y - m) * s * w.y + bb.y, (z.z - m) * s * w.z + bb.z,
+                             (z.w - m) * s * w.w + bb.w);
+        o4[g] = o;
+    }
+    if (lane == 0) {
+        if (!RMS) mean[row] = m;
         rstd[row] = s;
     }
 }
@@ -193,5 +322,42 @@ extern "C" void neox_cuda_head_norm_backward(float *dinp, float *dweight, float 
     CUDA_LAUNCHED();
     head_norm_backward_kernel<<<norm_blocks(rows), NORM_WARPS * 32, 0, st>>>(dinp, dout, inp, weight, mean, rstd,
                                                                               rows, H, T, HS, G);
+    CUDA_LAUNCHED();
+}
+
+// Whether every row of every tensor can be read in 16-byte pieces.
+static bool vec4_rows(int C, const void *const *ptrs, int n) {
+    if (C % 4) return false;
+    for (int i = 0; i < n; i++)
+        if (ptrs[i] && (uintptr_t)ptrs[i] % 16) return false;
+    return true;
+}
+
+extern "C" void neox_cuda_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
+                                                const float *b, const float *weight, const float *bias, int N, int C,
+                                                float eps) {
+    if (N <= 0) return;
+    const void *ptrs[] = {sum, out, a, b, weight, bias};
+    if (!vec4_rows(C, ptrs, 6)) {  // odd widths: the two ops in turn
+        neox_cuda_add(sum, a, b, (size_t)N * C);
+        neox_cuda_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps);
+        return;
+    }
+    add_norm_forward_kernel<false><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+        sum, out, mean, rstd, a, b, weight, bias, N, C, eps);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b,
+                                              const float *weight, int N, int C, float eps) {
+    if (N <= 0) return;
+    const void *ptrs[] = {sum, out, a, b, weight};
+    if (!vec4_rows(C, ptrs, 5)) {
+        neox_cuda_add(sum, a, b, (size_t)N * C);
+        neox_cuda_rmsnorm_forward(out, rstd, sum, weight, N, C, eps);
+        return;
+    }
+    add_norm_forward_kernel<true><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+        sum, out, NULL, rstd, a, b, weight, NULL, N, C, eps);
     CUDA_LAUNCHED();
 }

@@ -4,23 +4,27 @@
 // memory. AdamW uses explicitly rounded operations (no fused multiply-adds), in kernels/cpu/
 // optimizer.c's order, so its update equals the CPU's bit for bit. Norms are summed in double in
 // an order fixed by n alone (grid-stride partials per block, then the blocks in order).
+#include <string.h>
+
 #include "kernels/cuda/common.cuh"
 
 enum { OPT_THREADS = 256, NORM_BLOCKS_MAX = 1024 };
 
 // One segment as the kernels see it: flat positions [start, next segment's start) map to buffer
-// elements begin + (position - start).
+// elements begin + (position - start). The table depends on the segments alone (not on the learning
+// rate), so it is uploaded once and reused step after step (device_table below).
 struct dev_segment {
     size_t begin, start;
-    float decay;  // 1 - lr * weight_decay, rounded on the host as the CPU rounds it
+    float weight_decay;
 };
 
 struct adam_consts {
-    float beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bc2_sqrt, eps;
+    float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bc2_sqrt, eps;
 };
 
 static adam_consts make_consts(float lr, float beta1, float beta2, float eps, long step) {
     adam_consts k;
+    k.lr = lr;
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
     k.beta1 = beta1;
     k.beta2 = beta2;
@@ -32,6 +36,7 @@ static adam_consts make_consts(float lr, float beta1, float beta2, float eps, lo
     return k;
 }
 
+// decay: 1 - lr * weight_decay, rounded as the CPU rounds it.
 __device__ __forceinline__ void adam_element(float *param, const float *grad, float *m, float *v, size_t i,
                                              float decay, const adam_consts &k) {
     float g = grad[i];
@@ -54,69 +59,79 @@ __device__ __forceinline__ int find_segment(const dev_segment *seg, int nseg, si
     return lo;
 }
 
+// guard: NULL, or the gradients' sum of squares: not finite (an fp16 overflow) skips the update.
 __global__ void adamw_segments_kernel(float *param, const float *grad, float *m, float *v, const dev_segment *seg,
-                                      int nseg, size_t total, adam_consts k) {
+                                      int nseg, size_t total, adam_consts k, const double *guard) {
     size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    if (j >= total) return;
+    if (j >= total || (guard && !isfinite(*guard))) return;
     int s = find_segment(seg, nseg, j);
     for (; j < total; j += stride) {
         while (s + 1 < nseg && seg[s + 1].start <= j) s++;  // positions only grow: walk forward
-        adam_element(param, grad, m, v, seg[s].begin + (j - seg[s].start), seg[s].decay, k);
+        float decay = __fsub_rn(1.0f, __fmul_rn(k.lr, seg[s].weight_decay));
+        adam_element(param, grad, m, v, seg[s].begin + (j - seg[s].start), decay, k);
     }
 }
 
-// Total length of the non-empty segments.
-static size_t segments_total(const neox_segment *segs, int nseg) {
-    size_t total = 0;
+// The device copies of the segment tables, found by content: the update's and the norm's tables
+// repeat every step, so after the first no table crosses from the host (a copy from pageable memory
+// may wait for the stream). A few are kept; a fifth replaces the oldest.
+enum { TABLES_KEPT = 4 };
+struct table_entry {
+    neox_segment *host;  // the segments as given (compared field by field: the struct has padding)
+    int nseg, count;     // given, and non-empty ones in dev
+    size_t total;        // their total length
+    dev_segment *dev;
+};
+static table_entry g_tables[TABLES_KEPT];
+static int g_oldest;
+
+static bool same_segments(const table_entry &e, const neox_segment *segs, int nseg) {
+    if (!e.host || e.nseg != nseg) return false;
     for (int i = 0; i < nseg; i++)
-        if (segs[i].end > segs[i].begin) total += segs[i].end - segs[i].begin;
-    return total;
+        if (e.host[i].begin != segs[i].begin || e.host[i].end != segs[i].end ||
+            e.host[i].weight_decay != segs[i].weight_decay)
+            return false;
+    return true;
 }
 
-// Bytes of the device table of nseg segments, rounded up to 256 so that data can follow it.
-static size_t table_bytes(int nseg) { return ((size_t)(nseg > 0 ? nseg : 1) * sizeof(dev_segment) + 255) / 256 * 256; }
-
-// Copies the host segments into device scratch as dev_segment, skipping empty ones, with `extra`
-// bytes of scratch after the table (at table_bytes(nseg)); returns the count and total length.
-static dev_segment *upload_segments(const neox_segment *segs, int nseg, float lr, size_t extra, int *count,
-                                    size_t *total) {
-    dev_segment *host = (dev_segment *)malloc((size_t)(nseg > 0 ? nseg : 1) * sizeof(dev_segment));
-    if (!host) abort();
-    int n = 0;
-    size_t start = 0;
+static const table_entry &device_table(const neox_segment *segs, int nseg) {
+    for (int t = 0; t < TABLES_KEPT; t++)
+        if (same_segments(g_tables[t], segs, nseg)) return g_tables[t];
+    table_entry &e = g_tables[g_oldest];
+    g_oldest = (g_oldest + 1) % TABLES_KEPT;
+    free(e.host);
+    if (e.dev) CUDA_CHECK(cudaFree(e.dev));
+    size_t rows = (size_t)(nseg > 0 ? nseg : 1);
+    e.host = (neox_segment *)malloc(rows * sizeof *e.host);
+    dev_segment *table = (dev_segment *)malloc(rows * sizeof *table);
+    if (!e.host || !table) abort();
+    memcpy(e.host, segs, (size_t)nseg * sizeof *segs);
+    e.nseg = nseg, e.count = 0, e.total = 0;
     for (int i = 0; i < nseg; i++) {
         if (segs[i].end <= segs[i].begin) continue;
-        host[n].begin = segs[i].begin;
-        host[n].start = start;
-        host[n].decay = 1.0f - lr * segs[i].weight_decay;
-        start += segs[i].end - segs[i].begin;
-        n++;
+        table[e.count++] = dev_segment{segs[i].begin, e.total, segs[i].weight_decay};
+        e.total += segs[i].end - segs[i].begin;
     }
-    dev_segment *dev = (dev_segment *)neox_cuda_scratch(table_bytes(nseg) + extra);
-    if (n > 0)  // from pageable memory: returns once the host table has been staged
-        CUDA_CHECK(cudaMemcpyAsync(dev, host, (size_t)n * sizeof(dev_segment), cudaMemcpyHostToDevice,
-                                   neox_cuda_current_stream()));
-    free(host);
-    *count = n;
-    *total = start;
-    return dev;
+    CUDA_CHECK(cudaMalloc(&e.dev, rows * sizeof *table));
+    CUDA_CHECK(cudaMemcpy(e.dev, table, (size_t)e.count * sizeof *table, cudaMemcpyHostToDevice));
+    free(table);
+    return e;
 }
 
 extern "C" void neox_cuda_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs,
-                                         int nseg, float lr, float beta1, float beta2, float eps, long step) {
-    int n;
-    size_t total;
-    dev_segment *dev = upload_segments(segs, nseg, lr, 0, &n, &total);
-    if (n == 0) return;
-    adamw_segments_kernel<<<blocks_for(total, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
-        param, grad, m, v, dev, n, total, make_consts(lr, beta1, beta2, eps, step));
+                                         int nseg, float lr, float beta1, float beta2, float eps, long step,
+                                         const double *guard) {
+    const table_entry &t = device_table(segs, nseg);
+    if (t.count == 0) return;
+    adamw_segments_kernel<<<blocks_for(t.total, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+        param, grad, m, v, t.dev, t.count, t.total, make_consts(lr, beta1, beta2, eps, step), guard);
     CUDA_LAUNCHED();
 }
 
 extern "C" void neox_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                                 float beta2, float eps, float weight_decay, long step) {
     neox_segment all = {0, n, weight_decay};
-    neox_cuda_adamw_segments(param, grad, m, v, &all, 1, lr, beta1, beta2, eps, step);
+    neox_cuda_adamw_segments(param, grad, m, v, &all, 1, lr, beta1, beta2, eps, step, NULL);
 }
 
 // ---- squared norms ------------------------------------------------------------------------------
@@ -144,22 +159,29 @@ __global__ void sum_partials_kernel(double *out, const double *partial, int n) {
     if (threadIdx.x == 0) *out = sum;
 }
 
-extern "C" double neox_cuda_sum_squares_segments(const float *x, const neox_segment *segs, int nseg) {
-    unsigned blocks = blocks_for(segments_total(segs, nseg), OPT_THREADS);
-    if (blocks > NORM_BLOCKS_MAX) blocks = NORM_BLOCKS_MAX;
-    int n;
-    size_t total;
-    // The partials live in the same scratch, after the segment table.
-    dev_segment *dev = upload_segments(segs, nseg, 0.0f, (blocks + 1) * sizeof(double), &n, &total);
-    if (n == 0) return 0.0;
-    char *scratch = (char *)dev;
-    size_t table = table_bytes(nseg);
-    double *partial = (double *)(scratch + table), *result = partial + blocks, host;
+extern "C" void neox_cuda_sum_squares_segments_into(double *sumsq, const float *x, const neox_segment *segs, int nseg) {
+    const table_entry &t = device_table(segs, nseg);
     cudaStream_t st = neox_cuda_current_stream();
-    sum_squares_kernel<<<blocks, OPT_THREADS, 0, st>>>(partial, x, dev, n, total);
+    if (t.count == 0) {
+        CUDA_CHECK(cudaMemsetAsync(sumsq, 0, sizeof *sumsq, st));
+        return;
+    }
+    unsigned blocks = blocks_for(t.total, OPT_THREADS);
+    if (blocks > NORM_BLOCKS_MAX) blocks = NORM_BLOCKS_MAX;
+    double *partial = (double *)neox_cuda_scratch(blocks * sizeof(double));
+    sum_squares_kernel<<<blocks, OPT_THREADS, 0, st>>>(partial, x, t.dev, t.count, t.total);
     CUDA_LAUNCHED();
-    sum_partials_kernel<<<1, 1024, 0, st>>>(result, partial, (int)blocks);
+    sum_partials_kernel<<<1, 1024, 0, st>>>(sumsq, partial, (int)blocks);
     CUDA_LAUNCHED();
+}
+
+// The same sum brought to the host: the one op of a step that waits for the device.
+extern "C" double neox_cuda_sum_squares_segments(const float *x, const neox_segment *segs, int nseg) {
+    static double *result;  // one device double, kept for the process
+    if (!result) CUDA_CHECK(cudaMalloc(&result, sizeof *result));
+    double host;
+    neox_cuda_sum_squares_segments_into(result, x, segs, nseg);
+    cudaStream_t st = neox_cuda_current_stream();
     CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     return host;

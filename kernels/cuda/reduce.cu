@@ -37,18 +37,26 @@ __global__ void column_finish_kernel(float *acc, const float *partial, int chunk
     acc[c] += t;
 }
 
+int neox_cuda_column_chunks(int N, int *rows_per_chunk) {
+    int chunks = (N + CS_MIN_ROWS - 1) / CS_MIN_ROWS;
+    if (chunks > CS_MAX_CHUNKS) chunks = CS_MAX_CHUNKS;
+    *rows_per_chunk = (N + chunks - 1) / chunks;
+    return (N + *rows_per_chunk - 1) / *rows_per_chunk;
+}
+
+void neox_cuda_column_finish(float *acc, const float *partial, int chunks, int C) {
+    column_finish_kernel<<<(C + 255) / 256, 256, 0, neox_cuda_current_stream()>>>(acc, partial, chunks, C);
+    CUDA_LAUNCHED();
+}
+
 void neox_cuda_column_sums(float *acc, const float *a, int lda, const float *b, const float *shift,
                            const float *scale, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    int chunks = (N + CS_MIN_ROWS - 1) / CS_MIN_ROWS;
-    if (chunks > CS_MAX_CHUNKS) chunks = CS_MAX_CHUNKS;
-    int rows_per_chunk = (N + chunks - 1) / chunks;
-    chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
+    int rows_per_chunk, chunks = neox_cuda_column_chunks(N, &rows_per_chunk);
     float *partial = (float *)neox_cuda_scratch((size_t)chunks * C * sizeof(float));
     cudaStream_t st = neox_cuda_current_stream();
     column_partials_kernel<<<dim3((C + CS_COLS - 1) / CS_COLS, chunks), dim3(CS_COLS, CS_LANES), 0, st>>>(
         partial, a, lda, b, shift, scale, N, C, rows_per_chunk);
     CUDA_LAUNCHED();
-    column_finish_kernel<<<(C + 255) / 256, 256, 0, st>>>(acc, partial, chunks, C);
-    CUDA_LAUNCHED();
+    neox_cuda_column_finish(acc, partial, chunks, C);
 }

@@ -176,19 +176,36 @@ static void head_backward(neox_model *m, float loss_scale) {
     int N = m->B * m->T, C = d->hidden_size;
     size_t NC = (size_t)N * C;
     int OC = neox_model_head_cols(d);
-    if (d->value_head) {
-        // The values' gradient was set by neox_model_set_value_grads.
-        m->be->scale(a->logits, (size_t)N, loss_scale);
-    } else {
-        float scale = a->mask_sum > 0 ? loss_scale / a->mask_sum : 0.0f;
-        m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse, a->targets, a->mask, scale, N, s.V);
-    }
     // The head's parameters are the final norm's, then the output layer's; with tied weights on
     // one stage the output layer is the embedding, which is final only after the embedding's
     // backward.
     int head = m->layer_first_param[d->num_layers], out = param_at(m, m->g.lm_head);
     if (out < head) out = m->nparams;
-    linear_backward(m, out, m->nparams, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, OC);
+    if (d->value_head) {
+        // The values' gradient was set by neox_model_set_value_grads.
+        m->be->scale(a->logits, (size_t)N, loss_scale);
+        linear_backward(m, out, m->nparams, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, OC);
+    } else {
+        // Chunk by chunk of head_rows rows (one chunk when the plan holds every row's logits, which
+        // are then still there from forward): dlogits in place, then the chunk's share of the
+        // output layer's weight gradient and its rows of the input gradient.
+        float scale = a->mask_sum > 0 ? loss_scale / a->mask_sum : 0.0f;
+        for (int r0 = 0; r0 < N; r0 += m->head_rows) {
+            int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
+            if (m->head_rows < N) neox_model_head_logits(m, r0, rows);
+            m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse + r0, a->targets + r0, a->mask + r0, scale,
+                                          rows, s.V);
+            const float *lnf = a->lnf + (size_t)r0 * C;
+            if (r0 + rows < N) {
+                neox_model_linear_backward_weights(m, m->g.lm_head, NULL, a->logits, lnf, rows, C, OC);
+                neox_model_linear_backward_input(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC);
+                poll(m);
+            } else {  // the last chunk finishes the output layer's gradient
+                linear_backward(m, out, m->nparams, a->dln + (size_t)r0 * C, m->g.lm_head, NULL, a->logits, lnf,
+                                m->w.lm_head, rows, C, OC);
+            }
+        }
+    }
     // A vocabulary shard's input gradient is a partial sum; the replicated value head's is whole.
     if (!d->value_head) neox_model_tp_reduce(m, a->dln, NC);
     m->be->memset_zero(a->dx, NC * sizeof(float));

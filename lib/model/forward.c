@@ -86,7 +86,7 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         a->lnf = take(cur, N * C);
         a->lnf_mean = take(cur, N);
         a->lnf_rstd = take(cur, N);
-        a->logits = take(cur, N * (size_t)neox_model_head_cols(d));
+        a->logits = take(cur, (size_t)m->head_rows * neox_model_head_cols(d));
         a->ce_lse = take(cur, N);
         a->mask = take(cur, N);
         a->targets = (int *)take(cur, N);
@@ -106,6 +106,7 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->branch = take(cur, N * C);
     a->ce_max = take(cur, N);
     a->ce_stats = (double *)take(cur, 4 * N);
+    a->ce_loss = (double *)take(cur, 4);
     a->dx = take(cur, N * C);
     a->dln = take(cur, 2 * N * C);
     a->dbranch = take(cur, N * C);
@@ -142,18 +143,18 @@ static size_t carve(neox_model *m, neox_acts *slots, float *base) {
     return (size_t)(cur - start);
 }
 
-// Host copies of the per-row values the loss is assembled from on the host (the backend's
-// buffers may be device memory): ids and targets on their way in, the statistics on their way out.
+// Host copies of per-row values (the backend's buffers may be device memory): ids, targets and the
+// loss mask on their way in, the log-sum-exp and target logits when log-probabilities are asked for.
 typedef struct host_stage {
     int *ids, *targets;             // (N)
-    float *max, *lse, *mask;        // (N)
-    double *stats;                  // (2, N): sums of exponentials, target logits
+    float *lse, *mask;              // (N)
+    double *target_logit;           // (N)
 } host_stage;
 
 static void free_host_stage(neox_model *m) {
     host_stage *h = m->host_stage;
     if (!h) return;
-    void *all[] = {h->ids, h->targets, h->max, h->lse, h->mask, h->stats};
+    void *all[] = {h->ids, h->targets, h->lse, h->mask, h->target_logit};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(h);
     m->host_stage = NULL;
@@ -164,10 +165,9 @@ static void make_host_stage(neox_model *m) {
     host_stage *h = neox_calloc(1, sizeof *h);
     h->ids = neox_malloc(N * sizeof(int));
     h->targets = neox_malloc(N * sizeof(int));
-    h->max = neox_malloc(N * sizeof(float));
     h->lse = neox_malloc(N * sizeof(float));
     h->mask = neox_malloc(N * sizeof(float));
-    h->stats = neox_malloc(2 * N * sizeof(double));
+    h->target_logit = neox_malloc(N * sizeof(double));
     m->host_stage = h;
 }
 
@@ -186,8 +186,8 @@ void neox_model_plan_half(neox_model *m) {
     size_t in = z.C > z.NH * z.HS ? z.C : z.NH * z.HS, out = z.W > z.FC ? z.W : z.FC;
     in = in > z.F ? in : z.F;
     out = out > z.C ? out : z.C;
-    out = out > V ? out : V;
     size_t nin = z.N * in, nout = z.N * out;
+    nout = nout > (size_t)m->head_rows * V ? nout : (size_t)m->head_rows * V;  // the head: one chunk's logits
     if (z.NK) {  // the experts' products over token slots, the router's over tokens
         size_t wide = z.C > z.Fe ? z.C : z.Fe;
         nin = nin > z.NK * wide ? nin : z.NK * wide;
@@ -215,6 +215,20 @@ void neox_model_free_plan(neox_model *m) {
     m->nslots = 0;
 }
 
+void neox_model_set_head_rows(neox_model *m, int rows) {
+    m->head_rows_asked = rows > 0 || rows == NEOX_MODEL_HEAD_AUTO ? rows : 0;
+}
+
+// The rows of logits the plan holds: all N, chunks of the asked size, or (automatically) as many as
+// NEOX_MODEL_HEAD_ELEMS allows. A value head's N values are always whole.
+static int head_rows(const neox_model *m) {
+    size_t N = (size_t)m->B * m->T, V = (size_t)neox_model_head_cols(&m->desc), rows = N;
+    if (m->head_rows_asked > 0) rows = (size_t)m->head_rows_asked;
+    else if (m->head_rows_asked == NEOX_MODEL_HEAD_AUTO && N * V > NEOX_MODEL_HEAD_ELEMS) rows = NEOX_MODEL_HEAD_ELEMS / V;
+    if (m->desc.value_head || rows > N) rows = N;
+    return rows ? (int)rows : 1;
+}
+
 int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *err) {
     const neox_model_desc *d = &m->desc;
     if (B <= 0 || T <= 0 || nslots <= 0)
@@ -224,6 +238,7 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     neox_model_free_plan(m);
     m->B = B;
     m->T = T;
+    m->head_rows = head_rows(m);
     m->nslots = nslots;
     neox_acts *slots = neox_calloc((size_t)nslots, sizeof *slots);
     int L = neox_model_shard(d).L;
@@ -325,10 +340,26 @@ static void row_parallel_forward(neox_model *m, float *out, const float *inp, co
     if (bias) m->be->add_bias(out, bias, N, C);
 }
 
+// A branch output's hidden dropout, in place.
+static void branch_dropout(neox_model *m, float *branch, int layer, int site) {
+    if (m->training && m->desc.hidden_dropout > 0.0f) neox_model_hidden_dropout(m, branch, branch, layer, site);
+}
+
 // Adds a branch output (after hidden dropout) into the residual: out = res + dropout(branch).
 static void add_branch(neox_model *m, float *out, const float *res, float *branch, size_t n, int layer, int site) {
-    if (m->training && m->desc.hidden_dropout > 0.0f) neox_model_hidden_dropout(m, branch, branch, layer, site);
+    branch_dropout(m, branch, layer, site);
     m->be->add(out, res, branch, n);
+}
+
+// The same add followed by the norm of its result, in one op: sum = res + dropout(branch), out =
+// norm(sum) (the sequential residual's MLP input).
+static void add_branch_norm(neox_model *m, float *sum, float *out, float *mean, float *rstd, const float *res,
+                            float *branch, const float *w, const float *b, int layer, int site) {
+    const neox_model_desc *d = &m->desc;
+    int N = m->B * m->T, C = d->hidden_size;
+    branch_dropout(m, branch, layer, site);
+    if (d->norm == NEOX_NORM_RMSNORM) m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps);
+    else m->be->add_layernorm_forward(sum, out, mean, rstd, res, branch, w, b, N, C, d->norm_eps);
 }
 
 // use_qk_layernorm: the one norm of queries and keys (same weights, statistics apart), before rotary.
@@ -374,11 +405,15 @@ void neox_model_layer_forward(neox_model *m, int l) {
     be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,
                           neox_model_attention_opts(m, a->alibi, attn_p, l));
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
-    add_branch(m, d->parallel_residual ? y : la->mid, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
 
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
-    const float *mlp_in = d->parallel_residual ? x : la->mid;
-    norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, mlp_in, p->ln2_w, p->ln2_b, N);
+    if (d->parallel_residual) {
+        add_branch(m, y, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
+        norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, x, p->ln2_w, p->ln2_b, N);
+    } else {
+        add_branch_norm(m, la->mid, la->ln2, la->ln2_mean, la->ln2_rstd, x, a->branch, p->ln2_w, p->ln2_b, l,
+                        NEOX_SITE_ATTN_OUT);
+    }
     if (neox_model_moe_layer(d, l)) {  // GPT-NeoX adds a MoE's output without dropout (it has no bias)
         neox_model_moe_forward(m, l, &la->moe, la->ln2, a->branch, N, m->training, 0);
         be->add(y, la->mid, a->branch, NC);
@@ -415,41 +450,50 @@ static void embed(neox_model *m) {
     if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->x, a->x, -1, NEOX_SITE_ATTN_OUT);
 }
 
+// The logits of rows [r0, r0 + rows) into a->logits: the output layer on the final norm's rows.
+void neox_model_head_logits(neox_model *m, int r0, int rows) {
+    neox_acts *a = m->acts;
+    int C = m->desc.hidden_size;
+    neox_model_linear_forward(m, a->logits, a->lnf + (size_t)r0 * C, m->w.lm_head, NULL, rows, C,
+                              neox_model_head_cols(&m->desc));
+}
+
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
-// logit from the rank that holds it; the logits are never gathered. The N-sized statistics come
-// to the host, where the loss is assembled, and the log-sum-exp and mask go back for backward.
+// logit from the rank that holds it; the logits are never gathered. Chunk by chunk of head_rows
+// rows when the plan holds fewer than N (the logits of a chunk are made here and dropped). The loss
+// is assembled on the backend (cross_entropy_loss, which also saves the log-sum-exp for backward);
+// only its two sums come to the host.
 static void cross_entropy(neox_model *m, const float *loss_mask) {
     const neox_backend *be = m->be;
     neox_acts *a = m->acts;
     host_stage *h = m->host_stage;
     neox_shard s = neox_model_shard(&m->desc);
     int N = m->B * m->T;
-    be->cross_entropy_row_max(a->ce_max, a->logits, N, s.V);
-    if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max, (size_t)N, NEOX_F32);
-    be->cross_entropy_row_sumexp(a->ce_stats, a->logits, a->ce_max, N, s.V);
-    be->cross_entropy_target_logit(a->ce_stats + N, a->logits, a->targets, N, s.V);
-    if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
-    be->to_host(h->max, a->ce_max, (size_t)N * sizeof(float));
-    be->to_host(h->stats, a->ce_stats, 2 * (size_t)N * sizeof(double));
-    const double *sums = h->stats, *target_logit = h->stats + N;
-    double sum = 0.0, wsum = 0.0;
-    for (int i = 0; i < N; i++) {
-        h->lse[i] = h->max[i] + (float)log(sums[i]);
-        float loss = h->lse[i] - (float)target_logit[i];
-        h->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
-        sum += (double)h->mask[i] * loss;
-        wsum += h->mask[i];
+    for (int r0 = 0; r0 < N; r0 += m->head_rows) {
+        int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
+        neox_model_head_logits(m, r0, rows);
+        be->cross_entropy_row_max(a->ce_max + r0, a->logits, rows, s.V);
+        if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max + r0, (size_t)rows, NEOX_F32);
+        be->cross_entropy_row_sumexp(a->ce_stats + r0, a->logits, a->ce_max + r0, rows, s.V);
+        be->cross_entropy_target_logit(a->ce_stats + N + r0, a->logits, a->targets + r0, rows, s.V);
     }
-    be->to_device(a->ce_lse, h->lse, (size_t)N * sizeof(float));
+    if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
+    for (int i = 0; i < N; i++) h->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
     be->to_device(a->mask, h->mask, (size_t)N * sizeof(float));
-    a->mask_sum = (float)wsum;
-    m->loss = wsum > 0 ? (float)(sum / wsum) : 0.0f;
+    be->cross_entropy_loss(a->ce_lse, a->ce_loss, a->ce_max, a->ce_stats, a->mask, N);
+    double loss[2];  // the masked sum of the rows' losses, the sum of the mask
+    be->to_host(loss, a->ce_loss, sizeof loss);
+    a->mask_sum = (float)loss[1];
+    m->loss = loss[1] > 0 ? (float)(loss[0] / loss[1]) : 0.0f;
 }
 
 void neox_model_token_logprobs(const neox_model *m, double *out) {
-    const host_stage *h = m->host_stage;
+    const neox_acts *a = m->acts;
+    host_stage *h = m->host_stage;
     int N = m->B * m->T;
-    for (int i = 0; i < N; i++) out[i] = h->stats[N + i] - (double)h->lse[i];
+    m->be->to_host(h->lse, a->ce_lse, (size_t)N * sizeof(float));
+    m->be->to_host(h->target_logit, a->ce_stats + N, (size_t)N * sizeof(double));
+    for (int i = 0; i < N; i++) out[i] = h->target_logit[i] - (double)h->lse[i];
 }
 
 void neox_model_set_token_weights(neox_model *m, const float *w) {
@@ -491,9 +535,14 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     const float *out = a->x + (size_t)s.L * N * C;
     neox_model_use_head(m, 1);
     norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
-    neox_model_linear_forward(m, a->logits, a->lnf, m->w.lm_head, NULL, N, C, neox_model_head_cols(d));
-    neox_model_use_head(m, 0);
+    int rc = 0;
     if (targets) cross_entropy(m, loss_mask);
+    else if (m->head_rows < N)
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "model: a forward without targets needs all %d rows of logits; the plan "
+                       "holds %d at a time", N, m->head_rows);
+    else neox_model_head_logits(m, 0, N);
+    neox_model_use_head(m, 0);
+    if (rc != 0) return rc;
     return 0;
 }
 

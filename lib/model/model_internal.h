@@ -66,7 +66,7 @@ typedef struct neox_acts {
     float *x;                          // (L + 1, N, C): the residual stream entering each local layer, then the last
     neox_layer_acts *layers;           // L entries (local layer index)
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;                     // (N, V) of this rank's vocabulary (value head: (N)); holds dlogits after backward
+    float *logits;                     // (head_rows, V) of this rank's vocabulary (value head: (N)); dlogits after backward
     float *ce_lse, *mask;              // (N)
     int *ids, *targets;                // (N) ids and targets within this rank's vocabulary, -1 elsewhere
     float mask_sum;
@@ -77,6 +77,7 @@ typedef struct neox_acts {
     float *branch;                     // (N, C) output of the attention or MLP branch
     float *ce_max;                     // (N) row maxima of the logits
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
+    double *ce_loss;                   // (2) the masked sum of the rows' losses, the sum of the mask
     float *dx, *dln, *dbranch;         // (N, C), (2, N, C): dln1 then dln2, adjacent for one reduction
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
     float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NK, C), (NK, Fe) x 2, (NK, C), (NK), (N, E)
@@ -109,6 +110,8 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
 neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N);
 void neox_moe_route_free(neox_moe_route *r);
 
+// The output layer's logits of rows [r0, r0 + rows) (rows <= head_rows) into the slot's logits buffer.
+void neox_model_head_logits(neox_model *m, int r0, int rows);
 // Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank).
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
 // Frees the activation plan.

@@ -14,7 +14,7 @@ static void step_adamw(neox_optimizer *o, float *param, const float *grad, const
                        double lr, int64_t step) {
     const neox_optimizer_settings *s = &o->s;
     o->be->adamw_segments(param, grad, o->state[0], o->state[1], segs, nseg, (float)lr, (float)s->beta1,
-                          (float)s->beta2, (float)s->eps, (long)step);
+                          (float)s->beta2, (float)s->eps, (long)step, o->guard);
 }
 
 const neox_optimizer_type neox_optimizer_adamw = {

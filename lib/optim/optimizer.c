@@ -1,5 +1,6 @@
 // optimizer.c: the optimizer interface of optim.h — the table of optimizer types, reading the
-// settings GPT-NeoX configs give them, the state buffers, one update, and DeepSpeed's clipping.
+// settings GPT-NeoX configs give them, the state buffers, and one update (DeepSpeed's clipping
+// coefficient is kernels.h's neox_clip_coefficient, for the host and the device).
 #include <stdlib.h>
 #include <strings.h>
 
@@ -59,8 +60,4 @@ void neox_optimizer_step(neox_optimizer *o, float *param, const float *grad, con
 
 size_t neox_optimizer_state_bytes_per_element(const neox_optimizer_settings *s) {
     return (size_t)types[s->kind]->nstate * sizeof(float);
-}
-
-double neox_clip_coefficient(double clip_grad, double norm) {
-    return clip_grad > 0 && clip_grad / (norm + 1e-6) < 1.0 ? clip_grad / (norm + 1e-6) : 1.0;
 }

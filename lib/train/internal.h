@@ -96,6 +96,7 @@ struct neox_trainer {
     // params are the master weights): the whole buffer, or under ZeRO this rank's partition.
     neox_optimizer_settings optim;   // as the config sets it (read before the state exists)
     neox_optimizer *optimizer;     // its state covers [state_begin, state_end) of the flat buffers
+    double *step_sumsq;            // the device step's sum of squares (one double on be), else NULL
     neox_lr_schedule lr;
     neox_grad_reducer *reducer;    // NULL at data-parallel size 1
     int zero_stage;                // 0, 1 or 2 (0 whenever data-parallel size is 1)
@@ -199,6 +200,11 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale);
 // Applies one update of this rank's range with learning rate lr (step: the 1-based update count),
 // then under ZeRO gathers the other ranks' partitions.
 void neox_train_update(neox_trainer *t, double lr, int64_t step);
+// The device step, for AdamW on one rank of a device backend (t->step_sumsq set at setup): queues the
+// gradients' sum of squares into t->step_sumsq, the unscaling and clipping by it and the update
+// guarded by it (skipped on the device when the norm is not finite), then reads the sum back once,
+// the step's only wait for the device after its loss. Returns the sum of squares.
+double neox_train_device_update(neox_trainer *t, double loss_scale, double lr, int64_t step);
 
 // ---- memory (setup.c) -------------------------------------------------------------------------
 // The bytes one rank plans, by region: what the start-up "memory of rank N" line prints and the

@@ -37,6 +37,20 @@ static float *state_grads(const neox_trainer *t) {
     return t->grad_partition ? t->grad_partition : t->model->grad_buf + t->state_begin;
 }
 
+double neox_train_device_update(neox_trainer *t, double loss_scale, double lr, int64_t step) {
+    int n;
+    neox_segment *segs = state_segments(t, 1, &n);
+    t->be->sum_squares_segments_into(t->step_sumsq, state_grads(t), segs, n);
+    free(segs);
+    t->be->clip_by_norm(state_grads(t), t->state_end - t->state_begin, t->step_sumsq, loss_scale, t->optim.clip_grad);
+    t->optimizer->guard = t->step_sumsq;
+    neox_train_update(t, lr, step);
+    t->optimizer->guard = NULL;
+    double sum;
+    t->be->to_host(&sum, t->step_sumsq, sizeof sum);
+    return sum;
+}
+
 double neox_train_grad_norm(const neox_trainer *t) {
     int n;
     neox_segment *segs = state_segments(t, 1, &n);

@@ -152,6 +152,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     t->model = neox_model_create_on(&desc, t->be, err);
     if (!t->model) return -1;
     neox_model_set_precision(t->model, t->precision);
+    neox_model_set_head_rows(t->model, NEOX_MODEL_HEAD_AUTO);  // training needs the loss, not the logits
     t->model->tp = g->model_size > 1 ? &g->model : NULL;
     neox_model_init(t->model, t->state.seed);
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
@@ -269,6 +270,11 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
     if (neox_train_setup_offload(t, err) != 0) return -1;
     t->optimizer = neox_optimizer_make(&t->optim, neox_train_optimizer_backend(t), t->state_end - t->state_begin);
+    // The device step: one rank (no host all-reduce of the norm), AdamW (whose kernel takes the guard), the
+    // optimizer on the device (not offloaded).
+    neox_grid *g = t->grid;
+    if (t->be->on_device && !t->offload && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
+        t->step_sumsq = t->be->alloc(sizeof(double));
     return neox_train_setup_compression(t, err);
 }
 
@@ -490,6 +496,7 @@ void neox_trainer_free(neox_trainer *t) {
     neox_onebit_free(t->onebit);
     if (t->be) {
         neox_optimizer_free(t->optimizer);
+        if (t->step_sumsq) t->be->free(t->step_sumsq);
         float *bufs[] = {t->grad_partition, t->pipe_grad_send};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) t->be->free(bufs[i]);

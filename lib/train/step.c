@@ -28,6 +28,38 @@ static int scaler_step(neox_trainer *t, neox_step_result *out, neox_error *err) 
     return 0;
 }
 
+// The norm (all-reduced over the grid on the host), then clipping and the update unless skipped.
+static void host_step(neox_trainer *t, neox_step_result *out, double scale) {
+    neox_timer *clip = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_CLIP_GRAD);
+    neox_timer_start(clip);
+    out->grad_norm = neox_train_grad_norm(t) / scale;
+    out->skipped = out->nonfinite_loss || !isfinite(out->grad_norm);
+    if (!out->skipped) neox_train_clip(t, out->grad_norm, 1.0 / scale);
+    neox_timer_stop(clip);
+    if (out->skipped) return;
+    neox_timer *opt = neox_metrics_timer(t->metrics, NEOX_TIMER_OPTIMIZER);
+    neox_timer_start(opt);
+    neox_train_update(t, out->lr, ++t->state.optimizer_steps);
+    neox_model_weights_changed(t->model);
+    neox_timer_stop(opt);
+}
+
+// The same decisions with the norm, the clipping and the update queued on the device (their
+// results equal the host path's bit for bit): the update is applied, or skipped by the device when
+// the norm is not finite, before the host learns which; then the count of updates follows.
+static void device_step(neox_trainer *t, neox_step_result *out, double scale) {
+    neox_timer *opt = neox_metrics_timer(t->metrics, NEOX_TIMER_OPTIMIZER);
+    neox_timer_start(opt);
+    double sumsq = neox_train_device_update(t, scale, out->lr, t->state.optimizer_steps + 1);
+    neox_timer_stop(opt);
+    out->grad_norm = sqrt(sumsq) / scale;
+    out->skipped = !isfinite(out->grad_norm);
+    if (!out->skipped) {
+        t->state.optimizer_steps++;
+        neox_model_weights_changed(t->model);
+    }
+}
+
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     // ZeRO-2: every reduction leaves the flat buffer all zeros with its pages given back; only the
     // partition's sum starts again (zeroing the whole buffer would map all of it).
@@ -43,22 +75,11 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     *out = (neox_step_result){0};
     out->loss = mean_over_data_ranks(t, loss_sum / t->grad_accum);
     out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);
-    neox_timer *clip = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_CLIP_GRAD);
-    neox_timer_start(clip);
-    out->grad_norm = neox_train_grad_norm(t) / scale;
     out->nonfinite_loss = !isfinite(out->loss);
-    out->skipped = out->nonfinite_loss || !isfinite(out->grad_norm);
+    if (t->step_sumsq && !out->nonfinite_loss) device_step(t, out, scale);
+    else host_step(t, out, scale);
     if (scaler_step(t, out, err) != 0) return -1;
     out->loss_scale = t->scaler.scale;  // after the update, as GPT-NeoX logs optimizer.cur_scale
-    if (!out->skipped) neox_train_clip(t, out->grad_norm, 1.0 / scale);
-    neox_timer_stop(clip);
-    if (!out->skipped) {
-        neox_timer *opt = neox_metrics_timer(t->metrics, NEOX_TIMER_OPTIMIZER);
-        neox_timer_start(opt);
-        neox_train_update(t, out->lr, ++t->state.optimizer_steps);
-        neox_model_weights_changed(t->model);
-        neox_timer_stop(opt);
-    }
     t->state.iteration++;
     t->state.train_position = neox_batch_iterator_position(&t->train_it);
     return 0;

@@ -9,7 +9,8 @@
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
 // precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
 // value_head z_loss (a reward model: the value head and its pairwise loss, below);
-// kto_beta kto_desirable_weight kto_undesirable_weight (KTO's loss, below).
+// kto_beta kto_desirable_weight kto_undesirable_weight (KTO's loss, below); head_rows (the output layer
+// in chunks of that many rows, neox_model_set_head_rows: then no "logits" are written).
 // INPUTS holds "input_ids" and "targets" (I64, (B, T)) and optionally "loss_mask" (F32, (B, T)).
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ static neox_precision precision = NEOX_PRECISION_FP32;
 static int training;  // the model's training flag (MoE: Sinkhorn routing)
 static double dpo_beta = 0.0, z_loss = 0.0;
 static neox_kto_weights kto = {0.0, 1.0, 1.0};
+static int head_rows;
 
 static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *arg) {
     const char *eq = strchr(arg, '=');
@@ -82,6 +84,7 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("kto_beta")) kto.beta = atof(v);
     else if (KEY("kto_desirable_weight")) kto.desirable = atof(v);
     else if (KEY("kto_undesirable_weight")) kto.undesirable = atof(v);
+    else if (KEY("head_rows")) head_rows = atoi(v);
     else return -1;
 #undef KEY
     return 0;
@@ -117,6 +120,7 @@ int main(int argc, char **argv) {
     if (!m) neox_die_error(&err);
     neox_model_set_precision(m, precision);
     m->training = training;
+    neox_model_set_head_rows(m, head_rows);
     neox_safetensors *w = neox_safetensors_open(argv[1], &err), *in = w ? neox_safetensors_open(argv[2], &err) : NULL;
     if (!w || !in) neox_die_error(&err);
     for (int i = 0; i < w->count; i++)
@@ -184,10 +188,13 @@ int main(int argc, char **argv) {
     neox_st_entry *e = neox_calloc(cap, sizeof *e);
     int cols = d.value_head ? 1 : d.vocab_size;
     size_t nlogits = (size_t)B * T * cols;
-    float *logits = neox_malloc(nlogits * sizeof(float));
-    memcpy(logits, values ? values : neox_model_logits(m), nlogits * sizeof(float));
+    float *logits = NULL;
+    if (m->head_rows == B * T) {  // a chunked head keeps no logits
+        logits = neox_malloc(nlogits * sizeof(float));
+        memcpy(logits, values ? values : neox_model_logits(m), nlogits * sizeof(float));
+        e[n++] = (neox_st_entry){d.value_head ? "values" : "logits", "F32", d.value_head ? 2 : 3, {B, T, cols}, logits};
+    }
     free(values);
-    e[n++] = (neox_st_entry){d.value_head ? "values" : "logits", "F32", d.value_head ? 2 : 3, {B, T, cols}, logits};
     e[n++] = (neox_st_entry){"loss", "F32", 1, {1}, &loss};
     if (kto.beta > 0) e[n++] = (neox_st_entry){"kto_metrics", "F32", 1, {NEOX_KTO_METRICS}, kto_metrics};
     neox_model_backward(m, 1.0f);

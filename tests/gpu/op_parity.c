@@ -264,10 +264,11 @@ static void test_casts(void) {
 
 // ---- embeddings -------------------------------------------------------------------------------------
 
+// V = 1: every token the same id (runs across every span of the sorted sequence); else ids drawn
+// from [-1, V): repeats and some -1 (rows held by another tensor-parallel rank).
 static void test_embedding(int B, int T, int C, int V, int with_wpe) {
     int n = B * T, *ids = xmalloc((size_t)n * sizeof(int));
-    // Repeated ids (a small range) and some -1 (rows held by another tensor-parallel rank).
-    for (int i = 0; i < n; i++) ids[i] = (int)(neox_uniform(99, draw++) * (V + 1)) - 1;
+    for (int i = 0; i < n; i++) ids[i] = V == 1 ? 0 : (int)(neox_uniform(99, draw++) * (V + 1)) - 1;
     ipair id = ipair_from(ids, n);
     pair wte = pair_rand((size_t)V * C), wpe = pair_rand((size_t)T * C), out = pair_rand((size_t)n * C);
     cpu->embedding_forward(out.h, id.h, wte.h, with_wpe ? wpe.h : NULL, B, T, C);
@@ -382,6 +383,30 @@ static void test_moe(int N, int K, int C) {
     ipair_free(&pm);
     free(slot);
     free(perm);
+}
+
+// The residual add fused before the norm: the sum exactly, the norm as the norm's own tolerances.
+// C % 4 == 0 takes the 16-byte kernel, other widths the add and the norm in turn; alias: sum over a
+// (the residual stream updated in place).
+static void test_add_norm(int N, int C, int rms, int alias) {
+    pair a = pair_uniform((size_t)N * C, -2.0f, 3.0f), b = pair_rand((size_t)N * C), w = pair_uniform(C, 0.5f, 1.5f);
+    pair bias = pair_rand(C), sum = pair_rand((size_t)N * C), out = pair_rand((size_t)N * C), mean = pair_rand(N),
+         rstd = pair_rand(N);
+    pair *s = alias ? &a : &sum;
+    if (rms) {
+        cpu->add_rmsnorm_forward(s->h, out.h, rstd.h, a.h, b.h, w.h, N, C, 1e-6f);
+        gpu->add_rmsnorm_forward(s->d, out.d, rstd.d, a.d, b.d, w.d, N, C, 1e-6f);
+    } else {
+        cpu->add_layernorm_forward(s->h, out.h, mean.h, rstd.h, a.h, b.h, w.h, bias.h, N, C, 1e-5f);
+        gpu->add_layernorm_forward(s->d, out.d, mean.d, rstd.d, a.d, b.d, w.d, bias.d, N, C, 1e-5f);
+        checkf(1e-6, 1e-6, &mean, "add_layernorm_forward mean N=%d C=%d", N, C);
+    }
+    const char *op = rms ? "add_rmsnorm_forward" : "add_layernorm_forward";
+    checkf(0, 0, s, "%s sum N=%d C=%d alias=%d (exact)", op, N, C, alias);
+    checkf(1e-5, 1e-5, &out, "%s N=%d C=%d alias=%d", op, N, C, alias);
+    checkf(0, 1e-6, &rstd, "%s rstd N=%d C=%d", op, N, C);
+    pair *all[] = {&a, &b, &w, &bias, &sum, &out, &mean, &rstd};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) pair_free(all[k]);
 }
 
 // ---- attention ----------------------------------------------------------------------------------------
@@ -597,6 +622,32 @@ static void test_cross_entropy(int N, int V) {
     gpu->free(sd);
 }
 
+// The loss assembled on the device from the same row maxima and (2, N) statistics on both sides, with
+// a loss mask of zeros and fractions: lse to log's ulps, the two double sums to their order.
+static void test_cross_entropy_loss(int N) {
+    pair mx = pair_uniform(N, -3.0f, 8.0f), mask = pair_uniform(N, 0.0f, 1.0f), lse = pair_rand(N);
+    mask.h[0] = 0.0f;
+    gpu->to_device(mask.d, mask.h, (size_t)N * sizeof(float));
+    double *stats = xmalloc(2 * (size_t)N * sizeof(double)), *sd = gpu->alloc(2 * (size_t)N * sizeof(double));
+    for (int i = 0; i < N; i++) {
+        stats[i] = 1.0 + 5e4 * neox_uniform(21, draw++);         // a sum of exponentials: at least the max's 1
+        stats[N + i] = mx.h[i] - 12.0 * neox_uniform(22, draw++);  // a target logit below the max
+    }
+    gpu->to_device(sd, stats, 2 * (size_t)N * sizeof(double));
+    double want[2], got[2], *ld = gpu->alloc(sizeof got);
+    cpu->cross_entropy_loss(lse.h, want, mx.h, stats, mask.h, N);
+    gpu->cross_entropy_loss(lse.d, ld, mx.d, sd, mask.d, N);
+    gpu->to_host(got, ld, sizeof got);
+    checkf(1e-6, 1e-6, &lse, "cross_entropy_loss lse N=%d", N);
+    compare_scalar("cross_entropy_loss masked sum", want[0], got[0], 1e-12);
+    compare_scalar("cross_entropy_loss mask sum", want[1], got[1], 1e-12);
+    gpu->free(sd);
+    gpu->free(ld);
+    free(stats);
+    pair *all[] = {&mx, &mask, &lse};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
 // ---- optimizer --------------------------------------------------------------------------------------
 
 static void test_optimizer(size_t n) {
@@ -616,8 +667,8 @@ static void test_optimizer(size_t n) {
     checkf(0, 1e-6, &p, "adamw param n=%zu, 2 steps", n);
     checkf(0, 1e-6, &m, "adamw exp_avg n=%zu", n);
     checkf(0, 1e-6, &v, "adamw exp_avg_sq n=%zu", n);
-    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7);
-    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, NULL);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, NULL);
     checkf(0, 1e-6, &p, "adamw_segments param (%d segments, gaps untouched)", nseg);
     checkf(0, 1e-6, &m, "adamw_segments exp_avg");
     checkf(0, 1e-6, &v, "adamw_segments exp_avg_sq");
@@ -740,6 +791,35 @@ static void test_determinism(void) {
     free(ids);
 }
 
+// The device step's ops: the sum of squares into device memory, clipping from it (both sides given
+// the CPU's sum, so the factor is the same double), AdamW run and then skipped by the guard.
+static void test_device_step(size_t n) {
+    pair g = pair_rand(n), p = pair_rand(n), m = pair_uniform(n, -0.1f, 0.1f), v = pair_uniform(n, 0.0f, 0.01f);
+    neox_segment segs[] = {{0, 100, 0.0f}, {150, 5000, 0.1f}, {5001, n, 0.01f}};
+    double host, got, *dev = gpu->alloc(sizeof(double));
+    cpu->sum_squares_segments_into(&host, g.h, segs, 3);
+    gpu->sum_squares_segments_into(dev, g.d, segs, 3);
+    gpu->to_host(&got, dev, sizeof got);
+    compare_scalar("sum_squares_segments_into", host, got, 1e-10);
+    gpu->to_device(dev, &host, sizeof host);
+    cpu->clip_by_norm(g.h, n, &host, 1024.0, 1e-3);
+    gpu->clip_by_norm(g.d, n, dev, 1024.0, 1e-3);
+    checkf(0, 0, &g, "clip_by_norm n=%zu (loss scale 1024, clipped)", n);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, &host);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, dev);
+    checkf(0, 1e-6, &p, "adamw_segments guard finite: updated");
+    double inf = INFINITY;
+    gpu->to_device(dev, &inf, sizeof inf);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 4, dev);
+    gpu->clip_by_norm(g.d, n, dev, 1.0, 1e-3);
+    checkf(0, 1e-6, &p, "adamw_segments guard inf: skipped");
+    checkf(0, 1e-6, &m, "adamw_segments guard inf: exp_avg untouched");
+    checkf(0, 0, &g, "clip_by_norm inf: untouched");
+    gpu->free(dev);
+    pair *all[] = {&g, &p, &m, &v};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
 // ---- memory entry points -------------------------------------------------------------------------
 
 static void test_memory(void) {
@@ -785,11 +865,21 @@ int main(int argc, char **argv) {
     test_casts();
     test_embedding(2, 19, 37, 7, 1);
     test_embedding(3, 300, 64, 1000, 0);
+    test_embedding(2, 1000, 96, 1, 1);      // one id: 2000 tokens in 8 spans, the last partial
+    test_embedding(2, 777, 130, 5, 0);      // runs crossing span ends, channels past a 128 block
+    test_embedding(4, 2048, 768, 50304, 1); // a training batch
     test_layernorm(37, 200, 1);
     test_layernorm(5, 1001, 0);
     test_layernorm(300, 64, 1);
+    test_layernorm(4096, 768, 1);  // a training shape: the fused backward's 256 row chunks
     test_rmsnorm(37, 200);
-    test_rmsnorm(3, 4097);
+    test_rmsnorm(3, 4097);         // wider than 1024: the row kernel and the column sums apart
+    test_rmsnorm(2048, 1024);      // the fused backward's widest rows
+    test_add_norm(300, 768, 0, 0);  // 16-byte rows
+    test_add_norm(37, 200, 0, 1);
+    test_add_norm(5, 1001, 0, 0);   // an odd width: the unfused ops
+    test_add_norm(64, 4096, 1, 1);
+    test_add_norm(9, 90, 1, 0);     // 90 % 4 != 0
     test_head_norm(2, 4, 37, 16, 4, 0);
     test_head_norm(3, 6, 20, 64, 1, 1);
     test_moe(37, 2, 96);
@@ -832,7 +922,10 @@ int main(int argc, char **argv) {
     test_elementwise(37, 129);
     test_cross_entropy(9, 1001);
     test_cross_entropy(3, 50304);
+    test_cross_entropy_loss(37);
+    test_cross_entropy_loss(65536);  // 125M's micro-batch 32 at sequence 2048
     test_optimizer(100003);
+    test_device_step(100003);
     test_determinism();
     printf("# %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

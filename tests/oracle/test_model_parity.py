@@ -198,6 +198,22 @@ def check_parity(out, model, ids, targets, mask, unlike=None, change="the featur
         close(out["grad." + name], p.grad if p.grad is not None else torch.zeros_like(p), "gradient of " + name)
 
 
+@pytest.mark.parametrize("case", ["neox-sequential-rotary25-gelu-untied", "llama-gqa-swiglu-rmsnorm-untied"])
+def test_head_chunks_parity(case, tmp_path):
+    # The output layer in row chunks (18 rows as 4 + 4 + 4 + 4 + 2): the loss and every gradient of
+    # the whole model against Hugging Face's, with the masked loss.
+    kind, kwargs, extra = CASES[case]
+    model, cfg = make_model(kind, kwargs)
+    ids, targets, mask = batch()
+    out = run_driver(tmp_path, model, cfg, kind, extra, ids, targets, mask, more=["head_rows=4"])
+    assert "logits" not in out
+    loss = masked_loss(model(input_ids=ids).logits, targets, mask)
+    loss.backward()
+    close(out["loss"], loss.detach().reshape(1), "loss")
+    for name, p in model.named_parameters():
+        close(out["grad." + name], p.grad, "gradient of " + name)
+
+
 def torch_adamw_losses(model, ids, targets, mask, steps, lr):
     """The losses of `steps` torch.optim.AdamW steps on one batch, no decay on biases and norms."""
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "norm" in n]

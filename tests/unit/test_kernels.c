@@ -115,6 +115,70 @@ static void test_embedding(void **state) {
     free(c.wte); free(c.wpe); free(c.out); free(c.R); free(dwte); free(dwpe);
 }
 
+// The order of dwte's sums (kernels.h): restated here without sorting. A token's place in the sorted
+// sequence is the number of tokens with a smaller id (as unsigned) plus the earlier ones with its id;
+// its span is that place / NEOX_EMBEDDING_SPAN. Walking the tokens in order, a token in the span of its
+// id's first token adds onto the row; a later span's tokens add into a piece that joins the row when
+// the span changes or the tokens end.
+static void emb_order_reference(float *dwte, const float *dout, const int *ids, int n, int C) {
+    float *piece = zeros((size_t)C);
+    for (int i = 0; i < n; i++) {  // each id once, from its first token
+        int first = ids[i] >= 0, span0 = -1, piece_span = -1;
+        for (int j = 0; j < i && first; j++) first = ids[j] != ids[i];
+        if (!first) continue;
+        float *row = dwte + (size_t)ids[i] * C;
+        for (int j = i; j < n; j++) {
+            if (ids[j] != ids[i]) continue;
+            int place = 0;
+            for (int k = 0; k < n; k++) place += (unsigned)ids[k] < (unsigned)ids[i] || (ids[k] == ids[i] && k < j);
+            int span = place / NEOX_EMBEDDING_SPAN;
+            if (span0 < 0) span0 = span;
+            const float *d = dout + (size_t)j * C;
+            if (span == span0) {
+                for (int c = 0; c < C; c++) row[c] += d[c];
+                continue;
+            }
+            if (span != piece_span) {
+                for (int c = 0; piece_span >= 0 && c < C; c++) row[c] += piece[c];
+                memset(piece, 0, (size_t)C * sizeof *piece);
+                piece_span = span;
+            }
+            for (int c = 0; c < C; c++) piece[c] += d[c];
+        }
+        for (int c = 0; piece_span >= 0 && c < C; c++) row[c] += piece[c];
+    }
+    free(piece);
+}
+
+static void test_embedding_order(void **state) {
+    (void)state;
+    // Few tokens (every id inside one span: the plain token-order sum), one token repeated across
+    // several spans, and many ids with -1s (another rank's rows) whose runs straddle span ends.
+    enum { C = 67, V = 40 };
+    int sizes[] = {37, 3 * NEOX_EMBEDDING_SPAN + 17, 5 * NEOX_EMBEDDING_SPAN + 3};
+    for (int t = 0; t < 3; t++) {
+        int n = sizes[t], *ids = neox_malloc((size_t)n * sizeof *ids);
+        for (int i = 0; i < n; i++)
+            ids[i] = t == 1 ? 7 : (int)(neox_uniform(5, rng_counter++) * (V + 1)) - 1;
+        float *dout = randn((size_t)n * C, 1), *base = randn((size_t)V * C, 1);
+        float *got = neox_malloc((size_t)V * C * sizeof *got), *want = neox_malloc((size_t)V * C * sizeof *want);
+        memcpy(got, base, (size_t)V * C * sizeof *got);
+        memcpy(want, base, (size_t)V * C * sizeof *want);
+        neox_embedding_backward(got, NULL, dout, ids, 1, n, C);
+        emb_order_reference(want, dout, ids, n, C);
+        assert_memory_equal(got, want, (size_t)V * C * sizeof *got);
+        if (t == 1) {  // the spans matter: summing straight onto the row gives other bits
+            float *plain = neox_malloc((size_t)C * sizeof *plain);
+            memcpy(plain, base + 7 * C, (size_t)C * sizeof *plain);
+            for (int j = 0; j < n; j++)
+                for (int c = 0; c < C; c++) plain[c] += dout[(size_t)j * C + c];
+            assert_true(memcmp(plain, got + 7 * C, (size_t)C * sizeof *plain) != 0);
+            free(plain);
+        }
+        free(ids); free(dout); free(base); free(got); free(want);
+    }
+}
+
 // ---- norms --------------------------------------------------------------------------------------
 enum { NN = 5, NC = 9 };
 struct norm_ctx { float *inp, *w, *b, *out, *mean, *rstd, *R; int rms; };
@@ -155,6 +219,36 @@ static void run_norm(int rms) {
 
 static void test_layernorm(void **state) { (void)state; run_norm(0); }
 static void test_rmsnorm(void **state) { (void)state; run_norm(1); }
+
+// The fused residual add + norm: the sum and the norm of it, against a direct double-precision
+// restatement (sum exact; the norm within fp32 rounding), in place (sum over a) and apart.
+static void test_add_norm(void **state) {
+    (void)state;
+    enum { N = 3, C = 37 };
+    for (int rms = 0; rms < 2; rms++) {
+        float *a = randn(N * C, 1), *b = randn(N * C, 1), *w = randn(C, 1), *bias = randn(C, 1), *a0 = zeros(N * C);
+        float *out = zeros(N * C), *mean = zeros(N), *rstd = zeros(N);
+        memcpy(a0, a, sizeof(float) * N * C);
+        if (rms) neox_add_rmsnorm_forward(a, out, rstd, a, b, w, N, C, 1e-6f);
+        else neox_add_layernorm_forward(a, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+        for (int i = 0; i < N; i++) {
+            double mu = 0, var = 0;
+            for (int c = 0; c < C; c++) {
+                float sum = a0[i * C + c] + b[i * C + c];
+                assert_true(a[i * C + c] == sum);
+                mu += rms ? 0.0 : (double)sum / C;
+            }
+            for (int c = 0; c < C; c++) var += ((double)a[i * C + c] - mu) * ((double)a[i * C + c] - mu) / C;
+            double r = 1.0 / sqrt(var + (rms ? 1e-6 : 1e-5));
+            assert_true(fabs(rstd[i] - r) <= 1e-6 * r);
+            for (int c = 0; c < C; c++) {
+                double want = ((double)a[i * C + c] - mu) * r * w[c] + (rms ? 0.0 : bias[c]);
+                assert_true(fabs(out[i * C + c] - want) <= 1e-5 * (1 + fabs(want)));
+            }
+        }
+        free(a); free(b); free(w); free(bias); free(a0); free(out); free(mean); free(rstd);
+    }
+}
 
 // ---- qkv split/merge and rotary -----------------------------------------------------------------
 static void run_qkv_adjoint(int interleaved, int NH, int NKV) {
@@ -675,6 +769,36 @@ static void test_adamw_and_norm(void **state) {
     assert_true(fabs(neox_sum_squares(g, 3) - (0.01 + 0.04 + 0.09)) < 1e-7);
 }
 
+// The device step's ops: the sum of squares into memory, unscaling + DeepSpeed's clipping from it
+// (clip_grad / (norm + 1e-6) when below 1, the norm being that of the unscaled gradients), and AdamW
+// skipped by a non-finite guard.
+static void test_clip_by_norm_and_guard(void **state) {
+    (void)state;
+    float g[4] = {3, -4, 12, 0}, want[4];
+    neox_segment all = {0, 4, 0.0f};
+    double sumsq = -1;
+    neox_sum_squares_segments_into(&sumsq, g, &all, 1);
+    assert_true(sumsq == 169.0);
+    double scale = 2.0, norm = 13.0 / scale, coef = 0.5 * (1.0 / (norm + 1e-6));  // clip_grad 1
+    for (int i = 0; i < 4; i++) want[i] = g[i] * (float)coef;
+    neox_clip_by_norm(g, 4, &sumsq, scale, 1.0);
+    assert_memory_equal(g, want, sizeof g);
+    neox_clip_by_norm(g, 4, &sumsq, 1.0, 100.0);  // below the clip and no loss scale: untouched
+    assert_memory_equal(g, want, sizeof g);
+    double bad[2] = {INFINITY, NAN};
+    float p[4] = {1, 2, 3, 4}, m[4] = {0}, v[4] = {0}, p0[4];
+    memcpy(p0, p, sizeof p);
+    for (int k = 0; k < 2; k++) {
+        neox_clip_by_norm(g, 4, &bad[k], 1.0, 1.0);
+        assert_memory_equal(g, want, sizeof g);
+        neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, &bad[k]);
+        assert_memory_equal(p, p0, sizeof p);
+        assert_true(m[0] == 0 && v[0] == 0);
+    }
+    neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, &sumsq);
+    assert_true(p[0] != p0[0] && m[0] != 0);
+}
+
 // DeepSpeed's OnebitAdam update, in double: warm-up steps move both moments, frozen steps only m;
 // p -= lr * (m / (sqrt(v) + eps) + wd * p), no bias correction.
 static void test_onebit_adam(void **state) {
@@ -699,7 +823,9 @@ static void test_onebit_adam(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),          cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_embedding_order),
         cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_add_norm),
         cmocka_unit_test(test_qkv_split_merge), cmocka_unit_test(test_rotary),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_attention_blocks),
@@ -713,6 +839,7 @@ int main(void) {
         cmocka_unit_test(test_attention_dropout_partition), cmocka_unit_test(test_dropout_partition),
         cmocka_unit_test(test_cross_entropy_masked_target),
         cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),
+        cmocka_unit_test(test_clip_by_norm_and_guard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

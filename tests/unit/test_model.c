@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "core.h"
+#include "kernels/backend.h"
 #include "model.h"
 
 static neox_config *load_yaml(const char *text) {
@@ -202,6 +203,59 @@ static void test_checkpointing_is_exact(void **state) {
     neox_model_free(b);
 }
 
+// Max |a - b| over n values, relative to the largest |a|.
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double d = 0, scale = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)a[i]));
+    }
+    return d / scale;
+}
+
+// The output layer in row chunks (5 rows: 16 = 5 + 5 + 5 + 1) gives the loss, the per-token
+// log-probabilities and every gradient of the whole product, with a loss mask that drops and weights
+// rows, in fp32 and bf16, on the CPU and on the emulated device (where it must equal the CPU's bits).
+static void test_head_chunks(void **state) {
+    (void)state;
+    int ids[16], targets[16];
+    float mask[16];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 7) % 40, targets[i] = (i * 11 + 3) % 40, mask[i] = (float)(i % 3);
+    for (int precision = 0; precision < 2; precision++) {
+        neox_model *whole = tiny(0), *chunked = tiny(0);
+        neox_error err = {0};
+        neox_model *dev = neox_model_create_on(&whole->desc, neox_backend_emulated(), &err);
+        assert_non_null(dev);
+        neox_model_init(dev, 42);
+        dev->training = 1, dev->dropout_seed = 7;
+        neox_model *ms[] = {whole, chunked, dev};
+        for (int k = 0; k < 3; k++) {
+            if (k > 0) neox_model_set_head_rows(ms[k], 5);
+            if (precision) neox_model_set_precision(ms[k], NEOX_PRECISION_BF16);
+            assert_int_equal(neox_model_plan(ms[k], 2, 8, &err), 0);
+            assert_int_equal(ms[k]->head_rows, k > 0 ? 5 : 16);
+            assert_int_equal(neox_model_forward(ms[k], ids, targets, mask, &err), 0);
+            neox_model_backward(ms[k], 2.0f);
+        }
+        assert_true(neox_model_activation_bytes(chunked) < neox_model_activation_bytes(whole));
+        assert_true(fabs(whole->loss - chunked->loss) <= 1e-6 * fabs(whole->loss));
+        double lw[16], lc[16];
+        neox_model_token_logprobs(whole, lw);
+        neox_model_token_logprobs(chunked, lc);
+        for (int i = 0; i < 16; i++) assert_true(fabs(lw[i] - lc[i]) <= 1e-6 * fabs(lw[i]));
+        assert_true(rel_diff(whole->grad_buf, chunked->grad_buf, whole->num_floats) < 1e-5);
+        float *dev_grads = neox_malloc(dev->num_floats * sizeof(float));
+        dev->be->to_host(dev_grads, dev->grad_buf, dev->num_floats * sizeof(float));
+        assert_true(dev->loss == chunked->loss);
+        assert_memory_equal(dev_grads, chunked->grad_buf, dev->num_floats * sizeof(float));
+        free(dev_grads);
+        // The logits themselves need every row at once.
+        assert_int_equal(neox_model_forward(chunked, ids, NULL, NULL, &err), -1);
+        assert_non_null(strstr(err.message, "needs all 16 rows of logits"));
+        for (int k = 0; k < 3; k++) neox_model_free(ms[k]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_desc_from_config),
@@ -209,6 +263,7 @@ int main(void) {
         cmocka_unit_test(test_desc_rope_scaling),
         cmocka_unit_test(test_desc_attn_output_bias),
         cmocka_unit_test(test_checkpointing_is_exact),
+        cmocka_unit_test(test_head_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
