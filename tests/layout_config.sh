@@ -6,7 +6,8 @@
 # character-level $T/docs_text_document) change those keys.
 # config NAME KIND MICRO ACCUM ITERS EXTRA: KIND neox (layernorm, gelu, parallel residual, tied) or llama.
 config() {
-    local arch
+    local arch data='"data_path": "'"$T"'/docs_text_document", "tokenizer_type": "CharLevelTokenizer"'
+    [ -n "${DATA_KEYS:-}" ] && data=$DATA_KEYS  # (set here: a default inside ${...:-} in a heredoc loses its quotes)
     if [ "$2" = neox ]; then
         arch='"norm": "layernorm", "activation": "gelu", "gpt_j_residual": true, "pos_emb": "'"${POS_EMB:-rotary}"'", "rotary_pct": 0.5'
     else
@@ -21,7 +22,7 @@ config() {
   "clip_grad": 1.0, "weight_decay": 0.01,
   "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
   "train_iters": $5, "eval_interval": 10, "eval_iters": 2, "log_interval": 1,
-  ${DATA_KEYS:-"data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer"},
+  $data,
   "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": ${CKPT_FACTOR:-10} $6
 }
 EOF

@@ -35,7 +35,7 @@ check "train: resume with load" "$TRAIN" "$T/resume.yml"
 # Two data-parallel ranks: ZeRO, the wire type, the comms logger inside deepspeed_extra_args, rmsnorm,
 # Llama 3.1's rope_scaling (both spellings of its type), Qwen2's unbiased attention output.
 ZERO='"zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_scatter": true, "reduce_bucket_size": 3000,
-  "allgather_bucket_size": 3000, "contiguous_gradients": true}'
+  "allgather_bucket_size": 3000, "contiguous_gradients": true, "offload_optimizer": {"device": "cpu"}}'
 EXTRA='"deepspeed_extra_args": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": true, "prof_ops": [], "debug": false}}'
 ROPE='"rope_scaling": {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
   "high_freq_factor": 4.0, "original_max_position_embeddings": 16}'
@@ -49,6 +49,12 @@ echo '{"iteration": 1, "scheme": "bf16"}' >"$T/decisions.jsonl"
 config adaptive neox 2 1 3 ", \"gradient_compression\": \"adaptive\", \"gradient_compression_interval\": 2,
   \"gradient_compression_replay\": \"$T/decisions.jsonl\""
 check "train: 2 data-parallel ranks with adaptive compression, replayed" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/adaptive.yml"
+
+# Mixture of Experts: a top-k router on every layer (sequential residual: GPT-NeoX's MoE has no
+# parallel one).
+config moe neox 2 1 3 ', "moe_num_experts": 2, "moe_top_k": 1, "moe_router_type": "topk", "moe_expert_interval": 1'
+sed -i 's/"gpt_j_residual": true/"gpt_j_residual": false/' "$T/moe.yml"
+check "train: Mixture of Experts" "$TRAIN" -q "$T/moe.yml"
 
 # SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
 # run with GPT-NeoX's onnx_safe gelu.
