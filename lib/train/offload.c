@@ -12,7 +12,8 @@
 #include "internal.h"
 
 static int asks_offload(const neox_trainer *t) {
-    const neox_value *dev = neox_config_sub(t->cfg, zero_optimization__offload_optimizer__device);
+    const neox_value *dict = neox_config_sub(t->cfg, zero_optimization__offload_optimizer);
+    const neox_value *dev = dict ? neox_config_sub(t->cfg, zero_optimization__offload_optimizer__device) : NULL;
     const neox_value *old = neox_config_sub(t->cfg, zero_optimization__cpu_offload);
     return t->optim.host || (dev && dev->kind == NEOX_VALUE_STRING && !strcasecmp(dev->string, "cpu")) ||
            (old && old->kind == NEOX_VALUE_BOOL && old->boolean);
