@@ -9,6 +9,15 @@ CONFIGS=$SHARED/reference/gpt-neox-configs
 TEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/neox-test.XXXXXX")
 trap 'rm -rf "$TEST_TMP"' EXIT
 
+# The names every script uses for the tools, the scratch directory and the oracles' Python.
+TRAIN=$NEOX_BIN/neox-train
+EVAL=$NEOX_BIN/neox-eval
+CONVERT=$NEOX_BIN/neox-convert
+LIB="python3 tests/tools/train_lib.py"
+T=$TEST_TMP
+PY=.venv/bin/python
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+
 # The last command's output, for messages on failure.
 _last_out=$TEST_TMP/.last_out
 
@@ -96,4 +105,18 @@ need_shared() {
     if [ -d "$DATA" ]; then return 0; fi
     skip "$1" "$DATA is absent"
     return 1
+}
+
+# need_mpi NAME: true when mpiexec and the oracles' .venv are there; otherwise a skip line for NAME.
+need_mpi() {
+    command -v "$MPIEXEC" >/dev/null || { skip "$1" "$MPIEXEC is not installed"; return 1; }
+    [ -x "$PY" ] || { skip "$1" ".venv is missing (make deps)"; return 1; }
+}
+
+# words_dataset DOCS SEED: the multi-rank tests' corpus, DOCS documents of words drawn with SEED
+# (tests/mpi/words_corpus.py), preprocessed char-level into $T/docs_text_document.
+words_dataset() {
+    python3 tests/mpi/words_corpus.py "$TEST_TMP/docs.jsonl" "$1" "$2"
+    check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$TEST_TMP/docs.jsonl" --output-prefix "$TEST_TMP/docs" \
+        --tokenizer-type CharLevelTokenizer --append-eod
 }

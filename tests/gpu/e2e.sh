@@ -26,7 +26,6 @@
 if [ "${NEOX_E2E_DRY:-0}" = 1 ]; then NEOX_BIN=${NEOX_BIN:-build/cpu/bin}; else NEOX_BIN=${NEOX_BIN:-build/cuda/bin}; fi
 source tests/lib.sh
 TRAIN=$NEOX_BIN/neox-train CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
 BF16_LOSS_TOL=2e-3 BF16_NORM_TOL=2e-2
 
 if [ "${NEOX_E2E_DRY:-0}" = 1 ]; then

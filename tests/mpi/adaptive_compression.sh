@@ -13,10 +13,6 @@
 # - its keys without adaptive, and a malformed decisions file, are refused by name.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "adaptive compression" "$MPIEXEC is not installed"; exit 0; }
 export OMP_NUM_THREADS=1
 

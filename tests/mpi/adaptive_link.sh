@@ -13,10 +13,6 @@
 source tests/lib.sh
 source scripts/shaped_link.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "adaptive compression on a shaped link" "$MPIEXEC is not installed"; exit 0; }
 trap 'link_down; rm -rf "$TEST_TMP"' EXIT
 if ! link_up 2 10gbit 2>"$T/link.err"; then

@@ -7,17 +7,9 @@
 # relative (docs/communication.md); fp16 likewise. A bad type, or bf16 with fp32_allreduce, is refused.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "communication options" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "communication options" ".venv is missing (make deps)"; exit 0; }
+need_mpi "communication options" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 500 7
 source tests/layout_config.sh
 
 run() {  # run NAME EXTRA: 10 steps on dp2 and the export

@@ -4,14 +4,9 @@
 # rank, and the stopped rank is killed with it.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "communication timeout" "$MPIEXEC is not installed"; exit 0; }
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 400 5
 model() {  # model ITERS
     cat <<EOF2
 {

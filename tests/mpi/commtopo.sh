@@ -9,14 +9,8 @@
 #   of 2) follows the flat run within 1e-5, with the intra/inter bytes of the analysis.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
 DRIVER=build/cpu/tests/drivers/commtopo_check
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "communication topology" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "communication topology" ".venv is missing (make deps)"; exit 0; }
+need_mpi "communication topology" || exit 0
 
 for p in 2 3 4; do
     check_output "sparse rows vs dense all-reduce on $p ranks" "^ok" $MPIEXEC -n $p $DRIVER sparse
@@ -29,9 +23,7 @@ for spec in "4 2 2" "6 2 3" "4 3 2"; do
     ! grep -q "^not ok" "$_last_out" || _report 1 "hierarchical ($1 ranks, nodes of $2): every case" "$_last_out"
 done
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 500 7
 
 LAYERS=2
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA

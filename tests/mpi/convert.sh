@@ -3,9 +3,6 @@
 # resharded to one rank verifies and holds the same tensors (inspect's CRC-32s).
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "neox-convert vs 2-rank neox-train" "$MPIEXEC is not installed"; exit 0; }
 command -v h5diff >/dev/null || { skip "neox-convert vs 2-rank neox-train" "h5diff (hdf5-tools) is not installed"; exit 0; }
 

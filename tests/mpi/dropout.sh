@@ -7,16 +7,9 @@
 # rank continues the straight run. Without dropout the losses differ (the masks reach the model).
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "dropout under every layout" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "dropout under every layout" ".venv is missing (make deps)"; exit 0; }
+need_mpi "dropout under every layout" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 500 7
 
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 

@@ -6,9 +6,6 @@
 # neox-eval serve on 2 and 3 ranks gives the one-rank answers (tests/mpi/serve_ranks_check.py).
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-EVAL=$NEOX_BIN/neox-eval
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "neox-eval data parallel" "$MPIEXEC is not installed"; exit 0; }
 
 python3 - "$T" <<'EOF'
@@ -109,7 +106,6 @@ check_fails "a prompt too long on one rank fails every rank" 2 'the prompt has' 
     "python3 -c 'print(\"short\"); print(\"x \" * 40)' >'$T/long.txt' && $MPIEXEC -n 2 $EVAL ${GEN[*]} --text-gen-type input-file \
     --sample-input-file '$T/long.txt' --sample-output-file '$T/long.jsonl'"
 # Serving over data-parallel ranks: rank 0 answers HTTP, every rank computes a share of each batch.
-PY=.venv/bin/python
 [ -x "$PY" ] || PY=python3
 "$PY" tests/mpi/serve_ranks_check.py "$MPIEXEC" "$EVAL" "$T/model.yml" "$T" ||
     _report 1 "serve on 1, 2 and 3 ranks: every case (logs: serve1.log ... in the test directory)"

@@ -2,7 +2,6 @@
 # their messages with the rank.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
 out=$TEST_TMP/mpi.out
 printf 'no_such_key: 1\n' >"$TEST_TMP/bad.yml"
 $MPIEXEC -n 2 "$NEOX_BIN/neox-train" --print-config "$TEST_TMP/bad.yml" >"$out" 2>&1

@@ -10,17 +10,9 @@
 # group moves per step equal the analytical count. Killing one rank ends the job with `latest` intact.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "3-D parallel layouts" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "3-D parallel layouts" ".venv is missing (make deps)"; exit 0; }
+need_mpi "3-D parallel layouts" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 500 7
 
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 

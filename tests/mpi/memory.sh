@@ -6,14 +6,9 @@
 # a 2-byte wire copy per parameter. tests/mpi/memory_check.py prints the table docs/memory.md shows.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "memory plan per parameter" "$MPIEXEC is not installed"; exit 0; }
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 200 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 200 7
 
 BUCKET=300000
 # plan NAME RANKS EXTRA: the start-up report of a run that plans and stops, in $T/NAME.out.

@@ -6,16 +6,9 @@
 # evaluations must follow one rank within 1e-5 relative. The dp2 checkpoint resumes on one rank.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "MoE data parallel" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "MoE data parallel" ".venv is missing (make deps)"; exit 0; }
+need_mpi "MoE data parallel" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 400 5
 
 config() {  # config NAME ACCUM ROUTER INTERVAL EXTRA
     mkdir -p "$T/$1"

@@ -3,7 +3,6 @@
 # of several steps, the worker and server error buffers after them, and the sign packing.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
 PY=${PY:-.venv/bin/python}
 DRIVER=build/cpu/tests/drivers/onebit_check
 command -v "$MPIEXEC" >/dev/null || { skip "1-bit all-reduce" "$MPIEXEC is not installed"; exit 0; }

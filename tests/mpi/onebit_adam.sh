@@ -4,7 +4,6 @@
 # step of the warm-up and of the compression phase, on every rank.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
 PY=${PY:-.venv/bin/python}
 DRIVER=build/cpu/tests/drivers/onebit_adam_check
 command -v "$MPIEXEC" >/dev/null || { skip "1-bit Adam oracle" "$MPIEXEC is not installed"; exit 0; }

@@ -10,10 +10,6 @@
 #   resumed on another data-parallel size (4) restarts the error buffers with a notice.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "1-bit Adam" "$MPIEXEC is not installed"; exit 0; }
 need_shared "1-bit Adam" || exit 0
 export OMP_NUM_THREADS=1

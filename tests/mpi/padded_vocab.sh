@@ -7,13 +7,8 @@
 # ranks or disagree with the checkpoint loaded are refused naming the key.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-T=$TEST_TMP
-PY=.venv/bin/python
 GPT2=$DATA/tokenizers/gpt2
-command -v "$MPIEXEC" >/dev/null || { skip "pinned padded vocabulary" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "pinned padded vocabulary" ".venv is missing (make deps)"; exit 0; }
+need_mpi "pinned padded vocabulary" || exit 0
 [ -f "$GPT2/vocab.json" ] || { skip "pinned padded vocabulary" "no GPT-2 tokenizer in $GPT2"; exit 0; }
 
 python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7

@@ -3,7 +3,6 @@
 # layout that does not divide the world is refused.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
 DRIVER=${DRIVER:-build/cpu/tests/drivers/parallel_check}
 
 for layout in "1 1" "1 2" "2 1" "2 2" "1 4" "4 1"; do

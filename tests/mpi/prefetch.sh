@@ -5,10 +5,6 @@
 # last stages read), and across a resume.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "data prefetch" "$MPIEXEC is not installed"; exit 0; }
 char_shakespeare "data prefetch" || exit 0
 export OMP_NUM_THREADS=1

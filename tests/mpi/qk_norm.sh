@@ -4,16 +4,9 @@
 # which GPT-NeoX would cut per rank: tp2 is refused naming the keys.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "use_qk_layernorm layouts" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "use_qk_layernorm layouts" ".venv is missing (make deps)"; exit 0; }
+need_mpi "use_qk_layernorm layouts" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 400 5
 
 config() {  # config NAME NORM ACCUM EXTRA
     mkdir -p "$T/$1"

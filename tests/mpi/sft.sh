@@ -5,17 +5,9 @@
 # A run stopped at step 10 and resumed under tp2 continues the single-rank trajectory.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "SFT layouts" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "SFT layouts" ".venv is missing (make deps)"; exit 0; }
+need_mpi "SFT layouts" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 400 5
 D=$T/docs_text_document
 check "write the label dataset (first half of each document masked)" $PY tests/tools/sft_labels.py prompt "$D" "$T/labels"
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA

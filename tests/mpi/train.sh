@@ -4,15 +4,10 @@
 # and resumes on one rank (layout-free checkpoints).
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "neox-train data parallel" "$MPIEXEC is not installed"; exit 0; }
 
 # A small synthetic corpus (char-level ids), written by neox-preprocess from jsonl.
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 400 5
 
 model() {  # model FILE MICRO ACCUMULATION
     cat >"$1" <<EOF

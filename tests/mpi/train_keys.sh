@@ -5,10 +5,6 @@
 # the norms at the last iteration equal numpy's on the exported weights.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-EVAL=$NEOX_BIN/neox-eval
-T=$TEST_TMP
 command -v "$MPIEXEC" >/dev/null || { skip "GPT-NeoX keys under parallel layouts" "$MPIEXEC is not installed"; exit 0; }
 char_shakespeare "GPT-NeoX keys under parallel layouts" || exit 0
 

@@ -6,17 +6,9 @@
 # computed from the exported model's tensors.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "ZeRO stages" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "ZeRO stages" ".venv is missing (make deps)"; exit 0; }
+need_mpi "ZeRO stages" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 500 7
 
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 

@@ -9,17 +9,9 @@
 # rank killed while the ranks gather parameters ends the job.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "ZeRO stage 3" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "ZeRO stage 3" ".venv is missing (make deps)"; exit 0; }
+need_mpi "ZeRO stage 3" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 500 7
 
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 

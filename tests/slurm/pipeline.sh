@@ -6,9 +6,7 @@
 # neox-eval's); then submits the same pipeline again and checks that every stage reuses its output.
 source tests/lib.sh
 source tests/slurm/jobs.lib
-T=$TEST_TMP
 PRE=$NEOX_BIN/neox-preprocess
-CONVERT=$NEOX_BIN/neox-convert
 shakespeare_cluster "jobs/pipeline.sh"
 head -n 2500 "$T/all.jsonl" >"$T/s0.jsonl"
 sed -n '2501,5000p' "$T/all.jsonl" >"$T/s1.jsonl"

@@ -7,7 +7,6 @@
 # the same job left alone.
 source tests/lib.sh
 source tests/slurm/jobs.lib
-T=$TEST_TMP
 shakespeare_cluster "train.sbatch preemption"
 char_dataset
 ITERS=300

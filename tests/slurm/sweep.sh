@@ -5,8 +5,6 @@
 # exactly as neox-train does on the same configs outside SLURM.
 source tests/lib.sh
 source tests/slurm/jobs.lib
-T=$TEST_TMP
-TRAIN=$NEOX_BIN/neox-train
 shakespeare_cluster "jobs/sweep.sbatch"
 char_dataset
 cat >"$T/base.yml" <<EOF2

@@ -5,7 +5,6 @@
 # keeps a conversion of the same checkpoint and refuses to overwrite one of another.
 source tests/lib.sh
 source tests/slurm/jobs.lib
-T=$TEST_TMP
 unset SLURM_JOB_ID SLURM_ARRAY_TASK_ID
 export NEOX_MPIEXEC=$MPIEXEC
 

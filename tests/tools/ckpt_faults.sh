@@ -10,11 +10,7 @@
 # (Symlinks planted at temporary names and name collisions: tests/unit/test_core.c.)
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-EVAL=$NEOX_BIN/neox-eval
-CONVERT=$NEOX_BIN/neox-convert
 PRE=$NEOX_BIN/neox-preprocess
-T=$TEST_TMP
 need_shared "checkpoint faults" || exit 0
 [ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "checkpoint faults" "no Tiny Shakespeare in $DATA/text"; exit 0; }
 

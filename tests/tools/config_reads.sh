@@ -5,18 +5,12 @@
 # for any used key of lib/config/schema.c that no run read.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-EVAL=$NEOX_BIN/neox-eval
-T=$TEST_TMP
 READS=$T/reads
 export NEOX_CONFIG_READS=$READS/run.txt
 mkdir -p "$READS"
 command -v "$MPIEXEC" >/dev/null || { skip "config reads" "$MPIEXEC is not installed"; exit 0; }
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 300 3
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 300 3
 source tests/layout_config.sh
 LAYERS=2
 

@@ -7,11 +7,7 @@
 # (Hugging Face parity of the exports and imports: tests/oracle/test_convert.py.)
 source tests/lib.sh
 
-CONVERT=$NEOX_BIN/neox-convert
-TRAIN=$NEOX_BIN/neox-train
 PRE=$NEOX_BIN/neox-preprocess
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 need_shared "neox-convert" || exit 0
 [ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "neox-convert" "no Tiny Shakespeare in $DATA/text"; exit 0; }
 

@@ -5,8 +5,6 @@
 # The numbers themselves are checked against transformers in tests/oracle/test_eval.py.
 source tests/lib.sh
 
-EVAL=$NEOX_BIN/neox-eval
-T=$TEST_TMP
 
 check_output "--help" 'generate' $EVAL --help
 check_output "--version" 'neox' $EVAL --version

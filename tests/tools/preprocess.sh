@@ -4,7 +4,6 @@
 # index, bad input (malformed JSON, missing key, truncated .zst, unreadable file) and interrupted runs.
 source tests/lib.sh
 P=$NEOX_BIN/neox-preprocess
-T=$TEST_TMP
 
 check_output "help lists the preprocess flags and commands" "--jsonl-keys.*" $P --help
 check_output "help lists merge and info" "merge .*" $P --help

@@ -4,8 +4,6 @@
 # decode to more than --max-document-bytes. See docs/robustness.md.
 source tests/lib.sh
 PRE=$NEOX_BIN/neox-preprocess TRAIN=$NEOX_BIN/neox-train EVAL=$NEOX_BIN/neox-eval CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
 
 # ---- learning rates ------------------------------------------------------------------------------
 model_config() {  # model_config FILE LR

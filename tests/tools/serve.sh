@@ -6,8 +6,6 @@
 # harness and neox-eval in tests/oracle/test_serve.py.
 source tests/lib.sh
 
-EVAL=$NEOX_BIN/neox-eval
-T=$TEST_TMP
 
 check_output "serve --help" 'max-body-bytes' $EVAL serve --help
 check_fails "serve: no config" 2 'no config file' $EVAL serve

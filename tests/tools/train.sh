@@ -5,10 +5,7 @@
 # save, the checkpoint contents, refusing a checkpoint of another model shape, and the files.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
 PRE=$NEOX_BIN/neox-preprocess
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 need_shared "neox-train" || exit 0
 [ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "neox-train" "no Tiny Shakespeare in $DATA/text"; exit 0; }
 

@@ -7,11 +7,6 @@
 # tests/mpi/layouts.sh.)
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-EVAL=$NEOX_BIN/neox-eval
-CONVERT=$NEOX_BIN/neox-convert
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 char_shakespeare "ALiBi" || exit 0
 
 cat >"$T/model.yml" <<EOF

@@ -8,11 +8,6 @@
 # with the policy's weights. Inconsistent pairwise data and unsupported combinations are refused.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-PY=.venv/bin/python
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 need_shared "neox-train dpo" || exit 0
 TEXT=$DATA/text/tinyshakespeare_input.txt
 [ -f "$TEXT" ] || { skip "neox-train dpo" "no Tiny Shakespeare in $DATA/text"; exit 0; }

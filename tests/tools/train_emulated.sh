@@ -9,9 +9,6 @@
 # partial offload (ratio) and cpu_torch_adam are refused by name.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 char_shakespeare "neox-train emulated device" || exit 0
 
 cat >"$T/model.yml" <<EOF

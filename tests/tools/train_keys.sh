@@ -6,10 +6,6 @@
 # differs from the exact resume, with a notice.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 char_shakespeare "checkpoint keys" || exit 0
 
 cat >"$T/model.yml" <<EOF

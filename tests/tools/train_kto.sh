@@ -10,10 +10,6 @@
 # Hugging Face. GPT-NeoX's llama3-8b-kto.yml, shrunk, trains.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-PY=.venv/bin/python
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 need_shared "neox-train kto" || exit 0
 TEXT=$DATA/text/tinyshakespeare_input.txt
 [ -f "$TEXT" ] || { skip "neox-train kto" "no Tiny Shakespeare in $DATA/text"; exit 0; }

@@ -7,8 +7,6 @@
 # device backend (the emulated one) also the device's peak, at least the planned backend regions.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-T=$TEST_TMP
 char_shakespeare "neox-train memory report" || exit 0
 cat >"$T/model.yml" <<EOF
 { "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,

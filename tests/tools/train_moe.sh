@@ -8,11 +8,6 @@
 # trains 10 steps (bfloat16, recomputation, ZeRO-1). (Numerics against a torch restatement of GPT-NeoX's MoE: tests/oracle/test_moe.py.)
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-EVAL=$NEOX_BIN/neox-eval
-CONVERT=$NEOX_BIN/neox-convert
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 char_shakespeare "MoE" || exit 0
 
 cat >"$T/model.yml" <<EOF

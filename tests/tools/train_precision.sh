@@ -6,9 +6,6 @@
 # steps, and resume bit-exactly mid-adjustment. Bad settings and an unavailable backend are refused.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 char_shakespeare "neox-train precision" || exit 0
 
 cat >"$T/model.yml" <<EOF

@@ -7,11 +7,6 @@
 # test_qk_layernorm_parity; tensor parallelism: tests/mpi/qk_norm.sh.)
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-EVAL=$NEOX_BIN/neox-eval
-CONVERT=$NEOX_BIN/neox-convert
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 char_shakespeare "use_qk_layernorm" || exit 0
 
 cat >"$T/model.yml" <<EOF

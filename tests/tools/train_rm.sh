@@ -10,11 +10,6 @@
 # them as the training did. Bad inputs and unsupported combinations are refused by name.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-PY=.venv/bin/python
-LIB="python3 tests/tools/train_lib.py"
-T=$TEST_TMP
 need_shared "neox-train rm" || exit 0
 TEXT=$DATA/text/tinyshakespeare_input.txt
 [ -f "$TEXT" ] || { skip "neox-train rm" "no Tiny Shakespeare in $DATA/text"; exit 0; }

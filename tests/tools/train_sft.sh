@@ -5,10 +5,8 @@
 # naming both files and the document. GPT-NeoX's llama3-8b-sft.yml, shrunk, trains.
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
 PRE=$NEOX_BIN/neox-preprocess
 LABELS=".venv/bin/python tests/tools/sft_labels.py"
-T=$TEST_TMP
 need_shared "neox-train sft" || exit 0
 [ -f "$DATA/text/tinyshakespeare_input.txt" ] || { skip "neox-train sft" "no Tiny Shakespeare in $DATA/text"; exit 0; }
 

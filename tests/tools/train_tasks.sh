@@ -5,9 +5,6 @@
 # (tests/mpi/train.sh runs the data-parallel case).
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-EVAL=$NEOX_BIN/neox-eval
-T=$TEST_TMP
 char_shakespeare "eval_tasks" || exit 0
 [ -f "$DATA/eval/piqa_valid.jsonl" ] || { skip "eval_tasks" "no task files in $DATA/eval"; exit 0; }
 
