@@ -1,11 +1,45 @@
-// spm.c: SPMTokenizer — a SentencePiece .model file (BPE or unigram) through spm_shim.cc. Ids,
-// normalization and decoding are the library's own, so they are SentencePiece's exactly. The
-// vocabulary size is the piece count; eod is "<|endoftext|>" when the model has that piece, else
-// its eos (</s>); pad and bos are the model's (-1 when disabled).
+// spm.c: SPMTokenizer — a SentencePiece .model file (BPE or unigram) through spm_shim.cc.
+// Normalization, BPE segmentation and decoding are the library's own; unigram segmentation is
+// unigram.c's, over the pieces, scores and types the library loaded. The vocabulary size is the
+// piece count; eod is "<|endoftext|>" when the model has that piece, else its eos (</s>); pad and
+// bos are the model's (-1 when disabled).
 #include <string.h>
 
 #include "spm.h"
 #include "tokenizer_internal.h"
+
+// A unigram model gets its lattice (the library has already checked the file: the model fields
+// are read from its own serialization, and a failure here means a library this code does not know).
+static int load_unigram(neox_tokenizer *tok, const char *path, neox_error *err) {
+    size_t size = 0;
+    uint8_t *bytes = spm_shim_serialized(tok->spm, &size);
+    spm_proto_fields fields;
+    int rc = bytes ? spm_proto_read(bytes, size, &fields) : -1;
+    free(bytes);
+    if (rc < 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: the SentencePiece model could not be read back", path);
+    int32_t n = spm_shim_piece_count(tok->spm);
+    if (fields.n_pieces != (size_t)n) {
+        spm_proto_fields_free(&fields);
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: the SentencePiece model has %zu pieces, the library %d", path,
+                         fields.n_pieces, n);
+    }
+    if (fields.model_type != SPM_MODEL_UNIGRAM) {
+        spm_proto_fields_free(&fields);
+        return 0;
+    }
+    const char **pieces = neox_malloc((size_t)n * sizeof *pieces);
+    float *scores = neox_malloc((size_t)n * sizeof *scores);
+    for (int32_t id = 0; id < n; id++) pieces[id] = spm_shim_piece(tok->spm, id), scores[id] = spm_shim_score(tok->spm, id);
+    tok->spm_unigram = unigram_new(pieces, scores, fields.types, n, spm_shim_special_id(tok->spm, 'u'),
+                                   fields.byte_fallback);
+    free(pieces);
+    free(scores);
+    spm_proto_fields_free(&fields);
+    char msg[512] = "";
+    if (spm_shim_load_normalizer(tok->spm, msg, sizeof msg) < 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: SentencePiece normalizer: %s", path, msg);
+    return 0;
+}
 
 int tokenizer_load_spm(neox_tokenizer *tok, const char *path, neox_error *err) {
     char msg[512] = "";
@@ -21,11 +55,24 @@ int tokenizer_load_spm(neox_tokenizer *tok, const char *path, neox_error *err) {
     tok->eod_id = eot >= 0 ? eot : spm_shim_special_id(tok->spm, 'e');
     tok->pad_id = spm_shim_special_id(tok->spm, 'p');
     tok->declared[NEOX_SPECIAL_BOS] = spm_shim_special_id(tok->spm, 'b');
+    return load_unigram(tok, path, err);
+}
+
+static int unigram_encode_text(const neox_tokenizer *tok, const char *text, size_t n, int32_t **ids, size_t *len,
+                               size_t *cap, neox_error *err) {
+    char msg[512] = "";
+    size_t size = 0;
+    char *normalized = spm_shim_normalize(tok->spm, text, n, &size, msg, sizeof msg);
+    if (!normalized) return neox_fail(err, NEOX_EXIT_FAILURE, "SentencePiece normalization failed: %s", msg);
+    unigram_encode(tok->spm_unigram, normalized, size, ids, len, cap);
+    free(normalized);
     return 0;
 }
 
-int spm_encode(const spm_model *m, const char *text, size_t n, int32_t **ids, size_t *len, size_t *cap,
+int spm_encode(const neox_tokenizer *tok, const char *text, size_t n, int32_t **ids, size_t *len, size_t *cap,
                neox_error *err) {
+    if (tok->spm_unigram) return unigram_encode_text(tok, text, n, ids, len, cap, err);
+    const spm_model *m = tok->spm;
     char msg[512] = "";
     size_t count = 0;
     int32_t *got = spm_shim_encode(m, text, n, &count, msg, sizeof msg);
@@ -54,6 +101,7 @@ char *spm_decode(const spm_model *m, const int32_t *ids, size_t n, size_t *size,
     return text;
 }
 
-void spm_free(spm_model *m) {
-    if (m) spm_shim_free(m);
+void spm_free(neox_tokenizer *tok) {
+    if (tok->spm) spm_shim_free(tok->spm);
+    unigram_free(tok->spm_unigram);
 }

@@ -1,6 +1,6 @@
 // spm_shim.cc: the C interface (spm.h) over libsentencepiece's C++ SentencePieceProcessor — load a
-// .model file, encode to ids, decode ids, look pieces up. Nothing else of the library is used, and
-// no C++ exception or object crosses into the C code.
+// .model file, encode to ids, decode ids, look pieces up, normalize. Nothing else of the library is
+// used, and no C++ exception or object crosses into the C code.
 #include <sentencepiece_processor.h>
 
 #include <cstdio>
@@ -14,6 +14,8 @@
 
 struct spm_model {
     sentencepiece::SentencePieceProcessor processor;
+    // The same model with a character model and no byte fallback (spm_shim_load_normalizer).
+    sentencepiece::SentencePieceProcessor normalizer;
 };
 
 static void set_message(char *msg, size_t msg_size, const std::string &text) {
@@ -97,5 +99,73 @@ extern "C" int32_t spm_shim_special_id(const spm_model *m, char which) {
     case 'u': return m->processor.unk_id();
     case 'p': return m->processor.pad_id();
     default: return -1;
+    }
+}
+
+extern "C" float spm_shim_score(const spm_model *m, int32_t id) { return m->processor.GetScore(id); }
+
+extern "C" uint8_t *spm_shim_serialized(const spm_model *m, size_t *size) {
+    try {
+        const std::string bytes = m->processor.serialized_model_proto();
+        uint8_t *out = static_cast<uint8_t *>(std::malloc(bytes.size() + 1));
+        if (!out) return nullptr;
+        std::memcpy(out, bytes.data(), bytes.size());
+        *size = bytes.size();
+        return out;
+    } catch (const std::exception &) {
+        return nullptr;
+    }
+}
+
+// The library (0.1.97) has no public call that only normalizes. A character model splits the
+// normalized text into characters, and its pieces are those characters (a run of unknown ones
+// merged into one piece of their text; with byte fallback off none becomes <0xXX>), so their
+// concatenation is the normalized text, at the cost of one pass. Appending a second trainer_spec
+// to the serialized model sets these two fields: protobuf merges a repeated message field.
+extern "C" int spm_shim_load_normalizer(spm_model *m, char *msg, size_t msg_size) {
+    static const char kCharModelNoByteFallback[] = {
+        0x12, 0x05,               // field 2 (trainer_spec), 5 bytes:
+        0x18, 0x04,               //   field 3 (model_type) = CHAR
+        char(0x98), 0x02, 0x00,   //   field 35 (byte_fallback) = false
+    };
+    try {
+        std::string bytes = m->processor.serialized_model_proto();
+        bytes.append(kCharModelNoByteFallback, sizeof kCharModelNoByteFallback);
+        const auto status = m->normalizer.LoadFromSerializedProto(bytes);
+        if (!status.ok()) {
+            set_message(msg, msg_size, status.ToString());
+            return -1;
+        }
+        return 0;
+    } catch (const std::exception &e) {
+        set_message(msg, msg_size, e.what());
+        return -1;
+    }
+}
+
+extern "C" char *spm_shim_normalize(const spm_model *m, const char *text, size_t n, size_t *size, char *msg,
+                                    size_t msg_size) {
+    try {
+        std::vector<std::string> pieces;
+        const auto status = m->normalizer.Encode(std::string(text, n), &pieces);
+        if (!status.ok()) {
+            set_message(msg, msg_size, status.ToString());
+            return nullptr;
+        }
+        size_t total = 0;
+        for (const auto &p : pieces) total += p.size();
+        char *out = static_cast<char *>(std::malloc(total + 1));
+        if (!out) return nullptr;
+        size_t at = 0;
+        for (const auto &p : pieces) {
+            std::memcpy(out + at, p.data(), p.size());
+            at += p.size();
+        }
+        out[total] = 0;
+        *size = total;
+        return out;
+    } catch (const std::exception &e) {
+        set_message(msg, msg_size, e.what());
+        return nullptr;
     }
 }
