@@ -119,18 +119,14 @@ extern "C" uint8_t *spm_shim_serialized(const spm_model *m, size_t *size) {
 
 // The library (0.1.97) has no public call that only normalizes. A character model splits the
 // normalized text into characters, and its pieces are those characters (a run of unknown ones
-// merged into one piece of their text; with byte fallback off none becomes <0xXX>), so their
-// concatenation is the normalized text, at the cost of one pass. Appending a second trainer_spec
-// to the serialized model sets these two fields: protobuf merges a repeated message field.
+// merged into one piece of their text, or with byte fallback each of their bytes a <0xXX> piece),
+// so their concatenation is the normalized text, at the cost of one pass. Appending a second
+// trainer_spec to the serialized model sets its model type: protobuf merges a repeated message.
 extern "C" int spm_shim_load_normalizer(spm_model *m, char *msg, size_t msg_size) {
-    static const char kCharModelNoByteFallback[] = {
-        0x12, 0x05,               // field 2 (trainer_spec), 5 bytes:
-        0x18, 0x04,               //   field 3 (model_type) = CHAR
-        char(0x98), 0x02, 0x00,   //   field 35 (byte_fallback) = false
-    };
+    static const char kCharModel[] = {0x12, 0x02, 0x18, 0x04};  // field 2 (trainer_spec) {field 3 (model_type): CHAR}
     try {
         std::string bytes = m->processor.serialized_model_proto();
-        bytes.append(kCharModelNoByteFallback, sizeof kCharModelNoByteFallback);
+        bytes.append(kCharModel, sizeof kCharModel);
         const auto status = m->normalizer.LoadFromSerializedProto(bytes);
         if (!status.ok()) {
             set_message(msg, msg_size, status.ToString());
@@ -143,26 +139,32 @@ extern "C" int spm_shim_load_normalizer(spm_model *m, char *msg, size_t msg_size
     }
 }
 
+// The byte a <0xXX> piece stands for.
+static char byte_of_piece(const std::string &piece) { return char(std::strtol(piece.c_str() + 3, nullptr, 16)); }
+
 extern "C" char *spm_shim_normalize(const spm_model *m, const char *text, size_t n, size_t *size, char *msg,
                                     size_t msg_size) {
     try {
-        std::vector<std::string> pieces;
-        const auto status = m->normalizer.Encode(std::string(text, n), &pieces);
+        sentencepiece::ImmutableSentencePieceText spt;
+        const auto status = m->normalizer.Encode(absl::string_view(text, n), spt.mutable_proto());
         if (!status.ok()) {
             set_message(msg, msg_size, status.ToString());
             return nullptr;
         }
-        size_t total = 0;
-        for (const auto &p : pieces) total += p.size();
-        char *out = static_cast<char *>(std::malloc(total + 1));
-        if (!out) return nullptr;
-        size_t at = 0;
-        for (const auto &p : pieces) {
-            std::memcpy(out + at, p.data(), p.size());
-            at += p.size();
+        std::string normalized;
+        normalized.reserve(n + n / 8 + 4);
+        for (size_t i = 0; i < spt.pieces_size(); i++) {
+            const auto piece = spt.pieces(static_cast<int>(i));
+            if (m->normalizer.IsByte(static_cast<int>(piece.id()))) {
+                normalized += byte_of_piece(piece.piece());
+            } else {
+                normalized += piece.piece();
+            }
         }
-        out[total] = 0;
-        *size = total;
+        char *out = static_cast<char *>(std::malloc(normalized.size() + 1));
+        if (!out) return nullptr;
+        std::memcpy(out, normalized.data(), normalized.size() + 1);
+        *size = normalized.size();
         return out;
     } catch (const std::exception &e) {
         set_message(msg, msg_size, e.what());
