@@ -1,6 +1,6 @@
 // spm.c: SPMTokenizer — a SentencePiece .model file (BPE or unigram) through spm_shim.cc.
-// Normalization, BPE segmentation and decoding are the library's own; unigram segmentation is
-// unigram.c's, over the pieces, scores and types the library loaded. The vocabulary size is the
+// Loading, BPE models and decoding are the library's own; unigram models are normalized by
+// spm_normalize.c and segmented by unigram.c, over the pieces and scores the library loaded. The vocabulary size is the
 // piece count; eod is "<|endoftext|>" when the model has that piece, else its eos (</s>); pad and
 // bos are the model's (-1 when disabled).
 #include <string.h>
@@ -34,10 +34,8 @@ static int load_unigram(neox_tokenizer *tok, const char *path, neox_error *err) 
                                    fields.byte_fallback);
     free(pieces);
     free(scores);
+    tok->spm_normalizer = spm_normalizer_new(&fields, tok->spm_unigram);
     spm_proto_fields_free(&fields);
-    char msg[512] = "";
-    if (spm_shim_load_normalizer(tok->spm, msg, sizeof msg) < 0)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: SentencePiece normalizer: %s", path, msg);
     return 0;
 }
 
@@ -58,20 +56,20 @@ int tokenizer_load_spm(neox_tokenizer *tok, const char *path, neox_error *err) {
     return load_unigram(tok, path, err);
 }
 
-static int unigram_encode_text(const neox_tokenizer *tok, const char *text, size_t n, int32_t **ids, size_t *len,
-                               size_t *cap, neox_error *err) {
-    char msg[512] = "";
+static void unigram_encode_text(const neox_tokenizer *tok, const char *text, size_t n, int32_t **ids, size_t *len,
+                                size_t *cap) {
     size_t size = 0;
-    char *normalized = spm_shim_normalize(tok->spm, text, n, &size, msg, sizeof msg);
-    if (!normalized) return neox_fail(err, NEOX_EXIT_FAILURE, "SentencePiece normalization failed: %s", msg);
+    char *normalized = spm_normalize(tok->spm_normalizer, text, n, &size);
     unigram_encode(tok->spm_unigram, normalized, size, ids, len, cap);
     free(normalized);
-    return 0;
 }
 
 int spm_encode(const neox_tokenizer *tok, const char *text, size_t n, int32_t **ids, size_t *len, size_t *cap,
                neox_error *err) {
-    if (tok->spm_unigram) return unigram_encode_text(tok, text, n, ids, len, cap, err);
+    if (tok->spm_unigram) {
+        unigram_encode_text(tok, text, n, ids, len, cap);
+        return 0;
+    }
     const spm_model *m = tok->spm;
     char msg[512] = "";
     size_t count = 0;
@@ -104,4 +102,5 @@ char *spm_decode(const spm_model *m, const int32_t *ids, size_t n, size_t *size,
 void spm_free(neox_tokenizer *tok) {
     if (tok->spm) spm_shim_free(tok->spm);
     unigram_free(tok->spm_unigram);
+    spm_normalizer_free(tok->spm_normalizer);
 }

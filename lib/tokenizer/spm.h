@@ -1,8 +1,8 @@
 // spm.h: SentencePiece (.model files, BPE and unigram) through Debian's libsentencepiece. The
 // library is C++; spm_shim.cc wraps the few calls neox.c needs in this C interface, and spm.c
 // turns them into the tokenizer's (errors through neox_error, ids appended to growable arrays).
-// Unigram models are segmented by unigram.c (sentencepiece 0.2.3's lattice arithmetic, which the
-// library's 0.1.97 does not have) over text the library normalizes; BPE models are the library's.
+// Unigram models are normalized by spm_normalize.c and segmented by unigram.c (sentencepiece
+// 0.2.3's lattice arithmetic, which the library's 0.1.97 does not have); BPE models are the library's.
 #ifndef NEOX_TOKENIZER_SPM_H
 #define NEOX_TOKENIZER_SPM_H
 
@@ -29,12 +29,6 @@ int32_t spm_shim_special_id(const spm_model *m, char which);  // 'b'os, 'e'os, '
 float spm_shim_score(const spm_model *m, int32_t id);
 // The model as the library holds it (a serialized ModelProto) in a new malloc'ed buffer.
 uint8_t *spm_shim_serialized(const spm_model *m, size_t *size);
-// Prepares spm_shim_normalize: a second processor of the same model with a character model, whose
-// pieces concatenate to exactly the normalized text. 0, or -1 with msg set.
-int spm_shim_load_normalizer(spm_model *m, char *msg, size_t msg_size);
-// The library's normalization of text (add_dummy_prefix, remove_extra_whitespaces, the
-// normalization rule and user-defined symbols as the model says) in a new malloc'ed buffer.
-char *spm_shim_normalize(const spm_model *m, const char *text, size_t n, size_t *size, char *msg, size_t msg_size);
 
 #ifdef __cplusplus
 }
@@ -55,7 +49,10 @@ typedef struct spm_proto_fields {
     uint8_t *types;  // per piece, in id order
     size_t n_pieces;
     int model_type;
-    bool byte_fallback;
+    bool byte_fallback, treat_whitespace_as_suffix;  // trainer_spec
+    uint8_t *charsmap;  // normalizer_spec: precompiled_charsmap (NULL when empty) ...
+    size_t charsmap_size;
+    bool add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces;  // ... and its switches
 } spm_proto_fields;
 int spm_proto_read(const uint8_t *data, size_t size, spm_proto_fields *out);  // 0, or -1 when malformed
 void spm_proto_fields_free(spm_proto_fields *f);
@@ -68,6 +65,15 @@ void unigram_free(unigram_model *u);
 // Appends the ids of normalized text (n bytes) to the growable array *ids.
 void unigram_encode(const unigram_model *u, const char *normalized, size_t n, int32_t **ids, size_t *len,
                     size_t *cap);
+// The length of the longest user-defined piece that starts s (n bytes), 0 when none.
+size_t unigram_user_symbol_prefix(const unigram_model *u, const uint8_t *s, size_t n);
+
+// spm_normalize.c: SentencePiece's normalizer (the model's normalizer_spec).
+typedef struct spm_normalizer spm_normalizer;
+spm_normalizer *spm_normalizer_new(const spm_proto_fields *f, const unigram_model *user_symbols);
+void spm_normalizer_free(spm_normalizer *n);
+// The normalized form of valid UTF-8 text in a new NUL-terminated buffer of *out_size bytes.
+char *spm_normalize(const spm_normalizer *n, const char *text, size_t size, size_t *out_size);
 
 // The C side (spm.c).
 

@@ -1,7 +1,8 @@
-// spm_model_proto.c: the few fields of a serialized SentencePiece ModelProto that the library's
-// public interface does not expose — each piece's type (user-defined pieces score differently in
-// the unigram lattice), the model type and byte_fallback. Protocol-buffer wire format, read with
-// bounds checks on every length, so any byte string gives either the fields or an error.
+// spm_model_proto.c: the fields of a serialized SentencePiece ModelProto that the library's public
+// interface does not expose — each piece's type (user-defined pieces score differently in the
+// unigram lattice), the model type, byte_fallback, and the normalizer_spec that spm_normalize.c
+// applies. Protocol-buffer wire format, read with bounds checks on every length, so any byte
+// string gives either the fields or an error.
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,9 +10,10 @@
 
 // Field numbers in sentencepiece_model.proto.
 enum {
-    MODEL_PIECES = 1, MODEL_TRAINER_SPEC = 2,
+    MODEL_PIECES = 1, MODEL_TRAINER_SPEC = 2, MODEL_NORMALIZER_SPEC = 3,
     PIECE_TYPE = 3,
-    TRAINER_MODEL_TYPE = 3, TRAINER_BYTE_FALLBACK = 35,
+    TRAINER_MODEL_TYPE = 3, TRAINER_WHITESPACE_AS_SUFFIX = 24, TRAINER_BYTE_FALLBACK = 35,
+    NORMALIZER_CHARSMAP = 2, NORMALIZER_DUMMY_PREFIX = 3, NORMALIZER_REMOVE_SPACES = 4, NORMALIZER_ESCAPE_SPACES = 5,
 };
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
 
@@ -72,13 +74,34 @@ static int read_trainer_spec(cursor c, spm_proto_fields *out) {
     while ((f = next_field(&c, &v, &sub)) > 0) {
         if (f == TRAINER_MODEL_TYPE) out->model_type = (int)(v <= 255 ? v : 0);
         if (f == TRAINER_BYTE_FALLBACK) out->byte_fallback = v != 0;
+        if (f == TRAINER_WHITESPACE_AS_SUFFIX) out->treat_whitespace_as_suffix = v != 0;
+    }
+    return f;
+}
+
+static int read_normalizer_spec(cursor c, spm_proto_fields *out) {
+    uint64_t v = 0;
+    cursor sub = {0};
+    int f;
+    while ((f = next_field(&c, &v, &sub)) > 0) {
+        if (f == NORMALIZER_CHARSMAP) {
+            free(out->charsmap);
+            out->charsmap_size = (size_t)(sub.end - sub.p);
+            out->charsmap = out->charsmap_size ? neox_malloc(out->charsmap_size) : NULL;
+            if (out->charsmap_size) memcpy(out->charsmap, sub.p, out->charsmap_size);
+        }
+        if (f == NORMALIZER_DUMMY_PREFIX) out->add_dummy_prefix = v != 0;
+        if (f == NORMALIZER_REMOVE_SPACES) out->remove_extra_whitespaces = v != 0;
+        if (f == NORMALIZER_ESCAPE_SPACES) out->escape_whitespaces = v != 0;
     }
     return f;
 }
 
 int spm_proto_read(const uint8_t *data, size_t size, spm_proto_fields *out) {
     memset(out, 0, sizeof *out);
-    out->model_type = SPM_MODEL_UNIGRAM;  // the proto's default
+    // The proto's defaults.
+    out->model_type = SPM_MODEL_UNIGRAM;
+    out->add_dummy_prefix = out->remove_extra_whitespaces = out->escape_whitespaces = true;
     size_t cap = 0;
     cursor c = {data, data + size}, sub;
     uint64_t v = 0;
@@ -93,6 +116,8 @@ int spm_proto_read(const uint8_t *data, size_t size, spm_proto_fields *out) {
         } else if (f == MODEL_TRAINER_SPEC) {
             // A message field that occurs twice is merged: later values win, as in protobuf.
             if (read_trainer_spec(sub, out) < 0) f = -1;
+        } else if (f == MODEL_NORMALIZER_SPEC) {
+            if (read_normalizer_spec(sub, out) < 0) f = -1;
         }
         if (f < 0) break;
     }
@@ -105,6 +130,7 @@ int spm_proto_read(const uint8_t *data, size_t size, spm_proto_fields *out) {
 
 void spm_proto_fields_free(spm_proto_fields *f) {
     free(f->types);
-    f->types = NULL;
-    f->n_pieces = 0;
+    free(f->charsmap);
+    f->types = f->charsmap = NULL;
+    f->n_pieces = f->charsmap_size = 0;
 }

@@ -1,5 +1,5 @@
 // spm_shim.cc: the C interface (spm.h) over libsentencepiece's C++ SentencePieceProcessor — load a
-// .model file, encode to ids, decode ids, look pieces up, normalize. Nothing else of the library is
+// .model file, encode to ids, decode ids, look pieces up and serialize. Nothing else of the library is
 // used, and no C++ exception or object crosses into the C code.
 #include <sentencepiece_processor.h>
 
@@ -14,8 +14,6 @@
 
 struct spm_model {
     sentencepiece::SentencePieceProcessor processor;
-    // The same model with a character model and no byte fallback (spm_shim_load_normalizer).
-    sentencepiece::SentencePieceProcessor normalizer;
 };
 
 static void set_message(char *msg, size_t msg_size, const std::string &text) {
@@ -113,61 +111,6 @@ extern "C" uint8_t *spm_shim_serialized(const spm_model *m, size_t *size) {
         *size = bytes.size();
         return out;
     } catch (const std::exception &) {
-        return nullptr;
-    }
-}
-
-// The library (0.1.97) has no public call that only normalizes. A character model splits the
-// normalized text into characters, and its pieces are those characters (a run of unknown ones
-// merged into one piece of their text, or with byte fallback each of their bytes a <0xXX> piece),
-// so their concatenation is the normalized text, at the cost of one pass. Appending a second
-// trainer_spec to the serialized model sets its model type: protobuf merges a repeated message.
-extern "C" int spm_shim_load_normalizer(spm_model *m, char *msg, size_t msg_size) {
-    static const char kCharModel[] = {0x12, 0x02, 0x18, 0x04};  // field 2 (trainer_spec) {field 3 (model_type): CHAR}
-    try {
-        std::string bytes = m->processor.serialized_model_proto();
-        bytes.append(kCharModel, sizeof kCharModel);
-        const auto status = m->normalizer.LoadFromSerializedProto(bytes);
-        if (!status.ok()) {
-            set_message(msg, msg_size, status.ToString());
-            return -1;
-        }
-        return 0;
-    } catch (const std::exception &e) {
-        set_message(msg, msg_size, e.what());
-        return -1;
-    }
-}
-
-// The byte a <0xXX> piece stands for.
-static char byte_of_piece(const std::string &piece) { return char(std::strtol(piece.c_str() + 3, nullptr, 16)); }
-
-extern "C" char *spm_shim_normalize(const spm_model *m, const char *text, size_t n, size_t *size, char *msg,
-                                    size_t msg_size) {
-    try {
-        sentencepiece::ImmutableSentencePieceText spt;
-        const auto status = m->normalizer.Encode(absl::string_view(text, n), spt.mutable_proto());
-        if (!status.ok()) {
-            set_message(msg, msg_size, status.ToString());
-            return nullptr;
-        }
-        std::string normalized;
-        normalized.reserve(n + n / 8 + 4);
-        for (size_t i = 0; i < spt.pieces_size(); i++) {
-            const auto piece = spt.pieces(static_cast<int>(i));
-            if (m->normalizer.IsByte(static_cast<int>(piece.id()))) {
-                normalized += byte_of_piece(piece.piece());
-            } else {
-                normalized += piece.piece();
-            }
-        }
-        char *out = static_cast<char *>(std::malloc(normalized.size() + 1));
-        if (!out) return nullptr;
-        std::memcpy(out, normalized.data(), normalized.size() + 1);
-        *size = normalized.size();
-        return out;
-    } catch (const std::exception &e) {
-        set_message(msg, msg_size, e.what());
         return nullptr;
     }
 }

@@ -173,6 +173,18 @@ static void viterbi(const unigram_model *u, const uint8_t *s, size_t n, best_end
     }
 }
 
+size_t unigram_user_symbol_prefix(const unigram_model *u, const uint8_t *s, size_t n) {
+    size_t longest = 0;
+    int32_t node = 0;
+    for (size_t i = 0; i < n; i++) {
+        node = trie_step(u, node, s[i]);
+        if (node < 0) break;
+        int32_t id = u->node_piece[node];
+        if (id >= 0 && u->types[id] == SPM_PIECE_USER_DEFINED) longest = i + 1;
+    }
+    return longest;
+}
+
 static void push(int32_t **ids, size_t *len, size_t *cap, int32_t id) {
     if (*len == *cap) {
         *cap = *cap * 2 > 1024 ? *cap * 2 : 1024;
