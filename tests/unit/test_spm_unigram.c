@@ -3,7 +3,9 @@
 // groups, field 0) and merges repeated trainer_spec messages as protobuf does; the lattice follows
 // sentencepiece 0.2.3's rules on small hand-made vocabularies (ties go to the earlier start,
 // unknown runs merge or fall back to bytes, user-defined pieces win, unused pieces are never
-// chosen). The oracle tests (tests/oracle/test_tokenizer_unigram.py) check whole models.
+// chosen); the normalizer's whitespace rules without a character map, and a damaged map never
+// read out of bounds (ASan). The oracle tests (tests/oracle/test_tokenizer_unigram.py) check
+// whole models.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,6 +52,19 @@ static void test_proto_reads_types_and_merges_trainer_spec(void **state) {
     assert_int_equal(f.types[2], SPM_PIECE_BYTE);
     assert_int_equal(f.model_type, SPM_MODEL_BPE);  // the first trainer_spec's field survives the second
     assert_true(f.byte_fallback);
+    assert_true(f.add_dummy_prefix && f.remove_extra_whitespaces && f.escape_whitespaces);  // defaults
+    assert_null(f.charsmap);
+    spm_proto_fields_free(&f);
+    const uint8_t spec[] = {
+        0x1A, 0x0B, 0x12, 0x05, 1, 2, 3, 4, 5,  // normalizer_spec {precompiled_charsmap: 5 bytes,
+        0x18, 0x00, 0x20, 0x00,                 //   add_dummy_prefix: false, remove_extra_whitespaces: false}
+        0x12, 0x03, 0xC0, 0x01, 0x01,           // trainer_spec {treat_whitespace_as_suffix: true}
+    };
+    assert_int_equal(spm_proto_read(spec, sizeof spec, &f), 0);
+    assert_int_equal(f.charsmap_size, 5);
+    assert_int_equal(f.charsmap[4], 5);
+    assert_false(f.add_dummy_prefix || f.remove_extra_whitespaces);
+    assert_true(f.escape_whitespaces && f.treat_whitespace_as_suffix);
     spm_proto_fields_free(&f);
     spm_proto_fields empty;
     assert_int_equal(spm_proto_read(bytes, 0, &empty), 0);
@@ -96,11 +111,60 @@ static void test_lattice_rules(void **state) {
     unigram_free(u);
 }
 
+static void expect_normalized(const spm_normalizer *n, const char *text, const char *want) {
+    size_t size;
+    char *got = spm_normalize(n, text, strlen(text), &size);
+    assert_int_equal(size, strlen(want));
+    assert_string_equal(got, want);
+    free(got);
+}
+
+#define SP "\xe2\x96\x81"  // U+2581, the escaped space
+
+static void test_normalizer_whitespace_rules(void **state) {
+    (void)state;
+    spm_proto_fields f = {.add_dummy_prefix = true, .remove_extra_whitespaces = true, .escape_whitespaces = true};
+    unigram_model *u = model(false, true);  // "ab" is a user-defined symbol
+    spm_normalizer *n = spm_normalizer_new(&f, u);
+    expect_normalized(n, "  a   b  ", SP "a" SP "b");  // trimmed, runs collapsed, a dummy prefix
+    expect_normalized(n, "   ", "");
+    expect_normalized(n, "xab ab", SP "xab" SP "ab");
+    spm_normalizer_free(n);
+    f.remove_extra_whitespaces = false, f.treat_whitespace_as_suffix = true;
+    n = spm_normalizer_new(&f, u);
+    expect_normalized(n, " a  b", SP "a" SP SP "b" SP);  // spaces kept, the dummy space at the end
+    spm_normalizer_free(n);
+    f.escape_whitespaces = false, f.add_dummy_prefix = false;
+    n = spm_normalizer_new(&f, NULL);
+    expect_normalized(n, " a  b", " a  b");
+    spm_normalizer_free(n);
+    unigram_free(u);
+}
+
+static void test_damaged_charsmap_stays_in_bounds(void **state) {
+    (void)state;
+    uint64_t x = 88172645463325252ull;
+    for (int round = 0; round < 200; round++) {
+        uint8_t map[64];
+        for (size_t i = 0; i < sizeof map; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, map[i] = (uint8_t)x;
+        map[0] = (uint8_t)(4 + 4 * (round % 12)), map[1] = map[2] = map[3] = 0;  // a trie of 1 to 12 units
+        spm_proto_fields f = {.charsmap = map, .charsmap_size = sizeof map, .remove_extra_whitespaces = round & 1};
+        spm_normalizer *n = spm_normalizer_new(&f, NULL);
+        char text[32];
+        for (size_t i = 0; i < sizeof text - 1; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, text[i] = (char)(x & 0x7F);
+        size_t size;
+        free(spm_normalize(n, text, sizeof text - 1, &size));
+        spm_normalizer_free(n);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_proto_refuses_malformed),
         cmocka_unit_test(test_proto_reads_types_and_merges_trainer_spec),
         cmocka_unit_test(test_lattice_rules),
+        cmocka_unit_test(test_normalizer_whitespace_rules),
+        cmocka_unit_test(test_damaged_charsmap_stays_in_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
