@@ -30,71 +30,117 @@ static int read_varint(cursor *c, uint64_t *v) {
     return -1;
 }
 
-// Reads one field's key and value: a varint into *v, or a LEN field's bytes into *sub; fixed
-// fields are skipped. Returns the field number, 0 at the end, -1 on malformed input.
-static int next_field(cursor *c, uint64_t *v, cursor *sub) {
+// One field: its number, wire type, and value (a varint in v, a LEN field's bytes in sub).
+typedef struct field { int number, wire; uint64_t v; cursor sub; } field;
+
+// Reads the next field of c into *f (fixed-size values are skipped). Returns 1, 0 at the end,
+// -1 on malformed input.
+static int next_field(cursor *c, field *f) {
     if (c->p == c->end) return 0;
     uint64_t key;
     if (read_varint(c, &key) < 0 || key >> 3 == 0 || key >> 3 > INT32_MAX) return -1;
-    switch (key & 7) {
-    case WIRE_VARINT: return read_varint(c, v) < 0 ? -1 : (int)(key >> 3);
+    *f = (field){(int)(key >> 3), (int)(key & 7), 0, {c->p, c->p}};
+    switch (f->wire) {
+    case WIRE_VARINT: return read_varint(c, &f->v) < 0 ? -1 : 1;
     case WIRE_FIXED64:
-        if (c->end - c->p < 8) return -1;
-        c->p += 8;
-        return (int)(key >> 3);
-    case WIRE_FIXED32:
-        if (c->end - c->p < 4) return -1;
-        c->p += 4;
-        return (int)(key >> 3);
+    case WIRE_FIXED32: {
+        size_t n = f->wire == WIRE_FIXED64 ? 8 : 4;
+        if ((size_t)(c->end - c->p) < n) return -1;
+        c->p += n;
+        return 1;
+    }
     case WIRE_LEN: {
         uint64_t len;
         if (read_varint(c, &len) < 0 || len > (uint64_t)(c->end - c->p)) return -1;
-        *sub = (cursor){c->p, c->p + len};
+        f->sub = (cursor){c->p, c->p + len};
         c->p += len;
-        return (int)(key >> 3);
+        return 1;
     }
     default: return -1;  // groups (3, 4) and unknown wire types: not in a SentencePiece model
     }
 }
 
+// Whether f is field `number`: 1, 0 when it is another field, -1 when it is that field with
+// another wire type than `wire` (the library would not have written it).
+static int field_is(const field *f, int number, int wire) {
+    if (f->number != number) return 0;
+    return f->wire == wire ? 1 : -1;
+}
+
 static int read_piece_type(cursor c, uint8_t *type) {
     *type = SPM_PIECE_NORMAL;  // the proto's default
-    uint64_t v = 0;
-    cursor sub;
-    int f;
-    while ((f = next_field(&c, &v, &sub)) > 0)
-        if (f == PIECE_TYPE) *type = v <= 255 ? (uint8_t)v : 0;
-    return f;
+    field f;
+    int rc, is;
+    while ((rc = next_field(&c, &f)) > 0) {
+        if ((is = field_is(&f, PIECE_TYPE, WIRE_VARINT)) < 0) return -1;
+        if (is) *type = f.v <= 255 ? (uint8_t)f.v : 0;
+    }
+    return rc;
+}
+
+// Reads a boolean or enum field into *out when f is field `number`; -1 for the wrong wire type.
+static int read_varint_field(const field *f, int number, uint64_t *out) {
+    int is = field_is(f, number, WIRE_VARINT);
+    if (is > 0) *out = f->v;
+    return is;
 }
 
 static int read_trainer_spec(cursor c, spm_proto_fields *out) {
-    uint64_t v = 0;
-    cursor sub;
-    int f;
-    while ((f = next_field(&c, &v, &sub)) > 0) {
-        if (f == TRAINER_MODEL_TYPE) out->model_type = (int)(v <= 255 ? v : 0);
-        if (f == TRAINER_BYTE_FALLBACK) out->byte_fallback = v != 0;
-        if (f == TRAINER_WHITESPACE_AS_SUFFIX) out->treat_whitespace_as_suffix = v != 0;
+    field f;
+    int rc;
+    while ((rc = next_field(&c, &f)) > 0) {
+        uint64_t model_type = (uint64_t)out->model_type, byte_fallback = out->byte_fallback,
+                 suffix = out->treat_whitespace_as_suffix;
+        if (read_varint_field(&f, TRAINER_MODEL_TYPE, &model_type) < 0 ||
+            read_varint_field(&f, TRAINER_BYTE_FALLBACK, &byte_fallback) < 0 ||
+            read_varint_field(&f, TRAINER_WHITESPACE_AS_SUFFIX, &suffix) < 0)
+            return -1;
+        out->model_type = model_type <= 255 ? (int)model_type : 0;
+        out->byte_fallback = byte_fallback != 0, out->treat_whitespace_as_suffix = suffix != 0;
     }
-    return f;
+    return rc;
 }
 
 static int read_normalizer_spec(cursor c, spm_proto_fields *out) {
-    uint64_t v = 0;
-    cursor sub = {0};
-    int f;
-    while ((f = next_field(&c, &v, &sub)) > 0) {
-        if (f == NORMALIZER_CHARSMAP) {
+    field f;
+    int rc, is;
+    while ((rc = next_field(&c, &f)) > 0) {
+        if ((is = field_is(&f, NORMALIZER_CHARSMAP, WIRE_LEN)) < 0) return -1;
+        if (is) {
             free(out->charsmap);
-            out->charsmap_size = (size_t)(sub.end - sub.p);
+            out->charsmap_size = (size_t)(f.sub.end - f.sub.p);
             out->charsmap = out->charsmap_size ? neox_malloc(out->charsmap_size) : NULL;
-            if (out->charsmap_size) memcpy(out->charsmap, sub.p, out->charsmap_size);
+            if (out->charsmap_size) memcpy(out->charsmap, f.sub.p, out->charsmap_size);
         }
-        if (f == NORMALIZER_DUMMY_PREFIX) out->add_dummy_prefix = v != 0;
-        if (f == NORMALIZER_REMOVE_SPACES) out->remove_extra_whitespaces = v != 0;
-        if (f == NORMALIZER_ESCAPE_SPACES) out->escape_whitespaces = v != 0;
+        uint64_t prefix = out->add_dummy_prefix, remove = out->remove_extra_whitespaces,
+                 escape = out->escape_whitespaces;
+        if (read_varint_field(&f, NORMALIZER_DUMMY_PREFIX, &prefix) < 0 ||
+            read_varint_field(&f, NORMALIZER_REMOVE_SPACES, &remove) < 0 ||
+            read_varint_field(&f, NORMALIZER_ESCAPE_SPACES, &escape) < 0)
+            return -1;
+        out->add_dummy_prefix = prefix != 0, out->remove_extra_whitespaces = remove != 0;
+        out->escape_whitespaces = escape != 0;
     }
-    return f;
+    return rc;
+}
+
+// The fields of the top-level message: 1 when read, -1 when malformed.
+static int read_model_field(const field *f, spm_proto_fields *out, size_t *cap) {
+    int is;
+    if ((is = field_is(f, MODEL_PIECES, WIRE_LEN)) != 0) {
+        if (is < 0) return -1;
+        if (out->n_pieces == *cap) {
+            *cap = *cap ? *cap * 2 : 256;
+            out->types = neox_realloc(out->types, *cap);
+        }
+        return read_piece_type(f->sub, &out->types[out->n_pieces++]) < 0 ? -1 : 1;
+    }
+    // A message field that occurs twice is merged: later values win, as in protobuf.
+    if ((is = field_is(f, MODEL_TRAINER_SPEC, WIRE_LEN)) != 0)
+        return is < 0 || read_trainer_spec(f->sub, out) < 0 ? -1 : 1;
+    if ((is = field_is(f, MODEL_NORMALIZER_SPEC, WIRE_LEN)) != 0)
+        return is < 0 || read_normalizer_spec(f->sub, out) < 0 ? -1 : 1;
+    return 1;
 }
 
 int spm_proto_read(const uint8_t *data, size_t size, spm_proto_fields *out) {
@@ -103,25 +149,15 @@ int spm_proto_read(const uint8_t *data, size_t size, spm_proto_fields *out) {
     out->model_type = SPM_MODEL_UNIGRAM;
     out->add_dummy_prefix = out->remove_extra_whitespaces = out->escape_whitespaces = true;
     size_t cap = 0;
-    cursor c = {data, data + size}, sub;
-    uint64_t v = 0;
-    int f;
-    while ((f = next_field(&c, &v, &sub)) > 0) {
-        if (f == MODEL_PIECES) {
-            if (out->n_pieces == cap) {
-                cap = cap ? cap * 2 : 256;
-                out->types = neox_realloc(out->types, cap);
-            }
-            if (read_piece_type(sub, &out->types[out->n_pieces++]) < 0) f = -1;
-        } else if (f == MODEL_TRAINER_SPEC) {
-            // A message field that occurs twice is merged: later values win, as in protobuf.
-            if (read_trainer_spec(sub, out) < 0) f = -1;
-        } else if (f == MODEL_NORMALIZER_SPEC) {
-            if (read_normalizer_spec(sub, out) < 0) f = -1;
+    cursor c = {data, data + size};
+    field f;
+    int rc;
+    while ((rc = next_field(&c, &f)) > 0)
+        if (read_model_field(&f, out, &cap) < 0) {
+            rc = -1;
+            break;
         }
-        if (f < 0) break;
-    }
-    if (f < 0) {
+    if (rc < 0) {
         spm_proto_fields_free(out);
         return -1;
     }

@@ -31,6 +31,8 @@ static void test_proto_refuses_malformed(void **state) {
     expect_malformed((const uint8_t[]){0x02, 0x00}, 2);              // field 0
     expect_malformed((const uint8_t[]){0x0A, 0x02, 0x18, 0x80}, 4);  // a piece's type: a cut varint
     expect_malformed((const uint8_t[]){0x12, 0x01, 0x1D}, 3);        // trainer_spec: a cut fixed32
+    expect_malformed((const uint8_t[]){0x08, 0x01}, 2);              // pieces as a varint
+    expect_malformed((const uint8_t[]){0x0A, 0x02, 0x1A, 0x00}, 4);  // a piece's type as bytes
     expect_malformed((const uint8_t[]){0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}, 11);
 }
 
