@@ -1,15 +1,16 @@
 // spm.c: SPMTokenizer — a SentencePiece .model file (BPE or unigram) through spm_shim.cc.
-// Loading, BPE models and decoding are the library's own; unigram models are normalized by
-// spm_normalize.c and segmented by unigram.c, over the pieces and scores the library loaded. The vocabulary size is the
-// piece count; eod is "<|endoftext|>" when the model has that piece, else its eos (</s>); pad and
-// bos are the model's (-1 when disabled).
+// Loading, BPE encoding and decoding are the library's own; unigram models are normalized by
+// spm_normalize.c and segmented by unigram.c, over the pieces and scores the library loaded. The
+// vocabulary size is the piece count; eod is "<|endoftext|>" when the model has that piece, else
+// its eos (</s>); pad and bos are the model's (-1 when disabled).
 #include <string.h>
 
 #include "spm.h"
 #include "tokenizer_internal.h"
 
-// A unigram model gets its lattice (the library has already checked the file: the model fields
-// are read from its own serialization, and a failure here means a library this code does not know).
+// A unigram model gets its lattice and normalizer. The library has already checked the file: the
+// fields it does not expose are read from its own serialization, so a failure here would mean a
+// library version that writes what this code does not know.
 static int load_unigram(neox_tokenizer *tok, const char *path, neox_error *err) {
     size_t size = 0;
     uint8_t *bytes = spm_shim_serialized(tok->spm, &size);
@@ -29,7 +30,10 @@ static int load_unigram(neox_tokenizer *tok, const char *path, neox_error *err) 
     }
     const char **pieces = neox_malloc((size_t)n * sizeof *pieces);
     float *scores = neox_malloc((size_t)n * sizeof *scores);
-    for (int32_t id = 0; id < n; id++) pieces[id] = spm_shim_piece(tok->spm, id), scores[id] = spm_shim_score(tok->spm, id);
+    for (int32_t id = 0; id < n; id++) {
+        pieces[id] = spm_shim_piece(tok->spm, id);
+        scores[id] = spm_shim_score(tok->spm, id);
+    }
     tok->spm_unigram = unigram_new(pieces, scores, fields.types, n, spm_shim_special_id(tok->spm, 'u'),
                                    fields.byte_fallback);
     free(pieces);

@@ -13,7 +13,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import tokenizer_corpus as tc  # noqa: E402
-from test_tokenizer_families import TRAIN_TEXT, check_encode_decode, corpus, first_mismatch, training_lines  # noqa: E402,F401
+from test_tokenizer_families import (TRAIN_TEXT, check_encode_decode, corpus,  # noqa: E402,F401 (corpus: a fixture)
+                                     first_mismatch, training_lines)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(TRAIN_TEXT), reason=f"{TRAIN_TEXT} is absent")
 
@@ -75,7 +76,8 @@ def long_documents():
 def tie_documents():
     """Runs of one character and of short repeated strings: the segmentations of equal score that
     only the order of the float sums decides."""
-    return [c * n for c in "0-x=.!a " for n in range(1, 40)] + [s * n for s in ["ab", "--=", "00.", "ee"] for n in (7, 50)]
+    runs = [c * n for c in "0-x=.!a " for n in range(1, 40)]
+    return runs + [s * n for s in ["ab", "--=", "00.", "ee"] for n in (7, 50)]
 
 
 @pytest.mark.parametrize("name", ["nfkc_1200", "user_symbols_split_digits"])

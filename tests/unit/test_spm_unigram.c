@@ -153,7 +153,8 @@ static void test_damaged_charsmap_stays_in_bounds(void **state) {
         spm_proto_fields f = {.charsmap = map, .charsmap_size = sizeof map, .remove_extra_whitespaces = round & 1};
         spm_normalizer *n = spm_normalizer_new(&f, NULL);
         char text[32];
-        for (size_t i = 0; i < sizeof text - 1; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, text[i] = (char)(x & 0x7F);
+        for (size_t i = 0; i < sizeof text - 1; i++)
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17, text[i] = (char)(x & 0x7F);
         size_t size;
         free(spm_normalize(n, text, sizeof text - 1, &size));
         spm_normalizer_free(n);
