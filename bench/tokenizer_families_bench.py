@@ -1,11 +1,12 @@
 """tokenizer_families_bench.py: the tokenizer kinds beyond GPT-2 (bench/tokenizers.sh runs it) —
-Llama-3-, Qwen-, SmolLM2- and Llama-2-like tokenizer.json files, a tiktoken rank file and a
-SentencePiece BPE model, built as tests/oracle/test_tokenizer_families.py builds them — timed on
+Llama-3-, Qwen-, SmolLM2- and Llama-2-like tokenizer.json files, a tiktoken rank file and
+SentencePiece BPE and unigram models, built as the oracle tests build them — timed on
 the whole corpus in neox.c against each kind's reference called its fastest way: HF tokenizers'
 encode_batch (its rayon threads), tiktoken's encode_ordinary_batch, sentencepiece's batch encode,
 at 1 and 2 threads. One thread is timed in CPU time on both sides (what a busy shared machine
 distorts least, as bench/tokenizers.sh does), two threads on the wall clock. Prints MB/s and ratios.
-Usage: tokenizer_families_bench.py DRIVER WORKDIR [THREADS...]"""
+Usage: tokenizer_families_bench.py DRIVER WORKDIR [THREADS...]
+NEOX_BENCH_KINDS=spm-bpe,spm-unigram (a comma-separated list of the kind names printed) runs only those."""
 import os
 import subprocess
 import sys
@@ -54,6 +55,22 @@ def neox_rates(driver, docs_path, type_, path, threads):
     return {int(t): float(r) for _, t, r, _ in (line.split() for line in out.splitlines())}
 
 
+def tiktoken_file(work, lines):
+    rank_file = str(work / "bench.tiktoken")
+    fam.write_rank_file(rank_file, fam.byte_level_bpe(lines))
+    return rank_file
+
+
+def spm_file(work, lines, model_type):
+    """A SentencePiece model of 1,200 pieces with byte fallback (nmt_nfkc normalization)."""
+    import sentencepiece as spm
+    prefix = str(work / f"bench_spm_{model_type}")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter([ln for ln in lines if ln.strip()]), model_prefix=prefix,
+                                   model_type=model_type, vocab_size=1200, byte_fallback=True, minloglevel=2,
+                                   num_threads=2)
+    return prefix + ".model"
+
+
 def main():
     driver, work, threads = sys.argv[1], Path(sys.argv[2]), [int(t) for t in sys.argv[3:]] or [1, 2]
     docs = [d for items in tc.corpus_documents().values() for d in items if "\0" not in d]
@@ -61,16 +78,15 @@ def main():
     with open(docs_path, "wb") as f:
         f.write("\0".join(docs).encode("utf-8"))
     lines = fam.training_lines()
-    kinds = [(name, "hf", "HFTokenizer", fam.HF_BUILDERS[name](work, lines))
-             for name in ("llama3", "qwen", "smollm2", "llama2")]
-    rank_file = str(work / "bench.tiktoken")
-    fam.write_rank_file(rank_file, fam.byte_level_bpe(lines))
-    kinds.append(("tiktoken", "tiktoken", "TiktokenTokenizer", rank_file))
-    import sentencepiece as spm
-    prefix = str(work / "bench_spm")
-    spm.SentencePieceTrainer.train(sentence_iterator=iter([ln for ln in lines if ln.strip()]), model_prefix=prefix,
-                                   model_type="bpe", vocab_size=1200, byte_fallback=True, minloglevel=2)
-    kinds.append(("spm-bpe", "spm", "SPMTokenizer", prefix + ".model"))
+    # name: (reference kind, neox.c tokenizer type, a function building the file and returning its path)
+    builders = {name: ("hf", "HFTokenizer", lambda name=name: fam.HF_BUILDERS[name](work, lines))
+                for name in ("llama3", "qwen", "smollm2", "llama2")}
+    builders["tiktoken"] = ("tiktoken", "TiktokenTokenizer", lambda: tiktoken_file(work, lines))
+    builders["spm-bpe"] = ("spm", "SPMTokenizer", lambda: spm_file(work, lines, "bpe"))
+    builders["spm-unigram"] = ("spm", "SPMTokenizer", lambda: spm_file(work, lines, "unigram"))
+    wanted = os.environ.get("NEOX_BENCH_KINDS")
+    names = [n for n in builders if not wanted or n in wanted.split(",")]
+    kinds = [(name, builders[name][0], builders[name][1], builders[name][2]()) for name in names]
     mb = os.path.getsize(docs_path) / 1e6
     print(f"\n== tokenizer families: {len(docs)} documents, {mb:.1f} MB; 1 thread CPU time, 2 threads wall clock; load {os.getloadavg()[0]:.1f} ==")
     print(f"  {'kind':10s} threads  neox.c MB/s  reference MB/s  ratio")

@@ -1,11 +1,47 @@
-// spm.c: SPMTokenizer — a SentencePiece .model file (BPE or unigram) through spm_shim.cc. Ids,
-// normalization and decoding are the library's own, so they are SentencePiece's exactly. The
+// spm.c: SPMTokenizer — a SentencePiece .model file (BPE or unigram) through spm_shim.cc.
+// Loading, BPE encoding and decoding are the library's own; unigram models are normalized by
+// spm_normalize.c and segmented by unigram.c, over the pieces and scores the library loaded. The
 // vocabulary size is the piece count; eod is "<|endoftext|>" when the model has that piece, else
 // its eos (</s>); pad and bos are the model's (-1 when disabled).
 #include <string.h>
 
 #include "spm.h"
 #include "tokenizer_internal.h"
+
+// A unigram model gets its lattice and normalizer. The library has already checked the file: the
+// fields it does not expose are read from its own serialization, so a failure here would mean a
+// library version that writes what this code does not know.
+static int load_unigram(neox_tokenizer *tok, const char *path, neox_error *err) {
+    size_t size = 0;
+    uint8_t *bytes = spm_shim_serialized(tok->spm, &size);
+    spm_proto_fields fields;
+    int rc = bytes ? spm_proto_read(bytes, size, &fields) : -1;
+    free(bytes);
+    if (rc < 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: the SentencePiece model could not be read back", path);
+    int32_t n = spm_shim_piece_count(tok->spm);
+    if (fields.n_pieces != (size_t)n) {
+        spm_proto_fields_free(&fields);
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: the SentencePiece model has %zu pieces, the library %d", path,
+                         fields.n_pieces, n);
+    }
+    if (fields.model_type != SPM_MODEL_UNIGRAM) {
+        spm_proto_fields_free(&fields);
+        return 0;
+    }
+    const char **pieces = neox_malloc((size_t)n * sizeof *pieces);
+    float *scores = neox_malloc((size_t)n * sizeof *scores);
+    for (int32_t id = 0; id < n; id++) {
+        pieces[id] = spm_shim_piece(tok->spm, id);
+        scores[id] = spm_shim_score(tok->spm, id);
+    }
+    tok->spm_unigram = unigram_new(pieces, scores, fields.types, n, spm_shim_special_id(tok->spm, 'u'),
+                                   fields.byte_fallback);
+    free(pieces);
+    free(scores);
+    tok->spm_normalizer = spm_normalizer_new(&fields, tok->spm_unigram);
+    spm_proto_fields_free(&fields);
+    return 0;
+}
 
 int tokenizer_load_spm(neox_tokenizer *tok, const char *path, neox_error *err) {
     char msg[512] = "";
@@ -21,11 +57,24 @@ int tokenizer_load_spm(neox_tokenizer *tok, const char *path, neox_error *err) {
     tok->eod_id = eot >= 0 ? eot : spm_shim_special_id(tok->spm, 'e');
     tok->pad_id = spm_shim_special_id(tok->spm, 'p');
     tok->declared[NEOX_SPECIAL_BOS] = spm_shim_special_id(tok->spm, 'b');
-    return 0;
+    return load_unigram(tok, path, err);
 }
 
-int spm_encode(const spm_model *m, const char *text, size_t n, int32_t **ids, size_t *len, size_t *cap,
+static void unigram_encode_text(const neox_tokenizer *tok, const char *text, size_t n, int32_t **ids, size_t *len,
+                                size_t *cap) {
+    size_t size = 0;
+    char *normalized = spm_normalize(tok->spm_normalizer, text, n, &size);
+    unigram_encode(tok->spm_unigram, normalized, size, ids, len, cap);
+    free(normalized);
+}
+
+int spm_encode(const neox_tokenizer *tok, const char *text, size_t n, int32_t **ids, size_t *len, size_t *cap,
                neox_error *err) {
+    if (tok->spm_unigram) {
+        unigram_encode_text(tok, text, n, ids, len, cap);
+        return 0;
+    }
+    const spm_model *m = tok->spm;
     char msg[512] = "";
     size_t count = 0;
     int32_t *got = spm_shim_encode(m, text, n, &count, msg, sizeof msg);
@@ -54,6 +103,8 @@ char *spm_decode(const spm_model *m, const int32_t *ids, size_t n, size_t *size,
     return text;
 }
 
-void spm_free(spm_model *m) {
-    if (m) spm_shim_free(m);
+void spm_free(neox_tokenizer *tok) {
+    if (tok->spm) spm_shim_free(tok->spm);
+    unigram_free(tok->spm_unigram);
+    spm_normalizer_free(tok->spm_normalizer);
 }

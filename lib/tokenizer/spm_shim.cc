@@ -1,6 +1,6 @@
 // spm_shim.cc: the C interface (spm.h) over libsentencepiece's C++ SentencePieceProcessor — load a
-// .model file, encode to ids, decode ids, look pieces up. Nothing else of the library is used, and
-// no C++ exception or object crosses into the C code.
+// .model file, encode to ids, decode ids, look pieces up and serialize. Nothing else of the library is
+// used, and no C++ exception or object crosses into the C code.
 #include <sentencepiece_processor.h>
 
 #include <cstdio>
@@ -97,5 +97,20 @@ extern "C" int32_t spm_shim_special_id(const spm_model *m, char which) {
     case 'u': return m->processor.unk_id();
     case 'p': return m->processor.pad_id();
     default: return -1;
+    }
+}
+
+extern "C" float spm_shim_score(const spm_model *m, int32_t id) { return m->processor.GetScore(id); }
+
+extern "C" uint8_t *spm_shim_serialized(const spm_model *m, size_t *size) {
+    try {
+        const std::string bytes = m->processor.serialized_model_proto();
+        uint8_t *out = static_cast<uint8_t *>(std::malloc(bytes.size() + 1));
+        if (!out) return nullptr;
+        std::memcpy(out, bytes.data(), bytes.size());
+        *size = bytes.size();
+        return out;
+    } catch (const std::exception &) {
+        return nullptr;
     }
 }

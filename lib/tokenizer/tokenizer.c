@@ -226,7 +226,7 @@ void neox_tokenizer_free(neox_tokenizer *tok) {
     added_matcher_free(&tok->raw_matcher);
     added_matcher_free(&tok->normalized_matcher);
     bpe_free(&tok->bpe);
-    spm_free(tok->spm);
+    spm_free(tok);
     tokenizer_free_components(tok);
     free(tok);
 }
@@ -419,7 +419,7 @@ int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_
     if (tok->kind == TOK_CHAR) {
         for (size_t i = 0; i < size; i++) push_id(&o, s[i]);
     } else if (tok->kind == TOK_SPM) {
-        rc = spm_encode(tok->spm, text, size, ids, len, cap, err);
+        rc = spm_encode(tok, text, size, ids, len, cap, err);
     } else {
         for (size_t i = 0; i < tok->n_template_prefix; i++) push_id(&o, tok->template_prefix[i]);
         rc = tok->has_raw_added ? split_added(tok, &tok->raw_matcher, s, size, true, &o, encode_raw_piece, err)

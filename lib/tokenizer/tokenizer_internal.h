@@ -210,6 +210,8 @@ void pieces_push(tok_pieces *p, const char *s, size_t n, bool first);
 enum tokenizer_kind { TOK_CHAR, TOK_BPE, TOK_SPM };
 
 typedef struct spm_model spm_model;  // spm.h: a SentencePiece model
+typedef struct unigram_model unigram_model;  // spm.h: the lattice of a unigram model
+typedef struct spm_normalizer spm_normalizer;  // spm.h: SentencePiece's normalizer
 
 struct neox_tokenizer {
     char type[32];
@@ -225,6 +227,8 @@ struct neox_tokenizer {
 
     bpe_model bpe;
     spm_model *spm;            // TOK_SPM
+    unigram_model *spm_unigram;  // TOK_SPM with a unigram model: its segmentation (unigram.c) ...
+    spm_normalizer *spm_normalizer;  // ... and its normalizer (spm_normalize.c)
     added_token *added;
     size_t n_added;
     added_matcher raw_matcher, normalized_matcher;  // added tokens matched before / after normalizing

@@ -1,7 +1,8 @@
 """tests/fuzz/tokenizer_seeds.py OUT_DIR DATA_DIR: small seed files of each tokenizer kind for the
 tokenizer fuzz target, trained here with HF `tokenizers` and `sentencepiece` on a little Tiny
 Shakespeare: Llama-3-like, Qwen-like, SmolLM2-like and Llama-2-like tokenizer.json files, a
-Metaspace/Whitespace one with subword affixes, a tiktoken rank file and a SentencePiece .model."""
+Metaspace/Whitespace one with subword affixes, a tiktoken rank file and SentencePiece BPE and
+unigram .model files."""
 import base64
 import os
 import sys
@@ -72,4 +73,11 @@ spm.SentencePieceTrainer.train(sentence_iterator=iter([ln for ln in lines if ln.
                                model_prefix=os.path.join(out, "spm_tmp"), model_type="bpe", vocab_size=400, normalization_rule_name="identity",
                                byte_fallback=True, minloglevel=2)
 os.replace(os.path.join(out, "spm_tmp.model"), os.path.join(out, "spm_bpe.model"))
+os.remove(os.path.join(out, "spm_tmp.vocab"))
+# A unigram model with byte fallback and user-defined symbols: the lattice path of SPMTokenizer.
+spm.SentencePieceTrainer.train(sentence_iterator=iter([ln for ln in lines if ln.strip()]),
+                               model_prefix=os.path.join(out, "spm_tmp"), model_type="unigram", vocab_size=600,
+                               byte_fallback=True, user_defined_symbols=["<|endoftext|>", "--"], normalization_rule_name="identity",
+                               minloglevel=2)
+os.replace(os.path.join(out, "spm_tmp.model"), os.path.join(out, "spm_unigram.model"))
 os.remove(os.path.join(out, "spm_tmp.vocab"))
