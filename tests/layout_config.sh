@@ -1,6 +1,7 @@
 # tests/layout_config.sh: the small model of the MPI layout tests (tests/mpi/layouts.sh, tests/mpi/zero3.sh,
 # tests/mpi/comm_accounting.sh, tests/mpi/comm_options.sh, tests/mpi/commtopo.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes
-# $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt.
+# $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt;
+# train_layout NAME RANKS trains it.
 # LAYERS (default 4), CKPT_FACTOR (default 10), POS_EMB (default rotary; neox kind), VOCAB_DIVISOR
 # (make_vocab_size_divisible_by, default 64) and DATA_KEYS (the data and tokenizer keys, default the
 # character-level $T/docs_text_document) change those keys.
@@ -46,4 +47,11 @@ kill_rank_mid_run() {
     KILL_STATUS=$?
     kill "$watchdog" 2>/dev/null
     KILL_TOOK=$(( $(date +%s) - start ))
+}
+
+# train_layout NAME RANKS: trains $T/NAME.yml on RANKS ranks (through mpiexec when more than one).
+train_layout() {
+    local launch=()
+    [ "$2" -gt 1 ] && launch=("$MPIEXEC" -n "$2")
+    check "$1: train on $2 rank(s)" "${launch[@]}" "$TRAIN" -q "$T/$1.yml"
 }

@@ -120,3 +120,16 @@ words_dataset() {
     check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$TEST_TMP/docs.jsonl" --output-prefix "$TEST_TMP/docs" \
         --tokenizer-type CharLevelTokenizer --append-eod
 }
+
+# check_resume_and_emulated [JSON]: with the calling script's `run NAME JSON` (trains model.yml + JSON,
+# logs in $T/NAME) and its 30-step run `straight`: a run stopped at 15 and resumed to 30 equals the
+# straight run bit for bit, and so does the emulated device backend. JSON adds the model's keys.
+check_resume_and_emulated() {
+    check "stop at 15" run resumed "$1, \"save\": \"$T/ckpt2\", \"exit_interval\": 15"
+    check "resume to 30" run resumed "$1, \"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\""
+    check "resumed run equals the straight one bit for bit" $LIB same "$T/straight/metrics.jsonl" \
+        "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+    check "emulated device: 30 steps" run emulated "$1, \"compute_backend\": \"emulated\""
+    check "emulated device: the CPU's losses bit for bit" $LIB same "$T/straight/metrics.jsonl" \
+        "$T/emulated/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+}

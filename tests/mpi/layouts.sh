@@ -18,9 +18,7 @@ source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 
 # run NAME RANKS: trains $T/NAME.yml on RANKS ranks and exports the final parameters.
 run() {
-    local launch=()
-    [ "$2" -gt 1 ] && launch=("$MPIEXEC" -n "$2")
-    check "$1: train on $2 rank(s)" "${launch[@]}" "$TRAIN" -q "$T/$1.yml"
+    train_layout "$1" "$2"
     check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
 }
 

@@ -27,13 +27,7 @@ run() {  # run NAME JSON: trains model.yml + JSON with logs in $T/NAME, at seque
 
 check "ALiBi (6 heads): 30 steps" run straight ", \"save\": \"$T/ckpt\""
 check "ALiBi: the loss falls" $LIB falls "$T/straight/metrics.jsonl" 30 0.7
-check "stop at 15" run resumed ", \"save\": \"$T/ckpt2\", \"exit_interval\": 15"
-check "resume to 30" run resumed ", \"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\""
-check "resumed run equals the straight one bit for bit" $LIB same "$T/straight/metrics.jsonl" \
-    "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
-check "emulated device: 30 steps" run emulated ", \"compute_backend\": \"emulated\""
-check "emulated device: the CPU's losses bit for bit" $LIB same "$T/straight/metrics.jsonl" \
-    "$T/emulated/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+check_resume_and_emulated
 
 # Evaluation past the training length: nothing to outgrow.
 echo "{\"load\": \"$T/ckpt\", \"seq_length\": 192, \"max_position_embeddings\": 192}" >"$T/long.yml"

@@ -38,13 +38,7 @@ PY
 
 check "MoE (Sinkhorn, top 2 of 4 experts): 30 steps" run straight ", \"save\": \"$T/ckpt\""
 check "MoE: the loss falls" $LIB falls "$T/straight/metrics.jsonl" 30 0.7
-check "stop at 15" run resumed ", \"save\": \"$T/ckpt2\", \"exit_interval\": 15"
-check "resume to 30" run resumed ", \"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\""
-check "resumed run equals the straight one bit for bit" $LIB same "$T/straight/metrics.jsonl" \
-    "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
-check "emulated device: 30 steps" run emulated ", \"compute_backend\": \"emulated\""
-check "emulated device: the CPU's losses bit for bit" $LIB same "$T/straight/metrics.jsonl" \
-    "$T/emulated/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+check_resume_and_emulated
 
 # Each key changes the run.
 check "moe_router_type: topk" run topk ", \"moe_top_k\": 2, \"moe_router_type\": \"topk\""

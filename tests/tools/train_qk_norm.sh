@@ -32,13 +32,7 @@ import json, sys
 a, b = ([r["train/lm_loss"] for r in map(json.loads, open(p)) if "train/lm_loss" in r] for p in sys.argv[1:])
 assert a[0] != b[0] and a[-1] != b[-1], (a[:2], b[:2])
 PY
-check "stop at 15" run resumed "$QK, \"save\": \"$T/ckpt2\", \"exit_interval\": 15"
-check "resume to 30" run resumed "$QK, \"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\""
-check "resumed run equals the straight one bit for bit" $LIB same "$T/straight/metrics.jsonl" \
-    "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
-check "emulated device: 30 steps" run emulated "$QK, \"compute_backend\": \"emulated\""
-check "emulated device: the CPU's losses bit for bit" $LIB same "$T/straight/metrics.jsonl" \
-    "$T/emulated/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+check_resume_and_emulated "$QK"
 check_output "the checkpoint holds each layer's norm of (heads, head_size)" \
     "params/gpt_neox\.layers\.1\.attention\.qk_layernorm\.weight +4x16 " \
     $CONVERT inspect "$T/ckpt"
