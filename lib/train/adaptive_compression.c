@@ -422,6 +422,20 @@ static void note_change(neox_trainer *t, const char *from, const neox_adaptive_i
     json_decref(plan);
 }
 
+// Every rank must reduce each bucket the same way, or the collectives pair up wrongly: the plan's
+// fingerprint is compared over the data group after every decision (one small all-reduce).
+static void check_ranks_agree(neox_trainer *t) {
+    const neox_adaptive *a = t->adaptive;
+    double fingerprint = 0;
+    for (int i = 0; i < a->nbuckets; i++)
+        fingerprint = fmod(fingerprint * 131.0 + a->bucket[i].use.scheme * 1024.0 + a->bucket[i].use.rank, 1e15);
+    double v[2] = {fingerprint, -fingerprint};
+    neox_allreduce_max(&t->grid->data, v, 2, NEOX_F64);
+    if (v[0] != -v[1])
+        neox_die(NEOX_EXIT_FAILURE, "gradient_compression: adaptive: the data-parallel ranks planned different schemes "
+                 "at iteration %lld (their measurements were not shared)", (long long)t->state.iteration);
+}
+
 static void decide(neox_trainer *t) {
     neox_adaptive *a = t->adaptive;
     char from[16];
@@ -440,6 +454,7 @@ static void decide(neox_trainer *t) {
             if (c.scheme == NEOX_SCHEME_BF16 && t->wire == NEOX_BF16) c.scheme = NEOX_SCHEME_DENSE;
             use_choice(t, i, c, t->model->grad_buf);
         }
+        check_ranks_agree(t);
         log_decision(t, from, from_plan, NULL, NULL, 0);
         return;
     }
@@ -458,6 +473,7 @@ static void decide(neox_trainer *t) {
     }
     // A plan using a scheme never run runs a few steps, then is judged on what they measured.
     a->trial_end = untried && TRIAL_STEPS < a->interval ? t->state.iteration + TRIAL_STEPS : -1;
+    check_ranks_agree(t);
     log_decision(t, from, from_plan, &in, plan, predicted);
     if (changed) note_change(t, from, &in);
     free(bucket), free(current), free(plan);
