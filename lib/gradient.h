@@ -274,8 +274,10 @@ typedef struct neox_adaptive_inputs {
 
 // Predicted exposed seconds per step of a plan (an option index per bucket): the dense buckets
 // queue on the link in ready order, each starting when it is ready and the one before has gone,
-// and expose what runs past the end of backward; the compressed ones run after that, one by one,
-// each exposing its work, latencies and bytes. Per bucket, *marginal (may be NULL) gets what it added.
+// and expose what runs past the end of backward; the compressed ones run after that, one call
+// after the other, each exposing its work, latencies and bytes, and a bucket that makes the same
+// compressed choice as the one before it joins its call (no latency of its own). Per bucket,
+// *marginal (may be NULL) gets what it added.
 double neox_adaptive_plan_cost(const neox_adaptive_inputs *in, const int *plan, double *marginal);
 // The plan (an option index per bucket into plan[]); returns its predicted exposed seconds per
 // step (the measurement, when the plan kept is the one in use). Buckets are decided in ready

@@ -29,10 +29,22 @@ static double transfer_s(const neox_adaptive_inputs *in, const neox_bucket_optio
     return o->messages * in->latency_s + o->wire_bytes / in->bytes_per_s;
 }
 
-// What option o of bucket b adds to the step's exposed time; with commit, the queue moves on.
+static int same_choice(neox_bucket_choice a, neox_bucket_choice b) {
+    return a.scheme == b.scheme && (a.scheme != NEOX_SCHEME_POWERSGD || a.rank == b.rank);
+}
+
+// A compressed option joins the call of the bucket before it when that one made the same choice:
+// neighbouring buckets are neighbouring tensors, reduced in one call whose latency is paid once.
+static int joins(const neox_bucket_option *before, const neox_bucket_option *o) {
+    return before && !o->overlapped && !before->overlapped && same_choice(before->choice, o->choice);
+}
+
+// What option o of bucket b adds to the step's exposed time (before: the option of the bucket
+// before it, or NULL); with commit, the queue moves on.
 static double marginal_s(const neox_adaptive_inputs *in, const neox_bucket_inputs *b, const neox_bucket_option *o,
-                         link_queue *q, int commit) {
-    if (!o->overlapped) return o->compute_s + transfer_s(in, o);  // after backward, one by one
+                         const neox_bucket_option *before, link_queue *q, int commit) {
+    if (!o->overlapped)  // after backward, one call after the other
+        return o->compute_s + transfer_s(in, o) - (joins(before, o) ? o->messages * in->latency_s : 0.0);
     double free_at = fmax(-b->hide_s, q->free_at) + transfer_s(in, o), tail = fmax(0.0, free_at);
     double added = o->compute_s + tail - q->tail;
     if (commit) q->free_at = free_at, q->tail = tail;
@@ -44,7 +56,8 @@ double neox_adaptive_plan_cost(const neox_adaptive_inputs *in, const int *plan, 
     double total = 0.0;
     for (int i = 0; i < in->nbuckets; i++) {
         const neox_bucket_inputs *b = &in->bucket[i];
-        double m = marginal_s(in, b, &b->option[plan[i]], &q, 1);
+        const neox_bucket_option *before = i ? &in->bucket[i - 1].option[plan[i - 1]] : NULL;
+        double m = marginal_s(in, b, &b->option[plan[i]], before, &q, 1);
         if (marginal) marginal[i] = m;
         total += m;
     }
@@ -71,14 +84,15 @@ static void greedy_plan(const neox_adaptive_inputs *in, int *plan) {
     link_queue q = {-INFINITY, 0.0};
     for (int i = 0; i < in->nbuckets; i++) {
         const neox_bucket_inputs *b = &in->bucket[i];
+        const neox_bucket_option *before = i ? &in->bucket[i - 1].option[plan[i - 1]] : NULL;
         int best = 0;
-        double best_s = marginal_s(in, b, &b->option[0], &q, 0);
+        double best_s = marginal_s(in, b, &b->option[0], before, &q, 0);
         for (int k = 1; k < b->noptions; k++) {
-            double s = marginal_s(in, b, &b->option[k], &q, 0);
+            double s = marginal_s(in, b, &b->option[k], before, &q, 0);
             if (best_s - s > in->margin * (b->share * in->step_s + best_s)) best = k, best_s = s;
         }
         plan[i] = best;
-        marginal_s(in, b, &b->option[best], &q, 1);
+        marginal_s(in, b, &b->option[best], before, &q, 1);
     }
 }
 

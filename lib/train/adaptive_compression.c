@@ -59,6 +59,10 @@ struct neox_adaptive {
 };
 
 // ---- choices as text: "dense", "bf16", "onebit", "powersgd:4" ------------------------------
+static int same_choice(neox_bucket_choice a, neox_bucket_choice b) {
+    return a.scheme == b.scheme && (a.scheme != NEOX_SCHEME_POWERSGD || a.rank == b.rank);
+}
+
 static void choice_text(neox_bucket_choice c, char *buf, size_t size) {
     if (c.scheme == NEOX_SCHEME_POWERSGD) snprintf(buf, size, "powersgd:%d", c.rank);
     else snprintf(buf, size, "%s", neox_scheme_name(c.scheme));
@@ -285,8 +289,7 @@ static void bucket_options(const neox_trainer *t, const bucket_state *b, neox_bu
 
 static int option_of(const neox_bucket_inputs *in, neox_bucket_choice c) {
     for (int k = 0; k < in->noptions; k++)
-        if (in->option[k].choice.scheme == c.scheme && (c.scheme != NEOX_SCHEME_POWERSGD || in->option[k].choice.rank == c.rank))
-            return k;
+        if (same_choice(in->option[k].choice, c)) return k;
     return 0;
 }
 
@@ -467,7 +470,7 @@ static void decide(neox_trainer *t) {
     int changed = 0, untried = 0;
     for (int i = 0; i < a->nbuckets; i++) {
         neox_bucket_choice c = bucket[i].option[plan[i]].choice;
-        changed |= c.scheme != a->bucket[i].use.scheme || (c.scheme == NEOX_SCHEME_POWERSGD && c.rank != a->bucket[i].use.rank);
+        changed |= !same_choice(c, a->bucket[i].use);
         untried |= !a->tried[c.scheme];
         use_choice(t, i, c, t->model->grad_buf);
     }
@@ -492,33 +495,36 @@ void neox_train_adaptive_begin_step(neox_trainer *t) {
     a->at_start[2] = neox_now();
 }
 
-// After the reducer's finish: every bucket the plan compresses, on its own parameters, timed; what
-// a call took beyond the link model is the compressor's own cost, per unit of its work.
+// After the reducer's finish: every bucket the plan compresses, on its own parameters, neighbours
+// with the same choice in one call (bucket i + 1 holds the tensors just before bucket i's), timed;
+// what a call took beyond the link model is the compressor's own cost, per unit of its work.
 void neox_train_adaptive_compress(neox_trainer *t) {
     neox_adaptive *a = t->adaptive;
     double extra[NEOX_SCHEME_COUNT] = {0}, units[NEOX_SCHEME_COUNT] = {0};
-    for (int i = 0; i < a->nbuckets; i++) {
-        bucket_state *b = &a->bucket[i];
-        neox_scheme s = b->use.scheme;
-        if (s != NEOX_SCHEME_POWERSGD && s != NEOX_SCHEME_ONEBIT) continue;
+    for (int i = 0, j; i < a->nbuckets; i = j) {
+        neox_bucket_choice c = a->bucket[i].use;
+        double elements = a->bucket[i].elements;
+        for (j = i + 1; j < a->nbuckets && same_choice(a->bucket[j].use, c); j++) elements += a->bucket[j].elements;
+        if (c.scheme != NEOX_SCHEME_POWERSGD && c.scheme != NEOX_SCHEME_ONEBIT) continue;
+        int first = a->bucket[j - 1].first, count = a->bucket[i].first + a->bucket[i].count - first;
         double start = neox_now(), wire;
-        if (s == NEOX_SCHEME_POWERSGD) {
-            neox_powersgd_allreduce_range(t->grad_powersgd, t->model->grad_buf, b->first, b->count);
-            wire = neox_powersgd_wire_bytes_at(t->grad_powersgd, b->first, b->count, b->use.rank);
-            units[s] += neox_powersgd_work_at(t->grad_powersgd, b->first, b->count, b->use.rank);
+        if (c.scheme == NEOX_SCHEME_POWERSGD) {
+            neox_powersgd_allreduce_range(t->grad_powersgd, t->model->grad_buf, first, count);
+            wire = neox_powersgd_wire_bytes_at(t->grad_powersgd, first, count, c.rank);
+            units[c.scheme] += neox_powersgd_work_at(t->grad_powersgd, first, count, c.rank);
         } else {
-            neox_onebit_allreduce_range(t->grad_onebit, t->model->grad_buf, b->first, b->count);
-            wire = neox_onebit_wire_bytes_range(t->grad_onebit, b->first, b->count);
-            units[s] += b->elements;
+            neox_onebit_allreduce_range(t->grad_onebit, t->model->grad_buf, first, count);
+            wire = neox_onebit_wire_bytes_range(t->grad_onebit, first, count);
+            units[c.scheme] += elements;
         }
         double link = a->bytes_per_s > 0 ? 2 * a->latency_s + wire / a->bytes_per_s : 0.0;
-        extra[s] += fmax(0.0, neox_now() - start - link);
+        extra[c.scheme] += fmax(0.0, neox_now() - start - link);
     }
     if (a->bytes_per_s <= 0) return;  // (replaying: no link model to measure against)
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) {
         if (units[s] <= 0) continue;
-        double *c = &a->unit_cost[s], now = extra[s] / units[s];
-        *c = *c > 0 ? COST_SMOOTHING * now + (1 - COST_SMOOTHING) * *c : now;
+        double *cost = &a->unit_cost[s], now = extra[s] / units[s];
+        *cost = *cost > 0 ? COST_SMOOTHING * now + (1 - COST_SMOOTHING) * *cost : now;
     }
 }
 

@@ -88,10 +88,11 @@ check "replaying the measured run's decisions" run replayed ", $ADAPTIVE, \"grad
 check "the replay reproduces the measured run bit for bit" $LIB same \
     "$T/measured/metrics.jsonl" "$T/replayed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
 
-# Per-bucket plans (bucket 0 is the first backward finishes), with whole-gradient lines after them.
+# Per-bucket plans (bucket 0 is the first backward finishes), with whole-gradient lines after them:
+# neighbours sharing a compressor (one call), PowerSGD's rank lowered and raised, compressors left.
 cat >"$T/schedule.jsonl" <<'EOF'
-{"iteration": 60, "buckets": ["dense", "dense", "bf16", "bf16", "powersgd:4", "powersgd:2", "onebit"]}
-{"iteration": 140, "buckets": ["powersgd:1", "bf16", "dense", "onebit", "powersgd:4", "onebit", "powersgd:2"]}
+{"iteration": 60, "buckets": ["dense", "dense", "bf16", "powersgd:4", "powersgd:4", "powersgd:2", "onebit"]}
+{"iteration": 140, "buckets": ["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"]}
 {"iteration": 170, "scheme": "bf16"}
 {"iteration": 220, "scheme": "dense"}
 EOF
@@ -100,8 +101,8 @@ check "a schedule of per-bucket plans through every scheme and rank" run schedul
 check "the schedule is followed (shares per step, steps per bucket) and ends within 2% of AdamW" python3 - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
-plans = [(60, ["dense", "dense", "bf16", "bf16", "powersgd:4", "powersgd:2", "onebit"]),
-         (140, ["powersgd:1", "bf16", "dense", "onebit", "powersgd:4", "onebit", "powersgd:2"]),
+plans = [(60, ["dense", "dense", "bf16", "powersgd:4", "powersgd:4", "powersgd:2", "onebit"]),
+         (140, ["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"]),
          (170, ["bf16"] * 7), (220, ["dense"] * 7)]
 def plan(n):  # the plan of a step that begins after n updates (a decision at n applies from step n + 1 on)
     p = ["dense"] * 7
@@ -135,7 +136,7 @@ PY
 CK="\"save\": \"$T/ckpt\", \"load\": \"$T/ckpt\", \"checkpoint_factor\": 150"
 check "the schedule: 150 steps, checkpoint in the mixed phase" run resumed ", $SCHEDULE, $CK, \"exit_interval\": 150"
 check_output "the checkpoint names the plan in use and when it was chosen" \
-    '"buckets": \["powersgd:1", "bf16", "dense", "onebit", "powersgd:4", "onebit", "powersgd:2"\], "decided_at": 140, "powersgd_ranks": \[1, 4, 4, 4, 4, 2, 2\], "scheme": "mixed"' \
+    '"buckets": \["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"\], "decided_at": 140, "powersgd_ranks": \[1, 4, 4, 4, 4, 4, 2\], "scheme": "mixed"' \
     python3 -c "import json, re; m = re.search(rb'\"gradient_compression\":\s*(\{[^}]*\})', open('$T/ckpt/global_step150/rank_00000.h5', 'rb').read()); print(json.dumps(json.loads(m.group(1)), sort_keys=True))"
 check "the schedule: resumed for 150 more" run resumed ", $SCHEDULE, $CK"
 check "resumed in the mixed phase: bit-identical to the straight run" $LIB same \
