@@ -125,14 +125,16 @@ static int read_replay_line(neox_adaptive *a, json_t *d, int max_rank, const cha
 static int read_replay(neox_adaptive *a, const char *path, int max_rank, neox_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression_replay: cannot open %s", path);
-    char line[1 << 16];
+    char *line = NULL;  // (a decision with its inputs is a line of about 200 bytes per bucket)
+    size_t cap = 0;
     int rc = 0;
-    for (int lineno = 1; rc == 0 && fgets(line, sizeof line, f); lineno++) {
+    for (int lineno = 1; rc == 0 && getline(&line, &cap, f) >= 0; lineno++) {
         json_error_t je;
         json_t *d = json_loads(line, 0, &je);
         rc = read_replay_line(a, d, max_rank, path, lineno, err);
         json_decref(d);
     }
+    free(line);
     fclose(f);
     a->replay_path = path;
     return rc;
