@@ -264,12 +264,14 @@ typedef struct neox_adaptive_inputs {
     double margin;         // a less faithful option must save this fraction of the step time
     int nbuckets;          // in the order backward finishes them
     const neox_bucket_inputs *bucket;
-    // The plan in use (index into each bucket's options; NULL: none) and the exposed seconds per
-    // step measured on real steps with it since the last decision (negative: none measured).
-    // Measured beats predicted: it replaces the plan's prediction, so probes that a busy host slows
-    // cannot talk the run out of a reduction that really does hide behind backward.
-    const int *current;
-    double current_exposed_s;
+    // Plans run recently (an option index per bucket) with the exposed seconds per step measured
+    // on real steps with each (the least over the ranks), the plan in use among them. Measured
+    // beats predicted: a plan's measurement stands in for its prediction, so probes that a busy
+    // host slows cannot talk the run out of a reduction that really does hide behind backward, and
+    // a plan that really was faster stays in reach after a trial of another.
+    int nmeasured;
+    const int *const *measured_plan;
+    const double *measured_s;
 } neox_adaptive_inputs;
 
 // Predicted exposed seconds per step of a plan (an option index per bucket): the dense buckets
@@ -279,11 +281,12 @@ typedef struct neox_adaptive_inputs {
 // compressed choice as the one before it joins its call (no latency of its own). Per bucket,
 // *marginal (may be NULL) gets what it added.
 double neox_adaptive_plan_cost(const neox_adaptive_inputs *in, const int *plan, double *marginal);
-// The plan (an option index per bucket into plan[]); returns its predicted exposed seconds per
-// step (the measurement, when the plan kept is the one in use). Buckets are decided in ready
-// order, each taking a less faithful option only if it saves more than margin x (its share of the
-// step + the best so far); then the new plan replaces the current one only if the more faithful of
-// the two does not cost margin x (step + its cost) more than the other.
+// The plan (an option index per bucket into plan[]); returns its exposed seconds per step
+// (measured, for a plan with a measurement). Buckets are decided in ready order, each taking a
+// less faithful option only if it saves more than margin x (its share of the step + the best so
+// far). Then that plan and the measured ones are taken in order of fidelity (the share-weighted
+// sum of option indices), a less faithful one only if it saves more than margin x (step + the
+// best so far).
 double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan);
 // The link from two timed all-reduces of small and large payloads (their ring wire bytes per rank
 // and seconds): latency and bandwidth of the straight line through both, kept positive.

@@ -96,19 +96,34 @@ static void greedy_plan(const neox_adaptive_inputs *in, int *plan) {
     }
 }
 
+// The plan's measurement, if it has one, else its prediction.
+static double known_cost(const neox_adaptive_inputs *in, const int *plan) {
+    for (int m = 0; m < in->nmeasured; m++)
+        if (same_plan(plan, in->measured_plan[m], in->nbuckets)) return in->measured_s[m];
+    return neox_adaptive_plan_cost(in, plan, NULL);
+}
+
+enum { MAX_CANDIDATES = 16 };
+
 double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan) {
     greedy_plan(in, plan);
-    double cost = neox_adaptive_plan_cost(in, plan, NULL);
-    if (!in->current) return cost;
-    double current = in->current_exposed_s >= 0 ? in->current_exposed_s : neox_adaptive_plan_cost(in, in->current, NULL);
-    if (same_plan(plan, in->current, in->nbuckets)) return current;
-    // The less faithful of the two plans must save its margin over the other, measured or not.
-    int new_is_faithful = fidelity_loss(in, plan) <= fidelity_loss(in, in->current);
-    double faithful = new_is_faithful ? cost : current, other = new_is_faithful ? current : cost;
-    int take_other = faithful - other > in->margin * (in->step_s + faithful);
-    if (new_is_faithful == !take_other) return cost;
-    memcpy(plan, in->current, (size_t)in->nbuckets * sizeof *plan);
-    return current;
+    // The candidates: the greedy plan, then the measured ones, in order of fidelity (stable).
+    const int *cand[MAX_CANDIDATES];
+    double cost[MAX_CANDIDATES], loss[MAX_CANDIDATES];
+    int n = 0;
+    for (int m = -1; m < in->nmeasured && n < MAX_CANDIDATES; m++) {
+        const int *p = m < 0 ? plan : in->measured_plan[m];
+        double c = m < 0 ? known_cost(in, plan) : in->measured_s[m], l = fidelity_loss(in, p);
+        int at = n++;
+        for (; at > 0 && loss[at - 1] > l; at--) cand[at] = cand[at - 1], cost[at] = cost[at - 1], loss[at] = loss[at - 1];
+        cand[at] = p, cost[at] = c, loss[at] = l;
+    }
+    // Fidelity first: a less faithful plan must save a share of the step time, not just win.
+    int best = 0;
+    for (int k = 1; k < n; k++)
+        if (cost[best] - cost[k] > in->margin * (in->step_s + cost[best])) best = k;
+    if (cand[best] != plan) memcpy(plan, cand[best], (size_t)in->nbuckets * sizeof *plan);
+    return cost[best];
 }
 
 void neox_adaptive_fit_link(double small_bytes, double small_s, double large_bytes, double large_s, double *latency_s,

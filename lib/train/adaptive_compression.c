@@ -23,6 +23,8 @@
 #define MARGIN 0.02          // a less faithful plan must save 2% of the step time
 #define TRIAL_STEPS 3        // a scheme never run is decided on again after this many steps
 #define MAX_RANKS (NEOX_BUCKET_OPTIONS - 3)  // besides dense, bf16 and 1-bit
+#define REMEMBERED 4         // plans whose measured exposure the policy keeps in reach...
+#define REMEMBER_INTERVALS 4 // ...for this many intervals after they last ran
 
 typedef struct bucket_state {
     int first, count;            // its parameters, as the compressors' segments
@@ -31,6 +33,13 @@ typedef struct bucket_state {
     neox_bucket_choice use;      // what steps use now (rank: its PowerSGD Q's, kept while others run)
     int64_t steps[NEOX_BUCKET_OPTIONS];  // steps reduced with each option (the comms summary)
 } bucket_state;
+
+// A plan that ran, with the exposed seconds per step measured with it (shared by the group).
+typedef struct remembered_plan {
+    neox_bucket_choice *use;  // per bucket
+    double exposed_s;
+    int64_t at;               // the decision that measured it
+} remembered_plan;
 
 struct neox_adaptive {
     int nbuckets;
@@ -47,6 +56,8 @@ struct neox_adaptive {
     double backward_s, step_s;        // this rank's last step
     double exposed_sum;               // exposed seconds of the steps since the last decision
     int64_t exposed_steps;
+    remembered_plan remembered[REMEMBERED];
+    int nremembered;
     double at_start[3];               // timers and clock when the step began
     float *probe;
     FILE *log;                        // rank 0, with log_dir
@@ -236,6 +247,7 @@ void neox_train_free_adaptive(neox_trainer *t) {
     neox_adaptive *a = t->adaptive;
     if (!a) return;
     if (a->log) fclose(a->log);
+    for (int m = 0; m < REMEMBERED; m++) free(a->remembered[m].use);
     free(a->bucket);
     free(a->probe);
     free(a->replay_iter);
@@ -297,7 +309,39 @@ static int option_of(const neox_bucket_inputs *in, neox_bucket_choice c) {
 
 // The group's measurements: the link probes, then this rank's step, costs and buckets' slack; the
 // maximum over the ranks of each, identical everywhere afterwards.
-static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_inputs *bucket, int *current) {
+// Keeps the plan in use with its measured exposure (replacing its older measurement, or the
+// oldest plan), and forgets plans not run for REMEMBER_INTERVALS intervals: the link moves on.
+static void remember(neox_trainer *t, double exposed_s) {
+    neox_adaptive *a = t->adaptive;
+    for (int m = 0; m < a->nremembered;) {  // forget the stale ones
+        if (t->state.iteration - a->remembered[m].at <= REMEMBER_INTERVALS * a->interval) {
+            m++;
+            continue;
+        }
+        free(a->remembered[m].use);
+        a->remembered[m] = a->remembered[--a->nremembered];
+        a->remembered[a->nremembered].use = NULL;
+    }
+    int slot = -1;
+    for (int m = 0; m < a->nremembered && slot < 0; m++) {
+        int same = 1;
+        for (int i = 0; i < a->nbuckets; i++) same &= same_choice(a->remembered[m].use[i], a->bucket[i].use);
+        if (same) slot = m;
+    }
+    if (slot < 0 && a->nremembered < REMEMBERED) slot = a->nremembered++;
+    if (slot < 0) {  // the oldest makes room
+        slot = 0;
+        for (int m = 1; m < a->nremembered; m++)
+            if (a->remembered[m].at < a->remembered[slot].at) slot = m;
+    }
+    remembered_plan *r = &a->remembered[slot];
+    if (!r->use) r->use = neox_calloc((size_t)a->nbuckets, sizeof *r->use);
+    for (int i = 0; i < a->nbuckets; i++) r->use[i] = a->bucket[i].use;
+    r->exposed_s = exposed_s, r->at = t->state.iteration;
+}
+
+static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_inputs *bucket, int *measured_idx,
+                    const int **measured_plan, double *measured_s) {
     neox_adaptive *a = t->adaptive;
     size_t large = t->model->num_floats < PROBE_LARGE_FLOATS ? t->model->num_floats : PROBE_LARGE_FLOATS;
     if (large < 2 * PROBE_SMALL_FLOATS) large = 2 * PROBE_SMALL_FLOATS;
@@ -316,7 +360,8 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
     neox_adaptive_fit_link(ring_bytes(t, PROBE_SMALL_FLOATS * 4.0), v[0], ring_bytes(t, (double)large * 4.0), v[1],
                            &in->latency_s, &in->bytes_per_s);
     a->latency_s = in->latency_s, a->bytes_per_s = in->bytes_per_s, a->backward_s = v[2];
-    in->step_s = v[3], in->margin = MARGIN, in->current_exposed_s = isfinite(v[4]) ? -v[4] : -1.0;
+    in->step_s = v[3], in->margin = MARGIN;
+    if (isfinite(v[4])) remember(t, -v[4]);
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) a->unit_cost[s] = v[5 + s];  // every rank plans with the same costs
     double total = 0;
     for (int i = 0; i < a->nbuckets; i++) total += a->bucket[i].elements;
@@ -325,9 +370,14 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
         bucket[i].hide_s = t->overlap_comm ? fmin(v[FIXED + i], v[2]) : 0.0;
         bucket[i].share = a->bucket[i].elements / total;
         bucket_options(t, &a->bucket[i], &bucket[i]);
-        current[i] = option_of(&bucket[i], a->bucket[i].use);
     }
-    in->nbuckets = a->nbuckets, in->bucket = bucket, in->current = current;
+    for (int m = 0; m < a->nremembered; m++) {
+        int *idx = measured_idx + (size_t)m * (size_t)a->nbuckets;
+        for (int i = 0; i < a->nbuckets; i++) idx[i] = option_of(&bucket[i], a->remembered[m].use[i]);
+        measured_plan[m] = idx, measured_s[m] = a->remembered[m].exposed_s;
+    }
+    in->nbuckets = a->nbuckets, in->bucket = bucket;
+    in->nmeasured = a->nremembered, in->measured_plan = measured_plan, in->measured_s = measured_s;
     free(v);
 }
 
@@ -369,6 +419,22 @@ static json_t *bucket_inputs_json(const neox_adaptive_inputs *in, const int *pla
     return list;
 }
 
+// The plans the decision knew measured: each with its exposed seconds and when it was measured.
+static json_t *measured_plans_json(const neox_adaptive *a) {
+    json_t *list = json_array();
+    for (int m = 0; m < a->nremembered; m++) {
+        json_t *plan = json_array();
+        for (int i = 0; i < a->nbuckets; i++) {
+            char text[32];
+            choice_text(a->remembered[m].use[i], text, sizeof text);
+            json_array_append_new(plan, json_string(text));
+        }
+        json_array_append_new(list, json_pack("{s:o, s:f, s:I}", "buckets", plan, "exposed_s", a->remembered[m].exposed_s,
+                                              "iteration", (json_int_t)a->remembered[m].at));
+    }
+    return list;
+}
+
 static void log_decision(neox_trainer *t, const char *from, json_t *from_plan, const neox_adaptive_inputs *in,
                          const int *plan, double predicted) {
     neox_adaptive *a = t->adaptive;
@@ -383,8 +449,8 @@ static void log_decision(neox_trainer *t, const char *from, json_t *from_plan, c
         json_object_set_new(d, "bytes_per_s", json_real(in->bytes_per_s));
         json_object_set_new(d, "backward_s", json_real(a->backward_s));
         json_object_set_new(d, "step_s", json_real(in->step_s));
-        if (in->current_exposed_s >= 0) json_object_set_new(d, "measured_exposed_s", json_real(in->current_exposed_s));
-        json_object_set_new(d, "predicted_exposed_s", json_real(predicted));
+        json_object_set_new(d, "measured_plans", measured_plans_json(a));
+        json_object_set_new(d, "expected_exposed_s", json_real(predicted));
         json_object_set_new(d, "onebit_s_per_element", json_real(a->unit_cost[NEOX_SCHEME_ONEBIT]));
         json_object_set_new(d, "powersgd_s_per_madd", json_real(a->unit_cost[NEOX_SCHEME_POWERSGD]));
         json_object_set_new(d, "bucket_inputs", bucket_inputs_json(in, plan));
@@ -465,8 +531,11 @@ static void decide(neox_trainer *t) {
     }
     neox_adaptive_inputs in;
     neox_bucket_inputs *bucket = neox_calloc((size_t)a->nbuckets, sizeof *bucket);
-    int *current = neox_calloc((size_t)a->nbuckets, sizeof *current), *plan = neox_calloc((size_t)a->nbuckets, sizeof *plan);
-    measure(t, &in, bucket, current);
+    int *plan = neox_calloc((size_t)a->nbuckets, sizeof *plan);
+    int *measured_idx = neox_calloc((size_t)REMEMBERED * (size_t)a->nbuckets, sizeof *measured_idx);
+    const int *measured_plan[REMEMBERED];
+    double measured_s[REMEMBERED];
+    measure(t, &in, bucket, measured_idx, measured_plan, measured_s);
     a->exposed_sum = 0, a->exposed_steps = 0;
     double predicted = neox_adaptive_plan(&in, plan);
     int changed = 0, untried = 0;
@@ -481,7 +550,7 @@ static void decide(neox_trainer *t) {
     check_ranks_agree(t);
     log_decision(t, from, from_plan, &in, plan, predicted);
     if (changed) note_change(t, from, &in);
-    free(bucket), free(current), free(plan);
+    free(bucket), free(measured_idx), free(plan);
 }
 
 // ---- per step --------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ static neox_bucket_inputs bucket(double elements, double hide_s, double share, d
 
 static neox_adaptive_inputs inputs(double bytes_per_s, double latency_s, const neox_bucket_inputs *b, int n) {
     return (neox_adaptive_inputs){.latency_s = latency_s, .bytes_per_s = bytes_per_s, .step_s = 1.0, .margin = 0.02,
-                                  .nbuckets = n, .bucket = b, .current_exposed_s = -1};
+                                  .nbuckets = n, .bucket = b};
 }
 
 // ---- one bucket: the whole gradient --------------------------------------------------------
@@ -179,12 +179,14 @@ static void test_measured_replaces_predicted(void **state) {
     for (int i = 0; i < 4; i++) b[i] = bucket(2.5e6, 0.3 - 0.1 * i, 0.25, 0.01, 0.0, 0.0);
     neox_adaptive_inputs in = inputs(1e9 / 8, 10e-3, b, 4);
     int dense[4] = {DENSE, DENSE, DENSE, DENSE}, plan[4];
+    const int *measured[2] = {dense};
+    double measured_s[2] = {0.002};
     double predicted = neox_adaptive_plan(&in, plan);
     assert_memory_not_equal(plan, dense, sizeof plan);  // on the probes alone
-    in.current = dense, in.current_exposed_s = 0.002;
+    in.nmeasured = 1, in.measured_plan = measured, in.measured_s = measured_s;
     assert_true(neox_adaptive_plan(&in, plan) == 0.002);
     assert_memory_equal(plan, dense, sizeof plan);
-    in.current_exposed_s = 0.5;  // what dense really cost
+    measured_s[0] = 0.5;  // what dense really cost
     assert_true(fabs(neox_adaptive_plan(&in, plan) - predicted) < 1e-15);
     assert_memory_not_equal(plan, dense, sizeof plan);
     // A compressed plan in use whose measured cost is no better than a more faithful plan's
@@ -194,9 +196,29 @@ static void test_measured_replaces_predicted(void **state) {
     in = inputs(10e9 / 8, 1e-5, b, 4);
     neox_adaptive_plan(&in, fresh);
     assert_memory_equal(fresh, ((int[]){DENSE, DENSE, DENSE, PSGD4}), sizeof fresh);
-    in.current = compressed, in.current_exposed_s = 0.05;
+    measured[0] = compressed, measured_s[0] = 0.05;
+    in.nmeasured = 1, in.measured_plan = measured, in.measured_s = measured_s;
     neox_adaptive_plan(&in, plan);
     assert_memory_equal(plan, fresh, sizeof plan);
+}
+
+// Plans measured before the one in use stay in reach: after a trial of 1-bit that measured badly,
+// the probes (10 ms per collective) still predict that compressing pays, but the all-dense plan
+// measured 2 ms a window earlier, and the run goes back to it.
+static void test_earlier_measurement_remembered(void **state) {
+    (void)state;
+    neox_bucket_inputs b[4];
+    for (int i = 0; i < 4; i++) b[i] = bucket(2.5e6, 0.3 - 0.1 * i, 0.25, 0.01, 0.0, 0.0);
+    neox_adaptive_inputs in = inputs(1e9 / 8, 10e-3, b, 4);
+    int dense[4] = {DENSE, DENSE, DENSE, DENSE}, trial[4] = {ONEBIT, ONEBIT, ONEBIT, ONEBIT}, plan[4];
+    const int *measured[2] = {trial, dense};
+    double measured_s[2] = {0.3, 0.002};
+    in.nmeasured = 1, in.measured_plan = measured, in.measured_s = measured_s;
+    neox_adaptive_plan(&in, plan);
+    assert_memory_not_equal(plan, dense, sizeof plan);  // the trial alone: the probes' plan
+    in.nmeasured = 2;
+    assert_true(neox_adaptive_plan(&in, plan) == 0.002);
+    assert_memory_equal(plan, dense, sizeof plan);
 }
 
 static void test_fit_link(void **state) {
@@ -221,6 +243,7 @@ int main(void) {
         cmocka_unit_test(test_small_bucket_not_powersgd),
         cmocka_unit_test(test_rank_follows_the_link),
         cmocka_unit_test(test_measured_replaces_predicted),
+        cmocka_unit_test(test_earlier_measurement_remembered),
         cmocka_unit_test(test_fit_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
