@@ -190,7 +190,8 @@ if phases:
 for mode in modes:
     path = f"{work}/adamw-adaptive-{mode}/gradient_compression.jsonl"
     try:
-        print(f"adaptive decisions ({mode}):", [(d["iteration"], d["scheme"]) for d in map(json.loads, open(path))])
+        plans = [(d["iteration"], d["scheme"] if d["scheme"] != "mixed" else d["buckets"]) for d in map(json.loads, open(path))]
+        print(f"adaptive decisions ({mode}; per bucket where mixed, bucket 0 the first ready):", plans)
     except OSError:
         pass
 for mode in modes:

@@ -62,6 +62,14 @@ void neox_grad_reducer_progress(neox_grad_reducer *r);
 // mean is added to partition_sum and the buffer is all zeros. Resets for the next step.
 void neox_grad_reducer_finish(neox_grad_reducer *r);
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r);
+// Bucket i (0: the first backward finishes) from the next reduction on: skip 1, the reducer leaves
+// it alone (the caller reduces its range itself: a compressor; ZeRO stage 0 only); else it is
+// summed with this wire format (NEOX_F32, NEOX_BF16, NEOX_F16), whatever the options said.
+void neox_grad_reducer_set_bucket(neox_grad_reducer *r, int i, int skip, neox_dtype wire);
+// Bucket i's range [*begin, *end) of the flat buffer, and (slack_s, may be NULL) the seconds between
+// its last parameter being reported ready and the last finish: the backward time its transfer could
+// hide behind (0 when nothing was reported: overlap off).
+void neox_grad_reducer_bucket_range(const neox_grad_reducer *r, int i, size_t *begin, size_t *end, double *slack_s);
 // Elements of the flat buffer the reducer covers.
 size_t neox_grad_reducer_size(const neox_grad_reducer *r);
 // Bytes of the flat buffer that hold gradients at a time: all of it, except under ZeRO-2 on the
@@ -164,6 +172,11 @@ double neox_onebit_wire_bytes(const neox_onebit *o);
 // gradients, before they are averaged over the p ranks) gains the worker error and p x the server
 // error of the chunks this rank serves, so the average gains exactly what the compression owed.
 void neox_onebit_flush(neox_onebit *o, float *buf);
+// The same three on segments [first, first + count) only (buf: the whole buffer, as above): their
+// own message, their own error; the other segments are left as they are.
+void neox_onebit_allreduce_range(neox_onebit *o, float *buf, int first, int count);
+void neox_onebit_flush_range(neox_onebit *o, float *buf, int first, int count);
+double neox_onebit_wire_bytes_range(const neox_onebit *o, int first, int count);
 // Signs of n elements (a multiple of 8) into n / 8 bytes, and back as +-scale.
 void neox_pack_signs(const float *x, size_t n, uint8_t *bits);
 void neox_unpack_signs(const uint8_t *bits, size_t n, float scale, float *out);
@@ -172,10 +185,25 @@ void neox_unpack_signs(const uint8_t *bits, size_t n, float scale, float *out);
 // A buffer of segments back to back, segment s a rows[s] x cols[s] row-major matrix (a vector:
 // rows 1). Matrices are approximated with the given rank (one power iteration per call, warm
 // started from the last call's Q; error feedback per rank); vectors and matrices too small for the
-// rank to pay are averaged exactly. Two all-reduces per call.
+// rank to pay are averaged exactly. Two all-reduces per call. The rank can change per range of
+// segments (set_rank) between min_rank and rank: the state has room for every matrix that pays at
+// min_rank, with Q at the largest rank (min_rank = rank: the fixed-rank layout).
 typedef struct neox_powersgd neox_powersgd;
 
 neox_powersgd *neox_powersgd_make(neox_comm *c, const int *rows, const int *cols, int nseg, int rank);
+neox_powersgd *neox_powersgd_make_ranks(neox_comm *c, const int *rows, const int *cols, int nseg, int min_rank, int rank);
+// Segments [first, first + count) use rank r (min_rank <= r <= rank) from the next call. A matrix
+// that keeps a rank keeps its error and Q; one whose rank changes keeps its error (error feedback
+// carries) and gets a new Q: the old Q's leading columns, the others drawn afresh (the same on every
+// rank); one that no longer pays at r hands its error to buf (the next gradients, as flush does).
+void neox_powersgd_set_rank(neox_powersgd *o, int first, int count, int r, float *buf);
+// The rank segments [first, first + count) use (their largest), and the bytes a call on them at
+// rank r would send and the multiply-adds it would do (r x the compressed matrices' elements).
+int neox_powersgd_rank_of(const neox_powersgd *o, int first, int count);
+double neox_powersgd_wire_bytes_at(const neox_powersgd *o, int first, int count, int r);
+double neox_powersgd_work_at(const neox_powersgd *o, int first, int count, int r);
+void neox_powersgd_allreduce_range(neox_powersgd *o, float *buf, int first, int count);
+void neox_powersgd_flush_range(neox_powersgd *o, float *buf, int first, int count);
 void neox_powersgd_free(neox_powersgd *o);
 // buf becomes the compressed average over the ranks. Host memory only (device buffers refused).
 void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
@@ -187,12 +215,13 @@ double neox_powersgd_wire_bytes(const neox_powersgd *o);
 // Q is kept for a later warm start.
 void neox_powersgd_flush(neox_powersgd *o, float *buf);
 
-// ---- adaptive gradient compression: which scheme a step uses (adaptive.c) --------------------
+// ---- adaptive gradient compression: how each bucket is reduced (adaptive.c) -----------------
 // gradient_compression: adaptive. From what was measured — the link (latency and bandwidth of the
-// data group's all-reduce), the backward time the overlapped reduction can hide behind, and each
-// compressor's own cost when it last ran — predict each scheme's exposed communication time per
-// step and take the most faithful scheme within a margin of the fastest. Pure: the same inputs give
-// the same choice, so ranks that share their measurements agree.
+// data group's all-reduce), how much of backward was left when each gradient bucket was ready (the
+// time its overlapped transfer can hide behind), and each compressor's own cost per element when it
+// last ran — predict the exposed communication time of each way to reduce each bucket and plan the
+// step: per bucket the most faithful option that the time saved justifies. Pure: the same inputs
+// give the same plan, so ranks that share their measurements agree.
 typedef enum {
     NEOX_SCHEME_DENSE,     // the configured all-reduce (communication_data_type)
     NEOX_SCHEME_BF16,      // the same in bfloat16 on the wire
@@ -205,36 +234,60 @@ const char *neox_scheme_name(neox_scheme s);
 // The scheme of a name, or -1.
 int neox_scheme_from_name(const char *name);
 
-typedef struct neox_scheme_cost {
-    int available;      // the run may use it
-    double wire_bytes;  // bytes a rank sends per step
-    int messages;       // collectives per step (each pays the latency)
-    int overlapped;     // reduced during backward (the dense reducer under overlap_comm)
-    double compute_s;   // seconds of its own work per step beyond the link model (measured; 0 unknown)
-} neox_scheme_cost;
+// One way to reduce one bucket: a scheme (and PowerSGD's rank).
+typedef struct neox_bucket_choice {
+    neox_scheme scheme;
+    int rank;  // PowerSGD's rank (the bucket's Q keeps it while other schemes run)
+} neox_bucket_choice;
+
+enum { NEOX_BUCKET_OPTIONS = 12 };
+
+typedef struct neox_bucket_option {
+    neox_bucket_choice choice;
+    double wire_bytes;  // bytes a rank sends for the bucket per step
+    int messages;       // collectives (each pays the latency)
+    int overlapped;     // summed during backward, in the dense reducer's queue (else after backward)
+    double compute_s;   // seconds of its own work per step (measured per element; 0 unknown)
+} neox_bucket_option;
+
+typedef struct neox_bucket_inputs {
+    double hide_s;      // backward seconds left after the bucket was ready (0: overlap off)
+    double share;       // the bucket's part of the gradient's elements (the margin is shared so)
+    int noptions;       // option[0] is the most faithful (the configured all-reduce), then in order of fidelity
+    neox_bucket_option option[NEOX_BUCKET_OPTIONS];
+} neox_bucket_inputs;
 
 typedef struct neox_adaptive_inputs {
     double latency_s;      // per collective
     double bytes_per_s;    // link bandwidth as the all-reduce sees it (> 0)
-    double backward_s;     // backward time per step, what an overlapped reduction can hide behind
     double step_s;         // compute time of a step (forward, backward, optimizer)
-    double margin;         // a less faithful scheme must save this fraction of the step time
-    neox_scheme_cost cost[NEOX_SCHEME_COUNT];
-    // The scheme in use and the exposed seconds per step measured on real steps with it since the
-    // last decision (negative: none measured). Measured beats predicted: it replaces that scheme's
-    // prediction, so probes that a busy host slows (their latency inflated by descheduled ranks)
-    // cannot talk the run out of a reduction that really does hide behind backward.
-    neox_scheme current;
-    double current_exposed_s;
+    double margin;         // a less faithful option must save this fraction of the step time
+    int nbuckets;          // in the order backward finishes them
+    const neox_bucket_inputs *bucket;
+    // Plans run recently (an option index per bucket) with the exposed seconds per step measured
+    // on real steps with each (the least over the ranks), the plan in use among them. Measured
+    // beats predicted: a plan's measurement stands in for its prediction, so probes that a busy
+    // host slows cannot talk the run out of a reduction that really does hide behind backward, and
+    // a plan that really was faster stays in reach after a trial of another.
+    int nmeasured;
+    const int *const *measured_plan;
+    const double *measured_s;
 } neox_adaptive_inputs;
 
-// Seconds of a step the scheme leaves exposed: its own work (compute_s), plus the part of its
-// transfer (messages x latency + wire bytes / bandwidth) that backward does not hide.
-double neox_adaptive_exposed(const neox_adaptive_inputs *in, const neox_scheme_cost *c);
-// Predicted exposed seconds per step for every scheme into predicted[NEOX_SCHEME_COUNT] (infinity
-// for unavailable ones; the measurement for the scheme in use, where there is one); returns the
-// choice.
-neox_scheme neox_adaptive_choose(const neox_adaptive_inputs *in, double *predicted);
+// Predicted exposed seconds per step of a plan (an option index per bucket): the dense buckets
+// queue on the link in ready order, each starting when it is ready and the one before has gone,
+// and expose what runs past the end of backward; the compressed ones run after that, one call
+// after the other, each exposing its work, latencies and bytes, and a bucket that makes the same
+// compressed choice as the one before it joins its call (no latency of its own). Per bucket,
+// *marginal (may be NULL) gets what it added.
+double neox_adaptive_plan_cost(const neox_adaptive_inputs *in, const int *plan, double *marginal);
+// The plan (an option index per bucket into plan[]); returns its exposed seconds per step
+// (measured, for a plan with a measurement). Buckets are decided in ready order, each taking a
+// less faithful option only if it saves more than margin x (its share of the step + the best so
+// far). Then that plan and the measured ones are taken in order of fidelity (the share-weighted
+// sum of option indices), a less faithful one only if it saves more than margin x (step + the
+// best so far).
+double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan);
 // The link from two timed all-reduces of small and large payloads (their ring wire bytes per rank
 // and seconds): latency and bandwidth of the straight line through both, kept positive.
 void neox_adaptive_fit_link(double small_bytes, double small_s, double large_bytes, double large_s, double *latency_s,

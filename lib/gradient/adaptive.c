@@ -1,7 +1,8 @@
-// adaptive.c: the policy of gradient_compression: adaptive (gradient.h): from the measured link and
-// compute, the exposed communication time each scheme would cost per step, and the choice. The
-// trainer (lib/train/compression.c) measures, shares the measurements over the data group, and
-// switches; this file only decides, so the decision can be tested on any numbers.
+// adaptive.c: the policy of gradient_compression: adaptive (gradient.h): from the measured link,
+// the backward time left after each gradient bucket is ready and the compressors' costs, the
+// exposed communication time of a plan (one way to reduce each bucket) and the plan to use. The
+// trainer (lib/train/adaptive_compression.c) measures, shares the measurements over the data group
+// and switches; this file only decides, so the decision can be tested on any numbers.
 #include <math.h>
 #include <string.h>
 
@@ -17,31 +18,112 @@ int neox_scheme_from_name(const char *name) {
     return -1;
 }
 
-// An overlapped reduction runs behind backward; the compressed ones run after it, their inputs
-// being the finished gradients.
-double neox_adaptive_exposed(const neox_adaptive_inputs *in, const neox_scheme_cost *c) {
-    double transfer = c->messages * in->latency_s + c->wire_bytes / in->bytes_per_s;
-    double hidden = c->overlapped ? in->backward_s : 0.0;
-    return c->compute_s + fmax(0.0, transfer - hidden);
+// The dense reducer's queue on the link while the plan is costed: times relative to the end of
+// backward, so what runs past 0 is exposed.
+typedef struct link_queue {
+    double free_at;  // when the link has sent every overlapped bucket so far
+    double tail;     // max(0, free_at): the overlapped buckets' exposed time
+} link_queue;
+
+static double transfer_s(const neox_adaptive_inputs *in, const neox_bucket_option *o) {
+    return o->messages * in->latency_s + o->wire_bytes / in->bytes_per_s;
 }
 
-neox_scheme neox_adaptive_choose(const neox_adaptive_inputs *in, double *predicted) {
-    for (int s = 0; s < NEOX_SCHEME_COUNT; s++)
-        predicted[s] = in->cost[s].available ? neox_adaptive_exposed(in, &in->cost[s]) : INFINITY;
-    if (in->current_exposed_s >= 0 && in->current >= 0 && in->current < NEOX_SCHEME_COUNT && in->cost[in->current].available)
-        predicted[in->current] = in->current_exposed_s;
-    int best = -1;
-    for (int s = 0; s < NEOX_SCHEME_COUNT; s++) {
-        if (!in->cost[s].available) continue;
-        if (best < 0) {
-            best = s;
-            continue;
-        }
-        // Fidelity first: a less faithful scheme must save a share of the step time, not just win.
-        double saving = predicted[best] - predicted[s];
-        if (saving > in->margin * (in->step_s + predicted[best])) best = s;
+static int same_choice(neox_bucket_choice a, neox_bucket_choice b) {
+    return a.scheme == b.scheme && (a.scheme != NEOX_SCHEME_POWERSGD || a.rank == b.rank);
+}
+
+// A compressed option joins the call of the bucket before it when that one made the same choice:
+// neighbouring buckets are neighbouring tensors, reduced in one call whose latency is paid once.
+static int joins(const neox_bucket_option *before, const neox_bucket_option *o) {
+    return before && !o->overlapped && !before->overlapped && same_choice(before->choice, o->choice);
+}
+
+// What option o of bucket b adds to the step's exposed time (before: the option of the bucket
+// before it, or NULL); with commit, the queue moves on.
+static double marginal_s(const neox_adaptive_inputs *in, const neox_bucket_inputs *b, const neox_bucket_option *o,
+                         const neox_bucket_option *before, link_queue *q, int commit) {
+    if (!o->overlapped)  // after backward, one call after the other
+        return o->compute_s + transfer_s(in, o) - (joins(before, o) ? o->messages * in->latency_s : 0.0);
+    double free_at = fmax(-b->hide_s, q->free_at) + transfer_s(in, o), tail = fmax(0.0, free_at);
+    double added = o->compute_s + tail - q->tail;
+    if (commit) q->free_at = free_at, q->tail = tail;
+    return added;
+}
+
+double neox_adaptive_plan_cost(const neox_adaptive_inputs *in, const int *plan, double *marginal) {
+    link_queue q = {-INFINITY, 0.0};
+    double total = 0.0;
+    for (int i = 0; i < in->nbuckets; i++) {
+        const neox_bucket_inputs *b = &in->bucket[i];
+        const neox_bucket_option *before = i ? &in->bucket[i - 1].option[plan[i - 1]] : NULL;
+        double m = marginal_s(in, b, &b->option[plan[i]], before, &q, 1);
+        if (marginal) marginal[i] = m;
+        total += m;
     }
-    return best < 0 ? NEOX_SCHEME_DENSE : (neox_scheme)best;
+    return total;
+}
+
+// How far a plan is from the most faithful one: each bucket's option index, weighted by its share.
+static double fidelity_loss(const neox_adaptive_inputs *in, const int *plan) {
+    double loss = 0.0;
+    for (int i = 0; i < in->nbuckets; i++) loss += in->bucket[i].share * plan[i];
+    return loss;
+}
+
+static int same_plan(const int *a, const int *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+// Bucket by bucket in ready order: a less faithful option must save a share of the step time, not
+// just win (the margin is shared out by the buckets' sizes, so one bucket holding everything is
+// judged as the whole gradient would be).
+static void greedy_plan(const neox_adaptive_inputs *in, int *plan) {
+    link_queue q = {-INFINITY, 0.0};
+    for (int i = 0; i < in->nbuckets; i++) {
+        const neox_bucket_inputs *b = &in->bucket[i];
+        const neox_bucket_option *before = i ? &in->bucket[i - 1].option[plan[i - 1]] : NULL;
+        int best = 0;
+        double best_s = marginal_s(in, b, &b->option[0], before, &q, 0);
+        for (int k = 1; k < b->noptions; k++) {
+            double s = marginal_s(in, b, &b->option[k], before, &q, 0);
+            if (best_s - s > in->margin * (b->share * in->step_s + best_s)) best = k, best_s = s;
+        }
+        plan[i] = best;
+        marginal_s(in, b, &b->option[best], before, &q, 1);
+    }
+}
+
+// The plan's measurement, if it has one, else its prediction.
+static double known_cost(const neox_adaptive_inputs *in, const int *plan) {
+    for (int m = 0; m < in->nmeasured; m++)
+        if (same_plan(plan, in->measured_plan[m], in->nbuckets)) return in->measured_s[m];
+    return neox_adaptive_plan_cost(in, plan, NULL);
+}
+
+enum { MAX_CANDIDATES = 16 };
+
+double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan) {
+    greedy_plan(in, plan);
+    // The candidates: the greedy plan, then the measured ones, in order of fidelity (stable).
+    const int *cand[MAX_CANDIDATES];
+    double cost[MAX_CANDIDATES], loss[MAX_CANDIDATES];
+    int n = 0;
+    for (int m = -1; m < in->nmeasured && n < MAX_CANDIDATES; m++) {
+        const int *p = m < 0 ? plan : in->measured_plan[m];
+        double c = m < 0 ? known_cost(in, plan) : in->measured_s[m], l = fidelity_loss(in, p);
+        int at = n++;
+        for (; at > 0 && loss[at - 1] > l; at--) cand[at] = cand[at - 1], cost[at] = cost[at - 1], loss[at] = loss[at - 1];
+        cand[at] = p, cost[at] = c, loss[at] = l;
+    }
+    // Fidelity first: a less faithful plan must save a share of the step time, not just win.
+    int best = 0;
+    for (int k = 1; k < n; k++)
+        if (cost[best] - cost[k] > in->margin * (in->step_s + cost[best])) best = k;
+    if (cand[best] != plan) memcpy(plan, cand[best], (size_t)in->nbuckets * sizeof *plan);
+    return cost[best];
 }
 
 void neox_adaptive_fit_link(double small_bytes, double small_s, double large_bytes, double large_s, double *latency_s,

@@ -40,6 +40,10 @@ typedef struct bucket {
     int total;           // parameters in the bucket
     int started;
     int landed;          // ZeRO-2: reduced, added to partition_sum and cleared this reduction
+    int skip;            // reduced by the caller this step (set_bucket): never started here
+    neox_dtype wire;     // its wire format: fp32, or a 16-bit copy in r->wire
+    double ready_at;     // when its last parameter became ready this reduction (0: not reported)
+    double slack_s;      // at the last finish: seconds between ready_at and the finish (0: not reported)
     int *counts;         // ZeRO: elements of the bucket in each rank's partition
     neox_request req;
     neox_hier_request hier;  // the hierarchical all-reduce's chain (stage 0 across nodes)
@@ -54,7 +58,7 @@ struct neox_grad_reducer {
     size_t n;
     neox_grad_reducer_options opt;
     const neox_backend *be;      // where the gradients live: scaling and casts are its ops
-    uint16_t *wire;      // 16-bit communication: the buckets' wire copies, parallel to grads
+    uint16_t *wire;      // 16-bit communication: the buckets' wire copies, parallel to grads (lazily)
     bucket *buckets;
     int nbuckets;
     int *bucket_of;      // parameter -> bucket
@@ -123,8 +127,8 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->eager = r->opt.overlap || r->opt.partition_sum;
     r->be = opt->backend ? opt->backend : neox_backend_cpu();
     if (r->be->on_device) check_device_groups(r);
-    if (r->opt.wire == NEOX_BF16 || r->opt.wire == NEOX_F16) r->wire = r->be->alloc((n ? n : 1) * sizeof(uint16_t));
-    else r->opt.wire = NEOX_F32;
+    if (r->opt.wire != NEOX_BF16 && r->opt.wire != NEOX_F16) r->opt.wire = NEOX_F32;
+    else r->wire = r->be->alloc((n ? n : 1) * sizeof(uint16_t));
     r->bucket_of = neox_calloc(nparams, sizeof(int));
     r->hier_order = neox_calloc(nparams ? nparams : 1, sizeof(int));
     r->buckets = neox_calloc(nparams ? nparams : 1, sizeof(bucket));
@@ -144,6 +148,7 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         b->pending = b->total;
+        b->wire = r->opt.wire;
         if (r->opt.all_reduce) continue;
         b->counts = neox_calloc(data->size, sizeof(int));
         for (int q = 0; q < data->size; q++) {
@@ -186,23 +191,37 @@ size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
 
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r) { return r->wire ? (r->n ? r->n : 1) * sizeof(uint16_t) : 0; }
 
+void neox_grad_reducer_set_bucket(neox_grad_reducer *r, int i, int skip, neox_dtype wire) {
+    if (i < 0 || i >= r->nbuckets) neox_die(NEOX_EXIT_FAILURE, "gradient reducer: no bucket %d (of %d)", i, r->nbuckets);
+    if (skip && r->opt.zero_stage != 0)
+        neox_die(NEOX_EXIT_FAILURE, "gradient reducer: a bucket reduced elsewhere needs whole replicas (ZeRO stage 0)");
+    if (wire != NEOX_BF16 && wire != NEOX_F16) wire = NEOX_F32;
+    if (wire != NEOX_F32 && !r->wire) r->wire = r->be->alloc((r->n ? r->n : 1) * sizeof(uint16_t));
+    r->buckets[i].skip = skip, r->buckets[i].wire = wire;
+}
+
+void neox_grad_reducer_bucket_range(const neox_grad_reducer *r, int i, size_t *begin, size_t *end, double *slack_s) {
+    *begin = r->buckets[i].begin, *end = r->buckets[i].end;
+    if (slack_s) *slack_s = r->buckets[i].slack_s;
+}
+
 // The buffer the collective works on: the gradients themselves (fp32), or their 16-bit wire copy.
-static void *wire_of(neox_grad_reducer *r, size_t at) {
-    return r->wire ? (void *)(r->wire + at) : (void *)(r->grads + at);
+static void *wire_of(neox_grad_reducer *r, const bucket *b, size_t at) {
+    return b->wire != NEOX_F32 ? (void *)(r->wire + at) : (void *)(r->grads + at);
 }
 
 // fp32 gradients into the 16-bit wire copy and back, on the host or the device.
-static void to_wire(neox_grad_reducer *r, size_t at, size_t count) {
+static void to_wire(neox_grad_reducer *r, const bucket *b, size_t at, size_t count) {
     uint16_t *w = r->wire + at;
     const float *x = r->grads + at;
-    if (r->opt.wire == NEOX_BF16) r->be->cast_f32_to_bf16(w, x, count);
-    if (r->opt.wire == NEOX_F16) r->be->cast_f32_to_f16(w, x, count);
+    if (b->wire == NEOX_BF16) r->be->cast_f32_to_bf16(w, x, count);
+    if (b->wire == NEOX_F16) r->be->cast_f32_to_f16(w, x, count);
 }
-static void from_wire(neox_grad_reducer *r, size_t to, size_t from, size_t count) {
+static void from_wire(neox_grad_reducer *r, const bucket *b, size_t to, size_t from, size_t count) {
     float *x = r->grads + to;
     const uint16_t *w = r->wire + from;
-    if (r->opt.wire == NEOX_BF16) r->be->cast_bf16_to_f32(x, w, count);
-    if (r->opt.wire == NEOX_F16) r->be->cast_f16_to_f32(x, w, count);
+    if (b->wire == NEOX_BF16) r->be->cast_bf16_to_f32(x, w, count);
+    if (b->wire == NEOX_F16) r->be->cast_f16_to_f32(x, w, count);
 }
 
 // Where this rank's part of bucket b starts, relative to the bucket (its length is b->counts[rank]).
@@ -219,8 +238,8 @@ static void hier_pump(neox_grad_reducer *r, int wait) {
     while (r->hier_head < r->hier_started) {
         bucket *b = &r->buckets[r->hier_order[r->hier_head]];
         if (!r->hier_running) {
-            neox_hier_iallreduce_sum(r->opt.hier_intra, r->opt.hier_inter, wire_of(r, b->begin), b->end - b->begin,
-                                     r->opt.wire, &b->hier);
+            neox_hier_iallreduce_sum(r->opt.hier_intra, r->opt.hier_inter, wire_of(r, b, b->begin), b->end - b->begin,
+                                     b->wire, &b->hier);
             r->hier_running = 1;
         }
         if (wait) neox_hier_wait(&b->hier);
@@ -234,26 +253,26 @@ static double start_bucket(neox_grad_reducer *r, bucket *b) {
     float *x = r->grads + b->begin;
     size_t len = b->end - b->begin;
     scale(r, x, len, (float)(1.0 / r->opt.predivide_factor));
-    if (r->wire) to_wire(r, b->begin, len);
-    void *w = wire_of(r, b->begin);
+    if (b->wire != NEOX_F32) to_wire(r, b, b->begin, len);
+    void *w = wire_of(r, b, b->begin);
     double t0 = neox_now();
     if (hierarchical(r) && r->be->on_device)  // NCCL's calls are queued on the stream: no chain to pump
-        neox_hier_allreduce_sum(r->opt.hier_intra, r->opt.hier_inter, w, len, r->opt.wire);
+        neox_hier_allreduce_sum(r->opt.hier_intra, r->opt.hier_inter, w, len, b->wire);
     else if (hierarchical(r)) r->hier_order[r->hier_started++] = (int)(b - r->buckets), hier_pump(r, 0);
-    else if (r->opt.all_reduce) neox_iallreduce_sum(r->data, w, len, r->opt.wire, &b->req);
+    else if (r->opt.all_reduce) neox_iallreduce_sum(r->data, w, len, b->wire, &b->req);
     // On the device each rank's sum lands where it belongs (NCCL reduces in place); on the host
     // (MPI_IN_PLACE) at the start of the bucket, and finish moves it home.
     else if (r->be->on_device)
-        neox_ireduce_scatterv_sum(r->data, w, (char *)w + own_offset(r, b) * neox_dtype_size(r->opt.wire), b->counts,
-                                  r->opt.wire, &b->req);
-    else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, w, b->counts, r->opt.wire, &b->req);
+        neox_ireduce_scatterv_sum(r->data, w, (char *)w + own_offset(r, b) * neox_dtype_size(b->wire), b->counts,
+                                  b->wire, &b->req);
+    else neox_ireduce_scatterv_sum(r->data, MPI_IN_PLACE, w, b->counts, b->wire, &b->req);
     b->started = 1;
     return neox_now() - t0;
 }
 
 // After the wait: count reduced elements at wire position `from` become fp32 gradients at `to`.
-static void land(neox_grad_reducer *r, size_t to, size_t from, size_t count) {
-    if (r->wire) from_wire(r, to, from, count);
+static void land(neox_grad_reducer *r, const bucket *b, size_t to, size_t from, size_t count) {
+    if (b->wire != NEOX_F32) from_wire(r, b, to, from, count);
     else if (to != from) memmove(r->grads + to, r->grads + from, count * sizeof(float));  // host only: device parts are home
     scale(r, r->grads + to, count, (float)(r->opt.predivide_factor / r->data->size));
 }
@@ -265,7 +284,7 @@ static void land_own_part(neox_grad_reducer *r, bucket *b) {
     size_t mine_lo, mine_hi, lo, hi;
     neox_grad_reducer_partition(r, r->data->rank, &mine_lo, &mine_hi);
     int mine = neox_overlap(mine_lo, mine_hi, b->begin, b->end, &lo, &hi);
-    if (mine) land(r, lo, r->opt.all_reduce || r->be->on_device ? lo : b->begin, hi - lo);
+    if (mine) land(r, b, lo, r->opt.all_reduce || r->be->on_device ? lo : b->begin, hi - lo);
     if (!r->opt.partition_sum) return;
     if (mine) r->be->add_inplace(r->opt.partition_sum + (lo - mine_lo), r->grads + lo, hi - lo);
     if (r->be->on_device) r->be->memset_zero(r->grads + b->begin, (b->end - b->begin) * sizeof(float));
@@ -275,7 +294,9 @@ static void land_own_part(neox_grad_reducer *r, bucket *b) {
 
 void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
     bucket *b = &r->buckets[r->bucket_of[p]];
-    if (--b->pending != 0 || !r->eager || b->started) return;
+    if (--b->pending != 0) return;
+    b->ready_at = neox_now();
+    if (!r->eager || b->started || b->skip) return;
     lock(r);
     r->during += start_bucket(r, b);
     if (r->thread) neox_progress_thread_arm(r->thread);
@@ -341,15 +362,18 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         neox_progress_thread_disarm(r->thread);
         neox_progress_thread_unlock(r->thread);
     }
-    double seconds = 0.0;
+    double seconds = 0.0, finish_at = neox_now();
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
+        // What backward had left to run when the bucket was ready: the time its transfer could hide in.
+        b->slack_s = b->ready_at > 0 ? finish_at - b->ready_at : 0.0;
+        b->ready_at = 0;
         // With overlap every parameter is reported ready exactly once per reduction (a bucket
         // reported too often would have started before its gradients were final).
         if (r->eager && b->pending != 0)
             neox_die(NEOX_EXIT_FAILURE, "gradient reducer: bucket %d (elements %zu-%zu) had %d parameter(s) %s ready",
                      i, b->begin, b->end, abs(b->pending), b->pending > 0 ? "never reported" : "reported more than once");
-        if (!b->started) seconds += start_bucket(r, b);
+        if (!b->started && !b->skip) seconds += start_bucket(r, b);
     }
     if (hierarchical(r)) {  // the chains complete in the order they started
         double t0 = neox_now();
@@ -359,11 +383,11 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
     }
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
-        if (!b->landed) {
+        if (!b->landed && !b->skip) {
             double t0 = neox_now();
             neox_wait(&b->req);
             seconds += neox_now() - t0;
-            if (r->opt.zero_stage == 0) land(r, b->begin, b->begin, b->end - b->begin);
+            if (r->opt.zero_stage == 0) land(r, b, b->begin, b->begin, b->end - b->begin);
             else land_own_part(r, b);
         }
         b->started = b->landed = 0;

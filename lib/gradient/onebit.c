@@ -11,6 +11,7 @@
 #include "gradient.h"
 
 typedef struct segment {
+    size_t offset;  // in the caller's buffer
     size_t size;    // elements of the caller's buffer
     size_t padded;  // size rounded up to a multiple of p x lcm(p, 8)
     size_t worker;  // offset of the segment in the worker error (and the padded scratch)
@@ -29,6 +30,26 @@ struct neox_onebit {
     uint8_t *send, *recv;       // p blocks each
 };
 
+// The segments one call reduces, and the layout of its message blocks: a float scale per segment,
+// then the segments' signs.
+typedef struct span {
+    int first, count;
+    size_t head;   // bytes of the scales
+    size_t bits0;  // the first segment's sign offset in the whole buffer's layout
+    size_t block;  // bytes of one block
+} span;
+
+static span span_of(const neox_onebit *o, int first, int count) {
+    if (first < 0 || count < 0 || first + count > o->nseg)
+        neox_die(NEOX_EXIT_FAILURE, "1-bit compressed all-reduce: segments %d-%d outside 0-%d", first, first + count, o->nseg);
+    span sp = {first, count, (size_t)count * sizeof(float), 0, 0};
+    if (count == 0) return sp;
+    const segment *last = &o->seg[first + count - 1];
+    sp.bits0 = o->seg[first].bytes;
+    sp.block = sp.head + last->bytes + last->padded / (size_t)o->comm->size / 8 - sp.bits0;
+    return sp;
+}
+
 static size_t gcd(size_t a, size_t b) { return b ? gcd(b, a % b) : a; }
 
 neox_onebit *neox_onebit_make(neox_comm *c, const size_t *seg_size, int nseg) {
@@ -39,7 +60,7 @@ neox_onebit *neox_onebit_make(neox_comm *c, const size_t *seg_size, int nseg) {
     size_t bits = 0;
     for (int s = 0; s < nseg; s++) {
         segment *g = &o->seg[s];
-        g->size = seg_size[s];
+        g->size = seg_size[s], g->offset = s ? o->seg[s - 1].offset + o->seg[s - 1].size : 0;
         g->padded = (g->size + unit - 1) / unit * unit;
         g->worker = o->worker_len, g->server = o->server_len, g->bytes = bits;
         o->worker_len += g->padded;
@@ -99,83 +120,93 @@ static float compress_error(float *x, size_t n) {
     return scale;
 }
 
+// Where segment s's signs and scale sit in a block of the span's messages.
+static size_t signs_at(const span *sp, const segment *g) { return sp->head + g->bytes - sp->bits0; }
+static size_t scale_at(const span *sp, int s) { return (size_t)(s - sp->first) * sizeof(float); }
+
 // Worker phase of segment s: compensate, send chunk r's signs to rank r, keep the error.
-static void worker_phase(neox_onebit *o, int s, const float *x) {
+static void worker_phase(neox_onebit *o, const span *sp, int s, const float *x) {
     const segment *g = &o->seg[s];
     size_t p = (size_t)o->comm->size, chunk = g->padded / p;
     float *buf = o->scratch + g->worker, *err = o->worker_error + g->worker;
     for (size_t i = 0; i < g->padded; i++) buf[i] = (i < g->size ? x[i] : 0.0f) + err[i];
-    for (size_t r = 0; r < p; r++)
-        neox_pack_signs(buf + r * chunk, chunk, o->send + r * o->block + o->nseg * sizeof(float) + g->bytes);
+    for (size_t r = 0; r < p; r++) neox_pack_signs(buf + r * chunk, chunk, o->send + r * sp->block + signs_at(sp, g));
     memcpy(err, buf, g->padded * sizeof(float));
     float scale = compress_error(err, g->padded);
-    for (size_t r = 0; r < p; r++) memcpy(o->send + r * o->block + (size_t)s * sizeof(float), &scale, sizeof scale);
+    for (size_t r = 0; r < p; r++) memcpy(o->send + r * sp->block + scale_at(sp, s), &scale, sizeof scale);
 }
 
-static float block_scale(const uint8_t *block, int s) {
+static float block_scale(const uint8_t *block, const span *sp, int s) {
     float scale;
-    memcpy(&scale, block + (size_t)s * sizeof(float), sizeof scale);
+    memcpy(&scale, block + scale_at(sp, s), sizeof scale);
     return scale;
 }
 
 // Server phase of segment s: average every rank's compressed chunk, compensate with the server
 // error, re-compress; the signs and scale go to this rank's block of the all-gather (o->send).
-static void server_phase(neox_onebit *o, int s) {
+static void server_phase(neox_onebit *o, const span *sp, int s) {
     const segment *g = &o->seg[s];
-    size_t p = (size_t)o->comm->size, chunk = g->padded / p, head = o->nseg * sizeof(float);
+    size_t p = (size_t)o->comm->size, chunk = g->padded / p;
     float *sum = o->scratch + g->worker, *part = sum + chunk, *err = o->server_error + g->server;
     for (size_t q = 0; q < p; q++) {
-        const uint8_t *block = o->recv + q * o->block;
+        const uint8_t *block = o->recv + q * sp->block;
         // part is free scratch: chunks 1.. of the segment's worker buffer are already sent.
-        neox_unpack_signs(block + head + g->bytes, chunk, block_scale(block, s) * (1.0f / (float)p), q ? part : sum);
+        neox_unpack_signs(block + signs_at(sp, g), chunk, block_scale(block, sp, s) * (1.0f / (float)p), q ? part : sum);
         if (q) neox_add_inplace(sum, part, chunk);
     }
     neox_add_inplace(sum, err, chunk);
-    neox_pack_signs(sum, chunk, o->send + head + g->bytes);
+    neox_pack_signs(sum, chunk, o->send + signs_at(sp, g));
     memcpy(err, sum, chunk * sizeof(float));
     float scale = compress_error(err, chunk);
-    memcpy(o->send + (size_t)s * sizeof(float), &scale, sizeof scale);
+    memcpy(o->send + scale_at(sp, s), &scale, sizeof scale);
 }
 
 // Every server's chunk of segment s, decompressed into x (the padding dropped).
-static void gather_phase(neox_onebit *o, int s, float *x) {
+static void gather_phase(neox_onebit *o, const span *sp, int s, float *x) {
     const segment *g = &o->seg[s];
-    size_t p = (size_t)o->comm->size, chunk = g->padded / p, head = o->nseg * sizeof(float);
+    size_t p = (size_t)o->comm->size, chunk = g->padded / p;
     float *full = o->scratch + g->worker;
     for (size_t r = 0; r < p; r++) {
-        const uint8_t *block = o->recv + r * o->block;
-        neox_unpack_signs(block + head + g->bytes, chunk, block_scale(block, s), full + r * chunk);
+        const uint8_t *block = o->recv + r * sp->block;
+        neox_unpack_signs(block + signs_at(sp, g), chunk, block_scale(block, sp, s), full + r * chunk);
     }
     memcpy(x, full, g->size * sizeof(float));
 }
 
-void neox_onebit_allreduce(neox_onebit *o, float *buf) {
+void neox_onebit_allreduce_range(neox_onebit *o, float *buf, int first, int count) {
     if (neox_comm_on_device(o->comm, buf))
         neox_die(NEOX_EXIT_USAGE, "the 1-bit compressed all-reduce (optimizer.type onebitadam, gradient_compression: "
                  "onebit) runs on host memory only; these gradients are on the GPU (compute_backend: cuda)");
-    if (o->comm->size <= 1) return;
-    size_t off = 0;
-    for (int s = 0; s < o->nseg; off += o->seg[s].size, s++) worker_phase(o, s, buf + off);
-    neox_alltoall(o->comm, o->send, o->recv, o->block, NEOX_U8);
-    for (int s = 0; s < o->nseg; s++) server_phase(o, s);
-    neox_allgather(o->comm, o->send, o->recv, o->block, NEOX_U8);
-    off = 0;
-    for (int s = 0; s < o->nseg; off += o->seg[s].size, s++) gather_phase(o, s, buf + off);
+    span sp = span_of(o, first, count);
+    if (o->comm->size <= 1 || count == 0) return;
+    for (int s = first; s < first + count; s++) worker_phase(o, &sp, s, buf + o->seg[s].offset);
+    neox_alltoall(o->comm, o->send, o->recv, sp.block, NEOX_U8);
+    for (int s = first; s < first + count; s++) server_phase(o, &sp, s);
+    neox_allgather(o->comm, o->send, o->recv, sp.block, NEOX_U8);
+    for (int s = first; s < first + count; s++) gather_phase(o, &sp, s, buf + o->seg[s].offset);
 }
 
-double neox_onebit_wire_bytes(const neox_onebit *o) {
-    return 2.0 * (double)(o->comm->size - 1) * (double)o->block;
+void neox_onebit_allreduce(neox_onebit *o, float *buf) { neox_onebit_allreduce_range(o, buf, 0, o->nseg); }
+
+double neox_onebit_wire_bytes_range(const neox_onebit *o, int first, int count) {
+    return 2.0 * (double)(o->comm->size - 1) * (double)span_of(o, first, count).block;
 }
 
-void neox_onebit_flush(neox_onebit *o, float *buf) {
-    size_t p = (size_t)o->comm->size, rank = (size_t)o->comm->rank, off = 0;
-    for (int s = 0; s < o->nseg; off += o->seg[s].size, s++) {
+double neox_onebit_wire_bytes(const neox_onebit *o) { return neox_onebit_wire_bytes_range(o, 0, o->nseg); }
+
+void neox_onebit_flush_range(neox_onebit *o, float *buf, int first, int count) {
+    size_t p = (size_t)o->comm->size, rank = (size_t)o->comm->rank;
+    span_of(o, first, count);  // (checks the range)
+    for (int s = first; s < first + count; s++) {
         const segment *g = &o->seg[s];
-        size_t chunk = g->padded / p;
+        size_t chunk = g->padded / p, off = g->offset;
+        float *worker = o->worker_error + g->worker, *server = o->server_error + g->server;
         // The padding's error is dropped with the padding: it never reaches the caller's elements.
-        neox_add_inplace(buf + off, o->worker_error + g->worker, g->size);
-        const float *server = o->server_error + g->server;
+        neox_add_inplace(buf + off, worker, g->size);
         for (size_t j = 0, i = rank * chunk; j < chunk && i < g->size; j++, i++) buf[off + i] += (float)p * server[j];
+        memset(worker, 0, g->padded * sizeof(float));
+        memset(server, 0, chunk * sizeof(float));
     }
-    neox_onebit_reset(o);
 }
+
+void neox_onebit_flush(neox_onebit *o, float *buf) { neox_onebit_flush_range(o, buf, 0, o->nseg); }

@@ -168,6 +168,24 @@ static void summary_rows(FILE *f, const neox_comm_stats *stats, const int *sizes
 }
 
 // stats: every rank's groups (NEOX_TRAIN_COMM_GROUPS per rank, rank-major), gathered to rank 0.
+// gradient_compression: adaptive: per gradient bucket (in the order backward finishes them), the
+// steps reduced with each scheme.
+static void adaptive_rows(FILE *fp, const neox_trainer *t) {
+    json_t *buckets = neox_train_adaptive_summary(t);
+    if (!buckets) return;
+    fprintf(fp, "adaptive gradient compression: steps per scheme, per bucket\n");
+    size_t i;
+    json_t *b;
+    json_array_foreach(buckets, i, b) {
+        fprintf(fp, "  bucket %zu (%lld elements):", i, (long long)json_integer_value(json_object_get(b, "elements")));
+        const char *name;
+        json_t *steps;
+        json_object_foreach(json_object_get(b, "steps"), name, steps) fprintf(fp, " %s %lld", name, (long long)json_integer_value(steps));
+        fprintf(fp, "\n");
+    }
+    json_decref(buckets);
+}
+
 int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats, neox_error *err) {
     if (!t->comms_logger.enabled || !t->rank0) return 0;
     int sizes[NEOX_TRAIN_COMM_GROUPS];
@@ -189,5 +207,6 @@ int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats
         fprintf(af->fp, "rank %d\n", r);
         summary_rows(af->fp, stats + (size_t)r * NEOX_TRAIN_COMM_GROUPS, sizes, &t->comms_logger);
     }
+    adaptive_rows(af->fp, t);
     return neox_atomic_commit(af, err);
 }

@@ -5,6 +5,8 @@
 // blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h),
 // and under ZeRO-3 its parameter coordinator's gathers and the most parameters it held whole.
 // Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.
+// Under gradient_compression: adaptive it also counts, per gradient bucket, the steps reduced
+// with each scheme.
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +81,8 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
             json_array_append_new(ranks, rank_json(g, all + (size_t)r * NGROUPS, &timings[r], &all_gathers[r], coords));
         }
         json_t *doc = json_pack("{s:I, s:o}", "iterations", (json_int_t)t->state.iteration, "ranks", ranks);
+        json_t *adaptive = neox_train_adaptive_summary(t);  // gradient_compression: adaptive, per bucket
+        if (adaptive) json_object_set_new(doc, "gradient_compression_buckets", adaptive);
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
         char *path = neox_asprintf("%s/comm_stats.json", dir);
         rc = neox_atomic_write(path, text, strlen(text), err);

@@ -26,7 +26,7 @@ static neox_onebit *make_compressor(neox_trainer *t) {
     return o;
 }
 
-static neox_powersgd *make_powersgd(neox_trainer *t) {
+static neox_powersgd *make_powersgd(neox_trainer *t, int adaptive) {
     const neox_model *m = t->model;
     int *rows = neox_calloc((size_t)m->nparams + 1, sizeof(int)), *cols = neox_calloc((size_t)m->nparams + 1, sizeof(int));
     for (int i = 0; i < m->nparams; i++) {
@@ -34,8 +34,9 @@ static neox_powersgd *make_powersgd(neox_trainer *t) {
         rows[i] = p->ndim == 2 ? (int)p->shape[0] : 1;
         cols[i] = p->ndim == 2 ? (int)p->shape[1] : (int)p->numel;
     }
-    neox_powersgd *o = neox_powersgd_make(&t->grid->data, rows, cols, m->nparams,
-                                          (int)neox_config_int(t->cfg, gradient_compression_rank));
+    // Adaptive runs choose the rank per bucket: state for every matrix that pays at the smallest.
+    int rank = (int)neox_config_int(t->cfg, gradient_compression_rank), min_rank = adaptive ? neox_train_adaptive_min_rank(rank) : rank;
+    neox_powersgd *o = neox_powersgd_make_ranks(&t->grid->data, rows, cols, m->nparams, min_rank, rank);
     free(rows);
     free(cols);
     return o;
@@ -55,7 +56,7 @@ int neox_train_setup_compression(neox_trainer *t, neox_error *err) {
     if (t->grid->data_size > 1) {
         if (onebit) t->onebit = make_compressor(t), t->optimizer->momentum_allreduce = t->onebit;
         if (grad_compress && (adaptive || !strcmp(gc, "onebit"))) t->grad_onebit = make_compressor(t);
-        if (grad_compress && (adaptive || !strcmp(gc, "powersgd"))) t->grad_powersgd = make_powersgd(t);
+        if (grad_compress && (adaptive || !strcmp(gc, "powersgd"))) t->grad_powersgd = make_powersgd(t, adaptive);
     }
     return neox_train_setup_adaptive(t, adaptive, err);
 }
@@ -68,23 +69,21 @@ void neox_train_free_compression(neox_trainer *t) {
     t->onebit = t->grad_onebit = NULL, t->grad_powersgd = NULL;
 }
 
-// Under adaptive, the scheme of the step says which compressor (if any) replaces the reduction.
-static int uses_onebit(const neox_trainer *t) {
-    return t->grad_onebit && (!t->adaptive || neox_train_adaptive_scheme(t) == NEOX_SCHEME_ONEBIT);
-}
-static int uses_powersgd(const neox_trainer *t) {
-    return t->grad_powersgd && (!t->adaptive || neox_train_adaptive_scheme(t) == NEOX_SCHEME_POWERSGD);
-}
-
+// Under adaptive the reducer always runs: it leaves the buckets the plan compresses alone, and
+// neox_train_compress_grads reduces those after it.
 int neox_train_local_grads(const neox_trainer *t) {
-    if (uses_onebit(t) || uses_powersgd(t)) return t->state.optimizer_steps >= t->compress_start;
     if (t->adaptive) return 0;
+    if (t->grad_onebit || t->grad_powersgd) return t->state.optimizer_steps >= t->compress_start;
     return t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM && t->state.optimizer_steps >= t->optim.freeze_step;
 }
 
 void neox_train_compress_grads(neox_trainer *t) {
-    if (uses_onebit(t)) neox_onebit_allreduce(t->grad_onebit, t->model->grad_buf);
-    if (uses_powersgd(t)) neox_powersgd_allreduce(t->grad_powersgd, t->model->grad_buf);
+    if (t->adaptive) {
+        if (t->grid->data_size > 1) neox_train_adaptive_compress(t);
+        return;
+    }
+    if (t->grad_onebit) neox_onebit_allreduce(t->grad_onebit, t->model->grad_buf);
+    if (t->grad_powersgd) neox_powersgd_allreduce(t->grad_powersgd, t->model->grad_buf);
 }
 
 int neox_train_onebit_buffers(const neox_trainer *t, const char **names, float **bufs, size_t *counts) {

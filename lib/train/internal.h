@@ -268,11 +268,17 @@ typedef struct neox_adaptive neox_adaptive;
 // adaptive: the config asks for it (else its own keys are refused); after the reducer and compressors.
 int neox_train_setup_adaptive(neox_trainer *t, int adaptive, neox_error *err);
 void neox_train_free_adaptive(neox_trainer *t);
-neox_scheme neox_train_adaptive_scheme(const neox_trainer *t);
+// The smallest of PowerSGD's candidate ranks under gradient_compression_rank max_rank (the
+// compressor keeps state for every matrix that pays at it).
+int neox_train_adaptive_min_rank(int max_rank);
 // Around each step: the decision (after the gradients are zeroed), then the step's measurements.
 void neox_train_adaptive_begin_step(neox_trainer *t);
 void neox_train_adaptive_end_step(neox_trainer *t);
-// The train.json object of the scheme in use (NULL when not adaptive), and its restore.
+// After the reducer's finish: the buckets the plan compresses (data-parallel size > 1).
+void neox_train_adaptive_compress(neox_trainer *t);
+// Per bucket, the steps reduced with each option (NULL when not adaptive), for comm_stats.json.
+json_t *neox_train_adaptive_summary(const neox_trainer *t);
+// The train.json object of the plan in use (NULL when not adaptive), and its restore.
 json_t *neox_train_adaptive_state(const neox_trainer *t);
 int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir, neox_error *err);
 // gradient_compression: averages the gradient buffer with the configured compressor.

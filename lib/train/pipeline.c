@@ -211,8 +211,8 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (!t->local_grads) {
         neox_train_sparse_reduce(t);  // sparse_gradients: the embedding, outside the buckets
         neox_grad_reducer_finish(t->reducer);
-    } else {
-        neox_train_compress_grads(t);
     }
+    // The compressed gradients: all of them (local), or under adaptive the buckets the reducer left.
+    if (t->local_grads || t->adaptive) neox_train_compress_grads(t);
     neox_timer_stop(timer);
 }

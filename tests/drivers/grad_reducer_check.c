@@ -1,8 +1,9 @@
 // grad_reducer_check.c: run under mpiexec; bucketed data-parallel gradient reduction gives the
 // mean gradient (ZeRO 0) or each rank's partition of it (ZeRO 1/2) for several bucket sizes, with
 // and without overlap and predivision, with all-reduce instead of reduce-scatter under ZeRO
-// (reduce_scatter false) and with bf16/fp16 on the wire (within their rounding). Prints TAP lines
-// from rank 0.
+// (reduce_scatter false) and with bf16/fp16 on the wire (within their rounding); and with a wire
+// of its own per bucket and buckets left to the caller (adaptive compression's plans). Prints TAP
+// lines from rank 0.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,45 @@ static void run_case(int stage, size_t bucket_bytes, int overlap, double predivi
     free(g);
 }
 
+// Seven buckets (one parameter each): every third left to the caller (its own values stay), every
+// third after it summed in bf16, the rest in fp32; the next step, all fp32 again.
+static void run_per_bucket(int overlap) {
+    enum { NPARAMS = 7 };
+    size_t sizes[NPARAMS] = {5, 300, 1, 64, 1000, 17, 250}, offsets[NPARAMS], n = 0;
+    for (int p = 0; p < NPARAMS; p++) offsets[p] = n, n += sizes[p];
+    float *g = neox_malloc(n * sizeof(float));
+    neox_grad_reducer_options opt = {.bucket_bytes = 4, .overlap = overlap, .predivide_factor = 1.0, .wire = NEOX_F32};
+    neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
+    int ok = neox_grad_reducer_bucket_count(red) == NPARAMS;
+    for (int step = 0; ok && step < 2; step++) {
+        for (int b = 0; b < NPARAMS; b++)
+            neox_grad_reducer_set_bucket(red, b, step == 0 && b % 3 == 0, step == 0 && b % 3 == 1 ? NEOX_BF16 : NEOX_F32);
+        for (size_t i = 0; i < n; i++) g[i] = grad_value(grid.data_rank, i);
+        for (int p = NPARAMS - 1; p >= 0; p--) neox_grad_reducer_ready(red, p);
+        neox_grad_reducer_finish(red);
+        size_t covered = 0;
+        for (int b = 0; b < NPARAMS; b++) {
+            size_t lo, hi;
+            double slack;
+            neox_grad_reducer_bucket_range(red, b, &lo, &hi, &slack);
+            covered += hi - lo;
+            ok &= slack >= 0;
+            int mode = step == 0 ? b % 3 : 2;
+            float tol = mode == 1 ? 1e-2f : 1e-5f;
+            for (size_t i = lo; i < hi; i++)
+                ok &= mode == 0 ? g[i] == grad_value(grid.data_rank, i)
+                                : fabsf(g[i] - mean_value(grid.data_size, i)) <= tol * (1.0f + fabsf(g[i]));
+        }
+        ok &= covered == n;
+    }
+    char name[160];
+    snprintf(name, sizeof name, "per bucket: skipped, bf16 and fp32 buckets in one reduction, then all fp32 (overlap %d)",
+             overlap);
+    report(name, ok);
+    neox_grad_reducer_free(red);
+    free(g);
+}
+
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
     neox_error err = {0};
@@ -66,6 +106,7 @@ int main(int argc, char **argv) {
                 run_case(stage, 4, overlap, 2.0, 1, NEOX_BF16);
             }
         }
+    for (int overlap = 0; overlap <= 1; overlap++) run_per_bucket(overlap);
     // Partitions tile the buffer in rank order.
     size_t sizes[1] = {10}, offsets[1] = {0};
     float g[10];

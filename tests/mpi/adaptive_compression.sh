@@ -1,16 +1,21 @@
 # tests/mpi/adaptive_compression.sh: gradient_compression: adaptive (lib/gradient/adaptive.c,
-# lib/train/adaptive_compression.c) on Tiny Shakespeare (char-level), two data-parallel ranks:
-# - leaving a compressor hands back its error exactly (1-bit and PowerSGD, 2-4 ranks);
-# - a measured run logs every decision with its inputs from gradient_compression_start on, every
-#   gradient_compression_interval steps, 3 steps after choosing a scheme never run before (which
-#   schemes it picks depends on the machine's timings, so
-#   its loss is not asserted: the fixed schedule below is);
+# lib/train/adaptive_compression.c) on Tiny Shakespeare (char-level), two data-parallel ranks,
+# the gradient in 7 buckets (reduce_bucket_size 8000, overlap_comm):
+# - leaving a compressor hands back its error exactly (1-bit and PowerSGD, 2-4 ranks), also when
+#   each bucket switches on its own and PowerSGD changes rank;
+# - a measured run logs every decision with its inputs (per bucket: its share, the backward time
+#   left after it was ready, the plan's predicted cost with each of its options) from
+#   gradient_compression_start on, every gradient_compression_interval steps, 3 steps after a plan
+#   uses a scheme never run before (which schemes it picks depends on the machine's timings, so its
+#   loss is not asserted: the fixed schedule below is);
 # - replaying that run's decisions file reproduces its losses bit for bit (decisions are the only
 #   thing the measurements change);
-# - a replayed schedule that passes through every scheme (PowerSGD, 1-bit, bf16, dense) is
-#   followed, logged per step in metrics.jsonl, and ends within 2% of AdamW;
-# - a resume in the middle of its 1-bit phase is bit-exact, the checkpoint naming the scheme;
-# - its keys without adaptive, and a malformed decisions file, are refused by name.
+# - a replayed schedule of per-bucket plans mixing every scheme and PowerSGD rank in one step (and
+#   whole-gradient lines of the older format) is followed: the per-step shares in metrics.jsonl
+#   and the per-bucket step counts of the comms summary agree with it; it ends within 2% of AdamW;
+# - a resume in the middle of a mixed phase is bit-exact, the checkpoint naming the plan;
+# - its keys without adaptive, a malformed decisions file and one planning other buckets are
+#   refused by name.
 source tests/lib.sh
 
 command -v "$MPIEXEC" >/dev/null || { skip "adaptive compression" "$MPIEXEC is not installed"; exit 0; }
@@ -31,6 +36,7 @@ cat >"$T/dp2.yml" <<EOF
   "min_lr": 0.0003, "gradient_clipping": 1.0, "lr_decay_style": "cosine", "warmup": 0.05,
   "train_micro_batch_size_per_gpu": 8, "train_iters": $ITERS, "eval_interval": $ITERS, "eval_iters": 8,
   "log_interval": 10, "seed": 1234, "split": "949,50,1",
+  "zero_optimization": {"stage": 0, "overlap_comm": true, "reduce_bucket_size": 8000},
   "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer"
 }
 EOF
@@ -47,59 +53,91 @@ import json, sys
 t = sys.argv[1]
 lines = [json.loads(l) for l in open(f"{t}/measured/gradient_compression.jsonl")]
 its = [d["iteration"] for d in lines]
-# every 40 steps from 60 on; a scheme chosen for the first time is on trial: decided on again 3 steps later
+# every 40 steps from 60 on; a plan using a scheme for the first time is on trial: decided on again 3 steps later
 want, used = [60], {"dense"}
 for d in lines:
     if d["iteration"] != want[-1]:
         break
-    step = 3 if d["scheme"] not in used else 40
-    used.add(d["scheme"])
+    schemes = {c.split(":")[0] for c in d["buckets"]}
+    step = 3 if schemes - used else 40
+    used |= schemes
     if want[-1] + step < 300:
         want.append(want[-1] + step)
 assert its == want, (its, want)
+options = {"dense", "bf16", "powersgd:4", "powersgd:2", "powersgd:1", "onebit"}  # gradient_compression_rank 4
 for d in lines:
-    assert d["scheme"] in ("dense", "bf16", "powersgd", "onebit"), d
-    assert d["bytes_per_s"] > 0 and d["latency_s"] >= 0 and d["backward_s"] > 0, d
-    assert set(d["predicted_exposed_s"]) == {"dense", "bf16", "powersgd", "onebit"}, d
+    assert len(d["buckets"]) == 7 and set(d["buckets"]) <= options, d
+    assert d["scheme"] in ("dense", "bf16", "powersgd", "onebit", "mixed"), d
+    assert d["bytes_per_s"] > 0 and d["latency_s"] >= 0 and d["backward_s"] > 0 and d["expected_exposed_s"] >= 0, d
+    # the plan in use was measured, and is among the plans the decision weighed
+    assert any(m["iteration"] == d["iteration"] for m in d["measured_plans"]), d
+    b = d["bucket_inputs"]
+    assert len(b) == 7 and abs(sum(x["share"] for x in b) - 1) < 1e-5, d
+    assert all(set(x["predicted_exposed_s"]) == options and 0 <= x["hide_s"] <= d["backward_s"] for x in b), d
+    # backward finishes the buckets in order: the first has the most backward left to hide behind
+    assert b[0]["hide_s"] >= b[-1]["hide_s"], d
 def valid(d):
     return [r["validation/lm_loss"] for r in map(json.loads, open(f"{t}/{d}/metrics.jsonl")) if "validation/lm_loss" in r][0]
 adam, measured = valid("adam"), valid("measured")
-print("decisions:", [(d["iteration"], d["scheme"]) for d in lines], f"validation {measured:.4f} vs AdamW {adam:.4f}")
+print("decisions:", [(d["iteration"], d["buckets"]) for d in lines], f"validation {measured:.4f} vs AdamW {adam:.4f}")
 PY
 
 check "replaying the measured run's decisions" run replayed ", $ADAPTIVE, \"gradient_compression_replay\": \"$T/measured/gradient_compression.jsonl\""
 check "the replay reproduces the measured run bit for bit" $LIB same \
     "$T/measured/metrics.jsonl" "$T/replayed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
 
-printf '%s\n' '{"iteration": 60, "scheme": "powersgd"}' '{"iteration": 140, "scheme": "onebit"}' \
-    '{"iteration": 170, "scheme": "bf16"}' '{"iteration": 220, "scheme": "dense"}' >"$T/schedule.jsonl"
+# Per-bucket plans (bucket 0 is the first backward finishes), with whole-gradient lines after them:
+# neighbours sharing a compressor (one call), PowerSGD's rank lowered and raised, compressors left.
+cat >"$T/schedule.jsonl" <<'EOF'
+{"iteration": 60, "buckets": ["dense", "dense", "bf16", "powersgd:4", "powersgd:4", "powersgd:2", "onebit"]}
+{"iteration": 140, "buckets": ["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"]}
+{"iteration": 170, "scheme": "bf16"}
+{"iteration": 220, "scheme": "dense"}
+EOF
 SCHEDULE="$ADAPTIVE, \"gradient_compression_replay\": \"$T/schedule.jsonl\""
-check "a schedule through every scheme" run schedule ", $SCHEDULE"
-check "the schedule is followed (per-step shares in metrics.jsonl) and ends within 2% of AdamW" python3 - "$T" <<'PY'
+check "a schedule of per-bucket plans through every scheme and rank" run schedule ", $SCHEDULE"
+check "the schedule is followed (shares per step, steps per bucket) and ends within 2% of AdamW" python3 - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
+plans = [(60, ["dense", "dense", "bf16", "powersgd:4", "powersgd:4", "powersgd:2", "onebit"]),
+         (140, ["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"]),
+         (170, ["bf16"] * 7), (220, ["dense"] * 7)]
+def plan(n):  # the plan of a step that begins after n updates (a decision at n applies from step n + 1 on)
+    p = ["dense"] * 7
+    for at, q in plans:
+        if n >= at:
+            p = q
+    return p
+buckets = json.load(open(f"{t}/schedule/comm_stats.json"))["gradient_compression_buckets"]
+elements = [b["elements"] for b in buckets]
+total = sum(elements)
 rows = [r for r in map(json.loads, open(f"{t}/schedule/metrics.jsonl")) if "comm/adaptive/dense" in r]
-# the scheme of a step that begins after n updates (a decision at n applies from step n + 1 on)
-want = lambda n: "dense" if n < 60 else "powersgd" if n < 140 else "onebit" if n < 170 else "bf16" if n < 220 else "dense"
+assert len(rows) == 30, len(rows)
 for r in rows:  # each record: the 10 steps ending at its iteration
     steps = range(r["iteration"] - 9, r["iteration"] + 1)
     for s in ("dense", "bf16", "powersgd", "onebit"):
-        share = sum(want(i - 1) == s for i in steps) / 10
+        share = sum(e for i in steps for c, e in zip(plan(i - 1), elements) if c.split(":")[0] == s) / total / 10
         assert abs(r[f"comm/adaptive/{s}"] - share) < 1e-9, (r["iteration"], s, r[f"comm/adaptive/{s}"], share)
+for b, got in enumerate(buckets):  # the comms summary: steps per option, per bucket
+    want = {}
+    for i in range(1, 301):
+        want[plan(i - 1)[b]] = want.get(plan(i - 1)[b], 0) + 1
+    assert got["steps"] == want, (b, got, want)
 log = [json.loads(l) for l in open(f"{t}/schedule/gradient_compression.jsonl")]
-assert [(d["iteration"], d["scheme"], d.get("replayed")) for d in log] == [
-    (60, "powersgd", True), (140, "onebit", True), (170, "bf16", True), (220, "dense", True)], log
+assert [(d["iteration"], d["buckets"], d.get("replayed")) for d in log] == [(at, q, True) for at, q in plans], log
+assert [d["scheme"] for d in log] == ["mixed", "mixed", "bf16", "dense"], log
 valid = lambda d: [r["validation/lm_loss"] for r in map(json.loads, open(f"{t}/{d}/metrics.jsonl")) if "validation/lm_loss" in r][0]
 print(f"{len(rows)} records follow the schedule; validation {valid('schedule'):.4f} vs AdamW {valid('adam'):.4f}")
 sys.exit(0 if valid("schedule") <= 1.02 * valid("adam") else 1)
 PY
 
 CK="\"save\": \"$T/ckpt\", \"load\": \"$T/ckpt\", \"checkpoint_factor\": 150"
-check "the schedule: 150 steps, checkpoint in the 1-bit phase" run resumed ", $SCHEDULE, $CK, \"exit_interval\": 150"
-check_output "the checkpoint names the scheme in use and when it was chosen" '"decided_at": 140, "scheme": "onebit"' \
+check "the schedule: 150 steps, checkpoint in the mixed phase" run resumed ", $SCHEDULE, $CK, \"exit_interval\": 150"
+check_output "the checkpoint names the plan in use and when it was chosen" \
+    '"buckets": \["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"\], "decided_at": 140, "powersgd_ranks": \[1, 4, 4, 4, 4, 4, 2\], "scheme": "mixed"' \
     python3 -c "import json, re; m = re.search(rb'\"gradient_compression\":\s*(\{[^}]*\})', open('$T/ckpt/global_step150/rank_00000.h5', 'rb').read()); print(json.dumps(json.loads(m.group(1)), sort_keys=True))"
 check "the schedule: resumed for 150 more" run resumed ", $SCHEDULE, $CK"
-check "resumed in the 1-bit phase: bit-identical to the straight run" $LIB same \
+check "resumed in the mixed phase: bit-identical to the straight run" $LIB same \
     "$T/schedule/metrics.jsonl" "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
 
 echo '{"log_dir": "'"$T/x"'", "gradient_compression": "powersgd", "gradient_compression_interval": 5}' >"$T/bad1.yml"
@@ -109,3 +147,12 @@ printf '%s\n' '{"iteration": 60, "scheme": "powersgd"}' '{"iteration": 50, "sche
 echo "{\"log_dir\": \"$T/x\", $ADAPTIVE, \"gradient_compression_replay\": \"$T/bad.jsonl\"}" >"$T/bad2.yml"
 check_fails "a malformed decisions file is refused naming the file and line" 2 \
     "gradient_compression_replay: .*bad.jsonl line 2" $MPIEXEC -n 2 $TRAIN -q "$T/dp2.yml" "$T/bad2.yml"
+echo '{"iteration": 60, "buckets": ["dense", "onebit"]}' >"$T/bad3.jsonl"
+echo "{\"log_dir\": \"$T/x\", $ADAPTIVE, \"gradient_compression_replay\": \"$T/bad3.jsonl\"}" >"$T/bad3.yml"
+check_fails "a decisions file planning other buckets is refused" 2 \
+    "gradient_compression_replay: .*bad3.jsonl plans 2 buckets; this run's gradients are in 7" \
+    $MPIEXEC -n 2 $TRAIN -q "$T/dp2.yml" "$T/bad3.yml"
+echo '{"iteration": 60, "buckets": ["dense", "powersgd:8"]}' >"$T/bad4.jsonl"
+echo "{\"log_dir\": \"$T/x\", $ADAPTIVE, \"gradient_compression_replay\": \"$T/bad4.jsonl\"}" >"$T/bad4.yml"
+check_fails "a PowerSGD rank above gradient_compression_rank is refused naming the file and line" 2 \
+    "gradient_compression_replay: .*bad4.jsonl line 1" $MPIEXEC -n 2 $TRAIN -q "$T/dp2.yml" "$T/bad4.yml"

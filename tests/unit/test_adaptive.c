@@ -1,108 +1,224 @@
 // test_adaptive.c: the policy of gradient_compression: adaptive (lib/gradient/adaptive.c) on
-// measurements written out by hand: each scheme's predicted exposed time against the formula
-// restated here, the choice on a fast link, a slow one, a high-latency one and within the margin,
-// unavailable schemes, and the link fitted from two probes.
+// measurements written out by hand. One bucket holding the whole gradient: each scheme's predicted
+// exposed time against the formula restated here, the choice on a fast link, a slow one, a
+// high-latency one and within the margin. Several buckets: the link queue restated by hand,
+// neighbours sharing a compressed call, early buckets staying overlapped while the last ones are
+// compressed, small buckets kept off PowerSGD, PowerSGD's rank following the link, measurements
+// beating predictions. And the link fitted from two probes.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <string.h>
 
 #include "gradient.h"
 
-// A model of 10 M parameters at 2 ranks: ring all-reduce of fp32 sends 40 MB per rank, bf16 20 MB;
-// PowerSGD 0.4 MB in two all-reduces (and 50 ms of its own work); 1-bit 2.5 MB (10 ms).
-static neox_adaptive_inputs model(double bytes_per_s, double latency_s) {
-    neox_adaptive_inputs in = {.latency_s = latency_s, .bytes_per_s = bytes_per_s, .backward_s = 0.5,
-                               .step_s = 1.0, .margin = 0.02, .current = NEOX_SCHEME_DENSE, .current_exposed_s = -1};
-    in.cost[NEOX_SCHEME_DENSE] = (neox_scheme_cost){1, 40e6, 1, 1, 0.0};
-    in.cost[NEOX_SCHEME_BF16] = (neox_scheme_cost){1, 20e6, 1, 1, 0.0};
-    in.cost[NEOX_SCHEME_POWERSGD] = (neox_scheme_cost){1, 0.4e6, 2, 0, 0.05};
-    in.cost[NEOX_SCHEME_ONEBIT] = (neox_scheme_cost){1, 2.5e6, 2, 0, 0.01};
-    return in;
+enum { DENSE, BF16, PSGD4, PSGD2, PSGD1, ONEBIT };  // the option indices the helpers below build
+
+// A bucket of `elements` fp32 gradients at 2 ranks (ring all-reduce: 4 bytes per element sent),
+// whose matrices PowerSGD cuts to psgd_share of their size at rank 4 (half that at 2, a quarter at 1),
+// with PowerSGD's own work psgd_s at rank 4 and 1-bit's onebit_s.
+static neox_bucket_inputs bucket(double elements, double hide_s, double share, double psgd_share, double psgd_s,
+                                 double onebit_s) {
+    neox_bucket_inputs b = {.hide_s = hide_s, .share = share, .noptions = 6};
+    double bytes = 4 * elements;
+    b.option[DENSE] = (neox_bucket_option){{NEOX_SCHEME_DENSE, 4}, bytes, 1, 1, 0};
+    b.option[BF16] = (neox_bucket_option){{NEOX_SCHEME_BF16, 4}, bytes / 2, 1, 1, 0};
+    b.option[PSGD4] = (neox_bucket_option){{NEOX_SCHEME_POWERSGD, 4}, bytes * psgd_share, 2, 0, psgd_s};
+    b.option[PSGD2] = (neox_bucket_option){{NEOX_SCHEME_POWERSGD, 2}, bytes * psgd_share / 2, 2, 0, psgd_s / 2};
+    b.option[PSGD1] = (neox_bucket_option){{NEOX_SCHEME_POWERSGD, 1}, bytes * psgd_share / 4, 2, 0, psgd_s / 4};
+    b.option[ONEBIT] = (neox_bucket_option){{NEOX_SCHEME_ONEBIT, 4}, bytes / 16, 2, 0, onebit_s};
+    return b;
 }
 
-static void test_predictions(void **state) {
+static neox_adaptive_inputs inputs(double bytes_per_s, double latency_s, const neox_bucket_inputs *b, int n) {
+    return (neox_adaptive_inputs){.latency_s = latency_s, .bytes_per_s = bytes_per_s, .step_s = 1.0, .margin = 0.02,
+                                  .nbuckets = n, .bucket = b};
+}
+
+// ---- one bucket: the whole gradient --------------------------------------------------------
+// 10 M parameters: fp32 sends 40 MB per rank, bf16 20 MB; PowerSGD at rank 4 0.4 MB (50 ms of its
+// own work), 1-bit 2.5 MB (10 ms); backward 0.5 s to hide behind.
+static int whole(double bytes_per_s, double latency_s, double backward_s, double *cost) {
+    neox_bucket_inputs b = bucket(10e6, backward_s, 1.0, 0.01, 0.05, 0.01);
+    b.option[PSGD2] = b.option[PSGD4], b.option[PSGD1] = b.option[PSGD4];  // (one rank here)
+    neox_adaptive_inputs in = inputs(bytes_per_s, latency_s, &b, 1);
+    int plan[1] = {-1};
+    double c = neox_adaptive_plan(&in, plan);
+    if (cost) *cost = c;
+    return plan[0] >= PSGD4 && plan[0] <= PSGD1 ? PSGD4 : plan[0];
+}
+
+static void test_whole_gradient_predictions(void **state) {
     (void)state;
-    neox_adaptive_inputs in = model(12.5e6, 1e-3);  // 100 Mbit/s
-    double predicted[NEOX_SCHEME_COUNT];
-    neox_adaptive_choose(&in, predicted);
-    // exposed = own work + max(0, messages x latency + bytes / bandwidth - hidden by backward)
-    assert_true(fabs(predicted[NEOX_SCHEME_DENSE] - (1e-3 + 40e6 / 12.5e6 - 0.5)) < 1e-12);
-    assert_true(fabs(predicted[NEOX_SCHEME_BF16] - (1e-3 + 20e6 / 12.5e6 - 0.5)) < 1e-12);
-    assert_true(fabs(predicted[NEOX_SCHEME_POWERSGD] - (0.05 + 2e-3 + 0.4e6 / 12.5e6)) < 1e-12);
-    assert_true(fabs(predicted[NEOX_SCHEME_ONEBIT] - (0.01 + 2e-3 + 2.5e6 / 12.5e6)) < 1e-12);
-    // A transfer backward hides completely costs nothing.
-    in = model(1e12, 0.0);
-    neox_adaptive_choose(&in, predicted);
-    assert_true(predicted[NEOX_SCHEME_DENSE] == 0.0);
+    neox_bucket_inputs b = bucket(10e6, 0.5, 1.0, 0.01, 0.05, 0.01);
+    neox_adaptive_inputs in = inputs(12.5e6, 1e-3, &b, 1);  // 100 Mbit/s
+    // exposed = own work + max(0, messages x latency + bytes / bandwidth - what backward hides)
+    double want[6] = {1e-3 + 40e6 / 12.5e6 - 0.5, 1e-3 + 20e6 / 12.5e6 - 0.5, 0.05 + 2e-3 + 0.4e6 / 12.5e6,
+                      0.025 + 2e-3 + 0.2e6 / 12.5e6, 0.0125 + 2e-3 + 0.1e6 / 12.5e6, 0.01 + 2e-3 + 2.5e6 / 12.5e6};
+    for (int k = 0; k < 6; k++) {
+        int plan[1] = {k};
+        assert_true(fabs(neox_adaptive_plan_cost(&in, plan, NULL) - want[k]) < 1e-12);
+    }
+    int plan[1] = {DENSE};
+    in = inputs(1e12, 0.0, &b, 1);  // a transfer backward hides completely costs nothing
+    assert_true(neox_adaptive_plan_cost(&in, plan, NULL) == 0.0);
 }
 
-static void test_choices_follow_the_link(void **state) {
+static void test_whole_gradient_choices(void **state) {
     (void)state;
-    double predicted[NEOX_SCHEME_COUNT];
-    neox_adaptive_inputs in = model(10e9 / 8, 20e-6);  // 10 Gbit/s: 32 ms of transfer, hidden
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_DENSE);
-    in = model(1e9 / 8, 50e-6);  // 1 Gbit/s: dense 0.32 - 0.5 hidden; still dense
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_DENSE);
-    in = model(0.5e9 / 8, 50e-6);  // 500 Mbit/s: dense exposes 0.14 s, bf16 none
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_BF16);
-    in = model(100e6 / 8, 1e-3);  // 100 Mbit/s: PowerSGD's 82 ms beats 1-bit's 212 ms
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_POWERSGD);
-    in = model(100e6 / 8, 1e-3);
-    in.cost[NEOX_SCHEME_POWERSGD].compute_s = 0.5;  // a PowerSGD too slow on this host
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_ONEBIT);
+    assert_int_equal(whole(10e9 / 8, 20e-6, 0.5, NULL), DENSE);   // 10 Gbit/s: 32 ms of transfer, hidden
+    assert_int_equal(whole(1e9 / 8, 50e-6, 0.5, NULL), DENSE);    // 1 Gbit/s: 0.32 s, still hidden
+    assert_int_equal(whole(0.5e9 / 8, 50e-6, 0.5, NULL), BF16);   // 500 Mbit/s: dense exposes 0.14 s, bf16 none
+    assert_int_equal(whole(100e6 / 8, 1e-3, 0.5, NULL), PSGD4);   // 100 Mbit/s: PowerSGD's 84 ms beats 1-bit's 212 ms
+    assert_int_equal(whole(1e9 / 8, 0.0, 0.31, NULL), DENSE);     // dense exposes 10 ms: under the 2% margin
+    assert_int_equal(whole(1e9 / 8, 0.0, 0.28, NULL), BF16);      // 40 ms: over it
 }
 
-static void test_margin_keeps_fidelity(void **state) {
+// ---- several buckets -------------------------------------------------------------------------
+// Three buckets of 0.1 s of transfer each (12.5 MB at 125 MB/s, no latency), ready 0.3, 0.2 and 0 s
+// before backward ends. Dense: the first runs -0.3 .. -0.2, the second -0.2 .. -0.1, the third
+// 0 .. 0.1: 0.1 s exposed. The third compressed instead (1-bit: 0.78 MB, 6.25 ms, plus 10 ms of
+// work): 16.25 ms. The second compressed instead: the third waits for nothing either way, 0.1 s
+// plus the second's 16.25 ms.
+static void test_queue_restated(void **state) {
     (void)state;
-    double predicted[NEOX_SCHEME_COUNT];
-    neox_adaptive_inputs in = model(1e9 / 8, 0.0);
-    in.backward_s = 0.31;  // dense exposes 10 ms, bf16 none: 1% of the step, under the 2% margin
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_DENSE);
-    in.backward_s = 0.28;  // now 40 ms: over the margin
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_BF16);
+    neox_bucket_inputs b[3] = {bucket(3.125e6, 0.3, 1.0 / 3, 0.01, 0, 0.01), bucket(3.125e6, 0.2, 1.0 / 3, 0.01, 0, 0.01),
+                               bucket(3.125e6, 0.0, 1.0 / 3, 0.01, 0, 0.01)};
+    neox_adaptive_inputs in = inputs(125e6, 0.0, b, 3);
+    double marginal[3];
+    assert_true(fabs(neox_adaptive_plan_cost(&in, (int[]){DENSE, DENSE, DENSE}, marginal) - 0.1) < 1e-12);
+    assert_true(marginal[0] == 0 && marginal[1] == 0 && fabs(marginal[2] - 0.1) < 1e-12);
+    assert_true(fabs(neox_adaptive_plan_cost(&in, (int[]){DENSE, DENSE, ONEBIT}, NULL) - 0.01625) < 1e-12);
+    assert_true(fabs(neox_adaptive_plan_cost(&in, (int[]){DENSE, ONEBIT, DENSE}, NULL) - 0.11625) < 1e-12);
+    // Ready 0.05 s before the end, the first bucket's transfer runs into the second's: the queue
+    // starts the second at -0.05 + 0.1 = 0.05 and ends the third at 0.25.
+    b[0].hide_s = 0.05, b[1].hide_s = 0.05;
+    assert_true(fabs(neox_adaptive_plan_cost(&in, (int[]){DENSE, DENSE, DENSE}, NULL) - 0.25) < 1e-12);
 }
 
-static void test_unavailable_and_latency(void **state) {
+// Neighbouring buckets with the same compressed choice share one call: two latencies for three
+// buckets of PowerSGD at rank 4, six when the middle one takes rank 2.
+static void test_neighbours_share_a_call(void **state) {
     (void)state;
-    double predicted[NEOX_SCHEME_COUNT];
-    neox_adaptive_inputs in = model(0.5e9 / 8, 50e-6);
-    in.cost[NEOX_SCHEME_BF16].available = 0;  // the configured wire is bf16 already
-    // PowerSGD's 57 ms; 1-bit's 50 ms does not save the margin over it
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_POWERSGD);
-    assert_true(isinf(predicted[NEOX_SCHEME_BF16]));
-    // 400 buckets on a 5 ms link: latency alone exposes 1.5 s; two messages do not.
-    in = model(10e9 / 8, 5e-3);
-    in.cost[NEOX_SCHEME_DENSE].messages = in.cost[NEOX_SCHEME_BF16].messages = 400;
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_ONEBIT);
+    neox_bucket_inputs b[3];
+    for (int i = 0; i < 3; i++) b[i] = bucket(1e6, 0.0, 1.0 / 3, 0.01, 0.002, 0.0);
+    neox_adaptive_inputs in = inputs(125e6, 5e-3, b, 3);
+    double bytes4 = 4e6 * 0.01, bytes2 = bytes4 / 2;  // per bucket, at ranks 4 and 2
+    double one_call = 2 * 5e-3 + 3 * (bytes4 / 125e6 + 0.002);
+    double three_calls = 6 * 5e-3 + 2 * (bytes4 / 125e6 + 0.002) + bytes2 / 125e6 + 0.001;
+    assert_true(fabs(neox_adaptive_plan_cost(&in, (int[]){PSGD4, PSGD4, PSGD4}, NULL) - one_call) < 1e-12);
+    assert_true(fabs(neox_adaptive_plan_cost(&in, (int[]){PSGD4, PSGD2, PSGD4}, NULL) - three_calls) < 1e-12);
 }
 
-// Real steps beat the probes: a busy host's probes (10 ms latency per collective, 20 buckets) say
-// dense would expose 0.08 s, but the steps measured with it since the last decision exposed 2 ms:
-// the measurement replaces the prediction of the scheme in use, and dense stays. The other schemes
-// keep their predictions, and a measurement of a slow reality moves the run off dense.
+// Eight equal buckets ready through a 0.8 s backward (hide 0.7, 0.6, ..., 0), each 0.15 s of
+// dense transfer: the link falls behind backward, so the early buckets hide and the last ones,
+// with nothing left to hide behind, are compressed.
+static void test_early_dense_late_compressed(void **state) {
+    (void)state;
+    neox_bucket_inputs b[8];
+    for (int i = 0; i < 8; i++) b[i] = bucket(4.6875e6, 0.7 - 0.1 * i, 1.0 / 8, 0.01, 0.002, 0.002);
+    neox_adaptive_inputs in = inputs(125e6, 50e-6, b, 8);
+    int plan[8];
+    memset(plan, 0x55, sizeof plan);  // (whatever it held before)
+    double cost = neox_adaptive_plan(&in, plan);
+    assert_int_equal(plan[0], DENSE);
+    assert_int_equal(plan[1], DENSE);
+    for (int i = 5; i < 8; i++) assert_true(plan[i] >= PSGD4);
+    int compressed = 0;
+    for (int i = 0; i < 8; i++) {
+        if (compressed) assert_true(plan[i] >= PSGD4);  // once the queue is behind, it stays behind
+        compressed |= plan[i] >= PSGD4;
+    }
+    double all_dense = neox_adaptive_plan_cost(&in, (int[]){0, 0, 0, 0, 0, 0, 0, 0}, NULL);
+    assert_true(cost < all_dense - 0.02);
+    assert_true(fabs(cost - neox_adaptive_plan_cost(&in, plan, NULL)) < 1e-15);
+    // The same numbers, the same plan.
+    int again[8];
+    neox_adaptive_plan(&in, again);
+    assert_memory_equal(plan, again, sizeof plan);
+}
+
+// A bucket of biases and norms: nothing in it pays at any rank, so PowerSGD would send it whole in
+// a call of its own, two latencies on a 5 ms link; it stays dense (or bf16) beside a large bucket
+// that takes PowerSGD. (Next to a PowerSGD bucket's call it would cost no latency: see above.)
+static void test_small_bucket_not_powersgd(void **state) {
+    (void)state;
+    neox_bucket_inputs b[2] = {bucket(1e4, 0.0, 0.002, 1.0, 0.0, 0.0), bucket(5e6, 0.0, 0.998, 0.01, 0.01, 0.05)};
+    for (int k = PSGD4; k <= PSGD1; k++) b[0].option[k].wire_bytes = 4e4;  // (vectors travel whole)
+    b[0].option[ONEBIT].compute_s = 0.001;
+    neox_adaptive_inputs in = inputs(100e6 / 8, 5e-3, b, 2);
+    int plan[2];
+    neox_adaptive_plan(&in, plan);
+    assert_true(plan[0] == DENSE || plan[0] == BF16);
+    assert_true(plan[1] >= PSGD4 && plan[1] <= PSGD1);
+}
+
+// PowerSGD's rank follows the link: where rank 4's transfer is a few ms the higher rank stays
+// (the lower ones save less than the margin), on a slow link the lowest rank pays.
+static void test_rank_follows_the_link(void **state) {
+    (void)state;
+    neox_bucket_inputs b = bucket(10e6, 0.0, 1.0, 0.01, 0.004, 1.0);  // 1-bit too slow here
+    neox_adaptive_inputs in = inputs(1e9 / 8, 1e-4, &b, 1);
+    int plan[1];
+    neox_adaptive_plan(&in, plan);
+    assert_int_equal(plan[0], PSGD4);  // rank 4: 3.2 ms + 4 ms of work; rank 1 saves 6 ms < 20 ms
+    in.bytes_per_s = 10e6 / 8;  // 10 Mbit/s: rank 4 sends for 0.32 s, rank 2 0.16 s, rank 1 0.08 s
+    neox_adaptive_plan(&in, plan);
+    assert_int_equal(plan[0], PSGD1);
+}
+
+// Real steps beat the probes: a busy host's probes (10 ms per collective) predict that dense
+// buckets queue past backward, but the steps measured with the all-dense plan exposed 2 ms, so it
+// stays; measured slow, the run moves off it.
 static void test_measured_replaces_predicted(void **state) {
     (void)state;
-    double predicted[NEOX_SCHEME_COUNT];
-    neox_adaptive_inputs in = model(1e9 / 8, 10e-3);
-    in.cost[NEOX_SCHEME_DENSE].messages = in.cost[NEOX_SCHEME_BF16].messages = 20;
-    in.backward_s = 0.44;
-    assert_int_not_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_DENSE);  // on the probes alone
-    assert_true(fabs(predicted[NEOX_SCHEME_DENSE] - (20 * 10e-3 + 40e6 / 125e6 - 0.44)) < 1e-12);
-    in.current_exposed_s = 0.002;
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_DENSE);
-    assert_true(predicted[NEOX_SCHEME_DENSE] == 0.002);
-    assert_true(fabs(predicted[NEOX_SCHEME_ONEBIT] - (0.01 + 2 * 10e-3 + 2.5e6 / 125e6)) < 1e-12);
-    in.current_exposed_s = 0.5;  // what dense really cost: bf16's transfer (0.36 s) hides, so bf16
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_BF16);
-    // bf16 in use now, and it did not hide (0.3 s): the others keep their predictions (dense 0.08 s,
-    // PowerSGD 0.073 s, 1-bit 0.05 s), and 1-bit saves more than the margin over dense.
-    in.current = NEOX_SCHEME_BF16, in.current_exposed_s = 0.3;
-    assert_int_equal(neox_adaptive_choose(&in, predicted), NEOX_SCHEME_ONEBIT);
-    assert_true(predicted[NEOX_SCHEME_BF16] == 0.3);
-    assert_true(fabs(predicted[NEOX_SCHEME_DENSE] - (20 * 10e-3 + 40e6 / 125e6 - 0.44)) < 1e-12);
+    neox_bucket_inputs b[4];
+    for (int i = 0; i < 4; i++) b[i] = bucket(2.5e6, 0.3 - 0.1 * i, 0.25, 0.01, 0.0, 0.0);
+    neox_adaptive_inputs in = inputs(1e9 / 8, 10e-3, b, 4);
+    int dense[4] = {DENSE, DENSE, DENSE, DENSE}, plan[4];
+    const int *measured[2] = {dense};
+    double measured_s[2] = {0.002};
+    double predicted = neox_adaptive_plan(&in, plan);
+    assert_memory_not_equal(plan, dense, sizeof plan);  // on the probes alone
+    in.nmeasured = 1, in.measured_plan = measured, in.measured_s = measured_s;
+    assert_true(neox_adaptive_plan(&in, plan) == 0.002);
+    assert_memory_equal(plan, dense, sizeof plan);
+    measured_s[0] = 0.5;  // what dense really cost
+    assert_true(fabs(neox_adaptive_plan(&in, plan) - predicted) < 1e-15);
+    assert_memory_not_equal(plan, dense, sizeof plan);
+    // A compressed plan in use whose measured cost is no better than a more faithful plan's
+    // prediction gives way to it (on a 10 Gbit/s link: the first three buckets hide, the last one,
+    // ready as backward ends, still saves 8 ms with PowerSGD).
+    int compressed[4] = {ONEBIT, ONEBIT, ONEBIT, ONEBIT}, fresh[4];
+    in = inputs(10e9 / 8, 1e-5, b, 4);
+    neox_adaptive_plan(&in, fresh);
+    assert_memory_equal(fresh, ((int[]){DENSE, DENSE, DENSE, PSGD4}), sizeof fresh);
+    measured[0] = compressed, measured_s[0] = 0.05;
+    in.nmeasured = 1, in.measured_plan = measured, in.measured_s = measured_s;
+    neox_adaptive_plan(&in, plan);
+    assert_memory_equal(plan, fresh, sizeof plan);
+}
+
+// Plans measured before the one in use stay in reach: after a trial of 1-bit that measured badly,
+// the probes (10 ms per collective) still predict that compressing pays, but the all-dense plan
+// measured 2 ms a window earlier, and the run goes back to it.
+static void test_earlier_measurement_remembered(void **state) {
+    (void)state;
+    neox_bucket_inputs b[4];
+    for (int i = 0; i < 4; i++) b[i] = bucket(2.5e6, 0.3 - 0.1 * i, 0.25, 0.01, 0.0, 0.0);
+    neox_adaptive_inputs in = inputs(1e9 / 8, 10e-3, b, 4);
+    int dense[4] = {DENSE, DENSE, DENSE, DENSE}, trial[4] = {ONEBIT, ONEBIT, ONEBIT, ONEBIT}, plan[4];
+    const int *measured[2] = {trial, dense};
+    double measured_s[2] = {0.3, 0.002};
+    in.nmeasured = 1, in.measured_plan = measured, in.measured_s = measured_s;
+    neox_adaptive_plan(&in, plan);
+    assert_memory_not_equal(plan, dense, sizeof plan);  // the trial alone: the probes' plan
+    in.nmeasured = 2;
+    assert_true(neox_adaptive_plan(&in, plan) == 0.002);
+    assert_memory_equal(plan, dense, sizeof plan);
 }
 
 static void test_fit_link(void **state) {
@@ -119,11 +235,15 @@ static void test_fit_link(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_predictions),
-        cmocka_unit_test(test_choices_follow_the_link),
-        cmocka_unit_test(test_margin_keeps_fidelity),
-        cmocka_unit_test(test_unavailable_and_latency),
+        cmocka_unit_test(test_whole_gradient_predictions),
+        cmocka_unit_test(test_whole_gradient_choices),
+        cmocka_unit_test(test_queue_restated),
+        cmocka_unit_test(test_neighbours_share_a_call),
+        cmocka_unit_test(test_early_dense_late_compressed),
+        cmocka_unit_test(test_small_bucket_not_powersgd),
+        cmocka_unit_test(test_rank_follows_the_link),
         cmocka_unit_test(test_measured_replaces_predicted),
+        cmocka_unit_test(test_earlier_measurement_remembered),
         cmocka_unit_test(test_fit_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
