@@ -10,7 +10,8 @@
 
 // Whether the top-level key or the dict's sub-key is true; names the one set in *name.
 static int switch_on(const neox_config *cfg, neox_key_id top, neox_subkey_id sub, const char **name) {
-    const neox_value *v = neox_config_sub_id(cfg, sub);
+    const neox_value *dict = neox_config_value(cfg, activation_checkpointing);
+    const neox_value *v = dict && dict->kind == NEOX_VALUE_MAP ? neox_config_sub_id(cfg, sub) : NULL;
     if (v && v->kind == NEOX_VALUE_BOOL && v->boolean) {
         *name = neox_subkey_specs[sub].name;
         return 1;

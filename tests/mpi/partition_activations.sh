@@ -41,11 +41,12 @@ pair() {
         "$PY" tests/mpi/layouts_check.py identical "$T/$1-off" "$T/$1-on"
     check "$1: every rank's activations fall by the checkpointed inputs' (P-1)/P less one gather buffer" \
         "$PY" tests/mpi/partition_check.py saving "$T/$1-off" "$T/$1-on" "$T/$1-on.yml"
+    sed 's/^/# /' "$_last_out"
     check "$1: no notice that the switch does nothing" bash -c "! grep -q 'no effect in this run' '$T/$1-on.out'"
 }
 
 pair tp2 2 ', "model_parallel_size": 2' neox
-pair tp2pp2 4 ', "model_parallel_size": 2, "pipe_parallel_size": 2' neox
+LAYERS=8 pair tp2pp2 4 ', "model_parallel_size": 2, "pipe_parallel_size": 2' neox
 pair tp2dp2 4 ', "model_parallel_size": 2' llama "$DICT"
 pair tp4 4 ', "model_parallel_size": 4' neox
 
