@@ -1,6 +1,7 @@
 // backward.c: the backward pass, layer by layer in reverse, adding into the gradient buffer. With
-// activation checkpointing each layer's forward is first recomputed from its saved input (dropout
-// masks come from counter-based seeds, so the recomputation is identical). Under tensor
+// activation checkpointing each layer's forward is first recomputed from its saved input, made whole
+// again first when the checkpoint store keeps it partitioned or on the host (dropout masks come from
+// counter-based seeds, so the recomputation is identical). Under tensor
 // parallelism the gradient entering each column-parallel linear's input is a partial sum, reduced
 // over the tensor-parallel group before the (replicated) norm's backward; replicated parameters
 // get the same gradient on every rank. Each linear layer computes its weight gradients before its

@@ -251,7 +251,7 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
         return neox_fail(err, NEOX_EXIT_USAGE, "model: micro-batch and sequence must be positive");
     if (d->pos_emb == NEOX_POS_LEARNED && T > d->max_positions)
         return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", T, d->max_positions);
-    if ((size_t)B * T * d->hidden_size / (size_t)neox_model_checkpoint_ways(d) > INT_MAX)
+    if (neox_model_checkpoint_ways(d) > 1 && (size_t)B * T * d->hidden_size / (size_t)neox_model_checkpoint_ways(d) > INT_MAX)
         return neox_fail(err, NEOX_EXIT_USAGE, "partition_activations: a layer input of %d x %d x %d elements is too "
                          "large to all-gather", B, T, d->hidden_size);
     neox_model_free_plan(m);
@@ -266,8 +266,7 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     m->act_buf = m->be->alloc(m->act_floats * sizeof(float));
     m->be->memset_zero(m->act_buf, m->act_floats * sizeof(float));
     if (m->checkpoints_host_floats) m->checkpoints_host = neox_calloc(m->checkpoints_host_floats, sizeof(float));
-    size_t host_floats;
-    carve(m, slots, m->act_buf, m->checkpoints_host, &host_floats);
+    carve(m, slots, m->act_buf, m->checkpoints_host, &m->checkpoints_host_floats);
     if (neox_model_checkpoint_ways(d) > 1) {
         int P = neox_model_checkpoint_ways(d);
         int *counts = neox_malloc((size_t)P * sizeof *counts);
