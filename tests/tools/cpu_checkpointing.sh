@@ -5,7 +5,7 @@
 # be bit for bit the run that keeps the inputs on the device, the planned device activations
 # (log_dir/memory_plan.json) must fall and the host's offloaded bytes rise by the amounts
 # tests/mpi/partition_check.py computes from the model's shape, and the device's measured peak
-# (memory/device_peak_bytes) must fall by about the planned saving.
+# (memory/device_peak_bytes) must fall by the planned saving (to a page).
 source tests/lib.sh
 
 TRAIN=$NEOX_BIN/neox-train
@@ -33,7 +33,7 @@ for name in host dict; do
         "$PY" tests/mpi/layouts_check.py identical "$T/device" "$T/$name"
     check "$name: device activations fall and host bytes rise by the formula" \
         "$PY" tests/mpi/partition_check.py host "$T/device" "$T/$name" "$T/$name.yml"
-    check "$name: the device's measured peak falls by the planned saving (within 64 kB)" "$PY" - "$T/device" "$T/$name" <<'PY'
+    check "$name: the device's measured peak falls by the planned saving (within a 4 kB page)" "$PY" - "$T/device" "$T/$name" <<'PY'
 import json, sys
 def peak(run):
     return max(json.loads(l).get("memory/device_peak_bytes", 0) for l in open(f"{run}/log/metrics.jsonl"))
@@ -42,7 +42,7 @@ def plan(run):
 a, b = sys.argv[1], sys.argv[2]
 fell, planned = peak(a) - peak(b), plan(a) - plan(b)
 print(f"device peak {peak(a)} -> {peak(b)}: fell {fell}, planned {planned}")
-sys.exit(0 if planned > 0 and abs(fell - planned) <= 65536 else 1)
+sys.exit(0 if planned > 0 and fell > 0 and abs(fell - planned) < 4096 else 1)  # mappings are whole pages
 PY
     sed 's/^/# /' "$_last_out"
 done
