@@ -78,6 +78,13 @@ typedef struct neox_model_desc {
     double init_std;
     float hidden_dropout, attention_dropout;
     int checkpoint_activations;  // recompute each layer's forward in backward
+    // With checkpoint_activations, where each layer's input is kept for its recomputation
+    // (docs/memory.md, "Activation checkpoints"): cut into tp_size pieces, one per tensor-parallel
+    // rank, all-gathered again just before the layer is recomputed (DeepSpeed's partition_activations);
+    // in host memory, copied back to the backend just before (checkpoint_in_cpu). Either keeps the
+    // inputs apart from the residual stream in a store the model owns; both off: kept in place.
+    int partition_checkpoints;
+    int checkpoints_on_host;
     neox_naming naming;
     // This rank's part of the model; zeros mean the whole model (neox_model_desc_check fills them).
     int tp_size, tp_rank;         // tensor parallel
@@ -209,6 +216,8 @@ struct neox_model {
     int head_rows_asked, head_rows;
     float *act_buf;
     size_t act_floats;
+    float *checkpoints_host;     // host memory of the kept layer inputs (checkpoints_on_host), else NULL
+    size_t checkpoints_host_floats;
     int nslots, slot;
     void *slots;             // private layout (lib/model/forward.c)
     void *acts;              // the current slot
@@ -289,8 +298,10 @@ void neox_model_use_slot(neox_model *m, int slot);
 // whole product up to the GEMM's summation order (bit for bit when one chunk holds every row).
 #define NEOX_MODEL_HEAD_AUTO (-1)
 void neox_model_set_head_rows(neox_model *m, int rows);
-// The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions.
+// The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions (the backend's).
 size_t neox_model_activation_bytes(const neox_model *m);
+// The host memory holding kept layer inputs (desc.checkpoints_on_host; else 0).
+size_t neox_model_host_checkpoint_bytes(const neox_model *m);
 
 // Pipeline stages. A stage without the embedding reads its input from neox_model_stage_input
 // ((B, T, C), filled by the caller before forward); a stage without the output layer leaves its

@@ -86,11 +86,10 @@ distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume
 deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
 world_size dpo_fp32 kto_fp32
 use_shared_fs mmap_warmup s3_chunk_size config_files checkpoint_validation_with_forward_pass
-deepspeed_activation_checkpointing contiguous_checkpointing
-checkpoint_in_cpu synchronize_each_layer profile_backward partition_activations
+deepspeed_activation_checkpointing contiguous_checkpointing synchronize_each_layer profile_backward
 mup_init_scale mup_attn_temp mup_output_temp mup_embedding_mult mup_rp_embedding_mult mup_width_scale base_shapes_file
 deepspeed prescale_gradients steps_per_print
-dump_state flops_profiler autotuning activation_checkpointing tensorboard wandb csv_monitor
+dump_state flops_profiler autotuning tensorboard wandb csv_monitor
 checkpoint data_types
 hostfile include exclude num_nodes num_gpus master_port master_addr launcher force_multi autotuning_run
 no_ssh_check comment account
@@ -317,12 +316,25 @@ IGNORED_DICTS = {
     "csv_monitor": "enabled output_path job_name",
     "tensorboard": "enabled output_path job_name",
     "wandb": "enabled group team project",
-    "activation_checkpointing": "partition_activations contiguous_memory_optimization cpu_checkpointing "
-                                "number_checkpoints synchronize_checkpoint_boundary profile",
     "checkpoint": "tag_validation load_universal use_node_local_storage parallel_write",
 }
 for dict_name, names in IGNORED_DICTS.items():
     SUBKEYS += [sub(f"{dict_name}.{n}", "ANY", None, "IGNORED") for n in names.split()]
+
+# DeepSpeed's activation-checkpointing settings (GPT-NeoX also has top-level keys for them:
+# partition_activations, checkpoint_in_cpu, contiguous_checkpointing, synchronize_each_layer,
+# profile_backward). Partitioning and the host store are read (lib/train/activation_checkpoints.c);
+# the plan is one contiguous arena sized from the model (contiguous_memory_optimization,
+# number_checkpoints), device ops run in order on one stream (synchronize_checkpoint_boundary), and
+# the forward and backward timers already cover the recomputation (profile): docs/config.md.
+SUBKEYS += [
+    sub("activation_checkpointing.partition_activations", "BOOL", "false"),
+    sub("activation_checkpointing.cpu_checkpointing", "BOOL", "false"),
+    sub("activation_checkpointing.contiguous_memory_optimization", "BOOL", "false", "IGNORED"),
+    sub("activation_checkpointing.number_checkpoints", "INT", None, "IGNORED", lo=1, hi=float("inf")),
+    sub("activation_checkpointing.synchronize_checkpoint_boundary", "BOOL", "false", "IGNORED"),
+    sub("activation_checkpointing.profile", "BOOL", "false", "IGNORED"),
+]
 
 # rope_scaling as transformers' config.json writes it (modeling_rope_utils); `type` is its older
 # spelling of rope_type. The other scalings change attention too (yarn's and longrope's attention

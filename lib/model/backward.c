@@ -1,6 +1,7 @@
 // backward.c: the backward pass, layer by layer in reverse, adding into the gradient buffer. With
-// activation checkpointing each layer's forward is first recomputed from its saved input (dropout
-// masks come from counter-based seeds, so the recomputation is identical). Under tensor
+// activation checkpointing each layer's forward is first recomputed from its saved input, made whole
+// again first when the checkpoint store keeps it partitioned or on the host (dropout masks come from
+// counter-based seeds, so the recomputation is identical). Under tensor
 // parallelism the gradient entering each column-parallel linear's input is a partial sum, reduced
 // over the tensor-parallel group before the (replicated) norm's backward; replicated parameters
 // get the same gradient on every rank. Each linear layer computes its weight gradients before its
@@ -134,12 +135,13 @@ static void layer_backward(neox_model *m, int l) {
     neox_layer_params *g = &m->g.layers[l];
     int N = m->B * m->T;
     size_t NC = (size_t)N * d->hidden_size;
-    const float *x = a->x + (l - s.l0) * NC;
     float *dln1 = a->dln, *dln2 = a->dln + NC;
     int group[GROUP_END + 1];
     layer_groups(m, l, group);
-    if (d->checkpoint_activations) {
-        neox_model_layer_forward(m, l);
+    if (neox_model_checkpoint_store(d)) neox_model_fetch_checkpoint(m, l - s.l0);
+    const float *x = neox_model_layer_input(m, l - s.l0);
+    if (d->checkpoint_activations) {  // the recomputed output is not needed: it goes to scratch
+        neox_model_layer_forward(m, l, x, a->dbranch);
         poll(m);
     }
     if (neox_model_moe_layer(d, l)) {  // no dropout on its output
@@ -209,7 +211,7 @@ static void head_backward(neox_model *m, float loss_scale) {
     // A vocabulary shard's input gradient is a partial sum; the replicated value head's is whole.
     if (!d->value_head) neox_model_tp_reduce(m, a->dln, NC);
     m->be->memset_zero(a->dx, NC * sizeof(float));
-    norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, a->dln, a->x + (size_t)s.L * NC, m->w.lnf_w, a->lnf_mean,
+    norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, a->dln, neox_model_stage_out(m), m->w.lnf_w, a->lnf_mean,
                   a->lnf_rstd, N);
     grads_ready(m, head, out);
 }

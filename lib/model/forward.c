@@ -4,6 +4,7 @@
 // Megatron's column-parallel (QKV, first MLP projection) and row-parallel (attention output,
 // second MLP projection) linears; row-parallel partial sums are reduced over the tensor-parallel
 // group and their bias added once, after the reduction.
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +40,19 @@ static plan_sizes sizes_of(const neox_model *m) {
     return z;
 }
 
-// Carves one slot's saved activations from *cur.
-static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
+// Carves one slot's saved activations from *cur (backend memory) and *host_cur (host memory: the
+// checkpoint store's pieces when they are kept on the host).
+static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **host_cur) {
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
     size_t N = z.N, C = z.C, L = z.L, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
-    a->x = take(cur, (L + 1) * N * C);
+    if (neox_model_checkpoint_store(d)) {
+        a->x = take(cur, N * C);
+        size_t kept = L * (N * C / (size_t)neox_model_checkpoint_ways(d));
+        a->kept = take(d->checkpoints_on_host ? host_cur : cur, kept);
+    } else {
+        a->x = take(cur, (L + 1) * N * C);
+    }
     size_t sets = d->checkpoint_activations ? 1 : L;
     for (size_t i = 0; i < sets; i++) {
         neox_layer_acts *la = &a->layers[i];
@@ -104,6 +112,7 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->sin = take(cur, T * R / 2);
     a->alibi = d->pos_emb == NEOX_POS_ALIBI ? take(cur, NH) : NULL;
     a->branch = take(cur, N * C);
+    a->gather = neox_model_checkpoint_store(d) ? take(cur, N * C) : NULL;
     a->ce_max = take(cur, N);
     a->ce_stats = (double *)take(cur, 4 * N);
     a->ce_loss = (double *)take(cur, 4);
@@ -127,10 +136,12 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     }
 }
 
-// Walks the plan of every slot; with base == NULL it only counts floats.
-static size_t carve(neox_model *m, neox_acts *slots, float *base) {
+// Walks the plan of every slot; with base == NULL it only counts floats. Returns the backend floats
+// and sets *host_floats (the host memory of checkpoints kept there, carved from host_base).
+static size_t carve(neox_model *m, neox_acts *slots, float *base, float *host_base, size_t *host_floats) {
     float *cur = base ? base : (float *)(uintptr_t)256;  // any aligned non-NULL start when counting (never dereferenced)
-    float *start = cur;
+    float *host_cur = host_base ? host_base : (float *)(uintptr_t)256;
+    float *start = cur, *host_start = host_cur;
     carve_shared(m, &slots[0], &cur);
     for (int k = 0; k < m->nslots; k++) {
         if (k > 0) {
@@ -138,8 +149,9 @@ static size_t carve(neox_model *m, neox_acts *slots, float *base) {
             slots[k] = slots[0];  // the shared pointers
             slots[k].layers = layers;
         }
-        carve_saved(m, &slots[k], &cur);
+        carve_saved(m, &slots[k], &cur, &host_cur);
     }
+    *host_floats = (size_t)(host_cur - host_start);
     return (size_t)(cur - start);
 }
 
@@ -206,8 +218,12 @@ void neox_model_free_plan(neox_model *m) {
         for (int i = 0; i < sets; i++) neox_moe_route_free(slots[k].layers[i].moe.route);
         free(slots[k].layers);
     }
+    if (slots) free(slots[0].gather_counts);
     free(slots);
     if (m->act_buf) m->be->free(m->act_buf);
+    free(m->checkpoints_host);
+    m->checkpoints_host = NULL;
+    m->checkpoints_host_floats = 0;
     free_half(m);
     free_host_stage(m);
     m->slots = m->acts = NULL;
@@ -235,6 +251,9 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
         return neox_fail(err, NEOX_EXIT_USAGE, "model: micro-batch and sequence must be positive");
     if (d->pos_emb == NEOX_POS_LEARNED && T > d->max_positions)
         return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", T, d->max_positions);
+    if (neox_model_checkpoint_ways(d) > 1 && (size_t)B * T * d->hidden_size / (size_t)neox_model_checkpoint_ways(d) > INT_MAX)
+        return neox_fail(err, NEOX_EXIT_USAGE, "partition_activations: a layer input of %d x %d x %d elements is too "
+                         "large to all-gather", B, T, d->hidden_size);
     neox_model_free_plan(m);
     m->B = B;
     m->T = T;
@@ -243,10 +262,17 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     neox_acts *slots = neox_calloc((size_t)nslots, sizeof *slots);
     int L = neox_model_shard(d).L;
     for (int k = 0; k < nslots; k++) slots[k].layers = neox_calloc((size_t)L, sizeof *slots[k].layers);
-    m->act_floats = carve(m, slots, NULL);
+    m->act_floats = carve(m, slots, NULL, NULL, &m->checkpoints_host_floats);
     m->act_buf = m->be->alloc(m->act_floats * sizeof(float));
     m->be->memset_zero(m->act_buf, m->act_floats * sizeof(float));
-    carve(m, slots, m->act_buf);
+    if (m->checkpoints_host_floats) m->checkpoints_host = neox_calloc(m->checkpoints_host_floats, sizeof(float));
+    carve(m, slots, m->act_buf, m->checkpoints_host, &m->checkpoints_host_floats);
+    if (neox_model_checkpoint_ways(d) > 1) {
+        int P = neox_model_checkpoint_ways(d);
+        int *counts = neox_malloc((size_t)P * sizeof *counts);
+        for (int r = 0; r < P; r++) counts[r] = (int)((size_t)B * T * d->hidden_size / (size_t)P);
+        for (int k = 0; k < nslots; k++) slots[k].gather_counts = counts;
+    }
     int sets = d->checkpoint_activations ? 1 : L;
     for (int k = 0; k < nslots; k++) {
         for (int i = 0; i < sets; i++)
@@ -276,14 +302,13 @@ size_t neox_model_activation_bytes(const neox_model *m) {
     return m->act_floats * sizeof(float) + m->half_elems * sizeof(uint16_t);
 }
 
+size_t neox_model_host_checkpoint_bytes(const neox_model *m) { return m->checkpoints_host_floats * sizeof(float); }
+
 const float *neox_model_logits(const neox_model *m) { return ((const neox_acts *)m->acts)->logits; }
 
-float *neox_model_stage_input(neox_model *m) { return ((neox_acts *)m->acts)->x; }
+float *neox_model_stage_input(neox_model *m) { return neox_model_layer_input(m, 0); }
 
-const float *neox_model_stage_output(const neox_model *m) {
-    const neox_acts *a = m->acts;
-    return a->x + (size_t)neox_model_shard(&m->desc).L * m->B * m->T * m->desc.hidden_size;
-}
+const float *neox_model_stage_output(const neox_model *m) { return neox_model_stage_out(m); }
 
 float *neox_model_stage_output_grad(neox_model *m) { return ((neox_acts *)m->acts)->dx; }
 
@@ -375,7 +400,7 @@ static void qk_norm_forward(neox_model *m, int l, neox_layer_acts *la) {
                              d->head_size, G, d->norm_eps);
 }
 
-void neox_model_layer_forward(neox_model *m, int l) {
+void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     const neox_model_desc *d = &m->desc;
     const neox_backend *be = m->be;
     neox_shard s = neox_model_shard(d);
@@ -385,8 +410,6 @@ void neox_model_layer_forward(neox_model *m, int l) {
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
     int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = s.F, gated = neox_activation_gated(d->activation);
     size_t NC = (size_t)N * C;
-    const float *x = a->x + (l - s.l0) * NC;
-    float *y = a->x + (l - s.l0 + 1) * NC;
 
     // attention over this rank's heads
     norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
@@ -427,6 +450,25 @@ void neox_model_layer_forward(neox_model *m, int l) {
     add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, NC, l, NEOX_SITE_MLP_OUT);
 }
 
+// Layer l's forward within the stage's: from its input into the next layer's, or the stage's output
+// after the last. Under a checkpoint store the input is the gather buffer: the layer writes the
+// stage's output buffer, the store keeps this rank's piece of the input, and the output becomes the
+// next layer's input in the gather buffer.
+static void stage_layer_forward(neox_model *m, int l) {
+    const neox_model_desc *d = &m->desc;
+    neox_shard s = neox_model_shard(d);
+    int i = l - s.l0;
+    size_t NC = (size_t)m->B * m->T * d->hidden_size;
+    if (!neox_model_checkpoint_store(d)) {
+        neox_model_layer_forward(m, l, neox_model_layer_input(m, i), neox_model_layer_input(m, i) + NC);
+        return;
+    }
+    neox_acts *a = m->acts;
+    neox_model_layer_forward(m, l, a->gather, a->x);
+    neox_model_keep_checkpoint(m, i);
+    if (i + 1 < s.L) m->be->copy(a->gather, a->x, NC * sizeof(float));
+}
+
 // Ids outside [0, vocab) are an error; inside, they are mapped to this rank's vocabulary rows (-1
 // for rows another rank holds).
 static int localise_ids(int *out, const int *ids, int N, int V, neox_shard s, const char *what, neox_error *err) {
@@ -444,10 +486,11 @@ static void embed(neox_model *m) {
     const neox_model_desc *d = &m->desc;
     neox_acts *a = m->acts;
     size_t NC = (size_t)m->B * m->T * d->hidden_size;
+    float *x = neox_model_layer_input(m, 0);
     const float *wpe = d->tp_rank == 0 ? m->w.wpe : NULL;  // replicated: added once to the sum
-    m->be->embedding_forward(a->x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
-    neox_model_tp_reduce(m, a->x, NC);
-    if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->x, a->x, -1, NEOX_SITE_ATTN_OUT);
+    m->be->embedding_forward(x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
+    neox_model_tp_reduce(m, x, NC);
+    if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, x, x, -1, NEOX_SITE_ATTN_OUT);
 }
 
 // The logits of rows [r0, r0 + rows) into a->logits: the output layer on the final norm's rows.
@@ -506,7 +549,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
-    int N = m->B * m->T, C = d->hidden_size, V = d->vocab_size;
+    int N = m->B * m->T, V = d->vocab_size;
     host_stage *h = m->host_stage;
     int first = neox_model_first_stage(d), last = neox_model_last_stage(d);
     if (first) {
@@ -528,11 +571,11 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     }
     for (int l = d->layer_begin; l < d->layer_end; l++) {
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 1);
-        neox_model_layer_forward(m, l);
+        stage_layer_forward(m, l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 0);
     }
     if (!last) return 0;
-    const float *out = a->x + (size_t)s.L * N * C;
+    const float *out = neox_model_stage_out(m);
     neox_model_use_head(m, 1);
     norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
     int rc = 0;

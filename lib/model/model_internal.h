@@ -63,7 +63,10 @@ typedef struct neox_moe_route {
 // One slot: what a micro-batch keeps from its forward to its backward, plus pointers to the
 // scratch every slot shares.
 typedef struct neox_acts {
-    float *x;                          // (L + 1, N, C): the residual stream entering each local layer, then the last
+    float *x;                          // (L + 1, N, C): the residual stream entering each local layer, then the last;
+                                       // with a checkpoint store (N, C): the last only (the stage's output)
+    float *kept;                       // with a checkpoint store: (L, N * C / P) this rank's piece of each local
+                                       // layer's input, in backend memory or (checkpoints_on_host) host memory
     neox_layer_acts *layers;           // L entries (local layer index)
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;                     // (head_rows, V) of this rank's vocabulary (value head: (N)); dlogits after backward
@@ -75,6 +78,8 @@ typedef struct neox_acts {
     float *cos, *sin;                  // (T, R/2)
     float *alibi;                      // (NH) this rank's ALiBi slopes (pos_emb alibi), else NULL
     float *branch;                     // (N, C) output of the attention or MLP branch
+    float *gather;                     // with a checkpoint store: (N, C) the input of the layer at work, whole
+    int *gather_counts;                // (P) the pieces' sizes for the all-gather (host memory)
     float *ce_max;                     // (N) row maxima of the logits
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
     double *ce_loss;                   // (2) the masked sum of the rows' losses, the sum of the mask
@@ -92,12 +97,31 @@ unsigned long long neox_model_dropout_seed(const neox_model *m, int layer, int s
 // draws counter ((dropout_row0 + b) * T + t) * C + c. out may alias inp; backward is the same call.
 void neox_model_hidden_dropout(const neox_model *m, float *out, const float *inp, int layer, int site);
 
+// The checkpoint store (lib/model/checkpoints.c; docs/memory.md, "Activation checkpoints"): with
+// checkpoint_activations and partitioned or host-kept checkpoints, each layer's input is kept as this
+// rank's piece of it, P pieces of the flattened (N, C) tensor (P = tp_size when partitioned, else 1),
+// and made whole again in the shared gather buffer just before the layer is recomputed. Without the
+// store the inputs stay in place in x.
+static inline int neox_model_checkpoint_store(const neox_model_desc *d) {
+    return d->checkpoint_activations && ((d->partition_checkpoints && d->tp_size > 1) || d->checkpoints_on_host);
+}
+static inline int neox_model_checkpoint_ways(const neox_model_desc *d) {
+    return d->partition_checkpoints && d->tp_size > 1 ? d->tp_size : 1;
+}
+// Local layer i's input (the gather buffer under a store) and the stage's output, of the current slot.
+float *neox_model_layer_input(const neox_model *m, int i);
+float *neox_model_stage_out(const neox_model *m);
+// Keeps this rank's piece of the gather buffer as local layer i's checkpoint; makes layer i's input
+// whole in the gather buffer again from the pieces (an all-gather over the tensor-parallel group).
+void neox_model_keep_checkpoint(neox_model *m, int i);
+void neox_model_fetch_checkpoint(neox_model *m, int i);
+
 // The elementwise function of the activation (of its gate when gated).
 neox_act_fn neox_activation_function(neox_activation a);
 
-// One layer's forward (global layer index l) from x[l - l0] into x[l - l0 + 1] of the current
-// slot, saving into its layer activations.
-void neox_model_layer_forward(neox_model *m, int l);
+// One layer's forward (global layer index l) from x (N, C) into y (N, C), saving into the current
+// slot's layer activations. y must not alias x.
+void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y);
 // Mixture-of-Experts layers (lib/model/moe.c). Forward: from la->ln2 to out (N, C), routing on the
 // host. Backward: from dy (N, C) to dln2 (N, C, overwritten), adding the router's and experts'
 // gradients; scratch (N, C) is used. Routes are allocated for the plan and freed with it.

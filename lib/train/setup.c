@@ -144,6 +144,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_grid *g = t->grid;
     desc.tp_size = g->model_size, desc.tp_rank = g->model_rank;
     desc.pp_size = g->pipe_size, desc.pp_rank = g->pipe_rank;
+    neox_train_setup_checkpoints(t, &desc);
     int *bounds = neox_calloc((size_t)g->pipe_size + 1, sizeof *bounds);
     int rc = neox_model_pipe_partition(&desc, g->pipe_size, neox_config_str(cfg, pipe_partition_method), bounds, err);
     desc.layer_begin = bounds[g->pipe_rank], desc.layer_end = bounds[g->pipe_rank + 1];
@@ -389,12 +390,14 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     if (t->offload) p->offloaded = state + (double)(t->state_end - t->state_begin) * 8;
     else p->optimizer = state;
     p->activations = (double)neox_model_activation_bytes(m);
+    p->offloaded += (double)neox_model_host_checkpoint_bytes(m);  // checkpoint_in_cpu's layer inputs
     // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
     // (unused by a model that only runs forward) and its activations.
     const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
     if (ref) {
         p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
         p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
+        p->offloaded += (double)neox_model_host_checkpoint_bytes(ref);
     }
     if (t->reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer);
     if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
@@ -405,7 +408,33 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     for (int i = 0; i < n; i++) p->comm += (double)counts[i] * 4;
 }
 
-// Each rank's planned memory by region, printed by rank 0.
+// The plan of every rank in exact bytes, as log_dir/memory_plan.json (rank 0, with log_dir set):
+// {"ranks": [{"parameters": B, ..., "offloaded": B}, ...]}, regions named as the start-up line names them.
+static int write_memory_plan(const neox_trainer *t, const double *all, int n, neox_error *err) {
+    static const char *names[] = {"parameters", "16-bit copies", "gradients", "optimizer", "activations",
+                                  "communication", "offloaded"};
+    enum { REGIONS = sizeof(neox_memory_plan) / sizeof(double) };
+    _Static_assert(sizeof names / sizeof *names == REGIONS, "a name for every region");
+    const char *dir = neox_config_str(t->cfg, log_dir);
+    if (!t->rank0 || !dir) return 0;
+    json_t *ranks = json_array();
+    for (int r = 0; r < n; r++) {
+        json_t *rank = json_object();
+        for (int i = 0; i < REGIONS; i++) json_object_set_new(rank, names[i], json_integer((json_int_t)all[REGIONS * r + i]));
+        json_array_append_new(ranks, rank);
+    }
+    json_t *doc = json_pack("{s:o}", "ranks", ranks);
+    char *text = json_dumps(doc, JSON_INDENT(1));
+    char *path = neox_asprintf("%s/memory_plan.json", dir);
+    int rc = neox_mkdirs(dir, err) == 0 ? neox_atomic_write(path, text, strlen(text), err) : -1;
+    free(path);
+    free(text);
+    json_decref(doc);
+    return rc;
+}
+
+// Each rank's planned memory by region, printed by rank 0 and written to log_dir/memory_plan.json
+// (a failure to write it is a warning: the other ranks are past the point where they could stop).
 static void report_memory(const neox_trainer *t) {
     neox_memory_plan plan;
     neox_train_memory_plan(t, &plan);
@@ -430,6 +459,8 @@ static void report_memory(const neox_trainer *t) {
                   "%s + communication %s + offloaded %s", r, neox_format_bytes(total, b[REGIONS], sizeof b[REGIONS]),
                   b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
     }
+    neox_error err = {0};
+    if (write_memory_plan(t, all, n, &err) != 0) neox_warn("memory_plan.json: %s", err.message);
     free(all);
 }
 

@@ -19,7 +19,8 @@ FP16='"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12, "los
   "hysteresis": 2, "consecutive_hysteresis": false, "min_loss_scale": 1}'
 COMMS='"comms_logger": {"enabled": true, "verbose": false, "prof_all": false, "prof_ops": ["all_reduce"], "debug": false}'
 config neox neox 2 2 4 ", $FP16, $COMMS, \"split\": \"90,5,5\", \"tensorboard_dir\": \"$T/neox/tb\",
-  \"checkpoint_activations\": true, \"seed\": 5, \"eval_results_prefix\": \"$T/eval\",
+  \"checkpoint_activations\": true, \"activation_checkpointing\": {\"partition_activations\": false, \"cpu_checkpointing\": false},
+  \"seed\": 5, \"eval_results_prefix\": \"$T/eval\",
   \"sample_output_file\": \"$T/gen.jsonl\""
 check "train: fp16, comms_logger, split, tensorboard" "$TRAIN" "$T/neox.yml"
 config resume neox 2 2 6 ", \"load\": \"$T/neox/ckpt\", \"no_load_optim\": false, \"finetune\": false,
