@@ -348,7 +348,8 @@ static double peak_flops(const neox_trainer *t) {
 static int setup_metrics(neox_trainer *t, neox_error *err) {
     const neox_model_desc *d = &t->model->desc;
     neox_flops_model fm = {d->num_layers, d->hidden_size, d->vocab_size, t->seq_length, t->train_batch_size,
-                           d->checkpoint_activations};
+                           d->checkpoint_activations, 0, d->moe_top_k, d->moe_experts, d->moe_ffn_size};
+    for (int l = 0; l < d->num_layers; l++) fm.moe_layers += neox_model_moe_layer(d, l);
     neox_metrics_options mo = {
         .rank = t->grid->world_rank,
         .world_size = t->grid->world_size,
@@ -383,18 +384,21 @@ static void setup_checkpoint_schedule(neox_trainer *t) {
     }
 }
 
-// Parameters of the whole model: each rank's own, replicated ones and the tied copy counted once.
+// Parameters of the whole model: each rank's own, replicated ones and the tied copy counted once;
+// under expert parallelism the experts from every rank of the first expert group.
 static double total_params(const neox_trainer *t) {
-    double n = 0;
+    double n[2] = {0, 0};  // the rest, the experts
     for (int i = 0; i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
-        if (!p->tied_copy && (p->split != NEOX_SPLIT_NONE || t->grid->model_rank == 0)) n += (double)p->numel;
+        if (!p->tied_copy && (p->split != NEOX_SPLIT_NONE || t->grid->model_rank == 0))
+            n[i >= t->model->dense_params] += (double)p->numel;
     }
     if (t->grid->world_size > 1) {
-        if (t->grid->data_rank != 0) n = 0;
-        neox_allreduce_sum(&t->grid->world, &n, 1, NEOX_F64);
+        if (t->grid->data_rank != 0) n[0] = 0;
+        if (t->ep_size > 1 ? t->grid->expert_data.rank != 0 : t->grid->data_rank != 0) n[1] = 0;
+        neox_allreduce_sum(&t->grid->world, n, 2, NEOX_F64);
     }
-    return n;
+    return n[0] + n[1];
 }
 
 void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
