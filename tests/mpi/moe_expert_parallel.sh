@@ -4,8 +4,9 @@
 # over expert groups of data-parallel ranks: dp2/EP2, dp4/EP2 and dp4/EP4, ZeRO-1 too, top-1 and
 # top-2. Every rank routes its own micro-batch, so the routing is one rank's; losses, evaluations
 # and the final parameters (resharded to one shard, read with h5dump) must follow one rank within
-# 1e-5. A checkpoint moves EP2 -> one rank -> EP4 on the straight run's trajectory, and the
-# combinations expert parallelism does not cover are refused naming both keys.
+# 1e-5, and so do the logged parameter norms. A checkpoint moves EP2 -> one rank -> EP4 on the
+# straight run's trajectory, and the combinations expert parallelism does not cover are refused
+# naming both keys.
 source tests/lib.sh
 
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
@@ -80,6 +81,14 @@ check "checkpoint hop: one rank resumes for steps 5-8" "$TRAIN" -q "$T/hop-b.yml
 check "checkpoint hop: dp4/EP4 resumes for steps 9-12" "$MPIEXEC" -n 4 "$TRAIN" -q "$T/hop-c.yml"
 check "checkpoint hop: every part continues the straight run (within 1e-5)" \
     "$PY" tests/mpi/layouts_check.py segments "$T/sinkhorn-k2" "$T/hop-a" "$T/hop-b" "$T/hop-c"
+
+# log_param_norm counts each expert once, from the ranks that hold it: dp4/EP2's norms are one rank's.
+config norm-one 4 sinkhorn 1 2 ', "log_param_norm": true'
+config norm-ep 1 sinkhorn 1 2 ', "log_param_norm": true, "moe_expert_parallel_size": 2'
+check "log_param_norm: one rank" "$TRAIN" -q "$T/norm-one.yml"
+check "log_param_norm: dp4/EP2" "$MPIEXEC" -n 4 "$TRAIN" -q "$T/norm-ep.yml"
+check "log_param_norm: dp4/EP2's per-tensor and total norms equal one rank's (within 1e-5)" \
+    "$PY" tests/mpi/zero3_check.py norms "$T/norm-one" "$T/norm-ep"
 
 # Refusals: each names moe_expert_parallel_size and the key it cannot go with.
 refuse() {  # refuse NAME RANKS PATTERN EXTRA [SED]: SED edits the config's own keys
