@@ -82,6 +82,13 @@ check "checkpoint hop: dp4/EP4 resumes for steps 9-12" "$MPIEXEC" -n 4 "$TRAIN" 
 check "checkpoint hop: every part continues the straight run (within 1e-5)" \
     "$PY" tests/mpi/layouts_check.py segments "$T/sinkhorn-k2" "$T/hop-a" "$T/hop-b" "$T/hop-c"
 
+# The overlapped reduction (buckets started during backward, the experts' in their own reducer).
+ZO='"zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_bucket_size": 2000}'
+config overlap 1 sinkhorn 1 2 ", \"moe_expert_parallel_size\": 2, $ZO"
+check "dp4/EP2 with overlap_comm and small buckets" "$MPIEXEC" -n 4 "$TRAIN" -q "$T/overlap.yml"
+check "dp4/EP2 with overlap_comm follows one rank (losses, evaluations within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py same_losses "$T/sinkhorn-k2" "$T/overlap"
+
 # log_param_norm counts each expert once, from the ranks that hold it: dp4/EP2's norms are one rank's.
 config norm-one 4 sinkhorn 1 2 ', "log_param_norm": true'
 config norm-ep 1 sinkhorn 1 2 ', "log_param_norm": true, "moe_expert_parallel_size": 2'
