@@ -347,7 +347,8 @@ typedef enum neox_key_id {
     NEOX_K_eval_data_dir = 338,
     NEOX_K_eval_task_limit = 339,
     NEOX_K_pinned_padded_vocab_size = 340,
-    NEOX_K_COUNT = 341
+    NEOX_K_moe_expert_parallel_size = 341,
+    NEOX_K_COUNT = 342
 } neox_key_id;
 
 // Sub-keys: the dotted path with '.' as '__' (optimizer.params.lr is NEOX_SK_optimizer__params__lr).

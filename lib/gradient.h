@@ -45,6 +45,9 @@ typedef struct neox_grad_reducer_options {
     // buckets in flight (and moves hierarchical chains on) while backward computes, besides
     // backward's own polls between operations; 0: no thread. Needs MPI_THREAD_MULTIPLE.
     double progress_interval;
+    // The mean divides the sum by this many ranks (0: the group's size). Expert parallelism's
+    // experts are reduced over the ranks holding them but averaged over the whole data group.
+    int mean_over;
 } neox_grad_reducer_options;
 
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,

@@ -90,6 +90,9 @@ typedef struct neox_model_desc {
     int tp_size, tp_rank;         // tensor parallel
     int pp_size, pp_rank;         // pipeline stage
     int layer_begin, layer_end;   // the stage's transformer layers [begin, end)
+    // Expert parallelism: experts are shared out over ep_size ranks (0 or 1: every rank holds every
+    // expert); rank ep_rank holds experts [ep_rank, ep_rank + 1) x moe_experts / ep_size.
+    int ep_size, ep_rank;
 } neox_model_desc;
 
 // Fills desc from a loaded GPT-NeoX config (GPT-NeoX's semantics for the MLP width, rotary dims,
@@ -121,6 +124,13 @@ static inline int neox_qk_norm_group(const neox_model_desc *d, int local_heads) 
 // Whether layer l's MLP is a Mixture of Experts.
 static inline int neox_model_moe_layer(const neox_model_desc *d, int l) {
     return d->moe_experts > 1 && l % d->moe_interval == 0;
+}
+// Experts each rank holds, and whether global expert e is one of this rank's.
+static inline int neox_model_local_experts(const neox_model_desc *d) {
+    return d->ep_size > 1 ? d->moe_experts / d->ep_size : d->moe_experts;
+}
+static inline int neox_model_expert_local(const neox_model_desc *d, int e) {
+    return d->ep_size <= 1 || e / neox_model_local_experts(d) == d->ep_rank;
 }
 static inline int neox_model_first_stage(const neox_model_desc *d) { return d->pp_rank == 0; }
 static inline int neox_model_last_stage(const neox_model_desc *d) { return d->pp_rank == d->pp_size - 1; }
@@ -184,6 +194,23 @@ typedef void (*neox_grads_ready_fn)(void *ctx, int begin, int end);
 // first layer), layer l as NEOX_UNIT_LAYER(l), and the head (final norm and output layer) as
 // neox_model_unit_head(desc); with tied weights on one stage the head also uses the embedding.
 // While the hook is installed the 16-bit weight copy is its owner's to keep (neox_model_refresh_range).
+// Expert parallelism's all-to-all bookkeeping (lib/model/moe_exchange.c), for one MoE layer and
+// micro-batch on one rank of an expert group of `ranks` ranks holding `local` experts each.
+typedef struct neox_moe_exchange {
+    int ranks, local, cap;         // cap: the most rows the buffers behind to_expert hold
+    int *send_count, *send_displ;  // (ranks) rows to each rank out of the expert-sorted rows
+    int *recv_count, *recv_displ;  // (ranks) rows from each rank, received source-major
+    int *from;                     // (ranks, local) rows from rank s for local expert e
+    int *local_count;              // (local) rows of each local expert, every source together
+    int *to_expert, *to_source;    // (received) expert-major row i is source-major row to_expert[i]; inverse
+    int received;
+} neox_moe_exchange;
+neox_moe_exchange *neox_moe_exchange_new(int ranks, int local, int cap);
+void neox_moe_exchange_free(neox_moe_exchange *x);
+// count: this rank's rows per global expert (ranks x local); from: what every rank of the group
+// sends this one (exchanged first). Fails when more than cap rows would arrive.
+int neox_moe_exchange_plan(neox_moe_exchange *x, const int *count, const int *from, neox_error *err);
+
 typedef void (*neox_weights_use_fn)(void *ctx, int unit, int use);
 enum { NEOX_UNIT_EMBED = 0 };
 #define NEOX_UNIT_LAYER(l) (1 + (l))
@@ -203,6 +230,9 @@ struct neox_model {
     // Layer l's parameters are params[layer_first_param[l] .. layer_first_param[l + 1]) (empty
     // off this stage); before the first are the embeddings, from [num_layers] on the head.
     int *layer_first_param;
+    // Parameters from dense_params on are this rank's experts under expert parallelism (after
+    // everything else: neox_model_desc's ep_size); dense_params = nparams otherwise.
+    int dense_params;
     size_t num_floats;       // total parameter count
     float *param_buf, *grad_buf;
     neox_model_weights w, g; // views into param_buf and grad_buf
@@ -230,6 +260,7 @@ struct neox_model {
     float loss;              // of the last forward with targets (on the last pipe stage)
     // Set by the caller: the tensor-parallel group (NULL on one rank), and the hook backward calls.
     neox_comm *tp;
+    neox_comm *ep;  // the expert-parallel group (desc.ep_size ranks), NULL without expert parallelism
     neox_grads_ready_fn grads_ready;
     void *grads_ready_ctx;
     neox_weights_use_fn weights_use;

@@ -74,6 +74,10 @@ typedef struct neox_grid {
     // Hierarchical data-parallel all-reduce (hierarchical.c): the data group's ranks on this node
     // and the nodes' leaders; size 0 when the data group is on one node or one rank per node.
     neox_comm data_intra, data_inter;
+    // Expert parallelism (neox_grid_make_expert): `expert`, the expert_size consecutive data ranks
+    // that share out the experts, and `expert_data`, the data ranks holding the same experts (one
+    // per expert group); size 0 until made.
+    neox_comm expert, expert_data;
 } neox_grid;
 
 // Initialises MPI (asking for thread level MULTIPLE), tags log messages with the rank and makes
@@ -115,6 +119,9 @@ int neox_grid_local_rank(const neox_grid *g);
 // device takes one rank only. Collective over the world.
 typedef struct neox_backend neox_backend;
 const neox_backend *neox_backend_for_rank(const char *choice, const neox_grid *grid, neox_error *err);
+// Splits the data group into expert groups of expert_size consecutive data ranks (which must divide
+// the data-parallel size) and the expert-data groups across them. Collective over the data group.
+int neox_grid_make_expert(neox_grid *g, int expert_size, neox_error *err);
 // World rank of the process at (pipe, data, model) in a grid of these sizes.
 int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_rank, int model_rank);
 
@@ -173,6 +180,15 @@ void neox_reduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int r
 // every rank q at block q (payload counted: the whole send buffer).
 void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt);
 
+// Host buffers only: rank r sends send_counts[q] elements from send + send_displs[q] to each rank
+// q and receives recv_counts[q] at recv + recv_displs[q] (element units; the counts must agree
+// pairwise, so exchange them first). Payload counted: the elements sent; sent: those leaving the rank.
+void neox_alltoallv(neox_comm *c, const void *send, const int *send_counts, const int *send_displs, void *recv,
+                    const int *recv_counts, const int *recv_displs, neox_dtype dt);
+// A subgroup of parent: the ranks passing the same color, ordered by key; out is named `name`.
+// Collective over parent. Free with neox_comm_free.
+void neox_comm_split(const neox_comm *parent, int color, int key, const char *name, neox_comm *out);
+void neox_comm_free(neox_comm *c);
 // ---- non-blocking -----------------------------------------------------------------------------
 typedef struct neox_request {
     MPI_Request mpi;

@@ -63,6 +63,9 @@ OWN_KEYS = [
     # The padded vocabulary in rows, the same under every model_parallel_size (GPT-NeoX's padding,
     # make_vocab_size_divisible_by x model_parallel_size, changes with it).
     ("neox.c", "pinned_padded_vocab_size", "INT", None, None, 0, 1, float("inf")),
+    # Expert parallelism: each group of this many consecutive data-parallel ranks shares out the
+    # experts of every MoE layer, tokens travelling to them by all-to-all (docs/parallel.md).
+    ("neox.c", "moe_expert_parallel_size", "INT", "1", None, 0, 1, 4096),
 ]
 
 # Values GPT-NeoX computes itself; a file may not set them (derive.c computes them).

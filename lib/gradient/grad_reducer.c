@@ -274,7 +274,7 @@ static double start_bucket(neox_grad_reducer *r, bucket *b) {
 static void land(neox_grad_reducer *r, const bucket *b, size_t to, size_t from, size_t count) {
     if (b->wire != NEOX_F32) from_wire(r, b, to, from, count);
     else if (to != from) memmove(r->grads + to, r->grads + from, count * sizeof(float));  // host only: device parts are home
-    scale(r, r->grads + to, count, (float)(r->opt.predivide_factor / r->data->size));
+    scale(r, r->grads + to, count, (float)(r->opt.predivide_factor / (r->opt.mean_over > 0 ? r->opt.mean_over : r->data->size)));
 }
 
 // This rank's part of a reduced bucket becomes fp32 mean gradients: where the reduce-scatter left

@@ -147,6 +147,10 @@ static void layer_backward(neox_model *m, int l) {
     if (neox_model_moe_layer(d, l)) {  // no dropout on its output
         neox_model_moe_backward(m, l, &la->moe, la->ln2, a->dx, dln2, a->dbranch);
         grads_ready(m, group[GROUP_FC], group[GROUP_END]);
+        if (d->ep_size > 1) {  // this rank's experts, laid out after the dense parameters
+            int first = param_at(m, g->experts_w);
+            grads_ready(m, first, first + 2 * neox_model_local_experts(d));
+        }
     } else {
         mlp_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_MLP_OUT), dln2);
     }
@@ -182,11 +186,11 @@ static void head_backward(neox_model *m, float loss_scale) {
     // one stage the output layer is the embedding, which is final only after the embedding's
     // backward.
     int head = m->layer_first_param[d->num_layers], out = param_at(m, m->g.lm_head);
-    if (out < head) out = m->nparams;
+    if (out < head) out = m->dense_params;
     if (d->value_head) {
         // The values' gradient was set by neox_model_set_value_grads.
         m->be->scale(a->logits, (size_t)N, loss_scale);
-        linear_backward(m, out, m->nparams, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, OC);
+        linear_backward(m, out, m->dense_params, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, OC);
     } else {
         // Chunk by chunk of head_rows rows (one chunk when the plan holds every row's logits, which
         // are then still there from forward): dlogits in place, then the chunk's share of the
@@ -203,7 +207,7 @@ static void head_backward(neox_model *m, float loss_scale) {
                 neox_model_linear_backward_input(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC);
                 poll(m);
             } else {  // the last chunk finishes the output layer's gradient
-                linear_backward(m, out, m->nparams, a->dln + (size_t)r0 * C, m->g.lm_head, NULL, a->logits, lnf,
+                linear_backward(m, out, m->dense_params, a->dln + (size_t)r0 * C, m->g.lm_head, NULL, a->logits, lnf,
                                 m->w.lm_head, rows, C, OC);
             }
         }

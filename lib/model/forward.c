@@ -23,19 +23,28 @@ static float *take(float **cursor, size_t n) {
 typedef struct plan_sizes {
     size_t N, C, L, HS, NH, NKV, W, F, FC;
     size_t NK, E, Fe;  // Mixture of Experts: token slots, experts, expert width (0 without)
+    size_t NR;         // rows this rank's experts can receive: NK, or under expert parallelism the worst case
 } plan_sizes;
+
+// Expert parallelism plans for the worst case: every token of the expert group sent to this rank's
+// experts (min(top_k, local experts) slots each), so no exchange can outgrow the buffers.
+static size_t moe_received_rows(const neox_model_desc *d, size_t N) {
+    int K = d->moe_top_k, L = neox_model_local_experts(d);
+    return d->ep_size > 1 ? (size_t)d->ep_size * N * (size_t)(K < L ? K : L) : N * (size_t)K;
+}
 
 static plan_sizes sizes_of(const neox_model *m) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     plan_sizes z = {(size_t)m->B * m->T, (size_t)d->hidden_size, (size_t)s.L, (size_t)d->head_size, (size_t)s.NH,
-                    (size_t)s.NKV, 0, (size_t)s.F, 0, 0, 0, 0};
+                    (size_t)s.NKV, 0, (size_t)s.F, 0, 0, 0, 0, 0};
     z.W = (z.NH + 2 * z.NKV) * z.HS;
     z.FC = neox_activation_gated(d->activation) ? 2 * z.F : z.F;
     if (neox_model_has_moe(d)) {
         z.NK = z.N * (size_t)d->moe_top_k;
         z.E = (size_t)d->moe_experts;
         z.Fe = (size_t)d->moe_ffn_size;
+        z.NR = moe_received_rows(d, z.N);
     }
     return z;
 }
@@ -79,9 +88,9 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
         la->act = take(cur, N * F);
         if (d->checkpoint_activations ? neox_model_has_moe(d) : neox_model_moe_layer(d, d->layer_begin + (int)i)) {
             la->moe.logits = take(cur, N * z.E);
-            la->moe.x = take(cur, z.NK * C);
-            la->moe.h = take(cur, z.NK * z.Fe);
-            la->moe.act = take(cur, z.NK * z.Fe);
+            la->moe.x = take(cur, z.NR * C);
+            la->moe.h = take(cur, z.NR * z.Fe);
+            la->moe.act = take(cur, z.NR * z.Fe);
             la->moe.y = take(cur, z.NK * C);
             la->moe.weight = take(cur, z.NK);
             la->moe.slot = (int *)take(cur, z.NK);
@@ -127,10 +136,11 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->dfc = take(cur, N * FC);
     a->dact = take(cur, N * F);
     if (z.NK) {
-        a->moe_dx = take(cur, z.NK * C);
-        a->moe_dh = take(cur, z.NK * z.Fe);
-        a->moe_dact = take(cur, z.NK * z.Fe);
-        a->moe_dy = take(cur, z.NK * C);
+        a->moe_dx = take(cur, z.NR * C);
+        a->moe_dh = take(cur, z.NR * z.Fe);
+        a->moe_dact = take(cur, z.NR * z.Fe);
+        a->moe_dy = take(cur, (z.NK > z.NR ? z.NK : z.NR) * C);
+        a->moe_swap = d->ep_size > 1 ? take(cur, z.NR * C) : NULL;
         a->moe_dweight = take(cur, z.NK);
         a->moe_dlogits = take(cur, N * z.E);
     }
@@ -202,8 +212,8 @@ void neox_model_plan_half(neox_model *m) {
     nout = nout > (size_t)m->head_rows * V ? nout : (size_t)m->head_rows * V;  // the head: one chunk's logits
     if (z.NK) {  // the experts' products over token slots, the router's over tokens
         size_t wide = z.C > z.Fe ? z.C : z.Fe;
-        nin = nin > z.NK * wide ? nin : z.NK * wide;
-        nout = nout > z.NK * wide ? nout : z.NK * wide;
+        nin = nin > z.NR * wide ? nin : z.NR * wide;
+        nout = nout > z.NR * wide ? nout : z.NR * wide;
         nout = nout > z.N * z.E ? nout : z.N * z.E;
     }
     m->half_in = m->be->alloc(nin * sizeof(uint16_t));
@@ -276,7 +286,9 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     int sets = d->checkpoint_activations ? 1 : L;
     for (int k = 0; k < nslots; k++) {
         for (int i = 0; i < sets; i++)
-            if (slots[k].layers[i].moe.logits) slots[k].layers[i].moe.route = neox_moe_route_new(d, B * T);
+            if (slots[k].layers[i].moe.logits)
+                slots[k].layers[i].moe.route =
+                    neox_moe_route_new(d, B * T, d->ep_size > 1 ? (int)moe_received_rows(d, (size_t)B * T) : 0);
         for (int i = sets; i < L; i++) slots[k].layers[i].moe.route = slots[k].layers[0].moe.route;
     }
     m->slots = slots;

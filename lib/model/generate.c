@@ -95,7 +95,7 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
         g->moe = (neox_moe_bufs){.logits = zeros(be, T * d->moe_experts), .x = zeros(be, NK * C),
                                  .h = zeros(be, NK * Fe), .act = zeros(be, NK * Fe), .y = zeros(be, NK * C),
                                  .weight = zeros(be, NK), .slot = (int *)zeros(be, NK), .perm = (int *)zeros(be, NK),
-                                 .route = neox_moe_route_new(d, (int)T)};  // no jitter: never training
+                                 .route = neox_moe_route_new(d, (int)T, 0)};  // no jitter: never training
     }
     g->ids = be->alloc(T * sizeof(int));
     return g;

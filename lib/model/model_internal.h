@@ -40,8 +40,10 @@ typedef struct neox_layer_acts {
     float *act;                        // (N, F)
     struct neox_moe_bufs {             // a Mixture-of-Experts layer's (logits NULL: none)
         // NK = N * top_k token slots, rows grouped by expert: the router's logits (N, E); the slots'
-        // inputs (NK, C), first projections (NK, Fe), activations (NK, Fe) and outputs (NK, C); each
-        // slot's weight and row (token-major) and each row's token; the routing on the host.
+        // inputs (NR, C), first projections (NR, Fe), activations (NR, Fe) and outputs (NK, C); each
+        // slot's weight and row (token-major) and each row's token; the routing on the host. NR = NK,
+        // or under expert parallelism the most rows this rank's experts can receive (the inputs,
+        // projections and activations are then the received rows).
         float *logits, *x, *h, *act, *y, *weight;
         float *jx;                     // (N, C) the router's jittered input (moe_jitter_eps), else NULL
         int *slot, *perm;
@@ -58,6 +60,8 @@ typedef struct neox_moe_route {
     float *weight, *dweight;           // (NK)
     float *scores, *dlogits;           // (N, E): sigmoid or softmax of the logits (logits on arrival)
     double *balanced;                  // (N, E) Sinkhorn's scratch
+    neox_moe_exchange *x;              // expert parallelism: the all-to-all's plan; NULL without
+    int *from;                         // (E) its count exchange's receive buffer
 } neox_moe_route;
 
 // One slot: what a micro-batch keeps from its forward to its backward, plus pointers to the
@@ -85,7 +89,8 @@ typedef struct neox_acts {
     double *ce_loss;                   // (2) the masked sum of the rows' losses, the sum of the mask
     float *dx, *dln, *dbranch;         // (N, C), (2, N, C): dln1 then dln2, adjacent for one reduction
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
-    float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NK, C), (NK, Fe) x 2, (NK, C), (NK), (N, E)
+    float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NR, C), (NR, Fe) x 2, (max(NK, NR), C), (NK), (N, E)
+    float *moe_swap;                   // (NR, C) expert parallelism's exchange buffer, else NULL
 } neox_acts;
 
 // Dropout streams: one per (run's dropout seed, global layer, site), indexed by global coordinates
@@ -131,7 +136,9 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
                             int training, int fp32);
 void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, const float *dy,
                              float *dln2, float *scratch);
-neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N);
+// exchange_rows > 0 (expert parallelism): the route exchanges rows with the expert group, whose
+// buffers hold that many received rows.
+neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N, int exchange_rows);
 void neox_moe_route_free(neox_moe_route *r);
 
 // The output layer's logits of rows [r0, r0 + rows) (rows <= head_rows) into the slot's logits buffer.

@@ -14,6 +14,7 @@
 
 #include "kernels/backend.h"
 #include "model_internal.h"
+#include "parallel.h"
 
 int neox_model_has_moe(const neox_model_desc *d) {
     for (int l = d->layer_begin; l < d->layer_end; l++)
@@ -21,7 +22,7 @@ int neox_model_has_moe(const neox_model_desc *d) {
     return 0;
 }
 
-neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N) {
+neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N, int exchange_rows) {
     size_t NK = (size_t)N * d->moe_top_k, NE = (size_t)N * d->moe_experts;
     neox_moe_route *r = neox_calloc(1, sizeof *r);
     r->expert = neox_malloc(NK * sizeof(int));
@@ -33,6 +34,10 @@ neox_moe_route *neox_moe_route_new(const neox_model_desc *d, int N) {
     r->scores = neox_malloc(NE * sizeof(float));
     r->dlogits = neox_malloc(NE * sizeof(float));
     r->balanced = neox_malloc(NE * sizeof(double));
+    if (exchange_rows > 0) {
+        r->x = neox_moe_exchange_new(d->ep_size, neox_model_local_experts(d), exchange_rows);
+        r->from = neox_malloc((size_t)d->moe_experts * sizeof(int));
+    }
     return r;
 }
 
@@ -40,6 +45,8 @@ void neox_moe_route_free(neox_moe_route *r) {
     if (!r) return;
     void *all[] = {r->expert, r->slot, r->perm, r->count, r->weight, r->dweight, r->scores, r->dlogits, r->balanced};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    neox_moe_exchange_free(r->x);
+    free(r->from);
     free(r);
 }
 
@@ -148,27 +155,74 @@ static const float *router_input(neox_model *m, int l, const neox_moe_bufs *b, c
     return b->jx;
 }
 
+// ---- expert parallelism: the all-to-all (moe_exchange.c plans it) ----------------------------
+// Every rank first learns how many rows of each of its experts every rank of the expert group
+// will send (one all-to-all of counts), then the rows travel.
+static void plan_exchange(neox_model *m, neox_moe_route *r) {
+    const neox_model_desc *d = &m->desc;
+    neox_alltoall(m->ep, r->count, r->from, (size_t)neox_model_local_experts(d), NEOX_I32);
+    neox_error err = {0};
+    if (neox_moe_exchange_plan(r->x, r->count, r->from, &err) != 0) neox_die_error(&err);
+}
+
+// Rows of C floats: out (forward) from the expert-sorted `send` to their experts' ranks, received
+// source-major; back, the reverse, into the expert-sorted order they left in.
+static void exchange_rows(neox_model *m, const neox_moe_exchange *x, const float *send, float *recv, int C, int back) {
+    int P = x->ranks, *c = neox_malloc(4 * (size_t)P * sizeof(int)), *sd = c + P, *rc = c + 2 * P, *rd = c + 3 * P;
+    const int *rows_out = back ? x->recv_count : x->send_count, *at_out = back ? x->recv_displ : x->send_displ;
+    const int *rows_in = back ? x->send_count : x->recv_count, *at_in = back ? x->send_displ : x->recv_displ;
+    for (int q = 0; q < P; q++) {
+        if ((int64_t)(at_out[q] + rows_out[q]) * C > INT32_MAX || (int64_t)(at_in[q] + rows_in[q]) * C > INT32_MAX)
+            neox_die(NEOX_EXIT_FAILURE, "MoE exchange: more than 2^31 elements in one all-to-all");
+        c[q] = rows_out[q] * C, sd[q] = at_out[q] * C, rc[q] = rows_in[q] * C, rd[q] = at_in[q] * C;
+    }
+    neox_alltoallv(m->ep, send, c, sd, recv, rc, rd, NEOX_F32);
+    free(c);
+}
+
+// The experts' products over rows grouped by local expert (rows[e] of local expert e in turn):
+// h = x w1^T, act = act(h), y = act w2^T.
+static void run_experts(neox_model *m, int fp32, const float *experts, const int *rows, int total, const float *x,
+                        float *h, float *act, float *y) {
+    const neox_model_desc *d = &m->desc;
+    int C = d->hidden_size, Fe = d->moe_ffn_size, L = neox_model_local_experts(d);
+    for (int e = 0, at = 0; e < L; at += rows[e++])
+        if (rows[e]) linear(m, fp32, h + (size_t)at * Fe, x + (size_t)at * C, w1_of(experts, d, e), rows[e], C, Fe);
+    m->be->activation_forward(act, h, (size_t)total * Fe, neox_activation_function(d->activation));
+    for (int e = 0, at = 0; e < L; at += rows[e++])
+        if (rows[e])
+            linear(m, fp32, y + (size_t)at * C, act + (size_t)at * Fe, w1_of(experts, d, e) + (size_t)Fe * C, rows[e], Fe, C);
+}
+
+// Under expert parallelism (the route has an exchange) b->x, h and act hold the rows this rank's
+// experts received, expert-major; b->y the outputs of this rank's own token slots, back home.
 void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const float *inp, float *out, int N,
                             int training, int fp32) {
     const neox_model_desc *d = &m->desc;
     const neox_backend *be = m->be;
     const neox_layer_params *p = &m->w.layers[l];
     neox_moe_route *r = b->route;
-    int C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
+    int C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, NK = N * K;
     linear(m, fp32, b->logits, router_input(m, l, b, inp, N, training), p->router_w, N, C, E);
     be->to_host(r->scores, b->logits, (size_t)N * E * sizeof(float));
     route(r, d, N, training);
     be->to_device(b->perm, r->perm, (size_t)NK * sizeof(int));
     be->to_device(b->slot, r->slot, (size_t)NK * sizeof(int));
     be->to_device(b->weight, r->weight, (size_t)NK * sizeof(float));
-    be->gather_rows(b->x, inp, b->perm, NK, C);
-    for (int e = 0, at = 0; e < E; at += r->count[e++])
-        if (r->count[e]) linear(m, fp32, b->h + (size_t)at * Fe, b->x + (size_t)at * C, w1_of(p->experts_w, d, e), r->count[e], C, Fe);
-    be->activation_forward(b->act, b->h, (size_t)NK * Fe, neox_activation_function(d->activation));
-    for (int e = 0, at = 0; e < E; at += r->count[e++])
-        if (r->count[e])
-            linear(m, fp32, b->y + (size_t)at * C, b->act + (size_t)at * Fe, w1_of(p->experts_w, d, e) + (size_t)Fe * C,
-                   r->count[e], Fe, C);
+    if (!r->x) {
+        be->gather_rows(b->x, inp, b->perm, NK, C);
+        run_experts(m, fp32, p->experts_w, r->count, NK, b->x, b->h, b->act, b->y);
+    } else {  // (host memory: expert parallelism runs on the CPU backend, so the plan's rows are read in place)
+        neox_acts *a = m->acts;
+        neox_moe_exchange *x = r->x;
+        be->gather_rows(a->moe_dy, inp, b->perm, NK, C);
+        plan_exchange(m, r);
+        exchange_rows(m, x, a->moe_dy, a->moe_swap, C, 0);
+        be->gather_rows(b->x, a->moe_swap, x->to_expert, x->received, C);
+        run_experts(m, fp32, p->experts_w, x->local_count, x->received, b->x, b->h, b->act, a->moe_dx);
+        be->gather_rows(a->moe_swap, a->moe_dx, x->to_source, x->received, C);
+        exchange_rows(m, x, a->moe_swap, b->y, C, 1);
+    }
     be->moe_combine(out, b->y, b->slot, b->weight, N, K, C);
 }
 
@@ -204,25 +258,37 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     neox_layer_params *g = &m->g.layers[l];
     neox_acts *a = m->acts;
     neox_moe_route *r = b->route;
+    neox_moe_exchange *x = r->x;
     int N = m->B * m->T, C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
+    int L = neox_model_local_experts(d), total = x ? x->received : NK;
+    const int *rows = x ? x->local_count : r->count;
     be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C);
-    for (int e = 0, at = 0; e < E; at += r->count[e++]) {
-        if (!r->count[e]) continue;
+    if (x) {  // the output gradients travel to the experts as the rows did
+        exchange_rows(m, x, a->moe_dy, a->moe_swap, C, 0);
+        be->gather_rows(a->moe_dy, a->moe_swap, x->to_expert, x->received, C);
+    }
+    for (int e = 0, at = 0; e < L; at += rows[e++]) {
+        if (!rows[e]) continue;
         const float *w2 = w1_of(p->experts_w, d, e) + (size_t)Fe * C;
         float *dw2 = w1_of(g->experts_w, d, e) + (size_t)Fe * C;
         const float *dye = a->moe_dy + (size_t)at * C;
-        neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, r->count[e], Fe, C);
-        neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, r->count[e], Fe, C);
+        neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, rows[e], Fe, C);
+        neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, rows[e], Fe, C);
     }
-    be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)NK * Fe, neox_activation_function(d->activation));
-    for (int e = 0, at = 0; e < E; at += r->count[e++]) {
-        if (!r->count[e]) continue;
+    be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)total * Fe, neox_activation_function(d->activation));
+    for (int e = 0, at = 0; e < L; at += rows[e++]) {
+        if (!rows[e]) continue;
         const float *dh = a->moe_dh + (size_t)at * Fe;
-        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, b->x + (size_t)at * C,
-                                           r->count[e], C, Fe);
-        neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), r->count[e], C, Fe);
+        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, b->x + (size_t)at * C, rows[e], C, Fe);
+        neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), rows[e], C, Fe);
     }
-    be->moe_combine(dln2, a->moe_dx, b->slot, NULL, N, K, C);
+    const float *dx = a->moe_dx;
+    if (x) {  // the input gradients go back to the ranks the rows came from
+        be->gather_rows(a->moe_swap, a->moe_dx, x->to_source, x->received, C);
+        exchange_rows(m, x, a->moe_swap, a->moe_dy, C, 1);
+        dx = a->moe_dy;
+    }
+    be->moe_combine(dln2, dx, b->slot, NULL, N, K, C);
     be->to_host(r->dweight, a->moe_dweight, (size_t)NK * sizeof(float));
     router_logit_grads(r, d, N);
     be->to_device(a->moe_dlogits, r->dlogits, (size_t)N * E * sizeof(float));

@@ -52,6 +52,9 @@ static int check_moe(const neox_model_desc *d, neox_error *err) {
     if (neox_activation_gated(d->activation))
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with activation %s: GPT-NeoX's experts "
                          "(ParallelGroupedMLP) take an ungated activation", neox_activation_name(d->activation));
+    if (d->ep_size > 1 && (d->moe_experts % d->ep_size != 0 || d->ep_rank < 0 || d->ep_rank >= d->ep_size))
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_expert_parallel_size %d must divide moe_num_experts %d", d->ep_size,
+                         d->moe_experts);
     if (d->parallel_residual)
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with gpt_j_residual: GPT-NeoX's parallel layer drops "
                          "the attention output when its MLP is a MoE; use gpt_j_residual: false");
@@ -100,6 +103,7 @@ typedef struct layout_ctx {
     int cap;
     int index;    // the next tensor's position in the whole model
     int present;  // the tensors being added live on this stage
+    int *expert_index;  // expert parallelism: each layer's first expert tensor's index (laid out last)
 } layout_ctx;
 
 // Appends one tensor (when present) and returns its offset + 1, or 0 when this rank does not hold it.
@@ -153,16 +157,30 @@ static void layout_qk_norm(layout_ctx *c, neox_layer_params *v, const char *pre,
 // block_sparse_moe (gate, experts.E.w1 and w2; GPT-NeoX's experts have no w3). Each expert's w1 and
 // w2 are adjacent, expert after expert.
 // Under tensor parallelism the router and experts are replicated (each rank routes and computes every
-// token of the whole, replicated, MLP input: no reduction).
-static void layout_moe(layout_ctx *c, neox_layer_params *v, const char *pre, int l) {
+// token of the whole, replicated, MLP input: no reduction). Under expert parallelism a rank holds
+// only its own experts, laid out after every other tensor (lay_out), so that the rest of the buffer
+// is the same on every data-parallel rank and the experts' part on every rank holding them.
+static void layout_experts(layout_ctx *c, neox_layer_params *v, const char *pre, int l) {
     const neox_model_desc *d = &c->m->desc;
-    int C = d->hidden_size, Fe = d->moe_ffn_size;
-    v->router_w = OFF(add_param(c, 0, NONE, d->moe_experts, C, "%s.%d.block_sparse_moe.gate.weight", pre, l));
+    int C = d->hidden_size, Fe = d->moe_ffn_size, present = c->present, first = 1;
     for (int e = 0; e < d->moe_experts; e++) {
+        c->present = present && neox_model_expert_local(d, e);
         size_t w1 = add_param(c, 0, NONE, Fe, C, "%s.%d.block_sparse_moe.experts.%d.w1.weight", pre, l, e);
         add_param(c, 0, NONE, C, Fe, "%s.%d.block_sparse_moe.experts.%d.w2.weight", pre, l, e);
-        if (e == 0) v->experts_w = OFF(w1);
+        if (w1 && first) v->experts_w = OFF(w1), first = 0;
     }
+    c->present = present;
+}
+
+static void layout_moe(layout_ctx *c, neox_layer_params *v, const char *pre, int l) {
+    const neox_model_desc *d = &c->m->desc;
+    v->router_w = OFF(add_param(c, 0, NONE, d->moe_experts, d->hidden_size, "%s.%d.block_sparse_moe.gate.weight", pre, l));
+    if (d->ep_size <= 1) {
+        layout_experts(c, v, pre, l);
+        return;
+    }
+    if (c->expert_index) c->expert_index[l] = c->index;  // laid out later, with these indices
+    c->index += 2 * d->moe_experts;
 }
 
 // One layer: column-parallel QKV and first MLP projection (cut by rows: whole heads, MLP rows),
@@ -253,6 +271,7 @@ static void lay_out(neox_model *m, neox_model_weights *layout) {
     int C = d.hidden_size, neox = d.naming == NEOX_NAMES_GPT_NEOX;
     int first = neox_model_first_stage(&d), last = neox_model_last_stage(&d);
     layout_ctx c = {.m = m, .present = first};
+    c.expert_index = d.ep_size > 1 ? neox_calloc((size_t)d.num_layers, sizeof(int)) : NULL;
     memset(layout, 0, sizeof *layout);
     layout->layers = neox_calloc(d.num_layers, sizeof *layout->layers);
     m->layer_first_param = neox_calloc((size_t)d.num_layers + 1, sizeof(int));
@@ -267,6 +286,7 @@ static void lay_out(neox_model *m, neox_model_weights *layout) {
     }
     m->layer_first_param[d.num_layers] = m->nparams;
     c.present = last;
+
     layout->lnf_w = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
     if (d.norm_bias)
         layout->lnf_b = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
@@ -282,6 +302,13 @@ static void lay_out(neox_model *m, neox_model_weights *layout) {
         layout->lm_head = OFF(add_param(&c, 0, ROWS, d.vocab_size, C, neox ? "gpt_neox.embed_in.weight" : "model.embed_tokens.weight"));
         m->params[m->nparams - 1].tied_copy = 1;
     }
+    m->dense_params = m->nparams;
+    for (int l = d.layer_begin; c.expert_index && l < d.layer_end; l++) {
+        if (!neox_model_moe_layer(&d, l)) continue;
+        c.index = c.expert_index[l], c.present = 1;
+        layout_experts(&c, &layout->layers[l], neox ? "gpt_neox.layers" : "model.layers", l);
+    }
+    free(c.expert_index);
 }
 
 #undef ROWS

@@ -217,6 +217,19 @@ void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_coun
     account(c, NEOX_COMM_ALLTOALL, block_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
+void neox_alltoallv(neox_comm *c, const void *send, const int *send_counts, const int *send_displs, void *recv,
+                    const int *recv_counts, const int *recv_displs, neox_dtype dt) {
+    double t0 = neox_now();
+    WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoallv, MPI_Ialltoallv, send, send_counts, send_displs, mpi_type(dt), recv,
+           recv_counts, recv_displs, mpi_type(dt), c->mpi);
+    size_t total = 0, away = 0;
+    for (int r = 0; r < c->size; r++) total += (size_t)send_counts[r], away += r == c->rank ? 0 : (size_t)send_counts[r];
+    total *= neox_dtype_size(dt), away *= neox_dtype_size(dt);
+    account(c, NEOX_COMM_ALLTOALL, total, neox_now() - t0);
+    // The counts say exactly what leaves this rank: that, not the even split's estimate, is sent.
+    c->stats.sent[NEOX_COMM_ALLTOALL] += (int64_t)away - (int64_t)(sent_bytes(c, NEOX_COMM_ALLTOALL, total) + 0.5);
+}
+
 // MPI_Recv, under the communication timeout when one is set.
 static void recv_waited(neox_comm *c, void *p, int n, MPI_Datatype type, int peer, int tag) {
     if (neox_comm_timeout() <= 0) {

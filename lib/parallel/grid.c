@@ -124,6 +124,19 @@ static void split(neox_comm *out, const char *name, int color, int key) {
     memset(&out->stats, 0, sizeof out->stats);
 }
 
+void neox_comm_split(const neox_comm *parent, int color, int key, const char *name, neox_comm *out) {
+    memset(out, 0, sizeof *out);
+    MPI_Comm_split(parent->mpi, color, key, &out->mpi);
+    MPI_Comm_rank(out->mpi, &out->rank);
+    MPI_Comm_size(out->mpi, &out->size);
+    snprintf(out->name, sizeof out->name, "%s", name);
+}
+
+void neox_comm_free(neox_comm *c) {
+    if (c->mpi != MPI_COMM_NULL && c->mpi != 0) MPI_Comm_free(&c->mpi);
+    c->mpi = MPI_COMM_NULL;
+}
+
 int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err) {
     memset(g, 0, sizeof *g);
     MPI_Comm_rank(MPI_COMM_WORLD, &g->world_rank);
@@ -158,9 +171,19 @@ int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err)
     return 0;
 }
 
+int neox_grid_make_expert(neox_grid *g, int expert_size, neox_error *err) {
+    if (expert_size < 1 || g->data_size % expert_size != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_expert_parallel_size %d must divide the data-parallel size %d",
+                         expert_size, g->data_size);
+    neox_comm_split(&g->data, g->data_rank / expert_size, g->data_rank, "expert", &g->expert);
+    neox_comm_split(&g->data, g->data_rank % expert_size, g->data_rank, "expert_data", &g->expert_data);
+    return 0;
+}
+
 void neox_grid_free(neox_grid *g) {
-    neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter};
-    for (int i = 0; i < 7; i++) {
+    neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter,
+                          &g->expert, &g->expert_data};
+    for (int i = 0; i < 9; i++) {
         neox_nccl_comm_free(comms[i]);
         if (comms[i]->mpi != MPI_COMM_NULL && comms[i]->mpi != 0) MPI_Comm_free(&comms[i]->mpi);
     }

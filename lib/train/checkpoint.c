@@ -128,7 +128,9 @@ static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *g
     for (int i = 0; i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
         size_t lo, hi;
-        if (!neox_overlap(p->offset, p->offset + p->numel, begin, end, &lo, &hi) || !writes(t, p)) continue;
+        if (!neox_overlap(p->offset, p->offset + p->numel, begin, end, &lo, &hi) || !writes(t, p) ||
+            !neox_train_ep_writes(t, i))
+            continue;
         char name[160];
         snprintf(name, sizeof name, "%s/%s", group, p->name);
         const float *data = buf + (lo - base);

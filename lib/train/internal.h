@@ -125,6 +125,10 @@ struct neox_trainer {
     int hierarchical;              // the reducer sums over data_intra, then data_inter
     neox_sparse_rows *sparse;      // sparse_gradients: the input embedding's row-sparse reduction
     int reducer_first;             // first parameter in the reducer's buckets (1 when sparse takes the embedding)
+    // Expert parallelism (expert_parallel.c): moe_expert_parallel_size, and the reducer of this
+    // rank's experts (the model's parameters from dense_params on) over the grid's expert_data group.
+    int ep_size;
+    neox_grad_reducer *expert_reducer;
 
     // Pipeline (the model's activation slots hold the micro-batches in flight on this stage).
     float *pipe_grad_send;         // (B, T, C): the input gradient in flight to the previous stage
@@ -194,6 +198,16 @@ void neox_train_install_grad_hook(neox_trainer *t);
 // ---- the optimizer (optimizer.c) ------------------------------------------------------------
 // Global L2 norm of the gradients over every rank (each element counted once).
 double neox_train_grad_norm(const neox_trainer *t);
+// Expert parallelism (expert_parallel.c). Reads moe_expert_parallel_size, refuses what it cannot
+// combine with, makes the grid's expert groups and sets desc's share of the experts.
+int neox_train_setup_expert_parallel(neox_trainer *t, neox_model_desc *desc, neox_error *err);
+// The group ZeRO partitions the flat buffers over (and checkpoints cut them over): the data group,
+// or under expert parallelism the expert-data group; and rank r's partition [*begin, *end) of it.
+neox_comm *neox_train_state_group(const neox_trainer *t);
+void neox_train_partition(const neox_trainer *t, int r, size_t *begin, size_t *end);
+// Whether this rank writes parameter i into checkpoints as far as expert parallelism goes: experts
+// always (its own), the rest on the first rank of its expert group only.
+int neox_train_ep_writes(const neox_trainer *t, int i);
 // Multiplies the gradients by unscale (1 / loss scale) and by DeepSpeed's clipping coefficient
 // (neox_clip_coefficient of the unscaled gradients' norm); one pass.
 void neox_train_clip(neox_trainer *t, double norm, double unscale);

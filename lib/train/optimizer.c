@@ -51,16 +51,26 @@ double neox_train_device_update(neox_trainer *t, double loss_scale, double lr, i
     return sum;
 }
 
+// Each element once over the whole grid: replicas counted once, partitions summed over their
+// group. Under expert parallelism the experts' part is summed over the expert group too (each of
+// its ranks holds other experts), the rest (the same on all of them) is not.
 double neox_train_grad_norm(const neox_trainer *t) {
     int n;
     neox_segment *segs = state_segments(t, 1, &n);
-    double sum = t->be->sum_squares_segments(state_grads(t), segs, n);
+    size_t experts = t->model->dense_params < t->model->nparams ? t->model->params[t->model->dense_params].offset
+                                                                 : t->model->num_floats;
+    int dense = 0;  // segments follow the buffer, so the dense ones come first
+    while (dense < n && t->state_begin + segs[dense].begin < experts) dense++;
+    double sum[2] = {t->be->sum_squares_segments(state_grads(t), segs, dense), 0.0};
+    if (dense < n) sum[1] = t->be->sum_squares_segments(state_grads(t), segs + dense, n - dense);
     free(segs);
     neox_grid *g = t->grid;
-    if (t->zero_stage > 0) neox_allreduce_sum(&g->data, &sum, 1, NEOX_F64);  // partitions; else replicas
-    if (g->model_size > 1) neox_allreduce_sum(&g->model, &sum, 1, NEOX_F64);
-    if (g->pipe_size > 1) neox_allreduce_sum(&g->pipe, &sum, 1, NEOX_F64);
-    return sqrt(sum);
+    if (t->zero_stage > 0) neox_allreduce_sum(neox_train_state_group(t), sum, t->ep_size > 1 ? 2 : 1, NEOX_F64);  // partitions; else replicas
+    if (t->ep_size > 1) neox_allreduce_sum(&g->expert, &sum[1], 1, NEOX_F64);
+    double total = sum[0] + sum[1];
+    if (g->model_size > 1) neox_allreduce_sum(&g->model, &total, 1, NEOX_F64);
+    if (g->pipe_size > 1) neox_allreduce_sum(&g->pipe, &total, 1, NEOX_F64);
+    return sqrt(total);
 }
 
 void neox_train_clip(neox_trainer *t, double norm, double unscale) {
@@ -73,7 +83,7 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale) {
 // [s, e) of the flat parameter buffer is one in-place all-gather in which rank r contributes the
 // part of its partition inside it. Values are copied, not combined, so results do not depend on it.
 static void gather_partitions(neox_trainer *t) {
-    neox_comm *data = &t->grid->data;
+    neox_comm *data = neox_train_state_group(t);
     size_t n = t->model->num_floats;
     int64_t b = neox_config_has(t->cfg, zero_allgather_bucket_size) ? neox_config_int(t->cfg, zero_allgather_bucket_size) : 0;
     size_t step = b > 0 && (size_t)b < n ? (size_t)b : n;
@@ -82,7 +92,7 @@ static void gather_partitions(neox_trainer *t) {
         size_t e = s + step < n ? s + step : n;
         for (int r = 0; r < data->size; r++) {
             size_t lo, hi;
-            neox_grad_reducer_partition(t->reducer, r, &lo, &hi);
+            neox_train_partition(t, r, &lo, &hi);
             lo = lo > s ? lo : s, hi = hi < e ? hi : e;
             counts[r] = hi > lo ? (int)(hi - lo) : 0;
         }

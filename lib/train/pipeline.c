@@ -186,9 +186,12 @@ static void on_grads_ready(void *ctx, int begin, int end) {
     neox_trainer *t = ctx;
     if (!t->reducer || !t->reduce_now || !(t->overlap_comm || t->grad_partition) || t->local_grads) return;
     int tied = tied_param(t);
+    int experts = t->model->dense_params;
     for (int p = begin; p < end; p++)
-        if (p != tied && p >= t->reducer_first) neox_grad_reducer_ready(t->reducer, p - t->reducer_first);
+        if (p >= experts) neox_grad_reducer_ready(t->expert_reducer, p - experts);
+        else if (p != tied && p >= t->reducer_first) neox_grad_reducer_ready(t->reducer, p - t->reducer_first);
     neox_grad_reducer_progress(t->reducer);
+    if (t->expert_reducer) neox_grad_reducer_progress(t->expert_reducer);
 }
 
 void neox_train_install_grad_hook(neox_trainer *t) {
@@ -211,6 +214,7 @@ void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
     if (!t->local_grads) {
         neox_train_sparse_reduce(t);  // sparse_gradients: the embedding, outside the buckets
         neox_grad_reducer_finish(t->reducer);
+        if (t->expert_reducer) neox_grad_reducer_finish(t->expert_reducer);
     }
     // The compressed gradients: all of them (local), or under adaptive the buckets the reducer left.
     if (t->local_grads || t->adaptive) neox_train_compress_grads(t);

@@ -145,6 +145,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     desc.tp_size = g->model_size, desc.tp_rank = g->model_rank;
     desc.pp_size = g->pipe_size, desc.pp_rank = g->pipe_rank;
     neox_train_setup_checkpoints(t, &desc);
+    if (neox_train_setup_expert_parallel(t, &desc, err) != 0) return -1;
     int *bounds = neox_calloc((size_t)g->pipe_size + 1, sizeof *bounds);
     int rc = neox_model_pipe_partition(&desc, g->pipe_size, neox_config_str(cfg, pipe_partition_method), bounds, err);
     desc.layer_begin = bounds[g->pipe_rank], desc.layer_end = bounds[g->pipe_rank + 1];
@@ -155,6 +156,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_model_set_precision(t->model, t->precision);
     neox_model_set_head_rows(t->model, NEOX_MODEL_HEAD_AUTO);  // training needs the loss, not the logits
     t->model->tp = g->model_size > 1 ? &g->model : NULL;
+    t->model->ep = t->ep_size > 1 ? &g->expert : NULL;
     neox_model_init(t->model, t->state.seed);
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
     int inflight = g->pipe_size - g->pipe_rank;
@@ -185,25 +187,45 @@ static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *
 // A data-parallel reducer over the flat gradient buffer with the given wire type and the run's
 // buckets, ZeRO stage, overlap and hierarchy (set up by setup_reducer). The input embedding is
 // outside the buckets under sparse_gradients.
-neox_grad_reducer *neox_train_make_reducer(neox_trainer *t, neox_dtype wire) {
+// Over params [first, end) and the group `over`, averaging over mean_over ranks (0: the group).
+static neox_grad_reducer *make_reducer_over(neox_trainer *t, neox_dtype wire, int first, int end, neox_comm *over,
+                                            int mean_over) {
     const neox_model *m = t->model;
-    int first = t->reducer_first, n = m->nparams - first;
-    size_t base = m->params[first].offset;
+    int n = end - first;
+    size_t base = m->params[first].offset, stop = end < m->nparams ? m->params[end].offset : m->num_floats;
     size_t *offset = neox_malloc((size_t)n * sizeof *offset), *size = neox_malloc((size_t)n * sizeof *size);
     for (int p = 0; p < n; p++) offset[p] = m->params[first + p].offset - base, size[p] = m->params[first + p].numel;
     int64_t bucket = neox_config_int_or(t->cfg, zero_reduce_bucket_size, 500000000);
     double predivide = neox_config_has(t->cfg, gradient_predivide_factor) ? neox_config_float(t->cfg, gradient_predivide_factor) : 1.0;
-    neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->zero_stage,
+    // Under expert parallelism ZeRO-1 partitions over the expert-data group after whole reductions
+    // (expert_parallel.c), so the reducers all-reduce.
+    neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->ep_size > 1 ? 0 : t->zero_stage,
                                     .all_reduce = !neox_config_bool(t->cfg, zero_reduce_scatter),
                                     .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
                                     .backend = t->be, .partition_sum = t->grad_partition,
-                                    .progress_interval = t->progress_interval};
+                                    .progress_interval = t->progress_interval, .mean_over = mean_over};
     neox_grid *g = t->grid;
-    if (t->hierarchical) ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
-    neox_grad_reducer *r = neox_grad_reducer_make(&g->data, m->grad_buf + base, m->num_floats - base, offset, size, n, &ro);
+    if (t->hierarchical && over == &g->data) ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
+    neox_grad_reducer *r = neox_grad_reducer_make(over, m->grad_buf + base, stop - base, offset, size, n, &ro);
     free(offset);
     free(size);
     return r;
+}
+
+// A data-parallel reducer over the flat gradient buffer with the given wire type and the run's
+// buckets, ZeRO stage, overlap and hierarchy (set up by setup_reducer). The input embedding is
+// outside the buckets under sparse_gradients; under expert parallelism the experts are too (they
+// have their own reducer, over the ranks that hold them).
+neox_grad_reducer *neox_train_make_reducer(neox_trainer *t, neox_dtype wire) {
+    return make_reducer_over(t, wire, t->reducer_first, t->model->dense_params, &t->grid->data, 0);
+}
+
+// Expert parallelism: this rank's experts' gradients summed over the expert-data group (the ranks
+// holding the same experts) and divided by the whole data-parallel size: each expert already holds
+// the sum over its expert group's tokens, so the result is the mean over every rank's micro-batch.
+static neox_grad_reducer *make_expert_reducer(neox_trainer *t, neox_dtype wire) {
+    return make_reducer_over(t, wire, t->model->dense_params, t->model->nparams, &t->grid->expert_data,
+                             t->grid->data_size);
 }
 
 // comm_progress_thread_us: a thread that tests the overlapped buckets in flight on CPU ranks.
@@ -247,6 +269,10 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
     neox_grad_reducer_partition(t->reducer, g->data_rank, &t->part_begin, &t->part_end);
     if (base > 0) {  // (stage 0 only) checkpoints cut the whole buffer, not the reducer's part of it
         neox_even_share(m->num_floats, g->data_rank, g->data_size, &t->part_begin, &t->part_end);
+    }
+    if (t->ep_size > 1) {  // the partition of the whole buffer over the ranks holding the same experts
+        t->expert_reducer = make_expert_reducer(t, wire);
+        neox_train_partition(t, neox_train_state_group(t)->rank, &t->part_begin, &t->part_end);
     }
     // ZeRO-2 on the host: the flat buffer only maps the buckets in flight, starting from none.
     if (t->grad_partition && !t->be->on_device) neox_discard_pages(m->grad_buf, m->num_floats * sizeof(float));
@@ -323,7 +349,8 @@ static double peak_flops(const neox_trainer *t) {
 static int setup_metrics(neox_trainer *t, neox_error *err) {
     const neox_model_desc *d = &t->model->desc;
     neox_flops_model fm = {d->num_layers, d->hidden_size, d->vocab_size, t->seq_length, t->train_batch_size,
-                           d->checkpoint_activations};
+                           d->checkpoint_activations, 0, d->moe_top_k, d->moe_experts, d->moe_ffn_size};
+    for (int l = 0; l < d->num_layers; l++) fm.moe_layers += neox_model_moe_layer(d, l);
     neox_metrics_options mo = {
         .rank = t->grid->world_rank,
         .world_size = t->grid->world_size,
@@ -358,18 +385,21 @@ static void setup_checkpoint_schedule(neox_trainer *t) {
     }
 }
 
-// Parameters of the whole model: each rank's own, replicated ones and the tied copy counted once.
+// Parameters of the whole model: each rank's own, replicated ones and the tied copy counted once;
+// under expert parallelism the experts from every rank of the first expert group.
 static double total_params(const neox_trainer *t) {
-    double n = 0;
+    double n[2] = {0, 0};  // the rest, the experts
     for (int i = 0; i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
-        if (!p->tied_copy && (p->split != NEOX_SPLIT_NONE || t->grid->model_rank == 0)) n += (double)p->numel;
+        if (!p->tied_copy && (p->split != NEOX_SPLIT_NONE || t->grid->model_rank == 0))
+            n[i >= t->model->dense_params] += (double)p->numel;
     }
     if (t->grid->world_size > 1) {
-        if (t->grid->data_rank != 0) n = 0;
-        neox_allreduce_sum(&t->grid->world, &n, 1, NEOX_F64);
+        if (t->grid->data_rank != 0) n[0] = 0;
+        if (t->ep_size > 1 ? t->grid->expert_data.rank != 0 : t->grid->data_rank != 0) n[1] = 0;
+        neox_allreduce_sum(&t->grid->world, n, 2, NEOX_F64);
     }
-    return n;
+    return n[0] + n[1];
 }
 
 void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
@@ -400,6 +430,7 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
         p->offloaded += (double)neox_model_host_checkpoint_bytes(ref);
     }
     if (t->reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer);
+    if (t->expert_reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->expert_reducer);
     if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
     const char *names[6];
     float *bufs[6];
@@ -523,6 +554,7 @@ void neox_trainer_free(neox_trainer *t) {
     neox_train_free_offload(t);
     neox_train_free_compression(t);  // before the reducer: adaptive runs may have swapped it
     if (t->reducer) neox_grad_reducer_free(t->reducer);
+    if (t->expert_reducer) neox_grad_reducer_free(t->expert_reducer);
     neox_sparse_rows_free(t->sparse);
     neox_onebit_free(t->onebit);
     if (t->be) {

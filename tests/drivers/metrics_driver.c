@@ -1,6 +1,7 @@
 // metrics_driver.c: drives lib/metrics for tests/oracle/test_metrics_*.py, which check its output
 // with independent readers (the tensorboard package, Python's json, a Python FLOPs formula).
-//   metrics_driver flops LAYERS HIDDEN VOCAB SEQ BATCH CKPT   prints FLOPs per iteration (%.17g)
+//   metrics_driver flops LAYERS HIDDEN VOCAB SEQ BATCH CKPT [MOE_LAYERS TOP_K EXPERTS WIDTH]
+//                                                               prints FLOPs per iteration (%.17g)
 //   metrics_driver run LOG_DIR TB_DIR                           a scripted 10-step run, lines on stdout
 // The run uses a fake clock (0.25 s per step) and sets the timers directly, so every logged value
 // is known exactly from the script below; the Python test restates the script, not these numbers.
@@ -14,10 +15,13 @@
 static double fake_now;
 static double fake_clock(void) { return fake_now; }
 
-static int flops(char **argv) {
+static int flops(int argc, char **argv) {
     neox_flops_model m = {.num_layers = atoll(argv[0]), .hidden_size = atoll(argv[1]),
                           .padded_vocab_size = atoll(argv[2]), .seq_length = atoll(argv[3]),
                           .train_batch_size = atoll(argv[4]), .checkpoint_activations = atoi(argv[5])};
+    if (argc >= 10)
+        m.moe_layers = atoll(argv[6]), m.moe_top_k = atoll(argv[7]), m.moe_experts = atoll(argv[8]),
+        m.moe_ffn_size = atoll(argv[9]);
     printf("%.17g\n", neox_flops_per_iteration(&m));
     return 0;
 }
@@ -66,8 +70,8 @@ fail:
 }
 
 int main(int argc, char **argv) {
-    if (argc == 8 && strcmp(argv[1], "flops") == 0) return flops(argv + 2);
+    if ((argc == 8 || argc == 12) && strcmp(argv[1], "flops") == 0) return flops(argc - 2, argv + 2);
     if (argc == 4 && strcmp(argv[1], "run") == 0) return run(argv[2], argv[3]);
-    fprintf(stderr, "usage: metrics_driver flops LAYERS HIDDEN VOCAB SEQ BATCH CKPT | run LOG_DIR TB_DIR\n");
+    fprintf(stderr, "usage: metrics_driver flops LAYERS HIDDEN VOCAB SEQ BATCH CKPT [MOE_LAYERS TOP_K EXPERTS WIDTH] | run LOG_DIR TB_DIR\n");
     return 2;
 }

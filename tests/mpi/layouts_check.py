@@ -4,6 +4,10 @@
                                (default 1e-5)
   identical A B                A's losses, evaluations and exported parameters equal B's bit for bit
   resumed STRAIGHT A B         A (steps 1..10) then B (11..20) equal the straight run within 1e-5
+  segments STRAIGHT RUN...      each RUN's losses and evaluations (a run resumed from the one before)
+                               equal the straight run's at the same iterations within 1e-5
+  same_params REF.h5 RUN.h5    the params/ datasets of two one-shard checkpoints (neox-convert
+                               reshard --dp 1), read with HDF5's h5dump: relative L2 difference <= 1e-5
   volume NAME CONFIG MICRO ACCUM RUN4 RUN6
                                bytes per step of each group (RUN6 - RUN4) / 2 equal the count below,
                                and the gradient reductions per step the layout's
@@ -82,6 +86,49 @@ def resumed(straight, first, second):
     return bool(compare(s, a, keys_a)) and bool(compare(s, b, keys_b))
 
 
+def segments(straight, *runs):
+    s = metrics(straight)
+    ok = True
+    for run in runs:
+        r = metrics(run)
+        missing = [k for k in r if k not in s]
+        if not r or missing:
+            print(f"{run}: no records, or records the straight run lacks: {missing[:5]}")
+            return False
+        ok = bool(compare(s, r, sorted(r))) and ok
+    return ok
+
+
+def h5_params(path):
+    """name -> float32 array of every params/ dataset of one shard, through HDF5's own tools."""
+    import os
+    import subprocess
+    import tempfile
+    out = {}
+    listing = subprocess.run(["h5ls", "-r", path], capture_output=True, text=True, check=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        for line in listing.splitlines():
+            name = line.split()[0]
+            if not name.startswith("/params/") or "Dataset" not in line:
+                continue
+            raw = os.path.join(tmp, "x.bin")
+            subprocess.run(["h5dump", "-b", "LE", "-d", name, "-o", raw, path], capture_output=True, check=True)
+            out[name] = np.fromfile(raw, dtype="<f4")
+    return out
+
+
+def same_params(ref, run):
+    pa, pb = h5_params(ref), h5_params(run)
+    if not pa or pa.keys() != pb.keys() or any(pa[k].size != pb[k].size for k in pa):
+        print("different tensors:", sorted(set(pa) ^ set(pb))[:5])
+        return False
+    diff = sum(float(np.sum((pa[k].astype(np.float64) - pb[k]) ** 2)) for k in pa)
+    norm = sum(float(np.sum(pa[k].astype(np.float64) ** 2)) for k in pa)
+    worst = (diff / norm) ** 0.5
+    print(f"{len(pa)} tensors, relative L2 difference {worst:.2e}")
+    return worst <= TOL
+
+
 def per_step(run4, run6):
     r4, r6 = (json.load(open(f"{r}/log/comm_stats.json")) for r in (run4, run6))
     out = []
@@ -158,4 +205,5 @@ def reductions(name, accum, run4, run6):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    sys.exit(0 if {"same": same, "same_losses": same_losses, "identical": identical, "resumed": resumed, "volume": volume}[cmd](*args) else 1)
+    sys.exit(0 if {"same": same, "same_losses": same_losses, "identical": identical, "resumed": resumed, "volume": volume,
+                     "segments": segments, "same_params": same_params}[cmd](*args) else 1)

@@ -293,6 +293,36 @@ static void test_head_chunks(void **state) {
     }
 }
 
+// Expert parallelism's exchange plan, on the second of two ranks holding two experts each. The
+// expected counts, displacements and row orders are worked out by hand from the rule: a rank's rows
+// leave sorted by expert, arrive source-major, and its GEMMs read them expert-major.
+static void test_moe_exchange_plan(void **state) {
+    (void)state;
+    neox_moe_exchange *x = neox_moe_exchange_new(2, 2, 6);
+    int count[4] = {1, 0, 2, 3};  // this rank's rows for experts 0..3
+    int from[4] = {1, 2, 2, 1};   // rank 0 sends 1 row for local expert 0, 2 for 1; rank 1 sends 2 and 1
+    neox_error err = {0};
+    assert_int_equal(neox_moe_exchange_plan(x, count, from, &err), 0);
+    int send_count[2] = {1, 5}, send_displ[2] = {0, 1}, recv_count[2] = {3, 3}, recv_displ[2] = {0, 3};
+    assert_memory_equal(x->send_count, send_count, sizeof send_count);
+    assert_memory_equal(x->send_displ, send_displ, sizeof send_displ);
+    assert_memory_equal(x->recv_count, recv_count, sizeof recv_count);
+    assert_memory_equal(x->recv_displ, recv_displ, sizeof recv_displ);
+    assert_int_equal(x->received, 6);
+    int local[2] = {3, 3};
+    assert_memory_equal(x->local_count, local, sizeof local);
+    // Source-major rows: [r0 e0, r0 e1, r0 e1, r1 e0, r1 e0, r1 e1]; expert-major: e0's (0, 3, 4), e1's (1, 2, 5).
+    int to_expert[6] = {0, 3, 4, 1, 2, 5}, to_source[6] = {0, 3, 4, 1, 2, 5};
+    assert_memory_equal(x->to_expert, to_expert, sizeof to_expert);
+    assert_memory_equal(x->to_source, to_source, sizeof to_source);
+    neox_moe_exchange_free(x);
+    // More rows than the buffers were planned for is an error, not an overrun.
+    x = neox_moe_exchange_new(2, 2, 5);
+    assert_int_equal(neox_moe_exchange_plan(x, count, from, &err), -1);
+    assert_non_null(strstr(err.message, "6 rows received, buffers planned for 5"));
+    neox_moe_exchange_free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_desc_from_config),
@@ -302,6 +332,7 @@ int main(void) {
         cmocka_unit_test(test_checkpointing_is_exact),
         cmocka_unit_test(test_host_checkpoints_are_exact),
         cmocka_unit_test(test_head_chunks),
+        cmocka_unit_test(test_moe_exchange_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
