@@ -243,15 +243,6 @@ void neox_param_gather_persistent(neox_param_gather *g) {
     }
 }
 
-void neox_param_gather_release_all(neox_param_gather *g) {
-    for (int u = 0; u < g->nunits; u++)
-        for (int i = 0; i < g->units[u].nruns; i++) {
-            run *r = &g->units[u].runs[i];
-            neox_discard_pages(g->params + r->begin, (r->end - r->begin) * sizeof(float));
-            if (g->opt.released) g->opt.released(g->opt.ctx, r->begin, r->end);
-        }
-}
-
 size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {
     neox_param_gather_stats kept = g->stats;
     g->dry = 1;
