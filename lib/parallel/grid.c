@@ -55,9 +55,20 @@ static int thread_multiple;
 
 int neox_parallel_thread_multiple(void) { return thread_multiple; }
 
+// MPICH 4.0 picks its pairwise algorithm for a large non-blocking reduce-scatter, and that
+// algorithm's MPI_IN_PLACE path copies a rank's block onto an overlapping range when the ranks'
+// counts differ, as a ZeRO bucket's do where a partition boundary cuts it: MPICH's own check then
+// aborts the job ("memcpy argument memory ranges overlap"; ZeRO stages 1-3 at dp4 with buckets of
+// a few hundred thousand elements). Recursive halving sums the same blocks without that copy. Set
+// before MPI_Init, which reads it; a value set in the environment is kept.
+static void avoid_inplace_reduce_scatter_copy(void) {
+    setenv("MPIR_CVAR_IREDUCE_SCATTER_INTRA_ALGORITHM", "sched_recursive_halving", 0);
+}
+
 int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
     int initialized = 0, provided = 0;
     MPI_Initialized(&initialized);
+    if (!initialized) avoid_inplace_reduce_scatter_copy();
     // Not FUNNELED: neox-eval serve's rank 0 talks to its other ranks from its scheduler thread
     // (SERIALIZED would do), and the gradient reducer's progress thread tests requests while the
     // main thread makes other calls (MULTIPLE). MPICH grants MULTIPLE at the price of a lock per call.
