@@ -234,11 +234,17 @@ void neox_param_gather_all(neox_param_gather *g) {
         if (g->units[u].state == INFLIGHT) finish_gather(g, u);
 }
 
+// Every run's all-gather is started before any is waited for: the persistent tensors (biases and
+// norms, a few per layer, apart in the buffer) then cost the data group one wait, not one per run.
 void neox_param_gather_persistent(neox_param_gather *g) {
     for (int i = 0; i < g->npersistent; i++) {
         run *r = &g->persistent[i];
         place_own_part(g, r);
-        neox_allgatherv_inplace(g->data, g->params + r->begin, r->counts, NEOX_F32);
+        neox_iallgatherv_inplace(g->data, g->params + r->begin, r->counts, r->displs, NEOX_F32, &r->req);
+    }
+    for (int i = 0; i < g->npersistent; i++) {
+        run *r = &g->persistent[i];
+        neox_wait(&r->req);
         if (g->opt.gathered) g->opt.gathered(g->opt.ctx, r->begin, r->end);
     }
 }
