@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/memory.sh: what ZeRO saves per data-parallel rank, planned and measured, on CPU ranks.
 #   (a) one GPT-NeoX-shaped model trains 2 steps at dp4 under ZeRO stages 0-3: each rank's planned
-#       memory (the start-up "memory of rank N" lines) and measured peak resident set (/usr/bin/time
+#       memory (the start-up "memory of rank N" lines) and measured peak resident set (tests/mpi/peak_rss.py
 #       around every rank; rank 0's metrics.jsonl memory/peak_rss_bytes beside it), printed beside the
 #       ZeRO paper's per-stage formulas and neox.c's closed forms, with ratios to stage 0;
 #   (b) the largest model of GPT-NeoX's size ladder (its configs' layers and hidden sizes, with
