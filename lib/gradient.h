@@ -143,8 +143,6 @@ void neox_param_gather_end(neox_param_gather *g);
 void neox_param_gather_all(neox_param_gather *g);
 // After an update of master (and at the start): the persistent tensors gathered, blocking.
 void neox_param_gather_persistent(neox_param_gather *g);
-// Gives back the pages of every non-persistent unit (after the flat buffer was filled whole).
-void neox_param_gather_release_all(neox_param_gather *g);
 // The peak of gathered non-persistent elements a pass with this trace reaches (no communication).
 size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len);
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g);

@@ -279,7 +279,7 @@ int neox_model_weight_trace(const neox_model *m, int backward, int *trace);
 void neox_model_refresh_range(neox_model *m, size_t begin, size_t end);
 
 // Allocates the parameter and gradient buffers (gradients zeroed; parameters zero) on the CPU
-// backend, or on backend be.
+// backend, or on backend be. On the host their pages are mapped only when first written.
 neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err);
 neox_model *neox_model_create_on(const neox_model_desc *desc, const neox_backend *be, neox_error *err);
 // Chooses the linear layers' operand precision (before or after planning).
@@ -312,6 +312,9 @@ int neox_param_pieces(const neox_param *p, size_t begin, size_t end, neox_param_
 // GPT-NeoX's init methods with a counter-based RNG: a value depends on (seed, parameter, element)
 // only. Biases 0, norm weights 1, norm biases 0.
 void neox_model_init(neox_model *m, unsigned long long seed);
+// The same values for elements [begin, end) of the flat layout only, written to dst[0, end - begin)
+// in host memory (ZeRO-3 initialises its partition without the whole model).
+void neox_model_init_range(const neox_model *m, unsigned long long seed, size_t begin, size_t end, float *dst);
 void neox_model_zero_grad(neox_model *m);
 // Plans (allocates once) the activations for micro-batch B and sequence T (T <= max_positions
 // for learned positions). Forward and backward then allocate nothing.

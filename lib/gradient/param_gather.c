@@ -234,22 +234,19 @@ void neox_param_gather_all(neox_param_gather *g) {
         if (g->units[u].state == INFLIGHT) finish_gather(g, u);
 }
 
+// Every run's all-gather is started before any is waited for: the persistent tensors (biases and
+// norms, a few per layer, apart in the buffer) then cost the data group one wait, not one per run.
 void neox_param_gather_persistent(neox_param_gather *g) {
     for (int i = 0; i < g->npersistent; i++) {
         run *r = &g->persistent[i];
         place_own_part(g, r);
-        neox_allgatherv_inplace(g->data, g->params + r->begin, r->counts, NEOX_F32);
+        neox_iallgatherv_inplace(g->data, g->params + r->begin, r->counts, r->displs, NEOX_F32, &r->req);
+    }
+    for (int i = 0; i < g->npersistent; i++) {
+        run *r = &g->persistent[i];
+        neox_wait(&r->req);
         if (g->opt.gathered) g->opt.gathered(g->opt.ctx, r->begin, r->end);
     }
-}
-
-void neox_param_gather_release_all(neox_param_gather *g) {
-    for (int u = 0; u < g->nunits; u++)
-        for (int i = 0; i < g->units[u].nruns; i++) {
-            run *r = &g->units[u].runs[i];
-            neox_discard_pages(g->params + r->begin, (r->end - r->begin) * sizeof(float));
-            if (g->opt.released) g->opt.released(g->opt.ctx, r->begin, r->end);
-        }
 }
 
 size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {

@@ -326,6 +326,14 @@ neox_param *neox_model_param_list(const neox_model_desc *desc, int *count, neox_
     return m.params;
 }
 
+// Zeroes a fresh buffer without mapping it on the host: a rank that holds only a part of the model
+// whole (ZeRO-2's gradients, ZeRO-3's parameters) never touches the rest, so its resident memory,
+// at start-up too, is what the memory plan counts.
+static void zero_untouched(const neox_backend *be, void *p, size_t bytes) {
+    if (be->on_device) be->memset_zero(p, bytes);
+    else neox_discard_pages(p, bytes);
+}
+
 neox_model *neox_model_create_on(const neox_model_desc *desc, const neox_backend *be, neox_error *err) {
     neox_model_desc d = *desc;
     if (neox_model_desc_check(&d, err) != 0) return NULL;
@@ -336,8 +344,8 @@ neox_model *neox_model_create_on(const neox_model_desc *desc, const neox_backend
     lay_out(m, &layout);
     m->param_buf = be->alloc(m->num_floats * sizeof(float));
     m->grad_buf = be->alloc(m->num_floats * sizeof(float));
-    be->memset_zero(m->param_buf, m->num_floats * sizeof(float));
-    be->memset_zero(m->grad_buf, m->num_floats * sizeof(float));
+    zero_untouched(be, m->param_buf, m->num_floats * sizeof(float));
+    zero_untouched(be, m->grad_buf, m->num_floats * sizeof(float));
     make_views(m, &layout, m->param_buf, &m->w);
     make_views(m, &layout, m->grad_buf, &m->g);
     free(layout.layers);
@@ -416,17 +424,19 @@ static int is_output_layer(const char *name) {
            strstr(name, "down_proj.") || (strstr(name, ".experts.") && strstr(name, ".w2."));
 }
 
-// Initialises on the host (into a staging copy when the parameters live on a device).
-void neox_model_init(neox_model *m, unsigned long long seed) {
-    float *host = m->be->on_device ? neox_malloc(m->num_floats * sizeof(float)) : m->param_buf;
+// Elements [begin, end) of the flat layout, initialised into dst[0, end - begin) (host memory).
+void neox_model_init_range(const neox_model *m, unsigned long long seed, size_t begin, size_t end, float *dst) {
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
-        float *x = host + p->offset;
+        size_t lo, hi;
+        if (!neox_overlap(p->offset, p->offset + p->numel, begin, end, &lo, &hi)) continue;
+        float *x = dst + (p->offset - begin);  // x[j]: element j of the tensor, for j in [lo, hi) - offset
+        size_t j0 = lo - p->offset, j1 = hi - p->offset;
         int is_norm = strstr(p->name, "norm.") != NULL || strstr(p->name, "layernorm.") != NULL;
         int is_bias = strlen(p->name) > 5 && strcmp(p->name + strlen(p->name) - 5, ".bias") == 0;
         if (is_bias || is_norm) {
             float value = is_norm && !is_bias ? 1.0f : 0.0f;
-            for (size_t j = 0; j < p->numel; j++) x[j] = value;
+            for (size_t j = j0; j < j1; j++) x[j] = value;
             continue;
         }
         double std = init_std(is_output_layer(p->name) ? m->desc.output_init_method : m->desc.init_method, &m->desc);
@@ -436,9 +446,15 @@ void neox_model_init(neox_model *m, unsigned long long seed) {
         size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 1, gcols = p->ndim == 2 ? (size_t)p->global_shape[1] : 1;
         size_t r0 = (size_t)p->block_offset[0], c0 = p->ndim == 2 ? (size_t)p->block_offset[1] : 0;
         #pragma omp parallel for
-        for (size_t j = 0; j < p->numel; j++)
+        for (size_t j = j0; j < j1; j++)
             x[j] = (float)(std * neox_normal(s, (r0 + j / cols) * gcols + c0 + j % cols));
     }
+}
+
+// Initialises on the host (into a staging copy when the parameters live on a device).
+void neox_model_init(neox_model *m, unsigned long long seed) {
+    float *host = m->be->on_device ? neox_malloc(m->num_floats * sizeof(float)) : m->param_buf;
+    neox_model_init_range(m, seed, 0, m->num_floats, host);
     if (host != m->param_buf) {
         m->be->to_device(m->param_buf, host, m->num_floats * sizeof(float));
         free(host);

@@ -382,13 +382,16 @@ static int restore_state(neox_trainer *t, json_t *state, const char *dir, int lo
     return neox_train_resume_schedule(t, json_object_get(state, "lr_schedule"), err);
 }
 
-// The weights. A reward model started from a language model's checkpoint (finetune) finds no
-// value head there: it keeps its initialisation, as GPT-NeoX builds the head anew, and the rest
-// is read.
+// The weights this rank keeps: the whole flat buffer, or under ZeRO-3 its partition's master
+// weights only (read straight into the partition, so the whole model is never resident). A reward
+// model started from a language model's checkpoint (finetune) finds no value head there: it keeps
+// its initialisation, as GPT-NeoX builds the head anew, and the rest is read.
 static int read_params(neox_trainer *t, const neox_ckpt_reader *r, const char *dir, neox_error *err) {
     neox_model *m = t->model;
+    size_t begin = t->param_partition ? t->part_begin : 0, end = t->param_partition ? t->part_end : m->num_floats;
+    float *dst = t->param_partition ? t->param_partition : m->param_buf;
     if (!m->desc.value_head || neox_ckpt_has(r, "params/score.weight"))
-        return neox_ckpt_read_model_tensors(m, r, "params", m->param_buf, err);
+        return neox_ckpt_read_model_range(m, r, "params", begin, end, dst, err);
     if (!neox_config_bool(t->cfg, finetune))
         return neox_fail(err, NEOX_EXIT_USAGE, "%s holds a language model (no value head score.weight); start a reward "
                          "model from it with finetune: true", dir);
@@ -396,11 +399,14 @@ static int read_params(neox_trainer *t, const neox_ckpt_reader *r, const char *d
         neox_notice("%s holds a language model: the reward model's value head (score.weight) starts from its "
                     "initialisation, the other weights are loaded", dir);
     const neox_param *head = neox_model_find_param(m, "score.weight");
-    if (!head) return neox_ckpt_read_model_tensors(m, r, "params", m->param_buf, err);  // (not on this pipe stage)
-    int rc = neox_ckpt_read_model_range(m, r, "params", 0, head->offset, m->param_buf, err);
-    size_t end = head->offset + head->numel;
-    if (rc == 0 && end < m->num_floats)
-        rc = neox_ckpt_read_model_range(m, r, "params", end, m->num_floats, m->param_buf + end, err);
+    if (!head) return neox_ckpt_read_model_range(m, r, "params", begin, end, dst, err);  // (not on this pipe stage)
+    size_t skip_lo = head->offset, skip_hi = head->offset + head->numel;
+    int rc = 0;
+    if (begin < skip_lo) rc = neox_ckpt_read_model_range(m, r, "params", begin, skip_lo < end ? skip_lo : end, dst, err);
+    if (rc == 0 && skip_hi < end) {
+        size_t from = skip_hi > begin ? skip_hi : begin;
+        rc = neox_ckpt_read_model_range(m, r, "params", from, end, dst + (from - begin), err);
+    }
     return rc;
 }
 
@@ -414,7 +420,10 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     // dead run. (A fine-tuning start from such weights is stopped by the first save or the run's
     // end, which refuse non-finite weights, with the NaN steps logged as such.)
     if (rc == 0 && !neox_config_bool(t->cfg, finetune))
-        rc = neox_model_check_finite_state(t->model, t->model->param_buf, 0, t->model->num_floats, "params", err);
+        rc = t->param_partition ? neox_model_check_finite_state(t->model, t->param_partition, t->part_begin, t->part_end,
+                                                                "params", err)
+                                : neox_model_check_finite_state(t->model, t->model->param_buf, 0, t->model->num_floats,
+                                                                "params", err);
     neox_model_weights_changed(t->model);
     if (rc == 0) rc = neox_train_dpo_load(t, r, err);
     int load_optim = rc == 0 && loads_optimizer(t, state, dir), load_rng = rc == 0 && loads_rng(t, state, dir);

@@ -241,8 +241,8 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p);
 // partition's master weights and the parameter coordinator with the stage3_* keys.
 int neox_train_setup_zero3(neox_trainer *t, neox_error *err);
 void neox_train_free_zero3(neox_trainer *t);
-// After the weights are initialised or loaded whole: the partition is taken from them, the rest of
-// the flat buffer given back, and the model's weights_use hook installed.
+// After the partition's weights are initialised or loaded (into t->param_partition, never whole):
+// the persistent tensors are gathered and the model's weights_use hook installed.
 void neox_train_zero3_take_weights(neox_trainer *t);
 // Around one micro-batch's use of the model: forward only (backward 0) or forward and backward.
 void neox_train_zero3_begin(neox_trainer *t, int backward);

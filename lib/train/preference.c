@@ -77,11 +77,14 @@ void neox_train_free_dpo(neox_trainer *t) {
     t->dpo = NULL;
 }
 
-// After loading: a reference not read from the checkpoint is the policy's starting weights.
+// After loading: a reference not read from the checkpoint is the policy's starting weights (under
+// ZeRO-3 gathered whole for the copy).
 void neox_train_dpo_start(neox_trainer *t) {
     neox_dpo *d = t->dpo;
     if (!d || !d->reference || d->reference_loaded) return;
+    neox_train_zero3_gather_all(t);
     t->be->copy(d->reference->param_buf, t->model->param_buf, t->model->num_floats * sizeof(float));
+    neox_train_zero3_end(t);
     neox_model_weights_changed(d->reference);
 }
 

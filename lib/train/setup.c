@@ -157,7 +157,6 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_model_set_head_rows(t->model, NEOX_MODEL_HEAD_AUTO);  // training needs the loss, not the logits
     t->model->tp = g->model_size > 1 ? &g->model : NULL;
     t->model->ep = t->ep_size > 1 ? &g->expert : NULL;
-    neox_model_init(t->model, t->state.seed);
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
     int inflight = g->pipe_size - g->pipe_rank;
     int slots = inflight < t->grad_accum ? inflight : t->grad_accum;
@@ -303,6 +302,14 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     if (t->be->on_device && !t->offload && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
         t->step_sumsq = t->be->alloc(sizeof(double));
     return neox_train_setup_compression(t, err);
+}
+
+// The initial weights (a checkpoint loaded later replaces them): under ZeRO-3 only the partition's,
+// so that no rank holds the whole model at start-up either.
+static int init_weights(neox_trainer *t) {
+    if (t->param_partition) neox_model_init_range(t->model, t->state.seed, t->part_begin, t->part_end, t->param_partition);
+    else neox_model_init(t->model, t->state.seed);
+    return 0;
 }
 
 static int setup_data(neox_trainer *t, neox_error *err) {
@@ -513,13 +520,14 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
         neox_train_setup_dpo(t, err) != 0 || neox_train_setup_rm(t, err) != 0 || setup_optimizer(t, err) != 0 ||
+        init_weights(t) != 0 ||
         setup_data(t, err) != 0 || neox_train_check_kto_data(t, err) != 0 || neox_train_load(t, err) != 0 ||
         setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;
     }
-    neox_train_dpo_start(t);
     neox_train_zero3_take_weights(t);
+    neox_train_dpo_start(t);  // (after take_weights: under ZeRO-3 it gathers the policy to copy it)
     neox_train_offload_take_weights(t);
     // total_params is a collective: every rank computes it, rank 0 prints it.
     double nparams = t->opts.quiet ? 0 : total_params(t);

@@ -88,9 +88,9 @@ void neox_train_free_zero3(neox_trainer *t) {
 void neox_train_zero3_take_weights(neox_trainer *t) {
     if (!t->gather) return;
     neox_model *m = t->model;
-    memcpy(t->param_partition, m->param_buf + t->part_begin, (t->part_end - t->part_begin) * sizeof(float));
-    neox_model_refresh_range(m, 0, m->num_floats);  // (the persistent tensors' 16-bit copy; the rest is given back)
-    neox_param_gather_release_all(t->gather);
+    // The partition holds the weights (initialised or loaded into it); the flat buffer holds only the
+    // persistent tensors, gathered here with their 16-bit copy.
+    neox_param_gather_persistent(t->gather);
     m->param16_stale = 0;
     m->weights_use = on_weights_use;
     m->weights_use_ctx = t;

@@ -1,15 +1,24 @@
 """tests/mpi/memory_check.py: the checks of tests/mpi/memory.sh, on the start-up "memory of rank 0" line.
 
-  table DIR D BUCKET   $DIR/{fp32,bf16,fp16}-s{0,1,2}.out: bytes per parameter of each region against the
-                       closed forms, printed as the markdown table of docs/memory.md
+  table DIR D BUCKET HIDDEN
+                       $DIR/{fp32,bf16,fp16}-s{0,1,2,3}.out: bytes per parameter of each region against the
+                       closed forms, printed as the markdown table of docs/memory.md (stage 3 gathering
+                       one layer at a time: nothing persistent, prefetched or kept between uses)
   wire OUT             communication is 2 bytes per parameter (the 16-bit wire copy of the gradients)
+  startup BIG SMALL RANKS
+                       every rank's measured peak resident set of run BIG ($BIG.out, $BIG.rss.RANK as
+                       tests/mpi/peak_rss.py writes them) is at most its planned total plus the peak of
+                       the same rank in run SMALL (a tiny model: the libraries' own memory)
   regions OUT          the line's regions and total in bytes, as JSON (tests/tools/train_memory.sh)
 
-Psi is rank 0's parameter count, the fp32 parameters' bytes / 4 (tensor and pipeline size 1, so every
-rank holds the whole model). The closed forms are written out here from the ZeRO paper's accounting
-(Rajbhandari et al. 2020, section 3: (2 + 2 + K) Psi with mixed-precision Adam, K = 12), restated for
-neox.c's buffers: fp32 master parameters (4), 16-bit copies in bf16/fp16 only (2), fp32 gradients
-(4; stage 2 keeps 4/D plus the buckets in flight), Adam's two fp32 moments (8; stages 1 and 2: 8/D).
+Psi is rank 0's parameter count, the fp32 parameters' bytes / 4 at stage 0 (tensor and pipeline size 1,
+so every rank holds the whole model). The closed forms are written out here from the ZeRO paper's
+accounting (Rajbhandari et al. 2020, section 3: (2 + 2 + K) Psi with mixed-precision Adam, K = 12),
+restated for neox.c's buffers: fp32 master parameters (4; stage 3: 4/D plus the largest unit held whole,
+here a transformer layer of 12 h^2 + 13 h elements: four h x h blocks of attention, two h x 4h of the
+MLP, their biases and two norms), 16-bit copies in bf16/fp16 only (2; stage 3: of the unit held whole),
+fp32 gradients (4; stages 2 and 3 keep 4/D plus the buckets in flight), Adam's two fp32 moments (8;
+stages 1 to 3: 8/D).
 """
 import json
 import re
@@ -18,39 +27,42 @@ import sys
 UNITS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
-def regions(path):
-    line = next(l for l in open(path) if "memory of rank 0" in l)
+def regions(path, rank=0):
+    line = next(l for l in open(path) if f"memory of rank {rank}:" in l)
     parts = {n: float(v) * UNITS[u] for n, v, u in re.findall(r"(?:= |\+ )([a-z0-9 -]+?) ([0-9.]+)\s*([kKMGT]?)B", line)}
-    total = re.search(r"memory of rank 0: ([0-9.]+)\s*([kKMGT]?)B =", line)
+    total = re.search(r"memory of rank [0-9]+: ([0-9.]+)\s*([kKMGT]?)B =", line)
     parts["total"] = float(total.group(1)) * UNITS[total.group(2)]
     return parts
 
 
-def expected(precision, stage, d):
-    """Bytes per parameter of each region; stage 2's gradients without the buckets in flight."""
+def expected(precision, stage, d, layer_share):
+    """Bytes per parameter of each region; stages 2 and 3's gradients without the buckets in flight.
+    layer_share: one transformer layer's elements / Psi (what stage 3 holds whole at most)."""
     half = 2 if precision != "fp32" else 0
-    return {"parameters": 4, "16-bit copies": half, "gradients": 4 if stage < 2 else 4 / d,
-            "optimizer": 8 if stage == 0 else 8 / d}
+    whole = layer_share if stage == 3 else 1
+    return {"parameters": 4 / d + 4 * whole if stage == 3 else 4, "16-bit copies": half * whole,
+            "gradients": 4 if stage < 2 else 4 / d, "optimizer": 8 if stage == 0 else 8 / d}
 
 
-def table(directory, d, bucket):
-    d, bucket = int(d), int(bucket)
+def table(directory, d, bucket, hidden):
+    d, bucket, h = int(d), int(bucket), int(hidden)
     ok = True
     print("| ZeRO stage | precision | parameters | 16-bit copies | gradients | optimizer | model states | "
           "closed form | DeepSpeed (mixed-precision Adam, K = 12) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    ds = {0: "(2 + 2 + K) = 16", 1: f"2 + 2 + K/D = {4 + 12 / d:.3g}", 2: f"2 + (2 + K)/D = {2 + 14 / d:.3g}"}
-    for stage in (0, 1, 2):
+    ds = {0: "(2 + 2 + K) = 16", 1: f"2 + 2 + K/D = {4 + 12 / d:.3g}", 2: f"2 + (2 + K)/D = {2 + 14 / d:.3g}",
+          3: f"(2 + 2 + K)/D = {16 / d:.3g}"}
+    for stage in (0, 1, 2, 3):
         for precision in ("fp32", "bf16", "fp16"):
             p = regions(f"{directory}/{precision}-s{stage}.out")
-            psi = p["parameters"] / 4
-            want = expected(precision, stage, d)
+            psi = regions(f"{directory}/{precision}-s0.out")["parameters"] / 4
+            want = expected(precision, stage, d, (12 * h * h + 13 * h) / psi)
             got = {k: p[k] / psi for k in want}
-            # Stage 2 on the host keeps the two largest buckets in flight besides its partition: a
-            # bucket is filled with whole tensors up to BUCKET elements, so it holds less than BUCKET
-            # plus the largest tensor (the MLP's 4h x h = 262144 here).
-            buckets = got["gradients"] - want["gradients"] if stage == 2 else 0
-            if not 0 <= buckets <= 2 * 4 * (bucket + 4 * 256 * 256) / psi:
+            # Stages 2 and 3 on the host keep the two largest buckets in flight besides their partition:
+            # a bucket is filled with whole tensors up to BUCKET elements, so it holds less than BUCKET
+            # plus the largest tensor (the MLP's 4h x h).
+            buckets = got["gradients"] - want["gradients"] if stage >= 2 else 0
+            if not 0 <= buckets <= 2 * 4 * (bucket + 4 * h * h) / psi:
                 print(f"# {precision} stage {stage}: {buckets:.3f} bytes per parameter of buckets in flight")
                 ok = False
             for k in want:
@@ -60,7 +72,11 @@ def table(directory, d, bucket):
                     ok = False
             model = sum(got.values())
             form = " + ".join(f"{v:.3g}" for v in want.values() if v)
-            if stage == 2:
+            if stage == 3:  # the partitions, then the layer held whole (its fp32 and 16-bit copies)
+                share = (12 * h * h + 13 * h) / psi
+                held = "(4 + 2)" if want["16-bit copies"] else "4"
+                form = f"(4 + 4 + 8)/D + {held} x {share:.3f} (a layer)"
+            if stage >= 2:
                 form += f" + {buckets:.2f} (buckets)"
                 want["gradients"] += buckets
             print(f"| {stage} | {precision} | {got['parameters']:.2f} | {got['16-bit copies']:.2f} | "
@@ -81,6 +97,16 @@ def wire(out):
     return abs(got - 2) <= 0.04
 
 
+def startup(big, small, ranks):
+    ok = True
+    for r in range(int(ranks)):
+        plan = regions(f"{big}.out", r)["total"]
+        peak, libraries = (int(open(f"{run}.rss.{r}").read()) for run in (big, small))
+        print(f"rank {r}: peak {peak / 1e6:.1f} MB, plan {plan / 1e6:.1f} MB + the libraries' {libraries / 1e6:.1f} MB")
+        ok &= peak <= plan + libraries
+    return ok
+
+
 if __name__ == "__main__":
-    command = {"table": table, "wire": wire, "regions": print_regions}[sys.argv[1]]
+    command = {"table": table, "wire": wire, "regions": print_regions, "startup": startup}[sys.argv[1]]
     sys.exit(0 if command(*sys.argv[2:]) else 1)
