@@ -55,3 +55,11 @@ train_layout() {
     [ "$2" -gt 1 ] && launch=("$MPIEXEC" -n "$2")
     check "$1: train on $2 rank(s)" "${launch[@]}" "$TRAIN" -q "$T/$1.yml"
 }
+
+# train_export NAME RANKS: trains $T/NAME.yml on RANKS ranks (its start-up report kept in $T/NAME.out)
+# and exports the final parameters to $T/NAME/hf.
+train_export() {
+    check "$1: train on $2 ranks" "$MPIEXEC" -n "$2" "$TRAIN" "$T/$1.yml"
+    cp "$_last_out" "$T/$1.out"
+    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
+}

@@ -9,17 +9,9 @@
 # in the start-up notice.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "partitioned activations" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "partitioned activations" ".venv is missing (make deps)"; exit 0; }
+need_mpi "partitioned activations" || exit 0
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 500 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 500 7
 
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 
@@ -27,12 +19,7 @@ CKPT=', "checkpoint_activations": true'
 PART=', "partition_activations": true'
 DICT=', "activation_checkpointing": {"partition_activations": true}'
 
-# run NAME RANKS: trains $T/NAME.yml (its start-up report in $T/NAME.out) and exports the parameters.
-run() {
-    check "$1: train on $2 ranks" "$MPIEXEC" -n "$2" "$TRAIN" "$T/$1.yml"
-    cp "$_last_out" "$T/$1.out"
-    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
-}
+run() { train_export "$@"; }
 # pair NAME RANKS LAYOUT KIND [SPELLING]: the run without and with partitioned checkpoints.
 pair() {
     config "$1-off" "$4" 2 2 20 "$3$CKPT"; run "$1-off" "$2"

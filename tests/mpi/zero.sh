@@ -17,12 +17,7 @@ source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 BUCKET=3000
 zero() { echo ", \"zero_optimization\": {\"stage\": $1, \"overlap_comm\": $2, \"reduce_bucket_size\": $BUCKET}"; }
 
-# run NAME RANKS: trains $T/NAME.yml (its start-up report in $T/NAME.out) and exports the parameters.
-run() {
-    check "$1: train on $2 ranks" "$MPIEXEC" -n "$2" "$TRAIN" "$T/$1.yml"
-    cp "$_last_out" "$T/$1.out"
-    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
-}
+run() { train_export "$@"; }
 
 for dp in 2 4; do
     accum=$((4 / dp))

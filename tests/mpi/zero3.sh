@@ -22,12 +22,7 @@ ONE='"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0, 
 NOEVAL=', "do_valid": false, "do_test": false'
 TP=', "model_parallel_size": 2'
 
-# run NAME RANKS: trains $T/NAME.yml (its start-up report in $T/NAME.out) and exports the parameters.
-run() {
-    check "$1: train on $2 ranks" "$MPIEXEC" -n "$2" "$TRAIN" "$T/$1.yml"
-    cp "$_last_out" "$T/$1.out"
-    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
-}
+run() { train_export "$@"; }
 same() { check "$2 follows $1 (losses, evaluations, final parameters within 1e-5)" \
     "$PY" tests/mpi/layouts_check.py same "$T/$1" "$T/$2"; }
 z3() { "$PY" tests/mpi/zero3_check.py "$@"; }

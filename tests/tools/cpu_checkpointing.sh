@@ -8,15 +8,9 @@
 # (memory/device_peak_bytes) must fall by the planned saving (to a page).
 source tests/lib.sh
 
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
 [ -x "$PY" ] || { skip "checkpoint_in_cpu" ".venv is missing (make deps)"; exit 0; }
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 300 7
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 300 7
 source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 
 EMU=', "compute_backend": "emulated", "checkpoint_activations": true, "hidden_dropout": 0.1, "attention_dropout": 0.1'
