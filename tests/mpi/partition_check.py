@@ -37,19 +37,25 @@ def stage_of(rank, world, pp):
     return rank // (world // pp)
 
 
-def saving(off, on, config):
+def ranks(off, on, config):
+    """Each rank's plans without and with the switch, with the S L N C P of the formulas."""
     c, tp, pp = shape(config)
     a, b = plan(off), plan(on)
     N, C, accum = c["train_micro_batch_size_per_gpu"] * c["seq_length"], c["hidden_size"], c["gradient_accumulation_steps"]
     L = c["num_layers"] // pp
-    ok = len(a) == len(b) and len(a) > 0
+    assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
     for r, (x, y) in enumerate(zip(a, b)):
-        S = min(pp - stage_of(r, len(a), pp), accum)
-        want = 4 * (S * L * N * C * (tp - 1) // tp - N * C)
+        yield r, x, y, min(pp - stage_of(r, len(a), pp), accum), L, N, C, tp
+
+
+def saving(off, on, config):
+    ok = True
+    for r, x, y, S, L, N, C, P in ranks(off, on, config):
+        want = 4 * (S * L * N * C * (P - 1) // P - N * C)
         ok = ok and want > 0  # (a layout where some rank would save nothing tests nothing there)
         got = x["activations"] - y["activations"]
         print(f"rank {r}: activations {x['activations']} -> {y['activations']}: saved {got}, formula {want} "
-              f"(S {S}, L {L}, N {N}, C {C}, P {tp})")
+              f"(S {S}, L {L}, N {N}, C {C}, P {P})")
         ok = ok and got == want
         others = {k: v for k, v in x.items() if k != "activations"}
         ok = ok and others == {k: v for k, v in y.items() if k != "activations"}
@@ -57,13 +63,8 @@ def saving(off, on, config):
 
 
 def host(off, on, config):
-    c, tp, pp = shape(config)
-    a, b = plan(off), plan(on)
-    N, C, accum = c["train_micro_batch_size_per_gpu"] * c["seq_length"], c["hidden_size"], c["gradient_accumulation_steps"]
-    L = c["num_layers"] // pp
-    ok = len(a) == len(b) and len(a) > 0
-    for r, (x, y) in enumerate(zip(a, b)):
-        S = min(pp - stage_of(r, len(a), pp), accum)
+    ok = True
+    for r, x, y, S, L, N, C, _ in ranks(off, on, config):
         # the device keeps, per slot, the stage's output instead of L + 1 inputs, plus one gather buffer
         device = 4 * (S * L * N * C - N * C)
         moved = 4 * S * L * N * C
