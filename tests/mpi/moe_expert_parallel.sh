@@ -9,18 +9,10 @@
 # naming both keys.
 source tests/lib.sh
 
-MPIEXEC=${MPIEXEC:-mpiexec.mpich}
-TRAIN=$NEOX_BIN/neox-train
-CONVERT=$NEOX_BIN/neox-convert
-T=$TEST_TMP
-PY=.venv/bin/python
-command -v "$MPIEXEC" >/dev/null || { skip "MoE expert parallelism" "$MPIEXEC is not installed"; exit 0; }
-[ -x "$PY" ] || { skip "MoE expert parallelism" ".venv is missing (make deps)"; exit 0; }
+need_mpi "MoE expert parallelism" || exit 0
 command -v h5dump >/dev/null || { skip "MoE expert parallelism" "h5dump (hdf5-tools) is not installed"; exit 0; }
 
-python3 tests/mpi/words_corpus.py "$T/docs.jsonl" 400 5
-check "preprocess" "$NEOX_BIN/neox-preprocess" --input "$T/docs.jsonl" --output-prefix "$T/docs" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+words_dataset 400 5
 
 config() {  # config NAME ACCUM ROUTER INTERVAL TOP_K EXTRA
     mkdir -p "$T/$1"
