@@ -168,8 +168,14 @@ static int padded_vocab(neox_model_desc *d, const neox_config *cfg, int64_t toke
     return 0;
 }
 
-// GPT-NeoX's dropless MoE (megatron/model/moe.py, moe_mlp.py): an expert's width is intermediate_size,
-// else 4 x hidden rounded up to 256 (ParallelGroupedMLP's multiple_of), whatever mlp_multiple_of says.
+// GPT-NeoX's dropless MoE (megatron/model/moe.py, moe_mlp.py): an expert's width is intermediate_size
+// as given (not the dense MLP's 2/3 of it when gated), else rounded up to 256 (the grouped MLPs'
+// multiple_of, whatever mlp_multiple_of says) from 4 x hidden (ParallelGroupedMLP) or, gated,
+// int(2 x hidden x 4 / 3) (ParallelGroupedLLaMAMLP).
+static int64_t moe_default_width(int64_t hidden, int gated) {
+    return round_up(gated ? (int64_t)(2.0 * (double)hidden * 4.0 / 3.0) : 4 * hidden, 256);
+}
+
 static int moe_from_config(neox_model_desc *d, const neox_config *cfg, neox_error *err) {
     int64_t experts = neox_config_int(cfg, moe_num_experts);
     if (experts <= 1) return 0;
@@ -179,8 +185,10 @@ static int moe_from_config(neox_model_desc *d, const neox_config *cfg, neox_erro
     d->moe_interval = (int)neox_config_int(cfg, moe_expert_interval);
     d->moe_router = strcmp(neox_config_str(cfg, moe_router_type), "topk") == 0 ? NEOX_MOE_TOPK : NEOX_MOE_SINKHORN;
     if (neox_config_has(cfg, moe_jitter_eps)) d->moe_jitter_eps = (float)neox_config_float(cfg, moe_jitter_eps);
-    int64_t width = neox_config_has(cfg, intermediate_size) ? neox_config_int(cfg, intermediate_size)
-                                                            : round_up(4 * (int64_t)d->hidden_size, 256);
+    d->moe_renormalize = neox_config_bool(cfg, moe_topk_renormalize);
+    int64_t width = neox_config_has(cfg, intermediate_size)
+                        ? neox_config_int(cfg, intermediate_size)
+                        : moe_default_width(d->hidden_size, neox_activation_gated(d->activation));
     if (width <= 0 || width > INT_MAX) return neox_fail(err, NEOX_EXIT_USAGE, "MoE expert width %lld", (long long)width);
     d->moe_ffn_size = (int)width;
     return 0;

@@ -22,19 +22,21 @@ static float *take(float **cursor, size_t n) {
 typedef struct plan_sizes {
     size_t N, C, L, HS, NH, NKV, W, F, FC;
     size_t NK, E, Fe;  // Mixture of Experts: token slots, experts, expert width (0 without)
+    size_t FeI;        // the rows of an expert's first projection: Fe, or 2Fe when gated
 } plan_sizes;
 
 static plan_sizes sizes_of(const neox_model *m) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     plan_sizes z = {(size_t)m->B * m->T, (size_t)d->hidden_size, (size_t)s.L, (size_t)d->head_size, (size_t)s.NH,
-                    (size_t)s.NKV, 0, (size_t)s.F, 0, 0, 0, 0};
+                    (size_t)s.NKV, 0, (size_t)s.F, 0, 0, 0, 0, 0};
     z.W = (z.NH + 2 * z.NKV) * z.HS;
     z.FC = neox_activation_gated(d->activation) ? 2 * z.F : z.F;
     if (neox_model_has_moe(d)) {
         z.NK = z.N * (size_t)d->moe_top_k;
         z.E = (size_t)d->moe_experts;
         z.Fe = (size_t)d->moe_ffn_size;
+        z.FeI = (size_t)neox_model_moe_in_rows(d);
     }
     return z;
 }
@@ -72,7 +74,7 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur) {
         if (d->checkpoint_activations ? neox_model_has_moe(d) : neox_model_moe_layer(d, d->layer_begin + (int)i)) {
             la->moe.logits = take(cur, N * z.E);
             la->moe.x = take(cur, z.NK * C);
-            la->moe.h = take(cur, z.NK * z.Fe);
+            la->moe.h = take(cur, z.NK * z.FeI);
             la->moe.act = take(cur, z.NK * z.Fe);
             la->moe.y = take(cur, z.NK * C);
             la->moe.weight = take(cur, z.NK);
@@ -119,7 +121,7 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->dact = take(cur, N * F);
     if (z.NK) {
         a->moe_dx = take(cur, z.NK * C);
-        a->moe_dh = take(cur, z.NK * z.Fe);
+        a->moe_dh = take(cur, z.NK * z.FeI);
         a->moe_dact = take(cur, z.NK * z.Fe);
         a->moe_dy = take(cur, z.NK * C);
         a->moe_dweight = take(cur, z.NK);

@@ -5,9 +5,12 @@
 //   sinkhorn (training): experts by the Sinkhorn-balanced scores (GPT-NeoX's three iterations,
 //     tolerance 1e-4), weights the sigmoid (top_k 1) or softmax of the logits at those experts;
 //   sinkhorn (evaluation) and topk: the top_k of those scores (topk always uses softmax).
-// Weights are not renormalised (GPT-NeoX does not). The experts run as one GEMM each over their
-// rows; tokens move with gather_rows and moe_combine. GPT-NeoX has no load-balancing loss in this
-// MoE (docs/model.md, "Mixture of Experts").
+// Weights are not renormalised (GPT-NeoX does not) unless moe_topk_renormalize asks for Mixtral's
+// rule (topk router: the chosen softmax weights divided by their sum). Experts are GPT-NeoX's
+// ungated act(x w1^T) w2^T or, with a gated activation, its grouped LLaMA MLP and Mixtral's
+// (f(x w1^T) * (x w3^T)) w2^T. The experts run as one GEMM each over their rows; tokens move with
+// gather_rows and moe_combine. GPT-NeoX has no load-balancing loss in this MoE (docs/model.md,
+// "Mixture of Experts").
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +119,11 @@ static void route(neox_moe_route *r, const neox_model_desc *d, int N, int traini
             r->weight[t * K + k] = s[best];
             r->count[best]++;
         }
+        if (d->moe_renormalize) {
+            float sum = 0.0f;  // in fp32, as Mixtral sums its fp32 softmax
+            for (int k = 0; k < K; k++) sum += r->weight[t * K + k];
+            for (int k = 0; k < K; k++) r->weight[t * K + k] /= sum;
+        }
     }
     int *next = neox_malloc((size_t)E * sizeof(int));
     for (int e = 0, at = 0; e < E; e++) next[e] = at, at += r->count[e];
@@ -128,8 +136,13 @@ static void route(neox_moe_route *r, const neox_model_desc *d, int N, int traini
     free(next);
 }
 
+// Expert e's first projection (I, C) (w1, or [w3; w1] when gated); its w2 (C, Fe) follows.
 static float *w1_of(const float *experts, const neox_model_desc *d, int e) {
-    return (float *)experts + (size_t)e * 2 * d->moe_ffn_size * d->hidden_size;
+    return (float *)experts + (size_t)e * (neox_model_moe_in_rows(d) + d->moe_ffn_size) * d->hidden_size;
+}
+
+static float *w2_of(const float *experts, const neox_model_desc *d, int e) {
+    return w1_of(experts, d, e) + (size_t)neox_model_moe_in_rows(d) * d->hidden_size;
 }
 
 // out (N, OC) = inp (N, IC) @ w^T in the model's precision, or in fp32.
@@ -155,6 +168,8 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
     const neox_layer_params *p = &m->w.layers[l];
     neox_moe_route *r = b->route;
     int C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
+    int I = neox_model_moe_in_rows(d);
+    neox_act_fn fn = neox_activation_function(d->activation);
     linear(m, fp32, b->logits, router_input(m, l, b, inp, N, training), p->router_w, N, C, E);
     be->to_host(r->scores, b->logits, (size_t)N * E * sizeof(float));
     route(r, d, N, training);
@@ -163,20 +178,35 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
     be->to_device(b->weight, r->weight, (size_t)NK * sizeof(float));
     be->gather_rows(b->x, inp, b->perm, NK, C);
     for (int e = 0, at = 0; e < E; at += r->count[e++])
-        if (r->count[e]) linear(m, fp32, b->h + (size_t)at * Fe, b->x + (size_t)at * C, w1_of(p->experts_w, d, e), r->count[e], C, Fe);
-    be->activation_forward(b->act, b->h, (size_t)NK * Fe, neox_activation_function(d->activation));
+        if (r->count[e]) linear(m, fp32, b->h + (size_t)at * I, b->x + (size_t)at * C, w1_of(p->experts_w, d, e), r->count[e], C, I);
+    // b->h: (NK, I), [up | gate] per row when gated
+    if (I != Fe) be->gated_forward(b->act, b->h, NK, Fe, fn);
+    else be->activation_forward(b->act, b->h, (size_t)NK * Fe, fn);
     for (int e = 0, at = 0; e < E; at += r->count[e++])
         if (r->count[e])
-            linear(m, fp32, b->y + (size_t)at * C, b->act + (size_t)at * Fe, w1_of(p->experts_w, d, e) + (size_t)Fe * C,
-                   r->count[e], Fe, C);
+            linear(m, fp32, b->y + (size_t)at * C, b->act + (size_t)at * Fe, w2_of(p->experts_w, d, e), r->count[e], Fe, C);
     be->moe_combine(out, b->y, b->slot, b->weight, N, K, C);
 }
 
-// d(loss)/d(logits) from d(loss)/d(weights): through the sigmoid, or the softmax over all experts.
+// Renormalised weights w_k = p_k / S (S the chosen p's sum): turns d/dw into d/dp in place,
+// dp_j = (dw_j - sum_k w_k dw_k) / S.
+static void unrenormalize_grads(neox_moe_route *r, const neox_model_desc *d, int t) {
+    int E = d->moe_experts, K = d->moe_top_k;
+    const float *s = r->scores + (size_t)t * E;
+    float *dw = r->dweight + (size_t)t * K;
+    double sum = 0.0, dot = 0.0;
+    for (int k = 0; k < K; k++) sum += s[r->expert[t * K + k]];
+    for (int k = 0; k < K; k++) dot += (double)r->weight[t * K + k] * dw[k];
+    for (int k = 0; k < K; k++) dw[k] = (float)((dw[k] - dot) / sum);
+}
+
+// d(loss)/d(logits) from d(loss)/d(weights): through the renormalisation, then the sigmoid, or the
+// softmax over all experts.
 static void router_logit_grads(neox_moe_route *r, const neox_model_desc *d, int N) {
     int E = d->moe_experts, K = d->moe_top_k;
     memset(r->dlogits, 0, (size_t)N * E * sizeof(float));
     for (int t = 0; t < N; t++) {
+        if (d->moe_renormalize) unrenormalize_grads(r, d, t);
         const float *s = r->scores + (size_t)t * E;
         float *g = r->dlogits + (size_t)t * E;
         if (sigmoid_scores(d)) {
@@ -205,22 +235,25 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     neox_acts *a = m->acts;
     neox_moe_route *r = b->route;
     int N = m->B * m->T, C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
+    int I = neox_model_moe_in_rows(d);
+    neox_act_fn fn = neox_activation_function(d->activation);
     be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C);
     for (int e = 0, at = 0; e < E; at += r->count[e++]) {
         if (!r->count[e]) continue;
-        const float *w2 = w1_of(p->experts_w, d, e) + (size_t)Fe * C;
-        float *dw2 = w1_of(g->experts_w, d, e) + (size_t)Fe * C;
+        const float *w2 = w2_of(p->experts_w, d, e);
+        float *dw2 = w2_of(g->experts_w, d, e);
         const float *dye = a->moe_dy + (size_t)at * C;
         neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, r->count[e], Fe, C);
         neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, r->count[e], Fe, C);
     }
-    be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)NK * Fe, neox_activation_function(d->activation));
+    if (I != Fe) be->gated_backward(a->moe_dh, a->moe_dact, b->h, NK, Fe, fn);  // moe_dh: (NK, 2Fe)
+    else be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)NK * Fe, fn);
     for (int e = 0, at = 0; e < E; at += r->count[e++]) {
         if (!r->count[e]) continue;
-        const float *dh = a->moe_dh + (size_t)at * Fe;
+        const float *dh = a->moe_dh + (size_t)at * I;
         neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, b->x + (size_t)at * C,
-                                           r->count[e], C, Fe);
-        neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), r->count[e], C, Fe);
+                                           r->count[e], C, I);
+        neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), r->count[e], C, I);
     }
     be->moe_combine(dln2, a->moe_dx, b->slot, NULL, N, K, C);
     be->to_host(r->dweight, a->moe_dweight, (size_t)NK * sizeof(float));
