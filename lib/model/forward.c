@@ -190,8 +190,8 @@ void neox_model_plan_half(neox_model *m) {
     out = out > z.C ? out : z.C;
     size_t nin = z.N * in, nout = z.N * out;
     nout = nout > (size_t)m->head_rows * V ? nout : (size_t)m->head_rows * V;  // the head: one chunk's logits
-    if (z.NK) {  // the experts' products over token slots, the router's over tokens
-        size_t wide = z.C > z.Fe ? z.C : z.Fe;
+    if (z.NK) {  // the experts' products over token slots (gated: 2Fe wide), the router's over tokens
+        size_t wide = z.C > z.FeI ? z.C : z.FeI;
         nin = nin > z.NK * wide ? nin : z.NK * wide;
         nout = nout > z.NK * wide ? nout : z.NK * wide;
         nout = nout > z.N * z.E ? nout : z.N * z.E;

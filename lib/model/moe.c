@@ -168,7 +168,7 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
     const neox_layer_params *p = &m->w.layers[l];
     neox_moe_route *r = b->route;
     int C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
-    int I = neox_model_moe_in_rows(d);
+    int I = neox_model_moe_in_rows(d), gated = I != Fe;
     neox_act_fn fn = neox_activation_function(d->activation);
     linear(m, fp32, b->logits, router_input(m, l, b, inp, N, training), p->router_w, N, C, E);
     be->to_host(r->scores, b->logits, (size_t)N * E * sizeof(float));
@@ -180,7 +180,7 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
     for (int e = 0, at = 0; e < E; at += r->count[e++])
         if (r->count[e]) linear(m, fp32, b->h + (size_t)at * I, b->x + (size_t)at * C, w1_of(p->experts_w, d, e), r->count[e], C, I);
     // b->h: (NK, I), [up | gate] per row when gated
-    if (I != Fe) be->gated_forward(b->act, b->h, NK, Fe, fn);
+    if (gated) be->gated_forward(b->act, b->h, NK, Fe, fn);
     else be->activation_forward(b->act, b->h, (size_t)NK * Fe, fn);
     for (int e = 0, at = 0; e < E; at += r->count[e++])
         if (r->count[e])
@@ -235,7 +235,7 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     neox_acts *a = m->acts;
     neox_moe_route *r = b->route;
     int N = m->B * m->T, C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
-    int I = neox_model_moe_in_rows(d);
+    int I = neox_model_moe_in_rows(d), gated = I != Fe;
     neox_act_fn fn = neox_activation_function(d->activation);
     be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C);
     for (int e = 0, at = 0; e < E; at += r->count[e++]) {
@@ -246,7 +246,7 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
         neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, r->count[e], Fe, C);
         neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, r->count[e], Fe, C);
     }
-    if (I != Fe) be->gated_backward(a->moe_dh, a->moe_dact, b->h, NK, Fe, fn);  // moe_dh: (NK, 2Fe)
+    if (gated) be->gated_backward(a->moe_dh, a->moe_dact, b->h, NK, Fe, fn);  // moe_dh: (NK, 2Fe)
     else be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)NK * Fe, fn);
     for (int e = 0, at = 0; e < E; at += r->count[e++]) {
         if (!r->count[e]) continue;

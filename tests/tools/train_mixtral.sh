@@ -1,9 +1,10 @@
 # tests/tools/train_mixtral.sh: a Mixtral-style Mixture of Experts through the tools — gated (swiglu)
 # experts (w1 gate, w3 up, w2 down) and the topk router with moe_topk_renormalize. It trains on Tiny
 # Shakespeare and learns; it resumes bit for bit; the emulated device gives the CPU's losses bit for
-# bit; renormalisation changes the run; the checkpoint holds w3 and GPT-NeoX's default expert width
+# bit; it trains in bfloat16; renormalisation changes the run; the checkpoint holds w3 and GPT-NeoX's default expert width
 # for a gated MLP (int(2 x hidden x 4 / 3) rounded up to 256); moe_topk_renormalize with the Sinkhorn
-# router is refused; to-hf writes a MixtralForCausalLM folder. (Numerics against transformers'
+# router is refused; generation with the KV cache gives recomputation's text; to-hf writes a
+# MixtralForCausalLM folder and refuses the unrenormalised run naming the field. (Numerics against transformers'
 # MixtralForCausalLM: tests/oracle/test_mixtral.py.)
 source tests/lib.sh
 
@@ -46,6 +47,10 @@ print(a[:3], b[:3])
 assert len(a) == len(b) == 30 and a[0] != b[0]
 PY
 
+# bfloat16: the 16-bit GEMM scratch holds the gated experts' 2 x width first projections.
+check "bfloat16: 30 steps" run bf16 ", \"precision\": \"bfloat16\""
+check "bfloat16: the loss falls" $LIB falls "$T/bf16/metrics.jsonl" 30 0.7
+
 # hidden 64: int(2 * 64 * 4 / 3) = 170, rounded up to 256 (ParallelGroupedLLaMAMLP).
 check_output "the checkpoint holds gated experts of GPT-NeoX's default width (256)" \
     "params/model\.layers\.1\.block_sparse_moe\.experts\.3\.w3\.weight +256x64 " $CONVERT inspect "$T/ckpt"
@@ -53,6 +58,8 @@ sed 's/"moe_router_type": "topk"/"moe_router_type": "sinkhorn", "moe_topk_renorm
     >"$T/sinkhorn.yml"
 check_fails "moe_topk_renormalize with the Sinkhorn router is refused naming both" 2 \
     "moe_topk_renormalize applies to moe_router_type: topk only" $TRAIN -q "$T/sinkhorn.yml"
+echo "{\"load\": \"$T/ckpt\", \"moe_topk_renormalize\": true}" >"$T/load.yml"
+check_cached_generation "$T/model.yml" "$T/load.yml"  # the KV cache's gated experts, token by token
 check "to-hf exports it" $CONVERT to-hf --input "$T/ckpt" --output "$T/hf"
 check "as MixtralForCausalLM with its experts and width" python3 -c "
 import json
