@@ -1,11 +1,11 @@
 # tests/tools/train_mixtral.sh: a Mixtral-style Mixture of Experts through the tools — gated (swiglu)
 # experts (w1 gate, w3 up, w2 down) and the topk router with moe_topk_renormalize. It trains on Tiny
 # Shakespeare and learns; it resumes bit for bit; the emulated device gives the CPU's losses bit for
-# bit; it trains in bfloat16; renormalisation changes the run; the checkpoint holds w3 and GPT-NeoX's default expert width
-# for a gated MLP (int(2 x hidden x 4 / 3) rounded up to 256); moe_topk_renormalize with the Sinkhorn
-# router is refused; generation with the KV cache gives recomputation's text; to-hf writes a
-# MixtralForCausalLM folder and refuses the unrenormalised run naming the field. (Numerics against transformers'
-# MixtralForCausalLM: tests/oracle/test_mixtral.py.)
+# bit; it trains in bfloat16; renormalisation changes the run; the checkpoint holds w3 and GPT-NeoX's
+# default expert width for a gated MLP (int(2 x hidden x 4 / 3) rounded up to 256);
+# moe_topk_renormalize with the Sinkhorn router is refused; generation with the KV cache gives
+# recomputation's text; to-hf writes a MixtralForCausalLM folder and refuses the unrenormalised run
+# naming the field. (Numerics against transformers' MixtralForCausalLM: tests/oracle/test_mixtral.py.)
 source tests/lib.sh
 
 char_shakespeare "Mixtral-style MoE" || exit 0
