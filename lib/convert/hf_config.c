@@ -173,8 +173,8 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_
                          "attention biases (they always rotate)"), NULL;
     if (d->moe_experts > 1 && mixtral_refuses(d, err) != 0) return NULL;
     if (d->moe_experts > 1 && d->value_head)
-        return neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm with moe_num_experts: transformers has no Mixtral "
-                         "sequence-classification class"), NULL;
+        return neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm with moe_num_experts: exporting a Mixture-of-Experts "
+                         "reward model (MixtralForSequenceClassification) is not supported"), NULL;
     if (d->qk_norm)
         return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm: no transformers class normalises queries and keys "
                          "with one shared norm (qk_layernorm, heads x head_size)"), NULL;
