@@ -29,8 +29,9 @@
 // intermediate_size or num_kv_heads, and neither does neox.c, so numbers compare across the two.
 // Per token and layer its forward is 8h^2 (attention's linears) + 16h^2 (the 4h MLP) + 4sh
 // (attention's scores and values). A Mixture-of-Experts layer counts the parameters each token
-// activates instead of the dense MLP: its top_k experts, 4 h Fe, and the router, 2 h E (GPT-NeoX's
-// get_flops counts a MoE layer as dense).
+// activates instead of the dense MLP: its top_k experts, 2 M h Fe for experts of M weight matrices
+// (4 h Fe ungated, 6 h Fe gated), and the router, 2 h E (GPT-NeoX's get_flops counts a MoE layer as
+// dense).
 typedef struct neox_flops_model {
     int64_t num_layers;
     int64_t hidden_size;
@@ -40,6 +41,7 @@ typedef struct neox_flops_model {
     int checkpoint_activations;
     int64_t moe_layers;            // layers whose MLP is a Mixture of Experts (0: none)
     int64_t moe_top_k, moe_experts, moe_ffn_size;  // experts per token, experts, expert width
+    int64_t moe_expert_matrices;   // an expert's weight matrices: 2 (w1, w2; also when 0) or 3 gated (w1, w3, w2)
 } neox_flops_model;
 
 double neox_flops_per_iteration(const neox_flops_model *m);

@@ -65,8 +65,11 @@ typedef struct neox_model_desc {
     // Mixture of Experts (GPT-NeoX's dropless MoE, docs/model.md): layers l with l % moe_interval == 0
     // replace the MLP by moe_experts experts of width moe_ffn_size (no biases) and a router
     // (moe_experts x hidden, no bias) sending each token to moe_top_k of them. 0 experts: none.
+    // With a gated activation each expert is gated (w1 gate, w3 up, w2 down: GPT-NeoX's grouped
+    // LLaMA MLP, Mixtral's experts).
     int moe_experts, moe_top_k, moe_interval, moe_ffn_size;
     neox_moe_router moe_router;
+    int moe_renormalize;    // moe_topk_renormalize: the chosen experts' weights divided by their sum (Mixtral)
     float moe_jitter_eps;   // topk router in training: its input times uniform noise in [1 - eps, 1 + eps) (0: off)
     int tied;               // the output layer reuses the input embedding
     // A reward model (train_impl: rm): the output layer is a scalar value head, score.weight (1, C)
@@ -132,6 +135,10 @@ static inline int neox_model_local_experts(const neox_model_desc *d) {
 static inline int neox_model_expert_local(const neox_model_desc *d, int e) {
     return d->ep_size <= 1 || e / neox_model_local_experts(d) == d->ep_rank;
 }
+// The rows of an expert's first projection: [w3; w1] (up, gate: 2 x width) when gated, else w1.
+static inline int neox_model_moe_in_rows(const neox_model_desc *d) {
+    return neox_activation_gated(d->activation) ? 2 * d->moe_ffn_size : d->moe_ffn_size;
+}
 static inline int neox_model_first_stage(const neox_model_desc *d) { return d->pp_rank == 0; }
 static inline int neox_model_last_stage(const neox_model_desc *d) { return d->pp_rank == d->pp_size - 1; }
 
@@ -161,7 +168,8 @@ typedef struct neox_layer_params {  // pointers into a buffer (parameters or gra
     float *fc_w, *fc_b;      // (F or 2F, C): dense_h_to_4h, or [up_proj; gate_proj]
     float *fc2_w, *fc2_b;    // (C, F)
     // A Mixture-of-Experts layer has these in place of fc/fc2: the router (E, C), then expert e's
-    // w1 (Fe, C) and w2 (C, Fe) at experts + e * 2 * Fe * C.
+    // first projection (I, C) and w2 (C, Fe) at experts + e * (I + Fe) * C, I = neox_model_moe_in_rows:
+    // w1 (Fe, C), or when gated [w3; w1] (2Fe, C), up then gate as the dense MLP's [up_proj; gate_proj].
     float *router_w, *experts_w;
 } neox_layer_params;
 

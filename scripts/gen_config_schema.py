@@ -39,6 +39,8 @@ OWN_KEYS = [
     ("neox.c", "rope_scaling", "DICT", None, None, 0, None, None),
     # false: q/k/v keep use_bias_in_attn_linear's biases, the attention output has none (Qwen2).
     ("neox.c", "use_bias_in_attn_output", "BOOL", None, None, 0, None, None),
+    # topk router: the chosen experts' softmax weights divided by their sum (Mixtral's rule).
+    ("neox.c", "moe_topk_renormalize", "BOOL", "false", None, 0, None, None),
     ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
     ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd|adaptive", 0, None, None),
     ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),

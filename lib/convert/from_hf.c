@@ -1,4 +1,4 @@
-// from_hf.c: a Hugging Face GPTNeoX, Llama, Mistral or Qwen2 ...ForCausalLM folder (config.json and
+// from_hf.c: a Hugging Face GPTNeoX, Llama, Mistral, Mixtral or Qwen2 ...ForCausalLM folder (config.json and
 // model.safetensors, or shards listed by model.safetensors.index.json) as a training checkpoint:
 // SAVE/global_step0 in the requested layout, SAVE/latest, SAVE/model.yml (the GPT-NeoX-style config
 // of the model and its tokenizer) and SAVE/run.yml (context, batch, `load` and `finetune: true`, the
@@ -22,7 +22,7 @@
 typedef struct hf_model {
     const char *dir;
     json_t *config;
-    int llama;               // Llama's names and layout: LlamaForCausalLM or MistralForCausalLM (else GPTNeoXForCausalLM)
+    int llama;               // Llama's names and layout: Llama, Mistral, Mixtral or Qwen2 (else GPTNeoXForCausalLM)
     const char *class_name;  // the Hugging Face class
     json_t *weight_map;      // name -> file (NULL: everything is in model.safetensors)
 } hf_model;
@@ -157,7 +157,7 @@ static int architecture_of(hf_model *m, neox_error *err) {
     // model_type decides (transformers' AutoConfig reads it); architectures only when it is absent.
     static const struct { const char *type, *class_name; int llama; } classes[] = {
         {"gpt_neox", "GPTNeoXForCausalLM", 0}, {"llama", "LlamaForCausalLM", 1}, {"mistral", "MistralForCausalLM", 1},
-        {"qwen2", "Qwen2ForCausalLM", 1},
+        {"qwen2", "Qwen2ForCausalLM", 1}, {"mixtral", "MixtralForCausalLM", 1},
     };
     for (size_t i = 0; i < sizeof classes / sizeof *classes; i++)
         if (*type ? !strcmp(type, classes[i].type) : !strcmp(a, classes[i].class_name)) {
@@ -166,7 +166,8 @@ static int architecture_of(hf_model *m, neox_error *err) {
             return !strcmp(classes[i].type, "qwen2") ? qwen2_window_check(m, err) : 0;
         }
     return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: model_type '%s' (architectures '%s') is not "
-                     "GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM", m->dir, type, a);
+                     "GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM or Qwen2ForCausalLM",
+                     m->dir, type, a);
 }
 
 // rope_scaling: linear and llama3 carried into the YAML as the same dict; anything else refused.
@@ -198,6 +199,35 @@ static int rope_scaling_yaml(const hf_model *m, FILE *f, neox_error *err) {
     return 0;
 }
 
+// MixtralForCausalLM: every layer's MLP is a sparse MoE block, GPT-NeoX's dropless MoE with the topk
+// router, renormalised top-k weights and gated experts of width intermediate_size (GPT-NeoX's
+// grouped LLaMA MLP takes it as it is). What neox.c cannot compute is refused by its key.
+static int mixtral_yaml(const hf_model *m, FILE *f, neox_error *err) {
+    int64_t experts = 0, top_k = 0;
+    double jitter = 0, aux = 0;
+    if (get_int(m, "num_local_experts", 8, &experts, err) || get_int(m, "num_experts_per_tok", 2, &top_k, err) ||
+        get_num_in(m, "router_jitter_noise", 0.0, 0, 1, &jitter, err) ||
+        get_num_in(m, "router_aux_loss_coef", 0.001, -1e30, 1e30, &aux, err))
+        return -1;
+    if (experts < 2)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: 'num_local_experts' = %lld: a Mixture of Experts "
+                         "needs at least 2", m->dir, (long long)experts);
+    if (top_k < 1 || top_k > experts)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: 'num_experts_per_tok' = %lld is not between 1 and "
+                         "num_local_experts %lld", m->dir, (long long)top_k, (long long)experts);
+    // Mixtral's jitter multiplies the experts' input too; GPT-NeoX's (moe_jitter_eps) only the router's.
+    if (jitter > 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: 'router_jitter_noise' = %g: Mixtral's jitter scales "
+                         "the experts' input as well as the router's, which neox.c's moe_jitter_eps does not; set "
+                         "it to 0", m->dir, jitter);
+    if (get_bool(m, "output_router_logits", 0) && aux != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: 'output_router_logits' with router_aux_loss_coef %g: "
+                         "neox.c's MoE has no load-balancing loss; set output_router_logits to false", m->dir, aux);
+    fprintf(f, "moe_num_experts: %lld\nmoe_top_k: %lld\nmoe_router_type: topk\nmoe_topk_renormalize: true\n"
+            "moe_expert_interval: 1\n", (long long)experts, (long long)top_k);
+    return 0;
+}
+
 static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads, neox_error *err) {
     int64_t kv = 0, ffn = 0, head_dim = 0;
     if (get_int(m, "num_key_value_heads", heads, &kv, err) || get_int(m, "intermediate_size", -1, &ffn, err) ||
@@ -217,18 +247,21 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
     if (theta != floor(theta))
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: rope_theta %g is not an integer (rotary_emb_base)", m->dir, theta);
     // GPT-NeoX's gated MLP takes 2/3 of intermediate_size for both halves: 3F gives halves of F.
+    // Its gated experts take intermediate_size as it is: a Mixtral's F.
     char eps[40];
-    int qwen2 = !strcmp(m->class_name, "Qwen2ForCausalLM");
+    int qwen2 = !strcmp(m->class_name, "Qwen2ForCausalLM"), mixtral = !strcmp(m->class_name, "MixtralForCausalLM");
     fprintf(f, "norm: rmsnorm\nrms_norm_epsilon: %s\nactivation: %s\nintermediate_size: %lld\nmlp_multiple_of: 1\n"
             "num_kv_heads: %lld\nrotary_pct: 1.0\nrotary_emb_base: %.0f\ngpt_j_residual: false\n"
             "use_bias_in_attn_linear: %s\nuse_bias_in_mlp: %s\n",
-            yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), (long long)(3 * ffn), (long long)kv, theta,
+            yaml_float(eps_value, eps, sizeof eps), neox_activation_name(activation), (long long)(mixtral ? ffn : 3 * ffn),
+            (long long)kv, theta,
             qwen2 || get_bool(m, "attention_bias", 0) ? "true" : "false",
             !qwen2 && get_bool(m, "mlp_bias", 0) ? "true" : "false");
     // Qwen2's layout is fixed: q/k/v biases, none on the output projection or the MLP.
     if (qwen2) fprintf(f, "use_bias_in_attn_output: false\n");
+    if (mixtral && mixtral_yaml(m, f, err) != 0) return -1;
     int64_t width = -1;
-    if (!strcmp(m->class_name, "MistralForCausalLM") && mistral_window(m, &width, err) != 0) return -1;
+    if ((mixtral || !strcmp(m->class_name, "MistralForCausalLM")) && mistral_window(m, &width, err) != 0) return -1;
     if (width >= 0) fprintf(f, "sliding_window_width: %lld\n", (long long)width);
     return rope_scaling_yaml(m, f, err);
 }

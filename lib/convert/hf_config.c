@@ -1,5 +1,5 @@
 // hf_config.c: the Hugging Face side of a model description — config.json and
-// generation_config.json for GPTNeoXForCausalLM or the Llama family (Llama, Qwen2, Mistral) from a
+// generation_config.json for GPTNeoXForCausalLM or the Llama family (Llama, Qwen2, Mistral, Mixtral) from a
 // neox.c model (...ForSequenceClassification with one label for a reward model), refusing
 // what the class cannot hold (docs/convert.md has the field-by-field mapping).
 #include <jansson.h>
@@ -63,10 +63,29 @@ static json_t *gpt_neox_config(const neox_model_desc *d) {
     return c;
 }
 
-// The Llama-family class of a model with Llama names: Qwen2ForCausalLM for q/k/v biases without an
-// output bias (its fixed layout), MistralForCausalLM for a sliding window, else LlamaForCausalLM.
+// The Llama-family class of a model with Llama names: MixtralForCausalLM for a Mixture of Experts,
+// Qwen2ForCausalLM for q/k/v biases without an output bias (its fixed layout), MistralForCausalLM
+// for a sliding window, else LlamaForCausalLM.
 static const char *llama_class(const neox_model_desc *d) {
-    return d->attn_out_unbiased ? "Qwen2ForCausalLM" : d->attn_window ? "MistralForCausalLM" : "LlamaForCausalLM";
+    return d->moe_experts > 1 ? "MixtralForCausalLM" : d->attn_out_unbiased ? "Qwen2ForCausalLM"
+           : d->attn_window ? "MistralForCausalLM" : "LlamaForCausalLM";
+}
+
+// MixtralForCausalLM computes a MoE on every layer with softmax top-k weights renormalised to sum 1
+// and gated experts (w1 gate, w3 up, w2 down); GPT-NeoX's MoE (ungated experts, Sinkhorn or
+// unrenormalised weights) has no transformers class. The first field that differs is named.
+static int mixtral_refuses(const neox_model_desc *d, neox_error *err) {
+    const char *why = !neox_activation_gated(d->activation)
+                          ? "activation: ungated experts (GPT-NeoX's w1, w2; Mixtral's experts are gated, w1 w2 w3)"
+                      : d->moe_router != NEOX_MOE_TOPK ? "moe_router_type: sinkhorn (Mixtral's router is topk)"
+                      : !d->moe_renormalize ? "moe_topk_renormalize: false (GPT-NeoX's top-k weights are not "
+                                              "renormalised; Mixtral's sum to 1)"
+                      : d->moe_interval != 1 ? "moe_expert_interval above 1 (every Mixtral layer is a MoE)"
+                      : d->attn_bias || d->attn_out_unbiased ? "attention biases (Mixtral's attention has none)"
+                      : NULL;
+    if (why) return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts %d: MixtralForCausalLM cannot hold this Mixture "
+                              "of Experts: %s", d->moe_experts, why);
+    return 0;
 }
 
 static int llama_refuses(const neox_model_desc *d, neox_error *err) {
@@ -87,7 +106,7 @@ static int llama_refuses(const neox_model_desc *d, neox_error *err) {
 static json_t *llama_config(const neox_model_desc *d) {
     json_t *c = json_object();
     const char *cls = llama_class(d);
-    int qwen2 = d->attn_out_unbiased, mistral = !qwen2 && d->attn_window;
+    int mixtral = d->moe_experts > 1, qwen2 = !mixtral && d->attn_out_unbiased, mistral = !mixtral && !qwen2 && d->attn_window;
     char *arch = neox_strdup(cls);
     if (d->value_head) {  // ...ForCausalLM -> ...ForSequenceClassification
         free(arch);
@@ -95,13 +114,20 @@ static json_t *llama_config(const neox_model_desc *d) {
     }
     json_object_set_new(c, "architectures", json_pack("[s]", arch));
     free(arch);
-    json_object_set_new(c, "model_type", json_string(qwen2 ? "qwen2" : mistral ? "mistral" : "llama"));
+    json_object_set_new(c, "model_type", json_string(mixtral ? "mixtral" : qwen2 ? "qwen2" : mistral ? "mistral" : "llama"));
     json_object_set_new(c, "hidden_act", json_string(neox_cvt_hf_act_name(d->activation)));
     json_object_set_new(c, "num_key_value_heads", json_integer(d->num_kv_heads));
     json_object_set_new(c, "head_dim", json_integer(d->head_size));
     json_object_set_new(c, "rms_norm_eps", epsilon(d->norm_eps));
     json_object_set_new(c, "rope_theta", json_real(d->rotary_base));
-    if (qwen2) {
+    if (mixtral) {  // moe_jitter_eps, a training choice, is not carried (Mixtral's would scale the experts' input)
+        json_object_set_new(c, "num_local_experts", json_integer(d->moe_experts));
+        json_object_set_new(c, "num_experts_per_tok", json_integer(d->moe_top_k));
+        json_object_set_new(c, "sliding_window", d->attn_window ? json_integer(d->attn_window) : json_null());
+        json_object_set_new(c, "router_jitter_noise", json_real(0.0));
+        json_object_set_new(c, "output_router_logits", json_false());
+        json_object_set_new(c, "router_aux_loss_coef", json_real(0.001));  // transformers' default, unused
+    } else if (qwen2) {
         json_object_set_new(c, "use_sliding_window", json_false());
     } else if (mistral) {  // HF's window counts the keys a query sees, itself included
         json_object_set_new(c, "sliding_window", json_integer(d->attn_window));
@@ -145,9 +171,10 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_
     if (d->pos_emb == NEOX_POS_ALIBI)
         return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'alibi': GPTNeoXForCausalLM and LlamaForCausalLM have no "
                          "attention biases (they always rotate)"), NULL;
-    if (d->moe_experts > 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts %d: GPT-NeoX's experts are ungated (w1, w2 without "
-                         "Mixtral's w3) and no transformers class holds them", d->moe_experts), NULL;
+    if (d->moe_experts > 1 && mixtral_refuses(d, err) != 0) return NULL;
+    if (d->moe_experts > 1 && d->value_head)
+        return neox_fail(err, NEOX_EXIT_USAGE, "train_impl rm with moe_num_experts: exporting a Mixture-of-Experts "
+                         "reward model (MixtralForSequenceClassification) is not supported"), NULL;
     if (d->qk_norm)
         return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm: no transformers class normalises queries and keys "
                          "with one shared norm (qk_layernorm, heads x head_size)"), NULL;
@@ -170,7 +197,7 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_
     json_object_set_new(c, "hidden_size", json_integer(d->hidden_size));
     json_object_set_new(c, "num_hidden_layers", json_integer(d->num_layers));
     json_object_set_new(c, "num_attention_heads", json_integer(d->num_heads));
-    json_object_set_new(c, "intermediate_size", json_integer(d->ffn_size));
+    json_object_set_new(c, "intermediate_size", json_integer(d->moe_experts > 1 ? d->moe_ffn_size : d->ffn_size));
     json_object_set_new(c, "max_position_embeddings", json_integer(d->max_positions));
     json_object_set_new(c, "tie_word_embeddings", json_boolean(d->tied));
     if (d->value_head) {  // one label: the reward, as transformers writes num_labels 1

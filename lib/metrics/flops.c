@@ -15,7 +15,8 @@ double neox_flops_per_iteration(const neox_flops_model *m) {
     if (m->moe_layers <= 0) return dense;
     // Each MoE layer: the dense MLP's 16h^2 per token replaced by the active experts' and router's.
     double k = (double)m->moe_top_k, e = (double)m->moe_experts, fe = (double)m->moe_ffn_size;
-    double active = 4.0 * k * h * fe + 2.0 * h * e;
+    double matrices = m->moe_expert_matrices > 0 ? (double)m->moe_expert_matrices : 2.0;
+    double active = 2.0 * matrices * k * h * fe + 2.0 * h * e;
     return dense + passes * b * s * (double)m->moe_layers * (active - 16.0 * h * h);
 }
 

@@ -110,8 +110,10 @@ static int parse_rope_scaling(const neox_config *cfg, neox_rope_scaling *s, neox
 static int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
 
 // GPT-NeoX's MLP width: the fused first projection has `out` columns (both halves when gated) and
-// the second projection `in` rows; they must agree for the model to exist.
-static int mlp_width(const neox_config *cfg, int hidden, int gated, int *width, neox_error *err) {
+// the second projection `in` rows; they must agree for the model to exist — unless no layer has a
+// dense MLP (dense 0: every layer a Mixture of Experts, whose width is intermediate_size as given,
+// as in a Mixtral of intermediate_size 14336, whose 2/3 is odd).
+static int mlp_width(const neox_config *cfg, int hidden, int gated, int dense, int *width, neox_error *err) {
     int64_t ffn = 4 * (int64_t)hidden;
     if (neox_config_has(cfg, intermediate_size)) ffn = neox_config_int(cfg, intermediate_size);
     else if (neox_config_has(cfg, expansion_factor)) ffn = (int64_t)(neox_config_float(cfg, expansion_factor) * hidden);
@@ -124,7 +126,7 @@ static int mlp_width(const neox_config *cfg, int hidden, int gated, int *width, 
     }
     int64_t out = round_up(ffn, 2 * multiple);
     in = round_up(in, multiple);
-    if (out != (gated ? 2 * in : in) || in <= 0)
+    if ((out != (gated ? 2 * in : in) && dense) || in <= 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "intermediate_size/mlp_multiple_of give MLP widths %lld and %lld that "
                          "do not match", (long long)out, (long long)in);
     *width = (int)in;
@@ -168,8 +170,14 @@ static int padded_vocab(neox_model_desc *d, const neox_config *cfg, int64_t toke
     return 0;
 }
 
-// GPT-NeoX's dropless MoE (megatron/model/moe.py, moe_mlp.py): an expert's width is intermediate_size,
-// else 4 x hidden rounded up to 256 (ParallelGroupedMLP's multiple_of), whatever mlp_multiple_of says.
+// GPT-NeoX's dropless MoE (megatron/model/moe.py, moe_mlp.py): an expert's width is intermediate_size
+// as given (not the dense MLP's 2/3 of it when gated), else rounded up to 256 (the grouped MLPs'
+// multiple_of, whatever mlp_multiple_of says) from 4 x hidden (ParallelGroupedMLP) or, gated,
+// int(2 x hidden x 4 / 3) (ParallelGroupedLLaMAMLP).
+static int64_t moe_default_width(int64_t hidden, int gated) {
+    return round_up(gated ? (int64_t)(2.0 * (double)hidden * 4.0 / 3.0) : 4 * hidden, 256);
+}
+
 static int moe_from_config(neox_model_desc *d, const neox_config *cfg, neox_error *err) {
     int64_t experts = neox_config_int(cfg, moe_num_experts);
     if (experts <= 1) return 0;
@@ -179,8 +187,10 @@ static int moe_from_config(neox_model_desc *d, const neox_config *cfg, neox_erro
     d->moe_interval = (int)neox_config_int(cfg, moe_expert_interval);
     d->moe_router = strcmp(neox_config_str(cfg, moe_router_type), "topk") == 0 ? NEOX_MOE_TOPK : NEOX_MOE_SINKHORN;
     if (neox_config_has(cfg, moe_jitter_eps)) d->moe_jitter_eps = (float)neox_config_float(cfg, moe_jitter_eps);
-    int64_t width = neox_config_has(cfg, intermediate_size) ? neox_config_int(cfg, intermediate_size)
-                                                            : round_up(4 * (int64_t)d->hidden_size, 256);
+    d->moe_renormalize = neox_config_bool(cfg, moe_topk_renormalize);
+    int64_t width = neox_config_has(cfg, intermediate_size)
+                        ? neox_config_int(cfg, intermediate_size)
+                        : moe_default_width(d->hidden_size, neox_activation_gated(d->activation));
     if (width <= 0 || width > INT_MAX) return neox_fail(err, NEOX_EXIT_USAGE, "MoE expert width %lld", (long long)width);
     d->moe_ffn_size = (int)width;
     return 0;
@@ -225,7 +235,8 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     if (parse_rope_scaling(cfg, &d->rope_scaling, err) != 0) return -1;
 
     if (parse_activation(cfg, &d->activation, err) != 0) return -1;
-    if (mlp_width(cfg, d->hidden_size, neox_activation_gated(d->activation), &d->ffn_size, err) != 0) return -1;
+    int dense = neox_config_int(cfg, moe_num_experts) <= 1 || neox_config_int(cfg, moe_expert_interval) != 1;
+    if (mlp_width(cfg, d->hidden_size, neox_activation_gated(d->activation), dense, &d->ffn_size, err) != 0) return -1;
 
     d->parallel_residual = neox_config_bool(cfg, gpt_j_residual);
     d->attn_bias = neox_config_bool(cfg, use_bias_in_attn_linear);

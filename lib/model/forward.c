@@ -24,6 +24,7 @@ typedef struct plan_sizes {
     size_t N, C, L, HS, NH, NKV, W, F, FC;
     size_t NK, E, Fe;  // Mixture of Experts: token slots, experts, expert width (0 without)
     size_t NR;         // rows this rank's experts can receive: NK, or under expert parallelism the worst case
+    size_t FeI;        // the rows of an expert's first projection: Fe, or 2Fe when gated
 } plan_sizes;
 
 // Expert parallelism plans for the worst case: every token of the expert group sent to this rank's
@@ -37,7 +38,7 @@ static plan_sizes sizes_of(const neox_model *m) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     plan_sizes z = {(size_t)m->B * m->T, (size_t)d->hidden_size, (size_t)s.L, (size_t)d->head_size, (size_t)s.NH,
-                    (size_t)s.NKV, 0, (size_t)s.F, 0, 0, 0, 0, 0};
+                    (size_t)s.NKV, 0, (size_t)s.F, 0, 0, 0, 0, 0, 0};
     z.W = (z.NH + 2 * z.NKV) * z.HS;
     z.FC = neox_activation_gated(d->activation) ? 2 * z.F : z.F;
     if (neox_model_has_moe(d)) {
@@ -45,6 +46,7 @@ static plan_sizes sizes_of(const neox_model *m) {
         z.E = (size_t)d->moe_experts;
         z.Fe = (size_t)d->moe_ffn_size;
         z.NR = moe_received_rows(d, z.N);
+        z.FeI = (size_t)neox_model_moe_in_rows(d);
     }
     return z;
 }
@@ -89,7 +91,7 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
         if (d->checkpoint_activations ? neox_model_has_moe(d) : neox_model_moe_layer(d, d->layer_begin + (int)i)) {
             la->moe.logits = take(cur, N * z.E);
             la->moe.x = take(cur, z.NR * C);
-            la->moe.h = take(cur, z.NR * z.Fe);
+            la->moe.h = take(cur, z.NR * z.FeI);
             la->moe.act = take(cur, z.NR * z.Fe);
             la->moe.y = take(cur, z.NK * C);
             la->moe.weight = take(cur, z.NK);
@@ -137,7 +139,7 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->dact = take(cur, N * F);
     if (z.NK) {
         a->moe_dx = take(cur, z.NR * C);
-        a->moe_dh = take(cur, z.NR * z.Fe);
+        a->moe_dh = take(cur, z.NR * z.FeI);
         a->moe_dact = take(cur, z.NR * z.Fe);
         a->moe_dy = take(cur, (z.NK > z.NR ? z.NK : z.NR) * C);
         a->moe_swap = d->ep_size > 1 ? take(cur, z.NR * C) : NULL;
@@ -210,8 +212,8 @@ void neox_model_plan_half(neox_model *m) {
     out = out > z.C ? out : z.C;
     size_t nin = z.N * in, nout = z.N * out;
     nout = nout > (size_t)m->head_rows * V ? nout : (size_t)m->head_rows * V;  // the head: one chunk's logits
-    if (z.NK) {  // the experts' products over token slots, the router's over tokens
-        size_t wide = z.C > z.Fe ? z.C : z.Fe;
+    if (z.NK) {  // the experts' products over token slots (gated: 2Fe wide), the router's over tokens
+        size_t wide = z.C > z.FeI ? z.C : z.FeI;
         nin = nin > z.NR * wide ? nin : z.NR * wide;
         nout = nout > z.NR * wide ? nout : z.NR * wide;
         nout = nout > z.N * z.E ? nout : z.N * z.E;

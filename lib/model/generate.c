@@ -93,7 +93,7 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     if (d->moe_experts > 1) {
         size_t NK = T * d->moe_top_k, Fe = d->moe_ffn_size;
         g->moe = (neox_moe_bufs){.logits = zeros(be, T * d->moe_experts), .x = zeros(be, NK * C),
-                                 .h = zeros(be, NK * Fe), .act = zeros(be, NK * Fe), .y = zeros(be, NK * C),
+                                 .h = zeros(be, NK * neox_model_moe_in_rows(d)), .act = zeros(be, NK * Fe), .y = zeros(be, NK * C),
                                  .weight = zeros(be, NK), .slot = (int *)zeros(be, NK), .perm = (int *)zeros(be, NK),
                                  .route = neox_moe_route_new(d, (int)T, 0)};  // no jitter: never training
     }

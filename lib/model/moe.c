@@ -5,9 +5,12 @@
 //   sinkhorn (training): experts by the Sinkhorn-balanced scores (GPT-NeoX's three iterations,
 //     tolerance 1e-4), weights the sigmoid (top_k 1) or softmax of the logits at those experts;
 //   sinkhorn (evaluation) and topk: the top_k of those scores (topk always uses softmax).
-// Weights are not renormalised (GPT-NeoX does not). The experts run as one GEMM each over their
-// rows; tokens move with gather_rows and moe_combine. GPT-NeoX has no load-balancing loss in this
-// MoE (docs/model.md, "Mixture of Experts").
+// Weights are not renormalised (GPT-NeoX does not) unless moe_topk_renormalize asks for Mixtral's
+// rule (topk router: the chosen softmax weights divided by their sum). Experts are GPT-NeoX's
+// ungated act(x w1^T) w2^T or, with a gated activation, its grouped LLaMA MLP and Mixtral's
+// (f(x w1^T) * (x w3^T)) w2^T. The experts run as one GEMM each over their rows; tokens move with
+// gather_rows and moe_combine. GPT-NeoX has no load-balancing loss in this MoE (docs/model.md,
+// "Mixture of Experts").
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +126,11 @@ static void route(neox_moe_route *r, const neox_model_desc *d, int N, int traini
             r->weight[t * K + k] = s[best];
             r->count[best]++;
         }
+        if (d->moe_renormalize) {
+            float sum = 0.0f;  // in fp32, as Mixtral sums its fp32 softmax
+            for (int k = 0; k < K; k++) sum += r->weight[t * K + k];
+            for (int k = 0; k < K; k++) r->weight[t * K + k] /= sum;
+        }
     }
     int *next = neox_malloc((size_t)E * sizeof(int));
     for (int e = 0, at = 0; e < E; e++) next[e] = at, at += r->count[e];
@@ -135,8 +143,13 @@ static void route(neox_moe_route *r, const neox_model_desc *d, int N, int traini
     free(next);
 }
 
+// Expert e's first projection (I, C) (w1, or [w3; w1] when gated); its w2 (C, Fe) follows.
 static float *w1_of(const float *experts, const neox_model_desc *d, int e) {
-    return (float *)experts + (size_t)e * 2 * d->moe_ffn_size * d->hidden_size;
+    return (float *)experts + (size_t)e * (neox_model_moe_in_rows(d) + d->moe_ffn_size) * d->hidden_size;
+}
+
+static float *w2_of(const float *experts, const neox_model_desc *d, int e) {
+    return w1_of(experts, d, e) + (size_t)neox_model_moe_in_rows(d) * d->hidden_size;
 }
 
 // out (N, OC) = inp (N, IC) @ w^T in the model's precision, or in fp32.
@@ -181,17 +194,18 @@ static void exchange_rows(neox_model *m, const neox_moe_exchange *x, const float
 }
 
 // The experts' products over rows grouped by local expert (rows[e] of local expert e in turn):
-// h = x w1^T, act = act(h), y = act w2^T.
+// h = x w1^T (I wide: [up | gate] per row when gated), act = act(h) (Fe wide), y = act w2^T.
 static void run_experts(neox_model *m, int fp32, const float *experts, const int *rows, int total, const float *x,
                         float *h, float *act, float *y) {
     const neox_model_desc *d = &m->desc;
-    int C = d->hidden_size, Fe = d->moe_ffn_size, L = neox_model_local_experts(d);
+    int C = d->hidden_size, Fe = d->moe_ffn_size, I = neox_model_moe_in_rows(d), L = neox_model_local_experts(d);
+    neox_act_fn fn = neox_activation_function(d->activation);
     for (int e = 0, at = 0; e < L; at += rows[e++])
-        if (rows[e]) linear(m, fp32, h + (size_t)at * Fe, x + (size_t)at * C, w1_of(experts, d, e), rows[e], C, Fe);
-    m->be->activation_forward(act, h, (size_t)total * Fe, neox_activation_function(d->activation));
+        if (rows[e]) linear(m, fp32, h + (size_t)at * I, x + (size_t)at * C, w1_of(experts, d, e), rows[e], C, I);
+    if (I != Fe) m->be->gated_forward(act, h, total, Fe, fn);
+    else m->be->activation_forward(act, h, (size_t)total * Fe, fn);
     for (int e = 0, at = 0; e < L; at += rows[e++])
-        if (rows[e])
-            linear(m, fp32, y + (size_t)at * C, act + (size_t)at * Fe, w1_of(experts, d, e) + (size_t)Fe * C, rows[e], Fe, C);
+        if (rows[e]) linear(m, fp32, y + (size_t)at * C, act + (size_t)at * Fe, w2_of(experts, d, e), rows[e], Fe, C);
 }
 
 // Under expert parallelism (the route has an exchange) b->x, h and act hold the rows this rank's
@@ -226,11 +240,25 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
     be->moe_combine(out, b->y, b->slot, b->weight, N, K, C);
 }
 
-// d(loss)/d(logits) from d(loss)/d(weights): through the sigmoid, or the softmax over all experts.
+// Renormalised weights w_k = p_k / S (S the chosen p's sum): turns d/dw into d/dp in place,
+// dp_j = (dw_j - sum_k w_k dw_k) / S.
+static void unrenormalize_grads(neox_moe_route *r, const neox_model_desc *d, int t) {
+    int E = d->moe_experts, K = d->moe_top_k;
+    const float *s = r->scores + (size_t)t * E;
+    float *dw = r->dweight + (size_t)t * K;
+    double sum = 0.0, dot = 0.0;
+    for (int k = 0; k < K; k++) sum += s[r->expert[t * K + k]];
+    for (int k = 0; k < K; k++) dot += (double)r->weight[t * K + k] * dw[k];
+    for (int k = 0; k < K; k++) dw[k] = (float)((dw[k] - dot) / sum);
+}
+
+// d(loss)/d(logits) from d(loss)/d(weights): through the renormalisation, then the sigmoid, or the
+// softmax over all experts.
 static void router_logit_grads(neox_moe_route *r, const neox_model_desc *d, int N) {
     int E = d->moe_experts, K = d->moe_top_k;
     memset(r->dlogits, 0, (size_t)N * E * sizeof(float));
     for (int t = 0; t < N; t++) {
+        if (d->moe_renormalize) unrenormalize_grads(r, d, t);
         const float *s = r->scores + (size_t)t * E;
         float *g = r->dlogits + (size_t)t * E;
         if (sigmoid_scores(d)) {
@@ -261,6 +289,8 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     neox_moe_exchange *x = r->x;
     int N = m->B * m->T, C = d->hidden_size, E = d->moe_experts, K = d->moe_top_k, Fe = d->moe_ffn_size, NK = N * K;
     int L = neox_model_local_experts(d), total = x ? x->received : NK;
+    int I = neox_model_moe_in_rows(d);
+    neox_act_fn fn = neox_activation_function(d->activation);
     const int *rows = x ? x->local_count : r->count;
     be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C);
     if (x) {  // the output gradients travel to the experts as the rows did
@@ -269,18 +299,19 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     }
     for (int e = 0, at = 0; e < L; at += rows[e++]) {
         if (!rows[e]) continue;
-        const float *w2 = w1_of(p->experts_w, d, e) + (size_t)Fe * C;
-        float *dw2 = w1_of(g->experts_w, d, e) + (size_t)Fe * C;
+        const float *w2 = w2_of(p->experts_w, d, e);
+        float *dw2 = w2_of(g->experts_w, d, e);
         const float *dye = a->moe_dy + (size_t)at * C;
         neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, rows[e], Fe, C);
         neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, rows[e], Fe, C);
     }
-    be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)total * Fe, neox_activation_function(d->activation));
+    if (I != Fe) be->gated_backward(a->moe_dh, a->moe_dact, b->h, total, Fe, fn);  // moe_dh: (total, 2Fe)
+    else be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)total * Fe, fn);
     for (int e = 0, at = 0; e < L; at += rows[e++]) {
         if (!rows[e]) continue;
-        const float *dh = a->moe_dh + (size_t)at * Fe;
-        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, b->x + (size_t)at * C, rows[e], C, Fe);
-        neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), rows[e], C, Fe);
+        const float *dh = a->moe_dh + (size_t)at * I;
+        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, b->x + (size_t)at * C, rows[e], C, I);
+        neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), rows[e], C, I);
     }
     const float *dx = a->moe_dx;
     if (x) {  // the input gradients go back to the ranks the rows came from

@@ -49,12 +49,16 @@ static int check_moe(const neox_model_desc *d, neox_error *err) {
     if (d->moe_jitter_eps > 0.0f && d->moe_router != NEOX_MOE_TOPK)
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_jitter_eps applies to moe_router_type: topk only (GPT-NeoX's "
                          "Sinkhorn router never reads it)");
-    if (neox_activation_gated(d->activation))
-        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with activation %s: GPT-NeoX's experts "
-                         "(ParallelGroupedMLP) take an ungated activation", neox_activation_name(d->activation));
     if (d->ep_size > 1 && (d->moe_experts % d->ep_size != 0 || d->ep_rank < 0 || d->ep_rank >= d->ep_size))
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_expert_parallel_size %d must divide moe_num_experts %d", d->ep_size,
                          d->moe_experts);
+    // Sinkhorn's top-1 weight is a sigmoid: divided by itself it is 1, and the router would never learn.
+    // (Its top-k > 1 weights could be renormalised, but that is no published model's rule: Mixtral's
+    // router is topk.)
+    if (d->moe_renormalize && d->moe_router != NEOX_MOE_TOPK)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_topk_renormalize applies to moe_router_type: topk only (the "
+                         "Sinkhorn router's top-1 weight is a sigmoid, which renormalised is always 1, so its router "
+                         "would get no gradient)");
     if (d->parallel_residual)
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts with gpt_j_residual: GPT-NeoX's parallel layer drops "
                          "the attention output when its MLP is a MoE; use gpt_j_residual: false");
@@ -154,8 +158,9 @@ static void layout_qk_norm(layout_ctx *c, neox_layer_params *v, const char *pre,
 }
 
 // A Mixture-of-Experts layer's router and experts, named as Hugging Face's Mixtral names its
-// block_sparse_moe (gate, experts.E.w1 and w2; GPT-NeoX's experts have no w3). Each expert's w1 and
-// w2 are adjacent, expert after expert.
+// block_sparse_moe (gate, experts.E.w1, w2 and, gated, w3; GPT-NeoX's ungated experts have no w3).
+// Each expert's tensors are adjacent, expert after expert: w1 then w2, or gated w3 (up), w1 (gate),
+// w2, so that [w3; w1] is one GEMM giving [up | gate] as the gated kernels take it.
 // Under tensor parallelism the router and experts are replicated (each rank routes and computes every
 // token of the whole, replicated, MLP input: no reduction). Under expert parallelism a rank holds
 // only its own experts, laid out after every other tensor (lay_out), so that the rest of the buffer
@@ -163,11 +168,14 @@ static void layout_qk_norm(layout_ctx *c, neox_layer_params *v, const char *pre,
 static void layout_experts(layout_ctx *c, neox_layer_params *v, const char *pre, int l) {
     const neox_model_desc *d = &c->m->desc;
     int C = d->hidden_size, Fe = d->moe_ffn_size, present = c->present, first = 1;
+    int gated = neox_activation_gated(d->activation);
     for (int e = 0; e < d->moe_experts; e++) {
         c->present = present && neox_model_expert_local(d, e);
+        size_t w3 = gated ? add_param(c, 0, NONE, Fe, C, "%s.%d.block_sparse_moe.experts.%d.w3.weight", pre, l, e) : 0;
         size_t w1 = add_param(c, 0, NONE, Fe, C, "%s.%d.block_sparse_moe.experts.%d.w1.weight", pre, l, e);
         add_param(c, 0, NONE, C, Fe, "%s.%d.block_sparse_moe.experts.%d.w2.weight", pre, l, e);
-        if (w1 && first) v->experts_w = OFF(w1), first = 0;
+        size_t first_tensor = gated ? w3 : w1;
+        if (first_tensor && first) v->experts_w = OFF(first_tensor), first = 0;
     }
     c->present = present;
 }
@@ -180,7 +188,7 @@ static void layout_moe(layout_ctx *c, neox_layer_params *v, const char *pre, int
         return;
     }
     if (c->expert_index) c->expert_index[l] = c->index;  // laid out later, with these indices
-    c->index += 2 * d->moe_experts;
+    c->index += (neox_activation_gated(d->activation) ? 3 : 2) * d->moe_experts;  // w1, w2 (and w3) each
 }
 
 // One layer: column-parallel QKV and first MLP projection (cut by rows: whole heads, MLP rows),

@@ -356,7 +356,8 @@ static double peak_flops(const neox_trainer *t) {
 static int setup_metrics(neox_trainer *t, neox_error *err) {
     const neox_model_desc *d = &t->model->desc;
     neox_flops_model fm = {d->num_layers, d->hidden_size, d->vocab_size, t->seq_length, t->train_batch_size,
-                           d->checkpoint_activations, 0, d->moe_top_k, d->moe_experts, d->moe_ffn_size};
+                           d->checkpoint_activations, 0, d->moe_top_k, d->moe_experts, d->moe_ffn_size,
+                           neox_activation_gated(d->activation) ? 3 : 2};
     for (int l = 0; l < d->num_layers; l++) fm.moe_layers += neox_model_moe_layer(d, l);
     neox_metrics_options mo = {
         .rank = t->grid->world_rank,

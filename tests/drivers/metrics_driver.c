@@ -22,6 +22,7 @@ static int flops(int argc, char **argv) {
     if (argc >= 10)
         m.moe_layers = atoll(argv[6]), m.moe_top_k = atoll(argv[7]), m.moe_experts = atoll(argv[8]),
         m.moe_ffn_size = atoll(argv[9]);
+    if (argc >= 11) m.moe_expert_matrices = atoll(argv[10]);
     printf("%.17g\n", neox_flops_per_iteration(&m));
     return 0;
 }

@@ -4,7 +4,7 @@
 //   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
 // keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm) eps pos(rotary|learned|none|alibi)
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint qk_norm
-// moe_experts moe_top_k moe_interval moe_ffn moe_router(sinkhorn|topk) moe_jitter training (the model's flag);
+// moe_experts moe_top_k moe_interval moe_ffn moe_router(sinkhorn|topk) moe_jitter moe_renorm training (the model's flag);
 // with moe_jitter the noise factors of each MoE layer l are written as "moe_jitter.l" (B*T, C).
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
 // precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
@@ -72,6 +72,7 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("moe_interval")) d->moe_interval = atoi(v);
     else if (KEY("moe_ffn")) d->moe_ffn_size = atoi(v);
     else if (KEY("moe_jitter")) d->moe_jitter_eps = strtof(v, NULL);
+    else if (KEY("moe_renorm")) d->moe_renormalize = atoi(v);
     else if (KEY("moe_router")) d->moe_router = strcmp(v, "topk") == 0 ? NEOX_MOE_TOPK : NEOX_MOE_SINKHORN;
     else if (KEY("training")) training = atoi(v);
     else if (KEY("checkpoint")) d->checkpoint_activations = atoi(v);

@@ -27,15 +27,16 @@ def test_20b_magnitude():
     assert 4.5e17 < got < 6.5e17
 
 
-def active_flops(layers, hidden, vocab, seq, batch, ckpt, moe_layers, top_k, experts, width):
+def active_flops(layers, hidden, vocab, seq, batch, ckpt, moe_layers, top_k, experts, width, matrices=2):
     """Model FLOPs of a Mixture of Experts counted from the parameters each token activates:
     2 FLOPs per active weight per token forward (times 3, or 4 with recomputation), plus GPT-NeoX's
     attention-score and output-layer terms. Attention's linears hold 4h^2 weights; a dense MLP
-    GPT-NeoX's assumed 2 x 4h^2; a MoE layer top_k experts of 2 h width weights and the E x h router."""
+    GPT-NeoX's assumed 2 x 4h^2; a MoE layer top_k experts of `matrices` h x width matrices each (2
+    ungated, 3 gated as Mixtral's w1, w3, w2) and the E x h router."""
     f = 4 if ckpt else 3
     attention = 4 * hidden**2
     dense_mlp = 8 * hidden**2
-    moe_mlp = top_k * 2 * hidden * width + experts * hidden
+    moe_mlp = top_k * matrices * hidden * width + experts * hidden
     weights = layers * attention + (layers - moe_layers) * dense_mlp + moe_layers * moe_mlp
     per_token = 2 * weights + layers * 4 * seq * hidden + 1.5 * hidden * vocab
     return f * batch * seq * per_token
@@ -46,6 +47,7 @@ MOE_CASES = [
     (2, 32, 512, 32, 8, 0, 2, 2, 4, 48),      # tests/mpi/moe_expert_parallel.sh's model
     (12, 768, 50304, 2048, 32, 1, 12, 1, 8, 3072),  # GPT-NeoX's 125M-dmoe shape, Sinkhorn top-1
     (12, 768, 50304, 2048, 32, 0, 6, 2, 16, 3072),  # every second layer, top-2
+    (2, 64, 512, 64, 8, 0, 2, 2, 8, 256, 3),   # gated experts (Mixtral's), top-2
 ]
 
 
@@ -55,4 +57,5 @@ def test_moe_flops_count_active_parameters(case):
     assert got == pytest.approx(active_flops(*case), rel=1e-12)
     # fewer FLOPs than the dense formula when a token's experts are narrower than the 4h MLP
     dense = gpt_neox_flops(*case[:6])
-    assert (got < dense) == (case[7] * case[9] * 4 * case[1] + 2 * case[1] * case[8] < 16 * case[1] ** 2)
+    matrices = case[10] if len(case) > 10 else 2
+    assert (got < dense) == (case[7] * case[9] * 2 * matrices * case[1] + 2 * case[1] * case[8] < 16 * case[1] ** 2)

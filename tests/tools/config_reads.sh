@@ -50,6 +50,9 @@ check "train: 2 data-parallel ranks with adaptive compression, replayed" "$MPIEX
 config moe neox 2 1 3 ', "moe_num_experts": 2, "moe_top_k": 1, "moe_router_type": "topk", "moe_expert_interval": 1'
 sed -i 's/"gpt_j_residual": true/"gpt_j_residual": false/' "$T/moe.yml"
 check "train: Mixture of Experts" "$TRAIN" -q "$T/moe.yml"
+# A Mixtral-style one: gated experts, the top-k weights renormalised.
+config mixtral llama 2 1 3 ', "moe_num_experts": 2, "moe_top_k": 2, "moe_router_type": "topk", "moe_topk_renormalize": true'
+check "train: gated experts with renormalised weights" "$TRAIN" -q "$T/mixtral.yml"
 
 # SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
 # run with GPT-NeoX's onnx_safe gelu.

@@ -2,7 +2,8 @@
 # router, top 2 of 4 experts) trains on Tiny Shakespeare and learns; it resumes bit for bit, and the
 # emulated device gives the CPU's losses bit for bit; the router type, top_k and expert interval each
 # change the run (and the interval the parameters); the checkpoint lists the experts; Hugging Face
-# export is refused by name; generation with the KV cache gives recomputation's text;
+# export of these ungated experts is refused naming the field (gated, renormalised ones export:
+# tests/tools/train_mixtral.sh); generation with the KV cache gives recomputation's text;
 # moe_jitter_eps changes the topk router's run and resumes bit for bit (refused with Sinkhorn, which
 # GPT-NeoX never jitters); moe_lbl_in_fp32 is named as ignored. GPT-NeoX's 125M-dmoe.yml, shrunk,
 # trains 10 steps (bfloat16, recomputation, ZeRO-1). (Numerics against a torch restatement of GPT-NeoX's MoE: tests/oracle/test_moe.py.)
@@ -56,7 +57,7 @@ check "layer 1 keeps its dense MLP" sh -c "$CONVERT inspect '$T/ckpt_interval' |
 echo "{\"load\": \"$T/ckpt\", \"moe_num_experts\": 2, \"moe_top_k\": 2}" >"$T/two.yml"
 check_fails "a checkpoint of 4 experts does not load as 2" 2 "moe_num_experts = 4 but the config gives 2" \
     $TRAIN -q "$T/model.yml" "$T/two.yml"
-check_fails "to-hf refuses GPT-NeoX's experts by name" 2 "moe_num_experts 4" \
+check_fails "to-hf refuses GPT-NeoX's experts by name" 2 "moe_num_experts 4: MixtralForCausalLM cannot hold this Mixture of Experts: activation" \
     $CONVERT to-hf --input "$T/ckpt" --output "$T/hf"
 check "the refused export wrote nothing" test ! -e "$T/hf"
 echo "{\"load\": \"$T/ckpt\", $MOE}" >"$T/load.yml"
@@ -76,9 +77,6 @@ check_fails "moe_jitter_eps with the Sinkhorn router is refused naming both" 2 \
 echo "{$MOE, \"moe_lbl_in_fp32\": true}" >"$T/lbl.yml"
 check_output "moe_lbl_in_fp32 is named as ignored" "moe_lbl_in_fp32" \
     sh -c "$TRAIN --print-config '$T/model.yml' '$T/lbl.yml' 2>&1"
-echo "{$MOE, \"activation\": \"swiglu\"}" >"$T/gated.yml"
-check_fails "gated activations are refused for GPT-NeoX's experts" 2 "moe_num_experts with activation swiglu" \
-    $TRAIN -q "$T/model.yml" "$T/gated.yml"
 
 # GPT-NeoX's own MoE config, with a tiny model, local data and one process: 10 steps train.
 DMOE=$CONFIGS/125M-dmoe.yml
