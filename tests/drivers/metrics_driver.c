@@ -1,6 +1,6 @@
 // metrics_driver.c: drives lib/metrics for tests/oracle/test_metrics_*.py, which check its output
 // with independent readers (the tensorboard package, Python's json, a Python FLOPs formula).
-//   metrics_driver flops LAYERS HIDDEN VOCAB SEQ BATCH CKPT [MOE_LAYERS TOP_K EXPERTS WIDTH]
+//   metrics_driver flops LAYERS HIDDEN VOCAB SEQ BATCH CKPT [MOE_LAYERS TOP_K EXPERTS WIDTH [MATRICES]]
 //                                                               prints FLOPs per iteration (%.17g)
 //   metrics_driver run LOG_DIR TB_DIR                           a scripted 10-step run, lines on stdout
 // The run uses a fake clock (0.25 s per step) and sets the timers directly, so every logged value
@@ -71,8 +71,8 @@ fail:
 }
 
 int main(int argc, char **argv) {
-    if ((argc == 8 || argc == 12) && strcmp(argv[1], "flops") == 0) return flops(argc - 2, argv + 2);
+    if ((argc == 8 || argc == 12 || argc == 13) && strcmp(argv[1], "flops") == 0) return flops(argc - 2, argv + 2);
     if (argc == 4 && strcmp(argv[1], "run") == 0) return run(argv[2], argv[3]);
-    fprintf(stderr, "usage: metrics_driver flops LAYERS HIDDEN VOCAB SEQ BATCH CKPT [MOE_LAYERS TOP_K EXPERTS WIDTH] | run LOG_DIR TB_DIR\n");
+    fprintf(stderr, "usage: metrics_driver flops LAYERS HIDDEN VOCAB SEQ BATCH CKPT [MOE_LAYERS TOP_K EXPERTS WIDTH [MATRICES]] | run LOG_DIR TB_DIR\n");
     return 2;
 }

@@ -5,7 +5,8 @@
 # top-2. Every rank routes its own micro-batch, so the routing is one rank's; losses, evaluations
 # and the final parameters (resharded to one shard, read with h5dump) must follow one rank within
 # 1e-5, and so do the logged parameter norms. A checkpoint moves EP2 -> one rank -> EP4 on the
-# straight run's trajectory, and the combinations expert parallelism does not cover are refused
+# straight run's trajectory, gated renormalised experts (Mixtral's) follow one rank under dp2/EP2,
+# and the combinations expert parallelism does not cover are refused
 # naming both keys.
 source tests/lib.sh
 
@@ -54,6 +55,17 @@ for spec in "sinkhorn 1 2" "sinkhorn 1 1" "topk 2 2" "topk 2 1"; do
             "$PY" tests/mpi/layouts_check.py same_params "$(one_shard "$ref")" "$(one_shard "$ref-$1")"
     done
 done
+
+# Gated experts with renormalised top-2 weights (Mixtral's), shared out as the ungated ones are.
+MIX=', "activation": "swiglu", "moe_topk_renormalize": true'
+config mixtral 4 topk 1 2 "$MIX"
+config mixtral-dp2ep2 2 topk 1 2 "$MIX, \"moe_expert_parallel_size\": 2"
+check "gated renormalised experts: one rank" "$TRAIN" -q "$T/mixtral.yml"
+check "gated renormalised experts: dp2/EP2" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/mixtral-dp2ep2.yml"
+check "gated renormalised experts: dp2/EP2 follows one rank (losses, evaluations within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py same_losses "$T/mixtral" "$T/mixtral-dp2ep2"
+check "gated renormalised experts: dp2/EP2's final parameters equal one rank's (relative L2 within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py same_params "$(one_shard mixtral)" "$(one_shard mixtral-dp2ep2)"
 
 # Each rank holds only its experts: a dp2/EP2 shard has two of the four experts of a layer, and only
 # the first rank of an expert group writes the tensors every rank holds.
