@@ -26,6 +26,7 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from data_oracle import BIN  # noqa: E402
+from test_convert import corpus  # noqa: E402,F401 (the char-level Tiny Shakespeare fixture)
 
 CONVERT = os.path.join(BIN, "neox-convert")
 TRAIN = os.path.join(BIN, "neox-train")
@@ -166,23 +167,6 @@ def test_mixtral_import_parity(case, tmp_path):
         wide.load_state_dict(model.state_dict())
         wide.config._attn_implementation = "eager"
         assert (wide(input_ids=ids).logits - logits).abs().max().item() > 1e-3
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    if not os.path.exists(TEXT):
-        pytest.skip(f"{TEXT} is absent")
-    root = tmp_path_factory.mktemp("mixtral_corpus")
-    with open(TEXT, encoding="utf-8") as f:
-        text = f.read()[:60000]
-    with open(root / "s.jsonl", "w") as f:
-        for para in text.split("\n\n"):
-            if para.strip():
-                f.write(json.dumps({"text": para}) + "\n")
-    run(PRE, "--input", root / "s.jsonl", "--output-prefix", root / "char", "--tokenizer-type", "CharLevelTokenizer",
-        "--append-eod")
-    tokens = np.fromfile(root / "char_text_document.bin", dtype=np.uint16)
-    return str(root / "char_text_document"), tokens
 
 
 def test_mixtral_fine_tune_export(corpus, tmp_path):

@@ -31,13 +31,7 @@ run() {  # run NAME JSON: trains model.yml + JSON (renormalised unless JSON says
 
 check "gated experts, renormalised top 2 of 4: 30 steps" run straight ", \"save\": \"$T/ckpt\""
 check "the loss falls" $LIB falls "$T/straight/metrics.jsonl" 30 0.7
-check "stop at 15" run resumed ", \"save\": \"$T/ckpt2\", \"exit_interval\": 15"
-check "resume to 30" run resumed ", \"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\""
-check "resumed run equals the straight one bit for bit" $LIB same "$T/straight/metrics.jsonl" \
-    "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
-check "emulated device: 30 steps" run emulated ", \"compute_backend\": \"emulated\""
-check "emulated device: the CPU's losses bit for bit" $LIB same "$T/straight/metrics.jsonl" \
-    "$T/emulated/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+check_resume_and_emulated
 
 check "moe_topk_renormalize: false" run plain ", \"moe_topk_renormalize\": false, \"save\": \"$T/ckpt_plain\""
 check "renormalisation changes the run" python3 - "$T/straight/metrics.jsonl" "$T/plain/metrics.jsonl" <<'PY'
