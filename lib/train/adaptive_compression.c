@@ -24,7 +24,8 @@
 #define TRIAL_STEPS 3        // a scheme never run is decided on again after this many steps
 #define MAX_RANKS (NEOX_BUCKET_OPTIONS - 3)  // besides dense, bf16 and 1-bit
 #define REMEMBERED 4         // plans whose measured exposure the policy keeps in reach...
-#define REMEMBER_INTERVALS 4 // ...for this many intervals after they last ran
+#define REMEMBER_INTERVALS 4 // ...for this many intervals after they last ran,
+#define REMEMBER_LINK 2.0     // ...and while the link's bandwidth stays within this factor of theirs
 
 typedef struct bucket_state {
     int first, count;            // its parameters, as the compressors' segments
@@ -39,6 +40,7 @@ typedef struct remembered_plan {
     neox_bucket_choice *use;  // per bucket
     double exposed_s;
     int64_t at;               // the decision that measured it
+    double bytes_per_s;       // the link's bandwidth then
 } remembered_plan;
 
 struct neox_adaptive {
@@ -310,11 +312,19 @@ static int option_of(const neox_bucket_inputs *in, neox_bucket_choice c) {
 // The group's measurements: the link probes, then this rank's step, costs and buckets' slack; the
 // maximum over the ranks of each, identical everywhere afterwards.
 // Keeps the plan in use with its measured exposure (replacing its older measurement, or the
-// oldest plan), and forgets plans not run for REMEMBER_INTERVALS intervals: the link moves on.
-static void remember(neox_trainer *t, double exposed_s) {
-    neox_adaptive *a = t->adaptive;
-    for (int m = 0; m < a->nremembered;) {  // forget the stale ones
-        if (t->state.iteration - a->remembered[m].at <= REMEMBER_INTERVALS * a->interval) {
+// oldest plan), and forgets plans not run for REMEMBER_INTERVALS intervals or measured on a link
+// more than REMEMBER_LINK times faster or slower than the one just probed: the link moves on, and
+// an uncompressed plan measured on a fast link must not stand for itself on a slow one.
+static int still_valid(const neox_adaptive *a, const remembered_plan *r, int64_t iteration) {
+    if (iteration - r->at > REMEMBER_INTERVALS * a->interval) return 0;
+    if (a->bytes_per_s <= 0 || r->bytes_per_s <= 0) return 1;  // (no link model to compare)
+    double ratio = r->bytes_per_s / a->bytes_per_s;
+    return ratio <= REMEMBER_LINK && ratio >= 1.0 / REMEMBER_LINK;
+}
+
+static void forget_stale(neox_adaptive *a, int64_t iteration) {
+    for (int m = 0; m < a->nremembered;) {
+        if (still_valid(a, &a->remembered[m], iteration)) {
             m++;
             continue;
         }
@@ -322,6 +332,10 @@ static void remember(neox_trainer *t, double exposed_s) {
         a->remembered[m] = a->remembered[--a->nremembered];
         a->remembered[a->nremembered].use = NULL;
     }
+}
+
+static void remember(neox_trainer *t, double exposed_s) {
+    neox_adaptive *a = t->adaptive;
     int slot = -1;
     for (int m = 0; m < a->nremembered && slot < 0; m++) {
         int same = 1;
@@ -337,7 +351,7 @@ static void remember(neox_trainer *t, double exposed_s) {
     remembered_plan *r = &a->remembered[slot];
     if (!r->use) r->use = neox_calloc((size_t)a->nbuckets, sizeof *r->use);
     for (int i = 0; i < a->nbuckets; i++) r->use[i] = a->bucket[i].use;
-    r->exposed_s = exposed_s, r->at = t->state.iteration;
+    r->exposed_s = exposed_s, r->at = t->state.iteration, r->bytes_per_s = a->bytes_per_s;
 }
 
 static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_inputs *bucket, int *measured_idx,
@@ -361,6 +375,7 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
                            &in->latency_s, &in->bytes_per_s);
     a->latency_s = in->latency_s, a->bytes_per_s = in->bytes_per_s, a->backward_s = v[2];
     in->step_s = v[3], in->margin = MARGIN;
+    forget_stale(a, t->state.iteration);
     if (isfinite(v[4])) remember(t, -v[4]);
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) a->unit_cost[s] = v[5 + s];  // every rank plans with the same costs
     double total = 0;
@@ -429,8 +444,9 @@ static json_t *measured_plans_json(const neox_adaptive *a) {
             choice_text(a->remembered[m].use[i], text, sizeof text);
             json_array_append_new(plan, json_string(text));
         }
-        json_array_append_new(list, json_pack("{s:o, s:f, s:I}", "buckets", plan, "exposed_s", a->remembered[m].exposed_s,
-                                              "iteration", (json_int_t)a->remembered[m].at));
+        json_array_append_new(list, json_pack("{s:o, s:f, s:I, s:f}", "buckets", plan, "exposed_s", a->remembered[m].exposed_s,
+                                              "iteration", (json_int_t)a->remembered[m].at, "bytes_per_s",
+                                              a->remembered[m].bytes_per_s));
     }
     return list;
 }
