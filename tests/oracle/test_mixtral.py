@@ -25,15 +25,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from data_oracle import BIN  # noqa: E402
-from test_convert import corpus  # noqa: E402,F401 (the char-level Tiny Shakespeare fixture)
-
-CONVERT = os.path.join(BIN, "neox-convert")
-TRAIN = os.path.join(BIN, "neox-train")
-PRE = os.path.join(BIN, "neox-preprocess")
-DRIVER = "build/cpu/tests/drivers/model_parity"
-TEXT = "../shared/data/text/tinyshakespeare_input.txt"
-ENV = dict(os.environ, OMP_NUM_THREADS="2")
+# The convert tests' tools, environment and char-level Tiny Shakespeare fixture.
+from test_convert import CONVERT, DRIVER, ENV, TRAIN, corpus  # noqa: E402,F401
 VOCAB = 512  # holds the character-level tokenizer's ids
 
 
