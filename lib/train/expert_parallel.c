@@ -42,9 +42,7 @@ int neox_train_setup_expert_parallel(neox_trainer *t, neox_model_desc *desc, neo
     t->ep_size = 1;
     if (ep <= 1) return 0;
     if (refuse_combinations(t, (int)ep, err) != 0) return -1;
-    if (desc->moe_experts % ep != 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "moe_expert_parallel_size %lld must divide moe_num_experts %d",
-                         (long long)ep, desc->moe_experts);
+    // (That ep divides moe_num_experts is the model's rule: neox_model_desc_check, lib/model/params.c.)
     if (neox_grid_make_expert(t->grid, (int)ep, err) != 0) return -1;
     t->ep_size = (int)ep;
     desc->ep_size = (int)ep, desc->ep_rank = t->grid->expert.rank;
