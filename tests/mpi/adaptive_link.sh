@@ -9,7 +9,7 @@
 #   decision from 10 steps after the drop on chooses a compressor (PowerSGD or 1-bit), and the
 #   bandwidth the decisions measured falls with the link;
 # - the overlapped reduction with a progress thread (comm_progress_thread_us) over the link gives
-#   bit for bit the run without it.
+#   bit for bit the run without it, and the thread tests buckets in flight on every rank.
 # Network namespaces need root: elsewhere the test is reported skipped with the reason.
 source tests/lib.sh
 source scripts/shaped_link.sh
@@ -23,7 +23,8 @@ fi
 export OMP_NUM_THREADS=1
 char_shakespeare "adaptive compression on a shaped link" || exit 0
 
-base() {  # base ITERS: the model and data, trained for ITERS steps, in $T/base-ITERS.yml
+base() {  # base ITERS BUCKET: the model and data, trained for ITERS steps with reduction buckets of
+          # BUCKET elements, in $T/base-ITERS.yml
 cat >"$T/base-$1.yml" <<EOF
 {
   "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
@@ -32,13 +33,16 @@ cat >"$T/base-$1.yml" <<EOF
   "min_lr": 0.0003, "gradient_clipping": 1.0, "lr_decay_style": "cosine", "warmup": 0.05,
   "train_micro_batch_size_per_gpu": 8, "train_iters": $1, "eval_interval": $1, "eval_iters": 2,
   "log_interval": 10, "seed": 1234, "split": "949,50,1",
-  "zero_optimization": {"stage": 0, "overlap_comm": true},
+  "zero_optimization": {"stage": 0, "overlap_comm": true, "reduce_bucket_size": $2},
   "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer"
 }
 EOF
 }
-base 100
-base 20
+base 100 500000000  # the whole gradient in one bucket
+# Buckets of 50,000 elements go out during backward, so a progress thread has buckets to test while
+# the layers below compute (one bucket for the whole gradient would go out only as backward ends,
+# and be waited on at once).
+base 20 50000
 
 # run NAME ITERS EXTRA_JSON: 2 ranks across the link, log_dir $T/NAME. MPICH's MPI_Finalize over
 # UCX's TCP transport can hang after a complete run (docs/parallel.md); the tools end such a hang
