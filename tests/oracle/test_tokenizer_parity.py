@@ -1,6 +1,7 @@
 """Tokenizer parity: neox.c's encode (through `neox-preprocess encode`) against HF `tokenizers` and
 `tiktoken` on every text in ../shared/data, a generated adversarial set and invalid UTF-8, for
 GPT-2 (vocab+merges and tokenizer.json forms, plus HFGPT2Tokenizer) and GPT-NeoX-20B."""
+import functools
 import os
 import sys
 
@@ -40,11 +41,17 @@ REFERENCES = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def reference_ids(kind, docs):
+    """The reference's ids for DOCS (a tuple), computed once per kind: the corpus test and the decode
+    test share them (HF encodes the corpus's megabyte documents slowly)."""
+    return [e.ids for e in REFERENCES[kind]().encode_batch(list(docs))]
+
+
 @pytest.mark.parametrize("kind", sorted(REFERENCES))
 def test_corpus_matches_hf_tokenizers(kind, corpus):
-    ref = REFERENCES[kind]()
     names, docs = [n for n, _ in corpus], [d for _, d in corpus]
-    want = [e.ids for e in ref.encode_batch(docs)]
+    want = reference_ids(kind, tuple(docs))
     got = tc.neox_encode_many(tc.neox_args(kind), docs)
     assert first_mismatch(names, docs, got, want) is None, first_mismatch(names, docs, got, want)
 
@@ -86,8 +93,10 @@ def test_decode_matches_hf_and_round_trips(kind, corpus):
     without special tokens."""
     import unicodedata
     ref = REFERENCES[kind]()
-    docs = [d for _, d in corpus if "\0" not in d]  # NUL separates the decoded texts
-    ids = [e.ids for e in ref.encode_batch(docs)]
+    everything = [d for _, d in corpus]
+    ids_of = dict(zip(everything, reference_ids(kind, tuple(everything))))
+    docs = [d for d in everything if "\0" not in d]  # NUL separates the decoded texts
+    ids = [ids_of[d] for d in docs]
     got = neox_decode_many(tc.neox_args(kind), ids)
     want = ref.decode_batch(ids, skip_special_tokens=(kind != "HFGPT2Tokenizer"))
     assert len(got) == len(want)
