@@ -220,7 +220,7 @@ void neox_train_update(neox_trainer *t, double lr, int64_t step);
 // the step's only wait for the device after its loss. Returns the sum of squares.
 double neox_train_device_update(neox_trainer *t, double loss_scale, double lr, int64_t step);
 
-// ---- memory (setup.c) -------------------------------------------------------------------------
+// ---- memory (memory_report.c) -----------------------------------------------------------------
 // The bytes one rank plans, by region: what the start-up "memory of rank N" line prints and the
 // bytes-per-parameter table of docs/memory.md is made of.
 typedef struct neox_memory_plan {
@@ -235,6 +235,12 @@ typedef struct neox_memory_plan {
                          // the host copies of the weights and gradients it updates)
 } neox_memory_plan;
 void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p);
+// At start-up (a collective): every rank's plan, printed by rank 0 and written to log_dir/memory_plan.json.
+void neox_train_report_memory_plan(const neox_trainer *t);
+// At each log (a collective): the measured peaks as metrics gauges, rank 0's and the largest rank's.
+void neox_train_memory_gauges(neox_trainer *t);
+// At the end (a collective): every rank's measured peaks and planned total in log_dir/memory_peaks.json.
+int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err);
 
 // ---- ZeRO stage 3 (zero3.c) -------------------------------------------------------------------
 // After the reducer (the partition is known): refuses what stage 3 cannot serve, makes the

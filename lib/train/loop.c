@@ -88,10 +88,8 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
         snprintf(tag, sizeof tag, "train/%.120s", dpo[i].name);
         neox_metrics_add(t->metrics, tag, dpo[i].value);
     }
-    // The peak memory so far (gauges, written at each log): this rank's resident set (rank 0's, as
-    // rank 0 writes the metrics) and, on a device backend, the most device memory it held.
-    neox_metrics_set(t->metrics, "memory/peak_rss_bytes", (double)neox_peak_rss_bytes());
-    if (t->be->on_device) neox_metrics_set(t->metrics, "memory/device_peak_bytes", (double)t->be->peak_bytes());
+    // The peak memory so far (gauges, written at each log, so gathered only then).
+    if (s->iteration % neox_config_int(t->cfg, log_interval) == 0) neox_train_memory_gauges(t);
     if (neox_metrics_step(t->metrics, &stats, err) != 0) return -1;
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,
@@ -147,6 +145,12 @@ static int finish(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
+// The end-of-run reports (collectives): communication, then every rank's memory peaks.
+static int write_reports(neox_trainer *t, neox_error *err) {
+    if (neox_train_write_comm_report(t, err) != 0) return -1;
+    return neox_train_write_memory_peaks(t, err);
+}
+
 int neox_trainer_run(neox_trainer *t, neox_error *err) {
     int train = neox_config_has(t->cfg, do_train) ? neox_config_bool(t->cfg, do_train) : 1;
     if (t->rank0 && !t->opts.quiet && t->state.iteration < t->train_iters && train)
@@ -160,8 +164,8 @@ int neox_trainer_run(neox_trainer *t, neox_error *err) {
         neox_train_comm_step_end(t);
         if (record_step(t, &r, err) != 0) return -1;
         if ((done = after_step(t, &status, err)) != 0)
-            return done < 0 || neox_train_write_comm_report(t, err) != 0 ? -1 : status;
+            return done < 0 || write_reports(t, err) != 0 ? -1 : status;
     }
-    if (finish(t, err) != 0 || neox_train_write_comm_report(t, err) != 0) return -1;
+    if (finish(t, err) != 0 || write_reports(t, err) != 0) return -1;
     return neox_metrics_close(t->metrics, err) == 0 ? (t->metrics = NULL, 0) : (t->metrics = NULL, -1);
 }

@@ -410,99 +410,6 @@ static double total_params(const neox_trainer *t) {
     return n[0] + n[1];
 }
 
-void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
-    const neox_model *m = t->model;
-    memset(p, 0, sizeof *p);
-    // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies; under
-    // ZeRO-3 the master weights of the partition plus what a pass holds whole at most.
-    double whole = t->gather ? (double)neox_train_zero3_planned_elements(t) : (double)m->num_floats;
-    p->params = whole * 4 + (t->gather ? (double)(t->part_end - t->part_begin) * 4 : 0);
-    p->params16 = m->param16 ? whole * 2 : 0;
-    p->grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) +
-                                (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
-                          : (double)m->num_floats * 4;
-    if (t->grad_partition) p->grads += (double)(t->part_end - t->part_begin) * 4;
-    double state = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
-    // ZeRO-Offload: the optimizer state, and the host copies of the weights and gradients it
-    // updates from, live in host memory instead of the device's.
-    if (t->offload) p->offloaded = state + (double)(t->state_end - t->state_begin) * 8;
-    else p->optimizer = state;
-    p->activations = (double)neox_model_activation_bytes(m);
-    p->offloaded += (double)neox_model_host_checkpoint_bytes(m);  // checkpoint_in_cpu's layer inputs
-    // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
-    // (unused by a model that only runs forward) and its activations.
-    const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
-    if (ref) {
-        p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
-        p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
-        p->offloaded += (double)neox_model_host_checkpoint_bytes(ref);
-    }
-    if (t->reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer);
-    if (t->expert_reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->expert_reducer);
-    if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
-    const char *names[6];
-    float *bufs[6];
-    size_t counts[6];
-    int n = neox_train_onebit_buffers(t, names, bufs, counts);
-    for (int i = 0; i < n; i++) p->comm += (double)counts[i] * 4;
-}
-
-// The plan of every rank in exact bytes, as log_dir/memory_plan.json (rank 0, with log_dir set):
-// {"ranks": [{"parameters": B, ..., "offloaded": B}, ...]}, regions named as the start-up line names them.
-static int write_memory_plan(const neox_trainer *t, const double *all, int n, neox_error *err) {
-    static const char *names[] = {"parameters", "16-bit copies", "gradients", "optimizer", "activations",
-                                  "communication", "offloaded"};
-    enum { REGIONS = sizeof(neox_memory_plan) / sizeof(double) };
-    _Static_assert(sizeof names / sizeof *names == REGIONS, "a name for every region");
-    const char *dir = neox_config_str(t->cfg, log_dir);
-    if (!t->rank0 || !dir) return 0;
-    json_t *ranks = json_array();
-    for (int r = 0; r < n; r++) {
-        json_t *rank = json_object();
-        for (int i = 0; i < REGIONS; i++) json_object_set_new(rank, names[i], json_integer((json_int_t)all[REGIONS * r + i]));
-        json_array_append_new(ranks, rank);
-    }
-    json_t *doc = json_pack("{s:o}", "ranks", ranks);
-    char *text = json_dumps(doc, JSON_INDENT(1));
-    char *path = neox_asprintf("%s/memory_plan.json", dir);
-    int rc = neox_mkdirs(dir, err) == 0 ? neox_atomic_write(path, text, strlen(text), err) : -1;
-    free(path);
-    free(text);
-    json_decref(doc);
-    return rc;
-}
-
-// Each rank's planned memory by region, printed by rank 0 and written to log_dir/memory_plan.json
-// (a failure to write it is a warning: the other ranks are past the point where they could stop).
-static void report_memory(const neox_trainer *t) {
-    neox_memory_plan plan;
-    neox_train_memory_plan(t, &plan);
-    enum { REGIONS = sizeof plan / sizeof(double) };
-    double mine[REGIONS];
-    memcpy(mine, &plan, sizeof mine);
-    int n = t->grid->world_size;
-    double *all = neox_malloc((size_t)n * REGIONS * sizeof(double));
-    if (n > 1) neox_allgather(&t->grid->world, mine, all, REGIONS, NEOX_F64);
-    else memcpy(all, mine, sizeof mine);
-    for (int r = 0; t->rank0 && !t->opts.quiet && r < n; r++) {
-        if (n > 8 && r >= 4 && r < n - 4) {
-            if (r == 4) neox_info("memory: ... (%d more ranks)", n - 8);
-            continue;
-        }
-        const double *x = all + REGIONS * r;
-        double total = 0;
-        for (int i = 0; i < REGIONS; i++) total += x[i];
-        char b[REGIONS + 1][16];
-        for (int i = 0; i < REGIONS; i++) neox_format_bytes(x[i], b[i], sizeof b[i]);
-        neox_info("memory of rank %d: %s = parameters %s + 16-bit copies %s + gradients %s + optimizer %s + activations "
-                  "%s + communication %s + offloaded %s", r, neox_format_bytes(total, b[REGIONS], sizeof b[REGIONS]),
-                  b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
-    }
-    neox_error err = {0};
-    if (write_memory_plan(t, all, n, &err) != 0) neox_warn("memory_plan.json: %s", err.message);
-    free(all);
-}
-
 neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const neox_train_options *opts,
                                   neox_error *err) {
     neox_trainer *t = neox_calloc(1, sizeof *t);
@@ -543,7 +450,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_info("compute: %s backend (%s), precision %s%s", t->be->name, neox_backends_description(),
                   neox_precision_name(t->precision), t->precision == NEOX_PRECISION_FP16 ? ", dynamic loss scaling" : "");
     }
-    report_memory(t);
+    neox_train_report_memory_plan(t);
     if (t->rank0 && !t->opts.quiet) {
         neox_info("batch: %lld samples per iteration = micro-batch %d x accumulation %d x data parallel %d; seq %d",
                   (long long)t->train_batch_size, t->micro_batch, t->grad_accum, grid->data_size, t->seq_length);

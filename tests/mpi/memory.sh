@@ -7,7 +7,9 @@
 # parameter. tests/mpi/memory_check.py prints the table docs/memory.md shows. Each rank's measured
 # peak resident set at the start of a stage-3 run of a larger model (25M parameters, one layer
 # gathered at a time) stays within its plan plus the libraries' own memory (a small model's peak):
-# the start-up initialises only the rank's partition, never the whole model.
+# the start-up initialises only the rank's partition, never the whole model. A dp2 run's
+# log_dir/memory_peaks.json holds each rank's measured peak (as the process measures it from
+# outside) and planned total, and its metrics the largest rank's peak at each log.
 source tests/lib.sh
 
 command -v "$MPIEXEC" >/dev/null || { skip "memory plan per parameter" "$MPIEXEC is not installed"; exit 0; }
@@ -61,4 +63,19 @@ measured small 1 64
 measured big 8 512
 check_output "stage 3 starts within its plan: no rank holds the whole model (25M parameters, dp4)" "^rank 3" \
     python3 tests/mpi/memory_check.py startup "$T/big" "$T/small" 4
+sed 's/^/# /' "$_last_out"
+
+# Every rank's measured peak as the trainer reports it: log_dir/memory_peaks.json at the end (each
+# rank's peak resident set beside its planned total), and the largest rank's peak as a gauge at each
+# log, against the wrapper's measure of each process.
+cat >"$T/peaks.yml" <<EOF2
+{ "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
+  "train_micro_batch_size_per_gpu": 2, "train_iters": 4, "log_interval": 2, "eval_interval": 100, "eval_iters": 1,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "data_path": "$T/docs_text_document",
+  "tokenizer_type": "CharLevelTokenizer", "log_dir": "$T/peaks/log" $(zero 1) }
+EOF2
+check "a dp2 run with the peak resident set of each rank measured outside" bash -c "'$MPIEXEC' -n 2 python3 \
+    tests/mpi/peak_rss.py '$T/peaks.rss' '$TRAIN' '$T/peaks.yml' >'$T/peaks.out' 2>&1"
+check_output "memory_peaks.json holds every rank's peak and plan; the metrics carry the largest rank's peak" "^rank 1" \
+    python3 tests/mpi/memory_check.py peaks "$T/peaks" 2
 sed 's/^/# /' "$_last_out"

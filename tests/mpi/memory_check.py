@@ -21,6 +21,7 @@ fp32 gradients (4; stages 2 and 3 keep 4/D plus the buckets in flight), Adam's t
 stages 1 to 3: 8/D).
 """
 import json
+import os
 import re
 import sys
 
@@ -107,6 +108,31 @@ def startup(big, small, ranks):
     return ok
 
 
+def peaks(run, ranks):
+    """RUN/log/memory_peaks.json against the wrapper's measure of each rank (RUN.rss.R) and the plan
+    in RUN/log/memory_plan.json: every rank is there, its peak is the process's (written just before
+    the end, so at most the wrapper's and within 2% or 8 MB of it) and its planned total is the sum of
+    its plan's regions; with metrics (RUN/log/metrics.jsonl), the largest rank's gauge at each log is
+    at least rank 0's and at most the largest final peak."""
+    doc = json.load(open(f"{run}/log/memory_peaks.json"))["ranks"]
+    plan = json.load(open(f"{run}/log/memory_plan.json"))["ranks"]
+    ok = len(doc) == len(plan) == int(ranks)
+    for r, (got, planned) in enumerate(zip(doc, plan)):
+        wrapper = int(open(f"{run}.rss.{r}").read())
+        print(f"rank {r}: memory_peaks.json {got['peak_rss_bytes'] / 1e6:.1f} MB, wrapper {wrapper / 1e6:.1f} MB, "
+              f"planned {got['planned_bytes'] / 1e6:.1f} MB")
+        ok &= got["peak_rss_bytes"] <= wrapper and wrapper - got["peak_rss_bytes"] <= max(0.02 * wrapper, 8e6)
+        ok &= abs(got["planned_bytes"] - sum(planned.values())) <= len(planned)  # (rounding of each region)
+        ok &= "device_peak_bytes" not in got  # the cpu backend
+    metrics = f"{run}/log/metrics.jsonl"
+    if os.path.exists(metrics):
+        logs = [r for r in map(json.loads, open(metrics)) if "memory/peak_rss_bytes" in r]
+        largest = max(p["peak_rss_bytes"] for p in doc)
+        ok &= bool(logs) and all(r["memory/peak_rss_bytes"] <= r["memory/max_rank_peak_rss_bytes"] <= largest for r in logs)
+        print(f"{len(logs)} logs with the largest rank's peak")
+    return ok
+
+
 if __name__ == "__main__":
-    command = {"table": table, "wire": wire, "regions": print_regions, "startup": startup}[sys.argv[1]]
+    command = {"table": table, "wire": wire, "regions": print_regions, "startup": startup, "peaks": peaks}[sys.argv[1]]
     sys.exit(0 if command(*sys.argv[2:]) else 1)
