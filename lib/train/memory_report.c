@@ -36,6 +36,9 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
         p->offloaded += (double)neox_model_host_checkpoint_bytes(ref);
     }
     if (t->reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer);
+    // Adaptive compression may put any bucket on a bf16 wire, whose copy is allocated when first used.
+    if (t->adaptive && t->reducer && !neox_grad_reducer_wire_bytes(t->reducer))
+        p->comm += (double)neox_grad_reducer_size(t->reducer) * 2;
     if (t->expert_reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->expert_reducer);
     if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
     const char *names[6];

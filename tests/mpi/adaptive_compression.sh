@@ -14,6 +14,7 @@
 #   whole-gradient lines of the older format) is followed: the per-step shares in metrics.jsonl
 #   and the per-bucket step counts of the comms summary agree with it; it ends within 2% of AdamW;
 # - a resume in the middle of a mixed phase is bit-exact, the checkpoint naming the plan;
+# - the memory plan holds the bf16 wire copy that any bucket may come to use;
 # - its keys without adaptive, a malformed decisions file and one planning other buckets are
 #   refused by name.
 source tests/lib.sh
@@ -47,6 +48,20 @@ run() {  # run NAME EXTRA_JSON: 2 ranks, log_dir $T/NAME
 ADAPTIVE='"gradient_compression": "adaptive", "gradient_compression_start": 60, "gradient_compression_interval": 40'
 check "AdamW, 2 ranks" run adam ""
 check "adaptive, measured, 2 ranks" run measured ", $ADAPTIVE"
+# The plans of the static compressors (train_iters 0: start-up only) give their buffers' bytes.
+sed 's/"train_iters": [0-9]*/"train_iters": 0/' "$T/dp2.yml" >"$T/dp2-plan.yml"
+plan_only() { echo "{\"log_dir\": \"$T/$1\" $2}" >"$T/$1.yml"; $MPIEXEC -n 2 $TRAIN -q "$T/dp2-plan.yml" "$T/$1.yml"; }
+check "PowerSGD's plan alone" plan_only powersgd ', "gradient_compression": "powersgd"'
+check "1-bit's plan alone" plan_only onebit ', "gradient_compression": "onebit"'
+check "the plan holds PowerSGD's and 1-bit's buffers and the bf16 wire copy any bucket may use (2 bytes per parameter)" \
+    python3 - "$T" <<'PY'
+import json, sys
+comm = lambda name: json.load(open(f"{sys.argv[1]}/{name}/memory_plan.json"))["ranks"][0]["communication"]
+parameters = json.load(open(f"{sys.argv[1]}/adam/memory_plan.json"))["ranks"][0]["parameters"] / 4  # fp32, stage 0
+extra = {n: comm(n) - comm("adam") for n in ("powersgd", "onebit", "measured")}
+print("communication beyond AdamW's:", extra, "bytes;", parameters, "parameters")
+assert extra["measured"] == extra["powersgd"] + extra["onebit"] + 2 * parameters
+PY
 
 check "measured: a decision with its inputs at 60, 100, ..., 260" python3 - "$T" <<'PY'
 import json, sys
