@@ -48,6 +48,17 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     for (int i = 0; i < n; i++) p->comm += (double)counts[i] * 4;
 }
 
+// DIR/NAME, atomically, from DOC (taken); flags are jansson's beyond the indent.
+static int write_report(const char *dir, const char *name, json_t *doc, size_t flags, neox_error *err) {
+    char *text = json_dumps(doc, JSON_INDENT(1) | flags);
+    char *path = neox_asprintf("%s/%s", dir, name);
+    int rc = neox_mkdirs(dir, err) == 0 ? neox_atomic_write(path, text, strlen(text), err) : -1;
+    free(path);
+    free(text);
+    json_decref(doc);
+    return rc;
+}
+
 // The plan of every rank in exact bytes, as log_dir/memory_plan.json (rank 0, with log_dir set):
 // {"ranks": [{"parameters": B, ..., "offloaded": B}, ...]}, regions named as the start-up line names them.
 static int write_memory_plan(const neox_trainer *t, const double *all, int n, neox_error *err) {
@@ -63,14 +74,7 @@ static int write_memory_plan(const neox_trainer *t, const double *all, int n, ne
         for (int i = 0; i < REGIONS; i++) json_object_set_new(rank, names[i], json_integer((json_int_t)all[REGIONS * r + i]));
         json_array_append_new(ranks, rank);
     }
-    json_t *doc = json_pack("{s:o}", "ranks", ranks);
-    char *text = json_dumps(doc, JSON_INDENT(1));
-    char *path = neox_asprintf("%s/memory_plan.json", dir);
-    int rc = neox_mkdirs(dir, err) == 0 ? neox_atomic_write(path, text, strlen(text), err) : -1;
-    free(path);
-    free(text);
-    json_decref(doc);
-    return rc;
+    return write_report(dir, "memory_plan.json", json_pack("{s:o}", "ranks", ranks), 0, err);
 }
 
 // Each rank's planned memory by region, printed by rank 0 and written to log_dir/memory_plan.json
@@ -135,13 +139,7 @@ static int write_memory_peaks(const neox_trainer *t, const double *all, int n, n
         json_array_append_new(ranks, rank);
     }
     json_t *doc = json_pack("{s:I, s:o}", "iteration", (json_int_t)t->state.iteration, "ranks", ranks);
-    char *text = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
-    char *path = neox_asprintf("%s/memory_peaks.json", dir);
-    int rc = neox_mkdirs(dir, err) == 0 ? neox_atomic_write(path, text, strlen(text), err) : -1;
-    free(path);
-    free(text);
-    json_decref(doc);
-    return rc;
+    return write_report(dir, "memory_peaks.json", doc, JSON_SORT_KEYS, err);
 }
 
 int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err) {
