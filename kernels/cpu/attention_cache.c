@@ -4,12 +4,14 @@
 #include <math.h>
 
 #include "kernels/kernels.h"
+#include "parallel.h"
 
 void neox_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,
                            int NH, int NKV, int HS, int maxT, neox_attention_opts opts) {
     int group = NH / NKV, window = opts.window;
     float scale = opts.scale;
-#pragma omp parallel for collapse(2) schedule(static) if (NH * S > 1)
+#pragma omp parallel for collapse(2) schedule(static) \
+    if (NH * S > 1 && 2 * (size_t)NH * S * (pos0 + S) * HS >= NEOX_PARALLEL_MIN_FLOPS)
     for (int h = 0; h < NH; h++)
         for (int i = 0; i < S; i++) {
             const float *qi = q + ((size_t)h * S + i) * HS;

@@ -86,31 +86,62 @@ __attribute__((target("avx2,fma"))) static float sum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma"))) static void dot4_avx2(float out[4], const float *w, int ldw, int rows,
-                                                          const float *x, int K) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+// One row against x, for the rows left after the groups of four.
+__attribute__((target("avx2,fma"))) static float dot_avx2(const float *w, const float *x, int K) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 xv = _mm256_loadu_ps(x + k);
-        for (int r = 0; r < rows; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + (size_t)r * ldw + k), xv, acc[r]);
+    for (; k + 16 <= K; k += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
     }
-    if (k < K) {
+    for (; k < K; k += 8) {
+        __m256i m = tail_mask8(K - k);
+        a0 = _mm256_fmadd_ps(_mm256_maskload_ps(w + k, m), _mm256_maskload_ps(x + k, m), a0);
+    }
+    return sum8(_mm256_add_ps(a0, a1));
+}
+
+// Rows w0..w3 (stride ldw) against x: out[r] = w_r . x. The row count is fixed at four so that the
+// eight accumulators stay in registers (a variable count spilled them to the stack every step),
+// and each row has two so that its FMAs do not wait on each other's latency.
+__attribute__((target("avx2,fma"))) static void dot4_avx2(float out[4], const float *w, int ldw, const float *x,
+                                                          int K) {
+    const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * (size_t)ldw, *w3 = w + 3 * (size_t)ldw;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m256 xa = _mm256_loadu_ps(x + k), xb = _mm256_loadu_ps(x + k + 8);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xa, a0);
+        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k + 8), xb, b0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xa, a1);
+        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k + 8), xb, b1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xa, a2);
+        b2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k + 8), xb, b2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xa, a3);
+        b3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k + 8), xb, b3);
+    }
+    for (; k < K; k += 8) {  // at most one whole vector and a masked tail
         __m256i m = tail_mask8(K - k);
         __m256 xv = _mm256_maskload_ps(x + k, m);
-        for (int r = 0; r < rows; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(w + (size_t)r * ldw + k, m), xv, acc[r]);
+        a0 = _mm256_fmadd_ps(_mm256_maskload_ps(w0 + k, m), xv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_maskload_ps(w1 + k, m), xv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_maskload_ps(w2 + k, m), xv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_maskload_ps(w3 + k, m), xv, a3);
     }
-    for (int r = 0; r < rows; r++) out[r] = sum8(acc[r]);
+    out[0] = sum8(_mm256_add_ps(a0, b0)), out[1] = sum8(_mm256_add_ps(a1, b1));
+    out[2] = sum8(_mm256_add_ps(a2, b2)), out[3] = sum8(_mm256_add_ps(a3, b3));
 }
 
 __attribute__((target("avx2,fma"))) void neox_gemv_rows_avx2(int N, int K, float alpha, const float *W, int ldw,
                                                               const float *x, float beta, float *y) {
-    for (int n = 0; n < N; n += 4) {
-        int rows = N - n < 4 ? N - n : 4;
+    int n = 0;
+    for (; n + 4 <= N; n += 4) {
         float d[4];
-        dot4_avx2(d, W + (size_t)n * ldw, ldw, rows, x, K);
-        for (int r = 0; r < rows; r++) y[n + r] = finish(d[r], alpha, beta, &y[n + r]);
+        dot4_avx2(d, W + (size_t)n * ldw, ldw, x, K);
+        for (int r = 0; r < 4; r++) y[n + r] = finish(d[r], alpha, beta, &y[n + r]);
     }
+    for (; n < N; n++) y[n] = finish(dot_avx2(W + (size_t)n * ldw, x, K), alpha, beta, &y[n]);
 }
 
 int neox_cpu_has_avx512f(void) {
