@@ -8,7 +8,8 @@
 
 // Elements an elementwise pass (a few flops each) must have to be split over the threads.
 #define NEOX_PARALLEL_MIN_ELEMS ((size_t)1 << 15)
-// Multiply-adds a pass over rows (norms, attention over a cache) must do to be split.
-#define NEOX_PARALLEL_MIN_FLOPS ((size_t)1 << 17)
+// Multiply-adds a vectorised pass over rows (attention over a cache: about 60 microseconds' worth
+// on one core) must do to be split.
+#define NEOX_PARALLEL_MIN_FLOPS ((size_t)1 << 20)
 
 #endif
