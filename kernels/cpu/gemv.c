@@ -1,8 +1,8 @@
 // gemv.c: the one-row products of a decoding step (see gemv.h). One token through a layer reads
 // every weight once and does one multiply-add with it, so the speed is the rate the weights stream
-// from memory: each vector build reads four weight rows at a time against one load of x, with two
-// accumulators per row so the adds do not wait on each other, and masks the row's tail instead of
-// finishing it one element at a time.
+// from memory. The AVX2 build reads the rows one after another (one sequential stream), the AVX-512
+// build four at a time against one load of x; both keep several accumulators so the adds do not
+// wait on each other, and mask the row's tail instead of finishing it one element at a time.
 #include <immintrin.h>
 
 #include "gemv.h"
@@ -86,62 +86,32 @@ __attribute__((target("avx2,fma"))) static float sum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// One row against x, for the rows left after the groups of four.
+// One row against x: four accumulators so that the FMAs do not wait on each other's latency, whole
+// vectors, then the masked tail.
 __attribute__((target("avx2,fma"))) static float dot_avx2(const float *w, const float *x, int K) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     int k = 0;
-    for (; k + 16 <= K; k += 16) {
+    for (; k + 32 <= K; k += 32) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
     }
-    for (; k < K; k += 8) {
+    for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+    if (k < K) {
         __m256i m = tail_mask8(K - k);
-        a0 = _mm256_fmadd_ps(_mm256_maskload_ps(w + k, m), _mm256_maskload_ps(x + k, m), a0);
+        a1 = _mm256_fmadd_ps(_mm256_maskload_ps(w + k, m), _mm256_maskload_ps(x + k, m), a1);
     }
-    return sum8(_mm256_add_ps(a0, a1));
+    return sum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
-// Rows w0..w3 (stride ldw) against x: out[r] = w_r . x. The row count is fixed at four so that the
-// eight accumulators stay in registers (a variable count spilled them to the stack every step),
-// and each row has two so that its FMAs do not wait on each other's latency.
-__attribute__((target("avx2,fma"))) static void dot4_avx2(float out[4], const float *w, int ldw, const float *x,
-                                                          int K) {
-    const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * (size_t)ldw, *w3 = w + 3 * (size_t)ldw;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m256 xa = _mm256_loadu_ps(x + k), xb = _mm256_loadu_ps(x + k + 8);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xa, a0);
-        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k + 8), xb, b0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xa, a1);
-        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k + 8), xb, b1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xa, a2);
-        b2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k + 8), xb, b2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xa, a3);
-        b3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k + 8), xb, b3);
-    }
-    for (; k < K; k += 8) {  // at most one whole vector and a masked tail
-        __m256i m = tail_mask8(K - k);
-        __m256 xv = _mm256_maskload_ps(x + k, m);
-        a0 = _mm256_fmadd_ps(_mm256_maskload_ps(w0 + k, m), xv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_maskload_ps(w1 + k, m), xv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_maskload_ps(w2 + k, m), xv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_maskload_ps(w3 + k, m), xv, a3);
-    }
-    out[0] = sum8(_mm256_add_ps(a0, b0)), out[1] = sum8(_mm256_add_ps(a1, b1));
-    out[2] = sum8(_mm256_add_ps(a2, b2)), out[3] = sum8(_mm256_add_ps(a3, b3));
-}
-
+// Row by row, in the order the rows lie in memory: the weights are one sequential read, which the
+// hardware prefetcher follows. Four rows at a time against one load of x (as the AVX-512 build
+// does) made four short streams per block of rows instead, and streamed 20-40% slower on Zen 3 for
+// rows of 576 (bench figures in docs/performance.md); x stays in L1 either way.
 __attribute__((target("avx2,fma"))) void neox_gemv_rows_avx2(int N, int K, float alpha, const float *W, int ldw,
                                                               const float *x, float beta, float *y) {
-    int n = 0;
-    for (; n + 4 <= N; n += 4) {
-        float d[4];
-        dot4_avx2(d, W + (size_t)n * ldw, ldw, x, K);
-        for (int r = 0; r < 4; r++) y[n + r] = finish(d[r], alpha, beta, &y[n + r]);
-    }
-    for (; n < N; n++) y[n] = finish(dot_avx2(W + (size_t)n * ldw, x, K), alpha, beta, &y[n]);
+    for (int n = 0; n < N; n++) y[n] = finish(dot_avx2(W + (size_t)n * ldw, x, K), alpha, beta, &y[n]);
 }
 
 int neox_cpu_has_avx512f(void) {
