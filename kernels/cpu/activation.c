@@ -6,6 +6,7 @@
 
 #include "vector_math.h"
 #include "kernels/activation_math.h"
+#include "parallel.h"
 
 enum { ACT_BLOCK = 4096 };
 
@@ -51,7 +52,7 @@ NEOX_CLONES static void backward_block(float *dinp, const float *dout, const flo
 }
 
 void neox_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn) {
-    #pragma omp parallel for
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i += ACT_BLOCK)
         forward_block(out + i, inp + i, n - i < ACT_BLOCK ? n - i : ACT_BLOCK, fn);
 }
@@ -81,7 +82,7 @@ NEOX_CLONES static void gated_backward_row(float *dx, float *dgate, const float 
 }
 
 void neox_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn) {
-    #pragma omp parallel for
+    #pragma omp parallel for if ((size_t)N * F >= NEOX_PARALLEL_MIN_ELEMS)
     for (int r = 0; r < N; r++) {
         const float *x = inp + (size_t)r * 2 * F;
         gated_forward_row(out + (size_t)r * F, x, x + F, F, fn);

@@ -3,6 +3,7 @@
 #include <stddef.h>
 
 #include "kernels/kernels.h"
+#include "parallel.h"
 
 double neox_normal(unsigned long long seed, unsigned long long index) {
     unsigned long long h = neox_hash64(seed, index);
@@ -12,17 +13,17 @@ double neox_normal(unsigned long long seed, unsigned long long index) {
 }
 
 void neox_add(float *out, const float *a, const float *b, size_t n) {
-    #pragma omp parallel for
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 void neox_add_inplace(float *acc, const float *x, size_t n) {
-    #pragma omp parallel for
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
 void neox_add_bias(float *x, const float *bias, int N, int C) {
-    #pragma omp parallel for
+    #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
     for (int i = 0; i < N; i++) {
         float *row = x + (size_t)i * C;
         for (int c = 0; c < C; c++) row[c] += bias[c];

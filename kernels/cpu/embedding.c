@@ -5,10 +5,11 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "parallel.h"
 #include "scratch.h"
 
 void neox_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C) {
-    #pragma omp parallel for
+    #pragma omp parallel for if ((size_t)B * T * C >= NEOX_PARALLEL_MIN_ELEMS)
     for (int bt = 0; bt < B * T; bt++) {
         float *o = out + (size_t)bt * C;
         if (ids[bt] < 0) memset(o, 0, (size_t)C * sizeof(float));

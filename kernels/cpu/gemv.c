@@ -1,8 +1,8 @@
 // gemv.c: the one-row products of a decoding step (see gemv.h). One token through a layer reads
 // every weight once and does one multiply-add with it, so the speed is the rate the weights stream
-// from memory: each vector build reads four weight rows at a time against one load of x, with two
-// accumulators per row so the adds do not wait on each other, and masks the row's tail instead of
-// finishing it one element at a time.
+// from memory. The AVX2 build reads the rows one after another (one sequential stream), the AVX-512
+// build four at a time against one load of x; both keep several accumulators so the adds do not
+// wait on each other, and mask the row's tail instead of finishing it one element at a time.
 #include <immintrin.h>
 
 #include "gemv.h"
@@ -86,31 +86,32 @@ __attribute__((target("avx2,fma"))) static float sum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma"))) static void dot4_avx2(float out[4], const float *w, int ldw, int rows,
-                                                          const float *x, int K) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+// One row against x: four accumulators so that the FMAs do not wait on each other's latency, whole
+// vectors, then the masked tail.
+__attribute__((target("avx2,fma"))) static float dot_avx2(const float *w, const float *x, int K) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     int k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m256 xv = _mm256_loadu_ps(x + k);
-        for (int r = 0; r < rows; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + (size_t)r * ldw + k), xv, acc[r]);
+    for (; k + 32 <= K; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
     }
+    for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
     if (k < K) {
         __m256i m = tail_mask8(K - k);
-        __m256 xv = _mm256_maskload_ps(x + k, m);
-        for (int r = 0; r < rows; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(w + (size_t)r * ldw + k, m), xv, acc[r]);
+        a1 = _mm256_fmadd_ps(_mm256_maskload_ps(w + k, m), _mm256_maskload_ps(x + k, m), a1);
     }
-    for (int r = 0; r < rows; r++) out[r] = sum8(acc[r]);
+    return sum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
+// Row by row, in the order the rows lie in memory: the weights are one sequential read, which the
+// hardware prefetcher follows. Four rows at a time against one load of x (as the AVX-512 build
+// does) made four short streams per block of rows instead, and streamed 20-40% slower on Zen 3 for
+// rows of 576 (bench figures in docs/performance.md); x stays in L1 either way.
 __attribute__((target("avx2,fma"))) void neox_gemv_rows_avx2(int N, int K, float alpha, const float *W, int ldw,
                                                               const float *x, float beta, float *y) {
-    for (int n = 0; n < N; n += 4) {
-        int rows = N - n < 4 ? N - n : 4;
-        float d[4];
-        dot4_avx2(d, W + (size_t)n * ldw, ldw, rows, x, K);
-        for (int r = 0; r < rows; r++) y[n + r] = finish(d[r], alpha, beta, &y[n + r]);
-    }
+    for (int n = 0; n < N; n++) y[n] = finish(dot_avx2(W + (size_t)n * ldw, x, K), alpha, beta, &y[n]);
 }
 
 int neox_cpu_has_avx512f(void) {

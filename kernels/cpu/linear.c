@@ -4,12 +4,13 @@
 
 #include "gemm.h"
 #include "kernels/kernels.h"
+#include "parallel.h"
 
 void neox_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC) {
     if (bias) {
         // Start from the broadcast bias and let the GEMM add to it (beta = 1): one pass over out.
-        #pragma omp parallel for
+        #pragma omp parallel for if ((size_t)N * OC >= NEOX_PARALLEL_MIN_ELEMS)
         for (int i = 0; i < N; i++) memcpy(out + (size_t)i * ldo, bias, (size_t)OC * sizeof(float));
     }
     neox_cpu_sgemm(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, bias ? 1.0f : 0.0f, out, ldo);

@@ -6,10 +6,11 @@
 #include <stddef.h>
 
 #include "kernels/kernels.h"
+#include "parallel.h"
 
 void neox_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                             const float *bias, int N, int C, float eps) {
-    #pragma omp parallel for
+    #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         double sum = 0.0, sq = 0.0;
@@ -68,7 +69,7 @@ void neox_layernorm_backward(float *dinp, float *dweight, float *dbias, const fl
 }
 
 void neox_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
-    #pragma omp parallel for
+    #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         double sq = 0.0;

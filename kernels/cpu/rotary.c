@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "parallel.h"
 
 // Offsets of head h's q, k and v within one token's row of the fused projection output.
 static void qkv_offsets(int h, int NH, int NKV, int HS, int interleaved, size_t *q, size_t *k, size_t *v) {
@@ -21,7 +22,7 @@ static void qkv_offsets(int h, int NH, int NKV, int HS, int interleaved, size_t 
 static void qkv_copy(float *qkv, float *q, float *k, float *v, int B, int T, int NH, int NKV, int HS,
                      int interleaved, int to_heads) {
     size_t W = (size_t)(NH + 2 * NKV) * HS, bytes = (size_t)HS * sizeof(float);
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for collapse(2) if ((size_t)B * T * W >= NEOX_PARALLEL_MIN_ELEMS)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *row = qkv + ((size_t)b * T + t) * W;
@@ -86,7 +87,7 @@ void neox_rotary_apply(float *x, const float *cos_t, const float *sin_t, int B, 
                        int inverse) {
     int half = R / 2;
     float sign = inverse ? -1.0f : 1.0f;  // rotating by -angle undoes the rotation (its transpose)
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for collapse(2) if ((size_t)B * H * T * HS >= NEOX_PARALLEL_MIN_ELEMS)
     for (int bh = 0; bh < B * H; bh++)
         for (int t = 0; t < T; t++) {
             float *row = x + ((size_t)bh * T + t) * HS;

@@ -1,6 +1,6 @@
 // test_backend.c: the backend table (kernels/backend.h) and the CPU ops added with it: the run-time
-// choice cpu/cuda/auto/emulated, the emulated device's memory discipline, the CPU table's memory entry points, fp32 <-> bf16/fp16 casts against
-// values fixed by the IEEE formats, the mixed-precision GEMM against a double-precision product,
+// choice cpu/cuda/auto/emulated, the emulated device's memory discipline, the CPU table's memory
+// entry points and their alignment, fp32 <-> bf16/fp16 casts against values fixed by the IEEE formats, the mixed-precision GEMM against a double-precision product,
 // and the segmented AdamW and squared norm against their per-segment forms.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -48,8 +48,17 @@ static void test_cpu_table(void **state) {
     be->to_host(back, b, sizeof back);
     float want[5] = {1, 4, 6, 8, 10};
     assert_memory_equal(back, want, sizeof want);
+    // Small buffers are 64-byte aligned; one of 64 MiB (a model's parameters) starts on a 2 MiB
+    // boundary so that huge pages can back it, and reads back what was written at both ends.
+    assert_int_equal((uintptr_t)a % 64, 0);
     be->free(a);
     be->free(b);
+    size_t big = (size_t)64 << 20;
+    unsigned char *p = be->alloc(big);
+    assert_int_equal((uintptr_t)p % ((size_t)2 << 20), 0);
+    p[0] = 1, p[big - 1] = 2;
+    assert_int_equal(p[0] + p[big - 1], 3);
+    be->free(p);
 }
 
 static uint16_t bits16(float f, int bf16) {

@@ -1,8 +1,9 @@
 // test_gemv.c: every build of the decoding step's one-row product (kernels/cpu/gemv.c) that this
 // CPU runs, AVX-512F and AVX2 + FMA, against a double-precision dot product, and the readable
 // reference loop too: row counts that are and are not multiples of the four rows done together,
-// row lengths below one vector, with and without a masked tail, padded row strides, alpha and
-// beta (beta 0 must not read y, which holds NaN there).
+// row lengths below one vector, with and without a masked tail, with whole vectors left after the
+// unrolled steps, padded row strides, alpha and beta (beta 0 must not read y, which holds NaN
+// there).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,7 +37,8 @@ static void check_build(neox_gemv_rows_fn *gemv, const char *name, int N, int K,
 }
 
 static void check_every_shape(neox_gemv_rows_fn *gemv, const char *name) {
-    const int shapes[][2] = {{1, 1}, {3, 7}, {4, 16}, {5, 17}, {9, 33}, {64, 576}, {193, 1536}, {2, 100}};
+    const int shapes[][2] = {{1, 1}, {3, 7}, {4, 16}, {5, 17}, {9, 33}, {64, 576}, {193, 1536}, {2, 100},
+                               {4, 24}, {6, 30}, {3, 56}};  // whole vectors after the unrolled steps, then a tail
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int beta = 0; beta < 2; beta++) check_build(gemv, name, shapes[s][0], shapes[s][1], (float)beta);
 }
