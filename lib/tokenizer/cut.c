@@ -173,7 +173,9 @@ static const char *model_refusal(const neox_tokenizer *tok, const space_forms *f
     if (m->unk_id >= 0 && m->fuse_unk && !m->byte_level)
         for (int c = 'a'; c <= 'z'; c++) {
             char up = (char)(c - 32), low = (char)c;
-            if (strmap_get(&m->vocab, &low, 1) < 0 || strmap_get(&m->vocab, &up, 1) < 0)
+            bool known = (strmap_get(&m->vocab, &low, 1) >= 0 || (m->byte_fallback && m->fallback_id[c] >= 0)) &&
+                         (strmap_get(&m->vocab, &up, 1) >= 0 || (m->byte_fallback && m->fallback_id[c - 32] >= 0));
+            if (!known)
                 return "fused unknown tokens could join across a cut (an ASCII letter is not in the vocabulary)";
         }
     for (size_t i = 0; i < m->vocab.count; i++) {

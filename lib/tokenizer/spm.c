@@ -12,8 +12,8 @@
 // with a space, which the normalizer must turn into the "▁" the whole text has there — it strips
 // leading whitespace and adds the dummy prefix, or does neither. BPE merges adjacent symbols by
 // piece score, so the sides stay apart when no piece joins a letter to a following "▁", and
-// consecutive unknown pieces (which the library merges) cannot meet at a cut when the letters and
-// "▁" are pieces. Unigram's best path is a float sum over the whole text, whose rounding a cut
+// consecutive unknown pieces (which the library merges) cannot meet at a cut when the letters are
+// pieces. Unigram's best path is a float sum over the whole text, whose rounding a cut
 // would change: a near tie could then go the other way, so unigram models are not cut.
 static const char *spm_cut_refusal(const neox_tokenizer *tok, const spm_proto_fields *f) {
     if (f->model_type != SPM_MODEL_BPE) return "a SentencePiece model that is not BPE (path scores are float sums)";
@@ -27,13 +27,11 @@ static const char *spm_cut_refusal(const neox_tokenizer *tok, const spm_proto_fi
         int32_t id = spm_shim_piece_id(tok->spm, one);
         if (id < 0 || id == unk) return "a SentencePiece model without a piece for every ASCII letter";
     }
-    int32_t space = spm_shim_piece_id(tok->spm, "â");
-    if (space < 0 || space == unk) return "a SentencePiece model without a piece for \u2581";
     for (int32_t id = 0; id < n; id++) {
         const char *piece = spm_shim_piece(tok->spm, id), *at = piece;
         while ((at = strstr(at, "â")) != NULL) {
             if (at > piece && (uint8_t)((at[-1] | 0x20) - 'a') < 26)
-                return "a SentencePiece piece joins a letter to a following \u2581";
+                return "a SentencePiece piece joins a letter to a following U+2581";
             at += 3;
         }
         if (strchr(piece, ' ')) return "a SentencePiece piece holds a space";
