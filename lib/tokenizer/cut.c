@@ -7,8 +7,10 @@
 // (tokenizer_plan_cuts); a tokenizer that cannot promise it refuses every cut (its texts stay one
 // piece) and says why in neox_tokenizer_cut_refusal. The argument per component:
 //  - invalid UTF-8 becomes U+FFFD per maximal invalid subpart, which an ASCII byte always ends;
-//  - added tokens are matched leftmost-longest: none may hold a space (so no match covers the
-//    cut), and none that ends in a letter may rstrip (it would eat the space after the cut);
+//  - added tokens are matched leftmost-longest: none may hold a letter followed by a space (so no
+//    match covers the cut; GPT-NeoX-20B's runs of spaces cannot), and none that ends in a letter
+//    may rstrip (it would eat the space after the cut); one with lstrip starting after the cut eats
+//    the space in the piece as in the whole text;
 //  - NFC/NFD/NFKC/NFKD and Lowercase: a letter and a space are starters that never compose or
 //    reorder, and Rust's final-sigma rule stops at the letter; Strip may strip the right end only;
 //    Prepend starts a split, so a piece that continues one skips it (tokenizer.c's `continued`);
@@ -70,10 +72,6 @@ static void add_form(space_forms *f, const char *s, size_t n) {
     if (f->count < MAX_FORMS) f->s[f->count] = s, f->n[f->count++] = n;
 }
 
-static bool has(const char *s, size_t n, const char *needle, size_t nn) {
-    return nn <= n && memmem(s, n, needle, nn) != NULL;
-}
-
 // s holds an ASCII letter followed by a space form: a token or match that could cover a cut.
 static bool joins_letter_to_space(const char *s, size_t n, const space_forms *f) {
     for (size_t i = 0; i + 1 < n; i++) {
@@ -81,12 +79,6 @@ static bool joins_letter_to_space(const char *s, size_t n, const space_forms *f)
         for (int k = 0; k < f->count; k++)
             if (f->n[k] <= n - i - 1 && !memcmp(s + i + 1, f->s[k], f->n[k])) return true;
     }
-    return false;
-}
-
-static bool holds_space_form(const char *s, size_t n, const space_forms *f) {
-    for (int k = 0; k < f->count; k++)
-        if (has(s, n, f->s[k], f->n[k])) return true;
     return false;
 }
 
@@ -158,7 +150,7 @@ static const char *pretokenizer_refusal(const neox_tokenizer *tok, space_forms *
 static const char *added_refusal(const neox_tokenizer *tok, const space_forms *forms) {
     for (size_t i = 0; i < tok->n_added; i++) {
         const added_token *t = &tok->added[i];
-        if (holds_space_form(t->content, t->len, forms)) return "an added token holds a space";
+        if (joins_letter_to_space(t->content, t->len, forms)) return "an added token joins a letter to a space";
         if (t->rstrip && is_letter((uint8_t)t->content[t->len - 1]))
             return "an added token that ends in a letter strips the spaces after it";
     }
