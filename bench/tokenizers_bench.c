@@ -2,9 +2,12 @@
 // with one tokenizer, once per thread count, and prints one line per run:
 //   neox.c THREADS MB_PER_S TOKENS
 // One thread is timed in CPU time (as the Python peers are), so a busy machine distorts the
-// single-thread ratios less; more threads are timed on the wall clock. Threads take documents one
-// at a time, longest first: with a few large documents in the corpus, handing them out in file
-// order (or several at a time) left one thread tokenizing them while the other had finished.
+// single-thread ratios less; more threads are timed on the wall clock. Documents larger than two
+// pieces (NEOX_TOKENIZER_PIECE_BYTES) are cut where the tokenizer says the ids cannot change
+// (neox_tokenizer_cuts), and threads take the pieces and the other documents one at a time,
+// longest first: a corpus with a few 1 MB documents then no longer leaves one thread encoding
+// them while the others have finished. NEOX_BENCH_WHOLE=1 encodes every document whole (the
+// same ids, for comparing).
 // Usage: tokenizers_bench DOCS_FILE TYPE VOCAB [MERGES|-] THREADS...
 #include <omp.h>
 #include <stdlib.h>
@@ -14,10 +17,32 @@
 #include "core.h"
 #include "tokenizer.h"
 
-static const size_t *doc_lengths;
+// One unit of work: a whole document or a piece of one.
+typedef struct item { size_t start, len; int starts, ends; } item;
+
 static int longer_first(const void *a, const void *b) {
-    size_t la = doc_lengths[*(const size_t *)a], lb = doc_lengths[*(const size_t *)b];
+    size_t la = ((const item *)a)->len, lb = ((const item *)b)->len;
     return la < lb ? 1 : la > lb ? -1 : 0;
+}
+
+// The documents' items: large documents cut into pieces unless whole is set.
+static item *work_items(const neox_tokenizer *tok, const char *text, const size_t *start, const size_t *len,
+                        size_t n_docs, int whole, size_t *n_items) {
+    size_t cap = n_docs + 16, n = 0, piece = NEOX_TOKENIZER_PIECE_BYTES;
+    item *items = neox_malloc(cap * sizeof *items);
+    for (size_t d = 0; d < n_docs; d++) {
+        size_t max_cuts = len[d] / piece + 1, *cuts = neox_malloc((max_cuts + 2) * sizeof *cuts), n_cuts = 0;
+        if (!whole && len[d] >= 2 * piece) n_cuts = neox_tokenizer_cuts(tok, text + start[d], len[d], piece, cuts + 1, max_cuts);
+        cuts[0] = 0, cuts[n_cuts + 1] = len[d];
+        for (size_t i = 0; i <= n_cuts; i++) {
+            if (n == cap) items = neox_realloc(items, (cap *= 2) * sizeof *items);
+            items[n++] = (item){start[d] + cuts[i], cuts[i + 1] - cuts[i], i == 0, i == n_cuts};
+        }
+        free(cuts);
+    }
+    qsort(items, n, sizeof *items, longer_first);
+    *n_items = n;
+    return items;
 }
 
 int main(int argc, char **argv) {
@@ -42,10 +67,9 @@ int main(int argc, char **argv) {
         start[n_docs] = pos, len[n_docs++] = e - pos;
         pos = e + 1;
     }
-    size_t *order = neox_malloc((n_docs ? n_docs : 1) * sizeof *order);
-    for (size_t d = 0; d < n_docs; d++) order[d] = d;
-    doc_lengths = len;
-    qsort(order, n_docs, sizeof *order, longer_first);
+    const char *whole = getenv("NEOX_BENCH_WHOLE");
+    size_t n_items;
+    item *items = work_items(tok, text, start, len, n_docs, whole && *whole == '1', &n_items);
     for (int a = 5; a < argc; a++) {
         int threads = atoi(argv[a]);
         long long tokens = 0;
@@ -57,10 +81,11 @@ int main(int argc, char **argv) {
             int32_t *ids = NULL;
             size_t n = 0, c = 0;
 #pragma omp for schedule(dynamic, 1)
-            for (size_t i = 0; i < n_docs; i++) {
-                size_t d = order[i];
+            for (size_t i = 0; i < n_items; i++) {
+                const item *it = &items[i];
                 n = 0;
-                tokens += neox_tokenizer_encode(tok, text + start[d], len[d], &ids, &n, &c, NULL);
+                tokens += neox_tokenizer_encode_piece(tok, text + it->start, it->len, it->starts, it->ends, &ids, &n,
+                                                      &c, NULL);
             }
             free(ids);
         }
@@ -71,7 +96,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     neox_tokenizer_free(tok);
-    free(order);
+    free(items);
     free(start);
     free(len);
     free(text);
