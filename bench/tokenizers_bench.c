@@ -1,6 +1,9 @@
 // tokenizers_bench.c: the neox.c side of bench/tokenizers.sh — encodes NUL-separated documents
 // with one tokenizer, once per thread count, and prints one line per run:
-//   neox.c THREADS MB_PER_S TOKENS
+//   neox.c THREADS MB_PER_S TOKENS BALANCE
+// BALANCE is the threads' CPU time summed over the busiest thread's: the speed-up the schedule
+// gives on otherwise idle cores (1.0 when one thread did all the work, THREADS when evenly
+// shared), which a loaded machine's wall clock cannot show.
 // One thread is timed in CPU time (as the Python peers are), so a busy machine distorts the
 // single-thread ratios less; more threads are timed on the wall clock. Documents larger than two
 // pieces (NEOX_TOKENIZER_PIECE_BYTES) are cut where the tokenizer says the ids cannot change
@@ -19,6 +22,12 @@
 
 // One unit of work: a whole document or a piece of one.
 typedef struct item { size_t start, len; int starts, ends; } item;
+
+static double thread_cpu_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static int longer_first(const void *a, const void *b) {
     size_t la = ((const item *)a)->len, lb = ((const item *)b)->len;
@@ -73,11 +82,13 @@ int main(int argc, char **argv) {
     for (int a = 5; a < argc; a++) {
         int threads = atoi(argv[a]);
         long long tokens = 0;
+        double cpu_sum = 0, cpu_max = 0;
         struct timespec c0, c1;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
         double t0 = neox_now();
 #pragma omp parallel num_threads(threads) reduction(+ : tokens)
         {
+            double cpu0 = thread_cpu_seconds();
             int32_t *ids = NULL;
             size_t n = 0, c = 0;
 #pragma omp for schedule(dynamic, 1)
@@ -88,11 +99,17 @@ int main(int argc, char **argv) {
                                                       &c, NULL);
             }
             free(ids);
+            double cpu = thread_cpu_seconds() - cpu0;
+#pragma omp critical
+            {
+                cpu_sum += cpu;
+                if (cpu > cpu_max) cpu_max = cpu;
+            }
         }
         double dt = neox_now() - t0;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
         if (threads == 1) dt = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
-        printf("neox.c %d %.2f %lld\n", threads, size / dt / 1e6, tokens);
+        printf("neox.c %d %.2f %lld %.2f\n", threads, size / dt / 1e6, tokens, cpu_max > 0 ? cpu_sum / cpu_max : 1.0);
         fflush(stdout);
     }
     neox_tokenizer_free(tok);
