@@ -1,9 +1,13 @@
 // tokenizers_bench.c: the neox.c side of bench/tokenizers.sh — encodes NUL-separated documents
 // with one tokenizer, once per thread count, and prints one line per run:
-//   neox.c THREADS MB_PER_S TOKENS BALANCE
-// BALANCE is the threads' CPU time summed over the busiest thread's: the speed-up the schedule
-// gives on otherwise idle cores (1.0 when one thread did all the work, THREADS when evenly
-// shared), which a loaded machine's wall clock cannot show.
+//   neox.c THREADS MB_PER_S TOKENS BALANCE SCHEDULE
+// A loaded machine's wall clock cannot show how well the threads share the work, so two measures
+// of it follow. BALANCE: the threads' CPU time summed over the busiest thread's (THREADS when
+// evenly shared; under load it also moves work away from a thread the system stalled). SCHEDULE:
+// the speed-up on THREADS idle cores of handing out this run's items (pieces and documents,
+// longest first, each to the first free thread), from each item's CPU time measured alone on one
+// thread; an item is indivisible there, so the OpenMP-task help a whole document gets
+// (tokenizer.c) is not counted.
 // One thread is timed in CPU time (as the Python peers are), so a busy machine distorts the
 // single-thread ratios less; more threads are timed on the wall clock. Documents larger than two
 // pieces (NEOX_TOKENIZER_PIECE_BYTES) are cut where the tokenizer says the ids cannot change
@@ -54,6 +58,37 @@ static item *work_items(const neox_tokenizer *tok, const char *text, const size_
     return items;
 }
 
+// Each item's CPU time, encoded alone on this thread.
+static double *item_costs(const neox_tokenizer *tok, const char *text, const item *items, size_t n) {
+    double *cost = neox_malloc((n ? n : 1) * sizeof *cost);
+    int32_t *ids = NULL;
+    size_t len = 0, cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        double t0 = thread_cpu_seconds();
+        len = 0;
+        neox_tokenizer_encode_piece(tok, text + items[i].start, items[i].len, items[i].starts, items[i].ends, &ids,
+                                    &len, &cap, NULL);
+        cost[i] = thread_cpu_seconds() - t0;
+    }
+    free(ids);
+    return cost;
+}
+
+// Total cost over the makespan of dynamic scheduling in list order on `threads` idle workers.
+static double schedule_speedup(const double *cost, size_t n, int threads) {
+    double *free_at = neox_calloc((size_t)threads, sizeof *free_at), total = 0, end = 0;
+    for (size_t i = 0; i < n; i++) {
+        int w = 0;
+        for (int k = 1; k < threads; k++)
+            if (free_at[k] < free_at[w]) w = k;
+        free_at[w] += cost[i];
+        total += cost[i];
+        if (free_at[w] > end) end = free_at[w];
+    }
+    free(free_at);
+    return end > 0 ? total / end : 1.0;
+}
+
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
     if (argc < 6) neox_die(2, "usage: %s DOCS_FILE TYPE VOCAB MERGES|- THREADS...", argv[0]);
@@ -81,6 +116,7 @@ int main(int argc, char **argv) {
     size_t n_cut, n_whole;
     item *cut = work_items(tok, text, start, len, n_docs, env && *env == '1', &n_cut);
     item *whole = work_items(tok, text, start, len, n_docs, 1, &n_whole);
+    double *cut_cost = item_costs(tok, text, cut, n_cut);
     for (int a = 5; a < argc; a++) {
         int threads = atoi(argv[a]);
         const item *items = threads > 1 ? cut : whole;
@@ -113,10 +149,12 @@ int main(int argc, char **argv) {
         double dt = neox_now() - t0;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
         if (threads == 1) dt = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
-        printf("neox.c %d %.2f %lld %.2f\n", threads, size / dt / 1e6, tokens, cpu_max > 0 ? cpu_sum / cpu_max : 1.0);
+        printf("neox.c %d %.2f %lld %.2f %.2f\n", threads, size / dt / 1e6, tokens, cpu_max > 0 ? cpu_sum / cpu_max : 1.0,
+               threads > 1 ? schedule_speedup(cut_cost, n_cut, threads) : 1.0);
         fflush(stdout);
     }
     neox_tokenizer_free(tok);
+    free(cut_cost);
     free(cut);
     free(whole);
     free(start);

@@ -7,7 +7,8 @@ counts): HF `tokenizers` per document (`encode`) and batched on its own rayon th
 One thread is timed in CPU time (the whole process's, so a peer's pool thread counts), more on
 the wall clock. Prints MB/s and ratios against HF's best call and tiktoken's batch API at the same
 thread count, and neox.c's speed-up from 1 to 2 threads with documents cut and whole — by the
-clocks, and by the threads' CPU-time balance (sum over busiest; what idle cores would give).
+clocks, by the threads' CPU-time balance and by the schedule of the items on idle cores (see
+tokenizers_bench.c).
 Usage: tokenizers_bench.py DRIVER WORKDIR [THREADS...]   (NEOX_BENCH_ROUNDS, default 2)
        tokenizers_bench.py --peer SETUP API THREADS DOCS_FILE   (one timed peer call; internal)"""
 import os
@@ -66,7 +67,7 @@ def neox_rates(driver, docs_file, args, threads, whole):
     env = dict(os.environ, NEOX_BENCH_WHOLE="1" if whole else "0")
     out = subprocess.run([driver, docs_file] + args + [str(t) for t in threads], env=env, check=True,
                          capture_output=True, text=True).stdout
-    return {int(t): (float(r), float(b)) for _, t, r, _, b in (line.split() for line in out.splitlines())}
+    return {int(t): (float(r), float(b), float(sc)) for _, t, r, _, b, sc in (line.split() for line in out.splitlines())}
 
 
 def apis(setup, threads):
@@ -88,13 +89,14 @@ def bench_corpus(label, docs, driver, workdir, threads, rounds):
     print(f"\n#### corpus {label}: {len(docs)} documents, {len(blob) / 1e6:.1f} MB; best of {rounds} interleaved "
           f"rounds; load average {os.getloadavg()[0]:.1f} at start")
     for setup, (args, _) in SETUPS.items():
-        best, balance = {}, {}
+        best, balance, schedule = {}, {}, {}
         for _ in range(rounds):  # ours and the peers' in turn, so that a change of load hits both
             for whole in (False, True):
-                for t, (r, b) in neox_rates(driver, path, args, threads, whole).items():
+                for t, (r, b, sc) in neox_rates(driver, path, args, threads, whole).items():
                     key = ("neox.c (whole docs)" if whole else "neox.c", t)
                     best[key] = max(best.get(key, 0), r)
                     balance[key] = max(balance.get(key, 0), b)
+                    schedule[key] = sc
             for api, t in apis(setup, threads):
                 best[(api, t)] = max(best.get((api, t), 0), peer_rate(setup, api, t, path))
         print(f"\n== {setup} ({label}), load average {os.getloadavg()[0]:.1f} at end ==")
@@ -107,12 +109,13 @@ def bench_corpus(label, docs, driver, workdir, threads, rounds):
                 ratios = ""
                 if api.startswith("neox"):
                     ratios = f"  {r / hf_best:5.2f}x HF best  " + (f"{r / tk:5.2f}x tiktoken batch  " if tk else "")
-                    ratios += f"balance {balance[(api, tt)]:.2f}" if t > 1 else ""
+                    ratios += f"balance {balance[(api, tt)]:.2f}  schedule {schedule[(api, tt)]:.2f}" if t > 1 else ""
                 print(f"  threads={t}  {api:32s} {r:8.2f} MB/s{ratios}")
         for key in ("neox.c", "neox.c (whole docs)"):
             if (key, 1) in best and (key, 2) in best:
-                print(f"  {key} 1 -> 2 threads: {best[(key, 2)] / best[(key, 1)]:.2f}x by the clocks above, "
-                      f"{balance[(key, 2)]:.2f}x by CPU-time balance (the speed-up on idle cores)")
+                print(f"  {key} 1 -> 2 threads: {best[(key, 2)] / best[(key, 1)]:.2f}x by the clocks above; on idle "
+                      f"cores {balance[(key, 2)]:.2f}x by CPU-time balance (best round), {schedule[(key, 2)]:.2f}x by "
+                      f"the schedule of its items")
 
 
 def main():

@@ -119,8 +119,8 @@ typedef struct neox_preprocess_options {
     const char *const *keys; int nkeys;        // jsonl fields; each gets its own dataset
     const char *output_prefix;                 // writes {prefix}_{key}_document.bin/.idx
     neox_encode_fn encode; void *encode_ctx;   // thread-safe
-    // Optional (NULL: each document is encoded whole by one worker): a document of at least
-    // 2 * piece_bytes is cut into pieces of about piece_bytes (0: 64 KiB) that idle workers encode too.
+    // Optional (NULL: each document is encoded whole by one worker): a document of at least 256 KiB
+    // is cut into pieces of about piece_bytes (0: 16 KiB) that idle workers encode too.
     neox_cut_fn cut; neox_encode_piece_fn encode_piece; size_t piece_bytes;
     int64_t vocab_size;                        // picks the token dtype
     int32_t eod_id; int append_eod;

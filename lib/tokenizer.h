@@ -59,7 +59,7 @@ int64_t neox_tokenizer_encode_piece(const neox_tokenizer *tok, const char *text,
                                     int32_t **ids, size_t *len, size_t *cap, neox_error *err);
 // neox_tokenizer_encode on `threads` OpenMP threads, over pieces of about piece_bytes (0: the
 // default below); the same ids, appended the same way.
-#define NEOX_TOKENIZER_PIECE_BYTES (64 * 1024)
+#define NEOX_TOKENIZER_PIECE_BYTES (16 * 1024)
 int64_t neox_tokenizer_encode_threads(const neox_tokenizer *tok, const char *text, size_t size, int threads,
                                       size_t piece_bytes, int32_t **ids, size_t *len, size_t *cap, neox_error *err);
 

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { CHUNK_RECORDS = 512, CHUNK_BYTES = 1 << 20, PIECE_BYTES = 64 << 10 };
+// Documents of SHARE_BYTES or more are cut into pieces of about PIECE_BYTES: small pieces let two
+// workers end a 1 MB document within a piece of each other; smaller documents are units enough.
+enum { CHUNK_RECORDS = 512, CHUNK_BYTES = 1 << 20, PIECE_BYTES = 16 << 10, SHARE_BYTES = 256 << 10 };
 enum { SLOT_FREE, SLOT_FILLED, SLOT_WORKING, SLOT_DONE };
 enum { DOC_KEPT, DOC_EMPTY, DOC_INVALID };
 
@@ -126,7 +128,7 @@ static int encode_shared(pipeline *p, slot *s, const char *text, size_t size, co
 static int encode_document(pipeline *p, slot *s, const char *text, size_t size) {
     const neox_preprocess_options *o = p->o;
     size_t piece = o->piece_bytes ? o->piece_bytes : PIECE_BYTES;
-    if (o->workers > 1 && o->cut && o->encode_piece && size >= 2 * piece) {
+    if (o->workers > 1 && o->cut && o->encode_piece && size >= SHARE_BYTES && size >= 2 * piece) {
         size_t max_cuts = size / piece + 1, *cuts = neox_malloc(max_cuts * sizeof *cuts);
         size_t n_cuts = o->cut(o->encode_ctx, text, size, piece, cuts, max_cuts);
         int rc = n_cuts > 0 ? encode_shared(p, s, text, size, cuts, n_cuts) : 1;

@@ -39,7 +39,7 @@ static void usage_codec(FILE *out, const char *name) {
             neox_progname(), name,
             enc ? "  --threads N            cut each document where the ids cannot change and encode the pieces on\n"
                   "                         N threads (docs/tokenizers.md, \"Large documents\")\n"
-                  "  --piece-bytes B        the pieces' size for --threads (default 65536)\n" : "",
+                  "  --piece-bytes B        the pieces' size for --threads (default 16384)\n" : "",
             enc ? "Encodes text to token ids, printed space-separated."
                 : "Decodes token ids (separated by spaces, commas or newlines) to text.",
             enc ? "line of ids" : "line of text",
