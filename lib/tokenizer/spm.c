@@ -29,7 +29,7 @@ static const char *spm_cut_refusal(const neox_tokenizer *tok, const spm_proto_fi
     }
     for (int32_t id = 0; id < n; id++) {
         const char *piece = spm_shim_piece(tok->spm, id), *at = piece;
-        while ((at = strstr(at, "â")) != NULL) {
+        while ((at = strstr(at, "\xe2\x96\x81")) != NULL) {
             if (at > piece && (uint8_t)((at[-1] | 0x20) - 'a') < 26)
                 return "a SentencePiece piece joins a letter to a following U+2581";
             at += 3;
