@@ -45,7 +45,8 @@ static item *work_items(const neox_tokenizer *tok, const char *text, const size_
     item *items = neox_malloc(cap * sizeof *items);
     for (size_t d = 0; d < n_docs; d++) {
         size_t max_cuts = len[d] / piece + 1, *cuts = neox_malloc((max_cuts + 2) * sizeof *cuts), n_cuts = 0;
-        if (!whole && len[d] >= 2 * piece) n_cuts = neox_tokenizer_cuts(tok, text + start[d], len[d], piece, cuts + 1, max_cuts);
+        if (!whole && len[d] >= 2 * piece)
+            n_cuts = neox_tokenizer_cuts(tok, text + start[d], len[d], piece, cuts + 1, max_cuts);
         cuts[0] = 0, cuts[n_cuts + 1] = len[d];
         for (size_t i = 0; i <= n_cuts; i++) {
             if (n == cap) items = neox_realloc(items, (cap *= 2) * sizeof *items);
@@ -149,8 +150,9 @@ int main(int argc, char **argv) {
         double dt = neox_now() - t0;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
         if (threads == 1) dt = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
-        printf("neox.c %d %.2f %lld %.2f %.2f\n", threads, size / dt / 1e6, tokens, cpu_max > 0 ? cpu_sum / cpu_max : 1.0,
-               threads > 1 ? schedule_speedup(cut_cost, n_cut, threads) : 1.0);
+        double balance = cpu_max > 0 ? cpu_sum / cpu_max : 1.0;
+        double schedule = threads > 1 ? schedule_speedup(cut_cost, n_cut, threads) : 1.0;
+        printf("neox.c %d %.2f %lld %.2f %.2f\n", threads, size / dt / 1e6, tokens, balance, schedule);
         fflush(stdout);
     }
     neox_tokenizer_free(tok);

@@ -153,7 +153,8 @@ static const char *added_refusal(const neox_tokenizer *tok, const space_forms *f
     add_form(&raw, " ", 1);
     for (size_t i = 0; i < tok->n_added; i++) {
         const added_token *t = &tok->added[i];
-        if (joins_letter_to_space(t->content, t->len, t->normalized ? forms : &raw)) return "an added token joins a letter to a space";
+        if (joins_letter_to_space(t->content, t->len, t->normalized ? forms : &raw))
+            return "an added token joins a letter to a space";
         if (t->rstrip && is_letter((uint8_t)t->content[t->len - 1]))
             return "an added token that ends in a letter strips the spaces after it";
     }
