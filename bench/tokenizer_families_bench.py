@@ -52,7 +52,7 @@ t0 = clock(); run(); print(mb / (clock() - t0))
 def neox_rates(driver, docs_path, type_, path, threads):
     out = subprocess.run([driver, docs_path, type_, path, "-"] + [str(t) for t in threads], check=True,
                          capture_output=True, text=True).stdout
-    return {int(t): float(r) for _, t, r, _ in (line.split() for line in out.splitlines())}
+    return {int(t): float(r) for _, t, r, *_ in (line.split() for line in out.splitlines())}
 
 
 def tiktoken_file(work, lines):

@@ -108,11 +108,20 @@ char *neox_record_text(const neox_record *rec, const char *key, size_t *size, ne
 typedef int64_t (*neox_encode_fn)(void *ctx, const char *text, size_t size, int32_t **ids, size_t *len, size_t *cap,
                                   neox_error *err);
 
+// Cutting one large document for several workers (neox_tokenizer_cuts / neox_tokenizer_encode_piece).
+typedef size_t (*neox_cut_fn)(void *ctx, const char *text, size_t size, size_t piece_bytes, size_t *cuts,
+                              size_t max_cuts);
+typedef int64_t (*neox_encode_piece_fn)(void *ctx, const char *text, size_t size, int starts, int ends, int32_t **ids,
+                                        size_t *len, size_t *cap, neox_error *err);
+
 typedef struct neox_preprocess_options {
     const char *const *inputs; int ninputs;
     const char *const *keys; int nkeys;        // jsonl fields; each gets its own dataset
     const char *output_prefix;                 // writes {prefix}_{key}_document.bin/.idx
     neox_encode_fn encode; void *encode_ctx;   // thread-safe
+    // Optional (NULL: each document is encoded whole by one worker): a document of at least 256 KiB
+    // is cut into pieces of about piece_bytes (0: 16 KiB) that idle workers encode too.
+    neox_cut_fn cut; neox_encode_piece_fn encode_piece; size_t piece_bytes;
     int64_t vocab_size;                        // picks the token dtype
     int32_t eod_id; int append_eod;
     int workers;                               // tokenizing threads (>= 1)

@@ -44,6 +44,25 @@ int neox_tokenizer_adds_prefix_space(const neox_tokenizer *tok);
 int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_t size, int32_t **ids, size_t *len,
                               size_t *cap, neox_error *err);
 
+// Large texts on several threads. A text may be cut where the tokenizer guarantees that encoding
+// the pieces one by one and joining their ids gives exactly the ids of the whole text (between an
+// ASCII letter and a space followed by one; docs/tokenizers.md says why that is exact and which
+// tokenizers refuse). Writes up to max_cuts increasing offsets (0 < cut < size) into cuts, each at
+// the first such point at least piece_bytes after the previous one, and returns how many; 0 when
+// the tokenizer refuses cuts or the text has no such point.
+size_t neox_tokenizer_cuts(const neox_tokenizer *tok, const char *text, size_t size, size_t piece_bytes,
+                           size_t *cuts, size_t max_cuts);
+// Why the tokenizer refuses every cut (a sentence naming the component), or NULL when it does not.
+const char *neox_tokenizer_cut_refusal(const neox_tokenizer *tok);
+// Encodes one piece between cuts: starts / ends say whether it begins / ends the whole text.
+int64_t neox_tokenizer_encode_piece(const neox_tokenizer *tok, const char *text, size_t size, int starts, int ends,
+                                    int32_t **ids, size_t *len, size_t *cap, neox_error *err);
+// neox_tokenizer_encode on `threads` OpenMP threads, over pieces of about piece_bytes (0: the
+// default below); the same ids, appended the same way.
+#define NEOX_TOKENIZER_PIECE_BYTES (16 * 1024)
+int64_t neox_tokenizer_encode_threads(const neox_tokenizer *tok, const char *text, size_t size, int threads,
+                                      size_t piece_bytes, int32_t **ids, size_t *len, size_t *cap, neox_error *err);
+
 // Decodes ids to text, NUL-terminated, into a new buffer (free()); *size gets its length.
 // An id out of range is an error naming it.
 char *neox_tokenizer_decode(const neox_tokenizer *tok, const int32_t *ids, size_t n, size_t *size, neox_error *err);

@@ -1,14 +1,19 @@
 // preprocess.c: the neox-preprocess pipeline. The calling thread reads chunks of records into a
 // ring of slots; worker threads parse and tokenize whole chunks; one writer thread appends the
 // chunks to the per-key datasets strictly in chunk order. The ring bounds memory whatever the
-// input size, and the order makes the output identical for any number of workers.
+// input size, and the order makes the output identical for any number of workers. A document
+// too large for one worker to finish while the others wait is cut where the tokenizer's ids
+// cannot change (neox_tokenizer_cuts); its pieces go on a shared list that idle workers take
+// from, and its worker joins their ids in order.
 #include "data.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { CHUNK_RECORDS = 512, CHUNK_BYTES = 1 << 20 };
+// Documents of SHARE_BYTES or more are cut into pieces of about PIECE_BYTES: small pieces let two
+// workers end a 1 MB document within a piece of each other; smaller documents are units enough.
+enum { CHUNK_RECORDS = 512, CHUNK_BYTES = 1 << 20, PIECE_BYTES = 16 << 10, SHARE_BYTES = 256 << 10 };
 enum { SLOT_FREE, SLOT_FILLED, SLOT_WORKING, SLOT_DONE };
 enum { DOC_KEPT, DOC_EMPTY, DOC_INVALID };
 
@@ -29,6 +34,15 @@ typedef struct slot {
     neox_error err;
 } slot;
 
+// A large document whose pieces any worker may encode; each piece's ids are kept apart.
+typedef struct shared_doc {
+    const char *text;
+    size_t *bounds;             // n + 1 offsets
+    size_t n, next, done;       // pieces; the next to hand out; those encoded
+    struct piece_ids { int32_t *ids; size_t len, cap; int64_t rc; neox_error err; } *out;
+    struct shared_doc *link;    // the pipeline's list of shared documents
+} shared_doc;
+
 typedef struct pipeline {
     const neox_preprocess_options *o;
     pthread_mutex_t lock;
@@ -46,10 +60,83 @@ typedef struct pipeline {
     neox_preprocess_stats *stats;
     neox_progress *progress;
     double started;
+    shared_doc *shared;                // documents being encoded in pieces, oldest first
 } pipeline;
 
 // ---------------------------------------------------------------------------------------------
 // Workers: parse and tokenize one chunk.
+
+// The next piece to encode of the oldest shared document with pieces left (lock held), or NULL.
+static shared_doc *take_piece(pipeline *p, size_t *index) {
+    for (shared_doc *d = p->shared; d; d = d->link)
+        if (d->next < d->n) {
+            *index = d->next++;
+            return d;
+        }
+    return NULL;
+}
+
+// Encodes piece i of d without the lock and counts it done with it.
+static void encode_piece(pipeline *p, shared_doc *d, size_t i) {
+    pthread_mutex_unlock(&p->lock);
+    struct piece_ids *o = &d->out[i];
+    o->rc = p->o->encode_piece(p->o->encode_ctx, d->text + d->bounds[i], d->bounds[i + 1] - d->bounds[i], i == 0,
+                               i == d->n - 1, &o->ids, &o->len, &o->cap, &o->err);
+    pthread_mutex_lock(&p->lock);
+    d->done++;
+    pthread_cond_broadcast(&p->changed);
+}
+
+// Encodes a document cut at cuts[0..n_cuts) with the help of idle workers: its pieces are put on
+// the shared list, this worker takes them too (then others' while waiting), and joins the ids.
+static int encode_shared(pipeline *p, slot *s, const char *text, size_t size, const size_t *cuts, size_t n_cuts) {
+    shared_doc d = {.text = text, .n = n_cuts + 1};
+    d.bounds = neox_malloc((d.n + 1) * sizeof *d.bounds);
+    d.bounds[0] = 0, d.bounds[d.n] = size;
+    memcpy(d.bounds + 1, cuts, n_cuts * sizeof *cuts);
+    d.out = neox_calloc(d.n, sizeof *d.out);
+    pthread_mutex_lock(&p->lock);
+    shared_doc **tail = &p->shared;
+    while (*tail) tail = &(*tail)->link;
+    *tail = &d;
+    pthread_cond_broadcast(&p->changed);
+    while (d.done < d.n) {
+        size_t i;
+        shared_doc *x = d.next < d.n ? (i = d.next++, &d) : take_piece(p, &i);
+        if (x) encode_piece(p, x, i);
+        else pthread_cond_wait(&p->changed, &p->lock);
+    }
+    for (tail = &p->shared; *tail != &d; tail = &(*tail)->link) {}
+    *tail = d.link;
+    pthread_mutex_unlock(&p->lock);
+    int rc = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        struct piece_ids *o = &d.out[i];
+        if (rc == 0 && o->rc < 0) s->err = o->err, rc = -1;
+        if (rc == 0 && s->ids_len + o->len > s->ids_cap)
+            s->ids = neox_realloc(s->ids, (s->ids_cap = (s->ids_len + o->len) * 2) * sizeof *s->ids);
+        if (rc == 0) memcpy(s->ids + s->ids_len, o->ids, o->len * sizeof *o->ids), s->ids_len += o->len;
+        free(o->ids);
+    }
+    free(d.out);
+    free(d.bounds);
+    return rc;
+}
+
+// One document's ids appended to the chunk's: whole, or in pieces when it is large, the tokenizer
+// can cut it and other workers could help.
+static int encode_document(pipeline *p, slot *s, const char *text, size_t size) {
+    const neox_preprocess_options *o = p->o;
+    size_t piece = o->piece_bytes ? o->piece_bytes : PIECE_BYTES;
+    if (o->workers > 1 && o->cut && o->encode_piece && size >= SHARE_BYTES && size >= 2 * piece) {
+        size_t max_cuts = size / piece + 1, *cuts = neox_malloc(max_cuts * sizeof *cuts);
+        size_t n_cuts = o->cut(o->encode_ctx, text, size, piece, cuts, max_cuts);
+        int rc = n_cuts > 0 ? encode_shared(p, s, text, size, cuts, n_cuts) : 1;
+        free(cuts);
+        if (rc <= 0) return rc;
+    }
+    return o->encode(o->encode_ctx, text, size, &s->ids, &s->ids_len, &s->ids_cap, &s->err) < 0 ? -1 : 0;
+}
 
 static int tokenize_record(pipeline *p, slot *s, int r) {
     const neox_preprocess_options *o = p->o;
@@ -75,7 +162,7 @@ static int tokenize_record(pipeline *p, slot *s, int r) {
         if (size > 0) {
             s->text_bytes += (int64_t)size;
             size_t before = s->ids_len;
-            if (o->encode(o->encode_ctx, text, size, &s->ids, &s->ids_len, &s->ids_cap, &s->err) < 0) {
+            if (encode_document(p, s, text, size) < 0) {
                 neox_fail_context(&s->err, "%s:%lld", s->recs[r].file, (long long)s->recs[r].line);
                 free(text);
                 return -1;
@@ -111,6 +198,12 @@ static void *worker_main(void *arg) {
     pipeline *p = arg;
     pthread_mutex_lock(&p->lock);
     for (;;) {
+        size_t piece;
+        shared_doc *d = take_piece(p, &piece);
+        if (d) {  // a large document's piece first: its chunk holds back the writer
+            encode_piece(p, d, piece);
+            continue;
+        }
         slot *s = &p->slots[p->worked % p->nslots];
         if (p->abort || (p->reading_done && p->worked == p->filled)) break;
         if (p->worked == p->filled || s->state != SLOT_FILLED) {

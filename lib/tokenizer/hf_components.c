@@ -60,6 +60,7 @@ static int load_pattern(json_t *obj, tok_pattern *p, const char *file, const cha
     if (json_is_string(re)) {
         snprintf(at, sizeof at, "%s.pattern.Regex", where);
         p->regex = tok_regex_compile(json_string_value(re), json_string_length(re), REGEX_ONIGURUMA, file, at, err);
+        p->word_split = tokenizer_regex_splits_words(json_string_value(re), json_string_length(re));
         return p->regex ? 0 : -1;
     }
     return neox_fail(err, NEOX_EXIT_USAGE, "%s: %s must be {\"String\": ...} or {\"Regex\": ...}", file, at);

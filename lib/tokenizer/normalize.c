@@ -111,7 +111,8 @@ static char *apply(const tok_normalizer *nm, const char *in, size_t n, size_t *o
     return NULL;
 }
 
-char *tokenizer_normalize(const neox_tokenizer *tok, const char *text, size_t size, size_t *out_size) {
+char *tokenizer_normalize(const neox_tokenizer *tok, const char *text, size_t size, bool continued,
+                          size_t *out_size) {
     if (tok->n_normalizers == 0) return NULL;
     bool only_forms = true;
     for (int i = 0; i < tok->n_normalizers; i++) only_forms = only_forms && is_unicode_form(tok->normalizers[i].kind);
@@ -119,6 +120,7 @@ char *tokenizer_normalize(const neox_tokenizer *tok, const char *text, size_t si
     char *cur = NULL;
     size_t cur_size = size;
     for (int i = 0; i < tok->n_normalizers; i++) {
+        if (continued && tok->normalizers[i].kind == NORM_PREPEND) continue;
         size_t n;
         char *next = apply(&tok->normalizers[i], cur ? cur : text, cur_size, &n);
         if (!next) continue;

@@ -8,6 +8,37 @@
 #include "spm.h"
 #include "tokenizer_internal.h"
 
+// Whether a SentencePiece model's texts may be cut "a| b" (cut.c): the piece after the cut starts
+// with a space, which the normalizer must turn into the "▁" the whole text has there — it strips
+// leading whitespace and adds the dummy prefix, or does neither. BPE merges adjacent symbols by
+// piece score, so the sides stay apart when no piece joins a letter to a following "▁", and
+// consecutive unknown pieces (which the library merges) cannot meet at a cut when the letters are
+// pieces. Unigram's best path is a float sum over the whole text, whose rounding a cut
+// would change: a near tie could then go the other way, so unigram models are not cut.
+static const char *spm_cut_refusal(const neox_tokenizer *tok, const spm_proto_fields *f) {
+    if (f->model_type != SPM_MODEL_BPE) return "a SentencePiece model that is not BPE (path scores are float sums)";
+    if (f->treat_whitespace_as_suffix || !f->escape_whitespaces || f->add_dummy_prefix != f->remove_extra_whitespaces)
+        return "a SentencePiece normalizer that would not turn the space a piece starts with into the whole text's";
+    int32_t n = spm_shim_piece_count(tok->spm), unk = spm_shim_special_id(tok->spm, 'u');
+    char one[2] = {0, 0};
+    for (int c = 'A'; c <= 'z'; c++) {
+        if (c > 'Z' && c < 'a') continue;
+        one[0] = (char)c;
+        int32_t id = spm_shim_piece_id(tok->spm, one);
+        if (id < 0 || id == unk) return "a SentencePiece model without a piece for every ASCII letter";
+    }
+    for (int32_t id = 0; id < n; id++) {
+        const char *piece = spm_shim_piece(tok->spm, id), *at = piece;
+        while ((at = strstr(at, "\xe2\x96\x81")) != NULL) {
+            if (at > piece && (uint8_t)((at[-1] | 0x20) - 'a') < 26)
+                return "a SentencePiece piece joins a letter to a following U+2581";
+            at += 3;
+        }
+        if (strchr(piece, ' ')) return "a SentencePiece piece holds a space";
+    }
+    return NULL;
+}
+
 // A unigram model gets its lattice and normalizer. The library has already checked the file: the
 // fields it does not expose are read from its own serialization, so a failure here would mean a
 // library version that writes what this code does not know.
@@ -24,6 +55,7 @@ static int load_unigram(neox_tokenizer *tok, const char *path, neox_error *err) 
         return neox_fail(err, NEOX_EXIT_FAILURE, "%s: the SentencePiece model has %zu pieces, the library %d", path,
                          fields.n_pieces, n);
     }
+    tok->cut_refusal = spm_cut_refusal(tok, &fields);
     if (fields.model_type != SPM_MODEL_UNIGRAM) {
         spm_proto_fields_free(&fields);
         return 0;

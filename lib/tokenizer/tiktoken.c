@@ -156,6 +156,7 @@ int tokenizer_load_tiktoken(neox_tokenizer *tok, const char *path, neox_error *e
     *split = (tok_pretokenizer){.kind = PRE_SPLIT, .behavior = SPLIT_REMOVED, .invert = true};
     split->pattern.regex = tok_regex_compile(enc->pattern, strlen(enc->pattern), REGEX_RUST, path, "pattern", err);
     if (!split->pattern.regex) return -1;
+    split->pattern.word_split = tokenizer_regex_splits_words(enc->pattern, strlen(enc->pattern));
     tok->has_decoder = true;
     tok->decoders[tok->n_decoders++] = (tok_decoder){.kind = DEC_BYTELEVEL};
     int32_t after_last = 0;  // one past the largest rank

@@ -81,7 +81,7 @@ void tokenizer_finish_added(neox_tokenizer *tok) {
         }
         // A normalized token is matched against normalized text, so match its normalized form.
         size_t nlen = t->len;
-        char *norm = tokenizer_normalize(tok, t->content, t->len, &nlen);
+        char *norm = tokenizer_normalize(tok, t->content, t->len, false, &nlen);
         added_matcher_add(&tok->normalized_matcher, norm ? norm : t->content, nlen, (int32_t)i);
         free(norm);
         tok->has_normalized_added = true;
@@ -183,6 +183,7 @@ neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_err
         tok->kind = TOK_CHAR;
         tok->vocab_size = CHAR_LEVEL_VOCAB;
         tok->eod_id = 0, tok->pad_id = 1;
+        tokenizer_plan_cuts(tok);
         return tok;
     }
     bool self_described = !strcasecmp(type, "TiktokenTokenizer") || !strcasecmp(type, "SPMTokenizer");
@@ -198,6 +199,7 @@ neox_tokenizer *neox_tokenizer_load(const neox_tokenizer_options *opts, neox_err
                        "SPMTokenizer, TiktokenTokenizer or CharLevelTokenizer)", type);
     }
     if (rc < 0) goto fail;
+    if (tok->kind != TOK_SPM) tokenizer_plan_cuts(tok);  // spm.c decides for SentencePiece models
     if (self_described) return tok;
     tokenizer_finish_added(tok);
     tok->eod_id = token_to_id(tok, "<|endoftext|>");
@@ -249,7 +251,9 @@ const char *neox_tokenizer_id_to_token(const neox_tokenizer *tok, int32_t id) {
 
 // ---------------------------------------------------------------------------------------------
 // Encoding.
-typedef struct id_out { int32_t **ids; size_t *len, *cap; } id_out;
+// continued: the text being encoded starts at a cut (cut.c) inside a split of the whole text, so
+// what HF puts at the start of a split is not put there; cleared once the first split is passed.
+typedef struct id_out { int32_t **ids; size_t *len, *cap; bool continued; } id_out;
 
 static void push_id(id_out *o, int32_t id) {
     if (*o->len == *o->cap) {
@@ -383,6 +387,7 @@ static int split_added(const neox_tokenizer *tok, const added_matcher *m, const 
         if (t->rstrip) stop = strip_right(s, n, stop);
         if (offset < start && piece(tok, s + offset, start - offset, first && offset == 0, o, err) < 0) return -1;
         push_id(o, t->id);
+        o->continued = false;
         offset = stop;
     }
     if (offset < n) return piece(tok, s + offset, n - offset, first && offset == 0, o, err);
@@ -398,22 +403,23 @@ static int encode_normalized(const neox_tokenizer *tok, const uint8_t *s, size_t
 static int encode_raw_piece(const neox_tokenizer *tok, const uint8_t *s, size_t n, bool first, id_out *o,
                             neox_error *err) {
     size_t nn;
-    char *norm = tokenizer_normalize(tok, (const char *)s, n, &nn);
+    char *norm = tokenizer_normalize(tok, (const char *)s, n, o->continued, &nn);
+    o->continued = false;
     int rc = norm ? encode_normalized(tok, (const uint8_t *)norm, nn, first, o, err)
                   : encode_normalized(tok, s, n, first, o, err);
     free(norm);
     return rc;
 }
 
-int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_t size, int32_t **ids, size_t *len,
-                              size_t *cap, neox_error *err) {
+int64_t tokenizer_encode_span(const neox_tokenizer *tok, const char *text, size_t size, bool starts, bool ends,
+                              int32_t **ids, size_t *len, size_t *cap, neox_error *err) {
     size_t before = *len;
     char *fixed = NULL;
     if (utf8_valid_prefix((const uint8_t *)text, size) != size) {
         fixed = utf8_replace_invalid((const uint8_t *)text, size, &size);
         text = fixed;
     }
-    id_out o = {ids, len, cap};
+    id_out o = {ids, len, cap, !starts};
     const uint8_t *s = (const uint8_t *)text;
     int rc = 0;
     if (tok->kind == TOK_CHAR) {
@@ -421,10 +427,10 @@ int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_
     } else if (tok->kind == TOK_SPM) {
         rc = spm_encode(tok, text, size, ids, len, cap, err);
     } else {
-        for (size_t i = 0; i < tok->n_template_prefix; i++) push_id(&o, tok->template_prefix[i]);
-        rc = tok->has_raw_added ? split_added(tok, &tok->raw_matcher, s, size, true, &o, encode_raw_piece, err)
-                                : encode_raw_piece(tok, s, size, true, &o, err);
-        for (size_t i = 0; i < tok->n_template_suffix; i++) push_id(&o, tok->template_suffix[i]);
+        for (size_t i = 0; starts && i < tok->n_template_prefix; i++) push_id(&o, tok->template_prefix[i]);
+        rc = tok->has_raw_added ? split_added(tok, &tok->raw_matcher, s, size, starts, &o, encode_raw_piece, err)
+                                : encode_raw_piece(tok, s, size, starts, &o, err);
+        for (size_t i = 0; ends && i < tok->n_template_suffix; i++) push_id(&o, tok->template_suffix[i]);
     }
     free(fixed);
     if (rc < 0) {
@@ -432,6 +438,11 @@ int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_
         return -1;
     }
     return (int64_t)(*len - before);
+}
+
+int64_t neox_tokenizer_encode(const neox_tokenizer *tok, const char *text, size_t size, int32_t **ids, size_t *len,
+                              size_t *cap, neox_error *err) {
+    return tokenizer_encode_span(tok, text, size, true, true, ids, len, cap, err);
 }
 
 // ---------------------------------------------------------------------------------------------

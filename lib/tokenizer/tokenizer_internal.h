@@ -145,7 +145,9 @@ int tok_regex_find(const tok_regex *re, const uint8_t *s, size_t n, size_t from,
 enum normalizer_kind { NORM_NFC = 1, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_LOWERCASE, NORM_STRIP, NORM_REPLACE,
                        NORM_PREPEND };
 // A literal or regex pattern (Split, Replace): "String" or "Regex" in the file.
-typedef struct tok_pattern { char *literal; size_t literal_len; tok_regex *regex; } tok_pattern;
+// word_split: a regex of the known word-splitting family (cut.c), whose matches cannot join an ASCII
+// letter to a following space and do not depend on the text before or after them otherwise.
+typedef struct tok_pattern { char *literal; size_t literal_len; tok_regex *regex; bool word_split; } tok_pattern;
 
 typedef struct tok_normalizer {
     enum normalizer_kind kind;
@@ -248,6 +250,8 @@ struct neox_tokenizer {
     // TemplateProcessing's single-sequence template: ids put before and after the text's ids.
     int32_t *template_prefix, *template_suffix;
     size_t n_template_prefix, n_template_suffix;
+    // Why texts cannot be cut for parallel encoding (cut.c); NULL when they can.
+    const char *cut_refusal;
 };
 
 // Loaders: fill tok (already zeroed, type set) or return -1 with err naming the file.
@@ -267,7 +271,9 @@ int tokenizer_add_token(neox_tokenizer *tok, const char *content, size_t len, in
                         bool normalized, bool lstrip, bool rstrip, const char *file, neox_error *err);
 void tokenizer_finish_added(neox_tokenizer *tok);
 // Normalizes text with the tokenizer's normalizers; returns a new buffer or NULL when unchanged.
-char *tokenizer_normalize(const neox_tokenizer *tok, const char *text, size_t size, size_t *out_size);
+// continued: the text continues a split cut by cut.c, so Prepend (which only starts a split) is skipped.
+char *tokenizer_normalize(const neox_tokenizer *tok, const char *text, size_t size, bool continued,
+                          size_t *out_size);
 // Runs the pre-tokenizers over one normalized piece (first: it starts the original text); the
 // words land in out. Returns -1 with err set when a regex gives up.
 int tokenizer_pretokenize(const neox_tokenizer *tok, const char *s, size_t n, bool first, tok_pieces *out,
@@ -289,6 +295,15 @@ int tokenizer_load_pre_tokenizer(neox_tokenizer *tok, json_t *p, const char *fil
 int tokenizer_load_decoder(neox_tokenizer *tok, json_t *d, const char *file, const char *where, neox_error *err);
 int tokenizer_load_post_processor(neox_tokenizer *tok, json_t *p, const char *file, const char *where,
                                   neox_error *err);
+// Encodes one piece of a text: starts / ends say whether the piece begins / ends the whole text
+// (the template's ids and the first split's decorations belong there). neox_tokenizer_encode is
+// the piece that does both.
+int64_t tokenizer_encode_span(const neox_tokenizer *tok, const char *text, size_t size, bool starts, bool ends,
+                              int32_t **ids, size_t *len, size_t *cap, neox_error *err);
+// cut.c: whether a regex is one of the word-splitting patterns whose cuts are known to be exact,
+// and the load-time decision whether a tokenizer's texts may be cut (sets tok->cut_refusal).
+bool tokenizer_regex_splits_words(const char *pattern, size_t len);
+void tokenizer_plan_cuts(neox_tokenizer *tok);
 // A tiktoken rank file (base64 token, rank per line) as a byte-level BPE model.
 int tokenizer_load_tiktoken(neox_tokenizer *tok, const char *path, neox_error *err);
 

@@ -44,6 +44,11 @@ if need_shared "tokenizer files"; then
         --vocab-file /nonexistent/vocab.json --merge-file "$TOK/gpt2/merges.txt" "$TEST_TMP/hw.txt"
     printf 'caf\xc3\xa9 \xff\xfe ok' >"$TEST_TMP/bad_utf8.txt"
     check_output "invalid UTF-8 is encoded (as U+FFFD)" "[0-9]" $P encode "${NEOX[@]}" "$TEST_TMP/bad_utf8.txt"
+    # encode --threads: the published vector again, with a cut at every allowed point.
+    check_output "encode --threads with one-byte pieces" "^12092 3645 2$" \
+        $P encode "${NEOX[@]}" --threads 2 --piece-bytes 1 "$TEST_TMP/hw.txt"
+    check_fails "encode --threads 0" 2 "--threads" $P encode "${NEOX[@]}" --threads 0 "$TEST_TMP/hw.txt"
+    check_fails "encode --piece-bytes 0" 2 "--piece-bytes" $P encode "${NEOX[@]}" --threads 2 --piece-bytes 0 "$TEST_TMP/hw.txt"
     # Round trip through a freshly trained tokenizer.
     check "train-tokenizer" $P train-tokenizer --input "$DATA/text/tinyshakespeare_input.txt" --vocab-size 1000 \
         --output "$TEST_TMP/trained.json"

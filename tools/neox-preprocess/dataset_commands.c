@@ -68,6 +68,15 @@ static int64_t encode_with(void *ctx, const char *text, size_t size, int32_t **i
     return neox_tokenizer_encode(ctx, text, size, ids, len, cap, err);
 }
 
+static size_t cut_with(void *ctx, const char *text, size_t size, size_t piece_bytes, size_t *cuts, size_t max_cuts) {
+    return neox_tokenizer_cuts(ctx, text, size, piece_bytes, cuts, max_cuts);
+}
+
+static int64_t encode_piece_with(void *ctx, const char *text, size_t size, int starts, int ends, int32_t **ids,
+                                 size_t *len, size_t *cap, neox_error *err) {
+    return neox_tokenizer_encode_piece(ctx, text, size, starts, ends, ids, len, cap, err);
+}
+
 typedef struct preprocess_args {
     const char *input, *output_prefix, *dataset_impl;
     const char **keys;
@@ -175,6 +184,7 @@ int preprocess_main(int argc, char **argv) {
     neox_preprocess_options o = {
         .inputs = (const char *const *)inputs, .ninputs = ninputs, .keys = a.keys, .nkeys = a.nkeys,
         .output_prefix = a.output_prefix, .encode = encode_with, .encode_ctx = tok,
+        .cut = cut_with, .encode_piece = encode_piece_with,
         .vocab_size = neox_tokenizer_vocab_size(tok), .eod_id = neox_tokenizer_eod_id(tok), .append_eod = a.append_eod,
         .workers = a.workers, .skip_invalid = a.skip_invalid, .num_docs = a.num_docs, .log_interval = a.log_interval,
         .max_document_bytes = (size_t)a.max_document_bytes, .mask_before = a.mask_before,

@@ -15,9 +15,11 @@ typedef struct tokenizer_args {
     int lines;
     char separator;     // with --lines: '\n', or '\0' for --null
     const char *input;  // file name, or "-" / NULL for stdin
+    int threads;        // encode: > 0 cuts each document into pieces encoded on that many threads
+    size_t piece_bytes; // ... of about this size (0: the library's default)
 } tokenizer_args;
 
-enum { OPT_TYPE = 256, OPT_VOCAB, OPT_MERGE, OPT_LINES, OPT_NULL };
+enum { OPT_TYPE = 256, OPT_VOCAB, OPT_MERGE, OPT_LINES, OPT_NULL, OPT_THREADS, OPT_PIECE };
 
 static void usage_codec(FILE *out, const char *name) {
     int enc = !strcmp(name, "encode");
@@ -30,10 +32,14 @@ static void usage_codec(FILE *out, const char *name) {
             "  --merge-file FILE      merges.txt (GPT-2 types)\n"
             "  --lines                one %s per input line instead of the whole input as one document\n"
             "  --null                 like --lines, with documents separated by NUL bytes (text may hold newlines)\n"
+            "%s"
             "  -h, --help             show this help and exit\n"
             "\n"
             "Input is FILE, or standard input when FILE is '-' or absent. %s\n",
             neox_progname(), name,
+            enc ? "  --threads N            cut each document where the ids cannot change and encode the pieces on\n"
+                  "                         N threads (docs/tokenizers.md, \"Large documents\")\n"
+                  "  --piece-bytes B        the pieces' size for --threads (default 16384)\n" : "",
             enc ? "Encodes text to token ids, printed space-separated."
                 : "Decodes token ids (separated by spaces, commas or newlines) to text.",
             enc ? "line of ids" : "line of text",
@@ -48,6 +54,8 @@ static void parse_codec_args(int argc, char **argv, tokenizer_args *a) {
         {"merge-file", required_argument, NULL, OPT_MERGE},
         {"lines", no_argument, NULL, OPT_LINES},
         {"null", no_argument, NULL, OPT_NULL},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"piece-bytes", required_argument, NULL, OPT_PIECE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -62,6 +70,8 @@ static void parse_codec_args(int argc, char **argv, tokenizer_args *a) {
         case OPT_MERGE: a->tok.merge_file = optarg; break;
         case OPT_LINES: a->lines = 1, a->separator = '\n'; break;
         case OPT_NULL: a->lines = 1, a->separator = '\0'; break;
+        case OPT_THREADS: a->threads = (int)neox_option_int("--threads", optarg, 1, 1024); break;
+        case OPT_PIECE: a->piece_bytes = (size_t)neox_option_int("--piece-bytes", optarg, 1, INT64_MAX); break;
         case 'h': usage_codec(stdout, argv[0]); exit(0);
         default: neox_usage_error("%s: unrecognized option '%s'", argv[0], argv[optind - 1]);
         }
@@ -117,24 +127,34 @@ static void print_ids(const int32_t *ids, size_t n) {
     fwrite(buf, 1, len, stdout);
 }
 
+static void encode_or_die(const tokenizer_args *a, const neox_tokenizer *tok, const char *text, size_t size,
+                          int32_t **ids, size_t *len, size_t *cap) {
+    neox_error err = {0};
+    int64_t rc = a->threads > 0 ? neox_tokenizer_encode_threads(tok, text, size, a->threads, a->piece_bytes, ids, len,
+                                                                cap, &err)
+                                : neox_tokenizer_encode(tok, text, size, ids, len, cap, &err);
+    if (rc < 0) neox_die_error(&err);
+}
+
 int command_encode(int argc, char **argv) {
     tokenizer_args a;
     parse_codec_args(argc, argv, &a);
     neox_tokenizer *tok = load_or_die(&a);
+    if (a.threads > 0 && neox_tokenizer_cut_refusal(tok))
+        neox_info("documents are encoded whole, on one thread each: %s", neox_tokenizer_cut_refusal(tok));
     size_t size;
     char *text = read_input(a.input, &size);
     int32_t *ids = NULL;
     size_t len = 0, cap = 0;
-    neox_error err = {0};
     if (!a.lines) {
-        if (neox_tokenizer_encode(tok, text, size, &ids, &len, &cap, &err) < 0) neox_die_error(&err);
+        encode_or_die(&a, tok, text, size, &ids, &len, &cap);
         print_ids(ids, len);
     } else {
         for (size_t pos = 0; pos < size;) {
             char *eol = memchr(text + pos, a.separator, size - pos);
             size_t end = eol ? (size_t)(eol - text) : size;
             len = 0;
-            if (neox_tokenizer_encode(tok, text + pos, end - pos, &ids, &len, &cap, &err) < 0) neox_die_error(&err);
+            encode_or_die(&a, tok, text + pos, end - pos, &ids, &len, &cap);
             print_ids(ids, len);
             pos = end + 1;
         }
