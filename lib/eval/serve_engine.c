@@ -3,7 +3,8 @@
 // one greedy token: lm-evaluation-harness's loglikelihood requests) together by packing their
 // prompts into passes of up to `context` rows (each in its own positions, as neox-eval's batch
 // scoring packs), and generates the others one after the other with the key/value cache. Only
-// the rows whose log-probabilities are asked for go through the output layer.
+// the rows whose log-probabilities are asked for go through the output layer, as many at a time as
+// a 64 MiB block of logits holds (the output layer's weights are read once per block).
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -16,13 +17,21 @@
 #include "parallel.h"
 #include "serve_job.h"
 
-#define ROW_CHUNK 32  // rows of logits computed at a time
+#define LOGITS_FLOATS (1 << 24)  // the block of logits computed at a time: 64 MiB
+
+// Where a batch's time went, for the debug line after it (serving's own profile).
+typedef struct serve_times {
+    double decoder, output, rows, respond;
+    long long passes, rows_out;
+} serve_times;
 
 struct neox_serve_engine {
     neox_evaluator *ev;
     neox_serve_options o;
     neox_generator *scorer, *gen;   // packed scoring; generation with the cache
-    float *logits;                  // ROW_CHUNK x vocab
+    float *logits;                  // chunk x vocab
+    int chunk;                      // rows of logits at a time
+    serve_times t;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t thread;
@@ -129,21 +138,27 @@ static int first_row(const score_seq *s) {
 
 // Row t of sequence s predicts prompt token t + 1, or (the last row, when max_tokens is 1) the
 // generated token: the greedy one among the tokenizer's ids (the padding rows of the embedding are
-// no tokens, as in generation).
-static int row_target(const neox_serve_engine *en, const score_seq *s, int t, const float *row) {
-    return t == s->p->nids - 1 ? argmax_of(row, (int)neox_tokenizer_vocab_size(en->ev->tokenizer)) : s->p->ids[t + 1];
+// no tokens, as in generation). best: the row's argmax over the whole vocabulary.
+static int row_target(const neox_serve_engine *en, const score_seq *s, int t, const float *row, int best) {
+    if (t != s->p->nids - 1) return s->p->ids[t + 1];
+    int ntok = (int)neox_tokenizer_vocab_size(en->ev->tokenizer);
+    return best < ntok ? best : argmax_of(row, ntok);
 }
 
-// Stores row t's results: -loss is log p(target), as neox-eval's loglikelihood sums it.
+// Stores row t's results: -loss is log p(target), as neox-eval's loglikelihood sums it; with one
+// alternative asked for (the harness's logprobs 1) it is the row's argmax.
 static void take_row(neox_serve_engine *en, const score_seq *s, int t, const float *row, int target, float loss,
-                     float lse) {
+                     float lse, int best) {
     const neox_serve_request *r = s->r;
     neox_serve_choice *c = s->c;
     int V = en->ev->model->desc.vocab_size, k = top_count(r);
     int generated = t == s->p->nids - 1, slot = generated ? c->nprompt : t + 1;
     if (wants_logprobs(r)) {
         c->logprob[slot] = -(double)loss;
-        top_of(row, V, lse, k, c->top_ids + (size_t)slot * (k + 1), c->top_logprob + (size_t)slot * (k + 1));
+        int32_t *ids = c->top_ids + (size_t)slot * (k + 1);
+        double *lps = c->top_logprob + (size_t)slot * (k + 1);
+        if (k == 1) ids[0] = best, lps[0] = -(double)(lse - row[best]);
+        else top_of(row, V, lse, k, ids, lps);
     }
     if (generated) {
         c->tokens[c->nprompt + c->ngen++] = target;
@@ -151,8 +166,22 @@ static void take_row(neox_serve_engine *en, const score_seq *s, int t, const flo
     }
 }
 
+// The argmax of each of m rows (the first of equal maxima, as argmax_of), in parallel over the rows:
+// the vectorised row maximum, then where it first occurs.
+static void rows_argmax(int *best, const float *logits, int m, int V) {
+    float mx[m];
+    neox_cross_entropy_row_max(mx, logits, m, V);
+    #pragma omp parallel for
+    for (int j = 0; j < m; j++) {
+        const float *row = logits + (size_t)j * V;
+        int v = 0;
+        while (v < V - 1 && row[v] != mx[j]) v++;
+        best[j] = v;
+    }
+}
+
 // Runs one pass over seqs[0..count): packed through the decoder, the wanted rows through the
-// output layer ROW_CHUNK at a time.
+// output layer en->chunk at a time.
 static int score_pass(neox_serve_engine *en, const score_seq *seqs, int count, neox_error *err) {
     int total = 0, nrows = 0, lens[count], starts[count];
     for (int i = 0; i < count; i++) starts[i] = total, total += lens[i] = seqs[i].p->nids;
@@ -163,25 +192,39 @@ static int score_pass(neox_serve_engine *en, const score_seq *seqs, int count, n
         int end = seqs[i].r->max_tokens == 1 ? lens[i] : lens[i] - 1;
         for (int t = first_row(&seqs[i]); t < end; t++) rows[nrows] = at + t, owner[nrows++] = i;
     }
+    double t0 = neox_now();
     int rc = neox_generator_score_packed(en->scorer, ids, lens, count, err);
-    int V = en->ev->model->desc.vocab_size;
-    for (int j0 = 0; rc == 0 && j0 < nrows; j0 += ROW_CHUNK) {
-        int m = nrows - j0 < ROW_CHUNK ? nrows - j0 : ROW_CHUNK;
+    en->t.decoder += neox_now() - t0;
+    int V = en->ev->model->desc.vocab_size, chunk = en->chunk;
+    int *targets = neox_malloc((size_t)chunk * sizeof *targets), *best = neox_malloc((size_t)chunk * sizeof *best);
+    float *losses = neox_malloc((size_t)chunk * sizeof *losses), *lse = neox_malloc((size_t)chunk * sizeof *lse);
+    for (int j0 = 0; rc == 0 && j0 < nrows; j0 += chunk) {
+        int m = nrows - j0 < chunk ? nrows - j0 : chunk;
+        double t1 = neox_now();
         neox_generator_rows_logits(en->scorer, rows + j0, m, en->logits);
-        int targets[ROW_CHUNK];
-        float losses[ROW_CHUNK], lse[ROW_CHUNK];
-        for (int j = 0; j < m; j++)
-            targets[j] = row_target(en, &seqs[owner[j0 + j]], rows[j0 + j] - starts[owner[j0 + j]], en->logits + (size_t)j * V);
+        double t2 = neox_now();
+        rows_argmax(best, en->logits, m, V);
+        for (int j = 0; j < m; j++) {
+            int i = owner[j0 + j];
+            targets[j] = row_target(en, &seqs[i], rows[j0 + j] - starts[i], en->logits + (size_t)j * V, best[j]);
+        }
         neox_cross_entropy_forward(losses, lse, en->logits, targets, m, V);
         for (int j = 0; j < m; j++) {
             int i = owner[j0 + j];
-            take_row(en, &seqs[i], rows[j0 + j] - starts[i], en->logits + (size_t)j * V, targets[j], losses[j], lse[j]);
+            take_row(en, &seqs[i], rows[j0 + j] - starts[i], en->logits + (size_t)j * V, targets[j], losses[j], lse[j],
+                     best[j]);
         }
+        en->t.output += t2 - t1;
+        en->t.rows += neox_now() - t2;
     }
-    if (rc == 0) en->ev->tokens_scored += total;
+    if (rc == 0) en->ev->tokens_scored += total, en->t.passes++, en->t.rows_out += nrows;
     free(ids);
     free(rows);
     free(owner);
+    free(targets);
+    free(best);
+    free(losses);
+    free(lse);
     return rc;
 }
 
@@ -377,15 +420,22 @@ static void run_batch(neox_serve_engine *en, neox_serve_job *list) {
         if (neox_serve_is_scoring(&jobs[i]->req)) scoring[ns++] = jobs[i];
         else other[no++] = jobs[i];
     }
+    en->t = (serve_times){0};
     neox_serve_compute(en, scoring, ns, 0);
+    double t0 = neox_now();
     for (int i = 0; i < ns; i++) {
         if (!scoring[i]->failed) copy_scored(scoring[i]);
         finish(en, scoring[i]);
     }
+    en->t.respond += neox_now() - t0;
     for (int i = 0; i < no; i++) {
         neox_serve_compute(en, &other[i], 1, 0);
         finish(en, other[i]);
     }
+    if (ns > 0)
+        neox_debug("serving: %d scoring requests in %lld passes, %lld rows through the output layer: decoder %.3f s, "
+                   "output layer %.3f s, log-softmax and argmax %.3f s, responses %.3f s",
+                   ns, en->t.passes, en->t.rows_out, en->t.decoder, en->t.output, en->t.rows, en->t.respond);
 }
 
 static void *scheduler(void *arg) {
@@ -420,7 +470,11 @@ neox_serve_engine *neox_serve_engine_create(neox_evaluator *ev, const neox_serve
         neox_serve_engine_free(en);
         return NULL;
     }
-    en->logits = neox_malloc((size_t)ROW_CHUNK * ev->model->desc.vocab_size * sizeof *en->logits);
+    // The scorer holds up to `context` rows (a pass never has more); fewer than 32 only then.
+    int V = ev->model->desc.vocab_size;
+    en->chunk = LOGITS_FLOATS / V > 32 ? LOGITS_FLOATS / V : 32;
+    if (en->chunk > o->context) en->chunk = o->context;
+    en->logits = neox_malloc((size_t)en->chunk * V * sizeof *en->logits);
     pthread_mutex_init(&en->lock, NULL);
     pthread_cond_init(&en->wake, NULL);
     en->locks = 1;

@@ -169,6 +169,37 @@ def test_echo_logprobs_are_the_scored_loglikelihoods(served):
     assert close(math.exp(-sum(lls) / len(lls)), ppl), (lls, ppl)
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_packed_echo_logprobs_equal_transformers(served, k):
+    """Several prompts in one request (packed into one pass, their rows through the output layer
+    together): every position's token log-probability and top-k alternatives, and the one greedy
+    token, equal transformers' log-softmax of the exported model, prompt by prompt."""
+    import torch
+    from eval_oracle import HarnessLM
+    d, s = served
+    lm = HarnessLM(str(d / "hf"), max_length=CONTEXT)
+    texts = ["ROMEO: What say you", "To be, or not to be, that is the question", "First Citizen:", "KING"]
+    prompts = [lm.encode(t) for t in texts]
+    status, r = s.post({"prompt": prompts, "max_tokens": 1, "temperature": 0, "logprobs": k, "echo": True})
+    assert status == 200, r
+    choices = sorted(r["choices"], key=lambda c: c["index"])
+    ntok = len(lm.tok)
+    for ids, c in zip(prompts, choices):
+        with torch.no_grad():
+            lp = lm.model(torch.tensor([ids])).logits[0].double().log_softmax(-1)
+        got = c["logprobs"]
+        assert got["token_logprobs"][0] is None and got["top_logprobs"][0] is None
+        for t in range(1, len(ids)):
+            assert abs(got["token_logprobs"][t] - lp[t - 1, ids[t]].item()) < 1e-4, (t, got["token_logprobs"][t])
+            top = lp[t - 1].topk(k)
+            want = {lm.tok.decode([int(i)]): v for v, i in zip(top.values.tolist(), top.indices.tolist())}
+            assert list(got["top_logprobs"][t]) == list(want), (t, got["top_logprobs"][t], want)
+            assert all(abs(got["top_logprobs"][t][w] - want[w]) < 1e-4 for w in want)
+        greedy = int(lp[-1, :ntok].argmax())
+        assert got["tokens"][-1] == lm.tok.decode([greedy])
+        assert abs(got["token_logprobs"][-1] - lp[-1, greedy].item()) < 1e-4
+
+
 def test_sigterm_answers_the_requests_in_flight(trained):  # noqa: F811
     longer_context(trained)
     s = Server(trained)
