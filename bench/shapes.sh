@@ -37,6 +37,8 @@ done
 for arg in "$@"; do [[ $arg == quick=1 ]] && opt+=([rounds]=1 [seq]=256 [batch]=2 [limit]=24 [tokens]=32 [prompts]=2); done
 for arg in "$@"; do opt[${arg%%=*}]=${arg#*=}; done
 export OMP_NUM_THREADS=${opt[threads]} OPENBLAS_NUM_THREADS=${opt[threads]} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# transformers/hub progress bars off: one JSON line per measurement.
+export HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TRANSFORMERS_NO_ADVISORY_WARNINGS=1
 work=$(mktemp -d "${TMPDIR:-/tmp}/neox-shapes.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 T=${opt[threads]}
@@ -74,9 +76,9 @@ neox_train() {
     local s=$1 cfg=$2 side=$3
     $BIN/neox-train "$work/$s/ckpt/model.yml" "$work/$s/$cfg" >"$work/train.log" 2>&1 ||
         { cat "$work/train.log" >&2; return 1; }
-    grep -o 'tokens/sec: [0-9.]*' "$work/train.log" | tail -n +$((opt[warmup] + 1)) | awk -v s="$side" -v shape="$s" '
-        { v[NR] = $2 } END { n = asort(v); m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-                             printf "{\"side\": \"%s\", \"tokens_per_s\": %.2f}\n", s, m }'
+    grep -o 'tokens/sec: [0-9.]*' "$work/train.log" | tail -n +$((opt[warmup] + 1)) | cut -d' ' -f2 | python3 -c "
+import statistics, sys
+print('{\"side\": \"$side\", \"tokens_per_s\": %.2f}' % statistics.median(float(v) for v in sys.stdin))"
 }
 
 round() {
