@@ -4,7 +4,9 @@ lambada_openai requests tokenized and truncated as lm-evaluation-harness does, b
 then greedy generation with transformers' KV cache. Prints `eval_tokens_per_s`, `gen_tokens_per_s`.
 Runs on transformers 4.49 (.venv) and 5 (bench/peers_torch.sh): the tokenizer is read with
 from_pretrained (constructing GPT2TokenizerFast from vocab_file/merges_file gives an empty tokenizer
-on 5), the dtype keyword is whichever the version takes, and the vocabulary is the output layer's."""
+on 5), the dtype and KV-cache keywords are whichever the version takes (`cache` replaces
+`past_key_values` in later 5.x) and the vocabulary is the output layer's."""
+import inspect
 import json
 import sys
 import time
@@ -21,6 +23,7 @@ dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "to
 model = AutoModelForCausalLM.from_pretrained(model_dir, **{dtype_key: torch.float32}).eval()
 vocab = min(len(tok), model.get_output_embeddings().weight.shape[0])  # the padded rows are no tokens
 eot = tok.eos_token_id
+cache_key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 requests = []
 for line in list(open(lambada, encoding="utf-8"))[:limit]:
@@ -52,8 +55,8 @@ with torch.no_grad():
         ids = tok.encode(prompt)
         past, inp, n = None, torch.tensor([ids]), 0
         while n < max_new and len(ids) + n < max_length:
-            out = model(inp, past_key_values=past, use_cache=True)
-            past = out.past_key_values
+            out = model(inp, **{cache_key: past}, use_cache=True)
+            past = getattr(out, cache_key)
             nxt = int(out.logits[0, -1, :vocab].argmax())
             n += 1
             if nxt == eot:

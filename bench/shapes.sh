@@ -8,8 +8,6 @@
 #   score     neox-eval lambada_openai requests vs transformers on left-padded batches with
 #             logits_to_keep (input tokens/s)
 #   generate  neox-eval generate (greedy, KV cache) vs transformers generate() (new tokens/s)
-#   and llama.cpp F32 (llama-perplexity / llama-bench are not used: see docs/performance.md) only when
-#   "$NEOX_BENCH_PEERS/llama.cpp/bin" exists.
 # The peer is the newest torch + transformers from bench/peers_torch.sh (run it first).
 # Prints one JSON line per measurement and a table of medians and neox.c/peer ratios at the end.
 # Usage: bench/shapes.sh [key=value...]
