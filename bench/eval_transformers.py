@@ -1,20 +1,29 @@
 """bench/eval_transformers.py: the transformers side of bench/eval.sh, on the model neox-eval scores:
 lambada_openai requests tokenized and truncated as lm-evaluation-harness does, batched like neox-eval
 (sorted by length, micro-batch rows padded to the longest), loglikelihood + greedy from log_softmax;
-then greedy generation with transformers' KV cache. Prints `eval_tokens_per_s`, `gen_tokens_per_s`."""
+then greedy generation with transformers' KV cache. Prints `eval_tokens_per_s`, `gen_tokens_per_s`.
+Runs on transformers 4.49 (.venv) and 5 (bench/peers_torch.sh): the tokenizer is read with
+from_pretrained (constructing GPT2TokenizerFast from vocab_file/merges_file gives an empty tokenizer
+on 5), the dtype and KV-cache keywords are whichever the version takes (`cache` replaces
+`past_key_values` in later 5.x) and the vocabulary is the output layer's."""
+import inspect
 import json
 import sys
 import time
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, GPT2TokenizerFast
 
 model_dir, lambada, limit, batch, max_length, prompts_file, max_new, threads = sys.argv[1:9]
 limit, batch, max_length, max_new = int(limit), int(batch), int(max_length), int(max_new)
 torch.set_num_threads(int(threads))
-tok = GPT2TokenizerFast(vocab_file=f"{model_dir}/vocab.json", merges_file=f"{model_dir}/merges.txt")
-model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+tok = GPT2TokenizerFast.from_pretrained(model_dir)
+dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+model = AutoModelForCausalLM.from_pretrained(model_dir, **{dtype_key: torch.float32}).eval()
+vocab = min(len(tok), model.get_output_embeddings().weight.shape[0])  # the padded rows are no tokens
 eot = tok.eos_token_id
+cache_key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 requests = []
 for line in list(open(lambada, encoding="utf-8"))[:limit]:
@@ -46,9 +55,9 @@ with torch.no_grad():
         ids = tok.encode(prompt)
         past, inp, n = None, torch.tensor([ids]), 0
         while n < max_new and len(ids) + n < max_length:
-            out = model(inp, past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            nxt = int(out.logits[0, -1, :len(tok)].argmax())
+            out = model(inp, **{cache_key: past}, use_cache=True)
+            past = getattr(out, cache_key)
+            nxt = int(out.logits[0, -1, :vocab].argmax())
             n += 1
             if nxt == eot:
                 break
