@@ -25,6 +25,15 @@ typedef struct neox_generator neox_generator;
 // max_len: the longest sequence (prompt + generated), at most the model's context (seq_length).
 // recompute: run the full forward for every new token instead of using the cache.
 neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute, neox_error *err);
+// A scorer whose passes hold up to `rows` rows of packed sequences (neox_generator_score_packed),
+// each sequence at most max_len positions: packs of many short requests make the products of a
+// pass large whatever the context, while positions stay within the model's.
+neox_generator *neox_generator_create_packed(neox_model *m, int rows, int max_len, neox_error *err);
+// The rows a scoring pass packs at least (neox-eval's tasks, neox-eval serve): with a short context
+// a pass of context rows holds a few requests, too few rows for the products to run at the GEMM's rate.
+#define NEOX_SCORE_PACK_ROWS 2048
+// The rows one pass of g holds.
+int neox_generator_rows(const neox_generator *g);
 void neox_generator_free(neox_generator *g);
 
 typedef struct neox_generation {
@@ -57,7 +66,7 @@ const float *neox_generator_logits(const neox_generator *g);
 int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err);
 void neox_generator_score_logits(neox_generator *g, int j, int count, float *logits);
 // Scores nseq sequences in one pass: sequence b is lens[b] ids of ids, packed one after the other
-// (at most max_len in all), each from position 0 and attending only to itself. Packing several
+// (each at most max_len, at most the scorer's rows in all), each from position 0 and attending only to itself. Packing several
 // requests reads every weight once for all of them. The final norm covers every row, so
 // neox_generator_rows_logits then takes packed rows: row r0 + t is position t of the sequence
 // packed from r0.

@@ -1,6 +1,7 @@
 // evaluator.c: the evaluator's set-up (tokenizer, model, checkpoint) and the loglikelihood engine
 // every task is built on: requests tokenized as lm-evaluation-harness tokenizes them, packed
-// several to a pass through the decoder (up to seq_length rows, each request in its own positions)
+// several to a pass through the decoder (up to NEOX_SCORE_PACK_ROWS rows, or seq_length if more, each
+// request in its own positions, at most seq_length of them)
 // with only their continuations' positions through the output layer (lib/generate.h's scoring
 // path), scored from the logits (cross-entropy kernel, greedy check) and spread over the
 // data-parallel ranks.
@@ -224,12 +225,17 @@ int64_t neox_rolling_windows(const int32_t *tokens, int64_t n, int32_t prefix, i
 // Rows of logits computed at a time (bounds memory for long continuations and large vocabularies).
 #define SCORE_CHUNK 32
 
+// Rows of one pass through the decoder: NEOX_SCORE_PACK_ROWS, or seq_length if more.
+static int pack_rows(const neox_evaluator *ev) {
+    return ev->seq_length > NEOX_SCORE_PACK_ROWS ? ev->seq_length : NEOX_SCORE_PACK_ROWS;
+}
+
 static int input_length(const neox_ll_request *r, int max_len) {
     int total = r->nctx + r->ncont;
     return (total > max_len + 1 ? max_len + 1 : total) - 1;
 }
 
-// Buffers for scoring one pack of requests; every count is at most seq_length (each request
+// Buffers for scoring one pack of requests; every count is at most pack_rows (each request
 // contributes at least one row).
 typedef struct score_buffers {
     int32_t *ids;            // the packed inputs
@@ -289,12 +295,12 @@ static void score_targets(neox_evaluator *ev, score_buffers *b, int ntargets, ne
     }
 }
 
-// Scores this rank's requests from *next (every dp-th) as one pack: as many as fit seq_length
-// rows run through the decoder together, each in its own positions. Advances *next.
+// Scores this rank's requests from *next (every dp-th) as one pack: as many as fit pack_rows rows
+// run through the decoder together, each in its own positions. Advances *next.
 static int score_pack(neox_evaluator *ev, const neox_ll_request *reqs, int64_t n, int64_t *next, score_buffers *b,
                       double *ll, double *greedy, neox_error *err) {
     int dp = ev->grid->data_size, rows = 0, count = 0, ntargets = 0;
-    while (*next < n && rows + input_length(&reqs[*next], ev->seq_length) <= ev->seq_length) {
+    while (*next < n && rows + input_length(&reqs[*next], ev->seq_length) <= pack_rows(ev)) {
         b->reqs[count] = (int)*next;
         b->lens[count] = pack_request(&reqs[*next], count, rows, ev->seq_length, b, &ntargets);
         rows += b->lens[count++];
@@ -319,10 +325,11 @@ static void show_progress(neox_progress *bar, double done, double start, int fin
 int neox_eval_loglikelihood(neox_evaluator *ev, const neox_ll_request *reqs, int64_t n, neox_ll_result *out,
                             const char *label, neox_error *err) {
     int dp = ev->grid->data_size;
-    if (!ev->scorer && !(ev->scorer = neox_generator_create(ev->model, ev->seq_length, 0, err))) return -1;
+    if (!ev->scorer && !(ev->scorer = neox_generator_create_packed(ev->model, pack_rows(ev), ev->seq_length, err)))
+        return -1;
     double *ll = neox_calloc((size_t)n + 1, sizeof *ll), *greedy = neox_calloc((size_t)n + 1, sizeof *greedy);
     score_buffers b;
-    buffers_alloc(&b, ev->seq_length, ev->model->desc.vocab_size);
+    buffers_alloc(&b, pack_rows(ev), ev->model->desc.vocab_size);
     neox_progress *bar = ev->rank0 && !ev->quiet ? neox_progress_start(label, (double)n, "examples") : NULL;
     int rc = 0;
     double start = neox_now(), last_update = 0.0;

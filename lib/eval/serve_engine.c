@@ -1,8 +1,8 @@
 // serve_engine.c: neox-eval serve's engine. Requests wait in a bounded queue; one scheduler
 // thread takes everything queued at once, scores the scoring requests (echo with max_tokens 0, or
 // one greedy token: lm-evaluation-harness's loglikelihood requests) together by packing their
-// prompts into passes of up to `context` rows (each in its own positions, as neox-eval's batch
-// scoring packs), and generates the others one after the other with the key/value cache. Only
+// prompts into passes of up to NEOX_SCORE_PACK_ROWS rows, or `context` if more (each in its own
+// positions, as neox-eval's batch scoring packs), and generates the others one after the other with the key/value cache. Only
 // the rows whose log-probabilities are asked for go through the output layer, as many at a time as
 // a 64 MiB block of logits holds (the output layer's weights are read once per block).
 #include <math.h>
@@ -228,11 +228,12 @@ static int score_pass(neox_serve_engine *en, const score_seq *seqs, int count, n
     return rc;
 }
 
-// Scores every sequence, as many to a pass as fit the context.
+// Scores every sequence, as many to a pass as fit the scorer's rows.
 static int score_all(neox_serve_engine *en, score_seq *seqs, int n, neox_error *err) {
+    int pass_rows = neox_generator_rows(en->scorer);
     for (int i = 0; i < n;) {
         int count = 0, rows = 0;
-        while (i + count < n && (count == 0 || rows + seqs[i + count].p->nids <= en->o.context))
+        while (i + count < n && (count == 0 || rows + seqs[i + count].p->nids <= pass_rows))
             rows += seqs[i + count++].p->nids;
         if (score_pass(en, seqs + i, count, err) != 0) return -1;
         i += count;
@@ -465,15 +466,16 @@ neox_serve_engine *neox_serve_engine_create(neox_evaluator *ev, const neox_serve
     neox_serve_engine *en = neox_calloc(1, sizeof *en);
     en->ev = ev;
     en->o = *o;
-    if (!(en->scorer = neox_generator_create(ev->model, o->context, 0, err)) ||
+    int pass_rows = o->context > NEOX_SCORE_PACK_ROWS ? o->context : NEOX_SCORE_PACK_ROWS;
+    if (!(en->scorer = neox_generator_create_packed(ev->model, pass_rows, o->context, err)) ||
         !(en->gen = neox_generator_create(ev->model, o->context, 0, err))) {
         neox_serve_engine_free(en);
         return NULL;
     }
-    // The scorer holds up to `context` rows (a pass never has more); fewer than 32 only then.
+    // The scorer holds up to pass_rows rows (a pass never has more).
     int V = ev->model->desc.vocab_size;
     en->chunk = LOGITS_FLOATS / V > 32 ? LOGITS_FLOATS / V : 32;
-    if (en->chunk > o->context) en->chunk = o->context;
+    if (en->chunk > pass_rows) en->chunk = pass_rows;
     en->logits = neox_malloc((size_t)en->chunk * V * sizeof *en->logits);
     pthread_mutex_init(&en->lock, NULL);
     pthread_cond_init(&en->wake, NULL);

@@ -19,7 +19,8 @@
 struct neox_generator {
     neox_model *m;
     const neox_backend *be;         // the model's
-    int max_len, recompute;
+    int max_len, recompute;         // max_len: rows the buffers hold (a pass, the cache)
+    int max_pos;                    // the longest sequence (positions), at most max_len
     int len;                        // positions in the cache
     float *kcache, *vcache;         // per layer (NKV, max_len, HS)
     float *cos, *sin;               // rotary tables (max_len, R/2)
@@ -51,16 +52,19 @@ static float *zeros(const neox_backend *be, size_t n) {
     return p;
 }
 
-neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute, neox_error *err) {
+// A generator whose buffers hold max_len rows and whose sequences have at most max_pos positions.
+static neox_generator *create(neox_model *m, int max_len, int max_pos, int recompute, neox_error *err) {
     const neox_model_desc *d = &m->desc;
-    if (max_len < 2) return neox_fail(err, NEOX_EXIT_USAGE, "generation needs a context of at least 2 tokens"), NULL;
-    if (d->pos_emb == NEOX_POS_LEARNED && max_len > d->max_positions)
-        return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", max_len, d->max_positions), NULL;
+    if (max_pos < 2) return neox_fail(err, NEOX_EXIT_USAGE, "generation needs a context of at least 2 tokens"), NULL;
+    if (d->pos_emb == NEOX_POS_LEARNED && max_pos > d->max_positions)
+        return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", max_pos, d->max_positions), NULL;
     neox_generator *g = neox_calloc(1, sizeof *g);
     const neox_backend *be = g->be = m->be;
     g->m = m;
-    g->max_len = max_len;
+    g->max_len = max_len > max_pos ? max_len : max_pos;
+    g->max_pos = max_pos;
     g->recompute = recompute;
+    max_len = g->max_len;
     size_t T = (size_t)max_len, C = d->hidden_size, L = d->num_layers, HS = d->head_size;
     size_t kv = L * d->num_kv_heads * T * HS;
     g->logits = neox_malloc((size_t)d->vocab_size * sizeof(float));
@@ -100,6 +104,16 @@ neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute,
     g->ids = be->alloc(T * sizeof(int));
     return g;
 }
+
+neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute, neox_error *err) {
+    return create(m, max_len, max_len, recompute, err);
+}
+
+neox_generator *neox_generator_create_packed(neox_model *m, int rows, int max_len, neox_error *err) {
+    return create(m, rows, max_len, 0, err);
+}
+
+int neox_generator_rows(const neox_generator *g) { return g->max_len; }
 
 void neox_generator_free(neox_generator *g) {
     if (!g) return;
@@ -264,8 +278,8 @@ static int check_ids(const neox_generator *g, const int32_t *ids, int n, neox_er
 }
 
 int neox_generator_score(neox_generator *g, const int32_t *ids, int n, int last, neox_error *err) {
-    if (n < 1 || n > g->max_len || last < 1 || last > n)
-        return neox_fail(err, NEOX_EXIT_FAILURE, "scoring %d of %d positions with a context of %d", last, n, g->max_len);
+    if (n < 1 || n > g->max_pos || last < 1 || last > n)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "scoring %d of %d positions with a context of %d", last, n, g->max_pos);
     if (check_ids(g, ids, n, err) != 0) return -1;
     g->len = 0;
     forward_cached_rows(g, ids, n, last, NULL);
@@ -276,10 +290,10 @@ int neox_generator_score_packed(neox_generator *g, const int32_t *ids, const int
     segment *segs = neox_malloc((size_t)(nseq > 0 ? nseq : 1) * sizeof *segs);
     int total = 0;
     for (int i = 0; i < nseq; i++) {
-        if (lens[i] < 1 || lens[i] > g->max_len - total) {
+        if (lens[i] < 1 || lens[i] > g->max_pos || lens[i] > g->max_len - total) {
             free(segs);
-            return neox_fail(err, NEOX_EXIT_FAILURE, "scoring sequences of %d + %d positions with a context of %d", total,
-                             lens[i], g->max_len);
+            return neox_fail(err, NEOX_EXIT_FAILURE, "scoring a sequence of %d positions after %d rows: a context of %d "
+                             "positions and passes of %d rows", lens[i], total, g->max_pos, g->max_len);
         }
         segs[i] = (segment){total, lens[i], total, 0};
         total += lens[i];
@@ -384,9 +398,9 @@ int neox_generate_hooked(neox_generator *g, const int32_t *prompt, int nprompt, 
                          neox_error *err) {
     *out = (neox_generation){0};
     if (nprompt < 1) return neox_fail(err, NEOX_EXIT_USAGE, "the prompt has no tokens");
-    if (nprompt >= g->max_len)
+    if (nprompt >= g->max_pos)
         return neox_fail(err, NEOX_EXIT_USAGE, "the prompt has %d tokens; the context holds %d, leaving no room to generate",
-                         nprompt, g->max_len);
+                         nprompt, g->max_pos);
     int V = g->m->desc.vocab_size;
     for (int i = 0; i < nprompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
@@ -400,7 +414,7 @@ int neox_generate_hooked(neox_generator *g, const int32_t *prompt, int nprompt, 
     g->draws = 0;  // each completion draws from its own seed (s->seed)
     if (g->recompute) rc = forward_recompute(g, seq, n, err);
     else forward_cached(g, seq, n);
-    while (rc == 0 && out->n < max_new && n < g->max_len) {
+    while (rc == 0 && out->n < max_new && n < g->max_pos) {
         int32_t next = sample(g, s);
         if (s->keep_logits) memcpy(out->logits + (size_t)out->n * V, g->logits, (size_t)V * sizeof *g->logits);
         out->tokens[out->n++] = next;
@@ -412,7 +426,7 @@ int neox_generate_hooked(neox_generator *g, const int32_t *prompt, int nprompt, 
             out->finished = 1;
             break;
         }
-        if (out->n == max_new || n == g->max_len) break;
+        if (out->n == max_new || n == g->max_pos) break;
         if (g->recompute) rc = forward_recompute(g, seq, n, err);
         else forward_cached(g, &next, 1);
     }

@@ -109,42 +109,62 @@ static void test_cache_equals_recompute(void **state) {
 }
 
 // Sequences packed into one scoring pass give, row for row, the logits the full forward gives
-// each sequence alone (each from position 0, attending only to itself).
+// each sequence alone (each from position 0, attending only to itself): with a generator of 24
+// positions, and with a packed scorer whose passes hold 22 rows of sequences of at most 9
+// positions (more rows than a sequence has positions, beyond the learned table's 24 too).
+static void check_packed_scoring(neox_model *m, neox_generator *g, const int32_t *ids, const int *lens) {
+    neox_error err = {0};
+    assert_int_equal(neox_generator_score_packed(g, ids, lens, 4, &err), 0);
+    int V = m->desc.vocab_size, row = 0;
+    float *logits = malloc((size_t)9 * V * sizeof *logits);
+    for (int s = 0; s < 4; s++) {
+        int rows[9];
+        for (int t = 0; t < lens[s]; t++) rows[t] = row + lens[s] - 1 - t;  // any order of rows
+        neox_generator_rows_logits(g, rows, lens[s], logits);
+        assert_int_equal(neox_model_plan(m, 1, lens[s], &err), 0);
+        assert_int_equal(neox_model_forward(m, (const int *)ids + row, NULL, NULL, &err), 0);
+        const float *full = neox_model_logits(m);
+        for (int t = 0; t < lens[s]; t++)
+            for (int v = 0; v < V; v++) {
+                float want = full[(size_t)(lens[s] - 1 - t) * V + v], got = logits[(size_t)t * V + v];
+                if (fabsf(want - got) > 1e-4f * (1 + fabsf(want)))
+                    fail_msg("sequence %d row %d id %d: %g, full forward %g", s, t, v, got, want);
+            }
+        row += lens[s];
+    }
+    free(logits);
+}
+
 static void test_packed_scoring(void **state) {
     (void)state;
     neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_ALIBI};
     int lens[] = {5, 9, 1, 7};
-    int32_t ids[22];
-    for (int i = 0; i < 22; i++) ids[i] = (i * 11 + 5) % 48;
+    int32_t ids[30];
+    for (int i = 0; i < 30; i++) ids[i] = (i * 11 + 5) % 48;
     for (int k = 0; k < 3; k++)
         for (int parallel = 0; parallel < 2; parallel++) {
             neox_model *m = tiny_model(kinds[k], parallel);
             neox_error err = {0};
             neox_generator *g = neox_generator_create(m, 24, 0, &err);
-            assert_int_equal(neox_generator_score_packed(g, ids, lens, 4, &err), 0);
-            int V = m->desc.vocab_size, row = 0;
-            float *logits = malloc((size_t)9 * V * sizeof *logits);
-            for (int s = 0; s < 4; s++) {
-                int rows[9];
-                for (int t = 0; t < lens[s]; t++) rows[t] = row + lens[s] - 1 - t;  // any order of rows
-                neox_generator_rows_logits(g, rows, lens[s], logits);
-                assert_int_equal(neox_model_plan(m, 1, lens[s], &err), 0);
-                assert_int_equal(neox_model_forward(m, (const int *)ids + row, NULL, NULL, &err), 0);
-                const float *full = neox_model_logits(m);
-                for (int t = 0; t < lens[s]; t++)
-                    for (int v = 0; v < V; v++) {
-                        float want = full[(size_t)(lens[s] - 1 - t) * V + v], got = logits[(size_t)t * V + v];
-                        if (fabsf(want - got) > 1e-4f * (1 + fabsf(want)))
-                            fail_msg("sequence %d row %d id %d: %g, full forward %g", s, t, v, got, want);
-                    }
-                row += lens[s];
-            }
-            int too_long[] = {20, 5}, empty[] = {3, 0};
+            neox_generator *packed = neox_generator_create_packed(m, 22, 9, &err);
+            assert_non_null(packed);
+            assert_int_equal(neox_generator_rows(packed), 22);
+            check_packed_scoring(m, g, ids, lens);
+            check_packed_scoring(m, packed, ids, lens);
+            int too_long[] = {20, 5}, empty[] = {3, 0}, over_rows[] = {9, 9, 5};
             assert_int_equal(neox_generator_score_packed(g, ids, too_long, 2, &err), -1);
-            assert_non_null(strstr(err.message, "20 + 5 positions with a context of 24"));
+            assert_non_null(strstr(err.message, "a sequence of 5 positions after 20 rows: a context of 24 positions and passes of 24 rows"));
+            assert_int_equal(neox_generator_score_packed(packed, ids, too_long, 2, &err), -1);
+            assert_non_null(strstr(err.message, "a sequence of 20 positions after 0 rows: a context of 9 positions"));
+            assert_int_equal(neox_generator_score_packed(packed, ids, over_rows, 3, &err), -1);
+            assert_non_null(strstr(err.message, "a sequence of 5 positions after 18 rows: a context of 9 positions and passes of 22 rows"));
             assert_int_equal(neox_generator_score_packed(g, ids, empty, 2, &err), -1);
             assert_int_equal(neox_generator_score_packed(g, ids, lens, 0, &err), -1);
-            free(logits);
+            if (kinds[k] == NEOX_POS_LEARNED) {  // the positions, not the rows, meet the learned table
+                assert_null(neox_generator_create_packed(m, 64, 25, &err));
+                assert_non_null(strstr(err.message, "seq_length 25 exceeds max_position_embeddings 24"));
+            }
+            neox_generator_free(packed);
             neox_generator_free(g);
             neox_model_free(m);
         }
