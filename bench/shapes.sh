@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bench/cpu_info.sh
 DATA=../shared/data
-BIN=build/cpu/bin
+BIN=${NEOX_BIN:-build/cpu/bin}  # NEOX_BIN: another build's tools, to compare builds
 PEERS=${NEOX_BENCH_PEERS:-build/bench-peers}
 PY=$PEERS/torch-venv/bin/python
 [ -x "$PY" ] || { echo "bench/shapes.sh: $PY is missing (run bench/peers_torch.sh)" >&2; exit 1; }
