@@ -129,7 +129,9 @@ check_fails "precompute_model_name is refused by name" 2 "key 'precompute_model_
 POST=$SHARED/reference/gpt-neox-post-training/configs/llama3-8b-dpo.yml
 if [ -f "$POST" ]; then
     check "shrink GPT-NeoX's llama3-8b-dpo.yml to a tiny model with local paths" $PY -c "
-import json, re, yaml
+import sys, yaml
+sys.path.insert(0, 'tests/tools')
+import train_lib
 c = yaml.safe_load(open('$POST'))
 c.update(num_layers=2, hidden_size=64, num_attention_heads=4, num_kv_heads=2, intermediate_size=128, mlp_multiple_of=128,
          seq_length=48, max_position_embeddings=48, model_parallel_size=1, train_micro_batch_size_per_gpu=4,
@@ -142,9 +144,7 @@ for split, prefix in (('train', '$T/train'), ('valid', '$T/valid'), ('test', '$T
     c[f'neg_{split}_data_paths'] = [prefix + '_rejected_document']
     c[f'pos_{split}_label_data_paths'] = [prefix + '_chosen_label_document']
     c[f'neg_{split}_label_data_paths'] = [prefix + '_rejected_label_document']
-# YAML 1.1 (GPT-NeoX's reader and neox.c's) takes 1e-05 for a string: write floats as 1.0e-05.
-text = re.sub(r'(?<![0-9.])([0-9]+)e', r'\\1.0e', json.dumps(c, indent=1))
-open('$T/llama3-dpo.yml', 'w').write(text)"
+train_lib.write_config(c, '$T/llama3-dpo.yml')"
     check "the shrunk llama3-8b-dpo.yml trains 10 steps (bfloat16, checkpointed activations)" \
         "$TRAIN" -q "$T/llama3-dpo.yml"
     check "its DPO loss starts at log 2 and its metrics are logged" $PY -c "

@@ -1,11 +1,21 @@
 """train_lib.py: small helpers for tests/tools/train*.sh (standard library only): Tiny Shakespeare as
-jsonl paragraphs, the unigram entropy of a token file, a falling loss, and comparisons of
-metrics.jsonl files."""
+jsonl paragraphs, the unigram entropy of a token file, a falling loss, comparisons of
+metrics.jsonl files, and configs written for YAML 1.1 readers."""
 import array
 import json
 import math
+import re
 import sys
 from collections import Counter
+
+
+def write_config(config, path):
+    """Writes a config dict as JSON that YAML 1.1 (GPT-NeoX's reader and neox.c's) reads back
+    the same: YAML 1.1 takes 1e-05 for a string, so floats are written 1.0e-05 (numbers only, not
+    a digit and an e inside a word such as a scratch directory's random name)."""
+    text = re.sub(r"(?<![\w.])([0-9]+)e(?=[-+]?[0-9])", r"\1.0e", json.dumps(config, indent=1))
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def paragraphs(text_path, out_path):

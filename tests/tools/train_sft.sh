@@ -60,7 +60,9 @@ check_fails "a label list longer than its data list is a usage error naming the 
 POST=$SHARED/reference/gpt-neox-post-training/configs/llama3-8b-sft.yml
 if [ -f "$POST" ]; then
     check "shrink GPT-NeoX's llama3-8b-sft.yml to a tiny model with local paths" .venv/bin/python -c "
-import json, re, yaml
+import sys, yaml
+sys.path.insert(0, 'tests/tools')
+import train_lib
 c = yaml.safe_load(open('$POST'))
 c.update(num_layers=2, hidden_size=64, num_attention_heads=4, num_kv_heads=2, intermediate_size=128, mlp_multiple_of=128,
          seq_length=48, max_position_embeddings=48, model_parallel_size=1, train_micro_batch_size_per_gpu=4,
@@ -71,9 +73,7 @@ c.pop('vocab-file', None)
 for split in ('train', 'valid', 'test'):
     c[f'{split}_data_paths'] = ['$D']
     c[f'{split}_label_data_paths'] = ['$T/label_prompt']
-# YAML 1.1 (GPT-NeoX's reader and neox.c's) takes 1e-05 for a string: write floats as 1.0e-05.
-text = re.sub(r'(?<![0-9.])([0-9]+)e', r'\\1.0e', json.dumps(c, indent=1))
-open('$T/llama3-sft.yml', 'w').write(text)"
+train_lib.write_config(c, '$T/llama3-sft.yml')"
     check "the shrunk llama3-8b-sft.yml trains 10 steps on label datasets" $TRAIN -q "$T/llama3-sft.yml"
     check "its loss is logged, finite, for every step (its learning rate, 1e-5 scale, barely moves it in 10)" \
         .venv/bin/python -c "
