@@ -7,13 +7,14 @@ from_pretrained (constructing GPT2TokenizerFast from vocab_file/merges_file give
 on 5), the dtype and KV-cache keywords are whichever the version takes (`cache` replaces
 `past_key_values` in later 5.x) and the vocabulary is the output layer's."""
 import inspect
-import json
 import sys
 import time
 
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, GPT2TokenizerFast
+
+from lambada import lambada_requests
 
 model_dir, lambada, limit, batch, max_length, prompts_file, max_new, threads = sys.argv[1:9]
 limit, batch, max_length, max_new = int(limit), int(batch), int(max_length), int(max_new)
@@ -25,14 +26,7 @@ vocab = min(len(tok), model.get_output_embeddings().weight.shape[0])  # the padd
 eot = tok.eos_token_id
 cache_key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-requests = []
-for line in list(open(lambada, encoding="utf-8"))[:limit]:
-    text = json.loads(line)["text"]
-    ctx, cont = " ".join(text.split(" ")[:-1]), " " + text.split(" ")[-1]
-    whole, c = tok.encode(ctx + cont), tok.encode(ctx)
-    cont_ids = whole[len(c):]
-    requests.append(((c + cont_ids)[-(max_length + 1):][:-1], cont_ids))
-requests.sort(key=lambda r: -len(r[0]))
+requests = sorted(lambada_requests(tok, lambada, limit, max_length), key=lambda r: -len(r[0]))
 
 with torch.no_grad():
     start, tokens = time.perf_counter(), 0

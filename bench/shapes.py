@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 
+from lambada import lambada_requests
+
 SHAPES = {
     # GPT-NeoX 125M (configs/125M.yml): sequential residual, full rotary, GELU.
     "neox125m": ("gpt_neox", dict(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -131,20 +133,6 @@ def train(model_dir, seq, batch, steps, warmup, threads, mode):
     emit({"side": f"torch {mode}", "tokens_per_s": round(n / statistics.median(times), 2), "tokens_per_step": n,
           "step_s": [round(t, 3) for t in times], "warmup_s": round(warm_s, 2) if warmup else 0,
           "first_loss": round(first, 4)})
-
-
-def lambada_requests(tok, path, limit, max_length):
-    """lm-evaluation-harness's lambada_openai requests: context = all but the last word, continuation =
-    ' ' + last word, tokenized whole and split where the context's tokens end, truncated from the left
-    to max_length inputs."""
-    out = []
-    for line in list(open(path, encoding="utf-8"))[:limit]:
-        text = json.loads(line)["text"]
-        ctx, cont = " ".join(text.split(" ")[:-1]), " " + text.split(" ")[-1]
-        whole, c = tok.encode(ctx + cont), tok.encode(ctx)
-        cont_ids = whole[len(c):]
-        out.append(((c + cont_ids)[-(max_length + 1):][:-1], cont_ids))
-    return out
 
 
 def score(model_dir, lambada, limit, batch, seq, threads):
