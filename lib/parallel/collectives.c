@@ -173,6 +173,18 @@ void neox_allreduce_max(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
     account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
 }
 
+void neox_allreduce_max_uncounted(neox_comm *c, double *buf, int count) {
+    if (c->size > 1)
+        WAITED(c, NEOX_COMM_ALLREDUCE, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, buf, count, MPI_DOUBLE, MPI_MAX, c->mpi);
+}
+
+void neox_gather_uncounted(neox_comm *c, const double *send, int count, double *recv) {
+    if (c->size > 1)
+        WAITED(c, NEOX_COMM_ALLGATHER, MPI_Gather, MPI_Igather, send, count, MPI_DOUBLE, recv, count, MPI_DOUBLE, 0, c->mpi);
+    else
+        memcpy(recv, send, (size_t)count * sizeof *send);
+}
+
 void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt) {
     if (recv_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "reduce-scatter of %zu elements per rank is too large", recv_count);
     double t0 = neox_now();

@@ -2,8 +2,8 @@
 // start-up (the "memory of rank N" lines, log_dir/memory_plan.json), the measured peaks as gauges
 // of the metrics at each log (rank 0's own and the largest of any rank), and every rank's measured
 // peak beside its plan at the end (log_dir/memory_peaks.json).
-// The reductions and gathers of measured peaks are bookkeeping: raw MPI calls, not counted by the
-// communication accounting (whose per-step bytes the tests predict exactly).
+// The reductions and gathers of measured peaks are bookkeeping: they honour comm_timeout_seconds
+// but are not counted by the communication accounting (whose per-step bytes the tests predict).
 #include <string.h>
 
 #include "internal.h"
@@ -120,7 +120,8 @@ void neox_train_memory_gauges(neox_trainer *t) {
     neox_metrics_set(t->metrics, "memory/peak_rss_bytes", peaks[0]);
     if (t->be->on_device) neox_metrics_set(t->metrics, "memory/device_peak_bytes", peaks[1]);
     if (t->grid->world_size == 1) return;
-    MPI_Allreduce(peaks, largest, 2, MPI_DOUBLE, MPI_MAX, t->grid->world.mpi);
+    memcpy(largest, peaks, sizeof largest);
+    neox_allreduce_max_uncounted(&t->grid->world, largest, 2);
     neox_metrics_set(t->metrics, "memory/max_rank_peak_rss_bytes", largest[0]);
     if (t->be->on_device) neox_metrics_set(t->metrics, "memory/max_rank_device_peak_bytes", largest[1]);
 }
@@ -153,8 +154,7 @@ int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err) {
     for (int i = 0; i < REGIONS; i++) mine[2] += region[i];
     int n = t->grid->world_size;
     double *all = neox_malloc((size_t)n * sizeof mine);
-    if (n > 1) MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, t->grid->world.mpi);
-    else memcpy(all, mine, sizeof mine);
+    neox_gather_uncounted(&t->grid->world, mine, 3, all);
     int rc = write_memory_peaks(t, all, n, err);
     free(all);
     return rc;
