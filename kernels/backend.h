@@ -41,6 +41,10 @@ extern "C" {
       float eps), (out, rstd, inp, weight, N, C, eps))                                                                 \
     X(void, rmsnorm_backward, (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,  \
       const float *rstd, int N, int C), (dinp, dweight, dout, inp, weight, rstd, N, C))                                \
+    X(void, scalenorm_forward, (float *out, float *rnorm, const float *inp, const float *g, int N, int C, float eps), \
+      (out, rnorm, inp, g, N, C, eps))                                                                                 \
+    X(void, scalenorm_backward, (float *dinp, float *dg, const float *dout, const float *inp, const float *g,          \
+      const float *rnorm, int N, int C, float eps), (dinp, dg, dout, inp, g, rnorm, N, C, eps))                        \
     X(void, head_norm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,         \
       const float *bias, int B, int H, int T, int HS, int G, float eps), (out, mean, rstd, inp, weight, bias, B, H, T, \
       HS, G, eps))                                                                                                     \

@@ -115,6 +115,14 @@ void neox_rmsnorm_forward(float *out, float *rstd, const float *inp, const float
 void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                            const float *rstd, int N, int C);
 
+// ScaleNorm (GPT-NeoX's `norm: scalenorm`): out = inp / max(||inp||, eps) * g, ||.|| the row's L2
+// norm, g one scalar. rnorm: (N), 1 / max(||inp||, eps), saved for backward.
+void neox_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C, float eps);
+// dinp ADDED to; dg (one float) added to. A row whose norm was clamped to eps passes no gradient
+// through its norm (torch's clamp: the norm's gradient flows where norm >= eps).
+void neox_scalenorm_backward(float *dinp, float *dg, const float *dout, const float *inp, const float *g,
+                             const float *rnorm, int N, int C, float eps);
+
 // Query/key normalisation (use_qk_layernorm) of per-head tensors x: (B, H, T, HS). For each (b, t)
 // the G * HS values of each group of G consecutive heads are normalised together: G = H is a
 // LayerNorm over all the token's heads (GPT-NeoX's LayerNorm([heads, head_size])), G = 1 one per

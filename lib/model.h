@@ -17,7 +17,9 @@
 #include "core.h"
 #include "kernels/kernels.h"
 
-typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM } neox_norm_kind;
+// ScaleNorm (GPT-NeoX's): x / max(||x||, eps) * g, one scalar g per norm. Stored in checkpoints:
+// append new kinds.
+typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM, NEOX_NORM_SCALENORM } neox_norm_kind;
 // ALiBi: no embedding; attention scores get a linear bias per head (GPT-NeoX slopes). The values are
 // stored in checkpoints: append new kinds.
 typedef enum { NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_NONE, NEOX_POS_ALIBI } neox_pos_kind;
@@ -119,6 +121,10 @@ int neox_model_desc_check(neox_model_desc *desc, neox_error *err);
 // the output layer as one layer each. bounds: (pp + 1), stage s holds [bounds[s], bounds[s+1]).
 // Every stage gets at least one transformer layer. An unknown method fails naming the key.
 int neox_model_pipe_partition(const neox_model_desc *desc, int pp, const char *method, int *bounds, neox_error *err);
+// The weights of one norm: a scale per channel, or ScaleNorm's one gain.
+static inline int neox_norm_weights(const neox_model_desc *d) {
+    return d->norm == NEOX_NORM_SCALENORM ? 1 : d->hidden_size;
+}
 // The heads whose values use_qk_layernorm normalises together: all of them for a LayerNorm
 // (GPT-NeoX's LayerNorm([heads, head_size])), one for an RMSNorm (GPT-NeoX's reduces the last dim).
 static inline int neox_qk_norm_group(const neox_model_desc *d, int local_heads) {

@@ -81,7 +81,7 @@ use_wandb wandb_group wandb_team wandb_project wandb_host wandb_init_all_ranks g
 comet_project comet_experiment_name comet_experiment comet_tags comet_others wandb_run_name log_grad_pct_zeros log_optimizer_states
 log_gradient_noise_scale gradient_noise_scale_n_batches gradient_noise_scale_cpu_offload memory_profiling
 memory_profiling_path profile profile_step_start profile_step_stop
-scalenorm_epsilon rpe_num_buckets rpe_max_distance param_sharing_style layernorm_fusion rmsnorm_fusion
+rpe_num_buckets rpe_max_distance param_sharing_style layernorm_fusion rmsnorm_fusion
 use_flashattn_swiglu scaled_upper_triang_masked_softmax_fusion scaled_masked_softmax_fusion bias_dropout_fusion
 rope_fusion fused_kernels_build_path apply_query_key_layer_scaling use_cpu_initialization attention_softmax_in_fp32
 rotary_save_freqs_buffer gmlp_attn_dim mamba_selective_scan_fusion mamba_causal_conv_fusion mamba_inner_func_fusion
@@ -135,7 +135,7 @@ for key in "online_dataserver_ips online_dataserver_ports serve_model_weights we
 
 # CHOICE keys of which neox.c implements only some values: key -> (supported values, feature word).
 SUPPORTED = {
-    "norm": ("layernorm|rmsnorm", "normalization"),
+    "norm": ("layernorm|rmsnorm|scalenorm|te_rmsnorm|te_layernorm", "normalization"),
     "pos_emb": ("learned|rotary|none|alibi", "position embedding"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
@@ -162,7 +162,7 @@ for k in ("attention_dropout hidden_dropout warmup lr_decay_fraction rotary_pct 
 for k in ("lr min_lr").split():
     RANGES[k] = (0, 10)
 for k in ("weight_decay init_method_std gradient_clipping clip_grad temperature layernorm_epsilon "
-          "rms_norm_epsilon expansion_factor loss_scale loss_scale_window min_scale peak_theoretical_tflops").split():
+          "rms_norm_epsilon scalenorm_epsilon expansion_factor loss_scale loss_scale_window min_scale peak_theoretical_tflops").split():
     RANGES[k] = (0, float("inf"))
 
 

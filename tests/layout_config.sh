@@ -2,7 +2,8 @@
 # tests/mpi/comm_accounting.sh, tests/mpi/comm_options.sh, tests/mpi/commtopo.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes
 # $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt;
 # train_layout NAME RANKS trains it.
-# LAYERS (default 4), CKPT_FACTOR (default 10), POS_EMB (default rotary; neox kind), VOCAB_DIVISOR
+# LAYERS (default 4), CKPT_FACTOR (default 10), POS_EMB (default rotary; neox kind), NORM (default layernorm;
+# neox kind), VOCAB_DIVISOR
 # (make_vocab_size_divisible_by, default 64) and DATA_KEYS (the data and tokenizer keys, default the
 # character-level $T/docs_text_document) change those keys.
 # config NAME KIND MICRO ACCUM ITERS EXTRA: KIND neox (layernorm, gelu, parallel residual, tied) or llama.
@@ -10,7 +11,7 @@ config() {
     local arch data='"data_path": "'"$T"'/docs_text_document", "tokenizer_type": "CharLevelTokenizer"'
     [ -n "${DATA_KEYS:-}" ] && data=$DATA_KEYS  # (set here: a default inside ${...:-} in a heredoc loses its quotes)
     if [ "$2" = neox ]; then
-        arch='"norm": "layernorm", "activation": "gelu", "gpt_j_residual": true, "pos_emb": "'"${POS_EMB:-rotary}"'", "rotary_pct": 0.5'
+        arch='"norm": "'"${NORM:-layernorm}"'", "activation": "gelu", "gpt_j_residual": true, "pos_emb": "'"${POS_EMB:-rotary}"'", "rotary_pct": 0.5'
     else
         arch='"norm": "rmsnorm", "activation": "swiglu", "num_kv_heads": 2, "no_weight_tying": true, "pos_emb": "rotary",
               "use_bias_in_attn_linear": false, "use_bias_in_mlp": false, "use_bias_in_norms": false, "intermediate_size": 96'

@@ -1,4 +1,4 @@
-// norm.c: LayerNorm and RMSNorm forward and backward, and the residual add fused before them (here
+// norm.c: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add fused before them (here
 // the add and the norm in turn: the reference a GPU's one-pass kernel is held to). Statistics are accumulated in double for
 // rows of any width; parameter gradients are reduced over rows by column blocks so that no
 // per-thread scratch is needed and the sums do not depend on the thread count.
@@ -95,6 +95,51 @@ void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const
         for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - x[c] * s * gxmean);
     }
     add_column_sums(dweight, dout, inp, NULL, rstd, N, C);
+}
+
+// The row's L2 norm, in double, as the forward and the backward both need it.
+static double row_norm(const float *x, int C) {
+    double sq = 0.0;
+    for (int c = 0; c < C; c++) sq += (double)x[c] * x[c];
+    return sqrt(sq);
+}
+
+void neox_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C, float eps) {
+    float gain = g[0];
+    #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        double n = row_norm(x, C);
+        float r = (float)(1.0 / (n < eps ? (double)eps : n));
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] = x[c] * r * gain;
+        rnorm[i] = r;
+    }
+}
+
+void neox_scalenorm_backward(float *dinp, float *dg, const float *dout, const float *inp, const float *g,
+                             const float *rnorm, int N, int C, float eps) {
+    float gain = g[0];
+    // y = g x r, r = 1 / n: dx = g r (dout - x r^2 (x . dout)), or g r dout where n was clamped.
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+        float r = rnorm[i];
+        double xd = 0.0;
+        for (int c = 0; c < C; c++) xd += (double)x[c] * d[c];
+        float through_norm = row_norm(x, C) < eps ? 0.0f : (float)(xd * r * r);
+        float *dx = dinp + (size_t)i * C;
+        for (int c = 0; c < C; c++) dx[c] += gain * r * (d[c] - x[c] * through_norm);
+    }
+    // dg = sum over rows of r (x . dout), in row order so that it does not depend on the threads.
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) {
+        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+        double xd = 0.0;
+        for (int c = 0; c < C; c++) xd += (double)x[c] * d[c];
+        sum += xd * rnorm[i];
+    }
+    dg[0] += (float)sum;
 }
 
 // ---- query/key normalisation over heads ---------------------------------------------------------

@@ -1,4 +1,4 @@
-// norm.cu: LayerNorm and RMSNorm forward and backward, and the residual add fused before the
+// norm.cu: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add fused before the
 // forward; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
 // rows lose nothing), with the CPU's expressions. The weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
 #include "kernels/cuda/common.cuh"
@@ -176,6 +176,73 @@ extern "C" void neox_cuda_rmsnorm_backward(float *dinp, float *dweight, const fl
         dinp, dout, inp, weight, NULL, rstd, N, C);
     CUDA_LAUNCHED();
     neox_cuda_column_sums(dweight, dout, C, inp, NULL, rstd, N, C);
+}
+
+// ---- ScaleNorm (kernels/cpu/norm.c's neox_scalenorm_*) -----------------------------------------
+// x, out: (N, C); g: (1); rnorm: (N) = 1 / max(||x||, eps). One warp per row.
+__global__ void scalenorm_forward_kernel(float *out, float *rnorm, const float *inp, const float *g, int N, int C,
+                                         float eps) {
+    int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    double sq = 0.0;
+    for (int c = lane; c < C; c += 32) sq += (double)x[c] * x[c];
+    double n = sqrt(warp_sum(sq));
+    float r = (float)(1.0 / (n < eps ? (double)eps : n)), gain = g[0];
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = x[c] * r * gain;
+    if (lane == 0) rnorm[row] = r;
+}
+
+// dinp += g r (dout - x r^2 (x . dout)), the norm's term absent where the norm was clamped.
+__global__ void scalenorm_backward_kernel(float *dinp, const float *dout, const float *inp, const float *g,
+                                          const float *rnorm, int N, int C, float eps) {
+    int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    double sq = 0.0, xd = 0.0;
+    for (int c = lane; c < C; c += 32) {
+        sq += (double)x[c] * x[c];
+        xd += (double)x[c] * d[c];
+    }
+    sq = warp_sum(sq);
+    xd = warp_sum(xd);
+    float r = rnorm[row], gain = g[0];
+    float through_norm = sqrt(sq) < eps ? 0.0f : (float)(xd * r * r);
+    float *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) dx[c] += gain * r * (d[c] - x[c] * through_norm);
+}
+
+// dg += sum over rows of r (x . dout): one block, rows strided over its threads, a fixed-order sum.
+__global__ void scalenorm_gain_grad_kernel(float *dg, const float *dout, const float *inp, const float *rnorm, int N,
+                                           int C) {
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) {
+        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+        double xd = 0.0;
+        for (int c = 0; c < C; c++) xd += (double)x[c] * d[c];
+        sum += xd * rnorm[i];
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) dg[0] += (float)sum;
+}
+
+extern "C" void neox_cuda_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C,
+                                            float eps) {
+    if (N <= 0) return;
+    scalenorm_forward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(out, rnorm, inp, g,
+                                                                                                 N, C, eps);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_scalenorm_backward(float *dinp, float *dg, const float *dout, const float *inp,
+                                             const float *g, const float *rnorm, int N, int C, float eps) {
+    if (N <= 0) return;
+    scalenorm_backward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+        dinp, dout, inp, g, rnorm, N, C, eps);
+    CUDA_LAUNCHED();
+    scalenorm_gain_grad_kernel<<<1, 256, 0, neox_cuda_current_stream()>>>(dg, dout, inp, rnorm, N, C);
+    CUDA_LAUNCHED();
 }
 
 // ---- query/key normalisation over heads (kernels/cpu/norm.c's neox_head_norm_*) ----------------

@@ -168,6 +168,9 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_
                          "a learned position table"), NULL;
     if (d->pos_emb == NEOX_POS_NONE)
         return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'none': GPTNeoXForCausalLM and LlamaForCausalLM always rotate"), NULL;
+    if (d->norm == NEOX_NORM_SCALENORM)
+        return neox_fail(err, NEOX_EXIT_USAGE, "norm 'scalenorm': GPTNeoXForCausalLM and LlamaForCausalLM have no "
+                         "ScaleNorm (one gain per norm; their norms scale each channel)"), NULL;
     if (d->pos_emb == NEOX_POS_ALIBI)
         return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'alibi': GPTNeoXForCausalLM and LlamaForCausalLM have no "
                          "attention biases (they always rotate)"), NULL;

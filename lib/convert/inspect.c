@@ -13,7 +13,9 @@
 #include "convert_internal.h"
 #include "optim.h"
 
-static const char *norm_name(neox_norm_kind k) { return k == NEOX_NORM_RMSNORM ? "rmsnorm" : "layernorm"; }
+static const char *norm_name(neox_norm_kind k) {
+    return k == NEOX_NORM_RMSNORM ? "rmsnorm" : k == NEOX_NORM_SCALENORM ? "scalenorm" : "layernorm";
+}
 static const char *act_name(neox_activation a) {
     return a == NEOX_ACT_GELU_TANH ? "gelu (tanh)" : a == NEOX_ACT_GELU_ONNX ? "gelu (onnx_safe)" : neox_activation_name(a);
 }

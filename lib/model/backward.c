@@ -18,6 +18,8 @@ static void norm_backward(const neox_model *m, float *dinp, float *dw, float *db
                           const float *w, const float *mean, const float *rstd, int N) {
     const neox_model_desc *d = &m->desc;
     if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size);
+    else if (d->norm == NEOX_NORM_SCALENORM)
+        m->be->scalenorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, d->norm_eps);
     else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size);
 }
 

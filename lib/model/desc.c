@@ -9,6 +9,27 @@
 
 #include "model_internal.h"
 
+// `norm`: te_rmsnorm and te_layernorm are GPT-NeoX's Transformer Engine modules for the same
+// arithmetic (fused kernels), so they select RMSNorm and LayerNorm.
+static int parse_norm(const neox_config *cfg, neox_model_desc *d, neox_error *err) {
+    const char *norm = neox_config_str(cfg, norm);
+    if (strcmp(norm, "rmsnorm") == 0 || strcmp(norm, "te_rmsnorm") == 0) {
+        d->norm = NEOX_NORM_RMSNORM;
+        d->norm_eps = (float)neox_config_float(cfg, rms_norm_epsilon);
+    } else if (strcmp(norm, "layernorm") == 0 || strcmp(norm, "te_layernorm") == 0) {
+        d->norm = NEOX_NORM_LAYERNORM;
+        d->norm_eps = (float)neox_config_float(cfg, layernorm_epsilon);
+        d->norm_bias = neox_config_bool(cfg, use_bias_in_norms);
+    } else if (strcmp(norm, "scalenorm") == 0) {
+        d->norm = NEOX_NORM_SCALENORM;
+        d->norm_eps = (float)neox_config_float(cfg, scalenorm_epsilon);
+    } else {
+        return neox_fail(err, NEOX_EXIT_USAGE, "norm '%s' is not supported (layernorm, rmsnorm, scalenorm, te_layernorm, "
+                         "te_rmsnorm)", norm);
+    }
+    return 0;
+}
+
 static int parse_init(const char *name, neox_init_method *out) {
     static const struct { const char *name; neox_init_method m; } methods[] = {
         {"normal", NEOX_INIT_NORMAL}, {"scaled_normal", NEOX_INIT_SCALED_NORMAL},
@@ -211,17 +232,7 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
                        : neox_config_has(cfg, seq_length) ? (int)neox_config_int(cfg, seq_length) : 0;
     if (d->max_positions <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "max_position_embeddings is not set");
 
-    const char *norm = neox_config_str(cfg, norm);
-    if (strcmp(norm, "rmsnorm") == 0) {
-        d->norm = NEOX_NORM_RMSNORM;
-        d->norm_eps = (float)neox_config_float(cfg, rms_norm_epsilon);
-    } else if (strcmp(norm, "layernorm") == 0) {
-        d->norm = NEOX_NORM_LAYERNORM;
-        d->norm_eps = (float)neox_config_float(cfg, layernorm_epsilon);
-        d->norm_bias = neox_config_bool(cfg, use_bias_in_norms);
-    } else {
-        return neox_fail(err, NEOX_EXIT_USAGE, "norm '%s' is not supported (layernorm, rmsnorm)", norm);
-    }
+    if (parse_norm(cfg, d, err) != 0) return -1;
 
     const char *pos = neox_config_str(cfg, pos_emb);
     if (strcmp(pos, "rotary") == 0) d->pos_emb = NEOX_POS_ROTARY;

@@ -362,11 +362,17 @@ void neox_model_tp_reduce(neox_model *m, float *x, size_t n) {
     if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, x, n, NEOX_F32);
 }
 
+void neox_model_norm_forward(const neox_backend *be, const neox_model_desc *d, float *out, float *mean, float *rstd,
+                             const float *inp, const float *w, const float *b, int N) {
+    int C = d->hidden_size;
+    if (d->norm == NEOX_NORM_RMSNORM) be->rmsnorm_forward(out, rstd, inp, w, N, C, d->norm_eps);
+    else if (d->norm == NEOX_NORM_SCALENORM) be->scalenorm_forward(out, rstd, inp, w, N, C, d->norm_eps);
+    else be->layernorm_forward(out, mean, rstd, inp, w, b, N, C, d->norm_eps);
+}
+
 static void norm_forward(const neox_model *m, float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N) {
-    const neox_model_desc *d = &m->desc;
-    if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_forward(out, rstd, inp, w, N, d->hidden_size, d->norm_eps);
-    else m->be->layernorm_forward(out, mean, rstd, inp, w, b, N, d->hidden_size, d->norm_eps);
+    neox_model_norm_forward(m->be, &m->desc, out, mean, rstd, inp, w, b, N);
 }
 
 // A row-parallel linear: out (N, C) = the sum over tensor-parallel ranks of inp (N, IC) @ w^T
@@ -397,8 +403,14 @@ static void add_branch_norm(neox_model *m, float *sum, float *out, float *mean, 
     const neox_model_desc *d = &m->desc;
     int N = m->B * m->T, C = d->hidden_size;
     branch_dropout(m, branch, layer, site);
-    if (d->norm == NEOX_NORM_RMSNORM) m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps);
-    else m->be->add_layernorm_forward(sum, out, mean, rstd, res, branch, w, b, N, C, d->norm_eps);
+    if (d->norm == NEOX_NORM_RMSNORM) {
+        m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps);
+    } else if (d->norm == NEOX_NORM_LAYERNORM) {
+        m->be->add_layernorm_forward(sum, out, mean, rstd, res, branch, w, b, N, C, d->norm_eps);
+    } else {
+        m->be->add(sum, res, branch, (size_t)N * C);
+        neox_model_norm_forward(m->be, d, out, mean, rstd, sum, w, b, N);
+    }
 }
 
 // use_qk_layernorm: the one norm of queries and keys (same weights, statistics apart), before rotary.

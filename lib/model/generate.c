@@ -150,9 +150,7 @@ const float *neox_generator_logits(const neox_generator *g) { return g->logits; 
 
 static void norm(const neox_generator *g, float *out, float *mean, float *rstd, const float *inp, const float *w,
                  const float *b, int N) {
-    const neox_model_desc *d = &g->m->desc;
-    if (d->norm == NEOX_NORM_RMSNORM) g->be->rmsnorm_forward(out, rstd, inp, w, N, d->hidden_size, d->norm_eps);
-    else g->be->layernorm_forward(out, mean, rstd, inp, w, b, N, d->hidden_size, d->norm_eps);
+    neox_model_norm_forward(g->be, &g->m->desc, out, mean, rstd, inp, w, b, N);
 }
 
 // The MLP branch of S rows of inp into g->branch.

@@ -157,6 +157,10 @@ neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *
 // Fills n slopes (backend memory) for heads head0.. of the model with pos_emb alibi.
 void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, float *slopes, int head0, int n);
 
+// The model's norm of N rows of inp (hidden_size wide) into out, with its statistics (mean: LayerNorm
+// only; rstd: the scale each row was multiplied by), whichever `norm` the model has.
+void neox_model_norm_forward(const neox_backend *be, const neox_model_desc *d, float *out, float *mean, float *rstd,
+                             const float *inp, const float *w, const float *b, int N);
 // The element type of the model's products' operands: fp32, or its 16-bit precision's (linear.c).
 neox_elem neox_model_operand_elem(const neox_model *m);
 // The linear layers in the model's precision (linear.c). Weights are views into param_buf.

@@ -81,7 +81,12 @@ int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
     if (d->rotary_dims < 0 || d->rotary_dims > d->head_size || d->rotary_dims % 2 != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "rotary_pct gives %d rotary dims of head size %d; need an even number "
                          "no larger than the head size", d->rotary_dims, d->head_size);
-    if (d->norm == NEOX_NORM_RMSNORM) d->norm_bias = 0;
+    if (d->norm != NEOX_NORM_LAYERNORM) d->norm_bias = 0;
+    // GPT-NeoX's ScaleNorm over (heads, head_size) would still reduce each head's last dim alone;
+    // the query/key norm kernels hold LayerNorm's and RMSNorm's statistics only.
+    if (d->qk_norm && d->norm == NEOX_NORM_SCALENORM)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm is not supported with norm: scalenorm (layernorm, "
+                         "rmsnorm)");
     // GPT-NeoX's one query/key norm has the queries' shape: keys of fewer heads do not fit it.
     if (d->qk_norm && d->num_kv_heads != d->num_heads)
         return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm needs num_kv_heads = num_attention_heads (%d, not %d): "
@@ -199,9 +204,10 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
     int neox = d->naming == NEOX_NAMES_GPT_NEOX, ln_bias = d->norm_bias;
     const char *pre = neox ? "gpt_neox.layers" : "model.layers";
     memset(v, 0, sizeof *v);
-    v->ln1_w = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.input_layernorm.weight", pre, l));
+    int NW = neox_norm_weights(d);
+    v->ln1_w = OFF(add_param(c, 1, NONE, NW, 0, "%s.%d.input_layernorm.weight", pre, l));
     if (ln_bias) v->ln1_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.input_layernorm.bias", pre, l));
-    v->ln2_w = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.post_attention_layernorm.weight", pre, l));
+    v->ln2_w = OFF(add_param(c, 1, NONE, NW, 0, "%s.%d.post_attention_layernorm.weight", pre, l));
     if (ln_bias) v->ln2_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.post_attention_layernorm.bias", pre, l));
     if (neox) {
         // Fused QKV rows are [q k v] per head, so an even cut of the rows is a cut by heads.
@@ -295,7 +301,8 @@ static void lay_out(neox_model *m, neox_model_weights *layout) {
     m->layer_first_param[d.num_layers] = m->nparams;
     c.present = last;
 
-    layout->lnf_w = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
+    layout->lnf_w = OFF(add_param(&c, 1, NONE, neox_norm_weights(&d), 0,
+                                  neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
     if (d.norm_bias)
         layout->lnf_b = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
     if (d.value_head) {

@@ -325,6 +325,23 @@ static void test_rmsnorm(int N, int C) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
+// ScaleNorm; eps between the rows' norms puts rows on both sides of the clamp.
+static void test_scalenorm(int N, int C, float eps) {
+    pair inp = pair_uniform((size_t)N * C, -2.0f, 3.0f), g = pair_uniform(1, 0.5f, 1.5f);
+    pair out = pair_rand((size_t)N * C), rnorm = pair_rand(N);
+    cpu->scalenorm_forward(out.h, rnorm.h, inp.h, g.h, N, C, eps);
+    gpu->scalenorm_forward(out.d, rnorm.d, inp.d, g.d, N, C, eps);
+    checkf(1e-5, 1e-5, &out, "scalenorm_forward N=%d C=%d eps=%g", N, C, eps);
+    checkf(0, 1e-6, &rnorm, "scalenorm_forward rnorm N=%d C=%d eps=%g", N, C, eps);
+    pair r = pair_from(rnorm.h, N), dout = pair_rand((size_t)N * C), dinp = pair_rand((size_t)N * C), dg = pair_rand(1);
+    cpu->scalenorm_backward(dinp.h, dg.h, dout.h, inp.h, g.h, r.h, N, C, eps);
+    gpu->scalenorm_backward(dinp.d, dg.d, dout.d, inp.d, g.d, r.d, N, C, eps);
+    checkf(1e-5, 1e-5, &dinp, "scalenorm_backward dinp N=%d C=%d eps=%g", N, C, eps);
+    checkf(1e-4, 1e-5, &dg, "scalenorm_backward dg N=%d C=%d eps=%g", N, C, eps);
+    pair *all[] = {&inp, &g, &out, &rnorm, &r, &dout, &dinp, &dg};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
 // use_qk_layernorm's norm of (B, H, T, HS) heads, G heads per group (rms: no mean); dinp in place.
 static void test_head_norm(int B, int H, int T, int HS, int G, int rms) {
     size_t n = (size_t)B * H * T * HS, rows = (size_t)B * T * (H / G), WH = (size_t)H * HS;
@@ -875,6 +892,8 @@ int main(int argc, char **argv) {
     test_rmsnorm(37, 200);
     test_rmsnorm(3, 4097);         // wider than 1024: the row kernel and the column sums apart
     test_rmsnorm(2048, 1024);      // the fused backward's widest rows
+    test_scalenorm(37, 200, 1e-8f);
+    test_scalenorm(300, 3, 3.0f);  // rows of 3 values in [-2, 3): norms on both sides of 3
     test_add_norm(300, 768, 0, 0);  // 16-byte rows
     test_add_norm(37, 200, 0, 1);
     test_add_norm(5, 1001, 0, 0);   // an odd width: the unfused ops

@@ -79,6 +79,16 @@ done
 check "ALiBi changes the losses (its slopes reach the scores)" bash -c \
     "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/alibi1' >/dev/null"
 
+# ScaleNorm (norm: scalenorm): one gain per norm, replicated on every tensor-parallel rank.
+NORM=scalenorm config scale1 neox 2 4 20 ""
+check "scale1: train on 1 rank(s)" "$TRAIN" -q "$T/scale1.yml"
+NORM=scalenorm config scaletp2 neox 2 4 20 "$TP"
+check "scaletp2: train on 2 rank(s)" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/scaletp2.yml"
+check "scaletp2 follows the single-rank ScaleNorm run (losses, evaluations within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py same_losses "$T/scale1" "$T/scaletp2"
+check "ScaleNorm changes the losses" bash -c \
+    "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/scale1' >/dev/null"
+
 # bfloat16 linear layers: each layout rounds the same values to 16 bits except where a reduction
 # order differs by an fp32 ulp and a rounding flips, which training amplifies: measured 1.1e-5 on
 # the losses and 1.0e-4 / 6.5e-5 relative L2 on the parameters (tp2pp2 / dp2 ZeRO-1) after 20 steps;

@@ -555,3 +555,54 @@ def test_qk_layernorm_refuses_gqa(tmp_path):
     ids, targets, mask = batch()
     with pytest.raises(AssertionError, match="use_qk_layernorm needs num_kv_heads = num_attention_heads"):
         run_driver(tmp_path, model, cfg, kind, {**extra, "qk_norm": 1}, ids, targets, mask)
+
+
+# ---- norm: scalenorm ------------------------------------------------------------------------------
+# GPT-NeoX's ScaleNorm (megatron/model/norms.py) restated: x / max(||x||, eps) * g with one scalar g,
+# in place of every RMSNorm of a LlamaForCausalLM (the parameter keeps the norm's name, shape (1)).
+class NeoxScaleNorm(torch.nn.Module):
+    def __init__(self, eps):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(torch.ones(1)), eps
+
+    def forward(self, x):
+        return x / torch.norm(x, dim=-1, keepdim=True).clamp(min=self.eps) * self.weight
+
+
+def use_scalenorm(model, eps):
+    torch.manual_seed(55)
+    layers = model.model.layers
+    norms = [(layer, name) for layer in layers for name in ("input_layernorm", "post_attention_layernorm")]
+    norms.append((model.model, "norm"))
+    for owner, name in norms:
+        norm = NeoxScaleNorm(eps)
+        with torch.no_grad():
+            norm.weight.copy_(1 + 0.5 * torch.rand(1))
+        setattr(owner, name, norm)
+
+
+# eps 1e-8 is GPT-NeoX's scalenorm_epsilon; eps 0.8 clamps the norm of some rows (hidden rows here have
+# norms of about 0.7 to 1), whose gradient then does not flow through the norm.
+SCALENORM_CASES = {
+    "untied": (dict(num_key_value_heads=2, tie_word_embeddings=False), {}, 1e-8),
+    "tied-checkpointed": (dict(num_key_value_heads=4, tie_word_embeddings=True), {"checkpoint": 1}, 1e-8),
+    "clamped": (dict(num_key_value_heads=2, tie_word_embeddings=False), {}, 0.8),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCALENORM_CASES))
+def test_scalenorm_parity(case, tmp_path):
+    kwargs, extra, eps = SCALENORM_CASES[case]
+    model, cfg = make_model("llama", kwargs)
+    ids, targets, mask = batch()
+    rms = model(input_ids=ids).logits.detach()
+    use_scalenorm(model, eps)
+    if eps > 0.1:  # the case must reach both sides of the clamp
+        seen = []
+        hook = model.model.layers[1].input_layernorm.register_forward_hook(
+            lambda mod, inp, out: seen.append(torch.norm(inp[0], dim=-1)))
+        model(input_ids=ids)
+        hook.remove()
+        assert (seen[0] < eps).any() and (seen[0] > eps).any(), seen[0]
+    out = run_driver(tmp_path, model, cfg, "llama", {**extra, "norm": "scalenorm", "eps": eps}, ids, targets, mask)
+    check_parity(out, model, ids, targets, mask, unlike=rms, change="scalenorm gave RMSNorm's logits")

@@ -54,6 +54,10 @@ check "train: Mixture of Experts" "$TRAIN" -q "$T/moe.yml"
 config mixtral llama 2 1 3 ', "moe_num_experts": 2, "moe_top_k": 2, "moe_router_type": "topk", "moe_topk_renormalize": true'
 check "train: gated experts with renormalised weights" "$TRAIN" -q "$T/mixtral.yml"
 
+# ScaleNorm with its epsilon.
+NORM=scalenorm config scalenorm neox 2 1 3 ', "scalenorm_epsilon": 1.0e-6'
+check "train: ScaleNorm" "$TRAIN" -q "$T/scalenorm.yml"
+
 # SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
 # run with GPT-NeoX's onnx_safe gelu.
 # Label datasets (SFT): the token dataset serves as its own label dataset.
