@@ -7,7 +7,8 @@
 //   - the pieces merges may form are sentencepiece's pieces_ map: normal, user-defined and unused;
 //   - an unused piece formed by a merge is split back into the pair that formed it — the pair
 //     recorded last for that piece anywhere in the text, since sentencepiece keys that record by
-//     the piece's string and writes it whenever it pushes a candidate, merged or not;
+//     the piece's string and writes it whenever it pushes a candidate, merged or not (a random
+//     search over small models found no text where that differs from the pair merged in place);
 //   - a symbol that is no piece is unknown: byte pieces with byte_fallback, else one unknown id
 //     per run of unknown symbols.
 // O(n log n) in the symbols of a text: each merge pushes at most two candidates.

@@ -160,3 +160,28 @@ def test_unknown_characters_with_and_without_byte_fallback(train):
             assert sp.unk_id() in got
         else:
             assert sp.piece_to_id("<0xE4>") in got and sp.unk_id() not in got
+
+
+def unused_piece_texts(sp, count=3000, seed=7):
+    """Random strings over the letters of unused pieces that two pairs of pieces can form, alone and
+    joined into longer texts: the unused piece is formed, re-split, or blocked by its neighbours."""
+    import random
+    rng = random.Random(seed)
+    pieces = {sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_unused(i)}
+    alphabets = []
+    for i in range(sp.get_piece_size()):
+        u = sp.id_to_piece(i)
+        if sp.is_unused(i) and sum(u[:k] in pieces and u[k:] in pieces for k in range(1, len(u))) >= 2:
+            alphabets.append(u.replace("▁", " "))
+    assert alphabets
+    texts = []
+    for _ in range(count):
+        letters = rng.choice(alphabets) + rng.choice(alphabets)
+        texts.append("".join(rng.choice(letters) for _ in range(rng.randint(3, 40))))
+    return texts + [" ".join(texts[k:k + 50]) for k in range(0, len(texts), 50)]
+
+
+@pytest.mark.parametrize("name", ["unused_pieces", "unused_bucketed_user_symbols"])
+def test_texts_around_unused_pieces_match_sentencepiece(name, train):
+    path, sp = train(name)
+    assert_same_ids(path, sp, unused_piece_texts(sp))
