@@ -73,7 +73,8 @@ static int load_encoder(neox_tokenizer *tok, const char *path, neox_error *err) 
         tok->spm_unigram = unigram_new(pieces, scores, fields.types, n, unk, fields.byte_fallback);
         user_symbols = tok->spm_unigram;
     } else {
-        tok->spm_bpe = spm_bpe_new(pieces, scores, fields.types, n, unk, fields.byte_fallback);
+        tok->spm_bpe = spm_bpe_new(pieces, scores, fields.types, n, unk, fields.byte_fallback,
+                                   fields.escape_whitespaces);
         user_symbols = spm_bpe_user_symbols(tok->spm_bpe);
     }
     free(pieces);

@@ -74,7 +74,7 @@ int32_t unigram_piece_id(const unigram_model *u, const uint8_t *s, size_t n);
 // spm_bpe.c: the BPE merges over normalized text.
 typedef struct spm_bpe_model spm_bpe_model;
 spm_bpe_model *spm_bpe_new(const char *const *pieces, const float *scores, const uint8_t *types, int32_t n,
-                           int32_t unk_id, bool byte_fallback);
+                           int32_t unk_id, bool byte_fallback, bool escape_whitespaces);
 void spm_bpe_free(spm_bpe_model *b);
 // Appends the ids of normalized text (n bytes) to the growable array *ids.
 void spm_bpe_encode(const spm_bpe_model *b, const char *normalized, size_t n, int32_t **ids, size_t *len,

@@ -18,6 +18,13 @@
 #include "spm.h"
 #include "tokenizer_internal.h"
 
+// Words: when no piece holds the whitespace symbol after its start, no merge joins a symbol to one
+// that starts with it, so the text before each whitespace symbol and the text from it on are
+// merged apart, and the heap stays the size of a word (likewise before the end with whitespace as
+// a suffix). The order of merges across words does not matter then: each word's merges keep their
+// order. Unused pieces keep the whole text together (their split is recorded per text).
+enum { CUT_NONE, CUT_BEFORE_SPACE, CUT_AFTER_SPACE };
+
 // (left id, right id) -> the piece their concatenation is: open addressing, keys never 0 since
 // ids are offset by one.
 typedef struct pair_entry { uint64_t key; int32_t id; } pair_entry;
@@ -32,6 +39,9 @@ struct spm_bpe_model {
     int32_t n_unused;
     int32_t n_pieces, unk_id;
     bool byte_fallback, has_user_symbols;
+    int cut;  // CUT_*: where the text falls into words no merge crosses
+    char space[4];  // the normalizer's whitespace: U+2581, or a space when it does not escape
+    size_t space_len;
     int32_t byte_ids[256];
     int32_t ascii_ids[128];  // one-byte pieces (-1 when none), the common case of a symbol's id
 };
@@ -77,8 +87,23 @@ static void build_pairs(spm_bpe_model *b, const char *const *pieces) {
     }
 }
 
+// Where the whitespace symbol occurs in pieces decides how texts may be cut into words.
+static int cut_mode(const spm_bpe_model *b, const char *const *pieces) {
+    if (b->n_unused) return CUT_NONE;
+    bool only_first = true, only_last = true;
+    for (int32_t id = 0; id < b->n_pieces; id++) {
+        size_t n = strlen(pieces[id]);
+        if (unigram_piece_id(b->pieces, (const uint8_t *)pieces[id], n) != id) continue;  // never merged
+        for (const char *at = pieces[id]; (at = strstr(at, b->space)) != NULL; at += b->space_len) {
+            if (at != pieces[id]) only_first = false;
+            if (at + b->space_len != pieces[id] + n) only_last = false;
+        }
+    }
+    return only_first ? CUT_BEFORE_SPACE : only_last ? CUT_AFTER_SPACE : CUT_NONE;
+}
+
 spm_bpe_model *spm_bpe_new(const char *const *pieces, const float *scores, const uint8_t *types, int32_t n,
-                           int32_t unk_id, bool byte_fallback) {
+                           int32_t unk_id, bool byte_fallback, bool escape_whitespaces) {
     spm_bpe_model *b = neox_calloc(1, sizeof *b);
     b->pieces = unigram_new(pieces, scores, types, n, unk_id, byte_fallback);
     b->scores = neox_malloc((size_t)n * sizeof *b->scores);
@@ -103,6 +128,9 @@ spm_bpe_model *spm_bpe_new(const char *const *pieces, const float *scores, const
             b->byte_ids[v] = id;
     }
     build_pairs(b, pieces);
+    strcpy(b->space, escape_whitespaces ? "\xe2\x96\x81" : " ");
+    b->space_len = strlen(b->space);
+    b->cut = cut_mode(b, pieces);
     return b;
 }
 
@@ -272,16 +300,46 @@ static int32_t split_symbols(const spm_bpe_model *b, const uint8_t *s, size_t n,
     return count;
 }
 
+// Merges the symbols of one span of the text (a word, or all of it) and emits its pieces.
+static void encode_span(bpe_state *st, out_state *o, size_t start, size_t n) {
+    int32_t count = split_symbols(st->b, st->text + start, n, st->syms);
+    for (int32_t i = 0; i < count; i++) st->syms[i].start += (uint32_t)start;
+    st->n_heap = 0;
+    for (int32_t i = 1; i < count; i++) maybe_push(st, i - 1, i);
+    merge_all(st);
+    for (int32_t i = 0; i >= 0; i = st->syms[i].next) resegment(st, o, st->syms[i].start, st->syms[i].len, st->syms[i].id);
+}
+
+// The end of the word that starts at `at`: before the next whitespace symbol after it, or after
+// the next one from it on.
+static size_t word_end(const spm_bpe_model *b, const uint8_t *s, size_t at, size_t n) {
+    size_t from = b->cut == CUT_BEFORE_SPACE ? at + 1 : at;
+    while (from < n) {
+        const uint8_t *hit = memchr(s + from, b->space[0], n - from);
+        if (!hit) break;
+        size_t pos = (size_t)(hit - s);
+        if (pos + b->space_len <= n && !memcmp(hit, b->space, b->space_len))
+            return b->cut == CUT_BEFORE_SPACE ? pos : pos + b->space_len;
+        from = pos + 1;
+    }
+    return n;
+}
+
 void spm_bpe_encode(const spm_bpe_model *b, const char *normalized, size_t n, int32_t **ids, size_t *len,
                     size_t *cap) {
     if (n == 0) return;
     bpe_state st = {.b = b, .text = (const uint8_t *)normalized};
     st.syms = neox_malloc(n * sizeof *st.syms);
-    int32_t count = split_symbols(b, st.text, n, st.syms);
-    for (int32_t i = 1; i < count; i++) maybe_push(&st, i - 1, i);
-    merge_all(&st);
     out_state o = {ids, len, cap, false};
-    for (int32_t i = 0; i >= 0; i = st.syms[i].next) resegment(&st, &o, st.syms[i].start, st.syms[i].len, st.syms[i].id);
+    if (b->cut == CUT_NONE) {
+        encode_span(&st, &o, 0, n);
+    } else {
+        for (size_t at = 0; at < n;) {
+            size_t end = word_end(b, st.text, at, n);
+            encode_span(&st, &o, at, end - at);
+            at = end;
+        }
+    }
     free(st.syms);
     free(st.heap);
     free(st.splits);
