@@ -3,7 +3,7 @@
 as single documents and runs of one character, for models this test trains with sentencepiece's own
 trainer in several configurations (byte fallback on and off, nmt_nfkc / identity / nmt_nfkc_cf
 normalization with and without the dummy prefix and the whitespace clean-up, user-defined and
-control symbols, split_digits, whitespace as suffix) and for trained models edited so that many
+control symbols, split_digits, whitespace as suffix, pieces across words) and for trained models edited so that many
 pairs tie on score or some merged pieces are unused (re-split into the pair that formed them).
 Decoding the oracle's ids is compared with the oracle's decode."""
 import os
@@ -27,6 +27,8 @@ CONFIGS = {
                                 remove_extra_whitespaces=False),
     "user_symbols_split_digits": dict(vocab_size=1500, split_digits=True, control_symbols=["<ctl>"],
                                       user_defined_symbols=["<|endoftext|>", "[MASK]", "--", "the", "ing", "▁▁"]),
+    # Pieces across words ("s▁the"): the text is merged whole, never in words.
+    "no_whitespace_split": dict(vocab_size=1500, split_by_whitespace=False, byte_fallback=True),
     "nfkc_cf_suffix_byte_fallback": dict(vocab_size=800, normalization_rule_name="nmt_nfkc_cf", byte_fallback=True,
                                          treat_whitespace_as_suffix=True, user_defined_symbols=["http", "://"]),
 }
