@@ -123,8 +123,8 @@ spm_bpe_model *spm_bpe_new(const char *const *pieces, const float *scores, const
     for (int i = 0; i < 256; i++) b->byte_ids[i] = unk_id;
     for (int32_t id = 0; id < n; id++) {
         unsigned v;
-        char tail;
-        if (types[id] == SPM_PIECE_BYTE && sscanf(pieces[id], "<0x%02X>%c", &v, &tail) == 1 && v < 256)
+        int end = 0;
+        if (types[id] == SPM_PIECE_BYTE && sscanf(pieces[id], "<0x%2X>%n", &v, &end) == 1 && end == 6 && !pieces[id][6])
             b->byte_ids[v] = id;
     }
     build_pairs(b, pieces);
