@@ -13,14 +13,16 @@
 // with a space, which the normalizer must turn into the "▁" the whole text has there — it strips
 // leading whitespace and adds the dummy prefix, or does neither. BPE merges adjacent symbols by
 // piece score, so the sides stay apart when no piece joins a letter to a following "▁", and
-// consecutive unknown pieces (which the library merges) cannot meet at a cut when the letters are
-// pieces. Unigram's best path is a float sum over the whole text, whose rounding a cut
+// consecutive unknown pieces (which spm_bpe.c merges) cannot meet at a cut when the letters are
+// pieces. Unused pieces are refused: their split is recorded over the whole text. Unigram's best path is a float sum over the whole text, whose rounding a cut
 // would change: a near tie could then go the other way, so unigram models are not cut.
 static const char *spm_cut_refusal(const neox_tokenizer *tok, const spm_proto_fields *f) {
     if (f->model_type != SPM_MODEL_BPE) return "a SentencePiece model that is not BPE (path scores are float sums)";
     if (f->treat_whitespace_as_suffix || !f->escape_whitespaces || f->add_dummy_prefix != f->remove_extra_whitespaces)
         return "a SentencePiece normalizer that would not turn the space a piece starts with into the whole text's";
     int32_t n = spm_shim_piece_count(tok->spm), unk = spm_shim_special_id(tok->spm, 'u');
+    for (size_t id = 0; id < f->n_pieces; id++)
+        if (f->types[id] == SPM_PIECE_UNUSED) return "a SentencePiece BPE model with unused pieces";
     char one[2] = {0, 0};
     for (int c = 'A'; c <= 'z'; c++) {
         if (c > 'Z' && c < 'a') continue;
