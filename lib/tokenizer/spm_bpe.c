@@ -39,6 +39,7 @@ struct spm_bpe_model {
     int32_t n_unused;
     int32_t n_pieces, unk_id;
     bool byte_fallback, has_user_symbols;
+    bool user_first_byte[256];  // bytes a user-defined piece starts with: most positions skip the trie
     int cut;  // CUT_*: where the text falls into words no merge crosses
     char space[4];  // the normalizer's whitespace: U+2581, or a space when it does not escape
     size_t space_len;
@@ -114,7 +115,7 @@ spm_bpe_model *spm_bpe_new(const char *const *pieces, const float *scores, const
     b->n_pieces = n, b->unk_id = unk_id, b->byte_fallback = byte_fallback;
     for (int32_t id = 0; id < n; id++) {
         b->unused_slot[id] = types[id] == SPM_PIECE_UNUSED ? b->n_unused++ : -1;
-        if (types[id] == SPM_PIECE_USER_DEFINED) b->has_user_symbols = true;
+        if (types[id] == SPM_PIECE_USER_DEFINED) b->has_user_symbols = b->user_first_byte[(uint8_t)pieces[id][0]] = true;
     }
     for (int c = 0; c < 128; c++) {
         uint8_t ch = (uint8_t)c;
@@ -290,7 +291,7 @@ static uint32_t char_len(const uint8_t *s, size_t left) {
 static int32_t split_symbols(const spm_bpe_model *b, const uint8_t *s, size_t n, symbol *syms) {
     int32_t count = 0;
     for (size_t at = 0; at < n;) {
-        size_t user = b->has_user_symbols ? unigram_user_symbol_prefix(b->pieces, s + at, n - at) : 0;
+        size_t user = b->user_first_byte[s[at]] ? unigram_user_symbol_prefix(b->pieces, s + at, n - at) : 0;
         uint32_t len = user ? (uint32_t)user : char_len(s + at, n - at);
         syms[count] = (symbol){(uint32_t)at, len, count - 1, count + 1, piece_id(b, s + at, len), user != 0};
         count++;
