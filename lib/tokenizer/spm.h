@@ -2,7 +2,8 @@
 // library is C++; spm_shim.cc wraps the few calls neox.c needs in this C interface, and spm.c
 // turns them into the tokenizer's (errors through neox_error, ids appended to growable arrays).
 // Unigram models are normalized by spm_normalize.c and segmented by unigram.c (sentencepiece
-// 0.2.3's lattice arithmetic, which the library's 0.1.97 does not have); BPE models are the library's.
+// 0.2.3's lattice arithmetic, which the library's 0.1.97 does not have), BPE models by spm_bpe.c;
+// the library loads and decodes.
 #ifndef NEOX_TOKENIZER_SPM_H
 #define NEOX_TOKENIZER_SPM_H
 
@@ -67,6 +68,19 @@ void unigram_encode(const unigram_model *u, const char *normalized, size_t n, in
                     size_t *cap);
 // The length of the longest user-defined piece that starts s (n bytes), 0 when none.
 size_t unigram_user_symbol_prefix(const unigram_model *u, const uint8_t *s, size_t n);
+// The id of the piece s (n bytes) when it is a normal, user-defined or unused piece, else -1.
+int32_t unigram_piece_id(const unigram_model *u, const uint8_t *s, size_t n);
+
+// spm_bpe.c: the BPE merges over normalized text.
+typedef struct spm_bpe_model spm_bpe_model;
+spm_bpe_model *spm_bpe_new(const char *const *pieces, const float *scores, const uint8_t *types, int32_t n,
+                           int32_t unk_id, bool byte_fallback, bool escape_whitespaces);
+void spm_bpe_free(spm_bpe_model *b);
+// Appends the ids of normalized text (n bytes) to the growable array *ids.
+void spm_bpe_encode(const spm_bpe_model *b, const char *normalized, size_t n, int32_t **ids, size_t *len,
+                    size_t *cap);
+// The user-defined pieces for the normalizer (NULL when the model has none).
+const unigram_model *spm_bpe_user_symbols(const spm_bpe_model *b);
 
 // spm_normalize.c: SentencePiece's normalizer (the model's normalizer_spec).
 typedef struct spm_normalizer spm_normalizer;

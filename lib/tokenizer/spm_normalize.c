@@ -1,4 +1,4 @@
-// spm_normalize.c: SentencePiece's normalizer for the unigram path — the model's precompiled
+// spm_normalize.c: SentencePiece's normalizer for unigram and BPE models — the model's precompiled
 // character map (a darts-clone double-array trie of source strings whose values point into a
 // blob of NUL-terminated replacements), user-defined symbols passed through whole, the dummy
 // prefix (or suffix), runs of whitespace collapsed and trimmed, spaces escaped as U+2581. The rules

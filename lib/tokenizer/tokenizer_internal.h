@@ -214,6 +214,7 @@ enum tokenizer_kind { TOK_CHAR, TOK_BPE, TOK_SPM };
 typedef struct spm_model spm_model;  // spm.h: a SentencePiece model
 typedef struct unigram_model unigram_model;  // spm.h: the lattice of a unigram model
 typedef struct spm_normalizer spm_normalizer;  // spm.h: SentencePiece's normalizer
+typedef struct spm_bpe_model spm_bpe_model;  // spm.h: the merges of a BPE model
 
 struct neox_tokenizer {
     char type[32];
@@ -230,6 +231,7 @@ struct neox_tokenizer {
     bpe_model bpe;
     spm_model *spm;            // TOK_SPM
     unigram_model *spm_unigram;  // TOK_SPM with a unigram model: its segmentation (unigram.c) ...
+    spm_bpe_model *spm_bpe;      // ... or with a BPE model, its merges (spm_bpe.c) ...
     spm_normalizer *spm_normalizer;  // ... and its normalizer (spm_normalize.c)
     added_token *added;
     size_t n_added;

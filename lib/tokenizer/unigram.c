@@ -185,6 +185,12 @@ size_t unigram_user_symbol_prefix(const unigram_model *u, const uint8_t *s, size
     return longest;
 }
 
+int32_t unigram_piece_id(const unigram_model *u, const uint8_t *s, size_t n) {
+    int32_t node = 0;
+    for (size_t i = 0; i < n && node >= 0; i++) node = trie_step(u, node, s[i]);
+    return node >= 0 ? u->node_piece[node] : -1;
+}
+
 static void push(int32_t **ids, size_t *len, size_t *cap, int32_t id) {
     if (*len == *cap) {
         *cap = *cap * 2 > 1024 ? *cap * 2 : 1024;

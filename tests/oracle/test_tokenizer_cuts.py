@@ -177,6 +177,28 @@ def test_sentencepiece_cuts_match_sentencepiece(model_type, built, texts):
                sp.encode(docs, num_threads=2), None if model_type == "bpe" else "not BPE")
 
 
+def test_sentencepiece_bpe_with_unused_pieces_refuses(built, texts, tmp_path):
+    """Unused pieces are split back by the pair sentencepiece recorded over the whole text: no cut."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as model_pb2
+    tmp, lines, _ = built
+    prefix = str(tmp / "cut_spm_unused_base")
+    spm.SentencePieceTrainer.train(sentence_iterator=iter([ln for ln in lines if ln.strip()]), model_prefix=prefix,
+                                   model_type="bpe", vocab_size=800, minloglevel=2, num_threads=2)
+    proto = model_pb2.ModelProto()
+    with open(prefix + ".model", "rb") as f:
+        proto.ParseFromString(f.read())
+    for p in proto.pieces[10::4]:
+        if p.type == p.NORMAL and len(p.piece) >= 2:
+            p.type = p.UNUSED
+    path = str(tmp_path / "unused.model")
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+    sp = spm.SentencePieceProcessor(model_file=path)
+    docs = [d for d in texts if "\0" not in d][:200]
+    check_cuts(["--tokenizer-type", "SPMTokenizer", "--vocab-file", path], docs, sp.encode(docs), "unused pieces")
+
+
 def read_dataset(prefix):
     """The documents of a Megatron .bin/.idx pair (numpy, from the index's own layout)."""
     with open(prefix + ".idx", "rb") as f:
