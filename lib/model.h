@@ -17,9 +17,10 @@
 #include "core.h"
 #include "kernels/kernels.h"
 
-// ScaleNorm (GPT-NeoX's): x / max(||x||, eps) * g, one scalar g per norm. Stored in checkpoints:
-// append new kinds.
-typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM, NEOX_NORM_SCALENORM } neox_norm_kind;
+// ScaleNorm (GPT-NeoX's): x / max(||x||, eps) * g, one scalar g per norm. Non-parametric
+// LayerNorm (GPT-NeoX's NonParametricLayernorm): a LayerNorm with no weight and no bias, so no
+// tensors. Stored in checkpoints: append new kinds.
+typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM, NEOX_NORM_SCALENORM, NEOX_NORM_NONPARAMETRIC } neox_norm_kind;
 // ALiBi: no embedding; attention scores get a linear bias per head (GPT-NeoX slopes). The values are
 // stored in checkpoints: append new kinds.
 typedef enum { NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_NONE, NEOX_POS_ALIBI } neox_pos_kind;
@@ -121,14 +122,20 @@ int neox_model_desc_check(neox_model_desc *desc, neox_error *err);
 // the output layer as one layer each. bounds: (pp + 1), stage s holds [bounds[s], bounds[s+1]).
 // Every stage gets at least one transformer layer. An unknown method fails naming the key.
 int neox_model_pipe_partition(const neox_model_desc *desc, int pp, const char *method, int *bounds, neox_error *err);
-// The weights of one norm: a scale per channel, or ScaleNorm's one gain.
+// The weights of one norm: a scale per channel, ScaleNorm's one gain, or none (a parameter-free
+// norm: no tensors; it is computed with the model's constant weight of ones, neox_model.norm_ones).
 static inline int neox_norm_weights(const neox_model_desc *d) {
-    return d->norm == NEOX_NORM_SCALENORM ? 1 : d->hidden_size;
+    return d->norm == NEOX_NORM_SCALENORM ? 1 : d->norm == NEOX_NORM_NONPARAMETRIC ? 0 : d->hidden_size;
+}
+// The arithmetic of the model's norm, which picks its kernels: a non-parametric LayerNorm is a
+// LayerNorm whose weight is ones.
+static inline neox_norm_kind neox_norm_arith(const neox_model_desc *d) {
+    return d->norm == NEOX_NORM_NONPARAMETRIC ? NEOX_NORM_LAYERNORM : d->norm;
 }
 // The heads whose values use_qk_layernorm normalises together: all of them for a LayerNorm
 // (GPT-NeoX's LayerNorm([heads, head_size])), one for an RMSNorm (GPT-NeoX's reduces the last dim).
 static inline int neox_qk_norm_group(const neox_model_desc *d, int local_heads) {
-    return d->norm == NEOX_NORM_LAYERNORM ? local_heads : 1;
+    return neox_norm_arith(d) == NEOX_NORM_LAYERNORM ? local_heads : 1;
 }
 // Whether layer l's MLP is a Mixture of Experts.
 static inline int neox_model_moe_layer(const neox_model_desc *d, int l) {
@@ -250,6 +257,10 @@ struct neox_model {
     size_t num_floats;       // total parameter count
     float *param_buf, *grad_buf;
     neox_model_weights w, g; // views into param_buf and grad_buf
+    // A parameter-free norm (neox_norm_weights 0): its weight views in w point at norm_ones, a
+    // constant of ones (max(hidden, local heads x head size) floats, backend memory), and its
+    // gradient views in g at norm_sink, where the kernels' weight gradients go and nothing reads.
+    float *norm_ones, *norm_sink;
     // Activations, planned by neox_model_plan for (B, T), in nslots independent sets (pipeline
     // schedules keep several micro-batches between their forward and backward).
     int B, T;

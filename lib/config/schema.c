@@ -60,7 +60,7 @@ const neox_key_spec neox_key_specs[] = {
     {.name = "max_position_embeddings", .type = NEOX_TYPE_INT, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
      .min = 1, .max = 9007199254740992},
-    {.name = "norm", .type = NEOX_TYPE_CHOICE, .default_text = "\"layernorm\"", .choices = "layernorm|rmsnorm|non_parametric_layernorm|scalenorm|te_rmsnorm|te_layernorm", .supported = "layernorm|rmsnorm|scalenorm|te_rmsnorm|te_layernorm",
+    {.name = "norm", .type = NEOX_TYPE_CHOICE, .default_text = "\"layernorm\"", .choices = "layernorm|rmsnorm|non_parametric_layernorm|scalenorm|te_rmsnorm|te_layernorm", .supported = "layernorm|rmsnorm|non_parametric_layernorm|scalenorm|te_rmsnorm|te_layernorm",
      .feature = "normalization", .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "layernorm_fusion", .type = NEOX_TYPE_BOOL, .default_text = "false", .choices = NULL, .supported = NULL,

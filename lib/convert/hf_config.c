@@ -171,6 +171,10 @@ char *neox_cvt_hf_config_json(const neox_model_desc *d, const char *dtype, neox_
     if (d->norm == NEOX_NORM_SCALENORM)
         return neox_fail(err, NEOX_EXIT_USAGE, "norm 'scalenorm': GPTNeoXForCausalLM and LlamaForCausalLM have no "
                          "ScaleNorm (one gain per norm; their norms scale each channel)"), NULL;
+    if (d->norm == NEOX_NORM_NONPARAMETRIC)
+        return neox_fail(err, NEOX_EXIT_USAGE, "norm 'non_parametric_layernorm': GPTNeoXForCausalLM and "
+                         "LlamaForCausalLM have no LayerNorm without weights (their norms load a weight per channel)"),
+               NULL;
     if (d->pos_emb == NEOX_POS_ALIBI)
         return neox_fail(err, NEOX_EXIT_USAGE, "pos_emb 'alibi': GPTNeoXForCausalLM and LlamaForCausalLM have no "
                          "attention biases (they always rotate)"), NULL;

@@ -14,7 +14,10 @@
 #include "optim.h"
 
 static const char *norm_name(neox_norm_kind k) {
-    return k == NEOX_NORM_RMSNORM ? "rmsnorm" : k == NEOX_NORM_SCALENORM ? "scalenorm" : "layernorm";
+    return k == NEOX_NORM_RMSNORM         ? "rmsnorm"
+           : k == NEOX_NORM_SCALENORM      ? "scalenorm"
+           : k == NEOX_NORM_NONPARAMETRIC ? "non_parametric_layernorm"
+                                           : "layernorm";
 }
 static const char *act_name(neox_activation a) {
     return a == NEOX_ACT_GELU_TANH ? "gelu (tanh)" : a == NEOX_ACT_GELU_ONNX ? "gelu (onnx_safe)" : neox_activation_name(a);

@@ -62,13 +62,14 @@ static void linear_backward(neox_model *m, int begin, int end, float *dinp, floa
 }
 
 // Layer l's parameters, in buffer order (both namings): norm 1, norm 2, QKV, attention output,
-// first and second MLP projections, each with its biases; index i starts group i.
+// first and second MLP projections, each with its biases; index i starts group i. A parameter-free
+// norm's groups are empty (its gradient views point outside grad_buf, at the model's sink).
 enum { GROUP_LN1, GROUP_LN2, GROUP_QKV, GROUP_PROJ, GROUP_FC, GROUP_FC2, GROUP_END };
 static void layer_groups(const neox_model *m, int l, int *first) {
     const neox_layer_params *g = &m->g.layers[l];
     first[GROUP_LN1] = m->layer_first_param[l];
-    first[GROUP_LN2] = param_at(m, g->ln2_w);
     first[GROUP_QKV] = param_at(m, g->qkv_w);
+    first[GROUP_LN2] = neox_norm_weights(&m->desc) ? param_at(m, g->ln2_w) : first[GROUP_QKV];
     first[GROUP_PROJ] = param_at(m, g->proj_w);
     first[GROUP_END] = m->layer_first_param[l + 1];
     // A Mixture of Experts: the router and experts, all final at once (as group FC).

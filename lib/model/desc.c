@@ -20,12 +20,15 @@ static int parse_norm(const neox_config *cfg, neox_model_desc *d, neox_error *er
         d->norm = NEOX_NORM_LAYERNORM;
         d->norm_eps = (float)neox_config_float(cfg, layernorm_epsilon);
         d->norm_bias = neox_config_bool(cfg, use_bias_in_norms);
+    } else if (strcmp(norm, "non_parametric_layernorm") == 0) {
+        d->norm = NEOX_NORM_NONPARAMETRIC;
+        d->norm_eps = (float)neox_config_float(cfg, layernorm_epsilon);
     } else if (strcmp(norm, "scalenorm") == 0) {
         d->norm = NEOX_NORM_SCALENORM;
         d->norm_eps = (float)neox_config_float(cfg, scalenorm_epsilon);
     } else {
-        return neox_fail(err, NEOX_EXIT_USAGE, "norm '%s' is not supported (layernorm, rmsnorm, scalenorm, te_layernorm, "
-                         "te_rmsnorm)", norm);
+        return neox_fail(err, NEOX_EXIT_USAGE, "norm '%s' is not supported (layernorm, non_parametric_layernorm, rmsnorm, "
+                         "scalenorm, te_layernorm, te_rmsnorm)", norm);
     }
     return 0;
 }

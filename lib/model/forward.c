@@ -77,7 +77,7 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
         if (d->qk_norm) {
             la->qraw = take(cur, N * NH * HS);
             la->kraw = take(cur, N * NKV * HS);
-            la->qk_mean = d->norm == NEOX_NORM_LAYERNORM ? take(cur, 2 * N * NH) : NULL;
+            la->qk_mean = neox_norm_arith(d) == NEOX_NORM_LAYERNORM ? take(cur, 2 * N * NH) : NULL;
             la->qk_rstd = take(cur, 2 * N * NH);
         }
         la->att = take(cur, N * NH * HS);
@@ -405,7 +405,7 @@ static void add_branch_norm(neox_model *m, float *sum, float *out, float *mean, 
     branch_dropout(m, branch, layer, site);
     if (d->norm == NEOX_NORM_RMSNORM) {
         m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps);
-    } else if (d->norm == NEOX_NORM_LAYERNORM) {
+    } else if (neox_norm_arith(d) == NEOX_NORM_LAYERNORM) {
         m->be->add_layernorm_forward(sum, out, mean, rstd, res, branch, w, b, N, C, d->norm_eps);
     } else {
         m->be->add(sum, res, branch, (size_t)N * C);

@@ -194,7 +194,7 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     if (d->qk_norm) {  // in place, as the training forward normalises them
         const neox_layer_params *p = &g->m->w.layers[l];
         int G = neox_qk_norm_group(d, NH);
-        float *mean = d->norm == NEOX_NORM_LAYERNORM ? g->qk_stats : NULL, *rstd = g->qk_stats + T * NH;
+        float *mean = neox_norm_arith(d) == NEOX_NORM_LAYERNORM ? g->qk_stats : NULL, *rstd = g->qk_stats + T * NH;
         be->head_norm_forward(q, mean, rstd, q, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps);
         be->head_norm_forward(k, mean, rstd, k, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps);
     }

@@ -86,7 +86,7 @@ int neox_model_desc_check(neox_model_desc *d, neox_error *err) {
     // the query/key norm kernels hold LayerNorm's and RMSNorm's statistics only.
     if (d->qk_norm && d->norm == NEOX_NORM_SCALENORM)
         return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm is not supported with norm: scalenorm (layernorm, "
-                         "rmsnorm)");
+                         "non_parametric_layernorm, rmsnorm)");
     // GPT-NeoX's one query/key norm has the queries' shape: keys of fewer heads do not fit it.
     if (d->qk_norm && d->num_kv_heads != d->num_heads)
         return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm needs num_kv_heads = num_attention_heads (%d, not %d): "
@@ -156,7 +156,7 @@ static size_t add_param(layout_ctx *c, int no_decay, neox_split split, int64_t r
 // cut by heads as the queries are (Hugging Face has no class with one norm shared by q and k).
 static void layout_qk_norm(layout_ctx *c, neox_layer_params *v, const char *pre, const char *attn, int l) {
     const neox_model_desc *d = &c->m->desc;
-    if (!d->qk_norm) return;
+    if (!d->qk_norm || neox_norm_weights(d) == 0) return;
     v->qk_norm_w = OFF(add_param(c, 1, ROWS, d->num_heads, d->head_size, "%s.%d.%s.qk_layernorm.weight", pre, l, attn));
     if (d->norm_bias)
         v->qk_norm_b = OFF(add_param(c, 1, ROWS, d->num_heads, d->head_size, "%s.%d.%s.qk_layernorm.bias", pre, l, attn));
@@ -205,9 +205,9 @@ static void layout_layer(layout_ctx *c, int l, neox_layer_params *v) {
     const char *pre = neox ? "gpt_neox.layers" : "model.layers";
     memset(v, 0, sizeof *v);
     int NW = neox_norm_weights(d);
-    v->ln1_w = OFF(add_param(c, 1, NONE, NW, 0, "%s.%d.input_layernorm.weight", pre, l));
+    if (NW) v->ln1_w = OFF(add_param(c, 1, NONE, NW, 0, "%s.%d.input_layernorm.weight", pre, l));
     if (ln_bias) v->ln1_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.input_layernorm.bias", pre, l));
-    v->ln2_w = OFF(add_param(c, 1, NONE, NW, 0, "%s.%d.post_attention_layernorm.weight", pre, l));
+    if (NW) v->ln2_w = OFF(add_param(c, 1, NONE, NW, 0, "%s.%d.post_attention_layernorm.weight", pre, l));
     if (ln_bias) v->ln2_b = OFF(add_param(c, 1, NONE, C, 0, "%s.%d.post_attention_layernorm.bias", pre, l));
     if (neox) {
         // Fused QKV rows are [q k v] per head, so an even cut of the rows is a cut by heads.
@@ -301,8 +301,9 @@ static void lay_out(neox_model *m, neox_model_weights *layout) {
     m->layer_first_param[d.num_layers] = m->nparams;
     c.present = last;
 
-    layout->lnf_w = OFF(add_param(&c, 1, NONE, neox_norm_weights(&d), 0,
-                                  neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
+    if (neox_norm_weights(&d))
+        layout->lnf_w = OFF(add_param(&c, 1, NONE, neox_norm_weights(&d), 0,
+                                      neox ? "gpt_neox.final_layer_norm.weight" : "model.norm.weight"));
     if (d.norm_bias)
         layout->lnf_b = OFF(add_param(&c, 1, NONE, C, 0, neox ? "gpt_neox.final_layer_norm.bias" : "model.norm.bias"));
     if (d.value_head) {
@@ -349,6 +350,30 @@ static void zero_untouched(const neox_backend *be, void *p, size_t bytes) {
     else neox_discard_pages(p, bytes);
 }
 
+// A parameter-free norm: the weight views of this rank's norms (its layers', their query/key norm's,
+// the final one on the last stage) point at one constant of ones, and their gradient views at one
+// sink, so the kernels of the norm with weights compute it unchanged on every backend.
+static void point_free_norms(neox_model *m) {
+    const neox_model_desc *d = &m->desc;
+    const neox_backend *be = m->be;
+    size_t n = (size_t)d->hidden_size, qk = (size_t)neox_model_shard(d).NH * d->head_size;
+    if (qk > n) n = qk;
+    float *ones = neox_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
+    m->norm_ones = be->alloc(n * sizeof(float));
+    be->to_device(m->norm_ones, ones, n * sizeof(float));
+    free(ones);
+    m->norm_sink = be->alloc(n * sizeof(float));
+    be->memset_zero(m->norm_sink, n * sizeof(float));
+    for (int l = d->layer_begin; l < d->layer_end; l++) {
+        neox_layer_params *w = &m->w.layers[l], *g = &m->g.layers[l];
+        w->ln1_w = w->ln2_w = m->norm_ones;
+        g->ln1_w = g->ln2_w = m->norm_sink;
+        if (d->qk_norm) w->qk_norm_w = m->norm_ones, g->qk_norm_w = m->norm_sink;
+    }
+    if (neox_model_last_stage(d)) m->w.lnf_w = m->norm_ones, m->g.lnf_w = m->norm_sink;
+}
+
 neox_model *neox_model_create_on(const neox_model_desc *desc, const neox_backend *be, neox_error *err) {
     neox_model_desc d = *desc;
     if (neox_model_desc_check(&d, err) != 0) return NULL;
@@ -364,6 +389,7 @@ neox_model *neox_model_create_on(const neox_model_desc *desc, const neox_backend
     make_views(m, &layout, m->param_buf, &m->w);
     make_views(m, &layout, m->grad_buf, &m->g);
     free(layout.layers);
+    if (neox_norm_weights(&d) == 0) point_free_norms(m);
     return m;
 }
 
@@ -378,6 +404,8 @@ void neox_model_free(neox_model *m) {
     m->be->free(m->param_buf);
     m->be->free(m->grad_buf);
     m->be->free(m->param16);
+    m->be->free(m->norm_ones);
+    m->be->free(m->norm_sink);
     free(m->w.layers);
     free(m->g.layers);
     neox_model_free_plan(m);

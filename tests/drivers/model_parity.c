@@ -2,7 +2,7 @@
 // their Hugging Face names from a safetensors file, runs forward and backward on the token ids of a
 // second file, and writes the logits, the loss and every parameter gradient ("grad.<name>").
 //   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
-// keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm|scalenorm) eps pos(rotary|learned|none|alibi)
+// keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm|scalenorm|non_parametric_layernorm) eps pos(rotary|learned|none|alibi)
 // rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint qk_norm
 // moe_experts moe_top_k moe_interval moe_ffn moe_router(sinkhorn|topk) moe_jitter moe_renorm training (the model's flag);
 // with moe_jitter the noise factors of each MoE layer l are written as "moe_jitter.l" (B*T, C).
@@ -42,9 +42,10 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("ffn")) d->ffn_size = atoi(v);
     else if (KEY("max_pos")) d->max_positions = atoi(v);
     else if (KEY("norm"))
-        d->norm = strcmp(v, "rmsnorm") == 0     ? NEOX_NORM_RMSNORM
-                  : strcmp(v, "scalenorm") == 0 ? NEOX_NORM_SCALENORM
-                                                : NEOX_NORM_LAYERNORM;
+        d->norm = strcmp(v, "rmsnorm") == 0                    ? NEOX_NORM_RMSNORM
+                  : strcmp(v, "scalenorm") == 0                ? NEOX_NORM_SCALENORM
+                  : strcmp(v, "non_parametric_layernorm") == 0 ? NEOX_NORM_NONPARAMETRIC
+                                                               : NEOX_NORM_LAYERNORM;
     else if (KEY("eps")) d->norm_eps = strtof(v, NULL);
     else if (KEY("pos"))
         d->pos_emb = strcmp(v, "learned") == 0 ? NEOX_POS_LEARNED

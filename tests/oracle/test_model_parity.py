@@ -493,7 +493,7 @@ class NeoxRMSNorm(torch.nn.Module):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
-def add_qk_norm(model, kind, cfg, monkeypatch):
+def add_qk_norm(model, kind, cfg, monkeypatch, make_norm=None):
     module = transformers.models.gpt_neox.modeling_gpt_neox if kind == "neox" else \
         transformers.models.llama.modeling_llama
     heads, hs = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
@@ -502,7 +502,9 @@ def add_qk_norm(model, kind, cfg, monkeypatch):
     torch.manual_seed(77)
     for layer in layers:
         attn = layer.attention if kind == "neox" else layer.self_attn
-        if kind == "neox":
+        if make_norm:
+            attn.qk_layernorm = make_norm((heads, hs))
+        elif kind == "neox":
             attn.qk_layernorm = torch.nn.LayerNorm([heads, hs], eps=cfg.layer_norm_eps)
         else:
             attn.qk_layernorm = NeoxRMSNorm((heads, hs), cfg.rms_norm_eps)
@@ -606,3 +608,45 @@ def test_scalenorm_parity(case, tmp_path):
         assert (seen[0] < eps).any() and (seen[0] > eps).any(), seen[0]
     out = run_driver(tmp_path, model, cfg, "llama", {**extra, "norm": "scalenorm", "eps": eps}, ids, targets, mask)
     check_parity(out, model, ids, targets, mask, unlike=rms, change="scalenorm gave RMSNorm's logits")
+
+
+# ---- norm: non_parametric_layernorm -------------------------------------------------------------
+# GPT-NeoX's NonParametricLayernorm (megatron/model/norms.py) restated: torch.nn.LayerNorm(dim, eps,
+# elementwise_affine=False, bias=False), no weight and no bias, in place of every RMSNorm of a
+# LlamaForCausalLM (torch 1.13's LayerNorm has no `bias` argument: without the affine part it has none).
+def nonparametric_layernorm(shape, eps):
+    try:
+        return torch.nn.LayerNorm(shape, eps=eps, elementwise_affine=False, bias=False)
+    except TypeError:
+        return torch.nn.LayerNorm(shape, eps=eps, elementwise_affine=False)
+
+
+def use_nonparametric_layernorm(model, eps):
+    owners = [(layer, name) for layer in model.model.layers for name in ("input_layernorm", "post_attention_layernorm")]
+    for owner, name in owners + [(model.model, "norm")]:
+        setattr(owner, name, nonparametric_layernorm(model.config.hidden_size, eps))
+
+
+# The GPT-NeoX qk norm case: NonParametricLayernorm([heads, head_size]) of queries and keys.
+NONPARAMETRIC_CASES = {
+    "untied": (dict(num_key_value_heads=2, tie_word_embeddings=False), {}),
+    "tied-checkpointed": (dict(num_key_value_heads=4, tie_word_embeddings=True), {"checkpoint": 1}),
+    "qk-norm": (dict(num_key_value_heads=4, tie_word_embeddings=False), {"qk_norm": 1}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NONPARAMETRIC_CASES))
+def test_nonparametric_layernorm_parity(case, tmp_path, monkeypatch):
+    kwargs, extra = NONPARAMETRIC_CASES[case]
+    model, cfg = make_model("llama", kwargs)
+    ids, targets, mask = batch()
+    rms = model(input_ids=ids).logits.detach()
+    eps = 1e-5  # GPT-NeoX's layernorm_epsilon
+    use_nonparametric_layernorm(model, eps)
+    if extra.get("qk_norm"):
+        add_qk_norm(model, "llama", cfg, monkeypatch, make_norm=lambda shape: nonparametric_layernorm(shape, eps))
+    assert not any("norm" in n for n, _ in model.named_parameters())
+    out = run_driver(tmp_path, model, cfg, "llama", {**extra, "norm": "non_parametric_layernorm", "eps": eps}, ids,
+                     targets, mask)
+    assert not any("norm" in k for k in out)
+    check_parity(out, model, ids, targets, mask, unlike=rms, change="non_parametric_layernorm gave RMSNorm's logits")
