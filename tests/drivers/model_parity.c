@@ -2,8 +2,9 @@
 // their Hugging Face names from a safetensors file, runs forward and backward on the token ids of a
 // second file, and writes the logits, the loss and every parameter gradient ("grad.<name>").
 //   model_parity WEIGHTS.safetensors INPUTS.safetensors OUT.safetensors key=value...
-// keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm|scalenorm|non_parametric_layernorm) eps pos(rotary|learned|none|alibi)
-// rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied checkpoint qk_norm
+// keys: vocab hidden layers heads kv_heads ffn max_pos norm(layernorm|rmsnorm|scalenorm|non_parametric_layernorm)
+// eps pos(rotary|learned|none|alibi) rotary_dims rotary_base parallel act(gelu|gelu_tanh|swiglu) attn_bias mlp_bias tied
+// checkpoint qk_norm
 // moe_experts moe_top_k moe_interval moe_ffn moe_router(sinkhorn|topk) moe_jitter moe_renorm training (the model's flag);
 // with moe_jitter the noise factors of each MoE layer l are written as "moe_jitter.l" (B*T, C).
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")

@@ -5,7 +5,8 @@
 # (rmsnorm, swiglu, GQA, untied, sequential residual, a sliding attention window as Mistral's)
 # checks the cuts of its tensors under tp2, pp2
 # and tp2+pp2, and the overlapped reduction's order under dp2; a progress thread (dp2+pp2, ZeRO-2)
-# changes no bit. Checkpoints move across layouts
+# changes no bit. A model with non-parametric norms follows its single-rank run under tp2, pp2 and
+# dp2 ZeRO-3. Checkpoints move across layouts
 # (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
 # group moves per step equal the analytical count. Killing one rank ends the job with `latest` intact.
 source tests/lib.sh
@@ -88,6 +89,22 @@ check "scaletp2 follows the single-rank ScaleNorm run (losses, evaluations withi
     "$PY" tests/mpi/layouts_check.py same_losses "$T/scale1" "$T/scaletp2"
 check "ScaleNorm changes the losses" bash -c \
     "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/scale1' >/dev/null"
+
+# Non-parametric LayerNorm (norm: non_parametric_layernorm): no norm tensors; every rank, every stage
+# and every ZeRO-3 unit computes its norms with the model's constant weight of ones.
+NP=non_parametric_layernorm
+NORM=$NP config np1 neox 2 4 20 ""
+check "np1: train on 1 rank(s)" "$TRAIN" -q "$T/np1.yml"
+for spec in "nptp2 2 2 4 '$TP'" "nppp2 2 2 4 '$PP'" \
+            "npz3 2 2 2 ', \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0}'"; do
+    eval "set -- $spec"
+    NORM=$NP config "$1" neox "$3" "$4" 20 "$5"
+    check "$1: train on $2 rank(s)" "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$1.yml"
+    check "$1 follows the single-rank non-parametric LayerNorm run (losses, evaluations within 1e-5)" \
+        "$PY" tests/mpi/layouts_check.py same_losses "$T/np1" "$T/$1"
+done
+check "non_parametric_layernorm changes the losses" bash -c \
+    "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/np1' >/dev/null"
 
 # bfloat16 linear layers: each layout rounds the same values to 16 bits except where a reduction
 # order differs by an fp32 ulp and a rounding flips, which training amplifies: measured 1.1e-5 on

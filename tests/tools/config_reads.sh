@@ -57,6 +57,9 @@ check "train: gated experts with renormalised weights" "$TRAIN" -q "$T/mixtral.y
 # ScaleNorm with its epsilon.
 NORM=scalenorm config scalenorm neox 2 1 3 ', "scalenorm_epsilon": 1.0e-6'
 check "train: ScaleNorm" "$TRAIN" -q "$T/scalenorm.yml"
+# Non-parametric LayerNorm with its epsilon (layernorm_epsilon).
+NORM=non_parametric_layernorm config nplayernorm neox 2 1 3 ', "layernorm_epsilon": 1.0e-6'
+check "train: non-parametric LayerNorm" "$TRAIN" -q "$T/nplayernorm.yml"
 
 # SGD and 1-bit Adam with their own params (1-bit Adam on 2 ranks, past its freeze step); SGD's
 # run with GPT-NeoX's onnx_safe gelu.
