@@ -11,11 +11,13 @@
 
 #include "internal.h"
 
-static const char *group_names[NEOX_TRAIN_COMM_GROUPS] = {"world", "pipe", "data", "model", "embed", "data_intra", "data_inter"};
+// expert and expert_data: expert parallelism's groups (the exchange's all-to-alls; the experts' reducer).
+static const char *group_names[NEOX_TRAIN_COMM_GROUPS] = {"world", "pipe", "data", "model", "embed", "data_intra",
+                                                          "data_inter", "expert", "expert_data"};
 
 neox_comm *neox_train_comm_group(neox_grid *g, int i, const char **name) {
     neox_comm *groups[NEOX_TRAIN_COMM_GROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra,
-                                                 &g->data_inter};
+                                                 &g->data_inter, &g->expert, &g->expert_data};
     if (name) *name = group_names[i];
     return groups[i];
 }

@@ -1,7 +1,7 @@
 // comm_report.c: what every rank's communicators moved over the run, gathered to rank 0 and
 // written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
 // model, pipe, embed, world; data_intra and data_inter under the
-// hierarchical all-reduce) and per operation, the calls, payload bytes, bytes sent and seconds
+// hierarchical all-reduce; expert and expert_data under expert parallelism) and per operation, the calls, payload bytes, bytes sent and seconds
 // blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h),
 // and under ZeRO-3 its parameter coordinator's gathers and the most parameters it held whole.
 // Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.

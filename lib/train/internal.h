@@ -38,7 +38,7 @@ typedef struct neox_comms_logger {
     int enabled, verbose, prof_all, debug;
     unsigned prof_ops;             // bit per neox_comm_op, used when prof_all is false
 } neox_comms_logger;
-enum { NEOX_TRAIN_COMM_GROUPS = 7 };
+enum { NEOX_TRAIN_COMM_GROUPS = 9 };
 
 // train_impl: kto (kto.c): its weights and metric sums.
 typedef struct neox_kto {

@@ -6,8 +6,8 @@
 # and the final parameters (resharded to one shard, read with h5dump) must follow one rank within
 # 1e-5, and so do the logged parameter norms. A checkpoint moves EP2 -> one rank -> EP4 on the
 # straight run's trajectory, gated renormalised experts (Mixtral's) follow one rank under dp2/EP2,
-# and the combinations expert parallelism does not cover are refused
-# naming both keys.
+# the combinations expert parallelism does not cover are refused
+# naming both keys, and the communication report counts the expert group's all-to-all bytes exactly.
 source tests/lib.sh
 
 need_mpi "MoE expert parallelism" || exit 0
@@ -86,6 +86,31 @@ check "log_param_norm: one rank" "$TRAIN" -q "$T/norm-one.yml"
 check "log_param_norm: dp4/EP2" "$MPIEXEC" -n 4 "$TRAIN" -q "$T/norm-ep.yml"
 check "log_param_norm: dp4/EP2's per-tensor and total norms equal one rank's (within 1e-5)" \
     "$PY" tests/mpi/zero3_check.py norms "$T/norm-one" "$T/norm-ep"
+
+# The communication report lists the expert group: every rank's all-to-alls of an exchange (a count per
+# local expert to each rank, 4E bytes, then the rows out and back, in forward and again in backward)
+# summed over the ranks are 4E + 4 x (N top_k rows x C x 4 bytes) per micro-batch and MoE layer for each
+# rank; the comms summary and the per-step metrics name the group too. (No evaluation: its exchanges
+# would count as well.)
+config comm-ep 2 sinkhorn 1 2 ', "moe_expert_parallel_size": 2, "do_valid": false, "do_test": false,
+  "comms_logger": {"enabled": true}'
+check "the expert group's report: dp2/EP2" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/comm-ep.yml"
+check "comm_stats.json: the expert group's all-to-all bytes are the analytical count" \
+    "$PY" - "$T/comm-ep/log" <<'PY'
+import json, sys
+log = sys.argv[1]
+ranks = json.load(open(f"{log}/comm_stats.json"))["ranks"]
+iters, accum, dp, moe_layers, E, K, N, C = 12, 2, 2, 2, 4, 2, 2 * 32, 32
+want = iters * accum * dp * moe_layers * (4 * E + 4 * N * K * C * 4)
+got = sum(r["groups"]["expert"]["all_to_all"]["bytes"] for r in ranks)
+print(f"expert all_to_all bytes {got}, analytical {want}")
+assert got == want
+assert all("expert_data" in r["groups"] for r in ranks)
+summary = open(f"{log}/comms_summary.txt").read()
+assert "expert/all_to_all" in summary, "the comms summary does not list the expert group"
+steps = [json.loads(l) for l in open(f"{log}/metrics.jsonl")]
+assert any("comm/expert/all_to_all/bytes" in s for s in steps), "no per-step expert metrics"
+PY
 
 # Refusals: each names moe_expert_parallel_size and the key it cannot go with.
 refuse() {  # refuse NAME RANKS PATTERN EXTRA [SED]: SED edits the config's own keys
