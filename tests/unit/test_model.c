@@ -1,5 +1,6 @@
 // test_model.c: the model description from a GPT-NeoX config (derived sizes), deterministic init,
-// and that activation checkpointing leaves loss and gradients bit-identical.
+// and that activation checkpointing leaves loss and gradients bit-identical; a parameter-free norm
+// lays out no tensor and its model reports every gradient once.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -162,6 +163,51 @@ static void test_desc_activations(void **state) {
     assert_int_equal(err.status, NEOX_EXIT_USAGE);
     assert_non_null(strstr(err.message, "onnx_safe and bias_gelu_fusion"));
     neox_config_free(cfg);
+}
+
+// norm: non_parametric_layernorm: layernorm_epsilon read; no norm tensor (use_qk_layernorm's either);
+// backward reports every parameter of the stage exactly once to grads_ready (the empty norm groups
+// cope), on the whole model and on the last of two pipeline stages.
+static void count_ready(void *ctx, int begin, int end) {
+    int *seen = ctx;
+    for (int i = begin; i < end; i++) seen[i]++;
+}
+
+static void test_nonparametric_norm(void **state) {
+    (void)state;
+    neox_config *cfg = load_yaml("train_micro_batch_size_per_gpu: 1\nhidden_size: 16\nnum_layers: 2\nnum_attention_heads: 4\n"
+                                 "seq_length: 8\nmax_position_embeddings: 8\nnorm: non_parametric_layernorm\n"
+                                 "layernorm_epsilon: 0.001\nuse_qk_layernorm: true\n");
+    neox_model_desc d;
+    neox_error err = {0};
+    if (neox_model_desc_from_config(&d, cfg, 40, &err) != 0) fail_msg("%s", err.message);
+    neox_config_free(cfg);
+    assert_int_equal(d.norm, NEOX_NORM_NONPARAMETRIC);
+    assert_true(fabsf(d.norm_eps - 1e-3f) < 1e-9f);
+    for (int stage = 0; stage < 2; stage++) {
+        neox_model_desc s = d;
+        if (stage) s.pp_size = 2, s.pp_rank = 1, s.layer_begin = 1, s.layer_end = 2;
+        neox_model *m = neox_model_create(&s, &err);
+        assert_non_null(m);
+        for (int i = 0; i < m->nparams; i++)
+            if (strstr(m->params[i].name, "norm")) fail_msg("a norm tensor: %s", m->params[i].name);
+        neox_model_init(m, 42);
+        assert_int_equal(neox_model_plan(m, 1, 8, &err), 0);
+        int *seen = calloc((size_t)m->nparams, sizeof(int));
+        m->grads_ready = count_ready;
+        m->grads_ready_ctx = seen;
+        int ids[8], targets[8];
+        for (int i = 0; i < 8; i++) ids[i] = (i * 7) % 40, targets[i] = (i * 11 + 3) % 40;
+        float x[8 * 16];
+        for (int i = 0; i < 8 * 16; i++) x[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
+        if (stage) memcpy(neox_model_stage_input(m), x, sizeof x);  // as the previous stage would send it
+        assert_int_equal(neox_model_forward(m, ids, targets, NULL, &err), 0);
+        neox_model_backward(m, 1.0f);
+        for (int i = 0; i < m->nparams; i++)
+            if (seen[i] != 1) fail_msg("stage %d: %s reported %d times", stage, m->params[i].name, seen[i]);
+        free(seen);
+        neox_model_free(m);
+    }
 }
 
 static neox_model *tiny(int checkpoint) {
@@ -333,6 +379,7 @@ int main(void) {
         cmocka_unit_test(test_host_checkpoints_are_exact),
         cmocka_unit_test(test_head_chunks),
         cmocka_unit_test(test_moe_exchange_plan),
+        cmocka_unit_test(test_nonparametric_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
