@@ -337,7 +337,7 @@ static void test_validation_and_refusals(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\nseed: 1.5\n", 1, "key 'seed': expected an integer, got a float (1.5)");
     expect_error("train_micro_batch_size_per_gpu: 1\nno_weight_tying: 1\n", 1, "expected true or false");
     expect_error("train_micro_batch_size_per_gpu: 1\nnorm: null\n", 1, "must not be null");
-    expect_error("train_micro_batch_size_per_gpu: 1\nnorm: scalenorm\n", 1, "normalization 'scalenorm' is not supported by neox.c (supported: layernorm, rmsnorm)");
+    expect_error("train_micro_batch_size_per_gpu: 1\npos_emb: sinusoidal\n", 1, "position embedding 'sinusoidal' is not supported by neox.c (supported: learned, rotary, none, alibi)");
     expect_error("train_micro_batch_size_per_gpu: 1\nactivation: tanh\n", 1, "key 'activation': 'tanh' is not one of");
     expect_error("train_micro_batch_size_per_gpu: 1\nuse_mup: true\n", 1, "muP is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\ntrain_impl: reinforce\n", 1, "key 'train_impl': post-training method 'reinforce' is not supported by neox.c (supported: normal, dpo, kto, rm)");
