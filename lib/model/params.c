@@ -29,9 +29,10 @@ static int check_layout(neox_model_desc *d, neox_error *err) {
                              cuts[i].what, cuts[i].n);
     // GPT-NeoX's query/key LayerNorm spans one rank's heads, so its model would change with the layout.
     if (d->qk_norm && d->tp_size > 1 && neox_qk_norm_group(d, d->num_heads) > 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm with norm: layernorm normalises over all heads of a "
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm with norm: %s normalises over all heads of a "
                          "token; model_parallel_size %d would cut it (GPT-NeoX normalises each rank's heads apart, a "
-                         "different model per layout); use model_parallel_size 1 or norm: rmsnorm", d->tp_size);
+                         "different model per layout); use model_parallel_size 1 or norm: rmsnorm",
+                         d->norm == NEOX_NORM_NONPARAMETRIC ? "non_parametric_layernorm" : "layernorm", d->tp_size);
     return 0;
 }
 

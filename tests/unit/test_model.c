@@ -208,6 +208,10 @@ static void test_nonparametric_norm(void **state) {
         free(seen);
         neox_model_free(m);
     }
+    // Its query/key norm spans a token's heads, as LayerNorm's does: tensor parallelism would cut it.
+    d.tp_size = 2;
+    assert_int_equal(neox_model_desc_check(&d, &err), -1);
+    assert_non_null(strstr(err.message, "use_qk_layernorm with norm: non_parametric_layernorm"));
 }
 
 static neox_model *tiny(int checkpoint) {
