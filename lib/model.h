@@ -271,6 +271,13 @@ struct neox_model {
     neox_comm *ep;  // the expert-parallel group (desc.ep_size ranks), NULL without expert parallelism
     neox_grads_ready_fn grads_ready;
     void *grads_ready_ctx;
+    // Set by the caller with grads_ready: the output layer's weight gradient is computed
+    // head_grad_rows vocabulary rows per product (0: one product) and each piece's range of grad_buf
+    // [begin, end) reported to grad_range_ready (same ctx) as it becomes final, instead of the whole
+    // parameter to grads_ready: a large vocabulary's reduction starts, and its memory can be given
+    // back, piece by piece. Only for an output layer of its own (not tied to the embedding).
+    int head_grad_rows;
+    void (*grad_range_ready)(void *ctx, size_t begin, size_t end);
     neox_weights_use_fn weights_use;
     void *weights_use_ctx;
 };
@@ -365,6 +372,10 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
 const float *neox_model_logits(const neox_model *m);
 // Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
 void neox_model_backward(neox_model *m, float loss_scale);
+// The most elements of grad_buf one product of backward writes before they are reported final
+// (with head_grad_rows set): the largest tensor computed whole, a piece of the output layer, or the
+// rows a micro-batch's tokens touch in the input embedding. Needs a plan (B, T).
+size_t neox_model_grad_fill_elems(const neox_model *m);
 
 // Objectives other than the mean token loss (DPO: lib/train/preference.c) are built from the
 // per-token log-probabilities of the targets and give back the loss's gradient per token.

@@ -172,6 +172,39 @@ static void layer_backward(neox_model *m, int l) {
     grads_ready(m, group[GROUP_LN1], group[GROUP_LN2]);
 }
 
+// The output layer's weight gradient is made in pieces of head_grad_rows vocabulary rows when the
+// caller asked for it and the layer is a parameter of its own, the last dense one.
+static int head_in_pieces(const neox_model *m, int out) {
+    return m->head_grad_rows > 0 && m->grad_range_ready && out + 1 == m->dense_params &&
+           m->g.lm_head == m->grad_buf + m->params[out].offset && m->head_grad_rows < neox_model_head_cols(&m->desc);
+}
+
+// The last rows' share of the output layer's weight gradient, piece by piece: each piece is then
+// final and reported, so its reduction starts while the next piece is computed.
+static void head_weights_in_pieces(neox_model *m, int out, const float *lnf, int rows) {
+    int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc);
+    size_t base = m->params[out].offset;
+    for (int o0 = 0; o0 < OC; o0 += m->head_grad_rows) {
+        int o1 = OC - o0 < m->head_grad_rows ? OC : o0 + m->head_grad_rows;
+        neox_model_linear_backward_weight_rows(m, m->g.lm_head, ((neox_acts *)m->acts)->logits, lnf, rows, C, OC, o0,
+                                               o1, o0 == 0);
+        m->grad_range_ready(m->grads_ready_ctx, base + (size_t)o0 * C, base + (size_t)o1 * C);
+        poll(m);
+    }
+}
+
+size_t neox_model_grad_fill_elems(const neox_model *m) {
+    size_t fill = 0, touched = (size_t)m->B * m->T * m->desc.hidden_size;
+    for (int p = 0; p < m->nparams; p++) {
+        size_t n = m->params[p].numel;
+        const float *g = m->grad_buf + m->params[p].offset;
+        if (g == m->g.wte && g != m->g.lm_head && touched < n) n = touched;  // a scatter into the rows of the ids
+        if (g == m->g.lm_head && head_in_pieces(m, p)) n = (size_t)m->head_grad_rows * m->desc.hidden_size;
+        if (n > fill) fill = n;
+    }
+    return fill;
+}
+
 // From the loss to the gradient of the stage's output: cross-entropy over this rank's
 // vocabulary (or the given gradient of a value head's values), the output layer (its input
 // gradient reduced) and the final norm.
@@ -206,7 +239,10 @@ static void head_backward(neox_model *m, float loss_scale) {
                 neox_model_linear_backward_weights(m, m->g.lm_head, NULL, a->logits, lnf, rows, C, OC);
                 neox_model_linear_backward_input(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC);
                 poll(m);
-            } else {  // the last chunk finishes the output layer's gradient
+            } else if (head_in_pieces(m, out)) {  // the last chunk finishes the output layer's gradient
+                head_weights_in_pieces(m, out, lnf, rows);
+                neox_model_linear_backward_input(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC);
+            } else {
                 linear_backward(m, out, m->dense_params, a->dln + (size_t)r0 * C, m->g.lm_head, NULL, a->logits, lnf,
                                 m->w.lm_head, rows, C, OC);
             }

@@ -85,6 +85,22 @@ void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, con
     if (db) be->linear_backward(NULL, NULL, db, dout, OC, NULL, NULL, N, IC, OC, 0);
 }
 
+void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const float *dout, const float *inp, int N,
+                                            int IC, int OC, int o0, int o1, int cast) {
+    const neox_backend *be = m->be;
+    float *rows = dw + (size_t)o0 * IC;
+    if (m->precision == NEOX_PRECISION_FP32) {
+        be->linear_backward(NULL, rows, NULL, dout + o0, OC, inp, NULL, N, IC, o1 - o0, 0);
+        return;
+    }
+    if (cast) {
+        cast_half(m, m->half_out, dout, (size_t)N * OC);
+        cast_half(m, m->half_in, inp, (size_t)N * IC);
+    }
+    be->gemm_ex(1, 0, o1 - o0, IC, N, 1.0f, m->half_out + o0, OC, m->half_in, IC, half_elem(m), 1.0f, rows, IC,
+                NEOX_ELEM_F32);
+}
+
 // dinp (N, IC) = dout (N, OC) @ w (OC, IC), overwritten; right after the weights' backward of the
 // same dout.
 void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,

@@ -169,6 +169,11 @@ void neox_model_linear_forward(neox_model *m, float *out, const float *inp, cons
                                int IC, int OC);
 void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, const float *dout, const float *inp, int N,
                                         int IC, int OC);
+// Rows [o0, o1) of the weights' backward (dw += dout[:, o0:o1]^T inp): a piece of what
+// neox_model_linear_backward_weights does for all OC rows; cast: make the 16-bit operands first (for
+// the first piece of a dout). No bias.
+void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const float *dout, const float *inp, int N,
+                                            int IC, int OC, int o0, int o1, int cast);
 void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
                                       int OC);
 

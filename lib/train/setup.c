@@ -202,7 +202,8 @@ static neox_grad_reducer *make_reducer_over(neox_trainer *t, neox_dtype wire, in
                                     .all_reduce = !neox_config_bool(t->cfg, zero_reduce_scatter),
                                     .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
                                     .backend = t->be, .partition_sum = t->grad_partition,
-                                    .progress_interval = t->progress_interval, .mean_over = mean_over};
+                                    .progress_interval = t->progress_interval, .mean_over = mean_over,
+                                    .fill_elems = neox_model_grad_fill_elems(m)};
     neox_grid *g = t->grid;
     if (t->hierarchical && over == &g->data) ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
     neox_grad_reducer *r = neox_grad_reducer_make(over, m->grad_buf + base, stop - base, offset, size, n, &ro);
@@ -257,6 +258,16 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
         size_t lo, hi;  // the reducer's partition (neox_grad_reducer_partition), known before it exists
         neox_even_share(m->num_floats - base, g->data_rank, g->data_size, &lo, &hi);
         t->grad_partition = zeroed(t, hi - lo + 1);
+        // On the host the buckets are at most reduce_bucket_size elements and their pages are given
+        // back as they land: the output layer's gradient is made in pieces of about a bucket each,
+        // so no rank holds it whole (the buckets' pages are what the memory plan counts).
+        int64_t bucket = neox_config_int_or(t->cfg, zero_reduce_bucket_size, 500000000);
+        int C = m->desc.hidden_size;
+        if (!t->be->on_device && bucket > 0) {
+            neox_model *mm = t->model;
+            mm->head_grad_rows = bucket / C > 0 ? (int)(bucket / C < INT32_MAX ? bucket / C : INT32_MAX) : 1;
+            neox_train_install_grad_hook(t);
+        }
     }
     // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
     if (t->zero_stage == 0 && !t->be->on_device && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
