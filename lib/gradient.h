@@ -88,6 +88,9 @@ size_t neox_grad_reducer_size(const neox_grad_reducer *r);
 // the host, where only the bucket being reduced and the one being filled do, plus fill_elems for
 // the product writing past the bucket filling (2 x bucket_bytes + 4 fill_elems, at most the buffer).
 size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r);
+// Bytes of the collective's own temporaries for the bucket in flight under split buckets (ZeRO-2
+// and 3 on the host: two of the largest bucket in its wire format), else 0 (not planned).
+size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r);
 // Bytes of the 16-bit wire copy of the gradients (communication_data_type bf16/fp16), else 0.
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r);
 
@@ -156,6 +159,9 @@ void neox_param_gather_persistent(neox_param_gather *g);
 // The peak of gathered non-persistent elements a pass with this trace reaches (no communication).
 size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len);
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g);
+// Bytes of the collective's temporaries for one unit's gather (or the persistent tensors'), the
+// largest; a prefetched unit's gathered beside it is not counted.
+size_t neox_param_gather_scratch_bytes(const neox_param_gather *g);
 
 // ---- 1-bit compressed all-reduce with error feedback (onebit.c) ------------------------------
 // DeepSpeed's compressed_allreduce (1-bit Adam), for a buffer made of segments (one per tensor)

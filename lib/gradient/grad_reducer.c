@@ -221,6 +221,17 @@ size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
     return (resident < r->n ? resident : r->n) * sizeof(float);
 }
 
+size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r) {
+    if (!split_buckets(r) || r->data->size < 2) return 0;
+    size_t largest = 0;
+    for (int i = 0; i < r->nbuckets; i++)
+        if (r->buckets[i].end - r->buckets[i].begin > largest) largest = r->buckets[i].end - r->buckets[i].begin;
+    // MPICH's recursive-halving reduce-scatter (and the recursive-doubling all-reduce of
+    // reduce_scatter false) receives into a temporary and sums into another, each the size of the
+    // whole bucket in its wire format; one bucket is in flight at a time.
+    return 2 * largest * neox_dtype_size(r->opt.wire);
+}
+
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r) { return r->wire ? (r->n ? r->n : 1) * sizeof(uint16_t) : 0; }
 
 void neox_grad_reducer_set_bucket(neox_grad_reducer *r, int i, int skip, neox_dtype wire) {

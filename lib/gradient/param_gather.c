@@ -266,3 +266,13 @@ size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {
 }
 
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g) { return g->stats; }
+
+size_t neox_param_gather_scratch_bytes(const neox_param_gather *g) {
+    if (g->data->size < 2) return 0;
+    // MPICH's recursive-doubling all-gather of varying counts gathers into a temporary the size of
+    // the whole range and copies it home: a unit's runs start together, and so do the persistent ones.
+    size_t largest = g->persistent_elems;
+    for (int u = 0; u < g->nunits; u++)
+        if (g->units[u].gathered > largest) largest = g->units[u].gathered;
+    return largest * sizeof(float);
+}
