@@ -280,6 +280,10 @@ struct neox_model {
     void (*grad_range_ready)(void *ctx, size_t begin, size_t end);
     neox_weights_use_fn weights_use;
     void *weights_use_ctx;
+    // ZeRO-3 with the output layer in pieces (head_grad_rows): called with use 1 and 0 around each
+    // use of the range [begin, end) of param_buf holding a piece of it; the head's unit leaves the
+    // output layer out, so no rank holds it whole (same ctx as weights_use).
+    void (*weights_piece)(void *ctx, size_t begin, size_t end, int use);
 };
 
 static inline int neox_model_unit_head(const neox_model_desc *d) { return NEOX_UNIT_LAYER(d->num_layers); }

@@ -510,9 +510,18 @@ static void embed(neox_model *m) {
 // The logits of rows [r0, r0 + rows) into a->logits: the output layer on the final norm's rows.
 void neox_model_head_logits(neox_model *m, int r0, int rows) {
     neox_acts *a = m->acts;
-    int C = m->desc.hidden_size;
-    neox_model_linear_forward(m, a->logits, a->lnf + (size_t)r0 * C, m->w.lm_head, NULL, rows, C,
-                              neox_model_head_cols(&m->desc));
+    int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc), step = neox_model_head_piece_rows(m);
+    const float *lnf = a->lnf + (size_t)r0 * C;
+    if (!step) {
+        neox_model_linear_forward(m, a->logits, lnf, m->w.lm_head, NULL, rows, C, OC);
+        return;
+    }
+    for (int o0 = 0; o0 < OC; o0 += step) {  // the output layer in pieces (ZeRO-2 and 3)
+        int o1 = OC - o0 < step ? OC : o0 + step;
+        neox_model_use_head_piece(m, o0, o1, 1);
+        neox_model_linear_forward_cols(m, a->logits + o0, OC, lnf, m->w.lm_head + (size_t)o0 * C, rows, C, o1 - o0);
+        neox_model_use_head_piece(m, o0, o1, 0);
+    }
 }
 
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
