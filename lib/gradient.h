@@ -124,6 +124,10 @@ typedef struct neox_param_gather_options {
     int64_t max_reuse_distance;    // stage3_max_reuse_distance: keep a unit used again within this many elements
     int64_t persistence_threshold; // stage3_param_persistence_threshold: tensors this small stay whole
     int64_t model_persistence_threshold;  // stage3_model_persistence_threshold: at most this many persistent (-1: no cap)
+    // [piece_begin[i], piece_end[i]): ranges (the output layer, the input embedding) left out of
+    // their units and gathered piece by piece (neox_param_gather_piece), one piece of at most
+    // piece_elems elements at a time; empty ranges: none.
+    size_t piece_begin[2], piece_end[2], piece_elems;
     // Called for each range of the flat buffer that became whole (gathered) or was given back.
     void (*gathered)(void *ctx, size_t begin, size_t end);
     void (*released)(void *ctx, size_t begin, size_t end);
@@ -150,6 +154,9 @@ void neox_param_gather_begin(neox_param_gather *g, const int *trace, int len);
 void neox_param_gather_acquire(neox_param_gather *g, int u);
 // The use of unit u is over.
 void neox_param_gather_release(neox_param_gather *g, int u);
+// A piece [begin, end) of a piece-gathered range is about to be used (use 1: gathered, blocking)
+// or its use is over (use 0: given back). Nothing while neox_param_gather_all holds it whole.
+void neox_param_gather_piece(neox_param_gather *g, size_t begin, size_t end, int use);
 // The pass is over: every non-persistent unit is released (prefetches in flight completed first).
 void neox_param_gather_end(neox_param_gather *g);
 // Every unit whole (outside passes: for readers of the whole model); end releases them.

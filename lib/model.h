@@ -376,6 +376,15 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
 const float *neox_model_logits(const neox_model *m);
 // Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
 void neox_model_backward(neox_model *m, float loss_scale);
+// Vocabulary rows per piece of the output layer when it is used in pieces (head_grad_rows set with
+// grad_range_ready, an output layer of its own), else 0; begin, end (may be NULL): its range of
+// param_buf and grad_buf.
+int neox_model_head_piece_rows(const neox_model *m);
+void neox_model_head_range(const neox_model *m, size_t *begin, size_t *end);
+// With the output layer in pieces, the input embedding's forward uses its rows in pieces of as
+// many rows too when it is a parameter of its own (untied; this rank's vocabulary rows), else 0.
+int neox_model_embed_piece_rows(const neox_model *m);
+int neox_model_embed_rows(const neox_model *m);
 // The most elements of grad_buf one product of backward writes before they are reported final
 // (with head_grad_rows set): the largest tensor computed whole, a piece of the output layer, or the
 // rows a micro-batch's tokens touch in the input embedding. Needs a plan (B, T).

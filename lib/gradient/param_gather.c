@@ -50,6 +50,7 @@ struct neox_param_gather {
     size_t live;             // elements of the units gathered or in flight
     int dry;                 // plan: change states and counts only, no communication
     int pinned;              // neox_param_gather_all: nothing is released before end
+    int lazy_whole[2];       // a piece-gathered range is whole (gathered by neox_param_gather_all)
     neox_param_gather_stats stats;
 };
 
@@ -77,6 +78,13 @@ static void add_range(neox_param_gather *g, run **runs, int *count, size_t begin
     run_init(g, &(*runs)[(*count)++], begin, end);
 }
 
+// Which piece-gathered range holds [lo, hi), or -1.
+static int in_pieces(const neox_param_gather_options *o, size_t lo, size_t hi) {
+    for (int i = 0; i < 2; i++)
+        if (lo < hi && lo >= o->piece_begin[i] && hi <= o->piece_end[i]) return i;
+    return -1;
+}
+
 neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t n, const float *master,
                                           const size_t *param_offset, const size_t *param_size,
                                           const int *unit_first, int nunits, const neox_param_gather_options *opt) {
@@ -93,6 +101,7 @@ neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t
         for (int p = unit_first[u]; p < unit_first[u + 1]; p++) {
             size_t lo = param_offset[p], hi = lo + param_size[p];
             x->numel += param_size[p];
+            if (in_pieces(opt, lo, hi) >= 0) continue;  // gathered by pieces
             int persist = (int64_t)param_size[p] <= opt->persistence_threshold &&
                           (opt->model_persistence_threshold < 0 ||
                            (int64_t)(persist_total + param_size[p]) <= opt->model_persistence_threshold);
@@ -216,7 +225,45 @@ void neox_param_gather_release(neox_param_gather *g, int u) {
     release_unit(g, u);
 }
 
+// [begin, end) of the piece-gathered range, gathered alone (blocking) and given back after its use.
+void neox_param_gather_piece(neox_param_gather *g, size_t begin, size_t end, int use) {
+    int i = in_pieces(&g->opt, begin, end);
+    if (i < 0) neox_die(NEOX_EXIT_FAILURE, "ZeRO-3: elements %zu-%zu are not in a range gathered by pieces", begin, end);
+    if (g->lazy_whole[i]) return;
+    if (!use) {
+        if (!g->dry) {
+            neox_discard_pages(g->params + begin, (end - begin) * sizeof(float));
+            if (g->opt.released) g->opt.released(g->opt.ctx, begin, end);
+        }
+        g->live -= end - begin;
+        return;
+    }
+    g->live += end - begin;
+    if (g->live > (size_t)g->stats.peak_live_elements) g->stats.peak_live_elements = (int64_t)g->live;
+    if (g->dry) return;
+    run r;
+    run_init(g, &r, begin, end);
+    place_own_part(g, &r);
+    neox_iallgatherv_inplace(g->data, g->params + begin, r.counts, r.displs, NEOX_F32, &r.req);
+    neox_wait(&r.req);
+    free(r.counts), free(r.displs);
+    if (g->opt.gathered) g->opt.gathered(g->opt.ctx, begin, end);
+    g->stats.gathers++;
+    g->stats.gathered_elements += (int64_t)(end - begin);
+}
+
+// The whole piece-gathered ranges at once (for readers of the whole model), or given back.
+static void lazy_all(neox_param_gather *g, int whole) {
+    for (int i = 0; i < 2; i++) {
+        if (g->opt.piece_begin[i] >= g->opt.piece_end[i] || g->lazy_whole[i] == whole) continue;
+        g->lazy_whole[i] = 0;  // (a piece call does nothing while its range is whole)
+        neox_param_gather_piece(g, g->opt.piece_begin[i], g->opt.piece_end[i], whole);
+        g->lazy_whole[i] = whole;
+    }
+}
+
 void neox_param_gather_end(neox_param_gather *g) {
+    lazy_all(g, 0);
     for (int u = 0; u < g->nunits; u++) {
         g->units[u].active = 0;
         if (g->units[u].gathered == 0) g->units[u].state = RELEASED;
@@ -228,6 +275,7 @@ void neox_param_gather_end(neox_param_gather *g) {
 
 void neox_param_gather_all(neox_param_gather *g) {
     g->pinned = 1;
+    lazy_all(g, 1);
     for (int u = 0; u < g->nunits; u++)
         if (g->units[u].state == RELEASED && g->units[u].gathered > 0) start_gather(g, u, 0);
     for (int u = 0; u < g->nunits; u++)
@@ -258,7 +306,8 @@ size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {
         neox_param_gather_acquire(g, trace[i]);
         neox_param_gather_release(g, trace[i]);
     }
-    size_t peak = (size_t)g->stats.peak_live_elements;
+    // The piece gathered while the head is in use, beside whatever is whole then (an upper bound).
+    size_t peak = (size_t)g->stats.peak_live_elements + g->opt.piece_elems;
     neox_param_gather_end(g);
     g->dry = 0;
     g->stats = kept;
@@ -271,7 +320,7 @@ size_t neox_param_gather_scratch_bytes(const neox_param_gather *g) {
     if (g->data->size < 2) return 0;
     // MPICH's recursive-doubling all-gather of varying counts gathers into a temporary the size of
     // the whole range and copies it home: a unit's runs start together, and so do the persistent ones.
-    size_t largest = g->persistent_elems;
+    size_t largest = g->persistent_elems > g->opt.piece_elems ? g->persistent_elems : g->opt.piece_elems;
     for (int u = 0; u < g->nunits; u++)
         if (g->units[u].gathered > largest) largest = g->units[u].gathered;
     return largest * sizeof(float);

@@ -183,10 +183,23 @@ int neox_model_head_piece_rows(const neox_model *m) {
     return m->head_grad_rows < neox_model_head_cols(&m->desc) ? m->head_grad_rows : 0;
 }
 
-void neox_model_use_head_piece(neox_model *m, int o0, int o1, int use) {
-    if (!m->weights_piece) return;
-    size_t base = (size_t)(m->w.lm_head - m->param_buf), C = (size_t)m->desc.hidden_size;
-    m->weights_piece(m->weights_use_ctx, base + (size_t)o0 * C, base + (size_t)o1 * C, use);
+void neox_model_head_range(const neox_model *m, size_t *begin, size_t *end) {
+    *begin = (size_t)(m->w.lm_head - m->param_buf);
+    *end = *begin + (size_t)neox_model_head_cols(&m->desc) * (size_t)m->desc.hidden_size;
+}
+
+int neox_model_embed_rows(const neox_model *m) { return (int)(m->params[0].numel / (size_t)m->desc.hidden_size); }
+
+// The input embedding is used in pieces with the output layer, when it is a parameter of its own,
+// the first (its forward reads only the rows of the ids; its backward reads no weights).
+int neox_model_embed_piece_rows(const neox_model *m) {
+    if (!neox_model_head_piece_rows(m) || !neox_model_first_stage(&m->desc) || m->w.wte != m->param_buf) return 0;
+    return m->head_grad_rows < neox_model_embed_rows(m) ? m->head_grad_rows : 0;
+}
+
+void neox_model_use_piece(neox_model *m, const float *begin, const float *end, int use) {
+    if (m->weights_piece)
+        m->weights_piece(m->weights_use_ctx, (size_t)(begin - m->param_buf), (size_t)(end - m->param_buf), use);
 }
 
 // Rows [r0, r0 + rows) of the output layer's backward, piece by piece; the last rows finish its
@@ -198,11 +211,12 @@ static void head_backward_in_pieces(neox_model *m, int r0, int rows, int last) {
     size_t base = (size_t)(m->g.lm_head - m->grad_buf);
     for (int o0 = 0; o0 < OC; o0 += step) {
         int o1 = OC - o0 < step ? OC : o0 + step;
-        neox_model_use_head_piece(m, o0, o1, 1);
+        const float *w = m->w.lm_head + (size_t)o0 * C;
+        neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 1);
         neox_model_linear_backward_weight_rows(m, m->g.lm_head, a->logits, lnf, rows, C, OC, o0, o1, o0 == 0);
         if (last) m->grad_range_ready(m->grads_ready_ctx, base + (size_t)o0 * C, base + (size_t)o1 * C);
         neox_model_linear_backward_input_rows(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC, o0, o1);
-        neox_model_use_head_piece(m, o0, o1, 0);
+        neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 0);
         poll(m);
     }
 }

@@ -177,10 +177,9 @@ void neox_model_linear_forward_cols(neox_model *m, float *out, int ldo, const fl
 // (o0 == 0), or += (o0 > 0); after the weights' backward of the same dout (its 16-bit copy).
 void neox_model_linear_backward_input_rows(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
                                            int OC, int o0, int o1);
-// Vocabulary rows per piece of the output layer when it is used in pieces (head_grad_rows, an
-// output layer of its own), else 0; and a piece's use (ZeRO-3 gathers it: weights_piece).
-int neox_model_head_piece_rows(const neox_model *m);
-void neox_model_use_head_piece(neox_model *m, int o0, int o1, int use);
+// A piece [begin, end) of param_buf (of the output layer or the input embedding) is used (1) or
+// done with (0): ZeRO-3 gathers it (weights_piece).
+void neox_model_use_piece(neox_model *m, const float *begin, const float *end, int use);
 // Rows [o0, o1) of the weights' backward (dw += dout[:, o0:o1]^T inp): a piece of what
 // neox_model_linear_backward_weights does for all OC rows; cast: make the 16-bit operands first (for
 // the first piece of a dout). No bias.

@@ -104,9 +104,11 @@ same tps0 tps3
 
 # Embeddings larger than a bucket: untied, 512 vocabulary rows x 32 = 16384 elements each against
 # reduce_bucket_size 3000. Under stages 2 and 3 the buckets are cut at 3000 elements whatever the
-# tensors, the output layer's gradient is made in pieces of 93 rows (each piece's buckets start as
-# it is final) and one bucket is in flight at a time: still stage 0's training within 1e-5, and
-# stage 3 is stage 2 bit for bit, at dp2 and dp4.
+# tensors, the output layer is used in pieces of 93 rows (forward, and backward's gradients: each
+# piece's buckets start as it is final) and so is the input embedding in forward; one bucket is in
+# flight at a time; stage 3 gathers the two embeddings piece by piece and never whole (its planned
+# parameters: the partition, one layer and one piece). Still stage 0's training within 1e-5, and
+# stage 3 is stage 2 bit for bit, at dp2 and dp4, and in bfloat16.
 UNTIED=', "no_weight_tying": true'
 for dp in 2 4; do
     accum=$((4 / dp))
@@ -117,7 +119,13 @@ for dp in 2 4; do
     same "big${dp}s0" "big${dp}s3"
     check "embeddings over the bucket size at dp$dp: stage 3 equals stage 2 bit for bit" \
         "$PY" tests/mpi/layouts_check.py identical "$T/big${dp}s2" "$T/big${dp}s3"
+    check "big${dp}s3: planned parameter bytes per rank within 10% of 4 psi / $dp + one layer + one embedding piece" \
+        z3 planned "$T/big${dp}s3.out" "$T/big${dp}s3/hf" "$dp" pieces:3000
 done
+VOCAB_DIVISOR=512 config bigbf16s2 neox 2 2 20 "$(zero 2)$UNTIED$BF16"; run bigbf16s2 2
+VOCAB_DIVISOR=512 config bigbf16s3 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$BF16"; run bigbf16s3 2
+check "embeddings over the bucket size, bfloat16: stage 3 equals stage 2 bit for bit" \
+    "$PY" tests/mpi/layouts_check.py identical "$T/bigbf16s2" "$T/bigbf16s3"
 
 # Checkpoints: 10 steps at stage 3, 10 more at stage 1 with tp2, and the reverse.
 resume() {  # resume NAME FROM_RANKS FROM_EXTRA TO_RANKS TO_EXTRA

@@ -7,7 +7,9 @@ and output layer) and the run's comm_stats.json.
                              per element held whole at most: RULE whole (every tensor: the default
                              settings keep a small model whole) or one (one unit at a time, the
                              final norm with the tied embedding it uses, when nothing is
-                             prefetched or kept)
+                             prefetched or kept), or pieces:BUCKET (one unit at a time besides one
+                             piece of BUCKET // hidden rows of an untied embedding or output layer,
+                             which are gathered by pieces and never whole)
   stat RUN KEY OP VALUE      every rank's parameter_gathers[KEY] OP VALUE (OP: eq, gt, le)
   same_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is the same in both runs
   more_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is larger in RUN_A
@@ -47,6 +49,9 @@ def units(hf):
 
 def peak(hf, rule):
     embed, layers, head, psi = units(hf)
+    if rule.startswith("pieces:"):  # untied embeddings gathered by pieces of BUCKET // hidden rows
+        h = json.load(open(f"{hf}/config.json"))["hidden_size"]
+        return max([head - embed] + layers) + int(rule[7:]) // h * h
     return psi if rule == "whole" else max([embed, head] + layers)
 
 
