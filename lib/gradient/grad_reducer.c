@@ -8,7 +8,9 @@
 // without overlap (without, it is waited for at once), and lands as soon as it completes: its part
 // of this rank's partition is added to partition_sum and the bucket's range is cleared. On the host
 // the cleared range's pages go back to the system, so gradient memory per rank is the partition
-// plus the buckets in flight rather than the whole model.
+// plus the buckets in flight rather than the whole model. There the buckets are cut at exactly
+// bucket_bytes across tensors, readiness is counted in elements (a large tensor made in pieces
+// reports each piece), and one bucket is in flight at a time (its MPI temporaries too).
 //
 // With options.progress_interval a progress thread (lib/parallel/progress_thread.c) also tests the
 // buckets in flight while backward computes, so a slow link keeps moving between backward's polls.

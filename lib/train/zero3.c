@@ -70,9 +70,9 @@ int neox_train_setup_zero3(neox_trainer *t, neox_error *err) {
                                                   NEOX_SK_zero_optimization__model_persistence_threshold),
         .gathered = on_gathered, .released = on_released, .ctx = t};
     int piece_rows = neox_model_head_piece_rows(m);
-    if (piece_rows > 0) {  // the output layer is used piece by piece: gathered likewise, never whole,
+    if (piece_rows > 0) {  // the output layer is used piece by piece: gathered likewise, never whole
         neox_model_head_range(m, &o.piece_begin[0], &o.piece_end[0]);
-        if (neox_model_embed_piece_rows(m) > 0) {  // the input embedding likewise (ZeRO's partition of it)
+        if (neox_model_embed_piece_rows(m) > 0) {  // and the input embedding's forward
             o.piece_begin[1] = 0;
             o.piece_end[1] = (size_t)neox_model_embed_rows(m) * (size_t)m->desc.hidden_size;
         }
