@@ -122,6 +122,18 @@ for dp in 2 4; do
     check "big${dp}s3: planned parameter bytes per rank within 10% of 4 psi / $dp + one layer + one embedding piece" \
         z3 planned "$T/big${dp}s3.out" "$T/big${dp}s3/hf" "$dp" pieces:3000
 done
+# stage3_max_reuse_distance holds for the pieces as for the units: at its default the output
+# layer's pieces gathered for forward's end stay whole for backward's start (the same training bit
+# for bit, fewer gathers, more held whole at the peak); at 0 each is gathered again.
+VOCAB_DIVISOR=512 config bigreuse0 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$NOEVAL"; run bigreuse0 2
+VOCAB_DIVISOR=512 config bigreuse neox 2 2 20 "$(zero 3 '"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0')$UNTIED$NOEVAL"
+run bigreuse 2
+check "output layer in pieces: keeping them for backward changes no bit" \
+    "$PY" tests/mpi/layouts_check.py identical "$T/bigreuse0" "$T/bigreuse"
+check "max_reuse_distance 0 gathers every layer, the head and every output-layer piece again for backward" \
+    z3 extra_gathers "$T/bigreuse0" "$T/bigreuse" 40 "$T/bigreuse0/hf" pieces:3000
+check "max_reuse_distance default: the kept pieces hold more whole at the peak" \
+    z3 more_stat "$T/bigreuse" "$T/bigreuse0" peak_live_elements
 VOCAB_DIVISOR=512 config bigbf16s2 neox 2 2 20 "$(zero 2)$UNTIED$BF16"; run bigbf16s2 2
 VOCAB_DIVISOR=512 config bigbf16s3 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$BF16"; run bigbf16s3 2
 check "embeddings over the bucket size, bfloat16: stage 3 equals stage 2 bit for bit" \
