@@ -495,7 +495,6 @@ static int localise_ids(int *out, const int *ids, int N, int V, neox_shard s, co
     return 0;
 }
 
-// Vocab-parallel embedding: each rank looks up the ids in its rows and the partial rows are summed.
 // x (B*T, C) = wte[ids] (+ wpe) as the embedding_forward op, with the embedding used piece by piece
 // (rows [v0, v1) at a time: ZeRO-3 gathers each alone). Host memory: pieces are used on CPU ranks only.
 static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step) {
@@ -517,6 +516,7 @@ static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step)
     }
 }
 
+// Vocab-parallel embedding: each rank looks up the ids in its rows and the partial rows are summed.
 static void embed(neox_model *m) {
     const neox_model_desc *d = &m->desc;
     neox_acts *a = m->acts;
