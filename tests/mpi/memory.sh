@@ -7,7 +7,10 @@
 # parameter. tests/mpi/memory_check.py prints the table docs/memory.md shows. Each rank's measured
 # peak resident set at the start of a stage-3 run of a larger model (25M parameters, one layer
 # gathered at a time) stays within its plan plus the libraries' own memory (a small model's peak):
-# the start-up initialises only the rank's partition, never the whole model. A dp2 run's
+# the start-up initialises only the rank's partition, never the whole model. With untied 50304-row
+# embeddings larger than a bucket, stages 2 and 3 at dp4 plan their gradients by the formula of
+# memory_check.py split (the partition, two buckets, one product's output: no whole embedding) and
+# each rank's measured peak stays within its plan plus the libraries'. A dp2 run's
 # log_dir/memory_peaks.json holds each rank's measured peak (as the process measures it from
 # outside) and planned total, and its metrics the largest rank's peak at each log.
 source tests/lib.sh

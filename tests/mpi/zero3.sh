@@ -5,7 +5,8 @@
 # at a time. Each stage3_* key shows its effect in the run's parameter_gathers report
 # (comm_stats.json) or the parameter bytes planned at start-up, which must be within 10% of the
 # formula (tests/mpi/zero3_check.py). Checkpoints move between stage 3 and stage 1 / tp2 both ways
-# and continue the straight run; pipelining and the fetch-by-all-reduce keys are refused by name; a
+# and continue the straight run; untied embeddings larger than a bucket (gathered and reduced in
+# pieces) train as under stage 0 and stage 2; pipelining and the fetch-by-all-reduce keys are refused by name; a
 # rank killed while the ranks gather parameters ends the job.
 source tests/lib.sh
 
