@@ -123,6 +123,18 @@ for dp in 2 4; do
     check "big${dp}s3: planned parameter bytes per rank within 10% of 4 psi / $dp + one layer + one embedding piece" \
         z3 planned "$T/big${dp}s3.out" "$T/big${dp}s3/hf" "$dp" pieces:3000
 done
+# A checkpoint of such a run (written from the partitions) resumes under stage 1, and a stage-1
+# checkpoint under stage 3, each continuing the straight stage-0 run.
+bigresume() {  # bigresume NAME FROM_STAGE_KEYS TO_STAGE_KEYS
+    VOCAB_DIVISOR=512 config "$1-a" neox 2 2 20 "$2$UNTIED, \"exit_interval\": 10"
+    VOCAB_DIVISOR=512 config "$1-b" neox 2 2 20 "$3$UNTIED, \"load\": \"$T/$1-a/ckpt\""
+    check "$1: first 10 steps" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/$1-a.yml"
+    check "$1: resumed for 10 more" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/$1-b.yml"
+    check "$1: the resumed run continues stage 0's trajectory (within 1e-5)" \
+        "$PY" tests/mpi/layouts_check.py resumed "$T/big2s0" "$T/$1-a" "$T/$1-b"
+}
+bigresume pieces-s3-to-s1 "$(zero 3 "$ONE")" "$(zero 1)"
+bigresume pieces-s1-to-s3 "$(zero 1)" "$(zero 3 "$ONE")"
 # stage3_max_reuse_distance holds for the pieces as for the units: at its default the output
 # layer's pieces gathered for forward's end stay whole for backward's start (the same training bit
 # for bit, fewer gathers, more held whole at the peak); at 0 each is gathered again.
