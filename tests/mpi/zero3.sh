@@ -123,6 +123,10 @@ for dp in 2 4; do
     check "big${dp}s3: planned parameter bytes per rank within 10% of 4 psi / $dp + one layer + one embedding piece" \
         z3 planned "$T/big${dp}s3.out" "$T/big${dp}s3/hf" "$dp" pieces:3000
 done
+# With tensor parallelism (dp2 x tp2) each rank's vocabulary shard is used in pieces.
+VOCAB_DIVISOR=512 config bigtps0 neox 2 2 20 "$(zero 0)$UNTIED$TP"; run bigtps0 4
+VOCAB_DIVISOR=512 config bigtps3 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$TP"; run bigtps3 4
+same bigtps0 bigtps3
 # A checkpoint of such a run (written from the partitions) resumes under stage 1, and a stage-1
 # checkpoint under stage 3, each continuing the straight stage-0 run.
 bigresume() {  # bigresume NAME FROM_STAGE_KEYS TO_STAGE_KEYS
