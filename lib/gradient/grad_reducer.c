@@ -63,8 +63,6 @@ struct neox_grad_reducer {
     bucket *buckets;
     int nbuckets;
     size_t *param_begin, *param_end;  // parameter -> its range of the flat buffer
-    int nparams;
-    size_t fill_elems;   // ZeRO-2 split buckets: the most elements one product writes at once
     double during;       // seconds in calls during backward (starts, progress) this reduction
     double history[2][HISTORY];  // per reduction: [0] finish's calls, [1] those + during
     int nhistory;
@@ -168,7 +166,6 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     if (r->be->on_device) check_device_groups(r);
     if (r->opt.wire != NEOX_BF16 && r->opt.wire != NEOX_F16) r->opt.wire = NEOX_F32;
     else r->wire = r->be->alloc((n ? n : 1) * sizeof(uint16_t));
-    r->nparams = nparams;
     r->param_begin = neox_calloc(nparams ? nparams : 1, sizeof(size_t));
     r->param_end = neox_calloc(nparams ? nparams : 1, sizeof(size_t));
     for (int p = 0; p < nparams; p++) r->param_begin[p] = param_offset[p], r->param_end[p] = param_offset[p] + param_size[p];
@@ -340,16 +337,18 @@ static void land_own_part(neox_grad_reducer *r, bucket *b) {
 // Under split buckets on the host, one bucket in flight at a time: a bucket that becomes ready
 // first lands the one before it, so the gradient memory is the bucket in flight and the one filling,
 // and so is MPI's scratch for the reduce-scatter (its temporaries are the size of the bucket).
-static void land_in_flight(neox_grad_reducer *r) {
-    if (!split_buckets(r)) return;
-    for (int i = 0; i < r->nbuckets; i++) {
+// Returns the seconds spent waiting.
+static double land_in_flight(neox_grad_reducer *r) {
+    double seconds = 0.0;
+    for (int i = 0; split_buckets(r) && i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         if (!b->started || b->landed || b->skip) continue;
         double t0 = neox_now();
         neox_wait(&b->req);
-        r->during += neox_now() - t0;
+        seconds += neox_now() - t0;
         land_own_part(r, b);
     }
+    return seconds;
 }
 
 // Every element of bucket b is final: its reduction starts (eager) or waits for finish.
@@ -357,7 +356,7 @@ static void bucket_ready(neox_grad_reducer *r, bucket *b) {
     b->ready_at = neox_now();
     if (!r->eager || b->started || b->skip) return;
     lock(r);
-    land_in_flight(r);
+    r->during += land_in_flight(r);
     r->during += start_bucket(r, b);
     if (r->thread) neox_progress_thread_arm(r->thread);
     unlock(r);
@@ -457,7 +456,7 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
                      i, b->begin, b->end, (long long)llabs(b->pending),
                      b->pending > 0 ? "never reported" : "reported more than once");
         if (b->started || b->skip) continue;
-        land_in_flight(r);
+        seconds += land_in_flight(r);
         seconds += start_bucket(r, b);
     }
     if (hierarchical(r)) {  // the chains complete in the order they started
