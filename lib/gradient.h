@@ -12,8 +12,11 @@
 // ---- data-parallel gradient reduction ---------------------------------------------------------
 // Gradients live in one flat buffer; parameters occupy [offset, offset + size) ranges of it.
 // Buckets group parameters in the order backward finishes them (last parameter first) up to
-// bucket_bytes. When every parameter of a bucket is marked ready, its reduction starts without
-// blocking (overlap), so communication runs behind the rest of backward. ZeRO stage 0 all-reduces;
+// bucket_bytes; under ZeRO-2 and 3 on the host they are instead cut at exactly bucket_bytes from
+// the end of the buffer, so a tensor larger than that spans several buckets and each starts as soon
+// as its own range is final (ready_range), with one bucket in flight at a time. When every element
+// of a bucket is marked ready, its reduction starts without blocking (overlap), so communication
+// runs behind the rest of backward. ZeRO stage 0 all-reduces;
 // stages 1 and 2 reduce-scatter, so each rank receives the reduced values of its own partition
 // only: the flat buffer cut into data_size contiguous parts, [n*r/size, n*(r+1)/size) for rank r.
 typedef struct neox_grad_reducer neox_grad_reducer;
@@ -48,6 +51,9 @@ typedef struct neox_grad_reducer_options {
     // The mean divides the sum by this many ranks (0: the group's size). Expert parallelism's
     // experts are reduced over the ranks holding them but averaged over the whole data group.
     int mean_over;
+    // ZeRO-2 and 3 on the host: the most gradient elements one product of backward writes at once
+    // (the largest tensor computed whole); with the two buckets it sizes the resident gradients.
+    size_t fill_elems;
 } neox_grad_reducer_options;
 
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
@@ -57,6 +63,9 @@ void neox_grad_reducer_free(neox_grad_reducer *r);
 void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end);
 // Parameter p's gradient is final for this step.
 void neox_grad_reducer_ready(neox_grad_reducer *r, int p);
+// Elements [begin, end) of the flat buffer are final for this step (a part of a large tensor
+// computed in pieces; every element is reported once per step, by this or by ready).
+void neox_grad_reducer_ready_range(neox_grad_reducer *r, size_t begin, size_t end);
 // Lets MPI progress the buckets in flight (call now and then during backward).
 void neox_grad_reducer_progress(neox_grad_reducer *r);
 // Starts what has not started, waits for everything and averages. Afterwards the buffer holds the
@@ -75,9 +84,13 @@ void neox_grad_reducer_set_bucket(neox_grad_reducer *r, int i, int skip, neox_dt
 void neox_grad_reducer_bucket_range(const neox_grad_reducer *r, int i, size_t *begin, size_t *end, double *slack_s);
 // Elements of the flat buffer the reducer covers.
 size_t neox_grad_reducer_size(const neox_grad_reducer *r);
-// Bytes of the flat buffer that hold gradients at a time: all of it, except under ZeRO-2 on the
-// host, where only the bucket being filled and the one being reduced do (two of the largest).
+// Bytes of the flat buffer that hold gradients at a time: all of it, except under ZeRO-2 and 3 on
+// the host, where only the bucket being reduced and the one being filled do, plus fill_elems for
+// the product writing past the bucket filling (2 x bucket_bytes + 4 fill_elems, at most the buffer).
 size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r);
+// Bytes of the collective's own temporaries for the bucket in flight under split buckets (ZeRO-2
+// and 3 on the host: two of the largest bucket in its wire format), else 0 (not planned).
+size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r);
 // Bytes of the 16-bit wire copy of the gradients (communication_data_type bf16/fp16), else 0.
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r);
 
@@ -111,6 +124,10 @@ typedef struct neox_param_gather_options {
     int64_t max_reuse_distance;    // stage3_max_reuse_distance: keep a unit used again within this many elements
     int64_t persistence_threshold; // stage3_param_persistence_threshold: tensors this small stay whole
     int64_t model_persistence_threshold;  // stage3_model_persistence_threshold: at most this many persistent (-1: no cap)
+    // [piece_begin[i], piece_end[i]): ranges (the output layer, the input embedding) left out of
+    // their units and gathered piece by piece (neox_param_gather_piece), one piece of at most
+    // piece_elems elements at a time; empty ranges: none.
+    size_t piece_begin[2], piece_end[2], piece_elems;
     // Called for each range of the flat buffer that became whole (gathered) or was given back.
     void (*gathered)(void *ctx, size_t begin, size_t end);
     void (*released)(void *ctx, size_t begin, size_t end);
@@ -137,6 +154,9 @@ void neox_param_gather_begin(neox_param_gather *g, const int *trace, int len);
 void neox_param_gather_acquire(neox_param_gather *g, int u);
 // The use of unit u is over.
 void neox_param_gather_release(neox_param_gather *g, int u);
+// A piece [begin, end) of a piece-gathered range is about to be used (use 1: gathered, blocking)
+// or its use is over (use 0: given back). Nothing while neox_param_gather_all holds it whole.
+void neox_param_gather_piece(neox_param_gather *g, size_t begin, size_t end, int use);
 // The pass is over: every non-persistent unit is released (prefetches in flight completed first).
 void neox_param_gather_end(neox_param_gather *g);
 // Every unit whole (outside passes: for readers of the whole model); end releases them.
@@ -146,6 +166,9 @@ void neox_param_gather_persistent(neox_param_gather *g);
 // The peak of gathered non-persistent elements a pass with this trace reaches (no communication).
 size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len);
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g);
+// Bytes of the collective's temporaries for one unit's gather (or the persistent tensors'), the
+// largest; a prefetched unit's gathered beside it is not counted.
+size_t neox_param_gather_scratch_bytes(const neox_param_gather *g);
 
 // ---- 1-bit compressed all-reduce with error feedback (onebit.c) ------------------------------
 // DeepSpeed's compressed_allreduce (1-bit Adam), for a buffer made of segments (one per tensor)

@@ -288,8 +288,19 @@ struct neox_model {
     neox_comm *ep;  // the expert-parallel group (desc.ep_size ranks), NULL without expert parallelism
     neox_grads_ready_fn grads_ready;
     void *grads_ready_ctx;
+    // Set by the caller with grads_ready: the output layer's weight gradient is computed
+    // head_grad_rows vocabulary rows per product (0: one product) and each piece's range of grad_buf
+    // [begin, end) reported to grad_range_ready (same ctx) as it becomes final, instead of the whole
+    // parameter to grads_ready: a large vocabulary's reduction starts, and its memory can be given
+    // back, piece by piece. Only for an output layer of its own (not tied to the embedding).
+    int head_grad_rows;
+    void (*grad_range_ready)(void *ctx, size_t begin, size_t end);
     neox_weights_use_fn weights_use;
     void *weights_use_ctx;
+    // ZeRO-3 with the output layer in pieces (head_grad_rows): called with use 1 and 0 around each
+    // use of the range [begin, end) of param_buf holding a piece of it; the head's unit leaves the
+    // output layer out, so no rank holds it whole (same ctx as weights_use).
+    void (*weights_piece)(void *ctx, size_t begin, size_t end, int use);
 };
 
 static inline int neox_model_unit_head(const neox_model_desc *d) { return NEOX_UNIT_LAYER(d->num_layers); }
@@ -382,6 +393,19 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
 const float *neox_model_logits(const neox_model *m);
 // Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
 void neox_model_backward(neox_model *m, float loss_scale);
+// Vocabulary rows per piece of the output layer when it is used in pieces (head_grad_rows set with
+// grad_range_ready, an output layer of its own), else 0; begin, end (may be NULL): its range of
+// param_buf and grad_buf.
+int neox_model_head_piece_rows(const neox_model *m);
+void neox_model_head_range(const neox_model *m, size_t *begin, size_t *end);
+// With the output layer in pieces, the input embedding's forward uses its rows in pieces of as
+// many rows too when it is a parameter of its own (untied; this rank's vocabulary rows), else 0.
+int neox_model_embed_piece_rows(const neox_model *m);
+int neox_model_embed_rows(const neox_model *m);
+// The most elements of grad_buf one product of backward writes before they are reported final
+// (with head_grad_rows set): the largest tensor computed whole, a piece of the output layer, or the
+// rows a micro-batch's tokens touch in the input embedding. Needs a plan (B, T).
+size_t neox_model_grad_fill_elems(const neox_model *m);
 
 // Objectives other than the mean token loss (DPO: lib/train/preference.c) are built from the
 // per-token log-probabilities of the targets and give back the loss's gradient per token.

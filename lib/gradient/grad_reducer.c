@@ -8,7 +8,9 @@
 // without overlap (without, it is waited for at once), and lands as soon as it completes: its part
 // of this rank's partition is added to partition_sum and the bucket's range is cleared. On the host
 // the cleared range's pages go back to the system, so gradient memory per rank is the partition
-// plus the buckets in flight rather than the whole model.
+// plus the buckets in flight rather than the whole model. There the buckets are cut at exactly
+// bucket_bytes across tensors, readiness is counted in elements (a large tensor made in pieces
+// reports each piece), and one bucket is in flight at a time (its MPI temporaries too).
 //
 // With options.progress_interval a progress thread (lib/parallel/progress_thread.c) also tests the
 // buckets in flight while backward computes, so a slow link keeps moving between backward's polls.
@@ -36,8 +38,7 @@
 
 typedef struct bucket {
     size_t begin, end;   // range of the flat buffer
-    int pending;         // parameters not yet ready this step
-    int total;           // parameters in the bucket
+    int64_t pending;     // elements not yet reported ready this step
     int started;
     int landed;          // ZeRO-2: reduced, added to partition_sum and cleared this reduction
     int skip;            // reduced by the caller this step (set_bucket): never started here
@@ -61,7 +62,7 @@ struct neox_grad_reducer {
     uint16_t *wire;      // 16-bit communication: the buckets' wire copies, parallel to grads (lazily)
     bucket *buckets;
     int nbuckets;
-    int *bucket_of;      // parameter -> bucket
+    size_t *param_begin, *param_end;  // parameter -> its range of the flat buffer
     double during;       // seconds in calls during backward (starts, progress) this reduction
     double history[2][HISTORY];  // per reduction: [0] finish's calls, [1] those + during
     int nhistory;
@@ -114,6 +115,42 @@ static void unlock(neox_grad_reducer *r) {
     if (r->thread) neox_progress_thread_unlock(r->thread);
 }
 
+// Under ZeRO-2 and 3 on the host a bucket's pages are given back as soon as it lands, so no
+// bucket may be larger than reduce_bucket_size elements: the buffer is cut into ranges of exactly
+// that many from its end (backward's order), whatever the tensors, and a large tensor spans
+// several. The other stages keep whole tensors per bucket: their buffer is whole anyway, and the
+// compressors that take a bucket over (stage 0) work on whole tensors.
+static int split_buckets(const neox_grad_reducer *r) {
+    return r->opt.partition_sum && r->opt.bucket_bytes > 0 && !r->be->on_device;
+}
+
+static void make_split_buckets(neox_grad_reducer *r) {
+    size_t limit = r->opt.bucket_bytes / sizeof(float) ? r->opt.bucket_bytes / sizeof(float) : 1;
+    size_t count = r->n ? (r->n + limit - 1) / limit : 1;
+    r->buckets = neox_calloc(count, sizeof(bucket));
+    for (size_t hi = r->n; hi > 0; hi = r->buckets[r->nbuckets++].begin) {
+        bucket *b = &r->buckets[r->nbuckets];
+        b->end = hi, b->begin = hi > limit ? hi - limit : 0;
+    }
+}
+
+// Buckets of whole tensors, filled from the last (backward finishes it first) until a bucket
+// reaches bucket_bytes.
+static void make_tensor_buckets(neox_grad_reducer *r, const size_t *param_offset, const size_t *param_size,
+                                int nparams) {
+    r->buckets = neox_calloc(nparams ? nparams : 1, sizeof(bucket));
+    for (int p = nparams - 1; p >= 0; p--) {
+        bucket *b = &r->buckets[r->nbuckets ? r->nbuckets - 1 : 0];
+        int fresh = r->nbuckets == 0 ||
+                    (r->opt.bucket_bytes > 0 && (b->end - b->begin) * sizeof(float) >= r->opt.bucket_bytes);
+        if (fresh) {
+            b = &r->buckets[r->nbuckets++];
+            b->end = param_offset[p] + param_size[p];
+        }
+        b->begin = param_offset[p];
+    }
+}
+
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
                                           const size_t *param_size, int nparams, const neox_grad_reducer_options *opt) {
     for (int p = 0; p + 1 < nparams; p++)
@@ -129,25 +166,15 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     if (r->be->on_device) check_device_groups(r);
     if (r->opt.wire != NEOX_BF16 && r->opt.wire != NEOX_F16) r->opt.wire = NEOX_F32;
     else r->wire = r->be->alloc((n ? n : 1) * sizeof(uint16_t));
-    r->bucket_of = neox_calloc(nparams, sizeof(int));
+    r->param_begin = neox_calloc(nparams ? nparams : 1, sizeof(size_t));
+    r->param_end = neox_calloc(nparams ? nparams : 1, sizeof(size_t));
+    for (int p = 0; p < nparams; p++) r->param_begin[p] = param_offset[p], r->param_end[p] = param_offset[p] + param_size[p];
     r->hier_order = neox_calloc(nparams ? nparams : 1, sizeof(int));
-    r->buckets = neox_calloc(nparams ? nparams : 1, sizeof(bucket));
-    // Backward finishes the last parameters first, so buckets are filled from the end.
-    for (int p = nparams - 1; p >= 0; p--) {
-        bucket *b = &r->buckets[r->nbuckets ? r->nbuckets - 1 : 0];
-        int fresh = r->nbuckets == 0 ||
-                    (opt->bucket_bytes > 0 && (b->end - b->begin) * sizeof(float) >= opt->bucket_bytes);
-        if (fresh) {
-            b = &r->buckets[r->nbuckets++];
-            b->end = param_offset[p] + param_size[p];
-        }
-        b->begin = param_offset[p];
-        b->total++;
-        r->bucket_of[p] = (int)(b - r->buckets);
-    }
+    if (split_buckets(r)) make_split_buckets(r);
+    else make_tensor_buckets(r, param_offset, param_size, nparams);
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
-        b->pending = b->total;
+        b->pending = (int64_t)(b->end - b->begin);
         b->wire = r->opt.wire;
         if (r->opt.all_reduce) continue;
         b->counts = neox_calloc(data->size, sizeof(int));
@@ -171,7 +198,8 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
     neox_progress_thread_stop(r->thread);
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
-    free(r->bucket_of);
+    free(r->param_begin);
+    free(r->param_end);
     free(r->hier_order);
     if (r->wire) r->be->free(r->wire);
     free(r);
@@ -186,7 +214,21 @@ size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
     size_t largest = 0;
     for (int i = 0; i < r->nbuckets; i++)
         if (r->buckets[i].end - r->buckets[i].begin > largest) largest = r->buckets[i].end - r->buckets[i].begin;
-    return (2 * largest < r->n ? 2 * largest : r->n) * sizeof(float);
+    // Split buckets: the one in flight, the one filling (its finished part) and what the product
+    // running meanwhile writes past it.
+    size_t resident = split_buckets(r) ? 2 * largest + r->opt.fill_elems : 2 * largest;
+    return (resident < r->n ? resident : r->n) * sizeof(float);
+}
+
+size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r) {
+    if (!split_buckets(r) || r->data->size < 2) return 0;
+    size_t largest = 0;
+    for (int i = 0; i < r->nbuckets; i++)
+        if (r->buckets[i].end - r->buckets[i].begin > largest) largest = r->buckets[i].end - r->buckets[i].begin;
+    // MPICH's recursive-halving reduce-scatter (and the recursive-doubling all-reduce of
+    // reduce_scatter false) receives into a temporary and sums into another, each the size of the
+    // whole bucket in its wire format; one bucket is in flight at a time.
+    return 2 * largest * neox_dtype_size(r->opt.wire);
 }
 
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r) { return r->wire ? (r->n ? r->n : 1) * sizeof(uint16_t) : 0; }
@@ -292,12 +334,29 @@ static void land_own_part(neox_grad_reducer *r, bucket *b) {
     b->landed = 1;
 }
 
-void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
-    bucket *b = &r->buckets[r->bucket_of[p]];
-    if (--b->pending != 0) return;
+// Under split buckets on the host, one bucket in flight at a time: a bucket that becomes ready
+// first lands the one before it, so the gradient memory is the bucket in flight and the one filling,
+// and so is MPI's scratch for the reduce-scatter (its temporaries are the size of the bucket).
+// Returns the seconds spent waiting.
+static double land_in_flight(neox_grad_reducer *r) {
+    double seconds = 0.0;
+    for (int i = 0; split_buckets(r) && i < r->nbuckets; i++) {
+        bucket *b = &r->buckets[i];
+        if (!b->started || b->landed || b->skip) continue;
+        double t0 = neox_now();
+        neox_wait(&b->req);
+        seconds += neox_now() - t0;
+        land_own_part(r, b);
+    }
+    return seconds;
+}
+
+// Every element of bucket b is final: its reduction starts (eager) or waits for finish.
+static void bucket_ready(neox_grad_reducer *r, bucket *b) {
     b->ready_at = neox_now();
     if (!r->eager || b->started || b->skip) return;
     lock(r);
+    r->during += land_in_flight(r);
     r->during += start_bucket(r, b);
     if (r->thread) neox_progress_thread_arm(r->thread);
     unlock(r);
@@ -307,6 +366,28 @@ void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
     neox_wait(&b->req);
     r->during += neox_now() - t0;
     land_own_part(r, b);
+}
+
+void neox_grad_reducer_ready_range(neox_grad_reducer *r, size_t begin, size_t end) {
+    if (begin >= end) return;
+    // Buckets run from the end of the buffer down: the first whose start is below `end` holds end - 1.
+    int lo = 0, hi = r->nbuckets;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (r->buckets[mid].begin < end) hi = mid;
+        else lo = mid + 1;
+    }
+    for (int i = lo; i < r->nbuckets && r->buckets[i].end > begin; i++) {
+        bucket *b = &r->buckets[i];
+        size_t a, z;
+        if (!neox_overlap(begin, end, b->begin, b->end, &a, &z)) continue;
+        b->pending -= (int64_t)(z - a);
+        if (b->pending == 0) bucket_ready(r, b);
+    }
+}
+
+void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
+    neox_grad_reducer_ready_range(r, r->param_begin[p], r->param_end[p]);
 }
 
 void neox_grad_reducer_progress(neox_grad_reducer *r) {
@@ -371,9 +452,12 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         // With overlap every parameter is reported ready exactly once per reduction (a bucket
         // reported too often would have started before its gradients were final).
         if (r->eager && b->pending != 0)
-            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: bucket %d (elements %zu-%zu) had %d parameter(s) %s ready",
-                     i, b->begin, b->end, abs(b->pending), b->pending > 0 ? "never reported" : "reported more than once");
-        if (!b->started && !b->skip) seconds += start_bucket(r, b);
+            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: bucket %d (elements %zu-%zu) had %lld element(s) %s ready",
+                     i, b->begin, b->end, (long long)llabs(b->pending),
+                     b->pending > 0 ? "never reported" : "reported more than once");
+        if (b->started || b->skip) continue;
+        seconds += land_in_flight(r);
+        seconds += start_bucket(r, b);
     }
     if (hierarchical(r)) {  // the chains complete in the order they started
         double t0 = neox_now();
@@ -391,7 +475,7 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
             else land_own_part(r, b);
         }
         b->started = b->landed = 0;
-        b->pending = b->total;
+        b->pending = (int64_t)(b->end - b->begin);
     }
     record(r, seconds);
 }

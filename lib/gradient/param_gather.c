@@ -50,6 +50,9 @@ struct neox_param_gather {
     size_t live;             // elements of the units gathered or in flight
     int dry;                 // plan: change states and counts only, no communication
     int pinned;              // neox_param_gather_all: nothing is released before end
+    int lazy_whole[2];       // a piece-gathered range is whole (gathered by neox_param_gather_all)
+    int lazy_owner[2];       // the unit whose use a piece-gathered range's pieces are part of
+    unsigned char *kept[2];  // per piece: whole since its last use (its unit is used again soon)
     neox_param_gather_stats stats;
 };
 
@@ -77,6 +80,13 @@ static void add_range(neox_param_gather *g, run **runs, int *count, size_t begin
     run_init(g, &(*runs)[(*count)++], begin, end);
 }
 
+// Which piece-gathered range holds [lo, hi), or -1.
+static int in_pieces(const neox_param_gather_options *o, size_t lo, size_t hi) {
+    for (int i = 0; i < 2; i++)
+        if (lo < hi && lo >= o->piece_begin[i] && hi <= o->piece_end[i]) return i;
+    return -1;
+}
+
 neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t n, const float *master,
                                           const size_t *param_offset, const size_t *param_size,
                                           const int *unit_first, int nunits, const neox_param_gather_options *opt) {
@@ -93,6 +103,11 @@ neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t
         for (int p = unit_first[u]; p < unit_first[u + 1]; p++) {
             size_t lo = param_offset[p], hi = lo + param_size[p];
             x->numel += param_size[p];
+            int r = in_pieces(opt, lo, hi);
+            if (r >= 0) {  // gathered by pieces
+                g->lazy_owner[r] = u;
+                continue;
+            }
             int persist = (int64_t)param_size[p] <= opt->persistence_threshold &&
                           (opt->model_persistence_threshold < 0 ||
                            (int64_t)(persist_total + param_size[p]) <= opt->model_persistence_threshold);
@@ -105,6 +120,9 @@ neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t
             }
         }
     }
+    for (int r = 0; r < 2; r++)
+        if (opt->piece_begin[r] < opt->piece_end[r])
+            g->kept[r] = neox_calloc((opt->piece_end[r] - opt->piece_begin[r]) / opt->piece_elems + 1, 1);
     g->persistent_elems = persist_total;
     g->stats.persistent_elements = (int64_t)persist_total;
     return g;
@@ -119,6 +137,7 @@ void neox_param_gather_free(neox_param_gather *g) {
     if (!g) return;
     for (int u = 0; u < g->nunits; u++) free_runs(g->units[u].runs, g->units[u].nruns);
     free_runs(g->persistent, g->npersistent);
+    free(g->kept[0]), free(g->kept[1]);
     free(g->units);
     free(g);
 }
@@ -216,7 +235,69 @@ void neox_param_gather_release(neox_param_gather *g, int u) {
     release_unit(g, u);
 }
 
+// [begin, end) of a piece-gathered range made whole alone (blocking), and given back.
+static void gather_range(neox_param_gather *g, size_t begin, size_t end) {
+    g->live += end - begin;
+    if (g->live > (size_t)g->stats.peak_live_elements) g->stats.peak_live_elements = (int64_t)g->live;
+    if (g->dry) return;
+    run r;
+    run_init(g, &r, begin, end);
+    place_own_part(g, &r);
+    neox_iallgatherv_inplace(g->data, g->params + begin, r.counts, r.displs, NEOX_F32, &r.req);
+    neox_wait(&r.req);
+    free(r.counts), free(r.displs);
+    if (g->opt.gathered) g->opt.gathered(g->opt.ctx, begin, end);
+    g->stats.gathers++;
+    g->stats.gathered_elements += (int64_t)(end - begin);
+}
+
+static void drop_range(neox_param_gather *g, size_t begin, size_t end) {
+    g->live -= end - begin;
+    if (g->dry) return;
+    neox_discard_pages(g->params + begin, (end - begin) * sizeof(float));
+    if (g->opt.released) g->opt.released(g->opt.ctx, begin, end);
+}
+
+// A piece is gathered when used unless still whole from its last use; after the use it stays whole
+// while its unit is used again within max_reuse_distance (the output layer from forward's end to
+// backward's start), as the units do.
+void neox_param_gather_piece(neox_param_gather *g, size_t begin, size_t end, int use) {
+    int i = in_pieces(&g->opt, begin, end);
+    if (i < 0) neox_die(NEOX_EXIT_FAILURE, "ZeRO-3: elements %zu-%zu are not in a range gathered by pieces", begin, end);
+    if (g->lazy_whole[i]) return;
+    unsigned char *kept = &g->kept[i][(begin - g->opt.piece_begin[i]) / g->opt.piece_elems];
+    if (use && *kept) *kept = 0;
+    else if (use) gather_range(g, begin, end);
+    else if (g->trace && reused_soon(g, g->lazy_owner[i])) *kept = 1;
+    else drop_range(g, begin, end);
+}
+
+// The kept pieces given back (the pass is over), and the whole ranges for readers of the whole
+// model gathered (whole 1) or given back (whole 0).
+static void drop_kept(neox_param_gather *g) {
+    for (int i = 0; i < 2; i++) {
+        size_t b = g->opt.piece_begin[i], e = g->opt.piece_end[i];
+        for (size_t k = 0; b < e && k * g->opt.piece_elems < e - b; k++) {
+            if (!g->kept[i][k]) continue;
+            size_t lo = b + k * g->opt.piece_elems, hi = e - lo < g->opt.piece_elems ? e : lo + g->opt.piece_elems;
+            drop_range(g, lo, hi);
+            g->kept[i][k] = 0;
+        }
+    }
+}
+
+static void lazy_all(neox_param_gather *g, int whole) {
+    for (int i = 0; i < 2; i++) {
+        if (g->opt.piece_begin[i] >= g->opt.piece_end[i] || g->lazy_whole[i] == whole) continue;
+        if (whole) gather_range(g, g->opt.piece_begin[i], g->opt.piece_end[i]);
+        else drop_range(g, g->opt.piece_begin[i], g->opt.piece_end[i]);
+        g->lazy_whole[i] = whole;
+    }
+}
+
 void neox_param_gather_end(neox_param_gather *g) {
+    drop_kept(g);
+    lazy_all(g, 0);
     for (int u = 0; u < g->nunits; u++) {
         g->units[u].active = 0;
         if (g->units[u].gathered == 0) g->units[u].state = RELEASED;
@@ -228,6 +309,8 @@ void neox_param_gather_end(neox_param_gather *g) {
 
 void neox_param_gather_all(neox_param_gather *g) {
     g->pinned = 1;
+    drop_kept(g);
+    lazy_all(g, 1);
     for (int u = 0; u < g->nunits; u++)
         if (g->units[u].state == RELEASED && g->units[u].gathered > 0) start_gather(g, u, 0);
     for (int u = 0; u < g->nunits; u++)
@@ -256,6 +339,14 @@ size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {
     neox_param_gather_begin(g, trace, len);
     for (int i = 0; i < len; i++) {
         neox_param_gather_acquire(g, trace[i]);
+        for (int r = 0; r < 2; r++) {  // the unit's use of its range's pieces, one after another
+            size_t b = g->opt.piece_begin[r], e = g->opt.piece_end[r];
+            for (size_t lo = b; b < e && g->lazy_owner[r] == trace[i] && lo < e; lo += g->opt.piece_elems) {
+                size_t hi = e - lo < g->opt.piece_elems ? e : lo + g->opt.piece_elems;
+                neox_param_gather_piece(g, lo, hi, 1);
+                neox_param_gather_piece(g, lo, hi, 0);
+            }
+        }
         neox_param_gather_release(g, trace[i]);
     }
     size_t peak = (size_t)g->stats.peak_live_elements;
@@ -266,3 +357,13 @@ size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {
 }
 
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g) { return g->stats; }
+
+size_t neox_param_gather_scratch_bytes(const neox_param_gather *g) {
+    if (g->data->size < 2) return 0;
+    // MPICH's recursive-doubling all-gather of varying counts gathers into a temporary the size of
+    // the whole range and copies it home: a unit's runs start together, and so do the persistent ones.
+    size_t largest = g->persistent_elems > g->opt.piece_elems ? g->persistent_elems : g->opt.piece_elems;
+    for (int u = 0; u < g->nunits; u++)
+        if (g->units[u].gathered > largest) largest = g->units[u].gathered;
+    return largest * sizeof(float);
+}

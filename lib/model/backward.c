@@ -175,6 +175,67 @@ static void layer_backward(neox_model *m, int l) {
     grads_ready(m, group[GROUP_LN1], group[GROUP_LN2]);
 }
 
+// The output layer is used in pieces of head_grad_rows vocabulary rows when the caller asked for it
+// and the layer is a parameter of its own, the last dense one: forward's logits, and backward's
+// weight gradient (each piece then final and reported, so its reduction starts while the next is
+// computed) and input gradient (the pieces' shares added in order).
+int neox_model_head_piece_rows(const neox_model *m) {
+    if (m->head_grad_rows <= 0 || !m->grad_range_ready || m->g.lm_head == m->g.wte || m->desc.value_head) return 0;
+    int out = param_at(m, m->g.lm_head);
+    if (out + 1 != m->dense_params || m->g.lm_head != m->grad_buf + m->params[out].offset) return 0;
+    return m->head_grad_rows < neox_model_head_cols(&m->desc) ? m->head_grad_rows : 0;
+}
+
+void neox_model_head_range(const neox_model *m, size_t *begin, size_t *end) {
+    *begin = (size_t)(m->w.lm_head - m->param_buf);
+    *end = *begin + (size_t)neox_model_head_cols(&m->desc) * (size_t)m->desc.hidden_size;
+}
+
+int neox_model_embed_rows(const neox_model *m) { return (int)(m->params[0].numel / (size_t)m->desc.hidden_size); }
+
+// The input embedding is used in pieces with the output layer, when it is a parameter of its own,
+// the first (its forward reads only the rows of the ids; its backward reads no weights).
+int neox_model_embed_piece_rows(const neox_model *m) {
+    if (!neox_model_head_piece_rows(m) || !neox_model_first_stage(&m->desc) || m->w.wte != m->param_buf) return 0;
+    return m->head_grad_rows < neox_model_embed_rows(m) ? m->head_grad_rows : 0;
+}
+
+void neox_model_use_piece(neox_model *m, const float *begin, const float *end, int use) {
+    if (m->weights_piece)
+        m->weights_piece(m->weights_use_ctx, (size_t)(begin - m->param_buf), (size_t)(end - m->param_buf), use);
+}
+
+// Rows [r0, r0 + rows) of the output layer's backward, piece by piece; the last rows finish its
+// weight gradient.
+static void head_backward_in_pieces(neox_model *m, int r0, int rows, int last) {
+    neox_acts *a = m->acts;
+    int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc), step = neox_model_head_piece_rows(m);
+    const float *lnf = a->lnf + (size_t)r0 * C;
+    size_t base = (size_t)(m->g.lm_head - m->grad_buf);
+    for (int o0 = 0; o0 < OC; o0 += step) {
+        int o1 = OC - o0 < step ? OC : o0 + step;
+        const float *w = m->w.lm_head + (size_t)o0 * C;
+        neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 1);
+        neox_model_linear_backward_weight_rows(m, m->g.lm_head, a->logits, lnf, rows, C, OC, o0, o1, o0 == 0);
+        if (last) m->grad_range_ready(m->grads_ready_ctx, base + (size_t)o0 * C, base + (size_t)o1 * C);
+        neox_model_linear_backward_input_rows(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC, o0, o1);
+        neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 0);
+        poll(m);
+    }
+}
+
+size_t neox_model_grad_fill_elems(const neox_model *m) {
+    size_t fill = 0, touched = (size_t)m->B * m->T * m->desc.hidden_size;
+    for (int p = 0; p < m->nparams; p++) {
+        size_t n = m->params[p].numel;
+        const float *g = m->grad_buf + m->params[p].offset;
+        if (g == m->g.wte && g != m->g.lm_head && touched < n) n = touched;  // a scatter into the rows of the ids
+        if (g == m->g.lm_head && neox_model_head_piece_rows(m)) n = (size_t)m->head_grad_rows * m->desc.hidden_size;
+        if (n > fill) fill = n;
+    }
+    return fill;
+}
+
 // From the loss to the gradient of the stage's output: cross-entropy over this rank's
 // vocabulary (or the given gradient of a value head's values), the output layer (its input
 // gradient reduced) and the final norm.
@@ -205,7 +266,9 @@ static void head_backward(neox_model *m, float loss_scale) {
             m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse + r0, a->targets + r0, a->mask + r0, scale,
                                           rows, s.V);
             const float *lnf = a->lnf + (size_t)r0 * C;
-            if (r0 + rows < N) {
+            if (neox_model_head_piece_rows(m)) {
+                head_backward_in_pieces(m, r0, rows, r0 + rows >= N);
+            } else if (r0 + rows < N) {
                 neox_model_linear_backward_weights(m, m->g.lm_head, NULL, a->logits, lnf, rows, C, OC);
                 neox_model_linear_backward_input(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC);
                 poll(m);

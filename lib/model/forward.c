@@ -507,6 +507,27 @@ static int localise_ids(int *out, const int *ids, int N, int V, neox_shard s, co
     return 0;
 }
 
+// x (B*T, C) = wte[ids] (+ wpe) as the embedding_forward op, with the embedding used piece by piece
+// (rows [v0, v1) at a time: ZeRO-3 gathers each alone). Host memory: pieces are used on CPU ranks only.
+static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step) {
+    const host_stage *h = m->host_stage;
+    int N = m->B * m->T, C = m->desc.hidden_size, V = neox_model_embed_rows(m);
+    for (int i = 0; i < N; i++) memset(x + (size_t)i * C, 0, (size_t)C * sizeof(float));
+    for (int v0 = 0; v0 < V; v0 += step) {
+        int v1 = V - v0 < step ? V : v0 + step;
+        neox_model_use_piece(m, m->w.wte + (size_t)v0 * C, m->w.wte + (size_t)v1 * C, 1);
+        for (int i = 0; i < N; i++)
+            if (h->ids[i] >= v0 && h->ids[i] < v1)
+                memcpy(x + (size_t)i * C, m->w.wte + (size_t)h->ids[i] * C, (size_t)C * sizeof(float));
+        neox_model_use_piece(m, m->w.wte + (size_t)v0 * C, m->w.wte + (size_t)v1 * C, 0);
+    }
+    for (int i = 0; wpe && i < N; i++) {
+        float *o = x + (size_t)i * C;
+        const float *p = wpe + (size_t)(i % m->T) * C;
+        for (int c = 0; c < C; c++) o[c] += p[c];
+    }
+}
+
 // Vocab-parallel embedding: each rank looks up the ids in its rows and the partial rows are summed.
 static void embed(neox_model *m) {
     const neox_model_desc *d = &m->desc;
@@ -514,7 +535,9 @@ static void embed(neox_model *m) {
     size_t NC = (size_t)m->B * m->T * d->hidden_size;
     float *x = neox_model_layer_input(m, 0);
     const float *wpe = d->tp_rank == 0 ? m->w.wpe : NULL;  // replicated: added once to the sum
-    m->be->embedding_forward(x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
+    int step = neox_model_embed_piece_rows(m);
+    if (step) embed_in_pieces(m, x, wpe, step);
+    else m->be->embedding_forward(x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
     neox_model_tp_reduce(m, x, NC);
     if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, x, x, -1, NEOX_SITE_ATTN_OUT);
 }
@@ -522,9 +545,19 @@ static void embed(neox_model *m) {
 // The logits of rows [r0, r0 + rows) into a->logits: the output layer on the final norm's rows.
 void neox_model_head_logits(neox_model *m, int r0, int rows) {
     neox_acts *a = m->acts;
-    int C = m->desc.hidden_size;
-    neox_model_linear_forward(m, a->logits, a->lnf + (size_t)r0 * C, m->w.lm_head, NULL, rows, C,
-                              neox_model_head_cols(&m->desc));
+    int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc), step = neox_model_head_piece_rows(m);
+    const float *lnf = a->lnf + (size_t)r0 * C;
+    if (!step) {
+        neox_model_linear_forward(m, a->logits, lnf, m->w.lm_head, NULL, rows, C, OC);
+        return;
+    }
+    for (int o0 = 0; o0 < OC; o0 += step) {  // the output layer in pieces (ZeRO-2 and 3)
+        int o1 = OC - o0 < step ? OC : o0 + step;
+        const float *w = m->w.lm_head + (size_t)o0 * C;
+        neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 1);
+        neox_model_linear_forward_cols(m, a->logits + o0, OC, lnf, w, rows, C, o1 - o0);
+        neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 0);
+    }
 }
 
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target

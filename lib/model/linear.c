@@ -70,6 +70,17 @@ void neox_model_linear_forward(neox_model *m, float *out, const float *inp, cons
     if (bias) be->add_bias(out, bias, N, OC);
 }
 
+void neox_model_linear_forward_cols(neox_model *m, float *out, int ldo, const float *inp, const float *w, int N, int IC,
+                                    int OC) {
+    const neox_backend *be = m->be;
+    if (m->precision == NEOX_PRECISION_FP32) {
+        be->linear_forward(out, ldo, inp, w, NULL, N, IC, OC);
+        return;
+    }
+    cast_half(m, m->half_in, inp, (size_t)N * IC);
+    be->gemm_ex(0, 1, N, OC, IC, 1.0f, m->half_in, IC, weight16(m, w), IC, half_elem(m), 0.0f, out, ldo, NEOX_ELEM_F32);
+}
+
 // dw (OC, IC) += dout^T (OC, N) @ inp (N, IC); db (OC, or NULL) += column sums of dout (N, OC).
 // In 16-bit precision it leaves dout's 16-bit copy for neox_model_linear_backward_input.
 void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, const float *dout, const float *inp, int N,
@@ -85,6 +96,22 @@ void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, con
     if (db) be->linear_backward(NULL, NULL, db, dout, OC, NULL, NULL, N, IC, OC, 0);
 }
 
+void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const float *dout, const float *inp, int N,
+                                            int IC, int OC, int o0, int o1, int cast) {
+    const neox_backend *be = m->be;
+    float *rows = dw + (size_t)o0 * IC;
+    if (m->precision == NEOX_PRECISION_FP32) {
+        be->linear_backward(NULL, rows, NULL, dout + o0, OC, inp, NULL, N, IC, o1 - o0, 0);
+        return;
+    }
+    if (cast) {
+        cast_half(m, m->half_out, dout, (size_t)N * OC);
+        cast_half(m, m->half_in, inp, (size_t)N * IC);
+    }
+    be->gemm_ex(1, 0, o1 - o0, IC, N, 1.0f, m->half_out + o0, OC, m->half_in, IC, half_elem(m), 1.0f, rows, IC,
+                NEOX_ELEM_F32);
+}
+
 // dinp (N, IC) = dout (N, OC) @ w (OC, IC), overwritten; right after the weights' backward of the
 // same dout.
 void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
@@ -96,4 +123,16 @@ void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *d
     }
     be->gemm_ex(0, 0, N, IC, OC, 1.0f, m->half_out, OC, weight16(m, w), IC, half_elem(m), 0.0f, dinp, IC,
                 NEOX_ELEM_F32);
+}
+
+void neox_model_linear_backward_input_rows(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
+                                           int OC, int o0, int o1) {
+    const neox_backend *be = m->be;
+    const float *rows = w + (size_t)o0 * IC;
+    if (m->precision == NEOX_PRECISION_FP32) {
+        be->linear_backward(dinp, NULL, NULL, dout + o0, OC, NULL, rows, N, IC, o1 - o0, o0 > 0);
+        return;
+    }
+    be->gemm_ex(0, 0, N, IC, o1 - o0, 1.0f, m->half_out + o0, OC, weight16(m, rows), IC, half_elem(m),
+                o0 > 0 ? 1.0f : 0.0f, dinp, IC, NEOX_ELEM_F32);
 }

@@ -173,6 +173,22 @@ void neox_model_linear_forward(neox_model *m, float *out, const float *inp, cons
                                int IC, int OC);
 void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, const float *dout, const float *inp, int N,
                                         int IC, int OC);
+// out (N, OC) with row stride ldo = inp (N, IC) @ w (OC, IC)^T, no bias: a block of columns of a
+// wider output (a piece of the output layer's logits).
+void neox_model_linear_forward_cols(neox_model *m, float *out, int ldo, const float *inp, const float *w, int N, int IC,
+                                    int OC);
+// The input gradient's share of rows [o0, o1) of w: dinp (N, IC) = dout[:, o0:o1] @ w[o0:o1]
+// (o0 == 0), or += (o0 > 0); after the weights' backward of the same dout (its 16-bit copy).
+void neox_model_linear_backward_input_rows(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
+                                           int OC, int o0, int o1);
+// A piece [begin, end) of param_buf (of the output layer or the input embedding) is used (1) or
+// done with (0): ZeRO-3 gathers it (weights_piece).
+void neox_model_use_piece(neox_model *m, const float *begin, const float *end, int use);
+// Rows [o0, o1) of the weights' backward (dw += dout[:, o0:o1]^T inp): a piece of what
+// neox_model_linear_backward_weights does for all OC rows; cast: make the 16-bit operands first (for
+// the first piece of a dout). No bias.
+void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const float *dout, const float *inp, int N,
+                                            int IC, int OC, int o0, int o1, int cast);
 void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
                                       int OC);
 

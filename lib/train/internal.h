@@ -214,6 +214,8 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale);
 // Applies one update of this rank's range with learning rate lr (step: the 1-based update count),
 // then under ZeRO gathers the other ranks' partitions.
 void neox_train_update(neox_trainer *t, double lr, int64_t step);
+// Bytes of MPI's temporary for one all-gather of the updated partitions (stages 1, 2 on the host), else 0.
+size_t neox_train_gather_scratch_bytes(const neox_trainer *t);
 // The device step, for AdamW on one rank of a device backend (t->step_sumsq set at setup): queues the
 // gradients' sum of squares into t->step_sumsq, the unscaling and clipping by it and the update
 // guarded by it (skipped on the device when the norm is not finite), then reads the sum back once,

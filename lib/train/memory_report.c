@@ -35,7 +35,13 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
         p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
         p->offloaded += (double)neox_model_host_checkpoint_bytes(ref);
     }
-    if (t->reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer);
+    if (t->reducer)
+        p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer) + (double)neox_grad_reducer_scratch_bytes(t->reducer);
+    // The collectives' own temporaries on the host (MPI): the bucket's reduce-scatter's above, and
+    // the partitions' all-gather after the update (stages 1, 2) or a unit's gather (stage 3, which
+    // may run beside a bucket's reduction).
+    double gather = t->gather ? (double)neox_param_gather_scratch_bytes(t->gather) : (double)neox_train_gather_scratch_bytes(t);
+    p->comm += gather;
     // Adaptive compression may put any bucket on a bf16 wire, whose copy is allocated when first used.
     if (t->adaptive && t->reducer && !neox_grad_reducer_wire_bytes(t->reducer))
         p->comm += (double)neox_grad_reducer_size(t->reducer) * 2;

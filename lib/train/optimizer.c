@@ -82,11 +82,23 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale) {
 // allgather_bucket_size elements (DeepSpeed's zero_optimization.allgather_bucket_size): bucket
 // [s, e) of the flat parameter buffer is one in-place all-gather in which rank r contributes the
 // part of its partition inside it. Values are copied, not combined, so results do not depend on it.
+static size_t gather_step(const neox_trainer *t) {
+    size_t n = t->model->num_floats;
+    int64_t b = neox_config_has(t->cfg, zero_allgather_bucket_size) ? neox_config_int(t->cfg, zero_allgather_bucket_size) : 0;
+    return b > 0 && (size_t)b < n ? (size_t)b : n;
+}
+
+// On the host each all-gather (waited for before the next) goes through a temporary of its size
+// (MPICH's recursive doubling, docs/parallel.md "Collectives").
+size_t neox_train_gather_scratch_bytes(const neox_trainer *t) {
+    if (t->zero_stage == 0 || t->param_partition || t->be->on_device || neox_train_state_group(t)->size < 2) return 0;
+    return gather_step(t) * sizeof(float);
+}
+
 static void gather_partitions(neox_trainer *t) {
     neox_comm *data = neox_train_state_group(t);
     size_t n = t->model->num_floats;
-    int64_t b = neox_config_has(t->cfg, zero_allgather_bucket_size) ? neox_config_int(t->cfg, zero_allgather_bucket_size) : 0;
-    size_t step = b > 0 && (size_t)b < n ? (size_t)b : n;
+    size_t step = gather_step(t);
     int *counts = neox_malloc((size_t)data->size * sizeof(int));
     for (size_t s = 0; s < n; s += step) {
         size_t e = s + step < n ? s + step : n;

@@ -194,8 +194,18 @@ static void on_grads_ready(void *ctx, int begin, int end) {
     if (t->expert_reducer) neox_grad_reducer_progress(t->expert_reducer);
 }
 
+// A piece of a parameter's gradient is final (the output layer's, made in pieces under ZeRO-2/3).
+static void on_grad_range_ready(void *ctx, size_t begin, size_t end) {
+    neox_trainer *t = ctx;
+    if (!t->reducer || !t->reduce_now || !(t->overlap_comm || t->grad_partition) || t->local_grads) return;
+    size_t base = t->model->params[t->reducer_first].offset;
+    neox_grad_reducer_ready_range(t->reducer, begin - base, end - base);
+    neox_grad_reducer_progress(t->reducer);
+}
+
 void neox_train_install_grad_hook(neox_trainer *t) {
     t->model->grads_ready = on_grads_ready;
+    t->model->grad_range_ready = on_grad_range_ready;
     t->model->grads_ready_ctx = t;
 }
 

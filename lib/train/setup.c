@@ -202,7 +202,8 @@ static neox_grad_reducer *make_reducer_over(neox_trainer *t, neox_dtype wire, in
                                     .all_reduce = !neox_config_bool(t->cfg, zero_reduce_scatter),
                                     .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
                                     .backend = t->be, .partition_sum = t->grad_partition,
-                                    .progress_interval = t->progress_interval, .mean_over = mean_over};
+                                    .progress_interval = t->progress_interval, .mean_over = mean_over,
+                                    .fill_elems = neox_model_grad_fill_elems(m)};
     neox_grid *g = t->grid;
     if (t->hierarchical && over == &g->data) ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
     neox_grad_reducer *r = neox_grad_reducer_make(over, m->grad_buf + base, stop - base, offset, size, n, &ro);
@@ -241,6 +242,17 @@ static int setup_progress_thread(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
+// ZeRO-2 and 3 on the host: the buckets are at most reduce_bucket_size elements and their pages are
+// given back as they land, so the embeddings are used in pieces of about a bucket each (the output
+// layer's gradient made piece by piece, ZeRO-3 gathering them by pieces) and no rank holds one whole.
+static void use_head_pieces(neox_trainer *t) {
+    int64_t bucket = neox_config_int_or(t->cfg, zero_reduce_bucket_size, 500000000);
+    int64_t rows = bucket / t->model->desc.hidden_size;
+    if (t->be->on_device || bucket <= 0) return;
+    t->model->head_grad_rows = rows < 1 ? 1 : rows > INT32_MAX ? INT32_MAX : (int)rows;
+    neox_train_install_grad_hook(t);  // (the model reports the pieces to it)
+}
+
 // Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap; the
 // input embedding apart under sparse_gradients; the hierarchical all-reduce across nodes (stage 0).
 static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
@@ -257,6 +269,7 @@ static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
         size_t lo, hi;  // the reducer's partition (neox_grad_reducer_partition), known before it exists
         neox_even_share(m->num_floats - base, g->data_rank, g->data_size, &lo, &hi);
         t->grad_partition = zeroed(t, hi - lo + 1);
+        use_head_pieces(t);
     }
     // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
     if (t->zero_stage == 0 && !t->be->on_device && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {

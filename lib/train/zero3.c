@@ -48,6 +48,10 @@ static void on_weights_use(void *ctx, int unit, int use) {
     else neox_param_gather_release(t->gather, unit);
 }
 
+static void on_weights_piece(void *ctx, size_t begin, size_t end, int use) {
+    neox_param_gather_piece(((neox_trainer *)ctx)->gather, begin, end, use);
+}
+
 int neox_train_setup_zero3(neox_trainer *t, neox_error *err) {
     if (check_zero3(t, err) != 0) return -1;
     neox_model *m = t->model;
@@ -65,6 +69,15 @@ int neox_train_setup_zero3(neox_trainer *t, neox_error *err) {
         .model_persistence_threshold = stage3_key(c, NEOX_SK_zero_optimization__stage3_model_persistence_threshold,
                                                   NEOX_SK_zero_optimization__model_persistence_threshold),
         .gathered = on_gathered, .released = on_released, .ctx = t};
+    int piece_rows = neox_model_head_piece_rows(m);
+    if (piece_rows > 0) {  // the output layer is used piece by piece: gathered likewise, never whole
+        neox_model_head_range(m, &o.piece_begin[0], &o.piece_end[0]);
+        if (neox_model_embed_piece_rows(m) > 0) {  // and the input embedding's forward
+            o.piece_begin[1] = 0;
+            o.piece_end[1] = (size_t)neox_model_embed_rows(m) * (size_t)m->desc.hidden_size;
+        }
+        o.piece_elems = (size_t)piece_rows * (size_t)m->desc.hidden_size;
+    }
     int nunits = neox_model_unit_count(&m->desc);
     int *first = neox_malloc((size_t)(nunits + 1) * sizeof(int));
     size_t *offset = neox_malloc((size_t)m->nparams * sizeof *offset), *size = neox_malloc((size_t)m->nparams * sizeof *size);
@@ -93,6 +106,7 @@ void neox_train_zero3_take_weights(neox_trainer *t) {
     neox_param_gather_persistent(t->gather);
     m->param16_stale = 0;
     m->weights_use = on_weights_use;
+    m->weights_piece = on_weights_piece;
     m->weights_use_ctx = t;
 }
 

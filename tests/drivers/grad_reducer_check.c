@@ -2,7 +2,8 @@
 // mean gradient (ZeRO 0) or each rank's partition of it (ZeRO 1/2) for several bucket sizes, with
 // and without overlap and predivision, with all-reduce instead of reduce-scatter under ZeRO
 // (reduce_scatter false) and with bf16/fp16 on the wire (within their rounding); and with a wire
-// of its own per bucket and buckets left to the caller (adaptive compression's plans). Prints TAP
+// of its own per bucket and buckets left to the caller (adaptive compression's plans); and under
+// ZeRO-2 on the host, buckets cut across tensors with a tensor reported ready in pieces. Prints TAP
 // lines from rank 0.
 #include <math.h>
 #include <stdio.h>
@@ -90,6 +91,52 @@ static void run_per_bucket(int overlap) {
     free(g);
 }
 
+// ZeRO-2 on the host (partition_sum): buckets cut at exactly 300 elements across the tensors, the
+// 1000-element tensor reported ready in pieces of 250 (ready_range) and the rest whole; the
+// partition's sum is the mean, the buffer is left zero, no bucket exceeds 300 elements, and the
+// resident bytes are two buckets plus fill_elems.
+static void run_split(int overlap, int all_reduce) {
+    enum { NPARAMS = 7, LIMIT = 300 };
+    size_t sizes[NPARAMS] = {5, 300, 1, 64, 1000, 17, 250}, offsets[NPARAMS], n = 0;
+    for (int p = 0; p < NPARAMS; p++) offsets[p] = n, n += sizes[p];
+    float *g = neox_calloc(n, sizeof(float));
+    size_t lo, hi;
+    neox_even_share(n, grid.data_rank, grid.data_size, &lo, &hi);
+    float *sum = neox_calloc(hi - lo + 1, sizeof(float));
+    neox_grad_reducer_options opt = {.bucket_bytes = LIMIT * sizeof(float), .zero_stage = 2, .overlap = overlap,
+                                     .predivide_factor = 1.0, .all_reduce = all_reduce, .partition_sum = sum,
+                                     .fill_elems = 250};
+    neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
+    int ok = neox_grad_reducer_bucket_count(red) == (int)((n + LIMIT - 1) / LIMIT);
+    for (int b = 0; b < neox_grad_reducer_bucket_count(red); b++) {
+        size_t blo, bhi;
+        neox_grad_reducer_bucket_range(red, b, &blo, &bhi, NULL);
+        ok &= bhi - blo <= LIMIT && bhi > blo;
+    }
+    ok &= neox_grad_reducer_resident_bytes(red) == (2 * LIMIT + 250) * sizeof(float);
+    for (int step = 0; step < 2; step++) {
+        for (size_t i = 0; i < n; i++) g[i] = grad_value(grid.data_rank, i);
+        for (int p = NPARAMS - 1; p >= 0; p--) {
+            if (sizes[p] != 1000) {
+                neox_grad_reducer_ready(red, p);
+                continue;
+            }
+            for (size_t at = offsets[p] + sizes[p]; at > offsets[p]; at -= 250) neox_grad_reducer_ready_range(red, at - 250, at);
+        }
+        neox_grad_reducer_finish(red);
+        for (size_t i = 0; i < n; i++) ok &= g[i] == 0.0f;
+        for (size_t i = lo; i < hi; i++)
+            ok &= fabsf(sum[i - lo] - (float)(step + 1) * mean_value(grid.data_size, i)) <= 1e-5f * (1.0f + fabsf(sum[i - lo]));
+    }
+    char name[160];
+    snprintf(name, sizeof name, "zero stage 2 on the host: buckets of at most %d elements across tensors, a tensor ready in "
+             "pieces (overlap %d%s)", LIMIT, overlap, all_reduce ? ", all-reduce" : "");
+    report(name, ok);
+    neox_grad_reducer_free(red);
+    free(sum);
+    free(g);
+}
+
 int main(int argc, char **argv) {
     neox_set_progname(argv[0]);
     neox_error err = {0};
@@ -107,6 +154,8 @@ int main(int argc, char **argv) {
             }
         }
     for (int overlap = 0; overlap <= 1; overlap++) run_per_bucket(overlap);
+    for (int overlap = 0; overlap <= 1; overlap++)
+        for (int all_reduce = 0; all_reduce <= 1; all_reduce++) run_split(overlap, all_reduce);
     // Partitions tile the buffer in rank order.
     size_t sizes[1] = {10}, offsets[1] = {0};
     float g[10];

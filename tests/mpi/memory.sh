@@ -7,7 +7,10 @@
 # parameter. tests/mpi/memory_check.py prints the table docs/memory.md shows. Each rank's measured
 # peak resident set at the start of a stage-3 run of a larger model (25M parameters, one layer
 # gathered at a time) stays within its plan plus the libraries' own memory (a small model's peak):
-# the start-up initialises only the rank's partition, never the whole model. A dp2 run's
+# the start-up initialises only the rank's partition, never the whole model. With untied 50304-row
+# embeddings larger than a bucket, stages 2 and 3 at dp4 plan their gradients by the formula of
+# memory_check.py split (the partition, two buckets, one product's output: no whole embedding) and
+# each rank's measured peak stays within its plan plus the libraries'. A dp2 run's
 # log_dir/memory_peaks.json holds each rank's measured peak (as the process measures it from
 # outside) and planned total, and its metrics the largest rank's peak at each log.
 source tests/lib.sh
@@ -64,6 +67,30 @@ measured big 8 512
 check_output "stage 3 starts within its plan: no rank holds the whole model (25M parameters, dp4)" "^rank 3" \
     python3 tests/mpi/memory_check.py startup "$T/big" "$T/small" 4
 sed 's/^/# /' "$_last_out"
+
+# Embeddings larger than a bucket (2 layers, hidden 128, GPT-NeoX's 50304-row vocabulary pinned,
+# untied: 6.4M elements, 25.8 MB each, against reduce_bucket_size 300000) under stages 2 and 3 at
+# dp4, 2 steps: buckets are cut at 300000 elements and the output layer's gradient is made in pieces,
+# so the planned gradients per rank are the partition, two buckets and one product's output (the
+# formula of memory_check.py split, within 10%), not a whole embedding; each rank's measured peak
+# stays within its plan, which counts MPI's temporaries (communication), plus the libraries'.
+embeddings() {  # embeddings NAME STAGE ITERS
+    cat >"$T/$1.yml" <<EOF2
+{ "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
+  "no_weight_tying": true, "pinned_padded_vocab_size": 50304, "train_micro_batch_size_per_gpu": 2,
+  "train_iters": $3, "do_valid": false, "do_test": false, "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+  "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer" $(zero "$2" "$([ "$2" = 3 ] && echo "$ONE")") }
+EOF2
+    check "$1: stage $2 on 4 ranks, peak resident set per rank" bash -c "OMP_NUM_THREADS=1 '$MPIEXEC' -n 4 python3 \
+        tests/mpi/peak_rss.py '$T/$1.rss' '$TRAIN' '$T/$1.yml' >'$T/$1.out' 2>&1"
+}
+embeddings emb-s0 0 0
+for stage in 2 3; do
+    embeddings "emb-s$stage" "$stage" 2
+    check_output "stage $stage, embeddings over the bucket size: gradients per rank planned by the formula, no whole embedding, peak within plan + libraries" \
+        "^rank 3" python3 tests/mpi/memory_check.py split "$T/emb-s$stage" "$T/small" "$T/emb-s0" 4 "$BUCKET" 128 50304 128
+    sed 's/^/# /' "$_last_out"
+done
 
 # Every rank's measured peak as the trainer reports it: log_dir/memory_peaks.json at the end (each
 # rank's peak resident set beside its planned total), and the largest rank's peak as a gauge at each

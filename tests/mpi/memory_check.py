@@ -10,6 +10,9 @@
                        tests/mpi/peak_rss.py writes them) is at most its planned total plus the peak of
                        the same rank in run SMALL (a tiny model: the libraries' own memory)
   regions OUT          the line's regions and total in bytes, as JSON (tests/tools/train_memory.sh)
+  split RUN SMALL S0 D BUCKET HIDDEN VOCAB ROWS
+                       stages 2 and 3 with embeddings larger than a bucket: planned gradients per rank
+                       against the formula, no whole embedding in them, measured peaks (see split())
 
 Psi is rank 0's parameter count, the fp32 parameters' bytes / 4 at stage 0 (tensor and pipeline size 1,
 so every rank holds the whole model). The closed forms are written out here from the ZeRO paper's
@@ -133,6 +136,32 @@ def peaks(run, ranks):
     return ok
 
 
+def split(run, small, s0, ranks, bucket, hidden, vocab, rows):
+    """Stages 2 and 3 with embeddings (VOCAB x HIDDEN) larger than a bucket: every rank's planned
+    gradients are within 10% of 4 (n/D + 2 BUCKET + F) bytes, n the parameters (run S0's, stage 0),
+    F the most elements one product of backward writes at once: the MLP's 4h x h, a piece of
+    BUCKET // h rows of the output layer, or the ROWS x h rows a micro-batch touches in the input
+    embedding; that plan holds less than one embedding's fp32 gradient; and each rank's measured
+    peak is at most its plan (which counts MPI's temporaries) plus the libraries' memory (run SMALL)."""
+    d, bucket, h, vocab, rows = int(ranks), int(bucket), int(hidden), int(vocab), int(rows)
+    n = regions(f"{s0}.out")["parameters"] / 4
+    fill = max(4 * h * h, bucket // h * h, min(rows * h, vocab * h))
+    want = 4 * (n / d + 2 * bucket + fill)
+    embedding = 4 * vocab * h
+    ok = True
+    for r in range(d):
+        p = regions(f"{run}.out", r)
+        peak, libraries = (int(open(f"{x}.rss.{r}").read()) for x in (run, small))
+        print(f"rank {r}: gradients planned {p['gradients'] / 1e6:.2f} MB, formula {want / 1e6:.2f} MB, one embedding "
+              f"{embedding / 1e6:.2f} MB; peak {peak / 1e6:.1f} MB, plan {p['total'] / 1e6:.1f} MB + libraries "
+              f"{libraries / 1e6:.1f} MB")
+        ok &= abs(p["gradients"] - want) <= 0.1 * want
+        ok &= p["gradients"] - 4 * n / d < embedding
+        ok &= peak <= p["total"] + libraries
+    return ok
+
+
 if __name__ == "__main__":
-    command = {"table": table, "wire": wire, "regions": print_regions, "startup": startup, "peaks": peaks}[sys.argv[1]]
+    command = {"table": table, "wire": wire, "regions": print_regions, "startup": startup, "peaks": peaks,
+               "split": split}[sys.argv[1]]
     sys.exit(0 if command(*sys.argv[2:]) else 1)

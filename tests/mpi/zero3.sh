@@ -5,7 +5,8 @@
 # at a time. Each stage3_* key shows its effect in the run's parameter_gathers report
 # (comm_stats.json) or the parameter bytes planned at start-up, which must be within 10% of the
 # formula (tests/mpi/zero3_check.py). Checkpoints move between stage 3 and stage 1 / tp2 both ways
-# and continue the straight run; pipelining and the fetch-by-all-reduce keys are refused by name; a
+# and continue the straight run; untied embeddings larger than a bucket (gathered and reduced in
+# pieces) train as under stage 0 and stage 2; pipelining and the fetch-by-all-reduce keys are refused by name; a
 # rank killed while the ranks gather parameters ends the job.
 source tests/lib.sh
 
@@ -101,6 +102,59 @@ check "keys without the stage3_ prefix: the same gathers" z3 same_stat "$T/plain
 config tps0 neox 2 2 20 "$(zero 0)$TP"; run tps0 4
 config tps3 neox 2 2 20 "$(zero 3 "$ONE")$TP"; run tps3 4
 same tps0 tps3
+
+# Embeddings larger than a bucket: untied, 512 vocabulary rows x 32 = 16384 elements each against
+# reduce_bucket_size 3000. Under stages 2 and 3 the buckets are cut at 3000 elements whatever the
+# tensors, the output layer is used in pieces of 93 rows (forward, and backward's gradients: each
+# piece's buckets start as it is final) and so is the input embedding in forward; one bucket is in
+# flight at a time; stage 3 gathers the two embeddings piece by piece and never whole (its planned
+# parameters: the partition, one layer and one piece). Still stage 0's training within 1e-5, and
+# stage 3 is stage 2 bit for bit, at dp2 and dp4, and in bfloat16.
+UNTIED=', "no_weight_tying": true'
+for dp in 2 4; do
+    accum=$((4 / dp))
+    VOCAB_DIVISOR=512 config "big${dp}s0" neox 2 "$accum" 20 "$(zero 0)$UNTIED"; run "big${dp}s0" "$dp"
+    VOCAB_DIVISOR=512 config "big${dp}s2" neox 2 "$accum" 20 "$(zero 2)$UNTIED"; run "big${dp}s2" "$dp"
+    VOCAB_DIVISOR=512 config "big${dp}s3" neox 2 "$accum" 20 "$(zero 3 "$ONE")$UNTIED"; run "big${dp}s3" "$dp"
+    same "big${dp}s0" "big${dp}s2"
+    same "big${dp}s0" "big${dp}s3"
+    check "embeddings over the bucket size at dp$dp: stage 3 equals stage 2 bit for bit" \
+        "$PY" tests/mpi/layouts_check.py identical "$T/big${dp}s2" "$T/big${dp}s3"
+    check "big${dp}s3: planned parameter bytes per rank within 10% of 4 psi / $dp + one layer + one embedding piece" \
+        z3 planned "$T/big${dp}s3.out" "$T/big${dp}s3/hf" "$dp" pieces:3000
+done
+# With tensor parallelism (dp2 x tp2) each rank's vocabulary shard is used in pieces.
+VOCAB_DIVISOR=512 config bigtps0 neox 2 2 20 "$(zero 0)$UNTIED$TP"; run bigtps0 4
+VOCAB_DIVISOR=512 config bigtps3 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$TP"; run bigtps3 4
+same bigtps0 bigtps3
+# A checkpoint of such a run (written from the partitions) resumes under stage 1, and a stage-1
+# checkpoint under stage 3, each continuing the straight stage-0 run.
+bigresume() {  # bigresume NAME FROM_STAGE_KEYS TO_STAGE_KEYS
+    VOCAB_DIVISOR=512 config "$1-a" neox 2 2 20 "$2$UNTIED, \"exit_interval\": 10"
+    VOCAB_DIVISOR=512 config "$1-b" neox 2 2 20 "$3$UNTIED, \"load\": \"$T/$1-a/ckpt\""
+    check "$1: first 10 steps" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/$1-a.yml"
+    check "$1: resumed for 10 more" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/$1-b.yml"
+    check "$1: the resumed run continues stage 0's trajectory (within 1e-5)" \
+        "$PY" tests/mpi/layouts_check.py resumed "$T/big2s0" "$T/$1-a" "$T/$1-b"
+}
+bigresume pieces-s3-to-s1 "$(zero 3 "$ONE")" "$(zero 1)"
+bigresume pieces-s1-to-s3 "$(zero 1)" "$(zero 3 "$ONE")"
+# stage3_max_reuse_distance holds for the pieces as for the units: at its default the output
+# layer's pieces gathered for forward's end stay whole for backward's start (the same training bit
+# for bit, fewer gathers, more held whole at the peak); at 0 each is gathered again.
+VOCAB_DIVISOR=512 config bigreuse0 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$NOEVAL"; run bigreuse0 2
+VOCAB_DIVISOR=512 config bigreuse neox 2 2 20 "$(zero 3 '"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0')$UNTIED$NOEVAL"
+run bigreuse 2
+check "output layer in pieces: keeping them for backward changes no bit" \
+    "$PY" tests/mpi/layouts_check.py identical "$T/bigreuse0" "$T/bigreuse"
+check "max_reuse_distance 0 gathers every layer, the head and every output-layer piece again for backward" \
+    z3 extra_gathers "$T/bigreuse0" "$T/bigreuse" 40 "$T/bigreuse0/hf" pieces:3000
+check "max_reuse_distance default: the kept pieces hold more whole at the peak" \
+    z3 more_stat "$T/bigreuse" "$T/bigreuse0" peak_live_elements
+VOCAB_DIVISOR=512 config bigbf16s2 neox 2 2 20 "$(zero 2)$UNTIED$BF16"; run bigbf16s2 2
+VOCAB_DIVISOR=512 config bigbf16s3 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$BF16"; run bigbf16s3 2
+check "embeddings over the bucket size, bfloat16: stage 3 equals stage 2 bit for bit" \
+    "$PY" tests/mpi/layouts_check.py identical "$T/bigbf16s2" "$T/bigbf16s3"
 
 # Checkpoints: 10 steps at stage 3, 10 more at stage 1 with tp2, and the reverse.
 resume() {  # resume NAME FROM_RANKS FROM_EXTRA TO_RANKS TO_EXTRA

@@ -7,16 +7,19 @@ and output layer) and the run's comm_stats.json.
                              per element held whole at most: RULE whole (every tensor: the default
                              settings keep a small model whole) or one (one unit at a time, the
                              final norm with the tied embedding it uses, when nothing is
-                             prefetched or kept)
+                             prefetched or kept), or pieces:BUCKET (one unit at a time, the head's
+                             final norm beside one piece of BUCKET // hidden rows of the untied
+                             output layer or embedding, which are gathered by pieces, never whole)
   stat RUN KEY OP VALUE      every rank's parameter_gathers[KEY] OP VALUE (OP: eq, gt, le)
   same_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is the same in both runs
   more_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is larger in RUN_A
   norms RUN_A RUN_B          the per-step parameter norms (log_param_norm) of both runs agree within 1e-5
-  extra_gathers RUN_A RUN_B PASSES HF
+  extra_gathers RUN_A RUN_B PASSES HF [pieces:BUCKET]
                              RUN_A (nothing kept between uses: stage3_max_reuse_distance 0) gathers
                              more than RUN_B (everything kept within a pass) by, per training pass,
                              every layer and the head again for backward and, with tied weights,
-                             the embedding again for the head in forward and in backward
+                             the embedding again for the head in forward and in backward; with
+                             pieces, every piece of the untied output layer again for backward
 """
 import json
 import re
@@ -47,6 +50,10 @@ def units(hf):
 
 def peak(hf, rule):
     embed, layers, head, psi = units(hf)
+    if rule.startswith("pieces:"):  # untied embeddings gathered by pieces of BUCKET // hidden rows
+        h = json.load(open(f"{hf}/config.json"))["hidden_size"]
+        piece = int(rule[7:]) // h * h  # the head's final norm or the embedding unit's rest, beside one piece
+        return max([head - embed + piece, piece] + layers)
     return psi if rule == "whole" else max([embed, head] + layers)
 
 
@@ -94,10 +101,14 @@ def norms(a, b):
     return bool(x) and x.keys() == y.keys() and not bad
 
 
-def extra_gathers(a, b, passes, hf):
+def extra_gathers(a, b, passes, hf, pieces=None):
     tensors = load_file(f"{hf}/model.safetensors")
     tied = not any("embed_out" in n or "lm_head" in n for n in tensors)
     per_pass = len(units(hf)[1]) + 1 + (2 if tied else 0)
+    if pieces:  # pieces:BUCKET: the untied output layer's pieces of BUCKET // hidden rows, gathered again too
+        h = json.load(open(f"{hf}/config.json"))["hidden_size"]
+        rows = next(t.shape[0] for n, t in tensors.items() if "embed_out" in n or "lm_head" in n)
+        per_pass += -(-rows // (int(pieces[7:]) // h))
     x, y = [g.get("gathers", 0) for g in gathers(a)], [g.get("gathers", 0) for g in gathers(b)]
     print(f"gathers {x} and {y}; expected difference {int(passes) * per_pass}")
     return bool(x) and all(p - q == int(passes) * per_pass for p, q in zip(x, y))
