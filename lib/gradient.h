@@ -298,9 +298,9 @@ double neox_adaptive_plan_cost(const neox_adaptive_inputs *in, const int *plan, 
 double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan);
 // The link model's correction for the overlapped reductions: the most recent measured plan that
 // sends every bucket through the reducer (dense or bf16), its measured exposed seconds over the
-// model's (1 when there is none, or the model says it hides completely). Short probes on a busy
-// host can read a link several times slower than bucket-sized transfers get (measured: 0.17
-// Gbit/s on a 1 Gbit/s link), which overstates every overlapped option alike, while the
+// model's, at most 1 (1 when there is none, or the model says it hides completely). Short probes
+// on a busy host can read a link several times slower than bucket-sized transfers get (measured:
+// 0.17 Gbit/s on a 1 Gbit/s link), which overstates every overlapped option alike, while the
 // compressors' small messages are costed from their own measured work and stay right.
 double neox_adaptive_calibration(const neox_adaptive_inputs *in);
 // The link from two timed all-reduces of small and large payloads (their ring wire bytes per rank

@@ -128,7 +128,10 @@ double neox_adaptive_calibration(const neox_adaptive_inputs *in) {
     for (int m = 0; m < in->nmeasured; m++) {
         if (!all_overlapped(in, in->measured_plan[m])) continue;
         double predicted = neox_adaptive_plan_cost(&raw, in->measured_plan[m], NULL);
-        return predicted > 0 ? fmax(in->measured_s[m] / predicted, 1e-9) : 1.0;  // (0 would read as unset)
+        // Only ever down: a busy host adds time to the probes, never removes it, and what the
+        // model leaves out (the calls that drive the overlap) is measured, not scaled in. (0
+        // would read as unset.)
+        return predicted > 0 ? fmin(1.0, fmax(in->measured_s[m] / predicted, 1e-9)) : 1.0;
     }
     return 1.0;
 }

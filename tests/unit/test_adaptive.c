@@ -266,6 +266,10 @@ static void test_recorded_micro1_picks_bf16(void **state) {
     double cost = neox_adaptive_plan(&in, plan);
     assert_memory_equal(plan, ((int[]){BF16, BF16, BF16, BF16, BF16, BF16, BF16}), sizeof plan);
     assert_true(cost < 0.07957);
+    // Measured above the model, the model stands (only the probes' overstatement is corrected).
+    measured_s[1] = 2 * raw_dense;
+    assert_true(neox_adaptive_calibration(&in) == 1.0);
+    measured_s[1] = 0.117962;
     // Without a measurement of the reducer's plans there is nothing to calibrate on: the model as it was.
     in.nmeasured = 1;
     assert_true(neox_adaptive_calibration(&in) == 1.0);
