@@ -204,7 +204,7 @@ static double fixed_number(const neox_adaptive *a, json_t *d, const char *key, i
 
 // The file's measurements at this iteration over v (measure's layout: the probes, backward, step,
 // the negated exposure, the schemes' unit costs, each bucket's slack).
-static void apply_fixed(const neox_trainer *t, double *v, int nschemes) {
+static void apply_fixed(const neox_trainer *t, double *v) {
     const neox_adaptive *a = t->adaptive;
     int64_t it = t->state.iteration;
     json_t *d = NULL, *x;
@@ -218,7 +218,7 @@ static void apply_fixed(const neox_trainer *t, double *v, int nschemes) {
     if (a->exposed_steps) v[4] = -fixed_number(a, d, "exposed_s", -1, it);
     v[5 + NEOX_SCHEME_ONEBIT] = fixed_number(a, d, "onebit_s_per_element", -1, it);
     v[5 + NEOX_SCHEME_POWERSGD] = fixed_number(a, d, "powersgd_s_per_madd", -1, it);
-    for (int i = 0; i < a->nbuckets; i++) v[5 + nschemes + i] = fixed_number(a, d, "slack_s", i, it);
+    for (int i = 0; i < a->nbuckets; i++) v[5 + NEOX_SCHEME_COUNT + i] = fixed_number(a, d, "slack_s", i, it);
 }
 
 // ---- set-up ----------------------------------------------------------------------------------
@@ -433,7 +433,7 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) v[5 + s] = a->unit_cost[s];
     for (int i = 0; i < a->nbuckets; i++) v[FIXED + i] = a->bucket[i].slack_s;
     neox_allreduce_max(&t->grid->data, v, nv, NEOX_F64);
-    if (a->fixed) apply_fixed(t, v, NEOX_SCHEME_COUNT);
+    if (a->fixed) apply_fixed(t, v);
     memset(in, 0, sizeof *in);
     neox_adaptive_fit_link(ring_bytes(t, PROBE_SMALL_FLOATS * 4.0), v[0], ring_bytes(t, (double)large * 4.0), v[1],
                            &in->latency_s, &in->bytes_per_s);
