@@ -374,10 +374,7 @@ static int option_of(const neox_bucket_inputs *in, neox_bucket_choice c) {
 // Keeps the plan in use with its measured exposure (replacing its older measurement, or the
 // oldest plan), and forgets plans not run for REMEMBER_INTERVALS intervals or measured on a link
 // more than REMEMBER_LINK times faster or slower than the one just probed: the link moves on, and
-// an uncompressed plan measured on a fast link must not stand for itself on a slow one. A plan is
-// tagged with the link probed when it began to run, so one measured across a change of the link
-// is forgotten at once (bench/comm.sh drop=: bf16 measured over the 10 steps in which the link
-// fell to 100 Mbit/s, kept under the slow link's probe, held the run on bf16 for another interval).
+// an uncompressed plan measured on a fast link must not stand for itself on a slow one.
 static int still_valid(const neox_adaptive *a, const remembered_plan *r, int64_t iteration) {
     if (iteration - r->at > REMEMBER_INTERVALS * a->interval) return 0;
     if (a->bytes_per_s <= 0 || r->bytes_per_s <= 0) return 1;  // (no link model to compare)
@@ -397,7 +394,7 @@ static void forget_stale(neox_adaptive *a, int64_t iteration) {
     }
 }
 
-static void remember(neox_trainer *t, double exposed_s, double bytes_per_s) {
+static void remember(neox_trainer *t, double exposed_s) {
     neox_adaptive *a = t->adaptive;
     int slot = -1;
     for (int m = 0; m < a->nremembered && slot < 0; m++) {
@@ -414,7 +411,7 @@ static void remember(neox_trainer *t, double exposed_s, double bytes_per_s) {
     remembered_plan *r = &a->remembered[slot];
     if (!r->use) r->use = neox_calloc((size_t)a->nbuckets, sizeof *r->use);
     for (int i = 0; i < a->nbuckets; i++) r->use[i] = a->bucket[i].use;
-    r->exposed_s = exposed_s, r->at = t->state.iteration, r->bytes_per_s = bytes_per_s;
+    r->exposed_s = exposed_s, r->at = t->state.iteration, r->bytes_per_s = a->bytes_per_s;
 }
 
 static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_inputs *bucket, int *measured_idx,
@@ -437,11 +434,10 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
     memset(in, 0, sizeof *in);
     neox_adaptive_fit_link(ring_bytes(t, PROBE_SMALL_FLOATS * 4.0), v[0], ring_bytes(t, (double)large * 4.0), v[1],
                            &in->latency_s, &in->bytes_per_s);
-    double ran_on = a->bytes_per_s > 0 ? a->bytes_per_s : in->bytes_per_s;  // the plan in use began on this link
     a->latency_s = in->latency_s, a->bytes_per_s = in->bytes_per_s, a->backward_s = v[2];
     in->step_s = v[3], in->margin = MARGIN;
-    if (isfinite(v[4])) remember(t, -v[4], ran_on);
     forget_stale(a, t->state.iteration);
+    if (isfinite(v[4])) remember(t, -v[4]);
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) a->unit_cost[s] = v[5 + s];  // every rank plans with the same costs
     double total = 0;
     for (int i = 0; i < a->nbuckets; i++) total += a->bucket[i].elements;
