@@ -18,7 +18,8 @@
 #        psgd_rank interval drop layouts progress_us   (defaults: ranks=2 iters=60 freeze=12 layers=4 hidden=256 heads=8
 #        seq=64 micro=4 rate=1gbit psgd_rank=4 interval=10 drop=none timeout=600 (seconds per run);
 #        rate=none skips the namespaces, shm=0 the shared-memory runs; layouts=a,b,... runs only those,
-#        adamw always included)
+#        adamw always included; keep=DIR copies every run's log_dir (metrics.jsonl, comm_stats.json,
+#        adaptive's gradient_compression.jsonl) to DIR/LAYOUT-MODE before the work folder goes)
 # adamw-overlap is AdamW with overlap_comm and 8 buckets: the share of the reduction it hides behind
 # backward is 1 - (its exposed reduction time) / (adamw's, where every bucket waits for the end of
 # backward), both from log_dir/comm_stats.json (the data group's minimum per reduction).
@@ -29,7 +30,7 @@ cd "$(dirname "$0")/.."
 bench/cpu_info.sh
 [ -x build/cpu/bin/neox-train ] || { echo "bench/comm.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
 declare -A opt=([ranks]=2 [iters]=60 [freeze]=12 [layers]=4 [hidden]=256 [heads]=8 [seq]=64 [micro]=4 [rate]=1gbit
-                [psgd_rank]=4 [interval]=10 [drop]=none [layouts]=all [timeout]=600 [progress_us]=200 [shm]=1)
+                [psgd_rank]=4 [interval]=10 [drop]=none [layouts]=all [timeout]=600 [progress_us]=200 [shm]=1 [keep]=)
 for arg in "$@"; do
     key=${arg%%=*}
     [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/comm.sh: bad argument '$arg'" >&2; exit 2; }
@@ -120,6 +121,7 @@ run() {  # run NAME MODE(shm|net)
     fi
     local wire=-1; [ "$2" = net ] && wire=$(( $(link_tx_bytes) - before ))
     echo "$wire" >"$log/wire_bytes"
+    if [ -n "${opt[keep]}" ]; then mkdir -p "${opt[keep]}" && rm -rf "${opt[keep]}/$1-$2" && cp -r "$log" "${opt[keep]}/$1-$2"; fi
 }
 drop_later() {  # drop_later LOG_DIR: the drop, once the run's metrics pass half its iterations
     local half=$((${opt[iters]} / 2))

@@ -108,6 +108,8 @@ typedef struct neox_grad_reducer_timing {
 } neox_grad_reducer_timing;
 // Collective over the data group (every rank of it calls it after the same reductions).
 neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r);
+// This rank's progress_seconds so far (not collective): what overlapping has cost its backward.
+double neox_grad_reducer_progress_seconds(neox_grad_reducer *r);
 
 // ---- ZeRO-3: parameters partitioned over the data group (param_gather.c) ---------------------
 // Each rank keeps its partition [n*r/D, n*(r+1)/D) of the flat parameters (`master`, which the
@@ -293,9 +295,14 @@ typedef struct neox_adaptive_inputs {
     // beats predicted: a plan's measurement stands in for its prediction, so probes that a busy
     // host slows cannot talk the run out of a reduction that really does hide behind backward, and
     // a plan that really was faster stays in reach after a trial of another.
+    // Most recent first: the first plan whose buckets all go through the reducer calibrates the
+    // link model (neox_adaptive_calibration).
     int nmeasured;
     const int *const *measured_plan;
     const double *measured_s;
+    // Measured over predicted exposure of the overlapped reductions; what the reducer's queue
+    // exposes is multiplied by it (0 is taken as 1). neox_adaptive_plan sets its own.
+    double overlap_scale;
 } neox_adaptive_inputs;
 
 // Predicted exposed seconds per step of a plan (an option index per bucket): the dense buckets
@@ -310,8 +317,15 @@ double neox_adaptive_plan_cost(const neox_adaptive_inputs *in, const int *plan, 
 // less faithful option only if it saves more than margin x (its share of the step + the best so
 // far). Then that plan and the measured ones are taken in order of fidelity (the share-weighted
 // sum of option indices), a less faithful one only if it saves more than margin x (step + the
-// best so far).
+// best so far). Predictions are calibrated (neox_adaptive_calibration) before any of this.
 double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan);
+// The link model's correction for the overlapped reductions: the most recent measured plan that
+// sends every bucket through the reducer (dense or bf16), its measured exposed seconds over the
+// model's, at most 1 (1 when there is none, or the model says it hides completely). Short probes
+// on a busy host can read a link several times slower than bucket-sized transfers get (measured:
+// 0.17 Gbit/s on a 1 Gbit/s link), which overstates every overlapped option alike, while the
+// compressors' small messages are costed from their own measured work and stay right.
+double neox_adaptive_calibration(const neox_adaptive_inputs *in);
 // The link from two timed all-reduces of small and large payloads (their ring wire bytes per rank
 // and seconds): latency and bandwidth of the straight line through both, kept positive.
 void neox_adaptive_fit_link(double small_bytes, double small_s, double large_bytes, double large_s, double *latency_s,

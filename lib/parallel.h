@@ -166,7 +166,10 @@ void neox_allreduce_max(neox_comm *c, void *buf, size_t count, neox_dtype dt);
 // comm_timeout_seconds but are not counted, so the accounting's per-step bytes stay the training's.
 // The gather's recv (count per rank, rank order) matters on rank 0 only.
 void neox_allreduce_max_uncounted(neox_comm *c, double *buf, int count);
+void neox_allreduce_min_uncounted(neox_comm *c, double *buf, int count);
 void neox_gather_uncounted(neox_comm *c, const double *send, int count, double *recv);
+// The same gather of a record of bytes per rank (counters of mixed types: the comms report).
+void neox_gather_bytes_uncounted(neox_comm *c, const void *send, int bytes, void *recv);
 // send holds c->size x recv_count elements; rank r receives the sum of block r.
 void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt);
 // recv receives c->size x send_count elements, block r from rank r.

@@ -4,6 +4,7 @@
 // trainer (lib/train/adaptive_compression.c) measures, shares the measurements over the data group
 // and switches; this file only decides, so the decision can be tested on any numbers.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gradient.h"
@@ -46,7 +47,7 @@ static double marginal_s(const neox_adaptive_inputs *in, const neox_bucket_input
     if (!o->overlapped)  // after backward, one call after the other
         return o->compute_s + transfer_s(in, o) - (joins(before, o) ? o->messages * in->latency_s : 0.0);
     double free_at = fmax(-b->hide_s, q->free_at) + transfer_s(in, o), tail = fmax(0.0, free_at);
-    double added = o->compute_s + tail - q->tail;
+    double added = o->compute_s + (in->overlap_scale > 0 ? in->overlap_scale : 1.0) * (tail - q->tail);
     if (commit) q->free_at = free_at, q->tail = tail;
     return added;
 }
@@ -103,17 +104,55 @@ static double known_cost(const neox_adaptive_inputs *in, const int *plan) {
     return neox_adaptive_plan_cost(in, plan, NULL);
 }
 
+// Every bucket's option of the scheme s (the first, for PowerSGD) into plan; 0 if a bucket has none.
+static int uniform_plan(const neox_adaptive_inputs *in, neox_scheme s, int *plan) {
+    for (int i = 0; i < in->nbuckets; i++) {
+        const neox_bucket_inputs *b = &in->bucket[i];
+        plan[i] = -1;
+        for (int k = b->noptions - 1; k >= 0; k--)
+            if (b->option[k].choice.scheme == s) plan[i] = k;
+        if (plan[i] < 0) return 0;
+    }
+    return 1;
+}
+
+static int all_overlapped(const neox_adaptive_inputs *in, const int *plan) {
+    for (int i = 0; i < in->nbuckets; i++)
+        if (!in->bucket[i].option[plan[i]].overlapped) return 0;
+    return 1;
+}
+
+double neox_adaptive_calibration(const neox_adaptive_inputs *in) {
+    neox_adaptive_inputs raw = *in;
+    raw.overlap_scale = 1.0;
+    for (int m = 0; m < in->nmeasured; m++) {
+        if (!all_overlapped(in, in->measured_plan[m])) continue;
+        double predicted = neox_adaptive_plan_cost(&raw, in->measured_plan[m], NULL);
+        // Only ever down: a busy host adds time to the probes, never removes it, and what the
+        // model leaves out (the calls that drive the overlap) is measured, not scaled in. (0
+        // would read as unset.)
+        return predicted > 0 ? fmin(1.0, fmax(in->measured_s[m] / predicted, 1e-9)) : 1.0;
+    }
+    return 1.0;
+}
+
 enum { MAX_CANDIDATES = 16 };
 
-double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan) {
+double neox_adaptive_plan(const neox_adaptive_inputs *given, int *plan) {
+    neox_adaptive_inputs calibrated = *given, *in = &calibrated;
+    calibrated.overlap_scale = neox_adaptive_calibration(given);
     greedy_plan(in, plan);
-    // The candidates: the greedy plan, then the measured ones, in order of fidelity (stable).
+    // The candidates: the greedy plan, every bucket in bf16 (bucket by bucket the greedy plan
+    // weighs each against the rest of its own plan, so the static scheme is costed on its own),
+    // then the measured ones, in order of fidelity (stable).
+    int *bf16 = neox_malloc((size_t)in->nbuckets * sizeof *bf16), nbf16 = uniform_plan(in, NEOX_SCHEME_BF16, bf16);
     const int *cand[MAX_CANDIDATES];
     double cost[MAX_CANDIDATES], loss[MAX_CANDIDATES];
     int n = 0;
-    for (int m = -1; m < in->nmeasured && n < MAX_CANDIDATES; m++) {
-        const int *p = m < 0 ? plan : in->measured_plan[m];
-        double c = m < 0 ? known_cost(in, plan) : in->measured_s[m], l = fidelity_loss(in, p);
+    for (int m = -2; m < in->nmeasured && n < MAX_CANDIDATES; m++) {
+        if (m == -1 && !nbf16) continue;
+        const int *p = m == -2 ? plan : m == -1 ? bf16 : in->measured_plan[m];
+        double c = m < 0 ? known_cost(in, p) : in->measured_s[m], l = fidelity_loss(in, p);
         int at = n++;
         for (; at > 0 && loss[at - 1] > l; at--) cand[at] = cand[at - 1], cost[at] = cost[at - 1], loss[at] = loss[at - 1];
         cand[at] = p, cost[at] = c, loss[at] = l;
@@ -123,6 +162,7 @@ double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan) {
     for (int k = 1; k < n; k++)
         if (cost[best] - cost[k] > in->margin * (in->step_s + cost[best])) best = k;
     if (cand[best] != plan) memcpy(plan, cand[best], (size_t)in->nbuckets * sizeof *plan);
+    free(bf16);
     return cost[best];
 }
 

@@ -405,15 +405,17 @@ void neox_grad_reducer_progress(neox_grad_reducer *r) {
 
 // Folds the per-reduction history into the totals: the minimum over the data group of each
 // reduction's times (an allreduce of the history, not counted in the communication statistics:
-// it measures, it is not training traffic).
+// it measures, it is not training traffic; bounded by comm_timeout_seconds like the rest).
 static void fold_history(neox_grad_reducer *r) {
     if (r->nhistory == 0) return;
-    double least[2][HISTORY];
-    for (int k = 0; k < 2; k++)
-        MPI_Allreduce(r->history[k], least[k], r->nhistory, MPI_DOUBLE, MPI_MIN, r->data->mpi);
-    for (int i = 0; i < r->nhistory; i++) {
-        r->timing.exposed_seconds += least[0][i];
-        r->timing.exposed_with_progress_seconds += least[1][i];
+    int n = r->nhistory;
+    double least[2 * HISTORY];  // both histories in one call: [0, n) then [n, 2n)
+    memcpy(least, r->history[0], (size_t)n * sizeof *least);
+    memcpy(least + n, r->history[1], (size_t)n * sizeof *least);
+    neox_allreduce_min_uncounted(r->data, least, 2 * n);
+    for (int i = 0; i < n; i++) {
+        r->timing.exposed_seconds += least[i];
+        r->timing.exposed_with_progress_seconds += least[n + i];
     }
     r->nhistory = 0;
 }
@@ -435,6 +437,13 @@ neox_grad_reducer_timing neox_grad_reducer_timing_of(neox_grad_reducer *r) {
     neox_grad_reducer_timing timing = r->timing;
     unlock(r);
     return timing;
+}
+
+double neox_grad_reducer_progress_seconds(neox_grad_reducer *r) {
+    lock(r);
+    double seconds = r->timing.progress_seconds;
+    unlock(r);
+    return seconds;
 }
 
 void neox_grad_reducer_finish(neox_grad_reducer *r) {

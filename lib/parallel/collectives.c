@@ -178,6 +178,18 @@ void neox_allreduce_max_uncounted(neox_comm *c, double *buf, int count) {
         WAITED(c, NEOX_COMM_ALLREDUCE, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, buf, count, MPI_DOUBLE, MPI_MAX, c->mpi);
 }
 
+void neox_allreduce_min_uncounted(neox_comm *c, double *buf, int count) {
+    if (c->size > 1)
+        WAITED(c, NEOX_COMM_ALLREDUCE, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, buf, count, MPI_DOUBLE, MPI_MIN, c->mpi);
+}
+
+void neox_gather_bytes_uncounted(neox_comm *c, const void *send, int bytes, void *recv) {
+    if (c->size > 1)
+        WAITED(c, NEOX_COMM_ALLGATHER, MPI_Gather, MPI_Igather, send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE, 0, c->mpi);
+    else
+        memcpy(recv, send, (size_t)bytes);
+}
+
 void neox_gather_uncounted(neox_comm *c, const double *send, int count, double *recv) {
     if (c->size > 1)
         WAITED(c, NEOX_COMM_ALLGATHER, MPI_Gather, MPI_Igather, send, count, MPI_DOUBLE, recv, count, MPI_DOUBLE, 0, c->mpi);

@@ -60,7 +60,7 @@ struct neox_adaptive {
     int64_t exposed_steps;
     remembered_plan remembered[REMEMBERED];
     int nremembered;
-    double at_start[3];               // timers and clock when the step began
+    double at_start[4];               // timers, clock and the reducer's progress when the step began
     float *probe;
     FILE *log;                        // rank 0, with log_dir
     // gradient_compression_replay: the decisions to repeat (a plan of nreplay_buckets per line;
@@ -69,6 +69,9 @@ struct neox_adaptive {
     neox_bucket_choice **replay_plan;
     int *replay_whole, nreplay, nreplay_buckets;
     const char *replay_path;
+    // NEOX_ADAPTIVE_MEASUREMENTS: what each decision measures, from a file instead of the clock.
+    json_t *fixed;
+    const char *fixed_path;
 };
 
 // ---- choices as text: "dense", "bf16", "onebit", "powersgd:4" ------------------------------
@@ -164,6 +167,60 @@ static const neox_bucket_choice *replayed(const neox_adaptive *a, int64_t iterat
     return NULL;
 }
 
+// ---- measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS) ----------------------------------
+// Tests and reproductions of a decision: one JSON line per decision iteration, {"iteration": N,
+// "probe_s": [small, large], "backward_s": s, "step_s": s, "exposed_s": s, "slack_s": [per bucket],
+// "onebit_s_per_element": s, "powersgd_s_per_madd": s}, taken in place of what the group measured
+// (the probes still run, so the communication is the same).
+static int read_fixed(neox_adaptive *a, const char *path, neox_error *err) {
+    json_error_t je;
+    FILE *f = fopen(path, "r");
+    if (!f) return neox_fail(err, NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: cannot open %s", path);
+    a->fixed = json_array();
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (int lineno = 1; rc == 0 && getline(&line, &cap, f) >= 0; lineno++) {
+        json_t *d = json_loads(line, 0, &je);
+        if (!json_is_object(d) || !json_is_integer(json_object_get(d, "iteration")))
+            rc = neox_fail(err, NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: %s line %d: expected {\"iteration\": N, "
+                           "\"probe_s\": [s, s], ...}", path, lineno);
+        if (d) json_array_append_new(a->fixed, d);
+    }
+    free(line);
+    fclose(f);
+    a->fixed_path = path;
+    return rc;
+}
+
+static double fixed_number(const neox_adaptive *a, json_t *d, const char *key, int index, int64_t iteration) {
+    json_t *v = json_object_get(d, key);
+    if (index >= 0) v = json_array_get(v, (size_t)index);
+    if (!json_is_number(v))
+        neox_die(NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: %s: iteration %lld: expected a number for %s%s",
+                 a->fixed_path, (long long)iteration, key, index >= 0 ? " (one per element)" : "");
+    return json_number_value(v);
+}
+
+// The file's measurements at this iteration over v (measure's layout: the probes, backward, step,
+// the negated exposure, the schemes' unit costs, each bucket's slack).
+static void apply_fixed(const neox_trainer *t, double *v) {
+    const neox_adaptive *a = t->adaptive;
+    int64_t it = t->state.iteration;
+    json_t *d = NULL, *x;
+    size_t k;
+    json_array_foreach(a->fixed, k, x) if (json_integer_value(json_object_get(x, "iteration")) == it) d = x;
+    if (!d)
+        neox_die(NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: %s has no line for iteration %lld, where this run "
+                 "decides", a->fixed_path, (long long)it);
+    v[0] = fixed_number(a, d, "probe_s", 0, it), v[1] = fixed_number(a, d, "probe_s", 1, it);
+    v[2] = fixed_number(a, d, "backward_s", -1, it), v[3] = fixed_number(a, d, "step_s", -1, it);
+    if (a->exposed_steps) v[4] = -fixed_number(a, d, "exposed_s", -1, it);
+    v[5 + NEOX_SCHEME_ONEBIT] = fixed_number(a, d, "onebit_s_per_element", -1, it);
+    v[5 + NEOX_SCHEME_POWERSGD] = fixed_number(a, d, "powersgd_s_per_madd", -1, it);
+    for (int i = 0; i < a->nbuckets; i++) v[5 + NEOX_SCHEME_COUNT + i] = fixed_number(a, d, "slack_s", i, it);
+}
+
 // ---- set-up ----------------------------------------------------------------------------------
 static int check_own_keys(const neox_config *cfg, int adaptive, neox_error *err) {
     if (adaptive) return 0;
@@ -230,6 +287,8 @@ int neox_train_setup_adaptive(neox_trainer *t, int adaptive, neox_error *err) {
     a->nranks = candidate_ranks(max_rank, a->ranks);
     const char *replay = neox_config_str(t->cfg, gradient_compression_replay);
     if (replay && read_replay(a, replay, max_rank, err) != 0) return -1;
+    const char *fixed = getenv("NEOX_ADAPTIVE_MEASUREMENTS");
+    if (fixed && *fixed && read_fixed(a, fixed, err) != 0) return -1;
     if (t->grid->data_size <= 1) return 0;
     map_buckets(t, a);
     if (check_replay_buckets(a, err) != 0) return -1;
@@ -256,6 +315,7 @@ void neox_train_free_adaptive(neox_trainer *t) {
     for (int i = 0; i < a->nreplay; i++) free(a->replay_plan[i]);
     free(a->replay_plan);
     free(a->replay_whole);
+    json_decref(a->fixed);
     free(a);
     t->adaptive = NULL;
 }
@@ -370,6 +430,7 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) v[5 + s] = a->unit_cost[s];
     for (int i = 0; i < a->nbuckets; i++) v[FIXED + i] = a->bucket[i].slack_s;
     neox_allreduce_max(&t->grid->data, v, nv, NEOX_F64);
+    if (a->fixed) apply_fixed(t, v);
     memset(in, 0, sizeof *in);
     neox_adaptive_fit_link(ring_bytes(t, PROBE_SMALL_FLOATS * 4.0), v[0], ring_bytes(t, (double)large * 4.0), v[1],
                            &in->latency_s, &in->bytes_per_s);
@@ -386,13 +447,21 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
         bucket[i].share = a->bucket[i].elements / total;
         bucket_options(t, &a->bucket[i], &bucket[i]);
     }
+    int order[REMEMBERED];  // most recent first (the policy calibrates on the newest it can)
     for (int m = 0; m < a->nremembered; m++) {
-        int *idx = measured_idx + (size_t)m * (size_t)a->nbuckets;
-        for (int i = 0; i < a->nbuckets; i++) idx[i] = option_of(&bucket[i], a->remembered[m].use[i]);
-        measured_plan[m] = idx, measured_s[m] = a->remembered[m].exposed_s;
+        int at = m;
+        for (; at > 0 && a->remembered[order[at - 1]].at < a->remembered[m].at; at--) order[at] = order[at - 1];
+        order[at] = m;
+    }
+    for (int k = 0; k < a->nremembered; k++) {
+        const remembered_plan *r = &a->remembered[order[k]];
+        int *idx = measured_idx + (size_t)k * (size_t)a->nbuckets;
+        for (int i = 0; i < a->nbuckets; i++) idx[i] = option_of(&bucket[i], r->use[i]);
+        measured_plan[k] = idx, measured_s[k] = r->exposed_s;
     }
     in->nbuckets = a->nbuckets, in->bucket = bucket;
     in->nmeasured = a->nremembered, in->measured_plan = measured_plan, in->measured_s = measured_s;
+    in->overlap_scale = neox_adaptive_calibration(in);  // (what the plan uses, for the log)
     free(v);
 }
 
@@ -427,8 +496,16 @@ static json_t *bucket_inputs_json(const neox_adaptive_inputs *in, const int *pla
             alt[i] = k;
             json_object_set_new(pred, text, json_real(neox_adaptive_plan_cost(in, alt, NULL)));
         }
-        json_array_append_new(list, json_pack("{s:f, s:f, s:f, s:o}", "share", b->share, "hide_s", b->hide_s,
-                                              "wire_bytes_dense", b->option[0].wire_bytes, "predicted_exposed_s", pred));
+        json_t *opts = json_object();  // each option as the policy saw it: [wire bytes, messages, own seconds]
+        for (int k = 0; k < b->noptions; k++) {
+            char text[32];
+            choice_text(b->option[k].choice, text, sizeof text);
+            json_object_set_new(opts, text, json_pack("[f, i, f]", b->option[k].wire_bytes, b->option[k].messages,
+                                                      b->option[k].compute_s));
+        }
+        json_array_append_new(list, json_pack("{s:f, s:f, s:f, s:o, s:o}", "share", b->share, "hide_s", b->hide_s,
+                                              "wire_bytes_dense", b->option[0].wire_bytes, "options", opts,
+                                              "predicted_exposed_s", pred));
     }
     free(alt);
     return list;
@@ -467,6 +544,7 @@ static void log_decision(neox_trainer *t, const char *from, json_t *from_plan, c
         json_object_set_new(d, "step_s", json_real(in->step_s));
         json_object_set_new(d, "measured_plans", measured_plans_json(a));
         json_object_set_new(d, "expected_exposed_s", json_real(predicted));
+        json_object_set_new(d, "overlap_scale", json_real(in->overlap_scale));
         json_object_set_new(d, "onebit_s_per_element", json_real(a->unit_cost[NEOX_SCHEME_ONEBIT]));
         json_object_set_new(d, "powersgd_s_per_madd", json_real(a->unit_cost[NEOX_SCHEME_POWERSGD]));
         json_object_set_new(d, "bucket_inputs", bucket_inputs_json(in, plan));
@@ -580,6 +658,7 @@ void neox_train_adaptive_begin_step(neox_trainer *t) {
     a->at_start[0] = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD));
     a->at_start[1] = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE));
     a->at_start[2] = neox_now();
+    a->at_start[3] = neox_grad_reducer_progress_seconds(t->reducer);
 }
 
 // After the reducer's finish: every bucket the plan compresses, on its own parameters, neighbours
@@ -621,7 +700,12 @@ void neox_train_adaptive_end_step(neox_trainer *t) {
     neox_adaptive *a = t->adaptive;
     if (!a || t->grid->data_size <= 1) return;
     double backward = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD)) - a->at_start[0];
-    double exposed = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE)) - a->at_start[1];
+    // A plan's cost is the reduction backward waited for plus the calls backward made to start
+    // and progress its overlapped buckets: on a fast link those calls, not the wait, are what an
+    // overlapped all-reduce costs (bench/comm.sh at 10 Gbit/s: overlapped 388.6 ms per step
+    // against 352.9 serial), and only measuring them lets a plan sending fewer bytes show it.
+    double exposed = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE)) - a->at_start[1]
+                   + neox_grad_reducer_progress_seconds(t->reducer) - a->at_start[3];
     double wall = neox_now() - a->at_start[2];
     a->backward_s = backward, a->step_s = fmax(0.0, wall - exposed);
     a->exposed_sum += exposed, a->exposed_steps++;
@@ -666,6 +750,20 @@ json_t *neox_train_adaptive_summary(const neox_trainer *t) {
 }
 
 // ---- checkpoints -----------------------------------------------------------------------------
+// What the next decisions build on, so a resumed run decides as the straight one would: the plans
+// measured and their exposure, the link and step as last measured, the compressors' unit costs,
+// each bucket's slack and the exposure summed since the last decision. (Doubles are written with
+// 17 digits: they read back exactly.)
+static json_t *measurements_json(const neox_adaptive *a) {
+    json_t *slack = json_array();
+    for (int i = 0; i < a->nbuckets; i++) json_array_append_new(slack, json_real(a->bucket[i].slack_s));
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:o}", "latency_s", a->latency_s, "bytes_per_s",
+                     a->bytes_per_s, "backward_s", a->backward_s, "step_s", a->step_s, "onebit_s_per_element",
+                     a->unit_cost[NEOX_SCHEME_ONEBIT], "powersgd_s_per_madd", a->unit_cost[NEOX_SCHEME_POWERSGD],
+                     "exposed_sum_s", a->exposed_sum, "exposed_steps", (json_int_t)a->exposed_steps, "slack_s", slack,
+                     "plans", measured_plans_json(a));
+}
+
 json_t *neox_train_adaptive_state(const neox_trainer *t) {
     const neox_adaptive *a = t->adaptive;
     if (!a) return NULL;
@@ -673,9 +771,9 @@ json_t *neox_train_adaptive_state(const neox_trainer *t) {
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++)
         if (a->tried[s]) json_array_append_new(tried, json_string(neox_scheme_name(s)));
     for (int i = 0; i < a->nbuckets; i++) json_array_append_new(ranks, json_integer(a->bucket[i].use.rank));
-    return json_pack("{s:s, s:o, s:o, s:I, s:I, s:o}", "scheme", plan_summary(a), "buckets", plan_json(a),
+    return json_pack("{s:s, s:o, s:o, s:I, s:I, s:o, s:o}", "scheme", plan_summary(a), "buckets", plan_json(a),
                      "powersgd_ranks", ranks, "decided_at", (json_int_t)a->decided_at, "trial_end",
-                     (json_int_t)a->trial_end, "tried", tried);
+                     (json_int_t)a->trial_end, "tried", tried, "measurements", measurements_json(a));
 }
 
 static int restore_fail(neox_error *err, const char *dir, const char *what) {
@@ -711,6 +809,64 @@ static int restore_plan(neox_trainer *t, json_t *state, const char *dir, neox_er
     return 0;
 }
 
+static int real_field(json_t *m, const char *key, double *out) {
+    json_t *v = json_object_get(m, key);
+    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0) return -1;
+    *out = json_number_value(v);
+    return 0;
+}
+
+// One measured plan of the checkpoint into the next free slot.
+static int restore_remembered(neox_adaptive *a, json_t *r) {
+    json_t *plan = json_object_get(r, "buckets"), *at = json_object_get(r, "iteration");
+    remembered_plan p = {0};
+    if (!json_is_array(plan) || (int)json_array_size(plan) != a->nbuckets || !json_is_integer(at) ||
+        real_field(r, "exposed_s", &p.exposed_s) != 0 || real_field(r, "bytes_per_s", &p.bytes_per_s) != 0 ||
+        a->nremembered >= REMEMBERED)
+        return -1;
+    p.at = json_integer_value(at);
+    p.use = neox_calloc((size_t)a->nbuckets, sizeof *p.use);
+    for (int i = 0; i < a->nbuckets; i++) {
+        json_t *c = json_array_get(plan, (size_t)i);
+        if (!json_is_string(c) || parse_choice(json_string_value(c), a->ranks[0], &p.use[i]) != 0) {
+            free(p.use);
+            return -1;
+        }
+    }
+    a->remembered[a->nremembered++] = p;
+    return 0;
+}
+
+static int restore_measurements(neox_trainer *t, json_t *m, const char *dir, neox_error *err) {
+    neox_adaptive *a = t->adaptive;
+    json_t *steps = json_object_get(m, "exposed_steps"), *slack = json_object_get(m, "slack_s");
+    json_t *plans = json_object_get(m, "plans");
+    if (real_field(m, "latency_s", &a->latency_s) != 0 || real_field(m, "bytes_per_s", &a->bytes_per_s) != 0 ||
+        real_field(m, "backward_s", &a->backward_s) != 0 || real_field(m, "step_s", &a->step_s) != 0 ||
+        real_field(m, "onebit_s_per_element", &a->unit_cost[NEOX_SCHEME_ONEBIT]) != 0 ||
+        real_field(m, "powersgd_s_per_madd", &a->unit_cost[NEOX_SCHEME_POWERSGD]) != 0 ||
+        real_field(m, "exposed_sum_s", &a->exposed_sum) != 0 || !json_is_integer(steps) ||
+        json_integer_value(steps) < 0 || !json_is_array(slack) || (int)json_array_size(slack) != a->nbuckets ||
+        !json_is_array(plans))
+        return restore_fail(err, dir, "measurements: expected {latency_s, bytes_per_s, backward_s, step_s, "
+                            "onebit_s_per_element, powersgd_s_per_madd, exposed_sum_s: seconds >= 0, exposed_steps: "
+                            "N >= 0, slack_s: [one per bucket], plans: [...]}");
+    a->exposed_steps = json_integer_value(steps);
+    for (int i = 0; i < a->nbuckets; i++) {
+        json_t *v = json_array_get(slack, (size_t)i);
+        if (!json_is_number(v)) return restore_fail(err, dir, "measurements: slack_s: expected seconds per bucket");
+        a->bucket[i].slack_s = json_number_value(v);
+    }
+    size_t k;
+    json_t *r;
+    json_array_foreach(plans, k, r) {
+        if (restore_remembered(a, r) != 0)
+            return restore_fail(err, dir, "measurements: plans: expected at most 4 of {\"buckets\": [one choice per "
+                                "bucket], \"exposed_s\": s, \"iteration\": N, \"bytes_per_s\": B}");
+    }
+    return 0;
+}
+
 int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir, neox_error *err) {
     neox_adaptive *a = t->adaptive;
     if (!a || !state) return 0;  // a checkpoint from another mode: decide afresh
@@ -728,5 +884,12 @@ int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir,
         if (s < 0) return restore_fail(err, dir, "tried: expected scheme names");
         a->tried[s] = 1;
     }
-    return t->grid->data_size > 1 ? restore_plan(t, state, dir, err) : 0;
+    if (t->grid->data_size <= 1) return 0;
+    if (restore_plan(t, state, dir, err) != 0) return -1;
+    json_t *m = json_object_get(state, "measurements");
+    if (m) return restore_measurements(t, m, dir, err);
+    if (t->rank0 && !t->opts.quiet)
+        neox_notice("%s/state/train.json: gradient_compression has no measurements (written before they were "
+                    "checkpointed): the decisions from here on start without the plans measured before it", dir);
+    return 0;
 }

@@ -63,15 +63,10 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
     neox_param_gather_stats gathers = {0};  // ZeRO-3's parameter coordinator
     if (t->gather) gathers = neox_param_gather_stats_of(t->gather);
     neox_param_gather_stats *all_gathers = neox_malloc((size_t)n * sizeof gathers);
-    if (n > 1) {
-        MPI_Gather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, g->world.mpi);
-        MPI_Gather(&timing, (int)sizeof timing, MPI_BYTE, timings, (int)sizeof timing, MPI_BYTE, 0, g->world.mpi);
-        MPI_Gather(&gathers, (int)sizeof gathers, MPI_BYTE, all_gathers, (int)sizeof gathers, MPI_BYTE, 0, g->world.mpi);
-    } else {
-        memcpy(all, mine, sizeof mine);
-        timings[0] = timing;
-        all_gathers[0] = gathers;
-    }
+    // (Bookkeeping: under comm_timeout_seconds, so a stopped peer ends the job instead of hanging it.)
+    neox_gather_bytes_uncounted(&g->world, mine, (int)sizeof mine, all);
+    neox_gather_bytes_uncounted(&g->world, &timing, (int)sizeof timing, timings);
+    neox_gather_bytes_uncounted(&g->world, &gathers, (int)sizeof gathers, all_gathers);
     const char *dir = neox_config_str(t->cfg, log_dir);
     int rc = 0;
     if (t->rank0 && dir) {

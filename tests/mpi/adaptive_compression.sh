@@ -14,6 +14,9 @@
 #   whole-gradient lines of the older format) is followed: the per-step shares in metrics.jsonl
 #   and the per-bucket step counts of the comms summary agree with it; it ends within 2% of AdamW;
 # - a resume in the middle of a mixed phase is bit-exact, the checkpoint naming the plan;
+# - on measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS), an interrupted and resumed run takes
+#   the decisions of the straight one, on the plans measured before the interruption, and a
+#   checkpoint without those measurements still loads, with a notice;
 # - the memory plan holds the bf16 wire copy that any bucket may come to use;
 # - its keys without adaptive, a malformed decisions file and one planning other buckets are
 #   refused by name.
@@ -150,10 +153,72 @@ CK="\"save\": \"$T/ckpt\", \"load\": \"$T/ckpt\", \"checkpoint_factor\": 150"
 check "the schedule: 150 steps, checkpoint in the mixed phase" run resumed ", $SCHEDULE, $CK, \"exit_interval\": 150"
 check_output "the checkpoint names the plan in use and when it was chosen" \
     '"buckets": \["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"\], "decided_at": 140, "powersgd_ranks": \[1, 4, 4, 4, 4, 4, 2\], "scheme": "mixed"' \
-    python3 -c "import json, re; m = re.search(rb'\"gradient_compression\":\s*(\{[^}]*\})', open('$T/ckpt/global_step150/rank_00000.h5', 'rb').read()); print(json.dumps(json.loads(m.group(1)), sort_keys=True))"
+    python3 - "$T/ckpt/global_step150/rank_00000.h5" <<'PY'
+import json, re, sys
+data = open(sys.argv[1], "rb").read().decode("latin-1")
+m = re.search(r'"gradient_compression":\s*', data)
+state, _ = json.JSONDecoder().raw_decode(data, m.end())
+print(json.dumps({k: state[k] for k in ("buckets", "decided_at", "powersgd_ranks", "scheme")}, sort_keys=True))
+PY
 check "the schedule: resumed for 150 more" run resumed ", $SCHEDULE, $CK"
 check "resumed in the mixed phase: bit-identical to the straight run" $LIB same \
     "$T/schedule/metrics.jsonl" "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+
+# Decisions on measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS, the same on every run): a
+# straight run against one interrupted at 150 and resumed. The resumed run must decide as the
+# straight one did, on the plans it measured before the interruption (kept in the checkpoint), not
+# start its memory and trials afresh.
+python3 - "$T/fixed.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(7)
+with open(sys.argv[1], "w") as f:
+    for it in range(301):  # a link of about 1.5 Gbit/s, an exposure that moves from window to window
+        small = 2e-4 + rng.uniform(0, 1e-4)
+        f.write(json.dumps({"iteration": it, "probe_s": [small, small + rng.uniform(2e-3, 3e-3)], "backward_s": 0.05,
+                            "step_s": 0.1, "exposed_s": rng.uniform(0.0, 0.02), "slack_s": [0.05 - 0.007 * i for i in range(7)],
+                            "onebit_s_per_element": rng.uniform(1e-9, 1e-8),
+                            "powersgd_s_per_madd": rng.uniform(1e-10, 1e-9)}) + "\n")
+PY
+export NEOX_ADAPTIVE_MEASUREMENTS=$T/fixed.jsonl
+CK2="\"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\", \"checkpoint_factor\": 150"
+check "measurements from a file: straight" run fixed ", $ADAPTIVE"
+check "measurements from a file: 150 steps, checkpoint" run fixed_resumed ", $ADAPTIVE, $CK2, \"exit_interval\": 150"
+check "measurements from a file: resumed for 150 more" run fixed_resumed ", $ADAPTIVE, $CK2"
+check "resumed: the same decisions on the same inputs, among them plans measured before the interruption" \
+    python3 - "$T" <<'PY'
+import json, sys
+t = sys.argv[1]
+straight, resumed = ([json.loads(l) for l in open(f"{t}/{d}/gradient_compression.jsonl")] for d in ("fixed", "fixed_resumed"))
+assert len(straight) > 4 and len({json.dumps(d["buckets"]) for d in straight}) > 1, straight  # the plans change
+assert resumed == straight, [(a["iteration"], b["iteration"]) for a, b in zip(straight, resumed) if a != b][:3]
+after = [d for d in resumed if d["iteration"] > 150]
+assert any(m["iteration"] < 150 for d in after for m in d["measured_plans"]), after
+print("decisions:", [(d["iteration"], d["buckets"]) for d in straight])
+PY
+check "resumed: bit-identical to the straight run" $LIB same \
+    "$T/fixed/metrics.jsonl" "$T/fixed_resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+# A checkpoint written before the measurements were kept (the key renamed away) still loads, with a notice.
+mkdir -p "$T/ckpt_old" && cp -r "$T/ckpt2/global_step150" "$T/ckpt_old/" && printf "global_step150\n" >"$T/ckpt_old/latest"
+check "a checkpoint without the measurements (as written before they were kept)" python3 - "$T/ckpt_old/global_step150" <<'PY'
+import json, sys, zlib
+d = sys.argv[1]
+m = json.load(open(f"{d}/manifest.json"))
+edited = 0
+for f in m["files"]:
+    data = open(f"{d}/{f['name']}", "rb").read()
+    if data.count(b'"measurements"') != 1:
+        continue
+    data = data.replace(b'"measurements"', b'"xeasurements"')
+    open(f"{d}/{f['name']}", "wb").write(data)
+    f["bytes"], f["crc32"] = len(data), "%08x" % zlib.crc32(data)
+    edited += 1
+json.dump(m, open(f"{d}/manifest.json", "w"), indent=2)
+assert edited >= 1
+PY
+echo "{\"log_dir\": \"$T/old\", $ADAPTIVE, \"load\": \"$T/ckpt_old\", \"exit_interval\": 160}" >"$T/old.yml"
+check "... loads and trains on" bash -c "$MPIEXEC -n 2 $TRAIN '$T/dp2.yml' '$T/old.yml' >'$T/old.out' 2>&1"
+check "... with a notice naming what is missing" grep -q 'gradient_compression has no measurements' "$T/old.out"
+unset NEOX_ADAPTIVE_MEASUREMENTS
 
 echo '{"log_dir": "'"$T/x"'", "gradient_compression": "powersgd", "gradient_compression_interval": 5}' >"$T/bad1.yml"
 check_fails "gradient_compression_interval without adaptive is refused by name" 2 \
