@@ -99,7 +99,7 @@ typedef struct { size_t n; float *p, *g, *m, *v; } adam_ctx;
 static void run_adamw(void *p) {
     adam_ctx *a = p;
     neox_segment all = {0, a->n, 0.1f};
-    be->adamw_segments(a->p, a->g, a->m, a->v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, 10, NULL);
+    be->adamw_segments(a->p, a->g, a->m, a->v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, 10, 1.0f, NULL);
 }
 
 // peer: the peer's rate in the same unit; peer_name says which peer it is.

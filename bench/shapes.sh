@@ -21,6 +21,9 @@ cd "$(dirname "$0")/.."
 bench/cpu_info.sh
 DATA=../shared/data
 BIN=${NEOX_BIN:-build/cpu/bin}  # NEOX_BIN: another build's tools, to compare builds
+# NEOX_BASE_BIN: a second build's neox-train, run in the same rounds just before this one's (training
+# only), so that two builds are compared under the same load: its side is "neox.c base train fp32".
+BASE_BIN=${NEOX_BASE_BIN:-}
 PEERS=${NEOX_BENCH_PEERS:-build/bench-peers}
 PY=$PEERS/torch-venv/bin/python
 [ -x "$PY" ] || { echo "bench/shapes.sh: $PY is missing (run bench/peers_torch.sh)" >&2; exit 1; }
@@ -69,10 +72,10 @@ EOF
     echo "{ $common, \"seq_length\": $((opt[seq] > 512 ? opt[seq] : 512)), \"train_micro_batch_size_per_gpu\": ${opt[sbatch]} }" >"$d/eval.yml"
 }
 
-# neox-train's tokens/s: the median of the log lines after the warmup steps.
+# neox-train's tokens/s: the median of the log lines after the warmup steps (bin: the build's tools).
 neox_train() {
-    local s=$1 cfg=$2 side=$3
-    $BIN/neox-train "$work/$s/ckpt/model.yml" "$work/$s/$cfg" >"$work/train.log" 2>&1 ||
+    local s=$1 cfg=$2 side=$3 bin=${4:-$BIN}
+    $bin/neox-train "$work/$s/ckpt/model.yml" "$work/$s/$cfg" >"$work/train.log" 2>&1 ||
         { cat "$work/train.log" >&2; return 1; }
     grep -o 'tokens/sec: [0-9.]*' "$work/train.log" | tail -n +$((opt[warmup] + 1)) | cut -d' ' -f2 | python3 -c "
 import statistics, sys
@@ -83,6 +86,7 @@ round() {
     local s=$1 d=$work/$1 r=$2
     tag() { sed "s/^{/{\"shape\": \"$s\", \"round\": $r, /"; }
     if has_case train; then
+        [ -n "$BASE_BIN" ] && { neox_train "$s" train.yml "neox.c base train fp32" "$BASE_BIN" | tag | log; }
         neox_train "$s" train.yml "neox.c train fp32" | tag | log
         "$PY" bench/shapes.py train "$d/hf" ${opt[seq]} ${opt[batch]} ${opt[steps]} ${opt[warmup]} $T eager | tag | log
         [ "${opt[compile]}" = 1 ] && { "$PY" bench/shapes.py train "$d/hf" ${opt[seq]} ${opt[batch]} ${opt[steps]} \
@@ -121,7 +125,7 @@ med = collections.defaultdict(list)
 for r in rows:
     med[r["shape"], r["side"]].append(r["tokens_per_s"])
 m = {k: statistics.median(v) for k, v in med.items()}
-pairs = [("train fp32", "neox.c train fp32", ["torch eager", "torch compile"]),
+pairs = [("train fp32", "neox.c train fp32", ["neox.c base train fp32", "torch eager", "torch compile"]),
          ("train bf16", "neox.c train bf16", ["torch bf16"]),
          ("score", "neox.c score", ["transformers score"]),
          ("generate", "neox.c generate", ["transformers generate"])]

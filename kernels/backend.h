@@ -111,8 +111,8 @@ extern "C" {
     X(void, clip_by_norm, (float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad), (x, n, sumsq,  \
       loss_scale, clip_grad))                                                                                          \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
-      float lr, float beta1, float beta2, float eps, long step, const double *guard), (param, grad, m, v, segs, nseg,  \
-      lr, beta1, beta2, eps, step, guard))                                                                             \
+      float lr, float beta1, float beta2, float eps, long step, float grad_scale, const double *guard), (param, grad,  \
+      m, v, segs, nseg, lr, beta1, beta2, eps, step, grad_scale, guard))                                               \
     X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,  \
       float momentum, int first), (param, grad, buf, segs, nseg, lr, momentum, first))                                 \
     X(void, adam_moments, (float *m, float *v, const float *grad, size_t n, float beta1, float beta2), (m, v, grad, n, \

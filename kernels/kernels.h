@@ -317,11 +317,14 @@ typedef struct neox_segment {
     float weight_decay;
 } neox_segment;
 // neox_adamw over each segment of param, grad, m, v (all indexed from the same origin); segs is a
-// host array of nseg segments, which must not overlap. guard: NULL, or one double in the backend's
+// host array of nseg segments, which must not overlap. grad_scale multiplies each gradient as it is
+// read (gradient clipping and loss-scale unscaling folded into the update: the same bits as scaling
+// grad beforehand, without that pass over it; grad is left as it was). guard: NULL, or one double in the backend's
 // memory (the gradients' sum of squares, neox_sum_squares_segments_into): the update is skipped,
 // touching nothing, when it is not finite (an fp16 overflow), without the host reading it.
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
-                         float lr, float beta1, float beta2, float eps, long step, const double *guard);
+                         float lr, float beta1, float beta2, float eps, long step, float grad_scale,
+                         const double *guard);
 // torch.optim.SGD over each segment (no dampening, no Nesterov, as GPT-NeoX configures it):
 // d = g + wd * p; with momentum, buf = d on the first step (first = 1), else momentum * buf + d;
 // p -= lr * buf (or lr * d without momentum; buf unused then).

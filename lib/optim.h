@@ -40,6 +40,7 @@ typedef struct neox_optimizer_type {
     int nstate;                    // fp32 state buffers, each as long as the range updated
     const char *state_names[2];    // their names in checkpoints
     int host_only;                 // updates with host loops: refused on a device backend
+    int scales_grads;              // step multiplies each gradient by neox_optimizer.grad_scale as it reads it
     // Reads the optimizer's own settings from the config (the common ones are read already).
     void (*read)(const neox_config *cfg, neox_optimizer_settings *s);
     // One update of param[0, n) from grad[0, n); segs: each parameter's run (relative to the range)
@@ -60,6 +61,10 @@ struct neox_optimizer {
     // NULL, or the gradients' sum of squares in the backend's memory: AdamW skips its update when
     // it is not finite, decided on the device (the trainer's device step; other types ignore it).
     const double *guard;
+    // Types with scales_grads: the factor the next step applies to the gradients (clipping, loss
+    // scale), instead of a pass that scales them in memory first; the trainer sets it and puts it
+    // back to 1 after the step.
+    float grad_scale;
 };
 
 extern const neox_optimizer_type neox_optimizer_adamw, neox_optimizer_sgd, neox_optimizer_onebit_adam;

@@ -3,11 +3,42 @@
 #include <stddef.h>
 
 #include "kernels/kernels.h"
+#include "parallel.h"
+#include "vector_math.h"
+
+// Squares are summed in blocks of SUMSQ_BLOCK elements, each in SUMSQ_LANES fixed accumulators
+// (lane j takes elements j, j + LANES, ...), and the blocks' sums are added in order: the result
+// depends on n alone, not on the thread count or on which vector build runs (each lane's sum is
+// the same scalar sequence however many lanes a vector holds; products of floats are exact in
+// double, and ISO C mode contracts nothing into FMAs). Vectorised, the pass is bound by memory,
+// where the scalar loop it replaces waited on each addition.
+#define SUMSQ_LANES 16
+#define SUMSQ_BLOCK ((size_t)1 << 14)
+#define SUMSQ_GROUP 256  // blocks summed in one parallel region (their sums live on the stack)
+
+NEOX_CLONES static double block_sum_squares(const float *x, size_t n) {
+    double acc[SUMSQ_LANES] = {0};
+    size_t i = 0;
+    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
+        for (int j = 0; j < SUMSQ_LANES; j++) acc[j] += (double)x[i + j] * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += (double)x[i] * x[i];
+    for (int w = SUMSQ_LANES / 2; w > 0; w /= 2)  // pairwise, in a fixed order
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
 
 double neox_sum_squares(const float *x, size_t n) {
-    double sum = 0.0;
-    #pragma omp parallel for reduction(+ : sum)
-    for (size_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    double sum = 0.0, part[SUMSQ_GROUP];
+    for (size_t g0 = 0; g0 < n; g0 += SUMSQ_BLOCK * SUMSQ_GROUP) {
+        size_t len = n - g0 < SUMSQ_BLOCK * SUMSQ_GROUP ? n - g0 : SUMSQ_BLOCK * SUMSQ_GROUP;
+        int nb = (int)((len + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK);
+        #pragma omp parallel for if (len >= NEOX_PARALLEL_MIN_ELEMS)
+        for (int b = 0; b < nb; b++) {
+            size_t lo = (size_t)b * SUMSQ_BLOCK, hi = lo + SUMSQ_BLOCK < len ? lo + SUMSQ_BLOCK : len;
+            part[b] = block_sum_squares(x + g0 + lo, hi - lo);
+        }
+        for (int b = 0; b < nb; b++) sum += part[b];
+    }
     return sum;
 }
 
@@ -16,34 +47,48 @@ void neox_scale(float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                float eps, float weight_decay, long step) {
-    // torch.optim.AdamW: decay first (p *= 1 - lr*wd), then p -= lr * mhat / (sqrt(vhat) + eps),
-    // with the bias corrections folded into the step size and the denominator as torch does.
-    float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
-    float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2);
-    // Fixed blocks, vectorised inside (sqrtf becomes sqrtps: kernels/cpu is built without math
-    // errno); square root and division are exactly rounded either way, so lanes equal the scalar.
-    #pragma omp parallel for
-    for (size_t i0 = 0; i0 < n; i0 += 4096) {
-        size_t i1 = n - i0 < 4096 ? n : i0 + 4096;
-        #pragma omp simd
-        for (size_t i = i0; i < i1; i++) {
-            float g = grad[i];
-            m[i] = beta1 * m[i] + (1.0f - beta1) * g;
-            v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
-            float p = param[i] * (1.0f - lr * weight_decay);
-            param[i] = p - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
-        }
+// One block of AdamW with each gradient multiplied by gscale first (1: as it is). Square root and
+// division are exactly rounded in every build (kernels/cpu is compiled without math errno, so
+// sqrtf is sqrtps), so every lane equals the scalar loop, in the AVX2 and AVX-512 builds too.
+NEOX_CLONES static void adamw_block(float *param, const float *grad, float *m, float *v, size_t n, float gscale,
+                                    float beta1, float beta2, float decay, float step_size, float bc2_sqrt, float eps) {
+    #pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * gscale;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float p = param[i] * decay;
+        param[i] = p - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
     }
 }
 
+static void adamw_scaled(float *param, const float *grad, float *m, float *v, size_t n, float gscale, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, long step) {
+    // torch.optim.AdamW: decay first (p *= 1 - lr*wd), then p -= lr * mhat / (sqrt(vhat) + eps),
+    // with the bias corrections folded into the step size and the denominator as torch does.
+    float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
+    float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2), decay = 1.0f - lr * weight_decay;
+    // Fixed blocks: which elements share a vector does not depend on the thread count.
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
+    for (size_t i0 = 0; i0 < n; i0 += 4096) {
+        size_t len = n - i0 < 4096 ? n - i0 : 4096;
+        adamw_block(param + i0, grad + i0, m + i0, v + i0, len, gscale, beta1, beta2, decay, step_size, bc2_sqrt, eps);
+    }
+}
+
+void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                float eps, float weight_decay, long step) {
+    adamw_scaled(param, grad, m, v, n, 1.0f, lr, beta1, beta2, eps, weight_decay, step);
+}
+
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
-                         float lr, float beta1, float beta2, float eps, long step, const double *guard) {
+                         float lr, float beta1, float beta2, float eps, long step, float grad_scale,
+                         const double *guard) {
     if (guard && !isfinite(*guard)) return;
     for (int s = 0; s < nseg; s++) {
         size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
-        neox_adamw(param + b, grad + b, m + b, v + b, n, lr, beta1, beta2, eps, segs[s].weight_decay, step);
+        adamw_scaled(param + b, grad + b, m + b, v + b, n, grad_scale, lr, beta1, beta2, eps, segs[s].weight_decay,
+                     step);
     }
 }
 

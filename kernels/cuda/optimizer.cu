@@ -19,11 +19,12 @@ struct dev_segment {
 };
 
 struct adam_consts {
-    float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bc2_sqrt, eps;
+    float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bc2_sqrt, eps, grad_scale;
 };
 
-static adam_consts make_consts(float lr, float beta1, float beta2, float eps, long step) {
+static adam_consts make_consts(float lr, float beta1, float beta2, float eps, long step, float grad_scale) {
     adam_consts k;
+    k.grad_scale = grad_scale;
     k.lr = lr;
     float bc1 = 1.0f - powf(beta1, (float)step), bc2 = 1.0f - powf(beta2, (float)step);
     k.beta1 = beta1;
@@ -39,7 +40,7 @@ static adam_consts make_consts(float lr, float beta1, float beta2, float eps, lo
 // decay: 1 - lr * weight_decay, rounded as the CPU rounds it.
 __device__ __forceinline__ void adam_element(float *param, const float *grad, float *m, float *v, size_t i,
                                              float decay, const adam_consts &k) {
-    float g = grad[i];
+    float g = __fmul_rn(grad[i], k.grad_scale);
     float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, g));
     float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
     m[i] = mi;
@@ -120,18 +121,18 @@ static const table_entry &device_table(const neox_segment *segs, int nseg) {
 
 extern "C" void neox_cuda_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs,
                                          int nseg, float lr, float beta1, float beta2, float eps, long step,
-                                         const double *guard) {
+                                         float grad_scale, const double *guard) {
     const table_entry &t = device_table(segs, nseg);
     if (t.count == 0) return;
     adamw_segments_kernel<<<blocks_for(t.total, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
-        param, grad, m, v, t.dev, t.count, t.total, make_consts(lr, beta1, beta2, eps, step), guard);
+        param, grad, m, v, t.dev, t.count, t.total, make_consts(lr, beta1, beta2, eps, step, grad_scale), guard);
     CUDA_LAUNCHED();
 }
 
 extern "C" void neox_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                                 float beta2, float eps, float weight_decay, long step) {
     neox_segment all = {0, n, weight_decay};
-    neox_cuda_adamw_segments(param, grad, m, v, &all, 1, lr, beta1, beta2, eps, step, NULL);
+    neox_cuda_adamw_segments(param, grad, m, v, &all, 1, lr, beta1, beta2, eps, step, 1.0f, NULL);
 }
 
 // ---- squared norms ------------------------------------------------------------------------------

@@ -14,10 +14,10 @@ static void step_adamw(neox_optimizer *o, float *param, const float *grad, const
                        double lr, int64_t step) {
     const neox_optimizer_settings *s = &o->s;
     o->be->adamw_segments(param, grad, o->state[0], o->state[1], segs, nseg, (float)lr, (float)s->beta1,
-                          (float)s->beta2, (float)s->eps, (long)step, o->guard);
+                          (float)s->beta2, (float)s->eps, (long)step, o->grad_scale, o->guard);
 }
 
 const neox_optimizer_type neox_optimizer_adamw = {
     .name = "adam", .nstate = 2, .state_names = {"optimizer/exp_avg", "optimizer/exp_avg_sq"},
-    .host_only = 0, .read = read_adamw, .step = step_adamw,
+    .host_only = 0, .scales_grads = 1, .read = read_adamw, .step = step_adamw,
 };

@@ -40,6 +40,7 @@ int neox_optimizer_read_settings(const neox_config *cfg, neox_optimizer_settings
 neox_optimizer *neox_optimizer_make(const neox_optimizer_settings *s, const neox_backend *be, size_t n) {
     neox_optimizer *o = neox_calloc(1, sizeof *o);
     o->type = types[s->kind], o->s = *s, o->be = be, o->n = n;
+    o->grad_scale = 1.0f;
     for (int i = 0; i < o->type->nstate; i++) {
         o->state[i] = be->alloc((n + 1) * sizeof(float));  // + 1: never a zero-byte allocation
         be->memset_zero(o->state[i], (n + 1) * sizeof(float));

@@ -398,6 +398,7 @@ static int read_params(neox_trainer *t, const neox_ckpt_reader *r, const char *d
     if (t->rank0 && !t->opts.quiet)
         neox_notice("%s holds a language model: the reward model's value head (score.weight) starts from its "
                     "initialisation, the other weights are loaded", dir);
+    neox_train_init_weights(t);  // (only the value head's survives the read)
     const neox_param *head = neox_model_find_param(m, "score.weight");
     if (!head) return neox_ckpt_read_model_range(m, r, "params", begin, end, dst, err);  // (not on this pipe stage)
     size_t skip_lo = head->offset, skip_hi = head->offset + head->numel;
@@ -449,14 +450,20 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
     return rc;
 }
 
+// The weights come from the checkpoint or, with none to load, from the seed: never both (initialising
+// 100M+ parameters only to overwrite them cost seconds per run).
 int neox_train_load(neox_trainer *t, neox_error *err) {
-    if (!t->load_dir) return 0;
+    if (!t->load_dir) {
+        neox_train_init_weights(t);
+        return 0;
+    }
     int64_t iteration;
     int found;
     if (neox_ckpt_read_latest(t->load_dir, &iteration, &found, err) != 0) return -1;
     if (!found) {
         if (t->rank0 && !t->opts.quiet)
             neox_notice("load: no checkpoint in %s (no 'latest' file); training from scratch", t->load_dir);
+        neox_train_init_weights(t);
         return 0;
     }
     char *dir = neox_ckpt_dir(t->load_dir, iteration);

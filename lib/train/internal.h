@@ -381,6 +381,9 @@ int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const 
 int neox_train_save(neox_trainer *t, neox_error *err);
 // Loads SAVE/latest of load_dir (when there is one) as the config's load options say.
 int neox_train_load(neox_trainer *t, neox_error *err);
+// The weights from the seed (GPT-NeoX's init methods): what neox_train_load runs when no checkpoint
+// supplies them.
+void neox_train_init_weights(neox_trainer *t);
 
 // ---- the LR schedule on resume (resume_schedule.c) ------------------------------------------
 // Refuses override_lr_scheduler together with use_checkpoint_lr_scheduler (at set-up).

@@ -2,7 +2,7 @@
 // device cpu, its older cpu_offload: true, and GPT-NeoX's optimizer.type cpu_adam). On a device
 // backend the optimizer state and an fp32 copy of the weights it updates (this rank's range
 // [state_begin, state_end): its ZeRO partition, or all of it) live in host memory; every update
-// copies the (reduced, clipped) gradients of the range to the host, runs the optimizer there, and
+// copies the (reduced) gradients of the range to the host (clipped there as the update reads them), runs the optimizer there, and
 // copies the updated weights back. On the CPU backend everything already is host memory: a notice
 // says that the keys change nothing.
 #include <stdlib.h>

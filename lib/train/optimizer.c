@@ -73,9 +73,14 @@ double neox_train_grad_norm(const neox_trainer *t) {
     return sqrt(total);
 }
 
+// The gradients times the clipping coefficient (and 1 / the loss scale): folded into the update
+// when the optimizer reads them once anyway (AdamW), which gives the same bits as this pass over
+// them; the gradients in memory then stay unclipped, and nothing reads them after the update.
 void neox_train_clip(neox_trainer *t, double norm, double unscale) {
     double coef = unscale * neox_clip_coefficient(t->optim.clip_grad, norm);
-    if (coef != 1.0) t->be->scale(state_grads(t), t->state_end - t->state_begin, (float)coef);
+    if (coef == 1.0) return;
+    if (t->optimizer->type->scales_grads) t->optimizer->grad_scale = (float)coef;
+    else t->be->scale(state_grads(t), t->state_end - t->state_begin, (float)coef);
 }
 
 // ZeRO: every data-parallel rank updated its partition; each receives the others', in buckets of
@@ -120,6 +125,7 @@ void neox_train_update(neox_trainer *t, double lr, int64_t step) {
     float *params = t->param_partition ? t->param_partition : m->param_buf + t->state_begin;
     if (t->offload) neox_train_offload_step(t, state_grads(t), segs, n, lr, step);
     else neox_optimizer_step(t->optimizer, params, state_grads(t), segs, n, lr, step);
+    t->optimizer->grad_scale = 1.0f;
     free(segs);
     if (t->param_partition) neox_train_zero3_after_update(t);  // (the units are gathered when used)
     else if (t->zero_stage > 0) gather_partitions(t);

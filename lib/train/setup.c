@@ -1,7 +1,8 @@
 // setup.c: builds a trainer from a loaded config — tokenizer (for the vocabulary and the EOD id),
-// model (created, initialised from the seed, activations planned), optimizer settings and state,
+// model (created, activations planned), optimizer settings and state,
 // LR schedule, datasets and batch iterators, metrics, the data-parallel gradient reducer and the
-// checkpoint schedule — then loads the checkpoint `load` names.
+// checkpoint schedule — then loads the checkpoint `load` names, or initialises the weights from the
+// seed when there is none.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,12 +318,13 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     return neox_train_setup_compression(t, err);
 }
 
-// The initial weights (a checkpoint loaded later replaces them): under ZeRO-3 only the partition's,
-// so that no rank holds the whole model at start-up either.
-static int init_weights(neox_trainer *t) {
+// The initial weights, when no checkpoint supplies them (neox_train_load decides): under ZeRO-3 only
+// the partition's, so that no rank holds the whole model at start-up either. The values depend only
+// on the seed and each element's position (counter-based streams), so skipping them when a
+// checkpoint is loaded moves no other random stream.
+void neox_train_init_weights(neox_trainer *t) {
     if (t->param_partition) neox_model_init_range(t->model, t->state.seed, t->part_begin, t->part_end, t->param_partition);
     else neox_model_init(t->model, t->state.seed);
-    return 0;
 }
 
 static int setup_data(neox_trainer *t, neox_error *err) {
@@ -441,7 +443,6 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
         neox_train_setup_dpo(t, err) != 0 || neox_train_setup_rm(t, err) != 0 || setup_optimizer(t, err) != 0 ||
-        init_weights(t) != 0 ||
         setup_data(t, err) != 0 || neox_train_check_kto_data(t, err) != 0 || neox_train_load(t, err) != 0 ||
         setup_metrics(t, err) != 0) {
         neox_trainer_free(t);

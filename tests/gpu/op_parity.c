@@ -684,8 +684,8 @@ static void test_optimizer(size_t n) {
     checkf(0, 1e-6, &p, "adamw param n=%zu, 2 steps", n);
     checkf(0, 1e-6, &m, "adamw exp_avg n=%zu", n);
     checkf(0, 1e-6, &v, "adamw exp_avg_sq n=%zu", n);
-    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, NULL);
-    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, NULL);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, 1.0f, NULL);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, 1.0f, NULL);
     checkf(0, 1e-6, &p, "adamw_segments param (%d segments, gaps untouched)", nseg);
     checkf(0, 1e-6, &m, "adamw_segments exp_avg");
     checkf(0, 1e-6, &v, "adamw_segments exp_avg_sq");
@@ -822,12 +822,12 @@ static void test_device_step(size_t n) {
     cpu->clip_by_norm(g.h, n, &host, 1024.0, 1e-3);
     gpu->clip_by_norm(g.d, n, dev, 1024.0, 1e-3);
     checkf(0, 0, &g, "clip_by_norm n=%zu (loss scale 1024, clipped)", n);
-    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, &host);
-    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, dev);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, 1.0f, &host);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, 1.0f, dev);
     checkf(0, 1e-6, &p, "adamw_segments guard finite: updated");
     double inf = INFINITY;
     gpu->to_device(dev, &inf, sizeof inf);
-    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 4, dev);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 4, 1.0f, dev);
     gpu->clip_by_norm(g.d, n, dev, 1.0, 1e-3);
     checkf(0, 1e-6, &p, "adamw_segments guard inf: skipped");
     checkf(0, 1e-6, &m, "adamw_segments guard inf: exp_avg untouched");

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -769,6 +770,65 @@ static void test_adamw_and_norm(void **state) {
     assert_true(fabs(neox_sum_squares(g, 3) - (0.01 + 0.04 + 0.09)) < 1e-7);
 }
 
+// The gradient norm's sum of squares over a buffer of several parallel groups of blocks with a
+// ragged tail, against a long double sum: the same bits with one thread or two (its order is fixed
+// by n alone).
+static void test_sum_squares_large(void **state) {
+    (void)state;
+    size_t n = ((size_t)1 << 22) * 2 + 12345;  // two groups of 256 blocks of 2^14, and a partial one
+    float *x = randn(n, 3.0f);
+    long double want = 0;
+    for (size_t i = 0; i < n; i++) want += (long double)x[i] * x[i];
+    omp_set_num_threads(1);
+    double one = neox_sum_squares(x, n);
+    omp_set_num_threads(2);
+    double two = neox_sum_squares(x, n);
+    assert_true(fabsl(one - want) <= 1e-12L * want);
+    assert_memory_equal(&one, &two, sizeof one);
+    for (size_t k = 0; k < 40; k++) {  // short sums (a bias, a norm) and the lanes' tail
+        double small = neox_sum_squares(x + k, k);
+        long double w = 0;
+        for (size_t i = 0; i < k; i++) w += (long double)x[k + i] * x[k + i];
+        assert_true(fabsl(small - w) <= 1e-15L * (w + 1));
+    }
+    free(x);
+}
+
+// AdamW with the gradients' scale folded in equals scaling them first, bit for bit, over segments
+// of many vector blocks and ragged ends, and leaves the gradients untouched; each element equals a
+// plain scalar loop of torch's formula in float.
+static void test_adamw_grad_scale(void **state) {
+    (void)state;
+    size_t n = 3 * 4096 + 1001;
+    neox_segment segs[3] = {{0, 5000, 0.1f}, {5000, 5007, 0.0f}, {5100, n, 0.1f}};
+    float *p1 = randn(n, 1.0f), *g = randn(n, 0.5f), *m1 = randn(n, 0.01f), *v1 = randn(n, 0.01f);
+    float *p2 = neox_malloc(n * sizeof(float)), *m2 = neox_malloc(n * sizeof(float)), *v2 = neox_malloc(n * sizeof(float));
+    float *g2 = neox_malloc(n * sizeof(float)), *g0 = neox_malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v1[i] = fabsf(v1[i]);
+    memcpy(p2, p1, n * sizeof(float)), memcpy(m2, m1, n * sizeof(float)), memcpy(v2, v1, n * sizeof(float));
+    memcpy(g2, g, n * sizeof(float)), memcpy(g0, g, n * sizeof(float));
+    float s = 0.37f, lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    long step = 4;
+    float *pr = neox_malloc(n * sizeof(float));
+    memcpy(pr, p1, n * sizeof(float));
+    float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    for (int k = 0; k < 3; k++)
+        for (size_t i = segs[k].begin; i < segs[k].end; i++) {
+            float gi = g[i] * s, mi = b1 * m1[i] + (1.0f - b1) * gi, vi = b2 * v1[i] + (1.0f - b2) * gi * gi;
+            float decayed = pr[i] * (1.0f - lr * segs[k].weight_decay);
+            pr[i] = decayed - lr / bc1 * mi / (sqrtf(vi) / sqrtf(bc2) + eps);
+        }
+    neox_adamw_segments(p1, g, m1, v1, segs, 3, lr, b1, b2, eps, step, s, NULL);
+    neox_scale(g2, n, s);
+    neox_adamw_segments(p2, g2, m2, v2, segs, 3, lr, b1, b2, eps, step, 1.0f, NULL);
+    assert_memory_equal(p1, p2, n * sizeof(float));
+    assert_memory_equal(m1, m2, n * sizeof(float));
+    assert_memory_equal(v1, v2, n * sizeof(float));
+    assert_memory_equal(g, g0, n * sizeof(float));
+    assert_memory_equal(p1, pr, n * sizeof(float));  // (the gap [5007, 5100) untouched in both)
+    free(p1), free(g), free(m1), free(v1), free(p2), free(m2), free(v2), free(g2), free(g0), free(pr);
+}
+
 // The device step's ops: the sum of squares into memory, unscaling + DeepSpeed's clipping from it
 // (clip_grad / (norm + 1e-6) when below 1, the norm being that of the unscaled gradients), and AdamW
 // skipped by a non-finite guard.
@@ -791,11 +851,11 @@ static void test_clip_by_norm_and_guard(void **state) {
     for (int k = 0; k < 2; k++) {
         neox_clip_by_norm(g, 4, &bad[k], 1.0, 1.0);
         assert_memory_equal(g, want, sizeof g);
-        neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, &bad[k]);
+        neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, 1.0f, &bad[k]);
         assert_memory_equal(p, p0, sizeof p);
         assert_true(m[0] == 0 && v[0] == 0);
     }
-    neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, &sumsq);
+    neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, 1.0f, &sumsq);
     assert_true(p[0] != p0[0] && m[0] != 0);
 }
 
@@ -839,7 +899,8 @@ int main(void) {
         cmocka_unit_test(test_attention_dropout_partition), cmocka_unit_test(test_dropout_partition),
         cmocka_unit_test(test_cross_entropy_masked_target),
         cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),
-        cmocka_unit_test(test_clip_by_norm_and_guard),
+        cmocka_unit_test(test_clip_by_norm_and_guard), cmocka_unit_test(test_sum_squares_large),
+        cmocka_unit_test(test_adamw_grad_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
