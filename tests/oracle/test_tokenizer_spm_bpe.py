@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import tokenizer_corpus as tc  # noqa: E402
 from test_tokenizer_families import (TRAIN_TEXT, check_encode_decode, corpus,  # noqa: E402,F401 (fixtures)
-                                     first_mismatch, hard_corpus, training_lines)
-from test_tokenizer_unigram import long_documents  # noqa: E402
+                                     first_mismatch, hard_corpus)
+from test_tokenizer_unigram import lines, long_documents  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(TRAIN_TEXT), reason=f"{TRAIN_TEXT} is absent")
 
@@ -59,14 +59,6 @@ EDITED = {"bucketed_scores": ("nfkc_1200_byte_fallback", bucket_scores),
           "unused_bucketed_user_symbols": ("user_symbols_split_digits",
                                            lambda p: (bucket_scores(p), unuse_pieces(p)))}
 ALL = sorted(CONFIGS) + sorted(EDITED)
-
-
-@pytest.fixture(scope="module")
-def lines():
-    if not os.path.exists(tc.PREPROCESS):
-        pytest.skip(f"{tc.PREPROCESS} is not built (run make)")
-    # A quarter of the training set keeps each model's training to a few seconds.
-    return [ln for ln in training_lines() if ln.strip()][::4]
 
 
 @pytest.fixture(scope="module")
