@@ -61,7 +61,7 @@ harness() {  # harness NAME MODEL MODEL_ARGS...: the harness's wall seconds, its
     start=$(date +%s.%N)
     .venv/bin/python tests/oracle/lm_eval_cli.py "$@" --tasks lambada_openai_local --include_path "$work/tasks" \
         --batch_size ${opt[batch]} "${limit[@]}" --output_path "$work/$name" >"$work/$name.log" 2>&1 ||
-        { tail -20 "$work/$name.log" >&2; [ "$name" = serve ] && tail -20 "$work/serve.log" >&2; exit 1; }
+        { tail -20 "$work/$name.log" >&2; [ "$name" = serve ] && tail -20 "$work/server.log" >&2; exit 1; }
     end=$(date +%s.%N)
     python3 -c "import glob, json; r = json.load(open(sorted(glob.glob('$work/$name/**/results_*.json', recursive=True))[-1]));
 print(r['results']['lambada_openai_local']['acc,none'])" >"$work/$name.acc"
@@ -77,12 +77,16 @@ print('%.1f' % sum(float(m) * 60 + float(s) for m, s in re.findall('([0-9]+)m([0
 }
 
 serve_run() {  # serve_run [NEOX_EVAL]: the harness through that binary's server (default: this build's)
-    ${1:-$BIN/neox-eval} serve -q --port 0 --context $((${opt[seq]} + 2)) "$work/model.yml" 2>"$work/serve.log" &
+    # (The server's stdout is not this function's: a server left running would hold the caller's pipe.)
+    ${1:-$BIN/neox-eval} serve -q --port 0 --context $((${opt[seq]} + 2)) "$work/model.yml" >/dev/null 2>"$work/server.log" &
     server=$!
-    for _ in $(seq 300); do grep -q 'listening on port' "$work/serve.log" && break; sleep 0.1; done
-    local port; port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$work/serve.log")
+    for _ in $(seq 300); do grep -q 'listening on port' "$work/server.log" && break; sleep 0.1; done
+    local port; port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$work/server.log")
+    # timeout: the harness's per-request limit (300 s by default), which a loaded machine can pass
+    # while four batches of requests queue at the server.
     local wall; wall=$(harness serve --model local-completions --model_args \
-        "base_url=http://127.0.0.1:$port/v1/completions,tokenizer=$work/hf,tokenizer_backend=huggingface,max_length=$((${opt[seq]} + 2)),model=neox,num_concurrent=4")
+        "base_url=http://127.0.0.1:$port/v1/completions,tokenizer=$work/hf,tokenizer_backend=huggingface,max_length=$((${opt[seq]} + 2)),model=neox,num_concurrent=4,timeout=3600") ||
+        { kill -TERM $server; wait $server; exit 1; }
     kill -TERM $server && wait $server
     server=
     echo -n "$wall "; cpu_seconds
