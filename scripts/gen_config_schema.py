@@ -135,7 +135,6 @@ for key in "online_dataserver_ips online_dataserver_ports serve_model_weights we
 
 # CHOICE keys of which neox.c implements only some values: key -> (supported values, feature word).
 SUPPORTED = {
-    "norm": ("layernorm|rmsnorm|non_parametric_layernorm|scalenorm|te_rmsnorm|te_layernorm", "normalization"),
     "pos_emb": ("learned|rotary|none|alibi", "position embedding"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
