@@ -235,6 +235,11 @@ void neox_wait(neox_request *req);
 // one that makes no progress for that long ends the job naming the ranks that did not respond.
 void neox_comm_set_timeout(double seconds);
 double neox_comm_timeout(void);
+// How ranks wait (comm_timeout.c): with shared set (more ranks' threads on this machine than
+// cores; neox_parallel_init decides, NEOX_SHARED_CORES=0|1 overrides) a wait that lasts sleeps
+// between its polls instead of yielding, so the peer it waits for gets the core.
+void neox_comm_set_shared_cores(int shared);
+int neox_comm_shared_cores(void);
 // Waits for an MPI request of c's operation op under the timeout.
 void neox_comm_wait_mpi(const neox_comm *c, MPI_Request *req, neox_comm_op op);
 // Non-blocking check; returns 1 when the request has completed (and completes it).

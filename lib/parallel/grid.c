@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,19 +37,28 @@ int neox_grid_local_rank(const neox_grid *g) {
     return rank;
 }
 
+// The cores this process may run on (its affinity mask; all online cores if that is unknown).
+static long usable_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 // Ranks sharing a machine share its cores: unless OMP_NUM_THREADS says otherwise, each gets
 // cores / ranks-on-this-machine OpenMP threads (oversubscribed spinning threads would stall every
-// collective on the slowest rank).
+// collective on the slowest rank). When they still outnumber the cores, waits sleep (comm_timeout.c).
 static void share_cores(void) {
     MPI_Comm local;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
     int local_size;
     MPI_Comm_size(local, &local_size);
     MPI_Comm_free(&local);
-    if (getenv("OMP_NUM_THREADS") || local_size <= 1) return;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores / local_size > 1 ? (int)(cores / local_size) : 1;
-    omp_set_num_threads(threads);
+    long cores = usable_cores();
+    if (!getenv("OMP_NUM_THREADS") && local_size > 1)
+        omp_set_num_threads(cores / local_size > 1 ? (int)(cores / local_size) : 1);
+    const char *forced = getenv("NEOX_SHARED_CORES");
+    int shared = (long)local_size * omp_get_max_threads() > cores;
+    neox_comm_set_shared_cores(forced && *forced ? atoi(forced) != 0 : shared);
 }
 
 static int thread_multiple;

@@ -7,12 +7,12 @@ source tests/lib.sh
 command -v "$MPIEXEC" >/dev/null || { skip "communication timeout" "$MPIEXEC is not installed"; exit 0; }
 
 words_dataset 400 5
-model() {  # model ITERS
+model() {  # model ITERS [ZERO_STAGE]
     cat <<EOF2
 {
   "num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
   "pos_emb": "rotary", "no_weight_tying": true, "optimizer": {"type": "Adam", "params": {"lr": 0.003}},
-  "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 1},
+  "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "zero_optimization": {"stage": ${2:-1}},
   "train_iters": $1, "eval_interval": 4, "eval_iters": 1, "log_interval": 1,
   "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer"
 }
@@ -62,3 +62,31 @@ check_output "... naming the silent rank" "all_reduce|made no progress for 2 s \
     grep -E "made no progress for 2 s \(comm_timeout_seconds\): rank 1 did not respond" "$T/stopped.out"
 gone() { for _ in $(seq 50); do kill -0 "$rank1" 2>/dev/null || return 0; sleep 0.1; done; return 1; }
 check "... and the stopped rank is gone" gone
+
+# How ranks wait: where the ranks' threads outnumber the cores (4 single-thread ranks here on a
+# machine of fewer than 4 cores, or NEOX_SHARED_CORES=1) a wait sleeps between its polls; that is
+# timing only, so ZeRO-3 at dp4 (gathers and bucket reductions waited for during backward) trains
+# the same either way.
+cores=$(nproc)
+model 8 3 >"$T/stage3.yml"
+train_waiting() {  # train_waiting 0|1|default
+    local env=(OMP_NUM_THREADS=1)
+    [ "$1" = default ] || env+=(NEOX_SHARED_CORES=$1)
+    echo "{\"log_dir\": \"$T/wait-$1\"}" >"$T/wait-$1.yml"
+    env "${env[@]}" $MPIEXEC -n 4 $TRAIN "$T/stage3.yml" "$T/wait-$1.yml" >"$T/wait-$1.out" 2>&1
+}
+sleeps() { grep -q "ranks share this machine's cores, so waits sleep" "$T/wait-$1.out"; }
+spins() { grep -q "grid: " "$T/wait-$1.out" && ! sleeps "$1"; }
+for shared in 0 1 default; do check "dp4 / ZeRO-3, NEOX_SHARED_CORES=$shared" train_waiting $shared; done
+check "NEOX_SHARED_CORES=1: the start-up says waits sleep" sleeps 1
+check "NEOX_SHARED_CORES=0: it does not" spins 0
+if [ "$cores" -lt 4 ]; then check "4 ranks on $cores cores: waits sleep" sleeps default
+else check "4 ranks on $cores cores: waits spin" spins default; fi
+check "the same losses and grad norms with waits that sleep" python3 - "$T/wait-0/metrics.jsonl" "$T/wait-1/metrics.jsonl" <<'EOF2'
+import json, sys
+keys = ("train/lm_loss", "train/grad_norm", "validation/lm_loss")
+def table(p):
+    return {(r["iteration"], k): v for r in map(json.loads, open(p)) for k, v in r.items() if k in keys}
+a, b = table(sys.argv[1]), table(sys.argv[2])
+assert a and a == b, (len(a), [k for k in a if a[k] != b.get(k)][:5])
+EOF2
