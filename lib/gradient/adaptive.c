@@ -104,13 +104,13 @@ static double known_cost(const neox_adaptive_inputs *in, const int *plan) {
     return neox_adaptive_plan_cost(in, plan, NULL);
 }
 
-// Every bucket's option of the scheme s (the first, for PowerSGD) into plan; 0 if a bucket has none.
-static int uniform_plan(const neox_adaptive_inputs *in, neox_scheme s, int *plan) {
+// Every bucket's option making choice c into plan; 0 if a bucket has none.
+static int uniform_plan(const neox_adaptive_inputs *in, neox_bucket_choice c, int *plan) {
     for (int i = 0; i < in->nbuckets; i++) {
         const neox_bucket_inputs *b = &in->bucket[i];
         plan[i] = -1;
-        for (int k = b->noptions - 1; k >= 0; k--)
-            if (b->option[k].choice.scheme == s) plan[i] = k;
+        for (int k = 0; k < b->noptions && plan[i] < 0; k++)
+            if (same_choice(b->option[k].choice, c)) plan[i] = k;
         if (plan[i] < 0) return 0;
     }
     return 1;
@@ -136,22 +136,32 @@ double neox_adaptive_calibration(const neox_adaptive_inputs *in) {
     return 1.0;
 }
 
-enum { MAX_CANDIDATES = 16 };
+enum { MAX_CANDIDATES = 1 + NEOX_BUCKET_OPTIONS + 16 };
 
 double neox_adaptive_plan(const neox_adaptive_inputs *given, int *plan) {
     neox_adaptive_inputs calibrated = *given, *in = &calibrated;
     calibrated.overlap_scale = neox_adaptive_calibration(given);
     greedy_plan(in, plan);
-    // The candidates: the greedy plan, every bucket in bf16 (bucket by bucket the greedy plan
-    // weighs each against the rest of its own plan, so the static scheme is costed on its own),
-    // then the measured ones, in order of fidelity (stable).
-    int *bf16 = neox_malloc((size_t)in->nbuckets * sizeof *bf16), nbf16 = uniform_plan(in, NEOX_SCHEME_BF16, bf16);
+    // The candidates: the greedy plan, every static compressed scheme (each bucket making the same
+    // choice: bf16, PowerSGD at each rank, 1-bit), then the measured plans, in order of fidelity
+    // (stable). Bucket by bucket the greedy plan weighs each option against the rest of its own
+    // plan, trusting the overlap model for the buckets before; a static scheme is costed on its
+    // own, so where that model is wrong (overlapped transfers that do not really hide) the scheme
+    // is still tried. (All-dense is not one: the greedy plan starts from it and leaves it only to
+    // save a bucket's share of the margin.)
+    int nuniform = in->nbuckets ? in->bucket[0].noptions : 0;
+    int *uniform = neox_malloc((size_t)(nuniform ? nuniform : 1) * (size_t)(in->nbuckets ? in->nbuckets : 1) * sizeof *uniform);
     const int *cand[MAX_CANDIDATES];
     double cost[MAX_CANDIDATES], loss[MAX_CANDIDATES];
     int n = 0;
-    for (int m = -2; m < in->nmeasured && n < MAX_CANDIDATES; m++) {
-        if (m == -1 && !nbf16) continue;
-        const int *p = m == -2 ? plan : m == -1 ? bf16 : in->measured_plan[m];
+    for (int m = -1 - nuniform; m < in->nmeasured && n < MAX_CANDIDATES; m++) {
+        const int *p = plan;
+        if (m >= 0) p = in->measured_plan[m];
+        else if (m > -1 - nuniform) {  // the static scheme of bucket 0's option k
+            int k = m + nuniform, *u = uniform + (size_t)k * (size_t)in->nbuckets;
+            if (k == 0 || !uniform_plan(in, in->bucket[0].option[k].choice, u)) continue;
+            p = u;
+        }
         double c = m < 0 ? known_cost(in, p) : in->measured_s[m], l = fidelity_loss(in, p);
         int at = n++;
         for (; at > 0 && loss[at - 1] > l; at--) cand[at] = cand[at - 1], cost[at] = cost[at - 1], loss[at] = loss[at - 1];
@@ -162,7 +172,7 @@ double neox_adaptive_plan(const neox_adaptive_inputs *given, int *plan) {
     for (int k = 1; k < n; k++)
         if (cost[best] - cost[k] > in->margin * (in->step_s + cost[best])) best = k;
     if (cand[best] != plan) memcpy(plan, cand[best], (size_t)in->nbuckets * sizeof *plan);
-    free(bf16);
+    free(uniform);
     return cost[best];
 }
 
