@@ -303,6 +303,10 @@ typedef struct neox_adaptive_inputs {
     // Measured over predicted exposure of the overlapped reductions; what the reducer's queue
     // exposes is multiplied by it (0 is taken as 1). neox_adaptive_plan sets its own.
     double overlap_scale;
+    // The share of each bucket's hide_s that its overlapped transfer really runs in (0 is taken
+    // as 1): below 1 where transfers measured slower than the model has them, as when a rank
+    // progresses them only between backward's ops. neox_adaptive_plan sets its own.
+    double overlap_efficiency;
 } neox_adaptive_inputs;
 
 // Predicted exposed seconds per step of a plan (an option index per bucket): the dense buckets
@@ -326,6 +330,11 @@ double neox_adaptive_plan(const neox_adaptive_inputs *in, int *plan);
 // 0.17 Gbit/s on a 1 Gbit/s link), which overstates every overlapped option alike, while the
 // compressors' small messages are costed from their own measured work and stay right.
 double neox_adaptive_calibration(const neox_adaptive_inputs *in);
+// The other side of the same measurement: where that plan measured more exposed time than the
+// model gives it, the overlap efficiency (in (0, 1]) at which the model gives what was measured
+// (1 when it measured no more; the least, 1e-9, when even no overlap at all gives less): the
+// transfers did not run during backward as the link would let them.
+double neox_adaptive_overlap_efficiency(const neox_adaptive_inputs *in);
 // The link from two timed all-reduces of small and large payloads (their ring wire bytes per rank
 // and seconds): latency and bandwidth of the straight line through both, kept positive.
 void neox_adaptive_fit_link(double small_bytes, double small_s, double large_bytes, double large_s, double *latency_s,

@@ -46,7 +46,8 @@ static double marginal_s(const neox_adaptive_inputs *in, const neox_bucket_input
                          const neox_bucket_option *before, link_queue *q, int commit) {
     if (!o->overlapped)  // after backward, one call after the other
         return o->compute_s + transfer_s(in, o) - (joins(before, o) ? o->messages * in->latency_s : 0.0);
-    double free_at = fmax(-b->hide_s, q->free_at) + transfer_s(in, o), tail = fmax(0.0, free_at);
+    double efficiency = in->overlap_efficiency > 0 ? in->overlap_efficiency : 1.0;
+    double free_at = fmax(-efficiency * b->hide_s, q->free_at) + transfer_s(in, o), tail = fmax(0.0, free_at);
     double added = o->compute_s + (in->overlap_scale > 0 ? in->overlap_scale : 1.0) * (tail - q->tail);
     if (commit) q->free_at = free_at, q->tail = tail;
     return added;
@@ -122,18 +123,46 @@ static int all_overlapped(const neox_adaptive_inputs *in, const int *plan) {
     return 1;
 }
 
+// The most recent measured plan whose buckets all go through the reducer, or -1.
+static int overlapped_measurement(const neox_adaptive_inputs *in) {
+    for (int m = 0; m < in->nmeasured; m++)
+        if (all_overlapped(in, in->measured_plan[m])) return m;
+    return -1;
+}
+
 double neox_adaptive_calibration(const neox_adaptive_inputs *in) {
+    int m = overlapped_measurement(in);
+    if (m < 0) return 1.0;
     neox_adaptive_inputs raw = *in;
-    raw.overlap_scale = 1.0;
-    for (int m = 0; m < in->nmeasured; m++) {
-        if (!all_overlapped(in, in->measured_plan[m])) continue;
-        double predicted = neox_adaptive_plan_cost(&raw, in->measured_plan[m], NULL);
-        // Only ever down: a busy host adds time to the probes, never removes it, and what the
-        // model leaves out (the calls that drive the overlap) is measured, not scaled in. (0
-        // would read as unset.)
-        return predicted > 0 ? fmin(1.0, fmax(in->measured_s[m] / predicted, 1e-9)) : 1.0;
+    raw.overlap_scale = raw.overlap_efficiency = 1.0;
+    double predicted = neox_adaptive_plan_cost(&raw, in->measured_plan[m], NULL);
+    // Only ever down: a busy host adds time to the probes, never removes it; a measurement above
+    // the model is the overlap's own shortfall (neox_adaptive_overlap_efficiency). (0 would read
+    // as unset.)
+    return predicted > 0 ? fmin(1.0, fmax(in->measured_s[m] / predicted, 1e-9)) : 1.0;
+}
+
+enum { EFFICIENCY_STEPS = 50 };  // bisection halvings of (0, 1]
+
+double neox_adaptive_overlap_efficiency(const neox_adaptive_inputs *in) {
+    int m = overlapped_measurement(in);
+    if (m < 0) return 1.0;
+    neox_adaptive_inputs at = *in;
+    at.overlap_scale = 1.0;
+    const int *plan = in->measured_plan[m];
+    double target = in->measured_s[m];
+    at.overlap_efficiency = 1.0;
+    if (neox_adaptive_plan_cost(&at, plan, NULL) >= target) return 1.0;
+    at.overlap_efficiency = 1e-9;
+    if (neox_adaptive_plan_cost(&at, plan, NULL) <= target) return 1e-9;
+    // The exposed time falls as the efficiency rises (each bucket's transfer may start earlier).
+    double lo = 1e-9, hi = 1.0;
+    for (int k = 0; k < EFFICIENCY_STEPS; k++) {
+        at.overlap_efficiency = 0.5 * (lo + hi);
+        if (neox_adaptive_plan_cost(&at, plan, NULL) > target) lo = at.overlap_efficiency;
+        else hi = at.overlap_efficiency;
     }
-    return 1.0;
+    return hi;
 }
 
 enum { MAX_CANDIDATES = 1 + NEOX_BUCKET_OPTIONS + 16 };
@@ -141,6 +170,7 @@ enum { MAX_CANDIDATES = 1 + NEOX_BUCKET_OPTIONS + 16 };
 double neox_adaptive_plan(const neox_adaptive_inputs *given, int *plan) {
     neox_adaptive_inputs calibrated = *given, *in = &calibrated;
     calibrated.overlap_scale = neox_adaptive_calibration(given);
+    calibrated.overlap_efficiency = neox_adaptive_overlap_efficiency(given);
     greedy_plan(in, plan);
     // The candidates: the greedy plan, every static compressed scheme (each bucket making the same
     // choice: bf16, PowerSGD at each rank, 1-bit), then the measured plans, in order of fidelity

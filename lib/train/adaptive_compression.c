@@ -462,6 +462,7 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
     in->nbuckets = a->nbuckets, in->bucket = bucket;
     in->nmeasured = a->nremembered, in->measured_plan = measured_plan, in->measured_s = measured_s;
     in->overlap_scale = neox_adaptive_calibration(in);  // (what the plan uses, for the log)
+    in->overlap_efficiency = neox_adaptive_overlap_efficiency(in);
     free(v);
 }
 
@@ -545,6 +546,7 @@ static void log_decision(neox_trainer *t, const char *from, json_t *from_plan, c
         json_object_set_new(d, "measured_plans", measured_plans_json(a));
         json_object_set_new(d, "expected_exposed_s", json_real(predicted));
         json_object_set_new(d, "overlap_scale", json_real(in->overlap_scale));
+        json_object_set_new(d, "overlap_efficiency", json_real(in->overlap_efficiency));
         json_object_set_new(d, "onebit_s_per_element", json_real(a->unit_cost[NEOX_SCHEME_ONEBIT]));
         json_object_set_new(d, "powersgd_s_per_madd", json_real(a->unit_cost[NEOX_SCHEME_POWERSGD]));
         json_object_set_new(d, "bucket_inputs", bucket_inputs_json(in, plan));
