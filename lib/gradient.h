@@ -139,6 +139,7 @@ typedef struct neox_param_gather_options {
 typedef struct neox_param_gather_stats {
     int64_t gathers;               // unit gathers started (each one all-gather per run of its tensors)
     int64_t prefetched;            // of those, started ahead of their use
+    int64_t pieces_prefetched;     // pieces of the untied embedding or output layer gathered ahead (also in the two above)
     int64_t gathered_elements;     // elements gathered by them
     int64_t peak_live_elements;    // most elements of non-persistent units whole at once
     int64_t persistent_elements;   // elements of the persistent tensors (always whole)

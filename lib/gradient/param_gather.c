@@ -6,7 +6,8 @@
 // back to the system), unless its next use in the pass comes within max_reuse_distance elements.
 // Because the order in which a pass uses the units is known in advance (the model's trace), the
 // units after the current one are gathered ahead with non-blocking all-gathers (prefetch), up to
-// prefetch_elems elements at a time and as long as the gathered elements stay under max_live.
+// prefetch_elems elements at a time and as long as the gathered elements stay under max_live; the
+// untied embedding and output layer, used in pieces, get their next piece gathered the same way.
 // Small tensors (at most persistence_threshold elements) are persistent: gathered once after
 // every update and kept whole, as DeepSpeed keeps its persistent parameters.
 //
@@ -53,6 +54,8 @@ struct neox_param_gather {
     int lazy_whole[2];       // a piece-gathered range is whole (gathered by neox_param_gather_all)
     int lazy_owner[2];       // the unit whose use a piece-gathered range's pieces are part of
     unsigned char *kept[2];  // per piece: whole since its last use (its unit is used again soon)
+    run ahead[2];            // per piece-gathered range: the next piece, gathered while this one is used
+    int ahead_active[2];
     neox_param_gather_stats stats;
 };
 
@@ -235,20 +238,32 @@ void neox_param_gather_release(neox_param_gather *g, int u) {
     release_unit(g, u);
 }
 
-// [begin, end) of a piece-gathered range made whole alone (blocking), and given back.
-static void gather_range(neox_param_gather *g, size_t begin, size_t end) {
+// [begin, end) of a piece-gathered range: its all-gather started into *r (counted live), and waited for.
+static void start_range(neox_param_gather *g, run *r, size_t begin, size_t end) {
     g->live += end - begin;
     if (g->live > (size_t)g->stats.peak_live_elements) g->stats.peak_live_elements = (int64_t)g->live;
+    r->begin = begin, r->end = end;
     if (g->dry) return;
-    run r;
-    run_init(g, &r, begin, end);
-    place_own_part(g, &r);
-    neox_iallgatherv_inplace(g->data, g->params + begin, r.counts, r.displs, NEOX_F32, &r.req);
-    neox_wait(&r.req);
-    free(r.counts), free(r.displs);
-    if (g->opt.gathered) g->opt.gathered(g->opt.ctx, begin, end);
+    run_init(g, r, begin, end);
+    place_own_part(g, r);
+    neox_iallgatherv_inplace(g->data, g->params + begin, r->counts, r->displs, NEOX_F32, &r->req);
+}
+
+static void finish_range(neox_param_gather *g, run *r) {
+    if (g->dry) return;
+    neox_wait(&r->req);
+    free(r->counts), free(r->displs);
+    r->counts = r->displs = NULL;
+    if (g->opt.gathered) g->opt.gathered(g->opt.ctx, r->begin, r->end);
     g->stats.gathers++;
-    g->stats.gathered_elements += (int64_t)(end - begin);
+    g->stats.gathered_elements += (int64_t)(r->end - r->begin);
+}
+
+// [begin, end) of a piece-gathered range made whole alone (blocking).
+static void gather_range(neox_param_gather *g, size_t begin, size_t end) {
+    run r;
+    start_range(g, &r, begin, end);
+    finish_range(g, &r);
 }
 
 static void drop_range(neox_param_gather *g, size_t begin, size_t end) {
@@ -258,24 +273,52 @@ static void drop_range(neox_param_gather *g, size_t begin, size_t end) {
     if (g->opt.released) g->opt.released(g->opt.ctx, begin, end);
 }
 
-// A piece is gathered when used unless still whole from its last use; after the use it stays whole
-// while its unit is used again within max_reuse_distance (the output layer from forward's end to
-// backward's start), as the units do.
+// A prefetched piece nobody used (the pass ended, or used another piece first): waited for and given back.
+static void drop_ahead(neox_param_gather *g, int i) {
+    if (!g->ahead_active[i]) return;
+    finish_range(g, &g->ahead[i]);
+    g->ahead_active[i] = 0;
+    drop_range(g, g->ahead[i].begin, g->ahead[i].end);
+}
+
+// Passes use a range's pieces in ascending order, so while piece [begin, end) is used the next one
+// is gathered, under the units' rule (a budget, the smaller of prefetch_elems and the room under
+// max_live, that is not exhausted) unless it is still whole from its last use.
+static void prefetch_piece(neox_param_gather *g, int i, size_t end) {
+    size_t e = g->opt.piece_end[i], hi = e - end < g->opt.piece_elems ? e : end + g->opt.piece_elems;
+    if (end >= e || g->ahead_active[i] || g->kept[i][(end - g->opt.piece_begin[i]) / g->opt.piece_elems]) return;
+    int64_t room = g->opt.max_live - (int64_t)g->live, budget = g->opt.prefetch_elems < room ? g->opt.prefetch_elems : room;
+    if (budget <= 0) return;
+    start_range(g, &g->ahead[i], end, hi);
+    g->ahead_active[i] = 1;
+    if (!g->dry) g->stats.prefetched++, g->stats.pieces_prefetched++;
+}
+
+// A piece is gathered when used unless still whole from its last use or gathered ahead; after the
+// use it stays whole while its unit is used again within max_reuse_distance (the output layer from
+// forward's end to backward's start), as the units do.
 void neox_param_gather_piece(neox_param_gather *g, size_t begin, size_t end, int use) {
     int i = in_pieces(&g->opt, begin, end);
     if (i < 0) neox_die(NEOX_EXIT_FAILURE, "ZeRO-3: elements %zu-%zu are not in a range gathered by pieces", begin, end);
     if (g->lazy_whole[i]) return;
     unsigned char *kept = &g->kept[i][(begin - g->opt.piece_begin[i]) / g->opt.piece_elems];
-    if (use && *kept) *kept = 0;
-    else if (use) gather_range(g, begin, end);
-    else if (g->trace && reused_soon(g, g->lazy_owner[i])) *kept = 1;
+    if (use && g->ahead_active[i] && g->ahead[i].begin == begin) {
+        finish_range(g, &g->ahead[i]);
+        g->ahead_active[i] = 0;
+    } else if (use) {
+        drop_ahead(g, i);
+        if (*kept) *kept = 0;
+        else gather_range(g, begin, end);
+    } else if (g->trace && reused_soon(g, g->lazy_owner[i])) *kept = 1;
     else drop_range(g, begin, end);
+    if (use) prefetch_piece(g, i, end);
 }
 
 // The kept pieces given back (the pass is over), and the whole ranges for readers of the whole
 // model gathered (whole 1) or given back (whole 0).
 static void drop_kept(neox_param_gather *g) {
     for (int i = 0; i < 2; i++) {
+        drop_ahead(g, i);
         size_t b = g->opt.piece_begin[i], e = g->opt.piece_end[i];
         for (size_t k = 0; b < e && k * g->opt.piece_elems < e - b; k++) {
             if (!g->kept[i][k]) continue;

@@ -23,7 +23,8 @@ static json_t *reduction_json(const neox_grad_reducer_timing *t) {
 }
 
 static json_t *gathers_json(const neox_param_gather_stats *s) {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "gathers", (json_int_t)s->gathers, "prefetched", (json_int_t)s->prefetched,
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "gathers", (json_int_t)s->gathers, "prefetched", (json_int_t)s->prefetched,
+                     "pieces_prefetched", (json_int_t)s->pieces_prefetched,
                      "gathered_elements", (json_int_t)s->gathered_elements, "peak_live_elements",
                      (json_int_t)s->peak_live_elements, "persistent_elements", (json_int_t)s->persistent_elements);
 }

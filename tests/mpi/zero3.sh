@@ -151,6 +151,16 @@ check "max_reuse_distance 0 gathers every layer, the head and every output-layer
     z3 extra_gathers "$T/bigreuse0" "$T/bigreuse" 40 "$T/bigreuse0/hf" pieces:3000
 check "max_reuse_distance default: the kept pieces hold more whole at the peak" \
     z3 more_stat "$T/bigreuse" "$T/bigreuse0" peak_live_elements
+# stage3_prefetch_bucket_size holds for the pieces as for the units: while one piece of the input
+# embedding or output layer is used, the next is gathered (bit for bit the same training, as many
+# gathers, one piece more whole at the peak); at 0 none is.
+VOCAB_DIVISOR=512 config bigpre neox 2 2 20 "$(zero 3 '"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 1, "stage3_max_reuse_distance": 0')$UNTIED$NOEVAL"
+run bigpre 2
+check "pieces gathered ahead change no bit" "$PY" tests/mpi/layouts_check.py identical "$T/bigreuse0" "$T/bigpre"
+check "prefetch 1: pieces gathered ahead" z3 stat "$T/bigpre" pieces_prefetched gt 0
+check "prefetch 0: no piece gathered ahead" z3 stat "$T/bigreuse0" pieces_prefetched eq 0
+check "prefetch 1 with pieces: as many gathers as without" z3 same_stat "$T/bigpre" "$T/bigreuse0" gathers
+check "prefetch 1 with pieces: more whole at the peak" z3 more_stat "$T/bigpre" "$T/bigreuse0" peak_live_elements
 VOCAB_DIVISOR=512 config bigbf16s2 neox 2 2 20 "$(zero 2)$UNTIED$BF16"; run bigbf16s2 2
 VOCAB_DIVISOR=512 config bigbf16s3 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$BF16"; run bigbf16s3 2
 check "embeddings over the bucket size, bfloat16: stage 3 equals stage 2 bit for bit" \
