@@ -238,7 +238,8 @@ void neox_param_gather_release(neox_param_gather *g, int u) {
     release_unit(g, u);
 }
 
-// [begin, end) of a piece-gathered range: its all-gather started into *r (counted live), and waited for.
+// [begin, end) of a piece-gathered range: its all-gather started into *r, counted live from now on
+// (finish_range waits for it).
 static void start_range(neox_param_gather *g, run *r, size_t begin, size_t end) {
     g->live += end - begin;
     if (g->live > (size_t)g->stats.peak_live_elements) g->stats.peak_live_elements = (int64_t)g->live;
