@@ -68,41 +68,33 @@ done
 
 # ALiBi (pos_emb alibi, GPT-NeoX's slopes): each tensor-parallel rank biases its own heads with its
 # slice of the slopes. Losses and evaluations only: no Hugging Face class holds an ALiBi model.
-POS_EMB=alibi config alibi1 neox 2 4 20 ""
-check "alibi1: train on 1 rank(s)" "$TRAIN" -q "$T/alibi1.yml"
-for spec in "alibitp2 2 4 '$TP'" "alibitp2pp2 4 4 '$TP$PP'"; do
-    eval "set -- $spec"
-    POS_EMB=alibi config "$1" neox 2 "$3" 20 "$4"
-    check "$1: train on $2 rank(s)" "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$1.yml"
-    check "$1 follows the single-rank ALiBi run (losses, evaluations within 1e-5)" \
-        "$PY" tests/mpi/layouts_check.py same_losses "$T/alibi1" "$T/$1"
-done
+# follow VAR=VALUE REF WHAT SPEC...: REF trains on one rank with VAR set (config reads it), then each
+# SPEC "NAME RANKS MICRO ACCUM EXTRA" trains under the same setting and must follow REF's losses.
+follow() {
+    local "$1"; local ref=$2 what=$3; shift 3
+    config "$ref" neox 2 4 20 ""
+    check "$ref: train on 1 rank(s)" "$TRAIN" -q "$T/$ref.yml"
+    for spec in "$@"; do
+        eval "set -- $spec"
+        config "$1" neox "$3" "$4" 20 "$5"
+        check "$1: train on $2 rank(s)" "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$1.yml"
+        check "$1 follows the single-rank $what run (losses, evaluations within 1e-5)" \
+            "$PY" tests/mpi/layouts_check.py same_losses "$T/$ref" "$T/$1"
+    done
+}
+follow POS_EMB=alibi alibi1 ALiBi "alibitp2 2 2 4 '$TP'" "alibitp2pp2 4 2 4 '$TP$PP'"
 check "ALiBi changes the losses (its slopes reach the scores)" bash -c \
     "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/alibi1' >/dev/null"
 
 # ScaleNorm (norm: scalenorm): one gain per norm, replicated on every tensor-parallel rank.
-NORM=scalenorm config scale1 neox 2 4 20 ""
-check "scale1: train on 1 rank(s)" "$TRAIN" -q "$T/scale1.yml"
-NORM=scalenorm config scaletp2 neox 2 4 20 "$TP"
-check "scaletp2: train on 2 rank(s)" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/scaletp2.yml"
-check "scaletp2 follows the single-rank ScaleNorm run (losses, evaluations within 1e-5)" \
-    "$PY" tests/mpi/layouts_check.py same_losses "$T/scale1" "$T/scaletp2"
+follow NORM=scalenorm scale1 ScaleNorm "scaletp2 2 2 4 '$TP'"
 check "ScaleNorm changes the losses" bash -c \
     "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/scale1' >/dev/null"
 
 # Non-parametric LayerNorm (norm: non_parametric_layernorm): no norm tensors; every rank, every stage
 # and every ZeRO-3 unit computes its norms with the model's constant weight of ones.
-NP=non_parametric_layernorm
-NORM=$NP config np1 neox 2 4 20 ""
-check "np1: train on 1 rank(s)" "$TRAIN" -q "$T/np1.yml"
-for spec in "nptp2 2 2 4 '$TP'" "nppp2 2 2 4 '$PP'" \
-            "npz3 2 2 2 ', \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0}'"; do
-    eval "set -- $spec"
-    NORM=$NP config "$1" neox "$3" "$4" 20 "$5"
-    check "$1: train on $2 rank(s)" "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$1.yml"
-    check "$1 follows the single-rank non-parametric LayerNorm run (losses, evaluations within 1e-5)" \
-        "$PY" tests/mpi/layouts_check.py same_losses "$T/np1" "$T/$1"
-done
+follow NORM=non_parametric_layernorm np1 "non-parametric LayerNorm" "nptp2 2 2 4 '$TP'" "nppp2 2 2 4 '$PP'" \
+    "npz3 2 2 2 ', \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0}'"
 check "non_parametric_layernorm changes the losses" bash -c \
     "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/np1' >/dev/null"
 
