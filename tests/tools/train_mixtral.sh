@@ -10,19 +10,10 @@ source tests/lib.sh
 
 char_shakespeare "Mixtral-style MoE" || exit 0
 
-cat >"$T/model.yml" <<EOF
-{
-  "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_kv_heads": 2, "seq_length": 64,
-  "max_position_embeddings": 64, "pos_emb": "rotary", "no_weight_tying": true, "norm": "rmsnorm",
-  "activation": "swiglu", "use_bias_in_attn_linear": false, "use_bias_in_mlp": false,
-  "moe_num_experts": 4, "moe_top_k": 2, "moe_router_type": "topk",
-  "optimizer": {"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1.0e-8}},
-  "min_lr": 0.0003, "weight_decay": 0.01, "lr_decay_style": "cosine", "warmup": 0.1, "gradient_clipping": 1.0,
-  "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-  "train_iters": 30, "eval_interval": 10, "eval_iters": 2, "log_interval": 1,
-  "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer", "checkpoint_factor": 15
-}
-EOF
+source tests/small_model.sh
+small_model model '"num_kv_heads": 2, "seq_length": 64, "max_position_embeddings": 64, "pos_emb": "rotary",
+  "no_weight_tying": true, "norm": "rmsnorm", "activation": "swiglu", "use_bias_in_attn_linear": false,
+  "use_bias_in_mlp": false, "moe_num_experts": 4, "moe_top_k": 2, "moe_router_type": "topk"'
 run() {  # run NAME JSON: trains model.yml + JSON (renormalised unless JSON says) with logs in $T/NAME
     case $2 in *moe_topk_renormalize*) echo "{\"log_dir\": \"$T/$1\" $2}" ;;
                *) echo "{\"log_dir\": \"$T/$1\", \"moe_topk_renormalize\": true $2}" ;; esac >"$T/$1.yml"

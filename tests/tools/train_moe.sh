@@ -11,17 +11,9 @@ source tests/lib.sh
 
 char_shakespeare "MoE" || exit 0
 
-cat >"$T/model.yml" <<EOF
-{
-  "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
-  "pos_emb": "rotary", "no_weight_tying": true, "intermediate_size": 192,
-  "optimizer": {"type": "Adam", "params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1.0e-8}},
-  "min_lr": 0.0003, "weight_decay": 0.01, "lr_decay_style": "cosine", "warmup": 0.1, "gradient_clipping": 1.0,
-  "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-  "train_iters": 30, "eval_interval": 10, "eval_iters": 2, "log_interval": 1,
-  "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer", "checkpoint_factor": 15
-}
-EOF
+source tests/small_model.sh
+small_model model '"seq_length": 64, "max_position_embeddings": 64, "pos_emb": "rotary",
+  "no_weight_tying": true, "intermediate_size": 192'
 MOE='"moe_num_experts": 4, "moe_top_k": 2'
 run() {  # run NAME JSON: trains model.yml + JSON with logs in $T/NAME (top 2 of 4 experts unless JSON says)
     case $2 in *moe_top_k*) echo "{\"log_dir\": \"$T/$1\", \"moe_num_experts\": 4 $2}" ;;
