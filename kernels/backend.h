@@ -125,9 +125,18 @@ extern "C" {
     X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))
 
 // Memory entry points: X(return type, name, (parameters), (argument names)) likewise. to_device/to_host copy between
-// host memory and the backend's; copy within the backend's; synchronize waits for queued work; peak_bytes
-// is the most device memory the backend's allocations (and its own scratch) held at once, 0 on the CPU
-// table, whose memory is the process's own (its peak is the resident set's).
+// host memory and the backend's and wait for the copy; copy within the backend's; synchronize waits for
+// queued work (copies included); peak_bytes is the most device memory the backend's allocations (and its
+// own scratch) held at once, 0 on the CPU table, whose memory is the process's own (its peak is the
+// resident set's).
+//
+// Asynchronous copies, on one copy queue beside the ops (a second CUDA stream), in the order queued:
+// to_host_async / to_device_async start after every op queued so far and return a ticket at once;
+// host_wait(ticket) returns when that copy (and every one queued before it) is done, after which the
+// host may read its destination or reuse its source; device_wait(ticket) makes the ops queued after it
+// wait for the copy, without the host waiting. Until then the destination holds nothing defined and
+// the source must not change. host_alloc memory is page-locked where the backend has a device (its
+// copies then run beside the ops, not through a staging buffer); ticket 0 is done already.
 #define NEOX_BACKEND_MEMORY(X)                                                                                         \
     X(void *, alloc, (size_t bytes), (bytes))                                                                          \
     X(void, free, (void *p), (p))                                                                                      \
@@ -136,7 +145,13 @@ extern "C" {
     X(void, to_host, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                    \
     X(void, copy, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                       \
     X(void, synchronize, (void), ())                                                                               \
-    X(size_t, peak_bytes, (void), ())
+    X(size_t, peak_bytes, (void), ())                                                                                  \
+    X(void *, host_alloc, (size_t bytes), (bytes))                                                                     \
+    X(void, host_free, (void *p), (p))                                                                                 \
+    X(int64_t, to_host_async, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                           \
+    X(int64_t, to_device_async, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                         \
+    X(void, host_wait, (int64_t ticket), (ticket))                                                                     \
+    X(void, device_wait, (int64_t ticket), (ticket))
 
 #define NEOX_BACKEND_MEMBER(ret, name, params, args) ret(*name) params;
 

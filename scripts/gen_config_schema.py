@@ -249,7 +249,7 @@ for n, t, d in (("sub_group_size", "INT", "1000000000"),
 for n in ("stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"):
     SUBKEYS.append(sub("zero_optimization." + n, "BOOL", "false", "UNSUPPORTED", "ZeRO-3 parameter fetch by all-reduce"))
 # Optimizer offload to the host (lib/train/offload.c): device cpu; NVMe and its settings are refused,
-# and so is a partial offload (ratio); pin_memory only makes the host copies faster to transfer.
+# and so is a partial offload (ratio); pin_memory page-locks the host copies (the backend's host_alloc).
 OFFLOAD_NVME = "ZeRO optimizer-state offload to NVMe"
 SUBKEYS.append(sub("zero_optimization.offload_optimizer.device", "CHOICE", "none", choices="none|cpu|nvme",
                    supported="none|cpu", feature=OFFLOAD_NVME))
@@ -258,7 +258,7 @@ for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "4"), ("pipe
     SUBKEYS.append(sub("zero_optimization.offload_optimizer." + n, t, d, "UNSUPPORTED", OFFLOAD_NVME))
 SUBKEYS.append(sub("zero_optimization.offload_optimizer.ratio", "FLOAT", "1.0", "UNSUPPORTED",
                    "partial ZeRO optimizer offload (ratio)"))
-SUBKEYS.append(sub("zero_optimization.offload_optimizer.pin_memory", "BOOL", "false", "IGNORED"))
+SUBKEYS.append(sub("zero_optimization.offload_optimizer.pin_memory", "BOOL", "false", "USED"))
 SUBKEYS.append(sub("zero_optimization.offload_param.device", "CHOICE", "none", "UNSUPPORTED", OFFLOAD_PARAM,
                    choices="none|cpu|nvme"))
 for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "5"), ("pin_memory", "BOOL", "false"),

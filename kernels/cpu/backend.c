@@ -35,6 +35,12 @@ static void cpu_memset_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_synchronize(void) {}
 static size_t cpu_peak_bytes(void) { return 0; }
+// Host memory is the backend's: an asynchronous copy is done when it returns.
+static int64_t cpu_copy_now(void *dst, const void *src, size_t bytes) {
+    memmove(dst, src, bytes);
+    return 0;
+}
+static void cpu_wait(int64_t ticket) { (void)ticket; }
 
 #define CPU_OP(ret, name, params, args) .name = neox_##name,
 
@@ -49,6 +55,12 @@ static const neox_backend cpu_backend = {
     .copy = cpu_copy,
     .synchronize = cpu_synchronize,
     .peak_bytes = cpu_peak_bytes,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .to_host_async = cpu_copy_now,
+    .to_device_async = cpu_copy_now,
+    .host_wait = cpu_wait,
+    .device_wait = cpu_wait,
     NEOX_BACKEND_OPS(CPU_OP)
 };
 

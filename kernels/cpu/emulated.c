@@ -4,7 +4,15 @@
 // ops are kernels/cpu's, so results equal the CPU backend's bit for bit. `compute_backend:
 // emulated` (one rank) runs the trainer's device paths (host staging of ids and loss statistics,
 // the optimizer's segmented calls, checkpoints through host copies) on a machine without a GPU.
+//
+// Its asynchronous copies are the latest a device could make them: each waits in the copy queue until
+// a host_wait or device_wait (or synchronize) reaches its ticket, and a copy to the host fills its
+// destination with NaN bytes at once. So host code that reads a destination before waiting, or queues
+// an op on a destination without device_wait, gets wrong numbers here, which the tests comparing
+// against the CPU backend bit for bit see; and a source that changes before its copy runs (which a
+// device may have copied already, or not) stops the process with a message.
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +130,64 @@ static void emu_copy(void *dst, const void *src, size_t bytes) {
     memmove(dst, src, bytes);
 }
 
-static void emu_synchronize(void) {}
+// ---- the copy queue ----------------------------------------------------------------------------
+typedef struct queued_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    uint64_t src_hash;  // the source when queued: it must not change before the copy runs
+} queued_copy;
+
+static queued_copy *queue;
+static int64_t queued, copied;  // tickets handed out, and done (copy k is queue[k - copied - 1])
+static size_t queue_cap;
+
+static uint64_t hash_bytes(const void *p, size_t bytes) {
+    const unsigned char *c = p;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static int64_t queue_copy(void *dst, const void *src, size_t bytes) {
+    OPEN_FOR_SCOPE();
+    size_t n = (size_t)(queued - copied);
+    if (n == queue_cap) {
+        queue_cap = queue_cap ? 2 * queue_cap : 64;
+        queue = realloc(queue, queue_cap * sizeof *queue);
+        if (!queue) abort();
+    }
+    queue[n] = (queued_copy){dst, src, bytes, hash_bytes(src, bytes)};
+    return ++queued;
+}
+
+// Runs the queued copies up to ticket, in order.
+static void run_copies(int64_t ticket) {
+    if (ticket <= copied) return;
+    OPEN_FOR_SCOPE();
+    int64_t n = ticket - copied;
+    for (int64_t i = 0; i < n; i++) {
+        if (hash_bytes(queue[i].src, queue[i].bytes) != queue[i].src_hash) {
+            fprintf(stderr, "neox: the source of an asynchronous copy (%zu bytes at %p) changed before the copy was "
+                    "waited for\n", queue[i].bytes, queue[i].src);
+            abort();
+        }
+        memmove(queue[i].dst, queue[i].src, queue[i].bytes);
+    }
+    memmove(queue, queue + n, (size_t)(queued - ticket) * sizeof *queue);
+    copied = ticket;
+}
+
+static int64_t emu_to_host_async(void *dst, const void *src, size_t bytes) {
+    memset(dst, 0xff, bytes);  // a NaN in every float until the copy is waited for
+    return queue_copy(dst, src, bytes);
+}
+static int64_t emu_to_device_async(void *dst, const void *src, size_t bytes) { return queue_copy(dst, src, bytes); }
+static void emu_wait(int64_t ticket) { run_copies(ticket); }
+static void *emu_host_alloc(size_t bytes) { return neox_backend_cpu()->host_alloc(bytes); }
+static void emu_host_free(void *p) { neox_backend_cpu()->host_free(p); }
+
+static void emu_synchronize(void) { run_copies(queued); }
 static size_t emu_peak_bytes(void) { return peak; }
 
 // Every op: the CPU op with the memory open.
@@ -146,6 +211,12 @@ static const neox_backend emulated_backend = {
     .copy = emu_copy,
     .synchronize = emu_synchronize,
     .peak_bytes = emu_peak_bytes,
+    .host_alloc = emu_host_alloc,
+    .host_free = emu_host_free,
+    .to_host_async = emu_to_host_async,
+    .to_device_async = emu_to_device_async,
+    .host_wait = emu_wait,
+    .device_wait = emu_wait,
     NEOX_BACKEND_OPS(EMU_ENTRY)
 };
 

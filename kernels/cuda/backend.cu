@@ -147,7 +147,77 @@ extern "C" void neox_cuda_to_host(void *dst, const void *src, size_t bytes) {
 extern "C" void neox_cuda_copy(void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, neox_cuda_current_stream()));
 }
-extern "C" void neox_cuda_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(neox_cuda_current_stream())); }
+
+// ---- asynchronous copies ------------------------------------------------------------------------
+// A second stream carries them, so that they run beside the ops; an event recorded on the op stream
+// orders each after the ops queued before it. Ticket k's completion is event k % COPY_EVENTS; a slot
+// is reused only after its previous copy is done, and the copy stream runs in order, so a ticket whose
+// slot holds a later one is done.
+enum { COPY_EVENTS = 1024 };
+static cudaStream_t g_copy_stream;
+static cudaEvent_t g_ops_done, g_copy_done[COPY_EVENTS];
+static int64_t g_copy_ticket[COPY_EVENTS], g_tickets;
+
+static void ensure_copy_stream(void) {
+    if (g_copy_stream) return;
+    ensure_init();
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&g_ops_done, cudaEventDisableTiming));
+    for (int i = 0; i < COPY_EVENTS; i++) CUDA_CHECK(cudaEventCreateWithFlags(&g_copy_done[i], cudaEventDisableTiming));
+}
+
+static int64_t queue_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    ensure_copy_stream();
+    CUDA_CHECK(cudaEventRecord(g_ops_done, g_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(g_copy_stream, g_ops_done, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, g_copy_stream));
+    int64_t ticket = ++g_tickets;
+    int slot = (int)(ticket % COPY_EVENTS);
+    if (g_copy_ticket[slot]) CUDA_CHECK(cudaEventSynchronize(g_copy_done[slot]));
+    CUDA_CHECK(cudaEventRecord(g_copy_done[slot], g_copy_stream));
+    g_copy_ticket[slot] = ticket;
+    return ticket;
+}
+
+// The event of a ticket still to wait for, or NULL when it is done.
+static cudaEvent_t copy_event(int64_t ticket) {
+    if (ticket <= 0 || !g_copy_stream) return NULL;
+    int slot = (int)(ticket % COPY_EVENTS);
+    return g_copy_ticket[slot] == ticket ? g_copy_done[slot] : NULL;
+}
+
+extern "C" int64_t neox_cuda_to_host_async(void *dst, const void *src, size_t bytes) {
+    return queue_copy(dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+extern "C" int64_t neox_cuda_to_device_async(void *dst, const void *src, size_t bytes) {
+    return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice);
+}
+extern "C" void neox_cuda_host_wait(int64_t ticket) {
+    cudaEvent_t e = copy_event(ticket);
+    if (e) CUDA_CHECK(cudaEventSynchronize(e));
+}
+extern "C" void neox_cuda_device_wait(int64_t ticket) {
+    cudaEvent_t e = copy_event(ticket);
+    if (e) CUDA_CHECK(cudaStreamWaitEvent(neox_cuda_current_stream(), e, 0));
+}
+extern "C" void *neox_cuda_host_alloc(size_t bytes) {
+    ensure_init();
+    void *p = NULL;
+    cudaError_t err = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        fprintf(stderr, "neox cuda: cannot page-lock %zu bytes of host memory: %s\n", bytes, cudaGetErrorString(err));
+        abort();
+    }
+    return p;
+}
+extern "C" void neox_cuda_host_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
+extern "C" void neox_cuda_synchronize(void) {
+    CUDA_CHECK(cudaStreamSynchronize(neox_cuda_current_stream()));
+    if (g_copy_stream) CUDA_CHECK(cudaStreamSynchronize(g_copy_stream));
+}
 
 // ---- the table ----------------------------------------------------------------------------------
 

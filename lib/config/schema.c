@@ -1254,7 +1254,7 @@ const neox_key_spec neox_subkey_specs[] = {
      .feature = "partial ZeRO optimizer offload (ratio)", .group = "zero_optimization", .use = NEOX_KEY_UNSUPPORTED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "zero_optimization.offload_optimizer.pin_memory", .type = NEOX_TYPE_BOOL, .default_text = "false", .choices = NULL, .supported = NULL,
-     .feature = NULL, .group = "zero_optimization", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,
+     .feature = NULL, .group = "zero_optimization", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "zero_optimization.offload_param.device", .type = NEOX_TYPE_CHOICE, .default_text = "none", .choices = "none|cpu|nvme", .supported = NULL,
      .feature = "ZeRO parameter offload", .group = "zero_optimization", .use = NEOX_KEY_UNSUPPORTED, .nullable = 0, .derived = 0,

@@ -291,6 +291,7 @@ static int save_phases(neox_trainer *t, const char *dir, neox_error *err) {
 
 int neox_train_save(neox_trainer *t, neox_error *err) {
     double start = neox_now();
+    neox_train_offload_settle(t);
     char *dir = neox_ckpt_dir(t->save_dir, t->state.iteration);
     int rc = save_phases(t, dir, err);
     if (rc == 0) {

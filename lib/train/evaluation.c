@@ -89,9 +89,11 @@ int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const 
         snprintf(values[n].name, sizeof values[n].name, "lm_loss_char_lvl_ppl");
         values[n++].value = exp(loss * tokens_per_char);
     }
-    // (ZeRO-3: generation reads the weights without the model's hook, so the whole model is gathered)
+    // (Generation reads the weights without the model's hook: ZeRO-3 gathers the whole model, offload
+    // waits for every unit's copy.)
     if (with_tasks && t->task_eval) {
         neox_train_zero3_gather_all(t);
+        neox_train_offload_settle(t);
         int rc = run_tasks(t, values, &n, err);
         neox_train_zero3_end(t);
         if (rc != 0) return -1;

@@ -111,9 +111,8 @@ struct neox_trainer {
     neox_param_gather *gather;
     int *trace[2], trace_len[2];
     // ZeRO-Offload (offload.c): the optimizer state on the host, with host copies of the weights it
-    // updates and of their gradients ([state_begin, state_end)).
-    int offload;
-    float *host_params, *host_grads;
+    // updates and of their gradients ([state_begin, state_end)); NULL when the optimizer is not offloaded.
+    struct neox_offload *offload;
     int reduce_now;                // backward of the current micro-batch is followed by a reduction
     int local_grads;               // this step leaves gradients unreduced (1-bit Adam's compression phase)
     neox_onebit *onebit;           // 1-bit Adam's compressed momentum all-reduce (data-parallel size > 1)
@@ -270,9 +269,29 @@ int neox_train_setup_offload(neox_trainer *t, neox_error *err);
 const neox_backend *neox_train_optimizer_backend(const neox_trainer *t);
 // After the weights are initialised or loaded: the host copy of the range the optimizer updates.
 void neox_train_offload_take_weights(neox_trainer *t);
-// One update on the host from the gradients of the range (device memory), written back to the device.
+// Host buffers page-locked (offload_optimizer.pin_memory).
+int neox_train_offload_pinned(const neox_trainer *t);
+// Before a step's first backward: no gradient of it is on its way to the host yet.
+void neox_train_offload_begin_step(neox_trainer *t);
+// Backward's hook on the step's last micro-batch: parameters [begin, end) have their final gradients.
+void neox_train_offload_grads_ready(neox_trainer *t, int begin, int end);
+// Clipping (and 1 / loss scale) for an optimizer that does not scale the gradients as it reads them:
+// applied to the host copy once it has arrived.
+void neox_train_offload_scale_grads(neox_trainer *t, double coef);
+// One update on the host from the gradients of the range (device memory), queued back to the device.
 void neox_train_offload_step(neox_trainer *t, const float *grads, const neox_segment *segs, int nseg, double lr,
                              int64_t step);
+// Before a reader of the weights outside a forward pass: every updated unit is on the device.
+void neox_train_offload_settle(neox_trainer *t);
+// What the copies did over the run (comm_stats.json's "offload").
+typedef struct neox_offload_stats {
+    int64_t steps;                  // updates on the host
+    int64_t grad_bytes;             // gradient bytes copied to the host
+    int64_t grad_bytes_in_backward; // of them, queued while backward ran
+    int64_t units_copied;           // units' updated weights queued back to the device
+    int64_t units_waited_by_forward;  // of them, waited for by the next forward just before it read them
+} neox_offload_stats;
+neox_offload_stats neox_train_offload_stats(const neox_trainer *t);
 void neox_train_free_offload(neox_trainer *t);
 
 // ---- compressed data-parallel communication (compression.c) ---------------------------------

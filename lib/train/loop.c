@@ -49,6 +49,7 @@ static int evaluate(neox_trainer *t, int split, const char *chart, const char *p
 static int check_finite_weights(neox_trainer *t, const char *what, neox_error *err) {
     char where[96];
     snprintf(where, sizeof where, "iteration %lld: %s", (long long)t->state.iteration, what);
+    neox_train_offload_settle(t);
     int bad = t->param_partition ? neox_model_check_finite_state(t->model, t->param_partition, t->part_begin, t->part_end,
                                                                  "params", err) != 0
                                  : neox_model_check_finite(t->model, where, err) != 0;

@@ -1,15 +1,42 @@
 // offload.c: ZeRO-Offload of the optimizer (DeepSpeed's zero_optimization.offload_optimizer with
 // device cpu, its older cpu_offload: true, and GPT-NeoX's optimizer.type cpu_adam). On a device
 // backend the optimizer state and an fp32 copy of the weights it updates (this rank's range
-// [state_begin, state_end): its ZeRO partition, or all of it) live in host memory; every update
-// copies the (reduced) gradients of the range to the host (clipped there as the update reads them), runs the optimizer there, and
-// copies the updated weights back. On the CPU backend everything already is host memory: a notice
-// says that the keys change nothing.
+// [state_begin, state_end): its ZeRO partition, or all of it) live in host memory. On the CPU
+// backend everything already is host memory: a notice says that the keys change nothing.
+//
+// The copies run on the backend's copy queue (kernels/backend.h), beside the device's work:
+// - gradients go to the host as backward finishes them, where nothing changes them after backward
+//   (one data-parallel rank, one stage: the model reports each parameter's final gradient, and the
+//   copy is queued then); the rest at the step;
+// - the update runs on the host unit by unit in the order forward reads them (embedding, layers,
+//   head), each unit's weights queued back to the device as soon as it is updated, so the copy of
+//   one unit runs while the host updates the next;
+// - where each rank updates every weight it reads (no ZeRO partition to all-gather first), the next
+//   forward waits for each unit's copy just before it reads that unit (the model's weights_use
+//   hook), so the last units' copies run behind the first units' compute; else every copy is waited
+//   for before the partitions are gathered.
+// Readers of the weights outside a pass (checkpoints, norms, tasks) call neox_train_offload_settle.
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "internal.h"
+
+typedef struct neox_offload {
+    float *params, *grads;        // host copies of [state_begin, state_end)
+    int pinned;                   // both from the backend's host_alloc (page-locked), else malloc
+    size_t n;                     // state_end - state_begin
+    int stream_grads;             // gradients are queued as backward finishes them
+    int defer_weights;            // forward waits for each unit's weights (the hook is installed)
+    char *streamed;               // (nparams) this step's gradient of parameter p is queued already
+    int64_t grads_ticket;         // the last gradient copy queued
+    int nunits;
+    size_t *unit_begin, *unit_end;  // (nunits) each unit's elements in the flat buffer
+    int64_t *unit_ticket;         // (nunits) the copy of a unit's updated weights not yet waited for, or 0
+    int64_t weights_ticket;       // the last weight copy queued
+    float grad_scale;             // clipping for an optimizer that does not scale what it reads (SGD)
+    neox_offload_stats stats;
+} neox_offload;
 
 static int asks_offload(const neox_trainer *t) {
     const neox_value *dict = neox_config_sub(t->cfg, zero_optimization__offload_optimizer);
@@ -17,6 +44,56 @@ static int asks_offload(const neox_trainer *t) {
     const neox_value *old = neox_config_sub(t->cfg, zero_optimization__cpu_offload);
     return t->optim.host || (dev && dev->kind == NEOX_VALUE_STRING && !strcasecmp(dev->string, "cpu")) ||
            (old && old->kind == NEOX_VALUE_BOOL && old->boolean);
+}
+
+static int asks_pinned(const neox_trainer *t) {
+    const neox_value *pin = neox_config_sub(t->cfg, zero_optimization__offload_optimizer__pin_memory);
+    return pin && pin->kind == NEOX_VALUE_BOOL && pin->boolean;
+}
+
+static float *host_buffer(const neox_trainer *t, size_t n) {
+    size_t bytes = (n + 1) * sizeof(float);
+    return t->offload->pinned ? t->be->host_alloc(bytes) : neox_malloc(bytes);
+}
+
+static void free_host_buffer(const neox_trainer *t, float *p) {
+    if (t->offload->pinned) t->be->host_free(p);
+    else free(p);
+}
+
+// Each unit's elements (units are runs of parameters in buffer order; under expert parallelism the
+// experts, stored after everything else, fall in the last unit's run).
+static void find_units(neox_trainer *t) {
+    neox_offload *o = t->offload;
+    const neox_model *m = t->model;
+    o->nunits = neox_model_unit_count(&m->desc);
+    int *first = neox_malloc((size_t)(o->nunits + 1) * sizeof(int));
+    neox_model_unit_params(m, first);
+    o->unit_begin = neox_calloc((size_t)o->nunits, sizeof(size_t));
+    o->unit_end = neox_calloc((size_t)o->nunits, sizeof(size_t));
+    o->unit_ticket = neox_calloc((size_t)o->nunits, sizeof(int64_t));
+    for (int u = 0; u < o->nunits; u++) {
+        int last = u + 1 < o->nunits ? first[u + 1] : m->nparams;
+        if (first[u] >= last) continue;
+        o->unit_begin[u] = m->params[first[u]].offset;
+        o->unit_end[u] = m->params[last - 1].offset + m->params[last - 1].numel;
+    }
+    free(first);
+}
+
+static void wait_unit(neox_trainer *t, int u) {
+    neox_offload *o = t->offload;
+    t->be->device_wait(o->unit_ticket[u]);
+    neox_model_refresh_range(t->model, o->unit_begin[u], o->unit_end[u]);  // (queued after the wait)
+    o->unit_ticket[u] = 0;
+}
+
+static void on_weights_use(void *ctx, int unit, int use) {
+    neox_trainer *t = ctx;
+    neox_offload *o = t->offload;
+    if (!use || unit >= o->nunits || !o->unit_ticket[unit]) return;
+    wait_unit(t, unit);
+    o->stats.units_waited_by_forward++;
 }
 
 int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
@@ -28,30 +105,137 @@ int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
                         "compute_backend %s keeps the optimizer in host memory already", t->be->name);
         return 0;
     }
-    size_t n = t->state_end - t->state_begin;
-    t->offload = 1;
-    t->host_params = neox_malloc((n + 1) * sizeof(float));
-    t->host_grads = neox_malloc((n + 1) * sizeof(float));
+    neox_offload *o = t->offload = neox_calloc(1, sizeof *o);
+    neox_model *m = t->model;
+    o->n = t->state_end - t->state_begin;
+    o->pinned = asks_pinned(t);
+    o->params = host_buffer(t, o->n);
+    o->grads = host_buffer(t, o->n);
+    o->grad_scale = 1.0f;
+    o->streamed = neox_calloc((size_t)m->nparams + 1, 1);
+    find_units(t);
+    // Backward's final gradients are the step's where no reduction or pipeline sum follows it.
+    o->stream_grads = !t->reducer && t->grid->pipe_size == 1;
+    if (o->stream_grads) neox_train_install_grad_hook(t);
+    // The hook owns the 16-bit copy, so forward may wait per unit only where this rank updates the
+    // whole model it reads (nothing to all-gather) and each unit is one run (no experts after the head).
+    o->defer_weights = o->n == m->num_floats && m->dense_params == m->nparams && !m->weights_use;
     return 0;
 }
+
+int neox_train_offload_pinned(const neox_trainer *t) { return t->offload && t->offload->pinned; }
 
 const neox_backend *neox_train_optimizer_backend(const neox_trainer *t) { return t->offload ? neox_backend_cpu() : t->be; }
 
 void neox_train_offload_take_weights(neox_trainer *t) {
-    if (!t->offload) return;
-    size_t n = t->state_end - t->state_begin;
-    t->be->to_host(t->host_params, t->model->param_buf + t->state_begin, n * sizeof(float));
+    neox_offload *o = t->offload;
+    if (!o) return;
+    neox_model *m = t->model;
+    t->be->to_host(o->params, m->param_buf + t->state_begin, o->n * sizeof(float));
+    if (!o->defer_weights) return;
+    neox_model_refresh_range(m, 0, m->num_floats);  // (the hook keeps the 16-bit copy from here on)
+    m->param16_stale = 0;
+    m->weights_use = on_weights_use;
+    m->weights_use_ctx = t;
+}
+
+void neox_train_offload_begin_step(neox_trainer *t) {
+    neox_offload *o = t->offload;
+    if (!o) return;
+    // A skipped step's copies may still be reading the gradients this step is about to zero.
+    t->be->host_wait(o->grads_ticket);
+    memset(o->streamed, 0, (size_t)t->model->nparams);
+}
+
+// Queues the gradient of [begin, end) of the flat buffer (its part in the state range) to the host.
+static void queue_grads(neox_trainer *t, const float *grads, size_t begin, size_t end, int in_backward) {
+    neox_offload *o = t->offload;
+    size_t lo, hi;
+    if (!neox_overlap(begin, end, t->state_begin, t->state_end, &lo, &hi)) return;
+    size_t at = lo - t->state_begin, bytes = (hi - lo) * sizeof(float);
+    o->grads_ticket = t->be->to_host_async(o->grads + at, grads + at, bytes);
+    o->stats.grad_bytes += bytes;
+    if (in_backward) o->stats.grad_bytes_in_backward += bytes;
+}
+
+void neox_train_offload_grads_ready(neox_trainer *t, int begin, int end) {
+    neox_offload *o = t->offload;
+    if (!o || !o->stream_grads) return;
+    const neox_model *m = t->model;
+    for (int p = begin; p < end; p++) {
+        if (o->streamed[p]) continue;
+        o->streamed[p] = 1;
+        queue_grads(t, m->grad_buf + t->state_begin, m->params[p].offset, m->params[p].offset + m->params[p].numel, 1);
+    }
+}
+
+// The gradients backward did not send: runs of parameters in buffer order, one copy each.
+static void queue_rest_of_grads(neox_trainer *t, const float *grads) {
+    neox_offload *o = t->offload;
+    const neox_model *m = t->model;
+    for (int p = 0; p < m->nparams;) {
+        if (o->streamed[p]) {
+            p++;
+            continue;
+        }
+        int q = p;
+        while (q < m->nparams && !o->streamed[q]) o->streamed[q++] = 1;
+        queue_grads(t, grads, m->params[p].offset, m->params[q - 1].offset + m->params[q - 1].numel, 0);
+        p = q;
+    }
+}
+
+void neox_train_offload_scale_grads(neox_trainer *t, double coef) { t->offload->grad_scale = (float)coef; }
+
+// One unit's update: the segments from *next that begin before end (relative to state_begin; the
+// segments follow the buffer, and units begin and end at parameter boundaries).
+static void update_run(neox_trainer *t, const neox_segment *segs, int nseg, size_t end, double lr, int64_t step,
+                       int *next) {
+    int first = *next;
+    while (*next < nseg && segs[*next].begin < end) (*next)++;
+    if (*next > first) neox_optimizer_step(t->optimizer, t->offload->params, t->offload->grads, segs + first,
+                                           *next - first, lr, step);
 }
 
 void neox_train_offload_step(neox_trainer *t, const float *grads, const neox_segment *segs, int nseg, double lr,
                              int64_t step) {
-    size_t bytes = (t->state_end - t->state_begin) * sizeof(float);
-    t->be->to_host(t->host_grads, grads, bytes);
-    neox_optimizer_step(t->optimizer, t->host_params, t->host_grads, segs, nseg, lr, step);
-    t->be->to_device(t->model->param_buf + t->state_begin, t->host_params, bytes);
+    neox_offload *o = t->offload;
+    const neox_backend *be = t->be;
+    queue_rest_of_grads(t, grads);
+    be->host_wait(o->grads_ticket);  // (and the last step's weight copies, queued before them)
+    if (o->grad_scale != 1.0f) neox_backend_cpu()->scale(o->grads, o->n, o->grad_scale);
+    o->grad_scale = 1.0f;
+    int next = 0;
+    for (int u = 0; u < o->nunits; u++) {
+        size_t lo, hi;
+        if (!neox_overlap(o->unit_begin[u], o->unit_end[u], t->state_begin, t->state_end, &lo, &hi)) continue;
+        size_t at = lo - t->state_begin;
+        update_run(t, segs, nseg, hi - t->state_begin, lr, step, &next);
+        o->weights_ticket = be->to_device_async(t->model->param_buf + lo, o->params + at, (hi - lo) * sizeof(float));
+        o->stats.units_copied++;
+        if (o->defer_weights) o->unit_ticket[u] = o->weights_ticket;
+    }
+    o->stats.steps++;
+    if (!o->defer_weights) be->device_wait(o->weights_ticket);  // (the copies run in order)
+}
+
+void neox_train_offload_settle(neox_trainer *t) {
+    neox_offload *o = t->offload;
+    for (int u = 0; o && u < o->nunits; u++)
+        if (o->unit_ticket[u]) wait_unit(t, u);
+}
+
+neox_offload_stats neox_train_offload_stats(const neox_trainer *t) {
+    return t->offload ? t->offload->stats : (neox_offload_stats){0};
 }
 
 void neox_train_free_offload(neox_trainer *t) {
-    free(t->host_params);
-    free(t->host_grads);
+    neox_offload *o = t->offload;
+    if (!o) return;
+    t->be->synchronize();  // (no copy may still write host memory freed here)
+    free_host_buffer(t, o->params);
+    free_host_buffer(t, o->grads);
+    free(o->streamed), free(o->unit_begin), free(o->unit_end), free(o->unit_ticket);
+    free(o);
+    t->offload = NULL;
 }

@@ -80,6 +80,7 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale) {
     double coef = unscale * neox_clip_coefficient(t->optim.clip_grad, norm);
     if (coef == 1.0) return;
     if (t->optimizer->type->scales_grads) t->optimizer->grad_scale = (float)coef;
+    else if (t->offload) neox_train_offload_scale_grads(t, coef);  // (its gradients may be on their way already)
     else t->be->scale(state_grads(t), t->state_end - t->state_begin, (float)coef);
 }
 

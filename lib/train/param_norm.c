@@ -43,6 +43,7 @@ static int first_replica(const neox_trainer *t, int i) {
 void neox_train_param_norms(neox_trainer *t) {
     const neox_grid *g = t->grid;
     double *sq = neox_calloc((size_t)t->nnorms, sizeof *sq);
+    neox_train_offload_settle(t);
     for (int i = 0; i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
         if (p->tied_copy || (p->split == NEOX_SPLIT_NONE && g->model_rank != 0)) continue;

@@ -184,6 +184,7 @@ static int tied_param(const neox_trainer *t) {
 
 static void on_grads_ready(void *ctx, int begin, int end) {
     neox_trainer *t = ctx;
+    if (t->reduce_now) neox_train_offload_grads_ready(t, begin, end);
     if (!t->reducer || !t->reduce_now || !(t->overlap_comm || t->grad_partition) || t->local_grads) return;
     int tied = tied_param(t);
     int experts = t->model->dense_params;

@@ -460,7 +460,8 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
         neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s%s%s", grid->world_size, grid->pipe_size,
                   grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "",
-                  t->offload ? ", optimizer offloaded to the host" : "",
+                  t->offload ? (neox_train_offload_pinned(t) ? ", optimizer offloaded to the host (pinned buffers)"
+                                                             : ", optimizer offloaded to the host") : "",
                   neox_comm_shared_cores() ? "; ranks share this machine's cores, so waits sleep" : "");
         neox_info("compute: %s backend (%s), precision %s%s", t->be->name, neox_backends_description(),
                   neox_precision_name(t->precision), t->precision == NEOX_PRECISION_FP16 ? ", dynamic loss scaling" : "");

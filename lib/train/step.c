@@ -61,6 +61,7 @@ static void device_step(neox_trainer *t, neox_step_result *out, double scale) {
 }
 
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
+    neox_train_offload_begin_step(t);  // (before the gradients are zeroed)
     // ZeRO-2: every reduction leaves the flat buffer all zeros with its pages given back; only the
     // partition's sum starts again (zeroing the whole buffer would map all of it).
     if (t->grad_partition) t->be->memset_zero(t->grad_partition, (t->part_end - t->part_begin) * sizeof(float));

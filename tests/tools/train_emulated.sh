@@ -77,6 +77,46 @@ for name in cpu_adam device_cpu cpu_offload; do
         "$T/emu-$name/metrics.jsonl" "$KEYS"
 done
 
+check "offload_optimizer.pin_memory true: the host buffers are pinned" grep -q "optimizer offloaded to the host (pinned buffers)" "$T/emu-device_cpu.out"
+check "cpu_offload (pin_memory false): the host buffers are not pinned" bash -c "! grep -q 'pinned buffers' '$T/emu-cpu_offload.out'"
+
+# Offload with bfloat16 (the 16-bit copies remade per unit as forward waits for its weights), fp16
+# (overflowing steps skipped while gradients were on their way) and SGD (clipped on the host copy).
+for spec in "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:"; do
+    name=${spec%%:*} extra=${spec#*:} opt=$ADAM
+    [ "$name" = sgd ] && opt=$SGD
+    check "$name offloaded: 20 steps on the emulated device" run "off-$name" emulated "$extra$DEVICE" "$opt"
+    check "$name offloaded: equals the run without offload bit for bit" $LIB same "$T/emu-$name/metrics.jsonl" \
+        "$T/off-$name/metrics.jsonl" "$KEYS"
+done
+check "sgd: clipping changed some steps (gradient norm above gradient_clipping 1.0)" python3 -c "
+import json, sys
+norms = [json.loads(l).get('train/grad_norm', 0) for l in open(sys.argv[1])]
+sys.exit(0 if max(norms) > 1.0 else 1)" "$T/off-sgd/metrics.jsonl"
+
+# What the copies did (comm_stats.json): every gradient queued to the host while backward ran (one
+# rank: each parameter's gradient is final when backward reports it), every unit (embedding, 2
+# layers, head) queued back after each update, and waited for by the forward that read it next.
+offload_stats() {  # offload_stats RUN SKIPS: checks RUN's comm_stats.json "offload" entry (SKIPS 1: it skipped steps)
+    python3 - "$T/$1/comm_stats.json" "$T/$1/metrics.jsonl" "$2" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))["ranks"][0]["offload"]
+skipped = sum(json.loads(l).get("train/skipped_iterations", 0) for l in open(sys.argv[2]))
+updates = 20 - skipped
+print(o, "skipped:", skipped, file=sys.stderr)
+ok = ((skipped > 0) == (sys.argv[3] == "1") and o["steps"] == updates and o["units_copied"] == 4 * updates and o["grad_bytes"] > 0
+      and o["grad_bytes_in_backward"] > 0 and o["grad_bytes"] % 20 == 0
+      and 0 < o["units_waited_by_forward"] <= o["units_copied"])
+sys.exit(0 if ok else 1)
+PY
+}
+check "fp32 offloaded: gradients streamed in backward, each unit's weights waited for by forward" offload_stats emu-device_cpu 0
+check "fp16 offloaded: a skipped step updates and copies no weights" offload_stats off-fp16 1
+check "fp32 offloaded: every gradient byte went to the host during backward" python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))['ranks'][0]['offload']
+sys.exit(0 if o['grad_bytes_in_backward'] == o['grad_bytes'] else 1)" "$T/emu-device_cpu/comm_stats.json"
+
 # Checkpoints: 10 steps offloaded, 10 more without, and the reverse, against the straight run.
 check "offloaded: 10 steps and a checkpoint" run off-first emulated "$(ck ck3 ", \"exit_interval\": 10$DEVICE")"
 check "not offloaded: resumes for 10 more" run off-first emulated "$(ck ck3)"

@@ -222,12 +222,80 @@ static void test_emulated_fault(void **state) {
     assert_non_null(strstr(text, "offset 68 of a 4096-byte buffer"));
 }
 
+// Asynchronous copies: on the CPU done at once; on the emulated device as late as a device could
+// make them, so a destination read before its wait is wrong (a copy to the host is NaN until then, an
+// op queued on a device destination without device_wait sees the old bytes), and waiting for a
+// ticket runs every copy queued before it, in order.
+static void test_async_copies(void **state) {
+    (void)state;
+    const neox_backend *cpu = neox_backend_cpu();
+    float src[4] = {1, 2, 3, 4}, dst[4] = {0};
+    assert_true(cpu->to_host_async(dst, src, sizeof src) == 0);
+    assert_true(dst[3] == 4.0f);
+
+    const neox_backend *be = neox_backend_emulated();
+    float *host = be->host_alloc(4 * sizeof(float)), back[4];
+    float *dev = be->alloc(4 * sizeof(float)), *other = be->alloc(4 * sizeof(float));
+    be->to_device(dev, src, sizeof src);
+    be->memset_zero(other, sizeof src);
+    int64_t down = be->to_host_async(host, dev, sizeof src);
+    assert_true(down > 0);
+    assert_true(isnan(host[0]) && isnan(host[3]));  // nothing defined before the wait
+    float up_src[4] = {5, 6, 7, 8};
+    int64_t up = be->to_device_async(other, up_src, sizeof up_src);
+    assert_true(up > down);
+    assert_true(be->sum_squares(other, 4) == 0.0);  // an op without device_wait: the old bytes
+    be->device_wait(up);                             // runs the copy down as well (queued first)
+    assert_true(be->sum_squares(other, 4) == 174.0);
+    for (int i = 0; i < 4; i++) assert_true(host[i] == src[i]);
+    be->host_wait(down);  // done already: returns at once
+    be->to_host(back, other, sizeof back);
+    for (int i = 0; i < 4; i++) assert_true(back[i] == up_src[i]);
+    be->free(dev);
+    be->free(other);
+    be->host_free(host);
+}
+
+// A source that changes between queuing its copy and the wait stops the process with a message: on
+// a device the copy may or may not have read it already.
+static void test_async_source_changed(void **state) {
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        signal(SIGABRT, SIG_DFL);  // (not the test framework's handler)
+        const neox_backend *be = neox_backend_emulated();
+        float *dev = be->alloc(64 * sizeof(float)), host[64];
+        be->memset_zero(dev, 64 * sizeof(float));
+        int64_t ticket = be->to_host_async(host, dev, 64 * sizeof(float));
+        be->memset_zero(dev, 64 * sizeof(float));  // written, but the same bytes: fine (no OpenMP op after fork)
+        float one = 1.0f;
+        be->to_device(dev + 5, &one, sizeof one);  // changed
+        be->host_wait(ticket);
+        _exit(0);
+    }
+    close(fds[1]);
+    char text[512] = "";
+    ssize_t n = read(fds[0], text, sizeof text - 1);
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+    assert_true(n > 0);
+    assert_non_null(strstr(text, "the source of an asynchronous copy (256 bytes at"));
+    assert_non_null(strstr(text, "changed before the copy was waited for"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select),   cmocka_unit_test(test_cpu_table), cmocka_unit_test(test_casts),
         cmocka_unit_test(test_f16_against_compiler),
         cmocka_unit_test(test_gemm_ex),  cmocka_unit_test(test_segments),
         cmocka_unit_test(test_emulated_table), cmocka_unit_test(test_emulated_fault),
+        cmocka_unit_test(test_async_copies), cmocka_unit_test(test_async_source_changed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
