@@ -853,6 +853,23 @@ static void test_memory(void) {
     pair_free(&b);
 }
 
+// The copy queue: device -> page-locked host -> another device buffer, each waited for as the table
+// says (host_wait before the host reads, device_wait before an op reads), against the values sent.
+static void test_async_copies(void) {
+    size_t n = 100003;
+    pair a = pair_rand(n), b = pair_zero(n);
+    float *pinned = gpu->host_alloc(n * sizeof(float));
+    gpu->host_wait(gpu->to_host_async(pinned, a.d, n * sizeof(float)));
+    gpu->device_wait(gpu->to_device_async(b.d, pinned, n * sizeof(float)));
+    gpu->scale(b.d, n, 2.0f);  // queued after the wait: reads what arrived
+    for (size_t i = 0; i < n; i++) b.h[i] = a.h[i] * 2.0f;
+    gpu->synchronize();
+    check("memory: asynchronous copies through page-locked memory", &b, 0, 0);
+    gpu->host_free(pinned);
+    pair_free(&a);
+    pair_free(&b);
+}
+
 int main(int argc, char **argv) {
     int self = 0;
     for (int i = 1; i < argc; i++) {
@@ -869,6 +886,7 @@ int main(int argc, char **argv) {
     }
     printf("# %s\n", neox_backends_description());
     test_memory();
+    test_async_copies();
     test_linear(37, 53, 71, 0, 1, 0);
     test_linear(64, 128, 96, 5, 1, 1);  // ldo > OC: a projection writing into a wider row
     test_linear(1, 77, 33, 0, 0, 1);    // one row (decoding)
