@@ -109,7 +109,7 @@ struct neox_trainer {
     // model's units into its flat buffer, and the model's traces (0: forward, 1: forward + backward).
     float *param_partition;
     neox_param_gather *gather;
-    int *trace[2], trace_len[2];
+    int *trace[3], trace_len[3];   // by neox_zero3_pass (the backward trace is the end of the training one)
     // ZeRO-Offload (offload.c): the optimizer state on the host, with host copies of the weights it
     // updates and of their gradients ([state_begin, state_end)); NULL when the optimizer is not offloaded.
     struct neox_offload *offload;
@@ -251,8 +251,10 @@ void neox_train_free_zero3(neox_trainer *t);
 // After the partition's weights are initialised or loaded (into t->param_partition, never whole):
 // the persistent tensors are gathered and the model's weights_use hook installed.
 void neox_train_zero3_take_weights(neox_trainer *t);
-// Around one micro-batch's use of the model: forward only (backward 0) or forward and backward.
-void neox_train_zero3_begin(neox_trainer *t, int backward);
+// Around one micro-batch's use of the model: its forward, its forward and backward as one pass, or
+// (under pipelining, where 1F1B runs other micro-batches' forwards in between) its backward.
+typedef enum { NEOX_ZERO3_FORWARD, NEOX_ZERO3_TRAIN, NEOX_ZERO3_BACKWARD } neox_zero3_pass;
+void neox_train_zero3_begin(neox_trainer *t, neox_zero3_pass pass);
 void neox_train_zero3_end(neox_trainer *t);
 // The whole model in the flat buffer until neox_train_zero3_end (readers outside a pass).
 void neox_train_zero3_gather_all(neox_trainer *t);

@@ -41,6 +41,10 @@ typedef struct pipe_run {
 } pipe_run;
 
 static int stage_first(const neox_trainer *t) { return t->grid->pipe_rank == 0; }
+// ZeRO-3's passes: 1F1B runs other micro-batches' forwards between a micro-batch's forward and its
+// backward, so with several stages each forward and each backward is a pass of its own (the units
+// a backward uses are gathered again; the values are the same).
+static int split_passes(const neox_trainer *t) { return t->grid->pipe_size > 1; }
 static int stage_last(const neox_trainer *t) { return t->grid->pipe_rank == t->grid->pipe_size - 1; }
 
 static int next_batch(pipe_run *r, neox_error *err) {
@@ -94,10 +98,12 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     if (r->training && stage_first(t)) neox_train_sparse_touch(t, b);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
     if (r->training) neox_timer_start(timer);
-    neox_train_zero3_begin(t, r->training);  // (ZeRO-3: a training pass ends after its backward)
+    // ZeRO-3: a training pass ends after its backward, except under pipelining (one pass each).
+    int whole_pass = r->training && !split_passes(t);
+    neox_train_zero3_begin(t, whole_pass ? NEOX_ZERO3_TRAIN : NEOX_ZERO3_FORWARD);
     int rc = neox_model_forward(m, stage_first(t) ? (const int *)b->tokens : NULL,
                                 stage_last(t) ? (const int *)b->labels : NULL, stage_last(t) ? b->loss_mask : NULL, err);
-    if (!r->training || rc != 0) neox_train_zero3_end(t);
+    if (!whole_pass || rc != 0) neox_train_zero3_end(t);
     if (r->training) neox_timer_stop(timer);
     if (rc != 0) return -1;
     if (stage_last(t)) {
@@ -119,6 +125,7 @@ static void backward(pipe_run *r, int k, int M) {
     t->reduce_now = t->zero_stage >= 2 || k == M - 1;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD);
     neox_timer_start(timer);
+    if (split_passes(t)) neox_train_zero3_begin(t, NEOX_ZERO3_BACKWARD);
     neox_model_backward(m, (float)(t->scaler.scale / M));
     neox_train_zero3_end(t);
     neox_timer_stop(timer);
@@ -196,9 +203,14 @@ static void on_grads_ready(void *ctx, int begin, int end) {
 }
 
 // A piece of a parameter's gradient is final (the output layer's, made in pieces under ZeRO-2/3).
+// The tied embedding's copy on the last stage waits for its sum with the first stage's (after backward).
 static void on_grad_range_ready(void *ctx, size_t begin, size_t end) {
     neox_trainer *t = ctx;
     if (!t->reducer || !t->reduce_now || !(t->overlap_comm || t->grad_partition) || t->local_grads) return;
+    int tied = tied_param(t);
+    if (tied >= 0 && begin >= t->model->params[tied].offset &&
+        end <= t->model->params[tied].offset + t->model->params[tied].numel)
+        return;
     size_t base = t->model->params[t->reducer_first].offset;
     neox_grad_reducer_ready_range(t->reducer, begin - base, end - base);
     neox_grad_reducer_progress(t->reducer);

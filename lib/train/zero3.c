@@ -24,10 +24,6 @@ static int64_t stage3_key(const neox_config *cfg, neox_subkey_id prefixed, neox_
 // Layouts stage 3 cannot serve, refused by name (zero_optimization.[stage3_]use_all_reduce_for_fetch_params
 // true is refused by the schema).
 static int check_zero3(const neox_trainer *t, neox_error *err) {
-    if (t->grid->pipe_size > 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage 3: not with pipe_parallel_size %d (1F1B keeps several "
-                         "micro-batches between forward and backward; GPT-NeoX and DeepSpeed refuse ZeRO-2/3 with "
-                         "pipelining too); use stage 1", t->grid->pipe_size);
     if (t->be->on_device)
         return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage 3: not available with compute_backend %s yet "
                          "(host memory only); set compute_backend: cpu", t->be->name);
@@ -89,6 +85,9 @@ int neox_train_setup_zero3(neox_trainer *t, neox_error *err) {
     t->trace[0] = neox_malloc((size_t)(2 * nunits + 2) * sizeof(int));
     t->trace[1] = neox_malloc((size_t)(2 * nunits + 2) * sizeof(int));
     for (int b = 0; b < 2; b++) t->trace_len[b] = neox_model_weight_trace(m, b, t->trace[b]);
+    // (the training trace is the forward's followed by backward's)
+    t->trace[NEOX_ZERO3_BACKWARD] = t->trace[NEOX_ZERO3_TRAIN] + t->trace_len[NEOX_ZERO3_FORWARD];
+    t->trace_len[NEOX_ZERO3_BACKWARD] = t->trace_len[NEOX_ZERO3_TRAIN] - t->trace_len[NEOX_ZERO3_FORWARD];
     return 0;
 }
 
@@ -110,8 +109,8 @@ void neox_train_zero3_take_weights(neox_trainer *t) {
     m->weights_use_ctx = t;
 }
 
-void neox_train_zero3_begin(neox_trainer *t, int backward) {
-    if (t->gather) neox_param_gather_begin(t->gather, t->trace[backward], t->trace_len[backward]);
+void neox_train_zero3_begin(neox_trainer *t, neox_zero3_pass pass) {
+    if (t->gather) neox_param_gather_begin(t->gather, t->trace[pass], t->trace_len[pass]);
 }
 
 void neox_train_zero3_end(neox_trainer *t) {

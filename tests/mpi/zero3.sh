@@ -6,7 +6,8 @@
 # (comm_stats.json) or the parameter bytes planned at start-up, which must be within 10% of the
 # formula (tests/mpi/zero3_check.py). Checkpoints move between stage 3 and stage 1 / tp2 both ways
 # and continue the straight run; untied embeddings larger than a bucket (gathered and reduced in
-# pieces) train as under stage 0 and stage 2; pipelining and the fetch-by-all-reduce keys are refused by name; a
+# pieces) train as under stage 0 and stage 2; with pipelining (dp2 x pp2) stages 2 and 3 follow stage 0
+# and a checkpoint moves to stage 1 without it; the fetch-by-all-reduce keys are refused by name; a
 # rank killed while the ranks gather parameters ends the job.
 source tests/lib.sh
 
@@ -178,10 +179,22 @@ resume() {  # resume NAME FROM_RANKS FROM_EXTRA TO_RANKS TO_EXTRA
 resume s3-to-s1tp2 2 "$(zero 3 "$ONE")" 4 "$(zero 1)$TP"
 resume s1tp2-to-s3 4 "$(zero 1)$TP" 2 "$(zero 3 "$ONE")"
 
+# With pipelining (dp2 x pp2): 1F1B runs other micro-batches' forwards between a micro-batch's
+# forward and its backward, so each is a pass of its own. The embedding is tied across the stages
+# and larger than a bucket (its last-stage copy's gradient, made in pieces, is summed with the first
+# stage's before it is reduced). Stages 2 and 3 follow stage 0, stage 3 is stage 2 bit for bit, and
+# a stage-3 pipelined checkpoint resumes at stage 1 without pipelining.
+PP=', "pipe_parallel_size": 2'
+config pps0 neox 2 2 20 "$(zero 0)$PP"; run pps0 4
+config pps2 neox 2 2 20 "$(zero 2)$PP"; run pps2 4
+config pps3 neox 2 2 20 "$(zero 3 "$ONE")$PP"; run pps3 4
+same pps0 pps2
+same pps0 pps3
+check "pp2: stage 3 equals stage 2 bit for bit" "$PY" tests/mpi/layouts_check.py identical "$T/pps2" "$T/pps3"
+check "pp2 stage 3: layers are gathered" z3 stat "$T/pps3" gathers gt 0
+resume s3pp2-to-s1 4 "$(zero 3 "$ONE")$PP" 2 "$(zero 1)"
+
 # Refused by name.
-config pipe neox 2 2 20 "$(zero 3), \"pipe_parallel_size\": 2"
-check_fails "stage 3 with pipe_parallel_size 2 is refused" 2 "zero_optimization.stage 3: not with pipe_parallel_size 2" \
-    "$MPIEXEC" -n 4 "$TRAIN" -q "$T/pipe.yml"
 config allred neox 2 2 20 "$(zero 3 '"stage3_use_all_reduce_for_fetch_params": true')"
 check_fails "stage3_use_all_reduce_for_fetch_params is refused" 2 "stage3_use_all_reduce_for_fetch_params" \
     "$MPIEXEC" -n 2 "$TRAIN" -q "$T/allred.yml"
