@@ -30,6 +30,8 @@ extern "C" {
       alpha, A, lda, B, ldb, ab, beta, C, ldc, c))                                                                     \
     X(void, embedding_forward, (float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C),  \
       (out, ids, wte, wpe, B, T, C))                                                                                   \
+    X(void, embedding_rows, (float *out, const int *ids, const float *rows, int v0, int v1, int N, int C),             \
+      (out, ids, rows, v0, v1, N, C))                                                                                  \
     X(void, embedding_backward, (float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C),    \
       (dwte, dwpe, dout, ids, B, T, C))                                                                                \
     X(void, layernorm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,           \

@@ -90,6 +90,10 @@ void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float
 // "not in this table" (vocab-parallel embedding: the row lives on another tensor-parallel rank)
 // and contributes a zero row.
 void neox_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C);
+// The lookup of a table held a piece at a time (ZeRO-3's embedding in pieces): out[i,:] =
+// rows[ids[i] - v0,:] for the tokens whose id is in [v0, v1), where rows holds the table's rows
+// [v0, v1); the other rows of out are left as they are. ids: (N); rows: (v1 - v0, C); out: (N, C).
+void neox_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C);
 // dwte, dwpe (or NULL) are added to. dout: (B, T, C). Ids < 0 add nothing to dwte.
 // The order of dwte's sums is part of the contract, so that every backend gives the same bits:
 // the tokens are stably sorted by id (ids < 0 last), the sorted sequence is cut into spans of

@@ -21,6 +21,12 @@ void neox_embedding_forward(float *out, const int *ids, const float *wte, const 
     }
 }
 
+void neox_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C) {
+    #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
+    for (int i = 0; i < N; i++)
+        if (ids[i] >= v0 && ids[i] < v1) memcpy(out + (size_t)i * C, rows + (size_t)(ids[i] - v0) * C, (size_t)C * sizeof(float));
+}
+
 // A token in the order of the gradient's sums: the id as an unsigned key (ids < 0, which add
 // nothing, sort last, as a radix sort of the same keys leaves them) and its position, the tie-break
 // that makes the sort stable.

@@ -33,6 +33,22 @@ extern "C" void neox_cuda_embedding_forward(float *out, const int *ids, const fl
     CUDA_LAUNCHED();
 }
 
+// out: (N, C); rows: (v1 - v0, C). One thread per element of out; tokens outside [v0, v1) untouched.
+__global__ void embedding_rows_kernel(float *out, const int *ids, const float *rows, int v0, int v1, int C, size_t n) {
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        int id = ids[e / C];
+        if (id >= v0 && id < v1) out[e] = rows[(size_t)(id - v0) * C + e % C];
+    }
+}
+
+extern "C" void neox_cuda_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0 || v1 <= v0) return;
+    embedding_rows_kernel<<<blocks_for(n, EMB_THREADS), EMB_THREADS, 0, neox_cuda_current_stream()>>>(
+        out, ids, rows, v0, v1, C, n);
+    CUDA_LAUNCHED();
+}
+
 enum { SPAN = NEOX_EMBEDDING_SPAN, SPAN_CHANNELS = 128 };
 
 // The radix sort's input: keys = the ids as unsigned (ids < 0 sort last and are skipped), values =

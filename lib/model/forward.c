@@ -507,25 +507,20 @@ static int localise_ids(int *out, const int *ids, int N, int V, neox_shard s, co
     return 0;
 }
 
-// x (B*T, C) = wte[ids] (+ wpe) as the embedding_forward op, with the embedding used piece by piece
-// (rows [v0, v1) at a time: ZeRO-3 gathers each alone). Host memory: pieces are used on CPU ranks only.
+// x (B*T, C) = wte[ids] (+ wpe), the embedding_forward op's values, with the embedding used piece by
+// piece (rows [v0, v1) at a time: ZeRO-3 gathers each alone).
 static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step) {
-    const host_stage *h = m->host_stage;
+    const neox_backend *be = m->be;
     int N = m->B * m->T, C = m->desc.hidden_size, V = neox_model_embed_rows(m);
-    for (int i = 0; i < N; i++) memset(x + (size_t)i * C, 0, (size_t)C * sizeof(float));
+    be->memset_zero(x, (size_t)N * C * sizeof(float));  // (ids of another shard, < 0, stay zero rows)
     for (int v0 = 0; v0 < V; v0 += step) {
         int v1 = V - v0 < step ? V : v0 + step;
-        neox_model_use_piece(m, m->w.wte + (size_t)v0 * C, m->w.wte + (size_t)v1 * C, 1);
-        for (int i = 0; i < N; i++)
-            if (h->ids[i] >= v0 && h->ids[i] < v1)
-                memcpy(x + (size_t)i * C, m->w.wte + (size_t)h->ids[i] * C, (size_t)C * sizeof(float));
-        neox_model_use_piece(m, m->w.wte + (size_t)v0 * C, m->w.wte + (size_t)v1 * C, 0);
+        const float *rows = m->w.wte + (size_t)v0 * C;
+        neox_model_use_piece(m, rows, rows + (size_t)(v1 - v0) * C, 1);
+        be->embedding_rows(x, ((const neox_acts *)m->acts)->ids, rows, v0, v1, N, C);
+        neox_model_use_piece(m, rows, rows + (size_t)(v1 - v0) * C, 0);
     }
-    for (int i = 0; wpe && i < N; i++) {
-        float *o = x + (size_t)i * C;
-        const float *p = wpe + (size_t)(i % m->T) * C;
-        for (int c = 0; c < C; c++) o[c] += p[c];
-    }
+    for (int b = 0; wpe && b < m->B; b++) be->add_inplace(x + (size_t)b * m->T * C, wpe, (size_t)m->T * C);
 }
 
 // Vocab-parallel embedding: each rank looks up the ids in its rows and the partial rows are summed.

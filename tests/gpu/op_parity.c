@@ -274,6 +274,10 @@ static void test_embedding(int B, int T, int C, int V, int with_wpe) {
     cpu->embedding_forward(out.h, id.h, wte.h, with_wpe ? wpe.h : NULL, B, T, C);
     gpu->embedding_forward(out.d, id.d, wte.d, with_wpe ? wpe.d : NULL, B, T, C);
     checkf(0, 0, &out, "embedding_forward B=%d T=%d C=%d V=%d wpe=%d", B, T, C, V, with_wpe);
+    int v0 = V / 3, v1 = V / 3 + (V + 1) / 2;  // a piece of the table: the other tokens keep their rows
+    cpu->embedding_rows(out.h, id.h, wte.h + (size_t)v0 * C, v0, v1, n, C);
+    gpu->embedding_rows(out.d, id.d, wte.d + (size_t)v0 * C, v0, v1, n, C);
+    checkf(0, 0, &out, "embedding_rows [%d, %d) of V=%d B=%d T=%d C=%d", v0, v1, V, B, T, C);
     pair dout = pair_rand((size_t)n * C);  // wte and wpe now serve as the gradients added to
     cpu->embedding_backward(wte.h, with_wpe ? wpe.h : NULL, dout.h, id.h, B, T, C);
     gpu->embedding_backward(wte.d, with_wpe ? wpe.d : NULL, dout.d, id.d, B, T, C);

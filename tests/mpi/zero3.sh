@@ -166,6 +166,15 @@ VOCAB_DIVISOR=512 config bigbf16s2 neox 2 2 20 "$(zero 2)$UNTIED$BF16"; run bigb
 VOCAB_DIVISOR=512 config bigbf16s3 neox 2 2 20 "$(zero 3 "$ONE")$UNTIED$BF16"; run bigbf16s3 2
 check "embeddings over the bucket size, bfloat16: stage 3 equals stage 2 bit for bit" \
     "$PY" tests/mpi/layouts_check.py identical "$T/bigbf16s2" "$T/bigbf16s3"
+# Learned positions: the pieces' lookup, then the positions added, train as stage 0's whole lookup
+# (every step's loss within 1e-5; no Hugging Face export has a learned position table).
+for s in 0 3; do
+    keys="$(zero $s)"; [ $s = 3 ] && keys="$(zero 3 "$ONE")"
+    POS_EMB=learned VOCAB_DIVISOR=512 config "bigwpes$s" neox 2 2 20 "$keys$UNTIED$NOEVAL"
+    check "bigwpes$s: train on 2 ranks" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/bigwpes$s.yml"
+done
+check "embeddings over the bucket size, learned positions: stage 3 follows stage 0 (losses within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py same_losses "$T/bigwpes0" "$T/bigwpes3"
 
 # Checkpoints: 10 steps at stage 3, 10 more at stage 1 with tp2, and the reverse.
 resume() {  # resume NAME FROM_RANKS FROM_EXTRA TO_RANKS TO_EXTRA

@@ -116,6 +116,24 @@ static void test_embedding(void **state) {
     free(c.wte); free(c.wpe); free(c.out); free(c.R); free(dwte); free(dwpe);
 }
 
+// The table a piece at a time: every piece's rows, then the positions added, are the whole lookup
+// bit for bit; a token outside every piece given (another shard's, id < 0) keeps what out held.
+static void test_embedding_rows(void **state) {
+    (void)state;
+    int ids[EB * ET] = {1, 3, 3, 0, 5, 2, 2, -1, 4, 1};
+    float *wte = randn(EV * EC, 2), *wpe = randn(ET * EC, 3), *whole = zeros(EB * ET * EC), *pieces = randn(EB * ET * EC, 4);
+    neox_embedding_forward(whole, ids, wte, wpe, EB, ET, EC);
+    float kept = pieces[7 * EC + 1];
+    neox_embedding_rows(pieces, ids, wte, 0, 0, EB * ET, EC);  // an empty piece changes nothing
+    assert_true(pieces[7 * EC + 1] == kept);
+    for (int v0 = 0; v0 < EV; v0 += 4) neox_embedding_rows(pieces, ids, wte + v0 * EC, v0, v0 + 4 < EV ? v0 + 4 : EV, EB * ET, EC);
+    assert_true(pieces[7 * EC + 1] == kept);  // id -1: in no piece
+    for (int c = 0; c < EC; c++) pieces[7 * EC + c] = 0.0f;  // (embedding_forward's zero row)
+    for (int b = 0; b < EB; b++) neox_add_inplace(pieces + b * ET * EC, wpe, ET * EC);
+    assert_memory_equal(pieces, whole, EB * ET * EC * sizeof(float));
+    free(wte); free(wpe); free(whole); free(pieces);
+}
+
 // The order of dwte's sums (kernels.h): restated here without sorting. A token's place in the sorted
 // sequence is the number of tokens with a smaller id (as unsigned) plus the earlier ones with its id;
 // its span is that place / NEOX_EMBEDDING_SPAN. Walking the tokens in order, a token in the span of its
@@ -882,7 +900,7 @@ static void test_onebit_adam(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_linear),          cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_linear),          cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_rows),
         cmocka_unit_test(test_embedding_order),
         cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_add_norm),
