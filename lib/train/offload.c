@@ -99,16 +99,18 @@ static void on_weights_use(void *ctx, int unit, int use) {
 int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
     (void)err;
     if (!asks_offload(t)) return 0;
+    int pinned = asks_pinned(t);
     if (!t->be->on_device) {
         if (t->rank0 && !t->opts.quiet)
             neox_notice("optimizer offload (cpu_adam, offload_optimizer.device cpu or cpu_offload): nothing to move, "
-                        "compute_backend %s keeps the optimizer in host memory already", t->be->name);
+                        "compute_backend %s keeps the optimizer in host memory already%s", t->be->name,
+                        pinned ? " (and offload_optimizer.pin_memory has nothing to pin)" : "");
         return 0;
     }
     neox_offload *o = t->offload = neox_calloc(1, sizeof *o);
     neox_model *m = t->model;
     o->n = t->state_end - t->state_begin;
-    o->pinned = asks_pinned(t);
+    o->pinned = pinned;
     o->params = host_buffer(t, o->n);
     o->grads = host_buffer(t, o->n);
     o->grad_scale = 1.0f;

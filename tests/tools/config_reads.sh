@@ -30,7 +30,7 @@ check "train: resume with load" "$TRAIN" "$T/resume.yml"
 # Two data-parallel ranks: ZeRO, the wire type, the comms logger inside deepspeed_extra_args, rmsnorm,
 # Llama 3.1's rope_scaling (both spellings of its type), Qwen2's unbiased attention output.
 ZERO='"zero_optimization": {"stage": 1, "overlap_comm": true, "reduce_scatter": true, "reduce_bucket_size": 3000,
-  "allgather_bucket_size": 3000, "contiguous_gradients": true, "offload_optimizer": {"device": "cpu"}}'
+  "allgather_bucket_size": 3000, "contiguous_gradients": true, "offload_optimizer": {"device": "cpu", "pin_memory": true}}'
 EXTRA='"deepspeed_extra_args": {"comms_logger": {"enabled": true, "verbose": false, "prof_all": true, "prof_ops": [], "debug": false}}'
 ROPE='"rope_scaling": {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
   "high_freq_factor": 4.0, "original_max_position_embeddings": 16}'
