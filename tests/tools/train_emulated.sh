@@ -80,6 +80,23 @@ done
 check "offload_optimizer.pin_memory true: the host buffers are pinned" grep -q "optimizer offloaded to the host (pinned buffers)" "$T/emu-device_cpu.out"
 check "cpu_offload (pin_memory false): the host buffers are not pinned" bash -c "! grep -q 'pinned buffers' '$T/emu-cpu_offload.out'"
 
+# Device bytes saved: the plan moves the optimizer state (8 bytes per parameter with Adam) and the host
+# copies of the weights and gradients (8 more) to "offloaded", and the emulated device's measured peak
+# falls by the Adam moments.
+check "offloaded: no optimizer state on the device, planned or measured" python3 - "$T/emu-fp32" "$T/emu-device_cpu" <<'PY'
+import json, sys
+def peak(run):
+    return [json.loads(l) for l in open(f"{run}/metrics.jsonl") if "memory/device_peak_bytes" in l][-1]["memory/device_peak_bytes"]
+def plan(run):
+    return json.load(open(f"{run}/memory_plan.json"))["ranks"][0]
+on, off = plan(sys.argv[1]), plan(sys.argv[2])
+params = on["parameters"] / 4
+saved = peak(sys.argv[1]) - peak(sys.argv[2])
+print(f"# params {params:.0f}; optimizer planned {on['optimizer']} -> {off['optimizer']}, offloaded {off['offloaded']}; device peak saved {saved:.0f} B", file=sys.stderr)
+sys.exit(0 if on["optimizer"] == 8 * params and off["optimizer"] == 0 and off["offloaded"] >= 16 * params
+         and 8 * params <= saved <= 8 * params + 2 * 4096 else 1)
+PY
+
 # Offload with bfloat16 (the 16-bit copies remade per unit as forward waits for its weights), fp16
 # (overflowing steps skipped while gradients were on their way) and SGD (clipped on the host copy).
 for spec in "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:"; do
