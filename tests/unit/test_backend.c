@@ -195,18 +195,16 @@ static void test_emulated_table(void **state) {
     be->free(db);
 }
 
-// Host code touching emulated device memory directly dies at once with a message naming it.
-static void test_emulated_fault(void **state) {
-    (void)state;
+// Runs body in a child process (a fault or abort there ends only the child) and asserts that it died
+// of signal sig with a message on stderr containing each of want[0, nwant).
+static void child_dies(void (*body)(void), int sig, const char *const *want, int nwant) {
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     pid_t pid = fork();
     if (pid == 0) {
         dup2(fds[1], 2);
-        const neox_backend *be = neox_backend_emulated();
-        float *p = be->alloc(1000 * sizeof(float));
-        be->memset_zero(p, 1000 * sizeof(float));  // through the table: fine
-        ((volatile float *)p)[17] = 1.0f;          // directly: faults
+        signal(SIGABRT, SIG_DFL);  // (not the test framework's handler)
+        body();                    // (no OpenMP op: its threads do not survive fork)
         _exit(0);
     }
     close(fds[1]);
@@ -216,10 +214,23 @@ static void test_emulated_fault(void **state) {
     int status;
     waitpid(pid, &status, 0);
     assert_true(WIFSIGNALED(status));
-    assert_int_equal(WTERMSIG(status), SIGSEGV);
+    assert_int_equal(WTERMSIG(status), sig);
     assert_true(n > 0);
-    assert_non_null(strstr(text, "host code touched emulated device memory"));
-    assert_non_null(strstr(text, "offset 68 of a 4096-byte buffer"));
+    for (int i = 0; i < nwant; i++) assert_non_null(strstr(text, want[i]));
+}
+
+static void touch_device_memory(void) {
+    const neox_backend *be = neox_backend_emulated();
+    float *p = be->alloc(1000 * sizeof(float));
+    be->memset_zero(p, 1000 * sizeof(float));  // through the table: fine
+    ((volatile float *)p)[17] = 1.0f;          // directly: faults
+}
+
+// Host code touching emulated device memory directly dies at once with a message naming it.
+static void test_emulated_fault(void **state) {
+    (void)state;
+    const char *want[] = {"host code touched emulated device memory", "offset 68 of a 4096-byte buffer"};
+    child_dies(touch_device_memory, SIGSEGV, want, 2);
 }
 
 // Asynchronous copies: on the CPU done at once; on the emulated device as late as a device could
@@ -256,37 +267,23 @@ static void test_async_copies(void **state) {
     be->host_free(host);
 }
 
+static void change_copied_source(void) {
+    const neox_backend *be = neox_backend_emulated();
+    float *dev = be->alloc(64 * sizeof(float)), host[64];
+    be->memset_zero(dev, 64 * sizeof(float));
+    int64_t ticket = be->to_host_async(host, dev, 64 * sizeof(float));
+    be->memset_zero(dev, 64 * sizeof(float));  // written, but the same bytes: fine
+    float one = 1.0f;
+    be->to_device(dev + 5, &one, sizeof one);  // changed
+    be->host_wait(ticket);
+}
+
 // A source that changes between queuing its copy and the wait stops the process with a message: on
 // a device the copy may or may not have read it already.
 static void test_async_source_changed(void **state) {
     (void)state;
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        signal(SIGABRT, SIG_DFL);  // (not the test framework's handler)
-        const neox_backend *be = neox_backend_emulated();
-        float *dev = be->alloc(64 * sizeof(float)), host[64];
-        be->memset_zero(dev, 64 * sizeof(float));
-        int64_t ticket = be->to_host_async(host, dev, 64 * sizeof(float));
-        be->memset_zero(dev, 64 * sizeof(float));  // written, but the same bytes: fine (no OpenMP op after fork)
-        float one = 1.0f;
-        be->to_device(dev + 5, &one, sizeof one);  // changed
-        be->host_wait(ticket);
-        _exit(0);
-    }
-    close(fds[1]);
-    char text[512] = "";
-    ssize_t n = read(fds[0], text, sizeof text - 1);
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFSIGNALED(status));
-    assert_int_equal(WTERMSIG(status), SIGABRT);
-    assert_true(n > 0);
-    assert_non_null(strstr(text, "the source of an asynchronous copy (256 bytes at"));
-    assert_non_null(strstr(text, "changed before the copy was waited for"));
+    const char *want[] = {"the source of an asynchronous copy (256 bytes at", "changed before the copy was waited for"};
+    child_dies(change_copied_source, SIGABRT, want, 2);
 }
 
 int main(void) {
