@@ -41,11 +41,11 @@ typedef struct pipe_run {
 } pipe_run;
 
 static int stage_first(const neox_trainer *t) { return t->grid->pipe_rank == 0; }
+static int stage_last(const neox_trainer *t) { return t->grid->pipe_rank == t->grid->pipe_size - 1; }
 // ZeRO-3's passes: 1F1B runs other micro-batches' forwards between a micro-batch's forward and its
 // backward, so with several stages each forward and each backward is a pass of its own (the units
 // a backward uses are gathered again; the values are the same).
 static int split_passes(const neox_trainer *t) { return t->grid->pipe_size > 1; }
-static int stage_last(const neox_trainer *t) { return t->grid->pipe_rank == t->grid->pipe_size - 1; }
 
 static int next_batch(pipe_run *r, neox_error *err) {
     neox_trainer *t = r->t;
