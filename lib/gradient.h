@@ -101,9 +101,10 @@ size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r);
 // progress_seconds: this rank's calls during backward (starting buckets, progressing them);
 // exposed_with_progress_seconds: as exposed_seconds with the calls during backward added;
 // thread_polls, thread_seconds: the progress thread's polls and the time they took (its sleep not
-// counted), on this rank.
+// counted), on this rank; peak_inflight_elements (host): the most elements whose collectives were
+// in flight at once, each holding MPI temporaries its size (bounded by the largest bucket).
 typedef struct neox_grad_reducer_timing {
-    int64_t reductions, thread_polls;
+    int64_t reductions, thread_polls, peak_inflight_elements;
     double finish_seconds, exposed_seconds, progress_seconds, exposed_with_progress_seconds, thread_seconds;
 } neox_grad_reducer_timing;
 // Collective over the data group (every rank of it calls it after the same reductions).

@@ -12,6 +12,14 @@
 // bucket_bytes across tensors, readiness is counted in elements (a large tensor made in pieces
 // reports each piece), and one bucket is in flight at a time (its MPI temporaries too).
 //
+// On the host every collective in flight holds MPI temporaries the size of its bucket until it
+// completes. So that they stay within what the memory plan counts, the buckets' collectives in
+// flight hold at most as many elements as the largest bucket (the window): a bucket that becomes
+// ready while earlier ones still run waits in a queue, started by a later poll or at finish (in
+// the order the buckets became ready, which is the same on every rank), and finish waits for the
+// oldest before starting more. (Split buckets have one in flight; hierarchical chains run one at a
+// time.)
+//
 // With options.progress_interval a progress thread (lib/parallel/progress_thread.c) also tests the
 // buckets in flight while backward computes, so a slow link keeps moving between backward's polls.
 // It only tests (and starts the next step of a hierarchical chain); landing a completed bucket is
@@ -72,6 +80,8 @@ struct neox_grad_reducer {
     // that every rank issues their node-group collectives in the same order.
     int *hier_order, hier_started, hier_head, hier_running;
     neox_progress_thread *thread;  // NULL without options.progress_interval
+    size_t window;       // host, whole-tensor buckets: the most elements in flight (0: no bound)
+    int *queue, queued;  // ready buckets waiting for room in the window, in the order they became ready
 };
 
 static int hierarchical(const neox_grad_reducer *r) {
@@ -97,6 +107,7 @@ static void check_device_groups(const neox_grad_reducer *r) {
 }
 
 static void hier_pump(neox_grad_reducer *r, int wait);
+static double start_bucket(neox_grad_reducer *r, bucket *b);
 
 // The progress thread's poll (mutex held): test what is in flight, land nothing.
 static void thread_poll(void *ctx) {
@@ -122,6 +133,13 @@ static void unlock(neox_grad_reducer *r) {
 // compressors that take a bucket over (stage 0) work on whole tensors.
 static int split_buckets(const neox_grad_reducer *r) {
     return r->opt.partition_sum && r->opt.bucket_bytes > 0 && !r->be->on_device;
+}
+
+static size_t largest_bucket(const neox_grad_reducer *r) {
+    size_t largest = 0;
+    for (int i = 0; i < r->nbuckets; i++)
+        if (r->buckets[i].end - r->buckets[i].begin > largest) largest = r->buckets[i].end - r->buckets[i].begin;
+    return largest;
 }
 
 static void make_split_buckets(neox_grad_reducer *r) {
@@ -172,6 +190,8 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->hier_order = neox_calloc(nparams ? nparams : 1, sizeof(int));
     if (split_buckets(r)) make_split_buckets(r);
     else make_tensor_buckets(r, param_offset, param_size, nparams);
+    r->queue = neox_calloc((size_t)r->nbuckets + 1, sizeof(int));
+    if (!r->be->on_device && !split_buckets(r) && !hierarchical(r) && data->size > 1) r->window = largest_bucket(r);
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         b->pending = (int64_t)(b->end - b->begin);
@@ -198,6 +218,7 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
     neox_progress_thread_stop(r->thread);
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
+    free(r->queue);
     free(r->param_begin);
     free(r->param_end);
     free(r->hier_order);
@@ -211,9 +232,7 @@ size_t neox_grad_reducer_size(const neox_grad_reducer *r) { return r->n; }
 
 size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
     if (!r->opt.partition_sum || r->be->on_device) return r->n * sizeof(float);
-    size_t largest = 0;
-    for (int i = 0; i < r->nbuckets; i++)
-        if (r->buckets[i].end - r->buckets[i].begin > largest) largest = r->buckets[i].end - r->buckets[i].begin;
+    size_t largest = largest_bucket(r);
     // Split buckets: the one in flight, the one filling (its finished part) and what the product
     // running meanwhile writes past it.
     size_t resident = split_buckets(r) ? 2 * largest + r->opt.fill_elems : 2 * largest;
@@ -221,14 +240,12 @@ size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
 }
 
 size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r) {
-    if (!split_buckets(r) || r->data->size < 2) return 0;
-    size_t largest = 0;
-    for (int i = 0; i < r->nbuckets; i++)
-        if (r->buckets[i].end - r->buckets[i].begin > largest) largest = r->buckets[i].end - r->buckets[i].begin;
-    // MPICH's recursive-halving reduce-scatter (and the recursive-doubling all-reduce of
-    // reduce_scatter false) receives into a temporary and sums into another, each the size of the
-    // whole bucket in its wire format; one bucket is in flight at a time.
-    return 2 * largest * neox_dtype_size(r->opt.wire);
+    if (r->be->on_device || r->data->size < 2) return 0;
+    // MPICH's recursive-halving reduce-scatter (and its recursive-doubling all-reduce) receives into
+    // a temporary and sums into another, each the size of the whole bucket in its wire format; the
+    // collectives in flight hold at most the largest bucket's elements (the window; split buckets:
+    // one at a time; hierarchical chains: one at a time).
+    return 2 * largest_bucket(r) * neox_dtype_size(r->opt.wire);
 }
 
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r) { return r->wire ? (r->n ? r->n : 1) * sizeof(uint16_t) : 0; }
@@ -274,6 +291,50 @@ static size_t own_offset(const neox_grad_reducer *r, const bucket *b) {
     return lo - b->begin;
 }
 
+// ---- the window of collectives in flight -----------------------------------------------------
+// Elements of the buckets whose collective still runs (tested now: a test completes it when it can).
+static size_t running_elems(neox_grad_reducer *r) {
+    size_t n = 0;
+    for (int i = 0; i < r->nbuckets; i++)
+        if (r->buckets[i].started && !neox_test(&r->buckets[i].req)) n += r->buckets[i].end - r->buckets[i].begin;
+    return n;
+}
+
+static int has_room(neox_grad_reducer *r, const bucket *b) {
+    if (!r->window) return 1;
+    size_t now = running_elems(r);
+    return now == 0 || now + (b->end - b->begin) <= r->window;
+}
+
+// Waits for collectives in flight until b fits (the order of waits is each rank's own affair).
+static double make_room(neox_grad_reducer *r, const bucket *b) {
+    double seconds = 0.0;
+    for (int i = 0; i < r->nbuckets && !has_room(r, b); i++) {
+        bucket *o = &r->buckets[i];
+        if (!o->started || !o->req.active) continue;
+        double t0 = neox_now();
+        neox_wait(&o->req);
+        seconds += neox_now() - t0;
+    }
+    return seconds;
+}
+
+// Starts the queued buckets, in order, while they fit (wait: making room for each); the seconds of
+// the calls.
+static double start_queued(neox_grad_reducer *r, int wait) {
+    double seconds = 0.0;
+    int done = 0;
+    for (; done < r->queued; done++) {
+        bucket *b = &r->buckets[r->queue[done]];
+        if (wait) seconds += make_room(r, b);
+        else if (!has_room(r, b)) break;
+        seconds += start_bucket(r, b);
+    }
+    memmove(r->queue, r->queue + done, (size_t)(r->queued - done) * sizeof *r->queue);
+    r->queued -= done;
+    return seconds;
+}
+
 // Moves the hierarchical chains on as far as they go without waiting: the running one is tested,
 // and when it completes the next started bucket's chain begins (wait: until all have completed).
 static void hier_pump(neox_grad_reducer *r, int wait) {
@@ -294,6 +355,10 @@ static void hier_pump(neox_grad_reducer *r, int wait) {
 static double start_bucket(neox_grad_reducer *r, bucket *b) {
     float *x = r->grads + b->begin;
     size_t len = b->end - b->begin;
+    if (!r->be->on_device && !hierarchical(r)) {  // (device collectives run in stream order; chains one at a time)
+        int64_t inflight = (int64_t)(running_elems(r) + len);
+        if (inflight > r->timing.peak_inflight_elements) r->timing.peak_inflight_elements = inflight;
+    }
     scale(r, x, len, (float)(1.0 / r->opt.predivide_factor));
     if (b->wire != NEOX_F32) to_wire(r, b, b->begin, len);
     void *w = wire_of(r, b, b->begin);
@@ -357,10 +422,11 @@ static void bucket_ready(neox_grad_reducer *r, bucket *b) {
     if (!r->eager || b->started || b->skip) return;
     lock(r);
     r->during += land_in_flight(r);
-    r->during += start_bucket(r, b);
+    if (r->queued > 0 || !has_room(r, b)) r->queue[r->queued++] = (int)(b - r->buckets);  // (after those ahead)
+    else r->during += start_bucket(r, b);
     if (r->thread) neox_progress_thread_arm(r->thread);
     unlock(r);
-    if (r->opt.overlap) return;
+    if (r->opt.overlap || !b->started) return;
     // ZeRO-2 without overlap: reduce now, so the bucket's memory is free before the next one fills.
     double t0 = neox_now();
     neox_wait(&b->req);
@@ -400,6 +466,7 @@ void neox_grad_reducer_progress(neox_grad_reducer *r) {
         if (neox_test(&b->req) && r->opt.partition_sum) land_own_part(r, b);
     }
     r->during += neox_now() - t0;
+    r->during += start_queued(r, 0);
     unlock(r);
 }
 
@@ -452,7 +519,7 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         neox_progress_thread_disarm(r->thread);
         neox_progress_thread_unlock(r->thread);
     }
-    double seconds = 0.0, finish_at = neox_now();
+    double finish_at = neox_now(), seconds = start_queued(r, 1);
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         // What backward had left to run when the bucket was ready: the time its transfer could hide in.
@@ -466,6 +533,7 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
                      b->pending > 0 ? "never reported" : "reported more than once");
         if (b->started || b->skip) continue;
         seconds += land_in_flight(r);
+        seconds += make_room(r, b);
         seconds += start_bucket(r, b);
     }
     if (hierarchical(r)) {  // the chains complete in the order they started

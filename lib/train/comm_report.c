@@ -17,10 +17,11 @@
 enum { NGROUPS = NEOX_TRAIN_COMM_GROUPS };
 
 static json_t *reduction_json(const neox_grad_reducer_timing *t) {
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:I, s:f}", "reductions", (json_int_t)t->reductions, "finish_seconds",
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:I}", "reductions", (json_int_t)t->reductions, "finish_seconds",
                      t->finish_seconds, "exposed_seconds", t->exposed_seconds, "progress_seconds", t->progress_seconds,
                      "exposed_with_progress_seconds", t->exposed_with_progress_seconds, "thread_polls",
-                     (json_int_t)t->thread_polls, "thread_seconds", t->thread_seconds);
+                     (json_int_t)t->thread_polls, "thread_seconds", t->thread_seconds, "peak_inflight_elements",
+                     (json_int_t)t->peak_inflight_elements);
 }
 
 static json_t *gathers_json(const neox_param_gather_stats *s) {

@@ -43,8 +43,9 @@ done
 check_output "bytes per parameter of every stage and precision follow the closed forms (within 2%)" \
     "^\| 3 \| fp16 " python3 tests/mpi/memory_check.py table "$T" 4 "$BUCKET" 256
 sed 's/^/# /' "$_last_out"
-plan wire 2 "$(zero 0), \"communication_data_type\": \"bf16\""
-check "communication_data_type bf16 plans a 2-byte wire copy per parameter" \
+# (One bucket of the whole model: MPI's two temporaries of the bucket in flight, at the wire's 2 bytes, add 4.)
+plan wire 2 ", \"zero_optimization\": {\"stage\": 0, \"reduce_bucket_size\": 1000000000}, \"communication_data_type\": \"bf16\""
+check "communication_data_type bf16 plans a 2-byte wire copy per parameter (and 16-bit MPI temporaries)" \
     python3 tests/mpi/memory_check.py wire "$T/wire.out"
 
 # Start-up under stage 3: each rank initialises only its partition of the weights, so its measured
@@ -74,17 +75,34 @@ sed 's/^/# /' "$_last_out"
 # so the planned gradients per rank are the partition, two buckets and one product's output (the
 # formula of memory_check.py split, within 10%), not a whole embedding; each rank's measured peak
 # stays within its plan, which counts MPI's temporaries (communication), plus the libraries'.
-embeddings() {  # embeddings NAME STAGE ITERS
+embeddings() {  # embeddings NAME STAGE ITERS [ZERO SETTINGS]
     cat >"$T/$1.yml" <<EOF2
 { "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
   "no_weight_tying": true, "pinned_padded_vocab_size": 50304, "train_micro_batch_size_per_gpu": 2,
   "train_iters": $3, "do_valid": false, "do_test": false, "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
-  "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer" $(zero "$2" "$([ "$2" = 3 ] && echo "$ONE")") }
+  "log_dir": "$T/$1/log", "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer" $(zero "$2" "${4:-$([ "$2" = 3 ] && echo "$ONE")}") }
 EOF2
     check "$1: stage $2 on 4 ranks, peak resident set per rank" bash -c "OMP_NUM_THREADS=1 '$MPIEXEC' -n 4 python3 \
         tests/mpi/peak_rss.py '$T/$1.rss' '$TRAIN' '$T/$1.yml' >'$T/$1.out' 2>&1"
 }
 embeddings emb-s0 0 0
+# Stages 0 and 1 keep whole tensors per bucket (an embedding is one bucket of 25.8 MB): the collectives
+# in flight hold at most the largest bucket's elements, so MPI's temporaries stay within the plan's
+# communication region, with the buckets all started at the end of backward (stage 0) or as they
+# become ready (stage 1 with overlap_comm).
+# (The largest bucket holds an embedding, 50304 x 128 elements, and less than reduce_bucket_size
+# of smaller tensors: a bucket closes once it reaches reduce_bucket_size.)
+for s in 0 1; do
+    [ $s = 0 ] && embeddings emb-t0 0 2 || embeddings emb-t1 1 2 '"overlap_comm": true'
+    check_output "stage $s, whole-tensor buckets: every rank's peak within its plan + libraries" "^rank 3" \
+        python3 tests/mpi/memory_check.py startup "$T/emb-t$s" "$T/small" 4
+    sed 's/^/# /' "$_last_out"
+    check "stage $s, whole-tensor buckets: at most the largest bucket's elements in flight on every rank" python3 -c "
+import json, sys
+peaks = [r['gradient_reduction']['peak_inflight_elements'] for r in json.load(open(sys.argv[1]))['ranks']]
+print('#', peaks)
+sys.exit(0 if len(peaks) == 4 and all(50304 * 128 <= p < 50304 * 128 + $BUCKET for p in peaks) else 1)" "$T/emb-t$s/log/comm_stats.json"
+done
 for stage in 2 3; do
     embeddings "emb-s$stage" "$stage" 2
     check_output "stage $stage, embeddings over the bucket size: gradients per rank planned by the formula, no whole embedding, peak within plan + libraries" \
