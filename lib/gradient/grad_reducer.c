@@ -14,11 +14,12 @@
 //
 // On the host every collective in flight holds MPI temporaries the size of its bucket until it
 // completes. So that they stay within what the memory plan counts, the buckets' collectives in
-// flight hold at most as many elements as the largest bucket (the window): a bucket that becomes
-// ready while earlier ones still run waits in a queue, started by a later poll or at finish (in
-// the order the buckets became ready, which is the same on every rank), and finish waits for the
-// oldest before starting more. (Split buckets have one in flight; hierarchical chains run one at a
-// time.)
+// flight hold at most as many elements as the largest bucket (the window): before a bucket starts,
+// the ones in flight are waited for until it fits. The wait is made where the bucket would start
+// anyway (a deferred start would depend on when each rank's collectives complete, and collectives
+// on one communicator must start in the same order everywhere, the other collectives on it
+// included), so a bucket that becomes ready while a larger one is in flight holds backward until
+// that completes. (Split buckets have one in flight; hierarchical chains run one at a time.)
 //
 // With options.progress_interval a progress thread (lib/parallel/progress_thread.c) also tests the
 // buckets in flight while backward computes, so a slow link keeps moving between backward's polls.
@@ -81,7 +82,6 @@ struct neox_grad_reducer {
     int *hier_order, hier_started, hier_head, hier_running;
     neox_progress_thread *thread;  // NULL without options.progress_interval
     size_t window;       // host, whole-tensor buckets: the most elements in flight (0: no bound)
-    int *queue, queued;  // ready buckets waiting for room in the window, in the order they became ready
 };
 
 static int hierarchical(const neox_grad_reducer *r) {
@@ -190,7 +190,6 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->hier_order = neox_calloc(nparams ? nparams : 1, sizeof(int));
     if (split_buckets(r)) make_split_buckets(r);
     else make_tensor_buckets(r, param_offset, param_size, nparams);
-    r->queue = neox_calloc((size_t)r->nbuckets + 1, sizeof(int));
     if (!r->be->on_device && !split_buckets(r) && !hierarchical(r) && data->size > 1) r->window = largest_bucket(r);
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
@@ -218,7 +217,6 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
     neox_progress_thread_stop(r->thread);
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
-    free(r->queue);
     free(r->param_begin);
     free(r->param_end);
     free(r->hier_order);
@@ -319,22 +317,6 @@ static double make_room(neox_grad_reducer *r, const bucket *b) {
     return seconds;
 }
 
-// Starts the queued buckets, in order, while they fit (wait: making room for each); the seconds of
-// the calls.
-static double start_queued(neox_grad_reducer *r, int wait) {
-    double seconds = 0.0;
-    int done = 0;
-    for (; done < r->queued; done++) {
-        bucket *b = &r->buckets[r->queue[done]];
-        if (wait) seconds += make_room(r, b);
-        else if (!has_room(r, b)) break;
-        seconds += start_bucket(r, b);
-    }
-    memmove(r->queue, r->queue + done, (size_t)(r->queued - done) * sizeof *r->queue);
-    r->queued -= done;
-    return seconds;
-}
-
 // Moves the hierarchical chains on as far as they go without waiting: the running one is tested,
 // and when it completes the next started bucket's chain begins (wait: until all have completed).
 static void hier_pump(neox_grad_reducer *r, int wait) {
@@ -422,11 +404,11 @@ static void bucket_ready(neox_grad_reducer *r, bucket *b) {
     if (!r->eager || b->started || b->skip) return;
     lock(r);
     r->during += land_in_flight(r);
-    if (r->queued > 0 || !has_room(r, b)) r->queue[r->queued++] = (int)(b - r->buckets);  // (after those ahead)
-    else r->during += start_bucket(r, b);
+    r->during += make_room(r, b);
+    r->during += start_bucket(r, b);
     if (r->thread) neox_progress_thread_arm(r->thread);
     unlock(r);
-    if (r->opt.overlap || !b->started) return;
+    if (r->opt.overlap) return;
     // ZeRO-2 without overlap: reduce now, so the bucket's memory is free before the next one fills.
     double t0 = neox_now();
     neox_wait(&b->req);
@@ -466,7 +448,6 @@ void neox_grad_reducer_progress(neox_grad_reducer *r) {
         if (neox_test(&b->req) && r->opt.partition_sum) land_own_part(r, b);
     }
     r->during += neox_now() - t0;
-    r->during += start_queued(r, 0);
     unlock(r);
 }
 
@@ -519,7 +500,7 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         neox_progress_thread_disarm(r->thread);
         neox_progress_thread_unlock(r->thread);
     }
-    double finish_at = neox_now(), seconds = start_queued(r, 1);
+    double seconds = 0.0, finish_at = neox_now();
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         // What backward had left to run when the bucket was ready: the time its transfer could hide in.
