@@ -14,12 +14,13 @@
 //
 // On the host every collective in flight holds MPI temporaries the size of its bucket until it
 // completes. So that they stay within what the memory plan counts, the buckets' collectives in
-// flight hold at most as many elements as the largest bucket (the window): before a bucket starts,
+// flight hold at most twice as many elements as the largest bucket (the window: as DeepSpeed's two
+// reduction buffers, room for one bucket to start while another completes): before a bucket starts,
 // the ones in flight are waited for until it fits. The wait is made where the bucket would start
 // anyway (a deferred start would depend on when each rank's collectives complete, and collectives
 // on one communicator must start in the same order everywhere, the other collectives on it
-// included), so a bucket that becomes ready while a larger one is in flight holds backward until
-// that completes. (Split buckets have one in flight; hierarchical chains run one at a time.)
+// included), so a bucket that becomes ready while the window is full holds backward until enough
+// completes. (Split buckets have one in flight; hierarchical chains run one at a time.)
 //
 // With options.progress_interval a progress thread (lib/parallel/progress_thread.c) also tests the
 // buckets in flight while backward computes, so a slow link keeps moving between backward's polls.
@@ -190,7 +191,7 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->hier_order = neox_calloc(nparams ? nparams : 1, sizeof(int));
     if (split_buckets(r)) make_split_buckets(r);
     else make_tensor_buckets(r, param_offset, param_size, nparams);
-    if (!r->be->on_device && !split_buckets(r) && !hierarchical(r) && data->size > 1) r->window = largest_bucket(r);
+    if (!r->be->on_device && !split_buckets(r) && !hierarchical(r) && data->size > 1) r->window = 2 * largest_bucket(r);
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         b->pending = (int64_t)(b->end - b->begin);
@@ -239,11 +240,14 @@ size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
 
 size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r) {
     if (r->be->on_device || r->data->size < 2) return 0;
-    // MPICH's recursive-halving reduce-scatter (and its recursive-doubling all-reduce) receives into
-    // a temporary and sums into another, each the size of the whole bucket in its wire format; the
-    // collectives in flight hold at most the largest bucket's elements (the window; split buckets:
-    // one at a time; hierarchical chains: one at a time).
-    return 2 * largest_bucket(r) * neox_dtype_size(r->opt.wire);
+    // MPICH's recursive-halving reduce-scatter receives into a temporary and sums into another, each
+    // the size of the whole bucket in its wire format; its all-reduce (reduce-scatter then
+    // all-gather, or recursive doubling) works in one. Whole-tensor buckets keep at most the window
+    // in flight; split buckets and hierarchical chains one bucket at a time (the chains' all-reduce
+    // counted as a reduce-scatter: two steps over two groups).
+    size_t elems = r->window ? r->window : largest_bucket(r);
+    size_t temporaries = r->window && r->opt.all_reduce ? 1 : 2;
+    return temporaries * elems * neox_dtype_size(r->opt.wire);
 }
 
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r) { return r->wire ? (r->n ? r->n : 1) * sizeof(uint16_t) : 0; }
