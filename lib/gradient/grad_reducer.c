@@ -240,14 +240,13 @@ size_t neox_grad_reducer_resident_bytes(const neox_grad_reducer *r) {
 
 size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r) {
     if (r->be->on_device || r->data->size < 2) return 0;
-    // MPICH's recursive-halving reduce-scatter receives into a temporary and sums into another, each
-    // the size of the whole bucket in its wire format; its all-reduce (reduce-scatter then
-    // all-gather, or recursive doubling) works in one. Whole-tensor buckets keep at most the window
-    // in flight; split buckets and hierarchical chains one bucket at a time (the chains' all-reduce
-    // counted as a reduce-scatter: two steps over two groups).
-    size_t elems = r->window ? r->window : largest_bucket(r);
-    size_t temporaries = r->window && r->opt.all_reduce ? 1 : 2;
-    return temporaries * elems * neox_dtype_size(r->opt.wire);
+    // MPICH works through the collectives in flight in turn, and the one it works on holds two
+    // temporaries the size of its bucket in the wire format (its recursive-halving reduce-scatter
+    // receives into one and sums into another; the all-reduce's first phase likewise). Split buckets
+    // and hierarchical chains have one in flight; whole-tensor buckets at most the window, which
+    // holds two of the largest. Measured within this at every stage: tests/mpi/memory.sh,
+    // bench/memory.sh (a).
+    return 2 * largest_bucket(r) * neox_dtype_size(r->opt.wire);
 }
 
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r) { return r->wire ? (r->n ? r->n : 1) * sizeof(uint16_t) : 0; }
