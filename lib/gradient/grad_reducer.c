@@ -83,6 +83,7 @@ struct neox_grad_reducer {
     int *hier_order, hier_started, hier_head, hier_running;
     neox_progress_thread *thread;  // NULL without options.progress_interval
     size_t window;       // host, whole-tensor buckets: the most elements in flight (0: no bound)
+    int *flying, nflying;  // host: buckets started whose collective may still run, in start order
 };
 
 static int hierarchical(const neox_grad_reducer *r) {
@@ -192,6 +193,7 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     if (split_buckets(r)) make_split_buckets(r);
     else make_tensor_buckets(r, param_offset, param_size, nparams);
     if (!r->be->on_device && !split_buckets(r) && !hierarchical(r) && data->size > 1) r->window = 2 * largest_bucket(r);
+    r->flying = neox_calloc((size_t)r->nbuckets + 1, sizeof(int));
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
         b->pending = (int64_t)(b->end - b->begin);
@@ -218,6 +220,7 @@ void neox_grad_reducer_free(neox_grad_reducer *r) {
     neox_progress_thread_stop(r->thread);
     for (int i = 0; i < r->nbuckets; i++) free(r->buckets[i].counts);
     free(r->buckets);
+    free(r->flying);
     free(r->param_begin);
     free(r->param_end);
     free(r->hier_order);
@@ -293,11 +296,18 @@ static size_t own_offset(const neox_grad_reducer *r, const bucket *b) {
 }
 
 // ---- the window of collectives in flight -----------------------------------------------------
-// Elements of the buckets whose collective still runs (tested now: a test completes it when it can).
+// Elements of the buckets whose collective still runs (tested now: a test completes it when it can);
+// the completed leave the list, so each call costs what is in flight, not the bucket count.
 static size_t running_elems(neox_grad_reducer *r) {
     size_t n = 0;
-    for (int i = 0; i < r->nbuckets; i++)
-        if (r->buckets[i].started && !neox_test(&r->buckets[i].req)) n += r->buckets[i].end - r->buckets[i].begin;
+    int kept = 0;
+    for (int k = 0; k < r->nflying; k++) {
+        bucket *b = &r->buckets[r->flying[k]];
+        if (neox_test(&b->req)) continue;
+        r->flying[kept++] = r->flying[k];
+        n += b->end - b->begin;
+    }
+    r->nflying = kept;
     return n;
 }
 
@@ -307,14 +317,12 @@ static int has_room(neox_grad_reducer *r, const bucket *b) {
     return now == 0 || now + (b->end - b->begin) <= r->window;
 }
 
-// Waits for collectives in flight until b fits (the order of waits is each rank's own affair).
+// Waits for the oldest collectives in flight until b fits (the order of waits is each rank's own affair).
 static double make_room(neox_grad_reducer *r, const bucket *b) {
     double seconds = 0.0;
-    for (int i = 0; i < r->nbuckets && !has_room(r, b); i++) {
-        bucket *o = &r->buckets[i];
-        if (!o->started || !o->req.active) continue;
+    while (!has_room(r, b)) {  // (not room: something is in flight, oldest first in the list)
         double t0 = neox_now();
-        neox_wait(&o->req);
+        neox_wait(&r->buckets[r->flying[0]].req);
         seconds += neox_now() - t0;
     }
     return seconds;
@@ -343,6 +351,7 @@ static double start_bucket(neox_grad_reducer *r, bucket *b) {
     if (!r->be->on_device && !hierarchical(r)) {  // (device collectives run in stream order; chains one at a time)
         int64_t inflight = (int64_t)(running_elems(r) + len);
         if (inflight > r->timing.peak_inflight_elements) r->timing.peak_inflight_elements = inflight;
+        r->flying[r->nflying++] = (int)(b - r->buckets);
     }
     scale(r, x, len, (float)(1.0 / r->opt.predivide_factor));
     if (b->wire != NEOX_F32) to_wire(r, b, b->begin, len);
@@ -538,5 +547,6 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         b->started = b->landed = 0;
         b->pending = (int64_t)(b->end - b->begin);
     }
+    r->nflying = 0;  // (every collective waited for above)
     record(r, seconds);
 }
