@@ -7,7 +7,7 @@
 // The copies run on the backend's copy queue (kernels/backend.h), beside the device's work:
 // - gradients go to the host as backward finishes them, where nothing changes them after backward
 //   (one data-parallel rank, one stage: the model reports each parameter's final gradient, and the
-//   copy is queued then); the rest at the step;
+//   copy is queued then) and the host buffers are page-locked (pin_memory); the rest at the step;
 // - the update runs on the host unit by unit in the order forward reads them (embedding, layers,
 //   head), each unit's weights queued back to the device as soon as it is updated, so the copy of
 //   one unit runs while the host updates the next;
@@ -116,8 +116,10 @@ int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
     o->grad_scale = 1.0f;
     o->streamed = neox_calloc((size_t)m->nparams + 1, 1);
     find_units(t);
-    // Backward's final gradients are the step's where no reduction or pipeline sum follows it.
-    o->stream_grads = !t->reducer && t->grid->pipe_size == 1;
+    // Backward's final gradients are the step's where no reduction or pipeline sum follows it. From
+    // pageable memory a GPU's copy to the host makes the host wait for it (and for the kernels
+    // queued before it), which in backward would hold up every launch: then they go at the step.
+    o->stream_grads = pinned && !t->reducer && t->grid->pipe_size == 1;
     if (o->stream_grads) neox_train_install_grad_hook(t);
     // The hook owns the 16-bit copy, so forward may wait per unit only where this rank updates the
     // whole model it reads (nothing to all-gather) and each unit is one run (no experts after the head).

@@ -111,8 +111,8 @@ import json, sys
 norms = [json.loads(l).get('train/grad_norm', 0) for l in open(sys.argv[1])]
 sys.exit(0 if max(norms) > 1.0 else 1)" "$T/off-sgd/metrics.jsonl"
 
-# What the copies did (comm_stats.json): every gradient queued to the host while backward ran (one
-# rank: each parameter's gradient is final when backward reports it), every unit (embedding, 2
+# What the copies did (comm_stats.json): with pinned buffers every gradient queued to the host while
+# backward ran (one rank: each parameter's gradient is final when backward reports it), every unit (embedding, 2
 # layers, head) queued back after each update, and waited for by the forward that read it next.
 offload_stats() {  # offload_stats RUN SKIPS: checks RUN's comm_stats.json "offload" entry (SKIPS 1: it skipped steps)
     python3 - "$T/$1/comm_stats.json" "$T/$1/metrics.jsonl" "$2" <<'PY'
@@ -133,6 +133,10 @@ check "fp32 offloaded: every gradient byte went to the host during backward" pyt
 import json, sys
 o = json.load(open(sys.argv[1]))['ranks'][0]['offload']
 sys.exit(0 if o['grad_bytes_in_backward'] == o['grad_bytes'] else 1)" "$T/emu-device_cpu/comm_stats.json"
+check "cpu_offload (pageable host memory): the gradients go to the host at the step, none during backward" python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))['ranks'][0]['offload']
+sys.exit(0 if o['grad_bytes_in_backward'] == 0 < o['grad_bytes'] else 1)" "$T/emu-cpu_offload/comm_stats.json"
 
 # Checkpoints: 10 steps offloaded, 10 more without, and the reverse, against the straight run.
 check "offloaded: 10 steps and a checkpoint" run off-first emulated "$(ck ck3 ", \"exit_interval\": 10$DEVICE")"
