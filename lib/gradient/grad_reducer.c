@@ -12,15 +12,11 @@
 // bucket_bytes across tensors, readiness is counted in elements (a large tensor made in pieces
 // reports each piece), and one bucket is in flight at a time (its MPI temporaries too).
 //
-// On the host every collective in flight holds MPI temporaries the size of its bucket until it
-// completes. So that they stay within what the memory plan counts, the buckets' collectives in
-// flight hold at most twice as many elements as the largest bucket (the window: as DeepSpeed's two
-// reduction buffers, room for one bucket to start while another completes): before a bucket starts,
-// the ones in flight are waited for until it fits. The wait is made where the bucket would start
-// anyway (a deferred start would depend on when each rank's collectives complete, and collectives
-// on one communicator must start in the same order everywhere, the other collectives on it
-// included), so a bucket that becomes ready while the window is full holds backward until enough
-// completes. (Split buckets have one in flight; hierarchical chains run one at a time.)
+// On the host a collective's MPI temporaries (the size of its bucket) are touched while MPICH works
+// on it, and MPICH works through the collectives in flight in turn: the memory plan counts the
+// largest bucket's (neox_grad_reducer_scratch_bytes), and the reducer reports the most elements it
+// had in flight at once. (Bounding the elements in flight instead, by waiting before a bucket
+// starts, made backward wait on the link: up to 20% slower steps with overlap_comm at 1 Gbit/s.)
 //
 // With options.progress_interval a progress thread (lib/parallel/progress_thread.c) also tests the
 // buckets in flight while backward computes, so a slow link keeps moving between backward's polls.
@@ -82,7 +78,6 @@ struct neox_grad_reducer {
     // that every rank issues their node-group collectives in the same order.
     int *hier_order, hier_started, hier_head, hier_running;
     neox_progress_thread *thread;  // NULL without options.progress_interval
-    size_t window;       // host, whole-tensor buckets: the most elements in flight (0: no bound)
     int *flying, nflying;  // host: buckets started whose collective may still run, in start order
 };
 
@@ -192,7 +187,6 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
     r->hier_order = neox_calloc(nparams ? nparams : 1, sizeof(int));
     if (split_buckets(r)) make_split_buckets(r);
     else make_tensor_buckets(r, param_offset, param_size, nparams);
-    if (!r->be->on_device && !split_buckets(r) && !hierarchical(r) && data->size > 1) r->window = 2 * largest_bucket(r);
     r->flying = neox_calloc((size_t)r->nbuckets + 1, sizeof(int));
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];
@@ -245,10 +239,9 @@ size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r) {
     if (r->be->on_device || r->data->size < 2) return 0;
     // MPICH works through the collectives in flight in turn, and the one it works on holds two
     // temporaries the size of its bucket in the wire format (its recursive-halving reduce-scatter
-    // receives into one and sums into another; the all-reduce's first phase likewise). Split buckets
-    // and hierarchical chains have one in flight; whole-tensor buckets at most the window, which
-    // holds two of the largest. Measured within this at every stage: tests/mpi/memory.sh,
-    // bench/memory.sh (a).
+    // receives into one and sums into another; the all-reduce's first phase likewise). Measured
+    // within this at every stage, whole-tensor buckets all started at once included:
+    // tests/mpi/memory.sh, bench/memory.sh (a).
     return 2 * largest_bucket(r) * neox_dtype_size(r->opt.wire);
 }
 
@@ -295,7 +288,7 @@ static size_t own_offset(const neox_grad_reducer *r, const bucket *b) {
     return lo - b->begin;
 }
 
-// ---- the window of collectives in flight -----------------------------------------------------
+// ---- collectives in flight (the report's peak_inflight_elements) ------------------------------
 // Elements of the buckets whose collective still runs (tested now: a test completes it when it can);
 // the completed leave the list, so each call costs what is in flight, not the bucket count.
 static size_t running_elems(neox_grad_reducer *r) {
@@ -309,23 +302,6 @@ static size_t running_elems(neox_grad_reducer *r) {
     }
     r->nflying = kept;
     return n;
-}
-
-static int has_room(neox_grad_reducer *r, const bucket *b) {
-    if (!r->window) return 1;
-    size_t now = running_elems(r);
-    return now == 0 || now + (b->end - b->begin) <= r->window;
-}
-
-// Waits for the oldest collectives in flight until b fits (the order of waits is each rank's own affair).
-static double make_room(neox_grad_reducer *r, const bucket *b) {
-    double seconds = 0.0;
-    while (!has_room(r, b)) {  // (not room: something is in flight, oldest first in the list)
-        double t0 = neox_now();
-        neox_wait(&r->buckets[r->flying[0]].req);
-        seconds += neox_now() - t0;
-    }
-    return seconds;
 }
 
 // Moves the hierarchical chains on as far as they go without waiting: the running one is tested,
@@ -416,7 +392,6 @@ static void bucket_ready(neox_grad_reducer *r, bucket *b) {
     if (!r->eager || b->started || b->skip) return;
     lock(r);
     r->during += land_in_flight(r);
-    r->during += make_room(r, b);
     r->during += start_bucket(r, b);
     if (r->thread) neox_progress_thread_arm(r->thread);
     unlock(r);
@@ -526,7 +501,6 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
                      b->pending > 0 ? "never reported" : "reported more than once");
         if (b->started || b->skip) continue;
         seconds += land_in_flight(r);
-        seconds += make_room(r, b);
         seconds += start_bucket(r, b);
     }
     if (hierarchical(r)) {  // the chains complete in the order they started
