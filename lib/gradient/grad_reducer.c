@@ -104,7 +104,6 @@ static void check_device_groups(const neox_grad_reducer *r) {
 }
 
 static void hier_pump(neox_grad_reducer *r, int wait);
-static double start_bucket(neox_grad_reducer *r, bucket *b);
 
 // The progress thread's poll (mutex held): test what is in flight, land nothing.
 static void thread_poll(void *ctx) {

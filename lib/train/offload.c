@@ -73,7 +73,7 @@ static void find_units(neox_trainer *t) {
     o->unit_end = neox_calloc((size_t)o->nunits, sizeof(size_t));
     o->unit_ticket = neox_calloc((size_t)o->nunits, sizeof(int64_t));
     for (int u = 0; u < o->nunits; u++) {
-        int last = u + 1 < o->nunits ? first[u + 1] : m->nparams;
+        int last = first[u + 1];  // (first[nunits] is nparams)
         if (first[u] >= last) continue;
         o->unit_begin[u] = m->params[first[u]].offset;
         o->unit_end[u] = m->params[last - 1].offset + m->params[last - 1].numel;
