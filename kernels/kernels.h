@@ -43,6 +43,10 @@ int neox_cuda_device_info_get(int index, neox_cuda_device_info *info);
 int neox_cuda_init(int device);
 // CUDA builds only: the cudaStream_t every op runs on (as void *, so C code needs no CUDA headers).
 void *neox_cuda_stream(void);
+// CUDA builds only: whether attention with bf16 operands may run on cuDNN's fused attention (1, the
+// default) or always on the own kernels (0; config key cudnn_attention). kernels/cuda/attention_cudnn.cu
+// owns the choice and its other rules (docs/cuda.md, "cuDNN fused attention").
+void neox_cuda_attention_cudnn(int allow);
 
 // ---- conventions ----------------------------------------------------------------------------
 // All tensors are fp32, row-major and contiguous unless a stride is given. B micro-batch, T sequence,

@@ -3,9 +3,39 @@
 #  1. Debian packages (apt-get; needs root, or sudo when available).
 #  2. The oracle virtual environment .venv (Python packages from PyPI used only by tests and
 #     benchmarks as independent references: HF tokenizers, tiktoken, numpy, pytest, ...).
+#  3. The cudnn-frontend C++ headers (header-only; the CUDA build's fused attention through cuDNN,
+#     kernels/cuda/cudnn_attention.cpp) into .deps/cudnn-frontend/include, from PyPI's
+#     nvidia-cudnn-frontend wheel. Build time only: nothing is fetched when the tools run.
 # Idempotent and quiet when everything is present.
+#   scripts/deps.sh --cudnn-frontend   only step 3 (tests/gpu/device-check.sh --fetch calls it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The cudnn-frontend release whose headers the CUDA build compiles against (its include/ folder is
+# the same in every wheel of a release; pip fetches the one for the Python that runs it).
+CUDNN_FRONTEND=nvidia-cudnn-frontend==1.32.0
+CUDNN_FRONTEND_DIR=.deps/cudnn-frontend
+install_cudnn_frontend() {
+  local stamp=$CUDNN_FRONTEND_DIR/.version
+  [ -f "$CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$CUDNN_FRONTEND" ] && return 0
+  local py=.venv/bin/python
+  [ -x "$py" ] || py=/usr/bin/python3
+  echo "make deps: installing the cudnn-frontend headers ($CUDNN_FRONTEND) into $CUDNN_FRONTEND_DIR"
+  local tmp
+  tmp=$(mktemp -d)
+  "$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$tmp" "$CUDNN_FRONTEND"
+  rm -rf "$CUDNN_FRONTEND_DIR" && mkdir -p "$CUDNN_FRONTEND_DIR"
+  "$py" - "$tmp"/nvidia_cudnn_frontend-*.whl "$CUDNN_FRONTEND_DIR" <<'PY'
+import sys, zipfile
+wheel, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(dest, [n for n in z.namelist() if n.startswith("include/")])
+PY
+  rm -rf "$tmp"
+  [ -f "$CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ] || { echo "make deps: error: no include/cudnn_frontend.h in the $CUDNN_FRONTEND wheel" >&2; exit 1; }
+  echo "$CUDNN_FRONTEND" >"$stamp"
+}
+if [ "${1:-}" = --cudnn-frontend ]; then install_cudnn_frontend; exit 0; fi
 
 # Debian packages, each with why it is needed.
 DEBS=(
@@ -106,3 +136,5 @@ PY
   rm -f "$constraints"
   printf '%s\n' "$lm_want" >"$lm_stamp"
 fi
+
+install_cudnn_frontend

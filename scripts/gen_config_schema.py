@@ -42,6 +42,8 @@ OWN_KEYS = [
     # topk router: the chosen experts' softmax weights divided by their sum (Mixtral's rule).
     ("neox.c", "moe_topk_renormalize", "BOOL", "false", None, 0, None, None),
     ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
+    # false: bf16 attention on a GPU always runs on the own kernels instead of cuDNN's fused attention.
+    ("neox.c", "cudnn_attention", "BOOL", "true", None, 0, None, None),
     ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd|adaptive", 0, None, None),
     ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),
     ("neox.c", "gradient_compression_start", "INT", "0", None, 0, 0, float("inf")),

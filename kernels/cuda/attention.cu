@@ -337,6 +337,7 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
 extern "C" void neox_cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                                             int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
     if (o.operands != NEOX_ELEM_F32) {
+        if (neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o)) return;
         neox_cuda_attention_mma_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o);
         return;
     }
@@ -359,6 +360,7 @@ extern "C" void neox_cuda_attention_backward(float *dq, float *dk, float *dv, co
                                              const float *k, const float *v, const float *out, const float *lse, int B,
                                              int T, int NH, int NKV, int HS, neox_attention_opts o) {
     if (o.operands != NEOX_ELEM_F32) {
+        if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o)) return;
         neox_cuda_attention_mma_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o);
         return;
     }

@@ -1,6 +1,7 @@
 // attention.cuh: what the two CUDA attention kernels share (attention.cu on the CUDA cores in fp32,
 // attention_mma.cu on the tensor cores with 16-bit operands): which keys a query sees, the dropout
-// keep factor (the CPU's, bit for bit) and the tensor-core entry points attention.cu dispatches to.
+// keep factor (the CPU's, bit for bit) and the tensor-core and cuDNN entry points attention.cu
+// dispatches to.
 #ifndef NEOX_CUDA_ATTENTION_CUH
 #define NEOX_CUDA_ATTENTION_CUH
 
@@ -24,5 +25,13 @@ void neox_cuda_attention_mma_forward(float *out, float *lse, const float *q, con
 void neox_cuda_attention_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                       const float *k, const float *v, const float *out, const float *lse, int B, int T,
                                       int NH, int NKV, int HS, neox_attention_opts o);
+// cuDNN's fused attention (attention_cudnn.cu), which decides per call whether it runs: 1 when it
+// ran the call, 0 when the own kernels must (the reasons are in attention_cudnn.cu). Shapes and
+// semantics as neox_attention_forward/backward's.
+int neox_cuda_attention_cudnn_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B,
+                                      int T, int NH, int NKV, int HS, neox_attention_opts o);
+int neox_cuda_attention_cudnn_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                       const float *k, const float *v, const float *out, const float *lse, int B,
+                                       int T, int NH, int NKV, int HS, neox_attention_opts o);
 
 #endif

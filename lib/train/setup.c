@@ -80,6 +80,10 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
                          "set compute_backend: cpu", refused, t->be->name);
     if (!strcmp(t->be->name, "emulated")) return 0;  // one rank (neox_backend_for_rank)
+#ifdef NEOX_CUDA
+    // false: bf16 attention stays on the own kernels (kernels/cuda/attention_cudnn.cu owns the choice)
+    neox_cuda_attention_cudnn(neox_config_bool(t->cfg, cudnn_attention));
+#endif
     return neox_grid_enable_device(t->grid, err);
 }
 

@@ -7,7 +7,8 @@
 # host lacks (libyaml, jansson, libmicrohttpd, utf8proc, zstd, zlib, HDF5 and what it links (libcurl and its
 # TLS/Kerberos/LDAP libraries, libaec), OpenBLAS with libgfortran, MPICH with hwloc and UCX, mpiexec:
 # 57 packages, about 45 MB) into .deps/, plus the benchmark's data (the GPT-2 tokenizer and Tiny
-# Shakespeare from ../shared/data, 2.6 MB) into .deps/data; git ignores .deps. tests/run does not run
+# Shakespeare from ../shared/data, 2.6 MB) into .deps/data, and the cudnn-frontend headers (make deps'
+# .deps/cudnn-frontend) with cuDNN's own headers (.deps/cudnn/include); git ignores .deps. tests/run does not run
 # this script (it is not a suite test).
 # On the GPU host it unpacks the .deb files into /tmp (never into /), builds the four tools and
 # the GPU tests with CUDA=1 for sm_90 against the unpacked copies (their folders in the binaries'
@@ -62,6 +63,10 @@ if [ "${1:-}" = --fetch ]; then
     rm -rf .deps && mkdir -p .deps/data
     (cd .deps && apt-get download "${FETCH_DEBS[@]}")
     for f in "${FETCH_DATA[@]}"; do cp "${SHARED:-../shared}/data/$f" .deps/data/; done
+    # cuDNN's fused attention: the cudnn-frontend headers (PyPI's wheel, as make deps installs them), and
+    # cuDNN's own headers from this toolkit, for a GPU host whose CUDA folder has libcudnn but no cudnn.h.
+    scripts/deps.sh --cudnn-frontend
+    mkdir -p .deps/cudnn/include && cp "${CUDA_HOME:-/usr/local/cuda}"/include/cudnn*.h .deps/cudnn/include/
     ls -l .deps/*.deb .deps/data && du -sh .deps && du -sb .deps
     exit 0
 fi
@@ -191,6 +196,7 @@ parity=$?
 if grep -q '# SKIP' "$OUT/op_parity.txt"; then parity=3; note "FAIL: the harness saw no GPU"; fi
 note "op parity: exit $parity; $(grep -c '^ok' "$OUT/op_parity.txt") ok, $(grep -c '^not ok' "$OUT/op_parity.txt") not ok"
 grep -A1 '^not ok' "$OUT/op_parity.txt" | tee -a "$summary"
+grep '^neox cuda: attention:' "$OUT/op_parity.txt" | sort -u | tee -a "$summary"  # which attention ran (cuDNN or why not)
 [ $parity -ne 0 ] && status=1
 if [ $parity -ne 0 ] && [ $parity -ne 1 ] && [ $parity -ne 3 ]; then
     # A crash (an abort inside an op): again with every launch waited for, to name the kernel.

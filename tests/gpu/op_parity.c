@@ -467,6 +467,11 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
     pair_free(&x);
 }
 
+// Which implementation the CUDA table's 16-bit attention calls take, named in the checks: " own" (the
+// tensor-core kernels: neox_cuda_attention_cudnn(0)) or " cudnn" (cuDNN's fused attention wherever its
+// rules allow: bf16 without dropout or ALiBi; the notice on stderr says whether it ran).
+static const char *g_att_path = "";
+
 // e: the operands' type (fp32: the CUDA-core kernels; bf16/fp16: the tensor-core kernels against the
 // CPU reference at the same rounding points). In 16 bits the two sides round the same values, but
 // their fp32 sums and exponentials differ in the last bits, so a probability or score gradient may
@@ -479,7 +484,9 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     unsigned long long seed = 4242;
     double unit = e == NEOX_ELEM_BF16 ? 1.0 / 128 : e == NEOX_ELEM_F16 ? 1.0 / 1024 : 0.0;  // 2^-(mantissa bits)
     double fwd_tol = e == NEOX_ELEM_F32 ? 2e-5 : 2 * unit, bwd_tol = e == NEOX_ELEM_F32 ? 5e-5 : 4 * unit;
-    const char *type = e == NEOX_ELEM_BF16 ? "bf16" : e == NEOX_ELEM_F16 ? "fp16" : "fp32";
+    char type[32];
+    snprintf(type, sizeof type, "%s%s", e == NEOX_ELEM_BF16 ? "bf16" : e == NEOX_ELEM_F16 ? "fp16" : "fp32",
+             e == NEOX_ELEM_F32 ? "" : g_att_path);
     pair q = pair_uniform(nq, -2.0f, 2.0f), k = pair_uniform(nkv, -2.0f, 2.0f), v = pair_rand(nkv);
     pair out = pair_rand(nq), lse = pair_rand((size_t)B * NH * T);
     float *host_slopes = xmalloc((size_t)NH * sizeof(float));
@@ -734,13 +741,13 @@ static void check_repeats(const char *name, gpu_op op, void *ctx, pair **outs, i
 }
 
 // Context of the repeated ops: their shapes, inputs (in) and outputs (out).
-typedef struct { int B, T, NH, NKV, HS, N, C; pair *in, *out; int *ids; neox_elem operands; } rep_ctx;
+typedef struct { int B, T, NH, NKV, HS, N, C; pair *in, *out; int *ids; neox_elem operands; float dropout; } rep_ctx;
 
 static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, 0.1f, 9, c->operands, NULL, 0, 0, 0});
+                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0});
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
@@ -773,9 +780,12 @@ static void test_determinism(void) {
     c.in = ai;
     c.out = ao;
     c.operands = NEOX_ELEM_F32;
+    c.dropout = 0.1f;
     check_repeats("attention_backward (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
     c.operands = NEOX_ELEM_BF16;
     check_repeats("attention_backward bf16 (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    c.dropout = 0.0f;  // cuDNN's deterministic backward (when cuDNN loads: the notice on stderr)
+    check_repeats("attention_backward bf16 cudnn (GQA)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
     free_pairs(ai, 6);
     free_pairs(ao, 3);
 
@@ -874,6 +884,44 @@ static void test_async_copies(void) {
     pair_free(&b);
 }
 
+// The tensor-core kernels: T off and on the 64-row tiles, GQA and MQA, head sizes 16..128.
+static void attention_16bit_own(void) {
+    neox_cuda_attention_cudnn(0);
+    g_att_path = " own";
+    test_attention_elem(2, 37, 4, 4, 16, 0.0f, 0, NEOX_ELEM_BF16);
+    test_attention_elem(1, 64, 4, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);
+    test_attention_elem(2, 200, 6, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);    // GQA, a partial last tile
+    test_attention_elem(1, 130, 4, 1, 128, 0.0f, 0, NEOX_ELEM_BF16);   // MQA
+    test_attention_elem(1, 97, 2, 2, 80, 0.1f, 0, NEOX_ELEM_BF16);     // dropout
+    test_attention_elem(2, 150, 4, 2, 64, 0.0f, 40, NEOX_ELEM_BF16);   // sliding window across tiles
+    test_attention_elem(1, 97, 2, 1, 96, 0.2f, 1, NEOX_ELEM_BF16);     // a window of one key, dropout
+    test_attention_elem(1, 300, 4, 2, 112, 0.0f, 0, NEOX_ELEM_F16);
+    test_attention_elem(1, 129, 2, 2, 32, 0.1f, 0, NEOX_ELEM_F16);
+    test_attention_elem(1, 2048, 2, 2, 128, 0.0f, 0, NEOX_ELEM_BF16);  // a training length
+    // ALiBi's biases (12 heads: slopes from two sequences), both kernels.
+    test_attention_full(1, 150, 12, 4, 64, 0.0f, 0, NEOX_ELEM_F32, 1);
+    test_attention_full(1, 97, 12, 12, 40, 0.1f, 30, NEOX_ELEM_F32, 1);
+    test_attention_full(2, 150, 12, 4, 64, 0.0f, 0, NEOX_ELEM_BF16, 1);
+    test_attention_full(1, 97, 12, 6, 128, 0.1f, 30, NEOX_ELEM_BF16, 1);
+    g_att_path = "";
+    neox_cuda_attention_cudnn(1);
+}
+
+// cuDNN's fused attention against the same CPU reference and tolerances (its probabilities round to
+// bf16 at its own tile boundaries, not the reference's): the shapes it takes (bf16, no dropout or
+// ALiBi), GQA, MQA, windows, a partial tile, the 125M benchmark's heads at a training length.
+static void attention_16bit_cudnn(void) {
+    neox_cuda_attention_cudnn(1);
+    g_att_path = " cudnn";
+    test_attention_elem(2, 37, 4, 4, 16, 0.0f, 0, NEOX_ELEM_BF16);
+    test_attention_elem(2, 200, 6, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);    // GQA, a partial last tile
+    test_attention_elem(1, 130, 4, 1, 128, 0.0f, 0, NEOX_ELEM_BF16);   // MQA
+    test_attention_elem(2, 150, 4, 2, 64, 0.0f, 40, NEOX_ELEM_BF16);   // sliding window across tiles
+    test_attention_elem(1, 97, 2, 1, 80, 0.0f, 1, NEOX_ELEM_BF16);     // a window of one key
+    test_attention_elem(1, 2048, 12, 12, 64, 0.0f, 0, NEOX_ELEM_BF16); // 125M's heads, sequence 2048
+    g_att_path = "";
+}
+
 int main(int argc, char **argv) {
     int self = 0;
     for (int i = 1; i < argc; i++) {
@@ -938,22 +986,8 @@ int main(int argc, char **argv) {
     test_attention(1, 300, 2, 2, 256, 0.0f, 0);
     test_attention(2, 150, 4, 2, 64, 0.0f, 40);   // sliding window across tiles
     test_attention(1, 97, 2, 1, 80, 0.1f, 1);     // a window of one key, dropout
-    // The tensor-core kernels: T off and on the 64-row tiles, GQA and MQA, head sizes 16..128.
-    test_attention_elem(2, 37, 4, 4, 16, 0.0f, 0, NEOX_ELEM_BF16);
-    test_attention_elem(1, 64, 4, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);
-    test_attention_elem(2, 200, 6, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);    // GQA, a partial last tile
-    test_attention_elem(1, 130, 4, 1, 128, 0.0f, 0, NEOX_ELEM_BF16);   // MQA
-    test_attention_elem(1, 97, 2, 2, 80, 0.1f, 0, NEOX_ELEM_BF16);     // dropout
-    test_attention_elem(2, 150, 4, 2, 64, 0.0f, 40, NEOX_ELEM_BF16);   // sliding window across tiles
-    test_attention_elem(1, 97, 2, 1, 96, 0.2f, 1, NEOX_ELEM_BF16);     // a window of one key, dropout
-    test_attention_elem(1, 300, 4, 2, 112, 0.0f, 0, NEOX_ELEM_F16);
-    test_attention_elem(1, 129, 2, 2, 32, 0.1f, 0, NEOX_ELEM_F16);
-    test_attention_elem(1, 2048, 2, 2, 128, 0.0f, 0, NEOX_ELEM_BF16);  // a training length
-    // ALiBi's biases (12 heads: slopes from two sequences), both kernels.
-    test_attention_full(1, 150, 12, 4, 64, 0.0f, 0, NEOX_ELEM_F32, 1);
-    test_attention_full(1, 97, 12, 12, 40, 0.1f, 30, NEOX_ELEM_F32, 1);
-    test_attention_full(2, 150, 12, 4, 64, 0.0f, 0, NEOX_ELEM_BF16, 1);
-    test_attention_full(1, 97, 12, 6, 128, 0.1f, 30, NEOX_ELEM_BF16, 1);
+    attention_16bit_own();
+    attention_16bit_cudnn();
     test_attention_cached(5, 17, 4, 2, 48, 50, 0, 0);
     test_attention_cached(1, 0, 4, 4, 64, 8, 0, 0);
     test_attention_cached(9, 0, 2, 1, 128, 9, 0, 0);

@@ -1,0 +1,128 @@
+// attention_cudnn.cu: the one owner of the choice between cuDNN's fused attention
+// (kernels/cuda/cudnn_attention.cpp) and the own kernels (attention.cu, attention_mma.cu), and the
+// cuDNN route of the fp32 attention ops: the activations are fp32 today, so q, k, v (and for backward
+// out and dout) are cast to a bf16 scratch, cuDNN runs on it, and its bf16 results are cast back.
+// The cuDNN interface itself takes bf16 pointers and strides, ready for bf16 activations read straight
+// from the fused QKV buffer.
+#include <string.h>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/cudnn_attention.h"
+
+static int g_cudnn_allowed = 1;
+
+extern "C" void neox_cuda_attention_cudnn(int allow) { g_cudnn_allowed = allow != 0; }
+
+// Says once per distinct outcome which implementation attention runs on (the first use of each).
+static void notice(const char *what) {
+    enum { KEEP = 8 };
+    static char said[KEEP][400];  // as long as use_cudnn's lines
+    static int n;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(said[i], what)) return;
+    if (n < KEEP) snprintf(said[n++], sizeof said[0], "%s", what);
+    fprintf(stderr, "neox cuda: attention: %s\n", what);
+}
+
+static neox_cudnn_sdpa sdpa_shape(int B, int T, int NH, int NKV, int HS, const neox_attention_opts *o) {
+    neox_cudnn_sdpa s;
+    memset(&s, 0, sizeof s);
+    s.B = B, s.H = NH, s.Hkv = NKV, s.T = T, s.HS = HS;
+    s.causal = 1, s.window = o->window, s.scale = o->scale;
+    // q, k, v (B, heads, T, HS) as the model splits them; out (B, T, NH, HS) as the ops return it
+    neox_cudnn_strides_bhtd(s.q_stride, NH, T, HS);
+    neox_cudnn_strides_bhtd(s.k_stride, NKV, T, HS);
+    neox_cudnn_strides_bhtd(s.v_stride, NKV, T, HS);
+    neox_cudnn_strides_bthd(s.o_stride, NH, T, HS);
+    return s;
+}
+
+// cuDNN runs a call when: it is allowed (config key cudnn_attention), the operands are bf16 (fp16
+// and fp32 stay on the own kernels), there is no attention dropout (the own kernels draw the CPU's
+// masks; cuDNN's Philox masks differ) and no ALiBi, libcudnn loads, and cuDNN builds plans for the
+// shape (plans and refusals are cached per shape). Forward and backward of one shape decide alike.
+static int use_cudnn(const neox_cudnn_sdpa *s, const neox_attention_opts *o, size_t *fwd_ws, size_t *bwd_ws) {
+    char why[320], line[400];
+    const char *rule = !g_cudnn_allowed                    ? "own tensor-core kernels (cudnn_attention: false)"
+                       : o->operands != NEOX_ELEM_BF16 ? "own tensor-core kernels (fp16 operands: cuDNN is used for bf16 only)"
+                       : o->dropout > 0.0f             ? "own tensor-core kernels (attention dropout)"
+                       : o->alibi                      ? "own tensor-core kernels (ALiBi)"
+                                                       : NULL;
+    if (rule) return notice(rule), 0;
+    if (!neox_cudnn_sdpa_prepare(s, fwd_ws, bwd_ws, why, sizeof why)) {
+        snprintf(line, sizeof line, "own tensor-core kernels (cuDNN: %s)", why);
+        notice(line);
+        return 0;
+    }
+    snprintf(line, sizeof line, "cuDNN %s fused attention (bf16, deterministic backward)", neox_cudnn_version());
+    notice(line);
+    return 1;
+}
+
+// Carves consecutive 256-byte-aligned pieces out of one scratch buffer.
+static size_t piece(size_t *at, size_t bytes) {
+    size_t start = *at;
+    *at += (bytes + 255) & ~(size_t)255;
+    return start;
+}
+
+// A cuDNN failure after its plans were built is a bug or a lost device, like a failing kernel.
+static void check_ran(int ok, const char *what, const char *why) {
+    if (ok) return;
+    fprintf(stderr, "neox cuda: cuDNN attention %s failed: %s\n", what, why);
+    abort();
+}
+
+// out: (B, T, NH, HS), lse: (B, NH, T); q: (B, NH, T, HS); k, v: (B, NKV, T, HS), all fp32.
+int neox_cuda_attention_cudnn_forward(float *out, float *lse, const float *q, const float *k,
+                                      const float *v, int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    neox_cudnn_sdpa s = sdpa_shape(B, T, NH, NKV, HS, &o);
+    size_t fwd_ws = 0, bwd_ws = 0;
+    if (B <= 0 || T <= 0 || !use_cudnn(&s, &o, &fwd_ws, &bwd_ws)) return 0;
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS, at = 0;
+    size_t pq = piece(&at, nq * 2), pk = piece(&at, nkv * 2), pv = piece(&at, nkv * 2), po = piece(&at, nq * 2);
+    size_t pw = piece(&at, fwd_ws);
+    char *base = (char *)neox_cuda_scratch(at);
+    uint16_t *q16 = (uint16_t *)(base + pq), *k16 = (uint16_t *)(base + pk), *v16 = (uint16_t *)(base + pv);
+    uint16_t *o16 = (uint16_t *)(base + po);
+    neox_cuda_cast_f32_to_bf16(q16, q, nq);
+    neox_cuda_cast_f32_to_bf16(k16, k, nkv);
+    neox_cuda_cast_f32_to_bf16(v16, v, nkv);
+    char why[320];
+    check_ran(neox_cudnn_sdpa_forward(&s, o16, lse, q16, k16, v16, base + pw, neox_cuda_current_stream(), why,
+                                      sizeof why),
+              "forward", why);
+    neox_cuda_cast_bf16_to_f32(out, o16, nq);
+    return 1;
+}
+
+// dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS) overwritten; dout, out: (B, T, NH, HS); lse from the
+// cuDNN forward (the same log-sum-exp the own kernels keep).
+int neox_cuda_attention_cudnn_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                       const float *k, const float *v, const float *out, const float *lse, int B,
+                                       int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    neox_cudnn_sdpa s = sdpa_shape(B, T, NH, NKV, HS, &o);
+    size_t fwd_ws = 0, bwd_ws = 0;
+    if (B <= 0 || T <= 0 || !use_cudnn(&s, &o, &fwd_ws, &bwd_ws)) return 0;
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS, at = 0;
+    size_t pq = piece(&at, nq * 2), pk = piece(&at, nkv * 2), pv = piece(&at, nkv * 2), po = piece(&at, nq * 2);
+    size_t pdo = piece(&at, nq * 2), pdq = piece(&at, nq * 2), pdk = piece(&at, nkv * 2), pdv = piece(&at, nkv * 2);
+    size_t pw = piece(&at, bwd_ws);
+    char *base = (char *)neox_cuda_scratch(at);
+    uint16_t *q16 = (uint16_t *)(base + pq), *k16 = (uint16_t *)(base + pk), *v16 = (uint16_t *)(base + pv);
+    uint16_t *o16 = (uint16_t *)(base + po), *do16 = (uint16_t *)(base + pdo), *dq16 = (uint16_t *)(base + pdq);
+    uint16_t *dk16 = (uint16_t *)(base + pdk), *dv16 = (uint16_t *)(base + pdv);
+    neox_cuda_cast_f32_to_bf16(q16, q, nq);
+    neox_cuda_cast_f32_to_bf16(k16, k, nkv);
+    neox_cuda_cast_f32_to_bf16(v16, v, nkv);
+    neox_cuda_cast_f32_to_bf16(o16, out, nq);
+    neox_cuda_cast_f32_to_bf16(do16, dout, nq);
+    char why[320];
+    check_ran(neox_cudnn_sdpa_backward(&s, dq16, dk16, dv16, do16, q16, k16, v16, o16, lse, base + pw,
+                                       neox_cuda_current_stream(), why, sizeof why),
+              "backward", why);
+    neox_cuda_cast_bf16_to_f32(dq, dq16, nq);
+    neox_cuda_cast_bf16_to_f32(dk, dk16, nkv);
+    neox_cuda_cast_bf16_to_f32(dv, dv16, nkv);
+    return 1;
+}

@@ -1,0 +1,347 @@
+// cudnn_attention.cpp: cuDNN's fused attention graphs (cudnn_attention.h) through cudnn-frontend,
+// the header-only C++ interface that `make deps` installs into .deps/cudnn-frontend. The frontend's
+// dynamic loading is used: libcudnn.so.9 is opened on first use, so linking the tools needs no cuDNN
+// and a host without it falls back to the own attention kernels. Built without the frontend's
+// headers, every entry point reports that and the own kernels run.
+#include "kernels/cuda/cudnn_attention.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#if __has_include(<cudnn_frontend.h>)
+#define NEOX_HAVE_CUDNN_FRONTEND 1
+#endif
+
+// The strides helpers need nothing of cuDNN.
+extern "C" void neox_cudnn_strides_bhtd(int64_t stride[4], int heads, int T, int HS) {
+    stride[0] = (int64_t)heads * T * HS;
+    stride[1] = (int64_t)T * HS;
+    stride[2] = HS;
+    stride[3] = 1;
+}
+
+extern "C" void neox_cudnn_strides_bthd(int64_t stride[4], int heads, int T, int HS) {
+    stride[0] = (int64_t)T * heads * HS;
+    stride[1] = HS;
+    stride[2] = (int64_t)heads * HS;
+    stride[3] = 1;
+}
+
+extern "C" void neox_cudnn_strides_qkv(neox_cudnn_sdpa *s, int interleaved, int64_t *q_off, int64_t *k_off,
+                                       int64_t *v_off) {
+    int64_t W = (int64_t)(s->H + 2 * s->Hkv) * s->HS, head = interleaved ? 3 * (int64_t)s->HS : s->HS;
+    int64_t base[4] = {(int64_t)s->T * W, head, W, 1};
+    memcpy(s->q_stride, base, sizeof base);
+    memcpy(s->k_stride, base, sizeof base);
+    memcpy(s->v_stride, base, sizeof base);
+    *q_off = 0;
+    *k_off = interleaved ? s->HS : (int64_t)s->H * s->HS;
+    *v_off = interleaved ? 2 * (int64_t)s->HS : (int64_t)(s->H + s->Hkv) * s->HS;
+}
+
+static void say(char *why, size_t whylen, const char *what) {
+    if (why && whylen) snprintf(why, whylen, "%s", what);
+}
+
+#ifndef NEOX_HAVE_CUDNN_FRONTEND
+
+static const char k_not_built[] = "built without the cudnn-frontend headers (make deps installs them)";
+extern "C" int neox_cudnn_built(void) { return 0; }
+extern "C" int neox_cudnn_load(char *why, size_t whylen) { return say(why, whylen, k_not_built), 0; }
+extern "C" const char *neox_cudnn_version(void) { return ""; }
+extern "C" int neox_cudnn_sdpa_validate(const neox_cudnn_sdpa *, int, char *why, size_t whylen) {
+    return say(why, whylen, k_not_built), 0;
+}
+extern "C" int neox_cudnn_sdpa_prepare(const neox_cudnn_sdpa *, size_t *, size_t *, char *why, size_t whylen) {
+    return say(why, whylen, k_not_built), 0;
+}
+extern "C" int neox_cudnn_sdpa_forward(const neox_cudnn_sdpa *, uint16_t *, float *, const uint16_t *,
+                                       const uint16_t *, const uint16_t *, void *, void *, char *why, size_t whylen) {
+    return say(why, whylen, k_not_built), 0;
+}
+extern "C" int neox_cudnn_sdpa_backward(const neox_cudnn_sdpa *, uint16_t *, uint16_t *, uint16_t *,
+                                        const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *,
+                                        const uint16_t *, const float *, void *, void *, char *why, size_t whylen) {
+    return say(why, whylen, k_not_built), 0;
+}
+
+#else
+
+#include <dlfcn.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+#include <cudnn_frontend.h>
+
+namespace fe = cudnn_frontend;
+
+// The frontend's dynamic loading resolves every cuDNN call through this handle.
+void *cudnn_frontend::cudnn_dlhandle = nullptr;
+
+namespace {
+
+// Tensor ids of the variant packs.
+enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DOUT, UID_DQ, UID_DK, UID_DV };
+
+std::string g_version;
+
+std::vector<int64_t> dims(const neox_cudnn_sdpa *s, int heads) { return {s->B, heads, s->T, s->HS}; }
+std::vector<int64_t> strides(const int64_t st[4]) { return {st[0], st[1], st[2], st[3]}; }
+std::vector<int64_t> stats_dims(const neox_cudnn_sdpa *s) { return {s->B, s->H, s->T, 1}; }
+// Stats (B, H, T, 1) dense: the same memory as the own kernels' lse (B, H, T).
+std::vector<int64_t> stats_strides(const neox_cudnn_sdpa *s) { return {(int64_t)s->H * s->T, s->T, 1, 1}; }
+
+std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, const char *name, int64_t uid,
+                                                    std::vector<int64_t> d, std::vector<int64_t> st) {
+    return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(d).set_stride(st));
+}
+
+void output(const std::shared_ptr<fe::graph::Tensor_attributes> &t, int64_t uid, std::vector<int64_t> d,
+            std::vector<int64_t> st) {
+    t->set_output(true).set_uid(uid).set_dim(d).set_stride(st);
+}
+
+// The masks, the same in both directions: causal is the diagonal band's right bound 0 from the top
+// left corner; a window of w keeps key j for query i when j + w > i (the frontend's left bound, in
+// the own kernels' sense: keys i - w + 1 .. i).
+template <typename Attrs> void set_masks(Attrs &a, const neox_cudnn_sdpa *s) {
+    if (s->causal) a.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+    if (s->window > 0) a.set_diagonal_band_left_bound(s->window);
+}
+
+// sm: the target architecture (90 = Hopper), or 0 for the current GPU's. Set before any node is
+// added: each node copies the graph's context when it is made.
+std::shared_ptr<fe::graph::Graph> new_graph(int sm) {
+    auto g = std::make_shared<fe::graph::Graph>();
+    if (sm > 0) g->set_sm_version(sm);
+    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    return g;
+}
+
+// out, stats = attention(q, k, v): q (B, H, T, HS), k, v (B, Hkv, T, HS), out like q.
+std::shared_ptr<fe::graph::Graph> forward_graph(const neox_cudnn_sdpa *s, int sm) {
+    auto g = new_graph(sm);
+    auto q = input(*g, "q", UID_Q, dims(s, s->H), strides(s->q_stride));
+    auto k = input(*g, "k", UID_K, dims(s, s->Hkv), strides(s->k_stride));
+    auto v = input(*g, "v", UID_V, dims(s, s->Hkv), strides(s->v_stride));
+    auto attrs = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(s->scale);
+    set_masks(attrs, s);
+    auto [o, stats] = g->sdpa(q, k, v, attrs);
+    output(o, UID_O, dims(s, s->H), strides(s->o_stride));
+    output(stats, UID_STATS, stats_dims(s), stats_strides(s));
+    stats->set_data_type(fe::DataType_t::FLOAT);
+    return g;
+}
+
+// dq, dk, dv from dout, q, k, v, out and stats; deterministic (no atomics across key tiles).
+std::shared_ptr<fe::graph::Graph> backward_graph(const neox_cudnn_sdpa *s, int sm) {
+    auto g = new_graph(sm);
+    auto q = input(*g, "q", UID_Q, dims(s, s->H), strides(s->q_stride));
+    auto k = input(*g, "k", UID_K, dims(s, s->Hkv), strides(s->k_stride));
+    auto v = input(*g, "v", UID_V, dims(s, s->Hkv), strides(s->v_stride));
+    auto o = input(*g, "o", UID_O, dims(s, s->H), strides(s->o_stride));
+    auto dout = input(*g, "dout", UID_DOUT, dims(s, s->H), strides(s->o_stride));
+    auto stats = input(*g, "stats", UID_STATS, stats_dims(s), stats_strides(s));
+    stats->set_data_type(fe::DataType_t::FLOAT);
+    auto attrs = fe::graph::SDPA_backward_attributes()
+                     .set_name("sdpa_backward")
+                     .set_attn_scale(s->scale)
+                     .set_deterministic_algorithm(true);
+    set_masks(attrs, s);
+    auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, attrs);
+    output(dq, UID_DQ, dims(s, s->H), strides(s->q_stride));
+    output(dk, UID_DK, dims(s, s->Hkv), strides(s->k_stride));
+    output(dv, UID_DV, dims(s, s->Hkv), strides(s->v_stride));
+    return g;
+}
+
+// What the frontend cannot express or this interface does not offer, before the frontend sees it.
+const char *shape_problem(const neox_cudnn_sdpa *s) {
+    if (s->B <= 0 || s->H <= 0 || s->Hkv <= 0 || s->T <= 0 || s->HS <= 0) return "empty shape";
+    if (s->H % s->Hkv) return "query heads not a multiple of key/value heads";
+    if (s->window > 0 && !s->causal) return "a sliding window needs the causal mask";
+    return nullptr;
+}
+
+// Runs f, turning the frontend's errors and exceptions (dynamic loading throws on a missing
+// symbol) into a message.
+template <typename F> bool attempt(F f, std::string &why) {
+    try {
+        fe::error_t st = f();
+        if (st.is_good()) return true;
+        why = st.get_message();
+    } catch (const std::exception &e) {
+        why = e.what();
+    } catch (...) {
+        why = "unknown exception from cudnn-frontend";
+    }
+    if (why.empty()) why = "cudnn-frontend failed without a message";
+    return false;
+}
+
+bool validate_both(const neox_cudnn_sdpa *s, int sm, std::string &why) {
+    return attempt([&] { return forward_graph(s, sm)->validate(); }, why) &&
+           attempt([&] { return backward_graph(s, sm)->validate(); }, why);
+}
+
+// One cached shape: both plans, or why there are none.
+struct plans {
+    bool ok = false;
+    std::string why;
+    std::shared_ptr<fe::graph::Graph> fwd, bwd;
+    int64_t fwd_ws = 0, bwd_ws = 0;
+};
+
+cudnnHandle_t g_handle = nullptr;
+std::string g_handle_error;
+std::map<std::vector<int64_t>, plans> g_cache;
+
+std::vector<int64_t> cache_key(const neox_cudnn_sdpa *s) {
+    uint32_t scale_bits;
+    memcpy(&scale_bits, &s->scale, sizeof scale_bits);
+    std::vector<int64_t> key = {s->B, s->H, s->Hkv, s->T, s->HS, s->causal, s->window, scale_bits};
+    for (const int64_t *st : {s->q_stride, s->k_stride, s->v_stride, s->o_stride}) key.insert(key.end(), st, st + 4);
+    return key;
+}
+
+bool ensure_handle(std::string &why) {
+    if (g_handle) return true;
+    if (g_handle_error.empty()) {
+        try {
+            cudnnStatus_t st = fe::detail::create_handle(&g_handle);
+            if (st != CUDNN_STATUS_SUCCESS) {
+                g_handle = nullptr;
+                g_handle_error = std::string("cudnnCreate failed: ") + fe::detail::get_error_string(st);
+            }
+        } catch (const std::exception &e) {
+            g_handle_error = std::string("cudnnCreate failed: ") + e.what();
+        }
+    }
+    why = g_handle_error;
+    return g_handle != nullptr;
+}
+
+// validate, cuDNN's operation graph, heuristics' candidates, support check, plan build.
+bool build(fe::graph::Graph &g, int64_t &ws, std::string &why) {
+    return attempt([&] { return g.validate(); }, why) && attempt([&] { return g.build_operation_graph(g_handle); }, why) &&
+           attempt([&] { return g.create_execution_plans({fe::HeurMode_t::A}); }, why) &&
+           attempt([&] { return g.check_support(g_handle); }, why) && attempt([&] { return g.build_plans(); }, why) &&
+           attempt([&] { return g.get_workspace_size(ws); }, why);
+}
+
+plans make_plans(const neox_cudnn_sdpa *s) {
+    plans p;
+    char why[256];
+    if (const char *bad = shape_problem(s)) return p.why = bad, p;
+    if (!neox_cudnn_load(why, sizeof why)) return p.why = why, p;
+    if (!ensure_handle(p.why)) return p;
+    p.fwd = forward_graph(s, 0);
+    p.bwd = backward_graph(s, 0);
+    if (!build(*p.fwd, p.fwd_ws, p.why)) return p.why = "forward: " + p.why, p;
+    if (!build(*p.bwd, p.bwd_ws, p.why)) return p.why = "backward: " + p.why, p;
+    p.ok = true;
+    return p;
+}
+
+const plans *find_plans(const neox_cudnn_sdpa *s) {
+    auto key = cache_key(s);
+    auto it = g_cache.find(key);
+    if (it == g_cache.end()) it = g_cache.emplace(key, make_plans(s)).first;
+    return &it->second;
+}
+
+bool execute(const plans *p, fe::graph::Graph &g, std::unordered_map<int64_t, void *> &pack, void *workspace,
+             void *stream, std::string &why) {
+    if (!p->ok) return why = p->why, false;
+    if (fe::detail::set_stream(g_handle, (cudaStream_t)stream) != CUDNN_STATUS_SUCCESS) {
+        why = "cudnnSetStream failed";
+        return false;
+    }
+    return attempt([&] { return g.execute(g_handle, pack, workspace); }, why);
+}
+
+}  // namespace
+
+extern "C" int neox_cudnn_load(char *why, size_t whylen) {
+    static int state = -1;  // -1 not tried, 0 failed, 1 loaded
+    static std::string error;
+    if (state < 0) {
+        // The soname of cuDNN 9 (the frontend needs 9.x), found through the RPATH (the CUDA toolkit's
+        // lib64) or the loader's usual search.
+        fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+        if (!fe::cudnn_dlhandle) {
+            const char *e = dlerror();
+            error = std::string("libcudnn.so.9 not loadable: ") + (e ? e : "?");
+            state = 0;
+        } else {
+            try {
+                size_t v = fe::detail::get_backend_version();
+                g_version = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+                state = 1;
+            } catch (const std::exception &e) {
+                error = std::string("libcudnn.so.9 loaded but unusable: ") + e.what();
+                state = 0;
+            }
+        }
+    }
+    if (!state) say(why, whylen, error.c_str());
+    return state;
+}
+
+extern "C" int neox_cudnn_built(void) { return 1; }
+
+extern "C" const char *neox_cudnn_version(void) { return g_version.c_str(); }
+
+extern "C" int neox_cudnn_sdpa_validate(const neox_cudnn_sdpa *s, int sm_version, char *why, size_t whylen) {
+    if (const char *bad = shape_problem(s)) return say(why, whylen, bad), 0;
+    if (!neox_cudnn_load(why, whylen)) return 0;
+    std::string reason;
+    if (validate_both(s, sm_version, reason)) return 1;
+    say(why, whylen, reason.c_str());
+    return 0;
+}
+
+extern "C" int neox_cudnn_sdpa_prepare(const neox_cudnn_sdpa *s, size_t *fwd_ws, size_t *bwd_ws, char *why,
+                                       size_t whylen) {
+    const plans *p = find_plans(s);
+    if (!p->ok) return say(why, whylen, p->why.c_str()), 0;
+    if (fwd_ws) *fwd_ws = (size_t)p->fwd_ws;
+    if (bwd_ws) *bwd_ws = (size_t)p->bwd_ws;
+    return 1;
+}
+
+extern "C" int neox_cudnn_sdpa_forward(const neox_cudnn_sdpa *s, uint16_t *out, float *stats, const uint16_t *q,
+                                       const uint16_t *k, const uint16_t *v, void *workspace, void *stream, char *why,
+                                       size_t whylen) {
+    const plans *p = find_plans(s);
+    std::unordered_map<int64_t, void *> pack = {{UID_Q, (void *)q}, {UID_K, (void *)k},     {UID_V, (void *)v},
+                                                {UID_O, (void *)out}, {UID_STATS, (void *)stats}};
+    std::string reason;
+    if (execute(p, *p->fwd, pack, workspace, stream, reason)) return 1;
+    say(why, whylen, reason.c_str());
+    return 0;
+}
+
+extern "C" int neox_cudnn_sdpa_backward(const neox_cudnn_sdpa *s, uint16_t *dq, uint16_t *dk, uint16_t *dv,
+                                        const uint16_t *dout, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                        const uint16_t *out, const float *stats, void *workspace, void *stream,
+                                        char *why, size_t whylen) {
+    const plans *p = find_plans(s);
+    std::unordered_map<int64_t, void *> pack = {
+        {UID_Q, (void *)q},   {UID_K, (void *)k},   {UID_V, (void *)v},   {UID_O, (void *)out},
+        {UID_DOUT, (void *)dout}, {UID_STATS, (void *)stats}, {UID_DQ, (void *)dq}, {UID_DK, (void *)dk},
+        {UID_DV, (void *)dv}};
+    std::string reason;
+    if (execute(p, *p->bwd, pack, workspace, stream, reason)) return 1;
+    say(why, whylen, reason.c_str());
+    return 0;
+}
+
+#endif

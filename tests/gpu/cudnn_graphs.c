@@ -1,0 +1,104 @@
+// cudnn_graphs.c: every cuDNN attention graph the model can ask for passes cudnn-frontend's validate()
+// for Hopper (sm_90), checked without a GPU: the frontend's checks of data types, head sizes, masks,
+// GQA and the architecture's rules run on the host (cudnn_attention.h, neox_cudnn_sdpa_validate).
+// What needs a GPU (cuDNN's own support check, plan build, the numbers) is in tests/gpu/op_parity.c.
+// TAP lines; "# SKIP" when libcudnn cannot be loaded here; a build without the cudnn-frontend headers
+// fails. Exit 1 when any check fails.
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cuda/cudnn_attention.h"
+
+// How q, k, v and out are laid out in memory.
+typedef enum {
+    LAYOUT_SPLIT,        // what the CUDA attention op hands cuDNN today: q, k, v (B, heads, T, HS), out (B, T, H, HS)
+    LAYOUT_FUSED_NEOX,   // q, k, v read from the fused QKV GEMM output, GPT-NeoX's interleaved per-head layout
+    LAYOUT_FUSED_LLAMA,  // the same, Llama's [q heads | k heads | v heads] layout
+} layout;
+
+typedef struct {
+    const char *what;  // where the shape comes from
+    int B, H, Hkv, T, HS, window;
+    layout lay;
+    int expect_ok;  // 0: a shape the frontend must refuse (the check can fail)
+} graph_case;
+
+static const graph_case cases[] = {
+    // bench/gpu_train.sh: GPT-NeoX 125M, micro-batch auto (32, 16, 8), 12 heads of 64, sequence 2048
+    {"125M micro-batch 32", 32, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1},
+    {"125M micro-batch 16", 16, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1},
+    {"125M micro-batch 8", 8, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1},
+    {"125M, fused interleaved QKV", 8, 12, 12, 2048, 64, 0, LAYOUT_FUSED_NEOX, 1},
+    // Llama-style GQA and MQA (num_kv_heads < heads), the fused layout of its q/k/v projections
+    {"GQA 32/8 HS 128", 2, 32, 8, 2048, 128, 0, LAYOUT_SPLIT, 1},
+    {"GQA 32/8 HS 128, fused Llama QKV", 2, 32, 8, 2048, 128, 0, LAYOUT_FUSED_LLAMA, 1},
+    {"MQA 8/1 HS 64", 4, 8, 1, 512, 64, 0, LAYOUT_SPLIT, 1},
+    // sliding_window_width (window = width + 1 keys)
+    {"window 256, GQA 4/2", 4, 4, 2, 1024, 64, 256, LAYOUT_SPLIT, 1},
+    {"window 4097 over T 2048 (Mistral's 4096)", 2, 32, 8, 2048, 128, 4097, LAYOUT_SPLIT, 1},
+    {"window 17, T 70", 3, 4, 4, 70, 32, 17, LAYOUT_FUSED_NEOX, 1},
+    // every head size the 16-bit path takes (kernels.h, neox_attention_operands: 16, 32, ..., 128),
+    // at sequences that are not multiples of a tile
+    {"HS 16, T 33", 2, 4, 2, 33, 16, 0, LAYOUT_SPLIT, 1},
+    {"HS 32, T 129", 2, 4, 4, 129, 32, 0, LAYOUT_SPLIT, 1},
+    {"HS 48, T 40", 1, 2, 2, 40, 48, 0, LAYOUT_SPLIT, 1},
+    {"HS 80, T 300", 2, 4, 1, 300, 80, 0, LAYOUT_SPLIT, 1},
+    {"HS 96, T 65", 2, 4, 4, 65, 96, 0, LAYOUT_FUSED_NEOX, 1},
+    {"HS 112, T 37", 1, 2, 2, 37, 112, 0, LAYOUT_SPLIT, 1},
+    // refused: the frontend's own rules (Hopper: head size at most 256, a multiple of 8)
+    {"HS 264 is refused", 1, 2, 2, 64, 264, 0, LAYOUT_SPLIT, 0},
+    {"HS 20 is refused", 1, 2, 2, 64, 20, 0, LAYOUT_SPLIT, 0},
+};
+
+static neox_cudnn_sdpa make_shape(const graph_case *c) {
+    neox_cudnn_sdpa s;
+    memset(&s, 0, sizeof s);
+    s.B = c->B, s.H = c->H, s.Hkv = c->Hkv, s.T = c->T, s.HS = c->HS;
+    s.causal = 1, s.window = c->window;
+    s.scale = 1.0f / __builtin_sqrtf((float)c->HS);
+    int64_t off[3];
+    if (c->lay == LAYOUT_SPLIT) {
+        neox_cudnn_strides_bhtd(s.q_stride, c->H, c->T, c->HS);
+        neox_cudnn_strides_bhtd(s.k_stride, c->Hkv, c->T, c->HS);
+        neox_cudnn_strides_bhtd(s.v_stride, c->Hkv, c->T, c->HS);
+    } else {
+        neox_cudnn_strides_qkv(&s, c->lay == LAYOUT_FUSED_NEOX, &off[0], &off[1], &off[2]);
+    }
+    neox_cudnn_strides_bthd(s.o_stride, c->H, c->T, c->HS);
+    return s;
+}
+
+int main(void) {
+    char why[512];
+    if (!neox_cudnn_built()) {  // the CUDA build's attention would never use cuDNN
+        printf("not ok - cuDNN attention graphs: the CUDA variant was built without the cudnn-frontend headers "
+               "(make deps installs them into .deps/cudnn-frontend)\n");
+        return 1;
+    }
+    if (!neox_cudnn_load(why, sizeof why)) {
+        printf("ok - cuDNN attention graphs # SKIP %s\n", why);
+        return 0;
+    }
+    printf("# cuDNN %s, graphs validated for sm_90 without a GPU\n", neox_cudnn_version());
+    int n = (int)(sizeof cases / sizeof cases[0]), failed = 0;
+    printf("1..%d\n", n + 1);
+    for (int i = 0; i < n; i++) {
+        const graph_case *c = &cases[i];
+        neox_cudnn_sdpa s = make_shape(c);
+        why[0] = 0;
+        int ok = neox_cudnn_sdpa_validate(&s, 90, why, sizeof why);
+        int pass = ok == c->expect_ok;
+        failed += !pass;
+        printf("%s %d - forward + deterministic backward: %s (B %d, H %d/%d, T %d, HS %d, window %d)%s%s\n",
+               pass ? "ok" : "not ok", i + 1, c->what, c->B, c->H, c->Hkv, c->T, c->HS, c->window,
+               why[0] ? ": " : "", why);
+    }
+    // A window without the causal mask is refused before the frontend sees it.
+    graph_case lone = {"window without causal", 1, 2, 2, 64, 64, 8, LAYOUT_SPLIT, 0};
+    neox_cudnn_sdpa s = make_shape(&lone);
+    s.causal = 0;
+    int refused = !neox_cudnn_sdpa_validate(&s, 90, why, sizeof why);
+    failed += !refused;
+    printf("%s %d - a window without the causal mask is refused: %s\n", refused ? "ok" : "not ok", n + 1, why);
+    return failed ? 1 : 0;
+}
