@@ -226,7 +226,9 @@ NEOX_HOST_DEVICE static inline unsigned long long neox_attention_dropout_row(uns
 // products accumulated in fp32 and softmax statistics kept in fp32 either way. In 16-bit, q, k, v are
 // rounded to it, and so are the probabilities of each key tile (after the dropout factor, under the
 // running max of the tiles so far: tiles of 64 keys from the first the query block needs) before they
-// weight v; the row sums are of the unrounded probabilities. Inputs and outputs stay fp32.
+// weight v; the row sums are of the unrounded probabilities. Inputs and outputs stay fp32. (On a GPU,
+// bf16 attention may run on cuDNN instead, which rounds its probability tiles at its own boundaries
+// and returns out in bf16 precision: the same up to a few bf16 units, not bit for bit.)
 void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
                             int NH, int NKV, int HS, neox_attention_opts o);
 // Attention of S new positions pos0..pos0+S-1 over a key/value cache holding positions
