@@ -68,6 +68,9 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
 // compute_backend: cpu, cuda, auto or emulated; on a GPU, one rank per device (local rank modulo the
 // device count) and NCCL communicators for the device buffers.
 static int setup_backend(neox_trainer *t, neox_error *err) {
+    // cudnn_attention: on a CUDA device, false keeps bf16 attention on the own kernels
+    // (kernels/cuda/attention_cudnn.cu owns the choice); the CPU backends have no cuDNN to choose.
+    int cudnn_attention = neox_config_bool(t->cfg, cudnn_attention);
     t->be = neox_backend_for_rank(neox_config_str(t->cfg, compute_backend), t->grid, err);
     if (!t->be) return -1;
     if (!t->be->on_device) return 0;
@@ -81,8 +84,9 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
                          "set compute_backend: cpu", refused, t->be->name);
     if (!strcmp(t->be->name, "emulated")) return 0;  // one rank (neox_backend_for_rank)
 #ifdef NEOX_CUDA
-    // false: bf16 attention stays on the own kernels (kernels/cuda/attention_cudnn.cu owns the choice)
-    neox_cuda_attention_cudnn(neox_config_bool(t->cfg, cudnn_attention));
+    neox_cuda_attention_cudnn(cudnn_attention);
+#else
+    (void)cudnn_attention;
 #endif
     return neox_grid_enable_device(t->grid, err);
 }
