@@ -81,7 +81,7 @@ int main(void) {
     }
     printf("# cuDNN %s, graphs validated for sm_90 without a GPU\n", neox_cudnn_version());
     int n = (int)(sizeof cases / sizeof cases[0]), failed = 0;
-    printf("1..%d\n", n + 1);
+    printf("1..%d\n", n + 2);
     for (int i = 0; i < n; i++) {
         const graph_case *c = &cases[i];
         neox_cudnn_sdpa s = make_shape(c);
@@ -100,5 +100,18 @@ int main(void) {
     int refused = !neox_cudnn_sdpa_validate(&s, 90, why, sizeof why);
     failed += !refused;
     printf("%s %d - a window without the causal mask is refused: %s\n", refused ? "ok" : "not ok", n + 1, why);
+    // Plans need a GPU (a cuDNN handle): without one, prepare must refuse with the reason (the
+    // attention then falls back to the own kernels), not crash or throw; with one it builds them.
+    s = make_shape(&cases[0]);
+    why[0] = 0;
+    size_t fwd_ws = 0, bwd_ws = 0;
+    int planned = neox_cudnn_sdpa_prepare(&s, &fwd_ws, &bwd_ws, why, sizeof why);
+    int sound = planned ? 1 : why[0] != 0;
+    failed += !sound;
+    if (planned)
+        printf("ok %d - plans built on this GPU (workspace %zu + %zu bytes)\n", n + 2, fwd_ws, bwd_ws);
+    else
+        printf("%s %d - without plans, prepare says why (the own kernels then run): %s\n", sound ? "ok" : "not ok",
+               n + 2, why);
     return failed ? 1 : 0;
 }
