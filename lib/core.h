@@ -155,6 +155,9 @@ void neox_set_stop_handler(void (*handler)(int));
 int neox_publish_file(const char *tmp, const char *path, neox_error *err);
 // fsync()s the directory holding path (after a rename).
 int neox_fsync_dir_of(const char *path, neox_error *err);
+// The size and zlib CRC-32 of a whole file (lib/core/file_crc.c), streamed through a bounded
+// buffer: what a checkpoint manifest and a sample-index cache's identity record. -1 + err naming path.
+int neox_file_crc32(const char *path, uint64_t *bytes, uint32_t *crc32, neox_error *err);
 
 // ---------------------------------------------------------------------------------------------
 // Allocation. These never return NULL: on failure the process exits with a message naming the size.
