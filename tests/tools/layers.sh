@@ -28,6 +28,9 @@ check "the include rule fails when lib/data includes the shard format" \
 plant lib/ckpt/planted.c '#include "model.h"'
 check "the include rule fails when lib/ckpt includes the model" \
     check_output_fails python3 "$TEST_TMP/tree/tests/tools/layers_check.py" includes
+plant lib/ckpt.h '#include "model.h"'
+check "the include rule checks a public header as its folder's (lib/ckpt.h may not include the model)" \
+    check_output_fails python3 "$TEST_TMP/tree/tests/tools/layers_check.py" includes
 plant lib/checkpoint/planted.c '#include "ckpt.h"'
 check "the include rule passes a call the table allows" python3 "$TEST_TMP/tree/tests/tools/layers_check.py" includes
 plant lib/extra/planted.c '#include "core.h"'
