@@ -289,7 +289,7 @@ static void notice_ignored(const neox_config *cfg) {
 static int open_reads_record(neox_config *cfg, neox_error *err) {
     const char *path = getenv("NEOX_CONFIG_READS");
     if (!path || !*path) return 0;
-    cfg->reads = fopen(path, "a");
+    cfg->reads = fopen(path, "ae");  // (e: O_CLOEXEC)
     if (!cfg->reads) return neox_fail(err, NEOX_EXIT_FAILURE, "NEOX_CONFIG_READS=%s: cannot append: %s", path, strerror(errno));
     setvbuf(cfg->reads, NULL, _IOLBF, 0);  // whole lines, so ranks appending to one file do not interleave
     return 0;
