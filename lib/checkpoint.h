@@ -1,8 +1,9 @@
-// checkpoint.h: the training-checkpoint format as the model sees it (lib/ckpt/model_io.c): the model
-// shape a checkpoint records in state/train.json, opening a checkpoint directory (every shard checked
-// against its manifest first), and reading a model's parameters or optimizer state out of it by
-// intersection, whatever layout wrote it. neox-train (resume), neox-eval and neox-convert all call
-// these; the shard format itself is ckpt.h, the run state's reader lib/ckpt/run_state.c.
+// checkpoint.h: the training checkpoint as the model sees it (lib/checkpoint/): the model shape a
+// checkpoint records in state/train.json, the run state's common part and its one reader
+// (run_state.c), opening a checkpoint directory (every shard checked against its manifest first),
+// and reading a model's parameters or optimizer state out of it by intersection, whatever layout
+// wrote it (model_io.c). neox-train (resume), neox-eval and neox-convert all call these; the shard
+// format underneath, which knows nothing of models, is ckpt.h (lib/ckpt/).
 #ifndef NEOX_CHECKPOINT_H
 #define NEOX_CHECKPOINT_H
 
@@ -39,10 +40,17 @@ typedef struct neox_run_counters {
     int64_t seed, dropout_rows;
     int has_rng;  // seed and dropout_rows stored (not with no_save_rng)
 } neox_run_counters;
-// state/train.json's common part (lib/ckpt/run_state.c, whose reader checks it): the counters, the
+// state/train.json's common part (lib/checkpoint/run_state.c, whose reader checks it): the counters, the
 // model shape of d and the stored config files (a json array, stolen). The trainer adds the sections
 // only a running trainer has (optimizer, LR schedule, loss scaler). New reference.
 json_t *neox_ckpt_run_state_json(const neox_run_counters *c, const neox_model_desc *d, json_t *config_files);
+// The run state of a checkpoint (state/train.json: iteration, optimizer steps, data positions,
+// seed, LR schedule, loss scaler, model shape, stored config files), parsed and every field checked
+// for its type and range; the error names the directory, the file and the field. *state is the
+// caller's to json_decref.
+int neox_ckpt_read_run_state(const neox_ckpt_reader *r, const char *dir, json_t **state, neox_error *err);
+// The checks alone, on a parsed state; file names it in errors.
+int neox_ckpt_check_run_state(json_t *state, const char *file, neox_error *err);
 // Opens every shard file the manifest of checkpoint directory dir lists, each checked against it
 // first (neox_ckpt_open_dir).
 neox_ckpt_reader *neox_ckpt_open_checkpoint(const char *dir, neox_error *err);

@@ -34,7 +34,7 @@ int neox_ckpt_write_bytes(neox_ckpt_writer *w, const char *name, const void *dat
 // Flushes, fsyncs and renames the file into place; frees w. On error the temporary is removed.
 int neox_ckpt_writer_close(neox_ckpt_writer *w, neox_error *err);
 // The same, also filling entry->bytes and entry->crc32 (name and rank are left as they are) for
-// the manifest: what neox_ckpt_file_checksum() gives on the finished file, computed from the data
+// the manifest: what neox_file_crc32() gives on the finished file, computed from the data
 // as it was written plus a read of HDF5's metadata only, not of the whole file.
 typedef struct neox_ckpt_file_entry neox_ckpt_file_entry;
 int neox_ckpt_writer_close_entry(neox_ckpt_writer *w, neox_ckpt_file_entry *entry, neox_error *err);
@@ -103,9 +103,6 @@ int neox_ckpt_make_dir(const char *save, int64_t iteration, neox_error *err);
 // is exchanged with the new one atomically (renameat2 RENAME_EXCHANGE) and removed only after.
 char *neox_ckpt_begin_dir(const char *save, int64_t iteration, neox_error *err);
 int neox_ckpt_switch_dir(const char *save, int64_t iteration, const char *tmp, neox_error *err);
-// Size and CRC-32 of a file, into entry (name and rank are left as they are); streamed through a
-// bounded buffer.
-int neox_ckpt_file_checksum(const char *path, neox_ckpt_file_entry *entry, neox_error *err);
 // Checks dir/<entry name> against its manifest entry: its size first (a truncation is refused
 // without reading), then its CRC-32; the error names the file.
 int neox_ckpt_check_file(const char *dir, const neox_ckpt_file_entry *entry, neox_error *err);
@@ -121,14 +118,6 @@ int neox_ckpt_manifest_write(const char *dir, const neox_ckpt_manifest *m, neox_
 // Reads and validates a manifest.json; m->files is malloc'ed (neox_ckpt_manifest_free).
 int neox_ckpt_manifest_read(const char *dir, neox_ckpt_manifest *m, neox_error *err);
 void neox_ckpt_manifest_free(neox_ckpt_manifest *m);
-// The run state of a checkpoint (state/train.json: iteration, optimizer steps, data positions,
-// seed, LR schedule, loss scaler, model shape, stored config files), parsed and every field checked
-// for its type and range (lib/ckpt/run_state.c); the error names the directory, the file and the
-// field. *state (a jansson json_t) is the caller's to json_decref.
-struct json_t;
-int neox_ckpt_read_run_state(const neox_ckpt_reader *r, const char *dir, struct json_t **state, neox_error *err);
-// The checks alone, on a parsed state; file names it in errors.
-int neox_ckpt_check_run_state(struct json_t *state, const char *file, neox_error *err);
 // Points SAVE/latest at global_stepN (atomic replace), then removes the oldest global_step
 // directories beyond keep_last (keep_last <= 0 keeps all).
 int neox_ckpt_mark_latest(const char *save, int64_t iteration, int keep_last, neox_error *err);

@@ -129,7 +129,7 @@ void neox_config_free(neox_config *cfg);
 #define neox_config_source(cfg, key, buf, size) neox_config_source_id((cfg), NEOX_K_##key, (buf), (size))
 
 // The same by id, for code that holds ids (a table of keys); neox_key_id_of names a key at run time and
-// aborts when the schema has no such key, neox_subkey_id_of a dotted sub-key path.
+// reports a bug (neox_bug) when the schema has no such key, neox_subkey_id_of a dotted sub-key path.
 int neox_config_has_id(const neox_config *cfg, neox_key_id key);
 int neox_config_bool_id(const neox_config *cfg, neox_key_id key);
 int64_t neox_config_int_id(const neox_config *cfg, neox_key_id key);

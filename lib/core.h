@@ -12,9 +12,15 @@
 #define NEOX_VERSION "0.1.0"
 
 // ---------------------------------------------------------------------------------------------
-// Errors. Library functions never exit: they return -1 and fill a neox_error, whose status is the
+// Errors: two vocabularies for two kinds of failure (docs/design.md, "Errors").
+// A failure of the user's world (a file, a config, the environment, a measurement) is an error:
+// library functions never exit for one; they return -1 and fill a neox_error, whose status is the
 // exit code a tool should use (1 runtime failure, 2 usage or configuration error). Tools report it
 // with neox_die_error(), which prints "<prog>: error: <message>".
+// A broken invariant (what no input can cause: a caller's misuse, a schema that does not match its
+// table) is a bug: neox_assert(cond, ...) or neox_bug(...) print "<prog>: internal error: <message>
+// (a bug in neox.c; please report) at FILE:LINE" and abort, leaving a core dump rather than an error
+// a script might retry.
 enum { NEOX_EXIT_OK = 0, NEOX_EXIT_FAILURE = 1, NEOX_EXIT_USAGE = 2 };
 
 typedef struct neox_error {
@@ -30,6 +36,8 @@ void neox_error_clear(neox_error *err);
 
 void neox_set_progname(const char *argv0);
 const char *neox_progname(void);
+// Prints "<prog>: error: <message>" and exits through the exit hook: for tools, and in the library only
+// where no error can be returned (out of memory, a failed collective, which ends the whole job).
 _Noreturn void neox_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 _Noreturn void neox_die_error(const neox_error *err);
 // A function neox_die() calls, after printing, before it exits: the parallel layer installs one
@@ -37,6 +45,10 @@ _Noreturn void neox_die_error(const neox_error *err);
 void neox_set_exit_hook(void (*hook)(int status));
 // Exits through the exit hook (what neox_die and neox_usage_error end with).
 _Noreturn void neox_exit(int status);
+
+#define neox_bug(...) neox_bug_at(__FILE__, __LINE__, __VA_ARGS__)
+#define neox_assert(cond, ...) ((cond) ? (void)0 : neox_bug_at(__FILE__, __LINE__, __VA_ARGS__))
+_Noreturn void neox_bug_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 // ---------------------------------------------------------------------------------------------
 // Logging. Messages go to stderr as "<prog>: <level>: ..." and, when more than one rank runs,
@@ -117,10 +129,11 @@ int neox_atomic_write(const char *path, const void *data, size_t size, neox_erro
 // Creates a temporary for path (as above, registered for cleanup); returns its descriptor (open
 // for writing) and *tmp (malloc'ed), or -1 + err naming path.
 int neox_temp_create(const char *path, char **tmp, neox_error *err);
-// The same with the random characters drawn from fill (tests force name collisions with it).
-typedef void (*neox_random_fill)(unsigned char *buf, size_t n);
+// The same with the random characters drawn from fill (tests force name collisions with it); fill
+// returns 0, or -1 with errno set when it has no random bytes to give.
+typedef int (*neox_random_fill)(unsigned char *buf, size_t n);
 int neox_temp_create_with(const char *path, neox_random_fill fill, char **tmp, neox_error *err);
-void neox_random_bytes(unsigned char *buf, size_t n);  // from the kernel's random source
+int neox_random_bytes(unsigned char *buf, size_t n);  // from the kernel's random source
 // Creates a temporary directory for path (mkdir is exclusive and follows no symlink); malloc'ed.
 char *neox_temp_dir_create(const char *path, neox_error *err);
 // A temporary for a file that a library creates by name (HDF5's H5Fcreate): *tmp_file (malloc'ed,
@@ -155,6 +168,9 @@ void neox_set_stop_handler(void (*handler)(int));
 int neox_publish_file(const char *tmp, const char *path, neox_error *err);
 // fsync()s the directory holding path (after a rename).
 int neox_fsync_dir_of(const char *path, neox_error *err);
+// The size and zlib CRC-32 of a whole file (lib/core/file_crc.c), streamed through a bounded
+// buffer: what a checkpoint manifest and a sample-index cache's identity record. -1 + err naming path.
+int neox_file_crc32(const char *path, uint64_t *bytes, uint32_t *crc32, neox_error *err);
 
 // ---------------------------------------------------------------------------------------------
 // Allocation. These never return NULL: on failure the process exits with a message naming the size.

@@ -400,7 +400,8 @@ int neox_batch_next(neox_batch_iterator *it, neox_batch *b, neox_error *err);
 // num_workers >= 1: the batch after each one read on a background thread (prefetch.c). *b becomes
 // the batch at it's position (swapped with the prefetched buffer when that is the one, read now
 // otherwise: the same batches and errors as neox_batch_next), it advances, and the read of the
-// next position starts. Batches must all be micro_batch x seq_length.
+// next position starts. Batches must all be micro_batch x seq_length. NULL, with a warning, when the
+// thread cannot be started: the caller then reads with neox_batch_next (the same batches, unhidden).
 typedef struct neox_prefetch neox_prefetch;
 neox_prefetch *neox_prefetch_start(int micro_batch, int seq_length);
 int neox_prefetch_next(neox_prefetch *p, neox_batch_iterator *it, neox_batch **b, neox_error *err);

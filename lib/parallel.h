@@ -5,7 +5,10 @@
 // measured. MPI carries them on CPU ranks. In a CUDA build, neox_grid_enable_device gives each
 // group an NCCL communicator, and from then on every call whose buffers are device memory goes
 // through NCCL (nccl.c; host buffers still go through MPI, so host scalars keep working).
-// MPI errors are fatal, and neox_die() on any rank aborts the whole job, so no rank hangs.
+// MPI errors are fatal, and neox_die() on any rank aborts the whole job, so no rank hangs: a failure
+// inside a collective (MPI, NCCL, CUDA, a count MPI cannot take, comm_timeout_seconds passing) ends
+// the job rather than returning, since its peers wait in it. Misuse (mixed host and device buffers,
+// groups nested) is a bug (neox_assert).
 #ifndef NEOX_PARALLEL_H
 #define NEOX_PARALLEL_H
 
@@ -94,7 +97,8 @@ int neox_parallel_thread_multiple(void);
 // between, to move non-blocking communication on while the main thread computes
 // (progress_thread.c). fn runs with the thread's mutex held; the owner takes the same mutex around
 // the state it shares with fn, and arms and disarms while holding it (after disarm returns and the
-// mutex is released, fn does not run again until the next arm).
+// mutex is released, fn does not run again until the next arm). NULL, with a warning, when the
+// thread cannot be started: the owner's own tests then move the communication on.
 typedef struct neox_progress_thread neox_progress_thread;
 neox_progress_thread *neox_progress_thread_start(void (*fn)(void *ctx), void *ctx, double interval_seconds);
 void neox_progress_thread_lock(neox_progress_thread *p);
@@ -258,6 +262,10 @@ void neox_comm_stats_delta(neox_comm_stats *delta, const neox_comm_stats *now, c
 // elsewhere) created, or 0 (nothing created) when there is one node or no node has two ranks.
 // Collective over c.
 int neox_hier_make(neox_comm *c, neox_comm *intra, neox_comm *inter);
+// The NEOX_RANKS_PER_NODE override into *k (0 without one); a value that is no positive number is a
+// usage error naming the variable. neox_parallel_init checks it, so a bad value stops every tool at
+// start-up rather than midway through setting up the groups.
+int neox_hier_ranks_per_node(int *k, neox_error *err);
 void neox_hier_free(neox_comm *intra, neox_comm *inter);
 // Reduce to the node leader, all-reduce among leaders, broadcast within the node.
 void neox_hier_allreduce_sum(neox_comm *intra, neox_comm *inter, void *buf, size_t count, neox_dtype dt);

@@ -1,8 +1,9 @@
 // shard_crc.c: the one owner of checkpoint file checksums. Writing: a shard file's CRC-32 from the
 // extents written from memory (shard_crc.h); zlib's crc32_combine() joins the CRC of the bytes
 // before an extent with the extent's own CRC, so only the gaps between extents are read from the
-// file. Loading: every file a manifest lists is checked (size, then a streamed CRC-32) before
-// HDF5 opens any shard, for verify, the trainer's resume, the evaluator and every conversion.
+// file. Loading: every file a manifest lists is checked (size, then the streamed CRC-32 of
+// neox_file_crc32 in lib/core) before HDF5 opens any shard, for verify, the trainer's resume, the
+// evaluator and every conversion.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ int neox_crc_extents_file(neox_crc_extents *x, const char *path, neox_ckpt_file_
     uint64_t size = (uint64_t)st.st_size;
     if (!extents_fit(x, size)) {
         close(fd);
-        return neox_ckpt_file_checksum(path, entry, err);
+        return neox_file_crc32(path, &entry->bytes, &entry->crc32, err);
     }
     uLong crc = crc32(0L, Z_NULL, 0);
     uint64_t pos = 0;
@@ -77,33 +78,6 @@ int neox_crc_extents_file(neox_crc_extents *x, const char *path, neox_ckpt_file_
     close(fd);
     if (rc != 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: read error", path);
     entry->bytes = size;
-    entry->crc32 = (uint32_t)crc;
-    return 0;
-}
-
-// ---- the whole file, streamed -------------------------------------------------------------------
-
-// Large sequential reads keep the check I/O-bound; the buffer is bounded whatever the file's size.
-#define CHECKSUM_BUFFER (1 << 20)
-
-int neox_ckpt_file_checksum(const char *path, neox_ckpt_file_entry *entry, neox_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: %s", path, strerror(errno));
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    unsigned char *buf = neox_malloc(CHECKSUM_BUFFER);
-    uLong crc = crc32(0L, Z_NULL, 0);
-    uint64_t bytes = 0;
-    ssize_t n;
-    while ((n = read(fd, buf, CHECKSUM_BUFFER)) > 0 || (n < 0 && errno == EINTR)) {
-        if (n < 0) continue;
-        crc = crc32_z(crc, buf, (z_size_t)n);
-        bytes += (uint64_t)n;
-    }
-    int e = errno;
-    free(buf);
-    close(fd);
-    if (n < 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: read error: %s", path, strerror(e));
-    entry->bytes = bytes;
     entry->crc32 = (uint32_t)crc;
     return 0;
 }
@@ -123,7 +97,7 @@ int neox_ckpt_check_file(const char *dir, const neox_ckpt_file_entry *want, neox
     else if ((uint64_t)st.st_size != want->bytes)  // found without reading a byte
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: %llu bytes, manifest.json says %llu (truncated or replaced)", path,
                        (unsigned long long)st.st_size, (unsigned long long)want->bytes);
-    else if ((rc = neox_ckpt_file_checksum(path, &got, err)) == 0 && got.bytes != want->bytes)
+    else if ((rc = neox_file_crc32(path, &got.bytes, &got.crc32, err)) == 0 && got.bytes != want->bytes)
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: %llu bytes, manifest.json says %llu (changed while read)", path,
                        (unsigned long long)got.bytes, (unsigned long long)want->bytes);
     else if (rc == 0 && got.crc32 != want->crc32)

@@ -182,7 +182,7 @@ int neox_ckpt_writer_close_entry(neox_ckpt_writer *w, neox_ckpt_file_entry *entr
     if (H5Fclose(w->file) < 0)
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot close checkpoint shard: %s", w->path, neox_hdf5_error(msg));
     if (rc == 0 && entry)
-        rc = w->extents_unknown ? neox_ckpt_file_checksum(w->tmp_path, entry, err)
+        rc = w->extents_unknown ? neox_file_crc32(w->tmp_path, &entry->bytes, &entry->crc32, err)
                                 : neox_crc_extents_file(&w->extents, w->tmp_path, entry, err);
     // HDF5 does not fsync; publishing syncs before the rename so the name never points at lost data.
     if (rc == 0) rc = neox_publish_file(w->tmp_path, w->path, err);

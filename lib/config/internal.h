@@ -28,7 +28,7 @@ struct neox_config {
     int data_parallel_only;    // neox_config_options.data_parallel_only
     unsigned char *read;       // per schema key: read through an accessor (recorded once)
     unsigned char *read_sub;   // per sub-key schema entry: the same
-    char *reads_path;          // NEOX_CONFIG_READS, or NULL
+    FILE *reads;               // NEOX_CONFIG_READS, open for appending (line-buffered), or NULL
 };
 
 int neox_key_index(const char *name);   // -1 when unknown

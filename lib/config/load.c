@@ -2,6 +2,7 @@
 // and '_' the same key, files merged with a key set twice (in one file or across files) an error
 // naming both places — then fills every schema key (file value or default) and runs validation
 // (validate.c) and derivation (derive.c). Also the read accessors of a loaded config.
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,14 +103,14 @@ neox_value *neox_config_new_value(neox_config *cfg, neox_value_kind kind) {
     return own(cfg, v);
 }
 
-static int slot_index_or_die(const char *key) {
+static int slot_index(const char *key) {
     int i = neox_key_index(key);
-    if (i < 0) neox_die(NEOX_EXIT_FAILURE, "internal error: configuration key '%s' is not in the schema", key);
+    neox_assert(i >= 0, "configuration key '%s' is not in the schema", key);
     return i;
 }
 
 void neox_config_set_derived(neox_config *cfg, const char *key, neox_value *v) {
-    neox_config_slot *s = &cfg->slots[slot_index_or_die(key)];
+    neox_config_slot *s = &cfg->slots[slot_index(key)];
     s->value = v;
     s->source = NEOX_SOURCE_DERIVED;
 }
@@ -141,7 +142,7 @@ void neox_config_set_derived_str(neox_config *cfg, const char *key, const char *
 }
 
 const neox_config_slot *neox_config_slot_of(const neox_config *cfg, const char *key) {
-    return &cfg->slots[slot_index_or_die(key)];
+    return &cfg->slots[slot_index(key)];
 }
 
 // Parses each default once into a value owned by the config (schema defaults are YAML text).
@@ -283,6 +284,17 @@ static void notice_ignored(const neox_config *cfg) {
     notice_stage3_keys(cfg);
 }
 
+// Opens the NEOX_CONFIG_READS file when the variable is set: here, where a file that cannot be
+// written is an error to return, and not at the first key read, which has no error to return.
+static int open_reads_record(neox_config *cfg, neox_error *err) {
+    const char *path = getenv("NEOX_CONFIG_READS");
+    if (!path || !*path) return 0;
+    cfg->reads = fopen(path, "ae");  // (e: O_CLOEXEC)
+    if (!cfg->reads) return neox_fail(err, NEOX_EXIT_FAILURE, "NEOX_CONFIG_READS=%s: cannot append: %s", path, strerror(errno));
+    setvbuf(cfg->reads, NULL, _IOLBF, 0);  // whole lines, so ranks appending to one file do not interleave
+    return 0;
+}
+
 neox_config *neox_config_load(const char *const *paths, int npaths, const neox_config_options *opts, neox_error *err) {
     if (npaths <= 0) {
         neox_fail(err, NEOX_EXIT_USAGE, "no config file given");
@@ -296,9 +308,7 @@ neox_config *neox_config_load(const char *const *paths, int npaths, const neox_c
     cfg->data_parallel_only = opts && opts->data_parallel_only;
     cfg->read = neox_calloc((size_t)neox_key_count, 1);
     cfg->read_sub = neox_calloc((size_t)neox_subkey_count, 1);
-    const char *reads = getenv("NEOX_CONFIG_READS");
-    cfg->reads_path = reads && *reads ? neox_strdup(reads) : NULL;
-    if (fill_defaults(cfg, err) < 0 || read_files(cfg, paths, npaths, err) < 0 ||
+    if (open_reads_record(cfg, err) < 0 || fill_defaults(cfg, err) < 0 || read_files(cfg, paths, npaths, err) < 0 ||
         neox_config_check_layer_kinds(cfg, err) < 0 || neox_config_validate_values(cfg, err) < 0 || neox_config_derive(cfg, err) < 0) {
         neox_config_free(cfg);
         return NULL;
@@ -320,7 +330,7 @@ void neox_config_free(neox_config *cfg) {
     free(cfg->slots);
     free(cfg->read);
     free(cfg->read_sub);
-    free(cfg->reads_path);
+    if (cfg->reads) fclose(cfg->reads);
     free(cfg);
 }
 
@@ -330,20 +340,16 @@ void neox_config_free(neox_config *cfg) {
 static void record_read(const neox_config *cfg, unsigned char *flag, const char *name) {
     if (*flag) return;
     *flag = 1;
-    if (!cfg->reads_path) return;
-    FILE *f = fopen(cfg->reads_path, "a");
-    if (!f) neox_die(NEOX_EXIT_FAILURE, "NEOX_CONFIG_READS: cannot append to %s", cfg->reads_path);
-    fprintf(f, "%s\n", name);
-    fclose(f);
+    if (cfg->reads) fprintf(cfg->reads, "%s\n", name);
 }
 
-neox_key_id neox_key_id_of(const char *name) { return (neox_key_id)slot_index_or_die(name); }
+neox_key_id neox_key_id_of(const char *name) { return (neox_key_id)slot_index(name); }
 
 static neox_value *parse_spec_default(const neox_key_spec *k) {
     const char *text = k->default_text;
     neox_error err = {0};
     neox_value *v = text ? neox_yaml_parse(text, strlen(text), "schema", &err) : NULL;
-    if (text && !v) neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s': %s", k->name, err.message);
+    neox_assert(!text || v, "default of key '%s': %s", k->name, err.message);
     return v;
 }
 
@@ -352,16 +358,14 @@ static neox_value *parse_default(neox_key_id key) { return parse_spec_default(&n
 char *neox_key_default_str(neox_key_id key) {
     neox_value *v = parse_default(key);
     char *s = v && v->kind == NEOX_VALUE_STRING ? neox_strdup(v->string) : NULL;
-    if (v && v->kind != NEOX_VALUE_STRING)
-        neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s' read as a string", neox_key_specs[key].name);
+    neox_assert(!v || v->kind == NEOX_VALUE_STRING, "default of key '%s' read as a string", neox_key_specs[key].name);
     neox_value_free(v);
     return s;
 }
 
 int64_t neox_key_default_int(neox_key_id key) {
     neox_value *v = parse_default(key);
-    if (v && v->kind != NEOX_VALUE_INT)
-        neox_die(NEOX_EXIT_FAILURE, "internal error: default of key '%s' read as an integer", neox_key_specs[key].name);
+    neox_assert(!v || v->kind == NEOX_VALUE_INT, "default of key '%s' read as an integer", neox_key_specs[key].name);
     int64_t x = v ? v->integer : 0;
     neox_value_free(v);
     return x;
@@ -369,8 +373,8 @@ int64_t neox_key_default_int(neox_key_id key) {
 
 int64_t neox_subkey_default_int(neox_subkey_id path, int64_t fallback) {
     neox_value *v = parse_spec_default(&neox_subkey_specs[path]);
-    if (v && v->kind != NEOX_VALUE_INT)
-        neox_die(NEOX_EXIT_FAILURE, "internal error: default of sub-key '%s' read as an integer", neox_subkey_specs[path].name);
+    neox_assert(!v || v->kind == NEOX_VALUE_INT, "default of sub-key '%s' read as an integer",
+                neox_subkey_specs[path].name);
     int64_t x = v ? v->integer : fallback;
     neox_value_free(v);
     return x;
@@ -378,7 +382,7 @@ int64_t neox_subkey_default_int(neox_subkey_id path, int64_t fallback) {
 
 neox_subkey_id neox_subkey_id_of(const char *path) {
     int i = subkey_index(path);
-    if (i < 0) neox_die(NEOX_EXIT_FAILURE, "internal error: configuration sub-key '%s' is not in the schema", path);
+    neox_assert(i >= 0, "configuration sub-key '%s' is not in the schema", path);
     return (neox_subkey_id)i;
 }
 
@@ -412,8 +416,9 @@ const neox_value *neox_config_sub_id(const neox_config *cfg, neox_subkey_id id) 
 static const neox_value *typed(const neox_config *cfg, neox_key_id key, neox_value_kind want, const char *what) {
     const neox_value *v = read_slot(cfg, key)->value;
     if (v->kind == NEOX_VALUE_NULL) return v;
-    if (v->kind != want && !(want == NEOX_VALUE_FLOAT && v->kind == NEOX_VALUE_INT))
-        neox_die(NEOX_EXIT_FAILURE, "internal error: configuration key '%s' read as %s", neox_key_specs[key].name, what);
+    // Validation checked every value against the schema's type, so a mismatch is the reader's mistake.
+    neox_assert(v->kind == want || (want == NEOX_VALUE_FLOAT && v->kind == NEOX_VALUE_INT),
+                "configuration key '%s' read as %s", neox_key_specs[key].name, what);
     return v;
 }
 

@@ -30,7 +30,7 @@ static void resolver_init(resolver *r) {
     // The patterns are constants known to compile; a failure here is a broken build, not bad input.
     if (regcomp(&r->is_bool, BOOL_RE, REG_EXTENDED | REG_NOSUB) || regcomp(&r->is_null, NULL_RE, REG_EXTENDED | REG_NOSUB) ||
         regcomp(&r->is_int, INT_RE, REG_EXTENDED | REG_NOSUB) || regcomp(&r->is_float, FLOAT_RE, REG_EXTENDED | REG_NOSUB))
-        neox_die(NEOX_EXIT_FAILURE, "yaml.c: cannot compile the YAML 1.1 scalar patterns");
+        neox_bug("cannot compile the YAML 1.1 scalar patterns");
 }
 
 // Compiled once per process (schema defaults alone are hundreds of small parses) and kept.

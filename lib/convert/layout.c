@@ -12,7 +12,7 @@ neox_cvt_param *neox_cvt_params(const neox_model_desc *d, int *count) {
     neox_error err = {0};
     int n = 0;
     neox_param *model = neox_model_param_list(d, &n, &err);
-    if (!model) neox_die_error(&err);  // desc was checked when the checkpoint was opened
+    neox_assert(model, "%s", err.message);  // desc was checked when the checkpoint was opened
     neox_cvt_param *list = neox_calloc(n ? n : 1, sizeof *list);
     for (int i = 0; i < n; i++) {
         neox_cvt_param *p = &list[i];

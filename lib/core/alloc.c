@@ -17,6 +17,9 @@ const char *neox_alloc_reading(const char *what) {
     return previous;
 }
 
+// Out of memory stays a fatal exit rather than an error returned: every allocation in neox.c would
+// otherwise need an error path (thousands of them, rarely tested), and a process that cannot get
+// memory can seldom report anything more useful than this. The exit code is a runtime failure's.
 static _Noreturn void out_of_memory(size_t size) {
     if (reading) neox_die(NEOX_EXIT_FAILURE, "out of memory allocating %zu bytes while reading %s", size, reading);
     neox_die(NEOX_EXIT_FAILURE, "out of memory allocating %zu bytes", size);

@@ -112,20 +112,22 @@ static void host_name(char *buf, size_t size) {
         if (*c == '/') *c = '_';
 }
 
-void neox_random_bytes(unsigned char *buf, size_t n) {
+int neox_random_bytes(unsigned char *buf, size_t n) {
     size_t got = 0;
     while (got < n) {
         ssize_t k = getrandom(buf + got, n - got, 0);
         if (k > 0) got += (size_t)k;
-        else if (errno != EINTR) neox_die(NEOX_EXIT_FAILURE, "cannot read random bytes: %s", strerror(errno));
+        else if (errno != EINTR) return -1;
     }
+    return 0;
 }
 
+// NULL with errno set when fill finds no random bytes.
 static char *temp_name(const char *path, neox_random_fill fill) {
     static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     unsigned char raw[NAME_RANDOM];
     char rnd[NAME_RANDOM + 1], host[64];
-    fill(raw, sizeof raw);
+    if (fill(raw, sizeof raw) != 0) return NULL;
     for (int i = 0; i < NAME_RANDOM; i++) rnd[i] = alphabet[raw[i] % (sizeof alphabet - 1)];
     rnd[NAME_RANDOM] = '\0';
     host_name(host, sizeof host);
@@ -187,6 +189,8 @@ int neox_temp_create_with(const char *path, neox_random_fill fill, char **tmp_ou
     cleanup_stale_beside(path);
     for (int attempt = 0; attempt < CREATE_ATTEMPTS; attempt++) {
         char *tmp = temp_name(path, fill);
+        if (!tmp) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create: no random bytes for a temporary name: %s",
+                                   path, strerror(errno));
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
         if (fd >= 0) {
             neox_cleanup_register(tmp);
@@ -209,6 +213,11 @@ static char *temp_dir_create(const char *path, mode_t mode, neox_error *err) {
     cleanup_stale_beside(path);
     for (int attempt = 0; attempt < CREATE_ATTEMPTS; attempt++) {
         char *tmp = temp_name(path, neox_random_bytes);
+        if (!tmp) {
+            neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create directory: no random bytes for a temporary name: %s",
+                      path, strerror(errno));
+            return NULL;
+        }
         if (mkdir(tmp, mode) == 0) return tmp;  // mkdir never follows a symlink at the name
         int e = errno;
         free(tmp);

@@ -1,5 +1,6 @@
-// error.c: the neox_error record that library calls fill, and the tool-level die functions that
-// print "<prog>: error: <message>" and exit with the error's status.
+// error.c: the neox_error record that library calls fill, the tool-level die functions that
+// print "<prog>: error: <message>" and exit with the error's status, and the bug report that a
+// broken invariant ends with.
 #include "core.h"
 
 #include <stdlib.h>
@@ -70,4 +71,19 @@ _Noreturn void neox_die(int status, const char *fmt, ...) {
 
 _Noreturn void neox_die_error(const neox_error *err) {
     neox_die(err->status ? err->status : NEOX_EXIT_FAILURE, "%s", err->message[0] ? err->message : "unknown error");
+}
+
+_Noreturn void neox_bug_at(const char *file, int line, const char *fmt, ...) {
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    // Straight to stderr, past the log threshold and its locks: the process is in a state no input
+    // explains, so as little as possible runs before the abort.
+    fprintf(stderr, "%s: internal error: %s (a bug in neox.c; please report) at %s:%d\n", progname, what, file, line);
+    fflush(stderr);
+    // abort(), not the exit hook: the core dump and SIGABRT say "bug" to whoever looks, and under
+    // MPI the launcher sees a rank killed by a signal and ends the job.
+    abort();
 }

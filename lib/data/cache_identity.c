@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ckpt.h"
 #include "data.h"
 
 #define IDENTITY_FORMAT "neox.c sample index identity"
@@ -18,15 +17,16 @@ static char *identity_path(const char *base) { return neox_asprintf("%s_identity
 
 // The identity of ds as a JSON object (NULL + err when its files cannot be read).
 static json_t *identity_of(const neox_indexed_dataset *ds, neox_error *err) {
-    neox_ckpt_file_entry idx = {0};
+    uint64_t idx_bytes;
+    uint32_t idx_crc32;
     struct stat bin;
-    if (neox_ckpt_file_checksum(ds->idx_path, &idx, err) != 0) return NULL;
+    if (neox_file_crc32(ds->idx_path, &idx_bytes, &idx_crc32, err) != 0) return NULL;
     if (stat(ds->bin_path, &bin) != 0) {
         neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot stat", ds->bin_path);
         return NULL;
     }
     return json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "format", IDENTITY_FORMAT, "version", 1, "idx_bytes",
-                     (json_int_t)idx.bytes, "idx_crc32", (json_int_t)idx.crc32, "bin_bytes", (json_int_t)bin.st_size,
+                     (json_int_t)idx_bytes, "idx_crc32", (json_int_t)idx_crc32, "bin_bytes", (json_int_t)bin.st_size,
                      "items", (json_int_t)ds->num_items, "documents", (json_int_t)(ds->num_doc_idx - 1), "tokens",
                      (json_int_t)ds->total_tokens);
 }

@@ -59,7 +59,17 @@ neox_prefetch *neox_prefetch_start(int micro_batch, int seq_length) {
     p->spare = neox_batch_alloc(micro_batch, seq_length);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->changed, NULL);
-    if (pthread_create(&p->thread, NULL, reader, p) != 0) neox_die(NEOX_EXIT_FAILURE, "cannot start the data prefetch thread");
+    int e = pthread_create(&p->thread, NULL, reader, p);
+    if (e != 0) {
+        // Prefetching only hides the read; the batches are the same read in the training thread, so
+        // a system out of threads costs speed, not the run.
+        neox_warn("cannot start the data prefetch thread: %s; batches are read in the training thread", strerror(e));
+        pthread_cond_destroy(&p->changed);
+        pthread_mutex_destroy(&p->lock);
+        neox_batch_free(p->spare);
+        free(p);
+        return NULL;
+    }
     return p;
 }
 

@@ -83,15 +83,16 @@ static int receive_batch(neox_comm *c, int64_t size, neox_serve_job ***jobs_out)
     json_error_t jerr;
     json_t *list = json_loads(text, 0, &jerr);
     free(text);
-    if (!json_is_array(list)) neox_die(NEOX_EXIT_FAILURE, "serve: rank 0's batch is not a JSON list: %s", jerr.text);
+    // Rank 0 wrote the batch from requests it had parsed itself: the ranks' own protocol, no input.
+    neox_assert(json_is_array(list), "serve: rank 0's batch is not a JSON list: %s", jerr.text);
     int n = (int)json_array_size(list);
     neox_serve_job **jobs = neox_calloc(n ? (size_t)n : 1, sizeof *jobs);
     for (int i = 0; i < n; i++) {
         char *body = json_dumps(json_array_get(list, i), JSON_COMPACT | JSON_REAL_PRECISION(17));
         neox_serve_error e = {0};
         jobs[i] = neox_calloc(1, sizeof *jobs[i]);
-        if (neox_serve_parse_request(body, strlen(body), &jobs[i]->req, &e) != 0)
-            neox_die(NEOX_EXIT_FAILURE, "serve: request %d of rank 0's batch does not parse: %s", i, e.message);
+        int parsed = neox_serve_parse_request(body, strlen(body), &jobs[i]->req, &e);
+        neox_assert(parsed == 0, "serve: request %d of rank 0's batch does not parse: %s", i, e.message);
         free(body);
         jobs[i]->choices = neox_calloc((size_t)jobs[i]->req.nprompts * jobs[i]->req.n, sizeof *jobs[i]->choices);
     }
@@ -115,7 +116,7 @@ static void put(bytes *b, const void *x, size_t n) {
 }
 
 static void take(const bytes *b, size_t *at, void *x, size_t n) {
-    if (*at + n > b->size) neox_die(NEOX_EXIT_FAILURE, "serve: a rank's results end early");
+    neox_assert(*at + n <= b->size, "serve: a rank's results end early");  // pack_results wrote them
     memcpy(x, b->data + *at, n);
     *at += n;
 }
@@ -135,7 +136,7 @@ static void put_choice(bytes *b, int job, int index, const neox_serve_request *r
 
 static void take_choice(const bytes *b, size_t *at, const int32_t head[6], neox_serve_job *job) {
     const neox_serve_request *r = &job->req;
-    if (head[1] < 0 || head[1] >= r->nprompts * r->n) neox_die(NEOX_EXIT_FAILURE, "serve: a rank's results name no choice");
+    neox_assert(head[1] >= 0 && head[1] < r->nprompts * r->n, "serve: a rank's results name no choice");
     neox_serve_choice *c = &job->choices[head[1]];
     neox_serve_choice_prepare(r, head[1], c);  // the capacity the computing rank had
     c->nprompt = head[2], c->ngen = head[3], c->stop_at = head[4], c->finished = head[5];
@@ -171,7 +172,7 @@ static void unpack_results(const bytes *b, neox_serve_job **jobs, int n) {
     for (size_t at = 0; at < b->size;) {
         int32_t head[6];
         take(b, &at, head, sizeof head);
-        if (head[0] < 0 || head[0] >= n) neox_die(NEOX_EXIT_FAILURE, "serve: a rank's results name no request");
+        neox_assert(head[0] >= 0 && head[0] < n, "serve: a rank's results name no request");
         neox_serve_job *job = jobs[head[0]];
         if (head[1] >= 0) {
             take_choice(b, &at, head, job);

@@ -266,6 +266,10 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     if (neox_model_checkpoint_ways(d) > 1 && (size_t)B * T * d->hidden_size / (size_t)neox_model_checkpoint_ways(d) > INT_MAX)
         return neox_fail(err, NEOX_EXIT_USAGE, "partition_activations: a layer input of %d x %d x %d elements is too "
                          "large to all-gather", B, T, d->hidden_size);
+    if (d->ep_size > 1 && neox_model_has_moe(d) && moe_received_rows(d, (size_t)B * T) * d->hidden_size > INT32_MAX)
+        return neox_fail(err, NEOX_EXIT_USAGE, "expert parallelism: an all-to-all of up to %zu rows of %d elements is too "
+                         "large for MPI's counts (2^31); lower micro batch size or seq_length",
+                         moe_received_rows(d, (size_t)B * T), d->hidden_size);
     neox_model_free_plan(m);
     m->B = B;
     m->T = T;

@@ -175,7 +175,8 @@ static void plan_exchange(neox_model *m, neox_moe_route *r) {
     const neox_model_desc *d = &m->desc;
     neox_alltoall(m->ep, r->count, r->from, (size_t)neox_model_local_experts(d), NEOX_I32);
     neox_error err = {0};
-    if (neox_moe_exchange_plan(r->x, r->count, r->from, &err) != 0) neox_die_error(&err);
+    int planned = neox_moe_exchange_plan(r->x, r->count, r->from, &err);
+    neox_assert(planned == 0, "%s", err.message);  // every rank routes within the planned worst case
 }
 
 // Rows of C floats: out (forward) from the expert-sorted `send` to their experts' ranks, received
@@ -185,8 +186,9 @@ static void exchange_rows(neox_model *m, const neox_moe_exchange *x, const float
     const int *rows_out = back ? x->recv_count : x->send_count, *at_out = back ? x->recv_displ : x->send_displ;
     const int *rows_in = back ? x->send_count : x->recv_count, *at_in = back ? x->send_displ : x->recv_displ;
     for (int q = 0; q < P; q++) {
-        if ((int64_t)(at_out[q] + rows_out[q]) * C > INT32_MAX || (int64_t)(at_in[q] + rows_in[q]) * C > INT32_MAX)
-            neox_die(NEOX_EXIT_FAILURE, "MoE exchange: more than 2^31 elements in one all-to-all");
+        // neox_model_plan_slots refused a plan whose worst case passes 2^31 elements
+        neox_assert((int64_t)(at_out[q] + rows_out[q]) * C <= INT32_MAX && (int64_t)(at_in[q] + rows_in[q]) * C <= INT32_MAX,
+                    "MoE exchange: more than 2^31 elements in one all-to-all");
         c[q] = rows_out[q] * C, sd[q] = at_out[q] * C, rc[q] = rows_in[q] * C, rd[q] = at_in[q] * C;
     }
     neox_alltoallv(m->ep, send, c, sd, recv, rc, rd, NEOX_F32);

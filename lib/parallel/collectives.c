@@ -159,7 +159,7 @@ void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
 }
 
 void neox_allreduce_max(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
-    if (dt == NEOX_BF16 || dt == NEOX_F16) neox_die(NEOX_EXIT_FAILURE, "all-reduce max of %s is not supported", neox_dtype_name(dt));
+    neox_assert(dt != NEOX_BF16 && dt != NEOX_F16, "all-reduce max of %s is not supported", neox_dtype_name(dt));
     double t0 = neox_now();
     size_t esize = neox_dtype_size(dt);
     if (NEOX_NCCL(c, buf, NULL, "all-reduce max")) neox_nccl_allreduce(c, buf, count, dt, 1, NULL);
@@ -328,6 +328,8 @@ void neox_barrier(neox_comm *c) {
 
 // ---- non-blocking -----------------------------------------------------------------------------
 
+// A count MPI cannot take ends the job like any failure of a collective (parallel.h): a collective has
+// no error to return, and every rank reaches it with the same count, so every rank stops here.
 static void need_int(size_t count, const char *what) {
     if (count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "non-blocking %s of %zu elements is too large", what, count);
 }
@@ -395,8 +397,7 @@ void neox_iallgatherv_inplace(neox_comm *c, void *buf, const int *counts, const 
     size_t total = 0;
     for (int r = 0; r < c->size; r++) total += (size_t)counts[r];
     req->event = NULL;
-    if (NEOX_NCCL(c, buf, NULL, "all-gather"))
-        neox_die(NEOX_EXIT_FAILURE, "non-blocking all-gather of varying counts: host buffers only");
+    neox_assert(!NEOX_NCCL(c, buf, NULL, "all-gather"), "non-blocking all-gather of varying counts: host buffers only");
     MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi, &req->mpi);
     start(req, c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt));
 }

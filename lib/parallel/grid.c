@@ -98,7 +98,8 @@ int neox_parallel_init(int *argc, char ***argv, neox_error *err) {
     neox_log_set_rank(rank, size);
     if (size > 1) neox_set_exit_hook(abort_all_ranks);
     share_cores();
-    return 0;
+    int ranks_per_node;
+    return neox_hier_ranks_per_node(&ranks_per_node, err);
 }
 
 // MPI_Finalize over MPICH's UCX TCP transport can hang: a rank that has closed its endpoints waits

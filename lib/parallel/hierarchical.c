@@ -25,14 +25,25 @@ static void name_comm(neox_comm *out, MPI_Comm mpi, const char *base, const char
     }
 }
 
-// The override's ranks per node, 0 without one; a bad value is an error naming the variable.
-static int ranks_per_node_override(void) {
+int neox_hier_ranks_per_node(int *k, neox_error *err) {
     const char *v = getenv("NEOX_RANKS_PER_NODE");
+    *k = 0;
     if (!v || !*v) return 0;
     char *end;
-    long k = strtol(v, &end, 10);
-    if (*end || k < 1 || k > 1 << 20) neox_die(NEOX_EXIT_USAGE, "NEOX_RANKS_PER_NODE=%s: expected a positive number of ranks", v);
-    return (int)k;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > 1 << 20)
+        return neox_fail(err, NEOX_EXIT_USAGE, "NEOX_RANKS_PER_NODE=%s: expected a positive number of ranks", v);
+    *k = (int)n;
+    return 0;
+}
+
+// The override's ranks per node, 0 without one (neox_parallel_init refused a bad value).
+static int ranks_per_node_override(void) {
+    int k;
+    neox_error err = {0};
+    int read = neox_hier_ranks_per_node(&k, &err);
+    neox_assert(read == 0, "%s, past neox_parallel_init", err.message);
+    return k;
 }
 
 int neox_hier_make(neox_comm *c, neox_comm *intra, neox_comm *inter) {

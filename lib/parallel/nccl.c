@@ -50,6 +50,9 @@ typedef struct held_send {
 static held_send g_held[MAX_HELD];    // non-blocking sends not launched yet (see the top)
 static int g_nheld;
 
+// A failed NCCL or CUDA call ends the job (neox_die, through the exit hook's MPI_Abort), as MPI's own
+// errors do (parallel.h): the collective's peers are blocked in it, so no error could be returned
+// that every rank would see.
 static void nccl_ok(ncclResult_t r, const char *call) {
     if (r != ncclSuccess && r != ncclInProgress)
         neox_die(NEOX_EXIT_FAILURE, "NCCL: %s failed: %s (%s)", call, ncclGetErrorString(r), ncclGetLastError(NULL));
@@ -104,11 +107,10 @@ int neox_comm_on_device(const neox_comm *c, const void *p) { return c->nccl && i
 int neox_nccl_pick(const neox_comm *c, const void *a, const void *b, const char *what) {
     if (!c->nccl) return 0;
     int da = a && a != MPI_IN_PLACE ? is_device(a) : -1, db = b ? is_device(b) : -1;
-    if (a == MPI_IN_PLACE && db > 0)
-        neox_die(NEOX_EXIT_FAILURE, "%s on group %s: MPI_IN_PLACE is for host buffers; on the device pass the send "
-                 "buffer (recv inside it for in place)", what, c->name);
-    if (da >= 0 && db >= 0 && da != db)
-        neox_die(NEOX_EXIT_FAILURE, "%s on group %s: one buffer is device memory, the other host memory", what, c->name);
+    neox_assert(!(a == MPI_IN_PLACE && db > 0), "%s on group %s: MPI_IN_PLACE is for host buffers; on the device pass "
+                "the send buffer (recv inside it for in place)", what, c->name);
+    neox_assert(!(da >= 0 && db >= 0 && da != db), "%s on group %s: one buffer is device memory, the other host memory",
+                what, c->name);
     return da > 0 || db > 0;
 }
 
@@ -168,7 +170,7 @@ static void end(neox_request *req) {
     if (!g_grouped) {
         record(ev);
     } else if (ev) {
-        if (g_npending == MAX_PENDING) neox_die(NEOX_EXIT_FAILURE, "neox_group_begin/end: more than %d non-blocking operations", MAX_PENDING);
+        neox_assert(g_npending < MAX_PENDING, "neox_group_begin/end: more than %d non-blocking operations", MAX_PENDING);
         g_pending[g_npending++] = ev;
     } else {
         g_pending_blocking = 1;
@@ -176,7 +178,7 @@ static void end(neox_request *req) {
 }
 
 void neox_group_begin(void) {
-    if (g_grouped) neox_die(NEOX_EXIT_FAILURE, "neox_group_begin: groups do not nest");
+    neox_assert(!g_grouped, "neox_group_begin: groups do not nest");
     if (g_stream) {
         flush_held();
         NCCL_OK(ncclGroupStart());
@@ -185,7 +187,7 @@ void neox_group_begin(void) {
 }
 
 void neox_group_end(void) {
-    if (!g_grouped) neox_die(NEOX_EXIT_FAILURE, "neox_group_end without neox_group_begin");
+    neox_assert(g_grouped, "neox_group_end without neox_group_begin");
     g_grouped = 0;
     if (!g_stream) return;
     NCCL_OK(ncclGroupEnd());
@@ -294,13 +296,14 @@ void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block
 static void self_p2p(neox_comm *c, void *buf, size_t bytes, int send, neox_request *req) {
     begin(c);
     if (send) {
-        if (g_nself_sends == MAX_SELF_SENDS) neox_die(NEOX_EXIT_FAILURE, "send on group %s: more than %d sends to itself without their receives", c->name, MAX_SELF_SENDS);
+        neox_assert(g_nself_sends < MAX_SELF_SENDS, "send on group %s: more than %d sends to itself without their receives",
+                    c->name, MAX_SELF_SENDS);
         g_self_sends[g_nself_sends++] = (self_send){buf, bytes};
     } else {
-        if (g_nself_sends == 0) neox_die(NEOX_EXIT_FAILURE, "recv on group %s (one rank): no send to itself before it", c->name);
+        neox_assert(g_nself_sends > 0, "recv on group %s (one rank): no send to itself before it", c->name);
         self_send first = g_self_sends[0];
-        if (first.bytes != bytes)
-            neox_die(NEOX_EXIT_FAILURE, "recv on group %s (one rank): %zu bytes expected, the send has %zu", c->name, bytes, first.bytes);
+        neox_assert(first.bytes == bytes, "recv on group %s (one rank): %zu bytes expected, the send has %zu", c->name, bytes,
+                    first.bytes);
         self_copy(buf, first.buf, bytes);
         memmove(g_self_sends, g_self_sends + 1, (size_t)--g_nself_sends * sizeof *g_self_sends);
     }
@@ -338,7 +341,7 @@ void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int pee
 // ---- requests ---------------------------------------------------------------------------------
 
 void neox_nccl_wait(neox_request *req) {
-    if (g_grouped) neox_die(NEOX_EXIT_FAILURE, "neox_wait inside neox_group_begin/end: the group has not started");
+    neox_assert(!g_grouped, "neox_wait inside neox_group_begin/end: the group has not started");
     flush_held();  // req may be a held send
     cudaEvent_t ev = (cudaEvent_t)req->event;
     CUDA_OK(cudaStreamWaitEvent(compute_stream(), ev, 0));

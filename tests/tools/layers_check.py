@@ -13,28 +13,74 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
 
 # Which lib/ folder each public header belongs to (lib/X.h is lib/X/'s, plus these).
-HEADER_OWNER = {"safetensors.h": "ckpt", "checkpoint.h": "ckpt", "serve.h": "eval", "generate.h": "model", "version.h": "version"}
-# What each folder of lib/ may include, from docs/design.md's table ("kernels" is kernels/kernels.h
-# and kernels/backend.h, the only kernel headers lib/ may see).
-LOWER = {
-    "core": set(),
-    "config": {"core"},
-    "tokenizer": {"core"},
-    "data": {"core", "config", "tokenizer", "ckpt"},
-    "model": {"core", "config", "kernels", "parallel"},
-    "optim": {"core", "config", "kernels", "parallel", "gradient"},
-    "parallel": {"core", "kernels"},
-    "gradient": {"core", "kernels", "parallel"},
-    "ckpt": {"core", "config", "kernels", "model", "parallel"},
-    "metrics": {"core"},
-}
-LOWER["train"] = set(LOWER) | {"kernels"}
-LOWER["eval"] = {"core", "config", "tokenizer", "data", "model", "parallel", "ckpt", "kernels"}
-LOWER["train"] |= {"eval", "tokenizer"}
-LOWER["convert"] = {"core", "config", "tokenizer", "model", "ckpt", "kernels", "optim"}
+HEADER_OWNER = {"safetensors.h": "ckpt", "serve.h": "eval", "generate.h": "model", "version.h": "version",
+                "config_keys.h": "config"}
+DESIGN = ROOT / "docs/design.md"
+# The libraries the table's last column may name, with the header that shows a file calls each.
+LIBRARIES = {"libc": None, "HDF5": "hdf5.h", "jansson": "jansson.h", "MPI": "mpi.h", "libyaml": "yaml.h",
+             "zstd": "zstd.h", "zlib": "zlib.h", "utf8proc": "utf8proc.h", "OpenBLAS": "cblas.h", "NCCL": "nccl.h",
+             "cuBLAS": None, "the CUDA runtime": None}
+LIBRARY_HEADERS = {h for h in LIBRARIES.values() if h}
 
-# Libraries only the layers above lib/core may link (core is what even the smallest program links).
-LIBRARY_HEADERS = {"hdf5.h", "jansson.h", "mpi.h", "yaml.h", "zstd.h", "zlib.h", "utf8proc.h", "cblas.h", "nccl.h"}
+
+def table_rows(text):
+    """The rows of design.md's folder table as (folder, may-call cell), in the table's order."""
+    section = text.split("## Folders: what each owns and what it may call", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows.append((cells[0], cells[2]))
+    return rows
+
+
+def row_folder(cell):
+    """lib/X/ -> X; the kernel interface -> "kernels"; other rows (backends, tools, tests) -> None."""
+    if cell.startswith("`kernels/kernels.h`"):
+        return "kernels"
+    if cell.startswith("`lib/") and cell.endswith("/`"):
+        return cell[len("`lib/"):-2]
+    return None
+
+
+def called_names(cell):
+    """The names in a may-call cell, with the explanations in parentheses dropped."""
+    depth, plain = 0, ""
+    for ch in cell:
+        depth += ch == "("
+        if depth == 0:
+            plain += ch
+        depth -= ch == ")"
+    return [w.strip() for w in plain.split(",") if w.strip() not in ("", "—")]
+
+
+def read_table():
+    """What each lib/ folder may include and which libraries each row names, both exactly as docs/design.md's
+    table says, and the table's own faults (a call to a row below, a name that is no folder or library)."""
+    lower, libraries, faults, above = {}, {}, [], []
+    for cell, calls in table_rows(DESIGN.read_text()):
+        me = row_folder(cell)
+        if me is None:
+            continue  # the backends, tools and tests: checked by the other rules
+        allowed, libs = set(), set()
+        for name in called_names(calls):
+            if name == "everything above":
+                allowed |= set(above)
+            elif name in LIBRARIES:
+                libs.add(name)
+            elif name in above:
+                allowed.add(name)
+            else:
+                faults.append(f"docs/design.md: {cell} may call '{name}', which is no folder above it and no library")
+        lower[me], libraries[me] = allowed, libs
+        above.append(me)
+    return lower, libraries, faults
+
+
+LOWER, TABLE_LIBRARIES, TABLE_FAULTS = read_table()
+# Libraries only the layers above lib/core may link (core is what even the smallest program links),
+# less those the table names for core.
+CORE_FORBIDDEN = LIBRARY_HEADERS - {LIBRARIES[n] for n in TABLE_LIBRARIES.get("core", ())}
 # The communication layer's calls (lib/parallel.h) a tool must not make: tools start and end the
 # process grid, and the library does the talking.
 COLLECTIVE = re.compile(r'\bneox_(allreduce|all_reduce|reduce_scatter|allgather|all_gather|bcast|broadcast|send|recv|'
@@ -60,20 +106,30 @@ def owner(header):
     return HEADER_OWNER.get(header, header[:-2] if header.endswith(".h") else header)
 
 
+def lib_folders():
+    return sorted(p.name for p in (ROOT / "lib").iterdir() if p.is_dir())
+
+
 def folder_of(path):
+    """The folder a file of lib/ belongs to: its own, or for a public header lib/X.h the folder it is the
+    interface of."""
     rel = path.relative_to(ROOT / "lib")
-    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+    if len(rel.parts) > 1:
+        return rel.parts[0]
+    return owner(rel.name) if rel.suffix == ".h" else rel.stem
 
 
 def check_includes():
-    bad = []
+    bad = list(TABLE_FAULTS)
+    bad += [f"lib/{d}/: a folder the table in docs/design.md does not list" for d in lib_folders() if d not in LOWER]
     for p in sources("lib"):
         me = folder_of(p)
-        if me not in LOWER:
+        if me in ("backend", "version"):
             continue  # lib/backend.c and lib/version.c sit above the layers
         for h in INCLUDE.findall(p.read_text()):
-            o = me if (p.parent / h).is_file() else owner(h)  # a folder's private header
-            if o == me or o in LOWER[me]:
+            private = p.parent != ROOT / "lib" and (p.parent / h).is_file()  # a folder's private header
+            o = me if private else owner(h)
+            if o == me or o in LOWER.get(me, ()):
                 continue
             bad.append(f"{p.relative_to(ROOT)}: includes {h} ({o}), which lib/{me} may not call")
     return bad
@@ -86,8 +142,9 @@ def check_kernels():
 
 
 def check_core():
-    return [f"{p.relative_to(ROOT)}: includes <{h}>; lib/core links no library but libc"
-            for p in sources("lib/core") for h in SYSTEM_INCLUDE.findall(p.read_text()) if h in LIBRARY_HEADERS]
+    named = ", ".join(sorted(TABLE_LIBRARIES.get("core", ()))) or "nothing"
+    return [f"{p.relative_to(ROOT)}: includes <{h}>; lib/core links only what docs/design.md's table names ({named})"
+            for p in sources("lib/core") for h in SYSTEM_INCLUDE.findall(p.read_text()) if h in CORE_FORBIDDEN]
 
 
 def check_tools():

@@ -1,7 +1,8 @@
 # tests/tools/robustness.sh: what the tools do with input that is damaged, forged or diverged:
 # learning rates that cannot train, weights holding NaN (evaluation and training refuse them,
 # no checkpoint is saved of them, the log shows NaN as NaN), corpus files that are empty or
-# decode to more than --max-document-bytes. See docs/robustness.md.
+# decode to more than --max-document-bytes, environment variables that cannot be honoured (an error
+# naming the variable, not an exit from deep inside the library). See docs/robustness.md.
 source tests/lib.sh
 PRE=$NEOX_BIN/neox-preprocess TRAIN=$NEOX_BIN/neox-train EVAL=$NEOX_BIN/neox-eval CONVERT=$NEOX_BIN/neox-convert
 
@@ -23,6 +24,15 @@ check_fails "lr 1.0e+30 is refused naming the key and file:line" 2 "huge.yml:[0-
 echo '{"min_lr": .nan}' >"$T/min_lr.yml"
 check_fails "min_lr .nan is refused naming the key" 2 "min_lr.yml:1.*min_lr.*out of range" \
     "$TRAIN" --print-config "$T/inf.yml" "$T/min_lr.yml"
+
+# ---- the environment ------------------------------------------------------------------------------
+model_config "$T/small.yml" 0.001
+NEOX_CONFIG_READS=$T/missing/reads.txt check_fails "NEOX_CONFIG_READS in a missing directory is a runtime error naming it" 1 \
+    "error: NEOX_CONFIG_READS=$T/missing/reads.txt: cannot append: No such file or directory" "$TRAIN" --print-config "$T/small.yml"
+NEOX_RANKS_PER_NODE=two check_fails "NEOX_RANKS_PER_NODE that is no number is a usage error naming it" 2 \
+    "error: NEOX_RANKS_PER_NODE=two: expected a positive number of ranks" "$TRAIN" "$T/small.yml"
+NEOX_RANKS_PER_NODE=two check_fails "... in neox-eval too" 2 "error: NEOX_RANKS_PER_NODE=two: expected a positive number of ranks" \
+    "$EVAL" "$T/small.yml"
 
 # ---- corpus files ---------------------------------------------------------------------------------
 : >"$T/empty.txt"

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "unit_util.h"
 
 static void test_select(void **state) {
     (void)state;
@@ -193,30 +194,6 @@ static void test_emulated_table(void **state) {
     for (int i = 0; i < 5; i++) assert_true(out[i] == a[i] + b[i]);
     be->free(da);
     be->free(db);
-}
-
-// Runs body in a child process (a fault or abort there ends only the child) and asserts that it died
-// of signal sig with a message on stderr containing each of want[0, nwant).
-static void child_dies(void (*body)(void), int sig, const char *const *want, int nwant) {
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        signal(SIGABRT, SIG_DFL);  // (not the test framework's handler)
-        body();                    // (no OpenMP op: its threads do not survive fork)
-        _exit(0);
-    }
-    close(fds[1]);
-    char text[512] = "";
-    ssize_t n = read(fds[0], text, sizeof text - 1);
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFSIGNALED(status));
-    assert_int_equal(WTERMSIG(status), sig);
-    assert_true(n > 0);
-    for (int i = 0; i < nwant; i++) assert_non_null(strstr(text, want[i]));
 }
 
 static void touch_device_memory(void) {

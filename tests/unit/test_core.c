@@ -1,5 +1,6 @@
-// test_core.c: unit tests of lib/core: errors, atomic files (also against symlinks planted at
-// temporary names and name collisions), timers, formatting, file reading.
+// test_core.c: unit tests of lib/core: errors and bug reports (neox_assert, neox_bug), atomic files
+// (also against symlinks planted at temporary names, name collisions and no random source), timers,
+// formatting, file reading and a file's CRC-32.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core.h"
 
@@ -134,8 +136,72 @@ static void test_symlink_at_old_temporary_name_is_not_followed(void **state) {
 // A fill that gives the same random bytes on its first two calls, then others: the first name is
 // taken by a planted symlink, so creation must retry under another name.
 static int fill_calls;
-static void repeating_fill(unsigned char *buf, size_t n) {
+static int repeating_fill(unsigned char *buf, size_t n) {
     memset(buf, fill_calls++ < 2 ? 'a' : 'b', n);
+    return 0;
+}
+
+// A broken invariant is a bug report, not an error: it names the file and line, asks for a report
+// and aborts (SIGABRT, a core dump) instead of going through the exit hook a tool installed.
+static void exit_hook_exits_quietly(int status) { _exit(status + 100); }
+
+static void failing_assert(void) {
+    neox_set_progname("neox-test");
+    neox_set_exit_hook(exit_hook_exits_quietly);
+    int layers = 3;
+    neox_assert(layers % 2 == 0, "%d layers cannot be split in two", layers);
+}
+static const int failing_assert_line = __LINE__ - 2;
+
+static void named_bug(void) {
+    neox_set_progname("neox-test");
+    neox_bug("key '%s' is not in the schema", "hidden_size");
+}
+static const int named_bug_line = __LINE__ - 2;
+
+static void test_failed_assert_is_a_bug_report(void **state) {
+    (void)state;
+    char where[64];
+    snprintf(where, sizeof where, "test_core.c:%d", failing_assert_line);
+    const char *want[] = {"neox-test: internal error: 3 layers cannot be split in two (a bug in neox.c; please report)",
+                          where};
+    child_dies(failing_assert, SIGABRT, want, 2);
+}
+
+static void test_named_bug_is_a_bug_report(void **state) {
+    (void)state;
+    char where[64];
+    snprintf(where, sizeof where, "test_core.c:%d", named_bug_line);
+    const char *want[] = {"internal error: key 'hidden_size' is not in the schema (a bug in neox.c; please report)",
+                          where};
+    child_dies(named_bug, SIGABRT, want, 2);
+}
+
+// A check that holds costs nothing and evaluates its condition once.
+static void test_passing_assert_evaluates_once(void **state) {
+    (void)state;
+    int calls = 0;
+    neox_assert(++calls == 1, "evaluated %d times", calls);
+    assert_int_equal(calls, 1);
+}
+
+// A random source that has nothing to give (getrandom failing) is an error naming the file.
+static int failing_fill(unsigned char *buf, size_t n) {
+    (void)buf, (void)n;
+    errno = ENOSYS;
+    return -1;
+}
+
+static void test_temporary_without_random_bytes_is_an_error(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = neox_asprintf("%s/norandom.txt", tmpdir), *tmp = NULL;
+    assert_int_equal(neox_temp_create_with(path, failing_fill, &tmp, &err), -1);
+    assert_null(tmp);
+    assert_int_equal(err.status, NEOX_EXIT_FAILURE);
+    assert_non_null(strstr(err.message, path));
+    assert_non_null(strstr(err.message, "no random bytes"));
+    free(path);
 }
 
 static void test_temporary_name_collision_retries(void **state) {
@@ -207,6 +273,37 @@ static void test_read_missing_file_names_it(void **state) {
     neox_error err = {0};
     assert_null(neox_read_file("/nonexistent/neox.yml", NULL, &err));
     assert_string_equal(err.message, "/nonexistent/neox.yml: No such file or directory");
+}
+
+// A file's CRC-32 is the standard CRC-32 (its published check value: "123456789" -> CBF43926),
+// the same over a file longer than the streaming buffer as over its bytes in memory, and an error
+// naming a file that is missing.
+static void test_file_crc32(void **state) {
+    (void)state;
+    neox_error err = {0};
+    char *path = tmp_path("check.txt");
+    assert_int_equal(neox_atomic_write(path, "123456789", 9, &err), 0);
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    assert_int_equal(neox_file_crc32(path, &bytes, &crc, &err), 0);
+    assert_int_equal(bytes, 9);
+    assert_int_equal(crc, 0xCBF43926u);
+
+    size_t n = 3 * (1 << 20) + 12345;  // three buffers and a part
+    unsigned char *big = neox_malloc(n);
+    for (size_t i = 0; i < n; i++) big[i] = (unsigned char)(i * 2654435761u >> 13);
+    assert_int_equal(neox_atomic_write(path, big, n, &err), 0);
+    assert_int_equal(neox_file_crc32(path, &bytes, &crc, &err), 0);
+    assert_int_equal(bytes, n);
+    assert_int_equal(crc, (uint32_t)crc32_z(0L, big, n));
+    free(big);
+
+    char *missing = tmp_path("missing.bin");
+    assert_int_equal(neox_file_crc32(missing, &bytes, &crc, &err), -1);
+    assert_int_equal(err.status, NEOX_EXIT_FAILURE);
+    assert_non_null(strstr(err.message, missing));
+    free(missing);
+    free(path);
 }
 
 static void test_timer_accumulates(void **state) {
@@ -282,8 +379,13 @@ int main(void) {
         cmocka_unit_test(test_symlink_at_old_temporary_name_is_not_followed),
         cmocka_unit_test(test_output_opened_in_place_follows_no_symlink),
         cmocka_unit_test(test_temporary_name_collision_retries),
+        cmocka_unit_test(test_temporary_without_random_bytes_is_an_error),
+        cmocka_unit_test(test_failed_assert_is_a_bug_report),
+        cmocka_unit_test(test_named_bug_is_a_bug_report),
+        cmocka_unit_test(test_passing_assert_evaluates_once),
         cmocka_unit_test(test_stale_temporaries_of_dead_processes_removed),
         cmocka_unit_test(test_read_missing_file_names_it),
+        cmocka_unit_test(test_file_crc32),
         cmocka_unit_test(test_timer_accumulates),
         cmocka_unit_test(test_format_duration_and_count),
         cmocka_unit_test(test_asprintf_and_strndup),
