@@ -327,7 +327,7 @@ for dict_name, names in IGNORED_DICTS.items():
 
 # DeepSpeed's activation-checkpointing settings (GPT-NeoX also has top-level keys for them:
 # partition_activations, checkpoint_in_cpu, contiguous_checkpointing, synchronize_each_layer,
-# profile_backward). Partitioning and the host store are read (lib/train/activation_checkpoints.c);
+# profile_backward). Partitioning and the host store are read (lib/train/recompute.c);
 # the plan is one contiguous arena sized from the model (contiguous_memory_optimization,
 # number_checkpoints), device ops run in order on one stream (synchronize_checkpoint_boundary), and
 # the forward and backward timers already cover the recomputation (profile): docs/config.md.
