@@ -1,4 +1,4 @@
-// lookup.c: finding keys in the schema (schema.c): by name with '-' and '_' the same, by dotted
+// lookup.c: finding keys in the schema (schema_gen.c): by name with '-' and '_' the same, by dotted
 // sub-key path, the closest known name for an unknown one, and each key's default parsed from its
 // schema text. It knows nothing of a loaded config; the store (store.c) and the loading steps call it.
 #include <limits.h>
