@@ -49,6 +49,7 @@ static void preprocess_usage(FILE *out) {
             "(the flags of GPT-NeoX's tools/datasets/preprocess_data.py).\n\n",
             neox_progname());
     preprocess_options_help(out);
+    fprintf(out, "  -h, --help             show this help and exit\n");
 }
 
 char **split_commas(const char *list, int *count) {
@@ -230,7 +231,9 @@ int merge_main(int argc, char **argv) {
         case 'h':
             printf("Usage: %s merge --output-prefix OUT PREFIX...\n"
                    "Concatenate indexed datasets (e.g. the shards of a job array) in the order given, keeping each\n"
-                   "document boundary (doc_idx), into OUT.bin/.idx.\n",
+                   "document boundary (doc_idx), into OUT.bin/.idx.\n"
+                   "  --output-prefix OUT    the merged dataset's path prefix\n"
+                   "  -h, --help             show this help and exit\n",
                    neox_progname());
             return 0;
         case ':': neox_usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -331,7 +334,8 @@ static void index_usage(void) {
            "  the training data's labels, which pack_until_overflow and unpacked read to skip documents\n"
            "  whose labels are all masked). --dump-samples then prints each sample's chosen and rejected rows.\n"
            "KTO data: --train-reward-data-paths P,... one reward dataset per training data path (pack-impl\n"
-           "  unpacked); --dump-samples then prints each sample's token row and its reward row.\n",
+           "  unpacked); --dump-samples then prints each sample's token row and its reward row.\n"
+           "  -h, --help   show this help and exit\n",
            neox_progname());
 }
 
