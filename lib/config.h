@@ -1,6 +1,6 @@
 // config.h: GPT-NeoX configuration. Loads one or more YAML files exactly as GPT-NeoX's deepy.py does
 // (keys with '-' or '_' are the same key; a key set in two files is an error), checks every key
-// against the typed schema of GPT-NeoX's arguments (lib/config/schema.c), refuses values that select
+// against the typed schema of GPT-NeoX's arguments (lib/config/schema_gen.c), refuses values that select
 // features neox.c does not support, and computes the derived values (batch sizes, parallel sizes,
 // precision, optimizer and ZeRO settings from their nested dicts) as GPT-NeoX computes them.
 #ifndef NEOX_CONFIG_H
@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config_keys.h"
+#include "config_keys_gen.h"
 #include "core.h"
 
 // ---- values ---------------------------------------------------------------------------------
@@ -111,7 +111,7 @@ void neox_config_free(neox_config *cfg);
 
 // ---- reading values -------------------------------------------------------------------------
 // Keys are named by their schema name as a bare identifier, not a string: neox_config_int(cfg,
-// seq_length) reads NEOX_K_seq_length (config_keys.h, generated with the schema), so a key that is not
+// seq_length) reads NEOX_K_seq_length (config_keys_gen.h, generated with the schema), so a key that is not
 // in the schema fails to compile. Reading a key with the wrong type is a programming error and aborts.
 #define neox_config_has(cfg, key) neox_config_has_id((cfg), NEOX_K_##key)     // value is not None
 #define neox_config_bool(cfg, key) neox_config_bool_id((cfg), NEOX_K_##key)

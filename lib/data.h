@@ -363,6 +363,19 @@ typedef struct neox_config neox_config;
 int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s, neox_error *err);
 void neox_data_settings_release(neox_data_settings *s);
 
+// The lengths of the lists that go one per data path, per split (train, valid, test); which lists
+// were given is s's pointers. Whoever fills a neox_data_settings other than from a config (neox-preprocess
+// index) fills these too.
+typedef struct neox_data_list_lengths {
+    int weights[3], labels[3], rewards[3], neg[3], neg_labels[3];
+} neox_data_list_lengths;
+// The rules that tie the data settings' lists together, the one check every reader of data settings
+// runs (neox_data_settings_from_config runs it): each weight, label, reward and rejected-data list
+// has one entry per data path; rejected data and its labels only with pairwise data, both label
+// lists or neither there, and a training set; rewards only with plain data and pack_impl unpacked.
+// Errors name the GPT-NeoX keys.
+int neox_data_settings_check(const neox_data_settings *s, const neox_data_list_lengths *n, neox_error *err);
+
 // Builds train/valid/test datasets as build_train_valid_test_data_iterators does; a dataset that
 // has no documents or no samples is NULL. Returns -1 on error.
 int neox_build_datasets(const neox_data_settings *s, neox_dataset *out[3], neox_error *err);

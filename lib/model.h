@@ -89,8 +89,8 @@ typedef struct neox_model_desc {
     // rank, all-gathered again just before the layer is recomputed (DeepSpeed's partition_activations);
     // in host memory, copied back to the backend just before (checkpoint_in_cpu). Either keeps the
     // inputs apart from the residual stream in a store the model owns; both off: kept in place.
-    int partition_checkpoints;
-    int checkpoints_on_host;
+    int partition_recompute_inputs;
+    int recompute_inputs_on_host;
     neox_naming naming;
     // This rank's part of the model; zeros mean the whole model (neox_model_desc_check fills them).
     int tp_size, tp_rank;         // tensor parallel
@@ -271,8 +271,8 @@ struct neox_model {
     int head_rows_asked, head_rows;
     float *act_buf;
     size_t act_floats;
-    float *checkpoints_host;     // host memory of the kept layer inputs (checkpoints_on_host), else NULL
-    size_t checkpoints_host_floats;
+    float *recompute_inputs_host;     // host memory of the kept layer inputs (recompute_inputs_on_host), else NULL
+    size_t recompute_inputs_host_floats;
     int nslots, slot;
     void *slots;             // private layout (lib/model/forward.c)
     void *acts;              // the current slot
@@ -370,8 +370,8 @@ void neox_model_use_slot(neox_model *m, int slot);
 void neox_model_set_head_rows(neox_model *m, int rows);
 // The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions (the backend's).
 size_t neox_model_activation_bytes(const neox_model *m);
-// The host memory holding kept layer inputs (desc.checkpoints_on_host; else 0).
-size_t neox_model_host_checkpoint_bytes(const neox_model *m);
+// The host memory holding kept layer inputs (desc.recompute_inputs_on_host; else 0).
+size_t neox_model_host_recompute_bytes(const neox_model *m);
 
 // Pipeline stages. A stage without the embedding reads its input from neox_model_stage_input
 // ((B, T, C), filled by the caller before forward); a stage without the output layer leaves its

@@ -118,7 +118,7 @@ static int derive_precision(neox_config *cfg, neox_error *err) {
 }
 
 // GPT-NeoX's zero_* keys from the zero_optimization dict, with DeepSpeed's defaults (the sub-key
-// schema's); the dict's own refusals (stage 3, offload) are the schema's too.
+// schema's); the dict's own refusals (NVMe and parameter offload, ZeRO++) are the schema's too.
 static int derive_zero(neox_config *cfg, neox_error *err) {
     static const struct { const char *key, *path; } map[] = {
         {"zero_stage", "zero_optimization.stage"},

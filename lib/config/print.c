@@ -181,14 +181,3 @@ int neox_config_print_as(const neox_config *cfg, const char *format, FILE *out) 
     else return -1;
     return 0;
 }
-
-int neox_config_print_files(const char *const *paths, int npaths, const neox_config_options *opts, const char *format,
-                            FILE *out, neox_error *err) {
-    if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "--print-config-format: '%s' is not 'text' or 'json'", format);
-    neox_config *cfg = neox_config_load(paths, npaths, opts, err);
-    if (!cfg) return -1;
-    neox_config_print_as(cfg, format, out);
-    neox_config_free(cfg);
-    return 0;
-}

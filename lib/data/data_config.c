@@ -1,6 +1,8 @@
 // data_config.c: the data settings of a loaded GPT-NeoX config (data_path/split or the
 // train/valid/test paths and weights, seq_length, seed, iteration counts, packing) as the plain
-// neox_data_settings struct the rest of lib/data takes.
+// neox_data_settings struct the rest of lib/data takes, and the one owner of the rules that tie
+// those settings together (neox_data_settings_check), which neox-preprocess index runs on its
+// options as well.
 #include "config.h"
 #include "data.h"
 
@@ -32,71 +34,35 @@ static int read_list(const neox_config *cfg, neox_key_id id, char ***strings, do
     return 0;
 }
 
-// A *_label_data_paths or *_reward_data_paths list: one dataset per path of the matching *_data_paths
-// (GPT-NeoX pairs them by position), so it exists only beside train/valid/test_data_paths, never with
-// data_path.
-static int read_labels(const neox_config *cfg, neox_key_id id, int ndata, const char *const **out,
-                       neox_error *err) {
+// A list of paths that goes beside the data paths (labels, rewards, rejected data), or NULL.
+static int read_paths_list(const neox_config *cfg, neox_key_id id, const char *const **out, int *count, neox_error *err) {
     char **paths = NULL;
-    int n = 0;
-    if (read_list(cfg, id, &paths, NULL, &n, err) != 0) return free(paths), -1;
+    int rc = read_list(cfg, id, &paths, NULL, count, err);
     *out = (const char *const *)paths;
-    const char *key = neox_key_specs[id].name;
-    if (paths && n != ndata)
-        return neox_fail(err, NEOX_EXIT_USAGE,
-                         "%s: has %d paths but the matching *_data_paths has %d: each token dataset needs its own "
-                         "(%s needs the *_data_paths lists, not data_path)",
-                         key, n, ndata, key);
-    return 0;
-}
-
-// train/valid/test_data_paths and their label datasets.
-static int read_paths(const neox_config *cfg, neox_data_settings *s, neox_error *err) {
-    char **train = NULL, **valid = NULL, **test = NULL;
-    int rc = read_list(cfg, NEOX_K_train_data_paths, &train, NULL, &s->ntrain, err);
-    s->train_paths = (const char *const *)train;
-    if (rc == 0) rc = read_list(cfg, NEOX_K_valid_data_paths, &valid, NULL, &s->nvalid, err);
-    s->valid_paths = (const char *const *)valid;
-    if (rc == 0) rc = read_list(cfg, NEOX_K_test_data_paths, &test, NULL, &s->ntest, err);
-    s->test_paths = (const char *const *)test;
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_train_label_data_paths, s->ntrain, &s->train_label_paths, err);
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_valid_label_data_paths, s->nvalid, &s->valid_label_paths, err);
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_test_label_data_paths, s->ntest, &s->test_label_paths, err);
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_train_reward_data_paths, s->ntrain, &s->train_reward_paths, err);
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_valid_reward_data_paths, s->nvalid, &s->valid_reward_paths, err);
-    if (rc == 0) rc = read_labels(cfg, NEOX_K_test_reward_data_paths, s->ntest, &s->test_reward_paths, err);
-    // GPT2Dataset asserts the same: a reward belongs to one document, and a packed sample holds several.
-    if (rc == 0 && (s->train_reward_paths || s->valid_reward_paths || s->test_reward_paths) &&
-        s->pack_impl != NEOX_PACK_UNPACKED)
-        rc = neox_fail(err, NEOX_EXIT_USAGE, "*_reward_data_paths: reward datasets are read with pack_impl: unpacked "
-                       "only (one document per sample, as GPT-NeoX requires), not %s", neox_pack_impl_name(s->pack_impl));
     return rc;
 }
 
-// One split of pairwise data: pos_SPLIT_data_paths (the chosen side, into *data), neg_SPLIT_data_paths
-// (as many), and both label lists or neither (GPT-NeoX's PairwiseDataset asserts as much).
-static int read_pairwise_split(const neox_config *cfg, const neox_key_id ids[4], const char *const **data, int *n,
-                               const char *const **labels, const char *const **neg, const char *const **neg_labels,
-                               neox_error *err) {
-    char **pos = NULL, **rejected = NULL;
-    int nneg = 0;
-    int rc = read_list(cfg, ids[0], &pos, NULL, n, err);
-    *data = (const char *const *)pos;
-    if (rc == 0) rc = read_list(cfg, ids[1], &rejected, NULL, &nneg, err);
-    *neg = (const char *const *)rejected;
-    if (rc == 0 && nneg != *n)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s has %d paths but %s has %d: each chosen dataset needs its rejected one",
-                         neox_key_specs[ids[0]].name, *n, neox_key_specs[ids[1]].name, nneg);
-    if (rc == 0) rc = read_labels(cfg, ids[2], *n, labels, err);
-    if (rc == 0) rc = read_labels(cfg, ids[3], *n, neg_labels, err);
-    if (rc == 0 && (*labels == NULL) != (*neg_labels == NULL))
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s and %s: set both label lists or neither",
-                         neox_key_specs[ids[2]].name, neox_key_specs[ids[3]].name);
+// train/valid/test_data_paths and their label and reward datasets.
+static int read_paths(const neox_config *cfg, neox_data_settings *s, neox_data_list_lengths *n, neox_error *err) {
+    static const neox_key_id data[3] = {NEOX_K_train_data_paths, NEOX_K_valid_data_paths, NEOX_K_test_data_paths};
+    static const neox_key_id labels[3] = {NEOX_K_train_label_data_paths, NEOX_K_valid_label_data_paths,
+                                          NEOX_K_test_label_data_paths};
+    static const neox_key_id rewards[3] = {NEOX_K_train_reward_data_paths, NEOX_K_valid_reward_data_paths,
+                                           NEOX_K_test_reward_data_paths};
+    const char *const **paths[3] = {&s->train_paths, &s->valid_paths, &s->test_paths};
+    const char *const **label_paths[3] = {&s->train_label_paths, &s->valid_label_paths, &s->test_label_paths};
+    const char *const **reward_paths[3] = {&s->train_reward_paths, &s->valid_reward_paths, &s->test_reward_paths};
+    int *count[3] = {&s->ntrain, &s->nvalid, &s->ntest};
+    int rc = 0;
+    for (int i = 0; i < 3 && rc == 0; i++) rc = read_paths_list(cfg, data[i], paths[i], count[i], err);
+    for (int i = 0; i < 3 && rc == 0; i++) rc = read_paths_list(cfg, labels[i], label_paths[i], &n->labels[i], err);
+    for (int i = 0; i < 3 && rc == 0; i++) rc = read_paths_list(cfg, rewards[i], reward_paths[i], &n->rewards[i], err);
     return rc;
 }
 
 // dataset_impl pairwise: the pos_*/neg_* lists; the plain *_data_paths and data_path do not apply.
-static int read_pairwise_paths(const neox_config *cfg, neox_data_settings *s, neox_error *err) {
+static int read_pairwise_paths(const neox_config *cfg, neox_data_settings *s, neox_data_list_lengths *n,
+                               neox_error *err) {
     if (s->data_path || neox_config_has(cfg, train_data_paths))
         return neox_fail(err, NEOX_EXIT_USAGE, "dataset_impl pairwise reads pos_train_data_paths and "
                          "neg_train_data_paths (and the valid and test lists), not %s",
@@ -109,16 +75,38 @@ static int read_pairwise_paths(const neox_config *cfg, neox_data_settings *s, ne
         {NEOX_K_pos_test_data_paths, NEOX_K_neg_test_data_paths, NEOX_K_pos_test_label_data_paths,
          NEOX_K_neg_test_label_data_paths},
     };
-    int rc = read_pairwise_split(cfg, ids[0], &s->train_paths, &s->ntrain, &s->train_label_paths, &s->train_neg_paths,
-                                 &s->train_neg_label_paths, err);
-    if (rc == 0)
-        rc = read_pairwise_split(cfg, ids[1], &s->valid_paths, &s->nvalid, &s->valid_label_paths, &s->valid_neg_paths,
-                                 &s->valid_neg_label_paths, err);
-    if (rc == 0)
-        rc = read_pairwise_split(cfg, ids[2], &s->test_paths, &s->ntest, &s->test_label_paths, &s->test_neg_paths,
-                                 &s->test_neg_label_paths, err);
-    if (rc == 0 && s->ntrain == 0)
-        rc = neox_fail(err, NEOX_EXIT_USAGE, "dataset_impl pairwise: pos_train_data_paths is not set");
+    const char *const **paths[3] = {&s->train_paths, &s->valid_paths, &s->test_paths};
+    const char *const **labels[3] = {&s->train_label_paths, &s->valid_label_paths, &s->test_label_paths};
+    const char *const **neg[3] = {&s->train_neg_paths, &s->valid_neg_paths, &s->test_neg_paths};
+    const char *const **neg_labels[3] = {&s->train_neg_label_paths, &s->valid_neg_label_paths, &s->test_neg_label_paths};
+    int *count[3] = {&s->ntrain, &s->nvalid, &s->ntest};
+    int rc = 0;
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        rc = read_paths_list(cfg, ids[i][0], paths[i], count[i], err);
+        if (rc == 0) rc = read_paths_list(cfg, ids[i][1], neg[i], &n->neg[i], err);
+        if (rc == 0) rc = read_paths_list(cfg, ids[i][2], labels[i], &n->labels[i], err);
+        if (rc == 0) rc = read_paths_list(cfg, ids[i][3], neg_labels[i], &n->neg_labels[i], err);
+    }
+    return rc;
+}
+
+// A reward list of the config under dataset_impl pairwise (they are not read into s there).
+static int refuse_pairwise_rewards(const neox_config *cfg, neox_error *err) {
+    static const neox_key_id reward_keys[3] = {NEOX_K_train_reward_data_paths, NEOX_K_valid_reward_data_paths,
+                                               NEOX_K_test_reward_data_paths};
+    for (int i = 0; i < 3; i++)
+        if (neox_config_has_id(cfg, reward_keys[i]) && neox_config_value_id(cfg, reward_keys[i]))
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s: reward datasets go with train_data_paths (KTO), not with "
+                             "dataset_impl pairwise", neox_key_specs[reward_keys[i]].name);
+    return 0;
+}
+
+static int read_weights(const neox_config *cfg, neox_data_settings *s, neox_data_list_lengths *n, neox_error *err) {
+    double *wt = NULL, *wv = NULL, *ws = NULL;
+    int rc = read_list(cfg, NEOX_K_train_data_weights, NULL, &wt, &n->weights[0], err);
+    if (rc == 0) rc = read_list(cfg, NEOX_K_valid_data_weights, NULL, &wv, &n->weights[1], err);
+    if (rc == 0) rc = read_list(cfg, NEOX_K_test_data_weights, NULL, &ws, &n->weights[2], err);
+    s->train_weights = wt, s->valid_weights = wv, s->test_weights = ws;
     return rc;
 }
 
@@ -142,23 +130,87 @@ int neox_data_settings_from_config(const neox_config *cfg, neox_data_settings *s
                          neox_config_str(cfg, pack_impl));
     const char *impl = neox_config_str(cfg, dataset_impl);
     s->pairwise = impl && !strcmp(impl, "pairwise");
-    int rc = 0;
-    static const neox_key_id reward_keys[3] = {NEOX_K_train_reward_data_paths, NEOX_K_valid_reward_data_paths,
-                                               NEOX_K_test_reward_data_paths};
-    for (int i = 0; s->pairwise && i < 3 && rc == 0; i++)
-        if (neox_config_has_id(cfg, reward_keys[i]) && neox_config_value_id(cfg, reward_keys[i]))
-            rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: reward datasets go with train_data_paths (KTO), not with "
-                           "dataset_impl pairwise", neox_key_specs[reward_keys[i]].name);
-    if (rc == 0) rc = s->pairwise ? read_pairwise_paths(cfg, s, err) : read_paths(cfg, s, err);
-    double *wt = NULL, *wv = NULL, *ws = NULL;
-    int nwt = 0, nwv = 0, nws = 0;
-    if (rc == 0) rc = read_list(cfg, NEOX_K_train_data_weights, NULL, &wt, &nwt, err);
-    if (rc == 0) rc = read_list(cfg, NEOX_K_valid_data_weights, NULL, &wv, &nwv, err);
-    if (rc == 0) rc = read_list(cfg, NEOX_K_test_data_weights, NULL, &ws, &nws, err);
-    s->train_weights = wt, s->valid_weights = wv, s->test_weights = ws;
-    if (rc == 0 && ((wt && nwt != s->ntrain) || (wv && nwv != s->nvalid) || (ws && nws != s->ntest)))
-        rc = neox_fail(err, NEOX_EXIT_USAGE, "*_data_weights must have one weight per path in *_data_paths");
+    neox_data_list_lengths n = {0};
+    int rc = s->pairwise ? refuse_pairwise_rewards(cfg, err) : 0;
+    if (rc == 0) rc = s->pairwise ? read_pairwise_paths(cfg, s, &n, err) : read_paths(cfg, s, &n, err);
+    if (rc == 0) rc = read_weights(cfg, s, &n, err);
+    if (rc == 0) rc = neox_data_settings_check(s, &n, err);
     if (rc != 0) neox_data_settings_release(s);
+    return rc;
+}
+
+// ---- the rules -------------------------------------------------------------------------------
+
+static const char *const SPLIT[3] = {"train", "valid", "test"};
+
+// A list that goes one per data path of its split: given, it has as many entries.
+static int check_one_per_path(const void *given, int n, int npaths, const char *key, neox_error *err) {
+    if (!given || n == npaths) return 0;
+    return neox_fail(err, NEOX_EXIT_USAGE,
+                     "%s: has %d paths but the matching *_data_paths has %d: each token dataset needs its own "
+                     "(%s needs the *_data_paths lists, not data_path)", key, n, npaths, key);
+}
+
+// Rewards and labels of plain (not pairwise) data.
+static int check_plain_lists(const neox_data_settings *s, const neox_data_list_lengths *n, const int npaths[3],
+                             neox_error *err) {
+    const void *labels[3] = {s->train_label_paths, s->valid_label_paths, s->test_label_paths};
+    const void *rewards[3] = {s->train_reward_paths, s->valid_reward_paths, s->test_reward_paths};
+    const void *neg[6] = {s->train_neg_paths, s->valid_neg_paths, s->test_neg_paths, s->train_neg_label_paths,
+                          s->valid_neg_label_paths, s->test_neg_label_paths};
+    char key[64];
+    for (int i = 0; i < 6; i++)
+        if (neg[i])
+            return neox_fail(err, NEOX_EXIT_USAGE, "neg_%s_%sdata_paths: rejected data goes with dataset_impl pairwise "
+                             "(and pos_*_data_paths)", SPLIT[i % 3], i < 3 ? "" : "label_");
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof key, "%s_label_data_paths", SPLIT[i]);
+        if (check_one_per_path(labels[i], n->labels[i], npaths[i], key, err) != 0) return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof key, "%s_reward_data_paths", SPLIT[i]);
+        if (check_one_per_path(rewards[i], n->rewards[i], npaths[i], key, err) != 0) return -1;
+    }
+    // GPT2Dataset asserts the same: a reward belongs to one document, and a packed sample holds several.
+    if ((rewards[0] || rewards[1] || rewards[2]) && s->pack_impl != NEOX_PACK_UNPACKED)
+        return neox_fail(err, NEOX_EXIT_USAGE, "*_reward_data_paths: reward datasets are read with pack_impl: unpacked "
+                         "only (one document per sample, as GPT-NeoX requires), not %s", neox_pack_impl_name(s->pack_impl));
+    return 0;
+}
+
+// The rejected side and the labels of pairwise data, as GPT-NeoX's PairwiseDataset asserts them.
+static int check_pairwise_lists(const neox_data_settings *s, const neox_data_list_lengths *n, const int npaths[3],
+                                neox_error *err) {
+    const void *labels[3] = {s->train_label_paths, s->valid_label_paths, s->test_label_paths};
+    const void *neg_labels[3] = {s->train_neg_label_paths, s->valid_neg_label_paths, s->test_neg_label_paths};
+    if (s->train_reward_paths || s->valid_reward_paths || s->test_reward_paths)
+        return neox_fail(err, NEOX_EXIT_USAGE, "*_reward_data_paths: reward datasets go with train_data_paths (KTO), "
+                         "not with dataset_impl pairwise");
+    char key[64], other[64];
+    for (int i = 0; i < 3; i++) {
+        if (n->neg[i] != npaths[i])
+            return neox_fail(err, NEOX_EXIT_USAGE, "pos_%s_data_paths has %d paths but neg_%s_data_paths has %d: each "
+                             "chosen dataset needs its rejected one", SPLIT[i], npaths[i], SPLIT[i], n->neg[i]);
+        snprintf(key, sizeof key, "pos_%s_label_data_paths", SPLIT[i]);
+        snprintf(other, sizeof other, "neg_%s_label_data_paths", SPLIT[i]);
+        if (check_one_per_path(labels[i], n->labels[i], npaths[i], key, err) != 0 ||
+            check_one_per_path(neg_labels[i], n->neg_labels[i], npaths[i], other, err) != 0)
+            return -1;
+        if ((labels[i] == NULL) != (neg_labels[i] == NULL))
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s and %s: set both label lists or neither", key, other);
+    }
+    if (npaths[0] == 0) return neox_fail(err, NEOX_EXIT_USAGE, "dataset_impl pairwise: pos_train_data_paths is not set");
+    return 0;
+}
+
+int neox_data_settings_check(const neox_data_settings *s, const neox_data_list_lengths *n, neox_error *err) {
+    const int npaths[3] = {s->ntrain, s->nvalid, s->ntest};
+    int rc = s->pairwise ? check_pairwise_lists(s, n, npaths, err) : check_plain_lists(s, n, npaths, err);
+    const void *weights[3] = {s->train_weights, s->valid_weights, s->test_weights};
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (weights[i] && n->weights[i] != npaths[i])
+            rc = neox_fail(err, NEOX_EXIT_USAGE, "*_data_weights must have one weight per path in *_data_paths "
+                           "(%s_data_weights has %d, %s_data_paths %d)", SPLIT[i], n->weights[i], SPLIT[i], npaths[i]);
     return rc;
 }
 

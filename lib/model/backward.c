@@ -141,7 +141,7 @@ static void layer_backward(neox_model *m, int l) {
     float *dln1 = a->dln, *dln2 = a->dln + NC;
     int group[GROUP_END + 1];
     layer_groups(m, l, group);
-    if (neox_model_checkpoint_store(d)) neox_model_fetch_checkpoint(m, l - s.l0);
+    if (neox_model_recompute_store(d)) neox_model_fetch_recompute_input(m, l - s.l0);
     const float *x = neox_model_layer_input(m, l - s.l0);
     if (d->checkpoint_activations) {  // the recomputed output is not needed: it goes to scratch
         neox_model_layer_forward(m, l, x, a->dbranch);

@@ -57,10 +57,10 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
     size_t N = z.N, C = z.C, L = z.L, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
-    if (neox_model_checkpoint_store(d)) {
+    if (neox_model_recompute_store(d)) {
         a->x = take(cur, N * C);
-        size_t kept = L * (N * C / (size_t)neox_model_checkpoint_ways(d));
-        a->kept = take(d->checkpoints_on_host ? host_cur : cur, kept);
+        size_t kept = L * (N * C / (size_t)neox_model_recompute_ways(d));
+        a->kept = take(d->recompute_inputs_on_host ? host_cur : cur, kept);
     } else {
         a->x = take(cur, (L + 1) * N * C);
     }
@@ -123,7 +123,7 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->sin = take(cur, T * R / 2);
     a->alibi = d->pos_emb == NEOX_POS_ALIBI ? take(cur, NH) : NULL;
     a->branch = take(cur, N * C);
-    a->gather = neox_model_checkpoint_store(d) ? take(cur, N * C) : NULL;
+    a->gather = neox_model_recompute_store(d) ? take(cur, N * C) : NULL;
     a->ce_max = take(cur, N);
     a->ce_stats = (double *)take(cur, 4 * N);
     a->ce_loss = (double *)take(cur, 4);
@@ -233,9 +233,9 @@ void neox_model_free_plan(neox_model *m) {
     if (slots) free(slots[0].gather_counts);
     free(slots);
     if (m->act_buf) m->be->free(m->act_buf);
-    free(m->checkpoints_host);
-    m->checkpoints_host = NULL;
-    m->checkpoints_host_floats = 0;
+    free(m->recompute_inputs_host);
+    m->recompute_inputs_host = NULL;
+    m->recompute_inputs_host_floats = 0;
     free_half(m);
     free_host_stage(m);
     m->slots = m->acts = NULL;
@@ -263,7 +263,7 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
         return neox_fail(err, NEOX_EXIT_USAGE, "model: micro-batch and sequence must be positive");
     if (d->pos_emb == NEOX_POS_LEARNED && T > d->max_positions)
         return neox_fail(err, NEOX_EXIT_USAGE, "seq_length %d exceeds max_position_embeddings %d", T, d->max_positions);
-    if (neox_model_checkpoint_ways(d) > 1 && (size_t)B * T * d->hidden_size / (size_t)neox_model_checkpoint_ways(d) > INT_MAX)
+    if (neox_model_recompute_ways(d) > 1 && (size_t)B * T * d->hidden_size / (size_t)neox_model_recompute_ways(d) > INT_MAX)
         return neox_fail(err, NEOX_EXIT_USAGE, "partition_activations: a layer input of %d x %d x %d elements is too "
                          "large to all-gather", B, T, d->hidden_size);
     if (d->ep_size > 1 && neox_model_has_moe(d) && moe_received_rows(d, (size_t)B * T) * d->hidden_size > INT32_MAX)
@@ -278,13 +278,13 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     neox_acts *slots = neox_calloc((size_t)nslots, sizeof *slots);
     int L = neox_model_shard(d).L;
     for (int k = 0; k < nslots; k++) slots[k].layers = neox_calloc((size_t)L, sizeof *slots[k].layers);
-    m->act_floats = carve(m, slots, NULL, NULL, &m->checkpoints_host_floats);
+    m->act_floats = carve(m, slots, NULL, NULL, &m->recompute_inputs_host_floats);
     m->act_buf = m->be->alloc(m->act_floats * sizeof(float));
     m->be->memset_zero(m->act_buf, m->act_floats * sizeof(float));
-    if (m->checkpoints_host_floats) m->checkpoints_host = neox_calloc(m->checkpoints_host_floats, sizeof(float));
-    carve(m, slots, m->act_buf, m->checkpoints_host, &m->checkpoints_host_floats);
-    if (neox_model_checkpoint_ways(d) > 1) {
-        int P = neox_model_checkpoint_ways(d);
+    if (m->recompute_inputs_host_floats) m->recompute_inputs_host = neox_calloc(m->recompute_inputs_host_floats, sizeof(float));
+    carve(m, slots, m->act_buf, m->recompute_inputs_host, &m->recompute_inputs_host_floats);
+    if (neox_model_recompute_ways(d) > 1) {
+        int P = neox_model_recompute_ways(d);
         int *counts = neox_malloc((size_t)P * sizeof *counts);
         for (int r = 0; r < P; r++) counts[r] = (int)((size_t)B * T * d->hidden_size / (size_t)P);
         for (int k = 0; k < nslots; k++) slots[k].gather_counts = counts;
@@ -320,7 +320,7 @@ size_t neox_model_activation_bytes(const neox_model *m) {
     return m->act_floats * sizeof(float) + m->half_elems * sizeof(uint16_t);
 }
 
-size_t neox_model_host_checkpoint_bytes(const neox_model *m) { return m->checkpoints_host_floats * sizeof(float); }
+size_t neox_model_host_recompute_bytes(const neox_model *m) { return m->recompute_inputs_host_floats * sizeof(float); }
 
 const float *neox_model_logits(const neox_model *m) { return ((const neox_acts *)m->acts)->logits; }
 
@@ -489,13 +489,13 @@ static void stage_layer_forward(neox_model *m, int l) {
     neox_shard s = neox_model_shard(d);
     int i = l - s.l0;
     size_t NC = (size_t)m->B * m->T * d->hidden_size;
-    if (!neox_model_checkpoint_store(d)) {
+    if (!neox_model_recompute_store(d)) {
         neox_model_layer_forward(m, l, neox_model_layer_input(m, i), neox_model_layer_input(m, i) + NC);
         return;
     }
     neox_acts *a = m->acts;
     neox_model_layer_forward(m, l, a->gather, a->x);
-    neox_model_keep_checkpoint(m, i);
+    neox_model_keep_recompute_input(m, i);
     if (i + 1 < s.L) m->be->copy(a->gather, a->x, NC * sizeof(float));
 }
 

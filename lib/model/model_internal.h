@@ -70,7 +70,7 @@ typedef struct neox_acts {
     float *x;                          // (L + 1, N, C): the residual stream entering each local layer, then the last;
                                        // with a checkpoint store (N, C): the last only (the stage's output)
     float *kept;                       // with a checkpoint store: (L, N * C / P) this rank's piece of each local
-                                       // layer's input, in backend memory or (checkpoints_on_host) host memory
+                                       // layer's input, in backend memory or (recompute_inputs_on_host) host memory
     neox_layer_acts *layers;           // L entries (local layer index)
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;                     // (head_rows, V) of this rank's vocabulary (value head: (N)); dlogits after backward
@@ -102,24 +102,25 @@ unsigned long long neox_model_dropout_seed(const neox_model *m, int layer, int s
 // draws counter ((dropout_row0 + b) * T + t) * C + c. out may alias inp; backward is the same call.
 void neox_model_hidden_dropout(const neox_model *m, float *out, const float *inp, int layer, int site);
 
-// The checkpoint store (lib/model/checkpoints.c; docs/memory.md, "Activation checkpoints"): with
-// checkpoint_activations and partitioned or host-kept checkpoints, each layer's input is kept as this
+// The recompute store (lib/model/recompute.c; docs/memory.md, "Activation checkpoints"): with
+// checkpoint_activations and partitioned or host-kept layer inputs, each layer's input is kept as this
 // rank's piece of it, P pieces of the flattened (N, C) tensor (P = tp_size when partitioned, else 1),
 // and made whole again in the shared gather buffer just before the layer is recomputed. Without the
 // store the inputs stay in place in x.
-static inline int neox_model_checkpoint_store(const neox_model_desc *d) {
-    return d->checkpoint_activations && ((d->partition_checkpoints && d->tp_size > 1) || d->checkpoints_on_host);
+static inline int neox_model_recompute_store(const neox_model_desc *d) {
+    return d->checkpoint_activations &&
+           ((d->partition_recompute_inputs && d->tp_size > 1) || d->recompute_inputs_on_host);
 }
-static inline int neox_model_checkpoint_ways(const neox_model_desc *d) {
-    return d->partition_checkpoints && d->tp_size > 1 ? d->tp_size : 1;
+static inline int neox_model_recompute_ways(const neox_model_desc *d) {
+    return d->partition_recompute_inputs && d->tp_size > 1 ? d->tp_size : 1;
 }
 // Local layer i's input (the gather buffer under a store) and the stage's output, of the current slot.
 float *neox_model_layer_input(const neox_model *m, int i);
 float *neox_model_stage_out(const neox_model *m);
-// Keeps this rank's piece of the gather buffer as local layer i's checkpoint; makes layer i's input
+// Keeps this rank's piece of the gather buffer as local layer i's kept input; makes layer i's input
 // whole in the gather buffer again from the pieces (an all-gather over the tensor-parallel group).
-void neox_model_keep_checkpoint(neox_model *m, int i);
-void neox_model_fetch_checkpoint(neox_model *m, int i);
+void neox_model_keep_recompute_input(neox_model *m, int i);
+void neox_model_fetch_recompute_input(neox_model *m, int i);
 
 // The elementwise function of the activation (of its gate when gated).
 neox_act_fn neox_activation_function(neox_activation a);

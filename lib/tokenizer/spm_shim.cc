@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -20,18 +21,22 @@ static void set_message(char *msg, size_t msg_size, const std::string &text) {
     if (msg_size) std::snprintf(msg, msg_size, "%s", text.c_str());
 }
 
+// The model is owned by a unique_ptr until it is handed out, so that an exception thrown while the
+// library builds it (its tries throw on some malformed models) frees it too.
 extern "C" spm_model *spm_shim_load(const char *path, char *msg, size_t msg_size) {
     try {
-        spm_model *m = new spm_model;
+        std::unique_ptr<spm_model> m(new spm_model);
         const auto status = m->processor.Load(path);
         if (!status.ok()) {
             set_message(msg, msg_size, status.ToString());
-            delete m;
             return nullptr;
         }
-        return m;
+        return m.release();
     } catch (const std::exception &e) {
         set_message(msg, msg_size, e.what());
+        return nullptr;
+    } catch (...) {
+        set_message(msg, msg_size, "the SentencePiece library failed with an unknown exception");
         return nullptr;
     }
 }

@@ -329,10 +329,10 @@ void neox_train_compress_grads(neox_trainer *t);
 // Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.
 int neox_train_onebit_buffers(const neox_trainer *t, const char **names, float **bufs, size_t *counts);
 
-// ---- activation checkpoints (activation_checkpoints.c) ----------------------------------------
+// ---- activation recompute (recompute.c) ------------------------------------------------------
 // Reads partition_activations and checkpoint_in_cpu (both spellings) into desc (its layout and
 // checkpoint_activations set; needs t->be), with a notice for each set where it does nothing.
-void neox_train_setup_checkpoints(neox_trainer *t, neox_model_desc *desc);
+void neox_train_setup_recompute(neox_trainer *t, neox_model_desc *desc);
 
 // ---- sparse_gradients (sparse_embedding.c) ---------------------------------------------------
 // Refuses combinations it cannot serve; creates t->sparse for an untied input embedding (needs

@@ -26,14 +26,14 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     if (t->offload) p->offloaded = state + (double)(t->state_end - t->state_begin) * 8;
     else p->optimizer = state;
     p->activations = (double)neox_model_activation_bytes(m);
-    p->offloaded += (double)neox_model_host_checkpoint_bytes(m);  // checkpoint_in_cpu's layer inputs
+    p->offloaded += (double)neox_model_host_recompute_bytes(m);  // checkpoint_in_cpu's layer inputs
     // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
     // (unused by a model that only runs forward) and its activations.
     const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
     if (ref) {
         p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
         p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
-        p->offloaded += (double)neox_model_host_checkpoint_bytes(ref);
+        p->offloaded += (double)neox_model_host_recompute_bytes(ref);
     }
     if (t->reducer)
         p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer) + (double)neox_grad_reducer_scratch_bytes(t->reducer);

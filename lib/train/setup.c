@@ -153,7 +153,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_grid *g = t->grid;
     desc.tp_size = g->model_size, desc.tp_rank = g->model_rank;
     desc.pp_size = g->pipe_size, desc.pp_rank = g->pipe_rank;
-    neox_train_setup_checkpoints(t, &desc);
+    neox_train_setup_recompute(t, &desc);
     if (neox_train_setup_expert_parallel(t, &desc, err) != 0) return -1;
     int *bounds = neox_calloc((size_t)g->pipe_size + 1, sizeof *bounds);
     int rc = neox_model_pipe_partition(&desc, g->pipe_size, neox_config_str(cfg, pipe_partition_method), bounds, err);

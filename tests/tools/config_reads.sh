@@ -2,7 +2,7 @@
 # small configs that between them set every used key and sub-key (training with fp16 and the
 # communication logger, a resume, two data-parallel ranks under ZeRO, evaluation, generation, export),
 # with NEOX_CONFIG_READS recording each key the config layer hands out; config_reads_check.py then fails
-# for any used key of lib/config/schema.c that no run read.
+# for any used key of lib/config/schema_gen.c that no run read.
 source tests/lib.sh
 
 READS=$T/reads
@@ -106,4 +106,4 @@ check "neox-convert to-hf" "$NEOX_BIN/neox-convert" to-hf --input "$T/neox/ckpt"
 
 unset NEOX_CONFIG_READS
 check_output "every used key and sub-key of the schema is read by some run" "used keys" \
-    python3 tests/tools/config_reads_check.py lib/config/schema.c "$READS/run.txt"
+    python3 tests/tools/config_reads_check.py lib/config/schema_gen.c "$READS/run.txt"

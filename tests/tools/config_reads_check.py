@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""config_reads_check.py SCHEMA_C READS...: every key and sub-key lib/config/schema.c marks used must
+"""config_reads_check.py SCHEMA_C READS...: every key and sub-key lib/config/schema_gen.c marks used must
 appear in the union of the NEOX_CONFIG_READS records READS (one key or dotted sub-key path a line),
 apart from the exemptions below. Prints the used keys nothing read and exits 1 when there are any."""
 import re

@@ -41,6 +41,20 @@ check_fails "merge refuses different dtypes" 2 "dtype" $P merge --output-prefix 
 check "index builds GPT-NeoX's caches" $P index --data-path $T/z1_text_document --seq-length 64 --train-iters 10 \
     --train-batch-size 4 --eval-interval 5 --eval-iters 1
 check "cache names are GPT-NeoX's" test -f $T/z1_text_document_train_indexmap_40ns_64sl_1234s_packedpi_ac_shuffle_idx.npy
+# index applies lib/data's rules for data settings, with neox-train's messages (the GPT-NeoX keys).
+Z=$T/z1_text_document IDX=(--seq-length 64 --train-iters 10 --train-batch-size 4)
+check_fails "index: a weight per data path, as the config rule says" 2 \
+    "one weight per path in \*_data_paths \(train_data_weights has 1, train_data_paths 2\)" \
+    $P index --train-data-paths $Z,$Z --valid-data-paths $Z --test-data-paths $Z --train-data-weights 1 "${IDX[@]}"
+check_fails "index: reward datasets only unpacked, as neox-train says" 2 \
+    "reward datasets are read with pack_impl: unpacked only .* not packed" \
+    $P index --train-data-paths $Z --valid-data-paths $Z --test-data-paths $Z --train-reward-data-paths $Z "${IDX[@]}"
+check_fails "index: rejected-side labels need pairwise data" 2 \
+    "neg_train_label_data_paths: rejected data goes with dataset_impl pairwise" \
+    $P index --train-data-paths $Z --valid-data-paths $Z --test-data-paths $Z --neg-train-label-data-paths $Z "${IDX[@]}"
+check_fails "index: a rejected dataset per chosen one" 2 \
+    "pos_valid_data_paths has 1 paths but neg_valid_data_paths has 0" \
+    $P index --train-data-paths $Z --valid-data-paths $Z --test-data-paths $Z --neg-train-data-paths $Z "${IDX[@]}"
 
 # Bad input
 printf '{"text": "fine"}\n{"text": "broken\n{"other": 1}\n' >$T/bad.jsonl

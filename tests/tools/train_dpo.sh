@@ -8,29 +8,11 @@
 # with the policy's weights. Inconsistent pairwise data and unsupported combinations are refused.
 source tests/lib.sh
 
-need_shared "neox-train dpo" || exit 0
-TEXT=$DATA/text/tinyshakespeare_input.txt
-[ -f "$TEXT" ] || { skip "neox-train dpo" "no Tiny Shakespeare in $DATA/text"; exit 0; }
-[ -x "$PY" ] || { skip "neox-train dpo" ".venv is missing (make deps)"; exit 0; }
-
-head -c 200000 "$TEXT" >"$T/small.txt"
-python3 tests/tools/train_lib.py paragraphs "$T/small.txt" "$T/small.jsonl"
-check "preprocess (char-level)" "$NEOX_BIN/neox-preprocess" --input "$T/small.jsonl" --output-prefix "$T/char" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+NAME="neox-train dpo"
+source tests/post_training_tool_setup.sh
 check "write the training pairs" $PY tests/tools/dpo_pairs.py "$TEXT" "$T/train" 0 400 24 23 1
 check "write the held-out pairs" $PY tests/tools/dpo_pairs.py "$TEXT" "$T/valid" 400000 64 24 23 2
 check "write pairs whose rejected side has fewer documents" $PY tests/tools/dpo_pairs.py "$TEXT" "$T/few" 0 300 24 23 1
-
-cat >"$T/model.yml" <<EOF2
-{
-  "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 48, "max_position_embeddings": 48,
-  "pos_emb": "rotary", "rotary_pct": 0.25, "no_weight_tying": true, "tokenizer_type": "CharLevelTokenizer",
-  "train_micro_batch_size_per_gpu": 8, "log_interval": 1, "eval_iters": 2
-}
-EOF2
-echo "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.003}}, \"train_iters\": 60, \"eval_interval\": 60,
-  \"data_path\": \"$T/char_text_document\", \"save\": \"$T/pre\", \"checkpoint_factor\": 60}" >"$T/pre.yml"
-check "pre-train the policy" "$TRAIN" -q "$T/model.yml" "$T/pre.yml"
 
 pairs() {  # pairs SPLIT PREFIX [NEG_PREFIX]: the four pos/neg keys of a split
     local neg=${3:-$2}

@@ -10,28 +10,11 @@
 # them as the training did. Bad inputs and unsupported combinations are refused by name.
 source tests/lib.sh
 
-need_shared "neox-train rm" || exit 0
-TEXT=$DATA/text/tinyshakespeare_input.txt
-[ -f "$TEXT" ] || { skip "neox-train rm" "no Tiny Shakespeare in $DATA/text"; exit 0; }
-[ -x "$PY" ] || { skip "neox-train rm" ".venv is missing (make deps)"; exit 0; }
-
-head -c 200000 "$TEXT" >"$T/small.txt"
-python3 tests/tools/train_lib.py paragraphs "$T/small.txt" "$T/small.jsonl"
-check "preprocess (char-level)" "$NEOX_BIN/neox-preprocess" --input "$T/small.jsonl" --output-prefix "$T/char" \
-    --tokenizer-type CharLevelTokenizer --append-eod
+NAME="neox-train rm"
+PRETRAINED="the language model"
+source tests/post_training_tool_setup.sh
 check "write the training pairs" $PY tests/tools/dpo_pairs.py "$TEXT" "$T/train" 0 400 24 20 1 rm
 check "write the held-out pairs" $PY tests/tools/dpo_pairs.py "$TEXT" "$T/valid" 400000 64 24 20 2 rm
-
-cat >"$T/model.yml" <<EOF2
-{
-  "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 48, "max_position_embeddings": 48,
-  "pos_emb": "rotary", "rotary_pct": 0.25, "no_weight_tying": true, "tokenizer_type": "CharLevelTokenizer",
-  "train_micro_batch_size_per_gpu": 8, "log_interval": 1, "eval_iters": 2
-}
-EOF2
-echo "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.003}}, \"train_iters\": 60, \"eval_interval\": 60,
-  \"data_path\": \"$T/char_text_document\", \"save\": \"$T/pre\", \"checkpoint_factor\": 60}" >"$T/pre.yml"
-check "pre-train the language model" "$TRAIN" -q "$T/model.yml" "$T/pre.yml"
 
 pairs() {  # pairs SPLIT PREFIX: the four pos/neg keys of a split
     echo "\"pos_$1_data_paths\": [\"${2}_chosen_document\"], \"neg_$1_data_paths\": [\"${2}_rejected_document\"],

@@ -268,7 +268,7 @@ static void test_host_checkpoints_are_exact(void **state) {
     const neox_backend *backends[] = {neox_backend_emulated(), ref->be};
     for (int k = 0; k < 2; k++) {
         neox_model_desc d = ref->desc;
-        d.checkpoints_on_host = 1;
+        d.recompute_inputs_on_host = 1;
         neox_model *m = neox_model_create_on(&d, backends[k], &err);
         assert_non_null(m);
         neox_model_init(m, 42);
@@ -276,7 +276,7 @@ static void test_host_checkpoints_are_exact(void **state) {
         assert_int_equal(neox_model_plan(m, 2, 8, &err), 0);
         assert_int_equal(neox_model_plan(m, 2, 8, &err), 0);
         size_t NC = 2 * 8 * 16, L = 2;
-        assert_int_equal(neox_model_host_checkpoint_bytes(m), L * NC * sizeof(float));
+        assert_int_equal(neox_model_host_recompute_bytes(m), L * NC * sizeof(float));
         assert_int_equal(neox_model_activation_bytes(ref) - neox_model_activation_bytes(m), (L - 1) * NC * sizeof(float));
         assert_int_equal(neox_model_forward(m, ids, targets, NULL, &err), 0);
         assert_true(m->loss == ref->loss);

@@ -237,6 +237,61 @@ static void test_tiktoken_and_spm_files(void **state) {
     neox_tokenizer_free(tok);
 }
 
+// SentencePiece models cut short and with bytes changed: each either loads (and then encodes and
+// decodes) or fails with an error naming the file, and nothing it allocated outlives it (the
+// sanitizer build's leak check at exit).
+static void load_spm_variant(const uint8_t *bytes, size_t size) {
+    char *path = tmp_path("variant.model");
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, size, f), size);
+    fclose(f);
+    neox_error err = {0};
+    neox_tokenizer_options o = {"SPMTokenizer", path, NULL};
+    neox_tokenizer *tok = neox_tokenizer_load(&o, &err);
+    if (!tok) {
+        if (!strstr(err.message, path)) fail_msg("error '%s' does not name the file", err.message);
+        assert_int_equal(err.status, NEOX_EXIT_FAILURE);
+    } else {
+        int32_t *ids = NULL;
+        size_t len = 0, cap = 0, out;
+        const char *text = "Hello world, \xc3\xa9t\xc3\xa9";
+        if (neox_tokenizer_encode(tok, text, strlen(text), &ids, &len, &cap, &err) >= 0)
+            free(neox_tokenizer_decode(tok, ids, len, &out, &err));
+        free(ids);
+        neox_tokenizer_free(tok);
+    }
+    free(path);
+}
+
+static void test_spm_damaged_models(void **state) {
+    (void)state;
+    static const char *const models[] = {"tests/fuzz/corpus/tokenizer_json/spm_unigram.model",
+                                         "tests/fuzz/corpus/tokenizer_json/spm_bpe.model"};
+    for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+        neox_error err = {0};
+        size_t size;
+        uint8_t *model = (uint8_t *)neox_read_file(models[m], &size, &err);
+        if (!model) fail_msg("%s", err.message);
+        for (size_t cut = 0; cut < size; cut += 97) load_spm_variant(model, cut);
+        for (size_t at = 3; at < size; at += 211) {  // one byte changed at a time
+            uint8_t was = model[at];
+            model[at] ^= 0x5A;
+            load_spm_variant(model, size);
+            model[at] = was;
+        }
+        free(model);
+    }
+    // A piece starting with a NUL byte makes the library's trie throw while it builds the model: the
+    // load fails with the library's message, and the half-built model is freed.
+    const char *nul_piece = "tests/fuzz/corpus/tokenizer_json/regress_spm_nul_piece.model";
+    neox_error err = {0};
+    neox_tokenizer_options o = {"SPMTokenizer", nul_piece, NULL};
+    assert_null(neox_tokenizer_load(&o, &err));
+    if (!strstr(err.message, "not a SentencePiece model") || !strstr(err.message, nul_piece))
+        fail_msg("unexpected error: %s", err.message);
+}
+
 static void test_small_bpe(void **state) {
     (void)state;
     char *v = byte_vocab("\"ab\": 256, \"abc\": 257, \"\\u0120a\": 258, \"<|endoftext|>\": 259");
@@ -417,6 +472,7 @@ int main(void) {
         cmocka_unit_test(test_refused_types),
         cmocka_unit_test(test_tiktoken_and_spm_files),
         cmocka_unit_test(test_small_bpe),
+        cmocka_unit_test(test_spm_damaged_models),
         cmocka_unit_test(test_char_level),
         cmocka_unit_test(test_gpt_neox_sizes_and_ids),
         cmocka_unit_test(test_random_bytes_never_crash),

@@ -29,7 +29,9 @@ static void chat_usage(FILE *out) {
             "  --binary-reward        the reward's truth as 1 or -1\n"
             "  --output-prefix PREFIX output path prefix\n"
             "  --dataset-impl mmap    the only format written\n"
-            "  --max-document-bytes N longest record read, decoded (default 268435456)\n",
+            "  --max-document-bytes N longest record read, decoded (default 268435456)\n"
+            "  --ftfy                 refused: ftfy is a Python library; fix the text before preprocessing\n"
+            "  -h, --help             show this help and exit\n",
             neox_progname());
 }
 

@@ -49,6 +49,7 @@ static void preprocess_usage(FILE *out) {
             "(the flags of GPT-NeoX's tools/datasets/preprocess_data.py).\n\n",
             neox_progname());
     preprocess_options_help(out);
+    fprintf(out, "  -h, --help             show this help and exit\n");
 }
 
 char **split_commas(const char *list, int *count) {
@@ -230,7 +231,9 @@ int merge_main(int argc, char **argv) {
         case 'h':
             printf("Usage: %s merge --output-prefix OUT PREFIX...\n"
                    "Concatenate indexed datasets (e.g. the shards of a job array) in the order given, keeping each\n"
-                   "document boundary (doc_idx), into OUT.bin/.idx.\n",
+                   "document boundary (doc_idx), into OUT.bin/.idx.\n"
+                   "  --output-prefix OUT    the merged dataset's path prefix\n"
+                   "  -h, --help             show this help and exit\n",
                    neox_progname());
             return 0;
         case ':': neox_usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -331,7 +334,8 @@ static void index_usage(void) {
            "  the training data's labels, which pack_until_overflow and unpacked read to skip documents\n"
            "  whose labels are all masked). --dump-samples then prints each sample's chosen and rejected rows.\n"
            "KTO data: --train-reward-data-paths P,... one reward dataset per training data path (pack-impl\n"
-           "  unpacked); --dump-samples then prints each sample's token row and its reward row.\n",
+           "  unpacked); --dump-samples then prints each sample's token row and its reward row.\n"
+           "  -h, --help   show this help and exit\n",
            neox_progname());
 }
 
@@ -405,29 +409,20 @@ int index_main(int argc, char **argv) {
     }
     if (optind < argc) neox_usage_error("unexpected argument '%s'", argv[optind]);
     if (!s.seq_length || !s.train_batch_size) neox_usage_error("index: --seq-length and --train-batch-size are required");
-    for (int i = 0; i < 3; i++)
-        if (weights[i] && nweights[i] != npaths[i])
-            neox_usage_error("%d data weights given for %d data paths", nweights[i], npaths[i]);
     s.train_paths = (const char *const *)paths[0], s.ntrain = npaths[0];
     s.valid_paths = (const char *const *)paths[1], s.nvalid = npaths[1];
     s.test_paths = (const char *const *)paths[2], s.ntest = npaths[2];
     s.train_weights = weights[0], s.valid_weights = weights[1], s.test_weights = weights[2];
     s.pairwise = neg[0] != NULL;
-    for (int i = 0; i < 3; i++)
-        if ((neg[i] || s.pairwise) && nneg[i] != npaths[i])
-            neox_usage_error("%d rejected data paths given for %d chosen ones", nneg[i], npaths[i]);
-    if ((labels[0] && nlabels[0] != npaths[0]) || (s.pairwise && (labels[0] != NULL) != (labels[1] != NULL)) ||
-        (labels[1] && (!s.pairwise || nlabels[1] != npaths[0])))
-        neox_usage_error("--train-label-data-paths (and, for pairwise data, --neg-train-label-data-paths): one label "
-                         "dataset per training data path");
     s.train_neg_paths = (const char *const *)neg[0], s.valid_neg_paths = (const char *const *)neg[1];
     s.test_neg_paths = (const char *const *)neg[2];
     s.train_label_paths = (const char *const *)labels[0], s.train_neg_label_paths = (const char *const *)labels[1];
-    if (rewards && (s.pairwise || nrewards != npaths[0]))
-        neox_usage_error("--train-reward-data-paths: one reward dataset per training data path (not pairwise data)");
-    if (rewards && s.pack_impl != NEOX_PACK_UNPACKED) neox_usage_error("--train-reward-data-paths needs --pack-impl unpacked");
     s.train_reward_paths = (const char *const *)rewards;
+    neox_data_list_lengths lengths = {.weights = {nweights[0], nweights[1], nweights[2]},
+                                      .neg = {nneg[0], nneg[1], nneg[2]}, .labels = {nlabels[0]},
+                                      .neg_labels = {nlabels[1]}, .rewards = {nrewards}};
     neox_error err = {0};
+    if (neox_data_settings_check(&s, &lengths, &err) != 0) neox_die_error(&err);
     neox_dataset *sets[3];
     if (neox_build_datasets(&s, sets, &err) != 0) neox_die_error(&err);
     static const char *names[3] = {"train", "valid", "test"};

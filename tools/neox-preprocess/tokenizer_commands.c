@@ -23,42 +23,53 @@ enum { OPT_TYPE = 256, OPT_VOCAB, OPT_MERGE, OPT_LINES, OPT_NULL, OPT_THREADS, O
 
 static void usage_codec(FILE *out, const char *name) {
     int enc = !strcmp(name, "encode");
+    fprintf(out, "Usage: %s %s --tokenizer-type TYPE [--vocab-file FILE] [--merge-file FILE] [--lines | --null]\n",
+            neox_progname(), name);
+    if (enc) fprintf(out, "       [--threads N [--piece-bytes B]] [FILE|-]\n");
+    else fprintf(out, "       [FILE|-]\n");
+    fprintf(out, "%s\n\n", enc ? "Encodes text to token ids, printed space-separated."
+                               : "Decodes token ids (separated by spaces, commas or newlines) to text.");
     fprintf(out,
-            "Usage: %s %s --tokenizer-type TYPE [--vocab-file FILE] [--merge-file FILE] [--lines] [FILE|-]\n"
-            "%s\n"
-            "\n"
             "  --tokenizer-type TYPE  GPT2BPETokenizer, HFTokenizer, HFGPT2Tokenizer or CharLevelTokenizer\n"
             "  --vocab-file FILE      vocab.json (GPT-2 types) or tokenizer.json (HFTokenizer)\n"
             "  --merge-file FILE      merges.txt (GPT-2 types)\n"
             "  --lines                one %s per input line instead of the whole input as one document\n"
-            "  --null                 like --lines, with documents separated by NUL bytes (text may hold newlines)\n"
-            "%s"
-            "  -h, --help             show this help and exit\n"
-            "\n"
-            "Input is FILE, or standard input when FILE is '-' or absent. %s\n",
-            neox_progname(), name,
-            enc ? "  --threads N            cut each document where the ids cannot change and encode the pieces on\n"
-                  "                         N threads (docs/tokenizers.md, \"Large documents\")\n"
-                  "  --piece-bytes B        the pieces' size for --threads (default 16384)\n" : "",
-            enc ? "Encodes text to token ids, printed space-separated."
-                : "Decodes token ids (separated by spaces, commas or newlines) to text.",
-            enc ? "line of ids" : "line of text",
-            enc ? "Invalid UTF-8 is read as U+FFFD, as Python's errors='replace' would (see docs/tokenizers.md)."
+            "  --null                 like --lines, with documents separated by NUL bytes (text may hold newlines)\n",
+            enc ? "line of ids" : "line of text");
+    if (enc)
+        fprintf(out, "  --threads N            cut each document where the ids cannot change and encode the pieces on\n"
+                     "                         N threads (docs/tokenizers.md, \"Large documents\")\n"
+                     "  --piece-bytes B        the pieces' size for --threads (default 16384)\n");
+    fprintf(out, "  -h, --help             show this help and exit\n\n"
+                 "Input is FILE, or standard input when FILE is '-' or absent.%s\n",
+            enc ? "\nInvalid UTF-8 is read as U+FFFD, as Python's errors='replace' would (see docs/tokenizers.md)."
                 : "");
 }
 
+// encode's options; decode takes the same but --threads and --piece-bytes (decoding is not cut).
+static const struct option encode_options[] = {
+    {"tokenizer-type", required_argument, NULL, OPT_TYPE},
+    {"vocab-file", required_argument, NULL, OPT_VOCAB},
+    {"merge-file", required_argument, NULL, OPT_MERGE},
+    {"lines", no_argument, NULL, OPT_LINES},
+    {"null", no_argument, NULL, OPT_NULL},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"piece-bytes", required_argument, NULL, OPT_PIECE},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+static const struct option decode_options[] = {
+    {"tokenizer-type", required_argument, NULL, OPT_TYPE},
+    {"vocab-file", required_argument, NULL, OPT_VOCAB},
+    {"merge-file", required_argument, NULL, OPT_MERGE},
+    {"lines", no_argument, NULL, OPT_LINES},
+    {"null", no_argument, NULL, OPT_NULL},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
 static void parse_codec_args(int argc, char **argv, tokenizer_args *a) {
-    static const struct option options[] = {
-        {"tokenizer-type", required_argument, NULL, OPT_TYPE},
-        {"vocab-file", required_argument, NULL, OPT_VOCAB},
-        {"merge-file", required_argument, NULL, OPT_MERGE},
-        {"lines", no_argument, NULL, OPT_LINES},
-        {"null", no_argument, NULL, OPT_NULL},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"piece-bytes", required_argument, NULL, OPT_PIECE},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
+    const struct option *options = strcmp(argv[0], "encode") == 0 ? encode_options : decode_options;
     memset(a, 0, sizeof *a);
     opterr = 0;
     optind = 1;

@@ -1,7 +1,7 @@
-// activation_checkpoints.c: DeepSpeed's activation-checkpointing switches, as GPT-NeoX's top-level
+// recompute.c: DeepSpeed's activation-checkpointing switches, as GPT-NeoX's top-level
 // keys (partition_activations, checkpoint_in_cpu) or inside the activation_checkpointing dict
 // (partition_activations, cpu_checkpointing); either spelling turns a switch on. Each is set on the
-// model description when it means something for this run (lib/model/checkpoints.c keeps the
+// model description when it means something for this run (lib/model/recompute.c keeps the
 // checkpointed layer inputs accordingly), and named in a notice with the reason when it does not.
 // The other switches are ignored for every run (docs/config.md, "Ignored keys").
 #include <stdlib.h>
@@ -24,20 +24,20 @@ static void no_effect(const neox_trainer *t, const char *name, const char *why) 
     if (t->rank0 && !t->opts.quiet) neox_notice("config key with no effect in this run: %s (%s)", name, why);
 }
 
-void neox_train_setup_checkpoints(neox_trainer *t, neox_model_desc *desc) {
+void neox_train_setup_recompute(neox_trainer *t, neox_model_desc *desc) {
     const char *name;
     if (switch_on(t->cfg, NEOX_K_partition_activations, NEOX_SK_activation_checkpointing__partition_activations, &name)) {
         if (!desc->checkpoint_activations)
             no_effect(t, name, "it partitions the layer inputs kept by checkpoint_activations, which is false");
         else if (desc->tp_size <= 1)
             no_effect(t, name, "model_parallel_size 1: no tensor-parallel ranks to partition the layer inputs over");
-        else desc->partition_checkpoints = 1;
+        else desc->partition_recompute_inputs = 1;
     }
     if (switch_on(t->cfg, NEOX_K_checkpoint_in_cpu, NEOX_SK_activation_checkpointing__cpu_checkpointing, &name)) {
         if (!desc->checkpoint_activations)
             no_effect(t, name, "it moves the layer inputs kept by checkpoint_activations, which is false");
         else if (!t->be->on_device)
             no_effect(t, name, "the cpu backend keeps activations in host memory already");
-        else desc->checkpoints_on_host = 1;
+        else desc->recompute_inputs_on_host = 1;
     }
 }
