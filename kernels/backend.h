@@ -255,7 +255,8 @@ void neox_profile_reset(void);
 
 // A table whose ops do nothing (kernels/dry.c): it answers allocations with addresses in an
 // untouched reservation (PROT_NONE: nothing can read them), so a large model's step is issued in
-// seconds, and its peak_bytes is what the step's allocations would hold on a device. Host values it
+// seconds, and its peak_bytes is what the step's allocations would hold on a device (counted afresh
+// whenever every allocation has been freed, so one process can size several models). Host values it
 // returns (sum_squares, to_host) are zeros. For tracing a step's ops: bench/gpu_predict.c.
 const neox_backend *neox_backend_dry(void);
 

@@ -22,7 +22,7 @@ typedef struct dry_block {
 
 static char *base;
 static size_t top;           // the next free offset (freed blocks are not reused: addresses only)
-static size_t held, peak;    // bytes live, and the most at once
+static size_t held, peak;    // bytes live, and the most at once since none were
 static dry_block *blocks;
 static int nblocks, block_cap;
 
@@ -48,6 +48,7 @@ static void *dry_alloc(size_t bytes) {
     }
     char *p = base + top;
     top += len;
+    if (held == 0) peak = 0;  // a new set of allocations (another model): its own peak
     blocks[nblocks++] = (dry_block){p, len};
     held += len;
     if (held > peak) peak = held;
