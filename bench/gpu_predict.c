@@ -234,8 +234,8 @@ static int pick_micro(const model_spec *s, const gpu *g, const options *o, int c
 
 static void print_line(const model_spec *s, const gpu *g, int micro, double seconds, double op_flops) {
     double flops = model_flops(s, micro);
-    printf("predict: %s %s micro-batch %d: %.1f ms per step, %.0f tokens/s, %.1f model TFLOP/s, MFU %.1f%% of %.0f "
-           "TFLOP/s (%.1f%% of the bf16 GEMM rate); model FLOPs %.4g (GPT-NeoX's formula), op FLOPs %.4g\n",
+    printf("predict: %s %s micro-batch %d: %.4g ms per step, %.0f tokens/s, %.4g model TFLOP/s, MFU %.3g%% of %.0f "
+           "TFLOP/s (%.3g%% of the bf16 GEMM rate); model FLOPs %.4g (GPT-NeoX's formula), op FLOPs %.4g\n",
            g->name, s->name, micro, seconds * 1e3, micro * (double)s->seq / seconds, flops / seconds * 1e-12,
            100 * flops / seconds / NOMINAL_BF16_PEAK, NOMINAL_BF16_PEAK * 1e-12, 100 * flops / seconds / g->gemm16,
            flops, op_flops);
