@@ -37,7 +37,7 @@
 
 typedef struct gpu {
     const char *name;
-    double memory;        // bytes the step's allocations may hold
+    double memory;        // bytes the step's allocations may hold (about what cudaMalloc can take)
     double gemm16, gemm32, copy;  // FLOP/s on 16-bit and fp32 operands, bytes/s read + written
 } gpu;
 
@@ -186,13 +186,16 @@ typedef struct class_sum {
     double flops, bytes, seconds[2];
 } class_sum;
 
-static double predict(const neox_op_call *calls, size_t n, const gpu *g, const options *o, class_sum *classes, int k) {
+// The calls priced on g, in column column of the classes' seconds (the counts are added with column 0);
+// returns the step's time.
+static double predict(const neox_op_call *calls, size_t n, const gpu *g, const options *o, class_sum *classes,
+                      int column) {
     double total = 0.0;
     for (size_t i = 0; i < n; i++) {
         double t = call_seconds(&calls[i], g, o);
         class_sum *c = &classes[neox_op_class_of(calls[i].op)];
-        if (k == 0) c->calls++, c->flops += calls[i].cost.flops, c->bytes += calls[i].cost.bytes;
-        c->seconds[k] += t;
+        if (column == 0) c->calls++, c->flops += calls[i].cost.flops, c->bytes += calls[i].cost.bytes;
+        c->seconds[column] += t;
         total += t;
     }
     return total;

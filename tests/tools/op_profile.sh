@@ -36,6 +36,8 @@ done
 check "without wall_clock_breakdown no table and no op_profile.json" sh -c \
     "echo '{\"log_dir\": \"$T/off\"}' >'$T/off.yml' && $TRAIN '$T/model.yml' '$T/off.yml' >'$T/off.out' 2>&1 &&
      ! grep -q '^op profile' '$T/off.out' && [ ! -e '$T/off/op_profile.json' ]"
+check "the profile changes no result (losses and gradient norms as without it)" \
+    $LIB same "$T/off/metrics.jsonl" "$T/cpu-fp32/metrics.jsonl" train/lm_loss,train/grad_norm
 
 # gpu_predict on the same model in bf16: the dry trace equals the computed one, and the numbers agree.
 sed 's/"tokenizer_type": "CharLevelTokenizer"/&, "precision": "bfloat16"/' "$T/model.yml" >"$T/predict.yml"
