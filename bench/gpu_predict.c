@@ -20,6 +20,7 @@
 //   no CONFIG: GPT-NeoX 125M, 350M and 1.3B as bench/gpu_train.sh trains them (bf16, seq 2048)
 //   keys: micro (0: the largest of 32, 16, 8 whose allocations fit the GPU; else the config's or this)
 //         vocab (50257, the tokenizer's, padded as GPT-NeoX pads it)  launch_us (4)  table (1)
+//         attention_tflops (attention's FLOPs at this rate, a kernel's measured one, not the GEMM rate)
 //         gemm_tflops fp32_tflops copy_gbs measured_on (H200)
 //         check (0; 1: compare the dry trace of the first config with the trace of a computed step on
 //         the CPU backend, call by call, and exit 1 on any difference)
@@ -51,7 +52,8 @@ static gpu gpus[2] = {
 
 typedef struct options {
     int micro, vocab, table, check;
-    double launch;  // seconds per op call
+    double launch;     // seconds per op call
+    double attention;  // > 0: attention's FLOP/s (a kernel's measured rate) instead of its operands' GEMM rate
 } options;
 
 // The three models of bench/gpu_train.sh's template (its YAML, less the data keys).
@@ -176,7 +178,9 @@ static neox_op_call *trace_step(const model_spec *s, const neox_backend *inner, 
 
 // ---- the roofline ------------------------------------------------------------------------------
 static double call_seconds(const neox_op_call *c, const gpu *g, const options *o) {
-    double compute = c->cost.flops / (c->cost.tensor16 ? g->gemm16 : g->gemm32);
+    double rate = c->cost.tensor16 ? g->gemm16 : g->gemm32;
+    if (o->attention > 0 && neox_op_class_of(c->op) == NEOX_CLASS_ATTENTION) rate = o->attention;
+    double compute = c->cost.flops / rate;
     double memory = c->cost.bytes / g->copy;
     return (compute > memory ? compute : memory) + o->launch;
 }
@@ -318,14 +322,15 @@ static int parse_option(options *o, const char *arg) {
     else if (len == 5 && !strncmp(arg, "table", len)) o->table = (int)number(arg, v);
     else if (len == 5 && !strncmp(arg, "check", len)) o->check = (int)number(arg, v);
     else if (len == 9 && !strncmp(arg, "launch_us", len)) o->launch = number(arg, v) * 1e-6;
+    else if (len == 16 && !strncmp(arg, "attention_tflops", len)) o->attention = number(arg, v) * 1e12;
     else if (len == 11 && !strncmp(arg, "measured_on", len)) {
         if (strcmp(v, "H100") && strcmp(v, "H200")) neox_die(2, "measured_on: H100 or H200, not '%s'", v);
         measured = &gpus[!strcmp(v, "H200")];
     } else if (len == 11 && !strncmp(arg, "gemm_tflops", len)) measured->gemm16 = number(arg, v) * 1e12;
     else if (len == 11 && !strncmp(arg, "fp32_tflops", len)) measured->gemm32 = number(arg, v) * 1e12;
     else if (len == 8 && !strncmp(arg, "copy_gbs", len)) measured->copy = number(arg, v) * 1e9;
-    else neox_die(2, "unknown key in '%s' (keys: micro vocab table check launch_us measured_on gemm_tflops "
-                  "fp32_tflops copy_gbs)", arg);
+    else neox_die(2, "unknown key in '%s' (keys: micro vocab table check launch_us attention_tflops measured_on "
+                  "gemm_tflops fp32_tflops copy_gbs)", arg);
     // The other GPU follows the measured one by the data sheets' ratios.
     gpu *other = &gpus[measured == &gpus[0]];
     double ratio = measured == &gpus[1] ? H100_COPY_RATIO : 1.0 / H100_COPY_RATIO;
@@ -345,6 +350,7 @@ int main(int argc, char **argv) {
         }
     printf("# roofline per op: max(FLOPs / GEMM rate of its operands, bytes / copy bandwidth) + %.1f us per call\n",
            o.launch * 1e6);
+    if (o.attention > 0) printf("# attention's FLOPs at %.1f TFLOP/s\n", o.attention * 1e-12);
     for (int k = 0; k < 2; k++)
         printf("# %s: bf16 GEMM %.1f TFLOP/s, fp32 GEMM %.1f TFLOP/s, copy %.0f GB/s, memory %.1f GiB\n", gpus[k].name,
                gpus[k].gemm16 * 1e-12, gpus[k].gemm32 * 1e-12, gpus[k].copy * 1e-9, gpus[k].memory / 1073741824.0);
