@@ -16,13 +16,18 @@
 #   precision (bfloat16)  backend (cuda)  data (../shared/data's gpt2 tokenizer and text folders, or a
 #   folder holding vocab.json, merges.txt and tinyshakespeare_input.txt)
 #   layers (12) hidden (768) heads (12) seq (2048)  (smaller values make a CPU dry run possible)
+#   profile (0; 1: wall_clock_breakdown on, and the last per-op table by class printed: CUDA events
+#   around every op, read once per 2048 ops, which the measured steps then include)
+# After the measurement it prints bench/gpu_predict's roofline prediction for the same config (the
+# H100's and H200's lines and the table by op class) when that program is built beside the tools
+# (NEOX_PREDICT, default build/cuda/bench/gpu_predict), with the GEMM rate measured here.
 # Environment: NEOX_BIN (default build/cuda/bin). Without a GPU and backend cuda it prints
 # "gpu_train: no GPU: skipped" and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bench/cpu_info.sh
 declare -A opt=([micro]=auto [steps]=20 [warmup]=5 [seconds]=150 [gemm_tflops]= [peak_tflops]=989 [precision]=bfloat16
-                [backend]=cuda [data]= [layers]=12 [hidden]=768 [heads]=12 [seq]=2048)
+                [backend]=cuda [data]= [layers]=12 [hidden]=768 [heads]=12 [seq]=2048 [profile]=0)
 for arg in "$@"; do
     key=${arg%%=*}
     [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/gpu_train.sh: bad argument '$arg'" >&2; exit 2; }
@@ -74,7 +79,7 @@ config() {
   "train_iters": $((opt[warmup] + opt[steps])), "log_interval": 1,
   "split": "100,0,0", "do_valid": false, "do_test": false, "eval_interval": 1000000, "eval_iters": 0,
   "data_path": "$work/text_text_document", "tokenizer_type": "GPT2BPETokenizer",
-  "vocab_file": "$vocab", "merge_file": "$merges", "log_dir": "$work/log$1"
+  "vocab_file": "$vocab", "merge_file": "$merges", "log_dir": "$work/log$1", "wall_clock_breakdown": $([ "${opt[profile]}" = 1 ] && echo true || echo false)
 }
 EOF
 }
@@ -123,3 +128,12 @@ print("result: " + json.dumps({"micro_batch": micro, "seq": seq, "steps": len(ro
                                "tokens_per_s": round(tok[0]), "model_tflops": round(flops[0], 2), "gemm_bf16_tflops": gemm,
                                "mfu_vs_gemm": round(flops[0] / gemm, 4) if gemm > 0 else None, "mfu_vs_peak": round(flops[0] / peak, 4)}))
 EOF
+if [ "${opt[profile]}" = 1 ]; then  # the last table by op class the trainer printed
+    awk '/^op profile per iteration/ {n = 0} /^op profile per iteration/ || /^  [a-z]/ {t[n++] = $0} END {for (i = 0; i < n; i++) print t[i]}' \
+        "$work/train$micro.log" | sed 's/^/measured /'
+fi
+PREDICT=${NEOX_PREDICT:-build/cuda/bench/gpu_predict}
+if [ -x "$PREDICT" ]; then
+    measured_on=H200; "$TRAIN" -V 2>/dev/null | grep -q 'H100' && measured_on=H100
+    "$PREDICT" "$work/m$micro.yml" micro="$micro" ${gemm:+gemm_tflops=$gemm measured_on=$measured_on} || echo "gpu_predict: failed"
+fi

@@ -11,6 +11,8 @@
 #ifndef NEOX_BACKEND_H
 #define NEOX_BACKEND_H
 
+#include <stdio.h>
+
 #include "kernels/kernels.h"
 
 #ifdef __cplusplus
@@ -175,6 +177,96 @@ const neox_backend *neox_backend_cuda(void);
 // The backend a configuration names: "cpu", "cuda" (NULL with a message in err when unavailable),
 // "auto" (cuda when a GPU is visible, else cpu) or "emulated". NULL with a message for any other name.
 const neox_backend *neox_backend_select(const char *choice, char *err, size_t errlen);
+
+
+// ---- op costs, the per-op profile and the dry backend ---------------------------------------------
+// Every op has an id (NEOX_OP_<name>) and a class; kernels/op_cost.c owns what each call costs:
+// neox_op_cost_<name> takes the op's own arguments and returns the FLOPs of its matrix products and
+// the bytes it reads and writes (the formulas and conventions are commented there).
+typedef enum neox_op_id {
+#define NEOX_OP_ID(ret, name, params, args) NEOX_OP_##name,
+    NEOX_BACKEND_OPS(NEOX_OP_ID)
+#undef NEOX_OP_ID
+    NEOX_OP_COUNT
+} neox_op_id;
+
+typedef enum neox_op_class {
+    NEOX_CLASS_GEMM, NEOX_CLASS_ATTENTION, NEOX_CLASS_NORM, NEOX_CLASS_ELEMENTWISE, NEOX_CLASS_EMBEDDING,
+    NEOX_CLASS_LOSS, NEOX_CLASS_OPTIMIZER, NEOX_CLASS_CAST, NEOX_CLASS_COUNT
+} neox_op_class;
+
+typedef struct neox_op_cost {
+    double flops;  // of the matrix products (a multiply-add is 2); 0 for memory-bound ops
+    double bytes;  // read + written in backend memory, at the storage precision
+    int tensor16;  // the products take 16-bit operands (a GPU's tensor cores)
+} neox_op_cost;
+
+#define NEOX_OP_COST_DECLARE(ret, name, params, args) neox_op_cost neox_op_cost_##name params;
+NEOX_BACKEND_OPS(NEOX_OP_COST_DECLARE)
+#undef NEOX_OP_COST_DECLARE
+const char *neox_op_name(neox_op_id op);
+neox_op_class neox_op_class_of(neox_op_id op);
+const char *neox_op_class_name(neox_op_class c);
+
+// The per-op profile (kernels/op_profile.c): a table that wraps another, calling each op through
+// and recording its cost and time under the scope the model last set, per op, phase and layer. One
+// per process; installed only when asked for (`wall_clock_breakdown: true`), so an unprofiled run
+// pays nothing. Times are the wall clock around each call on the CPU and the emulated device, and
+// CUDA events around each op on the cuda backend (read in batches, which waits for the device).
+typedef enum neox_phase {
+    NEOX_PHASE_FORWARD, NEOX_PHASE_BACKWARD, NEOX_PHASE_OPTIMIZER,  // of a training step
+    NEOX_PHASE_OTHER,  // outside a step: set-up, evaluation, generation
+    NEOX_PHASE_COUNT
+} neox_phase;
+const char *neox_phase_name(neox_phase p);
+// The scope of the ops that follow: layer is the transformer layer's index, or -1 outside the
+// layers (embedding, final norm, output layer, loss, optimizer). The model sets it; a store of two
+// ints, whether or not a profile is installed.
+void neox_profile_scope(neox_phase phase, int layer);
+
+typedef struct neox_op_stat {
+    int64_t calls;
+    double seconds, flops, bytes;
+} neox_op_stat;
+
+// One recorded call (keep_trace): the op, its scope and its cost.
+typedef struct neox_op_call {
+    neox_op_id op;
+    neox_phase phase;
+    int layer;
+    neox_op_cost cost;
+} neox_op_call;
+
+// Wraps inner (its name, on_device and memory entries are inner's, so callers see no difference) and
+// starts recording from nothing; keep_trace also keeps every call in order (neox_profile_trace).
+const neox_backend *neox_profile_install(const neox_backend *inner, int keep_trace);
+// What the table wraps (NULL before neox_profile_install) and how it times ("wall clock", "CUDA events").
+const neox_backend *neox_profile_inner(void);
+const char *neox_profile_timing(void);
+// Waits for the times not yet read (the device's events) and adds them in.
+void neox_profile_flush(void);
+// The sum for one op in one scope (layer -1: outside the layers); layers: 1 + the highest layer seen.
+neox_op_stat neox_profile_stat(neox_phase phase, int layer, neox_op_id op);
+int neox_profile_layers(void);
+// The calls recorded with keep_trace, in order.
+const neox_op_call *neox_profile_trace(size_t *ncalls);
+// Forgets every sum and the trace.
+void neox_profile_reset(void);
+
+// A table whose ops do nothing (kernels/dry.c): it answers allocations with addresses in an
+// untouched reservation (PROT_NONE: nothing can read them), so a large model's step is issued in
+// seconds, and its peak_bytes is what the step's allocations would hold on a device (counted afresh
+// whenever every allocation has been freed, so one process can size several models). Host values it
+// returns (sum_squares, to_host) are zeros. For tracing a step's ops: bench/gpu_predict.c.
+const neox_backend *neox_backend_dry(void);
+
+// The profile's reports (lib/op_profile.c; formats in docs/metrics.md). print_table: a compact table
+// by op class (calls, ms, GFLOP, GB, achieved GFLOP/s and GB/s) of the calls since its last print,
+// per iteration over the given number of iterations (which the JSON's "iterations" adds up).
+// write_json: everything recorded so far (by op class, op, phase and layer) as JSON, written
+// atomically to path; -1 with a message in err on failure.
+void neox_profile_print_table(FILE *out, int64_t iterations);
+int neox_profile_write_json(const char *path, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

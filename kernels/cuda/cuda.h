@@ -2,7 +2,7 @@
 // neox_cuda_<op> with kernels.h's signature, taking device pointers; the table that
 // neox_backend_cuda() returns points at them. Plus the TF32 switch. What lib/ needs of the GPU
 // (device count, properties, selection, the stream) is in kernels/kernels.h, so that nothing
-// outside kernels/cuda includes this header.
+// outside kernels/ includes this header (kernels/op_profile.c reads the timing marks below).
 #ifndef NEOX_CUDA_H
 #define NEOX_CUDA_H
 
@@ -20,6 +20,13 @@ NEOX_BACKEND_OPS(NEOX_CUDA_DECLARE)
 // fp32 GEMMs may use TF32 tensor cores (about 8x faster, 10-bit mantissa products) when allowed;
 // off by default so that fp32 runs match the CPU. 16-bit GEMMs always accumulate in fp32.
 void neox_cuda_set_tf32(int allow);
+
+// Timing marks for the per-op profile (kernels/cuda/op_timing.cu): mark records an event on the op
+// stream and returns its number; elapsed_ms waits for stop and gives the device time between the two
+// marks; reset makes every mark's event free for reuse.
+int neox_cuda_timing_mark(void);
+double neox_cuda_timing_elapsed_ms(int start, int stop);
+void neox_cuda_timing_reset(void);
 
 #ifdef __cplusplus
 }

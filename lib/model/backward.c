@@ -289,18 +289,25 @@ static void head_backward(neox_model *m, float loss_scale) {
 void neox_model_backward(neox_model *m, float loss_scale) {
     const neox_model_desc *d = &m->desc;
     neox_acts *a = m->acts;
+    neox_profile_scope(NEOX_PHASE_BACKWARD, -1);  // (the per-op profile's scope: kernels/backend.h)
     if (neox_model_last_stage(d)) {
         neox_model_use_head(m, 1);
         head_backward(m, loss_scale);
         neox_model_use_head(m, 0);
     }
     for (int l = d->layer_end - 1; l >= d->layer_begin; l--) {
+        neox_profile_scope(NEOX_PHASE_BACKWARD, l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 1);
         layer_backward(m, l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 0);
     }
-    if (!neox_model_first_stage(d)) return;  // the caller sends a->dx to the previous stage
-    if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->dx, a->dx, -1, NEOX_SITE_ATTN_OUT);
-    m->be->embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size);
-    grads_ready(m, 0, m->layer_first_param[0]);
+    neox_profile_scope(NEOX_PHASE_BACKWARD, -1);
+    if (neox_model_first_stage(d)) {  // (otherwise the caller sends a->dx to the previous stage)
+        if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->dx, a->dx, -1, NEOX_SITE_ATTN_OUT);
+        m->be->embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size);
+        grads_ready(m, 0, m->layer_first_param[0]);
+    }
+    // What follows a backward, until the next forward, is the update: the gradients' reduction,
+    // norm and clipping, and the optimizer.
+    neox_profile_scope(NEOX_PHASE_OPTIMIZER, -1);
 }

@@ -621,6 +621,9 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     }
     a->dropout_seed = m->dropout_seed;
     a->dropout_row0 = m->dropout_row0;
+    // The scope of the ops that follow, for the per-op profile (kernels/backend.h).
+    neox_phase phase = m->training ? NEOX_PHASE_FORWARD : NEOX_PHASE_OTHER;
+    neox_profile_scope(phase, -1);
     neox_model_refresh_weights(m);
     if (first) {
         neox_model_use_weights(m, NEOX_UNIT_EMBED, 1);
@@ -628,10 +631,12 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
         neox_model_use_weights(m, NEOX_UNIT_EMBED, 0);
     }
     for (int l = d->layer_begin; l < d->layer_end; l++) {
+        neox_profile_scope(phase, l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 1);
         stage_layer_forward(m, l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 0);
     }
+    neox_profile_scope(phase, -1);
     if (!last) return 0;
     const float *out = neox_model_stage_out(m);
     neox_model_use_head(m, 1);

@@ -64,6 +64,20 @@ static int save_checkpoint(neox_trainer *t, neox_error *err) {
     return neox_train_save(t, err);
 }
 
+// Under wall_clock_breakdown, at each log line (rank 0): the per-op profile's table by op class beside
+// the timer lines, and log_dir/op_profile.json rewritten with everything so far (docs/metrics.md).
+static int report_op_profile(const neox_trainer *t, neox_error *err) {
+    int64_t every = neox_config_int(t->cfg, log_interval);
+    if (!neox_profile_inner() || t->grid->world_rank != 0 || t->state.iteration % every != 0) return 0;
+    neox_profile_print_table(stdout, every);
+    const char *dir = neox_config_str(t->cfg, log_dir);
+    if (!dir || !*dir) return 0;
+    char path[4096], msg[2048];
+    snprintf(path, sizeof path, "%s/op_profile.json", dir);
+    if (neox_profile_write_json(path, msg, sizeof msg) != 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s", msg);
+    return 0;
+}
+
 static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *err) {
     neox_train_state *s = &t->state;
     // fp16's forward may overflow to an inf loss that the loss scaler handles: not counted.
@@ -91,7 +105,7 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
     }
     // The peak memory so far (gauges, written at each log, so gathered only then).
     if (s->iteration % neox_config_int(t->cfg, log_interval) == 0) neox_train_memory_gauges(t);
-    if (neox_metrics_step(t->metrics, &stats, err) != 0) return -1;
+    if (neox_metrics_step(t->metrics, &stats, err) != 0 || report_op_profile(t, err) != 0) return -1;
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,
                          "stopping at iteration %lld: the last %d iterations had a non-finite loss or gradient norm "

@@ -73,6 +73,8 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
     int cudnn_attention = neox_config_bool(t->cfg, cudnn_attention);
     t->be = neox_backend_for_rank(neox_config_str(t->cfg, compute_backend), t->grid, err);
     if (!t->be) return -1;
+    // wall_clock_breakdown: every op through the per-op profile (reported in loop.c).
+    if (neox_config_bool(t->cfg, wall_clock_breakdown)) t->be = neox_profile_install(t->be, 0);
     if (!t->be->on_device) return 0;
     // What still runs on host loops only (docs/cuda.md).
     const char *refused = NULL;

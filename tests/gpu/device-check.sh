@@ -18,7 +18,9 @@
 #   2. the op speed at the 125M shapes against cuBLAS and copy bandwidth (bench/gpu_ops.c), which
 #      also measures the bf16 GEMM rate that MFU is taken against,
 #   3. 125M training throughput in bf16 (bench/gpu_train.sh: tokens/s, MFU vs the measured bf16 GEMM
-#      rate and vs the H200's nominal 989 TFLOP/s), the number that matters most, early,
+#      rate and vs the H200's nominal 989 TFLOP/s), the number that matters most, early, with the
+#      measured per-op profile by class (wall_clock_breakdown) beside bench/gpu_predict's roofline
+#      prediction of the same step at the GEMM rate measured in 2,
 #   4. the NCCL parity test (tests/gpu/nccl_parity.c: every collective through NCCL vs MPI),
 #   5. the end-to-end parity run (tests/gpu/e2e.sh: tiny models trained on cuda vs cpu in fp32 and
 #      bf16, resume bit-exact on cuda, fp16 loss scaling on a forced overflow),
@@ -221,10 +223,11 @@ if [ "$left" -lt 40 ]; then
     note "gpu_train: not run (${left} s left of the time budget)"; status=1
 else
     NEOX_BIN=$BIN timeout "$left" bash bench/gpu_train.sh data=.deps/data gemm_tflops="${BF16_TFLOPS:-}" \
-        warmup=2 steps=10 seconds=$((left - 10)) >"$OUT/gpu_train.txt" 2>&1
+        warmup=2 steps=10 seconds=$((left - 10)) profile=1 >"$OUT/gpu_train.txt" 2>&1
     bench=$?
     note "gpu_train: exit $bench"; [ $bench -ne 0 ] && status=1
-    grep -E '^(#|gpu_train|micro|steps|tokens|model|MFU|result)' "$OUT/gpu_train.txt" | tee -a "$summary"
+    # The measured step, its per-op profile by class, and bench/gpu_predict's prediction beside them.
+    grep -E '^(#|gpu_train|micro|steps|tokens|model|MFU|result|measured|predict|  [a-z])' "$OUT/gpu_train.txt" | tee -a "$summary"
 fi
 
 # ==== NCCL parity (tests/gpu/nccl_parity.c) =========================================================

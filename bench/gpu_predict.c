@@ -1,0 +1,367 @@
+// gpu_predict.c: a GPU training step's time and MFU predicted on this machine, from the step's real
+// op trace. The model (lib/model) issues one training step — zero the gradients, forward, backward,
+// then the update as lib/train's device step queues it (the gradients' sum of squares, clipping,
+// AdamW over every tensor behind the norm's guard) — on the dry backend (kernels/dry.c: ops that do
+// nothing, allocations that are addresses only) under the per-op profile, which keeps every call with
+// its cost (kernels/op_cost.c: FLOPs of the products, bytes moved). Each call is then priced as a
+// roofline, max(FLOPs / the GEMM rate of its operands, bytes / copy bandwidth) + a launch overhead,
+// on an H100 and an H200; the sum is the step, and MFU is GPT-NeoX's model FLOPs (lib/metrics/flops.c)
+// over that time against the nominal dense bf16 peak the trainer's runtime/mfu uses (989 TFLOP/s).
+// It prints a table by op class (so the next change can be chosen from data) and one line per model
+// and GPU. The dry backend's peak is what the step's allocations hold, and picks the micro-batch.
+//
+// Rates (docs/cuda.md, "Predicting a step"): on the H200, bench/gpu_ops measured bf16 GEMM 692.8 and
+// fp32 GEMM 51.1 TFLOP/s and a 3942 GB/s copy; the H100 SXM gets the same GEMM rates (NVIDIA's data
+// sheets give both 989 TFLOP/s dense bf16 and 67 TFLOP/s fp32) and the copy scaled by the data sheets'
+// memory bandwidths, 3.35 / 4.8 TB/s. gemm_tflops=, fp32_tflops=, copy_gbs= replace the measured
+// GPU's (measured_on=) figures, as tests/gpu/device-check.sh does with its own bench/gpu_ops run.
+//
+// Usage: gpu_predict [CONFIG.yml...] [key=value...]
+//   no CONFIG: GPT-NeoX 125M, 350M and 1.3B as bench/gpu_train.sh trains them (bf16, seq 2048)
+//   keys: micro (0: the largest of 32, 16, 8 whose allocations fit the GPU; else the config's or this)
+//         vocab (50257, the tokenizer's, padded as GPT-NeoX pads it)  launch_us (4)  table (1)
+//         attention_tflops (attention's FLOPs at this rate, a kernel's measured one, not the GEMM rate)
+//         gemm_tflops fp32_tflops copy_gbs measured_on (H200)
+//         check (0; 1: compare the dry trace of the first config with the trace of a computed step on
+//         the CPU backend, call by call, and exit 1 on any difference)
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "core.h"
+#include "kernels/backend.h"
+#include "metrics.h"
+#include "model.h"
+
+typedef struct gpu {
+    const char *name;
+    double memory;        // bytes the step's allocations may hold (about what cudaMalloc can take)
+    double gemm16, gemm32, copy;  // FLOP/s on 16-bit and fp32 operands, bytes/s read + written
+} gpu;
+
+// H200 as measured by bench/gpu_ops; H100 SXM from it by the data sheets' ratios (see above).
+#define H100_COPY_RATIO (3.35 / 4.8)
+static gpu gpus[2] = {
+    {"H100", 79.1 * 1073741824.0, 692.8e12, 51.1e12, 3942e9 * H100_COPY_RATIO},
+    {"H200", 139.8 * 1073741824.0, 692.8e12, 51.1e12, 3942e9},
+};
+#define NOMINAL_BF16_PEAK 989e12
+
+typedef struct options {
+    int micro, vocab, table, check;
+    double launch;     // seconds per op call
+    double attention;  // > 0: attention's FLOP/s (a kernel's measured rate) instead of its operands' GEMM rate
+} options;
+
+// The three models of bench/gpu_train.sh's template (its YAML, less the data keys).
+static const char *const TEMPLATE =
+    "{\"num_layers\": %d, \"hidden_size\": %d, \"num_attention_heads\": %d, \"seq_length\": 2048,\n"
+    " \"max_position_embeddings\": 2048, \"norm\": \"layernorm\", \"pos_emb\": \"rotary\", \"no_weight_tying\": true,\n"
+    " \"gpt_j_residual\": false, \"init_method\": \"small_init\", \"output_layer_init_method\": \"wang_init\",\n"
+    " \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.0006, \"betas\": [0.9, 0.95], \"eps\": 1.0e-8}},\n"
+    " \"gradient_clipping\": 1.0, \"weight_decay\": 0.1, \"hidden_dropout\": 0.0, \"attention_dropout\": 0.0,\n"
+    " \"checkpoint_activations\": false, \"precision\": \"bfloat16\", \"train_micro_batch_size_per_gpu\": 32,\n"
+    " \"gradient_accumulation_steps\": 1, \"tokenizer_type\": \"GPT2BPETokenizer\"}\n";
+static const struct { const char *name; int layers, hidden, heads; } BUILTIN[] = {
+    {"125M", 12, 768, 12}, {"350M", 24, 1024, 16}, {"1.3B", 24, 2048, 16}};
+
+// One model to predict: its description, precision, sequence and configured micro-batch.
+typedef struct model_spec {
+    char name[256];
+    neox_model_desc desc;
+    neox_precision precision;
+    int seq, micro;
+} model_spec;
+
+static void load_spec(model_spec *s, const char *name, const char *path, const options *o) {
+    neox_error err = {0};
+    neox_config_options co = {.world_size = 1, .quiet = 1};
+    neox_config *cfg = neox_config_load(&path, 1, &co, &err);
+    if (!cfg || neox_model_desc_from_config(&s->desc, cfg, o->vocab, &err) != 0 ||
+        neox_precision_parse(neox_config_str(cfg, precision), &s->precision) != 0)
+        neox_die(2, "%s: %s", path, err.message[0] ? err.message : "unknown precision");
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->seq = (int)neox_config_int(cfg, seq_length);
+    s->micro = (int)neox_config_int(cfg, train_micro_batch_size_per_gpu);
+    if (s->desc.moe_experts > 1) neox_die(2, "%s: Mixture-of-Experts routing depends on the data; not predicted", path);
+    neox_config_free(cfg);
+}
+
+static void builtin_spec(model_spec *s, int i, const options *o) {
+    char path[] = "/tmp/gpu_predict.XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) neox_die(1, "cannot write a temporary config");
+    fprintf(f, TEMPLATE, BUILTIN[i].layers, BUILTIN[i].hidden, BUILTIN[i].heads);
+    fclose(f);
+    load_spec(s, BUILTIN[i].name, path, o);
+    unlink(path);
+}
+
+// ---- the step --------------------------------------------------------------------------------
+typedef struct step_state {
+    neox_model *m;
+    float *mom, *vel;
+    double *sumsq;
+    neox_segment *segs;
+    int *ids;
+} step_state;
+
+// The model on be (already the profiled table), planned for (micro, seq); real weights only on a
+// computing backend (a dry one has no memory to put them in).
+static step_state *open_step(const model_spec *s, const neox_backend *be, int micro, int init) {
+    neox_error err = {0};
+    step_state *st = neox_calloc(1, sizeof *st);
+    neox_model_desc d = s->desc;
+    st->m = neox_model_create_on(&d, be, &err);
+    if (!st->m || neox_model_plan(st->m, micro, s->seq, &err) != 0) neox_die_error(&err);
+    if (init) neox_model_init(st->m, 1234);
+    neox_model_set_precision(st->m, s->precision);
+    st->m->training = 1;
+    size_t n = st->m->num_floats;
+    st->mom = be->alloc(n * sizeof(float));
+    st->vel = be->alloc(n * sizeof(float));
+    st->sumsq = be->alloc(sizeof(double));
+    be->memset_zero(st->mom, n * sizeof(float));
+    be->memset_zero(st->vel, n * sizeof(float));
+    st->segs = neox_malloc((size_t)st->m->nparams * sizeof *st->segs);
+    for (int i = 0; i < st->m->nparams; i++) {
+        const neox_param *p = &st->m->params[i];
+        st->segs[i] = (neox_segment){p->offset, p->offset + p->numel, p->no_decay ? 0.0f : 0.1f};
+    }
+    size_t tokens = (size_t)micro * s->seq;
+    st->ids = neox_malloc((tokens + 1) * sizeof(int));
+    for (size_t i = 0; i <= tokens; i++) st->ids[i] = (int)(neox_hash64(42, i) % (unsigned long long)s->desc.vocab_size);
+    return st;
+}
+
+static void close_step(step_state *st) {
+    const neox_backend *be = st->m->be;
+    be->free(st->mom), be->free(st->vel), be->free(st->sumsq);
+    neox_model_free(st->m);
+    free(st->segs), free(st->ids), free(st);
+}
+
+// One training step as neox-train issues it on one GPU (lib/train/step.c, device_step).
+static void issue_step(step_state *st) {
+    neox_model *m = st->m;
+    const neox_backend *be = m->be;
+    neox_error err = {0};
+    neox_model_zero_grad(m);
+    if (neox_model_forward(m, st->ids, st->ids + 1, NULL, &err) != 0) neox_die_error(&err);
+    neox_model_backward(m, 1.0f);
+    be->sum_squares_segments_into(st->sumsq, m->grad_buf, st->segs, m->nparams);
+    be->clip_by_norm(m->grad_buf, m->num_floats, st->sumsq, 1.0, 1.0);
+    be->adamw_segments(m->param_buf, m->grad_buf, st->mom, st->vel, st->segs, m->nparams, 6e-4f, 0.9f, 0.95f, 1e-8f, 1,
+                       1.0f, st->sumsq);
+    neox_model_weights_changed(m);
+}
+
+// The trace of one step on inner (a copy the caller frees); *peak: inner's peak allocation.
+static neox_op_call *trace_step(const model_spec *s, const neox_backend *inner, int micro, size_t *ncalls,
+                                double *peak) {
+    const neox_backend *be = neox_profile_install(inner, 1);
+    step_state *st = open_step(s, be, micro, strcmp(inner->name, "dry") != 0);
+    neox_profile_reset();  // (the set-up's ops are not the step's)
+    issue_step(st);
+    be->synchronize();
+    const neox_op_call *calls = neox_profile_trace(ncalls);
+    neox_op_call *copy = neox_malloc((*ncalls ? *ncalls : 1) * sizeof *copy);
+    memcpy(copy, calls, *ncalls * sizeof *copy);
+    if (peak) *peak = (double)inner->peak_bytes();
+    close_step(st);
+    return copy;
+}
+
+// ---- the roofline ------------------------------------------------------------------------------
+static double call_seconds(const neox_op_call *c, const gpu *g, const options *o) {
+    double rate = c->cost.tensor16 ? g->gemm16 : g->gemm32;
+    if (o->attention > 0 && neox_op_class_of(c->op) == NEOX_CLASS_ATTENTION) rate = o->attention;
+    double compute = c->cost.flops / rate;
+    double memory = c->cost.bytes / g->copy;
+    return (compute > memory ? compute : memory) + o->launch;
+}
+
+typedef struct class_sum {
+    int64_t calls;
+    double flops, bytes, seconds[2];
+} class_sum;
+
+// The calls priced on g, in column column of the classes' seconds (the counts are added with column 0);
+// returns the step's time.
+static double predict(const neox_op_call *calls, size_t n, const gpu *g, const options *o, class_sum *classes,
+                      int column) {
+    double total = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double t = call_seconds(&calls[i], g, o);
+        class_sum *c = &classes[neox_op_class_of(calls[i].op)];
+        if (column == 0) c->calls++, c->flops += calls[i].cost.flops, c->bytes += calls[i].cost.bytes;
+        c->seconds[column] += t;
+        total += t;
+    }
+    return total;
+}
+
+static double model_flops(const model_spec *s, int micro) {
+    const neox_model_desc *d = &s->desc;
+    neox_flops_model fm = {.num_layers = d->num_layers, .hidden_size = d->hidden_size,
+                           .padded_vocab_size = d->vocab_size, .seq_length = s->seq, .train_batch_size = micro,
+                           .checkpoint_activations = d->checkpoint_activations};
+    return neox_flops_per_iteration(&fm);
+}
+
+static void print_table(const class_sum *classes, const double *step) {
+    printf("  %-12s %7s %10s %9s %11s %6s %11s %6s\n", "class", "calls", "GFLOP", "GB", "H100 ms", "share", "H200 ms", "share");
+    for (int c = 0; c < NEOX_CLASS_COUNT; c++) {
+        const class_sum *x = &classes[c];
+        if (!x->calls) continue;
+        printf("  %-12s %7lld %10.1f %9.2f %11.2f %5.1f%% %11.2f %5.1f%%\n", neox_op_class_name((neox_op_class)c),
+               (long long)x->calls, x->flops * 1e-9, x->bytes * 1e-9, x->seconds[0] * 1e3, 100 * x->seconds[0] / step[0],
+               x->seconds[1] * 1e3, 100 * x->seconds[1] / step[1]);
+    }
+}
+
+// The micro-batch: the option's, else the config's when the model's own, else the largest of 32, 16,
+// 8 whose dry allocations fit g (the smallest when none does).
+static int pick_micro(const model_spec *s, const gpu *g, const options *o, int configured) {
+    if (o->micro > 0) return o->micro;
+    if (configured) return s->micro;
+    static const int tries[] = {32, 16, 8};
+    for (int i = 0; i < 3; i++) {
+        size_t n;
+        double peak;
+        free(trace_step(s, neox_backend_dry(), tries[i], &n, &peak));
+        if (peak <= g->memory) return tries[i];
+    }
+    return 8;
+}
+
+static void print_line(const model_spec *s, const gpu *g, int micro, double seconds, double op_flops) {
+    double flops = model_flops(s, micro);
+    printf("predict: %s %s micro-batch %d: %.4g ms per step, %.0f tokens/s, %.4g model TFLOP/s, MFU %.3g%% of %.0f "
+           "TFLOP/s (%.3g%% of the bf16 GEMM rate); model FLOPs %.4g (GPT-NeoX's formula), op FLOPs %.4g\n",
+           g->name, s->name, micro, seconds * 1e3, micro * (double)s->seq / seconds, flops / seconds * 1e-12,
+           100 * flops / seconds / NOMINAL_BF16_PEAK, NOMINAL_BF16_PEAK * 1e-12, 100 * flops / seconds / g->gemm16,
+           flops, op_flops);
+}
+
+// The step of s on each GPU at the micro-batch it takes there, with the table by op class of the
+// H200's micro-batch priced on both.
+static void predict_model(const model_spec *s, const options *o, int configured) {
+    const neox_model_desc *d = &s->desc;
+    int micro[2] = {pick_micro(s, &gpus[0], o, configured), pick_micro(s, &gpus[1], o, configured)};
+    double seconds[2], op_flops[2], peak[2];
+    for (int k = 1; k >= 0; k--) {
+        size_t n;
+        neox_op_call *calls = trace_step(s, neox_backend_dry(), micro[k], &n, &peak[k]);
+        class_sum classes[NEOX_CLASS_COUNT];
+        memset(classes, 0, sizeof classes);
+        double both[2];
+        for (int j = 0; j < 2; j++) both[j] = predict(calls, n, &gpus[j], o, classes, j);
+        seconds[k] = both[k];
+        op_flops[k] = 0.0;
+        for (int c = 0; c < NEOX_CLASS_COUNT; c++) op_flops[k] += classes[c].flops;
+        free(calls);
+        if (k == 0) continue;
+        printf("# %s: %d layers, hidden %d, %d heads, seq %d, vocab %d, %s; micro-batch %d, allocations %.1f GB, "
+               "%zu op calls per step\n", s->name, d->num_layers, d->hidden_size, d->num_heads, s->seq, d->vocab_size,
+               neox_precision_name(s->precision), micro[1], peak[1] * 1e-9, n);
+        if (o->table) print_table(classes, both);
+    }
+    if (micro[0] != micro[1]) printf("# H100: micro-batch %d (allocations %.1f GB)\n", micro[0], peak[0] * 1e-9);
+    for (int k = 0; k < 2; k++) print_line(s, &gpus[k], micro[k], seconds[k], op_flops[k]);
+}
+
+// ---- the trace check ---------------------------------------------------------------------------
+// The dry trace against a computed one (the CPU backend, real weights and data) on the same model:
+// the same calls in the same order, in the same scopes, at the same costs (which are functions of the
+// shapes). Returns the number of differences (the first few printed).
+static int check_trace(const model_spec *s, int micro) {
+    size_t nd, nc;
+    neox_op_call *dry = trace_step(s, neox_backend_dry(), micro, &nd, NULL);
+    neox_op_call *cpu = trace_step(s, neox_backend_cpu(), micro, &nc, NULL);
+    int bad = nd != nc;
+    if (bad) printf("trace check: %zu calls dry, %zu computed\n", nd, nc);
+    for (size_t i = 0; i < nd && i < nc; i++) {
+        const neox_op_call *a = &dry[i], *b = &cpu[i];
+        if (a->op == b->op && a->phase == b->phase && a->layer == b->layer && a->cost.flops == b->cost.flops &&
+            a->cost.bytes == b->cost.bytes && a->cost.tensor16 == b->cost.tensor16)
+            continue;
+        if (bad++ < 5)
+            printf("trace check: call %zu: dry %s (%s, layer %d, %.6g FLOPs, %.6g bytes), computed %s (%s, layer %d, "
+                   "%.6g FLOPs, %.6g bytes)\n", i, neox_op_name(a->op), neox_phase_name(a->phase), a->layer,
+                   a->cost.flops, a->cost.bytes, neox_op_name(b->op), neox_phase_name(b->phase), b->layer,
+                   b->cost.flops, b->cost.bytes);
+    }
+    printf("trace check: %s: %zu calls dry, %zu computed on the cpu backend, micro-batch %d: %s\n", s->name, nd, nc,
+           micro, bad ? "DIFFERENT" : "the same ops, order, scopes and costs");
+    free(dry), free(cpu);
+    return bad;
+}
+
+// ---- options -----------------------------------------------------------------------------------
+static double number(const char *arg, const char *value) {
+    char *end;
+    double x = strtod(value, &end);
+    if (end == value || *end || !(x >= 0)) neox_die(2, "bad number in '%s'", arg);
+    return x;
+}
+
+// Applies key=value; returns 0 when arg is not one (a config path).
+static int parse_option(options *o, const char *arg) {
+    const char *eq = strchr(arg, '=');
+    if (!eq) return 0;
+    size_t len = (size_t)(eq - arg);
+    const char *v = eq + 1;
+    static gpu *measured = &gpus[1];
+    if (len == 5 && !strncmp(arg, "micro", len)) o->micro = (int)number(arg, v);
+    else if (len == 5 && !strncmp(arg, "vocab", len)) o->vocab = (int)number(arg, v);
+    else if (len == 5 && !strncmp(arg, "table", len)) o->table = (int)number(arg, v);
+    else if (len == 5 && !strncmp(arg, "check", len)) o->check = (int)number(arg, v);
+    else if (len == 9 && !strncmp(arg, "launch_us", len)) o->launch = number(arg, v) * 1e-6;
+    else if (len == 16 && !strncmp(arg, "attention_tflops", len)) o->attention = number(arg, v) * 1e12;
+    else if (len == 11 && !strncmp(arg, "measured_on", len)) {
+        if (strcmp(v, "H100") && strcmp(v, "H200")) neox_die(2, "measured_on: H100 or H200, not '%s'", v);
+        measured = &gpus[!strcmp(v, "H200")];
+    } else if (len == 11 && !strncmp(arg, "gemm_tflops", len)) measured->gemm16 = number(arg, v) * 1e12;
+    else if (len == 11 && !strncmp(arg, "fp32_tflops", len)) measured->gemm32 = number(arg, v) * 1e12;
+    else if (len == 8 && !strncmp(arg, "copy_gbs", len)) measured->copy = number(arg, v) * 1e9;
+    else neox_die(2, "unknown key in '%s' (keys: micro vocab table check launch_us attention_tflops measured_on "
+                  "gemm_tflops fp32_tflops copy_gbs)", arg);
+    // The other GPU follows the measured one by the data sheets' ratios.
+    gpu *other = &gpus[measured == &gpus[0]];
+    double ratio = measured == &gpus[1] ? H100_COPY_RATIO : 1.0 / H100_COPY_RATIO;
+    other->gemm16 = measured->gemm16, other->gemm32 = measured->gemm32, other->copy = measured->copy * ratio;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    neox_set_progname("gpu_predict");
+    options o = {.vocab = 50257, .table = 1, .launch = 4e-6};
+    const char *paths[64];
+    int npaths = 0;
+    for (int i = 1; i < argc; i++)
+        if (!parse_option(&o, argv[i])) {
+            if (npaths == 64) neox_die(2, "at most 64 configs");
+            paths[npaths++] = argv[i];
+        }
+    printf("# roofline per op: max(FLOPs / GEMM rate of its operands, bytes / copy bandwidth) + %.1f us per call\n",
+           o.launch * 1e6);
+    if (o.attention > 0) printf("# attention's FLOPs at %.1f TFLOP/s\n", o.attention * 1e-12);
+    for (int k = 0; k < 2; k++)
+        printf("# %s: bf16 GEMM %.1f TFLOP/s, fp32 GEMM %.1f TFLOP/s, copy %.0f GB/s, memory %.1f GiB\n", gpus[k].name,
+               gpus[k].gemm16 * 1e-12, gpus[k].gemm32 * 1e-12, gpus[k].copy * 1e-9, gpus[k].memory / 1073741824.0);
+    int nmodels = npaths ? npaths : (int)(sizeof BUILTIN / sizeof BUILTIN[0]);
+    int bad = 0;
+    for (int i = 0; i < nmodels; i++) {
+        model_spec s;
+        if (npaths) load_spec(&s, paths[i], paths[i], &o);
+        else builtin_spec(&s, i, &o);
+        if (o.check && i == 0) bad += check_trace(&s, o.micro > 0 ? o.micro : s.micro);
+        predict_model(&s, &o, npaths > 0);
+    }
+    return bad ? 1 : 0;
+}

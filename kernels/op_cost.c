@@ -1,0 +1,454 @@
+// op_cost.c: what each op of the backend table costs, computed from its arguments: the floating-point
+// operations of its matrix products and the bytes it reads and writes in backend memory. The one
+// owner of these formulas: the per-op profile (kernels/op_profile.c) adds them up beside the measured
+// times, and bench/gpu_predict.c turns them into a roofline prediction of a GPU step.
+//
+// Conventions (docs/metrics.md, "The per-op profile"):
+// - FLOPs count the products only, a multiply-add as 2: a GEMM is 2·M·N·K, attention 2·HS per (query,
+//   key) pair and product. Everything else (bias adds, norms, softmax, activations, the optimizer) is
+//   memory-bound, and its cost is its bytes; its FLOPs are 0, so the GEMM and attention FLOPs are the
+//   ones MFU counts.
+// - Bytes are each operand read once and each result written once, at its storage precision (fp32
+//   activations, 16-bit operands of gemm_ex as given); an operand read and written (in place, or a
+//   gradient accumulated) counts twice. Index arrays (ids, targets) count 4 bytes per entry.
+// - Attention is causal: a query sees itself and the keys before it (the last `window` of them when
+//   window > 0), so its pairs are about T²/2 per head, which is what a causal kernel computes.
+#include "kernels/backend.h"
+
+#define F32 4.0  // bytes of a stored activation, weight, gradient or optimizer state
+#define IDX 4.0  // bytes of an index (token id, target, slot)
+
+static double elem_bytes(neox_elem e) { return e == NEOX_ELEM_F32 ? 4.0 : 2.0; }
+
+static neox_op_cost bytes_only(double bytes) { return (neox_op_cost){.flops = 0.0, .bytes = bytes, .tensor16 = 0}; }
+
+// (query, key) pairs a causal attention of T queries, offset pos0 into the keys, scores.
+static double causal_pairs(int T, int pos0, int window) {
+    double pairs = 0.0;
+    for (int i = 0; i < T; i++) {
+        int seen = pos0 + i + 1;
+        pairs += window > 0 && window < seen ? window : seen;
+    }
+    return pairs;
+}
+
+static double segments_floats(const neox_segment *segs, int nseg) {
+    double n = 0.0;
+    for (int i = 0; i < nseg; i++) n += (double)(segs[i].end - segs[i].begin);
+    return n;
+}
+
+// ---- GEMMs ------------------------------------------------------------------------------------
+// out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias: 2·N·IC·OC; the bias add is bytes only.
+neox_op_cost neox_op_cost_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
+                                         int N, int IC, int OC) {
+    (void)out, (void)ldo, (void)inp, (void)weight;
+    double n = N, ic = IC, oc = OC;
+    return (neox_op_cost){.flops = 2.0 * n * ic * oc,
+                          .bytes = F32 * (n * ic + oc * ic + n * oc + (bias ? oc : 0.0))};
+}
+
+// Each gradient asked for (non-NULL) is one product: dinp = dout · weight, dweight = doutᵀ · inp
+// (2·N·IC·OC each); dbias sums dout's rows (bytes only).
+neox_op_cost neox_op_cost_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
+                                          const float *inp, const float *weight, int N, int IC, int OC,
+                                          int accumulate) {
+    (void)dout, (void)ldo, (void)inp, (void)weight;
+    double n = N, ic = IC, oc = OC, flops = 0.0, bytes = 0.0;
+    if (dinp) flops += 2.0 * n * ic * oc, bytes += F32 * (n * oc + ic * oc + n * ic * (accumulate ? 2.0 : 1.0));
+    if (dweight) flops += 2.0 * n * ic * oc, bytes += F32 * (n * oc + n * ic + 2.0 * ic * oc);
+    if (dbias) bytes += F32 * (n * oc + 2.0 * oc);
+    return (neox_op_cost){.flops = flops, .bytes = bytes};
+}
+
+// C (M, N) = alpha·op(A)·op(B) + beta·C: 2·M·N·K on operands of type ab; C is read too when beta != 0.
+neox_op_cost neox_op_cost_gemm_ex(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,
+                                  const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c) {
+    (void)trans_a, (void)trans_b, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc;
+    double m = M, n = N, k = K;
+    return (neox_op_cost){.flops = 2.0 * m * n * k,
+                          .bytes = elem_bytes(ab) * (m * k + k * n) + elem_bytes(c) * m * n * (beta != 0.0f ? 2.0 : 1.0),
+                          .tensor16 = ab != NEOX_ELEM_F32};
+}
+
+// ---- embeddings -------------------------------------------------------------------------------
+neox_op_cost neox_op_cost_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B,
+                                            int T, int C) {
+    (void)out, (void)ids, (void)wte;
+    double rows = (double)B * T, c = C;
+    return bytes_only(IDX * rows + F32 * (rows * c + (wpe ? (double)T * c : 0.0) + rows * c));
+}
+
+neox_op_cost neox_op_cost_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C) {
+    (void)out, (void)ids, (void)rows, (void)v0, (void)v1;
+    return bytes_only(IDX * N + F32 * 2.0 * (double)N * C);
+}
+
+// A scatter-add: each row of dout adds into its token's row of dwte (read and written).
+neox_op_cost neox_op_cost_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T,
+                                             int C) {
+    (void)dwte, (void)dout, (void)ids;
+    double rows = (double)B * T, c = C;
+    return bytes_only(IDX * rows + F32 * (rows * c + 2.0 * rows * c + (dwpe ? 2.0 * (double)T * c : 0.0)));
+}
+
+// ---- norms: the rows read and written, the per-row statistics, the weights ---------------------
+neox_op_cost neox_op_cost_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                            const float *weight, const float *bias, int N, int C, float eps) {
+    (void)out, (void)mean, (void)rstd, (void)inp, (void)eps;
+    double n = N, c = C;
+    return bytes_only(F32 * (2.0 * n * c + 2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
+}
+
+neox_op_cost neox_op_cost_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                             const float *inp, const float *weight, const float *mean,
+                                             const float *rstd, int N, int C) {
+    (void)dinp, (void)dout, (void)inp, (void)weight, (void)mean, (void)rstd;
+    double n = N, c = C;
+    return bytes_only(F32 * (3.0 * n * c + 2.0 * n + c + (dweight ? 2.0 * c : 0.0) + (dbias ? 2.0 * c : 0.0)));
+}
+
+neox_op_cost neox_op_cost_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                                          float eps) {
+    (void)out, (void)rstd, (void)inp, (void)eps;
+    double n = N, c = C;
+    return bytes_only(F32 * (2.0 * n * c + n + (weight ? c : 0.0)));
+}
+
+neox_op_cost neox_op_cost_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                                           const float *weight, const float *rstd, int N, int C) {
+    (void)dinp, (void)dout, (void)inp, (void)weight, (void)rstd;
+    double n = N, c = C;
+    return bytes_only(F32 * (3.0 * n * c + n + c + (dweight ? 2.0 * c : 0.0)));
+}
+
+neox_op_cost neox_op_cost_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C,
+                                            float eps) {
+    (void)out, (void)rnorm, (void)inp, (void)g, (void)eps;
+    double n = N, c = C;
+    return bytes_only(F32 * (2.0 * n * c + n + 1.0));
+}
+
+neox_op_cost neox_op_cost_scalenorm_backward(float *dinp, float *dg, const float *dout, const float *inp,
+                                             const float *g, const float *rnorm, int N, int C, float eps) {
+    (void)dinp, (void)dg, (void)dout, (void)inp, (void)g, (void)rnorm, (void)eps;
+    double n = N, c = C;
+    return bytes_only(F32 * (3.0 * n * c + n + 3.0));
+}
+
+// Per-head norms (qk_norm) over (B, H, T, HS) with G groups of weights.
+neox_op_cost neox_op_cost_head_norm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                            const float *weight, const float *bias, int B, int H, int T, int HS,
+                                            int G, float eps) {
+    (void)out, (void)mean, (void)rstd, (void)inp, (void)eps;
+    double rows = (double)B * H * T, w = (double)G * HS;
+    return bytes_only(F32 * (2.0 * rows * HS + 2.0 * rows + (weight ? w : 0.0) + (bias ? w : 0.0)));
+}
+
+neox_op_cost neox_op_cost_head_norm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                             const float *inp, const float *weight, const float *mean,
+                                             const float *rstd, int B, int H, int T, int HS, int G) {
+    (void)dinp, (void)dout, (void)inp, (void)mean, (void)rstd;
+    double rows = (double)B * H * T, w = (double)G * HS;
+    return bytes_only(F32 * (3.0 * rows * HS + 2.0 * rows + (weight ? w : 0.0) + (dweight ? 2.0 * w : 0.0) +
+                             (dbias ? 2.0 * w : 0.0)));
+}
+
+neox_op_cost neox_op_cost_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
+                                                const float *b, const float *weight, const float *bias, int N, int C,
+                                                float eps) {
+    (void)sum, (void)out, (void)mean, (void)rstd, (void)a, (void)b, (void)eps;
+    double n = N, c = C;
+    return bytes_only(F32 * (4.0 * n * c + 2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
+}
+
+neox_op_cost neox_op_cost_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b,
+                                              const float *weight, int N, int C, float eps) {
+    (void)sum, (void)out, (void)rstd, (void)a, (void)b, (void)eps;
+    double n = N, c = C;
+    return bytes_only(F32 * (4.0 * n * c + n + (weight ? c : 0.0)));
+}
+
+// ---- Mixture of Experts: row gathers and the weighted combination --------------------------------
+neox_op_cost neox_op_cost_gather_rows(float *out, const float *inp, const int *idx, int n, int C) {
+    (void)out, (void)inp, (void)idx;
+    return bytes_only(IDX * n + F32 * 2.0 * (double)n * C);
+}
+
+neox_op_cost neox_op_cost_moe_combine(float *out, const float *rows, const int *slot, const float *weight, int N,
+                                      int K, int C) {
+    (void)out, (void)rows, (void)slot, (void)weight;
+    double nk = (double)N * K;
+    return bytes_only(IDX * nk + F32 * (nk + nk * C + (double)N * C));
+}
+
+neox_op_cost neox_op_cost_moe_combine_backward(float *drows, float *dweight, const float *dout, const float *rows,
+                                               const int *slot, const float *weight, int N, int K, int C) {
+    (void)drows, (void)dweight, (void)dout, (void)rows, (void)slot, (void)weight;
+    double nk = (double)N * K;
+    return bytes_only(IDX * nk + F32 * (2.0 * nk + (double)N * C + 2.0 * nk * C));
+}
+
+// ---- attention --------------------------------------------------------------------------------
+// Every element of qkv is read once and written once to q, k or v (and back, for the gradients).
+neox_op_cost neox_op_cost_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV,
+                                    int HS, int interleaved) {
+    (void)q, (void)k, (void)v, (void)qkv, (void)interleaved;
+    return bytes_only(F32 * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
+}
+
+neox_op_cost neox_op_cost_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T,
+                                    int NH, int NKV, int HS, int interleaved) {
+    (void)dqkv, (void)dq, (void)dk, (void)dv, (void)interleaved;
+    return bytes_only(F32 * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
+}
+
+neox_op_cost neox_op_cost_rotary_tables(float *cos, float *sin, int T, int R, double base,
+                                        neox_rope_scaling scaling) {
+    (void)cos, (void)sin, (void)base, (void)scaling;
+    return bytes_only(F32 * (double)T * R);
+}
+
+// The first R dims of each head are read and written; the tables are read.
+neox_op_cost neox_op_cost_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,
+                                       int inverse) {
+    (void)x, (void)cos, (void)sin, (void)HS, (void)inverse;
+    return bytes_only(F32 * (2.0 * (double)B * H * T * R + (double)T * R));
+}
+
+// Forward: two products per (query, key) pair (q·k, then p·v), 2·HS FLOPs each; it reads q, k, v and
+// writes out and the log-sum-exp. The products run on 16-bit operands when opts.operands says so.
+neox_op_cost neox_op_cost_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                            int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    (void)out, (void)lse, (void)q, (void)k, (void)v;
+    double heads = (double)B * NH, pairs = causal_pairs(T, 0, o.window);
+    double qo = heads * T * HS, kv = (double)B * NKV * T * HS;
+    return (neox_op_cost){.flops = 4.0 * heads * pairs * HS, .bytes = F32 * (2.0 * qo + 2.0 * kv + heads * T),
+                          .tensor16 = o.operands != NEOX_ELEM_F32};
+}
+
+// Generation's attention over the cache: S queries at positions pos0.., the two forward products.
+neox_op_cost neox_op_cost_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S,
+                                           int pos0, int NH, int NKV, int HS, int maxT, neox_attention_opts o) {
+    (void)out, (void)q, (void)kcache, (void)vcache, (void)maxT;
+    double keys = (double)pos0 + S;
+    return (neox_op_cost){.flops = 4.0 * NH * causal_pairs(S, pos0, o.window) * HS,
+                          .bytes = F32 * (2.0 * (double)NH * S * HS + 2.0 * NKV * keys * HS)};
+}
+
+// Backward, flash style: five products per pair (the scores recomputed, dv = pᵀ·dout, dp = dout·vᵀ,
+// dq = ds·k, dk = dsᵀ·q), 2·HS FLOPs each; it reads dout, q, k, v, out and lse and writes dq, dk, dv.
+neox_op_cost neox_op_cost_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                             const float *k, const float *v, const float *out, const float *lse, int B,
+                                             int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
+    double heads = (double)B * NH, pairs = causal_pairs(T, 0, o.window);
+    double qo = heads * T * HS, kv = (double)B * NKV * T * HS;
+    return (neox_op_cost){.flops = 10.0 * heads * pairs * HS, .bytes = F32 * (4.0 * qo + 4.0 * kv + heads * T),
+                          .tensor16 = o.operands != NEOX_ELEM_F32};
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+neox_op_cost neox_op_cost_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn) {
+    (void)out, (void)inp, (void)fn;
+    return bytes_only(F32 * 2.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_activation_backward(float *dinp, const float *dout, const float *inp, size_t n,
+                                              neox_act_fn fn) {
+    (void)dinp, (void)dout, (void)inp, (void)fn;
+    return bytes_only(F32 * 3.0 * (double)n);
+}
+
+// Gated: inp (N, 2F) -> out (N, F).
+neox_op_cost neox_op_cost_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn) {
+    (void)out, (void)inp, (void)fn;
+    return bytes_only(F32 * 3.0 * (double)N * F);
+}
+
+neox_op_cost neox_op_cost_gated_backward(float *dinp, const float *dout, const float *inp, int N, int F,
+                                         neox_act_fn fn) {
+    (void)dinp, (void)dout, (void)inp, (void)fn;
+    return bytes_only(F32 * 5.0 * (double)N * F);
+}
+
+neox_op_cost neox_op_cost_add(float *out, const float *a, const float *b, size_t n) {
+    (void)out, (void)a, (void)b;
+    return bytes_only(F32 * 3.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_add_inplace(float *acc, const float *x, size_t n) {
+    (void)acc, (void)x;
+    return bytes_only(F32 * 3.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_add_bias(float *x, const float *bias, int N, int C) {
+    (void)x, (void)bias;
+    return bytes_only(F32 * (2.0 * (double)N * C + C));
+}
+
+neox_op_cost neox_op_cost_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed,
+                                  unsigned long long offset) {
+    (void)out, (void)inp, (void)p, (void)seed, (void)offset;
+    return bytes_only(F32 * 2.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed) {
+    (void)out, (void)inp, (void)eps, (void)seed;
+    return bytes_only(F32 * 2.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_scale(float *x, size_t n, float s) {
+    (void)x, (void)s;
+    return bytes_only(F32 * 2.0 * (double)n);
+}
+
+// ---- the loss: passes over the logits (N, V) -----------------------------------------------------
+neox_op_cost neox_op_cost_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets,
+                                                int N, int V) {
+    (void)losses, (void)lse, (void)logits, (void)targets;
+    return bytes_only(F32 * ((double)N * V + 2.0 * N) + IDX * N);
+}
+
+neox_op_cost neox_op_cost_cross_entropy_row_max(float *mx, const float *logits, int N, int V) {
+    (void)mx, (void)logits;
+    return bytes_only(F32 * ((double)N * V + N));
+}
+
+neox_op_cost neox_op_cost_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V) {
+    (void)sum, (void)logits, (void)mx;
+    return bytes_only(F32 * ((double)N * V + N) + 8.0 * N);
+}
+
+neox_op_cost neox_op_cost_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N,
+                                                     int V) {
+    (void)out, (void)logits, (void)targets, (void)V;
+    return bytes_only(IDX * N + F32 * N + 8.0 * N);
+}
+
+neox_op_cost neox_op_cost_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats,
+                                             const float *mask, int N) {
+    (void)lse, (void)loss, (void)stats;
+    return bytes_only(F32 * (2.0 * N + (mask ? N : 0)) + (mx ? 8.0 * 2.0 * N : 0.0) + 8.0);
+}
+
+neox_op_cost neox_op_cost_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
+                                                 const int *targets, const float *weight, float scale, int N, int V) {
+    (void)dlogits, (void)logits, (void)lse, (void)targets, (void)scale;
+    return bytes_only(F32 * (2.0 * (double)N * V + N + (weight ? N : 0)) + IDX * N);
+}
+
+// ---- the optimizer: passes over parameters, gradients and their state ---------------------------
+neox_op_cost neox_op_cost_sum_squares(const float *x, size_t n) {
+    (void)x;
+    return bytes_only(F32 * (double)n);
+}
+
+neox_op_cost neox_op_cost_sum_squares_segments(const float *x, const neox_segment *segs, int nseg) {
+    (void)x;
+    return bytes_only(F32 * segments_floats(segs, nseg));
+}
+
+neox_op_cost neox_op_cost_sum_squares_segments_into(double *sumsq, const float *x, const neox_segment *segs, int nseg) {
+    (void)sumsq, (void)x;
+    return bytes_only(F32 * segments_floats(segs, nseg) + 8.0);
+}
+
+neox_op_cost neox_op_cost_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
+    (void)x, (void)sumsq, (void)loss_scale, (void)clip_grad;
+    return bytes_only(F32 * 2.0 * (double)n + 8.0);
+}
+
+// AdamW reads param, grad, m, v and writes param, m, v: 7 floats per parameter.
+neox_op_cost neox_op_cost_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
+                                float beta2, float eps, float weight_decay, long step) {
+    (void)param, (void)grad, (void)m, (void)v, (void)lr, (void)beta1, (void)beta2, (void)eps, (void)weight_decay,
+        (void)step;
+    return bytes_only(F32 * 7.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs,
+                                         int nseg, float lr, float beta1, float beta2, float eps, long step,
+                                         float grad_scale, const double *guard) {
+    (void)param, (void)grad, (void)m, (void)v, (void)lr, (void)beta1, (void)beta2, (void)eps, (void)step,
+        (void)grad_scale;
+    return bytes_only(F32 * 7.0 * segments_floats(segs, nseg) + (guard ? 8.0 : 0.0));
+}
+
+// SGD with momentum reads param, grad, buf and writes param, buf.
+neox_op_cost neox_op_cost_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,
+                                       float lr, float momentum, int first) {
+    (void)param, (void)grad, (void)buf, (void)lr, (void)momentum, (void)first;
+    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg));
+}
+
+neox_op_cost neox_op_cost_adam_moments(float *m, float *v, const float *grad, size_t n, float beta1, float beta2) {
+    (void)m, (void)grad, (void)beta1, (void)beta2;
+    return bytes_only(F32 * (v ? 5.0 : 3.0) * (double)n);
+}
+
+neox_op_cost neox_op_cost_onebit_adam_apply(float *param, const float *m, const float *v, size_t n, float lr, float eps,
+                                            float weight_decay) {
+    (void)param, (void)m, (void)v, (void)lr, (void)eps, (void)weight_decay;
+    return bytes_only(F32 * 4.0 * (double)n);
+}
+
+// ---- casts: 4 bytes read and 2 written per element, or the reverse ------------------------------
+neox_op_cost neox_op_cost_cast_f32_to_bf16(uint16_t *out, const float *inp, size_t n) {
+    (void)out, (void)inp;
+    return bytes_only(6.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_cast_bf16_to_f32(float *out, const uint16_t *inp, size_t n) {
+    (void)out, (void)inp;
+    return bytes_only(6.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_cast_f32_to_f16(uint16_t *out, const float *inp, size_t n) {
+    (void)out, (void)inp;
+    return bytes_only(6.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_cast_f16_to_f32(float *out, const uint16_t *inp, size_t n) {
+    (void)out, (void)inp;
+    return bytes_only(6.0 * (double)n);
+}
+
+// ---- names and classes ------------------------------------------------------------------------
+#define OP_NAME(ret, name, params, args) #name,
+static const char *const op_names[NEOX_OP_COUNT] = {NEOX_BACKEND_OPS(OP_NAME)};
+
+const char *neox_op_name(neox_op_id op) { return op >= 0 && op < NEOX_OP_COUNT ? op_names[op] : "?"; }
+
+static const char *const class_names[NEOX_CLASS_COUNT] = {"gemm", "attention", "norm", "elementwise",
+                                                          "embedding", "loss", "optimizer", "cast"};
+
+const char *neox_op_class_name(neox_op_class c) { return c >= 0 && c < NEOX_CLASS_COUNT ? class_names[c] : "?"; }
+
+neox_op_class neox_op_class_of(neox_op_id op) {
+    switch (op) {
+    case NEOX_OP_linear_forward: case NEOX_OP_linear_backward: case NEOX_OP_gemm_ex:
+        return NEOX_CLASS_GEMM;
+    case NEOX_OP_attention_forward: case NEOX_OP_attention_cached: case NEOX_OP_attention_backward:
+        return NEOX_CLASS_ATTENTION;
+    case NEOX_OP_layernorm_forward: case NEOX_OP_layernorm_backward: case NEOX_OP_rmsnorm_forward:
+    case NEOX_OP_rmsnorm_backward: case NEOX_OP_scalenorm_forward: case NEOX_OP_scalenorm_backward:
+    case NEOX_OP_head_norm_forward: case NEOX_OP_head_norm_backward: case NEOX_OP_add_layernorm_forward:
+    case NEOX_OP_add_rmsnorm_forward:
+        return NEOX_CLASS_NORM;
+    case NEOX_OP_embedding_forward: case NEOX_OP_embedding_rows: case NEOX_OP_embedding_backward:
+        return NEOX_CLASS_EMBEDDING;
+    case NEOX_OP_cross_entropy_forward: case NEOX_OP_cross_entropy_row_max: case NEOX_OP_cross_entropy_row_sumexp:
+    case NEOX_OP_cross_entropy_target_logit: case NEOX_OP_cross_entropy_loss: case NEOX_OP_cross_entropy_backward:
+        return NEOX_CLASS_LOSS;
+    case NEOX_OP_sum_squares: case NEOX_OP_sum_squares_segments: case NEOX_OP_sum_squares_segments_into:
+    case NEOX_OP_clip_by_norm: case NEOX_OP_adamw: case NEOX_OP_adamw_segments: case NEOX_OP_sgd_segments:
+    case NEOX_OP_adam_moments: case NEOX_OP_onebit_adam_apply:
+        return NEOX_CLASS_OPTIMIZER;
+    case NEOX_OP_cast_f32_to_bf16: case NEOX_OP_cast_bf16_to_f32: case NEOX_OP_cast_f32_to_f16:
+    case NEOX_OP_cast_f16_to_f32:
+        return NEOX_CLASS_CAST;
+    default:
+        return NEOX_CLASS_ELEMENTWISE;
+    }
+}

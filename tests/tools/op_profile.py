@@ -1,0 +1,96 @@
+"""op_profile.py: checks of neox-train's per-op profile (log_dir/op_profile.json) and of
+bench/gpu_predict's output against FLOPs restated here from the model's shapes (not from our code).
+
+    python3 tests/tools/op_profile.py train LOG_DIR LAYERS HIDDEN HEADS SEQ MICRO VOCAB ITERS
+    python3 tests/tools/op_profile.py predict OUTPUT LAYERS HIDDEN HEADS SEQ MICRO VOCAB
+
+The restatement: every linear layer's product is 2·tokens·params forward and 4·tokens·params backward
+(input and weight gradients), so the GEMM FLOPs of a step are 6·tokens·(12·L·H² + V·H) for a GPT-NeoX
+layer (QKV 3H², dense H², MLP 8H²) and an untied output layer; causal attention scores T(T+1)/2
+(query, key) pairs per head, with 2 products forward (q·k, p·v) and 5 backward (the scores
+recomputed, dv, dp, dq, dk), 2·head_size FLOPs each."""
+import json
+import re
+import sys
+
+
+def expected(layers, hidden, heads, seq, micro, vocab):
+    tokens = micro * seq
+    gemm = 6.0 * tokens * (12 * layers * hidden * hidden + vocab * hidden)
+    pairs = seq * (seq + 1) / 2
+    attention = (2 + 5) * 2.0 * (hidden // heads) * pairs * heads * micro * layers
+    return gemm, attention
+
+
+def neox_formula(layers, hidden, seq, micro, vocab):
+    # GPT-NeoX's get_flops (megatron/logging.py), no activation checkpointing.
+    return 24 * 3 * micro * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def check_train(log_dir, layers, hidden, heads, seq, micro, vocab, iters):
+    prof = json.load(open(f"{log_dir}/op_profile.json"))
+    assert prof["iterations"] == iters, prof["iterations"]
+    gemm, attention = expected(layers, hidden, heads, seq, micro, vocab)
+    step = {k: v for k, v in prof["by_phase"].items() if k != "other"}
+    # The step's ops only (the set-up's, phase "other", compute no products).
+    got_gemm = prof["by_class"]["gemm"]["flops"]
+    got_attn = prof["by_class"]["attention"]["flops"]
+    assert close(got_gemm, gemm * iters), (got_gemm, gemm * iters)
+    assert close(got_attn, attention * iters), (got_attn, attention * iters)
+    for name, s in prof["by_op"].items():
+        assert s["calls"] > 0 and s["ms"] > 0, (name, s)
+    total = sum(s["ms"] for s in prof["by_class"].values())
+    assert close(total, prof["total"]["ms"], 1e-6)
+    # The step's ops happen inside the iterations, so their time is within the iterations' time.
+    rows = [json.loads(line) for line in open(f"{log_dir}/metrics.jsonl")]
+    iteration_ms = 1e3 * sum(r["runtime/iteration_time"] for r in rows if "runtime/iteration_time" in r) * \
+        (iters / len([r for r in rows if "runtime/iteration_time" in r]))
+    step_ms = sum(s["ms"] for s in step.values())
+    assert 0 < step_ms <= iteration_ms, (step_ms, iteration_ms)
+    assert set(step) == {"forward", "backward", "optimizer"}, step
+    # Every layer has its forward and backward, with a layer's share of the products.
+    assert [e["layer"] for e in prof["by_layer"]] == list(range(layers)), prof["by_layer"]
+    per_layer = 6.0 * micro * seq * 12 * hidden * hidden + attention / layers
+    for e in prof["by_layer"]:
+        assert e["forward"]["ms"] > 0 and e["backward"]["ms"] > 0, e
+        flops = e["forward"]["flops"] + e["backward"]["flops"]
+        assert close(flops, per_layer * iters), (e, per_layer * iters)
+    print(f"ok: {iters} iterations: GEMM {got_gemm:.6g} and attention {got_attn:.6g} FLOPs as restated; "
+          f"step ops {step_ms:.1f} ms of {iteration_ms:.1f} ms; {layers} layers")
+
+
+def check_predict(path, layers, hidden, heads, seq, micro, vocab):
+    text = open(path).read()
+    gemm, attention = expected(layers, hidden, heads, seq, micro, vocab)
+    assert "the same ops, order, scopes and costs" in text, text
+    table = {m.group(1): (int(m.group(2)), float(m.group(3)) * 1e9)
+             for m in re.finditer(r"^  (\w+)\s+(\d+)\s+([\d.]+)\s+[\d.]+", text, re.M)}
+    num = r"(\d[\d.e+-]*)"
+    lines = re.findall(rf"^predict: (H100|H200) .*: {num} ms per step, .*? {num} model TFLOP/s, "
+                       rf"MFU {num}% of 989 .*model FLOPs (\S+) \(GPT-NeoX's formula\), op FLOPs (\S+)$",
+                       text, re.M)
+    assert {l[0] for l in lines} == {"H100", "H200"}, lines
+    formula = neox_formula(layers, hidden, seq, micro, vocab)
+    for gpu, ms, tflops, mfu, model, ops in lines:
+        ms, tflops, mfu, model, ops = map(float, (ms, tflops, mfu, model, ops))
+        assert close(model, formula, 1e-3), (model, formula)
+        # The op FLOPs are the restated products; GPT-NeoX's formula counts attention as full (not
+        # causal) with a backward of twice the forward and the output layer at 3/4 of its products,
+        # so the two agree to within 15% on GPT-NeoX shapes.
+        assert close(ops, gemm + attention, 1e-3), (ops, gemm + attention)
+        assert abs(ops / formula - 1) < 0.15, (ops, formula)
+        assert close(tflops, formula / (ms * 1e-3) * 1e-12, 0.01), (tflops, formula, ms)
+        assert close(mfu, 100 * tflops / 989, 0.01), (mfu, tflops)
+    # The table: GEMM's FLOPs to its printed precision (0.1 GFLOP).
+    assert abs(table["gemm"][1] - gemm) <= 0.051e9 + 1e-6 * gemm, (table["gemm"], gemm)
+    print(f"ok: predicted op FLOPs {gemm + attention:.6g} = restated; formula {formula:.6g}")
+
+
+if __name__ == "__main__":
+    mode, path, *nums = sys.argv[1:]
+    nums = [int(x) for x in nums]
+    (check_train if mode == "train" else check_predict)(path, *nums)
