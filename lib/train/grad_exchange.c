@@ -50,13 +50,14 @@ static int read_progress_thread(const neox_trainer *t, int overlap, double *inte
 // gradient_compression: none, onebit, powersgd or adaptive (the schema's choices), with what
 // it cannot be combined with refused.
 static int read_compression(const neox_trainer *t, neox_grad_exchange_settings *s, neox_error *err) {
+    static const char *const names[] = {"none", "onebit", "powersgd", "adaptive"};  // (neox_grad_compression's order)
     const char *gc = neox_config_str(t->cfg, gradient_compression);
-    int onebit_adam = t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM;
-    s->compression = !gc || !strcmp(gc, "none") ? NEOX_COMPRESSION_NONE
-                     : !strcmp(gc, "onebit")   ? NEOX_COMPRESSION_ONEBIT
-                     : !strcmp(gc, "powersgd") ? NEOX_COMPRESSION_POWERSGD
-                     : !strcmp(gc, "adaptive") ? NEOX_COMPRESSION_ADAPTIVE
-                                               : NEOX_COMPRESSION_NONE;
+    int onebit_adam = t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM, found = gc ? -1 : NEOX_COMPRESSION_NONE;
+    for (int i = 0; gc && i < 4; i++)
+        if (!strcmp(gc, names[i])) found = i;
+    if (found < 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression: '%s' is not none, onebit, powersgd or adaptive", gc);
+    s->compression = (neox_grad_compression)found;
     if (onebit_adam && s->compression != NEOX_COMPRESSION_NONE)
         return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression: onebitadam compresses the momentum already; "
                          "set gradient_compression: none");

@@ -1,7 +1,7 @@
 // setup.c: builds a trainer from a loaded config — tokenizer (for the vocabulary and the EOD id),
 // model (created, activations planned), optimizer settings and state,
-// LR schedule, datasets and batch iterators, metrics, the data-parallel gradient reducer and the
-// checkpoint schedule — then loads the checkpoint `load` names, or initialises the weights from the
+// LR schedule, datasets and batch iterators, metrics, the gradient exchange (grad_exchange.c) with
+// this rank's partition, and the checkpoint schedule — then loads the checkpoint `load` names, or initialises the weights from the
 // seed when there is none.
 #include <math.h>
 #include <stdlib.h>
