@@ -509,7 +509,8 @@ typedef struct neox_grad_exchange_settings {
     int verbose;             // rank 0's notices
 } neox_grad_exchange_settings;
 
-// A user-input error (the adaptive plan's files): NULL.
+// A user-input error (the adaptive plan's files): NULL. The settings' arrays are read during make
+// only (it keeps its own copies); the groups, the gradients and the backend must outlive it.
 neox_grad_exchange *neox_grad_exchange_make(const neox_grad_exchange_settings *s, neox_error *err);
 void neox_grad_exchange_free(neox_grad_exchange *x);
 // The adaptive plan's decisions log (rank 0, with log_dir); whether there is a plan to log.

@@ -20,7 +20,7 @@
 #define PROBE_REPEATS 3
 
 struct neox_grad_exchange {
-    neox_grad_exchange_settings s;
+    neox_grad_exchange_settings s;      // param_offset and param_size: its own copies; rows, cols: NULL after make
     neox_grad_reducer *reducer;         // NULL at data-parallel size 1
     neox_grad_reducer *expert_reducer;  // expert parallelism: the experts over expert_data
     int reducer_first;                  // first parameter in the reducer's buckets (1: sparse takes the embedding)
@@ -218,9 +218,19 @@ static int make_adaptive(neox_grad_exchange *x, neox_error *err) {
 }
 
 // ---- making it -------------------------------------------------------------------------------
+// The settings, with the parameter table the exchange reads after make copied.
+static void take_settings(neox_grad_exchange *x, const neox_grad_exchange_settings *s) {
+    size_t bytes = ((size_t)s->nparams + 1) * sizeof(size_t);
+    size_t *offset = neox_calloc(1, bytes), *size = neox_calloc(1, bytes);
+    memcpy(offset, s->param_offset, (size_t)s->nparams * sizeof(size_t));
+    memcpy(size, s->param_size, (size_t)s->nparams * sizeof(size_t));
+    x->s = *s;
+    x->s.param_offset = offset, x->s.param_size = size;
+}
+
 neox_grad_exchange *neox_grad_exchange_make(const neox_grad_exchange_settings *s, neox_error *err) {
     neox_grad_exchange *x = neox_calloc(1, sizeof *x);
-    x->s = *s;
+    take_settings(x, s);
     if (s->data->size > 1) {
         make_reducers(x);
         make_compressors(x);
@@ -229,6 +239,7 @@ neox_grad_exchange *neox_grad_exchange_make(const neox_grad_exchange_settings *s
         neox_grad_exchange_free(x);
         return NULL;
     }
+    x->s.rows = x->s.cols = NULL;  // (the caller's: only PowerSGD's make reads them)
     return x;
 }
 
@@ -244,6 +255,8 @@ void neox_grad_exchange_free(neox_grad_exchange *x) {
     neox_sparse_rows_free(x->sparse);
     neox_onebit_free(x->momentum);
     if (x->partition) x->s.backend->free(x->partition);
+    free((size_t *)x->s.param_offset);
+    free((size_t *)x->s.param_size);
     free(x);
 }
 
