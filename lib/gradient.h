@@ -1,13 +1,18 @@
 // gradient.h: the gradient-reduction layer, over the communication layer (parallel.h): the
 // data-parallel gradient reducer (buckets in backward order, overlapped with backward, ZeRO's
 // reduce-scatter into partitions, 16-bit wire formats), and the compressed all-reduces with error
-// feedback that replace its plain all-reduce (1-bit signs, PowerSGD), plus sparse embedding rows.
-// Element work (scaling, casts) goes through the backend table the gradients live on, so the
+// feedback that replace its plain all-reduce (1-bit signs, PowerSGD), plus sparse embedding rows;
+// and the gradient exchange, the one owner of how a rank's gradients cross the data group, which
+// composes them (neox_grad_exchange, at the end). Element work (scaling, casts) goes through the backend table the gradients live on, so the
 // same code reduces host and device gradients. docs/parallel.md and docs/communication.md.
 #ifndef NEOX_GRADIENT_H
 #define NEOX_GRADIENT_H
 
+#include <stdio.h>
+
 #include "parallel.h"
+
+struct json_t;  // (jansson's; only the exchange's state and report use it)
 
 // ---- data-parallel gradient reduction ---------------------------------------------------------
 // Gradients live in one flat buffer; parameters occupy [offset, offset + size) ranges of it.
@@ -342,6 +347,99 @@ double neox_adaptive_overlap_efficiency(const neox_adaptive_inputs *in);
 void neox_adaptive_fit_link(double small_bytes, double small_s, double large_bytes, double large_s, double *latency_s,
                             double *bytes_per_s);
 
+// ---- adaptive gradient compression: the run-time half (adaptive_run.c) ----------------------
+// What the policy above is run with: every interval steps (from compress_start on) the group's
+// measurements (shared through a hook: the exchange probes the link and takes the maximum of
+// every value over the data group, so every rank plans on the same numbers) are turned into a plan
+// and each bucket switches to its choice through another hook; the plans run and their measured
+// exposure are remembered, a scheme never run is tried for a few steps, the compressors' own
+// costs are learnt from their calls, and the whole state goes to a checkpoint's train.json and
+// back. A replay file (a decisions log) repeats its decisions instead of measuring; a measurements
+// file (one JSON line per decision: "probe_s", "backward_s", "step_s", "exposed_s", "slack_s",
+// "onebit_s_per_element", "powersgd_s_per_madd") stands in for what the group measured. Nothing
+// here communicates: the unit tests drive it with recorded measurements.
+typedef struct neox_adaptive_run neox_adaptive_run;
+
+enum { NEOX_ADAPTIVE_MAX_RANKS = NEOX_BUCKET_OPTIONS - 3 };  // PowerSGD's candidates (besides dense, bf16, 1-bit)
+
+// One gradient bucket as the compressors see it, with what each option would send.
+typedef struct neox_adaptive_bucket {
+    int first, count;          // its parameters: the compressors' segments [first, first + count)
+    double elements;
+    double onebit_wire_bytes;  // bytes a rank sends for it under 1-bit
+    // Under PowerSGD at candidate rank k (neox_adaptive_candidate_ranks' order): bytes sent, multiply-adds.
+    double powersgd_wire_bytes[NEOX_ADAPTIVE_MAX_RANKS], powersgd_work[NEOX_ADAPTIVE_MAX_RANKS];
+} neox_adaptive_bucket;
+
+typedef struct neox_adaptive_hooks {
+    // The group's measurements: v[0] and v[1] get the seconds of the small and the large probe
+    // (probe_floats), then every entry of v (nv) becomes its maximum over the group. NULL: v as it is.
+    void (*share)(void *ctx, double *v, size_t nv);
+    // Bucket i moves from one choice to another: the compressor it leaves hands its error to the
+    // next gradients, the reducer leaves it to the compressors or sums it with its wire. restore:
+    // taken from a checkpoint (the compressors' state is the checkpoint's: nothing is handed back).
+    void (*use)(void *ctx, int bucket, neox_bucket_choice from, neox_bucket_choice to, int restore);
+    // After each decision: the plan's fingerprint, the same on every rank of the group or the
+    // collectives would pair up wrongly (the exchange compares it over the group). NULL: none.
+    void (*agree)(void *ctx, double fingerprint, int64_t iteration);
+    void *ctx;
+} neox_adaptive_hooks;
+
+typedef struct neox_adaptive_settings {
+    int max_rank;                 // gradient_compression_rank
+    int64_t interval;             // gradient_compression_interval: steps between decisions
+    int64_t compress_start;       // gradient_compression_start: no decision before this many updates
+    neox_dtype wire;              // the configured reducer's wire (bf16 there: the bf16 option is dense)
+    int overlap;                  // the reducer overlaps its buckets with backward
+    int data_size;                // ranks of the data group (the ring's bytes)
+    size_t probe_floats[2];       // the small and the large probe's floats
+    int nbuckets;                 // 0: nothing to plan (data-parallel size 1)
+    const neox_adaptive_bucket *bucket;
+    const char *replay_path;      // gradient_compression_replay, or NULL
+    const char *measurements_path;  // measurements from a file instead of the group, or NULL
+    int verbose;                  // notices and the plan's changes in the log
+    neox_adaptive_hooks hooks;
+} neox_adaptive_settings;
+
+// PowerSGD's candidate ranks under max_rank: max_rank, then every power of two below it, largest
+// first (NEOX_ADAPTIVE_MAX_RANKS at most); returns how many.
+int neox_adaptive_candidate_ranks(int max_rank, int *ranks);
+// A user-input error (an unreadable replay or measurements file, a replay planning other buckets): NULL.
+neox_adaptive_run *neox_adaptive_run_make(const neox_adaptive_settings *s, neox_error *err);
+void neox_adaptive_run_free(neox_adaptive_run *a);
+// The decisions log (rank 0's log_dir/gradient_compression.jsonl): one JSON line per decision;
+// the run closes it.
+void neox_adaptive_run_set_log(neox_adaptive_run *a, FILE *log);
+// Whether the step about to run (iteration, after optimizer_steps updates) decides.
+int neox_adaptive_run_due(const neox_adaptive_run *a, int64_t iteration, int64_t optimizer_steps);
+// Decides for iteration (measuring through the share hook, or replaying) and switches the buckets
+// through the use hook. -1: the measurements file cannot serve this decision.
+int neox_adaptive_run_decide(neox_adaptive_run *a, int64_t iteration, neox_error *err);
+neox_bucket_choice neox_adaptive_run_choice(const neox_adaptive_run *a, int bucket);
+// Seconds the link model gives a compressed call of wire_bytes (0: no link measured yet).
+double neox_adaptive_run_link_seconds(const neox_adaptive_run *a, double wire_bytes);
+// The compressors' calls of a step: per scheme, seconds beyond the link model and units of work
+// (1-bit: elements; PowerSGD: multiply-adds); their own cost per unit is learnt from them.
+void neox_adaptive_run_add_costs(neox_adaptive_run *a, const double *extra_s, const double *units);
+// What a step measured on this rank: backward's seconds, the reduction's exposed seconds, the
+// step's wall seconds and each bucket's slack (backward seconds after it was ready).
+typedef struct neox_adaptive_step {
+    double backward_s, exposed_s, wall_s;
+    const double *slack_s;
+} neox_adaptive_step;
+// Takes the step's measurements; gauges (NEOX_ADAPTIVE_GAUGES, named by neox_adaptive_gauge_name)
+// get the step's share of elements per scheme, the compressed buckets and the link in Gbit/s.
+enum { NEOX_ADAPTIVE_GAUGES = NEOX_SCHEME_COUNT + 2 };
+const char *neox_adaptive_gauge_name(int i);
+void neox_adaptive_run_end_step(neox_adaptive_run *a, const neox_adaptive_step *step, double *gauges);
+// Per bucket, the steps reduced with each option (NULL with no buckets).
+struct json_t *neox_adaptive_run_summary(const neox_adaptive_run *a);
+// The plan in use and what the next decisions build on (train.json's "gradient_compression"), and
+// its restore (state NULL: a checkpoint of another mode, decide afresh; dir names the checkpoint
+// in errors).
+struct json_t *neox_adaptive_run_state(const neox_adaptive_run *a);
+int neox_adaptive_run_restore(neox_adaptive_run *a, struct json_t *state, const char *dir, neox_error *err);
+
 // ---- sparse embedding gradients (sparse_grad.c) ----------------------------------------------
 // sparse_gradients: a (rows x width) gradient block holding global rows [row_begin, row_begin +
 // rows) averaged over the group as (row ids, rows) for the rows touched on some rank: an all-gather
@@ -356,5 +454,123 @@ void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n);
 // grad (rows x width) becomes the mean over the group; the touched marks are cleared. Host memory
 // only (device buffers refused).
 void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad);
+
+// ---- the gradient exchange (exchange.c) ---------------------------------------------------------
+// The one owner of how this rank's gradients cross the data-parallel group: the reducer (buckets,
+// overlap, ZeRO partitions, wire types, the hierarchical all-reduce) and the expert reducer, the
+// sparse embedding rows, 1-bit and PowerSGD gradient compression and 1-bit Adam's momentum
+// compressor, the adaptive plan (the run-time half above), their memory, their report and their
+// checkpoint state. The trainer reads the config into the settings, calls begin_step, tells it per
+// micro-batch whether a reduction follows (micro_batch) and which parameters backward finished
+// (ready), then finish and end_step. Time comes from the caller's clock (no metrics here).
+typedef struct neox_grad_exchange neox_grad_exchange;
+
+typedef enum {
+    NEOX_COMPRESSION_NONE,
+    NEOX_COMPRESSION_ONEBIT,    // gradient_compression: onebit
+    NEOX_COMPRESSION_POWERSGD,  // gradient_compression: powersgd
+    NEOX_COMPRESSION_ADAPTIVE   // gradient_compression: adaptive (both compressors, a plan per bucket)
+} neox_grad_compression;
+
+typedef struct neox_grad_exchange_settings {
+    // The gradients: a flat buffer of n floats on backend, parameter p a rows[p] x cols[p] matrix
+    // (a vector: rows 1) at [param_offset[p], + param_size[p]), back to back in parameter order; the
+    // experts from dense_params on. held_param (-1: none): left out of ready, reported by
+    // ready_held once summed elsewhere (the tied embedding's copies across pipe stages).
+    float *grads;
+    size_t n, fill_elems;    // fill_elems: neox_grad_reducer_options'
+    int nparams, dense_params, held_param;
+    const size_t *param_offset, *param_size;
+    const int *rows, *cols;
+    const struct neox_backend *backend;
+    // The groups: data (size 1: nothing is reduced), its node split for the hierarchical all-reduce
+    // (made here when it pays: stage 0 on the host), expert_data for the experts (NULL: none).
+    neox_comm *data, *data_intra, *data_inter, *expert_data;
+    // The reducer: neox_grad_reducer_options' (zero_stage applies to the dense reducer; reduce_scatter
+    // false all-reduces under stages 1 and 2).
+    size_t bucket_bytes;
+    int zero_stage, reduce_scatter, overlap;
+    double predivide, progress_interval;
+    neox_dtype wire;
+    // sparse_gradients: parameter 0 (rows x width, global rows from row_begin) as touched rows.
+    int sparse;
+    int64_t sparse_rows, sparse_width, sparse_row_begin;
+    // 1-bit Adam: its momentum compressor, and gradients left unreduced from freeze_step updates on.
+    int onebit_adam;
+    int64_t freeze_step;
+    neox_grad_compression compression;
+    int powersgd_rank;       // gradient_compression_rank
+    int64_t compress_start;  // gradient_compression_start
+    int64_t adaptive_interval;
+    const char *replay_path, *measurements_path;
+    // Cumulative seconds so far of backward and of the reductions after it (the caller's timers).
+    void (*clock)(void *ctx, double *backward_s, double *reduce_s);
+    void *clock_ctx;
+    int verbose;             // rank 0's notices
+} neox_grad_exchange_settings;
+
+// A user-input error (the adaptive plan's files): NULL. The settings' arrays are read during make
+// only (it keeps its own copies); the groups, the gradients and the backend must outlive it.
+neox_grad_exchange *neox_grad_exchange_make(const neox_grad_exchange_settings *s, neox_error *err);
+void neox_grad_exchange_free(neox_grad_exchange *x);
+// The adaptive plan's decisions log (rank 0, with log_dir); whether there is a plan to log.
+int neox_grad_exchange_logs_decisions(const neox_grad_exchange *x);
+void neox_grad_exchange_set_log(neox_grad_exchange *x, FILE *log);
+// Whether gradients cross the group at all (data-parallel size > 1).
+int neox_grad_exchange_reduces(const neox_grad_exchange *x);
+// Whether backward must report its finished parameters (ready): overlap or ZeRO-2 partitions.
+int neox_grad_exchange_wants_ready(const neox_grad_exchange *x);
+int neox_grad_exchange_hierarchical(const neox_grad_exchange *x);
+// Whether the reducer overlaps its buckets with backward (overlap_comm, data-parallel size > 1).
+int neox_grad_exchange_overlapped(const neox_grad_exchange *x);
+// Rank r's share of the flat buffer: ZeRO's partition (the reducer's), or with the input embedding
+// apart (sparse rows, stage 0) the even share of the whole buffer.
+void neox_grad_exchange_partition(const neox_grad_exchange *x, int r, size_t *begin, size_t *end);
+// ZeRO-2 and 3: the partition's summed gradients (what the optimizer reads), else NULL.
+float *neox_grad_exchange_partition_grads(const neox_grad_exchange *x);
+// 1-bit Adam's momentum compressor (NULL unless onebit_adam over several ranks): the optimizer
+// averages its momentum with it from freeze_step on.
+neox_onebit *neox_grad_exchange_momentum_compressor(const neox_grad_exchange *x);
+
+// Before a step's first backward, after the gradients were zeroed (iteration and the updates so
+// far): the partition's sum zeroed, the adaptive plan's decision (which may hand a compressor's
+// error to these gradients), whether this step leaves the gradients to the compressors. -1: the
+// adaptive measurements file cannot serve the decision.
+int neox_grad_exchange_begin_step(neox_grad_exchange *x, int64_t iteration, int64_t optimizer_steps, neox_error *err);
+// Before a micro-batch's backward: whether a reduction follows it (every micro-batch under ZeRO-2
+// and 3, else the step's last), which ready then acts on.
+int neox_grad_exchange_micro_batch(neox_grad_exchange *x, int last);
+int neox_grad_exchange_reduce_now(const neox_grad_exchange *x);
+// Backward's hook: parameters [begin, end), or elements [begin, end) of the flat buffer, are final.
+void neox_grad_exchange_ready(neox_grad_exchange *x, int begin, int end);
+void neox_grad_exchange_ready_range(neox_grad_exchange *x, size_t begin, size_t end);
+// The held parameter is final (summed).
+void neox_grad_exchange_ready_held(neox_grad_exchange *x);
+// Marks the rows of a micro-batch's input tokens (sparse_gradients).
+void neox_grad_exchange_touch_rows(neox_grad_exchange *x, const int32_t *tokens, size_t n);
+// After the backward a reduction follows: the mean over the group everywhere (or in the partition).
+void neox_grad_exchange_finish(neox_grad_exchange *x);
+// After the step: its measurements for the adaptive plan; gauges (NEOX_ADAPTIVE_GAUGES, named by
+// neox_adaptive_gauge_name) filled, returns 1, when there is a plan to measure.
+int neox_grad_exchange_end_step(neox_grad_exchange *x, double *gauges);
+
+// Memory: bytes of gradients (the flat buffer's resident part, ZeRO-2's partition) and of
+// communication (16-bit wire copies, the collectives' temporaries, the compressors' error buffers).
+typedef struct neox_grad_exchange_memory {
+    size_t grads, comm;
+} neox_grad_exchange_memory;
+neox_grad_exchange_memory neox_grad_exchange_memory_of(const neox_grad_exchange *x);
+// The reducer's timing (collective over the data group; zeros without a reducer).
+neox_grad_reducer_timing neox_grad_exchange_timing_of(neox_grad_exchange *x);
+// comm_stats.json's "gradient_compression_buckets": per bucket the steps reduced with each
+// option (NULL when not adaptive).
+struct json_t *neox_grad_exchange_report(const neox_grad_exchange *x);
+// Checkpointed state: this rank's compressor buffers (error buffers, PowerSGD's Q) by checkpoint
+// name; returns how many (at most NEOX_EXCHANGE_BUFFERS).
+enum { NEOX_EXCHANGE_BUFFERS = 6 };
+int neox_grad_exchange_buffers(const neox_grad_exchange *x, const char **names, float **bufs, size_t *counts);
+// The adaptive plan's train.json object (NULL when not adaptive), and its restore.
+struct json_t *neox_grad_exchange_state(const neox_grad_exchange *x);
+int neox_grad_exchange_restore(neox_grad_exchange *x, struct json_t *state, const char *dir, neox_error *err);
 
 #endif

@@ -1,8 +1,9 @@
 // adaptive.c: the policy of gradient_compression: adaptive (gradient.h): from the measured link,
 // the backward time left after each gradient bucket is ready and the compressors' costs, the
 // exposed communication time of a plan (one way to reduce each bucket) and the plan to use. The
-// trainer (lib/train/adaptive_compression.c) measures, shares the measurements over the data group
-// and switches; this file only decides, so the decision can be tested on any numbers.
+// run-time half (adaptive_run.c) decides when, with the measurements the gradient exchange
+// (exchange.c) shares over the data group, and switches; this file only plans, so the plan can be
+// tested on any numbers.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

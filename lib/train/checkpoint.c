@@ -19,57 +19,6 @@
 
 static const char *optimizer_name(neox_optimizer_kind k) { return neox_optimizer_type_of(k)->name; }
 
-// The compressors' error buffers are per rank (each rank's residuals, padded per tensor for the
-// data-parallel size): tensor NAME/rank_RRRRR of the rank's own shard.
-static void error_name(const neox_trainer *t, const char *group, char *buf, size_t size) {
-    snprintf(buf, size, "%s/rank_%05d", group, t->grid->world_rank);
-}
-
-static int write_errors(neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
-    const char *names[4];
-    float *bufs[4];
-    size_t counts[4];
-    int n = neox_train_onebit_buffers(t, names, bufs, counts);
-    for (int b = 0; b < n; b++) {
-        char name[96];
-        error_name(t, names[b], name, sizeof name);
-        int64_t shape[1] = {(int64_t)counts[b]};
-        if (neox_ckpt_write_range(w, name, 1, shape, 0, shape[0], bufs[b], err) != 0) return -1;
-    }
-    return 0;
-}
-
-// Restores the compressors' state when the checkpoint was written by the same layout; otherwise
-// it stays as set-up made it (zero errors; PowerSGD's fixed random Q), with a notice: the chunks
-// and the residuals they hold belong to other ranks.
-static int read_errors(neox_trainer *t, const neox_ckpt_reader *r, const char *dir, neox_error *err) {
-    const char *names[4];
-    float *bufs[4];
-    size_t counts[4];
-    int n = neox_train_onebit_buffers(t, names, bufs, counts);
-    if (n == 0) return 0;
-    neox_ckpt_manifest man;
-    if (neox_ckpt_manifest_read(dir, &man, err) != 0) return -1;
-    const neox_grid *g = t->grid;
-    int same = man.pipe_size == g->pipe_size && man.data_size == g->data_size && man.model_size == g->model_size;
-    char name[4][96];
-    for (int b = 0; b < n; b++) {
-        error_name(t, names[b], name[b], sizeof name[b]);
-        int ndim;
-        int64_t shape[4];
-        same = same && neox_ckpt_has(r, name[b]) && neox_ckpt_tensor_shape(r, name[b], &ndim, shape, err) == 0 &&
-               ndim == 1 && shape[0] == (int64_t)counts[b];
-    }
-    for (int b = 0; same && b < n; b++)
-        if (neox_ckpt_read_range(r, name[b], 0, (int64_t)counts[b], bufs[b], err) != 0) return -1;
-    if (!same && t->rank0 && !t->opts.quiet)
-        neox_notice("compression error buffers start from zero: the checkpoint has another layout or none (written by "
-                    "%d x %d x %d pipe x data x model ranks, now %d x %d x %d)", man.pipe_size, man.data_size,
-                    man.model_size, g->pipe_size, g->data_size, g->model_size);
-    neox_ckpt_manifest_free(&man);
-    return 0;
-}
-
 // The state buffers of the optimizer, by the names they carry in checkpoints.
 static int optimizer_buffers(const neox_trainer *t, const char **names, float **bufs) {
     const neox_optimizer *o = t->optimizer;
@@ -103,8 +52,7 @@ static json_t *state_json(const neox_trainer *t) {
                                   "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
                                   "style", neox_lr_style_name(t->lr.style), "num_iters",
                                   (json_int_t)(s->iteration - s->overflow_skips)));
-    json_t *adaptive = neox_train_adaptive_state(t);
-    if (adaptive) json_object_set_new(state, "gradient_compression", adaptive);
+    neox_train_exchange_save(t, NULL, state, NULL);  // (the adaptive plan's "gradient_compression")
     // fp16: DeepSpeed's loss scaler, so a resumed run scales and skips exactly as the straight one.
     const neox_loss_scaler *ls = &t->scaler;
     json_object_set_new(state, "loss_scaler",
@@ -203,7 +151,7 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     for (int b = 0; rc == 0 && b < nbufs; b++)  // (offloaded optimizer state is host memory already)
         rc = t->offload ? write_share(t, w, names[b], bufs[b], t->state_begin, err)
                         : neox_train_write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
-    if (rc == 0 && !saves_no_optimizer(t)) rc = write_errors((neox_trainer *)t, w, err);
+    if (rc == 0 && !saves_no_optimizer(t)) rc = neox_train_exchange_save(t, w, NULL, err);  // compressor buffers
     if (rc == 0) rc = neox_train_dpo_save(t, w, err);
     if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
     if (rc != 0) {
@@ -378,7 +326,7 @@ static int restore_state(neox_trainer *t, json_t *state, const char *dir, int lo
     // As GPT-NeoX, the schedule is part of the optimizer state: loaded (and checked) with it only;
     // so is the compression scheme in use (its error buffers are optimizer state).
     if (no_optim) return 0;
-    if (!finetune && neox_train_adaptive_restore(t, json_object_get(state, "gradient_compression"), dir, err) != 0)
+    if (!finetune && neox_train_exchange_load(t, NULL, state, dir, err) != 0)  // (the adaptive plan)
         return -1;
     return neox_train_resume_schedule(t, json_object_get(state, "lr_schedule"), err);
 }
@@ -443,7 +391,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         for (int b = 0; rc == 0 && b < nbufs; b++)
             if ((rc = neox_ckpt_read_model_range(&host_view, r, names[b], t->state_begin, t->state_end, bufs[b], err)) == 0)
                 rc = neox_model_check_finite_state(&host_view, bufs[b], t->state_begin, t->state_end, names[b], err);
-        if (rc == 0) rc = read_errors(t, r, dir, err);
+        if (rc == 0) rc = neox_train_exchange_load(t, r, NULL, dir, err);  // compressor buffers
     }
     if (rc == 0) rc = restore_state(t, state, dir, load_optim, load_rng, err);
     json_decref(state);

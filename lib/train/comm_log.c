@@ -173,7 +173,7 @@ static void summary_rows(FILE *f, const neox_comm_stats *stats, const int *sizes
 // gradient_compression: adaptive: per gradient bucket (in the order backward finishes them), the
 // steps reduced with each scheme.
 static void adaptive_rows(FILE *fp, const neox_trainer *t) {
-    json_t *buckets = neox_train_adaptive_summary(t);
+    json_t *buckets = neox_grad_exchange_report(t->exchange);
     if (!buckets) return;
     fprintf(fp, "adaptive gradient compression: steps per scheme, per bucket\n");
     size_t i;

@@ -67,8 +67,7 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
     for (int i = 0; i < NGROUPS; i++) mine[i] = neox_train_comm_group(g, i, NULL)->stats;  // before the gather below counts
     int n = g->world_size;
     neox_comm_stats *all = neox_malloc((size_t)n * sizeof mine);
-    neox_grad_reducer_timing timing = {0};
-    if (t->reducer) timing = neox_grad_reducer_timing_of(t->reducer);
+    neox_grad_reducer_timing timing = neox_grad_exchange_timing_of(t->exchange);
     neox_grad_reducer_timing *timings = neox_malloc((size_t)n * sizeof timing);
     neox_param_gather_stats gathers = {0};  // ZeRO-3's parameter coordinator
     if (t->gather) gathers = neox_param_gather_stats_of(t->gather);
@@ -89,7 +88,7 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
             json_array_append_new(ranks, rank_json(g, all + (size_t)r * NGROUPS, &timings[r], &all_gathers[r], &all_offload[r], coords));
         }
         json_t *doc = json_pack("{s:I, s:o}", "iterations", (json_int_t)t->state.iteration, "ranks", ranks);
-        json_t *adaptive = neox_train_adaptive_summary(t);  // gradient_compression: adaptive, per bucket
+        json_t *adaptive = neox_grad_exchange_report(t->exchange);  // gradient_compression: adaptive, per bucket
         if (adaptive) json_object_set_new(doc, "gradient_compression_buckets", adaptive);
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
         char *path = neox_asprintf("%s/comm_stats.json", dir);

@@ -55,7 +55,7 @@ neox_comm *neox_train_state_group(const neox_trainer *t) {
 
 void neox_train_partition(const neox_trainer *t, int r, size_t *begin, size_t *end) {
     if (t->ep_size > 1) neox_even_share(t->model->num_floats, r, t->grid->expert_data.size, begin, end);
-    else neox_grad_reducer_partition(t->reducer, r, begin, end);
+    else neox_grad_exchange_partition(t->exchange, r, begin, end);
 }
 
 int neox_train_ep_writes(const neox_trainer *t, int i) {

@@ -98,13 +98,16 @@ struct neox_trainer {
     neox_optimizer *optimizer;     // its state covers [state_begin, state_end) of the flat buffers
     double *step_sumsq;            // the device step's sum of squares (one double on be), else NULL
     neox_lr_schedule lr;
-    neox_grad_reducer *reducer;    // NULL at data-parallel size 1
-    int zero_stage;                // 0, 1 or 2 (0 whenever data-parallel size is 1)
-    int overlap_comm;              // start gradient buckets during backward
-    double progress_interval;      // comm_progress_thread_us in seconds (0: backward's polls only)
+    // How the gradients cross the data-parallel group (lib/gradient's exchange, made by
+    // grad_exchange.c at every data-parallel size): the reducers, ZeRO-2's partition sums, sparse
+    // rows, the compressors (1-bit Adam's momentum compressor among them: the optimizer borrows it)
+    // and the adaptive plan, with their memory, report and checkpoint state.
+    neox_grad_exchange *exchange;
+    // The ZeRO stage (0 whenever data-parallel size is 1): the exchange reduces by it, and the
+    // optimizer state, the weights' gathers and the checkpoint's layout are partitioned by it.
+    int zero_stage;
     size_t part_begin, part_end;   // this rank's data-parallel partition of the flat buffers
     size_t state_begin, state_end; // what the optimizer updates and keeps state for
-    float *grad_partition;         // ZeRO-2 and 3: reduced gradients of the partition, summed over micro-batches
     // ZeRO-3 (zero3.c): the fp32 master weights of the partition, the coordinator that gathers the
     // model's units into its flat buffer, and the model's traces (0: forward, 1: forward + backward).
     float *param_partition;
@@ -113,21 +116,9 @@ struct neox_trainer {
     // ZeRO-Offload (offload.c): the optimizer state on the host, with host copies of the weights it
     // updates and of their gradients ([state_begin, state_end)); NULL when the optimizer is not offloaded.
     struct neox_offload *offload;
-    int reduce_now;                // backward of the current micro-batch is followed by a reduction
-    int local_grads;               // this step leaves gradients unreduced (1-bit Adam's compression phase)
-    neox_onebit *onebit;           // 1-bit Adam's compressed momentum all-reduce (data-parallel size > 1)
-    neox_onebit *grad_onebit;      // gradient_compression: onebit (AdamW/SGD with compressed gradients)
-    neox_powersgd *grad_powersgd;  // gradient_compression: powersgd
-    int64_t compress_start;        // gradient_compression_start: uncompressed updates before it
-    struct neox_adaptive *adaptive;  // gradient_compression: adaptive (adaptive_compression.c)
-    neox_dtype wire;               // communication_data_type: the configured reducer's wire type
-    int hierarchical;              // the reducer sums over data_intra, then data_inter
-    neox_sparse_rows *sparse;      // sparse_gradients: the input embedding's row-sparse reduction
-    int reducer_first;             // first parameter in the reducer's buckets (1 when sparse takes the embedding)
-    // Expert parallelism (expert_parallel.c): moe_expert_parallel_size, and the reducer of this
-    // rank's experts (the model's parameters from dense_params on) over the grid's expert_data group.
+    // Expert parallelism (expert_parallel.c): moe_expert_parallel_size (the exchange reduces this
+    // rank's experts, the model's parameters from dense_params on, over the grid's expert_data group).
     int ep_size;
-    neox_grad_reducer *expert_reducer;
 
     // Pipeline (the model's activation slots hold the micro-batches in flight on this stage).
     float *pipe_grad_send;         // (B, T, C): the input gradient in flight to the previous stage
@@ -189,8 +180,12 @@ int neox_train_evaluate(neox_trainer *t, neox_batch_iterator *it, int64_t iters,
 int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err);
 // Forward only over count micro-batches of it; *loss_sum as above.
 int neox_train_pipeline_eval(neox_trainer *t, neox_batch_iterator *it, int64_t count, double *loss_sum, neox_error *err);
-// After a micro-batch's backward: the tied-embedding sum and the data-parallel reduction, when due.
-void neox_train_after_backward(neox_trainer *t, int last_micro_batch);
+// After a micro-batch's backward: the tied-embedding sum and the data-parallel reduction, when due
+// (neox_grad_exchange_micro_batch said so).
+void neox_train_after_backward(neox_trainer *t);
+// The parameter whose gradient is summed between the first and last stage (the tied embedding,
+// with pipelining), or -1: the exchange holds it back until then.
+int neox_train_tied_param(const neox_trainer *t);
 // Lets backward start data-parallel buckets as their gradients become final (overlap_comm).
 void neox_train_install_grad_hook(neox_trainer *t);
 
@@ -296,38 +291,19 @@ typedef struct neox_offload_stats {
 neox_offload_stats neox_train_offload_stats(const neox_trainer *t);
 void neox_train_free_offload(neox_trainer *t);
 
-// ---- compressed data-parallel communication (compression.c) ---------------------------------
-// Creates the compressors the config asks for (after the optimizer state exists).
-int neox_train_setup_compression(neox_trainer *t, neox_error *err);
-// Whether the coming step leaves gradients unreduced: 1-bit Adam's compression phase, or
-// gradient_compression from gradient_compression_start on.
-int neox_train_local_grads(const neox_trainer *t);
-void neox_train_free_compression(neox_trainer *t);
-// A data-parallel reducer with this wire type and the run's buckets, ZeRO stage and overlap (setup.c).
-neox_grad_reducer *neox_train_make_reducer(neox_trainer *t, neox_dtype wire);
-
-// ---- gradient_compression: adaptive (adaptive_compression.c) ----------------------------------
-typedef struct neox_adaptive neox_adaptive;
-// adaptive: the config asks for it (else its own keys are refused); after the reducer and compressors.
-int neox_train_setup_adaptive(neox_trainer *t, int adaptive, neox_error *err);
-void neox_train_free_adaptive(neox_trainer *t);
-// The smallest of PowerSGD's candidate ranks under gradient_compression_rank max_rank (the
-// compressor keeps state for every matrix that pays at it).
-int neox_train_adaptive_min_rank(int max_rank);
-// Around each step: the decision (after the gradients are zeroed), then the step's measurements.
-void neox_train_adaptive_begin_step(neox_trainer *t);
-void neox_train_adaptive_end_step(neox_trainer *t);
-// After the reducer's finish: the buckets the plan compresses (data-parallel size > 1).
-void neox_train_adaptive_compress(neox_trainer *t);
-// Per bucket, the steps reduced with each option (NULL when not adaptive), for comm_stats.json.
-json_t *neox_train_adaptive_summary(const neox_trainer *t);
-// The train.json object of the plan in use (NULL when not adaptive), and its restore.
-json_t *neox_train_adaptive_state(const neox_trainer *t);
-int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir, neox_error *err);
-// gradient_compression: averages the gradient buffer with the configured compressor.
-void neox_train_compress_grads(neox_trainer *t);
-// Checkpointed compressor state: this rank's error buffers (and PowerSGD's Q); returns how many.
-int neox_train_onebit_buffers(const neox_trainer *t, const char **names, float **bufs, size_t *counts);
+// ---- the gradient exchange (grad_exchange.c) ----------------------------------------------------
+// Reads the exchange's keys (communication_data_type, overlap_comm, comm_progress_thread_us,
+// sparse_gradients, gradient_compression and its keys, 1-bit Adam's freeze_step), refuses the
+// combinations it cannot serve and makes t->exchange (after the model and t->zero_stage; at every
+// data-parallel size).
+int neox_train_setup_exchange(neox_trainer *t, neox_error *err);
+// The exchange's checkpoint state, shaped as a checkpoint part: with w, this rank's compressor
+// buffers as tensors NAME/rank_RRRRR of its shard; with state, train.json's "gradient_compression".
+int neox_train_exchange_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *state, neox_error *err);
+// Its load: with r, the buffers (when the checkpoint's layout is this run's, else they start from
+// zero with a notice); with state (train.json), the adaptive plan. dir names the checkpoint.
+int neox_train_exchange_load(neox_trainer *t, const neox_ckpt_reader *r, json_t *state, const char *dir,
+                             neox_error *err);
 
 // ---- activation recompute (recompute.c) ------------------------------------------------------
 // Reads partition_activations and checkpoint_in_cpu (both spellings) into desc (its layout and
@@ -335,13 +311,9 @@ int neox_train_onebit_buffers(const neox_trainer *t, const char **names, float *
 void neox_train_setup_recompute(neox_trainer *t, neox_model_desc *desc);
 
 // ---- sparse_gradients (sparse_embedding.c) ---------------------------------------------------
-// Refuses combinations it cannot serve; creates t->sparse for an untied input embedding (needs
-// the model, the grid and t->zero_stage).
-int neox_train_setup_sparse(neox_trainer *t, neox_error *err);
-// Marks the rows of a training micro-batch's input tokens.
-void neox_train_sparse_touch(neox_trainer *t, const neox_batch *b);
-// Averages the embedding's gradient over the data group (before the dense buckets finish).
-void neox_train_sparse_reduce(neox_trainer *t);
+// Refuses combinations it cannot serve; sets the exchange's sparse rows for an untied input
+// embedding (needs the model, the grid and t->zero_stage).
+int neox_train_sparse_settings(const neox_trainer *t, neox_grad_exchange_settings *s, neox_error *err);
 
 // ---- evaluations (evaluation.c) ------------------------------------------------------------
 int neox_train_setup_eval_tasks(neox_trainer *t, neox_error *err);  // (nothing unless eval_tasks)

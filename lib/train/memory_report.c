@@ -16,10 +16,10 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     double whole = t->gather ? (double)neox_train_zero3_planned_elements(t) : (double)m->num_floats;
     p->params = whole * 4 + (t->gather ? (double)(t->part_end - t->part_begin) * 4 : 0);
     p->params16 = m->param16 ? whole * 2 : 0;
-    p->grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) +
-                                (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
-                          : (double)m->num_floats * 4;
-    if (t->grad_partition) p->grads += (double)(t->part_end - t->part_begin) * 4;
+    // Gradients and their communication: the exchange's (the flat buffer's resident part, ZeRO-2's
+    // partition sums; wire copies, the collectives' temporaries, the compressors' error buffers).
+    neox_grad_exchange_memory exchange = neox_grad_exchange_memory_of(t->exchange);
+    p->grads = (double)exchange.grads;
     double state = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
     // ZeRO-Offload: the optimizer state, and the host copies of the weights and gradients it
     // updates from, live in host memory instead of the device's.
@@ -35,23 +35,13 @@ void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
         p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
         p->offloaded += (double)neox_model_host_recompute_bytes(ref);
     }
-    if (t->reducer)
-        p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer) + (double)neox_grad_reducer_scratch_bytes(t->reducer);
+    p->comm += (double)exchange.comm;
     // The collectives' own temporaries on the host (MPI): the bucket's reduce-scatter's above, and
     // the partitions' all-gather after the update (stages 1, 2) or a unit's gather (stage 3, which
     // may run beside a bucket's reduction).
     double gather = t->gather ? (double)neox_param_gather_scratch_bytes(t->gather) : (double)neox_train_gather_scratch_bytes(t);
     p->comm += gather;
-    // Adaptive compression may put any bucket on a bf16 wire, whose copy is allocated when first used.
-    if (t->adaptive && t->reducer && !neox_grad_reducer_wire_bytes(t->reducer))
-        p->comm += (double)neox_grad_reducer_size(t->reducer) * 2;
-    if (t->expert_reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->expert_reducer);
     if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
-    const char *names[6];
-    float *bufs[6];
-    size_t counts[6];
-    int n = neox_train_onebit_buffers(t, names, bufs, counts);
-    for (int i = 0; i < n; i++) p->comm += (double)counts[i] * 4;
 }
 
 // DIR/NAME, atomically, from DOC (taken); flags are jansson's beyond the indent.

@@ -119,7 +119,7 @@ int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
     // Backward's final gradients are the step's where no reduction or pipeline sum follows it. From
     // pageable memory a GPU's copy to the host makes the host wait for it (and for the kernels
     // queued before it), which in backward would hold up every launch: then they go at the step.
-    o->stream_grads = pinned && !t->reducer && t->grid->pipe_size == 1;
+    o->stream_grads = pinned && !neox_grad_exchange_reduces(t->exchange) && t->grid->pipe_size == 1;
     if (o->stream_grads) neox_train_install_grad_hook(t);
     // The hook owns the 16-bit copy, so forward may wait per unit only where this rank updates the
     // whole model it reads (nothing to all-gather) and each unit is one run (no experts after the head).

@@ -34,7 +34,8 @@ static neox_segment *state_segments(const neox_trainer *t, int only_norm, int *c
 
 // The gradients of [state_begin, state_end): ZeRO-2 keeps them apart from the flat buffer.
 static float *state_grads(const neox_trainer *t) {
-    return t->grad_partition ? t->grad_partition : t->model->grad_buf + t->state_begin;
+    float *partition = neox_grad_exchange_partition_grads(t->exchange);
+    return partition ? partition : t->model->grad_buf + t->state_begin;
 }
 
 double neox_train_device_update(neox_trainer *t, double loss_scale, double lr, int64_t step) {

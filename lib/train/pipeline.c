@@ -6,8 +6,9 @@
 // sending); each stage keeps up to P - s micro-batches in activation slots. Only the first stage
 // reads token ids and only the last reads labels; the others just advance the data position.
 // After the backward that completes a step's gradients (every backward under ZeRO-2, whose
-// reducer adds each micro-batch's reduced partition into the trainer's grad_partition) the tied
-// embedding's two copies are summed and the data-parallel reduction is finished.
+// reducer adds each micro-batch's reduced partition into the exchange's partition sums: the
+// gradient exchange says which) the tied embedding's two copies are summed and the data-parallel
+// reduction is finished.
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,7 +96,8 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     if (r->training) set_dropout(t, m);
     neox_batch *b = t->batch;
     if (t->dpo && reference_forward(r, k, err) != 0) return -1;
-    if (r->training && stage_first(t)) neox_train_sparse_touch(t, b);
+    if (r->training && stage_first(t))  // (sparse_gradients: the rows the tokens touch)
+        neox_grad_exchange_touch_rows(t->exchange, b->tokens, (size_t)b->micro_batch * b->seq_length);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
     if (r->training) neox_timer_start(timer);
     // ZeRO-3: a training pass ends after its backward, except under pipelining (one pass each).
@@ -122,7 +124,7 @@ static void backward(pipe_run *r, int k, int M) {
     size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
     neox_model_use_slot(m, k % m->nslots);
     if (!stage_last(t)) neox_recv(&g->pipe, neox_model_stage_output_grad(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_GRADIENT));
-    t->reduce_now = t->zero_stage >= 2 || k == M - 1;
+    neox_grad_exchange_micro_batch(t->exchange, k == M - 1);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD);
     neox_timer_start(timer);
     if (split_passes(t)) neox_train_zero3_begin(t, NEOX_ZERO3_BACKWARD);
@@ -134,7 +136,7 @@ static void backward(pipe_run *r, int k, int M) {
         t->be->copy(t->pipe_grad_send, neox_model_stage_input_grad(m), NC * sizeof(float));
         neox_isend(&g->pipe, t->pipe_grad_send, NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_GRADIENT), &r->grad_send);
     }
-    neox_train_after_backward(t, k == M - 1);
+    neox_train_after_backward(t);
 }
 
 static void finish_sends(pipe_run *r) {
@@ -181,7 +183,7 @@ int neox_train_pipeline_eval(neox_trainer *t, neox_batch_iterator *it, int64_t c
 // ---- after backward --------------------------------------------------------------------------
 // The parameter whose gradient is summed between the first and last stage (the tied embedding,
 // with pipelining), or -1.
-static int tied_param(const neox_trainer *t) {
+int neox_train_tied_param(const neox_trainer *t) {
     const neox_model *m = t->model;
     if (t->grid->pipe_size <= 1 || !m->desc.tied || t->grid->embed.size == 0) return -1;
     for (int p = 0; p < m->nparams; p++)
@@ -191,29 +193,14 @@ static int tied_param(const neox_trainer *t) {
 
 static void on_grads_ready(void *ctx, int begin, int end) {
     neox_trainer *t = ctx;
-    if (t->reduce_now) neox_train_offload_grads_ready(t, begin, end);
-    if (!t->reducer || !t->reduce_now || !(t->overlap_comm || t->grad_partition) || t->local_grads) return;
-    int tied = tied_param(t);
-    int experts = t->model->dense_params;
-    for (int p = begin; p < end; p++)
-        if (p >= experts) neox_grad_reducer_ready(t->expert_reducer, p - experts);
-        else if (p != tied && p >= t->reducer_first) neox_grad_reducer_ready(t->reducer, p - t->reducer_first);
-    neox_grad_reducer_progress(t->reducer);
-    if (t->expert_reducer) neox_grad_reducer_progress(t->expert_reducer);
+    if (neox_grad_exchange_reduce_now(t->exchange)) neox_train_offload_grads_ready(t, begin, end);
+    neox_grad_exchange_ready(t->exchange, begin, end);  // (the tied embedding's copy waits for its sum)
 }
 
 // A piece of a parameter's gradient is final (the output layer's, made in pieces under ZeRO-2/3).
-// The tied embedding's copy on the last stage waits for its sum with the first stage's (after backward).
 static void on_grad_range_ready(void *ctx, size_t begin, size_t end) {
     neox_trainer *t = ctx;
-    if (!t->reducer || !t->reduce_now || !(t->overlap_comm || t->grad_partition) || t->local_grads) return;
-    int tied = tied_param(t);
-    if (tied >= 0 && begin >= t->model->params[tied].offset &&
-        end <= t->model->params[tied].offset + t->model->params[tied].numel)
-        return;
-    size_t base = t->model->params[t->reducer_first].offset;
-    neox_grad_reducer_ready_range(t->reducer, begin - base, end - base);
-    neox_grad_reducer_progress(t->reducer);
+    neox_grad_exchange_ready_range(t->exchange, begin, end);
 }
 
 void neox_train_install_grad_hook(neox_trainer *t) {
@@ -222,24 +209,18 @@ void neox_train_install_grad_hook(neox_trainer *t) {
     t->model->grads_ready_ctx = t;
 }
 
-void neox_train_after_backward(neox_trainer *t, int last_micro_batch) {
-    if (!(t->zero_stage >= 2 || last_micro_batch)) return;
+void neox_train_after_backward(neox_trainer *t) {
+    if (!neox_grad_exchange_reduce_now(t->exchange)) return;
     neox_model *m = t->model;
-    int tied = tied_param(t);
+    int tied = neox_train_tied_param(t);
     if (tied >= 0) {
         const neox_param *p = &m->params[tied];
         neox_allreduce_sum(&t->grid->embed, m->grad_buf + p->offset, p->numel, NEOX_F32);
-        if (t->reducer && (t->overlap_comm || t->grad_partition)) neox_grad_reducer_ready(t->reducer, tied - t->reducer_first);
+        neox_grad_exchange_ready_held(t->exchange);
     }
-    if (!t->reducer) return;
+    if (!neox_grad_exchange_reduces(t->exchange)) return;
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE);
     neox_timer_start(timer);
-    if (!t->local_grads) {
-        neox_train_sparse_reduce(t);  // sparse_gradients: the embedding, outside the buckets
-        neox_grad_reducer_finish(t->reducer);
-        if (t->expert_reducer) neox_grad_reducer_finish(t->expert_reducer);
-    }
-    // The compressed gradients: all of them (local), or under adaptive the buckets the reducer left.
-    if (t->local_grads || t->adaptive) neox_train_compress_grads(t);
+    neox_grad_exchange_finish(t->exchange);
     neox_timer_stop(timer);
 }

@@ -1,12 +1,11 @@
 // setup.c: builds a trainer from a loaded config — tokenizer (for the vocabulary and the EOD id),
 // model (created, activations planned), optimizer settings and state,
-// LR schedule, datasets and batch iterators, metrics, the data-parallel gradient reducer and the
-// checkpoint schedule — then loads the checkpoint `load` names, or initialises the weights from the
+// LR schedule, datasets and batch iterators, metrics, the gradient exchange (grad_exchange.c) with
+// this rank's partition, and the checkpoint schedule — then loads the checkpoint `load` names, or initialises the weights from the
 // seed when there is none.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <zlib.h>
 
 #include "internal.h"
@@ -175,84 +174,6 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     return neox_model_plan_slots(t->model, t->rows, t->seq_length, slots, err);
 }
 
-// communication_data_type (DeepSpeed: fp32, fp16 or bf16, any case) and fp32_allreduce: the type
-// gradients travel in. Unset: fp32, the type of neox.c's gradients; a 16-bit type with
-// fp32_allreduce true contradicts it and is refused.
-static int read_wire_type(const neox_config *cfg, neox_dtype *wire, neox_error *err) {
-    *wire = NEOX_F32;
-    const neox_value *v = neox_config_has(cfg, communication_data_type) ? neox_config_value(cfg, communication_data_type) : NULL;
-    if (!v || v->kind == NEOX_VALUE_NULL) return 0;
-    const char *names[] = {"fp32", "fp16", "bf16"};
-    neox_dtype types[] = {NEOX_F32, NEOX_F16, NEOX_BF16};
-    int found = -1;
-    for (int i = 0; v->kind == NEOX_VALUE_STRING && i < 3; i++)
-        if (strcasecmp(v->string, names[i]) == 0) found = i;
-    if (found < 0) return neox_fail(err, NEOX_EXIT_USAGE, "communication_data_type: expected fp32, fp16 or bf16");
-    *wire = types[found];
-    if (*wire != NEOX_F32 && neox_config_bool(cfg, fp32_allreduce))
-        return neox_fail(err, NEOX_EXIT_USAGE, "communication_data_type %s contradicts fp32_allreduce: true", names[found]);
-    return 0;
-}
-
-// A data-parallel reducer over the flat gradient buffer with the given wire type and the run's
-// buckets, ZeRO stage, overlap and hierarchy (set up by setup_reducer). The input embedding is
-// outside the buckets under sparse_gradients.
-// Over params [first, end) and the group `over`, averaging over mean_over ranks (0: the group).
-static neox_grad_reducer *make_reducer_over(neox_trainer *t, neox_dtype wire, int first, int end, neox_comm *over,
-                                            int mean_over) {
-    const neox_model *m = t->model;
-    int n = end - first;
-    size_t base = m->params[first].offset, stop = end < m->nparams ? m->params[end].offset : m->num_floats;
-    size_t *offset = neox_malloc((size_t)n * sizeof *offset), *size = neox_malloc((size_t)n * sizeof *size);
-    for (int p = 0; p < n; p++) offset[p] = m->params[first + p].offset - base, size[p] = m->params[first + p].numel;
-    int64_t bucket = neox_config_int_or(t->cfg, zero_reduce_bucket_size, 500000000);
-    double predivide = neox_config_has(t->cfg, gradient_predivide_factor) ? neox_config_float(t->cfg, gradient_predivide_factor) : 1.0;
-    // Under expert parallelism ZeRO-1 partitions over the expert-data group after whole reductions
-    // (expert_parallel.c), so the reducers all-reduce.
-    neox_grad_reducer_options ro = {.bucket_bytes = (size_t)bucket * 4, .zero_stage = t->ep_size > 1 ? 0 : t->zero_stage,
-                                    .all_reduce = !neox_config_bool(t->cfg, zero_reduce_scatter),
-                                    .overlap = t->overlap_comm, .predivide_factor = predivide, .wire = wire,
-                                    .backend = t->be, .partition_sum = t->grad_partition,
-                                    .progress_interval = t->progress_interval, .mean_over = mean_over,
-                                    .fill_elems = neox_model_grad_fill_elems(m)};
-    neox_grid *g = t->grid;
-    if (t->hierarchical && over == &g->data) ro.hier_intra = &g->data_intra, ro.hier_inter = &g->data_inter;
-    neox_grad_reducer *r = neox_grad_reducer_make(over, m->grad_buf + base, stop - base, offset, size, n, &ro);
-    free(offset);
-    free(size);
-    return r;
-}
-
-// A data-parallel reducer over the flat gradient buffer with the given wire type and the run's
-// buckets, ZeRO stage, overlap and hierarchy (set up by setup_reducer). The input embedding is
-// outside the buckets under sparse_gradients; under expert parallelism the experts are too (they
-// have their own reducer, over the ranks that hold them).
-neox_grad_reducer *neox_train_make_reducer(neox_trainer *t, neox_dtype wire) {
-    return make_reducer_over(t, wire, t->reducer_first, t->model->dense_params, &t->grid->data, 0);
-}
-
-// Expert parallelism: this rank's experts' gradients summed over the expert-data group (the ranks
-// holding the same experts) and divided by the whole data-parallel size: each expert already holds
-// the sum over its expert group's tokens, so the result is the mean over every rank's micro-batch.
-static neox_grad_reducer *make_expert_reducer(neox_trainer *t, neox_dtype wire) {
-    return make_reducer_over(t, wire, t->model->dense_params, t->model->nparams, &t->grid->expert_data,
-                             t->grid->data_size);
-}
-
-// comm_progress_thread_us: a thread that tests the overlapped buckets in flight on CPU ranks.
-static int setup_progress_thread(neox_trainer *t, neox_error *err) {
-    int64_t us = neox_config_int_or(t->cfg, comm_progress_thread_us, 0);
-    if (us == 0) return 0;
-    if (!t->overlap_comm)
-        return neox_fail(err, NEOX_EXIT_USAGE, "comm_progress_thread_us: the thread progresses the overlapped gradient "
-                         "reduction; set zero_optimization.overlap_comm: true");
-    if (t->be->on_device)
-        return neox_fail(err, NEOX_EXIT_USAGE, "comm_progress_thread_us: device gradients are reduced by NCCL on its own "
-                         "stream, with nothing for a host thread to progress");
-    t->progress_interval = (double)us * 1e-6;
-    return 0;
-}
-
 // ZeRO-2 and 3 on the host: the buckets are at most reduce_bucket_size elements and their pages are
 // given back as they land, so the embeddings are used in pieces of about a bucket each (the output
 // layer's gradient made piece by piece, ZeRO-3 gathering them by pieces) and no rank holds one whole.
@@ -264,42 +185,19 @@ static void use_head_pieces(neox_trainer *t) {
     neox_train_install_grad_hook(t);  // (the model reports the pieces to it)
 }
 
-// Data-parallel reduction: buckets of reduce_bucket_size elements, ZeRO partitions, overlap; the
-// input embedding apart under sparse_gradients; the hierarchical all-reduce across nodes (stage 0).
-static int setup_reducer(neox_trainer *t, neox_dtype wire, neox_error *err) {
+// Data-parallel reduction (the gradient exchange, made before): ZeRO-2's head pieces, this rank's
+// partition of the flat buffers, backward's hook, ZeRO-3.
+static int setup_partitions(neox_trainer *t, neox_error *err) {
     const neox_model *m = t->model;
-    t->zero_stage = (int)neox_config_int_or(t->cfg, zero_stage, 0);
-    const neox_value *overlap = neox_config_sub(t->cfg, zero_optimization__overlap_comm);
-    t->overlap_comm = overlap && overlap->kind == NEOX_VALUE_BOOL ? overlap->boolean : 0;
-    if (setup_progress_thread(t, err) != 0) return -1;
-    if (neox_train_setup_sparse(t, err) != 0) return -1;
-    t->reducer_first = t->sparse ? 1 : 0;
-    size_t base = m->params[t->reducer_first].offset;
     neox_grid *g = t->grid;
-    if (t->zero_stage >= 2) {
-        size_t lo, hi;  // the reducer's partition (neox_grad_reducer_partition), known before it exists
-        neox_even_share(m->num_floats - base, g->data_rank, g->data_size, &lo, &hi);
-        t->grad_partition = zeroed(t, hi - lo + 1);
-        use_head_pieces(t);
-    }
-    // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
-    if (t->zero_stage == 0 && !t->be->on_device && neox_hier_make(&g->data, &g->data_intra, &g->data_inter) > 0) {
-        t->hierarchical = 1;
-        if (t->rank0 && !t->opts.quiet)
-            neox_info("data-parallel all-reduce: hierarchical (%d ranks per node on this node)", g->data_intra.size);
-    }
-    t->reducer = neox_train_make_reducer(t, wire);
-    neox_grad_reducer_partition(t->reducer, g->data_rank, &t->part_begin, &t->part_end);
-    if (base > 0) {  // (stage 0 only) checkpoints cut the whole buffer, not the reducer's part of it
-        neox_even_share(m->num_floats, g->data_rank, g->data_size, &t->part_begin, &t->part_end);
-    }
-    if (t->ep_size > 1) {  // the partition of the whole buffer over the ranks holding the same experts
-        t->expert_reducer = make_expert_reducer(t, wire);
+    if (t->zero_stage >= 2) use_head_pieces(t);
+    neox_grad_exchange_partition(t->exchange, g->data_rank, &t->part_begin, &t->part_end);
+    if (t->ep_size > 1)  // the partition of the whole buffer over the ranks holding the same experts
         neox_train_partition(t, neox_train_state_group(t)->rank, &t->part_begin, &t->part_end);
-    }
     // ZeRO-2 on the host: the flat buffer only maps the buckets in flight, starting from none.
-    if (t->grad_partition && !t->be->on_device) neox_discard_pages(m->grad_buf, m->num_floats * sizeof(float));
-    if (t->overlap_comm || t->grad_partition) neox_train_install_grad_hook(t);
+    if (neox_grad_exchange_partition_grads(t->exchange) && !t->be->on_device)
+        neox_discard_pages(m->grad_buf, m->num_floats * sizeof(float));
+    if (neox_grad_exchange_wants_ready(t->exchange)) neox_train_install_grad_hook(t);
     return t->zero_stage == 3 ? neox_train_setup_zero3(t, err) : 0;
 }
 
@@ -307,11 +205,10 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     if (neox_train_read_schedule(t->cfg, &t->lr, err) != 0 || neox_train_check_schedule_keys(t->cfg, err) != 0) return -1;
     size_t n = t->model->num_floats;
     t->part_begin = 0, t->part_end = n;
-    neox_dtype wire;
-    if (read_wire_type(t->cfg, &wire, err) != 0) return -1;
-    t->wire = wire;
+    if (t->grid->data_size > 1) t->zero_stage = (int)neox_config_int_or(t->cfg, zero_stage, 0);
+    if (neox_train_setup_exchange(t, err) != 0) return -1;
     if (t->grid->data_size > 1) {
-        if (setup_reducer(t, wire, err) != 0) return -1;
+        if (setup_partitions(t, err) != 0) return -1;
     } else if (neox_config_int_or(t->cfg, zero_stage, 0) > 0 && t->rank0 && !t->opts.quiet) {
         neox_notice("zero_optimization.stage %lld: nothing to partition at data-parallel size 1",
                     (long long)neox_config_int_or(t->cfg, zero_stage, 0));
@@ -325,7 +222,9 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     neox_grid *g = t->grid;
     if (t->be->on_device && !t->offload && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
         t->step_sumsq = t->be->alloc(sizeof(double));
-    return neox_train_setup_compression(t, err);
+    // 1-bit Adam averages its momentum with the exchange's compressor (NULL at data-parallel size 1).
+    t->optimizer->momentum_allreduce = neox_grad_exchange_momentum_compressor(t->exchange);
+    return 0;
 }
 
 // The initial weights, when no checkpoint supplies them (neox_train_load decides): under ZeRO-3 only
@@ -469,7 +368,8 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
                   neox_format_count(nparams, params, sizeof params), t->model->desc.num_layers,
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
         neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s%s%s", grid->world_size, grid->pipe_size,
-                  grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "",
+                  grid->data_size, grid->model_size, t->zero_stage,
+                  t->exchange && neox_grad_exchange_overlapped(t->exchange) ? ", overlapped reduction" : "",
                   t->offload ? (neox_train_offload_pinned(t) ? ", optimizer offloaded to the host (pinned buffers)"
                                                              : ", optimizer offloaded to the host") : "",
                   neox_comm_shared_cores() ? "; ranks share this machine's cores, so waits sleep" : "");
@@ -494,17 +394,11 @@ void neox_trainer_free(neox_trainer *t) {
     neox_data_settings_release(&t->data_settings);
     neox_train_free_zero3(t);
     neox_train_free_offload(t);
-    neox_train_free_compression(t);  // before the reducer: adaptive runs may have swapped it
-    if (t->reducer) neox_grad_reducer_free(t->reducer);
-    if (t->expert_reducer) neox_grad_reducer_free(t->expert_reducer);
-    neox_sparse_rows_free(t->sparse);
-    neox_onebit_free(t->onebit);
+    neox_grad_exchange_free(t->exchange);  // (the optimizer only borrows its momentum compressor)
     if (t->be) {
         neox_optimizer_free(t->optimizer);
         if (t->step_sumsq) t->be->free(t->step_sumsq);
-        float *bufs[] = {t->grad_partition, t->pipe_grad_send};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-            if (bufs[i]) t->be->free(bufs[i]);
+        if (t->pipe_grad_send) t->be->free(t->pipe_grad_send);
     }
     neox_train_free_param_norms(t);
     neox_train_free_eval_tasks(t);

@@ -1,6 +1,6 @@
 // sparse_embedding.c: the trainer's side of sparse_gradients (GPT-NeoX/DeepSpeed key): the input
-// embedding's gradient leaves the dense data-parallel buckets and is averaged as (row ids, rows)
-// for the rows the step's tokens touched (lib/gradient/sparse_grad.c). Combinations that would
+// embedding's gradient leaves the dense data-parallel buckets and the gradient exchange averages it
+// as (row ids, rows) for the rows the step's tokens touched (lib/gradient/sparse_grad.c). Combinations that would
 // break the equality with dense reduction are refused by name, or fall back to dense with a notice.
 #include <string.h>
 
@@ -27,7 +27,7 @@ static int refuse_unsupported(const neox_trainer *t, neox_error *err) {
     return 0;
 }
 
-int neox_train_setup_sparse(neox_trainer *t, neox_error *err) {
+int neox_train_sparse_settings(const neox_trainer *t, neox_grad_exchange_settings *s, neox_error *err) {
     if (!neox_config_bool(t->cfg, sparse_gradients) || t->grid->data_size <= 1) return 0;
     if (refuse_unsupported(t, err) != 0) return -1;
     const neox_model *m = t->model;
@@ -39,15 +39,7 @@ int neox_train_setup_sparse(neox_trainer *t, neox_error *err) {
         return 0;
     }
     const neox_param *wte = &m->params[0];
-    double predivide = neox_config_has(t->cfg, gradient_predivide_factor) ? neox_config_float(t->cfg, gradient_predivide_factor) : 1.0;
-    t->sparse = neox_sparse_rows_make(&t->grid->data, wte->shape[0], wte->shape[1], wte->block_offset[0], predivide);
+    s->sparse = 1, s->sparse_rows = wte->shape[0], s->sparse_width = wte->shape[1];
+    s->sparse_row_begin = wte->block_offset[0];
     return 0;
-}
-
-void neox_train_sparse_touch(neox_trainer *t, const neox_batch *b) {
-    if (t->sparse) neox_sparse_rows_touch(t->sparse, b->tokens, (size_t)b->micro_batch * b->seq_length);
-}
-
-void neox_train_sparse_reduce(neox_trainer *t) {
-    if (t->sparse) neox_sparse_rows_reduce(t->sparse, t->model->grad_buf + t->model->params[0].offset);
 }

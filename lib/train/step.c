@@ -63,16 +63,17 @@ static void device_step(neox_trainer *t, neox_step_result *out, double scale) {
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     neox_train_offload_begin_step(t);  // (before the gradients are zeroed)
     // ZeRO-2: every reduction leaves the flat buffer all zeros with its pages given back; only the
-    // partition's sum starts again (zeroing the whole buffer would map all of it).
-    if (t->grad_partition) t->be->memset_zero(t->grad_partition, (t->part_end - t->part_begin) * sizeof(float));
-    else neox_model_zero_grad(t->model);
+    // partition's sum starts again (the exchange's begin_step; zeroing the whole buffer would map all of it).
+    if (!neox_grad_exchange_partition_grads(t->exchange)) neox_model_zero_grad(t->model);
     neox_train_dpo_begin(t);
     neox_train_rm_begin(t);
-    neox_train_adaptive_begin_step(t);  // may hand a compressor's error to these gradients
-    t->local_grads = neox_train_local_grads(t);
+    // (The adaptive plan may hand a compressor's error to these gradients.)
+    if (neox_grad_exchange_begin_step(t->exchange, t->state.iteration, t->state.optimizer_steps, err) != 0) return -1;
     double loss_sum = 0.0, scale = t->scaler.scale;
     if (neox_train_pipeline_step(t, &loss_sum, err) != 0) return -1;
-    neox_train_adaptive_end_step(t);
+    double gauges[NEOX_ADAPTIVE_GAUGES];
+    if (neox_grad_exchange_end_step(t->exchange, gauges))  // the adaptive plan's share per scheme, for the metrics
+        for (int i = 0; i < NEOX_ADAPTIVE_GAUGES; i++) neox_metrics_add(t->metrics, neox_adaptive_gauge_name(i), gauges[i]);
     *out = (neox_step_result){0};
     out->loss = mean_over_data_ranks(t, loss_sum / t->grad_accum);
     out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);

@@ -1,5 +1,5 @@
 # tests/mpi/adaptive_compression.sh: gradient_compression: adaptive (lib/gradient/adaptive.c,
-# lib/train/adaptive_compression.c) on Tiny Shakespeare (char-level), two data-parallel ranks,
+# adaptive_run.c and exchange.c) on Tiny Shakespeare (char-level), two data-parallel ranks,
 # the gradient in 7 buckets (reduce_bucket_size 8000, overlap_comm):
 # - leaving a compressor hands back its error exactly (1-bit and PowerSGD, 2-4 ranks), also when
 #   each bucket switches on its own and PowerSGD changes rank;

@@ -6,14 +6,22 @@
 // compressed, small buckets kept off PowerSGD, PowerSGD's rank following the link, measurements
 // beating predictions. The decision a bench run logged, replayed: calibrated on what the
 // overlapped plan measured, bf16 wins where the probes said it could not; a static scheme tried where
-// the overlap model misled the plan. And the link fitted from two probes.
+// the overlap model misled the plan. And the link fitted from two probes. Then the run-time half
+// (lib/gradient/adaptive_run.c) driven without a trainer or a group, on recorded measurements: a
+// slow link switches the bucket to PowerSGD and a trial brings the decision forward, a fast one
+// switches it back with the rank kept; a restored state decides as the run it was saved from; a
+// measurements file that cannot serve a decision and a state that does not fit are errors.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gradient.h"
 
@@ -398,6 +406,203 @@ static void test_fit_link(void **state) {
     assert_int_equal(neox_scheme_from_name("fp8"), -1);
 }
 
+// ---- the run-time half on recorded measurements --------------------------------------------
+// One bucket of 1 M elements at 2 ranks; PowerSGD's candidates 4, 2, 1 send 40, 20, 10 kB.
+typedef struct recorder {
+    double probe_s[2];                 // what the share hook reports for the small and large probe
+    int uses;                          // use hook calls, the last one's arguments
+    neox_bucket_choice from, to;
+    int restore;
+    int agreements;
+    double fingerprint;
+} recorder;
+
+static void share(void *ctx, double *v, size_t nv) {
+    recorder *r = ctx;
+    (void)nv;
+    v[0] = r->probe_s[0], v[1] = r->probe_s[1];  // (one rank: its values are the group's maximum)
+}
+
+static void use(void *ctx, int bucket, neox_bucket_choice from, neox_bucket_choice to, int restore) {
+    recorder *r = ctx;
+    assert_int_equal(bucket, 0);
+    r->uses++, r->from = from, r->to = to, r->restore = restore;
+}
+
+static void agree(void *ctx, double fingerprint, int64_t iteration) {
+    recorder *r = ctx;
+    (void)iteration;
+    r->agreements++, r->fingerprint = fingerprint;
+}
+
+static const neox_adaptive_bucket one_bucket = {.first = 0, .count = 3, .elements = 1e6, .onebit_wire_bytes = 2.5e5,
+                                                .powersgd_wire_bytes = {4e4, 2e4, 1e4}, .powersgd_work = {4e6, 2e6, 1e6}};
+
+static neox_adaptive_settings run_settings(recorder *r, const char *measurements) {
+    return (neox_adaptive_settings){.max_rank = 4, .interval = 10, .compress_start = 0, .wire = NEOX_F32, .overlap = 1,
+                                    .data_size = 2, .probe_floats = {256, 256 * 1024}, .nbuckets = 1,
+                                    .bucket = &one_bucket, .measurements_path = measurements,
+                                    .hooks = {share, use, agree, r}};
+}
+
+// Probes on a link of this latency and bandwidth (at 2 ranks a ring sends each probe's bytes once).
+static void probe_link(recorder *r, double latency_s, double bytes_per_s) {
+    r->probe_s[0] = latency_s + 256 * 4 / bytes_per_s, r->probe_s[1] = latency_s + 256 * 1024 * 4 / bytes_per_s;
+}
+
+// A step measured: 1 s of backward, the bucket ready 0.9 s before its end, 0.5 s exposed in 2 s.
+static void measured_step(neox_adaptive_run *a, double *gauges) {
+    double slack = 0.9;
+    neox_adaptive_step step = {.backward_s = 1.0, .exposed_s = 0.5, .wall_s = 2.0, .slack_s = &slack};
+    neox_adaptive_run_end_step(a, &step, gauges);
+}
+
+// Slow link, 8 Mbit/s: the dense 4 MB would take 4 s; PowerSGD at rank 1 sends 10 kB. Fast link,
+// 80 Gbit/s: the dense reduction hides behind backward's 0.9 s, so the bucket goes back to it.
+static neox_adaptive_run *switched_run(recorder *r) {
+    neox_error err = {0};
+    neox_adaptive_settings s = run_settings(r, NULL);
+    neox_adaptive_run *a = neox_adaptive_run_make(&s, &err);
+    assert_non_null(a);
+    assert_true(neox_adaptive_run_due(a, 0, 0));
+    probe_link(r, 1e-3, 1e6);
+    assert_int_equal(neox_adaptive_run_decide(a, 0, &err), 0);
+    assert_int_equal(r->uses, 1);
+    assert_int_equal(r->from.scheme, NEOX_SCHEME_DENSE);
+    assert_int_equal(r->to.scheme, NEOX_SCHEME_POWERSGD);
+    assert_int_equal(r->to.rank, 1);
+    assert_false(r->restore);
+    assert_int_equal(r->agreements, 1);
+    assert_true(r->fingerprint == NEOX_SCHEME_POWERSGD * 1024.0 + 1);
+    // PowerSGD never ran: on trial for 3 steps, then decided on again.
+    assert_false(neox_adaptive_run_due(a, 1, 1));
+    double gauges[NEOX_ADAPTIVE_GAUGES];
+    for (int k = 0; k < 3; k++) measured_step(a, gauges);
+    assert_true(gauges[NEOX_SCHEME_POWERSGD] == 1.0 && gauges[NEOX_SCHEME_DENSE] == 0.0);
+    assert_true(gauges[NEOX_SCHEME_COUNT] == 1.0);                  // compressed buckets
+    assert_true(fabs(gauges[NEOX_SCHEME_COUNT + 1] - 8e-3) < 1e-9);  // the link in Gbit/s
+    assert_string_equal(neox_adaptive_gauge_name(NEOX_SCHEME_POWERSGD), "comm/adaptive/powersgd");
+    double extra[NEOX_SCHEME_COUNT] = {0, 0, 1e-3, 0}, units[NEOX_SCHEME_COUNT] = {0, 0, 1e6, 0};
+    neox_adaptive_run_add_costs(a, extra, units);  // PowerSGD's own 1 ns per multiply-add
+    assert_true(neox_adaptive_run_due(a, 3, 3));
+    probe_link(r, 1e-4, 1e10);
+    assert_int_equal(neox_adaptive_run_decide(a, 3, &err), 0);
+    assert_int_equal(r->uses, 2);
+    assert_int_equal(r->from.scheme, NEOX_SCHEME_POWERSGD);
+    assert_int_equal(r->to.scheme, NEOX_SCHEME_DENSE);
+    assert_int_equal(r->to.rank, 1);  // the bucket's Q keeps its rank while the dense reduction runs
+    assert_int_equal(neox_adaptive_run_choice(a, 0).scheme, NEOX_SCHEME_DENSE);
+    // The dense reduction has not run a step either: on trial too.
+    assert_false(neox_adaptive_run_due(a, 5, 5));
+    assert_true(neox_adaptive_run_due(a, 6, 6));
+    return a;
+}
+
+static void test_run_switches(void **state) {
+    (void)state;
+    recorder r = {0};
+    neox_adaptive_run *a = switched_run(&r);
+    json_t *summary = neox_adaptive_run_summary(a);  // 3 steps with PowerSGD at rank 1
+    json_t *steps = json_object_get(json_array_get(summary, 0), "steps");
+    assert_int_equal(json_integer_value(json_object_get(steps, "powersgd:1")), 3);
+    assert_int_equal(json_object_size(steps), 1);
+    json_decref(summary);
+    neox_adaptive_run_free(a);
+}
+
+static char *dumped_state(const neox_adaptive_run *a) {
+    json_t *st = neox_adaptive_run_state(a);
+    char *text = json_dumps(st, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(st);
+    return text;
+}
+
+static void test_run_restores(void **state) {
+    (void)state;
+    recorder r = {0}, r2 = {0};
+    neox_adaptive_run *a = switched_run(&r);
+    double gauges[NEOX_ADAPTIVE_GAUGES];
+    measured_step(a, gauges), measured_step(a, gauges);
+    json_t *saved = neox_adaptive_run_state(a);
+    char *text = json_dumps(saved, JSON_COMPACT | JSON_REAL_PRECISION(17));  // as train.json holds it
+    json_decref(saved);
+    json_error_t je;
+    saved = json_loads(text, 0, &je);
+    free(text);
+    neox_error err = {0};
+    neox_adaptive_settings s = run_settings(&r2, NULL);
+    neox_adaptive_run *b = neox_adaptive_run_make(&s, &err);
+    assert_int_equal(neox_adaptive_run_restore(b, saved, "ckpt", &err), 0);
+    json_decref(saved);
+    assert_int_equal(r2.uses, 1);  // the checkpoint's plan taken as it is
+    assert_true(r2.restore);
+    assert_int_equal(r2.to.scheme, NEOX_SCHEME_DENSE);
+    assert_int_equal(r2.to.rank, 1);
+    char *before_a = dumped_state(a), *before_b = dumped_state(b);
+    assert_string_equal(before_a, before_b);
+    // The same measurements give the resumed run the straight run's decision and state.
+    assert_true(neox_adaptive_run_due(b, 6, 6));
+    probe_link(&r, 1e-3, 1e6), probe_link(&r2, 1e-3, 1e6);
+    assert_int_equal(neox_adaptive_run_decide(a, 6, &err), 0);
+    assert_int_equal(neox_adaptive_run_decide(b, 6, &err), 0);
+    assert_int_equal(neox_adaptive_run_choice(a, 0).scheme, neox_adaptive_run_choice(b, 0).scheme);
+    assert_int_equal(neox_adaptive_run_choice(a, 0).rank, neox_adaptive_run_choice(b, 0).rank);
+    char *after_a = dumped_state(a), *after_b = dumped_state(b);
+    assert_string_equal(after_a, after_b);
+    assert_string_not_equal(after_a, before_a);  // (it did decide anew)
+    free(before_a), free(before_b), free(after_a), free(after_b);
+    neox_adaptive_run_free(a);
+    neox_adaptive_run_free(b);
+}
+
+static void test_run_restore_refuses(void **state) {
+    (void)state;
+    recorder r = {0};
+    neox_error err = {0};
+    neox_adaptive_settings s = run_settings(&r, NULL);
+    neox_adaptive_run *a = neox_adaptive_run_make(&s, &err);
+    json_error_t je;
+    json_t *two = json_loads("{\"decided_at\": 3, \"buckets\": [\"dense\", \"dense\"]}", 0, &je);
+    assert_int_equal(neox_adaptive_run_restore(a, two, "ckpt", &err), -1);
+    assert_non_null(strstr(err.message, "ckpt/state/train.json: gradient_compression"));
+    assert_non_null(strstr(err.message, "does not plan this run's buckets"));
+    json_t *no_step = json_loads("{\"buckets\": [\"dense\"]}", 0, &je);
+    assert_int_equal(neox_adaptive_run_restore(a, no_step, "ckpt", &err), -1);
+    assert_non_null(strstr(err.message, "decided_at"));
+    assert_int_equal(r.uses, 0);
+    json_decref(two), json_decref(no_step);
+    assert_int_equal(neox_adaptive_run_restore(a, NULL, "ckpt", &err), 0);  // another mode: decide afresh
+    neox_adaptive_run_free(a);
+}
+
+// A measurements file without a number the decision needs, or without the decision's line: an
+// error for the caller to report (the run stops with it), not an exit inside the library.
+static void test_run_measurements_file_errors(void **state) {
+    (void)state;
+    char path[] = "/tmp/test_adaptive_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *lines = "{\"iteration\": 0, \"probe_s\": [0.001, 0.01], \"backward_s\": 1.0}\n";
+    assert_int_equal(write(fd, lines, strlen(lines)), (ssize_t)strlen(lines));
+    close(fd);
+    recorder r = {0};
+    neox_error err = {0};
+    neox_adaptive_settings s = run_settings(&r, path);
+    neox_adaptive_run *a = neox_adaptive_run_make(&s, &err);
+    assert_non_null(a);
+    assert_int_equal(neox_adaptive_run_decide(a, 0, &err), -1);
+    assert_int_equal(err.status, NEOX_EXIT_USAGE);
+    assert_non_null(strstr(err.message, "iteration 0: expected a number for step_s"));
+    assert_int_equal(neox_adaptive_run_decide(a, 5, &err), -1);
+    assert_non_null(strstr(err.message, "has no line for iteration 5"));
+    assert_int_equal(r.uses, 0);
+    neox_adaptive_run_free(a);
+    unlink(path);
+    s.measurements_path = "/nonexistent/measurements.jsonl";
+    assert_null(neox_adaptive_run_make(&s, &err));
+    assert_non_null(strstr(err.message, "cannot open /nonexistent/measurements.jsonl"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_gradient_predictions),
@@ -413,6 +618,10 @@ int main(void) {
         cmocka_unit_test(test_static_scheme_tried),
         cmocka_unit_test(test_hidden_dense_tries_bf16),
         cmocka_unit_test(test_fit_link),
+        cmocka_unit_test(test_run_switches),
+        cmocka_unit_test(test_run_restores),
+        cmocka_unit_test(test_run_restore_refuses),
+        cmocka_unit_test(test_run_measurements_file_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

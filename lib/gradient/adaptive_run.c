@@ -1,35 +1,33 @@
-// adaptive_compression.c: gradient_compression: adaptive in the trainer. Every
-// gradient_compression_interval steps (from gradient_compression_start on) the data group measures
-// its link (two timed all-reduces after a barrier), shares what each rank measured (the slowest
-// rank's numbers win: a maximum over the group, so every rank decides on the same numbers), and
-// lib/gradient/adaptive.c plans how the next steps reduce each gradient bucket: the configured
-// all-reduce, bf16 on the wire (both in the reducer, overlapped with backward), PowerSGD at one of
-// the candidate ranks, or 1-bit (both after backward, on the bucket's own parameters). A bucket
-// that leaves a compressor hands its error back to the next gradients, so what it owed is not
-// lost. Each decision and its inputs go to log_dir/gradient_compression.jsonl;
-// gradient_compression_replay replays such a file instead of measuring (the same run again, bit
-// for bit). The plan in use and the step of the last decision are checkpointed.
+// adaptive_run.c: the run-time half of gradient_compression: adaptive (gradient.h). Every interval
+// steps (from compress_start on) the data group's measurements arrive through the share hook (the
+// exchange times two all-reduces after a barrier and takes the maximum of every value over the
+// group: the slowest rank's numbers win, so every rank decides on the same numbers), and the policy
+// (adaptive.c) plans how the next steps reduce each gradient bucket: the configured all-reduce,
+// bf16 on the wire (both in the reducer, overlapped with backward), PowerSGD at one of the
+// candidate ranks, or 1-bit (both after backward, on the bucket's own parameters). Each bucket
+// switches through the use hook; a bucket that leaves a compressor hands its error back to the
+// next gradients, so what it owed is not lost. Each decision and its inputs go to the decisions log
+// (log_dir/gradient_compression.jsonl); a replay file repeats such a log's decisions instead of
+// measuring (the same run again, bit for bit). The plan in use and what the next decisions build on
+// are checkpointed. Nothing here communicates.
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "gradient.h"
 
-#define PROBE_SMALL_FLOATS 256
-#define PROBE_LARGE_FLOATS (256 * 1024)
-#define PROBE_REPEATS 3
 #define COST_SMOOTHING 0.5   // weight of the newest measurement of a compressor's own cost
 #define MARGIN 0.02          // a less faithful plan must save 2% of the step time
 #define TRIAL_STEPS 3        // a scheme never run is decided on again after this many steps
-#define MAX_RANKS (NEOX_BUCKET_OPTIONS - 3)  // besides dense, bf16 and 1-bit
+#define MAX_RANKS NEOX_ADAPTIVE_MAX_RANKS
 #define REMEMBERED 4         // plans whose measured exposure the policy keeps in reach...
 #define REMEMBER_INTERVALS 4 // ...for this many intervals after they last ran,
 #define REMEMBER_LINK 2.0     // ...and while the link's bandwidth stays within this factor of theirs
 
 typedef struct bucket_state {
-    int first, count;            // its parameters, as the compressors' segments
-    double elements;
+    neox_adaptive_bucket in;     // its parameters and what each option sends
     double slack_s;              // this rank's last measured backward time after it was ready
     neox_bucket_choice use;      // what steps use now (rank: its PowerSGD Q's, kept while others run)
     int64_t steps[NEOX_BUCKET_OPTIONS];  // steps reduced with each option (the comms summary)
@@ -43,7 +41,8 @@ typedef struct remembered_plan {
     double bytes_per_s;       // the link's bandwidth then
 } remembered_plan;
 
-struct neox_adaptive {
+struct neox_adaptive_run {
+    neox_adaptive_settings s;         // (bucket: copied below)
     int nbuckets;
     bucket_state *bucket;
     int ranks[MAX_RANKS], nranks;     // PowerSGD's candidate ranks, largest first
@@ -60,8 +59,6 @@ struct neox_adaptive {
     int64_t exposed_steps;
     remembered_plan remembered[REMEMBERED];
     int nremembered;
-    double at_start[4];               // timers, clock and the reducer's progress when the step began
-    float *probe;
     FILE *log;                        // rank 0, with log_dir
     // gradient_compression_replay: the decisions to repeat (a plan of nreplay_buckets per line;
     // a whole-gradient line has one entry for every bucket).
@@ -69,7 +66,7 @@ struct neox_adaptive {
     neox_bucket_choice **replay_plan;
     int *replay_whole, nreplay, nreplay_buckets;
     const char *replay_path;
-    // NEOX_ADAPTIVE_MEASUREMENTS: what each decision measures, from a file instead of the clock.
+    // What each decision measures, from a file instead of the group (measurements_path).
     json_t *fixed;
     const char *fixed_path;
 };
@@ -109,7 +106,7 @@ static int replay_fail(neox_error *err, const char *path, int lineno, const char
 }
 
 // One line: {"iteration": N, "buckets": [choices]} or the whole-gradient {"iteration": N, "scheme": S}.
-static int read_replay_line(neox_adaptive *a, json_t *d, int max_rank, const char *path, int lineno, neox_error *err) {
+static int read_replay_line(neox_adaptive_run *a, json_t *d, int max_rank, const char *path, int lineno, neox_error *err) {
     static const char expected[] = "expected a decision {\"iteration\": N >= 0, \"buckets\": [\"dense|bf16|powersgd[:R]|"
                                    "onebit\", ...]} or {\"iteration\": N >= 0, \"scheme\": \"dense|bf16|powersgd|onebit\"}";
     json_t *it = d ? json_object_get(d, "iteration") : NULL, *plan = d ? json_object_get(d, "buckets") : NULL;
@@ -138,7 +135,7 @@ static int read_replay_line(neox_adaptive *a, json_t *d, int max_rank, const cha
     return 0;
 }
 
-static int read_replay(neox_adaptive *a, const char *path, int max_rank, neox_error *err) {
+static int read_replay(neox_adaptive_run *a, const char *path, int max_rank, neox_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression_replay: cannot open %s", path);
     char *line = NULL;  // (a decision with its inputs is a line of about 200 bytes per bucket)
@@ -158,7 +155,7 @@ static int read_replay(neox_adaptive *a, const char *path, int max_rank, neox_er
 
 // The replayed plan at this iteration (bucket i's choice: plan[i * stride], stride 0 for a
 // whole-gradient line), or NULL when the file has none there.
-static const neox_bucket_choice *replayed(const neox_adaptive *a, int64_t iteration, int *stride) {
+static const neox_bucket_choice *replayed(const neox_adaptive_run *a, int64_t iteration, int *stride) {
     for (int i = 0; i < a->nreplay; i++)
         if (a->replay_iter[i] == iteration) {
             *stride = a->replay_whole[i] ? 0 : 1;
@@ -167,12 +164,12 @@ static const neox_bucket_choice *replayed(const neox_adaptive *a, int64_t iterat
     return NULL;
 }
 
-// ---- measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS) ----------------------------------
+// ---- measurements from a file ---------------------------------------------------------------
 // Tests and reproductions of a decision: one JSON line per decision iteration, {"iteration": N,
 // "probe_s": [small, large], "backward_s": s, "step_s": s, "exposed_s": s, "slack_s": [per bucket],
 // "onebit_s_per_element": s, "powersgd_s_per_madd": s}, taken in place of what the group measured
 // (the probes still run, so the communication is the same).
-static int read_fixed(neox_adaptive *a, const char *path, neox_error *err) {
+static int read_fixed(neox_adaptive_run *a, const char *path, neox_error *err) {
     json_error_t je;
     FILE *f = fopen(path, "r");
     if (!f) return neox_fail(err, NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: cannot open %s", path);
@@ -193,47 +190,41 @@ static int read_fixed(neox_adaptive *a, const char *path, neox_error *err) {
     return rc;
 }
 
-static double fixed_number(const neox_adaptive *a, json_t *d, const char *key, int index, int64_t iteration) {
+static int fixed_number(const neox_adaptive_run *a, json_t *d, const char *key, int index, int64_t iteration,
+                        double *out, neox_error *err) {
     json_t *v = json_object_get(d, key);
     if (index >= 0) v = json_array_get(v, (size_t)index);
     if (!json_is_number(v))
-        neox_die(NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: %s: iteration %lld: expected a number for %s%s",
-                 a->fixed_path, (long long)iteration, key, index >= 0 ? " (one per element)" : "");
-    return json_number_value(v);
+        return neox_fail(err, NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: %s: iteration %lld: expected a number for "
+                         "%s%s", a->fixed_path, (long long)iteration, key, index >= 0 ? " (one per element)" : "");
+    *out = json_number_value(v);
+    return 0;
 }
 
 // The file's measurements at this iteration over v (measure's layout: the probes, backward, step,
 // the negated exposure, the schemes' unit costs, each bucket's slack).
-static void apply_fixed(const neox_trainer *t, double *v) {
-    const neox_adaptive *a = t->adaptive;
-    int64_t it = t->state.iteration;
+static int apply_fixed(const neox_adaptive_run *a, int64_t it, double *v, neox_error *err) {
     json_t *d = NULL, *x;
     size_t k;
     json_array_foreach(a->fixed, k, x) if (json_integer_value(json_object_get(x, "iteration")) == it) d = x;
     if (!d)
-        neox_die(NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: %s has no line for iteration %lld, where this run "
-                 "decides", a->fixed_path, (long long)it);
-    v[0] = fixed_number(a, d, "probe_s", 0, it), v[1] = fixed_number(a, d, "probe_s", 1, it);
-    v[2] = fixed_number(a, d, "backward_s", -1, it), v[3] = fixed_number(a, d, "step_s", -1, it);
-    if (a->exposed_steps) v[4] = -fixed_number(a, d, "exposed_s", -1, it);
-    v[5 + NEOX_SCHEME_ONEBIT] = fixed_number(a, d, "onebit_s_per_element", -1, it);
-    v[5 + NEOX_SCHEME_POWERSGD] = fixed_number(a, d, "powersgd_s_per_madd", -1, it);
-    for (int i = 0; i < a->nbuckets; i++) v[5 + NEOX_SCHEME_COUNT + i] = fixed_number(a, d, "slack_s", i, it);
+        return neox_fail(err, NEOX_EXIT_USAGE, "NEOX_ADAPTIVE_MEASUREMENTS: %s has no line for iteration %lld, where "
+                         "this run decides", a->fixed_path, (long long)it);
+    double exposed = 0;
+    int rc = fixed_number(a, d, "probe_s", 0, it, &v[0], err);
+    if (rc == 0) rc = fixed_number(a, d, "probe_s", 1, it, &v[1], err);
+    if (rc == 0) rc = fixed_number(a, d, "backward_s", -1, it, &v[2], err);
+    if (rc == 0) rc = fixed_number(a, d, "step_s", -1, it, &v[3], err);
+    if (rc == 0 && a->exposed_steps && (rc = fixed_number(a, d, "exposed_s", -1, it, &exposed, err)) == 0) v[4] = -exposed;
+    if (rc == 0) rc = fixed_number(a, d, "onebit_s_per_element", -1, it, &v[5 + NEOX_SCHEME_ONEBIT], err);
+    if (rc == 0) rc = fixed_number(a, d, "powersgd_s_per_madd", -1, it, &v[5 + NEOX_SCHEME_POWERSGD], err);
+    for (int i = 0; rc == 0 && i < a->nbuckets; i++)
+        rc = fixed_number(a, d, "slack_s", i, it, &v[5 + NEOX_SCHEME_COUNT + i], err);
+    return rc;
 }
 
 // ---- set-up ----------------------------------------------------------------------------------
-static int check_own_keys(const neox_config *cfg, int adaptive, neox_error *err) {
-    if (adaptive) return 0;
-    if (neox_config_has(cfg, gradient_compression_interval))
-        return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression_interval: only gradient_compression: adaptive decides");
-    if (neox_config_has(cfg, gradient_compression_replay))
-        return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression_replay: only gradient_compression: adaptive decides");
-    return 0;
-}
-
-// PowerSGD's candidates: gradient_compression_rank, then every power of two below it, largest first
-// (MAX_RANKS at most); returns how many.
-static int candidate_ranks(int max_rank, int *ranks) {
+int neox_adaptive_candidate_ranks(int max_rank, int *ranks) {
     int n = 0, p = 1;
     ranks[n++] = max_rank;
     while (p * 2 < max_rank) p *= 2;
@@ -242,124 +233,70 @@ static int candidate_ranks(int max_rank, int *ranks) {
     return n;
 }
 
-int neox_train_adaptive_min_rank(int max_rank) {
-    int ranks[MAX_RANKS];
-    return ranks[candidate_ranks(max_rank, ranks) - 1];
-}
-
-// Bucket i of the reducer as a range of the model's parameters (the compressors' segments).
-static void map_buckets(neox_trainer *t, neox_adaptive *a) {
-    const neox_model *m = t->model;
-    size_t base = m->params[t->reducer_first].offset;
-    a->nbuckets = neox_grad_reducer_bucket_count(t->reducer);
-    a->bucket = neox_calloc((size_t)a->nbuckets, sizeof *a->bucket);
-    for (int i = 0; i < a->nbuckets; i++) {
-        bucket_state *b = &a->bucket[i];
-        size_t begin, end;
-        neox_grad_reducer_bucket_range(t->reducer, i, &begin, &end, NULL);
-        b->first = -1;
-        for (int p = t->reducer_first; p < m->nparams; p++)
-            if (m->params[p].offset >= base + begin && m->params[p].offset < base + end) {
-                if (b->first < 0) b->first = p;
-                b->count = p - b->first + 1;
-            }
-        b->elements = (double)(end - begin);
-        b->use = (neox_bucket_choice){NEOX_SCHEME_DENSE, a->ranks[0]};
-    }
-}
-
-static int check_replay_buckets(const neox_adaptive *a, neox_error *err) {
+static int check_replay_buckets(const neox_adaptive_run *a, neox_error *err) {
     if (!a->nreplay_buckets || a->nreplay_buckets == a->nbuckets) return 0;
     return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression_replay: %s plans %d buckets; this run's gradients "
                      "are in %d (reduce_bucket_size and the model decide)", a->replay_path, a->nreplay_buckets, a->nbuckets);
 }
 
-int neox_train_setup_adaptive(neox_trainer *t, int adaptive, neox_error *err) {
-    if (check_own_keys(t->cfg, adaptive, err) != 0) return -1;
-    if (!adaptive) return 0;
-    if (t->be->on_device)
-        return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression: adaptive switches between host compressors; "
-                         "these gradients are on the GPU (compute_backend: cuda)");
-    neox_adaptive *a = t->adaptive = neox_calloc(1, sizeof *a);
+neox_adaptive_run *neox_adaptive_run_make(const neox_adaptive_settings *s, neox_error *err) {
+    neox_adaptive_run *a = neox_calloc(1, sizeof *a);
+    a->s = *s, a->s.bucket = NULL;
     a->decided_at = -1, a->trial_end = -1;
-    a->interval = neox_config_int_or(t->cfg, gradient_compression_interval, 20);
-    int max_rank = (int)neox_config_int(t->cfg, gradient_compression_rank);
-    a->nranks = candidate_ranks(max_rank, a->ranks);
-    const char *replay = neox_config_str(t->cfg, gradient_compression_replay);
-    if (replay && read_replay(a, replay, max_rank, err) != 0) return -1;
-    const char *fixed = getenv("NEOX_ADAPTIVE_MEASUREMENTS");
-    if (fixed && *fixed && read_fixed(a, fixed, err) != 0) return -1;
-    if (t->grid->data_size <= 1) return 0;
-    map_buckets(t, a);
-    if (check_replay_buckets(a, err) != 0) return -1;
-    a->probe = neox_calloc(PROBE_LARGE_FLOATS, sizeof(float));
-    const char *dir = neox_config_str(t->cfg, log_dir);
-    if (t->rank0 && dir) {
-        char *path = neox_asprintf("%s/gradient_compression.jsonl", dir);
-        int rc = neox_mkdirs(dir, err);
-        if (rc == 0 && !(a->log = fopen(path, "a"))) rc = neox_fail(err, NEOX_EXIT_FAILURE, "cannot open %s for appending", path);
-        free(path);
-        if (rc != 0) return -1;
+    a->interval = s->interval;
+    a->nranks = neox_adaptive_candidate_ranks(s->max_rank, a->ranks);
+    if ((s->replay_path && read_replay(a, s->replay_path, s->max_rank, err) != 0) ||
+        (s->measurements_path && read_fixed(a, s->measurements_path, err) != 0)) {
+        neox_adaptive_run_free(a);
+        return NULL;
     }
-    return 0;
+    a->nbuckets = s->nbuckets;
+    a->bucket = neox_calloc((size_t)a->nbuckets + 1, sizeof *a->bucket);
+    for (int i = 0; i < a->nbuckets; i++)
+        a->bucket[i].in = s->bucket[i], a->bucket[i].use = (neox_bucket_choice){NEOX_SCHEME_DENSE, a->ranks[0]};
+    if (a->nbuckets && check_replay_buckets(a, err) != 0) {
+        neox_adaptive_run_free(a);
+        return NULL;
+    }
+    return a;
 }
 
-void neox_train_free_adaptive(neox_trainer *t) {
-    neox_adaptive *a = t->adaptive;
+void neox_adaptive_run_set_log(neox_adaptive_run *a, FILE *log) { a->log = log; }
+
+void neox_adaptive_run_free(neox_adaptive_run *a) {
     if (!a) return;
     if (a->log) fclose(a->log);
     for (int m = 0; m < REMEMBERED; m++) free(a->remembered[m].use);
     free(a->bucket);
-    free(a->probe);
     free(a->replay_iter);
     for (int i = 0; i < a->nreplay; i++) free(a->replay_plan[i]);
     free(a->replay_plan);
     free(a->replay_whole);
     json_decref(a->fixed);
     free(a);
-    t->adaptive = NULL;
 }
 
 // ---- measuring -------------------------------------------------------------------------------
-// The fastest of PROBE_REPEATS timed all-reduces: a probe measures the link, and the noise of a
-// busy host only ever adds time.
-static double timed_allreduce(neox_trainer *t, size_t floats) {
-    neox_comm *c = &t->grid->data;
-    double best = INFINITY;
-    for (int k = 0; k < PROBE_REPEATS; k++) {
-        neox_barrier(c);
-        double start = neox_now();
-        neox_allreduce_sum(c, t->adaptive->probe, floats, NEOX_F32);
-        best = fmin(best, neox_now() - start);
-    }
-    return best;
-}
-
-static double ring_bytes(const neox_trainer *t, double bytes) {
-    double p = t->grid->data_size;
+static double ring_bytes(const neox_adaptive_run *a, double bytes) {
+    double p = a->s.data_size;
     return 2.0 * (p - 1) / p * bytes;
 }
 
 // Bucket b's options in order of fidelity: the configured all-reduce, bf16 (unless that is the
 // configured wire), PowerSGD at each candidate rank from the largest, 1-bit.
-static void bucket_options(const neox_trainer *t, const bucket_state *b, neox_bucket_inputs *in) {
-    const neox_adaptive *a = t->adaptive;
-    double width = t->wire == NEOX_F32 ? 4.0 : 2.0;
+static void bucket_options(const neox_adaptive_run *a, const bucket_state *b, neox_bucket_inputs *in) {
+    double width = a->s.wire == NEOX_F32 ? 4.0 : 2.0;
     int n = 0;
-    in->option[n++] = (neox_bucket_option){{NEOX_SCHEME_DENSE, b->use.rank}, ring_bytes(t, b->elements * width), 1,
-                                           t->overlap_comm, 0};
-    if (t->wire != NEOX_BF16)
-        in->option[n++] = (neox_bucket_option){{NEOX_SCHEME_BF16, b->use.rank}, ring_bytes(t, b->elements * 2.0), 1,
-                                               t->overlap_comm, 0};
-    for (int k = 0; k < a->nranks; k++) {
-        int r = a->ranks[k];
-        in->option[n++] = (neox_bucket_option){
-            {NEOX_SCHEME_POWERSGD, r}, neox_powersgd_wire_bytes_at(t->grad_powersgd, b->first, b->count, r), 2, 0,
-            a->unit_cost[NEOX_SCHEME_POWERSGD] * neox_powersgd_work_at(t->grad_powersgd, b->first, b->count, r)};
-    }
-    in->option[n++] = (neox_bucket_option){{NEOX_SCHEME_ONEBIT, b->use.rank},
-                                           neox_onebit_wire_bytes_range(t->grad_onebit, b->first, b->count), 2, 0,
-                                           a->unit_cost[NEOX_SCHEME_ONEBIT] * b->elements};
+    in->option[n++] = (neox_bucket_option){{NEOX_SCHEME_DENSE, b->use.rank}, ring_bytes(a, b->in.elements * width), 1,
+                                           a->s.overlap, 0};
+    if (a->s.wire != NEOX_BF16)
+        in->option[n++] = (neox_bucket_option){{NEOX_SCHEME_BF16, b->use.rank}, ring_bytes(a, b->in.elements * 2.0), 1,
+                                               a->s.overlap, 0};
+    for (int k = 0; k < a->nranks; k++)
+        in->option[n++] = (neox_bucket_option){{NEOX_SCHEME_POWERSGD, a->ranks[k]}, b->in.powersgd_wire_bytes[k], 2, 0,
+                                               a->unit_cost[NEOX_SCHEME_POWERSGD] * b->in.powersgd_work[k]};
+    in->option[n++] = (neox_bucket_option){{NEOX_SCHEME_ONEBIT, b->use.rank}, b->in.onebit_wire_bytes, 2, 0,
+                                           a->unit_cost[NEOX_SCHEME_ONEBIT] * b->in.elements};
     in->noptions = n;
 }
 
@@ -375,14 +312,14 @@ static int option_of(const neox_bucket_inputs *in, neox_bucket_choice c) {
 // oldest plan), and forgets plans not run for REMEMBER_INTERVALS intervals or measured on a link
 // more than REMEMBER_LINK times faster or slower than the one just probed: the link moves on, and
 // an uncompressed plan measured on a fast link must not stand for itself on a slow one.
-static int still_valid(const neox_adaptive *a, const remembered_plan *r, int64_t iteration) {
+static int still_valid(const neox_adaptive_run *a, const remembered_plan *r, int64_t iteration) {
     if (iteration - r->at > REMEMBER_INTERVALS * a->interval) return 0;
     if (a->bytes_per_s <= 0 || r->bytes_per_s <= 0) return 1;  // (no link model to compare)
     double ratio = r->bytes_per_s / a->bytes_per_s;
     return ratio <= REMEMBER_LINK && ratio >= 1.0 / REMEMBER_LINK;
 }
 
-static void forget_stale(neox_adaptive *a, int64_t iteration) {
+static void forget_stale(neox_adaptive_run *a, int64_t iteration) {
     for (int m = 0; m < a->nremembered;) {
         if (still_valid(a, &a->remembered[m], iteration)) {
             m++;
@@ -394,8 +331,7 @@ static void forget_stale(neox_adaptive *a, int64_t iteration) {
     }
 }
 
-static void remember(neox_trainer *t, double exposed_s) {
-    neox_adaptive *a = t->adaptive;
+static void remember(neox_adaptive_run *a, int64_t iteration, double exposed_s) {
     int slot = -1;
     for (int m = 0; m < a->nremembered && slot < 0; m++) {
         int same = 1;
@@ -411,41 +347,40 @@ static void remember(neox_trainer *t, double exposed_s) {
     remembered_plan *r = &a->remembered[slot];
     if (!r->use) r->use = neox_calloc((size_t)a->nbuckets, sizeof *r->use);
     for (int i = 0; i < a->nbuckets; i++) r->use[i] = a->bucket[i].use;
-    r->exposed_s = exposed_s, r->at = t->state.iteration, r->bytes_per_s = a->bytes_per_s;
+    r->exposed_s = exposed_s, r->at = iteration, r->bytes_per_s = a->bytes_per_s;
 }
 
-static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_inputs *bucket, int *measured_idx,
-                    const int **measured_plan, double *measured_s) {
-    neox_adaptive *a = t->adaptive;
-    size_t large = t->model->num_floats < PROBE_LARGE_FLOATS ? t->model->num_floats : PROBE_LARGE_FLOATS;
-    if (large < 2 * PROBE_SMALL_FLOATS) large = 2 * PROBE_SMALL_FLOATS;
+static int measure(neox_adaptive_run *a, int64_t iteration, neox_adaptive_inputs *in, neox_bucket_inputs *bucket,
+                   int *measured_idx, const int **measured_plan, double *measured_s, neox_error *err) {
     // The plan in use, as real steps exposed it: the least over the ranks (the last rank to reach
     // the reduction waits only for it), as a maximum of negated values.
     double negated_exposed = a->exposed_steps ? -a->exposed_sum / (double)a->exposed_steps : -INFINITY;
     enum { FIXED = 5 + NEOX_SCHEME_COUNT };
     size_t nv = FIXED + (size_t)a->nbuckets;
     double *v = neox_calloc(nv, sizeof *v);
-    v[0] = timed_allreduce(t, PROBE_SMALL_FLOATS), v[1] = timed_allreduce(t, large), v[2] = a->backward_s;
-    v[3] = a->step_s, v[4] = negated_exposed;
+    v[2] = a->backward_s, v[3] = a->step_s, v[4] = negated_exposed;
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) v[5 + s] = a->unit_cost[s];
     for (int i = 0; i < a->nbuckets; i++) v[FIXED + i] = a->bucket[i].slack_s;
-    neox_allreduce_max(&t->grid->data, v, nv, NEOX_F64);
-    if (a->fixed) apply_fixed(t, v);
+    if (a->s.hooks.share) a->s.hooks.share(a->s.hooks.ctx, v, nv);
+    if (a->fixed && apply_fixed(a, iteration, v, err) != 0) {
+        free(v);
+        return -1;
+    }
     memset(in, 0, sizeof *in);
-    neox_adaptive_fit_link(ring_bytes(t, PROBE_SMALL_FLOATS * 4.0), v[0], ring_bytes(t, (double)large * 4.0), v[1],
-                           &in->latency_s, &in->bytes_per_s);
+    neox_adaptive_fit_link(ring_bytes(a, (double)a->s.probe_floats[0] * 4.0), v[0],
+                           ring_bytes(a, (double)a->s.probe_floats[1] * 4.0), v[1], &in->latency_s, &in->bytes_per_s);
     a->latency_s = in->latency_s, a->bytes_per_s = in->bytes_per_s, a->backward_s = v[2];
     in->step_s = v[3], in->margin = MARGIN;
-    forget_stale(a, t->state.iteration);
-    if (isfinite(v[4])) remember(t, -v[4]);
+    forget_stale(a, iteration);
+    if (isfinite(v[4])) remember(a, iteration, -v[4]);
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) a->unit_cost[s] = v[5 + s];  // every rank plans with the same costs
     double total = 0;
-    for (int i = 0; i < a->nbuckets; i++) total += a->bucket[i].elements;
+    for (int i = 0; i < a->nbuckets; i++) total += a->bucket[i].in.elements;
     for (int i = 0; i < a->nbuckets; i++) {
         // Slack is measured from the ready call to the reduction; backward_s bounds it.
-        bucket[i].hide_s = t->overlap_comm ? fmin(v[FIXED + i], v[2]) : 0.0;
-        bucket[i].share = a->bucket[i].elements / total;
-        bucket_options(t, &a->bucket[i], &bucket[i]);
+        bucket[i].hide_s = a->s.overlap ? fmin(v[FIXED + i], v[2]) : 0.0;
+        bucket[i].share = a->bucket[i].in.elements / total;
+        bucket_options(a, &a->bucket[i], &bucket[i]);
     }
     int order[REMEMBERED];  // most recent first (the policy calibrates on the newest it can)
     for (int m = 0; m < a->nremembered; m++) {
@@ -464,16 +399,17 @@ static void measure(neox_trainer *t, neox_adaptive_inputs *in, neox_bucket_input
     in->overlap_scale = neox_adaptive_calibration(in);  // (what the plan uses, for the log)
     in->overlap_efficiency = neox_adaptive_overlap_efficiency(in);
     free(v);
+    return 0;
 }
 
 // A plan's summary name: the scheme every bucket uses, or "mixed".
-static const char *plan_summary(const neox_adaptive *a) {
+static const char *plan_summary(const neox_adaptive_run *a) {
     for (int i = 1; i < a->nbuckets; i++)
         if (a->bucket[i].use.scheme != a->bucket[0].use.scheme) return "mixed";
     return a->nbuckets ? neox_scheme_name(a->bucket[0].use.scheme) : "dense";
 }
 
-static json_t *plan_json(const neox_adaptive *a) {
+static json_t *plan_json(const neox_adaptive_run *a) {
     json_t *plan = json_array();
     for (int i = 0; i < a->nbuckets; i++) {
         char text[32];
@@ -513,7 +449,7 @@ static json_t *bucket_inputs_json(const neox_adaptive_inputs *in, const int *pla
 }
 
 // The plans the decision knew measured: each with its exposed seconds and when it was measured.
-static json_t *measured_plans_json(const neox_adaptive *a) {
+static json_t *measured_plans_json(const neox_adaptive_run *a) {
     json_t *list = json_array();
     for (int m = 0; m < a->nremembered; m++) {
         json_t *plan = json_array();
@@ -529,14 +465,13 @@ static json_t *measured_plans_json(const neox_adaptive *a) {
     return list;
 }
 
-static void log_decision(neox_trainer *t, const char *from, json_t *from_plan, const neox_adaptive_inputs *in,
-                         const int *plan, double predicted) {
-    neox_adaptive *a = t->adaptive;
+static void log_decision(neox_adaptive_run *a, int64_t iteration, const char *from, json_t *from_plan,
+                         const neox_adaptive_inputs *in, const int *plan, double predicted) {
     if (!a->log) {
         json_decref(from_plan);
         return;
     }
-    json_t *d = json_pack("{s:I, s:s, s:s, s:o, s:o}", "iteration", (json_int_t)t->state.iteration, "scheme",
+    json_t *d = json_pack("{s:I, s:s, s:s, s:o, s:o}", "iteration", (json_int_t)iteration, "scheme",
                           plan_summary(a), "previous", from, "buckets", plan_json(a), "previous_buckets", from_plan);
     if (in) {
         json_object_set_new(d, "latency_s", json_real(in->latency_s));
@@ -561,77 +496,72 @@ static void log_decision(neox_trainer *t, const char *from, json_t *from_plan, c
 }
 
 // ---- switching -------------------------------------------------------------------------------
-// Bucket i moves to choice c. What a compressor it leaves owes goes into these gradients (before
-// backward adds to them, so the next reduction carries it); PowerSGD keeps its error across a rank
-// change (set_rank hands back only what a matrix no longer compressed owes).
-static void use_choice(neox_trainer *t, int i, neox_bucket_choice c, float *grads) {
-    neox_adaptive *a = t->adaptive;
+// Bucket i moves to choice c through the use hook: what a compressor it leaves owes goes into the
+// next gradients (before backward adds to them, so the next reduction carries it); PowerSGD keeps
+// its error across a rank change. A scheme other than PowerSGD leaves the bucket's Q at its rank.
+static void use_choice(neox_adaptive_run *a, int i, neox_bucket_choice c, int restore) {
     bucket_state *b = &a->bucket[i];
-    if (b->use.scheme == NEOX_SCHEME_POWERSGD && c.scheme != NEOX_SCHEME_POWERSGD)
-        neox_powersgd_flush_range(t->grad_powersgd, grads, b->first, b->count);
-    if (b->use.scheme == NEOX_SCHEME_ONEBIT && c.scheme != NEOX_SCHEME_ONEBIT)
-        neox_onebit_flush_range(t->grad_onebit, grads, b->first, b->count);
-    if (c.scheme != NEOX_SCHEME_POWERSGD) c.rank = b->use.rank;  // the Q keeps its rank
-    else if (c.rank != b->use.rank) neox_powersgd_set_rank(t->grad_powersgd, b->first, b->count, c.rank, grads);
+    if (!restore && c.scheme != NEOX_SCHEME_POWERSGD) c.rank = b->use.rank;
+    if (a->s.hooks.use) a->s.hooks.use(a->s.hooks.ctx, i, b->use, c, restore);
     b->use = c;
-    int compressed = c.scheme == NEOX_SCHEME_POWERSGD || c.scheme == NEOX_SCHEME_ONEBIT;
-    neox_grad_reducer_set_bucket(t->reducer, i, compressed, c.scheme == NEOX_SCHEME_BF16 ? NEOX_BF16 : t->wire);
 }
 
-static void note_change(neox_trainer *t, const char *from, const neox_adaptive_inputs *in) {
-    neox_adaptive *a = t->adaptive;
-    if (!t->rank0 || t->opts.quiet) return;
+static void note_change(const neox_adaptive_run *a, int64_t iteration, const char *from, const neox_adaptive_inputs *in) {
+    if (!a->s.verbose) return;
     json_t *plan = plan_json(a);
     char *text = json_dumps(plan, JSON_COMPACT);
     neox_info("iteration %lld: gradient compression %s -> %s %s (link %.3g Gbit/s, latency %.3g ms)",
-              (long long)t->state.iteration, from, plan_summary(a), text, in->bytes_per_s * 8e-9, in->latency_s * 1e3);
+              (long long)iteration, from, plan_summary(a), text, in->bytes_per_s * 8e-9, in->latency_s * 1e3);
     free(text);
     json_decref(plan);
 }
 
-// Every rank must reduce each bucket the same way, or the collectives pair up wrongly: the plan's
-// fingerprint is compared over the data group after every decision (one small all-reduce).
-static void check_ranks_agree(neox_trainer *t) {
-    const neox_adaptive *a = t->adaptive;
+// The plan's fingerprint, for the agree hook after every decision.
+static void check_ranks_agree(const neox_adaptive_run *a, int64_t iteration) {
     double fingerprint = 0;
     for (int i = 0; i < a->nbuckets; i++)
         fingerprint = fmod(fingerprint * 131.0 + a->bucket[i].use.scheme * 1024.0 + a->bucket[i].use.rank, 1e15);
-    double v[2] = {fingerprint, -fingerprint};
-    neox_allreduce_max(&t->grid->data, v, 2, NEOX_F64);
-    if (v[0] != -v[1])
-        neox_die(NEOX_EXIT_FAILURE, "gradient_compression: adaptive: the data-parallel ranks planned different schemes "
-                 "at iteration %lld (their measurements were not shared)", (long long)t->state.iteration);
+    if (a->s.hooks.agree) a->s.hooks.agree(a->s.hooks.ctx, fingerprint, iteration);
 }
 
-static void decide(neox_trainer *t) {
-    neox_adaptive *a = t->adaptive;
+// The replay file's plan at this iteration (it has one: replayed says so).
+static void replay_decision(neox_adaptive_run *a, int64_t iteration, const neox_bucket_choice *forced, int stride,
+                            const char *from, json_t *from_plan) {
+    for (int i = 0; i < a->nbuckets; i++) {
+        neox_bucket_choice c = forced[i * stride];
+        if (c.scheme == NEOX_SCHEME_BF16 && a->s.wire == NEOX_BF16) c.scheme = NEOX_SCHEME_DENSE;
+        use_choice(a, i, c, 0);
+    }
+    check_ranks_agree(a, iteration);
+    log_decision(a, iteration, from, from_plan, NULL, NULL, 0);
+}
+
+int neox_adaptive_run_decide(neox_adaptive_run *a, int64_t iteration, neox_error *err) {
     char from[16];
     snprintf(from, sizeof from, "%s", plan_summary(a));
     json_t *from_plan = plan_json(a);
     int stride = 0;
-    const neox_bucket_choice *forced = a->nreplay ? replayed(a, t->state.iteration, &stride) : NULL;
+    const neox_bucket_choice *forced = a->nreplay ? replayed(a, iteration, &stride) : NULL;
     if (a->nreplay && !forced) {  // replaying: only the file's iterations decide
         json_decref(from_plan);
-        return;
+        return 0;
     }
-    a->decided_at = t->state.iteration;
+    a->decided_at = iteration;
     if (forced) {
-        for (int i = 0; i < a->nbuckets; i++) {
-            neox_bucket_choice c = forced[i * stride];
-            if (c.scheme == NEOX_SCHEME_BF16 && t->wire == NEOX_BF16) c.scheme = NEOX_SCHEME_DENSE;
-            use_choice(t, i, c, t->model->grad_buf);
-        }
-        check_ranks_agree(t);
-        log_decision(t, from, from_plan, NULL, NULL, 0);
-        return;
+        replay_decision(a, iteration, forced, stride, from, from_plan);
+        return 0;
     }
     neox_adaptive_inputs in;
-    neox_bucket_inputs *bucket = neox_calloc((size_t)a->nbuckets, sizeof *bucket);
-    int *plan = neox_calloc((size_t)a->nbuckets, sizeof *plan);
-    int *measured_idx = neox_calloc((size_t)REMEMBERED * (size_t)a->nbuckets, sizeof *measured_idx);
+    neox_bucket_inputs *bucket = neox_calloc((size_t)a->nbuckets + 1, sizeof *bucket);
+    int *plan = neox_calloc((size_t)a->nbuckets + 1, sizeof *plan);
+    int *measured_idx = neox_calloc((size_t)REMEMBERED * (size_t)a->nbuckets + 1, sizeof *measured_idx);
     const int *measured_plan[REMEMBERED];
     double measured_s[REMEMBERED];
-    measure(t, &in, bucket, measured_idx, measured_plan, measured_s);
+    if (measure(a, iteration, &in, bucket, measured_idx, measured_plan, measured_s, err) != 0) {
+        json_decref(from_plan);
+        free(bucket), free(measured_idx), free(plan);
+        return -1;
+    }
     a->exposed_sum = 0, a->exposed_steps = 0;
     double predicted = neox_adaptive_plan(&in, plan);
     int changed = 0, untried = 0;
@@ -639,106 +569,75 @@ static void decide(neox_trainer *t) {
         neox_bucket_choice c = bucket[i].option[plan[i]].choice;
         changed |= !same_choice(c, a->bucket[i].use);
         untried |= !a->tried[c.scheme];
-        use_choice(t, i, c, t->model->grad_buf);
+        use_choice(a, i, c, 0);
     }
     // A plan using a scheme never run runs a few steps, then is judged on what they measured.
-    a->trial_end = untried && TRIAL_STEPS < a->interval ? t->state.iteration + TRIAL_STEPS : -1;
-    check_ranks_agree(t);
-    log_decision(t, from, from_plan, &in, plan, predicted);
-    if (changed) note_change(t, from, &in);
+    a->trial_end = untried && TRIAL_STEPS < a->interval ? iteration + TRIAL_STEPS : -1;
+    check_ranks_agree(a, iteration);
+    log_decision(a, iteration, from, from_plan, &in, plan, predicted);
+    if (changed) note_change(a, iteration, from, &in);
     free(bucket), free(measured_idx), free(plan);
+    return 0;
 }
 
 // ---- per step --------------------------------------------------------------------------------
-void neox_train_adaptive_begin_step(neox_trainer *t) {
-    neox_adaptive *a = t->adaptive;
-    if (!a || t->grid->data_size <= 1) return;
-    if (t->state.optimizer_steps >= t->compress_start &&
-        (a->decided_at < 0 || a->nreplay || t->state.iteration - a->decided_at >= a->interval ||
-         (a->trial_end >= 0 && t->state.iteration >= a->trial_end)))
-        decide(t);
-    a->at_start[0] = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD));
-    a->at_start[1] = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE));
-    a->at_start[2] = neox_now();
-    a->at_start[3] = neox_grad_reducer_progress_seconds(t->reducer);
+int neox_adaptive_run_due(const neox_adaptive_run *a, int64_t iteration, int64_t optimizer_steps) {
+    return optimizer_steps >= a->s.compress_start &&
+           (a->decided_at < 0 || a->nreplay || iteration - a->decided_at >= a->interval ||
+            (a->trial_end >= 0 && iteration >= a->trial_end));
 }
 
-// After the reducer's finish: every bucket the plan compresses, on its own parameters, neighbours
-// with the same choice in one call (bucket i + 1 holds the tensors just before bucket i's), timed;
-// what a call took beyond the link model is the compressor's own cost, per unit of its work.
-void neox_train_adaptive_compress(neox_trainer *t) {
-    neox_adaptive *a = t->adaptive;
-    double extra[NEOX_SCHEME_COUNT] = {0}, units[NEOX_SCHEME_COUNT] = {0};
-    for (int i = 0, j; i < a->nbuckets; i = j) {
-        neox_bucket_choice c = a->bucket[i].use;
-        double elements = a->bucket[i].elements;
-        for (j = i + 1; j < a->nbuckets && same_choice(a->bucket[j].use, c); j++) elements += a->bucket[j].elements;
-        if (c.scheme != NEOX_SCHEME_POWERSGD && c.scheme != NEOX_SCHEME_ONEBIT) continue;
-        int first = a->bucket[j - 1].first, count = a->bucket[i].first + a->bucket[i].count - first;
-        double start = neox_now(), wire;
-        if (c.scheme == NEOX_SCHEME_POWERSGD) {
-            neox_powersgd_allreduce_range(t->grad_powersgd, t->model->grad_buf, first, count);
-            wire = neox_powersgd_wire_bytes_at(t->grad_powersgd, first, count, c.rank);
-            units[c.scheme] += neox_powersgd_work_at(t->grad_powersgd, first, count, c.rank);
-        } else {
-            neox_onebit_allreduce_range(t->grad_onebit, t->model->grad_buf, first, count);
-            wire = neox_onebit_wire_bytes_range(t->grad_onebit, first, count);
-            units[c.scheme] += elements;
-        }
-        double link = a->bytes_per_s > 0 ? 2 * a->latency_s + wire / a->bytes_per_s : 0.0;
-        extra[c.scheme] += fmax(0.0, neox_now() - start - link);
-    }
+neox_bucket_choice neox_adaptive_run_choice(const neox_adaptive_run *a, int bucket) { return a->bucket[bucket].use; }
+
+double neox_adaptive_run_link_seconds(const neox_adaptive_run *a, double wire_bytes) {
+    return a->bytes_per_s > 0 ? 2 * a->latency_s + wire_bytes / a->bytes_per_s : 0.0;
+}
+
+void neox_adaptive_run_add_costs(neox_adaptive_run *a, const double *extra_s, const double *units) {
     if (a->bytes_per_s <= 0) return;  // (replaying: no link model to measure against)
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++) {
         if (units[s] <= 0) continue;
-        double *cost = &a->unit_cost[s], now = extra[s] / units[s];
+        double *cost = &a->unit_cost[s], now = extra_s[s] / units[s];
         *cost = *cost > 0 ? COST_SMOOTHING * now + (1 - COST_SMOOTHING) * *cost : now;
     }
 }
 
+const char *neox_adaptive_gauge_name(int i) {
+    static const char *const names[NEOX_ADAPTIVE_GAUGES] = {
+        "comm/adaptive/dense", "comm/adaptive/bf16", "comm/adaptive/powersgd", "comm/adaptive/onebit",
+        "comm/adaptive/compressed_buckets", "comm/adaptive/link_gbit_per_s"};
+    _Static_assert(NEOX_SCHEME_COUNT == 4, "a gauge for every scheme, in neox_scheme's order");
+    return i >= 0 && i < NEOX_ADAPTIVE_GAUGES ? names[i] : "?";
+}
+
 // After the step: this rank's backward and compute time, the plan's exposed time, each bucket's
-// slack, and the step's share of elements per scheme for metrics.jsonl and TensorBoard.
-void neox_train_adaptive_end_step(neox_trainer *t) {
-    neox_adaptive *a = t->adaptive;
-    if (!a || t->grid->data_size <= 1) return;
-    double backward = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD)) - a->at_start[0];
-    // A plan's cost is the reduction backward waited for plus the calls backward made to start
-    // and progress its overlapped buckets: on a fast link those calls, not the wait, are what an
-    // overlapped all-reduce costs (bench/comm.sh at 10 Gbit/s: overlapped 388.6 ms per step
-    // against 352.9 serial), and only measuring them lets a plan sending fewer bytes show it.
-    double exposed = neox_timer_seconds(neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD_ALLREDUCE)) - a->at_start[1]
-                   + neox_grad_reducer_progress_seconds(t->reducer) - a->at_start[3];
-    double wall = neox_now() - a->at_start[2];
-    a->backward_s = backward, a->step_s = fmax(0.0, wall - exposed);
-    a->exposed_sum += exposed, a->exposed_steps++;
+// slack, and the step's share of elements per scheme (the gauges).
+void neox_adaptive_run_end_step(neox_adaptive_run *a, const neox_adaptive_step *step, double *gauges) {
+    a->backward_s = step->backward_s, a->step_s = fmax(0.0, step->wall_s - step->exposed_s);
+    a->exposed_sum += step->exposed_s, a->exposed_steps++;
     double share[NEOX_SCHEME_COUNT] = {0}, total = 0, compressed = 0;
     for (int i = 0; i < a->nbuckets; i++) {
         bucket_state *b = &a->bucket[i];
-        neox_grad_reducer_bucket_range(t->reducer, i, &(size_t){0}, &(size_t){0}, &b->slack_s);
+        b->slack_s = step->slack_s[i];
         a->tried[b->use.scheme] = 1;
-        share[b->use.scheme] += b->elements, total += b->elements;
+        share[b->use.scheme] += b->in.elements, total += b->in.elements;
         compressed += b->use.scheme == NEOX_SCHEME_POWERSGD || b->use.scheme == NEOX_SCHEME_ONEBIT;
         neox_bucket_inputs in;
-        bucket_options(t, b, &in);
+        bucket_options(a, b, &in);
         b->steps[option_of(&in, b->use)]++;
     }
-    for (int s = 0; s < NEOX_SCHEME_COUNT; s++) {
-        char tag[64];
-        snprintf(tag, sizeof tag, "comm/adaptive/%s", neox_scheme_name(s));
-        neox_metrics_add(t->metrics, tag, total > 0 ? share[s] / total : 0.0);
-    }
-    neox_metrics_add(t->metrics, "comm/adaptive/compressed_buckets", compressed);
-    neox_metrics_add(t->metrics, "comm/adaptive/link_gbit_per_s", a->bytes_per_s * 8e-9);
+    for (int s = 0; s < NEOX_SCHEME_COUNT; s++) gauges[s] = total > 0 ? share[s] / total : 0.0;
+    gauges[NEOX_SCHEME_COUNT] = compressed;
+    gauges[NEOX_SCHEME_COUNT + 1] = a->bytes_per_s * 8e-9;
 }
 
 // The comms summary's part: per bucket, the steps reduced with each option.
-json_t *neox_train_adaptive_summary(const neox_trainer *t) {
-    const neox_adaptive *a = t->adaptive;
+json_t *neox_adaptive_run_summary(const neox_adaptive_run *a) {
     if (!a || !a->nbuckets) return NULL;
     json_t *list = json_array();
     for (int i = 0; i < a->nbuckets; i++) {
         neox_bucket_inputs in;
-        bucket_options(t, &a->bucket[i], &in);
+        bucket_options(a, &a->bucket[i], &in);
         json_t *steps = json_object();
         for (int k = 0; k < in.noptions; k++) {
             if (!a->bucket[i].steps[k]) continue;
@@ -746,7 +645,7 @@ json_t *neox_train_adaptive_summary(const neox_trainer *t) {
             choice_text(in.option[k].choice, text, sizeof text);
             json_object_set_new(steps, text, json_integer(a->bucket[i].steps[k]));
         }
-        json_array_append_new(list, json_pack("{s:I, s:o}", "elements", (json_int_t)a->bucket[i].elements, "steps", steps));
+        json_array_append_new(list, json_pack("{s:I, s:o}", "elements", (json_int_t)a->bucket[i].in.elements, "steps", steps));
     }
     return list;
 }
@@ -756,7 +655,7 @@ json_t *neox_train_adaptive_summary(const neox_trainer *t) {
 // measured and their exposure, the link and step as last measured, the compressors' unit costs,
 // each bucket's slack and the exposure summed since the last decision. (Doubles are written with
 // 17 digits: they read back exactly.)
-static json_t *measurements_json(const neox_adaptive *a) {
+static json_t *measurements_json(const neox_adaptive_run *a) {
     json_t *slack = json_array();
     for (int i = 0; i < a->nbuckets; i++) json_array_append_new(slack, json_real(a->bucket[i].slack_s));
     return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:o}", "latency_s", a->latency_s, "bytes_per_s",
@@ -766,8 +665,7 @@ static json_t *measurements_json(const neox_adaptive *a) {
                      "plans", measured_plans_json(a));
 }
 
-json_t *neox_train_adaptive_state(const neox_trainer *t) {
-    const neox_adaptive *a = t->adaptive;
+json_t *neox_adaptive_run_state(const neox_adaptive_run *a) {
     if (!a) return NULL;
     json_t *tried = json_array(), *ranks = json_array();
     for (int s = 0; s < NEOX_SCHEME_COUNT; s++)
@@ -784,8 +682,7 @@ static int restore_fail(neox_error *err, const char *dir, const char *what) {
 
 // The plan of the checkpoint: "buckets" (and each bucket's Q rank), or a whole-gradient "scheme"
 // from checkpoints written before plans were per bucket.
-static int restore_plan(neox_trainer *t, json_t *state, const char *dir, neox_error *err) {
-    neox_adaptive *a = t->adaptive;
+static int restore_plan(neox_adaptive_run *a, json_t *state, const char *dir, neox_error *err) {
     int max_rank = a->ranks[0];
     json_t *plan = json_object_get(state, "buckets"), *ranks = json_object_get(state, "powersgd_ranks");
     json_t *sc = json_object_get(state, "scheme");
@@ -800,13 +697,9 @@ static int restore_plan(neox_trainer *t, json_t *state, const char *dir, neox_er
                                 "{\"scheme\": \"dense|bf16|powersgd|onebit\"}");
         if (json_is_integer(r) && json_integer_value(r) >= 1 && json_integer_value(r) <= max_rank)
             choice.rank = (int)json_integer_value(r);
-        if (choice.scheme == NEOX_SCHEME_BF16 && t->wire == NEOX_BF16) choice.scheme = NEOX_SCHEME_DENSE;
+        if (choice.scheme == NEOX_SCHEME_BF16 && a->s.wire == NEOX_BF16) choice.scheme = NEOX_SCHEME_DENSE;
         // The compressors' state was restored with the optimizer: take the plan without moving it.
-        bucket_state *b = &a->bucket[i];
-        if (t->grad_powersgd) neox_powersgd_set_rank(t->grad_powersgd, b->first, b->count, choice.rank, NULL);
-        b->use = choice;
-        int compressed = choice.scheme == NEOX_SCHEME_POWERSGD || choice.scheme == NEOX_SCHEME_ONEBIT;
-        neox_grad_reducer_set_bucket(t->reducer, i, compressed, choice.scheme == NEOX_SCHEME_BF16 ? NEOX_BF16 : t->wire);
+        use_choice(a, i, choice, 1);
     }
     return 0;
 }
@@ -819,7 +712,7 @@ static int real_field(json_t *m, const char *key, double *out) {
 }
 
 // One measured plan of the checkpoint into the next free slot.
-static int restore_remembered(neox_adaptive *a, json_t *r) {
+static int restore_remembered(neox_adaptive_run *a, json_t *r) {
     json_t *plan = json_object_get(r, "buckets"), *at = json_object_get(r, "iteration");
     remembered_plan p = {0};
     if (!json_is_array(plan) || (int)json_array_size(plan) != a->nbuckets || !json_is_integer(at) ||
@@ -839,8 +732,7 @@ static int restore_remembered(neox_adaptive *a, json_t *r) {
     return 0;
 }
 
-static int restore_measurements(neox_trainer *t, json_t *m, const char *dir, neox_error *err) {
-    neox_adaptive *a = t->adaptive;
+static int restore_measurements(neox_adaptive_run *a, json_t *m, const char *dir, neox_error *err) {
     json_t *steps = json_object_get(m, "exposed_steps"), *slack = json_object_get(m, "slack_s");
     json_t *plans = json_object_get(m, "plans");
     if (real_field(m, "latency_s", &a->latency_s) != 0 || real_field(m, "bytes_per_s", &a->bytes_per_s) != 0 ||
@@ -869,8 +761,7 @@ static int restore_measurements(neox_trainer *t, json_t *m, const char *dir, neo
     return 0;
 }
 
-int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir, neox_error *err) {
-    neox_adaptive *a = t->adaptive;
+int neox_adaptive_run_restore(neox_adaptive_run *a, json_t *state, const char *dir, neox_error *err) {
     if (!a || !state) return 0;  // a checkpoint from another mode: decide afresh
     json_t *at = json_object_get(state, "decided_at");
     if (!json_is_integer(at) || json_integer_value(at) < -1)
@@ -886,11 +777,11 @@ int neox_train_adaptive_restore(neox_trainer *t, json_t *state, const char *dir,
         if (s < 0) return restore_fail(err, dir, "tried: expected scheme names");
         a->tried[s] = 1;
     }
-    if (t->grid->data_size <= 1) return 0;
-    if (restore_plan(t, state, dir, err) != 0) return -1;
+    if (a->s.data_size <= 1) return 0;
+    if (restore_plan(a, state, dir, err) != 0) return -1;
     json_t *m = json_object_get(state, "measurements");
-    if (m) return restore_measurements(t, m, dir, err);
-    if (t->rank0 && !t->opts.quiet)
+    if (m) return restore_measurements(a, m, dir, err);
+    if (a->s.verbose)
         neox_notice("%s/state/train.json: gradient_compression has no measurements (written before they were "
                     "checkpointed): the decisions from here on start without the plans measured before it", dir);
     return 0;
