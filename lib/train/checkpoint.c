@@ -70,6 +70,25 @@ static int read_errors(neox_trainer *t, const neox_ckpt_reader *r, const char *d
     return 0;
 }
 
+// ---- the gradient exchange's state -------------------------------------------------------------
+// The compressors' error buffers go with the optimizer state (not with no_save_optim); the adaptive
+// plan in use goes into the run state.
+int neox_train_save_exchange_state(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err) {
+    if (!neox_config_bool(t->cfg, no_save_optim) && write_errors((neox_trainer *)t, w, err) != 0) return -1;
+    json_t *adaptive = run_state ? neox_train_adaptive_state(t) : NULL;
+    if (adaptive) json_object_set_new(run_state, "gradient_compression", adaptive);
+    return 0;
+}
+
+// Restored with the optimizer state only, as GPT-NeoX restores what is optimizer state; the
+// compression scheme in use not when fine-tuning.
+int neox_train_load_exchange_state(neox_trainer *t, const neox_part_loading *from, neox_error *err) {
+    if (!from->optimizer) return 0;
+    if (read_errors(t, from->reader, from->dir, err) != 0) return -1;
+    if (from->finetune) return 0;
+    return neox_train_adaptive_restore(t, json_object_get(from->state, "gradient_compression"), from->dir, err);
+}
+
 // The state buffers of the optimizer, by the names they carry in checkpoints.
 static int optimizer_buffers(const neox_trainer *t, const char **names, float **bufs) {
     const neox_optimizer *o = t->optimizer;
@@ -98,19 +117,7 @@ static json_t *state_json(const neox_trainer *t) {
     json_t *state = neox_ckpt_run_state_json(&c, &t->model->desc, files);
     // no_save_optim: no optimizer named, as no optimizer state is stored.
     if (!saves_no_optimizer(t)) json_object_set_new(state, "optimizer", json_string(optimizer_name(t->optim.kind)));
-    json_object_set_new(state, "lr_schedule",
-                        json_pack("{s:f, s:f, s:f, s:I, s:s, s:I}", "lr", t->lr.start_lr, "min_lr", t->lr.min_lr,
-                                  "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
-                                  "style", neox_lr_style_name(t->lr.style), "num_iters",
-                                  (json_int_t)(s->iteration - s->overflow_skips)));
-    json_t *adaptive = neox_train_adaptive_state(t);
-    if (adaptive) json_object_set_new(state, "gradient_compression", adaptive);
-    // fp16: DeepSpeed's loss scaler, so a resumed run scales and skips exactly as the straight one.
-    const neox_loss_scaler *ls = &t->scaler;
-    json_object_set_new(state, "loss_scaler",
-                        json_pack("{s:f, s:I, s:I, s:I}", "scale", ls->scale, "hysteresis_left", (json_int_t)ls->hysteresis_left,
-                                  "iteration", (json_int_t)ls->iteration, "last_overflow", (json_int_t)ls->last_overflow));
-    return state;
+    return state;  // (the parts add theirs: neox_train_parts_save)
 }
 
 // ---- saving --------------------------------------------------------------------------------------
@@ -150,10 +157,9 @@ static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *g
     return 0;
 }
 
-// write_share from backend memory: on a device, this rank's share is first copied to the host.
-int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf,
-                              size_t base, neox_error *err) {
-    const neox_backend *be = t->model->be;
+// write_share from memory of backend be: on a device, this rank's share is first copied to the host.
+static int write_share_on(const neox_trainer *t, const neox_backend *be, neox_ckpt_writer *w, const char *group,
+                          const float *buf, size_t base, neox_error *err) {
     if (!be->on_device || t->part_end <= t->part_begin) return write_share(t, w, group, buf, base, err);
     size_t n = t->part_end - t->part_begin;
     float *host = neox_malloc(n * sizeof(float));
@@ -163,8 +169,13 @@ int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const 
     return rc;
 }
 
-static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
-    json_t *state = state_json(t);
+int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf,
+                              size_t base, neox_error *err) {
+    return write_share_on(t, t->model->be, w, group, buf, base, err);
+}
+
+// The run state (rank 0's state/train.json), the effective config and the input YAML files.
+static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, json_t *state, neox_error *err) {
     char *text = json_dumps(state, JSON_INDENT(2) | JSON_SORT_KEYS);
     int rc = neox_ckpt_write_bytes(w, "state/train.json", text, strlen(text), err);
     free(text);
@@ -182,7 +193,6 @@ static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, neox_erro
         rc = yaml ? neox_ckpt_write_bytes(w, json_string_value(json_array_get(files, (size_t)i)), yaml, n, err) : -1;
         free(yaml);
     }
-    json_decref(state);
     return rc;
 }
 
@@ -200,12 +210,12 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     // (ZeRO-3: the partition's master weights; the flat buffer holds only gathered units)
     int rc = t->param_partition ? neox_train_write_share_of(t, w, "params", t->param_partition, t->part_begin, err)
                                 : neox_train_write_share_of(t, w, "params", t->model->param_buf, 0, err);
-    for (int b = 0; rc == 0 && b < nbufs; b++)  // (offloaded optimizer state is host memory already)
-        rc = t->offload ? write_share(t, w, names[b], bufs[b], t->state_begin, err)
-                        : neox_train_write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
-    if (rc == 0 && !saves_no_optimizer(t)) rc = write_errors((neox_trainer *)t, w, err);
-    if (rc == 0) rc = neox_train_dpo_save(t, w, err);
-    if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
+    for (int b = 0; rc == 0 && b < nbufs; b++)  // (where the optimizer keeps it: offloaded, in host memory)
+        rc = write_share_on(t, t->optimizer->be, w, names[b], bufs[b], t->state_begin, err);
+    json_t *state = t->rank0 ? state_json(t) : NULL;
+    if (rc == 0) rc = neox_train_parts_save(t, w, state, err);
+    if (rc == 0 && t->rank0) rc = write_run_files(t, w, state, err);
+    json_decref(state);
     if (rc != 0) {
         neox_ckpt_writer_abort(w);
         return -1;
@@ -329,7 +339,7 @@ static int loads_rng(const neox_trainer *t, json_t *state, const char *dir) {
     return 0;
 }
 
-static int restore_state(neox_trainer *t, json_t *state, const char *dir, int load_optim, int load_rng, neox_error *err) {
+static int restore_state(neox_trainer *t, json_t *state, int load_optim, int load_rng, neox_error *err) {
     const neox_config *cfg = t->cfg;
     int finetune = neox_config_bool(cfg, finetune);
     int no_optim = !load_optim, no_rng = !load_rng;
@@ -355,13 +365,6 @@ static int restore_state(neox_trainer *t, json_t *state, const char *dir, int lo
         s->skipped_total = json_int_field(state, "skipped_total");
         s->nonfinite_in_a_row = json_int_field(state, "nonfinite_in_a_row");
         s->overflow_skips = json_int_field(state, "overflow_skips");
-        json_t *ls = json_object_get(state, "loss_scaler");
-        if (t->scaler.window > 0 && json_is_object(ls)) {  // a dynamic scaler continues where it stopped
-            t->scaler.scale = json_real_value(json_object_get(ls, "scale"));
-            t->scaler.hysteresis_left = (int)json_int_field(ls, "hysteresis_left");
-            t->scaler.iteration = json_int_field(ls, "iteration");
-            t->scaler.last_overflow = json_int_field(ls, "last_overflow");
-        }
         if (!no_optim) s->optimizer_steps = json_int_field(state, "optimizer_steps");
         neox_batch_iterator_seek(&t->train_it, s->train_position);
         if (t->datasets[1]) neox_batch_iterator_seek(&t->valid_it, s->valid_position);
@@ -375,12 +378,7 @@ static int restore_state(neox_trainer *t, json_t *state, const char *dir, int lo
         t->state.dropout_rows = rows ? json_int_field(state, "dropout_rows")
                                      : json_int_field(state, "train_samples") * neox_train_rows_per_sample(cfg);
     }
-    // As GPT-NeoX, the schedule is part of the optimizer state: loaded (and checked) with it only;
-    // so is the compression scheme in use (its error buffers are optimizer state).
-    if (no_optim) return 0;
-    if (!finetune && neox_train_adaptive_restore(t, json_object_get(state, "gradient_compression"), dir, err) != 0)
-        return -1;
-    return neox_train_resume_schedule(t, json_object_get(state, "lr_schedule"), err);
+    return 0;
 }
 
 // The weights this rank keeps: the whole flat buffer, or under ZeRO-3 its partition's master
@@ -427,7 +425,6 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
                                 : neox_model_check_finite_state(t->model, t->model->param_buf, 0, t->model->num_floats,
                                                                 "params", err);
     neox_model_weights_changed(t->model);
-    if (rc == 0) rc = neox_train_dpo_load(t, r, err);
     int load_optim = rc == 0 && loads_optimizer(t, state, dir), load_rng = rc == 0 && loads_rng(t, state, dir);
     if (load_optim) {
         const char *saved = json_string_value(json_object_get(state, "optimizer"));
@@ -439,13 +436,15 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         int nbufs = optimizer_buffers(t, names, bufs);
         // The state is read where it lives: offloaded, on the host (the model's layout, the CPU backend).
         neox_model host_view = *t->model;
-        host_view.be = neox_train_optimizer_backend(t);
+        host_view.be = t->optimizer->be;
         for (int b = 0; rc == 0 && b < nbufs; b++)
             if ((rc = neox_ckpt_read_model_range(&host_view, r, names[b], t->state_begin, t->state_end, bufs[b], err)) == 0)
                 rc = neox_model_check_finite_state(&host_view, bufs[b], t->state_begin, t->state_end, names[b], err);
-        if (rc == 0) rc = read_errors(t, r, dir, err);
     }
-    if (rc == 0) rc = restore_state(t, state, dir, load_optim, load_rng, err);
+    if (rc == 0) rc = restore_state(t, state, load_optim, load_rng, err);
+    neox_part_loading from = {.reader = r, .state = state, .dir = dir, .optimizer = load_optim,
+                              .finetune = neox_config_bool(t->cfg, finetune)};
+    if (rc == 0) rc = neox_train_parts_load(t, &from, err);
     json_decref(state);
     neox_ckpt_reader_close(r);
     return rc;

@@ -1,5 +1,5 @@
 // memory_report.c: what a training run says of its memory — the plan of every rank by region at
-// start-up (the "memory of rank N" lines, log_dir/memory_plan.json), the measured peaks as gauges
+// start-up (the trainer's own buffers here, each registered part's added by its memory hook) (the "memory of rank N" lines, log_dir/memory_plan.json), the measured peaks as gauges
 // of the metrics at each log (rank 0's own and the largest of any rank), and every rank's measured
 // peak beside its plan at the end (log_dir/memory_peaks.json).
 // The reductions and gathers of measured peaks are bookkeeping: they honour comm_timeout_seconds
@@ -11,47 +11,24 @@
 void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
     memset(p, 0, sizeof *p);
-    // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies; under
-    // ZeRO-3 the master weights of the partition plus what a pass holds whole at most.
-    double whole = t->gather ? (double)neox_train_zero3_planned_elements(t) : (double)m->num_floats;
-    p->params = whole * 4 + (t->gather ? (double)(t->part_end - t->part_begin) * 4 : 0);
-    p->params16 = m->param16 ? whole * 2 : 0;
+    // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies.
+    p->params = (double)m->num_floats * 4;
+    p->params16 = m->param16 ? (double)m->num_floats * 2 : 0;
     p->grads = t->reducer ? (double)neox_grad_reducer_resident_bytes(t->reducer) +
                                 (double)(m->num_floats - neox_grad_reducer_size(t->reducer)) * 4
                           : (double)m->num_floats * 4;
     if (t->grad_partition) p->grads += (double)(t->part_end - t->part_begin) * 4;
-    double state = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
-    // ZeRO-Offload: the optimizer state, and the host copies of the weights and gradients it
-    // updates from, live in host memory instead of the device's.
-    if (t->offload) p->offloaded = state + (double)(t->state_end - t->state_begin) * 8;
-    else p->optimizer = state;
+    p->optimizer = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
     p->activations = (double)neox_model_activation_bytes(m);
-    p->offloaded += (double)neox_model_host_checkpoint_bytes(m);  // checkpoint_in_cpu's layer inputs
-    // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
-    // (unused by a model that only runs forward) and its activations.
-    const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
-    if (ref) {
-        p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
-        p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
-        p->offloaded += (double)neox_model_host_checkpoint_bytes(ref);
-    }
+    p->offloaded = (double)neox_model_host_checkpoint_bytes(m);  // checkpoint_in_cpu's layer inputs
     if (t->reducer)
         p->comm += (double)neox_grad_reducer_wire_bytes(t->reducer) + (double)neox_grad_reducer_scratch_bytes(t->reducer);
     // The collectives' own temporaries on the host (MPI): the bucket's reduce-scatter's above, and
-    // the partitions' all-gather after the update (stages 1, 2) or a unit's gather (stage 3, which
-    // may run beside a bucket's reduction).
-    double gather = t->gather ? (double)neox_param_gather_scratch_bytes(t->gather) : (double)neox_train_gather_scratch_bytes(t);
-    p->comm += gather;
-    // Adaptive compression may put any bucket on a bf16 wire, whose copy is allocated when first used.
-    if (t->adaptive && t->reducer && !neox_grad_reducer_wire_bytes(t->reducer))
-        p->comm += (double)neox_grad_reducer_size(t->reducer) * 2;
+    // the partitions' all-gather after the update (stages 1, 2).
+    p->comm += (double)neox_train_gather_scratch_bytes(t);
     if (t->expert_reducer) p->comm += (double)neox_grad_reducer_wire_bytes(t->expert_reducer);
     if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
-    const char *names[6];
-    float *bufs[6];
-    size_t counts[6];
-    int n = neox_train_onebit_buffers(t, names, bufs, counts);
-    for (int i = 0; i < n; i++) p->comm += (double)counts[i] * 4;
+    neox_train_parts_memory(t, p);  // (ZeRO-3, the offload, the reference model, the compressors)
 }
 
 // DIR/NAME, atomically, from DOC (taken); flags are jansson's beyond the indent.

@@ -22,6 +22,15 @@
 
 #include "internal.h"
 
+// What the copies did over the run (comm_stats.json's "offload").
+typedef struct neox_offload_stats {
+    int64_t steps;                  // updates on the host
+    int64_t grad_bytes;             // gradient bytes copied to the host
+    int64_t grad_bytes_in_backward; // of them, queued while backward ran
+    int64_t units_copied;           // units' updated weights queued back to the device
+    int64_t units_waited_by_forward;  // of them, waited for by the next forward just before it read them
+} neox_offload_stats;
+
 typedef struct neox_offload {
     float *params, *grads;        // host copies of [state_begin, state_end)
     int pinned;                   // both from the backend's host_alloc (page-locked), else malloc
@@ -96,7 +105,9 @@ static void on_weights_use(void *ctx, int unit, int use) {
     o->stats.units_waited_by_forward++;
 }
 
-int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
+// Once [state_begin, state_end) is known, before the optimizer is made: whether its state goes to
+// the host (a notice on a host backend, where nothing moves).
+static int setup_offload(neox_trainer *t, neox_error *err) {
     (void)err;
     if (!asks_offload(t)) return 0;
     int pinned = asks_pinned(t);
@@ -131,7 +142,8 @@ int neox_train_offload_pinned(const neox_trainer *t) { return t->offload && t->o
 
 const neox_backend *neox_train_optimizer_backend(const neox_trainer *t) { return t->offload ? neox_backend_cpu() : t->be; }
 
-void neox_train_offload_take_weights(neox_trainer *t) {
+// After the weights are initialised or loaded: the host copy of the range the optimizer updates.
+static void offload_take_weights(neox_trainer *t) {
     neox_offload *o = t->offload;
     if (!o) return;
     neox_model *m = t->model;
@@ -143,7 +155,8 @@ void neox_train_offload_take_weights(neox_trainer *t) {
     m->weights_use_ctx = t;
 }
 
-void neox_train_offload_begin_step(neox_trainer *t) {
+// Before a step's gradients are zeroed: no gradient of it is on its way to the host yet.
+static void offload_begin_step(neox_trainer *t) {
     neox_offload *o = t->offload;
     if (!o) return;
     // A skipped step's copies may still be reading the gradients this step is about to zero.
@@ -229,11 +242,7 @@ void neox_train_offload_settle(neox_trainer *t) {
         if (o->unit_ticket[u]) wait_unit(t, u);
 }
 
-neox_offload_stats neox_train_offload_stats(const neox_trainer *t) {
-    return t->offload ? t->offload->stats : (neox_offload_stats){0};
-}
-
-void neox_train_free_offload(neox_trainer *t) {
+static void free_offload(neox_trainer *t) {
     neox_offload *o = t->offload;
     if (!o) return;
     t->be->synchronize();  // (no copy may still write host memory freed here)
@@ -243,3 +252,42 @@ void neox_train_free_offload(neox_trainer *t) {
     free(o);
     t->offload = NULL;
 }
+
+// The optimizer state, and the host copies of the weights and gradients it updates from, live in
+// host memory instead of the device's.
+static void offload_memory(const neox_trainer *t, neox_memory_plan *p) {
+    if (!t->offload) return;
+    double n = (double)(t->state_end - t->state_begin);
+    double state = n * (double)neox_optimizer_state_bytes_per_element(&t->optim);
+    p->optimizer -= state;
+    p->offloaded += state + n * 8;
+}
+
+static json_t *stats_json(const neox_offload_stats *s) {
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "steps", (json_int_t)s->steps, "grad_bytes", (json_int_t)s->grad_bytes,
+                     "grad_bytes_in_backward", (json_int_t)s->grad_bytes_in_backward, "units_copied",
+                     (json_int_t)s->units_copied, "units_waited_by_forward", (json_int_t)s->units_waited_by_forward);
+}
+
+// Every rank's copies over the run, as "offload" of each rank that updated on the host.
+static void offload_report(neox_trainer *t, json_t *doc) {
+    neox_offload_stats mine = t->offload ? t->offload->stats : (neox_offload_stats){0};
+    int n = t->grid->world_size;
+    neox_offload_stats *all = neox_malloc((size_t)n * sizeof mine);
+    neox_gather_bytes_uncounted(&t->grid->world, &mine, (int)sizeof mine, all);  // (bookkeeping)
+    json_t *ranks = doc ? json_object_get(doc, "ranks") : NULL;
+    for (int r = 0; ranks && r < n; r++)
+        if (all[r].steps > 0) json_object_set_new(json_array_get(ranks, (size_t)r), "offload", stats_json(&all[r]));
+    free(all);
+}
+
+const neox_train_part neox_train_offload_part = {
+    .name = "optimizer offload",
+    .stage = NEOX_PART_AFTER_PARTITION,
+    .setup = setup_offload,
+    .start = offload_take_weights,
+    .free = free_offload,
+    .memory = offload_memory,
+    .report = offload_report,
+    .begin_step = offload_begin_step,
+};

@@ -33,7 +33,7 @@ static int is_dpo(const neox_config *cfg) {
 
 int neox_train_rows_per_sample(const neox_config *cfg) { return is_dpo(cfg) || neox_train_is_rm(cfg) ? 2 : 1; }
 
-int neox_train_setup_dpo(neox_trainer *t, neox_error *err) {
+static int setup_dpo(neox_trainer *t, neox_error *err) {
     const char *data = neox_config_str(t->cfg, dataset_impl);
     int dpo = is_dpo(t->cfg), pairwise = data && !strcmp(data, "pairwise");
     if (neox_train_is_rm(t->cfg)) return 0;  // (reward_model.c)
@@ -65,7 +65,7 @@ int neox_train_make_reference(neox_trainer *t, neox_error *err) {
     return neox_model_plan(d->reference, t->rows, t->seq_length, err);
 }
 
-void neox_train_free_dpo(neox_trainer *t) {
+static void free_dpo(neox_trainer *t) {
     neox_dpo *d = t->dpo;
     if (!d) return;
     neox_model_free(d->reference);
@@ -79,7 +79,7 @@ void neox_train_free_dpo(neox_trainer *t) {
 
 // After loading: a reference not read from the checkpoint is the policy's starting weights (under
 // ZeRO-3 gathered whole for the copy).
-void neox_train_dpo_start(neox_trainer *t) {
+static void dpo_start(neox_trainer *t) {
     neox_dpo *d = t->dpo;
     if (!d || !d->reference || d->reference_loaded) return;
     neox_train_zero3_gather_all(t);
@@ -88,16 +88,18 @@ void neox_train_dpo_start(neox_trainer *t) {
     neox_model_weights_changed(d->reference);
 }
 
-int neox_train_dpo_save(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
+static int dpo_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err) {
+    (void)run_state;
     if (!t->dpo || !t->dpo->reference) return 0;
     return neox_train_write_share_of(t, w, "reference", t->dpo->reference->param_buf, 0, err);
 }
 
 // A resumed DPO run (not a fine-tuning start, which takes its reference from the weights it loads)
 // reads the reference its checkpoint holds.
-int neox_train_dpo_load(neox_trainer *t, const neox_ckpt_reader *r, neox_error *err) {
+static int dpo_load(neox_trainer *t, const neox_part_loading *from, neox_error *err) {
     neox_dpo *d = t->dpo;
-    if (!d || !d->reference || neox_config_bool(t->cfg, finetune)) return 0;
+    const neox_ckpt_reader *r = from->reader;
+    if (!d || !d->reference || from->finetune) return 0;
     char first[160];
     snprintf(first, sizeof first, "reference/%s", t->model->params[0].name);
     if (!neox_ckpt_has(r, first)) return 0;
@@ -179,3 +181,38 @@ int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out) {
     }
     return n;
 }
+
+// The preference methods' set-up: after the datasets, whose reward datasets KTO checks.
+static int setup_preference(neox_trainer *t, neox_error *err) {
+    if (setup_dpo(t, err) != 0) return -1;
+    return neox_train_check_kto_data(t, err);
+}
+
+// DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
+// (unused by a model that only runs forward) and its activations.
+static void dpo_memory(const neox_trainer *t, neox_memory_plan *p) {
+    const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
+    if (!ref) return;
+    p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
+    p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
+    p->offloaded += (double)neox_model_host_checkpoint_bytes(ref);
+}
+
+static void dpo_log(neox_trainer *t, neox_step_stats *stats) {
+    (void)stats;
+    neox_eval_value values[NEOX_PREFERENCE_MAX_METRICS];
+    neox_train_add_step_metrics(t, values, neox_train_dpo_metrics(t, values));
+}
+
+const neox_train_part neox_train_preference_part = {
+    .name = "preference (DPO, KTO)",
+    .stage = NEOX_PART_AFTER_DATA,
+    .setup = setup_preference,
+    .start = dpo_start,
+    .free = free_dpo,
+    .save = dpo_save,
+    .load = dpo_load,
+    .memory = dpo_memory,
+    .begin_step = neox_train_dpo_begin,
+    .log = dpo_log,
+};

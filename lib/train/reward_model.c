@@ -21,7 +21,7 @@ int neox_train_is_rm(const neox_config *cfg) {
     return impl && !strcmp(impl, "rm");
 }
 
-int neox_train_setup_rm(neox_trainer *t, neox_error *err) {
+static int setup_rm(neox_trainer *t, neox_error *err) {
     const neox_config *cfg = t->cfg;
     if (!neox_train_is_rm(cfg)) {
         if (neox_config_float(cfg, z_loss) != 0.0)
@@ -55,7 +55,7 @@ int neox_train_setup_rm(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
-void neox_train_free_rm(neox_trainer *t) {
+static void free_rm(neox_trainer *t) {
     if (!t->rm) return;
     free(t->rm->values);
     free(t->rm->grads);
@@ -148,3 +148,18 @@ int neox_train_rm_metrics(neox_trainer *t, neox_eval_value *out) {
     }
     return NEOX_RM_METRICS;
 }
+
+static void rm_log(neox_trainer *t, neox_step_stats *stats) {
+    (void)stats;
+    neox_eval_value values[NEOX_RM_METRICS];
+    neox_train_add_step_metrics(t, values, neox_train_rm_metrics(t, values));
+}
+
+const neox_train_part neox_train_reward_model_part = {
+    .name = "reward model",
+    .stage = NEOX_PART_AFTER_MODEL,
+    .setup = setup_rm,
+    .free = free_rm,
+    .begin_step = neox_train_rm_begin,
+    .log = rm_log,
+};
