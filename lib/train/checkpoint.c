@@ -3,8 +3,10 @@
 // partition) of its own flat buffers — parameters = the fp32 master weights, Adam moments or the
 // SGD momentum — as blocks of the global tensors, so a checkpoint can be read back by any layout
 // (tensor-parallel blocks, pipe stages and data-parallel ranges intersect freely); rank 0 adds the run state (iteration, optimizer step,
-// LR schedule, RNG, data positions, model shape) as JSON, the effective config and the input YAML
-// files, all into a temporary directory. After every shard is in place rank 0 writes manifest.json
+// RNG, data positions, model shape) as JSON, the effective config and the input YAML files, all
+// into a temporary directory. The registered parts (parts.c) save and load their own tensors and
+// run-state keys (the LR schedule, the loss scaler, DPO's reference, the compressors' state) in one
+// walk each way. After every shard is in place rank 0 writes manifest.json
 // from the sizes and CRC-32s each rank took while writing (no shard is read back), switches the
 // directory into place as SAVE/global_stepN, and only then moves `latest`.
 #include <jansson.h>

@@ -5,7 +5,8 @@
 // run, with `comms_logger.enabled`, a summary in the form of DeepSpeed's comms_logger
 // (deepspeed.comm.log_summary) per group, operation and message size: count, total and average
 // latency, algorithmic and bus bandwidth; rank 0 prints its own, log_dir/comms_summary.txt holds
-// every rank's. docs/communication.md ("Accounting") describes the numbers.
+// every rank's. docs/communication.md ("Accounting") describes the numbers. A trainer part
+// (parts.c): set-up, free, and the step's start and end.
 #include <stdlib.h>
 #include <string.h>
 

@@ -2,12 +2,12 @@
 // written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
 // model, pipe, embed, world; data_intra and data_inter under the
 // hierarchical all-reduce; expert and expert_data under expert parallelism) and per operation, the calls, payload bytes, bytes sent and seconds
-// blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h),
-// and under ZeRO-3 its parameter coordinator's gathers and the most parameters it held whole; under
-// optimizer offload its copies between device and host.
-// Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.
-// Under gradient_compression: adaptive it also counts, per gradient bucket, the steps reduced
-// with each scheme.
+// blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h).
+// The registered parts add theirs (their report hooks): under ZeRO-3 each rank's parameter
+// coordinator's gathers and the most parameters it held whole, under optimizer offload its copies
+// between device and host, under gradient_compression: adaptive the steps each gradient bucket was
+// reduced with each scheme. Tests derive the per-step volume of each layout from it;
+// docs/parallel.md describes the file.
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>

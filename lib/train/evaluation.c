@@ -4,7 +4,8 @@
 // task code (lib/eval) on the model being trained, each metric as TASK_METRIC,none (the harness's
 // key joined to the task as GPT-NeoX joins them). Tasks read their files from eval_data_dir and
 // spread their requests over the data-parallel ranks exactly as neox-eval does, so the scores at
-// the last iteration are those `neox-eval --tasks` gives for the final checkpoint.
+// the last iteration are those `neox-eval --tasks` gives for the final checkpoint. eval_tasks is a
+// trainer part (parts.c): its set-up and free.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

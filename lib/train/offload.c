@@ -16,6 +16,8 @@
 //   hook), so the last units' copies run behind the first units' compute; else every copy is waited
 //   for before the partitions are gathered.
 // Readers of the weights outside a pass (checkpoints, norms, tasks) call neox_train_offload_settle.
+// A trainer part (parts.c): set-up, start, free, the step's start, its memory and its copies in
+// comm_stats.json are its hooks.
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>

@@ -5,6 +5,7 @@
 // ZeRO-3, which holds no replica whole, the partitions of all data-parallel ranks; under expert
 // parallelism each expert from the first rank holding it).
 // Rank 0 gets the values of the whole model (GPT-NeoX logs only rank 0's stage and shards).
+// A trainer part (parts.c): computed by its log hook when each step is recorded.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

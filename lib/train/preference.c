@@ -9,7 +9,9 @@
 // weights training starts from and saved in checkpoints (group `reference/`), so a resumed run
 // compares against the same reference; under pipeline parallelism each stage holds its layers and
 // runs them just before the policy's (pipeline.c). Log-probabilities are always computed in fp32 or wider,
-// which is what dpo_fp32 asks for. KTO (kto.c) shares the reference and the buffers.
+// which is what dpo_fp32 asks for. KTO (kto.c) shares the reference and the buffers. DPO and KTO
+// are one trainer part (parts.c): set-up, start, free, the reference in checkpoints, its memory,
+// and the metrics of each step.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,8 @@
 // whole micro-batch for row i, which is that value exactly when every row has one; a row with none
 // or several is an error here. The loss is the mean over pairs of -log sigmoid(pos - neg) plus
 // z_loss * (pos^2 + neg^2); its gradient reaches the model as one value gradient per position
-// (neox_model_set_value_grads). Metrics: pos_values, neg_values, margin, accuracy.
+// (neox_model_set_value_grads). Metrics: pos_values, neg_values, margin, accuracy. A trainer part
+// (parts.c): set-up, free and the metrics of each step.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

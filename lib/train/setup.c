@@ -1,8 +1,8 @@
 // setup.c: builds a trainer from a loaded config — tokenizer (for the vocabulary and the EOD id),
-// model (created, activations planned), optimizer settings and state,
-// LR schedule, datasets and batch iterators, metrics, the data-parallel gradient reducer and the
-// checkpoint schedule — then loads the checkpoint `load` names, or initialises the weights from the
-// seed when there is none.
+// model (created, activations planned), optimizer settings and state, datasets and batch
+// iterators, metrics, the data-parallel gradient reducer and the checkpoint schedule, with the
+// registered parts (parts.c) set up at their stages — then loads the checkpoint `load` names, or
+// initialises the weights from the seed when there is none, and starts the parts.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

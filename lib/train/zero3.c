@@ -4,6 +4,8 @@
 // coordinator (lib/gradient/param_gather.c) has gathered. The model tells the coordinator when it
 // uses a unit (its weights_use hook); every micro-batch is one pass with the model's trace.
 // Gradients and optimizer state are partitioned as under stage 2 (the reducer's partition_sum).
+// A trainer part (parts.c): set-up, start, free, its memory and its gathers in comm_stats.json are
+// its hooks; the passes (pipeline.c) call neox_train_zero3_begin and _end.
 #include <stdlib.h>
 #include <string.h>
 
