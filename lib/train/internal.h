@@ -78,7 +78,8 @@ struct neox_trainer {
     neox_model *model;
     int64_t nonfinite_loss_in_a_row;  // steps ending now whose loss was NaN or inf (fp16 overflows aside)
     // Where the model, gradients and optimizer state live (`compute_backend`), and the linear layers'
-    // precision; fp16 scales the loss with DeepSpeed's dynamic loss scaler (static 1 otherwise).
+    // precision; fp16 scales the loss with DeepSpeed's dynamic loss scaler (static 1 otherwise; the
+    // loss scaler part, loss_scaler.c, reads, saves and updates it; the passes read its scale).
     const neox_backend *be;
     neox_precision precision;
     neox_loss_scaler scaler;
@@ -93,7 +94,7 @@ struct neox_trainer {
     neox_optimizer_settings optim;   // as the config sets it (read before the state exists)
     neox_optimizer *optimizer;     // its state covers [state_begin, state_end) of the flat buffers
     double *step_sumsq;            // the device step's sum of squares (one double on be), else NULL
-    neox_lr_schedule lr;
+    neox_lr_schedule lr;           // the LR schedule part's (resume_schedule.c); the step reads it
     neox_grad_reducer *reducer;    // NULL at data-parallel size 1
     int zero_stage;                // 0, 1 or 2 (0 whenever data-parallel size is 1)
     int overlap_comm;              // start gradient buckets during backward
@@ -104,9 +105,6 @@ struct neox_trainer {
     // ZeRO-3: the fp32 master weights of the partition (the flat buffer holds only what zero3.c's
     // coordinator has gathered); NULL otherwise.
     float *param_partition;
-    // ZeRO-Offload (offload.c): the optimizer state on the host, with host copies of the weights it
-    // updates and of their gradients ([state_begin, state_end)); NULL when the optimizer is not offloaded.
-    struct neox_offload *offload;
     int reduce_now;                // backward of the current micro-batch is followed by a reduction
     int local_grads;               // this step leaves gradients unreduced (1-bit Adam's compression phase)
     neox_onebit *onebit;           // 1-bit Adam's compressed momentum all-reduce (data-parallel size > 1)
@@ -131,8 +129,6 @@ struct neox_trainer {
     neox_dataset *datasets[3];     // train, valid, test; NULL when a split is empty
     neox_batch_iterator train_it, valid_it;
     neox_batch *batch;             // rows: micro_batch samples x their rows (2 for pairwise data)
-    neox_dpo *dpo;                 // train_impl: dpo; NULL otherwise
-    neox_rm *rm;                   // train_impl: rm; NULL otherwise
     neox_prefetch *prefetch;       // num_workers >= 1: the next batch read behind the current one
 
     neox_metrics *metrics;
@@ -238,7 +234,10 @@ void neox_train_zero3_after_update(neox_trainer *t);
 
 // ---- ZeRO-Offload of the optimizer (offload.c) ---------------------------------------------------
 // (A trainer part: set-up, start, free, memory, report and begin_step are its table's.) Its set-up
-// decides whether the optimizer state goes to the host (t->offload; a notice on a host backend).
+// decides whether the optimizer state goes to the host (a notice on a host backend).
+// Whether the optimizer state (with host copies of the weights it updates and of their gradients,
+// [state_begin, state_end)) lives on the host.
+int neox_train_offloaded(const neox_trainer *t);
 // Where the optimizer state lives: the host under offload, else the trainer's backend.
 const neox_backend *neox_train_optimizer_backend(const neox_trainer *t);
 // Host buffers page-locked (offload_optimizer.pin_memory).
@@ -313,6 +312,9 @@ int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const 
 // the reference model and checks the reward datasets; start, free, save, load, memory, begin_step
 // and log are its table's.)
 int neox_train_rows_per_sample(const neox_config *cfg);  // 2 for train_impl dpo, else 1
+// The part's state: NULL unless train_impl is dpo or kto; make_dpo creates it (KTO's set-up).
+neox_dpo *neox_train_dpo_of(const neox_trainer *t);
+neox_dpo *neox_train_make_dpo(neox_trainer *t);
 // After the reference's and the policy's forward of batch b (last stage): the DPO loss of the
 // micro-batch into *loss, the token weights of its backward set, the metrics accumulated.
 int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss);
@@ -320,7 +322,7 @@ int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss);
 // returns how many.
 void neox_train_dpo_begin(neox_trainer *t);
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out);
-// The reference model and the buffers of t->dpo (rows x seq_length), after the policy exists.
+// The reference model and the buffers of the part's neox_dpo (rows x seq_length), after the policy exists.
 int neox_train_make_reference(neox_trainer *t, neox_error *err);
 // KTO (kto.c): the set-up and the reward datasets' check (called by the preference part's set-up),
 // the loss of a micro-batch and the metrics (called by the DPO entry points for KTO).
@@ -332,6 +334,7 @@ int neox_train_kto_metrics(neox_trainer *t, neox_eval_value *out);
 
 // ---- reward models (reward_model.c) ---------------------------------------------------------
 int neox_train_is_rm(const neox_config *cfg);
+neox_rm *neox_train_rm_of(const neox_trainer *t);  // the part's state: NULL unless train_impl rm
 // (A trainer part: its set-up checks the keys of train_impl rm, z_loss refused without it, and makes
 // its buffers; free, begin_step and log are its table's.)
 // After the forward of batch b (last stage): the loss into *loss, the metrics accumulated and, when

@@ -28,6 +28,16 @@ enum { REF_NEG, REF_POS, CHOSEN_NEG, CHOSEN_POS, CHOSEN_REWARDS, REJECTED_REWARD
 
 const char *neox_train_dpo_metric_name(int i) { return metric_names[i]; }
 
+extern const neox_train_part neox_train_preference_part;
+
+neox_dpo *neox_train_dpo_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_preference_part); }
+
+neox_dpo *neox_train_make_dpo(neox_trainer *t) {
+    neox_dpo *d = neox_calloc(1, sizeof *d);
+    *neox_train_part_slot(t, &neox_train_preference_part) = d;
+    return d;
+}
+
 static int is_dpo(const neox_config *cfg) {
     const char *impl = neox_config_str(cfg, train_impl);
     return impl && !strcmp(impl, "dpo");
@@ -47,14 +57,14 @@ static int setup_dpo(neox_trainer *t, neox_error *err) {
     if (neox_config_bool(t->cfg, char_level_ppl))
         return neox_fail(err, NEOX_EXIT_USAGE, "char_level_ppl: a character-level perplexity of preference pairs is not "
                          "defined (the DPO evaluation reports its loss and rewards); unset it for train_impl dpo");
-    neox_dpo *d = t->dpo = neox_calloc(1, sizeof *d);
+    neox_dpo *d = neox_train_make_dpo(t);
     d->beta = neox_config_float(t->cfg, dpo_beta);
     d->pairs = t->micro_batch;
     return neox_train_make_reference(t, err);
 }
 
 int neox_train_make_reference(neox_trainer *t, neox_error *err) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     size_t n = (size_t)t->rows * t->seq_length;
     d->policy_lp = neox_malloc(n * sizeof *d->policy_lp);
     d->ref_lp = neox_calloc(n, sizeof *d->ref_lp);
@@ -68,7 +78,7 @@ int neox_train_make_reference(neox_trainer *t, neox_error *err) {
 }
 
 static void free_dpo(neox_trainer *t) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     if (!d) return;
     neox_model_free(d->reference);
     free(d->policy_lp);
@@ -76,13 +86,13 @@ static void free_dpo(neox_trainer *t) {
     free(d->weights);
     free(d->kto);
     free(d);
-    t->dpo = NULL;
+    *neox_train_part_slot(t, &neox_train_preference_part) = NULL;
 }
 
 // After loading: a reference not read from the checkpoint is the policy's starting weights (under
 // ZeRO-3 gathered whole for the copy).
 static void dpo_start(neox_trainer *t) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     if (!d || !d->reference || d->reference_loaded) return;
     neox_train_zero3_gather_all(t);
     t->be->copy(d->reference->param_buf, t->model->param_buf, t->model->num_floats * sizeof(float));
@@ -92,14 +102,15 @@ static void dpo_start(neox_trainer *t) {
 
 static int dpo_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err) {
     (void)run_state;
-    if (!t->dpo || !t->dpo->reference) return 0;
-    return neox_train_write_share_of(t, w, "reference", t->dpo->reference->param_buf, 0, err);
+    const neox_dpo *d = neox_train_dpo_of(t);
+    if (!d || !d->reference) return 0;
+    return neox_train_write_share_of(t, w, "reference", d->reference->param_buf, 0, err);
 }
 
 // A resumed DPO run (not a fine-tuning start, which takes its reference from the weights it loads)
 // reads the reference its checkpoint holds.
 static int dpo_load(neox_trainer *t, const neox_part_loading *from, neox_error *err) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     const neox_ckpt_reader *r = from->reader;
     if (!d || !d->reference || from->finetune) return 0;
     char first[160];
@@ -144,7 +155,7 @@ double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float 
 }
 
 int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     if (d->kto) return neox_train_kto_loss(t, b, loss);
     neox_model_token_logprobs(t->model, d->policy_lp);  // ref_lp: the reference's forward (pipeline.c), or 0
     double metrics[NEOX_DPO_METRICS];
@@ -156,17 +167,18 @@ int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss) {
 }
 
 void neox_train_dpo_begin(neox_trainer *t) {
-    if (!t->dpo) return;
-    memset(t->dpo->sums, 0, sizeof t->dpo->sums);
-    if (t->dpo->kto) memset(t->dpo->kto->sums, 0, sizeof t->dpo->kto->sums);
-    t->dpo->micro_batches = 0;
+    neox_dpo *d = neox_train_dpo_of(t);
+    if (!d) return;
+    memset(d->sums, 0, sizeof d->sums);
+    if (d->kto) memset(d->kto->sums, 0, sizeof d->kto->sums);
+    d->micro_batches = 0;
 }
 
 // The metrics since neox_train_dpo_begin: per micro-batch means, averaged over micro-batches and
 // data-parallel ranks (GPT-NeoX's reduce_losses), from the last pipe stage on every rank. Without a reference the ref_* metrics and the
 // rewards are not defined (GPT-NeoX does not log them): only chosen_neg and chosen_pos are given.
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     if (!d) return 0;
     if (d->kto) return neox_train_kto_metrics(t, out);
     double v[NEOX_DPO_METRICS + 1];
@@ -193,7 +205,8 @@ static int setup_preference(neox_trainer *t, neox_error *err) {
 // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
 // (unused by a model that only runs forward) and its activations.
 static void dpo_memory(const neox_trainer *t, neox_memory_plan *p) {
-    const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
+    const neox_dpo *d = neox_train_dpo_of(t);
+    const neox_model *ref = d ? d->reference : NULL;
     if (!ref) return;
     p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
     p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);

@@ -15,6 +15,10 @@
 
 #include "internal.h"
 
+extern const neox_train_part neox_train_reward_model_part;
+
+neox_rm *neox_train_rm_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_reward_model_part); }
+
 static const char *const metric_names[NEOX_RM_METRICS] = {"pos_values", "neg_values", "margin", "accuracy"};
 
 int neox_train_is_rm(const neox_config *cfg) {
@@ -47,7 +51,8 @@ static int setup_rm(neox_trainer *t, neox_error *err) {
     if (neox_config_has(cfg, eval_tasks))
         return neox_fail(err, NEOX_EXIT_USAGE, "eval_tasks: a reward model predicts no tokens, so the tasks cannot be "
                          "scored; unset it for train_impl rm");
-    neox_rm *rm = t->rm = neox_calloc(1, sizeof *rm);
+    neox_rm *rm = neox_calloc(1, sizeof *rm);
+    *neox_train_part_slot(t, &neox_train_reward_model_part) = rm;
     rm->z_loss = neox_config_float(cfg, z_loss);
     rm->pairs = t->micro_batch;
     size_t n = (size_t)t->rows * t->seq_length;
@@ -57,11 +62,12 @@ static int setup_rm(neox_trainer *t, neox_error *err) {
 }
 
 static void free_rm(neox_trainer *t) {
-    if (!t->rm) return;
-    free(t->rm->values);
-    free(t->rm->grads);
-    free(t->rm);
-    t->rm = NULL;
+    neox_rm *rm = neox_train_rm_of(t);
+    if (!rm) return;
+    free(rm->values);
+    free(rm->grads);
+    free(rm);
+    *neox_train_part_slot(t, &neox_train_reward_model_part) = NULL;
 }
 
 static int scored_positions(const float *mask, int r, int T) {
@@ -106,7 +112,7 @@ double neox_rm_loss(const float *values, const float *mask, int B, int T, double
 }
 
 int neox_train_rm_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err) {
-    neox_rm *rm = t->rm;
+    neox_rm *rm = neox_train_rm_of(t);
     neox_model_values(t->model, rm->values);
     double metrics[NEOX_RM_METRICS];
     int bad, B = rm->pairs;
@@ -128,15 +134,16 @@ int neox_train_rm_loss(neox_trainer *t, const neox_batch *b, int training, doubl
 }
 
 void neox_train_rm_begin(neox_trainer *t) {
-    if (!t->rm) return;
-    memset(t->rm->sums, 0, sizeof t->rm->sums);
-    t->rm->micro_batches = 0;
+    neox_rm *rm = neox_train_rm_of(t);
+    if (!rm) return;
+    memset(rm->sums, 0, sizeof rm->sums);
+    rm->micro_batches = 0;
 }
 
 // Per micro-batch means averaged over micro-batches and data-parallel ranks, from the last pipe
 // stage on every rank (as the DPO metrics).
 int neox_train_rm_metrics(neox_trainer *t, neox_eval_value *out) {
-    neox_rm *rm = t->rm;
+    neox_rm *rm = neox_train_rm_of(t);
     if (!rm) return 0;
     double v[NEOX_RM_METRICS + 1];
     memcpy(v, rm->sums, sizeof rm->sums);

@@ -281,7 +281,7 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     // The device step: one rank (no host all-reduce of the norm), AdamW (whose kernel takes the guard), the
     // optimizer on the device (not offloaded).
     neox_grid *g = t->grid;
-    if (t->be->on_device && !t->offload && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
+    if (t->be->on_device && !neox_train_offloaded(t) && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
         t->step_sumsq = t->be->alloc(sizeof(double));
     return neox_train_setup_compression(t, err);
 }
@@ -426,7 +426,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
         neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s%s%s", grid->world_size, grid->pipe_size,
                   grid->data_size, grid->model_size, t->zero_stage, t->overlap_comm ? ", overlapped reduction" : "",
-                  t->offload ? (neox_train_offload_pinned(t) ? ", optimizer offloaded to the host (pinned buffers)"
+                  neox_train_offloaded(t) ? (neox_train_offload_pinned(t) ? ", optimizer offloaded to the host (pinned buffers)"
                                                              : ", optimizer offloaded to the host") : "",
                   neox_comm_shared_cores() ? "; ranks share this machine's cores, so waits sleep" : "");
         neox_info("compute: %s backend (%s), precision %s%s", t->be->name, neox_backends_description(),
