@@ -379,7 +379,6 @@ typedef enum {
     NEOX_PART_AFTER_PRECISION,  // the precision is known; no backend or model yet
     NEOX_PART_AFTER_MODEL,      // the model exists; no data-parallel reduction yet
     NEOX_PART_AFTER_PARTITION,  // [state_begin, state_end) is known; the optimizer is not made yet
-    NEOX_PART_AFTER_DATA,       // the datasets and the batch exist; no checkpoint is loaded yet
     NEOX_PART_AFTER_LOAD,       // the weights are loaded; the metrics are not open yet
 } neox_part_stage;
 
@@ -396,6 +395,8 @@ typedef struct neox_train_part {
     const char *name;
     neox_part_stage stage;
     int (*setup)(neox_trainer *t, neox_error *err);
+    // Once the datasets exist (before loading): refuses data the part cannot train on.
+    int (*check_data)(const neox_trainer *t, neox_error *err);
     // After the weights are initialised or loaded, before the first step.
     void (*start)(neox_trainer *t);
     void (*free)(neox_trainer *t);
@@ -424,6 +425,7 @@ typedef struct neox_train_part {
 void **neox_train_part_slot(const neox_trainer *t, const neox_train_part *part);
 // The walks over the table, in its order (free: in reverse).
 int neox_train_parts_setup(neox_trainer *t, neox_part_stage stage, neox_error *err);
+int neox_train_parts_check_data(const neox_trainer *t, neox_error *err);
 void neox_train_parts_start(neox_trainer *t);
 void neox_train_parts_free(neox_trainer *t);
 int neox_train_parts_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err);

@@ -4,7 +4,8 @@
 // and its private state) plus one line in the table below.
 //
 // The table's order is the order the hooks run in (free runs in reverse). Where it matters:
-// zero3 starts before preference (the reference copies the policy, which ZeRO-3 gathers whole)
+// set-up errors come in the order preference, reward model, schedule (tests name which is
+// reported first); zero3 starts before preference (the reference copies the policy, which ZeRO-3 gathers whole)
 // and before offload (which copies the weights the partition holds).
 #include "internal.h"
 
@@ -21,10 +22,10 @@ extern const neox_train_part neox_train_eval_tasks_part;    // evaluation.c
 
 static const neox_train_part *const parts[] = {
     &neox_train_loss_scaler_part,
-    &neox_train_reward_model_part,
-    &neox_train_schedule_part,
     &neox_train_zero3_part,
     &neox_train_preference_part,
+    &neox_train_reward_model_part,
+    &neox_train_schedule_part,
     &neox_train_offload_part,
     &neox_train_exchange_part,
     &neox_train_comm_log_part,
@@ -43,6 +44,12 @@ void **neox_train_part_slot(const neox_trainer *t, const neox_train_part *part) 
 int neox_train_parts_setup(neox_trainer *t, neox_part_stage stage, neox_error *err) {
     for (int i = 0; i < NPARTS; i++)
         if (parts[i]->stage == stage && parts[i]->setup && parts[i]->setup(t, err) != 0) return -1;
+    return 0;
+}
+
+int neox_train_parts_check_data(const neox_trainer *t, neox_error *err) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->check_data && parts[i]->check_data(t, err) != 0) return -1;
     return 0;
 }
 

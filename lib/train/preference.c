@@ -196,12 +196,6 @@ int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out) {
     return n;
 }
 
-// The preference methods' set-up: after the datasets, whose reward datasets KTO checks.
-static int setup_preference(neox_trainer *t, neox_error *err) {
-    if (setup_dpo(t, err) != 0) return -1;
-    return neox_train_check_kto_data(t, err);
-}
-
 // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
 // (unused by a model that only runs forward) and its activations.
 static void dpo_memory(const neox_trainer *t, neox_memory_plan *p) {
@@ -221,8 +215,9 @@ static void dpo_log(neox_trainer *t, neox_step_stats *stats) {
 
 const neox_train_part neox_train_preference_part = {
     .name = "preference (DPO, KTO)",
-    .stage = NEOX_PART_AFTER_DATA,
-    .setup = setup_preference,
+    .stage = NEOX_PART_AFTER_MODEL,
+    .setup = setup_dpo,
+    .check_data = neox_train_check_kto_data,
     .start = dpo_start,
     .free = free_dpo,
     .save = dpo_save,

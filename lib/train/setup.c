@@ -411,7 +411,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_train_parts_setup(t, NEOX_PART_AFTER_PRECISION, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
         neox_train_parts_setup(t, NEOX_PART_AFTER_MODEL, err) != 0 || setup_optimizer(t, err) != 0 ||
-        setup_data(t, err) != 0 || neox_train_parts_setup(t, NEOX_PART_AFTER_DATA, err) != 0 ||
+        setup_data(t, err) != 0 || neox_train_parts_check_data(t, err) != 0 ||
         neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;
