@@ -3,8 +3,10 @@
 // partition) of its own flat buffers — parameters = the fp32 master weights, Adam moments or the
 // SGD momentum — as blocks of the global tensors, so a checkpoint can be read back by any layout
 // (tensor-parallel blocks, pipe stages and data-parallel ranges intersect freely); rank 0 adds the run state (iteration, optimizer step,
-// LR schedule, RNG, data positions, model shape) as JSON, the effective config and the input YAML
-// files, all into a temporary directory. After every shard is in place rank 0 writes manifest.json
+// RNG, data positions, model shape) as JSON, the effective config and the input YAML files, all
+// into a temporary directory. The registered parts (parts.c) save and load their own tensors and
+// run-state keys (the LR schedule, the loss scaler, DPO's reference, the compressors' state) in one
+// walk each way. After every shard is in place rank 0 writes manifest.json
 // from the sizes and CRC-32s each rank took while writing (no shard is read back), switches the
 // directory into place as SAVE/global_stepN, and only then moves `latest`.
 #include <jansson.h>
@@ -47,18 +49,7 @@ static json_t *state_json(const neox_trainer *t) {
     json_t *state = neox_ckpt_run_state_json(&c, &t->model->desc, files);
     // no_save_optim: no optimizer named, as no optimizer state is stored.
     if (!saves_no_optimizer(t)) json_object_set_new(state, "optimizer", json_string(optimizer_name(t->optim.kind)));
-    json_object_set_new(state, "lr_schedule",
-                        json_pack("{s:f, s:f, s:f, s:I, s:s, s:I}", "lr", t->lr.start_lr, "min_lr", t->lr.min_lr,
-                                  "warmup_iters", t->lr.warmup_iters, "decay_iters", (json_int_t)t->lr.decay_iters,
-                                  "style", neox_lr_style_name(t->lr.style), "num_iters",
-                                  (json_int_t)(s->iteration - s->overflow_skips)));
-    neox_train_exchange_save(t, NULL, state, NULL);  // (the adaptive plan's "gradient_compression")
-    // fp16: DeepSpeed's loss scaler, so a resumed run scales and skips exactly as the straight one.
-    const neox_loss_scaler *ls = &t->scaler;
-    json_object_set_new(state, "loss_scaler",
-                        json_pack("{s:f, s:I, s:I, s:I}", "scale", ls->scale, "hysteresis_left", (json_int_t)ls->hysteresis_left,
-                                  "iteration", (json_int_t)ls->iteration, "last_overflow", (json_int_t)ls->last_overflow));
-    return state;
+    return state;  // (the parts add theirs: neox_train_parts_save)
 }
 
 // ---- saving --------------------------------------------------------------------------------------
@@ -98,10 +89,9 @@ static int write_share(const neox_trainer *t, neox_ckpt_writer *w, const char *g
     return 0;
 }
 
-// write_share from backend memory: on a device, this rank's share is first copied to the host.
-int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf,
-                              size_t base, neox_error *err) {
-    const neox_backend *be = t->model->be;
+// write_share from memory of backend be: on a device, this rank's share is first copied to the host.
+static int write_share_on(const neox_trainer *t, const neox_backend *be, neox_ckpt_writer *w, const char *group,
+                          const float *buf, size_t base, neox_error *err) {
     if (!be->on_device || t->part_end <= t->part_begin) return write_share(t, w, group, buf, base, err);
     size_t n = t->part_end - t->part_begin;
     float *host = neox_malloc(n * sizeof(float));
@@ -111,8 +101,13 @@ int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const 
     return rc;
 }
 
-static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
-    json_t *state = state_json(t);
+int neox_train_write_share_of(const neox_trainer *t, neox_ckpt_writer *w, const char *group, const float *buf,
+                              size_t base, neox_error *err) {
+    return write_share_on(t, t->model->be, w, group, buf, base, err);
+}
+
+// The run state (rank 0's state/train.json), the effective config and the input YAML files.
+static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, json_t *state, neox_error *err) {
     char *text = json_dumps(state, JSON_INDENT(2) | JSON_SORT_KEYS);
     int rc = neox_ckpt_write_bytes(w, "state/train.json", text, strlen(text), err);
     free(text);
@@ -130,7 +125,6 @@ static int write_run_files(const neox_trainer *t, neox_ckpt_writer *w, neox_erro
         rc = yaml ? neox_ckpt_write_bytes(w, json_string_value(json_array_get(files, (size_t)i)), yaml, n, err) : -1;
         free(yaml);
     }
-    json_decref(state);
     return rc;
 }
 
@@ -148,12 +142,12 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     // (ZeRO-3: the partition's master weights; the flat buffer holds only gathered units)
     int rc = t->param_partition ? neox_train_write_share_of(t, w, "params", t->param_partition, t->part_begin, err)
                                 : neox_train_write_share_of(t, w, "params", t->model->param_buf, 0, err);
-    for (int b = 0; rc == 0 && b < nbufs; b++)  // (offloaded optimizer state is host memory already)
-        rc = t->offload ? write_share(t, w, names[b], bufs[b], t->state_begin, err)
-                        : neox_train_write_share_of(t, w, names[b], bufs[b], t->state_begin, err);
-    if (rc == 0 && !saves_no_optimizer(t)) rc = neox_train_exchange_save(t, w, NULL, err);  // compressor buffers
-    if (rc == 0) rc = neox_train_dpo_save(t, w, err);
-    if (rc == 0 && t->rank0) rc = write_run_files(t, w, err);
+    for (int b = 0; rc == 0 && b < nbufs; b++)  // (where the optimizer keeps it: offloaded, in host memory)
+        rc = write_share_on(t, t->optimizer->be, w, names[b], bufs[b], t->state_begin, err);
+    json_t *state = t->rank0 ? state_json(t) : NULL;
+    if (rc == 0) rc = neox_train_parts_save(t, w, state, err);
+    if (rc == 0 && t->rank0) rc = write_run_files(t, w, state, err);
+    json_decref(state);
     if (rc != 0) {
         neox_ckpt_writer_abort(w);
         return -1;
@@ -277,7 +271,7 @@ static int loads_rng(const neox_trainer *t, json_t *state, const char *dir) {
     return 0;
 }
 
-static int restore_state(neox_trainer *t, json_t *state, const char *dir, int load_optim, int load_rng, neox_error *err) {
+static int restore_state(neox_trainer *t, json_t *state, int load_optim, int load_rng, neox_error *err) {
     const neox_config *cfg = t->cfg;
     int finetune = neox_config_bool(cfg, finetune);
     int no_optim = !load_optim, no_rng = !load_rng;
@@ -303,13 +297,6 @@ static int restore_state(neox_trainer *t, json_t *state, const char *dir, int lo
         s->skipped_total = json_int_field(state, "skipped_total");
         s->nonfinite_in_a_row = json_int_field(state, "nonfinite_in_a_row");
         s->overflow_skips = json_int_field(state, "overflow_skips");
-        json_t *ls = json_object_get(state, "loss_scaler");
-        if (t->scaler.window > 0 && json_is_object(ls)) {  // a dynamic scaler continues where it stopped
-            t->scaler.scale = json_real_value(json_object_get(ls, "scale"));
-            t->scaler.hysteresis_left = (int)json_int_field(ls, "hysteresis_left");
-            t->scaler.iteration = json_int_field(ls, "iteration");
-            t->scaler.last_overflow = json_int_field(ls, "last_overflow");
-        }
         if (!no_optim) s->optimizer_steps = json_int_field(state, "optimizer_steps");
         neox_batch_iterator_seek(&t->train_it, s->train_position);
         if (t->datasets[1]) neox_batch_iterator_seek(&t->valid_it, s->valid_position);
@@ -323,12 +310,7 @@ static int restore_state(neox_trainer *t, json_t *state, const char *dir, int lo
         t->state.dropout_rows = rows ? json_int_field(state, "dropout_rows")
                                      : json_int_field(state, "train_samples") * neox_train_rows_per_sample(cfg);
     }
-    // As GPT-NeoX, the schedule is part of the optimizer state: loaded (and checked) with it only;
-    // so is the compression scheme in use (its error buffers are optimizer state).
-    if (no_optim) return 0;
-    if (!finetune && neox_train_exchange_load(t, NULL, state, dir, err) != 0)  // (the adaptive plan)
-        return -1;
-    return neox_train_resume_schedule(t, json_object_get(state, "lr_schedule"), err);
+    return 0;
 }
 
 // The weights this rank keeps: the whole flat buffer, or under ZeRO-3 its partition's master
@@ -375,7 +357,6 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
                                 : neox_model_check_finite_state(t->model, t->model->param_buf, 0, t->model->num_floats,
                                                                 "params", err);
     neox_model_weights_changed(t->model);
-    if (rc == 0) rc = neox_train_dpo_load(t, r, err);
     int load_optim = rc == 0 && loads_optimizer(t, state, dir), load_rng = rc == 0 && loads_rng(t, state, dir);
     if (load_optim) {
         const char *saved = json_string_value(json_object_get(state, "optimizer"));
@@ -387,13 +368,15 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         int nbufs = optimizer_buffers(t, names, bufs);
         // The state is read where it lives: offloaded, on the host (the model's layout, the CPU backend).
         neox_model host_view = *t->model;
-        host_view.be = neox_train_optimizer_backend(t);
+        host_view.be = t->optimizer->be;
         for (int b = 0; rc == 0 && b < nbufs; b++)
             if ((rc = neox_ckpt_read_model_range(&host_view, r, names[b], t->state_begin, t->state_end, bufs[b], err)) == 0)
                 rc = neox_model_check_finite_state(&host_view, bufs[b], t->state_begin, t->state_end, names[b], err);
-        if (rc == 0) rc = neox_train_exchange_load(t, r, NULL, dir, err);  // compressor buffers
     }
-    if (rc == 0) rc = restore_state(t, state, dir, load_optim, load_rng, err);
+    if (rc == 0) rc = restore_state(t, state, load_optim, load_rng, err);
+    neox_part_loading from = {.reader = r, .state = state, .dir = dir, .optimizer = load_optim,
+                              .finetune = neox_config_bool(t->cfg, finetune)};
+    if (rc == 0) rc = neox_train_parts_load(t, &from, err);
     json_decref(state);
     neox_ckpt_reader_close(r);
     return rc;

@@ -5,11 +5,28 @@
 // run, with `comms_logger.enabled`, a summary in the form of DeepSpeed's comms_logger
 // (deepspeed.comm.log_summary) per group, operation and message size: count, total and average
 // latency, algorithmic and bus bandwidth; rank 0 prints its own, log_dir/comms_summary.txt holds
-// every rank's. docs/communication.md ("Accounting") describes the numbers.
+// every rank's. docs/communication.md ("Accounting") describes the numbers. A trainer part
+// (parts.c): set-up, free, and the step's start and end.
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+
+// comms_logger (DeepSpeed's keys): the end-of-run summary, per-step verbose lines, the operations shown.
+typedef struct neox_comms_logger {
+    int enabled, verbose, prof_all, debug;
+    unsigned prof_ops;             // bit per neox_comm_op, used when prof_all is false
+} neox_comms_logger;
+
+// The part's state: the keys, and each group's statistics when the step began.
+typedef struct neox_comm_log {
+    neox_comms_logger keys;
+    neox_comm_stats before[NEOX_TRAIN_COMM_GROUPS];
+} neox_comm_log;
+
+extern const neox_train_part neox_train_comm_log_part;
+
+static neox_comm_log *comm_log_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_comm_log_part); }
 
 // expert and expert_data: expert parallelism's groups (the exchange's all-to-alls; the experts' reducer).
 static const char *group_names[NEOX_TRAIN_COMM_GROUPS] = {"world", "pipe", "data", "model", "embed", "data_intra",
@@ -48,7 +65,7 @@ static int flag(const neox_config *cfg, const char *base, const char *key, int f
 
 // comms_logger: {enabled, verbose, prof_all, prof_ops, debug} with DeepSpeed's defaults (false,
 // false, true, [], false). prof_all false limits the summary to the operations named in prof_ops.
-int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out, neox_error *err) {
+static int read_comms_logger(const neox_config *cfg, neox_comms_logger *out, neox_error *err) {
     memset(out, 0, sizeof *out);
     out->prof_all = 1;
     // GPT-NeoX's own configs pass it inside deepspeed_extra_args (configs/19M.yml); the top-level key wins.
@@ -78,10 +95,22 @@ int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out,
 
 static int profiled(const neox_comms_logger *l, int op) { return l->prof_all || (l->prof_ops >> op & 1u); }
 
+static int setup_comm_log(neox_trainer *t, neox_error *err) {
+    neox_comm_log *l = neox_calloc(1, sizeof *l);
+    *neox_train_part_slot(t, &neox_train_comm_log_part) = l;
+    return read_comms_logger(t->cfg, &l->keys, err);
+}
+
+static void free_comm_log(neox_trainer *t) {
+    free(comm_log_of(t));
+    *neox_train_part_slot(t, &neox_train_comm_log_part) = NULL;
+}
+
 // ---- per step ---------------------------------------------------------------------------------
 
-void neox_train_comm_step_begin(neox_trainer *t) {
-    for (int i = 0; i < NEOX_TRAIN_COMM_GROUPS; i++) t->comm_before[i] = neox_train_comm_group(t->grid, i, NULL)->stats;
+static void comm_step_begin(neox_trainer *t) {
+    neox_comm_log *l = comm_log_of(t);
+    for (int i = 0; i < NEOX_TRAIN_COMM_GROUPS; i++) l->before[i] = neox_train_comm_group(t->grid, i, NULL)->stats;
 }
 
 // DeepSpeed's calc_bw_log: algorithmic and bus bandwidth in Gbit/s of `bytes` moved in `seconds`
@@ -105,7 +134,7 @@ static void add_step_op(neox_trainer *t, const char *group, int n, int op, const
         snprintf(tag, sizeof tag, "comm/%s/%s/%s", group, neox_comm_op_name(op), fields[f]);
         neox_metrics_add(t->metrics, tag, values[f]);
     }
-    if (t->comms_logger.verbose && t->rank0) {
+    if (comm_log_of(t)->keys.verbose && t->rank0) {
         double algbw, busbw;
         bandwidth(op, (double)d->bytes[op], d->seconds[op], n, &algbw, &busbw);
         neox_info("comm op: %s | group: %s | iteration %lld | calls: %lld | bytes: %lld | time (ms): %.3f | "
@@ -115,14 +144,15 @@ static void add_step_op(neox_trainer *t, const char *group, int n, int op, const
 }
 
 // After a step: what each group moved during it, into the metrics (only with more than one rank).
-void neox_train_comm_step_end(neox_trainer *t) {
+static void comm_step_end(neox_trainer *t) {
     if (t->grid->world_size < 2) return;
+    neox_comm_log *l = comm_log_of(t);
     double bytes = 0, sent = 0, seconds = 0;
     for (int i = 0; i < NEOX_TRAIN_COMM_GROUPS; i++) {
         const char *name;
         neox_comm *c = neox_train_comm_group(t->grid, i, &name);
         neox_comm_stats d;
-        neox_comm_stats_delta(&d, &c->stats, &t->comm_before[i]);
+        neox_comm_stats_delta(&d, &c->stats, &l->before[i]);
         for (int op = 0; op < NEOX_COMM_OP_COUNT; op++) {
             if (d.calls[op] == 0) continue;
             add_step_op(t, name, c->size, op, &d);
@@ -189,12 +219,13 @@ static void adaptive_rows(FILE *fp, const neox_trainer *t) {
 }
 
 int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats, neox_error *err) {
-    if (!t->comms_logger.enabled || !t->rank0) return 0;
+    const neox_comm_log *l = comm_log_of(t);
+    if (!l || !l->keys.enabled || !t->rank0) return 0;
     int sizes[NEOX_TRAIN_COMM_GROUPS];
     for (int g = 0; g < NEOX_TRAIN_COMM_GROUPS; g++) sizes[g] = neox_train_comm_group(t->grid, g, NULL)->size;
     if (!t->opts.quiet) {
         neox_info("communication summary of rank 0 (comms_logger):");
-        summary_rows(stdout, stats, sizes, &t->comms_logger);
+        summary_rows(stdout, stats, sizes, &l->keys);
         fflush(stdout);
     }
     const char *dir = neox_config_str(t->cfg, log_dir);
@@ -207,8 +238,17 @@ int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats
     // calls) and the node groups (data_intra, data_inter), whose sizes may differ by node.
     for (int r = 0; r < t->grid->world_size; r++) {
         fprintf(af->fp, "rank %d\n", r);
-        summary_rows(af->fp, stats + (size_t)r * NEOX_TRAIN_COMM_GROUPS, sizes, &t->comms_logger);
+        summary_rows(af->fp, stats + (size_t)r * NEOX_TRAIN_COMM_GROUPS, sizes, &l->keys);
     }
     adaptive_rows(af->fp, t);
     return neox_atomic_commit(af, err);
 }
+
+const neox_train_part neox_train_comm_log_part = {
+    .name = "communication log",
+    .stage = NEOX_PART_AFTER_LOAD,
+    .setup = setup_comm_log,
+    .free = free_comm_log,
+    .begin_step = comm_step_begin,
+    .end_step = comm_step_end,
+};

@@ -2,12 +2,12 @@
 // written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
 // model, pipe, embed, world; data_intra and data_inter under the
 // hierarchical all-reduce; expert and expert_data under expert parallelism) and per operation, the calls, payload bytes, bytes sent and seconds
-// blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h),
-// and under ZeRO-3 its parameter coordinator's gathers and the most parameters it held whole; under
-// optimizer offload its copies between device and host.
-// Tests derive the per-step volume of each layout from it; docs/parallel.md describes the file.
-// Under gradient_compression: adaptive it also counts, per gradient bucket, the steps reduced
-// with each scheme.
+// blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h).
+// The registered parts add theirs (their report hooks): under ZeRO-3 each rank's parameter
+// coordinator's gathers and the most parameters it held whole, under optimizer offload its copies
+// between device and host, under gradient_compression: adaptive the steps each gradient bucket was
+// reduced with each scheme. Tests derive the per-step volume of each layout from it;
+// docs/parallel.md describes the file.
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,21 +24,8 @@ static json_t *reduction_json(const neox_grad_reducer_timing *t) {
                      (json_int_t)t->peak_inflight_elements);
 }
 
-static json_t *gathers_json(const neox_param_gather_stats *s) {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "gathers", (json_int_t)s->gathers, "prefetched", (json_int_t)s->prefetched,
-                     "pieces_prefetched", (json_int_t)s->pieces_prefetched,
-                     "gathered_elements", (json_int_t)s->gathered_elements, "peak_live_elements",
-                     (json_int_t)s->peak_live_elements, "persistent_elements", (json_int_t)s->persistent_elements);
-}
-
-static json_t *offload_json(const neox_offload_stats *s) {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "steps", (json_int_t)s->steps, "grad_bytes", (json_int_t)s->grad_bytes,
-                     "grad_bytes_in_backward", (json_int_t)s->grad_bytes_in_backward, "units_copied",
-                     (json_int_t)s->units_copied, "units_waited_by_forward", (json_int_t)s->units_waited_by_forward);
-}
-
 static json_t *rank_json(neox_grid *g, const neox_comm_stats *stats, const neox_grad_reducer_timing *reduction,
-                         const neox_param_gather_stats *gathers, const neox_offload_stats *offload, const int *coords) {
+                         const int *coords) {
     json_t *groups = json_object();
     for (int i = 0; i < NGROUPS; i++) {
         json_t *ops = json_object();
@@ -55,9 +42,6 @@ static json_t *rank_json(neox_grid *g, const neox_comm_stats *stats, const neox_
     json_t *doc = json_pack("{s:i, s:i, s:i, s:i, s:o}", "rank", coords[0], "pipe", coords[1], "data", coords[2],
                             "model", coords[3], "groups", groups);
     if (reduction->reductions > 0) json_object_set_new(doc, "gradient_reduction", reduction_json(reduction));
-    if (gathers->gathers > 0 || gathers->persistent_elements > 0)
-        json_object_set_new(doc, "parameter_gathers", gathers_json(gathers));
-    if (offload->steps > 0) json_object_set_new(doc, "offload", offload_json(offload));
     return doc;
 }
 
@@ -69,27 +53,24 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
     neox_comm_stats *all = neox_malloc((size_t)n * sizeof mine);
     neox_grad_reducer_timing timing = neox_grad_exchange_timing_of(t->exchange);
     neox_grad_reducer_timing *timings = neox_malloc((size_t)n * sizeof timing);
-    neox_param_gather_stats gathers = {0};  // ZeRO-3's parameter coordinator
-    if (t->gather) gathers = neox_param_gather_stats_of(t->gather);
-    neox_param_gather_stats *all_gathers = neox_malloc((size_t)n * sizeof gathers);
-    neox_offload_stats offload = neox_train_offload_stats(t);  // the optimizer offload's copies
-    neox_offload_stats *all_offload = neox_malloc((size_t)n * sizeof offload);
     // (Bookkeeping: under comm_timeout_seconds, so a stopped peer ends the job instead of hanging it.)
     neox_gather_bytes_uncounted(&g->world, mine, (int)sizeof mine, all);
     neox_gather_bytes_uncounted(&g->world, &timing, (int)sizeof timing, timings);
-    neox_gather_bytes_uncounted(&g->world, &gathers, (int)sizeof gathers, all_gathers);
-    neox_gather_bytes_uncounted(&g->world, &offload, (int)sizeof offload, all_offload);
     const char *dir = neox_config_str(t->cfg, log_dir);
-    int rc = 0;
+    json_t *doc = NULL;
     if (t->rank0 && dir) {
         json_t *ranks = json_array();
         for (int r = 0; r < n; r++) {
             int coords[4] = {r, r / (g->model_size * g->data_size), r / g->model_size % g->data_size, r % g->model_size};
-            json_array_append_new(ranks, rank_json(g, all + (size_t)r * NGROUPS, &timings[r], &all_gathers[r], &all_offload[r], coords));
+            json_array_append_new(ranks, rank_json(g, all + (size_t)r * NGROUPS, &timings[r], coords));
         }
-        json_t *doc = json_pack("{s:I, s:o}", "iterations", (json_int_t)t->state.iteration, "ranks", ranks);
-        json_t *adaptive = neox_grad_exchange_report(t->exchange);  // gradient_compression: adaptive, per bucket
-        if (adaptive) json_object_set_new(doc, "gradient_compression_buckets", adaptive);
+        doc = json_pack("{s:I, s:o}", "iterations", (json_int_t)t->state.iteration, "ranks", ranks);
+    }
+    // The parts' own numbers (a collective): ZeRO-3's gathers, the offload's copies, adaptive
+    // compression's buckets.
+    neox_train_parts_report(t, doc);
+    int rc = 0;
+    if (doc) {
         char *text = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
         char *path = neox_asprintf("%s/comm_stats.json", dir);
         rc = neox_atomic_write(path, text, strlen(text), err);
@@ -107,7 +88,5 @@ int neox_train_write_comm_report(neox_trainer *t, neox_error *err) {
     }
     free(all);
     free(timings);
-    free(all_gathers);
-    free(all_offload);
     return rc;
 }

@@ -4,7 +4,8 @@
 // task code (lib/eval) on the model being trained, each metric as TASK_METRIC,none (the harness's
 // key joined to the task as GPT-NeoX joins them). Tasks read their files from eval_data_dir and
 // spread their requests over the data-parallel ranks exactly as neox-eval does, so the scores at
-// the last iteration are those `neox-eval --tasks` gives for the final checkpoint.
+// the last iteration are those `neox-eval --tasks` gives for the final checkpoint. eval_tasks is a
+// trainer part (parts.c): its set-up and free.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +16,27 @@
 
 enum { MAX_EVAL_VALUES = 1 + 16 * NEOX_EVAL_MAX_METRICS };
 
+// The eval_tasks part's state: the tasks scored with each validation evaluation, and the evaluator
+// (lib/eval) over this trainer's model and tokenizer that scores them.
+typedef struct neox_eval_tasks {
+    const char *names[16];
+    int n;
+    neox_evaluator *ev;
+} neox_eval_tasks;
+
+extern const neox_train_part neox_train_eval_tasks_part;
+
+static neox_eval_tasks *tasks_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_eval_tasks_part); }
+
 // neox-eval's names for the splits, which the run evaluates anyway.
 static int is_split_name(const char *name) { return !strcmp(name, "valid") || !strcmp(name, "test"); }
 
-int neox_train_setup_eval_tasks(neox_trainer *t, neox_error *err) {
+// (nothing unless eval_tasks names a task)
+static int setup_eval_tasks(neox_trainer *t, neox_error *err) {
     const neox_value *v = neox_config_has(t->cfg, eval_tasks) ? neox_config_value(t->cfg, eval_tasks) : NULL;
     if (!v || v->kind != NEOX_VALUE_LIST) return 0;
+    neox_eval_tasks *tasks = neox_calloc(1, sizeof *tasks);
+    *neox_train_part_slot(t, &neox_train_eval_tasks_part) = tasks;
     for (int i = 0; i < v->count; i++) {
         if (v->items[i]->kind != NEOX_VALUE_STRING)
             return neox_fail(err, NEOX_EXIT_USAGE, "eval_tasks: item %d is not a task name", i + 1);
@@ -31,35 +47,39 @@ int neox_train_setup_eval_tasks(neox_trainer *t, neox_error *err) {
                             "(do_valid, do_test) on its own", name);
             continue;
         }
-        if (t->ntasks == 16) return neox_fail(err, NEOX_EXIT_USAGE, "eval_tasks: at most 16 tasks during training");
-        t->task_names[t->ntasks++] = name;
+        if (tasks->n == 16) return neox_fail(err, NEOX_EXIT_USAGE, "eval_tasks: at most 16 tasks during training");
+        tasks->names[tasks->n++] = name;
     }
-    if (t->ntasks == 0) return 0;
+    if (tasks->n == 0) return 0;
     if (t->grid->pipe_size > 1 || t->grid->model_size > 1)
         return neox_fail(err, NEOX_EXIT_USAGE, "eval_tasks: tasks are scored with pipe_parallel_size and model_parallel_size "
                          "1 only (neox-eval's task code is data parallel); run neox-eval on the checkpoints instead");
-    neox_evaluator *ev = t->task_eval = neox_calloc(1, sizeof *ev);
+    neox_evaluator *ev = tasks->ev = neox_calloc(1, sizeof *ev);
     ev->cfg = t->cfg, ev->grid = t->grid, ev->rank0 = t->rank0, ev->quiet = 1;
     ev->tokenizer = t->tokenizer, ev->eod_id = t->eod_id, ev->model = t->model;
     ev->seq_length = t->seq_length, ev->micro_batch = t->micro_batch;
     return 0;
 }
 
-void neox_train_free_eval_tasks(neox_trainer *t) {
-    if (!t->task_eval) return;
-    neox_generator_free(t->task_eval->scorer);  // the model and tokenizer are the trainer's
-    free(t->task_eval);
+static void free_eval_tasks(neox_trainer *t) {
+    neox_eval_tasks *tasks = tasks_of(t);
+    if (!tasks) return;
+    if (tasks->ev) neox_generator_free(tasks->ev->scorer);  // the model and tokenizer are the trainer's
+    free(tasks->ev);
+    free(tasks);
+    *neox_train_part_slot(t, &neox_train_eval_tasks_part) = NULL;
 }
 
 static int run_tasks(neox_trainer *t, neox_eval_value *values, int *n, neox_error *err) {
     neox_task_options o = {.data_dir = neox_config_str(t->cfg, eval_data_dir),
                            .limit = neox_config_int(t->cfg, eval_task_limit), .bootstrap_iters = 0};
-    t->task_eval->iteration = t->state.iteration;
-    for (int k = 0; k < t->ntasks; k++) {
+    neox_eval_tasks *tasks = tasks_of(t);
+    tasks->ev->iteration = t->state.iteration;
+    for (int k = 0; k < tasks->n; k++) {
         neox_task_result r = {0};
-        if (neox_eval_task(t->task_eval, t->task_names[k], &o, &r, err) != 0) {
+        if (neox_eval_task(tasks->ev, tasks->names[k], &o, &r, err) != 0) {
             neox_task_result_release(&r);
-            return neox_fail_context(err, "eval_tasks: %s at iteration %lld", t->task_names[k], (long long)t->state.iteration);
+            return neox_fail_context(err, "eval_tasks: %s at iteration %lld", tasks->names[k], (long long)t->state.iteration);
         }
         for (int i = 0; i < r.nmetrics && *n < MAX_EVAL_VALUES; i++, (*n)++) {
             snprintf(values[*n].name, sizeof values[*n].name, "%s_%s,none", r.task, r.metrics[i].name);
@@ -91,7 +111,7 @@ int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const 
     }
     // (Generation reads the weights without the model's hook: ZeRO-3 gathers the whole model, offload
     // waits for every unit's copy.)
-    if (with_tasks && t->task_eval) {
+    if (with_tasks && tasks_of(t) && tasks_of(t)->ev) {
         neox_train_zero3_gather_all(t);
         neox_train_offload_settle(t);
         int rc = run_tasks(t, values, &n, err);
@@ -100,3 +120,10 @@ int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const 
     }
     return neox_metrics_eval_values(t->metrics, chart, prefix, t->state.iteration, loss, values, n, err);
 }
+
+const neox_train_part neox_train_eval_tasks_part = {
+    .name = "eval_tasks",
+    .stage = NEOX_PART_AFTER_LOAD,
+    .setup = setup_eval_tasks,
+    .free = free_eval_tasks,
+};

@@ -218,7 +218,7 @@ static int read_errors(neox_trainer *t, const neox_ckpt_reader *r, const char *d
     return 0;
 }
 
-int neox_train_exchange_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *state, neox_error *err) {
+static int exchange_save_state(const neox_trainer *t, neox_ckpt_writer *w, json_t *state, neox_error *err) {
     if (state) {
         json_t *adaptive = neox_grad_exchange_state(t->exchange);
         if (adaptive) json_object_set_new(state, "gradient_compression", adaptive);
@@ -226,8 +226,47 @@ int neox_train_exchange_save(const neox_trainer *t, neox_ckpt_writer *w, json_t 
     return w ? write_errors(t, w, err) : 0;
 }
 
-int neox_train_exchange_load(neox_trainer *t, const neox_ckpt_reader *r, json_t *state, const char *dir,
-                             neox_error *err) {
+static int exchange_load_state(neox_trainer *t, const neox_ckpt_reader *r, json_t *state, const char *dir,
+                               neox_error *err) {
     if (r && read_errors(t, r, dir, err) != 0) return -1;
     return state ? neox_grad_exchange_restore(t->exchange, json_object_get(state, "gradient_compression"), dir, err) : 0;
 }
+
+// ---- the exchange as a trainer part (parts.c) ---------------------------------------------------
+// Made and freed with the trainer's partition (setup.c); its checkpoint state, memory and report
+// go through the part's hooks.
+
+// The compressors' error buffers go with the optimizer state (not with no_save_optim); the
+// adaptive plan in use goes into the run state.
+static int exchange_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err) {
+    return exchange_save_state(t, neox_config_bool(t->cfg, no_save_optim) ? NULL : w, run_state, err);
+}
+
+// Restored with the optimizer state only, as GPT-NeoX restores what is optimizer state; the
+// compression scheme in use not when fine-tuning.
+static int exchange_load(neox_trainer *t, const neox_part_loading *from, neox_error *err) {
+    if (!from->optimizer) return 0;
+    return exchange_load_state(t, from->reader, from->finetune ? NULL : from->state, from->dir, err);
+}
+
+// The gradients (the flat buffer's resident part, ZeRO-2's partition sums) and their
+// communication (wire copies, the collectives' temporaries, the compressors' error buffers).
+static void exchange_memory(const neox_trainer *t, neox_memory_plan *p) {
+    neox_grad_exchange_memory m = neox_grad_exchange_memory_of(t->exchange);
+    p->grads += (double)m.grads;
+    p->comm += (double)m.comm;
+}
+
+// gradient_compression: adaptive: per bucket, the steps reduced with each scheme.
+static void exchange_report(neox_trainer *t, json_t *doc) {
+    json_t *adaptive = doc ? neox_grad_exchange_report(t->exchange) : NULL;
+    if (adaptive) json_object_set_new(doc, "gradient_compression_buckets", adaptive);
+}
+
+const neox_train_part neox_train_exchange_part = {
+    .name = "gradient exchange",
+    .save = exchange_save,
+    .load = exchange_load,
+    .memory = exchange_memory,
+    .report = exchange_report,
+};

@@ -33,12 +33,8 @@ typedef struct neox_train_state {
     int64_t overflow_skips;        // fp16 steps skipped for an overflow (the LR schedule does not advance)
 } neox_train_state;
 
-// comms_logger (DeepSpeed's keys): the end-of-run summary, per-step verbose lines, the operations shown.
-typedef struct neox_comms_logger {
-    int enabled, verbose, prof_all, debug;
-    unsigned prof_ops;             // bit per neox_comm_op, used when prof_all is false
-} neox_comms_logger;
 enum { NEOX_TRAIN_COMM_GROUPS = 9 };
+enum { NEOX_TRAIN_MAX_PARTS = 16 };
 
 // train_impl: kto (kto.c): its weights and metric sums.
 typedef struct neox_kto {
@@ -82,7 +78,8 @@ struct neox_trainer {
     neox_model *model;
     int64_t nonfinite_loss_in_a_row;  // steps ending now whose loss was NaN or inf (fp16 overflows aside)
     // Where the model, gradients and optimizer state live (`compute_backend`), and the linear layers'
-    // precision; fp16 scales the loss with DeepSpeed's dynamic loss scaler (static 1 otherwise).
+    // precision; fp16 scales the loss with DeepSpeed's dynamic loss scaler (static 1 otherwise; the
+    // loss scaler part, loss_scaler.c, reads, saves and updates it; the passes read its scale).
     const neox_backend *be;
     neox_precision precision;
     neox_loss_scaler scaler;
@@ -97,25 +94,20 @@ struct neox_trainer {
     neox_optimizer_settings optim;   // as the config sets it (read before the state exists)
     neox_optimizer *optimizer;     // its state covers [state_begin, state_end) of the flat buffers
     double *step_sumsq;            // the device step's sum of squares (one double on be), else NULL
-    neox_lr_schedule lr;
+    neox_lr_schedule lr;           // the LR schedule part's (resume_schedule.c); the step reads it
     // How the gradients cross the data-parallel group (lib/gradient's exchange, made by
     // grad_exchange.c at every data-parallel size): the reducers, ZeRO-2's partition sums, sparse
     // rows, the compressors (1-bit Adam's momentum compressor among them: the optimizer borrows it)
-    // and the adaptive plan, with their memory, report and checkpoint state.
+    // and the adaptive plan, with their memory, report and checkpoint state (exchange_part.c).
     neox_grad_exchange *exchange;
     // The ZeRO stage (0 whenever data-parallel size is 1): the exchange reduces by it, and the
     // optimizer state, the weights' gathers and the checkpoint's layout are partitioned by it.
     int zero_stage;
     size_t part_begin, part_end;   // this rank's data-parallel partition of the flat buffers
     size_t state_begin, state_end; // what the optimizer updates and keeps state for
-    // ZeRO-3 (zero3.c): the fp32 master weights of the partition, the coordinator that gathers the
-    // model's units into its flat buffer, and the model's traces (0: forward, 1: forward + backward).
+    // ZeRO-3: the fp32 master weights of the partition (the flat buffer holds only what zero3.c's
+    // coordinator has gathered); NULL otherwise.
     float *param_partition;
-    neox_param_gather *gather;
-    int *trace[3], trace_len[3];   // by neox_zero3_pass (the backward trace is the end of the training one)
-    // ZeRO-Offload (offload.c): the optimizer state on the host, with host copies of the weights it
-    // updates and of their gradients ([state_begin, state_end)); NULL when the optimizer is not offloaded.
-    struct neox_offload *offload;
     // Expert parallelism (expert_parallel.c): moe_expert_parallel_size (the exchange reduces this
     // rank's experts, the model's parameters from dense_params on, over the grid's expert_data group).
     int ep_size;
@@ -128,24 +120,12 @@ struct neox_trainer {
     neox_dataset *datasets[3];     // train, valid, test; NULL when a split is empty
     neox_batch_iterator train_it, valid_it;
     neox_batch *batch;             // rows: micro_batch samples x their rows (2 for pairwise data)
-    neox_dpo *dpo;                 // train_impl: dpo; NULL otherwise
-    neox_rm *rm;                   // train_impl: rm; NULL otherwise
     neox_prefetch *prefetch;       // num_workers >= 1: the next batch read behind the current one
 
     neox_metrics *metrics;
-    // log_param_norm: the whole model's parameter names and, after each step, their norms
-    // (norms[nnorms]: of all parameters).
-    int nnorms;
-    char **norm_names;
-    double *norms;
-    // eval_tasks: the tasks scored with each validation evaluation, and the evaluator (lib/eval)
-    // over this trainer's model and tokenizer that scores them (NULL: none).
-    const char *task_names[16];
-    int ntasks;
-    struct neox_evaluator *task_eval;
     neox_train_state state;
-    neox_comms_logger comms_logger;
-    neox_comm_stats comm_before[NEOX_TRAIN_COMM_GROUPS];   // each group's statistics when the step began
+    // The registered parts' own state (parts.c), by their place in the table; NULL while unused.
+    void *part_state[NEOX_TRAIN_MAX_PARTS];
 
     // Checkpoint schedule.
     const char *save_dir, *load_dir;
@@ -154,9 +134,6 @@ struct neox_trainer {
     int64_t last_saved;            // iteration of the last checkpoint written or loaded (-1: none)
     int keep_last;
 };
-
-// ---- set-up pieces (setup.c) ----------------------------------------------------------------
-int neox_train_read_schedule(const neox_config *cfg, neox_lr_schedule *lr, neox_error *err);
 
 // ---- the step (step.c) ----------------------------------------------------------------------
 typedef struct neox_step_result {
@@ -239,13 +216,7 @@ void neox_train_memory_gauges(neox_trainer *t);
 int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err);
 
 // ---- ZeRO stage 3 (zero3.c) -------------------------------------------------------------------
-// After the reducer (the partition is known): refuses what stage 3 cannot serve, makes the
-// partition's master weights and the parameter coordinator with the stage3_* keys.
-int neox_train_setup_zero3(neox_trainer *t, neox_error *err);
-void neox_train_free_zero3(neox_trainer *t);
-// After the partition's weights are initialised or loaded (into t->param_partition, never whole):
-// the persistent tensors are gathered and the model's weights_use hook installed.
-void neox_train_zero3_take_weights(neox_trainer *t);
+// (A trainer part: set-up, start, free, memory and report are its table's; see zero3.c.)
 // Around one micro-batch's use of the model: its forward, its forward and backward as one pass, or
 // (under pipelining, where 1F1B runs other micro-batches' forwards in between) its backward.
 typedef enum { NEOX_ZERO3_FORWARD, NEOX_ZERO3_TRAIN, NEOX_ZERO3_BACKWARD } neox_zero3_pass;
@@ -253,23 +224,19 @@ void neox_train_zero3_begin(neox_trainer *t, neox_zero3_pass pass);
 void neox_train_zero3_end(neox_trainer *t);
 // The whole model in the flat buffer until neox_train_zero3_end (readers outside a pass).
 void neox_train_zero3_gather_all(neox_trainer *t);
-// Parameter elements a rank holds whole at most: the peak of a training pass plus the persistent tensors.
-size_t neox_train_zero3_planned_elements(const neox_trainer *t);
 // After the optimizer updated the partition: the persistent tensors are gathered again.
 void neox_train_zero3_after_update(neox_trainer *t);
 
 // ---- ZeRO-Offload of the optimizer (offload.c) ---------------------------------------------------
-// Once [state_begin, state_end) is known, before the optimizer is made: whether its state goes to
-// the host (t->offload; a notice on a host backend, where nothing moves).
-int neox_train_setup_offload(neox_trainer *t, neox_error *err);
+// (A trainer part: set-up, start, free, memory, report and begin_step are its table's.) Its set-up
+// decides whether the optimizer state goes to the host (a notice on a host backend).
+// Whether the optimizer state (with host copies of the weights it updates and of their gradients,
+// [state_begin, state_end)) lives on the host.
+int neox_train_offloaded(const neox_trainer *t);
 // Where the optimizer state lives: the host under offload, else the trainer's backend.
 const neox_backend *neox_train_optimizer_backend(const neox_trainer *t);
-// After the weights are initialised or loaded: the host copy of the range the optimizer updates.
-void neox_train_offload_take_weights(neox_trainer *t);
 // Host buffers page-locked (offload_optimizer.pin_memory).
 int neox_train_offload_pinned(const neox_trainer *t);
-// Before a step's first backward: no gradient of it is on its way to the host yet.
-void neox_train_offload_begin_step(neox_trainer *t);
 // Backward's hook on the step's last micro-batch: parameters [begin, end) have their final gradients.
 void neox_train_offload_grads_ready(neox_trainer *t, int begin, int end);
 // Clipping (and 1 / loss scale) for an optimizer that does not scale the gradients as it reads them:
@@ -280,16 +247,6 @@ void neox_train_offload_step(neox_trainer *t, const float *grads, const neox_seg
                              int64_t step);
 // Before a reader of the weights outside a forward pass: every updated unit is on the device.
 void neox_train_offload_settle(neox_trainer *t);
-// What the copies did over the run (comm_stats.json's "offload").
-typedef struct neox_offload_stats {
-    int64_t steps;                  // updates on the host
-    int64_t grad_bytes;             // gradient bytes copied to the host
-    int64_t grad_bytes_in_backward; // of them, queued while backward ran
-    int64_t units_copied;           // units' updated weights queued back to the device
-    int64_t units_waited_by_forward;  // of them, waited for by the next forward just before it read them
-} neox_offload_stats;
-neox_offload_stats neox_train_offload_stats(const neox_trainer *t);
-void neox_train_free_offload(neox_trainer *t);
 
 // ---- the gradient exchange (grad_exchange.c) ----------------------------------------------------
 // Reads the exchange's keys (communication_data_type, overlap_comm, comm_progress_thread_us,
@@ -297,13 +254,6 @@ void neox_train_free_offload(neox_trainer *t);
 // combinations it cannot serve and makes t->exchange (after the model and t->zero_stage; at every
 // data-parallel size).
 int neox_train_setup_exchange(neox_trainer *t, neox_error *err);
-// The exchange's checkpoint state, shaped as a checkpoint part: with w, this rank's compressor
-// buffers as tensors NAME/rank_RRRRR of its shard; with state, train.json's "gradient_compression".
-int neox_train_exchange_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *state, neox_error *err);
-// Its load: with r, the buffers (when the checkpoint's layout is this run's, else they start from
-// zero with a notice); with state (train.json), the adaptive plan. dir names the checkpoint.
-int neox_train_exchange_load(neox_trainer *t, const neox_ckpt_reader *r, json_t *state, const char *dir,
-                             neox_error *err);
 
 // ---- activation recompute (recompute.c) ------------------------------------------------------
 // Reads partition_activations and checkpoint_in_cpu (both spellings) into desc (its layout and
@@ -316,38 +266,31 @@ void neox_train_setup_recompute(neox_trainer *t, neox_model_desc *desc);
 int neox_train_sparse_settings(const neox_trainer *t, neox_grad_exchange_settings *s, neox_error *err);
 
 // ---- evaluations (evaluation.c) ------------------------------------------------------------
-int neox_train_setup_eval_tasks(neox_trainer *t, neox_error *err);  // (nothing unless eval_tasks)
-void neox_train_free_eval_tasks(neox_trainer *t);
 // Evaluates eval_iters x accumulation micro-batches of it and logs the results under chart
 // ("validation" or "test") with prefix ("iteration 100"): lm_loss, lm_loss_ppl, with
 // char_level_ppl lm_loss_char_lvl_ppl, with with_tasks the eval_tasks scores.
 int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const char *chart, const char *prefix,
                                 int with_tasks, neox_error *err);
 
-// ---- log_param_norm (param_norm.c) ---------------------------------------------------------
-int neox_train_setup_param_norms(neox_trainer *t, neox_error *err);  // (nothing unless log_param_norm)
-void neox_train_free_param_norms(neox_trainer *t);
-// Fills t->norms after a step; a collective over the world.
-void neox_train_param_norms(neox_trainer *t);
-
 // ---- DPO (preference.c) -----------------------------------------------------------------------
-// Checks train_impl against dataset_impl and, for dpo, makes the reference model (after the model).
-int neox_train_setup_dpo(neox_trainer *t, neox_error *err);
+// (A trainer part: its set-up checks train_impl against dataset_impl and, for dpo and kto, makes
+// the reference model and checks the reward datasets; start, free, save, load, memory, begin_step
+// and log are its table's.)
 int neox_train_rows_per_sample(const neox_config *cfg);  // 2 for train_impl dpo, else 1
-void neox_train_free_dpo(neox_trainer *t);
-void neox_train_dpo_start(neox_trainer *t);  // after loading: the reference takes the starting weights
-int neox_train_dpo_save(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err);
-int neox_train_dpo_load(neox_trainer *t, const neox_ckpt_reader *r, neox_error *err);
+// The part's state: NULL unless train_impl is dpo or kto; make_dpo creates it (KTO's set-up).
+neox_dpo *neox_train_dpo_of(const neox_trainer *t);
+neox_dpo *neox_train_make_dpo(neox_trainer *t);
 // After the reference's and the policy's forward of batch b (last stage): the DPO loss of the
 // micro-batch into *loss, the token weights of its backward set, the metrics accumulated.
 int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss);
+// The metrics since the step or evaluation began (a collective over the data-parallel group);
+// returns how many.
 void neox_train_dpo_begin(neox_trainer *t);
-// The metrics since begin (a collective over the data-parallel group); returns how many.
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out);
-// The reference model and the buffers of t->dpo (rows x seq_length), after the policy exists.
+// The reference model and the buffers of the part's neox_dpo (rows x seq_length), after the policy exists.
 int neox_train_make_reference(neox_trainer *t, neox_error *err);
-// KTO (kto.c): the set-up (called by neox_train_setup_dpo), the reward datasets' check (after the
-// datasets), the loss of a micro-batch and the metrics (called by the DPO entry points for KTO).
+// KTO (kto.c): the set-up and the reward datasets' check (called by the preference part's set-up),
+// the loss of a micro-batch and the metrics (called by the DPO entry points for KTO).
 int neox_train_is_kto(const neox_config *cfg);
 int neox_train_setup_kto(neox_trainer *t, neox_error *err);
 int neox_train_check_kto_data(const neox_trainer *t, neox_error *err);
@@ -356,9 +299,9 @@ int neox_train_kto_metrics(neox_trainer *t, neox_eval_value *out);
 
 // ---- reward models (reward_model.c) ---------------------------------------------------------
 int neox_train_is_rm(const neox_config *cfg);
-// Checks the keys of train_impl rm (z_loss is refused without it) and makes its buffers.
-int neox_train_setup_rm(neox_trainer *t, neox_error *err);
-void neox_train_free_rm(neox_trainer *t);
+neox_rm *neox_train_rm_of(const neox_trainer *t);  // the part's state: NULL unless train_impl rm
+// (A trainer part: its set-up checks the keys of train_impl rm, z_loss refused without it, and makes
+// its buffers; free, begin_step and log are its table's.)
 // After the forward of batch b (last stage): the loss into *loss, the metrics accumulated and, when
 // training, the value gradients of its backward set. A sequence without exactly one scored
 // position is an error.
@@ -378,20 +321,11 @@ int neox_train_load(neox_trainer *t, neox_error *err);
 // supplies them.
 void neox_train_init_weights(neox_trainer *t);
 
-// ---- the LR schedule on resume (resume_schedule.c) ------------------------------------------
-// Refuses override_lr_scheduler together with use_checkpoint_lr_scheduler (at set-up).
-int neox_train_check_schedule_keys(const neox_config *cfg, neox_error *err);
-// Applies a checkpoint's stored lr_schedule (a JSON object; NULL: none stored) to t->lr as the two
-// keys say; with neither, a schedule that differs from the config's is an error naming the value.
-int neox_train_resume_schedule(neox_trainer *t, json_t *saved, neox_error *err);
-
 // ---- communication accounting (comm_log.c) ----------------------------------------------------
 // Group i of the grid (0 world, 1 pipe, 2 data, 3 model, 4 embed, 5 data_intra, 6 data_inter) and its name.
 neox_comm *neox_train_comm_group(neox_grid *g, int i, const char **name);
-int neox_train_read_comms_logger(const neox_config *cfg, neox_comms_logger *out, neox_error *err);
-// Around each step: the difference of every group's statistics goes to the metrics.
-void neox_train_comm_step_begin(neox_trainer *t);
-void neox_train_comm_step_end(neox_trainer *t);
+// (comms_logger is a trainer part: its set-up reads the keys; around each step the difference of
+// every group's statistics goes to the metrics.)
 // Rank 0, with comms_logger.enabled: prints its summary and writes log_dir/comms_summary.txt from
 // every rank's statistics (NEOX_TRAIN_COMM_GROUPS per rank, rank-major).
 int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats, neox_error *err);
@@ -399,6 +333,81 @@ int neox_train_write_comms_summary(neox_trainer *t, const neox_comm_stats *stats
 // ---- communication report (comm_report.c) ---------------------------------------------------
 // Gathers every rank's communicator statistics and writes log_dir/comm_stats.json (rank 0).
 int neox_train_write_comm_report(neox_trainer *t, neox_error *err);
+
+// ---- trainer parts (parts.c) ------------------------------------------------------------------
+// A feature of the trainer registers itself as a part: a table of hooks, every one optional,
+// that the trainer calls at fixed points without naming the feature. The table of parts is
+// parts.c's; each part keeps its state behind its own slot (neox_train_part_slot).
+
+// When a part's set-up runs in neox_trainer_create.
+typedef enum {
+    NEOX_PART_AFTER_PRECISION,  // the precision is known; no backend or model yet
+    NEOX_PART_AFTER_MODEL,      // the model exists; no data-parallel reduction yet
+    NEOX_PART_AFTER_PARTITION,  // [state_begin, state_end) is known; the optimizer is not made yet
+    NEOX_PART_AFTER_LOAD,       // the weights are loaded; the metrics are not open yet
+} neox_part_stage;
+
+// What a part's load hook is given: the checkpoint being loaded and what the config lets it restore.
+typedef struct neox_part_loading {
+    const neox_ckpt_reader *reader;
+    json_t *state;          // the run state (state/train.json)
+    const char *dir;
+    int optimizer;          // the optimizer state is restored (not with finetune or no_load_optim, and stored)
+    int finetune;           // finetune: the weights only
+} neox_part_loading;
+
+typedef struct neox_train_part {
+    const char *name;
+    neox_part_stage stage;
+    int (*setup)(neox_trainer *t, neox_error *err);
+    // Once the datasets exist (before loading): refuses data the part cannot train on.
+    int (*check_data)(const neox_trainer *t, neox_error *err);
+    // After the weights are initialised or loaded, before the first step.
+    void (*start)(neox_trainer *t);
+    void (*free)(neox_trainer *t);
+    // Checkpoints: save writes the part's tensors into this rank's shard and, where run_state is not
+    // NULL (rank 0), its keys of the run state; load restores both.
+    int (*save)(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err);
+    int (*load)(neox_trainer *t, const neox_part_loading *from, neox_error *err);
+    // Adds the part's bytes to the rank's memory plan.
+    void (*memory)(const neox_trainer *t, neox_memory_plan *plan);
+    // At the run's end (a collective): the part's numbers into comm_stats.json, doc on rank 0 with
+    // log_dir set ({"ranks": [...], ...}), NULL elsewhere.
+    void (*report)(neox_trainer *t, json_t *doc);
+    // The step, in order: begin_step before the gradients are zeroed; begin_micro_batches after;
+    // end_micro_batches after the last backward and its reduction; after_update once the update is
+    // applied or skipped (it may skip it); end_step once the iteration is counted; log when the step
+    // is recorded (a collective: metrics and the log line's fields).
+    void (*begin_step)(neox_trainer *t);
+    void (*begin_micro_batches)(neox_trainer *t);
+    void (*end_micro_batches)(neox_trainer *t);
+    int (*after_update)(neox_trainer *t, neox_step_result *r, neox_error *err);
+    void (*end_step)(neox_trainer *t);
+    void (*log)(neox_trainer *t, neox_step_stats *stats);
+} neox_train_part;
+
+// The part's state slot in t (NULL until its set-up fills it).
+void **neox_train_part_slot(const neox_trainer *t, const neox_train_part *part);
+// The walks over the table, in its order (free: in reverse).
+int neox_train_parts_setup(neox_trainer *t, neox_part_stage stage, neox_error *err);
+int neox_train_parts_check_data(const neox_trainer *t, neox_error *err);
+void neox_train_parts_start(neox_trainer *t);
+void neox_train_parts_free(neox_trainer *t);
+int neox_train_parts_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err);
+int neox_train_parts_load(neox_trainer *t, const neox_part_loading *from, neox_error *err);
+void neox_train_parts_memory(const neox_trainer *t, neox_memory_plan *plan);
+void neox_train_parts_report(neox_trainer *t, json_t *doc);
+void neox_train_parts_begin_step(neox_trainer *t);
+void neox_train_parts_begin_micro_batches(neox_trainer *t);
+void neox_train_parts_end_micro_batches(neox_trainer *t);
+int neox_train_parts_after_update(neox_trainer *t, neox_step_result *r, neox_error *err);
+void neox_train_parts_end_step(neox_trainer *t);
+void neox_train_parts_log(neox_trainer *t, neox_step_stats *stats);
+
+
+// ---- the loop (loop.c) ------------------------------------------------------------------------
+// A part's log hook: values as the step's metrics train/NAME.
+void neox_train_add_step_metrics(neox_trainer *t, const neox_eval_value *values, int n);
 
 // ---- signals (loop.c) -----------------------------------------------------------------------
 extern volatile sig_atomic_t neox_train_stop_signal;

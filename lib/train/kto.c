@@ -112,7 +112,7 @@ int neox_train_setup_kto(neox_trainer *t, neox_error *err) {
     k->w.beta = neox_config_float(t->cfg, kto_beta);
     k->w.desirable = neox_config_float(t->cfg, kto_desirable_weight);
     k->w.undesirable = neox_config_float(t->cfg, kto_undesirable_weight);
-    neox_dpo *d = t->dpo = neox_calloc(1, sizeof *d);
+    neox_dpo *d = neox_train_make_dpo(t);
     d->kto = k;
     d->pairs = t->micro_batch;
     return neox_train_make_reference(t, err);
@@ -138,7 +138,7 @@ int neox_train_check_kto_data(const neox_trainer *t, neox_error *err) {
 }
 
 int neox_train_kto_loss(neox_trainer *t, const neox_batch *b, double *loss) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     neox_kto *k = d->kto;
     neox_model_token_logprobs(t->model, d->policy_lp);  // ref_lp: the reference's forward (pipeline.c)
     double metrics[NEOX_KTO_METRICS];
@@ -153,7 +153,7 @@ int neox_train_kto_loss(neox_trainer *t, const neox_batch *b, double *loss) {
 // The metrics since neox_train_dpo_begin: per micro-batch values averaged over micro-batches and
 // data-parallel ranks (GPT-NeoX's reduce_losses), from the last pipe stage on every rank.
 int neox_train_kto_metrics(neox_trainer *t, neox_eval_value *out) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     double v[NEOX_KTO_METRICS + 1];
     memcpy(v, d->kto->sums, sizeof d->kto->sums);
     v[NEOX_KTO_METRICS] = (double)d->micro_batches;

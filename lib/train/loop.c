@@ -78,6 +78,14 @@ static int report_op_profile(const neox_trainer *t, neox_error *err) {
     return 0;
 }
 
+void neox_train_add_step_metrics(neox_trainer *t, const neox_eval_value *values, int n) {
+    for (int i = 0; i < n; i++) {
+        char tag[160];
+        snprintf(tag, sizeof tag, "train/%.120s", values[i].name);
+        neox_metrics_add(t->metrics, tag, values[i].value);
+    }
+}
+
 static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *err) {
     neox_train_state *s = &t->state;
     // fp16's forward may overflow to an inf loss that the loss scaler handles: not counted.
@@ -91,18 +99,7 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
     }
     neox_step_stats stats = {.iteration = s->iteration, .lm_loss = r->loss, .learning_rate = r->lr,
                              .grad_norm = r->grad_norm, .loss_scale = r->loss_scale, .skipped = r->skipped};
-    if (t->norms) {
-        neox_train_param_norms(t);
-        stats.param_norms = t->norms, stats.param_norm_names = t->norm_names, stats.nparam_norms = t->nnorms;
-    }
-    neox_eval_value dpo[NEOX_PREFERENCE_MAX_METRICS + NEOX_RM_METRICS];
-    int ndpo = neox_train_dpo_metrics(t, dpo);  // (a collective)
-    ndpo += neox_train_rm_metrics(t, dpo + ndpo);
-    for (int i = 0; i < ndpo; i++) {
-        char tag[160];
-        snprintf(tag, sizeof tag, "train/%.120s", dpo[i].name);
-        neox_metrics_add(t->metrics, tag, dpo[i].value);
-    }
+    neox_train_parts_log(t, &stats);  // (a collective)
     // The peak memory so far (gauges, written at each log, so gathered only then).
     if (s->iteration % neox_config_int(t->cfg, log_interval) == 0) neox_train_memory_gauges(t);
     if (neox_metrics_step(t->metrics, &stats, err) != 0 || report_op_profile(t, err) != 0) return -1;
@@ -174,9 +171,7 @@ int neox_trainer_run(neox_trainer *t, neox_error *err) {
     while (train && t->state.iteration < t->train_iters) {
         neox_step_result r;
         int status = 0, done;
-        neox_train_comm_step_begin(t);
         if (neox_train_step(t, &r, err) != 0) return -1;
-        neox_train_comm_step_end(t);
         if (record_step(t, &r, err) != 0) return -1;
         if ((done = after_step(t, &status, err)) != 0)
             return done < 0 || write_reports(t, err) != 0 ? -1 : status;

@@ -1,5 +1,5 @@
 // memory_report.c: what a training run says of its memory — the plan of every rank by region at
-// start-up (the "memory of rank N" lines, log_dir/memory_plan.json), the measured peaks as gauges
+// start-up (the trainer's own buffers here, each registered part's added by its memory hook) (the "memory of rank N" lines, log_dir/memory_plan.json), the measured peaks as gauges
 // of the metrics at each log (rank 0's own and the largest of any rank), and every rank's measured
 // peak beside its plan at the end (log_dir/memory_peaks.json).
 // The reductions and gathers of measured peaks are bookkeeping: they honour comm_timeout_seconds
@@ -11,37 +11,19 @@
 void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
     memset(p, 0, sizeof *p);
-    // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies; under
-    // ZeRO-3 the master weights of the partition plus what a pass holds whole at most.
-    double whole = t->gather ? (double)neox_train_zero3_planned_elements(t) : (double)m->num_floats;
-    p->params = whole * 4 + (t->gather ? (double)(t->part_end - t->part_begin) * 4 : 0);
-    p->params16 = m->param16 ? whole * 2 : 0;
-    // Gradients and their communication: the exchange's (the flat buffer's resident part, ZeRO-2's
-    // partition sums; wire copies, the collectives' temporaries, the compressors' error buffers).
-    neox_grad_exchange_memory exchange = neox_grad_exchange_memory_of(t->exchange);
-    p->grads = (double)exchange.grads;
-    double state = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
-    // ZeRO-Offload: the optimizer state, and the host copies of the weights and gradients it
-    // updates from, live in host memory instead of the device's.
-    if (t->offload) p->offloaded = state + (double)(t->state_end - t->state_begin) * 8;
-    else p->optimizer = state;
+    // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies.
+    p->params = (double)m->num_floats * 4;
+    p->params16 = m->param16 ? (double)m->num_floats * 2 : 0;
+    p->optimizer = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
     p->activations = (double)neox_model_activation_bytes(m);
-    p->offloaded += (double)neox_model_host_recompute_bytes(m);  // checkpoint_in_cpu's layer inputs
-    // DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
-    // (unused by a model that only runs forward) and its activations.
-    const neox_model *ref = t->dpo ? t->dpo->reference : NULL;
-    if (ref) {
-        p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
-        p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
-        p->offloaded += (double)neox_model_host_recompute_bytes(ref);
-    }
-    p->comm += (double)exchange.comm;
-    // The collectives' own temporaries on the host (MPI): the bucket's reduce-scatter's above, and
-    // the partitions' all-gather after the update (stages 1, 2) or a unit's gather (stage 3, which
-    // may run beside a bucket's reduction).
-    double gather = t->gather ? (double)neox_param_gather_scratch_bytes(t->gather) : (double)neox_train_gather_scratch_bytes(t);
-    p->comm += gather;
+    p->offloaded = (double)neox_model_host_recompute_bytes(m);  // checkpoint_in_cpu's layer inputs
+    // The collectives' own temporaries on the host (MPI): the partitions' all-gather after the
+    // update (stages 1, 2; the exchange adds its buckets' own).
+    p->comm += (double)neox_train_gather_scratch_bytes(t);
     if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
+    // (The gradients and their communication: the exchange's part; ZeRO-3, the offload, the
+    // reference model: theirs.)
+    neox_train_parts_memory(t, p);
 }
 
 // DIR/NAME, atomically, from DOC (taken); flags are jansson's beyond the indent.

@@ -16,11 +16,22 @@
 //   hook), so the last units' copies run behind the first units' compute; else every copy is waited
 //   for before the partitions are gathered.
 // Readers of the weights outside a pass (checkpoints, norms, tasks) call neox_train_offload_settle.
+// A trainer part (parts.c): set-up, start, free, the step's start, its memory and its copies in
+// comm_stats.json are its hooks.
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "internal.h"
+
+// What the copies did over the run (comm_stats.json's "offload").
+typedef struct neox_offload_stats {
+    int64_t steps;                  // updates on the host
+    int64_t grad_bytes;             // gradient bytes copied to the host
+    int64_t grad_bytes_in_backward; // of them, queued while backward ran
+    int64_t units_copied;           // units' updated weights queued back to the device
+    int64_t units_waited_by_forward;  // of them, waited for by the next forward just before it read them
+} neox_offload_stats;
 
 typedef struct neox_offload {
     float *params, *grads;        // host copies of [state_begin, state_end)
@@ -38,6 +49,13 @@ typedef struct neox_offload {
     neox_offload_stats stats;
 } neox_offload;
 
+extern const neox_train_part neox_train_offload_part;
+
+// The part's state: NULL when the optimizer is not offloaded.
+static neox_offload *offload_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_offload_part); }
+
+int neox_train_offloaded(const neox_trainer *t) { return offload_of(t) != NULL; }
+
 static int asks_offload(const neox_trainer *t) {
     const neox_value *dict = neox_config_sub(t->cfg, zero_optimization__offload_optimizer);
     const neox_value *dev = dict ? neox_config_sub(t->cfg, zero_optimization__offload_optimizer__device) : NULL;
@@ -53,18 +71,18 @@ static int asks_pinned(const neox_trainer *t) {
 
 static float *host_buffer(const neox_trainer *t, size_t n) {
     size_t bytes = (n + 1) * sizeof(float);
-    return t->offload->pinned ? t->be->host_alloc(bytes) : neox_malloc(bytes);
+    return offload_of(t)->pinned ? t->be->host_alloc(bytes) : neox_malloc(bytes);
 }
 
 static void free_host_buffer(const neox_trainer *t, float *p) {
-    if (t->offload->pinned) t->be->host_free(p);
+    if (offload_of(t)->pinned) t->be->host_free(p);
     else free(p);
 }
 
 // Each unit's elements (units are runs of parameters in buffer order; under expert parallelism the
 // experts, stored after everything else, fall in the last unit's run).
 static void find_units(neox_trainer *t) {
-    neox_offload *o = t->offload;
+    neox_offload *o = offload_of(t);
     const neox_model *m = t->model;
     o->nunits = neox_model_unit_count(&m->desc);
     int *first = neox_malloc((size_t)(o->nunits + 1) * sizeof(int));
@@ -82,7 +100,7 @@ static void find_units(neox_trainer *t) {
 }
 
 static void wait_unit(neox_trainer *t, int u) {
-    neox_offload *o = t->offload;
+    neox_offload *o = offload_of(t);
     t->be->device_wait(o->unit_ticket[u]);
     neox_model_refresh_range(t->model, o->unit_begin[u], o->unit_end[u]);  // (queued after the wait)
     o->unit_ticket[u] = 0;
@@ -90,13 +108,15 @@ static void wait_unit(neox_trainer *t, int u) {
 
 static void on_weights_use(void *ctx, int unit, int use) {
     neox_trainer *t = ctx;
-    neox_offload *o = t->offload;
+    neox_offload *o = offload_of(t);
     if (!use || unit >= o->nunits || !o->unit_ticket[unit]) return;
     wait_unit(t, unit);
     o->stats.units_waited_by_forward++;
 }
 
-int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
+// Once [state_begin, state_end) is known, before the optimizer is made: whether its state goes to
+// the host (a notice on a host backend, where nothing moves).
+static int setup_offload(neox_trainer *t, neox_error *err) {
     (void)err;
     if (!asks_offload(t)) return 0;
     int pinned = asks_pinned(t);
@@ -107,7 +127,8 @@ int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
                         pinned ? " (and offload_optimizer.pin_memory has nothing to pin)" : "");
         return 0;
     }
-    neox_offload *o = t->offload = neox_calloc(1, sizeof *o);
+    neox_offload *o = neox_calloc(1, sizeof *o);
+    *neox_train_part_slot(t, &neox_train_offload_part) = o;
     neox_model *m = t->model;
     o->n = t->state_end - t->state_begin;
     o->pinned = pinned;
@@ -127,12 +148,13 @@ int neox_train_setup_offload(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
-int neox_train_offload_pinned(const neox_trainer *t) { return t->offload && t->offload->pinned; }
+int neox_train_offload_pinned(const neox_trainer *t) { return offload_of(t) && offload_of(t)->pinned; }
 
-const neox_backend *neox_train_optimizer_backend(const neox_trainer *t) { return t->offload ? neox_backend_cpu() : t->be; }
+const neox_backend *neox_train_optimizer_backend(const neox_trainer *t) { return offload_of(t) ? neox_backend_cpu() : t->be; }
 
-void neox_train_offload_take_weights(neox_trainer *t) {
-    neox_offload *o = t->offload;
+// After the weights are initialised or loaded: the host copy of the range the optimizer updates.
+static void offload_take_weights(neox_trainer *t) {
+    neox_offload *o = offload_of(t);
     if (!o) return;
     neox_model *m = t->model;
     t->be->to_host(o->params, m->param_buf + t->state_begin, o->n * sizeof(float));
@@ -143,8 +165,9 @@ void neox_train_offload_take_weights(neox_trainer *t) {
     m->weights_use_ctx = t;
 }
 
-void neox_train_offload_begin_step(neox_trainer *t) {
-    neox_offload *o = t->offload;
+// Before a step's gradients are zeroed: no gradient of it is on its way to the host yet.
+static void offload_begin_step(neox_trainer *t) {
+    neox_offload *o = offload_of(t);
     if (!o) return;
     // A skipped step's copies may still be reading the gradients this step is about to zero.
     t->be->host_wait(o->grads_ticket);
@@ -153,7 +176,7 @@ void neox_train_offload_begin_step(neox_trainer *t) {
 
 // Queues the gradient of [begin, end) of the flat buffer (its part in the state range) to the host.
 static void queue_grads(neox_trainer *t, const float *grads, size_t begin, size_t end, int in_backward) {
-    neox_offload *o = t->offload;
+    neox_offload *o = offload_of(t);
     size_t lo, hi;
     if (!neox_overlap(begin, end, t->state_begin, t->state_end, &lo, &hi)) return;
     size_t at = lo - t->state_begin, bytes = (hi - lo) * sizeof(float);
@@ -163,7 +186,7 @@ static void queue_grads(neox_trainer *t, const float *grads, size_t begin, size_
 }
 
 void neox_train_offload_grads_ready(neox_trainer *t, int begin, int end) {
-    neox_offload *o = t->offload;
+    neox_offload *o = offload_of(t);
     if (!o || !o->stream_grads) return;
     const neox_model *m = t->model;
     for (int p = begin; p < end; p++) {
@@ -175,7 +198,7 @@ void neox_train_offload_grads_ready(neox_trainer *t, int begin, int end) {
 
 // The gradients backward did not send: runs of parameters in buffer order, one copy each.
 static void queue_rest_of_grads(neox_trainer *t, const float *grads) {
-    neox_offload *o = t->offload;
+    neox_offload *o = offload_of(t);
     const neox_model *m = t->model;
     for (int p = 0; p < m->nparams;) {
         if (o->streamed[p]) {
@@ -189,7 +212,7 @@ static void queue_rest_of_grads(neox_trainer *t, const float *grads) {
     }
 }
 
-void neox_train_offload_scale_grads(neox_trainer *t, double coef) { t->offload->grad_scale = (float)coef; }
+void neox_train_offload_scale_grads(neox_trainer *t, double coef) { offload_of(t)->grad_scale = (float)coef; }
 
 // One unit's update: the segments from *next that begin before end (relative to state_begin; the
 // segments follow the buffer, and units begin and end at parameter boundaries).
@@ -197,13 +220,13 @@ static void update_run(neox_trainer *t, const neox_segment *segs, int nseg, size
                        int *next) {
     int first = *next;
     while (*next < nseg && segs[*next].begin < end) (*next)++;
-    if (*next > first) neox_optimizer_step(t->optimizer, t->offload->params, t->offload->grads, segs + first,
+    if (*next > first) neox_optimizer_step(t->optimizer, offload_of(t)->params, offload_of(t)->grads, segs + first,
                                            *next - first, lr, step);
 }
 
 void neox_train_offload_step(neox_trainer *t, const float *grads, const neox_segment *segs, int nseg, double lr,
                              int64_t step) {
-    neox_offload *o = t->offload;
+    neox_offload *o = offload_of(t);
     const neox_backend *be = t->be;
     queue_rest_of_grads(t, grads);
     be->host_wait(o->grads_ticket);  // (and the last step's weight copies, queued before them)
@@ -224,22 +247,57 @@ void neox_train_offload_step(neox_trainer *t, const float *grads, const neox_seg
 }
 
 void neox_train_offload_settle(neox_trainer *t) {
-    neox_offload *o = t->offload;
+    neox_offload *o = offload_of(t);
     for (int u = 0; o && u < o->nunits; u++)
         if (o->unit_ticket[u]) wait_unit(t, u);
 }
 
-neox_offload_stats neox_train_offload_stats(const neox_trainer *t) {
-    return t->offload ? t->offload->stats : (neox_offload_stats){0};
-}
-
-void neox_train_free_offload(neox_trainer *t) {
-    neox_offload *o = t->offload;
+static void free_offload(neox_trainer *t) {
+    neox_offload *o = offload_of(t);
     if (!o) return;
     t->be->synchronize();  // (no copy may still write host memory freed here)
     free_host_buffer(t, o->params);
     free_host_buffer(t, o->grads);
     free(o->streamed), free(o->unit_begin), free(o->unit_end), free(o->unit_ticket);
     free(o);
-    t->offload = NULL;
+    *neox_train_part_slot(t, &neox_train_offload_part) = NULL;
 }
+
+// The optimizer state, and the host copies of the weights and gradients it updates from, live in
+// host memory instead of the device's.
+static void offload_memory(const neox_trainer *t, neox_memory_plan *p) {
+    if (!offload_of(t)) return;
+    double n = (double)(t->state_end - t->state_begin);
+    double state = n * (double)neox_optimizer_state_bytes_per_element(&t->optim);
+    p->optimizer -= state;
+    p->offloaded += state + n * 8;
+}
+
+static json_t *stats_json(const neox_offload_stats *s) {
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "steps", (json_int_t)s->steps, "grad_bytes", (json_int_t)s->grad_bytes,
+                     "grad_bytes_in_backward", (json_int_t)s->grad_bytes_in_backward, "units_copied",
+                     (json_int_t)s->units_copied, "units_waited_by_forward", (json_int_t)s->units_waited_by_forward);
+}
+
+// Every rank's copies over the run, as "offload" of each rank that updated on the host.
+static void offload_report(neox_trainer *t, json_t *doc) {
+    neox_offload_stats mine = offload_of(t) ? offload_of(t)->stats : (neox_offload_stats){0};
+    int n = t->grid->world_size;
+    neox_offload_stats *all = neox_malloc((size_t)n * sizeof mine);
+    neox_gather_bytes_uncounted(&t->grid->world, &mine, (int)sizeof mine, all);  // (bookkeeping)
+    json_t *ranks = doc ? json_object_get(doc, "ranks") : NULL;
+    for (int r = 0; ranks && r < n; r++)
+        if (all[r].steps > 0) json_object_set_new(json_array_get(ranks, (size_t)r), "offload", stats_json(&all[r]));
+    free(all);
+}
+
+const neox_train_part neox_train_offload_part = {
+    .name = "optimizer offload",
+    .stage = NEOX_PART_AFTER_PARTITION,
+    .setup = setup_offload,
+    .start = offload_take_weights,
+    .free = free_offload,
+    .memory = offload_memory,
+    .report = offload_report,
+    .begin_step = offload_begin_step,
+};

@@ -81,7 +81,7 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale) {
     double coef = unscale * neox_clip_coefficient(t->optim.clip_grad, norm);
     if (coef == 1.0) return;
     if (t->optimizer->type->scales_grads) t->optimizer->grad_scale = (float)coef;
-    else if (t->offload) neox_train_offload_scale_grads(t, coef);  // (its gradients may be on their way already)
+    else if (neox_train_offloaded(t)) neox_train_offload_scale_grads(t, coef);  // (its gradients may be on their way already)
     else t->be->scale(state_grads(t), t->state_end - t->state_begin, (float)coef);
 }
 
@@ -125,7 +125,7 @@ void neox_train_update(neox_trainer *t, double lr, int64_t step) {
     int n;
     neox_segment *segs = state_segments(t, 0, &n);
     float *params = t->param_partition ? t->param_partition : m->param_buf + t->state_begin;
-    if (t->offload) neox_train_offload_step(t, state_grads(t), segs, n, lr, step);
+    if (neox_train_offloaded(t)) neox_train_offload_step(t, state_grads(t), segs, n, lr, step);
     else neox_optimizer_step(t->optimizer, params, state_grads(t), segs, n, lr, step);
     t->optimizer->grad_scale = 1.0f;
     free(segs);

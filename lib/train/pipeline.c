@@ -66,7 +66,8 @@ static int next_batch(pipe_run *r, neox_error *err) {
 // its log-probabilities for the loss (neox_train_dpo_loss).
 static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_trainer *t = r->t;
-    neox_model *ref = t->dpo->reference;
+    neox_dpo *d = neox_train_dpo_of(t);
+    neox_model *ref = d->reference;
     if (!ref) return 0;
     neox_grid *g = t->grid;
     size_t NC = (size_t)ref->B * ref->T * ref->desc.hidden_size;
@@ -77,7 +78,7 @@ static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
     if (neox_model_forward(ref, stage_first(t) ? (const int *)b->tokens : NULL, stage_last(t) ? (const int *)b->labels : NULL,
                            stage_last(t) ? b->loss_mask : NULL, err) != 0)
         return -1;
-    if (stage_last(t)) neox_model_token_logprobs(ref, t->dpo->ref_lp);
+    if (stage_last(t)) neox_model_token_logprobs(ref, d->ref_lp);
     else neox_isend(&g->pipe, neox_model_stage_output(ref), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_REFERENCE), &r->ref_send);
     return 0;
 }
@@ -95,7 +96,7 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     m->training = r->training;
     if (r->training) set_dropout(t, m);
     neox_batch *b = t->batch;
-    if (t->dpo && reference_forward(r, k, err) != 0) return -1;
+    if (neox_train_dpo_of(t) && reference_forward(r, k, err) != 0) return -1;
     if (r->training && stage_first(t))  // (sparse_gradients: the rows the tokens touch)
         neox_grad_exchange_touch_rows(t->exchange, b->tokens, (size_t)b->micro_batch * b->seq_length);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
@@ -110,8 +111,8 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     if (rc != 0) return -1;
     if (stage_last(t)) {
         double loss = m->loss;
-        if (t->dpo) neox_train_dpo_loss(t, b, &loss);
-        if (t->rm && neox_train_rm_loss(t, b, r->training, &loss, err) != 0) return -1;
+        if (neox_train_dpo_of(t)) neox_train_dpo_loss(t, b, &loss);
+        if (neox_train_rm_of(t) && neox_train_rm_loss(t, b, r->training, &loss, err) != 0) return -1;
         r->loss_sum += loss;
     } else neox_isend(&g->pipe, neox_model_stage_output(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
     return 0;

@@ -9,7 +9,9 @@
 // weights training starts from and saved in checkpoints (group `reference/`), so a resumed run
 // compares against the same reference; under pipeline parallelism each stage holds its layers and
 // runs them just before the policy's (pipeline.c). Log-probabilities are always computed in fp32 or wider,
-// which is what dpo_fp32 asks for. KTO (kto.c) shares the reference and the buffers.
+// which is what dpo_fp32 asks for. KTO (kto.c) shares the reference and the buffers. DPO and KTO
+// are one trainer part (parts.c): set-up, start, free, the reference in checkpoints, its memory,
+// and the metrics of each step.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,16 @@ enum { REF_NEG, REF_POS, CHOSEN_NEG, CHOSEN_POS, CHOSEN_REWARDS, REJECTED_REWARD
 
 const char *neox_train_dpo_metric_name(int i) { return metric_names[i]; }
 
+extern const neox_train_part neox_train_preference_part;
+
+neox_dpo *neox_train_dpo_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_preference_part); }
+
+neox_dpo *neox_train_make_dpo(neox_trainer *t) {
+    neox_dpo *d = neox_calloc(1, sizeof *d);
+    *neox_train_part_slot(t, &neox_train_preference_part) = d;
+    return d;
+}
+
 static int is_dpo(const neox_config *cfg) {
     const char *impl = neox_config_str(cfg, train_impl);
     return impl && !strcmp(impl, "dpo");
@@ -33,7 +45,7 @@ static int is_dpo(const neox_config *cfg) {
 
 int neox_train_rows_per_sample(const neox_config *cfg) { return is_dpo(cfg) || neox_train_is_rm(cfg) ? 2 : 1; }
 
-int neox_train_setup_dpo(neox_trainer *t, neox_error *err) {
+static int setup_dpo(neox_trainer *t, neox_error *err) {
     const char *data = neox_config_str(t->cfg, dataset_impl);
     int dpo = is_dpo(t->cfg), pairwise = data && !strcmp(data, "pairwise");
     if (neox_train_is_rm(t->cfg)) return 0;  // (reward_model.c)
@@ -45,14 +57,14 @@ int neox_train_setup_dpo(neox_trainer *t, neox_error *err) {
     if (neox_config_bool(t->cfg, char_level_ppl))
         return neox_fail(err, NEOX_EXIT_USAGE, "char_level_ppl: a character-level perplexity of preference pairs is not "
                          "defined (the DPO evaluation reports its loss and rewards); unset it for train_impl dpo");
-    neox_dpo *d = t->dpo = neox_calloc(1, sizeof *d);
+    neox_dpo *d = neox_train_make_dpo(t);
     d->beta = neox_config_float(t->cfg, dpo_beta);
     d->pairs = t->micro_batch;
     return neox_train_make_reference(t, err);
 }
 
 int neox_train_make_reference(neox_trainer *t, neox_error *err) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     size_t n = (size_t)t->rows * t->seq_length;
     d->policy_lp = neox_malloc(n * sizeof *d->policy_lp);
     d->ref_lp = neox_calloc(n, sizeof *d->ref_lp);
@@ -65,8 +77,8 @@ int neox_train_make_reference(neox_trainer *t, neox_error *err) {
     return neox_model_plan(d->reference, t->rows, t->seq_length, err);
 }
 
-void neox_train_free_dpo(neox_trainer *t) {
-    neox_dpo *d = t->dpo;
+static void free_dpo(neox_trainer *t) {
+    neox_dpo *d = neox_train_dpo_of(t);
     if (!d) return;
     neox_model_free(d->reference);
     free(d->policy_lp);
@@ -74,13 +86,13 @@ void neox_train_free_dpo(neox_trainer *t) {
     free(d->weights);
     free(d->kto);
     free(d);
-    t->dpo = NULL;
+    *neox_train_part_slot(t, &neox_train_preference_part) = NULL;
 }
 
 // After loading: a reference not read from the checkpoint is the policy's starting weights (under
 // ZeRO-3 gathered whole for the copy).
-void neox_train_dpo_start(neox_trainer *t) {
-    neox_dpo *d = t->dpo;
+static void dpo_start(neox_trainer *t) {
+    neox_dpo *d = neox_train_dpo_of(t);
     if (!d || !d->reference || d->reference_loaded) return;
     neox_train_zero3_gather_all(t);
     t->be->copy(d->reference->param_buf, t->model->param_buf, t->model->num_floats * sizeof(float));
@@ -88,16 +100,19 @@ void neox_train_dpo_start(neox_trainer *t) {
     neox_model_weights_changed(d->reference);
 }
 
-int neox_train_dpo_save(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err) {
-    if (!t->dpo || !t->dpo->reference) return 0;
-    return neox_train_write_share_of(t, w, "reference", t->dpo->reference->param_buf, 0, err);
+static int dpo_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err) {
+    (void)run_state;
+    const neox_dpo *d = neox_train_dpo_of(t);
+    if (!d || !d->reference) return 0;
+    return neox_train_write_share_of(t, w, "reference", d->reference->param_buf, 0, err);
 }
 
 // A resumed DPO run (not a fine-tuning start, which takes its reference from the weights it loads)
 // reads the reference its checkpoint holds.
-int neox_train_dpo_load(neox_trainer *t, const neox_ckpt_reader *r, neox_error *err) {
-    neox_dpo *d = t->dpo;
-    if (!d || !d->reference || neox_config_bool(t->cfg, finetune)) return 0;
+static int dpo_load(neox_trainer *t, const neox_part_loading *from, neox_error *err) {
+    neox_dpo *d = neox_train_dpo_of(t);
+    const neox_ckpt_reader *r = from->reader;
+    if (!d || !d->reference || from->finetune) return 0;
     char first[160];
     snprintf(first, sizeof first, "reference/%s", t->model->params[0].name);
     if (!neox_ckpt_has(r, first)) return 0;
@@ -140,7 +155,7 @@ double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float 
 }
 
 int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     if (d->kto) return neox_train_kto_loss(t, b, loss);
     neox_model_token_logprobs(t->model, d->policy_lp);  // ref_lp: the reference's forward (pipeline.c), or 0
     double metrics[NEOX_DPO_METRICS];
@@ -152,17 +167,18 @@ int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss) {
 }
 
 void neox_train_dpo_begin(neox_trainer *t) {
-    if (!t->dpo) return;
-    memset(t->dpo->sums, 0, sizeof t->dpo->sums);
-    if (t->dpo->kto) memset(t->dpo->kto->sums, 0, sizeof t->dpo->kto->sums);
-    t->dpo->micro_batches = 0;
+    neox_dpo *d = neox_train_dpo_of(t);
+    if (!d) return;
+    memset(d->sums, 0, sizeof d->sums);
+    if (d->kto) memset(d->kto->sums, 0, sizeof d->kto->sums);
+    d->micro_batches = 0;
 }
 
 // The metrics since neox_train_dpo_begin: per micro-batch means, averaged over micro-batches and
 // data-parallel ranks (GPT-NeoX's reduce_losses), from the last pipe stage on every rank. Without a reference the ref_* metrics and the
 // rewards are not defined (GPT-NeoX does not log them): only chosen_neg and chosen_pos are given.
 int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out) {
-    neox_dpo *d = t->dpo;
+    neox_dpo *d = neox_train_dpo_of(t);
     if (!d) return 0;
     if (d->kto) return neox_train_kto_metrics(t, out);
     double v[NEOX_DPO_METRICS + 1];
@@ -179,3 +195,34 @@ int neox_train_dpo_metrics(neox_trainer *t, neox_eval_value *out) {
     }
     return n;
 }
+
+// DPO's and KTO's frozen reference model: its weights, the gradient buffer every model holds
+// (unused by a model that only runs forward) and its activations.
+static void dpo_memory(const neox_trainer *t, neox_memory_plan *p) {
+    const neox_dpo *d = neox_train_dpo_of(t);
+    const neox_model *ref = d ? d->reference : NULL;
+    if (!ref) return;
+    p->params += (double)ref->num_floats * 4, p->params16 += ref->param16 ? (double)ref->num_floats * 2 : 0;
+    p->grads += (double)ref->num_floats * 4, p->activations += (double)neox_model_activation_bytes(ref);
+    p->offloaded += (double)neox_model_host_recompute_bytes(ref);
+}
+
+static void dpo_log(neox_trainer *t, neox_step_stats *stats) {
+    (void)stats;
+    neox_eval_value values[NEOX_PREFERENCE_MAX_METRICS];
+    neox_train_add_step_metrics(t, values, neox_train_dpo_metrics(t, values));
+}
+
+const neox_train_part neox_train_preference_part = {
+    .name = "preference (DPO, KTO)",
+    .stage = NEOX_PART_AFTER_MODEL,
+    .setup = setup_dpo,
+    .check_data = neox_train_check_kto_data,
+    .start = dpo_start,
+    .free = free_dpo,
+    .save = dpo_save,
+    .load = dpo_load,
+    .memory = dpo_memory,
+    .begin_step = neox_train_dpo_begin,
+    .log = dpo_log,
+};

@@ -1,5 +1,6 @@
-// resume_schedule.c: the LR schedule on resume, as GPT-NeoX's AnnealingLR.load_state_dict decides
-// it. The checkpoint stores the schedule's values (lr, min_lr, warmup_iters, decay_iters, style);
+// resume_schedule.c: the LR schedule (t->lr) as a trainer part: read from the config at set-up,
+// stored in the run state of checkpoints ("lr_schedule") and applied on resume as GPT-NeoX's
+// AnnealingLR.load_state_dict decides it. The checkpoint stores the schedule's values (lr, min_lr, warmup_iters, decay_iters, style);
 // with override_lr_scheduler the config's values replace them, with use_checkpoint_lr_scheduler
 // the checkpoint's replace the config's, and with neither the two must agree (GPT-NeoX asserts;
 // here an error names the value and both keys). The iteration the schedule is at is never reset.
@@ -8,7 +9,23 @@
 
 #include "internal.h"
 
-int neox_train_check_schedule_keys(const neox_config *cfg, neox_error *err) {
+static int read_schedule(const neox_config *cfg, neox_lr_schedule *lr, neox_error *err) {
+    neox_lr_style style;
+    const char *name = neox_config_str(cfg, lr_decay_style);
+    if (!name || neox_lr_style_parse(name, &style) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "lr_decay_style: '%s' is not constant, linear, cosine or exponential",
+                         name ? name : "None");
+    double start = neox_config_has(cfg, lr) ? neox_config_float(cfg, lr) : 0.001;
+    int64_t decay = neox_config_has(cfg, lr_decay_iters) ? neox_config_int(cfg, lr_decay_iters)
+                                                           : neox_config_int(cfg, train_iters);
+    *lr = neox_lr_schedule_make(start, neox_config_float(cfg, min_lr), neox_config_float(cfg, warmup), decay, style);
+    return 0;
+}
+
+// The config's schedule; override_lr_scheduler together with use_checkpoint_lr_scheduler is refused.
+static int setup_schedule(neox_trainer *t, neox_error *err) {
+    const neox_config *cfg = t->cfg;
+    if (read_schedule(cfg, &t->lr, err) != 0) return -1;
     if (neox_config_bool(cfg, override_lr_scheduler) && neox_config_bool(cfg, use_checkpoint_lr_scheduler))
         return neox_fail(err, NEOX_EXIT_USAGE, "override_lr_scheduler and use_checkpoint_lr_scheduler are both true: the "
                          "first keeps the config's LR schedule on resume, the second the checkpoint's; set one");
@@ -45,7 +62,9 @@ static int first_difference(const neox_lr_schedule *saved, const neox_lr_schedul
     return 1;
 }
 
-int neox_train_resume_schedule(neox_trainer *t, json_t *saved_json, neox_error *err) {
+// Applies a checkpoint's stored lr_schedule (NULL: none stored) to t->lr as the two keys say; with
+// neither, a schedule that differs from the config's is an error naming the value.
+static int resume_schedule(neox_trainer *t, json_t *saved_json, neox_error *err) {
     if (!json_is_object(saved_json)) return 0;  // (checkpoints converted from Hugging Face store none)
     neox_lr_schedule saved = saved_schedule(saved_json, &t->lr);
     char diff[320];
@@ -64,3 +83,30 @@ int neox_train_resume_schedule(neox_trainer *t, json_t *saved_json, neox_error *
                          "schedule, or use_checkpoint_lr_scheduler: true to keep the checkpoint's", diff);
     return 0;
 }
+
+// num_iters: the iterations the schedule has advanced over (fp16 overflow skips excluded).
+static int save_schedule(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err) {
+    (void)w, (void)err;
+    if (!run_state) return 0;
+    const neox_lr_schedule *lr = &t->lr;
+    json_object_set_new(run_state, "lr_schedule",
+                        json_pack("{s:f, s:f, s:f, s:I, s:s, s:I}", "lr", lr->start_lr, "min_lr", lr->min_lr,
+                                  "warmup_iters", lr->warmup_iters, "decay_iters", (json_int_t)lr->decay_iters,
+                                  "style", neox_lr_style_name(lr->style), "num_iters",
+                                  (json_int_t)(t->state.iteration - t->state.overflow_skips)));
+    return 0;
+}
+
+// As GPT-NeoX, the schedule is part of the optimizer state: loaded (and checked) with it only.
+static int load_schedule(neox_trainer *t, const neox_part_loading *from, neox_error *err) {
+    if (!from->optimizer) return 0;
+    return resume_schedule(t, json_object_get(from->state, "lr_schedule"), err);
+}
+
+const neox_train_part neox_train_schedule_part = {
+    .name = "LR schedule",
+    .stage = NEOX_PART_AFTER_MODEL,
+    .setup = setup_schedule,
+    .save = save_schedule,
+    .load = load_schedule,
+};

@@ -7,12 +7,17 @@
 // whole micro-batch for row i, which is that value exactly when every row has one; a row with none
 // or several is an error here. The loss is the mean over pairs of -log sigmoid(pos - neg) plus
 // z_loss * (pos^2 + neg^2); its gradient reaches the model as one value gradient per position
-// (neox_model_set_value_grads). Metrics: pos_values, neg_values, margin, accuracy.
+// (neox_model_set_value_grads). Metrics: pos_values, neg_values, margin, accuracy. A trainer part
+// (parts.c): set-up, free and the metrics of each step.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+
+extern const neox_train_part neox_train_reward_model_part;
+
+neox_rm *neox_train_rm_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_reward_model_part); }
 
 static const char *const metric_names[NEOX_RM_METRICS] = {"pos_values", "neg_values", "margin", "accuracy"};
 
@@ -21,7 +26,7 @@ int neox_train_is_rm(const neox_config *cfg) {
     return impl && !strcmp(impl, "rm");
 }
 
-int neox_train_setup_rm(neox_trainer *t, neox_error *err) {
+static int setup_rm(neox_trainer *t, neox_error *err) {
     const neox_config *cfg = t->cfg;
     if (!neox_train_is_rm(cfg)) {
         if (neox_config_float(cfg, z_loss) != 0.0)
@@ -46,7 +51,8 @@ int neox_train_setup_rm(neox_trainer *t, neox_error *err) {
     if (neox_config_has(cfg, eval_tasks))
         return neox_fail(err, NEOX_EXIT_USAGE, "eval_tasks: a reward model predicts no tokens, so the tasks cannot be "
                          "scored; unset it for train_impl rm");
-    neox_rm *rm = t->rm = neox_calloc(1, sizeof *rm);
+    neox_rm *rm = neox_calloc(1, sizeof *rm);
+    *neox_train_part_slot(t, &neox_train_reward_model_part) = rm;
     rm->z_loss = neox_config_float(cfg, z_loss);
     rm->pairs = t->micro_batch;
     size_t n = (size_t)t->rows * t->seq_length;
@@ -55,12 +61,13 @@ int neox_train_setup_rm(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
-void neox_train_free_rm(neox_trainer *t) {
-    if (!t->rm) return;
-    free(t->rm->values);
-    free(t->rm->grads);
-    free(t->rm);
-    t->rm = NULL;
+static void free_rm(neox_trainer *t) {
+    neox_rm *rm = neox_train_rm_of(t);
+    if (!rm) return;
+    free(rm->values);
+    free(rm->grads);
+    free(rm);
+    *neox_train_part_slot(t, &neox_train_reward_model_part) = NULL;
 }
 
 static int scored_positions(const float *mask, int r, int T) {
@@ -105,7 +112,7 @@ double neox_rm_loss(const float *values, const float *mask, int B, int T, double
 }
 
 int neox_train_rm_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err) {
-    neox_rm *rm = t->rm;
+    neox_rm *rm = neox_train_rm_of(t);
     neox_model_values(t->model, rm->values);
     double metrics[NEOX_RM_METRICS];
     int bad, B = rm->pairs;
@@ -127,15 +134,16 @@ int neox_train_rm_loss(neox_trainer *t, const neox_batch *b, int training, doubl
 }
 
 void neox_train_rm_begin(neox_trainer *t) {
-    if (!t->rm) return;
-    memset(t->rm->sums, 0, sizeof t->rm->sums);
-    t->rm->micro_batches = 0;
+    neox_rm *rm = neox_train_rm_of(t);
+    if (!rm) return;
+    memset(rm->sums, 0, sizeof rm->sums);
+    rm->micro_batches = 0;
 }
 
 // Per micro-batch means averaged over micro-batches and data-parallel ranks, from the last pipe
 // stage on every rank (as the DPO metrics).
 int neox_train_rm_metrics(neox_trainer *t, neox_eval_value *out) {
-    neox_rm *rm = t->rm;
+    neox_rm *rm = neox_train_rm_of(t);
     if (!rm) return 0;
     double v[NEOX_RM_METRICS + 1];
     memcpy(v, rm->sums, sizeof rm->sums);
@@ -148,3 +156,18 @@ int neox_train_rm_metrics(neox_trainer *t, neox_eval_value *out) {
     }
     return NEOX_RM_METRICS;
 }
+
+static void rm_log(neox_trainer *t, neox_step_stats *stats) {
+    (void)stats;
+    neox_eval_value values[NEOX_RM_METRICS];
+    neox_train_add_step_metrics(t, values, neox_train_rm_metrics(t, values));
+}
+
+const neox_train_part neox_train_reward_model_part = {
+    .name = "reward model",
+    .stage = NEOX_PART_AFTER_MODEL,
+    .setup = setup_rm,
+    .free = free_rm,
+    .begin_step = neox_train_rm_begin,
+    .log = rm_log,
+};

@@ -1,28 +1,14 @@
 // setup.c: builds a trainer from a loaded config — tokenizer (for the vocabulary and the EOD id),
-// model (created, activations planned), optimizer settings and state,
-// LR schedule, datasets and batch iterators, metrics, the gradient exchange (grad_exchange.c) with
-// this rank's partition, and the checkpoint schedule — then loads the checkpoint `load` names, or initialises the weights from the
-// seed when there is none.
+// model (created, activations planned), optimizer settings and state, datasets and batch
+// iterators, metrics, the gradient exchange (grad_exchange.c) with this rank's partition and the
+// checkpoint schedule, with the registered parts (parts.c) set up at their stages — then loads the
+// checkpoint `load` names, or initialises the weights from the seed when there is none, and starts the parts.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "internal.h"
-
-int neox_train_read_schedule(const neox_config *cfg, neox_lr_schedule *lr, neox_error *err) {
-    neox_lr_style style;
-    const char *name = neox_config_str(cfg, lr_decay_style);
-    if (!name || neox_lr_style_parse(name, &style) != 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "lr_decay_style: '%s' is not constant, linear, cosine or exponential",
-                         name ? name : "None");
-    double start = neox_config_has(cfg, lr) ? neox_config_float(cfg, lr) : 0.001;
-    int64_t decay = neox_config_has(cfg, lr_decay_iters) ? neox_config_int(cfg, lr_decay_iters)
-                                                           : neox_config_int(cfg, train_iters);
-    *lr = neox_lr_schedule_make(start, neox_config_float(cfg, min_lr), neox_config_float(cfg, warmup), decay, style);
-    return 0;
-}
-
 
 static int check_layout(const neox_trainer *t, neox_error *err) {
     if (!neox_config_has(t->cfg, train_iters))
@@ -36,31 +22,12 @@ static double number_or(const neox_value *v, double fallback) {
     return fallback;
 }
 
-// precision (GPT-NeoX's key, or derived from its fp16/bf16 dicts) and, for fp16, DeepSpeed's loss
-// scaler from the fp16 dict with DeepSpeed's defaults: loss_scale 0 (dynamic), initial_scale_power
-// 16, loss_scale_window 1000, hysteresis 2, min_loss_scale 1, consecutive_hysteresis false.
+// precision: GPT-NeoX's key, or derived from its fp16/bf16 dicts (the loss scaler is a part,
+// loss_scaler.c).
 static int setup_precision(neox_trainer *t, neox_error *err) {
     const char *name = neox_config_str(t->cfg, precision);
     if (neox_precision_parse(name ? name : "fp32", &t->precision) != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "precision: '%s' is not fp32, bfloat16 or fp16", name);
-    t->scaler = neox_loss_scaler_static(1.0);
-    if (t->precision != NEOX_PRECISION_FP16) return 0;
-    const neox_config *c = t->cfg;
-    double fixed = number_or(neox_config_sub(c, fp16__loss_scale), 0.0);
-    if (fixed < 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.loss_scale: %g is negative (0 = dynamic)", fixed);
-    if (fixed > 0) {
-        t->scaler = neox_loss_scaler_static(fixed);
-        return 0;
-    }
-    double power = number_or(neox_config_sub(c, fp16__initial_scale_power), 16);
-    double window = number_or(neox_config_sub(c, fp16__loss_scale_window), 1000);
-    double hysteresis = number_or(neox_config_sub(c, fp16__hysteresis), 2);
-    double min_scale = number_or(neox_config_sub(c, fp16__min_loss_scale), 1);
-    const neox_value *consecutive = neox_config_sub(c, fp16__consecutive_hysteresis);
-    // (types and ranges are the sub-key schema's; it allows a zero min_loss_scale, the scaler does not)
-    if (min_scale <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.min_loss_scale: %g must be positive", min_scale);
-    t->scaler = neox_loss_scaler_dynamic((int)power, (int64_t)window, (int)hysteresis, min_scale,
-                                         consecutive && consecutive->kind == NEOX_VALUE_BOOL && consecutive->boolean);
     return 0;
 }
 
@@ -186,8 +153,8 @@ static void use_head_pieces(neox_trainer *t) {
 }
 
 // Data-parallel reduction (the gradient exchange, made before): ZeRO-2's head pieces, this rank's
-// partition of the flat buffers, backward's hook, ZeRO-3.
-static int setup_partitions(neox_trainer *t, neox_error *err) {
+// partition of the flat buffers, backward's hook (ZeRO-3 is a part: set up after this).
+static void setup_partitions(neox_trainer *t) {
     const neox_model *m = t->model;
     neox_grid *g = t->grid;
     if (t->zero_stage >= 2) use_head_pieces(t);
@@ -198,29 +165,29 @@ static int setup_partitions(neox_trainer *t, neox_error *err) {
     if (neox_grad_exchange_partition_grads(t->exchange) && !t->be->on_device)
         neox_discard_pages(m->grad_buf, m->num_floats * sizeof(float));
     if (neox_grad_exchange_wants_ready(t->exchange)) neox_train_install_grad_hook(t);
-    return t->zero_stage == 3 ? neox_train_setup_zero3(t, err) : 0;
 }
 
+// The parts set up at NEOX_PART_AFTER_PARTITION (ZeRO-3, the optimizer offload) come between the
+// partition and the optimizer.
 static int setup_optimizer(neox_trainer *t, neox_error *err) {
-    if (neox_train_read_schedule(t->cfg, &t->lr, err) != 0 || neox_train_check_schedule_keys(t->cfg, err) != 0) return -1;
     size_t n = t->model->num_floats;
     t->part_begin = 0, t->part_end = n;
     if (t->grid->data_size > 1) t->zero_stage = (int)neox_config_int_or(t->cfg, zero_stage, 0);
     if (neox_train_setup_exchange(t, err) != 0) return -1;
     if (t->grid->data_size > 1) {
-        if (setup_partitions(t, err) != 0) return -1;
+        setup_partitions(t);
     } else if (neox_config_int_or(t->cfg, zero_stage, 0) > 0 && t->rank0 && !t->opts.quiet) {
         neox_notice("zero_optimization.stage %lld: nothing to partition at data-parallel size 1",
                     (long long)neox_config_int_or(t->cfg, zero_stage, 0));
     }
     t->state_begin = t->zero_stage > 0 ? t->part_begin : 0;
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
-    if (neox_train_setup_offload(t, err) != 0) return -1;
+    if (neox_train_parts_setup(t, NEOX_PART_AFTER_PARTITION, err) != 0) return -1;
     t->optimizer = neox_optimizer_make(&t->optim, neox_train_optimizer_backend(t), t->state_end - t->state_begin);
     // The device step: one rank (no host all-reduce of the norm), AdamW (whose kernel takes the guard), the
     // optimizer on the device (not offloaded).
     neox_grid *g = t->grid;
-    if (t->be->on_device && !t->offload && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
+    if (t->be->on_device && !neox_train_offloaded(t) && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
         t->step_sumsq = t->be->alloc(sizeof(double));
     // 1-bit Adam averages its momentum with the exchange's compressor (NULL at data-parallel size 1).
     t->optimizer->momentum_allreduce = neox_grad_exchange_momentum_compressor(t->exchange);
@@ -297,9 +264,7 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
         .log_dir = neox_config_str(t->cfg, log_dir),
         .tensorboard_dir = neox_config_str(t->cfg, tensorboard_dir),
     };
-    if (neox_train_read_comms_logger(t->cfg, &t->comms_logger, err) != 0 || neox_train_setup_param_norms(t, err) != 0 ||
-        neox_train_setup_eval_tasks(t, err) != 0)
-        return -1;
+    if (neox_train_parts_setup(t, NEOX_PART_AFTER_LOAD, err) != 0) return -1;
     t->metrics = neox_metrics_open(&mo, err);
     return t->metrics ? 0 : -1;
 }
@@ -349,17 +314,17 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     t->train_batch_size = neox_config_int(cfg, train_batch_size);
     t->state.seed = (uint64_t)neox_config_int(cfg, seed);
     setup_checkpoint_schedule(t);
+    // (each stage's parts are set up where neox_part_stage says)
     if (check_layout(t, err) != 0 || check_same_config(t, err) != 0 || setup_precision(t, err) != 0 ||
+        neox_train_parts_setup(t, NEOX_PART_AFTER_PRECISION, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
-        neox_train_setup_dpo(t, err) != 0 || neox_train_setup_rm(t, err) != 0 || setup_optimizer(t, err) != 0 ||
-        setup_data(t, err) != 0 || neox_train_check_kto_data(t, err) != 0 || neox_train_load(t, err) != 0 ||
-        setup_metrics(t, err) != 0) {
+        neox_train_parts_setup(t, NEOX_PART_AFTER_MODEL, err) != 0 || setup_optimizer(t, err) != 0 ||
+        setup_data(t, err) != 0 || neox_train_parts_check_data(t, err) != 0 ||
+        neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
         return NULL;
     }
-    neox_train_zero3_take_weights(t);
-    neox_train_dpo_start(t);  // (after take_weights: under ZeRO-3 it gathers the policy to copy it)
-    neox_train_offload_take_weights(t);
+    neox_train_parts_start(t);
     // total_params is a collective: every rank computes it, rank 0 prints it.
     double nparams = t->opts.quiet ? 0 : total_params(t);
     if (t->rank0 && !t->opts.quiet) {
@@ -370,7 +335,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s%s%s", grid->world_size, grid->pipe_size,
                   grid->data_size, grid->model_size, t->zero_stage,
                   t->exchange && neox_grad_exchange_overlapped(t->exchange) ? ", overlapped reduction" : "",
-                  t->offload ? (neox_train_offload_pinned(t) ? ", optimizer offloaded to the host (pinned buffers)"
+                  neox_train_offloaded(t) ? (neox_train_offload_pinned(t) ? ", optimizer offloaded to the host (pinned buffers)"
                                                              : ", optimizer offloaded to the host") : "",
                   neox_comm_shared_cores() ? "; ranks share this machine's cores, so waits sleep" : "");
         neox_info("compute: %s backend (%s), precision %s%s", t->be->name, neox_backends_description(),
@@ -392,18 +357,13 @@ void neox_trainer_free(neox_trainer *t) {
     neox_batch_free(t->batch);
     for (int i = 0; i < 3; i++) neox_dataset_free(t->datasets[i]);
     neox_data_settings_release(&t->data_settings);
-    neox_train_free_zero3(t);
-    neox_train_free_offload(t);
+    neox_train_parts_free(t);
     neox_grad_exchange_free(t->exchange);  // (the optimizer only borrows its momentum compressor)
     if (t->be) {
         neox_optimizer_free(t->optimizer);
         if (t->step_sumsq) t->be->free(t->step_sumsq);
         if (t->pipe_grad_send) t->be->free(t->pipe_grad_send);
     }
-    neox_train_free_param_norms(t);
-    neox_train_free_eval_tasks(t);
-    neox_train_free_dpo(t);
-    neox_train_free_rm(t);
     neox_model_free(t->model);
     if (t->tokenizer) neox_tokenizer_free(t->tokenizer);
     free(t->save_iters);

@@ -3,7 +3,9 @@
 // is the loss-mask-weighted mean of its tokens, and backward scales it by 1/accumulation as
 // DeepSpeed does), which also averages the gradients over data-parallel ranks; then it either
 // skips the update (non-finite loss or gradient norm) or clips and applies it with the learning
-// rate the schedule gives for the iterations completed so far.
+// rate the schedule gives for the iterations completed so far. The features that take part in a
+// step (the loss scaler's decision, the optimizer offload, the preference and reward-model metrics,
+// the compressors, the communication log) are the registered parts' hooks (parts.c).
 #include <math.h>
 
 #include "internal.h"
@@ -12,20 +14,6 @@ static double mean_over_data_ranks(neox_trainer *t, double value) {
     if (t->grid->data_size <= 1) return value;
     neox_allreduce_sum(&t->grid->data, &value, 1, NEOX_F64);
     return value / t->grid->data_size;
-}
-
-// fp16: gradients of a scaled loss that overflowed (a non-finite norm) skip the step and lower
-// the scale (DeepSpeed's dynamic loss scaler); the LR schedule does not advance over such a step,
-// as DeepSpeed steps its scheduler only after an update.
-static int scaler_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
-    if (t->precision != NEOX_PRECISION_FP16) return 0;
-    int overflow = !isfinite(out->grad_norm);
-    if (overflow) out->skipped = 1, t->state.overflow_skips++;
-    if (neox_loss_scaler_update(&t->scaler, overflow))
-        return neox_fail(err, NEOX_EXIT_FAILURE, "iteration %lld: the fp16 gradients overflowed with the loss scale "
-                         "already at min_loss_scale (%g); lower the learning rate or train in bfloat16",
-                         (long long)t->state.iteration, t->scaler.min_scale);
-    return 0;
 }
 
 // The norm (all-reduced over the grid on the host), then clipping and the update unless skipped.
@@ -60,13 +48,13 @@ static void device_step(neox_trainer *t, neox_step_result *out, double scale) {
     }
 }
 
+// The parts' hooks (parts.c) run at the points neox_train_part names.
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
-    neox_train_offload_begin_step(t);  // (before the gradients are zeroed)
+    neox_train_parts_begin_step(t);
     // ZeRO-2: every reduction leaves the flat buffer all zeros with its pages given back; only the
-    // partition's sum starts again (the exchange's begin_step; zeroing the whole buffer would map all of it).
+    // partition's sum starts again (the exchange's; zeroing the whole buffer would map all of it).
     if (!neox_grad_exchange_partition_grads(t->exchange)) neox_model_zero_grad(t->model);
-    neox_train_dpo_begin(t);
-    neox_train_rm_begin(t);
+    neox_train_parts_begin_micro_batches(t);
     // (The adaptive plan may hand a compressor's error to these gradients.)
     if (neox_grad_exchange_begin_step(t->exchange, t->state.iteration, t->state.optimizer_steps, err) != 0) return -1;
     double loss_sum = 0.0, scale = t->scaler.scale;
@@ -74,16 +62,18 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     double gauges[NEOX_ADAPTIVE_GAUGES];
     if (neox_grad_exchange_end_step(t->exchange, gauges))  // the adaptive plan's share per scheme, for the metrics
         for (int i = 0; i < NEOX_ADAPTIVE_GAUGES; i++) neox_metrics_add(t->metrics, neox_adaptive_gauge_name(i), gauges[i]);
+    neox_train_parts_end_micro_batches(t);
     *out = (neox_step_result){0};
     out->loss = mean_over_data_ranks(t, loss_sum / t->grad_accum);
     out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);
     out->nonfinite_loss = !isfinite(out->loss);
     if (t->step_sumsq && !out->nonfinite_loss) device_step(t, out, scale);
     else host_step(t, out, scale);
-    if (scaler_step(t, out, err) != 0) return -1;
+    if (neox_train_parts_after_update(t, out, err) != 0) return -1;
     out->loss_scale = t->scaler.scale;  // after the update, as GPT-NeoX logs optimizer.cur_scale
     t->state.iteration++;
     t->state.train_position = neox_batch_iterator_position(&t->train_it);
+    neox_train_parts_end_step(t);
     return 0;
 }
 

@@ -4,10 +4,23 @@
 // coordinator (lib/gradient/param_gather.c) has gathered. The model tells the coordinator when it
 // uses a unit (its weights_use hook); every micro-batch is one pass with the model's trace.
 // Gradients and optimizer state are partitioned as under stage 2 (the reducer's partition_sum).
+// A trainer part (parts.c): set-up, start, free, its memory and its gathers in comm_stats.json are
+// its hooks; the passes (pipeline.c) call neox_train_zero3_begin and _end.
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+
+// The part's state: the coordinator that gathers the model's units into its flat buffer, and the
+// model's traces (0: forward, 1: forward + backward).
+typedef struct neox_zero3 {
+    neox_param_gather *gather;
+    int *trace[3], trace_len[3];   // by neox_zero3_pass (the backward trace is the end of the training one)
+} neox_zero3;
+
+extern const neox_train_part neox_train_zero3_part;
+
+static neox_zero3 *zero3_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_zero3_part); }
 
 // The stage-3 keys: each with its DeepSpeed name and the older one without the prefix, which
 // DeepSpeed also reads (the prefixed one wins when both are set); unset, the schema's default
@@ -39,17 +52,22 @@ static void on_released(void *ctx, size_t begin, size_t end) {
 }
 
 static void on_weights_use(void *ctx, int unit, int use) {
-    neox_trainer *t = ctx;
-    if (use) neox_param_gather_acquire(t->gather, unit);
-    else neox_param_gather_release(t->gather, unit);
+    neox_zero3 *z = zero3_of(ctx);
+    if (use) neox_param_gather_acquire(z->gather, unit);
+    else neox_param_gather_release(z->gather, unit);
 }
 
 static void on_weights_piece(void *ctx, size_t begin, size_t end, int use) {
-    neox_param_gather_piece(((neox_trainer *)ctx)->gather, begin, end, use);
+    neox_param_gather_piece(zero3_of(ctx)->gather, begin, end, use);
 }
 
-int neox_train_setup_zero3(neox_trainer *t, neox_error *err) {
+// After the reducer (the partition is known): refuses what stage 3 cannot serve, makes the
+// partition's master weights and the parameter coordinator with the stage3_* keys.
+static int setup_zero3(neox_trainer *t, neox_error *err) {
+    if (t->zero_stage != 3) return 0;
     if (check_zero3(t, err) != 0) return -1;
+    neox_zero3 *z = neox_calloc(1, sizeof *z);
+    *neox_train_part_slot(t, &neox_train_zero3_part) = z;
     neox_model *m = t->model;
     const neox_config *c = t->cfg;
     t->param_partition = t->be->alloc((t->part_end - t->part_begin + 1) * sizeof(float));
@@ -79,30 +97,38 @@ int neox_train_setup_zero3(neox_trainer *t, neox_error *err) {
     size_t *offset = neox_malloc((size_t)m->nparams * sizeof *offset), *size = neox_malloc((size_t)m->nparams * sizeof *size);
     for (int p = 0; p < m->nparams; p++) offset[p] = m->params[p].offset, size[p] = m->params[p].numel;
     neox_model_unit_params(m, first);
-    t->gather = neox_param_gather_make(&t->grid->data, m->param_buf, m->num_floats, t->param_partition, offset, size,
+    z->gather = neox_param_gather_make(&t->grid->data, m->param_buf, m->num_floats, t->param_partition, offset, size,
                                        first, nunits, &o);
     free(first), free(offset), free(size);
-    t->trace[0] = neox_malloc((size_t)(2 * nunits + 2) * sizeof(int));
-    t->trace[1] = neox_malloc((size_t)(2 * nunits + 2) * sizeof(int));
-    for (int b = 0; b < 2; b++) t->trace_len[b] = neox_model_weight_trace(m, b, t->trace[b]);
+    z->trace[0] = neox_malloc((size_t)(2 * nunits + 2) * sizeof(int));
+    z->trace[1] = neox_malloc((size_t)(2 * nunits + 2) * sizeof(int));
+    for (int b = 0; b < 2; b++) z->trace_len[b] = neox_model_weight_trace(m, b, z->trace[b]);
     // (the training trace is the forward's followed by backward's)
-    t->trace[NEOX_ZERO3_BACKWARD] = t->trace[NEOX_ZERO3_TRAIN] + t->trace_len[NEOX_ZERO3_FORWARD];
-    t->trace_len[NEOX_ZERO3_BACKWARD] = t->trace_len[NEOX_ZERO3_TRAIN] - t->trace_len[NEOX_ZERO3_FORWARD];
+    z->trace[NEOX_ZERO3_BACKWARD] = z->trace[NEOX_ZERO3_TRAIN] + z->trace_len[NEOX_ZERO3_FORWARD];
+    z->trace_len[NEOX_ZERO3_BACKWARD] = z->trace_len[NEOX_ZERO3_TRAIN] - z->trace_len[NEOX_ZERO3_FORWARD];
     return 0;
 }
 
-void neox_train_free_zero3(neox_trainer *t) {
-    neox_param_gather_free(t->gather);
+static void free_zero3(neox_trainer *t) {
+    neox_zero3 *z = zero3_of(t);
     if (t->param_partition) t->be->free(t->param_partition);
-    free(t->trace[0]), free(t->trace[1]);
+    t->param_partition = NULL;
+    if (!z) return;
+    neox_param_gather_free(z->gather);
+    free(z->trace[0]), free(z->trace[1]);
+    free(z);
+    *neox_train_part_slot(t, &neox_train_zero3_part) = NULL;
 }
 
-void neox_train_zero3_take_weights(neox_trainer *t) {
-    if (!t->gather) return;
+// After the partition's weights are initialised or loaded (into t->param_partition, never whole):
+// the persistent tensors are gathered and the model's weights_use hook installed.
+static void zero3_take_weights(neox_trainer *t) {
+    neox_zero3 *z = zero3_of(t);
+    if (!z) return;
     neox_model *m = t->model;
     // The partition holds the weights (initialised or loaded into it); the flat buffer holds only the
     // persistent tensors, gathered here with their 16-bit copy.
-    neox_param_gather_persistent(t->gather);
+    neox_param_gather_persistent(z->gather);
     m->param16_stale = 0;
     m->weights_use = on_weights_use;
     m->weights_piece = on_weights_piece;
@@ -110,20 +136,66 @@ void neox_train_zero3_take_weights(neox_trainer *t) {
 }
 
 void neox_train_zero3_begin(neox_trainer *t, neox_zero3_pass pass) {
-    if (t->gather) neox_param_gather_begin(t->gather, t->trace[pass], t->trace_len[pass]);
+    neox_zero3 *z = zero3_of(t);
+    if (z) neox_param_gather_begin(z->gather, z->trace[pass], z->trace_len[pass]);
 }
 
 void neox_train_zero3_end(neox_trainer *t) {
-    if (t->gather) neox_param_gather_end(t->gather);
+    neox_zero3 *z = zero3_of(t);
+    if (z) neox_param_gather_end(z->gather);
 }
 
 void neox_train_zero3_gather_all(neox_trainer *t) {
-    if (t->gather) neox_param_gather_all(t->gather);
+    neox_zero3 *z = zero3_of(t);
+    if (z) neox_param_gather_all(z->gather);
 }
 
-size_t neox_train_zero3_planned_elements(const neox_trainer *t) {
-    neox_param_gather_stats s = neox_param_gather_stats_of(t->gather);
-    return neox_param_gather_plan(t->gather, t->trace[1], t->trace_len[1]) + (size_t)s.persistent_elements;
+void neox_train_zero3_after_update(neox_trainer *t) { neox_param_gather_persistent(zero3_of(t)->gather); }
+
+// Parameters: the master weights of the partition plus what a pass holds whole at most (the peak of
+// a training pass plus the persistent tensors) instead of the whole model, their 16-bit copies
+// likewise; and the coordinator's MPI temporary for a unit's gather (which may run beside a
+// bucket's reduction).
+static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
+    neox_zero3 *z = zero3_of(t);
+    if (!z) return;
+    const neox_model *m = t->model;
+    neox_param_gather_stats s = neox_param_gather_stats_of(z->gather);
+    double held = (double)(neox_param_gather_plan(z->gather, z->trace[1], z->trace_len[1]) + (size_t)s.persistent_elements);
+    double fewer = (double)m->num_floats - held;
+    p->params += (double)(t->part_end - t->part_begin) * 4 - fewer * 4;
+    if (m->param16) p->params16 -= fewer * 2;
+    p->comm += (double)neox_param_gather_scratch_bytes(z->gather);
 }
 
-void neox_train_zero3_after_update(neox_trainer *t) { neox_param_gather_persistent(t->gather); }
+static json_t *gathers_json(const neox_param_gather_stats *s) {
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "gathers", (json_int_t)s->gathers, "prefetched", (json_int_t)s->prefetched,
+                     "pieces_prefetched", (json_int_t)s->pieces_prefetched,
+                     "gathered_elements", (json_int_t)s->gathered_elements, "peak_live_elements",
+                     (json_int_t)s->peak_live_elements, "persistent_elements", (json_int_t)s->persistent_elements);
+}
+
+// Every rank's coordinator: its gathers and the most parameters it held whole ("parameter_gathers").
+static void zero3_report(neox_trainer *t, json_t *doc) {
+    neox_zero3 *z = zero3_of(t);
+    neox_param_gather_stats mine = {0};
+    if (z) mine = neox_param_gather_stats_of(z->gather);
+    int n = t->grid->world_size;
+    neox_param_gather_stats *all = neox_malloc((size_t)n * sizeof mine);
+    neox_gather_bytes_uncounted(&t->grid->world, &mine, (int)sizeof mine, all);  // (bookkeeping)
+    json_t *ranks = doc ? json_object_get(doc, "ranks") : NULL;
+    for (int r = 0; ranks && r < n; r++)
+        if (all[r].gathers > 0 || all[r].persistent_elements > 0)
+            json_object_set_new(json_array_get(ranks, (size_t)r), "parameter_gathers", gathers_json(&all[r]));
+    free(all);
+}
+
+const neox_train_part neox_train_zero3_part = {
+    .name = "ZeRO stage 3",
+    .stage = NEOX_PART_AFTER_PARTITION,
+    .setup = setup_zero3,
+    .start = zero3_take_weights,
+    .free = free_zero3,
+    .memory = zero3_memory,
+    .report = zero3_report,
+};

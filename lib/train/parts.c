@@ -1,0 +1,117 @@
+// parts.c: the trainer's parts — the one table of the features that hook into set-up, the step,
+// checkpoints, the memory plan and the communication report — and the walks over it. The trainer
+// calls these walks at fixed points and names no feature; a feature is its own file (its hooks
+// and its private state) plus one line in the table below.
+//
+// The table's order is the order the hooks run in (free runs in reverse). Where it matters:
+// set-up errors come in the order preference, reward model, schedule (tests name which is
+// reported first); zero3 starts before preference (the reference copies the policy, which ZeRO-3 gathers whole)
+// and before offload (which copies the weights the partition holds).
+#include "internal.h"
+
+extern const neox_train_part neox_train_loss_scaler_part;   // loss_scaler.c
+extern const neox_train_part neox_train_reward_model_part;  // reward_model.c
+extern const neox_train_part neox_train_schedule_part;      // resume_schedule.c
+extern const neox_train_part neox_train_zero3_part;         // zero3.c
+extern const neox_train_part neox_train_preference_part;    // preference.c (DPO, KTO)
+extern const neox_train_part neox_train_offload_part;       // offload.c
+extern const neox_train_part neox_train_exchange_part;      // grad_exchange.c
+extern const neox_train_part neox_train_comm_log_part;      // comm_log.c
+extern const neox_train_part neox_train_param_norm_part;    // param_norm.c
+extern const neox_train_part neox_train_eval_tasks_part;    // evaluation.c
+
+static const neox_train_part *const parts[] = {
+    &neox_train_loss_scaler_part,
+    &neox_train_zero3_part,
+    &neox_train_preference_part,
+    &neox_train_reward_model_part,
+    &neox_train_schedule_part,
+    &neox_train_offload_part,
+    &neox_train_exchange_part,
+    &neox_train_comm_log_part,
+    &neox_train_param_norm_part,
+    &neox_train_eval_tasks_part,
+};
+enum { NPARTS = sizeof parts / sizeof parts[0] };
+_Static_assert((int)NPARTS <= (int)NEOX_TRAIN_MAX_PARTS, "a state slot for every part");
+
+void **neox_train_part_slot(const neox_trainer *t, const neox_train_part *part) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i] == part) return (void **)&t->part_state[i];
+    neox_die(NEOX_EXIT_FAILURE, "trainer part %s is not in the table of parts.c", part->name);
+}
+
+int neox_train_parts_setup(neox_trainer *t, neox_part_stage stage, neox_error *err) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->stage == stage && parts[i]->setup && parts[i]->setup(t, err) != 0) return -1;
+    return 0;
+}
+
+int neox_train_parts_check_data(const neox_trainer *t, neox_error *err) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->check_data && parts[i]->check_data(t, err) != 0) return -1;
+    return 0;
+}
+
+void neox_train_parts_start(neox_trainer *t) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->start) parts[i]->start(t);
+}
+
+void neox_train_parts_free(neox_trainer *t) {
+    for (int i = NPARTS - 1; i >= 0; i--)
+        if (parts[i]->free) parts[i]->free(t);
+}
+
+int neox_train_parts_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->save && parts[i]->save(t, w, run_state, err) != 0) return -1;
+    return 0;
+}
+
+int neox_train_parts_load(neox_trainer *t, const neox_part_loading *from, neox_error *err) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->load && parts[i]->load(t, from, err) != 0) return -1;
+    return 0;
+}
+
+void neox_train_parts_memory(const neox_trainer *t, neox_memory_plan *plan) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->memory) parts[i]->memory(t, plan);
+}
+
+void neox_train_parts_report(neox_trainer *t, json_t *doc) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->report) parts[i]->report(t, doc);
+}
+
+void neox_train_parts_begin_step(neox_trainer *t) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->begin_step) parts[i]->begin_step(t);
+}
+
+void neox_train_parts_begin_micro_batches(neox_trainer *t) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->begin_micro_batches) parts[i]->begin_micro_batches(t);
+}
+
+void neox_train_parts_end_micro_batches(neox_trainer *t) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->end_micro_batches) parts[i]->end_micro_batches(t);
+}
+
+int neox_train_parts_after_update(neox_trainer *t, neox_step_result *r, neox_error *err) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->after_update && parts[i]->after_update(t, r, err) != 0) return -1;
+    return 0;
+}
+
+void neox_train_parts_end_step(neox_trainer *t) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->end_step) parts[i]->end_step(t);
+}
+
+void neox_train_parts_log(neox_trainer *t, neox_step_stats *stats) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->log) parts[i]->log(t, stats);
+}
