@@ -98,7 +98,7 @@ struct neox_trainer {
     // How the gradients cross the data-parallel group (lib/gradient's exchange, made by
     // grad_exchange.c at every data-parallel size): the reducers, ZeRO-2's partition sums, sparse
     // rows, the compressors (1-bit Adam's momentum compressor among them: the optimizer borrows it)
-    // and the adaptive plan, with their memory, report and checkpoint state (exchange_part.c).
+    // and the adaptive plan, with their memory, report and checkpoint state (its part: grad_exchange.c).
     neox_grad_exchange *exchange;
     // The ZeRO stage (0 whenever data-parallel size is 1): the exchange reduces by it, and the
     // optimizer state, the weights' gathers and the checkpoint's layout are partitioned by it.
