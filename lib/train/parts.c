@@ -38,7 +38,7 @@ _Static_assert((int)NPARTS <= (int)NEOX_TRAIN_MAX_PARTS, "a state slot for every
 void **neox_train_part_slot(const neox_trainer *t, const neox_train_part *part) {
     for (int i = 0; i < NPARTS; i++)
         if (parts[i] == part) return (void **)&t->part_state[i];
-    neox_die(NEOX_EXIT_FAILURE, "trainer part %s is not in the table of parts.c", part->name);
+    neox_bug("trainer part %s is not in the table of parts.c", part->name);
 }
 
 int neox_train_parts_setup(neox_trainer *t, neox_part_stage stage, neox_error *err) {
