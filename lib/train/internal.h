@@ -216,11 +216,9 @@ void neox_train_memory_gauges(neox_trainer *t);
 int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err);
 
 // ---- ZeRO stage 3 (zero3.c) -------------------------------------------------------------------
-// (A trainer part: set-up, start, free, memory and report are its table's; see zero3.c.)
-// Around one micro-batch's use of the model: its forward, its forward and backward as one pass, or
-// (under pipelining, where 1F1B runs other micro-batches' forwards in between) its backward.
-typedef enum { NEOX_ZERO3_FORWARD, NEOX_ZERO3_TRAIN, NEOX_ZERO3_BACKWARD } neox_zero3_pass;
-void neox_train_zero3_begin(neox_trainer *t, neox_zero3_pass pass);
+// (A trainer part: set-up, start, free, memory, report and the passes' begin_pass and end_pass are
+// its table's; see zero3.c.)
+// Ends a pass or a gather_all (its end_pass hook).
 void neox_train_zero3_end(neox_trainer *t);
 // The whole model in the flat buffer until neox_train_zero3_end (readers outside a pass).
 void neox_train_zero3_gather_all(neox_trainer *t);
@@ -228,8 +226,8 @@ void neox_train_zero3_gather_all(neox_trainer *t);
 void neox_train_zero3_after_update(neox_trainer *t);
 
 // ---- ZeRO-Offload of the optimizer (offload.c) ---------------------------------------------------
-// (A trainer part: set-up, start, free, memory, report and begin_step are its table's.) Its set-up
-// decides whether the optimizer state goes to the host (a notice on a host backend).
+// (A trainer part: set-up, start, free, memory, report, begin_step and grads_ready are its table's.)
+// Its set-up decides whether the optimizer state goes to the host (a notice on a host backend).
 // Whether the optimizer state (with host copies of the weights it updates and of their gradients,
 // [state_begin, state_end)) lives on the host.
 int neox_train_offloaded(const neox_trainer *t);
@@ -237,8 +235,6 @@ int neox_train_offloaded(const neox_trainer *t);
 const neox_backend *neox_train_optimizer_backend(const neox_trainer *t);
 // Host buffers page-locked (offload_optimizer.pin_memory).
 int neox_train_offload_pinned(const neox_trainer *t);
-// Backward's hook on the step's last micro-batch: parameters [begin, end) have their final gradients.
-void neox_train_offload_grads_ready(neox_trainer *t, int begin, int end);
 // Clipping (and 1 / loss scale) for an optimizer that does not scale the gradients as it reads them:
 // applied to the host copy once it has arrived.
 void neox_train_offload_scale_grads(neox_trainer *t, double coef);
@@ -274,15 +270,12 @@ int neox_train_evaluate_and_log(neox_trainer *t, neox_batch_iterator *it, const 
 
 // ---- DPO (preference.c) -----------------------------------------------------------------------
 // (A trainer part: its set-up checks train_impl against dataset_impl and, for dpo and kto, makes
-// the reference model and checks the reward datasets; start, free, save, load, memory, begin_step
-// and log are its table's.)
+// the reference model and checks the reward datasets; start, free, save, load, memory, begin_step,
+// log, the reference model of the passes and the loss are its table's.)
 int neox_train_rows_per_sample(const neox_config *cfg);  // 2 for train_impl dpo, else 1
 // The part's state: NULL unless train_impl is dpo or kto; make_dpo creates it (KTO's set-up).
 neox_dpo *neox_train_dpo_of(const neox_trainer *t);
 neox_dpo *neox_train_make_dpo(neox_trainer *t);
-// After the reference's and the policy's forward of batch b (last stage): the DPO loss of the
-// micro-batch into *loss, the token weights of its backward set, the metrics accumulated.
-int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss);
 // The metrics since the step or evaluation began (a collective over the data-parallel group);
 // returns how many.
 void neox_train_dpo_begin(neox_trainer *t);
@@ -301,11 +294,9 @@ int neox_train_kto_metrics(neox_trainer *t, neox_eval_value *out);
 int neox_train_is_rm(const neox_config *cfg);
 neox_rm *neox_train_rm_of(const neox_trainer *t);  // the part's state: NULL unless train_impl rm
 // (A trainer part: its set-up checks the keys of train_impl rm, z_loss refused without it, and makes
-// its buffers; free, begin_step and log are its table's.)
-// After the forward of batch b (last stage): the loss into *loss, the metrics accumulated and, when
-// training, the value gradients of its backward set. A sequence without exactly one scored
-// position is an error.
-int neox_train_rm_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err);
+// its buffers; free, begin_step, log and the loss are its table's. Its loss: after the forward of
+// batch b (last stage), the metrics accumulated and, when training, the value gradients of its
+// backward set; a sequence without exactly one scored position is an error.)
 void neox_train_rm_begin(neox_trainer *t);
 int neox_train_rm_metrics(neox_trainer *t, neox_eval_value *out);  // a collective; returns how many
 
@@ -356,6 +347,10 @@ typedef struct neox_part_loading {
     int finetune;           // finetune: the weights only
 } neox_part_loading;
 
+// A pass of the model over one micro-batch: its forward, its forward and backward as one pass, or
+// (under pipelining, where 1F1B runs other micro-batches' forwards in between) its backward.
+typedef enum { NEOX_PASS_FORWARD, NEOX_PASS_TRAIN, NEOX_PASS_BACKWARD } neox_train_pass;
+
 typedef struct neox_train_part {
     const char *name;
     neox_part_stage stage;
@@ -384,6 +379,19 @@ typedef struct neox_train_part {
     int (*after_update)(neox_trainer *t, neox_step_result *r, neox_error *err);
     void (*end_step)(neox_trainer *t);
     void (*log)(neox_trainer *t, neox_step_stats *stats);
+    // The passes (pipeline.c), in order: reference_model before a micro-batch's forward: a frozen
+    // model this stage runs on the same micro-batch just before the policy (NULL: none), and where
+    // the last stage keeps its label log-probabilities; begin_pass and end_pass around each pass;
+    // after the forward on the last stage, the loss of the part whose replaces_loss is true (at
+    // most one: checked at set-up) in place of the language-model loss (*loss holds that on entry);
+    // grads_ready during the backward that completes the step's gradients: parameters [begin, end)
+    // have their final gradients (before the gradient exchange is told).
+    neox_model *(*reference_model)(const neox_trainer *t, double **token_logprobs);
+    void (*begin_pass)(neox_trainer *t, neox_train_pass pass);
+    void (*end_pass)(neox_trainer *t);
+    int (*replaces_loss)(const neox_trainer *t);
+    int (*loss)(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err);
+    void (*grads_ready)(neox_trainer *t, int begin, int end);
 } neox_train_part;
 
 // The part's state slot in t (NULL until its set-up fills it).
@@ -403,6 +411,11 @@ void neox_train_parts_end_micro_batches(neox_trainer *t);
 int neox_train_parts_after_update(neox_trainer *t, neox_step_result *r, neox_error *err);
 void neox_train_parts_end_step(neox_trainer *t);
 void neox_train_parts_log(neox_trainer *t, neox_step_stats *stats);
+neox_model *neox_train_parts_reference_model(const neox_trainer *t, double **token_logprobs);  // the first part's
+void neox_train_parts_begin_pass(neox_trainer *t, neox_train_pass pass);
+void neox_train_parts_end_pass(neox_trainer *t);  // (in reverse)
+int neox_train_parts_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err);
+void neox_train_parts_grads_ready(neox_trainer *t, int begin, int end);
 
 
 // ---- the loop (loop.c) ------------------------------------------------------------------------

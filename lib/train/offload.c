@@ -185,7 +185,8 @@ static void queue_grads(neox_trainer *t, const float *grads, size_t begin, size_
     if (in_backward) o->stats.grad_bytes_in_backward += bytes;
 }
 
-void neox_train_offload_grads_ready(neox_trainer *t, int begin, int end) {
+// Backward's gradients on the step's last micro-batch go to the host as each parameter's is final.
+static void offload_grads_ready(neox_trainer *t, int begin, int end) {
     neox_offload *o = offload_of(t);
     if (!o || !o->stream_grads) return;
     const neox_model *m = t->model;
@@ -300,4 +301,5 @@ const neox_train_part neox_train_offload_part = {
     .memory = offload_memory,
     .report = offload_report,
     .begin_step = offload_begin_step,
+    .grads_ready = offload_grads_ready,
 };

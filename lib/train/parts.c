@@ -1,9 +1,9 @@
 // parts.c: the trainer's parts — the one table of the features that hook into set-up, the step,
-// checkpoints, the memory plan and the communication report — and the walks over it. The trainer
-// calls these walks at fixed points and names no feature; a feature is its own file (its hooks
-// and its private state) plus one line in the table below.
+// the model's passes, checkpoints, the memory plan and the communication report — and the walks
+// over it. The trainer calls these walks at fixed points and names no feature; a feature is its
+// own file (its hooks and its private state) plus one line in the table below.
 //
-// The table's order is the order the hooks run in (free runs in reverse). Where it matters:
+// The table's order is the order the hooks run in (free and end_pass run in reverse). Where it matters:
 // set-up errors come in the order preference, reward model, schedule (tests name which is
 // reported first); zero3 starts before preference (the reference copies the policy, which ZeRO-3 gathers whole)
 // and before offload (which copies the weights the partition holds).
@@ -41,10 +41,31 @@ void **neox_train_part_slot(const neox_trainer *t, const neox_train_part *part) 
     neox_bug("trainer part %s is not in the table of parts.c", part->name);
 }
 
+// The part that replaces the language-model loss in this run, or NULL; *count says how many do.
+static const neox_train_part *loss_part(const neox_trainer *t, int *count) {
+    const neox_train_part *found = NULL;
+    *count = 0;
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->replaces_loss && parts[i]->replaces_loss(t) && (*count)++ == 0) found = parts[i];
+    return found;
+}
+
+// One loss per micro-batch: two parts that would each replace it cannot both run.
+static int check_one_loss(const neox_trainer *t, neox_error *err) {
+    int count;
+    const neox_train_part *first = loss_part(t, &count);
+    if (count <= 1) return 0;
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i] != first && parts[i]->replaces_loss && parts[i]->replaces_loss(t))
+            return neox_fail(err, NEOX_EXIT_USAGE, "the trainer's %s and %s would both replace the language-model loss; "
+                             "a run trains one of them", first->name, parts[i]->name);
+    return 0;
+}
+
 int neox_train_parts_setup(neox_trainer *t, neox_part_stage stage, neox_error *err) {
     for (int i = 0; i < NPARTS; i++)
         if (parts[i]->stage == stage && parts[i]->setup && parts[i]->setup(t, err) != 0) return -1;
-    return 0;
+    return check_one_loss(t, err);
 }
 
 int neox_train_parts_check_data(const neox_trainer *t, neox_error *err) {
@@ -114,4 +135,33 @@ void neox_train_parts_end_step(neox_trainer *t) {
 void neox_train_parts_log(neox_trainer *t, neox_step_stats *stats) {
     for (int i = 0; i < NPARTS; i++)
         if (parts[i]->log) parts[i]->log(t, stats);
+}
+
+neox_model *neox_train_parts_reference_model(const neox_trainer *t, double **token_logprobs) {
+    for (int i = 0; i < NPARTS; i++) {
+        neox_model *ref = parts[i]->reference_model ? parts[i]->reference_model(t, token_logprobs) : NULL;
+        if (ref) return ref;
+    }
+    return NULL;
+}
+
+void neox_train_parts_begin_pass(neox_trainer *t, neox_train_pass pass) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->begin_pass) parts[i]->begin_pass(t, pass);
+}
+
+void neox_train_parts_end_pass(neox_trainer *t) {
+    for (int i = NPARTS - 1; i >= 0; i--)
+        if (parts[i]->end_pass) parts[i]->end_pass(t);
+}
+
+int neox_train_parts_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err) {
+    int count;
+    const neox_train_part *part = loss_part(t, &count);
+    return part ? part->loss(t, b, training, loss, err) : 0;
+}
+
+void neox_train_parts_grads_ready(neox_trainer *t, int begin, int end) {
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->grads_ready) parts[i]->grads_ready(t, begin, end);
 }

@@ -5,6 +5,9 @@
 // the previous one with non-blocking sends (a blocking send could wait on a peer that is itself
 // sending); each stage keeps up to P - s micro-batches in activation slots. Only the first stage
 // reads token ids and only the last reads labels; the others just advance the data position.
+// The trainer's parts (parts.c) hook into the passes: a frozen reference model run just before the
+// policy, work around each pass, a loss in place of the language model's, and the gradients as
+// backward finishes them.
 // After the backward that completes a step's gradients (every backward under ZeRO-2, whose
 // reducer adds each micro-batch's reduced partition into the exchange's partition sums: the
 // gradient exchange says which) the tied embedding's two copies are summed and the data-parallel
@@ -38,14 +41,14 @@ typedef struct pipe_run {
     double loss_sum;
     neox_request *act_send;   // one per slot: the activation send from that slot
     neox_request grad_send;
-    neox_request ref_send;    // DPO: the reference model's activations in flight to the next stage
+    neox_request ref_send;    // a part's reference model: its activations in flight to the next stage
 } pipe_run;
 
 static int stage_first(const neox_trainer *t) { return t->grid->pipe_rank == 0; }
 static int stage_last(const neox_trainer *t) { return t->grid->pipe_rank == t->grid->pipe_size - 1; }
-// ZeRO-3's passes: 1F1B runs other micro-batches' forwards between a micro-batch's forward and its
-// backward, so with several stages each forward and each backward is a pass of its own (the units
-// a backward uses are gathered again; the values are the same).
+// The parts' passes: 1F1B runs other micro-batches' forwards between a micro-batch's forward and its
+// backward, so with several stages each forward and each backward is a pass of its own (ZeRO-3
+// gathers the units a backward uses again; the values are the same).
 static int split_passes(const neox_trainer *t) { return t->grid->pipe_size > 1; }
 
 static int next_batch(pipe_run *r, neox_error *err) {
@@ -61,13 +64,13 @@ static int next_batch(pipe_run *r, neox_error *err) {
     return rc;
 }
 
-// DPO's (and KTO's) frozen reference runs micro-batch k through its own copy of this stage just before the
-// policy does, its activations passing between stages with their own tag; the last stage keeps
-// its log-probabilities for the loss (neox_train_dpo_loss).
+// A part's frozen reference model (DPO's, KTO's) runs micro-batch k through its own copy of this
+// stage just before the policy does, its activations passing between stages with their own tag;
+// the last stage keeps its log-probabilities where the part says (for its loss).
 static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_trainer *t = r->t;
-    neox_dpo *d = neox_train_dpo_of(t);
-    neox_model *ref = d->reference;
+    double *token_logprobs = NULL;
+    neox_model *ref = neox_train_parts_reference_model(t, &token_logprobs);
     if (!ref) return 0;
     neox_grid *g = t->grid;
     size_t NC = (size_t)ref->B * ref->T * ref->desc.hidden_size;
@@ -78,7 +81,7 @@ static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
     if (neox_model_forward(ref, stage_first(t) ? (const int *)b->tokens : NULL, stage_last(t) ? (const int *)b->labels : NULL,
                            stage_last(t) ? b->loss_mask : NULL, err) != 0)
         return -1;
-    if (stage_last(t)) neox_model_token_logprobs(ref, d->ref_lp);
+    if (stage_last(t)) neox_model_token_logprobs(ref, token_logprobs);
     else neox_isend(&g->pipe, neox_model_stage_output(ref), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_REFERENCE), &r->ref_send);
     return 0;
 }
@@ -96,23 +99,22 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     m->training = r->training;
     if (r->training) set_dropout(t, m);
     neox_batch *b = t->batch;
-    if (neox_train_dpo_of(t) && reference_forward(r, k, err) != 0) return -1;
+    if (reference_forward(r, k, err) != 0) return -1;
     if (r->training && stage_first(t))  // (sparse_gradients: the rows the tokens touch)
         neox_grad_exchange_touch_rows(t->exchange, b->tokens, (size_t)b->micro_batch * b->seq_length);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
     if (r->training) neox_timer_start(timer);
-    // ZeRO-3: a training pass ends after its backward, except under pipelining (one pass each).
+    // A training pass ends after its backward, except under pipelining (one pass each).
     int whole_pass = r->training && !split_passes(t);
-    neox_train_zero3_begin(t, whole_pass ? NEOX_ZERO3_TRAIN : NEOX_ZERO3_FORWARD);
+    neox_train_parts_begin_pass(t, whole_pass ? NEOX_PASS_TRAIN : NEOX_PASS_FORWARD);
     int rc = neox_model_forward(m, stage_first(t) ? (const int *)b->tokens : NULL,
                                 stage_last(t) ? (const int *)b->labels : NULL, stage_last(t) ? b->loss_mask : NULL, err);
-    if (!whole_pass || rc != 0) neox_train_zero3_end(t);
+    if (!whole_pass || rc != 0) neox_train_parts_end_pass(t);
     if (r->training) neox_timer_stop(timer);
     if (rc != 0) return -1;
     if (stage_last(t)) {
         double loss = m->loss;
-        if (neox_train_dpo_of(t)) neox_train_dpo_loss(t, b, &loss);
-        if (neox_train_rm_of(t) && neox_train_rm_loss(t, b, r->training, &loss, err) != 0) return -1;
+        if (neox_train_parts_loss(t, b, r->training, &loss, err) != 0) return -1;
         r->loss_sum += loss;
     } else neox_isend(&g->pipe, neox_model_stage_output(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
     return 0;
@@ -128,9 +130,9 @@ static void backward(pipe_run *r, int k, int M) {
     neox_grad_exchange_micro_batch(t->exchange, k == M - 1);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD);
     neox_timer_start(timer);
-    if (split_passes(t)) neox_train_zero3_begin(t, NEOX_ZERO3_BACKWARD);
+    if (split_passes(t)) neox_train_parts_begin_pass(t, NEOX_PASS_BACKWARD);
     neox_model_backward(m, (float)(t->scaler.scale / M));
-    neox_train_zero3_end(t);
+    neox_train_parts_end_pass(t);
     neox_timer_stop(timer);
     if (!stage_first(t)) {
         neox_wait(&r->grad_send);
@@ -194,7 +196,7 @@ int neox_train_tied_param(const neox_trainer *t) {
 
 static void on_grads_ready(void *ctx, int begin, int end) {
     neox_trainer *t = ctx;
-    if (neox_grad_exchange_reduce_now(t->exchange)) neox_train_offload_grads_ready(t, begin, end);
+    if (neox_grad_exchange_reduce_now(t->exchange)) neox_train_parts_grads_ready(t, begin, end);
     neox_grad_exchange_ready(t->exchange, begin, end);  // (the tied embedding's copy waits for its sum)
 }
 

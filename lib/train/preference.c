@@ -11,7 +11,8 @@
 // runs them just before the policy's (pipeline.c). Log-probabilities are always computed in fp32 or wider,
 // which is what dpo_fp32 asks for. KTO (kto.c) shares the reference and the buffers. DPO and KTO
 // are one trainer part (parts.c): set-up, start, free, the reference in checkpoints, its memory,
-// and the metrics of each step.
+// the reference model the passes run, the loss in place of the language model's and the metrics of
+// each step.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +155,21 @@ double neox_dpo_loss(const double *policy_lp, const double *ref_lp, const float 
     return sum / B;
 }
 
-int neox_train_dpo_loss(neox_trainer *t, const neox_batch *b, double *loss) {
+// The pipeline runs the reference (when there is one) on each micro-batch just before the policy;
+// the last stage keeps its log-probabilities in ref_lp for the loss.
+static neox_model *dpo_reference_model(const neox_trainer *t, double **token_logprobs) {
+    neox_dpo *d = neox_train_dpo_of(t);
+    if (!d) return NULL;
+    *token_logprobs = d->ref_lp;
+    return d->reference;
+}
+
+static int dpo_replaces_loss(const neox_trainer *t) { return neox_train_dpo_of(t) != NULL; }
+
+// After the reference's and the policy's forward of batch b (last stage): the DPO loss of the
+// micro-batch into *loss, the token weights of its backward set, the metrics accumulated.
+static int dpo_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err) {
+    (void)training, (void)err;
     neox_dpo *d = neox_train_dpo_of(t);
     if (d->kto) return neox_train_kto_loss(t, b, loss);
     neox_model_token_logprobs(t->model, d->policy_lp);  // ref_lp: the reference's forward (pipeline.c), or 0
@@ -225,4 +240,7 @@ const neox_train_part neox_train_preference_part = {
     .memory = dpo_memory,
     .begin_step = neox_train_dpo_begin,
     .log = dpo_log,
+    .reference_model = dpo_reference_model,
+    .replaces_loss = dpo_replaces_loss,
+    .loss = dpo_loss,
 };

@@ -8,7 +8,7 @@
 // or several is an error here. The loss is the mean over pairs of -log sigmoid(pos - neg) plus
 // z_loss * (pos^2 + neg^2); its gradient reaches the model as one value gradient per position
 // (neox_model_set_value_grads). Metrics: pos_values, neg_values, margin, accuracy. A trainer part
-// (parts.c): set-up, free and the metrics of each step.
+// (parts.c): set-up, free, the loss in place of the language model's and the metrics of each step.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +111,11 @@ double neox_rm_loss(const float *values, const float *mask, int B, int T, double
     return sum / B;
 }
 
-int neox_train_rm_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err) {
+static int rm_replaces_loss(const neox_trainer *t) { return neox_train_rm_of(t) != NULL; }
+
+// After the forward of batch b (last stage): the loss into *loss, the metrics accumulated and, when
+// training, the value gradients of its backward set.
+static int rm_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err) {
     neox_rm *rm = neox_train_rm_of(t);
     neox_model_values(t->model, rm->values);
     double metrics[NEOX_RM_METRICS];
@@ -170,4 +174,6 @@ const neox_train_part neox_train_reward_model_part = {
     .free = free_rm,
     .begin_step = neox_train_rm_begin,
     .log = rm_log,
+    .replaces_loss = rm_replaces_loss,
+    .loss = rm_loss,
 };

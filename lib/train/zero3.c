@@ -4,8 +4,8 @@
 // coordinator (lib/gradient/param_gather.c) has gathered. The model tells the coordinator when it
 // uses a unit (its weights_use hook); every micro-batch is one pass with the model's trace.
 // Gradients and optimizer state are partitioned as under stage 2 (the reducer's partition_sum).
-// A trainer part (parts.c): set-up, start, free, its memory and its gathers in comm_stats.json are
-// its hooks; the passes (pipeline.c) call neox_train_zero3_begin and _end.
+// A trainer part (parts.c): set-up, start, free, its memory, its gathers in comm_stats.json and the
+// gathers around each pass of the model (begin_pass, end_pass) are its hooks.
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +15,7 @@
 // model's traces (0: forward, 1: forward + backward).
 typedef struct neox_zero3 {
     neox_param_gather *gather;
-    int *trace[3], trace_len[3];   // by neox_zero3_pass (the backward trace is the end of the training one)
+    int *trace[3], trace_len[3];   // by neox_train_pass (the backward trace is the end of the training one)
 } neox_zero3;
 
 extern const neox_train_part neox_train_zero3_part;
@@ -104,8 +104,8 @@ static int setup_zero3(neox_trainer *t, neox_error *err) {
     z->trace[1] = neox_malloc((size_t)(2 * nunits + 2) * sizeof(int));
     for (int b = 0; b < 2; b++) z->trace_len[b] = neox_model_weight_trace(m, b, z->trace[b]);
     // (the training trace is the forward's followed by backward's)
-    z->trace[NEOX_ZERO3_BACKWARD] = z->trace[NEOX_ZERO3_TRAIN] + z->trace_len[NEOX_ZERO3_FORWARD];
-    z->trace_len[NEOX_ZERO3_BACKWARD] = z->trace_len[NEOX_ZERO3_TRAIN] - z->trace_len[NEOX_ZERO3_FORWARD];
+    z->trace[NEOX_PASS_BACKWARD] = z->trace[NEOX_PASS_TRAIN] + z->trace_len[NEOX_PASS_FORWARD];
+    z->trace_len[NEOX_PASS_BACKWARD] = z->trace_len[NEOX_PASS_TRAIN] - z->trace_len[NEOX_PASS_FORWARD];
     return 0;
 }
 
@@ -135,7 +135,8 @@ static void zero3_take_weights(neox_trainer *t) {
     m->weights_use_ctx = t;
 }
 
-void neox_train_zero3_begin(neox_trainer *t, neox_zero3_pass pass) {
+// A pass gathers the units its trace uses as it reaches them.
+static void zero3_begin_pass(neox_trainer *t, neox_train_pass pass) {
     neox_zero3 *z = zero3_of(t);
     if (z) neox_param_gather_begin(z->gather, z->trace[pass], z->trace_len[pass]);
 }
@@ -198,4 +199,6 @@ const neox_train_part neox_train_zero3_part = {
     .free = free_zero3,
     .memory = zero3_memory,
     .report = zero3_report,
+    .begin_pass = zero3_begin_pass,
+    .end_pass = neox_train_zero3_end,
 };
