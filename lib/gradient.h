@@ -61,8 +61,11 @@ typedef struct neox_grad_reducer_options {
     size_t fill_elems;
 } neox_grad_reducer_options;
 
+// NULL with *err filled when the environment cannot give what opt asks for (a progress thread under
+// an MPI library without MPI_THREAD_MULTIPLE).
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
-                                          const size_t *param_size, int nparams, const neox_grad_reducer_options *opt);
+                                          const size_t *param_size, int nparams, const neox_grad_reducer_options *opt,
+                                          neox_error *err);
 void neox_grad_reducer_free(neox_grad_reducer *r);
 // The rank's partition of the flat buffer under ZeRO: [*begin, *end).
 void neox_grad_reducer_partition(const neox_grad_reducer *r, int rank, size_t *begin, size_t *end);

@@ -43,8 +43,9 @@ struct neox_grad_exchange {
 
 // ---- the reducers ----------------------------------------------------------------------------
 // A reducer over params [first, end) of the flat buffer and the group `over`, averaging over
-// mean_over ranks (0: the group).
-static neox_grad_reducer *make_reducer_over(neox_grad_exchange *x, int first, int end, neox_comm *over, int mean_over) {
+// mean_over ranks (0: the group). NULL with *err filled when it cannot be made.
+static neox_grad_reducer *make_reducer_over(neox_grad_exchange *x, int first, int end, neox_comm *over, int mean_over,
+                                            neox_error *err) {
     const neox_grad_exchange_settings *s = &x->s;
     int n = end - first;
     size_t base = s->param_offset[first], stop = end < s->nparams ? s->param_offset[end] : s->n;
@@ -58,7 +59,7 @@ static neox_grad_reducer *make_reducer_over(neox_grad_exchange *x, int first, in
                                     .partition_sum = x->partition, .progress_interval = s->progress_interval,
                                     .mean_over = mean_over, .fill_elems = s->fill_elems};
     if (x->hierarchical && over == s->data) ro.hier_intra = s->data_intra, ro.hier_inter = s->data_inter;
-    neox_grad_reducer *r = neox_grad_reducer_make(over, s->grads + base, stop - base, offset, size, n, &ro);
+    neox_grad_reducer *r = neox_grad_reducer_make(over, s->grads + base, stop - base, offset, size, n, &ro, err);
     free(offset);
     free(size);
     return r;
@@ -75,7 +76,7 @@ static void make_partition(neox_grad_exchange *x) {
 }
 
 // The dense reducer (after the sparse rows and the partition), and the experts' one.
-static void make_reducers(neox_grad_exchange *x) {
+static int make_reducers(neox_grad_exchange *x, neox_error *err) {
     neox_grad_exchange_settings *s = &x->s;
     if (s->sparse)
         x->sparse = neox_sparse_rows_make(s->data, s->sparse_rows, s->sparse_width, s->sparse_row_begin, s->predivide);
@@ -87,10 +88,13 @@ static void make_reducers(neox_grad_exchange *x) {
         if (s->verbose)
             neox_info("data-parallel all-reduce: hierarchical (%d ranks per node on this node)", s->data_intra->size);
     }
-    x->reducer = make_reducer_over(x, x->reducer_first, s->dense_params, s->data, 0);
+    x->reducer = make_reducer_over(x, x->reducer_first, s->dense_params, s->data, 0, err);
+    if (!x->reducer) return -1;
     // Each expert already holds the sum over its expert group's tokens: summed over the ranks
     // holding it and divided by the whole data-parallel size, it is the mean over every micro-batch.
-    if (s->expert_data) x->expert_reducer = make_reducer_over(x, s->dense_params, s->nparams, s->expert_data, s->data->size);
+    if (!s->expert_data) return 0;
+    x->expert_reducer = make_reducer_over(x, s->dense_params, s->nparams, s->expert_data, s->data->size, err);
+    return x->expert_reducer ? 0 : -1;
 }
 
 // ---- the compressors -------------------------------------------------------------------------
@@ -98,8 +102,8 @@ static void make_reducers(neox_grad_exchange *x) {
 static neox_onebit *make_onebit(const neox_grad_exchange *x) {
     const neox_grad_exchange_settings *s = &x->s;
     for (int i = 0; i < s->nparams; i++)
-        if (s->param_offset[i] != (i ? s->param_offset[i - 1] + s->param_size[i - 1] : 0))
-            neox_die(NEOX_EXIT_FAILURE, "compressed all-reduce: parameter %d does not follow parameter %d", i, i - 1);
+        neox_assert(s->param_offset[i] == (i ? s->param_offset[i - 1] + s->param_size[i - 1] : 0),
+                    "compressed all-reduce: parameter %d does not follow parameter %d", i, i - 1);
     return neox_onebit_make(s->data, s->param_size, s->nparams);
 }
 
@@ -167,14 +171,16 @@ static void use_choice(void *ctx, int i, neox_bucket_choice from, neox_bucket_ch
 }
 
 // Every rank must reduce each bucket the same way, or the collectives pair up wrongly: the plan's
-// fingerprint is compared over the data group after every decision (one small all-reduce).
+// fingerprint is compared over the data group after every decision (one small all-reduce). The
+// plan is made from measurements the ranks share, so a difference is a bug; every rank sees it
+// from the same all-reduce and stops together.
 static void check_agreement(void *ctx, double fingerprint, int64_t iteration) {
     neox_grad_exchange *x = ctx;
     double v[2] = {fingerprint, -fingerprint};
     neox_allreduce_max(x->s.data, v, 2, NEOX_F64);
     if (v[0] != -v[1])
-        neox_die(NEOX_EXIT_FAILURE, "gradient_compression: adaptive: the data-parallel ranks planned different schemes "
-                 "at iteration %lld (their measurements were not shared)", (long long)iteration);
+        neox_bug("gradient_compression: adaptive: the data-parallel ranks planned different schemes at iteration %lld "
+                 "(their measurements were not shared)", (long long)iteration);
 }
 
 // Bucket i of the reducer as a range of the parameters (the compressors' segments), with what
@@ -232,7 +238,10 @@ neox_grad_exchange *neox_grad_exchange_make(const neox_grad_exchange_settings *s
     neox_grad_exchange *x = neox_calloc(1, sizeof *x);
     take_settings(x, s);
     if (s->data->size > 1) {
-        make_reducers(x);
+        if (make_reducers(x, err) != 0) {
+            neox_grad_exchange_free(x);
+            return NULL;
+        }
         make_compressors(x);
     }
     if (s->compression == NEOX_COMPRESSION_ADAPTIVE && make_adaptive(x, err) != 0) {

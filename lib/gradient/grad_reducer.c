@@ -94,13 +94,14 @@ static void scale(neox_grad_reducer *r, float *x, size_t n, float factor) {
     if (factor != 1.0f) r->be->scale(x, n, factor);
 }
 
-// Device gradients need NCCL on every group the reducer uses (MPI here cannot read device memory).
+// Device gradients need NCCL on every group the reducer uses (MPI here cannot read device memory);
+// the trainer's set-up gives every group one (neox_grid_enable_device) before it makes a reducer.
 static void check_device_groups(const neox_grad_reducer *r) {
     const neox_comm *groups[] = {r->data, r->opt.hier_intra, r->opt.hier_inter};
     for (int i = 0; i < 3; i++)
-        if (groups[i] && groups[i]->size > 0 && !groups[i]->nccl)
-            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: the gradients are device memory but group %s has no NCCL "
-                     "communicator (neox_grid_enable_device makes them)", groups[i]->name);
+        neox_assert(!groups[i] || groups[i]->size == 0 || groups[i]->nccl,
+                    "gradient reducer: the gradients are device memory but group %s has no NCCL communicator "
+                    "(neox_grid_enable_device makes them)", groups[i]->name);
 }
 
 static void hier_pump(neox_grad_reducer *r, int wait);
@@ -165,11 +166,23 @@ static void make_tensor_buckets(neox_grad_reducer *r, const size_t *param_offset
     }
 }
 
+// A progress thread calls MPI beside the main thread, which only MPI_THREAD_MULTIPLE allows; an MPI
+// library that does not grant it is the environment's limit, refused before anything is made.
+static int check_thread_level(neox_comm *data, const neox_grad_reducer_options *opt, neox_error *err) {
+    int on_device = opt->backend && opt->backend->on_device;
+    if (opt->progress_interval > 0 && opt->overlap && !on_device && data->size > 1 && !neox_parallel_thread_multiple())
+        return neox_fail(err, NEOX_EXIT_FAILURE, "comm_progress_thread_us: the progress thread needs MPI_THREAD_MULTIPLE, "
+                         "which this MPI library does not grant; set comm_progress_thread_us: 0");
+    return 0;
+}
+
 neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t n, const size_t *param_offset,
-                                          const size_t *param_size, int nparams, const neox_grad_reducer_options *opt) {
+                                          const size_t *param_size, int nparams, const neox_grad_reducer_options *opt,
+                                          neox_error *err) {
     for (int p = 0; p + 1 < nparams; p++)
-        if (param_offset[p] + param_size[p] != param_offset[p + 1])
-            neox_die(NEOX_EXIT_FAILURE, "gradient buffer: parameter %d does not follow parameter %d", p + 1, p);
+        neox_assert(param_offset[p] + param_size[p] == param_offset[p + 1],
+                    "gradient buffer: parameter %d does not follow parameter %d", p + 1, p);
+    if (check_thread_level(data, opt, err) != 0) return NULL;
     neox_grad_reducer *r = neox_calloc(1, sizeof *r);
     r->data = data, r->grads = grads, r->n = n, r->opt = *opt;
     if (r->opt.predivide_factor <= 0) r->opt.predivide_factor = 1.0;
@@ -199,12 +212,8 @@ neox_grad_reducer *neox_grad_reducer_make(neox_comm *data, float *grads, size_t 
             b->counts[q] = neox_overlap(lo, hi, b->begin, b->end, &lo, &hi) ? (int)(hi - lo) : 0;
         }
     }
-    if (opt->progress_interval > 0 && opt->overlap && !r->be->on_device && data->size > 1) {
-        if (!neox_parallel_thread_multiple())
-            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: a progress thread needs MPI_THREAD_MULTIPLE, which this MPI "
-                     "does not grant");
+    if (opt->progress_interval > 0 && opt->overlap && !r->be->on_device && data->size > 1)
         r->thread = neox_progress_thread_start(thread_poll, r, opt->progress_interval);
-    }
     return r;
 }
 
@@ -247,9 +256,9 @@ size_t neox_grad_reducer_scratch_bytes(const neox_grad_reducer *r) {
 size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r) { return r->wire ? (r->n ? r->n : 1) * sizeof(uint16_t) : 0; }
 
 void neox_grad_reducer_set_bucket(neox_grad_reducer *r, int i, int skip, neox_dtype wire) {
-    if (i < 0 || i >= r->nbuckets) neox_die(NEOX_EXIT_FAILURE, "gradient reducer: no bucket %d (of %d)", i, r->nbuckets);
-    if (skip && r->opt.zero_stage != 0)
-        neox_die(NEOX_EXIT_FAILURE, "gradient reducer: a bucket reduced elsewhere needs whole replicas (ZeRO stage 0)");
+    neox_assert(i >= 0 && i < r->nbuckets, "gradient reducer: no bucket %d (of %d)", i, r->nbuckets);
+    // (The trainer's set-up refuses compression above ZeRO stage 0.)
+    neox_assert(!skip || r->opt.zero_stage == 0, "gradient reducer: a bucket reduced elsewhere needs whole replicas (ZeRO stage 0)");
     if (wire != NEOX_BF16 && wire != NEOX_F16) wire = NEOX_F32;
     if (wire != NEOX_F32 && !r->wire) r->wire = r->be->alloc((r->n ? r->n : 1) * sizeof(uint16_t));
     r->buckets[i].skip = skip, r->buckets[i].wire = wire;
@@ -493,11 +502,11 @@ void neox_grad_reducer_finish(neox_grad_reducer *r) {
         b->slack_s = b->ready_at > 0 ? finish_at - b->ready_at : 0.0;
         b->ready_at = 0;
         // With overlap every parameter is reported ready exactly once per reduction (a bucket
-        // reported too often would have started before its gradients were final).
-        if (r->eager && b->pending != 0)
-            neox_die(NEOX_EXIT_FAILURE, "gradient reducer: bucket %d (elements %zu-%zu) had %lld element(s) %s ready",
-                     i, b->begin, b->end, (long long)llabs(b->pending),
-                     b->pending > 0 ? "never reported" : "reported more than once");
+        // reported too often would have started before its gradients were final): the caller's
+        // promise, so a miss is a bug.
+        neox_assert(!r->eager || b->pending == 0, "gradient reducer: bucket %d (elements %zu-%zu) had %lld element(s) %s ready",
+                    i, b->begin, b->end, (long long)llabs(b->pending),
+                    b->pending > 0 ? "never reported" : "reported more than once");
         if (b->started || b->skip) continue;
         seconds += land_in_flight(r);
         seconds += start_bucket(r, b);

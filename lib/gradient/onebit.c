@@ -40,8 +40,8 @@ typedef struct span {
 } span;
 
 static span span_of(const neox_onebit *o, int first, int count) {
-    if (first < 0 || count < 0 || first + count > o->nseg)
-        neox_die(NEOX_EXIT_FAILURE, "1-bit compressed all-reduce: segments %d-%d outside 0-%d", first, first + count, o->nseg);
+    neox_assert(first >= 0 && count >= 0 && first + count <= o->nseg,
+                "1-bit compressed all-reduce: segments %d-%d outside 0-%d", first, first + count, o->nseg);
     span sp = {first, count, (size_t)count * sizeof(float), 0, 0};
     if (count == 0) return sp;
     const segment *last = &o->seg[first + count - 1];
@@ -174,9 +174,9 @@ static void gather_phase(neox_onebit *o, const span *sp, int s, float *x) {
 }
 
 void neox_onebit_allreduce_range(neox_onebit *o, float *buf, int first, int count) {
-    if (neox_comm_on_device(o->comm, buf))
-        neox_die(NEOX_EXIT_USAGE, "the 1-bit compressed all-reduce (optimizer.type onebitadam, gradient_compression: "
-                 "onebit) runs on host memory only; these gradients are on the GPU (compute_backend: cuda)");
+    // (The trainer's set-up refuses onebitadam and gradient_compression on a device backend.)
+    neox_assert(!neox_comm_on_device(o->comm, buf), "the 1-bit compressed all-reduce runs on host memory only; "
+                "these gradients are on the GPU");
     span sp = span_of(o, first, count);
     if (o->comm->size <= 1 || count == 0) return;
     for (int s = first; s < first + count; s++) worker_phase(o, &sp, s, buf + o->seg[s].offset);

@@ -207,9 +207,10 @@ static void prefetch(neox_param_gather *g) {
 }
 
 void neox_param_gather_acquire(neox_param_gather *g, int u) {
-    if (g->trace && (g->pos >= g->trace_len || g->trace[g->pos] != u))
-        neox_die(NEOX_EXIT_FAILURE, "ZeRO-3: the model used weight unit %d where its trace has %d (position %d of %d)", u,
-                 g->pos < g->trace_len ? g->trace[g->pos] : -1, g->pos, g->trace_len);
+    // Every step uses the units in the order the first step recorded (the model's order is fixed).
+    neox_assert(!g->trace || (g->pos < g->trace_len && g->trace[g->pos] == u),
+                "ZeRO-3: the model used weight unit %d where its trace has %d (position %d of %d)", u,
+                g->pos < g->trace_len ? g->trace[g->pos] : -1, g->pos, g->trace_len);
     unit *x = &g->units[u];
     if (x->state == RELEASED && x->gathered > 0) start_gather(g, u, 0);
     if (x->state == INFLIGHT) finish_gather(g, u);
@@ -300,7 +301,7 @@ static void prefetch_piece(neox_param_gather *g, int i, size_t end) {
 // forward's end to backward's start), as the units do.
 void neox_param_gather_piece(neox_param_gather *g, size_t begin, size_t end, int use) {
     int i = in_pieces(&g->opt, begin, end);
-    if (i < 0) neox_die(NEOX_EXIT_FAILURE, "ZeRO-3: elements %zu-%zu are not in a range gathered by pieces", begin, end);
+    neox_assert(i >= 0, "ZeRO-3: elements %zu-%zu are not in a range gathered by pieces", begin, end);
     if (g->lazy_whole[i]) return;
     unsigned char *kept = &g->kept[i][(begin - g->opt.piece_begin[i]) / g->opt.piece_elems];
     if (use && g->ahead_active[i] && g->ahead[i].begin == begin) {

@@ -43,8 +43,8 @@ static int pays(int r, int rows, int cols) {
 #define Q_SEED 20190613u
 
 neox_powersgd *neox_powersgd_make_ranks(neox_comm *c, const int *rows, const int *cols, int nseg, int min_rank, int rank) {
-    if (min_rank < 1 || min_rank > rank)
-        neox_die(NEOX_EXIT_FAILURE, "powersgd: ranks %d-%d: expected 1 <= smallest <= largest", min_rank, rank);
+    // (gradient_compression_rank is at least 1 by the key schema.)
+    neox_assert(min_rank >= 1 && min_rank <= rank, "powersgd: ranks %d-%d: expected 1 <= smallest <= largest", min_rank, rank);
     neox_powersgd *o = neox_calloc(1, sizeof *o);
     o->comm = c, o->n = nseg, o->max_rank = rank;
     o->mat = neox_calloc(nseg ? (size_t)nseg : 1, sizeof(matrix));
@@ -90,8 +90,8 @@ float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count) {
 }
 
 static void check_range(const neox_powersgd *o, int first, int count) {
-    if (first < 0 || count < 0 || first + count > o->n)
-        neox_die(NEOX_EXIT_FAILURE, "powersgd: segments %d-%d outside 0-%d", first, first + count, o->n);
+    neox_assert(first >= 0 && count >= 0 && first + count <= o->n, "powersgd: segments %d-%d outside 0-%d", first,
+                first + count, o->n);
 }
 
 static void add_error_to(neox_powersgd *o, matrix *x, float *buf) {
@@ -102,7 +102,7 @@ static void add_error_to(neox_powersgd *o, matrix *x, float *buf) {
 
 void neox_powersgd_set_rank(neox_powersgd *o, int first, int count, int r, float *buf) {
     check_range(o, first, count);
-    if (r < 1 || r > o->max_rank) neox_die(NEOX_EXIT_FAILURE, "powersgd: rank %d outside 1-%d", r, o->max_rank);
+    neox_assert(r >= 1 && r <= o->max_rank, "powersgd: rank %d outside 1-%d", r, o->max_rank);
     for (int s = first; s < first + count; s++) {
         matrix *x = &o->mat[s];
         int next = x->slot && pays(r, x->rows, x->cols) ? r : 0;
@@ -170,9 +170,8 @@ static void scale_all(float *x, size_t n, float s) {
 }
 
 void neox_powersgd_allreduce_range(neox_powersgd *o, float *buf, int first, int count) {
-    if (neox_comm_on_device(o->comm, buf))
-        neox_die(NEOX_EXIT_USAGE, "gradient_compression: powersgd runs on host memory only; these gradients are on "
-                 "the GPU (compute_backend: cuda)");
+    // (The trainer's set-up refuses gradient_compression on a device backend.)
+    neox_assert(!neox_comm_on_device(o->comm, buf), "powersgd runs on host memory only; these gradients are on the GPU");
     check_range(o, first, count);
     if (o->comm->size <= 1 || count == 0) return;
     float mean = 1.0f / (float)o->comm->size;

@@ -79,8 +79,8 @@ static void sum_rows(neox_sparse_rows *s, float *grad, size_t total) {
 
 void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad) {
     neox_comm *c = s->c;
-    if (neox_comm_on_device(c, grad))
-        neox_die(NEOX_EXIT_USAGE, "sparse_gradients runs on host memory only; this gradient is on the GPU (compute_backend: cuda)");
+    // (The trainer's set-up refuses sparse_gradients on a device backend.)
+    neox_assert(!neox_comm_on_device(c, grad), "sparse rows run on host memory only; this gradient is on the GPU");
     size_t w = (size_t)s->width;
     int32_t mine = 0;
     for (int64_t r = 0; r < s->rows; r++) mine += s->touched[r];
@@ -89,7 +89,11 @@ void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad) {
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank) before = total;
         total += (size_t)s->counts[q];
-        if ((size_t)s->counts[q] * w > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "sparse gradients: %d rows of %zu are too many for one message", s->counts[q], w);
+        // A count MPI cannot take ends the job (docs/design.md, "Errors"): every rank has the same
+        // counts from the all-gather, so all of them stop here rather than one leaving its peers
+        // waiting in the next collective.
+        if ((size_t)s->counts[q] * w > INT_MAX)
+            neox_die(NEOX_EXIT_FAILURE, "sparse gradients: %d rows of %zu are too many for one message", s->counts[q], w);
         s->elems[q] = s->counts[q] * (int)w;
     }
     reserve(s, total ? total : 1);

@@ -13,6 +13,15 @@
 
 static neox_grid grid;
 
+// The reducer these options ask for (none asks for what the environment may refuse).
+static neox_grad_reducer *make_reducer(neox_comm *data, float *grads, size_t n, const size_t *offsets,
+                                       const size_t *sizes, int nparams, const neox_grad_reducer_options *opt) {
+    neox_error err = {0};
+    neox_grad_reducer *r = neox_grad_reducer_make(data, grads, n, offsets, sizes, nparams, opt, &err);
+    if (!r) neox_die_error(&err);
+    return r;
+}
+
 static void report(const char *name, int ok) {
     int all = ok;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -32,7 +41,7 @@ static void run_case(int stage, size_t bucket_bytes, int overlap, double predivi
     float *g = neox_malloc(n * sizeof(float));
     neox_grad_reducer_options opt = {.bucket_bytes = bucket_bytes, .zero_stage = stage, .overlap = overlap, .predivide_factor = predivide,
                                      .all_reduce = all_reduce, .wire = wire};
-    neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
+    neox_grad_reducer *red = make_reducer(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
     int ok = 1;
     for (int step = 0; step < 2; step++) {  // the reducer resets itself between steps
         for (size_t i = 0; i < n; i++) g[i] = grad_value(grid.data_rank, i) * (float)(step + 1);
@@ -60,7 +69,7 @@ static void run_per_bucket(int overlap) {
     for (int p = 0; p < NPARAMS; p++) offsets[p] = n, n += sizes[p];
     float *g = neox_malloc(n * sizeof(float));
     neox_grad_reducer_options opt = {.bucket_bytes = 4, .overlap = overlap, .predivide_factor = 1.0, .wire = NEOX_F32};
-    neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
+    neox_grad_reducer *red = make_reducer(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
     int ok = neox_grad_reducer_bucket_count(red) == NPARAMS;
     for (int step = 0; ok && step < 2; step++) {
         for (int b = 0; b < NPARAMS; b++)
@@ -106,7 +115,7 @@ static void run_split(int overlap, int all_reduce) {
     neox_grad_reducer_options opt = {.bucket_bytes = LIMIT * sizeof(float), .zero_stage = 2, .overlap = overlap,
                                      .predivide_factor = 1.0, .all_reduce = all_reduce, .partition_sum = sum,
                                      .fill_elems = 250};
-    neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
+    neox_grad_reducer *red = make_reducer(&grid.data, g, n, offsets, sizes, NPARAMS, &opt);
     int ok = neox_grad_reducer_bucket_count(red) == (int)((n + LIMIT - 1) / LIMIT);
     for (int b = 0; b < neox_grad_reducer_bucket_count(red); b++) {
         size_t blo, bhi;
@@ -160,7 +169,7 @@ int main(int argc, char **argv) {
     size_t sizes[1] = {10}, offsets[1] = {0};
     float g[10];
     neox_grad_reducer_options opt = {.bucket_bytes = 0, .zero_stage = 1, .overlap = 1, .predivide_factor = 1.0};
-    neox_grad_reducer *red = neox_grad_reducer_make(&grid.data, g, 10, offsets, sizes, 1, &opt);
+    neox_grad_reducer *red = make_reducer(&grid.data, g, 10, offsets, sizes, 1, &opt);
     size_t expect = 0, lo, hi;
     int ok = 1;
     for (int q = 0; q < grid.data_size; q++) {

@@ -24,6 +24,15 @@ static const neox_backend *gpu;
 static neox_grid grid;
 static int failures;
 
+// The reducer these options ask for (none asks for what the environment may refuse).
+static neox_grad_reducer *make_reducer(neox_comm *data, float *grads, size_t n, const size_t *offsets,
+                                       const size_t *sizes, int nparams, const neox_grad_reducer_options *opt) {
+    neox_error err = {0};
+    neox_grad_reducer *r = neox_grad_reducer_make(data, grads, n, offsets, sizes, nparams, opt, &err);
+    if (!r) neox_die_error(&err);
+    return r;
+}
+
 enum { N = 4099 };  // elements per rank in most checks: not a multiple of anything NCCL likes
 
 // Element i of rank r's input, as a double: a multiple of 0.5 in [-4, 4].
@@ -299,9 +308,9 @@ static void reducer(neox_comm *data, int zero_stage, neox_dtype wire) {
     pair g = pair_make(n, NEOX_F32, 15);
     neox_grad_reducer_options opt = {.bucket_bytes = 2048 * sizeof(float), .zero_stage = zero_stage, .overlap = 1,
                                      .predivide_factor = 2.0, .wire = wire};
-    neox_grad_reducer *host = neox_grad_reducer_make(data, g.h, n, offsets, sizes, NP, &opt);
+    neox_grad_reducer *host = make_reducer(data, g.h, n, offsets, sizes, NP, &opt);
     opt.backend = gpu;
-    neox_grad_reducer *dev = neox_grad_reducer_make(data, g.d, n, offsets, sizes, NP, &opt);
+    neox_grad_reducer *dev = make_reducer(data, g.d, n, offsets, sizes, NP, &opt);
     for (int step = 0; step < 2; step++) {  // the second step reuses the buckets' state
         // Both start from the same values (under ZeRO the buffer outside the partition is
         // unspecified after a step, and differs between the two).
