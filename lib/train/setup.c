@@ -152,12 +152,11 @@ static void use_head_pieces(neox_trainer *t) {
     neox_train_install_grad_hook(t);  // (the model reports the pieces to it)
 }
 
-// Data-parallel reduction (the gradient exchange, made before): ZeRO-2's head pieces, this rank's
-// partition of the flat buffers, backward's hook (ZeRO-3 is a part: set up after this).
+// Data-parallel reduction (the gradient exchange, made before): this rank's partition of the flat
+// buffers, backward's hook (ZeRO-3 is a part: set up after this).
 static void setup_partitions(neox_trainer *t) {
     const neox_model *m = t->model;
     neox_grid *g = t->grid;
-    if (t->zero_stage >= 2) use_head_pieces(t);
     neox_grad_exchange_partition(t->exchange, g->data_rank, &t->part_begin, &t->part_end);
     if (t->ep_size > 1)  // the partition of the whole buffer over the ranks holding the same experts
         neox_train_partition(t, neox_train_state_group(t)->rank, &t->part_begin, &t->part_end);
@@ -173,6 +172,8 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     size_t n = t->model->num_floats;
     t->part_begin = 0, t->part_end = n;
     if (t->grid->data_size > 1) t->zero_stage = (int)neox_config_int_or(t->cfg, zero_stage, 0);
+    // (Before the exchange: its plan counts the output layer's gradient made in pieces.)
+    if (t->grid->data_size > 1 && t->zero_stage >= 2) use_head_pieces(t);
     if (neox_train_setup_exchange(t, err) != 0) return -1;
     if (t->grid->data_size > 1) {
         setup_partitions(t);
