@@ -405,6 +405,9 @@ int neox_train_parts_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *ru
 int neox_train_parts_load(neox_trainer *t, const neox_part_loading *from, neox_error *err);
 void neox_train_parts_memory(const neox_trainer *t, neox_memory_plan *plan);
 void neox_train_parts_report(neox_trainer *t, json_t *doc);
+// A report hook's per-rank numbers (a collective over the world): every rank's `size` bytes of mine,
+// rank-major (the caller frees), and doc's "ranks" array on rank 0 (NULL elsewhere).
+void *neox_train_gather_rank_stats(neox_trainer *t, const void *mine, size_t size, json_t *doc, json_t **ranks);
 void neox_train_parts_begin_step(neox_trainer *t);
 void neox_train_parts_begin_micro_batches(neox_trainer *t);
 void neox_train_parts_end_micro_batches(neox_trainer *t);

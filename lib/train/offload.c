@@ -283,11 +283,9 @@ static json_t *stats_json(const neox_offload_stats *s) {
 // Every rank's copies over the run, as "offload" of each rank that updated on the host.
 static void offload_report(neox_trainer *t, json_t *doc) {
     neox_offload_stats mine = offload_of(t) ? offload_of(t)->stats : (neox_offload_stats){0};
-    int n = t->grid->world_size;
-    neox_offload_stats *all = neox_malloc((size_t)n * sizeof mine);
-    neox_gather_bytes_uncounted(&t->grid->world, &mine, (int)sizeof mine, all);  // (bookkeeping)
-    json_t *ranks = doc ? json_object_get(doc, "ranks") : NULL;
-    for (int r = 0; ranks && r < n; r++)
+    json_t *ranks;
+    neox_offload_stats *all = neox_train_gather_rank_stats(t, &mine, sizeof mine, doc, &ranks);
+    for (int r = 0; ranks && r < t->grid->world_size; r++)
         if (all[r].steps > 0) json_object_set_new(json_array_get(ranks, (size_t)r), "offload", stats_json(&all[r]));
     free(all);
 }

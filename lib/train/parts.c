@@ -165,3 +165,10 @@ void neox_train_parts_grads_ready(neox_trainer *t, int begin, int end) {
     for (int i = 0; i < NPARTS; i++)
         if (parts[i]->grads_ready) parts[i]->grads_ready(t, begin, end);
 }
+
+void *neox_train_gather_rank_stats(neox_trainer *t, const void *mine, size_t size, json_t *doc, json_t **ranks) {
+    void *all = neox_malloc((size_t)t->grid->world_size * size);
+    neox_gather_bytes_uncounted(&t->grid->world, mine, (int)size, all);  // (bookkeeping)
+    *ranks = doc ? json_object_get(doc, "ranks") : NULL;
+    return all;
+}

@@ -181,11 +181,9 @@ static void zero3_report(neox_trainer *t, json_t *doc) {
     neox_zero3 *z = zero3_of(t);
     neox_param_gather_stats mine = {0};
     if (z) mine = neox_param_gather_stats_of(z->gather);
-    int n = t->grid->world_size;
-    neox_param_gather_stats *all = neox_malloc((size_t)n * sizeof mine);
-    neox_gather_bytes_uncounted(&t->grid->world, &mine, (int)sizeof mine, all);  // (bookkeeping)
-    json_t *ranks = doc ? json_object_get(doc, "ranks") : NULL;
-    for (int r = 0; ranks && r < n; r++)
+    json_t *ranks;
+    neox_param_gather_stats *all = neox_train_gather_rank_stats(t, &mine, sizeof mine, doc, &ranks);
+    for (int r = 0; ranks && r < t->grid->world_size; r++)
         if (all[r].gathers > 0 || all[r].persistent_elements > 0)
             json_object_set_new(json_array_get(ranks, (size_t)r), "parameter_gathers", gathers_json(&all[r]));
     free(all);
