@@ -126,18 +126,21 @@ double neox_grad_reducer_progress_seconds(neox_grad_reducer *r);
 // the embedding, each layer, the head) in use or about to be. A pass (one micro-batch's forward
 // and backward, or a forward) is run between begin, with the order in which it will use the
 // units (its trace), and end; acquire gathers a unit (or waits for its prefetch) and starts the
-// gathers of the next units, release gives its pages back unless it is used again soon.
+// gathers of the next units, release gives its pages back unless it is used again soon. What is
+// whole besides the partition never passes the whole model's elements: the persistent tensors take
+// at most half of the elements outside the partition, and the units and pieces gathered at once at
+// most the rest and at most max_live (the live bound; a single unit in use larger than it excepted).
 typedef struct neox_param_gather neox_param_gather;
 
 typedef struct neox_param_gather_options {
     int64_t prefetch_elems;        // stage3_prefetch_bucket_size: elements gathered ahead at a time (0: none)
-    int64_t max_live;              // stage3_max_live_parameters: no prefetch beyond this many gathered
+    int64_t max_live;              // stage3_max_live_parameters: at most this many gathered at once (< 0: no cap)
     int64_t max_reuse_distance;    // stage3_max_reuse_distance: keep a unit used again within this many elements
     int64_t persistence_threshold; // stage3_param_persistence_threshold: tensors this small stay whole
     int64_t model_persistence_threshold;  // stage3_model_persistence_threshold: at most this many persistent (-1: no cap)
     // [piece_begin[i], piece_end[i]): ranges (the output layer, the input embedding) left out of
     // their units and gathered piece by piece (neox_param_gather_piece), one piece of at most
-    // piece_elems elements at a time; empty ranges: none.
+    // piece_elems elements at a time (at most neox_param_gather_piece_limit); empty ranges: none.
     size_t piece_begin[2], piece_end[2], piece_elems;
     // Called for each range of the flat buffer that became whole (gathered) or was given back.
     void (*gathered)(void *ctx, size_t begin, size_t end);
@@ -178,6 +181,12 @@ void neox_param_gather_persistent(neox_param_gather *g);
 // The peak of gathered non-persistent elements a pass with this trace reaches (no communication).
 size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len);
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g);
+// The live bound: the most elements of units and pieces gathered at once (persistent ones aside).
+size_t neox_param_gather_live_limit(const neox_param_gather *g);
+// The largest piece of an embedding gathered by pieces, for a flat buffer of n elements of which a
+// rank's partition holds `partition` and max_live (< 0: no cap): half the least live bound, so
+// that one piece in use and the next gathered ahead fit it.
+size_t neox_param_gather_piece_limit(size_t n, size_t partition, int64_t max_live);
 // Bytes of the collective's temporaries for one unit's gather (or the persistent tensors'), the
 // largest; a prefetched unit's gathered beside it is not counted.
 size_t neox_param_gather_scratch_bytes(const neox_param_gather *g);

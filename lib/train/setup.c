@@ -143,11 +143,13 @@ static int setup_model(neox_trainer *t, neox_error *err) {
 
 // ZeRO-2 and 3 on the host: the buckets are at most reduce_bucket_size elements and their pages are
 // given back as they land, so the embeddings are used in pieces of about a bucket each (the output
-// layer's gradient made piece by piece, ZeRO-3 gathering them by pieces) and no rank holds one whole.
+// layer's gradient made piece by piece, ZeRO-3 gathering them by pieces) and no rank holds one whole;
+// under ZeRO-3 a piece is also at most what its live bound allows (zero3.c).
 static void use_head_pieces(neox_trainer *t) {
     int64_t bucket = neox_config_int_or(t->cfg, zero_reduce_bucket_size, 500000000);
-    int64_t rows = bucket / t->model->desc.hidden_size;
     if (t->be->on_device || bucket <= 0) return;
+    int64_t limit = t->zero_stage == 3 ? (int64_t)neox_train_zero3_piece_limit(t) : bucket;
+    int64_t rows = (limit < bucket ? limit : bucket) / t->model->desc.hidden_size;
     t->model->head_grad_rows = rows < 1 ? 1 : rows > INT32_MAX ? INT32_MAX : (int)rows;
     neox_train_install_grad_hook(t);  // (the model reports the pieces to it)
 }
