@@ -14,6 +14,15 @@ and output layer) and the run's comm_stats.json.
   same_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is the same in both runs
   more_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is larger in RUN_A
   norms RUN_A RUN_B          the per-step parameter norms (log_param_norm) of both runs agree within 1e-5
+  bounded RUN_S3 RUN_S0 D [MAX_LIVE]
+                             stage 3 never plans more parameter bytes than stage 0: every rank's
+                             planned parameters (log/memory_plan.json, exact bytes) are at most
+                             stage 0's; the elements it measured whole at once beside its partition
+                             (comm_stats.json: peak_live_elements + persistent_elements) are at most
+                             what its plan counts for them (planned parameters / 4 - its partition
+                             of n * r / D to n * (r + 1) / D); the persistent tensors are at most
+                             half the elements outside the partition; with MAX_LIVE,
+                             peak_live_elements is at most MAX_LIVE
   extra_gathers RUN_A RUN_B PASSES HF [pieces:BUCKET]
                              RUN_A (nothing kept between uses: stage3_max_reuse_distance 0) gathers
                              more than RUN_B (everything kept within a pass) by, per training pass,
@@ -101,6 +110,23 @@ def norms(a, b):
     return bool(x) and x.keys() == y.keys() and not bad
 
 
+def bounded(s3, s0, d, max_live=None):
+    d = int(d)
+    plan3, plan0 = (json.load(open(f"{run}/log/memory_plan.json"))["ranks"] for run in (s3, s0))
+    n = plan0[0]["parameters"] // 4  # (stage 0: every rank holds the whole model)
+    ok = len(plan3) == len(plan0) == d
+    for r, (p3, p0, g) in enumerate(zip(plan3, plan0, gathers(s3))):
+        partition = n * (r + 1) // d - n * r // d
+        planned_whole = p3["parameters"] / 4 - partition
+        measured = g.get("peak_live_elements", 0) + g.get("persistent_elements", 0)
+        print(f"rank {r}: parameters planned {p3['parameters']} bytes (stage 0: {p0['parameters']}); whole beside the "
+              f"partition: planned {planned_whole:.0f}, measured {measured} (live {g.get('peak_live_elements', 0)})")
+        ok &= p3["parameters"] <= p0["parameters"] and measured <= planned_whole
+        ok &= g.get("persistent_elements", 0) <= (n - partition) // 2
+        ok &= max_live is None or g.get("peak_live_elements", 0) <= int(max_live)
+    return ok
+
+
 def extra_gathers(a, b, passes, hf, pieces=None):
     tensors = load_file(f"{hf}/model.safetensors")
     tied = not any("embed_out" in n or "lm_head" in n for n in tensors)
@@ -126,6 +152,8 @@ if __name__ == "__main__":
         ok = more_stat(*args)
     elif cmd == "norms":
         ok = norms(*args)
+    elif cmd == "bounded":
+        ok = bounded(*args)
     elif cmd == "extra_gathers":
         ok = extra_gathers(*args)
     else:
