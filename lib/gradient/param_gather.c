@@ -257,13 +257,18 @@ static int make_room(neox_param_gather *g, size_t need, int horizon) {
 
 // Gathers ahead the units the trace uses next, in order, while fewer than prefetch_elems elements
 // were started in this call (DeepSpeed's budget) and each fits the live bound, counted after the
-// current unit's gather (room is made from what is kept for a later use).
+// current unit's gather and leaving room for one piece when the current unit is used by pieces
+// (room is made from what is kept for a later use).
 static void prefetch(neox_param_gather *g) {
     int64_t taken = 0;
+    int u = g->trace[g->pos];
+    size_t reserve = 0;
+    for (int i = 0; i < 2; i++)
+        if (g->lazy_owner[i] == u && g->opt.piece_begin[i] < g->opt.piece_end[i]) reserve = g->opt.piece_elems;
     for (int j = g->pos + 1; j < g->trace_len && taken < g->opt.prefetch_elems; j++) {
         int v = g->trace[j];
         if (g->units[v].state != RELEASED || g->units[v].gathered == 0) continue;
-        if (!make_room(g, g->units[v].gathered, j)) break;
+        if (!make_room(g, g->units[v].gathered + reserve, j)) break;
         start_gather(g, v, 1);
         taken += (int64_t)g->units[v].gathered;
     }

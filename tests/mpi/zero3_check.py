@@ -4,8 +4,7 @@ and output layer) and the run's comm_stats.json.
 
   planned OUT HF D RULE      the parameter bytes every rank plans at start-up (OUT) are within 10%
                              of 4 * psi / D (its partition of the fp32 master weights) plus 4 bytes
-                             per element held whole at most: RULE whole (every tensor: the default
-                             settings keep a small model whole) or one (one unit at a time, the
+                             per element held whole at most: RULE one (one unit at a time, the
                              final norm with the tied embedding it uses, when nothing is
                              prefetched or kept), or pieces:BUCKET (one unit at a time, the head's
                              final norm beside one piece of BUCKET // hidden rows of the untied
@@ -23,12 +22,6 @@ and output layer) and the run's comm_stats.json.
                              of n * r / D to n * (r + 1) / D); the persistent tensors are at most
                              half the elements outside the partition; with MAX_LIVE,
                              peak_live_elements is at most MAX_LIVE
-  extra_gathers RUN_A RUN_B PASSES HF [pieces:BUCKET]
-                             RUN_A (nothing kept between uses: stage3_max_reuse_distance 0) gathers
-                             more than RUN_B (everything kept within a pass) by, per training pass,
-                             every layer and the head again for backward and, with tied weights,
-                             the embedding again for the head in forward and in backward; with
-                             pieces, every piece of the untied output layer again for backward
 """
 import json
 import re
@@ -63,7 +56,7 @@ def peak(hf, rule):
         h = json.load(open(f"{hf}/config.json"))["hidden_size"]
         piece = int(rule[7:]) // h * h  # the head's final norm or the embedding unit's rest, beside one piece
         return max([head - embed + piece, piece] + layers)
-    return psi if rule == "whole" else max([embed, head] + layers)
+    return max([embed, head] + layers)
 
 
 def planned(out, hf, d, rule):
@@ -127,19 +120,6 @@ def bounded(s3, s0, d, max_live=None):
     return ok
 
 
-def extra_gathers(a, b, passes, hf, pieces=None):
-    tensors = load_file(f"{hf}/model.safetensors")
-    tied = not any("embed_out" in n or "lm_head" in n for n in tensors)
-    per_pass = len(units(hf)[1]) + 1 + (2 if tied else 0)
-    if pieces:  # pieces:BUCKET: the untied output layer's pieces of BUCKET // hidden rows, gathered again too
-        h = json.load(open(f"{hf}/config.json"))["hidden_size"]
-        rows = next(t.shape[0] for n, t in tensors.items() if "embed_out" in n or "lm_head" in n)
-        per_pass += -(-rows // (int(pieces[7:]) // h))
-    x, y = [g.get("gathers", 0) for g in gathers(a)], [g.get("gathers", 0) for g in gathers(b)]
-    print(f"gathers {x} and {y}; expected difference {int(passes) * per_pass}")
-    return bool(x) and all(p - q == int(passes) * per_pass for p, q in zip(x, y))
-
-
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "planned":
@@ -154,8 +134,6 @@ if __name__ == "__main__":
         ok = norms(*args)
     elif cmd == "bounded":
         ok = bounded(*args)
-    elif cmd == "extra_gathers":
-        ok = extra_gathers(*args)
     else:
         ok = False
     sys.exit(0 if ok else 1)
