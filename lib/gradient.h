@@ -183,10 +183,11 @@ size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len);
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g);
 // The live bound: the most elements of units and pieces gathered at once (persistent ones aside).
 size_t neox_param_gather_live_limit(const neox_param_gather *g);
-// The largest piece of an embedding gathered by pieces, for a flat buffer of n elements of which a
-// rank's partition holds `partition` and max_live (< 0: no cap): half the least live bound, so
-// that one piece in use and the next gathered ahead fit it.
-size_t neox_param_gather_piece_limit(size_t n, size_t partition, int64_t max_live);
+// The largest piece of an embedding gathered by pieces, for a flat buffer of n elements over
+// `ranks` partitions and max_live (< 0: no cap): half the least live bound, so that one piece in
+// use and the next gathered ahead fit it. (The bound counts the largest partition's outside
+// elements on every rank: the ranks gather alike.)
+size_t neox_param_gather_piece_limit(size_t n, int ranks, int64_t max_live);
 // Bytes of the collective's temporaries for one unit's gather (or the persistent tensors'), the
 // largest; a prefetched unit's gathered beside it is not counted.
 size_t neox_param_gather_scratch_bytes(const neox_param_gather *g);

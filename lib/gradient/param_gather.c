@@ -68,6 +68,10 @@ struct neox_param_gather {
     neox_param_gather_stats stats;
 };
 
+// The elements outside a rank's partition, the same on every rank (that of the largest partition):
+// the ranks must choose the same persistent tensors and make the same gathers in the same order.
+static size_t outside_partition(size_t n, int ranks) { return n - (n + (size_t)ranks - 1) / (size_t)ranks; }
+
 static void run_init(neox_param_gather *g, run *r, size_t begin, size_t end) {
     r->begin = begin, r->end = end;
     r->counts = neox_calloc((size_t)g->data->size, sizeof(int));
@@ -110,7 +114,7 @@ neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t
     // Persistent tensors: those of at most persistence_threshold elements, taken in buffer order
     // while their total stays within model_persistence_threshold (< 0: no cap) and half the
     // elements outside the partition.
-    size_t outside = n - (g->part_end - g->part_begin), persist_total = 0;
+    size_t outside = outside_partition(n, data->size), persist_total = 0;
     int64_t persist_cap = (int64_t)(outside / 2);
     if (opt->model_persistence_threshold >= 0 && opt->model_persistence_threshold < persist_cap)
         persist_cap = opt->model_persistence_threshold;
@@ -480,8 +484,8 @@ neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g) {
 
 size_t neox_param_gather_live_limit(const neox_param_gather *g) { return g->live_limit; }
 
-size_t neox_param_gather_piece_limit(size_t n, size_t partition, int64_t max_live) {
-    size_t outside = n - partition, live = outside - outside / 2;  // (the persistent tensors take at most half)
+size_t neox_param_gather_piece_limit(size_t n, int ranks, int64_t max_live) {
+    size_t outside = outside_partition(n, ranks), live = outside - outside / 2;  // (the persistent tensors take at most half)
     if (max_live >= 0 && (uint64_t)max_live < live) live = (size_t)max_live;
     return live / 2;  // one piece in use and the next gathered ahead
 }

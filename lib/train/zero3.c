@@ -40,9 +40,7 @@ static int64_t max_live_of(const neox_config *cfg) {
 }
 
 size_t neox_train_zero3_piece_limit(const neox_trainer *t) {
-    size_t n = t->model->num_floats, begin, end;
-    neox_even_share(n, t->grid->data_rank, t->grid->data_size, &begin, &end);  // (the coordinator's partition)
-    return neox_param_gather_piece_limit(n, end - begin, max_live_of(t->cfg));
+    return neox_param_gather_piece_limit(t->model->num_floats, t->grid->data_size, max_live_of(t->cfg));
 }
 
 // Layouts stage 3 cannot serve, refused by name (zero_optimization.[stage3_]use_all_reduce_for_fetch_params

@@ -5,7 +5,7 @@
 // never holds more than stage 0; the persistent tensors take at most half of those;
 // stage3_max_live_parameters bounds the units and pieces (the pieces sized by
 // neox_param_gather_piece_limit), units kept for their reuse giving their room back; only a single
-// unit larger than the bound passes it.
+// unit larger than the bound passes it; ranks of unequal partitions agree.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,15 +28,15 @@ typedef struct planned {
     size_t peak, persistent, live_limit;
 } planned;
 
-// Plans a pass with these keys; with pieces, the embedding and the output layer are gathered by
-// pieces of the size the bound allows.
-static planned plan_with(neox_param_gather_options o, int pieces) {
+// Plans a pass of rank `rank` of `ranks` with these keys; with pieces, the embedding and the output
+// layer are gathered by pieces of the size the bound allows.
+static planned plan_on(neox_param_gather_options o, int pieces, int rank, int ranks) {
     static float params[N], master[N];
-    neox_comm data = {.rank = 0, .size = RANKS};
+    neox_comm data = {.rank = rank, .size = ranks};
     if (pieces) {
         o.piece_begin[0] = 810, o.piece_end[0] = 1200;  // the output layer
         o.piece_begin[1] = 0, o.piece_end[1] = 400;     // the input embedding
-        o.piece_elems = neox_param_gather_piece_limit(N, PARTITION, o.max_live);
+        o.piece_elems = neox_param_gather_piece_limit(N, ranks, o.max_live);
     }
     neox_param_gather *g = neox_param_gather_make(&data, params, N, master, offset, size, unit_first, NUNITS, &o);
     planned p = {.peak = neox_param_gather_plan(g, trace, TRACE_LEN),
@@ -45,6 +45,8 @@ static planned plan_with(neox_param_gather_options o, int pieces) {
     neox_param_gather_free(g);
     return p;
 }
+
+static planned plan_with(neox_param_gather_options o, int pieces) { return plan_on(o, pieces, 0, RANKS); }
 
 // DeepSpeed's defaults (GPT-NeoX passes them on): every tensor here is small enough to be
 // persistent, everything is prefetched and kept for reuse.
@@ -67,7 +69,7 @@ static void test_defaults_within_stage0(void **state) {
     // In buffer order the first three layers fit half the 600 elements outside the partition.
     assert_int_equal(p.persistent, 300);
     assert_int_equal(p.live_limit, 300);
-    assert_int_equal(neox_param_gather_piece_limit(N, PARTITION, 1000000000), 150);
+    assert_int_equal(neox_param_gather_piece_limit(N, RANKS, 1000000000), 150);
 }
 
 static void test_small_max_live_bounds_pieces(void **state) {
@@ -78,7 +80,7 @@ static void test_small_max_live_bounds_pieces(void **state) {
     assert_within_stage0(p);
     assert_int_equal(p.live_limit, 120);
     assert_true(p.peak <= 120);
-    assert_int_equal(neox_param_gather_piece_limit(N, PARTITION, 120), 60);
+    assert_int_equal(neox_param_gather_piece_limit(N, RANKS, 120), 60);
 }
 
 // Nothing persistent, nothing prefetched, everything kept for its reuse: the kept layers give their
@@ -107,12 +109,27 @@ static void test_single_unit_over_the_bound(void **state) {
     assert_int_equal(p.peak, 400);  // the input embedding, whole without pieces
 }
 
+// Partitions of unequal sizes (1200 over 7 ranks: 171 or 172 elements): every rank chooses the same
+// persistent tensors and bound (their gathers are collectives), that of the largest partition.
+static void test_ranks_agree(void **state) {
+    (void)state;
+    planned first = plan_on(defaults(), 1, 0, 7);
+    for (int r = 1; r < 7; r++) {
+        planned p = plan_on(defaults(), 1, r, 7);
+        assert_int_equal(p.persistent, first.persistent);
+        assert_int_equal(p.live_limit, first.live_limit);
+        assert_int_equal(p.peak, first.peak);
+    }
+    assert_true(first.persistent + first.peak <= N - 172);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_within_stage0),
         cmocka_unit_test(test_small_max_live_bounds_pieces),
         cmocka_unit_test(test_reuse_kept_within_the_bound),
         cmocka_unit_test(test_single_unit_over_the_bound),
+        cmocka_unit_test(test_ranks_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
