@@ -51,7 +51,7 @@ def units(hf):
 
 
 def peak(hf, rule):
-    embed, layers, head, psi = units(hf)
+    embed, layers, head, _ = units(hf)
     if rule.startswith("pieces:"):  # untied embeddings gathered by pieces of BUCKET // hidden rows
         h = json.load(open(f"{hf}/config.json"))["hidden_size"]
         piece = int(rule[7:]) // h * h  # the head's final norm or the embedding unit's rest, beside one piece
