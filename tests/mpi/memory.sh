@@ -10,7 +10,10 @@
 # the start-up initialises only the rank's partition, never the whole model. With untied 50304-row
 # embeddings larger than a bucket, stages 2 and 3 at dp4 plan their gradients by the formula of
 # memory_check.py split (the partition, two buckets, one product's output: no whole embedding) and
-# each rank's measured peak stays within its plan plus the libraries'. A dp2 run's
+# each rank's measured peak stays within its plan plus the libraries'. The same vocabulary-heavy
+# model at dp2 with GPT-NeoX's default zero_optimization, and with a small
+# stage3_max_live_parameters, plans no more parameter bytes under stage 3 than under stage 0, each
+# rank's peak within its plan plus the libraries'. A dp2 run's
 # log_dir/memory_peaks.json holds each rank's measured peak (as the process measures it from
 # outside) and planned total, and its metrics the largest rank's peak at each log.
 source tests/lib.sh

@@ -1,10 +1,12 @@
 # tests/mpi/zero3.sh: ZeRO stage 3 (parameters partitioned over the data group) against stage 0.
 # The same model and global batch train 20 steps at dp2, dp4 and dp2 x tp2; losses, evaluations and
 # final parameters must equal stage 0's within 1e-5 relative, under the default stage-3 settings
-# (a model this small stays whole, every tensor persistent) and under settings that gather one layer
-# at a time. Each stage3_* key shows its effect in the run's parameter_gathers report
-# (comm_stats.json) or the parameter bytes planned at start-up, which must be within 10% of the
-# formula (tests/mpi/zero3_check.py). Checkpoints move between stage 3 and stage 1 / tp2 both ways
+# (where stage 3 must plan no more parameter bytes than stage 0 and hold no more than it plans) and
+# under settings that gather one layer at a time. Each stage3_* key shows its effect in the run's
+# parameter_gathers report (comm_stats.json) or the parameter bytes planned at start-up, which must
+# be within 10% of the formula (tests/mpi/zero3_check.py). A vocabulary-heavy model at dp2 with
+# GPT-NeoX's default zero_optimization, and with a small stage3_max_live_parameters, gathers its
+# embeddings in pieces within the live bound and plans at most stage 0's parameter bytes. Checkpoints move between stage 3 and stage 1 / tp2 both ways
 # and continue the straight run; untied embeddings larger than a bucket (gathered and reduced in
 # pieces) train as under stage 0 and stage 2; with pipelining (dp2 x pp2) stages 2 and 3 follow stage 0
 # and a checkpoint moves to stage 1 without it; the fetch-by-all-reduce keys are refused by name; a
