@@ -267,7 +267,7 @@ struct neox_model {
     // Rows of the output layer's logits held at a time (asked with neox_model_set_head_rows before
     // planning; all B*T rows by default). With fewer rows than B*T, a forward with targets computes
     // the logits chunk by chunk, keeping only the loss statistics, and backward recomputes each
-    // chunk's logits for its gradient.
+    // chunk's logits for its gradient (unless the fused loss made the gradient in the forward).
     int head_rows_asked, head_rows;
     // The fused loss (neox_model_set_fused_head): asked before planning; head_loss_scale is set by
     // the caller before each training forward (the backward's loss_scale, known then).
