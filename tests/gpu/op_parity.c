@@ -167,6 +167,55 @@ static void test_linear_tf32(void) {
     pair_free(&out);
 }
 
+static void test_gemm16(neox_elem ab, neox_elem ce, int ta, int tb, int M, int N, int K);
+
+// The linear cases again on the other product path: the default runs cuBLASLt with the bias and
+// bias-gradient epilogues, and this runs cuBLAS with them as separate kernels (the fallback where
+// cuBLASLt has no algorithm), so both stay checked. Reports how many products each path ran.
+static void test_linear_both_paths(void) {
+    if (gpu == cpu) return;  // (--self: no CUDA)
+    long lt0, fb0, lt1, fb1;
+    neox_cuda_matmul_counts(&lt0, &fb0);
+    neox_cuda_set_cublaslt(0);
+    test_linear(37, 53, 71, 0, 1, 0);
+    test_linear(64, 128, 96, 5, 1, 1);
+    test_gemm16(NEOX_ELEM_BF16, NEOX_ELEM_BF16, 0, 0, 33, 70, 96);
+    neox_cuda_set_cublaslt(1);
+    neox_cuda_matmul_counts(&lt1, &fb1);
+    checks++;
+    if (lt1 != lt0) failures++;
+    printf("%s - cuBLAS path alone while cuBLASLt is off (%ld products)\n", lt1 == lt0 ? "ok" : "not ok", fb1 - fb0);
+    printf("# products so far: %ld on cuBLASLt, %ld on cuBLAS\n", lt1, fb1);
+}
+
+// The MLP's fused GELU-tanh products (cuBLASLt's GELU_AUX_BIAS and DGELU epilogues) against the
+// CPU's linear then activation, on both paths: out and the kept pre-activation, then the gradient
+// through it from the CPU's pre-activation.
+static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
+    if (gpu == cpu) return;  // (--self: no CUDA)
+    for (int lt = 1; lt >= 0; lt--) {
+        neox_cuda_set_cublaslt(lt);
+        pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
+        pair out = pair_zero((size_t)N * OC), pre = pair_zero((size_t)N * OC);
+        cpu->linear_forward(pre.h, OC, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC);
+        cpu->activation_forward(out.h, pre.h, (size_t)N * OC, NEOX_FN_GELU_TANH);
+        neox_cuda_linear_gelu_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC);
+        checkf(GEMM_TOL, &pre, "linear_gelu_forward pre-activation %s N=%d IC=%d OC=%d bias=%d",
+               lt ? "cuBLASLt" : "cuBLAS", N, IC, OC, with_bias);
+        checkf(GEMM_TOL, &out, "linear_gelu_forward out %s N=%d IC=%d OC=%d", lt ? "cuBLASLt" : "cuBLAS", N, IC, OC);
+        // backward through a layer (OC, IC) = (C, F) whose input is the pre-activation of width IC
+        pair dout = pair_rand((size_t)N * OC), x = pair_rand((size_t)N * IC), dpre = pair_zero((size_t)N * IC);
+        pair dx = pair_zero((size_t)N * IC);
+        cpu->linear_backward(dx.h, NULL, NULL, dout.h, OC, NULL, w.h, N, IC, OC, 0);
+        cpu->activation_backward(dpre.h, dx.h, x.h, (size_t)N * IC, NEOX_FN_GELU_TANH);
+        neox_cuda_linear_dgelu_backward(dpre.d, dout.d, w.d, x.d, N, IC, OC);
+        checkf(GEMM_TOL, &dpre, "linear_dgelu_backward %s N=%d IC=%d OC=%d", lt ? "cuBLASLt" : "cuBLAS", N, IC, OC);
+        pair *all[] = {&inp, &w, &b, &out, &pre, &dout, &x, &dpre, &dx};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    }
+    neox_cuda_set_cublaslt(1);
+}
+
 // 16-bit values on both sides: the host's from the CPU cast, the device's a copy of the same bits.
 typedef struct { uint16_t *h; void *d; size_t n; } pair16;
 
@@ -1008,6 +1057,10 @@ int main(int argc, char **argv) {
     test_gemm16(NEOX_ELEM_BF16, NEOX_ELEM_BF16, 0, 0, 33, 70, 96);
     test_gemm16(NEOX_ELEM_F16, NEOX_ELEM_F32, 0, 1, 50, 31, 64);
     test_gemm16(NEOX_ELEM_F16, NEOX_ELEM_F16, 1, 1, 24, 40, 56);
+    test_linear_both_paths();
+    test_linear_gelu(37, 64, 96, 1);
+    test_linear_gelu(128, 768, 3072, 1);  // a 125M MLP's first projection (8 rows of 16)
+    test_linear_gelu(9, 40, 24, 0);
     test_casts();
     test_embedding(2, 19, 37, 7, 1);
     test_embedding(3, 300, 64, 1000, 0);
