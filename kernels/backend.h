@@ -105,6 +105,9 @@ extern "C" {
       int N), (lse, loss, mx, stats, mask, N))                                                                         \
     X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,        \
       const float *weight, float scale, int N, int V), (dlogits, logits, lse, targets, weight, scale, N, V))           \
+    X(void, cross_entropy_fused, (void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,   \
+      const int *targets, const float *weight, float scale, int N, int V, int stats_given), (logits, logits_elem, mx,   \
+      sum, target_logit, targets, weight, scale, N, V, stats_given))                                                   \
     X(double, sum_squares, (const float *x, size_t n), (x, n))                                                         \
     X(double, sum_squares_segments, (const float *x, const neox_segment *segs, int nseg), (x, segs, nseg))             \
     X(void, scale, (float *x, size_t n, float s), (x, n, s))                                                           \

@@ -310,6 +310,21 @@ void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const do
 // A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot.
 void neox_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                  const float *weight, float scale, int N, int V);
+// The training loss of a chunk of rows and its gradient in one pass, for when the gradient is known
+// at forward time (the fused classifier: the output layer's backward follows each chunk at once, so
+// no logits are held for every row or made twice). logits: (N, V) of element type logits_elem (fp32,
+// bf16 or fp16: the activations' storage), overwritten in place with dlogits = (softmax(logits) -
+// onehot(target)) * weight[i] * scale in the same type (weight NULL = all ones; a target outside
+// [0, V) subtracts no one-hot), with lse = mx + (float)log(sum) as neox_cross_entropy_loss forms it.
+// stats_given 0 (a whole vocabulary): one pass per row that also writes the row maximum mx: (N), the
+// sum of exp(logit - mx) in double sum: (N) and the target's logit target_logit: (N) (0 off the
+// vocabulary), the halves neox_cross_entropy_loss assembles the loss from; in fp32 every value equals
+// the separate ops' (row_max, row_sumexp, target_logit, backward) bit for bit. stats_given 1 (the
+// second phase of a vocab-parallel loss): mx and sum are inputs, already reduced over the ranks'
+// columns (row_max, row_sumexp and target_logit made them), target_logit is not used (may be NULL),
+// and only dlogits is written.
+void neox_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,
+                              const int *targets, const float *weight, float scale, int N, int V, int stats_given);
 
 // ---- optimizer --------------------------------------------------------------------------------
 // Sum of squares of x (n), accumulated in double: global gradient norm = sqrt of the sum over buffers.

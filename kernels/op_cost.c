@@ -338,6 +338,16 @@ neox_op_cost neox_op_cost_cross_entropy_backward(float *dlogits, const float *lo
     return bytes_only(F32 * (2.0 * (double)N * V + N + (weight ? N : 0)) + IDX * N);
 }
 
+// One read and one write of the logits at their storage precision; the whole-vocabulary form also
+// writes the three statistics, the vocab-parallel second phase reads two.
+neox_op_cost neox_op_cost_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum,
+                                              double *target_logit, const int *targets, const float *weight,
+                                              float scale, int N, int V, int stats_given) {
+    (void)logits, (void)mx, (void)sum, (void)target_logit, (void)targets, (void)scale;
+    double n = N, stats = stats_given ? F32 * n + 8.0 * n : F32 * n + 2.0 * 8.0 * n;
+    return bytes_only(elem_bytes(logits_elem) * 2.0 * n * V + stats + (weight ? F32 * n : 0.0) + IDX * n);
+}
+
 // ---- the optimizer: passes over parameters, gradients and their state ---------------------------
 neox_op_cost neox_op_cost_sum_squares(const float *x, size_t n) {
     (void)x;
@@ -440,6 +450,7 @@ neox_op_class neox_op_class_of(neox_op_id op) {
         return NEOX_CLASS_EMBEDDING;
     case NEOX_OP_cross_entropy_forward: case NEOX_OP_cross_entropy_row_max: case NEOX_OP_cross_entropy_row_sumexp:
     case NEOX_OP_cross_entropy_target_logit: case NEOX_OP_cross_entropy_loss: case NEOX_OP_cross_entropy_backward:
+    case NEOX_OP_cross_entropy_fused:
         return NEOX_CLASS_LOSS;
     case NEOX_OP_sum_squares: case NEOX_OP_sum_squares_segments: case NEOX_OP_sum_squares_segments_into:
     case NEOX_OP_clip_by_norm: case NEOX_OP_adamw: case NEOX_OP_adamw_segments: case NEOX_OP_sgd_segments:

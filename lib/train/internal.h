@@ -421,6 +421,7 @@ neox_model *neox_train_parts_reference_model(const neox_trainer *t, double **tok
 void neox_train_parts_begin_pass(neox_trainer *t, neox_train_pass pass);
 void neox_train_parts_end_pass(neox_trainer *t);  // (in reverse)
 int neox_train_parts_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err);
+int neox_train_parts_replace_loss(const neox_trainer *t);  // whether a part's loss replaces the model's
 void neox_train_parts_grads_ready(neox_trainer *t, int begin, int end);
 
 

@@ -197,6 +197,19 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
+// The fused loss (lib/model.h, neox_model_set_fused_head) on the last stage, unless a part's loss
+// replaces the model's (DPO's and KTO's token weights come after the forward, the reward model's
+// values need no vocabulary) or the output layer is used in pieces: known only once the parts and the
+// partition are set up, so the activations are planned again with the fused loss's smaller chunks.
+static int setup_fused_head(neox_trainer *t, neox_error *err) {
+    neox_model *m = t->model;
+    if (t->grid->pipe_rank != t->grid->pipe_size - 1 || neox_train_parts_replace_loss(t) || m->desc.value_head ||
+        neox_model_head_piece_rows(m))
+        return 0;
+    neox_model_set_fused_head(m, 1);
+    return neox_model_plan_slots(m, m->B, m->T, m->nslots, err);
+}
+
 // The initial weights, when no checkpoint supplies them (neox_train_load decides): under ZeRO-3 only
 // the partition's, so that no rank holds the whole model at start-up either. The values depend only
 // on the seed and each element's position (counter-based streams), so skipping them when a
@@ -322,6 +335,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_train_parts_setup(t, NEOX_PART_AFTER_PRECISION, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
         neox_train_parts_setup(t, NEOX_PART_AFTER_MODEL, err) != 0 || setup_optimizer(t, err) != 0 ||
+        setup_fused_head(t, err) != 0 ||
         setup_data(t, err) != 0 || neox_train_parts_check_data(t, err) != 0 ||
         neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);
