@@ -275,8 +275,8 @@ static cudaEvent_t new_event(neox_request *req) {
 }
 static void end(neox_request *req) {
     cudaEvent_t ev = req ? new_event(req) : NULL;
-    settle(g_op_comm);
-    if (!g_grouped) {
+    if (!g_grouped) {  // (inside a group nothing is launched before neox_group_end, which settles)
+        settle(g_op_comm);
         record(ev);
         watch(g_op_comm, g_op_name);
     } else if (ev) {
