@@ -2,7 +2,7 @@
 // mapped PROT_NONE except while one of its own entry points runs, so host code that reads or writes
 // backend memory directly, instead of through to_host/to_device, faults at once and is named. The
 // ops are kernels/cpu's, so results equal the CPU backend's bit for bit. `compute_backend:
-// emulated` (one rank) runs the trainer's device paths (host staging of ids and loss statistics,
+// emulated` runs the trainer's device paths (host staging of ids and loss statistics,
 // the optimizer's segmented calls, checkpoints through host copies) on a machine without a GPU, on
 // one rank or many: lib/parallel's twin of NCCL queues device collectives on this device's stream
 // through the hook below and runs them when an op reaches them.
