@@ -1,8 +1,8 @@
-// nccl.c: NCCL behind the communication layer (CUDA builds; a CPU build has only the refusal and
-// no-ops at the end). neox_grid_enable_device gives every group of the grid an NCCL communicator,
+// nccl.c: NCCL behind the communication layer's device table (CUDA builds; a CPU build has only the
+// refusal at the end). neox_grid_enable_device gives every group of the grid an NCCL communicator,
 // made from an ncclUniqueId that the group's rank 0 creates and broadcasts over the group's MPI
-// communicator, and the process one communication stream. collectives.c sends each call whose
-// buffers are device memory here (nccl.h).
+// communicator, and the process one communication stream, and makes this file's table the active
+// one: collectives.c sends each call whose buffers are device memory here (device_comm.h).
 //
 // Ordering without host waits: before an operation the communication stream waits for an event
 // recorded on the compute stream (neox_cuda_stream()), so the operation sees every kernel queued
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "parallel.h"
-#include "parallel/nccl.h"
+#include "parallel/device_comm.h"
 
 #ifdef NEOX_CUDA
 #include <cuda_runtime_api.h>
@@ -69,7 +69,7 @@ static cudaStream_t compute_stream(void) { return (cudaStream_t)neox_cuda_stream
 // and start-up time): its `nccl` is this marker, and its operations are the local copies they
 // amount to, queued on the communication stream in the same order as any other operation.
 static char g_self;
-static int is_self(const neox_comm *c) { return c->nccl == &g_self; }
+static int is_self(const neox_comm *c) { return c->device == &g_self; }
 static void self_copy(void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
 }
@@ -102,17 +102,6 @@ static int is_device(const void *p) {
     return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
-int neox_comm_on_device(const neox_comm *c, const void *p) { return c->nccl && is_device(p); }
-
-int neox_nccl_pick(const neox_comm *c, const void *a, const void *b, const char *what) {
-    if (!c->nccl) return 0;
-    int da = a && a != MPI_IN_PLACE ? is_device(a) : -1, db = b ? is_device(b) : -1;
-    neox_assert(!(a == MPI_IN_PLACE && db > 0), "%s on group %s: MPI_IN_PLACE is for host buffers; on the device pass "
-                "the send buffer (recv inside it for in place)", what, c->name);
-    neox_assert(!(da >= 0 && db >= 0 && da != db), "%s on group %s: one buffer is device memory, the other host memory",
-                what, c->name);
-    return da > 0 || db > 0;
-}
 
 // The communication stream waits for what the compute stream has queued so far.
 static void after_compute(void) {
@@ -135,7 +124,7 @@ static void record(cudaEvent_t event) {
 static void launch_held(void) {
     for (int i = 0; i < g_nheld; i++) {
         held_send *h = &g_held[i];
-        NCCL_OK(ncclSend(h->buf, h->count, nccl_type(h->dt), h->peer, (ncclComm_t)h->c->nccl, g_stream));
+        NCCL_OK(ncclSend(h->buf, h->count, nccl_type(h->dt), h->peer, (ncclComm_t)h->c->device, g_stream));
     }
 }
 static void record_held(void) {
@@ -154,7 +143,7 @@ static void flush_held(void) {
 static ncclComm_t begin(neox_comm *c) {
     flush_held();
     after_compute();
-    return (ncclComm_t)c->nccl;
+    return (ncclComm_t)c->device;
 }
 
 // The event exists from the call on (so neox_wait knows an NCCL request), but inside a group it is
@@ -162,7 +151,7 @@ static ncclComm_t begin(neox_comm *c) {
 static cudaEvent_t new_event(neox_request *req) {
     cudaEvent_t ev;
     CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    req->event = ev;
+    req->device = ev;
     return ev;
 }
 static void end(neox_request *req) {
@@ -177,8 +166,8 @@ static void end(neox_request *req) {
     }
 }
 
-void neox_group_begin(void) {
-    neox_assert(!g_grouped, "neox_group_begin: groups do not nest");
+// (collectives.c checks the nesting.)
+static void nccl_group_begin(void) {
     if (g_stream) {
         flush_held();
         NCCL_OK(ncclGroupStart());
@@ -186,8 +175,7 @@ void neox_group_begin(void) {
     g_grouped = 1;
 }
 
-void neox_group_end(void) {
-    neox_assert(g_grouped, "neox_group_end without neox_group_begin");
+static void nccl_group_end(void) {
     g_grouped = 0;
     if (!g_stream) return;
     NCCL_OK(ncclGroupEnd());
@@ -198,13 +186,13 @@ void neox_group_end(void) {
 
 // ---- operations -------------------------------------------------------------------------------
 
-void neox_nccl_allreduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int max, neox_request *req) {
+static void neox_nccl_allreduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int max, neox_request *req) {
     ncclComm_t nc = begin(c);
     if (!is_self(c)) NCCL_OK(ncclAllReduce(buf, buf, count, nccl_type(dt), max ? ncclMax : ncclSum, nc, g_stream));
     end(req);
 }
 
-void neox_nccl_reduce_scatter(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
+static void neox_nccl_reduce_scatter(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
                               neox_request *req) {
     ncclComm_t nc = begin(c);
     if (is_self(c)) self_copy(recv, send, recv_count * neox_dtype_size(dt));
@@ -214,7 +202,7 @@ void neox_nccl_reduce_scatter(neox_comm *c, const void *send, void *recv, size_t
 
 // One ncclReduce per rank, rooted there, fused into one launch; zero counts (the same on every
 // rank) are skipped.
-void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
+static void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
                                neox_request *req) {
     ncclComm_t nc = begin(c);
     size_t esize = neox_dtype_size(dt), at = 0;
@@ -235,7 +223,7 @@ void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const
     end(req);
 }
 
-void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt,
+static void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt,
                          neox_request *req) {
     ncclComm_t nc = begin(c);
     if (is_self(c)) self_copy(recv, send, send_count * neox_dtype_size(dt));
@@ -244,7 +232,7 @@ void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send
 }
 
 // Each rank broadcasts its own part in place, all in one launch.
-void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dtype dt) {
+static void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dtype dt) {
     ncclComm_t nc = begin(c);
     size_t esize = neox_dtype_size(dt), at = 0;
     if (is_self(c)) {  // one part, already in place
@@ -261,20 +249,20 @@ void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, ne
     end(NULL);
 }
 
-void neox_nccl_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
+static void neox_nccl_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     ncclComm_t nc = begin(c);
     if (!is_self(c)) NCCL_OK(ncclBroadcast(buf, buf, count, nccl_type(dt), root, nc, g_stream));
     end(NULL);
 }
 
-void neox_nccl_reduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
+static void neox_nccl_reduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     ncclComm_t nc = begin(c);
     if (!is_self(c)) NCCL_OK(ncclReduce(buf, buf, count, nccl_type(dt), ncclSum, root, nc, g_stream));
     end(NULL);
 }
 
 // A send and a receive per peer (this rank included), fused.
-void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
+static void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
     ncclComm_t nc = begin(c);
     size_t block = block_count * neox_dtype_size(dt);
     if (is_self(c)) {
@@ -310,7 +298,7 @@ static void self_p2p(neox_comm *c, void *buf, size_t bytes, int send, neox_reque
     end(req);
 }
 
-void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int peer, int send, neox_request *req) {
+static void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int peer, int send, neox_request *req) {
     if (is_self(c)) {
         (void)peer;  // the only rank: itself
         self_p2p(c, buf, count * neox_dtype_size(dt), send, req);
@@ -326,7 +314,7 @@ void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int pee
         after_compute();
         NCCL_OK(ncclGroupStart());
         launch_held();
-        NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, (ncclComm_t)c->nccl, g_stream));
+        NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, (ncclComm_t)c->device, g_stream));
         NCCL_OK(ncclGroupEnd());
         record_held();
         end(req);
@@ -340,23 +328,23 @@ void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int pee
 
 // ---- requests ---------------------------------------------------------------------------------
 
-void neox_nccl_wait(neox_request *req) {
+static void neox_nccl_wait(neox_request *req) {
     neox_assert(!g_grouped, "neox_wait inside neox_group_begin/end: the group has not started");
     flush_held();  // req may be a held send
-    cudaEvent_t ev = (cudaEvent_t)req->event;
+    cudaEvent_t ev = (cudaEvent_t)req->device;
     CUDA_OK(cudaStreamWaitEvent(compute_stream(), ev, 0));
     CUDA_OK(cudaEventDestroy(ev));  // released once the wait is done with it
-    req->event = NULL;
+    req->device = NULL;
 }
 
-int neox_nccl_test(neox_request *req) {
+static int neox_nccl_test(neox_request *req) {
     if (g_grouped) return 0;
     flush_held();
-    cudaError_t e = cudaEventQuery((cudaEvent_t)req->event);
+    cudaError_t e = cudaEventQuery((cudaEvent_t)req->device);
     if (e == cudaErrorNotReady) {
         // Still running: report a failed peer or network instead of letting the caller poll forever.
         ncclResult_t async = ncclSuccess;
-        if (!is_self(req->comm)) NCCL_OK(ncclCommGetAsyncError((ncclComm_t)req->comm->nccl, &async));
+        if (!is_self(req->comm)) NCCL_OK(ncclCommGetAsyncError((ncclComm_t)req->comm->device, &async));
         if (async != ncclSuccess && async != ncclInProgress)
             neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s: %s", req->comm->name, ncclGetErrorString(async));
         return 0;
@@ -371,7 +359,7 @@ int neox_nccl_test(neox_request *req) {
 static void init_comm(neox_comm *c) {
     g_ncomms++;
     if (c->size == 1) {
-        c->nccl = &g_self;
+        c->device = &g_self;
         return;
     }
     ncclUniqueId id;
@@ -380,15 +368,15 @@ static void init_comm(neox_comm *c) {
     MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi);
     ncclComm_t nc;
     NCCL_OK(ncclCommInitRank(&nc, c->size, id, c->rank));
-    c->nccl = nc;
+    c->device = nc;
 }
 
-void neox_nccl_comm_free(neox_comm *c) {
-    if (!c->nccl) return;
+static void neox_nccl_comm_free(neox_comm *c) {
+    if (!c->device) return;
     flush_held();
     CUDA_OK(cudaStreamSynchronize(g_stream));
-    if (!is_self(c)) NCCL_OK(ncclCommDestroy((ncclComm_t)c->nccl));
-    c->nccl = NULL;
+    if (!is_self(c)) NCCL_OK(ncclCommDestroy((ncclComm_t)c->device));
+    c->device = NULL;
     if (--g_ncomms == 0) {
         CUDA_OK(cudaEventDestroy(g_ready));
         CUDA_OK(cudaEventDestroy(g_done));
@@ -417,8 +405,31 @@ static int choose_device(neox_grid *g, neox_error *err) {
     return 0;
 }
 
+static const neox_device_comm nccl_table = {
+    .name = "NCCL",
+    .owns = is_device,
+    .allreduce = neox_nccl_allreduce,
+    .reduce_scatter = neox_nccl_reduce_scatter,
+    .reduce_scatterv = neox_nccl_reduce_scatterv,
+    .allgather = neox_nccl_allgather,
+    .allgatherv_inplace = neox_nccl_allgatherv_inplace,
+    .broadcast = neox_nccl_broadcast,
+    .reduce = neox_nccl_reduce,
+    .alltoall = neox_nccl_alltoall,
+    .p2p = neox_nccl_p2p,
+    .wait = neox_nccl_wait,
+    .test = neox_nccl_test,
+    .group_begin = nccl_group_begin,
+    .group_end = nccl_group_end,
+    .comm_free = neox_nccl_comm_free,
+};
+
 int neox_grid_enable_device(neox_grid *g, neox_error *err) {
+    if (neox_device_comm_active && neox_device_comm_active != &nccl_table)
+        return neox_fail(err, NEOX_EXIT_USAGE, "device communication: %s already carries this process's device buffers",
+                         neox_device_comm_active->name);
     if (choose_device(g, err) != 0) return -1;
+    neox_device_comm_active = &nccl_table;
     if (!g_stream) {
         int least, greatest;  // NCCL kernels first when compute kernels also wait for the SMs
         CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -429,7 +440,7 @@ int neox_grid_enable_device(neox_grid *g, neox_error *err) {
     // The same order on every rank: each group's members all reach it after the groups before it.
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter};
     for (int i = 0; i < 7; i++)
-        if (comms[i]->size >= 1 && !comms[i]->nccl) init_comm(comms[i]);  // one-rank groups: no NCCL (is_self)
+        if (comms[i]->size >= 1 && !comms[i]->device) init_comm(comms[i]);  // one-rank groups: no NCCL (is_self)
     int version = 0;
     ncclGetVersion(&version);
     if (g->world_rank == 0) neox_info("device communication: NCCL %d, one communicator per group of 2 or more ranks", version);
@@ -442,12 +453,5 @@ int neox_grid_enable_device(neox_grid *g, neox_error *err) {
     (void)g;
     return neox_fail(err, NEOX_EXIT_USAGE, "device communication: this build has no CUDA (build with make CUDA=1)");
 }
-int neox_comm_on_device(const neox_comm *c, const void *p) {
-    (void)c, (void)p;
-    return 0;
-}
-void neox_group_begin(void) {}
-void neox_group_end(void) {}
-void neox_nccl_comm_free(neox_comm *c) { (void)c; }
 
 #endif
