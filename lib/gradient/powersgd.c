@@ -15,7 +15,7 @@
 #include "kernels/backend.h"
 #include "gradient.h"
 
-// C = alpha op(A) op(B) + beta C in fp32, through the backend's GEMM op.
+// C = op(A) op(B) in fp32, through the backend's GEMM op.
 static void f32_gemm(const neox_backend *be, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
                      const float *B, int ldb, float *C, int ldc) {
     be->gemm_ex(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, NEOX_ELEM_F32, 0.0f, C, ldc, NEOX_ELEM_F32);
