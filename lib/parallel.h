@@ -255,9 +255,11 @@ void neox_ibroadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int r
 // seconds counted are host time only, ~0; the GPU's communication time is not measured).
 void neox_wait(neox_request *req);
 
-// The communication timeout (comm_timeout_seconds; lib/parallel/comm_timeout.c). 0 (the default)
-// waits forever in blocking MPI calls. Otherwise every MPI call on the host waits by polling, and
-// one that makes no progress for that long ends the job naming the ranks that did not respond.
+// The communication timeout (comm_timeout_seconds, 1800 s by default as torch.distributed's;
+// lib/parallel/comm_timeout.c). 0 waits forever in blocking MPI calls. Otherwise every MPI call (on
+// the host, and the emulated device's collectives) waits by polling, and one that makes no progress
+// for that long ends the job naming the ranks that did not respond; NCCL operations are watched for
+// as long (nccl.c) and abort their communicator.
 void neox_comm_set_timeout(double seconds);
 double neox_comm_timeout(void);
 // How ranks wait (comm_timeout.c): with shared set (more ranks' threads on this machine than

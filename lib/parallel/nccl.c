@@ -18,6 +18,13 @@
 // deadlock, a non-blocking send is held back and launched together with the process's next receive
 // (one NCCL group: they progress together), or on its own just before any other NCCL operation, or
 // when it is waited for or tested. Explicit groups: neox_group_begin/end.
+//
+// No job hangs forever (comm_timeout_seconds): the communicators are non-blocking (ncclConfig_t
+// blocking 0: a call that returns ncclInProgress is settled by polling ncclCommGetAsyncError), and
+// every operation outside a group (and every group) records a watch event after it. A watchdog
+// thread polls the oldest event and the communicator's asynchronous error; an operation that has not
+// finished a timeout after it was issued aborts its communicator (ncclCommAbort) and ends the job
+// naming the operation, the group and its world ranks. (Compile-checked; not yet run on a GPU.)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +35,8 @@
 #ifdef NEOX_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "kernels/kernels.h"
 
@@ -139,12 +148,122 @@ static void flush_held(void) {
     record_held();
 }
 
+// ---- the watchdog (comm_timeout_seconds) ---------------------------------------------------------
+typedef struct watched {
+    cudaEvent_t event;  // recorded on the communication stream after the operation
+    neox_comm *c;
+    const char *what;   // the entry point's name
+    double since;       // when it was issued
+} watched;
+enum { MAX_WATCHED = 1024 };
+static watched g_watched[MAX_WATCHED];  // a ring, oldest at g_watch_head
+static int g_watch_head, g_nwatched, g_device_id;
+static pthread_mutex_t g_watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t g_watchdog;
+static int g_watchdog_running;
+static neox_comm *g_op_comm;        // the operation in progress (begin .. end)
+static const char *g_op_name;
+
+// A non-blocking communicator's call may return ncclInProgress: poll until it has settled.
+static void settle(neox_comm *c) {
+    if (!c || is_self(c)) return;
+    ncclResult_t state = ncclInProgress;
+    double deadline = neox_comm_timeout() > 0 ? neox_now() + neox_comm_timeout() : 0;
+    while (state == ncclInProgress) {
+        NCCL_OK(ncclCommGetAsyncError((ncclComm_t)c->device, &state));
+        if (state == ncclInProgress && deadline > 0 && neox_now() > deadline) {
+            ncclCommAbort((ncclComm_t)c->device);
+            neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s did not settle within %g s (comm_timeout_seconds)", c->name,
+                     neox_comm_timeout());
+        }
+    }
+    if (state != ncclSuccess) neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s: %s", c->name, ncclGetErrorString(state));
+}
+
+// "0, 1, 3": the world ranks of c's members.
+static void world_ranks(const neox_comm *c, char *buf, size_t size) {
+    MPI_Group group, world;
+    MPI_Comm_group(c->mpi, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    buf[0] = '\0';
+    for (int r = 0; r < c->size; r++) {
+        int w = -1;
+        MPI_Group_translate_ranks(group, 1, &r, world, &w);
+        snprintf(buf + strlen(buf), size - strlen(buf), "%s%d", r ? ", " : "", w);
+    }
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+}
+
+_Noreturn static void timed_out(const watched *w) {
+    char ranks[256];
+    world_ranks(w->c, ranks, sizeof ranks);
+    if (!is_self(w->c)) ncclCommAbort((ncclComm_t)w->c->device);
+    const char *what = strncmp(w->what, "neox_nccl_", 10) ? w->what : w->what + 10;
+    neox_die(NEOX_EXIT_FAILURE, "NCCL %s on the %s group made no progress for %g s (comm_timeout_seconds): one of its "
+             "ranks (world ranks %s) did not join it (stopped, hung or lost); communicator aborted", what, w->c->name,
+             neox_comm_timeout(), ranks);
+}
+
+// One look at the oldest watched operation: 1 when it finished (and was dropped).
+static int check_oldest(void) {
+    watched *w = &g_watched[g_watch_head];
+    cudaError_t e = cudaEventQuery(w->event);
+    if (e == cudaErrorNotReady) {
+        ncclResult_t async = ncclSuccess;
+        if (!is_self(w->c)) ncclCommGetAsyncError((ncclComm_t)w->c->device, &async);
+        if (async != ncclSuccess && async != ncclInProgress)
+            neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s: %s", w->c->name, ncclGetErrorString(async));
+        if (neox_now() - w->since > neox_comm_timeout()) timed_out(w);
+        return 0;
+    }
+    cuda_ok(e, "cudaEventQuery (a watched NCCL operation)");
+    cudaEventDestroy(w->event);
+    g_watch_head = (g_watch_head + 1) % MAX_WATCHED;
+    g_nwatched--;
+    return 1;
+}
+
+static void *watchdog(void *arg) {
+    (void)arg;
+    cudaSetDevice(g_device_id);  // the current device is per thread
+    for (;;) {
+        pthread_mutex_lock(&g_watch_lock);
+        while (g_nwatched > 0 && check_oldest()) {}
+        pthread_mutex_unlock(&g_watch_lock);
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    }
+    return NULL;
+}
+
+// After an operation (or a group) on the communication stream: its watch event. With the ring full
+// the operation goes unwatched (a thousand operations in flight: the oldest are watched).
+static void watch(neox_comm *c, const char *what) {
+    if (neox_comm_timeout() <= 0 || !c) return;
+    if (!g_watchdog_running) {
+        CUDA_OK(cudaGetDevice(&g_device_id));
+        g_watchdog_running = pthread_create(&g_watchdog, NULL, watchdog, NULL) == 0;
+        if (g_watchdog_running) pthread_detach(g_watchdog);
+    }
+    pthread_mutex_lock(&g_watch_lock);
+    if (g_nwatched < MAX_WATCHED) {
+        watched *w = &g_watched[(g_watch_head + g_nwatched) % MAX_WATCHED];
+        CUDA_OK(cudaEventCreateWithFlags(&w->event, cudaEventDisableTiming));
+        CUDA_OK(cudaEventRecord(w->event, g_stream));
+        w->c = c, w->what = what, w->since = neox_now();
+        g_nwatched++;
+    }
+    pthread_mutex_unlock(&g_watch_lock);
+}
+
 // Before an operation: held sends go first (issue order), then the wait for the compute stream.
-static ncclComm_t begin(neox_comm *c) {
+static ncclComm_t begin_op(neox_comm *c, const char *what) {
     flush_held();
     after_compute();
+    g_op_comm = c, g_op_name = what;
     return (ncclComm_t)c->device;
 }
+#define begin(c) begin_op((c), __func__)
 
 // The event exists from the call on (so neox_wait knows an NCCL request), but inside a group it is
 // recorded only at neox_group_end, when the operations are actually queued.
@@ -156,8 +275,10 @@ static cudaEvent_t new_event(neox_request *req) {
 }
 static void end(neox_request *req) {
     cudaEvent_t ev = req ? new_event(req) : NULL;
+    settle(g_op_comm);
     if (!g_grouped) {
         record(ev);
+        watch(g_op_comm, g_op_name);
     } else if (ev) {
         neox_assert(g_npending < MAX_PENDING, "neox_group_begin/end: more than %d non-blocking operations", MAX_PENDING);
         g_pending[g_npending++] = ev;
@@ -179,6 +300,8 @@ static void nccl_group_end(void) {
     g_grouped = 0;
     if (!g_stream) return;
     NCCL_OK(ncclGroupEnd());
+    settle(g_op_comm);
+    watch(g_op_comm, "group of operations");
     for (int i = 0; i < g_npending; i++) record(g_pending[i]);
     if (g_pending_blocking) record(NULL);
     g_npending = g_pending_blocking = 0;
@@ -312,6 +435,7 @@ static void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, 
     }
     if (!send && g_nheld > 0 && !g_grouped) {
         after_compute();
+        g_op_comm = c, g_op_name = __func__;
         NCCL_OK(ncclGroupStart());
         launch_held();
         NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, (ncclComm_t)c->device, g_stream));
@@ -367,8 +491,11 @@ static void init_comm(neox_comm *c) {
     if (c->rank == 0) NCCL_OK(ncclGetUniqueId(&id));
     MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi);
     ncclComm_t nc;
-    NCCL_OK(ncclCommInitRank(&nc, c->size, id, c->rank));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // calls return at once; settle() and the watchdog bound every wait
+    NCCL_OK(ncclCommInitRankConfig(&nc, c->size, id, c->rank, &config));
     c->device = nc;
+    settle(c);
 }
 
 static void neox_nccl_comm_free(neox_comm *c) {
