@@ -129,7 +129,20 @@ extern "C" {
     X(void, cast_f32_to_bf16, (uint16_t *out, const float *inp, size_t n), (out, inp, n))                              \
     X(void, cast_bf16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))                              \
     X(void, cast_f32_to_f16, (uint16_t *out, const float *inp, size_t n), (out, inp, n))                               \
-    X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))
+    X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))                               \
+    X(void, onebit_compress, (uint8_t *signs, size_t sign_stride, uint8_t *scale, size_t scale_stride, float *error,  \
+      const float *x, size_t n, size_t padded, int chunks), (signs, sign_stride, scale, scale_stride, error, x, n,    \
+      padded, chunks))                                                                                                 \
+    X(void, onebit_average, (float *out, const uint8_t *blocks, size_t block, size_t signs_at, size_t scale_at,       \
+      size_t n, int p), (out, blocks, block, signs_at, scale_at, n, p))                                                \
+    X(void, onebit_decompress, (float *out, const uint8_t *blocks, size_t block, size_t signs_at, size_t scale_at,    \
+      size_t chunk, size_t n), (out, blocks, block, signs_at, scale_at, chunk, n))                                     \
+    X(void, add_scaled, (float *acc, const float *x, size_t n, float s), (acc, x, n, s))                               \
+    X(void, orthonormalise_columns, (float *P, int n, int r), (P, n, r))                                               \
+    X(void, copy_matrix, (float *dst, int ldd, const float *src, int lds, int rows, int cols), (dst, ldd, src, lds,    \
+      rows, cols))                                                                                                     \
+    X(void, rows_sum_by_id, (float *grad, const float *rows, const int *ids, int n, int C), (grad, rows, ids, n, C))   \
+    X(void, scale_rows, (float *x, const int *ids, int n, int C, float s), (x, ids, n, C, s))
 
 // Memory entry points: X(return type, name, (parameters), (argument names)) likewise. to_device/to_host copy between
 // host memory and the backend's and wait for the copy; copy within the backend's; synchronize waits for

@@ -42,14 +42,6 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
     // wall_clock_breakdown: every op through the per-op profile (reported in loop.c).
     if (neox_config_bool(t->cfg, wall_clock_breakdown)) t->be = neox_profile_install(t->be, 0);
     if (!t->be->on_device) return 0;
-    // What still runs on host loops only (docs/cuda.md).
-    const char *refused = NULL;
-    if (neox_optimizer_type_of(t->optim.kind)->host_only) refused = "optimizer.type onebitadam";
-    else if (strcmp(neox_config_str(t->cfg, gradient_compression), "none") != 0) refused = "gradient_compression";
-    else if (neox_config_bool(t->cfg, sparse_gradients)) refused = "sparse_gradients";
-    if (refused)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
-                         "set compute_backend: cpu", refused, t->be->name);
     // The emulated device's collectives: its twin of NCCL over MPI (lib/parallel/emulated_comm.c).
     if (!strcmp(t->be->name, "emulated")) return neox_grid_enable_emulated(t->grid, err);
 #ifdef NEOX_CUDA

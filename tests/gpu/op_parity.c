@@ -1030,6 +1030,100 @@ static void attention_16bit_cudnn(void) {
     g_att_path = "";
 }
 
+// ---- compressed and sparse gradient exchanges ------------------------------------------------------
+
+// Bytes on both sides, compared as values (exactly: they are signs and copies).
+typedef struct { uint8_t *h; void *d; size_t n; } bpair;
+static bpair bpair_from(const uint8_t *values, size_t n) {
+    bpair p = {xmalloc(n), gpu->alloc(n ? n : 1), n};
+    memcpy(p.h, values, n);
+    gpu->to_device(p.d, p.h, n);
+    return p;
+}
+static void check_bytes(const char *name, const bpair *p) {
+    uint8_t *got = xmalloc(p->n);
+    gpu->to_host(got, p->d, p->n);
+    float *a = xmalloc(p->n * sizeof(float)), *b = xmalloc(p->n * sizeof(float));
+    for (size_t i = 0; i < p->n; i++) a[i] = p->h[i], b[i] = got[i];
+    compare(name, a, b, p->n, 0, 0);
+    free(got), free(a), free(b);
+}
+static void bpair_free(bpair *p) {
+    free(p->h);
+    gpu->free(p->d);
+}
+
+// The scale's bytes sit at unaligned offsets of a block (the wire's layout): offsets 1 and 7.
+static void test_onebit(size_t n, size_t padded, int chunks) {
+    size_t block = 5 + padded / (size_t)chunks / 8 + 3, signs_at = 5, scale_at = 1;
+    uint8_t *zero = calloc((size_t)chunks * block, 1);
+    bpair wire = bpair_from(zero, (size_t)chunks * block);
+    pair error = pair_rand(padded), x = pair_rand(n);
+    cpu->onebit_compress(wire.h + signs_at, block, wire.h + scale_at, block, error.h, x.h, n, padded, chunks);
+    gpu->onebit_compress((uint8_t *)wire.d + signs_at, block, (uint8_t *)wire.d + scale_at, block, error.d, x.d, n,
+                         padded, chunks);
+    // The signs are of the same compensated values; the scale's double sum is in another order.
+    uint8_t *got = xmalloc(wire.n);
+    gpu->to_host(got, wire.d, wire.n);
+    float ref_scale, gpu_scale;
+    memcpy(&ref_scale, wire.h + scale_at, 4), memcpy(&gpu_scale, got + scale_at, 4);
+    char name[128];
+    snprintf(name, sizeof name, "onebit_compress scale n=%zu padded=%zu chunks=%d", n, padded, chunks);
+    compare_scalar(name, ref_scale, gpu_scale, 1e-6);
+    for (int c = 0; c < chunks; c++) memcpy(got + (size_t)c * block + scale_at, wire.h + (size_t)c * block + scale_at, 4);
+    gpu->to_device(wire.d, got, wire.n);
+    snprintf(name, sizeof name, "onebit_compress signs n=%zu padded=%zu chunks=%d", n, padded, chunks);
+    check_bytes(name, &wire);
+    checkf(1e-6, 1e-6, &error, "onebit_compress error n=%zu padded=%zu chunks=%d", n, padded, chunks);
+    gpu->to_device(wire.d, wire.h, wire.n);  // the CPU's scales on both sides for the decompressions
+    size_t chunk = padded / (size_t)chunks;
+    pair avg = pair_rand(chunk), full = pair_rand(n);
+    cpu->onebit_average(avg.h, wire.h, block, signs_at, scale_at, chunk, chunks);
+    gpu->onebit_average(avg.d, wire.d, block, signs_at, scale_at, chunk, chunks);
+    checkf(0, 0, &avg, "onebit_average chunk=%zu p=%d", chunk, chunks);
+    cpu->onebit_decompress(full.h, wire.h, block, signs_at, scale_at, chunk, n);
+    gpu->onebit_decompress(full.d, wire.d, block, signs_at, scale_at, chunk, n);
+    checkf(0, 0, &full, "onebit_decompress chunk=%zu n=%zu", chunk, n);
+    free(zero), free(got);
+    bpair_free(&wire);
+    pair *all[] = {&error, &x, &avg, &full};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+static void test_powersgd_ops(int n, int r, int cols) {
+    pair P = pair_rand((size_t)n * r), acc = pair_rand((size_t)n * cols), x = pair_rand((size_t)n * cols);
+    cpu->orthonormalise_columns(P.h, n, r);
+    gpu->orthonormalise_columns(P.d, n, r);
+    checkf(1e-5, 1e-5, &P, "orthonormalise_columns n=%d r=%d", n, r);
+    cpu->add_scaled(acc.h, x.h, acc.n, -3.0f);
+    gpu->add_scaled(acc.d, x.d, acc.n, -3.0f);
+    checkf(0, 0, &acc, "add_scaled n=%zu", acc.n);
+    pair wide = pair_rand((size_t)n * (cols + 3));  // the strided copy leaves the columns past cols
+    cpu->copy_matrix(wide.h, cols + 3, x.h, cols, n, cols - 1);
+    gpu->copy_matrix(wide.d, cols + 3, x.d, cols, n, cols - 1);
+    checkf(0, 0, &wide, "copy_matrix rows=%d cols=%d", n, cols - 1);
+    pair *all[] = {&P, &acc, &x, &wide};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// Ids repeat (rows summed in list order) and skip rows (left as they are).
+static void test_sparse_rows(int V, int n, int C) {
+    int *ids = xmalloc((size_t)n * sizeof(int)), *distinct = xmalloc((size_t)V * sizeof(int)), nd = 0;
+    for (int i = 0; i < n; i++) ids[i] = (int)((unsigned)(i * 7 + i / 3) % (unsigned)(V - 1));
+    for (int v = 0; v < V; v += 2) distinct[nd++] = v;
+    ipair id = ipair_from(ids, (size_t)n), dist = ipair_from(distinct, (size_t)nd);
+    pair grad = pair_rand((size_t)V * C), rows = pair_rand((size_t)n * C);
+    cpu->rows_sum_by_id(grad.h, rows.h, id.h, n, C);
+    gpu->rows_sum_by_id(grad.d, rows.d, id.d, n, C);
+    checkf(0, 0, &grad, "rows_sum_by_id V=%d n=%d C=%d", V, n, C);
+    cpu->scale_rows(grad.h, dist.h, nd, C, 0.25f);
+    gpu->scale_rows(grad.d, dist.d, nd, C, 0.25f);
+    checkf(0, 0, &grad, "scale_rows V=%d n=%d C=%d", V, nd, C);
+    free(ids), free(distinct);
+    ipair_free(&id), ipair_free(&dist);
+    pair_free(&grad), pair_free(&rows);
+}
+
 int main(int argc, char **argv) {
     int self = 0;
     for (int i = 1; i < argc; i++) {
@@ -1119,6 +1213,13 @@ int main(int argc, char **argv) {
     test_optimizer(100003);
     test_device_step(100003);
     test_determinism();
+    test_onebit(1000, 1024, 2);
+    test_onebit(70001, 70016, 8);  // several blocks of threads per chunk
+    test_onebit(48, 48, 1);        // the server's re-compression: one chunk, no padding
+    test_powersgd_ops(300, 4, 37);
+    test_powersgd_ops(4097, 1, 9);
+    test_sparse_rows(101, 300, 37);
+    test_sparse_rows(5000, 64, 768);
     printf("# %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
