@@ -597,10 +597,16 @@ static void cross_entropy(neox_model *m) {
     }
     if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
     be->cross_entropy_loss(a->ce_lse, a->ce_loss, a->ce_max, a->ce_stats, a->mask, N);
+    if (m->defer_loss) {  // the caller reads the pair later (neox_model_loss_sums)
+        m->loss = NAN;
+        return;
+    }
     double loss[2];  // the masked sum of the rows' losses, the sum of the mask
     be->to_host(loss, a->ce_loss, sizeof loss);
-    m->loss = loss[1] > 0 ? (float)(loss[0] / loss[1]) : 0.0f;
+    m->loss = neox_mean_loss(loss[0], loss[1]);
 }
+
+const double *neox_model_loss_sums(const neox_model *m) { return ((const neox_acts *)m->acts)->ce_loss; }
 
 void neox_model_token_logprobs(const neox_model *m, double *out) {
     const neox_acts *a = m->acts;
