@@ -165,8 +165,8 @@ double *neox_train_late_loss_slot(neox_trainer *t, int micro_batch);
 int neox_train_settle(neox_trainer *t, neox_error *err);
 // neox_train_settle when the next backward needs the previous step's decision (a dynamic loss scale).
 int neox_train_settle_before_backward(neox_trainer *t, neox_error *err);
-// The settled step the loop has not logged yet, once: 1 and *out, with the wall_clock_breakdown
-// timers as that step left them (they ran on while the next step was queued), or 0.
+// The settled step the loop has not logged yet, once: 1 and *out, with what that step added to the
+// wall_clock_breakdown timers (kept apart, for its own log line, while the next step ran), or 0.
 int neox_train_take_settled(neox_trainer *t, neox_step_result *out, neox_timer timers[NEOX_TIMER_COUNT]);
 // Mean loss over eval_iters x gradient_accumulation_steps micro-batches of `it` (dropout off).
 int neox_train_evaluate(neox_trainer *t, neox_batch_iterator *it, int64_t iters, double *loss, neox_error *err);

@@ -123,24 +123,17 @@ static int acts_after_step(const neox_trainer *t) {
            (exit_interval > 0 && it % exit_interval == 0) || it >= t->train_iters || neox_train_stop_signal != 0;
 }
 
-// Logs the step the late read has settled, if any, with the timers as that step left them: the
-// step queued since then goes on with what its own work added, unless that step's log took them.
+// Logs the step the late read has settled, if any, with the timers' work of that step added back
+// (step.c kept it apart while the next step ran), so its timer line is its own.
 static int record_settled(neox_trainer *t, neox_error *err) {
     neox_step_result r;
-    neox_timer then[NEOX_TIMER_COUNT], now[NEOX_TIMER_COUNT];
-    if (!neox_train_take_settled(t, &r, then)) return 0;
+    neox_timer work[NEOX_TIMER_COUNT];
+    if (!neox_train_take_settled(t, &r, work)) return 0;
     for (int i = 0; i < NEOX_TIMER_COUNT; i++) {
         neox_timer *timer = neox_metrics_timer(t->metrics, (neox_timer_name)i);
-        now[i] = *timer, *timer = then[i];
+        timer->elapsed += work[i].elapsed, timer->count += work[i].count;
     }
-    int rc = record_step(t, &r, err);
-    for (int i = 0; i < NEOX_TIMER_COUNT; i++) {
-        neox_timer *timer = neox_metrics_timer(t->metrics, (neox_timer_name)i);
-        int taken = timer->count != then[i].count || timer->elapsed != then[i].elapsed;
-        *timer = now[i];
-        if (taken) timer->elapsed -= then[i].elapsed, timer->count -= then[i].count;
-    }
-    return rc;
+    return record_step(t, &r, err);
 }
 
 // Reads and logs the step still queued, if any.

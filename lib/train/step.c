@@ -68,7 +68,7 @@ struct neox_late_read {
     int queued;               // a step waits for its values: `step` (loss and norm not read yet)
     neox_step_result step;
     double scale;             // the loss scale that step ran with
-    neox_timer timers[NEOX_TIMER_COUNT];  // the wall_clock_breakdown timers as that step left them
+    neox_timer timers[NEOX_TIMER_COUNT];  // what that step added to the wall_clock_breakdown timers
     int settled;              // `done` holds a settled step the loop has not logged yet
     neox_step_result done;
     neox_timer done_timers[NEOX_TIMER_COUNT];
@@ -138,6 +138,21 @@ int neox_train_settle_before_backward(neox_trainer *t, neox_error *err) {
     return t->late && t->scaler.window > 0 ? neox_train_settle(t, err) : 0;
 }
 
+// The wall_clock_breakdown timers' work in a late step is kept for its log line, which comes after
+// the next step has run: taken out of the timers here and added back when the loop logs the step.
+static void timers_before_step(neox_trainer *t, neox_timer before[NEOX_TIMER_COUNT]) {
+    for (int i = 0; i < NEOX_TIMER_COUNT; i++) before[i] = *neox_metrics_timer(t->metrics, (neox_timer_name)i);
+}
+
+static void timers_after_step(neox_trainer *t, const neox_timer before[NEOX_TIMER_COUNT]) {
+    for (int i = 0; i < NEOX_TIMER_COUNT; i++) {
+        neox_timer *timer = neox_metrics_timer(t->metrics, (neox_timer_name)i);
+        t->late->timers[i] = (neox_timer){.started = -1, .elapsed = timer->elapsed - before[i].elapsed,
+                                          .count = timer->count - before[i].count};
+        *timer = before[i];
+    }
+}
+
 // The device step with nothing read back: the update guarded by the losses and the norm, then the
 // values' copy to the host queued; the step's result waits in t->late until neox_train_settle.
 static void late_step(neox_trainer *t, neox_step_result *out, double scale) {
@@ -157,6 +172,8 @@ static void late_step(neox_trainer *t, neox_step_result *out, double scale) {
 
 // The parts' hooks (parts.c) run at the points neox_train_part names.
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
+    neox_timer before[NEOX_TIMER_COUNT];
+    if (t->late) timers_before_step(t, before);
     neox_train_parts_begin_step(t);
     // ZeRO-2: every reduction leaves the flat buffer all zeros with its pages given back; only the
     // partition's sum starts again (the exchange's; zeroing the whole buffer would map all of it).
@@ -189,8 +206,7 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     t->state.iteration++;
     t->state.train_position = neox_batch_iterator_position(&t->train_it);
     neox_train_parts_end_step(t);
-    if (t->late)  // (its log line, later, shows these)
-        for (int i = 0; i < NEOX_TIMER_COUNT; i++) t->late->timers[i] = *neox_metrics_timer(t->metrics, (neox_timer_name)i);
+    if (t->late) timers_after_step(t, before);
     return 0;
 }
 

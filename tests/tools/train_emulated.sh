@@ -110,7 +110,8 @@ check "cpu_offload (pin_memory false): the host buffers are not pinned" bash -c 
 
 # Device bytes saved: the plan moves the optimizer state (8 bytes per parameter with Adam) and the host
 # copies of the weights and gradients (8 more) to "offloaded", and the emulated device's measured peak
-# falls by the Adam moments.
+# falls by the Adam moments (give or take a few pages: the run without offload also holds the late
+# read's buffers, which an offloaded step does not use).
 check "offloaded: no optimizer state on the device, planned or measured" python3 - "$T/emu-fp32" "$T/emu-device_cpu" <<'PY'
 import json, sys
 def peak(run):
@@ -122,7 +123,7 @@ params = on["parameters"] / 4
 saved = peak(sys.argv[1]) - peak(sys.argv[2])
 print(f"# params {params:.0f}; optimizer planned {on['optimizer']} -> {off['optimizer']}, offloaded {off['offloaded']}; device peak saved {saved:.0f} B", file=sys.stderr)
 sys.exit(0 if on["optimizer"] == 8 * params and off["optimizer"] == 0 and off["offloaded"] >= 16 * params
-         and 8 * params <= saved <= 8 * params + 2 * 4096 else 1)
+         and 8 * params <= saved <= 8 * params + 4 * 4096 else 1)
 PY
 
 # Offload with bfloat16 (the 16-bit copies remade per unit as forward waits for its weights), fp16
