@@ -117,6 +117,8 @@ extern "C" {
       segs, nseg))                                                                                                     \
     X(void, clip_by_norm, (float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad), (x, n, sumsq,  \
       loss_scale, clip_grad))                                                                                          \
+    X(void, loss_guard, (double *guard, const double *sumsq, const double *loss_sums, int n), (guard, sumsq, loss_sums, \
+      n))                                                                                                              \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
       float lr, float beta1, float beta2, float eps, long step, float grad_scale, const double *guard), (param, grad,  \
       m, v, segs, nseg, lr, beta1, beta2, eps, step, grad_scale, guard))                                               \
@@ -278,6 +280,14 @@ const neox_op_call *neox_profile_trace(size_t *ncalls);
 // Forgets every sum and the trace.
 void neox_profile_reset(void);
 
+// Blocking host waits: a backend with a device notes each place the host waits for it — a synchronous
+// copy (to_host, to_device), a host_wait whose copy had not finished, synchronize with work queued, an
+// op that returns a host value (sum_squares*). The CPU table never waits. A count per process, kept
+// whether or not a profile is installed (a store of one integer); the trainer reads it around each
+// training step (op_profile.json's "host_waits", docs/cuda.md "Host waits in a step").
+void neox_note_host_wait(void);
+int64_t neox_host_waits(void);
+
 // A table whose ops do nothing (kernels/dry.c): it answers allocations with addresses in an
 // untouched reservation (PROT_NONE: nothing can read them), so a large model's step is issued in
 // seconds, and its peak_bytes is what the step's allocations would hold on a device (counted afresh
@@ -292,6 +302,9 @@ const neox_backend *neox_backend_dry(void);
 // atomically to path; -1 with a message in err on failure.
 void neox_profile_print_table(FILE *out, int64_t iterations);
 int neox_profile_write_json(const char *path, char *err, size_t errlen);
+// Records the blocking host waits (neox_host_waits) inside one training step, for op_profile.json's
+// "host_waits" (the trainer calls it after each step while a profile is installed).
+void neox_profile_note_step_host_waits(int64_t waits);
 
 #ifdef __cplusplus
 }

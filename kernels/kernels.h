@@ -368,6 +368,15 @@ NEOX_HOST_DEVICE static inline double neox_clip_coefficient(double clip_grad, do
 // loss_scale (the unscaled gradients' norm), x (n) *= (float)(1 / loss_scale * neox_clip_coefficient
 // (clip_grad, norm)) when the norm is finite and that factor is not 1; else x is left as it is.
 void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad);
+// A micro-batch's mean token loss from its cross_entropy_loss pair (masked sum, sum of the mask): the
+// one expression for the model's loss on the host and the device's guard below.
+NEOX_HOST_DEVICE static inline float neox_mean_loss(double sum, double mask_sum) {
+    return mask_sum > 0 ? (float)(sum / mask_sum) : 0.0f;
+}
+// The update's guard from the step's values in the backend's memory, so that no host decision sits
+// between the loss and the update: *guard = *sumsq, or NaN when some micro-batch's mean loss is not
+// finite. loss_sums (2 n): each micro-batch's cross_entropy_loss pair, whose loss is neox_mean_loss.
+void neox_loss_guard(double *guard, const double *sumsq, const double *loss_sums, int n);
 
 // ---- mixed-precision matrix product -------------------------------------------------------------
 // C (M, N; row stride ldc) = alpha * op(A) op(B) + beta * C, row-major as cblas_sgemm, with A and B

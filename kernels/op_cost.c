@@ -369,6 +369,11 @@ neox_op_cost neox_op_cost_clip_by_norm(float *x, size_t n, const double *sumsq, 
     return bytes_only(F32 * 2.0 * (double)n + 8.0);
 }
 
+neox_op_cost neox_op_cost_loss_guard(double *guard, const double *sumsq, const double *loss_sums, int n) {
+    (void)guard, (void)sumsq, (void)loss_sums;
+    return bytes_only(8.0 * (2.0 * n + 2.0));
+}
+
 // AdamW reads param, grad, m, v and writes param, m, v: 7 floats per parameter.
 neox_op_cost neox_op_cost_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                                 float beta2, float eps, float weight_decay, long step) {
@@ -502,7 +507,7 @@ neox_op_class neox_op_class_of(neox_op_id op) {
     case NEOX_OP_cross_entropy_fused:
         return NEOX_CLASS_LOSS;
     case NEOX_OP_sum_squares: case NEOX_OP_sum_squares_segments: case NEOX_OP_sum_squares_segments_into:
-    case NEOX_OP_clip_by_norm: case NEOX_OP_adamw: case NEOX_OP_adamw_segments: case NEOX_OP_sgd_segments:
+    case NEOX_OP_clip_by_norm: case NEOX_OP_loss_guard: case NEOX_OP_adamw: case NEOX_OP_adamw_segments: case NEOX_OP_sgd_segments:
     case NEOX_OP_adam_moments: case NEOX_OP_onebit_adam_apply:
         return NEOX_CLASS_OPTIMIZER;
     case NEOX_OP_cast_f32_to_bf16: case NEOX_OP_cast_bf16_to_f32: case NEOX_OP_cast_f32_to_f16:

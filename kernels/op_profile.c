@@ -51,6 +51,10 @@ void neox_profile_scope(neox_phase phase, int layer) {
     scope_layer = layer;
 }
 
+static int64_t host_waits;
+void neox_note_host_wait(void) { host_waits++; }
+int64_t neox_host_waits(void) { return host_waits; }
+
 static void *grown(void *p, size_t bytes) {
     p = realloc(p, bytes);
     if (!p) {

@@ -287,6 +287,9 @@ struct neox_model {
     int training;
     unsigned long long dropout_seed, dropout_row0;
     float loss;              // of the last forward with targets (on the last pipe stage)
+    // Set by the caller: leave the loss on the backend (loss is then NaN; neox_model_loss_sums has it),
+    // so that a forward never waits for the device (the trainer reads its steps' losses a step late).
+    int defer_loss;
     // Set by the caller: the tensor-parallel group (NULL on one rank), and the hook backward calls.
     neox_comm *tp;
     neox_comm *ep;  // the expert-parallel group (desc.ep_size ranks), NULL without expert parallelism
@@ -402,6 +405,10 @@ const float *neox_model_stage_input_grad(const neox_model *m);
 // NULL (logits only); a value-head model ignores targets and loss_mask (its loss is the caller's). Returns -1 (err) on an out-of-range id. The loss is the mask-weighted mean.
 // ids are read on the first pipe stage only, targets and loss_mask on the last only.
 int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err);
+// The last forward's loss as the backend holds it: 2 doubles in the backend's memory, the masked sum
+// of the token losses and the sum of the mask (kernels.h's neox_mean_loss makes the loss of them);
+// overwritten by the next forward with targets.
+const double *neox_model_loss_sums(const neox_model *m);
 // The logits of the last forward: (B, T, vocab) (this rank's vocabulary columns under tensor
 // parallelism), or (B, T) values of a value head. Overwritten by backward. A forward without targets
 // needs a plan holding every row's logits (head_rows == B*T; it fails otherwise).

@@ -87,6 +87,31 @@ static json_t *phases_json(int layer) {
     return o;
 }
 
+// The blocking host waits inside each training step so far (neox_profile_note_step_host_waits).
+static int64_t *step_waits;
+static size_t nstep_waits, step_waits_cap;
+
+void neox_profile_note_step_host_waits(int64_t waits) {
+    if (nstep_waits == step_waits_cap) {
+        step_waits_cap = step_waits_cap ? 2 * step_waits_cap : 64;
+        step_waits = neox_realloc(step_waits, step_waits_cap * sizeof *step_waits);
+    }
+    step_waits[nstep_waits++] = waits;
+}
+
+static json_t *host_waits_json(void) {
+    json_t *o = json_object(), *per_step = json_array();
+    int64_t total = 0;
+    for (size_t i = 0; i < nstep_waits; i++) {
+        total += step_waits[i];
+        json_array_append_new(per_step, json_integer((json_int_t)step_waits[i]));
+    }
+    json_object_set_new(o, "all", json_integer((json_int_t)neox_host_waits()));
+    json_object_set_new(o, "in_steps", json_integer((json_int_t)total));
+    json_object_set_new(o, "per_step", per_step);
+    return o;
+}
+
 static json_t *profile_json(void) {
     json_t *root = json_object(), *by_class = json_object(), *by_op = json_object(), *by_phase = json_object();
     json_t *by_layer = json_array();
@@ -120,6 +145,7 @@ static json_t *profile_json(void) {
     json_object_set_new(root, "by_phase", by_phase);
     json_object_set_new(root, "by_layer", by_layer);
     json_object_set_new(root, "outside_layers", phases_json(-1));
+    json_object_set_new(root, "host_waits", host_waits_json());
     return root;
 }
 

@@ -154,6 +154,16 @@ static void emu_copy(void *dst, const void *src, size_t bytes) {
     memmove(dst, src, bytes);
 }
 
+// A device's synchronous copies make the host wait (neox_note_host_wait counts it).
+static void emu_to_host(void *dst, const void *src, size_t bytes) {
+    neox_note_host_wait();
+    emu_copy(dst, src, bytes);
+}
+static void emu_to_device(void *dst, const void *src, size_t bytes) {
+    neox_note_host_wait();
+    emu_copy(dst, src, bytes);
+}
+
 // ---- the copy queue ----------------------------------------------------------------------------
 typedef struct queued_copy {
     void *dst;
@@ -208,7 +218,13 @@ static int64_t emu_to_host_async(void *dst, const void *src, size_t bytes) {
     return queue_copy(dst, src, bytes);
 }
 static int64_t emu_to_device_async(void *dst, const void *src, size_t bytes) { return queue_copy(dst, src, bytes); }
-static void emu_wait(int64_t ticket) {
+static void emu_device_wait(int64_t ticket) {
+    reach_stream(0);
+    run_copies(ticket);
+}
+// A copy that has run already (a device_wait of it or a later one ran it) costs the host no wait.
+static void emu_host_wait(int64_t ticket) {
+    if (ticket > copied) neox_note_host_wait();
     reach_stream(0);
     run_copies(ticket);
 }
@@ -216,14 +232,17 @@ static void *emu_host_alloc(size_t bytes) { return neox_backend_cpu()->host_allo
 static void emu_host_free(void *p) { neox_backend_cpu()->host_free(p); }
 
 static void emu_synchronize(void) {
+    neox_note_host_wait();  // (the ops' work, which a device may still be doing, is waited for too)
     reach_stream(1);
     run_copies(queued);
 }
 static size_t emu_peak_bytes(void) { return peak; }
 
-// Every op: the CPU op with the memory open.
+// Every op: the CPU op with the memory open. An op that returns a host value (the only return type
+// other than void is double: sum_squares*) makes the host wait for it on a device.
 #define EMU_OP(ret, name, params, args)                                                                       \
     static ret emu_##name params {                                                                            \
+        if (#ret[0] == 'd') neox_note_host_wait();                                                            \
         reach_stream(0);                                                                                      \
         OPEN_FOR_SCOPE();                                                                                     \
         return neox_##name args;                                                                              \
@@ -238,8 +257,8 @@ static const neox_backend emulated_backend = {
     .alloc = emu_alloc,
     .free = emu_free,
     .memset_zero = emu_memset_zero,
-    .to_device = emu_copy,
-    .to_host = emu_copy,
+    .to_device = emu_to_device,
+    .to_host = emu_to_host,
     .copy = emu_copy,
     .synchronize = emu_synchronize,
     .peak_bytes = emu_peak_bytes,
@@ -247,8 +266,8 @@ static const neox_backend emulated_backend = {
     .host_free = emu_host_free,
     .to_host_async = emu_to_host_async,
     .to_device_async = emu_to_device_async,
-    .host_wait = emu_wait,
-    .device_wait = emu_wait,
+    .host_wait = emu_host_wait,
+    .device_wait = emu_device_wait,
     NEOX_BACKEND_OPS(EMU_ENTRY)
 };
 

@@ -142,3 +142,10 @@ void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scal
     double norm = sqrt(*sumsq) / loss_scale, coef = 1.0 / loss_scale * neox_clip_coefficient(clip_grad, norm);
     if (isfinite(norm) && coef != 1.0) neox_scale(x, n, (float)coef);
 }
+
+void neox_loss_guard(double *guard, const double *sumsq, const double *loss_sums, int n) {
+    double g = *sumsq;
+    for (int i = 0; i < n; i++)
+        if (!isfinite(neox_mean_loss(loss_sums[2 * i], loss_sums[2 * i + 1]))) g = NAN;
+    *guard = g;
+}

@@ -137,10 +137,12 @@ extern "C" void neox_cuda_memset_zero(void *p, size_t bytes) {
 }
 // Host <-> device copies wait for completion: the host buffer may be reused as soon as they return.
 extern "C" void neox_cuda_to_device(void *dst, const void *src, size_t bytes) {
+    neox_note_host_wait();
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, neox_cuda_current_stream()));
     CUDA_CHECK(cudaStreamSynchronize(g_stream));
 }
 extern "C" void neox_cuda_to_host(void *dst, const void *src, size_t bytes) {
+    neox_note_host_wait();
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, neox_cuda_current_stream()));
     CUDA_CHECK(cudaStreamSynchronize(g_stream));
 }
@@ -194,7 +196,12 @@ extern "C" int64_t neox_cuda_to_device_async(void *dst, const void *src, size_t 
 }
 extern "C" void neox_cuda_host_wait(int64_t ticket) {
     cudaEvent_t e = copy_event(ticket);
-    if (e) CUDA_CHECK(cudaEventSynchronize(e));
+    if (!e) return;
+    cudaError_t done = cudaEventQuery(e);  // a copy that has finished costs the host no wait
+    if (done == cudaSuccess) return;
+    if (done != cudaErrorNotReady) CUDA_CHECK(done);
+    neox_note_host_wait();
+    CUDA_CHECK(cudaEventSynchronize(e));
 }
 extern "C" void neox_cuda_device_wait(int64_t ticket) {
     cudaEvent_t e = copy_event(ticket);
@@ -215,6 +222,7 @@ extern "C" void neox_cuda_host_free(void *p) {
 }
 
 extern "C" void neox_cuda_synchronize(void) {
+    neox_note_host_wait();
     CUDA_CHECK(cudaStreamSynchronize(neox_cuda_current_stream()));
     if (g_copy_stream) CUDA_CHECK(cudaStreamSynchronize(g_copy_stream));
 }

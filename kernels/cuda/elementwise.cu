@@ -4,7 +4,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <math_constants.h>
+
 #include "kernels/activation_math.h"
+
 #include "kernels/cuda/common.cuh"
 
 #define GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
@@ -64,6 +67,18 @@ __global__ void clip_by_norm_kernel(float *x, size_t n, const double *sumsq, dou
 }
 extern "C" void neox_cuda_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
     LAUNCH(clip_by_norm_kernel, n, x, n, sumsq, loss_scale, clip_grad);
+}
+
+// neox_loss_guard: a handful of values, one thread (its only job is to keep the decision on the device).
+__global__ void loss_guard_kernel(double *guard, const double *sumsq, const double *loss_sums, int n) {
+    double g = *sumsq;
+    for (int i = 0; i < n; i++)
+        if (!isfinite(neox_mean_loss(loss_sums[2 * i], loss_sums[2 * i + 1]))) g = CUDART_NAN;
+    *guard = g;
+}
+extern "C" void neox_cuda_loss_guard(double *guard, const double *sumsq, const double *loss_sums, int n) {
+    loss_guard_kernel<<<1, 1, 0, neox_cuda_current_stream()>>>(guard, sumsq, loss_sums, n);
+    CUDA_LAUNCHED();
 }
 
 // ---- activations (kernels/activation_math.h's formulas, shared with the CPU) ----------------------

@@ -183,6 +183,7 @@ extern "C" double neox_cuda_sum_squares_segments(const float *x, const neox_segm
     double host;
     neox_cuda_sum_squares_segments_into(result, x, segs, nseg);
     cudaStream_t st = neox_cuda_current_stream();
+    neox_note_host_wait();
     CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof host, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     return host;

@@ -169,17 +169,33 @@ static size_t carve(neox_model *m, neox_acts *slots, float *base, float *host_ba
 
 // Host copies of per-row values (the backend's buffers may be device memory): ids, targets and the
 // loss mask on their way in, the log-sum-exp and target logits when log-probabilities are asked for.
-typedef struct host_stage {
+// The inputs go in from two staging sets of page-locked memory (host_alloc) by asynchronous copies
+// that the forward's ops wait for on the device, not the host: while one set's copy may still be in
+// the queue the next micro-batch fills the other, and a set is refilled only after its copy is done
+// (which, two micro-batches on, it always is: the ops of the micro-batch between waited for it).
+typedef struct input_stage {
     int *ids, *targets;             // (N)
-    float *lse, *mask;              // (N)
+    float *mask;                    // (N)
+    int64_t ticket;                 // the last copy out of this set
+} input_stage;
+
+typedef struct host_stage {
+    input_stage in[2];
+    int next_in;                    // the set the next forward fills
+    float *lse;                     // (N)
     double *target_logit;           // (N)
 } host_stage;
 
 static void free_host_stage(neox_model *m) {
     host_stage *h = m->host_stage;
     if (!h) return;
-    void *all[] = {h->ids, h->targets, h->lse, h->mask, h->target_logit};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    for (int k = 0; k < 2; k++) {
+        m->be->host_wait(h->in[k].ticket);  // (no copy may still read memory freed here)
+        void *in[] = {h->in[k].ids, h->in[k].targets, h->in[k].mask};
+        for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) m->be->host_free(in[i]);
+    }
+    free(h->lse);
+    free(h->target_logit);
     free(h);
     m->host_stage = NULL;
 }
@@ -187,10 +203,12 @@ static void free_host_stage(neox_model *m) {
 static void make_host_stage(neox_model *m) {
     size_t N = (size_t)m->B * m->T;
     host_stage *h = neox_calloc(1, sizeof *h);
-    h->ids = neox_malloc(N * sizeof(int));
-    h->targets = neox_malloc(N * sizeof(int));
+    for (int k = 0; k < 2; k++) {
+        h->in[k].ids = m->be->host_alloc(N * sizeof(int));
+        h->in[k].targets = m->be->host_alloc(N * sizeof(int));
+        h->in[k].mask = m->be->host_alloc(N * sizeof(float));
+    }
     h->lse = neox_malloc(N * sizeof(float));
-    h->mask = neox_malloc(N * sizeof(float));
     h->target_logit = neox_malloc(N * sizeof(double));
     m->host_stage = h;
 }
@@ -609,29 +627,30 @@ static int fuses_head(const neox_model *m) {
 }
 
 // The masked sum and count of the rows' losses, assembled on the backend (cross_entropy_loss, which
-// also saves the log-sum-exp for backward); only these two sums come to the host.
+// also saves the log-sum-exp for backward); only these two sums come to the host, at once or (with
+// defer_loss) when the caller reads them.
 static void assemble_loss(neox_model *m) {
     neox_acts *a = m->acts;
-    double loss[2];  // the masked sum of the rows' losses, the sum of the mask
     m->be->cross_entropy_loss(a->ce_lse, a->ce_loss, a->ce_max, a->ce_stats, a->mask, m->B * m->T);
+    if (m->defer_loss) {  // the caller reads the pair later (neox_model_loss_sums)
+        m->loss = NAN;
+        return;
+    }
+    double loss[2];  // the masked sum of the rows' losses, the sum of the mask
     m->be->to_host(loss, a->ce_loss, sizeof loss);
-    a->mask_sum = (float)loss[1];
-    m->loss = loss[1] > 0 ? (float)(loss[0] / loss[1]) : 0.0f;
+    m->loss = neox_mean_loss(loss[0], loss[1]);
 }
 
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
 // logit from the rank that holds it; the logits are never gathered. Chunk by chunk of head_rows
 // rows when the plan holds fewer than N (the logits of a chunk are made here and dropped). Under
 // the fused loss each chunk's dlogits and output-layer backward follow at once, scaled by
-// head_loss_scale over the mask's sum (the mean's normalisation, known from the host's mask).
-static void cross_entropy(neox_model *m, const float *loss_mask) {
+// head_loss_scale over the mask's sum (the mean's normalisation, taken on the host when the mask was
+// staged: stage_inputs).
+static void cross_entropy(neox_model *m) {
     neox_acts *a = m->acts;
-    host_stage *h = m->host_stage;
     int N = m->B * m->T, fused = fuses_head(m);
-    double mask_sum = 0.0;  // in row order, as the CPU's cross_entropy_loss sums it
-    for (int i = 0; i < N; i++) h->mask[i] = loss_mask ? loss_mask[i] : 1.0f, mask_sum += h->mask[i];
-    m->be->to_device(a->mask, h->mask, (size_t)N * sizeof(float));
-    float scale = (float)mask_sum > 0 ? m->head_loss_scale / (float)mask_sum : 0.0f;
+    float scale = a->mask_sum > 0 ? m->head_loss_scale / a->mask_sum : 0.0f;
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
         neox_model_head_logits(m, r0, rows);
@@ -639,10 +658,12 @@ static void cross_entropy(neox_model *m, const float *loss_mask) {
         else chunk_stats(m, r0, rows);
     }
     if (!fused && m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
-    assemble_loss(m);
     a->head_done = fused;
     a->head_loss_scale = m->head_loss_scale;
+    assemble_loss(m);
 }
+
+const double *neox_model_loss_sums(const neox_model *m) { return ((const neox_acts *)m->acts)->ce_loss; }
 
 void neox_model_token_logprobs(const neox_model *m, double *out) {
     const neox_acts *a = m->acts;
@@ -660,22 +681,45 @@ void neox_model_set_token_weights(neox_model *m, const float *w) {
     a->mask_sum = 1.0f;
 }
 
+// The micro-batch's ids, targets and loss mask (1 where NULL) into the model's buffers through the
+// next staging set (host_stage above); the sum of the mask, which backward scales by, is taken here in
+// the order cross_entropy_loss takes it, so it never comes back from the device.
+static int stage_inputs(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err) {
+    const neox_backend *be = m->be;
+    neox_acts *a = m->acts;
+    host_stage *h = m->host_stage;
+    input_stage *in = &h->in[h->next_in];
+    int N = m->B * m->T, V = m->desc.vocab_size;
+    neox_shard s = neox_model_shard(&m->desc);
+    be->host_wait(in->ticket);  // (done long since: see host_stage)
+    if (ids && localise_ids(in->ids, ids, N, V, s, "token", err) != 0) return -1;
+    if (targets && localise_ids(in->targets, targets, N, V, s, "target", err) != 0) return -1;
+    int64_t ticket = 0;
+    if (ids) ticket = be->to_device_async(a->ids, in->ids, (size_t)N * sizeof(int));
+    if (targets) {
+        double mask_sum = 0.0;
+        for (int i = 0; i < N; i++) {
+            in->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
+            mask_sum += in->mask[i];
+        }
+        a->mask_sum = (float)mask_sum;
+        be->to_device_async(a->targets, in->targets, (size_t)N * sizeof(int));
+        ticket = be->to_device_async(a->mask, in->mask, (size_t)N * sizeof(float));
+    }
+    if (!ticket) return 0;
+    be->device_wait(ticket);  // (copies run in order: the last covers them all)
+    in->ticket = ticket;
+    h->next_in ^= 1;
+    return 0;
+}
+
 int neox_model_forward(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err) {
     const neox_model_desc *d = &m->desc;
-    neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
-    int N = m->B * m->T, V = d->vocab_size;
-    host_stage *h = m->host_stage;
+    int N = m->B * m->T;
     int first = neox_model_first_stage(d), last = neox_model_last_stage(d);
-    if (first) {
-        if (localise_ids(h->ids, ids, N, V, s, "token", err) != 0) return -1;
-        m->be->to_device(a->ids, h->ids, (size_t)N * sizeof(int));
-    }
     if (d->value_head) targets = NULL;  // its loss is the caller's (neox_model_values)
-    if (last && targets) {
-        if (localise_ids(h->targets, targets, N, V, s, "target", err) != 0) return -1;
-        m->be->to_device(a->targets, h->targets, (size_t)N * sizeof(int));
-    }
+    if (stage_inputs(m, first ? ids : NULL, last ? targets : NULL, loss_mask, err) != 0) return -1;
     a->dropout_seed = m->dropout_seed;
     a->dropout_row0 = m->dropout_row0;
     a->head_done = 0;
@@ -700,7 +744,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     neox_model_use_head(m, 1);
     norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
     int rc = 0;
-    if (targets) cross_entropy(m, loss_mask);
+    if (targets) cross_entropy(m);
     else if (m->head_rows < N)
         rc = neox_fail(err, NEOX_EXIT_FAILURE, "model: a forward without targets needs all %d rows of logits; the plan "
                        "holds %d at a time", N, m->head_rows);

@@ -67,6 +67,8 @@ typedef struct neox_rm {
     int64_t micro_batches;
 } neox_rm;
 
+typedef struct neox_late_read neox_late_read;
+
 struct neox_trainer {
     const neox_config *cfg;
     neox_grid *grid;
@@ -94,6 +96,7 @@ struct neox_trainer {
     neox_optimizer_settings optim;   // as the config sets it (read before the state exists)
     neox_optimizer *optimizer;     // its state covers [state_begin, state_end) of the flat buffers
     double *step_sumsq;            // the device step's sum of squares (one double on be), else NULL
+    neox_late_read *late;          // the device step's values read a step late (step.c), else NULL
     neox_lr_schedule lr;           // the LR schedule part's (resume_schedule.c); the step reads it
     // How the gradients cross the data-parallel group (lib/gradient's exchange, made by
     // grad_exchange.c at every data-parallel size): the reducers, ZeRO-2's partition sums, sparse
@@ -143,10 +146,28 @@ typedef struct neox_step_result {
     int skipped;          // non-finite loss or gradients: no update
     int nonfinite_loss;
     double loss_scale;    // the loss scale after this step's update (fp16; 1 otherwise)
+    int64_t iteration;    // the iterations completed with this step
+    int pending;          // queued with its values still on the device (the late read): the loop logs
+                          // the result neox_train_take_settled gives for it instead
 } neox_step_result;
 
 // Runs gradient_accumulation_steps micro-batches, reduces, clips and updates.
 int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err);
+// The late read (step.c): made at the end of set-up when the step is the device step and no part
+// replaces the loss or logs from the step's state (neox_train_parts_allow_late_log); freed with the trainer.
+void neox_train_late_setup(neox_trainer *t);
+void neox_train_late_free(neox_trainer *t);
+// Where micro-batch k of the step being queued leaves its loss pair (2 doubles on be).
+double *neox_train_late_loss_slot(neox_trainer *t, int micro_batch);
+// Reads the queued step's values (a host_wait for their copy) and completes its result: loss, norm,
+// skip, the count of updates, the parts' after_update. 0 at once when nothing is queued; -1 (err)
+// when an after_update hook fails (the loss scaler at its minimum).
+int neox_train_settle(neox_trainer *t, neox_error *err);
+// neox_train_settle when the next backward needs the previous step's decision (a dynamic loss scale).
+int neox_train_settle_before_backward(neox_trainer *t, neox_error *err);
+// The settled step the loop has not logged yet, once: 1 and *out, with what that step added to the
+// wall_clock_breakdown timers (kept apart, for its own log line, while the next step ran), or 0.
+int neox_train_take_settled(neox_trainer *t, neox_step_result *out, neox_timer timers[NEOX_TIMER_COUNT]);
 // Mean loss over eval_iters x gradient_accumulation_steps micro-batches of `it` (dropout off).
 int neox_train_evaluate(neox_trainer *t, neox_batch_iterator *it, int64_t iters, double *loss, neox_error *err);
 
@@ -192,6 +213,11 @@ size_t neox_train_gather_scratch_bytes(const neox_trainer *t);
 // guarded by it (skipped on the device when the norm is not finite), then reads the sum back once,
 // the step's only wait for the device after its loss. Returns the sum of squares.
 double neox_train_device_update(neox_trainer *t, double loss_scale, double lr, int64_t step);
+// The same queued with nothing read back, for the late read: the sum of squares into sumsq (on be),
+// the guard (on be) from it and the micro-batches' loss pairs loss_sums (2 x gradient_accumulation_steps
+// on be), the unscaling and clipping, and the update guarded by it.
+void neox_train_device_update_guarded(neox_trainer *t, double *sumsq, const double *loss_sums, double *guard,
+                                      double loss_scale, double lr, int64_t step);
 
 // ---- memory (memory_report.c) -----------------------------------------------------------------
 // The bytes one rank plans, by region: what the start-up "memory of rank N" line prints and the
@@ -422,6 +448,9 @@ void neox_train_parts_begin_pass(neox_trainer *t, neox_train_pass pass);
 void neox_train_parts_end_pass(neox_trainer *t);  // (in reverse)
 int neox_train_parts_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err);
 int neox_train_parts_replace_loss(const neox_trainer *t);  // whether a part's loss replaces the model's
+// Whether a step's values may reach the log a step late: no part replaces the loss (a part's loss is
+// the host's at once) and none in use logs (its hook reads the state the step left, at the log point).
+int neox_train_parts_allow_late_log(const neox_trainer *t);
 void neox_train_parts_grads_ready(neox_trainer *t, int begin, int end);
 
 

@@ -1,7 +1,10 @@
 // loop.c: the training loop as GPT-NeoX's train() and pretrain() run it: step, log, save at the
 // iterations of save_iters, evaluate every eval_interval, exit at exit_interval; then the final
 // validation, the final save and the test evaluation. SIGTERM, SIGHUP and SIGUSR1 (SLURM's
-// warning before a time limit) stop the loop after the step in flight, with a checkpoint.
+// warning before a time limit) stop the loop after the step in flight, with a checkpoint. A step
+// whose values the device still holds (the late read, step.c) is logged once they are read: after
+// the next step is queued, or at once when anything follows it (a checkpoint, an evaluation, the
+// exit, the end), so every line and metric comes out the same and in the same place.
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -66,9 +69,9 @@ static int save_checkpoint(neox_trainer *t, neox_error *err) {
 
 // Under wall_clock_breakdown, at each log line (rank 0): the per-op profile's table by op class beside
 // the timer lines, and log_dir/op_profile.json rewritten with everything so far (docs/metrics.md).
-static int report_op_profile(const neox_trainer *t, neox_error *err) {
+static int report_op_profile(const neox_trainer *t, int64_t iteration, neox_error *err) {
     int64_t every = neox_config_int(t->cfg, log_interval);
-    if (!neox_profile_inner() || t->grid->world_rank != 0 || t->state.iteration % every != 0) return 0;
+    if (!neox_profile_inner() || t->grid->world_rank != 0 || iteration % every != 0) return 0;
     neox_profile_print_table(stdout, every);
     const char *dir = neox_config_str(t->cfg, log_dir);
     if (!dir || !*dir) return 0;
@@ -97,18 +100,57 @@ static int record_step(neox_trainer *t, const neox_step_result *r, neox_error *e
     } else {
         s->nonfinite_in_a_row = 0;
     }
-    neox_step_stats stats = {.iteration = s->iteration, .lm_loss = r->loss, .learning_rate = r->lr,
+    neox_step_stats stats = {.iteration = r->iteration, .lm_loss = r->loss, .learning_rate = r->lr,
                              .grad_norm = r->grad_norm, .loss_scale = r->loss_scale, .skipped = r->skipped};
     neox_train_parts_log(t, &stats);  // (a collective)
     // The peak memory so far (gauges, written at each log, so gathered only then).
-    if (s->iteration % neox_config_int(t->cfg, log_interval) == 0) neox_train_memory_gauges(t);
-    if (neox_metrics_step(t->metrics, &stats, err) != 0 || report_op_profile(t, err) != 0) return -1;
+    if (r->iteration % neox_config_int(t->cfg, log_interval) == 0) neox_train_memory_gauges(t);
+    if (neox_metrics_step(t->metrics, &stats, err) != 0 || report_op_profile(t, r->iteration, err) != 0) return -1;
     if (s->nonfinite_in_a_row >= NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW)
         return neox_fail(err, NEOX_EXIT_FAILURE,
                          "stopping at iteration %lld: the last %d iterations had a non-finite loss or gradient norm "
                          "(with fp16: an overflow) (skipped %lld iterations in all); lower the learning rate or check the data",
-                         (long long)s->iteration, NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW, (long long)s->skipped_total);
+                         (long long)r->iteration, NEOX_TRAIN_MAX_NONFINITE_IN_A_ROW, (long long)s->skipped_total);
     return 0;
+}
+
+// Whether after_step does anything after the step just queued (its log line must come first).
+static int acts_after_step(const neox_trainer *t) {
+    int64_t it = t->state.iteration;
+    int64_t eval_interval = neox_config_int(t->cfg, eval_interval);
+    int64_t exit_interval = neox_config_has(t->cfg, exit_interval) ? neox_config_int(t->cfg, exit_interval) : 0;
+    return (t->save_dir && is_save_iteration(t, it)) || (eval_interval > 0 && it % eval_interval == 0) ||
+           (exit_interval > 0 && it % exit_interval == 0) || it >= t->train_iters || neox_train_stop_signal != 0;
+}
+
+// Logs the step the late read has settled, if any, with the timers' work of that step added back
+// (step.c kept it apart while the next step ran), so its timer line is its own.
+static int record_settled(neox_trainer *t, neox_error *err) {
+    neox_step_result r;
+    neox_timer work[NEOX_TIMER_COUNT];
+    if (!neox_train_take_settled(t, &r, work)) return 0;
+    for (int i = 0; i < NEOX_TIMER_COUNT; i++) {
+        neox_timer *timer = neox_metrics_timer(t->metrics, (neox_timer_name)i);
+        timer->elapsed += work[i].elapsed, timer->count += work[i].count;
+    }
+    return record_step(t, &r, err);
+}
+
+// Reads and logs the step still queued, if any.
+static int flush_late(neox_trainer *t, neox_error *err) {
+    return neox_train_settle(t, err) != 0 ? -1 : record_settled(t, err);
+}
+
+// One step and the log lines now due: the previous step's, settled while this one was queued, and
+// this one's unless its values are still on the device and nothing follows it yet.
+static int step_and_log(neox_trainer *t, neox_error *err) {
+    neox_step_result r;
+    int64_t waits = neox_host_waits();
+    if (neox_train_step(t, &r, err) != 0) return -1;
+    if (neox_profile_inner()) neox_profile_note_step_host_waits(neox_host_waits() - waits);
+    if (record_settled(t, err) != 0) return -1;
+    if (!r.pending) return record_step(t, &r, err);
+    return acts_after_step(t) ? flush_late(t, err) : 0;
 }
 
 // After each step: save, evaluate, maybe exit. Returns 1 to leave the loop with *status set.
@@ -128,6 +170,7 @@ static int after_step(neox_trainer *t, int *status, neox_error *err) {
         return 1;
     }
     if (stop_requested(t)) {
+        if (flush_late(t, err) != 0) return -1;  // (a signal that came after the step was queued)
         if (t->rank0) neox_notice("stop requested by a signal: stopping at iteration %lld", (long long)it);
         if (t->save_dir && t->last_saved != it && save_checkpoint(t, err) != 0) return -1;
         *status = NEOX_TRAIN_EXIT_INTERRUPTED;
@@ -148,6 +191,7 @@ static int check_trained(neox_trainer *t, neox_error *err) {
 }
 
 static int finish(neox_trainer *t, neox_error *err) {
+    if (flush_late(t, err) != 0) return -1;
     if (check_trained(t, err) != 0) return -1;
     int valid = do_split(t, NEOX_K_do_valid, 1);
     if (valid && evaluate(t, 1, "validation", "the end of training for val data", 1, err) != 0) return -1;
@@ -169,10 +213,8 @@ int neox_trainer_run(neox_trainer *t, neox_error *err) {
         neox_info("training from iteration %lld to %lld", (long long)t->state.iteration, (long long)t->train_iters);
     neox_metrics_begin(t->metrics);
     while (train && t->state.iteration < t->train_iters) {
-        neox_step_result r;
         int status = 0, done;
-        if (neox_train_step(t, &r, err) != 0) return -1;
-        if (record_step(t, &r, err) != 0) return -1;
+        if (step_and_log(t, err) != 0) return -1;
         if ((done = after_step(t, &status, err)) != 0)
             return done < 0 || write_reports(t, err) != 0 ? -1 : status;
     }

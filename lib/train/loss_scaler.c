@@ -67,7 +67,7 @@ static int scaler_after_update(neox_trainer *t, neox_step_result *out, neox_erro
     if (neox_loss_scaler_update(&t->scaler, overflow))
         return neox_fail(err, NEOX_EXIT_FAILURE, "iteration %lld: the fp16 gradients overflowed with the loss scale "
                          "already at min_loss_scale (%g); lower the learning rate or train in bfloat16",
-                         (long long)t->state.iteration, t->scaler.min_scale);
+                         (long long)(out->iteration - 1), t->scaler.min_scale);
     return 0;
 }
 

@@ -38,18 +38,31 @@ static float *state_grads(const neox_trainer *t) {
     return partition ? partition : t->model->grad_buf + t->state_begin;
 }
 
-double neox_train_device_update(neox_trainer *t, double loss_scale, double lr, int64_t step) {
+// The sum of squares into sumsq, the guard the update reads (sumsq itself, or with loss_sums the
+// loss_guard of both), the unscaling and clipping by the sum, and the guarded update: all queued.
+static void queue_device_update(neox_trainer *t, double *sumsq, const double *loss_sums, double *guard,
+                                double loss_scale, double lr, int64_t step) {
     int n;
     neox_segment *segs = state_segments(t, 1, &n);
-    t->be->sum_squares_segments_into(t->step_sumsq, state_grads(t), segs, n);
+    t->be->sum_squares_segments_into(sumsq, state_grads(t), segs, n);
     free(segs);
-    t->be->clip_by_norm(state_grads(t), t->state_end - t->state_begin, t->step_sumsq, loss_scale, t->optim.clip_grad);
-    t->optimizer->guard = t->step_sumsq;
+    if (loss_sums) t->be->loss_guard(guard, sumsq, loss_sums, t->grad_accum);
+    t->be->clip_by_norm(state_grads(t), t->state_end - t->state_begin, sumsq, loss_scale, t->optim.clip_grad);
+    t->optimizer->guard = loss_sums ? guard : sumsq;
     neox_train_update(t, lr, step);
     t->optimizer->guard = NULL;
+}
+
+double neox_train_device_update(neox_trainer *t, double loss_scale, double lr, int64_t step) {
+    queue_device_update(t, t->step_sumsq, NULL, NULL, loss_scale, lr, step);
     double sum;
     t->be->to_host(&sum, t->step_sumsq, sizeof sum);
     return sum;
+}
+
+void neox_train_device_update_guarded(neox_trainer *t, double *sumsq, const double *loss_sums, double *guard,
+                                      double loss_scale, double lr, int64_t step) {
+    queue_device_update(t, sumsq, loss_sums, guard, loss_scale, lr, step);
 }
 
 // Each element once over the whole grid: replicas counted once, partitions summed over their

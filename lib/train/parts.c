@@ -50,6 +50,14 @@ static const neox_train_part *loss_part(const neox_trainer *t, int *count) {
     return found;
 }
 
+int neox_train_parts_allow_late_log(const neox_trainer *t) {
+    int count;
+    if (loss_part(t, &count)) return 0;
+    for (int i = 0; i < NPARTS; i++)
+        if (parts[i]->log && t->part_state[i]) return 0;
+    return 1;
+}
+
 // One loss per micro-batch: two parts that would each replace it cannot both run.
 static int check_one_loss(const neox_trainer *t, neox_error *err) {
     int count;

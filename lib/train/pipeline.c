@@ -114,13 +114,18 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     if (r->training) neox_timer_start(timer);
     // A training pass ends after its backward, except under pipelining (one pass each).
     int whole_pass = r->training && !split_passes(t);
+    int late = t->late && r->training;  // (the step reads its losses later: step.c)
+    m->defer_loss = late;
     neox_train_parts_begin_pass(t, whole_pass ? NEOX_PASS_TRAIN : NEOX_PASS_FORWARD);
     int rc = neox_model_forward(m, stage_first(t) ? (const int *)b->tokens : NULL,
                                 stage_last(t) ? (const int *)b->labels : NULL, stage_last(t) ? b->loss_mask : NULL, err);
+    m->defer_loss = 0;  // (other forwards of this model, generation's, read their loss)
     if (!whole_pass || rc != 0) neox_train_parts_end_pass(t);
     if (r->training) neox_timer_stop(timer);
     if (rc != 0) return -1;
-    if (stage_last(t)) {
+    if (late) {
+        t->be->copy(neox_train_late_loss_slot(t, (int)k), neox_model_loss_sums(m), 2 * sizeof(double));
+    } else if (stage_last(t)) {
         double loss = m->loss;
         if (neox_train_parts_loss(t, b, r->training, &loss, err) != 0) return -1;
         r->loss_sum += loss;
@@ -171,6 +176,7 @@ int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err)
     for (int k = 0; rc == 0 && k < warmup; k++) rc = forward(&r, k, err);
     for (int i = 0; rc == 0 && i < M - warmup; i++) {
         rc = forward(&r, warmup + i, err);
+        if (rc == 0 && i == 0) rc = neox_train_settle_before_backward(t, err);  // (the scale backward takes)
         if (rc == 0) backward(&r, i, M);
     }
     for (int i = M - warmup; rc == 0 && i < M; i++) backward(&r, i, M);

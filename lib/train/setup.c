@@ -335,6 +335,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         return NULL;
     }
     neox_train_parts_start(t);
+    neox_train_late_setup(t);
     // total_params is a collective: every rank computes it, rank 0 prints it.
     double nparams = t->opts.quiet ? 0 : total_params(t);
     if (t->rank0 && !t->opts.quiet) {
@@ -371,6 +372,7 @@ void neox_trainer_free(neox_trainer *t) {
     neox_grad_exchange_free(t->exchange);  // (the optimizer only borrows its momentum compressor)
     if (t->be) {
         neox_optimizer_free(t->optimizer);
+        neox_train_late_free(t);
         if (t->step_sumsq) t->be->free(t->step_sumsq);
         if (t->pipe_grad_send) t->be->free(t->pipe_grad_send);
     }

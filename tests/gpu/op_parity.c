@@ -954,6 +954,25 @@ static void test_device_step(size_t n) {
     checkf(0, 1e-6, &p, "adamw_segments guard inf: skipped");
     checkf(0, 1e-6, &m, "adamw_segments guard inf: exp_avg untouched");
     checkf(0, 0, &g, "clip_by_norm inf: untouched");
+    // loss_guard: the sum through while every mean loss is finite (a zero mask's pair counts as 0,
+    // whatever its sum), NaN once one is not; the same answer as the CPU's each time.
+    double sums[3][6] = {{2.5, 4.0, 1e30, 0.0, NAN, 0.0}, {2.5, 4.0, INFINITY, 3.0, 1.0, 1.0}, {NAN, 2.0, 1.0, 1.0, 0.0, 0.0}};
+    double *dsums = gpu->alloc(sizeof sums[0]), *dguard = gpu->alloc(sizeof(double));
+    for (int k = 0; k < 3; k++) {
+        double want, got_guard;
+        cpu->loss_guard(&want, &host, sums[k], 3);
+        gpu->to_device(dev, &host, sizeof host);
+        gpu->to_device(dsums, sums[k], sizeof sums[k]);
+        gpu->loss_guard(dguard, dev, dsums, 3);
+        gpu->to_host(&got_guard, dguard, sizeof got_guard);
+        int ok = (isnan(want) && isnan(got_guard)) || want == got_guard;
+        ok = ok && (k == 0 ? want == host : isnan(want));
+        checks++;
+        printf("%s - loss_guard case %d: cpu %g, cuda %g\n", ok ? "ok" : "not ok", k, want, got_guard);
+        if (!ok) failures++;
+    }
+    gpu->free(dsums);
+    gpu->free(dguard);
     gpu->free(dev);
     pair *all[] = {&g, &p, &m, &v};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);

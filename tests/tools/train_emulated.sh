@@ -4,6 +4,9 @@
 # accumulation and dropout, bfloat16, fp16 with forced overflows, SGD) must equal the CPU backend's bit for
 # bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly;
 # so must 1-bit Adam's steps.
+# AdamW's steps there read nothing back while they run (the late read, docs/cuda.md "Host waits in a
+# step"): op_profile.json must count no blocking host wait inside any step, with every log line and
+# metric still in its place (fp32 with clipping and accumulation, bf16, fp16 loss scaling with skips).
 # ZeRO-Offload of the optimizer (offload_optimizer.device cpu, cpu_offload, optimizer.type cpu_adam)
 # runs the optimizer on host copies of the weights and gradients: it must train bit for bit as
 # without offload, checkpoints must move between offloaded and not offloaded runs, and NVMe, a
@@ -33,16 +36,41 @@ run() {  # run NAME BACKEND JSON [OPTIMIZER]: trains model.yml on BACKEND with l
     return $status
 }
 KEYS=train/lm_loss,train/grad_norm,train/learning_rate,validation/lm_loss,test/lm_loss
+ALL_KEYS=$KEYS,train/loss_scale,train/skipped_iterations,train/nan_iterations
+PROFILE=', "wall_clock_breakdown": true'
 OVF=', "fp16": {"enabled": true, "initial_scale_power": 26, "loss_scale_window": 5}'
 SGD='"optimizer": {"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}}'
 for spec in "fp32:" "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:"; do
     name=${spec%%:*} extra=${spec#*:} opt=$ADAM
     [ "$name" = sgd ] && opt=$SGD
     check "$name: 20 steps on the CPU backend" run "cpu-$name" cpu "$extra" "$opt"
-    check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra" "$opt"
+    check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra$PROFILE" "$opt"
     check "$name: emulated device equals the CPU bit for bit" $LIB same "$T/cpu-$name/metrics.jsonl" \
-        "$T/emu-$name/metrics.jsonl" "$KEYS"
+        "$T/emu-$name/metrics.jsonl" "$ALL_KEYS"
 done
+# The log's lines in the same order: iterations, evaluations, the end.
+log_order() { grep -o 'iteration *[0-9]*/\|validation results at [a-z0-9 ]*\|test results at [a-z ]*' "$1"; }
+for name in fp32 bf16 fp16; do
+    check "$name: no blocking host wait inside any of the 20 steps on the emulated device" python3 -c "
+import json, sys
+w = json.load(open(sys.argv[1]))['host_waits']
+print('# host waits:', w, file=sys.stderr)
+sys.exit(0 if len(w['per_step']) == 20 and w['in_steps'] == 0 and not any(w['per_step']) and w['all'] > 0 else 1)" \
+        "$T/emu-$name/op_profile.json"
+    check "$name: the log lines come in the CPU run's order" cmp <(log_order "$T/cpu-$name.out") <(log_order "$T/emu-$name.out")
+    check "$name: every step's timer line is printed, under its own iteration" python3 -c "
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if '\"train/lm_loss\"' in l]
+sys.exit(0 if len(recs) == 20 and all(r.get('timers/forward', 0) > 0 and r.get('timers/optimizer', 0) > 0 for r in recs) else 1)" \
+        "$T/emu-$name/metrics.jsonl"
+done
+check "sgd: the host's step waits for its norm (it has no device step)" python3 -c "
+import json, sys
+sys.exit(0 if json.load(open(sys.argv[1]))['host_waits']['in_steps'] >= 20 else 1)" "$T/emu-sgd/op_profile.json"
+check "fp32: clipping changed some steps (gradient norm above gradient_clipping 1.0)" python3 -c "
+import json, sys
+norms = [json.loads(l).get('train/grad_norm', 0) for l in open(sys.argv[1])]
+sys.exit(0 if max(norms) > 1.0 else 1)" "$T/emu-fp32/metrics.jsonl"
 check "fp16 on the emulated device skipped overflowing steps" \
     grep -q '"train/skipped_iterations":1' "$T/emu-fp16/metrics.jsonl"
 
@@ -84,7 +112,8 @@ check "cpu_offload (pin_memory false): the host buffers are not pinned" bash -c 
 
 # Device bytes saved: the plan moves the optimizer state (8 bytes per parameter with Adam) and the host
 # copies of the weights and gradients (8 more) to "offloaded", and the emulated device's measured peak
-# falls by the Adam moments.
+# falls by the Adam moments (give or take a few pages: the run without offload also holds the late
+# read's buffers, which an offloaded step does not use).
 check "offloaded: no optimizer state on the device, planned or measured" python3 - "$T/emu-fp32" "$T/emu-device_cpu" <<'PY'
 import json, sys
 def peak(run):
@@ -96,7 +125,7 @@ params = on["parameters"] / 4
 saved = peak(sys.argv[1]) - peak(sys.argv[2])
 print(f"# params {params:.0f}; optimizer planned {on['optimizer']} -> {off['optimizer']}, offloaded {off['offloaded']}; device peak saved {saved:.0f} B", file=sys.stderr)
 sys.exit(0 if on["optimizer"] == 8 * params and off["optimizer"] == 0 and off["offloaded"] >= 16 * params
-         and 8 * params <= saved <= 8 * params + 2 * 4096 else 1)
+         and 8 * params <= saved <= 8 * params + 4 * 4096 else 1)
 PY
 
 # Offload with bfloat16 (the 16-bit copies remade per unit as forward waits for its weights), fp16

@@ -244,6 +244,41 @@ static void test_async_copies(void **state) {
     be->host_free(host);
 }
 
+// The blocking host waits the emulated device counts, as a device would block: synchronous copies,
+// a host value from an op, synchronize, and a host_wait only while its copy has not run; the CPU
+// table never waits.
+static void test_host_wait_count(void **state) {
+    (void)state;
+    const neox_backend *cpu = neox_backend_cpu(), *be = neox_backend_emulated();
+    float src[4] = {1, 2, 3, 4}, dst[4];
+    int64_t before = neox_host_waits();
+    cpu->to_host(dst, src, sizeof src);
+    cpu->host_wait(cpu->to_host_async(dst, src, sizeof src));
+    assert_true(cpu->sum_squares(src, 4) == 30.0);
+    assert_true(neox_host_waits() == before);
+
+    float *host = be->host_alloc(sizeof src), *dev = be->alloc(sizeof src);
+    be->to_device(dev, src, sizeof src);  // 1
+    assert_true(neox_host_waits() == before + 1);
+    int64_t up = be->to_device_async(dev, src, sizeof src);
+    be->device_wait(up);  // the device waits, not the host
+    int64_t down = be->to_host_async(host, dev, sizeof src);
+    assert_true(neox_host_waits() == before + 1);
+    be->host_wait(down);  // 2: not run yet
+    be->host_wait(down);  // done: no wait
+    assert_true(neox_host_waits() == before + 2);
+    down = be->to_host_async(host, dev, sizeof src);
+    be->device_wait(be->to_device_async(dev, src, sizeof src));  // runs the copy down too (queued first)
+    be->host_wait(down);  // done already: no wait
+    assert_true(neox_host_waits() == before + 2);
+    assert_true(be->sum_squares(dev, 4) == 30.0);  // 3
+    be->synchronize();                             // 4
+    be->to_host(dst, dev, sizeof dst);             // 5
+    assert_true(neox_host_waits() == before + 5);
+    be->free(dev);
+    be->host_free(host);
+}
+
 static void change_copied_source(void) {
     const neox_backend *be = neox_backend_emulated();
     float *dev = be->alloc(64 * sizeof(float)), host[64];
@@ -270,6 +305,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_ex),  cmocka_unit_test(test_segments),
         cmocka_unit_test(test_emulated_table), cmocka_unit_test(test_emulated_fault),
         cmocka_unit_test(test_async_copies), cmocka_unit_test(test_async_source_changed),
+        cmocka_unit_test(test_host_wait_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

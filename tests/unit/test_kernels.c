@@ -959,6 +959,26 @@ static void test_clip_by_norm_and_guard(void **state) {
     assert_true(p[0] != p0[0] && m[0] != 0);
 }
 
+// The update's guard from the micro-batches' loss pairs (masked sum, mask sum): the sum of squares
+// while every mean loss sum / mask sum is finite in float (a pair with no mask counts as loss 0,
+// whatever its sum), NaN as soon as one is not: a loss that overflows float, an inf, a NaN.
+static void test_loss_guard(void **state) {
+    (void)state;
+    double sumsq = 42.5, guard = 0;
+    double finite[6] = {10.0, 4.0, 1e300, 0.0, NAN, 0.0};  // 2.5, then two pairs with an empty mask
+    neox_loss_guard(&guard, &sumsq, finite, 3);
+    assert_true(guard == 42.5);
+    double bad[3][4] = {{1.0, 1.0, INFINITY, 2.0}, {NAN, 3.0, 1.0, 1.0}, {1e39, 1.0, 1.0, 1.0}};
+    for (int k = 0; k < 3; k++) {
+        guard = 0;
+        neox_loss_guard(&guard, &sumsq, bad[k], 2);
+        assert_true(isnan(guard));
+    }
+    double inf_sum = INFINITY;  // a non-finite norm stays one
+    neox_loss_guard(&guard, &inf_sum, finite, 3);
+    assert_true(isinf(guard));
+}
+
 // DeepSpeed's OnebitAdam update, in double: warm-up steps move both moments, frozen steps only m;
 // p -= lr * (m / (sqrt(v) + eps) + wd * p), no bias correction.
 static void test_onebit_adam(void **state) {
@@ -1000,7 +1020,7 @@ int main(void) {
         cmocka_unit_test(test_cross_entropy_masked_target),
         cmocka_unit_test(test_cross_entropy_fused),
         cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),
-        cmocka_unit_test(test_clip_by_norm_and_guard), cmocka_unit_test(test_sum_squares_large),
+        cmocka_unit_test(test_clip_by_norm_and_guard), cmocka_unit_test(test_loss_guard), cmocka_unit_test(test_sum_squares_large),
         cmocka_unit_test(test_adamw_grad_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
