@@ -171,6 +171,15 @@ const neox_backend *neox_backend_cpu(void);
 // The CPU's ops on memory the host may touch only through to_host/to_device (kernels/cpu/emulated.c:
 // any other host access faults with a message): checks device code paths without a GPU.
 const neox_backend *neox_backend_emulated(void);
+// What the emulated device offers the communication layer's twin of NCCL (lib/parallel/
+// emulated_comm.c), which kernels/ may not call: whether p lies in its memory; opening its memory
+// (nested) for the twin's own reads and writes; and the hook the device calls before it runs any op
+// or stream-ordered memory entry point (everything 0), or synchronizes (everything 1), so that
+// collectives queued on its stream run first, as a device would have run them by then.
+int neox_emulated_owns(const void *p);
+void neox_emulated_open(void);
+void neox_emulated_close(void);
+void neox_emulated_set_stream_hook(void (*reach)(int everything));
 // The CUDA backend on the current device, initialised on first use (cuBLAS handle, stream); NULL
 // in a CPU-only build or when no GPU is visible.
 const neox_backend *neox_backend_cuda(void);

@@ -95,11 +95,14 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_wait(&r->act_send[slot]);  // the slot's previous activations have left
     neox_model_use_slot(m, slot);
     if (next_batch(r, err) != 0) return -1;
+    // The reference's activations first, as the stage before sent them: device messages have no tags
+    // and match in the order issued (NCCL's rule, and the emulated device's), so the other order
+    // would hand each model the other's activations.
+    if (reference_forward(r, k, err) != 0) return -1;
     if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(m), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_ACTIVATION));
     m->training = r->training;
     if (r->training) set_dropout(t, m);
     neox_batch *b = t->batch;
-    if (reference_forward(r, k, err) != 0) return -1;
     if (r->training && stage_first(t))  // (sparse_gradients: the rows the tokens touch)
         neox_grad_exchange_touch_rows(t->exchange, b->tokens, (size_t)b->micro_batch * b->seq_length);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);

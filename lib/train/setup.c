@@ -32,7 +32,7 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
 }
 
 // compute_backend: cpu, cuda, auto or emulated; on a GPU, one rank per device (local rank modulo the
-// device count) and NCCL communicators for the device buffers.
+// device count) and NCCL communicators for the device buffers; on the emulated device, its twin's.
 static int setup_backend(neox_trainer *t, neox_error *err) {
     // cudnn_attention: on a CUDA device, false keeps bf16 attention on the own kernels
     // (kernels/cuda/attention_cudnn.cu owns the choice); the CPU backends have no cuDNN to choose.
@@ -50,7 +50,8 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
     if (refused)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
                          "set compute_backend: cpu", refused, t->be->name);
-    if (!strcmp(t->be->name, "emulated")) return 0;  // one rank (neox_backend_for_rank)
+    // The emulated device's collectives: its twin of NCCL over MPI (lib/parallel/emulated_comm.c).
+    if (!strcmp(t->be->name, "emulated")) return neox_grid_enable_emulated(t->grid, err);
 #ifdef NEOX_CUDA
     neox_cuda_attention_cudnn(cudnn_attention);
 #else
