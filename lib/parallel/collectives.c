@@ -435,15 +435,24 @@ void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_cou
     start(req, c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt));
 }
 
-// Host buffers only (ZeRO-3's parameter gathers run on host memory). counts and displs must stay
-// unchanged until the request completes (MPI reads them while it runs).
+// counts and displs must stay unchanged until the request completes (MPI reads them while it runs).
+// On the device the table's all-gather is stream-ordered (the compute stream's later work waits for
+// it, the host does not), which is what the request promised: it completes at once; the device's
+// form takes the ranks' parts packed in rank order, so displs must be the running sum of counts.
 void neox_iallgatherv_inplace(neox_comm *c, void *buf, const int *counts, const int *displs, neox_dtype dt,
                               neox_request *req) {
     size_t total = 0;
-    for (int r = 0; r < c->size; r++) total += (size_t)counts[r];
+    int packed = 1;
+    for (int r = 0; r < c->size; r++) packed &= counts[r] == 0 || (size_t)displs[r] == total, total += (size_t)counts[r];
     req->device = NULL;
-    neox_assert(!NEOX_DEVICE(c, buf, NULL, "all-gather"), "non-blocking all-gather of varying counts: host buffers only");
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, neox_mpi_type(dt), c->mpi, &req->mpi);
+    if (NEOX_DEVICE(c, buf, NULL, "all-gather")) {
+        neox_assert(packed, "non-blocking all-gather of varying counts on the %s group: device parts must be packed",
+                    c->name);
+        neox_device_comm_active->allgatherv_inplace(c, buf, counts, dt);
+        req->mpi = MPI_REQUEST_NULL;
+    } else {
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, neox_mpi_type(dt), c->mpi, &req->mpi);
+    }
     start(req, c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt));
 }
 

@@ -43,21 +43,13 @@ size_t neox_train_zero3_piece_limit(const neox_trainer *t) {
     return neox_param_gather_piece_limit(t->model->num_floats, t->grid->data_size, max_live_of(t->cfg));
 }
 
-// Layouts stage 3 cannot serve, refused by name (zero_optimization.[stage3_]use_all_reduce_for_fetch_params
-// true is refused by the schema).
-static int check_zero3(const neox_trainer *t, neox_error *err) {
-    if (t->be->on_device)
-        return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage 3: not available with compute_backend %s yet "
-                         "(host memory only); set compute_backend: cpu", t->be->name);
-    return 0;
-}
-
 static void on_gathered(void *ctx, size_t begin, size_t end) { neox_model_refresh_range(((neox_trainer *)ctx)->model, begin, end); }
 
-// The 16-bit copy of a released range gives its pages back too.
+// The 16-bit copy of a released range gives its pages back too (host memory only, as the flat
+// buffer's: lib/gradient/param_gather.c).
 static void on_released(void *ctx, size_t begin, size_t end) {
     neox_model *m = ((neox_trainer *)ctx)->model;
-    if (m->param16) neox_discard_pages(m->param16 + begin, (end - begin) * sizeof(uint16_t));
+    if (m->param16 && !m->be->on_device) neox_discard_pages(m->param16 + begin, (end - begin) * sizeof(uint16_t));
 }
 
 static void on_weights_use(void *ctx, int unit, int use) {
@@ -74,7 +66,7 @@ static void on_weights_piece(void *ctx, size_t begin, size_t end, int use) {
 // partition's master weights and the parameter coordinator with the stage3_* keys.
 static int setup_zero3(neox_trainer *t, neox_error *err) {
     if (t->zero_stage != 3) return 0;
-    if (check_zero3(t, err) != 0) return -1;
+    (void)err;
     neox_zero3 *z = neox_calloc(1, sizeof *z);
     *neox_train_part_slot(t, &neox_train_zero3_part) = z;
     neox_model *m = t->model;
@@ -90,7 +82,7 @@ static int setup_zero3(neox_trainer *t, neox_error *err) {
                                             NEOX_SK_zero_optimization__param_persistence_threshold),
         .model_persistence_threshold = stage3_key(c, NEOX_SK_zero_optimization__stage3_model_persistence_threshold,
                                                   NEOX_SK_zero_optimization__model_persistence_threshold),
-        .gathered = on_gathered, .released = on_released, .ctx = t};
+        .gathered = on_gathered, .released = on_released, .ctx = t, .be = t->be};
     int piece_rows = neox_model_head_piece_rows(m);
     if (piece_rows > 0) {  // the output layer is used piece by piece: gathered likewise, never whole
         neox_model_head_range(m, &o.piece_begin[0], &o.piece_end[0]);
@@ -141,6 +133,16 @@ static void zero3_take_weights(neox_trainer *t) {
     m->weights_use = on_weights_use;
     m->weights_piece = on_weights_piece;
     m->weights_use_ctx = t;
+}
+
+// The partition's initial weights, made on the host (staged when the partition is device memory).
+void neox_train_zero3_init_partition(neox_trainer *t) {
+    size_t bytes = (t->part_end - t->part_begin) * sizeof(float);
+    float *host = t->be->on_device ? neox_malloc(bytes ? bytes : 1) : t->param_partition;
+    neox_model_init_range(t->model, t->state.seed, t->part_begin, t->part_end, host);
+    if (host == t->param_partition) return;
+    t->be->to_device(t->param_partition, host, bytes);
+    free(host);
 }
 
 // A pass gathers the units its trace uses as it reaches them.
