@@ -164,8 +164,8 @@ void neox_train_zero3_gather_all(neox_trainer *t) {
 void neox_train_zero3_after_update(neox_trainer *t) { neox_param_gather_persistent(zero3_of(t)->gather); }
 
 // Parameters: the master weights of the partition plus what a pass holds whole at most (the peak of
-// a training pass plus the persistent tensors) instead of the whole model, their 16-bit copies
-// likewise; and the coordinator's MPI temporary for a unit's gather (which may run beside a
+// a training pass plus the persistent tensors) instead of the whole model (on the host), their
+// 16-bit copies likewise; and the coordinator's MPI temporary for a unit's gather (which may run beside a
 // bucket's reduction).
 static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
     neox_zero3 *z = zero3_of(t);
@@ -173,7 +173,9 @@ static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
     neox_param_gather_stats s = neox_param_gather_stats_of(z->gather);
     double held = (double)(neox_param_gather_plan(z->gather, z->trace[1], z->trace_len[1]) + (size_t)s.persistent_elements);
-    double fewer = (double)m->num_floats - held;
+    // On a device the flat buffers stay allocated whole (lib/gradient/param_gather.c, give_back):
+    // the partition comes on top of them.
+    double fewer = t->be->on_device ? 0.0 : (double)m->num_floats - held;
     p->params += (double)(t->part_end - t->part_begin) * 4 - fewer * 4;
     if (m->param16) p->params16 -= fewer * 2;
     p->comm += (double)neox_param_gather_scratch_bytes(z->gather);

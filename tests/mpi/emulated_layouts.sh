@@ -47,6 +47,18 @@ for name in ${LAYOUTS:-tp2 pp2 dp2z1 dp2z2 dp2z3 dp2z1off dp2z2off tp2pp2 dp2tp2
     eval "both $name ${SPEC[$name]}"
 done
 
+# ZeRO-3's device peak on each emulated rank stays within the rank's plan (the plan counts the flat
+# buffers whole on a device: released units keep their device memory).
+if [[ " ${LAYOUTS:-dp2z3} " == *" dp2z3 "* ]]; then
+    check "dp2z3 on emulated ranks: each rank's device peak is within its plan" python3 - "$T/dp2z3-emu" <<'PY'
+import glob, json, sys
+peaks = json.load(open(glob.glob(f"{sys.argv[1]}/**/memory_peaks.json", recursive=True)[0]))["ranks"]
+for r, x in enumerate(peaks):
+    print(f"# rank {r}: device peak {x['device_peak_bytes']} B, planned {x['planned_bytes']} B", file=sys.stderr)
+sys.exit(0 if peaks and all(0 < x["device_peak_bytes"] <= x["planned_bytes"] for x in peaks) else 1)
+PY
+fi
+
 # Refused on device ranks, naming the key (host algorithms: another change may lift them).
 LAYERS=2 config refused llama 2 2 4 "$EMU"
 for spec in "gradient_compression|\"gradient_compression\": \"powersgd\"" \
