@@ -292,11 +292,30 @@ void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_coun
     account(c, NEOX_COMM_ALLTOALL, block_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
+// On the device, one group of point-to-point messages (NCCL's own form of an all-to-all of varying
+// counts): a send to and a receive from each peer with rows for it, itself included. The counts are
+// host memory (the caller's plan); the two ranks of a message agree on its size by construction
+// (one's send count is the other's receive count), so empty messages are skipped on both sides.
+static void device_alltoallv(neox_comm *c, const void *send, const int *send_counts, const int *send_displs,
+                             void *recv, const int *recv_counts, const int *recv_displs, neox_dtype dt) {
+    const neox_device_comm *dev = neox_device_comm_active;
+    size_t size = neox_dtype_size(dt);
+    dev->group_begin();
+    for (int q = 0; q < c->size; q++) {
+        if (send_counts[q] > 0)
+            dev->p2p(c, (char *)send + (size_t)send_displs[q] * size, (size_t)send_counts[q], dt, q, 1, NULL);
+        if (recv_counts[q] > 0) dev->p2p(c, (char *)recv + (size_t)recv_displs[q] * size, (size_t)recv_counts[q], dt, q, 0, NULL);
+    }
+    dev->group_end();
+}
+
 void neox_alltoallv(neox_comm *c, const void *send, const int *send_counts, const int *send_displs, void *recv,
                     const int *recv_counts, const int *recv_displs, neox_dtype dt) {
     double t0 = neox_now();
-    WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoallv, MPI_Ialltoallv, send, send_counts, send_displs, neox_mpi_type(dt), recv,
-           recv_counts, recv_displs, neox_mpi_type(dt), c->mpi);
+    if (NEOX_DEVICE(c, send, recv, "all-to-all of varying counts"))
+        device_alltoallv(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt);
+    else WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoallv, MPI_Ialltoallv, send, send_counts, send_displs, neox_mpi_type(dt),
+                recv, recv_counts, recv_displs, neox_mpi_type(dt), c->mpi);
     size_t total = 0, away = 0;
     for (int r = 0; r < c->size; r++) total += (size_t)send_counts[r], away += r == c->rank ? 0 : (size_t)send_counts[r];
     total *= neox_dtype_size(dt), away *= neox_dtype_size(dt);

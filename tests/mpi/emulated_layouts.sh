@@ -42,8 +42,9 @@ declare -A SPEC=(
     [tp2pp2]="4 2 4 '$TP$PP'"
     [dp2tp2]="4 2 2 '$TP'"
     [moedp2tp2]="4 2 2 '$TP$MOE'"
+    [moeep2]="2 2 2 '$MOE, \"moe_expert_parallel_size\": 2'"
 )
-for name in ${LAYOUTS:-tp2 pp2 dp2z1 dp2z2 dp2z3 dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2}; do
+for name in ${LAYOUTS:-tp2 pp2 dp2z1 dp2z2 dp2z3 dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2}; do
     eval "both $name ${SPEC[$name]}"
 done
 
@@ -61,8 +62,7 @@ fi
 
 # Refused on device ranks, naming the key (host algorithms: another change may lift them).
 LAYERS=2 config refused llama 2 2 4 "$EMU"
-for spec in "gradient_compression|\"gradient_compression\": \"powersgd\"" \
-            "moe_expert_parallel_size 2 with compute_backend|\"moe_num_experts\": 4, \"moe_expert_parallel_size\": 2"; do
+for spec in "gradient_compression|\"gradient_compression\": \"powersgd\""; do
     echo "{${spec#*|}}" >"$T/refused-extra.yml"
     check_fails "emulated dp2: ${spec%%|*} is refused by name" 2 "${spec%%|*}" \
         $MPIEXEC -n 2 "$TRAIN" -q "$T/refused.yml" "$T/refused-extra.yml"
