@@ -62,11 +62,11 @@ static void on_weights_piece(void *ctx, size_t begin, size_t end, int use) {
     neox_param_gather_piece(zero3_of(ctx)->gather, begin, end, use);
 }
 
-// After the reducer (the partition is known): refuses what stage 3 cannot serve, makes the
-// partition's master weights and the parameter coordinator with the stage3_* keys.
+// After the reducer (the partition is known): makes the partition's master weights and the
+// parameter coordinator with the stage3_* keys (every layout and backend is served: nothing fails).
 static int setup_zero3(neox_trainer *t, neox_error *err) {
-    if (t->zero_stage != 3) return 0;
     (void)err;
+    if (t->zero_stage != 3) return 0;
     neox_zero3 *z = neox_calloc(1, sizeof *z);
     *neox_train_part_slot(t, &neox_train_zero3_part) = z;
     neox_model *m = t->model;
