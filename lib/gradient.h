@@ -147,6 +147,9 @@ typedef struct neox_param_gather_options {
     void (*gathered)(void *ctx, size_t begin, size_t end);
     void (*released)(void *ctx, size_t begin, size_t end);
     void *ctx;
+    // The backend whose memory the flat buffer and the partition are: every access to them goes
+    // through its table (on a device, the host may not touch them).
+    const struct neox_backend *be;
 } neox_param_gather_options;
 
 typedef struct neox_param_gather_stats {

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "gradient.h"
 
 enum { RELEASED, INFLIGHT, AVAILABLE };
@@ -163,11 +164,18 @@ void neox_param_gather_free(neox_param_gather *g) {
     free(g);
 }
 
-// This rank's part of the run goes from its partition to its place in the flat buffer.
+// This rank's part of the run goes from its partition to its place in the flat buffer (a copy on
+// the backend: on a device, stream-ordered before the all-gather that reads it).
 static void place_own_part(neox_param_gather *g, const run *r) {
     size_t lo, hi;
     if (neox_overlap(g->part_begin, g->part_end, r->begin, r->end, &lo, &hi))
-        memcpy(g->params + lo, g->master + (lo - g->part_begin), (hi - lo) * sizeof(float));
+        g->opt.be->copy(g->params + lo, g->master + (lo - g->part_begin), (hi - lo) * sizeof(float));
+}
+
+// A released range: its host pages go back to the system; device memory stays allocated (the
+// backend table has no way to give back part of an allocation), its contents undefined from now.
+static void give_back(neox_param_gather *g, size_t begin, size_t end) {
+    if (!g->opt.be->on_device) neox_discard_pages(g->params + begin, (end - begin) * sizeof(float));
 }
 
 static void start_gather(neox_param_gather *g, int u, int prefetch) {
@@ -199,7 +207,7 @@ static void release_unit(neox_param_gather *g, int u) {
     unit *x = &g->units[u];
     if (x->state == INFLIGHT) finish_gather(g, u);  // (a prefetch the pass did not use)
     for (int i = 0; !g->dry && i < x->nruns; i++) {
-        neox_discard_pages(g->params + x->runs[i].begin, (x->runs[i].end - x->runs[i].begin) * sizeof(float));
+        give_back(g, x->runs[i].begin, x->runs[i].end);
         if (g->opt.released) g->opt.released(g->opt.ctx, x->runs[i].begin, x->runs[i].end);
     }
     x->state = RELEASED;
@@ -347,7 +355,7 @@ static void gather_range(neox_param_gather *g, size_t begin, size_t end) {
 static void drop_range(neox_param_gather *g, size_t begin, size_t end) {
     g->live -= end - begin;
     if (g->dry) return;
-    neox_discard_pages(g->params + begin, (end - begin) * sizeof(float));
+    give_back(g, begin, end);
     if (g->opt.released) g->opt.released(g->opt.ctx, begin, end);
 }
 
@@ -454,6 +462,11 @@ void neox_param_gather_persistent(neox_param_gather *g) {
         neox_wait(&r->req);
         if (g->opt.gathered) g->opt.gathered(g->opt.ctx, r->begin, r->end);
     }
+    // On a device the gathers are only queued; a rank that holds no part of the later runs reaches
+    // the host's next collective (the memory plan, the step's metrics) with no device work between,
+    // so the device finishes them first: otherwise ranks would wait on each other's host and device
+    // collectives (the emulated device runs its queue only when reached). Once per step.
+    if (g->opt.be->on_device) g->opt.be->synchronize();
 }
 
 size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {

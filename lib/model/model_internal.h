@@ -62,6 +62,10 @@ typedef struct neox_moe_route {
     double *balanced;                  // (N, E) Sinkhorn's scratch
     neox_moe_exchange *x;              // expert parallelism: the all-to-all's plan; NULL without
     int *from;                         // (E) its count exchange's receive buffer
+    // On a device: x's row permutations (to_expert, then to_source: 2 x cap) in the backend's memory
+    // for gather_rows, uploaded with each plan; allocated at the first, freed on index_be.
+    int *device_index;
+    const struct neox_backend *index_be;
 } neox_moe_route;
 
 // One slot: what a micro-batch keeps from its forward to its backward, plus pointers to the

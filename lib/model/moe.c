@@ -50,6 +50,7 @@ void neox_moe_route_free(neox_moe_route *r) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
     neox_moe_exchange_free(r->x);
     free(r->from);
+    if (r->device_index) r->index_be->free(r->device_index);
     free(r);
 }
 
@@ -177,6 +178,17 @@ static void plan_exchange(neox_model *m, neox_moe_route *r) {
     neox_error err = {0};
     int planned = neox_moe_exchange_plan(r->x, r->count, r->from, &err);
     neox_assert(planned == 0, "%s", err.message);  // every rank routes within the planned worst case
+    if (!m->be->on_device) return;
+    neox_moe_exchange *x = r->x;
+    if (!r->device_index) r->index_be = m->be, r->device_index = m->be->alloc(2 * (size_t)x->cap * sizeof(int));
+    m->be->to_device(r->device_index, x->to_expert, (size_t)x->received * sizeof(int));
+    m->be->to_device(r->device_index + x->cap, x->to_source, (size_t)x->received * sizeof(int));
+}
+
+// The plan's row permutations where gather_rows reads them (the host's on the CPU backend).
+static const int *to_expert_of(const neox_moe_route *r) { return r->device_index ? r->device_index : r->x->to_expert; }
+static const int *to_source_of(const neox_moe_route *r) {
+    return r->device_index ? r->device_index + r->x->cap : r->x->to_source;
 }
 
 // Rows of C floats: out (forward) from the expert-sorted `send` to their experts' ranks, received
@@ -228,15 +240,15 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
     if (!r->x) {
         be->gather_rows(b->x, inp, b->perm, NK, C);
         run_experts(m, fp32, p->experts_w, r->count, NK, b->x, b->h, b->act, b->y);
-    } else {  // (host memory: expert parallelism runs on the CPU backend, so the plan's rows are read in place)
+    } else {  // (the counts are on the host already: the routing runs there)
         neox_acts *a = m->acts;
         neox_moe_exchange *x = r->x;
         be->gather_rows(a->moe_dy, inp, b->perm, NK, C);
         plan_exchange(m, r);
         exchange_rows(m, x, a->moe_dy, a->moe_swap, C, 0);
-        be->gather_rows(b->x, a->moe_swap, x->to_expert, x->received, C);
+        be->gather_rows(b->x, a->moe_swap, to_expert_of(r), x->received, C);
         run_experts(m, fp32, p->experts_w, x->local_count, x->received, b->x, b->h, b->act, a->moe_dx);
-        be->gather_rows(a->moe_swap, a->moe_dx, x->to_source, x->received, C);
+        be->gather_rows(a->moe_swap, a->moe_dx, to_source_of(r), x->received, C);
         exchange_rows(m, x, a->moe_swap, b->y, C, 1);
     }
     be->moe_combine(out, b->y, b->slot, b->weight, N, K, C);
@@ -297,7 +309,7 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C);
     if (x) {  // the output gradients travel to the experts as the rows did
         exchange_rows(m, x, a->moe_dy, a->moe_swap, C, 0);
-        be->gather_rows(a->moe_dy, a->moe_swap, x->to_expert, x->received, C);
+        be->gather_rows(a->moe_dy, a->moe_swap, to_expert_of(r), x->received, C);
     }
     for (int e = 0, at = 0; e < L; at += rows[e++]) {
         if (!rows[e]) continue;
@@ -317,7 +329,7 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     }
     const float *dx = a->moe_dx;
     if (x) {  // the input gradients go back to the ranks the rows came from
-        be->gather_rows(a->moe_swap, a->moe_dx, x->to_source, x->received, C);
+        be->gather_rows(a->moe_swap, a->moe_dx, to_source_of(r), x->received, C);
         exchange_rows(m, x, a->moe_swap, a->moe_dy, C, 1);
         dx = a->moe_dy;
     }

@@ -292,11 +292,30 @@ void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_coun
     account(c, NEOX_COMM_ALLTOALL, block_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
+// On the device, one group of point-to-point messages (NCCL's own form of an all-to-all of varying
+// counts): a send to and a receive from each peer with rows for it, itself included. The counts are
+// host memory (the caller's plan); the two ranks of a message agree on its size by construction
+// (one's send count is the other's receive count), so empty messages are skipped on both sides.
+static void device_alltoallv(neox_comm *c, const void *send, const int *send_counts, const int *send_displs,
+                             void *recv, const int *recv_counts, const int *recv_displs, neox_dtype dt) {
+    const neox_device_comm *dev = neox_device_comm_active;
+    size_t size = neox_dtype_size(dt);
+    dev->group_begin();
+    for (int q = 0; q < c->size; q++) {
+        if (send_counts[q] > 0)
+            dev->p2p(c, (char *)send + (size_t)send_displs[q] * size, (size_t)send_counts[q], dt, q, 1, NULL);
+        if (recv_counts[q] > 0) dev->p2p(c, (char *)recv + (size_t)recv_displs[q] * size, (size_t)recv_counts[q], dt, q, 0, NULL);
+    }
+    dev->group_end();
+}
+
 void neox_alltoallv(neox_comm *c, const void *send, const int *send_counts, const int *send_displs, void *recv,
                     const int *recv_counts, const int *recv_displs, neox_dtype dt) {
     double t0 = neox_now();
-    WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoallv, MPI_Ialltoallv, send, send_counts, send_displs, neox_mpi_type(dt), recv,
-           recv_counts, recv_displs, neox_mpi_type(dt), c->mpi);
+    if (NEOX_DEVICE(c, send, recv, "all-to-all of varying counts"))
+        device_alltoallv(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dt);
+    else WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoallv, MPI_Ialltoallv, send, send_counts, send_displs, neox_mpi_type(dt),
+                recv, recv_counts, recv_displs, neox_mpi_type(dt), c->mpi);
     size_t total = 0, away = 0;
     for (int r = 0; r < c->size; r++) total += (size_t)send_counts[r], away += r == c->rank ? 0 : (size_t)send_counts[r];
     total *= neox_dtype_size(dt), away *= neox_dtype_size(dt);
@@ -435,15 +454,24 @@ void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_cou
     start(req, c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt));
 }
 
-// Host buffers only (ZeRO-3's parameter gathers run on host memory). counts and displs must stay
-// unchanged until the request completes (MPI reads them while it runs).
+// counts and displs must stay unchanged until the request completes (MPI reads them while it runs).
+// On the device the table's all-gather is stream-ordered (the compute stream's later work waits for
+// it, the host does not), which is what the request promised: it completes at once; the device's
+// form takes the ranks' parts packed in rank order, so displs must be the running sum of counts.
 void neox_iallgatherv_inplace(neox_comm *c, void *buf, const int *counts, const int *displs, neox_dtype dt,
                               neox_request *req) {
     size_t total = 0;
-    for (int r = 0; r < c->size; r++) total += (size_t)counts[r];
+    int packed = 1;
+    for (int r = 0; r < c->size; r++) packed &= counts[r] == 0 || (size_t)displs[r] == total, total += (size_t)counts[r];
     req->device = NULL;
-    neox_assert(!NEOX_DEVICE(c, buf, NULL, "all-gather"), "non-blocking all-gather of varying counts: host buffers only");
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, neox_mpi_type(dt), c->mpi, &req->mpi);
+    if (NEOX_DEVICE(c, buf, NULL, "all-gather")) {
+        neox_assert(packed, "non-blocking all-gather of varying counts on the %s group: device parts must be packed",
+                    c->name);
+        neox_device_comm_active->allgatherv_inplace(c, buf, counts, dt);
+        req->mpi = MPI_REQUEST_NULL;
+    } else {
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, neox_mpi_type(dt), c->mpi, &req->mpi);
+    }
     start(req, c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt));
 }
 

@@ -204,7 +204,11 @@ int neox_grid_make_expert(neox_grid *g, int expert_size, neox_error *err) {
                          expert_size, g->data_size);
     neox_comm_split(&g->data, g->data_rank / expert_size, g->data_rank, "expert", &g->expert);
     neox_comm_split(&g->data, g->data_rank % expert_size, g->data_rank, "expert_data", &g->expert_data);
-    return 0;
+    // Made after the device's groups (the model's set-up decides them): the new groups get theirs
+    // from the same table (its enabling skips the groups that have one).
+    if (!neox_device_comm_active) return 0;
+    if (neox_device_comm_active->owns == neox_emulated_owns) return neox_grid_enable_emulated(g, err);
+    return neox_grid_enable_device(g, err);
 }
 
 void neox_grid_free(neox_grid *g) {

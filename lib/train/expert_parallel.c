@@ -21,8 +21,6 @@ static int refuse_combinations(const neox_trainer *t, int ep, neox_error *err) {
     else if (g->model_size > 1) other = "model_parallel_size", why = "not implemented with tensor parallelism; use 1";
     else if (neox_config_int_or(cfg, zero_stage, 0) >= 2)
         other = "zero_optimization.stage", why = "ZeRO stages 2 and 3 are not implemented with it; use 0 or 1";
-    else if (t->be->on_device)
-        other = "compute_backend", why = "the exchange runs on host memory (CPU only); set compute_backend: cpu";
     else if (strcmp(neox_config_str(cfg, gradient_compression), "none") != 0)
         other = "gradient_compression", why = "compressed reductions cover the whole buffer; use none";
     else if (t->optim.kind == NEOX_OPTIMIZER_ONEBITADAM)

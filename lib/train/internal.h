@@ -252,6 +252,8 @@ void neox_train_zero3_end(neox_trainer *t);
 size_t neox_train_zero3_piece_limit(const neox_trainer *t);
 // The whole model in the flat buffer until neox_train_zero3_end (readers outside a pass).
 void neox_train_zero3_gather_all(neox_trainer *t);
+// The partition's initial weights from the seed (neox_train_init_weights when no checkpoint gives them).
+void neox_train_zero3_init_partition(neox_trainer *t);
 // After the optimizer updated the partition: the persistent tensors are gathered again.
 void neox_train_zero3_after_update(neox_trainer *t);
 

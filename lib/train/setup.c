@@ -208,7 +208,7 @@ static int setup_fused_head(neox_trainer *t, neox_error *err) {
 // on the seed and each element's position (counter-based streams), so skipping them when a
 // checkpoint is loaded moves no other random stream.
 void neox_train_init_weights(neox_trainer *t) {
-    if (t->param_partition) neox_model_init_range(t->model, t->state.seed, t->part_begin, t->part_end, t->param_partition);
+    if (t->param_partition) neox_train_zero3_init_partition(t);
     else neox_model_init(t->model, t->state.seed);
 }
 

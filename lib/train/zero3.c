@@ -43,21 +43,13 @@ size_t neox_train_zero3_piece_limit(const neox_trainer *t) {
     return neox_param_gather_piece_limit(t->model->num_floats, t->grid->data_size, max_live_of(t->cfg));
 }
 
-// Layouts stage 3 cannot serve, refused by name (zero_optimization.[stage3_]use_all_reduce_for_fetch_params
-// true is refused by the schema).
-static int check_zero3(const neox_trainer *t, neox_error *err) {
-    if (t->be->on_device)
-        return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.stage 3: not available with compute_backend %s yet "
-                         "(host memory only); set compute_backend: cpu", t->be->name);
-    return 0;
-}
-
 static void on_gathered(void *ctx, size_t begin, size_t end) { neox_model_refresh_range(((neox_trainer *)ctx)->model, begin, end); }
 
-// The 16-bit copy of a released range gives its pages back too.
+// The 16-bit copy of a released range gives its pages back too (host memory only, as the flat
+// buffer's: lib/gradient/param_gather.c).
 static void on_released(void *ctx, size_t begin, size_t end) {
     neox_model *m = ((neox_trainer *)ctx)->model;
-    if (m->param16) neox_discard_pages(m->param16 + begin, (end - begin) * sizeof(uint16_t));
+    if (m->param16 && !m->be->on_device) neox_discard_pages(m->param16 + begin, (end - begin) * sizeof(uint16_t));
 }
 
 static void on_weights_use(void *ctx, int unit, int use) {
@@ -70,11 +62,11 @@ static void on_weights_piece(void *ctx, size_t begin, size_t end, int use) {
     neox_param_gather_piece(zero3_of(ctx)->gather, begin, end, use);
 }
 
-// After the reducer (the partition is known): refuses what stage 3 cannot serve, makes the
-// partition's master weights and the parameter coordinator with the stage3_* keys.
+// After the reducer (the partition is known): makes the partition's master weights and the
+// parameter coordinator with the stage3_* keys (every layout and backend is served: nothing fails).
 static int setup_zero3(neox_trainer *t, neox_error *err) {
+    (void)err;
     if (t->zero_stage != 3) return 0;
-    if (check_zero3(t, err) != 0) return -1;
     neox_zero3 *z = neox_calloc(1, sizeof *z);
     *neox_train_part_slot(t, &neox_train_zero3_part) = z;
     neox_model *m = t->model;
@@ -90,7 +82,7 @@ static int setup_zero3(neox_trainer *t, neox_error *err) {
                                             NEOX_SK_zero_optimization__param_persistence_threshold),
         .model_persistence_threshold = stage3_key(c, NEOX_SK_zero_optimization__stage3_model_persistence_threshold,
                                                   NEOX_SK_zero_optimization__model_persistence_threshold),
-        .gathered = on_gathered, .released = on_released, .ctx = t};
+        .gathered = on_gathered, .released = on_released, .ctx = t, .be = t->be};
     int piece_rows = neox_model_head_piece_rows(m);
     if (piece_rows > 0) {  // the output layer is used piece by piece: gathered likewise, never whole
         neox_model_head_range(m, &o.piece_begin[0], &o.piece_end[0]);
@@ -143,6 +135,16 @@ static void zero3_take_weights(neox_trainer *t) {
     m->weights_use_ctx = t;
 }
 
+// The partition's initial weights, made on the host (staged when the partition is device memory).
+void neox_train_zero3_init_partition(neox_trainer *t) {
+    size_t bytes = (t->part_end - t->part_begin) * sizeof(float);
+    float *host = t->be->on_device ? neox_malloc(bytes ? bytes : 1) : t->param_partition;
+    neox_model_init_range(t->model, t->state.seed, t->part_begin, t->part_end, host);
+    if (host == t->param_partition) return;
+    t->be->to_device(t->param_partition, host, bytes);
+    free(host);
+}
+
 // A pass gathers the units its trace uses as it reaches them.
 static void zero3_begin_pass(neox_trainer *t, neox_train_pass pass) {
     neox_zero3 *z = zero3_of(t);
@@ -162,8 +164,8 @@ void neox_train_zero3_gather_all(neox_trainer *t) {
 void neox_train_zero3_after_update(neox_trainer *t) { neox_param_gather_persistent(zero3_of(t)->gather); }
 
 // Parameters: the master weights of the partition plus what a pass holds whole at most (the peak of
-// a training pass plus the persistent tensors) instead of the whole model, their 16-bit copies
-// likewise; and the coordinator's MPI temporary for a unit's gather (which may run beside a
+// a training pass plus the persistent tensors) instead of the whole model (on the host), their
+// 16-bit copies likewise; and the coordinator's MPI temporary for a unit's gather (which may run beside a
 // bucket's reduction).
 static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
     neox_zero3 *z = zero3_of(t);
@@ -171,7 +173,9 @@ static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
     neox_param_gather_stats s = neox_param_gather_stats_of(z->gather);
     double held = (double)(neox_param_gather_plan(z->gather, z->trace[1], z->trace_len[1]) + (size_t)s.persistent_elements);
-    double fewer = (double)m->num_floats - held;
+    // On a device the flat buffers stay allocated whole (lib/gradient/param_gather.c, give_back):
+    // the partition comes on top of them.
+    double fewer = t->be->on_device ? 0.0 : (double)m->num_floats - held;
     p->params += (double)(t->part_end - t->part_begin) * 4 - fewer * 4;
     if (m->param16) p->params16 -= fewer * 2;
     p->comm += (double)neox_param_gather_scratch_bytes(z->gather);

@@ -134,7 +134,5 @@ refuse "EP with gradient compression" 2 "moe_expert_parallel_size 2 with gradien
     ', "moe_expert_parallel_size": 2, "gradient_compression": "powersgd"'
 refuse "EP with 1-bit Adam" 2 "moe_expert_parallel_size 2 with optimizer.type" \
     ', "moe_expert_parallel_size": 2' 's/"type": "Adam"/"type": "OneBitAdam"/'
-refuse "EP with a device backend" 1 "moe_expert_parallel_size 2 with compute_backend" \
-    ', "moe_expert_parallel_size": 2, "compute_backend": "emulated"'
 refuse "EP with train_impl dpo" 2 "moe_expert_parallel_size 2 with train_impl" \
     ', "moe_expert_parallel_size": 2, "train_impl": "dpo"'
