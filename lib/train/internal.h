@@ -163,9 +163,8 @@ double *neox_train_late_loss_slot(neox_trainer *t, int micro_batch);
 // skip, the count of updates, the parts' after_update. 0 at once when nothing is queued; -1 (err)
 // when an after_update hook fails (the loss scaler at its minimum).
 int neox_train_settle(neox_trainer *t, neox_error *err);
-// neox_train_settle when the step about to start needs the previous one's decision (a dynamic loss
-// scale: every backward takes it, and the fused loss already in forward).
-int neox_train_settle_scale(neox_trainer *t, neox_error *err);
+// neox_train_settle when the next backward needs the previous step's decision (a dynamic loss scale).
+int neox_train_settle_before_backward(neox_trainer *t, neox_error *err);
 // The settled step the loop has not logged yet, once: 1 and *out, with what that step added to the
 // wall_clock_breakdown timers (kept apart, for its own log line, while the next step ran), or 0.
 int neox_train_take_settled(neox_trainer *t, neox_step_result *out, neox_timer timers[NEOX_TIMER_COUNT]);

@@ -172,12 +172,11 @@ int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err)
     pipe_run r = {.t = t, .it = &t->train_it, .training = 1};
     r.act_send = neox_calloc((size_t)t->model->nslots, sizeof *r.act_send);
     int M = t->grad_accum, P = t->grid->pipe_size, s = t->grid->pipe_rank;
-    int warmup = P - s - 1 < M ? P - s - 1 : M;
-    // The scale every backward of the step takes, which the fused loss already applies in forward.
-    int rc = neox_train_settle_scale(t, err);
+    int warmup = P - s - 1 < M ? P - s - 1 : M, rc = 0;
     for (int k = 0; rc == 0 && k < warmup; k++) rc = forward(&r, k, err);
     for (int i = 0; rc == 0 && i < M - warmup; i++) {
         rc = forward(&r, warmup + i, err);
+        if (rc == 0 && i == 0) rc = neox_train_settle_before_backward(t, err);  // (the scale backward takes)
         if (rc == 0) backward(&r, i, M);
     }
     for (int i = M - warmup; rc == 0 && i < M; i++) backward(&r, i, M);

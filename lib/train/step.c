@@ -12,7 +12,7 @@
 // Its micro-batches' losses stay on the device (the model's defer_loss), the update is guarded on the
 // device by the loss and the norm (loss_guard), and the losses and the sum of squares are copied to
 // the host asynchronously, to be read when the next step needs what they decide (the count of updates
-// and the learning rate before its update; the fp16 scale before its first forward, whose fused loss takes it) or at the log
+// and the learning rate before its update; the fp16 scale before its first backward) or at the log
 // point of the step before an evaluation, a checkpoint or the end (neox_train_settle). Two sets of
 // buffers alternate, so the values of one step are still in their own while the next is queued.
 #include <math.h>
@@ -133,7 +133,7 @@ int neox_train_take_settled(neox_trainer *t, neox_step_result *out, neox_timer t
     return 1;
 }
 
-int neox_train_settle_scale(neox_trainer *t, neox_error *err) {
+int neox_train_settle_before_backward(neox_trainer *t, neox_error *err) {
     // Only the dynamic fp16 scale is needed this early (a static one never changes).
     return t->late && t->scaler.window > 0 ? neox_train_settle(t, err) : 0;
 }
