@@ -196,8 +196,11 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
 // partition are set up, so the activations are planned again with the fused loss's smaller chunks.
 static int setup_fused_head(neox_trainer *t, neox_error *err) {
     neox_model *m = t->model;
+    // Not under a dynamic fp16 loss scale: the fused loss applies the scale in forward, and on a
+    // device the late read settles the previous step's scale only after the step's first forward
+    // (lib/train/step.c), so the stream never drains; a scale kept on the device would lift this.
     if (t->grid->pipe_rank != t->grid->pipe_size - 1 || neox_train_parts_replace_loss(t) || m->desc.value_head ||
-        neox_model_head_piece_rows(m))
+        neox_model_head_piece_rows(m) || t->scaler.window > 0)
         return 0;
     neox_model_set_fused_head(m, 1);
     return neox_model_plan_slots(m, m->B, m->T, m->nslots, err);
