@@ -17,10 +17,10 @@
 static void norm_backward(const neox_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N) {
     const neox_model_desc *d = &m->desc;
-    if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size);
+    if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, m->act_elem);
     else if (d->norm == NEOX_NORM_SCALENORM)
         m->be->scalenorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, d->norm_eps);
-    else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size);
+    else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size, m->act_elem);
 }
 
 // The gradient reaching a branch output through its hidden dropout: dx itself, or a masked copy.
@@ -89,8 +89,8 @@ static void mlp_backward(neox_model *m, int l, const int *group, const float *dy
     int FC = neox_activation_gated(d->activation) ? 2 * F : F;
     linear_backward(m, group[GROUP_FC2], group[GROUP_END], a->dact, g->fc2_w, g->fc2_b, dy, la->act, p->fc2_w, N, F, C);
     neox_act_fn fn = neox_activation_function(d->activation);
-    if (neox_activation_gated(d->activation)) m->be->gated_backward(a->dfc, a->dact, la->fc, N, F, fn);
-    else m->be->activation_backward(a->dfc, a->dact, la->fc, (size_t)N * F, fn);
+    if (neox_activation_gated(d->activation)) m->be->gated_backward(a->dfc, a->dact, la->fc, N, F, fn, m->act_elem);
+    else m->be->activation_backward(a->dfc, a->dact, la->fc, (size_t)N * F, fn, m->act_elem);
     linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, la->ln2, p->fc_w, N, C, FC);
 }
 

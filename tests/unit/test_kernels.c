@@ -204,8 +204,8 @@ struct norm_ctx { float *inp, *w, *b, *out, *mean, *rstd, *R; int rms; };
 
 static double norm_loss(void *p) {
     struct norm_ctx *c = p;
-    if (c->rms) neox_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, NN, NC, 1e-5f);
-    else neox_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, NN, NC, 1e-5f);
+    if (c->rms) neox_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, NN, NC, 1e-5f, NEOX_ELEM_F32);
+    else neox_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, NN, NC, 1e-5f, NEOX_ELEM_F32);
     return dotd(c->out, c->R, NN * NC);
 }
 
@@ -228,8 +228,8 @@ static void run_norm(int rms) {
         }
     }
     float *dinp = zeros(NN * NC), *dw = zeros(NC), *db = zeros(NC);
-    if (rms) neox_rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, NN, NC);
-    else neox_layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, NN, NC);
+    if (rms) neox_rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, NN, NC, NEOX_ELEM_F32);
+    else neox_layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, NN, NC, NEOX_ELEM_F32);
     check_grad(rms ? "rmsnorm dinp" : "layernorm dinp", c.inp, dinp, NN * NC, norm_loss, &c);
     check_grad(rms ? "rmsnorm dweight" : "layernorm dweight", c.w, dw, NC, norm_loss, &c);
     if (!rms) check_grad("layernorm dbias", c.b, db, NC, norm_loss, &c);
@@ -248,8 +248,8 @@ static void test_add_norm(void **state) {
         float *a = randn(N * C, 1), *b = randn(N * C, 1), *w = randn(C, 1), *bias = randn(C, 1), *a0 = zeros(N * C);
         float *out = zeros(N * C), *mean = zeros(N), *rstd = zeros(N);
         memcpy(a0, a, sizeof(float) * N * C);
-        if (rms) neox_add_rmsnorm_forward(a, out, rstd, a, b, w, N, C, 1e-6f);
-        else neox_add_layernorm_forward(a, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+        if (rms) neox_add_rmsnorm_forward(a, out, rstd, a, b, w, N, C, 1e-6f, NEOX_ELEM_F32);
+        else neox_add_layernorm_forward(a, out, mean, rstd, a, b, w, bias, N, C, 1e-5f, NEOX_ELEM_F32);
         for (int i = 0; i < N; i++) {
             double mu = 0, var = 0;
             for (int c = 0; c < C; c++) {
@@ -563,8 +563,8 @@ enum { AN = 4, AF = 5 };
 
 static double act_loss(void *p) {
     struct act_ctx *c = p;
-    if (c->gated) neox_gated_forward(c->out, c->inp, AN, AF, c->fn);
-    else neox_activation_forward(c->out, c->inp, AN * AF, c->fn);
+    if (c->gated) neox_gated_forward(c->out, c->inp, AN, AF, c->fn, NEOX_ELEM_F32);
+    else neox_activation_forward(c->out, c->inp, AN * AF, c->fn, NEOX_ELEM_F32);
     return dotd(c->out, c->R, AN * AF);
 }
 
@@ -596,8 +596,8 @@ static void run_activation(neox_act_fn fn, int gated) {
             assert_true(fabs(ref - c.out[r * AF + i]) < 1e-5 * (1 + fabs(ref)));
         }
     float *dinp = zeros(nin);
-    if (gated) neox_gated_backward(dinp, c.R, c.inp, AN, AF, fn);
-    else neox_activation_backward(dinp, c.R, c.inp, AN * AF, fn);
+    if (gated) neox_gated_backward(dinp, c.R, c.inp, AN, AF, fn, NEOX_ELEM_F32);
+    else neox_activation_backward(dinp, c.R, c.inp, AN * AF, fn, NEOX_ELEM_F32);
     char what[32];
     snprintf(what, sizeof what, "activation %d%s", (int)fn, gated ? " gated" : "");
     check_grad(what, c.inp, dinp, nin, act_loss, &c);
@@ -688,11 +688,11 @@ static void test_dropout_partition(void **state) {
     (void)state;
     size_t n = 3000, cut = 1234;
     float *x = randn(n, 1), *whole = zeros(n), *part = zeros(n);
-    neox_dropout(whole, x, n, 0.2f, 11, 9000);
-    neox_dropout(part, x, cut, 0.2f, 11, 9000);
-    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut);
+    neox_dropout(whole, x, n, 0.2f, 11, 9000, NEOX_ELEM_F32);
+    neox_dropout(part, x, cut, 0.2f, 11, 9000, NEOX_ELEM_F32);
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut, NEOX_ELEM_F32);
     assert_memory_equal(whole, part, n * sizeof(float));
-    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000);  // a local offset: another mask
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000, NEOX_ELEM_F32);  // a local offset: another mask
     assert_true(memcmp(whole + cut, part + cut, (n - cut) * sizeof(float)) != 0);
     free(x); free(whole); free(part);
 }
@@ -701,8 +701,8 @@ static void test_dropout(void **state) {
     (void)state;
     size_t n = 10000;
     float *x = randn(n, 1), *y = zeros(n), *y2 = zeros(n);
-    neox_dropout(y, x, n, 0.25f, 5, 100);
-    neox_dropout(y2, x, n, 0.25f, 5, 100);
+    neox_dropout(y, x, n, 0.25f, 5, 100, NEOX_ELEM_F32);
+    neox_dropout(y2, x, n, 0.25f, 5, 100, NEOX_ELEM_F32);
     assert_memory_equal(y, y2, n * sizeof(float));  // deterministic
     size_t dropped = 0;
     for (size_t i = 0; i < n; i++) {
