@@ -65,14 +65,14 @@ extern "C" {
       weight, bias, N, C, eps, act))                                                                                    \
     X(void, add_rmsnorm_forward, (void *sum, void *out, float *rstd, const void *a, const void *b,                    \
       const float *weight, int N, int C, float eps, neox_elem act), (sum, out, rstd, a, b, weight, N, C, eps, act))     \
-    X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,         \
-      int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
-    X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \
-      int HS, int interleaved), (dqkv, dq, dk, dv, B, T, NH, NKV, HS, interleaved))                                    \
+    X(void, qkv_split, (void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV, int HS,             \
+      int interleaved, neox_elem act), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved, act))                             \
+    X(void, qkv_merge, (void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T, int NH, int NKV,     \
+      int HS, int interleaved, neox_elem act), (dqkv, dq, dk, dv, B, T, NH, NKV, HS, interleaved, act))                 \
     X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling), (cos, sin, \
       T, R, base, scaling))                                                                                            \
-    X(void, rotary_apply, (float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,           \
-      int inverse), (x, cos, sin, B, H, T, HS, R, inverse))                                                            \
+    X(void, rotary_apply, (void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,            \
+      int inverse, neox_elem act), (x, cos, sin, B, H, T, HS, R, inverse, act))                                         \
     X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,  \
       int NH, int NKV, int HS, neox_attention_opts o), (out, lse, q, k, v, B, T, NH, NKV, HS, o))                      \
     X(void, attention_cached, (float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,  \

@@ -179,11 +179,11 @@ void neox_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, 
 // qkv: (B, T, W) with W = (NH + 2*NKV) * HS, laid out either interleaved per head as GPT-NeoX and its
 // Hugging Face port store it ([q0 k0 v0 | q1 k1 v1 | ...], needs NKV == NH), or grouped
 // ([q all heads | k all heads | v all heads], Llama's separate q/k/v projections side by side).
-void neox_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,
-                    int interleaved);
+void neox_qkv_split(void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV, int HS,
+                    int interleaved, neox_elem act);
 // The inverse, for the gradients: dqkv (B, T, W) is overwritten.
-void neox_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV,
-                    int HS, int interleaved);
+void neox_qkv_merge(void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T, int NH, int NKV,
+                    int HS, int interleaved, neox_elem act);
 
 // Hugging Face's rope_scaling of the rotary frequencies (transformers' modeling_rope_utils): none;
 // linear (every frequency / factor); llama3 (Llama 3.1's: wavelengths above original_max_positions /
@@ -200,7 +200,8 @@ typedef struct neox_rope_scaling {
 void neox_rotary_tables(float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling);
 // In place on x: (B, H, T, HS), rotating the first R dims of each head with GPT-NeoX's rotate-half
 // convention (pairs i and i + R/2). The backward (inverse rotation) is the same call with inverse = 1.
-void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse);
+void neox_rotary_apply(void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse,
+                       neox_elem act);
 
 // How attention scores its keys: the same for the forward, its backward and the cached form.
 typedef struct neox_attention_opts {

@@ -193,16 +193,16 @@ neox_op_cost neox_op_cost_moe_combine_backward(float *drows, float *dweight, con
 
 // ---- attention --------------------------------------------------------------------------------
 // Every element of qkv is read once and written once to q, k or v (and back, for the gradients).
-neox_op_cost neox_op_cost_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV,
-                                    int HS, int interleaved) {
+neox_op_cost neox_op_cost_qkv_split(void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV,
+                                    int HS, int interleaved, neox_elem act) {
     (void)q, (void)k, (void)v, (void)qkv, (void)interleaved;
-    return bytes_only(F32 * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
+    return bytes_only(elem_bytes(act) * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
 }
 
-neox_op_cost neox_op_cost_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T,
-                                    int NH, int NKV, int HS, int interleaved) {
+neox_op_cost neox_op_cost_qkv_merge(void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T,
+                                    int NH, int NKV, int HS, int interleaved, neox_elem act) {
     (void)dqkv, (void)dq, (void)dk, (void)dv, (void)interleaved;
-    return bytes_only(F32 * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
+    return bytes_only(elem_bytes(act) * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
 }
 
 neox_op_cost neox_op_cost_rotary_tables(float *cos, float *sin, int T, int R, double base,
@@ -212,10 +212,10 @@ neox_op_cost neox_op_cost_rotary_tables(float *cos, float *sin, int T, int R, do
 }
 
 // The first R dims of each head are read and written; the tables are read.
-neox_op_cost neox_op_cost_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,
-                                       int inverse) {
+neox_op_cost neox_op_cost_rotary_apply(void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,
+                                       int inverse, neox_elem act) {
     (void)x, (void)cos, (void)sin, (void)HS, (void)inverse;
-    return bytes_only(F32 * (2.0 * (double)B * H * T * R + (double)T * R));
+    return bytes_only(elem_bytes(act) * 2.0 * (double)B * H * T * R + F32 * (double)T * R);
 }
 
 // Forward: two products per (query, key) pair (q·k, then p·v), 2·HS FLOPs each; it reads q, k, v and

@@ -111,8 +111,8 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
                               neox_model_attention_opts(m, a->alibi, attn_p, l));
     poll(m);
     if (d->rotary_dims) {
-        m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1);
-        m->be->rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1);
+        m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1, m->act_elem);
+        m->be->rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1, m->act_elem);
     }
     if (d->qk_norm) {  // in place: the gradients of q and k before their norm
         int G = neox_qk_norm_group(d, NH);
@@ -123,7 +123,8 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
         m->be->head_norm_backward(a->dk, g->qk_norm_w, g->qk_norm_b, a->dk, la->kraw, p->qk_norm_w, kmean,
                                   la->qk_rstd + stats, B, NH, T, HS, G);
     }
-    m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
+                     m->act_elem);
     linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv, la->ln1, p->qkv_w, N, C,
                     W);
 }

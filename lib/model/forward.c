@@ -445,14 +445,15 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
     neox_model_linear_forward(m, la->qkv, la->ln1, p->qkv_w, p->qkv_b, N, C, W);
     if (d->qk_norm) {
-        be->qkv_split(la->qraw, la->kraw, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+        be->qkv_split(la->qraw, la->kraw, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX, m->act_elem);
         qk_norm_forward(m, l, la);
     } else {
-        be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+        be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
+                      m->act_elem);
     }
     if (d->rotary_dims) {
-        be->rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0);
-        be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0);
+        be->rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0, m->act_elem);
+        be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0, m->act_elem);
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,

@@ -190,7 +190,8 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     size_t half = d->rotary_dims / 2, T = g->max_len, row = (size_t)s->row;
     float *q = g->q + row * NH * HS, *k = g->k + row * NKV * HS, *v = g->v + row * NKV * HS;
     const neox_backend *be = g->be;
-    be->qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    be->qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
+                  NEOX_ELEM_F32);
     if (d->qk_norm) {  // in place, as the training forward normalises them
         const neox_layer_params *p = &g->m->w.layers[l];
         int G = neox_qk_norm_group(d, NH);
@@ -200,8 +201,8 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     }
     if (d->rotary_dims) {
         const float *cos = g->cos + (size_t)s->pos * half, *sin = g->sin + (size_t)s->pos * half;
-        be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0);
-        be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0);
+        be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32);
+        be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32);
     }
     cache_append(g, l, k, v, s);
     float *out = g->att + row * d->hidden_size;

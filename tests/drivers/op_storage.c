@@ -5,10 +5,13 @@
 //   op_storage OP IN.safetensors OUT.safetensors N C [fn]
 // OP: add add_bias dropout activation_forward activation_backward gated_forward gated_backward
 // layernorm_forward layernorm_backward rmsnorm_forward rmsnorm_backward add_layernorm_forward
-// add_rmsnorm_forward. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
+// add_rmsnorm_forward qkv_split qkv_merge rotary_apply. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
 // a gated input and its gradient); parameters and statistics ("weight", "bias", "mean", "rstd", and
 // the gradients "dweight", "dbias" that backward adds into) are F32. fn: the activation function's
-// number (neox_act_fn). dropout uses p = 0.25, seed 7, offset 100.
+// number (neox_act_fn). dropout uses p = 0.25, seed 7, offset 100. qkv_split/merge take N = B*T rows
+// (B = 1) of C = (NH + 2 NKV) HS with NH = 4, NKV = 2, HS = C / 8, grouped ([q | k | v]): "x" the
+// fused rows, "q", "k", "v" the heads (merge's inputs). rotary_apply rotates "x" (1, 1, N, C) in place
+// with R = C and the F32 tables "cos", "sin" (N, C/2); fn = 1: the inverse.
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +86,24 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
         uint16_t *x = bf16("x", 2 * n), *o = neox_malloc(2 * n * 2);
         neox_gated_backward(o, bf16("dout", n), x, N, C, fn, B);
         return outs[0] = OUT_B("out", o, 2 * n), 1;
+    }
+    if (!strcmp(op, "qkv_split") || !strcmp(op, "qkv_merge")) {
+        int HS = C / 8;
+        size_t nq = (size_t)N * 4 * HS, nk = (size_t)N * 2 * HS;
+        if (op[4] == 's') {
+            uint16_t *q = neox_malloc(nq * 2), *k = neox_malloc(nk * 2), *v = neox_malloc(nk * 2);
+            neox_qkv_split(q, k, v, bf16("x", n), 1, N, 4, 2, HS, 0, B);
+            outs[0] = OUT_B("q", q, nq), outs[1] = OUT_B("k", k, nk), outs[2] = OUT_B("v", v, nk);
+            return 3;
+        }
+        uint16_t *x = neox_malloc(n * 2);
+        neox_qkv_merge(x, bf16("q", nq), bf16("k", nk), bf16("v", nk), 1, N, 4, 2, HS, 0, B);
+        return outs[0] = OUT_B("out", x, n), 1;
+    }
+    if (!strcmp(op, "rotary_apply")) {
+        uint16_t *x = bf16("x", n);
+        neox_rotary_apply(x, f32("cos", n / 2), f32("sin", n / 2), 1, 1, N, C, C, fn == 1, B);
+        return outs[0] = OUT_B("out", x, n), 1;
     }
     int rms = !strncmp(op, "rms", 3) || !strncmp(op, "add_rms", 7);
     float *w = f32("weight", C), *bias = rms ? NULL : f32("bias", C);

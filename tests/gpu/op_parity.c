@@ -436,14 +436,14 @@ static void test_qkv(int B, int T, int NH, int NKV, int HS, int interleaved) {
     size_t W = (size_t)(NH + 2 * NKV) * HS;
     pair qkv = pair_rand((size_t)B * T * W), q = pair_rand((size_t)B * NH * T * HS);
     pair k = pair_rand((size_t)B * NKV * T * HS), v = pair_rand((size_t)B * NKV * T * HS);
-    cpu->qkv_split(q.h, k.h, v.h, qkv.h, B, T, NH, NKV, HS, interleaved);
-    gpu->qkv_split(q.d, k.d, v.d, qkv.d, B, T, NH, NKV, HS, interleaved);
+    cpu->qkv_split(q.h, k.h, v.h, qkv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
+    gpu->qkv_split(q.d, k.d, v.d, qkv.d, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     checkf(0, 0, &q, "qkv_split q NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
     checkf(0, 0, &k, "qkv_split k NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
     checkf(0, 0, &v, "qkv_split v NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
     pair dq = pair_rand(q.n), dk = pair_rand(k.n), dv = pair_rand(v.n);
-    cpu->qkv_merge(qkv.h, dq.h, dk.h, dv.h, B, T, NH, NKV, HS, interleaved);
-    gpu->qkv_merge(qkv.d, dq.d, dk.d, dv.d, B, T, NH, NKV, HS, interleaved);
+    cpu->qkv_merge(qkv.h, dq.h, dk.h, dv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
+    gpu->qkv_merge(qkv.d, dq.d, dk.d, dv.d, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     checkf(0, 0, &qkv, "qkv_merge NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
     pair *all[] = {&qkv, &q, &k, &v, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -458,8 +458,8 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
     checkf(0, 0, &c, "rotary_tables cos T=%d R=%d", T, R);
     checkf(0, 0, &s, "rotary_tables sin T=%d R=%d", T, R);
     for (int inverse = 0; inverse < 2; inverse++) {
-        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse);
-        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse);
+        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse, NEOX_ELEM_F32);
+        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse, NEOX_ELEM_F32);
         checkf(1e-6, 1e-6, &x, "rotary_apply B=%d H=%d T=%d HS=%d R=%d inverse=%d", B, H, T, HS, R, inverse);
     }
     pair_free(&c);
@@ -654,6 +654,31 @@ static void test_bf16_activations(size_t n, int N, int F) {
     }
     bpair *all[] = {&x, &out, &dout, &dinp, &in2, &o, &d, &di};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
+}
+
+// The split into heads and its inverse move elements as they are; the rotation rounds once per element.
+static void test_bf16_heads(int B, int T, int NH, int NKV, int HS, int interleaved) {
+    size_t nq = (size_t)B * NH * T * HS, nk = (size_t)B * NKV * T * HS, nqkv = nq + 2 * nk;
+    bpair qkv = bpair_rand(nqkv), q = bpair_rand(nq), k = bpair_rand(nk), v = bpair_rand(nk);
+    cpu->qkv_split(q.h, k.h, v.h, qkv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_BF16);
+    gpu->qkv_split(q.d, k.d, v.d, qkv.d, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &q, "qkv_split bf16 q NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    bcheckf(0, 0, &k, "qkv_split bf16 k NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    bcheckf(0, 0, &v, "qkv_split bf16 v NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    cpu->qkv_merge(qkv.h, q.h, k.h, v.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_BF16);
+    gpu->qkv_merge(qkv.d, q.d, k.d, v.d, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &qkv, "qkv_merge bf16 NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    int R = HS / 2 * 2;
+    pair c = pair_rand((size_t)T * R / 2), sn = pair_rand((size_t)T * R / 2);
+    for (int inverse = 0; inverse <= 1; inverse++) {
+        cpu->rotary_apply(q.h, c.h, sn.h, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16);
+        gpu->rotary_apply(q.d, c.d, sn.d, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16);
+        bcheckf(1e-6, BF16_ULP, &q, "rotary_apply bf16 B=%d H=%d T=%d HS=%d inverse=%d", B, NH, T, HS, inverse);
+    }
+    bpair *all[] = {&qkv, &q, &k, &v};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
+    pair_free(&c);
+    pair_free(&sn);
 }
 
 // The norms in bf16 storage, statistics and parameter gradients fp32; rms: RMSNorm, else LayerNorm.
@@ -1129,6 +1154,8 @@ int main(int argc, char **argv) {
     test_bf16_norm(300, 64, 1);
     test_bf16_norm(3, 1500, 0);    // wider than 1024: the row kernel and the column sums apart
     test_bf16_norm(4096, 768, 0);  // a training shape
+    test_bf16_heads(2, 37, 4, 4, 40, 1);
+    test_bf16_heads(2, 33, 8, 2, 64, 0);
     test_cross_entropy(9, 1001);
     test_cross_entropy(3, 50304);
     test_cross_entropy_loss(37);

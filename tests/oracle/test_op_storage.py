@@ -121,6 +121,32 @@ def test_gated(fn, tmp_path):
     within_ulp(run(tmp_path, "gated_backward", {"x": x, "dout": d}, fn=fn)["out"], g, f"gated grad {fn}", atol=1e-5)
 
 
+def test_qkv_split_merge(tmp_path):
+    """The split into heads and its inverse move bf16 elements as they are."""
+    HS = C // 8
+    x = bf16((N, 8 * HS), seed=17)
+    out = run(tmp_path, "qkv_split", {"x": x})
+    q, k, v = x[:, :4 * HS], x[:, 4 * HS:6 * HS], x[:, 6 * HS:]
+    heads = lambda t, h: t.reshape(N, h, HS).transpose(0, 1).reshape(-1)  # (T, H*HS) -> (H, T, HS)
+    for name, t, h in (("q", q, 4), ("k", k, 2), ("v", v, 2)):
+        exact(out[name], heads(t, h).to(F64), "qkv_split " + name)
+    back = run(tmp_path, "qkv_merge", {"q": out["q"], "k": out["k"], "v": out["v"]})["out"]
+    exact(back, x.to(F64), "qkv_merge")
+
+
+@pytest.mark.parametrize("inverse", [0, 1])
+def test_rotary(inverse, tmp_path):
+    """GPT-NeoX's rotate-half on bf16 heads: pairs (i, i + C/2) rotated by the tables' angles."""
+    x = bf16((N, C), seed=18)
+    ang = torch.arange(N, dtype=F64)[:, None] * 10000.0 ** (-torch.arange(C // 2, dtype=F64) * 2 / C)
+    cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
+    sn = (-1 if inverse else 1) * sin.to(F64)
+    x1, x2 = x[:, :C // 2].to(F64), x[:, C // 2:].to(F64)
+    ref = torch.cat([x1 * cos.to(F64) - x2 * sn, x2 * cos.to(F64) + x1 * sn], 1)
+    out = run(tmp_path, "rotary_apply", {"x": x, "cos": cos, "sin": sin}, fn=inverse)["out"]
+    within_ulp(out, ref, f"rotary inverse={inverse}", atol=1e-5)
+
+
 def norm_ref(x, w, b, rms, eps=1e-5):
     if rms:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w

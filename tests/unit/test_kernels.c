@@ -274,8 +274,8 @@ static void run_qkv_adjoint(int interleaved, int NH, int NKV) {
     int B = 2, T = 3, HS = 4, W = (NH + 2 * NKV) * HS;
     float *qkv = randn((size_t)B * T * W, 1), *q = zeros((size_t)B * NH * T * HS), *k = zeros((size_t)B * NKV * T * HS),
           *v = zeros((size_t)B * NKV * T * HS), *back = zeros((size_t)B * T * W);
-    neox_qkv_split(q, k, v, qkv, B, T, NH, NKV, HS, interleaved);
-    neox_qkv_merge(back, q, k, v, B, T, NH, NKV, HS, interleaved);
+    neox_qkv_split(q, k, v, qkv, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
+    neox_qkv_merge(back, q, k, v, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     assert_memory_equal(back, qkv, sizeof(float) * B * T * W);  // a permutation: merge undoes split
     // Spot check one element: head 1's k at (b=1, t=2, d=3).
     size_t off = interleaved ? (size_t)(1 * 3 * HS + HS + 3) : (size_t)(NH + 1) * HS + 3;
@@ -296,7 +296,7 @@ static void test_rotary(void **state) {
     neox_rotary_tables(cs, sn, T, R, 10000.0, (neox_rope_scaling){0});
     float *x = randn((size_t)B * H * T * HS, 1), *y = neox_malloc(sizeof(float) * B * H * T * HS);
     memcpy(y, x, sizeof(float) * B * H * T * HS);
-    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0);
+    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0, NEOX_ELEM_F32);
     // Against the formula: x*cos + rotate_half(x)*sin on the first R dims, pass-through beyond.
     for (int bh = 0; bh < B * H; bh++)
         for (int t = 0; t < T; t++)
@@ -312,7 +312,7 @@ static void test_rotary(void **state) {
                 assert_true(fabs(ref - y[((size_t)bh * T + t) * HS + d]) < 1e-5);
             }
     // The inverse is the transpose of an orthogonal map: it restores x.
-    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 1);
+    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 1, NEOX_ELEM_F32);
     for (int i = 0; i < B * H * T * HS; i++) assert_true(fabs(x[i] - y[i]) < 1e-5);
     free(x); free(y);
 }
