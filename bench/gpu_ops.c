@@ -89,6 +89,12 @@ static void run_ce_bwd(void *p) {
     row_ctx *r = p;
     be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, r->N, r->V);
 }
+static void run_ce_fused(void *p) {  // the statistics into lse (max) and x (sums, target logits, doubles)
+    row_ctx *r = p;
+    double *stats = (double *)r->x;
+    be->cross_entropy_fused(r->logits, NEOX_ELEM_F32, r->lse, stats, stats + r->N, r->ids, NULL, 1.0f / r->N, r->N,
+                            r->V, 0);
+}
 static void run_ce_loss(void *p) {  // (2, N) doubles read from x, mask from dx, the two sums written to y
     row_ctx *r = p;
     be->cross_entropy_loss(r->mean, (double *)r->y, r->rstd, (const double *)r->x, r->dx, r->N);
@@ -187,6 +193,7 @@ int main(int argc, char **argv) {
     double lv = (double)ce.N * V * sizeof(float);
     report("cross-entropy forward", time_op(run_ce_fwd, &ce), lv, "GB/s", copy);
     report("cross-entropy backward", time_op(run_ce_bwd, &ce), 2 * lv, "GB/s", copy);
+    report("cross-entropy fused (loss and dlogits)", time_op(run_ce_fused, &ce), 2 * lv, "GB/s", copy);
     // The loss from the (N) statistics: lse and mask (floats), the sums and target logits (doubles).
     report("cross-entropy loss (N rows)", time_op(run_ce_loss, &r), (double)N * (3 * 4 + 2 * 8), "GB/s", copy);
 

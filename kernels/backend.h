@@ -107,6 +107,9 @@ extern "C" {
       int N), (lse, loss, mx, stats, mask, N))                                                                         \
     X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,        \
       const float *weight, float scale, int N, int V), (dlogits, logits, lse, targets, weight, scale, N, V))           \
+    X(void, cross_entropy_fused, (void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,   \
+      const int *targets, const float *weight, float scale, int N, int V, int stats_given), (logits, logits_elem, mx,   \
+      sum, target_logit, targets, weight, scale, N, V, stats_given))                                                   \
     X(double, sum_squares, (const float *x, size_t n), (x, n))                                                         \
     X(double, sum_squares_segments, (const float *x, const neox_segment *segs, int nseg), (x, segs, nseg))             \
     X(void, scale, (float *x, size_t n, float s), (x, n, s))                                                           \
@@ -128,7 +131,20 @@ extern "C" {
     X(void, cast_f32_to_bf16, (uint16_t *out, const float *inp, size_t n), (out, inp, n))                              \
     X(void, cast_bf16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))                              \
     X(void, cast_f32_to_f16, (uint16_t *out, const float *inp, size_t n), (out, inp, n))                               \
-    X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))
+    X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))                               \
+    X(void, onebit_compress, (uint8_t *signs, size_t sign_stride, uint8_t *scale, size_t scale_stride, float *error,  \
+      const float *x, size_t n, size_t padded, int chunks), (signs, sign_stride, scale, scale_stride, error, x, n,    \
+      padded, chunks))                                                                                                 \
+    X(void, onebit_average, (float *out, const uint8_t *blocks, size_t block, size_t signs_at, size_t scale_at,       \
+      size_t n, int p), (out, blocks, block, signs_at, scale_at, n, p))                                                \
+    X(void, onebit_decompress, (float *out, const uint8_t *blocks, size_t block, size_t signs_at, size_t scale_at,    \
+      size_t chunk, size_t n), (out, blocks, block, signs_at, scale_at, chunk, n))                                     \
+    X(void, add_scaled, (float *acc, const float *x, size_t n, float s), (acc, x, n, s))                               \
+    X(void, orthonormalise_columns, (float *P, int n, int r), (P, n, r))                                               \
+    X(void, copy_matrix, (float *dst, int ldd, const float *src, int lds, int rows, int cols), (dst, ldd, src, lds,    \
+      rows, cols))                                                                                                     \
+    X(void, rows_sum_by_id, (float *grad, const float *rows, const int *ids, int n, int C), (grad, rows, ids, n, C))   \
+    X(void, scale_rows, (float *x, const int *ids, int n, int C, float s), (x, ids, n, C, s))
 
 // Memory entry points: X(return type, name, (parameters), (argument names)) likewise. to_device/to_host copy between
 // host memory and the backend's and wait for the copy; copy within the backend's; synchronize waits for
@@ -173,6 +189,15 @@ const neox_backend *neox_backend_cpu(void);
 // The CPU's ops on memory the host may touch only through to_host/to_device (kernels/cpu/emulated.c:
 // any other host access faults with a message): checks device code paths without a GPU.
 const neox_backend *neox_backend_emulated(void);
+// What the emulated device offers the communication layer's twin of NCCL (lib/parallel/
+// emulated_comm.c), which kernels/ may not call: whether p lies in its memory; opening its memory
+// (nested) for the twin's own reads and writes; and the hook the device calls before it runs any op
+// or stream-ordered memory entry point (everything 0), or synchronizes (everything 1), so that
+// collectives queued on its stream run first, as a device would have run them by then.
+int neox_emulated_owns(const void *p);
+void neox_emulated_open(void);
+void neox_emulated_close(void);
+void neox_emulated_set_stream_hook(void (*reach)(int everything));
 // The CUDA backend on the current device, initialised on first use (cuBLAS handle, stream); NULL
 // in a CPU-only build or when no GPU is visible.
 const neox_backend *neox_backend_cuda(void);

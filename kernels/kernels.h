@@ -324,6 +324,21 @@ void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const do
 // A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot.
 void neox_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
                                  const float *weight, float scale, int N, int V);
+// The training loss of a chunk of rows and its gradient in one pass, for when the gradient is known
+// at forward time (the fused classifier: the output layer's backward follows each chunk at once, so
+// no logits are held for every row or made twice). logits: (N, V) of element type logits_elem (fp32,
+// bf16 or fp16: the activations' storage), overwritten in place with dlogits = (softmax(logits) -
+// onehot(target)) * weight[i] * scale in the same type (weight NULL = all ones; a target outside
+// [0, V) subtracts no one-hot), with lse = mx + (float)log(sum) as neox_cross_entropy_loss forms it.
+// stats_given 0 (a whole vocabulary): one pass per row that also writes the row maximum mx: (N), the
+// sum of exp(logit - mx) in double sum: (N) and the target's logit target_logit: (N) (0 off the
+// vocabulary), the halves neox_cross_entropy_loss assembles the loss from; in fp32 every value equals
+// the separate ops' (row_max, row_sumexp, target_logit, backward) bit for bit. stats_given 1 (the
+// second phase of a vocab-parallel loss): mx and sum are inputs, already reduced over the ranks'
+// columns (row_max, row_sumexp and target_logit made them), target_logit is not used (may be NULL),
+// and only dlogits is written.
+void neox_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,
+                              const int *targets, const float *weight, float scale, int N, int V, int stats_given);
 
 // ---- optimizer --------------------------------------------------------------------------------
 // Sum of squares of x (n), accumulated in double: global gradient norm = sqrt of the sum over buffers.
@@ -444,6 +459,42 @@ void neox_adam_moments(float *m, float *v, const float *grad, size_t n, float be
 void neox_onebit_adam_apply(float *param, const float *m, const float *v, size_t n, float lr, float eps,
                             float weight_decay);
 
+
+// ---- compressed and sparse gradient exchanges (lib/gradient's compute; kernels/cpu/compression.c) ---
+// 1-bit compression with error feedback (DeepSpeed's compressed_allreduce). error (padded) gains x
+// (its first n elements; padded - n zeros follow), then is compressed: scale = ||error|| /
+// sqrt(padded) (the sum of squares in double, the scale rounded to fp32), the signs of error (>= 0
+// -> 1, most significant bit first) cut into `chunks` equal chunks, chunk c's padded / chunks / 8
+// bytes to signs + c * sign_stride, the scale's 4 bytes (unaligned: a float's bytes) to
+// scale + c * scale_stride; error keeps error - scale * sign(error).
+// error: (padded,)  x: (n,)  padded a multiple of 8 * chunks
+void neox_onebit_compress(uint8_t *signs, size_t sign_stride, uint8_t *scale, size_t scale_stride, float *error,
+                          const float *x, size_t n, size_t padded, int chunks);
+// The server's average of p compressed chunks: block q (blocks + q * block) holds a chunk's signs at
+// signs_at and its scale's bytes at scale_at; out[j] = sum over q, in order, of +-(scale_q * (1/p)).
+// out: (n,)  blocks: (p, block) bytes
+void neox_onebit_average(float *out, const uint8_t *blocks, size_t block, size_t signs_at, size_t scale_at, size_t n,
+                         int p);
+// The servers' chunks decompressed back to back: out[i] = +-scale_r of chunk r = i / chunk, element
+// i % chunk (block r laid out as in neox_onebit_average), for i < n (the padding dropped).
+// out: (n,)  blocks: (ceil(n / chunk), block) bytes
+void neox_onebit_decompress(float *out, const uint8_t *blocks, size_t block, size_t signs_at, size_t scale_at,
+                            size_t chunk, size_t n);
+// acc[i] += s * x[i] (rounded twice: no fused multiply-add). acc, x: (n,)
+void neox_add_scaled(float *acc, const float *x, size_t n, float s);
+// PowerSGD's orthonormalisation: Gram-Schmidt over the r columns of P in order, each column less its
+// projections on the earlier ones (dot products in double), then divided by its norm + 1e-8.
+// P: (n, r) row-major
+void neox_orthonormalise_columns(float *P, int n, int r);
+// dst[i * ldd + j] = src[i * lds + j] for i < rows, j < cols (a block between row strides).
+// dst: (rows, ldd)  src: (rows, lds)
+void neox_copy_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols);
+// Sparse rows by id: every row of grad an id names becomes the sum of the rows carrying that id,
+// added in the order of the list ((0 + rows[i0]) + rows[i1] + ...); rows no id names are left.
+// grad: (V, C)  rows: (n, C)  ids: (n,)
+void neox_rows_sum_by_id(float *grad, const float *rows, const int *ids, int n, int C);
+// x[ids[i]] *= s for each of the n distinct ids. x: (V, C)  ids: (n,)
+void neox_scale_rows(float *x, const int *ids, int n, int C, float s);
 #ifdef __cplusplus
 }
 #endif

@@ -340,6 +340,16 @@ neox_op_cost neox_op_cost_cross_entropy_backward(float *dlogits, const float *lo
     return bytes_only(F32 * (2.0 * (double)N * V + N + (weight ? N : 0)) + IDX * N);
 }
 
+// One read and one write of the logits at their storage precision; the whole-vocabulary form also
+// writes the three statistics, the vocab-parallel second phase reads two.
+neox_op_cost neox_op_cost_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum,
+                                              double *target_logit, const int *targets, const float *weight,
+                                              float scale, int N, int V, int stats_given) {
+    (void)logits, (void)mx, (void)sum, (void)target_logit, (void)targets, (void)scale;
+    double n = N, stats = stats_given ? F32 * n + 8.0 * n : F32 * n + 2.0 * 8.0 * n;
+    return bytes_only(elem_bytes(logits_elem) * 2.0 * n * V + stats + (weight ? F32 * n : 0.0) + IDX * n);
+}
+
 // ---- the optimizer: passes over parameters, gradients and their state ---------------------------
 neox_op_cost neox_op_cost_sum_squares(const float *x, size_t n) {
     (void)x;
@@ -416,6 +426,55 @@ neox_op_cost neox_op_cost_cast_f16_to_f32(float *out, const uint16_t *inp, size_
     return bytes_only(6.0 * (double)n);
 }
 
+// ---- compressed and sparse gradient exchanges: bytes only ----------------------------------------
+// 1-bit compression: error read and written, x read, error read again for the norm, signs (1 bit) and
+// the scales written.
+neox_op_cost neox_op_cost_onebit_compress(uint8_t *signs, size_t sign_stride, uint8_t *scale, size_t scale_stride,
+                                          float *error, const float *x, size_t n, size_t padded, int chunks) {
+    (void)signs, (void)sign_stride, (void)scale, (void)scale_stride, (void)error, (void)x;
+    return bytes_only(F32 * (3.0 * (double)padded + (double)n) + (double)padded / 8.0 + 4.0 * chunks);
+}
+
+// p chunks' signs and scales read, n floats written.
+neox_op_cost neox_op_cost_onebit_average(float *out, const uint8_t *blocks, size_t block, size_t signs_at,
+                                         size_t scale_at, size_t n, int p) {
+    (void)out, (void)blocks, (void)block, (void)signs_at, (void)scale_at;
+    return bytes_only(F32 * (double)n + (double)p * ((double)n / 8.0 + 4.0));
+}
+
+neox_op_cost neox_op_cost_onebit_decompress(float *out, const uint8_t *blocks, size_t block, size_t signs_at,
+                                            size_t scale_at, size_t chunk, size_t n) {
+    (void)out, (void)blocks, (void)block, (void)signs_at, (void)scale_at;
+    return bytes_only(F32 * (double)n + (double)n / 8.0 + 4.0 * (double)((n + chunk - 1) / (chunk ? chunk : 1)));
+}
+
+neox_op_cost neox_op_cost_add_scaled(float *acc, const float *x, size_t n, float s) {
+    (void)acc, (void)x, (void)s;
+    return bytes_only(F32 * 3.0 * (double)n);
+}
+
+// Column i is read i + 2 times (its projections, its norm) and written i + 1 times.
+neox_op_cost neox_op_cost_orthonormalise_columns(float *P, int n, int r) {
+    (void)P;
+    return bytes_only(F32 * (double)n * (double)r * ((double)r + 1.0) * 1.5);
+}
+
+neox_op_cost neox_op_cost_copy_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
+    (void)dst, (void)ldd, (void)src, (void)lds;
+    return bytes_only(F32 * 2.0 * (double)rows * cols);
+}
+
+// The named rows zeroed, then each of the n rows read and its destination read and written.
+neox_op_cost neox_op_cost_rows_sum_by_id(float *grad, const float *rows, const int *ids, int n, int C) {
+    (void)grad, (void)rows, (void)ids;
+    return bytes_only(F32 * 4.0 * (double)n * C + IDX * 2.0 * n);
+}
+
+neox_op_cost neox_op_cost_scale_rows(float *x, const int *ids, int n, int C, float s) {
+    (void)x, (void)ids, (void)s;
+    return bytes_only(F32 * 2.0 * (double)n * C + IDX * n);
+}
+
 // ---- names and classes ------------------------------------------------------------------------
 #define OP_NAME(ret, name, params, args) #name,
 static const char *const op_names[NEOX_OP_COUNT] = {NEOX_BACKEND_OPS(OP_NAME)};
@@ -442,6 +501,7 @@ neox_op_class neox_op_class_of(neox_op_id op) {
         return NEOX_CLASS_EMBEDDING;
     case NEOX_OP_cross_entropy_forward: case NEOX_OP_cross_entropy_row_max: case NEOX_OP_cross_entropy_row_sumexp:
     case NEOX_OP_cross_entropy_target_logit: case NEOX_OP_cross_entropy_loss: case NEOX_OP_cross_entropy_backward:
+    case NEOX_OP_cross_entropy_fused:
         return NEOX_CLASS_LOSS;
     case NEOX_OP_sum_squares: case NEOX_OP_sum_squares_segments: case NEOX_OP_sum_squares_segments_into:
     case NEOX_OP_clip_by_norm: case NEOX_OP_adamw: case NEOX_OP_adamw_segments: case NEOX_OP_sgd_segments:

@@ -3,8 +3,9 @@
 // reduce-scatter into partitions, 16-bit wire formats), and the compressed all-reduces with error
 // feedback that replace its plain all-reduce (1-bit signs, PowerSGD), plus sparse embedding rows;
 // and the gradient exchange, the one owner of how a rank's gradients cross the data group, which
-// composes them (neox_grad_exchange, at the end). Element work (scaling, casts) goes through the backend table the gradients live on, so the
-// same code reduces host and device gradients. docs/parallel.md and docs/communication.md.
+// composes them (neox_grad_exchange, at the end). Element work (scaling, casts, the compressors'
+// compute, the sparse rows' sums) goes through the backend table the gradients live on, so the same
+// code reduces host and device gradients. docs/parallel.md and docs/communication.md.
 #ifndef NEOX_GRADIENT_H
 #define NEOX_GRADIENT_H
 
@@ -126,18 +127,21 @@ double neox_grad_reducer_progress_seconds(neox_grad_reducer *r);
 // the embedding, each layer, the head) in use or about to be. A pass (one micro-batch's forward
 // and backward, or a forward) is run between begin, with the order in which it will use the
 // units (its trace), and end; acquire gathers a unit (or waits for its prefetch) and starts the
-// gathers of the next units, release gives its pages back unless it is used again soon.
+// gathers of the next units, release gives its pages back unless it is used again soon. What is
+// whole besides the partition never passes the whole model's elements: the persistent tensors take
+// at most half of the elements outside the partition, and the units and pieces gathered at once at
+// most the rest and at most max_live (the live bound; a single unit in use larger than it excepted).
 typedef struct neox_param_gather neox_param_gather;
 
 typedef struct neox_param_gather_options {
     int64_t prefetch_elems;        // stage3_prefetch_bucket_size: elements gathered ahead at a time (0: none)
-    int64_t max_live;              // stage3_max_live_parameters: no prefetch beyond this many gathered
+    int64_t max_live;              // stage3_max_live_parameters: at most this many gathered at once (< 0: no cap)
     int64_t max_reuse_distance;    // stage3_max_reuse_distance: keep a unit used again within this many elements
     int64_t persistence_threshold; // stage3_param_persistence_threshold: tensors this small stay whole
     int64_t model_persistence_threshold;  // stage3_model_persistence_threshold: at most this many persistent (-1: no cap)
     // [piece_begin[i], piece_end[i]): ranges (the output layer, the input embedding) left out of
     // their units and gathered piece by piece (neox_param_gather_piece), one piece of at most
-    // piece_elems elements at a time; empty ranges: none.
+    // piece_elems elements at a time (at most neox_param_gather_piece_limit); empty ranges: none.
     size_t piece_begin[2], piece_end[2], piece_elems;
     // Called for each range of the flat buffer that became whole (gathered) or was given back.
     void (*gathered)(void *ctx, size_t begin, size_t end);
@@ -178,6 +182,13 @@ void neox_param_gather_persistent(neox_param_gather *g);
 // The peak of gathered non-persistent elements a pass with this trace reaches (no communication).
 size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len);
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g);
+// The live bound: the most elements of units and pieces gathered at once (persistent ones aside).
+size_t neox_param_gather_live_limit(const neox_param_gather *g);
+// The largest piece of an embedding gathered by pieces, for a flat buffer of n elements over
+// `ranks` partitions and max_live (< 0: no cap): half the least live bound, so that one piece in
+// use and the next gathered ahead fit it. (The bound counts the largest partition's outside
+// elements on every rank: the ranks gather alike.)
+size_t neox_param_gather_piece_limit(size_t n, int ranks, int64_t max_live);
 // Bytes of the collective's temporaries for one unit's gather (or the persistent tensors'), the
 // largest; a prefetched unit's gathered beside it is not counted.
 size_t neox_param_gather_scratch_bytes(const neox_param_gather *g);
@@ -194,12 +205,14 @@ size_t neox_param_gather_scratch_bytes(const neox_param_gather *g);
 // messages are bytes: packed signs followed by the float scales.
 typedef struct neox_onebit neox_onebit;
 
-neox_onebit *neox_onebit_make(neox_comm *c, const size_t *seg_size, int nseg);
+// Its error buffers and messages live on be (NULL: the CPU table), whose ops do the compression; the
+// buffers it reduces must be be's memory too.
+neox_onebit *neox_onebit_make(neox_comm *c, const struct neox_backend *be, const size_t *seg_size, int nseg);
 void neox_onebit_free(neox_onebit *o);
-// buf (the sum of the segment sizes) becomes the compressed average over the ranks. Host memory
-// only (device buffers are refused: a host algorithm).
+// buf (the sum of the segment sizes) becomes the compressed average over the ranks.
 void neox_onebit_allreduce(neox_onebit *o, float *buf);
-// The error buffers: worker (padded segments back to back) and server (this rank's chunk of each).
+// The error buffers (be's memory): worker (padded segments back to back) and server (this rank's
+// chunk of each).
 float *neox_onebit_error(neox_onebit *o, int server, size_t *count);
 void neox_onebit_reset(neox_onebit *o);
 // Bytes this rank sends per call (the all-to-all's and the all-gather's p - 1 blocks each).
@@ -213,9 +226,6 @@ void neox_onebit_flush(neox_onebit *o, float *buf);
 void neox_onebit_allreduce_range(neox_onebit *o, float *buf, int first, int count);
 void neox_onebit_flush_range(neox_onebit *o, float *buf, int first, int count);
 double neox_onebit_wire_bytes_range(const neox_onebit *o, int first, int count);
-// Signs of n elements (a multiple of 8) into n / 8 bytes, and back as +-scale.
-void neox_pack_signs(const float *x, size_t n, uint8_t *bits);
-void neox_unpack_signs(const uint8_t *bits, size_t n, float scale, float *out);
 
 // ---- PowerSGD low-rank compressed all-reduce with error feedback (powersgd.c) ----------------
 // A buffer of segments back to back, segment s a rows[s] x cols[s] row-major matrix (a vector:
@@ -226,8 +236,12 @@ void neox_unpack_signs(const uint8_t *bits, size_t n, float scale, float *out);
 // min_rank, with Q at the largest rank (min_rank = rank: the fixed-rank layout).
 typedef struct neox_powersgd neox_powersgd;
 
-neox_powersgd *neox_powersgd_make(neox_comm *c, const int *rows, const int *cols, int nseg, int rank);
-neox_powersgd *neox_powersgd_make_ranks(neox_comm *c, const int *rows, const int *cols, int nseg, int min_rank, int rank);
+// Its error, Q and messages live on be (NULL: the CPU table), whose ops (gemm_ex, the Gram-Schmidt,
+// the error-feedback adds) do the work; the buffers it reduces must be be's memory too.
+neox_powersgd *neox_powersgd_make(neox_comm *c, const struct neox_backend *be, const int *rows, const int *cols,
+                                  int nseg, int rank);
+neox_powersgd *neox_powersgd_make_ranks(neox_comm *c, const struct neox_backend *be, const int *rows, const int *cols,
+                                        int nseg, int min_rank, int rank);
 // Segments [first, first + count) use rank r (min_rank <= r <= rank) from the next call. A matrix
 // that keeps a rank keeps its error and Q; one whose rank changes keeps its error (error feedback
 // carries) and gets a new Q: the old Q's leading columns, the others drawn afresh (the same on every
@@ -241,9 +255,9 @@ double neox_powersgd_work_at(const neox_powersgd *o, int first, int count, int r
 void neox_powersgd_allreduce_range(neox_powersgd *o, float *buf, int first, int count);
 void neox_powersgd_flush_range(neox_powersgd *o, float *buf, int first, int count);
 void neox_powersgd_free(neox_powersgd *o);
-// buf becomes the compressed average over the ranks. Host memory only (device buffers refused).
+// buf becomes the compressed average over the ranks.
 void neox_powersgd_allreduce(neox_powersgd *o, float *buf);
-// The state: which 0, this rank's error; 1, the shared Q factors.
+// The state (be's memory): which 0, this rank's error; 1, the shared Q factors.
 float *neox_powersgd_state(neox_powersgd *o, int which, size_t *count);
 // Bytes this rank sends per call (both all-reduces, ring-counted as 2 (p - 1) / p of each).
 double neox_powersgd_wire_bytes(const neox_powersgd *o);
@@ -448,14 +462,15 @@ int neox_adaptive_run_restore(neox_adaptive_run *a, struct json_t *state, const 
 // rows) averaged over the group as (row ids, rows) for the rows touched on some rank: an all-gather
 // of counts, of ids and of rows (variable counts), summed in rank order. Untouched rows must be
 // zero on every rank (they are left as they are). Equal to the dense all-reduce (bit for bit at 2
-// ranks; see the file). predivide as gradient_predivide_factor.
+// ranks; see the file). predivide as gradient_predivide_factor. The gradient and the gathered rows
+// live on be (NULL: the CPU table); the marks and the row ids are the host's.
 typedef struct neox_sparse_rows neox_sparse_rows;
-neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, int64_t rows, int64_t width, int64_t row_begin, double predivide);
+neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, const struct neox_backend *be, int64_t rows, int64_t width,
+                                        int64_t row_begin, double predivide);
 void neox_sparse_rows_free(neox_sparse_rows *s);
 // Marks the rows of these global token ids (ids outside the block are ignored).
 void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n);
-// grad (rows x width) becomes the mean over the group; the touched marks are cleared. Host memory
-// only (device buffers refused).
+// grad (rows x width, be's memory) becomes the mean over the group; the touched marks are cleared.
 void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad);
 
 // ---- the gradient exchange (exchange.c) ---------------------------------------------------------
@@ -568,8 +583,8 @@ neox_grad_reducer_timing neox_grad_exchange_timing_of(neox_grad_exchange *x);
 // comm_stats.json's "gradient_compression_buckets": per bucket the steps reduced with each
 // option (NULL when not adaptive).
 struct json_t *neox_grad_exchange_report(const neox_grad_exchange *x);
-// Checkpointed state: this rank's compressor buffers (error buffers, PowerSGD's Q) by checkpoint
-// name; returns how many (at most NEOX_EXCHANGE_BUFFERS).
+// Checkpointed state: this rank's compressor buffers (error buffers, PowerSGD's Q; the gradients'
+// backend's memory) by checkpoint name; returns how many (at most NEOX_EXCHANGE_BUFFERS).
 enum { NEOX_EXCHANGE_BUFFERS = 6 };
 int neox_grad_exchange_buffers(const neox_grad_exchange *x, const char **names, float **bufs, size_t *counts);
 // The adaptive plan's train.json object (NULL when not adaptive), and its restore.

@@ -269,8 +269,12 @@ struct neox_model {
     // Rows of the output layer's logits held at a time (asked with neox_model_set_head_rows before
     // planning; all B*T rows by default). With fewer rows than B*T, a forward with targets computes
     // the logits chunk by chunk, keeping only the loss statistics, and backward recomputes each
-    // chunk's logits for its gradient.
+    // chunk's logits for its gradient (unless the fused loss made the gradient in the forward).
     int head_rows_asked, head_rows;
+    // The fused loss (neox_model_set_fused_head): asked before planning; head_loss_scale is set by
+    // the caller before each training forward (the backward's loss_scale, known then).
+    int fused_head;
+    float head_loss_scale;
     float *act_buf;
     size_t act_floats;
     float *recompute_inputs_host;     // host memory of the kept layer inputs (recompute_inputs_on_host), else NULL
@@ -370,6 +374,17 @@ void neox_model_use_slot(neox_model *m, int slot);
 // whole product up to the GEMM's summation order (bit for bit when one chunk holds every row).
 #define NEOX_MODEL_HEAD_AUTO (-1)
 void neox_model_set_head_rows(neox_model *m, int rows);
+// The fused loss (docs/model.md, "The fused loss"), for training whose loss gradient is known at
+// forward time (no DPO/KTO token weights set after it): on, a training forward with targets (m->
+// training) computes each chunk's loss and dlogits in one op and runs the output layer's backward
+// for d(m->head_loss_scale * loss) right after, so the logits are never made twice; the backward
+// that follows (with the same loss_scale) starts from the final norm. The automatic chunks are then
+// at most NEOX_MODEL_HEAD_FUSED_ELEMS logits. Not used for a value head or when the output layer is
+// used in pieces (neox_model_head_piece_rows: each piece's gradient is reported as backward makes
+// it). Takes effect at the next plan; the loss and gradients are the unfused path's (bit for bit on
+// the CPU with the same chunks).
+#define NEOX_MODEL_HEAD_FUSED_ELEMS ((size_t)1 << 26)
+void neox_model_set_fused_head(neox_model *m, int on);
 // The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions (the backend's).
 size_t neox_model_activation_bytes(const neox_model *m);
 // The host memory holding kept layer inputs (desc.recompute_inputs_on_host; else 0).

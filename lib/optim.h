@@ -39,7 +39,6 @@ typedef struct neox_optimizer_type {
     const char *name;              // optimizer.type (compared case-insensitively), as checkpoints record it
     int nstate;                    // fp32 state buffers, each as long as the range updated
     const char *state_names[2];    // their names in checkpoints
-    int host_only;                 // updates with host loops: refused on a device backend
     int scales_grads;              // step multiplies each gradient by neox_optimizer.grad_scale as it reads it
     // Reads the optimizer's own settings from the config (the common ones are read already).
     void (*read)(const neox_config *cfg, neox_optimizer_settings *s);

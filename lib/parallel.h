@@ -4,7 +4,10 @@
 // collectives below, which count calls, bytes and time per operation so communication can be
 // measured. MPI carries them on CPU ranks. In a CUDA build, neox_grid_enable_device gives each
 // group an NCCL communicator, and from then on every call whose buffers are device memory goes
-// through NCCL (nccl.c; host buffers still go through MPI, so host scalars keep working).
+// through NCCL (nccl.c; host buffers still go through MPI, so host scalars keep working). On the
+// emulated device (compute_backend: emulated), neox_grid_enable_emulated does the same with the
+// emulated twin (emulated_comm.c): device buffers through MPI, in the device's stream order. Both
+// fill one table of device entry points (lib/parallel/device_comm.h).
 // MPI errors are fatal, and neox_die() on any rank aborts the whole job, so no rank hangs: a failure
 // inside a collective (MPI, NCCL, CUDA, a count MPI cannot take, comm_timeout_seconds passing) ends
 // the job rather than returning, since its peers wait in it. Misuse (mixed host and device buffers,
@@ -63,7 +66,9 @@ typedef struct neox_comm {
     int rank, size;
     MPI_Comm mpi;
     neox_comm_stats stats;
-    void *nccl;     // ncclComm_t once neox_grid_enable_device made one (CUDA builds); else NULL
+    // The group's device communicator, once neox_grid_enable_device (an ncclComm_t) or
+    // neox_grid_enable_emulated (the twin's MPI communicator) made one; else NULL.
+    void *device;
 } neox_comm;
 
 typedef struct neox_grid {
@@ -119,8 +124,8 @@ void neox_grid_free(neox_grid *g);
 // Collective over the world.
 int neox_grid_local_rank(const neox_grid *g);
 // The compute backend `compute_backend` names (cpu, cuda, auto, emulated) for this rank: on a GPU
-// machine each rank first starts GPU (local rank % GPUs). NULL + err when unavailable; the emulated
-// device takes one rank only. Collective over the world.
+// machine each rank first starts GPU (local rank % GPUs). NULL + err when unavailable. Collective
+// over the world.
 typedef struct neox_backend neox_backend;
 const neox_backend *neox_backend_for_rank(const char *choice, const neox_grid *grid, neox_error *err);
 // Splits the data group into expert groups of expert_size consecutive data ranks (which must divide
@@ -154,7 +159,22 @@ int neox_grid_rank_of(int data_size, int model_size, int pipe_rank, int data_ran
 // or tested); other operations that must progress together go between neox_group_begin/end.
 // Statistics: as for MPI, except that seconds is host time (the GPU's time is not measured).
 int neox_grid_enable_device(neox_grid *g, neox_error *err);
-// Whether the communicator carries device buffers through NCCL and p is device memory.
+// The emulated device's twin of the above (emulated_comm.c), for compute_backend: emulated on any
+// number of ranks: every group of g gets a device communicator (a duplicate of its MPI one, so device
+// messages never match host ones), and from then on a call whose buffers are emulated device memory
+// behaves towards its caller as the NCCL one does, with the emulated device's rules made strict:
+//  - it is queued in stream order and runs as late as a device could run it: a blocking one when the
+//    next op or memory entry point of the emulated backend reaches it (or to_host, synchronize); a
+//    non-blocking one once neox_wait has made the stream wait for it and a later op reaches it, or
+//    when neox_test asks; always in the order queued (an operation touching memory of one queued
+//    before it runs that one first, as the device's one communication stream would);
+//  - its outputs read NaN until it runs, and a buffer it reads or writes that changes between the
+//    call and the run stops the process with a message naming the operation and group;
+//  - it runs through MPI on host copies (a send leaves from a copy taken at the call, so MPI-style
+//    isend-then-recv code, 1F1B, cannot deadlock), waited for by polling under comm_timeout_seconds.
+// Collective over MPI_COMM_WORLD; call it once the emulated backend is chosen.
+int neox_grid_enable_emulated(neox_grid *g, neox_error *err);
+// Whether the communicator carries device buffers (NCCL or the twin) and p is device memory.
 int neox_comm_on_device(const neox_comm *c, const void *p);
 // Fuse the NCCL operations issued in between into one launch (ncclGroupStart/End), e.g. 1F1B's
 // send-forward and receive-backward; nothing in the group starts before neox_group_end. No-ops for
@@ -208,7 +228,8 @@ typedef struct neox_request {
     neox_comm_op op;
     int size_row;     // the row of stats.sizes[op] the wait time goes to
     int active;
-    void *event;      // NCCL operations: the cudaEvent_t recorded after it; NULL for MPI ones
+    void *device;     // device operations: NCCL's cudaEvent_t recorded after it, or the emulated twin's
+                      // queued operation; NULL for MPI ones
 } neox_request;
 
 void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, neox_request *req);
@@ -234,9 +255,11 @@ void neox_ibroadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int r
 // seconds counted are host time only, ~0; the GPU's communication time is not measured).
 void neox_wait(neox_request *req);
 
-// The communication timeout (comm_timeout_seconds; lib/parallel/comm_timeout.c). 0 (the default)
-// waits forever in blocking MPI calls. Otherwise every MPI call on the host waits by polling, and
-// one that makes no progress for that long ends the job naming the ranks that did not respond.
+// The communication timeout (comm_timeout_seconds, 1800 s by default as torch.distributed's;
+// lib/parallel/comm_timeout.c). 0 waits forever in blocking MPI calls. Otherwise every MPI call (on
+// the host, and the emulated device's collectives) waits by polling, and one that makes no progress
+// for that long ends the job naming the ranks that did not respond; NCCL operations are watched for
+// as long (nccl.c) and abort their communicator.
 void neox_comm_set_timeout(double seconds);
 double neox_comm_timeout(void);
 // How ranks wait (comm_timeout.c): with shared set (more ranks' threads on this machine than

@@ -53,7 +53,8 @@ OWN_KEYS = [
     # adaptive: steps between decisions (20 when unset), and a decisions file to replay instead of measuring.
     ("neox.c", "gradient_compression_interval", "INT", None, None, 0, 1, float("inf")),
     ("neox.c", "gradient_compression_replay", "STR", None, None, 0, None, None),
-    ("neox.c", "comm_timeout_seconds", "FLOAT", "0", None, 0, 0, float("inf")),
+    # torch.distributed's default timeout (30 minutes): no job waits forever on a lost rank; 0 waits forever.
+    ("neox.c", "comm_timeout_seconds", "FLOAT", "1800", None, 0, 0, float("inf")),
     # overlap_comm on CPU ranks: microseconds between a progress thread's polls (0: no thread).
     ("neox.c", "comm_progress_thread_us", "INT", "0", None, 0, 0, 1000000),
     ("neox.c", "data_parallel_size", "INT", None, None, 1, None, None),

@@ -2,7 +2,7 @@
 # tests/mpi/comm_accounting.sh, tests/mpi/comm_options.sh, tests/mpi/commtopo.sh): config NAME KIND MICRO ACCUM ITERS EXTRA writes
 # $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt;
 # train_layout NAME RANKS trains it.
-# LAYERS (default 4), CKPT_FACTOR (default 10), POS_EMB (default rotary; neox kind), NORM (default layernorm;
+# LAYERS (default 4), CKPT_FACTOR (default 10), EVAL_INTERVAL (default 10), POS_EMB (default rotary; neox kind), NORM (default layernorm;
 # neox kind), VOCAB_DIVISOR
 # (make_vocab_size_divisible_by, default 64) and DATA_KEYS (the data and tokenizer keys, default the
 # character-level $T/docs_text_document) change those keys.
@@ -23,7 +23,7 @@ config() {
   "optimizer": {"type": "Adam", "params": {"lr": 0.003}}, "lr_decay_style": "cosine", "warmup": 0.1,
   "clip_grad": 1.0, "weight_decay": 0.01,
   "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
-  "train_iters": $5, "eval_interval": 10, "eval_iters": 2, "log_interval": 1,
+  "train_iters": $5, "eval_interval": ${EVAL_INTERVAL:-10}, "eval_iters": 2, "log_interval": 1,
   $data,
   "log_dir": "$T/$1/log", "save": "$T/$1/ckpt", "checkpoint_factor": ${CKPT_FACTOR:-10} $6
 }

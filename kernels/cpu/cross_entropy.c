@@ -74,3 +74,65 @@ void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const do
 void neox_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V) {
     for (int i = 0; i < N; i++) out[i] = targets[i] >= 0 && targets[i] < V ? logits[(size_t)i * V + targets[i]] : 0.0;
 }
+
+// ---- the fused loss and gradient (neox_cross_entropy_fused) -------------------------------------
+// A 16-bit element widened, or rounded back from fp32.
+static float load_elem(const void *row, neox_elem e, int j) {
+    if (e == NEOX_ELEM_BF16) return neox_bf16_to_f32(((const uint16_t *)row)[j]);
+    if (e == NEOX_ELEM_F16) return neox_f16_to_f32(((const uint16_t *)row)[j]);
+    return ((const float *)row)[j];
+}
+
+static void store_elem(void *row, neox_elem e, int j, float x) {
+    if (e == NEOX_ELEM_BF16) ((uint16_t *)row)[j] = neox_bf16_from_f32(x);
+    else if (e == NEOX_ELEM_F16) ((uint16_t *)row)[j] = neox_f16_from_f32(x);
+    else ((float *)row)[j] = x;
+}
+
+// The statistics of one 16-bit row (fp32 rows take the vectorised functions above).
+static float row_max_elem(const void *z, neox_elem e, int V) {
+    float mx = -INFINITY;
+    for (int j = 0; j < V; j++) {
+        float x = load_elem(z, e, j);
+        mx = x > mx ? x : mx;
+    }
+    return mx;
+}
+
+static double row_sumexp_elem(const void *z, neox_elem e, float mx, int V) {
+    double sum = 0.0;
+    for (int j = 0; j < V; j++) sum += (double)expf(load_elem(z, e, j) - mx);
+    return sum;
+}
+
+// dz = (exp(z - l) - onehot(target)) * w over one row, in place; a 16-bit row rounds each element
+// once, after the one-hot's subtraction.
+static void row_grad(void *z, neox_elem e, float l, float w, int target, int V) {
+    if (e != NEOX_ELEM_F32) {
+        for (int j = 0; j < V; j++) {
+            float d = expf(load_elem(z, e, j) - l) * w;
+            store_elem(z, e, j, j == target ? d - w : d);
+        }
+        return;
+    }
+    row_softmax_scaled(z, z, l, w, V);
+    if (target >= 0 && target < V) ((float *)z)[target] -= w;
+}
+
+void neox_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,
+                              const int *targets, const float *weight, float scale, int N, int V, int stats_given) {
+    size_t row_bytes = (size_t)V * (logits_elem == NEOX_ELEM_F32 ? sizeof(float) : sizeof(uint16_t));
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        void *z = (char *)logits + (size_t)i * row_bytes;
+        int t = targets[i];
+        if (!stats_given) {
+            int f32 = logits_elem == NEOX_ELEM_F32;
+            mx[i] = f32 ? row_max(z, V) : row_max_elem(z, logits_elem, V);
+            sum[i] = f32 ? row_sumexp(z, mx[i], V) : row_sumexp_elem(z, logits_elem, mx[i], V);
+            target_logit[i] = t >= 0 && t < V ? (double)load_elem(z, logits_elem, t) : 0.0;
+        }
+        float l = mx[i] + (float)log(sum[i]);
+        row_grad(z, logits_elem, l, (weight ? weight[i] : 1.0f) * scale, t, V);
+    }
+}

@@ -2,8 +2,10 @@
 // mapped PROT_NONE except while one of its own entry points runs, so host code that reads or writes
 // backend memory directly, instead of through to_host/to_device, faults at once and is named. The
 // ops are kernels/cpu's, so results equal the CPU backend's bit for bit. `compute_backend:
-// emulated` (one rank) runs the trainer's device paths (host staging of ids and loss statistics,
-// the optimizer's segmented calls, checkpoints through host copies) on a machine without a GPU.
+// emulated` runs the trainer's device paths (host staging of ids and loss statistics,
+// the optimizer's segmented calls, checkpoints through host copies) on a machine without a GPU, on
+// one rank or many: lib/parallel's twin of NCCL queues device collectives on this device's stream
+// through the hook below and runs them when an op reaches them.
 //
 // Its asynchronous copies are the latest a device could make them: each waits in the copy queue until
 // a host_wait or device_wait (or synchronize) reaches its ticket, and a copy to the host fills its
@@ -26,6 +28,20 @@ typedef struct region {
     size_t bytes;
 } region;
 
+// The communication layer's hook (neox_emulated_set_stream_hook): called before ops and
+// stream-ordered memory entry points, never from inside itself.
+static void (*stream_hook)(int everything);
+static int in_stream_hook;
+
+void neox_emulated_set_stream_hook(void (*reach)(int everything)) { stream_hook = reach; }
+
+static void reach_stream(int everything) {
+    if (!stream_hook || in_stream_hook) return;
+    in_stream_hook = 1;
+    stream_hook(everything);
+    in_stream_hook = 0;
+}
+
 static region *regions;
 static int nregions, region_cap;
 static size_t held, peak;  // bytes of the regions, and the most at once (the device's peak)
@@ -47,6 +63,9 @@ static void close_memory(void) {
     if (--open_depth == 0) protect_all(PROT_NONE);
 }
 
+void neox_emulated_open(void) { open_memory(); }
+void neox_emulated_close(void) { close_memory(); }
+
 static void close_at_exit(int *unused) {
     (void)unused;
     close_memory();
@@ -63,6 +82,8 @@ static const region *region_of(const void *p) {
         if ((const char *)p >= regions[i].p && (const char *)p < regions[i].p + regions[i].bytes) return &regions[i];
     return NULL;
 }
+
+int neox_emulated_owns(const void *p) { return region_of(p) != NULL; }
 
 // A fault inside a region is a host access to device memory: say so, then take the default action
 // (the process is lost anyway, so a formatted message is worth the risk snprintf carries here).
@@ -111,6 +132,7 @@ static void *emu_alloc(size_t bytes) {
 }
 
 static void emu_free(void *p) {
+    reach_stream(0);  // a queued collective may still use it
     for (int i = 0; p && i < nregions; i++)
         if (regions[i].p == p) {
             munmap(p, regions[i].bytes);
@@ -121,11 +143,13 @@ static void emu_free(void *p) {
 }
 
 static void emu_memset_zero(void *p, size_t bytes) {
+    reach_stream(0);
     OPEN_FOR_SCOPE();
     memset(p, 0, bytes);
 }
 
 static void emu_copy(void *dst, const void *src, size_t bytes) {
+    reach_stream(0);
     OPEN_FOR_SCOPE();
     memmove(dst, src, bytes);
 }
@@ -150,6 +174,7 @@ static uint64_t hash_bytes(const void *p, size_t bytes) {
 }
 
 static int64_t queue_copy(void *dst, const void *src, size_t bytes) {
+    reach_stream(0);
     OPEN_FOR_SCOPE();
     size_t n = (size_t)(queued - copied);
     if (n == queue_cap) {
@@ -183,16 +208,23 @@ static int64_t emu_to_host_async(void *dst, const void *src, size_t bytes) {
     return queue_copy(dst, src, bytes);
 }
 static int64_t emu_to_device_async(void *dst, const void *src, size_t bytes) { return queue_copy(dst, src, bytes); }
-static void emu_wait(int64_t ticket) { run_copies(ticket); }
+static void emu_wait(int64_t ticket) {
+    reach_stream(0);
+    run_copies(ticket);
+}
 static void *emu_host_alloc(size_t bytes) { return neox_backend_cpu()->host_alloc(bytes); }
 static void emu_host_free(void *p) { neox_backend_cpu()->host_free(p); }
 
-static void emu_synchronize(void) { run_copies(queued); }
+static void emu_synchronize(void) {
+    reach_stream(1);
+    run_copies(queued);
+}
 static size_t emu_peak_bytes(void) { return peak; }
 
 // Every op: the CPU op with the memory open.
 #define EMU_OP(ret, name, params, args)                                                                       \
     static ret emu_##name params {                                                                            \
+        reach_stream(0);                                                                                      \
         OPEN_FOR_SCOPE();                                                                                     \
         return neox_##name args;                                                                              \
     }

@@ -20,6 +20,21 @@ NEOX_BACKEND_OPS(NEOX_CUDA_DECLARE)
 // fp32 GEMMs may use TF32 tensor cores (about 8x faster, 10-bit mantissa products) when allowed;
 // off by default so that fp32 runs match the CPU. 16-bit GEMMs always accumulate in fp32.
 void neox_cuda_set_tf32(int allow);
+// Products run on cuBLASLt with their epilogues fused (the default), or, with 0, on cuBLAS with
+// separate epilogue kernels (kernels/cuda/gemm.cuh, neox_cuda_matmul): the harness checks both paths.
+void neox_cuda_set_cublaslt(int allow);
+// How many products cuBLASLt ran and how many fell back to cuBLAS for want of an algorithm, since the start.
+void neox_cuda_matmul_counts(long *lt, long *fallback);
+
+// The fused MLP products of a model whose activation is GELU's tanh approximation (cuBLASLt's
+// GELU_AUX_BIAS and DGELU epilogues), fp32: out (N, OC) = gelu_tanh(pre) with pre = inp (N, IC) @
+// weight (OC, IC)^T + bias, kept for backward (bias may be NULL); dpre (N, IC) = (dout (N, OC) @
+// weight) * gelu_tanh'(pre), overwritten. linear_forward then activation_forward, and linear_backward's
+// dinp then activation_backward, up to summation order. Not yet called by the model.
+void neox_cuda_linear_gelu_forward(float *out, float *pre, const float *inp, const float *weight, const float *bias,
+                                   int N, int IC, int OC);
+void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, const float *weight, const float *pre, int N,
+                                     int IC, int OC);
 
 // Timing marks for the per-op profile (kernels/cuda/op_timing.cu): mark records an event on the op
 // stream and returns its number; elapsed_ms waits for stop and gives the device time between the two

@@ -1,7 +1,14 @@
-// linear.cu: matrix products on cuBLAS (cublasGemmEx, fp32 accumulation; TF32 tensor cores for fp32
-// inputs only when neox_cuda_set_tf32 allowed them) and torch.nn.Linear forward and backward on
-// top of them, as kernels/cpu/linear.c does it: forward = broadcast bias then GEMM with beta = 1,
-// backward = two GEMMs and the bias gradient's column sums.
+// linear.cu: matrix products and torch.nn.Linear forward and backward on them, as kernels/cpu/
+// linear.c computes them. One owner runs every product (neox_cuda_matmul): cuBLASLt with the
+// epilogue fused (the bias in forward, the bias gradient in backward, GELU-tanh and its derivative
+// for the MLP), its heuristic's algorithm cached per shape and a 32 MiB workspace allocated once;
+// where cuBLASLt offers no algorithm, cuBLAS (cublasGemmEx) with the epilogue as separate kernels.
+// fp32 accumulation throughout; TF32 tensor cores for fp32 operands only when neox_cuda_set_tf32
+// allowed them.
+#include <cublasLt.h>
+#include <string.h>
+
+#include "kernels/activation_math.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
 
@@ -9,16 +16,27 @@ static cudaDataType_t data_type(neox_elem e) {
     return e == NEOX_ELEM_BF16 ? CUDA_R_16BF : e == NEOX_ELEM_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-void neox_cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,
-                    const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c) {
-    if (M <= 0 || N <= 0) return;
+static cublasComputeType_t compute_type(neox_elem ab) {
+    return ab == NEOX_ELEM_F32 && neox_cuda_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+static int g_use_lt = 1;
+static long g_lt_runs, g_fallbacks;
+
+extern "C" void neox_cuda_set_cublaslt(int allow) { g_use_lt = allow != 0; }
+extern "C" void neox_cuda_matmul_counts(long *lt, long *fallback) { *lt = g_lt_runs, *fallback = g_fallbacks; }
+
+int neox_cuda_epilogue_gelu_matches(neox_act_fn fn) { return fn == NEOX_FN_GELU_TANH; }
+
+// ---- the cuBLAS path ----------------------------------------------------------------------------
+static void gemm_cublas(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,
+                        const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c) {
     // cuBLAS is column-major: the row-major (M, N) C is the column-major (N, M) C^T = op(B)^T op(A)^T,
     // and a row-major operand read column-major is its transpose, so B goes first with the same flags.
-    cublasComputeType_t compute =
-        ab == NEOX_ELEM_F32 && neox_cuda_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasStatus_t st = cublasGemmEx(neox_cuda_cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                      trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, data_type(ab), ldb, A,
-                                     data_type(ab), lda, &beta, C, data_type(c), ldc, compute, CUBLAS_GEMM_DEFAULT);
+                                     data_type(ab), lda, &beta, C, data_type(c), ldc, compute_type(ab),
+                                     CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "neox cuda: cublasGemmEx(%c%c, M=%d N=%d K=%d, lda=%d ldb=%d ldc=%d) failed: %s\n",
                 trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, lda, ldb, ldc, cublasGetStatusString(st));
@@ -26,27 +44,266 @@ void neox_cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, 
     }
 }
 
+// c: (N, ldc) fp32, each row's first OC columns = bias. Grid: (column blocks, rows).
+__global__ void broadcast_rows_kernel(float *c, int ldc, const float *bias, int N, int OC) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int i = blockIdx.y; i < N; i += gridDim.y)
+        if (j < OC) c[(size_t)i * ldc + j] = bias[j];
+}
+
+static void broadcast_rows(float *c, int ldc, const float *bias, int N, int OC) {
+    dim3 grid((OC + 255) / 256, N < 65535 ? N : 65535);
+    broadcast_rows_kernel<<<grid, 256, 0, neox_cuda_current_stream()>>>(c, ldc, bias, N, OC);
+    CUDA_LAUNCHED();
+}
+
+// c: (M, ldc) fp32 rows, elementwise: GELU_AUX_BIAS keeps the pre-activation in aux and writes
+// gelu(aux) to c; DGELU multiplies c by gelu'(aux). One thread per element, grid-stride.
+__global__ void gelu_epilogue_kernel(float *c, int ldc, float *aux, int ldaux, int M, int N, int backward) {
+    size_t n = (size_t)M * N;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
+        size_t i = k / N, j = k % N;
+        float *x = c + i * ldc + j, *a = aux + i * ldaux + j;
+        if (backward) *x = neox_gelu_tanh_grad(*a) * *x;
+        else *a = *x, *x = neox_gelu_tanh(*x);
+    }
+}
+
+// A caller's misuse of neox_cuda_matmul (no input can cause it): report and stop.
+static void require(int ok, const char *what) {
+    if (ok) return;
+    fprintf(stderr, "neox cuda: internal error: %s (a bug in neox.c; please report)\n", what);
+    abort();
+}
+
+// The epilogue as separate kernels around a plain product (the fallback): the bias broadcast first
+// under beta = 0 (then added by the product's beta = 1), the rest after.
+static void fallback_matmul(const neox_cuda_matmul_args *g) {
+    int with_bias = (g->epilogue == NEOX_CUDA_EPI_BIAS || g->epilogue == NEOX_CUDA_EPI_GELU_AUX_BIAS) && g->bias;
+    require(g->beta == 0.0f || g->epilogue == NEOX_CUDA_EPI_NONE || g->epilogue == NEOX_CUDA_EPI_BGRADB,
+            "a bias or GELU epilogue with beta != 0");
+    require(g->epilogue == NEOX_CUDA_EPI_NONE || g->epilogue == NEOX_CUDA_EPI_BGRADB || g->c == NEOX_ELEM_F32,
+            "the fallback's bias and GELU epilogues take fp32 results");
+    if (with_bias) broadcast_rows((float *)g->C, g->ldc, g->bias, g->M, g->N);
+    gemm_cublas(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, g->A, g->lda, g->B, g->ldb, g->ab,
+                with_bias ? 1.0f : g->beta, g->C, g->ldc, g->c);
+    if (g->epilogue == NEOX_CUDA_EPI_BGRADB) {  // op(A) is (M, K): its rows' sums are the columns of A^T
+        require(g->trans_a && g->ab == NEOX_ELEM_F32, "BGRADB takes the fp32 dout as A^T");
+        CUDA_CHECK(cudaMemsetAsync(g->bias, 0, (size_t)g->M * sizeof(float), neox_cuda_current_stream()));
+        neox_cuda_column_sums(g->bias, (const float *)g->A, g->lda, NULL, NULL, NULL, g->K, g->M);
+    }
+    if (g->epilogue == NEOX_CUDA_EPI_GELU_AUX_BIAS || g->epilogue == NEOX_CUDA_EPI_DGELU) {
+        gelu_epilogue_kernel<<<blocks_for((size_t)g->M * g->N, 256), 256, 0, neox_cuda_current_stream()>>>(
+            (float *)g->C, g->ldc, (float *)g->aux, g->ldaux, g->M, g->N, g->epilogue == NEOX_CUDA_EPI_DGELU);
+        CUDA_LAUNCHED();
+    }
+}
+
+// ---- the cuBLASLt path ----------------------------------------------------------------------------
+enum { LT_WORKSPACE = 32 << 20, LT_CACHE = 1024 };
+
+static cublasLtHandle_t lt_handle(void) {
+    static cublasLtHandle_t h;
+    if (!h && cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "neox cuda: cuBLASLt did not start\n");
+        abort();
+    }
+    return h;
+}
+
+// Allocated on first use, from the backend's allocator (so the device peak counts it), never freed.
+static void *lt_workspace(void) {
+    static void *w;
+    if (!w) w = neox_cuda_alloc(LT_WORKSPACE);
+    return w;
+}
+
+// What the heuristic's choice depends on: the shapes, types, epilogue, and the operands' alignments.
+typedef struct lt_key {
+    int trans_a, trans_b, M, N, K, lda, ldb, ldc, ldaux;
+    int ab, c, epilogue, compute, beta_zero;
+    int align_a, align_b, align_c, align_aux;
+} lt_key;
+
+// A cached plan: the descriptors of the product and the algorithm (found 0: cuBLASLt has none).
+typedef struct lt_plan {
+    int used, found;
+    lt_key key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+static lt_plan g_plans[LT_CACHE];
+
+// The largest power of two up to 256 dividing the address (what cuBLASLt's kernels may assume).
+static int alignment(const void *p) {
+    uintptr_t x = (uintptr_t)p;
+    int a = 1;
+    while (a < 256 && !(x & (uintptr_t)a)) a <<= 1;
+    return a;
+}
+
+static lt_key key_of(const neox_cuda_matmul_args *g) {
+    lt_key k;
+    memset(&k, 0, sizeof k);  // (padding too: the key is hashed and compared as bytes)
+    k.trans_a = g->trans_a, k.trans_b = g->trans_b, k.M = g->M, k.N = g->N, k.K = g->K;
+    k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc, k.ldaux = g->aux ? g->ldaux : 0;
+    k.ab = g->ab, k.c = g->c, k.epilogue = g->epilogue, k.compute = compute_type(g->ab), k.beta_zero = g->beta == 0.0f;
+    k.align_a = alignment(g->A), k.align_b = alignment(g->B), k.align_c = alignment(g->C);
+    k.align_aux = g->aux ? alignment(g->aux) : 0;
+    return k;
+}
+
+static uint64_t hash_key(const lt_key *k) {
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void lt_check(cublasStatus_t st, const char *what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "neox cuda: %s failed: %s\n", what, cublasGetStatusString(st));
+    abort();
+}
+
+static cublasLtEpilogue_t lt_epilogue(neox_cuda_epilogue e) {
+    switch (e) {
+    case NEOX_CUDA_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case NEOX_CUDA_EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADB;
+    case NEOX_CUDA_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case NEOX_CUDA_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
+// The column-major view cuBLAS takes (see gemm_cublas): D' (N, M) = op(B)' op(A)', so cuBLASLt's
+// first operand is our B and its second our A; the bias runs along D's rows (our columns, N) and
+// BGRADB sums its second operand (our op(A)) into M values.
+static void make_plan(lt_plan *p, const neox_cuda_matmul_args *g) {
+    cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescCreate(&p->op, compute_type(g->ab), CUDA_R_32F), "cublasLtMatmulDescCreate");
+    lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
+    lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
+    cublasLtEpilogue_t epi = lt_epilogue(g->epilogue);
+    lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
+    if (g->epilogue != NEOX_CUDA_EPI_NONE && g->epilogue != NEOX_CUDA_EPI_DGELU) {  // our biases are fp32
+        cudaDataType_t bt = CUDA_R_32F;
+        lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), "BIAS_TYPE");
+    }
+    if (g->aux) {
+        int64_t ld = g->ldaux;
+        lt_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld), "AUX_LD");
+    }
+    // Layouts (rows, columns, leading dimension) of the stored column-major matrices.
+    int b_rows = g->trans_b ? g->K : g->N, b_cols = g->trans_b ? g->N : g->K;
+    int a_rows = g->trans_a ? g->M : g->K, a_cols = g->trans_a ? g->K : g->M;
+    lt_check(cublasLtMatrixLayoutCreate(&p->a, data_type(g->ab), b_rows, b_cols, g->ldb), "layout A");
+    lt_check(cublasLtMatrixLayoutCreate(&p->b, data_type(g->ab), a_rows, a_cols, g->lda), "layout B");
+    lt_check(cublasLtMatrixLayoutCreate(&p->c, data_type(g->c), g->N, g->M, g->ldc), "layout C");
+    cublasLtMatmulPreference_t pref;
+    lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    uint64_t ws = LT_WORKSPACE;
+    lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), "WS");
+    uint32_t al[4] = {(uint32_t)p->key.align_b, (uint32_t)p->key.align_a, (uint32_t)p->key.align_c,
+                      (uint32_t)p->key.align_c};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) lt_check(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]), "ALIGN");
+    cublasLtMatmulHeuristicResult_t result;
+    int count = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle(), p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &count);
+    p->found = st == CUBLAS_STATUS_SUCCESS && count > 0;
+    if (p->found) p->algo = result.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+}
+
+// The plan for g's key, made on first sight; a full table makes no more (NULL: the fallback).
+static lt_plan *plan_for(const neox_cuda_matmul_args *g) {
+    lt_key k = key_of(g);
+    uint64_t h = hash_key(&k);
+    for (int probe = 0; probe < LT_CACHE; probe++) {
+        lt_plan *p = &g_plans[(h + (uint64_t)probe) % LT_CACHE];
+        if (p->used && !memcmp(&p->key, &k, sizeof k)) return p;
+        if (!p->used) {
+            p->used = 1, p->key = k;
+            make_plan(p, g);
+            return p;
+        }
+    }
+    return NULL;
+}
+
+static void set_pointer(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const void *ptr) {
+    lt_check(cublasLtMatmulDescSetAttribute(op, attr, &ptr, sizeof ptr), "epilogue pointer");
+}
+
+static int matmul_lt(const neox_cuda_matmul_args *g) {
+    lt_plan *p = plan_for(g);
+    if (!p || !p->found) return -1;
+    if (g->bias) set_pointer(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g->bias);
+    if (g->aux) set_pointer(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g->aux);
+    lt_check(cublasLtMatmul(lt_handle(), p->op, &g->alpha, g->B, p->a, g->A, p->b, &g->beta, g->C, p->c, g->C, p->c,
+                            &p->algo, lt_workspace(), LT_WORKSPACE, neox_cuda_current_stream()),
+             "cublasLtMatmul");
+    return 0;
+}
+
+void neox_cuda_matmul(const neox_cuda_matmul_args *g) {
+    if (g->M <= 0 || g->N <= 0) return;
+    if (g_use_lt && matmul_lt(g) == 0) {
+        g_lt_runs++;
+        return;
+    }
+    g_fallbacks++;
+    fallback_matmul(g);
+}
+
+void neox_cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,
+                    const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c) {
+    neox_cuda_matmul_args g = {trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, ab, C, ldc, c,
+                               NEOX_CUDA_EPI_NONE, NULL, NULL, 0};
+    neox_cuda_matmul(&g);
+}
+
+// A small buffer of its own for the bias gradient's sums and a zero bias (the shared scratch may be
+// taken by the product's fallback kernels), grown when needed.
+static float *bias_buffer(int n) {
+    static float *buf;
+    static int cap;
+    if (n > cap) {
+        if (buf) neox_cuda_free(buf);  // (cudaFree waits for the ops that used it)
+        buf = (float *)neox_cuda_alloc((size_t)n * sizeof(float));
+        cap = n;
+    }
+    return buf;
+}
+
+// ---- the ops --------------------------------------------------------------------------------------
 extern "C" void neox_cuda_gemm_ex(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,
                                   const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c) {
     neox_cuda_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, c);
 }
 
-// out: (N, ldo), each row's first OC columns = bias. Grid: (column blocks, rows).
-__global__ void broadcast_rows_kernel(float *out, int ldo, const float *bias, int N, int OC) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    for (int i = blockIdx.y; i < N; i += gridDim.y)
-        if (c < OC) out[(size_t)i * ldo + c] = bias[c];
-}
-
+// out (N, ldo) = inp (N, IC) @ weight (OC, IC)^T (+ bias in the epilogue).
 extern "C" void neox_cuda_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
                                          int N, int IC, int OC) {
-    if (bias && N > 0) {
-        dim3 grid((OC + 255) / 256, N < 65535 ? N : 65535);
-        broadcast_rows_kernel<<<grid, 256, 0, neox_cuda_current_stream()>>>(out, ldo, bias, N, OC);
-        CUDA_LAUNCHED();
-    }
-    neox_cuda_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, NEOX_ELEM_F32, bias ? 1.0f : 0.0f, out, ldo,
-                   NEOX_ELEM_F32);
+    neox_cuda_matmul_args g = {0, 1, N, OC, IC, 1.0f, 0.0f, inp, IC, weight, IC, NEOX_ELEM_F32, out, ldo,
+                               NEOX_ELEM_F32, bias ? NEOX_CUDA_EPI_BIAS : NEOX_CUDA_EPI_NONE, (float *)bias, NULL, 0};
+    neox_cuda_matmul(&g);
+}
+
+// dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC), with dbias += dout's column sums made by the same
+// product (BGRADB, which overwrites: into scratch, then added) when both are asked for.
+static void weight_grads(float *dweight, float *dbias, const float *dout, int ldo, const float *inp, int N, int IC,
+                         int OC) {
+    float *sums = dbias ? bias_buffer(OC) : NULL;
+    neox_cuda_matmul_args g = {1, 0, OC, IC, N, 1.0f, 1.0f, dout, ldo, inp, IC, NEOX_ELEM_F32, dweight, IC,
+                               NEOX_ELEM_F32, dbias ? NEOX_CUDA_EPI_BGRADB : NEOX_CUDA_EPI_NONE, sums, NULL, 0};
+    neox_cuda_matmul(&g);
+    if (dbias) neox_cuda_add_inplace(dbias, sums, (size_t)OC);
 }
 
 extern "C" void neox_cuda_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
@@ -54,7 +311,24 @@ extern "C" void neox_cuda_linear_backward(float *dinp, float *dweight, float *db
     if (dinp)  // dinp (N, IC) = dout (N, OC) @ weight (OC, IC)
         neox_cuda_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, NEOX_ELEM_F32, accumulate ? 1.0f : 0.0f, dinp, IC,
                        NEOX_ELEM_F32);
-    // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC); NULL when only dinp or dbias is wanted
-    if (dweight) neox_cuda_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, NEOX_ELEM_F32, 1.0f, dweight, IC, NEOX_ELEM_F32);
-    if (dbias) neox_cuda_column_sums(dbias, dout, ldo, NULL, NULL, NULL, N, OC);
+    if (dweight) weight_grads(dweight, dbias, dout, ldo, inp, N, IC, OC);  // NULL when only dinp or dbias is wanted
+    else if (dbias) neox_cuda_column_sums(dbias, dout, ldo, NULL, NULL, NULL, N, OC);
+}
+
+extern "C" void neox_cuda_linear_gelu_forward(float *out, float *pre, const float *inp, const float *weight,
+                                              const float *bias, int N, int IC, int OC) {
+    neox_cuda_matmul_args g = {0, 1, N, OC, IC, 1.0f, 0.0f, inp, IC, weight, IC, NEOX_ELEM_F32, out, OC,
+                               NEOX_ELEM_F32, NEOX_CUDA_EPI_GELU_AUX_BIAS, (float *)bias, pre, OC};
+    if (!bias) {  // cuBLASLt's GELU_AUX without a bias: a zero bias keeps one epilogue (and one plan kind)
+        g.bias = bias_buffer(OC);
+        CUDA_CHECK(cudaMemsetAsync(g.bias, 0, (size_t)OC * sizeof(float), neox_cuda_current_stream()));
+    }
+    neox_cuda_matmul(&g);
+}
+
+extern "C" void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, const float *weight, const float *pre,
+                                                int N, int IC, int OC) {
+    neox_cuda_matmul_args g = {0, 0, N, IC, OC, 1.0f, 0.0f, dout, OC, weight, IC, NEOX_ELEM_F32, dpre, IC,
+                               NEOX_ELEM_F32, NEOX_CUDA_EPI_DGELU, NULL, (void *)pre, IC};
+    neox_cuda_matmul(&g);
 }

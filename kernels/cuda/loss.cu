@@ -1,7 +1,12 @@
 // loss.cu: softmax cross-entropy fused over the vocabulary, one block per row, as kernels/cpu/
 // cross_entropy.c: the row max, the sum of exponentials in double, the log-sum-exp saved for the
 // backward, which recomputes the probabilities and may overwrite the logits in place. The two
-// halves (row max, row sum) serve a vocabulary split over tensor-parallel ranks.
+// halves (row max, row sum) serve a vocabulary split over tensor-parallel ranks. The fused loss
+// (neox_cross_entropy_fused) does a row's statistics and gradient in one pass, the row held in
+// shared memory when it fits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "kernels/cuda/common.cuh"
 
 enum { CE_THREADS = 512 };
@@ -117,4 +122,98 @@ extern "C" void neox_cuda_cross_entropy_loss(float *lse, double *loss, const flo
                                              const float *mask, int N) {
     cross_entropy_loss_kernel<<<1, 1024, 0, neox_cuda_current_stream()>>>(lse, loss, mx, stats, mask, N);
     CUDA_LAUNCHED();
+}
+
+// ---- the fused loss and gradient ---------------------------------------------------------------
+// The logits' storage types, widened to fp32 and rounded back (to nearest even) one element at a time.
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T narrow(float x);
+template <> __device__ __forceinline__ float narrow<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half narrow<__half>(float x) { return __float2half_rn(x); }
+
+// The most dynamic shared memory a block may opt in to on this device (an H100's 227 KiB, an A100's
+// 163), less room for the block reductions' own: a row up to this long is kept there between the
+// passes, a longer one read from global memory (L2) again.
+static size_t fused_cache_bytes(void) {
+    static size_t bytes;
+    if (!bytes) {
+        int device, optin;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        bytes = optin > 4096 ? (size_t)optin - 1024 : 1;
+    }
+    return bytes;
+}
+
+// z: (N, V) logits of type T, one block per row, overwritten by the row's gradient; mx, sum,
+// target_logit: (N), written unless stats_given (then mx, sum are the reduced inputs). The row sits in
+// dynamic shared memory (cached = 1) or is re-read. The sum of exponentials is in double and the
+// target's one-hot subtracted in fp32 before rounding, as the CPU's cross_entropy.c.
+template <typename T>
+__global__ void cross_entropy_fused_kernel(T *logits, float *mx, double *sum, double *target_logit, const int *targets,
+                                           const float *weight, float scale, int V, int stats_given, int cached) {
+    extern __shared__ __align__(16) unsigned char fused_row[];
+    size_t row = blockIdx.x;
+    T *z = logits + row * V;
+    const T *src = z;
+    int t = targets[row];
+    if (cached) {
+        T *cache = (T *)fused_row;
+        for (int j = threadIdx.x; j < V; j += blockDim.x) cache[j] = z[j];
+        __syncthreads();
+        src = cache;
+    }
+    float m;
+    double s;
+    if (stats_given) {
+        m = mx[row], s = sum[row];
+    } else {
+        m = -INFINITY;
+        for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, widen(src[j]));
+        m = block_max(m);
+        s = 0.0;
+        for (int j = threadIdx.x; j < V; j += blockDim.x) s += (double)expf(widen(src[j]) - m);
+        s = block_sum(s);
+        if (threadIdx.x == 0) {
+            mx[row] = m, sum[row] = s;
+            target_logit[row] = t >= 0 && t < V ? (double)widen(src[t]) : 0.0;
+        }
+    }
+    float l = m + (float)log(s), w = (weight ? weight[row] : 1.0f) * scale;
+    // Each element is read and written by the same thread (and the cache is not written), so the
+    // gradient may overwrite the logits.
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float d = expf(widen(src[j]) - l) * w;
+        z[j] = narrow<T>(j == t ? d - w : d);
+    }
+}
+
+template <typename T>
+static void launch_fused(void *logits, float *mx, double *sum, double *target_logit, const int *targets,
+                         const float *weight, float scale, int N, int V, int stats_given) {
+    static int limit_set;  // the opt-in above 48 KiB of dynamic shared memory, once per instantiation
+    if (!limit_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(cross_entropy_fused_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)fused_cache_bytes()));
+        limit_set = 1;
+    }
+    size_t bytes = (size_t)V * sizeof(T);
+    int cached = bytes <= fused_cache_bytes();
+    cross_entropy_fused_kernel<T><<<N, CE_THREADS, cached ? bytes : 0, neox_cuda_current_stream()>>>(
+        (T *)logits, mx, sum, target_logit, targets, weight, scale, V, stats_given, cached);
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum,
+                                              double *target_logit, const int *targets, const float *weight,
+                                              float scale, int N, int V, int stats_given) {
+    if (N <= 0) return;
+    if (logits_elem == NEOX_ELEM_BF16)
+        launch_fused<__nv_bfloat16>(logits, mx, sum, target_logit, targets, weight, scale, N, V, stats_given);
+    else if (logits_elem == NEOX_ELEM_F16)
+        launch_fused<__half>(logits, mx, sum, target_logit, targets, weight, scale, N, V, stats_given);
+    else launch_fused<float>(logits, mx, sum, target_logit, targets, weight, scale, N, V, stats_given);
 }

@@ -996,7 +996,7 @@ const neox_key_spec neox_key_specs[] = {
     {.name = "gradient_compression_replay", .type = NEOX_TYPE_STR, .default_text = NULL, .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,
      .min = 1, .max = 0},
-    {.name = "comm_timeout_seconds", .type = NEOX_TYPE_FLOAT, .default_text = "0", .choices = NULL, .supported = NULL,
+    {.name = "comm_timeout_seconds", .type = NEOX_TYPE_FLOAT, .default_text = "1800", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 0, .max = INFINITY},
     {.name = "comm_progress_thread_us", .type = NEOX_TYPE_INT, .default_text = "0", .choices = NULL, .supported = NULL,

@@ -79,7 +79,7 @@ static void make_partition(neox_grad_exchange *x) {
 static int make_reducers(neox_grad_exchange *x, neox_error *err) {
     neox_grad_exchange_settings *s = &x->s;
     if (s->sparse)
-        x->sparse = neox_sparse_rows_make(s->data, s->sparse_rows, s->sparse_width, s->sparse_row_begin, s->predivide);
+        x->sparse = neox_sparse_rows_make(s->data, s->backend, s->sparse_rows, s->sparse_width, s->sparse_row_begin, s->predivide);
     x->reducer_first = x->sparse ? 1 : 0;
     if (s->zero_stage >= 2) make_partition(x);
     // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
@@ -104,7 +104,7 @@ static neox_onebit *make_onebit(const neox_grad_exchange *x) {
     for (int i = 0; i < s->nparams; i++)
         neox_assert(s->param_offset[i] == (i ? s->param_offset[i - 1] + s->param_size[i - 1] : 0),
                     "compressed all-reduce: parameter %d does not follow parameter %d", i, i - 1);
-    return neox_onebit_make(s->data, s->param_size, s->nparams);
+    return neox_onebit_make(s->data, s->backend, s->param_size, s->nparams);
 }
 
 // Adaptive runs choose the rank per bucket: state for every matrix that pays at the smallest candidate.
@@ -113,7 +113,8 @@ static neox_powersgd *make_powersgd(const neox_grad_exchange *x) {
     int ranks[NEOX_ADAPTIVE_MAX_RANKS];
     int min_rank = s->compression == NEOX_COMPRESSION_ADAPTIVE
                        ? ranks[neox_adaptive_candidate_ranks(s->powersgd_rank, ranks) - 1] : s->powersgd_rank;
-    return neox_powersgd_make_ranks(s->data, s->rows, s->cols, s->nparams, min_rank, s->powersgd_rank);
+    return neox_powersgd_make_ranks(s->data, s->backend, s->rows, s->cols, s->nparams, min_rank,
+                                    s->powersgd_rank);
 }
 
 static void make_compressors(neox_grad_exchange *x) {
@@ -382,6 +383,8 @@ static void compress_planned(neox_grad_exchange *x) {
             wire = neox_onebit_wire_bytes_range(x->onebit, first, count);
             units[c.scheme] += elements;
         }
+        // A device queues the compressor's ops and returns: its cost is known once they have run.
+        if (x->s.backend->on_device) x->s.backend->synchronize();
         extra[c.scheme] += fmax(0.0, neox_now() - start - neox_adaptive_run_link_seconds(x->adaptive, wire));
     }
     neox_adaptive_run_add_costs(x->adaptive, extra, units);

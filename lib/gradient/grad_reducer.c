@@ -94,14 +94,15 @@ static void scale(neox_grad_reducer *r, float *x, size_t n, float factor) {
     if (factor != 1.0f) r->be->scale(x, n, factor);
 }
 
-// Device gradients need NCCL on every group the reducer uses (MPI here cannot read device memory);
-// the trainer's set-up gives every group one (neox_grid_enable_device) before it makes a reducer.
+// Device gradients need a device communicator on every group the reducer uses (MPI here cannot read
+// device memory); the trainer's set-up gives every group one (neox_grid_enable_device, or
+// neox_grid_enable_emulated) before it makes a reducer.
 static void check_device_groups(const neox_grad_reducer *r) {
     const neox_comm *groups[] = {r->data, r->opt.hier_intra, r->opt.hier_inter};
     for (int i = 0; i < 3; i++)
-        neox_assert(!groups[i] || groups[i]->size == 0 || groups[i]->nccl,
-                    "gradient reducer: the gradients are device memory but group %s has no NCCL communicator "
-                    "(neox_grid_enable_device makes them)", groups[i]->name);
+        neox_assert(!groups[i] || groups[i]->size == 0 || groups[i]->device,
+                    "gradient reducer: the gradients are device memory but group %s has no device communicator "
+                    "(neox_grid_enable_device or neox_grid_enable_emulated makes them)", groups[i]->name);
 }
 
 static void hier_pump(neox_grad_reducer *r, int wait);

@@ -6,10 +6,18 @@
 // back to the system), unless its next use in the pass comes within max_reuse_distance elements.
 // Because the order in which a pass uses the units is known in advance (the model's trace), the
 // units after the current one are gathered ahead with non-blocking all-gathers (prefetch), up to
-// prefetch_elems elements at a time and as long as the gathered elements stay under max_live; the
-// untied embedding and output layer, used in pieces, get their next piece gathered the same way.
-// Small tensors (at most persistence_threshold elements) are persistent: gathered once after
-// every update and kept whole, as DeepSpeed keeps its persistent parameters.
+// prefetch_elems elements at a time and as long as the gathered elements stay within the live
+// bound; the untied embedding and output layer, used in pieces, get their next piece gathered the
+// same way. Small tensors (at most persistence_threshold elements) are persistent: gathered once
+// after every update and kept whole, as DeepSpeed keeps its persistent parameters.
+//
+// What a rank holds whole besides its partition is bounded so that stage 3 never holds more
+// parameters than stage 0 (the whole model): the persistent tensors take at most half of the
+// elements outside the partition, and the units and pieces gathered at once (in use, prefetched or
+// kept for reuse) at most the rest, and at most max_live (the live bound). A unit kept for its
+// reuse is released early when a gather needs its room (the one used again last goes first); only
+// a single unit in use larger than the bound passes it. The embeddings' pieces are sized by
+// neox_param_gather_piece_limit so that one in use and the next fit the bound.
 //
 // Every rank of the data group runs the same passes with the same traces, so the collectives start
 // in the same order everywhere. A dry run of a trace (no communication) gives the peak of gathered
@@ -49,6 +57,7 @@ struct neox_param_gather {
     const int *trace;        // the pass's units in order of use (NULL between passes)
     int trace_len, pos;
     size_t live;             // elements of the units gathered or in flight
+    size_t live_limit;       // the live bound: max_live and the room the partition and persistent tensors leave
     int dry;                 // plan: change states and counts only, no communication
     int pinned;              // neox_param_gather_all: nothing is released before end
     int lazy_whole[2];       // a piece-gathered range is whole (gathered by neox_param_gather_all)
@@ -58,6 +67,10 @@ struct neox_param_gather {
     int ahead_active[2];
     neox_param_gather_stats stats;
 };
+
+// The elements outside a rank's partition, the same on every rank (that of the largest partition):
+// the ranks must choose the same persistent tensors and make the same gathers in the same order.
+static size_t outside_partition(size_t n, int ranks) { return n - (n + (size_t)ranks - 1) / (size_t)ranks; }
 
 static void run_init(neox_param_gather *g, run *r, size_t begin, size_t end) {
     r->begin = begin, r->end = end;
@@ -99,8 +112,12 @@ neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t
     g->nunits = nunits;
     g->units = neox_calloc((size_t)nunits, sizeof *g->units);
     // Persistent tensors: those of at most persistence_threshold elements, taken in buffer order
-    // while their total stays within model_persistence_threshold (< 0: no cap).
-    size_t persist_total = 0;
+    // while their total stays within model_persistence_threshold (< 0: no cap) and half the
+    // elements outside the partition.
+    size_t outside = outside_partition(n, data->size), persist_total = 0;
+    int64_t persist_cap = (int64_t)(outside / 2);
+    if (opt->model_persistence_threshold >= 0 && opt->model_persistence_threshold < persist_cap)
+        persist_cap = opt->model_persistence_threshold;
     for (int u = 0; u < nunits; u++) {
         unit *x = &g->units[u];
         for (int p = unit_first[u]; p < unit_first[u + 1]; p++) {
@@ -112,8 +129,7 @@ neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t
                 continue;
             }
             int persist = (int64_t)param_size[p] <= opt->persistence_threshold &&
-                          (opt->model_persistence_threshold < 0 ||
-                           (int64_t)(persist_total + param_size[p]) <= opt->model_persistence_threshold);
+                          (int64_t)(persist_total + param_size[p]) <= persist_cap;
             if (persist) {
                 persist_total += param_size[p];
                 add_range(g, &g->persistent, &g->npersistent, lo, hi);
@@ -128,6 +144,8 @@ neox_param_gather *neox_param_gather_make(neox_comm *data, float *params, size_t
             g->kept[r] = neox_calloc((opt->piece_end[r] - opt->piece_begin[r]) / opt->piece_elems + 1, 1);
     g->persistent_elems = persist_total;
     g->stats.persistent_elements = (int64_t)persist_total;
+    g->live_limit = outside - persist_total;
+    if (opt->max_live >= 0 && (uint64_t)opt->max_live < g->live_limit) g->live_limit = (size_t)opt->max_live;
     return g;
 }
 
@@ -192,15 +210,69 @@ void neox_param_gather_begin(neox_param_gather *g, const int *trace, int len) {
     g->trace = trace, g->trace_len = len, g->pos = 0;
 }
 
-// Gathers ahead the units the trace uses next, up to prefetch_elems elements and while the
-// gathered elements stay below max_live (DeepSpeed's budget: the smaller of the two, counted after
-// the current unit's gather).
+// Where the pass uses unit u next, from the current position on (trace_len: not again).
+static int next_use(const neox_param_gather *g, int u) {
+    for (int j = g->pos; g->trace && j < g->trace_len; j++)
+        if (g->trace[j] == u) return j;
+    return g->trace_len;
+}
+
+static void drop_range(neox_param_gather *g, size_t begin, size_t end);
+
+// The last kept piece of range i (the one a pass reaches last: pieces are used in ascending
+// order), or -1.
+static long last_kept_piece(const neox_param_gather *g, int i) {
+    if (!g->kept[i]) return -1;
+    size_t count = (g->opt.piece_end[i] - g->opt.piece_begin[i] + g->opt.piece_elems - 1) / g->opt.piece_elems;
+    for (size_t k = count; k-- > 0;)
+        if (g->kept[i][k]) return (long)k;
+    return -1;
+}
+
+static void drop_kept_piece(neox_param_gather *g, int i, long k) {
+    size_t lo = g->opt.piece_begin[i] + (size_t)k * g->opt.piece_elems, e = g->opt.piece_end[i];
+    drop_range(g, lo, e - lo < g->opt.piece_elems ? e : lo + g->opt.piece_elems);
+    g->kept[i][k] = 0;
+}
+
+// Gives back what was kept whole for a later use (units not in use, pieces) until need more
+// elements fit the live bound, those used again last first, and only those used after position
+// horizon (a gather for the use in progress takes room from anything kept; a prefetch only from
+// what is needed later than what it gathers). Whether they fit now.
+static int make_room(neox_param_gather *g, size_t need, int horizon) {
+    while (!g->pinned && g->live + need > g->live_limit) {
+        int best = -1, best_use = horizon, best_piece = -1;
+        for (int u = 0; u < g->nunits; u++) {
+            const unit *x = &g->units[u];
+            if (x->state != AVAILABLE || x->active > 0 || x->gathered == 0) continue;
+            int use = next_use(g, u);
+            if (use > best_use) best = u, best_use = use, best_piece = -1;
+        }
+        for (int i = 0; i < 2; i++) {
+            int use = next_use(g, g->lazy_owner[i]);
+            if (last_kept_piece(g, i) >= 0 && use > best_use) best = i, best_use = use, best_piece = 1;
+        }
+        if (best < 0) break;
+        if (best_piece > 0) drop_kept_piece(g, best, last_kept_piece(g, best));
+        else release_unit(g, best);
+    }
+    return g->live + need <= g->live_limit;
+}
+
+// Gathers ahead the units the trace uses next, in order, while fewer than prefetch_elems elements
+// were started in this call (DeepSpeed's budget) and each fits the live bound, counted after the
+// current unit's gather and leaving room for one piece when the current unit is used by pieces
+// (room is made from what is kept for a later use).
 static void prefetch(neox_param_gather *g) {
-    int64_t room = g->opt.max_live - (int64_t)g->live, budget = g->opt.prefetch_elems < room ? g->opt.prefetch_elems : room;
     int64_t taken = 0;
-    for (int j = g->pos + 1; j < g->trace_len && taken < budget; j++) {
+    int u = g->trace[g->pos];
+    size_t reserve = 0;
+    for (int i = 0; i < 2; i++)
+        if (g->lazy_owner[i] == u && g->opt.piece_begin[i] < g->opt.piece_end[i]) reserve = g->opt.piece_elems;
+    for (int j = g->pos + 1; j < g->trace_len && taken < g->opt.prefetch_elems; j++) {
         int v = g->trace[j];
         if (g->units[v].state != RELEASED || g->units[v].gathered == 0) continue;
+        if (!make_room(g, g->units[v].gathered + reserve, j)) break;
         start_gather(g, v, 1);
         taken += (int64_t)g->units[v].gathered;
     }
@@ -212,7 +284,10 @@ void neox_param_gather_acquire(neox_param_gather *g, int u) {
                 "ZeRO-3: the model used weight unit %d where its trace has %d (position %d of %d)", u,
                 g->pos < g->trace_len ? g->trace[g->pos] : -1, g->pos, g->trace_len);
     unit *x = &g->units[u];
-    if (x->state == RELEASED && x->gathered > 0) start_gather(g, u, 0);
+    if (x->state == RELEASED && x->gathered > 0) {
+        make_room(g, x->gathered, g->pos - 1);  // (a unit larger than the bound is gathered all the same)
+        start_gather(g, u, 0);
+    }
     if (x->state == INFLIGHT) finish_gather(g, u);
     if (x->gathered == 0) x->state = AVAILABLE;
     x->active++;
@@ -233,9 +308,10 @@ static int reused_soon(const neox_param_gather *g, int u) {
     return 0;
 }
 
+// A unit used again soon is kept while the live bound holds it.
 void neox_param_gather_release(neox_param_gather *g, int u) {
     unit *x = &g->units[u];
-    if (--x->active > 0 || x->gathered == 0 || g->pinned || reused_soon(g, u)) return;
+    if (--x->active > 0 || x->gathered == 0 || g->pinned || (reused_soon(g, u) && g->live <= g->live_limit)) return;
     release_unit(g, u);
 }
 
@@ -284,13 +360,12 @@ static void drop_ahead(neox_param_gather *g, int i) {
 }
 
 // Passes use a range's pieces in ascending order, so while piece [begin, end) is used the next one
-// is gathered, under the units' rule (a budget, the smaller of prefetch_elems and the room under
-// max_live, that is not exhausted) unless it is still whole from its last use.
+// is gathered, under the units' rule (a prefetch budget, and room under the live bound) unless it
+// is still whole from its last use.
 static void prefetch_piece(neox_param_gather *g, int i, size_t end) {
     size_t e = g->opt.piece_end[i], hi = e - end < g->opt.piece_elems ? e : end + g->opt.piece_elems;
     if (end >= e || g->ahead_active[i] || g->kept[i][(end - g->opt.piece_begin[i]) / g->opt.piece_elems]) return;
-    int64_t room = g->opt.max_live - (int64_t)g->live, budget = g->opt.prefetch_elems < room ? g->opt.prefetch_elems : room;
-    if (budget <= 0) return;
+    if (g->opt.prefetch_elems <= 0 || !make_room(g, hi - end, g->pos - 1)) return;
     start_range(g, &g->ahead[i], end, hi);
     g->ahead_active[i] = 1;
     if (!g->dry) g->stats.prefetched++, g->stats.pieces_prefetched++;
@@ -298,7 +373,7 @@ static void prefetch_piece(neox_param_gather *g, int i, size_t end) {
 
 // A piece is gathered when used unless still whole from its last use or gathered ahead; after the
 // use it stays whole while its unit is used again within max_reuse_distance (the output layer from
-// forward's end to backward's start), as the units do.
+// forward's end to backward's start) and the live bound holds it, as the units do.
 void neox_param_gather_piece(neox_param_gather *g, size_t begin, size_t end, int use) {
     int i = in_pieces(&g->opt, begin, end);
     neox_assert(i >= 0, "ZeRO-3: elements %zu-%zu are not in a range gathered by pieces", begin, end);
@@ -309,9 +384,13 @@ void neox_param_gather_piece(neox_param_gather *g, size_t begin, size_t end, int
         g->ahead_active[i] = 0;
     } else if (use) {
         drop_ahead(g, i);
-        if (*kept) *kept = 0;
-        else gather_range(g, begin, end);
-    } else if (g->trace && reused_soon(g, g->lazy_owner[i])) *kept = 1;
+        if (*kept) {
+            *kept = 0;
+        } else {
+            make_room(g, end - begin, g->pos - 1);
+            gather_range(g, begin, end);
+        }
+    } else if (g->trace && reused_soon(g, g->lazy_owner[i]) && g->live <= g->live_limit) *kept = 1;
     else drop_range(g, begin, end);
     if (use) prefetch_piece(g, i, end);
 }
@@ -402,6 +481,14 @@ size_t neox_param_gather_plan(neox_param_gather *g, const int *trace, int len) {
 }
 
 neox_param_gather_stats neox_param_gather_stats_of(const neox_param_gather *g) { return g->stats; }
+
+size_t neox_param_gather_live_limit(const neox_param_gather *g) { return g->live_limit; }
+
+size_t neox_param_gather_piece_limit(size_t n, int ranks, int64_t max_live) {
+    size_t outside = outside_partition(n, ranks), live = outside - outside / 2;  // (the persistent tensors take at most half)
+    if (max_live >= 0 && (uint64_t)max_live < live) live = (size_t)max_live;
+    return live / 2;  // one piece in use and the next gathered ahead
+}
 
 size_t neox_param_gather_scratch_bytes(const neox_param_gather *g) {
     if (g->data->size < 2) return 0;

@@ -5,18 +5,20 @@
 // every rank. Vectors, and matrices too small for rank r to pay, travel uncompressed beside P.
 // Two all-reduces per call: [every P, every uncompressed element], then [every Q]. Adaptive
 // compression changes the rank per bucket: each matrix's Q is stored at the largest rank and a call
-// uses its leading columns, so a rank change moves no state (see neox_powersgd_set_rank).
-#include <math.h>
+// uses its leading columns, so a rank change moves no state (see neox_powersgd_set_rank). Every
+// buffer (the error, Q, both messages) lives on the gradients' backend and every pass over one is
+// its op (gemm_ex, orthonormalise_columns, add_inplace, add_scaled, scale, copy_matrix); the host
+// only writes Q's random starting columns.
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "gradient.h"
 
-// C = alpha op(A) op(B) + beta C in fp32, through the kernels' GEMM op (host buffers only).
-static void f32_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                     const float *B, int ldb, float beta, float *C, int ldc) {
-    neox_gemm_ex(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, NEOX_ELEM_F32, beta, C, ldc, NEOX_ELEM_F32);
+// C = op(A) op(B) in fp32, through the backend's GEMM op.
+static void f32_gemm(const neox_backend *be, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
+                     const float *B, int ldb, float *C, int ldc) {
+    be->gemm_ex(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, NEOX_ELEM_F32, 0.0f, C, ldc, NEOX_ELEM_F32);
 }
 
 typedef struct matrix {
@@ -29,6 +31,7 @@ typedef struct matrix {
 
 struct neox_powersgd {
     neox_comm *comm;
+    const neox_backend *be;
     int n, max_rank;
     matrix *mat;
     float *error, *q, *msg, *qmsg;
@@ -42,11 +45,21 @@ static int pays(int r, int rows, int cols) {
 
 #define Q_SEED 20190613u
 
-neox_powersgd *neox_powersgd_make_ranks(neox_comm *c, const int *rows, const int *cols, int nseg, int min_rank, int rank) {
+static float *zeroed(const neox_backend *be, size_t count) {
+    float *p = be->alloc(count * sizeof(float));
+    be->memset_zero(p, count * sizeof(float));
+    return p;
+}
+
+// A uniform draw in [-0.5, 0.5) from a fixed seed: Q's starting values, the same on every rank.
+static float q_value(neox_mt19937 *rs) { return (float)neox_mt19937_next(rs) / 4294967296.0f - 0.5f; }
+
+neox_powersgd *neox_powersgd_make_ranks(neox_comm *c, const neox_backend *be, const int *rows, const int *cols,
+                                        int nseg, int min_rank, int rank) {
     // (gradient_compression_rank is at least 1 by the key schema.)
     neox_assert(min_rank >= 1 && min_rank <= rank, "powersgd: ranks %d-%d: expected 1 <= smallest <= largest", min_rank, rank);
     neox_powersgd *o = neox_calloc(1, sizeof *o);
-    o->comm = c, o->n = nseg, o->max_rank = rank;
+    o->comm = c, o->be = be ? be : neox_backend_cpu(), o->n = nseg, o->max_rank = rank;
     o->mat = neox_calloc(nseg ? (size_t)nseg : 1, sizeof(matrix));
     size_t offset = 0;
     for (int s = 0; s < nseg; s++) {
@@ -60,27 +73,29 @@ neox_powersgd *neox_powersgd_make_ranks(neox_comm *c, const int *rows, const int
         o->error_len += (size_t)rows[s] * (size_t)cols[s];
         o->q_len += (size_t)cols[s] * (size_t)rank;
     }
-    o->error = neox_calloc(o->error_len + 1, sizeof(float));
-    o->q = neox_calloc(o->q_len + 1, sizeof(float));
-    o->msg = neox_calloc(offset + 1, sizeof(float));  // no call sends more than the matrices
-    o->qmsg = neox_calloc(o->q_len + 1, sizeof(float));
+    o->error = zeroed(o->be, o->error_len + 1);
+    o->q = zeroed(o->be, o->q_len + 1);
+    o->msg = zeroed(o->be, offset + 1);  // no call sends more than the matrices
+    o->qmsg = zeroed(o->be, o->q_len + 1);
+    float *q = neox_calloc(o->q_len + 1, sizeof(float));
     neox_mt19937 rs;  // the same start on every rank: a fixed seed
     neox_mt19937_seed(&rs, Q_SEED);
-    for (size_t i = 0; i < o->q_len; i++) o->q[i] = (float)neox_mt19937_next(&rs) / 4294967296.0f - 0.5f;
+    for (size_t i = 0; i < o->q_len; i++) q[i] = q_value(&rs);
+    o->be->to_device(o->q, q, o->q_len * sizeof(float));
+    free(q);
     return o;
 }
 
-neox_powersgd *neox_powersgd_make(neox_comm *c, const int *rows, const int *cols, int nseg, int rank) {
-    return neox_powersgd_make_ranks(c, rows, cols, nseg, rank, rank);
+neox_powersgd *neox_powersgd_make(neox_comm *c, const neox_backend *be, const int *rows, const int *cols, int nseg,
+                                  int rank) {
+    return neox_powersgd_make_ranks(c, be, rows, cols, nseg, rank, rank);
 }
 
 void neox_powersgd_free(neox_powersgd *o) {
     if (!o) return;
     free(o->mat);
-    free(o->error);
-    free(o->q);
-    free(o->msg);
-    free(o->qmsg);
+    float *mem[] = {o->error, o->q, o->msg, o->qmsg};
+    for (size_t i = 0; i < sizeof mem / sizeof *mem; i++) o->be->free(mem[i]);
     free(o);
 }
 
@@ -96,8 +111,21 @@ static void check_range(const neox_powersgd *o, int first, int count) {
 
 static void add_error_to(neox_powersgd *o, matrix *x, float *buf) {
     size_t len = (size_t)x->rows * (size_t)x->cols;
-    neox_add_inplace(buf + x->offset, o->error + x->err, len);
-    memset(o->error + x->err, 0, len * sizeof(float));
+    o->be->add_inplace(buf + x->offset, o->error + x->err, len);
+    o->be->memset_zero(o->error + x->err, len * sizeof(float));
+}
+
+// Column j of matrix s's Q drawn afresh, from the matrix's and the column's own seed; staged through
+// qmsg, which is free between calls.
+static void new_q_column(neox_powersgd *o, int s, int j) {
+    const matrix *x = &o->mat[s];
+    float *column = neox_malloc((size_t)x->cols * sizeof(float));
+    neox_mt19937 rs;
+    neox_mt19937_seed(&rs, Q_SEED + 7919u * (uint32_t)s + 104729u * (uint32_t)j);
+    for (int k = 0; k < x->cols; k++) column[k] = q_value(&rs);
+    o->be->to_device(o->qmsg, column, (size_t)x->cols * sizeof(float));
+    o->be->copy_matrix(o->q + x->q + (size_t)j, o->max_rank, o->qmsg, 1, x->cols, 1);
+    free(column);
 }
 
 void neox_powersgd_set_rank(neox_powersgd *o, int first, int count, int r, float *buf) {
@@ -113,12 +141,7 @@ void neox_powersgd_set_rank(neox_powersgd *o, int first, int count, int r, float
         if (!next) add_error_to(o, x, buf);
         // New columns start as every column of Q starts: drawn from a fixed seed (here the matrix's
         // and the column's), the same on every rank.
-        for (int j = x->r; j < next; j++) {
-            neox_mt19937 rs;
-            neox_mt19937_seed(&rs, Q_SEED + 7919u * (uint32_t)s + 104729u * (uint32_t)j);
-            for (int k = 0; k < x->cols; k++)
-                o->q[x->q + (size_t)k * (size_t)o->max_rank + (size_t)j] = (float)neox_mt19937_next(&rs) / 4294967296.0f - 0.5f;
-        }
+        for (int j = x->r; j < next; j++) new_q_column(o, s, j);
         x->r = next;
     }
 }
@@ -150,79 +173,77 @@ double neox_powersgd_work_at(const neox_powersgd *o, int first, int count, int r
     return work;
 }
 
-// Gram-Schmidt on the r columns of P (n x r, row-major), in double.
-static void orthonormalise(float *P, int n, int r) {
-    for (int i = 0; i < r; i++) {
-        for (int j = 0; j < i; j++) {
-            double dot = 0;
-            for (int k = 0; k < n; k++) dot += (double)P[k * r + i] * P[k * r + j];
-            for (int k = 0; k < n; k++) P[k * r + i] -= (float)(dot * P[k * r + j]);
-        }
-        double norm = 0;
-        for (int k = 0; k < n; k++) norm += (double)P[k * r + i] * P[k * r + i];
-        float inv = (float)(1.0 / (sqrt(norm) + 1e-8));
-        for (int k = 0; k < n; k++) P[k * r + i] *= inv;
-    }
-}
-
-static void scale_all(float *x, size_t n, float s) {
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
-void neox_powersgd_allreduce_range(neox_powersgd *o, float *buf, int first, int count) {
-    // (The trainer's set-up refuses gradient_compression on a device backend.)
-    neox_assert(!neox_comm_on_device(o->comm, buf), "powersgd runs on host memory only; these gradients are on the GPU");
-    check_range(o, first, count);
-    if (o->comm->size <= 1 || count == 0) return;
-    float mean = 1.0f / (float)o->comm->size;
-    int R = o->max_rank;
-    size_t msg_len = 0, q_len = 0;
-    for (int s = first; s < first + count; s++) {  // P = (M + E) Q, or the plain elements
+// P = (M + E) Q for each compressed matrix (E holds M' = M + E until the end of the call), the plain
+// elements of the others; returns the message's length.
+static size_t project(neox_powersgd *o, float *buf, int first, int count) {
+    const neox_backend *be = o->be;
+    size_t msg_len = 0;
+    for (int s = first; s < first + count; s++) {
         matrix *x = &o->mat[s];
         float *M = buf + x->offset, *E = o->error + x->err;
         size_t len = (size_t)x->rows * (size_t)x->cols;
         if (!x->r) {
-            memcpy(o->msg + msg_len, M, len * sizeof(float));
+            be->copy(o->msg + msg_len, M, len * sizeof(float));
             msg_len += len;
             continue;
         }
-        for (size_t i = 0; i < len; i++) E[i] += M[i];  // E holds M' until the end
-        f32_gemm(0, 0, x->rows, x->r, x->cols, 1.0f, E, x->cols, o->q + x->q, R, 0.0f, o->msg + msg_len, x->r);
+        be->add_inplace(E, M, len);
+        f32_gemm(be, 0, 0, x->rows, x->r, x->cols, E, x->cols, o->q + x->q, o->max_rank, o->msg + msg_len, x->r);
         msg_len += (size_t)x->rows * (size_t)x->r;
     }
-    neox_allreduce_sum(o->comm, o->msg, msg_len, NEOX_F32);
-    scale_all(o->msg, msg_len, mean);
-    msg_len = 0;
-    for (int s = first; s < first + count; s++) {  // Q = M'^T P over the orthonormalised mean P
+    return msg_len;
+}
+
+// Q = M'^T P over the orthonormalised mean P; returns the Q message's length.
+static size_t back_project(neox_powersgd *o, int first, int count) {
+    size_t msg_len = 0, q_len = 0;
+    for (int s = first; s < first + count; s++) {
         matrix *x = &o->mat[s];
         if (!x->r) {
             msg_len += (size_t)x->rows * (size_t)x->cols;
             continue;
         }
         float *P = o->msg + msg_len;
-        orthonormalise(P, x->rows, x->r);
-        f32_gemm(1, 0, x->cols, x->r, x->rows, 1.0f, o->error + x->err, x->cols, P, x->r, 0.0f, o->qmsg + q_len, x->r);
+        o->be->orthonormalise_columns(P, x->rows, x->r);
+        f32_gemm(o->be, 1, 0, x->cols, x->r, x->rows, o->error + x->err, x->cols, P, x->r, o->qmsg + q_len, x->r);
         msg_len += (size_t)x->rows * (size_t)x->r, q_len += (size_t)x->cols * (size_t)x->r;
     }
-    neox_allreduce_sum(o->comm, o->qmsg, q_len, NEOX_F32);
-    scale_all(o->qmsg, q_len, mean);
-    msg_len = q_len = 0;
-    for (int s = first; s < first + count; s++) {  // M = P Q^T; E = M' - M
+    return q_len;
+}
+
+// M = P Q^T (Q kept for the next call's warm start); E = M' - M. The plain elements come back.
+static void reconstruct(neox_powersgd *o, float *buf, int first, int count) {
+    const neox_backend *be = o->be;
+    int R = o->max_rank;
+    size_t msg_len = 0, q_len = 0;
+    for (int s = first; s < first + count; s++) {
         matrix *x = &o->mat[s];
         float *M = buf + x->offset, *E = o->error + x->err;
         size_t len = (size_t)x->rows * (size_t)x->cols;
         if (!x->r) {
-            memcpy(M, o->msg + msg_len, len * sizeof(float));
+            be->copy(M, o->msg + msg_len, len * sizeof(float));
             msg_len += len;
             continue;
         }
         float *Q = o->q + x->q;  // cols x R, of which the first r columns are in use
-        for (int k = 0; k < x->cols; k++)
-            memcpy(Q + (size_t)k * (size_t)R, o->qmsg + q_len + (size_t)k * (size_t)x->r, (size_t)x->r * sizeof(float));
-        f32_gemm(0, 1, x->rows, x->cols, x->r, 1.0f, o->msg + msg_len, x->r, Q, R, 0.0f, M, x->cols);
-        for (size_t i = 0; i < len; i++) E[i] -= M[i];
+        be->copy_matrix(Q, R, o->qmsg + q_len, x->r, x->cols, x->r);
+        f32_gemm(be, 0, 1, x->rows, x->cols, x->r, o->msg + msg_len, x->r, Q, R, M, x->cols);
+        be->add_scaled(E, M, len, -1.0f);
         msg_len += (size_t)x->rows * (size_t)x->r, q_len += (size_t)x->cols * (size_t)x->r;
     }
+}
+
+void neox_powersgd_allreduce_range(neox_powersgd *o, float *buf, int first, int count) {
+    check_range(o, first, count);
+    if (o->comm->size <= 1 || count == 0) return;
+    float mean = 1.0f / (float)o->comm->size;
+    size_t msg_len = project(o, buf, first, count);
+    neox_allreduce_sum(o->comm, o->msg, msg_len, NEOX_F32);
+    o->be->scale(o->msg, msg_len, mean);
+    size_t q_len = back_project(o, first, count);
+    neox_allreduce_sum(o->comm, o->qmsg, q_len, NEOX_F32);
+    o->be->scale(o->qmsg, q_len, mean);
+    reconstruct(o, buf, first, count);
 }
 
 void neox_powersgd_allreduce(neox_powersgd *o, float *buf) { neox_powersgd_allreduce_range(o, buf, 0, o->n); }

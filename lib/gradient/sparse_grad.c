@@ -9,26 +9,34 @@
 // both orders are g_0 + g_1 (addition commutes exactly), so the result is bit-identical; for more
 // ranks MPI may associate differently (for example (g_0 + g_1) + (g_2 + g_3)), a difference of a
 // few ulps per element (docs/communication.md).
+//
+// Where things live: the marks, the counts and the row ids are the host's (ids come from the
+// tokens); the gradient and the gathered rows are the backend's, gathered by id (gather_rows), summed
+// by id in rank order (rows_sum_by_id) and scaled (scale, scale_rows) by its ops.
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "gradient.h"
 
 struct neox_sparse_rows {
     neox_comm *c;
+    const neox_backend *be;
     int64_t rows, width, row_begin;  // this rank's block of the embedding: global rows [row_begin, +rows)
     double predivide;
     uint8_t *touched;                // per local row: touched by this rank's tokens since the last reduce
-    int32_t *ids;                    // gathered ids (capacity cap_ids)
-    float *vals;                     // gathered rows
+    int32_t *ids;                    // gathered ids (capacity cap_ids), then the distinct ones
+    int32_t *dev_ids;                // the same on the backend
+    float *vals;                     // gathered rows, on the backend
     size_t cap_ids;
     int *counts, *elems;             // per rank: ids, floats
 };
 
-neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, int64_t rows, int64_t width, int64_t row_begin, double predivide) {
+neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, const neox_backend *be, int64_t rows, int64_t width,
+                                        int64_t row_begin, double predivide) {
     neox_sparse_rows *s = neox_calloc(1, sizeof *s);
-    s->c = c, s->rows = rows, s->width = width, s->row_begin = row_begin;
+    s->c = c, s->be = be ? be : neox_backend_cpu(), s->rows = rows, s->width = width, s->row_begin = row_begin;
     s->predivide = predivide > 0 ? predivide : 1.0;
     s->touched = neox_calloc((size_t)rows + 1, 1);
     s->counts = neox_calloc((size_t)c->size, sizeof(int));
@@ -38,7 +46,9 @@ neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, int64_t rows, int64_t widt
 
 void neox_sparse_rows_free(neox_sparse_rows *s) {
     if (!s) return;
-    free(s->touched), free(s->ids), free(s->vals), free(s->counts), free(s->elems), free(s);
+    if (s->dev_ids) s->be->free(s->dev_ids);
+    if (s->vals) s->be->free(s->vals);
+    free(s->touched), free(s->ids), free(s->counts), free(s->elems), free(s);
 }
 
 void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n) {
@@ -51,36 +61,51 @@ void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n) {
 static void reserve(neox_sparse_rows *s, size_t ids) {
     if (ids <= s->cap_ids) return;
     s->cap_ids = ids;
-    free(s->ids), free(s->vals);
+    free(s->ids);
+    if (s->dev_ids) s->be->free(s->dev_ids), s->be->free(s->vals);
     s->ids = neox_malloc(ids * sizeof *s->ids);
-    s->vals = neox_malloc(ids * (size_t)s->width * sizeof *s->vals);
+    s->dev_ids = s->be->alloc(ids * sizeof *s->dev_ids);
+    s->vals = s->be->alloc(ids * (size_t)s->width * sizeof *s->vals);
+}
+
+static void ids_to_backend(neox_sparse_rows *s, size_t first, size_t n) {
+    s->be->to_device(s->dev_ids + first, s->ids + first, n * sizeof *s->ids);
 }
 
 // Sums the gathered rows into grad, rank by rank, and scales the rows that were touched anywhere.
 static void sum_rows(neox_sparse_rows *s, float *grad, size_t total) {
-    size_t w = (size_t)s->width;
-    for (size_t i = 0; i < total; i++) memset(grad + (size_t)s->ids[i] * w, 0, w * sizeof(float));
-    for (size_t i = 0; i < total; i++) {
-        float *dst = grad + (size_t)s->ids[i] * w;
-        const float *src = s->vals + i * w;
-        for (size_t k = 0; k < w; k++) dst[k] += src[k];
-    }
+    int w = (int)s->width;
+    ids_to_backend(s, 0, total);
+    s->be->rows_sum_by_id(grad, s->vals, s->dev_ids, (int)total, w);
     float after = (float)(s->predivide / s->c->size);
     if (after == 1.0f) return;
-    // Each distinct row once: the touched mask now marks the union.
+    // Each distinct row once: the touched mask now marks the union, and the ids list the distinct
+    // rows (to_device is ordered after the sum queued above, which reads the gathered list).
     memset(s->touched, 0, (size_t)s->rows);
+    size_t distinct = 0;
     for (size_t i = 0; i < total; i++) {
         if (s->touched[s->ids[i]]) continue;
         s->touched[s->ids[i]] = 1;
-        float *dst = grad + (size_t)s->ids[i] * w;
-        for (size_t k = 0; k < w; k++) dst[k] *= after;
+        s->ids[distinct++] = s->ids[i];
     }
+    ids_to_backend(s, 0, distinct);
+    s->be->scale_rows(grad, s->dev_ids, (int)distinct, w, after);
+}
+
+// This rank's touched rows, ascending, at its place [before, + mine) in the gathered buffers, each
+// divided by predivide.
+static void gather_mine(neox_sparse_rows *s, const float *grad, size_t before, size_t mine) {
+    size_t w = (size_t)s->width, k = before;
+    for (int64_t r = 0; r < s->rows; r++)
+        if (s->touched[r]) s->ids[k++] = (int32_t)r;
+    ids_to_backend(s, before, mine);
+    s->be->gather_rows(s->vals + before * w, grad, s->dev_ids + before, (int)mine, (int)w);
+    float inv = (float)(1.0 / s->predivide);
+    if (inv != 1.0f) s->be->scale(s->vals + before * w, mine * w, inv);
 }
 
 void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad) {
     neox_comm *c = s->c;
-    // (The trainer's set-up refuses sparse_gradients on a device backend.)
-    neox_assert(!neox_comm_on_device(c, grad), "sparse rows run on host memory only; this gradient is on the GPU");
     size_t w = (size_t)s->width;
     int32_t mine = 0;
     for (int64_t r = 0; r < s->rows; r++) mine += s->touched[r];
@@ -97,17 +122,7 @@ void neox_sparse_rows_reduce(neox_sparse_rows *s, float *grad) {
         s->elems[q] = s->counts[q] * (int)w;
     }
     reserve(s, total ? total : 1);
-    // This rank's touched rows, ascending, at its place in the gathered buffers.
-    float inv = (float)(1.0 / s->predivide);
-    for (int64_t r = 0, k = 0; r < s->rows; r++) {
-        if (!s->touched[r]) continue;
-        size_t at = before + (size_t)k++;
-        s->ids[at] = (int32_t)r;
-        float *dst = s->vals + at * w;
-        memcpy(dst, grad + (size_t)r * w, w * sizeof(float));
-        if (inv != 1.0f)
-            for (size_t i = 0; i < w; i++) dst[i] *= inv;
-    }
+    gather_mine(s, grad, before, (size_t)mine);
     neox_allgatherv_inplace(c, s->ids, s->counts, NEOX_I32);
     neox_allgatherv_inplace(c, s->vals, s->elems, NEOX_F32);
     sum_rows(s, grad, total);

@@ -237,6 +237,14 @@ size_t neox_model_grad_fill_elems(const neox_model *m) {
     return fill;
 }
 
+void neox_model_head_chunk_backward(neox_model *m, int r0, int rows) {
+    neox_acts *a = m->acts;
+    int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc);
+    const float *lnf = a->lnf + (size_t)r0 * C;
+    neox_model_linear_backward_weights(m, m->g.lm_head, NULL, a->logits, lnf, rows, C, OC);
+    neox_model_linear_backward_input(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC);
+}
+
 // From the loss to the gradient of the stage's output: cross-entropy over this rank's
 // vocabulary (or the given gradient of a value head's values), the output layer (its input
 // gradient reduced) and the final norm.
@@ -256,6 +264,11 @@ static void head_backward(neox_model *m, float loss_scale) {
         // The values' gradient was set by neox_model_set_value_grads.
         m->be->scale(a->logits, (size_t)N, loss_scale);
         linear_backward(m, out, m->dense_params, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, OC);
+    } else if (a->head_done) {
+        // The fused forward made the output layer's gradients (for the same loss_scale).
+        neox_assert(loss_scale == a->head_loss_scale, "backward's loss scale %g is not the fused forward's %g",
+                    (double)loss_scale, (double)a->head_loss_scale);
+        grads_ready(m, out, m->dense_params);
     } else {
         // Chunk by chunk of head_rows rows (one chunk when the plan holds every row's logits, which
         // are then still there from forward): dlogits in place, then the chunk's share of the
@@ -270,8 +283,7 @@ static void head_backward(neox_model *m, float loss_scale) {
             if (neox_model_head_piece_rows(m)) {
                 head_backward_in_pieces(m, r0, rows, r0 + rows >= N);
             } else if (r0 + rows < N) {
-                neox_model_linear_backward_weights(m, m->g.lm_head, NULL, a->logits, lnf, rows, C, OC);
-                neox_model_linear_backward_input(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC);
+                neox_model_head_chunk_backward(m, r0, rows);
                 poll(m);
             } else {  // the last chunk finishes the output layer's gradient
                 linear_backward(m, out, m->dense_params, a->dln + (size_t)r0 * C, m->g.lm_head, NULL, a->logits, lnf,
@@ -281,6 +293,7 @@ static void head_backward(neox_model *m, float loss_scale) {
     }
     // A vocabulary shard's input gradient is a partial sum; the replicated value head's is whole.
     if (!d->value_head) neox_model_tp_reduce(m, a->dln, NC);
+    a->head_done = 0;
     m->be->memset_zero(a->dx, NC * sizeof(float));
     norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, a->dln, neox_model_stage_out(m), m->w.lnf_w, a->lnf_mean,
                   a->lnf_rstd, N);

@@ -247,12 +247,16 @@ void neox_model_set_head_rows(neox_model *m, int rows) {
     m->head_rows_asked = rows > 0 || rows == NEOX_MODEL_HEAD_AUTO ? rows : 0;
 }
 
+void neox_model_set_fused_head(neox_model *m, int on) { m->fused_head = on != 0; }
+
 // The rows of logits the plan holds: all N, chunks of the asked size, or (automatically) as many as
-// NEOX_MODEL_HEAD_ELEMS allows. A value head's N values are always whole.
+// NEOX_MODEL_HEAD_ELEMS allows, or NEOX_MODEL_HEAD_FUSED_ELEMS under the fused loss (which makes no
+// chunk twice, so smaller chunks cost nothing). A value head's N values are always whole.
 static int head_rows(const neox_model *m) {
     size_t N = (size_t)m->B * m->T, V = (size_t)neox_model_head_cols(&m->desc), rows = N;
+    size_t limit = m->fused_head ? NEOX_MODEL_HEAD_FUSED_ELEMS : NEOX_MODEL_HEAD_ELEMS;
     if (m->head_rows_asked > 0) rows = (size_t)m->head_rows_asked;
-    else if (m->head_rows_asked == NEOX_MODEL_HEAD_AUTO && N * V > NEOX_MODEL_HEAD_ELEMS) rows = NEOX_MODEL_HEAD_ELEMS / V;
+    else if (m->head_rows_asked == NEOX_MODEL_HEAD_AUTO && N * V > limit) rows = limit / V;
     if (m->desc.value_head || rows > N) rows = N;
     return rows ? (int)rows : 1;
 }
@@ -560,33 +564,85 @@ void neox_model_head_logits(neox_model *m, int r0, int rows) {
     }
 }
 
+// The element type of the logits buffer: the activations' storage precision.
+static neox_elem logits_elem(const neox_model *m) {
+    (void)m;
+    return NEOX_ELEM_F32;
+}
+
+// The unfused loss statistics of one chunk of logits (rows [r0, r0 + rows)): the row maxima (reduced
+// over the vocab-parallel ranks here), the sums of exponentials and the target logits (this rank's
+// parts, reduced with the other chunks').
+static void chunk_stats(neox_model *m, int r0, int rows) {
+    neox_acts *a = m->acts;
+    int N = m->B * m->T, V = neox_model_shard(&m->desc).V;
+    m->be->cross_entropy_row_max(a->ce_max + r0, a->logits, rows, V);
+    if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max + r0, (size_t)rows, NEOX_F32);
+    m->be->cross_entropy_row_sumexp(a->ce_stats + r0, a->logits, a->ce_max + r0, rows, V);
+    m->be->cross_entropy_target_logit(a->ce_stats + N + r0, a->logits, a->targets + r0, rows, V);
+}
+
+// The fused loss of one chunk: its statistics and dlogits in place in one op, then the output
+// layer's backward of the chunk at once. A vocab-parallel head takes two phases: the statistics of
+// this rank's columns, reduced over the ranks (the maxima before the sums need them), then the
+// op's second phase writes dlogits from the reduced statistics.
+static void fused_chunk(neox_model *m, int r0, int rows, float scale) {
+    neox_acts *a = m->acts;
+    int N = m->B * m->T, V = neox_model_shard(&m->desc).V;
+    float *mx = a->ce_max + r0;
+    double *sum = a->ce_stats + r0, *target = a->ce_stats + N + r0;
+    int split = m->tp && m->tp->size > 1;
+    if (split) {
+        chunk_stats(m, r0, rows);
+        neox_allreduce_sum(m->tp, sum, (size_t)rows, NEOX_F64);
+        neox_allreduce_sum(m->tp, target, (size_t)rows, NEOX_F64);
+    }
+    m->be->cross_entropy_fused(a->logits, logits_elem(m), mx, sum, target, a->targets + r0, a->mask + r0, scale, rows,
+                               V, split);
+    neox_profile_scope(NEOX_PHASE_BACKWARD, -1);  // (the output layer's backward, counted as such)
+    neox_model_head_chunk_backward(m, r0, rows);
+    neox_profile_scope(NEOX_PHASE_FORWARD, -1);
+}
+
+// Whether this forward runs the fused loss (neox_model_set_fused_head).
+static int fuses_head(const neox_model *m) {
+    return m->fused_head && m->training && !m->desc.value_head && !neox_model_head_piece_rows(m);
+}
+
+// The masked sum and count of the rows' losses, assembled on the backend (cross_entropy_loss, which
+// also saves the log-sum-exp for backward); only these two sums come to the host.
+static void assemble_loss(neox_model *m) {
+    neox_acts *a = m->acts;
+    double loss[2];  // the masked sum of the rows' losses, the sum of the mask
+    m->be->cross_entropy_loss(a->ce_lse, a->ce_loss, a->ce_max, a->ce_stats, a->mask, m->B * m->T);
+    m->be->to_host(loss, a->ce_loss, sizeof loss);
+    a->mask_sum = (float)loss[1];
+    m->loss = loss[1] > 0 ? (float)(loss[0] / loss[1]) : 0.0f;
+}
+
 // Vocab-parallel cross-entropy: the log-sum-exp from every rank's row maxima and sums, the target
 // logit from the rank that holds it; the logits are never gathered. Chunk by chunk of head_rows
-// rows when the plan holds fewer than N (the logits of a chunk are made here and dropped). The loss
-// is assembled on the backend (cross_entropy_loss, which also saves the log-sum-exp for backward);
-// only its two sums come to the host.
+// rows when the plan holds fewer than N (the logits of a chunk are made here and dropped). Under
+// the fused loss each chunk's dlogits and output-layer backward follow at once, scaled by
+// head_loss_scale over the mask's sum (the mean's normalisation, known from the host's mask).
 static void cross_entropy(neox_model *m, const float *loss_mask) {
-    const neox_backend *be = m->be;
     neox_acts *a = m->acts;
     host_stage *h = m->host_stage;
-    neox_shard s = neox_model_shard(&m->desc);
-    int N = m->B * m->T;
+    int N = m->B * m->T, fused = fuses_head(m);
+    double mask_sum = 0.0;  // in row order, as the CPU's cross_entropy_loss sums it
+    for (int i = 0; i < N; i++) h->mask[i] = loss_mask ? loss_mask[i] : 1.0f, mask_sum += h->mask[i];
+    m->be->to_device(a->mask, h->mask, (size_t)N * sizeof(float));
+    float scale = (float)mask_sum > 0 ? m->head_loss_scale / (float)mask_sum : 0.0f;
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
         neox_model_head_logits(m, r0, rows);
-        be->cross_entropy_row_max(a->ce_max + r0, a->logits, rows, s.V);
-        if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max + r0, (size_t)rows, NEOX_F32);
-        be->cross_entropy_row_sumexp(a->ce_stats + r0, a->logits, a->ce_max + r0, rows, s.V);
-        be->cross_entropy_target_logit(a->ce_stats + N + r0, a->logits, a->targets + r0, rows, s.V);
+        if (fused) fused_chunk(m, r0, rows, scale);
+        else chunk_stats(m, r0, rows);
     }
-    if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
-    for (int i = 0; i < N; i++) h->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
-    be->to_device(a->mask, h->mask, (size_t)N * sizeof(float));
-    be->cross_entropy_loss(a->ce_lse, a->ce_loss, a->ce_max, a->ce_stats, a->mask, N);
-    double loss[2];  // the masked sum of the rows' losses, the sum of the mask
-    be->to_host(loss, a->ce_loss, sizeof loss);
-    a->mask_sum = (float)loss[1];
-    m->loss = loss[1] > 0 ? (float)(loss[0] / loss[1]) : 0.0f;
+    if (!fused && m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, a->ce_stats, 2 * (size_t)N, NEOX_F64);
+    assemble_loss(m);
+    a->head_done = fused;
+    a->head_loss_scale = m->head_loss_scale;
 }
 
 void neox_model_token_logprobs(const neox_model *m, double *out) {
@@ -600,6 +656,7 @@ void neox_model_token_logprobs(const neox_model *m, double *out) {
 
 void neox_model_set_token_weights(neox_model *m, const float *w) {
     neox_acts *a = m->acts;
+    neox_assert(!a->head_done, "token weights after a fused forward, whose output layer's backward is done");
     m->be->to_device(a->mask, w, (size_t)m->B * m->T * sizeof(float));
     a->mask_sum = 1.0f;
 }
@@ -622,6 +679,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     }
     a->dropout_seed = m->dropout_seed;
     a->dropout_row0 = m->dropout_row0;
+    a->head_done = 0;
     // The scope of the ops that follow, for the per-op profile (kernels/backend.h).
     neox_phase phase = m->training ? NEOX_PHASE_FORWARD : NEOX_PHASE_OTHER;
     neox_profile_scope(phase, -1);

@@ -77,6 +77,10 @@ typedef struct neox_acts {
     float *ce_lse, *mask;              // (N)
     int *ids, *targets;                // (N) ids and targets within this rank's vocabulary, -1 elsewhere
     float mask_sum;
+    // Set by a forward that ran the fused loss (forward.c): the output layer's backward is done, for
+    // d(head_loss_scale * loss); the slot's backward starts from the final norm.
+    int head_done;
+    float head_loss_scale;
     unsigned long long dropout_seed, dropout_row0;
     // shared
     float *cos, *sin;                  // (T, R/2)
@@ -88,6 +92,7 @@ typedef struct neox_acts {
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
     double *ce_loss;                   // (2) the masked sum of the rows' losses, the sum of the mask
     float *dx, *dln, *dbranch;         // (N, C), (2, N, C): dln1 then dln2, adjacent for one reduction
+                                       // (dln1 holds the head's input gradient from a fused forward to its backward)
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
     float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NR, C), (NR, Fe) x 2, (max(NK, NR), C), (NK), (N, E)
     float *moe_swap;                   // (NR, C) expert parallelism's exchange buffer, else NULL
@@ -144,6 +149,10 @@ void neox_moe_route_free(neox_moe_route *r);
 
 // The output layer's logits of rows [r0, r0 + rows) (rows <= head_rows) into the slot's logits buffer.
 void neox_model_head_logits(neox_model *m, int r0, int rows);
+// The output layer's backward for rows [r0, r0 + rows) whose dlogits are in the slot's logits
+// buffer: the chunk's share of its weight gradient, then its rows of the input gradient (dln1;
+// a partial sum under tensor parallelism). backward.c; the fused forward calls it too.
+void neox_model_head_chunk_backward(neox_model *m, int r0, int rows);
 // Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank).
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
 // Frees the activation plan.

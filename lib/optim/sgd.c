@@ -15,5 +15,5 @@ static void step_sgd(neox_optimizer *o, float *param, const float *grad, const n
 
 const neox_optimizer_type neox_optimizer_sgd = {
     .name = "sgd", .nstate = 1, .state_names = {"optimizer/momentum_buffer"},
-    .host_only = 0, .read = read_sgd, .step = step_sgd,
+    .read = read_sgd, .step = step_sgd,
 };

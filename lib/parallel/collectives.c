@@ -1,8 +1,9 @@
 // collectives.c: the communication calls of parallel.h over MPI, with accounting. Blocking
 // all-reduce, broadcast and point-to-point calls are chunked so element counts above MPI's int
-// limit work; bf16 and fp16 sums use a custom MPI operation that adds in fp32. In a CUDA build a
-// call whose buffers are device memory on a group with NCCL goes to nccl.c instead (NEOX_NCCL is
-// the constant 0 in a CPU build); the accounting is the same for both.
+// limit work; bf16 and fp16 sums use a custom MPI operation that adds in fp32. A call whose buffers
+// are device memory on a group with a device communicator goes to the device table instead
+// (device_comm.h: NCCL in a CUDA build, the emulated device's twin over MPI); the accounting is the
+// same for both.
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,7 @@
 
 #include "parallel.h"
 #include "kernels/kernels.h"
-#include "parallel/nccl.h"
+#include "parallel/device_comm.h"
 
 size_t neox_dtype_size(neox_dtype dt) {
     static const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1};
@@ -45,7 +46,7 @@ static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type) {
     for (int i = 0; i < *len; i++) b[i] = neox_f16_from_f32(neox_f16_to_f32(a[i]) + neox_f16_to_f32(b[i]));
 }
 
-static MPI_Op sum_op(neox_dtype dt) {
+MPI_Op neox_mpi_sum_op(neox_dtype dt) {
     static MPI_Op bf16_op = MPI_OP_NULL, f16_op = MPI_OP_NULL;
     if (dt == NEOX_BF16) {
         if (bf16_op == MPI_OP_NULL) MPI_Op_create(sum_bf16, 1, &bf16_op);
@@ -58,7 +59,7 @@ static MPI_Op sum_op(neox_dtype dt) {
     return MPI_SUM;
 }
 
-static MPI_Datatype mpi_type(neox_dtype dt) {
+MPI_Datatype neox_mpi_type(neox_dtype dt) {
     switch (dt) {
     case NEOX_F32: return MPI_FLOAT;
     case NEOX_F64: return MPI_DOUBLE;
@@ -107,6 +108,11 @@ static int account(neox_comm *c, neox_comm_op op, size_t bytes, double seconds) 
     return row;
 }
 
+void neox_comm_add_seconds(neox_comm *c, neox_comm_op op, size_t bytes, double seconds) {
+    c->stats.seconds[op] += seconds;
+    c->stats.sizes[op][size_row(&c->stats, op, bytes)].seconds += seconds;
+}
+
 void neox_comm_stats_delta(neox_comm_stats *delta, const neox_comm_stats *now, const neox_comm_stats *before) {
     memset(delta, 0, sizeof *delta);
     for (int i = 0; i < NEOX_COMM_OP_COUNT; i++) {
@@ -124,6 +130,45 @@ void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s) {
         total->sent[i] += s->sent[i];
         total->seconds[i] += s->seconds[i];
     }
+}
+
+// ---- the device table -------------------------------------------------------------------------
+
+const neox_device_comm *neox_device_comm_active;
+
+int neox_device_pick(const neox_comm *c, const void *a, const void *b, const char *what) {
+    const neox_device_comm *d = neox_device_comm_active;
+    if (!c->device || !d) return 0;
+    int da = a && a != MPI_IN_PLACE ? d->owns(a) : -1, db = b ? d->owns(b) : -1;
+    neox_assert(!(a == MPI_IN_PLACE && db > 0), "%s on group %s: MPI_IN_PLACE is for host buffers; on the device pass "
+                "the send buffer (recv inside it for in place)", what, c->name);
+    neox_assert(!(da >= 0 && db >= 0 && da != db), "%s on group %s: one buffer is device memory, the other host memory",
+                what, c->name);
+    return da > 0 || db > 0;
+}
+
+int neox_comm_on_device(const neox_comm *c, const void *p) {
+    return c->device && neox_device_comm_active && neox_device_comm_active->owns(p);
+}
+
+void neox_device_comm_free(neox_comm *c) {
+    if (c->device && neox_device_comm_active) neox_device_comm_active->comm_free(c);
+    c->device = NULL;
+}
+
+// Groups are the device's (NCCL's fused launches); MPI operations ignore them.
+static int g_grouped;
+
+void neox_group_begin(void) {
+    neox_assert(!g_grouped, "neox_group_begin: groups do not nest");
+    g_grouped = 1;
+    if (neox_device_comm_active) neox_device_comm_active->group_begin();
+}
+
+void neox_group_end(void) {
+    neox_assert(g_grouped, "neox_group_end without neox_group_begin");
+    g_grouped = 0;
+    if (neox_device_comm_active) neox_device_comm_active->group_end();
 }
 
 // ---- blocking ---------------------------------------------------------------------------------
@@ -147,12 +192,12 @@ void neox_comm_stats_add(neox_comm_stats *total, const neox_comm_stats *s) {
 void neox_allreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
     double t0 = neox_now();
     size_t esize = neox_dtype_size(dt);
-    if (NEOX_NCCL(c, buf, NULL, "all-reduce")) neox_nccl_allreduce(c, buf, count, dt, 0, NULL);
+    if (NEOX_DEVICE(c, buf, NULL, "all-reduce")) neox_device_comm_active->allreduce(c, buf, count, dt, 0, NULL);
     else
         for (size_t done = 0; done < count && c->size > 1;) {
             size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
             WAITED(c, NEOX_COMM_ALLREDUCE, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, (char *)buf + done * esize, (int)n,
-                   mpi_type(dt), sum_op(dt), c->mpi);
+                   neox_mpi_type(dt), neox_mpi_sum_op(dt), c->mpi);
             done += n;
         }
     account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
@@ -162,12 +207,12 @@ void neox_allreduce_max(neox_comm *c, void *buf, size_t count, neox_dtype dt) {
     neox_assert(dt != NEOX_BF16 && dt != NEOX_F16, "all-reduce max of %s is not supported", neox_dtype_name(dt));
     double t0 = neox_now();
     size_t esize = neox_dtype_size(dt);
-    if (NEOX_NCCL(c, buf, NULL, "all-reduce max")) neox_nccl_allreduce(c, buf, count, dt, 1, NULL);
+    if (NEOX_DEVICE(c, buf, NULL, "all-reduce max")) neox_device_comm_active->allreduce(c, buf, count, dt, 1, NULL);
     else
         for (size_t done = 0; done < count && c->size > 1;) {
             size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
             WAITED(c, NEOX_COMM_ALLREDUCE, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, (char *)buf + done * esize, (int)n,
-                   mpi_type(dt), MPI_MAX, c->mpi);
+                   neox_mpi_type(dt), MPI_MAX, c->mpi);
             done += n;
         }
     account(c, NEOX_COMM_ALLREDUCE, count * esize, neox_now() - t0);
@@ -200,18 +245,18 @@ void neox_gather_uncounted(neox_comm *c, const double *send, int count, double *
 void neox_reduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt) {
     if (recv_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "reduce-scatter of %zu elements per rank is too large", recv_count);
     double t0 = neox_now();
-    if (NEOX_NCCL(c, send, recv, "reduce-scatter")) neox_nccl_reduce_scatter(c, send, recv, recv_count, dt, NULL);
+    if (NEOX_DEVICE(c, send, recv, "reduce-scatter")) neox_device_comm_active->reduce_scatter(c, send, recv, recv_count, dt, NULL);
     else WAITED(c, NEOX_COMM_REDUCE_SCATTER, MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, send, recv,
-                (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi);
+                (int)recv_count, neox_mpi_type(dt), neox_mpi_sum_op(dt), c->mpi);
     account(c, NEOX_COMM_REDUCE_SCATTER, recv_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
 void neox_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt) {
     if (send_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-gather of %zu elements per rank is too large", send_count);
     double t0 = neox_now();
-    if (NEOX_NCCL(c, send, recv, "all-gather")) neox_nccl_allgather(c, send, recv, send_count, dt, NULL);
-    else WAITED(c, NEOX_COMM_ALLGATHER, MPI_Allgather, MPI_Iallgather, send, (int)send_count, mpi_type(dt), recv,
-                (int)send_count, mpi_type(dt), c->mpi);
+    if (NEOX_DEVICE(c, send, recv, "all-gather")) neox_device_comm_active->allgather(c, send, recv, send_count, dt, NULL);
+    else WAITED(c, NEOX_COMM_ALLGATHER, MPI_Allgather, MPI_Iallgather, send, (int)send_count, neox_mpi_type(dt), recv,
+                (int)send_count, neox_mpi_type(dt), c->mpi);
     account(c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
@@ -224,14 +269,14 @@ void neox_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dt
         displs[r] = (int)total;
         total += (size_t)counts[r];
     }
-    if (NEOX_NCCL(c, buf, NULL, "all-gather")) {
-        neox_nccl_allgatherv_inplace(c, buf, counts, dt);
+    if (NEOX_DEVICE(c, buf, NULL, "all-gather")) {
+        neox_device_comm_active->allgatherv_inplace(c, buf, counts, dt);
     } else if (c->size > 1) {
         // Always the non-blocking call, waited for: MPICH 4.0's blocking all-gather (its ring
         // algorithm for large messages) took 46 s for 120 MB on 4 ranks of one machine where
         // MPI_Iallgatherv took 0.3 s, and ZeRO-1/2 gather every updated partition so.
         MPI_Request req;
-        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi, &req);
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, neox_mpi_type(dt), c->mpi, &req);
         neox_comm_wait_mpi(c, &req, NEOX_COMM_ALLGATHER);
     }
     free(displs);
@@ -241,17 +286,17 @@ void neox_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dt
 void neox_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
     if (block_count > INT_MAX) neox_die(NEOX_EXIT_FAILURE, "all-to-all of %zu elements per rank is too large", block_count);
     double t0 = neox_now();
-    if (NEOX_NCCL(c, send, recv, "all-to-all")) neox_nccl_alltoall(c, send, recv, block_count, dt);
-    else WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoall, MPI_Ialltoall, send, (int)block_count, mpi_type(dt), recv,
-                (int)block_count, mpi_type(dt), c->mpi);
+    if (NEOX_DEVICE(c, send, recv, "all-to-all")) neox_device_comm_active->alltoall(c, send, recv, block_count, dt);
+    else WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoall, MPI_Ialltoall, send, (int)block_count, neox_mpi_type(dt), recv,
+                (int)block_count, neox_mpi_type(dt), c->mpi);
     account(c, NEOX_COMM_ALLTOALL, block_count * c->size * neox_dtype_size(dt), neox_now() - t0);
 }
 
 void neox_alltoallv(neox_comm *c, const void *send, const int *send_counts, const int *send_displs, void *recv,
                     const int *recv_counts, const int *recv_displs, neox_dtype dt) {
     double t0 = neox_now();
-    WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoallv, MPI_Ialltoallv, send, send_counts, send_displs, mpi_type(dt), recv,
-           recv_counts, recv_displs, mpi_type(dt), c->mpi);
+    WAITED(c, NEOX_COMM_ALLTOALL, MPI_Alltoallv, MPI_Ialltoallv, send, send_counts, send_displs, neox_mpi_type(dt), recv,
+           recv_counts, recv_displs, neox_mpi_type(dt), c->mpi);
     size_t total = 0, away = 0;
     for (int r = 0; r < c->size; r++) total += (size_t)send_counts[r], away += r == c->rank ? 0 : (size_t)send_counts[r];
     total *= neox_dtype_size(dt), away *= neox_dtype_size(dt);
@@ -277,30 +322,30 @@ static void chunked(neox_comm *c, neox_comm_op op, void *buf, size_t count, neox
     for (size_t done = 0; done < count;) {
         size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
         char *p = (char *)buf + done * esize;
-        if (op == NEOX_COMM_BROADCAST) WAITED(c, op, MPI_Bcast, MPI_Ibcast, p, (int)n, mpi_type(dt), peer, c->mpi);
-        else if (op == NEOX_COMM_SEND) WAITED(c, op, MPI_Send, MPI_Isend, p, (int)n, mpi_type(dt), peer, tag, c->mpi);
-        else recv_waited(c, p, (int)n, mpi_type(dt), peer, tag);
+        if (op == NEOX_COMM_BROADCAST) WAITED(c, op, MPI_Bcast, MPI_Ibcast, p, (int)n, neox_mpi_type(dt), peer, c->mpi);
+        else if (op == NEOX_COMM_SEND) WAITED(c, op, MPI_Send, MPI_Isend, p, (int)n, neox_mpi_type(dt), peer, tag, c->mpi);
+        else recv_waited(c, p, (int)n, neox_mpi_type(dt), peer, tag);
         done += n;
     }
 }
 
 void neox_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     double t0 = neox_now();
-    if (NEOX_NCCL(c, buf, NULL, "broadcast")) neox_nccl_broadcast(c, buf, count, dt, root);
+    if (NEOX_DEVICE(c, buf, NULL, "broadcast")) neox_device_comm_active->broadcast(c, buf, count, dt, root);
     else if (c->size > 1) chunked(c, NEOX_COMM_BROADCAST, buf, count, dt, root, 0);
     account(c, NEOX_COMM_BROADCAST, count * neox_dtype_size(dt), neox_now() - t0);
 }
 
 void neox_send(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag) {
     double t0 = neox_now();
-    if (NEOX_NCCL(c, buf, NULL, "send")) neox_nccl_p2p(c, (void *)buf, count, dt, dest, 1, NULL);
+    if (NEOX_DEVICE(c, buf, NULL, "send")) neox_device_comm_active->p2p(c, (void *)buf, count, dt, dest, 1, NULL);
     else chunked(c, NEOX_COMM_SEND, (void *)buf, count, dt, dest, tag);
     account(c, NEOX_COMM_SEND, count * neox_dtype_size(dt), neox_now() - t0);
 }
 
 void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag) {
     double t0 = neox_now();
-    if (NEOX_NCCL(c, buf, NULL, "recv")) neox_nccl_p2p(c, buf, count, dt, source, 0, NULL);
+    if (NEOX_DEVICE(c, buf, NULL, "recv")) neox_device_comm_active->p2p(c, buf, count, dt, source, 0, NULL);
     else chunked(c, NEOX_COMM_RECV, buf, count, dt, source, tag);
     account(c, NEOX_COMM_RECV, count * neox_dtype_size(dt), neox_now() - t0);
 }
@@ -308,13 +353,13 @@ void neox_recv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source,
 void neox_reduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     double t0 = neox_now();
     size_t esize = neox_dtype_size(dt);
-    if (NEOX_NCCL(c, buf, NULL, "reduce")) neox_nccl_reduce(c, buf, count, dt, root);
+    if (NEOX_DEVICE(c, buf, NULL, "reduce")) neox_device_comm_active->reduce(c, buf, count, dt, root);
     else
         for (size_t done = 0; done < count && c->size > 1;) {
             size_t n = count - done < REDUCE_CHUNK ? count - done : REDUCE_CHUNK;
             char *p = (char *)buf + done * esize;
-            WAITED(c, NEOX_COMM_REDUCE, MPI_Reduce, MPI_Ireduce, c->rank == root ? MPI_IN_PLACE : p, p, (int)n, mpi_type(dt),
-                   sum_op(dt), root, c->mpi);
+            WAITED(c, NEOX_COMM_REDUCE, MPI_Reduce, MPI_Ireduce, c->rank == root ? MPI_IN_PLACE : p, p, (int)n, neox_mpi_type(dt),
+                   neox_mpi_sum_op(dt), root, c->mpi);
             done += n;
         }
     account(c, NEOX_COMM_REDUCE, count * esize, neox_now() - t0);
@@ -341,51 +386,51 @@ static void start(neox_request *req, neox_comm *c, neox_comm_op op, size_t bytes
     req->size_row = account(c, op, bytes, 0.0);
 }
 
-// Each non-blocking call clears req->event first: an MPI request has none, an NCCL one gets its own.
+// Each non-blocking call clears req->device first: an MPI request has none, a device one gets its own.
 void neox_iallreduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, neox_request *req) {
-    req->event = NULL;
-    if (NEOX_NCCL(c, buf, NULL, "all-reduce")) {
-        neox_nccl_allreduce(c, buf, count, dt, 0, req);
+    req->device = NULL;
+    if (NEOX_DEVICE(c, buf, NULL, "all-reduce")) {
+        neox_device_comm_active->allreduce(c, buf, count, dt, 0, req);
     } else {
         need_int(count, "all-reduce");
-        MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+        MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, neox_mpi_type(dt), neox_mpi_sum_op(dt), c->mpi, &req->mpi);
     }
     start(req, c, NEOX_COMM_ALLREDUCE, count * neox_dtype_size(dt));
 }
 
 void neox_ireduce_scatter_sum(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
                               neox_request *req) {
-    req->event = NULL;
-    if (NEOX_NCCL(c, send, recv, "reduce-scatter")) {
-        neox_nccl_reduce_scatter(c, send, recv, recv_count, dt, req);
+    req->device = NULL;
+    if (NEOX_DEVICE(c, send, recv, "reduce-scatter")) {
+        neox_device_comm_active->reduce_scatter(c, send, recv, recv_count, dt, req);
     } else {
         need_int(recv_count, "reduce-scatter");
-        MPI_Ireduce_scatter_block(send, recv, (int)recv_count, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+        MPI_Ireduce_scatter_block(send, recv, (int)recv_count, neox_mpi_type(dt), neox_mpi_sum_op(dt), c->mpi, &req->mpi);
     }
     start(req, c, NEOX_COMM_REDUCE_SCATTER, recv_count * c->size * neox_dtype_size(dt));
 }
 
 void neox_ireduce_sum(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root, neox_request *req) {
-    req->event = NULL;
+    req->device = NULL;
     need_int(count, "reduce");
-    MPI_Ireduce(c->rank == root ? MPI_IN_PLACE : buf, buf, (int)count, mpi_type(dt), sum_op(dt), root, c->mpi, &req->mpi);
+    MPI_Ireduce(c->rank == root ? MPI_IN_PLACE : buf, buf, (int)count, neox_mpi_type(dt), neox_mpi_sum_op(dt), root, c->mpi, &req->mpi);
     start(req, c, NEOX_COMM_REDUCE, count * neox_dtype_size(dt));
 }
 
 void neox_ibroadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root, neox_request *req) {
-    req->event = NULL;
+    req->device = NULL;
     need_int(count, "broadcast");
-    MPI_Ibcast(buf, (int)count, mpi_type(dt), root, c->mpi, &req->mpi);
+    MPI_Ibcast(buf, (int)count, neox_mpi_type(dt), root, c->mpi, &req->mpi);
     start(req, c, NEOX_COMM_BROADCAST, count * neox_dtype_size(dt));
 }
 
 void neox_iallgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt, neox_request *req) {
-    req->event = NULL;
-    if (NEOX_NCCL(c, send, recv, "all-gather")) {
-        neox_nccl_allgather(c, send, recv, send_count, dt, req);
+    req->device = NULL;
+    if (NEOX_DEVICE(c, send, recv, "all-gather")) {
+        neox_device_comm_active->allgather(c, send, recv, send_count, dt, req);
     } else {
         need_int(send_count, "all-gather");
-        MPI_Iallgather(send, (int)send_count, mpi_type(dt), recv, (int)send_count, mpi_type(dt), c->mpi, &req->mpi);
+        MPI_Iallgather(send, (int)send_count, neox_mpi_type(dt), recv, (int)send_count, neox_mpi_type(dt), c->mpi, &req->mpi);
     }
     start(req, c, NEOX_COMM_ALLGATHER, send_count * c->size * neox_dtype_size(dt));
 }
@@ -396,43 +441,43 @@ void neox_iallgatherv_inplace(neox_comm *c, void *buf, const int *counts, const 
                               neox_request *req) {
     size_t total = 0;
     for (int r = 0; r < c->size; r++) total += (size_t)counts[r];
-    req->event = NULL;
-    neox_assert(!NEOX_NCCL(c, buf, NULL, "all-gather"), "non-blocking all-gather of varying counts: host buffers only");
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(dt), c->mpi, &req->mpi);
+    req->device = NULL;
+    neox_assert(!NEOX_DEVICE(c, buf, NULL, "all-gather"), "non-blocking all-gather of varying counts: host buffers only");
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, neox_mpi_type(dt), c->mpi, &req->mpi);
     start(req, c, NEOX_COMM_ALLGATHER, total * neox_dtype_size(dt));
 }
 
 // On the device send must be a buffer (not MPI_IN_PLACE); recv may lie inside it at this rank's
-// offset, which reduces in place (nccl.h).
+// offset, which reduces in place (device_comm.h).
 void neox_ireduce_scatterv_sum(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
                                neox_request *req) {
     size_t total = 0;
     for (int i = 0; i < c->size; i++) total += (size_t)counts[i];
-    req->event = NULL;
-    if (NEOX_NCCL(c, send, recv, "reduce-scatter")) neox_nccl_reduce_scatterv(c, send, recv, counts, dt, req);
-    else MPI_Ireduce_scatter(send, recv, counts, mpi_type(dt), sum_op(dt), c->mpi, &req->mpi);
+    req->device = NULL;
+    if (NEOX_DEVICE(c, send, recv, "reduce-scatter")) neox_device_comm_active->reduce_scatterv(c, send, recv, counts, dt, req);
+    else MPI_Ireduce_scatter(send, recv, counts, neox_mpi_type(dt), neox_mpi_sum_op(dt), c->mpi, &req->mpi);
     start(req, c, NEOX_COMM_REDUCE_SCATTER, total * neox_dtype_size(dt));
 }
 
 // NCCL has no tags: on the device, messages between two ranks match in the order they are issued.
 void neox_isend(neox_comm *c, const void *buf, size_t count, neox_dtype dt, int dest, int tag, neox_request *req) {
-    req->event = NULL;
-    if (NEOX_NCCL(c, buf, NULL, "send")) {
-        neox_nccl_p2p(c, (void *)buf, count, dt, dest, 1, req);
+    req->device = NULL;
+    if (NEOX_DEVICE(c, buf, NULL, "send")) {
+        neox_device_comm_active->p2p(c, (void *)buf, count, dt, dest, 1, req);
     } else {
         need_int(count, "send");
-        MPI_Isend(buf, (int)count, mpi_type(dt), dest, tag, c->mpi, &req->mpi);
+        MPI_Isend(buf, (int)count, neox_mpi_type(dt), dest, tag, c->mpi, &req->mpi);
     }
     start(req, c, NEOX_COMM_SEND, count * neox_dtype_size(dt));
 }
 
 void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source, int tag, neox_request *req) {
-    req->event = NULL;
-    if (NEOX_NCCL(c, buf, NULL, "recv")) {
-        neox_nccl_p2p(c, buf, count, dt, source, 0, req);
+    req->device = NULL;
+    if (NEOX_DEVICE(c, buf, NULL, "recv")) {
+        neox_device_comm_active->p2p(c, buf, count, dt, source, 0, req);
     } else {
         need_int(count, "recv");
-        MPI_Irecv(buf, (int)count, mpi_type(dt), source, tag, c->mpi, &req->mpi);
+        MPI_Irecv(buf, (int)count, neox_mpi_type(dt), source, tag, c->mpi, &req->mpi);
     }
     start(req, c, NEOX_COMM_RECV, count * neox_dtype_size(dt));
 }
@@ -445,8 +490,8 @@ void neox_irecv(neox_comm *c, void *buf, size_t count, neox_dtype dt, int source
 void neox_wait(neox_request *req) {
     if (!req->active) return;
     double t0 = neox_now();
-    if (NEOX_NCCL_REQUEST(req)) {
-        neox_nccl_wait(req);  // the compute stream waits; the host does not
+    if (NEOX_DEVICE_REQUEST(req)) {
+        neox_device_comm_active->wait(req);  // the compute stream waits; the host does not
     } else {
         neox_comm_wait_mpi(req->comm, &req->mpi, req->op);
     }
@@ -459,7 +504,7 @@ void neox_wait(neox_request *req) {
 int neox_test(neox_request *req) {
     if (!req->active) return 1;
     int done = 0;
-    if (NEOX_NCCL_REQUEST(req)) done = neox_nccl_test(req);
+    if (NEOX_DEVICE_REQUEST(req)) done = neox_device_comm_active->test(req);
     else MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
     if (done) req->active = 0;
     return done;

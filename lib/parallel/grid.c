@@ -13,7 +13,7 @@
 
 #include "kernels/backend.h"
 #include "parallel.h"
-#include "parallel/nccl.h"
+#include "parallel/device_comm.h"
 
 static void abort_all_ranks(int status) {
     int initialized = 0, finalized = 0;
@@ -211,7 +211,7 @@ void neox_grid_free(neox_grid *g) {
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter,
                           &g->expert, &g->expert_data};
     for (int i = 0; i < 9; i++) {
-        neox_nccl_comm_free(comms[i]);
+        neox_device_comm_free(comms[i]);
         if (comms[i]->mpi != MPI_COMM_NULL && comms[i]->mpi != 0) MPI_Comm_free(&comms[i]->mpi);
     }
 }
@@ -231,7 +231,5 @@ const neox_backend *neox_backend_for_rank(const char *choice, const neox_grid *g
 #endif
     const neox_backend *be = neox_backend_select(choice, msg, sizeof msg);
     if (!be) return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend: %s", msg), NULL;
-    if (!strcmp(be->name, "emulated") && grid->world_size > 1)  // its memory cannot travel through MPI or NCCL
-        return neox_fail(err, NEOX_EXIT_USAGE, "compute_backend emulated: one rank only"), NULL;
     return be;
 }

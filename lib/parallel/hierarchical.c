@@ -11,11 +11,11 @@
 #include <string.h>
 
 #include "parallel.h"
-#include "parallel/nccl.h"
+#include "parallel/device_comm.h"
 
 static void name_comm(neox_comm *out, MPI_Comm mpi, const char *base, const char *suffix) {
     out->mpi = mpi;
-    out->nccl = NULL;  // neox_grid_enable_device adds one
+    out->device = NULL;  // neox_grid_enable_device (or _emulated) adds one
     snprintf(out->name, sizeof out->name, "%.9s_%s", base, suffix);  // name[16]
     memset(&out->stats, 0, sizeof out->stats);
     out->rank = out->size = 0;
@@ -69,8 +69,8 @@ int neox_hier_make(neox_comm *c, neox_comm *intra, neox_comm *inter) {
 }
 
 void neox_hier_free(neox_comm *intra, neox_comm *inter) {
-    neox_nccl_comm_free(intra);
-    neox_nccl_comm_free(inter);
+    neox_device_comm_free(intra);
+    neox_device_comm_free(inter);
     if (intra->mpi != MPI_COMM_NULL && intra->mpi != 0) MPI_Comm_free(&intra->mpi);
     if (inter->mpi != MPI_COMM_NULL && inter->mpi != 0) MPI_Comm_free(&inter->mpi);
 }

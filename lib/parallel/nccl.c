@@ -1,8 +1,8 @@
-// nccl.c: NCCL behind the communication layer (CUDA builds; a CPU build has only the refusal and
-// no-ops at the end). neox_grid_enable_device gives every group of the grid an NCCL communicator,
+// nccl.c: NCCL behind the communication layer's device table (CUDA builds; a CPU build has only the
+// refusal at the end). neox_grid_enable_device gives every group of the grid an NCCL communicator,
 // made from an ncclUniqueId that the group's rank 0 creates and broadcasts over the group's MPI
-// communicator, and the process one communication stream. collectives.c sends each call whose
-// buffers are device memory here (nccl.h).
+// communicator, and the process one communication stream, and makes this file's table the active
+// one: collectives.c sends each call whose buffers are device memory here (device_comm.h).
 //
 // Ordering without host waits: before an operation the communication stream waits for an event
 // recorded on the compute stream (neox_cuda_stream()), so the operation sees every kernel queued
@@ -18,16 +18,25 @@
 // deadlock, a non-blocking send is held back and launched together with the process's next receive
 // (one NCCL group: they progress together), or on its own just before any other NCCL operation, or
 // when it is waited for or tested. Explicit groups: neox_group_begin/end.
+//
+// No job hangs forever (comm_timeout_seconds): the communicators are non-blocking (ncclConfig_t
+// blocking 0: a call that returns ncclInProgress is settled by polling ncclCommGetAsyncError), and
+// every operation outside a group (and every group) records a watch event after it. A watchdog
+// thread polls the oldest event and the communicator's asynchronous error; an operation that has not
+// finished a timeout after it was issued aborts its communicator (ncclCommAbort) and ends the job
+// naming the operation, the group and its world ranks. (Compile-checked; not yet run on a GPU.)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "parallel.h"
-#include "parallel/nccl.h"
+#include "parallel/device_comm.h"
 
 #ifdef NEOX_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "kernels/kernels.h"
 
@@ -69,7 +78,7 @@ static cudaStream_t compute_stream(void) { return (cudaStream_t)neox_cuda_stream
 // and start-up time): its `nccl` is this marker, and its operations are the local copies they
 // amount to, queued on the communication stream in the same order as any other operation.
 static char g_self;
-static int is_self(const neox_comm *c) { return c->nccl == &g_self; }
+static int is_self(const neox_comm *c) { return c->device == &g_self; }
 static void self_copy(void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
 }
@@ -102,17 +111,6 @@ static int is_device(const void *p) {
     return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
-int neox_comm_on_device(const neox_comm *c, const void *p) { return c->nccl && is_device(p); }
-
-int neox_nccl_pick(const neox_comm *c, const void *a, const void *b, const char *what) {
-    if (!c->nccl) return 0;
-    int da = a && a != MPI_IN_PLACE ? is_device(a) : -1, db = b ? is_device(b) : -1;
-    neox_assert(!(a == MPI_IN_PLACE && db > 0), "%s on group %s: MPI_IN_PLACE is for host buffers; on the device pass "
-                "the send buffer (recv inside it for in place)", what, c->name);
-    neox_assert(!(da >= 0 && db >= 0 && da != db), "%s on group %s: one buffer is device memory, the other host memory",
-                what, c->name);
-    return da > 0 || db > 0;
-}
 
 // The communication stream waits for what the compute stream has queued so far.
 static void after_compute(void) {
@@ -135,7 +133,7 @@ static void record(cudaEvent_t event) {
 static void launch_held(void) {
     for (int i = 0; i < g_nheld; i++) {
         held_send *h = &g_held[i];
-        NCCL_OK(ncclSend(h->buf, h->count, nccl_type(h->dt), h->peer, (ncclComm_t)h->c->nccl, g_stream));
+        NCCL_OK(ncclSend(h->buf, h->count, nccl_type(h->dt), h->peer, (ncclComm_t)h->c->device, g_stream));
     }
 }
 static void record_held(void) {
@@ -150,25 +148,137 @@ static void flush_held(void) {
     record_held();
 }
 
+// ---- the watchdog (comm_timeout_seconds) ---------------------------------------------------------
+typedef struct watched {
+    cudaEvent_t event;  // recorded on the communication stream after the operation
+    neox_comm *c;
+    const char *what;   // the entry point's name
+    double since;       // when it was issued
+} watched;
+enum { MAX_WATCHED = 1024 };
+static watched g_watched[MAX_WATCHED];  // a ring, oldest at g_watch_head
+static int g_watch_head, g_nwatched, g_device_id;
+static pthread_mutex_t g_watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t g_watchdog;
+static int g_watchdog_running;
+static neox_comm *g_op_comm;        // the operation in progress (begin .. end)
+static const char *g_op_name;
+
+// A non-blocking communicator's call may return ncclInProgress: poll until it has settled.
+static void settle(neox_comm *c) {
+    if (!c || is_self(c)) return;
+    ncclResult_t state = ncclInProgress;
+    double deadline = neox_comm_timeout() > 0 ? neox_now() + neox_comm_timeout() : 0;
+    while (state == ncclInProgress) {
+        NCCL_OK(ncclCommGetAsyncError((ncclComm_t)c->device, &state));
+        if (state == ncclInProgress && deadline > 0 && neox_now() > deadline) {
+            ncclCommAbort((ncclComm_t)c->device);
+            neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s did not settle within %g s (comm_timeout_seconds)", c->name,
+                     neox_comm_timeout());
+        }
+    }
+    if (state != ncclSuccess) neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s: %s", c->name, ncclGetErrorString(state));
+}
+
+// "0, 1, 3": the world ranks of c's members.
+static void world_ranks(const neox_comm *c, char *buf, size_t size) {
+    MPI_Group group, world;
+    MPI_Comm_group(c->mpi, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    buf[0] = '\0';
+    for (int r = 0; r < c->size; r++) {
+        int w = -1;
+        MPI_Group_translate_ranks(group, 1, &r, world, &w);
+        snprintf(buf + strlen(buf), size - strlen(buf), "%s%d", r ? ", " : "", w);
+    }
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+}
+
+_Noreturn static void timed_out(const watched *w) {
+    char ranks[256];
+    world_ranks(w->c, ranks, sizeof ranks);
+    if (!is_self(w->c)) ncclCommAbort((ncclComm_t)w->c->device);
+    const char *what = strncmp(w->what, "neox_nccl_", 10) ? w->what : w->what + 10;
+    neox_die(NEOX_EXIT_FAILURE, "NCCL %s on the %s group made no progress for %g s (comm_timeout_seconds): one of its "
+             "ranks (world ranks %s) did not join it (stopped, hung or lost); communicator aborted", what, w->c->name,
+             neox_comm_timeout(), ranks);
+}
+
+// One look at the oldest watched operation: 1 when it finished (and was dropped).
+static int check_oldest(void) {
+    watched *w = &g_watched[g_watch_head];
+    cudaError_t e = cudaEventQuery(w->event);
+    if (e == cudaErrorNotReady) {
+        ncclResult_t async = ncclSuccess;
+        if (!is_self(w->c)) ncclCommGetAsyncError((ncclComm_t)w->c->device, &async);
+        if (async != ncclSuccess && async != ncclInProgress)
+            neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s: %s", w->c->name, ncclGetErrorString(async));
+        if (neox_now() - w->since > neox_comm_timeout()) timed_out(w);
+        return 0;
+    }
+    cuda_ok(e, "cudaEventQuery (a watched NCCL operation)");
+    cudaEventDestroy(w->event);
+    g_watch_head = (g_watch_head + 1) % MAX_WATCHED;
+    g_nwatched--;
+    return 1;
+}
+
+static void *watchdog(void *arg) {
+    (void)arg;
+    cudaSetDevice(g_device_id);  // the current device is per thread
+    for (;;) {
+        pthread_mutex_lock(&g_watch_lock);
+        while (g_nwatched > 0 && check_oldest()) {}
+        pthread_mutex_unlock(&g_watch_lock);
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    }
+    return NULL;
+}
+
+// After an operation (or a group) on the communication stream: its watch event. With the ring full
+// the operation goes unwatched (a thousand operations in flight: the oldest are watched).
+static void watch(neox_comm *c, const char *what) {
+    if (neox_comm_timeout() <= 0 || !c) return;
+    if (!g_watchdog_running) {
+        CUDA_OK(cudaGetDevice(&g_device_id));
+        g_watchdog_running = pthread_create(&g_watchdog, NULL, watchdog, NULL) == 0;
+        if (g_watchdog_running) pthread_detach(g_watchdog);
+    }
+    pthread_mutex_lock(&g_watch_lock);
+    if (g_nwatched < MAX_WATCHED) {
+        watched *w = &g_watched[(g_watch_head + g_nwatched) % MAX_WATCHED];
+        CUDA_OK(cudaEventCreateWithFlags(&w->event, cudaEventDisableTiming));
+        CUDA_OK(cudaEventRecord(w->event, g_stream));
+        w->c = c, w->what = what, w->since = neox_now();
+        g_nwatched++;
+    }
+    pthread_mutex_unlock(&g_watch_lock);
+}
+
 // Before an operation: held sends go first (issue order), then the wait for the compute stream.
-static ncclComm_t begin(neox_comm *c) {
+static ncclComm_t begin_op(neox_comm *c, const char *what) {
     flush_held();
     after_compute();
-    return (ncclComm_t)c->nccl;
+    g_op_comm = c, g_op_name = what;
+    return (ncclComm_t)c->device;
 }
+#define begin(c) begin_op((c), __func__)
 
 // The event exists from the call on (so neox_wait knows an NCCL request), but inside a group it is
 // recorded only at neox_group_end, when the operations are actually queued.
 static cudaEvent_t new_event(neox_request *req) {
     cudaEvent_t ev;
     CUDA_OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    req->event = ev;
+    req->device = ev;
     return ev;
 }
 static void end(neox_request *req) {
     cudaEvent_t ev = req ? new_event(req) : NULL;
-    if (!g_grouped) {
+    if (!g_grouped) {  // (inside a group nothing is launched before neox_group_end, which settles)
+        settle(g_op_comm);
         record(ev);
+        watch(g_op_comm, g_op_name);
     } else if (ev) {
         neox_assert(g_npending < MAX_PENDING, "neox_group_begin/end: more than %d non-blocking operations", MAX_PENDING);
         g_pending[g_npending++] = ev;
@@ -177,8 +287,8 @@ static void end(neox_request *req) {
     }
 }
 
-void neox_group_begin(void) {
-    neox_assert(!g_grouped, "neox_group_begin: groups do not nest");
+// (collectives.c checks the nesting.)
+static void nccl_group_begin(void) {
     if (g_stream) {
         flush_held();
         NCCL_OK(ncclGroupStart());
@@ -186,11 +296,12 @@ void neox_group_begin(void) {
     g_grouped = 1;
 }
 
-void neox_group_end(void) {
-    neox_assert(g_grouped, "neox_group_end without neox_group_begin");
+static void nccl_group_end(void) {
     g_grouped = 0;
     if (!g_stream) return;
     NCCL_OK(ncclGroupEnd());
+    settle(g_op_comm);
+    watch(g_op_comm, "group of operations");
     for (int i = 0; i < g_npending; i++) record(g_pending[i]);
     if (g_pending_blocking) record(NULL);
     g_npending = g_pending_blocking = 0;
@@ -198,13 +309,13 @@ void neox_group_end(void) {
 
 // ---- operations -------------------------------------------------------------------------------
 
-void neox_nccl_allreduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int max, neox_request *req) {
+static void neox_nccl_allreduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int max, neox_request *req) {
     ncclComm_t nc = begin(c);
     if (!is_self(c)) NCCL_OK(ncclAllReduce(buf, buf, count, nccl_type(dt), max ? ncclMax : ncclSum, nc, g_stream));
     end(req);
 }
 
-void neox_nccl_reduce_scatter(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
+static void neox_nccl_reduce_scatter(neox_comm *c, const void *send, void *recv, size_t recv_count, neox_dtype dt,
                               neox_request *req) {
     ncclComm_t nc = begin(c);
     if (is_self(c)) self_copy(recv, send, recv_count * neox_dtype_size(dt));
@@ -214,7 +325,7 @@ void neox_nccl_reduce_scatter(neox_comm *c, const void *send, void *recv, size_t
 
 // One ncclReduce per rank, rooted there, fused into one launch; zero counts (the same on every
 // rank) are skipped.
-void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
+static void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const int *counts, neox_dtype dt,
                                neox_request *req) {
     ncclComm_t nc = begin(c);
     size_t esize = neox_dtype_size(dt), at = 0;
@@ -235,7 +346,7 @@ void neox_nccl_reduce_scatterv(neox_comm *c, const void *send, void *recv, const
     end(req);
 }
 
-void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt,
+static void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send_count, neox_dtype dt,
                          neox_request *req) {
     ncclComm_t nc = begin(c);
     if (is_self(c)) self_copy(recv, send, send_count * neox_dtype_size(dt));
@@ -244,7 +355,7 @@ void neox_nccl_allgather(neox_comm *c, const void *send, void *recv, size_t send
 }
 
 // Each rank broadcasts its own part in place, all in one launch.
-void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dtype dt) {
+static void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, neox_dtype dt) {
     ncclComm_t nc = begin(c);
     size_t esize = neox_dtype_size(dt), at = 0;
     if (is_self(c)) {  // one part, already in place
@@ -261,20 +372,20 @@ void neox_nccl_allgatherv_inplace(neox_comm *c, void *buf, const int *counts, ne
     end(NULL);
 }
 
-void neox_nccl_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
+static void neox_nccl_broadcast(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     ncclComm_t nc = begin(c);
     if (!is_self(c)) NCCL_OK(ncclBroadcast(buf, buf, count, nccl_type(dt), root, nc, g_stream));
     end(NULL);
 }
 
-void neox_nccl_reduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
+static void neox_nccl_reduce(neox_comm *c, void *buf, size_t count, neox_dtype dt, int root) {
     ncclComm_t nc = begin(c);
     if (!is_self(c)) NCCL_OK(ncclReduce(buf, buf, count, nccl_type(dt), ncclSum, root, nc, g_stream));
     end(NULL);
 }
 
 // A send and a receive per peer (this rank included), fused.
-void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
+static void neox_nccl_alltoall(neox_comm *c, const void *send, void *recv, size_t block_count, neox_dtype dt) {
     ncclComm_t nc = begin(c);
     size_t block = block_count * neox_dtype_size(dt);
     if (is_self(c)) {
@@ -310,7 +421,7 @@ static void self_p2p(neox_comm *c, void *buf, size_t bytes, int send, neox_reque
     end(req);
 }
 
-void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int peer, int send, neox_request *req) {
+static void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int peer, int send, neox_request *req) {
     if (is_self(c)) {
         (void)peer;  // the only rank: itself
         self_p2p(c, buf, count * neox_dtype_size(dt), send, req);
@@ -324,9 +435,10 @@ void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int pee
     }
     if (!send && g_nheld > 0 && !g_grouped) {
         after_compute();
+        g_op_comm = c, g_op_name = __func__;
         NCCL_OK(ncclGroupStart());
         launch_held();
-        NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, (ncclComm_t)c->nccl, g_stream));
+        NCCL_OK(ncclRecv(buf, count, nccl_type(dt), peer, (ncclComm_t)c->device, g_stream));
         NCCL_OK(ncclGroupEnd());
         record_held();
         end(req);
@@ -340,23 +452,23 @@ void neox_nccl_p2p(neox_comm *c, void *buf, size_t count, neox_dtype dt, int pee
 
 // ---- requests ---------------------------------------------------------------------------------
 
-void neox_nccl_wait(neox_request *req) {
+static void neox_nccl_wait(neox_request *req) {
     neox_assert(!g_grouped, "neox_wait inside neox_group_begin/end: the group has not started");
     flush_held();  // req may be a held send
-    cudaEvent_t ev = (cudaEvent_t)req->event;
+    cudaEvent_t ev = (cudaEvent_t)req->device;
     CUDA_OK(cudaStreamWaitEvent(compute_stream(), ev, 0));
     CUDA_OK(cudaEventDestroy(ev));  // released once the wait is done with it
-    req->event = NULL;
+    req->device = NULL;
 }
 
-int neox_nccl_test(neox_request *req) {
+static int neox_nccl_test(neox_request *req) {
     if (g_grouped) return 0;
     flush_held();
-    cudaError_t e = cudaEventQuery((cudaEvent_t)req->event);
+    cudaError_t e = cudaEventQuery((cudaEvent_t)req->device);
     if (e == cudaErrorNotReady) {
         // Still running: report a failed peer or network instead of letting the caller poll forever.
         ncclResult_t async = ncclSuccess;
-        if (!is_self(req->comm)) NCCL_OK(ncclCommGetAsyncError((ncclComm_t)req->comm->nccl, &async));
+        if (!is_self(req->comm)) NCCL_OK(ncclCommGetAsyncError((ncclComm_t)req->comm->device, &async));
         if (async != ncclSuccess && async != ncclInProgress)
             neox_die(NEOX_EXIT_FAILURE, "NCCL: group %s: %s", req->comm->name, ncclGetErrorString(async));
         return 0;
@@ -371,7 +483,7 @@ int neox_nccl_test(neox_request *req) {
 static void init_comm(neox_comm *c) {
     g_ncomms++;
     if (c->size == 1) {
-        c->nccl = &g_self;
+        c->device = &g_self;
         return;
     }
     ncclUniqueId id;
@@ -379,16 +491,19 @@ static void init_comm(neox_comm *c) {
     if (c->rank == 0) NCCL_OK(ncclGetUniqueId(&id));
     MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi);
     ncclComm_t nc;
-    NCCL_OK(ncclCommInitRank(&nc, c->size, id, c->rank));
-    c->nccl = nc;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // calls return at once; settle() and the watchdog bound every wait
+    NCCL_OK(ncclCommInitRankConfig(&nc, c->size, id, c->rank, &config));
+    c->device = nc;
+    settle(c);
 }
 
-void neox_nccl_comm_free(neox_comm *c) {
-    if (!c->nccl) return;
+static void neox_nccl_comm_free(neox_comm *c) {
+    if (!c->device) return;
     flush_held();
     CUDA_OK(cudaStreamSynchronize(g_stream));
-    if (!is_self(c)) NCCL_OK(ncclCommDestroy((ncclComm_t)c->nccl));
-    c->nccl = NULL;
+    if (!is_self(c)) NCCL_OK(ncclCommDestroy((ncclComm_t)c->device));
+    c->device = NULL;
     if (--g_ncomms == 0) {
         CUDA_OK(cudaEventDestroy(g_ready));
         CUDA_OK(cudaEventDestroy(g_done));
@@ -417,8 +532,31 @@ static int choose_device(neox_grid *g, neox_error *err) {
     return 0;
 }
 
+static const neox_device_comm nccl_table = {
+    .name = "NCCL",
+    .owns = is_device,
+    .allreduce = neox_nccl_allreduce,
+    .reduce_scatter = neox_nccl_reduce_scatter,
+    .reduce_scatterv = neox_nccl_reduce_scatterv,
+    .allgather = neox_nccl_allgather,
+    .allgatherv_inplace = neox_nccl_allgatherv_inplace,
+    .broadcast = neox_nccl_broadcast,
+    .reduce = neox_nccl_reduce,
+    .alltoall = neox_nccl_alltoall,
+    .p2p = neox_nccl_p2p,
+    .wait = neox_nccl_wait,
+    .test = neox_nccl_test,
+    .group_begin = nccl_group_begin,
+    .group_end = nccl_group_end,
+    .comm_free = neox_nccl_comm_free,
+};
+
 int neox_grid_enable_device(neox_grid *g, neox_error *err) {
+    if (neox_device_comm_active && neox_device_comm_active != &nccl_table)
+        return neox_fail(err, NEOX_EXIT_USAGE, "device communication: %s already carries this process's device buffers",
+                         neox_device_comm_active->name);
     if (choose_device(g, err) != 0) return -1;
+    neox_device_comm_active = &nccl_table;
     if (!g_stream) {
         int least, greatest;  // NCCL kernels first when compute kernels also wait for the SMs
         CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -429,7 +567,7 @@ int neox_grid_enable_device(neox_grid *g, neox_error *err) {
     // The same order on every rank: each group's members all reach it after the groups before it.
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter};
     for (int i = 0; i < 7; i++)
-        if (comms[i]->size >= 1 && !comms[i]->nccl) init_comm(comms[i]);  // one-rank groups: no NCCL (is_self)
+        if (comms[i]->size >= 1 && !comms[i]->device) init_comm(comms[i]);  // one-rank groups: no NCCL (is_self)
     int version = 0;
     ncclGetVersion(&version);
     if (g->world_rank == 0) neox_info("device communication: NCCL %d, one communicator per group of 2 or more ranks", version);
@@ -442,12 +580,5 @@ int neox_grid_enable_device(neox_grid *g, neox_error *err) {
     (void)g;
     return neox_fail(err, NEOX_EXIT_USAGE, "device communication: this build has no CUDA (build with make CUDA=1)");
 }
-int neox_comm_on_device(const neox_comm *c, const void *p) {
-    (void)c, (void)p;
-    return 0;
-}
-void neox_group_begin(void) {}
-void neox_group_end(void) {}
-void neox_nccl_comm_free(neox_comm *c) { (void)c; }
 
 #endif

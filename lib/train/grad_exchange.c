@@ -85,9 +85,6 @@ static int read_adaptive(const neox_trainer *t, neox_grad_exchange_settings *s, 
     int adaptive = s->compression == NEOX_COMPRESSION_ADAPTIVE;
     if (check_own_keys(t->cfg, adaptive, err) != 0) return -1;
     if (!adaptive) return 0;
-    if (t->be->on_device)
-        return neox_fail(err, NEOX_EXIT_USAGE, "gradient_compression: adaptive switches between host compressors; "
-                         "these gradients are on the GPU (compute_backend: cuda)");
     s->adaptive_interval = neox_config_int_or(t->cfg, gradient_compression_interval, 20);
     s->replay_path = neox_config_str(t->cfg, gradient_compression_replay);
     const char *fixed = getenv("NEOX_ADAPTIVE_MEASUREMENTS");
@@ -182,9 +179,24 @@ static int write_errors(const neox_trainer *t, neox_ckpt_writer *w, neox_error *
         char name[96];
         error_name(t, names[b], name, sizeof name);
         int64_t shape[1] = {(int64_t)counts[b]};
-        if (neox_ckpt_write_range(w, name, 1, shape, 0, shape[0], bufs[b], err) != 0) return -1;
+        // The buffers are the gradients' backend's: the shard is written from a host copy.
+        float *host = neox_malloc((counts[b] + 1) * sizeof(float));
+        t->be->to_host(host, bufs[b], counts[b] * sizeof(float));
+        int rc = neox_ckpt_write_range(w, name, 1, shape, 0, shape[0], host, err);
+        free(host);
+        if (rc != 0) return -1;
     }
     return 0;
+}
+
+// Buffer b of the exchange read from the shard into a host copy, then onto the gradients' backend.
+static int read_error(const neox_trainer *t, const neox_ckpt_reader *r, const char *name, float *buf, size_t count,
+                      neox_error *err) {
+    float *host = neox_malloc((count + 1) * sizeof(float));
+    int rc = neox_ckpt_read_range(r, name, 0, (int64_t)count, host, err);
+    if (rc == 0) t->be->to_device(buf, host, count * sizeof(float));
+    free(host);
+    return rc;
 }
 
 // Restores the compressors' state when the checkpoint was written by the same layout; otherwise
@@ -209,7 +221,7 @@ static int read_errors(neox_trainer *t, const neox_ckpt_reader *r, const char *d
                ndim == 1 && shape[0] == (int64_t)counts[b];
     }
     for (int b = 0; same && b < n; b++)
-        if (neox_ckpt_read_range(r, name[b], 0, (int64_t)counts[b], bufs[b], err) != 0) return -1;
+        if (read_error(t, r, name[b], bufs[b], counts[b], err) != 0) return -1;
     if (!same && t->rank0 && !t->opts.quiet)
         neox_notice("compression error buffers start from zero: the checkpoint has another layout or none (written by "
                     "%d x %d x %d pipe x data x model ranks, now %d x %d x %d)", man.pipe_size, man.data_size,

@@ -220,6 +220,9 @@ int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err);
 // its table's; see zero3.c.)
 // Ends a pass or a gather_all (its end_pass hook).
 void neox_train_zero3_end(neox_trainer *t);
+// The most elements of an embedding piece that ZeRO-3's live bound allows (read from the stage-3
+// keys before the part is set up: the model's pieces are chosen before the gradient exchange).
+size_t neox_train_zero3_piece_limit(const neox_trainer *t);
 // The whole model in the flat buffer until neox_train_zero3_end (readers outside a pass).
 void neox_train_zero3_gather_all(neox_trainer *t);
 // After the optimizer updated the partition: the persistent tensors are gathered again.
@@ -418,6 +421,7 @@ neox_model *neox_train_parts_reference_model(const neox_trainer *t, double **tok
 void neox_train_parts_begin_pass(neox_trainer *t, neox_train_pass pass);
 void neox_train_parts_end_pass(neox_trainer *t);  // (in reverse)
 int neox_train_parts_loss(neox_trainer *t, const neox_batch *b, int training, double *loss, neox_error *err);
+int neox_train_parts_replace_loss(const neox_trainer *t);  // whether a part's loss replaces the model's
 void neox_train_parts_grads_ready(neox_trainer *t, int begin, int end);
 
 

@@ -161,6 +161,11 @@ int neox_train_parts_loss(neox_trainer *t, const neox_batch *b, int training, do
     return part ? part->loss(t, b, training, loss, err) : 0;
 }
 
+int neox_train_parts_replace_loss(const neox_trainer *t) {
+    int count;
+    return loss_part(t, &count) != NULL;
+}
+
 void neox_train_parts_grads_ready(neox_trainer *t, int begin, int end) {
     for (int i = 0; i < NPARTS; i++)
         if (parts[i]->grads_ready) parts[i]->grads_ready(t, begin, end);

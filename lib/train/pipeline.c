@@ -86,6 +86,10 @@ static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
     return 0;
 }
 
+// The loss scale of a micro-batch's backward (the fp16 scaler's over the micro-batches' count), which
+// the fused loss needs at forward time already.
+static float micro_batch_loss_scale(const neox_trainer *t) { return (float)(t->scaler.scale / t->grad_accum); }
+
 static int forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_trainer *t = r->t;
     neox_model *m = t->model;
@@ -95,11 +99,15 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_wait(&r->act_send[slot]);  // the slot's previous activations have left
     neox_model_use_slot(m, slot);
     if (next_batch(r, err) != 0) return -1;
+    // The reference's activations first, as the stage before sent them: device messages have no tags
+    // and match in the order issued (NCCL's rule, and the emulated device's), so the other order
+    // would hand each model the other's activations.
+    if (reference_forward(r, k, err) != 0) return -1;
     if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(m), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_ACTIVATION));
     m->training = r->training;
+    m->head_loss_scale = micro_batch_loss_scale(t);
     if (r->training) set_dropout(t, m);
     neox_batch *b = t->batch;
-    if (reference_forward(r, k, err) != 0) return -1;
     if (r->training && stage_first(t))  // (sparse_gradients: the rows the tokens touch)
         neox_grad_exchange_touch_rows(t->exchange, b->tokens, (size_t)b->micro_batch * b->seq_length);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_FORWARD);
@@ -131,7 +139,7 @@ static void backward(pipe_run *r, int k, int M) {
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD);
     neox_timer_start(timer);
     if (split_passes(t)) neox_train_parts_begin_pass(t, NEOX_PASS_BACKWARD);
-    neox_model_backward(m, (float)(t->scaler.scale / M));
+    neox_model_backward(m, micro_batch_loss_scale(t));
     neox_train_parts_end_pass(t);
     neox_timer_stop(timer);
     if (!stage_first(t)) {

@@ -32,7 +32,7 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
 }
 
 // compute_backend: cpu, cuda, auto or emulated; on a GPU, one rank per device (local rank modulo the
-// device count) and NCCL communicators for the device buffers.
+// device count) and NCCL communicators for the device buffers; on the emulated device, its twin's.
 static int setup_backend(neox_trainer *t, neox_error *err) {
     // cudnn_attention: on a CUDA device, false keeps bf16 attention on the own kernels
     // (kernels/cuda/attention_cudnn.cu owns the choice); the CPU backends have no cuDNN to choose.
@@ -42,15 +42,8 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
     // wall_clock_breakdown: every op through the per-op profile (reported in loop.c).
     if (neox_config_bool(t->cfg, wall_clock_breakdown)) t->be = neox_profile_install(t->be, 0);
     if (!t->be->on_device) return 0;
-    // What still runs on host loops only (docs/cuda.md).
-    const char *refused = NULL;
-    if (neox_optimizer_type_of(t->optim.kind)->host_only) refused = "optimizer.type onebitadam";
-    else if (strcmp(neox_config_str(t->cfg, gradient_compression), "none") != 0) refused = "gradient_compression";
-    else if (neox_config_bool(t->cfg, sparse_gradients)) refused = "sparse_gradients";
-    if (refused)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s: not available with compute_backend %s yet (CPU only); "
-                         "set compute_backend: cpu", refused, t->be->name);
-    if (!strcmp(t->be->name, "emulated")) return 0;  // one rank (neox_backend_for_rank)
+    // The emulated device's collectives: its twin of NCCL over MPI (lib/parallel/emulated_comm.c).
+    if (!strcmp(t->be->name, "emulated")) return neox_grid_enable_emulated(t->grid, err);
 #ifdef NEOX_CUDA
     neox_cuda_attention_cudnn(cudnn_attention);
 #else
@@ -143,11 +136,13 @@ static int setup_model(neox_trainer *t, neox_error *err) {
 
 // ZeRO-2 and 3 on the host: the buckets are at most reduce_bucket_size elements and their pages are
 // given back as they land, so the embeddings are used in pieces of about a bucket each (the output
-// layer's gradient made piece by piece, ZeRO-3 gathering them by pieces) and no rank holds one whole.
+// layer's gradient made piece by piece, ZeRO-3 gathering them by pieces) and no rank holds one whole;
+// under ZeRO-3 a piece is also at most what its live bound allows (zero3.c).
 static void use_head_pieces(neox_trainer *t) {
     int64_t bucket = neox_config_int_or(t->cfg, zero_reduce_bucket_size, 500000000);
-    int64_t rows = bucket / t->model->desc.hidden_size;
     if (t->be->on_device || bucket <= 0) return;
+    int64_t limit = t->zero_stage == 3 ? (int64_t)neox_train_zero3_piece_limit(t) : bucket;
+    int64_t rows = (limit < bucket ? limit : bucket) / t->model->desc.hidden_size;
     t->model->head_grad_rows = rows < 1 ? 1 : rows > INT32_MAX ? INT32_MAX : (int)rows;
     neox_train_install_grad_hook(t);  // (the model reports the pieces to it)
 }
@@ -193,6 +188,19 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     // 1-bit Adam averages its momentum with the exchange's compressor (NULL at data-parallel size 1).
     t->optimizer->momentum_allreduce = neox_grad_exchange_momentum_compressor(t->exchange);
     return 0;
+}
+
+// The fused loss (lib/model.h, neox_model_set_fused_head) on the last stage, unless a part's loss
+// replaces the model's (DPO's and KTO's token weights come after the forward, the reward model's
+// values need no vocabulary) or the output layer is used in pieces: known only once the parts and the
+// partition are set up, so the activations are planned again with the fused loss's smaller chunks.
+static int setup_fused_head(neox_trainer *t, neox_error *err) {
+    neox_model *m = t->model;
+    if (t->grid->pipe_rank != t->grid->pipe_size - 1 || neox_train_parts_replace_loss(t) || m->desc.value_head ||
+        neox_model_head_piece_rows(m))
+        return 0;
+    neox_model_set_fused_head(m, 1);
+    return neox_model_plan_slots(m, m->B, m->T, m->nslots, err);
 }
 
 // The initial weights, when no checkpoint supplies them (neox_train_load decides): under ZeRO-3 only
@@ -320,6 +328,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_train_parts_setup(t, NEOX_PART_AFTER_PRECISION, err) != 0 ||
         neox_optimizer_read_settings(cfg, &t->optim, err) != 0 || setup_backend(t, err) != 0 || setup_model(t, err) != 0 ||
         neox_train_parts_setup(t, NEOX_PART_AFTER_MODEL, err) != 0 || setup_optimizer(t, err) != 0 ||
+        setup_fused_head(t, err) != 0 ||
         setup_data(t, err) != 0 || neox_train_parts_check_data(t, err) != 0 ||
         neox_train_load(t, err) != 0 || setup_metrics(t, err) != 0) {
         neox_trainer_free(t);

@@ -34,6 +34,15 @@ static int64_t stage3_key(const neox_config *cfg, neox_subkey_id prefixed, neox_
     return neox_subkey_default_int(prefixed, -1);
 }
 
+static int64_t max_live_of(const neox_config *cfg) {
+    return stage3_key(cfg, NEOX_SK_zero_optimization__stage3_max_live_parameters,
+                      NEOX_SK_zero_optimization__max_live_parameters);
+}
+
+size_t neox_train_zero3_piece_limit(const neox_trainer *t) {
+    return neox_param_gather_piece_limit(t->model->num_floats, t->grid->data_size, max_live_of(t->cfg));
+}
+
 // Layouts stage 3 cannot serve, refused by name (zero_optimization.[stage3_]use_all_reduce_for_fetch_params
 // true is refused by the schema).
 static int check_zero3(const neox_trainer *t, neox_error *err) {
@@ -74,8 +83,7 @@ static int setup_zero3(neox_trainer *t, neox_error *err) {
     neox_param_gather_options o = {
         .prefetch_elems = stage3_key(c, NEOX_SK_zero_optimization__stage3_prefetch_bucket_size,
                                      NEOX_SK_zero_optimization__prefetch_bucket_size),
-        .max_live = stage3_key(c, NEOX_SK_zero_optimization__stage3_max_live_parameters,
-                               NEOX_SK_zero_optimization__max_live_parameters),
+        .max_live = max_live_of(c),
         .max_reuse_distance = stage3_key(c, NEOX_SK_zero_optimization__stage3_max_reuse_distance,
                                          NEOX_SK_zero_optimization__max_reuse_distance),
         .persistence_threshold = stage3_key(c, NEOX_SK_zero_optimization__stage3_param_persistence_threshold,

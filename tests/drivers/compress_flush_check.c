@@ -33,8 +33,8 @@ static void average(neox_comm *c, float *x, size_t n) {
 static double owed(neox_comm *c, int powersgd, int flush, size_t n) {
     size_t sizes[NSEG];
     for (int s = 0; s < NSEG; s++) sizes[s] = (size_t)rows[s] * (size_t)cols[s];
-    neox_onebit *ob = powersgd ? NULL : neox_onebit_make(c, sizes, NSEG);
-    neox_powersgd *ps = powersgd ? neox_powersgd_make(c, rows, cols, NSEG, 2) : NULL;
+    neox_onebit *ob = powersgd ? NULL : neox_onebit_make(c, NULL, sizes, NSEG);
+    neox_powersgd *ps = powersgd ? neox_powersgd_make(c, NULL, rows, cols, NSEG, 2) : NULL;
     neox_mt19937 rng;
     neox_mt19937_seed(&rng, 1000u + (unsigned)c->rank);
     float *x = neox_malloc(n * sizeof(float)), *mean = neox_malloc(n * sizeof(float));
@@ -87,8 +87,8 @@ static double owed_per_bucket(neox_comm *c, int flush) {
     size_t sizes[MSEG], off[MSEG + 1] = {0};
     for (int s = 0; s < MSEG; s++) sizes[s] = (size_t)mrows[s] * (size_t)mcols[s], off[s + 1] = off[s] + sizes[s];
     size_t n = off[MSEG];
-    neox_onebit *ob = neox_onebit_make(c, sizes, MSEG);
-    neox_powersgd *ps = neox_powersgd_make_ranks(c, mrows, mcols, MSEG, 1, 2);
+    neox_onebit *ob = neox_onebit_make(c, NULL, sizes, MSEG);
+    neox_powersgd *ps = neox_powersgd_make_ranks(c, NULL, mrows, mcols, MSEG, 1, 2);
     neox_mt19937 rng;
     neox_mt19937_seed(&rng, 2000u + (unsigned)c->rank);
     float *x = neox_malloc(n * sizeof(float)), *mean = neox_malloc(n * sizeof(float)), *lost = neox_calloc(n, sizeof(float));

@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
     size_t steps = n / sizeof(float) / total / (size_t)p;
 
     neox_optimizer *o = neox_optimizer_make(&s, neox_backend_cpu(), total);
-    o->momentum_allreduce = p > 1 ? neox_onebit_make(&grid.data, sizes, nseg) : NULL;
+    o->momentum_allreduce = p > 1 ? neox_onebit_make(&grid.data, NULL, sizes, nseg) : NULL;
     float *grad = neox_malloc(total * sizeof(float));
     float *trace = neox_malloc(steps * 3 * total * sizeof(float));
     for (size_t t = 0; t < steps; t++) {

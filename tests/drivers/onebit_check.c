@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gradient.h"
+#include "kernels/kernels.h"
 
 static void *read_all(const char *path, size_t *size) {
     neox_error err = {0};
@@ -44,7 +45,7 @@ int main(int argc, char **argv) {
     free(path);
     int p = grid.data.size, r = grid.data.rank;
     size_t steps = n / sizeof(float) / total / (size_t)p;
-    neox_onebit *o = neox_onebit_make(&grid.data, sizes, nseg);
+    neox_onebit *o = neox_onebit_make(&grid.data, NULL, sizes, nseg);
     size_t nw, ns;
     float *werr = neox_onebit_error(o, 0, &nw), *serr = neox_onebit_error(o, 1, &ns);
     float *out = neox_malloc((steps * total + nw + ns) * sizeof(float));
@@ -59,8 +60,12 @@ int main(int argc, char **argv) {
     write_all(path, out, (steps * total + nw + ns) * sizeof(float));
     free(path);
 
-    uint8_t *bits = neox_malloc(total / 8 + 1);
-    neox_pack_signs(input + (size_t)r * total, total / 8 * 8, bits);
+    // The signs alone: the compression op on a zero error packs exactly the input's signs.
+    size_t packed = total / 8 * 8;
+    uint8_t *bits = neox_malloc(total / 8 + 1), scale[4];
+    float *zero = neox_calloc(packed + 1, sizeof(float));
+    neox_onebit_compress(bits, 0, scale, 0, zero, input + (size_t)r * total, packed, packed, 1);
+    free(zero);
     path = neox_asprintf("%s/pack_%d.u8", dir, r);
     write_all(path, bits, total / 8);
     free(path);

@@ -127,7 +127,7 @@ static void check_device_api(void) {
 #ifndef NEOX_CUDA
     neox_error err = {0};
     int refused = neox_grid_enable_device(&grid, &err) == -1 && strstr(err.message, "make CUDA=1") != NULL;
-    report("CPU build: neox_grid_enable_device refused, naming make CUDA=1", refused && !grid.world.nccl);
+    report("CPU build: neox_grid_enable_device refused, naming make CUDA=1", refused && !grid.world.device);
     neox_comm *c = &grid.world;
     int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size, out = c->rank, in = -1;
     neox_request rq[2];

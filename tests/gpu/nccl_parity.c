@@ -364,7 +364,7 @@ int main(int argc, char **argv) {
     if (neox_grid_make(&grid, 1, 1, &err) != 0 || neox_grid_enable_device(&grid, &err) != 0) neox_die_error(&err);
     gpu = neox_backend_cuda();  // after enable_device, which chose this rank's GPU
     if (!gpu) neox_die(NEOX_EXIT_FAILURE, "nccl_parity: the CUDA backend did not start");
-    check("every group has an NCCL communicator", grid.world.nccl && grid.data.nccl && grid.pipe.nccl && grid.model.nccl);
+    check("every group has an NCCL communicator", grid.world.device && grid.data.device && grid.pipe.device && grid.model.device);
     allreduces(&grid.world);
     allreduces(&grid.model);  // one rank: NCCL's single-rank path
     gathers_and_scatters(&grid.world);

@@ -167,6 +167,55 @@ static void test_linear_tf32(void) {
     pair_free(&out);
 }
 
+static void test_gemm16(neox_elem ab, neox_elem ce, int ta, int tb, int M, int N, int K);
+
+// The linear cases again on the other product path: the default runs cuBLASLt with the bias and
+// bias-gradient epilogues, and this runs cuBLAS with them as separate kernels (the fallback where
+// cuBLASLt has no algorithm), so both stay checked. Reports how many products each path ran.
+static void test_linear_both_paths(void) {
+    if (gpu == cpu) return;  // (--self: no CUDA)
+    long lt0, fb0, lt1, fb1;
+    neox_cuda_matmul_counts(&lt0, &fb0);
+    neox_cuda_set_cublaslt(0);
+    test_linear(37, 53, 71, 0, 1, 0);
+    test_linear(64, 128, 96, 5, 1, 1);
+    test_gemm16(NEOX_ELEM_BF16, NEOX_ELEM_BF16, 0, 0, 33, 70, 96);
+    neox_cuda_set_cublaslt(1);
+    neox_cuda_matmul_counts(&lt1, &fb1);
+    checks++;
+    if (lt1 != lt0) failures++;
+    printf("%s - cuBLAS path alone while cuBLASLt is off (%ld products)\n", lt1 == lt0 ? "ok" : "not ok", fb1 - fb0);
+    printf("# products so far: %ld on cuBLASLt, %ld on cuBLAS\n", lt1, fb1);
+}
+
+// The MLP's fused GELU-tanh products (cuBLASLt's GELU_AUX_BIAS and DGELU epilogues) against the
+// CPU's linear then activation, on both paths: out and the kept pre-activation, then the gradient
+// through it from the CPU's pre-activation.
+static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
+    if (gpu == cpu) return;  // (--self: no CUDA)
+    for (int lt = 1; lt >= 0; lt--) {
+        neox_cuda_set_cublaslt(lt);
+        pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
+        pair out = pair_zero((size_t)N * OC), pre = pair_zero((size_t)N * OC);
+        cpu->linear_forward(pre.h, OC, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC);
+        cpu->activation_forward(out.h, pre.h, (size_t)N * OC, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
+        neox_cuda_linear_gelu_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC);
+        checkf(GEMM_TOL, &pre, "linear_gelu_forward pre-activation %s N=%d IC=%d OC=%d bias=%d",
+               lt ? "cuBLASLt" : "cuBLAS", N, IC, OC, with_bias);
+        checkf(GEMM_TOL, &out, "linear_gelu_forward out %s N=%d IC=%d OC=%d", lt ? "cuBLASLt" : "cuBLAS", N, IC, OC);
+        // backward through a layer (OC, IC) = (C, F) whose input is the pre-activation of width IC
+        pair dout = pair_rand((size_t)N * OC), x = pair_rand((size_t)N * IC), dpre = pair_zero((size_t)N * IC);
+        pair dx = pair_zero((size_t)N * IC);
+        cpu->linear_backward(dx.h, NULL, NULL, dout.h, OC, NULL, w.h, N, IC, OC, 0);
+        cpu->activation_backward(dpre.h, dx.h, x.h, (size_t)N * IC, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
+        neox_cuda_linear_dgelu_backward(dpre.d, dout.d, w.d, x.d, N, IC, OC);
+        checkf(GEMM_TOL, &dpre, "linear_dgelu_backward %s N=%d IC=%d OC=%d", lt ? "cuBLASLt" : "cuBLAS", N, IC, OC);
+        pair *all[] = {&inp, &w, &b, &out, &pre, &dout, &x, &dpre, &dx};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    }
+    neox_cuda_set_cublaslt(1);
+}
+
 // 16-bit values on both sides: the host's from the CPU cast, the device's a copy of the same bits.
 typedef struct { uint16_t *h; void *d; size_t n; } pair16;
 
@@ -803,6 +852,65 @@ static void test_cross_entropy(int N, int V) {
     gpu->free(sd);
 }
 
+// Doubles compared as floats (the statistics in double: their sums' order differs).
+static void compare_doubles(const char *name, const double *ref, const double *got_d, int n, double rtol) {
+    double *got = xmalloc((size_t)n * sizeof(double));
+    float *rf = xmalloc((size_t)n * sizeof(float)), *gf = xmalloc((size_t)n * sizeof(float));
+    gpu->to_host(got, got_d, (size_t)n * sizeof(double));
+    for (int i = 0; i < n; i++) rf[i] = (float)ref[i], gf[i] = (float)got[i];
+    compare(name, rf, gf, n, 0, rtol);
+    free(got), free(rf), free(gf);
+}
+
+// The fused loss and gradient in one pass, with fp32, bf16 or fp16 logits (rounded by each side's own
+// cast), a weighted mask and targets off the vocabulary: the statistics as the separate ops', dlogits
+// to a unit of the logits' precision; then the vocab-parallel second phase from the CPU's statistics.
+// V = 50304 holds the row in shared memory on an H100 (fp32: 196 KiB), 300000 does not (re-read).
+static void test_cross_entropy_fused(int N, int V, neox_elem e) {
+    size_t n = (size_t)N * V, bytes = n * (e == NEOX_ELEM_F32 ? 4 : 2);
+    const char *tn = e == NEOX_ELEM_F32 ? "fp32" : e == NEOX_ELEM_BF16 ? "bf16" : "fp16";
+    pair logits = pair_uniform(n, -8.0f, 8.0f), weight = pair_uniform(N, 0.0f, 1.0f), mx = pair_rand(N);
+    weight.h[0] = 0.0f;
+    gpu->to_device(weight.d, weight.h, (size_t)N * sizeof(float));
+    int *t = xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) t[i] = (int)(neox_uniform(6, draw++) * V);
+    if (N > 1) t[1] = -1, t[N - 1] = V + 2;
+    ipair tv = ipair_from(t, N);
+    void *zh = xmalloc(bytes), *zd = gpu->alloc(bytes);
+    double *stats = xmalloc(2 * (size_t)N * sizeof(double)), *sd = gpu->alloc(2 * (size_t)N * sizeof(double));
+    for (int phase = 0; phase < 2; phase++) {
+        if (e == NEOX_ELEM_F32) memcpy(zh, logits.h, bytes), gpu->copy(zd, logits.d, bytes);
+        else if (e == NEOX_ELEM_BF16) cpu->cast_f32_to_bf16(zh, logits.h, n), gpu->cast_f32_to_bf16(zd, logits.d, n);
+        else cpu->cast_f32_to_f16(zh, logits.h, n), gpu->cast_f32_to_f16(zd, logits.d, n);
+        if (phase == 1) {  // the CPU's statistics as the reduced inputs of both
+            gpu->to_device(mx.d, mx.h, (size_t)N * sizeof(float));
+            gpu->to_device(sd, stats, (size_t)N * sizeof(double));
+        }
+        cpu->cross_entropy_fused(zh, e, mx.h, stats, stats + N, tv.h, weight.h, 0.5f / N, N, V, phase);
+        gpu->cross_entropy_fused(zd, e, mx.d, sd, sd + N, tv.d, weight.d, 0.5f / N, N, V, phase);
+        char name[128];
+        if (phase == 0) {
+            checkf(0, 0, &mx, "cross_entropy_fused row max %s N=%d V=%d", tn, N, V);
+            snprintf(name, sizeof name, "cross_entropy_fused sums of exponentials %s N=%d V=%d", tn, N, V);
+            compare_doubles(name, stats, sd, N, 1e-6);
+            snprintf(name, sizeof name, "cross_entropy_fused target logits %s N=%d V=%d", tn, N, V);
+            compare_doubles(name, stats + N, sd + N, N, 0);
+        }
+        pair d = pair_zero(n);  // dlogits widened to fp32 on both sides
+        if (e == NEOX_ELEM_F32) memcpy(d.h, zh, bytes), gpu->copy(d.d, zd, bytes);
+        else if (e == NEOX_ELEM_BF16) cpu->cast_bf16_to_f32(d.h, zh, n), gpu->cast_bf16_to_f32(d.d, zd, n);
+        else cpu->cast_f16_to_f32(d.h, zh, n), gpu->cast_f16_to_f32(d.d, zd, n);
+        double rtol = e == NEOX_ELEM_F32 ? 1e-5 : e == NEOX_ELEM_BF16 ? 1.0 / 128 : 1.0 / 1024;
+        checkf(1e-9, rtol, &d, "cross_entropy_fused dlogits %s%s N=%d V=%d", tn, phase ? " (stats given)" : "", N, V);
+        pair_free(&d);
+    }
+    pair *all[] = {&logits, &weight, &mx};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    ipair_free(&tv);
+    free(t), free(zh), free(stats);
+    gpu->free(zd), gpu->free(sd);
+}
+
 // The loss assembled on the device from the same row maxima and (2, N) statistics on both sides, with
 // a loss mask of zeros and fractions: lse to log's ulps, the two double sums to their order.
 static void test_cross_entropy_loss(int N) {
@@ -1075,6 +1183,100 @@ static void attention_16bit_cudnn(void) {
     g_att_path = "";
 }
 
+// ---- compressed and sparse gradient exchanges ------------------------------------------------------
+
+// Bytes on both sides, compared as values (exactly: they are signs and copies).
+typedef struct { uint8_t *h; void *d; size_t n; } bpair;
+static bpair bpair_from(const uint8_t *values, size_t n) {
+    bpair p = {xmalloc(n), gpu->alloc(n ? n : 1), n};
+    memcpy(p.h, values, n);
+    gpu->to_device(p.d, p.h, n);
+    return p;
+}
+static void check_bytes(const char *name, const bpair *p) {
+    uint8_t *got = xmalloc(p->n);
+    gpu->to_host(got, p->d, p->n);
+    float *a = xmalloc(p->n * sizeof(float)), *b = xmalloc(p->n * sizeof(float));
+    for (size_t i = 0; i < p->n; i++) a[i] = p->h[i], b[i] = got[i];
+    compare(name, a, b, p->n, 0, 0);
+    free(got), free(a), free(b);
+}
+static void bpair_free(bpair *p) {
+    free(p->h);
+    gpu->free(p->d);
+}
+
+// The scale's bytes sit at unaligned offsets of a block (the wire's layout): offsets 1 and 7.
+static void test_onebit(size_t n, size_t padded, int chunks) {
+    size_t block = 5 + padded / (size_t)chunks / 8 + 3, signs_at = 5, scale_at = 1;
+    uint8_t *zero = calloc((size_t)chunks * block, 1);
+    bpair wire = bpair_from(zero, (size_t)chunks * block);
+    pair error = pair_rand(padded), x = pair_rand(n);
+    cpu->onebit_compress(wire.h + signs_at, block, wire.h + scale_at, block, error.h, x.h, n, padded, chunks);
+    gpu->onebit_compress((uint8_t *)wire.d + signs_at, block, (uint8_t *)wire.d + scale_at, block, error.d, x.d, n,
+                         padded, chunks);
+    // The signs are of the same compensated values; the scale's double sum is in another order.
+    uint8_t *got = xmalloc(wire.n);
+    gpu->to_host(got, wire.d, wire.n);
+    float ref_scale, gpu_scale;
+    memcpy(&ref_scale, wire.h + scale_at, 4), memcpy(&gpu_scale, got + scale_at, 4);
+    char name[128];
+    snprintf(name, sizeof name, "onebit_compress scale n=%zu padded=%zu chunks=%d", n, padded, chunks);
+    compare_scalar(name, ref_scale, gpu_scale, 1e-6);
+    for (int c = 0; c < chunks; c++) memcpy(got + (size_t)c * block + scale_at, wire.h + (size_t)c * block + scale_at, 4);
+    gpu->to_device(wire.d, got, wire.n);
+    snprintf(name, sizeof name, "onebit_compress signs n=%zu padded=%zu chunks=%d", n, padded, chunks);
+    check_bytes(name, &wire);
+    checkf(1e-6, 1e-6, &error, "onebit_compress error n=%zu padded=%zu chunks=%d", n, padded, chunks);
+    gpu->to_device(wire.d, wire.h, wire.n);  // the CPU's scales on both sides for the decompressions
+    size_t chunk = padded / (size_t)chunks;
+    pair avg = pair_rand(chunk), full = pair_rand(n);
+    cpu->onebit_average(avg.h, wire.h, block, signs_at, scale_at, chunk, chunks);
+    gpu->onebit_average(avg.d, wire.d, block, signs_at, scale_at, chunk, chunks);
+    checkf(0, 0, &avg, "onebit_average chunk=%zu p=%d", chunk, chunks);
+    cpu->onebit_decompress(full.h, wire.h, block, signs_at, scale_at, chunk, n);
+    gpu->onebit_decompress(full.d, wire.d, block, signs_at, scale_at, chunk, n);
+    checkf(0, 0, &full, "onebit_decompress chunk=%zu n=%zu", chunk, n);
+    free(zero), free(got);
+    bpair_free(&wire);
+    pair *all[] = {&error, &x, &avg, &full};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+static void test_powersgd_ops(int n, int r, int cols) {
+    pair P = pair_rand((size_t)n * r), acc = pair_rand((size_t)n * cols), x = pair_rand((size_t)n * cols);
+    cpu->orthonormalise_columns(P.h, n, r);
+    gpu->orthonormalise_columns(P.d, n, r);
+    checkf(1e-5, 1e-5, &P, "orthonormalise_columns n=%d r=%d", n, r);
+    cpu->add_scaled(acc.h, x.h, acc.n, -3.0f);
+    gpu->add_scaled(acc.d, x.d, acc.n, -3.0f);
+    checkf(0, 0, &acc, "add_scaled n=%zu", acc.n);
+    pair wide = pair_rand((size_t)n * (cols + 3));  // the strided copy leaves the columns past cols
+    cpu->copy_matrix(wide.h, cols + 3, x.h, cols, n, cols - 1);
+    gpu->copy_matrix(wide.d, cols + 3, x.d, cols, n, cols - 1);
+    checkf(0, 0, &wide, "copy_matrix rows=%d cols=%d", n, cols - 1);
+    pair *all[] = {&P, &acc, &x, &wide};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// Ids repeat (rows summed in list order) and skip rows (left as they are).
+static void test_sparse_rows(int V, int n, int C) {
+    int *ids = xmalloc((size_t)n * sizeof(int)), *distinct = xmalloc((size_t)V * sizeof(int)), nd = 0;
+    for (int i = 0; i < n; i++) ids[i] = (int)((unsigned)(i * 7 + i / 3) % (unsigned)(V - 1));
+    for (int v = 0; v < V; v += 2) distinct[nd++] = v;
+    ipair id = ipair_from(ids, (size_t)n), dist = ipair_from(distinct, (size_t)nd);
+    pair grad = pair_rand((size_t)V * C), rows = pair_rand((size_t)n * C);
+    cpu->rows_sum_by_id(grad.h, rows.h, id.h, n, C);
+    gpu->rows_sum_by_id(grad.d, rows.d, id.d, n, C);
+    checkf(0, 0, &grad, "rows_sum_by_id V=%d n=%d C=%d", V, n, C);
+    cpu->scale_rows(grad.h, dist.h, nd, C, 0.25f);
+    gpu->scale_rows(grad.d, dist.d, nd, C, 0.25f);
+    checkf(0, 0, &grad, "scale_rows V=%d n=%d C=%d", V, nd, C);
+    free(ids), free(distinct);
+    ipair_free(&id), ipair_free(&dist);
+    pair_free(&grad), pair_free(&rows);
+}
+
 int main(int argc, char **argv) {
     int self = 0;
     for (int i = 1; i < argc; i++) {
@@ -1102,6 +1304,10 @@ int main(int argc, char **argv) {
     test_gemm16(NEOX_ELEM_BF16, NEOX_ELEM_BF16, 0, 0, 33, 70, 96);
     test_gemm16(NEOX_ELEM_F16, NEOX_ELEM_F32, 0, 1, 50, 31, 64);
     test_gemm16(NEOX_ELEM_F16, NEOX_ELEM_F16, 1, 1, 24, 40, 56);
+    test_linear_both_paths();
+    test_linear_gelu(37, 64, 96, 1);
+    test_linear_gelu(128, 768, 3072, 1);  // a 125M MLP's first projection (8 rows of 16)
+    test_linear_gelu(9, 40, 24, 0);
     test_casts();
     test_embedding(2, 19, 37, 7, 1);
     test_embedding(3, 300, 64, 1000, 0);
@@ -1160,9 +1366,21 @@ int main(int argc, char **argv) {
     test_cross_entropy(3, 50304);
     test_cross_entropy_loss(37);
     test_cross_entropy_loss(65536);  // 125M's micro-batch 32 at sequence 2048
+    test_cross_entropy_fused(9, 1001, NEOX_ELEM_F32);
+    test_cross_entropy_fused(5, 50304, NEOX_ELEM_F32);
+    test_cross_entropy_fused(5, 50304, NEOX_ELEM_BF16);
+    test_cross_entropy_fused(3, 300000, NEOX_ELEM_F32);
+    test_cross_entropy_fused(4, 32000, NEOX_ELEM_F16);
     test_optimizer(100003);
     test_device_step(100003);
     test_determinism();
+    test_onebit(1000, 1024, 2);
+    test_onebit(70001, 70016, 8);  // several blocks of threads per chunk
+    test_onebit(48, 48, 1);        // the server's re-compression: one chunk, no padding
+    test_powersgd_ops(300, 4, 37);
+    test_powersgd_ops(4097, 1, 9);
+    test_sparse_rows(101, 300, 37);
+    test_sparse_rows(5000, 64, 768);
     printf("# %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -59,6 +59,11 @@ for spec in "dp2z1 2 2 2 ', \"zero_optimization\": {\"stage\": 1}'" "tp2 2 4 2 '
         $PY tests/mpi/layouts_check.py same "$T/one" "$T/$1"
     margins_same "$1"
 done
+# The same pipelined DPO on emulated device ranks (the device paths, collectives queued on the device's
+# stream): bit for bit the CPU ranks' run.
+run pp2emu 2 4 2 ', "pipe_parallel_size": 2, "compute_backend": "emulated"'
+check "DPO pp2 on emulated device ranks equals pp2 on CPU ranks bit for bit" \
+    $PY tests/mpi/layouts_check.py identical "$T/pp2" "$T/pp2emu"
 # Stopped at step 6 under pp2 and resumed under tp2: the reference, saved by both stages, is read
 # back into the other layout.
 CKPT=6 run part1 2 4 2 ', "pipe_parallel_size": 2, "exit_interval": 6'

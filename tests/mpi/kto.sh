@@ -59,6 +59,10 @@ for spec in "dp2z1 2 1 ', \"zero_optimization\": {\"stage\": 1}'" "tp2 2 2 ', \"
         $PY tests/mpi/layouts_check.py same "$T/one" "$T/$1"
     metrics_same "$1"
 done
+# dp2 x tp2 on emulated device ranks: bit for bit the CPU ranks' run.
+run dp2tp2emu 4 1 ', "model_parallel_size": 2, "compute_backend": "emulated"'
+check "KTO dp2tp2 on emulated device ranks equals dp2tp2 on CPU ranks bit for bit" \
+    $PY tests/mpi/layouts_check.py identical "$T/dp2tp2" "$T/dp2tp2emu"
 # Stopped at step 6 under pp2 and resumed under tp2: the reference, saved by both stages, is read
 # back into the other layout.
 CKPT=6 run part1 2 2 ', "pipe_parallel_size": 2, "exit_interval": 6'

@@ -10,7 +10,10 @@
 # the start-up initialises only the rank's partition, never the whole model. With untied 50304-row
 # embeddings larger than a bucket, stages 2 and 3 at dp4 plan their gradients by the formula of
 # memory_check.py split (the partition, two buckets, one product's output: no whole embedding) and
-# each rank's measured peak stays within its plan plus the libraries'. A dp2 run's
+# each rank's measured peak stays within its plan plus the libraries'. The same vocabulary-heavy
+# model at dp2 with GPT-NeoX's default zero_optimization, and with a small
+# stage3_max_live_parameters, plans no more parameter bytes under stage 3 than under stage 0, each
+# rank's peak within its plan plus the libraries'. A dp2 run's
 # log_dir/memory_peaks.json holds each rank's measured peak (as the process measures it from
 # outside) and planned total, and its metrics the largest rank's peak at each log.
 source tests/lib.sh
@@ -100,6 +103,33 @@ for stage in 2 3; do
     embeddings "emb-s$stage" "$stage" 2
     check_output "stage $stage, embeddings over the bucket size: gradients per rank planned by the formula, no whole embedding, peak within plan + libraries" \
         "^rank 3" python3 tests/mpi/memory_check.py split "$T/emb-s$stage" "$T/small" "$T/emb-s0" 4 "$BUCKET" 128 50304 128
+    sed 's/^/# /' "$_last_out"
+done
+
+# A vocabulary-heavy model (the one above: its two embeddings are 97% of its 13.3M parameters) at
+# dp2 with GPT-NeoX's default zero_optimization (only the stage set: reduce_bucket_size 5e8 and
+# DeepSpeed's stage-3 defaults), 2 steps: stage 3 holds whole beside its partition at most what stage
+# 0 holds beyond it, so it gathers the embeddings in pieces and plans no more parameter bytes than
+# stage 0 (before, both embeddings whole at once: 1.5 times stage 0's); a small
+# stage3_max_live_parameters (1M elements) gathers smaller pieces and plans fewer. Each rank's
+# measured peak stays within its plan plus the libraries'.
+vocab_heavy() {  # vocab_heavy NAME STAGE [STAGE-3 KEYS]
+    cat >"$T/$1.yml" <<EOF2
+{ "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
+  "no_weight_tying": true, "pinned_padded_vocab_size": 50304, "train_micro_batch_size_per_gpu": 2,
+  "train_iters": 2, "do_valid": false, "do_test": false, "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+  "log_dir": "$T/$1/log", "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer",
+  "zero_optimization": {"stage": $2${3:+, $3}} }
+EOF2
+    check "$1: stage $2 on 2 ranks, peak resident set per rank" bash -c "OMP_NUM_THREADS=1 '$MPIEXEC' -n 2 python3 \
+        tests/mpi/peak_rss.py '$T/$1.rss' '$TRAIN' '$T/$1.yml' >'$T/$1.out' 2>&1"
+}
+vocab_heavy vh-s0 0
+vocab_heavy vh-s3 3
+vocab_heavy vh-live 3 '"stage3_max_live_parameters": 1000000'
+for run in vh-s3 vh-live; do
+    check_output "$run: planned parameters per rank at most stage 0's, peak within the plan + libraries" "^rank 1" \
+        python3 tests/mpi/memory_check.py bounded "$T/$run" "$T/vh-s0" "$T/small" 2
     sed 's/^/# /' "$_last_out"
 done
 

@@ -10,6 +10,10 @@
                        tests/mpi/peak_rss.py writes them) is at most its planned total plus the peak of
                        the same rank in run SMALL (a tiny model: the libraries' own memory)
   regions OUT          the line's regions and total in bytes, as JSON (tests/tools/train_memory.sh)
+  bounded RUN S0 SMALL D  stage 3 (RUN) never plans more parameter bytes than stage 0 (S0): every rank's
+                       planned parameters in RUN/log/memory_plan.json (exact bytes) at most S0's; and
+                       every rank's measured peak resident set within its planned total plus the
+                       libraries' (run SMALL)
   split RUN SMALL S0 D BUCKET HIDDEN VOCAB ROWS
                        stages 2 and 3 with embeddings larger than a bucket: planned gradients per rank
                        against the formula, no whole embedding in them, measured peaks (see split())
@@ -163,7 +167,19 @@ def split(run, small, s0, ranks, bucket, hidden, vocab, rows):
     return ok
 
 
+def bounded(run, s0, small, ranks):
+    plan, plan0 = (json.load(open(f"{x}/log/memory_plan.json"))["ranks"] for x in (run, s0))
+    ok = len(plan) == len(plan0) == int(ranks)
+    for r, (p, p0) in enumerate(zip(plan, plan0)):
+        peak, libraries = (int(open(f"{x}.rss.{r}").read()) for x in (run, small))
+        total = sum(p.values())
+        print(f"rank {r}: parameters planned {p['parameters'] / 1e6:.2f} MB, stage 0 {p0['parameters'] / 1e6:.2f} MB; "
+              f"peak {peak / 1e6:.1f} MB, plan {total / 1e6:.1f} MB + libraries {libraries / 1e6:.1f} MB")
+        ok &= p["parameters"] <= p0["parameters"] and peak <= total + libraries
+    return ok
+
+
 if __name__ == "__main__":
     command = {"table": table, "wire": wire, "regions": print_regions, "startup": startup, "peaks": peaks,
-               "split": split}[sys.argv[1]]
+               "split": split, "bounded": bounded}[sys.argv[1]]
     sys.exit(0 if command(*sys.argv[2:]) else 1)

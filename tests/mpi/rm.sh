@@ -52,6 +52,10 @@ for spec in "dp2z1 2 2 2 ', \"zero_optimization\": {\"stage\": 1}'" "tp2 2 4 2 '
         $PY tests/mpi/layouts_check.py same "$T/one" "$T/$1"
     metrics_same "$1"
 done
+# dp2 ZeRO-1 on emulated device ranks: bit for bit the CPU ranks' run.
+run dp2z1emu 2 2 2 ', "zero_optimization": {"stage": 1}, "compute_backend": "emulated"'
+check "RM dp2z1 on emulated device ranks equals dp2z1 on CPU ranks bit for bit" \
+    $PY tests/mpi/layouts_check.py identical "$T/dp2z1" "$T/dp2z1emu"
 # Stopped at step 6 under pp2 (the value head saved by the last stage) and resumed under tp2.
 CKPT=6 run part1 2 4 2 ', "pipe_parallel_size": 2, "exit_interval": 6'
 sed -e "s|\"log_dir\": \"$T/part1/log\", \"save\": \"$T/part1/ckpt\"|\"log_dir\": \"$T/part2/log\", \"save\": \"$T/part2/ckpt\"|" \

@@ -4,8 +4,7 @@ and output layer) and the run's comm_stats.json.
 
   planned OUT HF D RULE      the parameter bytes every rank plans at start-up (OUT) are within 10%
                              of 4 * psi / D (its partition of the fp32 master weights) plus 4 bytes
-                             per element held whole at most: RULE whole (every tensor: the default
-                             settings keep a small model whole) or one (one unit at a time, the
+                             per element held whole at most: RULE one (one unit at a time, the
                              final norm with the tied embedding it uses, when nothing is
                              prefetched or kept), or pieces:BUCKET (one unit at a time, the head's
                              final norm beside one piece of BUCKET // hidden rows of the untied
@@ -14,12 +13,15 @@ and output layer) and the run's comm_stats.json.
   same_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is the same in both runs
   more_stat RUN_A RUN_B KEY  every rank's parameter_gathers[KEY] is larger in RUN_A
   norms RUN_A RUN_B          the per-step parameter norms (log_param_norm) of both runs agree within 1e-5
-  extra_gathers RUN_A RUN_B PASSES HF [pieces:BUCKET]
-                             RUN_A (nothing kept between uses: stage3_max_reuse_distance 0) gathers
-                             more than RUN_B (everything kept within a pass) by, per training pass,
-                             every layer and the head again for backward and, with tied weights,
-                             the embedding again for the head in forward and in backward; with
-                             pieces, every piece of the untied output layer again for backward
+  bounded RUN_S3 RUN_S0 D [MAX_LIVE]
+                             stage 3 never plans more parameter bytes than stage 0: every rank's
+                             planned parameters (log/memory_plan.json, exact bytes) are at most
+                             stage 0's; the elements it measured whole at once beside its partition
+                             (comm_stats.json: peak_live_elements + persistent_elements) are at most
+                             what its plan counts for them (planned parameters / 4 - its partition
+                             of n * r / D to n * (r + 1) / D); the persistent tensors are at most
+                             half the elements outside the partition; with MAX_LIVE,
+                             peak_live_elements is at most MAX_LIVE
 """
 import json
 import re
@@ -49,12 +51,12 @@ def units(hf):
 
 
 def peak(hf, rule):
-    embed, layers, head, psi = units(hf)
+    embed, layers, head, _ = units(hf)
     if rule.startswith("pieces:"):  # untied embeddings gathered by pieces of BUCKET // hidden rows
         h = json.load(open(f"{hf}/config.json"))["hidden_size"]
         piece = int(rule[7:]) // h * h  # the head's final norm or the embedding unit's rest, beside one piece
         return max([head - embed + piece, piece] + layers)
-    return psi if rule == "whole" else max([embed, head] + layers)
+    return max([embed, head] + layers)
 
 
 def planned(out, hf, d, rule):
@@ -101,17 +103,21 @@ def norms(a, b):
     return bool(x) and x.keys() == y.keys() and not bad
 
 
-def extra_gathers(a, b, passes, hf, pieces=None):
-    tensors = load_file(f"{hf}/model.safetensors")
-    tied = not any("embed_out" in n or "lm_head" in n for n in tensors)
-    per_pass = len(units(hf)[1]) + 1 + (2 if tied else 0)
-    if pieces:  # pieces:BUCKET: the untied output layer's pieces of BUCKET // hidden rows, gathered again too
-        h = json.load(open(f"{hf}/config.json"))["hidden_size"]
-        rows = next(t.shape[0] for n, t in tensors.items() if "embed_out" in n or "lm_head" in n)
-        per_pass += -(-rows // (int(pieces[7:]) // h))
-    x, y = [g.get("gathers", 0) for g in gathers(a)], [g.get("gathers", 0) for g in gathers(b)]
-    print(f"gathers {x} and {y}; expected difference {int(passes) * per_pass}")
-    return bool(x) and all(p - q == int(passes) * per_pass for p, q in zip(x, y))
+def bounded(s3, s0, d, max_live=None):
+    d = int(d)
+    plan3, plan0 = (json.load(open(f"{run}/log/memory_plan.json"))["ranks"] for run in (s3, s0))
+    n = plan0[0]["parameters"] // 4  # (stage 0: every rank holds the whole model)
+    ok = len(plan3) == len(plan0) == d
+    for r, (p3, p0, g) in enumerate(zip(plan3, plan0, gathers(s3))):
+        partition = n * (r + 1) // d - n * r // d
+        planned_whole = p3["parameters"] / 4 - partition
+        measured = g.get("peak_live_elements", 0) + g.get("persistent_elements", 0)
+        print(f"rank {r}: parameters planned {p3['parameters']} bytes (stage 0: {p0['parameters']}); whole beside the "
+              f"partition: planned {planned_whole:.0f}, measured {measured} (live {g.get('peak_live_elements', 0)})")
+        ok &= p3["parameters"] <= p0["parameters"] and measured <= planned_whole
+        ok &= g.get("persistent_elements", 0) <= (n - partition) // 2
+        ok &= max_live is None or g.get("peak_live_elements", 0) <= int(max_live)
+    return ok
 
 
 if __name__ == "__main__":
@@ -126,8 +132,8 @@ if __name__ == "__main__":
         ok = more_stat(*args)
     elif cmd == "norms":
         ok = norms(*args)
-    elif cmd == "extra_gathers":
-        ok = extra_gathers(*args)
+    elif cmd == "bounded":
+        ok = bounded(*args)
     else:
         ok = False
     sys.exit(0 if ok else 1)

@@ -2,7 +2,8 @@
 # emulated device (compute_backend: emulated, kernels/cpu/emulated.c): the CPU's ops on memory that
 # faults when host code touches it other than through to_host/to_device. Training (fp32 with gradient
 # accumulation and dropout, bfloat16, fp16 with forced overflows, SGD) must equal the CPU backend's bit for
-# bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly.
+# bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly;
+# so must 1-bit Adam's steps.
 # ZeRO-Offload of the optimizer (offload_optimizer.device cpu, cpu_offload, optimizer.type cpu_adam)
 # runs the optimizer on host copies of the weights and gradients: it must train bit for bit as
 # without offload, checkpoints must move between offloaded and not offloaded runs, and NVMe, a
@@ -56,11 +57,12 @@ check "emulated: resumes the CPU's checkpoint for 10 more" run cpu-first emulate
 check "cpu -> emulated: bit-identical to the straight run" $LIB same "$T/cpu-fp32/metrics.jsonl" \
     "$T/cpu-first/metrics.jsonl" "$KEYS"
 
-check_fails "emulated: 1-bit Adam is refused (host loops only)" 2 'onebitadam: not available with compute_backend emulated' \
-    run refused emulated '' '"optimizer": {"type": "OneBitAdam", "params": {"lr": 0.001, "freeze_step": 2}}'
-echo "{\"log_dir\": \"$T/two\", \"compute_backend\": \"emulated\", $ADAM}" >"$T/two.yml"
-check_fails "emulated: more than one rank is refused" 2 'compute_backend emulated: one rank only' \
-    "${MPIEXEC:-mpiexec.mpich}" -n 2 "$TRAIN" -q "$T/model.yml" "$T/two.yml"
+# 1-bit Adam: its moments and update are the backend's ops (past freeze_step the variance frozen).
+ONEBIT='"optimizer": {"type": "OneBitAdam", "params": {"lr": 0.001, "freeze_step": 3}}'
+check "1-bit Adam: 8 steps on the CPU backend" run cpu-onebit cpu ', "exit_interval": 8' "$ONEBIT"
+check "1-bit Adam: 8 steps on the emulated device" run emu-onebit emulated ', "exit_interval": 8' "$ONEBIT"
+check "1-bit Adam: emulated device equals the CPU bit for bit" $LIB same "$T/cpu-onebit/metrics.jsonl" \
+    "$T/emu-onebit/metrics.jsonl" train/lm_loss,train/grad_norm
 
 # ZeRO-Offload of the optimizer, against emu-fp32 (the same run without offload).
 CPU_ADAM="\"optimizer\": {\"type\": \"cpu_adam\", $PARAMS}"

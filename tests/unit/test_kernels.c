@@ -769,6 +769,88 @@ static void test_cross_entropy_masked_target(void **state) {
     free(c.logits); free(c.losses); free(c.lse); free(d);
 }
 
+// The fused loss and gradient against the formulas restated in double: per row lse = log sum exp,
+// the target logit, and dlogits = (softmax - onehot) * w * scale, for fp32 and bf16 logits, a masked
+// target and a weighted mask. In fp32 it equals the separate ops bit for bit (the unfused model's
+// path); its vocab-parallel second phase, on two halves of the vocabulary with statistics reduced
+// by hand, gives the whole rows' gradient.
+enum { FN = 6, FV = 1000 };
+
+static void fused_reference(const float *z, const int *t, const float *w, float scale, int i, double *lse, double *grad) {
+    double mx = -INFINITY, s = 0;
+    for (int j = 0; j < FV; j++) mx = fmax(mx, z[i * FV + j]);
+    for (int j = 0; j < FV; j++) s += exp(z[i * FV + j] - mx);
+    *lse = mx + log(s);
+    for (int j = 0; j < FV; j++)
+        grad[j] = (exp(z[i * FV + j] - *lse) - (j == t[i] ? 1.0 : 0.0)) * w[i] * scale;
+}
+
+static void check_fused_rows(const float *z, const float *dz, const float *mx, const double *sum, const double *tl,
+                             const int *t, const float *w, float scale, double tol) {
+    double grad[FV], lse;
+    for (int i = 0; i < FN; i++) {
+        fused_reference(z, t, w, scale, i, &lse, grad);
+        if (mx) assert_true(fabs(mx[i] + log(sum[i]) - lse) < 1e-5);
+        if (tl) assert_true(fabs(tl[i] - (t[i] >= 0 && t[i] < FV ? z[i * FV + t[i]] : 0.0)) < 1e-6);
+        for (int j = 0; j < FV; j++) assert_true(fabs(grad[j] - dz[i * FV + j]) <= tol * (fabs(grad[j]) + 1e-6));
+    }
+}
+
+static void test_cross_entropy_fused(void **state) {
+    (void)state;
+    float *z = randn(FN * FV, 4), *dz = neox_malloc(sizeof(float) * FN * FV), w[FN] = {1, 0, 0.5f, 2, 1, 1}, mx[FN];
+    int t[FN] = {3, 999, -1, 0, 512, FV};
+    double sum[FN], tl[FN];
+    memcpy(dz, z, sizeof(float) * FN * FV);
+    neox_cross_entropy_fused(dz, NEOX_ELEM_F32, mx, sum, tl, t, w, 0.25f, FN, FV, 0);
+    check_fused_rows(z, dz, mx, sum, tl, t, w, 0.25f, 1e-5);
+    // fp32: the separate ops' values bit for bit
+    float mx2[FN], lse[FN], *d2 = zeros(FN * FV);
+    double stats[2 * FN], loss[2];
+    neox_cross_entropy_row_max(mx2, z, FN, FV);
+    neox_cross_entropy_row_sumexp(stats, z, mx2, FN, FV);
+    neox_cross_entropy_target_logit(stats + FN, z, t, FN, FV);
+    neox_cross_entropy_loss(lse, loss, mx2, stats, w, FN);
+    neox_cross_entropy_backward(d2, z, lse, t, w, 0.25f, FN, FV);
+    assert_memory_equal(mx, mx2, sizeof mx);
+    assert_memory_equal(sum, stats, sizeof sum);
+    assert_memory_equal(tl, stats + FN, sizeof tl);
+    assert_memory_equal(dz, d2, sizeof(float) * FN * FV);
+    // bf16 logits in, bf16 dlogits out: the restatement on the rounded logits, to bf16's precision
+    uint16_t *h = neox_malloc(sizeof(uint16_t) * FN * FV);
+    float *zr = zeros(FN * FV), *dh = zeros(FN * FV);
+    neox_cast_f32_to_bf16(h, z, FN * FV);
+    neox_cast_bf16_to_f32(zr, h, FN * FV);
+    neox_cross_entropy_fused(h, NEOX_ELEM_BF16, mx, sum, tl, t, w, 0.25f, FN, FV, 0);
+    neox_cast_bf16_to_f32(dh, h, FN * FV);
+    check_fused_rows(zr, dh, mx, sum, tl, t, w, 0.25f, 1.0 / 128);
+    // Two halves of the vocabulary (a vocab-parallel pair), statistics reduced as the all-reduces
+    // would, then the second phase on each half.
+    enum { H = FV / 2 };
+    float *half[2] = {zeros(FN * H), zeros(FN * H)}, hm[2][FN];
+    double hs[2][FN], ht[2][FN], gsum[FN];
+    int ht_targets[2][FN];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < FN; i++) {
+            memcpy(half[r] + i * H, z + i * FV + r * H, sizeof(float) * H);
+            ht_targets[r][i] = t[i] >= r * H && t[i] < (r + 1) * H ? t[i] - r * H : -1;
+        }
+        neox_cross_entropy_row_max(hm[r], half[r], FN, H);
+    }
+    for (int i = 0; i < FN; i++) hm[0][i] = hm[1][i] = fmaxf(hm[0][i], hm[1][i]);
+    for (int r = 0; r < 2; r++) {
+        neox_cross_entropy_row_sumexp(hs[r], half[r], hm[r], FN, H);
+        neox_cross_entropy_target_logit(ht[r], half[r], ht_targets[r], FN, H);
+    }
+    for (int i = 0; i < FN; i++) gsum[i] = hs[0][i] + hs[1][i];
+    for (int r = 0; r < 2; r++) {
+        neox_cross_entropy_fused(half[r], NEOX_ELEM_F32, hm[r], gsum, NULL, ht_targets[r], w, 0.25f, FN, H, 1);
+        for (int i = 0; i < FN; i++) memcpy(dh + i * FV + r * H, half[r] + i * H, sizeof(float) * H);
+    }
+    check_fused_rows(z, dh, NULL, NULL, NULL, t, w, 0.25f, 1e-5);
+    free(z); free(dz); free(d2); free(h); free(zr); free(dh); free(half[0]); free(half[1]);
+}
+
 // ---- optimizer ----------------------------------------------------------------------------------
 static void test_adamw_and_norm(void **state) {
     (void)state;
@@ -916,6 +998,7 @@ int main(void) {
         cmocka_unit_test(test_dropout),         cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_attention_dropout_partition), cmocka_unit_test(test_dropout_partition),
         cmocka_unit_test(test_cross_entropy_masked_target),
+        cmocka_unit_test(test_cross_entropy_fused),
         cmocka_unit_test(test_adamw_and_norm),  cmocka_unit_test(test_onebit_adam),
         cmocka_unit_test(test_clip_by_norm_and_guard), cmocka_unit_test(test_sum_squares_large),
         cmocka_unit_test(test_adamw_grad_scale),

@@ -343,6 +343,83 @@ static void test_head_chunks(void **state) {
     }
 }
 
+// A tiny model like tiny()'s on a backend, tied or not, with the fused loss or not, in chunks of
+// head_rows (0: whole), fp32 or bf16.
+static neox_model *tiny_head(const neox_backend *be, int tied, int fused, int head_rows, int bf16) {
+    neox_model *base = tiny(0);
+    neox_model_desc d = base->desc;
+    neox_model_free(base);
+    d.tied = tied;
+    neox_error err = {0};
+    neox_model *m = neox_model_create_on(&d, be, &err);
+    assert_non_null(m);
+    neox_model_init(m, 42);
+    m->training = 1, m->dropout_seed = 7;
+    neox_model_set_head_rows(m, head_rows);
+    neox_model_set_fused_head(m, fused);
+    if (bf16) neox_model_set_precision(m, NEOX_PRECISION_BF16);
+    assert_int_equal(neox_model_plan(m, 2, 8, &err), 0);
+    return m;
+}
+
+// The fused loss (the output layer's backward inside the forward) gives the unfused path's loss and
+// every gradient, tied and untied, whole and in chunks of 5 rows, with a weighted loss mask and a
+// loss scale, in fp32 and bf16: bit for bit on the CPU, and the emulated device's equal to the CPU's.
+static void test_fused_head(void **state) {
+    (void)state;
+    int ids[16], targets[16];
+    float mask[16];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 7) % 40, targets[i] = (i * 11 + 3) % 40, mask[i] = (float)(i % 3) * 0.5f;
+    const neox_backend *backends[] = {neox_backend_cpu(), neox_backend_emulated()};
+    for (int variant = 0; variant < 8; variant++) {
+        int tied = variant & 1, rows = variant & 2 ? 5 : 0, bf16 = (variant & 4) != 0;
+        neox_model *ref = tiny_head(neox_backend_cpu(), tied, 0, rows, bf16);
+        neox_error err = {0};
+        assert_int_equal(neox_model_forward(ref, ids, targets, mask, &err), 0);
+        assert_true(ref->be->sum_squares(ref->grad_buf, ref->num_floats) == 0.0);
+        neox_model_backward(ref, 2.0f);
+        for (int b = 0; b < 2; b++) {
+            neox_model *m = tiny_head(backends[b], tied, 1, rows, bf16);
+            m->head_loss_scale = 2.0f;
+            assert_int_equal(neox_model_forward(m, ids, targets, mask, &err), 0);
+            assert_true(m->loss == ref->loss);
+            // the output layer's gradient is made already (the unfused forward leaves them all zero)
+            assert_true(m->be->sum_squares(m->grad_buf, m->num_floats) > 0.0);
+            neox_model_backward(m, 2.0f);
+            float *grads = neox_malloc(m->num_floats * sizeof(float));
+            m->be->to_host(grads, m->grad_buf, m->num_floats * sizeof(float));
+            assert_memory_equal(grads, ref->grad_buf, m->num_floats * sizeof(float));
+            free(grads);
+            neox_model_free(m);
+        }
+        neox_model_free(ref);
+    }
+}
+
+// Under the fused loss the automatic chunks hold at most NEOX_MODEL_HEAD_FUSED_ELEMS logits, and
+// the activation plan is smaller by the logits no longer held (planned on the dry backend, which
+// commits no memory: 2048 rows of a 65536-word vocabulary are 2^27 logits, between the limits).
+static void test_fused_head_plan(void **state) {
+    (void)state;
+    neox_model *base = tiny(0);
+    neox_model_desc d = base->desc;
+    neox_model_free(base);
+    d.vocab_size = 65536, d.max_positions = 256;
+    size_t bytes[2];
+    for (int fused = 0; fused < 2; fused++) {
+        neox_error err = {0};
+        neox_model *m = neox_model_create_on(&d, neox_backend_dry(), &err);
+        assert_non_null(m);
+        neox_model_set_head_rows(m, NEOX_MODEL_HEAD_AUTO);
+        neox_model_set_fused_head(m, fused);
+        assert_int_equal(neox_model_plan(m, 8, 256, &err), 0);
+        assert_int_equal(m->head_rows, fused ? (int)(NEOX_MODEL_HEAD_FUSED_ELEMS / 65536) : 2048);
+        bytes[fused] = neox_model_activation_bytes(m);
+        neox_model_free(m);
+    }
+    assert_int_equal(bytes[0] - bytes[1], (size_t)(2048 - 1024) * 65536 * sizeof(float));
+}
+
 // Expert parallelism's exchange plan, on the second of two ranks holding two experts each. The
 // expected counts, displacements and row orders are worked out by hand from the rule: a rank's rows
 // leave sorted by expert, arrive source-major, and its GEMMs read them expert-major.
@@ -382,6 +459,8 @@ int main(void) {
         cmocka_unit_test(test_checkpointing_is_exact),
         cmocka_unit_test(test_host_checkpoints_are_exact),
         cmocka_unit_test(test_head_chunks),
+        cmocka_unit_test(test_fused_head),
+        cmocka_unit_test(test_fused_head_plan),
         cmocka_unit_test(test_moe_exchange_plan),
         cmocka_unit_test(test_nonparametric_norm),
     };
