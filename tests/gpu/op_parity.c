@@ -1186,14 +1186,14 @@ static void attention_16bit_cudnn(void) {
 // ---- compressed and sparse gradient exchanges ------------------------------------------------------
 
 // Bytes on both sides, compared as values (exactly: they are signs and copies).
-typedef struct { uint8_t *h; void *d; size_t n; } bpair;
-static bpair bpair_from(const uint8_t *values, size_t n) {
-    bpair p = {xmalloc(n), gpu->alloc(n ? n : 1), n};
+typedef struct { uint8_t *h; void *d; size_t n; } bytepair;
+static bytepair bytepair_from(const uint8_t *values, size_t n) {
+    bytepair p = {xmalloc(n), gpu->alloc(n ? n : 1), n};
     memcpy(p.h, values, n);
     gpu->to_device(p.d, p.h, n);
     return p;
 }
-static void check_bytes(const char *name, const bpair *p) {
+static void check_bytes(const char *name, const bytepair *p) {
     uint8_t *got = xmalloc(p->n);
     gpu->to_host(got, p->d, p->n);
     float *a = xmalloc(p->n * sizeof(float)), *b = xmalloc(p->n * sizeof(float));
@@ -1201,7 +1201,7 @@ static void check_bytes(const char *name, const bpair *p) {
     compare(name, a, b, p->n, 0, 0);
     free(got), free(a), free(b);
 }
-static void bpair_free(bpair *p) {
+static void bytepair_free(bytepair *p) {
     free(p->h);
     gpu->free(p->d);
 }
@@ -1210,7 +1210,7 @@ static void bpair_free(bpair *p) {
 static void test_onebit(size_t n, size_t padded, int chunks) {
     size_t block = 5 + padded / (size_t)chunks / 8 + 3, signs_at = 5, scale_at = 1;
     uint8_t *zero = calloc((size_t)chunks * block, 1);
-    bpair wire = bpair_from(zero, (size_t)chunks * block);
+    bytepair wire = bytepair_from(zero, (size_t)chunks * block);
     pair error = pair_rand(padded), x = pair_rand(n);
     cpu->onebit_compress(wire.h + signs_at, block, wire.h + scale_at, block, error.h, x.h, n, padded, chunks);
     gpu->onebit_compress((uint8_t *)wire.d + signs_at, block, (uint8_t *)wire.d + scale_at, block, error.d, x.d, n,
@@ -1238,7 +1238,7 @@ static void test_onebit(size_t n, size_t padded, int chunks) {
     gpu->onebit_decompress(full.d, wire.d, block, signs_at, scale_at, chunk, n);
     checkf(0, 0, &full, "onebit_decompress chunk=%zu n=%zu", chunk, n);
     free(zero), free(got);
-    bpair_free(&wire);
+    bytepair_free(&wire);
     pair *all[] = {&error, &x, &avg, &full};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
