@@ -36,15 +36,15 @@ extern "C" {
       (out, ids, rows, v0, v1, N, C))                                                                                  \
     X(void, embedding_backward, (float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C),    \
       (dwte, dwpe, dout, ids, B, T, C))                                                                                \
-    X(void, layernorm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,           \
-      const float *bias, int N, int C, float eps), (out, mean, rstd, inp, weight, bias, N, C, eps))                    \
-    X(void, layernorm_backward, (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,       \
-      const float *weight, const float *mean, const float *rstd, int N, int C), (dinp, dweight, dbias, dout, inp,      \
-      weight, mean, rstd, N, C))                                                                                       \
-    X(void, rmsnorm_forward, (float *out, float *rstd, const float *inp, const float *weight, int N, int C,            \
-      float eps), (out, rstd, inp, weight, N, C, eps))                                                                 \
-    X(void, rmsnorm_backward, (float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,  \
-      const float *rstd, int N, int C), (dinp, dweight, dout, inp, weight, rstd, N, C))                                \
+    X(void, layernorm_forward, (void *out, float *mean, float *rstd, const void *inp, const float *weight,             \
+      const float *bias, int N, int C, float eps, neox_elem act), (out, mean, rstd, inp, weight, bias, N, C, eps, act)) \
+    X(void, layernorm_backward, (void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,         \
+      const float *weight, const float *mean, const float *rstd, int N, int C, neox_elem act), (dinp, dweight, dbias,  \
+      dout, inp, weight, mean, rstd, N, C, act))                                                                        \
+    X(void, rmsnorm_forward, (void *out, float *rstd, const void *inp, const float *weight, int N, int C, float eps,   \
+      neox_elem act), (out, rstd, inp, weight, N, C, eps, act))                                                         \
+    X(void, rmsnorm_backward, (void *dinp, float *dweight, const void *dout, const void *inp, const float *weight,     \
+      const float *rstd, int N, int C, neox_elem act), (dinp, dweight, dout, inp, weight, rstd, N, C, act))             \
     X(void, scalenorm_forward, (float *out, float *rnorm, const float *inp, const float *g, int N, int C, float eps), \
       (out, rnorm, inp, g, N, C, eps))                                                                                 \
     X(void, scalenorm_backward, (float *dinp, float *dg, const float *dout, const float *inp, const float *g,          \
@@ -60,19 +60,19 @@ extern "C" {
       (out, rows, slot, weight, N, K, C))                                                                              \
     X(void, moe_combine_backward, (float *drows, float *dweight, const float *dout, const float *rows,                \
       const int *slot, const float *weight, int N, int K, int C), (drows, dweight, dout, rows, slot, weight, N, K, C)) \
-    X(void, add_layernorm_forward, (float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,  \
-      const float *weight, const float *bias, int N, int C, float eps), (sum, out, mean, rstd, a, b, weight, bias, N, \
-      C, eps))                                                                                                         \
-    X(void, add_rmsnorm_forward, (float *sum, float *out, float *rstd, const float *a, const float *b,                 \
-      const float *weight, int N, int C, float eps), (sum, out, rstd, a, b, weight, N, C, eps))                        \
-    X(void, qkv_split, (float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,         \
-      int interleaved), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved))                                                \
-    X(void, qkv_merge, (float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV, \
-      int HS, int interleaved), (dqkv, dq, dk, dv, B, T, NH, NKV, HS, interleaved))                                    \
+    X(void, add_layernorm_forward, (void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,     \
+      const float *weight, const float *bias, int N, int C, float eps, neox_elem act), (sum, out, mean, rstd, a, b,     \
+      weight, bias, N, C, eps, act))                                                                                    \
+    X(void, add_rmsnorm_forward, (void *sum, void *out, float *rstd, const void *a, const void *b,                    \
+      const float *weight, int N, int C, float eps, neox_elem act), (sum, out, rstd, a, b, weight, N, C, eps, act))     \
+    X(void, qkv_split, (void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV, int HS,             \
+      int interleaved, neox_elem act), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved, act))                             \
+    X(void, qkv_merge, (void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T, int NH, int NKV,     \
+      int HS, int interleaved, neox_elem act), (dqkv, dq, dk, dv, B, T, NH, NKV, HS, interleaved, act))                 \
     X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling), (cos, sin, \
       T, R, base, scaling))                                                                                            \
-    X(void, rotary_apply, (float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,           \
-      int inverse), (x, cos, sin, B, H, T, HS, R, inverse))                                                            \
+    X(void, rotary_apply, (void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,            \
+      int inverse, neox_elem act), (x, cos, sin, B, H, T, HS, R, inverse, act))                                         \
     X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,  \
       int NH, int NKV, int HS, neox_attention_opts o), (out, lse, q, k, v, B, T, NH, NKV, HS, o))                      \
     X(void, attention_cached, (float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,  \
@@ -81,17 +81,19 @@ extern "C" {
     X(void, attention_backward, (float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,   \
       const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,                        \
       neox_attention_opts o), (dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o))                             \
-    X(void, activation_forward, (float *out, const float *inp, size_t n, neox_act_fn fn), (out, inp, n, fn))         \
-    X(void, activation_backward, (float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn), (dinp, \
-      dout, inp, n, fn))                                                                                               \
-    X(void, gated_forward, (float *out, const float *inp, int N, int F, neox_act_fn fn), (out, inp, N, F, fn))       \
-    X(void, gated_backward, (float *dinp, const float *dout, const float *inp, int N, int F, neox_act_fn fn), (dinp,  \
-      dout, inp, N, F, fn))                                                                                            \
-    X(void, add, (float *out, const float *a, const float *b, size_t n), (out, a, b, n))                               \
+    X(void, activation_forward, (void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act), (out, inp, n,  \
+      fn, act))                                                                                                        \
+    X(void, activation_backward, (void *dinp, const void *dout, const void *inp, size_t n, neox_act_fn fn,            \
+      neox_elem act), (dinp, dout, inp, n, fn, act))                                                                    \
+    X(void, gated_forward, (void *out, const void *inp, int N, int F, neox_act_fn fn, neox_elem act), (out, inp, N, F, \
+      fn, act))                                                                                                        \
+    X(void, gated_backward, (void *dinp, const void *dout, const void *inp, int N, int F, neox_act_fn fn,             \
+      neox_elem act), (dinp, dout, inp, N, F, fn, act))                                                                 \
+    X(void, add, (void *out, const void *a, const void *b, size_t n, neox_elem act), (out, a, b, n, act))             \
     X(void, add_inplace, (float *acc, const float *x, size_t n), (acc, x, n))                                          \
-    X(void, add_bias, (float *x, const float *bias, int N, int C), (x, bias, N, C))                                    \
-    X(void, dropout, (float *out, const float *inp, size_t n, float p, unsigned long long seed,                        \
-      unsigned long long offset), (out, inp, n, p, seed, offset))                                                      \
+    X(void, add_bias, (void *x, const float *bias, int N, int C, neox_elem act), (x, bias, N, C, act))                \
+    X(void, dropout, (void *out, const void *inp, size_t n, float p, unsigned long long seed,                         \
+      unsigned long long offset, neox_elem act), (out, inp, n, p, seed, offset, act))                                   \
     X(void, jitter, (float *out, const float *inp, size_t n, float eps, unsigned long long seed), (out, inp, n, eps,   \
       seed))                                                                                                           \
     X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V), \

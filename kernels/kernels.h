@@ -54,8 +54,19 @@ void neox_cuda_attention_cudnn(int allow);
 // N = B*T rows. Backward ops ADD into parameter gradients (so tied weights and gradient accumulation
 // need no extra pass); whether they add into or overwrite input gradients is said on each op.
 
-// Element types of the operands of mixed-precision products (GEMMs, attention's tensor-core tiles).
+// Element types of the operands of mixed-precision products (GEMMs, attention's tensor-core tiles),
+// and the storage type of activations.
 typedef enum neox_elem { NEOX_ELEM_F32, NEOX_ELEM_BF16, NEOX_ELEM_F16 } neox_elem;
+static inline size_t neox_elem_size(neox_elem e) { return e == NEOX_ELEM_F32 ? 4 : 2; }
+
+// Activation storage. An op whose last parameter is `neox_elem act` takes its activation tensors
+// (and their gradients) as `void *` holding elements of type act: NEOX_ELEM_F32 or NEOX_ELEM_BF16
+// (16-bit storage of activations is bfloat16 only). Whatever act is, the op loads its elements,
+// computes and accumulates in fp32 and rounds once to nearest even when it stores a bf16 result
+// (kernels.h's neox_bf16_from_f32 on the host); parameters, their gradients and the saved
+// statistics (a norm's mean and rstd) stay fp32. Under NEOX_ELEM_F32 the op gives the same bits
+// as before it had the parameter. docs/cuda.md, "Activation storage", says why this is one
+// argument and not a typed variant per op.
 
 // ---- deterministic random numbers -------------------------------------------------------------
 // Counter-based: the value for (seed, index) does not depend on threads, order or backend, so
@@ -112,16 +123,17 @@ void neox_embedding_backward(float *dwte, float *dwpe, const float *dout, const 
 // ---- normalisation ----------------------------------------------------------------------------
 // LayerNorm over the last dim. inp, out: (N, C); weight, bias: (C) (bias may be NULL);
 // mean, rstd: (N) saved for backward.
-void neox_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int N, int C, float eps);
+void neox_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *weight,
+                            const float *bias, int N, int C, float eps, neox_elem act);
 // dinp: (N, C) is ADDED to (it is the residual stream's gradient); dweight, dbias (or NULL) added to.
-void neox_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                             const float *weight, const float *mean, const float *rstd, int N, int C);
+void neox_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C, neox_elem act);
 // RMSNorm: out = inp / sqrt(mean(inp^2) + eps) * weight (Llama's). rstd: (N).
-void neox_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
+void neox_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *weight, int N, int C, float eps,
+                          neox_elem act);
 // dinp ADDED to, dweight added to.
-void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
-                           const float *rstd, int N, int C);
+void neox_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const float *weight,
+                           const float *rstd, int N, int C, neox_elem act);
 
 // ScaleNorm (GPT-NeoX's `norm: scalenorm`): out = inp / max(||inp||, eps) * g, ||.|| the row's L2
 // norm, g one scalar. rnorm: (N), 1 / max(||inp||, eps), saved for backward.
@@ -157,21 +169,21 @@ void neox_moe_combine_backward(float *drows, float *dweight, const float *dout, 
 // The residual add followed by the norm (a sequential residual's x + attention, then the MLP's
 // norm): sum = a + b (N, C; sum may alias a), then out, mean, rstd as the norm's forward of sum. The
 // same bits as neox_add then the norm; one pass over the rows on a GPU.
-void neox_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                const float *weight, const float *bias, int N, int C, float eps);
-void neox_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b, const float *weight,
-                              int N, int C, float eps);
+void neox_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,
+                                const float *weight, const float *bias, int N, int C, float eps, neox_elem act);
+void neox_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b, const float *weight,
+                              int N, int C, float eps, neox_elem act);
 
 // ---- attention --------------------------------------------------------------------------------
 // Splits the output of the fused QKV projection into per-head q: (B, NH, T, HS), k, v: (B, NKV, T, HS).
 // qkv: (B, T, W) with W = (NH + 2*NKV) * HS, laid out either interleaved per head as GPT-NeoX and its
 // Hugging Face port store it ([q0 k0 v0 | q1 k1 v1 | ...], needs NKV == NH), or grouped
 // ([q all heads | k all heads | v all heads], Llama's separate q/k/v projections side by side).
-void neox_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,
-                    int interleaved);
+void neox_qkv_split(void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV, int HS,
+                    int interleaved, neox_elem act);
 // The inverse, for the gradients: dqkv (B, T, W) is overwritten.
-void neox_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV,
-                    int HS, int interleaved);
+void neox_qkv_merge(void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T, int NH, int NKV,
+                    int HS, int interleaved, neox_elem act);
 
 // Hugging Face's rope_scaling of the rotary frequencies (transformers' modeling_rope_utils): none;
 // linear (every frequency / factor); llama3 (Llama 3.1's: wavelengths above original_max_positions /
@@ -188,7 +200,8 @@ typedef struct neox_rope_scaling {
 void neox_rotary_tables(float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling);
 // In place on x: (B, H, T, HS), rotating the first R dims of each head with GPT-NeoX's rotate-half
 // convention (pairs i and i + R/2). The backward (inverse rotation) is the same call with inverse = 1.
-void neox_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse);
+void neox_rotary_apply(void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse,
+                       neox_elem act);
 
 // How attention scores its keys: the same for the forward, its backward and the cached form.
 typedef struct neox_attention_opts {
@@ -264,22 +277,23 @@ typedef enum neox_act_fn {
     NEOX_FN_MISH, NEOX_FN_SIGMOID, NEOX_FN_IDENTITY
 } neox_act_fn;
 // out = fn(inp): inp, out (n). dinp = dout * fn'(inp), overwritten.
-void neox_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn);
-void neox_activation_backward(float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn);
+void neox_activation_forward(void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act);
+void neox_activation_backward(void *dinp, const void *dout, const void *inp, size_t n, neox_act_fn fn, neox_elem act);
 // A gated activation as GPT-NeoX's Gated_Activation computes it (geglu, reglu, swiglu, bilinear,
 // glu): inp: (N, 2F) = [x | gate] (the gate is the second half); out: (N, F) = fn(gate) * x.
 // dinp: (N, 2F) overwritten.
-void neox_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn);
-void neox_gated_backward(float *dinp, const float *dout, const float *inp, int N, int F, neox_act_fn fn);
+void neox_gated_forward(void *out, const void *inp, int N, int F, neox_act_fn fn, neox_elem act);
+void neox_gated_backward(void *dinp, const void *dout, const void *inp, int N, int F, neox_act_fn fn, neox_elem act);
 
 // ---- elementwise ------------------------------------------------------------------------------
-void neox_add(float *out, const float *a, const float *b, size_t n);      // out = a + b (out may alias)
+void neox_add(void *out, const void *a, const void *b, size_t n, neox_elem act);  // out = a + b (out may alias)
 void neox_add_inplace(float *acc, const float *x, size_t n);             // acc += x
 // x: (N, C) += bias: (C) on every row (row-parallel layers add their bias after the reduction).
-void neox_add_bias(float *x, const float *bias, int N, int C);
+void neox_add_bias(void *x, const float *bias, int N, int C, neox_elem act);
 // Inverted dropout: out = keep ? inp / (1 - p) : 0 with keep = neox_uniform(seed, offset + i) >= p.
 // The backward is the same call on the gradient. out may alias inp.
-void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset);
+void neox_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed, unsigned long long offset,
+                  neox_elem act);
 // Multiplicative jitter (GPT-NeoX's MoE router noise): out = inp * (low + u * (high - low)), low = 1 - eps,
 // high = 1 + eps, u = neox_uniform(seed, i). out may be inp; applied to a gradient it is its backward.
 void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed);

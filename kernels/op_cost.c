@@ -93,33 +93,35 @@ neox_op_cost neox_op_cost_embedding_backward(float *dwte, float *dwpe, const flo
 }
 
 // ---- norms: the rows read and written, the per-row statistics, the weights ---------------------
-neox_op_cost neox_op_cost_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                            const float *weight, const float *bias, int N, int C, float eps) {
+neox_op_cost neox_op_cost_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
+                                            const float *weight, const float *bias, int N, int C, float eps,
+                                            neox_elem act) {
     (void)out, (void)mean, (void)rstd, (void)inp, (void)eps;
     double n = N, c = C;
-    return bytes_only(F32 * (2.0 * n * c + 2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
+    return bytes_only(elem_bytes(act) * 2.0 * n * c + F32 * (2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
 }
 
-neox_op_cost neox_op_cost_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                             const float *inp, const float *weight, const float *mean,
-                                             const float *rstd, int N, int C) {
+neox_op_cost neox_op_cost_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                                             const void *inp, const float *weight, const float *mean,
+                                             const float *rstd, int N, int C, neox_elem act) {
     (void)dinp, (void)dout, (void)inp, (void)weight, (void)mean, (void)rstd;
     double n = N, c = C;
-    return bytes_only(F32 * (3.0 * n * c + 2.0 * n + c + (dweight ? 2.0 * c : 0.0) + (dbias ? 2.0 * c : 0.0)));
+    return bytes_only(elem_bytes(act) * 3.0 * n * c +
+                      F32 * (2.0 * n + c + (dweight ? 2.0 * c : 0.0) + (dbias ? 2.0 * c : 0.0)));
 }
 
-neox_op_cost neox_op_cost_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
-                                          float eps) {
+neox_op_cost neox_op_cost_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *weight, int N, int C,
+                                          float eps, neox_elem act) {
     (void)out, (void)rstd, (void)inp, (void)eps;
     double n = N, c = C;
-    return bytes_only(F32 * (2.0 * n * c + n + (weight ? c : 0.0)));
+    return bytes_only(elem_bytes(act) * 2.0 * n * c + F32 * (n + (weight ? c : 0.0)));
 }
 
-neox_op_cost neox_op_cost_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                                           const float *weight, const float *rstd, int N, int C) {
+neox_op_cost neox_op_cost_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp,
+                                           const float *weight, const float *rstd, int N, int C, neox_elem act) {
     (void)dinp, (void)dout, (void)inp, (void)weight, (void)rstd;
     double n = N, c = C;
-    return bytes_only(F32 * (3.0 * n * c + n + c + (dweight ? 2.0 * c : 0.0)));
+    return bytes_only(elem_bytes(act) * 3.0 * n * c + F32 * (n + c + (dweight ? 2.0 * c : 0.0)));
 }
 
 neox_op_cost neox_op_cost_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C,
@@ -154,19 +156,19 @@ neox_op_cost neox_op_cost_head_norm_backward(float *dinp, float *dweight, float 
                              (dbias ? 2.0 * w : 0.0)));
 }
 
-neox_op_cost neox_op_cost_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
-                                                const float *b, const float *weight, const float *bias, int N, int C,
-                                                float eps) {
+neox_op_cost neox_op_cost_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a,
+                                                const void *b, const float *weight, const float *bias, int N, int C,
+                                                float eps, neox_elem act) {
     (void)sum, (void)out, (void)mean, (void)rstd, (void)a, (void)b, (void)eps;
     double n = N, c = C;
-    return bytes_only(F32 * (4.0 * n * c + 2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
+    return bytes_only(elem_bytes(act) * 4.0 * n * c + F32 * (2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
 }
 
-neox_op_cost neox_op_cost_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b,
-                                              const float *weight, int N, int C, float eps) {
+neox_op_cost neox_op_cost_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b,
+                                              const float *weight, int N, int C, float eps, neox_elem act) {
     (void)sum, (void)out, (void)rstd, (void)a, (void)b, (void)eps;
     double n = N, c = C;
-    return bytes_only(F32 * (4.0 * n * c + n + (weight ? c : 0.0)));
+    return bytes_only(elem_bytes(act) * 4.0 * n * c + F32 * (n + (weight ? c : 0.0)));
 }
 
 // ---- Mixture of Experts: row gathers and the weighted combination --------------------------------
@@ -191,16 +193,16 @@ neox_op_cost neox_op_cost_moe_combine_backward(float *drows, float *dweight, con
 
 // ---- attention --------------------------------------------------------------------------------
 // Every element of qkv is read once and written once to q, k or v (and back, for the gradients).
-neox_op_cost neox_op_cost_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV,
-                                    int HS, int interleaved) {
+neox_op_cost neox_op_cost_qkv_split(void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV,
+                                    int HS, int interleaved, neox_elem act) {
     (void)q, (void)k, (void)v, (void)qkv, (void)interleaved;
-    return bytes_only(F32 * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
+    return bytes_only(elem_bytes(act) * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
 }
 
-neox_op_cost neox_op_cost_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T,
-                                    int NH, int NKV, int HS, int interleaved) {
+neox_op_cost neox_op_cost_qkv_merge(void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T,
+                                    int NH, int NKV, int HS, int interleaved, neox_elem act) {
     (void)dqkv, (void)dq, (void)dk, (void)dv, (void)interleaved;
-    return bytes_only(F32 * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
+    return bytes_only(elem_bytes(act) * 2.0 * (double)B * T * (NH + 2.0 * NKV) * HS);
 }
 
 neox_op_cost neox_op_cost_rotary_tables(float *cos, float *sin, int T, int R, double base,
@@ -210,10 +212,10 @@ neox_op_cost neox_op_cost_rotary_tables(float *cos, float *sin, int T, int R, do
 }
 
 // The first R dims of each head are read and written; the tables are read.
-neox_op_cost neox_op_cost_rotary_apply(float *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,
-                                       int inverse) {
+neox_op_cost neox_op_cost_rotary_apply(void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,
+                                       int inverse, neox_elem act) {
     (void)x, (void)cos, (void)sin, (void)HS, (void)inverse;
-    return bytes_only(F32 * (2.0 * (double)B * H * T * R + (double)T * R));
+    return bytes_only(elem_bytes(act) * 2.0 * (double)B * H * T * R + F32 * (double)T * R);
 }
 
 // Forward: two products per (query, key) pair (q·k, then p·v), 2·HS FLOPs each; it reads q, k, v and
@@ -249,32 +251,32 @@ neox_op_cost neox_op_cost_attention_backward(float *dq, float *dk, float *dv, co
 }
 
 // ---- elementwise ------------------------------------------------------------------------------
-neox_op_cost neox_op_cost_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn) {
+neox_op_cost neox_op_cost_activation_forward(void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act) {
     (void)out, (void)inp, (void)fn;
-    return bytes_only(F32 * 2.0 * (double)n);
+    return bytes_only(elem_bytes(act) * 2.0 * (double)n);
 }
 
-neox_op_cost neox_op_cost_activation_backward(float *dinp, const float *dout, const float *inp, size_t n,
-                                              neox_act_fn fn) {
+neox_op_cost neox_op_cost_activation_backward(void *dinp, const void *dout, const void *inp, size_t n,
+                                              neox_act_fn fn, neox_elem act) {
     (void)dinp, (void)dout, (void)inp, (void)fn;
-    return bytes_only(F32 * 3.0 * (double)n);
+    return bytes_only(elem_bytes(act) * 3.0 * (double)n);
 }
 
 // Gated: inp (N, 2F) -> out (N, F).
-neox_op_cost neox_op_cost_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn) {
+neox_op_cost neox_op_cost_gated_forward(void *out, const void *inp, int N, int F, neox_act_fn fn, neox_elem act) {
     (void)out, (void)inp, (void)fn;
-    return bytes_only(F32 * 3.0 * (double)N * F);
+    return bytes_only(elem_bytes(act) * 3.0 * (double)N * F);
 }
 
-neox_op_cost neox_op_cost_gated_backward(float *dinp, const float *dout, const float *inp, int N, int F,
-                                         neox_act_fn fn) {
+neox_op_cost neox_op_cost_gated_backward(void *dinp, const void *dout, const void *inp, int N, int F,
+                                         neox_act_fn fn, neox_elem act) {
     (void)dinp, (void)dout, (void)inp, (void)fn;
-    return bytes_only(F32 * 5.0 * (double)N * F);
+    return bytes_only(elem_bytes(act) * 5.0 * (double)N * F);
 }
 
-neox_op_cost neox_op_cost_add(float *out, const float *a, const float *b, size_t n) {
+neox_op_cost neox_op_cost_add(void *out, const void *a, const void *b, size_t n, neox_elem act) {
     (void)out, (void)a, (void)b;
-    return bytes_only(F32 * 3.0 * (double)n);
+    return bytes_only(elem_bytes(act) * 3.0 * (double)n);
 }
 
 neox_op_cost neox_op_cost_add_inplace(float *acc, const float *x, size_t n) {
@@ -282,15 +284,15 @@ neox_op_cost neox_op_cost_add_inplace(float *acc, const float *x, size_t n) {
     return bytes_only(F32 * 3.0 * (double)n);
 }
 
-neox_op_cost neox_op_cost_add_bias(float *x, const float *bias, int N, int C) {
+neox_op_cost neox_op_cost_add_bias(void *x, const float *bias, int N, int C, neox_elem act) {
     (void)x, (void)bias;
-    return bytes_only(F32 * (2.0 * (double)N * C + C));
+    return bytes_only(elem_bytes(act) * 2.0 * (double)N * C + F32 * C);
 }
 
-neox_op_cost neox_op_cost_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed,
-                                  unsigned long long offset) {
+neox_op_cost neox_op_cost_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed,
+                                  unsigned long long offset, neox_elem act) {
     (void)out, (void)inp, (void)p, (void)seed, (void)offset;
-    return bytes_only(F32 * 2.0 * (double)n);
+    return bytes_only(elem_bytes(act) * 2.0 * (double)n);
 }
 
 neox_op_cost neox_op_cost_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed) {

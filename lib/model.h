@@ -245,6 +245,8 @@ struct neox_model {
     int param16_stale;         // param_buf changed since param16 was made
     uint16_t *half_in, *half_out;  // 16-bit GEMM operand scratch (planned with the activations)
     size_t half_elems;         // their size together
+    neox_elem act_elem;        // the activations' storage type (kernels.h, "Activation storage"): fp32 (0) until
+                               // neox_model_set_precision chooses bf16 storage
     void *host_stage;          // host copies of the N-sized loss statistics (private; forward.c)
     int nparams;
     neox_param *params;      // in buffer order

@@ -1,9 +1,11 @@
-// elementwise.c: residual additions, dropout, jitter and the deterministic normal sampler.
+// elementwise.c: residual additions, dropout, jitter and the deterministic normal sampler. The
+// residual additions and dropout read and write activations in their storage type (storage.h).
 #include <math.h>
 #include <stddef.h>
 
 #include "kernels/kernels.h"
 #include "parallel.h"
+#include "storage.h"
 
 double neox_normal(unsigned long long seed, unsigned long long index) {
     unsigned long long h = neox_hash64(seed, index);
@@ -12,9 +14,9 @@ double neox_normal(unsigned long long seed, unsigned long long index) {
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-void neox_add(float *out, const float *a, const float *b, size_t n) {
+void neox_add(void *out, const void *a, const void *b, size_t n, neox_elem act) {
     #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; i++) neox_act_set(out, i, neox_act_get(a, i, act) + neox_act_get(b, i, act), act);
 }
 
 void neox_add_inplace(float *acc, const float *x, size_t n) {
@@ -22,18 +24,20 @@ void neox_add_inplace(float *acc, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
-void neox_add_bias(float *x, const float *bias, int N, int C) {
+void neox_add_bias(void *x, const float *bias, int N, int C, neox_elem act) {
     #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
     for (int i = 0; i < N; i++) {
-        float *row = x + (size_t)i * C;
-        for (int c = 0; c < C; c++) row[c] += bias[c];
+        size_t row = (size_t)i * C;
+        for (int c = 0; c < C; c++) neox_act_set(x, row + c, neox_act_get(x, row + c, act) + bias[c], act);
     }
 }
 
-void neox_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed, unsigned long long offset) {
+void neox_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed, unsigned long long offset,
+                  neox_elem act) {
     float keep_scale = 1.0f / (1.0f - p);
     #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) out[i] = neox_uniform(seed, offset + i) >= p ? inp[i] * keep_scale : 0.0f;
+    for (size_t i = 0; i < n; i++)
+        neox_act_set(out, i, neox_uniform(seed, offset + i) >= p ? neox_act_get(inp, i, act) * keep_scale : 0.0f, act);
 }
 
 void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed) {

@@ -1,100 +1,156 @@
 // norm.c: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add fused before them (here
 // the add and the norm in turn: the reference a GPU's one-pass kernel is held to). Statistics are accumulated in double for
 // rows of any width; parameter gradients are reduced over rows by column blocks so that no
-// per-thread scratch is needed and the sums do not depend on the thread count.
+// per-thread scratch is needed and the sums do not depend on the thread count. LayerNorm and RMSNorm
+// read and write activations in their storage type (storage.h): a bf16 row is widened into fp32
+// scratch, normalised there and rounded once when stored; ScaleNorm and the query/key norm are fp32 only.
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "kernels/kernels.h"
 #include "parallel.h"
+#include "scratch.h"
+#include "storage.h"
 
-void neox_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int N, int C, float eps) {
-    #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        double sum = 0.0, sq = 0.0;
-        for (int c = 0; c < C; c++) sum += x[c];
-        double mu = sum / C;
-        for (int c = 0; c < C; c++) { double d = x[c] - mu; sq += d * d; }
-        float m = (float)mu, s = (float)(1.0 / sqrt(sq / C + eps));
-        float *o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
-        mean[i] = m;
-        rstd[i] = s;
+// Per-thread fp32 rows for bf16 storage (storage.h): `rows` rows of C; nothing under fp32.
+static float *row_scratch(neox_elem act, int rows, int C) {
+    return act == NEOX_ELEM_BF16 ? neox_cpu_scratch((size_t)rows * C * sizeof(float), "bf16 activation rows") : NULL;
+}
+
+// One row: out = (x - mean) * rstd * weight + bias, the statistics in double.
+static void layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *weight, const float *bias,
+                          int C, float eps) {
+    double sum = 0.0, sq = 0.0;
+    for (int c = 0; c < C; c++) sum += x[c];
+    double mu = sum / C;
+    for (int c = 0; c < C; c++) { double d = x[c] - mu; sq += d * d; }
+    float m = (float)mu, s = (float)(1.0 / sqrt(sq / C + eps));
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+    *mean = m;
+    *rstd = s;
+}
+
+void neox_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *weight,
+                            const float *bias, int N, int C, float eps, neox_elem act) {
+    #pragma omp parallel if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
+    {
+        float *s = row_scratch(act, 2, C);
+        #pragma omp for
+        for (int i = 0; i < N; i++) {
+            size_t at = (size_t)i * C;
+            float *o = neox_act_dest(out, at, act, s + C);
+            layernorm_row(o, &mean[i], &rstd[i], neox_act_load(inp, at, C, act, s), weight, bias, C, eps);
+            neox_act_store(out, at, o, C, act);
+        }
+        free(s);
     }
 }
 
-// Sums rows of a*b (or of a when b is NULL) into acc, column block by column block.
-static void add_column_sums(float *acc, const float *a, const float *b, const float *row_shift,
-                            const float *row_scale, int N, int C) {
+// Sums rows of a*(b - row_shift)*row_scale (or of a when b is NULL) into acc, column block by column block.
+static void add_column_sums(float *acc, const void *a, const void *b, const float *row_shift, const float *row_scale,
+                            int N, int C, neox_elem act) {
     #pragma omp parallel for
     for (int c0 = 0; c0 < C; c0 += 32) {
         int c1 = c0 + 32 < C ? c0 + 32 : C;
         float s[32] = {0};
         for (int i = 0; i < N; i++) {
-            const float *ar = a + (size_t)i * C;
+            size_t row = (size_t)i * C;
             if (b) {
-                const float *br = b + (size_t)i * C;
                 float sh = row_shift ? row_shift[i] : 0.0f, sc = row_scale[i];
-                for (int c = c0; c < c1; c++) s[c - c0] += ar[c] * (br[c] - sh) * sc;
+                for (int c = c0; c < c1; c++)
+                    s[c - c0] += neox_act_get(a, row + c, act) * (neox_act_get(b, row + c, act) - sh) * sc;
             } else {
-                for (int c = c0; c < c1; c++) s[c - c0] += ar[c];
+                for (int c = c0; c < c1; c++) s[c - c0] += neox_act_get(a, row + c, act);
             }
         }
         for (int c = c0; c < c1; c++) acc[c] += s[c - c0];
     }
 }
 
-void neox_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                             const float *weight, const float *mean, const float *rstd, int N, int C) {
-    #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
-        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
-        // With xhat = (x - m) * s and g = dout * weight:
-        // dx = s * (g - mean(g) - xhat * mean(g * xhat))
-        double gsum = 0.0, gxsum = 0.0;
-        for (int c = 0; c < C; c++) {
-            float g = d[c] * weight[c];
-            gsum += g;
-            gxsum += g * (x[c] - m) * s;
+// One row of LayerNorm's input gradient, added into dx. With xhat = (x - m) * s and g = dout * weight:
+// dx += s * (g - mean(g) - xhat * mean(g * xhat)).
+static void layernorm_backward_row(float *dx, const float *d, const float *x, const float *weight, float m, float s,
+                                   int C) {
+    double gsum = 0.0, gxsum = 0.0;
+    for (int c = 0; c < C; c++) {
+        float g = d[c] * weight[c];
+        gsum += g;
+        gxsum += g * (x[c] - m) * s;
+    }
+    float gmean = (float)(gsum / C), gxmean = (float)(gxsum / C);
+    for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
+}
+
+void neox_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C, neox_elem act) {
+    #pragma omp parallel
+    {
+        float *s = row_scratch(act, 3, C);
+        #pragma omp for
+        for (int i = 0; i < N; i++) {
+            size_t at = (size_t)i * C;
+            float *dx = (float *)neox_act_load(dinp, at, C, act, s + 2 * (size_t)C);
+            layernorm_backward_row(dx, neox_act_load(dout, at, C, act, s), neox_act_load(inp, at, C, act, s + C),
+                                   weight, mean[i], rstd[i], C);
+            neox_act_store(dinp, at, dx, C, act);
         }
-        float gmean = (float)(gsum / C), gxmean = (float)(gxsum / C);
-        float *dx = dinp + (size_t)i * C;
-        for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
+        free(s);
     }
-    add_column_sums(dweight, dout, inp, mean, rstd, N, C);
-    if (dbias) add_column_sums(dbias, dout, NULL, NULL, NULL, N, C);
+    add_column_sums(dweight, dout, inp, mean, rstd, N, C, act);
+    if (dbias) add_column_sums(dbias, dout, NULL, NULL, NULL, N, C, act);
 }
 
-void neox_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
-    #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        double sq = 0.0;
-        for (int c = 0; c < C; c++) sq += (double)x[c] * x[c];
-        float s = (float)(1.0 / sqrt(sq / C + eps));
-        float *o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = x[c] * s * weight[c];
-        rstd[i] = s;
+// One row: out = x * rstd * weight.
+static void rmsnorm_row(float *o, float *rstd, const float *x, const float *weight, int C, float eps) {
+    double sq = 0.0;
+    for (int c = 0; c < C; c++) sq += (double)x[c] * x[c];
+    float s = (float)(1.0 / sqrt(sq / C + eps));
+    for (int c = 0; c < C; c++) o[c] = x[c] * s * weight[c];
+    *rstd = s;
+}
+
+void neox_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *weight, int N, int C, float eps,
+                          neox_elem act) {
+    #pragma omp parallel if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
+    {
+        float *s = row_scratch(act, 2, C);
+        #pragma omp for
+        for (int i = 0; i < N; i++) {
+            size_t at = (size_t)i * C;
+            float *o = neox_act_dest(out, at, act, s + C);
+            rmsnorm_row(o, &rstd[i], neox_act_load(inp, at, C, act, s), weight, C, eps);
+            neox_act_store(out, at, o, C, act);
+        }
+        free(s);
     }
 }
 
-void neox_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
-                           const float *rstd, int N, int C) {
-    #pragma omp parallel for
-    for (int i = 0; i < N; i++) {
-        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
-        float s = rstd[i];
-        // dx = s * (g - xhat * mean(g * xhat)), g = dout * weight, xhat = x * s
-        double gxsum = 0.0;
-        for (int c = 0; c < C; c++) gxsum += d[c] * weight[c] * x[c] * s;
-        float gxmean = (float)(gxsum / C);
-        float *dx = dinp + (size_t)i * C;
-        for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - x[c] * s * gxmean);
+// One row of RMSNorm's input gradient, added into dx: dx += s * (g - xhat * mean(g * xhat)), g = dout * weight,
+// xhat = x * s.
+static void rmsnorm_backward_row(float *dx, const float *d, const float *x, const float *weight, float s, int C) {
+    double gxsum = 0.0;
+    for (int c = 0; c < C; c++) gxsum += d[c] * weight[c] * x[c] * s;
+    float gxmean = (float)(gxsum / C);
+    for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - x[c] * s * gxmean);
+}
+
+void neox_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const float *weight,
+                           const float *rstd, int N, int C, neox_elem act) {
+    #pragma omp parallel
+    {
+        float *s = row_scratch(act, 3, C);
+        #pragma omp for
+        for (int i = 0; i < N; i++) {
+            size_t at = (size_t)i * C;
+            float *dx = (float *)neox_act_load(dinp, at, C, act, s + 2 * (size_t)C);
+            rmsnorm_backward_row(dx, neox_act_load(dout, at, C, act, s), neox_act_load(inp, at, C, act, s + C), weight,
+                                 rstd[i], C);
+            neox_act_store(dinp, at, dx, C, act);
+        }
+        free(s);
     }
-    add_column_sums(dweight, dout, inp, NULL, rstd, N, C);
+    add_column_sums(dweight, dout, inp, NULL, rstd, N, C, act);
 }
 
 // The row's L2 norm, in double, as the forward and the backward both need it.
@@ -217,14 +273,14 @@ void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const fl
             }
 }
 
-void neox_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                const float *weight, const float *bias, int N, int C, float eps) {
-    neox_add(sum, a, b, (size_t)N * C);
-    neox_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps);
+void neox_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,
+                                const float *weight, const float *bias, int N, int C, float eps, neox_elem act) {
+    neox_add(sum, a, b, (size_t)N * C, act);
+    neox_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps, act);
 }
 
-void neox_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b, const float *weight,
-                              int N, int C, float eps) {
-    neox_add(sum, a, b, (size_t)N * C);
-    neox_rmsnorm_forward(out, rstd, sum, weight, N, C, eps);
+void neox_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b, const float *weight,
+                              int N, int C, float eps, neox_elem act) {
+    neox_add(sum, a, b, (size_t)N * C, act);
+    neox_rmsnorm_forward(out, rstd, sum, weight, N, C, eps, act);
 }

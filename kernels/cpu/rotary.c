@@ -1,9 +1,12 @@
-// rotary.c: the fused-QKV split into heads and rotary position embeddings (GPT-NeoX rotate-half).
+// rotary.c: the fused-QKV split into heads and rotary position embeddings (GPT-NeoX rotate-half), on
+// activations in their storage type (storage.h): the split and merge copy elements as they are, the
+// rotation computes in fp32 and stores rounded.
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "parallel.h"
+#include "storage.h"
 
 // Offsets of head h's q, k and v within one token's row of the fused projection output.
 static void qkv_offsets(int h, int NH, int NKV, int HS, int interleaved, size_t *q, size_t *k, size_t *v) {
@@ -19,21 +22,24 @@ static void qkv_offsets(int h, int NH, int NKV, int HS, int interleaved, size_t 
 }
 
 // Copies between the token-major fused layout and the head-major q/k/v layout, in either direction.
-static void qkv_copy(float *qkv, float *q, float *k, float *v, int B, int T, int NH, int NKV, int HS,
-                     int interleaved, int to_heads) {
-    size_t W = (size_t)(NH + 2 * NKV) * HS, bytes = (size_t)HS * sizeof(float);
+// Offsets count elements; es is the element size in bytes (the copy moves stored elements as they are).
+static void qkv_copy(void *qkv_v, void *q_v, void *k_v, void *v_v, int B, int T, int NH, int NKV, int HS,
+                     int interleaved, int to_heads, size_t es) {
+    char *qkv = qkv_v, *q = q_v, *k = k_v, *v = v_v;
+    size_t W = (size_t)(NH + 2 * NKV) * HS, bytes = (size_t)HS * es;
     #pragma omp parallel for collapse(2) if ((size_t)B * T * W >= NEOX_PARALLEL_MIN_ELEMS)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            float *row = qkv + ((size_t)b * T + t) * W;
+            char *row = qkv + ((size_t)b * T + t) * W * es;
             for (int h = 0; h < NH; h++) {
                 size_t oq, ok, ov;
                 qkv_offsets(h, NH, NKV, HS, interleaved, &oq, &ok, &ov);
-                float *qh = q + (((size_t)b * NH + h) * T + t) * HS;
+                oq *= es, ok *= es, ov *= es;
+                char *qh = q + (((size_t)b * NH + h) * T + t) * HS * es;
                 if (to_heads) memcpy(qh, row + oq, bytes); else memcpy(row + oq, qh, bytes);
                 if (h >= NKV) continue;
-                float *kh = k + (((size_t)b * NKV + h) * T + t) * HS;
-                float *vh = v + (((size_t)b * NKV + h) * T + t) * HS;
+                char *kh = k + (((size_t)b * NKV + h) * T + t) * HS * es;
+                char *vh = v + (((size_t)b * NKV + h) * T + t) * HS * es;
                 if (to_heads) {
                     memcpy(kh, row + ok, bytes);
                     memcpy(vh, row + ov, bytes);
@@ -45,14 +51,14 @@ static void qkv_copy(float *qkv, float *q, float *k, float *v, int B, int T, int
         }
 }
 
-void neox_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int HS,
-                    int interleaved) {
-    qkv_copy((float *)qkv, q, k, v, B, T, NH, NKV, HS, interleaved, 1);
+void neox_qkv_split(void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV, int HS,
+                    int interleaved, neox_elem act) {
+    qkv_copy((void *)qkv, q, k, v, B, T, NH, NKV, HS, interleaved, 1, neox_elem_size(act));
 }
 
-void neox_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int NKV,
-                    int HS, int interleaved) {
-    qkv_copy(dqkv, (float *)dq, (float *)dk, (float *)dv, B, T, NH, NKV, HS, interleaved, 0);
+void neox_qkv_merge(void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T, int NH, int NKV,
+                    int HS, int interleaved, neox_elem act) {
+    qkv_copy(dqkv, (void *)dq, (void *)dk, (void *)dv, B, T, NH, NKV, HS, interleaved, 0, neox_elem_size(act));
 }
 
 // One inverse frequency after scaling, in fp32 as transformers computes it.
@@ -83,19 +89,19 @@ void neox_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base, n
     }
 }
 
-void neox_rotary_apply(float *x, const float *cos_t, const float *sin_t, int B, int H, int T, int HS, int R,
-                       int inverse) {
+void neox_rotary_apply(void *x, const float *cos_t, const float *sin_t, int B, int H, int T, int HS, int R,
+                       int inverse, neox_elem act) {
     int half = R / 2;
     float sign = inverse ? -1.0f : 1.0f;  // rotating by -angle undoes the rotation (its transpose)
     #pragma omp parallel for collapse(2) if ((size_t)B * H * T * HS >= NEOX_PARALLEL_MIN_ELEMS)
     for (int bh = 0; bh < B * H; bh++)
         for (int t = 0; t < T; t++) {
-            float *row = x + ((size_t)bh * T + t) * HS;
+            size_t row = ((size_t)bh * T + t) * HS;
             const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
             for (int i = 0; i < half; i++) {
-                float x1 = row[i], x2 = row[i + half], sn = sign * s[i];
-                row[i] = x1 * c[i] - x2 * sn;
-                row[i + half] = x2 * c[i] + x1 * sn;
+                float x1 = neox_act_get(x, row + i, act), x2 = neox_act_get(x, row + i + half, act), sn = sign * s[i];
+                neox_act_set(x, row + i, x1 * c[i] - x2 * sn, act);
+                neox_act_set(x, row + i + half, x2 * c[i] + x1 * sn, act);
             }
         }
 }

@@ -1,8 +1,9 @@
 // common.cuh: what every kernels/cuda file shares: error checks, the stream, scratch memory, launch
-// sizes and warp/block reductions (in float and double).
+// sizes, warp/block reductions (in float and double) and activation storage's loads and stores.
 #ifndef NEOX_CUDA_COMMON_CUH
 #define NEOX_CUDA_COMMON_CUH
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,5 +69,24 @@ __device__ inline float block_max(float x) {
     x = lane < nwarps ? part[lane] : -INFINITY;
     return warp_max(x);
 }
+
+// Activation storage (kernels.h, "Activation storage"): kernels that read or write activations are
+// templates on their storage type T (float or __nv_bfloat16); they load elements as fp32, compute in
+// fp32 and store once, rounded to nearest even (the CPU's kernels/cpu/storage.h, bit for bit).
+__device__ __forceinline__ float act_load(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float act_load(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void act_store(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void act_store(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+// Runs the statements with T the C++ type of storage type `act` (host code: picks the template).
+#define ACT_DISPATCH(act, T, ...)                                                                             \
+    do {                                                                                                      \
+        if ((act) == NEOX_ELEM_BF16) {                                                                        \
+            typedef __nv_bfloat16 T;                                                                          \
+            __VA_ARGS__;                                                                                      \
+        } else {                                                                                              \
+            typedef float T;                                                                                  \
+            __VA_ARGS__;                                                                                      \
+        }                                                                                                     \
+    } while (0)
 
 #endif

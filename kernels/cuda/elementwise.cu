@@ -1,6 +1,7 @@
 // elementwise.cu: residual additions, bias, dropout (the CPU's counter-based mask, bit for bit),
 // scaling, the MLP activations (elementwise and gated) and the fp32 <-> bf16/fp16 casts. One thread per element
-// in grid-stride loops; the formulas are kernels/cpu/activation.c's and elementwise.c's.
+// in grid-stride loops; the formulas are kernels/cpu/activation.c's and elementwise.c's. The residual
+// additions, bias, dropout and activations are templates on the activations' storage type (common.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -19,28 +20,33 @@
         }                                                                                                   \
     } while (0)
 
-__global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
-    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+// x: (n) = a + b, all of storage type T.
+template <typename T> __global__ void add_kernel(T *out, const T *a, const T *b, size_t n) {
+    GRID_STRIDE(i, n) act_store(out, i, __fadd_rn(act_load(a, i), act_load(b, i)));
 }
-extern "C" void neox_cuda_add(float *out, const float *a, const float *b, size_t n) { LAUNCH(add_kernel, n, out, a, b, n); }
-extern "C" void neox_cuda_add_inplace(float *acc, const float *x, size_t n) { LAUNCH(add_kernel, n, acc, acc, x, n); }
+extern "C" void neox_cuda_add(void *out, const void *a, const void *b, size_t n, neox_elem act) {
+    ACT_DISPATCH(act, T, LAUNCH(add_kernel<T>, n, (T *)out, (const T *)a, (const T *)b, n));
+}
+extern "C" void neox_cuda_add_inplace(float *acc, const float *x, size_t n) { LAUNCH(add_kernel<float>, n, acc, acc, x, n); }
 
-__global__ void add_bias_kernel(float *x, const float *bias, size_t n, int C) {
-    GRID_STRIDE(i, n) x[i] += bias[i % C];
+// x: (N, C) += bias: (C), n = N * C.
+template <typename T> __global__ void add_bias_kernel(T *x, const float *bias, size_t n, int C) {
+    GRID_STRIDE(i, n) act_store(x, i, __fadd_rn(act_load(x, i), bias[i % C]));
 }
-extern "C" void neox_cuda_add_bias(float *x, const float *bias, int N, int C) {
+extern "C" void neox_cuda_add_bias(void *x, const float *bias, int N, int C, neox_elem act) {
     size_t n = (size_t)N * C;
-    LAUNCH(add_bias_kernel, n, x, bias, n, C);
+    ACT_DISPATCH(act, T, LAUNCH(add_bias_kernel<T>, n, (T *)x, bias, n, C));
 }
 
-__global__ void dropout_kernel(float *out, const float *inp, size_t n, float p, float keep_scale,
-                               unsigned long long seed, unsigned long long offset) {
-    GRID_STRIDE(i, n) out[i] = neox_uniform(seed, offset + i) >= p ? __fmul_rn(inp[i], keep_scale) : 0.0f;
+template <typename T>
+__global__ void dropout_kernel(T *out, const T *inp, size_t n, float p, float keep_scale, unsigned long long seed,
+                               unsigned long long offset) {
+    GRID_STRIDE(i, n) act_store(out, i, neox_uniform(seed, offset + i) >= p ? __fmul_rn(act_load(inp, i), keep_scale) : 0.0f);
 }
-extern "C" void neox_cuda_dropout(float *out, const float *inp, size_t n, float p, unsigned long long seed,
-                                  unsigned long long offset) {
+extern "C" void neox_cuda_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed,
+                                  unsigned long long offset, neox_elem act) {
     float keep_scale = 1.0f / (1.0f - p);  // on the host, as the CPU computes it
-    LAUNCH(dropout_kernel, n, out, inp, n, p, keep_scale, seed, offset);
+    ACT_DISPATCH(act, T, LAUNCH(dropout_kernel<T>, n, (T *)out, (const T *)inp, n, p, keep_scale, seed, offset));
 }
 
 // The CPU's expression, rounded step by step (no fused multiply-add).
@@ -83,43 +89,45 @@ extern "C" void neox_cuda_loss_guard(double *guard, const double *sumsq, const d
 
 // ---- activations (kernels/activation_math.h's formulas, shared with the CPU) ----------------------
 
-__global__ void activation_forward_kernel(float *out, const float *inp, size_t n, neox_act_fn fn) {
-    GRID_STRIDE(i, n) out[i] = neox_act_value(fn, inp[i]);
+template <typename T> __global__ void activation_forward_kernel(T *out, const T *inp, size_t n, neox_act_fn fn) {
+    GRID_STRIDE(i, n) act_store(out, i, neox_act_value(fn, act_load(inp, i)));
 }
-__global__ void activation_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n, neox_act_fn fn) {
-    GRID_STRIDE(i, n) dinp[i] = dout[i] * neox_act_grad(fn, inp[i]);
+template <typename T>
+__global__ void activation_backward_kernel(T *dinp, const T *dout, const T *inp, size_t n, neox_act_fn fn) {
+    GRID_STRIDE(i, n) act_store(dinp, i, act_load(dout, i) * neox_act_grad(fn, act_load(inp, i)));
 }
-extern "C" void neox_cuda_activation_forward(float *out, const float *inp, size_t n, neox_act_fn fn) {
-    LAUNCH(activation_forward_kernel, n, out, inp, n, fn);
+extern "C" void neox_cuda_activation_forward(void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act) {
+    ACT_DISPATCH(act, T, LAUNCH(activation_forward_kernel<T>, n, (T *)out, (const T *)inp, n, fn));
 }
-extern "C" void neox_cuda_activation_backward(float *dinp, const float *dout, const float *inp, size_t n,
-                                              neox_act_fn fn) {
-    LAUNCH(activation_backward_kernel, n, dinp, dout, inp, n, fn);
+extern "C" void neox_cuda_activation_backward(void *dinp, const void *dout, const void *inp, size_t n, neox_act_fn fn,
+                                              neox_elem act) {
+    ACT_DISPATCH(act, T, LAUNCH(activation_backward_kernel<T>, n, (T *)dinp, (const T *)dout, (const T *)inp, n, fn));
 }
 
 // inp: (N, 2F) = [x | gate]; element i of out (N, F) is row i / F, column i % F.
-__global__ void gated_forward_kernel(float *out, const float *inp, size_t n, int F, neox_act_fn fn) {
+template <typename T> __global__ void gated_forward_kernel(T *out, const T *inp, size_t n, int F, neox_act_fn fn) {
     GRID_STRIDE(i, n) {
         size_t r = i / F, c = i % F;
-        out[i] = neox_act_value(fn, inp[r * 2 * F + F + c]) * inp[r * 2 * F + c];
+        act_store(out, i, neox_act_value(fn, act_load(inp, r * 2 * F + F + c)) * act_load(inp, r * 2 * F + c));
     }
 }
-__global__ void gated_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n, int F,
-                                      neox_act_fn fn) {
+template <typename T>
+__global__ void gated_backward_kernel(T *dinp, const T *dout, const T *inp, size_t n, int F, neox_act_fn fn) {
     GRID_STRIDE(i, n) {
         size_t r = i / F, c = i % F;
-        float x = inp[r * 2 * F + c], g = inp[r * 2 * F + F + c], d = dout[i];
-        dinp[r * 2 * F + c] = d * neox_act_value(fn, g);
-        dinp[r * 2 * F + F + c] = d * x * neox_act_grad(fn, g);
+        float x = act_load(inp, r * 2 * F + c), g = act_load(inp, r * 2 * F + F + c), d = act_load(dout, i);
+        act_store(dinp, r * 2 * F + c, d * neox_act_value(fn, g));
+        act_store(dinp, r * 2 * F + F + c, d * x * neox_act_grad(fn, g));
     }
 }
-extern "C" void neox_cuda_gated_forward(float *out, const float *inp, int N, int F, neox_act_fn fn) {
+extern "C" void neox_cuda_gated_forward(void *out, const void *inp, int N, int F, neox_act_fn fn, neox_elem act) {
     size_t n = (size_t)N * F;
-    LAUNCH(gated_forward_kernel, n, out, inp, n, F, fn);
+    ACT_DISPATCH(act, T, LAUNCH(gated_forward_kernel<T>, n, (T *)out, (const T *)inp, n, F, fn));
 }
-extern "C" void neox_cuda_gated_backward(float *dinp, const float *dout, const float *inp, int N, int F, neox_act_fn fn) {
+extern "C" void neox_cuda_gated_backward(void *dinp, const void *dout, const void *inp, int N, int F, neox_act_fn fn,
+                                         neox_elem act) {
     size_t n = (size_t)N * F;
-    LAUNCH(gated_backward_kernel, n, dinp, dout, inp, n, F, fn);
+    ACT_DISPATCH(act, T, LAUNCH(gated_backward_kernel<T>, n, (T *)dinp, (const T *)dout, (const T *)inp, n, F, fn));
 }
 
 // ---- casts (round to nearest even, as kernels/cpu/cast.c) -----------------------------------------

@@ -64,6 +64,9 @@ void neox_cuda_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, 
 // summed in a fixed order (partial sums over fixed row chunks, then the chunks in order).
 void neox_cuda_column_sums(float *acc, const float *a, int lda, const float *b, const float *shift,
                            const float *scale, int N, int C);
+// The same with a and b activations of storage type act (kernels.h, "Activation storage").
+void neox_cuda_column_sums_act(float *acc, const void *a, int lda, const void *b, const float *shift,
+                               const float *scale, int N, int C, neox_elem act);
 // Its two halves, for kernels that make the partial sums themselves (the fused norm backward): the
 // row chunks for N rows (returns their count; rows of each in *rows_per_chunk; the partial sums of
 // chunk k are of rows k * rows_per_chunk .. in 8 lanes, lane l taking rows l, l + 8, ..., then the

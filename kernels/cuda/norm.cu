@@ -1,6 +1,8 @@
 // norm.cu: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add fused before the
 // forward; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
 // rows lose nothing), with the CPU's expressions. The weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
+// LayerNorm and RMSNorm are templates on the activations' storage type (common.cuh); ScaleNorm and
+// the query/key norm are fp32 only.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
 
@@ -8,60 +10,63 @@ enum { NORM_WARPS = 8 };
 
 static unsigned norm_blocks(int N) { return (unsigned)((N + NORM_WARPS - 1) / NORM_WARPS); }
 
-// x, out: (N, C); mean (or NULL for RMSNorm), rstd: (N).
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+// x, out: (N, C) of storage type T; mean, rstd: (N).
+template <typename T>
+__global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, const T *inp, const float *weight,
                                          const float *bias, int N, int C, float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const T *x = inp + (size_t)row * C;
     double sum = 0.0;
-    for (int c = lane; c < C; c += 32) sum += x[c];
+    for (int c = lane; c < C; c += 32) sum += act_load(x, c);
     double mu = warp_sum(sum) / C, sq = 0.0;
     for (int c = lane; c < C; c += 32) {
-        double d = x[c] - mu;
+        double d = act_load(x, c) - mu;
         sq += d * d;
     }
     sq = warp_sum(sq);
     float m = (float)mu, s = (float)(1.0 / sqrt(sq / C + eps));
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+    T *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) act_store(o, c, (act_load(x, c) - m) * s * weight[c] + (bias ? bias[c] : 0.0f));
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
     }
 }
 
-__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
-                                       float eps) {
+template <typename T>
+__global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp, const float *weight, int N, int C, float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const T *x = inp + (size_t)row * C;
     double sq = 0.0;
-    for (int c = lane; c < C; c += 32) sq += (double)x[c] * x[c];
+    for (int c = lane; c < C; c += 32) sq += (double)act_load(x, c) * act_load(x, c);
     sq = warp_sum(sq);
     float s = (float)(1.0 / sqrt(sq / C + eps));
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = x[c] * s * weight[c];
+    T *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) act_store(o, c, act_load(x, c) * s * weight[c]);
     if (lane == 0) rstd[row] = s;
 }
 
 // dinp += s * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight, xhat = (x - m) * s; for
-// RMSNorm (mean == NULL) m = 0 and the mean(g) term is absent.
-__global__ void norm_backward_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
-                                     const float *mean, const float *rstd, int N, int C) {
+// RMSNorm (mean == NULL) m = 0 and the mean(g) term is absent. dinp, dout, inp: (N, C) of storage type T.
+template <typename T>
+__global__ void norm_backward_kernel(T *dinp, const T *dout, const T *inp, const float *weight, const float *mean,
+                                     const float *rstd, int N, int C) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    const T *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
     float m = mean ? mean[row] : 0.0f, s = rstd[row];
     double gsum = 0.0, gxsum = 0.0;
     for (int c = lane; c < C; c += 32) {
-        float g = d[c] * weight[c];
+        float g = act_load(d, c) * weight[c];
         gsum += g;
-        gxsum += g * (x[c] - m) * s;
+        gxsum += g * (act_load(x, c) - m) * s;
     }
     float gmean = mean ? (float)(warp_sum(gsum) / C) : 0.0f, gxmean = (float)(warp_sum(gxsum) / C);
-    float *dx = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
+    T *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        act_store(dx, c, act_load(dx, c) + s * (act_load(d, c) * weight[c] - gmean - (act_load(x, c) - m) * s * gxmean));
 }
 
 // The backward with the weight (and bias) gradients' partial sums in the same pass, so dout and inp
@@ -86,8 +91,8 @@ __device__ void warps_in_order(float *out, float (*part)[32 * K], const float *v
     }
 }
 
-template <int K>
-__global__ void norm_backward_fused_kernel(float *dinp, float *pw, float *pb, const float *dout, const float *inp,
+template <int K, typename T>
+__global__ void norm_backward_fused_kernel(T *dinp, float *pw, float *pb, const T *dout, const T *inp,
                                            const float *weight, const float *mean, const float *rstd, int N, int C,
                                            int rows_per_chunk) {
     __shared__ float part[NORM_WARPS][32 * K];
@@ -97,22 +102,25 @@ __global__ void norm_backward_fused_kernel(float *dinp, float *pw, float *pb, co
 #pragma unroll
     for (int k = 0; k < K; k++) sw[k] = sb[k] = 0.0f;
     for (int row = r0 + warp; row < r1; row += NORM_WARPS) {
-        const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+        const T *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
         float m = mean ? mean[row] : 0.0f, s = rstd[row];
         double gsum = 0.0, gxsum = 0.0;
 #pragma unroll
         for (int k = 0; k < K; k++) {
             int c = lane + 32 * k;
             if (c >= C) break;
-            float g = d[c] * weight[c];
+            float dc = act_load(d, c), xc = act_load(x, c);
+            float g = dc * weight[c];
             gsum += g;
-            gxsum += g * (x[c] - m) * s;
-            sw[k] += d[c] * (x[c] - m) * s;
-            sb[k] += d[c];
+            gxsum += g * (xc - m) * s;
+            sw[k] += dc * (xc - m) * s;
+            sb[k] += dc;
         }
         float gmean = mean ? (float)(warp_sum(gsum) / C) : 0.0f, gxmean = (float)(warp_sum(gxsum) / C);
-        float *dx = dinp + (size_t)row * C;
-        for (int c = lane; c < C; c += 32) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
+        T *dx = dinp + (size_t)row * C;
+        for (int c = lane; c < C; c += 32)
+            act_store(dx, c,
+                      act_load(dx, c) + s * (act_load(d, c) * weight[c] - gmean - (act_load(x, c) - m) * s * gxmean));
     }
     warps_in_order<K>(pw + (size_t)blockIdx.x * C, part, sw, C);
     if (pb) {
@@ -123,14 +131,15 @@ __global__ void norm_backward_fused_kernel(float *dinp, float *pw, float *pb, co
 
 // Runs the fused backward for C <= 1024 and returns 1; 0 for wider rows (the caller runs the row
 // kernel and the column sums apart).
-static int norm_backward_fused(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                               const float *weight, const float *mean, const float *rstd, int N, int C) {
+template <typename T>
+static int norm_backward_fused(T *dinp, float *dweight, float *dbias, const T *dout, const T *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C) {
     int K = (C + 31) / 32, rows_per_chunk, chunks = neox_cuda_column_chunks(N, &rows_per_chunk);
     if (K > 32) return 0;
     float *pw = (float *)neox_cuda_scratch(2 * (size_t)chunks * C * sizeof(float)), *pb = dbias ? pw + (size_t)chunks * C : NULL;
     cudaStream_t st = neox_cuda_current_stream();
-#define FUSED(KK) norm_backward_fused_kernel<KK><<<chunks, NORM_WARPS * 32, 0, st>>>(dinp, pw, pb, dout, inp, weight, \
-                                                                                     mean, rstd, N, C, rows_per_chunk)
+#define FUSED(KK) norm_backward_fused_kernel<KK, T><<<chunks, NORM_WARPS * 32, 0, st>>>(dinp, pw, pb, dout, inp, weight, \
+                                                                                        mean, rstd, N, C, rows_per_chunk)
     if (K <= 8) FUSED(8);
     else if (K <= 16) FUSED(16);
     else if (K <= 24) FUSED(24);
@@ -142,44 +151,47 @@ static int norm_backward_fused(float *dinp, float *dweight, float *dbias, const 
     return 1;
 }
 
-extern "C" void neox_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                                            const float *bias, int N, int C, float eps) {
-    if (N <= 0) return;
-    layernorm_forward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
-        out, mean, rstd, inp, weight, bias, N, C, eps);
-    CUDA_LAUNCHED();
-}
-
-extern "C" void neox_cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                             const float *inp, const float *weight, const float *mean,
-                                             const float *rstd, int N, int C) {
-    if (N <= 0 || norm_backward_fused(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)) return;
-    norm_backward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+// LayerNorm's (mean != NULL) or RMSNorm's backward: the fused pass, or for wide rows the row kernel and the column sums.
+template <typename T>
+static void norm_backward(T *dinp, float *dweight, float *dbias, const T *dout, const T *inp, const float *weight,
+                          const float *mean, const float *rstd, int N, int C, neox_elem act) {
+    if (N <= 0 || norm_backward_fused<T>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)) return;
+    norm_backward_kernel<T><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
     CUDA_LAUNCHED();
-    neox_cuda_column_sums(dweight, dout, C, inp, mean, rstd, N, C);
-    if (dbias) neox_cuda_column_sums(dbias, dout, C, NULL, NULL, NULL, N, C);
+    neox_cuda_column_sums_act(dweight, dout, C, inp, mean, rstd, N, C, act);
+    if (dbias) neox_cuda_column_sums_act(dbias, dout, C, NULL, NULL, NULL, N, C, act);
 }
 
-extern "C" void neox_cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
-                                          float eps) {
+extern "C" void neox_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *weight,
+                                            const float *bias, int N, int C, float eps, neox_elem act) {
     if (N <= 0) return;
-    rmsnorm_forward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(out, rstd, inp, weight,
-                                                                                               N, C, eps);
+    ACT_DISPATCH(act, T, layernorm_forward_kernel<T><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+                             (T *)out, mean, rstd, (const T *)inp, weight, bias, N, C, eps));
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                                           const float *weight, const float *rstd, int N, int C) {
-    if (N <= 0 || norm_backward_fused(dinp, dweight, NULL, dout, inp, weight, NULL, rstd, N, C)) return;
-    norm_backward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
-        dinp, dout, inp, weight, NULL, rstd, N, C);
-    CUDA_LAUNCHED();
-    neox_cuda_column_sums(dweight, dout, C, inp, NULL, rstd, N, C);
+extern "C" void neox_cuda_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                                             const void *inp, const float *weight, const float *mean,
+                                             const float *rstd, int N, int C, neox_elem act) {
+    ACT_DISPATCH(act, T, norm_backward<T>((T *)dinp, dweight, dbias, (const T *)dout, (const T *)inp, weight, mean, rstd,
+                                          N, C, act));
 }
 
-// ---- ScaleNorm (kernels/cpu/norm.c's neox_scalenorm_*) -----------------------------------------
-// x, out: (N, C); g: (1); rnorm: (N) = 1 / max(||x||, eps). One warp per row.
+extern "C" void neox_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *weight, int N, int C,
+                                          float eps, neox_elem act) {
+    if (N <= 0) return;
+    ACT_DISPATCH(act, T, rmsnorm_forward_kernel<T><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+                             (T *)out, rstd, (const T *)inp, weight, N, C, eps));
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp,
+                                           const float *weight, const float *rstd, int N, int C, neox_elem act) {
+    ACT_DISPATCH(act, T, norm_backward<T>((T *)dinp, dweight, NULL, (const T *)dout, (const T *)inp, weight, NULL, rstd,
+                                          N, C, act));
+}
+
 __global__ void scalenorm_forward_kernel(float *out, float *rnorm, const float *inp, const float *g, int N, int C,
                                          float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -400,31 +412,33 @@ static bool vec4_rows(int C, const void *const *ptrs, int n) {
     return true;
 }
 
-extern "C" void neox_cuda_add_layernorm_forward(float *sum, float *out, float *mean, float *rstd, const float *a,
-                                                const float *b, const float *weight, const float *bias, int N, int C,
-                                                float eps) {
+// Under bf16 storage the norm reads the sum as stored (rounded), as the CPU's add then norm does: the
+// two ops in turn rather than the fused kernel, which normalises the unrounded sum.
+extern "C" void neox_cuda_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a,
+                                                const void *b, const float *weight, const float *bias, int N, int C,
+                                                float eps, neox_elem act) {
     if (N <= 0) return;
     const void *ptrs[] = {sum, out, a, b, weight, bias};
-    if (!vec4_rows(C, ptrs, 6)) {  // odd widths: the two ops in turn
-        neox_cuda_add(sum, a, b, (size_t)N * C);
-        neox_cuda_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps);
+    if (act != NEOX_ELEM_F32 || !vec4_rows(C, ptrs, 6)) {  // odd widths, bf16: the two ops in turn
+        neox_cuda_add(sum, a, b, (size_t)N * C, act);
+        neox_cuda_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps, act);
         return;
     }
     add_norm_forward_kernel<false><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
-        sum, out, mean, rstd, a, b, weight, bias, N, C, eps);
+        (float *)sum, (float *)out, mean, rstd, (const float *)a, (const float *)b, weight, bias, N, C, eps);
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_add_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a, const float *b,
-                                              const float *weight, int N, int C, float eps) {
+extern "C" void neox_cuda_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b,
+                                              const float *weight, int N, int C, float eps, neox_elem act) {
     if (N <= 0) return;
     const void *ptrs[] = {sum, out, a, b, weight};
-    if (!vec4_rows(C, ptrs, 5)) {
-        neox_cuda_add(sum, a, b, (size_t)N * C);
-        neox_cuda_rmsnorm_forward(out, rstd, sum, weight, N, C, eps);
+    if (act != NEOX_ELEM_F32 || !vec4_rows(C, ptrs, 5)) {
+        neox_cuda_add(sum, a, b, (size_t)N * C, act);
+        neox_cuda_rmsnorm_forward(out, rstd, sum, weight, N, C, eps, act);
         return;
     }
     add_norm_forward_kernel<true><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
-        sum, out, NULL, rstd, a, b, weight, NULL, N, C, eps);
+        (float *)sum, (float *)out, NULL, rstd, (const float *)a, (const float *)b, weight, NULL, N, C, eps);
     CUDA_LAUNCHED();
 }

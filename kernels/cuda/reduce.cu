@@ -7,8 +7,10 @@
 
 enum { CS_COLS = 32, CS_LANES = 8, CS_MAX_CHUNKS = 256, CS_MIN_ROWS = 64 };
 
-// partial: (chunks, C). Block (32, 8): column blockIdx.x * 32 + threadIdx.x, chunk blockIdx.y.
-__global__ void column_partials_kernel(float *partial, const float *a, int lda, const float *b, const float *shift,
+// partial: (chunks, C). Block (32, 8): column blockIdx.x * 32 + threadIdx.x, chunk blockIdx.y. a and b
+// of storage type T (common.cuh).
+template <typename T>
+__global__ void column_partials_kernel(float *partial, const T *a, int lda, const T *b, const float *shift,
                                        const float *scale, int N, int C, int rows_per_chunk) {
     __shared__ float s[CS_LANES][CS_COLS];
     int c = blockIdx.x * CS_COLS + threadIdx.x;
@@ -16,8 +18,8 @@ __global__ void column_partials_kernel(float *partial, const float *a, int lda, 
     float sum = 0.0f;
     if (c < C)
         for (int i = r0 + threadIdx.y; i < r1; i += CS_LANES) {
-            float x = a[(size_t)i * lda + c];
-            if (b) x = x * (b[(size_t)i * C + c] - (shift ? shift[i] : 0.0f)) * scale[i];  // as kernels/cpu/norm.c
+            float x = act_load(a, (size_t)i * lda + c);
+            if (b) x = x * (act_load(b, (size_t)i * C + c) - (shift ? shift[i] : 0.0f)) * scale[i];  // as kernels/cpu/norm.c
             sum += x;
         }
     s[threadIdx.y][threadIdx.x] = sum;
@@ -49,14 +51,20 @@ void neox_cuda_column_finish(float *acc, const float *partial, int chunks, int C
     CUDA_LAUNCHED();
 }
 
-void neox_cuda_column_sums(float *acc, const float *a, int lda, const float *b, const float *shift,
-                           const float *scale, int N, int C) {
+void neox_cuda_column_sums_act(float *acc, const void *a, int lda, const void *b, const float *shift,
+                               const float *scale, int N, int C, neox_elem act) {
     if (N <= 0 || C <= 0) return;
     int rows_per_chunk, chunks = neox_cuda_column_chunks(N, &rows_per_chunk);
     float *partial = (float *)neox_cuda_scratch((size_t)chunks * C * sizeof(float));
     cudaStream_t st = neox_cuda_current_stream();
-    column_partials_kernel<<<dim3((C + CS_COLS - 1) / CS_COLS, chunks), dim3(CS_COLS, CS_LANES), 0, st>>>(
-        partial, a, lda, b, shift, scale, N, C, rows_per_chunk);
+    dim3 grid((C + CS_COLS - 1) / CS_COLS, chunks), block(CS_COLS, CS_LANES);
+    ACT_DISPATCH(act, T, column_partials_kernel<T><<<grid, block, 0, st>>>(partial, (const T *)a, lda, (const T *)b,
+                                                                            shift, scale, N, C, rows_per_chunk));
     CUDA_LAUNCHED();
     neox_cuda_column_finish(acc, partial, chunks, C);
+}
+
+void neox_cuda_column_sums(float *acc, const float *a, int lda, const float *b, const float *shift,
+                           const float *scale, int N, int C) {
+    neox_cuda_column_sums_act(acc, a, lda, b, shift, scale, N, C, NEOX_ELEM_F32);
 }

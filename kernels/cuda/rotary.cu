@@ -1,12 +1,14 @@
 // rotary.cu: the fused-QKV split into heads (and its inverse for the gradients) and GPT-NeoX's
 // rotate-half rotary embedding, as kernels/cpu/rotary.c. The tables are computed on the host by the
-// CPU code (once per run; bit-identical to it) and copied to the device.
+// CPU code (once per run; bit-identical to it) and copied to the device. The split, merge and rotation
+// are templates on the activations' storage type (common.cuh).
 #include "kernels/cuda/common.cuh"
 
 // One thread per element of the fused rows qkv: (B, T, W), W = (NH + 2 NKV) HS. to_heads copies
 // qkv -> q/k/v, else q/k/v -> qkv.
-__global__ void qkv_copy_kernel(float *qkv, float *q, float *k, float *v, int T, int NH, int NKV, int HS,
-                                int interleaved, int to_heads, size_t n) {
+template <typename T_>
+__global__ void qkv_copy_kernel(T_ *qkv, T_ *q, T_ *k, T_ *v, int T, int NH, int NKV, int HS, int interleaved,
+                                int to_heads, size_t n) {
     size_t W = (size_t)(NH + 2 * NKV) * HS;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t bt = e / W, b = bt / T, t = bt % T;
@@ -22,29 +24,30 @@ __global__ void qkv_copy_kernel(float *qkv, float *q, float *k, float *v, int T,
             h = kind == 0 ? slot : kind == 1 ? slot - NH : slot - NH - NKV;
         }
         int heads = kind == 0 ? NH : NKV;
-        float *dst = kind == 0 ? q : kind == 1 ? k : v;
+        T_ *dst = kind == 0 ? q : kind == 1 ? k : v;
         size_t idx = (((size_t)b * heads + h) * T + t) * HS + d;
         if (to_heads) dst[idx] = qkv[e]; else qkv[e] = dst[idx];
     }
 }
 
-static void qkv_copy(float *qkv, float *q, float *k, float *v, int B, int T, int NH, int NKV, int HS, int interleaved,
-                     int to_heads) {
+static void qkv_copy(void *qkv, void *q, void *k, void *v, int B, int T, int NH, int NKV, int HS, int interleaved,
+                     int to_heads, neox_elem act) {
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
     if (n == 0) return;
-    qkv_copy_kernel<<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(qkv, q, k, v, T, NH, NKV, HS,
-                                                                                interleaved, to_heads, n);
+    cudaStream_t st = neox_cuda_current_stream();
+    ACT_DISPATCH(act, E, qkv_copy_kernel<E><<<blocks_for(n, 256), 256, 0, st>>>((E *)qkv, (E *)q, (E *)k, (E *)v, T, NH,
+                                                                               NKV, HS, interleaved, to_heads, n));
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV,
-                                    int HS, int interleaved) {
-    qkv_copy((float *)qkv, q, k, v, B, T, NH, NKV, HS, interleaved, 1);
+extern "C" void neox_cuda_qkv_split(void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV, int HS,
+                                    int interleaved, neox_elem act) {
+    qkv_copy((void *)qkv, q, k, v, B, T, NH, NKV, HS, interleaved, 1, act);
 }
 
-extern "C" void neox_cuda_qkv_merge(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T,
-                                    int NH, int NKV, int HS, int interleaved) {
-    qkv_copy(dqkv, (float *)dq, (float *)dk, (float *)dv, B, T, NH, NKV, HS, interleaved, 0);
+extern "C" void neox_cuda_qkv_merge(void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T, int NH,
+                                    int NKV, int HS, int interleaved, neox_elem act) {
+    qkv_copy(dqkv, (void *)dq, (void *)dk, (void *)dv, B, T, NH, NKV, HS, interleaved, 0, act);
 }
 
 extern "C" void neox_cuda_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base,
@@ -59,25 +62,27 @@ extern "C" void neox_cuda_rotary_tables(float *cos_t, float *sin_t, int T, int R
 }
 
 // x: (B*H, T, HS); one thread per rotated pair (row, i < R/2).
-__global__ void rotary_kernel(float *x, const float *cos_t, const float *sin_t, int T, int HS, int half, float sign,
+template <typename E>
+__global__ void rotary_kernel(E *x, const float *cos_t, const float *sin_t, int T, int HS, int half, float sign,
                               size_t n) {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t row = e / half;
         int i = (int)(e % half), t = (int)(row % T);
-        float *r = x + row * HS;
+        E *r = x + row * HS;
         float c = cos_t[(size_t)t * half + i], sn = sign * sin_t[(size_t)t * half + i];
-        float x1 = r[i], x2 = r[i + half];
-        r[i] = x1 * c - x2 * sn;
-        r[i + half] = x2 * c + x1 * sn;
+        float x1 = act_load(r, i), x2 = act_load(r, i + half);
+        act_store(r, i, x1 * c - x2 * sn);
+        act_store(r, i + half, x2 * c + x1 * sn);
     }
 }
 
-extern "C" void neox_cuda_rotary_apply(float *x, const float *cos_t, const float *sin_t, int B, int H, int T, int HS,
-                                       int R, int inverse) {
+extern "C" void neox_cuda_rotary_apply(void *x, const float *cos_t, const float *sin_t, int B, int H, int T, int HS,
+                                       int R, int inverse, neox_elem act) {
     int half = R / 2;
     size_t n = (size_t)B * H * T * half;
     if (n == 0) return;
-    rotary_kernel<<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(x, cos_t, sin_t, T, HS, half,
-                                                                              inverse ? -1.0f : 1.0f, n);
+    cudaStream_t st = neox_cuda_current_stream();
+    ACT_DISPATCH(act, E, rotary_kernel<E><<<blocks_for(n, 256), 256, 0, st>>>((E *)x, cos_t, sin_t, T, HS, half,
+                                                                              inverse ? -1.0f : 1.0f, n));
     CUDA_LAUNCHED();
 }

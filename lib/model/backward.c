@@ -17,10 +17,10 @@
 static void norm_backward(const neox_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const float *w, const float *mean, const float *rstd, int N) {
     const neox_model_desc *d = &m->desc;
-    if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size);
+    if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, m->act_elem);
     else if (d->norm == NEOX_NORM_SCALENORM)
         m->be->scalenorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, d->norm_eps);
-    else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size);
+    else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size, m->act_elem);
 }
 
 // The gradient reaching a branch output through its hidden dropout: dx itself, or a masked copy.
@@ -89,8 +89,8 @@ static void mlp_backward(neox_model *m, int l, const int *group, const float *dy
     int FC = neox_activation_gated(d->activation) ? 2 * F : F;
     linear_backward(m, group[GROUP_FC2], group[GROUP_END], a->dact, g->fc2_w, g->fc2_b, dy, la->act, p->fc2_w, N, F, C);
     neox_act_fn fn = neox_activation_function(d->activation);
-    if (neox_activation_gated(d->activation)) m->be->gated_backward(a->dfc, a->dact, la->fc, N, F, fn);
-    else m->be->activation_backward(a->dfc, a->dact, la->fc, (size_t)N * F, fn);
+    if (neox_activation_gated(d->activation)) m->be->gated_backward(a->dfc, a->dact, la->fc, N, F, fn, m->act_elem);
+    else m->be->activation_backward(a->dfc, a->dact, la->fc, (size_t)N * F, fn, m->act_elem);
     linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, la->ln2, p->fc_w, N, C, FC);
 }
 
@@ -111,8 +111,8 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
                               neox_model_attention_opts(m, a->alibi, attn_p, l));
     poll(m);
     if (d->rotary_dims) {
-        m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1);
-        m->be->rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1);
+        m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1, m->act_elem);
+        m->be->rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1, m->act_elem);
     }
     if (d->qk_norm) {  // in place: the gradients of q and k before their norm
         int G = neox_qk_norm_group(d, NH);
@@ -123,7 +123,8 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
         m->be->head_norm_backward(a->dk, g->qk_norm_w, g->qk_norm_b, a->dk, la->kraw, p->qk_norm_w, kmean,
                                   la->qk_rstd + stats, B, NH, T, HS, G);
     }
-    m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
+                     m->act_elem);
     linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv, la->ln1, p->qkv_w, N, C,
                     W);
 }

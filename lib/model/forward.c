@@ -363,7 +363,7 @@ void neox_model_hidden_dropout(const neox_model *m, float *out, const float *inp
     const neox_acts *a = m->acts;
     size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
     unsigned long long offset = a->dropout_row0 * (unsigned long long)m->T * (unsigned long long)m->desc.hidden_size;
-    m->be->dropout(out, inp, NC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset);
+    m->be->dropout(out, inp, NC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset, m->act_elem);
 }
 
 neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout, int layer) {
@@ -389,16 +389,16 @@ void neox_model_tp_reduce(neox_model *m, float *x, size_t n) {
 }
 
 void neox_model_norm_forward(const neox_backend *be, const neox_model_desc *d, float *out, float *mean, float *rstd,
-                             const float *inp, const float *w, const float *b, int N) {
+                             const float *inp, const float *w, const float *b, int N, neox_elem act) {
     int C = d->hidden_size;
-    if (d->norm == NEOX_NORM_RMSNORM) be->rmsnorm_forward(out, rstd, inp, w, N, C, d->norm_eps);
+    if (d->norm == NEOX_NORM_RMSNORM) be->rmsnorm_forward(out, rstd, inp, w, N, C, d->norm_eps, act);
     else if (d->norm == NEOX_NORM_SCALENORM) be->scalenorm_forward(out, rstd, inp, w, N, C, d->norm_eps);
-    else be->layernorm_forward(out, mean, rstd, inp, w, b, N, C, d->norm_eps);
+    else be->layernorm_forward(out, mean, rstd, inp, w, b, N, C, d->norm_eps, act);
 }
 
 static void norm_forward(const neox_model *m, float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N) {
-    neox_model_norm_forward(m->be, &m->desc, out, mean, rstd, inp, w, b, N);
+    neox_model_norm_forward(m->be, &m->desc, out, mean, rstd, inp, w, b, N, m->act_elem);
 }
 
 // A row-parallel linear: out (N, C) = the sum over tensor-parallel ranks of inp (N, IC) @ w^T
@@ -408,7 +408,7 @@ static void row_parallel_forward(neox_model *m, float *out, const float *inp, co
     int C = m->desc.hidden_size;
     neox_model_linear_forward(m, out, inp, w, NULL, N, IC, C);
     neox_model_tp_reduce(m, out, (size_t)N * C);
-    if (bias) m->be->add_bias(out, bias, N, C);
+    if (bias) m->be->add_bias(out, bias, N, C, m->act_elem);
 }
 
 // A branch output's hidden dropout, in place.
@@ -419,7 +419,7 @@ static void branch_dropout(neox_model *m, float *branch, int layer, int site) {
 // Adds a branch output (after hidden dropout) into the residual: out = res + dropout(branch).
 static void add_branch(neox_model *m, float *out, const float *res, float *branch, size_t n, int layer, int site) {
     branch_dropout(m, branch, layer, site);
-    m->be->add(out, res, branch, n);
+    m->be->add(out, res, branch, n, m->act_elem);
 }
 
 // The same add followed by the norm of its result, in one op: sum = res + dropout(branch), out =
@@ -430,12 +430,12 @@ static void add_branch_norm(neox_model *m, float *sum, float *out, float *mean, 
     int N = m->B * m->T, C = d->hidden_size;
     branch_dropout(m, branch, layer, site);
     if (d->norm == NEOX_NORM_RMSNORM) {
-        m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps);
+        m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps, m->act_elem);
     } else if (neox_norm_arith(d) == NEOX_NORM_LAYERNORM) {
-        m->be->add_layernorm_forward(sum, out, mean, rstd, res, branch, w, b, N, C, d->norm_eps);
+        m->be->add_layernorm_forward(sum, out, mean, rstd, res, branch, w, b, N, C, d->norm_eps, m->act_elem);
     } else {
-        m->be->add(sum, res, branch, (size_t)N * C);
-        neox_model_norm_forward(m->be, d, out, mean, rstd, sum, w, b, N);
+        m->be->add(sum, res, branch, (size_t)N * C, m->act_elem);
+        neox_model_norm_forward(m->be, d, out, mean, rstd, sum, w, b, N, m->act_elem);
     }
 }
 
@@ -467,14 +467,15 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
     neox_model_linear_forward(m, la->qkv, la->ln1, p->qkv_w, p->qkv_b, N, C, W);
     if (d->qk_norm) {
-        be->qkv_split(la->qraw, la->kraw, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+        be->qkv_split(la->qraw, la->kraw, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX, m->act_elem);
         qk_norm_forward(m, l, la);
     } else {
-        be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+        be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
+                      m->act_elem);
     }
     if (d->rotary_dims) {
-        be->rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0);
-        be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0);
+        be->rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0, m->act_elem);
+        be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0, m->act_elem);
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,
@@ -491,13 +492,13 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     }
     if (neox_model_moe_layer(d, l)) {  // GPT-NeoX adds a MoE's output without dropout (it has no bias)
         neox_model_moe_forward(m, l, &la->moe, la->ln2, a->branch, N, m->training, 0);
-        be->add(y, la->mid, a->branch, NC);
+        be->add(y, la->mid, a->branch, NC, m->act_elem);
         return;
     }
     neox_model_linear_forward(m, la->fc, la->ln2, p->fc_w, p->fc_b, N, C, gated ? 2 * F : F);
     neox_act_fn fn = neox_activation_function(d->activation);
-    if (gated) be->gated_forward(la->act, la->fc, N, F, fn);
-    else be->activation_forward(la->act, la->fc, (size_t)N * F, fn);
+    if (gated) be->gated_forward(la->act, la->fc, N, F, fn, m->act_elem);
+    else be->activation_forward(la->act, la->fc, (size_t)N * F, fn, m->act_elem);
     row_parallel_forward(m, a->branch, la->act, p->fc2_w, p->fc2_b, N, F);
     add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, NC, l, NEOX_SITE_MLP_OUT);
 }

@@ -150,7 +150,7 @@ const float *neox_generator_logits(const neox_generator *g) { return g->logits; 
 
 static void norm(const neox_generator *g, float *out, float *mean, float *rstd, const float *inp, const float *w,
                  const float *b, int N) {
-    neox_model_norm_forward(g->be, &g->m->desc, out, mean, rstd, inp, w, b, N);
+    neox_model_norm_forward(g->be, &g->m->desc, out, mean, rstd, inp, w, b, N, NEOX_ELEM_F32);
 }
 
 // The MLP branch of S rows of inp into g->branch.
@@ -166,8 +166,8 @@ static void mlp(neox_generator *g, int l, const float *inp, int S) {
     }
     be->linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
     neox_act_fn fn = neox_activation_function(d->activation);
-    if (neox_activation_gated(d->activation)) be->gated_forward(g->act, g->fc, S, F, fn);
-    else be->activation_forward(g->act, g->fc, (size_t)S * F, fn);
+    if (neox_activation_gated(d->activation)) be->gated_forward(g->act, g->fc, S, F, fn, NEOX_ELEM_F32);
+    else be->activation_forward(g->act, g->fc, (size_t)S * F, fn, NEOX_ELEM_F32);
     be->linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C);
 }
 
@@ -190,7 +190,8 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     size_t half = d->rotary_dims / 2, T = g->max_len, row = (size_t)s->row;
     float *q = g->q + row * NH * HS, *k = g->k + row * NKV * HS, *v = g->v + row * NKV * HS;
     const neox_backend *be = g->be;
-    be->qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX);
+    be->qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
+                  NEOX_ELEM_F32);
     if (d->qk_norm) {  // in place, as the training forward normalises them
         const neox_layer_params *p = &g->m->w.layers[l];
         int G = neox_qk_norm_group(d, NH);
@@ -200,8 +201,8 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     }
     if (d->rotary_dims) {
         const float *cos = g->cos + (size_t)s->pos * half, *sin = g->sin + (size_t)s->pos * half;
-        be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0);
-        be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0);
+        be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32);
+        be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32);
     }
     cache_append(g, l, k, v, s);
     float *out = g->att + row * d->hidden_size;
@@ -229,13 +230,13 @@ static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg
     be->linear_forward(g->qkv, W, g->ln, p->qkv_w, p->qkv_b, S, C, W);
     for (int i = 0; i < nseg; i++) attend_segment(g, l, &segs[i]);
     be->linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
-    be->add(g->mid, g->x, g->branch, NC);  // x + attention
+    be->add(g->mid, g->x, g->branch, NC, NEOX_ELEM_F32);  // x + attention
     if (d->parallel_residual) {
         mlp(g, l, g->x, S);                 // beside attention, on ln2(x)
-        be->add(g->x, g->mid, g->branch, NC);
+        be->add(g->x, g->mid, g->branch, NC, NEOX_ELEM_F32);
     } else {
         mlp(g, l, g->mid, S);               // after it
-        be->add(g->x, g->mid, g->branch, NC);
+        be->add(g->x, g->mid, g->branch, NC, NEOX_ELEM_F32);
     }
 }
 

@@ -67,7 +67,7 @@ static void linear_forward_ld(neox_model *m, float *out, int ldo, const float *i
     }
     cast_half(m, m->half_in, inp, (size_t)N * IC);
     be->gemm_ex(0, 1, N, OC, IC, 1.0f, m->half_in, IC, weight16(m, w), IC, half_elem(m), 0.0f, out, ldo, NEOX_ELEM_F32);
-    if (bias) be->add_bias(out, bias, N, OC);
+    if (bias) be->add_bias(out, bias, N, OC, NEOX_ELEM_F32);
 }
 
 // out (N, OC) = inp (N, IC) @ w^T (OC, IC) (+ bias (OC)).

@@ -174,7 +174,7 @@ void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, flo
 // The model's norm of N rows of inp (hidden_size wide) into out, with its statistics (mean: LayerNorm
 // only; rstd: the scale each row was multiplied by), whichever `norm` the model has.
 void neox_model_norm_forward(const neox_backend *be, const neox_model_desc *d, float *out, float *mean, float *rstd,
-                             const float *inp, const float *w, const float *b, int N);
+                             const float *inp, const float *w, const float *b, int N, neox_elem act);
 // The element type of the model's products' operands: fp32, or its 16-bit precision's (linear.c).
 neox_elem neox_model_operand_elem(const neox_model *m);
 // The linear layers in the model's precision (linear.c). Weights are views into param_buf.

@@ -216,8 +216,8 @@ static void run_experts(neox_model *m, int fp32, const float *experts, const int
     neox_act_fn fn = neox_activation_function(d->activation);
     for (int e = 0, at = 0; e < L; at += rows[e++])
         if (rows[e]) linear(m, fp32, h + (size_t)at * I, x + (size_t)at * C, w1_of(experts, d, e), rows[e], C, I);
-    if (I != Fe) m->be->gated_forward(act, h, total, Fe, fn);
-    else m->be->activation_forward(act, h, (size_t)total * Fe, fn);
+    if (I != Fe) m->be->gated_forward(act, h, total, Fe, fn, NEOX_ELEM_F32);
+    else m->be->activation_forward(act, h, (size_t)total * Fe, fn, NEOX_ELEM_F32);
     for (int e = 0, at = 0; e < L; at += rows[e++])
         if (rows[e]) linear(m, fp32, y + (size_t)at * C, act + (size_t)at * Fe, w2_of(experts, d, e), rows[e], Fe, C);
 }
@@ -319,8 +319,8 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
         neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, rows[e], Fe, C);
         neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, rows[e], Fe, C);
     }
-    if (I != Fe) be->gated_backward(a->moe_dh, a->moe_dact, b->h, total, Fe, fn);  // moe_dh: (total, 2Fe)
-    else be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)total * Fe, fn);
+    if (I != Fe) be->gated_backward(a->moe_dh, a->moe_dact, b->h, total, Fe, fn, NEOX_ELEM_F32);  // moe_dh: (total, 2Fe)
+    else be->activation_backward(a->moe_dh, a->moe_dact, b->h, (size_t)total * Fe, fn, NEOX_ELEM_F32);
     for (int e = 0, at = 0; e < L; at += rows[e++]) {
         if (!rows[e]) continue;
         const float *dh = a->moe_dh + (size_t)at * I;

@@ -198,7 +198,7 @@ static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
         pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
         pair out = pair_zero((size_t)N * OC), pre = pair_zero((size_t)N * OC);
         cpu->linear_forward(pre.h, OC, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC);
-        cpu->activation_forward(out.h, pre.h, (size_t)N * OC, NEOX_FN_GELU_TANH);
+        cpu->activation_forward(out.h, pre.h, (size_t)N * OC, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
         neox_cuda_linear_gelu_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC);
         checkf(GEMM_TOL, &pre, "linear_gelu_forward pre-activation %s N=%d IC=%d OC=%d bias=%d",
                lt ? "cuBLASLt" : "cuBLAS", N, IC, OC, with_bias);
@@ -207,7 +207,7 @@ static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
         pair dout = pair_rand((size_t)N * OC), x = pair_rand((size_t)N * IC), dpre = pair_zero((size_t)N * IC);
         pair dx = pair_zero((size_t)N * IC);
         cpu->linear_backward(dx.h, NULL, NULL, dout.h, OC, NULL, w.h, N, IC, OC, 0);
-        cpu->activation_backward(dpre.h, dx.h, x.h, (size_t)N * IC, NEOX_FN_GELU_TANH);
+        cpu->activation_backward(dpre.h, dx.h, x.h, (size_t)N * IC, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
         neox_cuda_linear_dgelu_backward(dpre.d, dout.d, w.d, x.d, N, IC, OC);
         checkf(GEMM_TOL, &dpre, "linear_dgelu_backward %s N=%d IC=%d OC=%d", lt ? "cuBLASLt" : "cuBLAS", N, IC, OC);
         pair *all[] = {&inp, &w, &b, &out, &pre, &dout, &x, &dpre, &dx};
@@ -345,16 +345,16 @@ static void test_embedding(int B, int T, int C, int V, int with_wpe) {
 static void test_layernorm(int N, int C, int with_bias) {
     pair inp = pair_uniform((size_t)N * C, -2.0f, 3.0f), w = pair_uniform(C, 0.5f, 1.5f), b = pair_rand(C);
     pair out = pair_rand((size_t)N * C), mean = pair_rand(N), rstd = pair_rand(N);
-    cpu->layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, with_bias ? b.h : NULL, N, C, 1e-5f);
-    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, with_bias ? b.d : NULL, N, C, 1e-5f);
+    cpu->layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, with_bias ? b.h : NULL, N, C, 1e-5f, NEOX_ELEM_F32);
+    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, with_bias ? b.d : NULL, N, C, 1e-5f, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &out, "layernorm_forward N=%d C=%d bias=%d", N, C, with_bias);
     checkf(1e-6, 1e-6, &mean, "layernorm_forward mean N=%d C=%d", N, C);
     checkf(0, 1e-6, &rstd, "layernorm_forward rstd N=%d C=%d", N, C);
     // The backward takes the CPU's statistics on both sides.
     pair m = pair_from(mean.h, N), r = pair_from(rstd.h, N), dout = pair_rand((size_t)N * C);
     pair dinp = pair_rand((size_t)N * C), dw = pair_rand(C), db = pair_rand(C);
-    cpu->layernorm_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, inp.h, w.h, m.h, r.h, N, C);
-    gpu->layernorm_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, inp.d, w.d, m.d, r.d, N, C);
+    cpu->layernorm_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, inp.h, w.h, m.h, r.h, N, C, NEOX_ELEM_F32);
+    gpu->layernorm_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, inp.d, w.d, m.d, r.d, N, C, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &dinp, "layernorm_backward dinp N=%d C=%d", N, C);
     checkf(1e-4, 1e-5, &dw, "layernorm_backward dweight N=%d C=%d", N, C);
     if (with_bias) checkf(1e-4, 1e-5, &db, "layernorm_backward dbias N=%d C=%d", N, C);
@@ -365,13 +365,13 @@ static void test_layernorm(int N, int C, int with_bias) {
 static void test_rmsnorm(int N, int C) {
     pair inp = pair_uniform((size_t)N * C, -2.0f, 3.0f), w = pair_uniform(C, 0.5f, 1.5f);
     pair out = pair_rand((size_t)N * C), rstd = pair_rand(N);
-    cpu->rmsnorm_forward(out.h, rstd.h, inp.h, w.h, N, C, 1e-6f);
-    gpu->rmsnorm_forward(out.d, rstd.d, inp.d, w.d, N, C, 1e-6f);
+    cpu->rmsnorm_forward(out.h, rstd.h, inp.h, w.h, N, C, 1e-6f, NEOX_ELEM_F32);
+    gpu->rmsnorm_forward(out.d, rstd.d, inp.d, w.d, N, C, 1e-6f, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &out, "rmsnorm_forward N=%d C=%d", N, C);
     checkf(0, 1e-6, &rstd, "rmsnorm_forward rstd N=%d C=%d", N, C);
     pair r = pair_from(rstd.h, N), dout = pair_rand((size_t)N * C), dinp = pair_rand((size_t)N * C), dw = pair_rand(C);
-    cpu->rmsnorm_backward(dinp.h, dw.h, dout.h, inp.h, w.h, r.h, N, C);
-    gpu->rmsnorm_backward(dinp.d, dw.d, dout.d, inp.d, w.d, r.d, N, C);
+    cpu->rmsnorm_backward(dinp.h, dw.h, dout.h, inp.h, w.h, r.h, N, C, NEOX_ELEM_F32);
+    gpu->rmsnorm_backward(dinp.d, dw.d, dout.d, inp.d, w.d, r.d, N, C, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &dinp, "rmsnorm_backward dinp N=%d C=%d", N, C);
     checkf(1e-4, 1e-5, &dw, "rmsnorm_backward dweight N=%d C=%d", N, C);
     pair *all[] = {&inp, &w, &out, &rstd, &r, &dout, &dinp, &dw};
@@ -464,11 +464,11 @@ static void test_add_norm(int N, int C, int rms, int alias) {
          rstd = pair_rand(N);
     pair *s = alias ? &a : &sum;
     if (rms) {
-        cpu->add_rmsnorm_forward(s->h, out.h, rstd.h, a.h, b.h, w.h, N, C, 1e-6f);
-        gpu->add_rmsnorm_forward(s->d, out.d, rstd.d, a.d, b.d, w.d, N, C, 1e-6f);
+        cpu->add_rmsnorm_forward(s->h, out.h, rstd.h, a.h, b.h, w.h, N, C, 1e-6f, NEOX_ELEM_F32);
+        gpu->add_rmsnorm_forward(s->d, out.d, rstd.d, a.d, b.d, w.d, N, C, 1e-6f, NEOX_ELEM_F32);
     } else {
-        cpu->add_layernorm_forward(s->h, out.h, mean.h, rstd.h, a.h, b.h, w.h, bias.h, N, C, 1e-5f);
-        gpu->add_layernorm_forward(s->d, out.d, mean.d, rstd.d, a.d, b.d, w.d, bias.d, N, C, 1e-5f);
+        cpu->add_layernorm_forward(s->h, out.h, mean.h, rstd.h, a.h, b.h, w.h, bias.h, N, C, 1e-5f, NEOX_ELEM_F32);
+        gpu->add_layernorm_forward(s->d, out.d, mean.d, rstd.d, a.d, b.d, w.d, bias.d, N, C, 1e-5f, NEOX_ELEM_F32);
         checkf(1e-6, 1e-6, &mean, "add_layernorm_forward mean N=%d C=%d", N, C);
     }
     const char *op = rms ? "add_rmsnorm_forward" : "add_layernorm_forward";
@@ -485,14 +485,14 @@ static void test_qkv(int B, int T, int NH, int NKV, int HS, int interleaved) {
     size_t W = (size_t)(NH + 2 * NKV) * HS;
     pair qkv = pair_rand((size_t)B * T * W), q = pair_rand((size_t)B * NH * T * HS);
     pair k = pair_rand((size_t)B * NKV * T * HS), v = pair_rand((size_t)B * NKV * T * HS);
-    cpu->qkv_split(q.h, k.h, v.h, qkv.h, B, T, NH, NKV, HS, interleaved);
-    gpu->qkv_split(q.d, k.d, v.d, qkv.d, B, T, NH, NKV, HS, interleaved);
+    cpu->qkv_split(q.h, k.h, v.h, qkv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
+    gpu->qkv_split(q.d, k.d, v.d, qkv.d, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     checkf(0, 0, &q, "qkv_split q NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
     checkf(0, 0, &k, "qkv_split k NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
     checkf(0, 0, &v, "qkv_split v NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
     pair dq = pair_rand(q.n), dk = pair_rand(k.n), dv = pair_rand(v.n);
-    cpu->qkv_merge(qkv.h, dq.h, dk.h, dv.h, B, T, NH, NKV, HS, interleaved);
-    gpu->qkv_merge(qkv.d, dq.d, dk.d, dv.d, B, T, NH, NKV, HS, interleaved);
+    cpu->qkv_merge(qkv.h, dq.h, dk.h, dv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
+    gpu->qkv_merge(qkv.d, dq.d, dk.d, dv.d, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     checkf(0, 0, &qkv, "qkv_merge NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
     pair *all[] = {&qkv, &q, &k, &v, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -507,8 +507,8 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
     checkf(0, 0, &c, "rotary_tables cos T=%d R=%d", T, R);
     checkf(0, 0, &s, "rotary_tables sin T=%d R=%d", T, R);
     for (int inverse = 0; inverse < 2; inverse++) {
-        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse);
-        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse);
+        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse, NEOX_ELEM_F32);
+        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse, NEOX_ELEM_F32);
         checkf(1e-6, 1e-6, &x, "rotary_apply B=%d H=%d T=%d HS=%d R=%d inverse=%d", B, H, T, HS, R, inverse);
     }
     pair_free(&c);
@@ -601,23 +601,176 @@ static void test_activations(size_t n, int N, int F) {
     pair di = pair_rand((size_t)N * 2 * F);
     for (int k = NEOX_FN_GELU; k <= NEOX_FN_IDENTITY; k++) {
         neox_act_fn fn = (neox_act_fn)k;
-        cpu->activation_forward(out.h, x.h, n, fn);
-        gpu->activation_forward(out.d, x.d, n, fn);
+        cpu->activation_forward(out.h, x.h, n, fn, NEOX_ELEM_F32);
+        gpu->activation_forward(out.d, x.d, n, fn, NEOX_ELEM_F32);
         checkf(1e-6, 1e-5, &out, "activation_forward n=%zu fn=%d", n, k);
-        cpu->activation_backward(dinp.h, dout.h, x.h, n, fn);
-        gpu->activation_backward(dinp.d, dout.d, x.d, n, fn);
+        cpu->activation_backward(dinp.h, dout.h, x.h, n, fn, NEOX_ELEM_F32);
+        gpu->activation_backward(dinp.d, dout.d, x.d, n, fn, NEOX_ELEM_F32);
         checkf(1e-6, 1e-5, &dinp, "activation_backward n=%zu fn=%d", n, k);
         // The gated inputs reach +-6, where 1 + erf (or 1 + tanh) cancels: one float ulp of the erf
         // near -1 is 6e-8, times |x|/2 and the gate's |b| <= 6 gives errors near 2e-6 that both
         // backends are entitled to (the GPU's erff and tanhf differ from glibc's by an ulp).
-        cpu->gated_forward(o.h, in2.h, N, F, fn);
-        gpu->gated_forward(o.d, in2.d, N, F, fn);
+        cpu->gated_forward(o.h, in2.h, N, F, fn, NEOX_ELEM_F32);
+        gpu->gated_forward(o.d, in2.d, N, F, fn, NEOX_ELEM_F32);
         checkf(1e-5, 1e-5, &o, "gated_forward N=%d F=%d fn=%d", N, F, k);
-        cpu->gated_backward(di.h, d.h, in2.h, N, F, fn);
-        gpu->gated_backward(di.d, d.d, in2.d, N, F, fn);
+        cpu->gated_backward(di.h, d.h, in2.h, N, F, fn, NEOX_ELEM_F32);
+        gpu->gated_backward(di.d, d.d, in2.d, N, F, fn, NEOX_ELEM_F32);
         checkf(1e-5, 1e-5, &di, "gated_backward N=%d F=%d fn=%d", N, F, k);
     }
     pair *all[] = {&x, &out, &dout, &dinp, &in2, &o, &d, &di};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+// ---- bf16 activation storage (kernels.h, "Activation storage") --------------------------------------
+// A bf16 tensor on both backends: raw 16-bit elements h on the host, d on the device.
+typedef struct { uint16_t *h; void *d; size_t n; } bpair;
+
+static bpair bpair_uniform(size_t n, float lo, float hi) {
+    bpair p = {xmalloc(n * sizeof(uint16_t)), gpu->alloc(n * sizeof(uint16_t)), n};
+    for (size_t i = 0; i < n; i++) p.h[i] = neox_bf16_from_f32(lo + (hi - lo) * neox_uniform(12345, draw++));
+    gpu->to_device(p.d, p.h, n * sizeof(uint16_t));
+    return p;
+}
+static bpair bpair_rand(size_t n) { return bpair_uniform(n, -1.0f, 1.0f); }
+
+static void bpair_free(bpair *p) {
+    free(p->h);
+    gpu->free(p->d);
+}
+
+// Compares a bf16 result widened to fp32. Tolerances in units of bf16's rounding (2^-8 relative): an
+// fp32 result of the two backends a few fp32 ulps apart may round to neighbouring bf16 values.
+static void bcheckf(double atol, double rtol, const bpair *p, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void bcheckf(double atol, double rtol, const bpair *p, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    uint16_t *raw = xmalloc(p->n * sizeof(uint16_t));
+    float *ref = xmalloc(p->n * sizeof(float)), *got = xmalloc(p->n * sizeof(float));
+    gpu->to_host(raw, p->d, p->n * sizeof(uint16_t));
+    for (size_t i = 0; i < p->n; i++) {
+        ref[i] = neox_bf16_to_f32(p->h[i]);
+        got[i] = neox_bf16_to_f32(raw[i]);
+    }
+    compare(name, ref, got, p->n, atol, rtol);
+    free(raw);
+    free(ref);
+    free(got);
+}
+
+static const double BF16_ULP = 1.0 / 128;  // one unit in the last place of bf16, relative, at worst
+
+// Additions, bias and dropout round once from the same fp32 value: the same bits.
+static void test_bf16_elementwise(int N, int C) {
+    size_t n = (size_t)N * C;
+    bpair a = bpair_rand(n), b = bpair_rand(n), out = bpair_rand(n);
+    pair bias = pair_rand(C);
+    cpu->add(out.h, a.h, b.h, n, NEOX_ELEM_BF16);
+    gpu->add(out.d, a.d, b.d, n, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &out, "add bf16 n=%zu", n);
+    cpu->add_bias(a.h, bias.h, N, C, NEOX_ELEM_BF16);
+    gpu->add_bias(a.d, bias.d, N, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &a, "add_bias bf16 N=%d C=%d", N, C);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NEOX_ELEM_BF16);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &out, "dropout bf16 n=%zu p=0.1", n);
+    bpair_free(&a);
+    bpair_free(&b);
+    bpair_free(&out);
+    pair_free(&bias);
+}
+
+static void test_bf16_activations(size_t n, int N, int F) {
+    bpair x = bpair_uniform(n, -5.0f, 5.0f), out = bpair_rand(n), dout = bpair_rand(n), dinp = bpair_rand(n);
+    bpair in2 = bpair_uniform((size_t)N * 2 * F, -6.0f, 6.0f), o = bpair_rand((size_t)N * F), d = bpair_rand((size_t)N * F);
+    bpair di = bpair_rand((size_t)N * 2 * F);
+    for (int k = NEOX_FN_GELU; k <= NEOX_FN_IDENTITY; k++) {
+        neox_act_fn fn = (neox_act_fn)k;
+        cpu->activation_forward(out.h, x.h, n, fn, NEOX_ELEM_BF16);
+        gpu->activation_forward(out.d, x.d, n, fn, NEOX_ELEM_BF16);
+        bcheckf(1e-5, BF16_ULP, &out, "activation_forward bf16 n=%zu fn=%d", n, k);
+        cpu->activation_backward(dinp.h, dout.h, x.h, n, fn, NEOX_ELEM_BF16);
+        gpu->activation_backward(dinp.d, dout.d, x.d, n, fn, NEOX_ELEM_BF16);
+        bcheckf(1e-5, BF16_ULP, &dinp, "activation_backward bf16 n=%zu fn=%d", n, k);
+        cpu->gated_forward(o.h, in2.h, N, F, fn, NEOX_ELEM_BF16);
+        gpu->gated_forward(o.d, in2.d, N, F, fn, NEOX_ELEM_BF16);
+        bcheckf(1e-5, BF16_ULP, &o, "gated_forward bf16 N=%d F=%d fn=%d", N, F, k);
+        cpu->gated_backward(di.h, d.h, in2.h, N, F, fn, NEOX_ELEM_BF16);
+        gpu->gated_backward(di.d, d.d, in2.d, N, F, fn, NEOX_ELEM_BF16);
+        bcheckf(1e-5, BF16_ULP, &di, "gated_backward bf16 N=%d F=%d fn=%d", N, F, k);
+    }
+    bpair *all[] = {&x, &out, &dout, &dinp, &in2, &o, &d, &di};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
+}
+
+// The split into heads and its inverse move elements as they are; the rotation rounds once per element.
+static void test_bf16_heads(int B, int T, int NH, int NKV, int HS, int interleaved) {
+    size_t nq = (size_t)B * NH * T * HS, nk = (size_t)B * NKV * T * HS, nqkv = nq + 2 * nk;
+    bpair qkv = bpair_rand(nqkv), q = bpair_rand(nq), k = bpair_rand(nk), v = bpair_rand(nk);
+    cpu->qkv_split(q.h, k.h, v.h, qkv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_BF16);
+    gpu->qkv_split(q.d, k.d, v.d, qkv.d, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &q, "qkv_split bf16 q NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    bcheckf(0, 0, &k, "qkv_split bf16 k NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    bcheckf(0, 0, &v, "qkv_split bf16 v NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    cpu->qkv_merge(qkv.h, q.h, k.h, v.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_BF16);
+    gpu->qkv_merge(qkv.d, q.d, k.d, v.d, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &qkv, "qkv_merge bf16 NH=%d NKV=%d HS=%d interleaved=%d", NH, NKV, HS, interleaved);
+    int R = HS / 2 * 2;
+    pair c = pair_rand((size_t)T * R / 2), sn = pair_rand((size_t)T * R / 2);
+    for (int inverse = 0; inverse <= 1; inverse++) {
+        cpu->rotary_apply(q.h, c.h, sn.h, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16);
+        gpu->rotary_apply(q.d, c.d, sn.d, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16);
+        bcheckf(1e-6, BF16_ULP, &q, "rotary_apply bf16 B=%d H=%d T=%d HS=%d inverse=%d", B, NH, T, HS, inverse);
+    }
+    bpair *all[] = {&qkv, &q, &k, &v};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
+    pair_free(&c);
+    pair_free(&sn);
+}
+
+// The norms in bf16 storage, statistics and parameter gradients fp32; rms: RMSNorm, else LayerNorm.
+// The fused add + norm too (under bf16 it normalises the rounded sum, as the CPU does).
+static void test_bf16_norm(int N, int C, int rms) {
+    const char *name = rms ? "rmsnorm" : "layernorm";
+    bpair inp = bpair_uniform((size_t)N * C, -2.0f, 3.0f), out = bpair_rand((size_t)N * C);
+    pair w = pair_uniform(C, 0.5f, 1.5f), b = pair_rand(C), mean = pair_rand(N), rstd = pair_rand(N);
+    if (rms) {
+        cpu->rmsnorm_forward(out.h, rstd.h, inp.h, w.h, N, C, 1e-6f, NEOX_ELEM_BF16);
+        gpu->rmsnorm_forward(out.d, rstd.d, inp.d, w.d, N, C, 1e-6f, NEOX_ELEM_BF16);
+    } else {
+        cpu->layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, b.h, N, C, 1e-5f, NEOX_ELEM_BF16);
+        gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, b.d, N, C, 1e-5f, NEOX_ELEM_BF16);
+        checkf(1e-6, 1e-6, &mean, "layernorm_forward bf16 mean N=%d C=%d", N, C);
+    }
+    bcheckf(1e-5, BF16_ULP, &out, "%s_forward bf16 N=%d C=%d", name, N, C);
+    checkf(0, 1e-6, &rstd, "%s_forward bf16 rstd N=%d C=%d", name, N, C);
+    pair m = pair_from(mean.h, N), r = pair_from(rstd.h, N), dw = pair_rand(C), db = pair_rand(C);
+    bpair dout = bpair_rand((size_t)N * C), dinp = bpair_rand((size_t)N * C);
+    if (rms) {
+        cpu->rmsnorm_backward(dinp.h, dw.h, dout.h, inp.h, w.h, r.h, N, C, NEOX_ELEM_BF16);
+        gpu->rmsnorm_backward(dinp.d, dw.d, dout.d, inp.d, w.d, r.d, N, C, NEOX_ELEM_BF16);
+    } else {
+        cpu->layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, m.h, r.h, N, C, NEOX_ELEM_BF16);
+        gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, m.d, r.d, N, C, NEOX_ELEM_BF16);
+        checkf(1e-4, 1e-5, &db, "layernorm_backward bf16 dbias N=%d C=%d", N, C);
+    }
+    bcheckf(1e-4, BF16_ULP, &dinp, "%s_backward bf16 dinp N=%d C=%d", name, N, C);
+    checkf(1e-4, 1e-5, &dw, "%s_backward bf16 dweight N=%d C=%d", name, N, C);
+    bpair a = bpair_rand((size_t)N * C), sum = bpair_rand((size_t)N * C);
+    if (rms) {
+        cpu->add_rmsnorm_forward(sum.h, out.h, rstd.h, a.h, inp.h, w.h, N, C, 1e-6f, NEOX_ELEM_BF16);
+        gpu->add_rmsnorm_forward(sum.d, out.d, rstd.d, a.d, inp.d, w.d, N, C, 1e-6f, NEOX_ELEM_BF16);
+    } else {
+        cpu->add_layernorm_forward(sum.h, out.h, mean.h, rstd.h, a.h, inp.h, w.h, b.h, N, C, 1e-5f, NEOX_ELEM_BF16);
+        gpu->add_layernorm_forward(sum.d, out.d, mean.d, rstd.d, a.d, inp.d, w.d, b.d, N, C, 1e-5f, NEOX_ELEM_BF16);
+    }
+    bcheckf(0, 0, &sum, "add_%s_forward bf16 sum N=%d C=%d", name, N, C);
+    bcheckf(1e-5, BF16_ULP, &out, "add_%s_forward bf16 out N=%d C=%d", name, N, C);
+    bpair *bf[] = {&inp, &out, &dout, &dinp, &a, &sum};
+    for (size_t i = 0; i < sizeof bf / sizeof *bf; i++) bpair_free(bf[i]);
+    pair *all[] = {&w, &b, &mean, &rstd, &m, &r, &dw, &db};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
@@ -625,20 +778,20 @@ static void test_activations(size_t n, int N, int F) {
 static void test_elementwise(int N, int C) {
     size_t n = (size_t)N * C;
     pair a = pair_rand(n), b = pair_rand(n), out = pair_rand(n), bias = pair_rand(C);
-    cpu->add(out.h, a.h, b.h, n);
-    gpu->add(out.d, a.d, b.d, n);
+    cpu->add(out.h, a.h, b.h, n, NEOX_ELEM_F32);
+    gpu->add(out.d, a.d, b.d, n, NEOX_ELEM_F32);
     checkf(0, 0, &out, "add n=%zu", n);
     cpu->add_inplace(a.h, b.h, n);
     gpu->add_inplace(a.d, b.d, n);
     checkf(0, 0, &a, "add_inplace n=%zu", n);
-    cpu->add_bias(a.h, bias.h, N, C);
-    gpu->add_bias(a.d, bias.d, N, C);
+    cpu->add_bias(a.h, bias.h, N, C, NEOX_ELEM_F32);
+    gpu->add_bias(a.d, bias.d, N, C, NEOX_ELEM_F32);
     checkf(0, 0, &a, "add_bias N=%d C=%d", N, C);
-    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000);
-    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NEOX_ELEM_F32);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NEOX_ELEM_F32);
     checkf(0, 0, &out, "dropout n=%zu p=0.1 (the same mask)", n);
-    cpu->dropout(a.h, a.h, n, 0.5f, 78, 0);  // in place, as the backward uses it
-    gpu->dropout(a.d, a.d, n, 0.5f, 78, 0);
+    cpu->dropout(a.h, a.h, n, 0.5f, 78, 0, NEOX_ELEM_F32);  // in place, as the backward uses it
+    gpu->dropout(a.d, a.d, n, 0.5f, 78, 0, NEOX_ELEM_F32);
     checkf(0, 0, &a, "dropout in place n=%zu p=0.5", n);
     cpu->scale(b.h, n, 0.37f);
     gpu->scale(b.d, n, 0.37f);
@@ -860,7 +1013,7 @@ static void rep_attention(void *p) {
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;
-    gpu->layernorm_backward(o[0].d, o[1].d, o[2].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->N, c->C);
+    gpu->layernorm_backward(o[0].d, o[1].d, o[2].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->N, c->C, NEOX_ELEM_F32);
 }
 static void rep_linear(void *p) {  // in: dout x w; out: dx dw db (square C x C weight)
     rep_ctx *c = p;
@@ -1052,14 +1205,14 @@ static void attention_16bit_cudnn(void) {
 // ---- compressed and sparse gradient exchanges ------------------------------------------------------
 
 // Bytes on both sides, compared as values (exactly: they are signs and copies).
-typedef struct { uint8_t *h; void *d; size_t n; } bpair;
-static bpair bpair_from(const uint8_t *values, size_t n) {
-    bpair p = {xmalloc(n), gpu->alloc(n ? n : 1), n};
+typedef struct { uint8_t *h; void *d; size_t n; } bytepair;
+static bytepair bytepair_from(const uint8_t *values, size_t n) {
+    bytepair p = {xmalloc(n), gpu->alloc(n ? n : 1), n};
     memcpy(p.h, values, n);
     gpu->to_device(p.d, p.h, n);
     return p;
 }
-static void check_bytes(const char *name, const bpair *p) {
+static void check_bytes(const char *name, const bytepair *p) {
     uint8_t *got = xmalloc(p->n);
     gpu->to_host(got, p->d, p->n);
     float *a = xmalloc(p->n * sizeof(float)), *b = xmalloc(p->n * sizeof(float));
@@ -1067,7 +1220,7 @@ static void check_bytes(const char *name, const bpair *p) {
     compare(name, a, b, p->n, 0, 0);
     free(got), free(a), free(b);
 }
-static void bpair_free(bpair *p) {
+static void bytepair_free(bytepair *p) {
     free(p->h);
     gpu->free(p->d);
 }
@@ -1076,7 +1229,7 @@ static void bpair_free(bpair *p) {
 static void test_onebit(size_t n, size_t padded, int chunks) {
     size_t block = 5 + padded / (size_t)chunks / 8 + 3, signs_at = 5, scale_at = 1;
     uint8_t *zero = calloc((size_t)chunks * block, 1);
-    bpair wire = bpair_from(zero, (size_t)chunks * block);
+    bytepair wire = bytepair_from(zero, (size_t)chunks * block);
     pair error = pair_rand(padded), x = pair_rand(n);
     cpu->onebit_compress(wire.h + signs_at, block, wire.h + scale_at, block, error.h, x.h, n, padded, chunks);
     gpu->onebit_compress((uint8_t *)wire.d + signs_at, block, (uint8_t *)wire.d + scale_at, block, error.d, x.d, n,
@@ -1104,7 +1257,7 @@ static void test_onebit(size_t n, size_t padded, int chunks) {
     gpu->onebit_decompress(full.d, wire.d, block, signs_at, scale_at, chunk, n);
     checkf(0, 0, &full, "onebit_decompress chunk=%zu n=%zu", chunk, n);
     free(zero), free(got);
-    bpair_free(&wire);
+    bytepair_free(&wire);
     pair *all[] = {&error, &x, &avg, &full};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
@@ -1220,6 +1373,14 @@ int main(int argc, char **argv) {
     test_attention_cached(5, 60, 4, 2, 64, 80, 16, 0);  // sliding window
     test_activations(10007, 13, 77);
     test_elementwise(37, 129);
+    test_bf16_elementwise(37, 129);
+    test_bf16_activations(10007, 13, 77);
+    test_bf16_norm(37, 200, 0);
+    test_bf16_norm(300, 64, 1);
+    test_bf16_norm(3, 1500, 0);    // wider than 1024: the row kernel and the column sums apart
+    test_bf16_norm(4096, 768, 0);  // a training shape
+    test_bf16_heads(2, 37, 4, 4, 40, 1);
+    test_bf16_heads(2, 33, 8, 2, 64, 0);
     test_cross_entropy(9, 1001);
     test_cross_entropy(3, 50304);
     test_cross_entropy_loss(37);

@@ -204,8 +204,8 @@ struct norm_ctx { float *inp, *w, *b, *out, *mean, *rstd, *R; int rms; };
 
 static double norm_loss(void *p) {
     struct norm_ctx *c = p;
-    if (c->rms) neox_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, NN, NC, 1e-5f);
-    else neox_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, NN, NC, 1e-5f);
+    if (c->rms) neox_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, NN, NC, 1e-5f, NEOX_ELEM_F32);
+    else neox_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, NN, NC, 1e-5f, NEOX_ELEM_F32);
     return dotd(c->out, c->R, NN * NC);
 }
 
@@ -228,8 +228,8 @@ static void run_norm(int rms) {
         }
     }
     float *dinp = zeros(NN * NC), *dw = zeros(NC), *db = zeros(NC);
-    if (rms) neox_rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, NN, NC);
-    else neox_layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, NN, NC);
+    if (rms) neox_rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, NN, NC, NEOX_ELEM_F32);
+    else neox_layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, NN, NC, NEOX_ELEM_F32);
     check_grad(rms ? "rmsnorm dinp" : "layernorm dinp", c.inp, dinp, NN * NC, norm_loss, &c);
     check_grad(rms ? "rmsnorm dweight" : "layernorm dweight", c.w, dw, NC, norm_loss, &c);
     if (!rms) check_grad("layernorm dbias", c.b, db, NC, norm_loss, &c);
@@ -248,8 +248,8 @@ static void test_add_norm(void **state) {
         float *a = randn(N * C, 1), *b = randn(N * C, 1), *w = randn(C, 1), *bias = randn(C, 1), *a0 = zeros(N * C);
         float *out = zeros(N * C), *mean = zeros(N), *rstd = zeros(N);
         memcpy(a0, a, sizeof(float) * N * C);
-        if (rms) neox_add_rmsnorm_forward(a, out, rstd, a, b, w, N, C, 1e-6f);
-        else neox_add_layernorm_forward(a, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+        if (rms) neox_add_rmsnorm_forward(a, out, rstd, a, b, w, N, C, 1e-6f, NEOX_ELEM_F32);
+        else neox_add_layernorm_forward(a, out, mean, rstd, a, b, w, bias, N, C, 1e-5f, NEOX_ELEM_F32);
         for (int i = 0; i < N; i++) {
             double mu = 0, var = 0;
             for (int c = 0; c < C; c++) {
@@ -274,8 +274,8 @@ static void run_qkv_adjoint(int interleaved, int NH, int NKV) {
     int B = 2, T = 3, HS = 4, W = (NH + 2 * NKV) * HS;
     float *qkv = randn((size_t)B * T * W, 1), *q = zeros((size_t)B * NH * T * HS), *k = zeros((size_t)B * NKV * T * HS),
           *v = zeros((size_t)B * NKV * T * HS), *back = zeros((size_t)B * T * W);
-    neox_qkv_split(q, k, v, qkv, B, T, NH, NKV, HS, interleaved);
-    neox_qkv_merge(back, q, k, v, B, T, NH, NKV, HS, interleaved);
+    neox_qkv_split(q, k, v, qkv, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
+    neox_qkv_merge(back, q, k, v, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     assert_memory_equal(back, qkv, sizeof(float) * B * T * W);  // a permutation: merge undoes split
     // Spot check one element: head 1's k at (b=1, t=2, d=3).
     size_t off = interleaved ? (size_t)(1 * 3 * HS + HS + 3) : (size_t)(NH + 1) * HS + 3;
@@ -296,7 +296,7 @@ static void test_rotary(void **state) {
     neox_rotary_tables(cs, sn, T, R, 10000.0, (neox_rope_scaling){0});
     float *x = randn((size_t)B * H * T * HS, 1), *y = neox_malloc(sizeof(float) * B * H * T * HS);
     memcpy(y, x, sizeof(float) * B * H * T * HS);
-    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0);
+    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0, NEOX_ELEM_F32);
     // Against the formula: x*cos + rotate_half(x)*sin on the first R dims, pass-through beyond.
     for (int bh = 0; bh < B * H; bh++)
         for (int t = 0; t < T; t++)
@@ -312,7 +312,7 @@ static void test_rotary(void **state) {
                 assert_true(fabs(ref - y[((size_t)bh * T + t) * HS + d]) < 1e-5);
             }
     // The inverse is the transpose of an orthogonal map: it restores x.
-    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 1);
+    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 1, NEOX_ELEM_F32);
     for (int i = 0; i < B * H * T * HS; i++) assert_true(fabs(x[i] - y[i]) < 1e-5);
     free(x); free(y);
 }
@@ -563,8 +563,8 @@ enum { AN = 4, AF = 5 };
 
 static double act_loss(void *p) {
     struct act_ctx *c = p;
-    if (c->gated) neox_gated_forward(c->out, c->inp, AN, AF, c->fn);
-    else neox_activation_forward(c->out, c->inp, AN * AF, c->fn);
+    if (c->gated) neox_gated_forward(c->out, c->inp, AN, AF, c->fn, NEOX_ELEM_F32);
+    else neox_activation_forward(c->out, c->inp, AN * AF, c->fn, NEOX_ELEM_F32);
     return dotd(c->out, c->R, AN * AF);
 }
 
@@ -596,8 +596,8 @@ static void run_activation(neox_act_fn fn, int gated) {
             assert_true(fabs(ref - c.out[r * AF + i]) < 1e-5 * (1 + fabs(ref)));
         }
     float *dinp = zeros(nin);
-    if (gated) neox_gated_backward(dinp, c.R, c.inp, AN, AF, fn);
-    else neox_activation_backward(dinp, c.R, c.inp, AN * AF, fn);
+    if (gated) neox_gated_backward(dinp, c.R, c.inp, AN, AF, fn, NEOX_ELEM_F32);
+    else neox_activation_backward(dinp, c.R, c.inp, AN * AF, fn, NEOX_ELEM_F32);
     char what[32];
     snprintf(what, sizeof what, "activation %d%s", (int)fn, gated ? " gated" : "");
     check_grad(what, c.inp, dinp, nin, act_loss, &c);
@@ -688,11 +688,11 @@ static void test_dropout_partition(void **state) {
     (void)state;
     size_t n = 3000, cut = 1234;
     float *x = randn(n, 1), *whole = zeros(n), *part = zeros(n);
-    neox_dropout(whole, x, n, 0.2f, 11, 9000);
-    neox_dropout(part, x, cut, 0.2f, 11, 9000);
-    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut);
+    neox_dropout(whole, x, n, 0.2f, 11, 9000, NEOX_ELEM_F32);
+    neox_dropout(part, x, cut, 0.2f, 11, 9000, NEOX_ELEM_F32);
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut, NEOX_ELEM_F32);
     assert_memory_equal(whole, part, n * sizeof(float));
-    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000);  // a local offset: another mask
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000, NEOX_ELEM_F32);  // a local offset: another mask
     assert_true(memcmp(whole + cut, part + cut, (n - cut) * sizeof(float)) != 0);
     free(x); free(whole); free(part);
 }
@@ -701,8 +701,8 @@ static void test_dropout(void **state) {
     (void)state;
     size_t n = 10000;
     float *x = randn(n, 1), *y = zeros(n), *y2 = zeros(n);
-    neox_dropout(y, x, n, 0.25f, 5, 100);
-    neox_dropout(y2, x, n, 0.25f, 5, 100);
+    neox_dropout(y, x, n, 0.25f, 5, 100, NEOX_ELEM_F32);
+    neox_dropout(y2, x, n, 0.25f, 5, 100, NEOX_ELEM_F32);
     assert_memory_equal(y, y2, n * sizeof(float));  // deterministic
     size_t dropped = 0;
     for (size_t i = 0; i < n; i++) {

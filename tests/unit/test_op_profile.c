@@ -53,7 +53,7 @@ static void test_profile_wraps(void **state) {
     assert_ptr_equal(neox_profile_inner(), cpu);
     float a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, out[5];
     neox_profile_scope(NEOX_PHASE_FORWARD, 1);
-    be->add(out, a, b, 5);
+    be->add(out, a, b, 5, NEOX_ELEM_F32);
     assert_true(out[0] == 11 && out[4] == 55);
     neox_profile_scope(NEOX_PHASE_OPTIMIZER, -1);
     assert_true(be->sum_squares(a, 5) == 55.0);  // a host value passes through
@@ -82,7 +82,7 @@ static void test_dry_backend(void **state) {
     void *p = dry->alloc(1000), *q = dry->alloc(1ull << 40);  // a TiB: an address only
     assert_non_null(p);
     assert_true(q != p);
-    dry->add(p, p, p, 1u << 30);  // does nothing, touches nothing
+    dry->add(p, p, p, 1u << 30, NEOX_ELEM_F32);  // does nothing, touches nothing
     double host[2] = {1, 2};
     dry->to_host(host, p, sizeof host);
     assert_true(host[0] == 0 && host[1] == 0 && dry->sum_squares(p, 10) == 0.0);

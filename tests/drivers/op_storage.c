@@ -1,0 +1,155 @@
+// op_storage.c: test driver for tests/oracle/test_op_storage.py. Runs one op of the CPU backend with
+// its activations stored as bfloat16 (kernels.h, "Activation storage") on tensors read by name from a
+// safetensors file, and writes the op's outputs, so the oracle can hold them against a torch
+// restatement.
+//   op_storage OP IN.safetensors OUT.safetensors N C [fn]
+// OP: add add_bias dropout activation_forward activation_backward gated_forward gated_backward
+// layernorm_forward layernorm_backward rmsnorm_forward rmsnorm_backward add_layernorm_forward
+// add_rmsnorm_forward qkv_split qkv_merge rotary_apply. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
+// a gated input and its gradient); parameters and statistics ("weight", "bias", "mean", "rstd", and
+// the gradients "dweight", "dbias" that backward adds into) are F32. fn: the activation function's
+// number (neox_act_fn). dropout uses p = 0.25, seed 7, offset 100. qkv_split/merge take N = B*T rows
+// (B = 1) of C = (NH + 2 NKV) HS with NH = 4, NKV = 2, HS = C / 8, grouped ([q | k | v]): "x" the
+// fused rows, "q", "k", "v" the heads (merge's inputs). rotary_apply rotates "x" (1, 1, N, C) in place
+// with R = C and the F32 tables "cos", "sin" (N, C/2); fn = 1: the inverse.
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "kernels/kernels.h"
+#include "safetensors.h"
+
+static neox_safetensors *in;
+
+// A writable copy of tensor `name` of `count` elements of dtype (exits when it is missing or misshapen).
+static void *copy_of(const char *name, const char *dtype, size_t count) {
+    const neox_st_tensor *t = neox_safetensors_find(in, name);
+    if (!t || strcmp(t->dtype, dtype) != 0 || (size_t)neox_st_numel(t) != count) {
+        fprintf(stderr, "op_storage: %s: need %s of %zu elements\n", name, dtype, count);
+        exit(2);
+    }
+    void *p = neox_malloc(t->size);
+    memcpy(p, t->data, t->size);
+    return p;
+}
+static uint16_t *bf16(const char *name, size_t count) { return copy_of(name, "BF16", count); }
+static float *f32(const char *name, size_t count) { return copy_of(name, "F32", count); }
+
+typedef struct { const char *name; const char *dtype; const void *data; size_t count; } output;
+
+static int write_outputs(const char *path, const output *outs, int n) {
+    neox_st_entry e[8];
+    for (int i = 0; i < n; i++)
+        e[i] = (neox_st_entry){outs[i].name, outs[i].dtype, 1, {(int64_t)outs[i].count}, outs[i].data};
+    neox_error err = {0};
+    if (neox_safetensors_write(path, e, n, NULL, &err) != 0) {
+        fprintf(stderr, "op_storage: %s\n", err.message);
+        return 1;
+    }
+    return 0;
+}
+
+#define B NEOX_ELEM_BF16
+#define OUT_B(nm, p, c) (output){nm, "BF16", p, c}
+#define OUT_F(nm, p, c) (output){nm, "F32", p, c}
+
+// Runs op; fills outs and returns their number (0: unknown op).
+static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
+    size_t n = (size_t)N * C;
+    if (!strcmp(op, "add")) {
+        uint16_t *x = bf16("x", n), *y = bf16("y", n), *o = neox_malloc(n * 2);
+        neox_add(o, x, y, n, B);
+        return outs[0] = OUT_B("out", o, n), 1;
+    }
+    if (!strcmp(op, "add_bias")) {
+        uint16_t *x = bf16("x", n);
+        neox_add_bias(x, f32("bias", C), N, C, B);
+        return outs[0] = OUT_B("out", x, n), 1;
+    }
+    if (!strcmp(op, "dropout")) {
+        uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);
+        neox_dropout(o, x, n, 0.25f, 7, 100, B);
+        return outs[0] = OUT_B("out", o, n), 1;
+    }
+    if (!strcmp(op, "activation_forward") || !strcmp(op, "activation_backward")) {
+        uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);
+        if (op[11] == 'f') neox_activation_forward(o, x, n, fn, B);
+        else neox_activation_backward(o, bf16("dout", n), x, n, fn, B);
+        return outs[0] = OUT_B("out", o, n), 1;
+    }
+    if (!strcmp(op, "gated_forward")) {
+        uint16_t *x = bf16("x", 2 * n), *o = neox_malloc(n * 2);
+        neox_gated_forward(o, x, N, C, fn, B);
+        return outs[0] = OUT_B("out", o, n), 1;
+    }
+    if (!strcmp(op, "gated_backward")) {
+        uint16_t *x = bf16("x", 2 * n), *o = neox_malloc(2 * n * 2);
+        neox_gated_backward(o, bf16("dout", n), x, N, C, fn, B);
+        return outs[0] = OUT_B("out", o, 2 * n), 1;
+    }
+    if (!strcmp(op, "qkv_split") || !strcmp(op, "qkv_merge")) {
+        int HS = C / 8;
+        size_t nq = (size_t)N * 4 * HS, nk = (size_t)N * 2 * HS;
+        if (op[4] == 's') {
+            uint16_t *q = neox_malloc(nq * 2), *k = neox_malloc(nk * 2), *v = neox_malloc(nk * 2);
+            neox_qkv_split(q, k, v, bf16("x", n), 1, N, 4, 2, HS, 0, B);
+            outs[0] = OUT_B("q", q, nq), outs[1] = OUT_B("k", k, nk), outs[2] = OUT_B("v", v, nk);
+            return 3;
+        }
+        uint16_t *x = neox_malloc(n * 2);
+        neox_qkv_merge(x, bf16("q", nq), bf16("k", nk), bf16("v", nk), 1, N, 4, 2, HS, 0, B);
+        return outs[0] = OUT_B("out", x, n), 1;
+    }
+    if (!strcmp(op, "rotary_apply")) {
+        uint16_t *x = bf16("x", n);
+        neox_rotary_apply(x, f32("cos", n / 2), f32("sin", n / 2), 1, 1, N, C, C, fn == 1, B);
+        return outs[0] = OUT_B("out", x, n), 1;
+    }
+    int rms = !strncmp(op, "rms", 3) || !strncmp(op, "add_rms", 7);
+    float *w = f32("weight", C), *bias = rms ? NULL : f32("bias", C);
+    float *mean = neox_malloc(N * sizeof(float)), *rstd = neox_malloc(N * sizeof(float));
+    if (!strcmp(op, "layernorm_forward") || !strcmp(op, "rmsnorm_forward")) {
+        uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);
+        if (rms) neox_rmsnorm_forward(o, rstd, x, w, N, C, 1e-5f, B);
+        else neox_layernorm_forward(o, mean, rstd, x, w, bias, N, C, 1e-5f, B);
+        outs[0] = OUT_B("out", o, n), outs[1] = OUT_F("rstd", rstd, N), outs[2] = OUT_F("mean", mean, N);
+        return rms ? 2 : 3;
+    }
+    if (!strcmp(op, "add_layernorm_forward") || !strcmp(op, "add_rmsnorm_forward")) {
+        uint16_t *x = bf16("x", n), *y = bf16("y", n), *s = neox_malloc(n * 2), *o = neox_malloc(n * 2);
+        if (rms) neox_add_rmsnorm_forward(s, o, rstd, x, y, w, N, C, 1e-5f, B);
+        else neox_add_layernorm_forward(s, o, mean, rstd, x, y, w, bias, N, C, 1e-5f, B);
+        outs[0] = OUT_B("sum", s, n), outs[1] = OUT_B("out", o, n), outs[2] = OUT_F("rstd", rstd, N);
+        outs[3] = OUT_F("mean", mean, N);
+        return rms ? 3 : 4;
+    }
+    if (!strcmp(op, "layernorm_backward") || !strcmp(op, "rmsnorm_backward")) {
+        uint16_t *x = bf16("x", n), *d = bf16("dout", n), *dx = bf16("dinp", n);
+        float *dw = f32("dweight", C), *db = rms ? NULL : f32("dbias", C);
+        if (rms) neox_rmsnorm_backward(dx, dw, d, x, w, f32("rstd", N), N, C, B);
+        else neox_layernorm_backward(dx, dw, db, d, x, w, f32("mean", N), f32("rstd", N), N, C, B);
+        outs[0] = OUT_B("dinp", dx, n), outs[1] = OUT_F("dweight", dw, C), outs[2] = OUT_F("dbias", db, C);
+        return rms ? 2 : 3;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 6) {
+        fprintf(stderr, "usage: op_storage OP IN.safetensors OUT.safetensors N C [fn]\n");
+        return 2;
+    }
+    neox_error err = {0};
+    in = neox_safetensors_open(argv[2], &err);
+    if (!in) {
+        fprintf(stderr, "op_storage: %s\n", err.message);
+        return 1;
+    }
+    output outs[8];
+    int n = run(argv[1], atoi(argv[4]), atoi(argv[5]), argc > 6 ? (neox_act_fn)atoi(argv[6]) : NEOX_FN_GELU, outs);
+    if (!n) {
+        fprintf(stderr, "op_storage: unknown op %s\n", argv[1]);
+        return 2;
+    }
+    return write_outputs(argv[3], outs, n);  // (the process's memory is left to its exit)
+}

@@ -1,0 +1,202 @@
+"""The CPU ops with bfloat16 activation storage (kernels/kernels.h, "Activation storage") against
+torch restatements: the driver tests/drivers/op_storage.c runs one op on bf16 inputs and the
+restatement computes the same formula in float64 on the same (widened) inputs and rounds the result
+to bf16 once, as torch's .to(torch.bfloat16) does (to nearest even). Ops that round one fp32 sum or
+product (add, add_bias, dropout) must give the same bits; the others may differ by one unit in the
+last place of bf16 where the float64 and the kernel's fp32 value fall on either side of a rounding
+boundary. Statistics and parameter gradients stay fp32 and are held to 1e-5 relative."""
+import math
+import os
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+DRIVER = "build/cpu/tests/drivers/op_storage"
+N, C = 37, 200
+F64 = torch.float64
+BF16_ULP = 2.0 ** -8  # the spacing of bf16 relative to the value, at worst
+
+# neox_act_fn numbers (kernels/kernels.h) and their torch restatements
+ACTS = {
+    0: lambda x: torch.nn.functional.gelu(x),
+    1: lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    4: lambda x: torch.nn.functional.silu(x),
+}
+
+
+def run(tmp_path, op, inputs, n=N, c=C, fn=None):
+    if not os.access(DRIVER, os.X_OK):
+        pytest.fail(f"{DRIVER} is missing (run 'make test-drivers')")
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(tmp_path / "in.safetensors"))
+    out = tmp_path / "out.safetensors"
+    cmd = [DRIVER, op, str(tmp_path / "in.safetensors"), str(out), str(n), str(c)] + ([str(fn)] if fn is not None else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    assert proc.returncode == 0, proc.stderr
+    return load_file(str(out))
+
+
+def bf16(shape, lo=-2.0, hi=2.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float32)).to(torch.bfloat16)
+
+
+def f32(shape, lo=-1.0, hi=1.0, seed=0):
+    g = torch.Generator().manual_seed(1000 + seed)
+    return lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float32)
+
+
+def exact(ours, ref_f64, what):
+    ref = ref_f64.to(torch.float32).to(torch.bfloat16)
+    assert ours.dtype == torch.bfloat16, what
+    diff = (ours.float() != ref.float().reshape(-1)).sum().item()
+    assert diff == 0, f"{what}: {diff} elements differ from the restatement rounded once"
+
+
+def within_ulp(ours, ref_f64, what, atol=1e-6):
+    """Each bf16 element within one bf16 unit of the float64 restatement (plus atol near zero)."""
+    assert ours.dtype == torch.bfloat16, what
+    err = (ours.to(F64).reshape(ref_f64.shape) - ref_f64).abs()
+    allowed = BF16_ULP * ref_f64.abs() + atol
+    worst = (err / allowed).max().item()
+    assert worst <= 1.0, f"{what}: error {worst:.3g} times one bf16 unit"
+
+
+def close32(ours, ref_f64, what, rtol=1e-5):
+    scale = ref_f64.abs().max().item()
+    err = (ours.to(F64).reshape(ref_f64.shape) - ref_f64).abs().max().item()
+    assert err <= rtol * max(scale, 1e-6), f"{what}: {err:.3g} exceeds {rtol} of {scale:.3g}"
+
+
+def test_add(tmp_path):
+    x, y = bf16((N, C), seed=1), bf16((N, C), seed=2)
+    exact(run(tmp_path, "add", {"x": x, "y": y})["out"], x.to(F64) + y.to(F64), "add")
+
+
+def test_add_bias(tmp_path):
+    x, b = bf16((N, C), seed=3), f32((C,), seed=3)
+    exact(run(tmp_path, "add_bias", {"x": x, "bias": b})["out"], (x.float() + b).to(F64), "add_bias")
+
+
+def splitmix_uniform(seed, index):
+    """neox_uniform restated: splitmix64 of (seed, index), the top 24 bits as a fraction."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + index.astype(np.uint64) + np.uint64(0x632BE59BD9B4E019)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(40)).astype(np.float64) / 16777216.0
+
+
+def test_dropout(tmp_path):
+    x = bf16((N * C,), seed=4)
+    keep = torch.from_numpy(splitmix_uniform(7, np.arange(100, 100 + N * C, dtype=np.uint64)) >= 0.25)
+    scale = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(0.75, dtype=torch.float32)
+    ref = torch.where(keep, x.float() * scale, torch.zeros(())).to(F64)
+    exact(run(tmp_path, "dropout", {"x": x})["out"], ref, "dropout")
+
+
+@pytest.mark.parametrize("fn", sorted(ACTS))
+def test_activation(fn, tmp_path):
+    x, d = bf16((N, C), -5, 5, seed=5), bf16((N, C), seed=6)
+    xr = x.to(F64).requires_grad_()
+    y = ACTS[fn](xr)
+    (g,) = torch.autograd.grad(y, xr, d.to(F64))
+    # atol: the fp32 erf/tanh of the kernels lose a few fp32 units where 1 + erf cancels (x near -5)
+    within_ulp(run(tmp_path, "activation_forward", {"x": x}, fn=fn)["out"], y.detach(), f"activation {fn}", atol=1e-5)
+    within_ulp(run(tmp_path, "activation_backward", {"x": x, "dout": d}, fn=fn)["out"], g, f"activation grad {fn}",
+               atol=1e-5)
+
+
+@pytest.mark.parametrize("fn", sorted(ACTS))
+def test_gated(fn, tmp_path):
+    x, d = bf16((N, 2 * C), -5, 5, seed=7), bf16((N, C), seed=8)
+    xr = x.to(F64).requires_grad_()
+    y = ACTS[fn](xr[:, C:]) * xr[:, :C]  # GPT-NeoX's Gated_Activation: the gate is the second half
+    (g,) = torch.autograd.grad(y, xr, d.to(F64))
+    within_ulp(run(tmp_path, "gated_forward", {"x": x}, fn=fn)["out"], y.detach(), f"gated {fn}", atol=1e-5)
+    within_ulp(run(tmp_path, "gated_backward", {"x": x, "dout": d}, fn=fn)["out"], g, f"gated grad {fn}", atol=1e-5)
+
+
+def test_qkv_split_merge(tmp_path):
+    """The split into heads and its inverse move bf16 elements as they are."""
+    HS = C // 8
+    x = bf16((N, 8 * HS), seed=17)
+    out = run(tmp_path, "qkv_split", {"x": x})
+    q, k, v = x[:, :4 * HS], x[:, 4 * HS:6 * HS], x[:, 6 * HS:]
+    heads = lambda t, h: t.reshape(N, h, HS).transpose(0, 1).reshape(-1)  # (T, H*HS) -> (H, T, HS)
+    for name, t, h in (("q", q, 4), ("k", k, 2), ("v", v, 2)):
+        exact(out[name], heads(t, h).to(F64), "qkv_split " + name)
+    back = run(tmp_path, "qkv_merge", {"q": out["q"], "k": out["k"], "v": out["v"]})["out"]
+    exact(back, x.to(F64), "qkv_merge")
+
+
+@pytest.mark.parametrize("inverse", [0, 1])
+def test_rotary(inverse, tmp_path):
+    """GPT-NeoX's rotate-half on bf16 heads: pairs (i, i + C/2) rotated by the tables' angles."""
+    x = bf16((N, C), seed=18)
+    ang = torch.arange(N, dtype=F64)[:, None] * 10000.0 ** (-torch.arange(C // 2, dtype=F64) * 2 / C)
+    cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
+    sn = (-1 if inverse else 1) * sin.to(F64)
+    x1, x2 = x[:, :C // 2].to(F64), x[:, C // 2:].to(F64)
+    ref = torch.cat([x1 * cos.to(F64) - x2 * sn, x2 * cos.to(F64) + x1 * sn], 1)
+    out = run(tmp_path, "rotary_apply", {"x": x, "cos": cos, "sin": sin}, fn=inverse)["out"]
+    within_ulp(out, ref, f"rotary inverse={inverse}", atol=1e-5)
+
+
+def norm_ref(x, w, b, rms, eps=1e-5):
+    if rms:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+@pytest.mark.parametrize("rms", [0, 1], ids=["layernorm", "rmsnorm"])
+def test_norm_forward(rms, tmp_path):
+    x, w, b = bf16((N, C), -2, 3, seed=9), f32((C,), 0.5, 1.5, seed=9), f32((C,), seed=10)
+    name = "rmsnorm" if rms else "layernorm"
+    out = run(tmp_path, f"{name}_forward", {"x": x, "weight": w, **({} if rms else {"bias": b})})
+    xd = x.to(F64)
+    within_ulp(out["out"], norm_ref(xd, w.to(F64), b.to(F64), rms), name, atol=1e-5)
+    ms = xd.pow(2).mean(-1) if rms else xd.var(-1, unbiased=False)
+    close32(out["rstd"], torch.rsqrt(ms + 1e-5), name + " rstd")
+    if not rms:
+        close32(out["mean"], xd.mean(-1), name + " mean")
+
+
+@pytest.mark.parametrize("rms", [0, 1], ids=["layernorm", "rmsnorm"])
+def test_add_norm_forward(rms, tmp_path):
+    """The residual add fused before the norm: the sum is stored (rounded) and the norm reads it."""
+    x, y = bf16((N, C), seed=11), bf16((N, C), seed=12)
+    w, b = f32((C,), 0.5, 1.5, seed=11), f32((C,), seed=12)
+    name = "rmsnorm" if rms else "layernorm"
+    out = run(tmp_path, f"add_{name}_forward", {"x": x, "y": y, "weight": w, **({} if rms else {"bias": b})})
+    s = (x.float() + y.float()).to(torch.bfloat16)
+    exact(out["sum"], s.to(F64), "add_" + name + " sum")
+    within_ulp(out["out"], norm_ref(s.to(F64), w.to(F64), b.to(F64), rms), "add_" + name, atol=1e-5)
+
+
+@pytest.mark.parametrize("rms", [0, 1], ids=["layernorm", "rmsnorm"])
+def test_norm_backward(rms, tmp_path):
+    x, dout, dinp = bf16((N, C), -2, 3, seed=13), bf16((N, C), seed=14), bf16((N, C), seed=15)
+    w, b = f32((C,), 0.5, 1.5, seed=13), f32((C,), seed=14)
+    dw0, db0 = f32((C,), seed=15), f32((C,), seed=16)
+    xd = x.to(F64)
+    ms = xd.pow(2).mean(-1) if rms else xd.var(-1, unbiased=False)
+    rstd = torch.rsqrt(ms + 1e-5).float()
+    mean = xd.mean(-1).float()
+    name = "rmsnorm" if rms else "layernorm"
+    inputs = {"x": x, "dout": dout, "dinp": dinp, "weight": w, "dweight": dw0, "rstd": rstd}
+    if not rms:
+        inputs.update(bias=b, dbias=db0, mean=mean)
+    out = run(tmp_path, f"{name}_backward", inputs)
+    xr, wr, br = xd.clone().requires_grad_(), w.to(F64).requires_grad_(), b.to(F64).requires_grad_()
+    y = norm_ref(xr, wr, br, rms)
+    gx, gw, gb = torch.autograd.grad(y, (xr, wr, br), dout.to(F64), allow_unused=True)
+    # dinp is added to (the residual stream's gradient), then stored once
+    within_ulp(out["dinp"], dinp.to(F64) + gx, name + " dinp", atol=1e-4)
+    close32(out["dweight"], dw0.to(F64) + gw, name + " dweight", rtol=1e-4)
+    if not rms:
+        close32(out["dbias"], db0.to(F64) + gb, name + " dbias", rtol=1e-4)
