@@ -111,9 +111,13 @@ size_t neox_grad_reducer_wire_bytes(const neox_grad_reducer *r);
 // exposed_with_progress_seconds: as exposed_seconds with the calls during backward added;
 // thread_polls, thread_seconds: the progress thread's polls and the time they took (its sleep not
 // counted), on this rank; peak_inflight_elements (host): the most elements whose collectives were
-// in flight at once, each holding MPI temporaries its size (bounded by the largest bucket).
+// in flight at once, each holding MPI temporaries its size (bounded by the largest bucket);
+// pending_at_backward_end: summed over reductions, the buckets whose collective backward had
+// started and that were still running when finish began (the overlap achieved: on the host those a
+// test did not find complete, on the device those issued and not yet waited for, since testing a
+// device request would drain it).
 typedef struct neox_grad_reducer_timing {
-    int64_t reductions, thread_polls, peak_inflight_elements;
+    int64_t reductions, thread_polls, peak_inflight_elements, pending_at_backward_end;
     double finish_seconds, exposed_seconds, progress_seconds, exposed_with_progress_seconds, thread_seconds;
 } neox_grad_reducer_timing;
 // Collective over the data group (every rank of it calls it after the same reductions).

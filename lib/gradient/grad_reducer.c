@@ -435,6 +435,9 @@ void neox_grad_reducer_ready(neox_grad_reducer *r, int p) {
 }
 
 void neox_grad_reducer_progress(neox_grad_reducer *r) {
+    // A device's collectives progress on their own stream; testing one would make the emulated
+    // device run it now, ahead of the compute it overlaps (and, landing it, ahead of its wait).
+    if (r->be->on_device) return;
     lock(r);
     double t0 = neox_now();
     if (hierarchical(r)) hier_pump(r, 0);
@@ -490,12 +493,28 @@ double neox_grad_reducer_progress_seconds(neox_grad_reducer *r) {
     return seconds;
 }
 
+// The buckets backward started whose collective still runs as it ends (see the timing's
+// pending_at_backward_end). A device request is not tested (that would drain it): issued and not
+// waited for is running. Hierarchical chains on the host: those not yet pumped past; on the device
+// they are blocking calls, which the compute stream waits for (none overlaps).
+static int64_t still_running(neox_grad_reducer *r) {
+    if (hierarchical(r) && r->be->on_device) return 0;
+    if (hierarchical(r) && !r->be->on_device) return r->hier_started - r->hier_head;
+    int64_t n = 0;
+    for (int i = 0; i < r->nbuckets; i++) {
+        bucket *b = &r->buckets[i];
+        if (b->started && !b->landed) n += r->be->on_device || !neox_test(&b->req);
+    }
+    return n;
+}
+
 void neox_grad_reducer_finish(neox_grad_reducer *r) {
     if (r->thread) {  // from here on the main thread alone touches the buckets
         neox_progress_thread_lock(r->thread);
         neox_progress_thread_disarm(r->thread);
         neox_progress_thread_unlock(r->thread);
     }
+    r->timing.pending_at_backward_end += still_running(r);
     double seconds = 0.0, finish_at = neox_now();
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];

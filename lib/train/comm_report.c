@@ -17,11 +17,12 @@
 enum { NGROUPS = NEOX_TRAIN_COMM_GROUPS };
 
 static json_t *reduction_json(const neox_grad_reducer_timing *t) {
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:I}", "reductions", (json_int_t)t->reductions, "finish_seconds",
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:I, s:I}", "reductions", (json_int_t)t->reductions, "finish_seconds",
                      t->finish_seconds, "exposed_seconds", t->exposed_seconds, "progress_seconds", t->progress_seconds,
                      "exposed_with_progress_seconds", t->exposed_with_progress_seconds, "thread_polls",
                      (json_int_t)t->thread_polls, "thread_seconds", t->thread_seconds, "peak_inflight_elements",
-                     (json_int_t)t->peak_inflight_elements);
+                     (json_int_t)t->peak_inflight_elements, "pending_at_backward_end",
+                     (json_int_t)t->pending_at_backward_end);
 }
 
 static json_t *rank_json(neox_grid *g, const neox_comm_stats *stats, const neox_grad_reducer_timing *reduction,

@@ -6,6 +6,10 @@
 //                                         ran: the process must stop naming it (exit status != 0)
 //   mpiexec -n 2 devcomm_check stall S    rank 1 sleeps S seconds before its part of a device
 //                                         all-reduce (comm_timeout_seconds tests stop it first)
+// It also runs the overlapped gradient reducer (lib/gradient/grad_reducer.c) on device gradients
+// with backward's compute between the buckets: the result must equal the same reducer's on host
+// memory bit for bit, every bucket must still be pending when backward ends, and reading the
+// gradients before finish (the optimizer not waiting) must read NaN.
 // Expected values are closed forms of the ranks' inputs, computed here independently; device buffers
 // are read only through the backend's to_host.
 #include <math.h>
@@ -14,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gradient.h"
 #include "kernels/backend.h"
 #include "parallel.h"
 
@@ -239,6 +244,82 @@ static void check_accounting(neox_comm *c) {
     be->free(d);
 }
 
+// ---- the overlapped gradient reducer ------------------------------------------------------------
+
+enum { PARAMS = 6, PARAM_ELEMS = 300 };
+
+static float grad_value(int rank, size_t i) { return (float)(rank + 1) * 0.37f + (float)(i % 89) * 0.011f; }
+
+// A reducer over PARAMS parameters of PARAM_ELEMS each, one bucket per two parameters, overlapped.
+static neox_grad_reducer *overlapped_reducer(float *grads, const neox_backend *on, int stage, float *partition_sum) {
+    size_t offsets[PARAMS], sizes[PARAMS];
+    for (int p = 0; p < PARAMS; p++) offsets[p] = (size_t)p * PARAM_ELEMS, sizes[p] = PARAM_ELEMS;
+    neox_grad_reducer_options opt = {.zero_stage = stage, .overlap = 1, .bucket_bytes = 2 * PARAM_ELEMS * sizeof(float),
+                                     .backend = on, .partition_sum = partition_sum};
+    neox_error err = {0};
+    neox_grad_reducer *r = neox_grad_reducer_make(&grid.data, grads, (size_t)PARAMS * PARAM_ELEMS, offsets, sizes,
+                                                  PARAMS, &opt, &err);
+    if (!r) neox_die_error(&err);
+    return r;
+}
+
+// Backward: parameters become ready last to first, each after a kernel on the device's stream (the
+// compute the buckets' reductions overlap). `work` is a device buffer of PARAM_ELEMS floats.
+static void backward(neox_grad_reducer *r, const neox_backend *on, float *work) {
+    for (int p = PARAMS - 1; p >= 0; p--) {
+        on->scale(work, PARAM_ELEMS, 0.5f);
+        neox_grad_reducer_ready(r, p);
+        neox_grad_reducer_progress(r);
+    }
+}
+
+// The gradients (stage 0) or the partition sum (stage 2) after one overlapped reduction, on the host.
+static float *reduce_with(const neox_backend *on, int stage, size_t *len, int read_early, int *early_nan) {
+    size_t n = (size_t)PARAMS * PARAM_ELEMS, lo, hi;
+    neox_even_share(n, grid.data_rank, grid.data_size, &lo, &hi);
+    float *host = neox_malloc(n * sizeof *host);
+    for (size_t i = 0; i < n; i++) host[i] = grad_value(grid.world_rank, i);
+    float *grads = on->alloc(n * sizeof *grads), *work = on->alloc(PARAM_ELEMS * sizeof *work);
+    float *part = stage == 2 ? on->alloc((hi - lo) * sizeof *part) : NULL;
+    on->to_device(grads, host, n * sizeof *grads);
+    on->memset_zero(work, PARAM_ELEMS * sizeof *work);
+    if (part) on->memset_zero(part, (hi - lo) * sizeof *part);
+    neox_grad_reducer *r = overlapped_reducer(grads, on, stage, part);
+    backward(r, on, work);
+    if (read_early) {  // the optimizer reading before finish's waits: this rank's sums still run
+        on->to_host(host, grads, n * sizeof *host);
+        *early_nan = all_nan(host + lo, hi - lo);
+    }
+    neox_grad_reducer_finish(r);
+    *len = part ? hi - lo : n;
+    on->to_host(host, part ? part : grads, *len * sizeof *host);
+    if (on->on_device && !read_early) {
+        neox_grad_reducer_timing t = neox_grad_reducer_timing_of(r);
+        report(stage == 2 ? "ZeRO-2: every overlapped bucket was still pending when backward ended"
+                          : "every overlapped bucket was still pending when backward ended",
+               t.pending_at_backward_end == neox_grad_reducer_bucket_count(r));
+    }
+    neox_grad_reducer_free(r);
+    on->free(grads), on->free(work);
+    if (part) on->free(part);
+    return host;
+}
+
+static void check_overlapped_reducer(int stage) {
+    size_t n_host, n_dev;
+    int unused, early_nan = 0;
+    float *want = reduce_with(neox_backend_cpu(), stage, &n_host, 0, &unused);
+    float *got = reduce_with(be, stage, &n_dev, 0, &unused);
+    report(stage == 2 ? "ZeRO-2: the overlapped reducer on device gradients equals the host's bit for bit"
+                      : "the overlapped reducer on device gradients equals the host's bit for bit",
+           n_host == n_dev && !memcmp(want, got, n_host * sizeof *want));
+    free(got);
+    got = reduce_with(be, stage, &n_dev, 1, &early_nan);
+    report(stage == 2 ? "ZeRO-2: gradients read before finish waits for the buckets read NaN"
+                      : "gradients read before finish waits for the buckets read NaN", early_nan);
+    free(want), free(got);
+}
+
 // The device writes the buffer of a non-blocking all-reduce that the stream was not made to wait for:
 // on a device the all-reduce may read either value. The run must stop the process naming it.
 static void modify_before_run(neox_comm *c) {
@@ -282,6 +363,8 @@ int main(int argc, char **argv) {
         check_exchange(&grid.data);
         check_collectives(&grid.data);
         check_accounting(&grid.data);
+        check_overlapped_reducer(0);
+        check_overlapped_reducer(2);
     }
     neox_grid_free(&grid);
     neox_parallel_finalize(0);

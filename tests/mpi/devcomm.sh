@@ -2,7 +2,8 @@
 # driven by tests/drivers/devcomm_check.c): every collective of lib/parallel on device buffers, and
 # each rule of when a queued collective runs (before the next op for a blocking one; only after
 # neox_wait for a non-blocking one, whose output reads NaN until then; in the order queued; 1F1B's
-# isend-then-recv). A buffer written before its collective ran stops the job naming the collective;
+# isend-then-recv); and the overlapped gradient reducer on device gradients (equal to the host's bit
+# for bit, every bucket still pending when backward ends, NaN when read before finish). A buffer written before its collective ran stops the job naming the collective;
 # a rank that stalls inside a device collective ends the job under comm_timeout_seconds.
 source tests/lib.sh
 
