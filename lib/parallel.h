@@ -269,6 +269,10 @@ void neox_comm_set_shared_cores(int shared);
 int neox_comm_shared_cores(void);
 // Waits for an MPI request of c's operation op under the timeout.
 void neox_comm_wait_mpi(const neox_comm *c, MPI_Request *req, neox_comm_op op);
+// Called before each such wait: the emulated device's twin (emulated_comm.c) runs there what its
+// stream has already reached, as a device's stream would while the host waits (a peer may be
+// waiting for it). NULL: none.
+void neox_comm_set_host_wait_hook(void (*hook)(void));
 // Non-blocking check; returns 1 when the request has completed (and completes it).
 int neox_test(neox_request *req);
 

@@ -17,6 +17,9 @@ enum { SLEEP_BETWEEN_POLLS_NS = 20000 };
 #define SPIN_BEFORE_SLEEP_S 50e-6
 
 static double timeout_seconds;  // 0: wait forever (the blocking MPI calls)
+static void (*host_wait_hook)(void);
+
+void neox_comm_set_host_wait_hook(void (*hook)(void)) { host_wait_hook = hook; }
 
 void neox_comm_set_timeout(double seconds) { timeout_seconds = seconds > 0 ? seconds : 0; }
 double neox_comm_timeout(void) { return timeout_seconds; }
@@ -106,6 +109,7 @@ _Noreturn static void report_to_rank0(const neox_comm *c, neox_comm_op op, int m
 }
 
 void neox_comm_wait_mpi(const neox_comm *c, MPI_Request *req, neox_comm_op op) {
+    if (host_wait_hook) host_wait_hook();
     if (poll_until(req, NULL, timeout_seconds > 0 ? neox_now() + timeout_seconds : 0)) return;
     int me, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);

@@ -13,7 +13,9 @@
 // writes is checksummed at the call and again at the run: a change in between (a kernel that did not
 // wait for it, a host write) stops the process naming the operation. A send leaves from a copy taken
 // at the call (MPI_Isend, owned here until MPI is done with it), so MPI-style isend-then-recv code
-// (1F1B) cannot deadlock. Each group's device communicator is a duplicate of its MPI one: device
+// (1F1B) cannot deadlock. Before the host blocks in an MPI wait of its own, the operations the
+// stream has reached run (a device's stream runs them while its host waits; a peer blocked in them
+// would otherwise wait for this rank's host forever). Each group's device communicator is a duplicate of its MPI one: device
 // messages never match host ones. Every wait polls under comm_timeout_seconds (comm_timeout.c).
 #include <limits.h>
 #include <stdint.h>
@@ -62,6 +64,7 @@ typedef struct flight {
 
 static queued_op *queue_head, *queue_tail;
 static flight *flights;
+static int running;  // inside run_through: its own MPI waits must not run the queue again
 
 static MPI_Comm dev_mpi(const neox_comm *c) { return *(MPI_Comm *)c->device; }
 
@@ -179,6 +182,7 @@ static void run_front(void) {
 // Runs the queue up to and including last (in order); NULL: nothing.
 static void run_through(const queued_op *last) {
     if (!last) return;
+    running = 1;
     neox_emulated_open();
     for (int stop = 0; !stop;) {
         stop = queue_head == last;
@@ -186,6 +190,7 @@ static void run_through(const queued_op *last) {
     }
     neox_emulated_close();
     finish_flights(0);
+    running = 0;
 }
 
 // The device's hook: what the stream has reached (blocking operations, and waited non-blocking
@@ -195,6 +200,11 @@ static void reach(int everything) {
     for (const queued_op *q = queue_head; q; q = q->next)
         if (everything || !q->nonblocking || q->waited) last = q;
     run_through(last);
+}
+
+// The host is about to block in an MPI wait that is not the twin's own.
+static void before_host_wait(void) {
+    if (!running) reach(0);
 }
 
 // ---- queueing -----------------------------------------------------------------------------------
@@ -445,6 +455,7 @@ int neox_grid_enable_emulated(neox_grid *g, neox_error *err) {
                          neox_device_comm_active->name);
     neox_device_comm_active = &emulated_table;
     neox_emulated_set_stream_hook(reach);
+    neox_comm_set_host_wait_hook(before_host_wait);
     // The same order on every rank: each group's members all reach it after the groups before it.
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter,
                           &g->expert, &g->expert_data};
