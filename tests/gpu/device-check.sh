@@ -21,9 +21,11 @@
 #      rate and vs the H200's nominal 989 TFLOP/s), the number that matters most, early, with the
 #      measured per-op profile by class (wall_clock_breakdown) beside bench/gpu_predict's roofline
 #      prediction of the same step at the GEMM rate measured in 2,
-#   4. the NCCL parity test (tests/gpu/nccl_parity.c: every collective through NCCL vs MPI),
+#   4. the NCCL parity test (tests/gpu/nccl_parity.c: every collective through NCCL vs MPI, one rank
+#      on every GPU),
 #   5. the end-to-end parity run (tests/gpu/e2e.sh: tiny models trained on cuda vs cpu in fp32 and
-#      bf16, resume bit-exact on cuda, fp16 loss scaling on a forced overflow),
+#      bf16, resume bit-exact on cuda, fp16 loss scaling on a forced overflow; with 2+ GPUs dp2 with
+#      overlap_comm against one rank),
 #   6. with --sanitizers only: the harness under compute-sanitizer's memcheck and racecheck where that
 #      tool can reach the device (some sandboxed hosts refuse it) and time is left,
 # and writes everything into $OUT (a handful of files: the small ones are also appended to
@@ -232,11 +234,11 @@ fi
 
 # ==== NCCL parity (tests/gpu/nccl_parity.c) =========================================================
 # The communication layer on device buffers through NCCL against MPI on host copies, collective by
-# collective, plus stream order, held sends and the gradient reducer on the device. One rank per GPU,
-# at most 4 (NCCL refuses two ranks on one device); with one GPU an MPI singleton.
+# collective, plus stream order, held sends and the gradient reducer on the device. One rank on every
+# GPU of the host (NCCL refuses two ranks on one device); with one GPU an MPI singleton.
 section "nccl parity"
 if make -j"$(nproc)" "${make_args[@]}" "MPI_LIBS=$PKG_LIBS_DEPS" nccl-tests >>"$details" 2>&1; then
-    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ranks=$(( gpus < 1 ? 1 : gpus > 4 ? 4 : gpus ))
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); ranks=$(( gpus < 1 ? 1 : gpus ))
     launch=(); [ "$ranks" -gt 1 ] && launch=("$MPIEXEC" -n "$ranks")
     NCCL_DEBUG=${NCCL_DEBUG:-WARN} timeout "$(cap 60)" "${launch[@]}" build/cuda/tests/gpu/nccl_parity >"$OUT/nccl.tmp" 2>&1
     nccl=$?

@@ -18,6 +18,9 @@
 #      scale is low enough.
 #   5. optimizer offload with pinned buffers (gradients and weights on the copy stream): within 1e-4
 #      of the fp32 cpu run, every gradient queued during backward, the weights waited for by forward.
+#   6. with two or more GPUs: dp2 (ZeRO-1, overlap_comm, one rank per GPU, NCCL) against the one-rank
+#      GPU run within 1e-4, the buckets still in flight when backward ended (comm_stats.json); with
+#      one GPU a comment line says it did not run.
 # Without a GPU (the CUDA build's neox-train -V sees none) it prints one "# SKIP no GPU: skipped" line
 # (counted as skipped, not passed). NEOX_E2E_DRY=1 runs every "cuda" run on the emulated device
 # instead (compute_backend: emulated: the CPU ops on memory that faults on host access, so the device
@@ -119,3 +122,29 @@ o = json.load(open(sys.argv[1]))['ranks'][0]['offload']
 print('#', o)
 sys.exit(0 if o['steps'] == 20 and o['grad_bytes_in_backward'] == o['grad_bytes'] > 0 and o['units_waited_by_forward'] > 0 else 1)" \
     "$T/offload/log/comm_stats.json"
+
+# 6. Data parallelism across GPUs (with two or more; the dry run on two emulated ranks): the Llama-style
+# model on two ranks, one per GPU, ZeRO-1 with overlap_comm (each bucket reduce-scattered through NCCL
+# while backward runs, waited for before the optimizer), the same global batch as the one-rank run
+# (micro-batch 4: accumulation 1 on each of two ranks against 2 on one). Within the GPU's 1e-4 of
+# the one-rank GPU run, and the buckets were still in flight when backward ended on every rank.
+if [ -n "$DRY" ]; then gpus=2; else gpus=$("$TRAIN" -V | sed -n 's/.*cuda (\([0-9]*\) device.*/\1/p'); fi
+if [ "${gpus:-0}" -lt 2 ]; then
+    echo "# data parallelism across GPUs: not run (one GPU; dp2 needs two)"  # (a host's GPU count, not a failure)
+elif ! command -v "$MPIEXEC" >/dev/null; then
+    echo "not ok - data parallelism across GPUs: $MPIEXEC is not installed"
+else
+    config dp2 llama 4 1 20 ", \"compute_backend\": \"$GPU\", \"zero_optimization\": {\"stage\": 1, \"overlap_comm\": true, \"reduce_bucket_size\": 3000}"
+    check "dp2: train 20 steps on two ranks on $GPU$DRY" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/dp2.yml"
+    check "dp2: export" "$CONVERT" to-hf --input "$T/dp2/ckpt" --output "$T/dp2/hf"
+    compare "dp2 (ZeRO-1, overlap_comm) on $GPU equals one rank on $GPU within 1e-4 (losses, grad norms, parameters)" \
+        "${CHECK[@]}" close 1e-4 1e-4 "$T/llama-gpu" "$T/dp2" params
+    compare "dp2 on $GPU: the overlapped buckets were still in flight when backward ended, every rank and step" \
+        "$PY" -c "
+import json, sys
+ranks = json.load(open(sys.argv[1]))['ranks']
+g = [r['gradient_reduction'] for r in ranks]
+print('#', [(x['reductions'], x['pending_at_backward_end']) for x in g])
+sys.exit(0 if len(g) == 2 and all(x['pending_at_backward_end'] >= x['reductions'] == 20 for x in g) else 1)" \
+        "$T/dp2/log/comm_stats.json"
+fi

@@ -47,6 +47,21 @@ for name in ${LAYOUTS:-tp2 pp2 dp2z1 dp2z2 dp2z3 dp2z1off dp2z2off tp2pp2 dp2tp2
     eval "both $name ${SPEC[$name]}"
 done
 
+# overlap_comm on emulated ranks: the buckets backward started still run when it ends (the reducer
+# leaves them to the device's stream until finish waits for them), on every rank and step.
+for name in dp2z1 dp2z2; do
+    [[ " ${LAYOUTS:-$name} " == *" $name "* ]] || continue
+    check "$name on emulated ranks: overlapped buckets still pending when backward ended, every rank" \
+        python3 - "$T/$name-emu/log/comm_stats.json" <<'PY'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+pending = [r["gradient_reduction"]["pending_at_backward_end"] for r in ranks]
+steps = [r["gradient_reduction"]["reductions"] for r in ranks]
+print(f"# pending_at_backward_end per rank {pending}, reductions {steps}", file=sys.stderr)
+sys.exit(0 if ranks and all(p >= n > 0 for p, n in zip(pending, steps)) else 1)
+PY
+done
+
 # ZeRO-3's device peak on each emulated rank stays within the rank's plan (the plan counts the flat
 # buffers whole on a device: released units keep their device memory).
 if [[ " ${LAYOUTS:-dp2z3} " == *" dp2z3 "* ]]; then
