@@ -37,13 +37,14 @@ declare -A SPEC=(
     [dp2z2]="2 2 2 '$(zero 2)'"
     [dp2z3]="2 2 2 '$(zero 3)'"
     [dp2z1off]="2 2 2 '$(zero 1 ', "offload_optimizer": {"device": "cpu"}')'"
+    [dp2z3pre]="2 2 2 '$(zero 3 ', "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 1, "stage3_max_reuse_distance": 0')'"
     [dp2z2off]="2 2 2 '$(zero 2 ', "offload_optimizer": {"device": "cpu"}')'"
     [tp2pp2]="4 2 4 '$TP$PP'"
     [dp2tp2]="4 2 2 '$TP'"
     [moedp2tp2]="4 2 2 '$TP$MOE'"
     [moeep2]="2 2 2 '$MOE, \"moe_expert_parallel_size\": 2'"
 )
-for name in ${LAYOUTS:-tp2 pp2 dp2z1 dp2z2 dp2z3 dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2}; do
+for name in ${LAYOUTS:-tp2 pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2}; do
     eval "both $name ${SPEC[$name]}"
 done
 
@@ -61,6 +62,19 @@ print(f"# pending_at_backward_end per rank {pending}, reductions {steps}", file=
 sys.exit(0 if ranks and all(p >= n > 0 for p, n in zip(pending, steps)) else 1)
 PY
 done
+
+# ZeRO-3 with a layer at a time (nothing persistent or kept) gathers the next layers ahead of use on
+# emulated ranks (non-blocking, waited for right before use: a unit used without its wait would
+# compute on NaN, which the bit-for-bit comparison above sees).
+if [[ " ${LAYOUTS:-dp2z3pre} " == *" dp2z3pre "* ]]; then
+    check "dp2z3pre on emulated ranks: every rank prefetched parameter gathers" python3 - "$T/dp2z3pre-emu/log/comm_stats.json" <<'PY'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+g = [r["parameter_gathers"] for r in ranks]
+print(f"# gathers, prefetched per rank: {[(x['gathers'], x['prefetched']) for x in g]}", file=sys.stderr)
+sys.exit(0 if g and all(x["prefetched"] > 0 for x in g) else 1)
+PY
+fi
 
 # ZeRO-3's device peak on each emulated rank stays within the rank's plan (the plan counts the flat
 # buffers whole on a device: released units keep their device memory).
