@@ -498,8 +498,7 @@ double neox_grad_reducer_progress_seconds(neox_grad_reducer *r) {
 // waited for is running. Hierarchical chains on the host: those not yet pumped past; on the device
 // they are blocking calls, which the compute stream waits for (none overlaps).
 static int64_t still_running(neox_grad_reducer *r) {
-    if (hierarchical(r) && r->be->on_device) return 0;
-    if (hierarchical(r) && !r->be->on_device) return r->hier_started - r->hier_head;
+    if (hierarchical(r)) return r->be->on_device ? 0 : r->hier_started - r->hier_head;
     int64_t n = 0;
     for (int i = 0; i < r->nbuckets; i++) {
         bucket *b = &r->buckets[i];

@@ -15,8 +15,9 @@
 // at the call (MPI_Isend, owned here until MPI is done with it), so MPI-style isend-then-recv code
 // (1F1B) cannot deadlock. Before the host blocks in an MPI wait of its own, the operations the
 // stream has reached run (a device's stream runs them while its host waits; a peer blocked in them
-// would otherwise wait for this rank's host forever). Each group's device communicator is a duplicate of its MPI one: device
-// messages never match host ones. Every wait polls under comm_timeout_seconds (comm_timeout.c).
+// would otherwise wait for this rank's host forever). Each group's device communicator is a
+// duplicate of its MPI one: device messages never match host ones. Every wait polls under
+// comm_timeout_seconds (comm_timeout.c).
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
