@@ -45,11 +45,11 @@ size_t neox_train_zero3_piece_limit(const neox_trainer *t) {
 
 static void on_gathered(void *ctx, size_t begin, size_t end) { neox_model_refresh_range(((neox_trainer *)ctx)->model, begin, end); }
 
-// The 16-bit copy of a released range gives its pages back too (host memory only, as the flat
-// buffer's: lib/gradient/param_gather.c).
+// The 16-bit copy of a released range gives its memory back too, as the flat buffer's does
+// (lib/gradient/param_gather.c).
 static void on_released(void *ctx, size_t begin, size_t end) {
     neox_model *m = ((neox_trainer *)ctx)->model;
-    if (m->param16 && !m->be->on_device) neox_discard_pages(m->param16 + begin, (end - begin) * sizeof(uint16_t));
+    if (m->param16) m->be->release(m->param16 + begin, (end - begin) * sizeof(uint16_t));
 }
 
 static void on_weights_use(void *ctx, int unit, int use) {
@@ -164,7 +164,8 @@ void neox_train_zero3_gather_all(neox_trainer *t) {
 void neox_train_zero3_after_update(neox_trainer *t) { neox_param_gather_persistent(zero3_of(t)->gather); }
 
 // Parameters: the master weights of the partition plus what a pass holds whole at most (the peak of
-// a training pass plus the persistent tensors) instead of the whole model (on the host), their
+// a training pass plus the persistent tensors) instead of the whole model (where the backend gives
+// memory back), their
 // 16-bit copies likewise; and the coordinator's MPI temporary for a unit's gather (which may run beside a
 // bucket's reduction).
 static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
@@ -173,9 +174,9 @@ static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
     neox_param_gather_stats s = neox_param_gather_stats_of(z->gather);
     double held = (double)(neox_param_gather_plan(z->gather, z->trace[1], z->trace_len[1]) + (size_t)s.persistent_elements);
-    // On a device the flat buffers stay allocated whole (lib/gradient/param_gather.c, give_back):
-    // the partition comes on top of them.
-    double fewer = t->be->on_device ? 0.0 : (double)m->num_floats - held;
+    // Where the backend cannot give memory back (CUDA, the dry table) the flat buffers stay allocated
+    // whole (lib/gradient/param_gather.c, give_back): the partition comes on top of them.
+    double fewer = t->be->releases ? (double)m->num_floats - held : 0.0;
     p->params += (double)(t->part_end - t->part_begin) * 4 - fewer * 4;
     if (m->param16) p->params16 -= fewer * 2;
     p->comm += (double)neox_param_gather_scratch_bytes(z->gather);
