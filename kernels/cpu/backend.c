@@ -41,6 +41,7 @@ static size_t cpu_peak_bytes(void) { return 0; }
 // MADV_DONTNEED on private anonymous memory: the next read of a page sees zeros, so the whole range is
 // left zero (the partial pages at its ends by a memset), which the host paths rely on.
 static size_t cpu_release(void *p, size_t bytes) {
+    if (bytes == 0) return 0;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p, hi = lo + bytes;
     uintptr_t inner_lo = (lo + page - 1) / page * page, inner_hi = hi / page * page;
     if (inner_lo < inner_hi && madvise((void *)inner_lo, inner_hi - inner_lo, MADV_DONTNEED) == 0) {
