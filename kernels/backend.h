@@ -154,6 +154,14 @@ extern "C" {
 // own scratch) held at once, 0 on the CPU table, whose memory is the process's own (its peak is the
 // resident set's).
 //
+// release(p, bytes) gives back the memory of the whole pages inside [p, p + bytes) until they are next
+// written, and returns how many bytes it gave back (0 where the backend cannot give back part of an
+// allocation: CUDA's cudaMalloc blocks, the dry table). The range's contents are undefined from then
+// on: the CPU table and the emulated device zero it (MADV_DONTNEED on the pages inside, a memset of the
+// partial pages at its ends), other backends may not. A later op, copy or collective that writes a
+// page takes its memory again. It is stream-ordered: work queued before it that reads the range runs
+// first. The emulated device's peak_bytes stops counting a released page until it is written again.
+//
 // Asynchronous copies, on one copy queue beside the ops (a second CUDA stream), in the order queued:
 // to_host_async / to_device_async start after every op queued so far and return a ticket at once;
 // host_wait(ticket) returns when that copy (and every one queued before it) is done, after which the
@@ -170,6 +178,7 @@ extern "C" {
     X(void, copy, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                                       \
     X(void, synchronize, (void), ())                                                                               \
     X(size_t, peak_bytes, (void), ())                                                                                  \
+    X(size_t, release, (void *p, size_t bytes), (p, bytes))                                                            \
     X(void *, host_alloc, (size_t bytes), (bytes))                                                                     \
     X(void, host_free, (void *p), (p))                                                                                 \
     X(int64_t, to_host_async, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                           \
@@ -182,6 +191,7 @@ extern "C" {
 typedef struct neox_backend {
     const char *name;  // "cpu" or "cuda"
     int on_device;     // tensors live in device memory (pointers are not host-dereferenceable)
+    int releases;      // release gives memory back (the CPU table, the emulated device), so plans may count it
     NEOX_BACKEND_MEMORY(NEOX_BACKEND_MEMBER)
     NEOX_BACKEND_OPS(NEOX_BACKEND_MEMBER)
 } neox_backend;

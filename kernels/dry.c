@@ -72,6 +72,11 @@ static void dry_to_host(void *dst, const void *src, size_t bytes) {
 }
 static void dry_synchronize(void) {}
 static size_t dry_peak_bytes(void) { return peak; }
+// As CUDA's table: allocations are whole blocks, none of which can be given back in part.
+static size_t dry_release(void *p, size_t bytes) {
+    (void)p, (void)bytes;
+    return 0;
+}
 static void *dry_host_alloc(size_t bytes) { return neox_backend_cpu()->host_alloc(bytes); }
 static void dry_host_free(void *p) { neox_backend_cpu()->host_free(p); }
 static int64_t tickets;
@@ -112,6 +117,7 @@ static const neox_backend dry_backend = {
     .copy = dry_to_device,
     .synchronize = dry_synchronize,
     .peak_bytes = dry_peak_bytes,
+    .release = dry_release,
     .host_alloc = dry_host_alloc,
     .host_free = dry_host_free,
     .to_host_async = dry_to_host_async,

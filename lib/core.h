@@ -178,10 +178,6 @@ void *neox_malloc(size_t size);
 void *neox_calloc(size_t count, size_t size);
 void *neox_realloc(void *ptr, size_t size);
 void *neox_aligned_alloc(size_t alignment, size_t size);  // free with free()
-// Zeroes [p, p + bytes) of host memory and gives the whole pages inside it back to the system
-// (they read as zero and are mapped again when next written), so a buffer that is only partly in
-// use at a time holds only the pages in use.
-void neox_discard_pages(void *p, size_t bytes);
 // The most resident memory (bytes) this process has held so far: getrusage's ru_maxrss (Linux's
 // VmHWM of /proc/self/status).
 size_t neox_peak_rss_bytes(void);

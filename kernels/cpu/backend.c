@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels/backend.h"
 
@@ -35,6 +37,21 @@ static void cpu_memset_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_synchronize(void) {}
 static size_t cpu_peak_bytes(void) { return 0; }
+// The one owner of giving host pages back (ZeRO's partly used flat buffers call it through the table).
+// MADV_DONTNEED on private anonymous memory: the next read of a page sees zeros, so the whole range is
+// left zero (the partial pages at its ends by a memset), which the host paths rely on.
+static size_t cpu_release(void *p, size_t bytes) {
+    if (bytes == 0) return 0;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p, hi = lo + bytes;
+    uintptr_t inner_lo = (lo + page - 1) / page * page, inner_hi = hi / page * page;
+    if (inner_lo < inner_hi && madvise((void *)inner_lo, inner_hi - inner_lo, MADV_DONTNEED) == 0) {
+        memset(p, 0, inner_lo - lo);
+        memset((void *)inner_hi, 0, hi - inner_hi);
+        return inner_hi - inner_lo;
+    }
+    memset(p, 0, bytes);
+    return 0;
+}
 // Host memory is the backend's: an asynchronous copy is done when it returns.
 static int64_t cpu_copy_now(void *dst, const void *src, size_t bytes) {
     memmove(dst, src, bytes);
@@ -47,6 +64,7 @@ static void cpu_wait(int64_t ticket) { (void)ticket; }
 static const neox_backend cpu_backend = {
     .name = "cpu",
     .on_device = 0,
+    .releases = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset_zero = cpu_memset_zero,
@@ -55,6 +73,7 @@ static const neox_backend cpu_backend = {
     .copy = cpu_copy,
     .synchronize = cpu_synchronize,
     .peak_bytes = cpu_peak_bytes,
+    .release = cpu_release,
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
     .to_host_async = cpu_copy_now,

@@ -23,9 +23,13 @@
 
 #include "kernels/backend.h"
 
+// A region's released pages (release) no longer count in held until written again: released[i] is 1
+// while page i is given back; nreleased counts them.
 typedef struct region {
     char *p;
     size_t bytes;
+    unsigned char *released;  // one flag per page, NULL until the first release
+    size_t nreleased;
 } region;
 
 // The communication layer's hook (neox_emulated_set_stream_hook): called before ops and
@@ -59,8 +63,37 @@ static void open_memory(void) {
     if (open_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
 }
 
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+// A released page that an entry point (or the communication twin) wrote is mapped again: mincore
+// sees it resident, and it counts in held from now (the device's peak included).
+static void take_back_written_pages(region *r, unsigned char *resident) {
+    size_t page = page_size();
+    if (mincore(r->p, r->bytes, resident) != 0) return;
+    for (size_t i = 0; r->nreleased && i < r->bytes / page; i++)
+        if (r->released[i] && (resident[i] & 1)) {
+            r->released[i] = 0;
+            r->nreleased--;
+            held += page;
+        }
+}
+
+static void count_written_pages(void) {
+    for (int i = 0; i < nregions; i++) {
+        if (!regions[i].nreleased) continue;
+        unsigned char *resident = malloc(regions[i].bytes / page_size());
+        if (!resident) abort();
+        take_back_written_pages(&regions[i], resident);
+        free(resident);
+    }
+    if (held > peak) peak = held;
+}
+
 static void close_memory(void) {
-    if (--open_depth == 0) protect_all(PROT_NONE);
+    if (--open_depth == 0) {
+        count_written_pages();
+        protect_all(PROT_NONE);
+    }
 }
 
 void neox_emulated_open(void) { open_memory(); }
@@ -125,7 +158,7 @@ static void *emu_alloc(size_t bytes) {
         regions = realloc(regions, (size_t)region_cap * sizeof *regions);
         if (!regions) abort();
     }
-    regions[nregions++] = (region){p, len};
+    regions[nregions++] = (region){p, len, NULL, 0};
     held += len;
     if (held > peak) peak = held;
     return p;
@@ -136,7 +169,8 @@ static void emu_free(void *p) {
     for (int i = 0; p && i < nregions; i++)
         if (regions[i].p == p) {
             munmap(p, regions[i].bytes);
-            held -= regions[i].bytes;
+            held -= regions[i].bytes - regions[i].nreleased * page_size();
+            free(regions[i].released);
             regions[i] = regions[--nregions];
             return;
         }
@@ -146,6 +180,24 @@ static void emu_memset_zero(void *p, size_t bytes) {
     reach_stream(0);
     OPEN_FOR_SCOPE();
     memset(p, 0, bytes);
+}
+
+// The CPU's release (MADV_DONTNEED: the host pages really go back), then the pages inside stop counting.
+static size_t emu_release(void *p, size_t bytes) {
+    reach_stream(0);  // a queued collective may still read the range
+    OPEN_FOR_SCOPE();
+    region *r = (region *)region_of(p);
+    size_t given = neox_backend_cpu()->release(p, bytes), page = page_size();
+    if (!r || !given) return given;
+    if (!r->released && !(r->released = calloc(r->bytes / page, 1))) abort();
+    size_t first = (size_t)((char *)p - r->p + page - 1) / page;
+    for (size_t i = first; i < first + given / page; i++)
+        if (!r->released[i]) {
+            r->released[i] = 1;
+            r->nreleased++;
+            held -= page;
+        }
+    return given;
 }
 
 static void emu_copy(void *dst, const void *src, size_t bytes) {
@@ -254,6 +306,7 @@ NEOX_BACKEND_OPS(EMU_OP)
 static const neox_backend emulated_backend = {
     .name = "emulated",
     .on_device = 1,
+    .releases = 1,
     .alloc = emu_alloc,
     .free = emu_free,
     .memset_zero = emu_memset_zero,
@@ -262,6 +315,7 @@ static const neox_backend emulated_backend = {
     .copy = emu_copy,
     .synchronize = emu_synchronize,
     .peak_bytes = emu_peak_bytes,
+    .release = emu_release,
     .host_alloc = emu_host_alloc,
     .host_free = emu_host_free,
     .to_host_async = emu_to_host_async,

@@ -132,6 +132,13 @@ extern "C" void neox_cuda_free(void *p) {
     if (p) CUDA_CHECK(cudaFree(p));
 }
 extern "C" size_t neox_cuda_peak_bytes(void) { return g_peak; }
+// cudaMalloc blocks are given back only whole: releasing part of one gives nothing back (ZeRO-3's
+// flat buffers keep their device memory; a virtual-memory-management allocation, cuMemCreate per
+// granule mapped into a reserved range, could give granules back and has not been built).
+extern "C" size_t neox_cuda_release(void *p, size_t bytes) {
+    (void)p, (void)bytes;
+    return 0;
+}
 extern "C" void neox_cuda_memset_zero(void *p, size_t bytes) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, neox_cuda_current_stream()));
 }

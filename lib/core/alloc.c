@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,18 +40,6 @@ void *neox_realloc(void *ptr, size_t size) {
     void *p = realloc(ptr, size ? size : 1);
     if (!p) out_of_memory(size);
     return p;
-}
-
-void neox_discard_pages(void *p, size_t bytes) {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p, hi = lo + bytes;
-    uintptr_t inner_lo = (lo + page - 1) / page * page, inner_hi = hi / page * page;
-    // MADV_DONTNEED on private anonymous memory: the next read of a page sees zeros.
-    if (inner_lo < inner_hi && madvise((void *)inner_lo, inner_hi - inner_lo, MADV_DONTNEED) == 0) {
-        memset(p, 0, inner_lo - lo);
-        memset((void *)inner_hi, 0, hi - inner_hi);
-    } else {
-        memset(p, 0, bytes);
-    }
 }
 
 void *neox_aligned_alloc(size_t alignment, size_t size) {

@@ -374,7 +374,7 @@ static void land_own_part(neox_grad_reducer *r, bucket *b) {
     if (!r->opt.partition_sum) return;
     if (mine) r->be->add_inplace(r->opt.partition_sum + (lo - mine_lo), r->grads + lo, hi - lo);
     if (r->be->on_device) r->be->memset_zero(r->grads + b->begin, (b->end - b->begin) * sizeof(float));
-    else neox_discard_pages(r->grads + b->begin, (b->end - b->begin) * sizeof(float));
+    else r->be->release(r->grads + b->begin, (b->end - b->begin) * sizeof(float));
     b->landed = 1;
 }
 

@@ -172,10 +172,10 @@ static void place_own_part(neox_param_gather *g, const run *r) {
         g->opt.be->copy(g->params + lo, g->master + (lo - g->part_begin), (hi - lo) * sizeof(float));
 }
 
-// A released range: its host pages go back to the system; device memory stays allocated (the
-// backend table has no way to give back part of an allocation), its contents undefined from now.
+// A released range gives its memory back through the backend (host pages, or the emulated device's;
+// CUDA's cudaMalloc blocks cannot give part back), its contents undefined from now.
 static void give_back(neox_param_gather *g, size_t begin, size_t end) {
-    if (!g->opt.be->on_device) neox_discard_pages(g->params + begin, (end - begin) * sizeof(float));
+    g->opt.be->release(g->params + begin, (end - begin) * sizeof(float));
 }
 
 static void start_gather(neox_param_gather *g, int u, int prefetch) {

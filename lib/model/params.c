@@ -348,7 +348,7 @@ neox_param *neox_model_param_list(const neox_model_desc *desc, int *count, neox_
 // at start-up too, is what the memory plan counts.
 static void zero_untouched(const neox_backend *be, void *p, size_t bytes) {
     if (be->on_device) be->memset_zero(p, bytes);
-    else neox_discard_pages(p, bytes);
+    else be->release(p, bytes);
 }
 
 // A parameter-free norm: the weight views of this rank's norms (its layers', their query/key norm's,

@@ -157,7 +157,7 @@ static void setup_partitions(neox_trainer *t) {
         neox_train_partition(t, neox_train_state_group(t)->rank, &t->part_begin, &t->part_end);
     // ZeRO-2 on the host: the flat buffer only maps the buckets in flight, starting from none.
     if (neox_grad_exchange_partition_grads(t->exchange) && !t->be->on_device)
-        neox_discard_pages(m->grad_buf, m->num_floats * sizeof(float));
+        t->be->release(m->grad_buf, m->num_floats * sizeof(float));
     if (neox_grad_exchange_wants_ready(t->exchange)) neox_train_install_grad_hook(t);
 }
 

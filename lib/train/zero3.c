@@ -8,6 +8,7 @@
 // gathers around each pass of the model (begin_pass, end_pass) are its hooks.
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -45,11 +46,21 @@ size_t neox_train_zero3_piece_limit(const neox_trainer *t) {
 
 static void on_gathered(void *ctx, size_t begin, size_t end) { neox_model_refresh_range(((neox_trainer *)ctx)->model, begin, end); }
 
-// The 16-bit copy of a released range gives its pages back too (host memory only, as the flat
-// buffer's: lib/gradient/param_gather.c).
+// The 16-bit copy of a released range gives its memory back too, as the flat buffer's does
+// (lib/gradient/param_gather.c).
 static void on_released(void *ctx, size_t begin, size_t end) {
     neox_model *m = ((neox_trainer *)ctx)->model;
-    if (m->param16 && !m->be->on_device) neox_discard_pages(m->param16 + begin, (end - begin) * sizeof(uint16_t));
+    if (m->param16) m->be->release(m->param16 + begin, (end - begin) * sizeof(uint16_t));
+}
+
+// A device allocated the flat buffers whole (and zeroed them); none of it is in use until gathered, so
+// it goes back before the optimizer and the activations take theirs. (The host never mapped them:
+// lib/model/params.c, zero_untouched.)
+static void give_back_flat_buffers(neox_trainer *t) {
+    neox_model *m = t->model;
+    if (!t->be->on_device) return;
+    t->be->release(m->param_buf, m->num_floats * sizeof(float));
+    if (m->param16) t->be->release(m->param16, m->num_floats * sizeof(uint16_t));
 }
 
 static void on_weights_use(void *ctx, int unit, int use) {
@@ -106,6 +117,7 @@ static int setup_zero3(neox_trainer *t, neox_error *err) {
     // (the training trace is the forward's followed by backward's)
     z->trace[NEOX_PASS_BACKWARD] = z->trace[NEOX_PASS_TRAIN] + z->trace_len[NEOX_PASS_FORWARD];
     z->trace_len[NEOX_PASS_BACKWARD] = z->trace_len[NEOX_PASS_TRAIN] - z->trace_len[NEOX_PASS_FORWARD];
+    give_back_flat_buffers(t);
     return 0;
 }
 
@@ -163,8 +175,17 @@ void neox_train_zero3_gather_all(neox_trainer *t) {
 
 void neox_train_zero3_after_update(neox_trainer *t) { neox_param_gather_persistent(zero3_of(t)->gather); }
 
+// A device gives back whole pages only: a page that a released unit shares with its neighbour stays
+// held (at most one at each boundary between units). The host's plan is compared with the resident
+// set, whose own rounding its check allows for, so only a device's plan counts these.
+static double page_rounding(const neox_trainer *t) {
+    if (!t->be->on_device || !t->be->releases) return 0.0;
+    return (double)(neox_model_unit_count(&t->model->desc) + 1) * (double)sysconf(_SC_PAGESIZE);
+}
+
 // Parameters: the master weights of the partition plus what a pass holds whole at most (the peak of
-// a training pass plus the persistent tensors) instead of the whole model (on the host), their
+// a training pass plus the persistent tensors) instead of the whole model (where the backend gives
+// memory back), their
 // 16-bit copies likewise; and the coordinator's MPI temporary for a unit's gather (which may run beside a
 // bucket's reduction).
 static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
@@ -173,11 +194,11 @@ static void zero3_memory(const neox_trainer *t, neox_memory_plan *p) {
     const neox_model *m = t->model;
     neox_param_gather_stats s = neox_param_gather_stats_of(z->gather);
     double held = (double)(neox_param_gather_plan(z->gather, z->trace[1], z->trace_len[1]) + (size_t)s.persistent_elements);
-    // On a device the flat buffers stay allocated whole (lib/gradient/param_gather.c, give_back):
-    // the partition comes on top of them.
-    double fewer = t->be->on_device ? 0.0 : (double)m->num_floats - held;
-    p->params += (double)(t->part_end - t->part_begin) * 4 - fewer * 4;
-    if (m->param16) p->params16 -= fewer * 2;
+    // Where the backend cannot give memory back (CUDA, the dry table) the flat buffers stay allocated
+    // whole (lib/gradient/param_gather.c, give_back): the partition comes on top of them.
+    double fewer = t->be->releases ? (double)m->num_floats - held : 0.0;
+    p->params += (double)(t->part_end - t->part_begin) * 4 - fewer * 4 + page_rounding(t);
+    if (m->param16) p->params16 += page_rounding(t) - fewer * 2;
     p->comm += (double)neox_param_gather_scratch_bytes(z->gather);
 }
 
