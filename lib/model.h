@@ -26,9 +26,11 @@ typedef enum { NEOX_NORM_LAYERNORM, NEOX_NORM_RMSNORM, NEOX_NORM_SCALENORM, NEOX
 typedef enum { NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_NONE, NEOX_POS_ALIBI } neox_pos_kind;
 // GPT-NeoX's `activation` values (swish is silu), with gelu split by bias_gelu_fusion (tanh) and
 // onnx_safe (erf_gelu). The gated ones (from NEOX_ACT_SWIGLU on) take a (2F)-wide first projection.
+// geglu with the tanh gelu is Transformer Engine's (te_layernorm_mlp). Stored in checkpoints: append.
 typedef enum {
     NEOX_ACT_GELU, NEOX_ACT_GELU_TANH, NEOX_ACT_GELU_ONNX, NEOX_ACT_RELU, NEOX_ACT_SILU, NEOX_ACT_SOFTSIGN,
-    NEOX_ACT_MISH, NEOX_ACT_SWIGLU, NEOX_ACT_GEGLU, NEOX_ACT_REGLU, NEOX_ACT_BILINEAR, NEOX_ACT_GLU
+    NEOX_ACT_MISH, NEOX_ACT_SWIGLU, NEOX_ACT_GEGLU, NEOX_ACT_REGLU, NEOX_ACT_BILINEAR, NEOX_ACT_GLU,
+    NEOX_ACT_GEGLU_TANH
 } neox_activation;
 // GPT-NeoX's moe_router_type: sinkhorn (training picks experts by Sinkhorn-balanced scores,
 // evaluation by the scores) or topk (the softmax's top k).

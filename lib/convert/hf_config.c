@@ -28,7 +28,7 @@ static const struct {
     {"gelu_fast", NEOX_ACT_GELU_TANH}, {"relu", NEOX_ACT_RELU},  {"silu", NEOX_ACT_SILU},
     {"swish", NEOX_ACT_SILU},  {"mish", NEOX_ACT_MISH},          {"silu", NEOX_ACT_SWIGLU},
     {"swish", NEOX_ACT_SWIGLU}, {"gelu", NEOX_ACT_GEGLU},        {"relu", NEOX_ACT_REGLU},
-    {"linear", NEOX_ACT_BILINEAR}, {"sigmoid", NEOX_ACT_GLU},
+    {"linear", NEOX_ACT_BILINEAR}, {"sigmoid", NEOX_ACT_GLU},   {"gelu_pytorch_tanh", NEOX_ACT_GEGLU_TANH},
 };
 enum { NUM_HF_ACTIVATIONS = sizeof hf_activations / sizeof hf_activations[0] };
 

@@ -1,7 +1,8 @@
 // desc.c: the model description from a GPT-NeoX config, with GPT-NeoX's derived sizes: the MLP
 // width (4h, or intermediate_size / expansion_factor; 2/3 of it per half for the gated activations;
-// rounded to mlp_multiple_of as GPT-NeoX's ParallelMLP rounds it), rotary dims int(head * rotary_pct),
-// the padded vocabulary, the epsilon of the chosen norm.
+// rounded to mlp_multiple_of as GPT-NeoX's ParallelMLP rounds it; Transformer Engine's LayerNormMLP's
+// otherwise: transformer_engine.c), rotary dims int(head * rotary_pct), the padded vocabulary, the
+// epsilon of the chosen norm.
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@ static const struct {
     {"softsign", NEOX_ACT_SOFTSIGN, NEOX_FN_SOFTSIGN}, {"mish", NEOX_ACT_MISH, NEOX_FN_MISH},
     {"swiglu", NEOX_ACT_SWIGLU, NEOX_FN_SILU},       {"geglu", NEOX_ACT_GEGLU, NEOX_FN_GELU},
     {"reglu", NEOX_ACT_REGLU, NEOX_FN_RELU},         {"bilinear", NEOX_ACT_BILINEAR, NEOX_FN_IDENTITY},
-    {"glu", NEOX_ACT_GLU, NEOX_FN_SIGMOID},
+    {"glu", NEOX_ACT_GLU, NEOX_FN_SIGMOID},          {"geglu", NEOX_ACT_GEGLU_TANH, NEOX_FN_GELU_TANH},
 };
 enum { NUM_ACTIVATIONS = sizeof activations / sizeof activations[0] };
 
@@ -250,7 +251,9 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
 
     if (parse_activation(cfg, &d->activation, err) != 0) return -1;
     int dense = neox_config_int(cfg, moe_num_experts) <= 1 || neox_config_int(cfg, moe_expert_interval) != 1;
-    if (mlp_width(cfg, d->hidden_size, neox_activation_gated(d->activation), dense, &d->ffn_size, err) != 0) return -1;
+    if (neox_config_bool(cfg, te_layernorm_mlp) ? neox_te_mlp_width(cfg, d->hidden_size, &d->ffn_size, err) != 0
+        : mlp_width(cfg, d->hidden_size, neox_activation_gated(d->activation), dense, &d->ffn_size, err) != 0)
+        return -1;
 
     d->parallel_residual = neox_config_bool(cfg, gpt_j_residual);
     d->attn_bias = neox_config_bool(cfg, use_bias_in_attn_linear);
@@ -283,6 +286,7 @@ int neox_model_desc_from_config(neox_model_desc *d, const neox_config *cfg, int6
     d->hidden_dropout = (float)neox_config_float(cfg, hidden_dropout);
     d->attention_dropout = (float)neox_config_float(cfg, attention_dropout);
     d->checkpoint_activations = neox_config_bool(cfg, checkpoint_activations);
+    if (neox_te_apply(cfg, d, err) != 0) return -1;
     return neox_model_desc_check(d, err);
 }
 

@@ -134,6 +134,12 @@ void neox_model_fetch_recompute_input(neox_model *m, int i);
 // The elementwise function of the activation (of its gate when gated).
 neox_act_fn neox_activation_function(neox_activation a);
 
+// GPT-NeoX's Transformer Engine keys (lib/model/transformer_engine.c): LayerNormMLP's width F
+// (te_layernorm_mlp), and what te_layernorm_mlp and te_mha change in or refuse of a description
+// otherwise complete.
+int neox_te_mlp_width(const neox_config *cfg, int hidden, int *width, neox_error *err);
+int neox_te_apply(const neox_config *cfg, neox_model_desc *d, neox_error *err);
+
 // One layer's forward (global layer index l) from x (N, C) into y (N, C), saving into the current
 // slot's layer activations. y must not alias x.
 void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y);

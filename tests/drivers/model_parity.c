@@ -64,6 +64,7 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("act")) {
         if (strcmp(v, "gelu_tanh") == 0) d->activation = NEOX_ACT_GELU_TANH;
         else if (strcmp(v, "gelu_onnx") == 0) d->activation = NEOX_ACT_GELU_ONNX;
+        else if (strcmp(v, "geglu_tanh") == 0) d->activation = NEOX_ACT_GEGLU_TANH;
         else if (neox_activation_parse(v, &d->activation) != 0) return -1;
     }
     else if (KEY("attn_bias")) d->attn_bias = atoi(v);
