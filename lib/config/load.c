@@ -140,7 +140,7 @@ static void notice_ignored(const neox_config *cfg) {
         if (neox_key_specs[i].use == NEOX_KEY_IGNORED) append_name(&list, &len, neox_key_specs[i].name);
         else append_ignored_subkeys(&list, &len, neox_key_specs[i].name, cfg->slots[i].set);
     }
-    if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service or kernel-fusion settings): %s", list);
+    if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service, kernel-fusion or FP8 settings): %s", list);
     free(list);
     notice_unused_by_choice(cfg);
     notice_stage3_keys(cfg);

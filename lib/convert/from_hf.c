@@ -241,6 +241,12 @@ static int llama_yaml(const hf_model *m, FILE *f, int64_t hidden, int64_t heads,
     if (neox_cvt_activation_of_hf(act, 1, &activation) != 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' is not supported in a gated MLP (silu, "
                          "gelu, relu, linear, sigmoid)", m->dir, act);
+    // Gating with the tanh gelu is Transformer Engine's LayerNormMLP (te_layernorm_mlp), whose
+    // constraints (biases, a fixed epsilon, its own width) an import does not pick for the user.
+    if (activation == NEOX_ACT_GEGLU_TANH)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: hidden_act '%s' in a gated MLP is not imported: "
+                         "GPT-NeoX's geglu gates with the exact gelu (the tanh one is te_layernorm_mlp's, docs/model.md)",
+                         m->dir, act);
     if (head_dim * heads != hidden)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s/config.json: head_dim %lld x num_attention_heads is not hidden_size",
                          m->dir, (long long)head_dim);

@@ -17,7 +17,7 @@ TINY=configs/tiny-test.yml
 #    merged with 125M.yml instead, and local_setup-like ones that clash with nothing must load.
 # --world-size 8 gives every layout in these configs (model x pipe parallel up to 8) whole ranks.
 POST_CONFIGS=$SHARED/reference/gpt-neox-post-training/configs
-MUST_LOAD="19M 49M 125M 350M 760M 800M 1-3B 2-7B 6-7B 13B 20B 175B"
+MUST_LOAD="19M 49M 125M 350M 760M 800M 1-3B 1-3B-transformer-engine 2-7B 6-7B 13B 20B 175B"
 REFUSE_PATTERN="is not supported by neox.c|unknown key|cannot be set|expected a number, got a string"
 
 load_reference() {  # load_reference WORLD_SIZE FILES...: exit status of neox-train, stderr in err.txt
@@ -59,8 +59,9 @@ if [ -d "$CONFIGS" ]; then
             "key 'attention_config': layer type '$kind' .* is not supported by neox.c" \
             "$T" --print-config "$f" "$CONFIGS/local_setup.yml"
     done
-    check_fails "reference: transformer engine refused naming it" 2 "te_.*Transformer Engine is not supported" \
-        "$T" --print-config "$CONFIGS/1-3B-transformer-engine.yml" "$CONFIGS/local_setup.yml"
+    check_output "reference: 1-3B-transformer-engine.yml loads with te_mha (tests/tools/train_te.sh trains it)" \
+        "^te_mha += true  # .*1-3B-transformer-engine.yml:24$" \
+        "$T" -q --world-size 8 --print-config "$CONFIGS/1-3B-transformer-engine.yml" "$CONFIGS/local_setup.yml"
     check_output "reference: mistral/7B.yml loads with its sliding window" \
         "^sliding_window_width += 4096  # .*mistral/7B.yml:15$" \
         "$T" -q --world-size 8 --print-config "$CONFIGS/mistral/7B.yml" "$CONFIGS/llama/train_config.yml" "$CONFIGS/local_setup.yml"

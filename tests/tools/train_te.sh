@@ -7,7 +7,8 @@
 # te_mha selecting the same attention; te_columnparallel and te_rowparallel train as Megatron's
 # linears, bit for bit; te_layernorm_mlp's gated halves are each ffn_hidden_size wide (not 2/3 of it
 # for both); the combinations
-# TE's modules cannot hold are refused by name, and so is te_fp8_mha. (The arithmetic against a
+# TE's modules cannot hold are refused by name, and so is te_fp8_mha; from-hf imports the gelu
+# export back as the tanh gelu and refuses the tanh geglu one by name. (The arithmetic against a
 # torch restatement of Transformer Engine's formulas: tests/oracle/test_te_parity.py.)
 source tests/lib.sh
 
@@ -111,6 +112,11 @@ import json
 c = json.load(open('$T/tegeglu_hf/config.json'))
 print(c['hidden_act'], c['intermediate_size'])
 assert c['hidden_act'] == 'gelu_pytorch_tanh' and c['intermediate_size'] == 256"
+check_fails "from-hf refuses to import it as GPT-NeoX's exact geglu, naming hidden_act" 2 \
+    "hidden_act 'gelu_pytorch_tanh' in a gated MLP is not imported" $CONVERT from-hf --input "$T/tegeglu_hf" --output "$T/tegeglu_back"
+check "the TE gelu run's export imports back (bias_gelu_fusion: the tanh gelu)" \
+    $CONVERT from-hf --input "$T/te_hf" --output "$T/te_back"
+check_output "as the tanh gelu" "^bias_gelu_fusion: true" cat "$T/te_back/model.yml"
 
 # What Transformer Engine's modules cannot hold is refused by name, before any training.
 refused() {  # refused WHAT PATTERN JSON
