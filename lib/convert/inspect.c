@@ -20,7 +20,8 @@ static const char *norm_name(neox_norm_kind k) {
                                            : "layernorm";
 }
 static const char *act_name(neox_activation a) {
-    return a == NEOX_ACT_GELU_TANH ? "gelu (tanh)" : a == NEOX_ACT_GEGLU_TANH ? "geglu (tanh)" : a == NEOX_ACT_GELU_ONNX ? "gelu (onnx_safe)" : neox_activation_name(a);
+    return a == NEOX_ACT_GELU_TANH ? "gelu (tanh)" : a == NEOX_ACT_GEGLU_TANH ? "geglu (tanh)"
+           : a == NEOX_ACT_GELU_ONNX ? "gelu (onnx_safe)" : neox_activation_name(a);
 }
 static const char *pos_name(neox_pos_kind p) {
     return p == NEOX_POS_ROTARY ? "rotary" : p == NEOX_POS_LEARNED ? "learned" : p == NEOX_POS_ALIBI ? "alibi" : "none";

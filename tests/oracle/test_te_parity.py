@@ -3,7 +3,8 @@ Transformer Engine's formulas: a whole model written here from TE's definitions,
 names GPT-NeoX's TE path gives its checkpoints, runs forward and backward on random weights; the C
 driver tests/drivers/model_parity.c runs neox.c's model on the same weights, mapped to neox.c's names
 as docs/model.md ("Transformer Engine") says, and the logits, loss and every gradient must agree to
-1e-5 of each tensor's largest magnitude.
+1e-5 of each tensor's largest magnitude. And a model trained with the TE keys by neox-train exports
+(neox-convert to-hf) to a folder transformers loads, whose logits equal neox.c's.
 
 Restated (transformer_engine/pytorch, transformer_engine/common/util/math.h):
 - MultiheadAttention (input_layernorm=False, fuse_qkv_params=True, bias=True, causal): one qkv
@@ -14,6 +15,7 @@ Restated (transformer_engine/pytorch, transformer_engine/common/util/math.h):
   activation (TE's gelu is the tanh approximation; a gated one acts on fc1's first half and
   multiplies by the second; fc1 is 2 x ffn_hidden_size wide), fc2.
 """
+import json
 import math
 import os
 import subprocess
@@ -22,6 +24,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from safetensors.torch import load_file, save_file  # noqa: E402
+
+import test_convert  # noqa: E402  (the export test's training, driver and transformers helpers)
+from test_convert import corpus  # noqa: E402,F401  (its Tiny Shakespeare fixture)
 
 DRIVER = "build/cpu/tests/drivers/model_parity"
 B, T, VOCAB, C, HEADS, LAYERS = 2, 9, 64, 32, 4, 2
@@ -210,3 +215,32 @@ def test_te_layers_parity(case, tmp_path):
     if act in ("gelu", "geglu"):  # TE's gelu is not the exact erf gelu GPT-NeoX's own MLP uses
         exact = torch.nn.functional.gelu(torch.linspace(-3, 3, 61))
         assert (te_gelu(torch.linspace(-3, 3, 61)) - exact).abs().max() > 1e-4
+
+
+# ---- export ------------------------------------------------------------------------------------
+# A model trained with the TE keys exports as the model it is: transformers loads the folder from
+# config.json alone (GPT-NeoX names with hidden_act gelu_new; Llama names with gelu_pytorch_tanh and
+# the unscaled width; rms_norm_epsilon at GPT-NeoX's default 1e-8, TE's) and its logits on real text
+# equal neox.c's on the exported weights.
+TE_MODELS = {
+    "te-layernorm-gelu": (dict(pos_emb="rotary", rotary_pct=0.25, gpt_j_residual=False, no_weight_tying=True,
+                               te_mha=True, te_layernorm_mlp=True), "GPTNeoXForCausalLM", "gelu_new", 128),
+    "te-rmsnorm-geglu": (dict(pos_emb="rotary", rotary_pct=1.0, norm="rmsnorm",
+                              activation="geglu", intermediate_size=48, gpt_j_residual=False, no_weight_tying=True,
+                              te_mha=True, te_layernorm_mlp=True, te_columnparallel=True, te_rowparallel=True),
+                         "LlamaForCausalLM", "gelu_pytorch_tanh", 48),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TE_MODELS))
+def test_te_export_transformers(name, corpus, tmp_path, monkeypatch):
+    model, arch, act, width = TE_MODELS[name]
+    prefix, tokens = corpus
+    ckpt = test_convert.train(tmp_path, prefix, model)
+    out = tmp_path / "hf"
+    test_convert.run(test_convert.CONVERT, "to-hf", "--input", ckpt, "--output", out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architectures"] == [arch] and cfg["hidden_act"] == act and cfg["intermediate_size"] == width, cfg
+    monkeypatch.setitem(test_convert.LLAMA_ACT, "gelu_pytorch_tanh", "geglu_tanh")
+    ids = test_convert.text_ids(tokens)
+    test_convert.close(test_convert.neox_logits(tmp_path, out, ids), test_convert.hf_logits(out, ids), f"{name}: logits")
