@@ -154,13 +154,20 @@ extern "C" {
 // own scratch) held at once, 0 on the CPU table, whose memory is the process's own (its peak is the
 // resident set's).
 //
-// release(p, bytes) gives back the memory of the whole pages inside [p, p + bytes) until they are next
-// written, and returns how many bytes it gave back (0 where the backend cannot give back part of an
-// allocation: CUDA's cudaMalloc blocks, the dry table). The range's contents are undefined from then
-// on: the CPU table and the emulated device zero it (MADV_DONTNEED on the pages inside, a memset of the
-// partial pages at its ends), other backends may not. A later op, copy or collective that writes a
-// page takes its memory again. It is stream-ordered: work queued before it that reads the range runs
-// first. The emulated device's peak_bytes stops counting a released page until it is written again.
+// release(p, bytes) gives back the memory of the whole pages inside [p, p + bytes) and returns how
+// many bytes it gave back (a device's pages are its mapping granules, 2 MiB on CUDA; 0 where the
+// backend cannot give back part of an allocation: a cudaMalloc block, the dry table). The range's
+// contents are undefined from then on: the CPU table and the emulated device zero it (MADV_DONTNEED on
+// the pages inside, a memset of the partial pages at its ends), other backends may not. It is
+// stream-ordered: work queued before it that reads the range runs first.
+//
+// commit(p, bytes) takes back the pages of [p, p + bytes) that a release gave back, before anything
+// writes them again, and returns the bytes it took. A device cannot fault a page in when a kernel
+// writes it, so on a device a released page is unmapped until committed: an op, copy or collective
+// that touches it first is an illegal address on CUDA, and stops the emulated device naming the
+// buffer. On the CPU table a page comes back when written, and commit does nothing. The emulated
+// device's peak_bytes stops counting a released page until it is committed. release_granularity is the
+// size of those pages (the host's page; a CUDA mapping granule), 0 where release gives nothing back.
 //
 // Asynchronous copies, on one copy queue beside the ops (a second CUDA stream), in the order queued:
 // to_host_async / to_device_async start after every op queued so far and return a ticket at once;
@@ -179,6 +186,8 @@ extern "C" {
     X(void, synchronize, (void), ())                                                                               \
     X(size_t, peak_bytes, (void), ())                                                                                  \
     X(size_t, release, (void *p, size_t bytes), (p, bytes))                                                            \
+    X(size_t, commit, (void *p, size_t bytes), (p, bytes))                                                             \
+    X(size_t, release_granularity, (void), ())                                                                         \
     X(void *, host_alloc, (size_t bytes), (bytes))                                                                     \
     X(void, host_free, (void *p), (p))                                                                                 \
     X(int64_t, to_host_async, (void *dst, const void *src, size_t bytes), (dst, src, bytes))                           \
@@ -191,7 +200,8 @@ extern "C" {
 typedef struct neox_backend {
     const char *name;  // "cpu" or "cuda"
     int on_device;     // tensors live in device memory (pointers are not host-dereferenceable)
-    int releases;      // release gives memory back (the CPU table, the emulated device), so plans may count it
+    int releases;      // release gives memory back (the CPU table, the emulated device, CUDA with virtual memory
+                       // management), so plans may count it
     NEOX_BACKEND_MEMORY(NEOX_BACKEND_MEMBER)
     NEOX_BACKEND_OPS(NEOX_BACKEND_MEMBER)
 } neox_backend;

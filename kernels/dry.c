@@ -77,6 +77,11 @@ static size_t dry_release(void *p, size_t bytes) {
     (void)p, (void)bytes;
     return 0;
 }
+static size_t dry_commit(void *p, size_t bytes) {
+    (void)p, (void)bytes;
+    return 0;
+}
+static size_t dry_release_granularity(void) { return 0; }
 static void *dry_host_alloc(size_t bytes) { return neox_backend_cpu()->host_alloc(bytes); }
 static void dry_host_free(void *p) { neox_backend_cpu()->host_free(p); }
 static int64_t tickets;
@@ -118,6 +123,8 @@ static const neox_backend dry_backend = {
     .synchronize = dry_synchronize,
     .peak_bytes = dry_peak_bytes,
     .release = dry_release,
+    .commit = dry_commit,
+    .release_granularity = dry_release_granularity,
     .host_alloc = dry_host_alloc,
     .host_free = dry_host_free,
     .to_host_async = dry_to_host_async,

@@ -52,6 +52,12 @@ static size_t cpu_release(void *p, size_t bytes) {
     memset(p, 0, bytes);
     return 0;
 }
+// A host page given back comes back when it is next written (zero-filled).
+static size_t cpu_commit(void *p, size_t bytes) {
+    (void)p, (void)bytes;
+    return 0;
+}
+static size_t cpu_release_granularity(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 // Host memory is the backend's: an asynchronous copy is done when it returns.
 static int64_t cpu_copy_now(void *dst, const void *src, size_t bytes) {
     memmove(dst, src, bytes);
@@ -74,6 +80,8 @@ static const neox_backend cpu_backend = {
     .synchronize = cpu_synchronize,
     .peak_bytes = cpu_peak_bytes,
     .release = cpu_release,
+    .commit = cpu_commit,
+    .release_granularity = cpu_release_granularity,
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
     .to_host_async = cpu_copy_now,

@@ -23,8 +23,10 @@
 
 #include "kernels/backend.h"
 
-// A region's released pages (release) no longer count in held until written again: released[i] is 1
-// while page i is given back; nreleased counts them.
+// A region's released pages (release) no longer count in held, and stay PROT_NONE even while an entry
+// point runs, until commit takes them back: a device cannot fault a page in, so an op, copy or
+// collective that touches one first is stopped here as it would be on a GPU. released[i] is 1 while
+// page i is given back; nreleased counts them.
 typedef struct region {
     char *p;
     size_t bytes;
@@ -51,49 +53,44 @@ static int nregions, region_cap;
 static size_t held, peak;  // bytes of the regions, and the most at once (the device's peak)
 static int open_depth;  // entry points in progress (ops may call the memory entry points)
 
-static void protect_all(int prot) {
-    for (int i = 0; i < nregions; i++)
-        if (mprotect(regions[i].p, regions[i].bytes, prot) != 0) {
-            perror("neox emulated device: mprotect");
-            abort();
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+static void protect(void *p, size_t bytes, int prot) {
+    if (mprotect(p, bytes, prot) != 0) {
+        perror("neox emulated device: mprotect");
+        abort();
+    }
+}
+
+// The pages [first, end) of a region whose released flag is `released`, in runs, get prot.
+static void protect_pages(const region *r, size_t first, size_t end, int released, int prot) {
+    size_t page = page_size();
+    for (size_t i = first; i < end;) {
+        if (!r->released || r->released[i] != released) {
+            i++;
+            continue;
         }
+        size_t j = i;
+        while (j < end && r->released[j] == released) j++;
+        protect(r->p + i * page, (j - i) * page, prot);
+        i = j;
+    }
+}
+
+static void protect_all(int prot) {
+    for (int i = 0; i < nregions; i++) {
+        protect(regions[i].p, regions[i].bytes, prot);
+        if (prot != PROT_NONE && regions[i].nreleased)
+            protect_pages(&regions[i], 0, regions[i].bytes / page_size(), 1, PROT_NONE);
+    }
 }
 
 static void open_memory(void) {
     if (open_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
 }
 
-static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
-
-// A released page that an entry point (or the communication twin) wrote is mapped again: mincore
-// sees it resident, and it counts in held from now (the device's peak included).
-static void take_back_written_pages(region *r, unsigned char *resident) {
-    size_t page = page_size();
-    if (mincore(r->p, r->bytes, resident) != 0) return;
-    for (size_t i = 0; r->nreleased && i < r->bytes / page; i++)
-        if (r->released[i] && (resident[i] & 1)) {
-            r->released[i] = 0;
-            r->nreleased--;
-            held += page;
-        }
-}
-
-static void count_written_pages(void) {
-    for (int i = 0; i < nregions; i++) {
-        if (!regions[i].nreleased) continue;
-        unsigned char *resident = malloc(regions[i].bytes / page_size());
-        if (!resident) abort();
-        take_back_written_pages(&regions[i], resident);
-        free(resident);
-    }
-    if (held > peak) peak = held;
-}
-
 static void close_memory(void) {
-    if (--open_depth == 0) {
-        count_written_pages();
-        protect_all(PROT_NONE);
-    }
+    if (--open_depth == 0) protect_all(PROT_NONE);
 }
 
 void neox_emulated_open(void) { open_memory(); }
@@ -124,9 +121,14 @@ static void on_fault(int sig, siginfo_t *info, void *context) {
     (void)context;
     const region *r = region_of(info->si_addr);
     if (r) {
-        char msg[160];
-        int n = snprintf(msg, sizeof msg, "neox: host code touched emulated device memory at %p (offset %zu of a "
-                         "%zu-byte buffer)\n", info->si_addr, (size_t)((char *)info->si_addr - r->p), r->bytes);
+        size_t offset = (size_t)((char *)info->si_addr - r->p);
+        int released = r->released && r->released[offset / page_size()];
+        char msg[240];
+        int n = released ? snprintf(msg, sizeof msg, "neox: emulated device memory given back by release was touched "
+                                    "before a commit took it back, at %p (offset %zu of a %zu-byte buffer)\n",
+                                    info->si_addr, offset, r->bytes)
+                         : snprintf(msg, sizeof msg, "neox: host code touched emulated device memory at %p (offset "
+                                    "%zu of a %zu-byte buffer)\n", info->si_addr, offset, r->bytes);
         if (write(2, msg, (size_t)n) < 0) _exit(134);
     }
     signal(sig, SIG_DFL);
@@ -182,7 +184,8 @@ static void emu_memset_zero(void *p, size_t bytes) {
     memset(p, 0, bytes);
 }
 
-// The CPU's release (MADV_DONTNEED: the host pages really go back), then the pages inside stop counting.
+// The CPU's release (MADV_DONTNEED: the host pages really go back), then the pages inside stop counting
+// and stay unmapped to the device's own entry points too until committed.
 static size_t emu_release(void *p, size_t bytes) {
     reach_stream(0);  // a queued collective may still read the range
     OPEN_FOR_SCOPE();
@@ -197,7 +200,28 @@ static size_t emu_release(void *p, size_t bytes) {
             r->nreleased++;
             held -= page;
         }
+    protect_pages(r, first, first + given / page, 1, PROT_NONE);
     return given;
+}
+
+// Every page the range touches that was given back is the device's again (zero, as the CPU's
+// release left it), counted from now.
+static size_t emu_commit(void *p, size_t bytes) {
+    region *r = (region *)region_of(p);
+    if (!r || !r->nreleased || bytes == 0) return 0;
+    size_t page = page_size(), first = (size_t)((char *)p - r->p) / page;
+    size_t end = ((size_t)((char *)p - r->p) + bytes + page - 1) / page, taken = 0;
+    if (end > r->bytes / page) end = r->bytes / page;
+    if (open_depth) protect_pages(r, first, end, 1, PROT_READ | PROT_WRITE);
+    for (size_t i = first; i < end; i++)
+        if (r->released[i]) {
+            r->released[i] = 0;
+            r->nreleased--;
+            taken += page;
+        }
+    held += taken;
+    if (held > peak) peak = held;
+    return taken;
 }
 
 static void emu_copy(void *dst, const void *src, size_t bytes) {
@@ -316,6 +340,8 @@ static const neox_backend emulated_backend = {
     .synchronize = emu_synchronize,
     .peak_bytes = emu_peak_bytes,
     .release = emu_release,
+    .commit = emu_commit,
+    .release_granularity = page_size,
     .host_alloc = emu_host_alloc,
     .host_free = emu_host_free,
     .to_host_async = emu_to_host_async,

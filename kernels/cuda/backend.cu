@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/vmm.cuh"
 
 static int g_device = -1;
 static cudaStream_t g_stream;
@@ -80,6 +81,11 @@ static held_block *g_blocks;
 static int g_nblocks, g_block_cap;
 static size_t g_held, g_peak;
 
+void neox_cuda_note_held(long long delta) {
+    g_held += (size_t)delta;  // wraps back for a negative delta
+    if (g_held > g_peak) g_peak = g_held;
+}
+
 static void note_alloc(void *p, size_t bytes) {
     if (g_nblocks == g_block_cap) {
         g_block_cap = g_block_cap ? 2 * g_block_cap : 64;
@@ -113,9 +119,12 @@ void *neox_cuda_scratch(size_t bytes) {
     return g_scratch;
 }
 
+// Blocks of a granule or more are mapped granule by granule where the device can (kernels/cuda/vmm.cu),
+// so that release gives back part of them; the rest are cudaMalloc blocks.
 extern "C" void *neox_cuda_alloc(size_t bytes) {
     ensure_init();
-    void *p = NULL;
+    void *p = neox_vmm_alloc(bytes);
+    if (p) return p;
     cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
     if (err != cudaSuccess) {
         size_t free_b = 0, total = 0;
@@ -128,17 +137,18 @@ extern "C" void *neox_cuda_alloc(size_t bytes) {
     return p;
 }
 extern "C" void neox_cuda_free(void *p) {
+    if (neox_vmm_free(p)) return;
     note_free(p);
     if (p) CUDA_CHECK(cudaFree(p));
 }
 extern "C" size_t neox_cuda_peak_bytes(void) { return g_peak; }
-// cudaMalloc blocks are given back only whole: releasing part of one gives nothing back (ZeRO-3's
-// flat buffers keep their device memory; a virtual-memory-management allocation, cuMemCreate per
-// granule mapped into a reserved range, could give granules back and has not been built).
+// Whole granules of a mapped block go back once the work queued before has run; a cudaMalloc block
+// gives nothing back.
 extern "C" size_t neox_cuda_release(void *p, size_t bytes) {
-    (void)p, (void)bytes;
-    return 0;
+    return neox_vmm_release(p, bytes, neox_cuda_current_stream());
 }
+extern "C" size_t neox_cuda_commit(void *p, size_t bytes) { return neox_vmm_commit(p, bytes); }
+extern "C" size_t neox_cuda_release_granularity(void) { return neox_vmm_granularity(); }
 extern "C" void neox_cuda_memset_zero(void *p, size_t bytes) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, neox_cuda_current_stream()));
 }
@@ -245,6 +255,7 @@ extern "C" const neox_backend *neox_backend_cuda(void) {
         ready = neox_cuda_device_count() > 0 && (g_device >= 0 || neox_cuda_init(0) == 0);
         table.name = "cuda";
         table.on_device = 1;
+        table.releases = ready && neox_vmm_ready();
         NEOX_BACKEND_MEMORY(CUDA_ENTRY)
         NEOX_BACKEND_OPS(CUDA_ENTRY)
     }

@@ -164,12 +164,16 @@ void neox_param_gather_free(neox_param_gather *g) {
     free(g);
 }
 
-// This rank's part of the run goes from its partition to its place in the flat buffer (a copy on
-// the backend: on a device, stream-ordered before the all-gather that reads it).
-static void place_own_part(neox_param_gather *g, const run *r) {
+// A run's all-gather starts: its range takes back the device memory a release gave away (a device
+// cannot fault it in when the gather writes), then this rank's part goes from its partition to its
+// place in the flat buffer (a copy on the backend: on a device, stream-ordered before the all-gather
+// that reads it).
+static void start_run_gather(neox_param_gather *g, run *r) {
     size_t lo, hi;
+    g->opt.be->commit(g->params + r->begin, (r->end - r->begin) * sizeof(float));
     if (neox_overlap(g->part_begin, g->part_end, r->begin, r->end, &lo, &hi))
         g->opt.be->copy(g->params + lo, g->master + (lo - g->part_begin), (hi - lo) * sizeof(float));
+    neox_iallgatherv_inplace(g->data, g->params + r->begin, r->counts, r->displs, NEOX_F32, &r->req);
 }
 
 // A released range gives its memory back through the backend (host pages, or the emulated device's;
@@ -182,8 +186,7 @@ static void start_gather(neox_param_gather *g, int u, int prefetch) {
     unit *x = &g->units[u];
     for (int i = 0; !g->dry && i < x->nruns; i++) {
         run *r = &x->runs[i];
-        place_own_part(g, r);
-        neox_iallgatherv_inplace(g->data, g->params + r->begin, r->counts, r->displs, NEOX_F32, &r->req);
+        start_run_gather(g, r);
     }
     x->state = INFLIGHT;
     g->live += x->gathered;
@@ -331,8 +334,7 @@ static void start_range(neox_param_gather *g, run *r, size_t begin, size_t end) 
     r->begin = begin, r->end = end;
     if (g->dry) return;
     run_init(g, r, begin, end);
-    place_own_part(g, r);
-    neox_iallgatherv_inplace(g->data, g->params + begin, r->counts, r->displs, NEOX_F32, &r->req);
+    start_run_gather(g, r);
 }
 
 static void finish_range(neox_param_gather *g, run *r) {
@@ -454,8 +456,7 @@ void neox_param_gather_all(neox_param_gather *g) {
 void neox_param_gather_persistent(neox_param_gather *g) {
     for (int i = 0; i < g->npersistent; i++) {
         run *r = &g->persistent[i];
-        place_own_part(g, r);
-        neox_iallgatherv_inplace(g->data, g->params + r->begin, r->counts, r->displs, NEOX_F32, &r->req);
+        start_run_gather(g, r);
     }
     for (int i = 0; i < g->npersistent; i++) {
         run *r = &g->persistent[i];

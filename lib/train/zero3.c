@@ -8,7 +8,6 @@
 // gathers around each pass of the model (begin_pass, end_pass) are its hooks.
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "internal.h"
 
@@ -44,7 +43,13 @@ size_t neox_train_zero3_piece_limit(const neox_trainer *t) {
     return neox_param_gather_piece_limit(t->model->num_floats, t->grid->data_size, max_live_of(t->cfg));
 }
 
-static void on_gathered(void *ctx, size_t begin, size_t end) { neox_model_refresh_range(((neox_trainer *)ctx)->model, begin, end); }
+// A gathered range's 16-bit copy is written from it: its memory, given back with the range's, is taken
+// back first.
+static void on_gathered(void *ctx, size_t begin, size_t end) {
+    neox_model *m = ((neox_trainer *)ctx)->model;
+    if (m->param16) m->be->commit(m->param16 + begin, (end - begin) * sizeof(uint16_t));
+    neox_model_refresh_range(m, begin, end);
+}
 
 // The 16-bit copy of a released range gives its memory back too, as the flat buffer's does
 // (lib/gradient/param_gather.c).
@@ -175,12 +180,13 @@ void neox_train_zero3_gather_all(neox_trainer *t) {
 
 void neox_train_zero3_after_update(neox_trainer *t) { neox_param_gather_persistent(zero3_of(t)->gather); }
 
-// A device gives back whole pages only: a page that a released unit shares with its neighbour stays
-// held (at most one at each boundary between units). The host's plan is compared with the resident
-// set, whose own rounding its check allows for, so only a device's plan counts these.
+// A device gives back whole pages only (its mapping granules: 2 MiB on CUDA): a page that a released
+// unit shares with its neighbour stays held (at most one at each boundary between units). The host's
+// plan is compared with the resident set, whose own rounding its check allows for, so only a device's
+// plan counts these.
 static double page_rounding(const neox_trainer *t) {
     if (!t->be->on_device || !t->be->releases) return 0.0;
-    return (double)(neox_model_unit_count(&t->model->desc) + 1) * (double)sysconf(_SC_PAGESIZE);
+    return (double)(neox_model_unit_count(&t->model->desc) + 1) * (double)t->be->release_granularity();
 }
 
 // Parameters: the master weights of the partition plus what a pass holds whole at most (the peak of

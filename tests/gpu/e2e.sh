@@ -18,7 +18,10 @@
 #      scale is low enough.
 #   5. optimizer offload with pinned buffers (gradients and weights on the copy stream): within 1e-4
 #      of the fp32 cpu run, every gradient queued during backward, the weights waited for by forward.
-#   6. with two or more GPUs: dp2 (ZeRO-1, overlap_comm, one rank per GPU, NCCL) against the one-rank
+#   6. ZeRO-3 on one device, hidden 512 so that units span several 2 MiB mapping
+#      granules: within 1e-4 of stage 0, the device peak within the plan that counts released units as
+#      given back (kernels/cuda/vmm.cu's granules; the emulated device's pages in a dry run).
+#   7. with two or more GPUs: dp2 (ZeRO-1, overlap_comm, one rank per GPU, NCCL) against the one-rank
 #      GPU run within 1e-4, the buckets still in flight when backward ended (comm_stats.json); with
 #      one GPU a comment line says it did not run.
 # Without a GPU (the CUDA build's neox-train -V sees none) it prints one "# SKIP no GPU: skipped" line
@@ -123,7 +126,28 @@ print('#', o)
 sys.exit(0 if o['steps'] == 20 and o['grad_bytes_in_backward'] == o['grad_bytes'] > 0 and o['units_waited_by_forward'] > 0 else 1)" \
     "$T/offload/log/comm_stats.json"
 
-# 6. Data parallelism across GPUs (with two or more; the dry run on two emulated ranks): the Llama-style
+# 6. ZeRO-3 on one device with units of several 2 MiB mapping granules (hidden 512): each released unit
+# gives its granules back (kernels/cuda/vmm.cu) and its next gather commits them first. The same numbers
+# as the stage-0 run within 1e-4, and the device peak within the memory plan, which counts the flat
+# buffers as the live units only (without the release the peak would exceed it by the whole fp32 model).
+zero3_model() {  # zero3_model NAME STAGE
+    LAYERS=2 config "$1" neox 4 2 10 ", \"compute_backend\": \"$GPU\", \"zero_optimization\": {\"stage\": $2}"
+    sed -i 's/"hidden_size": 32/"hidden_size": 512/' "$T/$1.yml"
+    check "$1: train 10 steps of a hidden-512 model with ZeRO stage $2 on $GPU$DRY" "$TRAIN" -q "$T/$1.yml"
+    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
+}
+zero3_model z3-stage0 0
+zero3_model z3-stage3 3
+compare "ZeRO-3 on $GPU equals stage 0 on $GPU within 1e-4 (losses, grad norms, parameters)" \
+    "${CHECK[@]}" close 1e-4 1e-4 "$T/z3-stage0" "$T/z3-stage3" params
+compare "ZeRO-3 on $GPU: the device peak is within the plan that counts released units as given back" \
+    "$PY" -c "
+import glob, json, sys
+r = json.load(open(glob.glob(sys.argv[1] + '/**/memory_peaks.json', recursive=True)[0]))['ranks'][0]
+print('# device peak', r['device_peak_bytes'], 'planned', r['planned_bytes'])
+sys.exit(0 if 0 < r['device_peak_bytes'] <= r['planned_bytes'] else 1)" "$T/z3-stage3"
+
+# 7. Data parallelism across GPUs (with two or more; the dry run on two emulated ranks): the Llama-style
 # model on two ranks, one per GPU, ZeRO-1 with overlap_comm (each bucket reduce-scattered through NCCL
 # while backward runs, waited for before the optimizer), the same global batch as the one-rank run
 # (micro-batch 4: accumulation 1 on each of two ranks against 2 on one). Within the GPU's 1e-4 of

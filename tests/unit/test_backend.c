@@ -299,8 +299,8 @@ static void test_async_source_changed(void **state) {
 }
 
 // release gives back the whole pages inside its range: on the emulated device they leave the count
-// behind peak_bytes until written again (a 32 MiB buffer, more than this process held before, so the
-// peak moves only by what the device holds); on both tables the range then reads as zero.
+// behind peak_bytes until commit takes them back (a 32 MiB buffer, more than this process held before,
+// so the peak moves only by what the device holds); on both tables the range then reads as zero.
 static void test_release(void **state) {
     (void)state;
     const neox_backend *emu = neox_backend_emulated(), *cpu = neox_backend_cpu();
@@ -311,12 +311,16 @@ static void test_release(void **state) {
     assert_int_equal(emu->release(a, size), size);
     char *b = emu->alloc(size);  // takes the room a gave back
     assert_int_equal(emu->peak_bytes(), peak);
+    assert_int_equal(emu->commit(a + 1, page), 2 * page);  // every page the range touches
+    assert_int_equal(emu->commit(a, page), 0);              // taken already
+    assert_int_equal(emu->peak_bytes(), peak + 2 * page);
     char ones[64], back[64], zeros[64] = {0};
     memset(ones, 1, sizeof ones);
-    emu->to_device(a, ones, sizeof ones);  // writing a page takes it again
-    assert_int_equal(emu->peak_bytes(), peak + page);
+    emu->to_device(a, ones, sizeof ones);
     emu->to_host(back, a + page, sizeof back);
     assert_memory_equal(back, zeros, sizeof back);
+    emu->to_host(back, a, sizeof back);
+    assert_memory_equal(back, ones, sizeof back);
     emu->free(a), emu->free(b);
     assert_int_equal(cpu->release(NULL, 0), 0);
     char *c = cpu->alloc(4 * page);
@@ -324,7 +328,27 @@ static void test_release(void **state) {
     assert_int_equal(cpu->release(c + 1, 3 * page), 2 * page);  // the partial pages at the ends stay
     for (size_t i = 1; i <= 3 * page; i++) assert_int_equal(c[i], 0);
     assert_int_equal(c[0], 7);
+    assert_int_equal(cpu->commit(c, 4 * page), 0);  // host pages come back when written
+    c[page] = 1;
     cpu->free(c);
+}
+
+// A device cannot fault a released page in: an op writing one before a commit took it back stops the
+// emulated device, naming what happened.
+static void write_released_page(void) {
+    const neox_backend *emu = neox_backend_emulated();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    float *a = emu->alloc(4 * page);
+    emu->memset_zero(a, 4 * page);
+    emu->release(a, 4 * page);
+    emu->commit(a, page);           // the first page only
+    emu->memset_zero(a, 2 * page);  // the second is still given back
+}
+
+static void test_release_needs_commit(void **state) {
+    (void)state;
+    const char *want[] = {"emulated device memory given back by release was touched before a commit took it back"};
+    child_dies(write_released_page, SIGSEGV, want, 1);
 }
 
 int main(void) {
@@ -335,6 +359,7 @@ int main(void) {
         cmocka_unit_test(test_emulated_table), cmocka_unit_test(test_emulated_fault),
         cmocka_unit_test(test_async_copies), cmocka_unit_test(test_async_source_changed),
         cmocka_unit_test(test_host_wait_count), cmocka_unit_test(test_release),
+        cmocka_unit_test(test_release_needs_commit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
