@@ -3,9 +3,12 @@
 # PyPI's llama-cpp-python source distribution vendors (CPU only, Release, fp32 as it comes) into
 # $NEOX_BENCH_PEERS/llama.cpp (default build/bench-peers/llama.cpp): bin/ holds its tools
 # llama-bench, llama-completion (the prompt-in, text-out program; this version's llama-cli is a chat
-# client built on its server) and llama-simple, convert_hf_to_gguf.py its Hugging Face to GGUF
+# client built on its server), llama-simple and llama-quantize (F32 GGUF to Q4_1 and the other
+# quantized types), convert_hf_to_gguf.py its Hugging Face to GGUF
 # converter, venv/ a Python environment with the converter's `gguf` package (the sdist's own gguf-py)
 # on top of .venv's packages. Nothing goes into .venv or the repository.
+# Its programs run with their default threading (OpenMP, threads spinning between ops as shipped):
+# callers set no OMP_WAIT_POLICY for them.
 # Usage: bench/llama_cpp.sh            (prints the peer folder on its last line)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +17,7 @@ mkdir -p "$PEERS"
 PEERS=$(cd "$PEERS" && pwd)
 DEST=$PEERS/llama.cpp
 JOBS=${JOBS:-2}
-if [ -x "$DEST/bin/llama-bench" ] && [ -x "$DEST/bin/llama-completion" ] && [ -f "$DEST/convert_hf_to_gguf.py" ] && [ -d "$DEST/conversion" ] &&
+if [ -x "$DEST/bin/llama-bench" ] && [ -x "$DEST/bin/llama-completion" ] && [ -x "$DEST/bin/llama-quantize" ] && [ -f "$DEST/convert_hf_to_gguf.py" ] && [ -d "$DEST/conversion" ] &&
    "$DEST/venv/bin/python" -c 'import gguf, torch; torch.float8_e4m3fn' 2>/dev/null; then
     echo "$DEST"
     exit 0
@@ -36,8 +39,8 @@ nice -n 19 cmake -S "$LL" -B "$PEERS/llama.cpp-build" -DCMAKE_BUILD_TYPE=Release
     -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
 nice -n 19 cmake --build "$PEERS/llama.cpp-build" --config Release -j "$JOBS" \
-    --target llama-bench llama-completion llama-simple >&2
-for t in llama-bench llama-completion llama-simple; do
+    --target llama-bench llama-completion llama-simple llama-quantize >&2
+for t in llama-bench llama-completion llama-simple llama-quantize; do
     cp "$PEERS/llama.cpp-build/bin/$t" "$DEST/bin/"
 done
 cp "$LL/convert_hf_to_gguf.py" "$DEST/"

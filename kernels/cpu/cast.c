@@ -1,27 +1,29 @@
 // cast.c: fp32 <-> bfloat16 / IEEE half conversions of whole tensors on the CPU (the reference for
 // the CUDA casts), and the block conversions of activation storage (storage.h). The roundings
-// themselves are kernels.h's scalar conversions.
+// themselves are kernels.h's scalar conversions. A short tensor (a decoding step's one row, cast
+// before each bfloat16 product) is converted on the calling thread (parallel.h).
 #include "kernels/kernels.h"
+#include "parallel.h"
 #include "storage.h"
 #include "vector_math.h"
 
 void neox_cast_f32_to_bf16(uint16_t *out, const float *inp, size_t n) {
-    #pragma omp parallel for
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = neox_bf16_from_f32(inp[i]);
 }
 
 void neox_cast_bf16_to_f32(float *out, const uint16_t *inp, size_t n) {
-    #pragma omp parallel for
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = neox_bf16_to_f32(inp[i]);
 }
 
 void neox_cast_f32_to_f16(uint16_t *out, const float *inp, size_t n) {
-    #pragma omp parallel for
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = neox_f16_from_f32(inp[i]);
 }
 
 void neox_cast_f16_to_f32(float *out, const uint16_t *inp, size_t n) {
-    #pragma omp parallel for
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
     for (size_t i = 0; i < n; i++) out[i] = neox_f16_to_f32(inp[i]);
 }
 

@@ -8,7 +8,9 @@
 // goes to a GEMV: OpenBLAS's sgemm would first pack (copy) the whole weight matrix for that one
 // row, which took half of generation's time. A weight stored (N, K), as linear layers and the tied
 // classifier store theirs, goes to kernels/cpu/gemv.c's build for this CPU (AVX-512 where it has
-// it); other layouts to OpenBLAS's sgemv.
+// it); other layouts to OpenBLAS's sgemv. A bfloat16 product with one row against such a weight
+// (16-bit precision's decoding step) goes to gemv.c's bfloat16 build, rows split over the threads
+// as for fp32.
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -31,10 +33,12 @@ enum { GEMM_PANEL_ALIGN = 32 };
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static neox_gemv_rows_fn *gemv_rows;
+static neox_gemv_bf16_rows_fn *gemv_bf16_rows;
 static neox_gemm_bf16_fn *bf16_gemm;
 static void make_blas_single_threaded(void) {
     openblas_set_num_threads(1);
     gemv_rows = neox_gemv_rows_best();
+    gemv_bf16_rows = neox_gemv_bf16_rows_best();
     bf16_gemm = neox_gemm_bf16_best();
 }
 
@@ -78,6 +82,21 @@ static void sgemv_row(int trans_a, int trans_b, int N, int K, float alpha, const
         int s, e;
         panel(N, omp_get_thread_num(), omp_get_num_threads(), &s, &e);
         sgemv_part(trans_b, s, e, K, alpha, A, inc, B, ldb, beta, C);
+    }
+}
+
+// C (1, N) = alpha * a (K) B^T + beta * C with a and B (N, K) bfloat16: rows of B split over the
+// threads when the matrix is large enough to pay for waking them.
+static void bf16_gemv_row(int N, int K, float alpha, const uint16_t *a, const uint16_t *B, int ldb, float beta, float *C) {
+    if (omp_in_parallel() || omp_get_max_threads() == 1 || (double)N * K < GEMV_PARALLEL_MIN) {
+        gemv_bf16_rows(N, K, alpha, B, ldb, a, beta, C);
+        return;
+    }
+    #pragma omp parallel
+    {
+        int s, e;
+        panel(N, omp_get_thread_num(), omp_get_num_threads(), &s, &e);
+        if (e > s) gemv_bf16_rows(e - s, K, alpha, B + (size_t)s * ldb, ldb, a, beta, C + s);
     }
 }
 
@@ -128,6 +147,10 @@ void neox_gemm_ex(int trans_a, int trans_b, int M, int N, int K, float alpha, co
     }
     if (ab == NEOX_ELEM_BF16 && c == NEOX_ELEM_F32) {  // 16-bit precision's products
         pthread_once(&blas_once, make_blas_single_threaded);
+        if (M == 1 && N > 0 && K > 0 && !trans_a && trans_b) {
+            bf16_gemv_row(N, K, alpha, A, B, ldb, beta, C);
+            return;
+        }
         bf16_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }

@@ -7,7 +7,10 @@
 // other as the rows of one pass (each a segment with its own positions and causal attention, so
 // the weights are read once for all of them), taking only the rows it needs through the output
 // layer. Everything runs on the model's backend (m->be); ids go up and logits come down through
-// host copies. The linear layers run in fp32 whatever the model's training precision.
+// host copies. The linear layers run in the model's precision through linear.c, as the training
+// forward runs them: under bfloat16 each input row is rounded to bfloat16 by the same cast and
+// multiplied with the weights' bfloat16 copy (half the bytes a token streams), sums in fp32; fp16
+// models generate in fp32 (their 16-bit products would widen every weight on the CPU).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,7 @@ struct neox_generator {
     neox_moe_bufs moe;              // Mixture of Experts: up to max_len tokens (logits NULL: none)
     // Scratch for up to max_len new positions.
     float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *branch, *mid, *fc, *act;
+    uint16_t *half;                 // (max_len, max(C, ffn)) a product's input rounded to bfloat16
     int *ids;                       // (max_len) the pass's token ids on the backend
     float *logits;                  // (vocab) host copy of the last position's logits
     float *out;                     // (out_rows, vocab) logits on the backend, grown on demand
@@ -101,6 +105,10 @@ static neox_generator *create(neox_model *m, int max_len, int max_pos, int recom
                                  .weight = zeros(be, NK), .slot = (int *)zeros(be, NK), .perm = (int *)zeros(be, NK),
                                  .route = neox_moe_route_new(d, (int)T, 0)};  // no jitter: never training
     }
+    if (m->precision == NEOX_PRECISION_BF16) {
+        neox_model_refresh_weights(m);  // now rather than in the first token's time
+        g->half = be->alloc(T * (size_t)(d->ffn_size > d->hidden_size ? d->ffn_size : d->hidden_size) * sizeof(uint16_t));
+    }
     g->ids = be->alloc(T * sizeof(int));
     return g;
 }
@@ -120,7 +128,7 @@ void neox_generator_free(neox_generator *g) {
     float *bufs[] = {g->kcache, g->vcache, g->cos, g->sin, g->x, g->ln, g->mean, g->rstd, g->qkv, g->q, g->k,
                      g->v, g->att, g->lse, g->branch, g->mid, g->fc, g->act, (float *)g->ids, g->out, g->alibi,
                      g->qk_stats, g->moe.logits, g->moe.x, g->moe.h, g->moe.act, g->moe.y, g->moe.weight,
-                     (float *)g->moe.slot, (float *)g->moe.perm};
+                     (float *)g->moe.slot, (float *)g->moe.perm, (float *)g->half};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) g->be->free(bufs[i]);
     neox_moe_route_free(g->moe.route);
@@ -138,11 +146,18 @@ static float *out_rows(neox_generator *g, int rows) {
     return g->out;
 }
 
+// out (S, OC) = inp (S, IC) @ w^T (+ bias): in bfloat16 when the model's precision is (see the top).
+static void linear(neox_generator *g, float *out, const float *inp, const float *w, const float *bias, int S, int IC,
+                   int OC) {
+    if (g->half) neox_model_linear_forward_scratch(g->m, g->half, out, inp, w, bias, S, IC, OC);
+    else g->be->linear_forward(out, OC, inp, w, bias, S, IC, OC);
+}
+
 // logits (rows, vocab; host) = inp (rows, C; backend) @ lm_head^T.
 static void output_layer(neox_generator *g, float *logits, const float *inp, int rows) {
     const neox_model_desc *d = &g->m->desc;
     float *out = out_rows(g, rows);
-    g->be->linear_forward(out, d->vocab_size, inp, g->m->w.lm_head, NULL, rows, d->hidden_size, d->vocab_size);
+    linear(g, out, inp, g->m->w.lm_head, NULL, rows, d->hidden_size, d->vocab_size);
     g->be->to_host(logits, out, (size_t)rows * d->vocab_size * sizeof(float));
 }
 
@@ -164,11 +179,11 @@ static void mlp(neox_generator *g, int l, const float *inp, int S) {
         neox_model_moe_forward(g->m, l, &g->moe, g->ln, g->branch, S, 0, 1);
         return;
     }
-    be->linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
+    linear(g, g->fc, g->ln, p->fc_w, p->fc_b, S, C, FC);
     neox_act_fn fn = neox_activation_function(d->activation);
     if (neox_activation_gated(d->activation)) be->gated_forward(g->act, g->fc, S, F, fn, NEOX_ELEM_F32);
     else be->activation_forward(g->act, g->fc, (size_t)S * F, fn, NEOX_ELEM_F32);
-    be->linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C);
+    linear(g, g->branch, g->act, p->fc2_w, p->fc2_b, S, F, C);
 }
 
 // Appends a segment's keys and values of layer l, k and v (NKV, len, HS), to its cache positions.
@@ -227,9 +242,9 @@ static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg
     size_t NC = (size_t)S * C;
     const neox_backend *be = g->be;
     norm(g, g->ln, g->mean, g->rstd, g->x, p->ln1_w, p->ln1_b, S);
-    be->linear_forward(g->qkv, W, g->ln, p->qkv_w, p->qkv_b, S, C, W);
+    linear(g, g->qkv, g->ln, p->qkv_w, p->qkv_b, S, C, W);
     for (int i = 0; i < nseg; i++) attend_segment(g, l, &segs[i]);
-    be->linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
+    linear(g, g->branch, g->att, p->proj_w, p->proj_b, S, C, C);
     be->add(g->mid, g->x, g->branch, NC, NEOX_ELEM_F32);  // x + attention
     if (d->parallel_residual) {
         mlp(g, l, g->x, S);                 // beside attention, on ln2(x)
@@ -247,6 +262,7 @@ static void forward_segments(neox_generator *g, const int32_t *ids, int S, const
     const neox_model_desc *d = &g->m->desc;
     const neox_model_weights *w = &g->m->w;
     int C = d->hidden_size;
+    if (g->half) neox_model_refresh_weights(g->m);  // the bfloat16 copy, when the weights changed since
     g->be->to_device(g->ids, ids, (size_t)S * sizeof(int));
     for (int i = 0; i < nseg; i++) {
         const float *wpe = w->wpe ? w->wpe + (size_t)segs[i].pos * C : NULL;

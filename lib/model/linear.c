@@ -57,28 +57,34 @@ void neox_model_refresh_range(neox_model *m, size_t begin, size_t end) {
 // The 16-bit copy of weight w (a view into param_buf).
 static const uint16_t *weight16(const neox_model *m, const float *w) { return m->param16 + (w - m->param_buf); }
 
-// out (N, OC, rows ldo apart) = inp (N, IC) @ w^T (OC, IC) (+ bias (OC), only with ldo == OC).
-static void linear_forward_ld(neox_model *m, float *out, int ldo, const float *inp, const float *w, const float *bias,
-                              int N, int IC, int OC) {
+// out (N, OC, rows ldo apart) = inp (N, IC) @ w^T (OC, IC) (+ bias (OC), only with ldo == OC); half:
+// room for inp's 16-bit copy.
+static void linear_forward_ld(neox_model *m, uint16_t *half, float *out, int ldo, const float *inp, const float *w,
+                              const float *bias, int N, int IC, int OC) {
     const neox_backend *be = m->be;
     if (m->precision == NEOX_PRECISION_FP32) {
         be->linear_forward(out, ldo, inp, w, bias, N, IC, OC);
         return;
     }
-    cast_half(m, m->half_in, inp, (size_t)N * IC);
-    be->gemm_ex(0, 1, N, OC, IC, 1.0f, m->half_in, IC, weight16(m, w), IC, half_elem(m), 0.0f, out, ldo, NEOX_ELEM_F32);
+    cast_half(m, half, inp, (size_t)N * IC);
+    be->gemm_ex(0, 1, N, OC, IC, 1.0f, half, IC, weight16(m, w), IC, half_elem(m), 0.0f, out, ldo, NEOX_ELEM_F32);
     if (bias) be->add_bias(out, bias, N, OC, NEOX_ELEM_F32);
 }
 
 // out (N, OC) = inp (N, IC) @ w^T (OC, IC) (+ bias (OC)).
 void neox_model_linear_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
                                int IC, int OC) {
-    linear_forward_ld(m, out, OC, inp, w, bias, N, IC, OC);
+    linear_forward_ld(m, m->half_in, out, OC, inp, w, bias, N, IC, OC);
+}
+
+void neox_model_linear_forward_scratch(neox_model *m, uint16_t *half, float *out, const float *inp, const float *w,
+                                       const float *bias, int N, int IC, int OC) {
+    linear_forward_ld(m, half, out, OC, inp, w, bias, N, IC, OC);
 }
 
 void neox_model_linear_forward_cols(neox_model *m, float *out, int ldo, const float *inp, const float *w, int N, int IC,
                                     int OC) {
-    linear_forward_ld(m, out, ldo, inp, w, NULL, N, IC, OC);
+    linear_forward_ld(m, m->half_in, out, ldo, inp, w, NULL, N, IC, OC);
 }
 
 // dw (OC, IC) += dout^T (OC, N) @ inp (N, IC); db (OC, or NULL) += column sums of dout (N, OC).

@@ -191,6 +191,10 @@ void neox_model_use_head(neox_model *m, int use);
 void neox_model_refresh_weights(neox_model *m);  // remakes the 16-bit weights when stale
 void neox_model_linear_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
                                int IC, int OC);
+// The same with half (backend memory for N * IC 16-bit elements) as the input's 16-bit copy in place
+// of the plan's (generation, whose rows are not the plan's); half is unused in fp32.
+void neox_model_linear_forward_scratch(neox_model *m, uint16_t *half, float *out, const float *inp, const float *w,
+                                       const float *bias, int N, int IC, int OC);
 void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, const float *dout, const float *inp, int N,
                                         int IC, int OC);
 // out (N, OC) with row stride ldo = inp (N, IC) @ w (OC, IC)^T, no bias: a block of columns of a

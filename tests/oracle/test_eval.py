@@ -2,7 +2,8 @@
 (eval_oracle.py) on a tiny GPT-2-tokenized model trained here and exported with `neox-convert to-hf`:
 lambada_openai, piqa, wikitext and the generic formats (accuracies exactly, perplexities within 1e-5
 relative), the test-split loss equal to the one training logged, and greedy generation token for token
-equal to transformers' greedy generate (with the KV cache and with recomputation)."""
+equal to transformers' greedy generate (with the KV cache and with recomputation); under precision:
+bfloat16, generation's logits within 1% of the row's largest fp32 logit."""
 import glob
 import json
 import os
@@ -233,3 +234,36 @@ def test_return_logits_are_the_models_logits(trained, lm, tmp_path):
         "input-file", "--sample-input-file", str(tmp_path / "prompts.txt"), "--prompt-end", "\n\n",
         "--sample-output-file", str(tmp_path / "plain.jsonl"), "--maximum-tokens", "4")
     assert all("logits" not in json.loads(l) for l in open(tmp_path / "plain.jsonl"))
+
+
+# bfloat16 generation's logits against the fp32 model's (docs/eval.md, "Precision"): each logit
+# within this fraction of the row's largest magnitude.
+BF16_LOGIT_TOL = 0.01
+
+
+def test_bfloat16_generation_logits_near_fp32(trained, lm, tmp_path):
+    """precision: bfloat16 generates through the weights' bfloat16 copy: each row of logits (greedy,
+    return_logits) within BF16_LOGIT_TOL of the row's largest magnitude of transformers' fp32 logits
+    of the same prompt and the tokens generated before it, and not equal to the fp32 run's logits
+    (the products did run in bfloat16)."""
+    import torch
+    (tmp_path / "prompts.txt").write_text("\n\n".join(PROMPTS) + "\n\n")
+    (tmp_path / "bf16.yml").write_text(json.dumps({"return_logits": True, "precision": "bfloat16"}))
+    out = tmp_path / "samples.jsonl"
+    run(f"{BIN}/neox-eval", "generate", "-q", f"{trained}/model.yml", f"{trained}/local.yml", str(tmp_path / "bf16.yml"),
+        "--text-gen-type", "input-file", "--sample-input-file", str(tmp_path / "prompts.txt"), "--prompt-end", "\n\n",
+        "--sample-output-file", str(out), "--maximum-tokens", "12")
+    worst = 0.0
+    for r in [json.loads(l) for l in open(out)]:
+        rows = np.array(r["logits"], dtype=np.float64)
+        ids = lm.encode(r["context"])
+        chosen = [int(np.argmax(row[:len(lm.tok)])) for row in rows]
+        with torch.no_grad():
+            full = lm.model(torch.tensor([ids + chosen[:-1]])).logits[0].double().numpy()
+        want = full[len(ids) - 1:]
+        assert rows.shape == want.shape
+        err = np.abs(rows - want).max(axis=1) / np.abs(want).max(axis=1)
+        worst = max(worst, float(err.max()))
+        assert np.all(err <= BF16_LOGIT_TOL), err
+        assert np.abs(rows - want).max() > 0.0
+    print(f"bfloat16 logits: worst error {worst:.4g} of the row's largest logit")
