@@ -5,6 +5,7 @@
 #define NEOX_CORE_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -240,7 +241,9 @@ typedef struct neox_trace_sink {
     void (*pop)(void);
     void (*capture)(int on);
 } neox_trace_sink;
-extern int neox_trace_on;
+// Written by the thread that starts and stops a capture, read by any (a helper thread's collectives):
+// atomic, which costs a plain load where it is read.
+extern _Atomic int neox_trace_on;
 void neox_trace_set_sink(const neox_trace_sink *sink);  // NULL: none
 // Starts a capture (the events of an earlier one are dropped), its time 0 at origin (neox_now()).
 void neox_trace_start(double origin);

@@ -15,7 +15,7 @@
 
 #include "core.h"
 
-int neox_trace_on;
+_Atomic int neox_trace_on;
 
 enum { TRACE_MAX_DEPTH = 32 };
 
@@ -41,7 +41,7 @@ static struct {
     double origin;        // neox_now() at the capture's start: ts 0
     pthread_t starter;    // the thread whose track is 0
     int next_tid;
-    unsigned epoch;
+    _Atomic unsigned epoch;   // counts captures (a helper thread reads it)
     neox_trace_sink sink;
 } trace = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
