@@ -223,6 +223,12 @@ void neox_emulated_set_stream_hook(void (*reach)(int everything));
 // The CUDA backend on the current device, initialised on first use (cuBLAS handle, stream); NULL
 // in a CPU-only build or when no GPU is visible.
 const neox_backend *neox_backend_cuda(void);
+// Marks for a device profiler (kernels/cuda/profiler_marks.cu): a named NVTX range pushed and popped
+// on the calling thread, and the profiler's capture started or stopped (cudaProfilerStart/Stop, which
+// `nsys profile --capture-range=cudaProfilerApi` waits for). They do nothing in a build without CUDA.
+void neox_device_range_push(const char *name);
+void neox_device_range_pop(void);
+void neox_device_profiler_capture(int on);
 // The backend a configuration names: "cpu", "cuda" (NULL with a message in err when unavailable),
 // "auto" (cuda when a GPU is visible, else cpu) or "emulated". NULL with a message for any other name.
 const neox_backend *neox_backend_select(const char *choice, char *err, size_t errlen);

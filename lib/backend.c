@@ -27,6 +27,9 @@ const char *neox_backends_description(void) {
 
 #ifndef NEOX_CUDA
 const neox_backend *neox_backend_cuda(void) { return NULL; }
+void neox_device_range_push(const char *name) { (void)name; }
+void neox_device_range_pop(void) {}
+void neox_device_profiler_capture(int on) { (void)on; }
 #endif
 
 const neox_backend *neox_backend_select(const char *choice, char *err, size_t errlen) {

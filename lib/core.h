@@ -5,6 +5,7 @@
 #define NEOX_CORE_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -214,6 +215,62 @@ _Noreturn void neox_usage_error(const char *fmt, ...) __attribute__((format(prin
 // else is a usage error naming the option and the text.
 int64_t neox_option_int(const char *option, const char *text, int64_t min, int64_t max);
 double neox_option_number(const char *option, const char *text, double min, double max);
+
+// ---------------------------------------------------------------------------------------------
+// Profiling ranges (lib/core/trace.c, written by trace_file.c): the one API every layer marks what
+// it does with, for `profile` (docs/metrics.md, "Profiling a run"). While a capture is on, each
+// range (push ... pop, nested, per thread) and each collective (reported once done) is kept as a
+// Chrome trace event and passed to the sink (the CUDA build's NVTX ranges); while none is on, a
+// range costs one test of neox_trace_on.
+enum { NEOX_TRACE_NAME = 40 };
+// A range; a collective (blocking: its whole call; non-blocking: its issue); a wait for a
+// non-blocking one (whose count differs between ranks: a request found complete is not waited for).
+enum { NEOX_TRACE_RANGE, NEOX_TRACE_COLLECTIVE, NEOX_TRACE_WAIT };
+typedef struct neox_trace_event {
+    char name[NEOX_TRACE_NAME];   // the range's, or the collective's operation
+    char group[16];               // a collective's communicator ("data", "model", ...)
+    double start, seconds;        // from the capture's start
+    double bytes;                 // a collective's payload; -1 for a range
+    int tid, depth;               // the thread's track; the ranges open around it on that track
+    int kind;                     // NEOX_TRACE_RANGE, _COLLECTIVE or _WAIT
+} neox_trace_event;
+// Where ranges go besides the trace: push/pop a named range, and the device profiler's capture
+// turned on (1) or off (0) with the trace's. Any member may be NULL.
+typedef struct neox_trace_sink {
+    void (*push)(const char *name);
+    void (*pop)(void);
+    void (*capture)(int on);
+} neox_trace_sink;
+// Written by the thread that starts and stops a capture, read by any (a helper thread's collectives):
+// atomic, which costs a plain load where it is read.
+extern _Atomic int neox_trace_on;
+void neox_trace_set_sink(const neox_trace_sink *sink);  // NULL: none
+// Starts a capture (the events of an earlier one are dropped), its time 0 at origin (neox_now()).
+void neox_trace_start(double origin);
+void neox_trace_stop(void);
+void neox_trace_push_named(const char *name);
+void neox_trace_pushf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void neox_trace_pop_range(void);
+// A collective done (or, with wait set, a wait for a non-blocking one): it began at start (neox_now())
+// and took seconds; bytes its payload (-1: not known).
+void neox_trace_complete_at(const char *op, const char *group, double start, double seconds, double bytes, int wait);
+#define neox_range_push(name) \
+    do {                        \
+        if (neox_trace_on) neox_trace_push_named(name); \
+    } while (0)
+#define neox_range_pushf(...) \
+    do {                        \
+        if (neox_trace_on) neox_trace_pushf(__VA_ARGS__); \
+    } while (0)
+#define neox_range_pop()      \
+    do {                        \
+        if (neox_trace_on) neox_trace_pop_range(); \
+    } while (0)
+// The events captured so far (valid until the next start or free).
+const neox_trace_event *neox_trace_events(size_t *count);
+// The capture as path, a Chrome trace-event JSON file with pid = rank; -1 + err naming path.
+int neox_trace_write(const char *path, int rank, neox_error *err);
+void neox_trace_free(void);
 
 // ---------------------------------------------------------------------------------------------
 // Half-open ranges [lo, hi) (lib/core/ranges.c).

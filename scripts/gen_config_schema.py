@@ -85,8 +85,7 @@ DERIVED = {"is_pipe_parallel", "batch_size", "dynamic_loss_scale", "save_iters",
 IGNORED = set("""
 use_wandb wandb_group wandb_team wandb_project wandb_host wandb_init_all_ranks git_hash use_comet comet_workspace
 comet_project comet_experiment_name comet_experiment comet_tags comet_others wandb_run_name log_grad_pct_zeros log_optimizer_states
-log_gradient_noise_scale gradient_noise_scale_n_batches gradient_noise_scale_cpu_offload memory_profiling
-memory_profiling_path profile profile_step_start profile_step_stop
+log_gradient_noise_scale gradient_noise_scale_n_batches gradient_noise_scale_cpu_offload
 rpe_num_buckets rpe_max_distance param_sharing_style layernorm_fusion rmsnorm_fusion
 use_flashattn_swiglu scaled_upper_triang_masked_softmax_fusion scaled_masked_softmax_fusion bias_dropout_fusion
 rope_fusion fused_kernels_build_path apply_query_key_layer_scaling use_cpu_initialization attention_softmax_in_fp32
@@ -159,7 +158,8 @@ for k in ("num_layers hidden_size num_attention_heads num_kv_heads seq_length ma
           "checkpoint_factor rotary_emb_base num_samples maximum_tokens padded_vocab_size").split():
     RANGES[k] = (1, INT_MAX)
 for k in ("pipe_parallel_size model_parallel_size train_iters lr_decay_iters eval_iters seed top_k "
-          "keep_last_n_checkpoints exit_interval hysteresis moe_num_experts iteration global_num_gpus num_workers").split():
+          "keep_last_n_checkpoints exit_interval hysteresis moe_num_experts iteration global_num_gpus num_workers "
+          "profile_step_start profile_step_stop").split():
     RANGES[k] = (0, INT_MAX)
 for k in ("attention_dropout hidden_dropout warmup lr_decay_fraction rotary_pct top_p "
           "weighted_sampler_alpha").split():

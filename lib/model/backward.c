@@ -305,15 +305,19 @@ void neox_model_backward(neox_model *m, float loss_scale) {
     neox_acts *a = m->acts;
     neox_profile_scope(NEOX_PHASE_BACKWARD, -1);  // (the per-op profile's scope: kernels/backend.h)
     if (neox_model_last_stage(d)) {
+        neox_range_push("backward head");
         neox_model_use_head(m, 1);
         head_backward(m, loss_scale);
         neox_model_use_head(m, 0);
+        neox_range_pop();
     }
     for (int l = d->layer_end - 1; l >= d->layer_begin; l--) {
         neox_profile_scope(NEOX_PHASE_BACKWARD, l);
+        neox_range_pushf("backward layer %d", l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 1);
         layer_backward(m, l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 0);
+        neox_range_pop();
     }
     neox_profile_scope(NEOX_PHASE_BACKWARD, -1);
     if (neox_model_first_stage(d)) {  // (otherwise the caller sends a->dx to the previous stage)

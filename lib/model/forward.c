@@ -735,12 +735,15 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     }
     for (int l = d->layer_begin; l < d->layer_end; l++) {
         neox_profile_scope(phase, l);
+        neox_range_pushf("forward layer %d", l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 1);
         stage_layer_forward(m, l);
         neox_model_use_weights(m, NEOX_UNIT_LAYER(l), 0);
+        neox_range_pop();
     }
     neox_profile_scope(phase, -1);
     if (!last) return 0;
+    neox_range_push("forward head");
     const float *out = neox_model_stage_out(m);
     neox_model_use_head(m, 1);
     norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
@@ -751,6 +754,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
                        "holds %d at a time", N, m->head_rows);
     else neox_model_head_logits(m, 0, N);
     neox_model_use_head(m, 0);
+    neox_range_pop();
     if (rc != 0) return rc;
     return 0;
 }

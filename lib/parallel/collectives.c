@@ -97,7 +97,10 @@ static int size_row(neox_comm_stats *s, neox_comm_op op, size_t bytes) {
 }
 
 // Returns the size row the call was counted in (non-blocking calls add their wait time there).
+// Under a profile's capture the call is also an event of the trace (lib/core/trace.c): a blocking
+// call from its start to its return, a non-blocking one at its issue (its wait is neox_wait's).
 static int account(neox_comm *c, neox_comm_op op, size_t bytes, double seconds) {
+    if (neox_trace_on) neox_trace_complete_at(neox_comm_op_name(op), c->name, neox_now() - seconds, seconds, (double)bytes, 0);
     c->stats.calls[op]++;
     c->stats.bytes[op] += (int64_t)bytes;
     c->stats.sent[op] += (int64_t)(sent_bytes(c, op, bytes) + 0.5);
@@ -524,6 +527,7 @@ void neox_wait(neox_request *req) {
         neox_comm_wait_mpi(req->comm, &req->mpi, req->op);
     }
     double seconds = neox_now() - t0;
+    if (neox_trace_on) neox_trace_complete_at(neox_comm_op_name(req->op), req->comm->name, t0, seconds, -1, 1);
     req->comm->stats.seconds[req->op] += seconds;
     req->comm->stats.sizes[req->op][req->size_row].seconds += seconds;
     req->active = 0;

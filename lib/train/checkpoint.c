@@ -235,7 +235,9 @@ int neox_train_save(neox_trainer *t, neox_error *err) {
     double start = neox_now();
     neox_train_offload_settle(t);
     char *dir = neox_ckpt_dir(t->save_dir, t->state.iteration);
+    neox_range_push("checkpoint save");
     int rc = save_phases(t, dir, err);
+    neox_range_pop();
     if (rc == 0) {
         t->last_saved = t->state.iteration;
         if (t->rank0 && !t->opts.quiet) neox_info("saved checkpoint %s in %.2f s", dir, neox_now() - start);

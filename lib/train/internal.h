@@ -234,12 +234,27 @@ typedef struct neox_memory_plan {
                          // the host copies of the weights and gradients it updates)
 } neox_memory_plan;
 void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p);
+// The plan by owner: fn gets each owner's name and its bytes by region (the trainer's own buffers,
+// then each part's); the plan is their sum, so a snapshot and the plan cannot disagree.
+typedef void (*neox_memory_owner_fn)(void *ctx, const char *owner, const neox_memory_plan *bytes);
+void neox_train_memory_owners(const neox_trainer *t, neox_memory_owner_fn fn, void *ctx);
+// memory_profiling: this rank's snapshot after the step just counted, as
+// DIR/memory_snapshot_rankR_iterN.json (docs/metrics.md, "Profiling a run").
+int neox_train_write_memory_snapshot(const neox_trainer *t, const char *dir, neox_error *err);
 // At start-up (a collective): every rank's plan, printed by rank 0 and written to log_dir/memory_plan.json.
 void neox_train_report_memory_plan(const neox_trainer *t);
 // At each log (a collective): the measured peaks as metrics gauges, rank 0's and the largest rank's.
 void neox_train_memory_gauges(neox_trainer *t);
 // At the end (a collective): every rank's measured peaks and planned total in log_dir/memory_peaks.json.
 int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err);
+
+// ---- profile (profile.c) -------------------------------------------------------------------------
+// Around each step of the loop: the step's range, the window's capture started before its first step
+// and its trace written after its last, memory_profiling's snapshots; finish writes a trace whose
+// window the run ended inside.
+void neox_train_profile_begin_step(neox_trainer *t);
+int neox_train_profile_end_step(neox_trainer *t, neox_error *err);
+int neox_train_profile_finish(neox_trainer *t, neox_error *err);
 
 // ---- ZeRO stage 3 (zero3.c) -------------------------------------------------------------------
 // (A trainer part: set-up, start, free, memory, report and the passes' begin_pass and end_pass are
@@ -434,7 +449,9 @@ void neox_train_parts_start(neox_trainer *t);
 void neox_train_parts_free(neox_trainer *t);
 int neox_train_parts_save(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_state, neox_error *err);
 int neox_train_parts_load(neox_trainer *t, const neox_part_loading *from, neox_error *err);
-void neox_train_parts_memory(const neox_trainer *t, neox_memory_plan *plan);
+// Each part's bytes in the memory plan, one call of fn per part with a memory hook (its name, and what
+// the hook adds to each region: a part may move bytes between regions, so an entry may be negative).
+void neox_train_parts_memory(const neox_trainer *t, neox_memory_owner_fn fn, void *ctx);
 void neox_train_parts_report(neox_trainer *t, json_t *doc);
 // A report hook's per-rank numbers (a collective over the world): every rank's `size` bytes of mine,
 // rank-major (the caller frees), and doc's "ranks" array on rank 0 (NULL elsewhere).

@@ -146,7 +146,8 @@ static int flush_late(neox_trainer *t, neox_error *err) {
 static int step_and_log(neox_trainer *t, neox_error *err) {
     neox_step_result r;
     int64_t waits = neox_host_waits();
-    if (neox_train_step(t, &r, err) != 0) return -1;
+    neox_train_profile_begin_step(t);
+    if (neox_train_step(t, &r, err) != 0 || neox_train_profile_end_step(t, err) != 0) return -1;
     if (neox_profile_inner()) neox_profile_note_step_host_waits(neox_host_waits() - waits);
     if (record_settled(t, err) != 0) return -1;
     if (!r.pending) return record_step(t, &r, err);
@@ -201,9 +202,10 @@ static int finish(neox_trainer *t, neox_error *err) {
     return 0;
 }
 
-// The end-of-run reports (collectives): communication, then every rank's memory peaks.
+// The end-of-run reports (collectives): a profile's trace if its window is still open,
+// communication, then every rank's memory peaks.
 static int write_reports(neox_trainer *t, neox_error *err) {
-    if (neox_train_write_comm_report(t, err) != 0) return -1;
+    if (neox_train_profile_finish(t, err) != 0 || neox_train_write_comm_report(t, err) != 0) return -1;
     return neox_train_write_memory_peaks(t, err);
 }
 

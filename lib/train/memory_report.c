@@ -1,29 +1,58 @@
 // memory_report.c: what a training run says of its memory — the plan of every rank by region at
 // start-up (the trainer's own buffers here, each registered part's added by its memory hook) (the "memory of rank N" lines, log_dir/memory_plan.json), the measured peaks as gauges
 // of the metrics at each log (rank 0's own and the largest of any rank), and every rank's measured
-// peak beside its plan at the end (log_dir/memory_peaks.json).
+// peak beside its plan at the end (log_dir/memory_peaks.json); under memory_profiling, a rank's
+// snapshot of its plan by owner beside its measured peak after each profiled step.
 // The reductions and gathers of measured peaks are bookkeeping: they honour comm_timeout_seconds
 // but are not counted by the communication accounting (whose per-step bytes the tests predict).
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
+// The regions as the start-up line, memory_plan.json and a memory snapshot name them, in the
+// order of neox_memory_plan's fields.
+static const char *const region_names[] = {"parameters", "16-bit copies", "gradients", "optimizer", "activations",
+                                           "communication", "offloaded"};
+enum { REGIONS = sizeof(neox_memory_plan) / sizeof(double) };
+_Static_assert(sizeof region_names / sizeof *region_names == REGIONS, "a name for every region");
+
+static void own(neox_memory_owner_fn fn, void *ctx, const char *owner, int region, double bytes) {
+    neox_memory_plan p = {0};
+    ((double *)&p)[region] = bytes;
+    fn(ctx, owner, &p);
+}
+
+enum { PARAMS, PARAMS16, GRADS, OPTIMIZER, ACTIVATIONS, COMM, OFFLOADED };
+
+void neox_train_memory_owners(const neox_trainer *t, neox_memory_owner_fn fn, void *ctx) {
     const neox_model *m = t->model;
-    memset(p, 0, sizeof *p);
     // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies.
-    p->params = (double)m->num_floats * 4;
-    p->params16 = m->param16 ? (double)m->num_floats * 2 : 0;
-    p->optimizer = (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim);
-    p->activations = (double)neox_model_activation_bytes(m);
-    p->offloaded = (double)neox_model_host_recompute_bytes(m);  // checkpoint_in_cpu's layer inputs
+    own(fn, ctx, "model parameters", PARAMS, (double)m->num_floats * 4);
+    own(fn, ctx, "model 16-bit copies", PARAMS16, m->param16 ? (double)m->num_floats * 2 : 0);
+    own(fn, ctx, "optimizer state", OPTIMIZER,
+        (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim));
+    own(fn, ctx, "activation plan", ACTIVATIONS, (double)neox_model_activation_bytes(m));
+    own(fn, ctx, "layer inputs on the host (checkpoint_in_cpu)", OFFLOADED, (double)neox_model_host_recompute_bytes(m));
     // The collectives' own temporaries on the host (MPI): the partitions' all-gather after the
     // update (stages 1, 2; the exchange adds its buckets' own).
-    p->comm += (double)neox_train_gather_scratch_bytes(t);
-    if (t->pipe_grad_send) p->comm += (double)t->rows * t->seq_length * m->desc.hidden_size * 4;
+    own(fn, ctx, "partition all-gather scratch", COMM, (double)neox_train_gather_scratch_bytes(t));
+    own(fn, ctx, "pipeline gradient send", COMM,
+        t->pipe_grad_send ? (double)t->rows * t->seq_length * m->desc.hidden_size * 4 : 0);
     // (The gradients and their communication: the exchange's part; ZeRO-3, the offload, the
     // reference model: theirs.)
-    neox_train_parts_memory(t, p);
+    neox_train_parts_memory(t, fn, ctx);
+}
+
+static void add_owner(void *ctx, const char *owner, const neox_memory_plan *bytes) {
+    (void)owner;
+    double *sum = ctx;
+    for (int i = 0; i < REGIONS; i++) sum[i] += ((const double *)bytes)[i];
+}
+
+void neox_train_memory_plan(const neox_trainer *t, neox_memory_plan *p) {
+    memset(p, 0, sizeof *p);
+    neox_train_memory_owners(t, add_owner, p);
 }
 
 // DIR/NAME, atomically, from DOC (taken); flags are jansson's beyond the indent.
@@ -40,16 +69,13 @@ static int write_report(const char *dir, const char *name, json_t *doc, size_t f
 // The plan of every rank in exact bytes, as log_dir/memory_plan.json (rank 0, with log_dir set):
 // {"ranks": [{"parameters": B, ..., "offloaded": B}, ...]}, regions named as the start-up line names them.
 static int write_memory_plan(const neox_trainer *t, const double *all, int n, neox_error *err) {
-    static const char *names[] = {"parameters", "16-bit copies", "gradients", "optimizer", "activations",
-                                  "communication", "offloaded"};
-    enum { REGIONS = sizeof(neox_memory_plan) / sizeof(double) };
-    _Static_assert(sizeof names / sizeof *names == REGIONS, "a name for every region");
     const char *dir = neox_config_str(t->cfg, log_dir);
     if (!t->rank0 || !dir) return 0;
     json_t *ranks = json_array();
     for (int r = 0; r < n; r++) {
         json_t *rank = json_object();
-        for (int i = 0; i < REGIONS; i++) json_object_set_new(rank, names[i], json_integer((json_int_t)all[REGIONS * r + i]));
+        for (int i = 0; i < REGIONS; i++)
+            json_object_set_new(rank, region_names[i], json_integer((json_int_t)all[REGIONS * r + i]));
         json_array_append_new(ranks, rank);
     }
     return write_report(dir, "memory_plan.json", json_pack("{s:o}", "ranks", ranks), 0, err);
@@ -60,7 +86,6 @@ static int write_memory_plan(const neox_trainer *t, const double *all, int n, ne
 void neox_train_report_memory_plan(const neox_trainer *t) {
     neox_memory_plan plan;
     neox_train_memory_plan(t, &plan);
-    enum { REGIONS = sizeof plan / sizeof(double) };
     double mine[REGIONS];
     memcpy(mine, &plan, sizeof mine);
     int n = t->grid->world_size;
@@ -124,7 +149,6 @@ static int write_memory_peaks(const neox_trainer *t, const double *all, int n, n
 int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err) {
     neox_memory_plan plan;
     neox_train_memory_plan(t, &plan);
-    enum { REGIONS = sizeof plan / sizeof(double) };
     const double *region = (const double *)&plan;
     double mine[3];
     measured_peaks(t, mine);
@@ -136,4 +160,74 @@ int neox_train_write_memory_peaks(const neox_trainer *t, neox_error *err) {
     int rc = write_memory_peaks(t, all, n, err);
     free(all);
     return rc;
+}
+
+// ---- memory_profiling's snapshot ----------------------------------------------------------------
+
+// The owners of a snapshot, one entry per (owner, region) with bytes, and the regions' sums.
+typedef struct snapshot_owners {
+    const neox_trainer *t;
+    json_t *owners;
+    double regions[REGIONS];
+} snapshot_owners;
+
+// Where a region's bytes live: the host for offloaded state, host temporaries of MPI and every byte
+// of a backend without a device; otherwise the device.
+static const char *memory_of(const neox_trainer *t, const char *owner, int region) {
+    int host = !t->be->on_device || region == OFFLOADED || !strcmp(owner, "partition all-gather scratch");
+    return host ? "host" : "device";
+}
+
+static void snapshot_owner(void *ctx, const char *owner, const neox_memory_plan *bytes) {
+    snapshot_owners *s = ctx;
+    for (int i = 0; i < REGIONS; i++) {
+        double b = ((const double *)bytes)[i];
+        if (b == 0) continue;
+        s->regions[i] += b;
+        json_array_append_new(s->owners, json_pack("{s:s, s:s, s:I, s:s}", "owner", owner, "region", region_names[i],
+                                                   "bytes", (json_int_t)b, "memory", memory_of(s->t, owner, i)));
+    }
+}
+
+static int larger_first(const void *a, const void *b) {
+    json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "bytes"));
+    json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "bytes"));
+    return (x < y) - (x > y);
+}
+
+// The peak: the plan holds every byte it names from start-up to the end (decision 3), so the owners
+// of the measured peak are the plan's largest; what the measurement holds beyond the plan is
+// unplanned (libraries, scratch, the host's own).
+static json_t *peak_json(const neox_trainer *t, json_t *owners, double planned) {
+    double measured = t->be->on_device ? (double)t->be->peak_bytes() : (double)neox_peak_rss_bytes();
+    size_t n = json_array_size(owners);
+    json_t **sorted = neox_malloc((n ? n : 1) * sizeof *sorted);
+    for (size_t i = 0; i < n; i++) sorted[i] = json_array_get(owners, i);
+    qsort(sorted, n, sizeof *sorted, larger_first);
+    json_t *largest = json_array();
+    for (size_t i = 0; i < n && i < 5; i++) json_array_append(largest, sorted[i]);
+    free(sorted);
+    return json_pack("{s:s, s:I, s:I, s:I, s:o}", "measured", t->be->on_device ? "device_peak_bytes" : "peak_rss_bytes",
+                     "measured_bytes", (json_int_t)measured, "planned_bytes", (json_int_t)planned, "unplanned_bytes",
+                     (json_int_t)(measured - planned), "owners", largest);
+}
+
+int neox_train_write_memory_snapshot(const neox_trainer *t, const char *dir, neox_error *err) {
+    snapshot_owners s = {.t = t, .owners = json_array()};
+    neox_train_memory_owners(t, snapshot_owner, &s);
+    json_t *regions = json_object();
+    double planned = 0;
+    for (int i = 0; i < REGIONS; i++) {
+        json_object_set_new(regions, region_names[i], json_integer((json_int_t)s.regions[i]));
+        planned += s.regions[i];
+    }
+    json_t *measured = json_pack("{s:I}", "peak_rss_bytes", (json_int_t)neox_peak_rss_bytes());
+    if (t->be->on_device) json_object_set_new(measured, "device_peak_bytes", json_integer((json_int_t)t->be->peak_bytes()));
+    json_t *doc = json_pack("{s:I, s:i, s:s, s:o, s:I, s:o, s:o, s:o}", "iteration", (json_int_t)t->state.iteration,
+                            "rank", t->grid->world_rank, "backend", t->be->name, "regions", regions, "planned_bytes",
+                            (json_int_t)planned, "owners", s.owners, "measured", measured, "peak",
+                            peak_json(t, s.owners, planned));
+    char name[96];
+    snprintf(name, sizeof name, "memory_snapshot_rank%d_iter%lld.json", t->grid->world_rank, (long long)t->state.iteration);
+    return write_report(dir, name, doc, JSON_PRESERVE_ORDER, err);
 }

@@ -19,6 +19,7 @@ extern const neox_train_part neox_train_exchange_part;      // grad_exchange.c
 extern const neox_train_part neox_train_comm_log_part;      // comm_log.c
 extern const neox_train_part neox_train_param_norm_part;    // param_norm.c
 extern const neox_train_part neox_train_eval_tasks_part;    // evaluation.c
+extern const neox_train_part neox_train_profile_part;       // profile.c
 
 static const neox_train_part *const parts[] = {
     &neox_train_loss_scaler_part,
@@ -31,6 +32,7 @@ static const neox_train_part *const parts[] = {
     &neox_train_comm_log_part,
     &neox_train_param_norm_part,
     &neox_train_eval_tasks_part,
+    &neox_train_profile_part,
 };
 enum { NPARTS = sizeof parts / sizeof parts[0] };
 _Static_assert((int)NPARTS <= (int)NEOX_TRAIN_MAX_PARTS, "a state slot for every part");
@@ -104,9 +106,13 @@ int neox_train_parts_load(neox_trainer *t, const neox_part_loading *from, neox_e
     return 0;
 }
 
-void neox_train_parts_memory(const neox_trainer *t, neox_memory_plan *plan) {
-    for (int i = 0; i < NPARTS; i++)
-        if (parts[i]->memory) parts[i]->memory(t, plan);
+void neox_train_parts_memory(const neox_trainer *t, neox_memory_owner_fn fn, void *ctx) {
+    for (int i = 0; i < NPARTS; i++) {
+        if (!parts[i]->memory) continue;
+        neox_memory_plan mine = {0};
+        parts[i]->memory(t, &mine);
+        fn(ctx, parts[i]->name, &mine);
+    }
 }
 
 void neox_train_parts_report(neox_trainer *t, json_t *doc) {

@@ -90,7 +90,7 @@ static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
 // the fused loss needs at forward time already.
 static float micro_batch_loss_scale(const neox_trainer *t) { return (float)(t->scaler.scale / t->grad_accum); }
 
-static int forward(pipe_run *r, int64_t k, neox_error *err) {
+static int forward_pass(pipe_run *r, int64_t k, neox_error *err) {
     neox_trainer *t = r->t;
     neox_model *m = t->model;
     neox_grid *g = t->grid;
@@ -133,8 +133,17 @@ static int forward(pipe_run *r, int64_t k, neox_error *err) {
     return 0;
 }
 
+// A micro-batch's forward, a range of a profile's trace.
+static int forward(pipe_run *r, int64_t k, neox_error *err) {
+    neox_range_pushf("micro-batch %lld forward", (long long)k);
+    int rc = forward_pass(r, k, err);
+    neox_range_pop();
+    return rc;
+}
+
 static void backward(pipe_run *r, int k, int M) {
     neox_trainer *t = r->t;
+    neox_range_pushf("micro-batch %d backward", k);
     neox_model *m = t->model;
     neox_grid *g = t->grid;
     size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
@@ -153,6 +162,7 @@ static void backward(pipe_run *r, int k, int M) {
         neox_isend(&g->pipe, t->pipe_grad_send, NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_GRADIENT), &r->grad_send);
     }
     neox_train_after_backward(t);
+    neox_range_pop();
 }
 
 static void finish_sends(pipe_run *r) {

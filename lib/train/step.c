@@ -192,6 +192,7 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     *out = (neox_step_result){0};
     out->iteration = t->state.iteration + 1;
     out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);
+    neox_range_push("optimizer");
     if (t->late) {
         late_step(t, out, scale);
         out->pending = 1;
@@ -203,6 +204,7 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
         if (neox_train_parts_after_update(t, out, err) != 0) return -1;
         out->loss_scale = t->scaler.scale;  // after the update, as GPT-NeoX logs optimizer.cur_scale
     }
+    neox_range_pop();
     t->state.iteration++;
     t->state.train_position = neox_batch_iterator_position(&t->train_it);
     neox_train_parts_end_step(t);

@@ -1,6 +1,6 @@
 # tests/tools/config_reads.sh: no key marked used in the schema goes unread. The four tools run on
 # small configs that between them set every used key and sub-key (training with fp16 and the
-# communication logger, a resume, two data-parallel ranks under ZeRO, evaluation, generation, export),
+# communication logger, a resume, two data-parallel ranks under ZeRO, profiling, evaluation, generation, export),
 # with NEOX_CONFIG_READS recording each key the config layer hands out; config_reads_check.py then fails
 # for any used key of lib/config/schema_gen.c that no run read.
 source tests/lib.sh
@@ -37,9 +37,10 @@ ROPE='"rope_scaling": {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "
 config dp2 llama 2 1 4 ", $ZERO, $EXTRA, $ROPE, \"use_bias_in_attn_output\": false, \"communication_data_type\": \"bf16\", \"fp32_allreduce\": false,
   \"gradient_predivide_factor\": 1.0"
 check "train: 2 data-parallel ranks under ZeRO-1" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/dp2.yml"
-config psgd neox 2 1 3 ', "gradient_compression": "powersgd", "gradient_compression_rank": 2, "gradient_compression_start": 1,
-  "sliding_window_width": 3'
-check "train: 2 data-parallel ranks with PowerSGD and a sliding window" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/psgd.yml"
+config psgd neox 2 1 3 ", \"gradient_compression\": \"powersgd\", \"gradient_compression_rank\": 2, \"gradient_compression_start\": 1,
+  \"sliding_window_width\": 3, \"profile\": true, \"profile_step_start\": 1, \"profile_step_stop\": 2,
+  \"memory_profiling\": true, \"memory_profiling_path\": \"$T/psgd/memory\""
+check "train: 2 data-parallel ranks with PowerSGD, a sliding window and profiling" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/psgd.yml"
 echo '{"iteration": 1, "scheme": "bf16"}' >"$T/decisions.jsonl"
 config adaptive neox 2 1 3 ", \"gradient_compression\": \"adaptive\", \"gradient_compression_interval\": 2,
   \"gradient_compression_replay\": \"$T/decisions.jsonl\""
