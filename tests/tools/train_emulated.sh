@@ -9,8 +9,9 @@
 # metric still in its place (fp32 with clipping and accumulation, bf16, fp16 loss scaling with skips).
 # ZeRO-Offload of the optimizer (offload_optimizer.device cpu, cpu_offload, optimizer.type cpu_adam)
 # runs the optimizer on host copies of the weights and gradients: it must train bit for bit as
-# without offload, checkpoints must move between offloaded and not offloaded runs, and NVMe, a
-# partial offload (ratio) and cpu_torch_adam are refused by name.
+# without offload (so must GPT-NeoX's cpu_torch_adam, which builds the same CPU Adam), checkpoints
+# must move between offloaded and not offloaded runs, and NVMe and a partial offload (ratio) are
+# refused by name.
 source tests/lib.sh
 
 char_shakespeare "neox-train emulated device" || exit 0
@@ -94,13 +95,16 @@ check "1-bit Adam: emulated device equals the CPU bit for bit" $LIB same "$T/cpu
 
 # ZeRO-Offload of the optimizer, against emu-fp32 (the same run without offload).
 CPU_ADAM="\"optimizer\": {\"type\": \"cpu_adam\", $PARAMS}"
+CPU_TORCH_ADAM="\"optimizer\": {\"type\": \"cpu_torch_adam\", $PARAMS}"
 DEVICE=', "zero_optimization": {"offload_optimizer": {"device": "cpu", "pin_memory": true}}'
 OLD=', "zero_optimization": {"cpu_offload": true}'
 
 check "emulated without offload: the optimizer stays on the device" bash -c "grep -q 'ZeRO stage 0' '$T/emu-fp32.out' && ! grep -q 'optimizer offloaded' '$T/emu-fp32.out'"
-for name in cpu_adam device_cpu cpu_offload; do
+for name in cpu_adam cpu_torch_adam device_cpu cpu_offload; do
     extra="" opt=""
-    case $name in cpu_adam) opt=$CPU_ADAM ;; device_cpu) extra=$DEVICE ;; cpu_offload) extra=$OLD ;; esac
+    case $name in
+    cpu_adam) opt=$CPU_ADAM ;; cpu_torch_adam) opt=$CPU_TORCH_ADAM ;; device_cpu) extra=$DEVICE ;; cpu_offload) extra=$OLD ;;
+    esac
     check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra" "$opt"
     check "$name: the optimizer is offloaded" grep -q "ZeRO stage 0, optimizer offloaded to the host" "$T/emu-$name.out"
     check "$name: equals the run without offload bit for bit" $LIB same "$T/emu-fp32/metrics.jsonl" \
@@ -185,5 +189,3 @@ check_fails "offload to NVMe is refused by name" 2 "zero_optimization.offload_op
     run nvme emulated ', "zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}'
 check_fails "a partial offload (ratio) is refused by name" 2 "zero_optimization.offload_optimizer.ratio': partial ZeRO optimizer offload" \
     run ratio emulated ', "zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0.5}}'
-check_fails "cpu_torch_adam is refused by name" 2 "optimizer 'cpu_torch_adam' is not supported by neox.c" \
-    run torch emulated "" "\"optimizer\": {\"type\": \"cpu_torch_adam\", $PARAMS}"
