@@ -1,8 +1,8 @@
 # tests/tools/train_emulated.sh: neox-train's device paths on a machine without a GPU, through the
 # emulated device (compute_backend: emulated, kernels/cpu/emulated.c): the CPU's ops on memory that
 # faults when host code touches it other than through to_host/to_device. Training (fp32 with gradient
-# accumulation and dropout, bfloat16, fp16 with forced overflows, SGD) must equal the CPU backend's bit for
-# bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly;
+# accumulation and dropout, bfloat16, fp16 with forced overflows, SGD, Lion, madgrad_wd) must equal
+# the CPU backend's bit for bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly;
 # so must 1-bit Adam's steps.
 # AdamW's steps there read nothing back while they run (the late read, docs/cuda.md "Host waits in a
 # step"): op_profile.json must count no blocking host wait inside any step, with every log line and
@@ -41,9 +41,11 @@ ALL_KEYS=$KEYS,train/loss_scale,train/skipped_iterations,train/nan_iterations
 PROFILE=', "wall_clock_breakdown": true'
 OVF=', "fp16": {"enabled": true, "initial_scale_power": 26, "loss_scale_window": 5}'
 SGD='"optimizer": {"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}}'
-for spec in "fp32:" "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:"; do
+LION='"optimizer": {"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}'
+MADGRAD='"optimizer": {"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9}}'
+for spec in "fp32:" "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:" "lion:" "madgrad:"; do
     name=${spec%%:*} extra=${spec#*:} opt=$ADAM
-    [ "$name" = sgd ] && opt=$SGD
+    case $name in sgd) opt=$SGD ;; lion) opt=$LION ;; madgrad) opt=$MADGRAD ;; esac
     check "$name: 20 steps on the CPU backend" run "cpu-$name" cpu "$extra" "$opt"
     check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra$PROFILE" "$opt"
     check "$name: emulated device equals the CPU bit for bit" $LIB same "$T/cpu-$name/metrics.jsonl" \
