@@ -249,7 +249,10 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
         neox_config_set_derived_float(cfg, "adam_eps", sub_number(cfg, NEOX_SK_optimizer__params__eps, 1e-8));
         if (onebit && derive_onebit(cfg, err) < 0) return -1;
     } else if (madgrad) {  // GPT-NeoX's madgrad_wd defaults
-        neox_config_set_derived_float(cfg, "madgrad_momentum", sub_number(cfg, NEOX_SK_optimizer__params__momentum, 0.9));
+        double momentum = sub_number(cfg, NEOX_SK_optimizer__params__momentum, 0.9);
+        if (momentum >= 1.0)  // (its p = momentum * p + (1 - momentum) * z would never move)
+            return derive_fail(cfg, err, "optimizer", "params.momentum = %g: madgrad_wd needs a momentum in [0, 1)", momentum);
+        neox_config_set_derived_float(cfg, "madgrad_momentum", momentum);
         neox_config_set_derived_float(cfg, "madgrad_eps", sub_number(cfg, NEOX_SK_optimizer__params__eps, 1e-6));
     } else if (!lion) {
         neox_config_set_derived_float(cfg, "sgd_momentum", sub_number(cfg, NEOX_SK_optimizer__params__momentum, 0.0));
