@@ -126,6 +126,11 @@ extern "C" {
       m, v, segs, nseg, lr, beta1, beta2, eps, step, grad_scale, guard))                                               \
     X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,  \
       float momentum, int first), (param, grad, buf, segs, nseg, lr, momentum, first))                                 \
+    X(void, lion_segments, (float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,   \
+      float beta1, float beta2), (param, grad, m, segs, nseg, lr, beta1, beta2))                                       \
+    X(void, madgrad_segments, (float *param, const float *grad, float *sum_sq, float *s, float *x0,                    \
+      const neox_segment *segs, int nseg, float lr_eps, float lamb, float momentum, float eps, int first), (param,     \
+      grad, sum_sq, s, x0, segs, nseg, lr_eps, lamb, momentum, eps, first))                                            \
     X(void, adam_moments, (float *m, float *v, const float *grad, size_t n, float beta1, float beta2), (m, v, grad, n, \
       beta1, beta2))                                                                                                   \
     X(void, onebit_adam_apply, (float *param, const float *m, const float *v, size_t n, float lr, float eps,           \

@@ -369,6 +369,21 @@ void neox_adamw_segments(float *param, const float *grad, float *m, float *v, co
 // p -= lr * buf (or lr * d without momentum; buf unused then).
 void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,
                        float momentum, int first);
+// Lion (lion-pytorch's update, DeepSpeed's FusedLion's) over each segment: p *= 1 - lr * wd;
+// p -= lr * sign(beta1 * m + (1 - beta1) * g) (sign 0 for 0); then m = beta2 * m + (1 - beta2) * g.
+// param, grad, m: (n) indexed from the segments' origin.
+void neox_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,
+                        float beta1, float beta2);
+// GPT-NeoX's madgrad_wd (MADGRAD, dual averaging with a cube-root denominator, and AdamW-style
+// decoupled weight decay) over each segment; lr_eps: the step's lr + eps (madgrad_wd adds them),
+// lamb = lr_eps * sqrt(step). p *= 1 - lr_eps * wd; then with momentum (x0: the parameters as they
+// were before the first step, stored by it when first = 1)
+//   sum_sq += lamb * g * g; s += lamb * g; z = x0 - s / (cbrt(sum_sq) + eps); p = momentum * p + (1 - momentum) * z
+// and without (x0 unused): p = (p + s / (cbrt(sum_sq) + eps)) - s' / (cbrt(sum_sq') + eps) with the
+// updated sums s', sum_sq'. param, grad, sum_sq, s, x0: (n).
+void neox_madgrad_segments(float *param, const float *grad, float *sum_sq, float *s, float *x0,
+                           const neox_segment *segs, int nseg, float lr_eps, float lamb, float momentum, float eps,
+                           int first);
 // neox_sum_squares over the union of the segments (weight_decay unused), in double.
 double neox_sum_squares_segments(const float *x, const neox_segment *segs, int nseg);
 // The same sum written to *sumsq, one double in the backend's memory: no wait for the host.

@@ -399,6 +399,22 @@ neox_op_cost neox_op_cost_sgd_segments(float *param, const float *grad, float *b
     return bytes_only(F32 * 5.0 * segments_floats(segs, nseg));
 }
 
+// Lion reads param, grad, m and writes param, m.
+neox_op_cost neox_op_cost_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg,
+                                        float lr, float beta1, float beta2) {
+    (void)param, (void)grad, (void)m, (void)lr, (void)beta1, (void)beta2;
+    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg));
+}
+
+// MADGRAD reads param, grad, sum_sq, s (and x0 with momentum) and writes param, sum_sq, s.
+neox_op_cost neox_op_cost_madgrad_segments(float *param, const float *grad, float *sum_sq, float *s, float *x0,
+                                           const neox_segment *segs, int nseg, float lr_eps, float lamb,
+                                           float momentum, float eps, int first) {
+    (void)param, (void)grad, (void)sum_sq, (void)s, (void)x0, (void)lr_eps, (void)lamb, (void)eps;
+    double per = 7.0 + (momentum != 0.0f ? 1.0 + first : 0.0);
+    return bytes_only(F32 * per * segments_floats(segs, nseg));
+}
+
 neox_op_cost neox_op_cost_adam_moments(float *m, float *v, const float *grad, size_t n, float beta1, float beta2) {
     (void)m, (void)grad, (void)beta1, (void)beta2;
     return bytes_only(F32 * (v ? 5.0 : 3.0) * (double)n);
@@ -510,7 +526,8 @@ neox_op_class neox_op_class_of(neox_op_id op) {
         return NEOX_CLASS_LOSS;
     case NEOX_OP_sum_squares: case NEOX_OP_sum_squares_segments: case NEOX_OP_sum_squares_segments_into:
     case NEOX_OP_clip_by_norm: case NEOX_OP_loss_guard: case NEOX_OP_adamw: case NEOX_OP_adamw_segments: case NEOX_OP_sgd_segments:
-    case NEOX_OP_adam_moments: case NEOX_OP_onebit_adam_apply:
+    case NEOX_OP_adam_moments: case NEOX_OP_onebit_adam_apply: case NEOX_OP_lion_segments:
+    case NEOX_OP_madgrad_segments:
         return NEOX_CLASS_OPTIMIZER;
     case NEOX_OP_cast_f32_to_bf16: case NEOX_OP_cast_bf16_to_f32: case NEOX_OP_cast_f32_to_f16:
     case NEOX_OP_cast_f16_to_f32:

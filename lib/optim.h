@@ -1,5 +1,5 @@
 // optim.h: what updates the parameters, stepped by the trainer once per iteration and checkpointed:
-// the optimizers (AdamW, SGD, 1-bit Adam) behind one interface, DeepSpeed's gradient clipping,
+// the optimizers (AdamW, SGD, Lion, MADGRAD, 1-bit Adam) behind one interface, DeepSpeed's gradient clipping,
 // GPT-NeoX's learning-rate schedule (AnnealingLR) and DeepSpeed's dynamic fp16 loss scaler.
 #ifndef NEOX_OPTIM_H
 #define NEOX_OPTIM_H
@@ -16,21 +16,25 @@ typedef struct neox_config neox_config;
 typedef struct neox_onebit neox_onebit;
 typedef struct neox_backend neox_backend;
 
-// ---- optimizers (optimizer.c; one file per optimizer: adamw.c, sgd.c, onebit_adam.c) ------------
+// ---- optimizers (optimizer.c; one file per optimizer: adamw.c, sgd.c, lion.c, madgrad.c, onebit_adam.c)
 // An optimizer updates one contiguous range of the flat parameter buffer (all of it, or under ZeRO
 // a data-parallel partition) from the same range of the gradient buffer, with fp32 state buffers
 // of the same length on the parameters' backend. Adding an optimizer is one file defining its
 // neox_optimizer_type and one row in optimizer.c's table.
-typedef enum { NEOX_OPTIMIZER_ADAM, NEOX_OPTIMIZER_SGD, NEOX_OPTIMIZER_ONEBITADAM, NEOX_OPTIMIZER_COUNT } neox_optimizer_kind;
+typedef enum {
+    NEOX_OPTIMIZER_ADAM, NEOX_OPTIMIZER_SGD, NEOX_OPTIMIZER_ONEBITADAM, NEOX_OPTIMIZER_LION, NEOX_OPTIMIZER_MADGRAD_WD,
+    NEOX_OPTIMIZER_COUNT
+} neox_optimizer_kind;
+enum { NEOX_OPTIMIZER_MAX_STATE = 3 };  // the most state buffers any type keeps
 
 typedef struct neox_optimizer_settings {
     neox_optimizer_kind kind;
-    double beta1, beta2, eps;  // adam, onebitadam
-    double momentum;           // sgd
+    double beta1, beta2, eps;  // adam, onebitadam; lion (betas); madgrad_wd (eps)
+    double momentum;           // sgd, madgrad_wd
     int64_t freeze_step;       // onebitadam: Adam warm-up steps before compression
     double weight_decay;       // (onebitadam: optimizer.params.weight_decay, as DeepSpeed takes it)
     double clip_grad;          // 0: no clipping
-    int host;                  // optimizer.type cpu_adam: Adam (AdamW) run on the host (ZeRO-Offload)
+    int host;                  // optimizer.type cpu_adam, cpu_torch_adam: Adam (AdamW) run on the host (ZeRO-Offload)
 } neox_optimizer_settings;
 
 typedef struct neox_optimizer neox_optimizer;
@@ -38,7 +42,10 @@ typedef struct neox_optimizer neox_optimizer;
 typedef struct neox_optimizer_type {
     const char *name;              // optimizer.type (compared case-insensitively), as checkpoints record it
     int nstate;                    // fp32 state buffers, each as long as the range updated
-    const char *state_names[2];    // their names in checkpoints
+    const char *state_names[NEOX_OPTIMIZER_MAX_STATE];  // their names in checkpoints
+    // Whether DeepSpeed's ZeRO counts the optimizer as tested (its ZERO_SUPPORTED_OPTIMIZERS): under
+    // ZeRO any other needs zero_allow_untested_optimizer.
+    int zero_tested;
     int scales_grads;              // step multiplies each gradient by neox_optimizer.grad_scale as it reads it
     // Reads the optimizer's own settings from the config (the common ones are read already).
     void (*read)(const neox_config *cfg, neox_optimizer_settings *s);
@@ -53,7 +60,7 @@ struct neox_optimizer {
     neox_optimizer_settings s;
     const neox_backend *be;
     size_t n;                      // elements updated
-    float *state[2];               // type->nstate buffers of n floats on be
+    float *state[NEOX_OPTIMIZER_MAX_STATE];  // type->nstate buffers of n floats on be
     // 1-bit Adam under data parallelism: the compressed all-reduce that averages the momentum in the
     // compression phase (the trainer makes it; NULL on one rank).
     neox_onebit *momentum_allreduce;
@@ -66,13 +73,16 @@ struct neox_optimizer {
     float grad_scale;
 };
 
-extern const neox_optimizer_type neox_optimizer_adamw, neox_optimizer_sgd, neox_optimizer_onebit_adam;
+extern const neox_optimizer_type neox_optimizer_adamw, neox_optimizer_sgd, neox_optimizer_onebit_adam,
+    neox_optimizer_lion, neox_optimizer_madgrad_wd;
 const neox_optimizer_type *neox_optimizer_type_of(neox_optimizer_kind kind);
-// The type a checkpoint's run state names ("adam", "sgd", "onebitadam"); NULL for another name.
+// The type a checkpoint's run state names ("adam", "sgd", "onebitadam", "lion", "madgrad_wd"); NULL
+// for another name.
 const neox_optimizer_type *neox_optimizer_type_named(const char *name);
 
 // The optimizer the config names (optimizer.type, its params and the top-level keys GPT-NeoX
-// derives from them). Refuses an unknown type naming it.
+// derives from them). Refuses an unknown type naming it, and under ZeRO (zero_optimization.stage
+// above 0) a type DeepSpeed's ZeRO has not tested unless zero_allow_untested_optimizer is set.
 int neox_optimizer_read_settings(const neox_config *cfg, neox_optimizer_settings *s, neox_error *err);
 // State buffers zeroed on be for n elements.
 neox_optimizer *neox_optimizer_make(const neox_optimizer_settings *s, const neox_backend *be, size_t n);

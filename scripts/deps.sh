@@ -137,4 +137,18 @@ PY
   printf '%s\n' "$lm_want" >"$lm_stamp"
 fi
 
+# The optimizer oracles (tests/oracle/test_optimizers.py): the PyPI packages GPT-NeoX builds its
+# optimizers from. Without their dependencies, as lm-eval above (they ask for a torch newer than pip
+# counts Debian's 1.13.0a0); torch-optimizer 0.2.0 is the last release with SM3, and its import needs
+# pytorch-ranger. The import is checked, so a broken install fails here and not in a test.
+OPTIM_ORACLES=(torch-optimizer==0.2.0 pytorch-ranger==0.1.1 madgrad==1.3 lion-pytorch==0.2.3)
+optim_stamp=.venv/.neox-deps-optim
+optim_want=$(printf '%s\n' "${OPTIM_ORACLES[@]}")
+if [ "$(cat "$optim_stamp" 2>/dev/null)" != "$optim_want" ]; then
+  echo "make deps: installing the optimizer oracles into .venv (${OPTIM_ORACLES[*]})"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${OPTIM_ORACLES[@]}"
+  .venv/bin/python -c 'from torch_optimizer.sm3 import SM3; from madgrad import MADGRAD; from lion_pytorch import Lion'
+  printf '%s\n' "$optim_want" >"$optim_stamp"
+fi
+
 install_cudnn_frontend

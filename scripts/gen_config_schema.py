@@ -65,6 +65,10 @@ OWN_KEYS = [
     ("neox.c", "onebitadam_freeze_step", "INT", None, None, 1, None, None),
     ("neox.c", "onebitadam_weight_decay", "FLOAT", None, None, 1, None, None),
     ("neox.c", "sgd_momentum", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "lion_beta1", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "lion_beta2", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "madgrad_momentum", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "madgrad_eps", "FLOAT", None, None, 1, None, None),
     ("neox.c", "data_cache_dir", "STR", None, None, 0, None, None),
     ("neox.c", "eval_data_dir", "STR", "data/eval", None, 0, None, None),
     ("neox.c", "eval_task_limit", "INT", "0", None, 0, 0, float("inf")),
@@ -144,7 +148,7 @@ SUPPORTED = {
     "pos_emb": ("learned|rotary|none|alibi", "position embedding"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
-    "optimizer_type": ("adam|onebitadam|sgd|cpu_adam", "optimizer"),
+    "optimizer_type": ("adam|onebitadam|cpu_adam|cpu_torch_adam|madgrad_wd|sgd|lion", "optimizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "dataset_impl": ("gpt2|pairwise", "dataset (online data is REINFORCE's)"),
     "train_impl": ("normal|dpo|kto|rm", "post-training method"),
@@ -274,7 +278,7 @@ for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "5"), ("pin_
 
 SUBKEYS += [
     sub("optimizer.type", "CHOICE", "adam", choices="adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion",
-        supported="adam|onebitadam|sgd|cpu_adam", feature="optimizer"),
+        supported="adam|onebitadam|cpu_adam|cpu_torch_adam|madgrad_wd|sgd|lion", feature="optimizer"),
     sub("optimizer.params", "DICT", None),
     sub("optimizer.params.lr", "FLOAT", None, lo=0, hi=10),  # as lr (RANGES)
     sub("optimizer.params.betas", "LIST", None),
@@ -313,8 +317,10 @@ SUBKEYS += [sub("comms_logger." + n, t, d) for n, t, d in COMMS_LOGGER]
 SUBKEYS.append(sub("deepspeed_extra_args.comms_logger", "DICT", None))
 SUBKEYS += [sub("deepspeed_extra_args.comms_logger." + n, t, d) for n, t, d in COMMS_LOGGER]
 SUBKEYS += [sub("deepspeed_extra_args." + n, "ANY", None, "IGNORED")
-            for n in ("zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "memory_breakdown",
+            for n in ("zero_force_ds_cpu_optimizer", "memory_breakdown",
                       "dump_state", "timers")]
+# DeepSpeed's engine refuses an optimizer its ZeRO was not tested with unless this is set (lib/optim).
+SUBKEYS.append(sub("deepspeed_extra_args.zero_allow_untested_optimizer", "BOOL", "false"))
 # (the refusals of NeoXArgsDeepspeedConfig's keys inside deepspeed_extra_args: subkey_rows)
 
 # DeepSpeed features with no meaning here, each with its documented sub-keys (all ignored).

@@ -3,12 +3,13 @@
 # $T/NAME.yml training on $T/docs_text_document with logs in $T/NAME/log, checkpoints in $T/NAME/ckpt;
 # train_layout NAME RANKS trains it.
 # LAYERS (default 4), CKPT_FACTOR (default 10), EVAL_INTERVAL (default 10), POS_EMB (default rotary; neox kind), NORM (default layernorm;
-# neox kind), VOCAB_DIVISOR
+# neox kind), OPTIMIZER (the optimizer key's JSON, default Adam with lr 0.003), VOCAB_DIVISOR
 # (make_vocab_size_divisible_by, default 64) and DATA_KEYS (the data and tokenizer keys, default the
 # character-level $T/docs_text_document) change those keys.
 # config NAME KIND MICRO ACCUM ITERS EXTRA: KIND neox (layernorm, gelu, parallel residual, tied) or llama.
 config() {
-    local arch data='"data_path": "'"$T"'/docs_text_document", "tokenizer_type": "CharLevelTokenizer"'
+    local arch optimizer='{"type": "Adam", "params": {"lr": 0.003}}' data='"data_path": "'"$T"'/docs_text_document", "tokenizer_type": "CharLevelTokenizer"'
+    [ -n "${OPTIMIZER:-}" ] && optimizer=$OPTIMIZER
     [ -n "${DATA_KEYS:-}" ] && data=$DATA_KEYS  # (set here: a default inside ${...:-} in a heredoc loses its quotes)
     if [ "$2" = neox ]; then
         arch='"norm": "'"${NORM:-layernorm}"'", "activation": "gelu", "gpt_j_residual": true, "pos_emb": "'"${POS_EMB:-rotary}"'", "rotary_pct": 0.5'
@@ -20,7 +21,7 @@ config() {
 {
   "num_layers": ${LAYERS:-4}, "hidden_size": 32, "num_attention_heads": 4, "seq_length": 32, "max_position_embeddings": 32,
   $arch, "make_vocab_size_divisible_by": ${VOCAB_DIVISOR:-64},
-  "optimizer": {"type": "Adam", "params": {"lr": 0.003}}, "lr_decay_style": "cosine", "warmup": 0.1,
+  "optimizer": $optimizer, "lr_decay_style": "cosine", "warmup": 0.1,
   "clip_grad": 1.0, "weight_decay": 0.01,
   "train_micro_batch_size_per_gpu": $3, "gradient_accumulation_steps": $4,
   "train_iters": $5, "eval_interval": ${EVAL_INTERVAL:-10}, "eval_iters": 2, "log_interval": 1,

@@ -1,4 +1,5 @@
-// optimizer.c: the optimizer's elementwise kernels: squared norms for clipping, scaling, AdamW, SGD, 1-bit Adam.
+// optimizer.c: the optimizer's elementwise kernels: squared norms for clipping, scaling, AdamW, SGD, Lion,
+// MADGRAD, 1-bit Adam.
 #include <math.h>
 #include <stddef.h>
 
@@ -105,6 +106,52 @@ void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_s
             }
             param[i] -= lr * d;
         }
+    }
+}
+
+// The decay factor 1 - lr * wd as torch forms it: in double, then rounded to the tensor's float.
+static float decay_factor(float lr, float weight_decay) { return (float)(1.0 - (double)lr * weight_decay); }
+
+void neox_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,
+                        float beta1, float beta2) {
+    float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
+    for (int s = 0; s < nseg; s++) {
+        float decay = decay_factor(lr, segs[s].weight_decay);
+        #pragma omp parallel for simd if (segs[s].end - segs[s].begin >= NEOX_PARALLEL_MIN_ELEMS)
+        for (size_t i = segs[s].begin; i < segs[s].end; i++) {
+            float c = beta1 * m[i] + omb1 * grad[i];
+            float sign = (float)((c > 0.0f) - (c < 0.0f));
+            param[i] = param[i] * decay + -lr * sign;
+            m[i] = beta2 * m[i] + omb2 * grad[i];
+        }
+    }
+}
+
+// The denominator of MADGRAD's step: the cube root as torch's pow(x, 1/3) takes it (the exponent
+// rounded to float), plus eps.
+static inline float madgrad_rms(float sum_sq, float eps) { return powf(sum_sq, 1.0f / 3.0f) + eps; }
+
+static void madgrad_segment(float *param, const float *grad, float *sum_sq, float *s, float *x0, size_t begin,
+                            size_t end, float decay, float lamb, float momentum, float eps, int first) {
+    float ck = (float)(1.0 - (double)momentum);
+    #pragma omp parallel for if (end - begin >= NEOX_PARALLEL_MIN_ELEMS)
+    for (size_t i = begin; i < end; i++) {
+        if (momentum != 0.0f && first) x0[i] = param[i];  // (before the decay, as madgrad_wd clones it)
+        float p = decay != 1.0f ? param[i] * decay : param[i], g = grad[i];
+        float origin = momentum != 0.0f ? x0[i] : p + s[i] / madgrad_rms(sum_sq[i], eps);
+        sum_sq[i] = sum_sq[i] + lamb * g * g;
+        s[i] = s[i] + lamb * g;
+        float z = origin + -s[i] / madgrad_rms(sum_sq[i], eps);
+        param[i] = momentum != 0.0f ? p * momentum + ck * z : z;
+    }
+}
+
+void neox_madgrad_segments(float *param, const float *grad, float *sum_sq, float *s, float *x0,
+                           const neox_segment *segs, int nseg, float lr_eps, float lamb, float momentum, float eps,
+                           int first) {
+    for (int k = 0; k < nseg; k++) {
+        float wd = segs[k].weight_decay, decay = wd != 0.0f ? decay_factor(lr_eps, wd) : 1.0f;
+        madgrad_segment(param, grad, sum_sq, s, x0, segs[k].begin, segs[k].end, decay, lamb, momentum, eps, first);
     }
 }
 

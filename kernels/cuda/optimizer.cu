@@ -1,9 +1,10 @@
-// optimizer.cu: AdamW and the squared gradient norm on the GPU. The segmented forms cover every
-// parameter of the local state in one launch (plus one for the norm's final sum): a thread walks
-// flat positions of the concatenated segments and finds its segment from a small table in device
-// memory. AdamW uses explicitly rounded operations (no fused multiply-adds), in kernels/cpu/
-// optimizer.c's order, so its update equals the CPU's bit for bit. Norms are summed in double in
-// an order fixed by n alone (grid-stride partials per block, then the blocks in order).
+// optimizer.cu: AdamW, SGD, Lion, MADGRAD, 1-bit Adam and the squared gradient norm on the GPU.
+// AdamW's and the norm's segmented forms cover every parameter of the local state in one launch
+// (plus one for the norm's final sum): a thread walks flat positions of the concatenated segments
+// and finds its segment from a small table in device memory; the others launch once per segment.
+// AdamW uses explicitly rounded operations (no fused multiply-adds), in kernels/cpu/optimizer.c's
+// order, so its update equals the CPU's bit for bit. Norms are summed in double in an order fixed
+// by n alone (grid-stride partials per block, then the blocks in order).
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
@@ -253,4 +254,66 @@ extern "C" void neox_cuda_onebit_adam_apply(float *param, const float *m, const 
     onebit_adam_apply_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
         param, m, v, n, lr, eps, weight_decay);
     CUDA_LAUNCHED();
+}
+
+// ---- Lion and MADGRAD (kernels/cpu/optimizer.c's neox_lion_segments, neox_madgrad_segments) -----
+// One launch per segment, explicitly rounded in the CPU's order (no FMA). The decay factor is formed
+// on the host in double, as the CPU forms it.
+static float host_decay_factor(float lr, float weight_decay) { return (float)(1.0 - (double)lr * weight_decay); }
+
+// param, grad, m: (n) of one segment.
+__global__ void lion_kernel(float *param, const float *grad, float *m, size_t n, float lr, float beta1, float beta2,
+                            float decay) {
+    float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = grad[i];
+        float c = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(omb1, g));
+        float sign = (float)((c > 0.0f) - (c < 0.0f));
+        param[i] = __fadd_rn(__fmul_rn(param[i], decay), __fmul_rn(-lr, sign));
+        m[i] = __fadd_rn(__fmul_rn(beta2, m[i]), __fmul_rn(omb2, g));
+    }
+}
+
+extern "C" void neox_cuda_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg,
+                                        float lr, float beta1, float beta2) {
+    for (int s = 0; s < nseg; s++) {
+        size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
+        if (n == 0) continue;
+        lion_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+            param + b, grad + b, m + b, n, lr, beta1, beta2, host_decay_factor(lr, segs[s].weight_decay));
+        CUDA_LAUNCHED();
+    }
+}
+
+// MADGRAD's denominator: powf(sum_sq, 1/3) + eps (powf is not exactly rounded on either side: the
+// CPU and the GPU may differ in the last place here).
+__device__ static float madgrad_rms(float sum_sq, float eps) { return __fadd_rn(powf(sum_sq, 1.0f / 3.0f), eps); }
+
+// param, grad, sum_sq, s, x0: (n) of one segment; x0 unused without momentum.
+__global__ void madgrad_kernel(float *param, const float *grad, float *sum_sq, float *s, float *x0, size_t n,
+                               float decay, float lamb, float momentum, float ck, float eps, int first) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        if (momentum != 0.0f && first) x0[i] = param[i];
+        float p = decay != 1.0f ? __fmul_rn(param[i], decay) : param[i], g = grad[i];
+        float origin = momentum != 0.0f ? x0[i] : __fadd_rn(p, __fdiv_rn(s[i], madgrad_rms(sum_sq[i], eps)));
+        sum_sq[i] = __fadd_rn(sum_sq[i], __fmul_rn(__fmul_rn(lamb, g), g));
+        s[i] = __fadd_rn(s[i], __fmul_rn(lamb, g));
+        float z = __fadd_rn(origin, __fdiv_rn(-s[i], madgrad_rms(sum_sq[i], eps)));
+        param[i] = momentum != 0.0f ? __fadd_rn(__fmul_rn(p, momentum), __fmul_rn(ck, z)) : z;
+    }
+}
+
+extern "C" void neox_cuda_madgrad_segments(float *param, const float *grad, float *sum_sq, float *s, float *x0,
+                                           const neox_segment *segs, int nseg, float lr_eps, float lamb,
+                                           float momentum, float eps, int first) {
+    float ck = (float)(1.0 - (double)momentum);
+    for (int k = 0; k < nseg; k++) {
+        size_t b = segs[k].begin, n = segs[k].end - segs[k].begin;
+        if (n == 0) continue;
+        float wd = segs[k].weight_decay, decay = wd != 0.0f ? host_decay_factor(lr_eps, wd) : 1.0f;
+        madgrad_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+            param + b, grad + b, sum_sq + b, s + b, momentum != 0.0f ? x0 + b : NULL, n, decay, lamb, momentum, ck,
+            eps, first);
+        CUDA_LAUNCHED();
+    }
 }

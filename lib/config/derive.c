@@ -148,6 +148,8 @@ static int derive_zero(neox_config *cfg, neox_error *err) {
 // The optimizer params neox.c reads, per optimizer type; anything else is refused, not ignored.
 static const char *const ADAM_PARAMS[] = {"lr", "betas", "eps", NULL};
 static const char *const SGD_PARAMS[] = {"lr", "momentum", NULL};
+static const char *const LION_PARAMS[] = {"lr", "betas", NULL};
+static const char *const MADGRAD_PARAMS[] = {"lr", "momentum", "eps", NULL};
 // DeepSpeed's OnebitAdam arguments. bias_correction, eps_inside_sqrt and max_grad_norm are stored
 // but unused by its step; cuda_aware and comm_backend_name choose a transport (here always MPI).
 static const char *const ONEBIT_PARAMS[] = {"lr", "betas", "eps", "weight_decay", "freeze_step", "cuda_aware",
@@ -195,6 +197,19 @@ static int check_params_for_type(const neox_config *cfg, neox_error *err, const 
     return 0;
 }
 
+// params.betas (a list of two numbers in [0, 1]) into b, which holds the defaults when unset.
+static int derive_betas(const neox_config *cfg, neox_error *err, double b[2]) {
+    const neox_value *betas = neox_config_sub(cfg, optimizer__params__betas);
+    if (!betas) return 0;
+    if (betas->kind != NEOX_VALUE_LIST || betas->count != 2)
+        return derive_fail(cfg, err, "optimizer", "params.betas must be a list of two numbers");
+    if (check_number(cfg, err, betas->items[0], "params.betas[0]", 0, 1) < 0 ||
+        check_number(cfg, err, betas->items[1], "params.betas[1]", 0, 1) < 0)
+        return -1;
+    b[0] = betas->items[0]->number, b[1] = betas->items[1]->number;
+    return 0;
+}
+
 static int derive_optimizer(neox_config *cfg, neox_error *err) {
     const neox_value *opt = val(cfg, "optimizer");
     const char *type = "Adam";  // (optimizer.type's choices and supported values are the schema's)
@@ -204,38 +219,42 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
         if (!params || params->kind != NEOX_VALUE_MAP) return derive_fail(cfg, err, "optimizer", "must contain a mapping 'params'");
         type = t->string;
     }
-    // (cpu_adam is Adam run on the host: Adam's parameters)
-    const int onebit = strcasecmp(type, "onebitadam") == 0,
-              adam = strcasecmp(type, "adam") == 0 || strcasecmp(type, "cpu_adam") == 0 || onebit;
+    // (cpu_adam and cpu_torch_adam are Adam run on the host: Adam's parameters)
+    const int onebit = strcasecmp(type, "onebitadam") == 0, lion = strcasecmp(type, "lion") == 0,
+              madgrad = strcasecmp(type, "madgrad_wd") == 0,
+              adam = strcasecmp(type, "adam") == 0 || strcasecmp(type, "cpu_adam") == 0 ||
+                     strcasecmp(type, "cpu_torch_adam") == 0 || onebit;
     const neox_config_slot *set_type = neox_config_slot_of(cfg, "optimizer_type");
     if (set_type->set && strcasecmp(set_type->set->string, type) != 0)
         return derive_fail(cfg, err, "optimizer_type", "'%s' conflicts with optimizer.type '%s' (GPT-NeoX takes optimizer.type)",
                            set_type->set->string, type);
     neox_config_set_derived_str(cfg, "optimizer_type", type);
     const neox_value *params = opt->kind == NEOX_VALUE_MAP ? neox_config_sub(cfg, optimizer__params) : NULL;
-    if (check_params_for_type(cfg, err, params, type, onebit, onebit ? ONEBIT_PARAMS : adam ? ADAM_PARAMS : SGD_PARAMS) < 0)
-        return -1;
+    const char *const *allowed = onebit ? ONEBIT_PARAMS : adam ? ADAM_PARAMS : lion ? LION_PARAMS
+                               : madgrad ? MADGRAD_PARAMS : SGD_PARAMS;
+    if (check_params_for_type(cfg, err, params, type, onebit, allowed) < 0) return -1;
     double lr_value = sub_number(cfg, NEOX_SK_optimizer__params__lr, 0.001);  // GPT-NeoX's default optimizer params
     const neox_config_slot *set_lr = neox_config_slot_of(cfg, "lr");
     if (set_lr->set && set_lr->set->kind != NEOX_VALUE_NULL && set_lr->set->number != lr_value)
         return derive_fail(cfg, err, "lr", "GPT-NeoX takes the learning rate from optimizer.params.lr (%g); set it there", lr_value);
     neox_config_set_derived_float(cfg, "lr", lr_value);
+    if (adam || lion) {
+        // Adam's defaults are torch's (0.9, 0.999), Lion's the Lion paper's and lion-pytorch's (0.9, 0.99).
+        double b[2] = {0.9, adam ? 0.999 : 0.99};
+        if (derive_betas(cfg, err, b) < 0) return -1;
+        neox_config_set_derived_float(cfg, adam ? "adam_beta1" : "lion_beta1", b[0]);
+        neox_config_set_derived_float(cfg, adam ? "adam_beta2" : "lion_beta2", b[1]);
+    }
     if (adam) {
-        const neox_value *betas = neox_config_sub(cfg, optimizer__params__betas);
-        double b1 = 0.9, b2 = 0.999;
-        if (betas) {
-            if (betas->kind != NEOX_VALUE_LIST || betas->count != 2)
-                return derive_fail(cfg, err, "optimizer", "params.betas must be a list of two numbers");
-            if (check_number(cfg, err, betas->items[0], "params.betas[0]", 0, 1) < 0 ||
-                check_number(cfg, err, betas->items[1], "params.betas[1]", 0, 1) < 0)
-                return -1;
-            b1 = betas->items[0]->number, b2 = betas->items[1]->number;
-        }
-        neox_config_set_derived_float(cfg, "adam_beta1", b1);
-        neox_config_set_derived_float(cfg, "adam_beta2", b2);
         neox_config_set_derived_float(cfg, "adam_eps", sub_number(cfg, NEOX_SK_optimizer__params__eps, 1e-8));
         if (onebit && derive_onebit(cfg, err) < 0) return -1;
-    } else {
+    } else if (madgrad) {  // GPT-NeoX's madgrad_wd defaults
+        double momentum = sub_number(cfg, NEOX_SK_optimizer__params__momentum, 0.9);
+        if (momentum >= 1.0)  // (its p = momentum * p + (1 - momentum) * z would never move)
+            return derive_fail(cfg, err, "optimizer", "params.momentum = %g: madgrad_wd needs a momentum in [0, 1)", momentum);
+        neox_config_set_derived_float(cfg, "madgrad_momentum", momentum);
+        neox_config_set_derived_float(cfg, "madgrad_eps", sub_number(cfg, NEOX_SK_optimizer__params__eps, 1e-6));
+    } else if (!lion) {
         neox_config_set_derived_float(cfg, "sgd_momentum", sub_number(cfg, NEOX_SK_optimizer__params__momentum, 0.0));
     }
     if (neox_config_float(cfg, min_lr) > lr_value)

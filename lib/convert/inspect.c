@@ -139,7 +139,7 @@ static int is_expected(const char *name, const neox_cvt_param *ps, int n, const 
 static int verify_tensors(const neox_cvt_ckpt *c, FILE *out, neox_error *err) {
     int n;
     neox_cvt_param *ps = neox_cvt_params(&c->desc, &n);
-    const char *groups[3] = {"params"};
+    const char *groups[1 + NEOX_OPTIMIZER_MAX_STATE] = {"params"};
     int ngroups = 1 + neox_cvt_optimizer_groups(c, groups + 1), rc = 0, checked = 0;
     for (int g = 0; g < ngroups && rc == 0; g++) {
         for (int i = 0; i < n && rc == 0; i++) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "convert_internal.h"
+#include "optim.h"
 
 // Reads tensor group/NAME of parameter i whole (each source piece once, whatever the source layout)
 // into *buf, so every block of the new layout is cut from memory: cutting straight from the source
@@ -44,7 +45,7 @@ static int reshard_into(const neox_cvt_ckpt *c, const char *save, const neox_cvt
     neox_cvt_out o;
     int64_t iteration = c->manifest.iteration;
     if (neox_cvt_out_open(&o, save, iteration, &c->desc, lay, err) != 0) return -1;
-    const char *groups[3] = {"params"};
+    const char *groups[1 + NEOX_OPTIMIZER_MAX_STATE] = {"params"};
     int ngroups = 1 + neox_cvt_optimizer_groups(c, groups + 1), rc = 0;
     neox_progress *bar = neox_progress_start("reshard", (double)o.flat_total * sizeof(float) * ngroups, "B");
     float *buf = NULL;

@@ -19,5 +19,5 @@ static void step_adamw(neox_optimizer *o, float *param, const float *grad, const
 
 const neox_optimizer_type neox_optimizer_adamw = {
     .name = "adam", .nstate = 2, .state_names = {"optimizer/exp_avg", "optimizer/exp_avg_sq"},
-    .scales_grads = 1, .read = read_adamw, .step = step_adamw,
+    .scales_grads = 1, .zero_tested = 1, .read = read_adamw, .step = step_adamw,
 };

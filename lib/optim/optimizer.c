@@ -12,6 +12,8 @@ static const neox_optimizer_type *const types[NEOX_OPTIMIZER_COUNT] = {
     [NEOX_OPTIMIZER_ADAM] = &neox_optimizer_adamw,
     [NEOX_OPTIMIZER_SGD] = &neox_optimizer_sgd,
     [NEOX_OPTIMIZER_ONEBITADAM] = &neox_optimizer_onebit_adam,
+    [NEOX_OPTIMIZER_LION] = &neox_optimizer_lion,
+    [NEOX_OPTIMIZER_MADGRAD_WD] = &neox_optimizer_madgrad_wd,
 };
 
 const neox_optimizer_type *neox_optimizer_type_of(neox_optimizer_kind kind) { return types[kind]; }
@@ -22,15 +24,34 @@ const neox_optimizer_type *neox_optimizer_type_named(const char *name) {
     return NULL;
 }
 
+// DeepSpeed's engine: under ZeRO an optimizer outside ZERO_SUPPORTED_OPTIMIZERS is refused unless
+// zero_allow_untested_optimizer is set (it checks the stage, not the data-parallel size).
+static int check_zero_tested(const neox_config *cfg, const neox_optimizer_type *type, const char *name,
+                             neox_error *err) {
+    const neox_value *allow = neox_config_sub(cfg, deepspeed_extra_args__zero_allow_untested_optimizer);
+    int64_t stage = neox_config_int_or(cfg, zero_stage, 0);
+    // (1-bit Adam under ZeRO meets DeepSpeed's earlier refusal, "not compatible with ZeRO": the
+    // gradient exchange's, lib/train/grad_exchange.c.)
+    if (stage == 0 || type == &neox_optimizer_onebit_adam || type->zero_tested || (allow && allow->kind == NEOX_VALUE_BOOL && allow->boolean)) return 0;
+    return neox_fail(err, NEOX_EXIT_USAGE,
+                     "optimizer.type: '%s' is untested with ZeRO (zero_optimization.stage %lld): DeepSpeed refuses it "
+                     "unless deepspeed_extra_args.zero_allow_untested_optimizer is true (tested: adam, cpu_adam, "
+                     "cpu_torch_adam, lion)", name, (long long)stage);
+}
+
 int neox_optimizer_read_settings(const neox_config *cfg, neox_optimizer_settings *s, neox_error *err) {
-    const char *name = neox_config_str(cfg, optimizer_type);
+    const char *name = neox_config_str(cfg, optimizer_type), *given = name ? name : "adam";
     *s = (neox_optimizer_settings){.kind = NEOX_OPTIMIZER_COUNT};
-    // GPT-NeoX's cpu_adam is DeepSpeed's CPU Adam (AdamW, as its adam) with the optimizer offloaded.
-    if (name && !strcasecmp(name, "cpu_adam")) name = "adam", s->host = 1;
+    // GPT-NeoX's cpu_adam is DeepSpeed's CPU Adam (AdamW, as its adam) with the optimizer offloaded;
+    // so is its cpu_torch_adam, which it means to be torch.optim.Adam but tests as
+    // `neox_args.optimizer == "cpu_torch_adam"`, the optimizer dict, which is never equal to it.
+    if (name && (!strcasecmp(name, "cpu_adam") || !strcasecmp(name, "cpu_torch_adam"))) name = "adam", s->host = 1;
     for (int k = 0; k < NEOX_OPTIMIZER_COUNT; k++)
         if (types[k] == (name ? neox_optimizer_type_named(name) : &neox_optimizer_adamw)) s->kind = (neox_optimizer_kind)k;
     if (s->kind == NEOX_OPTIMIZER_COUNT)
-        return neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: '%s' is not supported by neox-train (adam, cpu_adam, onebitadam, sgd)", name);
+        return neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: '%s' is not supported by neox-train (adam, cpu_adam, "
+                         "cpu_torch_adam, lion, madgrad_wd, onebitadam, sgd)", name);
+    if (check_zero_tested(cfg, types[s->kind], given, err) != 0) return -1;
     s->weight_decay = neox_config_float(cfg, weight_decay);
     s->clip_grad = neox_config_has(cfg, clip_grad) ? neox_config_float(cfg, clip_grad) : 0.0;
     types[s->kind]->read(cfg, s);

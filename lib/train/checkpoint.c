@@ -136,8 +136,8 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
     neox_ckpt_writer *w = neox_ckpt_writer_open(path, err);
     free(path);
     if (!w) return -1;
-    const char *names[2];
-    float *bufs[2];
+    const char *names[NEOX_OPTIMIZER_MAX_STATE];
+    float *bufs[NEOX_OPTIMIZER_MAX_STATE];
     int nbufs = saves_no_optimizer(t) ? 0 : optimizer_buffers(t, names, bufs);
     // (ZeRO-3: the partition's master weights; the flat buffer holds only gathered units)
     int rc = t->param_partition ? neox_train_write_share_of(t, w, "params", t->param_partition, t->part_begin, err)
@@ -365,8 +365,8 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         if (!saved || strcmp(saved, optimizer_name(t->optim.kind)) != 0)
             rc = neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type: the checkpoint holds %s state, the config asks for %s "
                            "(set no_load_optim: true to start the optimizer afresh)", saved ? saved : "no", optimizer_name(t->optim.kind));
-        const char *names[2];
-        float *bufs[2];
+        const char *names[NEOX_OPTIMIZER_MAX_STATE];
+        float *bufs[NEOX_OPTIMIZER_MAX_STATE];
         int nbufs = optimizer_buffers(t, names, bufs);
         // The state is read where it lives: offloaded, on the host (the model's layout, the CPU backend).
         neox_model host_view = *t->model;

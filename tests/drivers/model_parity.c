@@ -8,18 +8,26 @@
 // moe_experts moe_top_k moe_interval moe_ffn moe_router(sinkhorn|topk) moe_jitter moe_renorm training (the model's flag);
 // with moe_jitter the noise factors of each MoE layer l are written as "moe_jitter.l" (B*T, C).
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
+// optimizer (adam|sgd|lion|madgrad_wd, through lib/optim) opt_steps opt_lr min_lr warmup decay_iters wd clip beta1
+// beta2 opt_eps momentum: that many steps of the optimizer on the same batch, each clipped by the global gradient
+// norm (clip), with GPT-NeoX's cosine schedule (lr at step i - 1) and weight decay wd on all but biases and norms;
+// writes "param.<name>" after the last step; with grads=FILE each step's gradients are FILE's "grad.<step>.<name>"
+// (1-based step, F32) instead of the model's own
 // precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
 // value_head z_loss (a reward model: the value head and its pairwise loss, below);
 // kto_beta kto_desirable_weight kto_undesirable_weight (KTO's loss, below); head_rows (the output layer
 // in chunks of that many rows, neox_model_set_head_rows: then no "logits" are written).
 // INPUTS holds "input_ids" and "targets" (I64, (B, T)) and optionally "loss_mask" (F32, (B, T)).
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
 #include "kernels/kernels.h"
 #include "model.h"
+#include "kernels/backend.h"
 #include "model/model_internal.h"  // a MoE layer's jittered router input, for the oracle's noise
+#include "optim.h"
 #include "safetensors.h"
 #include "train.h"
 
@@ -28,6 +36,33 @@ static int training;  // the model's training flag (MoE: Sinkhorn routing)
 static double dpo_beta = 0.0, z_loss = 0.0;
 static neox_kto_weights kto = {0.0, 1.0, 1.0};
 static int head_rows;
+// The optimizer= run: its settings and schedule (see the keys above).
+static struct {
+    const neox_optimizer_type *type;
+    neox_optimizer_settings s;
+    int steps, decay_iters;
+    double lr, min_lr, warmup;
+    const char *grads;  // recorded gradients, or NULL
+} opt = {.s = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}, .lr = 1e-3, .decay_iters = 1};
+
+static int parse_optimizer_kv(const char *key, const char *v) {
+    if (!strcmp(key, "optimizer")) return (opt.type = neox_optimizer_type_named(v)) ? 0 : -1;
+    double x = strtod(v, NULL);
+    if (!strcmp(key, "opt_steps")) opt.steps = atoi(v);
+    else if (!strcmp(key, "opt_lr")) opt.lr = x;
+    else if (!strcmp(key, "min_lr")) opt.min_lr = x;
+    else if (!strcmp(key, "warmup")) opt.warmup = x;
+    else if (!strcmp(key, "decay_iters")) opt.decay_iters = atoi(v);
+    else if (!strcmp(key, "wd")) opt.s.weight_decay = x;
+    else if (!strcmp(key, "clip")) opt.s.clip_grad = x;
+    else if (!strcmp(key, "beta1")) opt.s.beta1 = x;
+    else if (!strcmp(key, "beta2")) opt.s.beta2 = x;
+    else if (!strcmp(key, "opt_eps")) opt.s.eps = x;
+    else if (!strcmp(key, "momentum")) opt.s.momentum = x;
+    else if (!strcmp(key, "grads")) opt.grads = v;
+    else return -1;
+    return 0;
+}
 
 static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *arg) {
     const char *eq = strchr(arg, '=');
@@ -92,7 +127,11 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("kto_desirable_weight")) kto.desirable = atof(v);
     else if (KEY("kto_undesirable_weight")) kto.undesirable = atof(v);
     else if (KEY("head_rows")) head_rows = atoi(v);
-    else return -1;
+    else {
+        char key[32];
+        snprintf(key, sizeof key, "%.*s", (int)k, arg);
+        return parse_optimizer_kv(key, v);
+    }
 #undef KEY
     return 0;
 }
@@ -111,6 +150,50 @@ static int *ids_of(const neox_safetensors *st, const char *name, int64_t numel) 
     int *ids = neox_malloc((size_t)numel * sizeof(int));
     for (int64_t i = 0; i < numel; i++) ids[i] = (int)src[i];
     return ids;
+}
+
+// opt.steps steps of opt.type on one batch (the first one's gradients are in the model already),
+// as the trainer takes them: the global norm, DeepSpeed's clipping coefficient applied to the
+// gradients, the update with the schedule's lr at step - 1.
+static void optimizer_steps(neox_model *m, const int *ids, const int *targets, const float *mask) {
+    const neox_backend *be = neox_backend_cpu();
+    for (int k = 0; k < NEOX_OPTIMIZER_COUNT; k++)
+        if (neox_optimizer_type_of((neox_optimizer_kind)k) == opt.type) opt.s.kind = (neox_optimizer_kind)k;
+    neox_optimizer *o = neox_optimizer_make(&opt.s, be, m->num_floats);
+    neox_segment *segs = neox_malloc((size_t)m->nparams * sizeof *segs);
+    for (int i = 0; i < m->nparams; i++) {
+        const neox_param *p = &m->params[i];
+        segs[i] = (neox_segment){p->offset, p->offset + p->numel, p->no_decay ? 0.0f : (float)opt.s.weight_decay};
+    }
+    neox_lr_schedule sched = neox_lr_schedule_make(opt.lr, opt.min_lr, opt.warmup, opt.decay_iters, NEOX_LR_COSINE);
+    neox_error err = {0};
+    float *first_grads = neox_malloc(m->num_floats * sizeof(float));  // (the output's gradients)
+    memcpy(first_grads, m->grad_buf, m->num_floats * sizeof(float));
+    neox_safetensors *recorded = opt.grads ? neox_safetensors_open(opt.grads, &err) : NULL;
+    if (opt.grads && !recorded) neox_die_error(&err);
+    for (int step = 1; step <= opt.steps; step++) {
+        if (recorded) {
+            for (int i = 0; i < m->nparams; i++) {
+                const neox_param *p = &m->params[i];
+                char *name = neox_asprintf("grad.%d.%s", step, p->name);
+                memcpy(m->grad_buf + p->offset, need(recorded, name, "F32", (int64_t)p->numel)->data, p->numel * sizeof(float));
+                free(name);
+            }
+        } else if (step > 1) {
+            neox_model_zero_grad(m);
+            if (neox_model_forward(m, ids, targets, mask, &err) != 0) neox_die_error(&err);
+            neox_model_backward(m, 1.0f);
+        }
+        double coef = neox_clip_coefficient(opt.s.clip_grad, sqrt(neox_sum_squares(m->grad_buf, m->num_floats)));
+        if (coef != 1.0) neox_scale(m->grad_buf, m->num_floats, (float)coef);
+        neox_optimizer_step(o, m->param_buf, m->grad_buf, segs, m->nparams, neox_lr_at(&sched, step - 1), step);
+        neox_model_weights_changed(m);
+    }
+    neox_safetensors_close(recorded);
+    memcpy(m->grad_buf, first_grads, m->num_floats * sizeof(float));
+    free(first_grads);
+    free(segs);
+    neox_optimizer_free(o);
 }
 
 int main(int argc, char **argv) {
@@ -251,7 +334,20 @@ int main(int argc, char **argv) {
         free(grads);
         e[n++] = (neox_st_entry){"losses", "F32", 1, {adam_steps}, losses};
     }
+    char **param_names = NULL;
+    if (opt.type && opt.steps > 0) {
+        optimizer_steps(m, ids, targets, mask);
+        param_names = neox_calloc(m->nparams, sizeof *param_names);
+        e = neox_realloc(e, (size_t)(n + m->nparams) * sizeof *e);
+        for (int i = 0; i < m->nparams; i++) {
+            const neox_param *p = &m->params[i];
+            param_names[i] = neox_asprintf("param.%s", p->name);
+            e[n++] = (neox_st_entry){param_names[i], "F32", p->ndim, {p->shape[0], p->shape[1]}, m->param_buf + p->offset};
+        }
+    }
     if (neox_safetensors_write(argv[3], e, n, NULL, &err) != 0) neox_die_error(&err);
+    for (int i = 0; param_names && i < m->nparams; i++) free(param_names[i]);
+    free(param_names);
     for (int i = 0; i < m->nparams; i++) free(names[i]);
     free(names); free(e); free(jitter); free(logits); free(ids); free(targets); free(losses); free(mom); free(vel);
     neox_safetensors_close(w);

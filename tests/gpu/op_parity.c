@@ -939,6 +939,36 @@ static void test_cross_entropy_loss(int N) {
 
 // ---- optimizer --------------------------------------------------------------------------------------
 
+// Lion (explicitly rounded in the CPU's order: bit-exact expected) and MADGRAD (powf's cube root is
+// not exactly rounded on either side: 1e-5) over segments with gaps, 3 steps each; MADGRAD with and
+// without momentum (x0 stored by the first step, or unused).
+static void test_lion_madgrad(size_t n, const neox_segment *segs, int nseg) {
+    pair p = pair_rand(n), g = pair_rand(n), m = pair_uniform(n, -0.1f, 0.1f);
+    for (int step = 1; step <= 3; step++) {
+        cpu->lion_segments(p.h, g.h, m.h, segs, nseg, 1e-4f * step, 0.9f, 0.99f);
+        gpu->lion_segments(p.d, g.d, m.d, segs, nseg, 1e-4f * step, 0.9f, 0.99f);
+    }
+    checkf(0, 1e-6, &p, "lion_segments param (%d segments, gaps untouched)", nseg);
+    checkf(0, 1e-6, &m, "lion_segments exp_avg");
+    for (int with_momentum = 1; with_momentum >= 0; with_momentum--) {
+        pair sq = pair_zero(n), s = pair_zero(n), x0 = pair_zero(n);
+        float momentum = with_momentum ? 0.9f : 0.0f;
+        for (int step = 1; step <= 3; step++) {
+            float lr_eps = 1e-2f + 1e-6f, lamb = lr_eps * sqrtf((float)step);
+            cpu->madgrad_segments(p.h, g.h, sq.h, s.h, x0.h, segs, nseg, lr_eps, lamb, momentum, 1e-6f, step == 1);
+            gpu->madgrad_segments(p.d, g.d, sq.d, s.d, x0.d, segs, nseg, lr_eps, lamb, momentum, 1e-6f, step == 1);
+        }
+        checkf(0, 1e-5, &p, "madgrad_segments param, momentum %g", momentum);
+        checkf(0, 1e-5, &sq, "madgrad_segments grad_sum_sq");
+        checkf(0, 1e-5, &s, "madgrad_segments s");
+        checkf(0, 1e-6, &x0, "madgrad_segments x0");
+        pair *state[] = {&sq, &s, &x0};
+        for (size_t i = 0; i < 3; i++) pair_free(state[i]);
+    }
+    pair *all[] = {&p, &g, &m};
+    for (size_t i = 0; i < 3; i++) pair_free(all[i]);
+}
+
 static void test_optimizer(size_t n) {
     pair x = pair_rand(n);
     compare_scalar("sum_squares", cpu->sum_squares(x.h, n), gpu->sum_squares(x.d, n), 1e-10);
@@ -973,6 +1003,7 @@ static void test_optimizer(size_t n) {
     checkf(0, 1e-6, &p, "onebit_adam_apply param");
     pair *all[] = {&x, &p, &g, &m, &v};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    test_lion_madgrad(n, segs, nseg);
 }
 
 // ---- run-to-run determinism -----------------------------------------------------------------------

@@ -160,8 +160,8 @@ check_fails "rotary keys beside pos_emb alibi are named in a notice" 0 \
     "$T" --print-config "$(cfg alibirot "{pos_emb: alibi, rotary_pct: 0.5, rotary_emb_base: 500, $MODEL}")"
 check "with pos_emb rotary they are not" bash -c \
     "! '$T' --print-config '$(cfg rot "{pos_emb: rotary, rotary_pct: 0.5, $MODEL}")' 2>&1 >/dev/null | grep -q 'they configure rotary'"
-check_fails "error: unsupported optimizer" 2 "optimizer 'Lion' is not supported by neox.c" \
-    "$T" --print-config "$(cfg lion $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n train_micro_batch_size_per_gpu: 1, optimizer: {type: Lion, params: {lr: 0.001}}}')"
+check_fails "error: unsupported optimizer" 2 "optimizer 'SM3' is not supported by neox.c" \
+    "$T" --print-config "$(cfg sm3 $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n train_micro_batch_size_per_gpu: 1, optimizer: {type: SM3, params: {lr: 0.001}}}')"
 check_fails "error: unsupported attention type" 2 "attention type 'local' is not supported by neox.c" \
     "$T" --print-config $TINY "$(cfg local 'attention_config: [[[global, local], 1]]')"
 check_fails "error: attention_config counts must sum to num_layers" 2 "key .attention_config.: covers more than num_layers \\(2\\) layers" \
@@ -205,8 +205,16 @@ check_fails "offload_param to cpu refused by name" 2 "key 'zero_optimization.off
     "$T" --print-config "$(cfg poff "{zero_optimization: {stage: 3, offload_param: {device: cpu}}, $MODEL}")"
 check_output "offload_optimizer with device none loads (switched off)" "^zero_stage += 2  # derived$" \
     "$T" -q --print-config "$(cfg onone "{zero_optimization: {stage: 2, offload_optimizer: {device: none, pin_memory: true}}, $MODEL}")"
-check_fails "optimizer cpu_torch_adam refused by name" 2 "key 'optimizer.type': optimizer 'cpu_torch_adam' is not supported by neox.c" \
-    "$T" --print-config "$(cfg cta "{optimizer: {type: cpu_torch_adam, params: {lr: 0.001}}, $MODEL}")"
+check_output "optimizer cpu_torch_adam loads with Adam's parameters" "^adam_beta2 += 0.95  # derived$" \
+    "$T" -q --print-config "$(cfg cta "{optimizer: {type: cpu_torch_adam, params: {lr: 0.001, betas: [0.9, 0.95]}}, $MODEL}")"
+check_output "optimizer lion loads with its betas (default 0.9, 0.99)" "^lion_beta2 += 0.99  # derived$" \
+    "$T" -q --print-config "$(cfg lionok "{optimizer: {type: lion, params: {lr: 0.0001}}, $MODEL}")"
+check_output "optimizer madgrad_wd loads with its momentum and eps" "^madgrad_eps += 1e-05  # derived$" \
+    "$T" -q --print-config "$(cfg mgw "{optimizer: {type: madgrad_wd, params: {lr: 0.01, momentum: 0.5, eps: 1.0e-5}}, $MODEL}")"
+check_fails "lion refuses a param it does not take, naming it" 2 "params.momentum is not supported for optimizer 'lion'" \
+    "$T" --print-config "$(cfg lionmom "{optimizer: {type: lion, params: {lr: 0.0001, momentum: 0.9}}, $MODEL}")"
+check_fails "zero_allow_untested_optimizer must be a boolean" 2 "zero_allow_untested_optimizer" \
+    "$T" --print-config "$(cfg untested "{deepspeed_extra_args: {zero_allow_untested_optimizer: maybe}, $MODEL}")"
 check_output "cpu_offload: false (as GPT-NeoX's configs write it) loads" "^zero_stage += 1  # derived$" \
     "$T" -q --print-config "$(cfg cofff "{zero_optimization: {stage: 1, cpu_offload: false}, $MODEL}")"
 check_fails "split is parsed when the config loads (--print-config fails, file:line)" 2 \

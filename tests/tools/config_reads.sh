@@ -93,6 +93,10 @@ check "train: KTO on reward datasets" "$TRAIN" -q "$T/kto.yml"
 config sgd neox 2 2 3 ', "onnx_safe": true'
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}|' "$T/sgd.yml"
 check "train: sgd with momentum" "$TRAIN" -q "$T/sgd.yml"
+OPTIMIZER='{"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}' config lion neox 2 1 3 ''
+check "train: lion" "$TRAIN" -q "$T/lion.yml"
+OPTIMIZER='{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9, "eps": 1.0e-6}}' config madgrad neox 2 1 3 ''
+check "train: madgrad_wd" "$TRAIN" -q "$T/madgrad.yml"
 config onebit neox 2 1 3 ''
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "onebitadam", "params": {"lr": 0.01, "freeze_step": 1, "weight_decay": 0.01, "amsgrad": false}}|' "$T/onebit.yml"
 check "train: onebitadam on 2 ranks" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/onebit.yml"

@@ -1,7 +1,8 @@
 # tests/tools/train.sh: neox-train end to end on Tiny Shakespeare. A tiny GPT-2-tokenized model
 # must learn (loss well below the unigram entropy, computed here from the token counts) and be
 # deterministic; a char-level model checks exact resume (2N straight == N + resume + N, with and
-# without gradient accumulation and dropout, by exit_interval and by SIGTERM), kill -9 during a
+# without gradient accumulation and dropout, with Lion, madgrad_wd and cpu_torch_adam, by
+# exit_interval and by SIGTERM), kill -9 during a
 # save, the checkpoint contents, refusing a checkpoint of another model shape, and the files.
 source tests/lib.sh
 
@@ -49,10 +50,13 @@ char_config() {  # char_config FILE ACCUMULATION DROPOUT
 EOF
 }
 KEYS=train/lm_loss,train/grad_norm,train/learning_rate,validation/lm_loss,test/lm_loss
-resume_case() {  # resume_case NAME ACCUMULATION DROPOUT
+resume_case() {  # resume_case NAME ACCUMULATION DROPOUT [OPTIMIZER_JSON]
     local d=$T/$1
     mkdir -p "$d"
     char_config "$d/model.yml" "$2" "$3"
+    # (another optimizer: merged over the model's, as a later config file overrides a key)
+    [ -n "${4:-}" ] && python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["optimizer"] = json.loads(sys.argv[2])
+json.dump(c, open(sys.argv[1], "w"))' "$d/model.yml" "$4"
     echo "{\"log_dir\": \"$d/straight\"}" >"$d/straight.yml"
     echo "{\"log_dir\": \"$d/resumed\", \"save\": \"$d/ckpt\", \"load\": \"$d/ckpt\", \"checkpoint_factor\": 10, \"exit_interval\": 10}" >"$d/first.yml"
     echo "{\"log_dir\": \"$d/resumed\", \"save\": \"$d/ckpt\", \"load\": \"$d/ckpt\", \"checkpoint_factor\": 10}" >"$d/second.yml"
@@ -65,6 +69,18 @@ resume_case() {  # resume_case NAME ACCUMULATION DROPOUT
 }
 resume_case resume-plain 1 0.0
 resume_case resume-accum-dropout 3 0.1
+# The optimizers' own state (Lion's momentum; madgrad_wd's sums, x0 and its step-dependent weight;
+# cpu_torch_adam's moments on the host) resumes bit for bit too.
+resume_case resume-lion 1 0.0 '{"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}'
+resume_case resume-madgrad 2 0.0 '{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9}}'
+resume_case resume-cpu-torch-adam 1 0.0 '{"type": "cpu_torch_adam", "params": {"lr": 0.003}}'
+if command -v h5ls >/dev/null; then
+    check "madgrad_wd's shard holds its three state buffers" \
+        bash -c "h5ls -r '$T/resume-madgrad/ckpt/global_step20/rank_00000.h5' | grep -q '/optimizer/x0/embed_out.weight' &&
+                 h5ls -r '$T/resume-madgrad/ckpt/global_step20/rank_00000.h5' | grep -q '/optimizer/grad_sum_sq/embed_out.weight' &&
+                 h5ls -r '$T/resume-madgrad/ckpt/global_step20/rank_00000.h5' | grep -q '/optimizer/s/embed_out.weight'"
+fi
+check "neox-convert verify reads a madgrad_wd checkpoint's state" $CONVERT verify "$T/resume-madgrad/ckpt/global_step20"
 
 # SIGTERM: the step in flight finishes, a checkpoint is saved, exit status 3; resuming continues exactly.
 d=$T/resume-accum-dropout

@@ -1,16 +1,17 @@
 # tests/tools/train_emulated.sh: neox-train's device paths on a machine without a GPU, through the
 # emulated device (compute_backend: emulated, kernels/cpu/emulated.c): the CPU's ops on memory that
 # faults when host code touches it other than through to_host/to_device. Training (fp32 with gradient
-# accumulation and dropout, bfloat16, fp16 with forced overflows, SGD) must equal the CPU backend's bit for
-# bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly;
+# accumulation and dropout, bfloat16, fp16 with forced overflows, SGD, Lion, madgrad_wd) must equal
+# the CPU backend's bit for bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly;
 # so must 1-bit Adam's steps.
 # AdamW's steps there read nothing back while they run (the late read, docs/cuda.md "Host waits in a
 # step"): op_profile.json must count no blocking host wait inside any step, with every log line and
 # metric still in its place (fp32 with clipping and accumulation, bf16, fp16 loss scaling with skips).
 # ZeRO-Offload of the optimizer (offload_optimizer.device cpu, cpu_offload, optimizer.type cpu_adam)
 # runs the optimizer on host copies of the weights and gradients: it must train bit for bit as
-# without offload, checkpoints must move between offloaded and not offloaded runs, and NVMe, a
-# partial offload (ratio) and cpu_torch_adam are refused by name.
+# without offload (so must GPT-NeoX's cpu_torch_adam, which builds the same CPU Adam), checkpoints
+# must move between offloaded and not offloaded runs, and NVMe and a partial offload (ratio) are
+# refused by name.
 source tests/lib.sh
 
 char_shakespeare "neox-train emulated device" || exit 0
@@ -40,9 +41,11 @@ ALL_KEYS=$KEYS,train/loss_scale,train/skipped_iterations,train/nan_iterations
 PROFILE=', "wall_clock_breakdown": true'
 OVF=', "fp16": {"enabled": true, "initial_scale_power": 26, "loss_scale_window": 5}'
 SGD='"optimizer": {"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}}'
-for spec in "fp32:" "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:"; do
+LION='"optimizer": {"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}'
+MADGRAD='"optimizer": {"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9}}'
+for spec in "fp32:" "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:" "lion:" "madgrad:"; do
     name=${spec%%:*} extra=${spec#*:} opt=$ADAM
-    [ "$name" = sgd ] && opt=$SGD
+    case $name in sgd) opt=$SGD ;; lion) opt=$LION ;; madgrad) opt=$MADGRAD ;; esac
     check "$name: 20 steps on the CPU backend" run "cpu-$name" cpu "$extra" "$opt"
     check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra$PROFILE" "$opt"
     check "$name: emulated device equals the CPU bit for bit" $LIB same "$T/cpu-$name/metrics.jsonl" \
@@ -94,13 +97,16 @@ check "1-bit Adam: emulated device equals the CPU bit for bit" $LIB same "$T/cpu
 
 # ZeRO-Offload of the optimizer, against emu-fp32 (the same run without offload).
 CPU_ADAM="\"optimizer\": {\"type\": \"cpu_adam\", $PARAMS}"
+CPU_TORCH_ADAM="\"optimizer\": {\"type\": \"cpu_torch_adam\", $PARAMS}"
 DEVICE=', "zero_optimization": {"offload_optimizer": {"device": "cpu", "pin_memory": true}}'
 OLD=', "zero_optimization": {"cpu_offload": true}'
 
 check "emulated without offload: the optimizer stays on the device" bash -c "grep -q 'ZeRO stage 0' '$T/emu-fp32.out' && ! grep -q 'optimizer offloaded' '$T/emu-fp32.out'"
-for name in cpu_adam device_cpu cpu_offload; do
+for name in cpu_adam cpu_torch_adam device_cpu cpu_offload; do
     extra="" opt=""
-    case $name in cpu_adam) opt=$CPU_ADAM ;; device_cpu) extra=$DEVICE ;; cpu_offload) extra=$OLD ;; esac
+    case $name in
+    cpu_adam) opt=$CPU_ADAM ;; cpu_torch_adam) opt=$CPU_TORCH_ADAM ;; device_cpu) extra=$DEVICE ;; cpu_offload) extra=$OLD ;;
+    esac
     check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra" "$opt"
     check "$name: the optimizer is offloaded" grep -q "ZeRO stage 0, optimizer offloaded to the host" "$T/emu-$name.out"
     check "$name: equals the run without offload bit for bit" $LIB same "$T/emu-fp32/metrics.jsonl" \
@@ -185,5 +191,3 @@ check_fails "offload to NVMe is refused by name" 2 "zero_optimization.offload_op
     run nvme emulated ', "zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}'
 check_fails "a partial offload (ratio) is refused by name" 2 "zero_optimization.offload_optimizer.ratio': partial ZeRO optimizer offload" \
     run ratio emulated ', "zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0.5}}'
-check_fails "cpu_torch_adam is refused by name" 2 "optimizer 'cpu_torch_adam' is not supported by neox.c" \
-    run torch emulated "" "\"optimizer\": {\"type\": \"cpu_torch_adam\", $PARAMS}"

@@ -1,6 +1,7 @@
 # tests/tools/train_memory.sh: the start-up memory report counts each optimizer's own state: two
-# fp32 buffers per parameter for AdamW and 1-bit Adam (the moments), one for SGD (the momentum
-# buffer), i.e. optimizer bytes = 2x or 1x the fp32 parameter bytes. Its regions add up to its
+# fp32 buffers per parameter for AdamW, cpu_torch_adam and 1-bit Adam (the moments), one for SGD
+# and Lion (the momentum), three for madgrad_wd, i.e. optimizer bytes = 2x, 1x or 3x the fp32
+# parameter bytes. Its regions add up to its
 # total and bfloat16 adds 2 bytes of 16-bit copies per parameter (the per-parameter table of each
 # ZeRO stage is tests/mpi/memory.sh's). Every log interval metrics.jsonl and TensorBoard carry the measured peak memory:
 # the resident set on the CPU (at least the planned parameters and at most a sane bound), and on a
@@ -36,6 +37,12 @@ check "1-bit Adam: two buffers too (momentum and frozen variance)" \
     ratio onebit 2 '{"type": "OneBitAdam", "params": {"lr": 0.001, "freeze_step": 1}}'
 check "SGD with momentum: one buffer" \
     ratio sgd 1 '{"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}'
+check "Lion: one buffer (the momentum)" \
+    ratio lion 1 '{"type": "lion", "params": {"lr": 0.0001, "betas": [0.9, 0.99]}}'
+check "madgrad_wd: three buffers (sum of squares, sum of gradients, x0)" \
+    ratio madgrad 3 '{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9}}'
+check "cpu_torch_adam: AdamW's two buffers, on the host" \
+    ratio cpu_torch_adam 2 '{"type": "cpu_torch_adam", "params": {"lr": 0.001}}'
 
 # planned NAME CHECK: runs model.yml + NAME.yml (3 steps, logs and TensorBoard in $T/NAME) and checks
 # the python expression CHECK over p (the planned regions) and r (the last metrics.jsonl record).

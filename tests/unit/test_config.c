@@ -278,7 +278,11 @@ static void test_optimizer_and_zero(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, momentum: 0.9}}\n", 1,
                  "params.momentum is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\ngradient_compression: topk\n", 1, "gradient_compression");
-    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: lion, params: {lr: 0.1}}\n", 1, "optimizer 'lion' is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sm3, params: {lr: 0.1}}\n", 1, "optimizer 'sm3' is not supported");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: madgrad_wd, params: {lr: 0.1, betas: [0.9, 0.99]}}\n", 1,
+                 "params.betas is not supported for optimizer 'madgrad_wd'");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: madgrad_wd, params: {lr: 0.1, momentum: 1}}\n", 1,
+                 "madgrad_wd needs a momentum in [0, 1)");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam}\n", 1, "must contain a mapping 'params'");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 1e-4}}\n", 1, "optimizer.params.lr': expected a number");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 0.1, weight_decay: 0.1}}\n", 1,
