@@ -30,12 +30,12 @@ extern "C" {
     X(void, gemm_ex, (int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,              \
       const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c), (trans_a, trans_b, M, N, K,    \
       alpha, A, lda, B, ldb, ab, beta, C, ldc, c))                                                                     \
-    X(void, embedding_forward, (float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C),  \
-      (out, ids, wte, wpe, B, T, C))                                                                                   \
-    X(void, embedding_rows, (float *out, const int *ids, const float *rows, int v0, int v1, int N, int C),             \
-      (out, ids, rows, v0, v1, N, C))                                                                                  \
-    X(void, embedding_backward, (float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C),    \
-      (dwte, dwpe, dout, ids, B, T, C))                                                                                \
+    X(void, embedding_forward, (void *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C,    \
+      neox_elem act), (out, ids, wte, wpe, B, T, C, act))                                                              \
+    X(void, embedding_rows, (void *out, const int *ids, const float *rows, int v0, int v1, int N, int C,               \
+      neox_elem act), (out, ids, rows, v0, v1, N, C, act))                                                             \
+    X(void, embedding_backward, (float *dwte, float *dwpe, const void *dout, const int *ids, int B, int T, int C,      \
+      neox_elem act), (dwte, dwpe, dout, ids, B, T, C, act))                                                           \
     X(void, layernorm_forward, (void *out, float *mean, float *rstd, const void *inp, const float *weight,             \
       const float *bias, int N, int C, float eps, neox_elem act), (out, mean, rstd, inp, weight, bias, N, C, eps, act)) \
     X(void, layernorm_backward, (void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,         \
@@ -96,17 +96,19 @@ extern "C" {
       unsigned long long offset, neox_elem act), (out, inp, n, p, seed, offset, act))                                   \
     X(void, jitter, (float *out, const float *inp, size_t n, float eps, unsigned long long seed), (out, inp, n, eps,   \
       seed))                                                                                                           \
-    X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V), \
-      (losses, lse, logits, targets, N, V))                                                                            \
-    X(void, cross_entropy_row_max, (float *mx, const float *logits, int N, int V), (mx, logits, N, V))                 \
-    X(void, cross_entropy_row_sumexp, (double *sum, const float *logits, const float *mx, int N, int V), (sum, logits, \
-      mx, N, V))                                                                                                       \
-    X(void, cross_entropy_target_logit, (double *out, const float *logits, const int *targets, int N, int V), (out,    \
-      logits, targets, N, V))                                                                                          \
+    X(void, cross_entropy_forward, (float *losses, float *lse, const void *logits, const int *targets, int N, int V,  \
+      neox_elem act), (losses, lse, logits, targets, N, V, act))                                                       \
+    X(void, cross_entropy_row_max, (float *mx, const void *logits, int N, int V, neox_elem act), (mx, logits, N, V,    \
+      act))                                                                                                            \
+    X(void, cross_entropy_row_sumexp, (double *sum, const void *logits, const float *mx, int N, int V, neox_elem act), \
+      (sum, logits, mx, N, V, act))                                                                                    \
+    X(void, cross_entropy_target_logit, (double *out, const void *logits, const int *targets, int N, int V,            \
+      neox_elem act), (out, logits, targets, N, V, act))                                                               \
     X(void, cross_entropy_loss, (float *lse, double *loss, const float *mx, const double *stats, const float *mask,     \
       int N), (lse, loss, mx, stats, mask, N))                                                                         \
-    X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,        \
-      const float *weight, float scale, int N, int V), (dlogits, logits, lse, targets, weight, scale, N, V))           \
+    X(void, cross_entropy_backward, (void *dlogits, const void *logits, const float *lse, const int *targets,          \
+      const float *weight, float scale, int N, int V, neox_elem act), (dlogits, logits, lse, targets, weight, scale,   \
+      N, V, act))                                                                                                      \
     X(void, cross_entropy_fused, (void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,   \
       const int *targets, const float *weight, float scale, int N, int V, int stats_given), (logits, logits_elem, mx,   \
       sum, target_logit, targets, weight, scale, N, V, stats_given))                                                   \

@@ -103,13 +103,15 @@ void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float
 // out[b,t,:] = wte[ids[b,t],:] (+ wpe[t,:] when wpe is not NULL). ids: (B, T); wte: (V, C);
 // wpe: (maxT, C); out: (B, T, C). Ids are checked by the caller (model) against V. An id < 0 means
 // "not in this table" (vocab-parallel embedding: the row lives on another tensor-parallel rank)
-// and contributes a zero row.
-void neox_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C);
+// and contributes a zero row. out is stored as act (the sum wte + wpe taken in fp32, rounded once).
+void neox_embedding_forward(void *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C,
+                            neox_elem act);
 // The lookup of a table held a piece at a time (ZeRO-3's embedding in pieces): out[i,:] =
 // rows[ids[i] - v0,:] for the tokens whose id is in [v0, v1), where rows holds the table's rows
-// [v0, v1); the other rows of out are left as they are. ids: (N); rows: (v1 - v0, C); out: (N, C).
-void neox_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C);
-// dwte, dwpe (or NULL) are added to. dout: (B, T, C). Ids < 0 add nothing to dwte.
+// [v0, v1); the other rows of out are left as they are. ids: (N); rows: (v1 - v0, C); out: (N, C)
+// stored as act.
+void neox_embedding_rows(void *out, const int *ids, const float *rows, int v0, int v1, int N, int C, neox_elem act);
+// dwte, dwpe (or NULL) are added to, in fp32. dout: (B, T, C) stored as act. Ids < 0 add nothing to dwte.
 // The order of dwte's sums is part of the contract, so that every backend gives the same bits:
 // the tokens are stably sorted by id (ids < 0 last), the sorted sequence is cut into spans of
 // NEOX_EMBEDDING_SPAN tokens, and each id's row receives its tokens in token order, except that
@@ -118,7 +120,8 @@ void neox_embedding_rows(float *out, const int *ids, const float *rows, int v0, 
 // long runs (one token repeated) lets a GPU sum every span at once, in the same time whatever the
 // ids are. dwpe[t] receives the batch's rows b = 0, 1, ... in order.
 #define NEOX_EMBEDDING_SPAN 256
-void neox_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C);
+void neox_embedding_backward(float *dwte, float *dwpe, const void *dout, const int *ids, int B, int T, int C,
+                             neox_elem act);
 
 // ---- normalisation ----------------------------------------------------------------------------
 // LayerNorm over the last dim. inp, out: (N, C); weight, bias: (C) (bias may be NULL);
@@ -302,17 +305,21 @@ void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned lon
 // Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V)
 // or outside it for a position that is not scored (then its loss is 0 and backward leaves out the
 // -1 of the target); losses: (N) = logsumexp(logits) - logits[target]; lse: (N) saved for backward.
-void neox_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N, int V);
+// The logits (and below their gradient) are stored as act (kernels.h, "Activation storage"): read
+// widened to fp32; the losses and every statistic stay fp32 (the sums of exponentials double).
+void neox_cross_entropy_forward(float *losses, float *lse, const void *logits, const int *targets, int N, int V,
+                                neox_elem act);
 // The two halves of the log-sum-exp, for a vocabulary cut over tensor-parallel ranks (each rank
 // holds V of the columns): the row maximum mx: (N) of logits: (N, V), and sum: (N) of
 // exp(logit - mx[i]) accumulated in double, mx being the maximum over all ranks. Then
 // lse = mx + log(sum over ranks), exactly what neox_cross_entropy_forward computes on one rank.
-void neox_cross_entropy_row_max(float *mx, const float *logits, int N, int V);
-void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V);
+void neox_cross_entropy_row_max(float *mx, const void *logits, int N, int V, neox_elem act);
+void neox_cross_entropy_row_sumexp(double *sum, const void *logits, const float *mx, int N, int V, neox_elem act);
 // The target's logit of each row, in double (the vocab-parallel loss sums it over ranks with the
 // row sums): out[i] = logits[i, targets[i]], or 0 when targets[i] is outside [0, V) (another
 // rank's column). logits: (N, V); targets, out: (N).
-void neox_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V);
+void neox_cross_entropy_target_logit(double *out, const void *logits, const int *targets, int N, int V,
+                                     neox_elem act);
 // The loss assembled from those halves (after their sums over ranks), on the backend: lse[i] = mx[i]
 // + (float)log(stats[i]) (saved for backward), each row's loss lse[i] - (float)stats[N + i] (fp32), and
 // loss[0] = the sum over rows of mask[i] * that loss, loss[1] = the sum of mask[i], both in double (the
@@ -321,9 +328,10 @@ void neox_cross_entropy_target_logit(double *out, const float *logits, const int
 void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats, const float *mask, int N);
 // dlogits = (softmax(logits) - onehot(target)) * weight[i] * scale, where weight is the loss mask
 // (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
-// A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot.
-void neox_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
-                                 const float *weight, float scale, int N, int V);
+// A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot. Under bf16
+// each element is rounded once, after the one-hot's subtraction.
+void neox_cross_entropy_backward(void *dlogits, const void *logits, const float *lse, const int *targets,
+                                 const float *weight, float scale, int N, int V, neox_elem act);
 // The training loss of a chunk of rows and its gradient in one pass, for when the gradient is known
 // at forward time (the fused classifier: the output layer's backward follows each chunk at once, so
 // no logits are held for every row or made twice). logits: (N, V) of element type logits_elem (fp32,

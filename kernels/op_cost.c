@@ -72,24 +72,25 @@ neox_op_cost neox_op_cost_gemm_ex(int trans_a, int trans_b, int M, int N, int K,
 }
 
 // ---- embeddings -------------------------------------------------------------------------------
-neox_op_cost neox_op_cost_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B,
-                                            int T, int C) {
+neox_op_cost neox_op_cost_embedding_forward(void *out, const int *ids, const float *wte, const float *wpe, int B,
+                                            int T, int C, neox_elem act) {
     (void)out, (void)ids, (void)wte;
     double rows = (double)B * T, c = C;
-    return bytes_only(IDX * rows + F32 * (rows * c + (wpe ? (double)T * c : 0.0) + rows * c));
+    return bytes_only(IDX * rows + F32 * (rows * c + (wpe ? (double)T * c : 0.0)) + elem_bytes(act) * rows * c);
 }
 
-neox_op_cost neox_op_cost_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C) {
+neox_op_cost neox_op_cost_embedding_rows(void *out, const int *ids, const float *rows, int v0, int v1, int N, int C,
+                                         neox_elem act) {
     (void)out, (void)ids, (void)rows, (void)v0, (void)v1;
-    return bytes_only(IDX * N + F32 * 2.0 * (double)N * C);
+    return bytes_only(IDX * N + (F32 + elem_bytes(act)) * (double)N * C);
 }
 
 // A scatter-add: each row of dout adds into its token's row of dwte (read and written).
-neox_op_cost neox_op_cost_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T,
-                                             int C) {
+neox_op_cost neox_op_cost_embedding_backward(float *dwte, float *dwpe, const void *dout, const int *ids, int B, int T,
+                                             int C, neox_elem act) {
     (void)dwte, (void)dout, (void)ids;
     double rows = (double)B * T, c = C;
-    return bytes_only(IDX * rows + F32 * (rows * c + 2.0 * rows * c + (dwpe ? 2.0 * (double)T * c : 0.0)));
+    return bytes_only(IDX * rows + elem_bytes(act) * rows * c + F32 * (2.0 * rows * c + (dwpe ? 2.0 * (double)T * c : 0.0)));
 }
 
 // ---- norms: the rows read and written, the per-row statistics, the weights ---------------------
@@ -306,26 +307,27 @@ neox_op_cost neox_op_cost_scale(float *x, size_t n, float s) {
 }
 
 // ---- the loss: passes over the logits (N, V) -----------------------------------------------------
-neox_op_cost neox_op_cost_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets,
-                                                int N, int V) {
+neox_op_cost neox_op_cost_cross_entropy_forward(float *losses, float *lse, const void *logits, const int *targets,
+                                                int N, int V, neox_elem act) {
     (void)losses, (void)lse, (void)logits, (void)targets;
-    return bytes_only(F32 * ((double)N * V + 2.0 * N) + IDX * N);
+    return bytes_only(elem_bytes(act) * (double)N * V + F32 * 2.0 * N + IDX * N);
 }
 
-neox_op_cost neox_op_cost_cross_entropy_row_max(float *mx, const float *logits, int N, int V) {
+neox_op_cost neox_op_cost_cross_entropy_row_max(float *mx, const void *logits, int N, int V, neox_elem act) {
     (void)mx, (void)logits;
-    return bytes_only(F32 * ((double)N * V + N));
+    return bytes_only(elem_bytes(act) * (double)N * V + F32 * N);
 }
 
-neox_op_cost neox_op_cost_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V) {
+neox_op_cost neox_op_cost_cross_entropy_row_sumexp(double *sum, const void *logits, const float *mx, int N, int V,
+                                                   neox_elem act) {
     (void)sum, (void)logits, (void)mx;
-    return bytes_only(F32 * ((double)N * V + N) + 8.0 * N);
+    return bytes_only(elem_bytes(act) * (double)N * V + F32 * N + 8.0 * N);
 }
 
-neox_op_cost neox_op_cost_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N,
-                                                     int V) {
+neox_op_cost neox_op_cost_cross_entropy_target_logit(double *out, const void *logits, const int *targets, int N,
+                                                     int V, neox_elem act) {
     (void)out, (void)logits, (void)targets, (void)V;
-    return bytes_only(IDX * N + F32 * N + 8.0 * N);
+    return bytes_only(IDX * N + elem_bytes(act) * N + 8.0 * N);
 }
 
 neox_op_cost neox_op_cost_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats,
@@ -334,10 +336,11 @@ neox_op_cost neox_op_cost_cross_entropy_loss(float *lse, double *loss, const flo
     return bytes_only(F32 * (2.0 * N + (mask ? N : 0)) + (mx ? 8.0 * 2.0 * N : 0.0) + 8.0);
 }
 
-neox_op_cost neox_op_cost_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
-                                                 const int *targets, const float *weight, float scale, int N, int V) {
+neox_op_cost neox_op_cost_cross_entropy_backward(void *dlogits, const void *logits, const float *lse,
+                                                 const int *targets, const float *weight, float scale, int N, int V,
+                                                 neox_elem act) {
     (void)dlogits, (void)logits, (void)lse, (void)targets, (void)scale;
-    return bytes_only(F32 * (2.0 * (double)N * V + N + (weight ? N : 0)) + IDX * N);
+    return bytes_only(elem_bytes(act) * 2.0 * N * V + F32 * (N + (weight ? N : 0)) + IDX * N);
 }
 
 // One read and one write of the logits at their storage precision; the whole-vocabulary form also

@@ -320,16 +320,16 @@ static void test_embedding(int B, int T, int C, int V, int with_wpe) {
     for (int i = 0; i < n; i++) ids[i] = V == 1 ? 0 : (int)(neox_uniform(99, draw++) * (V + 1)) - 1;
     ipair id = ipair_from(ids, n);
     pair wte = pair_rand((size_t)V * C), wpe = pair_rand((size_t)T * C), out = pair_rand((size_t)n * C);
-    cpu->embedding_forward(out.h, id.h, wte.h, with_wpe ? wpe.h : NULL, B, T, C);
-    gpu->embedding_forward(out.d, id.d, wte.d, with_wpe ? wpe.d : NULL, B, T, C);
+    cpu->embedding_forward(out.h, id.h, wte.h, with_wpe ? wpe.h : NULL, B, T, C, NEOX_ELEM_F32);
+    gpu->embedding_forward(out.d, id.d, wte.d, with_wpe ? wpe.d : NULL, B, T, C, NEOX_ELEM_F32);
     checkf(0, 0, &out, "embedding_forward B=%d T=%d C=%d V=%d wpe=%d", B, T, C, V, with_wpe);
     int v0 = V / 3, v1 = V / 3 + (V + 1) / 2;  // a piece of the table: the other tokens keep their rows
-    cpu->embedding_rows(out.h, id.h, wte.h + (size_t)v0 * C, v0, v1, n, C);
-    gpu->embedding_rows(out.d, id.d, wte.d + (size_t)v0 * C, v0, v1, n, C);
+    cpu->embedding_rows(out.h, id.h, wte.h + (size_t)v0 * C, v0, v1, n, C, NEOX_ELEM_F32);
+    gpu->embedding_rows(out.d, id.d, wte.d + (size_t)v0 * C, v0, v1, n, C, NEOX_ELEM_F32);
     checkf(0, 0, &out, "embedding_rows [%d, %d) of V=%d B=%d T=%d C=%d", v0, v1, V, B, T, C);
     pair dout = pair_rand((size_t)n * C);  // wte and wpe now serve as the gradients added to
-    cpu->embedding_backward(wte.h, with_wpe ? wpe.h : NULL, dout.h, id.h, B, T, C);
-    gpu->embedding_backward(wte.d, with_wpe ? wpe.d : NULL, dout.d, id.d, B, T, C);
+    cpu->embedding_backward(wte.h, with_wpe ? wpe.h : NULL, dout.h, id.h, B, T, C, NEOX_ELEM_F32);
+    gpu->embedding_backward(wte.d, with_wpe ? wpe.d : NULL, dout.d, id.d, B, T, C, NEOX_ELEM_F32);
     checkf(0, 0, &wte, "embedding_backward dwte B=%d T=%d C=%d V=%d (same order: exact)", B, T, C, V);
     if (with_wpe) checkf(0, 0, &wpe, "embedding_backward dwpe B=%d T=%d C=%d (exact)", B, T, C);
     pair_free(&wte);
@@ -732,6 +732,59 @@ static void test_bf16_heads(int B, int T, int NH, int NKV, int HS, int interleav
 
 // The norms in bf16 storage, statistics and parameter gradients fp32; rms: RMSNorm, else LayerNorm.
 // The fused add + norm too (under bf16 it normalises the rounded sum, as the CPU does).
+// The lookup rounds wte (+ wpe) once: the same bits. The gradient sums the widened bf16 rows in the
+// order kernels.h fixes: the same bits too.
+static void test_bf16_embedding(int B, int T, int C, int V) {
+    int n = B * T, *ids = xmalloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) ids[i] = (int)(neox_uniform(98, draw++) * (V + 1)) - 1;
+    ipair id = ipair_from(ids, n);
+    pair wte = pair_rand((size_t)V * C), wpe = pair_rand((size_t)T * C);
+    bpair out = bpair_rand((size_t)n * C), dout = bpair_rand((size_t)n * C);
+    cpu->embedding_forward(out.h, id.h, wte.h, wpe.h, B, T, C, NEOX_ELEM_BF16);
+    gpu->embedding_forward(out.d, id.d, wte.d, wpe.d, B, T, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &out, "embedding_forward bf16 B=%d T=%d C=%d V=%d", B, T, C, V);
+    cpu->embedding_rows(out.h, id.h, wte.h, 0, V / 2, n, C, NEOX_ELEM_BF16);
+    gpu->embedding_rows(out.d, id.d, wte.d, 0, V / 2, n, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &out, "embedding_rows bf16 [0, %d) B=%d T=%d C=%d", V / 2, B, T, C);
+    cpu->embedding_backward(wte.h, wpe.h, dout.h, id.h, B, T, C, NEOX_ELEM_BF16);
+    gpu->embedding_backward(wte.d, wpe.d, dout.d, id.d, B, T, C, NEOX_ELEM_BF16);
+    checkf(0, 0, &wte, "embedding_backward bf16 dwte B=%d T=%d C=%d V=%d (exact)", B, T, C, V);
+    checkf(0, 0, &wpe, "embedding_backward bf16 dwpe B=%d T=%d C=%d (exact)", B, T, C);
+    pair_free(&wte);
+    pair_free(&wpe);
+    bpair_free(&out);
+    bpair_free(&dout);
+    ipair_free(&id);
+    free(ids);
+}
+
+// Logits stored in bf16: the statistics as the fp32 ops' (both widen the same elements), the gradient
+// rounded once from fp32 values a few ulps apart.
+static void test_bf16_cross_entropy(int N, int V) {
+    bpair logits = bpair_uniform((size_t)N * V, -8.0f, 8.0f);
+    pair losses = pair_rand(N), lse = pair_rand(N), mx = pair_rand(N), weight = pair_uniform(N, 0.0f, 1.0f);
+    int *t = xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) t[i] = (int)(neox_uniform(6, draw++) * V);
+    t[0] = -1;  // not scored
+    ipair tv = ipair_from(t, N);
+    cpu->cross_entropy_forward(losses.h, lse.h, logits.h, tv.h, N, V, NEOX_ELEM_BF16);
+    gpu->cross_entropy_forward(losses.d, lse.d, logits.d, tv.d, N, V, NEOX_ELEM_BF16);
+    checkf(1e-5, 1e-5, &losses, "cross_entropy_forward bf16 losses N=%d V=%d", N, V);
+    checkf(1e-5, 1e-6, &lse, "cross_entropy_forward bf16 lse N=%d V=%d", N, V);
+    cpu->cross_entropy_row_max(mx.h, logits.h, N, V, NEOX_ELEM_BF16);
+    gpu->cross_entropy_row_max(mx.d, logits.d, N, V, NEOX_ELEM_BF16);
+    checkf(0, 0, &mx, "cross_entropy_row_max bf16 N=%d V=%d", N, V);
+    pair l = pair_from(lse.h, N);
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tv.h, weight.h, 1.0f / N, N, V, NEOX_ELEM_BF16);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tv.d, weight.d, 1.0f / N, N, V, NEOX_ELEM_BF16);
+    bcheckf(1e-7, BF16_ULP, &logits, "cross_entropy_backward bf16 in place N=%d V=%d", N, V);
+    pair *all[] = {&losses, &lse, &mx, &weight, &l};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    bpair_free(&logits);
+    ipair_free(&tv);
+    free(t);
+}
+
 static void test_bf16_norm(int N, int C, int rms) {
     const char *name = rms ? "rmsnorm" : "layernorm";
     bpair inp = bpair_uniform((size_t)N * C, -2.0f, 3.0f), out = bpair_rand((size_t)N * C);
@@ -810,17 +863,17 @@ static void test_cross_entropy(int N, int V) {
     t[0] = -1;                 // positions that are not scored: loss 0 on both
     if (N > 2) t[N / 2] = V;
     ipair tv = ipair_from(t, N);
-    cpu->cross_entropy_forward(losses.h, lse.h, logits.h, tv.h, N, V);
-    gpu->cross_entropy_forward(losses.d, lse.d, logits.d, tv.d, N, V);
+    cpu->cross_entropy_forward(losses.h, lse.h, logits.h, tv.h, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_forward(losses.d, lse.d, logits.d, tv.d, N, V, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &losses, "cross_entropy_forward losses N=%d V=%d", N, V);
     checkf(1e-5, 1e-6, &lse, "cross_entropy_forward lse N=%d V=%d", N, V);
-    cpu->cross_entropy_row_max(mx.h, logits.h, N, V);
-    gpu->cross_entropy_row_max(mx.d, logits.d, N, V);
+    cpu->cross_entropy_row_max(mx.h, logits.h, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_row_max(mx.d, logits.d, N, V, NEOX_ELEM_F32);
     checkf(0, 0, &mx, "cross_entropy_row_max N=%d V=%d", N, V);
     double *sh = xmalloc((size_t)N * sizeof(double)), *sd = gpu->alloc((size_t)N * sizeof(double));
     double *sg = xmalloc((size_t)N * sizeof(double));
-    cpu->cross_entropy_row_sumexp(sh, logits.h, mx.h, N, V);
-    gpu->cross_entropy_row_sumexp(sd, logits.d, mx.d, N, V);
+    cpu->cross_entropy_row_sumexp(sh, logits.h, mx.h, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_row_sumexp(sd, logits.d, mx.d, N, V, NEOX_ELEM_F32);
     gpu->to_host(sg, sd, (size_t)N * sizeof(double));
     float *sumh = xmalloc((size_t)N * sizeof(float)), *sumg = xmalloc((size_t)N * sizeof(float));
     for (int i = 0; i < N; i++) {
@@ -839,8 +892,8 @@ static void test_cross_entropy(int N, int V) {
     pair l = pair_from(lse.h, N);
     weight.h[N / 2] = 0.0f;
     gpu->to_device(weight.d, weight.h, (size_t)N * sizeof(float));
-    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, N, V);
-    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, N, V);
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, N, V, NEOX_ELEM_F32);
     checkf(1e-7, 1e-5, &logits, "cross_entropy_backward in place, masked, targets off-rank N=%d V=%d", N, V);
     pair *all[] = {&logits, &losses, &lse, &mx, &weight, &l};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -1022,7 +1075,7 @@ static void rep_linear(void *p) {  // in: dout x w; out: dx dw db (square C x C 
 }
 static void rep_embedding(void *p) {  // in: dout; out: dwte dwpe
     rep_ctx *c = p;
-    gpu->embedding_backward(c->out[0].d, c->out[1].d, c->in[0].d, c->ids, c->B, c->T, c->C);
+    gpu->embedding_backward(c->out[0].d, c->out[1].d, c->in[0].d, c->ids, c->B, c->T, c->C, NEOX_ELEM_F32);
 }
 
 static void free_pairs(pair *p, int n) {
@@ -1375,6 +1428,9 @@ int main(int argc, char **argv) {
     test_elementwise(37, 129);
     test_bf16_elementwise(37, 129);
     test_bf16_activations(10007, 13, 77);
+    test_bf16_embedding(2, 300, 130, 7);  // runs crossing span ends, channels past a 128 block
+    test_bf16_cross_entropy(37, 1000);
+    test_bf16_cross_entropy(8, 50304);
     test_bf16_norm(37, 200, 0);
     test_bf16_norm(300, 64, 1);
     test_bf16_norm(3, 1500, 0);    // wider than 1024: the row kernel and the column sums apart

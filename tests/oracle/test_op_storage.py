@@ -200,3 +200,47 @@ def test_norm_backward(rms, tmp_path):
     close32(out["dweight"], dw0.to(F64) + gw, name + " dweight", rtol=1e-4)
     if not rms:
         close32(out["dbias"], db0.to(F64) + gb, name + " dbias", rtol=1e-4)
+
+
+EMB_V = 11  # the driver's table rows
+
+
+def test_embedding(tmp_path):
+    """The lookup (+ positions) summed in fp32 and rounded once; the gradient widens the bf16 rows and
+    adds them into the fp32 tables."""
+    g = torch.Generator().manual_seed(19)
+    ids = torch.randint(-1, EMB_V, (N,), generator=g, dtype=torch.int32)
+    wte, wpe = f32((EMB_V, C), seed=19), f32((N, C), seed=20)
+    rows = torch.where((ids >= 0)[:, None], wte[ids.clamp(min=0).long()], torch.zeros(()))
+    out = run(tmp_path, "embedding_forward", {"ids": ids, "wte": wte, "wpe": wpe})["out"]
+    exact(out, (rows + wpe).to(F64), "embedding_forward")
+    dout, dwte0, dwpe0 = bf16((N, C), seed=21), f32((EMB_V, C), seed=22), f32((N, C), seed=23)
+    got = run(tmp_path, "embedding_backward", {"ids": ids, "dout": dout, "dwte": dwte0, "dwpe": dwpe0})
+    keep = ids >= 0
+    ref = dwte0.to(F64).index_add(0, ids[keep].long(), dout[keep].to(F64))
+    close32(got["dwte"], ref, "embedding_backward dwte")
+    close32(got["dwpe"], dwpe0.to(F64) + dout.to(F64), "embedding_backward dwpe")
+
+
+def test_cross_entropy(tmp_path):
+    """Logits stored in bf16: the statistics from the widened logits (fp32 losses and lse, the sums of
+    exponentials in double), the gradient (softmax - onehot) x mask / N rounded once, in place."""
+    V = C
+    x = bf16((N, V), -8, 8, seed=24)
+    g = torch.Generator().manual_seed(24)
+    t = torch.randint(0, V, (N,), generator=g, dtype=torch.int32)
+    t[0] = -1  # a position that is not scored
+    w = f32((N,), 0, 1, seed=24)
+    out = run(tmp_path, "cross_entropy", {"x": x, "targets": t, "weight": w}, c=V)
+    z = x.to(F64)
+    lse = torch.logsumexp(z, -1)
+    scored = t >= 0
+    tl = torch.where(scored, z.gather(1, t.clamp(min=0).long()[:, None])[:, 0], torch.zeros((), dtype=F64))
+    close32(out["lse"], lse, "cross_entropy lse")
+    close32(out["losses"], torch.where(scored, lse - tl, torch.zeros((), dtype=F64)), "cross_entropy losses")
+    close32(out["mx"], z.max(-1).values, "cross_entropy row_max", rtol=0)
+    close32(out["sumexp"], torch.exp(z - z.max(-1, keepdim=True).values).sum(-1), "cross_entropy row_sumexp")
+    close32(out["target_logit"], tl, "cross_entropy target_logit", rtol=0)
+    onehot = torch.nn.functional.one_hot(t.clamp(min=0).long(), V).to(F64) * scored[:, None]
+    grad = (torch.softmax(z, -1) - onehot) * (w.to(F64) / N)[:, None]
+    within_ulp(out["dlogits"], grad, "cross_entropy dlogits", atol=1e-7)

@@ -101,7 +101,7 @@ struct emb_ctx { int ids[EB * ET]; float *wte, *wpe, *out, *R; };
 
 static double emb_loss(void *p) {
     struct emb_ctx *c = p;
-    neox_embedding_forward(c->out, c->ids, c->wte, c->wpe, EB, ET, EC);
+    neox_embedding_forward(c->out, c->ids, c->wte, c->wpe, EB, ET, EC, NEOX_ELEM_F32);
     return dotd(c->out, c->R, EB * ET * EC);
 }
 
@@ -110,7 +110,7 @@ static void test_embedding(void **state) {
     struct emb_ctx c = {{1, 3, 3, 0, 5, 2, 2, 2, 4, 1}, randn(EV * EC, 1), randn(ET * EC, 1), zeros(EB * ET * EC),
                         randn(EB * ET * EC, 1)};
     float *dwte = zeros(EV * EC), *dwpe = zeros(ET * EC);
-    neox_embedding_backward(dwte, dwpe, c.R, c.ids, EB, ET, EC);
+    neox_embedding_backward(dwte, dwpe, c.R, c.ids, EB, ET, EC, NEOX_ELEM_F32);
     check_grad("embedding dwte", c.wte, dwte, EV * EC, emb_loss, &c);
     check_grad("embedding dwpe", c.wpe, dwpe, ET * EC, emb_loss, &c);
     free(c.wte); free(c.wpe); free(c.out); free(c.R); free(dwte); free(dwpe);
@@ -122,11 +122,12 @@ static void test_embedding_rows(void **state) {
     (void)state;
     int ids[EB * ET] = {1, 3, 3, 0, 5, 2, 2, -1, 4, 1};
     float *wte = randn(EV * EC, 2), *wpe = randn(ET * EC, 3), *whole = zeros(EB * ET * EC), *pieces = randn(EB * ET * EC, 4);
-    neox_embedding_forward(whole, ids, wte, wpe, EB, ET, EC);
+    neox_embedding_forward(whole, ids, wte, wpe, EB, ET, EC, NEOX_ELEM_F32);
     float kept = pieces[7 * EC + 1];
-    neox_embedding_rows(pieces, ids, wte, 0, 0, EB * ET, EC);  // an empty piece changes nothing
+    neox_embedding_rows(pieces, ids, wte, 0, 0, EB * ET, EC, NEOX_ELEM_F32);  // an empty piece changes nothing
     assert_true(pieces[7 * EC + 1] == kept);
-    for (int v0 = 0; v0 < EV; v0 += 4) neox_embedding_rows(pieces, ids, wte + v0 * EC, v0, v0 + 4 < EV ? v0 + 4 : EV, EB * ET, EC);
+    for (int v0 = 0; v0 < EV; v0 += 4)
+        neox_embedding_rows(pieces, ids, wte + v0 * EC, v0, v0 + 4 < EV ? v0 + 4 : EV, EB * ET, EC, NEOX_ELEM_F32);
     assert_true(pieces[7 * EC + 1] == kept);  // id -1: in no piece
     for (int c = 0; c < EC; c++) pieces[7 * EC + c] = 0.0f;  // (embedding_forward's zero row)
     for (int b = 0; b < EB; b++) neox_add_inplace(pieces + b * ET * EC, wpe, ET * EC);
@@ -183,7 +184,7 @@ static void test_embedding_order(void **state) {
         float *got = neox_malloc((size_t)V * C * sizeof *got), *want = neox_malloc((size_t)V * C * sizeof *want);
         memcpy(got, base, (size_t)V * C * sizeof *got);
         memcpy(want, base, (size_t)V * C * sizeof *want);
-        neox_embedding_backward(got, NULL, dout, ids, 1, n, C);
+        neox_embedding_backward(got, NULL, dout, ids, 1, n, C, NEOX_ELEM_F32);
         emb_order_reference(want, dout, ids, n, C);
         assert_memory_equal(got, want, (size_t)V * C * sizeof *got);
         if (t == 1) {  // the spans matter: summing straight onto the row gives other bits
@@ -719,7 +720,7 @@ struct ce_ctx { float *logits, *losses, *lse, *w; int targets[CN]; };
 
 static double ce_loss(void *p) {  // weighted mean, as the model uses it
     struct ce_ctx *c = p;
-    neox_cross_entropy_forward(c->losses, c->lse, c->logits, c->targets, CN, CV);
+    neox_cross_entropy_forward(c->losses, c->lse, c->logits, c->targets, CN, CV, NEOX_ELEM_F32);
     double sum = 0, wsum = 0;
     for (int i = 0; i < CN; i++) { sum += c->losses[i] * c->w[i]; wsum += c->w[i]; }
     return sum / wsum;
@@ -736,12 +737,12 @@ static void test_cross_entropy(void **state) {
         assert_true(fabs(log(s) - c.logits[i * CV + c.targets[i]] - c.losses[i]) < 1e-5);
     }
     float *d = zeros(CN * CV);
-    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f / 3, CN, CV);
+    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f / 3, CN, CV, NEOX_ELEM_F32);
     check_grad("cross entropy", c.logits, d, CN * CV, ce_loss, &c);
     // In place (dlogits aliasing logits) gives the same.
     float *inplace = neox_malloc(sizeof(float) * CN * CV);
     memcpy(inplace, c.logits, sizeof(float) * CN * CV);
-    neox_cross_entropy_backward(inplace, inplace, c.lse, c.targets, w, 1.0f / 3, CN, CV);
+    neox_cross_entropy_backward(inplace, inplace, c.lse, c.targets, w, 1.0f / 3, CN, CV, NEOX_ELEM_F32);
     assert_memory_equal(inplace, d, sizeof(float) * CN * CV);
     free(c.logits); free(c.losses); free(c.lse); free(d); free(inplace);
 }
@@ -752,9 +753,9 @@ static void test_cross_entropy_masked_target(void **state) {
     (void)state;
     float w[CN] = {1, 1, 1, 1, 1};
     struct ce_ctx c = {randn(CN * CV, 3), zeros(CN), zeros(CN), w, {-1, 6, CV, 3, -7}};
-    neox_cross_entropy_forward(c.losses, c.lse, c.logits, c.targets, CN, CV);
+    neox_cross_entropy_forward(c.losses, c.lse, c.logits, c.targets, CN, CV, NEOX_ELEM_F32);
     float *d = zeros(CN * CV);
-    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f, CN, CV);
+    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f, CN, CV, NEOX_ELEM_F32);
     for (int i = 0; i < CN; i++) {
         double s = 0;
         for (int j = 0; j < CV; j++) s += exp(c.logits[i * CV + j]);
@@ -807,11 +808,11 @@ static void test_cross_entropy_fused(void **state) {
     // fp32: the separate ops' values bit for bit
     float mx2[FN], lse[FN], *d2 = zeros(FN * FV);
     double stats[2 * FN], loss[2];
-    neox_cross_entropy_row_max(mx2, z, FN, FV);
-    neox_cross_entropy_row_sumexp(stats, z, mx2, FN, FV);
-    neox_cross_entropy_target_logit(stats + FN, z, t, FN, FV);
+    neox_cross_entropy_row_max(mx2, z, FN, FV, NEOX_ELEM_F32);
+    neox_cross_entropy_row_sumexp(stats, z, mx2, FN, FV, NEOX_ELEM_F32);
+    neox_cross_entropy_target_logit(stats + FN, z, t, FN, FV, NEOX_ELEM_F32);
     neox_cross_entropy_loss(lse, loss, mx2, stats, w, FN);
-    neox_cross_entropy_backward(d2, z, lse, t, w, 0.25f, FN, FV);
+    neox_cross_entropy_backward(d2, z, lse, t, w, 0.25f, FN, FV, NEOX_ELEM_F32);
     assert_memory_equal(mx, mx2, sizeof mx);
     assert_memory_equal(sum, stats, sizeof sum);
     assert_memory_equal(tl, stats + FN, sizeof tl);
@@ -835,12 +836,12 @@ static void test_cross_entropy_fused(void **state) {
             memcpy(half[r] + i * H, z + i * FV + r * H, sizeof(float) * H);
             ht_targets[r][i] = t[i] >= r * H && t[i] < (r + 1) * H ? t[i] - r * H : -1;
         }
-        neox_cross_entropy_row_max(hm[r], half[r], FN, H);
+        neox_cross_entropy_row_max(hm[r], half[r], FN, H, NEOX_ELEM_F32);
     }
     for (int i = 0; i < FN; i++) hm[0][i] = hm[1][i] = fmaxf(hm[0][i], hm[1][i]);
     for (int r = 0; r < 2; r++) {
-        neox_cross_entropy_row_sumexp(hs[r], half[r], hm[r], FN, H);
-        neox_cross_entropy_target_logit(ht[r], half[r], ht_targets[r], FN, H);
+        neox_cross_entropy_row_sumexp(hs[r], half[r], hm[r], FN, H, NEOX_ELEM_F32);
+        neox_cross_entropy_target_logit(ht[r], half[r], ht_targets[r], FN, H, NEOX_ELEM_F32);
     }
     for (int i = 0; i < FN; i++) gsum[i] = hs[0][i] + hs[1][i];
     for (int r = 0; r < 2; r++) {
