@@ -22,11 +22,11 @@ extern "C" {
 // X(return type, name, (parameters), (argument names)): one line per op of kernels.h (the names let
 // a table wrap each op generically: kernels/cpu/emulated.c).
 #define NEOX_BACKEND_OPS(X)                                                                                            \
-    X(void, linear_forward, (float *out, int ldo, const float *inp, const float *weight, const float *bias, int N,     \
-      int IC, int OC), (out, ldo, inp, weight, bias, N, IC, OC))                                                       \
-    X(void, linear_backward, (float *dinp, float *dweight, float *dbias, const float *dout, int ldo, const float *inp, \
-      const float *weight, int N, int IC, int OC, int accumulate), (dinp, dweight, dbias, dout, ldo, inp, weight, N,   \
-      IC, OC, accumulate))                                                                                             \
+    X(void, linear_forward, (void *out, int ldo, const void *inp, const void *weight, const float *bias, int N, int IC, \
+      int OC, neox_elem act), (out, ldo, inp, weight, bias, N, IC, OC, act))                                           \
+    X(void, linear_backward, (void *dinp, float *dweight, float *dbias, const void *dout, int ldo, const void *inp,    \
+      const void *weight, int N, int IC, int OC, int accumulate, neox_elem act), (dinp, dweight, dbias, dout, ldo,      \
+      inp, weight, N, IC, OC, accumulate, act))                                                                        \
     X(void, gemm_ex, (int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,              \
       const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c), (trans_a, trans_b, M, N, K,    \
       alpha, A, lda, B, ldb, ab, beta, C, ldc, c))                                                                     \

@@ -88,16 +88,20 @@ double neox_normal(unsigned long long seed, unsigned long long index);
 // ---- linear layers ----------------------------------------------------------------------------
 // out = inp @ weight^T (+ bias): the torch.nn.Linear convention, weight as Hugging Face stores it.
 // inp: (N, IC) with row stride IC; weight: (OC, IC); bias: (OC) or NULL; out: (N, OC) with row
-// stride ldo (>= OC; lets several projections write side by side).
-void neox_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
-                         int N, int IC, int OC);
+// stride ldo (>= OC; lets several projections write side by side). act is the element type of inp,
+// out and the weight operand (fp32, or under bf16 storage the weights' bf16 copy, as gemm_ex's
+// operands); the products and the bias are summed in fp32 and each result rounded once; bias and
+// the weight gradients below stay fp32.
+void neox_linear_forward(void *out, int ldo, const void *inp, const void *weight, const float *bias, int N, int IC,
+                         int OC, neox_elem act);
 // dout: (N, OC) with row stride ldo. dinp: (N, IC), overwritten (accumulate = 0) or added to
 // (accumulate = 1); may be NULL. dweight: (OC, IC) and dbias: (OC) are added to; either may be
 // NULL (backward computes a layer's weight gradients first, then its input gradient, so the
 // weights' data-parallel reduction can start while the input gradient is computed); inp is read
-// only for dweight.
-void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
-                          const float *inp, const float *weight, int N, int IC, int OC, int accumulate);
+// only for dweight. dout, inp, dinp and the weight operand are of type act (as in forward); dinp's
+// sum (with its old value when accumulating) is rounded once.
+void neox_linear_backward(void *dinp, float *dweight, float *dbias, const void *dout, int ldo, const void *inp,
+                          const void *weight, int N, int IC, int OC, int accumulate, neox_elem act);
 
 // ---- embeddings -------------------------------------------------------------------------------
 // out[b,t,:] = wte[ids[b,t],:] (+ wpe[t,:] when wpe is not NULL). ids: (B, T); wte: (V, C);

@@ -39,26 +39,28 @@ static double segments_floats(const neox_segment *segs, int nseg) {
 }
 
 // ---- GEMMs ------------------------------------------------------------------------------------
-// out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias: 2·N·IC·OC; the bias add is bytes only.
-neox_op_cost neox_op_cost_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
-                                         int N, int IC, int OC) {
+// out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias: 2·N·IC·OC; the bias add is bytes only. The
+// operands and out are of type act.
+neox_op_cost neox_op_cost_linear_forward(void *out, int ldo, const void *inp, const void *weight, const float *bias,
+                                         int N, int IC, int OC, neox_elem act) {
     (void)out, (void)ldo, (void)inp, (void)weight;
     double n = N, ic = IC, oc = OC;
     return (neox_op_cost){.flops = 2.0 * n * ic * oc,
-                          .bytes = F32 * (n * ic + oc * ic + n * oc + (bias ? oc : 0.0))};
+                          .bytes = elem_bytes(act) * (n * ic + oc * ic + n * oc) + F32 * (bias ? oc : 0.0),
+                          .tensor16 = act != NEOX_ELEM_F32};
 }
 
 // Each gradient asked for (non-NULL) is one product: dinp = dout · weight, dweight = doutᵀ · inp
-// (2·N·IC·OC each); dbias sums dout's rows (bytes only).
-neox_op_cost neox_op_cost_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
-                                          const float *inp, const float *weight, int N, int IC, int OC,
-                                          int accumulate) {
+// (2·N·IC·OC each); dbias sums dout's rows (bytes only). The weight gradients are fp32.
+neox_op_cost neox_op_cost_linear_backward(void *dinp, float *dweight, float *dbias, const void *dout, int ldo,
+                                          const void *inp, const void *weight, int N, int IC, int OC, int accumulate,
+                                          neox_elem act) {
     (void)dout, (void)ldo, (void)inp, (void)weight;
-    double n = N, ic = IC, oc = OC, flops = 0.0, bytes = 0.0;
-    if (dinp) flops += 2.0 * n * ic * oc, bytes += F32 * (n * oc + ic * oc + n * ic * (accumulate ? 2.0 : 1.0));
-    if (dweight) flops += 2.0 * n * ic * oc, bytes += F32 * (n * oc + n * ic + 2.0 * ic * oc);
-    if (dbias) bytes += F32 * (n * oc + 2.0 * oc);
-    return (neox_op_cost){.flops = flops, .bytes = bytes};
+    double n = N, ic = IC, oc = OC, a = elem_bytes(act), flops = 0.0, bytes = 0.0;
+    if (dinp) flops += 2.0 * n * ic * oc, bytes += a * (n * oc + ic * oc + n * ic * (accumulate ? 2.0 : 1.0));
+    if (dweight) flops += 2.0 * n * ic * oc, bytes += a * (n * oc + n * ic) + F32 * 2.0 * ic * oc;
+    if (dbias) bytes += a * n * oc + F32 * 2.0 * oc;
+    return (neox_op_cost){.flops = flops, .bytes = bytes, .tensor16 = act != NEOX_ELEM_F32};
 }
 
 // C (M, N) = alpha·op(A)·op(B) + beta·C: 2·M·N·K on operands of type ab; C is read too when beta != 0.

@@ -142,7 +142,8 @@ static float *out_rows(neox_generator *g, int rows) {
 static void output_layer(neox_generator *g, float *logits, const float *inp, int rows) {
     const neox_model_desc *d = &g->m->desc;
     float *out = out_rows(g, rows);
-    g->be->linear_forward(out, d->vocab_size, inp, g->m->w.lm_head, NULL, rows, d->hidden_size, d->vocab_size);
+    g->be->linear_forward(out, d->vocab_size, inp, g->m->w.lm_head, NULL, rows, d->hidden_size, d->vocab_size,
+                          NEOX_ELEM_F32);
     g->be->to_host(logits, out, (size_t)rows * d->vocab_size * sizeof(float));
 }
 
@@ -164,11 +165,11 @@ static void mlp(neox_generator *g, int l, const float *inp, int S) {
         neox_model_moe_forward(g->m, l, &g->moe, g->ln, g->branch, S, 0, 1);
         return;
     }
-    be->linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC);
+    be->linear_forward(g->fc, FC, g->ln, p->fc_w, p->fc_b, S, C, FC, NEOX_ELEM_F32);
     neox_act_fn fn = neox_activation_function(d->activation);
     if (neox_activation_gated(d->activation)) be->gated_forward(g->act, g->fc, S, F, fn, NEOX_ELEM_F32);
     else be->activation_forward(g->act, g->fc, (size_t)S * F, fn, NEOX_ELEM_F32);
-    be->linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C);
+    be->linear_forward(g->branch, C, g->act, p->fc2_w, p->fc2_b, S, F, C, NEOX_ELEM_F32);
 }
 
 // Appends a segment's keys and values of layer l, k and v (NKV, len, HS), to its cache positions.
@@ -227,9 +228,9 @@ static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg
     size_t NC = (size_t)S * C;
     const neox_backend *be = g->be;
     norm(g, g->ln, g->mean, g->rstd, g->x, p->ln1_w, p->ln1_b, S);
-    be->linear_forward(g->qkv, W, g->ln, p->qkv_w, p->qkv_b, S, C, W);
+    be->linear_forward(g->qkv, W, g->ln, p->qkv_w, p->qkv_b, S, C, W, NEOX_ELEM_F32);
     for (int i = 0; i < nseg; i++) attend_segment(g, l, &segs[i]);
-    be->linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C);
+    be->linear_forward(g->branch, C, g->att, p->proj_w, p->proj_b, S, C, C, NEOX_ELEM_F32);
     be->add(g->mid, g->x, g->branch, NC, NEOX_ELEM_F32);  // x + attention
     if (d->parallel_residual) {
         mlp(g, l, g->x, S);                 // beside attention, on ln2(x)

@@ -6,7 +6,7 @@
 // OP: add add_bias dropout activation_forward activation_backward gated_forward gated_backward
 // layernorm_forward layernorm_backward rmsnorm_forward rmsnorm_backward add_layernorm_forward
 // add_rmsnorm_forward qkv_split qkv_merge rotary_apply embedding_forward embedding_backward
-// cross_entropy. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
+// cross_entropy linear. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
 // a gated input and its gradient); parameters and statistics ("weight", "bias", "mean", "rstd", and
 // the gradients "dweight", "dbias" that backward adds into) are F32. fn: the activation function's
 // number (neox_act_fn). dropout uses p = 0.25, seed 7, offset 100. qkv_split/merge take N = B*T rows
@@ -17,7 +17,9 @@
 // embedding_backward adds the BF16 "dout" (N, C) into the F32 "dwte" and "dwpe". cross_entropy takes
 // the BF16 "x" (N, C) as logits, the I32 "targets" (N) and the F32 "weight" (N): the F32 "losses",
 // "lse", "mx" (row_max), the F64 "sumexp" (row_sumexp from mx) and "target_logit", and "dlogits"
-// (BF16, in place, scale 1/N).
+// (BF16, in place, scale 1/N). linear takes the BF16 "x" (N, C), "w16" (LIN_OC, C), "dout" (N, LIN_OC)
+// and "dinp" (N, C), the F32 "bias", "dbias" (LIN_OC) and "dweight" (LIN_OC, C): "out" (BF16), then the
+// backward's "dinp" (added to when fn = 1), "dweight" and "dbias".
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,7 @@ static float *f32(const char *name, size_t count) { return copy_of(name, "F32", 
 static int *i32(const char *name, size_t count) { return copy_of(name, "I32", count); }
 
 enum { EMB_V = 11 };  // the embedding table's rows
+enum { LIN_OC = 24 };  // the linear layer's outputs
 
 typedef struct { const char *name; const char *dtype; const void *data; size_t count; } output;
 
@@ -135,6 +138,16 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
         outs[0] = OUT_F("losses", losses, N), outs[1] = OUT_F("lse", lse, N), outs[2] = OUT_F("mx", mx, N);
         outs[3] = OUT_D("sumexp", sum, N), outs[4] = OUT_D("target_logit", tl, N), outs[5] = OUT_B("dlogits", x, n);
         return 6;
+    }
+    if (!strcmp(op, "linear")) {
+        size_t no = (size_t)N * LIN_OC, nw = (size_t)LIN_OC * C;
+        uint16_t *x = bf16("x", n), *w = bf16("w16", nw), *o = neox_malloc(no * 2), *dx = bf16("dinp", n);
+        float *dw = f32("dweight", nw), *db = f32("dbias", LIN_OC);
+        neox_linear_forward(o, LIN_OC, x, w, f32("bias", LIN_OC), N, C, LIN_OC, B);
+        neox_linear_backward(dx, dw, db, bf16("dout", no), LIN_OC, x, w, N, C, LIN_OC, fn == 1, B);
+        outs[0] = OUT_B("out", o, no), outs[1] = OUT_B("dinp", dx, n), outs[2] = OUT_F("dweight", dw, nw);
+        outs[3] = OUT_F("dbias", db, LIN_OC);
+        return 4;
     }
     if (!strcmp(op, "rotary_apply")) {
         uint16_t *x = bf16("x", n);

@@ -138,14 +138,16 @@ static void test_linear(int N, int IC, int OC, int pad, int with_bias, int accum
     int ldo = OC + pad;
     pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
     pair out = pair_rand((size_t)N * ldo);  // the padding columns must stay as they are
-    cpu->linear_forward(out.h, ldo, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC);
-    gpu->linear_forward(out.d, ldo, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC);
+    cpu->linear_forward(out.h, ldo, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC, NEOX_ELEM_F32);
+    gpu->linear_forward(out.d, ldo, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC, NEOX_ELEM_F32);
     checkf(GEMM_TOL, &out, "linear_forward N=%d IC=%d OC=%d ldo=%d bias=%d", N, IC, OC, ldo, with_bias);
 
     pair dout = pair_rand((size_t)N * ldo), dinp = pair_rand((size_t)N * IC), dw = pair_rand((size_t)OC * IC);
     pair db = pair_rand(OC);
-    cpu->linear_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, ldo, inp.h, w.h, N, IC, OC, accumulate);
-    gpu->linear_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate);
+    cpu->linear_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, ldo, inp.h, w.h, N, IC, OC, accumulate,
+                         NEOX_ELEM_F32);
+    gpu->linear_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate,
+                         NEOX_ELEM_F32);
     checkf(GEMM_TOL, &dinp, "linear_backward dinp N=%d IC=%d OC=%d accumulate=%d", N, IC, OC, accumulate);
     checkf(GEMM_TOL, &dw, "linear_backward dweight N=%d IC=%d OC=%d", N, IC, OC);
     if (with_bias) checkf(1e-4, 1e-5, &db, "linear_backward dbias N=%d OC=%d", N, OC);
@@ -158,8 +160,8 @@ static void test_linear_tf32(void) {
     int N = 64, IC = 256, OC = 96;
     pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), out = pair_zero((size_t)N * OC);
     if (gpu != cpu) neox_cuda_set_tf32(1);
-    cpu->linear_forward(out.h, OC, inp.h, w.h, NULL, N, IC, OC);
-    gpu->linear_forward(out.d, OC, inp.d, w.d, NULL, N, IC, OC);
+    cpu->linear_forward(out.h, OC, inp.h, w.h, NULL, N, IC, OC, NEOX_ELEM_F32);
+    gpu->linear_forward(out.d, OC, inp.d, w.d, NULL, N, IC, OC, NEOX_ELEM_F32);
     if (gpu != cpu) neox_cuda_set_tf32(0);
     checkf(5e-2, 1e-2, &out, "linear_forward TF32 N=%d IC=%d OC=%d", N, IC, OC);
     pair_free(&inp);
@@ -197,7 +199,7 @@ static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
         neox_cuda_set_cublaslt(lt);
         pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
         pair out = pair_zero((size_t)N * OC), pre = pair_zero((size_t)N * OC);
-        cpu->linear_forward(pre.h, OC, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC);
+        cpu->linear_forward(pre.h, OC, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC, NEOX_ELEM_F32);
         cpu->activation_forward(out.h, pre.h, (size_t)N * OC, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
         neox_cuda_linear_gelu_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC);
         checkf(GEMM_TOL, &pre, "linear_gelu_forward pre-activation %s N=%d IC=%d OC=%d bias=%d",
@@ -206,7 +208,7 @@ static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
         // backward through a layer (OC, IC) = (C, F) whose input is the pre-activation of width IC
         pair dout = pair_rand((size_t)N * OC), x = pair_rand((size_t)N * IC), dpre = pair_zero((size_t)N * IC);
         pair dx = pair_zero((size_t)N * IC);
-        cpu->linear_backward(dx.h, NULL, NULL, dout.h, OC, NULL, w.h, N, IC, OC, 0);
+        cpu->linear_backward(dx.h, NULL, NULL, dout.h, OC, NULL, w.h, N, IC, OC, 0, NEOX_ELEM_F32);
         cpu->activation_backward(dpre.h, dx.h, x.h, (size_t)N * IC, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
         neox_cuda_linear_dgelu_backward(dpre.d, dout.d, w.d, x.d, N, IC, OC);
         checkf(GEMM_TOL, &dpre, "linear_dgelu_backward %s N=%d IC=%d OC=%d", lt ? "cuBLASLt" : "cuBLAS", N, IC, OC);
@@ -785,6 +787,28 @@ static void test_bf16_cross_entropy(int N, int V) {
     free(t);
 }
 
+// The linear layer on bf16 activations and the weights' bf16 copy: fp32 sums in each backend's own
+// order (the bias and an accumulated dinp's old value added in fp32), each result rounded once; the
+// weight gradients fp32. The padding columns of out (ldo > OC) stay as they are.
+static void test_bf16_linear(int N, int IC, int OC, int pad, int accumulate) {
+    int ldo = OC + pad;
+    bpair inp = bpair_rand((size_t)N * IC), w = bpair_rand((size_t)OC * IC), out = bpair_rand((size_t)N * ldo);
+    pair b = pair_rand(OC), dw = pair_rand((size_t)OC * IC), db = pair_rand(OC);
+    cpu->linear_forward(out.h, ldo, inp.h, w.h, b.h, N, IC, OC, NEOX_ELEM_BF16);
+    gpu->linear_forward(out.d, ldo, inp.d, w.d, b.d, N, IC, OC, NEOX_ELEM_BF16);
+    bcheckf(1e-3, BF16_ULP, &out, "linear_forward bf16 N=%d IC=%d OC=%d ldo=%d", N, IC, OC, ldo);
+    bpair dout = bpair_rand((size_t)N * ldo), dinp = bpair_rand((size_t)N * IC);
+    cpu->linear_backward(dinp.h, dw.h, db.h, dout.h, ldo, inp.h, w.h, N, IC, OC, accumulate, NEOX_ELEM_BF16);
+    gpu->linear_backward(dinp.d, dw.d, db.d, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate, NEOX_ELEM_BF16);
+    bcheckf(1e-3, BF16_ULP, &dinp, "linear_backward bf16 dinp N=%d IC=%d OC=%d accumulate=%d", N, IC, OC, accumulate);
+    checkf(GEMM_TOL, &dw, "linear_backward bf16 dweight N=%d IC=%d OC=%d", N, IC, OC);
+    checkf(1e-4, 1e-5, &db, "linear_backward bf16 dbias N=%d OC=%d", N, OC);
+    bpair *bp[] = {&inp, &w, &out, &dout, &dinp};
+    for (size_t i = 0; i < sizeof bp / sizeof *bp; i++) bpair_free(bp[i]);
+    pair *fp[] = {&b, &dw, &db};
+    for (size_t i = 0; i < sizeof fp / sizeof *fp; i++) pair_free(fp[i]);
+}
+
 static void test_bf16_norm(int N, int C, int rms) {
     const char *name = rms ? "rmsnorm" : "layernorm";
     bpair inp = bpair_uniform((size_t)N * C, -2.0f, 3.0f), out = bpair_rand((size_t)N * C);
@@ -1071,7 +1095,7 @@ static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
 static void rep_linear(void *p) {  // in: dout x w; out: dx dw db (square C x C weight)
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;
-    gpu->linear_backward(o[0].d, o[1].d, o[2].d, i[0].d, c->C, i[1].d, i[2].d, c->N, c->C, c->C, 0);
+    gpu->linear_backward(o[0].d, o[1].d, o[2].d, i[0].d, c->C, i[1].d, i[2].d, c->N, c->C, c->C, 0, NEOX_ELEM_F32);
 }
 static void rep_embedding(void *p) {  // in: dout; out: dwte dwpe
     rep_ctx *c = p;
@@ -1430,6 +1454,8 @@ int main(int argc, char **argv) {
     test_bf16_activations(10007, 13, 77);
     test_bf16_embedding(2, 300, 130, 7);  // runs crossing span ends, channels past a 128 block
     test_bf16_cross_entropy(37, 1000);
+    test_bf16_linear(37, 200, 96, 0, 0);
+    test_bf16_linear(64, 768, 2304, 5, 1);  // a fused QKV's shape, padded rows, dinp accumulated
     test_bf16_cross_entropy(8, 50304);
     test_bf16_norm(37, 200, 0);
     test_bf16_norm(300, 64, 1);

@@ -57,7 +57,7 @@ struct linear_ctx { float *inp, *w, *b, *out, *R; };
 
 static double linear_loss(void *p) {
     struct linear_ctx *c = p;
-    neox_linear_forward(c->out, OC_, c->inp, c->w, c->b, N_, IC_, OC_);
+    neox_linear_forward(c->out, OC_, c->inp, c->w, c->b, N_, IC_, OC_, NEOX_ELEM_F32);
     return dotd(c->out, c->R, N_ * OC_);
 }
 
@@ -72,22 +72,22 @@ static void test_linear(void **state) {
             assert_true(fabs(ref - c.out[i * OC_ + o]) < 1e-5);
         }
     float *dinp = randn(N_ * IC_, 1), *dw = zeros(OC_ * IC_), *db = zeros(OC_);
-    neox_linear_backward(dinp, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
+    neox_linear_backward(dinp, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0, NEOX_ELEM_F32);
     check_grad("linear dinp", c.inp, dinp, N_ * IC_, linear_loss, &c);
     check_grad("linear dweight", c.w, dw, OC_ * IC_, linear_loss, &c);
     check_grad("linear dbias", c.b, db, OC_, linear_loss, &c);
     // Parameter gradients accumulate; input gradients accumulate on request.
     float *dinp2 = neox_malloc(sizeof(float) * N_ * IC_);
     memcpy(dinp2, dinp, sizeof(float) * N_ * IC_);
-    neox_linear_backward(dinp2, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 1);
+    neox_linear_backward(dinp2, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 1, NEOX_ELEM_F32);
     check_grad("linear dinp (accumulated, halved)", c.inp, (neox_scale(dinp2, N_ * IC_, 0.5f), dinp2), N_ * IC_, linear_loss, &c);
     check_grad("linear dbias (accumulated, halved)", c.b, (neox_scale(db, OC_, 0.5f), db), OC_, linear_loss, &c);
     // Weights first, then the input gradient alone (as backward does): the same numbers exactly.
     float *dinp3 = randn(N_ * IC_, 2), *dw3 = zeros(OC_ * IC_), *db3 = zeros(OC_), *dw4 = zeros(OC_ * IC_);
     float *db4 = zeros(OC_);
-    neox_linear_backward(NULL, dw3, db3, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
-    neox_linear_backward(dinp3, NULL, NULL, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
-    neox_linear_backward(dinp2, dw4, db4, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
+    neox_linear_backward(NULL, dw3, db3, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0, NEOX_ELEM_F32);
+    neox_linear_backward(dinp3, NULL, NULL, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0, NEOX_ELEM_F32);
+    neox_linear_backward(dinp2, dw4, db4, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0, NEOX_ELEM_F32);
     assert_memory_equal(dinp3, dinp2, sizeof(float) * N_ * IC_);
     assert_memory_equal(dw3, dw4, sizeof(float) * OC_ * IC_);
     assert_memory_equal(db3, db4, sizeof(float) * OC_);
