@@ -73,14 +73,14 @@ extern "C" {
       T, R, base, scaling))                                                                                            \
     X(void, rotary_apply, (void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,            \
       int inverse, neox_elem act), (x, cos, sin, B, H, T, HS, R, inverse, act))                                         \
-    X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,  \
-      int NH, int NKV, int HS, neox_attention_opts o), (out, lse, q, k, v, B, T, NH, NKV, HS, o))                      \
+    X(void, attention_forward, (void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,     \
+      int NH, int NKV, int HS, neox_attention_opts o, neox_elem act), (out, lse, q, k, v, B, T, NH, NKV, HS, o, act))  \
     X(void, attention_cached, (float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,  \
       int NH, int NKV, int HS, int maxT, neox_attention_opts o), (out, q, kcache, vcache, S, pos0, NH, NKV, HS, maxT,  \
       o))                                                                                                              \
-    X(void, attention_backward, (float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,   \
-      const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,                        \
-      neox_attention_opts o), (dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o))                             \
+    X(void, attention_backward, (void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,         \
+      const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV, int HS, neox_attention_opts o,   \
+      neox_elem act), (dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act))                                \
     X(void, activation_forward, (void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act), (out, inp, n,  \
       fn, act))                                                                                                        \
     X(void, activation_backward, (void *dinp, const void *dout, const void *inp, size_t n, neox_act_fn fn,            \

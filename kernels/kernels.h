@@ -248,9 +248,12 @@ NEOX_HOST_DEVICE static inline unsigned long long neox_attention_dropout_row(uns
 // running max of the tiles so far: tiles of 64 keys from the first the query block needs) before they
 // weight v; the row sums are of the unrounded probabilities. Inputs and outputs stay fp32. (On a GPU,
 // bf16 attention may run on cuDNN instead, which rounds its probability tiles at its own boundaries
-// and returns out in bf16 precision: the same up to a few bf16 units, not bit for bit.)
-void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
-                            int NH, int NKV, int HS, neox_attention_opts o);
+// and returns out in bf16 precision: the same up to a few bf16 units, not bit for bit.) act: the
+// storage of q, k, v, out (and in backward dout, dq, dk, dv); under bf16 they are read widened, the
+// attention is the fp32-stored one's on those values, and each result is rounded once when stored;
+// lse stays fp32.
+void neox_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int NH,
+                            int NKV, int HS, neox_attention_opts o, neox_elem act);
 // Attention of S new positions pos0..pos0+S-1 over a key/value cache holding positions
 // 0..pos0+S-1 (generation; kernels/cpu/attention_cache.c), in fp32 without dropout (o.dropout must
 // be 0 and o.operands fp32). q: (NH, S, HS); kcache, vcache: (NKV, maxT, HS); out: (S, NH, HS).
@@ -260,9 +263,9 @@ void neox_attention_cached(float *out, const float *q, const float *kcache, cons
 // dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS). In 16-bit
 // operands, q, k, v and dout are rounded, and so are the dropped probabilities before dv's product and
 // the score gradients dS before dq's and dk's; D = dout . out is taken from the unrounded fp32 values.
-void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                             const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
-                             int HS, neox_attention_opts o);
+void neox_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                             const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                             neox_attention_opts o, neox_elem act);
 // GPT-NeoX's ALiBi slopes for heads head0 .. head0 + n - 1 of a model with num_heads heads (its
 // AliBi._get_slopes, in double as Python computes it, then fp32): the geometric sequence from
 // 2^(-8/m) for the largest power of two m <= num_heads, then every other slope of the sequence for

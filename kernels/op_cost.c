@@ -223,12 +223,13 @@ neox_op_cost neox_op_cost_rotary_apply(void *x, const float *cos, const float *s
 
 // Forward: two products per (query, key) pair (q·k, then p·v), 2·HS FLOPs each; it reads q, k, v and
 // writes out and the log-sum-exp. The products run on 16-bit operands when opts.operands says so.
-neox_op_cost neox_op_cost_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                            int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
+neox_op_cost neox_op_cost_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                                            int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     (void)out, (void)lse, (void)q, (void)k, (void)v;
     double heads = (double)B * NH, pairs = causal_pairs(T, 0, o.window);
     double qo = heads * T * HS, kv = (double)B * NKV * T * HS;
-    return (neox_op_cost){.flops = 4.0 * heads * pairs * HS, .bytes = F32 * (2.0 * qo + 2.0 * kv + heads * T),
+    return (neox_op_cost){.flops = 4.0 * heads * pairs * HS,
+                          .bytes = elem_bytes(act) * (2.0 * qo + 2.0 * kv) + F32 * heads * T,
                           .tensor16 = o.operands != NEOX_ELEM_F32};
 }
 
@@ -243,13 +244,14 @@ neox_op_cost neox_op_cost_attention_cached(float *out, const float *q, const flo
 
 // Backward, flash style: five products per pair (the scores recomputed, dv = pᵀ·dout, dp = dout·vᵀ,
 // dq = ds·k, dk = dsᵀ·q), 2·HS FLOPs each; it reads dout, q, k, v, out and lse and writes dq, dk, dv.
-neox_op_cost neox_op_cost_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                             const float *k, const float *v, const float *out, const float *lse, int B,
-                                             int T, int NH, int NKV, int HS, neox_attention_opts o) {
+neox_op_cost neox_op_cost_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                             const void *k, const void *v, const void *out, const float *lse, int B,
+                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
     double heads = (double)B * NH, pairs = causal_pairs(T, 0, o.window);
     double qo = heads * T * HS, kv = (double)B * NKV * T * HS;
-    return (neox_op_cost){.flops = 10.0 * heads * pairs * HS, .bytes = F32 * (4.0 * qo + 4.0 * kv + heads * T),
+    return (neox_op_cost){.flops = 10.0 * heads * pairs * HS,
+                          .bytes = elem_bytes(act) * (4.0 * qo + 4.0 * kv) + F32 * heads * T,
                           .tensor16 = o.operands != NEOX_ELEM_F32};
 }
 

@@ -108,7 +108,7 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
                     NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     m->be->attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att, la->lse, B, T, NH, NKV, HS,
-                              neox_model_attention_opts(m, a->alibi, attn_p, l));
+                              neox_model_attention_opts(m, a->alibi, attn_p, l), m->act_elem);
     poll(m);
     if (d->rotary_dims) {
         m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1, m->act_elem);

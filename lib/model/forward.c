@@ -479,7 +479,7 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,
-                          neox_model_attention_opts(m, a->alibi, attn_p, l));
+                          neox_model_attention_opts(m, a->alibi, attn_p, l), m->act_elem);
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
 
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)

@@ -214,7 +214,7 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     // forward's blocked attention computes it, as recomputation does, and far faster than one query
     // row at a time.
     if (s->pos == 0) {
-        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, o);
+        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, o, NEOX_ELEM_F32);
         return;
     }
     size_t at = ((size_t)l * NKV * T + (size_t)s->base) * HS;

@@ -6,7 +6,7 @@
 // OP: add add_bias dropout activation_forward activation_backward gated_forward gated_backward
 // layernorm_forward layernorm_backward rmsnorm_forward rmsnorm_backward add_layernorm_forward
 // add_rmsnorm_forward qkv_split qkv_merge rotary_apply embedding_forward embedding_backward
-// cross_entropy linear. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
+// cross_entropy linear attention. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
 // a gated input and its gradient); parameters and statistics ("weight", "bias", "mean", "rstd", and
 // the gradients "dweight", "dbias" that backward adds into) are F32. fn: the activation function's
 // number (neox_act_fn). dropout uses p = 0.25, seed 7, offset 100. qkv_split/merge take N = B*T rows
@@ -19,7 +19,10 @@
 // "lse", "mx" (row_max), the F64 "sumexp" (row_sumexp from mx) and "target_logit", and "dlogits"
 // (BF16, in place, scale 1/N). linear takes the BF16 "x" (N, C), "w16" (LIN_OC, C), "dout" (N, LIN_OC)
 // and "dinp" (N, C), the F32 "bias", "dbias" (LIN_OC) and "dweight" (LIN_OC, C): "out" (BF16), then the
-// backward's "dinp" (added to when fn = 1), "dweight" and "dbias".
+// backward's "dinp" (added to when fn = 1), "dweight" and "dbias". attention: causal attention of
+// the BF16 "q" (ATT_NH, N, ATT_HS), "k", "v" (ATT_NKV, N, ATT_HS) with fp32 operands and scale
+// 1/sqrt(ATT_HS) (B = 1, T = N): "out" (N, ATT_NH * ATT_HS) and "lse" (F32), then the backward of the
+// BF16 "dout" (N, ATT_NH * ATT_HS): "dq", "dk", "dv".
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +49,7 @@ static int *i32(const char *name, size_t count) { return copy_of(name, "I32", co
 
 enum { EMB_V = 11 };  // the embedding table's rows
 enum { LIN_OC = 24 };  // the linear layer's outputs
+enum { ATT_NH = 4, ATT_NKV = 2, ATT_HS = 16 };  // attention's heads (GQA groups of two) and head size
 
 typedef struct { const char *name; const char *dtype; const void *data; size_t count; } output;
 
@@ -148,6 +152,18 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
         outs[0] = OUT_B("out", o, no), outs[1] = OUT_B("dinp", dx, n), outs[2] = OUT_F("dweight", dw, nw);
         outs[3] = OUT_F("dbias", db, LIN_OC);
         return 4;
+    }
+    if (!strcmp(op, "attention")) {
+        size_t nq = (size_t)ATT_NH * N * ATT_HS, nkv = (size_t)ATT_NKV * N * ATT_HS;
+        uint16_t *q = bf16("q", nq), *k = bf16("k", nkv), *v = bf16("v", nkv), *o = neox_malloc(nq * 2);
+        uint16_t *dq = neox_malloc(nq * 2), *dk = neox_malloc(nkv * 2), *dv = neox_malloc(nkv * 2);
+        float *lse = neox_malloc((size_t)ATT_NH * N * sizeof(float));
+        neox_attention_opts ao = {.scale = 0.25f, .operands = NEOX_ELEM_F32};
+        neox_attention_forward(o, lse, q, k, v, 1, N, ATT_NH, ATT_NKV, ATT_HS, ao, B);
+        neox_attention_backward(dq, dk, dv, bf16("dout", nq), q, k, v, o, lse, 1, N, ATT_NH, ATT_NKV, ATT_HS, ao, B);
+        outs[0] = OUT_B("out", o, nq), outs[1] = OUT_F("lse", lse, (size_t)ATT_NH * N), outs[2] = OUT_B("dq", dq, nq);
+        outs[3] = OUT_B("dk", dk, nkv), outs[4] = OUT_B("dv", dv, nkv);
+        return 5;
     }
     if (!strcmp(op, "rotary_apply")) {
         uint16_t *x = bf16("x", n);

@@ -546,8 +546,8 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     // The dropout counter of a tensor-parallel rank holding heads 1.. of NH + 3, from batch row 5.
     neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
-    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc);
-    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og);
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og, NEOX_ELEM_F32);
     checkf(fwd_tol, e == NEOX_ELEM_F32 ? 1e-4 : fwd_tol, &out,
            "attention_forward %s B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d alibi=%d", type, B, T, NH, NKV, HS,
            dropout, window, alibi);
@@ -555,8 +555,8 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
            B, T, NH, NKV, HS);
     pair o = pair_from(out.h, nq), l = pair_from(lse.h, lse.n), dout = pair_rand(nq);
     pair dq = pair_rand(nq), dk = pair_rand(nkv), dv = pair_rand(nkv);
-    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, oc);
-    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, og);
+    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
+    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, og, NEOX_ELEM_F32);
     double rtol = e == NEOX_ELEM_F32 ? 1e-4 : bwd_tol;
     const char *fmt = "attention_backward %s %s B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d alibi=%d";
     checkf(bwd_tol, rtol, &dq, fmt, type, "dq", B, T, NH, NKV, HS, dropout, window, alibi);
@@ -807,6 +807,34 @@ static void test_bf16_linear(int N, int IC, int OC, int pad, int accumulate) {
     for (size_t i = 0; i < sizeof bp / sizeof *bp; i++) bpair_free(bp[i]);
     pair *fp[] = {&b, &dw, &db};
     for (size_t i = 0; i < sizeof fp / sizeof *fp; i++) pair_free(fp[i]);
+}
+
+// Attention on bf16 q, k, v, out, dout and gradients, with bf16 operands (the model's bf16 precision:
+// the tensor-core kernels or cuDNN against the CPU reference): the tolerances of the bf16-operand
+// fp32-stored case (test_attention_full) plus the final rounding's unit.
+static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    bpair q = bpair_uniform(nq, -2.0f, 2.0f), k = bpair_uniform(nkv, -2.0f, 2.0f), v = bpair_rand(nkv);
+    bpair out = bpair_rand(nq), dout = bpair_rand(nq), dq = bpair_rand(nq), dk = bpair_rand(nkv), dv = bpair_rand(nkv);
+    pair lse = pair_rand((size_t)B * NH * T);
+    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0};
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
+    bcheckf(3 * BF16_ULP, 3 * BF16_ULP, &out, "attention_forward bf16 storage B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH,
+            NKV, HS);
+    checkf(1e-4, 1e-5, &lse, "attention_forward bf16 storage lse B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    gpu->to_device(out.d, out.h, nq * sizeof(uint16_t));  // both backwards from the CPU's out and lse
+    gpu->to_device(lse.d, lse.h, lse.n * sizeof(float));
+    neox_elem e = NEOX_ELEM_BF16;
+    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, out.h, lse.h, B, T, NH, NKV, HS, o, e);
+    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, out.d, lse.d, B, T, NH, NKV, HS, o, e);
+    const char *fmt = "attention_backward bf16 storage %s B=%d T=%d NH=%d NKV=%d HS=%d";
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dq, fmt, "dq", B, T, NH, NKV, HS);
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dk, fmt, "dk", B, T, NH, NKV, HS);
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dv, fmt, "dv", B, T, NH, NKV, HS);
+    bpair *all[] = {&q, &k, &v, &out, &dout, &dq, &dk, &dv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
+    pair_free(&lse);
 }
 
 static void test_bf16_norm(int N, int C, int rms) {
@@ -1085,7 +1113,8 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0});
+                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0},
+                            NEOX_ELEM_F32);
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
@@ -1111,7 +1140,7 @@ static void test_determinism(void) {
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
-                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0});
+                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0}, NEOX_ELEM_F32);
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
@@ -1455,6 +1484,7 @@ int main(int argc, char **argv) {
     test_bf16_embedding(2, 300, 130, 7);  // runs crossing span ends, channels past a 128 block
     test_bf16_cross_entropy(37, 1000);
     test_bf16_linear(37, 200, 96, 0, 0);
+    test_bf16_attention(2, 130, 4, 2, 64);  // GQA, a partial last tile
     test_bf16_linear(64, 768, 2304, 5, 1);  // a fused QKV's shape, padded rows, dinp accumulated
     test_bf16_cross_entropy(8, 50304);
     test_bf16_norm(37, 200, 0);

@@ -265,3 +265,31 @@ def test_linear(accumulate, tmp_path):
     within_ulp(out["dinp"], dd @ wd + (dinp0.to(F64) if accumulate else 0), "linear dinp", atol=1e-5)
     close32(out["dweight"], dw0.to(F64) + dd.T @ xd, "linear dweight")
     close32(out["dbias"], db0.to(F64) + dd.sum(0), "linear dbias")
+
+
+ATT_NH, ATT_NKV, ATT_HS = 4, 2, 16  # the driver's heads (GQA groups of two) and head size
+
+
+def test_attention(tmp_path):
+    """Causal GQA attention on bf16 q, k, v (fp32 operands): out is the float64 attention of the
+    stored values, rounded once; lse stays fp32. The backward is flash attention's (as torch's
+    scaled_dot_product_attention backward is): D_i = dout_i . out_i from the stored (bf16) out,
+    dS = P * (dout v^T - D) * scale, dq = dS k, dk = dS^T q, dv = P^T dout, each rounded once."""
+    T, group = N, ATT_NH // ATT_NKV
+    q, k, v = (bf16((h, T, ATT_HS), seed=29 + i) for i, h in enumerate((ATT_NH, ATT_NKV, ATT_NKV)))
+    dout = bf16((T, ATT_NH * ATT_HS), seed=32)
+    out = run(tmp_path, "attention", {"q": q, "k": k, "v": v, "dout": dout})
+    qd, kd, vd = q.to(F64), k.to(F64).repeat_interleave(group, 0), v.to(F64).repeat_interleave(group, 0)
+    s = qd @ kd.transpose(1, 2) * 0.25
+    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    p = torch.softmax(s, -1)
+    heads = lambda t: t.reshape(T, ATT_NH, ATT_HS).transpose(0, 1)  # (T, NH * HS) -> (NH, T, HS)
+    within_ulp(out["out"], (p @ vd).transpose(0, 1).reshape(T, -1), "attention out", atol=1e-5)
+    close32(out["lse"], torch.logsumexp(s, -1), "attention lse")
+    do, o = heads(dout.to(F64)), heads(out["out"].to(F64))
+    D = (do * o).sum(-1, keepdim=True)
+    ds = p * (do @ vd.transpose(1, 2) - D) * 0.25
+    per_group = lambda t: t.reshape(ATT_NKV, group, T, ATT_HS).sum(1)
+    within_ulp(out["dq"], ds @ kd, "attention dq", atol=1e-5)
+    within_ulp(out["dk"], per_group(ds.transpose(1, 2) @ qd), "attention dk", atol=1e-5)
+    within_ulp(out["dv"], per_group(p.transpose(1, 2) @ do), "attention dv", atol=1e-5)

@@ -327,7 +327,8 @@ struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; floa
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
     neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS,
-                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0});
+                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0},
+                           NEOX_ELEM_F32);
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
 
@@ -364,7 +365,8 @@ static void run_attention_biased(int T, int NH, int NKV, float dropout, int wind
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS,
-                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0});
+                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0},
+                            NEOX_ELEM_F32);
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
     check_grad("attention dv", c.v, dv, nk, attn_loss, &c);
@@ -491,8 +493,8 @@ static void check_rounding_points(neox_elem e) {
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1), scale = 0.25f;
     float *out = zeros(nq), *lse = zeros((size_t)RNH * RT), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
     neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL, 0, 0, 0};
-    neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o);
-    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o);
+    neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
+    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
     attn_ref *ref = neox_malloc(sizeof *ref), *loose = neox_malloc(sizeof *loose);
     naive_rounded_attention(ref, q, k, v, dout, out, lse, scale, e, 1);
     naive_rounded_attention(loose, q, k, v, dout, out, lse, scale, e, 0);
@@ -529,10 +531,12 @@ static void test_attention_16bit_tiles(void **state) {
         float *g32[3] = {zeros(nq), zeros(nkv), zeros(nkv)}, *g16[3] = {zeros(nq), zeros(nkv), zeros(nkv)};
         neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL, 0, 0, 0}, o16_opts = o32_opts;
         o16_opts.operands = (neox_elem)e;
-        neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts);
-        neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts);
-        neox_attention_backward(g32[0], g32[1], g32[2], dout, q, k, v, o32, l32, 2, T, NH, NKV, HS, o32_opts);
-        neox_attention_backward(g16[0], g16[1], g16[2], dout, q, k, v, o16, l16, 2, T, NH, NKV, HS, o16_opts);
+        neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts, NEOX_ELEM_F32);
+        neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts, NEOX_ELEM_F32);
+        neox_attention_backward(g32[0], g32[1], g32[2], dout, q, k, v, o32, l32, 2, T, NH, NKV, HS, o32_opts,
+                                NEOX_ELEM_F32);
+        neox_attention_backward(g16[0], g16[1], g16[2], dout, q, k, v, o16, l16, 2, T, NH, NKV, HS, o16_opts,
+                                NEOX_ELEM_F32);
         double unit = e == NEOX_ELEM_BF16 ? 1.0 / 128 : 1.0 / 1024;
         const float *a[] = {o32, g32[0], g32[1], g32[2]}, *b[] = {o16, g16[0], g16[1], g16[2]};
         size_t n[] = {nq, nq, nkv, nkv};
@@ -644,8 +648,8 @@ static void test_attention_dropout_partition(void **state) {
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1);
     float *out = zeros(nq), *lse = zeros((size_t)B * NH * T), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
     neox_attention_opts whole = {0.5f, 0, 0.3f, 77, NEOX_ELEM_F32, NULL, 3, 0, 0};
-    neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, whole);
-    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, whole);
+    neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
+    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
     int local_differs = 0;
     for (int b = 0; b < B; b++)
         for (int r = 0; r < P; r++) {
@@ -657,8 +661,8 @@ static void test_attention_dropout_partition(void **state) {
             neox_attention_opts part = whole;
             part.dropout_row0 = whole.dropout_row0 + (unsigned long long)b, part.dropout_head0 = h0;
             part.dropout_heads = NH;
-            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, part);
-            neox_attention_backward(gq, gk, gv, ds, qs, ks, vs, o, l, 1, T, nh, nkv_r, HS, part);
+            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, part, NEOX_ELEM_F32);
+            neox_attention_backward(gq, gk, gv, ds, qs, ks, vs, o, l, 1, T, nh, nkv_r, HS, part, NEOX_ELEM_F32);
             float *want = merged_slice(out, b, h0, nh, NH, T, HS);
             assert_memory_equal(o, want, pq * sizeof(float));
             free(want);
@@ -673,7 +677,7 @@ static void test_attention_dropout_partition(void **state) {
             // The same slice with the partition's own coordinates (row 0, heads from 0 of nh).
             neox_attention_opts local = whole;
             local.dropout_row0 = 0;
-            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, local);
+            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, local, NEOX_ELEM_F32);
             float *got = merged_slice(out, b, h0, nh, NH, T, HS);
             local_differs += memcmp(o, got, pq * sizeof(float)) != 0;
             free(got); free(want);
