@@ -64,12 +64,12 @@ typedef struct { int B, T, NH, HS; float *q, *k, *v, *out, *lse, *dout, *dq, *dk
 static void run_att_fwd(void *p) {
     att_ctx *a = p;
     be->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HS,
-                          (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0});
+                          (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0}, NEOX_ELEM_F32);
 }
 static void run_att_bwd(void *p) {
     att_ctx *a = p;
     be->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->B, a->T, a->NH, a->NH,
-                           a->HS, (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0});
+                           a->HS, (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0}, NEOX_ELEM_F32);
 }
 
 typedef struct { int N, C, V; float *x, *y, *w, *b, *mean, *rstd, *dx, *dw, *db, *logits, *lse, *losses; int *ids; } row_ctx;
@@ -84,10 +84,13 @@ static void run_add_ln(void *p) {  // sum (dx) = x + y's second quarter, then th
                               1e-5f, NEOX_ELEM_F32);
 }
 static void run_gelu(void *p) { row_ctx *r = p; be->activation_forward(r->y, r->x, (size_t)r->N * r->C, NEOX_FN_GELU_TANH, NEOX_ELEM_F32); }
-static void run_ce_fwd(void *p) { row_ctx *r = p; be->cross_entropy_forward(r->losses, r->lse, r->logits, r->ids, r->N, r->V); }
+static void run_ce_fwd(void *p) {
+    row_ctx *r = p;
+    be->cross_entropy_forward(r->losses, r->lse, r->logits, r->ids, r->N, r->V, NEOX_ELEM_F32);
+}
 static void run_ce_bwd(void *p) {
     row_ctx *r = p;
-    be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, r->N, r->V);
+    be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, r->N, r->V, NEOX_ELEM_F32);
 }
 static void run_ce_fused(void *p) {  // the statistics into lse (max) and x (sums, target logits, doubles)
     row_ctx *r = p;
@@ -99,7 +102,10 @@ static void run_ce_loss(void *p) {  // (2, N) doubles read from x, mask from dx,
     row_ctx *r = p;
     be->cross_entropy_loss(r->mean, (double *)r->y, r->rstd, (const double *)r->x, r->dx, r->N);
 }
-static void run_emb_bwd(void *p) { row_ctx *r = p; be->embedding_backward(r->dw, NULL, r->y, r->ids, 1, r->N, r->C); }
+static void run_emb_bwd(void *p) {
+    row_ctx *r = p;
+    be->embedding_backward(r->dw, NULL, r->y, r->ids, 1, r->N, r->C, NEOX_ELEM_F32);
+}
 
 typedef struct { size_t n; float *p, *g, *m, *v; } adam_ctx;
 static void run_adamw(void *p) {

@@ -22,20 +22,20 @@ extern "C" {
 // X(return type, name, (parameters), (argument names)): one line per op of kernels.h (the names let
 // a table wrap each op generically: kernels/cpu/emulated.c).
 #define NEOX_BACKEND_OPS(X)                                                                                            \
-    X(void, linear_forward, (float *out, int ldo, const float *inp, const float *weight, const float *bias, int N,     \
-      int IC, int OC), (out, ldo, inp, weight, bias, N, IC, OC))                                                       \
-    X(void, linear_backward, (float *dinp, float *dweight, float *dbias, const float *dout, int ldo, const float *inp, \
-      const float *weight, int N, int IC, int OC, int accumulate), (dinp, dweight, dbias, dout, ldo, inp, weight, N,   \
-      IC, OC, accumulate))                                                                                             \
+    X(void, linear_forward, (void *out, int ldo, const void *inp, const void *weight, const float *bias, int N, int IC, \
+      int OC, neox_elem act), (out, ldo, inp, weight, bias, N, IC, OC, act))                                           \
+    X(void, linear_backward, (void *dinp, float *dweight, float *dbias, const void *dout, int ldo, const void *inp,    \
+      const void *weight, int N, int IC, int OC, int accumulate, neox_elem act), (dinp, dweight, dbias, dout, ldo,      \
+      inp, weight, N, IC, OC, accumulate, act))                                                                        \
     X(void, gemm_ex, (int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,              \
       const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c), (trans_a, trans_b, M, N, K,    \
       alpha, A, lda, B, ldb, ab, beta, C, ldc, c))                                                                     \
-    X(void, embedding_forward, (float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C),  \
-      (out, ids, wte, wpe, B, T, C))                                                                                   \
-    X(void, embedding_rows, (float *out, const int *ids, const float *rows, int v0, int v1, int N, int C),             \
-      (out, ids, rows, v0, v1, N, C))                                                                                  \
-    X(void, embedding_backward, (float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C),    \
-      (dwte, dwpe, dout, ids, B, T, C))                                                                                \
+    X(void, embedding_forward, (void *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C,    \
+      neox_elem act), (out, ids, wte, wpe, B, T, C, act))                                                              \
+    X(void, embedding_rows, (void *out, const int *ids, const float *rows, int v0, int v1, int N, int C,               \
+      neox_elem act), (out, ids, rows, v0, v1, N, C, act))                                                             \
+    X(void, embedding_backward, (float *dwte, float *dwpe, const void *dout, const int *ids, int B, int T, int C,      \
+      neox_elem act), (dwte, dwpe, dout, ids, B, T, C, act))                                                           \
     X(void, layernorm_forward, (void *out, float *mean, float *rstd, const void *inp, const float *weight,             \
       const float *bias, int N, int C, float eps, neox_elem act), (out, mean, rstd, inp, weight, bias, N, C, eps, act)) \
     X(void, layernorm_backward, (void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,         \
@@ -73,14 +73,14 @@ extern "C" {
       T, R, base, scaling))                                                                                            \
     X(void, rotary_apply, (void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,            \
       int inverse, neox_elem act), (x, cos, sin, B, H, T, HS, R, inverse, act))                                         \
-    X(void, attention_forward, (float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,  \
-      int NH, int NKV, int HS, neox_attention_opts o), (out, lse, q, k, v, B, T, NH, NKV, HS, o))                      \
+    X(void, attention_forward, (void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,     \
+      int NH, int NKV, int HS, neox_attention_opts o, neox_elem act), (out, lse, q, k, v, B, T, NH, NKV, HS, o, act))  \
     X(void, attention_cached, (float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,  \
       int NH, int NKV, int HS, int maxT, neox_attention_opts o), (out, q, kcache, vcache, S, pos0, NH, NKV, HS, maxT,  \
       o))                                                                                                              \
-    X(void, attention_backward, (float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,   \
-      const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,                        \
-      neox_attention_opts o), (dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o))                             \
+    X(void, attention_backward, (void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,         \
+      const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV, int HS, neox_attention_opts o,   \
+      neox_elem act), (dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act))                                \
     X(void, activation_forward, (void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act), (out, inp, n,  \
       fn, act))                                                                                                        \
     X(void, activation_backward, (void *dinp, const void *dout, const void *inp, size_t n, neox_act_fn fn,            \
@@ -96,17 +96,19 @@ extern "C" {
       unsigned long long offset, neox_elem act), (out, inp, n, p, seed, offset, act))                                   \
     X(void, jitter, (float *out, const float *inp, size_t n, float eps, unsigned long long seed), (out, inp, n, eps,   \
       seed))                                                                                                           \
-    X(void, cross_entropy_forward, (float *losses, float *lse, const float *logits, const int *targets, int N, int V), \
-      (losses, lse, logits, targets, N, V))                                                                            \
-    X(void, cross_entropy_row_max, (float *mx, const float *logits, int N, int V), (mx, logits, N, V))                 \
-    X(void, cross_entropy_row_sumexp, (double *sum, const float *logits, const float *mx, int N, int V), (sum, logits, \
-      mx, N, V))                                                                                                       \
-    X(void, cross_entropy_target_logit, (double *out, const float *logits, const int *targets, int N, int V), (out,    \
-      logits, targets, N, V))                                                                                          \
+    X(void, cross_entropy_forward, (float *losses, float *lse, const void *logits, const int *targets, int N, int V,  \
+      neox_elem act), (losses, lse, logits, targets, N, V, act))                                                       \
+    X(void, cross_entropy_row_max, (float *mx, const void *logits, int N, int V, neox_elem act), (mx, logits, N, V,    \
+      act))                                                                                                            \
+    X(void, cross_entropy_row_sumexp, (double *sum, const void *logits, const float *mx, int N, int V, neox_elem act), \
+      (sum, logits, mx, N, V, act))                                                                                    \
+    X(void, cross_entropy_target_logit, (double *out, const void *logits, const int *targets, int N, int V,            \
+      neox_elem act), (out, logits, targets, N, V, act))                                                               \
     X(void, cross_entropy_loss, (float *lse, double *loss, const float *mx, const double *stats, const float *mask,     \
       int N), (lse, loss, mx, stats, mask, N))                                                                         \
-    X(void, cross_entropy_backward, (float *dlogits, const float *logits, const float *lse, const int *targets,        \
-      const float *weight, float scale, int N, int V), (dlogits, logits, lse, targets, weight, scale, N, V))           \
+    X(void, cross_entropy_backward, (void *dlogits, const void *logits, const float *lse, const int *targets,          \
+      const float *weight, float scale, int N, int V, neox_elem act), (dlogits, logits, lse, targets, weight, scale,   \
+      N, V, act))                                                                                                      \
     X(void, cross_entropy_fused, (void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,   \
       const int *targets, const float *weight, float scale, int N, int V, int stats_given), (logits, logits_elem, mx,   \
       sum, target_logit, targets, weight, scale, N, V, stats_given))                                                   \

@@ -88,28 +88,34 @@ double neox_normal(unsigned long long seed, unsigned long long index);
 // ---- linear layers ----------------------------------------------------------------------------
 // out = inp @ weight^T (+ bias): the torch.nn.Linear convention, weight as Hugging Face stores it.
 // inp: (N, IC) with row stride IC; weight: (OC, IC); bias: (OC) or NULL; out: (N, OC) with row
-// stride ldo (>= OC; lets several projections write side by side).
-void neox_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
-                         int N, int IC, int OC);
+// stride ldo (>= OC; lets several projections write side by side). act is the element type of inp,
+// out and the weight operand (fp32, or under bf16 storage the weights' bf16 copy, as gemm_ex's
+// operands); the products and the bias are summed in fp32 and each result rounded once; bias and
+// the weight gradients below stay fp32.
+void neox_linear_forward(void *out, int ldo, const void *inp, const void *weight, const float *bias, int N, int IC,
+                         int OC, neox_elem act);
 // dout: (N, OC) with row stride ldo. dinp: (N, IC), overwritten (accumulate = 0) or added to
 // (accumulate = 1); may be NULL. dweight: (OC, IC) and dbias: (OC) are added to; either may be
 // NULL (backward computes a layer's weight gradients first, then its input gradient, so the
 // weights' data-parallel reduction can start while the input gradient is computed); inp is read
-// only for dweight.
-void neox_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
-                          const float *inp, const float *weight, int N, int IC, int OC, int accumulate);
+// only for dweight. dout, inp, dinp and the weight operand are of type act (as in forward); dinp's
+// sum (with its old value when accumulating) is rounded once.
+void neox_linear_backward(void *dinp, float *dweight, float *dbias, const void *dout, int ldo, const void *inp,
+                          const void *weight, int N, int IC, int OC, int accumulate, neox_elem act);
 
 // ---- embeddings -------------------------------------------------------------------------------
 // out[b,t,:] = wte[ids[b,t],:] (+ wpe[t,:] when wpe is not NULL). ids: (B, T); wte: (V, C);
 // wpe: (maxT, C); out: (B, T, C). Ids are checked by the caller (model) against V. An id < 0 means
 // "not in this table" (vocab-parallel embedding: the row lives on another tensor-parallel rank)
-// and contributes a zero row.
-void neox_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C);
+// and contributes a zero row. out is stored as act (the sum wte + wpe taken in fp32, rounded once).
+void neox_embedding_forward(void *out, const int *ids, const float *wte, const float *wpe, int B, int T, int C,
+                            neox_elem act);
 // The lookup of a table held a piece at a time (ZeRO-3's embedding in pieces): out[i,:] =
 // rows[ids[i] - v0,:] for the tokens whose id is in [v0, v1), where rows holds the table's rows
-// [v0, v1); the other rows of out are left as they are. ids: (N); rows: (v1 - v0, C); out: (N, C).
-void neox_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C);
-// dwte, dwpe (or NULL) are added to. dout: (B, T, C). Ids < 0 add nothing to dwte.
+// [v0, v1); the other rows of out are left as they are. ids: (N); rows: (v1 - v0, C); out: (N, C)
+// stored as act.
+void neox_embedding_rows(void *out, const int *ids, const float *rows, int v0, int v1, int N, int C, neox_elem act);
+// dwte, dwpe (or NULL) are added to, in fp32. dout: (B, T, C) stored as act. Ids < 0 add nothing to dwte.
 // The order of dwte's sums is part of the contract, so that every backend gives the same bits:
 // the tokens are stably sorted by id (ids < 0 last), the sorted sequence is cut into spans of
 // NEOX_EMBEDDING_SPAN tokens, and each id's row receives its tokens in token order, except that
@@ -118,7 +124,8 @@ void neox_embedding_rows(float *out, const int *ids, const float *rows, int v0, 
 // long runs (one token repeated) lets a GPU sum every span at once, in the same time whatever the
 // ids are. dwpe[t] receives the batch's rows b = 0, 1, ... in order.
 #define NEOX_EMBEDDING_SPAN 256
-void neox_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T, int C);
+void neox_embedding_backward(float *dwte, float *dwpe, const void *dout, const int *ids, int B, int T, int C,
+                             neox_elem act);
 
 // ---- normalisation ----------------------------------------------------------------------------
 // LayerNorm over the last dim. inp, out: (N, C); weight, bias: (C) (bias may be NULL);
@@ -241,9 +248,12 @@ NEOX_HOST_DEVICE static inline unsigned long long neox_attention_dropout_row(uns
 // running max of the tiles so far: tiles of 64 keys from the first the query block needs) before they
 // weight v; the row sums are of the unrounded probabilities. Inputs and outputs stay fp32. (On a GPU,
 // bf16 attention may run on cuDNN instead, which rounds its probability tiles at its own boundaries
-// and returns out in bf16 precision: the same up to a few bf16 units, not bit for bit.)
-void neox_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T,
-                            int NH, int NKV, int HS, neox_attention_opts o);
+// and returns out in bf16 precision: the same up to a few bf16 units, not bit for bit.) act: the
+// storage of q, k, v, out (and in backward dout, dq, dk, dv); under bf16 they are read widened, the
+// attention is the fp32-stored one's on those values, and each result is rounded once when stored;
+// lse stays fp32.
+void neox_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int NH,
+                            int NKV, int HS, neox_attention_opts o, neox_elem act);
 // Attention of S new positions pos0..pos0+S-1 over a key/value cache holding positions
 // 0..pos0+S-1 (generation; kernels/cpu/attention_cache.c), in fp32 without dropout (o.dropout must
 // be 0 and o.operands fp32). q: (NH, S, HS); kcache, vcache: (NKV, maxT, HS); out: (S, NH, HS).
@@ -253,9 +263,9 @@ void neox_attention_cached(float *out, const float *q, const float *kcache, cons
 // dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS). In 16-bit
 // operands, q, k, v and dout are rounded, and so are the dropped probabilities before dv's product and
 // the score gradients dS before dq's and dk's; D = dout . out is taken from the unrounded fp32 values.
-void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                             const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV,
-                             int HS, neox_attention_opts o);
+void neox_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                             const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                             neox_attention_opts o, neox_elem act);
 // GPT-NeoX's ALiBi slopes for heads head0 .. head0 + n - 1 of a model with num_heads heads (its
 // AliBi._get_slopes, in double as Python computes it, then fp32): the geometric sequence from
 // 2^(-8/m) for the largest power of two m <= num_heads, then every other slope of the sequence for
@@ -302,17 +312,21 @@ void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned lon
 // Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V)
 // or outside it for a position that is not scored (then its loss is 0 and backward leaves out the
 // -1 of the target); losses: (N) = logsumexp(logits) - logits[target]; lse: (N) saved for backward.
-void neox_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets, int N, int V);
+// The logits (and below their gradient) are stored as act (kernels.h, "Activation storage"): read
+// widened to fp32; the losses and every statistic stay fp32 (the sums of exponentials double).
+void neox_cross_entropy_forward(float *losses, float *lse, const void *logits, const int *targets, int N, int V,
+                                neox_elem act);
 // The two halves of the log-sum-exp, for a vocabulary cut over tensor-parallel ranks (each rank
 // holds V of the columns): the row maximum mx: (N) of logits: (N, V), and sum: (N) of
 // exp(logit - mx[i]) accumulated in double, mx being the maximum over all ranks. Then
 // lse = mx + log(sum over ranks), exactly what neox_cross_entropy_forward computes on one rank.
-void neox_cross_entropy_row_max(float *mx, const float *logits, int N, int V);
-void neox_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V);
+void neox_cross_entropy_row_max(float *mx, const void *logits, int N, int V, neox_elem act);
+void neox_cross_entropy_row_sumexp(double *sum, const void *logits, const float *mx, int N, int V, neox_elem act);
 // The target's logit of each row, in double (the vocab-parallel loss sums it over ranks with the
 // row sums): out[i] = logits[i, targets[i]], or 0 when targets[i] is outside [0, V) (another
 // rank's column). logits: (N, V); targets, out: (N).
-void neox_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V);
+void neox_cross_entropy_target_logit(double *out, const void *logits, const int *targets, int N, int V,
+                                     neox_elem act);
 // The loss assembled from those halves (after their sums over ranks), on the backend: lse[i] = mx[i]
 // + (float)log(stats[i]) (saved for backward), each row's loss lse[i] - (float)stats[N + i] (fp32), and
 // loss[0] = the sum over rows of mask[i] * that loss, loss[1] = the sum of mask[i], both in double (the
@@ -321,9 +335,10 @@ void neox_cross_entropy_target_logit(double *out, const float *logits, const int
 void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats, const float *mask, int N);
 // dlogits = (softmax(logits) - onehot(target)) * weight[i] * scale, where weight is the loss mask
 // (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
-// A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot.
-void neox_cross_entropy_backward(float *dlogits, const float *logits, const float *lse, const int *targets,
-                                 const float *weight, float scale, int N, int V);
+// A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot. Under bf16
+// each element is rounded once, after the one-hot's subtraction.
+void neox_cross_entropy_backward(void *dlogits, const void *logits, const float *lse, const int *targets,
+                                 const float *weight, float scale, int N, int V, neox_elem act);
 // The training loss of a chunk of rows and its gradient in one pass, for when the gradient is known
 // at forward time (the fused classifier: the output layer's backward follows each chunk at once, so
 // no logits are held for every row or made twice). logits: (N, V) of element type logits_elem (fp32,

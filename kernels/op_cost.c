@@ -39,26 +39,28 @@ static double segments_floats(const neox_segment *segs, int nseg) {
 }
 
 // ---- GEMMs ------------------------------------------------------------------------------------
-// out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias: 2·N·IC·OC; the bias add is bytes only.
-neox_op_cost neox_op_cost_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
-                                         int N, int IC, int OC) {
+// out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias: 2·N·IC·OC; the bias add is bytes only. The
+// operands and out are of type act.
+neox_op_cost neox_op_cost_linear_forward(void *out, int ldo, const void *inp, const void *weight, const float *bias,
+                                         int N, int IC, int OC, neox_elem act) {
     (void)out, (void)ldo, (void)inp, (void)weight;
     double n = N, ic = IC, oc = OC;
     return (neox_op_cost){.flops = 2.0 * n * ic * oc,
-                          .bytes = F32 * (n * ic + oc * ic + n * oc + (bias ? oc : 0.0))};
+                          .bytes = elem_bytes(act) * (n * ic + oc * ic + n * oc) + F32 * (bias ? oc : 0.0),
+                          .tensor16 = act != NEOX_ELEM_F32};
 }
 
 // Each gradient asked for (non-NULL) is one product: dinp = dout · weight, dweight = doutᵀ · inp
-// (2·N·IC·OC each); dbias sums dout's rows (bytes only).
-neox_op_cost neox_op_cost_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
-                                          const float *inp, const float *weight, int N, int IC, int OC,
-                                          int accumulate) {
+// (2·N·IC·OC each); dbias sums dout's rows (bytes only). The weight gradients are fp32.
+neox_op_cost neox_op_cost_linear_backward(void *dinp, float *dweight, float *dbias, const void *dout, int ldo,
+                                          const void *inp, const void *weight, int N, int IC, int OC, int accumulate,
+                                          neox_elem act) {
     (void)dout, (void)ldo, (void)inp, (void)weight;
-    double n = N, ic = IC, oc = OC, flops = 0.0, bytes = 0.0;
-    if (dinp) flops += 2.0 * n * ic * oc, bytes += F32 * (n * oc + ic * oc + n * ic * (accumulate ? 2.0 : 1.0));
-    if (dweight) flops += 2.0 * n * ic * oc, bytes += F32 * (n * oc + n * ic + 2.0 * ic * oc);
-    if (dbias) bytes += F32 * (n * oc + 2.0 * oc);
-    return (neox_op_cost){.flops = flops, .bytes = bytes};
+    double n = N, ic = IC, oc = OC, a = elem_bytes(act), flops = 0.0, bytes = 0.0;
+    if (dinp) flops += 2.0 * n * ic * oc, bytes += a * (n * oc + ic * oc + n * ic * (accumulate ? 2.0 : 1.0));
+    if (dweight) flops += 2.0 * n * ic * oc, bytes += a * (n * oc + n * ic) + F32 * 2.0 * ic * oc;
+    if (dbias) bytes += a * n * oc + F32 * 2.0 * oc;
+    return (neox_op_cost){.flops = flops, .bytes = bytes, .tensor16 = act != NEOX_ELEM_F32};
 }
 
 // C (M, N) = alpha·op(A)·op(B) + beta·C: 2·M·N·K on operands of type ab; C is read too when beta != 0.
@@ -72,24 +74,25 @@ neox_op_cost neox_op_cost_gemm_ex(int trans_a, int trans_b, int M, int N, int K,
 }
 
 // ---- embeddings -------------------------------------------------------------------------------
-neox_op_cost neox_op_cost_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B,
-                                            int T, int C) {
+neox_op_cost neox_op_cost_embedding_forward(void *out, const int *ids, const float *wte, const float *wpe, int B,
+                                            int T, int C, neox_elem act) {
     (void)out, (void)ids, (void)wte;
     double rows = (double)B * T, c = C;
-    return bytes_only(IDX * rows + F32 * (rows * c + (wpe ? (double)T * c : 0.0) + rows * c));
+    return bytes_only(IDX * rows + F32 * (rows * c + (wpe ? (double)T * c : 0.0)) + elem_bytes(act) * rows * c);
 }
 
-neox_op_cost neox_op_cost_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C) {
+neox_op_cost neox_op_cost_embedding_rows(void *out, const int *ids, const float *rows, int v0, int v1, int N, int C,
+                                         neox_elem act) {
     (void)out, (void)ids, (void)rows, (void)v0, (void)v1;
-    return bytes_only(IDX * N + F32 * 2.0 * (double)N * C);
+    return bytes_only(IDX * N + (F32 + elem_bytes(act)) * (double)N * C);
 }
 
 // A scatter-add: each row of dout adds into its token's row of dwte (read and written).
-neox_op_cost neox_op_cost_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T,
-                                             int C) {
+neox_op_cost neox_op_cost_embedding_backward(float *dwte, float *dwpe, const void *dout, const int *ids, int B, int T,
+                                             int C, neox_elem act) {
     (void)dwte, (void)dout, (void)ids;
     double rows = (double)B * T, c = C;
-    return bytes_only(IDX * rows + F32 * (rows * c + 2.0 * rows * c + (dwpe ? 2.0 * (double)T * c : 0.0)));
+    return bytes_only(IDX * rows + elem_bytes(act) * rows * c + F32 * (2.0 * rows * c + (dwpe ? 2.0 * (double)T * c : 0.0)));
 }
 
 // ---- norms: the rows read and written, the per-row statistics, the weights ---------------------
@@ -220,12 +223,13 @@ neox_op_cost neox_op_cost_rotary_apply(void *x, const float *cos, const float *s
 
 // Forward: two products per (query, key) pair (q·k, then p·v), 2·HS FLOPs each; it reads q, k, v and
 // writes out and the log-sum-exp. The products run on 16-bit operands when opts.operands says so.
-neox_op_cost neox_op_cost_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                            int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
+neox_op_cost neox_op_cost_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                                            int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     (void)out, (void)lse, (void)q, (void)k, (void)v;
     double heads = (double)B * NH, pairs = causal_pairs(T, 0, o.window);
     double qo = heads * T * HS, kv = (double)B * NKV * T * HS;
-    return (neox_op_cost){.flops = 4.0 * heads * pairs * HS, .bytes = F32 * (2.0 * qo + 2.0 * kv + heads * T),
+    return (neox_op_cost){.flops = 4.0 * heads * pairs * HS,
+                          .bytes = elem_bytes(act) * (2.0 * qo + 2.0 * kv) + F32 * heads * T,
                           .tensor16 = o.operands != NEOX_ELEM_F32};
 }
 
@@ -240,13 +244,14 @@ neox_op_cost neox_op_cost_attention_cached(float *out, const float *q, const flo
 
 // Backward, flash style: five products per pair (the scores recomputed, dv = pᵀ·dout, dp = dout·vᵀ,
 // dq = ds·k, dk = dsᵀ·q), 2·HS FLOPs each; it reads dout, q, k, v, out and lse and writes dq, dk, dv.
-neox_op_cost neox_op_cost_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                             const float *k, const float *v, const float *out, const float *lse, int B,
-                                             int T, int NH, int NKV, int HS, neox_attention_opts o) {
+neox_op_cost neox_op_cost_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                             const void *k, const void *v, const void *out, const float *lse, int B,
+                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
     double heads = (double)B * NH, pairs = causal_pairs(T, 0, o.window);
     double qo = heads * T * HS, kv = (double)B * NKV * T * HS;
-    return (neox_op_cost){.flops = 10.0 * heads * pairs * HS, .bytes = F32 * (4.0 * qo + 4.0 * kv + heads * T),
+    return (neox_op_cost){.flops = 10.0 * heads * pairs * HS,
+                          .bytes = elem_bytes(act) * (4.0 * qo + 4.0 * kv) + F32 * heads * T,
                           .tensor16 = o.operands != NEOX_ELEM_F32};
 }
 
@@ -306,26 +311,27 @@ neox_op_cost neox_op_cost_scale(float *x, size_t n, float s) {
 }
 
 // ---- the loss: passes over the logits (N, V) -----------------------------------------------------
-neox_op_cost neox_op_cost_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets,
-                                                int N, int V) {
+neox_op_cost neox_op_cost_cross_entropy_forward(float *losses, float *lse, const void *logits, const int *targets,
+                                                int N, int V, neox_elem act) {
     (void)losses, (void)lse, (void)logits, (void)targets;
-    return bytes_only(F32 * ((double)N * V + 2.0 * N) + IDX * N);
+    return bytes_only(elem_bytes(act) * (double)N * V + F32 * 2.0 * N + IDX * N);
 }
 
-neox_op_cost neox_op_cost_cross_entropy_row_max(float *mx, const float *logits, int N, int V) {
+neox_op_cost neox_op_cost_cross_entropy_row_max(float *mx, const void *logits, int N, int V, neox_elem act) {
     (void)mx, (void)logits;
-    return bytes_only(F32 * ((double)N * V + N));
+    return bytes_only(elem_bytes(act) * (double)N * V + F32 * N);
 }
 
-neox_op_cost neox_op_cost_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V) {
+neox_op_cost neox_op_cost_cross_entropy_row_sumexp(double *sum, const void *logits, const float *mx, int N, int V,
+                                                   neox_elem act) {
     (void)sum, (void)logits, (void)mx;
-    return bytes_only(F32 * ((double)N * V + N) + 8.0 * N);
+    return bytes_only(elem_bytes(act) * (double)N * V + F32 * N + 8.0 * N);
 }
 
-neox_op_cost neox_op_cost_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N,
-                                                     int V) {
+neox_op_cost neox_op_cost_cross_entropy_target_logit(double *out, const void *logits, const int *targets, int N,
+                                                     int V, neox_elem act) {
     (void)out, (void)logits, (void)targets, (void)V;
-    return bytes_only(IDX * N + F32 * N + 8.0 * N);
+    return bytes_only(IDX * N + elem_bytes(act) * N + 8.0 * N);
 }
 
 neox_op_cost neox_op_cost_cross_entropy_loss(float *lse, double *loss, const float *mx, const double *stats,
@@ -334,10 +340,11 @@ neox_op_cost neox_op_cost_cross_entropy_loss(float *lse, double *loss, const flo
     return bytes_only(F32 * (2.0 * N + (mask ? N : 0)) + (mx ? 8.0 * 2.0 * N : 0.0) + 8.0);
 }
 
-neox_op_cost neox_op_cost_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
-                                                 const int *targets, const float *weight, float scale, int N, int V) {
+neox_op_cost neox_op_cost_cross_entropy_backward(void *dlogits, const void *logits, const float *lse,
+                                                 const int *targets, const float *weight, float scale, int N, int V,
+                                                 neox_elem act) {
     (void)dlogits, (void)logits, (void)lse, (void)targets, (void)scale;
-    return bytes_only(F32 * (2.0 * (double)N * V + N + (weight ? N : 0)) + IDX * N);
+    return bytes_only(elem_bytes(act) * 2.0 * N * V + F32 * (N + (weight ? N : 0)) + IDX * N);
 }
 
 // One read and one write of the logits at their storage precision; the whole-vocabulary form also

@@ -11,7 +11,9 @@
 //
 // With 16-bit operands (the GPU's tensor-core kernel, kernels/cuda/attention_mma.cu) this is its
 // reference at the same storage precision: the inputs are rounded once into copies, and the
-// probability and score-gradient tiles where that kernel rounds them (kernels.h says where).
+// probability and score-gradient tiles where that kernel rounds them (kernels.h says where). Under
+// bf16 activation storage the tensors are widened into fp32 copies and the results rounded once as
+// they are stored (the end of this file).
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 
 #include "gemm.h"
 #include "scratch.h"
+#include "storage.h"
 #include "kernels/kernels.h"
 #include "vector_math.h"
 
@@ -137,8 +140,8 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
     }
 }
 
-void neox_attention_forward(float *out, float *lse, const float *q_in, const float *k_in, const float *v_in, int B,
-                            int T, int NH, int NKV, int HS, neox_attention_opts o) {
+static void forward_f32(float *out, float *lse, const float *q_in, const float *k_in, const float *v_in, int B, int T,
+                        int NH, int NKV, int HS, neox_attention_opts o) {
     neox_elem operands = o.operands;
     int group = NH / NKV, nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
@@ -197,9 +200,9 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
     neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, p, ATT_BLOCK, q + (size_t)i0 * HS, HS, 1.0f, dk + (size_t)j0 * HS, HS);
 }
 
-void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout_in, const float *q_in,
-                             const float *k_in, const float *v_in, const float *out, const float *lse, int B, int T,
-                             int NH, int NKV, int HS, neox_attention_opts o) {
+static void backward_f32(float *dq, float *dk, float *dv, const float *dout_in, const float *q_in, const float *k_in,
+                         const float *v_in, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                         neox_attention_opts o) {
     int group = NH / NKV, ldd = NH * HS, window = o.window;
     neox_elem operands = o.operands;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
@@ -237,6 +240,56 @@ void neox_attention_backward(float *dq, float *dk, float *dv, const float *dout_
             }
         }
     free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in), free_rounded(dout, dout_in);
+}
+
+// ---- bf16 activation storage (kernels.h, "Activation storage") ---------------------------------
+// The tensors are widened into fp32 copies (exact), the fp32 attention runs on them and its results
+// are rounded once as they are stored: the reference the GPU's kernels are held to.
+
+// An fp32 copy of the n act elements of x (to free), or x itself under fp32 (nothing to free).
+static float *widened(const void *x, size_t n, neox_elem act) {
+    if (act == NEOX_ELEM_F32) return (float *)x;
+    float *w = neox_cpu_scratch(n * sizeof *w, "attention's widened activations");
+    neox_act_load(x, 0, n, act, w);
+    return w;
+}
+
+// fp32 room for n results bound for x (x itself under fp32).
+static float *result_room(void *x, size_t n, neox_elem act) {
+    return act == NEOX_ELEM_F32 ? (float *)x : neox_cpu_scratch(n * sizeof(float), "attention's fp32 results");
+}
+
+// Stores the n results made in room into x (rounded once) and frees room; nothing under fp32.
+static void store_result(void *x, float *room, size_t n, neox_elem act) {
+    if (act == NEOX_ELEM_F32) return;
+    neox_act_store(x, 0, room, n, act);
+    free(room);
+}
+
+static void free_widened(const float *w, const void *x) {
+    if ((const void *)w != x) free((void *)w);
+}
+
+void neox_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int NH,
+                            int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    float *qw = widened(q, nq, act), *kw = widened(k, nkv, act), *vw = widened(v, nkv, act);
+    float *ow = result_room(out, nq, act);
+    forward_f32(ow, lse, qw, kw, vw, B, T, NH, NKV, HS, o);
+    store_result(out, ow, nq, act);
+    free_widened(qw, q), free_widened(kw, k), free_widened(vw, v);
+}
+
+void neox_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                             const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                             neox_attention_opts o, neox_elem act) {
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    float *qw = widened(q, nq, act), *kw = widened(k, nkv, act), *vw = widened(v, nkv, act);
+    float *dw = widened(dout, nq, act), *ow = widened(out, nq, act);
+    float *dqw = result_room(dq, nq, act), *dkw = result_room(dk, nkv, act), *dvw = result_room(dv, nkv, act);
+    backward_f32(dqw, dkw, dvw, dw, qw, kw, vw, ow, lse, B, T, NH, NKV, HS, o);
+    store_result(dq, dqw, nq, act), store_result(dk, dkw, nkv, act), store_result(dv, dvw, nkv, act);
+    free_widened(qw, q), free_widened(kw, k), free_widened(vw, v), free_widened(dw, dout), free_widened(ow, out);
 }
 
 // GPT-NeoX's get_slopes_power_of_2(m)[i] = start * ratio ** i with start = ratio = 2 ** -(2 ** -(log2 m - 3)),

@@ -334,8 +334,8 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
     return a;
 }
 
-extern "C" void neox_cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                            int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
+static void forward_f32(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
+                        int NKV, int HS, neox_attention_opts o) {
     if (o.operands != NEOX_ELEM_F32) {
         if (neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o)) return;
         neox_cuda_attention_mma_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o);
@@ -356,9 +356,9 @@ extern "C" void neox_cuda_attention_cached(float *out, const float *q, const flo
     DISPATCH_NU(HS, forward_nu, out, (float *)NULL, q, kcache, vcache, 1, a);
 }
 
-extern "C" void neox_cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                             const float *k, const float *v, const float *out, const float *lse, int B,
-                                             int T, int NH, int NKV, int HS, neox_attention_opts o) {
+static void backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                         const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                         neox_attention_opts o) {
     if (o.operands != NEOX_ELEM_F32) {
         if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o)) return;
         neox_cuda_attention_mma_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o);
@@ -369,4 +369,73 @@ extern "C" void neox_cuda_attention_backward(float *dq, float *dk, float *dv, co
     float *D = (float *)neox_cuda_scratch((size_t)B * NH * T * sizeof(float));
     att_shape a = make_shape(T, T, 0, NH, NKV, HS, o);
     DISPATCH_NU(HS, backward_nu, dq, dk, dv, D, dout, q, k, v, out, lse, B, a);
+}
+
+// ---- bf16 activation storage (kernels.h, "Activation storage") ---------------------------------
+// The tensors are widened into fp32 copies, the fp32-stored attention runs on them (cuDNN, the
+// tensor-core or the CUDA-core kernels as it chooses) and the results are rounded once as they are
+// stored, as the CPU's reference does. The copies live in a buffer of this file's own (the shared
+// scratch is the attention kernels'), grown when needed. The widening and rounding passes are this
+// op's cost of bf16 storage until the kernels (and cuDNN, which takes bf16 tensors as they are) read
+// and write bf16 themselves.
+static float *copies(size_t floats) {
+    static float *buf;
+    static size_t cap;
+    if (floats > cap) {
+        if (buf) neox_cuda_free(buf);  // (cudaFree waits for the kernels that used it)
+        buf = (float *)neox_cuda_alloc(floats * sizeof(float));
+        cap = floats;
+    }
+    return buf;
+}
+
+template <typename S> __global__ void widen_kernel(float *w, const S *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        w[i] = act_load(x, i);
+}
+template <typename S> __global__ void store_kernel(S *x, const float *w, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        act_store(x, i, w[i]);
+}
+
+static void widen(float *w, const void *x, size_t n, neox_elem act) {
+    if (n == 0) return;
+    ACT_DISPATCH(act, S,
+                 widen_kernel<S><<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(w, (const S *)x, n));
+    CUDA_LAUNCHED();
+}
+static void store(void *x, const float *w, size_t n, neox_elem act) {
+    if (n == 0) return;
+    ACT_DISPATCH(act, S, store_kernel<S><<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>((S *)x, w, n));
+    CUDA_LAUNCHED();
+}
+
+extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                                            int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    if (act == NEOX_ELEM_F32) {
+        forward_f32((float *)out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, NH, NKV, HS, o);
+        return;
+    }
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    float *qw = copies(2 * nq + 2 * nkv), *kw = qw + nq, *vw = kw + nkv, *ow = vw + nkv;
+    widen(qw, q, nq, act), widen(kw, k, nkv, act), widen(vw, v, nkv, act);
+    forward_f32(ow, lse, qw, kw, vw, B, T, NH, NKV, HS, o);
+    store(out, ow, nq, act);
+}
+
+extern "C" void neox_cuda_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
+                                             const void *k, const void *v, const void *out, const float *lse, int B,
+                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    if (act == NEOX_ELEM_F32) {
+        backward_f32((float *)dq, (float *)dk, (float *)dv, (const float *)dout, (const float *)q, (const float *)k,
+                     (const float *)v, (const float *)out, lse, B, T, NH, NKV, HS, o);
+        return;
+    }
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    float *qw = copies(4 * nq + 4 * nkv), *kw = qw + nq, *vw = kw + nkv, *dw = vw + nkv, *ow = dw + nq;
+    float *dqw = ow + nq, *dkw = dqw + nq, *dvw = dkw + nkv;
+    widen(qw, q, nq, act), widen(kw, k, nkv, act), widen(vw, v, nkv, act);
+    widen(dw, dout, nq, act), widen(ow, out, nq, act);
+    backward_f32(dqw, dkw, dvw, dw, qw, kw, vw, ow, lse, B, T, NH, NKV, HS, o);
+    store(dq, dqw, nq, act), store(dk, dkw, nkv, act), store(dv, dvw, nkv, act);
 }

@@ -5,7 +5,8 @@
 // whose run stays inside the span is written to its row at once, the pieces of a run that crosses a
 // span boundary are kept and a second kernel adds them onto the row in span order. Each thread
 // adds at most one span's tokens and the runs that cross a boundary at most N / SPAN pieces, so a
-// batch of one repeated token takes as long as one of distinct tokens.
+// batch of one repeated token takes as long as one of distinct tokens. The looked-up rows and their
+// gradient are templates on the activations' storage type (common.cuh); the tables stay fp32.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/common.cuh"
@@ -13,39 +14,42 @@
 enum { EMB_THREADS = 256 };
 
 // out: (N, C), element e is token e / C, channel e % C.
-__global__ void embedding_forward_kernel(float *out, const int *ids, const float *wte, const float *wpe, int T, int C,
+template <typename S>
+__global__ void embedding_forward_kernel(S *out, const int *ids, const float *wte, const float *wpe, int T, int C,
                                          size_t n) {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t bt = e / C;
         int c = (int)(e % C), id = ids[bt];
         float o = id < 0 ? 0.0f : wte[(size_t)id * C + c];
         if (wpe) o += wpe[(bt % T) * C + c];
-        out[e] = o;
+        act_store(out, e, o);
     }
 }
 
-extern "C" void neox_cuda_embedding_forward(float *out, const int *ids, const float *wte, const float *wpe, int B, int T,
-                                            int C) {
+extern "C" void neox_cuda_embedding_forward(void *out, const int *ids, const float *wte, const float *wpe, int B, int T,
+                                            int C, neox_elem act) {
     size_t n = (size_t)B * T * C;
     if (n == 0) return;
-    embedding_forward_kernel<<<blocks_for(n, EMB_THREADS), EMB_THREADS, 0, neox_cuda_current_stream()>>>(
-        out, ids, wte, wpe, T, C, n);
+    ACT_DISPATCH(act, S, embedding_forward_kernel<S><<<blocks_for(n, EMB_THREADS), EMB_THREADS, 0,
+                                                       neox_cuda_current_stream()>>>((S *)out, ids, wte, wpe, T, C, n));
     CUDA_LAUNCHED();
 }
 
 // out: (N, C); rows: (v1 - v0, C). One thread per element of out; tokens outside [v0, v1) untouched.
-__global__ void embedding_rows_kernel(float *out, const int *ids, const float *rows, int v0, int v1, int C, size_t n) {
+template <typename S>
+__global__ void embedding_rows_kernel(S *out, const int *ids, const float *rows, int v0, int v1, int C, size_t n) {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         int id = ids[e / C];
-        if (id >= v0 && id < v1) out[e] = rows[(size_t)(id - v0) * C + e % C];
+        if (id >= v0 && id < v1) act_store(out, e, rows[(size_t)(id - v0) * C + e % C]);
     }
 }
 
-extern "C" void neox_cuda_embedding_rows(float *out, const int *ids, const float *rows, int v0, int v1, int N, int C) {
+extern "C" void neox_cuda_embedding_rows(void *out, const int *ids, const float *rows, int v0, int v1, int N, int C,
+                                         neox_elem act) {
     size_t n = (size_t)N * C;
     if (n == 0 || v1 <= v0) return;
-    embedding_rows_kernel<<<blocks_for(n, EMB_THREADS), EMB_THREADS, 0, neox_cuda_current_stream()>>>(
-        out, ids, rows, v0, v1, C, n);
+    ACT_DISPATCH(act, S, embedding_rows_kernel<S><<<blocks_for(n, EMB_THREADS), EMB_THREADS, 0,
+                                                    neox_cuda_current_stream()>>>((S *)out, ids, rows, v0, v1, C, n));
     CUDA_LAUNCHED();
 }
 
@@ -63,7 +67,8 @@ __global__ void sort_input_kernel(unsigned *keys, int *pos, const int *ids, int 
 // span) is summed from zero into first[span]; a run that starts here and crosses the span's end is
 // summed onto the row's value into last[span]; every other run is complete and written to dwte.
 // first, last: (spans, C).
-__global__ void embedding_span_kernel(float *dwte, float *first, float *last, const float *dout, const unsigned *keys,
+template <typename S>
+__global__ void embedding_span_kernel(float *dwte, float *first, float *last, const S *dout, const unsigned *keys,
                                       const int *pos, int n, int C) {
     __shared__ unsigned skey[SPAN];
     __shared__ int spos[SPAN];
@@ -76,7 +81,7 @@ __global__ void embedding_span_kernel(float *dwte, float *first, float *last, co
         unsigned key = skey[s - j0];
         bool continued = s == j0 && j0 > 0 && keys[j0 - 1] == key;
         float acc = continued ? 0.0f : dwte[(size_t)key * C + c];
-        for (e = s; e < j1 && skey[e - j0] == key; e++) acc += dout[(size_t)spos[e - j0] * C + c];
+        for (e = s; e < j1 && skey[e - j0] == key; e++) acc += act_load(dout, (size_t)spos[e - j0] * C + c);
         if (continued) first[(size_t)blockIdx.y * C + c] = acc;
         else if (e == j1 && after == key) last[(size_t)blockIdx.y * C + c] = acc;
         else dwte[(size_t)key * C + c] = acc;
@@ -102,12 +107,13 @@ __global__ void embedding_carry_kernel(float *dwte, const float *first, const fl
 }
 
 // dwpe[t, c] += dout[b, t, c] for b in order. Grid (channel blocks, position strides).
-__global__ void position_grad_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+template <typename S>
+__global__ void position_grad_kernel(float *dwpe, const S *dout, int B, int T, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
         float acc = dwpe[(size_t)t * C + c];
-        for (int b = 0; b < B; b++) acc += dout[((size_t)b * T + t) * C + c];
+        for (int b = 0; b < B; b++) acc += act_load(dout, ((size_t)b * T + t) * C + c);
         dwpe[(size_t)t * C + c] = acc;
     }
 }
@@ -120,8 +126,8 @@ static size_t sort_scratch_bytes(int n) {
     return bytes;
 }
 
-extern "C" void neox_cuda_embedding_backward(float *dwte, float *dwpe, const float *dout, const int *ids, int B, int T,
-                                             int C) {
+extern "C" void neox_cuda_embedding_backward(float *dwte, float *dwpe, const void *dout, const int *ids, int B, int T,
+                                             int C, neox_elem act) {
     int n = B * T;
     if (n == 0 || C == 0) return;
     cudaStream_t st = neox_cuda_current_stream();
@@ -137,13 +143,15 @@ extern "C" void neox_cuda_embedding_backward(float *dwte, float *dwpe, const flo
     CUDA_LAUNCHED();
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys_in, keys, pos_in, pos, n, 0, 32, st));
     dim3 grid((unsigned)((C + SPAN_CHANNELS - 1) / SPAN_CHANNELS), (unsigned)spans);
-    embedding_span_kernel<<<grid, SPAN_CHANNELS, 0, st>>>(dwte, first, last, dout, keys, pos, n, C);
+    ACT_DISPATCH(act, S, embedding_span_kernel<S><<<grid, SPAN_CHANNELS, 0, st>>>(dwte, first, last, (const S *)dout,
+                                                                                 keys, pos, n, C));
     CUDA_LAUNCHED();
     embedding_carry_kernel<<<grid, SPAN_CHANNELS, 0, st>>>(dwte, first, last, keys, n, C);
     CUDA_LAUNCHED();
     if (dwpe) {
         unsigned cblocks = (unsigned)((C + 127) / 128);
-        position_grad_kernel<<<dim3(cblocks, T < 65535 ? T : 65535), 128, 0, st>>>(dwpe, dout, B, T, C);
+        dim3 pgrid(cblocks, T < 65535 ? T : 65535);
+        ACT_DISPATCH(act, S, position_grad_kernel<S><<<pgrid, 128, 0, st>>>(dwpe, (const S *)dout, B, T, C));
         CUDA_LAUNCHED();
     }
 }

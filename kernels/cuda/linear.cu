@@ -4,7 +4,8 @@
 // for the MLP), its heuristic's algorithm cached per shape and a 32 MiB workspace allocated once;
 // where cuBLASLt offers no algorithm, cuBLAS (cublasGemmEx) with the epilogue as separate kernels.
 // fp32 accumulation throughout; TF32 tensor cores for fp32 operands only when neox_cuda_set_tf32
-// allowed them.
+// allowed them. The linear ops also take bf16 activations (and the weights' bf16 copy) through fp32
+// rows rounded once ("bf16 activation storage" below).
 #include <cublasLt.h>
 #include <string.h>
 
@@ -287,9 +288,67 @@ extern "C" void neox_cuda_gemm_ex(int trans_a, int trans_b, int M, int N, int K,
     neox_cuda_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, ab, beta, C, ldc, c);
 }
 
+// ---- bf16 activation storage (kernels.h, "Activation storage") ---------------------------------
+// The products of bf16 operands go into fp32 rows (the bias in the epilogue, or dinp's widened old
+// value under beta = 1), which are rounded once as they are stored: as the CPU's kernels/cpu/linear.c.
+
+// rows (N, C; fp32, packed) <-> x (N, C; row stride ld, type S). One thread per element, grid-stride.
+template <typename S> __global__ void store_rows_kernel(S *x, int ld, const float *rows, int N, int C) {
+    size_t n = (size_t)N * C;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x)
+        act_store(x, (k / C) * ld + k % C, rows[k]);
+}
+template <typename S> __global__ void load_rows_kernel(float *rows, const S *x, int ld, int N, int C) {
+    size_t n = (size_t)N * C;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x)
+        rows[k] = act_load(x, (k / C) * ld + k % C);
+}
+
+static void store_rows(void *x, int ld, const float *rows, int N, int C, neox_elem act) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    ACT_DISPATCH(act, S, store_rows_kernel<S><<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(
+                             (S *)x, ld, rows, N, C));
+    CUDA_LAUNCHED();
+}
+
+static void load_rows(float *rows, const void *x, int ld, int N, int C, neox_elem act) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    ACT_DISPATCH(act, S, load_rows_kernel<S><<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(
+                             rows, (const S *)x, ld, N, C));
+    CUDA_LAUNCHED();
+}
+
+static void forward16(void *out, int ldo, const void *inp, const void *weight, const float *bias, int N, int IC, int OC,
+                      neox_elem act) {
+    float *rows = (float *)neox_cuda_scratch((size_t)N * OC * sizeof(float));
+    neox_cuda_matmul_args g = {0, 1, N, OC, IC, 1.0f, 0.0f, inp, IC, weight, IC, act, rows, OC, NEOX_ELEM_F32,
+                               bias ? NEOX_CUDA_EPI_BIAS : NEOX_CUDA_EPI_NONE, (float *)bias, NULL, 0};
+    neox_cuda_matmul(&g);
+    store_rows(out, ldo, rows, N, OC, act);
+}
+
+static void backward16(void *dinp, float *dweight, float *dbias, const void *dout, int ldo, const void *inp,
+                       const void *weight, int N, int IC, int OC, int accumulate, neox_elem act) {
+    if (dinp) {
+        float *rows = (float *)neox_cuda_scratch((size_t)N * IC * sizeof(float));
+        if (accumulate) load_rows(rows, dinp, IC, N, IC, act);
+        neox_cuda_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, act, accumulate ? 1.0f : 0.0f, rows, IC,
+                       NEOX_ELEM_F32);
+        store_rows(dinp, IC, rows, N, IC, act);
+    }
+    if (dweight) neox_cuda_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, act, 1.0f, dweight, IC, NEOX_ELEM_F32);
+    if (dbias) neox_cuda_column_sums_act(dbias, dout, ldo, NULL, NULL, NULL, N, OC, act);
+}
+
 // out (N, ldo) = inp (N, IC) @ weight (OC, IC)^T (+ bias in the epilogue).
-extern "C" void neox_cuda_linear_forward(float *out, int ldo, const float *inp, const float *weight, const float *bias,
-                                         int N, int IC, int OC) {
+extern "C" void neox_cuda_linear_forward(void *out, int ldo, const void *inp, const void *weight, const float *bias,
+                                         int N, int IC, int OC, neox_elem act) {
+    if (act != NEOX_ELEM_F32) {
+        forward16(out, ldo, inp, weight, bias, N, IC, OC, act);
+        return;
+    }
     neox_cuda_matmul_args g = {0, 1, N, OC, IC, 1.0f, 0.0f, inp, IC, weight, IC, NEOX_ELEM_F32, out, ldo,
                                NEOX_ELEM_F32, bias ? NEOX_CUDA_EPI_BIAS : NEOX_CUDA_EPI_NONE, (float *)bias, NULL, 0};
     neox_cuda_matmul(&g);
@@ -306,13 +365,19 @@ static void weight_grads(float *dweight, float *dbias, const float *dout, int ld
     if (dbias) neox_cuda_add_inplace(dbias, sums, (size_t)OC);
 }
 
-extern "C" void neox_cuda_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, int ldo,
-                                          const float *inp, const float *weight, int N, int IC, int OC, int accumulate) {
+extern "C" void neox_cuda_linear_backward(void *dinp, float *dweight, float *dbias, const void *dout, int ldo,
+                                          const void *inp, const void *weight, int N, int IC, int OC, int accumulate,
+                                          neox_elem act) {
+    if (act != NEOX_ELEM_F32) {
+        backward16(dinp, dweight, dbias, dout, ldo, inp, weight, N, IC, OC, accumulate, act);
+        return;
+    }
     if (dinp)  // dinp (N, IC) = dout (N, OC) @ weight (OC, IC)
         neox_cuda_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, NEOX_ELEM_F32, accumulate ? 1.0f : 0.0f, dinp, IC,
                        NEOX_ELEM_F32);
-    if (dweight) weight_grads(dweight, dbias, dout, ldo, inp, N, IC, OC);  // NULL when only dinp or dbias is wanted
-    else if (dbias) neox_cuda_column_sums(dbias, dout, ldo, NULL, NULL, NULL, N, OC);
+    const float *d = (const float *)dout;
+    if (dweight) weight_grads(dweight, dbias, d, ldo, (const float *)inp, N, IC, OC);  // NULL: only dinp or dbias
+    else if (dbias) neox_cuda_column_sums(dbias, d, ldo, NULL, NULL, NULL, N, OC);
 }
 
 extern "C" void neox_cuda_linear_gelu_forward(float *out, float *pre, const float *inp, const float *weight,

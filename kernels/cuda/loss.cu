@@ -3,7 +3,8 @@
 // backward, which recomputes the probabilities and may overwrite the logits in place. The two
 // halves (row max, row sum) serve a vocabulary split over tensor-parallel ranks. The fused loss
 // (neox_cross_entropy_fused) does a row's statistics and gradient in one pass, the row held in
-// shared memory when it fits.
+// shared memory when it fits. Logits and their gradient are stored as the activations are (fp32 or
+// bf16; the fused op also fp16); the statistics stay fp32 (the sums of exponentials double).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,94 +12,103 @@
 
 enum { CE_THREADS = 512 };
 
-__device__ float row_max(const float *z, int V) {
+// The separate ops below read logits stored as the activations are (templates on the storage type S,
+// common.cuh): widened to fp32 on load, the gradient rounded once on store.
+template <typename S> __device__ float row_max(const S *z, int V) {
     float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, z[j]);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, act_load(z, j));
     return block_max(mx);
 }
 
-__device__ double row_sumexp(const float *z, float mx, int V) {
+template <typename S> __device__ double row_sumexp(const S *z, float mx, int V) {
     double sum = 0.0;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += (double)expf(z[j] - mx);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += (double)expf(act_load(z, j) - mx);
     return block_sum(sum);
 }
 
-__global__ void cross_entropy_forward_kernel(float *losses, float *lse, const float *logits, const int *targets,
-                                             int V) {
-    const float *z = logits + (size_t)blockIdx.x * V;
+template <typename S>
+__global__ void cross_entropy_forward_kernel(float *losses, float *lse, const S *logits, const int *targets, int V) {
+    const S *z = logits + (size_t)blockIdx.x * V;
     float mx = row_max(z, V);
     double sum = row_sumexp(z, mx, V);
     if (threadIdx.x == 0) {
         float l = mx + (float)log(sum);
         lse[blockIdx.x] = l;
         int t = targets[blockIdx.x];
-        losses[blockIdx.x] = t >= 0 && t < V ? l - z[t] : 0.0f;  // a masked position: no loss (as the CPU)
+        losses[blockIdx.x] = t >= 0 && t < V ? l - act_load(z, t) : 0.0f;  // a masked position: no loss (as the CPU)
     }
 }
 
-__global__ void row_max_kernel(float *mx, const float *logits, int V) {
+template <typename S> __global__ void row_max_kernel(float *mx, const S *logits, int V) {
     float m = row_max(logits + (size_t)blockIdx.x * V, V);
     if (threadIdx.x == 0) mx[blockIdx.x] = m;
 }
 
-__global__ void row_sumexp_kernel(double *sum, const float *logits, const float *mx, int V) {
+template <typename S> __global__ void row_sumexp_kernel(double *sum, const S *logits, const float *mx, int V) {
     double s = row_sumexp(logits + (size_t)blockIdx.x * V, mx[blockIdx.x], V);
     if (threadIdx.x == 0) sum[blockIdx.x] = s;
 }
 
 // Each element is read and written by the same thread, so dlogits may alias logits.
-__global__ void cross_entropy_backward_kernel(float *dlogits, const float *logits, const float *lse,
-                                              const int *targets, const float *weight, float scale, int V) {
+template <typename S>
+__global__ void cross_entropy_backward_kernel(S *dlogits, const S *logits, const float *lse, const int *targets,
+                                              const float *weight, float scale, int V) {
     size_t row = blockIdx.x;
     float w = (weight ? weight[row] : 1.0f) * scale, l = lse[row];
     int target = targets[row];
-    const float *z = logits + row * V;
-    float *dz = dlogits + row * V;
+    const S *z = logits + row * V;
+    S *dz = dlogits + row * V;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float d = expf(z[j] - l) * w;
-        dz[j] = j == target ? d - w : d;
+        float d = expf(act_load(z, j) - l) * w;
+        act_store(dz, j, j == target ? d - w : d);
     }
 }
 
 // out, targets: (N); one thread per row.
-__global__ void target_logit_kernel(double *out, const float *logits, const int *targets, int N, int V) {
+template <typename S> __global__ void target_logit_kernel(double *out, const S *logits, const int *targets, int N, int V) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
     int t = targets[i];
-    out[i] = t >= 0 && t < V ? (double)logits[(size_t)i * V + t] : 0.0;
+    out[i] = t >= 0 && t < V ? (double)act_load(logits, (size_t)i * V + t) : 0.0;
 }
 
 // Rows go one per block; a grid's first dimension holds 2^31 - 1 blocks, far more than N.
-extern "C" void neox_cuda_cross_entropy_forward(float *losses, float *lse, const float *logits, const int *targets,
-                                                int N, int V) {
+extern "C" void neox_cuda_cross_entropy_forward(float *losses, float *lse, const void *logits, const int *targets,
+                                                int N, int V, neox_elem act) {
     if (N <= 0) return;
-    cross_entropy_forward_kernel<<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(losses, lse, logits, targets, V);
+    ACT_DISPATCH(act, S, cross_entropy_forward_kernel<S><<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(
+                             losses, lse, (const S *)logits, targets, V));
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_cross_entropy_row_max(float *mx, const float *logits, int N, int V) {
+extern "C" void neox_cuda_cross_entropy_row_max(float *mx, const void *logits, int N, int V, neox_elem act) {
     if (N <= 0) return;
-    row_max_kernel<<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(mx, logits, V);
+    ACT_DISPATCH(act, S, row_max_kernel<S><<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(mx, (const S *)logits, V));
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_cross_entropy_row_sumexp(double *sum, const float *logits, const float *mx, int N, int V) {
+extern "C" void neox_cuda_cross_entropy_row_sumexp(double *sum, const void *logits, const float *mx, int N, int V,
+                                                   neox_elem act) {
     if (N <= 0) return;
-    row_sumexp_kernel<<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(sum, logits, mx, V);
+    ACT_DISPATCH(act, S, row_sumexp_kernel<S><<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(
+                             sum, (const S *)logits, mx, V));
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
-                                                 const int *targets, const float *weight, float scale, int N, int V) {
+extern "C" void neox_cuda_cross_entropy_backward(void *dlogits, const void *logits, const float *lse,
+                                                 const int *targets, const float *weight, float scale, int N, int V,
+                                                 neox_elem act) {
     if (N <= 0) return;
-    cross_entropy_backward_kernel<<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(dlogits, logits, lse, targets,
-                                                                                    weight, scale, V);
+    ACT_DISPATCH(act, S, cross_entropy_backward_kernel<S><<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(
+                             (S *)dlogits, (const S *)logits, lse, targets, weight, scale, V));
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_cross_entropy_target_logit(double *out, const float *logits, const int *targets, int N, int V) {
+extern "C" void neox_cuda_cross_entropy_target_logit(double *out, const void *logits, const int *targets, int N, int V,
+                                                     neox_elem act) {
     if (N <= 0) return;
-    target_logit_kernel<<<(N + 255) / 256, 256, 0, neox_cuda_current_stream()>>>(out, logits, targets, N, V);
+    ACT_DISPATCH(act, S, target_logit_kernel<S><<<(N + 255) / 256, 256, 0, neox_cuda_current_stream()>>>(
+                             out, (const S *)logits, targets, N, V));
     CUDA_LAUNCHED();
 }
 

@@ -286,7 +286,7 @@ static void score_targets(neox_evaluator *ev, score_buffers *b, int ntargets, ne
     for (int j0 = 0; j0 < ntargets; j0 += SCORE_CHUNK) {
         int count = ntargets - j0 < SCORE_CHUNK ? ntargets - j0 : SCORE_CHUNK;
         neox_generator_rows_logits(ev->scorer, b->rows + j0, count, b->logits);
-        neox_cross_entropy_forward(b->losses, b->lse, b->logits, b->targets + j0, count, V);
+        neox_cross_entropy_forward(b->losses, b->lse, b->logits, b->targets + j0, count, V, NEOX_ELEM_F32);
         for (int j = 0; j < count; j++) {
             const float *row = b->logits + (size_t)j * V;
             int best = 0;

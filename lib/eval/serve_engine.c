@@ -170,7 +170,7 @@ static void take_row(neox_serve_engine *en, const score_seq *s, int t, const flo
 // the vectorised row maximum, then where it first occurs.
 static void rows_argmax(int *best, const float *logits, int m, int V) {
     float mx[m];
-    neox_cross_entropy_row_max(mx, logits, m, V);
+    neox_cross_entropy_row_max(mx, logits, m, V, NEOX_ELEM_F32);
     #pragma omp parallel for
     for (int j = 0; j < m; j++) {
         const float *row = logits + (size_t)j * V;
@@ -208,7 +208,7 @@ static int score_pass(neox_serve_engine *en, const score_seq *seqs, int count, n
             int i = owner[j0 + j];
             targets[j] = row_target(en, &seqs[i], rows[j0 + j] - starts[i], en->logits + (size_t)j * V, best[j]);
         }
-        neox_cross_entropy_forward(losses, lse, en->logits, targets, m, V);
+        neox_cross_entropy_forward(losses, lse, en->logits, targets, m, V, NEOX_ELEM_F32);
         for (int j = 0; j < m; j++) {
             int i = owner[j0 + j];
             take_row(en, &seqs[i], rows[j0 + j] - starts[i], en->logits + (size_t)j * V, targets[j], losses[j], lse[j],
@@ -304,7 +304,7 @@ static int on_token(void *ctx, const int32_t *gen, int n, const float *logits) {
     if (wants_logprobs(h->r)) {
         int V = h->en->ev->model->desc.vocab_size, target = gen[n - 1];
         float loss, lse;
-        neox_cross_entropy_forward(&loss, &lse, logits, &target, 1, V);
+        neox_cross_entropy_forward(&loss, &lse, logits, &target, 1, V, NEOX_ELEM_F32);
         c->logprob[slot] = -(double)loss;
         top_of(logits, V, lse, k, c->top_ids + (size_t)slot * (k + 1), c->top_logprob + (size_t)slot * (k + 1));
     }

@@ -108,7 +108,7 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
                     NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     m->be->attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att, la->lse, B, T, NH, NKV, HS,
-                              neox_model_attention_opts(m, a->alibi, attn_p, l));
+                              neox_model_attention_opts(m, a->alibi, attn_p, l), m->act_elem);
     poll(m);
     if (d->rotary_dims) {
         m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1, m->act_elem);
@@ -278,7 +278,7 @@ static void head_backward(neox_model *m, float loss_scale) {
             int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
             if (m->head_rows < N) neox_model_head_logits(m, r0, rows);
             m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse + r0, a->targets + r0, a->mask + r0, scale,
-                                          rows, s.V);
+                                          rows, s.V, m->act_elem);
             const float *lnf = a->lnf + (size_t)r0 * C;
             if (neox_model_head_piece_rows(m)) {
                 head_backward_in_pieces(m, r0, rows, r0 + rows >= N);
@@ -322,7 +322,7 @@ void neox_model_backward(neox_model *m, float loss_scale) {
     neox_profile_scope(NEOX_PHASE_BACKWARD, -1);
     if (neox_model_first_stage(d)) {  // (otherwise the caller sends a->dx to the previous stage)
         if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->dx, a->dx, -1, NEOX_SITE_ATTN_OUT);
-        m->be->embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size);
+        m->be->embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size, m->act_elem);
         grads_ready(m, 0, m->layer_first_param[0]);
     }
     // What follows a backward, until the next forward, is the update: the gradients' reduction,

@@ -479,7 +479,7 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,
-                          neox_model_attention_opts(m, a->alibi, attn_p, l));
+                          neox_model_attention_opts(m, a->alibi, attn_p, l), m->act_elem);
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
 
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
@@ -544,7 +544,7 @@ static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step)
         int v1 = V - v0 < step ? V : v0 + step;
         const float *rows = m->w.wte + (size_t)v0 * C;
         neox_model_use_piece(m, rows, rows + (size_t)(v1 - v0) * C, 1);
-        be->embedding_rows(x, ((const neox_acts *)m->acts)->ids, rows, v0, v1, N, C);
+        be->embedding_rows(x, ((const neox_acts *)m->acts)->ids, rows, v0, v1, N, C, m->act_elem);
         neox_model_use_piece(m, rows, rows + (size_t)(v1 - v0) * C, 0);
     }
     for (int b = 0; wpe && b < m->B; b++) be->add_inplace(x + (size_t)b * m->T * C, wpe, (size_t)m->T * C);
@@ -559,7 +559,7 @@ static void embed(neox_model *m) {
     const float *wpe = d->tp_rank == 0 ? m->w.wpe : NULL;  // replicated: added once to the sum
     int step = neox_model_embed_piece_rows(m);
     if (step) embed_in_pieces(m, x, wpe, step);
-    else m->be->embedding_forward(x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size);
+    else m->be->embedding_forward(x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size, m->act_elem);
     neox_model_tp_reduce(m, x, NC);
     if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, x, x, -1, NEOX_SITE_ATTN_OUT);
 }
@@ -594,10 +594,10 @@ static neox_elem logits_elem(const neox_model *m) {
 static void chunk_stats(neox_model *m, int r0, int rows) {
     neox_acts *a = m->acts;
     int N = m->B * m->T, V = neox_model_shard(&m->desc).V;
-    m->be->cross_entropy_row_max(a->ce_max + r0, a->logits, rows, V);
+    m->be->cross_entropy_row_max(a->ce_max + r0, a->logits, rows, V, m->act_elem);
     if (m->tp && m->tp->size > 1) neox_allreduce_max(m->tp, a->ce_max + r0, (size_t)rows, NEOX_F32);
-    m->be->cross_entropy_row_sumexp(a->ce_stats + r0, a->logits, a->ce_max + r0, rows, V);
-    m->be->cross_entropy_target_logit(a->ce_stats + N + r0, a->logits, a->targets + r0, rows, V);
+    m->be->cross_entropy_row_sumexp(a->ce_stats + r0, a->logits, a->ce_max + r0, rows, V, m->act_elem);
+    m->be->cross_entropy_target_logit(a->ce_stats + N + r0, a->logits, a->targets + r0, rows, V, m->act_elem);
 }
 
 // The fused loss of one chunk: its statistics and dlogits in place in one op, then the output

@@ -228,7 +228,7 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
     // forward's blocked attention computes it, as recomputation does, and far faster than one query
     // row at a time.
     if (s->pos == 0) {
-        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, o);
+        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, o, NEOX_ELEM_F32);
         return;
     }
     size_t at = ((size_t)l * NKV * T + (size_t)s->base) * HS;
@@ -266,7 +266,8 @@ static void forward_segments(neox_generator *g, const int32_t *ids, int S, const
     g->be->to_device(g->ids, ids, (size_t)S * sizeof(int));
     for (int i = 0; i < nseg; i++) {
         const float *wpe = w->wpe ? w->wpe + (size_t)segs[i].pos * C : NULL;
-        g->be->embedding_forward(g->x + (size_t)segs[i].row * C, g->ids + segs[i].row, w->wte, wpe, 1, segs[i].len, C);
+        g->be->embedding_forward(g->x + (size_t)segs[i].row * C, g->ids + segs[i].row, w->wte, wpe, 1, segs[i].len, C,
+                                 NEOX_ELEM_F32);
     }
     for (int l = 0; l < d->num_layers; l++) layer(g, l, S, segs, nseg);
     const float *rows = g->x + (size_t)(S - last) * C;

@@ -63,7 +63,7 @@ static void linear_forward_ld(neox_model *m, uint16_t *half, float *out, int ldo
                               const float *bias, int N, int IC, int OC) {
     const neox_backend *be = m->be;
     if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_forward(out, ldo, inp, w, bias, N, IC, OC);
+        be->linear_forward(out, ldo, inp, w, bias, N, IC, OC, NEOX_ELEM_F32);
         return;
     }
     cast_half(m, half, inp, (size_t)N * IC);
@@ -93,13 +93,13 @@ void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, con
                                         int IC, int OC) {
     const neox_backend *be = m->be;
     if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(NULL, dw, db, dout, OC, inp, NULL, N, IC, OC, 0);
+        be->linear_backward(NULL, dw, db, dout, OC, inp, NULL, N, IC, OC, 0, NEOX_ELEM_F32);
         return;
     }
     cast_half(m, m->half_out, dout, (size_t)N * OC);
     cast_half(m, m->half_in, inp, (size_t)N * IC);
     be->gemm_ex(1, 0, OC, IC, N, 1.0f, m->half_out, OC, m->half_in, IC, half_elem(m), 1.0f, dw, IC, NEOX_ELEM_F32);
-    if (db) be->linear_backward(NULL, NULL, db, dout, OC, NULL, NULL, N, IC, OC, 0);
+    if (db) be->linear_backward(NULL, NULL, db, dout, OC, NULL, NULL, N, IC, OC, 0, NEOX_ELEM_F32);
 }
 
 void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const float *dout, const float *inp, int N,
@@ -107,7 +107,7 @@ void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const floa
     const neox_backend *be = m->be;
     float *rows = dw + (size_t)o0 * IC;
     if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(NULL, rows, NULL, dout + o0, OC, inp, NULL, N, IC, o1 - o0, 0);
+        be->linear_backward(NULL, rows, NULL, dout + o0, OC, inp, NULL, N, IC, o1 - o0, 0, NEOX_ELEM_F32);
         return;
     }
     if (cast) {
@@ -124,7 +124,7 @@ void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *d
                                       int OC) {
     const neox_backend *be = m->be;
     if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(dinp, NULL, NULL, dout, OC, NULL, w, N, IC, OC, 0);
+        be->linear_backward(dinp, NULL, NULL, dout, OC, NULL, w, N, IC, OC, 0, NEOX_ELEM_F32);
         return;
     }
     be->gemm_ex(0, 0, N, IC, OC, 1.0f, m->half_out, OC, weight16(m, w), IC, half_elem(m), 0.0f, dinp, IC,
@@ -136,7 +136,7 @@ void neox_model_linear_backward_input_rows(neox_model *m, float *dinp, const flo
     const neox_backend *be = m->be;
     const float *rows = w + (size_t)o0 * IC;
     if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(dinp, NULL, NULL, dout + o0, OC, NULL, rows, N, IC, o1 - o0, o0 > 0);
+        be->linear_backward(dinp, NULL, NULL, dout + o0, OC, NULL, rows, N, IC, o1 - o0, o0 > 0, NEOX_ELEM_F32);
         return;
     }
     be->gemm_ex(0, 0, N, IC, o1 - o0, 1.0f, m->half_out + o0, OC, weight16(m, rows), IC, half_elem(m),

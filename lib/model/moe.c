@@ -155,7 +155,7 @@ static float *w2_of(const float *experts, const neox_model_desc *d, int e) {
 
 // out (N, OC) = inp (N, IC) @ w^T in the model's precision, or in fp32.
 static void linear(neox_model *m, int fp32, float *out, const float *inp, const float *w, int N, int IC, int OC) {
-    if (fp32) m->be->linear_forward(out, OC, inp, w, NULL, N, IC, OC);
+    if (fp32) m->be->linear_forward(out, OC, inp, w, NULL, N, IC, OC, NEOX_ELEM_F32);
     else neox_model_linear_forward(m, out, inp, w, NULL, N, IC, OC);
 }
 

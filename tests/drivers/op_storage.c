@@ -5,13 +5,24 @@
 //   op_storage OP IN.safetensors OUT.safetensors N C [fn]
 // OP: add add_bias dropout activation_forward activation_backward gated_forward gated_backward
 // layernorm_forward layernorm_backward rmsnorm_forward rmsnorm_backward add_layernorm_forward
-// add_rmsnorm_forward qkv_split qkv_merge rotary_apply. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
+// add_rmsnorm_forward qkv_split qkv_merge rotary_apply embedding_forward embedding_backward
+// cross_entropy linear attention. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
 // a gated input and its gradient); parameters and statistics ("weight", "bias", "mean", "rstd", and
 // the gradients "dweight", "dbias" that backward adds into) are F32. fn: the activation function's
 // number (neox_act_fn). dropout uses p = 0.25, seed 7, offset 100. qkv_split/merge take N = B*T rows
 // (B = 1) of C = (NH + 2 NKV) HS with NH = 4, NKV = 2, HS = C / 8, grouped ([q | k | v]): "x" the
 // fused rows, "q", "k", "v" the heads (merge's inputs). rotary_apply rotates "x" (1, 1, N, C) in place
-// with R = C and the F32 tables "cos", "sin" (N, C/2); fn = 1: the inverse.
+// with R = C and the F32 tables "cos", "sin" (N, C/2); fn = 1: the inverse. embedding_forward looks
+// up the I32 "ids" (N, -1: no row) in the F32 "wte" (EMB_V, C) and adds "wpe" (N, C) (B = 1, T = N);
+// embedding_backward adds the BF16 "dout" (N, C) into the F32 "dwte" and "dwpe". cross_entropy takes
+// the BF16 "x" (N, C) as logits, the I32 "targets" (N) and the F32 "weight" (N): the F32 "losses",
+// "lse", "mx" (row_max), the F64 "sumexp" (row_sumexp from mx) and "target_logit", and "dlogits"
+// (BF16, in place, scale 1/N). linear takes the BF16 "x" (N, C), "w16" (LIN_OC, C), "dout" (N, LIN_OC)
+// and "dinp" (N, C), the F32 "bias", "dbias" (LIN_OC) and "dweight" (LIN_OC, C): "out" (BF16), then the
+// backward's "dinp" (added to when fn = 1), "dweight" and "dbias". attention: causal attention of
+// the BF16 "q" (ATT_NH, N, ATT_HS), "k", "v" (ATT_NKV, N, ATT_HS) with fp32 operands and scale
+// 1/sqrt(ATT_HS) (B = 1, T = N): "out" (N, ATT_NH * ATT_HS) and "lse" (F32), then the backward of the
+// BF16 "dout" (N, ATT_NH * ATT_HS): "dq", "dk", "dv".
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +45,11 @@ static void *copy_of(const char *name, const char *dtype, size_t count) {
 }
 static uint16_t *bf16(const char *name, size_t count) { return copy_of(name, "BF16", count); }
 static float *f32(const char *name, size_t count) { return copy_of(name, "F32", count); }
+static int *i32(const char *name, size_t count) { return copy_of(name, "I32", count); }
+
+enum { EMB_V = 11 };  // the embedding table's rows
+enum { LIN_OC = 24 };  // the linear layer's outputs
+enum { ATT_NH = 4, ATT_NKV = 2, ATT_HS = 16 };  // attention's heads (GQA groups of two) and head size
 
 typedef struct { const char *name; const char *dtype; const void *data; size_t count; } output;
 
@@ -52,6 +68,7 @@ static int write_outputs(const char *path, const output *outs, int n) {
 #define B NEOX_ELEM_BF16
 #define OUT_B(nm, p, c) (output){nm, "BF16", p, c}
 #define OUT_F(nm, p, c) (output){nm, "F32", p, c}
+#define OUT_D(nm, p, c) (output){nm, "F64", p, c}
 
 // Runs op; fills outs and returns their number (0: unknown op).
 static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
@@ -99,6 +116,54 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
         uint16_t *x = neox_malloc(n * 2);
         neox_qkv_merge(x, bf16("q", nq), bf16("k", nk), bf16("v", nk), 1, N, 4, 2, HS, 0, B);
         return outs[0] = OUT_B("out", x, n), 1;
+    }
+    if (!strcmp(op, "embedding_forward")) {
+        uint16_t *o = neox_malloc(n * 2);
+        neox_embedding_forward(o, i32("ids", N), f32("wte", (size_t)EMB_V * C), f32("wpe", n), 1, N, C, B);
+        return outs[0] = OUT_B("out", o, n), 1;
+    }
+    if (!strcmp(op, "embedding_backward")) {
+        float *dwte = f32("dwte", (size_t)EMB_V * C), *dwpe = f32("dwpe", n);
+        neox_embedding_backward(dwte, dwpe, bf16("dout", n), i32("ids", N), 1, N, C, B);
+        outs[0] = OUT_F("dwte", dwte, (size_t)EMB_V * C), outs[1] = OUT_F("dwpe", dwpe, n);
+        return 2;
+    }
+    if (!strcmp(op, "cross_entropy")) {
+        uint16_t *x = bf16("x", n);
+        int *t = i32("targets", N);
+        float *losses = neox_malloc(N * sizeof(float)), *lse = neox_malloc(N * sizeof(float));
+        float *mx = neox_malloc(N * sizeof(float));
+        double *sum = neox_malloc(N * sizeof(double)), *tl = neox_malloc(N * sizeof(double));
+        neox_cross_entropy_forward(losses, lse, x, t, N, C, B);
+        neox_cross_entropy_row_max(mx, x, N, C, B);
+        neox_cross_entropy_row_sumexp(sum, x, mx, N, C, B);
+        neox_cross_entropy_target_logit(tl, x, t, N, C, B);
+        neox_cross_entropy_backward(x, x, lse, t, f32("weight", N), 1.0f / N, N, C, B);
+        outs[0] = OUT_F("losses", losses, N), outs[1] = OUT_F("lse", lse, N), outs[2] = OUT_F("mx", mx, N);
+        outs[3] = OUT_D("sumexp", sum, N), outs[4] = OUT_D("target_logit", tl, N), outs[5] = OUT_B("dlogits", x, n);
+        return 6;
+    }
+    if (!strcmp(op, "linear")) {
+        size_t no = (size_t)N * LIN_OC, nw = (size_t)LIN_OC * C;
+        uint16_t *x = bf16("x", n), *w = bf16("w16", nw), *o = neox_malloc(no * 2), *dx = bf16("dinp", n);
+        float *dw = f32("dweight", nw), *db = f32("dbias", LIN_OC);
+        neox_linear_forward(o, LIN_OC, x, w, f32("bias", LIN_OC), N, C, LIN_OC, B);
+        neox_linear_backward(dx, dw, db, bf16("dout", no), LIN_OC, x, w, N, C, LIN_OC, fn == 1, B);
+        outs[0] = OUT_B("out", o, no), outs[1] = OUT_B("dinp", dx, n), outs[2] = OUT_F("dweight", dw, nw);
+        outs[3] = OUT_F("dbias", db, LIN_OC);
+        return 4;
+    }
+    if (!strcmp(op, "attention")) {
+        size_t nq = (size_t)ATT_NH * N * ATT_HS, nkv = (size_t)ATT_NKV * N * ATT_HS;
+        uint16_t *q = bf16("q", nq), *k = bf16("k", nkv), *v = bf16("v", nkv), *o = neox_malloc(nq * 2);
+        uint16_t *dq = neox_malloc(nq * 2), *dk = neox_malloc(nkv * 2), *dv = neox_malloc(nkv * 2);
+        float *lse = neox_malloc((size_t)ATT_NH * N * sizeof(float));
+        neox_attention_opts ao = {.scale = 0.25f, .operands = NEOX_ELEM_F32};
+        neox_attention_forward(o, lse, q, k, v, 1, N, ATT_NH, ATT_NKV, ATT_HS, ao, B);
+        neox_attention_backward(dq, dk, dv, bf16("dout", nq), q, k, v, o, lse, 1, N, ATT_NH, ATT_NKV, ATT_HS, ao, B);
+        outs[0] = OUT_B("out", o, nq), outs[1] = OUT_F("lse", lse, (size_t)ATT_NH * N), outs[2] = OUT_B("dq", dq, nq);
+        outs[3] = OUT_B("dk", dk, nkv), outs[4] = OUT_B("dv", dv, nkv);
+        return 5;
     }
     if (!strcmp(op, "rotary_apply")) {
         uint16_t *x = bf16("x", n);

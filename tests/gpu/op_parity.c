@@ -138,14 +138,16 @@ static void test_linear(int N, int IC, int OC, int pad, int with_bias, int accum
     int ldo = OC + pad;
     pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
     pair out = pair_rand((size_t)N * ldo);  // the padding columns must stay as they are
-    cpu->linear_forward(out.h, ldo, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC);
-    gpu->linear_forward(out.d, ldo, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC);
+    cpu->linear_forward(out.h, ldo, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC, NEOX_ELEM_F32);
+    gpu->linear_forward(out.d, ldo, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC, NEOX_ELEM_F32);
     checkf(GEMM_TOL, &out, "linear_forward N=%d IC=%d OC=%d ldo=%d bias=%d", N, IC, OC, ldo, with_bias);
 
     pair dout = pair_rand((size_t)N * ldo), dinp = pair_rand((size_t)N * IC), dw = pair_rand((size_t)OC * IC);
     pair db = pair_rand(OC);
-    cpu->linear_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, ldo, inp.h, w.h, N, IC, OC, accumulate);
-    gpu->linear_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate);
+    cpu->linear_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, ldo, inp.h, w.h, N, IC, OC, accumulate,
+                         NEOX_ELEM_F32);
+    gpu->linear_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate,
+                         NEOX_ELEM_F32);
     checkf(GEMM_TOL, &dinp, "linear_backward dinp N=%d IC=%d OC=%d accumulate=%d", N, IC, OC, accumulate);
     checkf(GEMM_TOL, &dw, "linear_backward dweight N=%d IC=%d OC=%d", N, IC, OC);
     if (with_bias) checkf(1e-4, 1e-5, &db, "linear_backward dbias N=%d OC=%d", N, OC);
@@ -158,8 +160,8 @@ static void test_linear_tf32(void) {
     int N = 64, IC = 256, OC = 96;
     pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), out = pair_zero((size_t)N * OC);
     if (gpu != cpu) neox_cuda_set_tf32(1);
-    cpu->linear_forward(out.h, OC, inp.h, w.h, NULL, N, IC, OC);
-    gpu->linear_forward(out.d, OC, inp.d, w.d, NULL, N, IC, OC);
+    cpu->linear_forward(out.h, OC, inp.h, w.h, NULL, N, IC, OC, NEOX_ELEM_F32);
+    gpu->linear_forward(out.d, OC, inp.d, w.d, NULL, N, IC, OC, NEOX_ELEM_F32);
     if (gpu != cpu) neox_cuda_set_tf32(0);
     checkf(5e-2, 1e-2, &out, "linear_forward TF32 N=%d IC=%d OC=%d", N, IC, OC);
     pair_free(&inp);
@@ -197,7 +199,7 @@ static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
         neox_cuda_set_cublaslt(lt);
         pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
         pair out = pair_zero((size_t)N * OC), pre = pair_zero((size_t)N * OC);
-        cpu->linear_forward(pre.h, OC, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC);
+        cpu->linear_forward(pre.h, OC, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC, NEOX_ELEM_F32);
         cpu->activation_forward(out.h, pre.h, (size_t)N * OC, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
         neox_cuda_linear_gelu_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC);
         checkf(GEMM_TOL, &pre, "linear_gelu_forward pre-activation %s N=%d IC=%d OC=%d bias=%d",
@@ -206,7 +208,7 @@ static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
         // backward through a layer (OC, IC) = (C, F) whose input is the pre-activation of width IC
         pair dout = pair_rand((size_t)N * OC), x = pair_rand((size_t)N * IC), dpre = pair_zero((size_t)N * IC);
         pair dx = pair_zero((size_t)N * IC);
-        cpu->linear_backward(dx.h, NULL, NULL, dout.h, OC, NULL, w.h, N, IC, OC, 0);
+        cpu->linear_backward(dx.h, NULL, NULL, dout.h, OC, NULL, w.h, N, IC, OC, 0, NEOX_ELEM_F32);
         cpu->activation_backward(dpre.h, dx.h, x.h, (size_t)N * IC, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
         neox_cuda_linear_dgelu_backward(dpre.d, dout.d, w.d, x.d, N, IC, OC);
         checkf(GEMM_TOL, &dpre, "linear_dgelu_backward %s N=%d IC=%d OC=%d", lt ? "cuBLASLt" : "cuBLAS", N, IC, OC);
@@ -320,16 +322,16 @@ static void test_embedding(int B, int T, int C, int V, int with_wpe) {
     for (int i = 0; i < n; i++) ids[i] = V == 1 ? 0 : (int)(neox_uniform(99, draw++) * (V + 1)) - 1;
     ipair id = ipair_from(ids, n);
     pair wte = pair_rand((size_t)V * C), wpe = pair_rand((size_t)T * C), out = pair_rand((size_t)n * C);
-    cpu->embedding_forward(out.h, id.h, wte.h, with_wpe ? wpe.h : NULL, B, T, C);
-    gpu->embedding_forward(out.d, id.d, wte.d, with_wpe ? wpe.d : NULL, B, T, C);
+    cpu->embedding_forward(out.h, id.h, wte.h, with_wpe ? wpe.h : NULL, B, T, C, NEOX_ELEM_F32);
+    gpu->embedding_forward(out.d, id.d, wte.d, with_wpe ? wpe.d : NULL, B, T, C, NEOX_ELEM_F32);
     checkf(0, 0, &out, "embedding_forward B=%d T=%d C=%d V=%d wpe=%d", B, T, C, V, with_wpe);
     int v0 = V / 3, v1 = V / 3 + (V + 1) / 2;  // a piece of the table: the other tokens keep their rows
-    cpu->embedding_rows(out.h, id.h, wte.h + (size_t)v0 * C, v0, v1, n, C);
-    gpu->embedding_rows(out.d, id.d, wte.d + (size_t)v0 * C, v0, v1, n, C);
+    cpu->embedding_rows(out.h, id.h, wte.h + (size_t)v0 * C, v0, v1, n, C, NEOX_ELEM_F32);
+    gpu->embedding_rows(out.d, id.d, wte.d + (size_t)v0 * C, v0, v1, n, C, NEOX_ELEM_F32);
     checkf(0, 0, &out, "embedding_rows [%d, %d) of V=%d B=%d T=%d C=%d", v0, v1, V, B, T, C);
     pair dout = pair_rand((size_t)n * C);  // wte and wpe now serve as the gradients added to
-    cpu->embedding_backward(wte.h, with_wpe ? wpe.h : NULL, dout.h, id.h, B, T, C);
-    gpu->embedding_backward(wte.d, with_wpe ? wpe.d : NULL, dout.d, id.d, B, T, C);
+    cpu->embedding_backward(wte.h, with_wpe ? wpe.h : NULL, dout.h, id.h, B, T, C, NEOX_ELEM_F32);
+    gpu->embedding_backward(wte.d, with_wpe ? wpe.d : NULL, dout.d, id.d, B, T, C, NEOX_ELEM_F32);
     checkf(0, 0, &wte, "embedding_backward dwte B=%d T=%d C=%d V=%d (same order: exact)", B, T, C, V);
     if (with_wpe) checkf(0, 0, &wpe, "embedding_backward dwpe B=%d T=%d C=%d (exact)", B, T, C);
     pair_free(&wte);
@@ -544,8 +546,8 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     // The dropout counter of a tensor-parallel rank holding heads 1.. of NH + 3, from batch row 5.
     neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
-    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc);
-    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og);
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og, NEOX_ELEM_F32);
     checkf(fwd_tol, e == NEOX_ELEM_F32 ? 1e-4 : fwd_tol, &out,
            "attention_forward %s B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d alibi=%d", type, B, T, NH, NKV, HS,
            dropout, window, alibi);
@@ -553,8 +555,8 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
            B, T, NH, NKV, HS);
     pair o = pair_from(out.h, nq), l = pair_from(lse.h, lse.n), dout = pair_rand(nq);
     pair dq = pair_rand(nq), dk = pair_rand(nkv), dv = pair_rand(nkv);
-    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, oc);
-    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, og);
+    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
+    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, og, NEOX_ELEM_F32);
     double rtol = e == NEOX_ELEM_F32 ? 1e-4 : bwd_tol;
     const char *fmt = "attention_backward %s %s B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g window=%d alibi=%d";
     checkf(bwd_tol, rtol, &dq, fmt, type, "dq", B, T, NH, NKV, HS, dropout, window, alibi);
@@ -732,6 +734,109 @@ static void test_bf16_heads(int B, int T, int NH, int NKV, int HS, int interleav
 
 // The norms in bf16 storage, statistics and parameter gradients fp32; rms: RMSNorm, else LayerNorm.
 // The fused add + norm too (under bf16 it normalises the rounded sum, as the CPU does).
+// The lookup rounds wte (+ wpe) once: the same bits. The gradient sums the widened bf16 rows in the
+// order kernels.h fixes: the same bits too.
+static void test_bf16_embedding(int B, int T, int C, int V) {
+    int n = B * T, *ids = xmalloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) ids[i] = (int)(neox_uniform(98, draw++) * (V + 1)) - 1;
+    ipair id = ipair_from(ids, n);
+    pair wte = pair_rand((size_t)V * C), wpe = pair_rand((size_t)T * C);
+    bpair out = bpair_rand((size_t)n * C), dout = bpair_rand((size_t)n * C);
+    cpu->embedding_forward(out.h, id.h, wte.h, wpe.h, B, T, C, NEOX_ELEM_BF16);
+    gpu->embedding_forward(out.d, id.d, wte.d, wpe.d, B, T, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &out, "embedding_forward bf16 B=%d T=%d C=%d V=%d", B, T, C, V);
+    cpu->embedding_rows(out.h, id.h, wte.h, 0, V / 2, n, C, NEOX_ELEM_BF16);
+    gpu->embedding_rows(out.d, id.d, wte.d, 0, V / 2, n, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &out, "embedding_rows bf16 [0, %d) B=%d T=%d C=%d", V / 2, B, T, C);
+    cpu->embedding_backward(wte.h, wpe.h, dout.h, id.h, B, T, C, NEOX_ELEM_BF16);
+    gpu->embedding_backward(wte.d, wpe.d, dout.d, id.d, B, T, C, NEOX_ELEM_BF16);
+    checkf(0, 0, &wte, "embedding_backward bf16 dwte B=%d T=%d C=%d V=%d (exact)", B, T, C, V);
+    checkf(0, 0, &wpe, "embedding_backward bf16 dwpe B=%d T=%d C=%d (exact)", B, T, C);
+    pair_free(&wte);
+    pair_free(&wpe);
+    bpair_free(&out);
+    bpair_free(&dout);
+    ipair_free(&id);
+    free(ids);
+}
+
+// Logits stored in bf16: the statistics as the fp32 ops' (both widen the same elements), the gradient
+// rounded once from fp32 values a few ulps apart.
+static void test_bf16_cross_entropy(int N, int V) {
+    bpair logits = bpair_uniform((size_t)N * V, -8.0f, 8.0f);
+    pair losses = pair_rand(N), lse = pair_rand(N), mx = pair_rand(N), weight = pair_uniform(N, 0.0f, 1.0f);
+    int *t = xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) t[i] = (int)(neox_uniform(6, draw++) * V);
+    t[0] = -1;  // not scored
+    ipair tv = ipair_from(t, N);
+    cpu->cross_entropy_forward(losses.h, lse.h, logits.h, tv.h, N, V, NEOX_ELEM_BF16);
+    gpu->cross_entropy_forward(losses.d, lse.d, logits.d, tv.d, N, V, NEOX_ELEM_BF16);
+    checkf(1e-5, 1e-5, &losses, "cross_entropy_forward bf16 losses N=%d V=%d", N, V);
+    checkf(1e-5, 1e-6, &lse, "cross_entropy_forward bf16 lse N=%d V=%d", N, V);
+    cpu->cross_entropy_row_max(mx.h, logits.h, N, V, NEOX_ELEM_BF16);
+    gpu->cross_entropy_row_max(mx.d, logits.d, N, V, NEOX_ELEM_BF16);
+    checkf(0, 0, &mx, "cross_entropy_row_max bf16 N=%d V=%d", N, V);
+    pair l = pair_from(lse.h, N);
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tv.h, weight.h, 1.0f / N, N, V, NEOX_ELEM_BF16);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tv.d, weight.d, 1.0f / N, N, V, NEOX_ELEM_BF16);
+    bcheckf(1e-7, BF16_ULP, &logits, "cross_entropy_backward bf16 in place N=%d V=%d", N, V);
+    pair *all[] = {&losses, &lse, &mx, &weight, &l};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    bpair_free(&logits);
+    ipair_free(&tv);
+    free(t);
+}
+
+// The linear layer on bf16 activations and the weights' bf16 copy: fp32 sums in each backend's own
+// order (the bias and an accumulated dinp's old value added in fp32), each result rounded once; the
+// weight gradients fp32. The padding columns of out (ldo > OC) stay as they are.
+static void test_bf16_linear(int N, int IC, int OC, int pad, int accumulate) {
+    int ldo = OC + pad;
+    bpair inp = bpair_rand((size_t)N * IC), w = bpair_rand((size_t)OC * IC), out = bpair_rand((size_t)N * ldo);
+    pair b = pair_rand(OC), dw = pair_rand((size_t)OC * IC), db = pair_rand(OC);
+    cpu->linear_forward(out.h, ldo, inp.h, w.h, b.h, N, IC, OC, NEOX_ELEM_BF16);
+    gpu->linear_forward(out.d, ldo, inp.d, w.d, b.d, N, IC, OC, NEOX_ELEM_BF16);
+    bcheckf(1e-3, BF16_ULP, &out, "linear_forward bf16 N=%d IC=%d OC=%d ldo=%d", N, IC, OC, ldo);
+    bpair dout = bpair_rand((size_t)N * ldo), dinp = bpair_rand((size_t)N * IC);
+    cpu->linear_backward(dinp.h, dw.h, db.h, dout.h, ldo, inp.h, w.h, N, IC, OC, accumulate, NEOX_ELEM_BF16);
+    gpu->linear_backward(dinp.d, dw.d, db.d, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate, NEOX_ELEM_BF16);
+    bcheckf(1e-3, BF16_ULP, &dinp, "linear_backward bf16 dinp N=%d IC=%d OC=%d accumulate=%d", N, IC, OC, accumulate);
+    checkf(GEMM_TOL, &dw, "linear_backward bf16 dweight N=%d IC=%d OC=%d", N, IC, OC);
+    checkf(1e-4, 1e-5, &db, "linear_backward bf16 dbias N=%d OC=%d", N, OC);
+    bpair *bp[] = {&inp, &w, &out, &dout, &dinp};
+    for (size_t i = 0; i < sizeof bp / sizeof *bp; i++) bpair_free(bp[i]);
+    pair *fp[] = {&b, &dw, &db};
+    for (size_t i = 0; i < sizeof fp / sizeof *fp; i++) pair_free(fp[i]);
+}
+
+// Attention on bf16 q, k, v, out, dout and gradients, with bf16 operands (the model's bf16 precision:
+// the tensor-core kernels or cuDNN against the CPU reference): the tolerances of the bf16-operand
+// fp32-stored case (test_attention_full) plus the final rounding's unit.
+static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    bpair q = bpair_uniform(nq, -2.0f, 2.0f), k = bpair_uniform(nkv, -2.0f, 2.0f), v = bpair_rand(nkv);
+    bpair out = bpair_rand(nq), dout = bpair_rand(nq), dq = bpair_rand(nq), dk = bpair_rand(nkv), dv = bpair_rand(nkv);
+    pair lse = pair_rand((size_t)B * NH * T);
+    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0};
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
+    bcheckf(3 * BF16_ULP, 3 * BF16_ULP, &out, "attention_forward bf16 storage B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH,
+            NKV, HS);
+    checkf(1e-4, 1e-5, &lse, "attention_forward bf16 storage lse B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    gpu->to_device(out.d, out.h, nq * sizeof(uint16_t));  // both backwards from the CPU's out and lse
+    gpu->to_device(lse.d, lse.h, lse.n * sizeof(float));
+    neox_elem e = NEOX_ELEM_BF16;
+    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, out.h, lse.h, B, T, NH, NKV, HS, o, e);
+    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, out.d, lse.d, B, T, NH, NKV, HS, o, e);
+    const char *fmt = "attention_backward bf16 storage %s B=%d T=%d NH=%d NKV=%d HS=%d";
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dq, fmt, "dq", B, T, NH, NKV, HS);
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dk, fmt, "dk", B, T, NH, NKV, HS);
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dv, fmt, "dv", B, T, NH, NKV, HS);
+    bpair *all[] = {&q, &k, &v, &out, &dout, &dq, &dk, &dv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
+    pair_free(&lse);
+}
+
 static void test_bf16_norm(int N, int C, int rms) {
     const char *name = rms ? "rmsnorm" : "layernorm";
     bpair inp = bpair_uniform((size_t)N * C, -2.0f, 3.0f), out = bpair_rand((size_t)N * C);
@@ -810,17 +915,17 @@ static void test_cross_entropy(int N, int V) {
     t[0] = -1;                 // positions that are not scored: loss 0 on both
     if (N > 2) t[N / 2] = V;
     ipair tv = ipair_from(t, N);
-    cpu->cross_entropy_forward(losses.h, lse.h, logits.h, tv.h, N, V);
-    gpu->cross_entropy_forward(losses.d, lse.d, logits.d, tv.d, N, V);
+    cpu->cross_entropy_forward(losses.h, lse.h, logits.h, tv.h, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_forward(losses.d, lse.d, logits.d, tv.d, N, V, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &losses, "cross_entropy_forward losses N=%d V=%d", N, V);
     checkf(1e-5, 1e-6, &lse, "cross_entropy_forward lse N=%d V=%d", N, V);
-    cpu->cross_entropy_row_max(mx.h, logits.h, N, V);
-    gpu->cross_entropy_row_max(mx.d, logits.d, N, V);
+    cpu->cross_entropy_row_max(mx.h, logits.h, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_row_max(mx.d, logits.d, N, V, NEOX_ELEM_F32);
     checkf(0, 0, &mx, "cross_entropy_row_max N=%d V=%d", N, V);
     double *sh = xmalloc((size_t)N * sizeof(double)), *sd = gpu->alloc((size_t)N * sizeof(double));
     double *sg = xmalloc((size_t)N * sizeof(double));
-    cpu->cross_entropy_row_sumexp(sh, logits.h, mx.h, N, V);
-    gpu->cross_entropy_row_sumexp(sd, logits.d, mx.d, N, V);
+    cpu->cross_entropy_row_sumexp(sh, logits.h, mx.h, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_row_sumexp(sd, logits.d, mx.d, N, V, NEOX_ELEM_F32);
     gpu->to_host(sg, sd, (size_t)N * sizeof(double));
     float *sumh = xmalloc((size_t)N * sizeof(float)), *sumg = xmalloc((size_t)N * sizeof(float));
     for (int i = 0; i < N; i++) {
@@ -839,8 +944,8 @@ static void test_cross_entropy(int N, int V) {
     pair l = pair_from(lse.h, N);
     weight.h[N / 2] = 0.0f;
     gpu->to_device(weight.d, weight.h, (size_t)N * sizeof(float));
-    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, N, V);
-    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, N, V);
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, N, V, NEOX_ELEM_F32);
     checkf(1e-7, 1e-5, &logits, "cross_entropy_backward in place, masked, targets off-rank N=%d V=%d", N, V);
     pair *all[] = {&logits, &losses, &lse, &mx, &weight, &l};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -1039,7 +1144,8 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0});
+                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0},
+                            NEOX_ELEM_F32);
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
@@ -1049,11 +1155,11 @@ static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
 static void rep_linear(void *p) {  // in: dout x w; out: dx dw db (square C x C weight)
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;
-    gpu->linear_backward(o[0].d, o[1].d, o[2].d, i[0].d, c->C, i[1].d, i[2].d, c->N, c->C, c->C, 0);
+    gpu->linear_backward(o[0].d, o[1].d, o[2].d, i[0].d, c->C, i[1].d, i[2].d, c->N, c->C, c->C, 0, NEOX_ELEM_F32);
 }
 static void rep_embedding(void *p) {  // in: dout; out: dwte dwpe
     rep_ctx *c = p;
-    gpu->embedding_backward(c->out[0].d, c->out[1].d, c->in[0].d, c->ids, c->B, c->T, c->C);
+    gpu->embedding_backward(c->out[0].d, c->out[1].d, c->in[0].d, c->ids, c->B, c->T, c->C, NEOX_ELEM_F32);
 }
 
 static void free_pairs(pair *p, int n) {
@@ -1065,7 +1171,7 @@ static void test_determinism(void) {
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
-                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0});
+                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0}, NEOX_ELEM_F32);
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
@@ -1406,6 +1512,12 @@ int main(int argc, char **argv) {
     test_elementwise(37, 129);
     test_bf16_elementwise(37, 129);
     test_bf16_activations(10007, 13, 77);
+    test_bf16_embedding(2, 300, 130, 7);  // runs crossing span ends, channels past a 128 block
+    test_bf16_cross_entropy(37, 1000);
+    test_bf16_linear(37, 200, 96, 0, 0);
+    test_bf16_attention(2, 130, 4, 2, 64);  // GQA, a partial last tile
+    test_bf16_linear(64, 768, 2304, 5, 1);  // a fused QKV's shape, padded rows, dinp accumulated
+    test_bf16_cross_entropy(8, 50304);
     test_bf16_norm(37, 200, 0);
     test_bf16_norm(300, 64, 1);
     test_bf16_norm(3, 1500, 0);    // wider than 1024: the row kernel and the column sums apart

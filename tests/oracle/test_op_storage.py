@@ -200,3 +200,96 @@ def test_norm_backward(rms, tmp_path):
     close32(out["dweight"], dw0.to(F64) + gw, name + " dweight", rtol=1e-4)
     if not rms:
         close32(out["dbias"], db0.to(F64) + gb, name + " dbias", rtol=1e-4)
+
+
+EMB_V = 11  # the driver's table rows
+
+
+def test_embedding(tmp_path):
+    """The lookup (+ positions) summed in fp32 and rounded once; the gradient widens the bf16 rows and
+    adds them into the fp32 tables."""
+    g = torch.Generator().manual_seed(19)
+    ids = torch.randint(-1, EMB_V, (N,), generator=g, dtype=torch.int32)
+    wte, wpe = f32((EMB_V, C), seed=19), f32((N, C), seed=20)
+    rows = torch.where((ids >= 0)[:, None], wte[ids.clamp(min=0).long()], torch.zeros(()))
+    out = run(tmp_path, "embedding_forward", {"ids": ids, "wte": wte, "wpe": wpe})["out"]
+    exact(out, (rows + wpe).to(F64), "embedding_forward")
+    dout, dwte0, dwpe0 = bf16((N, C), seed=21), f32((EMB_V, C), seed=22), f32((N, C), seed=23)
+    got = run(tmp_path, "embedding_backward", {"ids": ids, "dout": dout, "dwte": dwte0, "dwpe": dwpe0})
+    keep = ids >= 0
+    ref = dwte0.to(F64).index_add(0, ids[keep].long(), dout[keep].to(F64))
+    close32(got["dwte"], ref, "embedding_backward dwte")
+    close32(got["dwpe"], dwpe0.to(F64) + dout.to(F64), "embedding_backward dwpe")
+
+
+def test_cross_entropy(tmp_path):
+    """Logits stored in bf16: the statistics from the widened logits (fp32 losses and lse, the sums of
+    exponentials in double), the gradient (softmax - onehot) x mask / N rounded once, in place."""
+    V = C
+    x = bf16((N, V), -8, 8, seed=24)
+    g = torch.Generator().manual_seed(24)
+    t = torch.randint(0, V, (N,), generator=g, dtype=torch.int32)
+    t[0] = -1  # a position that is not scored
+    w = f32((N,), 0, 1, seed=24)
+    out = run(tmp_path, "cross_entropy", {"x": x, "targets": t, "weight": w}, c=V)
+    z = x.to(F64)
+    lse = torch.logsumexp(z, -1)
+    scored = t >= 0
+    tl = torch.where(scored, z.gather(1, t.clamp(min=0).long()[:, None])[:, 0], torch.zeros((), dtype=F64))
+    close32(out["lse"], lse, "cross_entropy lse")
+    close32(out["losses"], torch.where(scored, lse - tl, torch.zeros((), dtype=F64)), "cross_entropy losses")
+    close32(out["mx"], z.max(-1).values, "cross_entropy row_max", rtol=0)
+    close32(out["sumexp"], torch.exp(z - z.max(-1, keepdim=True).values).sum(-1), "cross_entropy row_sumexp")
+    close32(out["target_logit"], tl, "cross_entropy target_logit", rtol=0)
+    onehot = torch.nn.functional.one_hot(t.clamp(min=0).long(), V).to(F64) * scored[:, None]
+    grad = (torch.softmax(z, -1) - onehot) * (w.to(F64) / N)[:, None]
+    within_ulp(out["dlogits"], grad, "cross_entropy dlogits", atol=1e-7)
+
+
+LIN_OC = 24  # the driver's linear layer outputs
+
+
+@pytest.mark.parametrize("accumulate", [0, 1])
+def test_linear(accumulate, tmp_path):
+    """bf16 inputs and weights (the weights' bf16 copy), the products and the bias summed in fp32 and
+    rounded once; the input gradient (plus its old value when accumulating) rounded once; the weight
+    and bias gradients fp32, added to."""
+    x, w, b = bf16((N, C), seed=25), bf16((LIN_OC, C), seed=26), f32((LIN_OC,), seed=25)
+    dout, dinp0 = bf16((N, LIN_OC), seed=27), bf16((N, C), seed=28)
+    dw0, db0 = f32((LIN_OC, C), seed=26), f32((LIN_OC,), seed=27)
+    out = run(tmp_path, "linear", {"x": x, "w16": w, "bias": b, "dout": dout, "dinp": dinp0, "dweight": dw0,
+                                   "dbias": db0}, fn=accumulate)
+    xd, wd, dd = x.to(F64), w.to(F64), dout.to(F64)
+    # atol: fp32 sums of 200 products near a cancellation to zero
+    within_ulp(out["out"], xd @ wd.T + b.to(F64), "linear out", atol=1e-5)
+    within_ulp(out["dinp"], dd @ wd + (dinp0.to(F64) if accumulate else 0), "linear dinp", atol=1e-5)
+    close32(out["dweight"], dw0.to(F64) + dd.T @ xd, "linear dweight")
+    close32(out["dbias"], db0.to(F64) + dd.sum(0), "linear dbias")
+
+
+ATT_NH, ATT_NKV, ATT_HS = 4, 2, 16  # the driver's heads (GQA groups of two) and head size
+
+
+def test_attention(tmp_path):
+    """Causal GQA attention on bf16 q, k, v (fp32 operands): out is the float64 attention of the
+    stored values, rounded once; lse stays fp32. The backward is flash attention's (as torch's
+    scaled_dot_product_attention backward is): D_i = dout_i . out_i from the stored (bf16) out,
+    dS = P * (dout v^T - D) * scale, dq = dS k, dk = dS^T q, dv = P^T dout, each rounded once."""
+    T, group = N, ATT_NH // ATT_NKV
+    q, k, v = (bf16((h, T, ATT_HS), seed=29 + i) for i, h in enumerate((ATT_NH, ATT_NKV, ATT_NKV)))
+    dout = bf16((T, ATT_NH * ATT_HS), seed=32)
+    out = run(tmp_path, "attention", {"q": q, "k": k, "v": v, "dout": dout})
+    qd, kd, vd = q.to(F64), k.to(F64).repeat_interleave(group, 0), v.to(F64).repeat_interleave(group, 0)
+    s = qd @ kd.transpose(1, 2) * 0.25
+    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    p = torch.softmax(s, -1)
+    heads = lambda t: t.reshape(T, ATT_NH, ATT_HS).transpose(0, 1)  # (T, NH * HS) -> (NH, T, HS)
+    within_ulp(out["out"], (p @ vd).transpose(0, 1).reshape(T, -1), "attention out", atol=1e-5)
+    close32(out["lse"], torch.logsumexp(s, -1), "attention lse")
+    do, o = heads(dout.to(F64)), heads(out["out"].to(F64))
+    D = (do * o).sum(-1, keepdim=True)
+    ds = p * (do @ vd.transpose(1, 2) - D) * 0.25
+    per_group = lambda t: t.reshape(ATT_NKV, group, T, ATT_HS).sum(1)
+    within_ulp(out["dq"], ds @ kd, "attention dq", atol=1e-5)
+    within_ulp(out["dk"], per_group(ds.transpose(1, 2) @ qd), "attention dk", atol=1e-5)
+    within_ulp(out["dv"], per_group(p.transpose(1, 2) @ do), "attention dv", atol=1e-5)

@@ -57,7 +57,7 @@ struct linear_ctx { float *inp, *w, *b, *out, *R; };
 
 static double linear_loss(void *p) {
     struct linear_ctx *c = p;
-    neox_linear_forward(c->out, OC_, c->inp, c->w, c->b, N_, IC_, OC_);
+    neox_linear_forward(c->out, OC_, c->inp, c->w, c->b, N_, IC_, OC_, NEOX_ELEM_F32);
     return dotd(c->out, c->R, N_ * OC_);
 }
 
@@ -72,22 +72,22 @@ static void test_linear(void **state) {
             assert_true(fabs(ref - c.out[i * OC_ + o]) < 1e-5);
         }
     float *dinp = randn(N_ * IC_, 1), *dw = zeros(OC_ * IC_), *db = zeros(OC_);
-    neox_linear_backward(dinp, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
+    neox_linear_backward(dinp, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0, NEOX_ELEM_F32);
     check_grad("linear dinp", c.inp, dinp, N_ * IC_, linear_loss, &c);
     check_grad("linear dweight", c.w, dw, OC_ * IC_, linear_loss, &c);
     check_grad("linear dbias", c.b, db, OC_, linear_loss, &c);
     // Parameter gradients accumulate; input gradients accumulate on request.
     float *dinp2 = neox_malloc(sizeof(float) * N_ * IC_);
     memcpy(dinp2, dinp, sizeof(float) * N_ * IC_);
-    neox_linear_backward(dinp2, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 1);
+    neox_linear_backward(dinp2, dw, db, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 1, NEOX_ELEM_F32);
     check_grad("linear dinp (accumulated, halved)", c.inp, (neox_scale(dinp2, N_ * IC_, 0.5f), dinp2), N_ * IC_, linear_loss, &c);
     check_grad("linear dbias (accumulated, halved)", c.b, (neox_scale(db, OC_, 0.5f), db), OC_, linear_loss, &c);
     // Weights first, then the input gradient alone (as backward does): the same numbers exactly.
     float *dinp3 = randn(N_ * IC_, 2), *dw3 = zeros(OC_ * IC_), *db3 = zeros(OC_), *dw4 = zeros(OC_ * IC_);
     float *db4 = zeros(OC_);
-    neox_linear_backward(NULL, dw3, db3, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
-    neox_linear_backward(dinp3, NULL, NULL, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
-    neox_linear_backward(dinp2, dw4, db4, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0);
+    neox_linear_backward(NULL, dw3, db3, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0, NEOX_ELEM_F32);
+    neox_linear_backward(dinp3, NULL, NULL, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0, NEOX_ELEM_F32);
+    neox_linear_backward(dinp2, dw4, db4, c.R, OC_, c.inp, c.w, N_, IC_, OC_, 0, NEOX_ELEM_F32);
     assert_memory_equal(dinp3, dinp2, sizeof(float) * N_ * IC_);
     assert_memory_equal(dw3, dw4, sizeof(float) * OC_ * IC_);
     assert_memory_equal(db3, db4, sizeof(float) * OC_);
@@ -101,7 +101,7 @@ struct emb_ctx { int ids[EB * ET]; float *wte, *wpe, *out, *R; };
 
 static double emb_loss(void *p) {
     struct emb_ctx *c = p;
-    neox_embedding_forward(c->out, c->ids, c->wte, c->wpe, EB, ET, EC);
+    neox_embedding_forward(c->out, c->ids, c->wte, c->wpe, EB, ET, EC, NEOX_ELEM_F32);
     return dotd(c->out, c->R, EB * ET * EC);
 }
 
@@ -110,7 +110,7 @@ static void test_embedding(void **state) {
     struct emb_ctx c = {{1, 3, 3, 0, 5, 2, 2, 2, 4, 1}, randn(EV * EC, 1), randn(ET * EC, 1), zeros(EB * ET * EC),
                         randn(EB * ET * EC, 1)};
     float *dwte = zeros(EV * EC), *dwpe = zeros(ET * EC);
-    neox_embedding_backward(dwte, dwpe, c.R, c.ids, EB, ET, EC);
+    neox_embedding_backward(dwte, dwpe, c.R, c.ids, EB, ET, EC, NEOX_ELEM_F32);
     check_grad("embedding dwte", c.wte, dwte, EV * EC, emb_loss, &c);
     check_grad("embedding dwpe", c.wpe, dwpe, ET * EC, emb_loss, &c);
     free(c.wte); free(c.wpe); free(c.out); free(c.R); free(dwte); free(dwpe);
@@ -122,11 +122,12 @@ static void test_embedding_rows(void **state) {
     (void)state;
     int ids[EB * ET] = {1, 3, 3, 0, 5, 2, 2, -1, 4, 1};
     float *wte = randn(EV * EC, 2), *wpe = randn(ET * EC, 3), *whole = zeros(EB * ET * EC), *pieces = randn(EB * ET * EC, 4);
-    neox_embedding_forward(whole, ids, wte, wpe, EB, ET, EC);
+    neox_embedding_forward(whole, ids, wte, wpe, EB, ET, EC, NEOX_ELEM_F32);
     float kept = pieces[7 * EC + 1];
-    neox_embedding_rows(pieces, ids, wte, 0, 0, EB * ET, EC);  // an empty piece changes nothing
+    neox_embedding_rows(pieces, ids, wte, 0, 0, EB * ET, EC, NEOX_ELEM_F32);  // an empty piece changes nothing
     assert_true(pieces[7 * EC + 1] == kept);
-    for (int v0 = 0; v0 < EV; v0 += 4) neox_embedding_rows(pieces, ids, wte + v0 * EC, v0, v0 + 4 < EV ? v0 + 4 : EV, EB * ET, EC);
+    for (int v0 = 0; v0 < EV; v0 += 4)
+        neox_embedding_rows(pieces, ids, wte + v0 * EC, v0, v0 + 4 < EV ? v0 + 4 : EV, EB * ET, EC, NEOX_ELEM_F32);
     assert_true(pieces[7 * EC + 1] == kept);  // id -1: in no piece
     for (int c = 0; c < EC; c++) pieces[7 * EC + c] = 0.0f;  // (embedding_forward's zero row)
     for (int b = 0; b < EB; b++) neox_add_inplace(pieces + b * ET * EC, wpe, ET * EC);
@@ -183,7 +184,7 @@ static void test_embedding_order(void **state) {
         float *got = neox_malloc((size_t)V * C * sizeof *got), *want = neox_malloc((size_t)V * C * sizeof *want);
         memcpy(got, base, (size_t)V * C * sizeof *got);
         memcpy(want, base, (size_t)V * C * sizeof *want);
-        neox_embedding_backward(got, NULL, dout, ids, 1, n, C);
+        neox_embedding_backward(got, NULL, dout, ids, 1, n, C, NEOX_ELEM_F32);
         emb_order_reference(want, dout, ids, n, C);
         assert_memory_equal(got, want, (size_t)V * C * sizeof *got);
         if (t == 1) {  // the spans matter: summing straight onto the row gives other bits
@@ -326,7 +327,8 @@ struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; floa
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
     neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS,
-                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0});
+                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0},
+                           NEOX_ELEM_F32);
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
 
@@ -363,7 +365,8 @@ static void run_attention_biased(int T, int NH, int NKV, float dropout, int wind
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS,
-                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0});
+                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0},
+                            NEOX_ELEM_F32);
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
     check_grad("attention dv", c.v, dv, nk, attn_loss, &c);
@@ -490,8 +493,8 @@ static void check_rounding_points(neox_elem e) {
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1), scale = 0.25f;
     float *out = zeros(nq), *lse = zeros((size_t)RNH * RT), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
     neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL, 0, 0, 0};
-    neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o);
-    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o);
+    neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
+    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
     attn_ref *ref = neox_malloc(sizeof *ref), *loose = neox_malloc(sizeof *loose);
     naive_rounded_attention(ref, q, k, v, dout, out, lse, scale, e, 1);
     naive_rounded_attention(loose, q, k, v, dout, out, lse, scale, e, 0);
@@ -528,10 +531,12 @@ static void test_attention_16bit_tiles(void **state) {
         float *g32[3] = {zeros(nq), zeros(nkv), zeros(nkv)}, *g16[3] = {zeros(nq), zeros(nkv), zeros(nkv)};
         neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL, 0, 0, 0}, o16_opts = o32_opts;
         o16_opts.operands = (neox_elem)e;
-        neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts);
-        neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts);
-        neox_attention_backward(g32[0], g32[1], g32[2], dout, q, k, v, o32, l32, 2, T, NH, NKV, HS, o32_opts);
-        neox_attention_backward(g16[0], g16[1], g16[2], dout, q, k, v, o16, l16, 2, T, NH, NKV, HS, o16_opts);
+        neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts, NEOX_ELEM_F32);
+        neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts, NEOX_ELEM_F32);
+        neox_attention_backward(g32[0], g32[1], g32[2], dout, q, k, v, o32, l32, 2, T, NH, NKV, HS, o32_opts,
+                                NEOX_ELEM_F32);
+        neox_attention_backward(g16[0], g16[1], g16[2], dout, q, k, v, o16, l16, 2, T, NH, NKV, HS, o16_opts,
+                                NEOX_ELEM_F32);
         double unit = e == NEOX_ELEM_BF16 ? 1.0 / 128 : 1.0 / 1024;
         const float *a[] = {o32, g32[0], g32[1], g32[2]}, *b[] = {o16, g16[0], g16[1], g16[2]};
         size_t n[] = {nq, nq, nkv, nkv};
@@ -643,8 +648,8 @@ static void test_attention_dropout_partition(void **state) {
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1);
     float *out = zeros(nq), *lse = zeros((size_t)B * NH * T), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
     neox_attention_opts whole = {0.5f, 0, 0.3f, 77, NEOX_ELEM_F32, NULL, 3, 0, 0};
-    neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, whole);
-    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, whole);
+    neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
+    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
     int local_differs = 0;
     for (int b = 0; b < B; b++)
         for (int r = 0; r < P; r++) {
@@ -656,8 +661,8 @@ static void test_attention_dropout_partition(void **state) {
             neox_attention_opts part = whole;
             part.dropout_row0 = whole.dropout_row0 + (unsigned long long)b, part.dropout_head0 = h0;
             part.dropout_heads = NH;
-            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, part);
-            neox_attention_backward(gq, gk, gv, ds, qs, ks, vs, o, l, 1, T, nh, nkv_r, HS, part);
+            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, part, NEOX_ELEM_F32);
+            neox_attention_backward(gq, gk, gv, ds, qs, ks, vs, o, l, 1, T, nh, nkv_r, HS, part, NEOX_ELEM_F32);
             float *want = merged_slice(out, b, h0, nh, NH, T, HS);
             assert_memory_equal(o, want, pq * sizeof(float));
             free(want);
@@ -672,7 +677,7 @@ static void test_attention_dropout_partition(void **state) {
             // The same slice with the partition's own coordinates (row 0, heads from 0 of nh).
             neox_attention_opts local = whole;
             local.dropout_row0 = 0;
-            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, local);
+            neox_attention_forward(o, l, qs, ks, vs, 1, T, nh, nkv_r, HS, local, NEOX_ELEM_F32);
             float *got = merged_slice(out, b, h0, nh, NH, T, HS);
             local_differs += memcmp(o, got, pq * sizeof(float)) != 0;
             free(got); free(want);
@@ -719,7 +724,7 @@ struct ce_ctx { float *logits, *losses, *lse, *w; int targets[CN]; };
 
 static double ce_loss(void *p) {  // weighted mean, as the model uses it
     struct ce_ctx *c = p;
-    neox_cross_entropy_forward(c->losses, c->lse, c->logits, c->targets, CN, CV);
+    neox_cross_entropy_forward(c->losses, c->lse, c->logits, c->targets, CN, CV, NEOX_ELEM_F32);
     double sum = 0, wsum = 0;
     for (int i = 0; i < CN; i++) { sum += c->losses[i] * c->w[i]; wsum += c->w[i]; }
     return sum / wsum;
@@ -736,12 +741,12 @@ static void test_cross_entropy(void **state) {
         assert_true(fabs(log(s) - c.logits[i * CV + c.targets[i]] - c.losses[i]) < 1e-5);
     }
     float *d = zeros(CN * CV);
-    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f / 3, CN, CV);
+    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f / 3, CN, CV, NEOX_ELEM_F32);
     check_grad("cross entropy", c.logits, d, CN * CV, ce_loss, &c);
     // In place (dlogits aliasing logits) gives the same.
     float *inplace = neox_malloc(sizeof(float) * CN * CV);
     memcpy(inplace, c.logits, sizeof(float) * CN * CV);
-    neox_cross_entropy_backward(inplace, inplace, c.lse, c.targets, w, 1.0f / 3, CN, CV);
+    neox_cross_entropy_backward(inplace, inplace, c.lse, c.targets, w, 1.0f / 3, CN, CV, NEOX_ELEM_F32);
     assert_memory_equal(inplace, d, sizeof(float) * CN * CV);
     free(c.logits); free(c.losses); free(c.lse); free(d); free(inplace);
 }
@@ -752,9 +757,9 @@ static void test_cross_entropy_masked_target(void **state) {
     (void)state;
     float w[CN] = {1, 1, 1, 1, 1};
     struct ce_ctx c = {randn(CN * CV, 3), zeros(CN), zeros(CN), w, {-1, 6, CV, 3, -7}};
-    neox_cross_entropy_forward(c.losses, c.lse, c.logits, c.targets, CN, CV);
+    neox_cross_entropy_forward(c.losses, c.lse, c.logits, c.targets, CN, CV, NEOX_ELEM_F32);
     float *d = zeros(CN * CV);
-    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f, CN, CV);
+    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f, CN, CV, NEOX_ELEM_F32);
     for (int i = 0; i < CN; i++) {
         double s = 0;
         for (int j = 0; j < CV; j++) s += exp(c.logits[i * CV + j]);
@@ -807,11 +812,11 @@ static void test_cross_entropy_fused(void **state) {
     // fp32: the separate ops' values bit for bit
     float mx2[FN], lse[FN], *d2 = zeros(FN * FV);
     double stats[2 * FN], loss[2];
-    neox_cross_entropy_row_max(mx2, z, FN, FV);
-    neox_cross_entropy_row_sumexp(stats, z, mx2, FN, FV);
-    neox_cross_entropy_target_logit(stats + FN, z, t, FN, FV);
+    neox_cross_entropy_row_max(mx2, z, FN, FV, NEOX_ELEM_F32);
+    neox_cross_entropy_row_sumexp(stats, z, mx2, FN, FV, NEOX_ELEM_F32);
+    neox_cross_entropy_target_logit(stats + FN, z, t, FN, FV, NEOX_ELEM_F32);
     neox_cross_entropy_loss(lse, loss, mx2, stats, w, FN);
-    neox_cross_entropy_backward(d2, z, lse, t, w, 0.25f, FN, FV);
+    neox_cross_entropy_backward(d2, z, lse, t, w, 0.25f, FN, FV, NEOX_ELEM_F32);
     assert_memory_equal(mx, mx2, sizeof mx);
     assert_memory_equal(sum, stats, sizeof sum);
     assert_memory_equal(tl, stats + FN, sizeof tl);
@@ -835,12 +840,12 @@ static void test_cross_entropy_fused(void **state) {
             memcpy(half[r] + i * H, z + i * FV + r * H, sizeof(float) * H);
             ht_targets[r][i] = t[i] >= r * H && t[i] < (r + 1) * H ? t[i] - r * H : -1;
         }
-        neox_cross_entropy_row_max(hm[r], half[r], FN, H);
+        neox_cross_entropy_row_max(hm[r], half[r], FN, H, NEOX_ELEM_F32);
     }
     for (int i = 0; i < FN; i++) hm[0][i] = hm[1][i] = fmaxf(hm[0][i], hm[1][i]);
     for (int r = 0; r < 2; r++) {
-        neox_cross_entropy_row_sumexp(hs[r], half[r], hm[r], FN, H);
-        neox_cross_entropy_target_logit(ht[r], half[r], ht_targets[r], FN, H);
+        neox_cross_entropy_row_sumexp(hs[r], half[r], hm[r], FN, H, NEOX_ELEM_F32);
+        neox_cross_entropy_target_logit(ht[r], half[r], ht_targets[r], FN, H, NEOX_ELEM_F32);
     }
     for (int i = 0; i < FN; i++) gsum[i] = hs[0][i] + hs[1][i];
     for (int r = 0; r < 2; r++) {

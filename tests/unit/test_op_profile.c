@@ -21,9 +21,11 @@ static void test_gemm_costs(void **state) {
     assert_true(c.bytes == 4.0 * (8 + 12) + 4.0 * 12 && c.tensor16 == 0);  // beta 1: C read and written
     float x;
     // The bias gradient alone is no product; each of dinp and dweight is 2·N·IC·OC.
-    c = neox_op_cost_linear_backward(NULL, NULL, &x, NULL, 3, NULL, NULL, 5, 2, 3, 0);
+    c = neox_op_cost_linear_backward(NULL, NULL, &x, NULL, 3, NULL, NULL, 5, 2, 3, 0, NEOX_ELEM_F32);
     assert_true(c.flops == 0.0 && c.bytes == 4.0 * (15 + 6));
-    c = neox_op_cost_linear_backward(&x, &x, NULL, NULL, 3, NULL, NULL, 5, 2, 3, 0);
+    c = neox_op_cost_linear_backward(NULL, NULL, &x, NULL, 3, NULL, NULL, 5, 2, 3, 0, NEOX_ELEM_BF16);
+    assert_true(c.bytes == 2.0 * 15 + 4.0 * 6);  // dout stored in bf16, the bias gradient fp32
+    c = neox_op_cost_linear_backward(&x, &x, NULL, NULL, 3, NULL, NULL, 5, 2, 3, 0, NEOX_ELEM_F32);
     assert_true(c.flops == 2 * 2.0 * 5 * 2 * 3);
 }
 
@@ -31,13 +33,16 @@ static void test_attention_costs(void **state) {
     (void)state;
     neox_attention_opts o = {.operands = NEOX_ELEM_BF16};
     // T = 4, causal: 1 + 2 + 3 + 4 = 10 pairs; window 2: 1 + 2 + 2 + 2 = 7. B 2, NH 4 (NKV 2), HS 8.
-    neox_op_cost f = neox_op_cost_attention_forward(NULL, NULL, NULL, NULL, NULL, 2, 4, 4, 2, 8, o);
+    neox_op_cost f = neox_op_cost_attention_forward(NULL, NULL, NULL, NULL, NULL, 2, 4, 4, 2, 8, o, NEOX_ELEM_F32);
     assert_true(f.flops == 4.0 * 2 * 4 * 10 * 8 && f.tensor16 == 1);
     assert_true(f.bytes == 4.0 * (2 * (2 * 4 * 4 * 8) + 2 * (2 * 2 * 4 * 8) + 2 * 4 * 4));
+    // bf16 storage: q, k, v and out 2 bytes an element, lse 4
+    f = neox_op_cost_attention_forward(NULL, NULL, NULL, NULL, NULL, 2, 4, 4, 2, 8, o, NEOX_ELEM_BF16);
+    assert_true(f.bytes == 2.0 * (2 * (2 * 4 * 4 * 8) + 2 * (2 * 2 * 4 * 8)) + 4.0 * 2 * 4 * 4);
     o.window = 2;
     o.operands = NEOX_ELEM_F32;
     neox_op_cost b = neox_op_cost_attention_backward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2, 4, 4, 2,
-                                                     8, o);
+                                                     8, o, NEOX_ELEM_F32);
     assert_true(b.flops == 10.0 * 2 * 4 * 7 * 8 && b.tensor16 == 0);
     // Cached: 2 new queries at positions 3 and 4 see 4 and 5 keys.
     o.window = 0;
