@@ -108,6 +108,15 @@ typedef struct neox_metrics_options {
 
 typedef struct neox_metrics neox_metrics;
 
+// Values a step adds under tags of its own (log_grad_norm's gradient_norms/NAME, the gradient noise
+// scale's train/noise_scale, ...): values[i] under tags[i].
+typedef struct neox_step_series {
+    char *const *tags;
+    const double *values;
+    int n;
+} neox_step_series;
+enum { NEOX_STEP_SERIES_MAX = 8 };
+
 // What one optimizer step produced.
 typedef struct neox_step_stats {
     int64_t iteration;     // the iteration just completed (1-based, as GPT-NeoX counts)
@@ -121,7 +130,14 @@ typedef struct neox_step_stats {
     const double *param_norms;
     char *const *param_norm_names;
     int nparam_norms;
+    // More per-step values (neox_metrics_step_series adds them): to TensorBoard at every step, and
+    // those of an interval's last step to its JSONL record.
+    neox_step_series series[NEOX_STEP_SERIES_MAX];
+    int nseries;
 } neox_step_stats;
+
+// Adds a series to the step's values (its arrays must live until neox_metrics_step returns).
+void neox_metrics_step_series(neox_step_stats *s, char *const *tags, const double *values, int n);
 
 // One log interval, as the line reports it.
 typedef struct neox_train_summary {
