@@ -82,6 +82,15 @@ static void reset_interval(neox_metrics *m) {
     for (int t = 0; t < NEOX_TIMER_COUNT; t++) neox_timer_reset(&m->timers[t]);
 }
 
+// use_wandb: the run's W&B settings and sync command, as the event file's first summary.
+static int write_wandb_text(neox_metrics *m, const neox_metrics_options *opts, neox_error *err) {
+    if (!opts->wandb.enabled) return 0;
+    char *text = neox_wandb_run_text(&opts->wandb, opts->tensorboard_dir);
+    int rc = neox_tb_text(m->tb, "wandb/run", 0, text, neox_wall_time(), err);
+    free(text);
+    return rc;
+}
+
 neox_metrics *neox_metrics_open(const neox_metrics_options *opts, neox_error *err) {
     if (opts->log_interval < 1)
         return neox_fail(err, NEOX_EXIT_USAGE, "log_interval must be at least 1 (got %lld)",
@@ -89,6 +98,7 @@ neox_metrics *neox_metrics_open(const neox_metrics_options *opts, neox_error *er
     neox_metrics *m = neox_calloc(1, sizeof *m);
     m->o = *opts;
     m->o.log_dir = m->o.tensorboard_dir = NULL;   // not kept: the writers hold the paths
+    m->o.wandb = (neox_wandb_settings){0};        // (nor the settings: the config owns them)
     if (!m->o.clock) m->o.clock = neox_now;
     if (!m->o.out) m->o.out = stdout;
     if (m->o.world_size < 1) m->o.world_size = 1;
@@ -102,7 +112,7 @@ neox_metrics *neox_metrics_open(const neox_metrics_options *opts, neox_error *er
     }
     if (m->writes && opts->tensorboard_dir) {
         m->tb = neox_tb_open(opts->tensorboard_dir, err);
-        if (!m->tb) return neox_metrics_close(m, NULL), NULL;
+        if (!m->tb || write_wandb_text(m, opts, err) != 0) return neox_metrics_close(m, NULL), NULL;
     }
     m->last_sync = neox_now();
     reset_interval(m);

@@ -17,6 +17,7 @@
 // A trainer part (parts.c).
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -40,8 +41,19 @@ typedef struct neox_noise_scale {
 
 extern const neox_train_part neox_train_noise_scale_part;
 
+// Rank 0's notice for the estimate's keys set in a run that does not estimate it.
+static void notice_unused_keys(const neox_trainer *t) {
+    static const neox_key_id keys[] = {NEOX_K_gradient_noise_scale_n_batches, NEOX_K_gradient_noise_scale_cpu_offload};
+    for (size_t i = 0; t->rank0 && !t->opts.quiet && i < sizeof keys / sizeof *keys; i++) {
+        char source[256];
+        if (strcmp(neox_config_source_id(t->cfg, keys[i], source, sizeof source), "default") != 0)
+            neox_notice("config key with no effect in this run: %s (log_gradient_noise_scale is not true)",
+                        neox_key_specs[keys[i]].name);
+    }
+}
+
 static int setup_noise_scale(neox_trainer *t, neox_error *err) {
-    if (!neox_config_bool(t->cfg, log_gradient_noise_scale)) return 0;
+    if (!neox_config_bool(t->cfg, log_gradient_noise_scale)) return notice_unused_keys(t), 0;
     neox_noise_scale *ns = neox_calloc(1, sizeof *ns);
     *neox_train_part_slot(t, &neox_train_noise_scale_part) = ns;
     ns->n_batches = (int)neox_config_int(t->cfg, gradient_noise_scale_n_batches);
