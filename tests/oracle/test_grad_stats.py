@@ -6,6 +6,7 @@ no clipping: torch's SGD (which neox.c's follows) keeps buf_1 = g_1 and buf_k = 
 g_k = buf_k - fl32(mu buf_{k-1}) exactly where g_k is 0 and to float32 rounding elsewhere. The buffers are read
 from the HDF5 shards with h5dump. Against them:
 - gradient_norms/NAME: the Frobenius norm of g_k per tensor, at every step (TensorBoard) and in the JSONL record;
+  their squares sum to train/grad_norm's square;
 - pct_grad_zeros/NAME: 100 x the fraction of g_k's elements that are 0 (GPT-NeoX's (grad == 0).float().mean() * 100);
 - optimizer_state_norms/NAME_momentum_buffer: the norm of buf_k;
 - train/noise_scale: GPT-NeoX's GradientNoiseScale restated in numpy (its ema, n_updates and n_batches) on the
@@ -105,6 +106,10 @@ def test_gradient_norms_zeros_and_state_norms_equal_numpy(run):
                 assert last[f"pct_grad_zeros/{name}"] == pytest.approx(100.0 * float(np.mean(g == 0)), abs=1e-9)
                 assert last[f"optimizer_state_norms/{name}_momentum_buffer"] == pytest.approx(
                     float(np.sqrt(np.sum(b * b))), rel=1e-6)
+    # the per-parameter norms are of the gradients train/grad_norm measures: their squares sum to its square
+    for k in range(1, STEPS + 1):
+        total = sum(scalars(acc, f"gradient_norms/{name}")[k] ** 2 for name in steps[0][1])
+        assert np.sqrt(total) == pytest.approx(scalars(acc, "train/grad_norm")[k], rel=1e-5), k
     # the unused rows of the input embedding have zero gradients, so the percentage is not trivially 0
     assert 0 < scalars(acc, "pct_grad_zeros/gpt_neox.embed_in.weight")[1] < 100
 
