@@ -42,7 +42,7 @@ done
 import json, statistics, sys
 T, repeat, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def ms(v, r):
-    times = [json.loads(l)["runtime/iteration_time"] for l in open(f"{T}/{v}-{r}/log/metrics.jsonl")
+    times = [json.loads(l)["runtime/iteration_time"] for l in open(f"{T}/{v}-{r}/metrics.jsonl")
              if "runtime/iteration_time" in l]
     return 1000 * statistics.median(times[3:])
 med = {v: statistics.median(ms(v, r) for r in range(1, repeat + 1)) for v in variants}

@@ -21,6 +21,7 @@ typedef struct neox_grad_stats {
     char **norm_tags, **zero_tags, **state_tags;   // (nwhole), (nwhole), (nstate x nwhole)
     double *norms, *pct_zeros, *state_norms;
     int nstate;
+    float *host_piece;           // log_grad_pct_zeros on a device: the gradients are counted on the host through it
 } neox_grad_stats;
 
 extern const neox_train_part neox_train_grad_stats_part;
@@ -66,6 +67,7 @@ static int setup_grad_stats(neox_trainer *t, neox_error *err) {
     gs->sums = neox_malloc(n * sizeof *gs->sums);
     if (norms) gs->norm_tags = make_tags(all, gs->nwhole, "gradient_norms", ""), gs->norms = neox_malloc(n * sizeof(double));
     if (zeros) gs->zero_tags = make_tags(all, gs->nwhole, "pct_grad_zeros", ""), gs->pct_zeros = neox_malloc(n * sizeof(double));
+    if (zeros && t->be->on_device) gs->host_piece = neox_malloc(NEOX_FLAT_SHARE_PIECE * sizeof(float));
     if (states) make_state_tags(gs, all, t->optimizer->type);
     free(all);
     return 0;
@@ -78,7 +80,7 @@ static void free_grad_stats(neox_trainer *t) {
     free_tags(gs->norm_tags, gs->nwhole);
     free_tags(gs->zero_tags, gs->nwhole);
     free_tags(gs->state_tags, gs->nstate * gs->nwhole);
-    free(gs->numel), free(gs->sums), free(gs->norms), free(gs->pct_zeros), free(gs->state_norms);
+    free(gs->numel), free(gs->sums), free(gs->norms), free(gs->pct_zeros), free(gs->state_norms), free(gs->host_piece);
     free(gs);
     *slot = NULL;
 }
@@ -88,6 +90,7 @@ static void measure_grads(neox_trainer *t) {
     neox_grad_stats *gs = *neox_train_part_slot(t, &neox_train_grad_stats_part);
     if (!gs || (!gs->log_norms && !gs->log_zeros)) return;
     neox_flat_share grads = neox_train_grad_share(t);
+    grads.host_piece = gs->host_piece;
     if (gs->log_norms) {
         neox_train_param_sums(t, &grads, NEOX_PARAM_SUM_SQUARES, gs->sums, gs->nwhole);
         for (int i = 0; i < gs->nwhole; i++) gs->norms[i] = sqrt(gs->sums[i]) / t->scaler.scale;
@@ -115,11 +118,18 @@ static void grad_stats_log(neox_trainer *t, neox_step_stats *stats) {
     neox_metrics_step_series(stats, gs->state_tags, gs->state_norms, gs->nstate * gs->nwhole);
 }
 
+// The host piece zeros are counted through (on a device backend).
+static void grad_stats_memory(const neox_trainer *t, neox_memory_plan *plan) {
+    neox_grad_stats *gs = *neox_train_part_slot(t, &neox_train_grad_stats_part);
+    if (gs && gs->host_piece) plan->offloaded += NEOX_FLAT_SHARE_PIECE * sizeof(float);
+}
+
 const neox_train_part neox_train_grad_stats_part = {
     .name = "gradient and optimizer statistics",
     .stage = NEOX_PART_AFTER_LOAD,
     .setup = setup_grad_stats,
     .free = free_grad_stats,
+    .memory = grad_stats_memory,
     .end_micro_batches = measure_grads,
     .log = grad_stats_log,
 };

@@ -272,7 +272,9 @@ typedef struct neox_flat_share {
     const float *buf;
     size_t begin, end;
     int partitioned;
+    float *host_piece;        // counting zeros on a device backend: NEOX_FLAT_SHARE_PIECE host floats to copy through
 } neox_flat_share;
+enum { NEOX_FLAT_SHARE_PIECE = 1 << 18 };
 // A collective over the world: sums[i] (i < nwhole, the whole model's parameter list) gets the sum
 // over parameter i's elements of x^2 or of (x == 0), on every rank.
 void neox_train_param_sums(const neox_trainer *t, const neox_flat_share *s, neox_param_sum what, double *sums,

@@ -22,14 +22,13 @@
 #include "internal.h"
 
 #define NOISE_SCALE_BETA 0.99   // GradientNoiseScale's default; GPT-NeoX passes no other
-enum { STAGING_FLOATS = 1 << 18 };
 
 typedef struct neox_noise_scale {
     int n_batches;
     double b_small, b_big;          // samples per step, per n steps
     const neox_backend *buffer_be;  // where the buffer lives: the trainer's backend, or the host
     float *buffer;                  // (state_end - state_begin): the sum of the steps buffered so far
-    float *staging;                 // cpu_offload from a device: (STAGING_FLOATS) a piece of the gradients
+    float *staging;                 // cpu_offload from a device: (NEOX_FLAT_SHARE_PIECE) a piece of the gradients
     size_t n;                       // elements of the optimizer's range
     int nwhole;
     double *sums;                   // (nwhole): scratch for neox_train_param_sums
@@ -67,7 +66,7 @@ static int setup_noise_scale(neox_trainer *t, neox_error *err) {
     ns->n = t->state_end - t->state_begin;
     ns->buffer = ns->buffer_be->alloc(ns->n * sizeof(float));
     ns->buffer_be->memset_zero(ns->buffer, ns->n * sizeof(float));
-    if (host) ns->staging = neox_malloc(STAGING_FLOATS * sizeof(float));
+    if (host) ns->staging = neox_malloc(NEOX_FLAT_SHARE_PIECE * sizeof(float));
     neox_param *all = neox_train_whole_params(t, &ns->nwhole, err);
     if (!all) return -1;
     free(all);
@@ -101,8 +100,8 @@ static void buffer_add(neox_trainer *t, neox_noise_scale *ns, const float *grads
         ns->buffer_be->add_scaled(ns->buffer, grads, ns->n, unscale);
         return;
     }
-    for (size_t s = 0; s < ns->n; s += STAGING_FLOATS) {
-        size_t len = ns->n - s < STAGING_FLOATS ? ns->n - s : STAGING_FLOATS;
+    for (size_t s = 0; s < ns->n; s += NEOX_FLAT_SHARE_PIECE) {
+        size_t len = ns->n - s < NEOX_FLAT_SHARE_PIECE ? ns->n - s : NEOX_FLAT_SHARE_PIECE;
         t->be->to_host(ns->staging, grads + s, len * sizeof(float));
         ns->buffer_be->add_scaled(ns->buffer + s, ns->staging, len, unscale);
     }
@@ -138,7 +137,7 @@ static void noise_scale_measure(neox_trainer *t) {
     buffer_add(t, ns, grads.buf, (float)unscale);
     if (ns->n_updates % ns->n_batches == ns->n_batches - 1) {
         ns->buffer_be->scale(ns->buffer, ns->n, 1.0f / (float)ns->n_batches);
-        neox_flat_share big = {ns->buffer_be, ns->buffer, grads.begin, grads.end, grads.partitioned};
+        neox_flat_share big = {ns->buffer_be, ns->buffer, grads.begin, grads.end, grads.partitioned, NULL};
         int estimated = estimate(ns, g_small, whole_sum_squares(t, ns, &big));
         ns->buffer_be->memset_zero(ns->buffer, ns->n * sizeof(float));
         if (!estimated) return;  // (GPT-NeoX counts no update then either)
@@ -156,7 +155,7 @@ static void noise_scale_memory(const neox_trainer *t, neox_memory_plan *plan) {
     neox_noise_scale *ns = *neox_train_part_slot(t, &neox_train_noise_scale_part);
     if (!ns) return;
     double bytes = (double)ns->n * sizeof(float);
-    if (ns->staging) plan->offloaded += bytes + STAGING_FLOATS * sizeof(float);
+    if (ns->staging) plan->offloaded += bytes + NEOX_FLAT_SHARE_PIECE * sizeof(float);
     else plan->grads += bytes;
 }
 

@@ -69,24 +69,22 @@ static int counted_partition(const neox_trainer *t, int i) {
     return t->ep_size <= 1 || i >= t->model->dense_params || t->grid->expert.rank == 0;
 }
 
-// Zero elements of x[0, n) on be: counted on the host, a device's copied there in pieces.
-static double count_zeros(const neox_backend *be, const float *x, size_t n) {
-    enum { PIECE = 1 << 18 };
+// Zero elements of x[0, n) on be: counted on the host, a device's copied through host_piece.
+static double count_zeros(const neox_backend *be, const float *x, size_t n, float *host_piece) {
+    neox_assert(!be->on_device || host_piece, "counting zeros in device memory needs a host piece");
     double zeros = 0.0;
-    float *host = be->on_device ? neox_malloc(PIECE * sizeof *host) : NULL;
-    for (size_t s = 0; s < n; s += PIECE) {
-        size_t len = n - s < PIECE ? n - s : PIECE;
+    for (size_t s = 0; s < n; s += NEOX_FLAT_SHARE_PIECE) {
+        size_t len = n - s < NEOX_FLAT_SHARE_PIECE ? n - s : NEOX_FLAT_SHARE_PIECE;
         const float *v = x + s;
-        if (host) be->to_host(host, x + s, len * sizeof *host), v = host;
+        if (be->on_device) be->to_host(host_piece, x + s, len * sizeof *host_piece), v = host_piece;
         for (size_t k = 0; k < len; k++) zeros += v[k] == 0.0f;
     }
-    free(host);
     return zeros;
 }
 
 static double sum_of(const neox_flat_share *s, neox_param_sum what, size_t lo, size_t hi) {
     const float *x = s->buf + (lo - s->begin);
-    return what == NEOX_PARAM_SUM_SQUARES ? s->be->sum_squares(x, hi - lo) : count_zeros(s->be, x, hi - lo);
+    return what == NEOX_PARAM_SUM_SQUARES ? s->be->sum_squares(x, hi - lo) : count_zeros(s->be, x, hi - lo, s->host_piece);
 }
 
 void neox_train_param_sums(const neox_trainer *t, const neox_flat_share *s, neox_param_sum what, double *sums,
@@ -105,19 +103,19 @@ void neox_train_param_sums(const neox_trainer *t, const neox_flat_share *s, neox
 
 neox_flat_share neox_train_param_share(const neox_trainer *t) {
     if (t->param_partition)  // ZeRO-3: the flat buffer is not whole; the partitions are the master weights
-        return (neox_flat_share){t->be, t->param_partition, t->part_begin, t->part_end, 1};
-    return (neox_flat_share){t->be, t->model->param_buf, 0, t->model->num_floats, 0};
+        return (neox_flat_share){t->be, t->param_partition, t->part_begin, t->part_end, 1, NULL};
+    return (neox_flat_share){t->be, t->model->param_buf, 0, t->model->num_floats, 0, NULL};
 }
 
 neox_flat_share neox_train_grad_share(const neox_trainer *t) {
     float *partition = neox_grad_exchange_partition_grads(t->exchange);
     const float *grads = partition ? partition : t->model->grad_buf + t->state_begin;
-    return (neox_flat_share){t->be, grads, t->state_begin, t->state_end, t->zero_stage > 0};
+    return (neox_flat_share){t->be, grads, t->state_begin, t->state_end, t->zero_stage > 0, NULL};
 }
 
 neox_flat_share neox_train_optimizer_state_share(const neox_trainer *t, int k) {
     return (neox_flat_share){neox_train_optimizer_backend(t), t->optimizer->state[k], t->state_begin, t->state_end,
-                             t->zero_stage > 0};
+                             t->zero_stage > 0, NULL};
 }
 
 // A collective over the world: pn->norms[i] gets the norm of the whole model's parameter i (on

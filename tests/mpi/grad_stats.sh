@@ -4,7 +4,9 @@
 # partitions summed), so tp2, pp2 and dp2 under ZeRO stages 1, 2 and 3 log every per-parameter
 # statistic of one rank training the same global batch within 1e-6 relative, and its noise scale
 # within 1e-5 (a ratio of differences of nearly equal squared norms, which magnifies the layouts'
-# reordered sums), at every step (tests/mpi/grad_stats_check.py).
+# reordered sums), at every step (tests/mpi/grad_stats_check.py). The emulated device (whose memory
+# the host reads only by copies) with gradient_noise_scale_cpu_offload, which sums the large batch
+# in host memory, logs one CPU rank's values too.
 source tests/lib.sh
 
 need_mpi "gradient statistics under parallel layouts" || exit 0
@@ -28,7 +30,10 @@ for stage in 1 2 3; do
     train_layout "dp2z$stage" 2
 done
 
-for run in tp2 pp2 dp2z1 dp2z2 dp2z3; do
+config emulated neox 2 2 4 "$STATS, \"compute_backend\": \"emulated\", \"gradient_noise_scale_cpu_offload\": true"
+train_layout emulated 1
+
+for run in tp2 pp2 dp2z1 dp2z2 dp2z3 emulated; do
     check "$run: every per-parameter statistic (within 1e-6) and the noise scale (1e-5) equal one rank's" \
         "$PY" tests/mpi/grad_stats_check.py "$T/one" "$T/$run" 1e-6 1e-5
 done
