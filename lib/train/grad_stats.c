@@ -65,8 +65,14 @@ static int setup_grad_stats(neox_trainer *t, neox_error *err) {
     gs->numel = neox_malloc(n * sizeof *gs->numel);
     for (int i = 0; i < gs->nwhole; i++) gs->numel[i] = (double)all[i].numel;
     gs->sums = neox_malloc(n * sizeof *gs->sums);
-    if (norms) gs->norm_tags = make_tags(all, gs->nwhole, "gradient_norms", ""), gs->norms = neox_malloc(n * sizeof(double));
-    if (zeros) gs->zero_tags = make_tags(all, gs->nwhole, "pct_grad_zeros", ""), gs->pct_zeros = neox_malloc(n * sizeof(double));
+    if (norms) {
+        gs->norm_tags = make_tags(all, gs->nwhole, "gradient_norms", "");
+        gs->norms = neox_malloc(n * sizeof *gs->norms);
+    }
+    if (zeros) {
+        gs->zero_tags = make_tags(all, gs->nwhole, "pct_grad_zeros", "");
+        gs->pct_zeros = neox_malloc(n * sizeof *gs->pct_zeros);
+    }
     if (zeros && t->be->on_device) gs->host_piece = neox_malloc(NEOX_FLAT_SHARE_PIECE * sizeof(float));
     if (states) make_state_tags(gs, all, t->optimizer->type);
     free(all);

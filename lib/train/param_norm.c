@@ -84,7 +84,8 @@ static double count_zeros(const neox_backend *be, const float *x, size_t n, floa
 
 static double sum_of(const neox_flat_share *s, neox_param_sum what, size_t lo, size_t hi) {
     const float *x = s->buf + (lo - s->begin);
-    return what == NEOX_PARAM_SUM_SQUARES ? s->be->sum_squares(x, hi - lo) : count_zeros(s->be, x, hi - lo, s->host_piece);
+    if (what == NEOX_PARAM_SUM_SQUARES) return s->be->sum_squares(x, hi - lo);
+    return count_zeros(s->be, x, hi - lo, s->host_piece);
 }
 
 void neox_train_param_sums(const neox_trainer *t, const neox_flat_share *s, neox_param_sum what, double *sums,
