@@ -60,6 +60,9 @@ neox_tb_writer *neox_tb_open(const char *dir, neox_error *err);
 // wall_time is Unix time in seconds (neox_wall_time() for now).
 int neox_tb_scalar(neox_tb_writer *w, const char *tag, int64_t step, double value, double wall_time,
                    neox_error *err);
+// A text summary (TensorBoard's text plugin shows it; markdown is rendered): a scalar string tensor.
+int neox_tb_text(neox_tb_writer *w, const char *tag, int64_t step, const char *text, double wall_time,
+                 neox_error *err);
 // Pushes buffered events to the file; with sync, also to disk (fsync).
 int neox_tb_flush(neox_tb_writer *w, int sync, neox_error *err);
 // Flushes, fsyncs and closes; frees w even when that fails.
@@ -88,6 +91,20 @@ typedef enum {
 const char *neox_timer_label(neox_timer_name t);
 
 // ---------------------------------------------------------------------------------------------
+// use_wandb (wandb.c): neox.c writes no W&B files; the run's TensorBoard events are uploaded with W&B's
+// own `wandb sync --sync-tensorboard`, and the TensorBoard run carries its W&B settings as text.
+typedef struct neox_wandb_settings {
+    int enabled;                  // use_wandb
+    const char *project, *team, *group, *run_name, *host;  // wandb_project, ...; NULL or "": unset
+} neox_wandb_settings;
+// The shell command that syncs the TensorBoard events in dir to W&B under w (neox_malloc'ed):
+// `[WANDB_BASE_URL=HOST] [WANDB_RUN_GROUP=GROUP] [WANDB_NAME=NAME] wandb sync --sync-tensorboard
+// [--project P] [--entity TEAM] DIR`, each value shell-quoted where it needs to be.
+char *neox_wandb_sync_command(const neox_wandb_settings *w, const char *dir);
+// The text summary wandb/run: a markdown table of the settings that are set and the sync command.
+char *neox_wandb_run_text(const neox_wandb_settings *w, const char *dir);
+
+// ---------------------------------------------------------------------------------------------
 // The metrics of a run.
 typedef struct neox_metrics_options {
     int rank;                      // only rank 0 prints and writes files
@@ -102,11 +119,21 @@ typedef struct neox_metrics_options {
     int fp16;                      // report the loss scale (train/loss_scale, "loss scale:")
     const char *log_dir;           // NULL: no JSONL; else LOG_DIR/metrics.jsonl (appended)
     const char *tensorboard_dir;   // NULL: no TensorBoard events
+    neox_wandb_settings wandb;     // enabled: the event file starts with the text summary wandb/run at step 0
     FILE *out;                     // where the lines go; NULL means stdout
     double (*clock)(void);         // monotonic seconds; NULL means neox_now (tests use a fake)
 } neox_metrics_options;
 
 typedef struct neox_metrics neox_metrics;
+
+// Values a step adds under tags of its own (log_grad_norm's gradient_norms/NAME, the gradient noise
+// scale's train/noise_scale, ...): values[i] under tags[i].
+typedef struct neox_step_series {
+    char *const *tags;
+    const double *values;
+    int n;
+} neox_step_series;
+enum { NEOX_STEP_SERIES_MAX = 8 };
 
 // What one optimizer step produced.
 typedef struct neox_step_stats {
@@ -121,7 +148,14 @@ typedef struct neox_step_stats {
     const double *param_norms;
     char *const *param_norm_names;
     int nparam_norms;
+    // More per-step values (neox_metrics_step_series adds them): to TensorBoard at every step, and
+    // those of an interval's last step to its JSONL record.
+    neox_step_series series[NEOX_STEP_SERIES_MAX];
+    int nseries;
 } neox_step_stats;
+
+// Adds a series to the step's values (its arrays must live until neox_metrics_step returns).
+void neox_metrics_step_series(neox_step_stats *s, char *const *tags, const double *values, int n);
 
 // One log interval, as the line reports it.
 typedef struct neox_train_summary {

@@ -87,9 +87,8 @@ DERIVED = {"is_pipe_parallel", "batch_size", "dynamic_loss_scale", "save_iters",
 # global_num_gpus stays settable: GPT-NeoX takes it as the GPU count; here it must match the world size.
 
 IGNORED = set("""
-use_wandb wandb_group wandb_team wandb_project wandb_host wandb_init_all_ranks git_hash use_comet comet_workspace
-comet_project comet_experiment_name comet_experiment comet_tags comet_others wandb_run_name log_grad_pct_zeros log_optimizer_states
-log_gradient_noise_scale gradient_noise_scale_n_batches gradient_noise_scale_cpu_offload
+wandb_init_all_ranks git_hash use_comet comet_workspace
+comet_project comet_experiment_name comet_experiment comet_tags comet_others
 rpe_num_buckets rpe_max_distance param_sharing_style layernorm_fusion rmsnorm_fusion
 use_flashattn_swiglu scaled_upper_triang_masked_softmax_fusion scaled_masked_softmax_fusion bias_dropout_fusion
 rope_fusion fused_kernels_build_path apply_query_key_layer_scaling use_cpu_initialization attention_softmax_in_fp32
@@ -108,7 +107,7 @@ checkpoint data_types
 hostfile include exclude num_nodes num_gpus master_port master_addr launcher force_multi autotuning_run
 no_ssh_check comment account
 moe_lbl_in_fp32
-sequence_parallel log_grad_norm checkpoint_num_layers loss_scale hysteresis loss_scale_window min_scale
+sequence_parallel checkpoint_num_layers loss_scale hysteresis loss_scale_window min_scale
 """.split())
 
 # Keys whose non-default value is refused, with the feature it would select.

@@ -3,8 +3,9 @@
 // Tags follow GPT-NeoX's training_log: per step train/learning_rate, train/lm_loss (and
 // train/loss_scale under fp16); per interval runtime/samples_per_sec, runtime/iteration_time,
 // runtime/flops_per_sec_per_gpu and timers/<name>; with log_param_norm, per step
-// parameter_norms/<name>. neox.c adds train/grad_norm, train/param_norm, runtime/tokens_per_sec and
-// runtime/mfu.
+// parameter_norms/<name>, and whatever series the trainer's parts add to a step (gradient_norms/<name>,
+// pct_grad_zeros/<name>, optimizer_state_norms/<name>_<state>, train/noise_scale). neox.c adds
+// train/grad_norm, train/param_norm, runtime/tokens_per_sec and runtime/mfu.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,15 @@ static void reset_interval(neox_metrics *m) {
     for (int t = 0; t < NEOX_TIMER_COUNT; t++) neox_timer_reset(&m->timers[t]);
 }
 
+// use_wandb: the run's W&B settings and sync command, as the event file's first summary.
+static int write_wandb_text(neox_metrics *m, const neox_metrics_options *opts, neox_error *err) {
+    if (!opts->wandb.enabled) return 0;
+    char *text = neox_wandb_run_text(&opts->wandb, opts->tensorboard_dir);
+    int rc = neox_tb_text(m->tb, "wandb/run", 0, text, neox_wall_time(), err);
+    free(text);
+    return rc;
+}
+
 neox_metrics *neox_metrics_open(const neox_metrics_options *opts, neox_error *err) {
     if (opts->log_interval < 1)
         return neox_fail(err, NEOX_EXIT_USAGE, "log_interval must be at least 1 (got %lld)",
@@ -88,6 +98,7 @@ neox_metrics *neox_metrics_open(const neox_metrics_options *opts, neox_error *er
     neox_metrics *m = neox_calloc(1, sizeof *m);
     m->o = *opts;
     m->o.log_dir = m->o.tensorboard_dir = NULL;   // not kept: the writers hold the paths
+    m->o.wandb = (neox_wandb_settings){0};        // (nor the settings: the config owns them)
     if (!m->o.clock) m->o.clock = neox_now;
     if (!m->o.out) m->o.out = stdout;
     if (m->o.world_size < 1) m->o.world_size = 1;
@@ -101,7 +112,7 @@ neox_metrics *neox_metrics_open(const neox_metrics_options *opts, neox_error *er
     }
     if (m->writes && opts->tensorboard_dir) {
         m->tb = neox_tb_open(opts->tensorboard_dir, err);
-        if (!m->tb) return neox_metrics_close(m, NULL), NULL;
+        if (!m->tb || write_wandb_text(m, opts, err) != 0) return neox_metrics_close(m, NULL), NULL;
     }
     m->last_sync = neox_now();
     reset_interval(m);
@@ -118,6 +129,11 @@ static int tb_scalar(neox_metrics *m, const char *tag, int64_t step, double valu
     return m->tb ? neox_tb_scalar(m->tb, tag, step, value, neox_wall_time(), err) : 0;
 }
 
+void neox_metrics_step_series(neox_step_stats *s, char *const *tags, const double *values, int n) {
+    neox_assert(s->nseries < NEOX_STEP_SERIES_MAX, "more than %d series in one step", NEOX_STEP_SERIES_MAX);
+    s->series[s->nseries++] = (neox_step_series){tags, values, n};
+}
+
 static int log_step_scalars(neox_metrics *m, const neox_step_stats *s, neox_error *err) {
     if (tb_scalar(m, "train/learning_rate", s->iteration, s->learning_rate, err) != 0) return -1;
     if (tb_scalar(m, "train/lm_loss", s->iteration, s->lm_loss, err) != 0) return -1;
@@ -125,6 +141,9 @@ static int log_step_scalars(neox_metrics *m, const neox_step_stats *s, neox_erro
     int nonfinite = !isfinite(s->lm_loss);  // its grad norm is shown, NaN or not
     if ((nonfinite || !isnan(s->grad_norm)) && tb_scalar(m, "train/grad_norm", s->iteration, s->grad_norm, err) != 0)
         return -1;
+    for (int k = 0; k < s->nseries; k++)
+        for (int i = 0; i < s->series[k].n; i++)
+            if (tb_scalar(m, s->series[k].tags[i], s->iteration, s->series[k].values[i], err) != 0) return -1;
     if (!s->param_norms) return 0;
     if (tb_scalar(m, "train/param_norm", s->iteration, s->param_norms[s->nparam_norms], err) != 0) return -1;
     for (int i = 0; i < s->nparam_norms; i++) {
@@ -205,6 +224,9 @@ static json_t *interval_record(const neox_metrics *m) {
             json_object_set_new(o, key, neox_json_number(m->step->param_norms[i]));
         }
     }
+    for (int k = 0; m->step && k < m->step->nseries; k++)
+        for (int i = 0; i < m->step->series[k].n; i++)
+            json_object_set_new(o, m->step->series[k].tags[i], neox_json_number(m->step->series[k].values[i]));
     if (s->fp16) json_object_set_new(o, "train/loss_scale", neox_json_number(s->loss_scale));
     json_object_set_new(o, "train/skipped_iterations", json_integer(s->skipped));
     json_object_set_new(o, "train/nan_iterations", json_integer(s->nan));

@@ -3,6 +3,11 @@
 // around an Event protobuf (tensorflow/core/util/event.proto):
 //   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
 //   Summary { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
+// A text summary (TensorBoard's text plugin) is a Value with a string tensor and the plugin's name:
+//   Value { string tag = 1; TensorProto tensor = 8; SummaryMetadata metadata = 9; }
+//   TensorProto { DataType dtype = 1 (DT_STRING = 7); TensorShapeProto tensor_shape = 2 (a scalar: empty);
+//                 repeated bytes string_val = 8; }
+//   SummaryMetadata { PluginData plugin_data = 1; }   PluginData { string plugin_name = 1 ("text"); }
 // The file starts with the file_version event "brain.Event:2", as TensorFlow's writers do.
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +21,9 @@
 
 enum { EVENT_WALL_TIME = 1, EVENT_STEP = 2, EVENT_FILE_VERSION = 3, EVENT_SUMMARY = 5 };
 enum { SUMMARY_VALUE = 1 };
-enum { VALUE_TAG = 1, VALUE_SIMPLE_VALUE = 2 };
+enum { VALUE_TAG = 1, VALUE_SIMPLE_VALUE = 2, VALUE_TENSOR = 8, VALUE_METADATA = 9 };
+enum { TENSOR_DTYPE = 1, TENSOR_SHAPE = 2, TENSOR_STRING_VAL = 8, DT_STRING = 7 };
+enum { METADATA_PLUGIN_DATA = 1, PLUGIN_NAME = 1 };
 
 struct neox_tb_writer {
     FILE *fp;
@@ -79,16 +86,38 @@ neox_tb_writer *neox_tb_open(const char *dir, neox_error *err) {
     return w;
 }
 
-int neox_tb_scalar(neox_tb_writer *w, const char *tag, int64_t step, double value, double wall_time,
-                   neox_error *err) {
-    w->value.len = 0;
-    neox_pb_bytes_field(&w->value, VALUE_TAG, tag, strlen(tag));
-    neox_pb_float_field(&w->value, VALUE_SIMPLE_VALUE, (float)value);
+// Writes w->value (encoded by the caller) as the one value of an event's summary.
+static int write_value(neox_tb_writer *w, int64_t step, double wall_time, neox_error *err) {
     w->summary.len = 0;
     neox_pb_bytes_field(&w->summary, SUMMARY_VALUE, w->value.data, w->value.len);
     begin_event(w, wall_time, step);
     neox_pb_bytes_field(&w->event, EVENT_SUMMARY, w->summary.data, w->summary.len);
     return write_record(w, w->event.data, w->event.len, err);
+}
+
+int neox_tb_scalar(neox_tb_writer *w, const char *tag, int64_t step, double value, double wall_time,
+                   neox_error *err) {
+    w->value.len = 0;
+    neox_pb_bytes_field(&w->value, VALUE_TAG, tag, strlen(tag));
+    neox_pb_float_field(&w->value, VALUE_SIMPLE_VALUE, (float)value);
+    return write_value(w, step, wall_time, err);
+}
+
+int neox_tb_text(neox_tb_writer *w, const char *tag, int64_t step, const char *text, double wall_time,
+                 neox_error *err) {
+    neox_pb tensor = {0}, plugin = {0}, metadata = {0};
+    neox_pb_int64_field(&tensor, TENSOR_DTYPE, DT_STRING);
+    neox_pb_bytes_field(&tensor, TENSOR_SHAPE, "", 0);
+    neox_pb_bytes_field(&tensor, TENSOR_STRING_VAL, text, strlen(text));
+    static const char plugin_name[] = "text";
+    neox_pb_bytes_field(&plugin, PLUGIN_NAME, plugin_name, strlen(plugin_name));
+    neox_pb_bytes_field(&metadata, METADATA_PLUGIN_DATA, plugin.data, plugin.len);
+    w->value.len = 0;
+    neox_pb_bytes_field(&w->value, VALUE_TAG, tag, strlen(tag));
+    neox_pb_bytes_field(&w->value, VALUE_TENSOR, tensor.data, tensor.len);
+    neox_pb_bytes_field(&w->value, VALUE_METADATA, metadata.data, metadata.len);
+    neox_pb_free(&tensor), neox_pb_free(&plugin), neox_pb_free(&metadata);
+    return write_value(w, step, wall_time, err);
 }
 
 int neox_tb_flush(neox_tb_writer *w, int sync, neox_error *err) {

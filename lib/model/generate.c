@@ -150,7 +150,7 @@ static float *out_rows(neox_generator *g, int rows) {
 static void linear(neox_generator *g, float *out, const float *inp, const float *w, const float *bias, int S, int IC,
                    int OC) {
     if (g->half) neox_model_linear_forward_scratch(g->m, g->half, out, inp, w, bias, S, IC, OC);
-    else g->be->linear_forward(out, OC, inp, w, bias, S, IC, OC);
+    else g->be->linear_forward(out, OC, inp, w, bias, S, IC, OC, NEOX_ELEM_F32);
 }
 
 // logits (rows, vocab; host) = inp (rows, C; backend) @ lm_head^T.

@@ -271,6 +271,38 @@ void neox_train_zero3_init_partition(neox_trainer *t);
 // After the optimizer updated the partition: the persistent tensors are gathered again.
 void neox_train_zero3_after_update(neox_trainer *t);
 
+// ---- per-parameter sums however the grid holds a tensor (param_norm.c) -------------------------
+// The one owner of "a statistic of a whole parameter over the grid": each tensor counted once, its
+// tensor-parallel blocks summed, replicated tensors from tensor-parallel rank 0, the tied embedding
+// from the first stage, a buffer every data-parallel rank holds whole from one replica, ZeRO
+// partitions summed over the state group (under expert parallelism each expert from the ranks
+// holding it). log_param_norm, log_grad_norm, log_grad_pct_zeros, log_optimizer_states and the
+// gradient noise scale all go through it.
+typedef enum { NEOX_PARAM_SUM_SQUARES, NEOX_PARAM_SUM_ZEROS } neox_param_sum;
+// A flat buffer laid out as the parameters, as this rank holds it: buf[0] is element `begin` of the
+// layout and [begin, end) is all it holds; partitioned: [begin, end) is this rank's ZeRO partition
+// (the other ranks of the state group hold the rest), else every data-parallel rank holds the same.
+typedef struct neox_flat_share {
+    const neox_backend *be;   // where buf lives
+    const float *buf;
+    size_t begin, end;
+    int partitioned;
+    float *host_piece;        // counting zeros on a device backend: NEOX_FLAT_SHARE_PIECE host floats to copy through
+} neox_flat_share;
+enum { NEOX_FLAT_SHARE_PIECE = 1 << 18 };
+// A collective over the world: sums[i] (i < nwhole, the whole model's parameter list) gets the sum
+// over parameter i's elements of x^2 or of (x == 0), on every rank.
+void neox_train_param_sums(const neox_trainer *t, const neox_flat_share *s, neox_param_sum what, double *sums,
+                           int nwhole);
+// The shares the trainer has: the weights (ZeRO-3: the partition's master weights), the reduced
+// gradients of the optimizer's range (before clipping; ZeRO-2/3: the partition's sum) and
+// optimizer state buffer k.
+neox_flat_share neox_train_param_share(const neox_trainer *t);
+neox_flat_share neox_train_grad_share(const neox_trainer *t);
+neox_flat_share neox_train_optimizer_state_share(const neox_trainer *t, int k);
+// The whole model's parameters (Hugging Face names, whole shapes), whatever this rank holds: neox_malloc'ed.
+neox_param *neox_train_whole_params(const neox_trainer *t, int *count, neox_error *err);
+
 // ---- ZeRO-Offload of the optimizer (offload.c) ---------------------------------------------------
 // (A trainer part: set-up, start, free, memory, report, begin_step and grads_ready are its table's.)
 // Its set-up decides whether the optimizer state goes to the host (a notice on a host backend).

@@ -18,6 +18,8 @@ extern const neox_train_part neox_train_offload_part;       // offload.c
 extern const neox_train_part neox_train_exchange_part;      // grad_exchange.c
 extern const neox_train_part neox_train_comm_log_part;      // comm_log.c
 extern const neox_train_part neox_train_param_norm_part;    // param_norm.c
+extern const neox_train_part neox_train_grad_stats_part;    // grad_stats.c
+extern const neox_train_part neox_train_noise_scale_part;   // noise_scale.c
 extern const neox_train_part neox_train_eval_tasks_part;    // evaluation.c
 extern const neox_train_part neox_train_profile_part;       // profile.c
 
@@ -31,6 +33,8 @@ static const neox_train_part *const parts[] = {
     &neox_train_exchange_part,
     &neox_train_comm_log_part,
     &neox_train_param_norm_part,
+    &neox_train_grad_stats_part,
+    &neox_train_noise_scale_part,
     &neox_train_eval_tasks_part,
     &neox_train_profile_part,
 };

@@ -256,6 +256,41 @@ static double peak_flops(const neox_trainer *t) {
     return tflops > 0 ? tflops * 1e12 : device_peak_flops(t);
 }
 
+// use_wandb and its keys: neox.c has no W&B client; rank 0's notice gives the command that uploads the
+// run's TensorBoard events instead (GPT-NeoX's wandb_init_all_ranks has no counterpart: rank 0's
+// events already hold every rank's statistics).
+static neox_wandb_settings wandb_settings(const neox_trainer *t) {
+    const neox_config *cfg = t->cfg;
+    neox_wandb_settings w = {
+        .enabled = neox_config_has(cfg, use_wandb) && neox_config_bool(cfg, use_wandb),
+        .project = neox_config_str(cfg, wandb_project), .team = neox_config_str(cfg, wandb_team),
+        .group = neox_config_str(cfg, wandb_group), .run_name = neox_config_str(cfg, wandb_run_name),
+        .host = neox_config_str(cfg, wandb_host),
+    };
+    if (!t->rank0 || t->opts.quiet) return w;
+    if (!w.enabled) {
+        static const neox_key_id keys[] = {NEOX_K_wandb_project, NEOX_K_wandb_team, NEOX_K_wandb_group,
+                                           NEOX_K_wandb_run_name, NEOX_K_wandb_host};
+        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+            char source[256];
+            if (strcmp(neox_config_source_id(cfg, keys[i], source, sizeof source), "default") != 0)
+                neox_notice("config key with no effect in this run: %s (use_wandb is not true)", neox_key_specs[keys[i]].name);
+        }
+        return w;
+    }
+    const char *dir = neox_config_str(cfg, tensorboard_dir);
+    if (!dir) {
+        neox_notice("use_wandb: neox.c writes no W&B files of its own, and without tensorboard_dir this run writes no "
+                    "TensorBoard events for `wandb sync --sync-tensorboard` to upload; set tensorboard_dir");
+        return w;
+    }
+    char *cmd = neox_wandb_sync_command(&w, dir);
+    neox_notice("use_wandb: neox.c writes no W&B files of its own; upload this run's TensorBoard events with: %s",
+                cmd);
+    free(cmd);
+    return w;
+}
+
 static int setup_metrics(neox_trainer *t, neox_error *err) {
     const neox_model_desc *d = &t->model->desc;
     neox_flops_model fm = {d->num_layers, d->hidden_size, d->vocab_size, t->seq_length, t->train_batch_size,
@@ -275,6 +310,7 @@ static int setup_metrics(neox_trainer *t, neox_error *err) {
         .wall_clock_breakdown = neox_config_bool(t->cfg, wall_clock_breakdown),
         .log_dir = neox_config_str(t->cfg, log_dir),
         .tensorboard_dir = neox_config_str(t->cfg, tensorboard_dir),
+        .wandb = wandb_settings(t),
     };
     if (neox_train_parts_setup(t, NEOX_PART_AFTER_LOAD, err) != 0) return -1;
     t->metrics = neox_metrics_open(&mo, err);

@@ -233,7 +233,7 @@ check_output "ignored keys at every depth listed once each" '^1 1 1 1 0$' bash -
 check_fails "a top-level key GPT-NeoX owns is refused inside deepspeed_extra_args" 2 \
     "key 'deepspeed_extra_args.zero_optimization': deepspeed_extra_args overriding GPT-NeoX's own key \(set the top-level key 'zero_optimization'\)" \
     "$T" --print-config "$(cfg dsx "{deepspeed_extra_args: {zero_optimization: {stage: 3}}, $MODEL}")"
-check_output "new GPT-NeoX keys (neox_args.py) are known: wandb_run_name ignored, peak_theoretical_tflops used" "^peak_theoretical_tflops += 989.0  # " \
+check_output "new GPT-NeoX keys (neox_args.py) are known: wandb_run_name and comet_experiment accepted, peak_theoretical_tflops used" "^peak_theoretical_tflops += 989.0  # " \
     "$T" -q --print-config "$(cfg newkeys "{wandb_run_name: run1, comet_experiment: x, z_loss: 0.1, peak_theoretical_tflops: 989.0, $MODEL}")"
 
 # (That the generated key table is exactly the generator's output: tests/tools/generated.sh.)

@@ -79,7 +79,8 @@ static void test_schema_table(void **state) {
     // Keys GPT-NeoX's dataclasses declare that its stale key reference did not.
     assert_int_equal(neox_key_find("peak_theoretical_tflops")->use, NEOX_KEY_USED);
     assert_int_equal(neox_key_find("z_loss")->use, NEOX_KEY_USED);  // (train_impl rm; refused otherwise when set)
-    assert_int_equal(neox_key_find("wandb_run_name")->use, NEOX_KEY_IGNORED);
+    assert_int_equal(neox_key_find("wandb_run_name")->use, NEOX_KEY_USED);  // (the wandb sync command, docs/metrics.md)
+    assert_int_equal(neox_key_find("comet_experiment")->use, NEOX_KEY_IGNORED);
     assert_int_equal(neox_key_find("kl_impl")->use, NEOX_KEY_UNSUPPORTED);
     // The generated ids index the tables.
     assert_int_equal(NEOX_K_COUNT, neox_key_count);
