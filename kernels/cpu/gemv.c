@@ -195,38 +195,6 @@ void neox_gemv_rows_avx512(int N, int K, float alpha, const float *W, int ldw, c
 void neox_gemv_rows_avx2(int N, int K, float alpha, const float *W, int ldw, const float *x, float beta, float *y) {
     neox_gemv_rows_reference(N, K, alpha, W, ldw, x, beta, y);
 }
-// Eight bfloat16 elements widened to fp32 lanes.
-__attribute__((target("avx2,fma"))) static __m256 load8_bf16(const uint16_t *p) {
-    __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-// One bfloat16 row against x, widened: four accumulators, whole vectors, then the tail through a
-// zero-padded copy of its last few elements (AVX2 has no masked 16-bit load).
-__attribute__((target("avx2,fma"))) static float dot_bf16_avx2(const uint16_t *w, const uint16_t *x, int K) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 32 <= K; k += 32) {
-        a0 = _mm256_fmadd_ps(load8_bf16(w + k), load8_bf16(x + k), a0);
-        a1 = _mm256_fmadd_ps(load8_bf16(w + k + 8), load8_bf16(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(load8_bf16(w + k + 16), load8_bf16(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(load8_bf16(w + k + 24), load8_bf16(x + k + 24), a3);
-    }
-    for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(load8_bf16(w + k), load8_bf16(x + k), a0);
-    if (k < K) {
-        uint16_t wt[8] = {0}, xt[8] = {0};
-        memcpy(wt, w + k, (size_t)(K - k) * sizeof *wt);
-        memcpy(xt, x + k, (size_t)(K - k) * sizeof *xt);
-        a1 = _mm256_fmadd_ps(load8_bf16(wt), load8_bf16(xt), a1);
-    }
-    return sum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-}
-
-__attribute__((target("avx2,fma"))) void neox_gemv_bf16_rows_avx2(int N, int K, float alpha, const uint16_t *W, int ldw,
-                                                                   const uint16_t *x, float beta, float *y) {
-    for (int n = 0; n < N; n++) y[n] = finish(dot_bf16_avx2(W + (size_t)n * ldw, x, K), alpha, beta, &y[n]);
-}
-
 void neox_gemv_bf16_rows_avx512(int N, int K, float alpha, const uint16_t *W, int ldw, const uint16_t *x, float beta,
                                 float *y) {
     neox_gemv_bf16_rows_reference(N, K, alpha, W, ldw, x, beta, y);
