@@ -139,7 +139,8 @@ static void op_end(op_timing *t) {
 // call's result is taken).
 #define PROFILED_OP(ret, name, params, args)                                                                  \
     static ret profiled_##name params {                                                                       \
-        op_timing timing __attribute__((cleanup(op_end))) = op_begin(NEOX_OP_##name, neox_op_cost_##name args); \
+        op_timing timing __attribute__((cleanup(op_end), unused)) =                                           \
+            op_begin(NEOX_OP_##name, neox_op_cost_##name args);                                               \
         return inner->name args;                                                                              \
     }
 NEOX_BACKEND_OPS(PROFILED_OP)

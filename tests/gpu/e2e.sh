@@ -22,7 +22,8 @@
 #      granules: within 1e-4 of stage 0, the device peak within the plan that counts released units as
 #      given back (kernels/cuda/vmm.cu's granules; the emulated device's pages in a dry run).
 #   7. with two or more GPUs: dp2 (ZeRO-1, overlap_comm, one rank per GPU, NCCL) against the one-rank
-#      GPU run within 1e-4, the buckets still in flight when backward ended (comm_stats.json); with
+#      GPU run within 1e-4, the buckets still in flight when backward ended (comm_stats.json), and a
+#      rank stopped by SIGSTOP ending the job through comm_timeout_seconds (NCCL's watchdog); with
 #      one GPU a comment line says it did not run.
 # Without a GPU (the CUDA build's neox-train -V sees none) it prints one "# SKIP no GPU: skipped" line
 # (counted as skipped, not passed). NEOX_E2E_DRY=1 runs every "cuda" run on the emulated device
@@ -147,6 +148,33 @@ r = json.load(open(glob.glob(sys.argv[1] + '/**/memory_peaks.json', recursive=Tr
 print('# device peak', r['device_peak_bytes'], 'planned', r['planned_bytes'])
 sys.exit(0 if 0 < r['device_peak_bytes'] <= r['planned_bytes'] else 1)" "$T/z3-stage3"
 
+# A rank stopped (SIGSTOP) once both train ends the dp2 job within a few comm_timeout_seconds instead of
+# holding both GPUs forever: NCCL's non-blocking communicators are polled by the watchdog and aborted
+# (lib/parallel/nccl.c), the message naming the timeout and the group's ranks.
+stopped_rank_ends_job() {
+    CKPT_FACTOR=1000000 config stopped llama 4 1 1000000 ", \"compute_backend\": \"$GPU\", \"comm_timeout_seconds\": 10"
+    "$MPIEXEC" -n 2 "$TRAIN" -q "$T/stopped.yml" >"$T/stopped.out" 2>&1 &
+    local job=$! rank1= start took status
+    for _ in $(seq 600); do
+        rank1=$(for p in $(pgrep -f "neox-train -q $T/stopped.yml"); do
+            tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx PMI_RANK=1 && echo "$p"; done | head -1)
+        [ -n "$rank1" ] && grep -q iteration "$T/stopped.out" 2>/dev/null && break
+        sleep 0.1
+    done
+    sleep 1
+    [ -n "$rank1" ] && kill -STOP "$rank1"
+    start=$(date +%s)
+    for _ in $(seq 900); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+    took=$(( $(date +%s) - start ))
+    if kill -0 "$job" 2>/dev/null; then [ -n "$rank1" ] && kill -CONT "$rank1"; kill "$job"; fi
+    wait "$job"; status=$?
+    pkill -9 -f "neox-train -q $T/stopped.yml" 2>/dev/null
+    check "stopped rank on $GPU: the job fails (status $status) within 60 s of the stop ($took s)$DRY" \
+        test "$status" != 0 -a -n "$rank1" -a "$took" -lt 60
+    check "stopped rank on $GPU: the message names the timeout$DRY" \
+        grep -q "made no progress for 10 s (comm_timeout_seconds)" "$T/stopped.out"
+}
+
 # 7. Data parallelism across GPUs (with two or more; the dry run on two emulated ranks): the Llama-style
 # model on two ranks, one per GPU, ZeRO-1 with overlap_comm (each bucket reduce-scattered through NCCL
 # while backward runs, waited for before the optimizer), the same global batch as the one-rank run
@@ -171,4 +199,5 @@ g = [r['gradient_reduction'] for r in ranks]
 print('#', [(x['reductions'], x['pending_at_backward_end']) for x in g])
 sys.exit(0 if len(g) == 2 and all(x['pending_at_backward_end'] >= x['reductions'] == 20 for x in g) else 1)" \
         "$T/dp2/log/comm_stats.json"
+    stopped_rank_ends_job
 fi
