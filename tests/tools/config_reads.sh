@@ -90,9 +90,10 @@ config kto neox 2 1 3 ", \"train_impl\": \"kto\", \"kto_beta\": 0.2, \"kto_desir
   \"kto_undesirable_weight\": 1.5, \"pack_impl\": \"unpacked\" $REWARDS"
 sed -i 's|"data_path": "[^"]*", ||' "$T/kto.yml"
 check "train: KTO on reward datasets" "$TRAIN" -q "$T/kto.yml"
-config sgd neox 2 2 3 ', "onnx_safe": true'
+config sgd neox 2 2 3 ', "onnx_safe": true, "log_gradient_noise_scale": true, "gradient_noise_scale_n_batches": 2,
+  "gradient_noise_scale_cpu_offload": true'
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}|' "$T/sgd.yml"
-check "train: sgd with momentum" "$TRAIN" -q "$T/sgd.yml"
+check "train: sgd with momentum, the gradient noise scale" "$TRAIN" -q "$T/sgd.yml"
 OPTIMIZER='{"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}' config lion neox 2 1 3 ''
 check "train: lion" "$TRAIN" -q "$T/lion.yml"
 OPTIMIZER='{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9, "eps": 1.0e-6}}' config madgrad neox 2 1 3 ''
