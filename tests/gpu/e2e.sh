@@ -18,13 +18,12 @@
 #      scale is low enough.
 #   5. optimizer offload with pinned buffers (gradients and weights on the copy stream): within 1e-4
 #      of the fp32 cpu run, every gradient queued during backward, the weights waited for by forward.
-#   6. ZeRO-3 on one device, hidden 512 so that units span several 2 MiB mapping
-#      granules: within 1e-4 of stage 0, the device peak within the plan that counts released units as
-#      given back (kernels/cuda/vmm.cu's granules; the emulated device's pages in a dry run).
-#   7. with two or more GPUs: dp2 (ZeRO-1, overlap_comm, one rank per GPU, NCCL) against the one-rank
-#      GPU run within 1e-4, the buckets still in flight when backward ended (comm_stats.json), and a
-#      rank stopped by SIGSTOP ending the job through comm_timeout_seconds (NCCL's watchdog); with
-#      one GPU a comment line says it did not run.
+#   6. with two or more GPUs: dp2 (ZeRO-1, overlap_comm, one rank per GPU, NCCL) against the one-rank
+#      GPU run within 1e-4, the buckets still in flight when backward ended (comm_stats.json); dp2
+#      ZeRO-3 at hidden 512 against dp2 stage 0 within 1e-4, each rank's device peak within 1% of its
+#      plan and below stage 0's (the released units' granules given back); a rank stopped by SIGSTOP
+#      ending the job through comm_timeout_seconds (NCCL's watchdog); with one GPU a comment line says
+#      it did not run.
 # Without a GPU (the CUDA build's neox-train -V sees none) it prints one "# SKIP no GPU: skipped" line
 # (counted as skipped, not passed). NEOX_E2E_DRY=1 runs every "cuda" run on the emulated device
 # instead (compute_backend: emulated: the CPU ops on memory that faults on host access, so the device
@@ -127,29 +126,35 @@ print('#', o)
 sys.exit(0 if o['steps'] == 20 and o['grad_bytes_in_backward'] == o['grad_bytes'] > 0 and o['units_waited_by_forward'] > 0 else 1)" \
     "$T/offload/log/comm_stats.json"
 
-# 6. ZeRO-3 on one device with units of several 2 MiB mapping granules (hidden 512): each released unit
+# ZeRO-3 over two GPUs with units of several 2 MiB mapping granules (hidden 512): each released unit
 # gives its granules back (kernels/cuda/vmm.cu) and its next gather commits them first. The same numbers
-# as the stage-0 run within 1e-4, and the device peak within 1% of the memory plan, which counts the
-# flat buffers as the live units only: without the release the peak would exceed it by the whole fp32
-# model's 4 bytes a parameter, about a fifth of it. (At one rank the emulated device's peak passes the
-# plan by a few pages, 19 kB of 121 MB, which the two-rank layouts of tests/mpi/emulated_layouts.sh
-# do not; the 1% leaves that to them.)
-zero3_model() {  # zero3_model NAME STAGE
-    LAYERS=2 config "$1" neox 4 2 10 ", \"compute_backend\": \"$GPU\", \"zero_optimization\": {\"stage\": $2}"
-    sed -i 's/"hidden_size": 32/"hidden_size": 512/' "$T/$1.yml"
-    check "$1: train 10 steps of a hidden-512 model with ZeRO stage $2 on $GPU$DRY" "$TRAIN" -q "$T/$1.yml"
-    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
-}
-zero3_model z3-stage0 0
-zero3_model z3-stage3 3
-compare "ZeRO-3 on $GPU equals stage 0 on $GPU within 1e-4 (losses, grad norms, parameters)" \
-    "${CHECK[@]}" close 1e-4 1e-4 "$T/z3-stage0" "$T/z3-stage3" params
-compare "ZeRO-3 on $GPU: the device peak is within 1% of the plan that counts released units as given back" \
-    "$PY" -c "
+# as stage 0 on two GPUs within 1e-4, and each rank's device peak within 1% of its plan, which counts
+# the flat buffers as the partition plus the live units (without the release a rank would hold the
+# whole fp32 model besides: about a fifth more), and below stage 0's. (ZeRO needs two data-parallel
+# ranks: at one, stages 1-3 are stage 0. One rank per GPU: the granules' release and commit on a single
+# GPU are tests/gpu/op_parity.c's.)
+zero3_over_gpus() {
+    for stage in 0 3; do
+        LAYERS=2 config "z$stage" neox 4 1 10 ", \"compute_backend\": \"$GPU\", \"zero_optimization\": {\"stage\": $stage}"
+        sed -i 's/"hidden_size": 32/"hidden_size": 512/' "$T/z$stage.yml"
+        check "z$stage: train 10 steps of a hidden-512 model with ZeRO stage $stage on two ranks on $GPU$DRY" \
+            "$MPIEXEC" -n 2 "$TRAIN" -q "$T/z$stage.yml"
+        check "z$stage: export" "$CONVERT" to-hf --input "$T/z$stage/ckpt" --output "$T/z$stage/hf"
+    done
+    compare "dp2 ZeRO-3 on $GPU equals dp2 stage 0 on $GPU within 1e-4 (losses, grad norms, parameters)" \
+        "${CHECK[@]}" close 1e-4 1e-4 "$T/z0" "$T/z3" params
+    compare "dp2 ZeRO-3 on $GPU: each rank's device peak is within 1% of its plan and below stage 0's" \
+        "$PY" -c "
 import glob, json, sys
-r = json.load(open(glob.glob(sys.argv[1] + '/**/memory_peaks.json', recursive=True)[0]))['ranks'][0]
-print('# device peak', r['device_peak_bytes'], 'planned', r['planned_bytes'])
-sys.exit(0 if 0 < r['device_peak_bytes'] <= 1.01 * r['planned_bytes'] else 1)" "$T/z3-stage3"
+def ranks(run):
+    return json.load(open(glob.glob(run + '/**/memory_peaks.json', recursive=True)[0]))['ranks']
+z3, z0 = ranks(sys.argv[1]), ranks(sys.argv[2])
+for x, y in zip(z3, z0):
+    print('# device peak', x['device_peak_bytes'], 'planned', x['planned_bytes'], 'stage 0', y['device_peak_bytes'])
+sys.exit(0 if len(z3) == len(z0) == 2 and all(0 < x['device_peak_bytes'] <= 1.01 * x['planned_bytes'] and
+                                           x['device_peak_bytes'] < y['device_peak_bytes'] for x, y in zip(z3, z0)) else 1)" \
+        "$T/z3" "$T/z0"
+}
 
 # A rank stopped (SIGSTOP) once both train ends the dp2 job within a few comm_timeout_seconds instead of
 # holding both GPUs forever: NCCL's non-blocking communicators are polled by the watchdog and aborted
@@ -178,7 +183,7 @@ stopped_rank_ends_job() {
         grep -q "made no progress for 10 s (comm_timeout_seconds)" "$T/stopped.out"
 }
 
-# 7. Data parallelism across GPUs (with two or more; the dry run on two emulated ranks): the Llama-style
+# 6. Data parallelism across GPUs (with two or more; the dry run on two emulated ranks): the Llama-style
 # model on two ranks, one per GPU, ZeRO-1 with overlap_comm (each bucket reduce-scattered through NCCL
 # while backward runs, waited for before the optimizer), the same global batch as the one-rank run
 # (micro-batch 4: accumulation 1 on each of two ranks against 2 on one). Within the GPU's 1e-4 of
@@ -202,5 +207,6 @@ g = [r['gradient_reduction'] for r in ranks]
 print('#', [(x['reductions'], x['pending_at_backward_end']) for x in g])
 sys.exit(0 if len(g) == 2 and all(x['pending_at_backward_end'] >= x['reductions'] == 20 for x in g) else 1)" \
         "$T/dp2/log/comm_stats.json"
+    zero3_over_gpus
     stopped_rank_ends_job
 fi

@@ -1301,6 +1301,43 @@ static void test_async_copies(void) {
     pair_free(&b);
 }
 
+// Giving memory back (kernels/cuda/vmm.cu; host pages with --self): a block of 8 granules whose middle
+// 6 are released takes no more memory when a block of 6 granules is allocated next; the 2 granules
+// committed again hold what is written to them, and what lies outside the released range keeps its
+// contents (inside it they are undefined). The released granules are not read: on a GPU they are
+// unmapped.
+static void test_release_commit(void) {
+    size_t g = gpu->release_granularity(), per = g / sizeof(float);
+    if (!gpu->releases || g == 0) {
+        printf("# memory: this device gives nothing back (no virtual memory management): release not checked\n");
+        return;
+    }
+    pair a = pair_rand(10 * per);  // 8 granules from the first granule boundary in it (a device's block starts on one)
+    size_t o = (size_t)(((uintptr_t)a.d + g - 1) / g * g - (uintptr_t)a.d) / sizeof(float);
+    float *d = a.d + o, *h = a.h + o;
+    gpu->synchronize();
+    size_t peak = gpu->peak_bytes();
+    compare_scalar("memory: release gives back the 6 whole granules inside its range", 6.0 * (double)g,
+                   (double)gpu->release(d + per / 2, 7 * g), 0);
+    gpu->synchronize();  // the release settles at the next memory entry once the stream has passed it
+    float *b = gpu->alloc(6 * g);
+    compare_scalar("memory: a 6-granule block after the release leaves the peak where it was", (double)peak,
+                   (double)gpu->peak_bytes(), 0);
+    compare_scalar("memory: commit maps the 2 granules its range touches (host pages: none, they return when written)",
+                   gpu->on_device ? 2.0 * (double)g : 0.0, (double)gpu->commit(d + per + 1, g), 0);
+    for (size_t i = per; i < 3 * per; i++) h[i] = (float)i;
+    gpu->to_device(d + per, h + per, 2 * g);
+    float *back = xmalloc(3 * g);
+    gpu->to_host(back, d, 3 * g);
+    compare("memory: the committed granules hold what was written", h + per, back + per, 2 * per, 0, 0);
+    compare("memory: what precedes the released range kept its contents", h, back, per / 2, 0, 0);
+    gpu->to_host(back, d + 7 * per + per / 2, g / 2);
+    compare("memory: what follows the released range kept its contents", h + 7 * per + per / 2, back, per / 2, 0, 0);
+    free(back);
+    gpu->free(b);
+    pair_free(&a);
+}
+
 // The tensor-core kernels: T off and on the 64-row tiles, GQA and MQA, head sizes 16..128.
 static void attention_16bit_own(void) {
     neox_cuda_attention_cudnn(0);
@@ -1450,6 +1487,7 @@ int main(int argc, char **argv) {
     printf("# %s\n", neox_backends_description());
     test_memory();
     test_async_copies();
+    test_release_commit();
     test_linear(37, 53, 71, 0, 1, 0);
     test_linear(64, 128, 96, 5, 1, 1);  // ldo > OC: a projection writing into a wider row
     test_linear(1, 77, 33, 0, 0, 1);    // one row (decoding)
