@@ -195,7 +195,7 @@ size_t neox_vmm_release(void *p, size_t bytes, cudaStream_t stream) {
     if (end > b->granules) end = b->granules;
     uint64_t mark = ++g_marks;
     for (size_t i = first; i < end; i++)
-        if (b->handle[i]) {
+        if (b->handle[i] && !b->releasing[i]) {  // (one already on its way back is counted by its release)
             b->releasing[i] = mark;
             given += g_granule;
         }
