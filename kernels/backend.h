@@ -133,6 +133,9 @@ extern "C" {
     X(void, madgrad_segments, (float *param, const float *grad, float *sum_sq, float *s, float *x0,                    \
       const neox_segment *segs, int nseg, float lr_eps, float lamb, float momentum, float eps, int first), (param,     \
       grad, sum_sq, s, x0, segs, nseg, lr_eps, lamb, momentum, eps, first))                                            \
+    X(void, sm3_segments, (float *param, const float *grad, float *m, const float *acc, float *acc_next,                \
+      const neox_sm3_segment *segs, int nseg, float lr, float momentum, float beta, float eps), (param, grad, m, acc,   \
+      acc_next, segs, nseg, lr, momentum, beta, eps))                                                                  \
     X(void, adam_moments, (float *m, float *v, const float *grad, size_t n, float beta1, float beta2), (m, v, grad, n, \
       beta1, beta2))                                                                                                   \
     X(void, onebit_adam_apply, (float *param, const float *m, const float *v, size_t n, float lr, float eps,           \

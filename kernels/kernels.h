@@ -4,6 +4,7 @@
 #ifndef NEOX_KERNELS_H
 #define NEOX_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -399,6 +400,35 @@ void neox_lion_segments(float *param, const float *grad, float *m, const neox_se
 void neox_madgrad_segments(float *param, const float *grad, float *sum_sq, float *s, float *x0,
                            const neox_segment *segs, int nseg, float lr_eps, float lamb, float momentum, float eps,
                            int first);
+// One run of one parameter tensor for SM3: elements [begin, end) of param, grad, m (relative to the
+// range updated), which are elements [first, first + end - begin) of the tensor in row-major order;
+// the tensor has `cols` columns (a vector: 1) and its accumulators are acc[row_acc + r] for row r
+// (a vector: for element r) and, for a matrix, acc[col_acc + c] for column c (NEOX_SM3_NO_COLS for a vector).
+typedef struct neox_sm3_segment {
+    size_t begin, end, first, cols, row_acc, col_acc;
+} neox_sm3_segment;
+#define NEOX_SM3_NO_COLS ((size_t)-1)
+// SM3 (torch_optimizer.SM3's dense step, which GPT-NeoX's sm3 builds) over each segment, for the
+// element at row r, column c of its tensor with gradient g:
+//   nu = min(acc[row r], acc[col c]) (a vector: its own accumulator); nu = beta * nu + (1 - beta) * g * g
+//   (beta 0: nu + g * g); u = g / sqrt(nu + eps); with momentum u = (1 - momentum) * u + momentum * m, m = u;
+//   p -= lr * u
+// and the new accumulators are maxima of nu: acc_next[row r] = max(acc_next[row r], nu), the same for
+// column c (acc_next holds zeros, or with beta > 0 the old acc, before the first segment; a range
+// that holds part of a tensor leaves partial maxima, which the caller combines over the ranks
+// holding its other parts). acc, acc_next: the accumulators of all the tensors; m unused
+// without momentum.
+// SM3's nu for one element from the smaller of its accumulators and its gradient, as torch_optimizer
+// forms it (beta 0: the accumulator plus g * g, no scaling): the one expression for host and device.
+NEOX_HOST_DEVICE static inline float neox_sm3_nu(float acc_min, float g, float beta) {
+    return beta > 0.0f ? acc_min * beta + (1.0f - beta) * g * g : acc_min + g * g;
+}
+// The step's update from nu, before momentum: g / sqrt(nu + eps), as torch's rsqrt-then-multiply.
+NEOX_HOST_DEVICE static inline float neox_sm3_update(float nu, float g, float eps) {
+    return 1.0f / sqrtf(nu + eps) * g;
+}
+void neox_sm3_segments(float *param, const float *grad, float *m, const float *acc, float *acc_next,
+                       const neox_sm3_segment *segs, int nseg, float lr, float momentum, float beta, float eps);
 // neox_sum_squares over the union of the segments (weight_decay unused), in double.
 double neox_sum_squares_segments(const float *x, const neox_segment *segs, int nseg);
 // The same sum written to *sumsq, one double in the backend's memory: no wait for the host.

@@ -422,6 +422,19 @@ neox_op_cost neox_op_cost_madgrad_segments(float *param, const float *grad, floa
     return bytes_only(F32 * per * segments_floats(segs, nseg));
 }
 
+// SM3 reads param, grad (twice for a matrix: its column maxima) and m, writes param and m (with
+// momentum), and reads the accumulators (cached: counted once per segment's share, not per element).
+neox_op_cost neox_op_cost_sm3_segments(float *param, const float *grad, float *m, const float *acc, float *acc_next,
+                                       const neox_sm3_segment *segs, int nseg, float lr, float momentum, float beta,
+                                       float eps) {
+    (void)param, (void)grad, (void)m, (void)acc, (void)acc_next, (void)lr, (void)beta, (void)eps;
+    double floats = 0.0;
+    for (int s = 0; s < nseg; s++)
+        floats += (double)(segs[s].end - segs[s].begin) * (3.0 + (momentum > 0.0f ? 2.0 : 0.0) +
+                                                           (segs[s].col_acc != NEOX_SM3_NO_COLS ? 1.0 : 0.0));
+    return bytes_only(F32 * floats);
+}
+
 neox_op_cost neox_op_cost_adam_moments(float *m, float *v, const float *grad, size_t n, float beta1, float beta2) {
     (void)m, (void)grad, (void)beta1, (void)beta2;
     return bytes_only(F32 * (v ? 5.0 : 3.0) * (double)n);
@@ -534,7 +547,7 @@ neox_op_class neox_op_class_of(neox_op_id op) {
     case NEOX_OP_sum_squares: case NEOX_OP_sum_squares_segments: case NEOX_OP_sum_squares_segments_into:
     case NEOX_OP_clip_by_norm: case NEOX_OP_loss_guard: case NEOX_OP_adamw: case NEOX_OP_adamw_segments: case NEOX_OP_sgd_segments:
     case NEOX_OP_adam_moments: case NEOX_OP_onebit_adam_apply: case NEOX_OP_lion_segments:
-    case NEOX_OP_madgrad_segments:
+    case NEOX_OP_madgrad_segments: case NEOX_OP_sm3_segments:
         return NEOX_CLASS_OPTIMIZER;
     case NEOX_OP_cast_f32_to_bf16: case NEOX_OP_cast_bf16_to_f32: case NEOX_OP_cast_f32_to_f16:
     case NEOX_OP_cast_f16_to_f32:

@@ -69,6 +69,9 @@ OWN_KEYS = [
     ("neox.c", "lion_beta2", "FLOAT", None, None, 1, None, None),
     ("neox.c", "madgrad_momentum", "FLOAT", None, None, 1, None, None),
     ("neox.c", "madgrad_eps", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "sm3_momentum", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "sm3_beta", "FLOAT", None, None, 1, None, None),
+    ("neox.c", "sm3_eps", "FLOAT", None, None, 1, None, None),
     ("neox.c", "data_cache_dir", "STR", None, None, 0, None, None),
     ("neox.c", "eval_data_dir", "STR", "data/eval", None, 0, None, None),
     ("neox.c", "eval_task_limit", "INT", "0", None, 0, 0, float("inf")),
@@ -147,7 +150,7 @@ SUPPORTED = {
     "pos_emb": ("learned|rotary|none|alibi", "position embedding"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
-    "optimizer_type": ("adam|onebitadam|cpu_adam|cpu_torch_adam|madgrad_wd|sgd|lion", "optimizer"),
+    "optimizer_type": ("adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion", "optimizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "dataset_impl": ("gpt2|pairwise", "dataset (online data is REINFORCE's)"),
     "train_impl": ("normal|dpo|kto|rm", "post-training method"),
@@ -277,12 +280,13 @@ for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "5"), ("pin_
 
 SUBKEYS += [
     sub("optimizer.type", "CHOICE", "adam", choices="adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion",
-        supported="adam|onebitadam|cpu_adam|cpu_torch_adam|madgrad_wd|sgd|lion", feature="optimizer"),
+        supported="adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion", feature="optimizer"),
     sub("optimizer.params", "DICT", None),
     sub("optimizer.params.lr", "FLOAT", None, lo=0, hi=10),  # as lr (RANGES)
     sub("optimizer.params.betas", "LIST", None),
     sub("optimizer.params.eps", "FLOAT", None, lo=0, hi=1),
     sub("optimizer.params.momentum", "FLOAT", None, lo=0, hi=1),
+    sub("optimizer.params.beta", "FLOAT", None, lo=0, hi=1),  # sm3's
     sub("optimizer.params.weight_decay", "FLOAT", None, lo=0, hi=float("inf")),
     sub("optimizer.params.freeze_step", "INT", None, lo=0, hi=float("inf")),
     sub("optimizer.params.amsgrad", "BOOL", "false"),
@@ -294,7 +298,7 @@ SUBKEYS += [sub("optimizer.params." + n, t, None, "IGNORED")
                          ("eps_inside_sqrt", "BOOL"), ("max_grad_norm", "FLOAT"))]
 # Parameters of DeepSpeed's and GPT-NeoX's other optimizers (FusedAdam, SGD, SM3, MADGRAD, Lion).
 SUBKEYS += [sub("optimizer.params." + n, "ANY", None, "UNSUPPORTED", "this optimizer parameter")
-            for n in ("adam_w_mode", "torch_adam", "fused", "dampening", "nesterov", "beta", "set_grad_none")]
+            for n in ("adam_w_mode", "torch_adam", "fused", "dampening", "nesterov", "set_grad_none")]
 
 SCHEDULER = UNSUPPORTED["scheduler"]
 SUBKEYS += [sub("scheduler.type", "CHOICE", None, "UNSUPPORTED", SCHEDULER,

@@ -1,5 +1,5 @@
 // optimizer.c: the optimizer's elementwise kernels: squared norms for clipping, scaling, AdamW, SGD, Lion,
-// MADGRAD, 1-bit Adam.
+// MADGRAD, SM3, 1-bit Adam.
 #include <math.h>
 #include <stddef.h>
 
@@ -152,6 +152,63 @@ void neox_madgrad_segments(float *param, const float *grad, float *sum_sq, float
     for (int k = 0; k < nseg; k++) {
         float wd = segs[k].weight_decay, decay = wd != 0.0f ? decay_factor(lr_eps, wd) : 1.0f;
         madgrad_segment(param, grad, sum_sq, s, x0, segs[k].begin, segs[k].end, decay, lamb, momentum, eps, first);
+    }
+}
+
+// SM3's nu at element i (relative to the range) of segment sg.
+static inline float sm3_nu_at(const float *acc, const float *grad, const neox_sm3_segment *sg, size_t i, float beta) {
+    size_t t = sg->first + (i - sg->begin);
+    float a = acc[sg->row_acc + t / sg->cols];
+    if (sg->col_acc != NEOX_SM3_NO_COLS) {
+        float col = acc[sg->col_acc + t % sg->cols];
+        a = col < a ? col : a;
+    }
+    return neox_sm3_nu(a, grad[i], beta);
+}
+
+// The update of one segment, by rows so that each row's maximum has one writer.
+static void sm3_rows(float *param, const float *grad, float *m, const float *acc, float *acc_next,
+                     const neox_sm3_segment *sg, float lr, float momentum, float beta, float eps) {
+    size_t r0 = sg->first / sg->cols, r1 = (sg->first + (sg->end - sg->begin) - 1) / sg->cols + 1;
+    #pragma omp parallel for if (sg->end - sg->begin >= NEOX_PARALLEL_MIN_ELEMS)
+    for (size_t r = r0; r < r1; r++) {
+        size_t lo = r * sg->cols > sg->first ? r * sg->cols - sg->first + sg->begin : sg->begin;
+        size_t hi = (r + 1) * sg->cols - sg->first + sg->begin < sg->end ? (r + 1) * sg->cols - sg->first + sg->begin
+                                                                           : sg->end;
+        float row_max = acc_next[sg->row_acc + r];
+        for (size_t i = lo; i < hi; i++) {
+            float nu = sm3_nu_at(acc, grad, sg, i, beta), u = neox_sm3_update(nu, grad[i], eps);
+            if (momentum > 0.0f) m[i] = u = u * (1.0f - momentum) + momentum * m[i];
+            param[i] = param[i] - lr * u;
+            row_max = nu > row_max ? nu : row_max;
+        }
+        acc_next[sg->row_acc + r] = row_max;
+    }
+}
+
+// A matrix's column maxima over the segment's part of it, by columns (one writer each); nu is
+// recomputed from acc and grad, which the update left as they were.
+static void sm3_cols(const float *grad, const float *acc, float *acc_next, const neox_sm3_segment *sg, float beta) {
+    size_t n = sg->end - sg->begin, r0 = sg->first / sg->cols, r1 = (sg->first + n - 1) / sg->cols + 1;
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
+    for (size_t c = 0; c < sg->cols; c++) {
+        float col_max = acc_next[sg->col_acc + c];
+        for (size_t r = r0; r < r1; r++) {
+            size_t t = r * sg->cols + c;
+            if (t < sg->first || t >= sg->first + n) continue;
+            float nu = sm3_nu_at(acc, grad, sg, t - sg->first + sg->begin, beta);
+            col_max = nu > col_max ? nu : col_max;
+        }
+        acc_next[sg->col_acc + c] = col_max;
+    }
+}
+
+void neox_sm3_segments(float *param, const float *grad, float *m, const float *acc, float *acc_next,
+                       const neox_sm3_segment *segs, int nseg, float lr, float momentum, float beta, float eps) {
+    for (int s = 0; s < nseg; s++) {
+        if (segs[s].end <= segs[s].begin) continue;
+        if (segs[s].col_acc != NEOX_SM3_NO_COLS) sm3_cols(grad, acc, acc_next, &segs[s], beta);  // (reads grad only)
+        sm3_rows(param, grad, m, acc, acc_next, &segs[s], lr, momentum, beta, eps);
     }
 }
 

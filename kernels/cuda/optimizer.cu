@@ -1,4 +1,4 @@
-// optimizer.cu: AdamW, SGD, Lion, MADGRAD, 1-bit Adam and the squared gradient norm on the GPU.
+// optimizer.cu: AdamW, SGD, Lion, MADGRAD, SM3, 1-bit Adam and the squared gradient norm on the GPU.
 // AdamW's and the norm's segmented forms cover every parameter of the local state in one launch
 // (plus one for the norm's final sum): a thread walks flat positions of the concatenated segments
 // and finds its segment from a small table in device memory; the others launch once per segment.
@@ -314,6 +314,41 @@ extern "C" void neox_cuda_madgrad_segments(float *param, const float *grad, floa
         madgrad_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
             param + b, grad + b, sum_sq + b, s + b, momentum != 0.0f ? x0 + b : NULL, n, decay, lamb, momentum, ck,
             eps, first);
+        CUDA_LAUNCHED();
+    }
+}
+
+// ---- SM3 (kernels/cpu/optimizer.c's neox_sm3_segments) --------------------------------------------
+// One launch per segment, a thread per element. nu is never negative, so its float order is the
+// order of its bits as signed integers and the row and column maxima are integer atomicMax on
+// acc_next. The expressions are kernels.h's, which the compiler may contract into FMAs: the result
+// matches the CPU's within rounding, not bit for bit.
+__device__ static void atomic_max_nonnegative(float *addr, float v) { atomicMax((int *)addr, __float_as_int(v)); }
+
+// param, grad, m: (n) of one segment, element i at tensor position first + i; acc, acc_next: every
+// tensor's accumulators (segment sg's at row_acc, col_acc).
+__global__ void sm3_kernel(float *param, const float *grad, float *m, const float *acc, float *acc_next, size_t n,
+                           neox_sm3_segment sg, float lr, float momentum, float beta, float eps) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = sg.first + i, r = t / sg.cols, c = t % sg.cols;
+        float a = acc[sg.row_acc + r], g = grad[i];
+        if (sg.col_acc != NEOX_SM3_NO_COLS) a = fminf(a, acc[sg.col_acc + c]);
+        float nu = neox_sm3_nu(a, g, beta), u = neox_sm3_update(nu, g, eps);
+        if (momentum > 0.0f) m[i] = u = u * (1.0f - momentum) + momentum * m[i];
+        param[i] = param[i] - lr * u;
+        atomic_max_nonnegative(&acc_next[sg.row_acc + r], nu);
+        if (sg.col_acc != NEOX_SM3_NO_COLS) atomic_max_nonnegative(&acc_next[sg.col_acc + c], nu);
+    }
+}
+
+extern "C" void neox_cuda_sm3_segments(float *param, const float *grad, float *m, const float *acc, float *acc_next,
+                                       const neox_sm3_segment *segs, int nseg, float lr, float momentum, float beta,
+                                       float eps) {
+    for (int k = 0; k < nseg; k++) {
+        size_t b = segs[k].begin, n = segs[k].end - segs[k].begin;
+        if (n == 0) continue;
+        sm3_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+            param + b, grad + b, momentum > 0.0f ? m + b : NULL, acc, acc_next, n, segs[k], lr, momentum, beta, eps);
         CUDA_LAUNCHED();
     }
 }

@@ -20,7 +20,7 @@ typedef struct field_rule {
     const char *const *one_of;  // FIELD_STRING: the values allowed (NULL-terminated), NULL for any
 } field_rule;
 
-static const char *const optimizers[] = {"adam", "sgd", "onebitadam", "lion", "madgrad_wd", NULL};
+static const char *const optimizers[] = {"adam", "sgd", "onebitadam", "lion", "madgrad_wd", "sm3", NULL};
 static const char *const lr_styles[] = {"constant", "linear", "cosine", "exponential", NULL};
 
 static const field_rule top_rules[] = {

@@ -150,6 +150,7 @@ static const char *const ADAM_PARAMS[] = {"lr", "betas", "eps", NULL};
 static const char *const SGD_PARAMS[] = {"lr", "momentum", NULL};
 static const char *const LION_PARAMS[] = {"lr", "betas", NULL};
 static const char *const MADGRAD_PARAMS[] = {"lr", "momentum", "eps", NULL};
+static const char *const SM3_PARAMS[] = {"lr", "momentum", "beta", "eps", NULL};
 // DeepSpeed's OnebitAdam arguments. bias_correction, eps_inside_sqrt and max_grad_norm are stored
 // but unused by its step; cuda_aware and comm_backend_name choose a transport (here always MPI).
 static const char *const ONEBIT_PARAMS[] = {"lr", "betas", "eps", "weight_decay", "freeze_step", "cuda_aware",
@@ -179,6 +180,20 @@ static int derive_onebit(neox_config *cfg, neox_error *err) {
         return derive_fail(cfg, err, "optimizer", "params.amsgrad: 1-bit Adam does not support the AMSGrad variant");
     neox_config_set_derived_int(cfg, "onebitadam_freeze_step", (int64_t)sub_number(cfg, NEOX_SK_optimizer__params__freeze_step, 100000));
     neox_config_set_derived_float(cfg, "onebitadam_weight_decay", sub_number(cfg, NEOX_SK_optimizer__params__weight_decay, 0.0));
+    return 0;
+}
+
+// SM3's params with torch_optimizer.SM3's defaults (momentum 0, beta 0, eps 1e-30), and its refusals
+// of a momentum or beta of 1 or more.
+static int derive_sm3(neox_config *cfg, neox_error *err) {
+    double momentum = sub_number(cfg, NEOX_SK_optimizer__params__momentum, 0.0);
+    double beta = sub_number(cfg, NEOX_SK_optimizer__params__beta, 0.0);
+    if (momentum >= 1.0)
+        return derive_fail(cfg, err, "optimizer", "params.momentum = %g: sm3 needs a momentum in [0, 1)", momentum);
+    if (beta >= 1.0) return derive_fail(cfg, err, "optimizer", "params.beta = %g: sm3 needs a beta in [0, 1)", beta);
+    neox_config_set_derived_float(cfg, "sm3_momentum", momentum);
+    neox_config_set_derived_float(cfg, "sm3_beta", beta);
+    neox_config_set_derived_float(cfg, "sm3_eps", sub_number(cfg, NEOX_SK_optimizer__params__eps, 1e-30));
     return 0;
 }
 
@@ -221,7 +236,7 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
     }
     // (cpu_adam and cpu_torch_adam are Adam run on the host: Adam's parameters)
     const int onebit = strcasecmp(type, "onebitadam") == 0, lion = strcasecmp(type, "lion") == 0,
-              madgrad = strcasecmp(type, "madgrad_wd") == 0,
+              madgrad = strcasecmp(type, "madgrad_wd") == 0, sm3 = strcasecmp(type, "sm3") == 0,
               adam = strcasecmp(type, "adam") == 0 || strcasecmp(type, "cpu_adam") == 0 ||
                      strcasecmp(type, "cpu_torch_adam") == 0 || onebit;
     const neox_config_slot *set_type = neox_config_slot_of(cfg, "optimizer_type");
@@ -231,7 +246,7 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
     neox_config_set_derived_str(cfg, "optimizer_type", type);
     const neox_value *params = opt->kind == NEOX_VALUE_MAP ? neox_config_sub(cfg, optimizer__params) : NULL;
     const char *const *allowed = onebit ? ONEBIT_PARAMS : adam ? ADAM_PARAMS : lion ? LION_PARAMS
-                               : madgrad ? MADGRAD_PARAMS : SGD_PARAMS;
+                               : madgrad ? MADGRAD_PARAMS : sm3 ? SM3_PARAMS : SGD_PARAMS;
     if (check_params_for_type(cfg, err, params, type, onebit, allowed) < 0) return -1;
     double lr_value = sub_number(cfg, NEOX_SK_optimizer__params__lr, 0.001);  // GPT-NeoX's default optimizer params
     const neox_config_slot *set_lr = neox_config_slot_of(cfg, "lr");
@@ -254,6 +269,8 @@ static int derive_optimizer(neox_config *cfg, neox_error *err) {
             return derive_fail(cfg, err, "optimizer", "params.momentum = %g: madgrad_wd needs a momentum in [0, 1)", momentum);
         neox_config_set_derived_float(cfg, "madgrad_momentum", momentum);
         neox_config_set_derived_float(cfg, "madgrad_eps", sub_number(cfg, NEOX_SK_optimizer__params__eps, 1e-6));
+    } else if (sm3) {
+        if (derive_sm3(cfg, err) < 0) return -1;
     } else if (!lion) {
         neox_config_set_derived_float(cfg, "sgd_momentum", sub_number(cfg, NEOX_SK_optimizer__params__momentum, 0.0));
     }

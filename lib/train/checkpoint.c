@@ -24,8 +24,8 @@ static const char *optimizer_name(neox_optimizer_kind k) { return neox_optimizer
 // The state buffers of the optimizer, by the names they carry in checkpoints.
 static int optimizer_buffers(const neox_trainer *t, const char **names, float **bufs) {
     const neox_optimizer *o = t->optimizer;
-    for (int i = 0; i < o->type->nstate; i++) names[i] = o->type->state_names[i], bufs[i] = o->state[i];
-    return o->type->nstate;
+    for (int i = 0; i < o->nstate; i++) names[i] = o->type->state_names[i], bufs[i] = o->state[i];
+    return o->nstate;
 }
 
 static int saves_no_optimizer(const neox_trainer *t) { return neox_config_bool(t->cfg, no_save_optim); }
@@ -144,6 +144,7 @@ static int write_shard(const neox_trainer *t, const char *dir, neox_ckpt_file_en
                                 : neox_train_write_share_of(t, w, "params", t->model->param_buf, 0, err);
     for (int b = 0; rc == 0 && b < nbufs; b++)  // (where the optimizer keeps it: offloaded, in host memory)
         rc = write_share_on(t, t->optimizer->be, w, names[b], bufs[b], t->state_begin, err);
+    if (rc == 0 && !saves_no_optimizer(t)) rc = neox_train_save_accumulators(t, w, err);
     json_t *state = t->rank0 ? state_json(t) : NULL;
     if (rc == 0) rc = neox_train_parts_save(t, w, state, err);
     if (rc == 0 && t->rank0) rc = write_run_files(t, w, state, err);
@@ -374,6 +375,7 @@ static int load_from(neox_trainer *t, const char *dir, neox_error *err) {
         for (int b = 0; rc == 0 && b < nbufs; b++)
             if ((rc = neox_ckpt_read_model_range(&host_view, r, names[b], t->state_begin, t->state_end, bufs[b], err)) == 0)
                 rc = neox_model_check_finite_state(&host_view, bufs[b], t->state_begin, t->state_end, names[b], err);
+        if (rc == 0) rc = neox_train_load_accumulators(t, r, err);
     }
     if (rc == 0) rc = restore_state(t, state, load_optim, load_rng, err);
     neox_part_loading from = {.reader = r, .state = state, .dir = dir, .optimizer = load_optim,

@@ -38,8 +38,9 @@ static void free_tags(char **tags, int n) {
 }
 
 // The tags of optimizer state k: optimizer_state_norms/NAME_STATE, STATE the checkpoint name's last part.
-static void make_state_tags(neox_grad_stats *gs, const neox_param *all, const neox_optimizer_type *type) {
-    gs->nstate = type->nstate;
+static void make_state_tags(neox_grad_stats *gs, const neox_param *all, const neox_optimizer *o) {
+    const neox_optimizer_type *type = o->type;
+    gs->nstate = o->nstate;
     gs->state_tags = neox_malloc((size_t)gs->nstate * (size_t)gs->nwhole * sizeof *gs->state_tags);
     for (int k = 0; k < gs->nstate; k++) {
         const char *slash = strrchr(type->state_names[k], '/');
@@ -74,7 +75,7 @@ static int setup_grad_stats(neox_trainer *t, neox_error *err) {
         gs->pct_zeros = neox_malloc(n * sizeof *gs->pct_zeros);
     }
     if (zeros && t->be->on_device) gs->host_piece = neox_malloc(NEOX_FLAT_SHARE_PIECE * sizeof(float));
-    if (states) make_state_tags(gs, all, t->optimizer->type);
+    if (states) make_state_tags(gs, all, t->optimizer);
     free(all);
     return 0;
 }

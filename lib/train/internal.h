@@ -206,6 +206,15 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale);
 // Applies one update of this rank's range with learning rate lr (step: the 1-based update count),
 // then under ZeRO gathers the other ranks' partitions.
 void neox_train_update(neox_trainer *t, double lr, int64_t step);
+// Per-tensor accumulators (SM3): this rank's tensors as the optimizer sees them (neox_calloc'ed, *n
+// of them), and giving them to the made optimizer with the combination of its partial maxima
+// (refused, naming the optimizer, where the tensors cannot carry them).
+neox_optimizer_tensor *neox_train_optimizer_tensors(const neox_trainer *t, int *n);
+int neox_train_setup_accumulators(neox_trainer *t, neox_error *err);
+// Their checkpoint tensors (accumulators.c): this rank's blocks of them written, and read back
+// whatever layout wrote them; nothing for an optimizer without them.
+int neox_train_save_accumulators(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err);
+int neox_train_load_accumulators(neox_trainer *t, const neox_ckpt_reader *r, neox_error *err);
 // Bytes of MPI's temporary for one all-gather of the updated partitions (stages 1, 2 on the host), else 0.
 size_t neox_train_gather_scratch_bytes(const neox_trainer *t);
 // The device step, for AdamW on one rank of a device backend (t->step_sumsq set at setup): queues the

@@ -25,6 +25,16 @@ static void own(neox_memory_owner_fn fn, void *ctx, const char *owner, int regio
 
 enum { PARAMS, PARAMS16, GRADS, OPTIMIZER, ACTIVATIONS, COMM, OFFLOADED };
 
+// SM3's per-tensor accumulators, whole on every rank: the step's two sets (the current ones and
+// those it forms).
+static double optimizer_accumulator_bytes(const neox_trainer *t) {
+    int n;
+    neox_optimizer_tensor *ts = neox_train_optimizer_tensors(t, &n);
+    double floats = (double)neox_optimizer_accumulator_floats(&t->optim, ts, n);
+    free(ts);
+    return 2 * floats * sizeof(float);
+}
+
 void neox_train_memory_owners(const neox_trainer *t, neox_memory_owner_fn fn, void *ctx) {
     const neox_model *m = t->model;
     // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies.
@@ -32,6 +42,7 @@ void neox_train_memory_owners(const neox_trainer *t, neox_memory_owner_fn fn, vo
     own(fn, ctx, "model 16-bit copies", PARAMS16, m->param16 ? (double)m->num_floats * 2 : 0);
     own(fn, ctx, "optimizer state", OPTIMIZER,
         (double)(t->state_end - t->state_begin) * (double)neox_optimizer_state_bytes_per_element(&t->optim));
+    own(fn, ctx, "optimizer accumulators (per row and column)", OPTIMIZER, optimizer_accumulator_bytes(t));
     own(fn, ctx, "activation plan", ACTIVATIONS, (double)neox_model_activation_bytes(m));
     own(fn, ctx, "layer inputs on the host (checkpoint_in_cpu)", OFFLOADED, (double)neox_model_host_recompute_bytes(m));
     // The collectives' own temporaries on the host (MPI): the partitions' all-gather after the

@@ -117,8 +117,12 @@ static void on_weights_use(void *ctx, int unit, int use) {
 // Once [state_begin, state_end) is known, before the optimizer is made: whether its state goes to
 // the host (a notice on a host backend, where nothing moves).
 static int setup_offload(neox_trainer *t, neox_error *err) {
-    (void)err;
     if (!asks_offload(t)) return 0;
+    // (The offloaded update runs unit by unit; SM3's accumulators take the maxima of a whole step.
+    // DeepSpeed's ZeRO-Offload is for its CPU Adam too.)
+    if (neox_optimizer_type_of(t->optim.kind)->per_tensor)
+        return neox_fail(err, NEOX_EXIT_USAGE, "zero_optimization.offload_optimizer: optimizer.type %s cannot be "
+                         "offloaded (ZeRO-Offload runs Adam on the host)", neox_optimizer_type_of(t->optim.kind)->name);
     int pinned = asks_pinned(t);
     if (!t->be->on_device) {
         if (t->rank0 && !t->opts.quiet)

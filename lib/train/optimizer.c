@@ -98,6 +98,48 @@ void neox_train_clip(neox_trainer *t, double norm, double unscale) {
     else t->be->scale(state_grads(t), t->state_end - t->state_begin, (float)coef);
 }
 
+// Combines the optimizer's partial per-tensor maxima (SM3's accumulators) over the ranks holding
+// other parts of the same tensors: the data-parallel partitions under ZeRO, and for the accumulators
+// a tensor-parallel split cuts, the model group.
+static void reduce_accumulators(void *ctx, float *buf, size_t n, int over_model) {
+    neox_trainer *t = ctx;
+    if (over_model && t->grid->model_size > 1) neox_allreduce_max(&t->grid->model, buf, n, NEOX_F32);
+    if (!over_model && t->zero_stage > 0) neox_allreduce_max(neox_train_state_group(t), buf, n, NEOX_F32);
+}
+
+// This rank's tensors as the optimizer's per-tensor accumulators see them: all of the flat
+// buffer's (every rank of the data group lays out the same ones, whatever its range). n: their count.
+neox_optimizer_tensor *neox_train_optimizer_tensors(const neox_trainer *t, int *n) {
+    const neox_model *m = t->model;
+    neox_optimizer_tensor *ts = neox_calloc((size_t)m->nparams + 1, sizeof *ts);
+    int tp = t->grid->model_size > 1;
+    for (int i = 0; i < m->nparams; i++) {
+        const neox_param *p = &m->params[i];
+        int matrix = p->ndim == 2;
+        ts[i] = (neox_optimizer_tensor){.offset = p->offset, .numel = p->numel, .matrix = matrix,
+                                        .rows = matrix ? p->shape[0] : (int64_t)p->numel, .cols = matrix ? p->shape[1] : 1,
+                                        .rows_split = tp && p->split == NEOX_SPLIT_ROWS,
+                                        .cols_split = tp && p->split == NEOX_SPLIT_COLS};
+    }
+    *n = m->nparams;
+    return ts;
+}
+
+int neox_train_setup_accumulators(neox_trainer *t, neox_error *err) {
+    if (!t->optimizer->type->per_tensor) return 0;
+    // (A layer's experts share one parameter holding matrices of two shapes, where GPT-NeoX's MoE
+    // has a tensor per matrix: the accumulators would cover the wrong rows and columns.)
+    if (t->model->dense_params < t->model->nparams)
+        return neox_fail(err, NEOX_EXIT_USAGE, "optimizer.type %s: not supported with Mixture-of-Experts layers "
+                         "(moe_num_experts above 1)", t->optimizer->type->name);
+    int n;
+    neox_optimizer_tensor *ts = neox_train_optimizer_tensors(t, &n);
+    neox_optimizer_set_tensors(t->optimizer, t->state_begin, ts, n);
+    free(ts);
+    t->optimizer->reduce_max = reduce_accumulators, t->optimizer->reduce_ctx = t;
+    return 0;
+}
+
 // ZeRO: every data-parallel rank updated its partition; each receives the others', in buckets of
 // allgather_bucket_size elements (DeepSpeed's zero_optimization.allgather_bucket_size): bucket
 // [s, e) of the flat parameter buffer is one in-place all-gather in which rank r contributes the

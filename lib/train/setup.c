@@ -187,6 +187,8 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
         t->step_sumsq = t->be->alloc(sizeof(double));
     // 1-bit Adam averages its momentum with the exchange's compressor (NULL at data-parallel size 1).
     t->optimizer->momentum_allreduce = neox_grad_exchange_momentum_compressor(t->exchange);
+    if (neox_train_setup_accumulators(t, err) != 0) return -1;
+    if (t->rank0 && !t->opts.quiet) neox_optimizer_warn(t->cfg, &t->optim);
     return 0;
 }
 

@@ -8,8 +8,8 @@
 // moe_experts moe_top_k moe_interval moe_ffn moe_router(sinkhorn|topk) moe_jitter moe_renorm training (the model's flag);
 // with moe_jitter the noise factors of each MoE layer l are written as "moe_jitter.l" (B*T, C).
 // adam_steps lr (adam_steps > 0: that many AdamW steps on the same batch; writes "losses")
-// optimizer (adam|sgd|lion|madgrad_wd, through lib/optim) opt_steps opt_lr min_lr warmup decay_iters wd clip beta1
-// beta2 opt_eps momentum: that many steps of the optimizer on the same batch, each clipped by the global gradient
+// optimizer (adam|sgd|lion|madgrad_wd|sm3, through lib/optim) opt_steps opt_lr min_lr warmup decay_iters wd clip beta1
+// beta2 opt_eps momentum sm3_beta: that many steps of the optimizer on the same batch, each clipped by the global gradient
 // norm (clip), with GPT-NeoX's cosine schedule (lr at step i - 1) and weight decay wd on all but biases and norms;
 // writes "param.<name>" after the last step; with grads=FILE each step's gradients are FILE's "grad.<step>.<name>"
 // (1-based step, F32) instead of the model's own
@@ -59,6 +59,7 @@ static int parse_optimizer_kv(const char *key, const char *v) {
     else if (!strcmp(key, "beta2")) opt.s.beta2 = x;
     else if (!strcmp(key, "opt_eps")) opt.s.eps = x;
     else if (!strcmp(key, "momentum")) opt.s.momentum = x;
+    else if (!strcmp(key, "sm3_beta")) opt.s.beta = x;
     else if (!strcmp(key, "grads")) opt.grads = v;
     else return -1;
     return 0;
@@ -161,10 +162,16 @@ static void optimizer_steps(neox_model *m, const int *ids, const int *targets, c
         if (neox_optimizer_type_of((neox_optimizer_kind)k) == opt.type) opt.s.kind = (neox_optimizer_kind)k;
     neox_optimizer *o = neox_optimizer_make(&opt.s, be, m->num_floats);
     neox_segment *segs = neox_malloc((size_t)m->nparams * sizeof *segs);
+    neox_optimizer_tensor *tensors = neox_calloc((size_t)m->nparams, sizeof *tensors);  // (SM3's shapes; one rank)
     for (int i = 0; i < m->nparams; i++) {
         const neox_param *p = &m->params[i];
         segs[i] = (neox_segment){p->offset, p->offset + p->numel, p->no_decay ? 0.0f : (float)opt.s.weight_decay};
+        tensors[i] = (neox_optimizer_tensor){.offset = p->offset, .numel = p->numel, .matrix = p->ndim == 2,
+                                             .rows = p->ndim == 2 ? p->shape[0] : (int64_t)p->numel,
+                                             .cols = p->ndim == 2 ? p->shape[1] : 1};
     }
+    neox_optimizer_set_tensors(o, 0, tensors, m->nparams);
+    free(tensors);
     neox_lr_schedule sched = neox_lr_schedule_make(opt.lr, opt.min_lr, opt.warmup, opt.decay_iters, NEOX_LR_COSINE);
     neox_error err = {0};
     float *first_grads = neox_malloc(m->num_floats * sizeof(float));  // (the output's gradients)

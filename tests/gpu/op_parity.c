@@ -1074,6 +1074,42 @@ static void test_lion_madgrad(size_t n, const neox_segment *segs, int nseg) {
     for (size_t i = 0; i < 3; i++) pair_free(all[i]);
 }
 
+// SM3 over a matrix (40 x 37) whole, a vector (200) from its element 20, and a matrix (64 x 100)
+// from the middle of its row 3: 3 steps, the accumulators' maxima formed in acc_next (zeroed for
+// sums, a copy of acc with beta) and swapped in, as lib/optim/sm3.c steps them. The GPU takes its
+// maxima with atomics and may contract into FMAs: 1e-5.
+static void test_sm3(void) {
+    enum { N = 8080, NACC = 441 };
+    neox_sm3_segment segs[] = {
+        {.begin = 0, .end = 1480, .first = 0, .cols = 37, .row_acc = 0, .col_acc = 40},
+        {.begin = 1500, .end = 1680, .first = 20, .cols = 1, .row_acc = 77, .col_acc = NEOX_SM3_NO_COLS},
+        {.begin = 2000, .end = 8080, .first = 320, .cols = 100, .row_acc = 277, .col_acc = 341},
+    };
+    float settings[2][2] = {{0.0f, 0.0f}, {0.9f, 0.5f}};  // momentum, beta
+    for (int k = 0; k < 2; k++) {
+        float momentum = settings[k][0], beta = settings[k][1];
+        pair p = pair_rand(N), g = pair_rand(N), m = pair_zero(N), acc = pair_zero(NACC), next = pair_zero(NACC);
+        for (int step = 1; step <= 3; step++) {
+            if (beta > 0.0f) {
+                cpu->copy(next.h, acc.h, NACC * sizeof(float));
+                gpu->copy(next.d, acc.d, NACC * sizeof(float));
+            } else {
+                cpu->memset_zero(next.h, NACC * sizeof(float));
+                gpu->memset_zero(next.d, NACC * sizeof(float));
+            }
+            cpu->sm3_segments(p.h, g.h, m.h, acc.h, next.h, segs, 3, 1e-2f * step, momentum, beta, 1e-30f);
+            gpu->sm3_segments(p.d, g.d, m.d, acc.d, next.d, segs, 3, 1e-2f * step, momentum, beta, 1e-30f);
+            pair old = acc;
+            acc = next, next = old;
+        }
+        checkf(0, 1e-5, &p, "sm3_segments param, momentum %g, beta %g (gaps untouched)", momentum, beta);
+        checkf(0, 1e-5, &m, "sm3_segments momentum_buffer");
+        checkf(0, 1e-5, &acc, "sm3_segments row and column accumulators");
+        pair *all[] = {&p, &g, &m, &acc, &next};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    }
+}
+
 static void test_optimizer(size_t n) {
     pair x = pair_rand(n);
     compare_scalar("sum_squares", cpu->sum_squares(x.h, n), gpu->sum_squares(x.d, n), 1e-10);
@@ -1109,6 +1145,7 @@ static void test_optimizer(size_t n) {
     pair *all[] = {&x, &p, &g, &m, &v};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
     test_lion_madgrad(n, segs, nseg);
+    test_sm3();
 }
 
 // ---- run-to-run determinism -----------------------------------------------------------------------

@@ -1,10 +1,11 @@
 # tests/mpi/optimizer_layouts.sh: the optimizers neox.c adds beyond AdamW and SGD (lion, madgrad_wd,
-# cpu_torch_adam) under tp2, pp2 and dp2 ZeRO-1 against one rank: the same model and global batch
+# sm3, cpu_torch_adam) under tp2, pp2 and dp2 ZeRO-1 (SM3 also ZeRO-3, whose partitions cut its
+# matrices, whose row and column accumulators stay whole) against one rank: the same model and global batch
 # train 10 steps, and losses, evaluations and final parameters must equal the single-rank run's
 # within 1e-5 relative. The Llama-style model has no biases: a key bias's gradient is zero in exact
 # arithmetic, which rounding under another layout makes a tiny number of either sign, and Lion steps
 # by its sign. Also DeepSpeed's rule for untested optimizers under ZeRO (zero_allow_untested_optimizer):
-# madgrad_wd and sgd under ZeRO are refused naming the key, and run with it set.
+# madgrad_wd, sm3 and sgd under ZeRO are refused naming the key, and run with it set.
 source tests/lib.sh
 
 need_mpi "optimizers under 3-D parallel layouts" || exit 0
@@ -15,11 +16,12 @@ source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 
 LAYERS=2 CKPT_FACTOR=10 EVAL_INTERVAL=5
 TP=', "model_parallel_size": 2' PP=', "pipe_parallel_size": 2'
-Z1=', "zero_optimization": {"stage": 1}'
+Z1=', "zero_optimization": {"stage": 1}' Z3=', "zero_optimization": {"stage": 3}'
 ALLOW=', "deepspeed_extra_args": {"zero_allow_untested_optimizer": true}'
 declare -A OPTIMIZERS=(
     [lion]='{"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}'
     [madgrad_wd]='{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9, "eps": 1.0e-6}}'
+    [sm3]='{"type": "sm3", "params": {"lr": 0.01, "momentum": 0.5}}'
     [cpu_torch_adam]='{"type": "cpu_torch_adam", "params": {"lr": 0.003}}'
     [sgd]='{"type": "sgd", "params": {"lr": 0.01}}'
 )
@@ -30,13 +32,15 @@ run() {
     check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
 }
 
-for opt in lion madgrad_wd cpu_torch_adam; do
+for opt in lion madgrad_wd sm3 cpu_torch_adam; do
     OPTIMIZER=${OPTIMIZERS[$opt]}
     config "$opt-one" llama 2 4 10 ""
     run "$opt-one" 1
     z1=$Z1
-    [ "$opt" = madgrad_wd ] && z1="$Z1$ALLOW"
-    for spec in "tp2 2 2 4 '$TP'" "pp2 2 2 4 '$PP'" "dp2z1 2 2 2 '$z1'"; do
+    case $opt in madgrad_wd | sm3) z1="$Z1$ALLOW" ;; esac
+    specs=("tp2 2 2 4 '$TP'" "pp2 2 2 4 '$PP'" "dp2z1 2 2 2 '$z1'")
+    [ "$opt" = sm3 ] && specs+=("dp2z3 2 2 2 '$Z3$ALLOW'")
+    for spec in "${specs[@]}"; do
         eval "set -- $spec"
         config "$opt-$1" llama "$3" "$4" 10 "$5"
         run "$opt-$1" "$2"
@@ -54,6 +58,9 @@ check_fails "madgrad_wd under ZeRO-1 without zero_allow_untested_optimizer is re
 check_fails "and so on one rank: the stage counts" 2 "zero_allow_untested_optimizer" "$TRAIN" -q "$T/untested.yml"
 config stage0 llama 2 2 2 ', "zero_optimization": {"stage": 0}'
 check "madgrad_wd at stage 0 needs no permission" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/stage0.yml"
+OPTIMIZER=${OPTIMIZERS[sm3]}
+config sm3-untested llama 2 2 2 "$Z1"
+check_fails "sm3 under ZeRO-1 too" 2 "'sm3' is untested with ZeRO" "$TRAIN" -q "$T/sm3-untested.yml"
 OPTIMIZER=${OPTIMIZERS[sgd]}
 config sgd-untested llama 2 2 2 "$Z1"
 check_fails "sgd under ZeRO-1 too" 2 "'sgd' is untested with ZeRO" "$TRAIN" -q "$T/sgd-untested.yml"

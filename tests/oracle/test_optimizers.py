@@ -1,7 +1,8 @@
 """test_optimizers.py: neox.c's optimizers (lib/optim through the CPU backend's kernels) against the
 PyPI packages GPT-NeoX itself builds them from: lion-pytorch's Lion, the madgrad package's MADGRAD
 (with GPT-NeoX's madgrad_wd weight decay restated: p *= 1 - (lr + eps) * wd before each step, with
-x0 taken before the first decay), and torch.optim.AdamW (what DeepSpeed's CPU Adam computes for
+x0 taken before the first decay), torch-optimizer's SM3 (given GPT-NeoX's parameter groups, whose
+weight_decay it ignores, as GPT-NeoX's sm3 does), and torch.optim.AdamW (what DeepSpeed's CPU Adam computes for
 cpu_adam and cpu_torch_adam). The same small GPT-NeoX model (Hugging Face's GPTNeoXForCausalLM) takes
 20 steps on one batch, each with weight decay on all but biases and norms, gradient clipping by the
 global norm (DeepSpeed's coefficient, torch's clip_grad_norm_) and GPT-NeoX's cosine schedule with
@@ -21,6 +22,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 lion_pytorch = pytest.importorskip("lion_pytorch")
 madgrad = pytest.importorskip("madgrad")
+torch_optimizer_sm3 = pytest.importorskip("torch_optimizer.sm3")
 
 from safetensors.torch import save_file  # noqa: E402
 from test_model_parity import CASES, batch, make_model, masked_loss, run_driver  # noqa: E402
@@ -137,6 +139,16 @@ def test_madgrad_wd(tmp_path, momentum):
     out, model = run_both(tmp_path, "madgrad_wd", lr, [f"momentum={momentum}", f"opt_eps={eps}"], make,
                           lambda m, opt: madgrad_wd_decay(m, opt, eps))
     check_params(out, model, f"madgrad_wd momentum {momentum}")
+
+
+@pytest.mark.parametrize("momentum,beta", [(0.0, 0.0), (0.9, 0.5)])
+def test_sm3(tmp_path, momentum, beta):
+    # GPT-NeoX builds SM3(param_groups, **optimizer.params): its groups carry weight_decay, which SM3
+    # ignores; neox.c is given wd= too and must ignore it the same way.
+    lr, eps = 1e-2, 1e-30  # eps: torch-optimizer's default
+    make = lambda m: torch_optimizer_sm3.SM3(groups(m), lr=lr, momentum=momentum, beta=beta, eps=eps)  # noqa: E731
+    out, model = run_both(tmp_path, "sm3", lr, [f"momentum={momentum}", f"sm3_beta={beta}", f"opt_eps={eps}"], make)
+    check_params(out, model, f"sm3 momentum {momentum} beta {beta}")
 
 
 def test_cpu_torch_adam(tmp_path):

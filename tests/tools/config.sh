@@ -160,8 +160,8 @@ check_fails "rotary keys beside pos_emb alibi are named in a notice" 0 \
     "$T" --print-config "$(cfg alibirot "{pos_emb: alibi, rotary_pct: 0.5, rotary_emb_base: 500, $MODEL}")"
 check "with pos_emb rotary they are not" bash -c \
     "! '$T' --print-config '$(cfg rot "{pos_emb: rotary, rotary_pct: 0.5, $MODEL}")' 2>&1 >/dev/null | grep -q 'they configure rotary'"
-check_fails "error: unsupported optimizer" 2 "optimizer 'SM3' is not supported by neox.c" \
-    "$T" --print-config "$(cfg sm3 $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n train_micro_batch_size_per_gpu: 1, optimizer: {type: SM3, params: {lr: 0.001}}}')"
+check_fails "error: SM3 refuses a beta of 1, naming it" 2 "params.beta = 1: sm3 needs a beta in \\[0, 1\\)" \
+    "$T" --print-config "$(cfg sm3 $'{num_layers: 2, hidden_size: 64, num_attention_heads: 4, max_position_embeddings: 64,\n train_micro_batch_size_per_gpu: 1, optimizer: {type: SM3, params: {lr: 0.001, beta: 1}}}')"
 check_fails "error: unsupported attention type" 2 "attention type 'local' is not supported by neox.c" \
     "$T" --print-config $TINY "$(cfg local 'attention_config: [[[global, local], 1]]')"
 check_fails "error: attention_config counts must sum to num_layers" 2 "key .attention_config.: covers more than num_layers \\(2\\) layers" \
@@ -211,6 +211,8 @@ check_output "optimizer lion loads with its betas (default 0.9, 0.99)" "^lion_be
     "$T" -q --print-config "$(cfg lionok "{optimizer: {type: lion, params: {lr: 0.0001}}, $MODEL}")"
 check_output "optimizer madgrad_wd loads with its momentum and eps" "^madgrad_eps += 1e-05  # derived$" \
     "$T" -q --print-config "$(cfg mgw "{optimizer: {type: madgrad_wd, params: {lr: 0.01, momentum: 0.5, eps: 1.0e-5}}, $MODEL}")"
+check_output "optimizer SM3 loads with torch_optimizer's defaults (momentum 0, beta 0, eps 1e-30)" "^sm3_eps += 1e-30  # derived$" \
+    "$T" -q --print-config "$(cfg sm3ok "{optimizer: {type: SM3, params: {lr: 0.01}}, $MODEL}")"
 check_fails "lion refuses a param it does not take, naming it" 2 "params.momentum is not supported for optimizer 'lion'" \
     "$T" --print-config "$(cfg lionmom "{optimizer: {type: lion, params: {lr: 0.0001, momentum: 0.9}}, $MODEL}")"
 check_fails "zero_allow_untested_optimizer must be a boolean" 2 "zero_allow_untested_optimizer" \

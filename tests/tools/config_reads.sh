@@ -98,6 +98,8 @@ OPTIMIZER='{"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}' con
 check "train: lion" "$TRAIN" -q "$T/lion.yml"
 OPTIMIZER='{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9, "eps": 1.0e-6}}' config madgrad neox 2 1 3 ''
 check "train: madgrad_wd" "$TRAIN" -q "$T/madgrad.yml"
+OPTIMIZER='{"type": "sm3", "params": {"lr": 0.01, "momentum": 0.9, "beta": 0.5, "eps": 1.0e-30}}' config sm3 neox 2 1 3 ''
+check "train: sm3" "$TRAIN" -q "$T/sm3.yml"
 config onebit neox 2 1 3 ''
 sed -i 's|"optimizer": {[^}]*}}|"optimizer": {"type": "onebitadam", "params": {"lr": 0.01, "freeze_step": 1, "weight_decay": 0.01, "amsgrad": false}}|' "$T/onebit.yml"
 check "train: onebitadam on 2 ranks" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/onebit.yml"

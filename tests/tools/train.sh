@@ -1,7 +1,7 @@
 # tests/tools/train.sh: neox-train end to end on Tiny Shakespeare. A tiny GPT-2-tokenized model
 # must learn (loss well below the unigram entropy, computed here from the token counts) and be
 # deterministic; a char-level model checks exact resume (2N straight == N + resume + N, with and
-# without gradient accumulation and dropout, with Lion, madgrad_wd and cpu_torch_adam, by
+# without gradient accumulation and dropout, with Lion, madgrad_wd, SM3 and cpu_torch_adam, by
 # exit_interval and by SIGTERM), kill -9 during a
 # save, the checkpoint contents, refusing a checkpoint of another model shape, and the files.
 source tests/lib.sh
@@ -70,15 +70,26 @@ json.dump(c, open(sys.argv[1], "w"))' "$d/model.yml" "$4"
 resume_case resume-plain 1 0.0
 resume_case resume-accum-dropout 3 0.1
 # The optimizers' own state (Lion's momentum; madgrad_wd's sums, x0 and its step-dependent weight;
-# cpu_torch_adam's moments on the host) resumes bit for bit too.
+# SM3's row and column accumulators and momentum; cpu_torch_adam's moments on the host) resumes bit
+# for bit too.
 resume_case resume-lion 1 0.0 '{"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}'
 resume_case resume-madgrad 2 0.0 '{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9}}'
+resume_case resume-sm3 2 0.0 '{"type": "sm3", "params": {"lr": 0.01, "momentum": 0.9}}'
 resume_case resume-cpu-torch-adam 1 0.0 '{"type": "cpu_torch_adam", "params": {"lr": 0.003}}'
 if command -v h5ls >/dev/null; then
     check "madgrad_wd's shard holds its three state buffers" \
         bash -c "h5ls -r '$T/resume-madgrad/ckpt/global_step20/rank_00000.h5' | grep -q '/optimizer/x0/embed_out.weight' &&
                  h5ls -r '$T/resume-madgrad/ckpt/global_step20/rank_00000.h5' | grep -q '/optimizer/grad_sum_sq/embed_out.weight' &&
                  h5ls -r '$T/resume-madgrad/ckpt/global_step20/rank_00000.h5' | grep -q '/optimizer/s/embed_out.weight'"
+fi
+if command -v h5ls >/dev/null; then
+    check "SM3's shard holds a matrix's row and column accumulators, a vector's, and the momentum" \
+        bash -c "h5ls -r '$T/resume-sm3/ckpt/global_step20/rank_00000.h5' >'$T/sm3.ls' &&
+                 grep -q '/optimizer/sm3_rows/embed_out.weight .*{512}' '$T/sm3.ls' &&
+                 grep -q '/optimizer/sm3_cols/embed_out.weight .*{64}' '$T/sm3.ls' &&
+                 grep -q '/optimizer/sm3_rows/gpt_neox.final_layer_norm.bias .*{64}' '$T/sm3.ls' &&
+                 ! grep -q '/optimizer/sm3_cols/gpt_neox.final_layer_norm' '$T/sm3.ls' &&
+                 grep -q '/optimizer/momentum_buffer/embed_out.weight' '$T/sm3.ls'"
 fi
 check "neox-convert verify reads a madgrad_wd checkpoint's state" $CONVERT verify "$T/resume-madgrad/ckpt/global_step20"
 

@@ -279,7 +279,22 @@ static void test_optimizer_and_zero(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: onebitadam, params: {lr: 0.1, momentum: 0.9}}\n", 1,
                  "params.momentum is not supported");
     expect_error("train_micro_batch_size_per_gpu: 1\ngradient_compression: topk\n", 1, "gradient_compression");
-    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sm3, params: {lr: 0.1}}\n", 1, "optimizer 'sm3' is not supported");
+    cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sm3, params: {lr: 0.1}}\n", 1, &err);
+    assert_true(neox_config_float(cfg, sm3_momentum) == 0.0 && neox_config_float(cfg, sm3_beta) == 0.0 &&
+                neox_config_float(cfg, sm3_eps) == 1e-30);  // torch_optimizer.SM3's defaults
+    neox_config_free(cfg);
+    cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: SM3, params: {lr: 0.1, momentum: 0.5, beta: 0.9, eps: 1.0e-8}}\n", 1, &err);
+    assert_true(neox_config_float(cfg, sm3_momentum) == 0.5 && neox_config_float(cfg, sm3_beta) == 0.9 &&
+                neox_config_float(cfg, sm3_eps) == 1e-8);
+    neox_config_free(cfg);
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sm3, params: {lr: 0.1, betas: [0.9, 0.99]}}\n", 1,
+                 "params.betas is not supported for optimizer 'sm3'");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sm3, params: {lr: 0.1, beta: 1}}\n", 1,
+                 "sm3 needs a beta in [0, 1)");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: sm3, params: {lr: 0.1, momentum: 1}}\n", 1,
+                 "sm3 needs a momentum in [0, 1)");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 0.1, beta: 0.5}}\n", 1,
+                 "params.beta is not supported for optimizer 'adam'");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: madgrad_wd, params: {lr: 0.1, betas: [0.9, 0.99]}}\n", 1,
                  "params.betas is not supported for optimizer 'madgrad_wd'");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: madgrad_wd, params: {lr: 0.1, momentum: 1}}\n", 1,
