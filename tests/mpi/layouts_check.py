@@ -8,6 +8,9 @@
                                equal the straight run's at the same iterations within 1e-5
   same_params REF.h5 RUN.h5    the params/ datasets of two one-shard checkpoints (neox-convert
                                reshard --dp 1), read with HDF5's h5dump: relative L2 difference <= 1e-5
+  same_group GROUP REF.h5 RUN.h5
+                               the GROUP/ datasets (optimizer/sm3_cols, say) of two shards that each hold
+                               them whole: every tensor's relative L2 difference <= 1e-5
   volume NAME CONFIG MICRO ACCUM RUN4 RUN6
                                bytes per step of each group (RUN6 - RUN4) / 2 equal the count below,
                                and the gradient reductions per step the layout's
@@ -99,8 +102,8 @@ def segments(straight, *runs):
     return ok
 
 
-def h5_params(path):
-    """name -> float32 array of every params/ dataset of one shard, through HDF5's own tools."""
+def h5_params(path, group="params"):
+    """name -> float32 array of every GROUP/ dataset of one shard, through HDF5's own tools."""
     import os
     import subprocess
     import tempfile
@@ -109,7 +112,7 @@ def h5_params(path):
     with tempfile.TemporaryDirectory() as tmp:
         for line in listing.splitlines():
             name = line.split()[0]
-            if not name.startswith("/params/") or "Dataset" not in line:
+            if not name.startswith(f"/{group}/") or "Dataset" not in line:
                 continue
             raw = os.path.join(tmp, "x.bin")
             subprocess.run(["h5dump", "-b", "LE", "-d", name, "-o", raw, path], capture_output=True, check=True)
@@ -127,6 +130,17 @@ def same_params(ref, run):
     worst = (diff / norm) ** 0.5
     print(f"{len(pa)} tensors, relative L2 difference {worst:.2e}")
     return worst <= TOL
+
+
+def same_group(group, ref, run):
+    pa, pb = h5_params(ref, group), h5_params(run, group)
+    if not pa or pa.keys() != pb.keys() or any(pa[k].size != pb[k].size for k in pa):
+        print("different tensors:", sorted(set(pa) ^ set(pb))[:5])
+        return False
+    errors = {k: float(np.linalg.norm(pa[k].astype(np.float64) - pb[k]) / max(np.linalg.norm(pa[k]), 1e-30)) for k in pa}
+    worst = max(errors, key=errors.get)
+    print(f"{len(pa)} tensors, largest relative L2 difference {errors[worst]:.2e} ({worst})")
+    return errors[worst] <= TOL
 
 
 def per_step(run4, run6):
@@ -208,4 +222,4 @@ def reductions(name, accum, run4, run6):
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     sys.exit(0 if {"same": same, "same_losses": same_losses, "identical": identical, "resumed": resumed, "volume": volume,
-                     "segments": segments, "same_params": same_params}[cmd](*args) else 1)
+                     "segments": segments, "same_params": same_params, "same_group": same_group}[cmd](*args) else 1)
