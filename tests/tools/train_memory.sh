@@ -1,7 +1,9 @@
 # tests/tools/train_memory.sh: the start-up memory report counts each optimizer's own state: two
 # fp32 buffers per parameter for AdamW, cpu_torch_adam and 1-bit Adam (the moments), one for SGD
 # and Lion (the momentum), three for madgrad_wd, i.e. optimizer bytes = 2x, 1x or 3x the fp32
-# parameter bytes. Its regions add up to its
+# parameter bytes; SM3 keeps only a row and a column accumulator per matrix (one per element of a
+# vector), twice (the step forms the new ones beside the old): under 5% of AdamW's even at hidden size 64, and
+# exactly the accumulators its checkpoint holds, plus one buffer with a momentum. Its regions add up to its
 # total and bfloat16 adds 2 bytes of 16-bit copies per parameter (the per-parameter table of each
 # ZeRO stage is tests/mpi/memory.sh's). Every log interval metrics.jsonl and TensorBoard carry the measured peak memory:
 # the resident set on the CPU (at least the planned parameters and at most a sane bound), and on a
@@ -43,6 +45,32 @@ check "madgrad_wd: three buffers (sum of squares, sum of gradients, x0)" \
     ratio madgrad 3 '{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9}}'
 check "cpu_torch_adam: AdamW's two buffers, on the host" \
     ratio cpu_torch_adam 2 '{"type": "cpu_torch_adam", "params": {"lr": 0.001}}'
+
+# optimizer_bytes NAME OPTIMIZER_JSON [MORE]: trains model.yml with it (log_dir and save $T/NAME) and
+# prints the optimizer bytes of rank 0's memory_plan.json.
+optimizer_bytes() {
+    echo "{\"optimizer\": $2, \"log_dir\": \"$T/$1/log\", \"save\": \"$T/$1/ckpt\", \"checkpoint_factor\": 3 ${3:-}}" >"$T/$1.yml"
+    $TRAIN -q "$T/model.yml" "$T/$1.yml" >"$T/$1.log" 2>&1 || { cat "$T/$1.log" >&2; return 1; }
+    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ranks"][0]["optimizer"])' "$T/$1/log/memory_plan.json"
+}
+sm3_memory() {
+    local adam sm3 sm3m params
+    adam=$(optimizer_bytes adam-plan '{"type": "Adam", "params": {"lr": 0.001}}') || return 1
+    sm3=$(optimizer_bytes sm3-plan '{"type": "sm3", "params": {"lr": 0.01}}') || return 1
+    sm3m=$(optimizer_bytes sm3m-plan '{"type": "sm3", "params": {"lr": 0.01, "momentum": 0.9}}') || return 1
+    params=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ranks"][0]["parameters"])' "$T/sm3-plan/log/memory_plan.json")
+    # The accumulators the checkpoint holds (their element counts from h5ls), two sets of fp32.
+    local held
+    held=$(h5ls -r "$T/sm3-plan/ckpt/global_step3/rank_00000.h5" | python3 -c '
+import re, sys
+print(sum(int(m.group(1)) for l in sys.stdin if "/optimizer/sm3_" in l for m in [re.search(r"Dataset \{(\d+)\}", l)] if m))')
+    echo "AdamW $adam B, SM3 $sm3 B (the checkpoint holds $held accumulators), with momentum $sm3m B, parameters $params B"
+    [ "$adam" = $((2 * params)) ] && [ "$sm3" -gt 0 ] && [ $((sm3 * 20)) -lt "$adam" ] && [ "$sm3" = $((2 * 4 * held)) ] &&
+        [ "$sm3m" = $((sm3 + params)) ]
+}
+if command -v h5ls >/dev/null; then
+    check "SM3: optimizer state is the accumulators its checkpoint holds, twice, under 5% of AdamW's (memory_plan.json)" sm3_memory
+else skip "SM3's optimizer state" "h5ls is missing"; fi
 
 # planned NAME CHECK: runs model.yml + NAME.yml (3 steps, logs and TensorBoard in $T/NAME) and checks
 # the python expression CHECK over p (the planned regions) and r (the last metrics.jsonl record).
