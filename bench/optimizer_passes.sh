@@ -2,8 +2,9 @@
 # bench/optimizer_passes.sh: each optimizer's update time per parameter against AdamW's on this CPU
 # (bench/optimizer_types.c: lib/optim through the CPU backend, the way neox-train steps it), after
 # the line naming the CPU. Memory-bound passes: the ratio follows the bytes each reads and writes
-# per parameter (AdamW 7 floats, SGD with momentum 5, Lion 5, madgrad_wd with momentum 8) and the
-# arithmetic (madgrad_wd's two cube roots).
+# per parameter (AdamW 7 floats, SGD with momentum 5, Lion 5, madgrad_wd with momentum 8, SM3 4 and
+# with momentum 6: its accumulators are a row's and a column's, which stay in cache) and the
+# arithmetic (madgrad_wd's two cube roots, SM3's square root and division).
 # Usage: bench/optimizer_passes.sh [n=162322944] [rounds=5] [threads=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."

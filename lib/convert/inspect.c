@@ -27,13 +27,25 @@ static const char *pos_name(neox_pos_kind p) {
     return p == NEOX_POS_ROTARY ? "rotary" : p == NEOX_POS_LEARNED ? "learned" : p == NEOX_POS_ALIBI ? "alibi" : "none";
 }
 
-// The optimizer state groups the run state names.
+// Whether the checkpoint holds any tensor of group (its name followed by '/').
+static int holds_group(const neox_cvt_ckpt *c, const char *group) {
+    size_t len = strlen(group);
+    for (int i = 0; i < neox_ckpt_tensor_count(c->reader); i++) {
+        const char *name = neox_ckpt_tensor_name(c->reader, i);
+        if (!strncmp(name, group, len) && name[len] == '/') return 1;
+    }
+    return 0;
+}
+
+// The optimizer state groups the run state names, as long as the parameters: those of its type the
+// checkpoint holds (SM3 keeps its momentum only with a momentum).
 int neox_cvt_optimizer_groups(const neox_cvt_ckpt *c, const char **groups) {
     const neox_optimizer_type *type =
         neox_optimizer_type_named(json_string_value(json_object_get((json_t *)c->state, "optimizer")));
-    if (!type) return 0;
-    for (int i = 0; i < type->nstate; i++) groups[i] = type->state_names[i];
-    return type->nstate;
+    int n = 0;
+    for (int i = 0; type && i < type->nstate; i++)
+        if (holds_group(c, type->state_names[i])) groups[n++] = type->state_names[i];
+    return n;
 }
 
 static int64_t state_int(const neox_cvt_ckpt *c, const char *key) {

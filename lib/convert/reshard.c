@@ -4,6 +4,7 @@
 // time, so memory stays at a few tensors (the tensor, the piece being written, the reader's piece
 // buffer). The run state (iteration, data position, RNG, LR schedule) and the stored config are
 // global and copied as they are.
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,13 @@ int neox_convert_reshard(const char *ckpt, const char *out_save, const neox_cvt_
     neox_cvt_layout lay = *layout;  // stages cut as the run that resumes from it will cut them
     if (!lay.pipe_partition) lay.pipe_partition = neox_config_str(c.cfg, pipe_partition_method);
     int rc = neox_cvt_layout_check(&c.desc, &lay, err);
+    // SM3's accumulators are cut by rows and columns, not as the parameters are: reshard carries
+    // only state shaped like the parameters, and neox-train reads them into any layout itself.
+    const char *optimizer = json_string_value(json_object_get((json_t *)c.state, "optimizer"));
+    const neox_optimizer_type *type = neox_optimizer_type_named(optimizer);
+    if (rc == 0 && type && type->per_tensor)
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "%s holds %s optimizer state, whose row and column accumulators reshard "
+                       "does not carry: neox-train loads the checkpoint into any layout as it is", c.dir, optimizer);
     char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_save, err) : NULL;
     if (tmp) rc = reshard_into(&c, tmp, &lay, err);
     else rc = -1;

@@ -92,6 +92,10 @@ if command -v h5ls >/dev/null; then
                  grep -q '/optimizer/momentum_buffer/embed_out.weight' '$T/sm3.ls'"
 fi
 check "neox-convert verify reads a madgrad_wd checkpoint's state" $CONVERT verify "$T/resume-madgrad/ckpt/global_step20"
+check "neox-convert verify reads an SM3 checkpoint's state" $CONVERT verify "$T/resume-sm3/ckpt/global_step20"
+check_fails "neox-convert reshard refuses an SM3 checkpoint, naming the accumulators it cannot carry" 2 \
+    "holds sm3 optimizer state, whose row and column accumulators reshard does not carry" \
+    $CONVERT reshard --input "$T/resume-sm3/ckpt/global_step20" --output "$T/sm3-tp2" --tp 2
 
 # SIGTERM: the step in flight finishes, a checkpoint is saved, exit status 3; resuming continues exactly.
 d=$T/resume-accum-dropout

@@ -1,7 +1,7 @@
 # tests/tools/train_emulated.sh: neox-train's device paths on a machine without a GPU, through the
 # emulated device (compute_backend: emulated, kernels/cpu/emulated.c): the CPU's ops on memory that
 # faults when host code touches it other than through to_host/to_device. Training (fp32 with gradient
-# accumulation and dropout, bfloat16, fp16 with forced overflows, SGD, Lion, madgrad_wd) must equal
+# accumulation and dropout, bfloat16, fp16 with forced overflows, SGD, Lion, madgrad_wd, SM3) must equal
 # the CPU backend's bit for bit, resume must be exact, and a checkpoint must move between the two backends and continue exactly;
 # so must 1-bit Adam's steps.
 # AdamW's steps there read nothing back while they run (the late read, docs/cuda.md "Host waits in a
@@ -43,9 +43,10 @@ OVF=', "fp16": {"enabled": true, "initial_scale_power": 26, "loss_scale_window":
 SGD='"optimizer": {"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}}'
 LION='"optimizer": {"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}'
 MADGRAD='"optimizer": {"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9}}'
-for spec in "fp32:" "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:" "lion:" "madgrad:"; do
+SM3='"optimizer": {"type": "sm3", "params": {"lr": 0.01, "momentum": 0.9, "beta": 0.5}}'
+for spec in "fp32:" "bf16:, \"precision\": \"bfloat16\"" "fp16:$OVF" "sgd:" "lion:" "madgrad:" "sm3:"; do
     name=${spec%%:*} extra=${spec#*:} opt=$ADAM
-    case $name in sgd) opt=$SGD ;; lion) opt=$LION ;; madgrad) opt=$MADGRAD ;; esac
+    case $name in sgd) opt=$SGD ;; lion) opt=$LION ;; madgrad) opt=$MADGRAD ;; sm3) opt=$SM3 ;; esac
     check "$name: 20 steps on the CPU backend" run "cpu-$name" cpu "$extra" "$opt"
     check "$name: 20 steps on the emulated device" run "emu-$name" emulated "$extra$PROFILE" "$opt"
     check "$name: emulated device equals the CPU bit for bit" $LIB same "$T/cpu-$name/metrics.jsonl" \
