@@ -2,7 +2,7 @@
 PyPI packages GPT-NeoX itself builds them from: lion-pytorch's Lion, the madgrad package's MADGRAD
 (with GPT-NeoX's madgrad_wd weight decay restated: p *= 1 - (lr + eps) * wd before each step, with
 x0 taken before the first decay), torch-optimizer's SM3 (given GPT-NeoX's parameter groups, whose
-weight_decay it ignores, as GPT-NeoX's sm3 does), and torch.optim.AdamW (what DeepSpeed's CPU Adam computes for
+weight_decay it ignores, as GPT-NeoX's sm3 does), torch.optim.SGD and torch.optim.AdamW (what DeepSpeed's CPU Adam computes for
 cpu_adam and cpu_torch_adam). The same small GPT-NeoX model (Hugging Face's GPTNeoXForCausalLM) takes
 20 steps on one batch, each with weight decay on all but biases and norms, gradient clipping by the
 global norm (DeepSpeed's coefficient, torch's clip_grad_norm_) and GPT-NeoX's cosine schedule with
@@ -149,6 +149,15 @@ def test_sm3(tmp_path, momentum, beta):
     make = lambda m: torch_optimizer_sm3.SM3(groups(m), lr=lr, momentum=momentum, beta=beta, eps=eps)  # noqa: E731
     out, model = run_both(tmp_path, "sm3", lr, [f"momentum={momentum}", f"sm3_beta={beta}", f"opt_eps={eps}"], make)
     check_params(out, model, f"sm3 momentum {momentum} beta {beta}")
+
+
+def test_sgd(tmp_path):
+    # torch.optim.SGD with momentum, weight decay added to the gradient (GPT-NeoX's groups), no
+    # dampening and no Nesterov.
+    lr, momentum = 1e-2, 0.9
+    make = lambda m: torch.optim.SGD(groups(m), lr=lr, momentum=momentum)  # noqa: E731
+    out, model = run_both(tmp_path, "sgd", lr, [f"momentum={momentum}"], make)
+    check_params(out, model, "sgd")
 
 
 def test_cpu_torch_adam(tmp_path):
