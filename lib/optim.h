@@ -58,7 +58,9 @@ typedef struct neox_optimizer_type {
     // NULL, or how many of the nstate buffers these settings keep (SM3's momentum only with a momentum).
     int (*state_count)(const neox_optimizer_settings *s);
     // Keeps per-tensor accumulators (SM3): neox_optimizer_set_tensors comes before the first step.
+    // Their groups in checkpoints: the row accumulators (a vector's, one per element) and the column ones.
     int per_tensor;
+    const char *accumulator_names[2];
     const char *state_names[NEOX_OPTIMIZER_MAX_STATE];  // their names in checkpoints
     // Whether DeepSpeed's ZeRO counts the optimizer as tested (its ZERO_SUPPORTED_OPTIMIZERS): under
     // ZeRO any other needs zero_allow_untested_optimizer.

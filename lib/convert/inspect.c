@@ -135,6 +135,37 @@ int neox_convert_inspect(const char *ckpt, FILE *out, neox_error *err) {
 }
 
 // ---- verify ---------------------------------------------------------------------------------------
+static const neox_optimizer_type *optimizer_type(const neox_cvt_ckpt *c) {
+    return neox_optimizer_type_named(json_string_value(json_object_get((json_t *)c->state, "optimizer")));
+}
+
+// SM3's accumulators: per parameter, one per row (a vector: per element) and a matrix's one per
+// column, present, fully covered and finite.
+static int verify_accumulators(const neox_cvt_ckpt *c, const neox_cvt_param *ps, int n, FILE *out, neox_error *err) {
+    const neox_optimizer_type *type = optimizer_type(c);
+    if (!type || !type->per_tensor) return 0;
+    int rc = 0, checked = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        for (int dim = 0; dim < ps[i].ndim && rc == 0; dim++, checked++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s/%s", type->accumulator_names[dim], ps[i].name);
+            int ndim, finite;
+            int64_t shape[NEOX_CKPT_MAX_DIMS];
+            double norm;
+            uint32_t crc;
+            if (!neox_ckpt_has(c->reader, name)) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor %s is missing", c->dir, name);
+            rc = neox_ckpt_tensor_shape(c->reader, name, &ndim, shape, err);
+            if (rc == 0 && (ndim != 1 || shape[0] != ps[i].shape[dim]))
+                rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor %s is not one float per %s of %s", c->dir, name,
+                               dim ? "column" : "row", ps[i].name);
+            if (rc == 0) rc = tensor_stats(c->reader, name, &norm, &crc, &finite, err);
+            if (rc == 0 && !finite) rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: tensor %s holds NaN or Inf", c->dir, name);
+        }
+    if (rc == 0) fprintf(out, "ok: %d %s accumulators present, one per row and column, fully covered and finite\n", checked,
+                         type->name);
+    return rc;
+}
+
 static int is_expected(const char *name, const neox_cvt_param *ps, int n, const char **groups, int ngroups) {
     if (!strncmp(name, "state/", 6) || !strncmp(name, "config/", 7)) return 1;
     const char *slash = strrchr(name, '/');
@@ -151,7 +182,7 @@ static int is_expected(const char *name, const neox_cvt_param *ps, int n, const 
 static int verify_tensors(const neox_cvt_ckpt *c, FILE *out, neox_error *err) {
     int n;
     neox_cvt_param *ps = neox_cvt_params(&c->desc, &n);
-    const char *groups[1 + NEOX_OPTIMIZER_MAX_STATE] = {"params"};
+    const char *groups[1 + NEOX_OPTIMIZER_MAX_STATE + 2] = {"params"};  // (+ 2: SM3's accumulators, below)
     int ngroups = 1 + neox_cvt_optimizer_groups(c, groups + 1), rc = 0, checked = 0;
     for (int g = 0; g < ngroups && rc == 0; g++) {
         for (int i = 0; i < n && rc == 0; i++) {
@@ -176,6 +207,9 @@ static int verify_tensors(const neox_cvt_ckpt *c, FILE *out, neox_error *err) {
         }
     }
     if (rc == 0) fprintf(out, "ok: %d tensors present, of the model's shapes, fully covered and finite\n", checked);
+    if (rc == 0) rc = verify_accumulators(c, ps, n, out, err);
+    const neox_optimizer_type *type = optimizer_type(c);
+    for (int k = 0; k < 2 && type && type->per_tensor; k++) groups[ngroups++] = type->accumulator_names[k];
     for (int i = 0; i < neox_ckpt_tensor_count(c->reader) && rc == 0; i++) {
         const char *name = neox_ckpt_tensor_name(c->reader, i);
         if (!is_expected(name, ps, n, groups, ngroups))

@@ -79,5 +79,5 @@ static void step_sm3(neox_optimizer *o, float *param, const float *grad, const n
 // Not in DeepSpeed's ZeRO-tested list: under ZeRO it needs zero_allow_untested_optimizer.
 const neox_optimizer_type neox_optimizer_sm3 = {
     .name = "sm3", .nstate = 1, .state_names = {"optimizer/momentum_buffer"}, .state_count = sm3_state_count,
-    .per_tensor = 1, .read = read_sm3, .warn = warn_sm3, .step = step_sm3,
+    .per_tensor = 1, .accumulator_names = {"optimizer/sm3_rows", "optimizer/sm3_cols"}, .read = read_sm3, .warn = warn_sm3, .step = step_sm3,
 };

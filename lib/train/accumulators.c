@@ -18,9 +18,9 @@ typedef struct {
     int split;   // tensor parallelism splits it: each model rank holds its own block
 } acc_piece;
 
-static acc_piece piece_of(const neox_param *p, const neox_optimizer_tensor *ts, int dim) {
+static acc_piece piece_of(const neox_optimizer *o, const neox_param *p, const neox_optimizer_tensor *ts, int dim) {
     acc_piece a;
-    snprintf(a.name, sizeof a.name, "optimizer/sm3_%s/%s", dim ? "cols" : "rows", p->name);
+    snprintf(a.name, sizeof a.name, "%s/%s", o->type->accumulator_names[dim], p->name);
     a.global = p->global_shape[dim], a.start = p->block_offset[dim];
     a.n = dim ? ts->cols : ts->rows;
     a.at = dim ? ts->col_acc : ts->row_acc;
@@ -47,7 +47,7 @@ int neox_train_save_accumulators(const neox_trainer *t, neox_ckpt_writer *w, neo
     for (int i = 0; rc == 0 && i < t->model->nparams; i++) {
         const neox_param *p = &t->model->params[i];
         for (int dim = 0; rc == 0 && dim < (o->tensors[i].matrix ? 2 : 1); dim++) {
-            acc_piece a = piece_of(p, &o->tensors[i], dim);
+            acc_piece a = piece_of(o, p, &o->tensors[i], dim);
             if (writes_piece(t, p, i, &a)) rc = neox_ckpt_write_range(w, a.name, 1, &a.global, a.start, a.n, host + a.at, err);
         }
     }
@@ -62,7 +62,7 @@ int neox_train_load_accumulators(neox_trainer *t, const neox_ckpt_reader *r, neo
     int rc = 0;
     for (int i = 0; rc == 0 && i < t->model->nparams; i++)
         for (int dim = 0; rc == 0 && dim < (o->tensors[i].matrix ? 2 : 1); dim++) {
-            acc_piece a = piece_of(&t->model->params[i], &o->tensors[i], dim);
+            acc_piece a = piece_of(o, &t->model->params[i], &o->tensors[i], dim);
             rc = neox_ckpt_read_range(r, a.name, a.start, a.n, host + a.at, err);
         }
     if (rc == 0) o->be->to_device(o->acc, host, o->nacc * sizeof(float));

@@ -3,7 +3,8 @@
 # and Lion (the momentum), three for madgrad_wd, i.e. optimizer bytes = 2x, 1x or 3x the fp32
 # parameter bytes; SM3 keeps only a row and a column accumulator per matrix (one per element of a
 # vector), twice (the step forms the new ones beside the old): under 5% of AdamW's even at hidden size 64, and
-# exactly the accumulators its checkpoint holds, plus one buffer with a momentum. Its regions add up to its
+# exactly the accumulators its checkpoint holds, plus one buffer with a momentum (and under fp16 it
+# warns, as GPT-NeoX documents SM3 unsuited to fp16). Its regions add up to its
 # total and bfloat16 adds 2 bytes of 16-bit copies per parameter (the per-parameter table of each
 # ZeRO stage is tests/mpi/memory.sh's). Every log interval metrics.jsonl and TensorBoard carry the measured peak memory:
 # the resident set on the CPU (at least the planned parameters and at most a sane bound), and on a
@@ -71,6 +72,11 @@ print(sum(int(m.group(1)) for l in sys.stdin if "/optimizer/sm3_" in l for m in 
 if command -v h5ls >/dev/null; then
     check "SM3: optimizer state is the accumulators its checkpoint holds, twice, under 5% of AdamW's (memory_plan.json)" sm3_memory
 else skip "SM3's optimizer state" "h5ls is missing"; fi
+echo '{"optimizer": {"type": "sm3", "params": {"lr": 0.01}}, "precision": "fp16", "weight_decay": 0.1}' >"$T/sm3-fp16.yml"
+check "SM3 under fp16 trains, warning as GPT-NeoX documents, and names the weight_decay it cannot apply" bash -c \
+    "'$TRAIN' '$T/model.yml' '$T/sm3-fp16.yml' 2>'$T/sm3-fp16.err' >/dev/null &&
+     grep -q 'warning: optimizer.type sm3 with precision fp16: GPT-NeoX documents that SM3 does not work well' '$T/sm3-fp16.err' &&
+     grep -q 'sm3-fp16.yml:1: weight_decay 0.1 has no effect with optimizer.type sm3' '$T/sm3-fp16.err'"
 
 # planned NAME CHECK: runs model.yml + NAME.yml (3 steps, logs and TensorBoard in $T/NAME) and checks
 # the python expression CHECK over p (the planned regions) and r (the last metrics.jsonl record).
