@@ -2,9 +2,11 @@
 // MADGRAD, SM3, 1-bit Adam.
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 #include "parallel.h"
+#include "scratch.h"
 #include "vector_math.h"
 
 // Squares are summed in blocks of SUMSQ_BLOCK elements, each in SUMSQ_LANES fixed accumulators
@@ -155,51 +157,60 @@ void neox_madgrad_segments(float *param, const float *grad, float *sum_sq, float
     }
 }
 
-// SM3's nu at element i (relative to the range) of segment sg.
-static inline float sm3_nu_at(const float *acc, const float *grad, const neox_sm3_segment *sg, size_t i, float beta) {
-    size_t t = sg->first + (i - sg->begin);
-    float a = acc[sg->row_acc + t / sg->cols];
-    if (sg->col_acc != NEOX_SM3_NO_COLS) {
-        float col = acc[sg->col_acc + t % sg->cols];
-        a = col < a ? col : a;
+// One run of SM3 within a row: elements [lo, hi) of param, grad, m, whose columns' accumulators are
+// cols[0, hi - lo) (NULL for a vector, whose elements' own are row_acc[0, hi - lo)) and whose row's
+// is row_acc[0]. Folds each nu into *row_max and col_max[0, hi - lo) (a vector's: its elements' own).
+static void sm3_run(float *param, const float *grad, float *m, const float *row_acc, const float *cols,
+                    float *row_max, float *col_max, size_t lo, size_t hi, float lr, float momentum, float beta,
+                    float eps) {
+    float rmax = *row_max;
+    for (size_t i = lo, j = 0; i < hi; i++, j++) {
+        float a = cols ? (cols[j] < row_acc[0] ? cols[j] : row_acc[0]) : row_acc[j];
+        float nu = neox_sm3_nu(a, grad[i], beta), u = neox_sm3_update(nu, grad[i], eps);
+        if (momentum > 0.0f) m[i] = u = u * (1.0f - momentum) + momentum * m[i];
+        param[i] = param[i] - lr * u;
+        rmax = nu > rmax ? nu : rmax;
+        col_max[j] = nu > col_max[j] ? nu : col_max[j];
     }
-    return neox_sm3_nu(a, grad[i], beta);
+    *row_max = rmax;
 }
 
-// The update of one segment, by rows so that each row's maximum has one writer.
-static void sm3_rows(float *param, const float *grad, float *m, const float *acc, float *acc_next,
-                     const neox_sm3_segment *sg, float lr, float momentum, float beta, float eps) {
-    size_t r0 = sg->first / sg->cols, r1 = (sg->first + (sg->end - sg->begin) - 1) / sg->cols + 1;
-    #pragma omp parallel for if (sg->end - sg->begin >= NEOX_PARALLEL_MIN_ELEMS)
-    for (size_t r = r0; r < r1; r++) {
-        size_t lo = r * sg->cols > sg->first ? r * sg->cols - sg->first + sg->begin : sg->begin;
-        size_t hi = (r + 1) * sg->cols - sg->first + sg->begin < sg->end ? (r + 1) * sg->cols - sg->first + sg->begin
-                                                                           : sg->end;
-        float row_max = acc_next[sg->row_acc + r];
-        for (size_t i = lo; i < hi; i++) {
-            float nu = sm3_nu_at(acc, grad, sg, i, beta), u = neox_sm3_update(nu, grad[i], eps);
-            if (momentum > 0.0f) m[i] = u = u * (1.0f - momentum) + momentum * m[i];
-            param[i] = param[i] - lr * u;
-            row_max = nu > row_max ? nu : row_max;
-        }
-        acc_next[sg->row_acc + r] = row_max;
-    }
-}
-
-// A matrix's column maxima over the segment's part of it, by columns (one writer each); nu is
-// recomputed from acc and grad, which the update left as they were.
-static void sm3_cols(const float *grad, const float *acc, float *acc_next, const neox_sm3_segment *sg, float beta) {
-    size_t n = sg->end - sg->begin, r0 = sg->first / sg->cols, r1 = (sg->first + n - 1) / sg->cols + 1;
-    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
-    for (size_t c = 0; c < sg->cols; c++) {
-        float col_max = acc_next[sg->col_acc + c];
+// A matrix's part: rows shared out over the threads, each taking its rows' maxima whole and its
+// own column maxima, which are merged at the end (maxima do not depend on the order).
+static void sm3_matrix(float *param, const float *grad, float *m, const float *acc, float *acc_next,
+                       const neox_sm3_segment *sg, float lr, float momentum, float beta, float eps) {
+    size_t n = sg->end - sg->begin, C = sg->cols;
+    size_t r0 = sg->first / C, r1 = (sg->first + n - 1) / C + 1;
+    #pragma omp parallel if (n >= NEOX_PARALLEL_MIN_ELEMS)
+    {
+        float *col_max = neox_cpu_scratch(C * sizeof(float), "SM3's column maxima");
+        memset(col_max, 0, C * sizeof(float));  // (nu is never negative: 0 is no maximum yet)
+        #pragma omp for schedule(static)
         for (size_t r = r0; r < r1; r++) {
-            size_t t = r * sg->cols + c;
-            if (t < sg->first || t >= sg->first + n) continue;
-            float nu = sm3_nu_at(acc, grad, sg, t - sg->first + sg->begin, beta);
-            col_max = nu > col_max ? nu : col_max;
+            size_t t0 = r * C > sg->first ? r * C : sg->first, t1 = (r + 1) * C < sg->first + n ? (r + 1) * C : sg->first + n;
+            size_t c0 = t0 - r * C, lo = t0 - sg->first + sg->begin, hi = t1 - sg->first + sg->begin;
+            float row_max = acc_next[sg->row_acc + r];
+            sm3_run(param, grad, m, acc + sg->row_acc + r, acc + sg->col_acc + c0, &row_max, col_max + c0, lo, hi, lr,
+                    momentum, beta, eps);
+            acc_next[sg->row_acc + r] = row_max;
         }
-        acc_next[sg->col_acc + c] = col_max;
+        #pragma omp critical
+        for (size_t c = 0; c < C; c++)
+            acc_next[sg->col_acc + c] = col_max[c] > acc_next[sg->col_acc + c] ? col_max[c] : acc_next[sg->col_acc + c];
+        free(col_max);
+    }
+}
+
+// A vector's part: every element its own accumulator.
+static void sm3_vector(float *param, const float *grad, float *m, const float *acc, float *acc_next,
+                       const neox_sm3_segment *sg, float lr, float momentum, float beta, float eps) {
+    size_t n = sg->end - sg->begin, block = 4096;
+    #pragma omp parallel for if (n >= NEOX_PARALLEL_MIN_ELEMS)
+    for (size_t b = 0; b < n; b += block) {
+        size_t len = n - b < block ? n - b : block, at = sg->row_acc + sg->first + b;
+        float unused = 0.0f;
+        sm3_run(param, grad, m, acc + at, NULL, &unused, acc_next + at, sg->begin + b, sg->begin + b + len, lr, momentum,
+                beta, eps);
     }
 }
 
@@ -207,8 +218,8 @@ void neox_sm3_segments(float *param, const float *grad, float *m, const float *a
                        const neox_sm3_segment *segs, int nseg, float lr, float momentum, float beta, float eps) {
     for (int s = 0; s < nseg; s++) {
         if (segs[s].end <= segs[s].begin) continue;
-        if (segs[s].col_acc != NEOX_SM3_NO_COLS) sm3_cols(grad, acc, acc_next, &segs[s], beta);  // (reads grad only)
-        sm3_rows(param, grad, m, acc, acc_next, &segs[s], lr, momentum, beta, eps);
+        if (segs[s].col_acc != NEOX_SM3_NO_COLS) sm3_matrix(param, grad, m, acc, acc_next, &segs[s], lr, momentum, beta, eps);
+        else sm3_vector(param, grad, m, acc, acc_next, &segs[s], lr, momentum, beta, eps);
     }
 }
 
