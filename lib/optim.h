@@ -83,9 +83,10 @@ struct neox_optimizer {
     size_t n;                      // elements updated
     int nstate;                    // state buffers these settings keep
     float *state[NEOX_OPTIMIZER_MAX_STATE];  // nstate buffers of n floats on be
-    // Per-tensor accumulators (types with per_tensor): every tensor the range touches, its
-    // accumulators in acc (nacc floats on be, whole on every rank that holds a part of the tensor:
-    // first the nacc_local that no other tensor-parallel rank shares, then those it does) and
+    // Per-tensor accumulators (types with per_tensor): every tensor of the flat buffer (the same
+    // ones on every rank of the data group, whatever its range), their accumulators in acc (nacc
+    // floats on be, whole: first the nacc_local that no other tensor-parallel rank shares, then
+    // those it does) and
     // acc_next, where a step forms the new ones before they replace acc.
     neox_optimizer_tensor *tensors;
     int ntensors;

@@ -82,7 +82,7 @@ static size_t place_accumulators(neox_optimizer_tensor *t, int n, int local, siz
     for (int i = 0; i < n; i++) {
         if (!t[i].matrix) {
             if (local) t[i].row_acc = at, at += t[i].numel;
-            t[i].col_acc = (size_t)-1;
+            t[i].col_acc = NEOX_SM3_NO_COLS;
             continue;
         }
         int rows_local = !t[i].cols_split, cols_local = !t[i].rows_split;  // (a row spans the columns)

@@ -1,5 +1,5 @@
-# tests/mpi/optimizer_layouts.sh: the optimizers neox.c adds beyond AdamW and SGD (lion, madgrad_wd,
-# sm3, cpu_torch_adam) under tp2, pp2 and dp2 ZeRO-1 (SM3 also ZeRO-3, whose partitions cut its
+# tests/mpi/optimizer_layouts.sh: the optimizers beyond AdamW (tests/mpi/layouts.sh's) — lion, madgrad_wd,
+# sm3, cpu_torch_adam and sgd — under tp2, pp2 and dp2 ZeRO-1 (SM3 also ZeRO-3, whose partitions cut its
 # matrices, whose row and column accumulators stay whole) against one rank: the same model and global batch
 # train 10 steps, and losses, evaluations and final parameters must equal the single-rank run's
 # within 1e-5 relative. The Llama-style model has no biases: a key bias's gradient is zero in exact
@@ -23,7 +23,7 @@ declare -A OPTIMIZERS=(
     [madgrad_wd]='{"type": "madgrad_wd", "params": {"lr": 0.01, "momentum": 0.9, "eps": 1.0e-6}}'
     [sm3]='{"type": "sm3", "params": {"lr": 0.01, "momentum": 0.5}}'
     [cpu_torch_adam]='{"type": "cpu_torch_adam", "params": {"lr": 0.003}}'
-    [sgd]='{"type": "sgd", "params": {"lr": 0.01}}'
+    [sgd]='{"type": "sgd", "params": {"lr": 0.01, "momentum": 0.9}}'
 )
 
 # run NAME RANKS: trains $T/NAME.yml on RANKS ranks and exports the final parameters.
@@ -32,12 +32,12 @@ run() {
     check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
 }
 
-for opt in lion madgrad_wd sm3 cpu_torch_adam; do
+for opt in lion madgrad_wd sm3 cpu_torch_adam sgd; do
     OPTIMIZER=${OPTIMIZERS[$opt]}
     config "$opt-one" llama 2 4 10 ""
     run "$opt-one" 1
     z1=$Z1
-    case $opt in madgrad_wd | sm3) z1="$Z1$ALLOW" ;; esac
+    case $opt in madgrad_wd | sm3 | sgd) z1="$Z1$ALLOW" ;; esac
     specs=("tp2 2 2 4 '$TP'" "pp2 2 2 4 '$PP'" "dp2z1 2 2 2 '$z1'")
     [ "$opt" = sm3 ] && specs+=("dp2z3 2 2 2 '$Z3$ALLOW'")
     for spec in "${specs[@]}"; do
