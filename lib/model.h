@@ -93,6 +93,12 @@ typedef struct neox_model_desc {
     // inputs apart from the residual stream in a store the model owns; both off: kept in place.
     int partition_recompute_inputs;
     int recompute_inputs_on_host;
+    // Megatron's sequence parallelism (docs/parallel.md, "Sequence parallel"), with tp_size > 1: the
+    // residual stream, the norms and the hidden dropouts hold 1/tp_size of the rows (B x T flattened,
+    // cut into tp_size contiguous pieces: with one sample per micro-batch, pieces of the sequence);
+    // the column-parallel linears' inputs are all-gathered and the row-parallel linears' outputs
+    // reduce-scattered. Needs T divisible by tp_size (neox_model_plan refuses others).
+    int sequence_parallel;
     neox_naming naming;
     // This rank's part of the model; zeros mean the whole model (neox_model_desc_check fills them).
     int tp_size, tp_rank;         // tensor parallel
@@ -400,6 +406,9 @@ size_t neox_model_host_recompute_bytes(const neox_model *m);
 // output in neox_model_stage_output and takes the gradient of that output in
 // neox_model_stage_output_grad (filled before backward). After backward, a stage without the
 // embedding leaves the gradient of its input in neox_model_stage_input_grad (until the next backward).
+// Each holds neox_model_stream_floats(desc, B, T) floats: (B, T, C), or under sequence parallelism
+// this rank's 1/tp_size of its rows.
+size_t neox_model_stream_floats(const neox_model_desc *d, int B, int T);
 float *neox_model_stage_input(neox_model *m);
 const float *neox_model_stage_output(const neox_model *m);
 float *neox_model_stage_output_grad(neox_model *m);

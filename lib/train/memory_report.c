@@ -38,7 +38,7 @@ void neox_train_memory_owners(const neox_trainer *t, neox_memory_owner_fn fn, vo
     // update (stages 1, 2; the exchange adds its buckets' own).
     own(fn, ctx, "partition all-gather scratch", COMM, (double)neox_train_gather_scratch_bytes(t));
     own(fn, ctx, "pipeline gradient send", COMM,
-        t->pipe_grad_send ? (double)t->rows * t->seq_length * m->desc.hidden_size * 4 : 0);
+        t->pipe_grad_send ? (double)neox_model_stream_floats(&m->desc, t->rows, t->seq_length) * 4 : 0);
     // (The gradients and their communication: the exchange's part; ZeRO-3, the offload, the
     // reference model: theirs.)
     neox_train_parts_memory(t, fn, ctx);
