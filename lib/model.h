@@ -285,6 +285,7 @@ struct neox_model {
     float head_loss_scale;
     float *act_buf;
     size_t act_floats;
+    size_t layer_set_floats, layer_input_floats;  // one layer's saved set and kept input (neox_model_activation_layout)
     float *recompute_inputs_host;     // host memory of the kept layer inputs (recompute_inputs_on_host), else NULL
     size_t recompute_inputs_host_floats;
     int nslots, slot;
@@ -398,6 +399,17 @@ void neox_model_set_head_rows(neox_model *m, int rows);
 void neox_model_set_fused_head(neox_model *m, int on);
 // The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions (the backend's).
 size_t neox_model_activation_bytes(const neox_model *m);
+// The activation plan by layer (docs/memory.md, "Activations per layer"): per_layer, the bytes each
+// layer keeps from its forward to its backward for one micro-batch in flight (its input, with
+// checkpoint_activations this rank's piece of it, and otherwise its saved set too), held by layers x
+// slots; layer_set, one layer's saved set besides its input (under checkpoint_activations one such
+// set serves every layer's recomputation); rest, the remainder of neox_model_activation_bytes (the
+// stage's output, the head, the scratch every slot shares, the recomputation's set, 16-bit scratch).
+typedef struct neox_activation_layout {
+    size_t per_layer, layer_set, rest;
+    int layers, slots;
+} neox_activation_layout;
+neox_activation_layout neox_model_activation_layout(const neox_model *m);
 // The host memory holding kept layer inputs (desc.recompute_inputs_on_host; else 0).
 size_t neox_model_host_recompute_bytes(const neox_model *m);
 

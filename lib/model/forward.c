@@ -56,7 +56,7 @@ static plan_sizes sizes_of(const neox_model *m) {
 
 // Carves one slot's saved activations from *cur (backend memory) and *host_cur (host memory: the
 // checkpoint store's pieces when they are kept on the host).
-static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **host_cur) {
+static void carve_saved(neox_model *m, neox_acts *a, float **cur, float **host_cur) {
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
     size_t n = z.n, N = z.N, C = z.C, L = z.L, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
@@ -64,12 +64,15 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
         a->x = take(cur, n * C);
         size_t kept = L * (n * C / (size_t)neox_model_recompute_ways(d));
         a->kept = take(d->recompute_inputs_on_host ? host_cur : cur, kept);
+        m->layer_input_floats = kept / L;
     } else {
         a->x = take(cur, (L + 1) * n * C);
+        m->layer_input_floats = n * C;
     }
     size_t sets = d->checkpoint_activations ? 1 : L;
     for (size_t i = 0; i < sets; i++) {
         neox_layer_acts *la = &a->layers[i];
+        float *set_begin = *cur;
         la->ln1 = take(cur, n * C);
         la->ln1_mean = take(cur, n);
         la->ln1_rstd = take(cur, n);
@@ -102,6 +105,9 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
             la->moe.perm = (int *)take(cur, z.NK);
             la->moe.jx = d->moe_jitter_eps > 0.0f ? take(cur, N * C) : NULL;
         }
+        // (the dense layers' set: the smallest, where MoE layers plan more and the rest counts it)
+        size_t set = (size_t)(*cur - set_begin);
+        if (i == 0 || set < m->layer_set_floats) m->layer_set_floats = set;
     }
     for (size_t i = sets; i < L; i++) a->layers[i] = a->layers[0];
     if (neox_model_last_stage(d)) {
@@ -356,6 +362,17 @@ void neox_model_use_slot(neox_model *m, int slot) {
 
 size_t neox_model_activation_bytes(const neox_model *m) {
     return m->act_floats * sizeof(float) + m->half_elems * sizeof(uint16_t);
+}
+
+neox_activation_layout neox_model_activation_layout(const neox_model *m) {
+    const neox_model_desc *d = &m->desc;
+    neox_activation_layout o = {0, m->layer_set_floats * sizeof(float), 0, neox_model_shard(d).L, m->nslots};
+    // the input a layer keeps, and its saved set unless one set serves every layer's recomputation;
+    // inputs kept on the host are not the plan's (they are "offloaded")
+    size_t input = d->recompute_inputs_on_host ? 0 : m->layer_input_floats;
+    o.per_layer = (input + (d->checkpoint_activations ? 0 : m->layer_set_floats)) * sizeof(float);
+    o.rest = neox_model_activation_bytes(m) - (size_t)o.layers * (size_t)o.slots * o.per_layer;
+    return o;
 }
 
 size_t neox_model_host_recompute_bytes(const neox_model *m) { return m->recompute_inputs_host_floats * sizeof(float); }
