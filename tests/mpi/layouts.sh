@@ -9,7 +9,8 @@
 # dp2 ZeRO-3. Sequence parallelism (tp2sp, with pp2, with dp2; the Llama-style model with dropout and
 # activation checkpointing) follows the single-rank run too. Checkpoints move across layouts
 # (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
-# group moves per step equal the analytical count. Killing one rank ends the job with `latest` intact.
+# group moves per step equal the analytical count (tp2 with sequence_parallel: all-gathers and
+# reduce-scatters in place of the all-reduces). Killing one rank ends the job with `latest` intact.
 source tests/lib.sh
 
 need_mpi "3-D parallel layouts" || exit 0
@@ -196,6 +197,7 @@ volume dp2 2 2 2 ""
 volume dp2z1 2 2 2 "$Z1"
 volume dp2z2 2 2 2 "$Z2"
 volume tp2 2 2 4 "$TP"
+volume tp2sp 2 2 4 "$TP$SP"
 volume pp2 2 2 4 "$PP"
 
 # One rank killed mid-run: the job ends with a failure, no hang, and `latest` names a sound checkpoint.
