@@ -167,13 +167,16 @@ EOF2
 }
 SP=', "sequence_parallel": true' CK=', "checkpoint_activations": true'
 LAYERS=1 HIDDEN=64 SEQ=64 MICRO=1 act tp2tiny 2 ""
-for spec in "tp2 ''" "tp2sp '$SP'" "tp2ck '$CK'" "tp2spck '$SP$CK'"; do
+PA=', "partition_activations": true'  # (sequence parallelism keeps each rank's rows already: a notice says so)
+for spec in "tp2 ''" "tp2sp '$SP'" "tp2ck '$CK'" "tp2spck '$SP$CK$PA'"; do
     eval "set -- $spec"
     act "$1" 2 "$2"
     check_output "$1: each rank's measured peak within its plan plus the libraries'" "^rank 1" \
         python3 tests/mpi/memory_check.py startup "$T/$1" "$T/tp2tiny" 2
     sed 's/^/# /' "$_last_out"
 done
+check "sequence_parallel says partition_activations has no effect beside it" \
+    grep -q "no effect in this run: partition_activations (sequence_parallel" "$T/tp2spck.out"
 check_output "activations per layer follow the formula at tp2, with and without sequence_parallel" "saved" \
     python3 tests/mpi/memory_check.py activations "$T" 2 2 256 256 8 tp2 tp2sp tp2ck tp2spck
 sed 's/^/# /' "$_last_out"
