@@ -93,6 +93,12 @@ typedef struct neox_model_desc {
     // inputs apart from the residual stream in a store the model owns; both off: kept in place.
     int partition_recompute_inputs;
     int recompute_inputs_on_host;
+    // Megatron's sequence parallelism (docs/parallel.md, "Sequence parallel"), with tp_size > 1: the
+    // residual stream, the norms and the hidden dropouts hold 1/tp_size of the rows (B x T flattened,
+    // cut into tp_size contiguous pieces: with one sample per micro-batch, pieces of the sequence);
+    // the column-parallel linears' inputs are all-gathered and the row-parallel linears' outputs
+    // reduce-scattered. Needs T divisible by tp_size (neox_model_plan refuses others).
+    int sequence_parallel;
     neox_naming naming;
     // This rank's part of the model; zeros mean the whole model (neox_model_desc_check fills them).
     int tp_size, tp_rank;         // tensor parallel
@@ -279,6 +285,7 @@ struct neox_model {
     float head_loss_scale;
     float *act_buf;
     size_t act_floats;
+    size_t layer_set_floats, layer_input_floats;  // one layer's saved set and kept input (neox_model_activation_layout)
     float *recompute_inputs_host;     // host memory of the kept layer inputs (recompute_inputs_on_host), else NULL
     size_t recompute_inputs_host_floats;
     int nslots, slot;
@@ -392,6 +399,17 @@ void neox_model_set_head_rows(neox_model *m, int rows);
 void neox_model_set_fused_head(neox_model *m, int on);
 // The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions (the backend's).
 size_t neox_model_activation_bytes(const neox_model *m);
+// The activation plan by layer (docs/memory.md, "Activations per layer"): per_layer, the bytes each
+// layer keeps from its forward to its backward for one micro-batch in flight (its input, with
+// checkpoint_activations this rank's piece of it, and otherwise its saved set too), held by layers x
+// slots; layer_set, one layer's saved set besides its input (under checkpoint_activations one such
+// set serves every layer's recomputation); rest, the remainder of neox_model_activation_bytes (the
+// stage's output, the head, the scratch every slot shares, the recomputation's set, 16-bit scratch).
+typedef struct neox_activation_layout {
+    size_t per_layer, layer_set, rest;
+    int layers, slots;
+} neox_activation_layout;
+neox_activation_layout neox_model_activation_layout(const neox_model *m);
 // The host memory holding kept layer inputs (desc.recompute_inputs_on_host; else 0).
 size_t neox_model_host_recompute_bytes(const neox_model *m);
 
@@ -400,6 +418,9 @@ size_t neox_model_host_recompute_bytes(const neox_model *m);
 // output in neox_model_stage_output and takes the gradient of that output in
 // neox_model_stage_output_grad (filled before backward). After backward, a stage without the
 // embedding leaves the gradient of its input in neox_model_stage_input_grad (until the next backward).
+// Each holds neox_model_stream_floats(desc, B, T) floats: (B, T, C), or under sequence parallelism
+// this rank's 1/tp_size of its rows.
+size_t neox_model_stream_floats(const neox_model_desc *d, int B, int T);
 float *neox_model_stage_input(neox_model *m);
 const float *neox_model_stage_output(const neox_model *m);
 float *neox_model_stage_output_grad(neox_model *m);

@@ -110,7 +110,7 @@ checkpoint data_types
 hostfile include exclude num_nodes num_gpus master_port master_addr launcher force_multi autotuning_run
 no_ssh_check comment account
 moe_lbl_in_fp32
-sequence_parallel checkpoint_num_layers loss_scale hysteresis loss_scale_window min_scale
+checkpoint_num_layers loss_scale hysteresis loss_scale_window min_scale
 """.split())
 
 # Keys whose non-default value is refused, with the feature it would select.

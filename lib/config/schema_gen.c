@@ -25,7 +25,7 @@ const neox_key_spec neox_key_specs[] = {
      .feature = NULL, .group = "NeoXArgsParallelism", .use = NEOX_KEY_USED, .nullable = 0, .derived = 1,
      .min = 1, .max = 0},
     {.name = "sequence_parallel", .type = NEOX_TYPE_BOOL, .default_text = "false", .choices = NULL, .supported = NULL,
-     .feature = NULL, .group = "NeoXArgsParallelism", .use = NEOX_KEY_IGNORED, .nullable = 0, .derived = 0,
+     .feature = NULL, .group = "NeoXArgsParallelism", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 0},
     {.name = "precision", .type = NEOX_TYPE_CHOICE, .default_text = NULL, .choices = "fp16|fp32|bfloat16", .supported = NULL,
      .feature = NULL, .group = "NeoXArgsModel", .use = NEOX_KEY_USED, .nullable = 1, .derived = 0,

@@ -4,7 +4,10 @@
 // counter-based seeds, so the recomputation is identical). Under tensor
 // parallelism the gradient entering each column-parallel linear's input is a partial sum, reduced
 // over the tensor-parallel group before the (replicated) norm's backward; replicated parameters
-// get the same gradient on every rank. Each linear layer computes its weight gradients before its
+// get the same gradient on every rank. Under sequence parallelism the mirror of forward's exchanges:
+// each row-parallel linear's output gradient is all-gathered, each column-parallel linear's input
+// gradient reduce-scattered to this rank's rows (in place of the all-reduce), and the norms'
+// weight gradients, made from this rank's rows only, all-reduced over the group. Each linear layer computes its weight gradients before its
 // input gradient, and after every operation that finishes parameters (and after the long ones that
 // finish none) the grads_ready hook is told which became final, so the data-parallel reduction of a
 // bucket starts as early as possible and the communication in flight is progressed often (MPI moves
@@ -14,13 +17,48 @@
 #include "kernels/backend.h"
 #include "model_internal.h"
 
-static void norm_backward(const neox_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                          const float *w, const float *mean, const float *rstd, int N) {
+static void norm_backward_rows(const neox_model *m, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean, const float *rstd, int N) {
     const neox_model_desc *d = &m->desc;
     if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, m->act_elem);
     else if (d->norm == NEOX_NORM_SCALENORM)
         m->be->scalenorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, d->norm_eps);
     else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size, m->act_elem);
+}
+
+// A norm's backward over the residual stream's rows on this rank. Under sequence parallelism its
+// weight (and bias) gradients from these rows are summed over the tensor-parallel group before they
+// are added: every rank then holds the whole gradient of the replicated weights.
+static void norm_backward(neox_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd) {
+    neox_acts *a = m->acts;
+    int n = neox_model_stream_rows(m), C = m->desc.hidden_size;
+    if (!a->seq_dnorm) {
+        norm_backward_rows(m, dinp, dw, db, dout, inp, w, mean, rstd, n);
+        return;
+    }
+    float *sw = a->seq_dnorm, *sb = db ? a->seq_dnorm + C : NULL;
+    size_t count = m->desc.norm == NEOX_NORM_SCALENORM ? 1 : (size_t)C;  // (scalenorm: one scalar)
+    m->be->memset_zero(a->seq_dnorm, 2 * (size_t)C * sizeof(float));
+    norm_backward_rows(m, dinp, sw, sb, dout, inp, w, mean, rstd, n);
+    neox_allreduce_sum(m->tp, a->seq_dnorm, sb ? 2 * (size_t)C : count, NEOX_F32);
+    m->be->add_inplace(dw, sw, count);
+    if (sb) m->be->add_inplace(db, sb, (size_t)C);
+}
+
+// The input gradient of a column-parallel linear, partial sums of (N, C) rows, as the rows of the
+// residual stream here: all-reduced in place, or under sequence parallelism reduce-scattered into
+// seq_whole's piece `slot` (two may be live at once: parallel residual's dln1 and dln2).
+static const float *reduce_input_grad(neox_model *m, float *partial, int slot) {
+    neox_acts *a = m->acts;
+    size_t nC = (size_t)neox_model_stream_rows(m) * m->desc.hidden_size;
+    if (!a->seq_whole) {
+        neox_model_tp_reduce(m, partial, nC);
+        return partial;
+    }
+    float *out = a->seq_whole + (size_t)slot * nC;
+    neox_reduce_scatter_sum(m->tp, partial, out, nC, NEOX_F32);
+    return out;
 }
 
 // The gradient reaching a branch output through its hidden dropout: dx itself, or a masked copy.
@@ -87,11 +125,13 @@ static void mlp_backward(neox_model *m, int l, const int *group, const float *dy
     neox_layer_params *g = &m->g.layers[l];
     int N = m->B * m->T, C = d->hidden_size, F = s.F;
     int FC = neox_activation_gated(d->activation) ? 2 * F : F;
+    dy = neox_model_seq_gather(m, dy);
     linear_backward(m, group[GROUP_FC2], group[GROUP_END], a->dact, g->fc2_w, g->fc2_b, dy, la->act, p->fc2_w, N, F, C);
     neox_act_fn fn = neox_activation_function(d->activation);
     if (neox_activation_gated(d->activation)) m->be->gated_backward(a->dfc, a->dact, la->fc, N, F, fn, m->act_elem);
     else m->be->activation_backward(a->dfc, a->dact, la->fc, (size_t)N * F, fn, m->act_elem);
-    linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, la->ln2, p->fc_w, N, C, FC);
+    linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, neox_model_seq_gather(m, la->ln2),
+                    p->fc_w, N, C, FC);
 }
 
 // Attention branch: from the gradient of its output to dln1 (this rank's partial sum of it).
@@ -104,6 +144,7 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
     neox_layer_params *g = &m->g.layers[l];
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
     int HS = d->head_size, W = (NH + 2 * NKV) * HS;
+    dy = neox_model_seq_gather(m, dy);
     linear_backward(m, group[GROUP_PROJ], group[GROUP_FC], a->datt, g->proj_w, g->proj_b, dy, la->att, p->proj_w, N,
                     NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
@@ -125,8 +166,8 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
     }
     m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
                      m->act_elem);
-    linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv, la->ln1, p->qkv_w, N, C,
-                    W);
+    linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv,
+                    neox_model_seq_gather(m, la->ln1), p->qkv_w, N, C, W);
 }
 
 // a->dx holds the gradient of x[l + 1] on entry and of x[l] on return.
@@ -137,9 +178,8 @@ static void layer_backward(neox_model *m, int l) {
     neox_layer_acts *la = &a->layers[l - s.l0];
     const neox_layer_params *p = &m->w.layers[l];
     neox_layer_params *g = &m->g.layers[l];
-    int N = m->B * m->T;
-    size_t NC = (size_t)N * d->hidden_size;
-    float *dln1 = a->dln, *dln2 = a->dln + NC;
+    size_t NC = (size_t)m->B * m->T * d->hidden_size;
+    float *dln1 = a->dln, *dln2 = a->dln + NC;  // (N, C) each: partial sums over the tensor-parallel group
     int group[GROUP_END + 1];
     layer_groups(m, l, group);
     if (neox_model_recompute_store(d)) neox_model_fetch_recompute_input(m, l - s.l0);
@@ -162,17 +202,26 @@ static void layer_backward(neox_model *m, int l) {
         // Both branches read d x[l+1] before either norm adds its part into it; one reduction
         // completes both partial sums.
         attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_ATTN_OUT), dln1);
-        neox_model_tp_reduce(m, a->dln, 2 * NC);
-        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
+        const float *d2, *d1;
+        if (a->seq_whole) {
+            d2 = reduce_input_grad(m, dln2, 1);
+            d1 = reduce_input_grad(m, dln1, 0);
+        } else {
+            neox_model_tp_reduce(m, a->dln, 2 * NC);
+            d2 = dln2, d1 = dln1;
+        }
+        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, d2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
+        norm_backward(m, a->dx, g->ln1_w, g->ln1_b, d1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd);
     } else {
-        if (!neox_model_moe_layer(d, l)) neox_model_tp_reduce(m, dln2, NC);  // a MoE's is whole on every rank
-        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, dln2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd, N);
+        // (a MoE's input gradient is whole on every rank; sequence parallelism refuses MoE layers)
+        const float *d2 = neox_model_moe_layer(d, l) ? dln2 : reduce_input_grad(m, dln2, 0);
+        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, d2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
         attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_ATTN_OUT), dln1);
-        neox_model_tp_reduce(m, dln1, NC);
+        norm_backward(m, a->dx, g->ln1_w, g->ln1_b, reduce_input_grad(m, dln1, 0), x, p->ln1_w, la->ln1_mean,
+                      la->ln1_rstd);
     }
-    norm_backward(m, a->dx, g->ln1_w, g->ln1_b, dln1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd, N);
     grads_ready(m, group[GROUP_LN1], group[GROUP_LN2]);
 }
 
@@ -253,7 +302,6 @@ static void head_backward(neox_model *m, float loss_scale) {
     neox_shard s = neox_model_shard(d);
     neox_acts *a = m->acts;
     int N = m->B * m->T, C = d->hidden_size;
-    size_t NC = (size_t)N * C;
     int OC = neox_model_head_cols(d);
     // The head's parameters are the final norm's, then the output layer's; with tied weights on
     // one stage the output layer is the embedding, which is final only after the embedding's
@@ -291,12 +339,15 @@ static void head_backward(neox_model *m, float loss_scale) {
             }
         }
     }
-    // A vocabulary shard's input gradient is a partial sum; the replicated value head's is whole.
-    if (!d->value_head) neox_model_tp_reduce(m, a->dln, NC);
+    // A vocabulary shard's input gradient is a partial sum; the replicated value head's is whole
+    // (under sequence parallelism this rank's rows of it are taken).
+    const float *dlnf = a->dln;
+    if (!d->value_head) dlnf = reduce_input_grad(m, a->dln, 0);
+    else dlnf += (size_t)neox_model_stream_row0(m) * C;
     a->head_done = 0;
-    m->be->memset_zero(a->dx, NC * sizeof(float));
-    norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, a->dln, neox_model_stage_out(m), m->w.lnf_w, a->lnf_mean,
-                  a->lnf_rstd, N);
+    m->be->memset_zero(a->dx, neox_model_stream_floats(d, m->B, m->T) * sizeof(float));
+    norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, dlnf, neox_model_stage_out(m), m->w.lnf_w, a->lnf_mean,
+                  a->lnf_rstd);
     grads_ready(m, head, out);
 }
 
@@ -322,7 +373,8 @@ void neox_model_backward(neox_model *m, float loss_scale) {
     neox_profile_scope(NEOX_PHASE_BACKWARD, -1);
     if (neox_model_first_stage(d)) {  // (otherwise the caller sends a->dx to the previous stage)
         if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, a->dx, a->dx, -1, NEOX_SITE_ATTN_OUT);
-        m->be->embedding_backward(m->g.wte, m->g.wpe, a->dx, a->ids, m->B, m->T, d->hidden_size, m->act_elem);
+        const float *dx = neox_model_seq_gather(m, a->dx);  // (every row's, for the rows of the ids)
+        m->be->embedding_backward(m->g.wte, m->g.wpe, dx, a->ids, m->B, m->T, d->hidden_size, m->act_elem);
         grads_ready(m, 0, m->layer_first_param[0]);
     }
     // What follows a backward, until the next forward, is the update: the gradients' reduction,

@@ -3,7 +3,9 @@
 // tensor parallelism the embedding and cross-entropy are vocab-parallel and each layer runs
 // Megatron's column-parallel (QKV, first MLP projection) and row-parallel (attention output,
 // second MLP projection) linears; row-parallel partial sums are reduced over the tensor-parallel
-// group and their bias added once, after the reduction.
+// group and their bias added once, after the reduction. Under sequence parallelism the residual
+// stream, norms and hidden dropouts keep this rank's rows only: the reduction becomes a
+// reduce-scatter of rows and each column-parallel linear's input is all-gathered first.
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@ static float *take(float **cursor, size_t n) {
 // The shard's sizes the plan is cut by: rows N = B*T, the fused QKV width W, the first MLP
 // projection's width FC (both swiglu halves).
 typedef struct plan_sizes {
+    size_t n;  // the residual stream's rows on this rank: N, or N / tp_size under sequence parallelism
     size_t N, C, L, HS, NH, NKV, W, F, FC;
     size_t NK, E, Fe;  // Mixture of Experts: token slots, experts, expert width (0 without)
     size_t NR;         // rows this rank's experts can receive: NK, or under expert parallelism the worst case
@@ -37,7 +40,7 @@ static size_t moe_received_rows(const neox_model_desc *d, size_t N) {
 static plan_sizes sizes_of(const neox_model *m) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
-    plan_sizes z = {(size_t)m->B * m->T, (size_t)d->hidden_size, (size_t)s.L, (size_t)d->head_size, (size_t)s.NH,
+    plan_sizes z = {(size_t)neox_model_stream_rows(m), (size_t)m->B * m->T, (size_t)d->hidden_size, (size_t)s.L, (size_t)d->head_size, (size_t)s.NH,
                     (size_t)s.NKV, 0, (size_t)s.F, 0, 0, 0, 0, 0, 0};
     z.W = (z.NH + 2 * z.NKV) * z.HS;
     z.FC = neox_activation_gated(d->activation) ? 2 * z.F : z.F;
@@ -53,23 +56,26 @@ static plan_sizes sizes_of(const neox_model *m) {
 
 // Carves one slot's saved activations from *cur (backend memory) and *host_cur (host memory: the
 // checkpoint store's pieces when they are kept on the host).
-static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **host_cur) {
+static void carve_saved(neox_model *m, neox_acts *a, float **cur, float **host_cur) {
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
-    size_t N = z.N, C = z.C, L = z.L, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
+    size_t n = z.n, N = z.N, C = z.C, L = z.L, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
     if (neox_model_recompute_store(d)) {
-        a->x = take(cur, N * C);
-        size_t kept = L * (N * C / (size_t)neox_model_recompute_ways(d));
+        a->x = take(cur, n * C);
+        size_t kept = L * (n * C / (size_t)neox_model_recompute_ways(d));
         a->kept = take(d->recompute_inputs_on_host ? host_cur : cur, kept);
+        m->layer_input_floats = kept / L;
     } else {
-        a->x = take(cur, (L + 1) * N * C);
+        a->x = take(cur, (L + 1) * n * C);
+        m->layer_input_floats = n * C;
     }
     size_t sets = d->checkpoint_activations ? 1 : L;
     for (size_t i = 0; i < sets; i++) {
         neox_layer_acts *la = &a->layers[i];
-        la->ln1 = take(cur, N * C);
-        la->ln1_mean = take(cur, N);
-        la->ln1_rstd = take(cur, N);
+        float *set_begin = *cur;
+        la->ln1 = take(cur, n * C);
+        la->ln1_mean = take(cur, n);
+        la->ln1_rstd = take(cur, n);
         la->qkv = take(cur, N * W);
         la->q = take(cur, N * NH * HS);
         la->k = take(cur, N * NKV * HS);
@@ -82,10 +88,10 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
         }
         la->att = take(cur, N * NH * HS);
         la->lse = take(cur, N * NH);
-        la->mid = d->parallel_residual ? NULL : take(cur, N * C);
-        la->ln2 = take(cur, N * C);
-        la->ln2_mean = take(cur, N);
-        la->ln2_rstd = take(cur, N);
+        la->mid = d->parallel_residual ? NULL : take(cur, n * C);
+        la->ln2 = take(cur, n * C);
+        la->ln2_mean = take(cur, n);
+        la->ln2_rstd = take(cur, n);
         la->fc = take(cur, N * FC);
         la->act = take(cur, N * F);
         if (d->checkpoint_activations ? neox_model_has_moe(d) : neox_model_moe_layer(d, d->layer_begin + (int)i)) {
@@ -99,12 +105,15 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
             la->moe.perm = (int *)take(cur, z.NK);
             la->moe.jx = d->moe_jitter_eps > 0.0f ? take(cur, N * C) : NULL;
         }
+        // (the dense layers' set: the smallest, where MoE layers plan more and the rest counts it)
+        size_t set = (size_t)(*cur - set_begin);
+        if (i == 0 || set < m->layer_set_floats) m->layer_set_floats = set;
     }
     for (size_t i = sets; i < L; i++) a->layers[i] = a->layers[0];
     if (neox_model_last_stage(d)) {
-        a->lnf = take(cur, N * C);
-        a->lnf_mean = take(cur, N);
-        a->lnf_rstd = take(cur, N);
+        a->lnf = take(cur, N * C);  // whole: the output layer's input (gathered under sequence parallelism)
+        a->lnf_mean = take(cur, n);
+        a->lnf_rstd = take(cur, n);
         a->logits = take(cur, (size_t)m->head_rows * neox_model_head_cols(d));
         a->ce_lse = take(cur, N);
         a->mask = take(cur, N);
@@ -117,19 +126,22 @@ static void carve_saved(const neox_model *m, neox_acts *a, float **cur, float **
 static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
-    size_t N = z.N, T = m->T, C = z.C, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
+    size_t n = z.n, N = z.N, T = m->T, C = z.C, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
     size_t R = d->rotary_dims ? d->rotary_dims : 2;
     a->cos = take(cur, T * R / 2);
     a->sin = take(cur, T * R / 2);
     a->alibi = d->pos_emb == NEOX_POS_ALIBI ? take(cur, NH) : NULL;
-    a->branch = take(cur, N * C);
-    a->gather = neox_model_recompute_store(d) ? take(cur, N * C) : NULL;
+    a->branch = take(cur, n * C);
+    a->gather = neox_model_recompute_store(d) ? take(cur, n * C) : NULL;
+    int seq = neox_model_seq_ways(d) > 1;
+    a->seq_whole = seq ? take(cur, N * C) : NULL;
+    a->seq_dnorm = seq ? take(cur, 2 * C) : NULL;
     a->ce_max = take(cur, N);
     a->ce_stats = (double *)take(cur, 4 * N);
     a->ce_loss = (double *)take(cur, 4);
-    a->dx = take(cur, N * C);
+    a->dx = take(cur, n * C);
     a->dln = take(cur, 2 * N * C);
-    a->dbranch = take(cur, N * C);
+    a->dbranch = take(cur, n * C);
     a->dqkv = take(cur, N * W);
     a->dq = take(cur, N * NH * HS);
     a->dk = take(cur, N * NKV * HS);
@@ -292,6 +304,16 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
         return neox_fail(err, NEOX_EXIT_USAGE, "expert parallelism: an all-to-all of up to %zu rows of %d elements is too "
                          "large for MPI's counts (2^31); lower micro batch size or seq_length",
                          moe_received_rows(d, (size_t)B * T), d->hidden_size);
+    int P = neox_model_seq_ways(d);
+    if (P > 1 && T % P != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "sequence_parallel: seq_length %d is not divisible by model_parallel_size %d",
+                         T, P);
+    if (P > 1 && neox_model_has_moe(d))
+        return neox_fail(err, NEOX_EXIT_USAGE, "sequence_parallel with a Mixture of Experts (moe_num_experts) is not "
+                         "supported");
+    if (P > 1 && neox_model_recompute_store(d))
+        return neox_fail(err, NEOX_EXIT_USAGE, "sequence_parallel with checkpoint_in_cpu or partition_activations is not "
+                         "supported (sequence parallelism keeps 1/%d of each layer input already)", P);
     neox_model_free_plan(m);
     m->B = B;
     m->T = T;
@@ -342,6 +364,17 @@ size_t neox_model_activation_bytes(const neox_model *m) {
     return m->act_floats * sizeof(float) + m->half_elems * sizeof(uint16_t);
 }
 
+neox_activation_layout neox_model_activation_layout(const neox_model *m) {
+    const neox_model_desc *d = &m->desc;
+    neox_activation_layout o = {0, m->layer_set_floats * sizeof(float), 0, neox_model_shard(d).L, m->nslots};
+    // the input a layer keeps, and its saved set unless one set serves every layer's recomputation;
+    // inputs kept on the host are not the plan's (they are "offloaded")
+    size_t input = d->recompute_inputs_on_host ? 0 : m->layer_input_floats;
+    o.per_layer = (input + (d->checkpoint_activations ? 0 : m->layer_set_floats)) * sizeof(float);
+    o.rest = neox_model_activation_bytes(m) - (size_t)o.layers * (size_t)o.slots * o.per_layer;
+    return o;
+}
+
 size_t neox_model_host_recompute_bytes(const neox_model *m) { return m->recompute_inputs_host_floats * sizeof(float); }
 
 const float *neox_model_logits(const neox_model *m) { return ((const neox_acts *)m->acts)->logits; }
@@ -361,9 +394,10 @@ unsigned long long neox_model_dropout_seed(const neox_model *m, int layer, int s
 
 void neox_model_hidden_dropout(const neox_model *m, float *out, const float *inp, int layer, int site) {
     const neox_acts *a = m->acts;
-    size_t NC = (size_t)m->B * m->T * m->desc.hidden_size;
-    unsigned long long offset = a->dropout_row0 * (unsigned long long)m->T * (unsigned long long)m->desc.hidden_size;
-    m->be->dropout(out, inp, NC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset, m->act_elem);
+    size_t C = (size_t)m->desc.hidden_size, nC = (size_t)neox_model_stream_rows(m) * C;
+    // (the rank's rows under sequence parallelism: their counters, so the masks are the whole rows')
+    unsigned long long offset = (a->dropout_row0 * (unsigned long long)m->T + (unsigned long long)neox_model_stream_row0(m)) * C;
+    m->be->dropout(out, inp, nC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset, m->act_elem);
 }
 
 neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout, int layer) {
@@ -388,6 +422,29 @@ void neox_model_tp_reduce(neox_model *m, float *x, size_t n) {
     if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, x, n, NEOX_F32);
 }
 
+const float *neox_model_seq_gather(neox_model *m, const float *local) {
+    neox_acts *a = m->acts;
+    if (!a->seq_whole) return local;
+    neox_allgather(m->tp, local, a->seq_whole, (size_t)neox_model_stream_rows(m) * m->desc.hidden_size, NEOX_F32);
+    return a->seq_whole;
+}
+
+// The tensor-parallel sum of the partial (N, C) rows in whole, into this rank's rows: all of them in
+// place, or under sequence parallelism its n rows in out (a reduce-scatter). Returns the rows.
+static float *seq_reduce(neox_model *m, float *whole, float *out) {
+    size_t nC = (size_t)neox_model_stream_rows(m) * m->desc.hidden_size;
+    if (neox_model_seq_ways(&m->desc) == 1) {
+        neox_model_tp_reduce(m, whole, nC);
+        return whole;
+    }
+    neox_reduce_scatter_sum(m->tp, whole, out, nC, NEOX_F32);
+    return out;
+}
+
+size_t neox_model_stream_floats(const neox_model_desc *d, int B, int T) {
+    return (size_t)B * T * d->hidden_size / (size_t)neox_model_seq_ways(d);
+}
+
 void neox_model_norm_forward(const neox_backend *be, const neox_model_desc *d, float *out, float *mean, float *rstd,
                              const float *inp, const float *w, const float *b, int N, neox_elem act) {
     int C = d->hidden_size;
@@ -401,14 +458,17 @@ static void norm_forward(const neox_model *m, float *out, float *mean, float *rs
     neox_model_norm_forward(m->be, &m->desc, out, mean, rstd, inp, w, b, N, m->act_elem);
 }
 
-// A row-parallel linear: out (N, C) = the sum over tensor-parallel ranks of inp (N, IC) @ w^T
-// (IC this rank's columns), then + bias once.
+// A row-parallel linear: out (n, C) = the sum over tensor-parallel ranks of inp (N, IC) @ w^T
+// (IC this rank's columns), then + bias once; n = N, or this rank's rows under sequence parallelism
+// (the partial sums made in seq_whole and reduce-scattered).
 static void row_parallel_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
                                  int IC) {
+    neox_acts *a = m->acts;
     int C = m->desc.hidden_size;
-    neox_model_linear_forward(m, out, inp, w, NULL, N, IC, C);
-    neox_model_tp_reduce(m, out, (size_t)N * C);
-    if (bias) m->be->add_bias(out, bias, N, C, m->act_elem);
+    float *partial = a->seq_whole ? a->seq_whole : out;
+    neox_model_linear_forward(m, partial, inp, w, NULL, N, IC, C);
+    seq_reduce(m, partial, out);
+    if (bias) m->be->add_bias(out, bias, neox_model_stream_rows(m), C, m->act_elem);
 }
 
 // A branch output's hidden dropout, in place.
@@ -427,7 +487,7 @@ static void add_branch(neox_model *m, float *out, const float *res, float *branc
 static void add_branch_norm(neox_model *m, float *sum, float *out, float *mean, float *rstd, const float *res,
                             float *branch, const float *w, const float *b, int layer, int site) {
     const neox_model_desc *d = &m->desc;
-    int N = m->B * m->T, C = d->hidden_size;
+    int N = neox_model_stream_rows(m), C = d->hidden_size;
     branch_dropout(m, branch, layer, site);
     if (d->norm == NEOX_NORM_RMSNORM) {
         m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps, m->act_elem);
@@ -461,11 +521,12 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     const neox_layer_params *p = &m->w.layers[l];
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
     int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = s.F, gated = neox_activation_gated(d->activation);
-    size_t NC = (size_t)N * C;
+    int n = neox_model_stream_rows(m);  // the residual stream's rows here (N, or this rank's under sequence parallelism)
+    size_t nC = (size_t)n * C;
 
-    // attention over this rank's heads
-    norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
-    neox_model_linear_forward(m, la->qkv, la->ln1, p->qkv_w, p->qkv_b, N, C, W);
+    // attention over this rank's heads, on every row
+    norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, n);
+    neox_model_linear_forward(m, la->qkv, neox_model_seq_gather(m, la->ln1), p->qkv_w, p->qkv_b, N, C, W);
     if (d->qk_norm) {
         be->qkv_split(la->qraw, la->kraw, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX, m->act_elem);
         qk_norm_forward(m, l, la);
@@ -484,23 +545,23 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
 
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
     if (d->parallel_residual) {
-        add_branch(m, y, x, a->branch, NC, l, NEOX_SITE_ATTN_OUT);
-        norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, x, p->ln2_w, p->ln2_b, N);
+        add_branch(m, y, x, a->branch, nC, l, NEOX_SITE_ATTN_OUT);
+        norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, x, p->ln2_w, p->ln2_b, n);
     } else {
         add_branch_norm(m, la->mid, la->ln2, la->ln2_mean, la->ln2_rstd, x, a->branch, p->ln2_w, p->ln2_b, l,
                         NEOX_SITE_ATTN_OUT);
     }
     if (neox_model_moe_layer(d, l)) {  // GPT-NeoX adds a MoE's output without dropout (it has no bias)
         neox_model_moe_forward(m, l, &la->moe, la->ln2, a->branch, N, m->training, 0);
-        be->add(y, la->mid, a->branch, NC, m->act_elem);
+        be->add(y, la->mid, a->branch, nC, m->act_elem);
         return;
     }
-    neox_model_linear_forward(m, la->fc, la->ln2, p->fc_w, p->fc_b, N, C, gated ? 2 * F : F);
+    neox_model_linear_forward(m, la->fc, neox_model_seq_gather(m, la->ln2), p->fc_w, p->fc_b, N, C, gated ? 2 * F : F);
     neox_act_fn fn = neox_activation_function(d->activation);
     if (gated) be->gated_forward(la->act, la->fc, N, F, fn, m->act_elem);
     else be->activation_forward(la->act, la->fc, (size_t)N * F, fn, m->act_elem);
     row_parallel_forward(m, a->branch, la->act, p->fc2_w, p->fc2_b, N, F);
-    add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, NC, l, NEOX_SITE_MLP_OUT);
+    add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, nC, l, NEOX_SITE_MLP_OUT);
 }
 
 // Layer l's forward within the stage's: from its input into the next layer's, or the stage's output
@@ -511,7 +572,7 @@ static void stage_layer_forward(neox_model *m, int l) {
     const neox_model_desc *d = &m->desc;
     neox_shard s = neox_model_shard(d);
     int i = l - s.l0;
-    size_t NC = (size_t)m->B * m->T * d->hidden_size;
+    size_t NC = (size_t)neox_model_stream_rows(m) * d->hidden_size;
     if (!neox_model_recompute_store(d)) {
         neox_model_layer_forward(m, l, neox_model_layer_input(m, i), neox_model_layer_input(m, i) + NC);
         return;
@@ -554,13 +615,13 @@ static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step)
 static void embed(neox_model *m) {
     const neox_model_desc *d = &m->desc;
     neox_acts *a = m->acts;
-    size_t NC = (size_t)m->B * m->T * d->hidden_size;
     float *x = neox_model_layer_input(m, 0);
+    float *partial = a->seq_whole ? a->seq_whole : x;  // (N, C); the sum is scattered by rows under sequence parallelism
     const float *wpe = d->tp_rank == 0 ? m->w.wpe : NULL;  // replicated: added once to the sum
     int step = neox_model_embed_piece_rows(m);
-    if (step) embed_in_pieces(m, x, wpe, step);
-    else m->be->embedding_forward(x, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size, m->act_elem);
-    neox_model_tp_reduce(m, x, NC);
+    if (step) embed_in_pieces(m, partial, wpe, step);
+    else m->be->embedding_forward(partial, a->ids, m->w.wte, wpe, m->B, m->T, d->hidden_size, m->act_elem);
+    seq_reduce(m, partial, x);
     if (m->training && d->hidden_dropout > 0.0f) neox_model_hidden_dropout(m, x, x, -1, NEOX_SITE_ATTN_OUT);
 }
 
@@ -746,7 +807,13 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     neox_range_push("forward head");
     const float *out = neox_model_stage_out(m);
     neox_model_use_head(m, 1);
-    norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
+    if (a->seq_whole) {  // the rank's rows normed, then gathered whole for the output layer
+        size_t nC = (size_t)neox_model_stream_rows(m) * d->hidden_size;
+        norm_forward(m, a->seq_whole, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, neox_model_stream_rows(m));
+        neox_allgather(m->tp, a->seq_whole, a->lnf, nC, NEOX_F32);
+    } else {
+        norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
+    }
     int rc = 0;
     if (targets) cross_entropy(m);
     else if (m->head_rows < N)

@@ -71,7 +71,7 @@ typedef struct neox_moe_route {
 // One slot: what a micro-batch keeps from its forward to its backward, plus pointers to the
 // scratch every slot shares.
 typedef struct neox_acts {
-    float *x;                          // (L + 1, N, C): the residual stream entering each local layer, then the last;
+    float *x;                          // (L + 1, n, C) (n: neox_model_stream_rows): the residual stream entering each local layer, then the last;
                                        // with a checkpoint store (N, C): the last only (the stage's output)
     float *kept;                       // with a checkpoint store: (L, N * C / P) this rank's piece of each local
                                        // layer's input, in backend memory or (recompute_inputs_on_host) host memory
@@ -89,13 +89,18 @@ typedef struct neox_acts {
     // shared
     float *cos, *sin;                  // (T, R/2)
     float *alibi;                      // (NH) this rank's ALiBi slopes (pos_emb alibi), else NULL
-    float *branch;                     // (N, C) output of the attention or MLP branch
+    float *branch;                     // (n, C) output of the attention or MLP branch (n: neox_model_stream_rows)
+    // Sequence parallel only (else NULL): (N, C) a norm's output all-gathered for a column-parallel
+    // linear, a row-parallel linear's partial sums before their reduce-scatter, and in backward the
+    // gathered output gradient and the reduce-scattered input gradients of the norms; (2C) a norm's
+    // weight and bias gradients from this rank's rows, before their all-reduce over the group.
+    float *seq_whole, *seq_dnorm;
     float *gather;                     // with a checkpoint store: (N, C) the input of the layer at work, whole
     int *gather_counts;                // (P) the pieces' sizes for the all-gather (host memory)
     float *ce_max;                     // (N) row maxima of the logits
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
     double *ce_loss;                   // (2) the masked sum of the rows' losses, the sum of the mask
-    float *dx, *dln, *dbranch;         // (N, C), (2, N, C): dln1 then dln2, adjacent for one reduction
+    float *dx, *dln, *dbranch;         // (n, C), (2, N, C), (n, C): dln1 then dln2, adjacent for one reduction
                                        // (dln1 holds the head's input gradient from a fused forward to its backward)
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
     float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NR, C), (NR, Fe) x 2, (max(NK, NR), C), (NK), (N, E)
@@ -123,6 +128,18 @@ static inline int neox_model_recompute_store(const neox_model_desc *d) {
 static inline int neox_model_recompute_ways(const neox_model_desc *d) {
     return d->partition_recompute_inputs && d->tp_size > 1 ? d->tp_size : 1;
 }
+// Sequence parallelism's ways: tp_size when desc.sequence_parallel, else 1.
+static inline int neox_model_seq_ways(const neox_model_desc *d) {
+    return d->sequence_parallel && d->tp_size > 1 ? d->tp_size : 1;
+}
+// The rows of the residual stream this rank holds (n = B T / ways) and the first of them among B T.
+static inline int neox_model_stream_rows(const neox_model *m) { return m->B * m->T / neox_model_seq_ways(&m->desc); }
+static inline int neox_model_stream_row0(const neox_model *m) {
+    return neox_model_seq_ways(&m->desc) > 1 ? m->desc.tp_rank * neox_model_stream_rows(m) : 0;
+}
+// Sequence parallel: the whole (N, C) rows of a local (n, C) tensor in seq_whole (an all-gather over
+// the tensor-parallel group), or the tensor itself without sequence parallelism.
+const float *neox_model_seq_gather(neox_model *m, const float *local);
 // Local layer i's input (the gather buffer under a store) and the stage's output, of the current slot.
 float *neox_model_layer_input(const neox_model *m, int i);
 float *neox_model_stage_out(const neox_model *m);

@@ -11,7 +11,7 @@
 
 // The floats of one layer input that this rank keeps, and where its piece starts in the whole.
 static size_t piece_floats(const neox_model *m) {
-    return (size_t)m->B * m->T * m->desc.hidden_size / (size_t)neox_model_recompute_ways(&m->desc);
+    return (size_t)neox_model_stream_rows(m) * m->desc.hidden_size / (size_t)neox_model_recompute_ways(&m->desc);
 }
 
 static size_t piece_start(const neox_model *m) {
@@ -21,13 +21,13 @@ static size_t piece_start(const neox_model *m) {
 float *neox_model_layer_input(const neox_model *m, int i) {
     const neox_acts *a = m->acts;
     if (neox_model_recompute_store(&m->desc)) return a->gather;
-    return a->x + (size_t)i * m->B * m->T * m->desc.hidden_size;
+    return a->x + (size_t)i * neox_model_stream_rows(m) * m->desc.hidden_size;
 }
 
 float *neox_model_stage_out(const neox_model *m) {
     const neox_acts *a = m->acts;
     if (neox_model_recompute_store(&m->desc)) return a->x;
-    return a->x + (size_t)neox_model_shard(&m->desc).L * m->B * m->T * m->desc.hidden_size;
+    return a->x + (size_t)neox_model_shard(&m->desc).L * neox_model_stream_rows(m) * m->desc.hidden_size;
 }
 
 void neox_model_keep_recompute_input(neox_model *m, int i) {

@@ -342,6 +342,9 @@ int neox_train_setup_exchange(neox_trainer *t, neox_error *err);
 // Reads partition_activations and checkpoint_in_cpu (both spellings) into desc (its layout and
 // checkpoint_activations set; needs t->be), with a notice for each set where it does nothing.
 void neox_train_setup_recompute(neox_trainer *t, neox_model_desc *desc);
+// Reads sequence_parallel into desc (after neox_train_setup_recompute: it takes the place of
+// partition_activations), refusing what it cannot do by name; a notice where it does nothing.
+int neox_train_setup_sequence_parallel(neox_trainer *t, neox_model_desc *desc, neox_error *err);
 
 // ---- sparse_gradients (sparse_embedding.c) ---------------------------------------------------
 // Refuses combinations it cannot serve; sets the exchange's sparse rows for an untied input

@@ -35,6 +35,16 @@ static double optimizer_accumulator_bytes(const neox_trainer *t) {
     return 2 * floats * sizeof(float);
 }
 
+// MPI's own temporary for the largest collective of the tensor-parallel group on CPU ranks: the
+// all-reduce of a layer's (N, C) rows (both branches' input gradients at once under the parallel
+// residual), or under sequence parallelism the reduce-scatter of (N, C) partial sums.
+static double tensor_parallel_scratch(const neox_trainer *t) {
+    const neox_model_desc *d = &t->model->desc;
+    if (t->be->on_device || d->tp_size <= 1) return 0;
+    double rows = (double)t->rows * t->seq_length;
+    return 4 * rows * d->hidden_size * (d->parallel_residual && !d->sequence_parallel ? 2 : 1);
+}
+
 void neox_train_memory_owners(const neox_trainer *t, neox_memory_owner_fn fn, void *ctx) {
     const neox_model *m = t->model;
     // Parameters: the fp32 master weights and, in a 16-bit precision, their 16-bit copies.
@@ -48,8 +58,9 @@ void neox_train_memory_owners(const neox_trainer *t, neox_memory_owner_fn fn, vo
     // The collectives' own temporaries on the host (MPI): the partitions' all-gather after the
     // update (stages 1, 2; the exchange adds its buckets' own).
     own(fn, ctx, "partition all-gather scratch", COMM, (double)neox_train_gather_scratch_bytes(t));
+    own(fn, ctx, "tensor-parallel collective scratch", COMM, tensor_parallel_scratch(t));
     own(fn, ctx, "pipeline gradient send", COMM,
-        t->pipe_grad_send ? (double)t->rows * t->seq_length * m->desc.hidden_size * 4 : 0);
+        t->pipe_grad_send ? (double)neox_model_stream_floats(&m->desc, t->rows, t->seq_length) * 4 : 0);
     // (The gradients and their communication: the exchange's part; ZeRO-3, the offload, the
     // reference model: theirs.)
     neox_train_parts_memory(t, fn, ctx);
@@ -77,19 +88,36 @@ static int write_report(const char *dir, const char *name, json_t *doc, size_t f
     return rc;
 }
 
+// The model's activation plan by layer (neox_model_activation_layout), as LAYOUT doubles after a
+// rank's regions, and its names in memory_plan.json.
+enum { LAYOUT = 5, ENTRY = REGIONS + LAYOUT };
+static const char *const layout_names[LAYOUT] = {"per_layer", "layers", "slots", "layer_set", "rest"};
+
+static void activation_layout(const neox_trainer *t, double *out) {
+    neox_activation_layout a = neox_model_activation_layout(t->model);
+    double v[LAYOUT] = {(double)a.per_layer, a.layers, a.slots, (double)a.layer_set, (double)a.rest};
+    memcpy(out, v, sizeof v);
+}
+
 // The plan of every rank in exact bytes, as log_dir/memory_plan.json (rank 0, with log_dir set):
-// {"ranks": [{"parameters": B, ..., "offloaded": B}, ...]}, regions named as the start-up line names them.
+// {"ranks": [{"parameters": B, ..., "offloaded": B}, ...], "activation_layers": [{"per_layer": B,
+// "layers": L, "slots": S, "layer_set": B, "rest": B}, ...]}, regions named as the start-up line
+// names them; the model's activations are slots x layers x per_layer + rest.
 static int write_memory_plan(const neox_trainer *t, const double *all, int n, neox_error *err) {
     const char *dir = neox_config_str(t->cfg, log_dir);
     if (!t->rank0 || !dir) return 0;
-    json_t *ranks = json_array();
+    json_t *ranks = json_array(), *layers = json_array();
     for (int r = 0; r < n; r++) {
-        json_t *rank = json_object();
+        json_t *rank = json_object(), *layout = json_object();
         for (int i = 0; i < REGIONS; i++)
-            json_object_set_new(rank, region_names[i], json_integer((json_int_t)all[REGIONS * r + i]));
+            json_object_set_new(rank, region_names[i], json_integer((json_int_t)all[ENTRY * r + i]));
+        for (int i = 0; i < LAYOUT; i++)
+            json_object_set_new(layout, layout_names[i], json_integer((json_int_t)all[ENTRY * r + REGIONS + i]));
         json_array_append_new(ranks, rank);
+        json_array_append_new(layers, layout);
     }
-    return write_report(dir, "memory_plan.json", json_pack("{s:o}", "ranks", ranks), 0, err);
+    return write_report(dir, "memory_plan.json", json_pack("{s:o, s:o}", "ranks", ranks, "activation_layers", layers), 0,
+                        err);
 }
 
 // Each rank's planned memory by region, printed by rank 0 and written to log_dir/memory_plan.json
@@ -97,18 +125,19 @@ static int write_memory_plan(const neox_trainer *t, const double *all, int n, ne
 void neox_train_report_memory_plan(const neox_trainer *t) {
     neox_memory_plan plan;
     neox_train_memory_plan(t, &plan);
-    double mine[REGIONS];
-    memcpy(mine, &plan, sizeof mine);
+    double mine[ENTRY];
+    memcpy(mine, &plan, REGIONS * sizeof(double));
+    activation_layout(t, mine + REGIONS);
     int n = t->grid->world_size;
-    double *all = neox_malloc((size_t)n * REGIONS * sizeof(double));
-    if (n > 1) neox_allgather(&t->grid->world, mine, all, REGIONS, NEOX_F64);
+    double *all = neox_malloc((size_t)n * ENTRY * sizeof(double));
+    if (n > 1) neox_allgather(&t->grid->world, mine, all, ENTRY, NEOX_F64);
     else memcpy(all, mine, sizeof mine);
     for (int r = 0; t->rank0 && !t->opts.quiet && r < n; r++) {
         if (n > 8 && r >= 4 && r < n - 4) {
             if (r == 4) neox_info("memory: ... (%d more ranks)", n - 8);
             continue;
         }
-        const double *x = all + REGIONS * r;
+        const double *x = all + ENTRY * r;
         double total = 0;
         for (int i = 0; i < REGIONS; i++) total += x[i];
         char b[REGIONS + 1][16];
@@ -116,6 +145,10 @@ void neox_train_report_memory_plan(const neox_trainer *t) {
         neox_info("memory of rank %d: %s = parameters %s + 16-bit copies %s + gradients %s + optimizer %s + activations "
                   "%s + communication %s + offloaded %s", r, neox_format_bytes(total, b[REGIONS], sizeof b[REGIONS]),
                   b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
+        const double *y = x + REGIONS;
+        char per[16], rest[16];
+        neox_info("activations of rank %d: %d slot(s) x %d layer(s) x %s per layer + %s", r, (int)y[2], (int)y[1],
+                  neox_format_bytes(y[0], per, sizeof per), neox_format_bytes(y[4], rest, sizeof rest));
     }
     neox_error err = {0};
     if (write_memory_plan(t, all, n, &err) != 0) neox_warn("memory_plan.json: %s", err.message);

@@ -3,7 +3,8 @@
 // (partition_activations, cpu_checkpointing); either spelling turns a switch on. Each is set on the
 // model description when it means something for this run (lib/model/recompute.c keeps the
 // checkpointed layer inputs accordingly), and named in a notice with the reason when it does not.
-// The other switches are ignored for every run (docs/config.md, "Ignored keys").
+// The other switches are ignored for every run (docs/config.md, "Ignored keys"). Megatron's
+// sequence_parallel, which shards the same activations along the sequence, is read here too.
 #include <stdlib.h>
 
 #include "internal.h"
@@ -40,4 +41,28 @@ void neox_train_setup_recompute(neox_trainer *t, neox_model_desc *desc) {
             no_effect(t, name, "the cpu backend keeps activations in host memory already");
         else desc->recompute_inputs_on_host = 1;
     }
+}
+
+int neox_train_setup_sequence_parallel(neox_trainer *t, neox_model_desc *desc, neox_error *err) {
+    if (!neox_config_bool(t->cfg, sequence_parallel)) return 0;
+    int P = desc->tp_size;
+    if (P <= 1) {
+        no_effect(t, "sequence_parallel", "model_parallel_size 1: no tensor-parallel ranks to shard the sequence over");
+        return 0;
+    }
+    int T = (int)neox_config_int(t->cfg, seq_length);
+    if (T % P != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "key 'sequence_parallel': seq_length %d is not divisible by "
+                         "model_parallel_size %d", T, P);
+    if (desc->moe_experts > 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "key 'sequence_parallel': not supported with a Mixture of Experts "
+                         "(moe_num_experts %d)", desc->moe_experts);
+    if (desc->recompute_inputs_on_host)
+        return neox_fail(err, NEOX_EXIT_USAGE, "key 'sequence_parallel': not supported with checkpoint_in_cpu");
+    if (desc->partition_recompute_inputs) {  // each layer input is this rank's rows already
+        no_effect(t, "partition_activations", "sequence_parallel keeps each rank's rows of the layer inputs already");
+        desc->partition_recompute_inputs = 0;
+    }
+    desc->sequence_parallel = 1;
+    return 0;
 }

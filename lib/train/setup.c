@@ -115,6 +115,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     desc.tp_size = g->model_size, desc.tp_rank = g->model_rank;
     desc.pp_size = g->pipe_size, desc.pp_rank = g->pipe_rank;
     neox_train_setup_recompute(t, &desc);
+    if (neox_train_setup_sequence_parallel(t, &desc, err) != 0) return -1;
     if (neox_train_setup_expert_parallel(t, &desc, err) != 0) return -1;
     int *bounds = neox_calloc((size_t)g->pipe_size + 1, sizeof *bounds);
     int rc = neox_model_pipe_partition(&desc, g->pipe_size, neox_config_str(cfg, pipe_partition_method), bounds, err);
@@ -130,7 +131,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
     int inflight = g->pipe_size - g->pipe_rank;
     int slots = inflight < t->grad_accum ? inflight : t->grad_accum;
-    if (g->pipe_rank > 0) t->pipe_grad_send = zeroed(t, (size_t)t->rows * t->seq_length * desc.hidden_size);
+    if (g->pipe_rank > 0) t->pipe_grad_send = zeroed(t, neox_model_stream_floats(&desc, t->rows, t->seq_length));
     return neox_model_plan_slots(t->model, t->rows, t->seq_length, slots, err);
 }
 

@@ -32,6 +32,7 @@ both() {
 
 declare -A SPEC=(
     [tp2]="2 2 2 '$TP'"
+    [tp2sp]="2 2 2 '$TP, \"sequence_parallel\": true'"
     [pp2]="2 2 4 '$PP'"
     [dp2z1]="2 2 2 '$(zero 1)'"
     [dp2z2]="2 2 2 '$(zero 2)'"
@@ -44,7 +45,7 @@ declare -A SPEC=(
     [moedp2tp2]="4 2 2 '$TP$MOE'"
     [moeep2]="2 2 2 '$MOE, \"moe_expert_parallel_size\": 2'"
 )
-for name in ${LAYOUTS:-tp2 pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2}; do
+for name in ${LAYOUTS:-tp2 tp2sp pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2}; do
     eval "both $name ${SPEC[$name]}"
 done
 

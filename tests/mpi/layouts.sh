@@ -6,9 +6,11 @@
 # checks the cuts of its tensors under tp2, pp2
 # and tp2+pp2, and the overlapped reduction's order under dp2; a progress thread (dp2+pp2, ZeRO-2)
 # changes no bit. A model with non-parametric norms follows its single-rank run under tp2, pp2 and
-# dp2 ZeRO-3. Checkpoints move across layouts
+# dp2 ZeRO-3. Sequence parallelism (tp2sp, with pp2, with dp2; the Llama-style model with dropout and
+# activation checkpointing) follows the single-rank run too. Checkpoints move across layouts
 # (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
-# group moves per step equal the analytical count. Killing one rank ends the job with `latest` intact.
+# group moves per step equal the analytical count (tp2 with sequence_parallel: all-gathers and
+# reduce-scatters in place of the all-reduces). Killing one rank ends the job with `latest` intact.
 source tests/lib.sh
 
 need_mpi "3-D parallel layouts" || exit 0
@@ -41,6 +43,19 @@ for spec in "dp2 2 2 2 ''" "tp2 2 2 4 '$TP'" "pp2 2 2 4 '$PP'" "tp2pp2 4 2 4 '$T
     run "$1" "$2"
     same "$1" one
 done
+# Sequence parallelism: the same training as tp2 with each rank's rows of the residual stream, norms
+# and dropouts only (its activation plan smaller than tp2's: tests/mpi/memory.sh).
+SP=', "sequence_parallel": true'
+for spec in "tp2sp 2 2 4 '$TP$SP'" "tp2pp2sp 4 2 4 '$TP$PP$SP'" "dp2tp2sp 4 2 2 '$TP$SP'"; do
+    eval "set -- $spec"
+    config "$1" neox "$3" "$4" 20 "$5"
+    run "$1" "$2"
+    same "$1" one
+done
+sed 's/"seq_length": 32/"seq_length": 31/' "$T/tp2sp.yml" >"$T/seq31.yml"
+check_fails "sequence_parallel with a seq_length not divisible by model_parallel_size is refused by name" 2 \
+    "sequence_parallel.*seq_length 31 is not divisible by model_parallel_size 2" \
+    "$MPIEXEC" -n 2 "$TRAIN" -q "$T/seq31.yml"
 check "dp2pp2 with overlap_comm gives bit for bit the results without" \
     "$PY" tests/mpi/layouts_check.py identical "$T/dp2pp2" "$T/dp2pp2o"
 # A progress thread testing the buckets in flight (comm_progress_thread_us) changes when a reduction
@@ -65,6 +80,16 @@ for spec in "llamatp2 2 4 '$TP'" "llamapp2 2 4 '$PP'" "llamatp2pp2 4 4 '$TP$PP'"
     run "$1" "$2"
     same "$1" llama1
 done
+
+# Sequence parallelism on the Llama-style model (sequential residual, RMSNorm) with hidden and
+# attention dropout and activation checkpointing: each rank draws its rows' masks and recomputes from
+# its rows of each layer's input.
+DR=', "hidden_dropout": 0.1, "attention_dropout": 0.1, "checkpoint_activations": true'
+config llamadr1 llama 2 4 20 "$DR"
+run llamadr1 1
+config llamadrtp2sp llama 2 4 20 "$DR$TP$SP"
+run llamadrtp2sp 2
+same llamadrtp2sp llamadr1
 
 # ALiBi (pos_emb alibi, GPT-NeoX's slopes): each tensor-parallel rank biases its own heads with its
 # slice of the slopes. Losses and evaluations only: no Hugging Face class holds an ALiBi model.
@@ -172,6 +197,7 @@ volume dp2 2 2 2 ""
 volume dp2z1 2 2 2 "$Z1"
 volume dp2z2 2 2 2 "$Z2"
 volume tp2 2 2 4 "$TP"
+volume tp2sp 2 2 4 "$TP$SP"
 volume pp2 2 2 4 "$PP"
 
 # One rank killed mid-run: the job ends with a failure, no hang, and `latest` names a sound checkpoint.

@@ -176,6 +176,16 @@ def expected(name, c, micro, accum):
         forward = 4 * N * C * (1 + 2 * L) + 4 * N + 16 * N  # embedding, 2 row-parallel per layer, CE max + stats
         backward = 8 * N * C * L + 4 * N * C               # one (2, N, C) reduction per layer, the output layer
         return {"model": {"all_reduce": M * (forward + backward) + 8}}
+    if name == "tp2sp":  # the neox model (parallel residual, LayerNorm with biases) under sequence_parallel
+        # all-gathers: forward each layer's two norm outputs and the final norm's, backward each layer's two
+        # branch output gradients and two norm outputs again, and the embedding's input gradient
+        gather = 4 * N * C * ((2 * L + 1) + (4 * L + 1))
+        # reduce-scatters: the embedding, the two row-parallel outputs per layer; backward the output
+        # layer's and each layer's two column-parallel input gradients
+        scatter = 4 * N * C * ((1 + 2 * L) + (1 + 2 * L))
+        # all-reduces: CE max + stats, the norms' weight and bias gradients (2 per layer, the final one)
+        reduce = 4 * N + 16 * N + 8 * C * (2 * L + 1)
+        return {"model": {"all_gather": M * gather, "reduce_scatter": M * scatter, "all_reduce": M * reduce + 8}}
     if name == "pp2":
         return {"pipe": {"send": 4 * N * C * M, "recv": 4 * N * C * M, "broadcast": 8, "all_reduce": 8},
                 "embed": {"all_reduce": 4 * V * C}}

@@ -15,7 +15,10 @@
 # stage3_max_live_parameters, plans no more parameter bytes under stage 3 than under stage 0, each
 # rank's peak within its plan plus the libraries'. A dp2 run's
 # log_dir/memory_peaks.json holds each rank's measured peak (as the process measures it from
-# outside) and planned total, and its metrics the largest rank's peak at each log.
+# outside) and planned total, and its metrics the largest rank's peak at each log. At tp2, with and
+# without sequence_parallel and checkpoint_activations, memory_plan.json's activations per layer
+# follow the formula of memory_check.py activations and each rank's measured peak over two steps
+# stays within its plan plus the libraries'.
 source tests/lib.sh
 
 command -v "$MPIEXEC" >/dev/null || { skip "memory plan per parameter" "$MPIEXEC is not installed"; exit 0; }
@@ -146,4 +149,34 @@ check "a dp2 run with the peak resident set of each rank measured outside" bash 
     tests/mpi/peak_rss.py '$T/peaks.rss' '$TRAIN' '$T/peaks.yml' >'$T/peaks.out' 2>&1"
 check_output "memory_peaks.json holds every rank's peak and plan; the metrics carry the largest rank's peak" "^rank 1" \
     python3 tests/mpi/memory_check.py peaks "$T/peaks" 2
+sed 's/^/# /' "$_last_out"
+
+# Activations per layer at tp2 (4 layers, hidden 256, 8 heads, sequence 256, micro-batch 2), with and
+# without sequence_parallel and checkpoint_activations, 2 steps each: the plan by layer against the
+# formula, and each rank's measured peak within its plan plus the libraries' (a tiny tp2 run's peak).
+# act NAME ITERS EXTRA: a tp2 run of that model with every rank's peak resident set.
+act() {
+    cat >"$T/$1.yml" <<EOF2
+{ "num_layers": ${LAYERS:-4}, "hidden_size": ${HIDDEN:-256}, "num_attention_heads": 8, "seq_length": ${SEQ:-256},
+  "max_position_embeddings": 256, "train_micro_batch_size_per_gpu": ${MICRO:-2}, "train_iters": $2, "do_valid": false,
+  "do_test": false, "log_dir": "$T/$1/log", "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+  "model_parallel_size": 2, "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer" $3 }
+EOF2
+    check "$1: 2 ranks, peak resident set per rank" bash -c "'$MPIEXEC' -n 2 python3 tests/mpi/peak_rss.py \
+        '$T/$1.rss' '$TRAIN' '$T/$1.yml' >'$T/$1.out' 2>&1"
+}
+SP=', "sequence_parallel": true' CK=', "checkpoint_activations": true'
+LAYERS=1 HIDDEN=64 SEQ=64 MICRO=1 act tp2tiny 2 ""
+PA=', "partition_activations": true'  # (sequence parallelism keeps each rank's rows already: a notice says so)
+for spec in "tp2 ''" "tp2sp '$SP'" "tp2ck '$CK'" "tp2spck '$SP$CK$PA'"; do
+    eval "set -- $spec"
+    act "$1" 2 "$2"
+    check_output "$1: each rank's measured peak within its plan plus the libraries'" "^rank 1" \
+        python3 tests/mpi/memory_check.py startup "$T/$1" "$T/tp2tiny" 2
+    sed 's/^/# /' "$_last_out"
+done
+check "sequence_parallel says partition_activations has no effect beside it" \
+    grep -q "no effect in this run: partition_activations (sequence_parallel" "$T/tp2spck.out"
+check_output "activations per layer follow the formula at tp2, with and without sequence_parallel" "saved" \
+    python3 tests/mpi/memory_check.py activations "$T" 2 2 256 256 8 tp2 tp2sp tp2ck tp2spck
 sed 's/^/# /' "$_last_out"

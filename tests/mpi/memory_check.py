@@ -14,6 +14,12 @@
                        planned parameters in RUN/log/memory_plan.json (exact bytes) at most S0's; and
                        every rank's measured peak resident set within its planned total plus the
                        libraries' (run SMALL)
+  activations DIR TP ROWS SEQ HIDDEN HEADS NAME...
+                       each run DIR/NAME (tp TP, micro-batch ROWS, sequential residual, gelu MLP of 4
+                       HIDDEN; NAME's "sp" and "ck" mark sequence_parallel and checkpoint_activations):
+                       every rank's activation_layers in memory_plan.json add up to its activations and
+                       give per layer the bytes of the formula below; prints each run's saving per layer
+                       against the one without sequence_parallel
   split RUN SMALL S0 D BUCKET HIDDEN VOCAB ROWS
                        stages 2 and 3 with embeddings larger than a bucket: planned gradients per rank
                        against the formula, no whole embedding in them, measured peaks (see split())
@@ -167,6 +173,48 @@ def split(run, small, s0, ranks, bucket, hidden, vocab, rows):
     return ok
 
 
+def r16(n):
+    return (n + 15) // 16 * 16  # the plan's 64-byte alignment of each tensor
+
+
+def layer_bytes(tp, rows, seq, hidden, heads, sp, ck):
+    """What one layer keeps per micro-batch, restated from neox.c's fused attention (no s x s scores;
+    the dropout masks regenerated from counters, never kept): fp32 (N, C) tensors whole on every
+    tensor-parallel rank (the input, both norms' outputs, the sequential residual's sum), or 1/TP of
+    their rows under sequence parallelism, with the norms' two statistics per row; and the tensors
+    cut by heads or MLP rows (QKV, q, k, v, the attention output and its log-sum-exp, the MLP's two
+    4C-wide ones). checkpoint_activations keeps the input only."""
+    N, C = rows * seq, hidden
+    n = N // tp if sp else N
+    t = tp
+    whole = 3 * r16(n * C) + 4 * r16(n)  # ln1, mid, ln2 and their statistics
+    cut = r16(N * 3 * C // t) + 4 * r16(N * C // t) + r16(N * heads // t) + 2 * r16(N * 4 * C // t)
+    return 4 * (n * C + (0 if ck else whole + cut))
+
+
+def activations(root, tp, rows, seq, hidden, heads, *names):
+    tp, rows, seq, hidden, heads = map(int, (tp, rows, seq, hidden, heads))
+    ok, per = True, {}
+    for name in names:
+        doc = json.load(open(f"{root}/{name}/log/memory_plan.json"))
+        sp, ck = "sp" in name, "ck" in name
+        want = layer_bytes(tp, rows, seq, hidden, heads, sp, ck)
+        for r, (regions_, lay) in enumerate(zip(doc["ranks"], doc["activation_layers"])):
+            total = lay["slots"] * lay["layers"] * lay["per_layer"] + lay["rest"]
+            ok &= total == regions_["activations"] and lay["per_layer"] == want
+            if r == 0 or lay["per_layer"] != want:
+                print(f"{name} rank {r}: {lay['slots']} x {lay['layers']} x {lay['per_layer']} + {lay['rest']} = {total} "
+                      f"(activations {regions_['activations']}); formula per layer {want}")
+        per[name] = doc["activation_layers"][0]["per_layer"], doc["ranks"][0]["activations"]
+    for name in names:
+        base = name.replace("sp", "")
+        if "sp" in name and base in per:
+            (a, ta), (b, tb) = per[base], per[name]
+            print(f"{name}: per layer {b} bytes against {base}'s {a} ({100 * (a - b) / a:.1f}% saved); "
+                  f"all activations {tb} against {ta} ({100 * (ta - tb) / ta:.1f}% saved)")
+    return ok
+
+
 def bounded(run, s0, small, ranks):
     plan, plan0 = (json.load(open(f"{x}/log/memory_plan.json"))["ranks"] for x in (run, s0))
     ok = len(plan) == len(plan0) == int(ranks)
@@ -181,5 +229,5 @@ def bounded(run, s0, small, ranks):
 
 if __name__ == "__main__":
     command = {"table": table, "wire": wire, "regions": print_regions, "startup": startup, "peaks": peaks,
-               "split": split, "bounded": bounded}[sys.argv[1]]
+               "split": split, "bounded": bounded, "activations": activations}[sys.argv[1]]
     sys.exit(0 if command(*sys.argv[2:]) else 1)

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# bench/long_context.sh: how long a sequence a fixed per-rank memory budget trains, one rank against
+# tensor parallelism with and without sequence_parallel, on CPU ranks.
+#   (a) for each layout (one rank; tp2; tp2 + sequence_parallel; tp4; tp4 + sequence_parallel), the
+#       longest seq_length (a multiple of `step`) whose start-up plan (every rank's planned total, the
+#       "memory of rank N" lines; train_iters 0) fits `budget` per rank, found by doubling then
+#       bisection; with the plan's activations per layer (memory_plan.json) at the one-rank length;
+#   (b) each layout then trains `steps` steps at one common seq_length (the one-rank longest, so every
+#       layout trains the same tokens), with every rank's measured peak resident set and the CPU
+#       seconds of all ranks together (user + system of the job's processes: the ranks share this
+#       machine's cores, so wall time would measure the sharing, not the work) per token, as a ratio
+#       to one rank's.
+# Context parallelism (context_parallel_size) is not implemented: no cp rows.
+# Needs `make`. Usage: bench/long_context.sh [key=value...]  keys (defaults):
+#   budget=128M (per rank)   layers=4 hidden=256 heads=8   micro=1   step=256 (seq_length granularity)
+#   steps=2 (trained per layout in (b))   ckpt=false (checkpoint_activations)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bench/cpu_info.sh
+[ -x build/cpu/bin/neox-train ] || { echo "bench/long_context.sh: build/cpu/bin/neox-train is missing (run 'make')" >&2; exit 1; }
+declare -A opt=([budget]=128M [layers]=4 [hidden]=256 [heads]=8 [micro]=1 [step]=256 [steps]=2 [ckpt]=false)
+for arg in "$@"; do
+    key=${arg%%=*}
+    [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/long_context.sh: bad argument '$arg'" >&2; exit 2; }
+    opt[$key]=${arg#*=}
+done
+MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+TRAIN=build/cpu/bin/neox-train
+work=$(mktemp -d "${TMPDIR:-/tmp}/neox-longctx.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+budget=$(python3 bench/memory_report.py bytes "${opt[budget]}")
+echo "# budget $(python3 bench/memory_report.py human "$budget") per rank; ${opt[layers]} layers, hidden ${opt[hidden]}," \
+     "${opt[heads]} heads, micro-batch ${opt[micro]}, checkpoint_activations ${opt[ckpt]}, fp32"
+
+python3 tests/mpi/words_corpus.py "$work/docs.jsonl" 400 7
+build/cpu/bin/neox-preprocess --input "$work/docs.jsonl" --output-prefix "$work/docs" --tokenizer-type CharLevelTokenizer \
+    --append-eod >/dev/null 2>&1
+
+# config NAME SEQ ITERS EXTRA: the bench model at SEQ on its layout.
+config() {
+    cat >"$work/$1.yml" <<EOF
+{ "num_layers": ${opt[layers]}, "hidden_size": ${opt[hidden]}, "num_attention_heads": ${opt[heads]},
+  "seq_length": $2, "max_position_embeddings": $2, "train_micro_batch_size_per_gpu": ${opt[micro]},
+  "checkpoint_activations": ${opt[ckpt]}, "train_iters": $3, "do_valid": false, "do_test": false, "log_interval": 1,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "log_dir": "$work/$1/log",
+  "data_path": "$work/docs_text_document", "tokenizer_type": "CharLevelTokenizer" $4 }
+EOF
+}
+
+# launch RANKS ARGS...: neox-train on RANKS ranks.
+launch() {
+    local n=$1; shift
+    if [ "$n" -gt 1 ]; then "$MPIEXEC" -n "$n" "$TRAIN" "$@"; else "$TRAIN" "$@"; fi
+}
+
+# fits RANKS EXTRA SEQ: whether every rank's planned total fits the budget at SEQ.
+fits() {
+    config plan "$3" 0 "$2"
+    launch "$1" "$work/plan.yml" >"$work/plan.out" 2>&1 || return 1
+    python3 - "$work/plan/log/memory_plan.json" "$budget" <<'PY'
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+sys.exit(0 if max(sum(r.values()) for r in ranks) <= float(sys.argv[2]) else 1)
+PY
+}
+
+# longest RANKS EXTRA: the longest multiple of step that fits.
+longest() {
+    local lo=0 hi=${opt[step]} step=${opt[step]}
+    while fits "$1" "$2" "$hi"; do lo=$hi; hi=$((hi * 2)); done
+    while [ $((hi - lo)) -gt "$step" ]; do
+        local mid=$(( (lo + hi) / 2 / step * step ))
+        if fits "$1" "$2" "$mid"; then lo=$mid; else hi=$mid; fi
+    done
+    echo "$lo"
+}
+
+SP=', "sequence_parallel": true'
+layouts=("1|1|" "tp2|2|, \"model_parallel_size\": 2" "tp2+SP|2|, \"model_parallel_size\": 2$SP"
+         "tp4|4|, \"model_parallel_size\": 4" "tp4+SP|4|, \"model_parallel_size\": 4$SP")
+declare -A seq
+echo
+echo "## (a) the longest seq_length within the budget per rank"
+echo
+echo "| layout | ranks | longest seq_length | x one rank |"
+echo "|---|---|---|---|"
+for l in "${layouts[@]}"; do
+    IFS='|' read -r name ranks extra <<<"$l"
+    seq[$name]=$(longest "$ranks" "$extra")
+    echo "| $name | $ranks | ${seq[$name]} | $(python3 -c "print(f'{${seq[$name]} / max(${seq[1]}, 1):.2f}')") |"
+done
+
+T=${seq[1]}
+[ "$T" -gt 0 ] || { echo "bench/long_context.sh: one rank fits no seq_length of ${opt[step]} in the budget" >&2; exit 1; }
+echo
+echo "## (b) ${opt[steps]} steps at seq_length $T: activations, measured peak, CPU seconds per token"
+echo
+echo "| layout | activations per layer (rank 0) | all activations (rank 0) | SP saves | largest peak RSS | CPU s per token | x one rank |"
+echo "|---|---|---|---|---|---|---|"
+declare -A cpu act
+for l in "${layouts[@]}"; do
+    IFS='|' read -r name ranks extra <<<"$l"
+    run=${name//+/}
+    config "$run" "$T" "${opt[steps]}" "$extra"
+    # The CPU time of every process the job ran (the ranks are the launcher's waited-for descendants).
+    python3 - "$work/$run.cpu" "$ranks" "$MPIEXEC" "$TRAIN" "$work/$run.yml" "$work/$run.rss" <<'PY'
+import resource, subprocess, sys
+out, ranks, mpiexec, train, yml, rss = sys.argv[1:]
+wrap = ["python3", "tests/mpi/peak_rss.py", rss, train, "-q", yml]
+cmd = [mpiexec, "-n", ranks] + wrap if int(ranks) > 1 else wrap
+subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(out, "w").write(f"{u.ru_utime + u.ru_stime}\n")
+PY
+    read -r per all < <(python3 -c "
+import json; d = json.load(open('$work/$run/log/memory_plan.json'))
+print(d['activation_layers'][0]['per_layer'], d['ranks'][0]['activations'])")
+    act[$name]=$per
+    peak=$(cat "$work/$run.rss".* | sort -n | tail -1)
+    cpu[$name]=$(python3 -c "print($(cat "$work/$run.cpu") / (${opt[steps]} * ${opt[micro]} * $T))")
+    saves=""
+    case $name in *+SP) saves=$(python3 -c "print(f'{100 * (1 - $per / ${act[${name%+SP}]}):.1f}% per layer')");; esac
+    echo "| $name | $(python3 bench/memory_report.py human "$per") | $(python3 bench/memory_report.py human "$all") | $saves |" \
+         "$(python3 bench/memory_report.py human "$peak") | $(python3 -c "print(f'{${cpu[$name]}:.3g}')") |" \
+         "$(python3 -c "print(f'{${cpu[$name]} / ${cpu[1]}:.2f}')") |"
+done
