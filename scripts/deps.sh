@@ -49,6 +49,7 @@ DEBS=(
   libzstd-dev       # .jsonl.zst input
   zlib1g-dev        # .jsonl.gz input
   libhdf5-dev       # checkpoints
+  libzip-dev        # PyTorch .pt files (torch.save's zip container): GPT-NeoX/DeepSpeed checkpoints
   hdf5-tools        # h5dump/h5ls for inspecting checkpoints in tests
   libopenblas-dev   # CPU GEMM
   libmpich-dev      # MPI (headers + library)
