@@ -5,8 +5,8 @@
 // tensor checkpoints need is accepted: pickle protocol 2 and above, and the globals torch's
 // `weights_only` loader allows (tensors and their storages, OrderedDict, torch.Size, set/frozenset,
 // plain containers, scalars, strings, bytes). Any other global is refused naming the file and the
-// global, except a short list of objects whose state is plain data (DeepSpeed's loss scalers:
-// kept as records of their attributes) and of state neox.c does not need (numpy's RNG state:
+// global, except a short list of objects whose state is plain data (DeepSpeed's loss scalers and
+// ZeRO's fragment addresses: kept as records of their attributes) and of state neox.c does not need (numpy's RNG state:
 // skipped with a notice). Files are untrusted input: every size, offset and stride is checked.
 #ifndef NEOX_TORCH_PT_H
 #define NEOX_TORCH_PT_H

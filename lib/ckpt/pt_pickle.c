@@ -12,7 +12,7 @@
 
 typedef enum {
     G_REBUILD_TENSOR_V2, G_REBUILD_TENSOR, G_REBUILD_PARAMETER, G_ORDERED_DICT, G_SIZE, G_SET, G_FROZENSET,
-    G_CODECS_ENCODE, G_STORAGE, G_RECORD_CLASS, G_SKIPPED,
+    G_CODECS_ENCODE, G_STORAGE, G_RECORD_CLASS, G_SKIPPED, G_GETATTR, G_ENUM,
 } global_id;
 
 typedef struct {
@@ -46,6 +46,13 @@ static const global_entry allowed_globals[] = {
     // DeepSpeed's fp16 loss scalers: plain attributes (cur_scale, cur_iter, last_overflow_iter, ...).
     {"deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", G_RECORD_CLASS, 0},
     {"deepspeed.runtime.fp16.loss_scaler", "LossScaler", G_RECORD_CLASS, 0},
+    // ZeRO's param_slice_mappings: where each parameter's fragment lies in a rank's partition (numel, start).
+    {"deepspeed.utils.tensor_fragment", "fragment_address", G_RECORD_CLASS, 0},
+    // DeepSpeed stores its ZeRO stage as an enum member: getattr(ZeroStageEnum, 'optimizer_states'),
+    // which is read as the member's number and nothing else (getattr of anything else is refused).
+    {"__builtin__", "getattr", G_GETATTR, 0},
+    {"builtins", "getattr", G_GETATTR, 0},
+    {"deepspeed.runtime.zero.config", "ZeroStageEnum", G_ENUM, 0},
     // numpy's RNG state (GPT-NeoX's np_rng_state): neox.c seeds its own generators.
     {"numpy.core.multiarray", "_reconstruct", G_SKIPPED, 0},
     {"numpy.core.multiarray", "scalar", G_SKIPPED, 0},
@@ -380,6 +387,26 @@ static neox_pt_value *latin1_bytes(unpickler *u, const neox_pt_value *text) {
     return v;
 }
 
+// getattr(enum class, member name) -> the member's value, for the enums in this table only.
+static neox_pt_value *enum_member(unpickler *u, const neox_pt_value *args) {
+    static const struct { const char *cls, *member; int64_t value; } members[] = {
+        {"deepspeed.runtime.zero.config.ZeroStageEnum", "disabled", 0},
+        {"deepspeed.runtime.zero.config.ZeroStageEnum", "optimizer_states", 1},
+        {"deepspeed.runtime.zero.config.ZeroStageEnum", "gradients", 2},
+        {"deepspeed.runtime.zero.config.ZeroStageEnum", "weights", 3},
+    };
+    const global_entry *g = args->count == 2 ? global_of(args->items[0]) : NULL;
+    if (g && g->id == G_ENUM && is_text(args->items[1]))
+        for (size_t i = 0; i < sizeof members / sizeof members[0]; i++)
+            if (strcmp(members[i].cls, args->items[0]->str) == 0 && strcmp(members[i].member, args->items[1]->str) == 0) {
+                neox_pt_value *v = new_value(u, NEOX_PT_INT);
+                v->i = members[i].value;
+                return v;
+            }
+    fail(u, "getattr of something that is not a known enum member", NULL);
+    return NULL;
+}
+
 // REDUCE: callable(*args) for the allowed callables, as values.
 static neox_pt_value *reduce(unpickler *u, const neox_pt_value *fn, const neox_pt_value *args) {
     const global_entry *g = global_of(fn);
@@ -420,8 +447,10 @@ static neox_pt_value *reduce(unpickler *u, const neox_pt_value *fn, const neox_p
         v->str = neox_strdup(fn->str);
         return v;
     }
+    case G_GETATTR: return enum_member(u, args);
     case G_STORAGE:
-    case G_RECORD_CLASS: break;
+    case G_RECORD_CLASS:
+    case G_ENUM: break;
     }
     fail(u, "REDUCE of an allowed global with arguments it does not take: ", fn->str);
     return NULL;
@@ -451,6 +480,8 @@ static int op_build(unpickler *u) {
     neox_pt_value *state = pop(u), *obj = state ? top(u) : NULL;
     if (!obj) return -1;
     if (obj->kind == NEOX_PT_SKIPPED) return 0;
+    // A module's state dict (an OrderedDict) carries its modules' versions as _metadata: not needed.
+    if (obj->kind == NEOX_PT_DICT && state->kind == NEOX_PT_DICT) return 0;
     if (obj->kind != NEOX_PT_RECORD) return fail(u, "BUILD on an object that is not a data-only record", NULL);
     if (state->kind == NEOX_PT_TUPLE && state->count == 2 && state->items[0]->kind == NEOX_PT_DICT) state = state->items[0];
     if (state->kind != NEOX_PT_DICT) return fail(u, "BUILD of a record with a state that is not a dict: ", obj->str);
