@@ -134,8 +134,8 @@ static neox_pt_value *top(unpickler *u) {
 static int pop_mark(unpickler *u, neox_pt_value ***first, size_t *n) {
     if (!u->nmarks) return fail(u, "no MARK before a collection", NULL);
     size_t at = u->marks[--u->nmarks];
-    *first = u->stack + at;
     *n = u->depth - at;
+    *first = *n ? u->stack + at : NULL;  // (a mark on an empty stack: the stack may not exist yet)
     u->depth = at;
     return 0;
 }
