@@ -67,6 +67,10 @@ int neox_convert_from_hf(const char *hf_dir, const char *out_save, const neox_cv
 // "From a GPT-NeoX run").
 int neox_convert_from_neox(const char *input, const char *const *configs, int nconfigs, const char *out_save,
                            const neox_cvt_layout *lay, neox_error *err);
+// The reverse: a neox.c checkpoint of a GPT-NeoX-style model as GPT-NeoX's DeepSpeed checkpoint for
+// lay->tp tensor-parallel and lay->dp data-parallel ranks at ZeRO stage lay->zero (1 when 0) in out_dir
+// (docs/convert.md, "Back to GPT-NeoX").
+int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay, neox_error *err);
 int neox_convert_inspect(const char *ckpt, FILE *out, neox_error *err);
 // Prints a line per check; returns 0 when the checkpoint is sound, -1 (err names the first problem).
 int neox_convert_verify(const char *ckpt, FILE *out, neox_error *err);

@@ -113,4 +113,22 @@ int neox_pt_arena_storages(const neox_pt_arena *arena, neox_pt_storage ***storag
 // Tensors the pickle built, in order.
 int neox_pt_arena_tensors(const neox_pt_arena *arena, neox_pt_tensor ***tensors);
 
+// ---- writing (lib/ckpt/pt_write.c) ---------------------------------------------------------------
+// A file torch.load(weights_only=True) reads: build a tree of values (each owned by the writer),
+// then commit pickles it (protocol 2) with every tensor in its own storage, zips it uncompressed
+// (folder: the file's stem) under a temporary name and renames it to path. Tensors are contiguous
+// copies of the data given. commit and abort free the writer.
+typedef struct neox_pt_writer neox_pt_writer;
+neox_pt_writer *neox_pt_writer_open(const char *path, neox_error *err);
+neox_pt_value *neox_pt_new(neox_pt_writer *w, neox_pt_kind kind);  // NONE, DICT, LIST, TUPLE (empty)
+neox_pt_value *neox_pt_new_int(neox_pt_writer *w, int64_t i);
+neox_pt_value *neox_pt_new_float(neox_pt_writer *w, double f);
+neox_pt_value *neox_pt_new_str(neox_pt_writer *w, const char *s);
+neox_pt_value *neox_pt_new_tensor(neox_pt_writer *w, neox_pt_dtype dtype, int ndim, const int64_t *shape,
+                                  const void *data);
+void neox_pt_append(neox_pt_value *list_or_tuple, neox_pt_value *v);
+void neox_pt_set(neox_pt_writer *w, neox_pt_value *dict, const char *key, neox_pt_value *v);
+int neox_pt_writer_commit(neox_pt_writer *w, const neox_pt_value *root, neox_error *err);
+void neox_pt_writer_abort(neox_pt_writer *w);
+
 #endif

@@ -35,18 +35,29 @@ class EmbeddingPipe(torch.nn.Module):
         return self.word_embeddings(ids)
 
 
-class TransformerLayerPipe(GPTNeoXLayer):
+class TransformerLayerPipe(torch.nn.Module):
+    """GPT-NeoX's ParallelTransformerLayer with parallel residual: its parts registered in its order
+    (input_layernorm, attention, post_attention_layernorm, mlp: the parameters' order, which ZeRO's
+    flat groups follow), computed by transformers' GPT-NeoX attention and MLP."""
+
     def __init__(self, cfg, index):
-        super().__init__(cfg, index)
+        super().__init__()
+        hf = GPTNeoXLayer(cfg, index)
+        self.input_layernorm = hf.input_layernorm
+        self.attention = hf.attention
+        self.post_attention_layernorm = hf.post_attention_layernorm
+        self.mlp = hf.mlp
+        self.attention.rotary_emb = torch.nn.Module()  # GPT-NeoX's persistent buffer, which from-neox skips
         self.rope = GPTNeoXRotaryEmbedding(cfg)  # its inv_freq is not persistent: no parameter, no state
-        self.attention.rotary_emb = torch.nn.Module()
         self.attention.rotary_emb.register_buffer("inv_freq", self.rope.inv_freq.clone())
 
     def forward(self, h):
         t = h.shape[1]
         pos = torch.arange(t)[None]
         mask = torch.full((t, t), float("-inf")).triu(1)[None, None]
-        return super().forward(h, attention_mask=mask, position_ids=pos, position_embeddings=self.rope(h, pos))[0]
+        attn = self.attention(self.input_layernorm(h), attention_mask=mask, position_ids=pos,
+                              position_embeddings=self.rope(h, pos))[0]
+        return h + attn + self.mlp(self.post_attention_layernorm(h))
 
 
 class NormPipe(torch.nn.Module):

@@ -30,6 +30,9 @@ static void usage(FILE *out) {
             "                     its 'latest' names) with the run's YAML configs: weights, fp32 master\n"
             "                     weights, Adam moments, schedule, loss scaler and data position, from which\n"
             "                     neox-train continues\n"
+            "  to-neox --input CKPT --output DIR [--tp N] [--dp K] [--zero 1|2]\n"
+            "                     write GPT-NeoX's DeepSpeed checkpoint (DIR/global_stepN/*.pt + DIR/latest):\n"
+            "                     the module per tensor-parallel rank, ZeRO partitions per data-parallel rank\n"
             "  inspect CKPT       layout, iteration, tokens seen, model, every tensor with shape, norm, CRC-32\n"
             "  verify CKPT        completeness, checksums and metadata; exit 0 when sound, 1 when not\n"
             "  reshard --input CKPT --output SAVE [--tp N] [--pp M] [--dp K] [--zero S]\n"
@@ -132,11 +135,14 @@ static int run_command(int argc, char **argv) {
         need_io(&a, command);
         if (!a.nconfigs) neox_usage_error("from-neox: --config is required (the run's GPT-NeoX YAML configs)");
         rc = neox_convert_from_neox(a.input, a.configs, a.nconfigs, a.output, &a.layout, &err);
+    } else if (!strcmp(command, "to-neox")) {
+        need_io(&a, command);
+        rc = neox_convert_to_neox(a.input, a.output, &a.layout, &err);
     } else if (!strcmp(command, "reshard")) {
         need_io(&a, command);
         rc = neox_convert_reshard(a.input, a.output, &a.layout, &err);
     } else {
-        neox_usage_error("unknown command '%s' (to-hf, from-hf, from-neox, inspect, verify, reshard)", command);
+        neox_usage_error("unknown command '%s' (to-hf, from-hf, from-neox, to-neox, inspect, verify, reshard)", command);
     }
     if (rc != 0) neox_die_error(&err);
     return 0;
@@ -173,5 +179,5 @@ int main(int argc, char **argv) {
             neox_die_error(&err);
         return 0;
     }
-    neox_usage_error("nothing to do (give a command: to-hf, from-hf, from-neox, inspect, verify, reshard)");
+    neox_usage_error("nothing to do (give a command: to-hf, from-hf, from-neox, to-neox, inspect, verify, reshard)");
 }
