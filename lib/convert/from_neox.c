@@ -390,6 +390,30 @@ static int write_checkpoint(importer *im, const char *save, const char *const *c
     return -1;
 }
 
+// Whether v holds state the reader skipped (numpy's RNG state), within a few levels.
+static int holds_skipped(const neox_pt_value *v, int depth) {
+    if (v->kind == NEOX_PT_SKIPPED) return 1;
+    if (depth > 4 || v->kind == NEOX_PT_TENSOR) return 0;
+    for (int i = 0; i < v->count && (v->kind == NEOX_PT_TUPLE || v->kind == NEOX_PT_LIST || v->kind == NEOX_PT_DICT); i++)
+        if (holds_skipped(v->items[i], depth + 1)) return 1;
+    return 0;
+}
+
+// GPT-NeoX's client state carries the RNG states of its ranks (python, numpy, torch, CUDA, the
+// model-parallel tracker): neox.c draws dropout from its own generator seeded by the config.
+static void notice_rng_state(const importer *im) {
+    static const char *const rng_keys[] = {"random_rng_state", "np_rng_state", "torch_rng_state", "cuda_rng_state",
+                                           "rng_tracker_states"};
+    const neox_pt_value *root = neox_pt_root(im->src.model_files[0]);
+    for (size_t k = 0; k < sizeof rng_keys / sizeof rng_keys[0]; k++) {
+        const neox_pt_value *v = neox_pt_get(root, rng_keys[k]);
+        if (v && v->kind != NEOX_PT_NONE)
+            neox_notice("%s: '%s' is not imported%s: neox.c's dropout stream starts from the config's seed",
+                        neox_pt_path(im->src.model_files[0]), rng_keys[k],
+                        holds_skipped(v, 0) ? " (numpy's RNG state, skipped unread)" : "");
+    }
+}
+
 // The model from the configs, its vocabulary the checkpoint's (already padded) embedding rows.
 static int describe_model(importer *im, const char *const *configs, int nconfigs, neox_error *err) {
     neox_config_options opts = {.world_size = im->src.dp > 0 ? im->src.dp : 1, .quiet = 1, .data_parallel_only = 1};
@@ -439,6 +463,7 @@ int neox_convert_from_neox(const char *input, const char *const *configs, int nc
     if (rc == 0) rc = each_weight(&im, place_weight, err);
     if (rc == 0) rc = check_weights(&im, err);
     if (rc == 0) rc = read_optimizer(&im, err);
+    if (rc == 0) notice_rng_state(&im);
     if (rc == 0) rc = neox_cvt_layout_check(&im.desc, lay, err);
     char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_save, err) : NULL;
     if (rc == 0 && !tmp) rc = -1;

@@ -5,13 +5,16 @@ without parameters, 2..L+1 the transformer layers, L+3 the final norm, L+4 the o
 layer's attention carries GPT-NeoX's persistent `rotary_emb.inv_freq` buffer), AdamW over GPT-NeoX's
 two weight-decay groups, GPT-NeoX's AnnealingLR as the engine's scheduler, ZeRO stage 1 or 2 over the
 ranks. It trains `before` steps, saves with `engine.save_checkpoint` (GPT-NeoX's client state:
-iteration), trains `after` more steps and writes the losses of every step to SPEC["out"]/losses.json.
+the iteration and the python, numpy and torch RNG states), trains `after` more steps and writes the losses of every step to SPEC["out"]/losses.json.
 Every sample is the same tokens (the test's corpus repeats one document of seq_length tokens), so
 the batches do not depend on the sample order.
   RANK=r WORLD_SIZE=n MASTER_PORT=p neox_deepspeed_run.py SPEC.json"""
 import json
 import os
+import random
 import sys
+
+import numpy
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
@@ -161,7 +164,10 @@ def main():
         engine.step()
         losses.append(loss.item())
         if step + 1 == spec["before"]:
-            engine.save_checkpoint(spec["out"], tag=f"global_step{step + 1}", client_state={"iteration": step + 1})
+            # GPT-NeoX's client state: the iteration and its ranks' RNG states (numpy's pickles numpy objects).
+            client = {"iteration": step + 1, "random_rng_state": random.getstate(),
+                      "np_rng_state": numpy.random.get_state(), "torch_rng_state": torch.get_rng_state()}
+            engine.save_checkpoint(spec["out"], tag=f"global_step{step + 1}", client_state=client)
     if rank == 0:
         json.dump(losses, open(os.path.join(spec["out"], "losses.json"), "w"))
 
