@@ -324,13 +324,14 @@ static char *state_json(const importer *im, int64_t iteration, json_t *files) {
     if (im->opt[1]) json_object_set_new(s, "optimizer", json_string("adam"));
     const neox_pt_value *lr = neox_pt_get(neox_pt_root(im->src.model_files[0]), "lr_scheduler");
     if (im->opt[1] && lr && lr->kind == NEOX_PT_DICT) {
-        double start = 0, min_lr = 0;
+        double start = 0, min_lr = 0, warmup = 0;  // (GPT-NeoX's warmup_iter is warmup x iterations: a float)
         const neox_pt_value *style = neox_pt_get(lr, "decay_style");
         neox_pt_number(im->src.model_files[0], neox_pt_get(lr, "start_lr"), "start_lr", &start, NULL);
         neox_pt_number(im->src.model_files[0], neox_pt_get(lr, "min_lr"), "min_lr", &min_lr, NULL);
+        neox_pt_number(im->src.model_files[0], neox_pt_get(lr, "warmup_iter"), "warmup_iter", &warmup, NULL);
         json_object_set_new(s, "lr_schedule",
                             json_pack("{s:f, s:f, s:f, s:I, s:s, s:I}", "lr", start, "min_lr", min_lr, "warmup_iters",
-                                      (double)int_or(neox_pt_get(lr, "warmup_iter"), 0), "decay_iters",
+                                      warmup, "decay_iters",
                                       (json_int_t)int_or(neox_pt_get(lr, "end_iter"), 1), "style",
                                       style && style->kind == NEOX_PT_STR ? style->str : "constant", "num_iters",
                                       (json_int_t)int_or(neox_pt_get(lr, "num_iters"), iteration)));

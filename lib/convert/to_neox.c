@@ -112,7 +112,8 @@ static json_t *state_field(const exporter *e, const char *section, const char *k
 static neox_pt_value *lr_scheduler(neox_pt_writer *w, const exporter *e) {
     neox_pt_value *lr = neox_pt_new(w, NEOX_PT_DICT);
     neox_pt_set(w, lr, "start_lr", neox_pt_new_float(w, json_number_value(state_field(e, "lr_schedule", "lr"))));
-    neox_pt_set(w, lr, "warmup_iter", neox_pt_new_int(w, (int64_t)json_number_value(state_field(e, "lr_schedule", "warmup_iters"))));
+    // (GPT-NeoX's warmup_iter is warmup x the decay iterations: a float)
+    neox_pt_set(w, lr, "warmup_iter", neox_pt_new_float(w, json_number_value(state_field(e, "lr_schedule", "warmup_iters"))));
     neox_pt_set(w, lr, "num_iters", neox_pt_new_int(w, json_integer_value(state_field(e, "lr_schedule", "num_iters"))));
     const char *style = json_string_value(state_field(e, "lr_schedule", "style"));
     neox_pt_set(w, lr, "decay_style", neox_pt_new_str(w, style ? style : "constant"));
