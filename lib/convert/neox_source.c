@@ -86,8 +86,7 @@ void neox_source_close(neox_source *s) {
 
 neox_pt_file *neox_source_layer_file(const neox_source *s, int layer, int tp_rank, neox_error *err) {
     char *p = neox_asprintf("%s/layer_%02d-model_%02d-model_states.pt", s->dir, layer, tp_rank);
-    neox_pt_file *f = file_exists(p) ? neox_pt_open(p, err) : NULL;
-    if (!f && err && !err->status) neox_error_clear(err);
+    neox_pt_file *f = file_exists(p) ? neox_pt_open(p, err) : NULL;  // (NULL and err set: unreadable)
     free(p);
     return f;
 }

@@ -149,7 +149,8 @@ static int write_model_states(const exporter *e, const char *dir, int r, int64_t
     return neox_pt_writer_commit(w, root, err);
 }
 
-// One weight-decay group's flat buffer on tensor-parallel rank r (DeepSpeed's order), for group s.
+// One weight-decay group's flat buffer of a tensor group ("params", ...) on tensor-parallel rank r,
+// in GPT-NeoX's parameter order.
 static float *group_flat(const exporter *e, const char *group, int decay, int r, int64_t *n, neox_error *err) {
     float *flat = NULL;
     *n = 0;
@@ -175,17 +176,17 @@ static int64_t partition_size(int64_t n, int dp) {
 }
 
 // param_slice_mappings of one group on data rank d: each parameter's fragment in the partition.
-static neox_pt_value *slice_mappings(neox_pt_writer *w, const exporter *e, int decay, int r, int64_t lo, int64_t hi) {
+static neox_pt_value *slice_mappings(neox_pt_writer *w, const exporter *e, int decay, int64_t lo, int64_t hi) {
     neox_pt_value *map = neox_pt_new(w, NEOX_PT_DICT);
     int64_t at = 0;
     for (int k = 0; k < e->nrefs; k++) {
         if (e->refs[k].decay != decay) continue;
-        int64_t shape[2] = {e->params[e->refs[k].param].shape[0], e->params[e->refs[k].param].ndim == 2 ? e->params[e->refs[k].param].shape[1] : 1};
-        int dim = neox_source_tp_dim(e->params[e->refs[k].param].name);
+        const neox_cvt_param *p = &e->params[e->refs[k].param];
+        int64_t shape[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
+        int dim = neox_source_tp_dim(p->name);
         if (dim >= 0) shape[dim] /= e->tp;
         int64_t begin = at, end = at + shape[0] * shape[1];
         at = end;
-        (void)r;
         if (end <= lo || begin >= hi) continue;
         int64_t from = begin > lo ? begin : lo, to = end < hi ? end : hi;
         neox_pt_value *frag = neox_pt_new(w, NEOX_PT_DICT);
@@ -243,7 +244,7 @@ static int add_group(neox_pt_writer *w, const exporter *e, int g, int r, int d, 
     }
     free(buf);
     neox_pt_append(state, st);
-    neox_pt_append(maps, slice_mappings(w, e, g == 0, r, lo, real));
+    neox_pt_append(maps, slice_mappings(w, e, g == 0, lo, real));
     neox_pt_append(paddings, neox_pt_new_int(w, padding));
     return 0;
 }
