@@ -12,7 +12,7 @@
 
 typedef enum {
     G_REBUILD_TENSOR_V2, G_REBUILD_TENSOR, G_REBUILD_PARAMETER, G_ORDERED_DICT, G_SIZE, G_SET, G_FROZENSET,
-    G_CODECS_ENCODE, G_STORAGE, G_RECORD_CLASS, G_SKIPPED, G_GETATTR, G_ENUM,
+    G_CODECS_ENCODE, G_STORAGE, G_RECORD_CLASS, G_SKIPPED, G_GETATTR, G_ENUM, G_DTYPE,
 } global_id;
 
 typedef struct {
@@ -43,6 +43,12 @@ static const global_entry allowed_globals[] = {
     {"torch", "CharStorage", G_STORAGE, NEOX_PT_I8},
     {"torch", "ByteStorage", G_STORAGE, NEOX_PT_U8},
     {"torch", "BoolStorage", G_STORAGE, NEOX_PT_BOOL_DTYPE},
+    // torch's dtypes (a DynamicLossScaler keeps one): read as their names, "torch.float16".
+    {"torch", "float16", G_DTYPE, 0},
+    {"torch", "bfloat16", G_DTYPE, 0},
+    {"torch", "float32", G_DTYPE, 0},
+    {"torch", "float64", G_DTYPE, 0},
+    {"torch", "int64", G_DTYPE, 0},
     // DeepSpeed's fp16 loss scalers: plain attributes (cur_scale, cur_iter, last_overflow_iter, ...).
     {"deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler", G_RECORD_CLASS, 0},
     {"deepspeed.runtime.fp16.loss_scaler", "LossScaler", G_RECORD_CLASS, 0},
@@ -263,8 +269,9 @@ static int op_global(unpickler *u, const char *module, size_t mlen, const char *
         const global_entry *g = &allowed_globals[i];
         if (strlen(g->module) == mlen && strlen(g->name) == nlen && memcmp(g->module, module, mlen) == 0 &&
             memcmp(g->name, name, nlen) == 0) {
-            neox_pt_value *v = new_value(u, NEOX_PT_GLOBAL);
+            neox_pt_value *v = new_value(u, g->id == G_DTYPE ? NEOX_PT_STR : NEOX_PT_GLOBAL);
             v->str = neox_asprintf("%s.%s", g->module, g->name);
+            v->len = strlen(v->str);
             v->i = (int64_t)i;
             return push(u, v);
         }
@@ -450,7 +457,8 @@ static neox_pt_value *reduce(unpickler *u, const neox_pt_value *fn, const neox_p
     case G_GETATTR: return enum_member(u, args);
     case G_STORAGE:
     case G_RECORD_CLASS:
-    case G_ENUM: break;
+    case G_ENUM:
+    case G_DTYPE: break;
     }
     fail(u, "REDUCE of an allowed global with arguments it does not take: ", fn->str);
     return NULL;
