@@ -62,6 +62,15 @@ typedef struct neox_to_hf_options {
 
 int neox_convert_to_hf(const char *ckpt, const char *out_dir, const neox_to_hf_options *opts, neox_error *err);
 int neox_convert_from_hf(const char *hf_dir, const char *out_save, const neox_cvt_layout *lay, neox_error *err);
+// A GPT-NeoX (DeepSpeed) checkpoint (a global_stepN directory, or the save directory whose `latest`
+// names one) with the run's GPT-NeoX YAML configs -> a neox.c checkpoint in out_save (docs/convert.md,
+// "From a GPT-NeoX run").
+int neox_convert_from_neox(const char *input, const char *const *configs, int nconfigs, const char *out_save,
+                           const neox_cvt_layout *lay, neox_error *err);
+// The reverse: a neox.c checkpoint of a GPT-NeoX-style model as GPT-NeoX's DeepSpeed checkpoint for
+// lay->tp tensor-parallel and lay->dp data-parallel ranks at ZeRO stage lay->zero (1 when 0) in out_dir
+// (docs/convert.md, "Back to GPT-NeoX").
+int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay, neox_error *err);
 int neox_convert_inspect(const char *ckpt, FILE *out, neox_error *err);
 // Prints a line per check; returns 0 when the checkpoint is sound, -1 (err names the first problem).
 int neox_convert_verify(const char *ckpt, FILE *out, neox_error *err);

@@ -49,6 +49,7 @@ DEBS=(
   libzstd-dev       # .jsonl.zst input
   zlib1g-dev        # .jsonl.gz input
   libhdf5-dev       # checkpoints
+  libzip-dev        # PyTorch .pt files (torch.save's zip container): GPT-NeoX/DeepSpeed checkpoints
   hdf5-tools        # h5dump/h5ls for inspecting checkpoints in tests
   libopenblas-dev   # CPU GEMM
   libmpich-dev      # MPI (headers + library)
@@ -149,6 +150,21 @@ if [ "$(cat "$optim_stamp" 2>/dev/null)" != "$optim_want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${OPTIM_ORACLES[@]}"
   .venv/bin/python -c 'from torch_optimizer.sm3 import SM3; from madgrad import MADGRAD; from lion_pytorch import Lion'
   printf '%s\n' "$optim_want" >"$optim_stamp"
+fi
+
+# DeepSpeed, whose own engine writes the GPT-NeoX checkpoints tests/oracle/test_neox_checkpoints.py
+# imports (on the CPU: DS_ACCELERATOR=cpu, gloo). Without its dependencies, as lm-eval above (it asks
+# for a torch pip counts newer than Debian's 1.13.0a0); DS_BUILD_OPS=0: no C++ ops are built at install
+# (the test's run uses torch's Adam and gloo, none of DeepSpeed's extensions). pydantic 1.x: what the
+# test was run with. The import is checked.
+DEEPSPEED=(deepspeed==0.14.4 hjson==3.1.0 py-cpuinfo==9.0.0 ninja==1.13.2 "pydantic<2")
+ds_stamp=.venv/.neox-deps-deepspeed
+ds_want=$(printf '%s\n' "${DEEPSPEED[@]}")
+if [ "$(cat "$ds_stamp" 2>/dev/null)" != "$ds_want" ]; then
+  echo "make deps: installing DeepSpeed into .venv (${DEEPSPEED[*]})"
+  DS_BUILD_OPS=0 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${DEEPSPEED[@]}"
+  DS_ACCELERATOR=cpu .venv/bin/python -c 'import deepspeed' >/dev/null
+  printf '%s\n' "$ds_want" >"$ds_stamp"
 fi
 
 install_cudnn_frontend

@@ -13,7 +13,7 @@ PY=.venv/bin/python
 W=$(mktemp -d "${TMPDIR:-/tmp}/neox-seeds.XXXXXX")
 trap 'rm -rf "$W"' EXIT
 for t in yaml_config tokenizer_json gpt2_vocab indexed npy shard manifest state_json safetensors documents \
-         text_document hf_config chat_template serve_request spm_model_proto; do mkdir -p "$OUT/$t"; done
+         text_document hf_config chat_template serve_request spm_model_proto pt; do mkdir -p "$OUT/$t"; done
 # The chat templates the oracle test renders (Llama 3, ChatML/Qwen2, Zephyr, Mistral, every construct).
 cp tests/oracle/chat_templates/*.jinja "$OUT/chat_template/"
 
@@ -112,5 +112,7 @@ PY
 # The other tokenizer kinds (tokenizer.json families, tiktoken, SentencePiece), trained small.
 $PY tests/fuzz/tokenizer_seeds.py "$OUT/tokenizer_json" "$DATA"
 cp "$OUT"/tokenizer_json/*.model "$OUT/spm_model_proto/"
+# PyTorch .pt files as GPT-NeoX's checkpoints hold them, written by torch.save.
+$PY tests/fuzz/pt_seeds.py "$OUT/pt"
 ls -R "$OUT" | head -50
 du -sh "$OUT"

@@ -35,7 +35,7 @@ COMMANDS = {
     ("neox-eval", "serve"): ["neox-eval/neox_serve_command"],
     ("neox-convert",): ["neox-convert/main"],
 }
-for sub in ("to-hf", "from-hf", "inspect", "verify", "reshard"):
+for sub in ("to-hf", "from-hf", "from-neox", "to-neox", "inspect", "verify", "reshard"):
     COMMANDS[("neox-convert", sub)] = ["neox-convert/parse_command"]
 
 

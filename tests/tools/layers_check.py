@@ -13,12 +13,12 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
 
 # Which lib/ folder each public header belongs to (lib/X.h is lib/X/'s, plus these).
-HEADER_OWNER = {"safetensors.h": "ckpt", "serve.h": "eval", "generate.h": "model", "version.h": "version",
+HEADER_OWNER = {"safetensors.h": "ckpt", "torch_pt.h": "ckpt", "serve.h": "eval", "generate.h": "model", "version.h": "version",
                 "config_keys_gen.h": "config"}
 DESIGN = ROOT / "docs/design.md"
 # The libraries the table's last column may name, with the header that shows a file calls each.
 LIBRARIES = {"libc": None, "HDF5": "hdf5.h", "jansson": "jansson.h", "MPI": "mpi.h", "libyaml": "yaml.h",
-             "zstd": "zstd.h", "zlib": "zlib.h", "utf8proc": "utf8proc.h", "OpenBLAS": "cblas.h", "NCCL": "nccl.h",
+             "zstd": "zstd.h", "zlib": "zlib.h", "libzip": "zip.h", "utf8proc": "utf8proc.h", "OpenBLAS": "cblas.h", "NCCL": "nccl.h",
              "cuBLAS": None, "the CUDA runtime": None}
 LIBRARY_HEADERS = {h for h in LIBRARIES.values() if h}
 

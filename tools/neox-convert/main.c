@@ -24,6 +24,15 @@ static void usage(FILE *out) {
             "  from-hf --input DIR --output SAVE [--tp N] [--pp M]\n"
             "                     import a GPTNeoXForCausalLM or LlamaForCausalLM safetensors folder as a\n"
             "                     checkpoint in SAVE (global_step0 + latest) and SAVE/model.yml\n"
+            "  from-neox --input DIR --config CONFIG.yml [--config MORE.yml]... --output SAVE\n"
+            "        [--tp N] [--pp M] [--dp K] [--zero S]\n"
+            "                     import a GPT-NeoX (DeepSpeed) checkpoint (global_stepN, or the save directory\n"
+            "                     its 'latest' names) with the run's YAML configs: weights, fp32 master\n"
+            "                     weights, Adam moments, schedule, loss scaler and data position, from which\n"
+            "                     neox-train continues\n"
+            "  to-neox --input CKPT --output DIR [--tp N] [--dp K] [--zero 1|2]\n"
+            "                     write GPT-NeoX's DeepSpeed checkpoint (DIR/global_stepN/*.pt + DIR/latest):\n"
+            "                     the module per tensor-parallel rank, ZeRO partitions per data-parallel rank\n"
             "  inspect CKPT       layout, iteration, tokens seen, model, every tensor with shape, norm, CRC-32\n"
             "  verify CKPT        completeness, checksums and metadata; exit 0 when sound, 1 when not\n"
             "  reshard --input CKPT --output SAVE [--tp N] [--pp M] [--dp K] [--zero S]\n"
@@ -46,6 +55,8 @@ typedef struct args {
     unsigned long long max_shard;
     long long pad_token_id;  // -1: not given
     neox_cvt_layout layout;
+    const char *configs[64];  // from-neox's --config files, in order
+    int nconfigs;
 } args;
 
 static unsigned long long byte_size(const char *value) {
@@ -63,7 +74,7 @@ static args parse_command(int argc, char **argv) {
         {"dtype", required_argument, NULL, 'd'}, {"max-shard-size", required_argument, NULL, 's'},
         {"tp", required_argument, NULL, 't'},    {"pp", required_argument, NULL, 'p'},
         {"dp", required_argument, NULL, 'D'},    {"zero", required_argument, NULL, 'z'},
-        {"pad-token-id", required_argument, NULL, 'P'},
+        {"pad-token-id", required_argument, NULL, 'P'}, {"config", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     args a = {.layout = {1, 1, 1, 0}, .pad_token_id = -1};
@@ -81,6 +92,10 @@ static args parse_command(int argc, char **argv) {
         case 'D': a.layout.dp = (int)neox_option_int("--dp", optarg, 1, 1 << 20); break;
         case 'z': a.layout.zero = (int)neox_option_int("--zero", optarg, 0, 3); break;
         case 'P': a.pad_token_id = neox_option_int("--pad-token-id", optarg, 0, (1LL << 31) - 1); break;
+        case 'c':
+            if (a.nconfigs == (int)(sizeof a.configs / sizeof a.configs[0])) neox_usage_error("--config: too many files");
+            a.configs[a.nconfigs++] = optarg;
+            break;
         case 'h': usage(stdout); exit(0);
         default: neox_usage_error("%s: unrecognized option '%s'", argv[0], argv[optind - 1]);
         }
@@ -116,11 +131,18 @@ static int run_command(int argc, char **argv) {
     } else if (!strcmp(command, "from-hf")) {
         need_io(&a, command);
         rc = neox_convert_from_hf(a.input, a.output, &a.layout, &err);
+    } else if (!strcmp(command, "from-neox")) {
+        need_io(&a, command);
+        if (!a.nconfigs) neox_usage_error("from-neox: --config is required (the run's GPT-NeoX YAML configs)");
+        rc = neox_convert_from_neox(a.input, a.configs, a.nconfigs, a.output, &a.layout, &err);
+    } else if (!strcmp(command, "to-neox")) {
+        need_io(&a, command);
+        rc = neox_convert_to_neox(a.input, a.output, &a.layout, &err);
     } else if (!strcmp(command, "reshard")) {
         need_io(&a, command);
         rc = neox_convert_reshard(a.input, a.output, &a.layout, &err);
     } else {
-        neox_usage_error("unknown command '%s' (to-hf, from-hf, inspect, verify, reshard)", command);
+        neox_usage_error("unknown command '%s' (to-hf, from-hf, from-neox, to-neox, inspect, verify, reshard)", command);
     }
     if (rc != 0) neox_die_error(&err);
     return 0;
@@ -157,5 +179,5 @@ int main(int argc, char **argv) {
             neox_die_error(&err);
         return 0;
     }
-    neox_usage_error("nothing to do (give a command: to-hf, from-hf, inspect, verify, reshard)");
+    neox_usage_error("nothing to do (give a command: to-hf, from-hf, from-neox, to-neox, inspect, verify, reshard)");
 }

@@ -1,0 +1,343 @@
+// to_neox.c: `neox-convert to-neox`: a neox.c checkpoint of a GPT-NeoX-style model as the DeepSpeed
+// checkpoint GPT-NeoX writes, for a chosen tensor-parallel size and ZeRO-1/2 data-parallel size:
+// `global_stepN/mp_rank_YY_model_states.pt` (the module's fp32 state dict under GPT-NeoX's
+// sequential names, the iteration, AnnealingLR's state), `zero_pp_rank_D_mp_rank_YY_optim_states.pt`
+// (ZeRO's fp32 partitions and Adam's moments over GPT-NeoX's two weight-decay groups, partitioned
+// and padded as DeepSpeed's stage 1/2 optimizer does, with param_slice_mappings), and `latest`. Every
+// file loads with torch.load(weights_only=True): DeepSpeed's own objects (the loss scaler, the
+// fragment addresses, the ZeRO stage enum) are written as the plain dicts and numbers they hold.
+// See docs/convert.md, "Back to GPT-NeoX".
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "convert_internal.h"
+#include "neox_source.h"
+#include "torch_pt.h"
+
+// The parts of a transformer layer in the order GPT-NeoX's ParallelTransformerLayer registers them
+// (its parameters' order, which ZeRO's flat groups follow).
+static const char *const layer_order[] = {
+    "input_layernorm.weight", "input_layernorm.bias", "attention.query_key_value.weight",
+    "attention.query_key_value.bias", "attention.dense.weight", "attention.dense.bias",
+    "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight",
+    "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias",
+};
+
+typedef struct {
+    char neox[128];  // GPT-NeoX's name, sequential.N.PART
+    int param;       // index in the neox.c parameter list
+    int decay;       // in the weight-decay group (not a bias or a norm)
+} neox_param_ref;
+
+typedef struct {
+    neox_cvt_ckpt c;
+    neox_cvt_param *params;
+    int nparams;
+    neox_param_ref *refs;  // GPT-NeoX's parameter order
+    int nrefs;
+    int tp, dp, zero;
+} exporter;
+
+static int find_param(const exporter *e, const char *hf) {
+    for (int i = 0; i < e->nparams; i++)
+        if (strcmp(e->params[i].name, hf) == 0) return i;
+    return -1;
+}
+
+static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
+    char hf[128];
+    int rc = neox_source_hf_name(layer, part, e->c.desc.num_layers, e->c.desc.tied, hf, sizeof hf, err);
+    if (rc != 0) return rc == NEOX_SRC_SKIP ? 0 : -1;
+    int i = find_param(e, hf);
+    if (i < 0) return 0;  // a part this model does not have (biases it was configured without)
+    neox_param_ref *r = &e->refs[e->nrefs++];
+    snprintf(r->neox, sizeof r->neox, "sequential.%d.%s", layer, part);
+    r->param = i;
+    r->decay = !strstr(part, "bias") && !strstr(part, "norm");
+    return 0;
+}
+
+// GPT-NeoX's parameter list; every neox.c parameter must have a place in it.
+static int plan_names(exporter *e, neox_error *err) {
+    const neox_model_desc *d = &e->c.desc;
+    if (d->naming != NEOX_NAMES_GPT_NEOX)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s: a Llama-style model; to-neox writes GPT-NeoX-style models", e->c.dir);
+    e->refs = neox_calloc((size_t)e->nparams + 1, sizeof *e->refs);
+    int L = d->num_layers, rc = add_ref(e, 0, "word_embeddings.weight", err);
+    for (int l = 0; l < L && rc == 0; l++)
+        for (size_t k = 0; k < sizeof layer_order / sizeof layer_order[0] && rc == 0; k++)
+            rc = add_ref(e, l + 2, layer_order[k], err);
+    if (rc == 0) rc = add_ref(e, L + 3, "norm.weight", err);
+    if (rc == 0) rc = add_ref(e, L + 3, "norm.bias", err);
+    if (rc == 0 && !d->tied) rc = add_ref(e, L + 4, "final_linear.weight", err);
+    if (rc == 0 && e->nrefs != e->nparams)
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: %d of the model's %d parameters have GPT-NeoX names (a feature "
+                       "GPT-NeoX's checkpoints cannot hold)", e->c.dir, e->nrefs, e->nparams);
+    return rc;
+}
+
+// Tensor-parallel rank r's shard of parameter i of group ("params", "optimizer/exp_avg", ...), fp32.
+static float *read_shard(const exporter *e, const char *group, int i, int r, int64_t shape[2], neox_error *err) {
+    const neox_cvt_param *p = &e->params[i];
+    char name[160];
+    snprintf(name, sizeof name, "%s/%s", group, p->name);
+    int dim = neox_source_tp_dim(p->name);
+    int64_t offset[2] = {0, 0}, count[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
+    shape[0] = count[0], shape[1] = count[1];
+    if (dim >= 0 && e->tp > 1) {
+        shape[dim] = count[dim] / e->tp;
+        offset[dim] = shape[dim] * r;
+        count[dim] = shape[dim];
+    }
+    float *buf = neox_malloc((size_t)(count[0] * count[1]) * sizeof *buf + 4);
+    int rc = p->ndim == 2 ? neox_ckpt_read_block(e->c.reader, name, offset, count, buf, err)
+                          : neox_ckpt_read_range(e->c.reader, name, offset[0], count[0], buf, err);
+    if (rc != 0) return free(buf), NULL;
+    return buf;
+}
+
+static neox_pt_value *tensor_of(neox_pt_writer *w, const exporter *e, int i, const float *data, const int64_t shape[2]) {
+    return neox_pt_new_tensor(w, NEOX_PT_F32, e->params[i].ndim, shape, data);
+}
+
+static json_t *state_field(const exporter *e, const char *section, const char *key) {
+    json_t *s = section ? json_object_get((json_t *)e->c.state, section) : (json_t *)e->c.state;
+    return json_object_get(s, key);
+}
+
+static neox_pt_value *lr_scheduler(neox_pt_writer *w, const exporter *e) {
+    neox_pt_value *lr = neox_pt_new(w, NEOX_PT_DICT);
+    neox_pt_set(w, lr, "start_lr", neox_pt_new_float(w, json_number_value(state_field(e, "lr_schedule", "lr"))));
+    // (GPT-NeoX's warmup_iter is warmup x the decay iterations: a float)
+    neox_pt_set(w, lr, "warmup_iter", neox_pt_new_float(w, json_number_value(state_field(e, "lr_schedule", "warmup_iters"))));
+    neox_pt_set(w, lr, "num_iters", neox_pt_new_int(w, json_integer_value(state_field(e, "lr_schedule", "num_iters"))));
+    const char *style = json_string_value(state_field(e, "lr_schedule", "style"));
+    neox_pt_set(w, lr, "decay_style", neox_pt_new_str(w, style ? style : "constant"));
+    neox_pt_set(w, lr, "end_iter", neox_pt_new_int(w, json_integer_value(state_field(e, "lr_schedule", "decay_iters"))));
+    neox_pt_set(w, lr, "min_lr", neox_pt_new_float(w, json_number_value(state_field(e, "lr_schedule", "min_lr"))));
+    return lr;
+}
+
+static int write_model_states(const exporter *e, const char *dir, int r, int64_t iteration, neox_error *err) {
+    char *path = neox_asprintf("%s/mp_rank_%02d_model_states.pt", dir, r);
+    neox_pt_writer *w = neox_pt_writer_open(path, err);
+    free(path);
+    if (!w) return -1;
+    neox_pt_value *root = neox_pt_new(w, NEOX_PT_DICT), *module = neox_pt_new(w, NEOX_PT_DICT);
+    for (int k = 0; k < e->nrefs; k++) {
+        int64_t shape[2];
+        float *data = read_shard(e, "params", e->refs[k].param, r, shape, err);
+        if (!data) return neox_pt_writer_abort(w), -1;
+        neox_pt_set(w, module, e->refs[k].neox, tensor_of(w, e, e->refs[k].param, data, shape));
+        free(data);
+    }
+    neox_pt_set(w, root, "module", module);
+    neox_pt_set(w, root, "buffer_names", neox_pt_new(w, NEOX_PT_LIST));
+    neox_pt_set(w, root, "optimizer", neox_pt_new(w, NEOX_PT_NONE));
+    neox_pt_set(w, root, "lr_scheduler", state_field(e, NULL, "lr_schedule") ? lr_scheduler(w, e) : neox_pt_new(w, NEOX_PT_NONE));
+    neox_pt_set(w, root, "skipped_steps", neox_pt_new_int(w, json_integer_value(state_field(e, NULL, "skipped_total"))));
+    neox_pt_set(w, root, "global_steps", neox_pt_new_int(w, iteration));
+    neox_pt_set(w, root, "global_samples", neox_pt_new_int(w, json_integer_value(state_field(e, NULL, "train_samples"))));
+    neox_pt_set(w, root, "dp_world_size", neox_pt_new_int(w, e->dp));
+    neox_pt_set(w, root, "mp_world_size", neox_pt_new_int(w, e->tp));
+    neox_pt_set(w, root, "ds_version", neox_pt_new_str(w, "0.14.4"));
+    neox_pt_set(w, root, "iteration", neox_pt_new_int(w, iteration));
+    return neox_pt_writer_commit(w, root, err);
+}
+
+// One weight-decay group's flat buffer of a tensor group ("params", ...) on tensor-parallel rank r,
+// in GPT-NeoX's parameter order.
+static float *group_flat(const exporter *e, const char *group, int decay, int r, int64_t *n, neox_error *err) {
+    float *flat = NULL;
+    *n = 0;
+    for (int k = 0; k < e->nrefs; k++) {
+        if (e->refs[k].decay != decay) continue;
+        int64_t shape[2];
+        float *data = read_shard(e, group, e->refs[k].param, r, shape, err);
+        if (!data) return free(flat), NULL;
+        flat = neox_realloc(flat, (size_t)(*n + shape[0] * shape[1]) * sizeof *flat + 4);
+        memcpy(flat + *n, data, (size_t)(shape[0] * shape[1]) * sizeof *flat);
+        *n += shape[0] * shape[1];
+        free(data);
+    }
+    return flat;
+}
+
+// DeepSpeed pads each group's flat buffer to a multiple of 2 x dp (its fp16 alignment of partition
+// starts) and gives every data rank an equal partition; the padding sits at the end of the last.
+static int64_t partition_size(int64_t n, int dp) {
+    if (n == 0) return 0;
+    int64_t unit = 2 * (int64_t)dp;
+    return (n + unit - 1) / unit * unit / dp;
+}
+
+// param_slice_mappings of one group on data rank d: each parameter's fragment in the partition.
+static neox_pt_value *slice_mappings(neox_pt_writer *w, const exporter *e, int decay, int64_t lo, int64_t hi) {
+    neox_pt_value *map = neox_pt_new(w, NEOX_PT_DICT);
+    int64_t at = 0;
+    for (int k = 0; k < e->nrefs; k++) {
+        if (e->refs[k].decay != decay) continue;
+        const neox_cvt_param *p = &e->params[e->refs[k].param];
+        int64_t shape[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
+        int dim = neox_source_tp_dim(p->name);
+        if (dim >= 0) shape[dim] /= e->tp;
+        int64_t begin = at, end = at + shape[0] * shape[1];
+        at = end;
+        if (end <= lo || begin >= hi) continue;
+        int64_t from = begin > lo ? begin : lo, to = end < hi ? end : hi;
+        neox_pt_value *frag = neox_pt_new(w, NEOX_PT_DICT);
+        neox_pt_set(w, frag, "numel", neox_pt_new_int(w, to - from));
+        neox_pt_set(w, frag, "start", neox_pt_new_int(w, from - lo));
+        neox_pt_set(w, map, e->refs[k].neox, frag);
+    }
+    return map;
+}
+
+static neox_pt_value *param_group(neox_pt_writer *w, const exporter *e, int g) {
+    const neox_config *cfg = e->c.cfg;
+    neox_pt_value *pg = neox_pt_new(w, NEOX_PT_DICT), *betas = neox_pt_new(w, NEOX_PT_TUPLE);
+    // (the defaults are Adam's, as lib/optim/adamw.c reads them)
+    neox_pt_set(w, pg, "lr", neox_pt_new_float(w, neox_config_float(cfg, lr)));
+    neox_pt_append(betas, neox_pt_new_float(w, neox_config_has(cfg, adam_beta1) ? neox_config_float(cfg, adam_beta1) : 0.9));
+    neox_pt_append(betas, neox_pt_new_float(w, neox_config_has(cfg, adam_beta2) ? neox_config_float(cfg, adam_beta2) : 0.999));
+    neox_pt_set(w, pg, "betas", betas);
+    neox_pt_set(w, pg, "eps", neox_pt_new_float(w, neox_config_has(cfg, adam_eps) ? neox_config_float(cfg, adam_eps) : 1e-8));
+    neox_pt_set(w, pg, "weight_decay", neox_pt_new_float(w, g == 0 ? neox_config_float(cfg, weight_decay) : 0.0));
+    neox_pt_value *params = neox_pt_new(w, NEOX_PT_LIST);
+    neox_pt_append(params, neox_pt_new_int(w, g));
+    neox_pt_set(w, pg, "params", params);
+    return pg;
+}
+
+// Data rank d's share of one group: its fp32 partition (without the padding) and Adam's state.
+static int add_group(neox_pt_writer *w, const exporter *e, int g, int r, int d, neox_pt_value *fp32s, neox_pt_value *state,
+                     neox_pt_value *maps, neox_pt_value *paddings, neox_error *err) {
+    float *flat[3];
+    int64_t n = 0;
+    int rc = 0;
+    for (int s = 0; s < 3 && rc == 0; s++) {
+        static const char *const groups[3] = {"params", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
+        flat[s] = group_flat(e, groups[s], g == 0, r, &n, err);
+        if (!flat[s]) rc = -1;
+    }
+    if (rc != 0) {
+        for (int s = 0; s < 3; s++) free(flat[s]);
+        return -1;
+    }
+    int64_t part = partition_size(n, e->dp), lo = part * d, hi = lo + part, real = hi < n ? hi : n;
+    int64_t kept = real > lo ? real - lo : 0, padding = part - kept;
+    float *buf = neox_calloc((size_t)part + 1, sizeof *buf);
+    neox_pt_value *st = neox_pt_new(w, NEOX_PT_DICT);
+    int64_t steps = json_integer_value(state_field(e, NULL, "optimizer_steps"));
+    float step = (float)steps;
+    neox_pt_set(w, st, "step", neox_pt_new_tensor(w, NEOX_PT_F32, 0, NULL, &step));
+    for (int s = 0; s < 3; s++) {
+        memset(buf, 0, (size_t)part * sizeof *buf);
+        if (kept) memcpy(buf, flat[s] + lo, (size_t)kept * sizeof *buf);
+        if (s == 0) neox_pt_append(fp32s, neox_pt_new_tensor(w, NEOX_PT_F32, 1, &kept, buf));
+        else neox_pt_set(w, st, s == 1 ? "exp_avg" : "exp_avg_sq", neox_pt_new_tensor(w, NEOX_PT_F32, 1, &part, buf));
+        free(flat[s]);
+    }
+    free(buf);
+    neox_pt_append(state, st);
+    neox_pt_append(maps, slice_mappings(w, e, g == 0, lo, real));
+    neox_pt_append(paddings, neox_pt_new_int(w, padding));
+    return 0;
+}
+
+static int write_optim_states(const exporter *e, const char *dir, int r, int d, neox_error *err) {
+    char *path = neox_asprintf("%s/zero_pp_rank_%d_mp_rank_%02d_optim_states.pt", dir, d, r);
+    neox_pt_writer *w = neox_pt_writer_open(path, err);
+    free(path);
+    if (!w) return -1;
+    neox_pt_value *root = neox_pt_new(w, NEOX_PT_DICT), *osd = neox_pt_new(w, NEOX_PT_DICT);
+    neox_pt_value *fp32s = neox_pt_new(w, NEOX_PT_LIST), *states = neox_pt_new(w, NEOX_PT_LIST);
+    neox_pt_value *maps = neox_pt_new(w, NEOX_PT_LIST), *paddings = neox_pt_new(w, NEOX_PT_LIST);
+    for (int g = 0; g < 2; g++)
+        if (add_group(w, e, g, r, d, fp32s, states, maps, paddings, err) != 0) return neox_pt_writer_abort(w), -1;
+    // base_optimizer_state is torch's Adam state_dict over the two flat partitions (param ids 0, 1).
+    neox_pt_value *base = neox_pt_new(w, NEOX_PT_DICT), *state = neox_pt_new(w, NEOX_PT_DICT);
+    neox_pt_value *groups = neox_pt_new(w, NEOX_PT_LIST);
+    for (int g = 0; g < 2; g++) {
+        neox_pt_append(state, states->items[g]);
+        state->keys[g] = neox_pt_new_int(w, g);
+        neox_pt_append(groups, param_group(w, e, g));
+    }
+    neox_pt_set(w, base, "state", state);
+    neox_pt_set(w, base, "param_groups", groups);
+    json_t *ls = state_field(e, NULL, "loss_scaler");
+    neox_pt_value *scaler = neox_pt_new(w, NEOX_PT_DICT);  // DeepSpeed's LossScaler's attributes
+    neox_pt_set(w, scaler, "cur_scale", neox_pt_new_float(w, ls ? json_number_value(json_object_get(ls, "scale")) : 1.0));
+    neox_pt_set(w, scaler, "dynamic", neox_pt_new_int(w, ls != NULL));
+    if (ls) {
+        neox_pt_set(w, scaler, "cur_iter", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "iteration"))));
+        neox_pt_set(w, scaler, "last_overflow_iter", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "last_overflow"))));
+        neox_pt_set(w, scaler, "cur_hysteresis", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "hysteresis_left"))));
+    }
+    neox_pt_set(w, osd, "loss_scaler", scaler);
+    neox_pt_set(w, osd, "dynamic_loss_scale", neox_pt_new_int(w, ls != NULL));
+    neox_pt_set(w, osd, "overflow", neox_pt_new_int(w, 0));
+    neox_pt_set(w, osd, "clip_grad", neox_pt_new_float(w, neox_config_float(e->c.cfg, gradient_clipping)));
+    neox_pt_set(w, osd, "base_optimizer_state", base);
+    neox_pt_set(w, osd, "single_partition_of_fp32_groups", fp32s);
+    neox_pt_set(w, osd, "zero_stage", neox_pt_new_int(w, e->zero));
+    neox_pt_set(w, osd, "group_paddings", paddings);
+    neox_pt_value *counts = neox_pt_new(w, NEOX_PT_LIST);
+    for (int g = 0; g < 2; g++) neox_pt_append(counts, neox_pt_new_int(w, e->dp));
+    neox_pt_set(w, osd, "partition_count", counts);
+    neox_pt_set(w, osd, "ds_version", neox_pt_new_str(w, "0.14.4"));
+    neox_pt_set(w, osd, "param_slice_mappings", maps);
+    neox_pt_set(w, root, "optimizer_state_dict", osd);
+    neox_pt_set(w, root, "ds_version", neox_pt_new_str(w, "0.14.4"));
+    return neox_pt_writer_commit(w, root, err);
+}
+
+static int export_into(exporter *e, const char *out, neox_error *err) {
+    int64_t iteration = json_integer_value(state_field(e, NULL, "iteration"));
+    char *dir = neox_asprintf("%s/global_step%lld", out, (long long)iteration);
+    int rc = mkdir(dir, 0777) == 0 ? 0 : neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create the directory", dir);
+    int has_optim = state_field(e, NULL, "optimizer") != NULL;
+    for (int r = 0; r < e->tp && rc == 0; r++) {
+        rc = write_model_states(e, dir, r, iteration, err);
+        for (int d = 0; d < e->dp && rc == 0 && has_optim; d++) rc = write_optim_states(e, dir, r, d, err);
+    }
+    if (rc == 0) {
+        char *latest = neox_asprintf("global_step%lld\n", (long long)iteration);
+        rc = neox_cvt_write_text(out, "latest", latest, err);
+        free(latest);
+    }
+    free(dir);
+    return rc;
+}
+
+int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay, neox_error *err) {
+    exporter e = {.tp = lay->tp, .dp = lay->dp, .zero = lay->zero ? lay->zero : 1};
+    if (lay->pp != 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "--pp: to-neox writes the model in mp_rank_YY_model_states.pt "
+                         "(pipe_parallel_size 0 or 1 runs load it); per-layer pipeline files are not written");
+    if (e.zero > 2) return neox_fail(err, NEOX_EXIT_USAGE, "--zero %d: to-neox writes ZeRO stage 1 or 2 files", e.zero);
+    if (neox_cvt_open(&e.c, ckpt, err) != 0) return -1;
+    e.params = neox_cvt_params(&e.c.desc, &e.nparams);
+    const char *opt = json_string_value(state_field(&e, NULL, "optimizer"));
+    int rc = plan_names(&e, err);
+    if (rc == 0 && opt && strcmp(opt, "adam") != 0)
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: optimizer '%s': to-neox writes Adam's state (DeepSpeed's ZeRO files)",
+                       e.c.dir, opt);
+    neox_cvt_layout check = *lay;
+    check.zero = e.zero;
+    if (rc == 0) rc = neox_cvt_layout_check(&e.c.desc, &check, err);
+    char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_dir, err) : NULL;
+    if (rc == 0 && !tmp) rc = -1;
+    if (rc == 0) rc = export_into(&e, tmp, err);
+    if (rc == 0) rc = neox_cvt_outdir_commit(tmp, out_dir, err);
+    else if (tmp) neox_cvt_outdir_abort(tmp);
+    free(tmp);
+    free(e.refs);
+    free(e.params);
+    neox_cvt_close(&e.c);
+    return rc;
+}

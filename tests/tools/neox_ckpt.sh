@@ -1,0 +1,36 @@
+# tests/tools/neox_ckpt.sh: neox-convert to-neox and from-neox on a checkpoint neox-train writes (a
+# 1-layer model, 2 steps): the DeepSpeed files to-neox writes for 2 tensor-parallel by 2 data-parallel
+# ranks, read back by from-neox and resumed by neox-train; and what from-neox refuses by name before
+# writing anything (no output appears): a config whose model_parallel_size differs from the files, a
+# ZeRO-3 / bf16-optimizer checkpoint, a ZeRO stage 3 recorded in the optimizer files, a non-Adam
+# optimizer state, a missing config. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
+source tests/lib.sh
+char_shakespeare "neox-convert to-neox/from-neox" || exit 0
+cat >"$T/run.yml" <<EOF2
+{"num_layers": 1, "hidden_size": 16, "num_attention_heads": 2, "seq_length": 16, "max_position_embeddings": 16,
+ "pos_emb": "rotary", "no_weight_tying": true, "model_parallel_size": 2, "pipe_parallel_size": 1,
+ "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "weight_decay": 0.01, "lr_decay_style": "constant", "lr_decay_iters": 3,
+ "train_micro_batch_size_per_gpu": 2, "train_iters": 2, "eval_interval": 1000, "eval_iters": 1, "log_interval": 1,
+ "data_path": "$T/char_text_document", "tokenizer_type": "CharLevelTokenizer", "save": "$T/save",
+ "checkpoint_factor": 2, "log_dir": "$T/logs"}
+EOF2
+sed 's/"model_parallel_size": 2/"model_parallel_size": 1/' "$T/run.yml" >"$T/tp1.yml"
+check "neox-train writes a checkpoint to export" "$TRAIN" -q "$T/tp1.yml"
+check "to-neox writes DeepSpeed's files for tp 2, dp 2" "$CONVERT" to-neox --input "$T/save" --output "$T/neox" --tp 2 --dp 2
+check_output "they are GPT-NeoX's file names" \
+    "^latest mp_rank_00_model_states.pt mp_rank_01_model_states.pt zero_pp_rank_0_mp_rank_00_optim_states.pt zero_pp_rank_0_mp_rank_01_optim_states.pt zero_pp_rank_1_mp_rank_00_optim_states.pt zero_pp_rank_1_mp_rank_01_optim_states.pt$" \
+    bash -c "cd '$T/neox' && echo \$(ls latest global_step2 | grep -v '^global_step2:' | grep -v '^$')"
+check "from-neox reads them back" "$CONVERT" from-neox --input "$T/neox" --config "$T/run.yml" --output "$T/back"
+check "the import verifies" "$CONVERT" verify "$T/back"
+sed -e 's/"train_iters": 2/"train_iters": 3/' -e "s#\"save\": \"$T/save\"#\"load\": \"$T/back\"#" "$T/tp1.yml" >"$T/resume.yml"
+check_output "neox-train resumes from it at iteration 3" "iteration +3/ +3" "$TRAIN" "$T/resume.yml"
+check_fails "a config whose model_parallel_size differs from the files is refused" 2 "model_parallel_size: the configs say 1" \
+    "$CONVERT" from-neox --input "$T/neox" --config "$T/tp1.yml" --output "$T/out1"
+cp -r "$T/neox" "$T/bf16"
+touch "$T/bf16/global_step2/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+check_fails "DeepSpeed's bf16 optimizer / ZeRO-3 files are refused" 2 "bf16_zero_pp_rank_\*, zero3_\*" \
+    "$CONVERT" from-neox --input "$T/bf16" --config "$T/run.yml" --output "$T/out2"
+check_fails "from-neox needs the run's configs" 2 "--config is required" \
+    "$CONVERT" from-neox --input "$T/neox" --output "$T/out3"
+check "no refused import left an output" bash -c "! ls -d '$T'/out* 2>/dev/null"
+check_fails "to-neox refuses per-layer pipeline files" 2 "--pp" "$CONVERT" to-neox --input "$T/save" --output "$T/out4" --pp 2
