@@ -165,7 +165,7 @@ static const float *router_input(neox_model *m, int l, const neox_moe_bufs *b, c
     const neox_model_desc *d = &m->desc;
     if (!training || !b->jx) return inp;
     m->be->jitter(b->jx, inp, (size_t)N * d->hidden_size, d->moe_jitter_eps,
-                  neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT));
+                  neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT), m->act_elem);
     return b->jx;
 }
 
@@ -341,6 +341,7 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     neox_model_linear_backward_weights(m, g->router_w, NULL, a->moe_dlogits, jittered ? b->jx : inp, N, C, E);
     neox_model_linear_backward_input(m, scratch, a->moe_dlogits, p->router_w, N, C, E);
     if (jittered)  // d(x * noise)/dx = noise
-        be->jitter(scratch, scratch, (size_t)N * C, d->moe_jitter_eps, neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT));
-    be->add_inplace(dln2, scratch, (size_t)N * C);
+        be->jitter(scratch, scratch, (size_t)N * C, d->moe_jitter_eps, neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT),
+                   m->act_elem);
+    be->add(dln2, dln2, scratch, (size_t)N * C, m->act_elem);
 }
