@@ -192,6 +192,7 @@ extern "C" void neox_cuda_rmsnorm_backward(void *dinp, float *dweight, const voi
                                           N, C, act));
 }
 
+// inp, out: (N, C) stored as T; rnorm: (N). One warp per row.
 template <typename T>
 __global__ void scalenorm_forward_kernel(T *out, float *rnorm, const T *inp, const float *g, int N, int C, float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -209,6 +210,7 @@ __global__ void scalenorm_forward_kernel(T *out, float *rnorm, const T *inp, con
 }
 
 // dinp += g r (dout - x r^2 (x . dout)), the norm's term absent where the norm was clamped.
+// dinp, dout, inp: (N, C) stored as T; rnorm: (N).
 template <typename T>
 __global__ void scalenorm_backward_kernel(T *dinp, const T *dout, const T *inp, const float *g, const float *rnorm,
                                           int N, int C, float eps) {
@@ -274,6 +276,7 @@ __device__ static size_t head_norm_at(int row, int e, int H, int T, int HS, int 
     return (((size_t)b * H + h) * T + t) * HS + d;
 }
 
+// inp, out: (B, H, T_, HS) stored as T (out may be inp); mean, rstd: (rows) = (B, T_, H / G).
 template <typename T>
 __global__ void head_norm_forward_kernel(T *out, float *mean, float *rstd, const T *inp, const float *weight,
                                          const float *bias, int rows, int H, int T_, int HS, int G, float eps) {
