@@ -55,11 +55,13 @@ extern "C" {
     X(void, head_norm_backward, (void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,         \
       const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS, int G, neox_elem act),   \
       (dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, H, T, HS, G, act))                                      \
-    X(void, gather_rows, (float *out, const float *inp, const int *idx, int n, int C), (out, inp, idx, n, C))        \
-    X(void, moe_combine, (float *out, const float *rows, const int *slot, const float *weight, int N, int K, int C),  \
-      (out, rows, slot, weight, N, K, C))                                                                              \
-    X(void, moe_combine_backward, (float *drows, float *dweight, const float *dout, const float *rows,                \
-      const int *slot, const float *weight, int N, int K, int C), (drows, dweight, dout, rows, slot, weight, N, K, C)) \
+    X(void, gather_rows, (void *out, const void *inp, const int *idx, int n, int C, neox_elem act), (out, inp, idx, n, \
+      C, act))                                                                                                         \
+    X(void, moe_combine, (void *out, const void *rows, const int *slot, const float *weight, int N, int K, int C,     \
+      neox_elem act), (out, rows, slot, weight, N, K, C, act))                                                         \
+    X(void, moe_combine_backward, (void *drows, float *dweight, const void *dout, const void *rows, const int *slot,  \
+      const float *weight, int N, int K, int C, neox_elem act), (drows, dweight, dout, rows, slot, weight, N, K, C,    \
+      act))                                                                                                            \
     X(void, add_layernorm_forward, (void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,     \
       const float *weight, const float *bias, int N, int C, float eps, neox_elem act), (sum, out, mean, rstd, a, b,     \
       weight, bias, N, C, eps, act))                                                                                    \

@@ -168,15 +168,19 @@ void neox_head_norm_backward(void *dinp, float *dweight, float *dbias, const voi
                              int G, neox_elem act);
 
 // ---- Mixture of Experts -------------------------------------------------------------------------
-// out (n, C): row j = inp row idx[j] (the token rows of each expert slot, grouped by expert).
-void neox_gather_rows(float *out, const float *inp, const int *idx, int n, int C);
+// The rows are activations stored as act; the router's weights and their gradient stay fp32.
+// out (n, C): row j = inp row idx[j] (the token rows of each expert slot, grouped by expert), the
+// stored elements moved as they are.
+void neox_gather_rows(void *out, const void *inp, const int *idx, int n, int C, neox_elem act);
 // out (N, C) OVERWRITTEN: out[t] = sum over k < K of weight[t*K + k] * rows[slot[t*K + k]] (in k
-// order; weight NULL: 1). rows: (N*K, C) expert outputs, slot: each token slot's row.
-void neox_moe_combine(float *out, const float *rows, const int *slot, const float *weight, int N, int K, int C);
+// order, in fp32, rounded once; weight NULL: 1). rows: (N*K, C) expert outputs, slot: each token
+// slot's row.
+void neox_moe_combine(void *out, const void *rows, const int *slot, const float *weight, int N, int K, int C,
+                      neox_elem act);
 // Its backward: drows[slot[t*K + k]] = weight[t*K + k] * dout[t] (overwritten; every row is some
-// token's slot), dweight[t*K + k] = dout[t] . rows[slot[t*K + k]] (summed in double).
-void neox_moe_combine_backward(float *drows, float *dweight, const float *dout, const float *rows, const int *slot,
-                               const float *weight, int N, int K, int C);
+// token's slot), dweight[t*K + k] = dout[t] . rows[slot[t*K + k]] (summed in double, fp32).
+void neox_moe_combine_backward(void *drows, float *dweight, const void *dout, const void *rows, const int *slot,
+                               const float *weight, int N, int K, int C, neox_elem act);
 // The residual add followed by the norm (a sequential residual's x + attention, then the MLP's
 // norm): sum = a + b (N, C; sum may alias a), then out, mean, rstd as the norm's forward of sum. The
 // same bits as neox_add then the norm; one pass over the rows on a GPU.

@@ -176,23 +176,24 @@ neox_op_cost neox_op_cost_add_rmsnorm_forward(void *sum, void *out, float *rstd,
 }
 
 // ---- Mixture of Experts: row gathers and the weighted combination --------------------------------
-neox_op_cost neox_op_cost_gather_rows(float *out, const float *inp, const int *idx, int n, int C) {
+neox_op_cost neox_op_cost_gather_rows(void *out, const void *inp, const int *idx, int n, int C, neox_elem act) {
     (void)out, (void)inp, (void)idx;
-    return bytes_only(IDX * n + F32 * 2.0 * (double)n * C);
+    return bytes_only(IDX * n + elem_bytes(act) * 2.0 * (double)n * C);
 }
 
-neox_op_cost neox_op_cost_moe_combine(float *out, const float *rows, const int *slot, const float *weight, int N,
-                                      int K, int C) {
+neox_op_cost neox_op_cost_moe_combine(void *out, const void *rows, const int *slot, const float *weight, int N, int K,
+                                      int C, neox_elem act) {
     (void)out, (void)rows, (void)slot, (void)weight;
     double nk = (double)N * K;
-    return bytes_only(IDX * nk + F32 * (nk + nk * C + (double)N * C));
+    return bytes_only(IDX * nk + F32 * nk + elem_bytes(act) * (nk * C + (double)N * C));
 }
 
-neox_op_cost neox_op_cost_moe_combine_backward(float *drows, float *dweight, const float *dout, const float *rows,
-                                               const int *slot, const float *weight, int N, int K, int C) {
+neox_op_cost neox_op_cost_moe_combine_backward(void *drows, float *dweight, const void *dout, const void *rows,
+                                               const int *slot, const float *weight, int N, int K, int C,
+                                               neox_elem act) {
     (void)drows, (void)dweight, (void)dout, (void)rows, (void)slot, (void)weight;
     double nk = (double)N * K;
-    return bytes_only(IDX * nk + F32 * (2.0 * nk + (double)N * C + 2.0 * nk * C));
+    return bytes_only(IDX * nk + F32 * 2.0 * nk + elem_bytes(act) * ((double)N * C + 2.0 * nk * C));
 }
 
 // ---- attention --------------------------------------------------------------------------------

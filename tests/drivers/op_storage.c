@@ -7,7 +7,7 @@
 // layernorm_forward layernorm_backward rmsnorm_forward rmsnorm_backward add_layernorm_forward
 // add_rmsnorm_forward qkv_split qkv_merge rotary_apply embedding_forward embedding_backward
 // cross_entropy linear attention scalenorm_forward scalenorm_backward head_norm_forward
-// head_norm_backward. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
+// head_norm_backward gather_rows moe_combine. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
 // a gated input and its gradient); parameters and statistics ("weight", "bias", "mean", "rstd", and
 // the gradients "dweight", "dbias" that backward adds into) are F32. fn: the activation function's
 // number (neox_act_fn). dropout uses p = 0.25, seed 7, offset 100. qkv_split/merge take N = B*T rows
@@ -30,7 +30,10 @@
 // heads with the F32 "weight" and "bias" (C) (fn = 0: LayerNorm, G = HN_H) or per head (fn = 1: RMS,
 // G = 1, no bias): "out", "rstd" and (LayerNorm) "mean" (N * HN_H / G); head_norm_backward overwrites
 // the BF16 "dout" in place with the input gradient from "x", "weight", "mean", "rstd", adding into
-// "dweight" (and "dbias").
+// "dweight" (and "dbias"). gather_rows gathers the N * MOE_K rows of "x" (N, C) named by the I32 "perm"
+// (N * MOE_K) into "out"; moe_combine combines the BF16 "rows" (N * MOE_K, C) by the I32 "slot"
+// and F32 "weight" (N * MOE_K) into "out" (N, C), then its backward of the BF16 "dout" (N, C):
+// "drows" and the F32 "dweight".
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +62,7 @@ enum { EMB_V = 11 };  // the embedding table's rows
 enum { LIN_OC = 24 };  // the linear layer's outputs
 enum { ATT_NH = 4, ATT_NKV = 2, ATT_HS = 16 };  // attention's heads (GQA groups of two) and head size
 enum { HN_H = 4 };  // the query/key norm's heads
+enum { MOE_K = 2 };  // expert slots per token
 #define SCALE_EPS 1e-8f
 
 typedef struct { const char *name; const char *dtype; const void *data; size_t count; } output;
@@ -141,6 +145,21 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
         return outs[0] = OUT_B("out", o, n), 1;
     }
     if (!strncmp(op, "scalenorm_", 10) || !strncmp(op, "head_norm_", 10)) return run_other_norm(op, N, C, fn, outs);
+    if (!strcmp(op, "gather_rows")) {
+        uint16_t *o = neox_malloc((size_t)MOE_K * n * 2);
+        neox_gather_rows(o, bf16("x", n), i32("perm", (size_t)N * MOE_K), N * MOE_K, C, B);
+        return outs[0] = OUT_B("out", o, (size_t)MOE_K * n), 1;
+    }
+    if (!strcmp(op, "moe_combine")) {
+        size_t nk = (size_t)N * MOE_K;
+        uint16_t *rows = bf16("rows", nk * C), *o = neox_malloc(n * 2), *dr = neox_malloc(nk * C * 2);
+        int *slot = i32("slot", nk);
+        float *w = f32("weight", nk), *dw = neox_malloc(nk * sizeof(float));
+        neox_moe_combine(o, rows, slot, w, N, MOE_K, C, B);
+        neox_moe_combine_backward(dr, dw, bf16("dout", n), rows, slot, w, N, MOE_K, C, B);
+        outs[0] = OUT_B("out", o, n), outs[1] = OUT_B("drows", dr, nk * C), outs[2] = OUT_F("dweight", dw, nk);
+        return 3;
+    }
     if (!strcmp(op, "activation_forward") || !strcmp(op, "activation_backward")) {
         uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);
         if (op[11] == 'f') neox_activation_forward(o, x, n, fn, B);

@@ -436,14 +436,14 @@ static void test_moe(int N, int K, int C) {
     pair inp = pair_rand((size_t)N * C), rows = pair_rand((size_t)NK * C), w = pair_uniform(NK, 0.0f, 1.0f);
     pair g = pair_rand((size_t)NK * C), out = pair_rand((size_t)N * C), dout = pair_rand((size_t)N * C);
     pair drows = pair_rand((size_t)NK * C), dw = pair_rand(NK);
-    cpu->gather_rows(g.h, inp.h, pm.h, NK, C);
-    gpu->gather_rows(g.d, inp.d, pm.d, NK, C);
+    cpu->gather_rows(g.h, inp.h, pm.h, NK, C, NEOX_ELEM_F32);
+    gpu->gather_rows(g.d, inp.d, pm.d, NK, C, NEOX_ELEM_F32);
     checkf(0, 0, &g, "gather_rows N=%d K=%d C=%d", N, K, C);
-    cpu->moe_combine(out.h, rows.h, sl.h, w.h, N, K, C);
-    gpu->moe_combine(out.d, rows.d, sl.d, w.d, N, K, C);
+    cpu->moe_combine(out.h, rows.h, sl.h, w.h, N, K, C, NEOX_ELEM_F32);
+    gpu->moe_combine(out.d, rows.d, sl.d, w.d, N, K, C, NEOX_ELEM_F32);
     checkf(1e-6, 1e-6, &out, "moe_combine N=%d K=%d C=%d", N, K, C);
-    cpu->moe_combine_backward(drows.h, dw.h, dout.h, rows.h, sl.h, w.h, N, K, C);
-    gpu->moe_combine_backward(drows.d, dw.d, dout.d, rows.d, sl.d, w.d, N, K, C);
+    cpu->moe_combine_backward(drows.h, dw.h, dout.h, rows.h, sl.h, w.h, N, K, C, NEOX_ELEM_F32);
+    gpu->moe_combine_backward(drows.d, dw.d, dout.d, rows.d, sl.d, w.d, N, K, C, NEOX_ELEM_F32);
     checkf(0, 0, &drows, "moe_combine_backward drows N=%d K=%d C=%d", N, K, C);
     checkf(1e-5, 1e-5, &dw, "moe_combine_backward dweight N=%d K=%d C=%d", N, K, C);
     pair j = pair_rand((size_t)N * C);
@@ -791,6 +791,37 @@ static void test_bf16_head_norm(int B, int H, int T, int HS, int G, int rms) {
     for (size_t i = 0; i < sizeof bp / sizeof *bp; i++) bpair_free(bp[i]);
     pair *f[] = {&w, &b, &mean, &rstd, &dw, &db, &m, &r};
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) pair_free(f[i]);
+}
+
+// MoE's row movement in bf16 storage: the gather moves elements as they are; the combination sums
+// in fp32 and rounds once; the slot rows' gradient is one product rounded once (the same bits), the
+// weights' gradient an fp32 dot product.
+static void test_bf16_moe(int N, int K, int C) {
+    int NK = N * K, *slot = xmalloc((size_t)NK * sizeof(int)), *perm = xmalloc((size_t)NK * sizeof(int));
+    for (int j = 0; j < NK; j++) slot[j] = (j * 7 + 3) % NK;  // a permutation when gcd(7, NK) = 1
+    for (int s = 0; s < NK; s++) perm[slot[s]] = s / K;
+    ipair sl = ipair_from(slot, NK), pm = ipair_from(perm, NK);
+    bpair inp = bpair_rand((size_t)N * C), rows = bpair_rand((size_t)NK * C), g = bpair_rand((size_t)NK * C);
+    bpair out = bpair_rand((size_t)N * C), dout = bpair_rand((size_t)N * C), drows = bpair_rand((size_t)NK * C);
+    pair w = pair_uniform(NK, 0.0f, 1.0f), dw = pair_rand(NK);
+    cpu->gather_rows(g.h, inp.h, pm.h, NK, C, NEOX_ELEM_BF16);
+    gpu->gather_rows(g.d, inp.d, pm.d, NK, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &g, "gather_rows bf16 N=%d K=%d C=%d", N, K, C);
+    cpu->moe_combine(out.h, rows.h, sl.h, w.h, N, K, C, NEOX_ELEM_BF16);
+    gpu->moe_combine(out.d, rows.d, sl.d, w.d, N, K, C, NEOX_ELEM_BF16);
+    bcheckf(1e-6, BF16_ULP, &out, "moe_combine bf16 N=%d K=%d C=%d", N, K, C);
+    cpu->moe_combine_backward(drows.h, dw.h, dout.h, rows.h, sl.h, w.h, N, K, C, NEOX_ELEM_BF16);
+    gpu->moe_combine_backward(drows.d, dw.d, dout.d, rows.d, sl.d, w.d, N, K, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &drows, "moe_combine_backward bf16 drows N=%d K=%d C=%d", N, K, C);
+    checkf(1e-5, 1e-5, &dw, "moe_combine_backward bf16 dweight N=%d K=%d C=%d", N, K, C);
+    bpair *b[] = {&inp, &rows, &g, &out, &dout, &drows};
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++) bpair_free(b[i]);
+    pair_free(&w);
+    pair_free(&dw);
+    ipair_free(&sl);
+    ipair_free(&pm);
+    free(slot);
+    free(perm);
 }
 
 // The norms in bf16 storage, statistics and parameter gradients fp32; rms: RMSNorm, else LayerNorm.
@@ -1624,6 +1655,7 @@ int main(int argc, char **argv) {
     test_bf16_heads(2, 37, 4, 4, 40, 1);
     test_bf16_heads(2, 33, 8, 2, 64, 0);
     test_bf16_scalenorm(37, 200, 1e-8f);
+    test_bf16_moe(37, 2, 200);  // NK = 74: 7 is coprime to it
     test_bf16_scalenorm(300, 3, 3.0f);
     test_bf16_head_norm(2, 4, 37, 16, 4, 0);
     test_bf16_head_norm(3, 6, 20, 64, 1, 1);

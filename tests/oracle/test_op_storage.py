@@ -391,3 +391,35 @@ def test_head_norm_backward(rms, tmp_path):
     close32(out["dweight"], dw0.to(F64) + gw, "head_norm dweight", rtol=1e-4)
     if not rms:
         close32(out["dbias"], db0.to(F64) + gb, "head_norm dbias", rtol=1e-4)
+
+
+MOE_K = 2  # the driver's expert slots per token
+
+
+def test_gather_rows(tmp_path):
+    """MoE's gather moves the stored bf16 elements as they are."""
+    x = bf16((N, C), seed=42)
+    perm = torch.randperm(N * MOE_K, generator=torch.Generator().manual_seed(42)).to(torch.int32) % N
+    out = run(tmp_path, "gather_rows", {"x": x, "perm": perm})["out"]
+    exact(out, x[perm.long()].to(F64), "gather_rows")
+
+
+def test_moe_combine(tmp_path):
+    """out[t] = sum_k weight[t, k] * rows[slot[t, k]] (fp32 sum rounded once) and its backward:
+    drows[slot[t, k]] = weight[t, k] * dout[t] (one product rounded once), dweight = dout[t] . rows."""
+    nk = N * MOE_K
+    rows, dout = bf16((nk, C), seed=43), bf16((N, C), seed=44)
+    slot = torch.randperm(nk, generator=torch.Generator().manual_seed(43)).to(torch.int32)
+    w = f32((nk,), 0.0, 1.0, seed=43)
+    out = run(tmp_path, "moe_combine", {"rows": rows, "slot": slot, "weight": w, "dout": dout})
+    rr, wr = rows.to(F64).requires_grad_(), w.to(F64).requires_grad_()
+    picked = rr[slot.long()].reshape(N, MOE_K, C)
+    y = (wr.reshape(N, MOE_K, 1) * picked).sum(1)
+    within_ulp(out["out"], y.detach(), "moe_combine", atol=1e-6)
+    g_rows, g_w = torch.autograd.grad(y, (rr, wr), dout.to(F64))
+    drows = (w.reshape(N, MOE_K, 1) * dout.float().reshape(N, 1, C)).reshape(nk, C)  # fp32 products, by token slot
+    ref = torch.empty_like(drows)
+    ref[slot.long()] = drows
+    exact(out["drows"], ref.to(F64), "moe_combine_backward drows")
+    assert torch.allclose(ref.to(F64), g_rows, rtol=1e-6, atol=0), "the restated drows is the autograd gradient"
+    close32(out["dweight"], g_w, "moe_combine_backward dweight")
