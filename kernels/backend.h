@@ -45,21 +45,23 @@ extern "C" {
       neox_elem act), (out, rstd, inp, weight, N, C, eps, act))                                                         \
     X(void, rmsnorm_backward, (void *dinp, float *dweight, const void *dout, const void *inp, const float *weight,     \
       const float *rstd, int N, int C, neox_elem act), (dinp, dweight, dout, inp, weight, rstd, N, C, act))             \
-    X(void, scalenorm_forward, (float *out, float *rnorm, const float *inp, const float *g, int N, int C, float eps), \
-      (out, rnorm, inp, g, N, C, eps))                                                                                 \
-    X(void, scalenorm_backward, (float *dinp, float *dg, const float *dout, const float *inp, const float *g,          \
-      const float *rnorm, int N, int C, float eps), (dinp, dg, dout, inp, g, rnorm, N, C, eps))                        \
-    X(void, head_norm_forward, (float *out, float *mean, float *rstd, const float *inp, const float *weight,         \
-      const float *bias, int B, int H, int T, int HS, int G, float eps), (out, mean, rstd, inp, weight, bias, B, H, T, \
-      HS, G, eps))                                                                                                     \
-    X(void, head_norm_backward, (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,       \
-      const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS, int G), (dinp, dweight,  \
-      dbias, dout, inp, weight, mean, rstd, B, H, T, HS, G))                                                           \
-    X(void, gather_rows, (float *out, const float *inp, const int *idx, int n, int C), (out, inp, idx, n, C))        \
-    X(void, moe_combine, (float *out, const float *rows, const int *slot, const float *weight, int N, int K, int C),  \
-      (out, rows, slot, weight, N, K, C))                                                                              \
-    X(void, moe_combine_backward, (float *drows, float *dweight, const float *dout, const float *rows,                \
-      const int *slot, const float *weight, int N, int K, int C), (drows, dweight, dout, rows, slot, weight, N, K, C)) \
+    X(void, scalenorm_forward, (void *out, float *rnorm, const void *inp, const float *g, int N, int C, float eps,     \
+      neox_elem act), (out, rnorm, inp, g, N, C, eps, act))                                                            \
+    X(void, scalenorm_backward, (void *dinp, float *dg, const void *dout, const void *inp, const float *g,             \
+      const float *rnorm, int N, int C, float eps, neox_elem act), (dinp, dg, dout, inp, g, rnorm, N, C, eps, act))    \
+    X(void, head_norm_forward, (void *out, float *mean, float *rstd, const void *inp, const float *weight,             \
+      const float *bias, int B, int H, int T, int HS, int G, float eps, neox_elem act), (out, mean, rstd, inp, weight, \
+      bias, B, H, T, HS, G, eps, act))                                                                                 \
+    X(void, head_norm_backward, (void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,         \
+      const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS, int G, neox_elem act),   \
+      (dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, H, T, HS, G, act))                                      \
+    X(void, gather_rows, (void *out, const void *inp, const int *idx, int n, int C, neox_elem act), (out, inp, idx, n, \
+      C, act))                                                                                                         \
+    X(void, moe_combine, (void *out, const void *rows, const int *slot, const float *weight, int N, int K, int C,     \
+      neox_elem act), (out, rows, slot, weight, N, K, C, act))                                                         \
+    X(void, moe_combine_backward, (void *drows, float *dweight, const void *dout, const void *rows, const int *slot,  \
+      const float *weight, int N, int K, int C, neox_elem act), (drows, dweight, dout, rows, slot, weight, N, K, C,    \
+      act))                                                                                                            \
     X(void, add_layernorm_forward, (void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,     \
       const float *weight, const float *bias, int N, int C, float eps, neox_elem act), (sum, out, mean, rstd, a, b,     \
       weight, bias, N, C, eps, act))                                                                                    \
@@ -94,8 +96,8 @@ extern "C" {
     X(void, add_bias, (void *x, const float *bias, int N, int C, neox_elem act), (x, bias, N, C, act))                \
     X(void, dropout, (void *out, const void *inp, size_t n, float p, unsigned long long seed,                         \
       unsigned long long offset, neox_elem act), (out, inp, n, p, seed, offset, act))                                   \
-    X(void, jitter, (float *out, const float *inp, size_t n, float eps, unsigned long long seed), (out, inp, n, eps,   \
-      seed))                                                                                                           \
+    X(void, jitter, (void *out, const void *inp, size_t n, float eps, unsigned long long seed, neox_elem act),       \
+      (out, inp, n, eps, seed, act))                                                                                   \
     X(void, cross_entropy_forward, (float *losses, float *lse, const void *logits, const int *targets, int N, int V,  \
       neox_elem act), (losses, lse, logits, targets, N, V, act))                                                       \
     X(void, cross_entropy_row_max, (float *mx, const void *logits, int N, int V, neox_elem act), (mx, logits, N, V,    \

@@ -144,36 +144,44 @@ void neox_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const v
                            const float *rstd, int N, int C, neox_elem act);
 
 // ScaleNorm (GPT-NeoX's `norm: scalenorm`): out = inp / max(||inp||, eps) * g, ||.|| the row's L2
-// norm, g one scalar. rnorm: (N), 1 / max(||inp||, eps), saved for backward.
-void neox_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C, float eps);
-// dinp ADDED to; dg (one float) added to. A row whose norm was clamped to eps passes no gradient
-// through its norm (torch's clamp: the norm's gradient flows where norm >= eps).
-void neox_scalenorm_backward(float *dinp, float *dg, const float *dout, const float *inp, const float *g,
-                             const float *rnorm, int N, int C, float eps);
+// norm, g one scalar. inp, out: (N, C) stored as act; rnorm: (N), 1 / max(||inp||, eps), saved for
+// backward (fp32).
+void neox_scalenorm_forward(void *out, float *rnorm, const void *inp, const float *g, int N, int C, float eps,
+                            neox_elem act);
+// dinp ADDED to (its sum rounded once under bf16); dg (one float) added to. A row whose norm was
+// clamped to eps passes no gradient through its norm (torch's clamp: the norm's gradient flows where
+// norm >= eps). dinp, dout, inp stored as act.
+void neox_scalenorm_backward(void *dinp, float *dg, const void *dout, const void *inp, const float *g,
+                             const float *rnorm, int N, int C, float eps, neox_elem act);
 
 // Query/key normalisation (use_qk_layernorm) of per-head tensors x: (B, H, T, HS). For each (b, t)
 // the G * HS values of each group of G consecutive heads are normalised together: G = H is a
 // LayerNorm over all the token's heads (GPT-NeoX's LayerNorm([heads, head_size])), G = 1 one per
 // head (GPT-NeoX's RMSNorm, which reduces over the last dim). mean == NULL: RMS (no centring).
-// weight, bias: (H, HS) (bias may be NULL); mean, rstd: (B, T, H / G) saved for backward. out may
-// be inp.
-void neox_head_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int B, int H, int T, int HS, int G, float eps);
+// weight, bias: (H, HS) (bias may be NULL); mean, rstd: (B, T, H / G) saved for backward (fp32).
+// out may be inp. x and out are stored as act.
+void neox_head_norm_forward(void *out, float *mean, float *rstd, const void *inp, const float *weight,
+                            const float *bias, int B, int H, int T, int HS, int G, float eps, neox_elem act);
 // dinp OVERWRITTEN (it may be dout); dweight, dbias (or NULL) added to. mean NULL as in forward.
-void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+// dinp, dout, inp stored as act.
+void neox_head_norm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                              const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS,
-                             int G);
+                             int G, neox_elem act);
 
 // ---- Mixture of Experts -------------------------------------------------------------------------
-// out (n, C): row j = inp row idx[j] (the token rows of each expert slot, grouped by expert).
-void neox_gather_rows(float *out, const float *inp, const int *idx, int n, int C);
+// The rows are activations stored as act; the router's weights and their gradient stay fp32.
+// out (n, C): row j = inp row idx[j] (the token rows of each expert slot, grouped by expert), the
+// stored elements moved as they are.
+void neox_gather_rows(void *out, const void *inp, const int *idx, int n, int C, neox_elem act);
 // out (N, C) OVERWRITTEN: out[t] = sum over k < K of weight[t*K + k] * rows[slot[t*K + k]] (in k
-// order; weight NULL: 1). rows: (N*K, C) expert outputs, slot: each token slot's row.
-void neox_moe_combine(float *out, const float *rows, const int *slot, const float *weight, int N, int K, int C);
+// order, in fp32, rounded once; weight NULL: 1). rows: (N*K, C) expert outputs, slot: each token
+// slot's row.
+void neox_moe_combine(void *out, const void *rows, const int *slot, const float *weight, int N, int K, int C,
+                      neox_elem act);
 // Its backward: drows[slot[t*K + k]] = weight[t*K + k] * dout[t] (overwritten; every row is some
-// token's slot), dweight[t*K + k] = dout[t] . rows[slot[t*K + k]] (summed in double).
-void neox_moe_combine_backward(float *drows, float *dweight, const float *dout, const float *rows, const int *slot,
-                               const float *weight, int N, int K, int C);
+// token's slot), dweight[t*K + k] = dout[t] . rows[slot[t*K + k]] (summed in double, fp32).
+void neox_moe_combine_backward(void *drows, float *dweight, const void *dout, const void *rows, const int *slot,
+                               const float *weight, int N, int K, int C, neox_elem act);
 // The residual add followed by the norm (a sequential residual's x + attention, then the MLP's
 // norm): sum = a + b (N, C; sum may alias a), then out, mean, rstd as the norm's forward of sum. The
 // same bits as neox_add then the norm; one pass over the rows on a GPU.
@@ -298,7 +306,9 @@ void neox_gated_backward(void *dinp, const void *dout, const void *inp, int N, i
 
 // ---- elementwise ------------------------------------------------------------------------------
 void neox_add(void *out, const void *a, const void *b, size_t n, neox_elem act);  // out = a + b (out may alias)
-void neox_add_inplace(float *acc, const float *x, size_t n);             // acc += x
+// acc += x, on fp32 buffers only (gradients, error feedback): a sum of activations is neox_add, and a
+// parameter row added to activations (the position table) neox_add_bias.
+void neox_add_inplace(float *acc, const float *x, size_t n);
 // x: (N, C) += bias: (C) on every row (row-parallel layers add their bias after the reduction).
 void neox_add_bias(void *x, const float *bias, int N, int C, neox_elem act);
 // Inverted dropout: out = keep ? inp / (1 - p) : 0 with keep = neox_uniform(seed, offset + i) >= p.
@@ -307,7 +317,8 @@ void neox_dropout(void *out, const void *inp, size_t n, float p, unsigned long l
                   neox_elem act);
 // Multiplicative jitter (GPT-NeoX's MoE router noise): out = inp * (low + u * (high - low)), low = 1 - eps,
 // high = 1 + eps, u = neox_uniform(seed, i). out may be inp; applied to a gradient it is its backward.
-void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed);
+// inp and out are stored as act (the product in fp32, rounded once).
+void neox_jitter(void *out, const void *inp, size_t n, float eps, unsigned long long seed, neox_elem act);
 
 // ---- loss -------------------------------------------------------------------------------------
 // Fused softmax + cross-entropy over the vocabulary. logits: (N, V); targets: (N), each in [0, V)

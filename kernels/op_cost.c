@@ -127,36 +127,37 @@ neox_op_cost neox_op_cost_rmsnorm_backward(void *dinp, float *dweight, const voi
     return bytes_only(elem_bytes(act) * 3.0 * n * c + F32 * (n + c + (dweight ? 2.0 * c : 0.0)));
 }
 
-neox_op_cost neox_op_cost_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C,
-                                            float eps) {
+neox_op_cost neox_op_cost_scalenorm_forward(void *out, float *rnorm, const void *inp, const float *g, int N, int C,
+                                            float eps, neox_elem act) {
     (void)out, (void)rnorm, (void)inp, (void)g, (void)eps;
     double n = N, c = C;
-    return bytes_only(F32 * (2.0 * n * c + n + 1.0));
+    return bytes_only(elem_bytes(act) * 2.0 * n * c + F32 * (n + 1.0));
 }
 
-neox_op_cost neox_op_cost_scalenorm_backward(float *dinp, float *dg, const float *dout, const float *inp,
-                                             const float *g, const float *rnorm, int N, int C, float eps) {
+neox_op_cost neox_op_cost_scalenorm_backward(void *dinp, float *dg, const void *dout, const void *inp,
+                                             const float *g, const float *rnorm, int N, int C, float eps,
+                                             neox_elem act) {
     (void)dinp, (void)dg, (void)dout, (void)inp, (void)g, (void)rnorm, (void)eps;
     double n = N, c = C;
-    return bytes_only(F32 * (3.0 * n * c + n + 3.0));
+    return bytes_only(elem_bytes(act) * 3.0 * n * c + F32 * (n + 3.0));
 }
 
 // Per-head norms (qk_norm) over (B, H, T, HS) with G groups of weights.
-neox_op_cost neox_op_cost_head_norm_forward(float *out, float *mean, float *rstd, const float *inp,
+neox_op_cost neox_op_cost_head_norm_forward(void *out, float *mean, float *rstd, const void *inp,
                                             const float *weight, const float *bias, int B, int H, int T, int HS,
-                                            int G, float eps) {
+                                            int G, float eps, neox_elem act) {
     (void)out, (void)mean, (void)rstd, (void)inp, (void)eps;
     double rows = (double)B * H * T, w = (double)G * HS;
-    return bytes_only(F32 * (2.0 * rows * HS + 2.0 * rows + (weight ? w : 0.0) + (bias ? w : 0.0)));
+    return bytes_only(elem_bytes(act) * 2.0 * rows * HS + F32 * (2.0 * rows + (weight ? w : 0.0) + (bias ? w : 0.0)));
 }
 
-neox_op_cost neox_op_cost_head_norm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                             const float *inp, const float *weight, const float *mean,
-                                             const float *rstd, int B, int H, int T, int HS, int G) {
+neox_op_cost neox_op_cost_head_norm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                                             const void *inp, const float *weight, const float *mean,
+                                             const float *rstd, int B, int H, int T, int HS, int G, neox_elem act) {
     (void)dinp, (void)dout, (void)inp, (void)mean, (void)rstd;
     double rows = (double)B * H * T, w = (double)G * HS;
-    return bytes_only(F32 * (3.0 * rows * HS + 2.0 * rows + (weight ? w : 0.0) + (dweight ? 2.0 * w : 0.0) +
-                             (dbias ? 2.0 * w : 0.0)));
+    return bytes_only(elem_bytes(act) * 3.0 * rows * HS +
+                      F32 * (2.0 * rows + (weight ? w : 0.0) + (dweight ? 2.0 * w : 0.0) + (dbias ? 2.0 * w : 0.0)));
 }
 
 neox_op_cost neox_op_cost_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a,
@@ -175,23 +176,24 @@ neox_op_cost neox_op_cost_add_rmsnorm_forward(void *sum, void *out, float *rstd,
 }
 
 // ---- Mixture of Experts: row gathers and the weighted combination --------------------------------
-neox_op_cost neox_op_cost_gather_rows(float *out, const float *inp, const int *idx, int n, int C) {
+neox_op_cost neox_op_cost_gather_rows(void *out, const void *inp, const int *idx, int n, int C, neox_elem act) {
     (void)out, (void)inp, (void)idx;
-    return bytes_only(IDX * n + F32 * 2.0 * (double)n * C);
+    return bytes_only(IDX * n + elem_bytes(act) * 2.0 * (double)n * C);
 }
 
-neox_op_cost neox_op_cost_moe_combine(float *out, const float *rows, const int *slot, const float *weight, int N,
-                                      int K, int C) {
+neox_op_cost neox_op_cost_moe_combine(void *out, const void *rows, const int *slot, const float *weight, int N, int K,
+                                      int C, neox_elem act) {
     (void)out, (void)rows, (void)slot, (void)weight;
     double nk = (double)N * K;
-    return bytes_only(IDX * nk + F32 * (nk + nk * C + (double)N * C));
+    return bytes_only(IDX * nk + F32 * nk + elem_bytes(act) * (nk * C + (double)N * C));
 }
 
-neox_op_cost neox_op_cost_moe_combine_backward(float *drows, float *dweight, const float *dout, const float *rows,
-                                               const int *slot, const float *weight, int N, int K, int C) {
+neox_op_cost neox_op_cost_moe_combine_backward(void *drows, float *dweight, const void *dout, const void *rows,
+                                               const int *slot, const float *weight, int N, int K, int C,
+                                               neox_elem act) {
     (void)drows, (void)dweight, (void)dout, (void)rows, (void)slot, (void)weight;
     double nk = (double)N * K;
-    return bytes_only(IDX * nk + F32 * (2.0 * nk + (double)N * C + 2.0 * nk * C));
+    return bytes_only(IDX * nk + F32 * 2.0 * nk + elem_bytes(act) * ((double)N * C + 2.0 * nk * C));
 }
 
 // ---- attention --------------------------------------------------------------------------------
@@ -300,9 +302,10 @@ neox_op_cost neox_op_cost_dropout(void *out, const void *inp, size_t n, float p,
     return bytes_only(elem_bytes(act) * 2.0 * (double)n);
 }
 
-neox_op_cost neox_op_cost_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed) {
+neox_op_cost neox_op_cost_jitter(void *out, const void *inp, size_t n, float eps, unsigned long long seed,
+                                 neox_elem act) {
     (void)out, (void)inp, (void)eps, (void)seed;
-    return bytes_only(F32 * 2.0 * (double)n);
+    return bytes_only(elem_bytes(act) * 2.0 * (double)n);
 }
 
 neox_op_cost neox_op_cost_scale(float *x, size_t n, float s) {

@@ -1,5 +1,6 @@
 // elementwise.c: residual additions, dropout, jitter and the deterministic normal sampler. The
-// residual additions and dropout read and write activations in their storage type (storage.h).
+// residual additions, bias, dropout and jitter read and write activations in their storage type
+// (storage.h); add_inplace is for fp32 buffers only (gradients).
 #include <math.h>
 #include <stddef.h>
 
@@ -40,8 +41,8 @@ void neox_dropout(void *out, const void *inp, size_t n, float p, unsigned long l
         neox_act_set(out, i, neox_uniform(seed, offset + i) >= p ? neox_act_get(inp, i, act) * keep_scale : 0.0f, act);
 }
 
-void neox_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed) {
+void neox_jitter(void *out, const void *inp, size_t n, float eps, unsigned long long seed, neox_elem act) {
     float low = 1.0f - eps, span = (1.0f + eps) - low;
     #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) out[i] = inp[i] * (low + neox_uniform(seed, i) * span);
+    for (size_t i = 0; i < n; i++) neox_act_set(out, i, neox_act_get(inp, i, act) * (low + neox_uniform(seed, i) * span), act);
 }

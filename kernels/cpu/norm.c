@@ -3,7 +3,8 @@
 // rows of any width; parameter gradients are reduced over rows by column blocks so that no
 // per-thread scratch is needed and the sums do not depend on the thread count. LayerNorm and RMSNorm
 // read and write activations in their storage type (storage.h): a bf16 row is widened into fp32
-// scratch, normalised there and rounded once when stored; ScaleNorm and the query/key norm are fp32 only.
+// scratch, normalised there and rounded once when stored; ScaleNorm and the query/key norm (strided
+// over heads) read and write element by element.
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -153,48 +154,55 @@ void neox_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const v
     add_column_sums(dweight, dout, inp, NULL, rstd, N, C, act);
 }
 
-// The row's L2 norm, in double, as the forward and the backward both need it.
-static double row_norm(const float *x, int C) {
+// Row i's L2 norm, in double, as the forward and the backward both need it.
+static double row_norm(const void *x, size_t row, int C, neox_elem act) {
     double sq = 0.0;
-    for (int c = 0; c < C; c++) sq += (double)x[c] * x[c];
+    for (int c = 0; c < C; c++) {
+        double v = neox_act_get(x, row + c, act);
+        sq += v * v;
+    }
     return sqrt(sq);
 }
 
-void neox_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C, float eps) {
+// Row i's x . dout, in double.
+static double row_dot(const void *x, const void *d, size_t row, int C, neox_elem act) {
+    double xd = 0.0;
+    for (int c = 0; c < C; c++) xd += (double)neox_act_get(x, row + c, act) * neox_act_get(d, row + c, act);
+    return xd;
+}
+
+void neox_scalenorm_forward(void *out, float *rnorm, const void *inp, const float *g, int N, int C, float eps,
+                            neox_elem act) {
     float gain = g[0];
     #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
     for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        double n = row_norm(x, C);
+        size_t row = (size_t)i * C;
+        double n = row_norm(inp, row, C, act);
         float r = (float)(1.0 / (n < eps ? (double)eps : n));
-        float *o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = x[c] * r * gain;
+        for (int c = 0; c < C; c++) neox_act_set(out, row + c, neox_act_get(inp, row + c, act) * r * gain, act);
         rnorm[i] = r;
     }
 }
 
-void neox_scalenorm_backward(float *dinp, float *dg, const float *dout, const float *inp, const float *g,
-                             const float *rnorm, int N, int C, float eps) {
+void neox_scalenorm_backward(void *dinp, float *dg, const void *dout, const void *inp, const float *g,
+                             const float *rnorm, int N, int C, float eps, neox_elem act) {
     float gain = g[0];
     // y = g x r, r = 1 / n: dx = g r (dout - x r^2 (x . dout)), or g r dout where n was clamped.
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
-        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+        size_t row = (size_t)i * C;
         float r = rnorm[i];
-        double xd = 0.0;
-        for (int c = 0; c < C; c++) xd += (double)x[c] * d[c];
-        float through_norm = row_norm(x, C) < eps ? 0.0f : (float)(xd * r * r);
-        float *dx = dinp + (size_t)i * C;
-        for (int c = 0; c < C; c++) dx[c] += gain * r * (d[c] - x[c] * through_norm);
+        double xd = row_dot(inp, dout, row, C, act);
+        float through_norm = row_norm(inp, row, C, act) < eps ? 0.0f : (float)(xd * r * r);
+        for (int c = 0; c < C; c++) {
+            size_t at = row + c;
+            float d = neox_act_get(dout, at, act), x = neox_act_get(inp, at, act);
+            neox_act_set(dinp, at, neox_act_get(dinp, at, act) + gain * r * (d - x * through_norm), act);
+        }
     }
     // dg = sum over rows of r (x . dout), in row order so that it does not depend on the threads.
     double sum = 0.0;
-    for (int i = 0; i < N; i++) {
-        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
-        double xd = 0.0;
-        for (int c = 0; c < C; c++) xd += (double)x[c] * d[c];
-        sum += xd * rnorm[i];
-    }
+    for (int i = 0; i < N; i++) sum += row_dot(inp, dout, (size_t)i * C, C, act) * rnorm[i];
     dg[0] += (float)sum;
 }
 
@@ -205,25 +213,27 @@ static size_t head_norm_at(int b, int t, int h, int d, int H, int T, int HS) {
     return (((size_t)b * H + h) * T + t) * HS + d;
 }
 
-void neox_head_norm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                            const float *bias, int B, int H, int T, int HS, int G, float eps) {
+void neox_head_norm_forward(void *out, float *mean, float *rstd, const void *inp, const float *weight,
+                            const float *bias, int B, int H, int T, int HS, int G, float eps, neox_elem act) {
     int groups = H / G, E = G * HS;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int g = 0; g < groups; g++) {
                 double sum = 0.0, sq = 0.0;
-                for (int e = 0; e < E; e++) sum += inp[head_norm_at(b, t, g * G + e / HS, e % HS, H, T, HS)];
+                for (int e = 0; e < E; e++)
+                    sum += neox_act_get(inp, head_norm_at(b, t, g * G + e / HS, e % HS, H, T, HS), act);
                 double mu = mean ? sum / E : 0.0;
                 for (int e = 0; e < E; e++) {
-                    double x = inp[head_norm_at(b, t, g * G + e / HS, e % HS, H, T, HS)] - mu;
+                    double x = neox_act_get(inp, head_norm_at(b, t, g * G + e / HS, e % HS, H, T, HS), act) - mu;
                     sq += x * x;
                 }
                 float m = (float)mu, s = (float)(1.0 / sqrt(sq / E + eps));
                 for (int e = 0; e < E; e++) {
                     int h = g * G + e / HS, d = e % HS;
                     size_t at = head_norm_at(b, t, h, d, H, T, HS);
-                    out[at] = (inp[at] - m) * s * weight[h * HS + d] + (bias ? bias[h * HS + d] : 0.0f);
+                    float y = (neox_act_get(inp, at, act) - m) * s * weight[h * HS + d] + (bias ? bias[h * HS + d] : 0.0f);
+                    neox_act_set(out, at, y, act);
                 }
                 size_t r = ((size_t)b * T + t) * groups + g;
                 if (mean) mean[r] = m;
@@ -231,9 +241,9 @@ void neox_head_norm_forward(float *out, float *mean, float *rstd, const float *i
             }
 }
 
-void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void neox_head_norm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                              const float *weight, const float *mean, const float *rstd, int B, int H, int T, int HS,
-                             int G) {
+                             int G, neox_elem act) {
     int groups = H / G, E = G * HS;
     // Parameter gradients first (dinp may be dout): one (h, d) per iteration, rows in order.
     #pragma omp parallel for
@@ -243,8 +253,9 @@ void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const fl
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
                 size_t r = ((size_t)b * T + t) * groups + h / G, at = head_norm_at(b, t, h, d, H, T, HS);
-                sw += dout[at] * (inp[at] - (mean ? mean[r] : 0.0f)) * rstd[r];
-                sb += dout[at];
+                float dy = neox_act_get(dout, at, act);
+                sw += dy * (neox_act_get(inp, at, act) - (mean ? mean[r] : 0.0f)) * rstd[r];
+                sb += dy;
             }
         dweight[hd] += sw;
         if (dbias) dbias[hd] += sb;
@@ -260,15 +271,17 @@ void neox_head_norm_backward(float *dinp, float *dweight, float *dbias, const fl
                 for (int e = 0; e < E; e++) {
                     int h = g * G + e / HS, d = e % HS;
                     size_t at = head_norm_at(b, t, h, d, H, T, HS);
-                    float gr = dout[at] * weight[h * HS + d];
+                    float gr = neox_act_get(dout, at, act) * weight[h * HS + d];
                     gsum += gr;
-                    gxsum += gr * (inp[at] - m) * s;
+                    gxsum += gr * (neox_act_get(inp, at, act) - m) * s;
                 }
                 float gmean = mean ? (float)(gsum / E) : 0.0f, gxmean = (float)(gxsum / E);
                 for (int e = 0; e < E; e++) {
                     int h = g * G + e / HS, d = e % HS;
                     size_t at = head_norm_at(b, t, h, d, H, T, HS);
-                    dinp[at] = s * (dout[at] * weight[h * HS + d] - gmean - (inp[at] - m) * s * gxmean);
+                    float dx = s * (neox_act_get(dout, at, act) * weight[h * HS + d] - gmean -
+                                    (neox_act_get(inp, at, act) - m) * s * gxmean);
+                    neox_act_set(dinp, at, dx, act);
                 }
             }
 }

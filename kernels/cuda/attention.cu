@@ -337,7 +337,7 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
 static void forward_f32(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
                         int NKV, int HS, neox_attention_opts o) {
     if (o.operands != NEOX_ELEM_F32) {
-        if (neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o)) return;
+        if (neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, NEOX_ELEM_F32)) return;
         neox_cuda_attention_mma_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o);
         return;
     }
@@ -360,7 +360,9 @@ static void backward_f32(float *dq, float *dk, float *dv, const float *dout, con
                          const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,
                          neox_attention_opts o) {
     if (o.operands != NEOX_ELEM_F32) {
-        if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o)) return;
+        if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o,
+                                               NEOX_ELEM_F32))
+            return;
         neox_cuda_attention_mma_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o);
         return;
     }
@@ -372,12 +374,12 @@ static void backward_f32(float *dq, float *dk, float *dv, const float *dout, con
 }
 
 // ---- bf16 activation storage (kernels.h, "Activation storage") ---------------------------------
-// The tensors are widened into fp32 copies, the fp32-stored attention runs on them (cuDNN, the
-// tensor-core or the CUDA-core kernels as it chooses) and the results are rounded once as they are
-// stored, as the CPU's reference does. The copies live in a buffer of this file's own (the shared
-// scratch is the attention kernels'), grown when needed. The widening and rounding passes are this
-// op's cost of bf16 storage until the kernels (and cuDNN, which takes bf16 tensors as they are) read
-// and write bf16 themselves.
+// cuDNN (where it runs: bf16 operands, no dropout, no ALiBi) takes the bf16 tensors as they are, with
+// no pass before or after it. Otherwise the tensors are widened into fp32 copies, the fp32-stored
+// attention runs on them (the tensor-core or the CUDA-core kernels) and the results are rounded once
+// as they are stored, as the CPU's reference does. The copies live in a buffer of this file's own (the
+// shared scratch is the attention kernels'), grown when needed. The widening and rounding passes are
+// the own kernels' cost of bf16 storage until they read and write bf16 themselves.
 static float *copies(size_t floats) {
     static float *buf;
     static size_t cap;
@@ -416,6 +418,8 @@ extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q
         forward_f32((float *)out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, NH, NKV, HS, o);
         return;
     }
+    if (o.operands == NEOX_ELEM_BF16 && neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, act))
+        return;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float *qw = copies(2 * nq + 2 * nkv), *kw = qw + nq, *vw = kw + nkv, *ow = vw + nkv;
     widen(qw, q, nq, act), widen(kw, k, nkv, act), widen(vw, v, nkv, act);
@@ -431,6 +435,9 @@ extern "C" void neox_cuda_attention_backward(void *dq, void *dk, void *dv, const
                      (const float *)v, (const float *)out, lse, B, T, NH, NKV, HS, o);
         return;
     }
+    if (o.operands == NEOX_ELEM_BF16 &&
+        neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act))
+        return;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float *qw = copies(4 * nq + 4 * nkv), *kw = qw + nq, *vw = kw + nkv, *dw = vw + nkv, *ow = dw + nq;
     float *dqw = ow + nq, *dkw = dqw + nq, *dvw = dkw + nkv;

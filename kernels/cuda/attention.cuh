@@ -27,11 +27,12 @@ void neox_cuda_attention_mma_backward(float *dq, float *dk, float *dv, const flo
                                       int NH, int NKV, int HS, neox_attention_opts o);
 // cuDNN's fused attention (attention_cudnn.cu), which decides per call whether it runs: 1 when it
 // ran the call, 0 when the own kernels must (the reasons are in attention_cudnn.cu). Shapes and
-// semantics as neox_attention_forward/backward's.
-int neox_cuda_attention_cudnn_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B,
-                                      int T, int NH, int NKV, int HS, neox_attention_opts o);
-int neox_cuda_attention_cudnn_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                       const float *k, const float *v, const float *out, const float *lse, int B,
-                                       int T, int NH, int NKV, int HS, neox_attention_opts o);
+// semantics as neox_attention_forward/backward's, the tensors stored as act: bf16 tensors go to
+// cuDNN as they are, fp32 ones through bf16 copies.
+int neox_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                                      int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act);
+int neox_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                                       const void *v, const void *out, const float *lse, int B, int T, int NH,
+                                       int NKV, int HS, neox_attention_opts o, neox_elem act);
 
 #endif

@@ -1,9 +1,10 @@
 // attention_cudnn.cu: the one owner of the choice between cuDNN's fused attention
 // (kernels/cuda/cudnn_attention.cpp) and the own kernels (attention.cu, attention_mma.cu), and the
-// cuDNN route of the fp32 attention ops: the activations are fp32 today, so q, k, v (and for backward
-// out and dout) are cast to a bf16 scratch, cuDNN runs on it, and its bf16 results are cast back.
-// The cuDNN interface itself takes bf16 pointers and strides, ready for bf16 activations read straight
-// from the fused QKV buffer.
+// cuDNN route of the attention ops. Activations stored as bf16 go to cuDNN as they are (its bf16
+// results are the op's, rounded once from its fp32 accumulation, as the CPU's reference rounds);
+// fp32-stored q, k, v (and for backward out and dout) are cast to a bf16 scratch, cuDNN runs on it,
+// and its bf16 results are cast back. Either way cuDNN sees the same bf16 values, so the two storage
+// types give the same results (widened) bit for bit.
 #include <string.h>
 
 #include "kernels/cuda/attention.cuh"
@@ -73,56 +74,72 @@ static void check_ran(int ok, const char *what, const char *why) {
     abort();
 }
 
-// out: (B, T, NH, HS), lse: (B, NH, T); q: (B, NH, T, HS); k, v: (B, NKV, T, HS), all fp32.
-int neox_cuda_attention_cudnn_forward(float *out, float *lse, const float *q, const float *k,
-                                      const float *v, int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
+// A bf16 view of n elements of x stored as act: x itself under bf16, else a copy cast into the
+// scratch piece at `at` of base.
+static const uint16_t *bf16_view(const void *x, size_t n, neox_elem act, char *base, size_t at) {
+    if (act == NEOX_ELEM_BF16) return (const uint16_t *)x;
+    uint16_t *copy = (uint16_t *)(base + at);
+    neox_cuda_cast_f32_to_bf16(copy, (const float *)x, n);
+    return copy;
+}
+// Where cuDNN writes a result bound for x: x itself under bf16, else the scratch piece at `at`.
+static uint16_t *bf16_dest(void *x, neox_elem act, char *base, size_t at) {
+    return act == NEOX_ELEM_BF16 ? (uint16_t *)x : (uint16_t *)(base + at);
+}
+// Widens a result written at bf16_dest's address into fp32-stored x (nothing under bf16).
+static void bf16_back(void *x, const uint16_t *vals, size_t n, neox_elem act) {
+    if (act != NEOX_ELEM_BF16) neox_cuda_cast_bf16_to_f32((float *)x, vals, n);
+}
+// The bytes of a scratch piece for n elements: none under bf16 storage.
+static size_t copy_bytes(size_t n, neox_elem act) { return act == NEOX_ELEM_BF16 ? 0 : n * 2; }
+
+// out: (B, T, NH, HS), lse: (B, NH, T); q: (B, NH, T, HS); k, v: (B, NKV, T, HS), stored as act.
+int neox_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                                      int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     neox_cudnn_sdpa s = sdpa_shape(B, T, NH, NKV, HS, &o);
     size_t fwd_ws = 0, bwd_ws = 0;
     if (B <= 0 || T <= 0 || !use_cudnn(&s, &o, &fwd_ws, &bwd_ws)) return 0;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS, at = 0;
-    size_t pq = piece(&at, nq * 2), pk = piece(&at, nkv * 2), pv = piece(&at, nkv * 2), po = piece(&at, nq * 2);
+    size_t pq = piece(&at, copy_bytes(nq, act)), pk = piece(&at, copy_bytes(nkv, act));
+    size_t pv = piece(&at, copy_bytes(nkv, act)), po = piece(&at, copy_bytes(nq, act));
     size_t pw = piece(&at, fwd_ws);
     char *base = (char *)neox_cuda_scratch(at);
-    uint16_t *q16 = (uint16_t *)(base + pq), *k16 = (uint16_t *)(base + pk), *v16 = (uint16_t *)(base + pv);
-    uint16_t *o16 = (uint16_t *)(base + po);
-    neox_cuda_cast_f32_to_bf16(q16, q, nq);
-    neox_cuda_cast_f32_to_bf16(k16, k, nkv);
-    neox_cuda_cast_f32_to_bf16(v16, v, nkv);
+    const uint16_t *q16 = bf16_view(q, nq, act, base, pq), *k16 = bf16_view(k, nkv, act, base, pk);
+    const uint16_t *v16 = bf16_view(v, nkv, act, base, pv);
+    uint16_t *o16 = bf16_dest(out, act, base, po);
     char why[320];
     check_ran(neox_cudnn_sdpa_forward(&s, o16, lse, q16, k16, v16, base + pw, neox_cuda_current_stream(), why,
                                       sizeof why),
               "forward", why);
-    neox_cuda_cast_bf16_to_f32(out, o16, nq);
+    bf16_back(out, o16, nq, act);
     return 1;
 }
 
 // dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS) overwritten; dout, out: (B, T, NH, HS); lse from the
-// cuDNN forward (the same log-sum-exp the own kernels keep).
-int neox_cuda_attention_cudnn_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                       const float *k, const float *v, const float *out, const float *lse, int B,
-                                       int T, int NH, int NKV, int HS, neox_attention_opts o) {
+// cuDNN forward (the same log-sum-exp the own kernels keep); all stored as act.
+int neox_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                                       const void *v, const void *out, const float *lse, int B, int T, int NH,
+                                       int NKV, int HS, neox_attention_opts o, neox_elem act) {
     neox_cudnn_sdpa s = sdpa_shape(B, T, NH, NKV, HS, &o);
     size_t fwd_ws = 0, bwd_ws = 0;
     if (B <= 0 || T <= 0 || !use_cudnn(&s, &o, &fwd_ws, &bwd_ws)) return 0;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS, at = 0;
-    size_t pq = piece(&at, nq * 2), pk = piece(&at, nkv * 2), pv = piece(&at, nkv * 2), po = piece(&at, nq * 2);
-    size_t pdo = piece(&at, nq * 2), pdq = piece(&at, nq * 2), pdk = piece(&at, nkv * 2), pdv = piece(&at, nkv * 2);
+    size_t bq = copy_bytes(nq, act), bkv = copy_bytes(nkv, act);
+    size_t pq = piece(&at, bq), pk = piece(&at, bkv), pv = piece(&at, bkv), po = piece(&at, bq);
+    size_t pdo = piece(&at, bq), pdq = piece(&at, bq), pdk = piece(&at, bkv), pdv = piece(&at, bkv);
     size_t pw = piece(&at, bwd_ws);
     char *base = (char *)neox_cuda_scratch(at);
-    uint16_t *q16 = (uint16_t *)(base + pq), *k16 = (uint16_t *)(base + pk), *v16 = (uint16_t *)(base + pv);
-    uint16_t *o16 = (uint16_t *)(base + po), *do16 = (uint16_t *)(base + pdo), *dq16 = (uint16_t *)(base + pdq);
-    uint16_t *dk16 = (uint16_t *)(base + pdk), *dv16 = (uint16_t *)(base + pdv);
-    neox_cuda_cast_f32_to_bf16(q16, q, nq);
-    neox_cuda_cast_f32_to_bf16(k16, k, nkv);
-    neox_cuda_cast_f32_to_bf16(v16, v, nkv);
-    neox_cuda_cast_f32_to_bf16(o16, out, nq);
-    neox_cuda_cast_f32_to_bf16(do16, dout, nq);
+    const uint16_t *q16 = bf16_view(q, nq, act, base, pq), *k16 = bf16_view(k, nkv, act, base, pk);
+    const uint16_t *v16 = bf16_view(v, nkv, act, base, pv), *o16 = bf16_view(out, nq, act, base, po);
+    const uint16_t *do16 = bf16_view(dout, nq, act, base, pdo);
+    uint16_t *dq16 = bf16_dest(dq, act, base, pdq), *dk16 = bf16_dest(dk, act, base, pdk);
+    uint16_t *dv16 = bf16_dest(dv, act, base, pdv);
     char why[320];
     check_ran(neox_cudnn_sdpa_backward(&s, dq16, dk16, dv16, do16, q16, k16, v16, o16, lse, base + pw,
                                        neox_cuda_current_stream(), why, sizeof why),
               "backward", why);
-    neox_cuda_cast_bf16_to_f32(dq, dq16, nq);
-    neox_cuda_cast_bf16_to_f32(dk, dk16, nkv);
-    neox_cuda_cast_bf16_to_f32(dv, dv16, nkv);
+    bf16_back(dq, dq16, nq, act);
+    bf16_back(dk, dk16, nkv, act);
+    bf16_back(dv, dv16, nkv, act);
     return 1;
 }

@@ -1,7 +1,7 @@
 // elementwise.cu: residual additions, bias, dropout (the CPU's counter-based mask, bit for bit),
-// scaling, the MLP activations (elementwise and gated) and the fp32 <-> bf16/fp16 casts. One thread per element
+// scaling, jitter, the MLP activations (elementwise and gated) and the fp32 <-> bf16/fp16 casts. One thread per element
 // in grid-stride loops; the formulas are kernels/cpu/activation.c's and elementwise.c's. The residual
-// additions, bias, dropout and activations are templates on the activations' storage type (common.cuh).
+// additions, bias, dropout, jitter and activations are templates on the activations' storage type (common.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -50,12 +50,14 @@ extern "C" void neox_cuda_dropout(void *out, const void *inp, size_t n, float p,
 }
 
 // The CPU's expression, rounded step by step (no fused multiply-add).
-__global__ void jitter_kernel(float *out, const float *inp, size_t n, float low, float span, unsigned long long seed) {
-    GRID_STRIDE(i, n) out[i] = __fmul_rn(inp[i], __fadd_rn(low, __fmul_rn(neox_uniform(seed, i), span)));
+template <typename T>
+__global__ void jitter_kernel(T *out, const T *inp, size_t n, float low, float span, unsigned long long seed) {
+    GRID_STRIDE(i, n) act_store(out, i, __fmul_rn(act_load(inp, i), __fadd_rn(low, __fmul_rn(neox_uniform(seed, i), span))));
 }
-extern "C" void neox_cuda_jitter(float *out, const float *inp, size_t n, float eps, unsigned long long seed) {
+extern "C" void neox_cuda_jitter(void *out, const void *inp, size_t n, float eps, unsigned long long seed,
+                                 neox_elem act) {
     float low = 1.0f - eps, span = (1.0f + eps) - low;  // on the host, as the CPU computes them
-    LAUNCH(jitter_kernel, n, out, inp, n, low, span, seed);
+    ACT_DISPATCH(act, T, LAUNCH(jitter_kernel<T>, n, (T *)out, (const T *)inp, n, low, span, seed));
 }
 
 __global__ void scale_kernel(float *x, size_t n, float s) {

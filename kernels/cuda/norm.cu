@@ -1,8 +1,8 @@
 // norm.cu: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add fused before the
 // forward; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
 // rows lose nothing), with the CPU's expressions. The weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
-// LayerNorm and RMSNorm are templates on the activations' storage type (common.cuh); ScaleNorm and
-// the query/key norm are fp32 only.
+// Every kernel here is a template on the activations' storage type (common.cuh); statistics and
+// parameter gradients stay fp32.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
 
@@ -192,69 +192,80 @@ extern "C" void neox_cuda_rmsnorm_backward(void *dinp, float *dweight, const voi
                                           N, C, act));
 }
 
-__global__ void scalenorm_forward_kernel(float *out, float *rnorm, const float *inp, const float *g, int N, int C,
-                                         float eps) {
+// inp, out: (N, C) stored as T; rnorm: (N). One warp per row.
+template <typename T>
+__global__ void scalenorm_forward_kernel(T *out, float *rnorm, const T *inp, const float *g, int N, int C, float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    size_t at = (size_t)row * C;
     double sq = 0.0;
-    for (int c = lane; c < C; c += 32) sq += (double)x[c] * x[c];
+    for (int c = lane; c < C; c += 32) {
+        double x = act_load(inp, at + c);
+        sq += x * x;
+    }
     double n = sqrt(warp_sum(sq));
     float r = (float)(1.0 / (n < eps ? (double)eps : n)), gain = g[0];
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = x[c] * r * gain;
+    for (int c = lane; c < C; c += 32) act_store(out, at + c, act_load(inp, at + c) * r * gain);
     if (lane == 0) rnorm[row] = r;
 }
 
 // dinp += g r (dout - x r^2 (x . dout)), the norm's term absent where the norm was clamped.
-__global__ void scalenorm_backward_kernel(float *dinp, const float *dout, const float *inp, const float *g,
-                                          const float *rnorm, int N, int C, float eps) {
+// dinp, dout, inp: (N, C) stored as T; rnorm: (N).
+template <typename T>
+__global__ void scalenorm_backward_kernel(T *dinp, const T *dout, const T *inp, const float *g, const float *rnorm,
+                                          int N, int C, float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    size_t at = (size_t)row * C;
     double sq = 0.0, xd = 0.0;
     for (int c = lane; c < C; c += 32) {
-        sq += (double)x[c] * x[c];
-        xd += (double)x[c] * d[c];
+        double x = act_load(inp, at + c);
+        sq += x * x;
+        xd += x * act_load(dout, at + c);
     }
     sq = warp_sum(sq);
     xd = warp_sum(xd);
     float r = rnorm[row], gain = g[0];
     float through_norm = sqrt(sq) < eps ? 0.0f : (float)(xd * r * r);
-    float *dx = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) dx[c] += gain * r * (d[c] - x[c] * through_norm);
+    for (int c = lane; c < C; c += 32)
+        act_store(dinp, at + c,
+                  act_load(dinp, at + c) + gain * r * (act_load(dout, at + c) - act_load(inp, at + c) * through_norm));
 }
 
 // dg += sum over rows of r (x . dout): one block, rows strided over its threads, a fixed-order sum.
-__global__ void scalenorm_gain_grad_kernel(float *dg, const float *dout, const float *inp, const float *rnorm, int N,
-                                           int C) {
+template <typename T>
+__global__ void scalenorm_gain_grad_kernel(float *dg, const T *dout, const T *inp, const float *rnorm, int N, int C) {
     double sum = 0.0;
     for (int i = threadIdx.x; i < N; i += blockDim.x) {
-        const float *d = dout + (size_t)i * C, *x = inp + (size_t)i * C;
+        size_t at = (size_t)i * C;
         double xd = 0.0;
-        for (int c = 0; c < C; c++) xd += (double)x[c] * d[c];
+        for (int c = 0; c < C; c++) xd += (double)act_load(inp, at + c) * act_load(dout, at + c);
         sum += xd * rnorm[i];
     }
     sum = block_sum(sum);
     if (threadIdx.x == 0) dg[0] += (float)sum;
 }
 
-extern "C" void neox_cuda_scalenorm_forward(float *out, float *rnorm, const float *inp, const float *g, int N, int C,
-                                            float eps) {
+extern "C" void neox_cuda_scalenorm_forward(void *out, float *rnorm, const void *inp, const float *g, int N, int C,
+                                            float eps, neox_elem act) {
     if (N <= 0) return;
-    scalenorm_forward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(out, rnorm, inp, g,
-                                                                                                 N, C, eps);
+    ACT_DISPATCH(act, T, scalenorm_forward_kernel<T><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+                             (T *)out, rnorm, (const T *)inp, g, N, C, eps));
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_scalenorm_backward(float *dinp, float *dg, const float *dout, const float *inp,
-                                             const float *g, const float *rnorm, int N, int C, float eps) {
+extern "C" void neox_cuda_scalenorm_backward(void *dinp, float *dg, const void *dout, const void *inp,
+                                             const float *g, const float *rnorm, int N, int C, float eps,
+                                             neox_elem act) {
     if (N <= 0) return;
-    scalenorm_backward_kernel<<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
-        dinp, dout, inp, g, rnorm, N, C, eps);
-    CUDA_LAUNCHED();
-    scalenorm_gain_grad_kernel<<<1, 256, 0, neox_cuda_current_stream()>>>(dg, dout, inp, rnorm, N, C);
-    CUDA_LAUNCHED();
+    cudaStream_t st = neox_cuda_current_stream();
+    ACT_DISPATCH(act, T, {
+        scalenorm_backward_kernel<T><<<norm_blocks(N), NORM_WARPS * 32, 0, st>>>((T *)dinp, (const T *)dout,
+                                                                                  (const T *)inp, g, rnorm, N, C, eps);
+        CUDA_LAUNCHED();
+        scalenorm_gain_grad_kernel<T><<<1, 256, 0, st>>>(dg, (const T *)dout, (const T *)inp, rnorm, N, C);
+        CUDA_LAUNCHED();
+    });
 }
 
 // ---- query/key normalisation over heads (kernels/cpu/norm.c's neox_head_norm_*) ----------------
@@ -265,24 +276,26 @@ __device__ static size_t head_norm_at(int row, int e, int H, int T, int HS, int 
     return (((size_t)b * H + h) * T + t) * HS + d;
 }
 
-__global__ void head_norm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                                         const float *bias, int rows, int H, int T, int HS, int G, float eps) {
+// inp, out: (B, H, T_, HS) stored as T (out may be inp); mean, rstd: (rows) = (B, T_, H / G).
+template <typename T>
+__global__ void head_norm_forward_kernel(T *out, float *mean, float *rstd, const T *inp, const float *weight,
+                                         const float *bias, int rows, int H, int T_, int HS, int G, float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31, E = G * HS;
     if (row >= rows) return;
     double sum = 0.0, sq = 0.0;
-    for (int e = lane; e < E; e += 32) sum += inp[head_norm_at(row, e, H, T, HS, G)];
+    for (int e = lane; e < E; e += 32) sum += act_load(inp, head_norm_at(row, e, H, T_, HS, G));
     double mu = mean ? warp_sum(sum) / E : 0.0;
     for (int e = lane; e < E; e += 32) {
-        double x = inp[head_norm_at(row, e, H, T, HS, G)] - mu;
+        double x = act_load(inp, head_norm_at(row, e, H, T_, HS, G)) - mu;
         sq += x * x;
     }
     sq = warp_sum(sq);
     float m = (float)mu, s = (float)(1.0 / sqrt(sq / E + eps));
     int h0 = (row % (H / G)) * G;
     for (int e = lane; e < E; e += 32) {
-        size_t at = head_norm_at(row, e, H, T, HS, G);
+        size_t at = head_norm_at(row, e, H, T_, HS, G);
         int w = (h0 + e / HS) * HS + e % HS;
-        out[at] = (inp[at] - m) * s * weight[w] + (bias ? bias[w] : 0.0f);
+        act_store(out, at, (act_load(inp, at) - m) * s * weight[w] + (bias ? bias[w] : 0.0f));
     }
     if (lane == 0) {
         if (mean) mean[row] = m;
@@ -342,66 +355,71 @@ __global__ void add_norm_forward_kernel(float *sum, float *out, float *mean, flo
 }
 
 // One thread per (h, d): rows in order, as the CPU sums them.
-__global__ void head_norm_params_kernel(float *dweight, float *dbias, const float *dout, const float *inp,
-                                        const float *mean, const float *rstd, int B, int H, int T, int HS, int G) {
+template <typename T>
+__global__ void head_norm_params_kernel(float *dweight, float *dbias, const T *dout, const T *inp, const float *mean,
+                                        const float *rstd, int B, int H, int T_, int HS, int G) {
     int hd = blockIdx.x * blockDim.x + threadIdx.x;
     if (hd >= H * HS) return;
     int h = hd / HS, d = hd % HS, groups = H / G;
     float sw = 0.0f, sb = 0.0f;
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            size_t r = ((size_t)b * T + t) * groups + h / G, at = (((size_t)b * H + h) * T + t) * HS + d;
-            sw += dout[at] * (inp[at] - (mean ? mean[r] : 0.0f)) * rstd[r];
-            sb += dout[at];
+        for (int t = 0; t < T_; t++) {
+            size_t r = ((size_t)b * T_ + t) * groups + h / G, at = (((size_t)b * H + h) * T_ + t) * HS + d;
+            float dy = act_load(dout, at);
+            sw += dy * (act_load(inp, at) - (mean ? mean[r] : 0.0f)) * rstd[r];
+            sb += dy;
         }
     dweight[hd] += sw;
     if (dbias) dbias[hd] += sb;
 }
 
 // Each lane writes only the elements it read, after the row's sums: dinp may be dout.
-__global__ void head_norm_backward_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
-                                          const float *mean, const float *rstd, int rows, int H, int T, int HS,
-                                          int G) {
+template <typename T>
+__global__ void head_norm_backward_kernel(T *dinp, const T *dout, const T *inp, const float *weight, const float *mean,
+                                          const float *rstd, int rows, int H, int T_, int HS, int G) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31, E = G * HS;
     if (row >= rows) return;
     float m = mean ? mean[row] : 0.0f, s = rstd[row];
     int h0 = (row % (H / G)) * G;
     double gsum = 0.0, gxsum = 0.0;
     for (int e = lane; e < E; e += 32) {
-        size_t at = head_norm_at(row, e, H, T, HS, G);
-        float g = dout[at] * weight[(h0 + e / HS) * HS + e % HS];
+        size_t at = head_norm_at(row, e, H, T_, HS, G);
+        float g = act_load(dout, at) * weight[(h0 + e / HS) * HS + e % HS];
         gsum += g;
-        gxsum += g * (inp[at] - m) * s;
+        gxsum += g * (act_load(inp, at) - m) * s;
     }
     float gmean = mean ? (float)(warp_sum(gsum) / E) : 0.0f, gxmean = (float)(warp_sum(gxsum) / E);
     for (int e = lane; e < E; e += 32) {
-        size_t at = head_norm_at(row, e, H, T, HS, G);
-        dinp[at] = s * (dout[at] * weight[(h0 + e / HS) * HS + e % HS] - gmean - (inp[at] - m) * s * gxmean);
+        size_t at = head_norm_at(row, e, H, T_, HS, G);
+        float w = weight[(h0 + e / HS) * HS + e % HS];
+        act_store(dinp, at, s * (act_load(dout, at) * w - gmean - (act_load(inp, at) - m) * s * gxmean));
     }
 }
 
-extern "C" void neox_cuda_head_norm_forward(float *out, float *mean, float *rstd, const float *inp,
+extern "C" void neox_cuda_head_norm_forward(void *out, float *mean, float *rstd, const void *inp,
                                             const float *weight, const float *bias, int B, int H, int T, int HS,
-                                            int G, float eps) {
+                                            int G, float eps, neox_elem act) {
     int rows = B * T * (H / G);
     if (rows <= 0) return;
-    head_norm_forward_kernel<<<norm_blocks(rows), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
-        out, mean, rstd, inp, weight, bias, rows, H, T, HS, G, eps);
+    ACT_DISPATCH(act, E, head_norm_forward_kernel<E><<<norm_blocks(rows), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
+                             (E *)out, mean, rstd, (const E *)inp, weight, bias, rows, H, T, HS, G, eps));
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_head_norm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                                             const float *inp, const float *weight, const float *mean,
-                                             const float *rstd, int B, int H, int T, int HS, int G) {
+extern "C" void neox_cuda_head_norm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                                             const void *inp, const float *weight, const float *mean,
+                                             const float *rstd, int B, int H, int T, int HS, int G, neox_elem act) {
     int rows = B * T * (H / G);
     if (rows <= 0) return;
     cudaStream_t st = neox_cuda_current_stream();
-    head_norm_params_kernel<<<(H * HS + 127) / 128, 128, 0, st>>>(dweight, dbias, dout, inp, mean, rstd, B, H, T, HS,
-                                                                  G);
-    CUDA_LAUNCHED();
-    head_norm_backward_kernel<<<norm_blocks(rows), NORM_WARPS * 32, 0, st>>>(dinp, dout, inp, weight, mean, rstd,
-                                                                              rows, H, T, HS, G);
-    CUDA_LAUNCHED();
+    ACT_DISPATCH(act, E, {
+        head_norm_params_kernel<E><<<(H * HS + 127) / 128, 128, 0, st>>>(dweight, dbias, (const E *)dout,
+                                                                         (const E *)inp, mean, rstd, B, H, T, HS, G);
+        CUDA_LAUNCHED();
+        head_norm_backward_kernel<E><<<norm_blocks(rows), NORM_WARPS * 32, 0, st>>>(
+            (E *)dinp, (const E *)dout, (const E *)inp, weight, mean, rstd, rows, H, T, HS, G);
+        CUDA_LAUNCHED();
+    });
 }
 
 // Whether every row of every tensor can be read in 16-byte pieces.

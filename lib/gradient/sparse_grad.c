@@ -99,7 +99,7 @@ static void gather_mine(neox_sparse_rows *s, const float *grad, size_t before, s
     for (int64_t r = 0; r < s->rows; r++)
         if (s->touched[r]) s->ids[k++] = (int32_t)r;
     ids_to_backend(s, before, mine);
-    s->be->gather_rows(s->vals + before * w, grad, s->dev_ids + before, (int)mine, (int)w);
+    s->be->gather_rows(s->vals + before * w, grad, s->dev_ids + before, (int)mine, (int)w, NEOX_ELEM_F32);
     float inv = (float)(1.0 / s->predivide);
     if (inv != 1.0f) s->be->scale(s->vals + before * w, mine * w, inv);
 }

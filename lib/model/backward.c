@@ -22,7 +22,7 @@ static void norm_backward_rows(const neox_model *m, float *dinp, float *dw, floa
     const neox_model_desc *d = &m->desc;
     if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, m->act_elem);
     else if (d->norm == NEOX_NORM_SCALENORM)
-        m->be->scalenorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, d->norm_eps);
+        m->be->scalenorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, d->norm_eps, m->act_elem);
     else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size, m->act_elem);
 }
 
@@ -160,9 +160,9 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
         size_t stats = (size_t)B * T * NH / G;
         const float *kmean = la->qk_mean ? la->qk_mean + stats : NULL;
         m->be->head_norm_backward(a->dq, g->qk_norm_w, g->qk_norm_b, a->dq, la->qraw, p->qk_norm_w, la->qk_mean,
-                                  la->qk_rstd, B, NH, T, HS, G);
+                                  la->qk_rstd, B, NH, T, HS, G, m->act_elem);
         m->be->head_norm_backward(a->dk, g->qk_norm_w, g->qk_norm_b, a->dk, la->kraw, p->qk_norm_w, kmean,
-                                  la->qk_rstd + stats, B, NH, T, HS, G);
+                                  la->qk_rstd + stats, B, NH, T, HS, G, m->act_elem);
     }
     m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
                      m->act_elem);

@@ -449,7 +449,7 @@ void neox_model_norm_forward(const neox_backend *be, const neox_model_desc *d, f
                              const float *inp, const float *w, const float *b, int N, neox_elem act) {
     int C = d->hidden_size;
     if (d->norm == NEOX_NORM_RMSNORM) be->rmsnorm_forward(out, rstd, inp, w, N, C, d->norm_eps, act);
-    else if (d->norm == NEOX_NORM_SCALENORM) be->scalenorm_forward(out, rstd, inp, w, N, C, d->norm_eps);
+    else if (d->norm == NEOX_NORM_SCALENORM) be->scalenorm_forward(out, rstd, inp, w, N, C, d->norm_eps, act);
     else be->layernorm_forward(out, mean, rstd, inp, w, b, N, C, d->norm_eps, act);
 }
 
@@ -507,9 +507,9 @@ static void qk_norm_forward(neox_model *m, int l, neox_layer_acts *la) {
     size_t stats = (size_t)B * T * NH / G;
     float *kmean = la->qk_mean ? la->qk_mean + stats : NULL;
     m->be->head_norm_forward(la->q, la->qk_mean, la->qk_rstd, la->qraw, p->qk_norm_w, p->qk_norm_b, B, NH, T,
-                             d->head_size, G, d->norm_eps);
+                             d->head_size, G, d->norm_eps, m->act_elem);
     m->be->head_norm_forward(la->k, kmean, la->qk_rstd + stats, la->kraw, p->qk_norm_w, p->qk_norm_b, B, NH, T,
-                             d->head_size, G, d->norm_eps);
+                             d->head_size, G, d->norm_eps, m->act_elem);
 }
 
 void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
@@ -596,7 +596,8 @@ static int localise_ids(int *out, const int *ids, int N, int V, neox_shard s, co
 }
 
 // x (B*T, C) = wte[ids] (+ wpe), the embedding_forward op's values, with the embedding used piece by
-// piece (rows [v0, v1) at a time: ZeRO-3 gathers each alone).
+// piece (rows [v0, v1) at a time: ZeRO-3 gathers each alone). Under bf16 storage the looked-up row is
+// rounded before the position row is added, one rounding more than embedding_forward's.
 static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step) {
     const neox_backend *be = m->be;
     int N = m->B * m->T, C = m->desc.hidden_size, V = neox_model_embed_rows(m);
@@ -608,7 +609,8 @@ static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step)
         be->embedding_rows(x, ((const neox_acts *)m->acts)->ids, rows, v0, v1, N, C, m->act_elem);
         neox_model_use_piece(m, rows, rows + (size_t)(v1 - v0) * C, 0);
     }
-    for (int b = 0; wpe && b < m->B; b++) be->add_inplace(x + (size_t)b * m->T * C, wpe, (size_t)m->T * C);
+    // The position table added to each sequence as one (T * C) row of bias, in the activations' storage.
+    for (int b = 0; wpe && b < m->B; b++) be->add_bias(x + (size_t)b * m->T * C, wpe, 1, m->T * C, m->act_elem);
 }
 
 // Vocab-parallel embedding: each rank looks up the ids in its rows and the partial rows are summed.

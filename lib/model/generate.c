@@ -211,8 +211,10 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
         const neox_layer_params *p = &g->m->w.layers[l];
         int G = neox_qk_norm_group(d, NH);
         float *mean = neox_norm_arith(d) == NEOX_NORM_LAYERNORM ? g->qk_stats : NULL, *rstd = g->qk_stats + T * NH;
-        be->head_norm_forward(q, mean, rstd, q, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps);
-        be->head_norm_forward(k, mean, rstd, k, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps);
+        be->head_norm_forward(q, mean, rstd, q, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps,
+                              NEOX_ELEM_F32);
+        be->head_norm_forward(k, mean, rstd, k, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps,
+                              NEOX_ELEM_F32);
     }
     if (d->rotary_dims) {
         const float *cos = g->cos + (size_t)s->pos * half, *sin = g->sin + (size_t)s->pos * half;

@@ -165,7 +165,7 @@ static const float *router_input(neox_model *m, int l, const neox_moe_bufs *b, c
     const neox_model_desc *d = &m->desc;
     if (!training || !b->jx) return inp;
     m->be->jitter(b->jx, inp, (size_t)N * d->hidden_size, d->moe_jitter_eps,
-                  neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT));
+                  neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT), m->act_elem);
     return b->jx;
 }
 
@@ -238,20 +238,20 @@ void neox_model_moe_forward(neox_model *m, int l, const neox_moe_bufs *b, const 
     be->to_device(b->slot, r->slot, (size_t)NK * sizeof(int));
     be->to_device(b->weight, r->weight, (size_t)NK * sizeof(float));
     if (!r->x) {
-        be->gather_rows(b->x, inp, b->perm, NK, C);
+        be->gather_rows(b->x, inp, b->perm, NK, C, m->act_elem);
         run_experts(m, fp32, p->experts_w, r->count, NK, b->x, b->h, b->act, b->y);
     } else {  // (the counts are on the host already: the routing runs there)
         neox_acts *a = m->acts;
         neox_moe_exchange *x = r->x;
-        be->gather_rows(a->moe_dy, inp, b->perm, NK, C);
+        be->gather_rows(a->moe_dy, inp, b->perm, NK, C, m->act_elem);
         plan_exchange(m, r);
         exchange_rows(m, x, a->moe_dy, a->moe_swap, C, 0);
-        be->gather_rows(b->x, a->moe_swap, to_expert_of(r), x->received, C);
+        be->gather_rows(b->x, a->moe_swap, to_expert_of(r), x->received, C, m->act_elem);
         run_experts(m, fp32, p->experts_w, x->local_count, x->received, b->x, b->h, b->act, a->moe_dx);
-        be->gather_rows(a->moe_swap, a->moe_dx, to_source_of(r), x->received, C);
+        be->gather_rows(a->moe_swap, a->moe_dx, to_source_of(r), x->received, C, m->act_elem);
         exchange_rows(m, x, a->moe_swap, b->y, C, 1);
     }
-    be->moe_combine(out, b->y, b->slot, b->weight, N, K, C);
+    be->moe_combine(out, b->y, b->slot, b->weight, N, K, C, m->act_elem);
 }
 
 // Renormalised weights w_k = p_k / S (S the chosen p's sum): turns d/dw into d/dp in place,
@@ -306,10 +306,10 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     int I = neox_model_moe_in_rows(d);
     neox_act_fn fn = neox_activation_function(d->activation);
     const int *rows = x ? x->local_count : r->count;
-    be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C);
+    be->moe_combine_backward(a->moe_dy, a->moe_dweight, dy, b->y, b->slot, b->weight, N, K, C, m->act_elem);
     if (x) {  // the output gradients travel to the experts as the rows did
         exchange_rows(m, x, a->moe_dy, a->moe_swap, C, 0);
-        be->gather_rows(a->moe_dy, a->moe_swap, to_expert_of(r), x->received, C);
+        be->gather_rows(a->moe_dy, a->moe_swap, to_expert_of(r), x->received, C, m->act_elem);
     }
     for (int e = 0, at = 0; e < L; at += rows[e++]) {
         if (!rows[e]) continue;
@@ -329,11 +329,11 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     }
     const float *dx = a->moe_dx;
     if (x) {  // the input gradients go back to the ranks the rows came from
-        be->gather_rows(a->moe_swap, a->moe_dx, to_source_of(r), x->received, C);
+        be->gather_rows(a->moe_swap, a->moe_dx, to_source_of(r), x->received, C, m->act_elem);
         exchange_rows(m, x, a->moe_swap, a->moe_dy, C, 1);
         dx = a->moe_dy;
     }
-    be->moe_combine(dln2, dx, b->slot, NULL, N, K, C);
+    be->moe_combine(dln2, dx, b->slot, NULL, N, K, C, m->act_elem);
     be->to_host(r->dweight, a->moe_dweight, (size_t)NK * sizeof(float));
     router_logit_grads(r, d, N);
     be->to_device(a->moe_dlogits, r->dlogits, (size_t)N * E * sizeof(float));
@@ -341,6 +341,7 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     neox_model_linear_backward_weights(m, g->router_w, NULL, a->moe_dlogits, jittered ? b->jx : inp, N, C, E);
     neox_model_linear_backward_input(m, scratch, a->moe_dlogits, p->router_w, N, C, E);
     if (jittered)  // d(x * noise)/dx = noise
-        be->jitter(scratch, scratch, (size_t)N * C, d->moe_jitter_eps, neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT));
-    be->add_inplace(dln2, scratch, (size_t)N * C);
+        be->jitter(scratch, scratch, (size_t)N * C, d->moe_jitter_eps, neox_model_dropout_seed(m, l, NEOX_SITE_MLP_OUT),
+                   m->act_elem);
+    be->add(dln2, dln2, scratch, (size_t)N * C, m->act_elem);
 }

@@ -3,10 +3,11 @@
 // safetensors file, and writes the op's outputs, so the oracle can hold them against a torch
 // restatement.
 //   op_storage OP IN.safetensors OUT.safetensors N C [fn]
-// OP: add add_bias dropout activation_forward activation_backward gated_forward gated_backward
+// OP: add add_bias dropout jitter activation_forward activation_backward gated_forward gated_backward
 // layernorm_forward layernorm_backward rmsnorm_forward rmsnorm_backward add_layernorm_forward
 // add_rmsnorm_forward qkv_split qkv_merge rotary_apply embedding_forward embedding_backward
-// cross_entropy linear attention. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
+// cross_entropy linear attention scalenorm_forward scalenorm_backward head_norm_forward
+// head_norm_backward gather_rows moe_combine. Activations ("x", "y", "dout", "dinp", "sum") are BF16 of N*C elements (N*2C for
 // a gated input and its gradient); parameters and statistics ("weight", "bias", "mean", "rstd", and
 // the gradients "dweight", "dbias" that backward adds into) are F32. fn: the activation function's
 // number (neox_act_fn). dropout uses p = 0.25, seed 7, offset 100. qkv_split/merge take N = B*T rows
@@ -22,7 +23,17 @@
 // backward's "dinp" (added to when fn = 1), "dweight" and "dbias". attention: causal attention of
 // the BF16 "q" (ATT_NH, N, ATT_HS), "k", "v" (ATT_NKV, N, ATT_HS) with fp32 operands and scale
 // 1/sqrt(ATT_HS) (B = 1, T = N): "out" (N, ATT_NH * ATT_HS) and "lse" (F32), then the backward of the
-// BF16 "dout" (N, ATT_NH * ATT_HS): "dq", "dk", "dv".
+// BF16 "dout" (N, ATT_NH * ATT_HS): "dq", "dk", "dv". jitter scales "x" with eps 0.1, seed 7.
+// scalenorm_forward normalises "x" (N, C) with the F32 gain "g" (1) and eps SCALE_EPS: "out", "rnorm";
+// scalenorm_backward adds into the BF16 "dinp" and the F32 "dg" from "x", "dout", "g" and the F32
+// "rnorm" (N). head_norm_forward normalises "x" as (1, HN_H, N, C / HN_H) heads in place, over all
+// heads with the F32 "weight" and "bias" (C) (fn = 0: LayerNorm, G = HN_H) or per head (fn = 1: RMS,
+// G = 1, no bias): "out", "rstd" and (LayerNorm) "mean" (N * HN_H / G); head_norm_backward overwrites
+// the BF16 "dout" in place with the input gradient from "x", "weight", "mean", "rstd", adding into
+// "dweight" (and "dbias"). gather_rows gathers the N * MOE_K rows of "x" (N, C) named by the I32 "perm"
+// (N * MOE_K) into "out"; moe_combine combines the BF16 "rows" (N * MOE_K, C) by the I32 "slot"
+// and F32 "weight" (N * MOE_K) into "out" (N, C), then its backward of the BF16 "dout" (N, C):
+// "drows" and the F32 "dweight".
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +61,9 @@ static int *i32(const char *name, size_t count) { return copy_of(name, "I32", co
 enum { EMB_V = 11 };  // the embedding table's rows
 enum { LIN_OC = 24 };  // the linear layer's outputs
 enum { ATT_NH = 4, ATT_NKV = 2, ATT_HS = 16 };  // attention's heads (GQA groups of two) and head size
+enum { HN_H = 4 };  // the query/key norm's heads
+enum { MOE_K = 2 };  // expert slots per token
+#define SCALE_EPS 1e-8f
 
 typedef struct { const char *name; const char *dtype; const void *data; size_t count; } output;
 
@@ -70,6 +84,43 @@ static int write_outputs(const char *path, const output *outs, int n) {
 #define OUT_F(nm, p, c) (output){nm, "F32", p, c}
 #define OUT_D(nm, p, c) (output){nm, "F64", p, c}
 
+// ScaleNorm and the query/key norm (see the header for their tensors).
+static int run_other_norm(const char *op, int N, int C, neox_act_fn fn, output *outs) {
+    size_t n = (size_t)N * C;
+    if (!strcmp(op, "scalenorm_forward")) {
+        uint16_t *o = neox_malloc(n * 2);
+        float *rnorm = neox_malloc(N * sizeof(float));
+        neox_scalenorm_forward(o, rnorm, bf16("x", n), f32("g", 1), N, C, SCALE_EPS, B);
+        return outs[0] = OUT_B("out", o, n), outs[1] = OUT_F("rnorm", rnorm, N), 2;
+    }
+    if (!strcmp(op, "scalenorm_backward")) {
+        uint16_t *dx = bf16("dinp", n);
+        float *dg = f32("dg", 1);
+        neox_scalenorm_backward(dx, dg, bf16("dout", n), bf16("x", n), f32("g", 1), f32("rnorm", N), N, C, SCALE_EPS,
+                                B);
+        return outs[0] = OUT_B("dinp", dx, n), outs[1] = OUT_F("dg", dg, 1), 2;
+    }
+    int rms = fn == 1, G = rms ? 1 : HN_H, HS = C / HN_H;
+    size_t rows = (size_t)N * HN_H / G;
+    float *w = f32("weight", C), *bias = rms ? NULL : f32("bias", C);
+    if (!strcmp(op, "head_norm_forward")) {
+        uint16_t *x = bf16("x", n);
+        float *mean = rms ? NULL : neox_malloc(rows * sizeof(float)), *rstd = neox_malloc(rows * sizeof(float));
+        neox_head_norm_forward(x, mean, rstd, x, w, bias, 1, HN_H, N, HS, G, 1e-5f, B);
+        outs[0] = OUT_B("out", x, n), outs[1] = OUT_F("rstd", rstd, rows), outs[2] = OUT_F("mean", mean, rows);
+        return rms ? 2 : 3;
+    }
+    if (!strcmp(op, "head_norm_backward")) {
+        uint16_t *d = bf16("dout", n);
+        float *dw = f32("dweight", C), *db = rms ? NULL : f32("dbias", C);
+        neox_head_norm_backward(d, dw, db, d, bf16("x", n), w, rms ? NULL : f32("mean", rows), f32("rstd", rows), 1,
+                                HN_H, N, HS, G, B);
+        outs[0] = OUT_B("dinp", d, n), outs[1] = OUT_F("dweight", dw, C), outs[2] = OUT_F("dbias", db, C);
+        return rms ? 2 : 3;
+    }
+    return 0;
+}
+
 // Runs op; fills outs and returns their number (0: unknown op).
 static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
     size_t n = (size_t)N * C;
@@ -87,6 +138,27 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
         uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);
         neox_dropout(o, x, n, 0.25f, 7, 100, B);
         return outs[0] = OUT_B("out", o, n), 1;
+    }
+    if (!strcmp(op, "jitter")) {
+        uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);
+        neox_jitter(o, x, n, 0.1f, 7, B);
+        return outs[0] = OUT_B("out", o, n), 1;
+    }
+    if (!strncmp(op, "scalenorm_", 10) || !strncmp(op, "head_norm_", 10)) return run_other_norm(op, N, C, fn, outs);
+    if (!strcmp(op, "gather_rows")) {
+        uint16_t *o = neox_malloc((size_t)MOE_K * n * 2);
+        neox_gather_rows(o, bf16("x", n), i32("perm", (size_t)N * MOE_K), N * MOE_K, C, B);
+        return outs[0] = OUT_B("out", o, (size_t)MOE_K * n), 1;
+    }
+    if (!strcmp(op, "moe_combine")) {
+        size_t nk = (size_t)N * MOE_K;
+        uint16_t *rows = bf16("rows", nk * C), *o = neox_malloc(n * 2), *dr = neox_malloc(nk * C * 2);
+        int *slot = i32("slot", nk);
+        float *w = f32("weight", nk), *dw = neox_malloc(nk * sizeof(float));
+        neox_moe_combine(o, rows, slot, w, N, MOE_K, C, B);
+        neox_moe_combine_backward(dr, dw, bf16("dout", n), rows, slot, w, N, MOE_K, C, B);
+        outs[0] = OUT_B("out", o, n), outs[1] = OUT_B("drows", dr, nk * C), outs[2] = OUT_F("dweight", dw, nk);
+        return 3;
     }
     if (!strcmp(op, "activation_forward") || !strcmp(op, "activation_backward")) {
         uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);

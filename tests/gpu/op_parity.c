@@ -384,13 +384,13 @@ static void test_rmsnorm(int N, int C) {
 static void test_scalenorm(int N, int C, float eps) {
     pair inp = pair_uniform((size_t)N * C, -2.0f, 3.0f), g = pair_uniform(1, 0.5f, 1.5f);
     pair out = pair_rand((size_t)N * C), rnorm = pair_rand(N);
-    cpu->scalenorm_forward(out.h, rnorm.h, inp.h, g.h, N, C, eps);
-    gpu->scalenorm_forward(out.d, rnorm.d, inp.d, g.d, N, C, eps);
+    cpu->scalenorm_forward(out.h, rnorm.h, inp.h, g.h, N, C, eps, NEOX_ELEM_F32);
+    gpu->scalenorm_forward(out.d, rnorm.d, inp.d, g.d, N, C, eps, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &out, "scalenorm_forward N=%d C=%d eps=%g", N, C, eps);
     checkf(0, 1e-6, &rnorm, "scalenorm_forward rnorm N=%d C=%d eps=%g", N, C, eps);
     pair r = pair_from(rnorm.h, N), dout = pair_rand((size_t)N * C), dinp = pair_rand((size_t)N * C), dg = pair_rand(1);
-    cpu->scalenorm_backward(dinp.h, dg.h, dout.h, inp.h, g.h, r.h, N, C, eps);
-    gpu->scalenorm_backward(dinp.d, dg.d, dout.d, inp.d, g.d, r.d, N, C, eps);
+    cpu->scalenorm_backward(dinp.h, dg.h, dout.h, inp.h, g.h, r.h, N, C, eps, NEOX_ELEM_F32);
+    gpu->scalenorm_backward(dinp.d, dg.d, dout.d, inp.d, g.d, r.d, N, C, eps, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &dinp, "scalenorm_backward dinp N=%d C=%d eps=%g", N, C, eps);
     checkf(1e-4, 1e-5, &dg, "scalenorm_backward dg N=%d C=%d eps=%g", N, C, eps);
     pair *all[] = {&inp, &g, &out, &rnorm, &r, &dout, &dinp, &dg};
@@ -402,13 +402,17 @@ static void test_head_norm(int B, int H, int T, int HS, int G, int rms) {
     size_t n = (size_t)B * H * T * HS, rows = (size_t)B * T * (H / G), WH = (size_t)H * HS;
     pair inp = pair_uniform(n, -2.0f, 3.0f), w = pair_uniform(WH, 0.5f, 1.5f), b = pair_rand(WH);
     pair out = pair_rand(n), mean = pair_rand(rows), rstd = pair_rand(rows);
-    cpu->head_norm_forward(out.h, rms ? NULL : mean.h, rstd.h, inp.h, w.h, rms ? NULL : b.h, B, H, T, HS, G, 1e-5f);
-    gpu->head_norm_forward(out.d, rms ? NULL : mean.d, rstd.d, inp.d, w.d, rms ? NULL : b.d, B, H, T, HS, G, 1e-5f);
+    cpu->head_norm_forward(out.h, rms ? NULL : mean.h, rstd.h, inp.h, w.h, rms ? NULL : b.h, B, H, T, HS, G, 1e-5f,
+                           NEOX_ELEM_F32);
+    gpu->head_norm_forward(out.d, rms ? NULL : mean.d, rstd.d, inp.d, w.d, rms ? NULL : b.d, B, H, T, HS, G, 1e-5f,
+                           NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &out, "head_norm_forward B=%d H=%d T=%d HS=%d G=%d rms=%d", B, H, T, HS, G, rms);
     checkf(0, 1e-6, &rstd, "head_norm_forward rstd G=%d rms=%d", G, rms);
     pair m = pair_from(mean.h, rows), r = pair_from(rstd.h, rows), d = pair_rand(n), dw = pair_rand(WH), db = pair_rand(WH);
-    cpu->head_norm_backward(d.h, dw.h, rms ? NULL : db.h, d.h, inp.h, w.h, rms ? NULL : m.h, r.h, B, H, T, HS, G);
-    gpu->head_norm_backward(d.d, dw.d, rms ? NULL : db.d, d.d, inp.d, w.d, rms ? NULL : m.d, r.d, B, H, T, HS, G);
+    cpu->head_norm_backward(d.h, dw.h, rms ? NULL : db.h, d.h, inp.h, w.h, rms ? NULL : m.h, r.h, B, H, T, HS, G,
+                            NEOX_ELEM_F32);
+    gpu->head_norm_backward(d.d, dw.d, rms ? NULL : db.d, d.d, inp.d, w.d, rms ? NULL : m.d, r.d, B, H, T, HS, G,
+                            NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &d, "head_norm_backward dinp G=%d rms=%d", G, rms);
     checkf(1e-4, 1e-5, &dw, "head_norm_backward dweight G=%d rms=%d", G, rms);
     if (!rms) checkf(1e-4, 1e-5, &db, "head_norm_backward dbias G=%d", G);
@@ -432,22 +436,22 @@ static void test_moe(int N, int K, int C) {
     pair inp = pair_rand((size_t)N * C), rows = pair_rand((size_t)NK * C), w = pair_uniform(NK, 0.0f, 1.0f);
     pair g = pair_rand((size_t)NK * C), out = pair_rand((size_t)N * C), dout = pair_rand((size_t)N * C);
     pair drows = pair_rand((size_t)NK * C), dw = pair_rand(NK);
-    cpu->gather_rows(g.h, inp.h, pm.h, NK, C);
-    gpu->gather_rows(g.d, inp.d, pm.d, NK, C);
+    cpu->gather_rows(g.h, inp.h, pm.h, NK, C, NEOX_ELEM_F32);
+    gpu->gather_rows(g.d, inp.d, pm.d, NK, C, NEOX_ELEM_F32);
     checkf(0, 0, &g, "gather_rows N=%d K=%d C=%d", N, K, C);
-    cpu->moe_combine(out.h, rows.h, sl.h, w.h, N, K, C);
-    gpu->moe_combine(out.d, rows.d, sl.d, w.d, N, K, C);
+    cpu->moe_combine(out.h, rows.h, sl.h, w.h, N, K, C, NEOX_ELEM_F32);
+    gpu->moe_combine(out.d, rows.d, sl.d, w.d, N, K, C, NEOX_ELEM_F32);
     checkf(1e-6, 1e-6, &out, "moe_combine N=%d K=%d C=%d", N, K, C);
-    cpu->moe_combine_backward(drows.h, dw.h, dout.h, rows.h, sl.h, w.h, N, K, C);
-    gpu->moe_combine_backward(drows.d, dw.d, dout.d, rows.d, sl.d, w.d, N, K, C);
+    cpu->moe_combine_backward(drows.h, dw.h, dout.h, rows.h, sl.h, w.h, N, K, C, NEOX_ELEM_F32);
+    gpu->moe_combine_backward(drows.d, dw.d, dout.d, rows.d, sl.d, w.d, N, K, C, NEOX_ELEM_F32);
     checkf(0, 0, &drows, "moe_combine_backward drows N=%d K=%d C=%d", N, K, C);
     checkf(1e-5, 1e-5, &dw, "moe_combine_backward dweight N=%d K=%d C=%d", N, K, C);
     pair j = pair_rand((size_t)N * C);
-    cpu->jitter(j.h, inp.h, (size_t)N * C, 0.1f, 77);
-    gpu->jitter(j.d, inp.d, (size_t)N * C, 0.1f, 77);
+    cpu->jitter(j.h, inp.h, (size_t)N * C, 0.1f, 77, NEOX_ELEM_F32);
+    gpu->jitter(j.d, inp.d, (size_t)N * C, 0.1f, 77, NEOX_ELEM_F32);
     checkf(0, 0, &j, "jitter n=%d", N * C);
-    cpu->jitter(j.h, j.h, (size_t)N * C, 0.3f, 78);
-    gpu->jitter(j.d, j.d, (size_t)N * C, 0.3f, 78);
+    cpu->jitter(j.h, j.h, (size_t)N * C, 0.3f, 78, NEOX_ELEM_F32);
+    gpu->jitter(j.d, j.d, (size_t)N * C, 0.3f, 78, NEOX_ELEM_F32);
     checkf(0, 0, &j, "jitter in place n=%d", N * C);
     pair *all[] = {&inp, &rows, &w, &g, &out, &dout, &drows, &dw, &j};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -678,6 +682,12 @@ static void test_bf16_elementwise(int N, int C) {
     cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NEOX_ELEM_BF16);
     gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NEOX_ELEM_BF16);
     bcheckf(0, 0, &out, "dropout bf16 n=%zu p=0.1", n);
+    cpu->jitter(out.h, a.h, n, 0.1f, 77, NEOX_ELEM_BF16);  // the CPU's expression, rounded once: the same bits
+    gpu->jitter(out.d, a.d, n, 0.1f, 77, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &out, "jitter bf16 n=%zu", n);
+    cpu->jitter(out.h, out.h, n, 0.3f, 78, NEOX_ELEM_BF16);
+    gpu->jitter(out.d, out.d, n, 0.3f, 78, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &out, "jitter bf16 in place n=%zu", n);
     bpair_free(&a);
     bpair_free(&b);
     bpair_free(&out);
@@ -730,6 +740,88 @@ static void test_bf16_heads(int B, int T, int NH, int NKV, int HS, int interleav
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
     pair_free(&c);
     pair_free(&sn);
+}
+
+// ScaleNorm in bf16 storage (rnorm and the gain's gradient fp32); eps between the rows' norms puts
+// rows on both sides of the clamp.
+static void test_bf16_scalenorm(int N, int C, float eps) {
+    size_t n = (size_t)N * C;
+    bpair inp = bpair_uniform(n, -2.0f, 3.0f), out = bpair_rand(n), dout = bpair_rand(n), dinp = bpair_rand(n);
+    pair g = pair_uniform(1, 0.5f, 1.5f), rnorm = pair_rand(N), dg = pair_rand(1);
+    cpu->scalenorm_forward(out.h, rnorm.h, inp.h, g.h, N, C, eps, NEOX_ELEM_BF16);
+    gpu->scalenorm_forward(out.d, rnorm.d, inp.d, g.d, N, C, eps, NEOX_ELEM_BF16);
+    bcheckf(1e-5, BF16_ULP, &out, "scalenorm_forward bf16 N=%d C=%d eps=%g", N, C, eps);
+    checkf(0, 1e-6, &rnorm, "scalenorm_forward bf16 rnorm N=%d C=%d eps=%g", N, C, eps);
+    pair r = pair_from(rnorm.h, N);
+    cpu->scalenorm_backward(dinp.h, dg.h, dout.h, inp.h, g.h, r.h, N, C, eps, NEOX_ELEM_BF16);
+    gpu->scalenorm_backward(dinp.d, dg.d, dout.d, inp.d, g.d, r.d, N, C, eps, NEOX_ELEM_BF16);
+    bcheckf(1e-5, BF16_ULP, &dinp, "scalenorm_backward bf16 dinp N=%d C=%d eps=%g", N, C, eps);
+    checkf(1e-4, 1e-5, &dg, "scalenorm_backward bf16 dg N=%d C=%d eps=%g", N, C, eps);
+    bpair *b[] = {&inp, &out, &dout, &dinp};
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++) bpair_free(b[i]);
+    pair *f[] = {&g, &rnorm, &dg, &r};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) pair_free(f[i]);
+}
+
+// The query/key norm in bf16 storage, in place as the model runs it (out = inp forward, dinp = dout
+// backward); statistics and parameter gradients fp32.
+static void test_bf16_head_norm(int B, int H, int T, int HS, int G, int rms) {
+    size_t n = (size_t)B * H * T * HS, rows = (size_t)B * T * (H / G), WH = (size_t)H * HS;
+    bpair x = bpair_uniform(n, -2.0f, 3.0f), d = bpair_rand(n);
+    pair w = pair_uniform(WH, 0.5f, 1.5f), b = pair_rand(WH), mean = pair_rand(rows), rstd = pair_rand(rows);
+    pair dw = pair_rand(WH), db = pair_rand(WH);
+    bpair inp = bpair_rand(n);  // the input kept for backward: x before the in-place norm
+    memcpy(inp.h, x.h, n * sizeof(uint16_t));
+    gpu->to_device(inp.d, inp.h, n * sizeof(uint16_t));
+    cpu->head_norm_forward(x.h, rms ? NULL : mean.h, rstd.h, x.h, w.h, rms ? NULL : b.h, B, H, T, HS, G, 1e-5f,
+                           NEOX_ELEM_BF16);
+    gpu->head_norm_forward(x.d, rms ? NULL : mean.d, rstd.d, x.d, w.d, rms ? NULL : b.d, B, H, T, HS, G, 1e-5f,
+                           NEOX_ELEM_BF16);
+    bcheckf(1e-5, BF16_ULP, &x, "head_norm_forward bf16 in place B=%d H=%d T=%d HS=%d G=%d rms=%d", B, H, T, HS, G, rms);
+    checkf(0, 1e-6, &rstd, "head_norm_forward bf16 rstd G=%d rms=%d", G, rms);
+    pair m = pair_from(mean.h, rows), r = pair_from(rstd.h, rows);
+    cpu->head_norm_backward(d.h, dw.h, rms ? NULL : db.h, d.h, inp.h, w.h, rms ? NULL : m.h, r.h, B, H, T, HS, G,
+                            NEOX_ELEM_BF16);
+    gpu->head_norm_backward(d.d, dw.d, rms ? NULL : db.d, d.d, inp.d, w.d, rms ? NULL : m.d, r.d, B, H, T, HS, G,
+                            NEOX_ELEM_BF16);
+    bcheckf(1e-5, BF16_ULP, &d, "head_norm_backward bf16 dinp in place G=%d rms=%d", G, rms);
+    checkf(1e-4, 1e-5, &dw, "head_norm_backward bf16 dweight G=%d rms=%d", G, rms);
+    if (!rms) checkf(1e-4, 1e-5, &db, "head_norm_backward bf16 dbias G=%d", G);
+    bpair *bp[] = {&x, &d, &inp};
+    for (size_t i = 0; i < sizeof bp / sizeof *bp; i++) bpair_free(bp[i]);
+    pair *f[] = {&w, &b, &mean, &rstd, &dw, &db, &m, &r};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) pair_free(f[i]);
+}
+
+// MoE's row movement in bf16 storage: the gather moves elements as they are; the combination sums
+// in fp32 and rounds once; the slot rows' gradient is one product rounded once (the same bits), the
+// weights' gradient an fp32 dot product.
+static void test_bf16_moe(int N, int K, int C) {
+    int NK = N * K, *slot = xmalloc((size_t)NK * sizeof(int)), *perm = xmalloc((size_t)NK * sizeof(int));
+    for (int j = 0; j < NK; j++) slot[j] = (j * 7 + 3) % NK;  // a permutation when gcd(7, NK) = 1
+    for (int s = 0; s < NK; s++) perm[slot[s]] = s / K;
+    ipair sl = ipair_from(slot, NK), pm = ipair_from(perm, NK);
+    bpair inp = bpair_rand((size_t)N * C), rows = bpair_rand((size_t)NK * C), g = bpair_rand((size_t)NK * C);
+    bpair out = bpair_rand((size_t)N * C), dout = bpair_rand((size_t)N * C), drows = bpair_rand((size_t)NK * C);
+    pair w = pair_uniform(NK, 0.0f, 1.0f), dw = pair_rand(NK);
+    cpu->gather_rows(g.h, inp.h, pm.h, NK, C, NEOX_ELEM_BF16);
+    gpu->gather_rows(g.d, inp.d, pm.d, NK, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &g, "gather_rows bf16 N=%d K=%d C=%d", N, K, C);
+    cpu->moe_combine(out.h, rows.h, sl.h, w.h, N, K, C, NEOX_ELEM_BF16);
+    gpu->moe_combine(out.d, rows.d, sl.d, w.d, N, K, C, NEOX_ELEM_BF16);
+    bcheckf(1e-6, BF16_ULP, &out, "moe_combine bf16 N=%d K=%d C=%d", N, K, C);
+    cpu->moe_combine_backward(drows.h, dw.h, dout.h, rows.h, sl.h, w.h, N, K, C, NEOX_ELEM_BF16);
+    gpu->moe_combine_backward(drows.d, dw.d, dout.d, rows.d, sl.d, w.d, N, K, C, NEOX_ELEM_BF16);
+    bcheckf(0, 0, &drows, "moe_combine_backward bf16 drows N=%d K=%d C=%d", N, K, C);
+    checkf(1e-5, 1e-5, &dw, "moe_combine_backward bf16 dweight N=%d K=%d C=%d", N, K, C);
+    bpair *b[] = {&inp, &rows, &g, &out, &dout, &drows};
+    for (size_t i = 0; i < sizeof b / sizeof *b; i++) bpair_free(b[i]);
+    pair_free(&w);
+    pair_free(&dw);
+    ipair_free(&sl);
+    ipair_free(&pm);
+    free(slot);
+    free(perm);
 }
 
 // The norms in bf16 storage, statistics and parameter gradients fp32; rms: RMSNorm, else LayerNorm.
@@ -1599,6 +1691,11 @@ int main(int argc, char **argv) {
     test_bf16_norm(4096, 768, 0);  // a training shape
     test_bf16_heads(2, 37, 4, 4, 40, 1);
     test_bf16_heads(2, 33, 8, 2, 64, 0);
+    test_bf16_scalenorm(37, 200, 1e-8f);
+    test_bf16_moe(37, 2, 200);  // NK = 74: 7 is coprime to it
+    test_bf16_scalenorm(300, 3, 3.0f);
+    test_bf16_head_norm(2, 4, 37, 16, 4, 0);
+    test_bf16_head_norm(3, 6, 20, 64, 1, 1);
     test_cross_entropy(9, 1001);
     test_cross_entropy(3, 50304);
     test_cross_entropy_loss(37);

@@ -293,3 +293,133 @@ def test_attention(tmp_path):
     within_ulp(out["dq"], ds @ kd, "attention dq", atol=1e-5)
     within_ulp(out["dk"], per_group(ds.transpose(1, 2) @ qd), "attention dk", atol=1e-5)
     within_ulp(out["dv"], per_group(p.transpose(1, 2) @ do), "attention dv", atol=1e-5)
+
+
+def test_jitter(tmp_path):
+    """GPT-NeoX's router noise: x * (low + u * (high - low)), the fp32 product rounded once."""
+    x = bf16((N * C,), seed=30)
+    u = torch.from_numpy(splitmix_uniform(7, np.arange(N * C, dtype=np.uint64))).float()
+    low = torch.tensor(1.0 - 0.1, dtype=torch.float32)
+    span = torch.tensor(1.0 + 0.1, dtype=torch.float32) - low
+    exact(run(tmp_path, "jitter", {"x": x})["out"], (x.float() * (low + u * span)).to(F64), "jitter")
+
+
+SCALE_EPS = 1e-8  # the driver's ScaleNorm eps
+
+
+def scalenorm_ref(x, g):
+    """GPT-NeoX's ScaleNorm: x / clamp(||x||, eps) * g."""
+    return x / x.norm(dim=-1, keepdim=True).clamp(min=SCALE_EPS) * g
+
+
+def scalenorm_input():
+    x = bf16((N, C), -2, 3, seed=31)
+    x[0] = torch.full((C,), 1e-12).to(torch.bfloat16)  # a row whose norm is clamped to eps
+    return x
+
+
+def test_scalenorm_forward(tmp_path):
+    x, g = scalenorm_input(), f32((1,), 0.5, 1.5, seed=31)
+    out = run(tmp_path, "scalenorm_forward", {"x": x, "g": g})
+    xd = x.to(F64)
+    within_ulp(out["out"], scalenorm_ref(xd, g.to(F64)), "scalenorm", atol=1e-5)
+    close32(out["rnorm"], 1.0 / xd.norm(dim=-1).clamp(min=SCALE_EPS), "scalenorm rnorm")
+
+
+def test_scalenorm_backward(tmp_path):
+    x, g = scalenorm_input(), f32((1,), 0.5, 1.5, seed=32)
+    dout, dinp, dg0 = bf16((N, C), seed=33), bf16((N, C), seed=34), f32((1,), seed=35)
+    xd = x.to(F64)
+    rnorm = (1.0 / xd.norm(dim=-1).clamp(min=SCALE_EPS)).float()
+    out = run(tmp_path, "scalenorm_backward", {"x": x, "g": g, "dout": dout, "dinp": dinp, "dg": dg0, "rnorm": rnorm})
+    xr, gr = xd.clone().requires_grad_(), g.to(F64).requires_grad_()
+    gx, gg = torch.autograd.grad(scalenorm_ref(xr, gr), (xr, gr), dout.to(F64))
+    within_ulp(out["dinp"], dinp.to(F64) + gx, "scalenorm dinp", atol=1e-4)
+    close32(out["dg"], dg0.to(F64) + gg, "scalenorm dg", rtol=1e-4)
+
+
+HN_H = 4  # the driver's query/key norm heads: x is (1, HN_H, N, C / HN_H)
+
+
+def head_norm_ref(x, w, b, rms, eps=1e-5):
+    """x: (H, T, HS). GPT-NeoX's LayerNorm([heads, head_size]) over all heads of a token, or its
+    RMSNorm over each head's last dim; weight and bias (H, HS)."""
+    xt = x.transpose(0, 1)  # (T, H, HS)
+    if rms:
+        y = xt * torch.rsqrt(xt.pow(2).mean(-1, keepdim=True) + eps) * w
+    else:
+        y = torch.nn.functional.layer_norm(xt, tuple(xt.shape[1:]), w, b, eps)
+    return y.transpose(0, 1)
+
+
+def head_norm_stats(xd, rms, eps=1e-5):
+    xt = xd.transpose(0, 1)  # (T, H, HS)
+    if rms:
+        return None, torch.rsqrt(xt.pow(2).mean(-1) + eps).reshape(-1)
+    flat = xt.reshape(xt.shape[0], -1)
+    return flat.mean(-1), torch.rsqrt(flat.var(-1, unbiased=False) + eps)
+
+
+@pytest.mark.parametrize("rms", [0, 1], ids=["layernorm", "rmsnorm"])
+def test_head_norm_forward(rms, tmp_path):
+    HS = C // HN_H
+    x, w, b = bf16((HN_H, N, HS), -2, 3, seed=36), f32((HN_H, HS), 0.5, 1.5, seed=36), f32((HN_H, HS), seed=37)
+    out = run(tmp_path, "head_norm_forward", {"x": x, "weight": w, **({} if rms else {"bias": b})}, fn=rms)
+    xd = x.to(F64)
+    within_ulp(out["out"], head_norm_ref(xd, w.to(F64), b.to(F64), rms), "head_norm", atol=1e-5)
+    mean, rstd = head_norm_stats(xd, rms)
+    close32(out["rstd"], rstd, "head_norm rstd")
+    if not rms:
+        close32(out["mean"], mean, "head_norm mean")
+
+
+@pytest.mark.parametrize("rms", [0, 1], ids=["layernorm", "rmsnorm"])
+def test_head_norm_backward(rms, tmp_path):
+    HS = C // HN_H
+    x, dout = bf16((HN_H, N, HS), -2, 3, seed=38), bf16((HN_H, N, HS), seed=39)
+    w, b = f32((HN_H, HS), 0.5, 1.5, seed=38), f32((HN_H, HS), seed=39)
+    dw0, db0 = f32((HN_H, HS), seed=40), f32((HN_H, HS), seed=41)
+    xd = x.to(F64)
+    mean, rstd = head_norm_stats(xd, rms)
+    inputs = {"x": x, "dout": dout, "weight": w, "dweight": dw0, "rstd": rstd.float()}
+    if not rms:
+        inputs.update(bias=b, dbias=db0, mean=mean.float())
+    out = run(tmp_path, "head_norm_backward", inputs, fn=rms)
+    xr, wr, br = xd.clone().requires_grad_(), w.to(F64).requires_grad_(), b.to(F64).requires_grad_()
+    gx, gw, gb = torch.autograd.grad(head_norm_ref(xr, wr, br, rms), (xr, wr, br), dout.to(F64), allow_unused=True)
+    within_ulp(out["dinp"], gx, "head_norm dinp (overwritten, in place)", atol=1e-4)
+    close32(out["dweight"], dw0.to(F64) + gw, "head_norm dweight", rtol=1e-4)
+    if not rms:
+        close32(out["dbias"], db0.to(F64) + gb, "head_norm dbias", rtol=1e-4)
+
+
+MOE_K = 2  # the driver's expert slots per token
+
+
+def test_gather_rows(tmp_path):
+    """MoE's gather moves the stored bf16 elements as they are."""
+    x = bf16((N, C), seed=42)
+    perm = torch.randperm(N * MOE_K, generator=torch.Generator().manual_seed(42)).to(torch.int32) % N
+    out = run(tmp_path, "gather_rows", {"x": x, "perm": perm})["out"]
+    exact(out, x[perm.long()].to(F64), "gather_rows")
+
+
+def test_moe_combine(tmp_path):
+    """out[t] = sum_k weight[t, k] * rows[slot[t, k]] (fp32 sum rounded once) and its backward:
+    drows[slot[t, k]] = weight[t, k] * dout[t] (one product rounded once), dweight = dout[t] . rows."""
+    nk = N * MOE_K
+    rows, dout = bf16((nk, C), seed=43), bf16((N, C), seed=44)
+    slot = torch.randperm(nk, generator=torch.Generator().manual_seed(43)).to(torch.int32)
+    w = f32((nk,), 0.0, 1.0, seed=43)
+    out = run(tmp_path, "moe_combine", {"rows": rows, "slot": slot, "weight": w, "dout": dout})
+    rr, wr = rows.to(F64).requires_grad_(), w.to(F64).requires_grad_()
+    picked = rr[slot.long()].reshape(N, MOE_K, C)
+    y = (wr.reshape(N, MOE_K, 1) * picked).sum(1)
+    within_ulp(out["out"], y.detach(), "moe_combine", atol=1e-6)
+    g_rows, g_w = torch.autograd.grad(y, (rr, wr), dout.to(F64))
+    drows = (w.reshape(N, MOE_K, 1) * dout.float().reshape(N, 1, C)).reshape(nk, C)  # fp32 products, by token slot
+    ref = torch.empty_like(drows)
+    ref[slot.long()] = drows
+    exact(out["drows"], ref.to(F64), "moe_combine_backward drows")
+    assert torch.allclose(ref.to(F64), g_rows, rtol=1e-6, atol=0), "the restated drows is the autograd gradient"
+    close32(out["dweight"], g_w, "moe_combine_backward dweight")
