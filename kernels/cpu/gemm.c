@@ -9,8 +9,8 @@
 // row, which took half of generation's time. A weight stored (N, K), as linear layers and the tied
 // classifier store theirs, goes to kernels/cpu/gemv.c's build for this CPU (AVX-512 where it has
 // it); other layouts to OpenBLAS's sgemv. A bfloat16 product with one row against such a weight
-// (16-bit precision's decoding step) goes to gemv.c's bfloat16 build, rows split over the threads
-// as for fp32.
+// (16-bit precision's decoding step) goes to gemv.c's bfloat16 build. Either one-row product hands
+// its rows to the threads in chunks, taken one at a time (a thread slowed by other work takes fewer).
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -28,6 +28,8 @@
 // A matrix-vector product reads each weight once: below this many weights (1 MB) the matrix is read
 // faster by one thread than the other threads can be woken.
 #define GEMV_PARALLEL_MIN (1 << 18)
+// A matrix-vector product's rows go to the threads in about this many chunks per thread.
+#define GEMV_CHUNKS_PER_THREAD 8
 // Panels start on multiples of this many rows/columns (OpenBLAS's register blocks divide it).
 enum { GEMM_PANEL_ALIGN = 32 };
 
@@ -57,6 +59,17 @@ static void panel(int len, int t, int n, int *start, int *end) {
     *end = b1 * GEMM_PANEL_ALIGN < len ? b1 * GEMM_PANEL_ALIGN : len;
 }
 
+// Rows per chunk of a matrix-vector product: the threads take chunks one at a time (each chunk one
+// sequential stream of rows) until none is left, so a thread that the machine slows (another
+// program on its core, a busier memory channel) takes fewer and the others do not wait for it at
+// the end; about GEMV_CHUNKS_PER_THREAD chunks per thread, never below GEMM_PANEL_ALIGN rows. Each
+// row's sum is the same whichever thread computes it.
+static int gemv_chunk_rows(int N) {
+    int per = N / (omp_get_max_threads() * GEMV_CHUNKS_PER_THREAD);
+    per = per / GEMM_PANEL_ALIGN * GEMM_PANEL_ALIGN;
+    return per > GEMM_PANEL_ALIGN ? per : GEMM_PANEL_ALIGN;
+}
+
 // Columns [s, e) of the one-row C = alpha * a op(B) + beta * C, a with stride inc: op(B)^T a.
 static void sgemv_part(int trans_b, int s, int e, int K, float alpha, const float *a, int inc, const float *B, int ldb,
                        float beta, float *C) {
@@ -77,26 +90,26 @@ static void sgemv_row(int trans_a, int trans_b, int N, int K, float alpha, const
         sgemv_part(trans_b, 0, N, K, alpha, A, inc, B, ldb, beta, C);
         return;
     }
-    #pragma omp parallel
-    {
-        int s, e;
-        panel(N, omp_get_thread_num(), omp_get_num_threads(), &s, &e);
+    int rows = gemv_chunk_rows(N), chunks = (N + rows - 1) / rows;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < chunks; i++) {
+        int s = i * rows, e = s + rows < N ? s + rows : N;
         sgemv_part(trans_b, s, e, K, alpha, A, inc, B, ldb, beta, C);
     }
 }
 
-// C (1, N) = alpha * a (K) B^T + beta * C with a and B (N, K) bfloat16: rows of B split over the
-// threads when the matrix is large enough to pay for waking them.
+// C (1, N) = alpha * a (K) B^T + beta * C with a and B (N, K) bfloat16: rows of B in chunks over
+// the threads when the matrix is large enough to pay for waking them.
 static void bf16_gemv_row(int N, int K, float alpha, const uint16_t *a, const uint16_t *B, int ldb, float beta, float *C) {
     if (omp_in_parallel() || omp_get_max_threads() == 1 || (double)N * K < GEMV_PARALLEL_MIN) {
         gemv_bf16_rows(N, K, alpha, B, ldb, a, beta, C);
         return;
     }
-    #pragma omp parallel
-    {
-        int s, e;
-        panel(N, omp_get_thread_num(), omp_get_num_threads(), &s, &e);
-        if (e > s) gemv_bf16_rows(e - s, K, alpha, B + (size_t)s * ldb, ldb, a, beta, C + s);
+    int rows = gemv_chunk_rows(N), chunks = (N + rows - 1) / rows;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < chunks; i++) {
+        int s = i * rows, e = s + rows < N ? s + rows : N;
+        gemv_bf16_rows(e - s, K, alpha, B + (size_t)s * ldb, ldb, a, beta, C + s);
     }
 }
 
