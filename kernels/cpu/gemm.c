@@ -11,8 +11,9 @@
 // it); other layouts to OpenBLAS's sgemv. A bfloat16 product with one row against such a weight
 // (16-bit precision's decoding step) goes to gemv.c's bfloat16 build. Either one-row product hands
 // its rows to the threads in chunks, taken one at a time (a thread slowed by other work takes fewer).
-// Up to NEOX_DECODE_MAX_ROWS rows against such a weight (a decoding step over several sequences)
-// go through the same one-row kernel, row by row on each chunk of the weight while it is in cache:
+// Up to NEOX_DECODE_MAX_ROWS rows against such a weight (a decoding step over several sequences; a
+// short prompt; attention's tiles of a few query rows against their keys) go through the same
+// one-row kernel, row by row on each chunk of the weight while it is in cache:
 // the weights stream from memory once for all the rows, and each row's result is bit for bit the
 // one it would have alone.
 #include <cblas.h>
