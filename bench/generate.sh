@@ -14,7 +14,8 @@
 # prompt's pass to the last token); llama.cpp's is llama-completion's "eval time" line (the
 # one-token passes after the prompt's, sampling included); transformers' all the tokens over
 # generate()'s time. Prints each round, the medians, the ratios to llama.cpp F32, and how many of the
-# first greedy tokens neox.c fp32 and llama.cpp F32 agree on.
+# first greedy tokens neox.c fp32 and llama.cpp F32 agree on; then neox-eval serve's throughput at 1, 4
+# and 16 concurrent requests (bench/serve_load.py), fp32 and bfloat16.
 # Needs `make`, `make deps` (.venv), ../shared/data and bench/llama_cpp.sh's build (run here if
 # missing; NEOX_BENCH_PEERS names its folder as there).
 # Usage: bench/generate.sh [key=value...]  keys: threads tokens rounds layers
@@ -100,6 +101,30 @@ for s in "${sides[@]}"; do
     m=$(median ${runs[$s]})
     python3 -c "import sys; b, t, ref = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 print(f'{sys.argv[1]:<13} {b / 1e6:10.1f} {t:10.2f} {b * t / 1e9:12.2f} {t / ref:8.2f}x')" "$s" "${bytes[$s]}" "$m" "$ref"
+done
+# The server: 1, 4 and 16 concurrent greedy requests of `tokens` tokens (batched decoding, up to 16
+# completions per step), tokens/s overall, the median of `rounds`.
+serve_rate() {  # $1: concurrent requests; extra configs after
+    local conc=$1 port=""; shift
+    $BIN/neox-eval serve --port 0 --context 512 "$work/neox/model.yml" "$work/neox/run.yml" "$@" 2>"$work/serve.log" &
+    local pid=$!
+    for _ in $(seq 600); do
+        port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$work/serve.log")
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    [ -n "$port" ] || { cat "$work/serve.log" >&2; kill $pid; exit 1; }
+    .venv/bin/python bench/serve_load.py "$port" "$conc" ${opt[tokens]} ${opt[rounds]}
+    kill -TERM $pid
+    wait $pid
+}
+printf "\nserver (neox-eval serve, --decode-slots 16), tokens/s overall:\n%-13s %10s %10s %10s\n" side 1 4 16
+for side in fp32 bf16; do
+    extra=()
+    [ $side = bf16 ] && extra=("$work/bf16.yml")
+    printf "%-13s" "neox_$side"
+    for conc in 1 4 16; do printf " %10s" "$(serve_rate $conc "${extra[@]}")"; done
+    printf "\n"
 done
 # The same greedy tokens? Both texts through the GPT-2 tokenizer, the leading ids compared.
 .venv/bin/python - "$work/neox.txt" "$work/llama.txt" "$DATA/tokenizers/gpt2/gpt2_tokenizer.json" <<'PY'

@@ -464,6 +464,10 @@ NEOX_HOST_DEVICE static inline float neox_mean_loss(double sum, double mask_sum)
 void neox_loss_guard(double *guard, const double *sumsq, const double *loss_sums, int n);
 
 // ---- mixed-precision matrix product -------------------------------------------------------------
+// On the CPU a product of at most NEOX_DECODE_MAX_ROWS rows against a weight stored (N, K) (a
+// linear layer's forward) computes each row exactly as a product of that row alone: a decoding
+// step over several sequences gives each the logits it would get alone (kernels/cpu/gemm.c).
+#define NEOX_DECODE_MAX_ROWS 16
 // C (M, N; row stride ldc) = alpha * op(A) op(B) + beta * C, row-major as cblas_sgemm, with A and B
 // both of element type ab and C of type c, products accumulated in fp32 (16-bit results rounded
 // once at the end). The CPU computes it in fp32 on widened copies; CUDA on the tensor cores.

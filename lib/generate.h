@@ -75,4 +75,24 @@ int neox_generator_score_packed(neox_generator *g, const int32_t *ids, const int
 // through the output layer.
 void neox_generator_rows_logits(neox_generator *g, const int *rows, int count, float *logits);
 
+// ---- batched decoding --------------------------------------------------------------------------
+// A decoder for up to `slots` sequences at once (1 <= slots <= NEOX_DECODE_MAX_ROWS), each with a
+// key/value cache of its own for up to max_len positions: one decoding step takes the next token
+// of every active sequence through the model together, reading the weights once for all of them.
+// On the CPU each sequence's logits are exactly those it would get decoded alone.
+neox_generator *neox_generator_create_batch(neox_model *m, int slots, int max_len, neox_error *err);
+int neox_generator_slots(const neox_generator *g);  // 0 for the other generators
+// Starts sequence `slot` over (its cache emptied) with the prompt (1 <= n < max_len): its last
+// position's logits into neox_generator_slot_logits.
+int neox_generator_prefill(neox_generator *g, int slot, const int32_t *prompt, int n, neox_error *err);
+// One step: tokens[i] appended to sequence slots[i] (distinct, each started and not full) for i <
+// count, in one pass; each one's next logits into neox_generator_slot_logits.
+int neox_generator_decode(neox_generator *g, const int *slots, const int32_t *tokens, int count, neox_error *err);
+const float *neox_generator_slot_logits(const neox_generator *g, int slot);  // (vocab)
+int neox_generator_slot_len(const neox_generator *g, int slot);              // positions so far
+
+// The next token from logits (vocab V) under s: greedy, or draw *draws of s->seed (then counted),
+// as neox_generate chooses.
+int neox_sample_token(const float *logits, int V, const neox_sampling *s, unsigned long long *draws);
+
 #endif

@@ -76,6 +76,8 @@ typedef struct neox_serve_options {
     int context;             // the longest sequence (prompt + generated) in tokens
     int max_prompt_tokens;   // longer prompts are refused (<= context)
     int queue_size;          // requests waiting or running at once; more are answered 503
+    int decode_slots;        // completions decoded together, one pass over the weights per token
+                             // (1..NEOX_DECODE_MAX_ROWS; one data-parallel rank)
     const neox_chat_format *chat;  // renders /v1/chat/completions (NULL: chat requests are refused
     const char *no_chat;           // with this reason)
 } neox_serve_options;
@@ -96,11 +98,15 @@ const neox_serve_options *neox_serve_engine_options(const neox_serve_engine *en)
 // response (a JSON body and its HTTP status) is ready.
 typedef struct neox_serve_job neox_serve_job;
 typedef void (*neox_serve_done)(void *ctx, int http_status, char *body);
+// Asked from the scheduler thread while a request generates: nonzero when its client has gone
+// (closed the connection), so that its completions stop and free their decoding slots.
+typedef int (*neox_serve_gone)(void *ctx);
 
 // Tokenizes, checks the limits and queues a parsed request (taking it over). Returns 0 when
 // queued (done() follows), or -1 with e set (400 over the limits, 503 when the queue is full or
-// the server is stopping); the request is released either way.
-int neox_serve_submit(neox_serve_engine *en, neox_serve_request *r, neox_serve_done done, void *ctx, neox_serve_error *e);
+// the server is stopping); the request is released either way. gone may be NULL.
+int neox_serve_submit(neox_serve_engine *en, neox_serve_request *r, neox_serve_done done, neox_serve_gone gone, void *ctx,
+                      neox_serve_error *e);
 // Requests queued or running.
 int neox_serve_pending(neox_serve_engine *en);
 // No more requests are accepted (503 "shutting down"); queued ones still complete.

@@ -9,8 +9,13 @@
 // row, which took half of generation's time. A weight stored (N, K), as linear layers and the tied
 // classifier store theirs, goes to kernels/cpu/gemv.c's build for this CPU (AVX-512 where it has
 // it); other layouts to OpenBLAS's sgemv. A bfloat16 product with one row against such a weight
-// (16-bit precision's decoding step) goes to gemv.c's bfloat16 build, rows split over the threads
-// as for fp32.
+// (16-bit precision's decoding step) goes to gemv.c's bfloat16 build. Either one-row product hands
+// its rows to the threads in chunks, taken one at a time (a thread slowed by other work takes fewer).
+// Up to NEOX_DECODE_MAX_ROWS rows against such a weight (a decoding step over several sequences; a
+// short prompt; attention's tiles of a few query rows against their keys) go through the same
+// one-row kernel, row by row on each chunk of the weight while it is in cache:
+// the weights stream from memory once for all the rows, and each row's result is bit for bit the
+// one it would have alone.
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -28,6 +33,10 @@
 // A matrix-vector product reads each weight once: below this many weights (1 MB) the matrix is read
 // faster by one thread than the other threads can be woken.
 #define GEMV_PARALLEL_MIN (1 << 18)
+// A matrix-vector product's rows go to the threads in about this many chunks per thread.
+#define GEMV_CHUNKS_PER_THREAD 8
+// Bytes of B a chunk of a few-row product holds (about a core's L2 share).
+#define GEMV_FEW_CHUNK_BYTES ((size_t)256 << 10)
 // Panels start on multiples of this many rows/columns (OpenBLAS's register blocks divide it).
 enum { GEMM_PANEL_ALIGN = 32 };
 
@@ -57,6 +66,17 @@ static void panel(int len, int t, int n, int *start, int *end) {
     *end = b1 * GEMM_PANEL_ALIGN < len ? b1 * GEMM_PANEL_ALIGN : len;
 }
 
+// Rows per chunk of a matrix-vector product: the threads take chunks one at a time (each chunk one
+// sequential stream of rows) until none is left, so a thread that the machine slows (another
+// program on its core, a busier memory channel) takes fewer and the others do not wait for it at
+// the end; about GEMV_CHUNKS_PER_THREAD chunks per thread, never below GEMM_PANEL_ALIGN rows. Each
+// row's sum is the same whichever thread computes it.
+static int gemv_chunk_rows(int N) {
+    int per = N / (omp_get_max_threads() * GEMV_CHUNKS_PER_THREAD);
+    per = per / GEMM_PANEL_ALIGN * GEMM_PANEL_ALIGN;
+    return per > GEMM_PANEL_ALIGN ? per : GEMM_PANEL_ALIGN;
+}
+
 // Columns [s, e) of the one-row C = alpha * a op(B) + beta * C, a with stride inc: op(B)^T a.
 static void sgemv_part(int trans_b, int s, int e, int K, float alpha, const float *a, int inc, const float *B, int ldb,
                        float beta, float *C) {
@@ -77,26 +97,64 @@ static void sgemv_row(int trans_a, int trans_b, int N, int K, float alpha, const
         sgemv_part(trans_b, 0, N, K, alpha, A, inc, B, ldb, beta, C);
         return;
     }
-    #pragma omp parallel
-    {
-        int s, e;
-        panel(N, omp_get_thread_num(), omp_get_num_threads(), &s, &e);
+    int rows = gemv_chunk_rows(N), chunks = (N + rows - 1) / rows;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < chunks; i++) {
+        int s = i * rows, e = s + rows < N ? s + rows : N;
         sgemv_part(trans_b, s, e, K, alpha, A, inc, B, ldb, beta, C);
     }
 }
 
-// C (1, N) = alpha * a (K) B^T + beta * C with a and B (N, K) bfloat16: rows of B split over the
-// threads when the matrix is large enough to pay for waking them.
+// C (1, N) = alpha * a (K) B^T + beta * C with a and B (N, K) bfloat16: rows of B in chunks over
+// the threads when the matrix is large enough to pay for waking them.
 static void bf16_gemv_row(int N, int K, float alpha, const uint16_t *a, const uint16_t *B, int ldb, float beta, float *C) {
     if (omp_in_parallel() || omp_get_max_threads() == 1 || (double)N * K < GEMV_PARALLEL_MIN) {
         gemv_bf16_rows(N, K, alpha, B, ldb, a, beta, C);
         return;
     }
-    #pragma omp parallel
-    {
-        int s, e;
-        panel(N, omp_get_thread_num(), omp_get_num_threads(), &s, &e);
-        if (e > s) gemv_bf16_rows(e - s, K, alpha, B + (size_t)s * ldb, ldb, a, beta, C + s);
+    int rows = gemv_chunk_rows(N), chunks = (N + rows - 1) / rows;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < chunks; i++) {
+        int s = i * rows, e = s + rows < N ? s + rows : N;
+        gemv_bf16_rows(e - s, K, alpha, B + (size_t)s * ldb, ldb, a, beta, C + s);
+    }
+}
+
+// Rows per chunk when a few rows share the pass (M > 1): a chunk of B stays in the core's cache
+// (GEMV_FEW_CHUNK_BYTES) while every row of A is multiplied with it.
+static int gemv_few_chunk_rows(int N, int K, size_t elem) {
+    int fit = (int)(GEMV_FEW_CHUNK_BYTES / ((size_t)K * elem)) / GEMM_PANEL_ALIGN * GEMM_PANEL_ALIGN, rows = gemv_chunk_rows(N);
+    if (fit < GEMM_PANEL_ALIGN) fit = GEMM_PANEL_ALIGN;
+    return rows < fit ? rows : fit;
+}
+
+static int gemv_serial(int N, int K) {
+    return omp_in_parallel() || omp_get_max_threads() == 1 || (double)N * K < GEMV_PARALLEL_MIN;
+}
+
+// C (M, N; ldc) = alpha * A (M, K; lda) B^T + beta * C for a few rows of A (a decoding step over
+// several sequences), B (N, K): each chunk of B's rows comes from memory once for all M rows, and
+// each row of C is the one-row kernel's, the same as a product of that row alone.
+static void sgemv_rows_few(int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                           float *C, int ldc) {
+    int rows = gemv_few_chunk_rows(N, K, sizeof(float)), chunks = (N + rows - 1) / rows;
+    #pragma omp parallel for schedule(dynamic, 1) if (!gemv_serial(N, K))
+    for (int i = 0; i < chunks; i++) {
+        int s = i * rows, e = s + rows < N ? s + rows : N;
+        for (int m = 0; m < M; m++)
+            gemv_rows(e - s, K, alpha, B + (size_t)s * ldb, ldb, A + (size_t)m * lda, beta, C + (size_t)m * ldc + s);
+    }
+}
+
+// The same with A and B bfloat16.
+static void bf16_gemv_rows_few(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                               float beta, float *C, int ldc) {
+    int rows = gemv_few_chunk_rows(N, K, sizeof(uint16_t)), chunks = (N + rows - 1) / rows;
+    #pragma omp parallel for schedule(dynamic, 1) if (!gemv_serial(N, K))
+    for (int i = 0; i < chunks; i++) {
+        int s = i * rows, e = s + rows < N ? s + rows : N;
+        for (int m = 0; m < M; m++)
+            gemv_bf16_rows(e - s, K, alpha, B + (size_t)s * ldb, ldb, A + (size_t)m * lda, beta, C + (size_t)m * ldc + s);
     }
 }
 
@@ -105,6 +163,10 @@ void neox_cpu_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, 
     pthread_once(&blas_once, make_blas_single_threaded);
     if (M == 1 && N > 0 && K > 0) {
         sgemv_row(trans_a, trans_b, N, K, alpha, A, lda, B, ldb, beta, C);
+        return;
+    }
+    if (M <= NEOX_DECODE_MAX_ROWS && !trans_a && trans_b && N > 0 && K > 0) {
+        sgemv_rows_few(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     if (omp_in_parallel() || omp_get_max_threads() == 1 || (double)M * N * K < GEMM_PARALLEL_MIN) {
@@ -149,6 +211,10 @@ void neox_gemm_ex(int trans_a, int trans_b, int M, int N, int K, float alpha, co
         pthread_once(&blas_once, make_blas_single_threaded);
         if (M == 1 && N > 0 && K > 0 && !trans_a && trans_b) {
             bf16_gemv_row(N, K, alpha, A, B, ldb, beta, C);
+            return;
+        }
+        if (M <= NEOX_DECODE_MAX_ROWS && N > 0 && K > 0 && !trans_a && trans_b) {
+            bf16_gemv_rows_few(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
             return;
         }
         bf16_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -28,7 +28,8 @@ typedef struct serve_times {
 struct neox_serve_engine {
     neox_evaluator *ev;
     neox_serve_options o;
-    neox_generator *scorer, *gen;   // packed scoring; generation with the cache
+    neox_generator *scorer, *gen;   // packed scoring; generation with the cache (data-parallel ranks)
+    neox_generator *batch;          // batched decoding (one rank): o.decode_slots sequences at once
     float *logits;                  // chunk x vocab
     int chunk;                      // rows of logits at a time
     serve_times t;
@@ -389,6 +390,187 @@ static void finish(neox_serve_engine *en, neox_serve_job *job) {
     pthread_mutex_unlock(&en->lock);
 }
 
+static void prepare_job(neox_serve_job *j) {
+    j->choices = neox_calloc((size_t)j->req.nprompts * j->req.n, sizeof *j->choices);
+    j->left = j->req.nprompts * j->req.n;
+    if (!j->req.has_seed)  // drawn here, so that whichever rank samples a completion draws the same
+        j->req.seed = (unsigned long long)time(NULL) ^ (unsigned long long)j->id, j->req.has_seed = 1;
+}
+
+// ---- batched decoding (one rank) ----------------------------------------------------------------
+// Every generation completion in flight holds a slot of en->batch; each step decodes one token of
+// all of them in one pass over the weights. Between steps, requests queued since join: scoring
+// ones are answered at once, generation ones take the slots that free up. A completion leaves its
+// slot when it ends (end of document, a stop string, max_tokens, the context) or when its client
+// has closed the connection; a request is answered when its last completion ends.
+typedef struct decode_seq {
+    neox_serve_job *job;
+    int k;                      // the choice (prompt-major)
+    neox_sampling smp;
+    unsigned long long draws;   // its sampling draws so far
+    int32_t *gen;               // generated ids (max_tokens)
+    int n, nprompt;
+    int32_t next;               // the token the next step appends
+} decode_seq;
+
+typedef struct decoder {
+    neox_serve_engine *en;
+    decode_seq *slot[NEOX_DECODE_MAX_ROWS];
+    neox_serve_job **jobs;      // generation jobs with completions not yet started, in order
+    int njobs, cap, next_k;     // next_k: the first job's next completion to start
+} decoder;
+
+static void job_done_choice(neox_serve_engine *en, neox_serve_job *job) {
+    if (--job->left == 0) finish(en, job);
+}
+
+// A job whose computation failed or whose client left: its other completions are dropped (those in
+// slots leave them) and it is answered (an error body, to nobody when the client left).
+static void drop_job(decoder *d, neox_serve_job *job) {
+    for (int s = 0; s < NEOX_DECODE_MAX_ROWS; s++)
+        if (d->slot[s] && d->slot[s]->job == job) free(d->slot[s]->gen), free(d->slot[s]), d->slot[s] = NULL;
+    int first = d->njobs > 0 && d->jobs[0] == job;
+    for (int i = 0; i < d->njobs; i++)
+        if (d->jobs[i] == job) memmove(d->jobs + i, d->jobs + i + 1, (size_t)(--d->njobs - i) * sizeof *d->jobs), i--;
+    if (first) d->next_k = 0;
+    job->failed = 1;
+    finish(d->en, job);
+}
+
+// The slot's latest logits: the next token, its log-probabilities and stop strings. Returns 1 when
+// the completion has ended.
+static int take_token(decoder *d, decode_seq *q, int slot) {
+    neox_serve_engine *en = d->en;
+    const neox_serve_request *r = &q->job->req;
+    neox_serve_choice *c = &q->job->choices[q->k];
+    const float *logits = neox_generator_slot_logits(en->batch, slot);
+    q->next = neox_sample_token(logits, en->ev->model->desc.vocab_size, &q->smp, &q->draws);
+    q->gen[q->n++] = q->next;
+    gen_hook_ctx h = {en, r, c};
+    int stopped = on_token(&h, q->gen, q->n, logits);
+    for (int i = 0; i < en->ev->nend; i++) stopped |= q->next == en->ev->end_ids[i];
+    if (stopped) c->finished = 1;
+    return stopped || q->n == r->max_tokens || q->nprompt + q->n == en->o.context;
+}
+
+// Ends the completion in slot s: the slot is free, its job answered if this was its last.
+static void end_seq(decoder *d, int s) {
+    decode_seq *q = d->slot[s];
+    d->slot[s] = NULL;
+    neox_serve_job *job = q->job;
+    free(q->gen);
+    free(q);
+    job_done_choice(d->en, job);
+}
+
+// Starts completion k of job in free slot s: the echoed prompt's log-probabilities, then its prompt
+// through the decoder and its first token. Returns -1 (job->err set) when computing fails.
+static int start_seq(decoder *d, neox_serve_job *job, int k, int s) {
+    neox_serve_engine *en = d->en;
+    const neox_serve_request *r = &job->req;
+    const neox_serve_prompt *p = &r->prompts[k / r->n];
+    neox_serve_choice *c = &job->choices[k];
+    neox_serve_choice_prepare(r, k, c);
+    if (r->echo && wants_logprobs(r) && p->nids > 1) {
+        neox_serve_request prompt_only = *r;
+        prompt_only.max_tokens = 0;
+        score_seq sc = {p, &prompt_only, c};
+        if (score_pass(en, &sc, 1, &job->err) != 0) return -1;
+    }
+    if (r->max_tokens == 0) {
+        job_done_choice(en, job);
+        return 0;
+    }
+    if (neox_generator_prefill(en->batch, s, p->ids, p->nids, &job->err) != 0) return -1;
+    decode_seq *q = neox_calloc(1, sizeof *q);
+    *q = (decode_seq){.job = job, .k = k, .nprompt = p->nids, .gen = neox_malloc((size_t)r->max_tokens * sizeof *q->gen),
+                      .smp = sampling_of(r, neox_hash64(r->seed, (unsigned long long)k), (int)neox_tokenizer_vocab_size(en->ev->tokenizer))};
+    d->slot[s] = q;
+    if (take_token(d, q, s)) end_seq(d, s);
+    return 0;
+}
+
+static void add_job(decoder *d, neox_serve_job *job) {
+    if (d->njobs == d->cap) d->jobs = neox_realloc(d->jobs, (size_t)(d->cap = d->cap ? 2 * d->cap : 16) * sizeof *d->jobs);
+    d->jobs[d->njobs++] = job;
+}
+
+// Fills free slots with the waiting completions, first come first served.
+static void admit(decoder *d) {
+    for (int s = 0; s < d->en->o.decode_slots && d->njobs > 0; s++) {
+        if (d->slot[s]) continue;
+        neox_serve_job *job = d->jobs[0];
+        int k = d->next_k++;
+        if (d->next_k == job->req.nprompts * job->req.n) {  // its last completion: the job leaves the queue
+            memmove(d->jobs, d->jobs + 1, (size_t)--d->njobs * sizeof *d->jobs);
+            d->next_k = 0;
+        }
+        if (start_seq(d, job, k, s) != 0) drop_job(d, job);
+        else if (!d->slot[s]) s--;  // it ended at once: the slot is free again
+    }
+}
+
+// Requests queued since the decoding began: scoring ones answered now, generation ones waiting for slots.
+static void take_queued(decoder *d) {
+    neox_serve_engine *en = d->en;
+    pthread_mutex_lock(&en->lock);
+    neox_serve_job *list = en->head;
+    en->head = en->tail = NULL;
+    pthread_mutex_unlock(&en->lock);
+    for (neox_serve_job *j = list, *next; j; j = next) {
+        next = j->next;
+        prepare_job(j);
+        if (!neox_serve_is_scoring(&j->req)) {
+            add_job(d, j);
+            continue;
+        }
+        neox_serve_compute(en, &j, 1, 0);
+        if (!j->failed) copy_scored(j);
+        finish(en, j);
+    }
+}
+
+// Completions whose clients have closed their connections leave their slots.
+static void drop_gone(decoder *d) {
+    for (int s = 0; s < NEOX_DECODE_MAX_ROWS; s++) {
+        neox_serve_job *job = d->slot[s] ? d->slot[s]->job : NULL;
+        if (!job || !job->gone || !job->gone(job->ctx)) continue;
+        neox_debug("serving: request %lld cancelled: its client closed the connection", job->id);
+        neox_fail(&job->err, NEOX_EXIT_FAILURE, "the client closed the connection");
+        drop_job(d, job);
+    }
+}
+
+// One step over every occupied slot. Returns 0 when none is.
+static int decode_step(decoder *d) {
+    int slots[NEOX_DECODE_MAX_ROWS], count = 0;
+    int32_t tokens[NEOX_DECODE_MAX_ROWS];
+    for (int s = 0; s < NEOX_DECODE_MAX_ROWS; s++)
+        if (d->slot[s]) slots[count] = s, tokens[count++] = d->slot[s]->next;
+    if (count == 0) return 0;
+    neox_error err = {0};
+    if (neox_generator_decode(d->en->batch, slots, tokens, count, &err) != 0) {
+        for (int i = 0; i < count; i++)
+            if (d->slot[slots[i]]) d->slot[slots[i]]->job->err = err, drop_job(d, d->slot[slots[i]]->job);
+        return 1;
+    }
+    for (int i = 0; i < count; i++)
+        if (take_token(d, d->slot[slots[i]], slots[i])) end_seq(d, slots[i]);
+    return 1;
+}
+
+static void decode_jobs(neox_serve_engine *en, neox_serve_job **jobs, int n) {
+    decoder d = {.en = en};
+    for (int i = 0; i < n; i++) add_job(&d, jobs[i]);
+    for (;;) {
+        take_queued(&d);
+        drop_gone(&d);
+        admit(&d);
+        if (!decode_step(&d) && d.njobs == 0) break;
+    }
+    free(d.jobs);
+}
+
 // Runs everything taken from the queue: the scoring jobs together, then each generation job; on
 // one rank the scoring answers go out before generation starts, over several ranks every rank's
 // share is in before any answer.
@@ -397,12 +579,7 @@ static void run_batch(neox_serve_engine *en, neox_serve_job *list) {
     for (neox_serve_job *j = list; j; j = j->next) n++;
     neox_serve_job *jobs[n];
     n = 0;
-    for (neox_serve_job *j = list; j; j = j->next) {
-        jobs[n++] = j;
-        j->choices = neox_calloc((size_t)j->req.nprompts * j->req.n, sizeof *j->choices);
-        if (!j->req.has_seed)  // drawn here, so that whichever rank samples a completion draws the same
-            j->req.seed = (unsigned long long)time(NULL) ^ (unsigned long long)j->id, j->req.has_seed = 1;
-    }
+    for (neox_serve_job *j = list; j; j = j->next) prepare_job(jobs[n++] = j);
     neox_comm *data = &en->ev->grid->data;
     if (data->size > 1) {
         neox_serve_share(data, jobs, n);
@@ -429,10 +606,7 @@ static void run_batch(neox_serve_engine *en, neox_serve_job *list) {
         finish(en, scoring[i]);
     }
     en->t.respond += neox_now() - t0;
-    for (int i = 0; i < no; i++) {
-        neox_serve_compute(en, &other[i], 1, 0);
-        finish(en, other[i]);
-    }
+    if (no > 0) decode_jobs(en, other, no);
     if (ns > 0)
         neox_debug("serving: %d scoring requests in %lld passes, %lld rows through the output layer: decoder %.3f s, "
                    "output layer %.3f s, log-softmax and argmax %.3f s, responses %.3f s",
@@ -467,8 +641,10 @@ neox_serve_engine *neox_serve_engine_create(neox_evaluator *ev, const neox_serve
     en->ev = ev;
     en->o = *o;
     int pass_rows = o->context > NEOX_SCORE_PACK_ROWS ? o->context : NEOX_SCORE_PACK_ROWS;
+    int one_rank = ev->grid->data_size == 1;
     if (!(en->scorer = neox_generator_create_packed(ev->model, pass_rows, o->context, err)) ||
-        !(en->gen = neox_generator_create(ev->model, o->context, 0, err))) {
+        (one_rank && !(en->batch = neox_generator_create_batch(ev->model, o->decode_slots, o->context, err))) ||
+        (!one_rank && !(en->gen = neox_generator_create(ev->model, o->context, 0, err)))) {
         neox_serve_engine_free(en);
         return NULL;
     }
@@ -512,6 +688,7 @@ void neox_serve_engine_free(neox_serve_engine *en) {
     }
     neox_generator_free(en->scorer);
     neox_generator_free(en->gen);
+    neox_generator_free(en->batch);
     free(en->logits);
     free(en);
 }
@@ -562,7 +739,8 @@ static int check_request(neox_serve_engine *en, neox_serve_request *r, neox_serv
     return prepare_prompts(en, r, e);
 }
 
-int neox_serve_submit(neox_serve_engine *en, neox_serve_request *r, neox_serve_done done, void *ctx, neox_serve_error *e) {
+int neox_serve_submit(neox_serve_engine *en, neox_serve_request *r, neox_serve_done done, neox_serve_gone gone, void *ctx,
+                      neox_serve_error *e) {
     if (check_request(en, r, e) != 0) {
         neox_serve_request_release(r);
         return -1;
@@ -581,6 +759,7 @@ int neox_serve_submit(neox_serve_engine *en, neox_serve_request *r, neox_serve_d
     job->req = *r;
     *r = (neox_serve_request){0};
     job->done = done;
+    job->gone = gone;
     job->ctx = ctx;
     job->id = en->next_id++;
     if (en->tail) en->tail->next = job;

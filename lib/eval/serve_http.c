@@ -4,12 +4,14 @@
 // suspended until the scheduler has the response. SIGTERM/SIGINT stop accepting, let queued
 // requests finish and be answered, then return.
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "serve.h"
@@ -68,6 +70,18 @@ static void on_done(void *ctx, int status, char *body) {
     pthread_mutex_unlock(&srv->lock);
 }
 
+// From the scheduler thread, while the request is being computed (its connection suspended, which
+// the HTTP thread leaves alone): whether the client has closed its end. A peek that finds the end
+// of the stream (or a reset) says so; pending bytes (a pipelined request) or none yet do not.
+static int client_gone(void *ctx) {
+    request_state *rs = ctx;
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(rs->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info) return 0;
+    char byte;
+    ssize_t got = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 typedef int (*body_parser)(const char *, size_t, neox_serve_request *, neox_serve_error *);
 
 // POST /v1/completions or /v1/chat/completions once the body is in: parse, submit and wait
@@ -77,7 +91,7 @@ static enum MHD_Result completions(request_state *rs, body_parser parse) {
     neox_serve_error e;
     double start = neox_now();
     if (parse(rs->body ? rs->body : "", rs->size, &req, &e) != 0) return send_error(rs->conn, &e);
-    if (neox_serve_submit(rs->srv->en, &req, on_done, rs, &e) != 0) return send_error(rs->conn, &e);
+    if (neox_serve_submit(rs->srv->en, &req, on_done, client_gone, rs, &e) != 0) return send_error(rs->conn, &e);
     rs->srv->parse_seconds += neox_now() - start;  // only the HTTP thread runs this
     rs->srv->parsed++;
     rs->submitted = 1;

@@ -19,9 +19,11 @@ typedef struct neox_serve_choice {
 struct neox_serve_job {
     neox_serve_request req;
     neox_serve_done done;
+    neox_serve_gone gone;        // NULL: never asked
     void *ctx;
     neox_serve_choice *choices;  // req.nprompts x req.n, prompt-major
     int *owner;                  // per choice, the data-parallel rank computing it (NULL: this one)
+    int left;                    // completions not yet ended (one rank's batched decoding)
     int failed;                  // computing it failed, with err
     neox_error err;
     long long id;

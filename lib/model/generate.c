@@ -22,10 +22,15 @@
 struct neox_generator {
     neox_model *m;
     const neox_backend *be;         // the model's
-    int max_len, recompute;         // max_len: rows the buffers hold (a pass, the cache)
+    int max_len, recompute;         // max_len: rows the scratch buffers hold (a pass)
     int max_pos;                    // the longest sequence (positions), at most max_len
     int len;                        // positions in the cache
-    float *kcache, *vcache;         // per layer (NKV, max_len, HS)
+    int cache_len;                  // positions the cache holds per layer and head: max_len, or
+                                    // slots * max_pos for batched decoding
+    int slots;                      // batched decoding: sequences with a cache of their own (else 0)
+    int *slot_len;                  // (slots) positions in each sequence's cache
+    float *slot_logits;             // (slots, vocab) host copy of each sequence's latest logits
+    float *kcache, *vcache;         // per layer (NKV, cache_len, HS)
     float *cos, *sin;               // rotary tables (max_len, R/2)
     float *alibi;                   // (NH) ALiBi slopes (pos_emb alibi), else NULL
     float *qk_stats;                // (2, max_len, NH) use_qk_layernorm's statistics, else NULL
@@ -56,8 +61,9 @@ static float *zeros(const neox_backend *be, size_t n) {
     return p;
 }
 
-// A generator whose buffers hold max_len rows and whose sequences have at most max_pos positions.
-static neox_generator *create(neox_model *m, int max_len, int max_pos, int recompute, neox_error *err) {
+// A generator whose buffers hold max_len rows and whose sequences have at most max_pos positions;
+// its cache holds `slots` sequences (0: one, positions of the pass's rows).
+static neox_generator *create(neox_model *m, int max_len, int max_pos, int slots, int recompute, neox_error *err) {
     const neox_model_desc *d = &m->desc;
     if (max_pos < 2) return neox_fail(err, NEOX_EXIT_USAGE, "generation needs a context of at least 2 tokens"), NULL;
     if (d->pos_emb == NEOX_POS_LEARNED && max_pos > d->max_positions)
@@ -69,9 +75,15 @@ static neox_generator *create(neox_model *m, int max_len, int max_pos, int recom
     g->max_pos = max_pos;
     g->recompute = recompute;
     max_len = g->max_len;
+    g->slots = slots;
+    g->cache_len = slots > 0 ? slots * max_pos : max_len;
     size_t T = (size_t)max_len, C = d->hidden_size, L = d->num_layers, HS = d->head_size;
-    size_t kv = L * d->num_kv_heads * T * HS;
+    size_t kv = L * d->num_kv_heads * (size_t)g->cache_len * HS;
     g->logits = neox_malloc((size_t)d->vocab_size * sizeof(float));
+    if (slots > 0) {
+        g->slot_len = neox_calloc((size_t)slots, sizeof *g->slot_len);
+        g->slot_logits = neox_malloc((size_t)slots * d->vocab_size * sizeof(float));
+    }
     if (recompute) return g;
     g->kcache = zeros(be, kv);
     g->vcache = zeros(be, kv);
@@ -114,12 +126,21 @@ static neox_generator *create(neox_model *m, int max_len, int max_pos, int recom
 }
 
 neox_generator *neox_generator_create(neox_model *m, int max_len, int recompute, neox_error *err) {
-    return create(m, max_len, max_len, recompute, err);
+    return create(m, max_len, max_len, 0, recompute, err);
 }
 
 neox_generator *neox_generator_create_packed(neox_model *m, int rows, int max_len, neox_error *err) {
-    return create(m, rows, max_len, 0, err);
+    return create(m, rows, max_len, 0, 0, err);
 }
+
+neox_generator *neox_generator_create_batch(neox_model *m, int slots, int max_len, neox_error *err) {
+    if (slots < 1 || slots > NEOX_DECODE_MAX_ROWS)
+        return neox_fail(err, NEOX_EXIT_USAGE, "batched decoding of %d sequences: 1 to %d", slots, NEOX_DECODE_MAX_ROWS),
+               NULL;
+    return create(m, slots, max_len, slots, 0, err);
+}
+
+int neox_generator_slots(const neox_generator *g) { return g->slots; }
 
 int neox_generator_rows(const neox_generator *g) { return g->max_len; }
 
@@ -132,6 +153,8 @@ void neox_generator_free(neox_generator *g) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) g->be->free(bufs[i]);
     neox_moe_route_free(g->moe.route);
+    free(g->slot_len);
+    free(g->slot_logits);
     free(g->logits);
     free(g);
 }
@@ -189,7 +212,7 @@ static void mlp(neox_generator *g, int l, const float *inp, int S) {
 // Appends a segment's keys and values of layer l, k and v (NKV, len, HS), to its cache positions.
 static void cache_append(neox_generator *g, int l, const float *k, const float *v, const segment *s) {
     const neox_model_desc *d = &g->m->desc;
-    size_t HS = d->head_size, T = g->max_len, S = s->len;
+    size_t HS = d->head_size, T = g->cache_len, S = s->len;
     for (int h = 0; h < d->num_kv_heads; h++) {
         size_t at = ((size_t)l * d->num_kv_heads + h) * T * HS + (size_t)(s->base + s->pos) * HS;
         g->be->copy(g->kcache + at, k + (size_t)h * S * HS, S * HS * sizeof(float));
@@ -233,8 +256,8 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
         be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, o, NEOX_ELEM_F32);
         return;
     }
-    size_t at = ((size_t)l * NKV * T + (size_t)s->base) * HS;
-    be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)T, o);
+    size_t CT = g->cache_len, at = ((size_t)l * NKV * CT + (size_t)s->base) * HS;
+    be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)CT, o);
 }
 
 static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg) {
@@ -336,6 +359,58 @@ void neox_generator_score_logits(neox_generator *g, int j, int count, float *log
     output_layer(g, logits, g->ln + (size_t)j * g->m->desc.hidden_size, count);
 }
 
+// ---- batched decoding ------------------------------------------------------------------------------
+// Sequence `slot` keeps its cache at positions [slot * max_pos, (slot + 1) * max_pos) of each
+// layer's; a pass is one segment per sequence.
+static int check_slot(const neox_generator *g, int slot, neox_error *err) {
+    if (g->slots < 1) return neox_fail(err, NEOX_EXIT_FAILURE, "not a batched decoder");
+    if (slot < 0 || slot >= g->slots) return neox_fail(err, NEOX_EXIT_FAILURE, "sequence slot %d of %d", slot, g->slots);
+    return 0;
+}
+
+int neox_generator_prefill(neox_generator *g, int slot, const int32_t *prompt, int n, neox_error *err) {
+    if (check_slot(g, slot, err) != 0) return -1;
+    if (n < 1 || n >= g->max_pos)
+        return neox_fail(err, NEOX_EXIT_USAGE, "the prompt has %d tokens; the context holds %d, leaving no room to generate",
+                         n, g->max_pos);
+    if (check_ids(g, prompt, n, err) != 0) return -1;
+    size_t V = g->m->desc.vocab_size;
+    segment seg = {0, n, slot * g->max_pos, 0};
+    forward_segments(g, prompt, n, &seg, 1, 1, g->slot_logits + (size_t)slot * V);
+    g->slot_len[slot] = n;
+    return 0;
+}
+
+int neox_generator_decode(neox_generator *g, const int *slots, const int32_t *tokens, int count, neox_error *err) {
+    if (count < 1 || count > g->slots) return neox_fail(err, NEOX_EXIT_FAILURE, "decoding %d sequences of %d", count, g->slots);
+    segment segs[NEOX_DECODE_MAX_ROWS];
+    for (int i = 0; i < count; i++) {
+        if (check_slot(g, slots[i], err) != 0) return -1;
+        for (int j = 0; j < i; j++)
+            if (slots[j] == slots[i]) return neox_fail(err, NEOX_EXIT_FAILURE, "sequence slot %d twice in one step", slots[i]);
+        int len = g->slot_len[slots[i]];
+        if (len < 1 || len >= g->max_pos)
+            return neox_fail(err, NEOX_EXIT_FAILURE, "sequence slot %d holds %d of %d positions", slots[i], len, g->max_pos);
+        segs[i] = (segment){i, 1, slots[i] * g->max_pos, len};
+    }
+    if (check_ids(g, tokens, count, err) != 0) return -1;
+    size_t V = g->m->desc.vocab_size;
+    float *rows = neox_malloc((size_t)count * V * sizeof *rows);
+    forward_segments(g, tokens, count, segs, count, count, rows);
+    for (int i = 0; i < count; i++) {
+        memcpy(g->slot_logits + (size_t)slots[i] * V, rows + (size_t)i * V, V * sizeof *rows);
+        g->slot_len[slots[i]]++;
+    }
+    free(rows);
+    return 0;
+}
+
+const float *neox_generator_slot_logits(const neox_generator *g, int slot) {
+    return g->slot_logits + (size_t)slot * g->m->desc.vocab_size;
+}
+
+int neox_generator_slot_len(const neox_generator *g, int slot) { return g->slot_len[slot]; }
+
 static int forward_recompute(neox_generator *g, const int32_t *seq, int n, neox_error *err) {
     neox_model *m = g->m;
     if ((m->B != 1 || m->T != n || !m->acts) && neox_model_plan(m, 1, n, err) != 0) return -1;
@@ -367,12 +442,11 @@ static int argmax(const float *x, int n) {
 // GPT-NeoX's sampling: logits / temperature, then top-k (drop logits below the k-th largest),
 // then top-p (drop the tokens after the cumulative probability first exceeds p, always keeping
 // the most likely), softmax and one multinomial draw.
-static int sample(neox_generator *g, const neox_sampling *s) {
-    int V = g->m->desc.vocab_size;
+int neox_sample_token(const float *logits, int V, const neox_sampling *s, unsigned long long *draws) {
     if (s->vocab > 0 && s->vocab < V) V = s->vocab;
-    if (s->temperature == 0.0 && s->top_k == 0 && s->top_p == 0.0) return argmax(g->logits, V);
+    if (s->temperature == 0.0 && s->top_k == 0 && s->top_p == 0.0) return argmax(logits, V);
     scored *c = neox_malloc((size_t)V * sizeof *c);
-    for (int i = 0; i < V; i++) c[i] = (scored){s->temperature > 0.0 ? (float)(g->logits[i] / s->temperature) : g->logits[i], i};
+    for (int i = 0; i < V; i++) c[i] = (scored){s->temperature > 0.0 ? (float)(logits[i] / s->temperature) : logits[i], i};
     qsort(c, (size_t)V, sizeof *c, by_logit_desc);
     int keep = V;
     if (s->top_k > 0 && s->top_k < V) {
@@ -393,7 +467,7 @@ static int sample(neox_generator *g, const neox_sampling *s) {
         sum = 0.0;
         for (int i = 0; i < keep; i++) sum += exp(c[i].logit - mx);
     }
-    double u = neox_uniform(s->seed, g->draws++) * sum, acc = 0.0;
+    double u = neox_uniform(s->seed, (*draws)++) * sum, acc = 0.0;
     int chosen = c[keep - 1].id;
     for (int i = 0; i < keep; i++) {
         acc += exp(c[i].logit - mx);
@@ -433,7 +507,7 @@ int neox_generate_hooked(neox_generator *g, const int32_t *prompt, int nprompt, 
     if (g->recompute) rc = forward_recompute(g, seq, n, err);
     else forward_cached(g, seq, n);
     while (rc == 0 && out->n < max_new && n < g->max_pos) {
-        int32_t next = sample(g, s);
+        int32_t next = neox_sample_token(g->logits, V, s, &g->draws);
         if (s->keep_logits) memcpy(out->logits + (size_t)out->n * V, g->logits, (size_t)V * sizeof *g->logits);
         out->tokens[out->n++] = next;
         seq[n++] = next;

@@ -2,7 +2,8 @@
 # errors, then a server on the untrained tiny character-level model answering malformed JSON, wrong
 # types, out-of-range values, invalid UTF-8, oversized bodies and prompts, broken connections and
 # 1000 concurrent requests (tests/tools/serve_clients.py) while staying up, the bounded queue
-# answering 503, and SIGTERM ending it with status 0. The numbers it serves are checked against the
+# answering 503, SIGTERM ending it with status 0, and batched decoding (tests/tools/serve_batch.py):
+# concurrent requests give the texts they give one at a time, and a client that leaves is cancelled. The numbers it serves are checked against the
 # harness and neox-eval in tests/oracle/test_serve.py.
 source tests/lib.sh
 
@@ -69,3 +70,26 @@ PY
 else
     _report 1 "serve: starts with --queue 1" "$T/queue.log"
 fi
+
+# Batched decoding: the same requests one at a time with one decoding slot, then all at once with
+# four (joining mid-way, taking the slots of those that end) give the same texts; a client that
+# closes its connection frees its slots.
+if start_server "$T/seq.log" --decode-slots 1; then
+    python3 tests/tools/serve_batch.py sequential "$PORT" "$T/texts.json" >"$T/seq.out" 2>&1
+    _report $? "serve: requests one at a time with one decoding slot" "$T/seq.out"
+    kill -TERM $PID
+    wait $PID
+else
+    _report 1 "serve: starts with --decode-slots 1" "$T/seq.log"
+fi
+if NEOX_LOG_LEVEL=debug start_server "$T/batch.log" --decode-slots 4; then
+    python3 tests/tools/serve_batch.py concurrent "$PORT" "$T/texts.json"
+    python3 tests/tools/serve_batch.py cancel "$PORT"
+    kill -TERM $PID
+    wait $PID
+    grep -q "cancelled: its client closed the connection" "$T/batch.log"
+    _report $? "serve: a client that closes its connection has its completions cancelled" "$T/batch.log"
+else
+    _report 1 "serve: starts with --decode-slots 4" "$T/batch.log"
+fi
+check_fails "serve: too many decoding slots" 2 "--decode-slots: '17' is not an integer from 1 to 16" $EVAL serve --decode-slots 17 x.yml

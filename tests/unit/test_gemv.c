@@ -5,7 +5,9 @@
 // unrolled steps, padded row strides, alpha and beta (beta 0 must not read y, which holds NaN
 // there). The bfloat16 builds (reference, AVX2 + FMA, AVX512_BF16) on the same shapes, odd row
 // lengths included (AVX512_BF16 multiplies pairs), against the double-precision product of the
-// widened operands.
+// widened operands. A product of a few rows (a decoding step over several sequences, up to
+// NEOX_DECODE_MAX_ROWS) gives each row bit for bit what the product of that row alone gives, in
+// fp32 and bfloat16, on a weight large enough to be split over the threads.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,8 +16,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/kernels.h"
@@ -146,6 +150,38 @@ static void test_bf16_best_build(void **state) {
     else assert_ptr_equal(best, neox_gemv_bf16_rows_reference);
 }
 
+// Rows 0..M of C = A W^T + C (C starting from a bias-like row) against each row's product alone.
+static void check_few_rows(int M, int N, int K, int bf16) {
+    float *a = malloc((size_t)M * K * sizeof *a), *w = malloc((size_t)N * K * sizeof *w);
+    float *c = malloc((size_t)M * N * sizeof *c), *alone = malloc((size_t)N * sizeof *alone);
+    uint16_t *a16 = malloc((size_t)M * K * sizeof *a16), *w16 = malloc((size_t)N * K * sizeof *w16);
+    for (int i = 0; i < M * K; i++) a[i] = value(i, 1) * 0.37f;
+    for (int i = 0; i < N * K; i++) w[i] = value(i, 2) * 0.11f + 1e-3f * (float)(i % 101);
+    neox_cast_f32_to_bf16(a16, a, (size_t)M * K);
+    neox_cast_f32_to_bf16(w16, w, (size_t)N * K);
+    for (int i = 0; i < M * N; i++) c[i] = value(i % N, 3);
+    if (bf16) neox_gemm_ex(0, 1, M, N, K, 1.0f, a16, K, w16, K, NEOX_ELEM_BF16, 1.0f, c, N, NEOX_ELEM_F32);
+    else neox_cpu_sgemm(0, 1, M, N, K, 1.0f, a, K, w, K, 1.0f, c, N);
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) alone[n] = value(n, 3);
+        if (bf16) neox_gemm_ex(0, 1, 1, N, K, 1.0f, a16 + (size_t)m * K, K, w16, K, NEOX_ELEM_BF16, 1.0f, alone, N, NEOX_ELEM_F32);
+        else neox_cpu_sgemm(0, 1, 1, N, K, 1.0f, a + (size_t)m * K, K, w, K, 1.0f, alone, N);
+        if (memcmp(alone, c + (size_t)m * N, (size_t)N * sizeof *alone) != 0)
+            fail_msg("%s, %d rows of %dx%d: row %d differs from its product alone", bf16 ? "bfloat16" : "fp32", M, N, K, m);
+    }
+    free(a), free(w), free(c), free(alone), free(a16), free(w16);
+}
+
+static void test_few_rows_as_alone(void **state) {
+    (void)state;
+    int rows[] = {2, 3, 7, NEOX_DECODE_MAX_ROWS};
+    for (int i = 0; i < 4; i++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            check_few_rows(rows[i], 1000, 333, bf16);  // 333,000 weights: over the threads
+            check_few_rows(rows[i], 40, 67, bf16);     // on the calling thread
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference),
@@ -156,6 +192,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_avx2),
         cmocka_unit_test(test_bf16_avx512),
         cmocka_unit_test(test_bf16_best_build),
+        cmocka_unit_test(test_few_rows_as_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

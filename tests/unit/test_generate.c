@@ -1,7 +1,8 @@
 // test_generate.c: generation's KV-cache path against recomputation: the cached attention kernel
 // against neox_attention_forward (whole sequence, and a prompt followed by one position at a time),
 // and a tiny model's generator with and without the cache (the same logits within rounding, the
-// same tokens greedy and sampled; scoring logits equal to the full forward's).
+// same tokens greedy and sampled; scoring logits equal to the full forward's), and batched decoding
+// against each sequence generated alone.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -199,12 +200,100 @@ static void test_stops_and_errors(void **state) {
     neox_model_free(m);
 }
 
+// Batched decoding: three sequences through a decoder of two slots (the third joins when the
+// second leaves, in its slot, while the first is mid-way) give each the logits, bit for bit, and
+// the tokens that generating it alone gives, greedy and sampled.
+typedef struct batch_seq {
+    int32_t prompt[5];
+    int nprompt, max_new;
+    neox_sampling s;
+    neox_generation alone;
+    int slot, ngen;
+    unsigned long long draws;
+    int32_t next;
+} batch_seq;
+
+// The sequence's latest logits against its lone run; its next token. Returns 1 when it is done.
+static int take_token(neox_generator *g, batch_seq *q, int V) {
+    const float *logits = neox_generator_slot_logits(g, q->slot);
+    assert_memory_equal(logits, q->alone.logits + (size_t)q->ngen * V, (size_t)V * sizeof *logits);
+    q->next = neox_sample_token(logits, V, &q->s, &q->draws);
+    assert_int_equal(q->next, q->alone.tokens[q->ngen]);
+    return ++q->ngen == q->max_new;
+}
+
+static void check_batched_decoding(neox_model *m) {
+    neox_error err = {0};
+    int V = m->desc.vocab_size;
+    batch_seq seqs[3] = {{.prompt = {1, 2, 3}, .nprompt = 3, .max_new = 12},
+                         {.prompt = {7, 5, 9, 11, 2}, .nprompt = 5, .max_new = 4,
+                          .s = {.temperature = 1.3, .top_k = 20, .seed = 5}},
+                         {.prompt = {4}, .nprompt = 1, .max_new = 9, .s = {.temperature = 0.8, .top_p = 0.9, .seed = 9, .vocab = 40}}};
+    neox_generator *alone = neox_generator_create(m, 24, 0, &err), *g = neox_generator_create_batch(m, 2, 24, &err);
+    assert_non_null(g);
+    assert_int_equal(neox_generator_slots(g), 2);
+    for (int i = 0; i < 3; i++) {
+        seqs[i].s.keep_logits = 1;
+        assert_int_equal(neox_generate(alone, seqs[i].prompt, seqs[i].nprompt, seqs[i].max_new, &seqs[i].s, NULL, 0,
+                                       &seqs[i].alone, &err), 0);
+        assert_int_equal(seqs[i].alone.n, seqs[i].max_new);
+    }
+    batch_seq *in_slot[2] = {NULL, NULL};
+    int started = 0, steps = 0;
+    for (;;) {
+        for (int slot = 0; slot < 2; slot++)
+            if (!in_slot[slot] && started < 3) {
+                batch_seq *q = in_slot[slot] = &seqs[started++];
+                q->slot = slot;
+                assert_int_equal(neox_generator_prefill(g, slot, q->prompt, q->nprompt, &err), 0);
+                if (take_token(g, q, V)) in_slot[slot] = NULL;
+            }
+        int slots[2], count = 0;
+        int32_t tokens[2];
+        for (int slot = 0; slot < 2; slot++)
+            if (in_slot[slot]) slots[count] = slot, tokens[count++] = in_slot[slot]->next;
+        if (count == 0) break;
+        assert_int_equal(neox_generator_decode(g, slots, tokens, count, &err), 0);
+        steps++;
+        for (int i = 0; i < count; i++)
+            if (take_token(g, in_slot[slots[i]], V)) in_slot[slots[i]] = NULL;
+    }
+    assert_int_equal(steps, 12 - 1);  // the third fits beside the first: 4 + 9 < 12 + 1
+    assert_int_equal(neox_generator_slot_len(g, 0), 3 + 12 - 1);
+    for (int i = 0; i < 3; i++) free(seqs[i].alone.tokens), free(seqs[i].alone.logits);
+    // Misuse is refused with the reason.
+    int same[] = {0, 0}, far[] = {2};
+    int32_t two[] = {1, 1}, bad[] = {60};
+    assert_int_equal(neox_generator_decode(g, same, two, 2, &err), -1);
+    assert_non_null(strstr(err.message, "sequence slot 0 twice in one step"));
+    assert_int_equal(neox_generator_decode(g, far, two, 1, &err), -1);
+    assert_non_null(strstr(err.message, "sequence slot 2 of 2"));
+    assert_int_equal(neox_generator_decode(g, same, bad, 1, &err), -1);
+    assert_non_null(strstr(err.message, "outside the vocabulary"));
+    assert_int_equal(neox_generator_prefill(g, 1, two, 0, &err), -1);
+    assert_null(neox_generator_create_batch(m, NEOX_DECODE_MAX_ROWS + 1, 24, &err));
+    assert_non_null(strstr(err.message, "batched decoding of 17 sequences: 1 to 16"));
+    neox_generator_free(g);
+    neox_generator_free(alone);
+}
+
+static void test_batched_decoding(void **state) {
+    (void)state;
+    neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_ALIBI};
+    for (int k = 0; k < 3; k++) {
+        neox_model *m = tiny_model(kinds[k], k == 1);
+        check_batched_decoding(m);
+        neox_model_free(m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cached_attention_matches_full),
         cmocka_unit_test(test_cache_equals_recompute),
         cmocka_unit_test(test_packed_scoring),
         cmocka_unit_test(test_stops_and_errors),
+        cmocka_unit_test(test_batched_decoding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,6 +28,8 @@ static void usage(FILE *out) {
             "                         tokenizer_config.json beside vocab_file; without one, chat is refused)\n"
             "  --max-body-bytes N     larger request bodies are answered 413 (default 8388608)\n"
             "  --queue N              requests waiting or running at once; more are answered 503 (default 1024)\n"
+            "  --decode-slots N       completions generated together, one pass over the weights per token\n"
+            "                         (1 to 16, default 16; each holds a key/value cache of --context positions)\n"
             "  --max-connections N    open connections; more are refused (default 4096)\n"
             "  --timeout SECONDS      idle connections are closed after this (default 120; 0: never)\n"
             "  -q, --quiet            no notices\n"
@@ -105,7 +107,7 @@ static int serve(int nconfigs, const char *const *configs, serve_args *a, int *a
 static int positive(const char *option, const char *text) { return (int)neox_option_int(option, text, 1, 1 << 30); }
 
 int neox_serve_command(int argc, char **argv) {
-    enum { O_HOST = 256, O_PORT, O_NAME, O_CONTEXT, O_PROMPT, O_BODY, O_QUEUE, O_CONNS, O_TIMEOUT, O_CHAT };
+    enum { O_HOST = 256, O_PORT, O_NAME, O_CONTEXT, O_PROMPT, O_BODY, O_QUEUE, O_CONNS, O_TIMEOUT, O_CHAT, O_SLOTS };
     static const struct option options[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -117,11 +119,12 @@ int neox_serve_command(int argc, char **argv) {
         {"max-connections", required_argument, NULL, O_CONNS},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"chat-template", required_argument, NULL, O_CHAT},
+        {"decode-slots", required_argument, NULL, O_SLOTS},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    serve_args a = {.engine = {.model_name = "neox", .queue_size = 1024},
+    serve_args a = {.engine = {.model_name = "neox", .queue_size = 1024, .decode_slots = NEOX_DECODE_MAX_ROWS},
                     .http = {.host = "127.0.0.1", .port = 8000, .max_body_bytes = 8 << 20, .max_connections = 4096,
                              .connection_timeout = 120}};
     int c;
@@ -144,6 +147,7 @@ int neox_serve_command(int argc, char **argv) {
         case O_CONNS: a.http.max_connections = positive("--max-connections", optarg); break;
         case O_TIMEOUT: a.http.connection_timeout = neox_option_number("--timeout", optarg, 0, INFINITY); break;
         case O_CHAT: a.chat_template = optarg; break;
+        case O_SLOTS: a.engine.decode_slots = (int)neox_option_int("--decode-slots", optarg, 1, NEOX_DECODE_MAX_ROWS); break;
         case 'q': a.quiet = 1; break;
         case 'h': usage(stdout); return 0;
         default: neox_usage_error("serve: unrecognized option '%s'", argv[optind - 1]);
