@@ -568,6 +568,20 @@ void neox_gemm_fp8(int trans_a, int trans_b, int M, int N, int K, const uint8_t 
 // is finite and positive (else the scale stays), and scale_inv[j] = 1 / scale[j].
 void neox_fp8_update_scales(float *history, float *scale, float *scale_inv, int len, int ld, int n, neox_fp8_format fmt,
                             int margin, int algo_max);
+// That update for one tensor: h its history column (len rows ld apart), scaled_max = fp8_max(fmt) *
+// 2^-margin. The one definition on the host and the device.
+NEOX_HOST_DEVICE static inline void neox_fp8_update_one(float *h, int len, int ld, float *scale, float *scale_inv,
+                                                        float scaled_max, int algo_max) {
+    float newest = h[0], largest = 0.0f;
+    for (int i = 0; i < len; i++) {  // row i takes row i + 1, the last row row 0's amax; row 0 restarts
+        float a = i < len - 1 ? h[(size_t)(i + 1) * ld] : newest;
+        largest = a > largest ? a : largest;  // (fmaxf: a NaN amax is passed over)
+        h[(size_t)i * ld] = i > 0 ? a : 0.0f;
+    }
+    float amax = algo_max ? largest : newest;
+    if (amax > 0.0f && amax <= 3.40282347e38f) *scale = scaled_max / amax;  // finite and positive, else kept
+    *scale_inv = 1.0f / *scale;
+}
 
 // 1-bit Adam (DeepSpeed's OnebitAdam): the moments from a gradient, v untouched when NULL (the
 // frozen variance of the compression phase); then p -= lr * (m / (sqrt(v) + eps) + wd * p),

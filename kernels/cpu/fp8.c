@@ -51,16 +51,5 @@ void neox_gemm_fp8(int trans_a, int trans_b, int M, int N, int K, const uint8_t 
 void neox_fp8_update_scales(float *history, float *scale, float *scale_inv, int len, int ld, int n, neox_fp8_format fmt,
                             int margin, int algo_max) {
     const float scaled_max = neox_fp8_max(fmt) * ldexpf(1.0f, -margin);
-    for (int j = 0; j < n; j++) {
-        float *h = history + j;
-        float newest = h[0], amax = newest, largest = 0.0f;
-        for (int i = 0; i < len; i++) {  // roll: row i takes row i + 1, the last row takes row 0
-            float a = i < len - 1 ? h[(size_t)(i + 1) * ld] : newest;
-            largest = fmaxf(largest, a);
-            h[(size_t)i * ld] = i > 0 ? a : 0.0f;
-        }
-        if (algo_max) amax = largest;
-        if (isfinite(amax) && amax > 0.0f) scale[j] = scaled_max / amax;
-        scale_inv[j] = 1.0f / scale[j];
-    }
+    for (int j = 0; j < n; j++) neox_fp8_update_one(history + j, len, ld, scale + j, scale_inv + j, scaled_max, algo_max);
 }
