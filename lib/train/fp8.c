@@ -1,8 +1,9 @@
 // fp8.c: precision fp8's delayed scaling as a trainer part. Set-up reads Transformer Engine's recipe
 // from GPT-NeoX's te_fp8_* keys into the model (lib/model/fp8.c); after each training pass (a
 // micro-batch's forward and backward) the amaxes it recorded are reduced with max over the
-// tensor-parallel and data-parallel groups, as TE reduces them over its FP8 group, so every layout
-// scales alike, and the scales are updated (TE updates its forward scales after each forward and its
+// tensor-parallel and data-parallel groups, as TE reduces them over its FP8 group, so every rank
+// holds the same scales (docs/model.md, "FP8 training", says how layouts compare), and the scales are
+// updated (TE updates its forward scales after each forward and its
 // backward ones after each backward: with the forward's FP8 tensors reused by the backward, updating
 // both after the pass gives the same numbers). The amax histories and scales are training state:
 // the run state's "fp8" key (global: every rank holds the same), resumed bit for bit.
