@@ -6,12 +6,12 @@
 # last 20 steps' training losses, which averages out the batches' own noise) with their relative
 # difference; the goal is within 1%. docs/performance.md records a run.
 # Needs `make`. Usage: bench/fp8_curve.sh [key=value...]  keys: layers hidden heads seq batch steps lr
-#   every backend threads   (defaults: layers=4 hidden=128 heads=4 seq=128 batch=8 steps=400 lr=0.002
-#   every=50 backend=cpu threads=2)
+#   every backend threads jobs   (defaults: layers=4 hidden=128 heads=4 seq=128 batch=8 steps=400 lr=0.002
+#   every=50 backend=cpu threads=2 jobs=1; jobs=2 trains the two side by side, threads each)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 declare -A opt=([layers]=4 [hidden]=128 [heads]=4 [seq]=128 [batch]=8 [steps]=400 [lr]=0.002 [every]=50
-                [backend]=cpu [threads]=2)
+                [backend]=cpu [threads]=2 [jobs]=1)
 for arg in "$@"; do
     key=${arg%%=*}
     [[ $arg == *=* && -n ${opt[$key]+x} ]] || { echo "bench/fp8_curve.sh: bad argument '$arg'" >&2; exit 2; }
@@ -44,14 +44,21 @@ cat >"$work/model.yml" <<EOF
 EOF
 echo "# model: layers ${opt[layers]}, hidden ${opt[hidden]}, heads ${opt[heads]}, seq ${opt[seq]}, micro-batch ${opt[batch]}," \
      "${opt[steps]} steps, lr ${opt[lr]}; Tiny Shakespeare, character-level; backend ${opt[backend]}, ${opt[threads]} threads"
-echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
-for p in bfloat16 fp8; do
-    echo "{\"log_dir\": \"$work/$p\", \"precision\": \"$p\"}" >"$work/$p.yml"
-    start=$(date +%s)
-    "$BIN/neox-train" -q "$work/model.yml" "$work/$p.yml" >"$work/$p.log" 2>&1 ||
-        { tail -20 "$work/$p.log" >&2; exit 1; }
-    echo "# $p: $(( $(date +%s) - start )) s"
-done
+echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc --all) cores"
+train() {  # train PRECISION: one run, its wall time printed
+    echo "{\"log_dir\": \"$work/$1\", \"precision\": \"$1\"}" >"$work/$1.yml"
+    local start=$(date +%s)
+    "$BIN/neox-train" -q "$work/model.yml" "$work/$1.yml" >"$work/$1.log" 2>&1 ||
+        { tail -20 "$work/$1.log" >&2; return 1; }
+    echo "# $1: $(( $(date +%s) - start )) s"
+}
+if [ "${opt[jobs]}" = 2 ]; then  # side by side (each run's numbers are the same either way)
+    train bfloat16 & first=$!
+    train fp8 || exit 1
+    wait $first || exit 1
+else
+    train bfloat16 && train fp8 || exit 1
+fi
 python3 - "$work/bfloat16/metrics.jsonl" "$work/fp8/metrics.jsonl" "${opt[every]}" <<'PY'
 import json, sys
 def losses(p): return [r["train/lm_loss"] for r in map(json.loads, open(p)) if "train/lm_loss" in r]
