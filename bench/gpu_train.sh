@@ -13,7 +13,9 @@
 # reported). The tries share a time cap (seconds=); the steps a try finished before it still count.
 # Usage: bench/gpu_train.sh [key=value...]   keys (defaults):
 #   micro (auto)  steps (20)  warmup (5)  seconds (150)  gemm_tflops (measured)  peak_tflops (989)
-#   precision (bfloat16)  backend (cuda)  data (../shared/data's gpt2 tokenizer and text folders, or a
+#   precision (bfloat16; fp8: the transformer layers' products on FP8 operands, sm_89 and newer: run it
+#   beside a bfloat16 run in the same session and compare tokens/s; its MFU is still against the bf16
+#   peaks)  backend (cuda)  data (../shared/data's gpt2 tokenizer and text folders, or a
 #   folder holding vocab.json, merges.txt and tinyshakespeare_input.txt)
 #   layers (12) hidden (768) heads (12) seq (2048)  (smaller values make a CPU dry run possible)
 #   profile (0; 1: wall_clock_breakdown on, and the last per-op table by class printed: CUDA events

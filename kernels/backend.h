@@ -146,6 +146,13 @@ extern "C" {
     X(void, cast_bf16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))                              \
     X(void, cast_f32_to_f16, (uint16_t *out, const float *inp, size_t n), (out, inp, n))                               \
     X(void, cast_f16_to_f32, (float *out, const uint16_t *inp, size_t n), (out, inp, n))                               \
+    X(void, fp8_cast, (uint8_t *out, float *amax, const float *inp, size_t n, const float *scale,                     \
+      neox_fp8_format fmt), (out, amax, inp, n, scale, fmt))                                                          \
+    X(void, gemm_fp8, (int trans_a, int trans_b, int M, int N, int K, const uint8_t *A, int lda, neox_fp8_format fa,  \
+      const float *a_scale_inv, const uint8_t *B, int ldb, neox_fp8_format fb, const float *b_scale_inv, float beta,    \
+      float *C, int ldc), (trans_a, trans_b, M, N, K, A, lda, fa, a_scale_inv, B, ldb, fb, b_scale_inv, beta, C, ldc))  \
+    X(void, fp8_update_scales, (float *history, float *scale, float *scale_inv, int len, int ld, int n,               \
+      neox_fp8_format fmt, int margin, int algo_max), (history, scale, scale_inv, len, ld, n, fmt, margin, algo_max))   \
     X(void, onebit_compress, (uint8_t *signs, size_t sign_stride, uint8_t *scale, size_t scale_stride, float *error,  \
       const float *x, size_t n, size_t padded, int chunks), (signs, sign_stride, scale, scale_stride, error, x, n,    \
       padded, chunks))                                                                                                 \

@@ -536,6 +536,98 @@ static inline float neox_round_to_elem(float x, neox_elem e) {
     return x;
 }
 
+// ---- FP8 (precision: fp8; docs/model.md, "FP8 training") ---------------------------------------
+// The two 8-bit formats of Transformer Engine's recipes, elements as raw bytes: E4M3 ("fn": 4
+// exponent bits, bias 7, 3 mantissa bits, no infinities, largest 448, NaN only S.1111.111) for
+// forward tensors, E5M2 (5 exponent bits, bias 15, 2 mantissa bits, IEEE-like, largest 57344) for
+// gradients under the HYBRID format.
+typedef enum neox_fp8_format { NEOX_FP8_E4M3, NEOX_FP8_E5M2 } neox_fp8_format;
+#define NEOX_FP8_E4M3_MAX 448.0f
+#define NEOX_FP8_E5M2_MAX 57344.0f
+NEOX_HOST_DEVICE static inline float neox_fp8_max(neox_fp8_format f) {
+    return f == NEOX_FP8_E4M3 ? NEOX_FP8_E4M3_MAX : NEOX_FP8_E5M2_MAX;
+}
+// fp32 -> FP8, rounding to nearest even and saturating as Transformer Engine's casts do (SATFINITE):
+// whatever would round above the largest value, infinities included, becomes the largest value of
+// its sign; NaN stays NaN (E4M3: S.1111.111; E5M2: its quiet NaN keeping the top mantissa bits);
+// values below half the smallest subnormal become zero of their sign. The one definition on the host
+// and the device (kernels/cuda uses it too), so every backend casts to the same bytes.
+NEOX_HOST_DEVICE static inline uint8_t neox_fp8_from_f32(float f, neox_fp8_format fmt) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const int man = fmt == NEOX_FP8_E4M3 ? 3 : 2, bias = fmt == NEOX_FP8_E4M3 ? 7 : 15;
+    const uint32_t max_code = fmt == NEOX_FP8_E4M3 ? 0x7eu : 0x7bu;
+    uint32_t sign = (x >> 24) & 0x80u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint8_t)(fmt == NEOX_FP8_E4M3 ? sign | 0x7fu : sign | 0x7eu | ((ax >> 21) & 3u));
+    if (ax < 0x00800000u) return (uint8_t)sign;  // zero and fp32 subnormals: far below FP8's range
+    int e = (int)(ax >> 23) - 127, emin = 1 - bias;
+    if (e >= emin) {  // a normal FP8 value (or above): round 23 -> man mantissa bits, then rebias
+        int shift = 23 - man;
+        uint32_t r = (ax + ((1u << (shift - 1)) - 1u) + ((ax >> shift) & 1u)) >> shift;
+        uint32_t code = r - ((uint32_t)(127 - bias) << man);
+        return (uint8_t)(sign | (code > max_code ? max_code : code));  // saturate (infinity too)
+    }
+    // A subnormal counts units of 2^(emin - man): the float is m * 2^(e - 23), so m >> shift units.
+    int shift = 23 + emin - man - e;
+    if (shift > 25) return (uint8_t)sign;  // below half a unit
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u, q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;  // may carry into the smallest normal: still right
+    return (uint8_t)(sign | q);
+}
+// FP8 -> fp32, exact (every FP8 value is also a bfloat16 value).
+NEOX_HOST_DEVICE static inline float neox_fp8_to_f32(uint8_t h, neox_fp8_format fmt) {
+    const int man = fmt == NEOX_FP8_E4M3 ? 3 : 2, bias = fmt == NEOX_FP8_E4M3 ? 7 : 15;
+    const uint32_t emax = fmt == NEOX_FP8_E4M3 ? 15u : 31u;
+    uint32_t sign = (uint32_t)(h & 0x80u) << 24, e = (h & 0x7fu) >> man, m = h & ((1u << man) - 1u), x;
+    if (fmt == NEOX_FP8_E4M3 && e == emax && m == 7u) x = sign | 0x7fc00000u;                    // NaN
+    else if (fmt == NEOX_FP8_E5M2 && e == emax) x = sign | 0x7f800000u | (m << 21) | (m ? 0x400000u : 0u);  // inf, NaN
+    else if (e) x = sign | ((e + 127u - (uint32_t)bias) << 23) | (m << (23 - man));
+    else {  // zero, subnormal: m units of 2^(1 - bias - man), exact in fp32
+        float v = (float)m * (fmt == NEOX_FP8_E4M3 ? 0.001953125f : 1.52587890625e-05f);
+        memcpy(&x, &v, 4);
+        x |= sign;
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+// The scaled cast of delayed scaling: out[i] = fp8(inp[i] * *scale) in format fmt (the product in
+// fp32, then neox_fp8_from_f32), and, when amax is not NULL, *amax = max(*amax, max |inp[i]|) (NaN
+// ignored): one pass that records the tensor's amax for later steps' scales while casting it with
+// the scale earlier steps chose. scale and amax are one float each in the backend's memory.
+// out, inp: (n)
+void neox_fp8_cast(uint8_t *out, float *amax, const float *inp, size_t n, const float *scale, neox_fp8_format fmt);
+// C (M, N; row stride ldc) = (*a_scale_inv * *b_scale_inv) * op(A) op(B) + beta * C, row-major as
+// neox_gemm_ex: A of FP8 format fa, B of format fb (bytes), products accumulated in fp32, C fp32.
+// The scale inverses (one float each, backend memory) undo the casts' scales. The CPU widens the
+// operands to bfloat16 (exact) and multiplies as neox_gemm_ex; CUDA runs cuBLASLt's FP8 GEMM (sm_89+).
+void neox_gemm_fp8(int trans_a, int trans_b, int M, int N, int K, const uint8_t *A, int lda, neox_fp8_format fa,
+                   const float *a_scale_inv, const uint8_t *B, int ldb, neox_fp8_format fb, const float *b_scale_inv,
+                   float beta, float *C, int ldc);
+// Transformer Engine's delayed-scaling update (its amax_and_scale_update) of n scaled tensors whose
+// amax history is history: (len, ld), row 0 the amaxes recorded since the last update, column j
+// tensor j: the amax it scales by is row 0's (algo_max 0: most_recent) or the largest of the history
+// (algo_max 1: max); the history rolls one row up (row i takes row i + 1, the last row row 0's
+// amaxes) and row 0 restarts at zero; then scale[j] = fp8_max(fmt) * 2^-margin / amax where that amax
+// is finite and positive (else the scale stays), and scale_inv[j] = 1 / scale[j].
+void neox_fp8_update_scales(float *history, float *scale, float *scale_inv, int len, int ld, int n, neox_fp8_format fmt,
+                            int margin, int algo_max);
+// That update for one tensor: h its history column (len rows ld apart), scaled_max = fp8_max(fmt) *
+// 2^-margin. The one definition on the host and the device.
+NEOX_HOST_DEVICE static inline void neox_fp8_update_one(float *h, int len, int ld, float *scale, float *scale_inv,
+                                                        float scaled_max, int algo_max) {
+    float newest = h[0], largest = 0.0f;
+    for (int i = 0; i < len; i++) {  // row i takes row i + 1, the last row row 0's amax; row 0 restarts
+        float a = i < len - 1 ? h[(size_t)(i + 1) * ld] : newest;
+        largest = a > largest ? a : largest;  // (fmaxf: a NaN amax is passed over)
+        h[(size_t)i * ld] = i > 0 ? a : 0.0f;
+    }
+    float amax = algo_max ? largest : newest;
+    if (amax > 0.0f && amax <= 3.40282347e38f) *scale = scaled_max / amax;  // finite and positive, else kept
+    *scale_inv = 1.0f / *scale;
+}
+
 // 1-bit Adam (DeepSpeed's OnebitAdam): the moments from a gradient, v untouched when NULL (the
 // frozen variance of the compression phase); then p -= lr * (m / (sqrt(v) + eps) + wd * p),
 // without bias correction.

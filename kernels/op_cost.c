@@ -470,6 +470,31 @@ neox_op_cost neox_op_cost_cast_f16_to_f32(float *out, const uint16_t *inp, size_
     return bytes_only(6.0 * (double)n);
 }
 
+// ---- FP8: the cast reads 4 bytes and writes 1 per element; the product's operands are 1 byte each
+// (counted with the 16-bit products' tensor-core peak: the FP8 peak is twice that, so an estimate errs
+// on the slow side); the scale update reads and writes each tensor's history ----------------------
+neox_op_cost neox_op_cost_fp8_cast(uint8_t *out, float *amax, const float *inp, size_t n, const float *scale,
+                                   neox_fp8_format fmt) {
+    (void)out, (void)amax, (void)inp, (void)scale, (void)fmt;
+    return bytes_only(5.0 * (double)n);
+}
+
+neox_op_cost neox_op_cost_gemm_fp8(int trans_a, int trans_b, int M, int N, int K, const uint8_t *A, int lda,
+                                   neox_fp8_format fa, const float *a_scale_inv, const uint8_t *B, int ldb,
+                                   neox_fp8_format fb, const float *b_scale_inv, float beta, float *C, int ldc) {
+    (void)trans_a, (void)trans_b, (void)A, (void)lda, (void)fa, (void)a_scale_inv, (void)B, (void)ldb, (void)fb;
+    (void)b_scale_inv, (void)C, (void)ldc;
+    double m = M, n = N, k = K;
+    return (neox_op_cost){.flops = 2.0 * m * n * k, .bytes = m * k + k * n + F32 * m * n * (beta != 0.0f ? 2.0 : 1.0),
+                          .tensor16 = 1};
+}
+
+neox_op_cost neox_op_cost_fp8_update_scales(float *history, float *scale, float *scale_inv, int len, int ld, int n,
+                                            neox_fp8_format fmt, int margin, int algo_max) {
+    (void)history, (void)scale, (void)scale_inv, (void)ld, (void)fmt, (void)margin, (void)algo_max;
+    return bytes_only(F32 * (2.0 * len + 3.0) * n);
+}
+
 // ---- compressed and sparse gradient exchanges: bytes only ----------------------------------------
 // 1-bit compression: error read and written, x read, error read again for the norm, signs (1 bit) and
 // the scales written.
@@ -532,7 +557,7 @@ const char *neox_op_class_name(neox_op_class c) { return c >= 0 && c < NEOX_CLAS
 
 neox_op_class neox_op_class_of(neox_op_id op) {
     switch (op) {
-    case NEOX_OP_linear_forward: case NEOX_OP_linear_backward: case NEOX_OP_gemm_ex:
+    case NEOX_OP_linear_forward: case NEOX_OP_linear_backward: case NEOX_OP_gemm_ex: case NEOX_OP_gemm_fp8:
         return NEOX_CLASS_GEMM;
     case NEOX_OP_attention_forward: case NEOX_OP_attention_cached: case NEOX_OP_attention_backward:
         return NEOX_CLASS_ATTENTION;
@@ -553,7 +578,7 @@ neox_op_class neox_op_class_of(neox_op_id op) {
     case NEOX_OP_madgrad_segments: case NEOX_OP_sm3_segments:
         return NEOX_CLASS_OPTIMIZER;
     case NEOX_OP_cast_f32_to_bf16: case NEOX_OP_cast_bf16_to_f32: case NEOX_OP_cast_f32_to_f16:
-    case NEOX_OP_cast_f16_to_f32:
+    case NEOX_OP_cast_f16_to_f32: case NEOX_OP_fp8_cast:
         return NEOX_CLASS_CAST;
     default:
         return NEOX_CLASS_ELEMENTWISE;

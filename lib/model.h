@@ -208,8 +208,11 @@ typedef struct neox_backend neox_backend;
 // products accumulated in fp32 into fp32 results (torch.autocast's rule for linear layers). The
 // parameters, their gradients, the optimizer state and every other op stay fp32: the parameters
 // are the master weights.
-typedef enum { NEOX_PRECISION_FP32, NEOX_PRECISION_BF16, NEOX_PRECISION_FP16 } neox_precision;
-// Parses "fp32" | "bfloat16" | "fp16" (GPT-NeoX's values); -1 when unknown.
+// NEOX_PRECISION_FP8 (neox.c's own value, "fp8"): the transformer layers' linear products (QKV,
+// attention output, the MLP's two) on FP8 operands scaled by Transformer Engine's delayed-scaling
+// recipe (lib/model/fp8.c), every other product as bfloat16 (docs/model.md, "FP8 training").
+typedef enum { NEOX_PRECISION_FP32, NEOX_PRECISION_BF16, NEOX_PRECISION_FP16, NEOX_PRECISION_FP8 } neox_precision;
+// Parses "fp32" | "bfloat16" | "fp16" (GPT-NeoX's values) | "fp8"; -1 when unknown.
 int neox_precision_parse(const char *name, neox_precision *out);
 const char *neox_precision_name(neox_precision p);
 // Called by backward between its operations with the parameters [begin, end) (indices into
@@ -249,6 +252,7 @@ struct neox_model {
     // param_buf, grad_buf and act_buf are device memory and must be read through be->to_host.
     const neox_backend *be;
     neox_precision precision;  // set with neox_model_set_precision
+    struct neox_fp8 *fp8;      // precision fp8's scales and scratch (private: lib/model/fp8.c), else NULL
     uint16_t *param16;         // 16-bit copy of param_buf (16-bit precisions), refreshed lazily
     int param16_stale;         // param_buf changed since param16 was made
     uint16_t *half_in, *half_out;  // 16-bit GEMM operand scratch (planned with the activations)
@@ -338,6 +342,30 @@ neox_model *neox_model_create(const neox_model_desc *desc, neox_error *err);
 neox_model *neox_model_create_on(const neox_model_desc *desc, const neox_backend *be, neox_error *err);
 // Chooses the linear layers' operand precision (before or after planning).
 void neox_model_set_precision(neox_model *m, neox_precision p);
+// Precision fp8's recipe (Transformer Engine's DelayedScaling as GPT-NeoX's te_fp8_* keys set it):
+// forward tensors (each FP8 linear's input and weight) E4M3, output gradients backward_format (E5M2
+// under te_fp8_format hybrid, E4M3 under e4m3); wgrad 0: the weight gradient's product in bfloat16
+// (te_fp8_wgrad false); each tensor's scale from its amax history of history_len passes (the
+// newest amax, or with algo_max the largest), fp8 max * 2^-margin / amax.
+typedef struct neox_fp8_recipe {
+    neox_fp8_format backward_format;
+    int wgrad, history_len, algo_max, margin;
+} neox_fp8_recipe;
+// After neox_model_set_precision(m, NEOX_PRECISION_FP8): sets the recipe and makes the scaling
+// state (scales 1, histories zero, as Transformer Engine starts). A training forward (m->training)
+// records each FP8 tensor's amax; its backward each output gradient's.
+void neox_model_set_fp8_recipe(neox_model *m, const neox_fp8_recipe *recipe);
+// The scaled tensors (3 per FP8 linear: input, weight, output gradient), and the scaling state in
+// the backend's memory: history (history_len, n) row-major, row 0 the amaxes recorded since the last
+// update (reduce it with max over the ranks that share the tensors before updating); scale (n).
+int neox_model_fp8_tensors(const neox_model *m);
+float *neox_model_fp8_history(const neox_model *m);
+float *neox_model_fp8_scale(const neox_model *m);
+// Delayed scaling's update after a training pass (and its amax reduction): rolls the histories and
+// sets every scale and its inverse (kernels.h's neox_fp8_update_scales).
+void neox_model_fp8_update(neox_model *m);
+// After the scales are written from outside (a checkpoint load): remakes their inverses.
+void neox_model_fp8_scales_changed(neox_model *m);
 // Whoever writes param_buf outside neox_model_init (an optimizer step, a checkpoint load) calls
 // this so that the 16-bit weight copy is remade before the next forward.
 void neox_model_weights_changed(neox_model *m);

@@ -79,6 +79,7 @@ PIP_PKGS=(
   sentencepiece  # oracle for SPMTokenizer (and its trainer builds the test models)
   PyYAML
   tensorboard   # reads back the event files lib/metrics writes (EventAccumulator); ~65 MB with grpcio, protobuf
+  ml_dtypes     # float8_e4m3fn / float8_e5m2: the FP8 casts' oracle (torch 1.13 has no float8 dtypes)
 )
 
 missing=()

@@ -34,7 +34,10 @@ TYPE_OVERRIDES = {
     "communication_data_type": "CHOICE",  # declared bool; DeepSpeed takes a dtype name (CHOICES)
     "checkpoint_factor": "INT",        # Union[int, float]; neox.c saves at whole iterations
 }
-CHOICES = {"communication_data_type": "fp32|fp16|bf16"}  # the choices of an overridden CHOICE
+CHOICES = {"communication_data_type": "fp32|fp16|bf16",  # the choices of an overridden CHOICE
+           # neox.c adds fp8: the linear layers' products on FP8 operands (Transformer Engine's recipe,
+           # configured by the te_fp8_* keys; docs/model.md, "FP8 training")
+           "precision": "fp16|fp32|bfloat16|fp8"}
 
 # neox.c's own keys: (group, name, type, default, choices, derived, min, max, description).
 OWN_KEYS = [
@@ -97,7 +100,6 @@ use_flashattn_swiglu scaled_upper_triang_masked_softmax_fusion scaled_masked_sof
 rope_fusion fused_kernels_build_path apply_query_key_layer_scaling use_cpu_initialization attention_softmax_in_fp32
 rotary_save_freqs_buffer gmlp_attn_dim mamba_selective_scan_fusion mamba_causal_conv_fusion mamba_inner_func_fusion
 mamba_selective_fp32_params mamba_use_bias_in_conv mamba_use_bias_in_linears dim_att head_size ffn_dim
-te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_fp8_margin
 distributed_backend local_rank rank lazy_mpu_init short_seq_prob adlr_autoresume adlr_autoresume_interval
 deepscale deepscale_config deepspeed_mpi deepspeed_slurm user_script
 world_size dpo_fp32 kto_fp32
@@ -121,9 +123,9 @@ UNSUPPORTED = {
     "fp16_lm_cross_entropy": "fp16 cross entropy",
     "gpt_j_tied": "tied GPT-J residual layernorms",
     "soft_prompt_tuning": "soft prompt tuning",
-    # te_mha, te_layernorm_mlp, te_columnparallel and te_rowparallel are used (lib/model/desc.c); FP8
-    # attention is refused, since neox.c has no FP8 training.
-    "te_fp8_mha": "Transformer Engine's FP8 attention (FP8 training)",
+    # te_mha, te_layernorm_mlp, te_columnparallel and te_rowparallel are used (lib/model/desc.c), and
+    # the te_fp8_* recipe keys by precision fp8 (lib/train/fp8.c); FP8 attention is not built.
+    "te_fp8_mha": "Transformer Engine's FP8 attention (precision fp8 runs the linear layers in FP8; attention stays bfloat16)",
     "use_bnb_optimizer": "bitsandbytes 8-bit optimizer",
     "scheduler": "DeepSpeed's LR scheduler, which replaces GPT-NeoX's (set lr_decay_style and warmup)",
     "s3_path": "checkpoint upload to S3",

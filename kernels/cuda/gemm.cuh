@@ -6,11 +6,15 @@
 #ifndef NEOX_CUDA_GEMM_CUH
 #define NEOX_CUDA_GEMM_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include "kernels/kernels.h"
 
 cublasHandle_t neox_cuda_cublas(void);
+// The cuBLASLt handle and the workspace (its size in *bytes) every cuBLASLt product shares (linear.cu).
+cublasLtHandle_t neox_cuda_lt_handle(void);
+void *neox_cuda_lt_workspace(size_t *bytes);
 int neox_cuda_tf32(void);
 
 // What a product does to its result before storing it (cuBLASLt's epilogues), in row-major terms:

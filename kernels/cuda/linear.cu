@@ -119,6 +119,13 @@ static void *lt_workspace(void) {
     return w;
 }
 
+// The handle and workspace for the other cuBLASLt products (kernels/cuda/fp8.cu's FP8 GEMMs).
+cublasLtHandle_t neox_cuda_lt_handle(void) { return lt_handle(); }
+void *neox_cuda_lt_workspace(size_t *bytes) {
+    *bytes = LT_WORKSPACE;
+    return lt_workspace();
+}
+
 // What the heuristic's choice depends on: the shapes, types, epilogue, and the operands' alignments.
 typedef struct lt_key {
     int trans_a, trans_b, M, N, K, lda, ldb, ldc, ldaux;

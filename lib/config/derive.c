@@ -111,7 +111,9 @@ static int derive_precision(neox_config *cfg, neox_error *err) {
             return derive_fail(cfg, err, "bf16", "bf16 and fp16 are both enabled; enable one");
         wanted = "bfloat16", by = "bf16";
     }
-    if (wanted && precision && strcasecmp(precision, wanted) != 0)
+    // precision fp8 runs what is not FP8 as bfloat16 does, so the bf16 dict may stand beside it.
+    int fp8_over_bf16 = precision && strcmp(precision, "fp8") == 0 && by && strcmp(by, "bf16") == 0;
+    if (wanted && precision && strcasecmp(precision, wanted) != 0 && !fp8_over_bf16)
         return derive_fail(cfg, err, "precision", "'%s' conflicts with the %s dict, which selects %s", precision, by, wanted);
     if (!precision) neox_config_set_derived_str(cfg, "precision", wanted ? wanted : "fp32");
     return 0;

@@ -108,6 +108,22 @@ static void notice_unused_by_choice(const neox_config *cfg) {
     free(list);
 }
 
+// Transformer Engine's FP8 recipe without precision fp8 (GPT-NeoX's 1-3B-transformer-engine.yml sets
+// it beside bfloat16, where GPT-NeoX reads it only for te_fp8_mha).
+static void notice_fp8_recipe(const neox_config *cfg) {
+    const char *precision = neox_config_str(cfg, precision);
+    if (precision && strcmp(precision, "fp8") == 0) return;
+    static const int fp8_keys[] = {NEOX_K_te_fp8_format, NEOX_K_te_fp8_wgrad, NEOX_K_te_fp8_amax_history_len,
+                                   NEOX_K_te_fp8_amax_compute_algo, NEOX_K_te_fp8_margin};
+    size_t len = 0;
+    char *list = NULL;
+    for (size_t i = 0; i < sizeof fp8_keys / sizeof *fp8_keys; i++)
+        if (cfg->slots[fp8_keys[i]].set) append_name(&list, &len, neox_key_specs[fp8_keys[i]].name);
+    if (list) neox_notice("config keys with no effect with precision %s (they configure precision fp8): %s",
+                          precision ? precision : "fp32", list);
+    free(list);
+}
+
 // ZeRO-3's settings below stage 3: they configure the parameter gathers only stage 3 makes.
 static void notice_stage3_keys(const neox_config *cfg) {
     if (neox_config_int_or(cfg, zero_stage, 0) >= 3) {  // stage 3 gathers by layer, not after the update
@@ -140,9 +156,10 @@ static void notice_ignored(const neox_config *cfg) {
         if (neox_key_specs[i].use == NEOX_KEY_IGNORED) append_name(&list, &len, neox_key_specs[i].name);
         else append_ignored_subkeys(&list, &len, neox_key_specs[i].name, cfg->slots[i].set);
     }
-    if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service, kernel-fusion or FP8 settings): %s", list);
+    if (list) neox_notice("config keys with no effect in neox.c (DeepSpeed, launcher, logging-service, or kernel-fusion settings): %s", list);
     free(list);
     notice_unused_by_choice(cfg);
+    notice_fp8_recipe(cfg);
     notice_stage3_keys(cfg);
 }
 

@@ -112,9 +112,11 @@ neox_evaluator *neox_evaluator_create(const neox_config *cfg, neox_grid *grid, i
     ev->model->training = 0;
     if (load_checkpoint(ev, err) != 0) goto fail;
     // Under bfloat16 the products run on the weights' bfloat16 copy, as in training (half the bytes
-    // each generated token streams); fp16 stays fp32 here (lib/model/generate.c says why).
+    // each generated token streams), and so under fp8 (whose generation is bfloat16's: docs/model.md,
+    // "FP8 training"); fp16 stays fp32 here (lib/model/generate.c says why).
     const char *precision = neox_config_str(cfg, precision);
-    if (precision && !strcmp(precision, "bfloat16")) neox_model_set_precision(ev->model, NEOX_PRECISION_BF16);
+    if (precision && (!strcmp(precision, "bfloat16") || !strcmp(precision, "fp8")))
+        neox_model_set_precision(ev->model, NEOX_PRECISION_BF16);
     return ev;
 fail:
     neox_evaluator_free(ev);

@@ -250,6 +250,7 @@ void neox_model_plan_half(neox_model *m) {
     }
     m->half_in = m->be->alloc(nin * sizeof(uint16_t));
     m->half_out = m->be->alloc(nout * sizeof(uint16_t));
+    neox_model_fp8_plan(m, (int)z.N);
     m->half_elems = nin + nout;
 }
 
@@ -361,7 +362,7 @@ void neox_model_use_slot(neox_model *m, int slot) {
 }
 
 size_t neox_model_activation_bytes(const neox_model *m) {
-    return m->act_floats * sizeof(float) + m->half_elems * sizeof(uint16_t);
+    return m->act_floats * sizeof(float) + m->half_elems * sizeof(uint16_t) + neox_model_fp8_bytes(m);
 }
 
 neox_activation_layout neox_model_activation_layout(const neox_model *m) {

@@ -117,7 +117,7 @@ static neox_generator *create(neox_model *m, int max_len, int max_pos, int slots
                                  .weight = zeros(be, NK), .slot = (int *)zeros(be, NK), .perm = (int *)zeros(be, NK),
                                  .route = neox_moe_route_new(d, (int)T, 0)};  // no jitter: never training
     }
-    if (m->precision == NEOX_PRECISION_BF16) {
+    if (neox_model_operand_elem(m) == NEOX_ELEM_BF16) {  // (fp8 too: generation's products are bfloat16's)
         neox_model_refresh_weights(m);  // now rather than in the first token's time
         g->half = be->alloc(T * (size_t)(d->ffn_size > d->hidden_size ? d->ffn_size : d->hidden_size) * sizeof(uint16_t));
     }

@@ -2,16 +2,17 @@
 // bfloat16 and fp16 cast the layer's input (or output gradient) into 16-bit scratch and multiply
 // it with the 16-bit copy of the weights through gemm_ex, accumulating in fp32 into fp32 results,
 // so only the products' operands are rounded (as under torch.autocast) and the parameters, their
-// gradients and every other activation stay fp32.
+// gradients and every other activation stay fp32. fp8 runs the transformer layers' products on FP8
+// operands (fp8.c) and every other product (the output layer, MoE's) as bfloat16 does.
 #include <string.h>
 
 #include "kernels/backend.h"
 #include "model_internal.h"
 
-static const char *const precision_names[] = {"fp32", "bfloat16", "fp16"};
+static const char *const precision_names[] = {"fp32", "bfloat16", "fp16", "fp8"};
 
 int neox_precision_parse(const char *name, neox_precision *out) {
-    for (int p = 0; p < 3; p++)
+    for (int p = 0; p < 4; p++)
         if (!strcmp(name, precision_names[p])) {
             *out = (neox_precision)p;
             return 0;
@@ -22,20 +23,21 @@ int neox_precision_parse(const char *name, neox_precision *out) {
 const char *neox_precision_name(neox_precision p) { return precision_names[p]; }
 
 neox_elem neox_model_operand_elem(const neox_model *m) {
-    return m->precision == NEOX_PRECISION_BF16 ? NEOX_ELEM_BF16
-           : m->precision == NEOX_PRECISION_FP16 ? NEOX_ELEM_F16
-                                                 : NEOX_ELEM_F32;
+    return m->precision == NEOX_PRECISION_BF16 || m->precision == NEOX_PRECISION_FP8 ? NEOX_ELEM_BF16
+           : m->precision == NEOX_PRECISION_FP16                                      ? NEOX_ELEM_F16
+                                                                                      : NEOX_ELEM_F32;
 }
 
 static neox_elem half_elem(const neox_model *m) { return neox_model_operand_elem(m); }
 
 static void cast_half(const neox_model *m, uint16_t *out, const float *inp, size_t n) {
-    if (m->precision == NEOX_PRECISION_BF16) m->be->cast_f32_to_bf16(out, inp, n);
-    else m->be->cast_f32_to_f16(out, inp, n);
+    if (m->precision == NEOX_PRECISION_FP16) m->be->cast_f32_to_f16(out, inp, n);
+    else m->be->cast_f32_to_bf16(out, inp, n);
 }
 
 void neox_model_set_precision(neox_model *m, neox_precision p) {
     m->precision = p;
+    if (p != NEOX_PRECISION_FP8) neox_model_fp8_free(m);  // (fp8's recipe makes its state)
     if (p != NEOX_PRECISION_FP32 && !m->param16) m->param16 = m->be->alloc(m->num_floats * sizeof(uint16_t));
     m->param16_stale = 1;
     if (m->act_buf) neox_model_plan_half(m);
@@ -54,6 +56,9 @@ void neox_model_refresh_range(neox_model *m, size_t begin, size_t end) {
     if (m->precision != NEOX_PRECISION_FP32 && end > begin) cast_half(m, m->param16 + begin, m->param_buf + begin, end - begin);
 }
 
+// The weight whose gradient is dw (a view into grad_buf): the same offset in param_buf.
+static const float *w_of_grad(const neox_model *m, const float *dw) { return m->param_buf + (dw - m->grad_buf); }
+
 // The 16-bit copy of weight w (a view into param_buf).
 static const uint16_t *weight16(const neox_model *m, const float *w) { return m->param16 + (w - m->param_buf); }
 
@@ -64,6 +69,11 @@ static void linear_forward_ld(neox_model *m, uint16_t *half, float *out, int ldo
     const neox_backend *be = m->be;
     if (m->precision == NEOX_PRECISION_FP32) {
         be->linear_forward(out, ldo, inp, w, bias, N, IC, OC, NEOX_ELEM_F32);
+        return;
+    }
+    int fp8 = ldo == OC && half == m->half_in ? neox_model_fp8_linear(m, w) : -1;
+    if (fp8 >= 0) {
+        neox_model_fp8_forward(m, fp8, out, inp, w, bias, N, IC, OC);
         return;
     }
     cast_half(m, half, inp, (size_t)N * IC);
@@ -96,6 +106,11 @@ void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, con
         be->linear_backward(NULL, dw, db, dout, OC, inp, NULL, N, IC, OC, 0, NEOX_ELEM_F32);
         return;
     }
+    int fp8 = neox_model_fp8_linear(m, w_of_grad(m, dw));
+    if (fp8 >= 0) {
+        neox_model_fp8_backward_weights(m, fp8, dw, db, dout, inp, N, IC, OC);
+        return;
+    }
     cast_half(m, m->half_out, dout, (size_t)N * OC);
     cast_half(m, m->half_in, inp, (size_t)N * IC);
     be->gemm_ex(1, 0, OC, IC, N, 1.0f, m->half_out, OC, m->half_in, IC, half_elem(m), 1.0f, dw, IC, NEOX_ELEM_F32);
@@ -125,6 +140,11 @@ void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *d
     const neox_backend *be = m->be;
     if (m->precision == NEOX_PRECISION_FP32) {
         be->linear_backward(dinp, NULL, NULL, dout, OC, NULL, w, N, IC, OC, 0, NEOX_ELEM_F32);
+        return;
+    }
+    int fp8 = neox_model_fp8_linear(m, w);
+    if (fp8 >= 0) {
+        neox_model_fp8_backward_input(m, fp8, dinp, w, N, IC, OC);
         return;
     }
     be->gemm_ex(0, 0, N, IC, OC, 1.0f, m->half_out, OC, weight16(m, w), IC, half_elem(m), 0.0f, dinp, IC,

@@ -198,6 +198,18 @@ void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, flo
 // only; rstd: the scale each row was multiplied by), whichever `norm` the model has.
 void neox_model_norm_forward(const neox_backend *be, const neox_model_desc *d, float *out, float *mean, float *rstd,
                              const float *inp, const float *w, const float *b, int N, neox_elem act);
+// Precision fp8's linears (fp8.c): the FP8 linear whose weight view is w, or -1 (its product is
+// then bfloat16's); the three products of FP8 linear k (as linear.c's of the same names); scratch
+// for N rows (planned with the activations), its bytes with the scaling state's; freeing.
+int neox_model_fp8_linear(const neox_model *m, const float *w);
+void neox_model_fp8_forward(neox_model *m, int k, float *out, const float *inp, const float *w, const float *bias,
+                            int N, int IC, int OC);
+void neox_model_fp8_backward_weights(neox_model *m, int k, float *dw, float *db, const float *dout, const float *inp,
+                                     int N, int IC, int OC);
+void neox_model_fp8_backward_input(neox_model *m, int k, float *dinp, const float *w, int N, int IC, int OC);
+void neox_model_fp8_plan(neox_model *m, int N);
+size_t neox_model_fp8_bytes(const neox_model *m);
+void neox_model_fp8_free(neox_model *m);
 // The element type of the model's products' operands: fp32, or its 16-bit precision's (linear.c).
 neox_elem neox_model_operand_elem(const neox_model *m);
 // The linear layers in the model's precision (linear.c). Weights are views into param_buf.

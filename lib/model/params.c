@@ -410,6 +410,7 @@ void neox_model_free(neox_model *m) {
     free(m->w.layers);
     free(m->g.layers);
     neox_model_free_plan(m);
+    neox_model_fp8_free(m);
     free(m);
 }
 

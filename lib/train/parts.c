@@ -10,6 +10,7 @@
 #include "internal.h"
 
 extern const neox_train_part neox_train_loss_scaler_part;   // loss_scaler.c
+extern const neox_train_part neox_train_fp8_part;           // fp8.c
 extern const neox_train_part neox_train_reward_model_part;  // reward_model.c
 extern const neox_train_part neox_train_schedule_part;      // resume_schedule.c
 extern const neox_train_part neox_train_zero3_part;         // zero3.c
@@ -25,6 +26,7 @@ extern const neox_train_part neox_train_profile_part;       // profile.c
 
 static const neox_train_part *const parts[] = {
     &neox_train_loss_scaler_part,
+    &neox_train_fp8_part,
     &neox_train_zero3_part,
     &neox_train_preference_part,
     &neox_train_reward_model_part,

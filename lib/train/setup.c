@@ -27,7 +27,7 @@ static double number_or(const neox_value *v, double fallback) {
 static int setup_precision(neox_trainer *t, neox_error *err) {
     const char *name = neox_config_str(t->cfg, precision);
     if (neox_precision_parse(name ? name : "fp32", &t->precision) != 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "precision: '%s' is not fp32, bfloat16 or fp16", name);
+        return neox_fail(err, NEOX_EXIT_USAGE, "precision: '%s' is not fp32, bfloat16, fp16 or fp8", name);
     return 0;
 }
 

@@ -13,7 +13,10 @@
 // norm (clip), with GPT-NeoX's cosine schedule (lr at step i - 1) and weight decay wd on all but biases and norms;
 // writes "param.<name>" after the last step; with grads=FILE each step's gradients are FILE's "grad.<step>.<name>"
 // (1-based step, F32) instead of the model's own
-// precision (fp32|bfloat16|fp16: the linear layers' operands) dpo_beta (DPO's loss, below)
+// precision (fp32|bfloat16|fp16|fp8: the linear layers' operands) dpo_beta (DPO's loss, below);
+// under fp8 the recipe fp8_format (hybrid|e4m3) fp8_wgrad fp8_history fp8_algo (max|most_recent)
+// fp8_margin, its scales updated after every backward (one rank: no amax reduction), and "fp8_scales"
+// written: the scales after the last step
 // value_head z_loss (a reward model: the value head and its pairwise loss, below);
 // kto_beta kto_desirable_weight kto_undesirable_weight (KTO's loss, below); head_rows (the output layer
 // in chunks of that many rows, neox_model_set_head_rows: then no "logits" are written).
@@ -36,6 +39,7 @@ static int training;  // the model's training flag (MoE: Sinkhorn routing)
 static double dpo_beta = 0.0, z_loss = 0.0;
 static neox_kto_weights kto = {0.0, 1.0, 1.0};
 static int head_rows;
+static neox_fp8_recipe fp8 = {.backward_format = NEOX_FP8_E5M2, .wgrad = 1, .history_len = 1};
 // The optimizer= run: its settings and schedule (see the keys above).
 static struct {
     const neox_optimizer_type *type;
@@ -128,6 +132,11 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("kto_desirable_weight")) kto.desirable = atof(v);
     else if (KEY("kto_undesirable_weight")) kto.undesirable = atof(v);
     else if (KEY("head_rows")) head_rows = atoi(v);
+    else if (KEY("fp8_format")) fp8.backward_format = strcmp(v, "e4m3") == 0 ? NEOX_FP8_E4M3 : NEOX_FP8_E5M2;
+    else if (KEY("fp8_wgrad")) fp8.wgrad = atoi(v);
+    else if (KEY("fp8_history")) fp8.history_len = atoi(v);
+    else if (KEY("fp8_algo")) fp8.algo_max = strcmp(v, "max") == 0;
+    else if (KEY("fp8_margin")) fp8.margin = atoi(v);
     else {
         char key[32];
         snprintf(key, sizeof key, "%.*s", (int)k, arg);
@@ -216,6 +225,7 @@ int main(int argc, char **argv) {
     neox_model *m = neox_model_create(&d, &err);
     if (!m) neox_die_error(&err);
     neox_model_set_precision(m, precision);
+    if (precision == NEOX_PRECISION_FP8) neox_model_set_fp8_recipe(m, &fp8);
     m->training = training;
     neox_model_set_head_rows(m, head_rows);
     neox_safetensors *w = neox_safetensors_open(argv[1], &err), *in = w ? neox_safetensors_open(argv[2], &err) : NULL;
@@ -295,6 +305,7 @@ int main(int argc, char **argv) {
     e[n++] = (neox_st_entry){"loss", "F32", 1, {1}, &loss};
     if (kto.beta > 0) e[n++] = (neox_st_entry){"kto_metrics", "F32", 1, {NEOX_KTO_METRICS}, kto_metrics};
     neox_model_backward(m, 1.0f);
+    neox_model_fp8_update(m);
     float *jitter = NULL;
     char jitter_names[8][32];
     if (d.moe_jitter_eps > 0 && training) {  // factor = jittered input / input (no recomputation here)
@@ -328,6 +339,7 @@ int main(int argc, char **argv) {
                 neox_model_zero_grad(m);
                 if (neox_model_forward(m, ids, targets, mask, &err) != 0) neox_die_error(&err);
                 neox_model_backward(m, 1.0f);
+                neox_model_fp8_update(m);
             }
             losses[s] = m->loss;
             for (int i = 0; i < m->nparams; i++) {
@@ -340,6 +352,11 @@ int main(int argc, char **argv) {
         memcpy(m->grad_buf, grads, m->num_floats * sizeof(float));
         free(grads);
         e[n++] = (neox_st_entry){"losses", "F32", 1, {adam_steps}, losses};
+    }
+    int nscales = neox_model_fp8_tensors(m);
+    if (nscales) {
+        e = neox_realloc(e, (size_t)(n + m->nparams + 1) * sizeof *e);
+        e[n++] = (neox_st_entry){"fp8_scales", "F32", 1, {nscales}, neox_model_fp8_scale(m)};
     }
     char **param_names = NULL;
     if (opt.type && opt.steps > 0) {

@@ -1528,6 +1528,78 @@ static void bytepair_free(bytepair *p) {
     gpu->free(p->d);
 }
 
+// ---- FP8 (precision fp8) -----------------------------------------------------------------------------
+// One float in backend memory on both sides (a scale, an amax).
+static pair pair_scalar(float v) {
+    pair p = pair_zero(1);
+    p.h[0] = v;
+    gpu->to_device(p.d, p.h, sizeof(float));
+    return p;
+}
+
+// The scaled cast: the same bytes (both use kernels.h's encoder) and the same amax, over values that
+// saturate, round to subnormals, tie and are NaN.
+static void test_fp8_cast(neox_fp8_format fmt, float scale, size_t n) {
+    pair x = pair_uniform(n, -3.0f, 3.0f), amax = pair_scalar(0.5f), s = pair_scalar(scale);
+    const float special[] = {0.0f, -0.0f, 1e6f, -1e6f, INFINITY, -INFINITY, NAN, 1e-7f, 1.0625f, 1.1875f, 3e-3f};
+    for (size_t i = 0; i < sizeof special / sizeof *special && i < n; i++) x.h[i] = special[i];
+    gpu->to_device(x.d, x.h, n * sizeof(float));
+    uint8_t *zero = calloc(n, 1);
+    bytepair out = bytepair_from(zero, n);
+    cpu->fp8_cast(out.h, amax.h, x.h, n, s.h, fmt);
+    gpu->fp8_cast(out.d, amax.d, x.d, n, s.d, fmt);
+    char name[128];
+    snprintf(name, sizeof name, "fp8_cast %s scale %g n=%zu", fmt == NEOX_FP8_E4M3 ? "e4m3" : "e5m2", scale, n);
+    check_bytes(name, &out);
+    float got;
+    gpu->to_host(&got, amax.d, sizeof got);
+    snprintf(name, sizeof name, "fp8_cast amax %s n=%zu", fmt == NEOX_FP8_E4M3 ? "e4m3" : "e5m2", n);
+    compare_scalar(name, amax.h[0], got, 0.0);
+    free(zero);
+    bytepair_free(&out);
+    pair_free(&x), pair_free(&amax), pair_free(&s);
+}
+
+// FP8 bytes of n random values under scale s (the CPU's cast), on both sides.
+static bytepair fp8_operand(size_t n, neox_fp8_format fmt, float scale) {
+    pair x = pair_rand(n), s = pair_scalar(scale);
+    uint8_t *bytes = xmalloc(n);
+    cpu->fp8_cast(bytes, NULL, x.h, n, s.h, fmt);
+    bytepair p = bytepair_from(bytes, n);
+    free(bytes);
+    pair_free(&x), pair_free(&s);
+    return p;
+}
+
+// C = sa sb op(A) op(B) + C: cuBLASLt's FP8 GEMM where the layout and sizes allow (TN directly, the
+// others through transposed copies), the widened fallback elsewhere (odd sizes); fp32 sums in other
+// orders than the CPU's bfloat16 GEMM.
+static void test_gemm_fp8(int ta, int tb, int M, int N, int K, neox_fp8_format fa, neox_fp8_format fb) {
+    bytepair a = fp8_operand((size_t)M * K, fa, 200.0f), b = fp8_operand((size_t)K * N, fb, 100.0f);
+    pair sa = pair_scalar(1.0f / 200.0f), sb = pair_scalar(1.0f / 100.0f), c = pair_rand((size_t)M * N);
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    cpu->gemm_fp8(ta, tb, M, N, K, a.h, lda, fa, sa.h, b.h, ldb, fb, sb.h, 1.0f, c.h, N);
+    gpu->gemm_fp8(ta, tb, M, N, K, a.d, lda, fa, sa.d, b.d, ldb, fb, sb.d, 1.0f, c.d, N);
+    checkf(GEMM_TOL, &c, "gemm_fp8 %s x %s %c%c M=%d N=%d K=%d", fa == NEOX_FP8_E4M3 ? "e4m3" : "e5m2",
+           fb == NEOX_FP8_E4M3 ? "e4m3" : "e5m2", ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K);
+    bytepair_free(&a), bytepair_free(&b);
+    pair_free(&sa), pair_free(&sb), pair_free(&c);
+}
+
+// Delayed scaling's update: the same history, scales and inverses (one rounding each).
+static void test_fp8_update(int len, int n, int algo_max) {
+    pair hist = pair_uniform((size_t)len * n, 0.0f, 50.0f), scale = pair_uniform((size_t)n, 0.5f, 2.0f);
+    pair inv = pair_zero((size_t)n);
+    hist.h[1] = 0.0f, hist.h[2] = INFINITY;  // kept scales
+    gpu->to_device(hist.d, hist.h, hist.n * sizeof(float));
+    cpu->fp8_update_scales(hist.h, scale.h, inv.h, len, n, n, NEOX_FP8_E5M2, 1, algo_max);
+    gpu->fp8_update_scales(hist.d, scale.d, inv.d, len, n, n, NEOX_FP8_E5M2, 1, algo_max);
+    checkf(0, 0, &hist, "fp8_update_scales history len=%d n=%d %s", len, n, algo_max ? "max" : "most_recent");
+    checkf(0, 0, &scale, "fp8_update_scales scale len=%d n=%d", len, n);
+    checkf(0, 0, &inv, "fp8_update_scales scale_inv len=%d n=%d", len, n);
+    pair_free(&hist), pair_free(&scale), pair_free(&inv);
+}
+
 // The scale's bytes sit at unaligned offsets of a block (the wire's layout): offsets 1 and 7.
 static void test_onebit(size_t n, size_t padded, int chunks) {
     size_t block = 5 + padded / (size_t)chunks / 8 + 3, signs_at = 5, scale_at = 1;
@@ -1632,6 +1704,15 @@ int main(int argc, char **argv) {
     test_linear_gelu(128, 768, 3072, 1);  // a 125M MLP's first projection (8 rows of 16)
     test_linear_gelu(9, 40, 24, 0);
     test_casts();
+    test_fp8_cast(NEOX_FP8_E4M3, 37.5f, 100003);
+    test_fp8_cast(NEOX_FP8_E5M2, 0.001f, 4099);
+    test_gemm_fp8(0, 1, 64, 96, 128, NEOX_FP8_E4M3, NEOX_FP8_E4M3);   // the forward's TN: cuBLASLt directly
+    test_gemm_fp8(0, 0, 48, 80, 64, NEOX_FP8_E5M2, NEOX_FP8_E4M3);    // the input gradient's NN
+    test_gemm_fp8(1, 0, 96, 64, 256, NEOX_FP8_E5M2, NEOX_FP8_E4M3);   // the weight gradient's TN of A^T
+    test_gemm_fp8(0, 1, 37, 45, 53, NEOX_FP8_E4M3, NEOX_FP8_E4M3);    // odd sizes: the widened fallback
+    test_gemm_fp8(0, 1, 32, 32, 32, NEOX_FP8_E5M2, NEOX_FP8_E5M2);    // both E5M2: the fallback
+    test_fp8_update(4, 70, 1);
+    test_fp8_update(1, 33, 0);
     test_embedding(2, 19, 37, 7, 1);
     test_embedding(3, 300, 64, 1000, 0);
     test_embedding(2, 1000, 96, 1, 1);      // one id: 2000 tokens in 8 spans, the last partial

@@ -58,6 +58,10 @@ check "train: gated experts with renormalised weights" "$TRAIN" -q "$T/mixtral.y
 # ScaleNorm with its epsilon.
 NORM=scalenorm config scalenorm neox 2 1 3 ', "scalenorm_epsilon": 1.0e-6'
 check "train: ScaleNorm" "$TRAIN" -q "$T/scalenorm.yml"
+# Precision fp8 with every te_fp8_* key (Transformer Engine's delayed-scaling recipe).
+config fp8 neox 2 1 3 ', "precision": "fp8", "te_fp8_format": "e4m3", "te_fp8_wgrad": false,
+  "te_fp8_amax_history_len": 2, "te_fp8_amax_compute_algo": "max", "te_fp8_margin": 1'
+check "train: precision fp8 with its recipe" "$TRAIN" -q "$T/fp8.yml"
 # Non-parametric LayerNorm with its epsilon (layernorm_epsilon).
 NORM=non_parametric_layernorm config nplayernorm neox 2 1 3 ', "layernorm_epsilon": 1.0e-6'
 check "train: non-parametric LayerNorm" "$TRAIN" -q "$T/nplayernorm.yml"

@@ -1,13 +1,13 @@
 # tests/tools/train_te.sh: GPT-NeoX's Transformer Engine keys through the tools. GPT-NeoX's
-# 1-3B-transformer-engine.yml loads unchanged and its notice names, of the te_* keys, only the FP8
-# ones (no FP8 training here). Shrunk to a tiny model beside 1-3B.yml shrunk alike, it trains 10
+# 1-3B-transformer-engine.yml loads unchanged and its notices name, of the te_* keys, only the FP8
+# ones (they configure precision fp8, and it trains in bfloat16). Shrunk to a tiny model beside 1-3B.yml shrunk alike, it trains 10
 # steps and exports to Hugging Face with the same tensor names and shapes as 1-3B.yml. Each key's
 # effect: te_layernorm_mlp's gelu is Transformer Engine's tanh approximation, so the TE run differs
 # from 1-3B.yml's and equals 1-3B.yml with bias_gelu_fusion (tanh gelu) bit for bit, which also shows
 # te_mha selecting the same attention; te_columnparallel and te_rowparallel train as Megatron's
 # linears, bit for bit; te_layernorm_mlp's gated halves are each ffn_hidden_size wide (not 2/3 of it
 # for both); the combinations
-# TE's modules cannot hold are refused by name, and so is te_fp8_mha; from-hf imports the gelu
+# TE's modules cannot hold are refused by name, and so is te_fp8_mha (FP8 attention); from-hf imports the gelu
 # export back as the tanh gelu and refuses the tanh geglu one by name. (The arithmetic against a
 # torch restatement of Transformer Engine's formulas: tests/oracle/test_te_parity.py.)
 source tests/lib.sh
@@ -19,13 +19,14 @@ T=$TEST_TMP
 check_output "1-3B-transformer-engine.yml loads unchanged (te_mha, te_layernorm_mlp used)" \
     "^te_layernorm_mlp += true  # .*1-3B-transformer-engine.yml:23$" \
     "$TRAIN" -q --print-config "$TE_CFG" "$CONFIGS/local_setup.yml"
-check "the notice names exactly the FP8 te_* keys as having no effect" python3 - "$TRAIN" "$TE_CFG" "$CONFIGS/local_setup.yml" <<'PY'
+check "the notices name exactly the FP8 te_* keys as having no effect, as configuring precision fp8" python3 - "$TRAIN" "$TE_CFG" "$CONFIGS/local_setup.yml" <<'PY'
 import re, subprocess, sys
 err = subprocess.run([sys.argv[1], "--print-config"] + sys.argv[2:], capture_output=True, text=True).stderr
 notice = [l for l in err.splitlines() if "no effect" in l]
 print(notice)
-te = sorted(k for k in re.findall(r"\b(te_\w+)", notice[0]))
+te = sorted(k for line in notice for k in re.findall(r"\b(te_\w+)", line))
 assert te == sorted("te_fp8_format te_fp8_wgrad te_fp8_amax_history_len te_fp8_amax_compute_algo te_fp8_margin".split()), te
+assert all("configure precision fp8" in line for line in notice if "te_" in line), notice
 PY
 
 char_shakespeare "Transformer Engine training" || exit 0
