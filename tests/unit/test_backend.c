@@ -160,7 +160,8 @@ static void test_segments(void **state) {
         v1[i] = v2[i] = 0.001f * neox_uniform(7, i);
     }
     neox_segment segs[] = {{0, 100, 0.1f}, {120, 120, 0.5f}, {130, 900, 0.0f}, {950, n, 0.01f}};
-    neox_adamw_segments(p1, g, m1, v1, segs, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 3, 1.0f, NULL);
+    neox_step_scalars sc = {.lr = 1e-3f, .step = 3};
+    neox_adamw_segments(p1, g, m1, v1, segs, 4, &sc, 0.9f, 0.95f, 1e-8f, 1.0f, NULL);
     for (int s = 0; s < 4; s++) {
         size_t b = segs[s].begin;
         neox_adamw(p2 + b, g + b, m2 + b, v2 + b, segs[s].end - b, 1e-3f, 0.9f, 0.95f, 1e-8f, segs[s].weight_decay, 3);
