@@ -27,6 +27,7 @@ struct neox_graph {
     int warmup_left;         // eager steps still to run
     int64_t captures, replays;
     int frozen_lr;           // NEOX_TEST_GRAPH_FREEZE_LR: a replay leaves the learning rate as captured
+    double captured_lr;      // (the capture's learning rate, for that test hook)
 };
 
 // Why this run's step cannot be captured (NULL: it can). The late read (t->late) already means one
@@ -100,6 +101,7 @@ static int capture(neox_trainer *t, neox_step_result *out, neox_error *err) {
     if (rc != 0) return -1;
     t->be->graph_launch();  // (the recording's copy of the step's values stands for this launch)
     g->captured = 1;
+    g->captured_lr = out->lr;
     g->scale = t->scaler.scale;
     memcpy(g->mask_sums, g->next_mask_sums, (size_t)t->grad_accum * sizeof *g->mask_sums);
     g->captures++;
@@ -112,7 +114,7 @@ static void replay(neox_trainer *t, neox_step_result *out) {
     *out = (neox_step_result){0};
     out->iteration = t->state.iteration + 1;
     out->lr = neox_lr_at(&t->lr, t->state.iteration - t->state.overflow_skips);
-    if (!g->frozen_lr) neox_train_step_scalars_write(t, out->lr, t->state.optimizer_steps + 1);
+    neox_train_step_scalars_write(t, g->frozen_lr ? g->captured_lr : out->lr, t->state.optimizer_steps + 1);
     int64_t ticket = t->be->graph_launch();
     neox_model_weights_changed(t->model);
     neox_train_late_replayed(t, out, t->scaler.scale, ticket);

@@ -14,7 +14,10 @@
 // the host asynchronously, to be read when the next step needs what they decide (the count of updates
 // and the learning rate before its update; the fp16 scale before its first backward) or at the log
 // point of the step before an evaluation, a checkpoint or the end (neox_train_settle). Two sets of
-// buffers alternate, so the values of one step are still in their own while the next is queued.
+// buffers alternate, so the values of one step are still in their own while the next is queued;
+// under a captured step (graph.c) each step settles the one before it first, and one set serves.
+// neox_train_run_step is the step between the parts' begin_step and end_step, which graph.c also
+// runs inside a capture.
 #include <math.h>
 #include <string.h>
 
