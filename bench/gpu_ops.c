@@ -107,11 +107,11 @@ static void run_emb_bwd(void *p) {
     be->embedding_backward(r->dw, NULL, r->y, r->ids, 1, r->N, r->C, NEOX_ELEM_F32);
 }
 
-typedef struct { size_t n; float *p, *g, *m, *v; } adam_ctx;
+typedef struct { size_t n; float *p, *g, *m, *v; const neox_step_scalars *sc; } adam_ctx;
 static void run_adamw(void *p) {
     adam_ctx *a = p;
     neox_segment all = {0, a->n, 0.1f};
-    be->adamw_segments(a->p, a->g, a->m, a->v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, 10, 1.0f, NULL);
+    be->adamw_segments(a->p, a->g, a->m, a->v, &all, 1, a->sc, 0.9f, 0.95f, 1e-8f, 1.0f, NULL);
 }
 
 // peer: the peer's rate in the same unit; peer_name says which peer it is.
@@ -204,7 +204,9 @@ int main(int argc, char **argv) {
     report("cross-entropy loss (N rows)", time_op(run_ce_loss, &r), (double)N * (3 * 4 + 2 * 8), "GB/s", copy);
 
     size_t np = 125000000;
-    adam_ctx ad = {np, dev_floats(np, 1), dev_floats(np, 1), dev_floats(np, 0.01f), dev_floats(np, 0)};
+    neox_step_scalars sc = {.lr = 1e-4f, .step = 10}, *dsc = be->alloc(sizeof sc);
+    be->to_device(dsc, &sc, sizeof sc);
+    adam_ctx ad = {np, dev_floats(np, 1), dev_floats(np, 1), dev_floats(np, 0.01f), dev_floats(np, 0), dsc};
     report("adamw 125M", time_op(run_adamw, &ad), 7.0 * np * sizeof(float), "GB/s", copy);
     free(ids);
     return 0;  // device memory goes with the process

@@ -106,6 +106,7 @@ typedef struct step_state {
     neox_model *m;
     float *mom, *vel;
     double *sumsq;
+    neox_step_scalars *sc;  // the update's learning rate and step, in be's memory
     neox_segment *segs;
     int *ids;
 } step_state;
@@ -125,6 +126,9 @@ static step_state *open_step(const model_spec *s, const neox_backend *be, int mi
     st->mom = be->alloc(n * sizeof(float));
     st->vel = be->alloc(n * sizeof(float));
     st->sumsq = be->alloc(sizeof(double));
+    st->sc = be->alloc(sizeof *st->sc);
+    neox_step_scalars sc = {.lr = 6e-4f, .step = 1};
+    be->to_device(st->sc, &sc, sizeof sc);
     be->memset_zero(st->mom, n * sizeof(float));
     be->memset_zero(st->vel, n * sizeof(float));
     st->segs = neox_malloc((size_t)st->m->nparams * sizeof *st->segs);
@@ -140,7 +144,7 @@ static step_state *open_step(const model_spec *s, const neox_backend *be, int mi
 
 static void close_step(step_state *st) {
     const neox_backend *be = st->m->be;
-    be->free(st->mom), be->free(st->vel), be->free(st->sumsq);
+    be->free(st->mom), be->free(st->vel), be->free(st->sumsq), be->free(st->sc);
     neox_model_free(st->m);
     free(st->segs), free(st->ids), free(st);
 }
@@ -155,7 +159,7 @@ static void issue_step(step_state *st) {
     neox_model_backward(m, 1.0f);
     be->sum_squares_segments_into(st->sumsq, m->grad_buf, st->segs, m->nparams);
     be->clip_by_norm(m->grad_buf, m->num_floats, st->sumsq, 1.0, 1.0);
-    be->adamw_segments(m->param_buf, m->grad_buf, st->mom, st->vel, st->segs, m->nparams, 6e-4f, 0.9f, 0.95f, 1e-8f, 1,
+    be->adamw_segments(m->param_buf, m->grad_buf, st->mom, st->vel, st->segs, m->nparams, st->sc, 0.9f, 0.95f, 1e-8f,
                        1.0f, st->sumsq);
     neox_model_weights_changed(m);
 }

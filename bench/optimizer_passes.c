@@ -50,9 +50,10 @@ int main(int argc, char **argv) {
         memcpy(gc, g, n * sizeof(float));  // (untimed: the scaled pass writes its input)
         double t3 = neox_now();
         neox_scale(gc, n, coef);
-        neox_adamw_segments(p, gc, m, v, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, r + 1, 1.0f, NULL);
+        neox_step_scalars sc = {.lr = 1e-4f, .step = r + 1};
+        neox_adamw_segments(p, gc, m, v, &all, 1, &sc, 0.9f, 0.95f, 1e-8f, 1.0f, NULL);
         double t4 = neox_now();
-        neox_adamw_segments(p2, g, m2, v2, &all, 1, 1e-4f, 0.9f, 0.95f, 1e-8f, r + 1, coef, NULL);
+        neox_adamw_segments(p2, g, m2, v2, &all, 1, &sc, 0.9f, 0.95f, 1e-8f, coef, NULL);
         double t5 = neox_now();
         double t[4] = {t1 - t0, t2 - t1, t4 - t3, t5 - t4};
         for (int k = 0; k < 4; k++) best[k] = t[k] < best[k] ? t[k] : best[k];

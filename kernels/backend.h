@@ -126,8 +126,8 @@ extern "C" {
     X(void, loss_guard, (double *guard, const double *sumsq, const double *loss_sums, int n), (guard, sumsq, loss_sums, \
       n))                                                                                                              \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
-      float lr, float beta1, float beta2, float eps, long step, float grad_scale, const double *guard), (param, grad,  \
-      m, v, segs, nseg, lr, beta1, beta2, eps, step, grad_scale, guard))                                               \
+      const neox_step_scalars *sc, float beta1, float beta2, float eps, float grad_scale, const double *guard),       \
+      (param, grad, m, v, segs, nseg, sc, beta1, beta2, eps, grad_scale, guard))                                       \
     X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,  \
       float momentum, int first), (param, grad, buf, segs, nseg, lr, momentum, first))                                 \
     X(void, lion_segments, (float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,   \
@@ -214,6 +214,23 @@ extern "C" {
     X(void, host_wait, (int64_t ticket), (ticket))                                                                     \
     X(void, device_wait, (int64_t ticket), (ticket))
 
+// ---- captured work (a training step as a CUDA graph) ----
+// graph_begin starts recording the work the host queues: until graph_end, every op and stream-ordered
+// memory entry (memset_zero, copy, to_host_async, to_device_async, device_wait) is recorded with its
+// arguments instead of run, pointers and by-value values alike, so a value passed by value is frozen
+// into the recording (per-step values go in memory: neox_step_scalars). An entry that would make the
+// host wait or change the memory map inside a recording (alloc, free, to_host, to_device, synchronize,
+// host_alloc, host_free, release, commit, an op returning a host value, a host_wait of a copy not yet
+// done) stops the process naming it, as it fails a CUDA capture. graph_end makes the recording
+// launchable (replacing the last one); graph_launch queues all of it again, reading its host sources
+// (page-locked) afresh, and returns a ticket that host_wait takes, done when all of it is. A ticket a
+// copy returned inside the recording stands for that copy in every launch: waiting for it waits for the
+// last launch. NULL entries where a backend cannot capture (the CPU and dry tables, the per-op profile).
+#define NEOX_BACKEND_GRAPH(X)                                                                                          \
+    X(void, graph_begin, (void), ())                                                                                   \
+    X(void, graph_end, (void), ())                                                                                     \
+    X(int64_t, graph_launch, (void), ())
+
 #define NEOX_BACKEND_MEMBER(ret, name, params, args) ret(*name) params;
 
 typedef struct neox_backend {
@@ -222,6 +239,7 @@ typedef struct neox_backend {
     int releases;      // release gives memory back (the CPU table, the emulated device, CUDA with virtual memory
                        // management), so plans may count it
     NEOX_BACKEND_MEMORY(NEOX_BACKEND_MEMBER)
+    NEOX_BACKEND_GRAPH(NEOX_BACKEND_MEMBER)
     NEOX_BACKEND_OPS(NEOX_BACKEND_MEMBER)
 } neox_backend;
 

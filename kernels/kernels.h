@@ -376,6 +376,14 @@ void neox_scale(float *x, size_t n, float s);
 // corrections. param, grad, m, v: (n).
 void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                 float eps, float weight_decay, long step);
+// The values of one update that change from step to step, read by the optimizer's ops from the
+// backend's memory rather than passed as arguments, so that a captured step (a CUDA graph, replayed
+// with the same arguments) still takes each step's own: lib/train/step_scalars.c fills them.
+typedef struct neox_step_scalars {
+    float lr;       // the learning rate of this update
+    int32_t unused; // (keeps step aligned the same on every compiler)
+    int64_t step;   // the 1-based update count (AdamW's bias corrections)
+} neox_step_scalars;
 // A run [begin, end) of a flat buffer with its own weight decay: the optimizer's view of one
 // parameter's part of the local state, so that one call (one GPU launch) covers every parameter.
 typedef struct neox_segment {
@@ -383,13 +391,14 @@ typedef struct neox_segment {
     float weight_decay;
 } neox_segment;
 // neox_adamw over each segment of param, grad, m, v (all indexed from the same origin); segs is a
-// host array of nseg segments, which must not overlap. grad_scale multiplies each gradient as it is
+// host array of nseg segments, which must not overlap. sc: the learning rate and the step (as
+// neox_adamw's) in the backend's memory. grad_scale multiplies each gradient as it is
 // read (gradient clipping and loss-scale unscaling folded into the update: the same bits as scaling
 // grad beforehand, without that pass over it; grad is left as it was). guard: NULL, or one double in the backend's
 // memory (the gradients' sum of squares, neox_sum_squares_segments_into): the update is skipped,
 // touching nothing, when it is not finite (an fp16 overflow), without the host reading it.
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
-                         float lr, float beta1, float beta2, float eps, long step, float grad_scale,
+                         const neox_step_scalars *sc, float beta1, float beta2, float eps, float grad_scale,
                          const double *guard);
 // torch.optim.SGD over each segment (no dampening, no Nesterov, as GPT-NeoX configures it):
 // d = g + wd * p; with momentum, buf = d on the first step (first = 1), else momentum * buf + d;

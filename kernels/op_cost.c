@@ -395,10 +395,9 @@ neox_op_cost neox_op_cost_adamw(float *param, const float *grad, float *m, float
 }
 
 neox_op_cost neox_op_cost_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs,
-                                         int nseg, float lr, float beta1, float beta2, float eps, long step,
+                                         int nseg, const neox_step_scalars *sc, float beta1, float beta2, float eps,
                                          float grad_scale, const double *guard) {
-    (void)param, (void)grad, (void)m, (void)v, (void)lr, (void)beta1, (void)beta2, (void)eps, (void)step,
-        (void)grad_scale;
+    (void)param, (void)grad, (void)m, (void)v, (void)sc, (void)beta1, (void)beta2, (void)eps, (void)grad_scale;
     return bytes_only(F32 * 7.0 * segments_floats(segs, nseg) + (guard ? 8.0 : 0.0));
 }
 

@@ -160,6 +160,8 @@ const neox_backend *neox_profile_install(const neox_backend *wrapped, int trace_
     keep_trace = trace_calls;
     table = *wrapped;  // the name, on_device and memory entries stay the wrapped table's
     NEOX_BACKEND_OPS(PROFILED_ENTRY)
+    // (a recording would freeze the profile's timing around each op, and CUDA events cannot be read in one)
+    table.graph_begin = NULL, table.graph_end = NULL, table.graph_launch = NULL;
     device_events = 0;
 #ifdef NEOX_CUDA
     device_events = !strcmp(wrapped->name, "cuda");

@@ -260,6 +260,8 @@ struct neox_model {
     neox_elem act_elem;        // the activations' storage type (kernels.h, "Activation storage"): fp32 (0) until
                                // neox_model_set_precision chooses bf16 storage
     void *host_stage;          // host copies of the N-sized loss statistics (private; forward.c)
+    int input_sets;            // page-locked staging sets of the inputs (neox_model_set_input_sets; 0: 2)
+    int inputs_staged;         // forward copies its inputs from the set neox_model_fill_inputs filled
     int nparams;
     neox_param *params;      // in buffer order
     // Layer l's parameters are params[layer_first_param[l] .. layer_first_param[l + 1]) (empty
@@ -425,6 +427,18 @@ void neox_model_set_head_rows(neox_model *m, int rows);
 // the CPU with the same chunks).
 #define NEOX_MODEL_HEAD_FUSED_ELEMS ((size_t)1 << 26)
 void neox_model_set_fused_head(neox_model *m, int on);
+// The inputs' page-locked staging for a captured step (lib/train/graph.c). set_input_sets: how many
+// micro-batches' ids, targets and masks it holds (2 unless asked: a forward refills the set of two
+// forwards before); with one per micro-batch and restart_inputs at each step, micro-batch k of every
+// step takes set k, from which a replayed capture copies it. fill_inputs: the next set filled as a
+// forward fills it, without the copies (the replay makes them); *mask_sum: the loss mask's sum, as
+// forward takes it for the loss's normalisation. While m->inputs_staged is set, forward takes its
+// inputs from the next set as fill_inputs left it (its ids, targets and mask arguments only say which
+// it has).
+void neox_model_set_input_sets(neox_model *m, int sets);
+void neox_model_restart_inputs(neox_model *m);
+int neox_model_fill_inputs(neox_model *m, const int *ids, const int *targets, const float *loss_mask, float *mask_sum,
+                           neox_error *err);
 // The activations' memory, with the 16-bit GEMM scratch of 16-bit precisions (the backend's).
 size_t neox_model_activation_bytes(const neox_model *m);
 // The activation plan by layer (docs/memory.md, "Activations per layer"): per_layer, the bytes each

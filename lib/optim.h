@@ -104,6 +104,11 @@ struct neox_optimizer {
     // NULL, or the gradients' sum of squares in the backend's memory: AdamW skips its update when
     // it is not finite, decided on the device (the trainer's device step; other types ignore it).
     const double *guard;
+    // NULL, or this update's learning rate and step in the backend's memory (the trainer's step
+    // scalars, lib/train/step_scalars.c), which AdamW's segmented update reads there: a captured step
+    // replays with each step's values. NULL: AdamW takes step's arguments (on a backend whose memory
+    // is the host's only: the CPU table, the offloaded optimizer).
+    const neox_step_scalars *scalars;
     // Types with scales_grads: the factor the next step applies to the gradients (clipping, loss
     // scale), instead of a pass that scales them in memory first; the trainer sets it and puts it
     // back to 1 after the step.

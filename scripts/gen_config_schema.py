@@ -50,6 +50,8 @@ OWN_KEYS = [
     ("neox.c", "compute_backend", "CHOICE", "auto", "auto|cpu|cuda|emulated", 0, None, None),
     # false: bf16 attention on a GPU always runs on the own kernels instead of cuDNN's fused attention.
     ("neox.c", "cudnn_attention", "BOOL", "true", None, 0, None, None),
+    # true: one rank's training step is captured once as a CUDA graph and replayed (docs/cuda.md).
+    ("neox.c", "cuda_graph", "BOOL", "false", None, 0, None, None),
     ("neox.c", "gradient_compression", "CHOICE", "none", "none|onebit|powersgd|adaptive", 0, None, None),
     ("neox.c", "gradient_compression_rank", "INT", "4", None, 0, 1, 1024),
     ("neox.c", "gradient_compression_start", "INT", "0", None, 0, 0, float("inf")),

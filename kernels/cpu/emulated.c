@@ -13,6 +13,12 @@
 // an op on a destination without device_wait, gets wrong numbers here, which the tests comparing
 // against the CPU backend bit for bit see; and a source that changes before its copy runs (which a
 // device may have copied already, or not) stops the process with a message.
+//
+// Its recordings (graph_begin/graph_end/graph_launch, kernels/backend.h) are the twin of a CUDA graph:
+// while recording, each op and stream-ordered memory entry is kept as its arguments instead of run, and
+// a launch runs the record again with those same arguments, so a value a step passed by value stays
+// the one recorded, as it would in a graph; whatever would make the host wait or change the memory map
+// inside a recording stops the process naming it.
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +28,21 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+
+// ---- the recording's state (its machinery is at the end of the file) ------------------------------
+static int recording;          // between graph_begin and graph_end
+static int64_t last_launch;    // the ticket the last graph_launch returned (0: none yet)
+static int64_t record_copies;  // copies recorded so far, in all recordings (tickets RECORDED_TICKET + index)
+static int64_t record_first;   // the first index of the current recording (those before are older ones')
+// Tickets handed out inside a recording stand for their copy in every launch; far above any real one.
+#define RECORDED_TICKET ((int64_t)1 << 62)
+
+static void refuse_in_recording(const char *what) {
+    if (!recording) return;
+    fprintf(stderr, "neox: %s inside a graph capture: the host would wait or the memory map change, which a "
+            "CUDA graph cannot hold (the emulated device refuses it as CUDA would)\n", what);
+    abort();
+}
 
 // A region's released pages (release) no longer count in held, and stay PROT_NONE even while an entry
 // point runs, until commit takes them back: a device cannot fault a page in, so an op, copy or
@@ -148,6 +169,7 @@ static void install_fault_handler(void) {
 }
 
 static void *emu_alloc(size_t bytes) {
+    refuse_in_recording("alloc");
     install_fault_handler();
     size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (bytes ? bytes + page - 1 : page) / page * page;
     void *p = mmap(NULL, len, open_depth ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -167,6 +189,7 @@ static void *emu_alloc(size_t bytes) {
 }
 
 static void emu_free(void *p) {
+    refuse_in_recording("free");
     reach_stream(0);  // a queued collective may still use it
     for (int i = 0; p && i < nregions; i++)
         if (regions[i].p == p) {
@@ -178,7 +201,12 @@ static void emu_free(void *p) {
         }
 }
 
+static void record_memset_zero(void *p, size_t bytes);
 static void emu_memset_zero(void *p, size_t bytes) {
+    if (recording) {
+        record_memset_zero(p, bytes);
+        return;
+    }
     reach_stream(0);
     OPEN_FOR_SCOPE();
     memset(p, 0, bytes);
@@ -187,6 +215,7 @@ static void emu_memset_zero(void *p, size_t bytes) {
 // The CPU's release (MADV_DONTNEED: the host pages really go back), then the pages inside stop counting
 // and stay unmapped to the device's own entry points too until committed.
 static size_t emu_release(void *p, size_t bytes) {
+    refuse_in_recording("release");
     reach_stream(0);  // a queued collective may still read the range
     OPEN_FOR_SCOPE();
     region *r = (region *)region_of(p);
@@ -207,6 +236,7 @@ static size_t emu_release(void *p, size_t bytes) {
 // Every page the range touches that was given back is the device's again (zero, as the CPU's
 // release left it), counted from now.
 static size_t emu_commit(void *p, size_t bytes) {
+    refuse_in_recording("commit");
     region *r = (region *)region_of(p);
     if (!r || !r->nreleased || bytes == 0) return 0;
     size_t page = page_size(), first = (size_t)((char *)p - r->p) / page;
@@ -224,7 +254,12 @@ static size_t emu_commit(void *p, size_t bytes) {
     return taken;
 }
 
+static void record_copy(void *dst, const void *src, size_t bytes);
 static void emu_copy(void *dst, const void *src, size_t bytes) {
+    if (recording) {
+        record_copy(dst, src, bytes);
+        return;
+    }
     reach_stream(0);
     OPEN_FOR_SCOPE();
     memmove(dst, src, bytes);
@@ -232,10 +267,12 @@ static void emu_copy(void *dst, const void *src, size_t bytes) {
 
 // A device's synchronous copies make the host wait (neox_note_host_wait counts it).
 static void emu_to_host(void *dst, const void *src, size_t bytes) {
+    refuse_in_recording("to_host (a synchronous copy)");
     neox_note_host_wait();
     emu_copy(dst, src, bytes);
 }
 static void emu_to_device(void *dst, const void *src, size_t bytes) {
+    refuse_in_recording("to_device (a synchronous copy)");
     neox_note_host_wait();
     emu_copy(dst, src, bytes);
 }
@@ -289,25 +326,51 @@ static void run_copies(int64_t ticket) {
     copied = ticket;
 }
 
+static int64_t record_async_copy(int to_host, void *dst, const void *src, size_t bytes);
 static int64_t emu_to_host_async(void *dst, const void *src, size_t bytes) {
+    if (recording) return record_async_copy(1, dst, src, bytes);
     memset(dst, 0xff, bytes);  // a NaN in every float until the copy is waited for
     return queue_copy(dst, src, bytes);
 }
-static int64_t emu_to_device_async(void *dst, const void *src, size_t bytes) { return queue_copy(dst, src, bytes); }
+static int64_t emu_to_device_async(void *dst, const void *src, size_t bytes) {
+    if (recording) return record_async_copy(0, dst, src, bytes);
+    return queue_copy(dst, src, bytes);
+}
+static void record_device_wait(int64_t ticket);
 static void emu_device_wait(int64_t ticket) {
+    if (recording) {
+        record_device_wait(ticket);
+        return;
+    }
     reach_stream(0);
     run_copies(ticket);
 }
-// A copy that has run already (a device_wait of it or a later one ran it) costs the host no wait.
+// A copy that has run already (a device_wait of it or a later one ran it) costs the host no wait. A
+// recorded copy's ticket stands for its last launch.
 static void emu_host_wait(int64_t ticket) {
-    if (ticket > copied) neox_note_host_wait();
+    if (ticket >= RECORDED_TICKET) {
+        if (recording && ticket - RECORDED_TICKET >= record_first)
+            refuse_in_recording("host_wait for a copy of the recording itself");
+        ticket = last_launch;
+    }
+    if (ticket > copied) {
+        refuse_in_recording("host_wait for a copy not yet done");
+        neox_note_host_wait();
+    }
     reach_stream(0);
     run_copies(ticket);
 }
-static void *emu_host_alloc(size_t bytes) { return neox_backend_cpu()->host_alloc(bytes); }
-static void emu_host_free(void *p) { neox_backend_cpu()->host_free(p); }
+static void *emu_host_alloc(size_t bytes) {
+    refuse_in_recording("host_alloc");
+    return neox_backend_cpu()->host_alloc(bytes);
+}
+static void emu_host_free(void *p) {
+    refuse_in_recording("host_free");
+    neox_backend_cpu()->host_free(p);
+}
 
 static void emu_synchronize(void) {
+    refuse_in_recording("synchronize");
     neox_note_host_wait();  // (the ops' work, which a device may still be doing, is waited for too)
     reach_stream(1);
     run_copies(queued);
@@ -316,14 +379,227 @@ static size_t emu_peak_bytes(void) { return peak; }
 
 // Every op: the CPU op with the memory open. An op that returns a host value (the only return type
 // other than void is double: sum_squares*) makes the host wait for it on a device.
-#define EMU_OP(ret, name, params, args)                                                                       \
-    static ret emu_##name params {                                                                            \
+#define EMU_RUN_OP(ret, name, params, args)                                                                   \
+    static ret run_##name params {                                                                            \
         if (#ret[0] == 'd') neox_note_host_wait();                                                            \
         reach_stream(0);                                                                                      \
         OPEN_FOR_SCOPE();                                                                                     \
         return neox_##name args;                                                                              \
     }
-NEOX_BACKEND_OPS(EMU_OP)
+NEOX_BACKEND_OPS(EMU_RUN_OP)
+
+// ---- recordings ----------------------------------------------------------------------------------
+// One recorded call: how to run it again and a copy of its arguments.
+typedef struct recorded_call {
+    void (*replay)(const void *args);
+    void *args;
+} recorded_call;
+
+static recorded_call *record;
+static int nrecord, record_cap;
+static int64_t *launch_tickets;  // what each copy of the recording is in the current launch (from record_first)
+
+static void record_call(void (*replay)(const void *), const void *args, size_t bytes) {
+    if (nrecord == record_cap) {
+        record_cap = record_cap ? 2 * record_cap : 256;
+        record = realloc(record, (size_t)record_cap * sizeof *record);
+        if (!record) abort();
+    }
+    void *copy = malloc(bytes ? bytes : 1);
+    if (!copy) abort();
+    memcpy(copy, args, bytes);
+    record[nrecord++] = (recorded_call){replay, copy};
+}
+
+// Applying a macro to each of up to 20 arguments: EMU_EACH(F, a, b) is F(a) F(b); EMU_LIST(F, a, b) is F(a), F(b).
+#define EMU_UNPAREN(...) __VA_ARGS__
+#define EMU_CAT(a, b) EMU_CAT_(a, b)
+#define EMU_CAT_(a, b) a##b
+#define EMU_NARGS(...) EMU_NARGS_(__VA_ARGS__, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+#define EMU_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, _20, N, ...) N
+#define EMU_EACH(F, ...) EMU_CAT(EMU_EACH_, EMU_NARGS(__VA_ARGS__))(F, __VA_ARGS__)
+#define EMU_LIST(F, ...) EMU_CAT(EMU_LIST_, EMU_NARGS(__VA_ARGS__))(F, __VA_ARGS__)
+#define EMU_EACH_1(F, x) F(x)
+#define EMU_LIST_1(F, x) F(x)
+#define EMU_EACH_2(F, x, ...) F(x) EMU_EACH_1(F, __VA_ARGS__)
+#define EMU_LIST_2(F, x, ...) F(x), EMU_LIST_1(F, __VA_ARGS__)
+#define EMU_EACH_3(F, x, ...) F(x) EMU_EACH_2(F, __VA_ARGS__)
+#define EMU_LIST_3(F, x, ...) F(x), EMU_LIST_2(F, __VA_ARGS__)
+#define EMU_EACH_4(F, x, ...) F(x) EMU_EACH_3(F, __VA_ARGS__)
+#define EMU_LIST_4(F, x, ...) F(x), EMU_LIST_3(F, __VA_ARGS__)
+#define EMU_EACH_5(F, x, ...) F(x) EMU_EACH_4(F, __VA_ARGS__)
+#define EMU_LIST_5(F, x, ...) F(x), EMU_LIST_4(F, __VA_ARGS__)
+#define EMU_EACH_6(F, x, ...) F(x) EMU_EACH_5(F, __VA_ARGS__)
+#define EMU_LIST_6(F, x, ...) F(x), EMU_LIST_5(F, __VA_ARGS__)
+#define EMU_EACH_7(F, x, ...) F(x) EMU_EACH_6(F, __VA_ARGS__)
+#define EMU_LIST_7(F, x, ...) F(x), EMU_LIST_6(F, __VA_ARGS__)
+#define EMU_EACH_8(F, x, ...) F(x) EMU_EACH_7(F, __VA_ARGS__)
+#define EMU_LIST_8(F, x, ...) F(x), EMU_LIST_7(F, __VA_ARGS__)
+#define EMU_EACH_9(F, x, ...) F(x) EMU_EACH_8(F, __VA_ARGS__)
+#define EMU_LIST_9(F, x, ...) F(x), EMU_LIST_8(F, __VA_ARGS__)
+#define EMU_EACH_10(F, x, ...) F(x) EMU_EACH_9(F, __VA_ARGS__)
+#define EMU_LIST_10(F, x, ...) F(x), EMU_LIST_9(F, __VA_ARGS__)
+#define EMU_EACH_11(F, x, ...) F(x) EMU_EACH_10(F, __VA_ARGS__)
+#define EMU_LIST_11(F, x, ...) F(x), EMU_LIST_10(F, __VA_ARGS__)
+#define EMU_EACH_12(F, x, ...) F(x) EMU_EACH_11(F, __VA_ARGS__)
+#define EMU_LIST_12(F, x, ...) F(x), EMU_LIST_11(F, __VA_ARGS__)
+#define EMU_EACH_13(F, x, ...) F(x) EMU_EACH_12(F, __VA_ARGS__)
+#define EMU_LIST_13(F, x, ...) F(x), EMU_LIST_12(F, __VA_ARGS__)
+#define EMU_EACH_14(F, x, ...) F(x) EMU_EACH_13(F, __VA_ARGS__)
+#define EMU_LIST_14(F, x, ...) F(x), EMU_LIST_13(F, __VA_ARGS__)
+#define EMU_EACH_15(F, x, ...) F(x) EMU_EACH_14(F, __VA_ARGS__)
+#define EMU_LIST_15(F, x, ...) F(x), EMU_LIST_14(F, __VA_ARGS__)
+#define EMU_EACH_16(F, x, ...) F(x) EMU_EACH_15(F, __VA_ARGS__)
+#define EMU_LIST_16(F, x, ...) F(x), EMU_LIST_15(F, __VA_ARGS__)
+#define EMU_EACH_17(F, x, ...) F(x) EMU_EACH_16(F, __VA_ARGS__)
+#define EMU_LIST_17(F, x, ...) F(x), EMU_LIST_16(F, __VA_ARGS__)
+#define EMU_EACH_18(F, x, ...) F(x) EMU_EACH_17(F, __VA_ARGS__)
+#define EMU_LIST_18(F, x, ...) F(x), EMU_LIST_17(F, __VA_ARGS__)
+#define EMU_EACH_19(F, x, ...) F(x) EMU_EACH_18(F, __VA_ARGS__)
+#define EMU_LIST_19(F, x, ...) F(x), EMU_LIST_18(F, __VA_ARGS__)
+#define EMU_EACH_20(F, x, ...) F(x) EMU_EACH_19(F, __VA_ARGS__)
+#define EMU_LIST_20(F, x, ...) F(x), EMU_LIST_19(F, __VA_ARGS__)
+
+// Each op's arguments as a struct (its parameter list with semicolons).
+#define EMU_FIELD(param) param;
+#define EMU_ARGS_STRUCT(ret, name, params, args) struct args_##name { EMU_EACH(EMU_FIELD, EMU_UNPAREN params) };
+NEOX_BACKEND_OPS(EMU_ARGS_STRUCT)
+
+// The host array an op reads when called (the segment tables: a CUDA op uploads its table then, so a
+// graph holds that table's contents): the recording keeps its own copy, freed with the recording.
+static void **kept_tables;
+static int nkept, kept_cap;
+
+static const neox_segment *keep_segments(const neox_segment *segs, int nseg) {
+    if (nkept == kept_cap) {
+        kept_cap = kept_cap ? 2 * kept_cap : 16;
+        kept_tables = realloc(kept_tables, (size_t)kept_cap * sizeof *kept_tables);
+        if (!kept_tables) abort();
+    }
+    neox_segment *copy = malloc((size_t)(nseg > 0 ? nseg : 1) * sizeof *copy);
+    if (!copy) abort();
+    memcpy(copy, segs, (size_t)(nseg > 0 ? nseg : 0) * sizeof *copy);
+    return kept_tables[nkept++] = copy;
+}
+
+#define EMU_SEGMENT_OPS(X) X(sum_squares_segments_into) X(adamw_segments) X(sgd_segments) X(lion_segments) \
+    X(madgrad_segments)
+#define EMU_KEEP_SEGMENTS(name)                                                                               \
+    static void keep_tables_##name(void *args) {                                                              \
+        struct args_##name *a = args;                                                                         \
+        a->segs = keep_segments(a->segs, a->nseg);                                                            \
+    }
+EMU_SEGMENT_OPS(EMU_KEEP_SEGMENTS)
+#define EMU_KEEP_ENTRY(name) [NEOX_OP_##name] = keep_tables_##name,
+static void (*const keep_tables[NEOX_OP_COUNT])(void *args) = {EMU_SEGMENT_OPS(EMU_KEEP_ENTRY)};
+
+// A recorder that keeps an op's arguments and a replayer that calls the op with them. An op that
+// returns a host value cannot be recorded.
+#define EMU_MEMBER(arg) recorded_->arg
+#define EMU_RECORDED_OP(ret, name, params, args)                                                              \
+    static void replay_##name(const void *recorded_args_) {                                                   \
+        const struct args_##name *recorded_ = recorded_args_;                                                 \
+        (void)run_##name(EMU_LIST(EMU_MEMBER, EMU_UNPAREN args));                                             \
+    }                                                                                                         \
+    static void record_##name params {                                                                        \
+        if (#ret[0] == 'd') refuse_in_recording(#name " (an op that returns a host value)");                  \
+        struct args_##name recorded_ = {EMU_UNPAREN args};                                                    \
+        if (keep_tables[NEOX_OP_##name]) keep_tables[NEOX_OP_##name](&recorded_);                             \
+        record_call(replay_##name, &recorded_, sizeof recorded_);                                             \
+    }
+NEOX_BACKEND_OPS(EMU_RECORDED_OP)
+
+// The table's ops: run, or recorded while a recording is open.
+#define EMU_OP(ret, name, params, args)                                                                       \
+    static ret emu_##name params {                                                                            \
+        if (!recording) return run_##name args;                                                               \
+        record_##name args;                                                                                   \
+        return (ret)0;                                                                                        \
+    }
+#define EMU_VOID_OP(ret, name, params, args)                                                                  \
+    static void emu_##name params {                                                                           \
+        if (recording) record_##name args;                                                                    \
+        else run_##name args;                                                                                 \
+    }
+#define EMU_ANY_OP(ret, name, params, args) EMU_SELECT_##ret(ret, name, params, args)
+#define EMU_SELECT_void EMU_VOID_OP
+#define EMU_SELECT_double EMU_OP
+NEOX_BACKEND_OPS(EMU_ANY_OP)
+
+// The stream-ordered memory entries, recorded likewise (they run again through the table's own).
+typedef struct recorded_memory {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int64_t index;  // a copy's place among the recording's copies; a device_wait's copy (or a real ticket)
+    int to_host;
+} recorded_memory;
+
+static void replay_memset_zero(const void *p) {
+    const recorded_memory *r = p;
+    emu_memset_zero(r->dst, r->bytes);
+}
+static void record_memset_zero(void *p, size_t bytes) {
+    recorded_memory r = {.dst = p, .bytes = bytes};
+    record_call(replay_memset_zero, &r, sizeof r);
+}
+static void replay_copy(const void *p) {
+    const recorded_memory *r = p;
+    emu_copy(r->dst, r->src, r->bytes);
+}
+static void record_copy(void *dst, const void *src, size_t bytes) {
+    recorded_memory r = {.dst = dst, .src = src, .bytes = bytes};
+    record_call(replay_copy, &r, sizeof r);
+}
+static void replay_async_copy(const void *p) {
+    const recorded_memory *r = p;
+    void *dst = r->dst;
+    launch_tickets[r->index - record_first] = r->to_host ? emu_to_host_async(dst, r->src, r->bytes)
+                                          : emu_to_device_async(dst, r->src, r->bytes);
+}
+static int64_t record_async_copy(int to_host, void *dst, const void *src, size_t bytes) {
+    recorded_memory r = {.dst = dst, .src = src, .bytes = bytes, .index = record_copies++, .to_host = to_host};
+    record_call(replay_async_copy, &r, sizeof r);
+    return RECORDED_TICKET + r.index;
+}
+static void replay_device_wait(const void *p) {
+    const recorded_memory *r = p;
+    int64_t ticket = r->index;
+    if (ticket >= RECORDED_TICKET + record_first) ticket = launch_tickets[ticket - RECORDED_TICKET - record_first];
+    else if (ticket >= RECORDED_TICKET) ticket = last_launch;  // (an older recording's copy)
+    emu_device_wait(ticket);
+}
+static void record_device_wait(int64_t ticket) {
+    recorded_memory r = {.index = ticket};
+    record_call(replay_device_wait, &r, sizeof r);
+}
+
+static void emu_graph_begin(void) {
+    if (recording) refuse_in_recording("graph_begin (a recording is open already)");
+    for (int i = 0; i < nrecord; i++) free(record[i].args);
+    for (int i = 0; i < nkept; i++) free(kept_tables[i]);
+    nrecord = nkept = 0;
+    record_first = record_copies;
+    recording = 1;
+}
+
+static void emu_graph_end(void) {
+    if (!recording) {
+        fprintf(stderr, "neox: graph_end without graph_begin\n");
+        abort();
+    }
+    recording = 0;
+    free(launch_tickets);
+    launch_tickets = calloc((size_t)(record_copies - record_first + 1), sizeof *launch_tickets);
+    if (!launch_tickets) abort();
+}
+
+// The recording run again, in order; its ticket is the newest copy's (every earlier one runs first).
+static int64_t emu_graph_launch(void) {
+    if (recording) refuse_in_recording("graph_launch");
+    for (int i = 0; i < nrecord; i++) record[i].replay(record[i].args);
+    return last_launch = queued;
+}
 
 #define EMU_ENTRY(ret, name, params, args) .name = emu_##name,
 
@@ -348,6 +624,9 @@ static const neox_backend emulated_backend = {
     .to_device_async = emu_to_device_async,
     .host_wait = emu_host_wait,
     .device_wait = emu_device_wait,
+    .graph_begin = emu_graph_begin,
+    .graph_end = emu_graph_end,
+    .graph_launch = emu_graph_launch,
     NEOX_BACKEND_OPS(EMU_ENTRY)
 };
 

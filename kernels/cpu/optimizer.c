@@ -85,9 +85,11 @@ void neox_adamw(float *param, const float *grad, float *m, float *v, size_t n, f
 }
 
 void neox_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,
-                         float lr, float beta1, float beta2, float eps, long step, float grad_scale,
+                         const neox_step_scalars *sc, float beta1, float beta2, float eps, float grad_scale,
                          const double *guard) {
     if (guard && !isfinite(*guard)) return;
+    float lr = sc->lr;
+    long step = (long)sc->step;
     for (int s = 0; s < nseg; s++) {
         size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
         adamw_scaled(param + b, grad + b, m + b, v + b, n, grad_scale, lr, beta1, beta2, eps, segs[s].weight_decay,

@@ -1,6 +1,6 @@
 // backend.cu: the CUDA backend's state and table: the current device, the one stream every op is
-// queued on, the cuBLAS handle, scratch memory, device memory entry points, and the neox_backend
-// table pointing at every neox_cuda_<op>.
+// queued on, the cuBLAS handle, scratch memory, device memory entry points, the capture of that stream
+// as a CUDA graph, and the neox_backend table pointing at every neox_cuda_<op>.
 #include <cublas_v2.h>
 #include <string.h>
 
@@ -185,8 +185,83 @@ static void ensure_copy_stream(void) {
     for (int i = 0; i < COPY_EVENTS; i++) CUDA_CHECK(cudaEventCreateWithFlags(&g_copy_done[i], cudaEventDisableTiming));
 }
 
+// ---- the graph (graph_begin/graph_end/graph_launch, kernels/backend.h) ---------------------------
+// A capture of the op stream; the copy stream joins it at its first copy (waiting on an event of the
+// op stream, the fork CUDA's capture follows) and is joined back before it ends. Copies inside get
+// tickets from g_capture_first on, each with an event of its own in the capture (device_wait's); after
+// the capture each stands for the last launch, whose ticket's event is recorded on the op stream.
+enum { CAPTURE_COPIES = 256 };
+static int g_capturing, g_copy_joined;
+static int64_t g_capture_first = 1, g_capture_end = 1;  // [first, end): the recording's tickets
+static cudaEvent_t g_capture_done[CAPTURE_COPIES];
+static cudaGraphExec_t g_graph_exec;
+static int64_t g_last_launch;
+
+static int64_t queue_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+
+static int64_t capture_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    int64_t ticket = ++g_tickets, index = ticket - g_capture_first;
+    if (index >= CAPTURE_COPIES) {
+        fprintf(stderr, "neox cuda: more than %d asynchronous copies in one graph capture\n", CAPTURE_COPIES);
+        abort();
+    }
+    if (!g_capture_done[index]) CUDA_CHECK(cudaEventCreateWithFlags(&g_capture_done[index], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(g_ops_done, g_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(g_copy_stream, g_ops_done, 0));
+    g_copy_joined = 1;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, g_copy_stream));
+    CUDA_CHECK(cudaEventRecord(g_capture_done[index], g_copy_stream));
+    return ticket;
+}
+
+static int captured_ticket(int64_t ticket) {
+    return ticket >= g_capture_first && ticket < (g_capturing ? g_tickets + 1 : g_capture_end);
+}
+
+extern "C" void neox_cuda_graph_begin(void) {
+    ensure_copy_stream();
+    if (g_capturing) {
+        fprintf(stderr, "neox cuda: graph_begin inside a capture\n");
+        abort();
+    }
+    g_capturing = 1, g_copy_joined = 0;
+    g_capture_first = g_tickets + 1;
+    // (thread-local: another thread's unsafe call does not break this capture)
+    CUDA_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+}
+
+extern "C" void neox_cuda_graph_end(void) {
+    if (g_copy_joined) {  // the copy stream's branch joins the op stream before the capture ends
+        CUDA_CHECK(cudaEventRecord(g_ops_done, g_copy_stream));
+        CUDA_CHECK(cudaStreamWaitEvent(g_stream, g_ops_done, 0));
+    }
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamEndCapture(g_stream, &graph));
+    g_capturing = 0;
+    g_capture_end = g_tickets + 1;
+    if (g_graph_exec) CUDA_CHECK(cudaGraphExecDestroy(g_graph_exec));
+    CUDA_CHECK(cudaGraphInstantiate(&g_graph_exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// The launch's ticket: an event on the op stream after it, in the copies' ring like theirs.
+extern "C" int64_t neox_cuda_graph_launch(void) {
+    if (g_capturing || !g_graph_exec) {
+        fprintf(stderr, "neox cuda: graph_launch %s\n", g_capturing ? "inside a capture" : "before any capture");
+        abort();
+    }
+    CUDA_CHECK(cudaGraphLaunch(g_graph_exec, g_stream));
+    int64_t ticket = ++g_tickets;
+    int slot = (int)(ticket % COPY_EVENTS);
+    if (g_copy_ticket[slot]) CUDA_CHECK(cudaEventSynchronize(g_copy_done[slot]));
+    CUDA_CHECK(cudaEventRecord(g_copy_done[slot], g_stream));
+    g_copy_ticket[slot] = ticket;
+    return g_last_launch = ticket;
+}
+
 static int64_t queue_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     ensure_copy_stream();
+    if (g_capturing) return capture_copy(dst, src, bytes, kind);
     CUDA_CHECK(cudaEventRecord(g_ops_done, g_stream));
     CUDA_CHECK(cudaStreamWaitEvent(g_copy_stream, g_ops_done, 0));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, g_copy_stream));
@@ -198,9 +273,15 @@ static int64_t queue_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKi
     return ticket;
 }
 
-// The event of a ticket still to wait for, or NULL when it is done.
+// The event of a ticket still to wait for, or NULL when it is done (a copy of the last capture's:
+// its launch's).
 static cudaEvent_t copy_event(int64_t ticket) {
     if (ticket <= 0 || !g_copy_stream) return NULL;
+    if (captured_ticket(ticket)) {
+        if (g_capturing) return g_capture_done[ticket - g_capture_first];
+        ticket = g_last_launch;
+        if (ticket <= 0) return NULL;
+    }
     int slot = (int)(ticket % COPY_EVENTS);
     return g_copy_ticket[slot] == ticket ? g_copy_done[slot] : NULL;
 }
@@ -212,6 +293,10 @@ extern "C" int64_t neox_cuda_to_device_async(void *dst, const void *src, size_t 
     return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice);
 }
 extern "C" void neox_cuda_host_wait(int64_t ticket) {
+    if (g_capturing && captured_ticket(ticket)) {
+        fprintf(stderr, "neox cuda: host_wait for a copy inside the graph capture it belongs to\n");
+        abort();
+    }
     cudaEvent_t e = copy_event(ticket);
     if (!e) return;
     cudaError_t done = cudaEventQuery(e);  // a copy that has finished costs the host no wait
@@ -220,7 +305,10 @@ extern "C" void neox_cuda_host_wait(int64_t ticket) {
     neox_note_host_wait();
     CUDA_CHECK(cudaEventSynchronize(e));
 }
+// Inside a capture only the capture's own copies are waited for: an event recorded outside it cannot
+// be (its copy was queued before the capture, which the caller waited for then).
 extern "C" void neox_cuda_device_wait(int64_t ticket) {
+    if (g_capturing && !captured_ticket(ticket)) return;
     cudaEvent_t e = copy_event(ticket);
     if (e) CUDA_CHECK(cudaStreamWaitEvent(neox_cuda_current_stream(), e, 0));
 }
@@ -257,6 +345,7 @@ extern "C" const neox_backend *neox_backend_cuda(void) {
         table.on_device = 1;
         table.releases = ready && neox_vmm_ready();
         NEOX_BACKEND_MEMORY(CUDA_ENTRY)
+        NEOX_BACKEND_GRAPH(CUDA_ENTRY)
         NEOX_BACKEND_OPS(CUDA_ENTRY)
     }
     return ready ? &table : NULL;

@@ -14,6 +14,7 @@ extern "C" {
 
 #define NEOX_CUDA_DECLARE(ret, name, params, args) ret neox_cuda_##name params;
 NEOX_BACKEND_MEMORY(NEOX_CUDA_DECLARE)
+NEOX_BACKEND_GRAPH(NEOX_CUDA_DECLARE)
 NEOX_BACKEND_OPS(NEOX_CUDA_DECLARE)
 #undef NEOX_CUDA_DECLARE
 

@@ -23,7 +23,10 @@ struct adam_consts {
     float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bc2_sqrt, eps, grad_scale;
 };
 
-static adam_consts make_consts(float lr, float beta1, float beta2, float eps, long step, float grad_scale) {
+// On the host for neox_cuda_adamw; on the device (one thread, from the step scalars) for the segmented
+// update, whose learning rate and step a captured step must read afresh at every replay.
+__host__ __device__ static adam_consts make_consts(float lr, float beta1, float beta2, float eps, long step,
+                                                   float grad_scale) {
     adam_consts k;
     k.grad_scale = grad_scale;
     k.lr = lr;
@@ -62,10 +65,12 @@ __device__ __forceinline__ int find_segment(const dev_segment *seg, int nseg, si
 }
 
 // guard: NULL, or the gradients' sum of squares: not finite (an fp16 overflow) skips the update.
+// consts: made from the step scalars by adam_consts_kernel just before.
 __global__ void adamw_segments_kernel(float *param, const float *grad, float *m, float *v, const dev_segment *seg,
-                                      int nseg, size_t total, adam_consts k, const double *guard) {
+                                      int nseg, size_t total, const adam_consts *consts, const double *guard) {
     size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     if (j >= total || (guard && !isfinite(*guard))) return;
+    const adam_consts k = *consts;
     int s = find_segment(seg, nseg, j);
     for (; j < total; j += stride) {
         while (s + 1 < nseg && seg[s + 1].start <= j) s++;  // positions only grow: walk forward
@@ -120,20 +125,49 @@ static const table_entry &device_table(const neox_segment *segs, int nseg) {
     return e;
 }
 
+// One thread: the update's constants from the step scalars (the bias corrections' powf on the device).
+// consts: (1)
+__global__ void adam_consts_kernel(adam_consts *consts, const neox_step_scalars *sc, float beta1, float beta2,
+                                   float eps, float grad_scale) {
+    *consts = make_consts(sc->lr, beta1, beta2, eps, (long)sc->step, grad_scale);
+}
+
+// The constants' home: one per process, written by adam_consts_kernel before each update reads it
+// (stream order keeps an update's from the next one's), allocated once, before any capture.
+static adam_consts *adam_consts_buffer(void) {
+    static adam_consts *buffer;
+    if (!buffer) CUDA_CHECK(cudaMalloc(&buffer, sizeof *buffer));
+    return buffer;
+}
+
 extern "C" void neox_cuda_adamw_segments(float *param, const float *grad, float *m, float *v, const neox_segment *segs,
-                                         int nseg, float lr, float beta1, float beta2, float eps, long step,
+                                         int nseg, const neox_step_scalars *sc, float beta1, float beta2, float eps,
                                          float grad_scale, const double *guard) {
     const table_entry &t = device_table(segs, nseg);
     if (t.count == 0) return;
-    adamw_segments_kernel<<<blocks_for(t.total, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
-        param, grad, m, v, t.dev, t.count, t.total, make_consts(lr, beta1, beta2, eps, step, grad_scale), guard);
+    adam_consts *consts = adam_consts_buffer();
+    adam_consts_kernel<<<1, 1, 0, neox_cuda_current_stream()>>>(consts, sc, beta1, beta2, eps, grad_scale);
     CUDA_LAUNCHED();
+    adamw_segments_kernel<<<blocks_for(t.total, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+        param, grad, m, v, t.dev, t.count, t.total, consts, guard);
+    CUDA_LAUNCHED();
+}
+
+// The unsegmented form keeps its arguments (no captured step calls it): the constants go up with it.
+__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n, float weight_decay,
+                             adam_consts k) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    float decay = __fsub_rn(1.0f, __fmul_rn(k.lr, weight_decay));
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride)
+        adam_element(param, grad, m, v, i, decay, k);
 }
 
 extern "C" void neox_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                                 float beta2, float eps, float weight_decay, long step) {
-    neox_segment all = {0, n, weight_decay};
-    neox_cuda_adamw_segments(param, grad, m, v, &all, 1, lr, beta1, beta2, eps, step, 1.0f, NULL);
+    if (n == 0) return;
+    adamw_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
+        param, grad, m, v, n, weight_decay, make_consts(lr, beta1, beta2, eps, step, 1.0f));
+    CUDA_LAUNCHED();
 }
 
 // ---- squared norms ------------------------------------------------------------------------------

@@ -184,15 +184,19 @@ static size_t carve(neox_model *m, neox_acts *slots, float *base, float *host_ba
 // The inputs go in from two staging sets of page-locked memory (host_alloc) by asynchronous copies
 // that the forward's ops wait for on the device, not the host: while one set's copy may still be in
 // the queue the next micro-batch fills the other, and a set is refilled only after its copy is done
-// (which, two micro-batches on, it always is: the ops of the micro-batch between waited for it).
+// (which, two micro-batches on, it always is: the ops of the micro-batch between waited for it). A
+// captured step holds one set per micro-batch (neox_model_set_input_sets), whose copies its replays
+// make again from the same sets.
 typedef struct input_stage {
     int *ids, *targets;             // (N)
     float *mask;                    // (N)
+    float mask_sum;                 // the mask's sum
     int64_t ticket;                 // the last copy out of this set
 } input_stage;
 
 typedef struct host_stage {
-    input_stage in[2];
+    input_stage *in;                // (nsets)
+    int nsets;
     int next_in;                    // the set the next forward fills
     float *lse;                     // (N)
     double *target_logit;           // (N)
@@ -201,11 +205,12 @@ typedef struct host_stage {
 static void free_host_stage(neox_model *m) {
     host_stage *h = m->host_stage;
     if (!h) return;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < h->nsets; k++) {
         m->be->host_wait(h->in[k].ticket);  // (no copy may still read memory freed here)
         void *in[] = {h->in[k].ids, h->in[k].targets, h->in[k].mask};
         for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) m->be->host_free(in[i]);
     }
+    free(h->in);
     free(h->lse);
     free(h->target_logit);
     free(h);
@@ -215,7 +220,9 @@ static void free_host_stage(neox_model *m) {
 static void make_host_stage(neox_model *m) {
     size_t N = (size_t)m->B * m->T;
     host_stage *h = neox_calloc(1, sizeof *h);
-    for (int k = 0; k < 2; k++) {
+    h->nsets = m->input_sets > 2 ? m->input_sets : 2;
+    h->in = neox_calloc((size_t)h->nsets, sizeof *h->in);
+    for (int k = 0; k < h->nsets; k++) {
         h->in[k].ids = m->be->host_alloc(N * sizeof(int));
         h->in[k].targets = m->be->host_alloc(N * sizeof(int));
         h->in[k].mask = m->be->host_alloc(N * sizeof(float));
@@ -746,35 +753,65 @@ void neox_model_set_token_weights(neox_model *m, const float *w) {
     a->mask_sum = 1.0f;
 }
 
-// The micro-batch's ids, targets and loss mask (1 where NULL) into the model's buffers through the
-// next staging set (host_stage above); the sum of the mask, which backward scales by, is taken here in
-// the order cross_entropy_loss takes it, so it never comes back from the device.
-static int stage_inputs(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err) {
-    const neox_backend *be = m->be;
+void neox_model_set_input_sets(neox_model *m, int sets) {
+    m->input_sets = sets;
+    if (!m->host_stage) return;
+    free_host_stage(m);
+    make_host_stage(m);
+}
+
+void neox_model_restart_inputs(neox_model *m) { ((host_stage *)m->host_stage)->next_in = 0; }
+
+// The micro-batch's ids, targets and loss mask (1 where NULL) into the next staging set (host_stage
+// above); the sum of the mask, which backward scales by, is taken here in the order cross_entropy_loss
+// takes it, so it never comes back from the device.
+static int fill_stage(neox_model *m, input_stage *in, const int *ids, const int *targets, const float *loss_mask,
+                      neox_error *err) {
     neox_acts *a = m->acts;
-    host_stage *h = m->host_stage;
-    input_stage *in = &h->in[h->next_in];
     int N = m->B * m->T, V = m->desc.vocab_size;
     neox_shard s = neox_model_shard(&m->desc);
-    be->host_wait(in->ticket);  // (done long since: see host_stage)
+    m->be->host_wait(in->ticket);  // (done long since: see host_stage)
     if (ids && localise_ids(in->ids, ids, N, V, s, "token", err) != 0) return -1;
     if (targets && localise_ids(in->targets, targets, N, V, s, "target", err) != 0) return -1;
-    int64_t ticket = 0;
-    if (ids) ticket = be->to_device_async(a->ids, in->ids, (size_t)N * sizeof(int));
     if (targets) {
         double mask_sum = 0.0;
         for (int i = 0; i < N; i++) {
             in->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
             mask_sum += in->mask[i];
         }
-        a->mask_sum = (float)mask_sum;
-        be->to_device_async(a->targets, in->targets, (size_t)N * sizeof(int));
-        ticket = be->to_device_async(a->mask, in->mask, (size_t)N * sizeof(float));
+        a->mask_sum = in->mask_sum = (float)mask_sum;
+    }
+    return 0;
+}
+
+int neox_model_fill_inputs(neox_model *m, const int *ids, const int *targets, const float *loss_mask, float *mask_sum,
+                           neox_error *err) {
+    host_stage *h = m->host_stage;
+    if (fill_stage(m, &h->in[h->next_in], ids, targets, loss_mask, err) != 0) return -1;
+    *mask_sum = ((neox_acts *)m->acts)->mask_sum;
+    if (ids || targets) h->next_in = (h->next_in + 1) % h->nsets;
+    return 0;
+}
+
+// The staged set's copies into the model's buffers, which the forward's ops wait for on the device.
+static int stage_inputs(neox_model *m, const int *ids, const int *targets, const float *loss_mask, neox_error *err) {
+    const neox_backend *be = m->be;
+    neox_acts *a = m->acts;
+    host_stage *h = m->host_stage;
+    input_stage *in = &h->in[h->next_in];
+    size_t N = (size_t)m->B * m->T;
+    if (!m->inputs_staged && fill_stage(m, in, ids, targets, loss_mask, err) != 0) return -1;
+    if (m->inputs_staged && targets) a->mask_sum = in->mask_sum;
+    int64_t ticket = 0;
+    if (ids) ticket = be->to_device_async(a->ids, in->ids, N * sizeof(int));
+    if (targets) {
+        be->to_device_async(a->targets, in->targets, N * sizeof(int));
+        ticket = be->to_device_async(a->mask, in->mask, N * sizeof(float));
     }
     if (!ticket) return 0;
     be->device_wait(ticket);  // (copies run in order: the last covers them all)
     in->ticket = ticket;
-    h->next_in ^= 1;
+    h->next_in = (h->next_in + 1) % h->nsets;
     return 0;
 }
 

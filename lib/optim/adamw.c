@@ -13,8 +13,10 @@ static void read_adamw(const neox_config *cfg, neox_optimizer_settings *s) {
 static void step_adamw(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg,
                        double lr, int64_t step) {
     const neox_optimizer_settings *s = &o->s;
-    o->be->adamw_segments(param, grad, o->state[0], o->state[1], segs, nseg, (float)lr, (float)s->beta1,
-                          (float)s->beta2, (float)s->eps, (long)step, o->grad_scale, o->guard);
+    neox_step_scalars given = {.lr = (float)lr, .step = step};
+    neox_assert(o->scalars || !o->be->on_device, "AdamW on a device without its step scalars in device memory");
+    o->be->adamw_segments(param, grad, o->state[0], o->state[1], segs, nseg, o->scalars ? o->scalars : &given,
+                          (float)s->beta1, (float)s->beta2, (float)s->eps, o->grad_scale, o->guard);
 }
 
 const neox_optimizer_type neox_optimizer_adamw = {

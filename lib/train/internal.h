@@ -68,6 +68,8 @@ typedef struct neox_rm {
 } neox_rm;
 
 typedef struct neox_late_read neox_late_read;
+typedef struct neox_step_scalars_block neox_step_scalars_block;
+typedef struct neox_graph neox_graph;
 
 struct neox_trainer {
     const neox_config *cfg;
@@ -97,6 +99,8 @@ struct neox_trainer {
     neox_optimizer *optimizer;     // its state covers [state_begin, state_end) of the flat buffers
     double *step_sumsq;            // the device step's sum of squares (one double on be), else NULL
     neox_late_read *late;          // the device step's values read a step late (step.c), else NULL
+    neox_step_scalars_block *scalars;  // the update's learning rate and step on be (step_scalars.c)
+    neox_graph *graph;             // the captured step (graph.c: cuda_graph), else NULL
     neox_lr_schedule lr;           // the LR schedule part's (resume_schedule.c); the step reads it
     // How the gradients cross the data-parallel group (lib/gradient's exchange, made by
     // grad_exchange.c at every data-parallel size): the reducers, ZeRO-2's partition sums, sparse
@@ -168,6 +172,13 @@ int neox_train_settle_before_backward(neox_trainer *t, neox_error *err);
 // The settled step the loop has not logged yet, once: 1 and *out, with what that step added to the
 // wall_clock_breakdown timers (kept apart, for its own log line, while the next step ran), or 0.
 int neox_train_take_settled(neox_trainer *t, neox_step_result *out, neox_timer timers[NEOX_TIMER_COUNT]);
+// The step's device work and decisions as neox_train_step runs them between the parts' begin_step
+// and end_step (graph.c runs them eagerly, or inside a capture).
+int neox_train_run_step(neox_trainer *t, neox_step_result *out, neox_error *err);
+// A replayed step's result as the late read keeps it (its values wait on the device for
+// neox_train_settle): what late_step records after queuing the update, without queuing anything;
+// ticket: the launch's, which the settle waits for.
+void neox_train_late_replayed(neox_trainer *t, neox_step_result *out, double scale, int64_t ticket);
 // Mean loss over eval_iters x gradient_accumulation_steps micro-batches of `it` (dropout off).
 int neox_train_evaluate(neox_trainer *t, neox_batch_iterator *it, int64_t iters, double *loss, neox_error *err);
 
@@ -176,6 +187,10 @@ int neox_train_evaluate(neox_trainer *t, neox_batch_iterator *it, int64_t iters,
 // 1F1B order (one stage: forward, backward, forward, ...); *loss_sum gets the sum of the
 // micro-batch losses on every rank.
 int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err);
+// A captured step's inputs (graph.c): the step's micro-batches read and staged in the model's
+// page-locked sets, k in set k, with their dropout rows counted, as the step's forwards would;
+// mask_sums (gradient_accumulation_steps): each one's loss-mask sum. One stage only.
+int neox_train_pipeline_fill_inputs(neox_trainer *t, float *mask_sums, neox_error *err);
 // Forward only over count micro-batches of it; *loss_sum as above.
 int neox_train_pipeline_eval(neox_trainer *t, neox_batch_iterator *it, int64_t count, double *loss_sum, neox_error *err);
 // After a micro-batch's backward: the tied-embedding sum and the data-parallel reduction, when due
@@ -215,6 +230,18 @@ int neox_train_setup_accumulators(neox_trainer *t, neox_error *err);
 // whatever layout wrote them; nothing for an optimizer without them.
 int neox_train_save_accumulators(const neox_trainer *t, neox_ckpt_writer *w, neox_error *err);
 int neox_train_load_accumulators(neox_trainer *t, const neox_ckpt_reader *r, neox_error *err);
+// The step scalars (step_scalars.c): made at set-up, freed with the trainer. write sets the host copy
+// (lr, the 1-based update count) for the next update; send queues its one copy up and returns the
+// block on be, which the update's ops read (neox_train_update does both; a replayed step only writes).
+void neox_train_step_scalars_setup(neox_trainer *t);
+void neox_train_step_scalars_free(neox_trainer *t);
+void neox_train_step_scalars_write(neox_trainer *t, double lr, int64_t step);
+const neox_step_scalars *neox_train_step_scalars_send(neox_trainer *t);
+// The captured step (graph.c, `cuda_graph`): set-up (the end of neox_trainer_create: refuses, naming
+// the feature, where the step cannot be captured, and then trains eagerly), the step in its place, free.
+int neox_train_graph_setup(neox_trainer *t, neox_error *err);
+int neox_train_graph_step(neox_trainer *t, neox_step_result *out, neox_error *err);
+void neox_train_graph_free(neox_trainer *t);
 // Bytes of MPI's temporary for one all-gather of the updated partitions (stages 1, 2 on the host), else 0.
 size_t neox_train_gather_scratch_bytes(const neox_trainer *t);
 // The device step, for AdamW on one rank of a device backend (t->step_sumsq set at setup): queues the

@@ -180,8 +180,14 @@ void neox_train_update(neox_trainer *t, double lr, int64_t step) {
     int n;
     neox_segment *segs = state_segments(t, 0, &n);
     float *params = t->param_partition ? t->param_partition : m->param_buf + t->state_begin;
-    if (neox_train_offloaded(t)) neox_train_offload_step(t, state_grads(t), segs, n, lr, step);
-    else neox_optimizer_step(t->optimizer, params, state_grads(t), segs, n, lr, step);
+    if (neox_train_offloaded(t)) {
+        neox_train_offload_step(t, state_grads(t), segs, n, lr, step);
+    } else {
+        neox_train_step_scalars_write(t, lr, step);
+        t->optimizer->scalars = neox_train_step_scalars_send(t);
+        neox_optimizer_step(t->optimizer, params, state_grads(t), segs, n, lr, step);
+        t->optimizer->scalars = NULL;
+    }
     t->optimizer->grad_scale = 1.0f;
     free(segs);
     if (t->param_partition) neox_train_zero3_after_update(t);  // (the units are gathered when used)

@@ -98,7 +98,8 @@ static int forward_pass(pipe_run *r, int64_t k, neox_error *err) {
     size_t NC = neox_model_stream_floats(&m->desc, m->B, m->T);
     neox_wait(&r->act_send[slot]);  // the slot's previous activations have left
     neox_model_use_slot(m, slot);
-    if (next_batch(r, err) != 0) return -1;
+    // (a captured step's batches were read and staged before it: neox_train_pipeline_fill_inputs)
+    if (!m->inputs_staged && next_batch(r, err) != 0) return -1;
     // The reference's activations first, as the stage before sent them: device messages have no tags
     // and match in the order issued (NCCL's rule, and the emulated device's), so the other order
     // would hand each model the other's activations.
@@ -106,7 +107,7 @@ static int forward_pass(pipe_run *r, int64_t k, neox_error *err) {
     if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(m), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_ACTIVATION));
     m->training = r->training;
     m->head_loss_scale = micro_batch_loss_scale(t);
-    if (r->training) set_dropout(t, m);
+    if (r->training && !m->inputs_staged) set_dropout(t, m);
     neox_batch *b = t->batch;
     if (r->training && stage_first(t))  // (sparse_gradients: the rows the tokens touch)
         neox_grad_exchange_touch_rows(t->exchange, b->tokens, (size_t)b->micro_batch * b->seq_length);
@@ -193,6 +194,18 @@ int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err)
     finish_sends(&r);
     if (rc != 0) return -1;
     *loss_sum = share_loss(t, r.loss_sum);
+    return 0;
+}
+
+int neox_train_pipeline_fill_inputs(neox_trainer *t, float *mask_sums, neox_error *err) {
+    pipe_run r = {.t = t, .it = &t->train_it, .training = 1};
+    neox_model *m = t->model;
+    for (int k = 0; k < t->grad_accum; k++) {
+        if (next_batch(&r, err) != 0) return -1;
+        set_dropout(t, m);
+        const neox_batch *b = t->batch;
+        if (neox_model_fill_inputs(m, b->tokens, b->labels, b->loss_mask, &mask_sums[k], err) != 0) return -1;
+    }
     return 0;
 }
 

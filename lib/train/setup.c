@@ -181,6 +181,7 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     t->state_end = t->zero_stage > 0 ? t->part_end : n;
     if (neox_train_parts_setup(t, NEOX_PART_AFTER_PARTITION, err) != 0) return -1;
     t->optimizer = neox_optimizer_make(&t->optim, neox_train_optimizer_backend(t), t->state_end - t->state_begin);
+    neox_train_step_scalars_setup(t);
     // The device step: one rank (no host all-reduce of the norm), AdamW (whose kernel takes the guard), the
     // optimizer on the device (not offloaded).
     neox_grid *g = t->grid;
@@ -378,6 +379,10 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     }
     neox_train_parts_start(t);
     neox_train_late_setup(t);
+    if (neox_train_graph_setup(t, err) != 0) {
+        neox_trainer_free(t);
+        return NULL;
+    }
     // total_params is a collective: every rank computes it, rank 0 prints it.
     double nparams = t->opts.quiet ? 0 : total_params(t);
     if (t->rank0 && !t->opts.quiet) {
@@ -414,7 +419,9 @@ void neox_trainer_free(neox_trainer *t) {
     neox_grad_exchange_free(t->exchange);  // (the optimizer only borrows its momentum compressor)
     if (t->be) {
         neox_optimizer_free(t->optimizer);
+        neox_train_graph_free(t);
         neox_train_late_free(t);
+        neox_train_step_scalars_free(t);
         if (t->step_sumsq) t->be->free(t->step_sumsq);
         if (t->pipe_grad_send) t->be->free(t->pipe_grad_send);
     }

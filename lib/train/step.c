@@ -14,7 +14,10 @@
 // the host asynchronously, to be read when the next step needs what they decide (the count of updates
 // and the learning rate before its update; the fp16 scale before its first backward) or at the log
 // point of the step before an evaluation, a checkpoint or the end (neox_train_settle). Two sets of
-// buffers alternate, so the values of one step are still in their own while the next is queued.
+// buffers alternate, so the values of one step are still in their own while the next is queued;
+// under a captured step (graph.c) each step settles the one before it first, and one set serves.
+// neox_train_run_step is the step between the parts' begin_step and end_step, which graph.c also
+// runs inside a capture.
 #include <math.h>
 #include <string.h>
 
@@ -64,7 +67,9 @@ struct neox_late_read {
     double *host[2];          // (1 + 2 M) host_alloc'ed: their copies
     int64_t ticket[2];
     double *guard;            // on be: the update's guard (loss_guard)
-    int set;                  // the set the next step fills
+    int set;                  // the set the next step fills (always 0 under a captured step, graph.c,
+                              // which settles each step before the next, so a capture holds one set)
+    int queued_set;           // the set the queued step filled
     int queued;               // a step waits for its values: `step` (loss and norm not read yet)
     neox_step_result step;
     double scale;             // the loss scale that step ran with
@@ -105,7 +110,7 @@ double *neox_train_late_loss_slot(neox_trainer *t, int micro_batch) {
 int neox_train_settle(neox_trainer *t, neox_error *err) {
     neox_late_read *l = t->late;
     if (!l || !l->queued) return 0;
-    int set = l->set ^ 1;  // (the queued step's set: the next step fills the other)
+    int set = l->queued_set;
     t->be->host_wait(l->ticket[set]);
     const double *v = l->host[set];
     neox_step_result *out = &l->step;
@@ -163,18 +168,22 @@ static void late_step(neox_trainer *t, neox_step_result *out, double scale) {
     neox_train_device_update_guarded(t, stats, stats + 1, l->guard, scale, out->lr, t->state.optimizer_steps + 1);
     neox_model_weights_changed(t->model);  // (an update the device skipped leaves them as they were: the same values)
     neox_timer_stop(opt);
-    l->ticket[l->set] = t->be->to_host_async(l->host[l->set], stats, (1 + 2 * (size_t)t->grad_accum) * sizeof(double));
-    l->set ^= 1;
+    int64_t ticket = t->be->to_host_async(l->host[l->set], stats, (1 + 2 * (size_t)t->grad_accum) * sizeof(double));
+    neox_train_late_replayed(t, out, scale, ticket);
+}
+
+void neox_train_late_replayed(neox_trainer *t, neox_step_result *out, double scale, int64_t ticket) {
+    neox_late_read *l = t->late;
+    l->ticket[l->set] = ticket;
+    l->queued_set = l->set;
+    if (!t->graph) l->set ^= 1;
     l->step = *out;
     l->scale = scale;
     l->queued = 1;
+    out->pending = 1;
 }
 
-// The parts' hooks (parts.c) run at the points neox_train_part names.
-int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
-    neox_timer before[NEOX_TIMER_COUNT];
-    if (t->late) timers_before_step(t, before);
-    neox_train_parts_begin_step(t);
+int neox_train_run_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     // ZeRO-2: every reduction leaves the flat buffer all zeros with its pages given back; only the
     // partition's sum starts again (the exchange's; zeroing the whole buffer would map all of it).
     if (!neox_grad_exchange_partition_grads(t->exchange)) neox_model_zero_grad(t->model);
@@ -195,7 +204,6 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
     neox_range_push("optimizer");
     if (t->late) {
         late_step(t, out, scale);
-        out->pending = 1;
     } else {
         out->loss = mean_over_data_ranks(t, loss_sum / t->grad_accum);
         out->nonfinite_loss = !isfinite(out->loss);
@@ -205,6 +213,15 @@ int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
         out->loss_scale = t->scaler.scale;  // after the update, as GPT-NeoX logs optimizer.cur_scale
     }
     neox_range_pop();
+    return 0;
+}
+
+// The parts' hooks (parts.c) run at the points neox_train_part names.
+int neox_train_step(neox_trainer *t, neox_step_result *out, neox_error *err) {
+    neox_timer before[NEOX_TIMER_COUNT];
+    if (t->late) timers_before_step(t, before);
+    neox_train_parts_begin_step(t);
+    if ((t->graph ? neox_train_graph_step(t, out, err) : neox_train_run_step(t, out, err)) != 0) return -1;
     t->state.iteration++;
     t->state.train_position = neox_batch_iterator_position(&t->train_it);
     neox_train_parts_end_step(t);

@@ -24,6 +24,10 @@
 #      plan and below stage 0's (the released units' granules given back); a rank stopped by SIGSTOP
 #      ending the job through comm_timeout_seconds (NCCL's watchdog); with one GPU a comment line says
 #      it did not run.
+#   7. the step captured as a CUDA graph (cuda_graph: true) and replayed, Llama-style (no dropout, which
+#      keeps the step eager): every logged value and the final parameters equal the eager GPU run's bit
+#      for bit (the same kernels with the same arguments; the learning rate and step from the step
+#      scalars in both), the log saying how many steps were replayed.
 # Without a GPU (the CUDA build's neox-train -V sees none) it prints one "# SKIP no GPU: skipped" line
 # (counted as skipped, not passed). NEOX_E2E_DRY=1 runs every "cuda" run on the emulated device
 # instead (compute_backend: emulated: the CPU ops on memory that faults on host access, so the device
@@ -125,6 +129,16 @@ o = json.load(open(sys.argv[1]))['ranks'][0]['offload']
 print('#', o)
 sys.exit(0 if o['steps'] == 20 and o['grad_bytes_in_backward'] == o['grad_bytes'] > 0 and o['units_waited_by_forward'] > 0 else 1)" \
     "$T/offload/log/comm_stats.json"
+
+# 7. The step as a CUDA graph: captured after two eager steps, replayed for the rest (the evaluation and
+# checkpoint at 10 run between launches); the same bits as the eager run of section 1.
+config llama-graph llama 4 2 20 ", \"compute_backend\": \"$GPU\", \"cuda_graph\": true"
+check "llama-graph: train 20 steps on $GPU, the step replayed as a CUDA graph$DRY" \
+    bash -c "'$TRAIN' '$T/llama-graph.yml' >'$T/llama-graph.out' 2>&1"
+check "llama-graph: the step was replayed after its capture$DRY" grep -qE "cuda_graph: 1[0-9] steps replayed" "$T/llama-graph.out"
+check "llama-graph: export" "$CONVERT" to-hf --input "$T/llama-graph/ckpt" --output "$T/llama-graph/hf"
+compare "cuda_graph on $GPU: every step and the final parameters equal the eager run's bit for bit" \
+    "${CHECK[@]}" identical "$T/llama-gpu" "$T/llama-graph" 1 20 params
 
 # ZeRO-3 over two GPUs with units of several 2 MiB mapping granules (hidden 512): each released unit
 # gives its granules back (kernels/cuda/vmm.cu) and its next gather commits them first. The same numbers

@@ -1202,6 +1202,16 @@ static void test_sm3(void) {
     }
 }
 
+// AdamW's learning rate and step as the segmented update reads them: in the backend's memory (the
+// GPU's one block, rewritten by each call; the ops before have read it, in stream order).
+static const neox_step_scalars *scalars_on(const neox_backend *be, float lr, long step) {
+    static neox_step_scalars host, *dev;
+    host = (neox_step_scalars){.lr = lr, .step = step};
+    if (!be->on_device) return &host;
+    if (!dev) dev = be->alloc(sizeof *dev);
+    be->to_device(dev, &host, sizeof host);
+    return dev;
+}
 static void test_optimizer(size_t n) {
     pair x = pair_rand(n);
     compare_scalar("sum_squares", cpu->sum_squares(x.h, n), gpu->sum_squares(x.d, n), 1e-10);
@@ -1219,8 +1229,8 @@ static void test_optimizer(size_t n) {
     checkf(0, 1e-6, &p, "adamw param n=%zu, 2 steps", n);
     checkf(0, 1e-6, &m, "adamw exp_avg n=%zu", n);
     checkf(0, 1e-6, &v, "adamw exp_avg_sq n=%zu", n);
-    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, 1.0f, NULL);
-    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, 3e-4f, 0.9f, 0.999f, 1e-6f, 7, 1.0f, NULL);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, nseg, scalars_on(cpu, 3e-4f, 7), 0.9f, 0.999f, 1e-6f, 1.0f, NULL);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, nseg, scalars_on(gpu, 3e-4f, 7), 0.9f, 0.999f, 1e-6f, 1.0f, NULL);
     checkf(0, 1e-6, &p, "adamw_segments param (%d segments, gaps untouched)", nseg);
     checkf(0, 1e-6, &m, "adamw_segments exp_avg");
     checkf(0, 1e-6, &v, "adamw_segments exp_avg_sq");
@@ -1363,12 +1373,12 @@ static void test_device_step(size_t n) {
     cpu->clip_by_norm(g.h, n, &host, 1024.0, 1e-3);
     gpu->clip_by_norm(g.d, n, dev, 1024.0, 1e-3);
     checkf(0, 0, &g, "clip_by_norm n=%zu (loss scale 1024, clipped)", n);
-    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, 1.0f, &host);
-    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 3, 1.0f, dev);
+    cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, 3, scalars_on(cpu, 3e-4f, 3), 0.9f, 0.999f, 1e-6f, 1.0f, &host);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, scalars_on(gpu, 3e-4f, 3), 0.9f, 0.999f, 1e-6f, 1.0f, dev);
     checkf(0, 1e-6, &p, "adamw_segments guard finite: updated");
     double inf = INFINITY;
     gpu->to_device(dev, &inf, sizeof inf);
-    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, 3e-4f, 0.9f, 0.999f, 1e-6f, 4, 1.0f, dev);
+    gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, scalars_on(gpu, 3e-4f, 4), 0.9f, 0.999f, 1e-6f, 1.0f, dev);
     gpu->clip_by_norm(g.d, n, dev, 1.0, 1e-3);
     checkf(0, 1e-6, &p, "adamw_segments guard inf: skipped");
     checkf(0, 1e-6, &m, "adamw_segments guard inf: exp_avg untouched");

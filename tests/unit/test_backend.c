@@ -160,7 +160,8 @@ static void test_segments(void **state) {
         v1[i] = v2[i] = 0.001f * neox_uniform(7, i);
     }
     neox_segment segs[] = {{0, 100, 0.1f}, {120, 120, 0.5f}, {130, 900, 0.0f}, {950, n, 0.01f}};
-    neox_adamw_segments(p1, g, m1, v1, segs, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 3, 1.0f, NULL);
+    neox_step_scalars sc = {.lr = 1e-3f, .step = 3};
+    neox_adamw_segments(p1, g, m1, v1, segs, 4, &sc, 0.9f, 0.95f, 1e-8f, 1.0f, NULL);
     for (int s = 0; s < 4; s++) {
         size_t b = segs[s].begin;
         neox_adamw(p2 + b, g + b, m2 + b, v2 + b, segs[s].end - b, 1e-3f, 0.9f, 0.95f, 1e-8f, segs[s].weight_decay, 3);
@@ -351,6 +352,81 @@ static void test_release_needs_commit(void **state) {
     child_dies(write_released_page, SIGSEGV, want, 1);
 }
 
+// The emulated device's recording (graph_begin/graph_end/graph_launch): recorded ops do not run;
+// each launch runs them again with the recorded arguments, the host source of a recorded copy read
+// afresh (a per-step value in memory follows), a by-value argument as recorded (it does not), and a
+// segment table as it was when recorded; the launch's ticket covers the recorded copy down, and so does
+// the ticket the copy returned inside the recording.
+static void test_graph_replay(void **state) {
+    (void)state;
+    const neox_backend *be = neox_backend_emulated();
+    float *dev = be->alloc(4 * sizeof(float)), *step = be->host_alloc(sizeof(float)), *out = be->host_alloc(4 * sizeof(float));
+    float start[4] = {1, 2, 3, 4}, back[4];
+    be->to_device(dev, start, sizeof start);
+    neox_segment seg[1] = {{0, 4, 0.0f}};
+    double *sumsq = be->alloc(sizeof(double));
+    float by_value = 2.0f;
+    *step = 10.0f;
+    be->graph_begin();
+    int64_t up = be->to_device_async(dev, step, sizeof *step);  // dev[0] = the host's *step at each launch
+    be->device_wait(up);
+    be->scale(dev, 4, by_value);                                // by value: 2 at every launch
+    be->sum_squares_segments_into(sumsq, dev, seg, 1);
+    int64_t down = be->to_host_async(out, dev, 4 * sizeof(float));
+    be->graph_end();
+    seg[0].end = 1;  // (the recording keeps the table it was given)
+    be->to_host(back, dev, sizeof back);
+    assert_true(back[0] == 1.0f && back[3] == 4.0f);  // nothing ran while recording
+    for (int launch = 1; launch <= 2; launch++) {
+        *step = 10.0f * launch;
+        by_value = 100.0f;  // (not seen: the recording holds 2)
+        int64_t done = be->graph_launch();
+        be->host_wait(launch == 1 ? done : down);
+        assert_true(out[0] == 20.0f * launch);
+        assert_true(out[1] == (launch == 1 ? 4.0f : 8.0f) && out[3] == (launch == 1 ? 8.0f : 16.0f));
+    }
+    double sum;
+    be->to_host(&sum, sumsq, sizeof sum);
+    assert_true(sum == 40.0 * 40.0 + 8.0 * 8.0 + 12.0 * 12.0 + 16.0 * 16.0);  // all four elements
+    be->free(dev);
+    be->free(sumsq);
+    be->host_free(step);
+    be->host_free(out);
+}
+
+static void wait_inside_recording(void) {
+    const neox_backend *be = neox_backend_emulated();
+    float *dev = be->alloc(4 * sizeof(float)), host[4];
+    be->graph_begin();
+    be->scale(dev, 4, 2.0f);
+    be->to_host(host, dev, sizeof host);
+}
+
+static void allocate_inside_recording(void) {
+    const neox_backend *be = neox_backend_emulated();
+    be->graph_begin();
+    be->alloc(64);
+}
+
+static void value_op_inside_recording(void) {
+    const neox_backend *be = neox_backend_emulated();
+    float *dev = be->alloc(4 * sizeof(float));
+    be->graph_begin();
+    be->sum_squares(dev, 4);
+}
+
+// Inside a recording, what would make the host wait or change the memory map stops the process,
+// naming it, as it fails a CUDA capture.
+static void test_graph_refusals(void **state) {
+    (void)state;
+    const char *sync[] = {"to_host (a synchronous copy) inside a graph capture"};
+    child_dies(wait_inside_recording, SIGABRT, sync, 1);
+    const char *alloc[] = {"alloc inside a graph capture"};
+    child_dies(allocate_inside_recording, SIGABRT, alloc, 1);
+    const char *value[] = {"sum_squares (an op that returns a host value) inside a graph capture"};
+    child_dies(value_op_inside_recording, SIGABRT, value, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select),   cmocka_unit_test(test_cpu_table), cmocka_unit_test(test_casts),
@@ -359,7 +435,8 @@ int main(void) {
         cmocka_unit_test(test_emulated_table), cmocka_unit_test(test_emulated_fault),
         cmocka_unit_test(test_async_copies), cmocka_unit_test(test_async_source_changed),
         cmocka_unit_test(test_host_wait_count), cmocka_unit_test(test_release),
-        cmocka_unit_test(test_release_needs_commit),
+        cmocka_unit_test(test_release_needs_commit), cmocka_unit_test(test_graph_replay),
+        cmocka_unit_test(test_graph_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -923,9 +923,10 @@ static void test_adamw_grad_scale(void **state) {
             float decayed = pr[i] * (1.0f - lr * segs[k].weight_decay);
             pr[i] = decayed - lr / bc1 * mi / (sqrtf(vi) / sqrtf(bc2) + eps);
         }
-    neox_adamw_segments(p1, g, m1, v1, segs, 3, lr, b1, b2, eps, step, s, NULL);
+    neox_step_scalars sc = {.lr = lr, .step = step};
+    neox_adamw_segments(p1, g, m1, v1, segs, 3, &sc, b1, b2, eps, s, NULL);
     neox_scale(g2, n, s);
-    neox_adamw_segments(p2, g2, m2, v2, segs, 3, lr, b1, b2, eps, step, 1.0f, NULL);
+    neox_adamw_segments(p2, g2, m2, v2, segs, 3, &sc, b1, b2, eps, 1.0f, NULL);
     assert_memory_equal(p1, p2, n * sizeof(float));
     assert_memory_equal(m1, m2, n * sizeof(float));
     assert_memory_equal(v1, v2, n * sizeof(float));
@@ -951,16 +952,17 @@ static void test_clip_by_norm_and_guard(void **state) {
     neox_clip_by_norm(g, 4, &sumsq, 1.0, 100.0);  // below the clip and no loss scale: untouched
     assert_memory_equal(g, want, sizeof g);
     double bad[2] = {INFINITY, NAN};
+    neox_step_scalars sc = {.lr = 1e-2f, .step = 1};
     float p[4] = {1, 2, 3, 4}, m[4] = {0}, v[4] = {0}, p0[4];
     memcpy(p0, p, sizeof p);
     for (int k = 0; k < 2; k++) {
         neox_clip_by_norm(g, 4, &bad[k], 1.0, 1.0);
         assert_memory_equal(g, want, sizeof g);
-        neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, 1.0f, &bad[k]);
+        neox_adamw_segments(p, g, m, v, &all, 1, &sc, 0.9f, 0.95f, 1e-8f, 1.0f, &bad[k]);
         assert_memory_equal(p, p0, sizeof p);
         assert_true(m[0] == 0 && v[0] == 0);
     }
-    neox_adamw_segments(p, g, m, v, &all, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 1, 1.0f, &sumsq);
+    neox_adamw_segments(p, g, m, v, &all, 1, &sc, 0.9f, 0.95f, 1e-8f, 1.0f, &sumsq);
     assert_true(p[0] != p0[0] && m[0] != 0);
 }
 
