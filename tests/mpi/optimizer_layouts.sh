@@ -5,7 +5,8 @@
 # within 1e-5 relative. The Llama-style model has no biases: a key bias's gradient is zero in exact
 # arithmetic, which rounding under another layout makes a tiny number of either sign, and Lion steps
 # by its sign. Also DeepSpeed's rule for untested optimizers under ZeRO (zero_allow_untested_optimizer):
-# madgrad_wd, sm3 and sgd under ZeRO are refused naming the key, and run with it set.
+# madgrad_wd, sm3 and sgd under ZeRO are refused naming the key, and run with it set. SM3 resumes under
+# another layout (dp2 ZeRO-3 to tp2) on the single-rank trajectory.
 source tests/lib.sh
 
 need_mpi "optimizers under 3-D parallel layouts" || exit 0
@@ -76,3 +77,16 @@ check "sgd under ZeRO-1 with zero_allow_untested_optimizer trains" "$MPIEXEC" -n
 OPTIMIZER=${OPTIMIZERS[lion]}
 config lion-z1 llama 2 2 2 "$Z1"
 check "lion under ZeRO-1 needs no permission (DeepSpeed's FusedLion is tested)" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/lion-z1.yml"
+
+# SM3's accumulators are layout-free checkpoint tensors: 10 steps under dp2 ZeRO-3 and 10 more under
+# tp2 continue the 20-step single-rank run (the accumulators the second run reads were partitioned
+# differently when written).
+OPTIMIZER=${OPTIMIZERS[sm3]}
+config sm3-straight llama 2 4 20 ""
+train_layout sm3-straight 1
+config sm3-z3-a llama 2 2 20 "$Z3$ALLOW, \"exit_interval\": 10"
+config sm3-tp2-b llama 2 4 20 "$TP, \"load\": \"$T/sm3-z3-a/ckpt\""
+check "sm3: 10 steps under dp2 ZeRO-3" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/sm3-z3-a.yml"
+check "sm3: 10 more under tp2 from that checkpoint" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/sm3-tp2-b.yml"
+check "sm3: the resumed run continues the straight run's trajectory (within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py resumed "$T/sm3-straight" "$T/sm3-z3-a" "$T/sm3-tp2-b"
