@@ -323,19 +323,26 @@ static neox_sampling sampling_of(const neox_serve_request *r, unsigned long long
                            .top_p = r->top_p < 1.0 ? r->top_p : 0.0, .seed = seed, .vocab = vocab};
 }
 
+// Readies completion k of request r in c: its fields, and the echoed prompt's log-probabilities from a
+// scoring pass of its own where they are asked for.
+static int prepare_choice(neox_serve_engine *en, const neox_serve_request *r, int k, neox_serve_choice *c,
+                          neox_error *err) {
+    const neox_serve_prompt *p = &r->prompts[k / r->n];
+    neox_serve_choice_prepare(r, k, c);
+    if (!(r->echo && wants_logprobs(r) && p->nids > 1)) return 0;
+    neox_serve_request prompt_only = *r;
+    prompt_only.max_tokens = 0;
+    score_seq s = {p, &prompt_only, c};
+    return score_pass(en, &s, 1, err);
+}
+
 // Completion k (prompt-major) of a generation job: the echoed prompt's log-probabilities from a
 // scoring pass of its own, then the cached generation.
 static int generate_choice(neox_serve_engine *en, neox_serve_job *job, int k, unsigned long long seed, neox_error *err) {
     const neox_serve_request *r = &job->req;
     const neox_serve_prompt *p = &r->prompts[k / r->n];
     neox_serve_choice *c = &job->choices[k];
-    neox_serve_choice_prepare(r, k, c);
-    if (r->echo && wants_logprobs(r) && p->nids > 1) {
-        neox_serve_request prompt_only = *r;
-        prompt_only.max_tokens = 0;
-        score_seq s = {p, &prompt_only, c};
-        if (score_pass(en, &s, 1, err) != 0) return -1;
-    }
+    if (prepare_choice(en, r, k, c, err) != 0) return -1;
     if (r->max_tokens == 0) return 0;
     neox_sampling smp = sampling_of(r, neox_hash64(seed, (unsigned long long)k), (int)neox_tokenizer_vocab_size(en->ev->tokenizer));
     gen_hook_ctx h = {en, r, c};
@@ -470,13 +477,7 @@ static int start_seq(decoder *d, neox_serve_job *job, int k, int s) {
     const neox_serve_request *r = &job->req;
     const neox_serve_prompt *p = &r->prompts[k / r->n];
     neox_serve_choice *c = &job->choices[k];
-    neox_serve_choice_prepare(r, k, c);
-    if (r->echo && wants_logprobs(r) && p->nids > 1) {
-        neox_serve_request prompt_only = *r;
-        prompt_only.max_tokens = 0;
-        score_seq sc = {p, &prompt_only, c};
-        if (score_pass(en, &sc, 1, &job->err) != 0) return -1;
-    }
+    if (prepare_choice(en, r, k, c, &job->err) != 0) return -1;
     if (r->max_tokens == 0) {
         job_done_choice(en, job);
         return 0;
