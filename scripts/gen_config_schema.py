@@ -154,7 +154,6 @@ SUPPORTED = {
     "pos_emb": ("learned|rotary|none|alibi", "position embedding"),
     "init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
     "output_layer_init_method": ("normal|scaled_normal|small_init|wang_init", "init method"),
-    "optimizer_type": ("adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion", "optimizer"),
     "data_impl": ("infer|mmap", "dataset format"),
     "dataset_impl": ("gpt2|pairwise", "dataset (online data is REINFORCE's)"),
     "train_impl": ("normal|dpo|kto|rm", "post-training method"),
@@ -283,8 +282,7 @@ for n, t, d in (("nvme_path", "STR", None), ("buffer_count", "INT", "5"), ("pin_
     SUBKEYS.append(sub("zero_optimization.offload_param." + n, t, d, "UNSUPPORTED", OFFLOAD_PARAM))
 
 SUBKEYS += [
-    sub("optimizer.type", "CHOICE", "adam", choices="adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion",
-        supported="adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion", feature="optimizer"),
+    sub("optimizer.type", "CHOICE", "adam", choices="adam|onebitadam|cpu_adam|cpu_torch_adam|sm3|madgrad_wd|sgd|lion"),
     sub("optimizer.params", "DICT", None),
     sub("optimizer.params.lr", "FLOAT", None, lo=0, hi=10),  # as lr (RANGES)
     sub("optimizer.params.betas", "LIST", None),
