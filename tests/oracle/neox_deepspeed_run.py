@@ -27,6 +27,7 @@ sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
 deepspeed.comm.has_all_gather_into_tensor = lambda: False
 from transformers import GPTNeoXConfig  # noqa: E402
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXLayer, GPTNeoXRotaryEmbedding  # noqa: E402
+import test_model_parity as parity  # noqa: E402  (this folder is the script's: sys.path[0])
 
 
 class EmbeddingPipe(torch.nn.Module):
@@ -120,14 +121,7 @@ class AnnealingLR:
 
 def init_weights(model):
     torch.manual_seed(1234)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name and name.endswith("weight"):
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.15 * torch.randn_like(p))
+    parity.randomize_weights(model)
 
 
 def main():

@@ -106,7 +106,13 @@ def make_model(kind, kwargs):
         cfg = transformers.LlamaConfig(intermediate_size=48, rms_norm_eps=1e-6, **{"hidden_act": "silu", **common, **kwargs})
         model = transformers.LlamaForCausalLM(cfg)
     model.config._attn_implementation = "eager"
-    with torch.no_grad():  # random weights everywhere, norms around 1 and biases around 0, so all paths matter
+    randomize_weights(model)
+    return model.float().train(), cfg
+
+
+def randomize_weights(model):
+    """Random weights everywhere, norms around 1 and biases around 0, so all paths matter."""
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name and name.endswith("weight"):
                 p.copy_(1 + 0.2 * torch.randn_like(p))
@@ -114,7 +120,6 @@ def make_model(kind, kwargs):
                 p.copy_(0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.15 * torch.randn_like(p))
-    return model.float().train(), cfg
 
 
 def driver_args(kind, cfg, extra):

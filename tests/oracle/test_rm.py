@@ -27,14 +27,7 @@ def reward_model(kind, kwargs):
     torch.manual_seed(4321)
     model = cls(cfg)
     model.config._attn_implementation = "eager"
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name and name.endswith("weight"):
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.15 * torch.randn_like(p))
+    parity.randomize_weights(model)
     return model.float().train(), cfg
 
 
