@@ -31,7 +31,7 @@ for p in 2 3 4; do
 done
 
 char_shakespeare "adaptive compression" || exit 0
-ITERS=300
+ITERS=200
 cat >"$T/dp2.yml" <<EOF
 {
   "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
@@ -48,7 +48,7 @@ run() {  # run NAME EXTRA_JSON: 2 ranks, log_dir $T/NAME
     echo "{\"log_dir\": \"$T/$1\" $2}" >"$T/$1.yml"
     $MPIEXEC -n 2 $TRAIN -q "$T/dp2.yml" "$T/$1.yml"
 }
-ADAPTIVE='"gradient_compression": "adaptive", "gradient_compression_start": 60, "gradient_compression_interval": 40'
+ADAPTIVE='"gradient_compression": "adaptive", "gradient_compression_start": 40, "gradient_compression_interval": 30'
 check "AdamW, 2 ranks" run adam ""
 check "adaptive, measured, 2 ranks" run measured ", $ADAPTIVE"
 # The plans of the static compressors (train_iters 0: start-up only) give their buffers' bytes.
@@ -66,20 +66,20 @@ print("communication beyond AdamW's:", extra, "bytes;", parameters, "parameters"
 assert extra["measured"] == extra["powersgd"] + extra["onebit"] + 2 * parameters
 PY
 
-check "measured: a decision with its inputs at 60, 100, ..., 260" python3 - "$T" <<'PY'
+check "measured: a decision with its inputs at 40, 70, ..., 190" python3 - "$T" $ITERS <<'PY'
 import json, sys
 t = sys.argv[1]
 lines = [json.loads(l) for l in open(f"{t}/measured/gradient_compression.jsonl")]
 its = [d["iteration"] for d in lines]
-# every 40 steps from 60 on; a plan using a scheme for the first time is on trial: decided on again 3 steps later
-want, used = [60], {"dense"}
+# every 30 steps from 40 on; a plan using a scheme for the first time is on trial: decided on again 3 steps later
+want, used = [40], {"dense"}
 for d in lines:
     if d["iteration"] != want[-1]:
         break
     schemes = {c.split(":")[0] for c in d["buckets"]}
-    step = 3 if schemes - used else 40
+    step = 3 if schemes - used else 30
     used |= schemes
-    if want[-1] + step < 300:
+    if want[-1] + step < int(sys.argv[2]):
         want.append(want[-1] + step)
 assert its == want, (its, want)
 options = {"dense", "bf16", "powersgd:4", "powersgd:2", "powersgd:1", "onebit"}  # gradient_compression_rank 4
@@ -107,19 +107,19 @@ check "the replay reproduces the measured run bit for bit" $LIB same \
 # Per-bucket plans (bucket 0 is the first backward finishes), with whole-gradient lines after them:
 # neighbours sharing a compressor (one call), PowerSGD's rank lowered and raised, compressors left.
 cat >"$T/schedule.jsonl" <<'EOF'
-{"iteration": 60, "buckets": ["dense", "dense", "bf16", "powersgd:4", "powersgd:4", "powersgd:2", "onebit"]}
-{"iteration": 140, "buckets": ["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"]}
-{"iteration": 170, "scheme": "bf16"}
-{"iteration": 220, "scheme": "dense"}
+{"iteration": 40, "buckets": ["dense", "dense", "bf16", "powersgd:4", "powersgd:4", "powersgd:2", "onebit"]}
+{"iteration": 90, "buckets": ["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"]}
+{"iteration": 110, "scheme": "bf16"}
+{"iteration": 140, "scheme": "dense"}
 EOF
 SCHEDULE="$ADAPTIVE, \"gradient_compression_replay\": \"$T/schedule.jsonl\""
 check "a schedule of per-bucket plans through every scheme and rank" run schedule ", $SCHEDULE"
 check "the schedule is followed (shares per step, steps per bucket) and ends within 2% of AdamW" python3 - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
-plans = [(60, ["dense", "dense", "bf16", "powersgd:4", "powersgd:4", "powersgd:2", "onebit"]),
-         (140, ["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"]),
-         (170, ["bf16"] * 7), (220, ["dense"] * 7)]
+plans = [(40, ["dense", "dense", "bf16", "powersgd:4", "powersgd:4", "powersgd:2", "onebit"]),
+         (90, ["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"]),
+         (110, ["bf16"] * 7), (140, ["dense"] * 7)]
 def plan(n):  # the plan of a step that begins after n updates (a decision at n applies from step n + 1 on)
     p = ["dense"] * 7
     for at, q in plans:
@@ -130,7 +130,7 @@ buckets = json.load(open(f"{t}/schedule/comm_stats.json"))["gradient_compression
 elements = [b["elements"] for b in buckets]
 total = sum(elements)
 rows = [r for r in map(json.loads, open(f"{t}/schedule/metrics.jsonl")) if "comm/adaptive/dense" in r]
-assert len(rows) == 30, len(rows)
+assert len(rows) == 20, len(rows)
 for r in rows:  # each record: the 10 steps ending at its iteration
     steps = range(r["iteration"] - 9, r["iteration"] + 1)
     for s in ("dense", "bf16", "powersgd", "onebit"):
@@ -138,7 +138,7 @@ for r in rows:  # each record: the 10 steps ending at its iteration
         assert abs(r[f"comm/adaptive/{s}"] - share) < 1e-9, (r["iteration"], s, r[f"comm/adaptive/{s}"], share)
 for b, got in enumerate(buckets):  # the comms summary: steps per option, per bucket
     want = {}
-    for i in range(1, 301):
+    for i in range(1, 201):
         want[plan(i - 1)[b]] = want.get(plan(i - 1)[b], 0) + 1
     assert got["steps"] == want, (b, got, want)
 log = [json.loads(l) for l in open(f"{t}/schedule/gradient_compression.jsonl")]
@@ -149,23 +149,23 @@ print(f"{len(rows)} records follow the schedule; validation {valid('schedule'):.
 sys.exit(0 if valid("schedule") <= 1.02 * valid("adam") else 1)
 PY
 
-CK="\"save\": \"$T/ckpt\", \"load\": \"$T/ckpt\", \"checkpoint_factor\": 150"
-check "the schedule: 150 steps, checkpoint in the mixed phase" run resumed ", $SCHEDULE, $CK, \"exit_interval\": 150"
+CK="\"save\": \"$T/ckpt\", \"load\": \"$T/ckpt\", \"checkpoint_factor\": 100"
+check "the schedule: 100 steps, checkpoint in the mixed phase" run resumed ", $SCHEDULE, $CK, \"exit_interval\": 100"
 check_output "the checkpoint names the plan in use and when it was chosen" \
-    '"buckets": \["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"\], "decided_at": 140, "powersgd_ranks": \[1, 4, 4, 4, 4, 4, 2\], "scheme": "mixed"' \
-    python3 - "$T/ckpt/global_step150/rank_00000.h5" <<'PY'
+    '"buckets": \["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"\], "decided_at": 90, "powersgd_ranks": \[1, 4, 4, 4, 4, 4, 2\], "scheme": "mixed"' \
+    python3 - "$T/ckpt/global_step100/rank_00000.h5" <<'PY'
 import json, re, sys
 data = open(sys.argv[1], "rb").read().decode("latin-1")
 m = re.search(r'"gradient_compression":\s*', data)
 state, _ = json.JSONDecoder().raw_decode(data, m.end())
 print(json.dumps({k: state[k] for k in ("buckets", "decided_at", "powersgd_ranks", "scheme")}, sort_keys=True))
 PY
-check "the schedule: resumed for 150 more" run resumed ", $SCHEDULE, $CK"
+check "the schedule: resumed for 100 more" run resumed ", $SCHEDULE, $CK"
 check "resumed in the mixed phase: bit-identical to the straight run" $LIB same \
     "$T/schedule/metrics.jsonl" "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
 
 # Decisions on measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS, the same on every run): a
-# straight run against one interrupted at 150 and resumed. The resumed run must decide as the
+# straight run against one interrupted at 100 and resumed. The resumed run must decide as the
 # straight one did, on the plans it measured before the interruption (kept in the checkpoint), not
 # start its memory and trials afresh.
 python3 - "$T/fixed.jsonl" <<'PY'
@@ -180,10 +180,10 @@ with open(sys.argv[1], "w") as f:
                             "powersgd_s_per_madd": rng.uniform(1e-10, 1e-9)}) + "\n")
 PY
 export NEOX_ADAPTIVE_MEASUREMENTS=$T/fixed.jsonl
-CK2="\"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\", \"checkpoint_factor\": 150"
+CK2="\"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\", \"checkpoint_factor\": 100"
 check "measurements from a file: straight" run fixed ", $ADAPTIVE"
-check "measurements from a file: 150 steps, checkpoint" run fixed_resumed ", $ADAPTIVE, $CK2, \"exit_interval\": 150"
-check "measurements from a file: resumed for 150 more" run fixed_resumed ", $ADAPTIVE, $CK2"
+check "measurements from a file: 100 steps, checkpoint" run fixed_resumed ", $ADAPTIVE, $CK2, \"exit_interval\": 100"
+check "measurements from a file: resumed for 100 more" run fixed_resumed ", $ADAPTIVE, $CK2"
 check "resumed: the same decisions on the same inputs, among them plans measured before the interruption" \
     python3 - "$T" <<'PY'
 import json, sys
@@ -191,15 +191,15 @@ t = sys.argv[1]
 straight, resumed = ([json.loads(l) for l in open(f"{t}/{d}/gradient_compression.jsonl")] for d in ("fixed", "fixed_resumed"))
 assert len(straight) > 4 and len({json.dumps(d["buckets"]) for d in straight}) > 1, straight  # the plans change
 assert resumed == straight, [(a["iteration"], b["iteration"]) for a, b in zip(straight, resumed) if a != b][:3]
-after = [d for d in resumed if d["iteration"] > 150]
-assert any(m["iteration"] < 150 for d in after for m in d["measured_plans"]), after
+after = [d for d in resumed if d["iteration"] > 100]
+assert any(m["iteration"] < 100 for d in after for m in d["measured_plans"]), after
 print("decisions:", [(d["iteration"], d["buckets"]) for d in straight])
 PY
 check "resumed: bit-identical to the straight run" $LIB same \
     "$T/fixed/metrics.jsonl" "$T/fixed_resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
 # A checkpoint written before the measurements were kept (the key renamed away) still loads, with a notice.
-mkdir -p "$T/ckpt_old" && cp -r "$T/ckpt2/global_step150" "$T/ckpt_old/" && printf "global_step150\n" >"$T/ckpt_old/latest"
-check "a checkpoint without the measurements (as written before they were kept)" python3 - "$T/ckpt_old/global_step150" <<'PY'
+mkdir -p "$T/ckpt_old" && cp -r "$T/ckpt2/global_step100" "$T/ckpt_old/" && printf "global_step100\n" >"$T/ckpt_old/latest"
+check "a checkpoint without the measurements (as written before they were kept)" python3 - "$T/ckpt_old/global_step100" <<'PY'
 import json, sys, zlib
 d = sys.argv[1]
 m = json.load(open(f"{d}/manifest.json"))
@@ -215,7 +215,7 @@ for f in m["files"]:
 json.dump(m, open(f"{d}/manifest.json", "w"), indent=2)
 assert edited >= 1
 PY
-echo "{\"log_dir\": \"$T/old\", $ADAPTIVE, \"load\": \"$T/ckpt_old\", \"exit_interval\": 160}" >"$T/old.yml"
+echo "{\"log_dir\": \"$T/old\", $ADAPTIVE, \"load\": \"$T/ckpt_old\", \"exit_interval\": 110}" >"$T/old.yml"
 check "... loads and trains on" bash -c "$MPIEXEC -n 2 $TRAIN '$T/dp2.yml' '$T/old.yml' >'$T/old.out' 2>&1"
 check "... with a notice naming what is missing" grep -q 'gradient_compression has no measurements' "$T/old.out"
 unset NEOX_ADAPTIVE_MEASUREMENTS
@@ -223,7 +223,7 @@ unset NEOX_ADAPTIVE_MEASUREMENTS
 echo '{"log_dir": "'"$T/x"'", "gradient_compression": "powersgd", "gradient_compression_interval": 5}' >"$T/bad1.yml"
 check_fails "gradient_compression_interval without adaptive is refused by name" 2 \
     "gradient_compression_interval: only gradient_compression: adaptive" $MPIEXEC -n 2 $TRAIN -q "$T/dp2.yml" "$T/bad1.yml"
-printf '%s\n' '{"iteration": 60, "scheme": "powersgd"}' '{"iteration": 50, "scheme": "fp8"}' >"$T/bad.jsonl"
+printf '%s\n' '{"iteration": 40, "scheme": "powersgd"}' '{"iteration": 30, "scheme": "fp8"}' >"$T/bad.jsonl"
 echo "{\"log_dir\": \"$T/x\", $ADAPTIVE, \"gradient_compression_replay\": \"$T/bad.jsonl\"}" >"$T/bad2.yml"
 check_fails "a malformed decisions file is refused naming the file and line" 2 \
     "gradient_compression_replay: .*bad.jsonl line 2" $MPIEXEC -n 2 $TRAIN -q "$T/dp2.yml" "$T/bad2.yml"

@@ -9,7 +9,7 @@ source tests/lib.sh
 source tests/slurm/jobs.lib
 shakespeare_cluster "train.sbatch preemption"
 char_dataset
-ITERS=300
+ITERS=200
 cat >"$T/model.yml" <<EOF
 {
   "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64,
