@@ -268,12 +268,13 @@ static int read_optimizer(importer *im, neox_error *err) {
     for (int s = 0; s < 3; s++) im->opt[s] = neox_calloc(n, sizeof *im->opt[s]);
     int64_t *filled = neox_calloc(n, sizeof *filled);
     int rc = 0;
-    for (int r = 0; r < im->src.tp && rc == 0; r++)
-        for (int d = 0; d < im->src.dp && rc == 0; d++) {
-            neox_pt_file *f = neox_source_optim_file(&im->src, d, r, err);
-            rc = f ? read_partition(im, r, f, filled, err) : -1;
-            neox_pt_close(f);
-        }
+    for (int stage = 0; stage < im->src.pp && rc == 0; stage++)  // (a pipeline's stages: each its own layers)
+        for (int r = 0; r < im->src.tp && rc == 0; r++)
+            for (int d = 0; d < im->src.dp && rc == 0; d++) {
+                neox_pt_file *f = neox_source_optim_file(&im->src, d, stage, r, err);
+                rc = f ? read_partition(im, r, f, filled, err) : -1;
+                neox_pt_close(f);
+            }
     for (size_t k = 0; k < n && rc == 0; k++)
         if (filled[k] != neox_pt_numel(im->weights[k].t))
             rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: ZeRO partitions hold %lld of the %lld elements of %s (rank %zu)",

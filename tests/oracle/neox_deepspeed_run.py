@@ -39,21 +39,23 @@ class EmbeddingPipe(torch.nn.Module):
         return self.word_embeddings(ids)
 
 
-class TransformerLayerPipe(torch.nn.Module):
+class ParallelTransformerLayerPipe(torch.nn.Module):
     """GPT-NeoX's ParallelTransformerLayer with parallel residual: its parts registered in its order
     (input_layernorm, attention, post_attention_layernorm, mlp: the parameters' order, which ZeRO's
     flat groups follow), computed by transformers' GPT-NeoX attention and MLP."""
 
-    def __init__(self, cfg, index):
+    def __init__(self, cfg, index, save_inv_freqs=True):
         super().__init__()
         hf = GPTNeoXLayer(cfg, index)
         self.input_layernorm = hf.input_layernorm
         self.attention = hf.attention
         self.post_attention_layernorm = hf.post_attention_layernorm
         self.mlp = hf.mlp
-        self.attention.rotary_emb = torch.nn.Module()  # GPT-NeoX's persistent buffer, which from-neox skips
+        # GPT-NeoX's rotary_emb.inv_freq buffer, in the state dict with rotary_save_freqs_buffer (GPT-NeoX before
+        # March 2024 always; from-neox skips it), not without (GPT-NeoX's default now, what to-neox writes).
+        self.attention.rotary_emb = torch.nn.Module()
         self.rope = GPTNeoXRotaryEmbedding(cfg)  # its inv_freq is not persistent: no parameter, no state
-        self.attention.rotary_emb.register_buffer("inv_freq", self.rope.inv_freq.clone())
+        self.attention.rotary_emb.register_buffer("inv_freq", self.rope.inv_freq.clone(), persistent=save_inv_freqs)
 
     def forward(self, h):
         t = h.shape[1]
@@ -83,9 +85,11 @@ class ParallelLinearPipe(torch.nn.Module):
 
 
 class GPTNeoXSequential(torch.nn.Module):
-    def __init__(self, cfg):
+    """GPT-NeoX's model without a pipeline (pipe_parallel_size 0): its layers as `sequential.N`."""
+
+    def __init__(self, cfg, save_inv_freqs=True):
         super().__init__()
-        layers = [TransformerLayerPipe(cfg, i) for i in range(cfg.num_hidden_layers)]
+        layers = [ParallelTransformerLayerPipe(cfg, i, save_inv_freqs) for i in range(cfg.num_hidden_layers)]
         self.sequential = torch.nn.Sequential(EmbeddingPipe(cfg), torch.nn.Identity(), *layers, torch.nn.Identity(),
                                               NormPipe(cfg), ParallelLinearPipe(cfg))
 
@@ -124,46 +128,94 @@ def init_weights(model):
     parity.randomize_weights(model)
 
 
-def main():
-    spec = json.load(open(sys.argv[1]))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    os.environ.update(LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
-    deepspeed.init_distributed(dist_backend="gloo", rank=rank, world_size=world)
-    m = spec["model"]
+def hf_config(m):
     cfg = GPTNeoXConfig(vocab_size=m["vocab"], hidden_size=m["hidden"], num_hidden_layers=m["layers"],
                         num_attention_heads=m["heads"], intermediate_size=4 * m["hidden"], rotary_pct=m["rotary_pct"],
                         max_position_embeddings=m["seq"], layer_norm_eps=1e-5, use_parallel_residual=True,
                         hidden_act="gelu", attention_dropout=0.0, hidden_dropout=0.0)
     cfg._attn_implementation = "eager"
-    model = GPTNeoXSequential(cfg)
+    return cfg
+
+
+def pipeline_model(cfg, job, world, loss_fn):
+    """GPT-NeoX's GPTModelPipe: a PipelineModule of LayerSpecs in GPT-NeoX's numbering, partitioned by
+    its default pipe_partition_method, over its pipe x data x model topology (which names the layer
+    files layer_XX-model_YY)."""
+    from deepspeed.pipe import LayerSpec, PipelineModule
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+    L, save_freqs = cfg.num_hidden_layers, job.get("save_inv_freqs", True)
+    specs = [LayerSpec(EmbeddingPipe, cfg), pre_transformer_block]
+    specs += [LayerSpec(ParallelTransformerLayerPipe, cfg, i, save_freqs) for i in range(L)]
+    specs += [post_transformer_block, LayerSpec(NormPipe, cfg), LayerSpec(ParallelLinearPipe, cfg)]
+    topo = PipeModelDataParallelTopology(num_pp=job["pp"], num_mp=1, num_dp=world // job["pp"])
+    return PipelineModule(layers=specs, loss_fn=loss_fn, topology=topo, partition_method="type:transformer|mlp",
+                          activation_checkpoint_interval=0)
+
+
+def pre_transformer_block(h):  # GPT-NeoX's layer 1 and L+2: functions without parameters
+    return h
+
+
+def post_transformer_block(h):
+    return h
+
+
+def run_job(job, rank, world):
+    """One configuration: trains `before` steps and saves (or loads job["load"]), trains `after` more;
+    the losses of every step go to job["out"]/losses.json."""
+    cfg = hf_config(job["model"])
+    loss_fn = lambda logits, labels: torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
+                                                                       labels.reshape(-1))
+    pipe = job.get("pp", 0) >= 1
+    if pipe:
+        model = pipeline_model(cfg, job, world, loss_fn)
+    else:
+        model = GPTNeoXSequential(cfg, job.get("save_inv_freqs", True))
     init_weights(model)
     # GPT-NeoX's get_params_for_weight_decay_optimization: no decay on biases and norms.
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "norm" in n]
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "norm" in n)]
     groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
-    ds_config = {"train_micro_batch_size_per_gpu": spec["micro_batch"], "gradient_accumulation_steps": 1,
-                 "optimizer": {"type": "Adam", "params": {"lr": spec["lr"], "betas": [0.9, 0.95], "eps": 1e-8,
-                                                          "weight_decay": spec["weight_decay"], "torch_adam": True}},
-                 "zero_optimization": {"stage": spec["zero"]}, "fp16": {"enabled": False}, "steps_per_print": 10**9,
+    ds_config = {"train_micro_batch_size_per_gpu": job["micro_batch"], "gradient_accumulation_steps": 1,
+                 "optimizer": {"type": "Adam", "params": {"lr": job["lr"], "betas": [0.9, 0.95], "eps": 1e-8,
+                                                          "weight_decay": job["weight_decay"], "torch_adam": True}},
+                 "zero_optimization": {"stage": job["zero"]}, "fp16": {"enabled": False}, "steps_per_print": 10**9,
                  "gradient_clipping": 1.0}  # GPT-NeoX's default, which it passes to DeepSpeed (neox.c's too)
-    total = spec["before"] + spec["after"]
+    total = job["before"] + job["after"]
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=ds_config,
-                                           lr_scheduler=lambda opt: AnnealingLR(opt, spec["lr"], 0, total, spec["min_lr"]))
-    tokens = torch.tensor(spec["sample"], dtype=torch.long)[None].repeat(spec["micro_batch"], 1)
+                                           lr_scheduler=lambda opt: AnnealingLR(opt, job["lr"], 0, total, job["min_lr"]))
+    tokens = torch.tensor(job["sample"], dtype=torch.long)[None].repeat(job["micro_batch"], 1)
+    first = 0
+    if job.get("load"):
+        _, client = engine.load_checkpoint(job["load"])
+        first = client["iteration"]
     losses = []
-    for step in range(total):
-        logits = engine(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1))
-        engine.backward(loss)
-        engine.step()
+    for step in range(first, total):
+        if pipe:
+            loss = engine.train_batch(data_iter=iter([(tokens[:, :-1], tokens[:, 1:])]))
+        else:
+            loss = loss_fn(engine(tokens[:, :-1]), tokens[:, 1:])
+            engine.backward(loss)
+            engine.step()
         losses.append(loss.item())
-        if step + 1 == spec["before"]:
+        if step + 1 == job["before"] and not job.get("load"):
             # GPT-NeoX's client state: the iteration and its ranks' RNG states (numpy's pickles numpy objects).
             client = {"iteration": step + 1, "random_rng_state": random.getstate(),
                       "np_rng_state": numpy.random.get_state(), "torch_rng_state": torch.get_rng_state()}
-            engine.save_checkpoint(spec["out"], tag=f"global_step{step + 1}", client_state=client)
+            engine.save_checkpoint(job["out"], tag=f"global_step{step + 1}", client_state=client)
     if rank == 0:
-        json.dump(losses, open(os.path.join(spec["out"], "losses.json"), "w"))
+        os.makedirs(job["out"], exist_ok=True)
+        json.dump(losses, open(os.path.join(job["out"], "losses.json"), "w"))
+    engine.destroy()
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    os.environ.update(LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
+    deepspeed.init_distributed(dist_backend="gloo", rank=rank, world_size=world)
+    for job in spec["jobs"]:  # several configurations in one process: DeepSpeed's start-up is paid once
+        run_job(job, rank, world)
 
 
 if __name__ == "__main__":
