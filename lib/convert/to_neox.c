@@ -14,8 +14,10 @@
 
 #include <jansson.h>
 
+#include "config.h"
 #include "convert_internal.h"
 #include "neox_source.h"
+#include "optim.h"
 #include "torch_pt.h"
 
 // The parts of a transformer layer in the order GPT-NeoX's ParallelTransformerLayer registers them
@@ -44,6 +46,8 @@ typedef struct {
     int tp, dp, zero;
     int pp;                 // pipeline stages (0: no pipeline, the module in mp_rank_YY_model_states.pt)
     int stage_start[65];    // stage s holds GPT-NeoX layers [stage_start[s], stage_start[s + 1])
+    int dynamic_scaler;     // an fp16 run's dynamic loss scaler: its settings (the config's) and state
+    neox_loss_scaler scaler;
 } exporter;
 
 // The layers of stage s (all of them without a pipeline).
@@ -284,6 +288,49 @@ static int add_group(neox_pt_writer *w, const exporter *e, int g, int s, int r, 
     return 0;
 }
 
+static neox_pt_value *bool_value(neox_pt_writer *w, int x) {
+    neox_pt_value *v = neox_pt_new(w, NEOX_PT_BOOL);
+    v->i = x != 0;
+    return v;
+}
+
+// DeepSpeed's DynamicLossScaler object with its attributes (the object DeepSpeed's ZeRO optimizer
+// saves and, on load_checkpoint, takes as its scaler). A static scaler (fp32, bf16, a fixed fp16
+// loss_scale) is left out of the files: DeepSpeed then keeps the one its own config makes.
+static neox_pt_value *dynamic_loss_scaler(neox_pt_writer *w, const exporter *e) {
+    const neox_loss_scaler *s = &e->scaler;
+    neox_pt_value *o = neox_pt_new_object(w, "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler");
+    neox_pt_set(w, o, "cur_scale", neox_pt_new_float(w, s->scale));
+    neox_pt_set(w, o, "cur_iter", neox_pt_new_int(w, s->iteration));
+    neox_pt_set(w, o, "last_overflow_iter", neox_pt_new_int(w, s->last_overflow));
+    neox_pt_set(w, o, "scale_factor", neox_pt_new_float(w, 2.0));
+    neox_pt_set(w, o, "scale_window", neox_pt_new_int(w, s->window));
+    neox_pt_set(w, o, "min_scale", neox_pt_new_float(w, s->min_scale));
+    neox_pt_set(w, o, "delayed_shift", neox_pt_new_int(w, s->hysteresis));
+    neox_pt_set(w, o, "cur_hysteresis", neox_pt_new_int(w, s->hysteresis_left));
+    neox_pt_set(w, o, "consecutive_hysteresis", bool_value(w, s->consecutive_hysteresis));
+    neox_pt_set(w, o, "raise_error_at_min_scale", bool_value(w, 1));
+    neox_pt_set(w, o, "dynamic", bool_value(w, 1));
+    neox_pt_set(w, o, "dtype", neox_pt_new_global(w, "torch.float16"));
+    return o;
+}
+
+// The run's loss scaler: the fp16 dict's settings, the checkpoint's state (scale, hysteresis, counters).
+static int plan_scaler(exporter *e, neox_error *err) {
+    const char *precision = neox_config_str(e->c.cfg, precision);
+    if (!precision || strcmp(precision, "fp16") != 0) return 0;
+    if (neox_loss_scaler_fp16_from_config(e->c.cfg, &e->scaler, err) != 0) return -1;
+    e->dynamic_scaler = e->scaler.window > 0;
+    json_t *ls = state_field(e, NULL, "loss_scaler");
+    if (e->dynamic_scaler && ls) {
+        e->scaler.scale = json_number_value(json_object_get(ls, "scale"));
+        e->scaler.hysteresis_left = (int)json_integer_value(json_object_get(ls, "hysteresis_left"));
+        e->scaler.iteration = json_integer_value(json_object_get(ls, "iteration"));
+        e->scaler.last_overflow = json_integer_value(json_object_get(ls, "last_overflow"));
+    }
+    return 0;
+}
+
 static int write_optim_states(const exporter *e, const char *dir, int s, int r, int d, neox_error *err) {
     char *path = neox_asprintf("%s/zero_pp_rank_%d_mp_rank_%02d_optim_states.pt", dir, d, s * e->tp + r);
     neox_pt_writer *w = neox_pt_writer_open(path, err);
@@ -304,19 +351,8 @@ static int write_optim_states(const exporter *e, const char *dir, int s, int r, 
     }
     neox_pt_set(w, base, "state", state);
     neox_pt_set(w, base, "param_groups", groups);
-    // A static scaler (fp32, bf16) is left out: DeepSpeed's load_checkpoint then keeps the one its
-    // config makes, the same LossScaler(1.0), and the file needs no DeepSpeed class to load.
-    json_t *ls = state_field(e, NULL, "loss_scaler");
-    if (ls) {
-        neox_pt_value *scaler = neox_pt_new(w, NEOX_PT_DICT);  // DeepSpeed's DynamicLossScaler's attributes
-        neox_pt_set(w, scaler, "cur_scale", neox_pt_new_float(w, json_number_value(json_object_get(ls, "scale"))));
-        neox_pt_set(w, scaler, "dynamic", neox_pt_new_int(w, 1));
-        neox_pt_set(w, scaler, "cur_iter", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "iteration"))));
-        neox_pt_set(w, scaler, "last_overflow_iter", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "last_overflow"))));
-        neox_pt_set(w, scaler, "cur_hysteresis", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "hysteresis_left"))));
-        neox_pt_set(w, osd, "loss_scaler", scaler);
-    }
-    neox_pt_set(w, osd, "dynamic_loss_scale", neox_pt_new_int(w, ls != NULL));
+    if (e->dynamic_scaler) neox_pt_set(w, osd, "loss_scaler", dynamic_loss_scaler(w, e));
+    neox_pt_set(w, osd, "dynamic_loss_scale", bool_value(w, e->dynamic_scaler));
     neox_pt_set(w, osd, "overflow", neox_pt_new_int(w, 0));
     neox_pt_set(w, osd, "clip_grad", neox_pt_new_float(w, neox_config_float(e->c.cfg, gradient_clipping)));
     neox_pt_set(w, osd, "base_optimizer_state", base);
@@ -416,6 +452,7 @@ int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_l
         rc = neox_fail(err, NEOX_EXIT_USAGE, "--pp %d: a model with tied embeddings (GPT-NeoX's TiedLayerSpec, "
                        "tied_modules.embed.*) is not written as pipeline files; give no --pp, or untie", e.pp);
     if (rc == 0 && e.pp) plan_stages(&e);
+    if (rc == 0) rc = plan_scaler(&e, err);
     char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_dir, err) : NULL;
     if (rc == 0 && !tmp) rc = -1;
     if (rc == 0) rc = export_into(&e, tmp, err);

@@ -372,3 +372,36 @@ def test_deepspeed_continues_from_to_neox(reloaded, case):
     assert len(ds) == AFTER and sorted(neox) == list(range(BEFORE + 1, BEFORE + AFTER + 1))
     for i, loss in enumerate(ds, BEFORE + 1):
         assert abs(loss - neox[i]) <= 1e-5 * abs(neox[i]), f"iteration {i}: DeepSpeed {loss:.8g}, neox-train {neox[i]:.8g}"
+
+
+def test_fp16_loss_scaler_is_deepspeeds(runs, tmp_path):
+    """An fp16 neox.c run (2 steps, a dynamic scaler from the fp16 dict) -> to-neox: the ZeRO files hold
+    DeepSpeed's own DynamicLossScaler (the object its optimizer takes back on load_checkpoint), equal to
+    the one DeepSpeed's constructor makes from the same fp16 dict stepped as often; from-neox reads it back."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler
+    _, _, _, data, _ = runs["zero1-dp1"]
+    fp16 = {"enabled": True, "initial_scale_power": 12, "loss_scale_window": 50, "hysteresis": 3, "min_loss_scale": 2}
+    cfg = neox_config(tmp_path, data, 1, save=tmp_path / "save")
+    cfg.write_text(json.dumps(dict(json.loads(cfg.read_text()), precision="fp16", fp16=fp16, train_iters=2)))
+    subprocess.run([f"{BIN}/neox-train", "-q", str(cfg)], check=True, capture_output=True, text=True)
+    subprocess.run([f"{BIN}/neox-convert", "to-neox", "--input", str(tmp_path / "save"), "--output", str(tmp_path / "neox")],
+                   check=True, capture_output=True, text=True)
+    path = tmp_path / "neox" / "global_step2" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    if hasattr(torch.serialization, "add_safe_globals"):  # torch >= 2.4: weights_only with DeepSpeed's class allowed
+        torch.serialization.add_safe_globals([DynamicLossScaler])
+        osd = torch.load(path, weights_only=True)["optimizer_state_dict"]
+    else:
+        assert pickle_globals(path) <= WEIGHTS_ONLY_GLOBALS | {
+            "deepspeed.runtime.fp16.loss_scaler DynamicLossScaler", "torch float16"}, pickle_globals(path)
+        osd = torch.load(path)["optimizer_state_dict"]
+    ours = osd["loss_scaler"]
+    want = DynamicLossScaler(init_scale=2.0 ** 12, scale_window=50, min_scale=2, delayed_shift=3,
+                             consecutive_hysteresis=False, dtype=torch.float16)
+    for _ in range(2):
+        want.update_scale(False)
+    assert type(ours) is DynamicLossScaler and osd["dynamic_loss_scale"] is True
+    assert vars(ours) == vars(want)
+    subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(tmp_path / "neox"), "--config", str(cfg),
+                    "--output", str(tmp_path / "back")], check=True, capture_output=True, text=True)
+    a, b = (json.loads(h5_bytes(w, "state/train.json"))["loss_scaler"] for w in (tmp_path / "save", tmp_path / "back"))
+    assert a == b and a["scale"] == 4096.0
