@@ -30,8 +30,17 @@ from data_oracle import BIN, write_indexed  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = {"vocab": 512, "hidden": 32, "layers": 2, "heads": 4, "rotary_pct": 0.25, "seq": 16}
 BEFORE, AFTER, MICRO, LR, WD = 3, 3, 2, 1e-3, 0.01
-# name: (ZeRO stage, data-parallel ranks, pipeline stages: 0 without GPT-NeoX's PipelineModule)
-CASES = {"zero1-dp1": (1, 1, 0), "zero2-dp2": (2, 2, 0), "pipe-pp1": (1, 1, 1), "pipe-pp2": (1, 1, 2)}
+# name: (ZeRO stage, data-parallel ranks, pipeline stages: 0 without GPT-NeoX's PipelineModule,
+# tensor-parallel ranks: Megatron's cuts, mp_rank_00/01)
+CASES = {"zero1-dp1": (1, 1, 0, 1), "zero2-dp2": (2, 2, 0, 1), "pipe-pp1": (1, 1, 1, 1), "pipe-pp2": (1, 1, 2, 1),
+         "tp2": (1, 1, 0, 2)}
+# The dimension Megatron cuts a parameter along over tensor-parallel ranks (None: whole on every rank).
+TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_value.weight": 0, "query_key_value.bias": 0,
+          "dense_h_to_4h.weight": 0, "dense_h_to_4h.bias": 0, "attention.dense.weight": 1, "dense_4h_to_h.weight": 1}
+
+
+def tp_dim(name):
+    return next((dim for part, dim in TP_DIM.items() if name.endswith(part)), None)
 RELOADED = ["zero1-dp1", "pipe-pp1"]  # to-neox's files DeepSpeed loads back (one launch on one rank)
 
 
@@ -47,7 +56,7 @@ def sample_tokens():
     return doc, doc + doc[:1]  # the stream repeats doc, so every sample of seq + 1 tokens is this
 
 
-def neox_config(tmp, data, zero, load=None, save=None, tp=1):
+def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1):
     cfg = {"num_layers": MODEL["layers"], "hidden_size": MODEL["hidden"], "num_attention_heads": MODEL["heads"],
            "seq_length": MODEL["seq"], "max_position_embeddings": MODEL["seq"], "pos_emb": "rotary",
            "rotary_pct": MODEL["rotary_pct"], "norm": "layernorm", "gpt_j_residual": True,
@@ -56,7 +65,7 @@ def neox_config(tmp, data, zero, load=None, save=None, tp=1):
            "weight_decay": WD, "min_lr": 0.0, "lr_decay_style": "constant", "warmup": 0.0,
            "train_iters": BEFORE + AFTER, "lr_decay_iters": BEFORE + AFTER,
            "train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": 1,
-           "zero_optimization": {"stage": zero}, "model_parallel_size": tp, "pipe_parallel_size": 1,
+           "zero_optimization": {"stage": zero}, "model_parallel_size": tp, "pipe_parallel_size": pp,
            "eval_interval": 1000, "eval_iters": 1, "log_interval": 1, "split": "1000,0,0",
            "data_path": data, "tokenizer_type": "CharLevelTokenizer", "log_dir": str(tmp / "logs")}
     if load:
@@ -99,10 +108,10 @@ def runs(tmp_path_factory):
     data = str(root / "docs_text_document")
     write_indexed(data, [doc] * 64, np.uint16)
     by_world, out = {}, {}
-    for name, (zero, dp, pp) in CASES.items():
+    for name, (zero, dp, pp, tp) in CASES.items():
         d = root / name
         d.mkdir()
-        by_world.setdefault(dp * max(pp, 1), []).append(job(d / "ds", zero=zero, pp=pp))
+        by_world.setdefault(dp * max(pp, 1) * tp, []).append(job(d / "ds", zero=zero, pp=pp, tp=tp))
         out[name] = (d, zero, dp, data, pp)
     procs = [p for world, jobs in by_world.items() for p in launch(root, f"world{world}", world, jobs)]
     wait_all(procs)
@@ -133,7 +142,7 @@ def reloaded(runs, tmp_path_factory):
 
 
 def import_run(d, zero, data):
-    cfg = neox_config(d, data, zero)
+    cfg = neox_config(d, data, zero, tp=CASES[d.name][3], pp=max(CASES[d.name][2], 1))  # (the run's GPT-NeoX config)
     save = d / "imported"
     if not save.exists():
         r = subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(d / "ds"), "--config", str(cfg),
@@ -177,35 +186,47 @@ def h5_tensor(save, name, shape):
     return np.frombuffer(h5_bytes(save, name), dtype=np.float32).reshape(shape)
 
 
-def deepspeed_optimizer(d, dp, pp):
-    """The fp32 master weights and Adam's exp_avg and exp_avg_sq per parameter: every rank's partition
-    (of every pipeline stage, mp_rank_SS) cut by its param_slice_mappings."""
-    flat = {}
-    for stage in range(max(pp, 1)):
+def deepspeed_shapes(d, pp, tp_rank):
+    """Each parameter's shape on a tensor-parallel rank, from the module (without a pipeline) or the layer files."""
+    step = d / "ds" / f"global_step{BEFORE}"
+    if not pp:
+        module = torch.load(step / f"mp_rank_{tp_rank:02d}_model_states.pt")["module"]
+        return {k: v.shape for k, v in module.items() if not k.endswith("rotary_emb.inv_freq")}  # (a buffer)
+    return {f"{f.name.split('-')[0].removeprefix('layer_').lstrip('0') or '0'}.{k}": v.shape
+            for f in step.glob(f"layer_*-model_{tp_rank:02d}-model_states.pt") for k, v in torch.load(f).items()
+            if not k.endswith("rotary_emb.inv_freq")}
+
+
+def deepspeed_optimizer(d, dp, pp, tp):
+    """The fp32 master weights and Adam's exp_avg and exp_avg_sq per parameter, whole: every rank's
+    partition (of every pipeline stage and tensor-parallel rank, mp_rank_YY = stage x tp + rank) cut
+    by its param_slice_mappings, tensor-parallel shards joined along Megatron's cuts."""
+    pieces = {}
+    for stage, tp_rank in ((s, r) for s in range(max(pp, 1)) for r in range(tp)):
         for rank in range(dp):
-            sd = torch.load(d / "ds" / f"global_step{BEFORE}" / f"zero_pp_rank_{rank}_mp_rank_{stage:02d}_optim_states.pt",
+            sd = torch.load(d / "ds" / f"global_step{BEFORE}" /
+                            f"zero_pp_rank_{rank}_mp_rank_{stage * tp + tp_rank:02d}_optim_states.pt",
                             map_location="cpu")["optimizer_state_dict"]
             for g, mapping in enumerate(sd["param_slice_mappings"]):
                 state = sd["base_optimizer_state"]["state"][g]
                 for name, frag in mapping.items():
                     for key, t in (("master", sd["single_partition_of_fp32_groups"][g]), ("exp_avg", state["exp_avg"]),
                                    ("exp_avg_sq", state["exp_avg_sq"])):
-                        flat.setdefault((name, key), []).append(t.narrow(0, frag.start, frag.numel))
-    return {k: torch.cat(v) for k, v in flat.items()}
-
-
-def deepspeed_shapes(d, pp):
-    """Each parameter's shape, from the module (without a pipeline) or the layer files."""
-    step = d / "ds" / f"global_step{BEFORE}"
-    if not pp:
-        return {k: v.shape for k, v in torch.load(step / "mp_rank_00_model_states.pt")["module"].items()}
-    return {f"{f.name.split('-')[0].removeprefix('layer_').lstrip('0') or '0'}.{k}": v.shape
-            for f in step.glob("layer_*-model_00-model_states.pt") for k, v in torch.load(f).items()}
+                        pieces.setdefault((name, key), {}).setdefault(tp_rank, []).append(t.narrow(0, frag.start, frag.numel))
+    shapes = [deepspeed_shapes(d, pp, r) for r in range(tp)]
+    whole = {}
+    for (name, key), by_rank in pieces.items():
+        shards = [torch.cat(by_rank[r]).reshape(shapes[r][name]) for r in range(tp)]
+        whole[(name, key)] = shards[0] if tp_dim(name) is None else torch.cat(shards, tp_dim(name))
+        if tp_dim(name) is None:
+            assert all(torch.equal(s, shards[0]) for s in shards), (name, key)  # whole and equal on every rank
+    return whole
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_import_holds_deepspeed_state(runs, case, tmp_path):
     d, zero, dp, data, pp = runs[case]
+    tp = CASES[case][3]
     save = import_run(d, zero, data)
     step = (save / "latest").read_text().strip()
     assert step == f"global_step{BEFORE}"
@@ -213,10 +234,10 @@ def test_import_holds_deepspeed_state(runs, case, tmp_path):
     subprocess.run([f"{BIN}/neox-convert", "to-hf", "--input", str(save), "--output", str(tmp_path / "hf")],
                    check=True, capture_output=True)
     ours = load_file(str(tmp_path / "hf" / "model.safetensors"))
-    shapes = {k: s for k, s in deepspeed_shapes(d, pp).items() if not k.endswith("rotary_emb.inv_freq")}  # buffers
-    flat = deepspeed_optimizer(d, dp, pp)
-    if pp:
-        master = {name: flat[(name, "master")].reshape(shape) for name, shape in shapes.items()}
+    flat = deepspeed_optimizer(d, dp, pp, tp)
+    shapes = {name: t.shape for (name, key), t in flat.items() if key == "master"}
+    if pp or tp > 1:  # (zero_to_fp32 joins neither pipeline stages nor tensor-parallel shards)
+        master = {name: flat[(name, "master")] for name in shapes}
     else:  # DeepSpeed's own reconstruction of the fp32 master weights from its ZeRO partitions
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         master = get_fp32_state_dict_from_zero_checkpoint(str(d / "ds"), tag=f"global_step{BEFORE}")
@@ -291,23 +312,24 @@ def assert_same_state_dict(a, b, what):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_to_neox_writes_deepspeeds_files(runs, case, tmp_path):
     d, zero, dp, data, pp = runs[case]
+    tp = CASES[case][3]
     import_run(d, zero, data)
-    to_neox(d, pp, tmp_path / "neox", "--dp", str(dp), "--zero", str(zero))
+    to_neox(d, pp, tmp_path / "neox", "--dp", str(dp), "--zero", str(zero), "--tp", str(tp))
     ours, ds = tmp_path / "neox" / f"global_step{BEFORE}", d / "ds" / f"global_step{BEFORE}"
     assert (tmp_path / "neox" / "latest").read_text().strip() == f"global_step{BEFORE}"
     assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in ds.iterdir())
     for layer_file in ds.glob("layer_*"):  # a PipelineModule's layers, as DeepSpeed's save_state_dict wrote them
         assert_same_state_dict(load_plain(ours / layer_file.name), torch.load(layer_file), layer_file.name)
-    for stage in range(max(pp, 1)):
-        a, b = load_plain(ours / f"mp_rank_{stage:02d}_model_states.pt"), torch.load(ds / f"mp_rank_{stage:02d}_model_states.pt")
+    for mp in range(max(pp, 1) * tp):
+        a, b = load_plain(ours / f"mp_rank_{mp:02d}_model_states.pt"), torch.load(ds / f"mp_rank_{mp:02d}_model_states.pt")
         if pp:
             assert a["module"] is None and b["module"] is None
         else:
             assert_same_state_dict(a["module"], b["module"], "module")
         assert a["iteration"] == b["iteration"] and a["lr_scheduler"] == b["lr_scheduler"]
         assert a["mp_world_size"] == b["mp_world_size"] and a["dp_world_size"] == b["dp_world_size"]
-    for rank, stage in ((r, s) for r in range(dp) for s in range(max(pp, 1))):
-        name = f"zero_pp_rank_{rank}_mp_rank_{stage:02d}_optim_states.pt"
+    for rank, mp in ((r, m) for r in range(dp) for m in range(max(pp, 1) * tp)):
+        name = f"zero_pp_rank_{rank}_mp_rank_{mp:02d}_optim_states.pt"
         A, B = load_plain(ours / name)["optimizer_state_dict"], torch.load(ds / name)["optimizer_state_dict"]
         assert A["zero_stage"] == B["zero_stage"] and A["group_paddings"] == B["group_paddings"]
         assert "loss_scaler" not in A and not B["loss_scaler"].dynamic  # (DeepSpeed keeps its own static one)
