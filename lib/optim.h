@@ -184,6 +184,10 @@ typedef struct neox_loss_scaler {
 neox_loss_scaler neox_loss_scaler_dynamic(int initial_scale_power, int64_t window, int hysteresis, double min_scale,
                                           int consecutive_hysteresis);
 neox_loss_scaler neox_loss_scaler_static(double scale);
+// An fp16 run's scaler from the config's fp16 dict, with DeepSpeed's defaults: loss_scale 0
+// (dynamic), initial_scale_power 16, loss_scale_window 1000, hysteresis 2, min_loss_scale 1,
+// consecutive_hysteresis false; a positive loss_scale is a static scaler. -1 + err on a bad value.
+int neox_loss_scaler_fp16_from_config(const neox_config *cfg, neox_loss_scaler *out, neox_error *err);
 // Records one step's outcome. Returns 1 when the step overflowed while the scale was already at
 // min_scale (DeepSpeed stops the run there), else 0.
 int neox_loss_scaler_update(neox_loss_scaler *s, int overflow);

@@ -126,6 +126,13 @@ neox_pt_value *neox_pt_new_float(neox_pt_writer *w, double f);
 neox_pt_value *neox_pt_new_str(neox_pt_writer *w, const char *s);
 neox_pt_value *neox_pt_new_tensor(neox_pt_writer *w, neox_pt_dtype dtype, int ndim, const int64_t *shape,
                                   const void *data);
+// A reference to a global ("torch.float16"), pickled as GLOBAL.
+neox_pt_value *neox_pt_new_global(neox_pt_writer *w, const char *qualified_name);
+// An object of class qualified_name ("deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler") whose
+// attributes are set with neox_pt_set: pickled as Python pickles a plain object (NEWOBJ of the class,
+// then BUILD with its __dict__). torch.load(weights_only=True) reads it only with the class allowed
+// (torch.serialization.add_safe_globals).
+neox_pt_value *neox_pt_new_object(neox_pt_writer *w, const char *qualified_name);
 void neox_pt_append(neox_pt_value *list_or_tuple, neox_pt_value *v);
 void neox_pt_set(neox_pt_writer *w, neox_pt_value *dict, const char *key, neox_pt_value *v);
 int neox_pt_writer_commit(neox_pt_writer *w, const neox_pt_value *root, neox_error *err);

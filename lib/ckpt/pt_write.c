@@ -75,6 +75,19 @@ neox_pt_value *neox_pt_new_str(neox_pt_writer *w, const char *s) {
     return v;
 }
 
+neox_pt_value *neox_pt_new_global(neox_pt_writer *w, const char *qualified_name) {
+    neox_assert(strrchr(qualified_name, '.'), "a global needs its module: %s", qualified_name);
+    neox_pt_value *v = make(w, NEOX_PT_GLOBAL);
+    v->str = neox_strdup(qualified_name);
+    return v;
+}
+
+neox_pt_value *neox_pt_new_object(neox_pt_writer *w, const char *qualified_name) {
+    neox_pt_value *v = neox_pt_new_global(w, qualified_name);
+    v->kind = NEOX_PT_RECORD;
+    return v;
+}
+
 void neox_pt_append(neox_pt_value *c, neox_pt_value *v) {
     if (c->count == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 4;
@@ -134,6 +147,15 @@ static void put_global(neox_pt_writer *w, const char *module, const char *name) 
     put_byte(w, '\n');
     put(w, name, strlen(name));
     put_byte(w, '\n');
+}
+
+// "module.sub.name" as GLOBAL module.sub name.
+static void put_qualified(neox_pt_writer *w, const char *qualified_name) {
+    const char *dot = strrchr(qualified_name, '.');
+    char *module = neox_strdup(qualified_name);
+    module[dot - qualified_name] = 0;
+    put_global(w, module, dot + 1);
+    free(module);
 }
 
 static void put_int(neox_pt_writer *w, int64_t i) {
@@ -219,15 +241,24 @@ static void put_value(neox_pt_writer *w, const neox_pt_value *v, int depth) {
         put_byte(w, 'e');
         return;
     case NEOX_PT_DICT:
-        put_byte(w, '}');
-        if (!v->count) return;
-        put_byte(w, '(');
-        for (int i = 0; i < v->count; i++) {
-            put_value(w, v->keys[i], depth + 1);
-            put_value(w, v->items[i], depth + 1);
+    case NEOX_PT_RECORD:
+        if (v->kind == NEOX_PT_RECORD) {  // cls.__new__(cls), then its __dict__ below and BUILD
+            put_qualified(w, v->str);
+            put_byte(w, ')');
+            put_byte(w, 0x81);
         }
-        put_byte(w, 'u');
+        put_byte(w, '}');
+        if (v->count) {
+            put_byte(w, '(');
+            for (int i = 0; i < v->count; i++) {
+                put_value(w, v->keys[i], depth + 1);
+                put_value(w, v->items[i], depth + 1);
+            }
+            put_byte(w, 'u');
+        }
+        if (v->kind == NEOX_PT_RECORD) put_byte(w, 'b');
         return;
+    case NEOX_PT_GLOBAL: put_qualified(w, v->str); return;
     default: neox_bug("value kind %d cannot be written", (int)v->kind);
     }
 }

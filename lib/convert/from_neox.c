@@ -228,6 +228,11 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
             const char *part;
             char hf[128];
             int64_t start, numel;
+            if (map->keys[k]->kind == NEOX_PT_STR && !strncmp(map->keys[k]->str, "tied_modules.", 13)) {
+                rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: '%s': a pipeline run with tied embeddings (GPT-NeoX's "
+                               "TiedLayerSpec, a copy on each end stage) is not read", path, map->keys[k]->str);
+                break;
+            }
             if (map->keys[k]->kind != NEOX_PT_STR || neox_source_split_name(map->keys[k]->str, &layer, &part) != 0) {
                 rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: param_slice_mappings names '%s'", path,
                                map->keys[k]->kind == NEOX_PT_STR ? map->keys[k]->str : "?");
@@ -268,12 +273,13 @@ static int read_optimizer(importer *im, neox_error *err) {
     for (int s = 0; s < 3; s++) im->opt[s] = neox_calloc(n, sizeof *im->opt[s]);
     int64_t *filled = neox_calloc(n, sizeof *filled);
     int rc = 0;
-    for (int r = 0; r < im->src.tp && rc == 0; r++)
-        for (int d = 0; d < im->src.dp && rc == 0; d++) {
-            neox_pt_file *f = neox_source_optim_file(&im->src, d, r, err);
-            rc = f ? read_partition(im, r, f, filled, err) : -1;
-            neox_pt_close(f);
-        }
+    for (int stage = 0; stage < im->src.pp && rc == 0; stage++)  // (a pipeline's stages: each its own layers)
+        for (int r = 0; r < im->src.tp && rc == 0; r++)
+            for (int d = 0; d < im->src.dp && rc == 0; d++) {
+                neox_pt_file *f = neox_source_optim_file(&im->src, d, stage, r, err);
+                rc = f ? read_partition(im, r, f, filled, err) : -1;
+                neox_pt_close(f);
+            }
     for (size_t k = 0; k < n && rc == 0; k++)
         if (filled[k] != neox_pt_numel(im->weights[k].t))
             rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: ZeRO partitions hold %lld of the %lld elements of %s (rank %zu)",
@@ -417,9 +423,16 @@ static void notice_rng_state(const importer *im) {
 
 // The model from the configs, its vocabulary the checkpoint's (already padded) embedding rows.
 static int describe_model(importer *im, const char *const *configs, int nconfigs, neox_error *err) {
-    neox_config_options opts = {.world_size = im->src.dp > 0 ? im->src.dp : 1, .quiet = 1, .data_parallel_only = 1};
+    // The run's world (data x tensor x pipeline ranks, as the files count them): the stored config then
+    // reloads as it is (neox-convert's other commands derive it with that world).
+    int world = (im->src.dp > 0 ? im->src.dp : 1) * im->src.tp * im->src.pp;
+    neox_config_options opts = {.world_size = world, .quiet = 1};
     im->cfg = neox_config_load(configs, nconfigs, &opts, err);
     if (!im->cfg) return -1;
+    int64_t stages = neox_config_int(im->cfg, pipe_parallel_size);  // (0: GPT-NeoX without its PipelineModule)
+    if ((stages > 1 ? stages : 1) != im->src.pp)
+        return neox_fail(err, NEOX_EXIT_USAGE, "pipe_parallel_size: the configs say %lld, %s was written by %d pipeline "
+                         "stages", (long long)stages, im->src.dir, im->src.pp);
     if (neox_config_int(im->cfg, model_parallel_size) != im->src.tp)
         return neox_fail(err, NEOX_EXIT_USAGE, "model_parallel_size: the configs say %lld, %s was written by %d "
                          "tensor-parallel ranks", (long long)neox_config_int(im->cfg, model_parallel_size), im->src.dir,

@@ -36,13 +36,15 @@ static char *resolve_dir(const char *dir, neox_error *err) {
     return out;
 }
 
-// Counts DeepSpeed's files: the tensor-parallel size (mp_rank_YY), the data-parallel size
-// (zero_pp_rank_D), whether the model is in per-layer files, and the highest layer index.
+// Counts DeepSpeed's files: the tensor-parallel size (mp_rank_YY; in a pipeline run, the model_YY of
+// the layer files, the mp_rank_YY files then being DeepSpeed's ranks in its pipe x model group,
+// stage x tp + YY), the data-parallel size (zero_pp_rank_D), whether the model is in per-layer
+// files, and the highest layer index.
 static int scan_files(neox_source *s, neox_error *err) {
     DIR *d = opendir(s->dir);
     if (!d) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot open the directory", s->dir);
     struct dirent *e;
-    int max_mp = -1, max_dp = -1;
+    int max_mp = -1, max_dp = -1, max_layer_mp = -1;
     while ((e = readdir(d))) {
         int a, b;
         char tail[64];
@@ -51,14 +53,19 @@ static int scan_files(neox_source *s, neox_error *err) {
         if (sscanf(e->d_name, "layer_%d-model_%d-model_state%63s", &a, &b, tail) == 3) {
             s->layered = 1;
             if (a > s->max_layer) s->max_layer = a;
+            if (b > max_layer_mp) max_layer_mp = b;
         }
         if (sscanf(e->d_name, "bf16_zero_pp_rank_%d", &a) == 1 || sscanf(e->d_name, "zero3_%d", &a) == 1)
             s->bf16_optimizer = 1;
     }
     closedir(d);
     if (max_mp < 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: no mp_rank_00_model_states.pt", s->dir);
-    s->tp = max_mp + 1;
+    s->tp = s->layered ? max_layer_mp + 1 : max_mp + 1;
+    s->pp = (max_mp + 1) / s->tp;
     s->dp = max_dp + 1;
+    if (s->pp * s->tp != max_mp + 1)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: %d mp_rank_YY files for %d tensor-parallel ranks (model_YY of the "
+                         "layer files): not a whole number of pipeline stages", s->dir, max_mp + 1, s->tp);
     return 0;
 }
 
@@ -67,8 +74,8 @@ int neox_source_open(neox_source *s, const char *path, neox_error *err) {
     s->max_layer = -1;
     s->dir = resolve_dir(path, err);
     if (!s->dir || scan_files(s, err) != 0) return -1;
-    s->model_files = neox_calloc((size_t)s->tp, sizeof *s->model_files);
-    for (int r = 0; r < s->tp; r++) {
+    s->model_files = neox_calloc((size_t)(s->tp * s->pp), sizeof *s->model_files);
+    for (int r = 0; r < s->tp * s->pp; r++) {
         char *p = neox_asprintf("%s/mp_rank_%02d_model_states.pt", s->dir, r);
         s->model_files[r] = neox_pt_open(p, err);
         free(p);
@@ -78,7 +85,7 @@ int neox_source_open(neox_source *s, const char *path, neox_error *err) {
 }
 
 void neox_source_close(neox_source *s) {
-    for (int r = 0; s->model_files && r < s->tp; r++) neox_pt_close(s->model_files[r]);
+    for (int r = 0; s->model_files && r < s->tp * s->pp; r++) neox_pt_close(s->model_files[r]);
     free(s->model_files);
     free(s->dir);
     memset(s, 0, sizeof *s);
@@ -91,8 +98,8 @@ neox_pt_file *neox_source_layer_file(const neox_source *s, int layer, int tp_ran
     return f;
 }
 
-neox_pt_file *neox_source_optim_file(const neox_source *s, int dp_rank, int tp_rank, neox_error *err) {
-    char *p = neox_asprintf("%s/zero_pp_rank_%d_mp_rank_%02d_optim_states.pt", s->dir, dp_rank, tp_rank);
+neox_pt_file *neox_source_optim_file(const neox_source *s, int dp_rank, int stage, int tp_rank, neox_error *err) {
+    char *p = neox_asprintf("%s/zero_pp_rank_%d_mp_rank_%02d_optim_states.pt", s->dir, dp_rank, stage * s->tp + tp_rank);
     neox_pt_file *f = neox_pt_open(p, err);
     free(p);
     return f;
@@ -109,6 +116,13 @@ static const char *const layer_parts[] = {
 // buffers and tied copies; -1 + err for a parameter neox.c has no place for.
 int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, char *out, size_t size, neox_error *err) {
     if (strstr(part, "rotary_emb.inv_freq")) return NEOX_SRC_SKIP;  // a buffer neox.c computes
+    // GPT-NeoX since its TransformerEngine release (December 2024) names the ungated MLP's two
+    // projections mlp.linear1 and mlp.linear2, before it mlp.dense_h_to_4h and mlp.dense_4h_to_h.
+    char renamed[96];
+    if (!strncmp(part, "mlp.linear1.", 12) || !strncmp(part, "mlp.linear2.", 12)) {
+        snprintf(renamed, sizeof renamed, "mlp.%s.%s", part[10] == '1' ? "dense_h_to_4h" : "dense_4h_to_h", part + 12);
+        part = renamed;
+    }
     if (layer == 0 && strcmp(part, "word_embeddings.weight") == 0) return snprintf(out, size, "gpt_neox.embed_in.weight"), 0;
     if (layer >= 2 && layer < num_layers + 2)
         for (size_t i = 0; i < sizeof layer_parts / sizeof layer_parts[0]; i++)

@@ -11,17 +11,19 @@
 typedef struct neox_source {
     char *dir;                   // global_stepN
     int tp, dp;                  // from the files' names (dp 0: no ZeRO optimizer files)
+    int pp;                      // pipeline stages: mp_rank_YY files per tensor-parallel rank
     int layered;                 // the model is in layer_XX-model_YY-model_states.pt files
     int max_layer;
     int bf16_optimizer;          // DeepSpeed's bf16 optimizer or ZeRO-3 files are present
-    neox_pt_file **model_files;  // mp_rank_YY_model_states.pt, per tensor-parallel rank
+    neox_pt_file **model_files;  // mp_rank_YY_model_states.pt, YY = stage x tp + tensor-parallel rank
 } neox_source;
 
 int neox_source_open(neox_source *s, const char *path, neox_error *err);
 void neox_source_close(neox_source *s);
 // layer_XX-model_YY-model_states.pt (NULL when the layer has no file: it holds no parameters).
 neox_pt_file *neox_source_layer_file(const neox_source *s, int layer, int tp_rank, neox_error *err);
-neox_pt_file *neox_source_optim_file(const neox_source *s, int dp_rank, int tp_rank, neox_error *err);
+// zero_pp_rank_D_mp_rank_YY_optim_states.pt of pipeline stage `stage`, tensor-parallel rank tp_rank.
+neox_pt_file *neox_source_optim_file(const neox_source *s, int dp_rank, int stage, int tp_rank, neox_error *err);
 int neox_source_split_name(const char *name, int *layer, const char **part);
 int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, char *out, size_t size, neox_error *err);
 int neox_source_tp_dim(const char *hf_name);

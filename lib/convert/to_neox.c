@@ -14,8 +14,10 @@
 
 #include <jansson.h>
 
+#include "config.h"
 #include "convert_internal.h"
 #include "neox_source.h"
+#include "optim.h"
 #include "torch_pt.h"
 
 // The parts of a transformer layer in the order GPT-NeoX's ParallelTransformerLayer registers them
@@ -28,9 +30,11 @@ static const char *const layer_order[] = {
 };
 
 typedef struct {
-    char neox[128];  // GPT-NeoX's name, sequential.N.PART
-    int param;       // index in the neox.c parameter list
-    int decay;       // in the weight-decay group (not a bias or a norm)
+    char neox[128];    // GPT-NeoX's name: sequential.N.PART, or N.PART in a PipelineModule
+    const char *part;  // PART (a static string)
+    int layer;         // N, GPT-NeoX's layer number
+    int param;         // index in the neox.c parameter list
+    int decay;         // in the weight-decay group (not a bias or a norm)
 } neox_param_ref;
 
 typedef struct {
@@ -40,7 +44,16 @@ typedef struct {
     neox_param_ref *refs;  // GPT-NeoX's parameter order
     int nrefs;
     int tp, dp, zero;
+    int pp;                 // pipeline stages (0: no pipeline, the module in mp_rank_YY_model_states.pt)
+    int stage_start[65];    // stage s holds GPT-NeoX layers [stage_start[s], stage_start[s + 1])
+    int dynamic_scaler;     // an fp16 run's dynamic loss scaler: its settings (the config's) and state
+    neox_loss_scaler scaler;
 } exporter;
+
+// The layers of stage s (all of them without a pipeline).
+static int in_stage(const exporter *e, int s, int layer) {
+    return e->pp == 0 || (layer >= e->stage_start[s] && layer < e->stage_start[s + 1]);
+}
 
 static int find_param(const exporter *e, const char *hf) {
     for (int i = 0; i < e->nparams; i++)
@@ -55,7 +68,9 @@ static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
     int i = find_param(e, hf);
     if (i < 0) return 0;  // a part this model does not have (biases it was configured without)
     neox_param_ref *r = &e->refs[e->nrefs++];
-    snprintf(r->neox, sizeof r->neox, "sequential.%d.%s", layer, part);
+    snprintf(r->neox, sizeof r->neox, e->pp ? "%d.%s" : "sequential.%d.%s", layer, part);
+    r->part = part;
+    r->layer = layer;
     r->param = i;
     r->decay = !strstr(part, "bias") && !strstr(part, "norm");
     return 0;
@@ -122,19 +137,42 @@ static neox_pt_value *lr_scheduler(neox_pt_writer *w, const exporter *e) {
     return lr;
 }
 
-static int write_model_states(const exporter *e, const char *dir, int r, int64_t iteration, neox_error *err) {
-    char *path = neox_asprintf("%s/mp_rank_%02d_model_states.pt", dir, r);
+// The state dict of tensor-parallel rank r's parameters in layers [lo, hi), keyed by
+// GPT-NeoX's names (full: sequential.N.PART) or by PART alone (a pipeline layer file).
+static neox_pt_value *module_dict(neox_pt_writer *w, const exporter *e, int r, int lo, int hi, int full, neox_error *err) {
+    neox_pt_value *module = neox_pt_new(w, NEOX_PT_DICT);
+    for (int k = 0; k < e->nrefs; k++) {
+        if (e->refs[k].layer < lo || e->refs[k].layer >= hi) continue;
+        int64_t shape[2];
+        float *data = read_shard(e, "params", e->refs[k].param, r, shape, err);
+        if (!data) return NULL;
+        neox_pt_set(w, module, full ? e->refs[k].neox : e->refs[k].part, tensor_of(w, e, e->refs[k].param, data, shape));
+        free(data);
+    }
+    return module;
+}
+
+// A PipelineModule's layer_XX-model_YY-model_states.pt: layer XX's state dict on tensor-parallel rank YY.
+static int write_layer_file(const exporter *e, const char *dir, int layer, int r, neox_error *err) {
+    char *path = neox_asprintf("%s/layer_%02d-model_%02d-model_states.pt", dir, layer, r);
     neox_pt_writer *w = neox_pt_writer_open(path, err);
     free(path);
     if (!w) return -1;
-    neox_pt_value *root = neox_pt_new(w, NEOX_PT_DICT), *module = neox_pt_new(w, NEOX_PT_DICT);
-    for (int k = 0; k < e->nrefs; k++) {
-        int64_t shape[2];
-        float *data = read_shard(e, "params", e->refs[k].param, r, shape, err);
-        if (!data) return neox_pt_writer_abort(w), -1;
-        neox_pt_set(w, module, e->refs[k].neox, tensor_of(w, e, e->refs[k].param, data, shape));
-        free(data);
-    }
+    neox_pt_value *sd = module_dict(w, e, r, layer, layer + 1, 0, err);
+    if (!sd) return neox_pt_writer_abort(w), -1;
+    return neox_pt_writer_commit(w, sd, err);
+}
+
+// mp_rank_YY_model_states.pt of stage s, tensor-parallel rank r (YY = s x tp + r: DeepSpeed's
+// rank in the pipe x model group). A pipeline's module is in its layer files, so `module` is None.
+static int write_model_states(const exporter *e, const char *dir, int s, int r, int64_t iteration, neox_error *err) {
+    char *path = neox_asprintf("%s/mp_rank_%02d_model_states.pt", dir, s * e->tp + r);
+    neox_pt_writer *w = neox_pt_writer_open(path, err);
+    free(path);
+    if (!w) return -1;
+    neox_pt_value *root = neox_pt_new(w, NEOX_PT_DICT);
+    neox_pt_value *module = e->pp ? neox_pt_new(w, NEOX_PT_NONE) : module_dict(w, e, r, 0, 1 << 30, 1, err);
+    if (!module) return neox_pt_writer_abort(w), -1;
     neox_pt_set(w, root, "module", module);
     neox_pt_set(w, root, "buffer_names", neox_pt_new(w, NEOX_PT_LIST));
     neox_pt_set(w, root, "optimizer", neox_pt_new(w, NEOX_PT_NONE));
@@ -143,7 +181,7 @@ static int write_model_states(const exporter *e, const char *dir, int r, int64_t
     neox_pt_set(w, root, "global_steps", neox_pt_new_int(w, iteration));
     neox_pt_set(w, root, "global_samples", neox_pt_new_int(w, json_integer_value(state_field(e, NULL, "train_samples"))));
     neox_pt_set(w, root, "dp_world_size", neox_pt_new_int(w, e->dp));
-    neox_pt_set(w, root, "mp_world_size", neox_pt_new_int(w, e->tp));
+    neox_pt_set(w, root, "mp_world_size", neox_pt_new_int(w, e->tp * (e->pp ? e->pp : 1)));
     neox_pt_set(w, root, "ds_version", neox_pt_new_str(w, "0.14.4"));
     neox_pt_set(w, root, "iteration", neox_pt_new_int(w, iteration));
     return neox_pt_writer_commit(w, root, err);
@@ -151,11 +189,11 @@ static int write_model_states(const exporter *e, const char *dir, int r, int64_t
 
 // One weight-decay group's flat buffer of a tensor group ("params", ...) on tensor-parallel rank r,
 // in GPT-NeoX's parameter order.
-static float *group_flat(const exporter *e, const char *group, int decay, int r, int64_t *n, neox_error *err) {
+static float *group_flat(const exporter *e, const char *group, int decay, int s, int r, int64_t *n, neox_error *err) {
     float *flat = NULL;
     *n = 0;
     for (int k = 0; k < e->nrefs; k++) {
-        if (e->refs[k].decay != decay) continue;
+        if (e->refs[k].decay != decay || !in_stage(e, s, e->refs[k].layer)) continue;
         int64_t shape[2];
         float *data = read_shard(e, group, e->refs[k].param, r, shape, err);
         if (!data) return free(flat), NULL;
@@ -176,11 +214,11 @@ static int64_t partition_size(int64_t n, int dp) {
 }
 
 // param_slice_mappings of one group on data rank d: each parameter's fragment in the partition.
-static neox_pt_value *slice_mappings(neox_pt_writer *w, const exporter *e, int decay, int64_t lo, int64_t hi) {
+static neox_pt_value *slice_mappings(neox_pt_writer *w, const exporter *e, int decay, int s, int64_t lo, int64_t hi) {
     neox_pt_value *map = neox_pt_new(w, NEOX_PT_DICT);
     int64_t at = 0;
     for (int k = 0; k < e->nrefs; k++) {
-        if (e->refs[k].decay != decay) continue;
+        if (e->refs[k].decay != decay || !in_stage(e, s, e->refs[k].layer)) continue;
         const neox_cvt_param *p = &e->params[e->refs[k].param];
         int64_t shape[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
         int dim = neox_source_tp_dim(p->name);
@@ -214,18 +252,19 @@ static neox_pt_value *param_group(neox_pt_writer *w, const exporter *e, int g) {
 }
 
 // Data rank d's share of one group: its fp32 partition (without the padding) and Adam's state.
-static int add_group(neox_pt_writer *w, const exporter *e, int g, int r, int d, neox_pt_value *fp32s, neox_pt_value *state,
+static int add_group(neox_pt_writer *w, const exporter *e, int g, int s, int r, int d, neox_pt_value *fp32s, neox_pt_value *state,
                      neox_pt_value *maps, neox_pt_value *paddings, neox_error *err) {
     float *flat[3];
     int64_t n = 0;
     int rc = 0;
-    for (int s = 0; s < 3 && rc == 0; s++) {
+    for (int k = 0; k < 3; k++) flat[k] = NULL;
+    for (int k = 0; k < 3 && rc == 0; k++) {
         static const char *const groups[3] = {"params", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
-        flat[s] = group_flat(e, groups[s], g == 0, r, &n, err);
-        if (!flat[s]) rc = -1;
+        flat[k] = group_flat(e, groups[k], g == 0, s, r, &n, err);
+        if (!flat[k] && err->status) rc = -1;
     }
     if (rc != 0) {
-        for (int s = 0; s < 3; s++) free(flat[s]);
+        for (int k = 0; k < 3; k++) free(flat[k]);
         return -1;
     }
     int64_t part = partition_size(n, e->dp), lo = part * d, hi = lo + part, real = hi < n ? hi : n;
@@ -235,22 +274,65 @@ static int add_group(neox_pt_writer *w, const exporter *e, int g, int r, int d, 
     int64_t steps = json_integer_value(state_field(e, NULL, "optimizer_steps"));
     float step = (float)steps;
     neox_pt_set(w, st, "step", neox_pt_new_tensor(w, NEOX_PT_F32, 0, NULL, &step));
-    for (int s = 0; s < 3; s++) {
+    for (int k = 0; k < 3; k++) {
         memset(buf, 0, (size_t)part * sizeof *buf);
-        if (kept) memcpy(buf, flat[s] + lo, (size_t)kept * sizeof *buf);
-        if (s == 0) neox_pt_append(fp32s, neox_pt_new_tensor(w, NEOX_PT_F32, 1, &kept, buf));
-        else neox_pt_set(w, st, s == 1 ? "exp_avg" : "exp_avg_sq", neox_pt_new_tensor(w, NEOX_PT_F32, 1, &part, buf));
-        free(flat[s]);
+        if (kept) memcpy(buf, flat[k] + lo, (size_t)kept * sizeof *buf);
+        if (k == 0) neox_pt_append(fp32s, neox_pt_new_tensor(w, NEOX_PT_F32, 1, &kept, buf));
+        else neox_pt_set(w, st, k == 1 ? "exp_avg" : "exp_avg_sq", neox_pt_new_tensor(w, NEOX_PT_F32, 1, &part, buf));
+        free(flat[k]);
     }
     free(buf);
     neox_pt_append(state, st);
-    neox_pt_append(maps, slice_mappings(w, e, g == 0, lo, real));
+    neox_pt_append(maps, slice_mappings(w, e, g == 0, s, lo, real));
     neox_pt_append(paddings, neox_pt_new_int(w, padding));
     return 0;
 }
 
-static int write_optim_states(const exporter *e, const char *dir, int r, int d, neox_error *err) {
-    char *path = neox_asprintf("%s/zero_pp_rank_%d_mp_rank_%02d_optim_states.pt", dir, d, r);
+static neox_pt_value *bool_value(neox_pt_writer *w, int x) {
+    neox_pt_value *v = neox_pt_new(w, NEOX_PT_BOOL);
+    v->i = x != 0;
+    return v;
+}
+
+// DeepSpeed's DynamicLossScaler object with its attributes (the object DeepSpeed's ZeRO optimizer
+// saves and, on load_checkpoint, takes as its scaler). A static scaler (fp32, bf16, a fixed fp16
+// loss_scale) is left out of the files: DeepSpeed then keeps the one its own config makes.
+static neox_pt_value *dynamic_loss_scaler(neox_pt_writer *w, const exporter *e) {
+    const neox_loss_scaler *s = &e->scaler;
+    neox_pt_value *o = neox_pt_new_object(w, "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler");
+    neox_pt_set(w, o, "cur_scale", neox_pt_new_float(w, s->scale));
+    neox_pt_set(w, o, "cur_iter", neox_pt_new_int(w, s->iteration));
+    neox_pt_set(w, o, "last_overflow_iter", neox_pt_new_int(w, s->last_overflow));
+    neox_pt_set(w, o, "scale_factor", neox_pt_new_float(w, 2.0));
+    neox_pt_set(w, o, "scale_window", neox_pt_new_int(w, s->window));
+    neox_pt_set(w, o, "min_scale", neox_pt_new_float(w, s->min_scale));
+    neox_pt_set(w, o, "delayed_shift", neox_pt_new_int(w, s->hysteresis));
+    neox_pt_set(w, o, "cur_hysteresis", neox_pt_new_int(w, s->hysteresis_left));
+    neox_pt_set(w, o, "consecutive_hysteresis", bool_value(w, s->consecutive_hysteresis));
+    neox_pt_set(w, o, "raise_error_at_min_scale", bool_value(w, 1));
+    neox_pt_set(w, o, "dynamic", bool_value(w, 1));
+    neox_pt_set(w, o, "dtype", neox_pt_new_global(w, "torch.float16"));
+    return o;
+}
+
+// The run's loss scaler: the fp16 dict's settings, the checkpoint's state (scale, hysteresis, counters).
+static int plan_scaler(exporter *e, neox_error *err) {
+    const char *precision = neox_config_str(e->c.cfg, precision);
+    if (!precision || strcmp(precision, "fp16") != 0) return 0;
+    if (neox_loss_scaler_fp16_from_config(e->c.cfg, &e->scaler, err) != 0) return -1;
+    e->dynamic_scaler = e->scaler.window > 0;
+    json_t *ls = state_field(e, NULL, "loss_scaler");
+    if (e->dynamic_scaler && ls) {
+        e->scaler.scale = json_number_value(json_object_get(ls, "scale"));
+        e->scaler.hysteresis_left = (int)json_integer_value(json_object_get(ls, "hysteresis_left"));
+        e->scaler.iteration = json_integer_value(json_object_get(ls, "iteration"));
+        e->scaler.last_overflow = json_integer_value(json_object_get(ls, "last_overflow"));
+    }
+    return 0;
+}
+
+static int write_optim_states(const exporter *e, const char *dir, int s, int r, int d, neox_error *err) {
+    char *path = neox_asprintf("%s/zero_pp_rank_%d_mp_rank_%02d_optim_states.pt", dir, d, s * e->tp + r);
     neox_pt_writer *w = neox_pt_writer_open(path, err);
     free(path);
     if (!w) return -1;
@@ -258,7 +340,7 @@ static int write_optim_states(const exporter *e, const char *dir, int r, int d, 
     neox_pt_value *fp32s = neox_pt_new(w, NEOX_PT_LIST), *states = neox_pt_new(w, NEOX_PT_LIST);
     neox_pt_value *maps = neox_pt_new(w, NEOX_PT_LIST), *paddings = neox_pt_new(w, NEOX_PT_LIST);
     for (int g = 0; g < 2; g++)
-        if (add_group(w, e, g, r, d, fp32s, states, maps, paddings, err) != 0) return neox_pt_writer_abort(w), -1;
+        if (add_group(w, e, g, s, r, d, fp32s, states, maps, paddings, err) != 0) return neox_pt_writer_abort(w), -1;
     // base_optimizer_state is torch's Adam state_dict over the two flat partitions (param ids 0, 1).
     neox_pt_value *base = neox_pt_new(w, NEOX_PT_DICT), *state = neox_pt_new(w, NEOX_PT_DICT);
     neox_pt_value *groups = neox_pt_new(w, NEOX_PT_LIST);
@@ -269,17 +351,8 @@ static int write_optim_states(const exporter *e, const char *dir, int r, int d, 
     }
     neox_pt_set(w, base, "state", state);
     neox_pt_set(w, base, "param_groups", groups);
-    json_t *ls = state_field(e, NULL, "loss_scaler");
-    neox_pt_value *scaler = neox_pt_new(w, NEOX_PT_DICT);  // DeepSpeed's LossScaler's attributes
-    neox_pt_set(w, scaler, "cur_scale", neox_pt_new_float(w, ls ? json_number_value(json_object_get(ls, "scale")) : 1.0));
-    neox_pt_set(w, scaler, "dynamic", neox_pt_new_int(w, ls != NULL));
-    if (ls) {
-        neox_pt_set(w, scaler, "cur_iter", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "iteration"))));
-        neox_pt_set(w, scaler, "last_overflow_iter", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "last_overflow"))));
-        neox_pt_set(w, scaler, "cur_hysteresis", neox_pt_new_int(w, json_integer_value(json_object_get(ls, "hysteresis_left"))));
-    }
-    neox_pt_set(w, osd, "loss_scaler", scaler);
-    neox_pt_set(w, osd, "dynamic_loss_scale", neox_pt_new_int(w, ls != NULL));
+    if (e->dynamic_scaler) neox_pt_set(w, osd, "loss_scaler", dynamic_loss_scaler(w, e));
+    neox_pt_set(w, osd, "dynamic_loss_scale", bool_value(w, e->dynamic_scaler));
     neox_pt_set(w, osd, "overflow", neox_pt_new_int(w, 0));
     neox_pt_set(w, osd, "clip_grad", neox_pt_new_float(w, neox_config_float(e->c.cfg, gradient_clipping)));
     neox_pt_set(w, osd, "base_optimizer_state", base);
@@ -296,15 +369,58 @@ static int write_optim_states(const exporter *e, const char *dir, int r, int d, 
     return neox_pt_writer_commit(w, root, err);
 }
 
+// GPT-NeoX's pipeline stages: DeepSpeed's PipelineModule partitions its n = L + 5 layers by
+// GPT-NeoX's pipe_partition_method "type:transformer|mlp" (weight 1 for each transformer layer) with
+// DeepSpeed's partition_balanced, restated here: the split minimising (the heaviest stage - the
+// lightest), ties going to the later split point, as DeepSpeed's dynamic programme resolves them.
+static void plan_stages(exporter *e) {
+    int L = e->c.desc.num_layers, n = L + 5, m = e->pp;
+    if (n <= m) {  // (DeepSpeed's partition_uniform; to-neox refuses more stages than layers before this)
+        for (int s = 0; s <= m; s++) e->stage_start[s] = s < n ? s : n;
+        return;
+    }
+    double *mx = neox_malloc((size_t)((n + 1) * (m + 1)) * sizeof *mx), *mn = neox_malloc((size_t)((n + 1) * (m + 1)) * sizeof *mn);
+    double *cost = neox_malloc((size_t)((n + 1) * (m + 1)) * sizeof *cost);
+    int *pos = neox_calloc((size_t)((n + 1) * (m + 1)), sizeof *pos), *prefix = neox_calloc((size_t)n + 1, sizeof *prefix);
+    for (int k = 0; k < (n + 1) * (m + 1); k++) mx[k] = mn[k] = cost[k] = 1e300;
+    for (int i = 1; i <= n; i++) prefix[i] = prefix[i - 1] + (i - 1 >= 2 && i - 1 < L + 2);
+    mx[0] = cost[0] = 0;
+#define AT(i, j) ((i) * (m + 1) + (j))
+    for (int i = 1; i <= n; i++)
+        for (int j = 1; j <= (i < m ? i : m); j++)
+            for (int k = 0; k < i; k++) {
+                double part = prefix[i] - prefix[k];
+                double hi = mx[AT(k, j - 1)] > part ? mx[AT(k, j - 1)] : part;
+                double lo = mn[AT(k, j - 1)] < part ? mn[AT(k, j - 1)] : part;
+                if (cost[AT(i, j)] >= hi - lo) cost[AT(i, j)] = hi - lo, mx[AT(i, j)] = hi, mn[AT(i, j)] = lo, pos[AT(i, j)] = k;
+            }
+    e->stage_start[m] = n;
+    for (int j = m; j >= 1; j--) e->stage_start[j - 1] = pos[AT(e->stage_start[j], j)];
+#undef AT
+    free(mx), free(mn), free(cost), free(pos), free(prefix);
+}
+
+// Tensor-parallel rank r's layer files of stage s (the layers holding parameters).
+static int write_layer_files(const exporter *e, const char *dir, int s, int r, neox_error *err) {
+    for (int layer = e->stage_start[s]; layer < e->stage_start[s + 1]; layer++) {
+        int has = 0;
+        for (int k = 0; k < e->nrefs && !has; k++) has = e->refs[k].layer == layer;
+        if (has && write_layer_file(e, dir, layer, r, err) != 0) return -1;
+    }
+    return 0;
+}
+
 static int export_into(exporter *e, const char *out, neox_error *err) {
     int64_t iteration = json_integer_value(state_field(e, NULL, "iteration"));
     char *dir = neox_asprintf("%s/global_step%lld", out, (long long)iteration);
     int rc = mkdir(dir, 0777) == 0 ? 0 : neox_fail(err, NEOX_EXIT_FAILURE, "%s: cannot create the directory", dir);
     int has_optim = state_field(e, NULL, "optimizer") != NULL;
-    for (int r = 0; r < e->tp && rc == 0; r++) {
-        rc = write_model_states(e, dir, r, iteration, err);
-        for (int d = 0; d < e->dp && rc == 0 && has_optim; d++) rc = write_optim_states(e, dir, r, d, err);
-    }
+    for (int s = 0; s < (e->pp ? e->pp : 1) && rc == 0; s++)
+        for (int r = 0; r < e->tp && rc == 0; r++) {
+            if (e->pp) rc = write_layer_files(e, dir, s, r, err);
+            if (rc == 0) rc = write_model_states(e, dir, s, r, iteration, err);
+            for (int d = 0; d < e->dp && rc == 0 && has_optim; d++) rc = write_optim_states(e, dir, s, r, d, err);
+        }
     if (rc == 0) {
         char *latest = neox_asprintf("global_step%lld\n", (long long)iteration);
         rc = neox_cvt_write_text(out, "latest", latest, err);
@@ -315,11 +431,12 @@ static int export_into(exporter *e, const char *out, neox_error *err) {
 }
 
 int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay, neox_error *err) {
-    exporter e = {.tp = lay->tp, .dp = lay->dp, .zero = lay->zero ? lay->zero : 1};
-    if (lay->pp != 1)
-        return neox_fail(err, NEOX_EXIT_USAGE, "--pp: to-neox writes the model in mp_rank_YY_model_states.pt "
-                         "(pipe_parallel_size 0 or 1 runs load it); per-layer pipeline files are not written");
+    exporter e = {.tp = lay->tp, .dp = lay->dp, .zero = lay->zero ? lay->zero : 1, .pp = lay->pp};
     if (e.zero > 2) return neox_fail(err, NEOX_EXIT_USAGE, "--zero %d: to-neox writes ZeRO stage 1 or 2 files", e.zero);
+    if (e.pp && e.zero != 1)
+        return neox_fail(err, NEOX_EXIT_USAGE, "--pp %d with --zero %d: DeepSpeed's pipeline engine runs ZeRO stage 1 only",
+                         e.pp, e.zero);
+    if (e.pp > 64) return neox_fail(err, NEOX_EXIT_USAGE, "--pp %d: to-neox writes at most 64 pipeline stages", e.pp);
     if (neox_cvt_open(&e.c, ckpt, err) != 0) return -1;
     e.params = neox_cvt_params(&e.c.desc, &e.nparams);
     const char *opt = json_string_value(state_field(&e, NULL, "optimizer"));
@@ -329,7 +446,13 @@ int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_l
                        e.c.dir, opt);
     neox_cvt_layout check = *lay;
     check.zero = e.zero;
+    check.pp = e.pp ? e.pp : 1;
     if (rc == 0) rc = neox_cvt_layout_check(&e.c.desc, &check, err);
+    if (rc == 0 && e.pp && e.c.desc.tied)
+        rc = neox_fail(err, NEOX_EXIT_USAGE, "--pp %d: a model with tied embeddings (GPT-NeoX's TiedLayerSpec, "
+                       "tied_modules.embed.*) is not written as pipeline files; give no --pp, or untie", e.pp);
+    if (rc == 0 && e.pp) plan_stages(&e);
+    if (rc == 0) rc = plan_scaler(&e, err);
     char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_dir, err) : NULL;
     if (rc == 0 && !tmp) rc = -1;
     if (rc == 0) rc = export_into(&e, tmp, err);

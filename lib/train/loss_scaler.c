@@ -7,34 +7,11 @@
 
 #include "internal.h"
 
-static double number_or(const neox_value *v, double fallback) {
-    if (v && v->kind == NEOX_VALUE_INT) return (double)v->integer;
-    if (v && v->kind == NEOX_VALUE_FLOAT) return v->number;
-    return fallback;
-}
-
-// The fp16 dict with DeepSpeed's defaults: loss_scale 0 (dynamic), initial_scale_power 16,
-// loss_scale_window 1000, hysteresis 2, min_loss_scale 1, consecutive_hysteresis false.
+// The fp16 dict (lib/optim/loss_scaler.c reads it); a static 1 in other precisions.
 static int setup_scaler(neox_trainer *t, neox_error *err) {
     t->scaler = neox_loss_scaler_static(1.0);
     if (t->precision != NEOX_PRECISION_FP16) return 0;
-    const neox_config *c = t->cfg;
-    double fixed = number_or(neox_config_sub(c, fp16__loss_scale), 0.0);
-    if (fixed < 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.loss_scale: %g is negative (0 = dynamic)", fixed);
-    if (fixed > 0) {
-        t->scaler = neox_loss_scaler_static(fixed);
-        return 0;
-    }
-    double power = number_or(neox_config_sub(c, fp16__initial_scale_power), 16);
-    double window = number_or(neox_config_sub(c, fp16__loss_scale_window), 1000);
-    double hysteresis = number_or(neox_config_sub(c, fp16__hysteresis), 2);
-    double min_scale = number_or(neox_config_sub(c, fp16__min_loss_scale), 1);
-    const neox_value *consecutive = neox_config_sub(c, fp16__consecutive_hysteresis);
-    // (types and ranges are the sub-key schema's; it allows a zero min_loss_scale, the scaler does not)
-    if (min_scale <= 0) return neox_fail(err, NEOX_EXIT_USAGE, "fp16.min_loss_scale: %g must be positive", min_scale);
-    t->scaler = neox_loss_scaler_dynamic((int)power, (int64_t)window, (int)hysteresis, min_scale,
-                                         consecutive && consecutive->kind == NEOX_VALUE_BOOL && consecutive->boolean);
-    return 0;
+    return neox_loss_scaler_fp16_from_config(t->cfg, &t->scaler, err);
 }
 
 // Every checkpoint stores the scaler, so a resumed fp16 run scales and skips exactly as the straight one.

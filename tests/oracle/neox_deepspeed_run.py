@@ -1,13 +1,19 @@
-"""One rank of a small GPT-NeoX training run under DeepSpeed's own engine (on the CPU, gloo), for
+"""One rank of small GPT-NeoX training runs under DeepSpeed's own engine (on the CPU, gloo), for
 tests/oracle/test_neox_checkpoints.py: a torch restatement of GPT-NeoX's model with GPT-NeoX's
-parameter names (its PipelineModule's layers as `sequential.N`: 0 the embedding, 1 and L+2 functions
-without parameters, 2..L+1 the transformer layers, L+3 the final norm, L+4 the output layer; each
-layer's attention carries GPT-NeoX's persistent `rotary_emb.inv_freq` buffer), AdamW over GPT-NeoX's
-two weight-decay groups, GPT-NeoX's AnnealingLR as the engine's scheduler, ZeRO stage 1 or 2 over the
-ranks. It trains `before` steps, saves with `engine.save_checkpoint` (GPT-NeoX's client state:
-the iteration and the python, numpy and torch RNG states), trains `after` more steps and writes the losses of every step to SPEC["out"]/losses.json.
-Every sample is the same tokens (the test's corpus repeats one document of seq_length tokens), so
-the batches do not depend on the sample order.
+parameter names (its PipelineModule's layers numbered as GPT-NeoX numbers them: 0 the embedding, 1
+and L+2 functions without parameters, 2..L+1 the transformer layers, L+3 the final norm, L+4 the
+output layer; each layer's attention carries GPT-NeoX's `rotary_emb.inv_freq` buffer, persistent as
+with rotary_save_freqs_buffer unless a job says save_inv_freqs false), AdamW over GPT-NeoX's two
+weight-decay groups, GPT-NeoX's AnnealingLR as the engine's scheduler. Each job of SPEC["jobs"] is
+one configuration, run one after another in the same process (DeepSpeed's start-up paid once):
+  - without a pipeline (`sequential.N` names), ZeRO stage 1 or 2 over the data-parallel ranks;
+  - pp >= 1: GPT-NeoX's GPTModelPipe, a PipelineModule of LayerSpecs under DeepSpeed's PipelineEngine;
+  - tp > 1: Megatron's tensor-parallel layers restated (every rank one tensor-parallel rank);
+  - load: DeepSpeed's load_checkpoint of that directory (to-neox's files) before training on.
+A job trains `before` steps, saves with `engine.save_checkpoint` (GPT-NeoX's client state: the
+iteration and the python, numpy and torch RNG states), trains `after` more steps and writes the losses
+of every step to job["out"]/losses.json. Every sample is the same tokens (the test's corpus repeats
+one document of seq_length tokens), so the batches do not depend on the sample order.
   RANK=r WORLD_SIZE=n MASTER_PORT=p neox_deepspeed_run.py SPEC.json"""
 import json
 import os
@@ -39,21 +45,23 @@ class EmbeddingPipe(torch.nn.Module):
         return self.word_embeddings(ids)
 
 
-class TransformerLayerPipe(torch.nn.Module):
+class ParallelTransformerLayerPipe(torch.nn.Module):
     """GPT-NeoX's ParallelTransformerLayer with parallel residual: its parts registered in its order
     (input_layernorm, attention, post_attention_layernorm, mlp: the parameters' order, which ZeRO's
     flat groups follow), computed by transformers' GPT-NeoX attention and MLP."""
 
-    def __init__(self, cfg, index):
+    def __init__(self, cfg, index, save_inv_freqs=True):
         super().__init__()
         hf = GPTNeoXLayer(cfg, index)
         self.input_layernorm = hf.input_layernorm
         self.attention = hf.attention
         self.post_attention_layernorm = hf.post_attention_layernorm
         self.mlp = hf.mlp
-        self.attention.rotary_emb = torch.nn.Module()  # GPT-NeoX's persistent buffer, which from-neox skips
+        # GPT-NeoX's rotary_emb.inv_freq buffer, in the state dict with rotary_save_freqs_buffer (GPT-NeoX before
+        # March 2024 always; from-neox skips it), not without (GPT-NeoX's default now, what to-neox writes).
+        self.attention.rotary_emb = torch.nn.Module()
         self.rope = GPTNeoXRotaryEmbedding(cfg)  # its inv_freq is not persistent: no parameter, no state
-        self.attention.rotary_emb.register_buffer("inv_freq", self.rope.inv_freq.clone())
+        self.attention.rotary_emb.register_buffer("inv_freq", self.rope.inv_freq.clone(), persistent=save_inv_freqs)
 
     def forward(self, h):
         t = h.shape[1]
@@ -83,9 +91,11 @@ class ParallelLinearPipe(torch.nn.Module):
 
 
 class GPTNeoXSequential(torch.nn.Module):
-    def __init__(self, cfg):
+    """GPT-NeoX's model without a pipeline (pipe_parallel_size 0): its layers as `sequential.N`."""
+
+    def __init__(self, cfg, save_inv_freqs=True):
         super().__init__()
-        layers = [TransformerLayerPipe(cfg, i) for i in range(cfg.num_hidden_layers)]
+        layers = [ParallelTransformerLayerPipe(cfg, i, save_inv_freqs) for i in range(cfg.num_hidden_layers)]
         self.sequential = torch.nn.Sequential(EmbeddingPipe(cfg), torch.nn.Identity(), *layers, torch.nn.Identity(),
                                               NormPipe(cfg), ParallelLinearPipe(cfg))
 
@@ -124,46 +134,270 @@ def init_weights(model):
     parity.randomize_weights(model)
 
 
-def main():
-    spec = json.load(open(sys.argv[1]))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    os.environ.update(LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
-    deepspeed.init_distributed(dist_backend="gloo", rank=rank, world_size=world)
-    m = spec["model"]
+def hf_config(m):
     cfg = GPTNeoXConfig(vocab_size=m["vocab"], hidden_size=m["hidden"], num_hidden_layers=m["layers"],
                         num_attention_heads=m["heads"], intermediate_size=4 * m["hidden"], rotary_pct=m["rotary_pct"],
                         max_position_embeddings=m["seq"], layer_norm_eps=1e-5, use_parallel_residual=True,
                         hidden_act="gelu", attention_dropout=0.0, hidden_dropout=0.0)
     cfg._attn_implementation = "eager"
-    model = GPTNeoXSequential(cfg)
-    init_weights(model)
+    return cfg
+
+
+def pipeline_model(cfg, job, world, loss_fn):
+    """GPT-NeoX's GPTModelPipe: a PipelineModule of LayerSpecs in GPT-NeoX's numbering, partitioned by
+    its default pipe_partition_method, over its pipe x data x model topology (which names the layer
+    files layer_XX-model_YY)."""
+    from deepspeed.pipe import LayerSpec, PipelineModule
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+    L, save_freqs = cfg.num_hidden_layers, job.get("save_inv_freqs", True)
+    specs = [LayerSpec(EmbeddingPipe, cfg), pre_transformer_block]
+    specs += [LayerSpec(ParallelTransformerLayerPipe, cfg, i, save_freqs) for i in range(L)]
+    specs += [post_transformer_block, LayerSpec(NormPipe, cfg), LayerSpec(ParallelLinearPipe, cfg)]
+    topo = PipeModelDataParallelTopology(num_pp=job["pp"], num_mp=1, num_dp=world // job["pp"])
+    return PipelineModule(layers=specs, loss_fn=loss_fn, topology=topo, partition_method="type:transformer|mlp",
+                          activation_checkpoint_interval=0)
+
+
+class TensorParallel:
+    """Megatron's model-parallel unit (mpu) as DeepSpeed asks for it: every rank one tensor-parallel
+    rank of one model (tensor-parallel size = world, data-parallel size 1)."""
+
+    def __init__(self, world):
+        self.rank, self.world = torch.distributed.get_rank(), world
+        self.model_group = torch.distributed.new_group(list(range(world)))
+        self.data_groups = [torch.distributed.new_group([r]) for r in range(world)]
+
+    def get_model_parallel_rank(self):
+        return self.rank
+
+    def get_model_parallel_world_size(self):
+        return self.world
+
+    def get_model_parallel_group(self):
+        return self.model_group
+
+    def get_data_parallel_rank(self):
+        return 0
+
+    def get_data_parallel_world_size(self):
+        return 1
+
+    def get_data_parallel_group(self):
+        return self.data_groups[self.rank]
+
+    get_tensor_model_parallel_rank = get_model_parallel_rank
+    get_tensor_model_parallel_world_size = get_model_parallel_world_size
+    get_tensor_model_parallel_group = get_model_parallel_group
+
+
+class ReduceForward(torch.autograd.Function):  # Megatron's reduce_from_model_parallel_region
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.clone()
+        torch.distributed.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+class ReduceBackward(torch.autograd.Function):  # Megatron's copy_to_model_parallel_region
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.clone()
+        torch.distributed.all_reduce(g, group=ctx.group)
+        return g, None
+
+
+class GatherLastDim(torch.autograd.Function):  # Megatron's gather_from_model_parallel_region
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group, ctx.rank, ctx.size = group, torch.distributed.get_rank(group), x.shape[-1]
+        parts = [torch.empty_like(x) for _ in range(torch.distributed.get_world_size(group))]
+        torch.distributed.all_gather(parts, x.contiguous(), group=group)
+        return torch.cat(parts, -1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g[..., ctx.rank * ctx.size:(ctx.rank + 1) * ctx.size].contiguous(), None
+
+
+def shard(param, dim, mpu):
+    """Tensor-parallel rank mpu.rank's piece of a whole parameter along dim, marked as Megatron marks
+    it (DeepSpeed counts such parameters on every rank in the gradient norm, the others on rank 0)."""
+    piece = torch.nn.Parameter(param.detach().chunk(mpu.world, dim)[mpu.rank].clone())
+    piece.model_parallel = True
+    return piece
+
+
+class TensorParallelLayer(torch.nn.Module):
+    """ParallelTransformerLayer with parallel residual cut as Megatron cuts it: QKV and dense_h_to_4h
+    column-parallel (rows: whole heads, since GPT-NeoX's fused QKV is interleaved per head), dense and
+    dense_4h_to_h row-parallel (columns; their biases whole, added after the all-reduce), norms whole."""
+
+    def __init__(self, whole, cfg, mpu):
+        super().__init__()
+        self.mpu, self.cfg = mpu, cfg
+        # (registered in GPT-NeoX's order, which the module's state dict and ZeRO's flat groups follow)
+        self.input_layernorm, self.attention = whole.input_layernorm, torch.nn.Module()
+        self.post_attention_layernorm, self.mlp = whole.post_attention_layernorm, torch.nn.Module()
+        for module, name, dim in ((whole.attention, "query_key_value", 0), (whole.attention, "dense", 1),
+                                  (whole.mlp, "dense_h_to_4h", 0), (whole.mlp, "dense_4h_to_h", 1)):
+            part = torch.nn.Module()
+            part.weight = shard(getattr(module, name).weight, dim, mpu)
+            part.bias = shard(getattr(module, name).bias, 0, mpu) if dim == 0 else getattr(module, name).bias
+            setattr(self.attention if module is whole.attention else self.mlp, name, part)
+        self.rope = whole.rope
+
+    def attend(self, x):
+        group, cfg = self.mpu.model_group, self.cfg
+        b, t, hd = x.shape[0], x.shape[1], cfg.hidden_size // cfg.num_attention_heads
+        qkv = torch.nn.functional.linear(ReduceBackward.apply(x, group), self.attention.query_key_value.weight,
+                                         self.attention.query_key_value.bias)
+        q, k, v = qkv.view(b, t, -1, 3 * hd).permute(0, 2, 1, 3).split(hd, dim=-1)  # (B, heads, T, hd) each
+        cos, sin = self.rope(x, torch.arange(t)[None])
+        rot = cos.shape[-1]
+
+        def rotate(u):  # GPT-NeoX's rotary on the first rotary_pct of each head (rotate_half)
+            r, rest = u[..., :rot], u[..., rot:]
+            half = torch.cat((-r[..., rot // 2:], r[..., :rot // 2]), -1)
+            return torch.cat((r * cos[:, None] + half * sin[:, None], rest), -1)
+
+        scores = rotate(q) @ rotate(k).transpose(-1, -2) / hd ** 0.5
+        scores = scores + torch.full((t, t), float("-inf")).triu(1)
+        ctx = (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(b, t, -1)
+        out = ReduceForward.apply(torch.nn.functional.linear(ctx, self.attention.dense.weight), group)
+        return out + self.attention.dense.bias
+
+    def feed_forward(self, x):
+        group = self.mpu.model_group
+        h = torch.nn.functional.linear(ReduceBackward.apply(x, group), self.mlp.dense_h_to_4h.weight,
+                                       self.mlp.dense_h_to_4h.bias)
+        out = ReduceForward.apply(torch.nn.functional.linear(torch.nn.functional.gelu(h), self.mlp.dense_4h_to_h.weight),
+                                  group)
+        return out + self.mlp.dense_4h_to_h.bias
+
+    def forward(self, h):
+        return h + self.attend(self.input_layernorm(h)) + self.feed_forward(self.post_attention_layernorm(h))
+
+
+class TensorParallelEmbedding(torch.nn.Module):  # VocabParallelEmbedding: rows cut by vocabulary ranges
+    def __init__(self, whole, mpu):
+        super().__init__()
+        self.mpu = mpu
+        self.word_embeddings = torch.nn.Module()
+        self.word_embeddings.weight = shard(whole.word_embeddings.weight, 0, mpu)
+
+    def forward(self, ids):
+        rows = self.word_embeddings.weight.shape[0]
+        local = ids - self.mpu.rank * rows
+        outside = (local < 0) | (local >= rows)
+        x = torch.nn.functional.embedding(local.masked_fill(outside, 0), self.word_embeddings.weight)
+        return ReduceForward.apply(x.masked_fill(outside[..., None], 0.0), self.mpu.model_group)
+
+
+class TensorParallelOutput(torch.nn.Module):  # the output layer column-parallel, the logits gathered
+    def __init__(self, whole, mpu):
+        super().__init__()
+        self.mpu = mpu
+        self.final_linear = torch.nn.Module()
+        self.final_linear.weight = shard(whole.final_linear.weight, 0, mpu)
+
+    def forward(self, h):
+        h = ReduceBackward.apply(h, self.mpu.model_group)
+        return GatherLastDim.apply(torch.nn.functional.linear(h, self.final_linear.weight), self.mpu.model_group)
+
+
+def tensor_parallel_model(cfg, job, mpu):
+    """GPT-NeoX's model without a pipeline, its whole weights drawn as the other runs draw them, then cut."""
+    whole = GPTNeoXSequential(cfg, job.get("save_inv_freqs", True))
+    init_weights(whole)
+    seq = whole.sequential
+    L = cfg.num_hidden_layers
+    layers = [TensorParallelLayer(seq[i + 2], cfg, mpu) for i in range(L)]
+    for layer, original in zip(layers, seq[2:L + 2]):
+        layer.attention.rotary_emb = original.attention.rotary_emb  # (its buffer whole on every rank, as GPT-NeoX's)
+    model = torch.nn.Module()
+    model.sequential = torch.nn.Sequential(TensorParallelEmbedding(seq[0], mpu), torch.nn.Identity(), *layers,
+                                           torch.nn.Identity(), seq[L + 3], TensorParallelOutput(seq[L + 4], mpu))
+    model.forward = model.sequential.forward
+    return model
+
+
+def pre_transformer_block(h):  # GPT-NeoX's layer 1 and L+2: functions without parameters
+    return h
+
+
+def post_transformer_block(h):
+    return h
+
+
+def run_job(job, rank, world):
+    """One configuration: trains `before` steps and saves (or loads job["load"]), trains `after` more;
+    the losses of every step go to job["out"]/losses.json."""
+    cfg = hf_config(job["model"])
+    loss_fn = lambda logits, labels: torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
+                                                                       labels.reshape(-1))
+    pipe, mpu = job.get("pp", 0) >= 1, None
+    if pipe:
+        model = pipeline_model(cfg, job, world, loss_fn)
+        init_weights(model)
+    elif job.get("tp", 1) > 1:
+        mpu = TensorParallel(world)
+        model = tensor_parallel_model(cfg, job, mpu)
+    else:
+        model = GPTNeoXSequential(cfg, job.get("save_inv_freqs", True))
+        init_weights(model)
     # GPT-NeoX's get_params_for_weight_decay_optimization: no decay on biases and norms.
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "norm" in n]
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "norm" in n)]
     groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
-    ds_config = {"train_micro_batch_size_per_gpu": spec["micro_batch"], "gradient_accumulation_steps": 1,
-                 "optimizer": {"type": "Adam", "params": {"lr": spec["lr"], "betas": [0.9, 0.95], "eps": 1e-8,
-                                                          "weight_decay": spec["weight_decay"], "torch_adam": True}},
-                 "zero_optimization": {"stage": spec["zero"]}, "fp16": {"enabled": False}, "steps_per_print": 10**9,
+    ds_config = {"train_micro_batch_size_per_gpu": job["micro_batch"], "gradient_accumulation_steps": 1,
+                 "optimizer": {"type": "Adam", "params": {"lr": job["lr"], "betas": [0.9, 0.95], "eps": 1e-8,
+                                                          "weight_decay": job["weight_decay"], "torch_adam": True}},
+                 "zero_optimization": {"stage": job["zero"]}, "fp16": {"enabled": False}, "steps_per_print": 10**9,
                  "gradient_clipping": 1.0}  # GPT-NeoX's default, which it passes to DeepSpeed (neox.c's too)
-    total = spec["before"] + spec["after"]
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=ds_config,
-                                           lr_scheduler=lambda opt: AnnealingLR(opt, spec["lr"], 0, total, spec["min_lr"]))
-    tokens = torch.tensor(spec["sample"], dtype=torch.long)[None].repeat(spec["micro_batch"], 1)
+    total = job["before"] + job["after"]
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=ds_config, mpu=mpu,
+                                           lr_scheduler=lambda opt: AnnealingLR(opt, job["lr"], 0, total, job["min_lr"]))
+    tokens = torch.tensor(job["sample"], dtype=torch.long)[None].repeat(job["micro_batch"], 1)
+    first = 0
+    if job.get("load"):
+        _, client = engine.load_checkpoint(job["load"])
+        first = client["iteration"]
     losses = []
-    for step in range(total):
-        logits = engine(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1))
-        engine.backward(loss)
-        engine.step()
+    for step in range(first, total):
+        if pipe:
+            loss = engine.train_batch(data_iter=iter([(tokens[:, :-1], tokens[:, 1:])]))
+        else:
+            loss = loss_fn(engine(tokens[:, :-1]), tokens[:, 1:])
+            engine.backward(loss)
+            engine.step()
         losses.append(loss.item())
-        if step + 1 == spec["before"]:
+        if step + 1 == job["before"] and not job.get("load"):
             # GPT-NeoX's client state: the iteration and its ranks' RNG states (numpy's pickles numpy objects).
             client = {"iteration": step + 1, "random_rng_state": random.getstate(),
                       "np_rng_state": numpy.random.get_state(), "torch_rng_state": torch.get_rng_state()}
-            engine.save_checkpoint(spec["out"], tag=f"global_step{step + 1}", client_state=client)
+            engine.save_checkpoint(job["out"], tag=f"global_step{step + 1}", client_state=client)
     if rank == 0:
-        json.dump(losses, open(os.path.join(spec["out"], "losses.json"), "w"))
+        os.makedirs(job["out"], exist_ok=True)
+        json.dump(losses, open(os.path.join(job["out"], "losses.json"), "w"))
+    engine.destroy()
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    os.environ.update(LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
+    deepspeed.init_distributed(dist_backend="gloo", rank=rank, world_size=world)
+    for job in spec["jobs"]:  # several configurations in one process: DeepSpeed's start-up is paid once
+        run_job(job, rank, world)
 
 
 if __name__ == "__main__":

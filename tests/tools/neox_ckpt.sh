@@ -1,6 +1,7 @@
 # tests/tools/neox_ckpt.sh: neox-convert to-neox and from-neox on a checkpoint neox-train writes (a
 # 1-layer model, 2 steps): the DeepSpeed files to-neox writes for 2 tensor-parallel by 2 data-parallel
-# ranks, read back by from-neox and resumed by neox-train; and what from-neox refuses by name before
+# ranks, read back by from-neox and resumed by neox-train; the pipeline layer files of --pp 1, read back
+# bit-exact; and what from-neox (and to-neox) refuse by name before
 # writing anything (no output appears): a config whose model_parallel_size differs from the files, a
 # ZeRO-3 / bf16-optimizer checkpoint, a ZeRO stage 3 recorded in the optimizer files, a non-Adam
 # optimizer state, a missing config. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
@@ -32,5 +33,15 @@ check_fails "DeepSpeed's bf16 optimizer / ZeRO-3 files are refused" 2 "bf16_zero
     "$CONVERT" from-neox --input "$T/bf16" --config "$T/run.yml" --output "$T/out2"
 check_fails "from-neox needs the run's configs" 2 "--config is required" \
     "$CONVERT" from-neox --input "$T/neox" --output "$T/out3"
-check "no refused import left an output" bash -c "! ls -d '$T'/out* 2>/dev/null"
-check_fails "to-neox refuses per-layer pipeline files" 2 "--pp" "$CONVERT" to-neox --input "$T/save" --output "$T/out4" --pp 2
+check "to-neox of the module files for one rank" "$CONVERT" to-neox --input "$T/save" --output "$T/neox-tp1"
+check "from-neox of them" "$CONVERT" from-neox --input "$T/neox-tp1" --config "$T/tp1.yml" --output "$T/back-tp1"
+check "to-neox --pp 1 writes GPT-NeoX's pipeline layer files" "$CONVERT" to-neox --input "$T/save" --output "$T/pipe" --pp 1
+check_output "one per layer holding parameters (0 the embedding, 2 the transformer layer, 4 the norm, 5 the output)" \
+    "^layer_00-model_00-model_states.pt layer_02-model_00-model_states.pt layer_04-model_00-model_states.pt layer_05-model_00-model_states.pt mp_rank_00_model_states.pt zero_pp_rank_0_mp_rank_00_optim_states.pt$" \
+    bash -c "cd '$T/pipe/global_step2' && echo \$(ls)"
+check "from-neox reads the pipeline files back" "$CONVERT" from-neox --input "$T/pipe" --config "$T/tp1.yml" --output "$T/pipe-back"
+check_output "bit-exact: the same tensors as the module files' import" "^same$" \
+    bash -c "a=\$('$CONVERT' inspect '$T/pipe-back' | grep -E '^  (params|optimizer)/'); b=\$('$CONVERT' inspect '$T/back-tp1' | grep -E '^  (params|optimizer)/'); [ \$(echo \"\$a\" | wc -l) -gt 20 ] && [ \"\$a\" = \"\$b\" ] && echo same"
+check_fails "to-neox --pp refuses ZeRO-2 (DeepSpeed's pipeline engine runs ZeRO-1)" 2 "--pp 2 with --zero 2" \
+    "$CONVERT" to-neox --input "$T/save" --output "$T/out4" --pp 2 --zero 2
+check "no refused command left an output" bash -c "! ls -d '$T'/out* 2>/dev/null"

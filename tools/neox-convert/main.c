@@ -30,9 +30,10 @@ static void usage(FILE *out) {
             "                     its 'latest' names) with the run's YAML configs: weights, fp32 master\n"
             "                     weights, Adam moments, schedule, loss scaler and data position, from which\n"
             "                     neox-train continues\n"
-            "  to-neox --input CKPT --output DIR [--tp N] [--dp K] [--zero 1|2]\n"
+            "  to-neox --input CKPT --output DIR [--tp N] [--pp M] [--dp K] [--zero 1|2]\n"
             "                     write GPT-NeoX's DeepSpeed checkpoint (DIR/global_stepN/*.pt + DIR/latest):\n"
-            "                     the module per tensor-parallel rank, ZeRO partitions per data-parallel rank\n"
+            "                     the module per tensor-parallel rank (with --pp: per pipeline layer, as\n"
+            "                     pipe_parallel_size M writes it), ZeRO partitions per data-parallel rank\n"
             "  inspect CKPT       layout, iteration, tokens seen, model, every tensor with shape, norm, CRC-32\n"
             "  verify CKPT        completeness, checksums and metadata; exit 0 when sound, 1 when not\n"
             "  reshard --input CKPT --output SAVE [--tp N] [--pp M] [--dp K] [--zero S]\n"
@@ -55,6 +56,7 @@ typedef struct args {
     unsigned long long max_shard;
     long long pad_token_id;  // -1: not given
     neox_cvt_layout layout;
+    int pp_given;             // to-neox: --pp writes pipeline layer files, none the module files
     const char *configs[64];  // from-neox's --config files, in order
     int nconfigs;
 } args;
@@ -88,7 +90,7 @@ static args parse_command(int argc, char **argv) {
         case 'd': a.dtype = optarg; break;
         case 's': a.max_shard = byte_size(optarg); break;
         case 't': a.layout.tp = (int)neox_option_int("--tp", optarg, 1, 1 << 20); break;
-        case 'p': a.layout.pp = (int)neox_option_int("--pp", optarg, 1, 1 << 20); break;
+        case 'p': a.layout.pp = (int)neox_option_int("--pp", optarg, 1, 1 << 20), a.pp_given = 1; break;
         case 'D': a.layout.dp = (int)neox_option_int("--dp", optarg, 1, 1 << 20); break;
         case 'z': a.layout.zero = (int)neox_option_int("--zero", optarg, 0, 3); break;
         case 'P': a.pad_token_id = neox_option_int("--pad-token-id", optarg, 0, (1LL << 31) - 1); break;
@@ -137,6 +139,7 @@ static int run_command(int argc, char **argv) {
         rc = neox_convert_from_neox(a.input, a.configs, a.nconfigs, a.output, &a.layout, &err);
     } else if (!strcmp(command, "to-neox")) {
         need_io(&a, command);
+        if (!a.pp_given) a.layout.pp = 0;
         rc = neox_convert_to_neox(a.input, a.output, &a.layout, &err);
     } else if (!strcmp(command, "reshard")) {
         need_io(&a, command);
