@@ -5,8 +5,9 @@
 // nothing, allocations that are addresses only) under the per-op profile, which keeps every call with
 // its cost (kernels/op_cost.c: FLOPs of the products, bytes moved). Each call is then priced as a
 // roofline, max(FLOPs / the GEMM rate of its operands, bytes / copy bandwidth) + a launch overhead,
-// on an H100 and an H200; the sum is the step, and MFU is GPT-NeoX's model FLOPs (lib/metrics/flops.c)
-// over that time against the nominal dense bf16 peak the trainer's runtime/mfu uses (989 TFLOP/s).
+// on an H100 and an H200 (16-bit attention at its kernels' modelled share of the GEMM rate, below);
+// the sum is the step, and MFU is GPT-NeoX's model FLOPs (lib/metrics/flops.c) over that time against
+// the nominal dense bf16 peak the trainer's runtime/mfu uses (989 TFLOP/s).
 // It prints a table by op class (so the next change can be chosen from data) and one line per model
 // and GPU. The dry backend's peak is what the step's allocations hold, and picks the micro-batch.
 //
@@ -49,6 +50,20 @@ static gpu gpus[2] = {
     {"H200", 139.8 * 1073741824.0, 692.8e12, 51.1e12, 3942e9},
 };
 #define NOMINAL_BF16_PEAK 989e12
+
+// 16-bit attention is priced at the own pipelined kernels' (kernels/cuda/attention_fa2.cu) modelled
+// rate, a fraction of the 16-bit GEMM rate (the FLOPs stay op_cost's: 2 products forward, 5 backward):
+// - forward 0.35: FlashAttention-2, with the same techniques (mma.sync, cp.async double buffering,
+//   ldmatrix, 128-query tiles), reports 50-73% of an A100's peak and about a third of an H100's
+//   (no wgmma); these kernels are simpler (64-key tiles, no software pipelining of the products), so
+//   35% of the GEMM rate cuBLAS reaches on the same GPU. The diagonal tiles' masked half adds about
+//   80/T to the work (4% at T 2048), inside that figure.
+// - backward 0.35 x 0.7 x 5/7: FlashAttention-2's backward runs at about 0.7 of its forward's rate,
+//   and the deterministic two passes execute 7 products for the 5 counted (S and dP twice).
+// Not yet measured: no GPU host has run these kernels. cuDNN, which takes bf16 attention without
+// dropout, is taken to be no slower. attention_tflops= replaces both with a measured rate.
+#define ATTENTION_FORWARD_EFFICIENCY 0.35
+#define ATTENTION_BACKWARD_EFFICIENCY (0.35 * 0.7 * 5.0 / 7.0)
 
 typedef struct options {
     int micro, vocab, table, check;
@@ -183,7 +198,10 @@ static neox_op_call *trace_step(const model_spec *s, const neox_backend *inner, 
 // ---- the roofline ------------------------------------------------------------------------------
 static double call_seconds(const neox_op_call *c, const gpu *g, const options *o) {
     double rate = c->cost.tensor16 ? g->gemm16 : g->gemm32;
-    if (o->attention > 0 && neox_op_class_of(c->op) == NEOX_CLASS_ATTENTION) rate = o->attention;
+    int attention = neox_op_class_of(c->op) == NEOX_CLASS_ATTENTION;
+    if (attention && c->cost.tensor16)
+        rate *= c->op == NEOX_OP_attention_backward ? ATTENTION_BACKWARD_EFFICIENCY : ATTENTION_FORWARD_EFFICIENCY;
+    if (attention && o->attention > 0) rate = o->attention;
     double compute = c->cost.flops / rate;
     double memory = c->cost.bytes / g->copy;
     return (compute > memory ? compute : memory) + o->launch;
@@ -355,6 +373,9 @@ int main(int argc, char **argv) {
     printf("# roofline per op: max(FLOPs / GEMM rate of its operands, bytes / copy bandwidth) + %.1f us per call\n",
            o.launch * 1e6);
     if (o.attention > 0) printf("# attention's FLOPs at %.1f TFLOP/s\n", o.attention * 1e-12);
+    else
+        printf("# 16-bit attention at %.3g (forward) and %.3g (backward) of the 16-bit GEMM rate: the own tensor-core "
+               "kernels' model\n", ATTENTION_FORWARD_EFFICIENCY, ATTENTION_BACKWARD_EFFICIENCY);
     for (int k = 0; k < 2; k++)
         printf("# %s: bf16 GEMM %.1f TFLOP/s, fp32 GEMM %.1f TFLOP/s, copy %.0f GB/s, memory %.1f GiB\n", gpus[k].name,
                gpus[k].gemm16 * 1e-12, gpus[k].gemm32 * 1e-12, gpus[k].copy * 1e-9, gpus[k].memory / 1073741824.0);

@@ -11,7 +11,8 @@
 // D = dout . out; a second, one warp per key row, walks every query head of its GQA group and the
 // query tiles at or after the key, giving dk and dv. Probabilities are recomputed from the saved
 // log-sum-exp; attention dropout uses the CPU's counter (neox_attention_dropout_row in kernels.h).
-// With 16-bit operands the entry points hand over to the tensor-core kernels (attention_mma.cu).
+// With 16-bit operands the entry points hand over to cuDNN or the tensor-core kernels
+// (attention_fa2.cu, or attention_mma.cu when asked for), as attention_cudnn.cu decides.
 #include "kernels/cuda/attention.cuh"
 
 enum { ATT_WARPS = 8, ATT_TILE = 32, ATT_PITCH = 33, ATT_MAX_NU = 8 };
@@ -336,8 +337,7 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
 
 static void forward_f32(float *out, float *lse, const float *q, const float *k, const float *v, int B, int T, int NH,
                         int NKV, int HS, neox_attention_opts o) {
-    if (o.operands != NEOX_ELEM_F32) {
-        if (neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, NEOX_ELEM_F32)) return;
+    if (o.operands != NEOX_ELEM_F32) {  // (cuDNN and the pipelined kernels have declined: the entry point)
         neox_cuda_attention_mma_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o);
         return;
     }
@@ -359,10 +359,7 @@ extern "C" void neox_cuda_attention_cached(float *out, const float *q, const flo
 static void backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                          const float *v, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,
                          neox_attention_opts o) {
-    if (o.operands != NEOX_ELEM_F32) {
-        if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o,
-                                               NEOX_ELEM_F32))
-            return;
+    if (o.operands != NEOX_ELEM_F32) {  // (cuDNN and the pipelined kernels have declined: the entry point)
         neox_cuda_attention_mma_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o);
         return;
     }
@@ -374,8 +371,9 @@ static void backward_f32(float *dq, float *dk, float *dv, const float *dout, con
 }
 
 // ---- bf16 activation storage (kernels.h, "Activation storage") ---------------------------------
-// cuDNN (where it runs: bf16 operands, no dropout, no ALiBi) takes the bf16 tensors as they are, with
-// no pass before or after it. Otherwise the tensors are widened into fp32 copies, the fp32-stored
+// cuDNN (where it runs: bf16 operands, no dropout, no ALiBi) and the pipelined tensor-core kernels
+// take the bf16 tensors as they are, with no pass before or after them. Otherwise (fp32 operands, or
+// the first tensor-core kernels when asked for) the tensors are widened into fp32 copies, the fp32-stored
 // attention runs on them (the tensor-core or the CUDA-core kernels) and the results are rounded once
 // as they are stored, as the CPU's reference does. The copies live in a buffer of this file's own (the
 // shared scratch is the attention kernels'), grown when needed. The widening and rounding passes are
@@ -414,12 +412,18 @@ static void store(void *x, const float *w, size_t n, neox_elem act) {
 
 extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    // 16-bit operands: cuDNN where it runs, else the pipelined kernels (which read the stored tensors
+    // as they are), unless the first tensor-core kernels were asked for (below, through fp32 copies).
+    if (o.operands != NEOX_ELEM_F32) {
+        if (neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, act)) return;
+        if (neox_cuda_attention_pipelined() &&
+            neox_cuda_attention_fa2_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, act))
+            return;
+    }
     if (act == NEOX_ELEM_F32) {
         forward_f32((float *)out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, NH, NKV, HS, o);
         return;
     }
-    if (o.operands == NEOX_ELEM_BF16 && neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, act))
-        return;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float *qw = copies(2 * nq + 2 * nkv), *kw = qw + nq, *vw = kw + nkv, *ow = vw + nkv;
     widen(qw, q, nq, act), widen(kw, k, nkv, act), widen(vw, v, nkv, act);
@@ -430,14 +434,17 @@ extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q
 extern "C" void neox_cuda_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
                                              const void *k, const void *v, const void *out, const float *lse, int B,
                                              int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    if (o.operands != NEOX_ELEM_F32) {  // as the forward
+        if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act)) return;
+        if (neox_cuda_attention_pipelined() &&
+            neox_cuda_attention_fa2_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act))
+            return;
+    }
     if (act == NEOX_ELEM_F32) {
         backward_f32((float *)dq, (float *)dk, (float *)dv, (const float *)dout, (const float *)q, (const float *)k,
                      (const float *)v, (const float *)out, lse, B, T, NH, NKV, HS, o);
         return;
     }
-    if (o.operands == NEOX_ELEM_BF16 &&
-        neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act))
-        return;
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float *qw = copies(4 * nq + 4 * nkv), *kw = qw + nq, *vw = kw + nkv, *dw = vw + nkv, *ow = dw + nq;
     float *dqw = ow + nq, *dkw = dqw + nq, *dvw = dkw + nkv;

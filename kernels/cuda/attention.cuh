@@ -1,7 +1,7 @@
-// attention.cuh: what the two CUDA attention kernels share (attention.cu on the CUDA cores in fp32,
-// attention_mma.cu on the tensor cores with 16-bit operands): which keys a query sees, the dropout
-// keep factor (the CPU's, bit for bit) and the tensor-core and cuDNN entry points attention.cu
-// dispatches to.
+// attention.cuh: what the CUDA attention kernels share (attention.cu on the CUDA cores in fp32,
+// attention_mma.cu and attention_fa2.cu on the tensor cores with 16-bit operands): which keys a query
+// sees, the dropout keep factor (the CPU's, bit for bit) and the tensor-core and cuDNN entry points
+// attention.cu dispatches to.
 #ifndef NEOX_CUDA_ATTENTION_CUH
 #define NEOX_CUDA_ATTENTION_CUH
 
@@ -25,6 +25,17 @@ void neox_cuda_attention_mma_forward(float *out, float *lse, const float *q, con
 void neox_cuda_attention_mma_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                       const float *k, const float *v, const float *out, const float *lse, int B, int T,
                                       int NH, int NKV, int HS, neox_attention_opts o);
+// The pipelined tensor-core kernels (attention_fa2.cu): the same contract with the tensors stored as
+// act (fp32 or bf16), read and written as they are stored. 1 when they ran the call; 0 when this GPU
+// has too little shared memory per block for them (the first kernels must run it).
+int neox_cuda_attention_fa2_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
+                                     int NH, int NKV, int HS, neox_attention_opts o, neox_elem act);
+int neox_cuda_attention_fa2_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                                      const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV,
+                                      int HS, neox_attention_opts o, neox_elem act);
+// Whether 16-bit attention that cuDNN does not run goes to the pipelined kernels (1) or the first
+// tensor-core kernels (0): attention_cudnn.cu's choice (neox_cuda_attention_kernels in cuda.h).
+int neox_cuda_attention_pipelined(void);
 // cuDNN's fused attention (attention_cudnn.cu), which decides per call whether it runs: 1 when it
 // ran the call, 0 when the own kernels must (the reasons are in attention_cudnn.cu). Shapes and
 // semantics as neox_attention_forward/backward's, the tensors stored as act: bf16 tensors go to

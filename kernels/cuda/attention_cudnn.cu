@@ -1,18 +1,20 @@
 // attention_cudnn.cu: the one owner of the choice between cuDNN's fused attention
-// (kernels/cuda/cudnn_attention.cpp) and the own kernels (attention.cu, attention_mma.cu), and the
-// cuDNN route of the attention ops. Activations stored as bf16 go to cuDNN as they are (its bf16
-// results are the op's, rounded once from its fp32 accumulation, as the CPU's reference rounds);
-// fp32-stored q, k, v (and for backward out and dout) are cast to a bf16 scratch, cuDNN runs on it,
-// and its bf16 results are cast back. Either way cuDNN sees the same bf16 values, so the two storage
-// types give the same results (widened) bit for bit.
+// (kernels/cuda/cudnn_attention.cpp) and the own kernels (attention.cu; for 16-bit operands the
+// pipelined attention_fa2.cu or the first attention_mma.cu), and the cuDNN route of the attention ops.
+// Activations stored as bf16 go to cuDNN as they are (its bf16 results are the op's, rounded once from
+// its fp32 accumulation, as the CPU's reference rounds); fp32-stored q, k, v (and for backward out and
+// dout) are cast to a bf16 scratch, cuDNN runs on it, and its bf16 results are cast back. Either way
+// cuDNN sees the same bf16 values, so the two storage types give the same results (widened) bit for bit.
 #include <string.h>
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cudnn_attention.h"
 
 static int g_cudnn_allowed = 1;
+static int g_pipelined = -1;  // -1: not chosen yet (the environment decides on first use)
 
 extern "C" void neox_cuda_attention_cudnn(int allow) { g_cudnn_allowed = allow != 0; }
+extern "C" void neox_cuda_attention_kernels(int pipelined) { g_pipelined = pipelined != 0; }
 
 // Says once per distinct outcome which implementation attention runs on (the first use of each).
 static void notice(const char *what) {
@@ -36,6 +38,23 @@ static neox_cudnn_sdpa sdpa_shape(int B, int T, int NH, int NKV, int HS, const n
     neox_cudnn_strides_bhtd(s.v_stride, NKV, T, HS);
     neox_cudnn_strides_bthd(s.o_stride, NH, T, HS);
     return s;
+}
+
+// The own 16-bit kernels: the pipelined ones (attention_fa2.cu) unless NEOX_ATTENTION_KERNELS=first
+// or neox_cuda_attention_kernels(0) asks for the first ones (attention_mma.cu), kept until GPU hosts
+// have run the pipelined kernels. Any other value of the variable is refused, so a typo cannot run
+// the kernel it meant to avoid.
+int neox_cuda_attention_pipelined(void) {
+    if (g_pipelined < 0) {
+        const char *e = getenv("NEOX_ATTENTION_KERNELS");
+        if (e && *e && strcmp(e, "first") && strcmp(e, "pipelined")) {
+            fprintf(stderr, "neox cuda: NEOX_ATTENTION_KERNELS=%s: expected 'pipelined' or 'first'\n", e);
+            exit(2);
+        }
+        g_pipelined = !(e && !strcmp(e, "first"));
+    }
+    notice(g_pipelined ? "own kernels: pipelined (attention_fa2.cu)" : "own kernels: first (attention_mma.cu)");
+    return g_pipelined;
 }
 
 // cuDNN runs a call when: it is allowed (config key cudnn_attention), the operands are bf16 (fp16

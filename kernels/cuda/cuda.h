@@ -37,6 +37,23 @@ void neox_cuda_linear_gelu_forward(float *out, float *pre, const float *inp, con
 void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, const float *weight, const float *pre, int N,
                                      int IC, int OC);
 
+// Which own kernels 16-bit attention runs on where cuDNN does not (kernels/cuda/attention_cudnn.cu
+// owns the choice): 1, the pipelined kernels of attention_fa2.cu (the default), or 0, the first
+// tensor-core kernels of attention_mma.cu; the environment's NEOX_ATTENTION_KERNELS=first picks 0 at
+// start-up, so a GPU host on which the pipelined ones fail can still train.
+void neox_cuda_attention_kernels(int pipelined);
+// Attention reading q, k and v through strides from a fused QKV buffer qkv (B, T, (NH + 2 NKV) HS)
+// stored as act, in GPT-NeoX's interleaved per-head layout (interleaved != 0, NH == NKV) or Llama's
+// [q heads | k heads | v heads] (kernels/cuda/cudnn_attention.h describes both); otherwise as the
+// attention_forward/backward ops (16-bit operands only). The backward writes dq, dk and dv into their
+// places in dqkv (the same layout), so neither a split before nor a merge after is needed. 1 when the
+// call ran; 0 when the GPU has too little shared memory per block for these kernels.
+int neox_cuda_attention_fa2_forward_qkv(void *out, float *lse, const void *qkv, int interleaved, int B, int T, int NH,
+                                         int NKV, int HS, neox_attention_opts o, neox_elem act);
+int neox_cuda_attention_fa2_backward_qkv(void *dqkv, const void *dout, const void *qkv, int interleaved,
+                                          const void *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                                          neox_attention_opts o, neox_elem act);
+
 // Timing marks for the per-op profile (kernels/cuda/op_timing.cu): mark records an event on the op
 // stream and returns its number; elapsed_ms waits for stop and gives the device time between the two
 // marks; reset makes every mark's event free for reuse.

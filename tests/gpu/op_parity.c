@@ -7,9 +7,13 @@
 // values as inputs, so each comparison is of one op alone. The per-op tolerances are in
 // docs/cuda.md with the reasons for them. Output: TAP lines for tests/run; with no GPU, one
 // "# SKIP no GPU: skipped" line.
-//   op_parity [-v] [--self]   -v prints the largest error of every check, also the passing ones;
+//   op_parity [-v] [--self] [--attention]
+//                             -v prints the largest error of every check, also the passing ones;
 //                             --self compares the CPU backend with itself (checks the harness's own
-//                             plumbing where no GPU exists; every check must pass exactly)
+//                             plumbing where no GPU exists; every check must pass exactly);
+//                             --attention runs the pipelined attention kernels' checks only (a GPU
+//                             host's first look at them). NEOX_ATTENTION_KERNELS=first in the
+//                             environment leaves the pipelined kernels out of the full run.
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -522,10 +526,14 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
     pair_free(&x);
 }
 
-// Which implementation the CUDA table's 16-bit attention calls take, named in the checks: " own" (the
-// tensor-core kernels: neox_cuda_attention_cudnn(0)) or " cudnn" (cuDNN's fused attention wherever its
-// rules allow: bf16 without dropout or ALiBi; the notice on stderr says whether it ran).
+// Which implementation the CUDA table's 16-bit attention calls take, named in the checks: " own first"
+// or " own pipelined" (the tensor-core kernels of attention_mma.cu or attention_fa2.cu, with
+// neox_cuda_attention_cudnn(0)) or " cudnn" (cuDNN's fused attention wherever its rules allow: bf16
+// without dropout or ALiBi; the notice on stderr says whether it ran).
 static const char *g_att_path = "";
+// Whether the pipelined kernels are checked and are the default own kernels: not when the run was
+// started with NEOX_ATTENTION_KERNELS=first (tests/gpu/device-check.sh does so after they crashed).
+static int g_pipelined = 1;
 
 // e: the operands' type (fp32: the CUDA-core kernels; bf16/fp16: the tensor-core kernels against the
 // CPU reference at the same rounding points). In 16 bits the two sides round the same values, but
@@ -577,6 +585,46 @@ static void test_attention_elem(int B, int T, int NH, int NKV, int HS, float dro
 }
 static void test_attention(int B, int T, int NH, int NKV, int HS, float dropout, int window) {
     test_attention_full(B, T, NH, NKV, HS, dropout, window, NEOX_ELEM_F32, 0);
+}
+
+// The pipelined kernels reading q, k and v through strides from a fused QKV buffer (GPT-NeoX's
+// interleaved layout or Llama's) and writing the gradients into a buffer of the same layout, against
+// the CPU's split, attention and merge (with --self: the CPU's on both sides). Tolerances as
+// test_attention_full's in 16 bits.
+static void test_attention_qkv(int B, int T, int NH, int NKV, int HS, int interleaved, neox_elem e, float dropout) {
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS, W = (size_t)(NH + 2 * NKV) * HS;
+    double unit = e == NEOX_ELEM_BF16 ? 1.0 / 128 : 1.0 / 1024, fwd_tol = 2 * unit, bwd_tol = 4 * unit;
+    const char *type = e == NEOX_ELEM_BF16 ? "bf16" : "fp16";
+    pair qkv = pair_uniform((size_t)B * T * W, -2.0f, 2.0f), out = pair_rand(nq), lse = pair_rand((size_t)B * NH * T);
+    pair dout = pair_rand(nq), dqkv = pair_rand(qkv.n);
+    float *q = xmalloc(nq * sizeof(float)), *k = xmalloc(nkv * sizeof(float)), *v = xmalloc(nkv * sizeof(float));
+    float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
+    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, dropout, 77, e, NULL, 0, 0, 0};
+    cpu->qkv_split(q, k, v, qkv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
+    cpu->attention_forward(out.h, lse.h, q, k, v, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
+    cpu->attention_backward(dq, dk, dv, dout.h, q, k, v, out.h, lse.h, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
+    cpu->qkv_merge(dqkv.h, dq, dk, dv, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
+    pair o_cpu = pair_from(out.h, nq), l_cpu = pair_from(lse.h, lse.n);  // the backward's inputs, both sides
+    if (gpu == cpu) {  // --self: the harness's plumbing only
+        memcpy(out.d, out.h, nq * sizeof(float)), memcpy(lse.d, lse.h, lse.n * sizeof(float));
+        memcpy(dqkv.d, dqkv.h, dqkv.n * sizeof(float));
+    } else if (!neox_cuda_attention_fa2_forward_qkv(out.d, lse.d, qkv.d, interleaved, B, T, NH, NKV, HS, o,
+                                                    NEOX_ELEM_F32) ||
+               !neox_cuda_attention_fa2_backward_qkv(dqkv.d, dout.d, qkv.d, interleaved, o_cpu.d, l_cpu.d, B, T, NH,
+                                                     NKV, HS, o, NEOX_ELEM_F32)) {
+        printf("ok - attention fused QKV HS=%d # SKIP too little shared memory per block on this GPU\n", HS);
+        dropout = -1.0f;  // (nothing to compare)
+    }
+    const char *fmt = "attention %s %s fused QKV interleaved=%d B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g";
+    if (dropout >= 0.0f) {
+        checkf(fwd_tol, fwd_tol, &out, fmt, "forward", type, interleaved, B, T, NH, NKV, HS, dropout);
+        checkf(1e-4, 1e-5, &lse, fmt, "forward lse", type, interleaved, B, T, NH, NKV, HS, dropout);
+        checkf(bwd_tol, bwd_tol, &dqkv, fmt, "backward dqkv", type, interleaved, B, T, NH, NKV, HS, dropout);
+    }
+    float *host[] = {q, k, v, dq, dk, dv};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
+    pair *all[] = {&qkv, &out, &lse, &dout, &dqkv, &o_cpu, &l_cpu};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
 static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int maxT, int window, int alibi) {
@@ -912,18 +960,19 @@ static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
     neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0};
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
-    bcheckf(3 * BF16_ULP, 3 * BF16_ULP, &out, "attention_forward bf16 storage B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH,
-            NKV, HS);
-    checkf(1e-4, 1e-5, &lse, "attention_forward bf16 storage lse B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH, NKV, HS);
+    bcheckf(3 * BF16_ULP, 3 * BF16_ULP, &out, "attention_forward bf16 storage%s B=%d T=%d NH=%d NKV=%d HS=%d",
+            g_att_path, B, T, NH, NKV, HS);
+    checkf(1e-4, 1e-5, &lse, "attention_forward bf16 storage%s lse B=%d T=%d NH=%d NKV=%d HS=%d", g_att_path, B, T, NH,
+           NKV, HS);
     gpu->to_device(out.d, out.h, nq * sizeof(uint16_t));  // both backwards from the CPU's out and lse
     gpu->to_device(lse.d, lse.h, lse.n * sizeof(float));
     neox_elem e = NEOX_ELEM_BF16;
     cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, out.h, lse.h, B, T, NH, NKV, HS, o, e);
     gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, out.d, lse.d, B, T, NH, NKV, HS, o, e);
-    const char *fmt = "attention_backward bf16 storage %s B=%d T=%d NH=%d NKV=%d HS=%d";
-    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dq, fmt, "dq", B, T, NH, NKV, HS);
-    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dk, fmt, "dk", B, T, NH, NKV, HS);
-    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dv, fmt, "dv", B, T, NH, NKV, HS);
+    const char *fmt = "attention_backward bf16 storage%s %s B=%d T=%d NH=%d NKV=%d HS=%d";
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dq, fmt, g_att_path, "dq", B, T, NH, NKV, HS);
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dk, fmt, g_att_path, "dk", B, T, NH, NKV, HS);
+    bcheckf(5 * BF16_ULP, 5 * BF16_ULP, &dv, fmt, g_att_path, "dv", B, T, NH, NKV, HS);
     bpair *all[] = {&q, &k, &v, &out, &dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
     pair_free(&lse);
@@ -1305,8 +1354,11 @@ static void free_pairs(pair *p, int n) {
     for (int i = 0; i < n; i++) pair_free(&p[i]);
 }
 
-static void test_determinism(void) {
-    rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64, .N = 1000, .C = 96};
+// The attention backward's repeats: fp32 (with_rest), then bf16 with dropout on the own kernels (the
+// first ones when with_rest, then the pipelined ones unless told not to), then bf16 without dropout on
+// cuDNN (with_rest). GQA, T off the tiles.
+static void test_attention_repeats(int with_rest) {
+    rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64};
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
@@ -1318,13 +1370,28 @@ static void test_determinism(void) {
     c.out = ao;
     c.operands = NEOX_ELEM_F32;
     c.dropout = 0.1f;
-    check_repeats("attention_backward (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    if (with_rest)
+        check_repeats("attention_backward (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    neox_cuda_attention_cudnn(0);
     c.operands = NEOX_ELEM_BF16;
-    check_repeats("attention_backward bf16 (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    for (int pipelined = !with_rest; pipelined <= g_pipelined; pipelined++) {
+        neox_cuda_attention_kernels(pipelined);
+        check_repeats(pipelined ? "attention_backward bf16 own pipelined (GQA, dropout)"
+                                : "attention_backward bf16 own first (GQA, dropout)",
+                      rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    }
+    neox_cuda_attention_kernels(g_pipelined);
+    neox_cuda_attention_cudnn(1);
     c.dropout = 0.0f;  // cuDNN's deterministic backward (when cuDNN loads: the notice on stderr)
-    check_repeats("attention_backward bf16 cudnn (GQA)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    if (with_rest)
+        check_repeats("attention_backward bf16 cudnn (GQA)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
     free_pairs(ai, 6);
     free_pairs(ao, 3);
+}
+
+static void test_determinism(void) {
+    test_attention_repeats(1);
+    rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64, .N = 1000, .C = 96};
 
     size_t nc = (size_t)c.N * c.C;
     pair li[5] = {pair_rand(nc), pair_rand(nc), pair_rand(c.C), pair_rand(c.N), pair_uniform(c.N, 0.5f, 2.0f)};
@@ -1477,10 +1544,13 @@ static void test_release_commit(void) {
     pair_free(&a);
 }
 
-// The tensor-core kernels: T off and on the 64-row tiles, GQA and MQA, head sizes 16..128.
-static void attention_16bit_own(void) {
+// The tensor-core kernels, the first (attention_mma.cu) or the pipelined (attention_fa2.cu): T off and
+// on the 64-row and 128-row tiles, GQA and MQA, head sizes 16..128, windows whose edge crosses a
+// block's tiles (so a block has tiles without masks, with masks and skipped), dropout, ALiBi.
+static void attention_16bit_own(int pipelined) {
     neox_cuda_attention_cudnn(0);
-    g_att_path = " own";
+    neox_cuda_attention_kernels(pipelined);
+    g_att_path = pipelined ? " own pipelined" : " own first";
     test_attention_elem(2, 37, 4, 4, 16, 0.0f, 0, NEOX_ELEM_BF16);
     test_attention_elem(1, 64, 4, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);
     test_attention_elem(2, 200, 6, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);    // GQA, a partial last tile
@@ -1496,7 +1566,29 @@ static void attention_16bit_own(void) {
     test_attention_full(1, 97, 12, 12, 40, 0.1f, 30, NEOX_ELEM_F32, 1);
     test_attention_full(2, 150, 12, 4, 64, 0.0f, 0, NEOX_ELEM_BF16, 1);
     test_attention_full(1, 97, 12, 6, 128, 0.1f, 30, NEOX_ELEM_BF16, 1);
+    test_attention_elem(1, 256, 4, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);    // T on the 128-row tiles, GQA
+    test_attention_elem(2, 128, 4, 1, 128, 0.0f, 0, NEOX_ELEM_BF16);   // one block, MQA, HS 128
+    test_attention_elem(1, 300, 4, 4, 64, 0.0f, 100, NEOX_ELEM_BF16);  // a window across 128-row blocks
+    test_attention_elem(1, 257, 2, 2, 128, 0.1f, 70, NEOX_ELEM_F16);   // fp16, dropout, window, one row past
+    test_attention_elem(1, 640, 4, 2, 128, 0.0f, 0, NEOX_ELEM_BF16);   // many full (mask-free) tiles
     g_att_path = "";
+    neox_cuda_attention_kernels(g_pipelined);
+    neox_cuda_attention_cudnn(1);
+}
+
+// The pipelined kernels' own entry points and storage: q, k, v read from a fused QKV buffer (both
+// layouts), and bf16-stored tensors read and written as they are (no widening pass).
+static void attention_pipelined_layouts(void) {
+    neox_cuda_attention_cudnn(0);
+    neox_cuda_attention_kernels(1);
+    g_att_path = " own pipelined";
+    test_attention_qkv(2, 150, 4, 4, 64, 1, NEOX_ELEM_BF16, 0.0f);   // GPT-NeoX's interleaved heads
+    test_attention_qkv(1, 200, 6, 2, 128, 0, NEOX_ELEM_BF16, 0.1f);  // Llama's layout, GQA, dropout
+    test_attention_qkv(1, 97, 4, 1, 32, 0, NEOX_ELEM_F16, 0.0f);     // fp16, MQA
+    test_bf16_attention(2, 130, 4, 2, 64);
+    test_bf16_attention(1, 256, 4, 1, 128);
+    g_att_path = "";
+    neox_cuda_attention_kernels(g_pipelined);
     neox_cuda_attention_cudnn(1);
 }
 
@@ -1682,12 +1774,15 @@ static void test_sparse_rows(int V, int n, int C) {
 }
 
 int main(int argc, char **argv) {
-    int self = 0;
+    int self = 0, attention_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) verbose = 1;
         else if (!strcmp(argv[i], "--self")) self = 1;
-        else { fprintf(stderr, "usage: op_parity [-v] [--self]\n"); return 2; }
+        else if (!strcmp(argv[i], "--attention")) attention_only = 1;
+        else { fprintf(stderr, "usage: op_parity [-v] [--self] [--attention]\n"); return 2; }
     }
+    const char *kernels = getenv("NEOX_ATTENTION_KERNELS");
+    g_pipelined = !(kernels && !strcmp(kernels, "first"));
     setvbuf(stdout, NULL, _IOLBF, 0);  // lines so far survive an abort inside an op
     cpu = neox_backend_cpu();
     gpu = self ? cpu : neox_backend_cuda();
@@ -1696,6 +1791,15 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("# %s\n", neox_backends_description());
+    neox_cuda_attention_kernels(g_pipelined);
+    if (attention_only) {  // the pipelined attention kernels alone, first on a GPU host (seconds)
+        g_pipelined = 1;
+        attention_16bit_own(1);
+        attention_pipelined_layouts();
+        test_attention_repeats(0);
+        printf("# %d checks, %d failed\n", checks, failures);
+        return failures ? 1 : 0;
+    }
     test_memory();
     test_async_copies();
     test_release_commit();
@@ -1759,7 +1863,9 @@ int main(int argc, char **argv) {
     test_attention(1, 300, 2, 2, 256, 0.0f, 0);
     test_attention(2, 150, 4, 2, 64, 0.0f, 40);   // sliding window across tiles
     test_attention(1, 97, 2, 1, 80, 0.1f, 1);     // a window of one key, dropout
-    attention_16bit_own();
+    attention_16bit_own(0);
+    if (g_pipelined) attention_16bit_own(1), attention_pipelined_layouts();
+    else printf("# the pipelined attention kernels' checks skipped (NEOX_ATTENTION_KERNELS=first)\n");
     attention_16bit_cudnn();
     test_attention_cached(5, 17, 4, 2, 48, 50, 0, 0);
     test_attention_cached(1, 0, 4, 4, 64, 8, 0, 0);

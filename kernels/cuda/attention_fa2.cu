@@ -1,0 +1,836 @@
+// attention_fa2.cu: the pipelined tensor-core attention kernels (FlashAttention-2's techniques on
+// mma.sync m16n8k16, sm_80 and later): exact causal attention with bf16 or fp16 operands, the same
+// shapes, options and rounding points as attention_mma.cu (the first tensor-core kernels, kept as
+// the fallback: attention_cudnn.cu owns the choice) and kernels/cpu/attention.c, its reference.
+//
+// What is new against attention_mma.cu:
+// - 16-bit operands are read from memory as they are, through (batch, head, token) element strides:
+//   bf16-stored q, k, v straight from the model's tensors or from a fused QKV GEMM output (GPT-NeoX's
+//   interleaved or Llama's layout), so no split or cast pass runs; fp32-stored tensors are rounded
+//   once into a 16-bit scratch (the values the first kernels rounded at every tile load).
+// - cp.async copies the next key/value (or query/dout) tile into shared memory while the warps
+//   compute on the current one (two stages), and ldmatrix (.trans for the operands read along their
+//   rows, v in P v) loads the fragments: four 8x8 matrices per instruction instead of eight 32-bit reads.
+// - The forward and the dq pass own 128 query rows per block (8 warps of 16 rows), so each key/value
+//   tile loaded into shared memory serves twice the rows; the dk/dv pass owns 128 keys.
+// - Masks are applied on the tiles that cross the causal diagonal or the window's edge only; a
+//   warp's tile that is entirely visible takes a path without per-element tests, and one it cannot
+//   see at all is skipped.
+// - Backward, deterministic: FlashAttention-2 accumulates dq across key tiles with fp32 atomics, whose
+//   order changes from run to run (so would dq's bits); here, as in attention_mma.cu, one pass gives dq
+//   (S, dP, dQ per key tile) and a second gives dk and dv (S, dP, dV, dK per query tile): seven
+//   products for the five, in exchange for identical bits every run and no T²-sized scratch.
+//
+// Tiles in shared memory are row-major in the operand type with a pitch of HS + 8 elements: a row is
+// a multiple of 16 bytes (cp.async and ldmatrix need 16-byte rows) and the 8 rows an ldmatrix phase
+// reads start 4 banks apart, so they hit 32 different banks. Fragments: attention_mma.cuh.
+#include <string.h>
+
+#include <type_traits>
+
+#include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/cudnn_attention.h"
+
+enum {
+    FA_WARPS = 8,               // warps per block
+    FA_ROWS = FA_WARPS * 16,    // a block's own rows (queries, or keys in the dk/dv pass)
+    FA_COLS = 64,               // the streamed tile's rows: keys (forward, dq) or queries (dk/dv)
+    FA_THREADS = FA_WARPS * 32,
+};
+// The CPU reference rounds probability tiles under the running max of 64-key tiles (attention.c's
+// ATT_BLOCK); streaming 64 keys at a time keeps that rounding point.
+static_assert(FA_COLS == 64, "the probability tiles must be the CPU reference's 64 keys");
+static_assert(FA_ROWS % FA_COLS == 0, "a block's rows must start on a streamed tile's boundary");
+static_assert(FA_COLS % 16 == 0 && FA_ROWS % 16 == 0, "tiles are whole m16n8k16 steps");
+
+template <int HS> struct fa_dims {
+    static_assert(HS % 16 == 0 && HS >= 16 && HS <= 128, "head sizes 16, 32, ..., 128");
+    static const int pitch = HS + 8;   // elements per shared row (16 bytes of padding)
+    static const int chunks = HS / 8;  // 16-byte pieces per row
+};
+
+// Element strides of a tensor addressed as (B, heads, T, HS), the HS elements of a row contiguous.
+struct fa_strides {
+    long long sb, sh, st;  // batch, head, token
+    __device__ __forceinline__ size_t at(int b, int h, int t) const { return b * sb + h * sh + (long long)t * st; }
+};
+
+// A 16-bit tensor addressed as (B, heads, T, HS) by element strides; the HS elements of a row are
+// contiguous and start on 16 bytes (strides and base multiples of 8 elements).
+template <class E> struct fa_view {
+    const E *p;
+    long long sb, sh, st;  // batch, head, token strides (elements)
+    __device__ __forceinline__ const E *row(int b, int h, int t) const {
+        return p + b * sb + h * sh + (long long)t * st;
+    }
+};
+
+// ---- cp.async and ldmatrix (sm_80) -----------------------------------------------------------------
+
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16 bytes from global to shared without passing through registers; valid == false writes 16 zero bytes
+// (src-size 0: nothing is read, but src must still be a mapped address).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Four 8x8 matrices of 16-bit elements: lane l gives the address of row l % 8 of matrix l / 8 and gets,
+// of each matrix m, r[m] = M[l / 4][2 (l % 4) .. +1] (.trans: M[2 (l % 4) .. +1][l / 4]).
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// A fragment (16 x 16) of rows r0.., columns k0.. of a row-major shared tile X: matrices (r0, k0),
+// (r0 + 8, k0), (r0, k0 + 8), (r0 + 8, k0 + 8) are a0..a3, so lane l points at row r0 + l % 16,
+// column k0 + 8 (l / 16).
+template <class E, int HS> __device__ __forceinline__ void lda(uint32_t *a, const E *X, int r0, int k0, int lane) {
+    ldsm_x4(a, X + (r0 + (lane & 15)) * fa_dims<HS>::pitch + k0 + (lane >> 4) * 8);
+}
+
+// B fragments of two n8 steps, n0 and n0 + 8, for k0.., where B = X^T and X is a shared tile indexed
+// [n][k] (k, q, v or dout rows by dims): b[0], b[1] for n0, b[2], b[3] for n0 + 8. Matrices (n0, k0),
+// (n0, k0 + 8), (n0 + 8, k0), (n0 + 8, k0 + 8): lane l points at row n0 + l % 8 + 8 (l / 16), column
+// k0 + 8 ((l / 8) % 2).
+template <class E, int HS> __device__ __forceinline__ void ldb_t(uint32_t *b, const E *X, int k0, int n0, int lane) {
+    ldsm_x4(b, X + (n0 + (lane & 7) + (lane >> 4) * 8) * fa_dims<HS>::pitch + k0 + ((lane >> 3) & 1) * 8);
+}
+
+// B fragments of n0 and n0 + 8 for k0.., where B = X itself indexed [k][n] (v, k, q or dout rows by
+// dims as the second operand of P v, dS k, P^T dout, dS^T q): transposed loads of matrices (k0, n0),
+// (k0 + 8, n0), (k0, n0 + 8), (k0 + 8, n0 + 8): lane l points at row k0 + l % 16, column n0 + 8 (l / 16).
+template <class E, int HS> __device__ __forceinline__ void ldb(uint32_t *b, const E *X, int k0, int n0, int lane) {
+    ldsm_x4_trans(b, X + (k0 + (lane & 15)) * fa_dims<HS>::pitch + n0 + (lane >> 4) * 8);
+}
+
+// Copies rows r0 .. r0 + ROWS - 1 of a head (row(b, h, r)) into tile[ROWS][HS + 8] with cp.async,
+// one 16-byte chunk per thread and step; rows at or past T are zero (masked products then add 0,
+// never 0 * NaN). The caller commits the group.
+template <int ROWS, int HS, class E>
+__device__ __forceinline__ void issue_tile(E *tile, const fa_view<E> &x, int b, int h, int r0, int T) {
+    const int C = fa_dims<HS>::chunks;
+    for (int e = threadIdx.x; e < ROWS * C; e += FA_THREADS) {
+        int r = e / C, c = (e % C) * 8;  // tile row, first element of the chunk
+        bool valid = r0 + r < T;
+        cp_async16(tile + r * fa_dims<HS>::pitch + c, x.row(b, h, valid ? r0 + r : 0) + c, valid);
+    }
+}
+
+// ---- products ------------------------------------------------------------------------------------
+
+// acc (16 x 64 per warp, 8 n8 fragments) = A (the warp's 16 rows, from registers) x X^T, X a shared
+// tile of 64 rows by HS: scores q k^T, dout v^T. afr[kk]: the A fragment of dims 16 kk...
+template <class Ops, int HS>
+__device__ __forceinline__ void rows_by_tile(float (*acc)[4], const uint32_t (*afr)[4], const typename Ops::elem *X,
+                                             int lane) {
+#pragma unroll
+    for (int n = 0; n < FA_COLS / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++)
+#pragma unroll
+        for (int n = 0; n < FA_COLS / 8; n += 2) {
+            uint32_t bf[4];
+            ldb_t<typename Ops::elem, HS>(bf, X, kk * 16, n * 8, lane);
+            Ops::mma(acc[n], afr[kk], bf[0], bf[1]);
+            Ops::mma(acc[n + 1], afr[kk], bf[2], bf[3]);
+        }
+}
+
+// As rows_by_tile with the A rows read from a shared tile too (rows r0.. of Y), one k-step's fragment
+// at a time: the backward's products, where holding two operands' fragments in registers would spill.
+template <class Ops, int HS>
+__device__ __forceinline__ void shared_rows_by_tile(float (*acc)[4], const typename Ops::elem *Y, int r0,
+                                                    const typename Ops::elem *X, int lane) {
+#pragma unroll
+    for (int n = 0; n < FA_COLS / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t a[4];
+        lda<typename Ops::elem, HS>(a, Y, r0, kk * 16, lane);
+#pragma unroll
+        for (int n = 0; n < FA_COLS / 8; n += 2) {
+            uint32_t bf[4];
+            ldb_t<typename Ops::elem, HS>(bf, X, kk * 16, n * 8, lane);
+            Ops::mma(acc[n], a, bf[0], bf[1]);
+            Ops::mma(acc[n + 1], a, bf[2], bf[3]);
+        }
+    }
+}
+
+// out (16 x HS per warp) += W (16 x 64 in accumulator fragments, rounded here to the operand type) x
+// X (a shared tile of 64 rows by HS): P v, dS k, P^T dout, dS^T q.
+template <class Ops, int HS>
+__device__ __forceinline__ void weights_by_tile(float (*out)[4], const float (*w)[4], const typename Ops::elem *X,
+                                                int lane) {
+#pragma unroll
+    for (int s = 0; s < FA_COLS / 16; s++) {
+        uint32_t a[4];
+        a_from_acc<Ops>(a, w, s);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n += 2) {
+            uint32_t bf[4];
+            ldb<typename Ops::elem, HS>(bf, X, s * 16, n * 8, lane);
+            Ops::mma(out[n], a, bf[0], bf[1]);
+            Ops::mma(out[n + 1], a, bf[2], bf[3]);
+        }
+    }
+}
+
+// ---- which (row, column) pairs of a warp's tile are visible --------------------------------------
+
+enum tile_kind { TILE_NONE, TILE_FULL, TILE_MASKED };
+
+// A warp's 16 queries i0.. against keys j0 .. j0 + 63 (T queries and keys, window as sees()).
+__device__ __forceinline__ tile_kind query_tile_kind(int i0, int j0, int T, int window) {
+    const int i1 = i0 + 15, j1 = j0 + FA_COLS - 1;  // the last query and key
+    if (i0 >= T || j0 > i1 || (window > 0 && j1 <= i0 - window)) return TILE_NONE;  // nothing visible
+    if (j1 <= i0 && i1 < T && (window == 0 || j0 > i1 - window)) return TILE_FULL;  // all visible
+    return TILE_MASKED;
+}
+// A warp's 16 keys j0.. against queries i0 .. i0 + 63.
+__device__ __forceinline__ tile_kind key_tile_kind(int j0, int i0, int T, int window) {
+    const int j1 = j0 + 15, i1 = i0 + FA_COLS - 1;
+    if (j0 >= T || j0 > i1 || (window > 0 && i0 >= j1 + window)) return TILE_NONE;
+    if (i0 >= j1 && i1 < T && j1 < T && (window == 0 || i1 < j0 + window)) return TILE_FULL;
+    return TILE_MASKED;
+}
+
+// ---- forward ---------------------------------------------------------------------------------------
+
+// One key tile of the online softmax for a warp's rows (row[0] = g, row[1] = g + 8 of its 16): s
+// holds q k^T for keys j0 + 8 n + 2 t + c in s[n][2 hr + c]; on return it holds the (dropped,
+// unrounded) probabilities under the new running max m, alpha the factor on the earlier sums.
+template <bool MASKED>
+__device__ __forceinline__ void softmax_tile(float (*s)[4], float *m, float *l, float *alpha, const int *row, int j0,
+                                             int t, const mma_shape &a, float sl2, float slope2,
+                                             unsigned long long drow) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {  // the thread's rows g (hr 0) and g + 8 (hr 1)
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < FA_COLS / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                int j = j0 + n * 8 + 2 * t + c;
+                float x = s[n][2 * hr + c] * sl2 + slope2 * (float)(j - row[hr]);
+                if (MASKED && !(row[hr] < a.T && sees(row[hr], j, a.window))) x = -INFINITY;
+                s[n][2 * hr + c] = x;
+                mx = fmaxf(mx, x);
+            }
+        float m_new = fmaxf(m[hr], quad_max(mx));
+        // Masked tiles only: nothing visible to this row yet (before its window, or a row past T).
+        bool empty = MASKED && m_new == -INFINITY;
+        alpha[hr] = empty ? 1.0f : exp2f(m[hr] - m_new);
+        float rs = 0.0f;
+#pragma unroll
+        for (int n = 0; n < FA_COLS / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float p = empty ? 0.0f : exp2f(s[n][2 * hr + c] - m_new);
+                rs += p;  // the sum is of the undropped, unrounded probabilities
+                if (a.dropout > 0.0f && p != 0.0f)
+                    p *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + row[hr], a.T, j0 + n * 8 + 2 * t + c);
+                s[n][2 * hr + c] = p;
+            }
+        l[hr] = l[hr] * alpha[hr] + rs;  // a partial sum: this thread's columns only
+        m[hr] = m_new;
+    }
+}
+
+// Grid (query tiles, NH, B), the heaviest (last) query tiles first; 8 warps, warp w owns queries
+// i0 + 16 w... q: view (B, NH, T, HS); k, v: views (B, NKV, T, HS); out: (B, T, NH, HS) stored as S;
+// lse: (B, NH, T). Shared: Qs[128][P], then two stages of Ks[64][P], Vs[64][P].
+template <class Ops, int HS, class S>
+__global__ void __launch_bounds__(FA_THREADS)
+attention_fa2_forward_kernel(S *out, float *lse, fa_view<typename Ops::elem> q, fa_view<typename Ops::elem> k,
+                             fa_view<typename Ops::elem> v, mma_shape a) {
+    typedef typename Ops::elem E;
+    const int P = fa_dims<HS>::pitch, T = a.T;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    E *Qs = reinterpret_cast<E *>(smem_raw), *KV = Qs + FA_ROWS * P;  // stage s: Ks = KV + 2 s 64 P, Vs = Ks + 64 P
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.NH / a.NKV);
+    const int i0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, r0 = i0 + warp * 16;  // block's and warp's first query
+    const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
+    const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
+    const int row[2] = {r0 + g, r0 + g + 8};
+    // Key tiles [jbeg, kend): from the first a window lets any of the block's queries see to the diagonal.
+    const int jbeg = a.window > 0 && i0 - a.window + 1 > 0 ? (i0 - a.window + 1) / FA_COLS * FA_COLS : 0;
+    const int kend = min(i0 + FA_ROWS, T), ntiles = (kend - jbeg + FA_COLS - 1) / FA_COLS;
+
+    issue_tile<FA_ROWS, HS>(Qs, q, b, h, i0, T);
+    issue_tile<FA_COLS, HS>(KV, k, b, kvh, jbeg, T);
+    issue_tile<FA_COLS, HS>(KV + FA_COLS * P, v, b, kvh, jbeg, T);
+    cp_async_commit();  // group 0: q and the first key/value tile
+
+    uint32_t qf[HS / 16][4];
+    float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int it = 0; it < ntiles; it++) {
+        const int j0 = jbeg + it * FA_COLS;
+        if (it + 1 < ntiles) {  // prefetch the next tile into the other stage (consumed before the last sync)
+            E *next = KV + ((it + 1) & 1) * 2 * FA_COLS * P;
+            issue_tile<FA_COLS, HS>(next, k, b, kvh, j0 + FA_COLS, T);
+            issue_tile<FA_COLS, HS>(next + FA_COLS * P, v, b, kvh, j0 + FA_COLS, T);
+            cp_async_commit();
+            cp_async_wait<1>();  // this tile's group has landed (the next may still fly)
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // every thread's copies of this tile are visible
+        if (it == 0) {
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) lda<E, HS>(qf[kk], Qs, warp * 16, kk * 16, lane);
+        }
+        const E *Ks = KV + (it & 1) * 2 * FA_COLS * P, *Vs = Ks + FA_COLS * P;
+        const tile_kind kind = query_tile_kind(r0, j0, T, a.window);  // warp-uniform
+        if (kind != TILE_NONE) {
+            float s[FA_COLS / 8][4], alpha[2];
+            rows_by_tile<Ops, HS>(s, qf, Ks, lane);  // s = q k^T
+            if (kind == TILE_FULL) softmax_tile<false>(s, m, l, alpha, row, j0, t, a, sl2, slope2, drow);
+            else softmax_tile<true>(s, m, l, alpha, row, j0, t, a, sl2, slope2, drow);
+#pragma unroll
+            for (int n = 0; n < HS / 8; n++) {
+                o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+            }
+            weights_by_tile<Ops, HS>(o, s, Vs, lane);  // o += P v
+        }
+        __syncthreads();  // this stage is consumed before the next iteration's prefetch overwrites it
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float sum = quad_sum(l[hr]);
+        if (row[hr] >= T) continue;
+        float inv = 1.0f / sum;
+        const size_t orow = (((size_t)b * T + row[hr]) * a.NH + h) * HS;  // out[b][row][h][.]
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            act_store(out, orow + n * 8 + 2 * t, o[n][2 * hr] * inv);
+            act_store(out, orow + n * 8 + 2 * t + 1, o[n][2 * hr + 1] * inv);
+        }
+        if (t == 0) lse[((size_t)b * a.NH + h) * T + row[hr]] = m[hr] * LN2 + logf(sum);
+    }
+}
+
+// ---- backward: D -------------------------------------------------------------------------------------
+
+// D (B, NH, T) = dout . out per query row in fp32 from the stored (unrounded) values; one warp per row.
+template <class S>
+__global__ void attention_fa2_d_kernel(float *D, const S *dout, const S *out, int B, int T, int NH, int HS) {
+    const int lane = threadIdx.x & 31;
+    const size_t rows = (size_t)B * NH * T;
+    for (size_t r = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; r < rows;
+         r += ((size_t)gridDim.x * blockDim.x) >> 5) {
+        size_t b = r / ((size_t)NH * T), h = r / T % NH, i = r % T;
+        size_t at = ((b * T + i) * NH + h) * HS;  // dout[b][i][h][.], out likewise
+        float sum = 0.0f;
+        for (int d = lane; d < HS; d += 32) sum += act_load(dout, at + d) * act_load(out, at + d);
+        sum = warp_sum(sum);
+        if (lane == 0) D[r] = sum;
+    }
+}
+
+// ---- backward: dq ------------------------------------------------------------------------------------
+
+// dq (B, NH, T, HS) overwritten through its strides dqs, stored as S. Grid as the forward's. Per key tile: S = q k^T,
+// dP = dout v^T, dS = P (dP K - D) scale, dq += dS k. Shared: Qs, Os (dout) [128][P], then two stages
+// of Ks, Vs [64][P]. q's and dout's fragments are loaded from shared memory for every tile: holding
+// both in registers, with dq's accumulators and the two score tiles, spills at head size 128.
+template <class Ops, int HS, class S>
+__global__ void __launch_bounds__(FA_THREADS)
+attention_fa2_dq_kernel(S *dq, fa_strides dqs, const float *D, fa_view<typename Ops::elem> dout,
+                        fa_view<typename Ops::elem> q, fa_view<typename Ops::elem> k, fa_view<typename Ops::elem> v,
+                        const float *lse, mma_shape a) {
+    typedef typename Ops::elem E;
+    const int P = fa_dims<HS>::pitch, T = a.T;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    E *Qs = reinterpret_cast<E *>(smem_raw), *Os = Qs + FA_ROWS * P, *KV = Os + FA_ROWS * P;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.NH / a.NKV);
+    const int i0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, r0 = i0 + warp * 16;
+    const size_t head = (size_t)b * a.NH + h;
+    const unsigned long long drow = dropout_row(a, b, h);
+    const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
+    const int row[2] = {r0 + g, r0 + g + 8};
+    const int jbeg = a.window > 0 && i0 - a.window + 1 > 0 ? (i0 - a.window + 1) / FA_COLS * FA_COLS : 0;
+    const int kend = min(i0 + FA_ROWS, T), ntiles = (kend - jbeg + FA_COLS - 1) / FA_COLS;
+
+    issue_tile<FA_ROWS, HS>(Qs, q, b, h, i0, T);
+    issue_tile<FA_ROWS, HS>(Os, dout, b, h, i0, T);
+    issue_tile<FA_COLS, HS>(KV, k, b, kvh, jbeg, T);
+    issue_tile<FA_COLS, HS>(KV + FA_COLS * P, v, b, kvh, jbeg, T);
+    cp_async_commit();
+
+    // D and the log-sum-exp (in base-2 units of the scaled score) of the thread's two rows.
+    float Dr[2], L[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        Dr[hr] = row[hr] < T ? D[head * T + row[hr]] : 0.0f;
+        L[hr] = row[hr] < T ? lse[head * T + row[hr]] * LOG2E : 0.0f;
+    }
+    float acc[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    for (int it = 0; it < ntiles; it++) {
+        const int j0 = jbeg + it * FA_COLS;
+        if (it + 1 < ntiles) {
+            E *next = KV + ((it + 1) & 1) * 2 * FA_COLS * P;
+            issue_tile<FA_COLS, HS>(next, k, b, kvh, j0 + FA_COLS, T);
+            issue_tile<FA_COLS, HS>(next + FA_COLS * P, v, b, kvh, j0 + FA_COLS, T);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const E *Ks = KV + (it & 1) * 2 * FA_COLS * P, *Vs = Ks + FA_COLS * P;
+        const tile_kind kind = query_tile_kind(r0, j0, T, a.window);
+        if (kind != TILE_NONE) {
+            float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
+            shared_rows_by_tile<Ops, HS>(s, Qs, warp * 16, Ks, lane);   // q k^T
+            shared_rows_by_tile<Ops, HS>(dp, Os, warp * 16, Vs, lane);  // dout v^T
+#pragma unroll
+            for (int n = 0; n < FA_COLS / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int hr = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);  // s[n][e]: row[hr], key j
+                    float ds = 0.0f;
+                    if (kind == TILE_FULL || (row[hr] < T && sees(row[hr], j, a.window))) {
+                        float p = exp2f(s[n][e] * sl2 + slope2 * (float)(j - row[hr]) - L[hr]), d = dp[n][e];
+                        if (a.dropout > 0.0f) d *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + row[hr], T, j);
+                        ds = p * (d - Dr[hr]) * a.scale;
+                    }
+                    s[n][e] = ds;
+                }
+            weights_by_tile<Ops, HS>(acc, s, Ks, lane);  // dq += dS k
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        if (row[hr] >= T) continue;
+        const size_t at = dqs.at(b, h, row[hr]);  // dq[b][h][row][.]
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            act_store(dq, at + n * 8 + 2 * t, acc[n][2 * hr]);
+            act_store(dq, at + n * 8 + 2 * t + 1, acc[n][2 * hr + 1]);
+        }
+    }
+}
+
+// ---- backward: dk, dv --------------------------------------------------------------------------------
+
+// dk, dv (B, NKV, T, HS) overwritten through their strides dkvs, stored as S. Grid (key tiles of 128,
+// NKV, B): warp w owns keys j0 + 16 w.. and sums over the query heads of its group and the 64-query
+// tiles that see them, in transposed form: S^T = k q^T, dP^T = v dout^T, dv += (P^T * K) dout,
+// dk += dS^T q. Shared: Ks, Vs [128][P], then two stages of Qs, Os [64][P] and their rows'
+// log-sum-exp and D (64 floats each).
+template <class Ops, int HS, class S>
+__global__ void __launch_bounds__(FA_THREADS)
+attention_fa2_dkv_kernel(S *dk, S *dv, fa_strides dkvs, fa_view<typename Ops::elem> dout, fa_view<typename Ops::elem> q,
+                         fa_view<typename Ops::elem> k, fa_view<typename Ops::elem> v, const float *lse,
+                         const float *D, mma_shape a) {
+    typedef typename Ops::elem E;
+    const int P = fa_dims<HS>::pitch, T = a.T, STAGE = 2 * FA_COLS * P;  // a stage: Qs then Os
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    E *Ks = reinterpret_cast<E *>(smem_raw), *Vs = Ks + FA_ROWS * P, *QO = Vs + FA_ROWS * P;
+    float *LD = reinterpret_cast<float *>(QO + 2 * STAGE);  // stage s: L = LD + 128 s, D = L + 64
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, kvh = blockIdx.y, group = a.NH / a.NKV;
+    const int j0 = blockIdx.x * FA_ROWS, jw = j0 + warp * 16;  // the block's and the warp's first key
+    const float sl2 = a.scale * LOG2E;
+    const int key[2] = {jw + g, jw + g + 8};
+    // Query tiles [j0, i_end) of each head: queries after the window of the block's last key see none.
+    const int i_end = a.window > 0 ? min(T, j0 + FA_ROWS - 1 + a.window) : T;
+    const int per_head = (i_end - j0 + FA_COLS - 1) / FA_COLS, ntiles = group * per_head;
+
+    // Query tile n of the sequence: head kvh * group + n / per_head, queries j0 + 64 (n % per_head)...
+    auto issue = [&](int n) {
+        const int h = kvh * group + n / per_head, i0 = j0 + (n % per_head) * FA_COLS;
+        E *Qs = QO + (n & 1) * STAGE;
+        float *Ls = LD + (n & 1) * 2 * FA_COLS;
+        issue_tile<FA_COLS, HS>(Qs, q, b, h, i0, T);
+        issue_tile<FA_COLS, HS>(Qs + FA_COLS * P, dout, b, h, i0, T);
+        // (plain stores: the other warps read this stage only after the sync that follows its wait)
+        if (threadIdx.x < FA_COLS) {
+            const size_t at = ((size_t)b * a.NH + h) * T + i0 + threadIdx.x;
+            const bool in = i0 + (int)threadIdx.x < T;
+            Ls[threadIdx.x] = in ? lse[at] * LOG2E : 0.0f;
+            Ls[FA_COLS + threadIdx.x] = in ? D[at] : 0.0f;
+        }
+    };
+    issue_tile<FA_ROWS, HS>(Ks, k, b, kvh, j0, T);
+    issue_tile<FA_ROWS, HS>(Vs, v, b, kvh, j0, T);
+    issue(0);
+    cp_async_commit();
+
+    float dka[HS / 8][4], dva[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[n][e] = dva[n][e] = 0.0f;
+
+    for (int it = 0; it < ntiles; it++) {
+        if (it + 1 < ntiles) {
+            issue(it + 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int h = kvh * group + it / per_head, i0 = j0 + (it % per_head) * FA_COLS;
+        const E *Qs = QO + (it & 1) * STAGE, *Os = Qs + FA_COLS * P;
+        const float *Ls = LD + (it & 1) * 2 * FA_COLS, *Ds = Ls + FA_COLS;
+        const tile_kind kind = key_tile_kind(jw, i0, T, a.window);
+        if (kind != TILE_NONE) {
+            const unsigned long long drow = dropout_row(a, b, h);
+            const float slope2 = slope2_of(a, h);
+            float st[FA_COLS / 8][4], dpt[FA_COLS / 8][4];
+            shared_rows_by_tile<Ops, HS>(st, Ks, warp * 16, Qs, lane);   // k q^T
+            shared_rows_by_tile<Ops, HS>(dpt, Vs, warp * 16, Os, lane);  // v dout^T
+#pragma unroll
+            for (int n = 0; n < FA_COLS / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int c = n * 8 + 2 * t + (e & 1), i = i0 + c, j = key[e >> 1];  // st[n][e]: key j, query i
+                    float pk = 0.0f, ds = 0.0f;
+                    if (kind == TILE_FULL || (i < T && j < T && sees(i, j, a.window))) {
+                        float p = exp2f(st[n][e] * sl2 + slope2 * (float)(j - i) - Ls[c]), kf = 1.0f;
+                        if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
+                        pk = p * kf;
+                        ds = p * (dpt[n][e] * kf - Ds[c]) * a.scale;
+                    }
+                    st[n][e] = pk;
+                    dpt[n][e] = ds;
+                }
+            weights_by_tile<Ops, HS>(dva, st, Os, lane);   // dv += (P^T * K) dout
+            weights_by_tile<Ops, HS>(dka, dpt, Qs, lane);  // dk += dS^T q
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        if (key[hr] >= T) continue;
+        const size_t at = dkvs.at(b, kvh, key[hr]);  // dk[b][kvh][key][.], dv likewise
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                act_store(dk, at + n * 8 + 2 * t + c, dka[n][2 * hr + c]);
+                act_store(dv, at + n * 8 + 2 * t + c, dva[n][2 * hr + c]);
+            }
+    }
+}
+
+// ---- launch ------------------------------------------------------------------------------------------
+
+template <typename K> static void fa_allow_smem(K kernel, size_t bytes) {
+    if (bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+// Shared bytes of `rows` tile rows of head size HS plus `floats` floats.
+template <int HS> static size_t fa_smem(int rows, int floats) {
+    return (size_t)rows * fa_dims<HS>::pitch * 2 + (size_t)floats * sizeof(float);
+}
+
+// The (B, heads, T, HS) views of one call's 16-bit operands.
+template <class E> struct fa_views {
+    fa_view<E> q, k, v, dout;
+};
+
+template <class Ops, int HS, class S>
+static void fa_forward_hs(S *out, float *lse, const fa_views<typename Ops::elem> &x, int B, const mma_shape &a) {
+    size_t smem = fa_smem<HS>(FA_ROWS + 4 * FA_COLS, 0);  // q, two stages of k and v
+    fa_allow_smem(attention_fa2_forward_kernel<Ops, HS, S>, smem);
+    dim3 grid((a.T + FA_ROWS - 1) / FA_ROWS, a.NH, B);
+    attention_fa2_forward_kernel<Ops, HS, S><<<grid, FA_THREADS, smem, neox_cuda_current_stream()>>>(out, lse, x.q, x.k,
+                                                                                                     x.v, a);
+    CUDA_LAUNCHED();
+}
+
+template <class Ops, int HS, class S>
+static void fa_backward_hs(S *dq, S *dk, S *dv, const fa_strides &dqs, const fa_strides &dkvs, const float *D,
+                           const float *lse, const fa_views<typename Ops::elem> &x, int B, const mma_shape &a) {
+    cudaStream_t st = neox_cuda_current_stream();
+    size_t smem_q = fa_smem<HS>(2 * FA_ROWS + 4 * FA_COLS, 0);                   // q, dout, two stages of k, v
+    size_t smem_kv = fa_smem<HS>(2 * FA_ROWS + 4 * FA_COLS, 2 * 2 * FA_COLS);  // k, v, two stages of q, dout, L, D
+    fa_allow_smem(attention_fa2_dq_kernel<Ops, HS, S>, smem_q);
+    fa_allow_smem(attention_fa2_dkv_kernel<Ops, HS, S>, smem_kv);
+    int tiles = (a.T + FA_ROWS - 1) / FA_ROWS;
+    attention_fa2_dq_kernel<Ops, HS, S>
+        <<<dim3(tiles, a.NH, B), FA_THREADS, smem_q, st>>>(dq, dqs, D, x.dout, x.q, x.k, x.v, lse, a);
+    CUDA_LAUNCHED();
+    attention_fa2_dkv_kernel<Ops, HS, S>
+        <<<dim3(tiles, a.NKV, B), FA_THREADS, smem_kv, st>>>(dk, dv, dkvs, x.dout, x.q, x.k, x.v, lse, D, a);
+    CUDA_LAUNCHED();
+}
+
+// Calls FN<Ops, HS, S>(args...) for the operand type, head size (16, 32, ..., 128) and storage type.
+#define FA_DISPATCH(E, HS, ACT, FN, ...)                                                                    \
+    do {                                                                                                    \
+        if ((ACT) == NEOX_ELEM_BF16) FA_DISPATCH_OPS(E, HS, __nv_bfloat16, FN, __VA_ARGS__);               \
+        else FA_DISPATCH_OPS(E, HS, float, FN, __VA_ARGS__);                                                \
+    } while (0)
+#define FA_DISPATCH_OPS(E, HS, S, FN, ...)                                                                  \
+    do {                                                                                                    \
+        if ((E) == NEOX_ELEM_BF16) FA_DISPATCH_HS(bf16_ops, HS, S, FN, __VA_ARGS__);                        \
+        else FA_DISPATCH_HS(f16_ops, HS, S, FN, __VA_ARGS__);                                               \
+    } while (0)
+#define FA_DISPATCH_HS(OPS, HS, S, FN, ...)                 \
+    do {                                                    \
+        switch (HS) {                                       \
+        case 16: FN<OPS, 16, S>(__VA_ARGS__); break;        \
+        case 32: FN<OPS, 32, S>(__VA_ARGS__); break;        \
+        case 48: FN<OPS, 48, S>(__VA_ARGS__); break;        \
+        case 64: FN<OPS, 64, S>(__VA_ARGS__); break;        \
+        case 80: FN<OPS, 80, S>(__VA_ARGS__); break;        \
+        case 96: FN<OPS, 96, S>(__VA_ARGS__); break;        \
+        case 112: FN<OPS, 112, S>(__VA_ARGS__); break;      \
+        default: FN<OPS, 128, S>(__VA_ARGS__); break;       \
+        }                                                   \
+    } while (0)
+
+// ---- operands: 16-bit views of the stored tensors -------------------------------------------------
+
+// n elements stored as S rounded to the operand type E (to nearest even, as the CPU reference rounds).
+template <class Ops, class S> __global__ void fa_round_kernel(typename Ops::elem *dst, const S *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = Ops::from(act_load(src, i));
+}
+
+// Carves consecutive 256-byte-aligned pieces out of one scratch buffer.
+static size_t fa_piece(size_t *at, size_t bytes) {
+    size_t start = *at;
+    *at += (bytes + 255) & ~(size_t)255;
+    return start;
+}
+
+// Element strides (batch, head, token) of a dense (B, heads, T, HS) tensor, or (B, T, heads, HS).
+static fa_strides dense_strides(int heads, int T, int HS, bool bthd) {
+    fa_strides x;
+    x.sb = (long long)heads * T * HS;
+    x.sh = bthd ? HS : (long long)T * HS;
+    x.st = bthd ? (long long)heads * HS : HS;
+    return x;
+}
+template <class E> static fa_view<E> view_of(const E *p, fa_strides s) {
+    fa_view<E> x;
+    x.p = p, x.sb = s.sb, x.sh = s.sh, x.st = s.st;
+    return x;
+}
+
+// The operand-type values of n elements stored as S: x itself when it is stored in the operand type
+// (bf16 storage, bf16 operands), else a copy rounded into the scratch piece.
+template <class Ops, class S> static const typename Ops::elem *operands_of(const S *x, size_t n, char *piece) {
+    typedef typename Ops::elem E;
+    if (std::is_same<E, S>::value) return reinterpret_cast<const E *>(x);
+    if (n) {
+        fa_round_kernel<Ops, S><<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>((E *)piece, x, n);
+        CUDA_LAUNCHED();
+    }
+    return (const E *)piece;
+}
+// Scratch bytes operands_of needs for n elements.
+template <class Ops, class S> static size_t operand_bytes(size_t n) {
+    return std::is_same<typename Ops::elem, S>::value ? 0 : n * sizeof(typename Ops::elem);
+}
+
+// Where one call's tensors are. q, k, v (and the fused buffer they may share) and dout are stored as
+// S; qkv_n > 0: q, k, v are views into one fused buffer of qkv_n elements at q (offsets k_off, v_off).
+struct fa_call {
+    const void *q, *k, *v, *dout;
+    size_t qkv_n;
+    long long k_off, v_off;
+    fa_strides qs, ks, vs;  // (B, heads, T, HS) strides of q, k, v
+    int B, T, NH, NKV, HS;
+};
+
+// The 16-bit views of q, k, v (and dout when asked), rounding into scratch from `at` on what is not
+// stored in the operand type; *at advances past the pieces used.
+template <class Ops, class S>
+static fa_views<typename Ops::elem> views_of(const fa_call &c, bool with_dout, char *base, size_t *at) {
+    typedef typename Ops::elem E;
+    fa_views<E> x;
+    size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS;
+    if (c.qkv_n) {
+        const E *all = operands_of<Ops>((const S *)c.q, c.qkv_n, base + fa_piece(at, operand_bytes<Ops, S>(c.qkv_n)));
+        x.q = view_of(all, c.qs), x.k = view_of(all + c.k_off, c.ks), x.v = view_of(all + c.v_off, c.vs);
+    } else {
+        x.q = view_of(operands_of<Ops>((const S *)c.q, nq, base + fa_piece(at, operand_bytes<Ops, S>(nq))), c.qs);
+        x.k = view_of(operands_of<Ops>((const S *)c.k, nkv, base + fa_piece(at, operand_bytes<Ops, S>(nkv))), c.ks);
+        x.v = view_of(operands_of<Ops>((const S *)c.v, nkv, base + fa_piece(at, operand_bytes<Ops, S>(nkv))), c.vs);
+    }
+    x.dout.p = NULL;
+    if (with_dout)
+        x.dout = view_of(operands_of<Ops>((const S *)c.dout, nq, base + fa_piece(at, operand_bytes<Ops, S>(nq))),
+                         dense_strides(c.NH, c.T, c.HS, true));
+    return x;
+}
+
+// Scratch bytes views_of needs.
+template <class Ops, class S> static size_t views_bytes(const fa_call &c, bool with_dout) {
+    size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, at = 0;
+    if (c.qkv_n) fa_piece(&at, operand_bytes<Ops, S>(c.qkv_n));
+    else fa_piece(&at, operand_bytes<Ops, S>(nq)), fa_piece(&at, operand_bytes<Ops, S>(nkv)),
+         fa_piece(&at, operand_bytes<Ops, S>(nkv));
+    if (with_dout) fa_piece(&at, operand_bytes<Ops, S>(nq));
+    return at;
+}
+
+template <class Ops, int HS, class S>
+static void fa_forward_call(void *out, float *lse, const fa_call &c, const mma_shape &a) {
+    char *base = (char *)neox_cuda_scratch(views_bytes<Ops, S>(c, false) + 256);
+    size_t at = 0;
+    fa_views<typename Ops::elem> x = views_of<Ops, S>(c, false, base, &at);
+    fa_forward_hs<Ops, HS, S>((S *)out, lse, x, c.B, a);
+}
+
+// D (fp32, from the stored out and dout), then the two passes.
+template <class Ops, int HS, class S>
+static void fa_backward_call(void *dq, void *dk, void *dv, const fa_strides &dqs, const fa_strides &dkvs,
+                             const void *out, const float *lse, const fa_call &c, const mma_shape &a) {
+    size_t at = 0, pd = fa_piece(&at, (size_t)c.B * c.NH * c.T * sizeof(float));
+    char *base = (char *)neox_cuda_scratch(at + views_bytes<Ops, S>(c, true) + 256);
+    float *D = (float *)(base + pd);
+    size_t rows = (size_t)c.B * c.NH * c.T;
+    attention_fa2_d_kernel<S><<<blocks_for(rows * 32, 256), 256, 0, neox_cuda_current_stream()>>>(
+        D, (const S *)c.dout, (const S *)out, c.B, c.T, c.NH, c.HS);
+    CUDA_LAUNCHED();
+    fa_views<typename Ops::elem> x = views_of<Ops, S>(c, true, base, &at);
+    fa_backward_hs<Ops, HS, S>((S *)dq, (S *)dk, (S *)dv, dqs, dkvs, D, lse, x, c.B, a);
+}
+
+static fa_call dense_call(const void *q, const void *k, const void *v, const void *dout, int B, int T, int NH, int NKV,
+                          int HS) {
+    fa_call c;
+    c.q = q, c.k = k, c.v = v, c.dout = dout, c.qkv_n = 0, c.k_off = c.v_off = 0;
+    c.qs = dense_strides(NH, T, HS, false), c.ks = c.vs = dense_strides(NKV, T, HS, false);
+    c.B = B, c.T = T, c.NH = NH, c.NKV = NKV, c.HS = HS;
+    return c;
+}
+
+// q, k, v as views of a fused QKV buffer (B, T, (NH + 2 NKV) HS): the layouts and offsets are
+// neox_cudnn_strides_qkv's (the one description of the fused layouts, shared with cuDNN's route).
+static fa_call fused_call(const void *qkv, int interleaved, const void *dout, int B, int T, int NH, int NKV, int HS) {
+    neox_cudnn_sdpa s;
+    memset(&s, 0, sizeof s);
+    s.B = B, s.H = NH, s.Hkv = NKV, s.T = T, s.HS = HS;
+    int64_t q_off, k_off, v_off;
+    neox_cudnn_strides_qkv(&s, interleaved, &q_off, &k_off, &v_off);
+    fa_call c;
+    c.q = c.k = c.v = qkv, c.dout = dout, c.qkv_n = (size_t)B * s.q_stride[0], c.k_off = k_off, c.v_off = v_off;
+    c.qs.sb = s.q_stride[0], c.qs.sh = s.q_stride[1], c.qs.st = s.q_stride[2];
+    c.ks.sb = s.k_stride[0], c.ks.sh = s.k_stride[1], c.ks.st = s.k_stride[2];
+    c.vs = c.ks;
+    c.B = B, c.T = T, c.NH = NH, c.NKV = NKV, c.HS = HS;
+    return c;
+}
+
+// Shared bytes of the largest of the forward's (false) or the backward's (true) kernels at head size HS
+// (the fa_smem sums of fa_forward_hs and fa_backward_hs).
+static size_t fa_smem_needed(int HS, bool backward) {
+    int rows = backward ? 2 * FA_ROWS + 4 * FA_COLS : FA_ROWS + 4 * FA_COLS;
+    return (size_t)rows * (HS + 8) * 2 + (backward ? 2 * 2 * FA_COLS * sizeof(float) : 0);
+}
+
+// Whether this GPU gives a block that much shared memory: sm_80 163 KB and sm_90 227 KB always do;
+// a GPU with 99 KB (sm_86, sm_89) does not for the backward above head size 64, and the call then goes
+// to the first kernels (said once on stderr).
+static bool fa_smem_fits(size_t bytes) {
+    static int optin = -1;
+    if (optin < 0) {
+        int dev;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    if (bytes <= (size_t)optin) return true;
+    static int said;
+    if (!said++)
+        fprintf(stderr, "neox cuda: attention: pipelined kernels need %zu bytes of shared memory per block, this GPU "
+                        "gives %d: the first kernels run\n", bytes, optin);
+    return false;
+}
+
+// A caller that asks for 16-bit operands at a head size neox_attention_operands would not give is a
+// bug; so is a fused GPT-NeoX layout with GQA (its heads interleave q, k and v one for one).
+static void fa_check(neox_elem e, int HS, neox_elem act) {
+    if (neox_attention_operands(e, HS) != e || e == NEOX_ELEM_F32 || (act != NEOX_ELEM_F32 && act != NEOX_ELEM_BF16)) {
+        fprintf(stderr, "neox cuda: pipelined attention takes bf16/fp16 operands, head sizes 16, 32, ..., 128 and "
+                        "fp32 or bf16 storage (got operands %d, head size %d, storage %d)\n", (int)e, HS, (int)act);
+        abort();
+    }
+}
+
+int neox_cuda_attention_fa2_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
+                                     int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    fa_check(o.operands, HS, act);
+    if (B <= 0 || T <= 0) return 1;
+    if (!fa_smem_fits(fa_smem_needed(HS, false))) return 0;
+    fa_call c = dense_call(q, k, v, NULL, B, T, NH, NKV, HS);
+    mma_shape a = make_shape(T, NH, NKV, o);
+    FA_DISPATCH(o.operands, HS, act, fa_forward_call, out, lse, c, a);
+    return 1;
+}
+
+int neox_cuda_attention_fa2_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                                      const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV,
+                                      int HS, neox_attention_opts o, neox_elem act) {
+    fa_check(o.operands, HS, act);
+    if (B <= 0 || T <= 0) return 1;
+    if (!fa_smem_fits(fa_smem_needed(HS, true))) return 0;
+    fa_call c = dense_call(q, k, v, dout, B, T, NH, NKV, HS);
+    mma_shape a = make_shape(T, NH, NKV, o);
+    FA_DISPATCH(o.operands, HS, act, fa_backward_call, dq, dk, dv, c.qs, c.ks, out, lse, c, a);
+    return 1;
+}
+
+int neox_cuda_attention_fa2_forward_qkv(void *out, float *lse, const void *qkv, int interleaved, int B, int T, int NH,
+                                         int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    fa_check(o.operands, HS, act);
+    if (interleaved && NH != NKV) {
+        fprintf(stderr, "neox cuda: the interleaved QKV layout has as many key/value heads as query heads\n");
+        abort();
+    }
+    if (B <= 0 || T <= 0) return 1;
+    if (!fa_smem_fits(fa_smem_needed(HS, false))) return 0;
+    fa_call c = fused_call(qkv, interleaved, NULL, B, T, NH, NKV, HS);
+    mma_shape a = make_shape(T, NH, NKV, o);
+    FA_DISPATCH(o.operands, HS, act, fa_forward_call, out, lse, c, a);
+    return 1;
+}
+
+int neox_cuda_attention_fa2_backward_qkv(void *dqkv, const void *dout, const void *qkv, int interleaved,
+                                          const void *out, const float *lse, int B, int T, int NH, int NKV, int HS,
+                                          neox_attention_opts o, neox_elem act) {
+    fa_check(o.operands, HS, act);
+    if (interleaved && NH != NKV) {
+        fprintf(stderr, "neox cuda: the interleaved QKV layout has as many key/value heads as query heads\n");
+        abort();
+    }
+    if (B <= 0 || T <= 0) return 1;
+    if (!fa_smem_fits(fa_smem_needed(HS, true))) return 0;
+    fa_call c = fused_call(qkv, interleaved, dout, B, T, NH, NKV, HS);
+    mma_shape a = make_shape(T, NH, NKV, o);
+    // The gradients land in dqkv's own q, k and v places (the fused buffer's layout): no merge pass.
+    size_t es = act == NEOX_ELEM_BF16 ? 2 : 4;
+    char *d = (char *)dqkv;
+    FA_DISPATCH(o.operands, HS, act, fa_backward_call, d, d + c.k_off * es, d + c.v_off * es, c.qs, c.ks, out, lse, c,
+                a);
+    return 1;
+}
