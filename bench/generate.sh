@@ -91,7 +91,7 @@ llama() {  # tokens/s; $1: the GGUF's name; the F32 completion into $work/llama.
 llama_score() {  # prompt tokens/s of llama-bench's pp test; $1: the GGUF's name
     "$LLAMA/bin/llama-bench" -m "$work/$1.gguf" -p "$SCORE_TOKENS" -n 0 -r 1 -t ${opt[threads]} -o csv \
         >"$work/llama_bench.csv" 2>"$work/llama.log" || { tail -20 "$work/llama.log" >&2; exit 1; }
-    .venv/bin/python -c 'import csv, sys; print(f"{float(list(csv.DictReader(open(sys.argv[1])))[-1][\"avg_ts\"]):.2f}")' \
+    .venv/bin/python -c 'import csv, sys; print("%.2f" % float(list(csv.DictReader(open(sys.argv[1])))[-1]["avg_ts"]))' \
         "$work/llama_bench.csv"
 }
 transformers() {  # tokens/s; $1: gen or score
