@@ -308,6 +308,12 @@ static neox_model *wide_model(int llama) {
     neox_model *m = neox_model_create(&d, &err);
     if (!m) fail_msg("%s", err.message);
     neox_model_init(m, 23);
+    for (int l = 0; l < d.num_layers && !llama; l++) {  // biases start at zero: give them values to add
+        const neox_layer_params *p = &m->w.layers[l];
+        float *biases[] = {p->qkv_b, p->proj_b, p->fc_b, p->fc2_b};
+        int widths[] = {3 * d.hidden_size, d.hidden_size, d.ffn_size, d.hidden_size};
+        for (int i = 0; i < 4; i++) fill(biases[i], (size_t)widths[i], 100 + 4 * l + i);
+    }
     return m;
 }
 
