@@ -6,7 +6,10 @@ faster of the two ways here (generate() adds its logits processors and stopping 
 and on .venv's torch 1.13 it does not import on Python 3.11). One untimed warm-up of a few tokens
 first (torch's first calls build its kernels' caches), then the timed run, which never stops early.
 Prints tokens/s, then the generated ids.
-Usage: python bench/generate_transformers.py HF_DIR PROMPT TOKENS THREADS"""
+With `score` after THREADS it scores the prompt instead: one forward of the whole prompt with the KV
+cache, as a completion's first pass (the last position's logits only where the model's forward can
+be told so: logits_to_keep), one untimed warm-up pass first; prints the prompt's tokens per second.
+Usage: python bench/generate_transformers.py HF_DIR PROMPT TOKENS THREADS [score]"""
 import inspect
 import sys
 import time
@@ -19,7 +22,9 @@ torch.set_num_threads(threads)
 tok = transformers.AutoTokenizer.from_pretrained(model_dir)
 dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
 model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, **{dtype_key: torch.float32}).eval()
-cache_key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+forward_params = inspect.signature(model.forward).parameters
+cache_key = "cache" if "cache" in forward_params else "past_key_values"
+keep_key = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in forward_params), None)
 prompt_ids = tok(prompt, add_special_tokens=False).input_ids
 
 
@@ -33,6 +38,17 @@ def greedy(n):
     return out
 
 
+def score():
+    start = time.perf_counter()
+    model(torch.tensor([prompt_ids]), use_cache=True, **({keep_key: 1} if keep_key else {}))
+    return time.perf_counter() - start
+
+
+if len(sys.argv) > 5 and sys.argv[5] == "score":
+    with torch.no_grad():
+        score()
+        print(f"{len(prompt_ids) / score():.2f}")
+    sys.exit(0)
 with torch.no_grad():
     greedy(4)
     start = time.perf_counter()

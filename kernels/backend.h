@@ -231,6 +231,29 @@ extern "C" {
     X(void, graph_end, (void), ())                                                                                     \
     X(int64_t, graph_launch, (void), ())
 
+// ---- a decoding step in one parallel region (the CPU's thread team) ----
+// Each entry point a product of a decoding step meets costs a wake-up and a join of the threads when
+// it opens a parallel region of its own (121 per token on a 30-layer model). A team runs the whole
+// step in one region instead: team_run calls body(ctx, thread, threads) once on each of the
+// backend's threads at once and returns when every one has returned; team_threads is how many it
+// will start at most. Inside, every thread calls the same sequence of entry points with the same
+// arguments (a thread's own copy of an input may stand for another's: the same values): team_linear
+// splits its output rows among the threads and returns when all are written (the team's barrier);
+// every other op and copy runs on the calling thread alone (so each thread computes the small ops
+// itself, into buffers of its own); team_barrier waits for the whole team. team_linear: out (N,
+// OC; shared by the team) = inp (N, IC) @ weight^T (OC, IC) (+ bias (OC)), N at most
+// NEOX_DECODE_MAX_ROWS, each row's sum the one a product of that row alone computes (kernels.h,
+// NEOX_DECODE_MAX_ROWS); operands fp32 (the bias starts the sums, as linear_forward adds it) or
+// bfloat16 (inp and weight bfloat16, the bias added to each fp32 result afterwards, as gemm_ex then
+// add_bias compute it). NULL entries on tables without a thread team (CUDA, the emulated device,
+// the dry table, the per-op profile, whose timers are per op): their callers run op by op.
+#define NEOX_BACKEND_TEAM(X)                                                                                           \
+    X(int, team_threads, (void), ())                                                                                   \
+    X(void, team_run, (void (*body)(void *ctx, int thread, int threads), void *ctx), (body, ctx))                      \
+    X(void, team_barrier, (void), ())                                                                                  \
+    X(void, team_linear, (float *out, const void *inp, const void *weight, const float *bias, int N, int IC, int OC,   \
+      neox_elem operands), (out, inp, weight, bias, N, IC, OC, operands))
+
 #define NEOX_BACKEND_MEMBER(ret, name, params, args) ret(*name) params;
 
 typedef struct neox_backend {
@@ -240,6 +263,7 @@ typedef struct neox_backend {
                        // management), so plans may count it
     NEOX_BACKEND_MEMORY(NEOX_BACKEND_MEMBER)
     NEOX_BACKEND_GRAPH(NEOX_BACKEND_MEMBER)
+    NEOX_BACKEND_TEAM(NEOX_BACKEND_MEMBER)
     NEOX_BACKEND_OPS(NEOX_BACKEND_MEMBER)
 } neox_backend;
 

@@ -162,6 +162,8 @@ const neox_backend *neox_profile_install(const neox_backend *wrapped, int trace_
     NEOX_BACKEND_OPS(PROFILED_ENTRY)
     // (a recording would freeze the profile's timing around each op, and CUDA events cannot be read in one)
     table.graph_begin = NULL, table.graph_end = NULL, table.graph_launch = NULL;
+    // (a team's ops run on several threads at once, which the per-op timers do not expect)
+    table.team_threads = NULL, table.team_run = NULL, table.team_barrier = NULL, table.team_linear = NULL;
     device_events = 0;
 #ifdef NEOX_CUDA
     device_events = !strcmp(wrapped->name, "cuda");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
+#include "team.h"
 
 // Buffers of 64 MiB and more (a model's parameters, its gradients, a long KV cache) start on a
 // 2 MiB boundary and ask for transparent huge pages. A decoding step streams every weight once; with
@@ -88,6 +89,10 @@ static const neox_backend cpu_backend = {
     .to_device_async = cpu_copy_now,
     .host_wait = cpu_wait,
     .device_wait = cpu_wait,
+    .team_threads = neox_team_threads,
+    .team_run = neox_team_run,
+    .team_barrier = neox_team_barrier,
+    .team_linear = neox_team_linear,
     NEOX_BACKEND_OPS(CPU_OP)
 };
 

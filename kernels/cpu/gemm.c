@@ -132,6 +132,21 @@ static int gemv_serial(int N, int K) {
     return omp_in_parallel() || omp_get_max_threads() == 1 || (double)N * K < GEMV_PARALLEL_MIN;
 }
 
+int neox_cpu_gemv_chunk_rows(int M, int N, int K, size_t elem) {
+    return M == 1 ? gemv_chunk_rows(N) : gemv_few_chunk_rows(N, K, elem);
+}
+
+void neox_cpu_gemv_rows(int N, int K, float alpha, const float *W, int ldw, const float *x, float beta, float *y) {
+    pthread_once(&blas_once, make_blas_single_threaded);
+    gemv_rows(N, K, alpha, W, ldw, x, beta, y);
+}
+
+void neox_cpu_gemv_bf16_rows(int N, int K, float alpha, const uint16_t *W, int ldw, const uint16_t *x, float beta,
+                             float *y) {
+    pthread_once(&blas_once, make_blas_single_threaded);
+    gemv_bf16_rows(N, K, alpha, W, ldw, x, beta, y);
+}
+
 // C (M, N; ldc) = alpha * A (M, K; lda) B^T + beta * C for a few rows of A (a decoding step over
 // several sequences), B (N, K): each chunk of B's rows comes from memory once for all M rows, and
 // each row of C is the one-row kernel's, the same as a product of that row alone.

@@ -43,6 +43,8 @@ struct neox_generator {
     float *out;                     // (out_rows, vocab) logits on the backend, grown on demand
     int out_rows;
     unsigned long long draws;       // sampling draws of this completion so far
+    struct team_bufs *team;         // (team_n) each team thread's buffers for a decoding step, made on first use
+    int team_n;
 };
 
 // A run of consecutive rows of one pass that belong to one sequence: rows [row, row + len) are its
@@ -140,6 +142,8 @@ neox_generator *neox_generator_create_batch(neox_model *m, int slots, int max_le
     return create(m, slots, max_len, slots, 0, err);
 }
 
+static void team_free(neox_generator *g);
+
 int neox_generator_slots(const neox_generator *g) { return g->slots; }
 
 int neox_generator_rows(const neox_generator *g) { return g->max_len; }
@@ -153,6 +157,7 @@ void neox_generator_free(neox_generator *g) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) g->be->free(bufs[i]);
     neox_moe_route_free(g->moe.route);
+    team_free(g);
     free(g->slot_len);
     free(g->slot_logits);
     free(g->logits);
@@ -220,20 +225,20 @@ static void cache_append(neox_generator *g, int l, const float *k, const float *
     }
 }
 
-// Attention of one segment of layer l: its q, k, v from g->qkv, rotated at its positions, its keys
-// and values into the cache, and its attention over its own cached positions into g->att.
-static void attend_segment(neox_generator *g, int l, const segment *s) {
+// A segment's q, k, v of layer l (q (NH, len, HS); k, v (NKV, len, HS)) from g->qkv, normalised
+// (use_qk_layernorm, with qk_stats: (2, rows, NH)) and rotated at its positions.
+static void segment_qkv(neox_generator *g, int l, const segment *s, float *q, float *k, float *v, float *qk_stats,
+                        size_t rows) {
     const neox_model_desc *d = &g->m->desc;
     int NH = d->num_heads, NKV = d->num_kv_heads, HS = d->head_size, W = (int)qkv_width(d);
-    size_t half = d->rotary_dims / 2, T = g->max_len, row = (size_t)s->row;
-    float *q = g->q + row * NH * HS, *k = g->k + row * NKV * HS, *v = g->v + row * NKV * HS;
+    size_t half = d->rotary_dims / 2;
     const neox_backend *be = g->be;
-    be->qkv_split(q, k, v, g->qkv + row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
+    be->qkv_split(q, k, v, g->qkv + (size_t)s->row * W, 1, s->len, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
                   NEOX_ELEM_F32);
     if (d->qk_norm) {  // in place, as the training forward normalises them
         const neox_layer_params *p = &g->m->w.layers[l];
         int G = neox_qk_norm_group(d, NH);
-        float *mean = neox_norm_arith(d) == NEOX_NORM_LAYERNORM ? g->qk_stats : NULL, *rstd = g->qk_stats + T * NH;
+        float *mean = neox_norm_arith(d) == NEOX_NORM_LAYERNORM ? qk_stats : NULL, *rstd = qk_stats + rows * NH;
         be->head_norm_forward(q, mean, rstd, q, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps,
                               NEOX_ELEM_F32);
         be->head_norm_forward(k, mean, rstd, k, p->qk_norm_w, p->qk_norm_b, 1, NH, s->len, HS, G, d->norm_eps,
@@ -244,20 +249,41 @@ static void attend_segment(neox_generator *g, int l, const segment *s) {
         be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32);
         be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32);
     }
+}
+
+// fp32 without dropout: the cached form's terms (kernels.h), and recomputation's the same.
+static neox_attention_opts attention_opts(const neox_generator *g) {
+    const neox_model_desc *d = &g->m->desc;
+    return (neox_attention_opts){.scale = 1.0f / sqrtf((float)d->head_size), .window = d->attn_window,
+                                 .operands = NEOX_ELEM_F32, .alibi = g->alibi};
+}
+
+// A segment's attention over its sequence's cached positions of layer l into out (len, NH, HS).
+static void attend_cached(neox_generator *g, int l, const segment *s, float *out, const float *q) {
+    const neox_model_desc *d = &g->m->desc;
+    size_t CT = g->cache_len, at = ((size_t)l * d->num_kv_heads * CT + (size_t)s->base) * d->head_size;
+    g->be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, d->num_heads, d->num_kv_heads,
+                            d->head_size, (int)CT, attention_opts(g));
+}
+
+// Attention of one segment of layer l: its q, k, v from g->qkv, rotated at its positions, its keys
+// and values into the cache, and its attention over its own cached positions into g->att.
+static void attend_segment(neox_generator *g, int l, const segment *s) {
+    const neox_model_desc *d = &g->m->desc;
+    int NH = d->num_heads, NKV = d->num_kv_heads, HS = d->head_size;
+    size_t row = (size_t)s->row;
+    float *q = g->q + row * NH * HS, *k = g->k + row * NKV * HS, *v = g->v + row * NKV * HS;
+    segment_qkv(g, l, s, q, k, v, g->qk_stats, (size_t)g->max_len);
     cache_append(g, l, k, v, s);
     float *out = g->att + row * d->hidden_size;
-    // fp32 without dropout: the cached form's terms (kernels.h), and recomputation's the same.
-    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)HS), .window = d->attn_window, .operands = NEOX_ELEM_F32,
-                             .alibi = g->alibi};
     // A segment from position 0 (a prompt, a scored request) sees only its own keys: the training
     // forward's blocked attention computes it, as recomputation does, and far faster than one query
     // row at a time.
     if (s->pos == 0) {
-        be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, o, NEOX_ELEM_F32);
+        g->be->attention_forward(out, g->lse, q, k, v, 1, s->len, NH, NKV, HS, attention_opts(g), NEOX_ELEM_F32);
         return;
     }
-    size_t CT = g->cache_len, at = ((size_t)l * NKV * CT + (size_t)s->base) * HS;
-    be->attention_cached(out, q, g->kcache + at, g->vcache + at, s->len, s->pos, NH, NKV, HS, (int)CT, o);
+    attend_cached(g, l, s, out, q);
 }
 
 static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg) {
@@ -280,6 +306,151 @@ static void layer(neox_generator *g, int l, int S, const segment *segs, int nseg
     }
 }
 
+// ---- a decoding step in one parallel region ---------------------------------------------------------
+// Where the backend has a thread team (kernels/backend.h, NEOX_BACKEND_TEAM), a decoding step (up
+// to NEOX_DECODE_MAX_ROWS sequences, one new position each) runs in one parallel region instead of
+// one per product. Every thread walks the whole step: it computes the small ops (embedding, norms,
+// q/k/v split and rotary, attention over the cache, activation, residual adds) itself on its own
+// buffers, which hold the same values in every thread, and the threads meet in the products, which
+// split their rows among them and end in the team's barrier (shared outputs: g->qkv, g->branch,
+// g->fc, the logits). One more barrier per layer lets thread 0's cache append finish before anyone
+// reads the cache. So a token of an L-layer model meets 5 L + 1 barriers in one region, where the
+// op-by-op step opened 4 L + 1 regions, each a wake-up and a join. Every op and each row's sum are
+// the op-by-op step's: the logits are bit for bit the same. Attention over the cache is computed by
+// every thread (it is small beside the weights at short contexts; see docs/performance.md).
+
+typedef struct team_bufs {
+    float *x, *ln, *mean, *rstd, *q, *k, *v, *att, *mid, *act, *qk_stats;  // (rows, ...) as g's of the same name
+    uint16_t *half;
+} team_bufs;
+
+typedef struct team_step {
+    neox_generator *g;
+    const segment *segs;
+    int S, nseg;
+} team_step;
+
+static void team_free(neox_generator *g) {
+    for (int t = 0; t < g->team_n; t++) {
+        team_bufs *b = &g->team[t];
+        float *bufs[] = {b->x, b->ln, b->mean, b->rstd, b->q, b->k, b->v, b->att, b->mid, b->act, b->qk_stats,
+                         (float *)b->half};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            if (bufs[i]) g->be->free(bufs[i]);
+    }
+    free(g->team);
+    g->team = NULL;
+    g->team_n = 0;
+}
+
+// Rows a team step may have: the generator's passes, at most NEOX_DECODE_MAX_ROWS.
+static int team_rows(const neox_generator *g) { return g->max_len < NEOX_DECODE_MAX_ROWS ? g->max_len : NEOX_DECODE_MAX_ROWS; }
+
+// Buffers for n threads (kept for later steps; remade if the team grew).
+static void team_alloc(neox_generator *g, int n) {
+    if (n <= g->team_n) return;
+    team_free(g);
+    const neox_model_desc *d = &g->m->desc;
+    size_t R = (size_t)team_rows(g), C = d->hidden_size, HS = d->head_size, F = d->ffn_size;
+    g->team = neox_calloc((size_t)n, sizeof *g->team);
+    g->team_n = n;
+    for (int t = 0; t < n; t++) {
+        team_bufs *b = &g->team[t];
+        *b = (team_bufs){.x = zeros(g->be, R * C), .ln = zeros(g->be, R * C), .mean = zeros(g->be, R),
+                         .rstd = zeros(g->be, R), .q = zeros(g->be, R * d->num_heads * HS),
+                         .k = zeros(g->be, R * d->num_kv_heads * HS), .v = zeros(g->be, R * d->num_kv_heads * HS),
+                         .att = zeros(g->be, R * C), .mid = zeros(g->be, R * C), .act = zeros(g->be, R * F)};
+        if (d->qk_norm) b->qk_stats = zeros(g->be, 2 * R * d->num_heads);
+        if (g->half) b->half = g->be->alloc(R * (F > C ? F : C) * sizeof(uint16_t));
+    }
+}
+
+// Whether a pass can run as a team step: a decoding step (every segment continues its sequence)
+// of few enough rows, all of whose logits are wanted, on a backend with a team of two or more, and
+// no Mixture-of-Experts layer (its routing has no team form).
+static int team_fits(const neox_generator *g, const segment *segs, int nseg, int S, int last) {
+    if (!g->be->team_run || S > team_rows(g) || last != S || g->m->desc.moe_experts > 1) return 0;
+    for (int i = 0; i < nseg; i++)
+        if (segs[i].pos == 0) return 0;
+    return g->be->team_threads() > 1;
+}
+
+static void team_linear(neox_generator *g, team_bufs *b, float *out, const float *inp, const float *w,
+                        const float *bias, int S, int IC, int OC) {
+    neox_model_linear_team(g->m, b->half, out, inp, w, bias, S, IC, OC);
+}
+
+// The MLP branch of S rows of inp (this thread's) into g->branch.
+static void team_mlp(neox_generator *g, team_bufs *b, int l, const float *inp, int S) {
+    const neox_model_desc *d = &g->m->desc;
+    const neox_layer_params *p = &g->m->w.layers[l];
+    int C = d->hidden_size, F = d->ffn_size;
+    norm(g, b->ln, b->mean, b->rstd, inp, p->ln2_w, p->ln2_b, S);
+    team_linear(g, b, g->fc, b->ln, p->fc_w, p->fc_b, S, C, (int)fc_width(d));
+    neox_act_fn fn = neox_activation_function(d->activation);
+    if (neox_activation_gated(d->activation)) g->be->gated_forward(b->act, g->fc, S, F, fn, NEOX_ELEM_F32);
+    else g->be->activation_forward(b->act, g->fc, (size_t)S * F, fn, NEOX_ELEM_F32);
+    team_linear(g, b, g->branch, b->act, p->fc2_w, p->fc2_b, S, F, C);
+}
+
+// Layer l of a team step on thread `thread`: the op-by-op layer's ops in its order.
+static void team_layer(const team_step *st, team_bufs *b, int l, int thread) {
+    neox_generator *g = st->g;
+    const neox_model_desc *d = &g->m->desc;
+    const neox_layer_params *p = &g->m->w.layers[l];
+    int C = d->hidden_size, NH = d->num_heads, NKV = d->num_kv_heads, HS = d->head_size, S = st->S;
+    size_t NC = (size_t)S * C;
+    norm(g, b->ln, b->mean, b->rstd, b->x, p->ln1_w, p->ln1_b, S);
+    team_linear(g, b, g->qkv, b->ln, p->qkv_w, p->qkv_b, S, C, (int)qkv_width(d));
+    for (int i = 0; i < st->nseg; i++) {
+        const segment *s = &st->segs[i];
+        size_t row = (size_t)s->row;
+        segment_qkv(g, l, s, b->q + row * NH * HS, b->k + row * NKV * HS, b->v + row * NKV * HS, b->qk_stats,
+                    (size_t)team_rows(g));
+        if (thread == 0) cache_append(g, l, b->k + row * NKV * HS, b->v + row * NKV * HS, s);
+    }
+    g->be->team_barrier();  // the new keys and values are in the cache
+    for (int i = 0; i < st->nseg; i++) {
+        const segment *s = &st->segs[i];
+        attend_cached(g, l, s, b->att + (size_t)s->row * C, b->q + (size_t)s->row * NH * HS);
+    }
+    team_linear(g, b, g->branch, b->att, p->proj_w, p->proj_b, S, C, C);
+    g->be->add(b->mid, b->x, g->branch, NC, NEOX_ELEM_F32);  // x + attention
+    team_mlp(g, b, l, d->parallel_residual ? b->x : b->mid, S);
+    g->be->add(b->x, b->mid, g->branch, NC, NEOX_ELEM_F32);
+}
+
+// One thread's walk of a team step: embedding, the layers, the final norm and the logits (g->out).
+static void team_body(void *ctx, int thread, int threads) {
+    (void)threads;
+    const team_step *st = ctx;
+    neox_generator *g = st->g;
+    const neox_model_desc *d = &g->m->desc;
+    const neox_model_weights *w = &g->m->w;
+    team_bufs *b = &g->team[thread];
+    int C = d->hidden_size;
+    for (int i = 0; i < st->nseg; i++) {
+        const segment *s = &st->segs[i];
+        const float *wpe = w->wpe ? w->wpe + (size_t)s->pos * C : NULL;
+        g->be->embedding_forward(b->x + (size_t)s->row * C, g->ids + s->row, w->wte, wpe, 1, s->len, C, NEOX_ELEM_F32);
+    }
+    for (int l = 0; l < d->num_layers; l++) team_layer(st, b, l, thread);
+    norm(g, b->ln, b->mean, b->rstd, b->x, w->lnf_w, w->lnf_b, st->S);
+    team_linear(g, b, g->out, b->ln, w->lm_head, NULL, st->S, C, d->vocab_size);
+}
+
+// The team form of forward_segments (same results): logits (S, vocab; host) and the final norm's
+// rows in g->ln.
+static void forward_team(neox_generator *g, const segment *segs, int nseg, int S, float *logits) {
+    const neox_model_desc *d = &g->m->desc;
+    team_alloc(g, g->be->team_threads());
+    out_rows(g, S);
+    team_step st = {g, segs, S, nseg};
+    g->be->team_run(team_body, &st);
+    g->be->copy(g->ln, g->team[0].ln, (size_t)S * d->hidden_size * sizeof(float));
+    g->be->to_host(logits, g->out, (size_t)S * d->vocab_size * sizeof(float));
+}
+
 // Runs the S rows of ids, cut into segments, through the decoder with the cache, and the final
 // norm of the last `last` rows into g->ln; their logits into logits (last, vocab) unless it is NULL.
 static void forward_segments(neox_generator *g, const int32_t *ids, int S, const segment *segs, int nseg, int last,
@@ -289,6 +460,10 @@ static void forward_segments(neox_generator *g, const int32_t *ids, int S, const
     int C = d->hidden_size;
     if (g->half) neox_model_refresh_weights(g->m);  // the bfloat16 copy, when the weights changed since
     g->be->to_device(g->ids, ids, (size_t)S * sizeof(int));
+    if (logits && team_fits(g, segs, nseg, S, last)) {
+        forward_team(g, segs, nseg, S, logits);
+        return;
+    }
     for (int i = 0; i < nseg; i++) {
         const float *wpe = w->wpe ? w->wpe + (size_t)segs[i].pos * C : NULL;
         g->be->embedding_forward(g->x + (size_t)segs[i].row * C, g->ids + segs[i].row, w->wte, wpe, 1, segs[i].len, C,

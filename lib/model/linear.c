@@ -92,6 +92,17 @@ void neox_model_linear_forward_scratch(neox_model *m, uint16_t *half, float *out
     linear_forward_ld(m, half, out, OC, inp, w, bias, N, IC, OC);
 }
 
+void neox_model_linear_team(neox_model *m, uint16_t *half, float *out, const float *inp, const float *w,
+                            const float *bias, int N, int IC, int OC) {
+    const neox_backend *be = m->be;
+    if (!half) {
+        be->team_linear(out, inp, w, bias, N, IC, OC, NEOX_ELEM_F32);
+        return;
+    }
+    cast_half(m, half, inp, (size_t)N * IC);
+    be->team_linear(out, half, weight16(m, w), bias, N, IC, OC, half_elem(m));
+}
+
 void neox_model_linear_forward_cols(neox_model *m, float *out, int ldo, const float *inp, const float *w, int N, int IC,
                                     int OC) {
     linear_forward_ld(m, m->half_in, out, ldo, inp, w, NULL, N, IC, OC);

@@ -224,6 +224,12 @@ void neox_model_linear_forward(neox_model *m, float *out, const float *inp, cons
 // of the plan's (generation, whose rows are not the plan's); half is unused in fp32.
 void neox_model_linear_forward_scratch(neox_model *m, uint16_t *half, float *out, const float *inp, const float *w,
                                        const float *bias, int N, int IC, int OC);
+// The same product inside the backend's thread team (kernels/backend.h, NEOX_BACKEND_TEAM), called
+// by every thread of it with its own copy of inp: fp32 when half is NULL, else in 16 bits with half
+// the thread's own scratch for inp's rounded copy (the bias as neox_model_linear_forward_scratch adds
+// it either way). out is shared; it returns when every thread's rows of it are written.
+void neox_model_linear_team(neox_model *m, uint16_t *half, float *out, const float *inp, const float *w,
+                            const float *bias, int N, int IC, int OC);
 void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, const float *dout, const float *inp, int N,
                                         int IC, int OC);
 // out (N, OC) with row stride ldo = inp (N, IC) @ w (OC, IC)^T, no bias: a block of columns of a

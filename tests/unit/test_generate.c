@@ -2,7 +2,9 @@
 // against neox_attention_forward (whole sequence, and a prompt followed by one position at a time),
 // and a tiny model's generator with and without the cache (the same logits within rounding, the
 // same tokens greedy and sampled; scoring logits equal to the full forward's), and batched decoding
-// against each sequence generated alone.
+// against each sequence generated alone; a decoding step in one parallel region (the CPU's thread
+// team) against the same step op by op on one thread, bit for bit, fp32 and bfloat16.
+#include <omp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -222,7 +224,8 @@ static int take_token(neox_generator *g, batch_seq *q, int V) {
     return ++q->ngen == q->max_new;
 }
 
-static void check_batched_decoding(neox_model *m) {
+// alone_threads: the OpenMP threads the lone runs use (0: as many as the batched ones).
+static void check_batched_decoding(neox_model *m, int alone_threads) {
     neox_error err = {0};
     int V = m->desc.vocab_size;
     batch_seq seqs[3] = {{.prompt = {1, 2, 3}, .nprompt = 3, .max_new = 12},
@@ -232,12 +235,15 @@ static void check_batched_decoding(neox_model *m) {
     neox_generator *alone = neox_generator_create(m, 24, 0, &err), *g = neox_generator_create_batch(m, 2, 24, &err);
     assert_non_null(g);
     assert_int_equal(neox_generator_slots(g), 2);
+    int threads = omp_get_max_threads();
+    if (alone_threads) omp_set_num_threads(alone_threads);
     for (int i = 0; i < 3; i++) {
         seqs[i].s.keep_logits = 1;
         assert_int_equal(neox_generate(alone, seqs[i].prompt, seqs[i].nprompt, seqs[i].max_new, &seqs[i].s, NULL, 0,
                                        &seqs[i].alone, &err), 0);
         assert_int_equal(seqs[i].alone.n, seqs[i].max_new);
     }
+    omp_set_num_threads(threads);
     batch_seq *in_slot[2] = {NULL, NULL};
     int started = 0, steps = 0;
     for (;;) {
@@ -263,7 +269,7 @@ static void check_batched_decoding(neox_model *m) {
     for (int i = 0; i < 3; i++) free(seqs[i].alone.tokens), free(seqs[i].alone.logits);
     // Misuse is refused with the reason.
     int same[] = {0, 0}, far[] = {2};
-    int32_t two[] = {1, 1}, bad[] = {60};
+    int32_t two[] = {1, 1}, bad[] = {V + 12};
     assert_int_equal(neox_generator_decode(g, same, two, 2, &err), -1);
     assert_non_null(strstr(err.message, "sequence slot 0 twice in one step"));
     assert_int_equal(neox_generator_decode(g, far, two, 1, &err), -1);
@@ -282,9 +288,71 @@ static void test_batched_decoding(void **state) {
     neox_pos_kind kinds[] = {NEOX_POS_ROTARY, NEOX_POS_LEARNED, NEOX_POS_ALIBI};
     for (int k = 0; k < 3; k++) {
         neox_model *m = tiny_model(kinds[k], k == 1);
-        check_batched_decoding(m);
+        check_batched_decoding(m, 0);
         neox_model_free(m);
     }
+}
+
+// A Llama-like model wide enough that each product's rows make several chunks for the threads:
+// grouped-query attention, RMSNorm, SwiGLU, no biases; or GPT-NeoX-like with biases, LayerNorm,
+// GELU, a parallel residual and use_qk_layernorm.
+static neox_model *wide_model(int llama) {
+    neox_model_desc d = {.vocab_size = 520, .hidden_size = 64, .num_layers = 2, .num_heads = 4,
+                         .num_kv_heads = llama ? 2 : 4, .ffn_size = 160, .max_positions = 40,
+                         .norm = llama ? NEOX_NORM_RMSNORM : NEOX_NORM_LAYERNORM, .norm_eps = 1e-5f, .norm_bias = !llama,
+                         .pos_emb = NEOX_POS_ROTARY, .rotary_dims = llama ? 16 : 4, .rotary_base = 10000,
+                         .parallel_residual = !llama, .activation = llama ? NEOX_ACT_SWIGLU : NEOX_ACT_GELU,
+                         .attn_bias = !llama, .mlp_bias = !llama, .qk_norm = !llama, .init_std = 0.5,
+                         .init_method = NEOX_INIT_NORMAL, .output_init_method = NEOX_INIT_NORMAL};
+    neox_error err = {0};
+    neox_model *m = neox_model_create(&d, &err);
+    if (!m) fail_msg("%s", err.message);
+    neox_model_init(m, 23);
+    for (int l = 0; l < d.num_layers && !llama; l++) {  // biases start at zero: give them values to add
+        const neox_layer_params *p = &m->w.layers[l];
+        float *biases[] = {p->qkv_b, p->proj_b, p->fc_b, p->fc2_b};
+        int widths[] = {3 * d.hidden_size, d.hidden_size, d.ffn_size, d.hidden_size};
+        for (int i = 0; i < 4; i++) fill(biases[i], (size_t)widths[i], 100 + 4 * l + i);
+    }
+    return m;
+}
+
+// Every generated token's logits with `threads` OpenMP threads (1: the op-by-op step; more: the
+// team's), sampled so that the tokens do not settle into a loop.
+static neox_generation generate_with_threads(neox_model *m, int threads) {
+    neox_error err = {0};
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    neox_generator *g = neox_generator_create(m, 32, 0, &err);
+    assert_non_null(g);
+    int32_t prompt[] = {3, 17, 5, 400, 2, 99};
+    neox_sampling s = {.temperature = 1.0, .seed = 3, .keep_logits = 1};
+    neox_generation out;
+    assert_int_equal(neox_generate(g, prompt, 6, 20, &s, NULL, 0, &out, &err), 0);
+    assert_int_equal(out.n, 20);
+    neox_generator_free(g);
+    omp_set_num_threads(saved);
+    return out;
+}
+
+// The team step (several threads) gives the op-by-op step's logits bit for bit, one sequence and
+// batched, in fp32 and in bfloat16.
+static void test_team_step_as_op_by_op(void **state) {
+    (void)state;
+    for (int llama = 0; llama < 2; llama++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            neox_model *m = wide_model(llama);
+            if (bf16) neox_model_set_precision(m, NEOX_PRECISION_BF16);
+            neox_generation one = generate_with_threads(m, 1), team = generate_with_threads(m, 3);
+            assert_memory_equal(team.tokens, one.tokens, 20 * sizeof *one.tokens);
+            assert_memory_equal(team.logits, one.logits, (size_t)20 * m->desc.vocab_size * sizeof *one.logits);
+            free(one.tokens), free(one.logits), free(team.tokens), free(team.logits);
+            int saved = omp_get_max_threads();
+            omp_set_num_threads(3);
+            check_batched_decoding(m, 1);
+            omp_set_num_threads(saved);
+            neox_model_free(m);
+        }
 }
 
 int main(void) {
@@ -294,6 +362,7 @@ int main(void) {
         cmocka_unit_test(test_packed_scoring),
         cmocka_unit_test(test_stops_and_errors),
         cmocka_unit_test(test_batched_decoding),
+        cmocka_unit_test(test_team_step_as_op_by_op),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
