@@ -2,7 +2,7 @@
 # bench/long_context.sh: how long a sequence a fixed per-rank memory budget trains, one rank against
 # tensor parallelism with and without sequence_parallel and context parallelism, on CPU ranks.
 #   (a) for each layout (one rank; tp2; tp2 + sequence_parallel; tp4; tp4 + sequence_parallel; cp2;
-#       cp4), the
+#       cp4; cp2 and cp4 with gradient buckets of 500,000 elements, +b), the
 #       longest seq_length (a multiple of `step`) whose start-up plan (every rank's planned total, the
 #       "memory of rank N" lines; train_iters 0) fits `budget` per rank, found by doubling then
 #       bisection; with the plan's activations per layer (memory_plan.json) at the one-rank length;
@@ -76,9 +76,14 @@ longest() {
 }
 
 SP=', "sequence_parallel": true'
+# Context-parallel ranks reduce gradients as data-parallel ranks do, and MPI's temporaries for a
+# reduction are two of the largest bucket (the whole model under the default reduce_bucket_size):
+# the +b rows cut the buckets to 500,000 elements, as long-context runs would.
+BUCKETS=', "zero_optimization": {"stage": 0, "reduce_bucket_size": 500000}'
 layouts=("1|1|" "tp2|2|, \"model_parallel_size\": 2" "tp2+SP|2|, \"model_parallel_size\": 2$SP"
          "tp4|4|, \"model_parallel_size\": 4" "tp4+SP|4|, \"model_parallel_size\": 4$SP"
-         "cp2|2|, \"context_parallel_size\": 2" "cp4|4|, \"context_parallel_size\": 4")
+         "cp2|2|, \"context_parallel_size\": 2" "cp4|4|, \"context_parallel_size\": 4"
+         "cp2+b|2|, \"context_parallel_size\": 2$BUCKETS" "cp4+b|4|, \"context_parallel_size\": 4$BUCKETS")
 declare -A seq
 echo
 echo "## (a) the longest seq_length within the budget per rank"
