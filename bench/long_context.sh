@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/long_context.sh: how long a sequence a fixed per-rank memory budget trains, one rank against
-# tensor parallelism with and without sequence_parallel, on CPU ranks.
-#   (a) for each layout (one rank; tp2; tp2 + sequence_parallel; tp4; tp4 + sequence_parallel), the
+# tensor parallelism with and without sequence_parallel and context parallelism, on CPU ranks.
+#   (a) for each layout (one rank; tp2; tp2 + sequence_parallel; tp4; tp4 + sequence_parallel; cp2;
+#       cp4; cp2 and cp4 with gradient buckets of 500,000 elements, +b), the
 #       longest seq_length (a multiple of `step`) whose start-up plan (every rank's planned total, the
 #       "memory of rank N" lines; train_iters 0) fits `budget` per rank, found by doubling then
 #       bisection; with the plan's activations per layer (memory_plan.json) at the one-rank length;
@@ -10,7 +11,6 @@
 #       seconds of all ranks together (user + system of the job's processes: the ranks share this
 #       machine's cores, so wall time would measure the sharing, not the work) per token, as a ratio
 #       to one rank's.
-# Context parallelism (context_parallel_size) is not implemented: no cp rows.
 # Needs `make`. Usage: bench/long_context.sh [key=value...]  keys (defaults):
 #   budget=128M (per rank)   layers=4 hidden=256 heads=8   micro=1   step=256 (seq_length granularity)
 #   steps=2 (trained per layout in (b))   ckpt=false (checkpoint_activations)
@@ -30,7 +30,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/neox-longctx.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 budget=$(python3 bench/memory_report.py bytes "${opt[budget]}")
 echo "# budget $(python3 bench/memory_report.py human "$budget") per rank; ${opt[layers]} layers, hidden ${opt[hidden]}," \
-     "${opt[heads]} heads, micro-batch ${opt[micro]}, checkpoint_activations ${opt[ckpt]}, fp32"
+     "${opt[heads]} heads, rotary, micro-batch ${opt[micro]}, checkpoint_activations ${opt[ckpt]}, fp32"
 
 python3 tests/mpi/words_corpus.py "$work/docs.jsonl" 400 7
 build/cpu/bin/neox-preprocess --input "$work/docs.jsonl" --output-prefix "$work/docs" --tokenizer-type CharLevelTokenizer \
@@ -40,7 +40,7 @@ build/cpu/bin/neox-preprocess --input "$work/docs.jsonl" --output-prefix "$work/
 config() {
     cat >"$work/$1.yml" <<EOF
 { "num_layers": ${opt[layers]}, "hidden_size": ${opt[hidden]}, "num_attention_heads": ${opt[heads]},
-  "seq_length": $2, "max_position_embeddings": $2, "train_micro_batch_size_per_gpu": ${opt[micro]},
+  "seq_length": $2, "max_position_embeddings": $2, "pos_emb": "rotary", "train_micro_batch_size_per_gpu": ${opt[micro]},
   "checkpoint_activations": ${opt[ckpt]}, "train_iters": $3, "do_valid": false, "do_test": false, "log_interval": 1,
   "optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "log_dir": "$work/$1/log",
   "data_path": "$work/docs_text_document", "tokenizer_type": "CharLevelTokenizer" $4 }
@@ -76,8 +76,14 @@ longest() {
 }
 
 SP=', "sequence_parallel": true'
+# Context-parallel ranks reduce gradients as data-parallel ranks do, and MPI's temporaries for a
+# reduction are two of the largest bucket (the whole model under the default reduce_bucket_size):
+# the +b rows cut the buckets to 500,000 elements, as long-context runs would.
+BUCKETS=', "zero_optimization": {"stage": 0, "reduce_bucket_size": 500000}'
 layouts=("1|1|" "tp2|2|, \"model_parallel_size\": 2" "tp2+SP|2|, \"model_parallel_size\": 2$SP"
-         "tp4|4|, \"model_parallel_size\": 4" "tp4+SP|4|, \"model_parallel_size\": 4$SP")
+         "tp4|4|, \"model_parallel_size\": 4" "tp4+SP|4|, \"model_parallel_size\": 4$SP"
+         "cp2|2|, \"context_parallel_size\": 2" "cp4|4|, \"context_parallel_size\": 4"
+         "cp2+b|2|, \"context_parallel_size\": 2$BUCKETS" "cp4+b|4|, \"context_parallel_size\": 4$BUCKETS")
 declare -A seq
 echo
 echo "## (a) the longest seq_length within the budget per rank"

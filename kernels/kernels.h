@@ -233,7 +233,20 @@ typedef struct neox_attention_opts {
     // model's dropout_heads (0: NH, i.e. these heads are all of them).
     unsigned long long dropout_row0;
     int dropout_head0, dropout_heads;
+    // Context parallelism (docs/parallel.md, "Context parallel"): the queries are q_rows rows (0:
+    // T, at the keys' own positions 0..T-1) whose global positions run from q_pos0 for the first
+    // q_split rows and from q_pos1 for the rest (q_split 0: all from q_pos0); the causal mask, the
+    // window and ALiBi's j - i take these positions. The keys are always positions 0..T-1.
+    int q_rows, q_split, q_pos0, q_pos1;
 } neox_attention_opts;
+
+// The query rows of an attention over T keys, and the global position of query row r (kernels.h's opts).
+NEOX_HOST_DEVICE static inline int neox_attention_query_rows(const neox_attention_opts *o, int T) {
+    return o->q_rows > 0 ? o->q_rows : T;
+}
+NEOX_HOST_DEVICE static inline int neox_attention_query_pos(const neox_attention_opts *o, int r) {
+    return o->q_split > 0 && r >= o->q_split ? o->q_pos1 + (r - o->q_split) : o->q_pos0 + r;
+}
 
 // Attention dropout keeps probability (i, j) of local head h of micro-batch row b when
 // neox_uniform(seed, (neox_attention_dropout_row(..., b, h, T) + i) * T + j) >= p. The counter is
@@ -247,8 +260,9 @@ NEOX_HOST_DEVICE static inline unsigned long long neox_attention_dropout_row(uns
 
 // Exact causal attention, flash style: no (T, T) matrix is stored; each query row keeps a running
 // max and sum (online softmax) and its log-sum-exp is saved for backward. Query head h uses key/value
-// head h / (NH / NKV) (GQA/MQA). q: (B, NH, T, HS); k, v: (B, NKV, T, HS); out: (B, T, NH, HS), i.e.
-// (B, T, NH*HS) ready for the output projection; lse: (B, NH, T). A score is
+// head h / (NH / NKV) (GQA/MQA). q: (B, NH, Tq, HS); k, v: (B, NKV, T, HS); out: (B, Tq, NH, HS), i.e.
+// (B, Tq, NH*HS) ready for the output projection; lse: (B, NH, Tq); Tq = T unless o.q_rows says
+// otherwise (context parallelism: a rank's queries over the whole sequence's keys). A score is
 // q . k * scale + slope * (j - i) (ALiBi's linear bias, after the scale as GPT-NeoX adds it).
 // Dropout masks are regenerated identically in backward.
 // operands: the element type of every matrix product's operands (the tensor cores' inputs on a GPU),
@@ -269,7 +283,7 @@ void neox_attention_forward(void *out, float *lse, const void *q, const void *k,
 // Query i sees keys 0..pos0+i (the last window of them when window > 0).
 void neox_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,
                            int NH, int NKV, int HS, int maxT, neox_attention_opts o);
-// dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, T, NH, HS). In 16-bit
+// dq: (B, NH, Tq, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, Tq, NH, HS). In 16-bit
 // operands, q, k, v and dout are rounded, and so are the dropped probabilities before dv's product and
 // the score gradients dS before dq's and dk's; D = dout . out is taken from the unrounded fp32 values.
 void neox_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,

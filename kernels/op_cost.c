@@ -32,6 +32,18 @@ static double causal_pairs(int T, int pos0, int window) {
     return pairs;
 }
 
+// The (query, key) pairs an attention's queries score, at the positions its opts give them (their
+// own 0..T-1, or a context-parallel rank's two chunks).
+static double query_pairs(int T, const neox_attention_opts *o) {
+    double pairs = 0.0;
+    int Tq = neox_attention_query_rows(o, T);
+    for (int i = 0; i < Tq; i++) {
+        int seen = neox_attention_query_pos(o, i) + 1;
+        pairs += o->window > 0 && o->window < seen ? o->window : seen;
+    }
+    return pairs;
+}
+
 static double segments_floats(const neox_segment *segs, int nseg) {
     double n = 0.0;
     for (int i = 0; i < nseg; i++) n += (double)(segs[i].end - segs[i].begin);
@@ -228,10 +240,10 @@ neox_op_cost neox_op_cost_rotary_apply(void *x, const float *cos, const float *s
 neox_op_cost neox_op_cost_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     (void)out, (void)lse, (void)q, (void)k, (void)v;
-    double heads = (double)B * NH, pairs = causal_pairs(T, 0, o.window);
-    double qo = heads * T * HS, kv = (double)B * NKV * T * HS;
+    double heads = (double)B * NH, pairs = query_pairs(T, &o), Tq = neox_attention_query_rows(&o, T);
+    double qo = heads * Tq * HS, kv = (double)B * NKV * T * HS;
     return (neox_op_cost){.flops = 4.0 * heads * pairs * HS,
-                          .bytes = elem_bytes(act) * (2.0 * qo + 2.0 * kv) + F32 * heads * T,
+                          .bytes = elem_bytes(act) * (2.0 * qo + 2.0 * kv) + F32 * heads * Tq,
                           .tensor16 = o.operands != NEOX_ELEM_F32};
 }
 
@@ -250,10 +262,10 @@ neox_op_cost neox_op_cost_attention_backward(void *dq, void *dk, void *dv, const
                                              const void *k, const void *v, const void *out, const float *lse, int B,
                                              int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)lse;
-    double heads = (double)B * NH, pairs = causal_pairs(T, 0, o.window);
-    double qo = heads * T * HS, kv = (double)B * NKV * T * HS;
+    double heads = (double)B * NH, pairs = query_pairs(T, &o), Tq = neox_attention_query_rows(&o, T);
+    double qo = heads * Tq * HS, kv = (double)B * NKV * T * HS;
     return (neox_op_cost){.flops = 10.0 * heads * pairs * HS,
-                          .bytes = elem_bytes(act) * (4.0 * qo + 4.0 * kv) + F32 * heads * T,
+                          .bytes = elem_bytes(act) * (4.0 * qo + 4.0 * kv) + F32 * heads * Tq,
                           .tensor16 = o.operands != NEOX_ELEM_F32};
 }
 

@@ -358,7 +358,8 @@ typedef enum neox_key_id {
     NEOX_K_eval_task_limit = 349,
     NEOX_K_pinned_padded_vocab_size = 350,
     NEOX_K_moe_expert_parallel_size = 351,
-    NEOX_K_COUNT = 352
+    NEOX_K_context_parallel_size = 352,
+    NEOX_K_COUNT = 353
 } neox_key_id;
 
 // Sub-keys: the dotted path with '.' as '__' (optimizer.params.lr is NEOX_SK_optimizer__params__lr).

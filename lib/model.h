@@ -107,6 +107,10 @@ typedef struct neox_model_desc {
     // Expert parallelism: experts are shared out over ep_size ranks (0 or 1: every rank holds every
     // expert); rank ep_rank holds experts [ep_rank, ep_rank + 1) x moe_experts / ep_size.
     int ep_size, ep_rank;
+    // Context parallelism (docs/parallel.md, "Context parallel"): each sequence is cut into 2 x
+    // cp_size chunks and this rank holds chunks cp_rank and 2 cp_size - 1 - cp_rank (0 or 1: the
+    // whole sequence). Keys and values are all-gathered over the context group for attention.
+    int cp_size, cp_rank;
 } neox_model_desc;
 
 // Fills desc from a loaded GPT-NeoX config (GPT-NeoX's semantics for the MLP width, rotary dims,
@@ -278,8 +282,10 @@ struct neox_model {
     // gradient views in g at norm_sink, where the kernels' weight gradients go and nothing reads.
     float *norm_ones, *norm_sink;
     // Activations, planned by neox_model_plan for (B, T), in nslots independent sets (pipeline
-    // schedules keep several micro-batches between their forward and backward).
-    int B, T;
+    // schedules keep several micro-batches between their forward and backward). Under context
+    // parallelism T is this rank's rows of each sequence (2 chunks) and cp_T the whole sequence
+    // (the T planned for, whose whole rows the inputs still come in); cp_T = T otherwise.
+    int B, T, cp_T;
     // Rows of the output layer's logits held at a time (asked with neox_model_set_head_rows before
     // planning; all B*T rows by default). With fewer rows than B*T, a forward with targets computes
     // the logits chunk by chunk, keeping only the loss statistics, and backward recomputes each
@@ -310,6 +316,7 @@ struct neox_model {
     // Set by the caller: the tensor-parallel group (NULL on one rank), and the hook backward calls.
     neox_comm *tp;
     neox_comm *ep;  // the expert-parallel group (desc.ep_size ranks), NULL without expert parallelism
+    neox_comm *cp;  // the context-parallel group (desc.cp_size ranks), NULL without context parallelism
     neox_grads_ready_fn grads_ready;
     void *grads_ready_ctx;
     // Set by the caller with grads_ready: the output layer's weight gradient is computed

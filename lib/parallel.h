@@ -86,7 +86,18 @@ typedef struct neox_grid {
     // that share out the experts, and `expert_data`, the data ranks holding the same experts (one
     // per expert group); size 0 until made.
     neox_comm expert, expert_data;
+    // Context parallelism (neox_grid_make_context): `context`, the cp_size consecutive data ranks
+    // that share out each sequence (size 0 until made). They read the same samples, so the batches
+    // are cut into data_size / cp_size ways (neox_grid_sample_ways), while gradients are still
+    // reduced over the whole data group.
+    int cp_size, cp_rank;
+    neox_comm context;
 } neox_grid;
+
+// The data-parallel ways samples are dealt to (data ranks / context-parallel ranks), and this
+// rank's way among them.
+static inline int neox_grid_sample_ways(const neox_grid *g) { return g->data_size / (g->cp_size > 1 ? g->cp_size : 1); }
+static inline int neox_grid_sample_rank(const neox_grid *g) { return g->data_rank / (g->cp_size > 1 ? g->cp_size : 1); }
 
 // Initialises MPI (asking for thread level MULTIPLE), tags log messages with the rank and makes
 // neox_die() abort every rank. Safe to call once per process.
@@ -118,6 +129,8 @@ void neox_progress_thread_stop(neox_progress_thread *p);
 // Builds the grid over MPI_COMM_WORLD: the data-parallel size is world / (pipe x model); an error
 // when that does not divide.
 int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err);
+// Makes the context-parallel groups of cp consecutive data ranks (cp must divide the data size).
+int neox_grid_make_context(neox_grid *g, int cp, neox_error *err);
 // Frees the groups (and their NCCL communicators, after the queued operations are done).
 void neox_grid_free(neox_grid *g);
 // This process's rank among the ranks on its machine (MPI_COMM_TYPE_SHARED): one GPU per local rank.

@@ -86,6 +86,10 @@ OWN_KEYS = [
     # Expert parallelism: each group of this many consecutive data-parallel ranks shares out the
     # experts of every MoE layer, tokens travelling to them by all-to-all (docs/parallel.md).
     ("neox.c", "moe_expert_parallel_size", "INT", "1", None, 0, 1, 4096),
+    # Context parallelism: each group of this many consecutive data-parallel ranks shares out every
+    # sequence (2 x cp chunks, rank i holding chunks i and 2cp-1-i), keys and values all-gathered per
+    # layer (docs/parallel.md, "Context parallel").
+    ("neox.c", "context_parallel_size", "INT", "1", None, 0, 1, 4096),
 ]
 
 # Values GPT-NeoX computes itself; a file may not set them (derive.c computes them).

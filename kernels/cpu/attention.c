@@ -62,11 +62,12 @@ static void round_tile(float *t, int nr, int nc, neox_elem e) {
 
 // Turns a tile of products q . k (query rows i0.., key columns j0..) into scores: times the scale,
 // plus ALiBi's slope * (j - i), and -inf where the query may not look: keys after it (causal) and,
-// with a window of W keys (0: none), keys W or more positions before it.
+// with a window of W keys (0: none), keys W or more positions before it. i is the query row's global
+// position (neox_attention_query_pos: its row under context parallelism).
 static void finish_scores(float *s, int nq, int nk, int i0, int j0, const neox_attention_opts *o, float slope) {
     for (int r = 0; r < nq; r++) {
         float *sr = s + (size_t)r * ATT_BLOCK, scale = o->scale;
-        int last = i0 + r - j0, first = o->window > 0 ? last - o->window + 1 : 0;  // visible key columns
+        int last = neox_attention_query_pos(o, i0 + r) - j0, first = o->window > 0 ? last - o->window + 1 : 0;  // visible key columns
         if (slope != 0.0f) {
             #pragma omp simd
             for (int c = 0; c < nk; c++) sr[c] = sr[c] * scale + slope * (float)(c - last);  // j - i = c - last
@@ -83,14 +84,21 @@ static void finish_scores(float *s, int nq, int nk, int i0, int j0, const neox_a
 // Head h's ALiBi slope (0 without ALiBi).
 static float slope_of(const neox_attention_opts *o, int h) { return o->alibi ? o->alibi[h] : 0.0f; }
 
-// The first key block a query block starting at i0 needs: keys before the window of its first query
-// are seen by none of its rows.
+// The first key block a query block whose first query sits at position i0 needs: keys before the
+// window of its first query are seen by none of its rows.
 static int first_key_block(int i0, int window) {
     if (window <= 0 || i0 - window + 1 <= 0) return 0;
     return (i0 - window + 1) / ATT_BLOCK * ATT_BLOCK;
 }
 
-// One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse.
+// The keys a query block of rows [i0, i0 + nq) needs: [first, end), from its first row's window to its
+// last row's position (positions rise with the rows, also across context parallelism's two chunks).
+static void key_range(const neox_attention_opts *o, int i0, int nq, int *first, int *end) {
+    *first = first_key_block(neox_attention_query_pos(o, i0), o->window);
+    *end = neox_attention_query_pos(o, i0 + nq - 1) + 1;
+}
+
+// One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse; T keys.
 NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, const float *q, const float *k,
                                             const float *v, int i0, int nq, int T, int HS,
                                             const neox_attention_opts *o, float slope, unsigned long long row0) {
@@ -100,7 +108,9 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
         sum[r] = 0.0f;
         memset(out + (size_t)(i0 + r) * ldo, 0, (size_t)HS * sizeof(float));
     }
-    for (int j0 = first_key_block(i0, o->window); j0 < i0 + nq; j0 += ATT_BLOCK) {
+    int first, end;
+    key_range(o, i0, nq, &first, &end);
+    for (int j0 = first; j0 < end; j0 += ATT_BLOCK) {
         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
         neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, s, ATT_BLOCK);
         finish_scores(s, nq, nk, i0, j0, o, slope);
@@ -143,8 +153,8 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
 static void forward_f32(float *out, float *lse, const float *q_in, const float *k_in, const float *v_in, int B, int T,
                         int NH, int NKV, int HS, neox_attention_opts o) {
     neox_elem operands = o.operands;
-    int group = NH / NKV, nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
-    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    int Tq = neox_attention_query_rows(&o, T), group = NH / NKV, nblocks = (Tq + ATT_BLOCK - 1) / ATT_BLOCK;
+    size_t nq = (size_t)B * NH * Tq * HS, nkv = (size_t)B * NKV * T * HS;
     const float *q = rounded(q_in, nq, operands), *k = rounded(k_in, nkv, operands), *v = rounded(v_in, nkv, operands);
     // Later query blocks see more keys; dynamic scheduling over (b, h, block) balances them.
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
@@ -152,9 +162,10 @@ static void forward_f32(float *out, float *lse, const float *q_in, const float *
         for (int h = 0; h < NH; h++)
             for (int blk = 0; blk < nblocks; blk++) {
                 size_t head = (size_t)b * NH + h, kv = ((size_t)b * NKV + h / group) * T * HS;
-                int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < T ? ATT_BLOCK : T - i0;
-                forward_query_block(out + ((size_t)b * T * NH + h) * HS, NH * HS, lse + head * T, q + head * T * HS,
-                                    k + kv, v + kv, i0, nq, T, HS, &o, slope_of(&o, h), dropout_row(&o, NH, b, h, T));
+                int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < Tq ? ATT_BLOCK : Tq - i0;
+                forward_query_block(out + ((size_t)b * Tq * NH + h) * HS, NH * HS, lse + head * Tq,
+                                    q + head * Tq * HS, k + kv, v + kv, i0, nq, T, HS, &o, slope_of(&o, h),
+                                    dropout_row(&o, NH, b, h, T));
             }
     free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in);
 }
@@ -203,9 +214,9 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
 static void backward_f32(float *dq, float *dk, float *dv, const float *dout_in, const float *q_in, const float *k_in,
                          const float *v_in, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,
                          neox_attention_opts o) {
-    int group = NH / NKV, ldd = NH * HS, window = o.window;
+    int Tq = neox_attention_query_rows(&o, T), group = NH / NKV, ldd = NH * HS;
     neox_elem operands = o.operands;
-    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    size_t nq = (size_t)B * NH * Tq * HS, nkv = (size_t)B * NKV * T * HS;
     const float *q = rounded(q_in, nq, operands), *k = rounded(k_in, nkv, operands), *v = rounded(v_in, nkv, operands);
     const float *dout = rounded(dout_in, nq, operands);
     #pragma omp parallel for collapse(2) schedule(dynamic, 1)
@@ -216,12 +227,12 @@ static void backward_f32(float *dq, float *dk, float *dv, const float *dout_in, 
             memset(dv + kv, 0, (size_t)T * HS * sizeof(float));
             for (int h = g * group; h < (g + 1) * group; h++) {
                 size_t head = (size_t)b * NH + h;
-                size_t merged = ((size_t)b * T * NH + h) * HS;  // head h's rows in (B, T, NH, HS)
+                size_t merged = ((size_t)b * Tq * NH + h) * HS;  // head h's rows in (B, Tq, NH, HS)
                 const float *dout_h = dout + merged, *dout_exact = dout_in + merged, *out_h = out + merged;
-                float *dq_h = dq + head * T * HS;
-                memset(dq_h, 0, (size_t)T * HS * sizeof(float));
-                for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
-                    int nq = i0 + ATT_BLOCK < T ? ATT_BLOCK : T - i0;
+                float *dq_h = dq + head * Tq * HS;
+                memset(dq_h, 0, (size_t)Tq * HS * sizeof(float));
+                for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
+                    int nq = i0 + ATT_BLOCK < Tq ? ATT_BLOCK : Tq - i0;
                     // D = sum_j P_ij dP_ij = dout_i . out_i (also with dropout: out includes the mask).
                     float D[ATT_BLOCK];
                     for (int r = 0; r < nq; r++) {
@@ -230,10 +241,12 @@ static void backward_f32(float *dq, float *dk, float *dv, const float *dout_in, 
                         for (int d = 0; d < HS; d++) s += a[d] * o[d];
                         D[r] = s;
                     }
-                    for (int j0 = first_key_block(i0, window); j0 < i0 + nq; j0 += ATT_BLOCK) {
+                    int first, end;
+                    key_range(&o, i0, nq, &first, &end);
+                    for (int j0 = first; j0 < end; j0 += ATT_BLOCK) {
                         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
-                        backward_tile(dq_h, dk + kv, dv + kv, dout_h, ldd, q + head * T * HS, k + kv, v + kv,
-                                      lse + head * T, D, i0, nq, j0, nk, T, HS, &o, slope_of(&o, h),
+                        backward_tile(dq_h, dk + kv, dv + kv, dout_h, ldd, q + head * Tq * HS, k + kv, v + kv,
+                                      lse + head * Tq, D, i0, nq, j0, nk, T, HS, &o, slope_of(&o, h),
                                       dropout_row(&o, NH, b, h, T));
                     }
                 }
@@ -272,7 +285,7 @@ static void free_widened(const float *w, const void *x) {
 
 void neox_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int NH,
                             int NKV, int HS, neox_attention_opts o, neox_elem act) {
-    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    size_t nq = (size_t)B * NH * neox_attention_query_rows(&o, T) * HS, nkv = (size_t)B * NKV * T * HS;
     float *qw = widened(q, nq, act), *kw = widened(k, nkv, act), *vw = widened(v, nkv, act);
     float *ow = result_room(out, nq, act);
     forward_f32(ow, lse, qw, kw, vw, B, T, NH, NKV, HS, o);
@@ -283,7 +296,7 @@ void neox_attention_forward(void *out, float *lse, const void *q, const void *k,
 void neox_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                              const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV, int HS,
                              neox_attention_opts o, neox_elem act) {
-    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    size_t nq = (size_t)B * NH * neox_attention_query_rows(&o, T) * HS, nkv = (size_t)B * NKV * T * HS;
     float *qw = widened(q, nq, act), *kw = widened(k, nkv, act), *vw = widened(v, nkv, act);
     float *dw = widened(dout, nq, act), *ow = widened(out, nq, act);
     float *dqw = result_room(dq, nq, act), *dkw = result_room(dk, nkv, act), *dvw = result_room(dv, nkv, act);

@@ -269,6 +269,16 @@ template <typename K> static void allow_smem(K kernel, size_t bytes) {
     if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
+// The CUDA kernels score queries at their own positions 0..T-1 only; context parallelism's query
+// positions (kernels.h) are refused by the trainer on this backend (lib/train/context_parallel.c),
+// so reaching here with them is a bug.
+static void check_own_positions(const neox_attention_opts &o, int T) {
+    if (neox_attention_query_rows(&o, T) != T || o.q_pos0 != 0 || o.q_split != 0) {
+        fprintf(stderr, "neox cuda: attention with context-parallel query positions is not implemented on the GPU\n");
+        abort();
+    }
+}
+
 static void check_head_size(int HS) {
     if (HS < 1 || HS > 32 * ATT_MAX_NU) {
         fprintf(stderr, "neox cuda: attention head size %d not supported (1..%d)\n", HS, 32 * ATT_MAX_NU);
@@ -412,6 +422,7 @@ static void store(void *x, const float *w, size_t n, neox_elem act) {
 
 extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    check_own_positions(o, T);
     // 16-bit operands: cuDNN where it runs, else the pipelined kernels (which read the stored tensors
     // as they are), unless the first tensor-core kernels were asked for (below, through fp32 copies).
     if (o.operands != NEOX_ELEM_F32) {
@@ -434,6 +445,7 @@ extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q
 extern "C" void neox_cuda_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
                                              const void *k, const void *v, const void *out, const float *lse, int B,
                                              int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
+    check_own_positions(o, T);
     if (o.operands != NEOX_ELEM_F32) {  // as the forward
         if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act)) return;
         if (neox_cuda_attention_pipelined() &&

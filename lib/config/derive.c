@@ -51,6 +51,15 @@ static int derive_parallel(neox_config *cfg, neox_error *err, int64_t *dp) {
                            "world size %d is not divisible by pipe_parallel_size x model_parallel_size (%lld x %lld)",
                            cfg->world_size, (long long)pp, (long long)mp);
     *dp = cfg->world_size / (pp * mp);
+    // Context-parallel ranks share each sample: the data-parallel ways that batches are cut into are
+    // what remains (docs/parallel.md, "Context parallel").
+    int64_t cp = cfg->data_parallel_only ? 1 : int_of(cfg, "context_parallel_size");
+    if (*dp % cp != 0)
+        return derive_fail(cfg, err, "context_parallel_size",
+                           "%lld does not divide the %lld ranks of the data-parallel dimension (world size %d / "
+                           "(pipe_parallel_size x model_parallel_size))", (long long)cp, (long long)*dp,
+                           cfg->world_size);
+    *dp /= cp;
     if (!cfg->data_parallel_only && !is_none(cfg, "global_num_gpus") && int_of(cfg, "global_num_gpus") != cfg->world_size)
         return derive_fail(cfg, err, "global_num_gpus", "%lld does not match the world size %d (ranks launched)",
                            (long long)int_of(cfg, "global_num_gpus"), cfg->world_size);

@@ -1065,6 +1065,9 @@ const neox_key_spec neox_key_specs[] = {
     {.name = "moe_expert_parallel_size", .type = NEOX_TYPE_INT, .default_text = "1", .choices = NULL, .supported = NULL,
      .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
      .min = 1, .max = 4096},
+    {.name = "context_parallel_size", .type = NEOX_TYPE_INT, .default_text = "1", .choices = NULL, .supported = NULL,
+     .feature = NULL, .group = "neox.c", .use = NEOX_KEY_USED, .nullable = 0, .derived = 0,
+     .min = 1, .max = 4096},
 };
 
 const int neox_key_count = (int)(sizeof neox_key_specs / sizeof neox_key_specs[0]);

@@ -148,8 +148,13 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
     linear_backward(m, group[GROUP_PROJ], group[GROUP_FC], a->datt, g->proj_w, g->proj_b, dy, la->att, p->proj_w, N,
                     NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
-    m->be->attention_backward(a->dq, a->dk, a->dv, a->datt, la->q, la->k, la->v, la->att, la->lse, B, T, NH, NKV, HS,
+    const float *k = la->k, *v = la->v;
+    float *dk = a->dk, *dv = a->dv;
+    int keys = neox_model_attention_keys(m, &k, &v);
+    neox_model_attention_key_grads(m, &dk, &dv);
+    m->be->attention_backward(a->dq, dk, dv, a->datt, la->q, k, v, la->att, la->lse, B, keys, NH, NKV, HS,
                               neox_model_attention_opts(m, a->alibi, attn_p, l), m->act_elem);
+    if (dk != a->dk) neox_model_cp_scatter_dkv(m, a->dk, a->dv);
     poll(m);
     if (d->rotary_dims) {
         m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1, m->act_elem);
@@ -345,7 +350,7 @@ static void head_backward(neox_model *m, float loss_scale) {
     if (!d->value_head) dlnf = reduce_input_grad(m, a->dln, 0);
     else dlnf += (size_t)neox_model_stream_row0(m) * C;
     a->head_done = 0;
-    m->be->memset_zero(a->dx, neox_model_stream_floats(d, m->B, m->T) * sizeof(float));
+    m->be->memset_zero(a->dx, (size_t)neox_model_stream_rows(m) * d->hidden_size * sizeof(float));
     norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, dlnf, neox_model_stage_out(m), m->w.lnf_w, a->lnf_mean,
                   a->lnf_rstd);
     grads_ready(m, head, out);

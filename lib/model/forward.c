@@ -126,10 +126,10 @@ static void carve_saved(neox_model *m, neox_acts *a, float **cur, float **host_c
 static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
-    size_t n = z.n, N = z.N, T = m->T, C = z.C, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
-    size_t R = d->rotary_dims ? d->rotary_dims : 2;
-    a->cos = take(cur, T * R / 2);
-    a->sin = take(cur, T * R / 2);
+    size_t n = z.n, N = z.N, C = z.C, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
+    size_t R = d->rotary_dims ? d->rotary_dims : 2, whole = (size_t)m->cp_T;  // (the whole sequence's tables)
+    a->cos = take(cur, whole * R / 2);
+    a->sin = take(cur, whole * R / 2);
     a->alibi = d->pos_emb == NEOX_POS_ALIBI ? take(cur, NH) : NULL;
     a->branch = take(cur, n * C);
     a->gather = neox_model_recompute_store(d) ? take(cur, n * C) : NULL;
@@ -149,6 +149,11 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->datt = take(cur, N * NH * HS);
     a->dfc = take(cur, N * FC);
     a->dact = take(cur, N * F);
+    if (neox_model_cp_ways(d) > 1) {  // the whole sequence's keys and values (context_parallel.c)
+        size_t kv = (size_t)m->B * m->cp_T * NKV * HS;
+        a->cp_stage = take(cur, kv), a->cp_k = take(cur, kv), a->cp_v = take(cur, kv);
+        a->cp_dk = take(cur, kv), a->cp_dv = take(cur, kv);
+    }
     if (z.NK) {
         a->moe_dx = take(cur, z.NR * C);
         a->moe_dh = take(cur, z.NR * z.FeI);
@@ -322,9 +327,11 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     if (P > 1 && neox_model_recompute_store(d))
         return neox_fail(err, NEOX_EXIT_USAGE, "sequence_parallel with checkpoint_in_cpu or partition_activations is not "
                          "supported (sequence parallelism keeps 1/%d of each layer input already)", P);
+    if (neox_model_cp_check(d, T, err) != 0) return -1;
     neox_model_free_plan(m);
     m->B = B;
-    m->T = T;
+    m->T = T / neox_model_cp_ways(d);  // this rank's rows of each sequence
+    m->cp_T = T;
     m->head_rows = head_rows(m);
     m->nslots = nslots;
     neox_acts *slots = neox_calloc((size_t)nslots, sizeof *slots);
@@ -353,7 +360,8 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     neox_model_use_slot(m, 0);
     make_host_stage(m);
     neox_model_plan_half(m);
-    if (d->rotary_dims) m->be->rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base, d->rope_scaling);
+    if (d->rotary_dims && neox_model_cp_ways(d) > 1) neox_model_cp_rotary_tables(m, slots[0].cos, slots[0].sin);
+    else if (d->rotary_dims) m->be->rotary_tables(slots[0].cos, slots[0].sin, T, d->rotary_dims, d->rotary_base, d->rope_scaling);
     if (slots[0].alibi) {  // this rank's heads: GPT-NeoX slices the slopes by tensor-parallel rank
         int NH = neox_model_shard(d).NH;
         neox_model_fill_alibi(d, m->be, slots[0].alibi, d->tp_rank * NH, NH);
@@ -415,7 +423,8 @@ neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *
     neox_attention_opts o = {1.0f / sqrtf((float)d->head_size), d->attn_window, dropout,
                              dropout > 0.0f ? neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS) : 0,
                              neox_attention_operands(neox_model_operand_elem(m), d->head_size), alibi,
-                             a->dropout_row0, d->tp_rank * NH, d->num_heads};
+                             a->dropout_row0, d->tp_rank * NH, d->num_heads, 0, 0, 0, 0};
+    neox_model_cp_query_positions(m, &o);
     return o;
 }
 
@@ -450,7 +459,7 @@ static float *seq_reduce(neox_model *m, float *whole, float *out) {
 }
 
 size_t neox_model_stream_floats(const neox_model_desc *d, int B, int T) {
-    return (size_t)B * T * d->hidden_size / (size_t)neox_model_seq_ways(d);
+    return (size_t)B * T * d->hidden_size / (size_t)neox_model_seq_ways(d) / (size_t)neox_model_cp_ways(d);
 }
 
 void neox_model_norm_forward(const neox_backend *be, const neox_model_desc *d, float *out, float *mean, float *rstd,
@@ -547,7 +556,9 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
         be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0, m->act_elem);
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
-    be->attention_forward(la->att, la->lse, la->q, la->k, la->v, B, T, NH, NKV, HS,
+    const float *k = la->k, *v = la->v;
+    int keys = neox_model_attention_keys(m, &k, &v);
+    be->attention_forward(la->att, la->lse, la->q, k, v, B, keys, NH, NKV, HS,
                           neox_model_attention_opts(m, a->alibi, attn_p, l), m->act_elem);
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
 
@@ -704,6 +715,7 @@ static int fuses_head(const neox_model *m) {
 static void assemble_loss(neox_model *m) {
     neox_acts *a = m->acts;
     m->be->cross_entropy_loss(a->ce_lse, a->ce_loss, a->ce_max, a->ce_stats, a->mask, m->B * m->T);
+    neox_model_cp_reduce_loss(m);  // (the whole sequences' sums under context parallelism)
     if (m->defer_loss) {  // the caller reads the pair later (neox_model_loss_sums)
         m->loss = NAN;
         return;
@@ -762,6 +774,27 @@ void neox_model_set_input_sets(neox_model *m, int sets) {
 
 void neox_model_restart_inputs(neox_model *m) { ((host_stage *)m->host_stage)->next_in = 0; }
 
+// Context parallelism's staging: the rank's rows picked from the whole sequences given, and as the
+// mask's sum the whole sequences' over the ranks of the group (each rank's backward then makes its
+// share of the gradient of the whole sequences' mean, and the data group's average sums them).
+static int fill_stage_rows(neox_model *m, input_stage *in, const int *ids, const int *targets, const float *loss_mask,
+                           neox_error *err) {
+    neox_acts *a = m->acts;
+    int N = m->B * m->T, whole = m->B * m->cp_T, V = m->desc.vocab_size;
+    neox_shard s = neox_model_shard(&m->desc);
+    if (ids) neox_model_cp_pick_rows(m, in->ids, ids, sizeof(int));
+    if (ids && localise_ids(in->ids, in->ids, N, V, s, "token", err) != 0) return -1;
+    if (!targets) return 0;
+    neox_model_cp_pick_rows(m, in->targets, targets, sizeof(int));
+    if (localise_ids(in->targets, in->targets, N, V, s, "target", err) != 0) return -1;
+    double mask_sum = 0.0;
+    for (int i = 0; i < whole; i++) mask_sum += loss_mask ? loss_mask[i] : 1.0f;
+    if (loss_mask) neox_model_cp_pick_rows(m, in->mask, loss_mask, sizeof(float));
+    else for (int i = 0; i < N; i++) in->mask[i] = 1.0f;
+    a->mask_sum = in->mask_sum = (float)(mask_sum / neox_model_cp_ways(&m->desc));
+    return 0;
+}
+
 // The micro-batch's ids, targets and loss mask (1 where NULL) into the next staging set (host_stage
 // above); the sum of the mask, which backward scales by, is taken here in the order cross_entropy_loss
 // takes it, so it never comes back from the device.
@@ -771,6 +804,8 @@ static int fill_stage(neox_model *m, input_stage *in, const int *ids, const int 
     int N = m->B * m->T, V = m->desc.vocab_size;
     neox_shard s = neox_model_shard(&m->desc);
     m->be->host_wait(in->ticket);  // (done long since: see host_stage)
+    int cp = neox_model_cp_ways(&m->desc);
+    if (cp > 1) return fill_stage_rows(m, in, ids, targets, loss_mask, err);
     if (ids && localise_ids(in->ids, ids, N, V, s, "token", err) != 0) return -1;
     if (targets && localise_ids(in->targets, targets, N, V, s, "target", err) != 0) return -1;
     if (targets) {

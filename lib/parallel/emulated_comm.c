@@ -459,7 +459,7 @@ int neox_grid_enable_emulated(neox_grid *g, neox_error *err) {
     neox_comm_set_host_wait_hook(before_host_wait);
     // The same order on every rank: each group's members all reach it after the groups before it.
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter,
-                          &g->expert, &g->expert_data};
-    for (int i = 0; i < 9; i++) enable_comm(comms[i]);
+                          &g->expert, &g->expert_data, &g->context};
+    for (int i = 0; i < 10; i++) enable_comm(comms[i]);
     return 0;
 }

@@ -175,6 +175,7 @@ int neox_grid_make(neox_grid *g, int pipe_size, int model_size, neox_error *err)
     g->pipe_size = pipe_size;
     g->model_size = model_size;
     g->data_size = g->world_size / (pipe_size * model_size);
+    g->cp_size = 1;
     g->model_rank = g->world_rank % model_size;
     g->data_rank = g->world_rank / model_size % g->data_size;
     g->pipe_rank = g->world_rank / (model_size * g->data_size);
@@ -211,10 +212,24 @@ int neox_grid_make_expert(neox_grid *g, int expert_size, neox_error *err) {
     return neox_grid_enable_device(g, err);
 }
 
+int neox_grid_make_context(neox_grid *g, int cp, neox_error *err) {
+    if (cp < 1 || g->data_size % cp != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "context_parallel_size %d must divide the data-parallel dimension's %d ranks",
+                         cp, g->data_size);
+    g->cp_size = cp;
+    g->cp_rank = g->data_rank % cp;
+    if (cp == 1) return 0;
+    neox_comm_split(&g->data, g->data_rank / cp, g->data_rank, "context", &g->context);
+    // (made after the model's device groups, like the expert groups: enabled from the same table)
+    if (!neox_device_comm_active) return 0;
+    if (neox_device_comm_active->owns == neox_emulated_owns) return neox_grid_enable_emulated(g, err);
+    return neox_grid_enable_device(g, err);
+}
+
 void neox_grid_free(neox_grid *g) {
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter,
-                          &g->expert, &g->expert_data};
-    for (int i = 0; i < 9; i++) {
+                          &g->expert, &g->expert_data, &g->context};
+    for (int i = 0; i < 10; i++) {
         neox_device_comm_free(comms[i]);
         if (comms[i]->mpi != MPI_COMM_NULL && comms[i]->mpi != 0) MPI_Comm_free(&comms[i]->mpi);
     }

@@ -566,8 +566,8 @@ int neox_grid_enable_device(neox_grid *g, neox_error *err) {
     }
     // The same order on every rank: each group's members all reach it after the groups before it.
     neox_comm *comms[] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra, &g->data_inter,
-                          &g->expert, &g->expert_data};
-    for (int i = 0; i < 9; i++)
+                          &g->expert, &g->expert_data, &g->context};
+    for (int i = 0; i < 10; i++)
         if (comms[i]->size >= 1 && !comms[i]->device) init_comm(comms[i]);  // one-rank groups: no NCCL (is_self)
     int version = 0;
     ncclGetVersion(&version);

@@ -41,7 +41,7 @@ static json_t *state_json(const neox_trainer *t) {
     // no_save_rng: the seed and dropout counter are absent, which a resume (and neox-convert) reads as
     // "not stored".
     neox_run_counters c = {.iteration = s->iteration, .optimizer_steps = s->optimizer_steps,
-                           .train_samples = s->train_position * t->micro_batch * t->grid->data_size,
+                           .train_samples = s->train_position * t->micro_batch * neox_grid_sample_ways(t->grid),
                            .train_position = s->train_position, .valid_position = s->valid_position,
                            .skipped_total = s->skipped_total, .nonfinite_in_a_row = s->nonfinite_in_a_row,
                            .overflow_skips = s->overflow_skips, .seed = s->seed, .dropout_rows = s->dropout_rows,
@@ -283,14 +283,15 @@ static int restore_state(neox_trainer *t, json_t *state, int load_optim, int loa
         s->iteration = json_int_field(state, "iteration");
         // Positions count batches of (micro-batch x data-parallel size) samples, which differ
         // between layouts; train_samples (the samples consumed) does not.
-        int64_t per_batch = (int64_t)t->micro_batch * t->grid->data_size;
+        int64_t per_batch = (int64_t)t->micro_batch * neox_grid_sample_ways(t->grid);
         json_t *samples = json_object_get(state, "train_samples");
         s->train_position = json_int_field(state, "train_position");
         if (json_is_integer(samples)) {
             if (json_integer_value(samples) % per_batch != 0)
                 return neox_fail(err, NEOX_EXIT_USAGE, "the checkpoint consumed %lld training samples, not a whole number "
                                  "of micro-batches (%d) x data-parallel ranks (%d); keep the global batch of the run that "
-                                 "wrote it", (long long)json_integer_value(samples), t->micro_batch, t->grid->data_size);
+                                 "wrote it", (long long)json_integer_value(samples), t->micro_batch,
+                                 neox_grid_sample_ways(t->grid));
             s->train_position = json_integer_value(samples) / per_batch;
         }
         // The valid split is read on from where the evaluations of iterations 1..N left it, as if

@@ -208,6 +208,8 @@ double neox_train_grad_norm(const neox_trainer *t);
 // Expert parallelism (expert_parallel.c). Reads moe_expert_parallel_size, refuses what it cannot
 // combine with, makes the grid's expert groups and sets desc's share of the experts.
 int neox_train_setup_expert_parallel(neox_trainer *t, neox_model_desc *desc, neox_error *err);
+// Context parallelism (context_parallel.c): the context groups and the model's share of each sequence.
+int neox_train_setup_context_parallel(neox_trainer *t, neox_model_desc *desc, neox_error *err);
 // The group ZeRO partitions the flat buffers over (and checkpoints cut them over): the data group,
 // or under expert parallelism the expert-data group; and rank r's partition [*begin, *end) of it.
 neox_comm *neox_train_state_group(const neox_trainer *t);

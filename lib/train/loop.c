@@ -40,7 +40,8 @@ static int do_split(const neox_trainer *t, neox_key_id key, int split) {
 static int evaluate(neox_trainer *t, int split, const char *chart, const char *prefix, int with_tasks, neox_error *err) {
     neox_batch_iterator test_it, *it = &t->valid_it;
     if (split == 2) {
-        neox_batch_iterator_init(&test_it, t->datasets[2], t->micro_batch, t->grid->data_size, t->grid->data_rank,
+        neox_batch_iterator_init(&test_it, t->datasets[2], t->micro_batch, neox_grid_sample_ways(t->grid),
+                                 neox_grid_sample_rank(t->grid),
                                  t->eod_id, neox_config_bool(t->cfg, eod_mask_loss));
         it = &test_it;
     }

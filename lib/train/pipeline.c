@@ -73,7 +73,7 @@ static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_model *ref = neox_train_parts_reference_model(t, &token_logprobs);
     if (!ref) return 0;
     neox_grid *g = t->grid;
-    size_t NC = neox_model_stream_floats(&ref->desc, ref->B, ref->T);
+    size_t NC = neox_model_stream_floats(&ref->desc, ref->B, ref->cp_T);
     neox_wait(&r->ref_send);  // its previous activations have left
     if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(ref), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_REFERENCE));
     neox_batch *b = t->batch;
@@ -95,7 +95,7 @@ static int forward_pass(pipe_run *r, int64_t k, neox_error *err) {
     neox_model *m = t->model;
     neox_grid *g = t->grid;
     int slot = (int)(k % m->nslots);
-    size_t NC = neox_model_stream_floats(&m->desc, m->B, m->T);
+    size_t NC = neox_model_stream_floats(&m->desc, m->B, m->cp_T);
     neox_wait(&r->act_send[slot]);  // the slot's previous activations have left
     neox_model_use_slot(m, slot);
     // (a captured step's batches were read and staged before it: neox_train_pipeline_fill_inputs)
@@ -147,7 +147,7 @@ static void backward(pipe_run *r, int k, int M) {
     neox_range_pushf("micro-batch %d backward", k);
     neox_model *m = t->model;
     neox_grid *g = t->grid;
-    size_t NC = neox_model_stream_floats(&m->desc, m->B, m->T);
+    size_t NC = neox_model_stream_floats(&m->desc, m->B, m->cp_T);
     neox_model_use_slot(m, k % m->nslots);
     if (!stage_last(t)) neox_recv(&g->pipe, neox_model_stage_output_grad(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_GRADIENT));
     neox_grad_exchange_micro_batch(t->exchange, k == M - 1);

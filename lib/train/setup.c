@@ -117,6 +117,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_train_setup_recompute(t, &desc);
     if (neox_train_setup_sequence_parallel(t, &desc, err) != 0) return -1;
     if (neox_train_setup_expert_parallel(t, &desc, err) != 0) return -1;
+    if (neox_train_setup_context_parallel(t, &desc, err) != 0) return -1;
     int *bounds = neox_calloc((size_t)g->pipe_size + 1, sizeof *bounds);
     int rc = neox_model_pipe_partition(&desc, g->pipe_size, neox_config_str(cfg, pipe_partition_method), bounds, err);
     desc.layer_begin = bounds[g->pipe_rank], desc.layer_end = bounds[g->pipe_rank + 1];
@@ -128,6 +129,7 @@ static int setup_model(neox_trainer *t, neox_error *err) {
     neox_model_set_head_rows(t->model, NEOX_MODEL_HEAD_AUTO);  // training needs the loss, not the logits
     t->model->tp = g->model_size > 1 ? &g->model : NULL;
     t->model->ep = t->ep_size > 1 ? &g->expert : NULL;
+    t->model->cp = g->cp_size > 1 ? &g->context : NULL;
     // 1F1B keeps up to (stages after this one + 1) micro-batches between forward and backward.
     int inflight = g->pipe_size - g->pipe_rank;
     int slots = inflight < t->grad_accum ? inflight : t->grad_accum;
@@ -207,7 +209,7 @@ static int setup_fused_head(neox_trainer *t, neox_error *err) {
         neox_model_head_piece_rows(m) || t->scaler.window > 0)
         return 0;
     neox_model_set_fused_head(m, 1);
-    return neox_model_plan_slots(m, m->B, m->T, m->nslots, err);
+    return neox_model_plan_slots(m, m->B, m->cp_T, m->nslots, err);  // (the whole sequence)
 }
 
 // The initial weights, when no checkpoint supplies them (neox_train_load decides): under ZeRO-3 only
@@ -228,7 +230,7 @@ static int setup_data(neox_trainer *t, neox_error *err) {
         if (t->datasets[i]) t->datasets[i]->vocab_size = t->model->desc.vocab_size;
     if (!t->datasets[0]) return neox_fail(err, NEOX_EXIT_USAGE, "data_path: the training split has no samples");
     int eod_mask = neox_config_bool(t->cfg, eod_mask_loss);
-    int dp = t->grid->data_size, rank = t->grid->data_rank;
+    int dp = neox_grid_sample_ways(t->grid), rank = neox_grid_sample_rank(t->grid);  // (a context group reads alike)
     neox_batch_iterator_init(&t->train_it, t->datasets[0], t->micro_batch, dp, rank, t->eod_id, eod_mask);
     if (t->datasets[1]) neox_batch_iterator_init(&t->valid_it, t->datasets[1], t->micro_batch, dp, rank, t->eod_id, eod_mask);
     t->batch = neox_batch_alloc(t->rows, t->seq_length);
@@ -390,8 +392,8 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
         neox_info("model: %s parameters, %d layers, hidden %d, vocabulary %d (padded)",
                   neox_format_count(nparams, params, sizeof params), t->model->desc.num_layers,
                   t->model->desc.hidden_size, t->model->desc.vocab_size);
-        neox_info("grid: %d ranks = pipe %d x data %d x model %d; ZeRO stage %d%s%s%s", grid->world_size, grid->pipe_size,
-                  grid->data_size, grid->model_size, t->zero_stage,
+        neox_info("grid: %d ranks = pipe %d x data %d (context %d) x model %d; ZeRO stage %d%s%s%s", grid->world_size,
+                  grid->pipe_size, grid->data_size, grid->cp_size, grid->model_size, t->zero_stage,
                   t->exchange && neox_grad_exchange_overlapped(t->exchange) ? ", overlapped reduction" : "",
                   neox_train_offloaded(t) ? (neox_train_offload_pinned(t) ? ", optimizer offloaded to the host (pinned buffers)"
                                                              : ", optimizer offloaded to the host") : "",
@@ -402,7 +404,7 @@ neox_trainer *neox_trainer_create(const neox_config *cfg, neox_grid *grid, const
     neox_train_report_memory_plan(t);
     if (t->rank0 && !t->opts.quiet) {
         neox_info("batch: %lld samples per iteration = micro-batch %d x accumulation %d x data parallel %d; seq %d",
-                  (long long)t->train_batch_size, t->micro_batch, t->grad_accum, grid->data_size, t->seq_length);
+                  (long long)t->train_batch_size, t->micro_batch, t->grad_accum, neox_grid_sample_ways(grid), t->seq_length);
     }
     return t;
 }

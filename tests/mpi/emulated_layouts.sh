@@ -1,6 +1,7 @@
 # tests/mpi/emulated_layouts.sh: the trainer's device paths on emulated device ranks
 # (compute_backend: emulated; its collectives run through lib/parallel/emulated_comm.c, strictly as
-# late as a device could run them). Each layout trains a few steps of the small layout model on
+# late as a device could run them; context parallelism's key and value all-gathers and their
+# gradients' reduce-scatters among them). Each layout trains a few steps of the small layout model on
 # emulated ranks and on CPU ranks; the losses, evaluations and exported parameters must be the same
 # bit for bit (the emulated device's ops are the CPU's). LAYOUTS="tp2 pp2 ..." runs a subset.
 source tests/lib.sh
@@ -44,8 +45,9 @@ declare -A SPEC=(
     [dp2tp2]="4 2 2 '$TP'"
     [moedp2tp2]="4 2 2 '$TP$MOE'"
     [moeep2]="2 2 2 '$MOE, \"moe_expert_parallel_size\": 2'"
+    [cp2]="2 2 4 ', \"context_parallel_size\": 2'"
 )
-for name in ${LAYOUTS:-tp2 tp2sp pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2}; do
+for name in ${LAYOUTS:-tp2 tp2sp pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2 cp2}; do
     eval "both $name ${SPEC[$name]}"
 done
 

@@ -10,7 +10,10 @@
 # activation checkpointing) follows the single-rank run too. Checkpoints move across layouts
 # (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
 # group moves per step equal the analytical count (tp2 with sequence_parallel: all-gathers and
-# reduce-scatters in place of the all-reduces). Killing one rank ends the job with `latest` intact.
+# reduce-scatters in place of the all-reduces). Context parallelism (cp2, cp4, with dp2 ZeRO-1, tp2,
+# pp2, the Llama-style model, ALiBi) follows the single-rank run, its checkpoints resume at cp1 and
+# the reverse, and what it is not implemented with is refused by name. Killing one rank ends the job
+# with `latest` intact.
 source tests/lib.sh
 
 need_mpi "3-D parallel layouts" || exit 0
@@ -81,6 +84,36 @@ for spec in "llamatp2 2 4 '$TP'" "llamapp2 2 4 '$PP'" "llamatp2pp2 4 4 '$TP$PP'"
     same "$1" llama1
 done
 
+# Context parallelism (context_parallel_size): each rank of a context group holds 2 of the 2 cp chunks
+# of every sequence (its rotary positions global) and all-gathers the layer's keys and values; with
+# data parallelism and ZeRO-1, tensor and pipeline parallelism, and on the Llama-style model (GQA and a
+# sliding window over the gathered keys), it follows the single-rank run.
+CP2=', "context_parallel_size": 2'
+for spec in "cp2 2 2 4 '$CP2' one" "cp2dp2z1 4 2 2 '$CP2$Z1' one" "cp2tp2 4 2 4 '$CP2$TP' one" \
+            "cp2pp2 4 2 4 '$CP2$PP' one" "cp4 4 2 4 ', \"context_parallel_size\": 4' one"; do
+    eval "set -- $spec"
+    config "$1" neox "$3" "$4" 20 "$5"
+    run "$1" "$2"
+    same "$1" "$6"
+done
+config llamacp2 llama 2 4 20 "$CP2$WIN"
+run llamacp2 2
+same llamacp2 llama1
+sed 's/"seq_length": 32/"seq_length": 30/' "$T/cp2.yml" >"$T/cpseq30.yml"
+check_fails "context_parallel_size with a seq_length not divisible by 2 x context_parallel_size is refused by name" 2 \
+    "context_parallel_size.*seq_length 30 is not divisible by 2 x context_parallel_size" \
+    "$MPIEXEC" -n 2 "$TRAIN" -q "$T/cpseq30.yml"
+refused() {  # refused NAME RANKS KEY: $T/NAME.yml is refused naming context_parallel_size and KEY
+    check_fails "context_parallel_size with $3 is refused by name" 2 "context_parallel_size.* with $3" \
+        "$MPIEXEC" -n "$2" "$TRAIN" -q "$T/$1.yml"
+}
+config cpnosp neox 2 4 20 "$CP2$TP$SP"
+refused cpnosp 4 sequence_parallel
+config cpnodrop neox 2 4 20 "$CP2, \"attention_dropout\": 0.1"
+refused cpnodrop 2 attention_dropout
+POS_EMB=learned config cpnolearned neox 2 4 20 "$CP2"
+refused cpnolearned 2 pos_emb
+
 # Sequence parallelism on the Llama-style model (sequential residual, RMSNorm) with hidden and
 # attention dropout and activation checkpointing: each rank draws its rows' masks and recomputes from
 # its rows of each layer's input.
@@ -108,6 +141,8 @@ follow() {
     done
 }
 follow POS_EMB=alibi alibi1 ALiBi "alibitp2 2 2 4 '$TP'" "alibitp2pp2 4 2 4 '$TP$PP'"
+# Context parallelism under ALiBi: the bias takes each rank's queries' global positions.
+follow POS_EMB=alibi alibi1cp ALiBi "alibicp2 2 2 4 ', \"context_parallel_size\": 2'"
 check "ALiBi changes the losses (its slopes reach the scores)" bash -c \
     "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/alibi1' >/dev/null"
 
@@ -182,6 +217,8 @@ resume() {  # resume NAME FROM_RANKS FROM_MICRO FROM_ACCUM FROM_EXTRA TO_RANKS T
 resume "tp2pp2-to-dp4z1" 4 2 4 "$TP$PP" 4 2 1 "$Z1"
 resume "dp4z1-to-tp2pp2" 4 2 1 "$Z1" 4 2 4 "$TP$PP"
 resume "dp2-to-dp1" 2 2 2 "" 1 2 4 ""
+resume "cp2-to-cp1" 2 2 4 "$CP2" 1 2 4 ""
+resume "cp1-to-cp2" 1 2 4 "" 2 2 4 "$CP2"
 
 # Communication volume: the bytes per step (the difference of a 6- and a 4-step run) per group.
 volume() {  # volume NAME RANKS MICRO ACCUM EXTRA

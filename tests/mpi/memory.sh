@@ -18,7 +18,8 @@
 # outside) and planned total, and its metrics the largest rank's peak at each log. At tp2, with and
 # without sequence_parallel and checkpoint_activations, memory_plan.json's activations per layer
 # follow the formula of memory_check.py activations and each rank's measured peak over two steps
-# stays within its plan plus the libraries'.
+# stays within its plan plus the libraries'. Under context_parallel_size 2 a layer keeps half the
+# sequence's activations and the plan holds the whole sequence's keys and values besides.
 source tests/lib.sh
 
 command -v "$MPIEXEC" >/dev/null || { skip "memory plan per parameter" "$MPIEXEC is not installed"; exit 0; }
@@ -160,7 +161,7 @@ act() {
 { "num_layers": ${LAYERS:-4}, "hidden_size": ${HIDDEN:-256}, "num_attention_heads": 8, "seq_length": ${SEQ:-256},
   "max_position_embeddings": 256, "train_micro_batch_size_per_gpu": ${MICRO:-2}, "train_iters": $2, "do_valid": false,
   "do_test": false, "log_dir": "$T/$1/log", "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
-  "model_parallel_size": 2, "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer" $3 }
+  "model_parallel_size": ${MP:-2}, "data_path": "$T/docs_text_document", "tokenizer_type": "CharLevelTokenizer" $3 }
 EOF2
     check "$1: 2 ranks, peak resident set per rank" bash -c "'$MPIEXEC' -n 2 python3 tests/mpi/peak_rss.py \
         '$T/$1.rss' '$TRAIN' '$T/$1.yml' >'$T/$1.out' 2>&1"
@@ -179,4 +180,15 @@ check "sequence_parallel says partition_activations has no effect beside it" \
     grep -q "no effect in this run: partition_activations (sequence_parallel" "$T/tp2spck.out"
 check_output "activations per layer follow the formula at tp2, with and without sequence_parallel" "saved" \
     python3 tests/mpi/memory_check.py activations "$T" 2 2 256 256 8 tp2 tp2sp tp2ck tp2spck
+sed 's/^/# /' "$_last_out"
+# Context parallelism (cp2 on the same two ranks, no tensor parallelism, rotary positions): each layer keeps the
+# activations of half the sequence (the formula at seq/2), and the plan's shared part holds the whole
+# sequence's keys and values, their gradients and the all-gather's buffer (5 of B x seq x C floats);
+# each rank's measured peak stays within its plan plus the libraries'.
+MP=1 act cp2 2 ', "context_parallel_size": 2, "pos_emb": "rotary"'
+check_output "cp2: each rank's measured peak within its plan plus the libraries'" "^rank 1" \
+    python3 tests/mpi/memory_check.py startup "$T/cp2" "$T/tp2tiny" 2
+sed 's/^/# /' "$_last_out"
+check_output "cp2: activations per layer follow the formula at half the sequence, the gathered keys and values planned" \
+    "gathered" python3 tests/mpi/memory_check.py context "$T/cp2" 2 2 256 256 8 2
 sed 's/^/# /' "$_last_out"

@@ -215,6 +215,23 @@ def activations(root, tp, rows, seq, hidden, heads, *names):
     return ok
 
 
+def context(run, ranks, rows, seq, hidden, heads, cp):
+    """Context parallelism: per layer, the formula of `layer_bytes` for seq / cp positions on every
+    rank (its two chunks); the plan's remainder holds at least the whole sequence's keys and values,
+    their gradients and the all-gather's rank-major buffer, 5 x (rows, seq, hidden) fp32 (every head
+    its own key/value head here)."""
+    ranks, rows, seq, hidden, heads, cp = map(int, (ranks, rows, seq, hidden, heads, cp))
+    doc = json.load(open(f"{run}/log/memory_plan.json"))
+    want, gathered = layer_bytes(1, rows, seq // cp, hidden, heads, False, False), 5 * 4 * rows * seq * hidden
+    ok = len(doc["activation_layers"]) == ranks
+    for r, (regions_, lay) in enumerate(zip(doc["ranks"], doc["activation_layers"])):
+        total = lay["slots"] * lay["layers"] * lay["per_layer"] + lay["rest"]
+        ok &= total == regions_["activations"] and lay["per_layer"] == want and lay["rest"] >= gathered
+        print(f"rank {r}: per layer {lay['per_layer']} (formula at seq {seq // cp}: {want}); rest {lay['rest']} "
+              f"holds the gathered keys and values ({gathered})")
+    return ok
+
+
 def bounded(run, s0, small, ranks):
     plan, plan0 = (json.load(open(f"{x}/log/memory_plan.json"))["ranks"] for x in (run, s0))
     ok = len(plan) == len(plan0) == int(ranks)
@@ -229,5 +246,6 @@ def bounded(run, s0, small, ranks):
 
 if __name__ == "__main__":
     command = {"table": table, "wire": wire, "regions": print_regions, "startup": startup, "peaks": peaks,
-               "split": split, "bounded": bounded, "activations": activations}[sys.argv[1]]
+               "split": split, "bounded": bounded, "activations": activations,
+               "context": context}[sys.argv[1]]
     sys.exit(0 if command(*sys.argv[2:]) else 1)

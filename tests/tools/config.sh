@@ -104,6 +104,11 @@ printf 'rope_scaling:\n  rope_type: linear\n  factor: 0.5\n' >"$TEST_TMP/factor.
 check_fails "rope_scaling: a factor below 1 refused naming it" 2 "rope_scaling.factor" \
     "$T" --print-config $TINY "$TEST_TMP/factor.yml"
 
+# context_parallel_size (our key) must divide the data-parallel ranks: one rank cannot hold two ways.
+check_fails "context_parallel_size: more ways than data-parallel ranks refused naming it" 2 \
+    "key 'context_parallel_size': 2 does not divide the 1 ranks of the data-parallel dimension" \
+    "$T" --print-config $TINY "$(printf 'context_parallel_size: 2\n' >"$TEST_TMP/cp.yml"; echo "$TEST_TMP/cp.yml")"
+
 # ---- printing and derived values -------------------------------------------------------------------
 check_output "print: defaults and derived values are labelled" "^hidden_dropout += 0.0  # default$" \
     "$T" -q --print-config $TINY

@@ -327,7 +327,7 @@ struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; floa
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
     neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS,
-                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0},
+                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0, 0, 0, 0, 0},
                            NEOX_ELEM_F32);
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
@@ -365,7 +365,7 @@ static void run_attention_biased(int T, int NH, int NKV, float dropout, int wind
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS,
-                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0},
+                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0, 0, 0, 0, 0},
                             NEOX_ELEM_F32);
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
@@ -431,6 +431,59 @@ static void test_attention_alibi(void **state) {
     run_attention_biased(150, 3, 1, 0.2f, 40, s3);
 }
 
+// ---- context parallelism: queries at given positions ----------------------------------------------
+// Rank r of cp holds positions [r c, r c + c) and [(2cp-1-r) c, (2cp-1-r) c + c) of T = 2 cp c (query
+// rows in that order, o.q_*) against all T keys. Its outputs, log-sum-exps and dq must be the whole
+// attention's rows at those positions, and dk, dv summed over the ranks the whole attention's.
+static void pick_positions(float *dst, const float *src, int groups, int T, int c, int p0, int p1, int width) {
+    for (int g = 0; g < groups; g++) {
+        memcpy(dst + ((size_t)g * 2 * c) * width, src + ((size_t)g * T + p0) * width, (size_t)c * width * sizeof(float));
+        memcpy(dst + ((size_t)g * 2 * c + c) * width, src + ((size_t)g * T + p1) * width, (size_t)c * width * sizeof(float));
+    }
+}
+
+static void run_query_positions(int c, int cp, int NH, int NKV, int window, const float *alibi) {
+    int T = 2 * cp * c, Tq = 2 * c, B = 2, HS = AHS;
+    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS, nl = (size_t)B * NH * Tq * HS;
+    float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1);
+    float *out = malloc(nq * 4), *lse = malloc((size_t)B * NH * T * 4), *dq = malloc(nq * 4), *dk = malloc(nkv * 4);
+    float *dv = malloc(nkv * 4), *dk_sum = calloc(nkv, 4), *dv_sum = calloc(nkv, 4);
+    neox_attention_opts o = {.scale = 0.5f, .window = window, .operands = NEOX_ELEM_F32, .alibi = alibi};
+    neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
+    neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
+    float *ql = malloc(nl * 4), *dl = malloc(nl * 4), *ol = malloc(nl * 4), *ll = malloc((size_t)B * NH * Tq * 4);
+    float *dql = malloc(nl * 4), *dkl = malloc(nkv * 4), *dvl = malloc(nkv * 4), *want = malloc(nl * 4);
+    for (int r = 0; r < cp; r++) {
+        int p0 = r * c, p1 = (2 * cp - 1 - r) * c;
+        neox_attention_opts oc = o;
+        oc.q_rows = Tq, oc.q_split = c, oc.q_pos0 = p0, oc.q_pos1 = p1;
+        pick_positions(ql, q, B * NH, T, c, p0, p1, HS);           // q: (B, NH, T, HS)
+        pick_positions(dl, dout, B, T, c, p0, p1, NH * HS);         // dout: (B, T, NH, HS)
+        neox_attention_forward(ol, ll, ql, k, v, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
+        neox_attention_backward(dql, dkl, dvl, dl, ql, k, v, ol, ll, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
+        pick_positions(want, out, B, T, c, p0, p1, NH * HS);
+        for (size_t i = 0; i < nl; i++) assert_float_equal(ol[i], want[i], 1e-5);
+        pick_positions(want, lse, B * NH, T, c, p0, p1, 1);
+        for (size_t i = 0; i < (size_t)B * NH * Tq; i++) assert_float_equal(ll[i], want[i], 1e-5);
+        pick_positions(want, dq, B * NH, T, c, p0, p1, HS);
+        for (size_t i = 0; i < nl; i++) assert_float_equal(dql[i], want[i], 1e-5);
+        for (size_t i = 0; i < nkv; i++) dk_sum[i] += dkl[i], dv_sum[i] += dvl[i];
+    }
+    for (size_t i = 0; i < nkv; i++) assert_float_equal(dk_sum[i], dk[i], 1e-5), assert_float_equal(dv_sum[i], dv[i], 1e-5);
+    float *bufs[] = {q, k, v, dout, out, lse, dq, dk, dv, dk_sum, dv_sum, ql, dl, ol, ll, dql, dkl, dvl, want};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+}
+
+static void test_attention_query_positions(void **state) {
+    (void)state;
+    float s4[4];
+    neox_alibi_slopes(s4, 4, 0, 4);
+    run_query_positions(4, 2, 2, 2, 0, NULL);    // small chunks, one block
+    run_query_positions(40, 2, 4, 2, 0, NULL);   // a rank's 80 rows across two query blocks, GQA
+    run_query_positions(20, 4, 4, 1, 30, NULL);  // cp 4, a window reaching back across chunks
+    run_query_positions(40, 2, 4, 2, 0, s4);     // ALiBi's j - i at global positions
+}
+
 // ---- attention with 16-bit operands: the rounding points ------------------------------------------
 // One key tile (T <= 64), so a tile's running max is its row's max: a naive attention in double that
 // rounds where kernels.h says (q, k, v, dout; the probability tile before it weights v or dout; the
@@ -492,7 +545,7 @@ static void check_rounding_points(neox_elem e) {
     size_t nq = (size_t)RNH * RT * RHS, nkv = (size_t)RNKV * RT * RHS;
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1), scale = 0.25f;
     float *out = zeros(nq), *lse = zeros((size_t)RNH * RT), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
-    neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL, 0, 0, 0};
+    neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL, 0, 0, 0, 0, 0, 0, 0};
     neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
     neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
     attn_ref *ref = neox_malloc(sizeof *ref), *loose = neox_malloc(sizeof *loose);
@@ -529,7 +582,7 @@ static void test_attention_16bit_tiles(void **state) {
     for (int e = NEOX_ELEM_BF16; e <= NEOX_ELEM_F16; e++) {
         float *o32 = zeros(nq), *o16 = zeros(nq), *l32 = zeros((size_t)2 * NH * T), *l16 = zeros((size_t)2 * NH * T);
         float *g32[3] = {zeros(nq), zeros(nkv), zeros(nkv)}, *g16[3] = {zeros(nq), zeros(nkv), zeros(nkv)};
-        neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL, 0, 0, 0}, o16_opts = o32_opts;
+        neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL, 0, 0, 0, 0, 0, 0, 0}, o16_opts = o32_opts;
         o16_opts.operands = (neox_elem)e;
         neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts, NEOX_ELEM_F32);
         neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts, NEOX_ELEM_F32);
@@ -647,7 +700,7 @@ static void test_attention_dropout_partition(void **state) {
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1);
     float *out = zeros(nq), *lse = zeros((size_t)B * NH * T), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
-    neox_attention_opts whole = {0.5f, 0, 0.3f, 77, NEOX_ELEM_F32, NULL, 3, 0, 0};
+    neox_attention_opts whole = {0.5f, 0, 0.3f, 77, NEOX_ELEM_F32, NULL, 3, 0, 0, 0, 0, 0, 0};
     neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
     neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
     int local_differs = 0;
@@ -1019,6 +1072,7 @@ int main(void) {
         cmocka_unit_test(test_attention_window),  cmocka_unit_test(test_attention_rounding_points),
         cmocka_unit_test(test_attention_16bit_tiles), cmocka_unit_test(test_attention_operands_choice),
         cmocka_unit_test(test_attention_alibi),
+        cmocka_unit_test(test_attention_query_positions),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_tanh),       cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_activations_all),

@@ -1,0 +1,131 @@
+// context_parallel.c: context parallelism (docs/parallel.md, "Context parallel"). The cp ranks of a
+// context group share each sequence: it is cut into 2 cp chunks of c = T / (2 cp) positions and rank
+// i holds chunks i and 2 cp - 1 - i, so every rank has as much causal attention work as any other
+// (an early chunk sees few keys, its partner late in the sequence many). Everything but attention
+// works on the rank's own rows: the rows know their global positions (the rotary tables are picked
+// at them; ALiBi and the causal mask take them from the attention options). Attention all-gathers
+// the layer's keys and values over the group (Llama 3's way) and reduce-scatters their gradients in
+// backward: one collective each way per tensor, simpler than passing blocks round a ring (which
+// overlaps each block's transfer with the attention on the one before), and cheap while keys and
+// values (2 NKV of NH + 2 NKV heads' worth of the QKV output) are small against attention's work.
+// Backward gathers them again rather than keeping every layer's whole keys and values.
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "model_internal.h"
+
+// Positions per chunk; this rank's two chunks' first positions.
+static int chunk_len(const neox_model *m) { return m->cp_T / (2 * neox_model_cp_ways(&m->desc)); }
+static int first_chunk(const neox_model *m) { return m->desc.cp_rank * chunk_len(m); }
+static int second_chunk(const neox_model *m) {
+    return (2 * neox_model_cp_ways(&m->desc) - 1 - m->desc.cp_rank) * chunk_len(m);
+}
+
+int neox_model_cp_check(const neox_model_desc *d, int T, neox_error *err) {
+    int cp = neox_model_cp_ways(d);
+    if (cp == 1) return 0;
+    if (T % (2 * cp) != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "key 'context_parallel_size': seq_length %d is not divisible by 2 x "
+                         "context_parallel_size (%d chunks of the sequence)", T, 2 * cp);
+    const char *key = NULL, *why = NULL;
+    if (d->sequence_parallel) key = "sequence_parallel", why = "not implemented together; use one of them";
+    else if (d->moe_experts > 1) key = "moe_num_experts", why = "a Mixture of Experts is not implemented with it";
+    else if (d->attention_dropout > 0.0f)
+        key = "attention_dropout", why = "attention-probability dropout is not implemented with it; use 0";
+    else if (d->pos_emb == NEOX_POS_LEARNED)
+        key = "pos_emb", why = "learned position embeddings are not implemented with it; use rotary or alibi";
+    else if (d->partition_recompute_inputs || d->recompute_inputs_on_host)
+        key = "partition_activations", why = "kept layer inputs (partition_activations, checkpoint_in_cpu) are not "
+                                             "implemented with it";
+    else if (d->value_head) key = "train_impl", why = "a reward model's value head is not implemented with it";
+    if (!key) return 0;
+    return neox_fail(err, NEOX_EXIT_USAGE, "key 'context_parallel_size' %d with %s: %s", cp, key, why);
+}
+
+void neox_model_cp_query_positions(const neox_model *m, neox_attention_opts *o) {
+    if (neox_model_cp_ways(&m->desc) == 1) return;
+    o->q_rows = m->T;
+    o->q_split = chunk_len(m);
+    o->q_pos0 = first_chunk(m);
+    o->q_pos1 = second_chunk(m);
+}
+
+void neox_model_cp_pick_rows(const neox_model *m, void *dst, const void *src, size_t elem) {
+    size_t c = (size_t)chunk_len(m), T = (size_t)m->T, whole = (size_t)m->cp_T;
+    for (int b = 0; b < m->B; b++) {
+        char *out = (char *)dst + (size_t)b * T * elem;
+        const char *in = (const char *)src + (size_t)b * whole * elem;
+        memcpy(out, in + (size_t)first_chunk(m) * elem, c * elem);
+        memcpy(out + c * elem, in + (size_t)second_chunk(m) * elem, c * elem);
+    }
+}
+
+void neox_model_cp_rotary_tables(neox_model *m, float *cos, float *sin) {
+    const neox_model_desc *d = &m->desc;
+    size_t half = (size_t)d->rotary_dims / 2, c = (size_t)chunk_len(m), row = half * sizeof(float);
+    m->be->rotary_tables(cos, sin, m->cp_T, d->rotary_dims, d->rotary_base, d->rope_scaling);
+    // The rank's rows to the front, first chunk first: its source lies at or after where it goes
+    // (rank 0's is in place) and the second chunk's after both, so no copy reads what one wrote.
+    float *tables[2] = {cos, sin};
+    for (int t = 0; t < 2; t++) {
+        if (first_chunk(m) > 0) m->be->copy(tables[t], tables[t] + (size_t)first_chunk(m) * half, c * row);
+        m->be->copy(tables[t] + c * half, tables[t] + (size_t)second_chunk(m) * half, c * row);
+    }
+}
+
+// Between the all-gather's rank-major rows, stage: (cp, B, H, T, HS) with each rank's two chunks in
+// its T rows, and the whole sequence in position order, whole: (B, H, cp_T, HS). to_whole picks the
+// direction.
+static void rearrange(neox_model *m, float *whole, float *stage, int H, int to_whole) {
+    int cp = neox_model_cp_ways(&m->desc), HS = m->desc.head_size;
+    size_t c = (size_t)chunk_len(m), T = (size_t)m->T, W = (size_t)m->cp_T, bytes = c * HS * sizeof(float);
+    for (int r = 0; r < cp; r++)
+        for (int bh = 0; bh < m->B * H; bh++) {
+            float *rows = stage + (((size_t)r * m->B * H + bh) * T) * HS, *seq = whole + (size_t)bh * W * HS;
+            size_t at[2] = {(size_t)r * c, (size_t)(2 * cp - 1 - r) * c};
+            for (int k = 0; k < 2; k++) {
+                float *mine = rows + (size_t)k * c * HS, *there = seq + at[k] * HS;
+                if (to_whole) m->be->copy(there, mine, bytes);
+                else m->be->copy(mine, there, bytes);
+            }
+        }
+}
+
+void neox_model_cp_gather_kv(neox_model *m, const float *k, const float *v) {
+    neox_acts *a = m->acts;
+    int NKV = neox_model_shard(&m->desc).NKV;
+    size_t n = (size_t)m->B * NKV * m->T * m->desc.head_size;
+    neox_allgather(m->cp, k, a->cp_stage, n, NEOX_F32);
+    rearrange(m, a->cp_k, a->cp_stage, NKV, 1);
+    neox_allgather(m->cp, v, a->cp_stage, n, NEOX_F32);
+    rearrange(m, a->cp_v, a->cp_stage, NKV, 1);
+}
+
+void neox_model_cp_scatter_dkv(neox_model *m, float *dk, float *dv) {
+    neox_acts *a = m->acts;
+    int NKV = neox_model_shard(&m->desc).NKV;
+    size_t n = (size_t)m->B * NKV * m->T * m->desc.head_size;
+    rearrange(m, a->cp_dk, a->cp_stage, NKV, 0);
+    neox_reduce_scatter_sum(m->cp, a->cp_stage, dk, n, NEOX_F32);
+    rearrange(m, a->cp_dv, a->cp_stage, NKV, 0);
+    neox_reduce_scatter_sum(m->cp, a->cp_stage, dv, n, NEOX_F32);
+}
+
+void neox_model_cp_reduce_loss(neox_model *m) {
+    if (neox_model_cp_ways(&m->desc) == 1) return;
+    neox_allreduce_sum(m->cp, ((neox_acts *)m->acts)->ce_loss, 2, NEOX_F64);
+}
+
+int neox_model_attention_keys(neox_model *m, const float **k, const float **v) {
+    if (neox_model_cp_ways(&m->desc) == 1) return m->T;
+    neox_acts *a = m->acts;
+    neox_model_cp_gather_kv(m, *k, *v);
+    *k = a->cp_k, *v = a->cp_v;
+    return m->cp_T;
+}
+
+void neox_model_attention_key_grads(neox_model *m, float **dk, float **dv) {
+    if (neox_model_cp_ways(&m->desc) == 1) return;
+    neox_acts *a = m->acts;
+    *dk = a->cp_dk, *dv = a->cp_dv;
+}
