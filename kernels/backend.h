@@ -95,7 +95,8 @@ extern "C" {
     X(void, add_inplace, (float *acc, const float *x, size_t n), (acc, x, n))                                          \
     X(void, add_bias, (void *x, const float *bias, int N, int C, neox_elem act), (x, bias, N, C, act))                \
     X(void, dropout, (void *out, const void *inp, size_t n, float p, unsigned long long seed,                         \
-      unsigned long long offset, neox_elem act), (out, inp, n, p, seed, offset, act))                                   \
+      unsigned long long offset, const unsigned long long *row0_at, unsigned long long row_elems, neox_elem act),      \
+      (out, inp, n, p, seed, offset, row0_at, row_elems, act))                                                         \
     X(void, jitter, (void *out, const void *inp, size_t n, float eps, unsigned long long seed, neox_elem act),       \
       (out, inp, n, eps, seed, act))                                                                                   \
     X(void, cross_entropy_forward, (float *losses, float *lse, const void *logits, const int *targets, int N, int V,  \

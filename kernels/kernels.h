@@ -233,7 +233,17 @@ typedef struct neox_attention_opts {
     // model's dropout_heads (0: NH, i.e. these heads are all of them).
     unsigned long long dropout_row0;
     int dropout_head0, dropout_heads;
+    // NULL, or one row index in backend memory that the kernels add to dropout_row0 when they run: a
+    // captured step's micro-batch, whose row changes at every replay (lib/train/step_scalars.c).
+    const unsigned long long *dropout_row0_at;
 } neox_attention_opts;
+
+// The first row of the masks' counter (dropout_row0, plus the value at dropout_row0_at if any), read
+// where the kernel runs.
+NEOX_HOST_DEVICE static inline unsigned long long neox_attention_dropout_first_row(unsigned long long row0,
+                                                                                   const unsigned long long *row0_at) {
+    return row0 + (row0_at ? *row0_at : 0ULL);
+}
 
 // Attention dropout keeps probability (i, j) of local head h of micro-batch row b when
 // neox_uniform(seed, (neox_attention_dropout_row(..., b, h, T) + i) * T + j) >= p. The counter is
@@ -312,9 +322,12 @@ void neox_add_inplace(float *acc, const float *x, size_t n);
 // x: (N, C) += bias: (C) on every row (row-parallel layers add their bias after the reduction).
 void neox_add_bias(void *x, const float *bias, int N, int C, neox_elem act);
 // Inverted dropout: out = keep ? inp / (1 - p) : 0 with keep = neox_uniform(seed, offset + i) >= p.
-// The backward is the same call on the gradient. out may alias inp.
+// row0_at: NULL, or one row index in backend memory read when the op runs, which adds
+// *row0_at * row_elems to the offset (a captured step's micro-batch, whose first row among all that
+// drew masks changes at every replay: lib/train/step_scalars.c). The backward is the same call on the
+// gradient. out may alias inp.
 void neox_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed, unsigned long long offset,
-                  neox_elem act);
+                  const unsigned long long *row0_at, unsigned long long row_elems, neox_elem act);
 // Multiplicative jitter (GPT-NeoX's MoE router noise): out = inp * (low + u * (high - low)), low = 1 - eps,
 // high = 1 + eps, u = neox_uniform(seed, i). out may be inp; applied to a gradient it is its backward.
 // inp and out are stored as act (the product in fp32, rounded once).

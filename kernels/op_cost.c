@@ -297,8 +297,9 @@ neox_op_cost neox_op_cost_add_bias(void *x, const float *bias, int N, int C, neo
 }
 
 neox_op_cost neox_op_cost_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed,
-                                  unsigned long long offset, neox_elem act) {
-    (void)out, (void)inp, (void)p, (void)seed, (void)offset;
+                                  unsigned long long offset, const unsigned long long *row0_at,
+                                  unsigned long long row_elems, neox_elem act) {
+    (void)out, (void)inp, (void)p, (void)seed, (void)offset, (void)row0_at, (void)row_elems;
     return bytes_only(elem_bytes(act) * 2.0 * (double)n);
 }
 

@@ -303,6 +303,9 @@ struct neox_model {
     // gives each sample the same row draws the same masks.
     int training;
     unsigned long long dropout_seed, dropout_row0;
+    // NULL, or a row index in backend memory that the masks add to dropout_row0 when they are drawn (a
+    // captured step's micro-batch, whose row changes at every replay: its trainer writes it there).
+    const unsigned long long *dropout_row0_at;
     float loss;              // of the last forward with targets (on the last pipe stage)
     // Set by the caller: leave the loss on the backend (loss is then NaN; neox_model_loss_sums has it),
     // so that a forward never waits for the device (the trainer reads its steps' losses a step late).

@@ -38,15 +38,21 @@ extern "C" void neox_cuda_add_bias(void *x, const float *bias, int N, int C, neo
     ACT_DISPATCH(act, T, LAUNCH(add_bias_kernel<T>, n, (T *)x, bias, n, C));
 }
 
+// x: (n). row0_at (NULL, or one row on the device) is read by every thread, so a replayed graph takes
+// the row its step wrote there.
 template <typename T>
 __global__ void dropout_kernel(T *out, const T *inp, size_t n, float p, float keep_scale, unsigned long long seed,
-                               unsigned long long offset) {
+                               unsigned long long offset, const unsigned long long *row0_at,
+                               unsigned long long row_elems) {
+    if (row0_at) offset += *row0_at * row_elems;
     GRID_STRIDE(i, n) act_store(out, i, neox_uniform(seed, offset + i) >= p ? __fmul_rn(act_load(inp, i), keep_scale) : 0.0f);
 }
 extern "C" void neox_cuda_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed,
-                                  unsigned long long offset, neox_elem act) {
+                                  unsigned long long offset, const unsigned long long *row0_at,
+                                  unsigned long long row_elems, neox_elem act) {
     float keep_scale = 1.0f / (1.0f - p);  // on the host, as the CPU computes it
-    ACT_DISPATCH(act, T, LAUNCH(dropout_kernel<T>, n, (T *)out, (const T *)inp, n, p, keep_scale, seed, offset));
+    ACT_DISPATCH(act, T, LAUNCH(dropout_kernel<T>, n, (T *)out, (const T *)inp, n, p, keep_scale, seed, offset,
+                                row0_at, row_elems));
 }
 
 // The CPU's expression, rounded step by step (no fused multiply-add).

@@ -405,7 +405,8 @@ void neox_model_hidden_dropout(const neox_model *m, float *out, const float *inp
     size_t C = (size_t)m->desc.hidden_size, nC = (size_t)neox_model_stream_rows(m) * C;
     // (the rank's rows under sequence parallelism: their counters, so the masks are the whole rows')
     unsigned long long offset = (a->dropout_row0 * (unsigned long long)m->T + (unsigned long long)neox_model_stream_row0(m)) * C;
-    m->be->dropout(out, inp, nC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset, m->act_elem);
+    m->be->dropout(out, inp, nC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset,
+                   a->dropout_row0_at, (unsigned long long)m->T * C, m->act_elem);
 }
 
 neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout, int layer) {
@@ -415,7 +416,7 @@ neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *
     neox_attention_opts o = {1.0f / sqrtf((float)d->head_size), d->attn_window, dropout,
                              dropout > 0.0f ? neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS) : 0,
                              neox_attention_operands(neox_model_operand_elem(m), d->head_size), alibi,
-                             a->dropout_row0, d->tp_rank * NH, d->num_heads};
+                             a->dropout_row0, d->tp_rank * NH, d->num_heads, a->dropout_row0_at};
     return o;
 }
 
@@ -824,6 +825,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     if (stage_inputs(m, first ? ids : NULL, last ? targets : NULL, loss_mask, err) != 0) return -1;
     a->dropout_seed = m->dropout_seed;
     a->dropout_row0 = m->dropout_row0;
+    a->dropout_row0_at = m->dropout_row0_at;
     a->head_done = 0;
     // The scope of the ops that follow, for the per-op profile (kernels/backend.h).
     neox_phase phase = m->training ? NEOX_PHASE_FORWARD : NEOX_PHASE_OTHER;

@@ -86,6 +86,7 @@ typedef struct neox_acts {
     int head_done;
     float head_loss_scale;
     unsigned long long dropout_seed, dropout_row0;
+    const unsigned long long *dropout_row0_at;
     // shared
     float *cos, *sin;                  // (T, R/2)
     float *alibi;                      // (NH) this rank's ALiBi slopes (pos_emb alibi), else NULL

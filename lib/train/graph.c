@@ -40,8 +40,6 @@ static const char *cannot_capture(const neox_trainer *t) {
     if (t->grid->world_size > 1) return "several ranks (collectives and the gradient norm go through MPI)";
     if (!t->late) return "the step reads values back while it runs (optimizer not AdamW, offload, a part that "
                          "replaces the loss or logs from the step's state)";
-    if (d->hidden_dropout > 0.0f || d->attention_dropout > 0.0f)
-        return "dropout (its masks' row offset is a kernel argument that changes every micro-batch)";
     if (d->moe_experts > 1) return "Mixture of Experts (routing is computed on the host)";
     if (d->recompute_inputs_on_host) return "recompute_inputs_on_host (synchronous copies inside the step)";
     if (neox_config_bool(t->cfg, sparse_gradients)) return "sparse_gradients (the touched rows are read on the host)";
@@ -95,6 +93,7 @@ static int capture(neox_trainer *t, neox_step_result *out, neox_error *err) {
     neox_model_restart_inputs(m);
     m->inputs_staged = 1;
     t->be->graph_begin();
+    neox_train_step_scalars_send_micro(t);  // (each launch copies the micro-batches' rows afresh)
     int rc = neox_train_run_step(t, out, err);
     t->be->graph_end();
     m->inputs_staged = 0;

@@ -237,6 +237,13 @@ void neox_train_step_scalars_setup(neox_trainer *t);
 void neox_train_step_scalars_free(neox_trainer *t);
 void neox_train_step_scalars_write(neox_trainer *t, double lr, int64_t step);
 const neox_step_scalars *neox_train_step_scalars_send(neox_trainer *t);
+// The per-micro-batch part, which a captured step's kernels read: set_micro writes micro-batch k's
+// entry of the host copy (its first dropout row) while the step is staged; send_micro queues the copy
+// up (a capture does, as it begins, so every launch makes it again); dropout_row is the entry's row on
+// be, for the model's dropout_row0_at.
+void neox_train_step_scalars_set_micro(neox_trainer *t, int k, unsigned long long dropout_row0);
+void neox_train_step_scalars_send_micro(neox_trainer *t);
+const unsigned long long *neox_train_step_scalars_dropout_row(const neox_trainer *t, int k);
 // The captured step (graph.c, `cuda_graph`): set-up (the end of neox_trainer_create: refuses, naming
 // the feature, where the step cannot be captured, and then trains eagerly), the step in its place, free.
 int neox_train_graph_setup(neox_trainer *t, neox_error *err);

@@ -31,7 +31,15 @@ static int tag_of(int64_t micro_batch, int kind) { return (int)(TAG_KINDS * (mic
 static void set_dropout(neox_trainer *t, neox_model *m) {
     m->dropout_seed = neox_hash64(t->state.seed ^ 0x64726f706f7574ULL, 0);
     m->dropout_row0 = (unsigned long long)t->state.dropout_rows + (unsigned long long)t->grid->data_rank * t->rows;
+    m->dropout_row0_at = NULL;
     t->state.dropout_rows += (int64_t)t->rows * t->grid->data_size;
+}
+
+// A captured step's micro-batch k: its masks' first row is read from the step scalars on the device,
+// where the host wrote it when the step was staged (neox_train_pipeline_fill_inputs).
+static void use_staged_dropout(neox_trainer *t, neox_model *m, int64_t k) {
+    m->dropout_row0 = 0;
+    m->dropout_row0_at = neox_train_step_scalars_dropout_row(t, (int)k);
 }
 
 typedef struct pipe_run {
@@ -108,6 +116,7 @@ static int forward_pass(pipe_run *r, int64_t k, neox_error *err) {
     m->training = r->training;
     m->head_loss_scale = micro_batch_loss_scale(t);
     if (r->training && !m->inputs_staged) set_dropout(t, m);
+    else if (r->training) use_staged_dropout(t, m, k);
     neox_batch *b = t->batch;
     if (r->training && stage_first(t))  // (sparse_gradients: the rows the tokens touch)
         neox_grad_exchange_touch_rows(t->exchange, b->tokens, (size_t)b->micro_batch * b->seq_length);
@@ -203,6 +212,7 @@ int neox_train_pipeline_fill_inputs(neox_trainer *t, float *mask_sums, neox_erro
     for (int k = 0; k < t->grad_accum; k++) {
         if (next_batch(&r, err) != 0) return -1;
         set_dropout(t, m);
+        neox_train_step_scalars_set_micro(t, k, m->dropout_row0);
         const neox_batch *b = t->batch;
         if (neox_model_fill_inputs(m, b->tokens, b->labels, b->loss_mask, &mask_sums[k], err) != 0) return -1;
     }

@@ -136,7 +136,7 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
     }
     if (!strcmp(op, "dropout")) {
         uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);
-        neox_dropout(o, x, n, 0.25f, 7, 100, B);
+        neox_dropout(o, x, n, 0.25f, 7, 100, NULL, 0, B);
         return outs[0] = OUT_B("out", o, n), 1;
     }
     if (!strcmp(op, "jitter")) {

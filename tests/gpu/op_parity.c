@@ -550,6 +550,10 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     // The dropout counter of a tensor-parallel rank holding heads 1.. of NH + 3, from batch row 5.
     neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
+    // The GPU's rows 2 + 3, the 3 read on the device (a replayed step's row): the CPU's 5.
+    unsigned long long rows_at = 3, *rows_at_d = gpu->alloc(sizeof rows_at);
+    gpu->to_device(rows_at_d, &rows_at, sizeof rows_at);
+    og.dropout_row0 = 2, og.dropout_row0_at = rows_at_d;
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
     gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og, NEOX_ELEM_F32);
     checkf(fwd_tol, e == NEOX_ELEM_F32 ? 1e-4 : fwd_tol, &out,
@@ -568,6 +572,7 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     checkf(bwd_tol, rtol, &dv, fmt, type, "dv", B, T, NH, NKV, HS, dropout, window, alibi);
     pair_free(&slopes);
     free(host_slopes);
+    gpu->free(rows_at_d);
     pair *all[] = {&q, &k, &v, &out, &lse, &o, &l, &dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
@@ -679,8 +684,8 @@ static void test_bf16_elementwise(int N, int C) {
     cpu->add_bias(a.h, bias.h, N, C, NEOX_ELEM_BF16);
     gpu->add_bias(a.d, bias.d, N, C, NEOX_ELEM_BF16);
     bcheckf(0, 0, &a, "add_bias bf16 N=%d C=%d", N, C);
-    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NEOX_ELEM_BF16);
-    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NEOX_ELEM_BF16);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NULL, 0, NEOX_ELEM_BF16);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NULL, 0, NEOX_ELEM_BF16);
     bcheckf(0, 0, &out, "dropout bf16 n=%zu p=0.1", n);
     cpu->jitter(out.h, a.h, n, 0.1f, 77, NEOX_ELEM_BF16);  // the CPU's expression, rounded once: the same bits
     gpu->jitter(out.d, a.d, n, 0.1f, 77, NEOX_ELEM_BF16);
@@ -984,11 +989,17 @@ static void test_elementwise(int N, int C) {
     cpu->add_bias(a.h, bias.h, N, C, NEOX_ELEM_F32);
     gpu->add_bias(a.d, bias.d, N, C, NEOX_ELEM_F32);
     checkf(0, 0, &a, "add_bias N=%d C=%d", N, C);
-    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NEOX_ELEM_F32);
-    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NEOX_ELEM_F32);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NULL, 0, NEOX_ELEM_F32);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NULL, 0, NEOX_ELEM_F32);
     checkf(0, 0, &out, "dropout n=%zu p=0.1 (the same mask)", n);
-    cpu->dropout(a.h, a.h, n, 0.5f, 78, 0, NEOX_ELEM_F32);  // in place, as the backward uses it
-    gpu->dropout(a.d, a.d, n, 0.5f, 78, 0, NEOX_ELEM_F32);
+    unsigned long long row = 2, *row_d = gpu->alloc(sizeof row);  // the row read on the device (a replayed step's)
+    gpu->to_device(row_d, &row, sizeof row);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 400, &row, 300, NEOX_ELEM_F32);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 400, row_d, 300, NEOX_ELEM_F32);
+    checkf(0, 0, &out, "dropout n=%zu p=0.1, its row read on the device", n);
+    gpu->free(row_d);
+    cpu->dropout(a.h, a.h, n, 0.5f, 78, 0, NULL, 0, NEOX_ELEM_F32);  // in place, as the backward uses it
+    gpu->dropout(a.d, a.d, n, 0.5f, 78, 0, NULL, 0, NEOX_ELEM_F32);
     checkf(0, 0, &a, "dropout in place n=%zu p=0.5", n);
     cpu->scale(b.h, n, 0.37f);
     gpu->scale(b.d, n, 0.37f);

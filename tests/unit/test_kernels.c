@@ -693,12 +693,16 @@ static void test_dropout_partition(void **state) {
     (void)state;
     size_t n = 3000, cut = 1234;
     float *x = randn(n, 1), *whole = zeros(n), *part = zeros(n);
-    neox_dropout(whole, x, n, 0.2f, 11, 9000, NEOX_ELEM_F32);
-    neox_dropout(part, x, cut, 0.2f, 11, 9000, NEOX_ELEM_F32);
-    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut, NEOX_ELEM_F32);
+    neox_dropout(whole, x, n, 0.2f, 11, 9000, NULL, 0, NEOX_ELEM_F32);
+    neox_dropout(part, x, cut, 0.2f, 11, 9000, NULL, 0, NEOX_ELEM_F32);
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut, NULL, 0, NEOX_ELEM_F32);
     assert_memory_equal(whole, part, n * sizeof(float));
-    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000, NEOX_ELEM_F32);  // a local offset: another mask
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000, NULL, 0, NEOX_ELEM_F32);  // a local offset: another mask
     assert_true(memcmp(whole + cut, part + cut, (n - cut) * sizeof(float)) != 0);
+    // A row read from memory (a replayed step's): row 3 of 1000-element rows past offset 9000 - 3000.
+    unsigned long long row = 3;
+    neox_dropout(part, x, n, 0.2f, 11, 6000, &row, 1000, NEOX_ELEM_F32);
+    assert_memory_equal(whole, part, n * sizeof(float));
     free(x); free(whole); free(part);
 }
 
@@ -706,8 +710,8 @@ static void test_dropout(void **state) {
     (void)state;
     size_t n = 10000;
     float *x = randn(n, 1), *y = zeros(n), *y2 = zeros(n);
-    neox_dropout(y, x, n, 0.25f, 5, 100, NEOX_ELEM_F32);
-    neox_dropout(y2, x, n, 0.25f, 5, 100, NEOX_ELEM_F32);
+    neox_dropout(y, x, n, 0.25f, 5, 100, NULL, 0, NEOX_ELEM_F32);
+    neox_dropout(y2, x, n, 0.25f, 5, 100, NULL, 0, NEOX_ELEM_F32);
     assert_memory_equal(y, y2, n * sizeof(float));  // deterministic
     size_t dropped = 0;
     for (size_t i = 0; i < n; i++) {
