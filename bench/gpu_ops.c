@@ -90,12 +90,12 @@ static void run_ce_fwd(void *p) {
 }
 static void run_ce_bwd(void *p) {
     row_ctx *r = p;
-    be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, r->N, r->V, NEOX_ELEM_F32);
+    be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, NULL, r->N, r->V, NEOX_ELEM_F32);
 }
 static void run_ce_fused(void *p) {  // the statistics into lse (max) and x (sums, target logits, doubles)
     row_ctx *r = p;
     double *stats = (double *)r->x;
-    be->cross_entropy_fused(r->logits, NEOX_ELEM_F32, r->lse, stats, stats + r->N, r->ids, NULL, 1.0f / r->N, r->N,
+    be->cross_entropy_fused(r->logits, NEOX_ELEM_F32, r->lse, stats, stats + r->N, r->ids, NULL, 1.0f / r->N, NULL, r->N,
                             r->V, 0);
 }
 static void run_ce_loss(void *p) {  // (2, N) doubles read from x, mask from dx, the two sums written to y

@@ -110,11 +110,11 @@ extern "C" {
     X(void, cross_entropy_loss, (float *lse, double *loss, const float *mx, const double *stats, const float *mask,     \
       int N), (lse, loss, mx, stats, mask, N))                                                                         \
     X(void, cross_entropy_backward, (void *dlogits, const void *logits, const float *lse, const int *targets,          \
-      const float *weight, float scale, int N, int V, neox_elem act), (dlogits, logits, lse, targets, weight, scale,   \
-      N, V, act))                                                                                                      \
+      const float *weight, float scale, const float *scale_at, int N, int V, neox_elem act), (dlogits, logits, lse,    \
+      targets, weight, scale, scale_at, N, V, act))                                                                    \
     X(void, cross_entropy_fused, (void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,   \
-      const int *targets, const float *weight, float scale, int N, int V, int stats_given), (logits, logits_elem, mx,   \
-      sum, target_logit, targets, weight, scale, N, V, stats_given))                                                   \
+      const int *targets, const float *weight, float scale, const float *scale_at, int N, int V, int stats_given),     \
+      (logits, logits_elem, mx, sum, target_logit, targets, weight, scale, scale_at, N, V, stats_given))               \
     X(double, sum_squares, (const float *x, size_t n), (x, n))                                                         \
     X(double, sum_squares_segments, (const float *x, const neox_segment *segs, int nseg), (x, segs, nseg))             \
     X(void, scale, (float *x, size_t n, float s), (x, n, s))                                                           \
@@ -122,8 +122,8 @@ extern "C" {
       float eps, float weight_decay, long step), (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step))    \
     X(void, sum_squares_segments_into, (double *sumsq, const float *x, const neox_segment *segs, int nseg), (sumsq, x,  \
       segs, nseg))                                                                                                     \
-    X(void, clip_by_norm, (float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad), (x, n, sumsq,  \
-      loss_scale, clip_grad))                                                                                          \
+    X(void, clip_by_norm, (float *x, size_t n, const double *sumsq, double loss_scale, const double *loss_scale_at,    \
+      double clip_grad), (x, n, sumsq, loss_scale, loss_scale_at, clip_grad))                                          \
     X(void, loss_guard, (double *guard, const double *sumsq, const double *loss_sums, int n), (guard, sumsq, loss_sums, \
       n))                                                                                                              \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \

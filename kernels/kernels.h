@@ -362,8 +362,10 @@ void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const do
 // (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
 // A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot. Under bf16
 // each element is rounded once, after the one-hot's subtraction.
+// scale_at: NULL, or the scale in backend memory, read when the op runs in place of scale (a captured
+// step's micro-batch, whose loss scale and mask sum may change at every replay; so for the fused form).
 void neox_cross_entropy_backward(void *dlogits, const void *logits, const float *lse, const int *targets,
-                                 const float *weight, float scale, int N, int V, neox_elem act);
+                                 const float *weight, float scale, const float *scale_at, int N, int V, neox_elem act);
 // The training loss of a chunk of rows and its gradient in one pass, for when the gradient is known
 // at forward time (the fused classifier: the output layer's backward follows each chunk at once, so
 // no logits are held for every row or made twice). logits: (N, V) of element type logits_elem (fp32,
@@ -378,7 +380,8 @@ void neox_cross_entropy_backward(void *dlogits, const void *logits, const float 
 // columns (row_max, row_sumexp and target_logit made them), target_logit is not used (may be NULL),
 // and only dlogits is written.
 void neox_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,
-                              const int *targets, const float *weight, float scale, int N, int V, int stats_given);
+                              const int *targets, const float *weight, float scale, const float *scale_at, int N, int V,
+                              int stats_given);
 
 // ---- optimizer --------------------------------------------------------------------------------
 // Sum of squares of x (n), accumulated in double: global gradient norm = sqrt of the sum over buffers.
@@ -474,7 +477,10 @@ NEOX_HOST_DEVICE static inline double neox_clip_coefficient(double clip_grad, do
 // Unscaling and clipping from a sum of squares in the backend's memory: with norm = sqrt(*sumsq) /
 // loss_scale (the unscaled gradients' norm), x (n) *= (float)(1 / loss_scale * neox_clip_coefficient
 // (clip_grad, norm)) when the norm is finite and that factor is not 1; else x is left as it is.
-void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad);
+// loss_scale_at: NULL, or the loss scale in backend memory, read when the op runs in place of loss_scale
+// (a captured step's: the fp16 scale moves between replays).
+void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, const double *loss_scale_at,
+                       double clip_grad);
 // A micro-batch's mean token loss from its cross_entropy_loss pair (masked sum, sum of the mask): the
 // one expression for the model's loss on the host and the device's guard below.
 NEOX_HOST_DEVICE static inline float neox_mean_loss(double sum, double mask_sum) {

@@ -345,9 +345,9 @@ neox_op_cost neox_op_cost_cross_entropy_loss(float *lse, double *loss, const flo
 }
 
 neox_op_cost neox_op_cost_cross_entropy_backward(void *dlogits, const void *logits, const float *lse,
-                                                 const int *targets, const float *weight, float scale, int N, int V,
-                                                 neox_elem act) {
-    (void)dlogits, (void)logits, (void)lse, (void)targets, (void)scale;
+                                                 const int *targets, const float *weight, float scale,
+                                                 const float *scale_at, int N, int V, neox_elem act) {
+    (void)dlogits, (void)logits, (void)lse, (void)targets, (void)scale, (void)scale_at;
     return bytes_only(elem_bytes(act) * 2.0 * N * V + F32 * (N + (weight ? N : 0)) + IDX * N);
 }
 
@@ -355,8 +355,8 @@ neox_op_cost neox_op_cost_cross_entropy_backward(void *dlogits, const void *logi
 // writes the three statistics, the vocab-parallel second phase reads two.
 neox_op_cost neox_op_cost_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum,
                                               double *target_logit, const int *targets, const float *weight,
-                                              float scale, int N, int V, int stats_given) {
-    (void)logits, (void)mx, (void)sum, (void)target_logit, (void)targets, (void)scale;
+                                              float scale, const float *scale_at, int N, int V, int stats_given) {
+    (void)logits, (void)mx, (void)sum, (void)target_logit, (void)targets, (void)scale, (void)scale_at;
     double n = N, stats = stats_given ? F32 * n + 8.0 * n : F32 * n + 2.0 * 8.0 * n;
     return bytes_only(elem_bytes(logits_elem) * 2.0 * n * V + stats + (weight ? F32 * n : 0.0) + IDX * n);
 }
@@ -377,8 +377,9 @@ neox_op_cost neox_op_cost_sum_squares_segments_into(double *sumsq, const float *
     return bytes_only(F32 * segments_floats(segs, nseg) + 8.0);
 }
 
-neox_op_cost neox_op_cost_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
-    (void)x, (void)sumsq, (void)loss_scale, (void)clip_grad;
+neox_op_cost neox_op_cost_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale,
+                                       const double *loss_scale_at, double clip_grad) {
+    (void)x, (void)sumsq, (void)loss_scale, (void)loss_scale_at, (void)clip_grad;
     return bytes_only(F32 * 2.0 * (double)n + 8.0);
 }
 

@@ -255,7 +255,9 @@ void neox_sum_squares_segments_into(double *sumsq, const float *x, const neox_se
     *sumsq = neox_sum_squares_segments(x, segs, nseg);
 }
 
-void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
+void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, const double *loss_scale_at,
+                       double clip_grad) {
+    if (loss_scale_at) loss_scale = *loss_scale_at;
     double norm = sqrt(*sumsq) / loss_scale, coef = 1.0 / loss_scale * neox_clip_coefficient(clip_grad, norm);
     if (isfinite(norm) && coef != 1.0) neox_scale(x, n, (float)coef);
 }

@@ -73,14 +73,17 @@ extern "C" void neox_cuda_scale(float *x, size_t n, float s) { LAUNCH(scale_kern
 
 // neox_clip_by_norm: every thread derives the factor from *sumsq in double, with the host's
 // expressions (double sqrt and division are correctly rounded on both), so no value goes to the host.
-__global__ void clip_by_norm_kernel(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
+__global__ void clip_by_norm_kernel(float *x, size_t n, const double *sumsq, double loss_scale,
+                                    const double *loss_scale_at, double clip_grad) {
+    if (loss_scale_at) loss_scale = *loss_scale_at;
     double norm = sqrt(*sumsq) / loss_scale, coef = 1.0 / loss_scale * neox_clip_coefficient(clip_grad, norm);
     if (!isfinite(norm) || coef == 1.0) return;
     float s = (float)coef;
     GRID_STRIDE(i, n) x[i] *= s;
 }
-extern "C" void neox_cuda_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
-    LAUNCH(clip_by_norm_kernel, n, x, n, sumsq, loss_scale, clip_grad);
+extern "C" void neox_cuda_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale,
+                                       const double *loss_scale_at, double clip_grad) {
+    LAUNCH(clip_by_norm_kernel, n, x, n, sumsq, loss_scale, loss_scale_at, clip_grad);
 }
 
 // neox_loss_guard: a handful of values, one thread (its only job is to keep the decision on the device).

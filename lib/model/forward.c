@@ -687,8 +687,8 @@ static void fused_chunk(neox_model *m, int r0, int rows, float scale) {
         neox_allreduce_sum(m->tp, sum, (size_t)rows, NEOX_F64);
         neox_allreduce_sum(m->tp, target, (size_t)rows, NEOX_F64);
     }
-    m->be->cross_entropy_fused(a->logits, logits_elem(m), mx, sum, target, a->targets + r0, a->mask + r0, scale, rows,
-                               V, split);
+    m->be->cross_entropy_fused(a->logits, logits_elem(m), mx, sum, target, a->targets + r0, a->mask + r0, scale,
+                               a->head_scale_at, rows, V, split);
     neox_profile_scope(NEOX_PHASE_BACKWARD, -1);  // (the output layer's backward, counted as such)
     neox_model_head_chunk_backward(m, r0, rows);
     neox_profile_scope(NEOX_PHASE_FORWARD, -1);
@@ -723,7 +723,7 @@ static void assemble_loss(neox_model *m) {
 static void cross_entropy(neox_model *m) {
     neox_acts *a = m->acts;
     int N = m->B * m->T, fused = fuses_head(m);
-    float scale = a->mask_sum > 0 ? m->head_loss_scale / a->mask_sum : 0.0f;
+    float scale = neox_model_head_scale(m->head_loss_scale, a->mask_sum);
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
         neox_model_head_logits(m, r0, rows);
@@ -826,6 +826,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     a->dropout_seed = m->dropout_seed;
     a->dropout_row0 = m->dropout_row0;
     a->dropout_row0_at = m->dropout_row0_at;
+    a->head_scale_at = m->head_scale_at;
     a->head_done = 0;
     // The scope of the ops that follow, for the per-op profile (kernels/backend.h).
     neox_phase phase = m->training ? NEOX_PHASE_FORWARD : NEOX_PHASE_OTHER;

@@ -874,8 +874,8 @@ static void test_bf16_cross_entropy(int N, int V) {
     gpu->cross_entropy_row_max(mx.d, logits.d, N, V, NEOX_ELEM_BF16);
     checkf(0, 0, &mx, "cross_entropy_row_max bf16 N=%d V=%d", N, V);
     pair l = pair_from(lse.h, N);
-    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tv.h, weight.h, 1.0f / N, N, V, NEOX_ELEM_BF16);
-    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tv.d, weight.d, 1.0f / N, N, V, NEOX_ELEM_BF16);
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tv.h, weight.h, 1.0f / N, NULL, N, V, NEOX_ELEM_BF16);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tv.d, weight.d, 1.0f / N, NULL, N, V, NEOX_ELEM_BF16);
     bcheckf(1e-7, BF16_ULP, &logits, "cross_entropy_backward bf16 in place N=%d V=%d", N, V);
     pair *all[] = {&losses, &lse, &mx, &weight, &l};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -1047,8 +1047,8 @@ static void test_cross_entropy(int N, int V) {
     pair l = pair_from(lse.h, N);
     weight.h[N / 2] = 0.0f;
     gpu->to_device(weight.d, weight.h, (size_t)N * sizeof(float));
-    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, N, V, NEOX_ELEM_F32);
-    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, N, V, NEOX_ELEM_F32);
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, NULL, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, NULL, N, V, NEOX_ELEM_F32);
     checkf(1e-7, 1e-5, &logits, "cross_entropy_backward in place, masked, targets off-rank N=%d V=%d", N, V);
     pair *all[] = {&logits, &losses, &lse, &mx, &weight, &l};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -1086,6 +1086,8 @@ static void test_cross_entropy_fused(int N, int V, neox_elem e) {
     ipair tv = ipair_from(t, N);
     void *zh = xmalloc(bytes), *zd = gpu->alloc(bytes);
     double *stats = xmalloc(2 * (size_t)N * sizeof(double)), *sd = gpu->alloc(2 * (size_t)N * sizeof(double));
+    float scale = 0.5f / N, *scale_d = gpu->alloc(sizeof scale);  // the GPU's read on the device (a replayed step's)
+    gpu->to_device(scale_d, &scale, sizeof scale);
     for (int phase = 0; phase < 2; phase++) {
         if (e == NEOX_ELEM_F32) memcpy(zh, logits.h, bytes), gpu->copy(zd, logits.d, bytes);
         else if (e == NEOX_ELEM_BF16) cpu->cast_f32_to_bf16(zh, logits.h, n), gpu->cast_f32_to_bf16(zd, logits.d, n);
@@ -1094,8 +1096,8 @@ static void test_cross_entropy_fused(int N, int V, neox_elem e) {
             gpu->to_device(mx.d, mx.h, (size_t)N * sizeof(float));
             gpu->to_device(sd, stats, (size_t)N * sizeof(double));
         }
-        cpu->cross_entropy_fused(zh, e, mx.h, stats, stats + N, tv.h, weight.h, 0.5f / N, N, V, phase);
-        gpu->cross_entropy_fused(zd, e, mx.d, sd, sd + N, tv.d, weight.d, 0.5f / N, N, V, phase);
+        cpu->cross_entropy_fused(zh, e, mx.h, stats, stats + N, tv.h, weight.h, 0.5f / N, NULL, N, V, phase);
+        gpu->cross_entropy_fused(zd, e, mx.d, sd, sd + N, tv.d, weight.d, -1.0f, scale_d, N, V, phase);
         char name[128];
         if (phase == 0) {
             checkf(0, 0, &mx, "cross_entropy_fused row max %s N=%d V=%d", tn, N, V);
@@ -1116,7 +1118,7 @@ static void test_cross_entropy_fused(int N, int V, neox_elem e) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
     ipair_free(&tv);
     free(t), free(zh), free(stats);
-    gpu->free(zd), gpu->free(sd);
+    gpu->free(zd), gpu->free(sd), gpu->free(scale_d);
 }
 
 // The loss assembled on the device from the same row maxima and (2, N) statistics on both sides, with
@@ -1381,16 +1383,19 @@ static void test_device_step(size_t n) {
     gpu->to_host(&got, dev, sizeof got);
     compare_scalar("sum_squares_segments_into", host, got, 1e-10);
     gpu->to_device(dev, &host, sizeof host);
-    cpu->clip_by_norm(g.h, n, &host, 1024.0, 1e-3);
-    gpu->clip_by_norm(g.d, n, dev, 1024.0, 1e-3);
-    checkf(0, 0, &g, "clip_by_norm n=%zu (loss scale 1024, clipped)", n);
+    double scale_at = 1024.0, *scale_at_d = gpu->alloc(sizeof scale_at);  // (a replayed step's scale)
+    gpu->to_device(scale_at_d, &scale_at, sizeof scale_at);
+    cpu->clip_by_norm(g.h, n, &host, 1024.0, NULL, 1e-3);
+    gpu->clip_by_norm(g.d, n, dev, 1.0, scale_at_d, 1e-3);
+    checkf(0, 0, &g, "clip_by_norm n=%zu (loss scale 1024 read on the device, clipped)", n);
+    gpu->free(scale_at_d);
     cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, 3, scalars_on(cpu, 3e-4f, 3), 0.9f, 0.999f, 1e-6f, 1.0f, &host);
     gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, scalars_on(gpu, 3e-4f, 3), 0.9f, 0.999f, 1e-6f, 1.0f, dev);
     checkf(0, 1e-6, &p, "adamw_segments guard finite: updated");
     double inf = INFINITY;
     gpu->to_device(dev, &inf, sizeof inf);
     gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, scalars_on(gpu, 3e-4f, 4), 0.9f, 0.999f, 1e-6f, 1.0f, dev);
-    gpu->clip_by_norm(g.d, n, dev, 1.0, 1e-3);
+    gpu->clip_by_norm(g.d, n, dev, 1.0, NULL, 1e-3);
     checkf(0, 1e-6, &p, "adamw_segments guard inf: skipped");
     checkf(0, 1e-6, &m, "adamw_segments guard inf: exp_avg untouched");
     checkf(0, 0, &g, "clip_by_norm inf: untouched");
