@@ -129,10 +129,12 @@ extern "C" {
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
       const neox_step_scalars *sc, float beta1, float beta2, float eps, float grad_scale, const double *guard),       \
       (param, grad, m, v, segs, nseg, sc, beta1, beta2, eps, grad_scale, guard))                                       \
-    X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,  \
-      float momentum, int first), (param, grad, buf, segs, nseg, lr, momentum, first))                                 \
-    X(void, lion_segments, (float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,   \
-      float beta1, float beta2), (param, grad, m, segs, nseg, lr, beta1, beta2))                                       \
+    X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,           \
+      const neox_step_scalars *sc, float momentum, const double *guard), (param, grad, buf, segs, nseg, sc, momentum,  \
+      guard))                                                                                                          \
+    X(void, lion_segments, (float *param, const float *grad, float *m, const neox_segment *segs, int nseg,            \
+      const neox_step_scalars *sc, float beta1, float beta2, const double *guard), (param, grad, m, segs, nseg, sc,     \
+      beta1, beta2, guard))                                                                                            \
     X(void, madgrad_segments, (float *param, const float *grad, float *sum_sq, float *s, float *x0,                    \
       const neox_segment *segs, int nseg, float lr_eps, float lamb, float momentum, float eps, int first), (param,     \
       grad, sum_sq, s, x0, segs, nseg, lr_eps, lamb, momentum, eps, first))                                            \

@@ -417,15 +417,16 @@ void neox_adamw_segments(float *param, const float *grad, float *m, float *v, co
                          const neox_step_scalars *sc, float beta1, float beta2, float eps, float grad_scale,
                          const double *guard);
 // torch.optim.SGD over each segment (no dampening, no Nesterov, as GPT-NeoX configures it):
-// d = g + wd * p; with momentum, buf = d on the first step (first = 1), else momentum * buf + d;
-// p -= lr * buf (or lr * d without momentum; buf unused then).
-void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,
-                       float momentum, int first);
+// d = g + wd * p; with momentum, buf = d on the first step (sc->step 1), else momentum * buf + d;
+// p -= lr * buf (or lr * d without momentum; buf unused then). sc (lr, step) and guard as
+// neox_adamw_segments's: in the backend's memory, the update skipped when *guard is not finite.
+void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,
+                       const neox_step_scalars *sc, float momentum, const double *guard);
 // Lion (lion-pytorch's update, DeepSpeed's FusedLion's) over each segment: p *= 1 - lr * wd;
 // p -= lr * sign(beta1 * m + (1 - beta1) * g) (sign 0 for 0); then m = beta2 * m + (1 - beta2) * g.
-// param, grad, m: (n) indexed from the segments' origin.
-void neox_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,
-                        float beta1, float beta2);
+// param, grad, m: (n) indexed from the segments' origin. sc (its lr) and guard as neox_adamw_segments's.
+void neox_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg,
+                        const neox_step_scalars *sc, float beta1, float beta2, const double *guard);
 // GPT-NeoX's madgrad_wd (MADGRAD, dual averaging with a cube-root denominator, and AdamW-style
 // decoupled weight decay) over each segment; lr_eps: the step's lr + eps (madgrad_wd adds them),
 // lamb = lr_eps * sqrt(step). p *= 1 - lr_eps * wd; then with momentum (x0: the parameters as they

@@ -405,16 +405,16 @@ neox_op_cost neox_op_cost_adamw_segments(float *param, const float *grad, float 
 
 // SGD with momentum reads param, grad, buf and writes param, buf.
 neox_op_cost neox_op_cost_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,
-                                       float lr, float momentum, int first) {
-    (void)param, (void)grad, (void)buf, (void)lr, (void)momentum, (void)first;
-    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg));
+                                       const neox_step_scalars *sc, float momentum, const double *guard) {
+    (void)param, (void)grad, (void)buf, (void)sc, (void)momentum;
+    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg) + (guard ? 8.0 : 0.0));
 }
 
 // Lion reads param, grad, m and writes param, m.
 neox_op_cost neox_op_cost_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg,
-                                        float lr, float beta1, float beta2) {
-    (void)param, (void)grad, (void)m, (void)lr, (void)beta1, (void)beta2;
-    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg));
+                                        const neox_step_scalars *sc, float beta1, float beta2, const double *guard) {
+    (void)param, (void)grad, (void)m, (void)sc, (void)beta1, (void)beta2;
+    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg) + (guard ? 8.0 : 0.0));
 }
 
 // MADGRAD reads param, grad, sum_sq, s (and x0 with momentum) and writes param, sum_sq, s.

@@ -26,15 +26,15 @@ struct neox_graph {
 };
 
 // Why this run's step cannot be captured (NULL: it can). The late read (t->late) already means one
-// rank, AdamW on the device and the language model's loss with nothing read back inside the step.
+// rank, AdamW, SGD or Lion on the device and the language model's loss with nothing read back inside the step.
 static const char *cannot_capture(const neox_trainer *t) {
     const neox_model_desc *d = &t->model->desc;
     if (!t->be->graph_begin)
         return neox_profile_inner() ? "wall_clock_breakdown (the per-op profile times every op as it runs)"
                                     : "this compute_backend (no device stream to capture)";
     if (t->grid->world_size > 1) return "several ranks (collectives and the gradient norm go through MPI)";
-    if (!t->late) return "the step reads values back while it runs (optimizer not AdamW, offload, a part that "
-                         "replaces the loss or logs from the step's state)";
+    if (!t->late) return "the step reads values back while it runs (optimizer not AdamW, SGD or Lion, offload, a "
+                         "part that replaces the loss or logs from the step's state)";
     if (d->moe_experts > 1) return "Mixture of Experts (routing is computed on the host)";
     if (d->recompute_inputs_on_host) return "recompute_inputs_on_host (synchronous copies inside the step)";
     if (neox_config_bool(t->cfg, sparse_gradients)) return "sparse_gradients (the touched rows are read on the host)";

@@ -256,7 +256,7 @@ int neox_train_graph_step(neox_trainer *t, neox_step_result *out, neox_error *er
 void neox_train_graph_free(neox_trainer *t);
 // Bytes of MPI's temporary for one all-gather of the updated partitions (stages 1, 2 on the host), else 0.
 size_t neox_train_gather_scratch_bytes(const neox_trainer *t);
-// The device step, for AdamW on one rank of a device backend (t->step_sumsq set at setup): queues the
+// The device step, for AdamW, SGD or Lion on one rank of a device backend (t->step_sumsq set at setup): queues the
 // gradients' sum of squares into t->step_sumsq, the unscaling and clipping by it and the update
 // guarded by it (skipped on the device when the norm is not finite), then reads the sum back once,
 // the step's only wait for the device after its loss. Returns the sum of squares.

@@ -1149,17 +1149,34 @@ static void test_cross_entropy_loss(int N) {
 
 // ---- optimizer --------------------------------------------------------------------------------------
 
-// Lion (explicitly rounded in the CPU's order: bit-exact expected) and MADGRAD (powf's cube root is
-// not exactly rounded on either side: 1e-5) over segments with gaps, 3 steps each; MADGRAD with and
-// without momentum (x0 stored by the first step, or unused).
+static const neox_step_scalars *scalars_on(const neox_backend *be, float lr, long step);
+
+// Lion and SGD (explicitly rounded in the CPU's order: bit-exact expected; the learning rate, SGD's
+// first step and the guard read on the device) and MADGRAD (powf's cube root is not exactly rounded on
+// either side: 1e-5) over segments with gaps, 3 steps each; MADGRAD with and without momentum (x0
+// stored by the first step, or unused).
 static void test_lion_madgrad(size_t n, const neox_segment *segs, int nseg) {
     pair p = pair_rand(n), g = pair_rand(n), m = pair_uniform(n, -0.1f, 0.1f);
+    double finite = 1.0, inf = INFINITY, *guard = gpu->alloc(sizeof(double));
+    gpu->to_device(guard, &finite, sizeof finite);
     for (int step = 1; step <= 3; step++) {
-        cpu->lion_segments(p.h, g.h, m.h, segs, nseg, 1e-4f * step, 0.9f, 0.99f);
-        gpu->lion_segments(p.d, g.d, m.d, segs, nseg, 1e-4f * step, 0.9f, 0.99f);
+        cpu->lion_segments(p.h, g.h, m.h, segs, nseg, scalars_on(cpu, 1e-4f * step, step), 0.9f, 0.99f, &finite);
+        gpu->lion_segments(p.d, g.d, m.d, segs, nseg, scalars_on(gpu, 1e-4f * step, step), 0.9f, 0.99f, guard);
     }
     checkf(0, 1e-6, &p, "lion_segments param (%d segments, gaps untouched)", nseg);
     checkf(0, 1e-6, &m, "lion_segments exp_avg");
+    for (int step = 1; step <= 3; step++) {  // SGD with momentum: the buffer starts as the first step's d
+        cpu->sgd_segments(p.h, g.h, m.h, segs, nseg, scalars_on(cpu, 1e-3f * step, step), 0.9f, NULL);
+        gpu->sgd_segments(p.d, g.d, m.d, segs, nseg, scalars_on(gpu, 1e-3f * step, step), 0.9f, guard);
+    }
+    checkf(0, 0, &p, "sgd_segments param (%d segments, momentum, guard finite)", nseg);
+    checkf(0, 0, &m, "sgd_segments momentum buffer");
+    gpu->to_device(guard, &inf, sizeof inf);  // an overflow's guard: neither touches anything
+    gpu->sgd_segments(p.d, g.d, m.d, segs, nseg, scalars_on(gpu, 1e-3f, 4), 0.9f, guard);
+    gpu->lion_segments(p.d, g.d, m.d, segs, nseg, scalars_on(gpu, 1e-4f, 4), 0.9f, 0.99f, guard);
+    checkf(0, 0, &p, "sgd_segments and lion_segments guard inf: param untouched");
+    checkf(0, 0, &m, "sgd_segments and lion_segments guard inf: state untouched");
+    gpu->free(guard);
     for (int with_momentum = 1; with_momentum >= 0; with_momentum--) {
         pair sq = pair_zero(n), s = pair_zero(n), x0 = pair_zero(n);
         float momentum = with_momentum ? 0.9f : 0.0f;

@@ -4,9 +4,10 @@
 # stay frozen. Against the CPU backend bit for bit (every metric, the checkpoints at iterations 4 and
 # 8; the emulated device's eager step equals the CPU's by tests/tools/train_emulated.sh): fp32 with
 # clipping, gradient accumulation, an LR warm-up and hidden and attention dropout (each micro-batch's
-# masks' row), bf16 with eod_mask_loss (the micro-batches' loss-mask sums differ), fp16 with forced
-# overflows (the dynamic scale moves). Each run captures once: the loss scale, the mask sums and the
-# dropout rows reach the replays through the step scalars, not as captured arguments.
+# masks' row), bf16 with Lion and eod_mask_loss (the micro-batches' loss-mask sums differ), fp16 with
+# forced overflows (the dynamic scale moves), with AdamW and with SGD with momentum (its first update,
+# which starts the buffer, decided on the device). Each run captures once: the loss scale, the mask
+# sums and the dropout rows reach the replays through the step scalars, not as captured arguments.
 # The test can fail: a replay that leaves the learning rate as captured (the test hook
 # NEOX_TEST_GRAPH_FREEZE_LR) differs from the CPU. Where the step cannot be captured, the run says why
 # (naming the feature) and trains eagerly.
@@ -44,10 +45,17 @@ same_checkpoints() {  # every tensor of every checkpoint shard of run $1 equals 
 KEYS=train/lm_loss,train/grad_norm,train/learning_rate,validation/lm_loss,test/lm_loss,train/loss_scale,train/skipped_iterations,train/nan_iterations
 OVF=', "fp16": {"enabled": true, "initial_scale_power": 26, "loss_scale_window": 3}'
 DROP=', "hidden_dropout": 0.1, "attention_dropout": 0.1'
-for spec in "fp32:$DROP" "bf16:, \"precision\": \"bfloat16\", \"eod_mask_loss\": true" "fp16:$OVF"; do
-    name=${spec%%:*} extra=${spec#*:}
-    check "$name: 8 steps on the CPU backend" run "cpu-$name" cpu false "$extra"
-    check "$name: 8 steps on the emulated device, captured and replayed" run "graph-$name" emulated true "$extra"
+SGD='"optimizer": {"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9}}'
+LION='"optimizer": {"type": "lion", "params": {"lr": 0.0003, "betas": [0.9, 0.99]}}'
+# NAME:OPTIMIZER:EXTRA (OPTIMIZER a variable's name). SGD under fp16's first overflows: its momentum
+# buffer's first step (sc->step 1, read on the device) comes once the scale is low enough.
+for spec in "fp32:ADAM:$DROP" "bf16:LION:, \"precision\": \"bfloat16\", \"eod_mask_loss\": true" "fp16:ADAM:$OVF" \
+    "sgd-fp16:SGD:$OVF"; do
+    name=${spec%%:*} rest=${spec#*:}
+    extra=${rest#*:}
+    optimizer=${rest%%:*} && optimizer=${!optimizer}
+    check "$name: 8 steps on the CPU backend" run "cpu-$name" cpu false "$extra" "$optimizer"
+    check "$name: 8 steps on the emulated device, captured and replayed" run "graph-$name" emulated true "$extra" "$optimizer"
     check "$name: replays after the eager warm-up" grep -q "cuda_graph: [1-9][0-9]* steps replayed" "$T/graph-$name.out"
     check "$name: replayed equals the CPU bit for bit" $LIB same "$T/cpu-$name/metrics.jsonl" "$T/graph-$name/metrics.jsonl" "$KEYS"
     check "$name: replayed checkpoints equal the CPU's" same_checkpoints "cpu-$name" "graph-$name"
@@ -63,7 +71,7 @@ scales = [json.loads(l)['train/loss_scale'] for l in open(sys.argv[1]) if 'train
 print('# loss scales:', scales, file=sys.stderr)
 skipped = [json.loads(l).get('train/skipped_iterations', 0) for l in open(sys.argv[1])]
 sys.exit(0 if len(set(scales[2:])) >= 2 and 1 in skipped else 1)" "$T/graph-fp16/metrics.jsonl"
-for name in fp32 bf16 fp16; do  # the loss scale, the mask sums and the dropout rows come through memory: one capture
+for name in fp32 bf16 fp16 sgd-fp16; do  # the loss scale, the mask sums and the dropout rows come through memory: one capture
     check "$name: captured once, replayed since" bash -c "grep 'cuda_graph: [0-9]* steps replayed' '$T/graph-$name.out' >&2 &&
         grep -q 'cuda_graph: [1-9][0-9]* steps replayed, 1 captured' '$T/graph-$name.out'"
 done
@@ -76,5 +84,6 @@ check "a frozen learning rate differs from the CPU" differs $LIB same "$T/cpu-fp
 # Refused by name, then trained eagerly (the same numbers as without the key).
 check "cpu backend: not captured, says why" run graph-cpu cpu true ', "exit_interval": 1'
 check "cpu backend: the notice names it" grep -q "cuda_graph: the step runs eagerly: this compute_backend" "$T/graph-cpu.out"
-check "SGD: not captured, says why" run graph-sgd emulated true ', "exit_interval": 1' '"optimizer": {"type": "SGD", "params": {"lr": 0.01}}'
-check "SGD: the notice names the step's reads" grep -q "cuda_graph: the step runs eagerly: the step reads values back" "$T/graph-sgd.out"
+check "madgrad_wd: not captured, says why" run graph-madgrad emulated true ', "exit_interval": 1' \
+    '"optimizer": {"type": "madgrad_wd", "params": {"lr": 0.01}}'
+check "madgrad_wd: the notice names the step's reads" grep -q "cuda_graph: the step runs eagerly: the step reads values back" "$T/graph-madgrad.out"
