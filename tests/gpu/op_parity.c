@@ -548,7 +548,7 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
     // The dropout counter of a tensor-parallel rank holding heads 1.. of NH + 3, from batch row 5.
-    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3}, og = oc;
+    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3, NULL}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     // The GPU's rows 2 + 3, the 3 read on the device (a replayed step's row): the CPU's 5.
     unsigned long long rows_at = 3, *rows_at_d = gpu->alloc(sizeof rows_at);
@@ -591,7 +591,7 @@ static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int 
     float host_slopes[64];
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
-    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL, 0, 0, 0}, og = oc;
+    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL, 0, 0, 0, NULL}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, oc);
     gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, og);
@@ -914,7 +914,7 @@ static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
     bpair q = bpair_uniform(nq, -2.0f, 2.0f), k = bpair_uniform(nkv, -2.0f, 2.0f), v = bpair_rand(nkv);
     bpair out = bpair_rand(nq), dout = bpair_rand(nq), dq = bpair_rand(nq), dk = bpair_rand(nkv), dv = bpair_rand(nkv);
     pair lse = pair_rand((size_t)B * NH * T);
-    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0};
+    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0, NULL};
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     bcheckf(3 * BF16_ULP, 3 * BF16_ULP, &out, "attention_forward bf16 storage B=%d T=%d NH=%d NKV=%d HS=%d", B, T, NH,
@@ -1313,7 +1313,7 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0},
+                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0, NULL},
                             NEOX_ELEM_F32);
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
@@ -1340,7 +1340,7 @@ static void test_determinism(void) {
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
-                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0}, NEOX_ELEM_F32);
+                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0, NULL}, NEOX_ELEM_F32);
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
