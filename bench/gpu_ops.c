@@ -64,12 +64,12 @@ typedef struct { int B, T, NH, HS; float *q, *k, *v, *out, *lse, *dout, *dq, *dk
 static void run_att_fwd(void *p) {
     att_ctx *a = p;
     be->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HS,
-                          (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0, 0, 0, 0, 0}, NEOX_ELEM_F32);
+                          (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, NEOX_ELEM_F32);
 }
 static void run_att_bwd(void *p) {
     att_ctx *a = p;
     be->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->B, a->T, a->NH, a->NH,
-                           a->HS, (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0, 0, 0, 0, 0}, NEOX_ELEM_F32);
+                           a->HS, (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, NEOX_ELEM_F32);
 }
 
 typedef struct { int N, C, V; float *x, *y, *w, *b, *mean, *rstd, *dx, *dw, *db, *logits, *lse, *losses; int *ids; } row_ctx;
@@ -90,12 +90,12 @@ static void run_ce_fwd(void *p) {
 }
 static void run_ce_bwd(void *p) {
     row_ctx *r = p;
-    be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, r->N, r->V, NEOX_ELEM_F32);
+    be->cross_entropy_backward(r->logits, r->logits, r->lse, r->ids, NULL, 1.0f / r->N, NULL, r->N, r->V, NEOX_ELEM_F32);
 }
 static void run_ce_fused(void *p) {  // the statistics into lse (max) and x (sums, target logits, doubles)
     row_ctx *r = p;
     double *stats = (double *)r->x;
-    be->cross_entropy_fused(r->logits, NEOX_ELEM_F32, r->lse, stats, stats + r->N, r->ids, NULL, 1.0f / r->N, r->N,
+    be->cross_entropy_fused(r->logits, NEOX_ELEM_F32, r->lse, stats, stats + r->N, r->ids, NULL, 1.0f / r->N, NULL, r->N,
                             r->V, 0);
 }
 static void run_ce_loss(void *p) {  // (2, N) doubles read from x, mask from dx, the two sums written to y

@@ -173,7 +173,7 @@ static void issue_step(step_state *st) {
     if (neox_model_forward(m, st->ids, st->ids + 1, NULL, &err) != 0) neox_die_error(&err);
     neox_model_backward(m, 1.0f);
     be->sum_squares_segments_into(st->sumsq, m->grad_buf, st->segs, m->nparams);
-    be->clip_by_norm(m->grad_buf, m->num_floats, st->sumsq, 1.0, 1.0);
+    be->clip_by_norm(m->grad_buf, m->num_floats, st->sumsq, 1.0, NULL, 1.0);
     be->adamw_segments(m->param_buf, m->grad_buf, st->mom, st->vel, st->segs, m->nparams, st->sc, 0.9f, 0.95f, 1e-8f,
                        1.0f, st->sumsq);
     neox_model_weights_changed(m);

@@ -95,7 +95,8 @@ extern "C" {
     X(void, add_inplace, (float *acc, const float *x, size_t n), (acc, x, n))                                          \
     X(void, add_bias, (void *x, const float *bias, int N, int C, neox_elem act), (x, bias, N, C, act))                \
     X(void, dropout, (void *out, const void *inp, size_t n, float p, unsigned long long seed,                         \
-      unsigned long long offset, neox_elem act), (out, inp, n, p, seed, offset, act))                                   \
+      unsigned long long offset, const unsigned long long *row0_at, unsigned long long row_elems, neox_elem act),      \
+      (out, inp, n, p, seed, offset, row0_at, row_elems, act))                                                         \
     X(void, jitter, (void *out, const void *inp, size_t n, float eps, unsigned long long seed, neox_elem act),       \
       (out, inp, n, eps, seed, act))                                                                                   \
     X(void, cross_entropy_forward, (float *losses, float *lse, const void *logits, const int *targets, int N, int V,  \
@@ -109,11 +110,11 @@ extern "C" {
     X(void, cross_entropy_loss, (float *lse, double *loss, const float *mx, const double *stats, const float *mask,     \
       int N), (lse, loss, mx, stats, mask, N))                                                                         \
     X(void, cross_entropy_backward, (void *dlogits, const void *logits, const float *lse, const int *targets,          \
-      const float *weight, float scale, int N, int V, neox_elem act), (dlogits, logits, lse, targets, weight, scale,   \
-      N, V, act))                                                                                                      \
+      const float *weight, float scale, const float *scale_at, int N, int V, neox_elem act), (dlogits, logits, lse,    \
+      targets, weight, scale, scale_at, N, V, act))                                                                    \
     X(void, cross_entropy_fused, (void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,   \
-      const int *targets, const float *weight, float scale, int N, int V, int stats_given), (logits, logits_elem, mx,   \
-      sum, target_logit, targets, weight, scale, N, V, stats_given))                                                   \
+      const int *targets, const float *weight, float scale, const float *scale_at, int N, int V, int stats_given),     \
+      (logits, logits_elem, mx, sum, target_logit, targets, weight, scale, scale_at, N, V, stats_given))               \
     X(double, sum_squares, (const float *x, size_t n), (x, n))                                                         \
     X(double, sum_squares_segments, (const float *x, const neox_segment *segs, int nseg), (x, segs, nseg))             \
     X(void, scale, (float *x, size_t n, float s), (x, n, s))                                                           \
@@ -121,17 +122,19 @@ extern "C" {
       float eps, float weight_decay, long step), (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step))    \
     X(void, sum_squares_segments_into, (double *sumsq, const float *x, const neox_segment *segs, int nseg), (sumsq, x,  \
       segs, nseg))                                                                                                     \
-    X(void, clip_by_norm, (float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad), (x, n, sumsq,  \
-      loss_scale, clip_grad))                                                                                          \
+    X(void, clip_by_norm, (float *x, size_t n, const double *sumsq, double loss_scale, const double *loss_scale_at,    \
+      double clip_grad), (x, n, sumsq, loss_scale, loss_scale_at, clip_grad))                                          \
     X(void, loss_guard, (double *guard, const double *sumsq, const double *loss_sums, int n), (guard, sumsq, loss_sums, \
       n))                                                                                                              \
     X(void, adamw_segments, (float *param, const float *grad, float *m, float *v, const neox_segment *segs, int nseg,  \
       const neox_step_scalars *sc, float beta1, float beta2, float eps, float grad_scale, const double *guard),       \
       (param, grad, m, v, segs, nseg, sc, beta1, beta2, eps, grad_scale, guard))                                       \
-    X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,  \
-      float momentum, int first), (param, grad, buf, segs, nseg, lr, momentum, first))                                 \
-    X(void, lion_segments, (float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,   \
-      float beta1, float beta2), (param, grad, m, segs, nseg, lr, beta1, beta2))                                       \
+    X(void, sgd_segments, (float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,           \
+      const neox_step_scalars *sc, float momentum, const double *guard), (param, grad, buf, segs, nseg, sc, momentum,  \
+      guard))                                                                                                          \
+    X(void, lion_segments, (float *param, const float *grad, float *m, const neox_segment *segs, int nseg,            \
+      const neox_step_scalars *sc, float beta1, float beta2, const double *guard), (param, grad, m, segs, nseg, sc,     \
+      beta1, beta2, guard))                                                                                            \
     X(void, madgrad_segments, (float *param, const float *grad, float *sum_sq, float *s, float *x0,                    \
       const neox_segment *segs, int nseg, float lr_eps, float lamb, float momentum, float eps, int first), (param,     \
       grad, sum_sq, s, x0, segs, nseg, lr_eps, lamb, momentum, eps, first))                                            \

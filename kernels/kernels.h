@@ -238,6 +238,9 @@ typedef struct neox_attention_opts {
     // q_split rows and from q_pos1 for the rest (q_split 0: all from q_pos0); the causal mask, the
     // window and ALiBi's j - i take these positions. The keys are always positions 0..T-1.
     int q_rows, q_split, q_pos0, q_pos1;
+    // NULL, or one row index in backend memory that the kernels add to dropout_row0 when they run: a
+    // captured step's micro-batch, whose row changes at every replay (lib/train/step_scalars.c).
+    const unsigned long long *dropout_row0_at;
 } neox_attention_opts;
 
 // The query rows of an attention over T keys, and the global position of query row r (kernels.h's opts).
@@ -246,6 +249,13 @@ NEOX_HOST_DEVICE static inline int neox_attention_query_rows(const neox_attentio
 }
 NEOX_HOST_DEVICE static inline int neox_attention_query_pos(const neox_attention_opts *o, int r) {
     return o->q_split > 0 && r >= o->q_split ? o->q_pos1 + (r - o->q_split) : o->q_pos0 + r;
+}
+
+// The first row of the masks' counter (dropout_row0, plus the value at dropout_row0_at if any), read
+// where the kernel runs.
+NEOX_HOST_DEVICE static inline unsigned long long neox_attention_dropout_first_row(unsigned long long row0,
+                                                                                   const unsigned long long *row0_at) {
+    return row0 + (row0_at ? *row0_at : 0ULL);
 }
 
 // Attention dropout keeps probability (i, j) of local head h of micro-batch row b when
@@ -326,9 +336,12 @@ void neox_add_inplace(float *acc, const float *x, size_t n);
 // x: (N, C) += bias: (C) on every row (row-parallel layers add their bias after the reduction).
 void neox_add_bias(void *x, const float *bias, int N, int C, neox_elem act);
 // Inverted dropout: out = keep ? inp / (1 - p) : 0 with keep = neox_uniform(seed, offset + i) >= p.
-// The backward is the same call on the gradient. out may alias inp.
+// row0_at: NULL, or one row index in backend memory read when the op runs, which adds
+// *row0_at * row_elems to the offset (a captured step's micro-batch, whose first row among all that
+// drew masks changes at every replay: lib/train/step_scalars.c). The backward is the same call on the
+// gradient. out may alias inp.
 void neox_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed, unsigned long long offset,
-                  neox_elem act);
+                  const unsigned long long *row0_at, unsigned long long row_elems, neox_elem act);
 // Multiplicative jitter (GPT-NeoX's MoE router noise): out = inp * (low + u * (high - low)), low = 1 - eps,
 // high = 1 + eps, u = neox_uniform(seed, i). out may be inp; applied to a gradient it is its backward.
 // inp and out are stored as act (the product in fp32, rounded once).
@@ -363,8 +376,10 @@ void neox_cross_entropy_loss(float *lse, double *loss, const float *mx, const do
 // (NULL = all ones) and scale usually 1/sum(weight). dlogits may alias logits (saves N*V floats).
 // A target outside [0, V) (on another rank's part of the vocabulary) subtracts no one-hot. Under bf16
 // each element is rounded once, after the one-hot's subtraction.
+// scale_at: NULL, or the scale in backend memory, read when the op runs in place of scale (a captured
+// step's micro-batch, whose loss scale and mask sum may change at every replay; so for the fused form).
 void neox_cross_entropy_backward(void *dlogits, const void *logits, const float *lse, const int *targets,
-                                 const float *weight, float scale, int N, int V, neox_elem act);
+                                 const float *weight, float scale, const float *scale_at, int N, int V, neox_elem act);
 // The training loss of a chunk of rows and its gradient in one pass, for when the gradient is known
 // at forward time (the fused classifier: the output layer's backward follows each chunk at once, so
 // no logits are held for every row or made twice). logits: (N, V) of element type logits_elem (fp32,
@@ -379,7 +394,8 @@ void neox_cross_entropy_backward(void *dlogits, const void *logits, const float 
 // columns (row_max, row_sumexp and target_logit made them), target_logit is not used (may be NULL),
 // and only dlogits is written.
 void neox_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,
-                              const int *targets, const float *weight, float scale, int N, int V, int stats_given);
+                              const int *targets, const float *weight, float scale, const float *scale_at, int N, int V,
+                              int stats_given);
 
 // ---- optimizer --------------------------------------------------------------------------------
 // Sum of squares of x (n), accumulated in double: global gradient norm = sqrt of the sum over buffers.
@@ -415,15 +431,16 @@ void neox_adamw_segments(float *param, const float *grad, float *m, float *v, co
                          const neox_step_scalars *sc, float beta1, float beta2, float eps, float grad_scale,
                          const double *guard);
 // torch.optim.SGD over each segment (no dampening, no Nesterov, as GPT-NeoX configures it):
-// d = g + wd * p; with momentum, buf = d on the first step (first = 1), else momentum * buf + d;
-// p -= lr * buf (or lr * d without momentum; buf unused then).
-void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,
-                       float momentum, int first);
+// d = g + wd * p; with momentum, buf = d on the first step (sc->step 1), else momentum * buf + d;
+// p -= lr * buf (or lr * d without momentum; buf unused then). sc (lr, step) and guard as
+// neox_adamw_segments's: in the backend's memory, the update skipped when *guard is not finite.
+void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,
+                       const neox_step_scalars *sc, float momentum, const double *guard);
 // Lion (lion-pytorch's update, DeepSpeed's FusedLion's) over each segment: p *= 1 - lr * wd;
 // p -= lr * sign(beta1 * m + (1 - beta1) * g) (sign 0 for 0); then m = beta2 * m + (1 - beta2) * g.
-// param, grad, m: (n) indexed from the segments' origin.
-void neox_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,
-                        float beta1, float beta2);
+// param, grad, m: (n) indexed from the segments' origin. sc (its lr) and guard as neox_adamw_segments's.
+void neox_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg,
+                        const neox_step_scalars *sc, float beta1, float beta2, const double *guard);
 // GPT-NeoX's madgrad_wd (MADGRAD, dual averaging with a cube-root denominator, and AdamW-style
 // decoupled weight decay) over each segment; lr_eps: the step's lr + eps (madgrad_wd adds them),
 // lamb = lr_eps * sqrt(step). p *= 1 - lr_eps * wd; then with momentum (x0: the parameters as they
@@ -475,7 +492,10 @@ NEOX_HOST_DEVICE static inline double neox_clip_coefficient(double clip_grad, do
 // Unscaling and clipping from a sum of squares in the backend's memory: with norm = sqrt(*sumsq) /
 // loss_scale (the unscaled gradients' norm), x (n) *= (float)(1 / loss_scale * neox_clip_coefficient
 // (clip_grad, norm)) when the norm is finite and that factor is not 1; else x is left as it is.
-void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad);
+// loss_scale_at: NULL, or the loss scale in backend memory, read when the op runs in place of loss_scale
+// (a captured step's: the fp16 scale moves between replays).
+void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, const double *loss_scale_at,
+                       double clip_grad);
 // A micro-batch's mean token loss from its cross_entropy_loss pair (masked sum, sum of the mask): the
 // one expression for the model's loss on the host and the device's guard below.
 NEOX_HOST_DEVICE static inline float neox_mean_loss(double sum, double mask_sum) {

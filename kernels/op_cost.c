@@ -309,8 +309,9 @@ neox_op_cost neox_op_cost_add_bias(void *x, const float *bias, int N, int C, neo
 }
 
 neox_op_cost neox_op_cost_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed,
-                                  unsigned long long offset, neox_elem act) {
-    (void)out, (void)inp, (void)p, (void)seed, (void)offset;
+                                  unsigned long long offset, const unsigned long long *row0_at,
+                                  unsigned long long row_elems, neox_elem act) {
+    (void)out, (void)inp, (void)p, (void)seed, (void)offset, (void)row0_at, (void)row_elems;
     return bytes_only(elem_bytes(act) * 2.0 * (double)n);
 }
 
@@ -356,9 +357,9 @@ neox_op_cost neox_op_cost_cross_entropy_loss(float *lse, double *loss, const flo
 }
 
 neox_op_cost neox_op_cost_cross_entropy_backward(void *dlogits, const void *logits, const float *lse,
-                                                 const int *targets, const float *weight, float scale, int N, int V,
-                                                 neox_elem act) {
-    (void)dlogits, (void)logits, (void)lse, (void)targets, (void)scale;
+                                                 const int *targets, const float *weight, float scale,
+                                                 const float *scale_at, int N, int V, neox_elem act) {
+    (void)dlogits, (void)logits, (void)lse, (void)targets, (void)scale, (void)scale_at;
     return bytes_only(elem_bytes(act) * 2.0 * N * V + F32 * (N + (weight ? N : 0)) + IDX * N);
 }
 
@@ -366,8 +367,8 @@ neox_op_cost neox_op_cost_cross_entropy_backward(void *dlogits, const void *logi
 // writes the three statistics, the vocab-parallel second phase reads two.
 neox_op_cost neox_op_cost_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum,
                                               double *target_logit, const int *targets, const float *weight,
-                                              float scale, int N, int V, int stats_given) {
-    (void)logits, (void)mx, (void)sum, (void)target_logit, (void)targets, (void)scale;
+                                              float scale, const float *scale_at, int N, int V, int stats_given) {
+    (void)logits, (void)mx, (void)sum, (void)target_logit, (void)targets, (void)scale, (void)scale_at;
     double n = N, stats = stats_given ? F32 * n + 8.0 * n : F32 * n + 2.0 * 8.0 * n;
     return bytes_only(elem_bytes(logits_elem) * 2.0 * n * V + stats + (weight ? F32 * n : 0.0) + IDX * n);
 }
@@ -388,8 +389,9 @@ neox_op_cost neox_op_cost_sum_squares_segments_into(double *sumsq, const float *
     return bytes_only(F32 * segments_floats(segs, nseg) + 8.0);
 }
 
-neox_op_cost neox_op_cost_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
-    (void)x, (void)sumsq, (void)loss_scale, (void)clip_grad;
+neox_op_cost neox_op_cost_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale,
+                                       const double *loss_scale_at, double clip_grad) {
+    (void)x, (void)sumsq, (void)loss_scale, (void)loss_scale_at, (void)clip_grad;
     return bytes_only(F32 * 2.0 * (double)n + 8.0);
 }
 
@@ -415,16 +417,16 @@ neox_op_cost neox_op_cost_adamw_segments(float *param, const float *grad, float 
 
 // SGD with momentum reads param, grad, buf and writes param, buf.
 neox_op_cost neox_op_cost_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,
-                                       float lr, float momentum, int first) {
-    (void)param, (void)grad, (void)buf, (void)lr, (void)momentum, (void)first;
-    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg));
+                                       const neox_step_scalars *sc, float momentum, const double *guard) {
+    (void)param, (void)grad, (void)buf, (void)sc, (void)momentum;
+    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg) + (guard ? 8.0 : 0.0));
 }
 
 // Lion reads param, grad, m and writes param, m.
 neox_op_cost neox_op_cost_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg,
-                                        float lr, float beta1, float beta2) {
-    (void)param, (void)grad, (void)m, (void)lr, (void)beta1, (void)beta2;
-    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg));
+                                        const neox_step_scalars *sc, float beta1, float beta2, const double *guard) {
+    (void)param, (void)grad, (void)m, (void)sc, (void)beta1, (void)beta2;
+    return bytes_only(F32 * 5.0 * segments_floats(segs, nseg) + (guard ? 8.0 : 0.0));
 }
 
 // MADGRAD reads param, grad, sum_sq, s (and x0 with momentum) and writes param, sum_sq, s.

@@ -295,6 +295,11 @@ struct neox_model {
     // the caller before each training forward (the backward's loss_scale, known then).
     int fused_head;
     float head_loss_scale;
+    // NULL, or the micro-batch's loss gradient scale (neox_model_head_scale of its loss scale and mask
+    // sum) in backend memory, which the loss's ops read in place of the one made from head_loss_scale
+    // and the staged mask (a captured step's micro-batch: its trainer writes it there, kept in the slot
+    // for its backward).
+    const float *head_scale_at;
     float *act_buf;
     size_t act_floats;
     size_t layer_set_floats, layer_input_floats;  // one layer's saved set and kept input (neox_model_activation_layout)
@@ -309,6 +314,9 @@ struct neox_model {
     // gives each sample the same row draws the same masks.
     int training;
     unsigned long long dropout_seed, dropout_row0;
+    // NULL, or a row index in backend memory that the masks add to dropout_row0 when they are drawn (a
+    // captured step's micro-batch, whose row changes at every replay: its trainer writes it there).
+    const unsigned long long *dropout_row0_at;
     float loss;              // of the last forward with targets (on the last pipe stage)
     // Set by the caller: leave the loss on the backend (loss is then NaN; neox_model_loss_sums has it),
     // so that a forward never waits for the device (the trainer reads its steps' losses a step late).
@@ -433,6 +441,12 @@ void neox_model_set_head_rows(neox_model *m, int rows);
 // it). Takes effect at the next plan; the loss and gradients are the unfused path's (bit for bit on
 // the CPU with the same chunks).
 #define NEOX_MODEL_HEAD_FUSED_ELEMS ((size_t)1 << 26)
+// The scale of a micro-batch's loss gradient: its loss scale over its mask's sum (the mean's
+// normalisation), 0 for an empty mask. The one expression for the model's loss ops and for a trainer
+// that puts it in backend memory (head_scale_at).
+static inline float neox_model_head_scale(float loss_scale, float mask_sum) {
+    return mask_sum > 0 ? loss_scale / mask_sum : 0.0f;
+}
 void neox_model_set_fused_head(neox_model *m, int on);
 // The inputs' page-locked staging for a captured step (lib/train/graph.c). set_input_sets: how many
 // micro-batches' ids, targets and masks it holds (2 unless asked: a forward refills the set of two

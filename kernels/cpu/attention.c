@@ -37,7 +37,8 @@ static inline float keep_factor(float p, unsigned long long seed, unsigned long 
 
 // The first dropout counter row of head h of micro-batch row b (kernels.h).
 static unsigned long long dropout_row(const neox_attention_opts *o, int NH, int b, int h, int T) {
-    return neox_attention_dropout_row(o->dropout_row0, o->dropout_head0, o->dropout_heads, NH, b, h, T);
+    return neox_attention_dropout_row(neox_attention_dropout_first_row(o->dropout_row0, o->dropout_row0_at),
+                                      o->dropout_head0, o->dropout_heads, NH, b, h, T);
 }
 
 // A copy of x (n values) rounded to the operand type, or x itself in fp32 (nothing to free then).

@@ -97,8 +97,9 @@ void neox_cross_entropy_forward(float *losses, float *lse, const void *logits, c
 }
 
 void neox_cross_entropy_backward(void *dlogits, const void *logits, const float *lse, const int *targets,
-                                 const float *weight, float scale, int N, int V, neox_elem act) {
+                                 const float *weight, float scale, const float *scale_at, int N, int V, neox_elem act) {
     size_t row_bytes = (size_t)V * elem_bytes(act);
+    if (scale_at) scale = *scale_at;
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         float w = (weight ? weight[i] : 1.0f) * scale;
@@ -139,7 +140,9 @@ void neox_cross_entropy_target_logit(double *out, const void *logits, const int 
 
 // ---- the fused loss and gradient (neox_cross_entropy_fused) -------------------------------------
 void neox_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,
-                              const int *targets, const float *weight, float scale, int N, int V, int stats_given) {
+                              const int *targets, const float *weight, float scale, const float *scale_at, int N, int V,
+                              int stats_given) {
+    if (scale_at) scale = *scale_at;
     size_t row_bytes = (size_t)V * (logits_elem == NEOX_ELEM_F32 ? sizeof(float) : sizeof(uint16_t));
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {

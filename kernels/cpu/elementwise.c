@@ -34,8 +34,9 @@ void neox_add_bias(void *x, const float *bias, int N, int C, neox_elem act) {
 }
 
 void neox_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed, unsigned long long offset,
-                  neox_elem act) {
+                  const unsigned long long *row0_at, unsigned long long row_elems, neox_elem act) {
     float keep_scale = 1.0f / (1.0f - p);
+    if (row0_at) offset += *row0_at * row_elems;
     #pragma omp parallel for
     for (size_t i = 0; i < n; i++)
         neox_act_set(out, i, neox_uniform(seed, offset + i) >= p ? neox_act_get(inp, i, act) * keep_scale : 0.0f, act);

@@ -97,8 +97,11 @@ void neox_adamw_segments(float *param, const float *grad, float *m, float *v, co
     }
 }
 
-void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg, float lr,
-                       float momentum, int first) {
+void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,
+                       const neox_step_scalars *sc, float momentum, const double *guard) {
+    if (guard && !isfinite(*guard)) return;
+    float lr = sc->lr;
+    int first = sc->step == 1;
     for (int s = 0; s < nseg; s++) {
         float wd = segs[s].weight_decay;
         #pragma omp parallel for
@@ -116,8 +119,10 @@ void neox_sgd_segments(float *param, const float *grad, float *buf, const neox_s
 // The decay factor 1 - lr * wd as torch forms it: in double, then rounded to the tensor's float.
 static float decay_factor(float lr, float weight_decay) { return (float)(1.0 - (double)lr * weight_decay); }
 
-void neox_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg, float lr,
-                        float beta1, float beta2) {
+void neox_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg,
+                        const neox_step_scalars *sc, float beta1, float beta2, const double *guard) {
+    if (guard && !isfinite(*guard)) return;
+    float lr = sc->lr;
     float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
     for (int s = 0; s < nseg; s++) {
         float decay = decay_factor(lr, segs[s].weight_decay);
@@ -255,7 +260,9 @@ void neox_sum_squares_segments_into(double *sumsq, const float *x, const neox_se
     *sumsq = neox_sum_squares_segments(x, segs, nseg);
 }
 
-void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
+void neox_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, const double *loss_scale_at,
+                       double clip_grad) {
+    if (loss_scale_at) loss_scale = *loss_scale_at;
     double norm = sqrt(*sumsq) / loss_scale, coef = 1.0 / loss_scale * neox_clip_coefficient(clip_grad, norm);
     if (isfinite(norm) && coef != 1.0) neox_scale(x, n, (float)coef);
 }

@@ -79,13 +79,15 @@ struct att_shape {
     int window;                            // keys a query sees, itself included (0: all earlier ones)
     float scale, dropout, keep_scale;
     unsigned long long seed, drop_row0;    // dropout: the counter's first row and heads (kernels.h)
+    const unsigned long long *drop_row0_at;  // NULL, or a row on the device added to drop_row0 (a replayed step's)
     int drop_head0, drop_heads;
     const float *alibi;                    // (NH) slopes on the device, or NULL
 };
 
 // The first dropout counter row of head h of micro-batch row b (the CPU's).
 __device__ __forceinline__ unsigned long long dropout_row(const att_shape &a, int b, int h) {
-    return neox_attention_dropout_row(a.drop_row0, a.drop_head0, a.drop_heads, a.NH, b, h, a.Tq);
+    return neox_attention_dropout_row(neox_attention_dropout_first_row(a.drop_row0, a.drop_row0_at), a.drop_head0,
+                                      a.drop_heads, a.NH, b, h, a.Tq);
 }
 
 // Head h's ALiBi slope (0 without ALiBi).
@@ -340,6 +342,7 @@ static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, in
     a.keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;  // the CPU's keep factor
     a.seed = seed;
     a.drop_row0 = o.dropout_row0;
+    a.drop_row0_at = o.dropout_row0_at;
     a.drop_head0 = o.dropout_head0;
     a.drop_heads = o.dropout_heads;
     return a;

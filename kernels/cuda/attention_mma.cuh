@@ -74,13 +74,15 @@ struct mma_shape {
     int T, NH, NKV, window;
     float scale, dropout, keep_scale;
     unsigned long long seed, drop_row0;  // dropout: the counter's first row and heads (kernels.h)
+    const unsigned long long *drop_row0_at;  // NULL, or a row on the device added to drop_row0 (a replayed step's)
     int drop_head0, drop_heads;
     const float *alibi;  // (NH) slopes on the device, or NULL
 };
 
 // The first dropout counter row of head h of micro-batch row b (the CPU's).
 __device__ __forceinline__ unsigned long long dropout_row(const mma_shape &a, int b, int h) {
-    return neox_attention_dropout_row(a.drop_row0, a.drop_head0, a.drop_heads, a.NH, b, h, a.T);
+    return neox_attention_dropout_row(neox_attention_dropout_first_row(a.drop_row0, a.drop_row0_at), a.drop_head0,
+                                      a.drop_heads, a.NH, b, h, a.T);
 }
 
 // Head h's ALiBi slope in the base-2 units of the scores (0 without ALiBi).
@@ -91,6 +93,7 @@ static inline mma_shape make_shape(int T, int NH, int NKV, const neox_attention_
     a.T = T, a.NH = NH, a.NKV = NKV, a.window = o.window;
     a.scale = o.scale, a.dropout = o.dropout, a.seed = o.seed, a.alibi = o.alibi;
     a.drop_row0 = o.dropout_row0, a.drop_head0 = o.dropout_head0, a.drop_heads = o.dropout_heads;
+    a.drop_row0_at = o.dropout_row0_at;
     a.keep_scale = o.dropout > 0.0f ? 1.0f / (1.0f - o.dropout) : 1.0f;  // the CPU's keep factor
     return a;
 }

@@ -38,15 +38,21 @@ extern "C" void neox_cuda_add_bias(void *x, const float *bias, int N, int C, neo
     ACT_DISPATCH(act, T, LAUNCH(add_bias_kernel<T>, n, (T *)x, bias, n, C));
 }
 
+// x: (n). row0_at (NULL, or one row on the device) is read by every thread, so a replayed graph takes
+// the row its step wrote there.
 template <typename T>
 __global__ void dropout_kernel(T *out, const T *inp, size_t n, float p, float keep_scale, unsigned long long seed,
-                               unsigned long long offset) {
+                               unsigned long long offset, const unsigned long long *row0_at,
+                               unsigned long long row_elems) {
+    if (row0_at) offset += *row0_at * row_elems;
     GRID_STRIDE(i, n) act_store(out, i, neox_uniform(seed, offset + i) >= p ? __fmul_rn(act_load(inp, i), keep_scale) : 0.0f);
 }
 extern "C" void neox_cuda_dropout(void *out, const void *inp, size_t n, float p, unsigned long long seed,
-                                  unsigned long long offset, neox_elem act) {
+                                  unsigned long long offset, const unsigned long long *row0_at,
+                                  unsigned long long row_elems, neox_elem act) {
     float keep_scale = 1.0f / (1.0f - p);  // on the host, as the CPU computes it
-    ACT_DISPATCH(act, T, LAUNCH(dropout_kernel<T>, n, (T *)out, (const T *)inp, n, p, keep_scale, seed, offset));
+    ACT_DISPATCH(act, T, LAUNCH(dropout_kernel<T>, n, (T *)out, (const T *)inp, n, p, keep_scale, seed, offset,
+                                row0_at, row_elems));
 }
 
 // The CPU's expression, rounded step by step (no fused multiply-add).
@@ -67,14 +73,17 @@ extern "C" void neox_cuda_scale(float *x, size_t n, float s) { LAUNCH(scale_kern
 
 // neox_clip_by_norm: every thread derives the factor from *sumsq in double, with the host's
 // expressions (double sqrt and division are correctly rounded on both), so no value goes to the host.
-__global__ void clip_by_norm_kernel(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
+__global__ void clip_by_norm_kernel(float *x, size_t n, const double *sumsq, double loss_scale,
+                                    const double *loss_scale_at, double clip_grad) {
+    if (loss_scale_at) loss_scale = *loss_scale_at;
     double norm = sqrt(*sumsq) / loss_scale, coef = 1.0 / loss_scale * neox_clip_coefficient(clip_grad, norm);
     if (!isfinite(norm) || coef == 1.0) return;
     float s = (float)coef;
     GRID_STRIDE(i, n) x[i] *= s;
 }
-extern "C" void neox_cuda_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale, double clip_grad) {
-    LAUNCH(clip_by_norm_kernel, n, x, n, sumsq, loss_scale, clip_grad);
+extern "C" void neox_cuda_clip_by_norm(float *x, size_t n, const double *sumsq, double loss_scale,
+                                       const double *loss_scale_at, double clip_grad) {
+    LAUNCH(clip_by_norm_kernel, n, x, n, sumsq, loss_scale, loss_scale_at, clip_grad);
 }
 
 // neox_loss_guard: a handful of values, one thread (its only job is to keep the decision on the device).

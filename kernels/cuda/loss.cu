@@ -52,9 +52,9 @@ template <typename S> __global__ void row_sumexp_kernel(double *sum, const S *lo
 // Each element is read and written by the same thread, so dlogits may alias logits.
 template <typename S>
 __global__ void cross_entropy_backward_kernel(S *dlogits, const S *logits, const float *lse, const int *targets,
-                                              const float *weight, float scale, int V) {
+                                              const float *weight, float scale, const float *scale_at, int V) {
     size_t row = blockIdx.x;
-    float w = (weight ? weight[row] : 1.0f) * scale, l = lse[row];
+    float w = (weight ? weight[row] : 1.0f) * (scale_at ? *scale_at : scale), l = lse[row];
     int target = targets[row];
     const S *z = logits + row * V;
     S *dz = dlogits + row * V;
@@ -96,11 +96,11 @@ extern "C" void neox_cuda_cross_entropy_row_sumexp(double *sum, const void *logi
 }
 
 extern "C" void neox_cuda_cross_entropy_backward(void *dlogits, const void *logits, const float *lse,
-                                                 const int *targets, const float *weight, float scale, int N, int V,
-                                                 neox_elem act) {
+                                                 const int *targets, const float *weight, float scale,
+                                                 const float *scale_at, int N, int V, neox_elem act) {
     if (N <= 0) return;
     ACT_DISPATCH(act, S, cross_entropy_backward_kernel<S><<<N, CE_THREADS, 0, neox_cuda_current_stream()>>>(
-                             (S *)dlogits, (const S *)logits, lse, targets, weight, scale, V));
+                             (S *)dlogits, (const S *)logits, lse, targets, weight, scale, scale_at, V));
     CUDA_LAUNCHED();
 }
 
@@ -164,7 +164,8 @@ static size_t fused_cache_bytes(void) {
 // target's one-hot subtracted in fp32 before rounding, as the CPU's cross_entropy.c.
 template <typename T>
 __global__ void cross_entropy_fused_kernel(T *logits, float *mx, double *sum, double *target_logit, const int *targets,
-                                           const float *weight, float scale, int V, int stats_given, int cached) {
+                                           const float *weight, float scale, const float *scale_at, int V,
+                                           int stats_given, int cached) {
     extern __shared__ __align__(16) unsigned char fused_row[];
     size_t row = blockIdx.x;
     T *z = logits + row * V;
@@ -192,7 +193,7 @@ __global__ void cross_entropy_fused_kernel(T *logits, float *mx, double *sum, do
             target_logit[row] = t >= 0 && t < V ? (double)widen(src[t]) : 0.0;
         }
     }
-    float l = m + (float)log(s), w = (weight ? weight[row] : 1.0f) * scale;
+    float l = m + (float)log(s), w = (weight ? weight[row] : 1.0f) * (scale_at ? *scale_at : scale);
     // Each element is read and written by the same thread (and the cache is not written), so the
     // gradient may overwrite the logits.
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
@@ -203,7 +204,7 @@ __global__ void cross_entropy_fused_kernel(T *logits, float *mx, double *sum, do
 
 template <typename T>
 static void launch_fused(void *logits, float *mx, double *sum, double *target_logit, const int *targets,
-                         const float *weight, float scale, int N, int V, int stats_given) {
+                         const float *weight, float scale, const float *scale_at, int N, int V, int stats_given) {
     static int limit_set;  // the opt-in above 48 KiB of dynamic shared memory, once per instantiation
     if (!limit_set) {
         CUDA_CHECK(cudaFuncSetAttribute(cross_entropy_fused_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -213,17 +214,17 @@ static void launch_fused(void *logits, float *mx, double *sum, double *target_lo
     size_t bytes = (size_t)V * sizeof(T);
     int cached = bytes <= fused_cache_bytes();
     cross_entropy_fused_kernel<T><<<N, CE_THREADS, cached ? bytes : 0, neox_cuda_current_stream()>>>(
-        (T *)logits, mx, sum, target_logit, targets, weight, scale, V, stats_given, cached);
+        (T *)logits, mx, sum, target_logit, targets, weight, scale, scale_at, V, stats_given, cached);
     CUDA_LAUNCHED();
 }
 
 extern "C" void neox_cuda_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum,
                                               double *target_logit, const int *targets, const float *weight,
-                                              float scale, int N, int V, int stats_given) {
+                                              float scale, const float *scale_at, int N, int V, int stats_given) {
     if (N <= 0) return;
     if (logits_elem == NEOX_ELEM_BF16)
-        launch_fused<__nv_bfloat16>(logits, mx, sum, target_logit, targets, weight, scale, N, V, stats_given);
+        launch_fused<__nv_bfloat16>(logits, mx, sum, target_logit, targets, weight, scale, scale_at, N, V, stats_given);
     else if (logits_elem == NEOX_ELEM_F16)
-        launch_fused<__half>(logits, mx, sum, target_logit, targets, weight, scale, N, V, stats_given);
-    else launch_fused<float>(logits, mx, sum, target_logit, targets, weight, scale, N, V, stats_given);
+        launch_fused<__half>(logits, mx, sum, target_logit, targets, weight, scale, scale_at, N, V, stats_given);
+    else launch_fused<float>(logits, mx, sum, target_logit, targets, weight, scale, scale_at, N, V, stats_given);
 }

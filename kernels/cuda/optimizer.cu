@@ -230,9 +230,13 @@ extern "C" double neox_cuda_sum_squares(const float *x, size_t n) {
 }
 
 // ---- SGD (kernels/cpu/optimizer.c's neox_sgd_segments): one launch per segment, rounded as the CPU ----
-// param, grad, buf: (n) of one segment.
-__global__ void sgd_kernel(float *param, const float *grad, float *buf, size_t n, float lr, float momentum, float wd,
-                           int first) {
+// param, grad, buf: (n) of one segment. The learning rate and the first step's case come from the step
+// scalars and the guard on the device (a replayed step's own).
+__global__ void sgd_kernel(float *param, const float *grad, float *buf, size_t n, const neox_step_scalars *sc,
+                           float momentum, float wd, const double *guard) {
+    if (guard && !isfinite(*guard)) return;
+    float lr = sc->lr;
+    int first = sc->step == 1;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float d = __fadd_rn(grad[i], __fmul_rn(wd, param[i]));
         if (momentum != 0.0f) {
@@ -244,12 +248,12 @@ __global__ void sgd_kernel(float *param, const float *grad, float *buf, size_t n
 }
 
 extern "C" void neox_cuda_sgd_segments(float *param, const float *grad, float *buf, const neox_segment *segs, int nseg,
-                                       float lr, float momentum, int first) {
+                                       const neox_step_scalars *sc, float momentum, const double *guard) {
     for (int s = 0; s < nseg; s++) {
         size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
         if (n == 0) continue;
         sgd_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
-            param + b, grad + b, momentum != 0.0f ? buf + b : NULL, n, lr, momentum, segs[s].weight_decay, first);
+            param + b, grad + b, momentum != 0.0f ? buf + b : NULL, n, sc, momentum, segs[s].weight_decay, guard);
         CUDA_LAUNCHED();
     }
 }
@@ -292,12 +296,17 @@ extern "C" void neox_cuda_onebit_adam_apply(float *param, const float *m, const 
 
 // ---- Lion and MADGRAD (kernels/cpu/optimizer.c's neox_lion_segments, neox_madgrad_segments) -----
 // One launch per segment, explicitly rounded in the CPU's order (no FMA). The decay factor is formed
-// on the host in double, as the CPU forms it.
-static float host_decay_factor(float lr, float weight_decay) { return (float)(1.0 - (double)lr * weight_decay); }
+// in double, as the CPU forms it (MADGRAD's on the host; Lion's on the device, from the step scalars'
+// learning rate: a double product and difference are correctly rounded on both).
+__host__ __device__ static float host_decay_factor(float lr, float weight_decay) {
+    return (float)(1.0 - (double)lr * weight_decay);
+}
 
-// param, grad, m: (n) of one segment.
-__global__ void lion_kernel(float *param, const float *grad, float *m, size_t n, float lr, float beta1, float beta2,
-                            float decay) {
+// param, grad, m: (n) of one segment; the learning rate from the step scalars, the guard as SGD's.
+__global__ void lion_kernel(float *param, const float *grad, float *m, size_t n, const neox_step_scalars *sc,
+                            float beta1, float beta2, float weight_decay, const double *guard) {
+    if (guard && !isfinite(*guard)) return;
+    float lr = sc->lr, decay = host_decay_factor(lr, weight_decay);
     float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float g = grad[i];
@@ -309,12 +318,12 @@ __global__ void lion_kernel(float *param, const float *grad, float *m, size_t n,
 }
 
 extern "C" void neox_cuda_lion_segments(float *param, const float *grad, float *m, const neox_segment *segs, int nseg,
-                                        float lr, float beta1, float beta2) {
+                                        const neox_step_scalars *sc, float beta1, float beta2, const double *guard) {
     for (int s = 0; s < nseg; s++) {
         size_t b = segs[s].begin, n = segs[s].end - segs[s].begin;
         if (n == 0) continue;
         lion_kernel<<<blocks_for(n, OPT_THREADS), OPT_THREADS, 0, neox_cuda_current_stream()>>>(
-            param + b, grad + b, m + b, n, lr, beta1, beta2, host_decay_factor(lr, segs[s].weight_decay));
+            param + b, grad + b, m + b, n, sc, beta1, beta2, segs[s].weight_decay, guard);
         CUDA_LAUNCHED();
     }
 }

@@ -326,12 +326,12 @@ static void head_backward(neox_model *m, float loss_scale) {
         // Chunk by chunk of head_rows rows (one chunk when the plan holds every row's logits, which
         // are then still there from forward): dlogits in place, then the chunk's share of the
         // output layer's weight gradient and its rows of the input gradient.
-        float scale = a->mask_sum > 0 ? loss_scale / a->mask_sum : 0.0f;
+        float scale = neox_model_head_scale(loss_scale, a->mask_sum);
         for (int r0 = 0; r0 < N; r0 += m->head_rows) {
             int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
             if (m->head_rows < N) neox_model_head_logits(m, r0, rows);
             m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse + r0, a->targets + r0, a->mask + r0, scale,
-                                          rows, s.V, m->act_elem);
+                                          a->head_scale_at, rows, s.V, m->act_elem);
             const float *lnf = a->lnf + (size_t)r0 * C;
             if (neox_model_head_piece_rows(m)) {
                 head_backward_in_pieces(m, r0, rows, r0 + rows >= N);

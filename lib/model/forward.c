@@ -413,7 +413,8 @@ void neox_model_hidden_dropout(const neox_model *m, float *out, const float *inp
     size_t C = (size_t)m->desc.hidden_size, nC = (size_t)neox_model_stream_rows(m) * C;
     // (the rank's rows under sequence parallelism: their counters, so the masks are the whole rows')
     unsigned long long offset = (a->dropout_row0 * (unsigned long long)m->T + (unsigned long long)neox_model_stream_row0(m)) * C;
-    m->be->dropout(out, inp, nC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset, m->act_elem);
+    m->be->dropout(out, inp, nC, m->desc.hidden_dropout, neox_model_dropout_seed(m, layer, site), offset,
+                   a->dropout_row0_at, (unsigned long long)m->T * C, m->act_elem);
 }
 
 neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout, int layer) {
@@ -423,7 +424,7 @@ neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *
     neox_attention_opts o = {1.0f / sqrtf((float)d->head_size), d->attn_window, dropout,
                              dropout > 0.0f ? neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS) : 0,
                              neox_attention_operands(neox_model_operand_elem(m), d->head_size), alibi,
-                             a->dropout_row0, d->tp_rank * NH, d->num_heads, 0, 0, 0, 0};
+                             a->dropout_row0, d->tp_rank * NH, d->num_heads, 0, 0, 0, 0, a->dropout_row0_at};
     neox_model_cp_query_positions(m, &o);
     return o;
 }
@@ -697,8 +698,8 @@ static void fused_chunk(neox_model *m, int r0, int rows, float scale) {
         neox_allreduce_sum(m->tp, sum, (size_t)rows, NEOX_F64);
         neox_allreduce_sum(m->tp, target, (size_t)rows, NEOX_F64);
     }
-    m->be->cross_entropy_fused(a->logits, logits_elem(m), mx, sum, target, a->targets + r0, a->mask + r0, scale, rows,
-                               V, split);
+    m->be->cross_entropy_fused(a->logits, logits_elem(m), mx, sum, target, a->targets + r0, a->mask + r0, scale,
+                               a->head_scale_at, rows, V, split);
     neox_profile_scope(NEOX_PHASE_BACKWARD, -1);  // (the output layer's backward, counted as such)
     neox_model_head_chunk_backward(m, r0, rows);
     neox_profile_scope(NEOX_PHASE_FORWARD, -1);
@@ -734,7 +735,7 @@ static void assemble_loss(neox_model *m) {
 static void cross_entropy(neox_model *m) {
     neox_acts *a = m->acts;
     int N = m->B * m->T, fused = fuses_head(m);
-    float scale = a->mask_sum > 0 ? m->head_loss_scale / a->mask_sum : 0.0f;
+    float scale = neox_model_head_scale(m->head_loss_scale, a->mask_sum);
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         int rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
         neox_model_head_logits(m, r0, rows);
@@ -859,6 +860,8 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     if (stage_inputs(m, first ? ids : NULL, last ? targets : NULL, loss_mask, err) != 0) return -1;
     a->dropout_seed = m->dropout_seed;
     a->dropout_row0 = m->dropout_row0;
+    a->dropout_row0_at = m->dropout_row0_at;
+    a->head_scale_at = m->head_scale_at;
     a->head_done = 0;
     // The scope of the ops that follow, for the per-op profile (kernels/backend.h).
     neox_phase phase = m->training ? NEOX_PHASE_FORWARD : NEOX_PHASE_OTHER;

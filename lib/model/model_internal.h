@@ -85,7 +85,9 @@ typedef struct neox_acts {
     // d(head_loss_scale * loss); the slot's backward starts from the final norm.
     int head_done;
     float head_loss_scale;
+    const float *head_scale_at;  // (neox_model.head_scale_at as the forward found it)
     unsigned long long dropout_seed, dropout_row0;
+    const unsigned long long *dropout_row0_at;
     // shared
     float *cos, *sin;                  // (T, R/2)
     float *alibi;                      // (NH) this rank's ALiBi slopes (pos_emb alibi), else NULL

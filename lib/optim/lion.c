@@ -13,8 +13,10 @@ static void read_lion(const neox_config *cfg, neox_optimizer_settings *s) {
 
 static void step_lion(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg,
                       double lr, int64_t step) {
-    (void)step;  // (Lion has no bias correction and no first-step case)
-    o->be->lion_segments(param, grad, o->state[0], segs, nseg, (float)lr, (float)o->s.beta1, (float)o->s.beta2);
+    neox_step_scalars given = {.lr = (float)lr, .step = step};  // (Lion reads only its learning rate)
+    neox_assert(o->scalars || !o->be->on_device, "Lion on a device without its step scalars in device memory");
+    o->be->lion_segments(param, grad, o->state[0], segs, nseg, o->scalars ? o->scalars : &given, (float)o->s.beta1,
+                         (float)o->s.beta2, o->guard);
 }
 
 // GPT-NeoX builds DeepSpeed's FusedLion under ZeRO, which DeepSpeed's ZeRO lists as tested.

@@ -10,7 +10,10 @@ static void read_sgd(const neox_config *cfg, neox_optimizer_settings *s) {
 
 static void step_sgd(neox_optimizer *o, float *param, const float *grad, const neox_segment *segs, int nseg, double lr,
                      int64_t step) {
-    o->be->sgd_segments(param, grad, o->state[0], segs, nseg, (float)lr, (float)o->s.momentum, step == 1);
+    neox_step_scalars given = {.lr = (float)lr, .step = step};
+    neox_assert(o->scalars || !o->be->on_device, "SGD on a device without its step scalars in device memory");
+    o->be->sgd_segments(param, grad, o->state[0], segs, nseg, o->scalars ? o->scalars : &given, (float)o->s.momentum,
+                        o->guard);
 }
 
 const neox_optimizer_type neox_optimizer_sgd = {

@@ -3,14 +3,12 @@
 // backend's scratch and segment tables reach their size then, so nothing is allocated inside the
 // capture) the step's device work is recorded once (the backend's graph_begin/graph_end: a CUDA graph,
 // or the emulated device's twin) and every later step replays it with graph_launch. Before each step
-// the host settles the previous one (its update count and fp16 scale decide this one), reads the
-// step's micro-batches into the model's page-locked staging sets (micro-batch k into set k, which the
-// capture copies from) and writes the step scalars (the learning rate and the update count, which the
-// capture copies up): so what changes between steps reaches the replay through memory.
-//
-// What the capture holds by value is its key: the loss scale (clip_by_norm's and the loss backward's
-// argument; fp16's dynamic scale moves at an overflow and every loss_scale_window steps) and each
-// micro-batch's loss-mask sum (the loss's normalisation). A step whose key differs is captured afresh.
+// the host settles the previous one (its update count and fp16 scale decide this one: the dynamic
+// scaler's decision stays on the host, a step late, as without graphs), reads the step's micro-batches
+// into the model's page-locked staging sets (micro-batch k into set k, which the capture copies from)
+// and writes the step scalars (the learning rate and the update count; the loss scale, each
+// micro-batch's dropout row and loss gradient scale, which the capture copies up): so what changes
+// between steps reaches the replay through memory, and one capture serves the whole run.
 // Where the step cannot be captured set-up says which feature stops it, and the run trains eagerly.
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +19,6 @@ enum { GRAPH_WARMUP_STEPS = 2 };
 
 struct neox_graph {
     int captured;
-    double scale;            // the key: the loss scale the capture took
-    float *mask_sums;        // (grad_accum) and each micro-batch's loss-mask sum
-    float *next_mask_sums;   // (grad_accum) the step being prepared's
     int warmup_left;         // eager steps still to run
     int64_t captures, replays;
     int frozen_lr;           // NEOX_TEST_GRAPH_FREEZE_LR: a replay leaves the learning rate as captured
@@ -31,17 +26,15 @@ struct neox_graph {
 };
 
 // Why this run's step cannot be captured (NULL: it can). The late read (t->late) already means one
-// rank, AdamW on the device and the language model's loss with nothing read back inside the step.
+// rank, AdamW, SGD or Lion on the device and the language model's loss with nothing read back inside the step.
 static const char *cannot_capture(const neox_trainer *t) {
     const neox_model_desc *d = &t->model->desc;
     if (!t->be->graph_begin)
         return neox_profile_inner() ? "wall_clock_breakdown (the per-op profile times every op as it runs)"
                                     : "this compute_backend (no device stream to capture)";
     if (t->grid->world_size > 1) return "several ranks (collectives and the gradient norm go through MPI)";
-    if (!t->late) return "the step reads values back while it runs (optimizer not AdamW, offload, a part that "
-                         "replaces the loss or logs from the step's state)";
-    if (d->hidden_dropout > 0.0f || d->attention_dropout > 0.0f)
-        return "dropout (its masks' row offset is a kernel argument that changes every micro-batch)";
+    if (!t->late) return "the step reads values back while it runs (optimizer not AdamW, SGD or Lion, offload, a "
+                         "part that replaces the loss or logs from the step's state)";
     if (d->moe_experts > 1) return "Mixture of Experts (routing is computed on the host)";
     if (d->recompute_inputs_on_host) return "recompute_inputs_on_host (synchronous copies inside the step)";
     if (neox_config_bool(t->cfg, sparse_gradients)) return "sparse_gradients (the touched rows are read on the host)";
@@ -57,8 +50,6 @@ int neox_train_graph_setup(neox_trainer *t, neox_error *err) {
         return 0;
     }
     neox_graph *g = neox_calloc(1, sizeof *g);
-    g->mask_sums = neox_calloc((size_t)t->grad_accum, sizeof *g->mask_sums);
-    g->next_mask_sums = neox_calloc((size_t)t->grad_accum, sizeof *g->next_mask_sums);
     g->warmup_left = GRAPH_WARMUP_STEPS;
     const char *freeze = getenv("NEOX_TEST_GRAPH_FREEZE_LR");
     g->frozen_lr = freeze && *freeze && strcmp(freeze, "0") != 0;
@@ -75,17 +66,8 @@ void neox_train_graph_free(neox_trainer *t) {
     if (!g) return;
     if (t->rank0 && !t->opts.quiet)
         neox_info("cuda_graph: %lld steps replayed, %lld captured", (long long)g->replays, (long long)g->captures);
-    free(g->mask_sums);
-    free(g->next_mask_sums);
     free(g);
     t->graph = NULL;
-}
-
-// Whether the staged step can replay the capture: the same loss scale and loss-mask sums.
-static int same_key(const neox_trainer *t) {
-    const neox_graph *g = t->graph;
-    return g->captured && g->scale == t->scaler.scale &&
-           memcmp(g->mask_sums, g->next_mask_sums, (size_t)t->grad_accum * sizeof *g->mask_sums) == 0;
 }
 
 // The step run once inside a recording (its forwards take the staged sets), then launched.
@@ -95,15 +77,15 @@ static int capture(neox_trainer *t, neox_step_result *out, neox_error *err) {
     neox_model_restart_inputs(m);
     m->inputs_staged = 1;
     t->be->graph_begin();
+    neox_train_step_scalars_send_staged(t);  // (each launch copies the staged step's values afresh)
     int rc = neox_train_run_step(t, out, err);
     t->be->graph_end();
     m->inputs_staged = 0;
+    m->dropout_row0_at = NULL, m->head_scale_at = NULL;  // (the staged values are the capture's alone)
     if (rc != 0) return -1;
     t->be->graph_launch();  // (the recording's copy of the step's values stands for this launch)
     g->captured = 1;
     g->captured_lr = out->lr;
-    g->scale = t->scaler.scale;
-    memcpy(g->mask_sums, g->next_mask_sums, (size_t)t->grad_accum * sizeof *g->mask_sums);
     g->captures++;
     return 0;
 }
@@ -130,8 +112,8 @@ int neox_train_graph_step(neox_trainer *t, neox_step_result *out, neox_error *er
         return neox_train_run_step(t, out, err);
     }
     neox_model_restart_inputs(t->model);
-    if (neox_train_pipeline_fill_inputs(t, g->next_mask_sums, err) != 0) return -1;
-    if (!same_key(t)) return capture(t, out, err);
+    if (neox_train_pipeline_fill_inputs(t, err) != 0) return -1;
+    if (!g->captured) return capture(t, out, err);
     // What the eager step does on the host around its passes (one rank: the exchange only keeps count).
     neox_train_parts_begin_micro_batches(t);
     if (neox_grad_exchange_begin_step(t->exchange, t->state.iteration, t->state.optimizer_steps, err) != 0) return -1;

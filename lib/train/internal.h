@@ -188,9 +188,10 @@ int neox_train_evaluate(neox_trainer *t, neox_batch_iterator *it, int64_t iters,
 // micro-batch losses on every rank.
 int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err);
 // A captured step's inputs (graph.c): the step's micro-batches read and staged in the model's
-// page-locked sets, k in set k, with their dropout rows counted, as the step's forwards would;
-// mask_sums (gradient_accumulation_steps): each one's loss-mask sum. One stage only.
-int neox_train_pipeline_fill_inputs(neox_trainer *t, float *mask_sums, neox_error *err);
+// page-locked sets, k in set k, with their dropout rows counted, as the step's forwards would, and
+// the staged step scalars written (each one's dropout row and loss gradient scale, the loss scale),
+// which the capture's kernels read. One stage only.
+int neox_train_pipeline_fill_inputs(neox_trainer *t, neox_error *err);
 // Forward only over count micro-batches of it; *loss_sum as above.
 int neox_train_pipeline_eval(neox_trainer *t, neox_batch_iterator *it, int64_t count, double *loss_sum, neox_error *err);
 // After a micro-batch's backward: the tied-embedding sum and the data-parallel reduction, when due
@@ -239,6 +240,17 @@ void neox_train_step_scalars_setup(neox_trainer *t);
 void neox_train_step_scalars_free(neox_trainer *t);
 void neox_train_step_scalars_write(neox_trainer *t, double lr, int64_t step);
 const neox_step_scalars *neox_train_step_scalars_send(neox_trainer *t);
+// The staged step's part, which a captured step's kernels read: set_micro writes micro-batch k's entry
+// of the host copy (its first dropout row, its loss gradient's scale) and set_loss_scale the step's
+// loss scale while the step is staged; send_staged queues the copy up (a capture does, as it begins,
+// so every launch makes it again); dropout_row, head_scale and loss_scale are the values on be, for
+// the model's dropout_row0_at and head_scale_at and the update's clip_by_norm.
+void neox_train_step_scalars_set_micro(neox_trainer *t, int k, unsigned long long dropout_row0, float head_scale);
+void neox_train_step_scalars_set_loss_scale(neox_trainer *t, double loss_scale);
+void neox_train_step_scalars_send_staged(neox_trainer *t);
+const unsigned long long *neox_train_step_scalars_dropout_row(const neox_trainer *t, int k);
+const float *neox_train_step_scalars_head_scale(const neox_trainer *t, int k);
+const double *neox_train_step_scalars_loss_scale(const neox_trainer *t);
 // The captured step (graph.c, `cuda_graph`): set-up (the end of neox_trainer_create: refuses, naming
 // the feature, where the step cannot be captured, and then trains eagerly), the step in its place, free.
 int neox_train_graph_setup(neox_trainer *t, neox_error *err);
@@ -246,7 +258,7 @@ int neox_train_graph_step(neox_trainer *t, neox_step_result *out, neox_error *er
 void neox_train_graph_free(neox_trainer *t);
 // Bytes of MPI's temporary for one all-gather of the updated partitions (stages 1, 2 on the host), else 0.
 size_t neox_train_gather_scratch_bytes(const neox_trainer *t);
-// The device step, for AdamW on one rank of a device backend (t->step_sumsq set at setup): queues the
+// The device step, for AdamW, SGD or Lion on one rank of a device backend (t->step_sumsq set at setup): queues the
 // gradients' sum of squares into t->step_sumsq, the unscaling and clipping by it and the update
 // guarded by it (skipped on the device when the norm is not finite), then reads the sum back once,
 // the step's only wait for the device after its loss. Returns the sum of squares.

@@ -47,7 +47,10 @@ static void queue_device_update(neox_trainer *t, double *sumsq, const double *lo
     t->be->sum_squares_segments_into(sumsq, state_grads(t), segs, n);
     free(segs);
     if (loss_sums) t->be->loss_guard(guard, sumsq, loss_sums, t->grad_accum);
-    t->be->clip_by_norm(state_grads(t), t->state_end - t->state_begin, sumsq, loss_scale, t->optim.clip_grad);
+    // (a captured step reads its loss scale from the staged step scalars: the fp16 scale moves between replays)
+    const double *loss_scale_at = t->model->inputs_staged ? neox_train_step_scalars_loss_scale(t) : NULL;
+    t->be->clip_by_norm(state_grads(t), t->state_end - t->state_begin, sumsq, loss_scale, loss_scale_at,
+                        t->optim.clip_grad);
     t->optimizer->guard = loss_sums ? guard : sumsq;
     neox_train_update(t, lr, step);
     t->optimizer->guard = NULL;

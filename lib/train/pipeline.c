@@ -31,7 +31,18 @@ static int tag_of(int64_t micro_batch, int kind) { return (int)(TAG_KINDS * (mic
 static void set_dropout(neox_trainer *t, neox_model *m) {
     m->dropout_seed = neox_hash64(t->state.seed ^ 0x64726f706f7574ULL, 0);
     m->dropout_row0 = (unsigned long long)t->state.dropout_rows + (unsigned long long)t->grid->data_rank * t->rows;
+    m->dropout_row0_at = NULL;
+    m->head_scale_at = NULL;
     t->state.dropout_rows += (int64_t)t->rows * t->grid->data_size;
+}
+
+// A captured step's micro-batch k: its masks' first row and its loss gradient's scale are read from
+// the step scalars on the device, where the host wrote them when the step was staged
+// (neox_train_pipeline_fill_inputs).
+static void use_staged_scalars(neox_trainer *t, neox_model *m, int64_t k) {
+    m->dropout_row0 = 0;
+    m->dropout_row0_at = neox_train_step_scalars_dropout_row(t, (int)k);
+    m->head_scale_at = neox_train_step_scalars_head_scale(t, (int)k);
 }
 
 typedef struct pipe_run {
@@ -108,6 +119,7 @@ static int forward_pass(pipe_run *r, int64_t k, neox_error *err) {
     m->training = r->training;
     m->head_loss_scale = micro_batch_loss_scale(t);
     if (r->training && !m->inputs_staged) set_dropout(t, m);
+    else if (r->training) use_staged_scalars(t, m, k);
     neox_batch *b = t->batch;
     if (r->training && stage_first(t))  // (sparse_gradients: the rows the tokens touch)
         neox_grad_exchange_touch_rows(t->exchange, b->tokens, (size_t)b->micro_batch * b->seq_length);
@@ -197,15 +209,19 @@ int neox_train_pipeline_step(neox_trainer *t, double *loss_sum, neox_error *err)
     return 0;
 }
 
-int neox_train_pipeline_fill_inputs(neox_trainer *t, float *mask_sums, neox_error *err) {
+int neox_train_pipeline_fill_inputs(neox_trainer *t, neox_error *err) {
     pipe_run r = {.t = t, .it = &t->train_it, .training = 1};
     neox_model *m = t->model;
     for (int k = 0; k < t->grad_accum; k++) {
         if (next_batch(&r, err) != 0) return -1;
         set_dropout(t, m);
         const neox_batch *b = t->batch;
-        if (neox_model_fill_inputs(m, b->tokens, b->labels, b->loss_mask, &mask_sums[k], err) != 0) return -1;
+        float mask_sum;
+        if (neox_model_fill_inputs(m, b->tokens, b->labels, b->loss_mask, &mask_sum, err) != 0) return -1;
+        float head_scale = neox_model_head_scale(micro_batch_loss_scale(t), mask_sum);
+        neox_train_step_scalars_set_micro(t, k, m->dropout_row0, head_scale);
     }
+    neox_train_step_scalars_set_loss_scale(t, t->scaler.scale);
     return 0;
 }
 

@@ -184,10 +184,12 @@ static int setup_optimizer(neox_trainer *t, neox_error *err) {
     if (neox_train_parts_setup(t, NEOX_PART_AFTER_PARTITION, err) != 0) return -1;
     t->optimizer = neox_optimizer_make(&t->optim, neox_train_optimizer_backend(t), t->state_end - t->state_begin);
     neox_train_step_scalars_setup(t);
-    // The device step: one rank (no host all-reduce of the norm), AdamW (whose kernel takes the guard), the
-    // optimizer on the device (not offloaded).
+    // The device step: one rank (no host all-reduce of the norm), AdamW, SGD or Lion (whose kernels take the
+    // guard and read the step scalars), the optimizer on the device (not offloaded).
     neox_grid *g = t->grid;
-    if (t->be->on_device && !neox_train_offloaded(t) && t->optim.kind == NEOX_OPTIMIZER_ADAM && g->data_size * g->model_size * g->pipe_size == 1)
+    neox_optimizer_kind kind = t->optim.kind;
+    int guarded = kind == NEOX_OPTIMIZER_ADAM || kind == NEOX_OPTIMIZER_SGD || kind == NEOX_OPTIMIZER_LION;
+    if (t->be->on_device && !neox_train_offloaded(t) && guarded && g->data_size * g->model_size * g->pipe_size == 1)
         t->step_sumsq = t->be->alloc(sizeof(double));
     // 1-bit Adam averages its momentum with the exchange's compressor (NULL at data-parallel size 1).
     t->optimizer->momentum_allreduce = neox_grad_exchange_momentum_compressor(t->exchange);

@@ -7,7 +7,7 @@
 // step (the loss scaler's decision, the optimizer offload, the preference and reward-model metrics,
 // the compressors, the communication log) are the registered parts' hooks (parts.c).
 //
-// The late read: on the device step (t->step_sumsq: AdamW on one rank of a device backend) with the
+// The late read: on the device step (t->step_sumsq: AdamW, SGD or Lion on one rank of a device backend) with the
 // language model's loss, a step makes no decision on the host and reads nothing back while it runs.
 // Its micro-batches' losses stay on the device (the model's defer_loss), the update is guarded on the
 // device by the loss and the norm (loss_guard), and the losses and the sum of squares are copied to

@@ -136,7 +136,7 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
     }
     if (!strcmp(op, "dropout")) {
         uint16_t *x = bf16("x", n), *o = neox_malloc(n * 2);
-        neox_dropout(o, x, n, 0.25f, 7, 100, B);
+        neox_dropout(o, x, n, 0.25f, 7, 100, NULL, 0, B);
         return outs[0] = OUT_B("out", o, n), 1;
     }
     if (!strcmp(op, "jitter")) {
@@ -210,7 +210,7 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
         neox_cross_entropy_row_max(mx, x, N, C, B);
         neox_cross_entropy_row_sumexp(sum, x, mx, N, C, B);
         neox_cross_entropy_target_logit(tl, x, t, N, C, B);
-        neox_cross_entropy_backward(x, x, lse, t, f32("weight", N), 1.0f / N, N, C, B);
+        neox_cross_entropy_backward(x, x, lse, t, f32("weight", N), 1.0f / N, NULL, N, C, B);
         outs[0] = OUT_F("losses", losses, N), outs[1] = OUT_F("lse", lse, N), outs[2] = OUT_F("mx", mx, N);
         outs[3] = OUT_D("sumexp", sum, N), outs[4] = OUT_D("target_logit", tl, N), outs[5] = OUT_B("dlogits", x, n);
         return 6;

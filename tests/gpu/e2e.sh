@@ -24,10 +24,12 @@
 #      plan and below stage 0's (the released units' granules given back); a rank stopped by SIGSTOP
 #      ending the job through comm_timeout_seconds (NCCL's watchdog); with one GPU a comment line says
 #      it did not run.
-#   7. the step captured as a CUDA graph (cuda_graph: true) and replayed, Llama-style (no dropout, which
-#      keeps the step eager): every logged value and the final parameters equal the eager GPU run's bit
-#      for bit (the same kernels with the same arguments; the learning rate and step from the step
-#      scalars in both), the log saying how many steps were replayed.
+#   7. the step captured as a CUDA graph (cuda_graph: true) and replayed: Llama-style, GPT-NeoX with
+#      hidden and attention dropout (each micro-batch's masks' row read on the device) and fp16 with a
+#      forced overflow (the moving loss scale read on the device): every logged value and the final
+#      parameters equal the eager GPU run's bit for bit (the same kernels with the same arguments; the
+#      learning rate and step from the step scalars in both), each run captured once, the log saying
+#      how many steps were replayed.
 # Without a GPU (the CUDA build's neox-train -V sees none) it prints one "# SKIP no GPU: skipped" line
 # (counted as skipped, not passed). NEOX_E2E_DRY=1 runs every "cuda" run on the emulated device
 # instead (compute_backend: emulated: the CPU ops on memory that faults on host access, so the device
@@ -131,14 +133,20 @@ sys.exit(0 if o['steps'] == 20 and o['grad_bytes_in_backward'] == o['grad_bytes'
     "$T/offload/log/comm_stats.json"
 
 # 7. The step as a CUDA graph: captured after two eager steps, replayed for the rest (the evaluation and
-# checkpoint at 10 run between launches); the same bits as the eager run of section 1.
-config llama-graph llama 4 2 20 ", \"compute_backend\": \"$GPU\", \"cuda_graph\": true"
-check "llama-graph: train 20 steps on $GPU, the step replayed as a CUDA graph$DRY" \
-    bash -c "'$TRAIN' '$T/llama-graph.yml' >'$T/llama-graph.out' 2>&1"
-check "llama-graph: the step was replayed after its capture$DRY" grep -qE "cuda_graph: 1[0-9] steps replayed" "$T/llama-graph.out"
-check "llama-graph: export" "$CONVERT" to-hf --input "$T/llama-graph/ckpt" --output "$T/llama-graph/hf"
-compare "cuda_graph on $GPU: every step and the final parameters equal the eager run's bit for bit" \
-    "${CHECK[@]}" identical "$T/llama-gpu" "$T/llama-graph" 1 20 params
+# checkpoint at 10 run between launches); the same bits as the eager runs of sections 1 and 4, with one
+# capture each (the dropout rows, the loss scale and the mask sums reach the replays through memory).
+graph_run() {  # graph_run NAME KIND EAGER EXTRA: NAME trains KIND with cuda_graph; the same bits as run EAGER
+    config "$1" "$2" 4 2 20 ", \"compute_backend\": \"$GPU\", \"cuda_graph\": true$4"
+    check "$1: train 20 steps on $GPU, the step replayed as a CUDA graph$DRY" \
+        bash -c "'$TRAIN' '$T/$1.yml' >'$T/$1.out' 2>&1"
+    check "$1: captured once, replayed after it$DRY" grep -qE "cuda_graph: 1[0-9] steps replayed, 1 captured" "$T/$1.out"
+    check "$1: export" "$CONVERT" to-hf --input "$T/$1/ckpt" --output "$T/$1/hf"
+    compare "$1 on $GPU: every step and the final parameters equal the eager run's bit for bit" \
+        "${CHECK[@]}" identical "$T/$3" "$T/$1" 1 20 params
+}
+graph_run llama-graph llama llama-gpu ""
+graph_run neox-graph neox neox-gpu "$DROP"
+graph_run fp16-graph neox fp16 "$DROP$FP16"
 
 # ZeRO-3 over two GPUs with units of several 2 MiB mapping granules (hidden 512): each released unit
 # gives its granules back (kernels/cuda/vmm.cu) and its next gather commits them first. The same numbers

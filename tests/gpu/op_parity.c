@@ -556,8 +556,12 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
     // The dropout counter of a tensor-parallel rank holding heads 1.. of NH + 3, from batch row 5.
-    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3, 0, 0, 0, 0}, og = oc;
+    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3, 0, 0, 0, 0, NULL}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
+    // The GPU's rows 2 + 3, the 3 read on the device (a replayed step's row): the CPU's 5.
+    unsigned long long rows_at = 3, *rows_at_d = gpu->alloc(sizeof rows_at);
+    gpu->to_device(rows_at_d, &rows_at, sizeof rows_at);
+    og.dropout_row0 = 2, og.dropout_row0_at = rows_at_d;
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
     gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og, NEOX_ELEM_F32);
     checkf(fwd_tol, e == NEOX_ELEM_F32 ? 1e-4 : fwd_tol, &out,
@@ -576,6 +580,7 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     checkf(bwd_tol, rtol, &dv, fmt, type, "dv", B, T, NH, NKV, HS, dropout, window, alibi);
     pair_free(&slopes);
     free(host_slopes);
+    gpu->free(rows_at_d);
     pair *all[] = {&q, &k, &v, &out, &lse, &o, &l, &dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
@@ -634,7 +639,7 @@ static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int 
     float host_slopes[64];
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
-    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL, 0, 0, 0, 0, 0, 0, 0}, og = oc;
+    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, oc);
     gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, og);
@@ -727,8 +732,8 @@ static void test_bf16_elementwise(int N, int C) {
     cpu->add_bias(a.h, bias.h, N, C, NEOX_ELEM_BF16);
     gpu->add_bias(a.d, bias.d, N, C, NEOX_ELEM_BF16);
     bcheckf(0, 0, &a, "add_bias bf16 N=%d C=%d", N, C);
-    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NEOX_ELEM_BF16);
-    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NEOX_ELEM_BF16);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NULL, 0, NEOX_ELEM_BF16);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NULL, 0, NEOX_ELEM_BF16);
     bcheckf(0, 0, &out, "dropout bf16 n=%zu p=0.1", n);
     cpu->jitter(out.h, a.h, n, 0.1f, 77, NEOX_ELEM_BF16);  // the CPU's expression, rounded once: the same bits
     gpu->jitter(out.d, a.d, n, 0.1f, 77, NEOX_ELEM_BF16);
@@ -917,8 +922,8 @@ static void test_bf16_cross_entropy(int N, int V) {
     gpu->cross_entropy_row_max(mx.d, logits.d, N, V, NEOX_ELEM_BF16);
     checkf(0, 0, &mx, "cross_entropy_row_max bf16 N=%d V=%d", N, V);
     pair l = pair_from(lse.h, N);
-    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tv.h, weight.h, 1.0f / N, N, V, NEOX_ELEM_BF16);
-    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tv.d, weight.d, 1.0f / N, N, V, NEOX_ELEM_BF16);
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tv.h, weight.h, 1.0f / N, NULL, N, V, NEOX_ELEM_BF16);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tv.d, weight.d, 1.0f / N, NULL, N, V, NEOX_ELEM_BF16);
     bcheckf(1e-7, BF16_ULP, &logits, "cross_entropy_backward bf16 in place N=%d V=%d", N, V);
     pair *all[] = {&losses, &lse, &mx, &weight, &l};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -957,7 +962,7 @@ static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
     bpair q = bpair_uniform(nq, -2.0f, 2.0f), k = bpair_uniform(nkv, -2.0f, 2.0f), v = bpair_rand(nkv);
     bpair out = bpair_rand(nq), dout = bpair_rand(nq), dq = bpair_rand(nq), dk = bpair_rand(nkv), dv = bpair_rand(nkv);
     pair lse = pair_rand((size_t)B * NH * T);
-    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0, 0, 0, 0, 0};
+    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0, 0, 0, 0, 0, NULL};
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     bcheckf(3 * BF16_ULP, 3 * BF16_ULP, &out, "attention_forward bf16 storage%s B=%d T=%d NH=%d NKV=%d HS=%d",
@@ -1033,11 +1038,17 @@ static void test_elementwise(int N, int C) {
     cpu->add_bias(a.h, bias.h, N, C, NEOX_ELEM_F32);
     gpu->add_bias(a.d, bias.d, N, C, NEOX_ELEM_F32);
     checkf(0, 0, &a, "add_bias N=%d C=%d", N, C);
-    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NEOX_ELEM_F32);
-    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NEOX_ELEM_F32);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 1000, NULL, 0, NEOX_ELEM_F32);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 1000, NULL, 0, NEOX_ELEM_F32);
     checkf(0, 0, &out, "dropout n=%zu p=0.1 (the same mask)", n);
-    cpu->dropout(a.h, a.h, n, 0.5f, 78, 0, NEOX_ELEM_F32);  // in place, as the backward uses it
-    gpu->dropout(a.d, a.d, n, 0.5f, 78, 0, NEOX_ELEM_F32);
+    unsigned long long row = 2, *row_d = gpu->alloc(sizeof row);  // the row read on the device (a replayed step's)
+    gpu->to_device(row_d, &row, sizeof row);
+    cpu->dropout(out.h, a.h, n, 0.1f, 77, 400, &row, 300, NEOX_ELEM_F32);
+    gpu->dropout(out.d, a.d, n, 0.1f, 77, 400, row_d, 300, NEOX_ELEM_F32);
+    checkf(0, 0, &out, "dropout n=%zu p=0.1, its row read on the device", n);
+    gpu->free(row_d);
+    cpu->dropout(a.h, a.h, n, 0.5f, 78, 0, NULL, 0, NEOX_ELEM_F32);  // in place, as the backward uses it
+    gpu->dropout(a.d, a.d, n, 0.5f, 78, 0, NULL, 0, NEOX_ELEM_F32);
     checkf(0, 0, &a, "dropout in place n=%zu p=0.5", n);
     cpu->scale(b.h, n, 0.37f);
     gpu->scale(b.d, n, 0.37f);
@@ -1085,8 +1096,8 @@ static void test_cross_entropy(int N, int V) {
     pair l = pair_from(lse.h, N);
     weight.h[N / 2] = 0.0f;
     gpu->to_device(weight.d, weight.h, (size_t)N * sizeof(float));
-    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, N, V, NEOX_ELEM_F32);
-    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, N, V, NEOX_ELEM_F32);
+    cpu->cross_entropy_backward(logits.h, logits.h, l.h, tb.h, weight.h, 1.0f / N, NULL, N, V, NEOX_ELEM_F32);
+    gpu->cross_entropy_backward(logits.d, logits.d, l.d, tb.d, weight.d, 1.0f / N, NULL, N, V, NEOX_ELEM_F32);
     checkf(1e-7, 1e-5, &logits, "cross_entropy_backward in place, masked, targets off-rank N=%d V=%d", N, V);
     pair *all[] = {&logits, &losses, &lse, &mx, &weight, &l};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
@@ -1124,6 +1135,8 @@ static void test_cross_entropy_fused(int N, int V, neox_elem e) {
     ipair tv = ipair_from(t, N);
     void *zh = xmalloc(bytes), *zd = gpu->alloc(bytes);
     double *stats = xmalloc(2 * (size_t)N * sizeof(double)), *sd = gpu->alloc(2 * (size_t)N * sizeof(double));
+    float scale = 0.5f / N, *scale_d = gpu->alloc(sizeof scale);  // the GPU's read on the device (a replayed step's)
+    gpu->to_device(scale_d, &scale, sizeof scale);
     for (int phase = 0; phase < 2; phase++) {
         if (e == NEOX_ELEM_F32) memcpy(zh, logits.h, bytes), gpu->copy(zd, logits.d, bytes);
         else if (e == NEOX_ELEM_BF16) cpu->cast_f32_to_bf16(zh, logits.h, n), gpu->cast_f32_to_bf16(zd, logits.d, n);
@@ -1132,8 +1145,8 @@ static void test_cross_entropy_fused(int N, int V, neox_elem e) {
             gpu->to_device(mx.d, mx.h, (size_t)N * sizeof(float));
             gpu->to_device(sd, stats, (size_t)N * sizeof(double));
         }
-        cpu->cross_entropy_fused(zh, e, mx.h, stats, stats + N, tv.h, weight.h, 0.5f / N, N, V, phase);
-        gpu->cross_entropy_fused(zd, e, mx.d, sd, sd + N, tv.d, weight.d, 0.5f / N, N, V, phase);
+        cpu->cross_entropy_fused(zh, e, mx.h, stats, stats + N, tv.h, weight.h, 0.5f / N, NULL, N, V, phase);
+        gpu->cross_entropy_fused(zd, e, mx.d, sd, sd + N, tv.d, weight.d, -1.0f, scale_d, N, V, phase);
         char name[128];
         if (phase == 0) {
             checkf(0, 0, &mx, "cross_entropy_fused row max %s N=%d V=%d", tn, N, V);
@@ -1154,7 +1167,7 @@ static void test_cross_entropy_fused(int N, int V, neox_elem e) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
     ipair_free(&tv);
     free(t), free(zh), free(stats);
-    gpu->free(zd), gpu->free(sd);
+    gpu->free(zd), gpu->free(sd), gpu->free(scale_d);
 }
 
 // The loss assembled on the device from the same row maxima and (2, N) statistics on both sides, with
@@ -1185,17 +1198,34 @@ static void test_cross_entropy_loss(int N) {
 
 // ---- optimizer --------------------------------------------------------------------------------------
 
-// Lion (explicitly rounded in the CPU's order: bit-exact expected) and MADGRAD (powf's cube root is
-// not exactly rounded on either side: 1e-5) over segments with gaps, 3 steps each; MADGRAD with and
-// without momentum (x0 stored by the first step, or unused).
+static const neox_step_scalars *scalars_on(const neox_backend *be, float lr, long step);
+
+// Lion and SGD (explicitly rounded in the CPU's order: bit-exact expected; the learning rate, SGD's
+// first step and the guard read on the device) and MADGRAD (powf's cube root is not exactly rounded on
+// either side: 1e-5) over segments with gaps, 3 steps each; MADGRAD with and without momentum (x0
+// stored by the first step, or unused).
 static void test_lion_madgrad(size_t n, const neox_segment *segs, int nseg) {
     pair p = pair_rand(n), g = pair_rand(n), m = pair_uniform(n, -0.1f, 0.1f);
+    double finite = 1.0, inf = INFINITY, *guard = gpu->alloc(sizeof(double));
+    gpu->to_device(guard, &finite, sizeof finite);
     for (int step = 1; step <= 3; step++) {
-        cpu->lion_segments(p.h, g.h, m.h, segs, nseg, 1e-4f * step, 0.9f, 0.99f);
-        gpu->lion_segments(p.d, g.d, m.d, segs, nseg, 1e-4f * step, 0.9f, 0.99f);
+        cpu->lion_segments(p.h, g.h, m.h, segs, nseg, scalars_on(cpu, 1e-4f * step, step), 0.9f, 0.99f, &finite);
+        gpu->lion_segments(p.d, g.d, m.d, segs, nseg, scalars_on(gpu, 1e-4f * step, step), 0.9f, 0.99f, guard);
     }
     checkf(0, 1e-6, &p, "lion_segments param (%d segments, gaps untouched)", nseg);
     checkf(0, 1e-6, &m, "lion_segments exp_avg");
+    for (int step = 1; step <= 3; step++) {  // SGD with momentum: the buffer starts as the first step's d
+        cpu->sgd_segments(p.h, g.h, m.h, segs, nseg, scalars_on(cpu, 1e-3f * step, step), 0.9f, NULL);
+        gpu->sgd_segments(p.d, g.d, m.d, segs, nseg, scalars_on(gpu, 1e-3f * step, step), 0.9f, guard);
+    }
+    checkf(0, 0, &p, "sgd_segments param (%d segments, momentum, guard finite)", nseg);
+    checkf(0, 0, &m, "sgd_segments momentum buffer");
+    gpu->to_device(guard, &inf, sizeof inf);  // an overflow's guard: neither touches anything
+    gpu->sgd_segments(p.d, g.d, m.d, segs, nseg, scalars_on(gpu, 1e-3f, 4), 0.9f, guard);
+    gpu->lion_segments(p.d, g.d, m.d, segs, nseg, scalars_on(gpu, 1e-4f, 4), 0.9f, 0.99f, guard);
+    checkf(0, 0, &p, "sgd_segments and lion_segments guard inf: param untouched");
+    checkf(0, 0, &m, "sgd_segments and lion_segments guard inf: state untouched");
+    gpu->free(guard);
     for (int with_momentum = 1; with_momentum >= 0; with_momentum--) {
         pair sq = pair_zero(n), s = pair_zero(n), x0 = pair_zero(n);
         float momentum = with_momentum ? 0.9f : 0.0f;
@@ -1332,7 +1362,7 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0, 0, 0, 0, 0},
+                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0, 0, 0, 0, 0, NULL},
                             NEOX_ELEM_F32);
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
@@ -1362,7 +1392,7 @@ static void test_attention_repeats(int with_rest) {
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
-                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0, 0, 0, 0, 0}, NEOX_ELEM_F32);
+                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, NEOX_ELEM_F32);
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
@@ -1437,16 +1467,19 @@ static void test_device_step(size_t n) {
     gpu->to_host(&got, dev, sizeof got);
     compare_scalar("sum_squares_segments_into", host, got, 1e-10);
     gpu->to_device(dev, &host, sizeof host);
-    cpu->clip_by_norm(g.h, n, &host, 1024.0, 1e-3);
-    gpu->clip_by_norm(g.d, n, dev, 1024.0, 1e-3);
-    checkf(0, 0, &g, "clip_by_norm n=%zu (loss scale 1024, clipped)", n);
+    double scale_at = 1024.0, *scale_at_d = gpu->alloc(sizeof scale_at);  // (a replayed step's scale)
+    gpu->to_device(scale_at_d, &scale_at, sizeof scale_at);
+    cpu->clip_by_norm(g.h, n, &host, 1024.0, NULL, 1e-3);
+    gpu->clip_by_norm(g.d, n, dev, 1.0, scale_at_d, 1e-3);
+    checkf(0, 0, &g, "clip_by_norm n=%zu (loss scale 1024 read on the device, clipped)", n);
+    gpu->free(scale_at_d);
     cpu->adamw_segments(p.h, g.h, m.h, v.h, segs, 3, scalars_on(cpu, 3e-4f, 3), 0.9f, 0.999f, 1e-6f, 1.0f, &host);
     gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, scalars_on(gpu, 3e-4f, 3), 0.9f, 0.999f, 1e-6f, 1.0f, dev);
     checkf(0, 1e-6, &p, "adamw_segments guard finite: updated");
     double inf = INFINITY;
     gpu->to_device(dev, &inf, sizeof inf);
     gpu->adamw_segments(p.d, g.d, m.d, v.d, segs, 3, scalars_on(gpu, 3e-4f, 4), 0.9f, 0.999f, 1e-6f, 1.0f, dev);
-    gpu->clip_by_norm(g.d, n, dev, 1.0, 1e-3);
+    gpu->clip_by_norm(g.d, n, dev, 1.0, NULL, 1e-3);
     checkf(0, 1e-6, &p, "adamw_segments guard inf: skipped");
     checkf(0, 1e-6, &m, "adamw_segments guard inf: exp_avg untouched");
     checkf(0, 0, &g, "clip_by_norm inf: untouched");

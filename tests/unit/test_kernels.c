@@ -746,12 +746,16 @@ static void test_dropout_partition(void **state) {
     (void)state;
     size_t n = 3000, cut = 1234;
     float *x = randn(n, 1), *whole = zeros(n), *part = zeros(n);
-    neox_dropout(whole, x, n, 0.2f, 11, 9000, NEOX_ELEM_F32);
-    neox_dropout(part, x, cut, 0.2f, 11, 9000, NEOX_ELEM_F32);
-    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut, NEOX_ELEM_F32);
+    neox_dropout(whole, x, n, 0.2f, 11, 9000, NULL, 0, NEOX_ELEM_F32);
+    neox_dropout(part, x, cut, 0.2f, 11, 9000, NULL, 0, NEOX_ELEM_F32);
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000 + cut, NULL, 0, NEOX_ELEM_F32);
     assert_memory_equal(whole, part, n * sizeof(float));
-    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000, NEOX_ELEM_F32);  // a local offset: another mask
+    neox_dropout(part + cut, x + cut, n - cut, 0.2f, 11, 9000, NULL, 0, NEOX_ELEM_F32);  // a local offset: another mask
     assert_true(memcmp(whole + cut, part + cut, (n - cut) * sizeof(float)) != 0);
+    // A row read from memory (a replayed step's): row 3 of 1000-element rows past offset 9000 - 3000.
+    unsigned long long row = 3;
+    neox_dropout(part, x, n, 0.2f, 11, 6000, &row, 1000, NEOX_ELEM_F32);
+    assert_memory_equal(whole, part, n * sizeof(float));
     free(x); free(whole); free(part);
 }
 
@@ -759,8 +763,8 @@ static void test_dropout(void **state) {
     (void)state;
     size_t n = 10000;
     float *x = randn(n, 1), *y = zeros(n), *y2 = zeros(n);
-    neox_dropout(y, x, n, 0.25f, 5, 100, NEOX_ELEM_F32);
-    neox_dropout(y2, x, n, 0.25f, 5, 100, NEOX_ELEM_F32);
+    neox_dropout(y, x, n, 0.25f, 5, 100, NULL, 0, NEOX_ELEM_F32);
+    neox_dropout(y2, x, n, 0.25f, 5, 100, NULL, 0, NEOX_ELEM_F32);
     assert_memory_equal(y, y2, n * sizeof(float));  // deterministic
     size_t dropped = 0;
     for (size_t i = 0; i < n; i++) {
@@ -794,12 +798,12 @@ static void test_cross_entropy(void **state) {
         assert_true(fabs(log(s) - c.logits[i * CV + c.targets[i]] - c.losses[i]) < 1e-5);
     }
     float *d = zeros(CN * CV);
-    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f / 3, CN, CV, NEOX_ELEM_F32);
+    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f / 3, NULL, CN, CV, NEOX_ELEM_F32);
     check_grad("cross entropy", c.logits, d, CN * CV, ce_loss, &c);
     // In place (dlogits aliasing logits) gives the same.
     float *inplace = neox_malloc(sizeof(float) * CN * CV);
     memcpy(inplace, c.logits, sizeof(float) * CN * CV);
-    neox_cross_entropy_backward(inplace, inplace, c.lse, c.targets, w, 1.0f / 3, CN, CV, NEOX_ELEM_F32);
+    neox_cross_entropy_backward(inplace, inplace, c.lse, c.targets, w, 1.0f / 3, NULL, CN, CV, NEOX_ELEM_F32);
     assert_memory_equal(inplace, d, sizeof(float) * CN * CV);
     free(c.logits); free(c.losses); free(c.lse); free(d); free(inplace);
 }
@@ -812,7 +816,7 @@ static void test_cross_entropy_masked_target(void **state) {
     struct ce_ctx c = {randn(CN * CV, 3), zeros(CN), zeros(CN), w, {-1, 6, CV, 3, -7}};
     neox_cross_entropy_forward(c.losses, c.lse, c.logits, c.targets, CN, CV, NEOX_ELEM_F32);
     float *d = zeros(CN * CV);
-    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f, CN, CV, NEOX_ELEM_F32);
+    neox_cross_entropy_backward(d, c.logits, c.lse, c.targets, w, 1.0f, NULL, CN, CV, NEOX_ELEM_F32);
     for (int i = 0; i < CN; i++) {
         double s = 0;
         for (int j = 0; j < CV; j++) s += exp(c.logits[i * CV + j]);
@@ -860,7 +864,7 @@ static void test_cross_entropy_fused(void **state) {
     int t[FN] = {3, 999, -1, 0, 512, FV};
     double sum[FN], tl[FN];
     memcpy(dz, z, sizeof(float) * FN * FV);
-    neox_cross_entropy_fused(dz, NEOX_ELEM_F32, mx, sum, tl, t, w, 0.25f, FN, FV, 0);
+    neox_cross_entropy_fused(dz, NEOX_ELEM_F32, mx, sum, tl, t, w, 0.25f, NULL, FN, FV, 0);
     check_fused_rows(z, dz, mx, sum, tl, t, w, 0.25f, 1e-5);
     // fp32: the separate ops' values bit for bit
     float mx2[FN], lse[FN], *d2 = zeros(FN * FV);
@@ -869,17 +873,24 @@ static void test_cross_entropy_fused(void **state) {
     neox_cross_entropy_row_sumexp(stats, z, mx2, FN, FV, NEOX_ELEM_F32);
     neox_cross_entropy_target_logit(stats + FN, z, t, FN, FV, NEOX_ELEM_F32);
     neox_cross_entropy_loss(lse, loss, mx2, stats, w, FN);
-    neox_cross_entropy_backward(d2, z, lse, t, w, 0.25f, FN, FV, NEOX_ELEM_F32);
+    neox_cross_entropy_backward(d2, z, lse, t, w, 0.25f, NULL, FN, FV, NEOX_ELEM_F32);
     assert_memory_equal(mx, mx2, sizeof mx);
     assert_memory_equal(sum, stats, sizeof sum);
     assert_memory_equal(tl, stats + FN, sizeof tl);
+    assert_memory_equal(dz, d2, sizeof(float) * FN * FV);
+    // The scale read from memory in place of the argument (a replayed step's), for both forms.
+    float scale_at = 0.25f;
+    memcpy(dz, z, sizeof(float) * FN * FV);
+    neox_cross_entropy_fused(dz, NEOX_ELEM_F32, mx, sum, tl, t, w, 99.0f, &scale_at, FN, FV, 0);
+    assert_memory_equal(dz, d2, sizeof(float) * FN * FV);
+    neox_cross_entropy_backward(d2, z, lse, t, w, -1.0f, &scale_at, FN, FV, NEOX_ELEM_F32);
     assert_memory_equal(dz, d2, sizeof(float) * FN * FV);
     // bf16 logits in, bf16 dlogits out: the restatement on the rounded logits, to bf16's precision
     uint16_t *h = neox_malloc(sizeof(uint16_t) * FN * FV);
     float *zr = zeros(FN * FV), *dh = zeros(FN * FV);
     neox_cast_f32_to_bf16(h, z, FN * FV);
     neox_cast_bf16_to_f32(zr, h, FN * FV);
-    neox_cross_entropy_fused(h, NEOX_ELEM_BF16, mx, sum, tl, t, w, 0.25f, FN, FV, 0);
+    neox_cross_entropy_fused(h, NEOX_ELEM_BF16, mx, sum, tl, t, w, 0.25f, NULL, FN, FV, 0);
     neox_cast_bf16_to_f32(dh, h, FN * FV);
     check_fused_rows(zr, dh, mx, sum, tl, t, w, 0.25f, 1.0 / 128);
     // Two halves of the vocabulary (a vocab-parallel pair), statistics reduced as the all-reduces
@@ -902,7 +913,7 @@ static void test_cross_entropy_fused(void **state) {
     }
     for (int i = 0; i < FN; i++) gsum[i] = hs[0][i] + hs[1][i];
     for (int r = 0; r < 2; r++) {
-        neox_cross_entropy_fused(half[r], NEOX_ELEM_F32, hm[r], gsum, NULL, ht_targets[r], w, 0.25f, FN, H, 1);
+        neox_cross_entropy_fused(half[r], NEOX_ELEM_F32, hm[r], gsum, NULL, ht_targets[r], w, 0.25f, NULL, FN, H, 1);
         for (int i = 0; i < FN; i++) memcpy(dh + i * FV + r * H, half[r] + i * H, sizeof(float) * H);
     }
     check_fused_rows(z, dh, NULL, NULL, NULL, t, w, 0.25f, 1e-5);
@@ -1000,16 +1011,19 @@ static void test_clip_by_norm_and_guard(void **state) {
     assert_true(sumsq == 169.0);
     double scale = 2.0, norm = 13.0 / scale, coef = 0.5 * (1.0 / (norm + 1e-6));  // clip_grad 1
     for (int i = 0; i < 4; i++) want[i] = g[i] * (float)coef;
-    neox_clip_by_norm(g, 4, &sumsq, scale, 1.0);
+    neox_clip_by_norm(g, 4, &sumsq, scale, NULL, 1.0);
     assert_memory_equal(g, want, sizeof g);
-    neox_clip_by_norm(g, 4, &sumsq, 1.0, 100.0);  // below the clip and no loss scale: untouched
+    neox_clip_by_norm(g, 4, &sumsq, 1.0, NULL, 100.0);  // below the clip and no loss scale: untouched
     assert_memory_equal(g, want, sizeof g);
+    float g2[4] = {3, -4, 12, 0};
+    neox_clip_by_norm(g2, 4, &sumsq, 1e9, &scale, 1.0);  // the scale read from memory in place of the argument
+    assert_memory_equal(g2, want, sizeof g);
     double bad[2] = {INFINITY, NAN};
     neox_step_scalars sc = {.lr = 1e-2f, .step = 1};
     float p[4] = {1, 2, 3, 4}, m[4] = {0}, v[4] = {0}, p0[4];
     memcpy(p0, p, sizeof p);
     for (int k = 0; k < 2; k++) {
-        neox_clip_by_norm(g, 4, &bad[k], 1.0, 1.0);
+        neox_clip_by_norm(g, 4, &bad[k], 1.0, NULL, 1.0);
         assert_memory_equal(g, want, sizeof g);
         neox_adamw_segments(p, g, m, v, &all, 1, &sc, 0.9f, 0.95f, 1e-8f, 1.0f, &bad[k]);
         assert_memory_equal(p, p0, sizeof p);
