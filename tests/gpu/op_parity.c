@@ -604,7 +604,7 @@ static void test_attention_qkv(int B, int T, int NH, int NKV, int HS, int interl
     pair dout = pair_rand(nq), dqkv = pair_rand(qkv.n);
     float *q = xmalloc(nq * sizeof(float)), *k = xmalloc(nkv * sizeof(float)), *v = xmalloc(nkv * sizeof(float));
     float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
-    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, dropout, 77, e, NULL, 0, 0, 0, 0, 0, 0, 0};
+    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, dropout, 77, e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL};
     cpu->qkv_split(q, k, v, qkv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     cpu->attention_forward(out.h, lse.h, q, k, v, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
     cpu->attention_backward(dq, dk, dv, dout.h, q, k, v, out.h, lse.h, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);

@@ -327,7 +327,7 @@ struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; floa
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
     neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS,
-                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0, 0, 0, 0, 0},
+                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0, 0, 0, 0, 0, NULL},
                            NEOX_ELEM_F32);
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
@@ -365,7 +365,7 @@ static void run_attention_biased(int T, int NH, int NKV, float dropout, int wind
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS,
-                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0, 0, 0, 0, 0},
+                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0, 0, 0, 0, 0, NULL},
                             NEOX_ELEM_F32);
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
@@ -545,7 +545,7 @@ static void check_rounding_points(neox_elem e) {
     size_t nq = (size_t)RNH * RT * RHS, nkv = (size_t)RNKV * RT * RHS;
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1), scale = 0.25f;
     float *out = zeros(nq), *lse = zeros((size_t)RNH * RT), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
-    neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL, 0, 0, 0, 0, 0, 0, 0};
+    neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL};
     neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
     neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
     attn_ref *ref = neox_malloc(sizeof *ref), *loose = neox_malloc(sizeof *loose);
@@ -582,7 +582,7 @@ static void test_attention_16bit_tiles(void **state) {
     for (int e = NEOX_ELEM_BF16; e <= NEOX_ELEM_F16; e++) {
         float *o32 = zeros(nq), *o16 = zeros(nq), *l32 = zeros((size_t)2 * NH * T), *l16 = zeros((size_t)2 * NH * T);
         float *g32[3] = {zeros(nq), zeros(nkv), zeros(nkv)}, *g16[3] = {zeros(nq), zeros(nkv), zeros(nkv)};
-        neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL, 0, 0, 0, 0, 0, 0, 0}, o16_opts = o32_opts;
+        neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, o16_opts = o32_opts;
         o16_opts.operands = (neox_elem)e;
         neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts, NEOX_ELEM_F32);
         neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts, NEOX_ELEM_F32);
@@ -700,7 +700,7 @@ static void test_attention_dropout_partition(void **state) {
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1);
     float *out = zeros(nq), *lse = zeros((size_t)B * NH * T), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
-    neox_attention_opts whole = {0.5f, 0, 0.3f, 77, NEOX_ELEM_F32, NULL, 3, 0, 0, 0, 0, 0, 0};
+    neox_attention_opts whole = {0.5f, 0, 0.3f, 77, NEOX_ELEM_F32, NULL, 3, 0, 0, 0, 0, 0, 0, NULL};
     neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
     neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
     int local_differs = 0;
