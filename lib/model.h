@@ -328,6 +328,10 @@ struct neox_model {
 };
 
 static inline int neox_model_unit_head(const neox_model_desc *d) { return NEOX_UNIT_LAYER(d->num_layers); }
+// Activation storage (docs/model.md, "Activation storage"): the bytes of n elements of the model's
+// activations or their gradients, stored as act_elem. Every copy, message and offset of them is sized
+// by it (lib/model/model_internal.h's neox_act_at for offsets), so the storage type is one switch.
+static inline size_t neox_model_act_bytes(const neox_model *m, size_t n) { return n * neox_elem_size(m->act_elem); }
 // Units in all: the embedding, every layer, the head.
 static inline int neox_model_unit_count(const neox_model_desc *d) { return d->num_layers + 2; }
 // Unit u's parameters are params[first[u] .. first[u + 1]) (first: unit_count + 1 entries).

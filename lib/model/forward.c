@@ -433,7 +433,8 @@ void neox_model_tp_reduce(neox_model *m, float *x, size_t n) {
 const float *neox_model_seq_gather(neox_model *m, const float *local) {
     neox_acts *a = m->acts;
     if (!a->seq_whole) return local;
-    neox_allgather(m->tp, local, a->seq_whole, (size_t)neox_model_stream_rows(m) * m->desc.hidden_size, NEOX_F32);
+    neox_allgather(m->tp, local, a->seq_whole, (size_t)neox_model_stream_rows(m) * m->desc.hidden_size,
+                   neox_dtype_of_elem(m->act_elem));
     return a->seq_whole;
 }
 
@@ -582,13 +583,13 @@ static void stage_layer_forward(neox_model *m, int l) {
     int i = l - s.l0;
     size_t NC = (size_t)neox_model_stream_rows(m) * d->hidden_size;
     if (!neox_model_recompute_store(d)) {
-        neox_model_layer_forward(m, l, neox_model_layer_input(m, i), neox_model_layer_input(m, i) + NC);
+        neox_model_layer_forward(m, l, neox_model_layer_input(m, i), neox_act_at(m, neox_model_layer_input(m, i), NC));
         return;
     }
     neox_acts *a = m->acts;
     neox_model_layer_forward(m, l, a->gather, a->x);
     neox_model_keep_recompute_input(m, i);
-    if (i + 1 < s.L) m->be->copy(a->gather, a->x, NC * sizeof(float));
+    if (i + 1 < s.L) m->be->copy(a->gather, a->x, neox_model_act_bytes(m, NC));
 }
 
 // Ids outside [0, vocab) are an error; inside, they are mapped to this rank's vocabulary rows (-1
@@ -609,7 +610,7 @@ static int localise_ids(int *out, const int *ids, int N, int V, neox_shard s, co
 static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step) {
     const neox_backend *be = m->be;
     int N = m->B * m->T, C = m->desc.hidden_size, V = neox_model_embed_rows(m);
-    be->memset_zero(x, (size_t)N * C * sizeof(float));  // (ids of another shard, < 0, stay zero rows)
+    be->memset_zero(x, neox_model_act_bytes(m, (size_t)N * C));  // (ids of another shard, < 0, stay zero rows)
     for (int v0 = 0; v0 < V; v0 += step) {
         int v1 = V - v0 < step ? V : v0 + step;
         const float *rows = m->w.wte + (size_t)v0 * C;
@@ -618,7 +619,7 @@ static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step)
         neox_model_use_piece(m, rows, rows + (size_t)(v1 - v0) * C, 0);
     }
     // The position table added to each sequence as one (T * C) row of bias, in the activations' storage.
-    for (int b = 0; wpe && b < m->B; b++) be->add_bias(x + (size_t)b * m->T * C, wpe, 1, m->T * C, m->act_elem);
+    for (int b = 0; wpe && b < m->B; b++) be->add_bias(neox_act_at(m, x, (size_t)b * m->T * C), wpe, 1, m->T * C, m->act_elem);
 }
 
 // Vocab-parallel embedding: each rank looks up the ids in its rows and the partial rows are summed.
@@ -639,7 +640,7 @@ static void embed(neox_model *m) {
 void neox_model_head_logits(neox_model *m, int r0, int rows) {
     neox_acts *a = m->acts;
     int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc), step = neox_model_head_piece_rows(m);
-    const float *lnf = a->lnf + (size_t)r0 * C;
+    const float *lnf = neox_act_at(m, a->lnf, (size_t)r0 * C);
     if (!step) {
         neox_model_linear_forward(m, a->logits, lnf, m->w.lm_head, NULL, rows, C, OC);
         return;
@@ -648,7 +649,7 @@ void neox_model_head_logits(neox_model *m, int r0, int rows) {
         int o1 = OC - o0 < step ? OC : o0 + step;
         const float *w = m->w.lm_head + (size_t)o0 * C;
         neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 1);
-        neox_model_linear_forward_cols(m, a->logits + o0, OC, lnf, w, rows, C, o1 - o0);
+        neox_model_linear_forward_cols(m, neox_act_at(m, a->logits, (size_t)o0), OC, lnf, w, rows, C, o1 - o0);
         neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 0);
     }
 }
@@ -850,7 +851,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     if (a->seq_whole) {  // the rank's rows normed, then gathered whole for the output layer
         size_t nC = (size_t)neox_model_stream_rows(m) * d->hidden_size;
         norm_forward(m, a->seq_whole, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, neox_model_stream_rows(m));
-        neox_allgather(m->tp, a->seq_whole, a->lnf, nC, NEOX_F32);
+        neox_allgather(m->tp, a->seq_whole, a->lnf, nC, neox_dtype_of_elem(m->act_elem));
     } else {
         norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
     }

@@ -122,7 +122,7 @@ void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const floa
     const neox_backend *be = m->be;
     float *rows = dw + (size_t)o0 * IC;
     if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(NULL, rows, NULL, dout + o0, OC, inp, NULL, N, IC, o1 - o0, 0, NEOX_ELEM_F32);
+        be->linear_backward(NULL, rows, NULL, neox_act_at(m, dout, (size_t)o0), OC, inp, NULL, N, IC, o1 - o0, 0, NEOX_ELEM_F32);
         return;
     }
     if (cast) {
@@ -156,7 +156,7 @@ void neox_model_linear_backward_input_rows(neox_model *m, float *dinp, const flo
     const neox_backend *be = m->be;
     const float *rows = w + (size_t)o0 * IC;
     if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(dinp, NULL, NULL, dout + o0, OC, NULL, rows, N, IC, o1 - o0, o0 > 0, NEOX_ELEM_F32);
+        be->linear_backward(dinp, NULL, NULL, neox_act_at(m, dout, (size_t)o0), OC, NULL, rows, N, IC, o1 - o0, o0 > 0, NEOX_ELEM_F32);
         return;
     }
     be->gemm_ex(0, 0, N, IC, o1 - o0, 1.0f, m->half_out + o0, OC, weight16(m, rows), IC, half_elem(m),

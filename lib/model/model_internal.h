@@ -7,6 +7,14 @@
 #include "model.h"
 #include "parallel.h"
 
+// Element `elems` of an activation tensor p (or of its gradient) stored as the model's act_elem:
+// the one way to offset into them, since `float *` there means "pointer to storage", not to floats.
+// The statistics beside them (norm mean/rstd, lse, ce_max, ce_stats, the loss mask) stay fp32 and
+// are offset as floats.
+static inline float *neox_act_at(const neox_model *m, const void *p, size_t elems) {
+    return (float *)((char *)(uintptr_t)p + neox_model_act_bytes(m, elems));
+}
+
 // The sizes of this rank's shard: local heads, kv heads, MLP width and vocabulary columns
 // (starting at global id v0), and the stage's layers [l0, l0 + L).
 typedef struct neox_shard {
