@@ -57,7 +57,7 @@ static const float *reduce_input_grad(neox_model *m, float *partial, int slot) {
         return partial;
     }
     float *out = neox_act_at(m, a->seq_whole, (size_t)slot * nC);
-    neox_reduce_scatter_sum(m->tp, partial, out, nC, NEOX_F32);
+    neox_model_reduce_scatter(m, partial, out, nC);
     return out;
 }
 

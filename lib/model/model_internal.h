@@ -104,6 +104,7 @@ typedef struct neox_acts {
     // weight and bias gradients from this rank's rows, before their all-reduce over the group.
     float *seq_whole, *seq_dnorm;
     float *gather;                     // with a checkpoint store: (N, C) the input of the layer at work, whole
+    float *tp_sum;                     // bf16 storage under tensor parallelism: (2 N C + n C) fp32 sums, else NULL
     int *gather_counts;                // (P) the pieces' sizes for the all-gather (host memory)
     float *ce_max;                     // (N) row maxima of the logits
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
@@ -188,8 +189,12 @@ void neox_model_head_logits(neox_model *m, int r0, int rows);
 // buffer: the chunk's share of its weight gradient, then its rows of the input gradient (dln1;
 // a partial sum under tensor parallelism). backward.c; the fused forward calls it too.
 void neox_model_head_chunk_backward(neox_model *m, int r0, int rows);
-// Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank).
+// Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank), and
+// sequence parallelism's reduce-scatter of the whole (N, C) partial sums into this rank's nC. Both
+// sum in fp32: under bf16 storage through the slot's fp32 tp_sum, rounding once after the sum.
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
+void neox_model_reduce_scatter(neox_model *m, const float *whole, float *out, size_t nC);
+
 // Frees the activation plan.
 void neox_model_free_plan(neox_model *m);
 // (Re)allocates the 16-bit GEMM scratch for the plan's sizes (16-bit precisions only).
