@@ -218,6 +218,13 @@ typedef struct neox_backend neox_backend;
 typedef enum { NEOX_PRECISION_FP32, NEOX_PRECISION_BF16, NEOX_PRECISION_FP16, NEOX_PRECISION_FP8 } neox_precision;
 // Parses "fp32" | "bfloat16" | "fp16" (GPT-NeoX's values) | "fp8"; -1 when unknown.
 int neox_precision_parse(const char *name, neox_precision *out);
+// The activations' storage type under precision p (docs/model.md, "Activation storage"): bf16 under
+// bfloat16 (fp32 for a Mixture of Experts and a value head), fp32 otherwise (fp16's loss scaling
+// needs fp32's range in the activations' gradients; fp8's products read fp32 inputs).
+neox_elem neox_model_storage_elem(const neox_model_desc *d, neox_precision p);
+// Overrides the storage set_precision chose (after it; the plan is carved again): fp32 storage under
+// bfloat16 keeps only the products' rounding, which tests/oracle/test_model_parity.py holds apart.
+void neox_model_set_storage(neox_model *m, neox_elem act);
 const char *neox_precision_name(neox_precision p);
 // Called by backward between its operations with the parameters [begin, end) (indices into
 // params; possibly none) whose gradients became final for this micro-batch since the last call:
@@ -300,11 +307,11 @@ struct neox_model {
     // and the staged mask (a captured step's micro-batch: its trainer writes it there, kept in the slot
     // for its backward).
     const float *head_scale_at;
-    float *act_buf;
-    size_t act_floats;
-    size_t layer_set_floats, layer_input_floats;  // one layer's saved set and kept input (neox_model_activation_layout)
-    float *recompute_inputs_host;     // host memory of the kept layer inputs (recompute_inputs_on_host), else NULL
-    size_t recompute_inputs_host_floats;
+    void *act_buf;
+    size_t act_bytes;
+    size_t layer_set_bytes, layer_input_bytes;  // one layer's saved set and kept input (neox_model_activation_layout)
+    void *recompute_inputs_host;      // host memory of the kept layer inputs (recompute_inputs_on_host), else NULL
+    size_t recompute_inputs_host_bytes;
     int nslots, slot;
     void *slots;             // private layout (lib/model/forward.c)
     void *acts;              // the current slot
@@ -343,6 +350,10 @@ struct neox_model {
 };
 
 static inline int neox_model_unit_head(const neox_model_desc *d) { return NEOX_UNIT_LAYER(d->num_layers); }
+// Activation storage (docs/model.md, "Activation storage"): the bytes of n elements of the model's
+// activations or their gradients, stored as act_elem. Every copy, message and offset of them is sized
+// by it (lib/model/model_internal.h's neox_act_at for offsets), so the storage type is one switch.
+static inline size_t neox_model_act_bytes(const neox_model *m, size_t n) { return n * neox_elem_size(m->act_elem); }
 // Units in all: the embedding, every layer, the head.
 static inline int neox_model_unit_count(const neox_model_desc *d) { return d->num_layers + 2; }
 // Unit u's parameters are params[first[u] .. first[u + 1]) (first: unit_count + 1 entries).
@@ -501,6 +512,9 @@ const double *neox_model_loss_sums(const neox_model *m);
 // parallelism), or (B, T) values of a value head. Overwritten by backward. A forward without targets
 // needs a plan holding every row's logits (head_rows == B*T; it fails otherwise).
 const float *neox_model_logits(const neox_model *m);
+// n activation elements (act_elem storage, backend memory: the logits above, a stage's output) to
+// fp32 on the host: the one boundary where a reader that wants fp32 values takes them.
+void neox_model_act_to_host(const neox_model *m, float *out, const float *src, size_t n);
 // Adds d(loss_scale * loss)/d(params) into the gradient buffer. Needs a forward with targets.
 void neox_model_backward(neox_model *m, float loss_scale);
 // Vocabulary rows per piece of the output layer when it is used in pieces (head_grad_rows set with

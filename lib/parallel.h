@@ -20,10 +20,13 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "kernels/kernels.h"
 
 typedef enum { NEOX_F32, NEOX_F64, NEOX_BF16, NEOX_F16, NEOX_I32, NEOX_I64, NEOX_U8 } neox_dtype;
 size_t neox_dtype_size(neox_dtype dt);
 const char *neox_dtype_name(neox_dtype dt);
+// The message type of tensors stored as e (activations: neox_model's act_elem).
+neox_dtype neox_dtype_of_elem(neox_elem e);
 
 typedef enum {
     NEOX_COMM_ALLREDUCE,

@@ -56,8 +56,8 @@ static const float *reduce_input_grad(neox_model *m, float *partial, int slot) {
         neox_model_tp_reduce(m, partial, nC);
         return partial;
     }
-    float *out = a->seq_whole + (size_t)slot * nC;
-    neox_reduce_scatter_sum(m->tp, partial, out, nC, NEOX_F32);
+    float *out = neox_act_at(m, a->seq_whole, (size_t)slot * nC);
+    neox_model_reduce_scatter(m, partial, out, nC);
     return out;
 }
 
@@ -184,7 +184,7 @@ static void layer_backward(neox_model *m, int l) {
     const neox_layer_params *p = &m->w.layers[l];
     neox_layer_params *g = &m->g.layers[l];
     size_t NC = (size_t)m->B * m->T * d->hidden_size;
-    float *dln1 = a->dln, *dln2 = a->dln + NC;  // (N, C) each: partial sums over the tensor-parallel group
+    float *dln1 = a->dln, *dln2 = neox_act_at(m, a->dln, NC);  // (N, C) each: partial sums over the tensor-parallel group
     int group[GROUP_END + 1];
     layer_groups(m, l, group);
     if (neox_model_recompute_store(d)) neox_model_fetch_recompute_input(m, l - s.l0);
@@ -265,7 +265,7 @@ void neox_model_use_piece(neox_model *m, const float *begin, const float *end, i
 static void head_backward_in_pieces(neox_model *m, int r0, int rows, int last) {
     neox_acts *a = m->acts;
     int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc), step = neox_model_head_piece_rows(m);
-    const float *lnf = a->lnf + (size_t)r0 * C;
+    const float *lnf = neox_act_at(m, a->lnf, (size_t)r0 * C);
     size_t base = (size_t)(m->g.lm_head - m->grad_buf);
     for (int o0 = 0; o0 < OC; o0 += step) {
         int o1 = OC - o0 < step ? OC : o0 + step;
@@ -273,7 +273,7 @@ static void head_backward_in_pieces(neox_model *m, int r0, int rows, int last) {
         neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 1);
         neox_model_linear_backward_weight_rows(m, m->g.lm_head, a->logits, lnf, rows, C, OC, o0, o1, o0 == 0);
         if (last) m->grad_range_ready(m->grads_ready_ctx, base + (size_t)o0 * C, base + (size_t)o1 * C);
-        neox_model_linear_backward_input_rows(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC, o0, o1);
+        neox_model_linear_backward_input_rows(m, neox_act_at(m, a->dln, (size_t)r0 * C), a->logits, m->w.lm_head, rows, C, OC, o0, o1);
         neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 0);
         poll(m);
     }
@@ -294,9 +294,9 @@ size_t neox_model_grad_fill_elems(const neox_model *m) {
 void neox_model_head_chunk_backward(neox_model *m, int r0, int rows) {
     neox_acts *a = m->acts;
     int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc);
-    const float *lnf = a->lnf + (size_t)r0 * C;
+    const float *lnf = neox_act_at(m, a->lnf, (size_t)r0 * C);
     neox_model_linear_backward_weights(m, m->g.lm_head, NULL, a->logits, lnf, rows, C, OC);
-    neox_model_linear_backward_input(m, a->dln + (size_t)r0 * C, a->logits, m->w.lm_head, rows, C, OC);
+    neox_model_linear_backward_input(m, neox_act_at(m, a->dln, (size_t)r0 * C), a->logits, m->w.lm_head, rows, C, OC);
 }
 
 // From the loss to the gradient of the stage's output: cross-entropy over this rank's
@@ -332,14 +332,14 @@ static void head_backward(neox_model *m, float loss_scale) {
             if (m->head_rows < N) neox_model_head_logits(m, r0, rows);
             m->be->cross_entropy_backward(a->logits, a->logits, a->ce_lse + r0, a->targets + r0, a->mask + r0, scale,
                                           a->head_scale_at, rows, s.V, m->act_elem);
-            const float *lnf = a->lnf + (size_t)r0 * C;
+            const float *lnf = neox_act_at(m, a->lnf, (size_t)r0 * C);
             if (neox_model_head_piece_rows(m)) {
                 head_backward_in_pieces(m, r0, rows, r0 + rows >= N);
             } else if (r0 + rows < N) {
                 neox_model_head_chunk_backward(m, r0, rows);
                 poll(m);
             } else {  // the last chunk finishes the output layer's gradient
-                linear_backward(m, out, m->dense_params, a->dln + (size_t)r0 * C, m->g.lm_head, NULL, a->logits, lnf,
+                linear_backward(m, out, m->dense_params, neox_act_at(m, a->dln, (size_t)r0 * C), m->g.lm_head, NULL, a->logits, lnf,
                                 m->w.lm_head, rows, C, OC);
             }
         }
@@ -348,9 +348,9 @@ static void head_backward(neox_model *m, float loss_scale) {
     // (under sequence parallelism this rank's rows of it are taken).
     const float *dlnf = a->dln;
     if (!d->value_head) dlnf = reduce_input_grad(m, a->dln, 0);
-    else dlnf += (size_t)neox_model_stream_row0(m) * C;
+    else dlnf = neox_act_at(m, dlnf, (size_t)neox_model_stream_row0(m) * C);
     a->head_done = 0;
-    m->be->memset_zero(a->dx, (size_t)neox_model_stream_rows(m) * d->hidden_size * sizeof(float));
+    m->be->memset_zero(a->dx, neox_model_act_bytes(m, (size_t)neox_model_stream_rows(m) * d->hidden_size));
     norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, dlnf, neox_model_stage_out(m), m->w.lnf_w, a->lnf_mean,
                   a->lnf_rstd);
     grads_ready(m, head, out);

@@ -14,10 +14,18 @@
 #include "kernels/backend.h"
 #include "model_internal.h"
 
-static float *take(float **cursor, size_t n) {
-    float *p = *cursor;
-    *cursor += (n + 15) & ~(size_t)15;  // 64-byte aligned slices
+static void *take_bytes(char **cursor, size_t bytes) {
+    void *p = *cursor;
+    *cursor += (bytes + 63) & ~(size_t)63;  // 64-byte aligned slices
     return p;
+}
+
+// n fp32 values (the statistics, the loss mask) or n 4-byte ids; double statistics take 2 each.
+static float *take(char **cursor, size_t n) { return take_bytes(cursor, n * sizeof(float)); }
+
+// n elements of an activation tensor or its gradient, in the model's storage (act_elem).
+static float *take_act(const neox_model *m, char **cursor, size_t n) {
+    return take_bytes(cursor, neox_model_act_bytes(m, n));
 }
 
 // The shard's sizes the plan is cut by: rows N = B*T, the fused QKV width W, the first MLP
@@ -56,65 +64,65 @@ static plan_sizes sizes_of(const neox_model *m) {
 
 // Carves one slot's saved activations from *cur (backend memory) and *host_cur (host memory: the
 // checkpoint store's pieces when they are kept on the host).
-static void carve_saved(neox_model *m, neox_acts *a, float **cur, float **host_cur) {
+static void carve_saved(neox_model *m, neox_acts *a, char **cur, char **host_cur) {
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
     size_t n = z.n, N = z.N, C = z.C, L = z.L, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
     if (neox_model_recompute_store(d)) {
-        a->x = take(cur, n * C);
-        size_t kept = L * (n * C / (size_t)neox_model_recompute_ways(d));
-        a->kept = take(d->recompute_inputs_on_host ? host_cur : cur, kept);
-        m->layer_input_floats = kept / L;
+        a->x = take_act(m, cur, n * C);
+        size_t piece = n * C / (size_t)neox_model_recompute_ways(d);
+        a->kept = take_act(m, d->recompute_inputs_on_host ? host_cur : cur, L * piece);
+        m->layer_input_bytes = neox_model_act_bytes(m, piece);
     } else {
-        a->x = take(cur, (L + 1) * n * C);
-        m->layer_input_floats = n * C;
+        a->x = take_act(m, cur, (L + 1) * n * C);
+        m->layer_input_bytes = neox_model_act_bytes(m, n * C);
     }
     size_t sets = d->checkpoint_activations ? 1 : L;
     for (size_t i = 0; i < sets; i++) {
         neox_layer_acts *la = &a->layers[i];
-        float *set_begin = *cur;
-        la->ln1 = take(cur, n * C);
+        char *set_begin = *cur;
+        la->ln1 = take_act(m, cur, n * C);
         la->ln1_mean = take(cur, n);
         la->ln1_rstd = take(cur, n);
-        la->qkv = take(cur, N * W);
-        la->q = take(cur, N * NH * HS);
-        la->k = take(cur, N * NKV * HS);
-        la->v = take(cur, N * NKV * HS);
+        la->qkv = take_act(m, cur, N * W);
+        la->q = take_act(m, cur, N * NH * HS);
+        la->k = take_act(m, cur, N * NKV * HS);
+        la->v = take_act(m, cur, N * NKV * HS);
         if (d->qk_norm) {
-            la->qraw = take(cur, N * NH * HS);
-            la->kraw = take(cur, N * NKV * HS);
+            la->qraw = take_act(m, cur, N * NH * HS);
+            la->kraw = take_act(m, cur, N * NKV * HS);
             la->qk_mean = neox_norm_arith(d) == NEOX_NORM_LAYERNORM ? take(cur, 2 * N * NH) : NULL;
             la->qk_rstd = take(cur, 2 * N * NH);
         }
-        la->att = take(cur, N * NH * HS);
+        la->att = take_act(m, cur, N * NH * HS);
         la->lse = take(cur, N * NH);
-        la->mid = d->parallel_residual ? NULL : take(cur, n * C);
-        la->ln2 = take(cur, n * C);
+        la->mid = d->parallel_residual ? NULL : take_act(m, cur, n * C);
+        la->ln2 = take_act(m, cur, n * C);
         la->ln2_mean = take(cur, n);
         la->ln2_rstd = take(cur, n);
-        la->fc = take(cur, N * FC);
-        la->act = take(cur, N * F);
+        la->fc = take_act(m, cur, N * FC);
+        la->act = take_act(m, cur, N * F);
         if (d->checkpoint_activations ? neox_model_has_moe(d) : neox_model_moe_layer(d, d->layer_begin + (int)i)) {
             la->moe.logits = take(cur, N * z.E);
-            la->moe.x = take(cur, z.NR * C);
+            la->moe.x = take_act(m, cur, z.NR * C);
             la->moe.h = take(cur, z.NR * z.FeI);
             la->moe.act = take(cur, z.NR * z.Fe);
-            la->moe.y = take(cur, z.NK * C);
+            la->moe.y = take_act(m, cur, z.NK * C);
             la->moe.weight = take(cur, z.NK);
             la->moe.slot = (int *)take(cur, z.NK);
             la->moe.perm = (int *)take(cur, z.NK);
-            la->moe.jx = d->moe_jitter_eps > 0.0f ? take(cur, N * C) : NULL;
+            la->moe.jx = d->moe_jitter_eps > 0.0f ? take_act(m, cur, N * C) : NULL;
         }
         // (the dense layers' set: the smallest, where MoE layers plan more and the rest counts it)
         size_t set = (size_t)(*cur - set_begin);
-        if (i == 0 || set < m->layer_set_floats) m->layer_set_floats = set;
+        if (i == 0 || set < m->layer_set_bytes) m->layer_set_bytes = set;
     }
     for (size_t i = sets; i < L; i++) a->layers[i] = a->layers[0];
     if (neox_model_last_stage(d)) {
-        a->lnf = take(cur, N * C);  // whole: the output layer's input (gathered under sequence parallelism)
+        a->lnf = take_act(m, cur, N * C);  // whole: the output layer's input (gathered under sequence parallelism)
         a->lnf_mean = take(cur, n);
         a->lnf_rstd = take(cur, n);
-        a->logits = take(cur, (size_t)m->head_rows * neox_model_head_cols(d));
+        a->logits = take_act(m, cur, (size_t)m->head_rows * neox_model_head_cols(d));
         a->ce_lse = take(cur, N);
         a->mask = take(cur, N);
         a->targets = (int *)take(cur, N);
@@ -123,7 +131,7 @@ static void carve_saved(neox_model *m, neox_acts *a, float **cur, float **host_c
 }
 
 // Carves the scratch all slots share.
-static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
+static void carve_shared(const neox_model *m, neox_acts *a, char **cur) {
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
     size_t n = z.n, N = z.N, C = z.C, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
@@ -131,46 +139,49 @@ static void carve_shared(const neox_model *m, neox_acts *a, float **cur) {
     a->cos = take(cur, whole * R / 2);
     a->sin = take(cur, whole * R / 2);
     a->alibi = d->pos_emb == NEOX_POS_ALIBI ? take(cur, NH) : NULL;
-    a->branch = take(cur, n * C);
-    a->gather = neox_model_recompute_store(d) ? take(cur, n * C) : NULL;
+    a->branch = take_act(m, cur, n * C);
+    a->gather = neox_model_recompute_store(d) ? take_act(m, cur, n * C) : NULL;
     int seq = neox_model_seq_ways(d) > 1;
-    a->seq_whole = seq ? take(cur, N * C) : NULL;
+    a->seq_whole = seq ? take_act(m, cur, N * C) : NULL;
     a->seq_dnorm = seq ? take(cur, 2 * C) : NULL;
+    // bf16 storage under tensor parallelism: the fp32 room its reductions sum in (the largest, dln1
+    // and dln2 together; a reduce-scatter's whole and its piece)
+    a->tp_sum = d->tp_size > 1 && m->act_elem != NEOX_ELEM_F32 ? take(cur, 2 * N * C + n * C) : NULL;
     a->ce_max = take(cur, N);
     a->ce_stats = (double *)take(cur, 4 * N);
     a->ce_loss = (double *)take(cur, 4);
-    a->dx = take(cur, n * C);
-    a->dln = take(cur, 2 * N * C);
-    a->dbranch = take(cur, n * C);
-    a->dqkv = take(cur, N * W);
-    a->dq = take(cur, N * NH * HS);
-    a->dk = take(cur, N * NKV * HS);
-    a->dv = take(cur, N * NKV * HS);
-    a->datt = take(cur, N * NH * HS);
-    a->dfc = take(cur, N * FC);
-    a->dact = take(cur, N * F);
+    a->dx = take_act(m, cur, n * C);
+    a->dln = take_act(m, cur, 2 * N * C);
+    a->dbranch = take_act(m, cur, n * C);
+    a->dqkv = take_act(m, cur, N * W);
+    a->dq = take_act(m, cur, N * NH * HS);
+    a->dk = take_act(m, cur, N * NKV * HS);
+    a->dv = take_act(m, cur, N * NKV * HS);
+    a->datt = take_act(m, cur, N * NH * HS);
+    a->dfc = take_act(m, cur, N * FC);
+    a->dact = take_act(m, cur, N * F);
     if (neox_model_cp_ways(d) > 1) {  // the whole sequence's keys and values (context_parallel.c)
         size_t kv = (size_t)m->B * m->cp_T * NKV * HS;
         a->cp_stage = take(cur, kv), a->cp_k = take(cur, kv), a->cp_v = take(cur, kv);
         a->cp_dk = take(cur, kv), a->cp_dv = take(cur, kv);
     }
     if (z.NK) {
-        a->moe_dx = take(cur, z.NR * C);
+        a->moe_dx = take_act(m, cur, z.NR * C);
         a->moe_dh = take(cur, z.NR * z.FeI);
         a->moe_dact = take(cur, z.NR * z.Fe);
-        a->moe_dy = take(cur, (z.NK > z.NR ? z.NK : z.NR) * C);
-        a->moe_swap = d->ep_size > 1 ? take(cur, z.NR * C) : NULL;
+        a->moe_dy = take_act(m, cur, (z.NK > z.NR ? z.NK : z.NR) * C);
+        a->moe_swap = d->ep_size > 1 ? take_act(m, cur, z.NR * C) : NULL;
         a->moe_dweight = take(cur, z.NK);
         a->moe_dlogits = take(cur, N * z.E);
     }
 }
 
-// Walks the plan of every slot; with base == NULL it only counts floats. Returns the backend floats
-// and sets *host_floats (the host memory of checkpoints kept there, carved from host_base).
-static size_t carve(neox_model *m, neox_acts *slots, float *base, float *host_base, size_t *host_floats) {
-    float *cur = base ? base : (float *)(uintptr_t)256;  // any aligned non-NULL start when counting (never dereferenced)
-    float *host_cur = host_base ? host_base : (float *)(uintptr_t)256;
-    float *start = cur, *host_start = host_cur;
+// Walks the plan of every slot; with base == NULL it only counts bytes. Returns the backend bytes
+// and sets *host_bytes (the host memory of checkpoints kept there, carved from host_base).
+static size_t carve(neox_model *m, neox_acts *slots, void *base, void *host_base, size_t *host_bytes) {
+    char *cur = base ? base : (char *)(uintptr_t)256;  // any aligned non-NULL start when counting (never dereferenced)
+    char *host_cur = host_base ? host_base : (char *)(uintptr_t)256;
+    char *start = cur, *host_start = host_cur;
     carve_shared(m, &slots[0], &cur);
     for (int k = 0; k < m->nslots; k++) {
         if (k > 0) {
@@ -180,7 +191,7 @@ static size_t carve(neox_model *m, neox_acts *slots, float *base, float *host_ba
         }
         carve_saved(m, &slots[k], &cur, &host_cur);
     }
-    *host_floats = (size_t)(host_cur - host_start);
+    *host_bytes = (size_t)(host_cur - host_start);
     return (size_t)(cur - start);
 }
 
@@ -246,7 +257,8 @@ static void free_half(neox_model *m) {
 
 void neox_model_plan_half(neox_model *m) {
     free_half(m);
-    if (m->precision == NEOX_PRECISION_FP32 || !m->act_buf) return;
+    // (bf16 storage: the products read and write the activations as they are, with no 16-bit copies)
+    if (m->precision == NEOX_PRECISION_FP32 || m->act_elem == NEOX_ELEM_BF16 || !m->act_buf) return;
     plan_sizes z = sizes_of(m);
     size_t V = neox_model_last_stage(&m->desc) ? (size_t)neox_model_head_cols(&m->desc) : 0;
     size_t in = z.C > z.NH * z.HS ? z.C : z.NH * z.HS, out = z.W > z.FC ? z.W : z.FC;
@@ -278,7 +290,7 @@ void neox_model_free_plan(neox_model *m) {
     if (m->act_buf) m->be->free(m->act_buf);
     free(m->recompute_inputs_host);
     m->recompute_inputs_host = NULL;
-    m->recompute_inputs_host_floats = 0;
+    m->recompute_inputs_host_bytes = 0;
     free_half(m);
     free_host_stage(m);
     m->slots = m->acts = NULL;
@@ -337,11 +349,11 @@ int neox_model_plan_slots(neox_model *m, int B, int T, int nslots, neox_error *e
     neox_acts *slots = neox_calloc((size_t)nslots, sizeof *slots);
     int L = neox_model_shard(d).L;
     for (int k = 0; k < nslots; k++) slots[k].layers = neox_calloc((size_t)L, sizeof *slots[k].layers);
-    m->act_floats = carve(m, slots, NULL, NULL, &m->recompute_inputs_host_floats);
-    m->act_buf = m->be->alloc(m->act_floats * sizeof(float));
-    m->be->memset_zero(m->act_buf, m->act_floats * sizeof(float));
-    if (m->recompute_inputs_host_floats) m->recompute_inputs_host = neox_calloc(m->recompute_inputs_host_floats, sizeof(float));
-    carve(m, slots, m->act_buf, m->recompute_inputs_host, &m->recompute_inputs_host_floats);
+    m->act_bytes = carve(m, slots, NULL, NULL, &m->recompute_inputs_host_bytes);
+    m->act_buf = m->be->alloc(m->act_bytes);
+    m->be->memset_zero(m->act_buf, m->act_bytes);
+    if (m->recompute_inputs_host_bytes) m->recompute_inputs_host = neox_calloc(m->recompute_inputs_host_bytes, 1);
+    carve(m, slots, m->act_buf, m->recompute_inputs_host, &m->recompute_inputs_host_bytes);
     if (neox_model_recompute_ways(d) > 1) {
         int P = neox_model_recompute_ways(d);
         int *counts = neox_malloc((size_t)P * sizeof *counts);
@@ -377,21 +389,21 @@ void neox_model_use_slot(neox_model *m, int slot) {
 }
 
 size_t neox_model_activation_bytes(const neox_model *m) {
-    return m->act_floats * sizeof(float) + m->half_elems * sizeof(uint16_t) + neox_model_fp8_bytes(m);
+    return m->act_bytes + m->half_elems * sizeof(uint16_t) + neox_model_fp8_bytes(m);
 }
 
 neox_activation_layout neox_model_activation_layout(const neox_model *m) {
     const neox_model_desc *d = &m->desc;
-    neox_activation_layout o = {0, m->layer_set_floats * sizeof(float), 0, neox_model_shard(d).L, m->nslots};
+    neox_activation_layout o = {0, m->layer_set_bytes, 0, neox_model_shard(d).L, m->nslots};
     // the input a layer keeps, and its saved set unless one set serves every layer's recomputation;
     // inputs kept on the host are not the plan's (they are "offloaded")
-    size_t input = d->recompute_inputs_on_host ? 0 : m->layer_input_floats;
-    o.per_layer = (input + (d->checkpoint_activations ? 0 : m->layer_set_floats)) * sizeof(float);
+    size_t input = d->recompute_inputs_on_host ? 0 : m->layer_input_bytes;
+    o.per_layer = input + (d->checkpoint_activations ? 0 : m->layer_set_bytes);
     o.rest = neox_model_activation_bytes(m) - (size_t)o.layers * (size_t)o.slots * o.per_layer;
     return o;
 }
 
-size_t neox_model_host_recompute_bytes(const neox_model *m) { return m->recompute_inputs_host_floats * sizeof(float); }
+size_t neox_model_host_recompute_bytes(const neox_model *m) { return m->recompute_inputs_host_bytes; }
 
 const float *neox_model_logits(const neox_model *m) { return ((const neox_acts *)m->acts)->logits; }
 
@@ -436,14 +448,36 @@ void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, flo
     free(host);
 }
 
+// Partial sums stored in bf16 are summed in fp32: widened into the fp32 scratch, reduced there and
+// rounded once on the way back (a bf16 all-reduce would round at every addition).
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n) {
-    if (m->tp && m->tp->size > 1) neox_allreduce_sum(m->tp, x, n, NEOX_F32);
+    if (!m->tp || m->tp->size <= 1) return;
+    if (m->act_elem == NEOX_ELEM_F32) {
+        neox_allreduce_sum(m->tp, x, n, NEOX_F32);
+        return;
+    }
+    float *sum = ((neox_acts *)m->acts)->tp_sum;
+    m->be->cast_bf16_to_f32(sum, (const uint16_t *)x, n);
+    neox_allreduce_sum(m->tp, sum, n, NEOX_F32);
+    m->be->cast_f32_to_bf16((uint16_t *)x, sum, n);
+}
+
+void neox_model_reduce_scatter(neox_model *m, const float *whole, float *out, size_t nC) {
+    if (m->act_elem == NEOX_ELEM_F32) {
+        neox_reduce_scatter_sum(m->tp, whole, out, nC, NEOX_F32);
+        return;
+    }
+    float *sum = ((neox_acts *)m->acts)->tp_sum, *mine = sum + nC * (size_t)m->tp->size;
+    m->be->cast_bf16_to_f32(sum, (const uint16_t *)whole, nC * (size_t)m->tp->size);
+    neox_reduce_scatter_sum(m->tp, sum, mine, nC, NEOX_F32);
+    m->be->cast_f32_to_bf16((uint16_t *)out, mine, nC);
 }
 
 const float *neox_model_seq_gather(neox_model *m, const float *local) {
     neox_acts *a = m->acts;
     if (!a->seq_whole) return local;
-    neox_allgather(m->tp, local, a->seq_whole, (size_t)neox_model_stream_rows(m) * m->desc.hidden_size, NEOX_F32);
+    neox_allgather(m->tp, local, a->seq_whole, (size_t)neox_model_stream_rows(m) * m->desc.hidden_size,
+                   neox_dtype_of_elem(m->act_elem));
     return a->seq_whole;
 }
 
@@ -455,7 +489,7 @@ static float *seq_reduce(neox_model *m, float *whole, float *out) {
         neox_model_tp_reduce(m, whole, nC);
         return whole;
     }
-    neox_reduce_scatter_sum(m->tp, whole, out, nC, NEOX_F32);
+    neox_model_reduce_scatter(m, whole, out, nC);
     return out;
 }
 
@@ -594,13 +628,13 @@ static void stage_layer_forward(neox_model *m, int l) {
     int i = l - s.l0;
     size_t NC = (size_t)neox_model_stream_rows(m) * d->hidden_size;
     if (!neox_model_recompute_store(d)) {
-        neox_model_layer_forward(m, l, neox_model_layer_input(m, i), neox_model_layer_input(m, i) + NC);
+        neox_model_layer_forward(m, l, neox_model_layer_input(m, i), neox_act_at(m, neox_model_layer_input(m, i), NC));
         return;
     }
     neox_acts *a = m->acts;
     neox_model_layer_forward(m, l, a->gather, a->x);
     neox_model_keep_recompute_input(m, i);
-    if (i + 1 < s.L) m->be->copy(a->gather, a->x, NC * sizeof(float));
+    if (i + 1 < s.L) m->be->copy(a->gather, a->x, neox_model_act_bytes(m, NC));
 }
 
 // Ids outside [0, vocab) are an error; inside, they are mapped to this rank's vocabulary rows (-1
@@ -621,7 +655,7 @@ static int localise_ids(int *out, const int *ids, int N, int V, neox_shard s, co
 static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step) {
     const neox_backend *be = m->be;
     int N = m->B * m->T, C = m->desc.hidden_size, V = neox_model_embed_rows(m);
-    be->memset_zero(x, (size_t)N * C * sizeof(float));  // (ids of another shard, < 0, stay zero rows)
+    be->memset_zero(x, neox_model_act_bytes(m, (size_t)N * C));  // (ids of another shard, < 0, stay zero rows)
     for (int v0 = 0; v0 < V; v0 += step) {
         int v1 = V - v0 < step ? V : v0 + step;
         const float *rows = m->w.wte + (size_t)v0 * C;
@@ -630,7 +664,7 @@ static void embed_in_pieces(neox_model *m, float *x, const float *wpe, int step)
         neox_model_use_piece(m, rows, rows + (size_t)(v1 - v0) * C, 0);
     }
     // The position table added to each sequence as one (T * C) row of bias, in the activations' storage.
-    for (int b = 0; wpe && b < m->B; b++) be->add_bias(x + (size_t)b * m->T * C, wpe, 1, m->T * C, m->act_elem);
+    for (int b = 0; wpe && b < m->B; b++) be->add_bias(neox_act_at(m, x, (size_t)b * m->T * C), wpe, 1, m->T * C, m->act_elem);
 }
 
 // Vocab-parallel embedding: each rank looks up the ids in its rows and the partial rows are summed.
@@ -651,7 +685,7 @@ static void embed(neox_model *m) {
 void neox_model_head_logits(neox_model *m, int r0, int rows) {
     neox_acts *a = m->acts;
     int C = m->desc.hidden_size, OC = neox_model_head_cols(&m->desc), step = neox_model_head_piece_rows(m);
-    const float *lnf = a->lnf + (size_t)r0 * C;
+    const float *lnf = neox_act_at(m, a->lnf, (size_t)r0 * C);
     if (!step) {
         neox_model_linear_forward(m, a->logits, lnf, m->w.lm_head, NULL, rows, C, OC);
         return;
@@ -660,16 +694,13 @@ void neox_model_head_logits(neox_model *m, int r0, int rows) {
         int o1 = OC - o0 < step ? OC : o0 + step;
         const float *w = m->w.lm_head + (size_t)o0 * C;
         neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 1);
-        neox_model_linear_forward_cols(m, a->logits + o0, OC, lnf, w, rows, C, o1 - o0);
+        neox_model_linear_forward_cols(m, neox_act_at(m, a->logits, (size_t)o0), OC, lnf, w, rows, C, o1 - o0);
         neox_model_use_piece(m, w, w + (size_t)(o1 - o0) * C, 0);
     }
 }
 
 // The element type of the logits buffer: the activations' storage precision.
-static neox_elem logits_elem(const neox_model *m) {
-    (void)m;
-    return NEOX_ELEM_F32;
-}
+static neox_elem logits_elem(const neox_model *m) { return m->act_elem; }
 
 // The unfused loss statistics of one chunk of logits (rows [r0, r0 + rows)): the row maxima (reduced
 // over the vocab-parallel ranks here), the sums of exponentials and the target logits (this rank's
@@ -888,7 +919,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     if (a->seq_whole) {  // the rank's rows normed, then gathered whole for the output layer
         size_t nC = (size_t)neox_model_stream_rows(m) * d->hidden_size;
         norm_forward(m, a->seq_whole, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, neox_model_stream_rows(m));
-        neox_allgather(m->tp, a->seq_whole, a->lnf, nC, NEOX_F32);
+        neox_allgather(m->tp, a->seq_whole, a->lnf, nC, neox_dtype_of_elem(m->act_elem));
     } else {
         norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
     }
@@ -902,6 +933,17 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     neox_range_pop();
     if (rc != 0) return rc;
     return 0;
+}
+
+void neox_model_act_to_host(const neox_model *m, float *out, const float *src, size_t n) {
+    if (m->act_elem == NEOX_ELEM_F32) {
+        m->be->to_host(out, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *bits = neox_malloc(n * sizeof *bits);
+    m->be->to_host(bits, src, n * sizeof *bits);
+    for (size_t i = 0; i < n; i++) out[i] = neox_bf16_to_f32(bits[i]);
+    free(bits);
 }
 
 void neox_model_values(const neox_model *m, float *out) {

@@ -590,8 +590,8 @@ static int forward_recompute(neox_generator *g, const int32_t *seq, int n, neox_
     neox_model *m = g->m;
     if ((m->B != 1 || m->T != n || !m->acts) && neox_model_plan(m, 1, n, err) != 0) return -1;
     if (neox_model_forward(m, (const int *)seq, NULL, NULL, err) != 0) return -1;
-    m->be->to_host(g->logits, neox_model_logits(m) + (size_t)(n - 1) * m->desc.vocab_size,
-                   (size_t)m->desc.vocab_size * sizeof(float));
+    neox_model_act_to_host(m, g->logits, neox_act_at(m, neox_model_logits(m), (size_t)(n - 1) * m->desc.vocab_size),
+                           (size_t)m->desc.vocab_size);
     return 0;
 }
 

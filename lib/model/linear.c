@@ -35,12 +35,31 @@ static void cast_half(const neox_model *m, uint16_t *out, const float *inp, size
     else m->be->cast_f32_to_bf16(out, inp, n);
 }
 
+neox_elem neox_model_storage_elem(const neox_model_desc *d, neox_precision p) {
+    // (Context parallelism's key/value exchange and rearranging copies move fp32 elements.)
+    return p == NEOX_PRECISION_BF16 && !neox_model_has_moe(d) && !d->value_head && neox_model_cp_ways(d) <= 1
+               ? NEOX_ELEM_BF16
+               : NEOX_ELEM_F32;
+}
+
+void neox_model_set_storage(neox_model *m, neox_elem act) {
+    neox_assert(act == NEOX_ELEM_F32 || m->precision == NEOX_PRECISION_BF16, "bf16 storage needs precision bfloat16");
+    if (act == m->act_elem) return;
+    m->act_elem = act;
+    if (!m->act_buf) return;
+    neox_error err = {0};  // (a plan carved for the other storage is carved again, for the same sizes)
+    int planned = neox_model_plan_slots(m, m->B, m->T, m->nslots, &err);
+    neox_assert(planned == 0, "%s", err.message);  // (the sizes were planned before)
+}
+
 void neox_model_set_precision(neox_model *m, neox_precision p) {
     m->precision = p;
     if (p != NEOX_PRECISION_FP8) neox_model_fp8_free(m);  // (fp8's recipe makes its state)
     if (p != NEOX_PRECISION_FP32 && !m->param16) m->param16 = m->be->alloc(m->num_floats * sizeof(uint16_t));
     m->param16_stale = 1;
-    if (m->act_buf) neox_model_plan_half(m);
+    neox_elem act = neox_model_storage_elem(&m->desc, p);
+    if (act != m->act_elem) neox_model_set_storage(m, act);
+    else if (m->act_buf) neox_model_plan_half(m);
 }
 
 void neox_model_weights_changed(neox_model *m) { m->param16_stale = 1; }
@@ -65,8 +84,12 @@ static const uint16_t *weight16(const neox_model *m, const float *w) { return m-
 // out (N, OC, rows ldo apart) = inp (N, IC) @ w^T (OC, IC) (+ bias (OC), only with ldo == OC); half:
 // room for inp's 16-bit copy.
 static void linear_forward_ld(neox_model *m, uint16_t *half, float *out, int ldo, const float *inp, const float *w,
-                              const float *bias, int N, int IC, int OC) {
+                              const float *bias, int N, int IC, int OC, neox_elem act) {
     const neox_backend *be = m->be;
+    if (act == NEOX_ELEM_BF16) {  // bf16 storage: the operands are bf16 already, the result rounded once
+        be->linear_forward(out, ldo, inp, weight16(m, w), bias, N, IC, OC, NEOX_ELEM_BF16);
+        return;
+    }
     if (m->precision == NEOX_PRECISION_FP32) {
         be->linear_forward(out, ldo, inp, w, bias, N, IC, OC, NEOX_ELEM_F32);
         return;
@@ -84,12 +107,12 @@ static void linear_forward_ld(neox_model *m, uint16_t *half, float *out, int ldo
 // out (N, OC) = inp (N, IC) @ w^T (OC, IC) (+ bias (OC)).
 void neox_model_linear_forward(neox_model *m, float *out, const float *inp, const float *w, const float *bias, int N,
                                int IC, int OC) {
-    linear_forward_ld(m, m->half_in, out, OC, inp, w, bias, N, IC, OC);
+    linear_forward_ld(m, m->half_in, out, OC, inp, w, bias, N, IC, OC, m->act_elem);
 }
 
 void neox_model_linear_forward_scratch(neox_model *m, uint16_t *half, float *out, const float *inp, const float *w,
                                        const float *bias, int N, int IC, int OC) {
-    linear_forward_ld(m, half, out, OC, inp, w, bias, N, IC, OC);
+    linear_forward_ld(m, half, out, OC, inp, w, bias, N, IC, OC, NEOX_ELEM_F32);
 }
 
 void neox_model_linear_team(neox_model *m, uint16_t *half, float *out, const float *inp, const float *w,
@@ -105,7 +128,7 @@ void neox_model_linear_team(neox_model *m, uint16_t *half, float *out, const flo
 
 void neox_model_linear_forward_cols(neox_model *m, float *out, int ldo, const float *inp, const float *w, int N, int IC,
                                     int OC) {
-    linear_forward_ld(m, m->half_in, out, ldo, inp, w, NULL, N, IC, OC);
+    linear_forward_ld(m, m->half_in, out, ldo, inp, w, NULL, N, IC, OC, m->act_elem);
 }
 
 // dw (OC, IC) += dout^T (OC, N) @ inp (N, IC); db (OC, or NULL) += column sums of dout (N, OC).
@@ -113,8 +136,8 @@ void neox_model_linear_forward_cols(neox_model *m, float *out, int ldo, const fl
 void neox_model_linear_backward_weights(neox_model *m, float *dw, float *db, const float *dout, const float *inp, int N,
                                         int IC, int OC) {
     const neox_backend *be = m->be;
-    if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(NULL, dw, db, dout, OC, inp, NULL, N, IC, OC, 0, NEOX_ELEM_F32);
+    if (m->precision == NEOX_PRECISION_FP32 || m->act_elem == NEOX_ELEM_BF16) {
+        be->linear_backward(NULL, dw, db, dout, OC, inp, NULL, N, IC, OC, 0, m->act_elem);
         return;
     }
     int fp8 = neox_model_fp8_linear(m, w_of_grad(m, dw));
@@ -132,8 +155,9 @@ void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const floa
                                             int IC, int OC, int o0, int o1, int cast) {
     const neox_backend *be = m->be;
     float *rows = dw + (size_t)o0 * IC;
-    if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(NULL, rows, NULL, dout + o0, OC, inp, NULL, N, IC, o1 - o0, 0, NEOX_ELEM_F32);
+    if (m->precision == NEOX_PRECISION_FP32 || m->act_elem == NEOX_ELEM_BF16) {
+        be->linear_backward(NULL, rows, NULL, neox_act_at(m, dout, (size_t)o0), OC, inp, NULL, N, IC, o1 - o0, 0,
+                            m->act_elem);
         return;
     }
     if (cast) {
@@ -153,6 +177,10 @@ void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *d
         be->linear_backward(dinp, NULL, NULL, dout, OC, NULL, w, N, IC, OC, 0, NEOX_ELEM_F32);
         return;
     }
+    if (m->act_elem == NEOX_ELEM_BF16) {
+        be->linear_backward(dinp, NULL, NULL, dout, OC, NULL, weight16(m, w), N, IC, OC, 0, NEOX_ELEM_BF16);
+        return;
+    }
     int fp8 = neox_model_fp8_linear(m, w);
     if (fp8 >= 0) {
         neox_model_fp8_backward_input(m, fp8, dinp, w, N, IC, OC);
@@ -166,8 +194,10 @@ void neox_model_linear_backward_input_rows(neox_model *m, float *dinp, const flo
                                            int OC, int o0, int o1) {
     const neox_backend *be = m->be;
     const float *rows = w + (size_t)o0 * IC;
-    if (m->precision == NEOX_PRECISION_FP32) {
-        be->linear_backward(dinp, NULL, NULL, dout + o0, OC, NULL, rows, N, IC, o1 - o0, o0 > 0, NEOX_ELEM_F32);
+    if (m->precision == NEOX_PRECISION_FP32 || m->act_elem == NEOX_ELEM_BF16) {
+        const float *w_rows = m->act_elem == NEOX_ELEM_BF16 ? (const float *)weight16(m, rows) : rows;
+        be->linear_backward(dinp, NULL, NULL, neox_act_at(m, dout, (size_t)o0), OC, NULL, w_rows, N, IC, o1 - o0, o0 > 0,
+                            m->act_elem);
         return;
     }
     be->gemm_ex(0, 0, N, IC, o1 - o0, 1.0f, m->half_out + o0, OC, weight16(m, rows), IC, half_elem(m),

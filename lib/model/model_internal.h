@@ -7,6 +7,14 @@
 #include "model.h"
 #include "parallel.h"
 
+// Element `elems` of an activation tensor p (or of its gradient) stored as the model's act_elem:
+// the one way to offset into them, since `float *` there means "pointer to storage", not to floats.
+// The statistics beside them (norm mean/rstd, lse, ce_max, ce_stats, the loss mask) stay fp32 and
+// are offset as floats.
+static inline float *neox_act_at(const neox_model *m, const void *p, size_t elems) {
+    return (float *)((char *)(uintptr_t)p + neox_model_act_bytes(m, elems));
+}
+
 // The sizes of this rank's shard: local heads, kv heads, MLP width and vocabulary columns
 // (starting at global id v0), and the stage's layers [l0, l0 + L).
 typedef struct neox_shard {
@@ -98,6 +106,7 @@ typedef struct neox_acts {
     // weight and bias gradients from this rank's rows, before their all-reduce over the group.
     float *seq_whole, *seq_dnorm;
     float *gather;                     // with a checkpoint store: (N, C) the input of the layer at work, whole
+    float *tp_sum;                     // bf16 storage under tensor parallelism: (2 N C + n C) fp32 sums, else NULL
     int *gather_counts;                // (P) the pieces' sizes for the all-gather (host memory)
     float *ce_max;                     // (N) row maxima of the logits
     double *ce_stats;                  // (2, N) sums of exponentials, target logits
@@ -205,8 +214,12 @@ void neox_model_head_logits(neox_model *m, int r0, int rows);
 // buffer: the chunk's share of its weight gradient, then its rows of the input gradient (dln1;
 // a partial sum under tensor parallelism). backward.c; the fused forward calls it too.
 void neox_model_head_chunk_backward(neox_model *m, int r0, int rows);
-// Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank).
+// Megatron's reduction of partial sums over the tensor-parallel group (nothing on one rank), and
+// sequence parallelism's reduce-scatter of the whole (N, C) partial sums into this rank's nC. Both
+// sum in fp32: under bf16 storage through the slot's fp32 tp_sum, rounding once after the sum.
 void neox_model_tp_reduce(neox_model *m, float *x, size_t n);
+void neox_model_reduce_scatter(neox_model *m, const float *whole, float *out, size_t nC);
+
 // Frees the activation plan.
 void neox_model_free_plan(neox_model *m);
 // (Re)allocates the 16-bit GEMM scratch for the plan's sizes (16-bit precisions only).

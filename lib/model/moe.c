@@ -215,11 +215,11 @@ static void run_experts(neox_model *m, int fp32, const float *experts, const int
     int C = d->hidden_size, Fe = d->moe_ffn_size, I = neox_model_moe_in_rows(d), L = neox_model_local_experts(d);
     neox_act_fn fn = neox_activation_function(d->activation);
     for (int e = 0, at = 0; e < L; at += rows[e++])
-        if (rows[e]) linear(m, fp32, h + (size_t)at * I, x + (size_t)at * C, w1_of(experts, d, e), rows[e], C, I);
+        if (rows[e]) linear(m, fp32, h + (size_t)at * I, neox_act_at(m, x, (size_t)at * C), w1_of(experts, d, e), rows[e], C, I);
     if (I != Fe) m->be->gated_forward(act, h, total, Fe, fn, NEOX_ELEM_F32);
     else m->be->activation_forward(act, h, (size_t)total * Fe, fn, NEOX_ELEM_F32);
     for (int e = 0, at = 0; e < L; at += rows[e++])
-        if (rows[e]) linear(m, fp32, y + (size_t)at * C, act + (size_t)at * Fe, w2_of(experts, d, e), rows[e], Fe, C);
+        if (rows[e]) linear(m, fp32, neox_act_at(m, y, (size_t)at * C), act + (size_t)at * Fe, w2_of(experts, d, e), rows[e], Fe, C);
 }
 
 // Under expert parallelism (the route has an exchange) b->x, h and act hold the rows this rank's
@@ -315,7 +315,7 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
         if (!rows[e]) continue;
         const float *w2 = w2_of(p->experts_w, d, e);
         float *dw2 = w2_of(g->experts_w, d, e);
-        const float *dye = a->moe_dy + (size_t)at * C;
+        const float *dye = neox_act_at(m, a->moe_dy, (size_t)at * C);
         neox_model_linear_backward_weights(m, dw2, NULL, dye, b->act + (size_t)at * Fe, rows[e], Fe, C);
         neox_model_linear_backward_input(m, a->moe_dact + (size_t)at * Fe, dye, w2, rows[e], Fe, C);
     }
@@ -324,8 +324,8 @@ void neox_model_moe_backward(neox_model *m, int l, const neox_moe_bufs *b, const
     for (int e = 0, at = 0; e < L; at += rows[e++]) {
         if (!rows[e]) continue;
         const float *dh = a->moe_dh + (size_t)at * I;
-        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, b->x + (size_t)at * C, rows[e], C, I);
-        neox_model_linear_backward_input(m, a->moe_dx + (size_t)at * C, dh, w1_of(p->experts_w, d, e), rows[e], C, I);
+        neox_model_linear_backward_weights(m, w1_of(g->experts_w, d, e), NULL, dh, neox_act_at(m, b->x, (size_t)at * C), rows[e], C, I);
+        neox_model_linear_backward_input(m, neox_act_at(m, a->moe_dx, (size_t)at * C), dh, w1_of(p->experts_w, d, e), rows[e], C, I);
     }
     const float *dx = a->moe_dx;
     if (x) {  // the input gradients go back to the ranks the rows came from

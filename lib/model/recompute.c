@@ -21,30 +21,30 @@ static size_t piece_start(const neox_model *m) {
 float *neox_model_layer_input(const neox_model *m, int i) {
     const neox_acts *a = m->acts;
     if (neox_model_recompute_store(&m->desc)) return a->gather;
-    return a->x + (size_t)i * neox_model_stream_rows(m) * m->desc.hidden_size;
+    return neox_act_at(m, a->x, (size_t)i * neox_model_stream_rows(m) * m->desc.hidden_size);
 }
 
 float *neox_model_stage_out(const neox_model *m) {
     const neox_acts *a = m->acts;
     if (neox_model_recompute_store(&m->desc)) return a->x;
-    return a->x + (size_t)neox_model_shard(&m->desc).L * neox_model_stream_rows(m) * m->desc.hidden_size;
+    return neox_act_at(m, a->x, (size_t)neox_model_shard(&m->desc).L * neox_model_stream_rows(m) * m->desc.hidden_size);
 }
 
 void neox_model_keep_recompute_input(neox_model *m, int i) {
     neox_acts *a = m->acts;
     size_t n = piece_floats(m);
-    float *dst = a->kept + (size_t)i * n;
-    const float *src = a->gather + piece_start(m);
-    if (m->desc.recompute_inputs_on_host) m->be->to_host(dst, src, n * sizeof(float));
-    else m->be->copy(dst, src, n * sizeof(float));
+    float *dst = neox_act_at(m, a->kept, (size_t)i * n);
+    const float *src = neox_act_at(m, a->gather, piece_start(m));
+    if (m->desc.recompute_inputs_on_host) m->be->to_host(dst, src, neox_model_act_bytes(m, n));
+    else m->be->copy(dst, src, neox_model_act_bytes(m, n));
 }
 
 void neox_model_fetch_recompute_input(neox_model *m, int i) {
     neox_acts *a = m->acts;
     size_t n = piece_floats(m);
-    const float *src = a->kept + (size_t)i * n;
-    float *dst = a->gather + piece_start(m);
-    if (m->desc.recompute_inputs_on_host) m->be->to_device(dst, src, n * sizeof(float));
-    else m->be->copy(dst, src, n * sizeof(float));
-    if (neox_model_recompute_ways(&m->desc) > 1) neox_allgatherv_inplace(m->tp, a->gather, a->gather_counts, NEOX_F32);
+    const float *src = neox_act_at(m, a->kept, (size_t)i * n);
+    float *dst = neox_act_at(m, a->gather, piece_start(m));
+    if (m->desc.recompute_inputs_on_host) m->be->to_device(dst, src, neox_model_act_bytes(m, n));
+    else m->be->copy(dst, src, neox_model_act_bytes(m, n));
+    if (neox_model_recompute_ways(&m->desc) > 1) neox_allgatherv_inplace(m->tp, a->gather, a->gather_counts, neox_dtype_of_elem(m->act_elem));
 }

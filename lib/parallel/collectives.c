@@ -23,6 +23,10 @@ const char *neox_dtype_name(neox_dtype dt) {
     return names[dt];
 }
 
+neox_dtype neox_dtype_of_elem(neox_elem e) {
+    return e == NEOX_ELEM_BF16 ? NEOX_BF16 : e == NEOX_ELEM_F16 ? NEOX_F16 : NEOX_F32;
+}
+
 const char *neox_comm_op_name(neox_comm_op op) {
     static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                   "send",       "recv",           "barrier",    "all_to_all", "reduce"};

@@ -86,14 +86,14 @@ static int reference_forward(pipe_run *r, int64_t k, neox_error *err) {
     neox_grid *g = t->grid;
     size_t NC = neox_model_stream_floats(&ref->desc, ref->B, ref->cp_T);
     neox_wait(&r->ref_send);  // its previous activations have left
-    if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(ref), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_REFERENCE));
+    if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(ref), NC, neox_dtype_of_elem(ref->act_elem), g->pipe_rank - 1, tag_of(k, TAG_REFERENCE));
     neox_batch *b = t->batch;
     ref->training = 0;
     if (neox_model_forward(ref, stage_first(t) ? (const int *)b->tokens : NULL, stage_last(t) ? (const int *)b->labels : NULL,
                            stage_last(t) ? b->loss_mask : NULL, err) != 0)
         return -1;
     if (stage_last(t)) neox_model_token_logprobs(ref, token_logprobs);
-    else neox_isend(&g->pipe, neox_model_stage_output(ref), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_REFERENCE), &r->ref_send);
+    else neox_isend(&g->pipe, neox_model_stage_output(ref), NC, neox_dtype_of_elem(ref->act_elem), g->pipe_rank + 1, tag_of(k, TAG_REFERENCE), &r->ref_send);
     return 0;
 }
 
@@ -115,7 +115,7 @@ static int forward_pass(pipe_run *r, int64_t k, neox_error *err) {
     // and match in the order issued (NCCL's rule, and the emulated device's), so the other order
     // would hand each model the other's activations.
     if (reference_forward(r, k, err) != 0) return -1;
-    if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(m), NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_ACTIVATION));
+    if (!stage_first(t)) neox_recv(&g->pipe, neox_model_stage_input(m), NC, neox_dtype_of_elem(m->act_elem), g->pipe_rank - 1, tag_of(k, TAG_ACTIVATION));
     m->training = r->training;
     m->head_loss_scale = micro_batch_loss_scale(t);
     if (r->training && !m->inputs_staged) set_dropout(t, m);
@@ -142,7 +142,7 @@ static int forward_pass(pipe_run *r, int64_t k, neox_error *err) {
         double loss = m->loss;
         if (neox_train_parts_loss(t, b, r->training, &loss, err) != 0) return -1;
         r->loss_sum += loss;
-    } else neox_isend(&g->pipe, neox_model_stage_output(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
+    } else neox_isend(&g->pipe, neox_model_stage_output(m), NC, neox_dtype_of_elem(m->act_elem), g->pipe_rank + 1, tag_of(k, TAG_ACTIVATION), &r->act_send[slot]);
     return 0;
 }
 
@@ -161,7 +161,7 @@ static void backward(pipe_run *r, int k, int M) {
     neox_grid *g = t->grid;
     size_t NC = neox_model_stream_floats(&m->desc, m->B, m->cp_T);
     neox_model_use_slot(m, k % m->nslots);
-    if (!stage_last(t)) neox_recv(&g->pipe, neox_model_stage_output_grad(m), NC, NEOX_F32, g->pipe_rank + 1, tag_of(k, TAG_GRADIENT));
+    if (!stage_last(t)) neox_recv(&g->pipe, neox_model_stage_output_grad(m), NC, neox_dtype_of_elem(m->act_elem), g->pipe_rank + 1, tag_of(k, TAG_GRADIENT));
     neox_grad_exchange_micro_batch(t->exchange, k == M - 1);
     neox_timer *timer = neox_metrics_timer(t->metrics, NEOX_TIMER_BACKWARD);
     neox_timer_start(timer);
@@ -171,8 +171,8 @@ static void backward(pipe_run *r, int k, int M) {
     neox_timer_stop(timer);
     if (!stage_first(t)) {
         neox_wait(&r->grad_send);
-        t->be->copy(t->pipe_grad_send, neox_model_stage_input_grad(m), NC * sizeof(float));
-        neox_isend(&g->pipe, t->pipe_grad_send, NC, NEOX_F32, g->pipe_rank - 1, tag_of(k, TAG_GRADIENT), &r->grad_send);
+        t->be->copy(t->pipe_grad_send, neox_model_stage_input_grad(m), neox_model_act_bytes(m, NC));
+        neox_isend(&g->pipe, t->pipe_grad_send, NC, neox_dtype_of_elem(m->act_elem), g->pipe_rank - 1, tag_of(k, TAG_GRADIENT), &r->grad_send);
     }
     neox_train_after_backward(t);
     neox_range_pop();

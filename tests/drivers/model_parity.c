@@ -13,7 +13,8 @@
 // norm (clip), with GPT-NeoX's cosine schedule (lr at step i - 1) and weight decay wd on all but biases and norms;
 // writes "param.<name>" after the last step; with grads=FILE each step's gradients are FILE's "grad.<step>.<name>"
 // (1-based step, F32) instead of the model's own
-// precision (fp32|bfloat16|fp16|fp8: the linear layers' operands) dpo_beta (DPO's loss, below);
+// precision (fp32|bfloat16|fp16|fp8: the linear layers' operands; bfloat16 also stores the activations in bf16,
+// unless storage=fp32) dpo_beta (DPO's loss, below);
 // under fp8 the recipe fp8_format (hybrid|e4m3) fp8_wgrad fp8_history fp8_algo (max|most_recent)
 // fp8_margin, its scales updated after every backward (one rank: no amax reduction), and "fp8_scales"
 // written: the scales after the last step
@@ -35,6 +36,7 @@
 #include "train.h"
 
 static neox_precision precision = NEOX_PRECISION_FP32;
+static int fp32_storage;  // storage=fp32: the activations stay fp32 under bfloat16
 static int training;  // the model's training flag (MoE: Sinkhorn routing)
 static double dpo_beta = 0.0, z_loss = 0.0;
 static neox_kto_weights kto = {0.0, 1.0, 1.0};
@@ -125,6 +127,7 @@ static int parse_kv(neox_model_desc *d, int *adam_steps, float *lr, const char *
     else if (KEY("adam_steps")) *adam_steps = atoi(v);
     else if (KEY("lr")) *lr = strtof(v, NULL);
     else if (KEY("precision")) return neox_precision_parse(v, &precision);
+    else if (KEY("storage")) return strcmp(v, "fp32") ? -1 : (fp32_storage = 1, 0);
     else if (KEY("dpo_beta")) dpo_beta = atof(v);
     else if (KEY("value_head")) d->value_head = atoi(v);
     else if (KEY("z_loss")) z_loss = atof(v);
@@ -225,6 +228,7 @@ int main(int argc, char **argv) {
     neox_model *m = neox_model_create(&d, &err);
     if (!m) neox_die_error(&err);
     neox_model_set_precision(m, precision);
+    if (fp32_storage) neox_model_set_storage(m, NEOX_ELEM_F32);
     if (precision == NEOX_PRECISION_FP8) neox_model_set_fp8_recipe(m, &fp8);
     m->training = training;
     neox_model_set_head_rows(m, head_rows);
@@ -298,7 +302,8 @@ int main(int argc, char **argv) {
     float *logits = NULL;
     if (m->head_rows == B * T) {  // a chunked head keeps no logits
         logits = neox_malloc(nlogits * sizeof(float));
-        memcpy(logits, values ? values : neox_model_logits(m), nlogits * sizeof(float));
+        if (values) memcpy(logits, values, nlogits * sizeof(float));
+        else neox_model_act_to_host(m, logits, neox_model_logits(m), nlogits);
         e[n++] = (neox_st_entry){d.value_head ? "values" : "logits", "F32", d.value_head ? 2 : 3, {B, T, cols}, logits};
     }
     free(values);

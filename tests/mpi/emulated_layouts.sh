@@ -46,8 +46,12 @@ declare -A SPEC=(
     [moedp2tp2]="4 2 2 '$TP$MOE'"
     [moeep2]="2 2 2 '$MOE, \"moe_expert_parallel_size\": 2'"
     [cp2]="2 2 4 ', \"context_parallel_size\": 2'"
+    # bf16 activation storage across ranks: pipeline messages and all-gathers of bf16 elements, the
+    # tensor-parallel reductions summed in fp32 around the collective
+    [bf16tp2sp]="2 2 2 '$TP, \"sequence_parallel\": true, \"precision\": \"bfloat16\"'"
+    [bf16pp2]="2 2 4 '$PP, \"precision\": \"bfloat16\"'"
 )
-for name in ${LAYOUTS:-tp2 tp2sp pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2 cp2}; do
+for name in ${LAYOUTS:-tp2 tp2sp pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2 cp2 bf16tp2sp bf16pp2}; do
     eval "both $name ${SPEC[$name]}"
 done
 

@@ -122,3 +122,14 @@ check "bfloat16: 16-bit copies are 2 bytes per parameter (half the fp32 paramete
 logs emulated ', "compute_backend": "emulated"'
 check "emulated device: its peak holds the planned backend regions, and at most twice the plan" \
     planned emulated 'p["parameters"] + p["gradients"] + p["optimizer"] + p["activations"] <= r["memory/device_peak_bytes"] <= 2 * p["total"]'
+# bfloat16 stores the activations in bf16 (docs/model.md, "Activation storage"): the plan is about half
+# fp32's (the norms' and the loss's statistics stay fp32, and bfloat16 plans no 16-bit GEMM copies of
+# them), and a device's measured peak holds it
+check "bfloat16: activations planned at about half fp32's" python3 -c '
+import json, sys
+a, b = (json.load(open(f))["activations"] for f in sys.argv[1:])
+print(f"fp32 {a} bf16 {b}: {b / a:.3f}")
+assert 0.45 * a <= b <= 0.6 * a' "$T/fp32.json" "$T/bf16.json"
+logs emubf16 ', "compute_backend": "emulated", "precision": "bfloat16"'
+check "emulated device, bfloat16: its peak holds the planned regions (bf16 activations), at most twice the plan" \
+    planned emubf16 'p["parameters"] + p["gradients"] + p["optimizer"] + p["activations"] <= r["memory/device_peak_bytes"] <= 2 * p["total"]'
