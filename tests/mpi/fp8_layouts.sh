@@ -10,6 +10,7 @@
 source tests/lib.sh
 
 need_mpi "FP8 under parallel layouts" || exit 0
+export OMP_NUM_THREADS=1  # (up to 3 ranks of a 2-layer model on the test machine's cores)
 
 words_dataset 200 7
 
