@@ -173,12 +173,17 @@ void neox_model_fp8_scales_changed(neox_model *m) {
     free(inv);
 }
 
-// Multiplies the output gradients' columns of history (len, n) by by and of scale (n) by 1 / by.
-static void scale_gradient_columns(const struct neox_fp8 *f, float *history, float *scale, float by) {
+// The output gradients' columns of history (len, n) and scale (n) between this rank's units and one
+// rank's: to one rank's the amaxes are divided by grad_multiple and the scales multiplied, back the
+// reverse.
+static void convert_gradient_columns(const struct neox_fp8 *f, float *history, float *scale, int to_one_rank) {
     int n = tensors(f);
-    for (int r = 0; r < f->recipe.history_len; r++)
-        for (int j = 2 * f->nlin; j < n; j++) history[(size_t)r * n + j] *= by;
-    for (int j = 2 * f->nlin; j < n; j++) scale[j] /= by;
+    float k = grad_multiple(f);
+    for (int r = 0; r < f->recipe.history_len; r++) {
+        float *row = history + (size_t)r * n;
+        for (int j = 2 * f->nlin; j < n; j++) row[j] = to_one_rank ? row[j] / k : row[j] * k;
+    }
+    for (int j = 2 * f->nlin; j < n; j++) scale[j] = to_one_rank ? scale[j] * k : scale[j] / k;
 }
 
 void neox_model_fp8_state_get(const neox_model *m, float *history, float *scale) {
@@ -187,7 +192,7 @@ void neox_model_fp8_state_get(const neox_model *m, float *history, float *scale)
     m->be->to_host(history, f->history, (size_t)f->recipe.history_len * n * sizeof(float));
     m->be->to_host(scale, f->scale, n * sizeof(float));
     m->be->synchronize();
-    scale_gradient_columns(f, history, scale, 1.0f / grad_multiple(f));
+    convert_gradient_columns(f, history, scale, 1);
 }
 
 void neox_model_fp8_state_set(neox_model *m, const float *history, const float *scale) {
@@ -196,7 +201,7 @@ void neox_model_fp8_state_set(neox_model *m, const float *history, const float *
     float *h = neox_malloc(len * n * sizeof(float)), *s = neox_malloc(n * sizeof(float));
     memcpy(h, history, len * n * sizeof(float));
     memcpy(s, scale, n * sizeof(float));
-    scale_gradient_columns(f, h, s, grad_multiple(f));
+    convert_gradient_columns(f, h, s, 0);
     m->be->to_device(f->history, h, len * n * sizeof(float));
     m->be->to_device(f->scale, s, n * sizeof(float));
     m->be->synchronize();
