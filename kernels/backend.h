@@ -27,6 +27,10 @@ extern "C" {
     X(void, linear_backward, (void *dinp, float *dweight, float *dbias, const void *dout, int ldo, const void *inp,    \
       const void *weight, int N, int IC, int OC, int accumulate, neox_elem act), (dinp, dweight, dbias, dout, ldo,      \
       inp, weight, N, IC, OC, accumulate, act))                                                                        \
+    X(void, linear_act_forward, (float *out, float *pre, const float *inp, const float *weight, const float *bias,    \
+      int N, int IC, int OC, neox_act_fn fn), (out, pre, inp, weight, bias, N, IC, OC, fn))                            \
+    X(void, linear_act_backward, (float *dpre, float *dbias, const float *dout, const float *weight, const float *pre, \
+      int N, int IC, int OC, neox_act_fn fn), (dpre, dbias, dout, weight, pre, N, IC, OC, fn))                         \
     X(void, gemm_ex, (int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,              \
       const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c), (trans_a, trans_b, M, N, K,    \
       alpha, A, lda, B, ldb, ab, beta, C, ldc, c))                                                                     \

@@ -322,6 +322,23 @@ typedef enum neox_act_fn {
 // out = fn(inp): inp, out (n). dinp = dout * fn'(inp), overwritten.
 void neox_activation_forward(void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act);
 void neox_activation_backward(void *dinp, const void *dout, const void *inp, size_t n, neox_act_fn fn, neox_elem act);
+// The activations a device fuses into a product's epilogue: cuBLASLt's GELU is the tanh approximation
+// (GPT-NeoX's bias_gelu_fusion, Transformer Engine's gelu, Hugging Face's gelu_new); the exact (erf)
+// GELU and the others run as their own pass after the product.
+static inline int neox_act_epilogue_fused(neox_act_fn fn) { return fn == NEOX_FN_GELU_TANH; }
+// A linear layer with its activation fused (the MLP's first projection; fp32): pre (N, OC) = inp (N, IC)
+// @ weight (OC, IC)^T (+ bias (OC), or NULL), kept for backward, and out (N, OC) = fn(pre). Exactly
+// neox_linear_forward then neox_activation_forward; a device may fuse the activation into the
+// product's epilogue where neox_act_epilogue_fused(fn) (CUDA: cuBLASLt's GELU_AUX_BIAS).
+void neox_linear_act_forward(float *out, float *pre, const float *inp, const float *weight, const float *bias, int N,
+                             int IC, int OC, neox_act_fn fn);
+// Its backward through the next linear (the MLP's second projection, whose input was fn(pre)):
+// dpre (N, IC) = fn'(pre (N, IC)) * (dout (N, OC) @ weight (OC, IC)), overwritten, and dbias (IC, or
+// NULL) += dpre's column sums (the first projection's bias gradient). Exactly neox_linear_backward's
+// input gradient, neox_activation_backward and neox_linear_backward's bias gradient; a device may fuse
+// them into one product where neox_act_epilogue_fused(fn) (CUDA: cuBLASLt's DGELU_BGRAD).
+void neox_linear_act_backward(float *dpre, float *dbias, const float *dout, const float *weight, const float *pre,
+                              int N, int IC, int OC, neox_act_fn fn);
 // A gated activation as GPT-NeoX's Gated_Activation computes it (geglu, reglu, swiglu, bilinear,
 // glu): inp: (N, 2F) = [x | gate] (the gate is the second half); out: (N, F) = fn(gate) * x.
 // dinp: (N, 2F) overwritten.

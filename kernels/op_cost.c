@@ -269,6 +269,27 @@ neox_op_cost neox_op_cost_attention_backward(void *dq, void *dk, void *dv, const
                           .tensor16 = o.operands != NEOX_ELEM_F32};
 }
 
+// A linear layer with its activation (fp32): the product's FLOPs. Where a device fuses fn into the
+// product's epilogue (neox_act_epilogue_fused) the pre-activation is written once beside the output
+// and never read back; otherwise the activation is its own pass, reading it again.
+neox_op_cost neox_op_cost_linear_act_forward(float *out, float *pre, const float *inp, const float *weight,
+                                             const float *bias, int N, int IC, int OC, neox_act_fn fn) {
+    (void)out, (void)pre, (void)inp, (void)weight;
+    double n = N, ic = IC, oc = OC, rows = n * oc * (neox_act_epilogue_fused(fn) ? 2.0 : 3.0);
+    return (neox_op_cost){.flops = 2.0 * n * ic * oc, .bytes = F32 * (n * ic + oc * ic + rows + (bias ? oc : 0.0))};
+}
+
+// Its backward: the input gradient's product; fused, the pre-activation is read and dpre written once
+// and the bias gradient (cuBLASLt writes it, then it is added) comes from the same pass; otherwise the
+// activation's backward and the bias gradient's column sums read dpre again.
+neox_op_cost neox_op_cost_linear_act_backward(float *dpre, float *dbias, const float *dout, const float *weight,
+                                              const float *pre, int N, int IC, int OC, neox_act_fn fn) {
+    (void)dpre, (void)dout, (void)weight, (void)pre;
+    double n = N, ic = IC, oc = OC, fused = neox_act_epilogue_fused(fn);
+    double rows = n * ic * (fused ? 2.0 : 4.0 + (dbias ? 1.0 : 0.0)), bias = dbias ? ic * (fused ? 3.0 : 2.0) : 0.0;
+    return (neox_op_cost){.flops = 2.0 * n * ic * oc, .bytes = F32 * (n * oc + ic * oc + rows + bias)};
+}
+
 // ---- elementwise ------------------------------------------------------------------------------
 neox_op_cost neox_op_cost_activation_forward(void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act) {
     (void)out, (void)inp, (void)fn;
@@ -571,6 +592,7 @@ const char *neox_op_class_name(neox_op_class c) { return c >= 0 && c < NEOX_CLAS
 neox_op_class neox_op_class_of(neox_op_id op) {
     switch (op) {
     case NEOX_OP_linear_forward: case NEOX_OP_linear_backward: case NEOX_OP_gemm_ex: case NEOX_OP_gemm_fp8:
+    case NEOX_OP_linear_act_forward: case NEOX_OP_linear_act_backward:
         return NEOX_CLASS_GEMM;
     case NEOX_OP_attention_forward: case NEOX_OP_attention_cached: case NEOX_OP_attention_backward:
         return NEOX_CLASS_ATTENTION;

@@ -374,13 +374,16 @@ void neox_model_set_precision(neox_model *m, neox_precision p);
 // forward tensors (each FP8 linear's input and weight) E4M3, output gradients backward_format (E5M2
 // under te_fp8_format hybrid, E4M3 under e4m3); wgrad 0: the weight gradient's product in bfloat16
 // (te_fp8_wgrad false); each tensor's scale from its amax history of history_len passes (the
-// newest amax, or with algo_max the largest), fp8 max * 2^-margin / amax.
+// newest amax, or with algo_max the largest), fp8 max * 2^-margin / amax. grad_multiple: how many
+// times one rank's output gradients over the same samples this rank's are (the data-parallel size,
+// each rank's loss being the mean over its own micro-batch; 0 counts as 1).
 typedef struct neox_fp8_recipe {
     neox_fp8_format backward_format;
-    int wgrad, history_len, algo_max, margin;
+    int wgrad, history_len, algo_max, margin, grad_multiple;
 } neox_fp8_recipe;
 // After neox_model_set_precision(m, NEOX_PRECISION_FP8): sets the recipe and makes the scaling
-// state (scales 1, histories zero, as Transformer Engine starts). A training forward (m->training)
+// state (scales 1, histories zero, as Transformer Engine starts; the output gradients' scales
+// 1 / grad_multiple, so that they cast to one rank's FP8 bytes). A training forward (m->training)
 // records each FP8 tensor's amax; its backward each output gradient's.
 void neox_model_set_fp8_recipe(neox_model *m, const neox_fp8_recipe *recipe);
 // The scaled tensors (3 per FP8 linear: input, weight, output gradient), and the scaling state in
@@ -392,8 +395,13 @@ float *neox_model_fp8_scale(const neox_model *m);
 // Delayed scaling's update after a training pass (and its amax reduction): rolls the histories and
 // sets every scale and its inverse (kernels.h's neox_fp8_update_scales).
 void neox_model_fp8_update(neox_model *m);
-// After the scales are written from outside (a checkpoint load): remakes their inverses.
+// After the scales are written from outside: remakes their inverses.
 void neox_model_fp8_scales_changed(neox_model *m);
+// The scaling state as one rank would hold it (the output gradients' amaxes divided and scales
+// multiplied by grad_multiple: exact for a power of two), so that any layout saves and resumes the
+// same numbers: host copies history (history_len, n) and scale (n); _set also remakes the inverses.
+void neox_model_fp8_state_get(const neox_model *m, float *history, float *scale);
+void neox_model_fp8_state_set(neox_model *m, const float *history, const float *scale);
 // Whoever writes param_buf outside neox_model_init (an optimizer step, a checkpoint load) calls
 // this so that the 16-bit weight copy is remade before the next forward.
 void neox_model_weights_changed(neox_model *m);

@@ -82,3 +82,18 @@ void neox_linear_backward(void *dinp, float *dweight, float *dbias, const void *
     if (dweight) neox_gemm_ex(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, act, 1.0f, dweight, IC, NEOX_ELEM_F32);
     if (dbias) bias_grad(dbias, dout, ldo, N, OC, act);
 }
+
+// The reference of a fused linear + activation: the ops themselves, in the order a model without
+// the fusion runs them (so a model calling it trains bit for bit as before).
+void neox_linear_act_forward(float *out, float *pre, const float *inp, const float *weight, const float *bias, int N,
+                             int IC, int OC, neox_act_fn fn) {
+    neox_linear_forward(pre, OC, inp, weight, bias, N, IC, OC, NEOX_ELEM_F32);
+    neox_activation_forward(out, pre, (size_t)N * OC, fn, NEOX_ELEM_F32);
+}
+
+void neox_linear_act_backward(float *dpre, float *dbias, const float *dout, const float *weight, const float *pre,
+                              int N, int IC, int OC, neox_act_fn fn) {
+    neox_linear_backward(dpre, NULL, NULL, dout, OC, NULL, weight, N, IC, OC, 0, NEOX_ELEM_F32);
+    neox_activation_backward(dpre, dpre, pre, (size_t)N * IC, fn, NEOX_ELEM_F32);  // (elementwise: in place)
+    if (dbias) bias_grad(dbias, dpre, IC, N, IC, NEOX_ELEM_F32);
+}

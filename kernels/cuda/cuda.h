@@ -31,7 +31,8 @@ void neox_cuda_matmul_counts(long *lt, long *fallback);
 // GELU_AUX_BIAS and DGELU epilogues), fp32: out (N, OC) = gelu_tanh(pre) with pre = inp (N, IC) @
 // weight (OC, IC)^T + bias, kept for backward (bias may be NULL); dpre (N, IC) = (dout (N, OC) @
 // weight) * gelu_tanh'(pre), overwritten. linear_forward then activation_forward, and linear_backward's
-// dinp then activation_backward, up to summation order. Not yet called by the model.
+// dinp then activation_backward, up to summation order. The backend's linear_act_forward/backward
+// (kernels.h) call them for a matching function.
 void neox_cuda_linear_gelu_forward(float *out, float *pre, const float *inp, const float *weight, const float *bias,
                                    int N, int IC, int OC);
 void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, const float *weight, const float *pre, int N,

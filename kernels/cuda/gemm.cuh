@@ -24,11 +24,14 @@ int neox_cuda_tf32(void);
 //               (the bias gradient of a weight-gradient product dW = dout^T inp: dbias = dout's column sums)
 //   GELU_AUX_BIAS  aux = alpha op(A) op(B) + bias (the pre-activation, kept for backward), C = gelu(aux)
 //   DGELU       C = (alpha op(A) op(B)) * gelu'(aux) (the gradient through the activation)
+//   DGELU_BGRAD C as DGELU, and bias (N) fp32 is overwritten with C's column sums (the bias gradient
+//               of the linear whose output aux was)
 // GELU is the tanh approximation (cuBLASLt's, kernels/activation_math.h's neox_gelu_tanh): use the GELU
 // epilogues only where neox_cuda_epilogue_gelu_matches says the model's function is that one. aux
 // is (M, N) with row stride ldaux, of C's element type; the GELU epilogues need beta = 0.
 typedef enum neox_cuda_epilogue {
-    NEOX_CUDA_EPI_NONE, NEOX_CUDA_EPI_BIAS, NEOX_CUDA_EPI_BGRADB, NEOX_CUDA_EPI_GELU_AUX_BIAS, NEOX_CUDA_EPI_DGELU
+    NEOX_CUDA_EPI_NONE, NEOX_CUDA_EPI_BIAS, NEOX_CUDA_EPI_BGRADB, NEOX_CUDA_EPI_GELU_AUX_BIAS, NEOX_CUDA_EPI_DGELU,
+    NEOX_CUDA_EPI_DGELU_BGRAD
 } neox_cuda_epilogue;
 
 // A row-major product C (M, N; row stride ldc) = alpha op(A) op(B) + beta C as cblas_sgemm takes it,

@@ -27,7 +27,7 @@ static long g_lt_runs, g_fallbacks;
 extern "C" void neox_cuda_set_cublaslt(int allow) { g_use_lt = allow != 0; }
 extern "C" void neox_cuda_matmul_counts(long *lt, long *fallback) { *lt = g_lt_runs, *fallback = g_fallbacks; }
 
-int neox_cuda_epilogue_gelu_matches(neox_act_fn fn) { return fn == NEOX_FN_GELU_TANH; }
+int neox_cuda_epilogue_gelu_matches(neox_act_fn fn) { return neox_act_epilogue_fused(fn); }
 
 // ---- the cuBLAS path ----------------------------------------------------------------------------
 static void gemm_cublas(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,
@@ -93,10 +93,15 @@ static void fallback_matmul(const neox_cuda_matmul_args *g) {
         CUDA_CHECK(cudaMemsetAsync(g->bias, 0, (size_t)g->M * sizeof(float), neox_cuda_current_stream()));
         neox_cuda_column_sums(g->bias, (const float *)g->A, g->lda, NULL, NULL, NULL, g->K, g->M);
     }
-    if (g->epilogue == NEOX_CUDA_EPI_GELU_AUX_BIAS || g->epilogue == NEOX_CUDA_EPI_DGELU) {
+    int dgelu = g->epilogue == NEOX_CUDA_EPI_DGELU || g->epilogue == NEOX_CUDA_EPI_DGELU_BGRAD;
+    if (g->epilogue == NEOX_CUDA_EPI_GELU_AUX_BIAS || dgelu) {
         gelu_epilogue_kernel<<<blocks_for((size_t)g->M * g->N, 256), 256, 0, neox_cuda_current_stream()>>>(
-            (float *)g->C, g->ldc, (float *)g->aux, g->ldaux, g->M, g->N, g->epilogue == NEOX_CUDA_EPI_DGELU);
+            (float *)g->C, g->ldc, (float *)g->aux, g->ldaux, g->M, g->N, dgelu);
         CUDA_LAUNCHED();
+    }
+    if (g->epilogue == NEOX_CUDA_EPI_DGELU_BGRAD) {  // the bias gradient: C's column sums
+        CUDA_CHECK(cudaMemsetAsync(g->bias, 0, (size_t)g->N * sizeof(float), neox_cuda_current_stream()));
+        neox_cuda_column_sums(g->bias, (const float *)g->C, g->ldc, NULL, NULL, NULL, g->M, g->N);
     }
 }
 
@@ -182,6 +187,7 @@ static cublasLtEpilogue_t lt_epilogue(neox_cuda_epilogue e) {
     case NEOX_CUDA_EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADB;
     case NEOX_CUDA_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case NEOX_CUDA_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+    case NEOX_CUDA_EPI_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
     }
 }
@@ -403,4 +409,34 @@ extern "C" void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, 
     neox_cuda_matmul_args g = {0, 0, N, IC, OC, 1.0f, 0.0f, dout, OC, weight, IC, NEOX_ELEM_F32, dpre, IC,
                                NEOX_ELEM_F32, NEOX_CUDA_EPI_DGELU, NULL, (void *)pre, IC};
     neox_cuda_matmul(&g);
+}
+
+// The backend's fused linear + activation (kernels.h): the GELU epilogues where cuBLASLt's GELU is the
+// model's function (neox_act_epilogue_fused), else the linear and activation ops in turn.
+extern "C" void neox_cuda_linear_act_forward(float *out, float *pre, const float *inp, const float *weight,
+                                             const float *bias, int N, int IC, int OC, neox_act_fn fn) {
+    if (neox_act_epilogue_fused(fn)) {
+        neox_cuda_linear_gelu_forward(out, pre, inp, weight, bias, N, IC, OC);
+        return;
+    }
+    neox_cuda_linear_forward(pre, OC, inp, weight, bias, N, IC, OC, NEOX_ELEM_F32);
+    neox_cuda_activation_forward(out, pre, (size_t)N * OC, fn, NEOX_ELEM_F32);
+}
+
+// dpre (N, IC) = fn'(pre) * (dout (N, OC) @ weight (OC, IC)); dbias (IC) += dpre's column sums, fused
+// as DGELU_BGRAD (which overwrites its sums: into the bias buffer, then added, as weight_grads does).
+extern "C" void neox_cuda_linear_act_backward(float *dpre, float *dbias, const float *dout, const float *weight,
+                                              const float *pre, int N, int IC, int OC, neox_act_fn fn) {
+    if (neox_act_epilogue_fused(fn)) {
+        float *sums = dbias ? bias_buffer(IC) : NULL;
+        neox_cuda_matmul_args g = {0, 0, N, IC, OC, 1.0f, 0.0f, dout, OC, weight, IC, NEOX_ELEM_F32, dpre, IC,
+                                   NEOX_ELEM_F32, dbias ? NEOX_CUDA_EPI_DGELU_BGRAD : NEOX_CUDA_EPI_DGELU, sums,
+                                   (void *)pre, IC};
+        neox_cuda_matmul(&g);
+        if (dbias) neox_cuda_add_inplace(dbias, sums, (size_t)IC);
+        return;
+    }
+    neox_cuda_linear_backward(dpre, NULL, NULL, dout, OC, NULL, weight, N, IC, OC, 0, NEOX_ELEM_F32);
+    neox_cuda_activation_backward(dpre, dpre, pre, (size_t)N * IC, fn, NEOX_ELEM_F32);  // (elementwise: in place)
+    if (dbias) neox_cuda_column_sums(dbias, dpre, IC, NULL, NULL, NULL, N, IC);
 }

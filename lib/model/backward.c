@@ -126,11 +126,9 @@ static void mlp_backward(neox_model *m, int l, const int *group, const float *dy
     int N = m->B * m->T, C = d->hidden_size, F = s.F;
     int FC = neox_activation_gated(d->activation) ? 2 * F : F;
     dy = neox_model_seq_gather(m, dy);
-    linear_backward(m, group[GROUP_FC2], group[GROUP_END], a->dact, g->fc2_w, g->fc2_b, dy, la->act, p->fc2_w, N, F, C);
-    neox_act_fn fn = neox_activation_function(d->activation);
-    if (neox_activation_gated(d->activation)) m->be->gated_backward(a->dfc, a->dact, la->fc, N, F, fn, m->act_elem);
-    else m->be->activation_backward(a->dfc, a->dact, la->fc, (size_t)N * F, fn, m->act_elem);
-    linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, g->fc_b, a->dfc, neox_model_seq_gather(m, la->ln2),
+    linear_backward(m, group[GROUP_FC2], group[GROUP_END], NULL, g->fc2_w, g->fc2_b, dy, la->act, p->fc2_w, N, F, C);
+    float *fc_db = neox_model_mlp_backward_act(m, a->dfc, a->dact, g->fc_b, dy, p->fc2_w, la->fc, N, F, C);
+    linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, fc_db, a->dfc, neox_model_seq_gather(m, la->ln2),
                     p->fc_w, N, C, FC);
 }
 

@@ -572,7 +572,7 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     neox_layer_acts *la = &a->layers[l - s.l0];
     const neox_layer_params *p = &m->w.layers[l];
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
-    int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = s.F, gated = neox_activation_gated(d->activation);
+    int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = s.F;
     int n = neox_model_stream_rows(m);  // the residual stream's rows here (N, or this rank's under sequence parallelism)
     size_t nC = (size_t)n * C;
 
@@ -610,10 +610,7 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
         be->add(y, la->mid, a->branch, nC, m->act_elem);
         return;
     }
-    neox_model_linear_forward(m, la->fc, neox_model_seq_gather(m, la->ln2), p->fc_w, p->fc_b, N, C, gated ? 2 * F : F);
-    neox_act_fn fn = neox_activation_function(d->activation);
-    if (gated) be->gated_forward(la->act, la->fc, N, F, fn, m->act_elem);
-    else be->activation_forward(la->act, la->fc, (size_t)N * F, fn, m->act_elem);
+    neox_model_mlp_forward_in(m, la->act, la->fc, neox_model_seq_gather(m, la->ln2), p->fc_w, p->fc_b, N, C, F);
     row_parallel_forward(m, a->branch, la->act, p->fc2_w, p->fc2_b, N, F);
     add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, nC, l, NEOX_SITE_MLP_OUT);
 }

@@ -9,6 +9,7 @@
 // The output layer (GPT-NeoX's parallel_lm_logits, not a TE module) and MoE's products stay
 // bfloat16 (linear.c).
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/backend.h"
 #include "model_internal.h"
@@ -29,6 +30,9 @@ struct neox_fp8 {
 };
 
 static int tensors(const struct neox_fp8 *f) { return 3 * f->nlin; }
+static float grad_multiple(const struct neox_fp8 *f) {
+    return f->recipe.grad_multiple > 1 ? (float)f->recipe.grad_multiple : 1.0f;
+}
 
 // The FP8 linear whose weight is w, or -1 (the output layer, MoE's products, a weight of rows).
 int neox_model_fp8_linear(const neox_model *m, const float *w) {
@@ -62,12 +66,16 @@ static void find_linears(neox_model *m, struct neox_fp8 *f) {
     }
 }
 
-static void fill(const neox_backend *be, float *dst, float value, int n) {
-    float *host = neox_malloc((size_t)n * sizeof(float));
-    for (int i = 0; i < n; i++) host[i] = value;
-    be->to_device(dst, host, (size_t)n * sizeof(float));
-    be->synchronize();
-    free(host);
+// Each rank's output gradients are grad_multiple times one rank's, so their scales start at
+// 1 / grad_multiple: the first pass casts one rank's FP8 values, as every later one does (its scales
+// come from amaxes grad_multiple times one rank's).
+static void initial_scales(neox_model *m, struct neox_fp8 *f, int n) {
+    float *scale = neox_malloc((size_t)n * sizeof(float));
+    for (int j = 0; j < n; j++) scale[j] = j >= 2 * f->nlin ? 1.0f / grad_multiple(f) : 1.0f;
+    m->be->to_device(f->scale, scale, (size_t)n * sizeof(float));
+    m->be->synchronize();
+    free(scale);
+    neox_model_fp8_scales_changed(m);
 }
 
 static void free_scratch(neox_model *m) {
@@ -105,8 +113,7 @@ void neox_model_set_fp8_recipe(neox_model *m, const neox_fp8_recipe *recipe) {
     m->be->memset_zero(f->history, (size_t)recipe->history_len * n * sizeof(float));
     f->scale = m->be->alloc((size_t)n * sizeof(float));
     f->scale_inv = m->be->alloc((size_t)n * sizeof(float));
-    fill(m->be, f->scale, 1.0f, n);
-    fill(m->be, f->scale_inv, 1.0f, n);
+    initial_scales(m, f, n);
     if (m->act_buf) neox_model_fp8_plan(m, m->B * m->T);
 }
 
@@ -164,6 +171,43 @@ void neox_model_fp8_scales_changed(neox_model *m) {
     m->be->synchronize();
     free(scale);
     free(inv);
+}
+
+// The output gradients' columns of history (len, n) and scale (n) between this rank's units and one
+// rank's: to one rank's the amaxes are divided by grad_multiple and the scales multiplied, back the
+// reverse.
+static void convert_gradient_columns(const struct neox_fp8 *f, float *history, float *scale, int to_one_rank) {
+    int n = tensors(f);
+    float k = grad_multiple(f);
+    for (int r = 0; r < f->recipe.history_len; r++) {
+        float *row = history + (size_t)r * n;
+        for (int j = 2 * f->nlin; j < n; j++) row[j] = to_one_rank ? row[j] / k : row[j] * k;
+    }
+    for (int j = 2 * f->nlin; j < n; j++) scale[j] = to_one_rank ? scale[j] * k : scale[j] / k;
+}
+
+void neox_model_fp8_state_get(const neox_model *m, float *history, float *scale) {
+    const struct neox_fp8 *f = m->fp8;
+    size_t n = (size_t)tensors(f);
+    m->be->to_host(history, f->history, (size_t)f->recipe.history_len * n * sizeof(float));
+    m->be->to_host(scale, f->scale, n * sizeof(float));
+    m->be->synchronize();
+    convert_gradient_columns(f, history, scale, 1);
+}
+
+void neox_model_fp8_state_set(neox_model *m, const float *history, const float *scale) {
+    struct neox_fp8 *f = m->fp8;
+    size_t n = (size_t)tensors(f), len = (size_t)f->recipe.history_len;
+    float *h = neox_malloc(len * n * sizeof(float)), *s = neox_malloc(n * sizeof(float));
+    memcpy(h, history, len * n * sizeof(float));
+    memcpy(s, scale, n * sizeof(float));
+    convert_gradient_columns(f, h, s, 0);
+    m->be->to_device(f->history, h, len * n * sizeof(float));
+    m->be->to_device(f->scale, s, n * sizeof(float));
+    m->be->synchronize();
+    free(h);
+    free(s);
+    neox_model_fp8_scales_changed(m);
 }
 
 // The amax slot of tensor j when this pass records amaxes (training), else NULL.

@@ -203,3 +203,40 @@ void neox_model_linear_backward_input_rows(neox_model *m, float *dinp, const flo
     be->gemm_ex(0, 0, N, IC, o1 - o0, 1.0f, m->half_out + o0, OC, weight16(m, rows), IC, half_elem(m),
                 o0 > 0 ? 1.0f : 0.0f, dinp, IC, NEOX_ELEM_F32);
 }
+
+// Whether the MLP's first projection and its activation run as the backend's fused op: fp32 products
+// on fp32 activations with an ungated activation (the op is fp32's; a 16-bit or FP8 product and a
+// gated activation run as before). The one place the model decides it; whether a device then fuses
+// the function into the product's epilogue is the backend's (kernels.h, neox_act_epilogue_fused).
+static int mlp_fused(const neox_model *m) {
+    return m->precision == NEOX_PRECISION_FP32 && m->act_elem == NEOX_ELEM_F32 &&
+           !neox_activation_gated(m->desc.activation);
+}
+
+void neox_model_mlp_forward_in(neox_model *m, float *act, float *fc, const float *inp, const float *w,
+                               const float *bias, int N, int C, int F) {
+    const neox_backend *be = m->be;
+    neox_act_fn fn = neox_activation_function(m->desc.activation);
+    int gated = neox_activation_gated(m->desc.activation);
+    if (mlp_fused(m)) {
+        be->linear_act_forward(act, fc, inp, w, bias, N, C, F, fn);
+        return;
+    }
+    neox_model_linear_forward(m, fc, inp, w, bias, N, C, gated ? 2 * F : F);
+    if (gated) be->gated_forward(act, fc, N, F, fn, m->act_elem);
+    else be->activation_forward(act, fc, (size_t)N * F, fn, m->act_elem);
+}
+
+float *neox_model_mlp_backward_act(neox_model *m, float *dfc, float *dact, float *db, const float *dout,
+                                   const float *w2, const float *fc, int N, int F, int C) {
+    const neox_backend *be = m->be;
+    neox_act_fn fn = neox_activation_function(m->desc.activation);
+    if (mlp_fused(m)) {
+        be->linear_act_backward(dfc, db, dout, w2, fc, N, F, C, fn);
+        return NULL;
+    }
+    neox_model_linear_backward_input(m, dact, dout, w2, N, F, C);
+    if (neox_activation_gated(m->desc.activation)) be->gated_backward(dfc, dact, fc, N, F, fn, m->act_elem);
+    else be->activation_backward(dfc, dact, fc, (size_t)N * F, fn, m->act_elem);
+    return db;
+}

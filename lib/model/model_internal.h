@@ -288,5 +288,16 @@ void neox_model_linear_backward_weight_rows(neox_model *m, float *dw, const floa
                                             int IC, int OC, int o0, int o1, int cast);
 void neox_model_linear_backward_input(neox_model *m, float *dinp, const float *dout, const float *w, int N, int IC,
                                       int OC);
+// The MLP's first projection and its activation (linear.c decides whether they run as the backend's
+// fused linear_act ops): fc (N, F, or 2F gated) = inp (N, C) @ w^T + bias, kept for backward, and
+// act (N, F) = the activation of fc.
+void neox_model_mlp_forward_in(neox_model *m, float *act, float *fc, const float *inp, const float *w,
+                               const float *bias, int N, int C, int F);
+// Its backward from the second projection's output gradient dout (N, C), after that projection's
+// weight gradients: dfc (N, F or 2F) = the gradient of fc through the second projection w2 (C, F) and
+// the activation (dact (N, F): scratch). Returns the first projection's bias gradient db still to be
+// summed by its weights' backward, or NULL when the fused op has added it.
+float *neox_model_mlp_backward_act(neox_model *m, float *dfc, float *dact, float *db, const float *dout,
+                                   const float *w2, const float *fc, int N, int F, int C);
 
 #endif

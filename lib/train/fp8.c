@@ -6,7 +6,10 @@
 // updated (TE updates its forward scales after each forward and its
 // backward ones after each backward: with the forward's FP8 tensors reused by the backward, updating
 // both after the pass gives the same numbers). The amax histories and scales are training state:
-// the run state's "fp8" key (global: every rank holds the same), resumed bit for bit.
+// the run state's "fp8" key (global: every rank holds the same), kept in one rank's units (a
+// data-parallel rank's output gradients are the data-parallel size times one rank's, and so are
+// their amaxes) so that a checkpoint resumes bit for bit under any layout with a power-of-two
+// data-parallel size.
 #include <string.h>
 
 #include "internal.h"
@@ -55,6 +58,7 @@ static int setup_fp8(neox_trainer *t, neox_error *err) {
     if (t->precision != NEOX_PRECISION_FP8) return 0;
     fp8_state s = {0};
     if (read_recipe(t->cfg, &s.recipe, err) != 0 || check_device(t, err) != 0) return -1;
+    s.recipe.grad_multiple = t->grid->data_size;  // each rank's loss is the mean over its own micro-batch
     if (t->grid->pipe_size > 1)  // (1F1B runs other micro-batches' forwards between a forward and its backward)
         return neox_fail(err, NEOX_EXIT_USAGE, "precision fp8 with pipe_parallel_size %d: FP8 training runs without "
                          "pipeline parallelism (set pipe_parallel_size to 1)", t->grid->pipe_size);
@@ -87,25 +91,18 @@ static void fp8_end_pass(neox_trainer *t) {
     neox_model_fp8_update(t->model);
 }
 
-// Copies between the backend's scaling state and JSON arrays of its floats (doubles hold them exactly).
-static json_t *floats_json(const neox_backend *be, const float *dev, size_t n) {
-    float *host = neox_malloc(n * sizeof(float));
-    be->to_host(host, dev, n * sizeof(float));
-    be->synchronize();
+// The scaling state (in one rank's units: neox_model_fp8_state_get) as JSON arrays of its floats
+// (doubles hold them exactly), and back.
+static json_t *floats_json(const float *v, size_t n) {
     json_t *a = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_real(host[i]));
-    free(host);
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_real(v[i]));
     return a;
 }
 
-static int json_floats(const neox_backend *be, float *dev, const json_t *a, size_t n, const char *what, neox_error *err) {
+static int json_floats(float *v, const json_t *a, size_t n, const char *what, neox_error *err) {
     if (!json_is_array(a) || json_array_size(a) != n)
         return neox_fail(err, NEOX_EXIT_FAILURE, "the checkpoint's fp8.%s is not an array of %zu numbers", what, n);
-    float *host = neox_malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) host[i] = (float)json_number_value(json_array_get(a, i));
-    be->to_device(dev, host, n * sizeof(float));
-    be->synchronize();
-    free(host);
+    for (size_t i = 0; i < n; i++) v[i] = (float)json_number_value(json_array_get(a, i));
     return 0;
 }
 
@@ -114,10 +111,14 @@ static int save_fp8(const neox_trainer *t, neox_ckpt_writer *w, json_t *run_stat
     fp8_state *s = state_of(t);
     if (!s || !run_state) return 0;
     size_t n = (size_t)neox_model_fp8_tensors(t->model), len = (size_t)s->recipe.history_len;
+    float *history = neox_malloc((len * n + 1) * sizeof(float)), *scale = neox_malloc((n + 1) * sizeof(float));
+    neox_model_fp8_state_get(t->model, history, scale);
     json_t *o = json_pack("{s:I, s:I}", "amax_history_len", (json_int_t)len, "tensors", (json_int_t)n);
-    json_object_set_new(o, "amax_history", floats_json(t->be, neox_model_fp8_history(t->model), len * n));
-    json_object_set_new(o, "scale", floats_json(t->be, neox_model_fp8_scale(t->model), n));
+    json_object_set_new(o, "amax_history", floats_json(history, len * n));
+    json_object_set_new(o, "scale", floats_json(scale, n));
     json_object_set_new(run_state, "fp8", o);
+    free(history);
+    free(scale);
     return 0;
 }
 
@@ -136,12 +137,15 @@ static int load_fp8(neox_trainer *t, const neox_part_loading *from, neox_error *
     if (had_len != len)
         return neox_fail(err, NEOX_EXIT_USAGE, "te_fp8_amax_history_len: %zu, but the checkpoint in %s kept %zu amaxes "
                          "per tensor; resume with the same length", len, from->dir, had_len);
-    if (json_floats(t->be, neox_model_fp8_history(t->model), json_object_get(o, "amax_history"), len * n,
-                    "amax_history", err) != 0 ||
-        json_floats(t->be, neox_model_fp8_scale(t->model), json_object_get(o, "scale"), n, "scale", err) != 0)
-        return -1;
-    neox_model_fp8_scales_changed(t->model);
-    return 0;
+    float *history = neox_malloc((len * n + 1) * sizeof(float)), *scale = neox_malloc((n + 1) * sizeof(float));
+    int rc = json_floats(history, json_object_get(o, "amax_history"), len * n, "amax_history", err) != 0 ||
+                     json_floats(scale, json_object_get(o, "scale"), n, "scale", err) != 0
+                 ? -1
+                 : 0;
+    if (rc == 0) neox_model_fp8_state_set(t->model, history, scale);
+    free(history);
+    free(scale);
+    return rc;
 }
 
 const neox_train_part neox_train_fp8_part = {

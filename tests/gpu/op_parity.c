@@ -222,6 +222,34 @@ static void test_linear_gelu(int N, int IC, int OC, int with_bias) {
     neox_cuda_set_cublaslt(1);
 }
 
+// The backend's fused linear + activation ops (kernels.h: linear_act_forward/backward) against the
+// CPU's reference: GELU-tanh on the cuBLASLt epilogues (GELU_AUX_BIAS; DGELU_BGRAD with the bias
+// gradient added onto its old value, DGELU without), then on the cuBLAS fallback's kernels; another
+// function (exact GELU, ReLU) as the linear and activation ops in turn.
+static void test_linear_act(int N, int IC, int OC, neox_act_fn fn, int with_bias) {
+    for (int lt = 1; lt >= (gpu == cpu ? 1 : 0); lt--) {
+        if (gpu != cpu) neox_cuda_set_cublaslt(lt);
+        const char *path = gpu == cpu ? "cpu" : lt ? "cuBLASLt" : "cuBLAS";
+        pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
+        pair out = pair_zero((size_t)N * OC), pre = pair_zero((size_t)N * OC);
+        cpu->linear_act_forward(out.h, pre.h, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC, fn);
+        gpu->linear_act_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC, fn);
+        checkf(GEMM_TOL, &pre, "linear_act_forward pre-activation %s fn=%d N=%d IC=%d OC=%d bias=%d", path, (int)fn, N,
+               IC, OC, with_bias);
+        checkf(GEMM_TOL, &out, "linear_act_forward out %s fn=%d N=%d IC=%d OC=%d", path, (int)fn, N, IC, OC);
+        // backward through a layer (OC, IC) whose input was fn(x), x of width IC
+        pair dout = pair_rand((size_t)N * OC), x = pair_rand((size_t)N * IC), dpre = pair_zero((size_t)N * IC);
+        pair db = pair_rand(IC);  // added to
+        cpu->linear_act_backward(dpre.h, with_bias ? db.h : NULL, dout.h, w.h, x.h, N, IC, OC, fn);
+        gpu->linear_act_backward(dpre.d, with_bias ? db.d : NULL, dout.d, w.d, x.d, N, IC, OC, fn);
+        checkf(GEMM_TOL, &dpre, "linear_act_backward dpre %s fn=%d N=%d IC=%d OC=%d", path, (int)fn, N, IC, OC);
+        if (with_bias) checkf(GEMM_TOL, &db, "linear_act_backward dbias %s fn=%d N=%d IC=%d OC=%d", path, (int)fn, N, IC, OC);
+        pair *all[] = {&inp, &w, &b, &out, &pre, &dout, &x, &dpre, &db};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    }
+    if (gpu != cpu) neox_cuda_set_cublaslt(1);
+}
+
 // 16-bit values on both sides: the host's from the CPU cast, the device's a copy of the same bits.
 typedef struct { uint16_t *h; void *d; size_t n; } pair16;
 
@@ -1850,6 +1878,11 @@ int main(int argc, char **argv) {
     test_linear_gelu(37, 64, 96, 1);
     test_linear_gelu(128, 768, 3072, 1);  // a 125M MLP's first projection (8 rows of 16)
     test_linear_gelu(9, 40, 24, 0);
+    test_linear_act(37, 64, 96, NEOX_FN_GELU_TANH, 1);
+    test_linear_act(128, 768, 3072, NEOX_FN_GELU_TANH, 1);  // a 125M MLP's first projection
+    test_linear_act(9, 40, 24, NEOX_FN_GELU_TANH, 0);
+    test_linear_act(33, 48, 80, NEOX_FN_GELU, 1);  // exact GELU: not fused
+    test_linear_act(20, 32, 40, NEOX_FN_RELU, 1);
     test_casts();
     test_fp8_cast(NEOX_FP8_E4M3, 37.5f, 100003);
     test_fp8_cast(NEOX_FP8_E5M2, 0.001f, 4099);
