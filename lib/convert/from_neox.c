@@ -25,13 +25,27 @@ typedef struct {
     const neox_pt_tensor *t;
 } shard_ref;
 
+// How a tensor GPT-NeoX stores holds neox.c's parameters: as one, or (a Llama-style model) as its
+// fused QKV, interleaved per head ([q k v] of head 0, then of head 1, ...: q_proj, k_proj, v_proj),
+// or the gated MLP's linear1, whose every tensor-parallel shard is [up | gate] of its rows (GPT-NeoX's
+// Gated_Activation chunks the shard's output in two: x, then gate).
+typedef enum { HOLDS_ONE, HOLDS_QKV, HOLDS_UP_GATE } neox_holds;
+
+typedef struct {
+    neox_cvt_param whole;  // neox.c's name of its first parameter, GPT-NeoX's whole shape
+    int first, count;      // the neox.c parameters it holds: params[first .. first + count)
+    neox_holds holds;
+} source_tensor;
+
 typedef struct {
     neox_source src;
     neox_config *cfg;
     neox_model_desc desc;
-    neox_cvt_param *params;
-    int nparams, tied;
-    shard_ref *weights;          // [param * tp + rank]
+    neox_cvt_param *params;      // neox.c's parameters, in the checkpoint's order
+    int nparams, tied, llama;
+    source_tensor *tensors;      // GPT-NeoX's tensors, each holding params[first .. first + count)
+    int ntensors;
+    shard_ref *weights;          // [tensor * tp + rank]
     neox_pt_file **layer_files;  // kept open while their tensors are read
     int nlayer_files;
     float **opt[3];              // master, exp_avg, exp_avg_sq: [param * tp + rank], NULL without ZeRO files
@@ -43,13 +57,36 @@ typedef struct {
 
 static const char *const opt_groups[3] = {"params", "optimizer/exp_avg", "optimizer/exp_avg_sq"};
 
-static int param_index(const importer *im, const char *hf) {
-    for (int i = 0; i < im->nparams; i++)
-        if (strcmp(im->params[i].name, hf) == 0) return i;
+static int tensor_index(const importer *im, const char *hf) {
+    for (int i = 0; i < im->ntensors; i++)
+        if (strcmp(im->tensors[i].whole.name, hf) == 0) return i;
     return -1;
 }
 
 static int64_t numel_of(const neox_cvt_param *p) { return p->shape[0] * (p->ndim == 2 ? p->shape[1] : 1); }
+
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+// GPT-NeoX's tensors over neox.c's parameters: one each, but a Llama-style model's q_proj, k_proj,
+// v_proj (weights, or biases) are one fused QKV and its up_proj, gate_proj one linear1 (adjacent in
+// neox.c's order, lib/model/params.c).
+static void plan_tensors(importer *im) {
+    im->tensors = neox_calloc((size_t)im->nparams, sizeof *im->tensors);
+    for (int i = 0; i < im->nparams;) {
+        source_tensor *t = &im->tensors[im->ntensors++];
+        const char *name = im->params[i].name;
+        int qkv = im->llama && (ends_with(name, "q_proj.weight") || ends_with(name, "q_proj.bias"));
+        int up_gate = im->llama && (ends_with(name, "up_proj.weight") || ends_with(name, "up_proj.bias")) &&
+                      i + 1 < im->nparams && strstr(im->params[i + 1].name, "gate_proj.");
+        *t = (source_tensor){.whole = im->params[i], .first = i, .count = qkv ? 3 : up_gate ? 2 : 1,
+                             .holds = qkv ? HOLDS_QKV : up_gate ? HOLDS_UP_GATE : HOLDS_ONE};
+        for (int k = 1; k < t->count; k++) t->whole.shape[0] += im->params[i + k].shape[0];
+        i += t->count;
+    }
+}
 
 // Calls fn for every (layer, part, tensor) of tensor-parallel rank r's model files.
 typedef int (*weight_fn)(importer *im, int r, int layer, const char *part, neox_pt_file *f, const neox_pt_value *v,
@@ -107,10 +144,10 @@ static int count_vocab(importer *im, int r, int layer, const char *part, neox_pt
 static int place_weight(importer *im, int r, int layer, const char *part, neox_pt_file *f, const neox_pt_value *v,
                         neox_error *err) {
     char hf[128];
-    int rc = neox_source_hf_name(layer, part, im->desc.num_layers, im->tied, hf, sizeof hf, err);
+    int rc = neox_source_hf_name(layer, part, im->desc.num_layers, im->tied, im->llama, hf, sizeof hf, err);
     if (rc == NEOX_SRC_SKIP) return 0;
     if (rc != 0) return neox_fail_context(err, "%s", neox_pt_path(f));
-    int i = param_index(im, hf);
+    int i = tensor_index(im, hf);
     if (i < 0) return neox_fail(err, NEOX_EXIT_USAGE, "%s: '%s' (%s) is not a parameter of the model the configs describe",
                                 neox_pt_path(f), part, hf);
     if (v->kind != NEOX_PT_TENSOR) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: '%s' is not a tensor", neox_pt_path(f), part);
@@ -122,7 +159,7 @@ static int place_weight(importer *im, int r, int layer, const char *part, neox_p
 
 // Joins tensor-parallel shards (fp32, each of its weight tensor's shape) into the whole tensor.
 static int join_shards(const importer *im, int i, float *const *shards, float *whole, neox_error *err) {
-    const neox_cvt_param *p = &im->params[i];
+    const neox_cvt_param *p = &im->tensors[i].whole;
     int tp = im->src.tp, dim = neox_source_tp_dim(p->name);
     if (dim < 0 || tp == 1) {
         memcpy(whole, shards[0], (size_t)numel_of(p) * sizeof *whole);
@@ -145,8 +182,8 @@ static int join_shards(const importer *im, int i, float *const *shards, float *w
 
 // Every parameter has a shard from every rank, of a shape that joins to the model's.
 static int check_weights(const importer *im, neox_error *err) {
-    for (int i = 0; i < im->nparams; i++) {
-        const neox_cvt_param *p = &im->params[i];
+    for (int i = 0; i < im->ntensors; i++) {
+        const neox_cvt_param *p = &im->tensors[i].whole;
         int dim = neox_source_tp_dim(p->name);
         for (int r = 0; r < im->src.tp; r++) {
             const neox_pt_tensor *t = im->weights[i * im->src.tp + r].t;
@@ -238,9 +275,9 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
                                map->keys[k]->kind == NEOX_PT_STR ? map->keys[k]->str : "?");
                 break;
             }
-            int named = neox_source_hf_name(layer, part, im->desc.num_layers, im->tied, hf, sizeof hf, err);
+            int named = neox_source_hf_name(layer, part, im->desc.num_layers, im->tied, im->llama, hf, sizeof hf, err);
             if (named == NEOX_SRC_SKIP) continue;
-            if (named != 0 || (i = param_index(im, hf)) < 0) {
+            if (named != 0 || (i = tensor_index(im, hf)) < 0) {
                 rc = named != 0 ? neox_fail_context(err, "%s", path)
                                 : neox_fail(err, NEOX_EXIT_USAGE, "%s: %s is not a parameter of the configs' model", path, hf);
                 break;
@@ -269,7 +306,7 @@ static int read_optimizer(importer *im, neox_error *err) {
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: DeepSpeed's bf16 optimizer or ZeRO-3 files (bf16_zero_pp_rank_*, "
                          "zero3_*): from-neox reads ZeRO stages 1 and 2", im->src.dir);
     if (im->src.dp == 0) return 0;
-    size_t n = (size_t)im->nparams * (size_t)im->src.tp;
+    size_t n = (size_t)im->ntensors * (size_t)im->src.tp;
     for (int s = 0; s < 3; s++) im->opt[s] = neox_calloc(n, sizeof *im->opt[s]);
     int64_t *filled = neox_calloc(n, sizeof *filled);
     int rc = 0;
@@ -284,7 +321,7 @@ static int read_optimizer(importer *im, neox_error *err) {
         if (filled[k] != neox_pt_numel(im->weights[k].t))
             rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: ZeRO partitions hold %lld of the %lld elements of %s (rank %zu)",
                            im->src.dir, (long long)filled[k], (long long)neox_pt_numel(im->weights[k].t),
-                           im->params[k / (size_t)im->src.tp].name, k % (size_t)im->src.tp);
+                           im->tensors[k / (size_t)im->src.tp].whole.name, k % (size_t)im->src.tp);
     free(filled);
     return rc;
 }
@@ -301,7 +338,7 @@ static int whole_tensor(importer *im, int s, int i, float *whole, neox_error *er
             continue;
         }
         float *buf = neox_malloc((size_t)neox_pt_numel(w->t) * sizeof *buf + 4);
-        rc = neox_pt_read_f32(w->file, w->t, im->params[i].name, buf, err);
+        rc = neox_pt_read_f32(w->file, w->t, im->tensors[i].whole.name, buf, err);
         shards[r] = buf;
     }
     if (rc == 0) rc = join_shards(im, i, shards, whole, err);
@@ -309,6 +346,21 @@ static int whole_tensor(importer *im, int s, int i, float *whole, neox_error *er
         if (!im->opt[s]) free(shards[r]);
     free(shards);
     return rc;
+}
+
+// A fused tensor (whole, as GPT-NeoX's shards join) -> its neox.c parameters one after another in out.
+// QKV: per head h, rows [q_h; k_h; v_h] -> q_proj (heads' q rows), k_proj, v_proj. linear1: per
+// tensor-parallel shard r, rows [up_r; gate_r] -> up_proj (every shard's up rows), gate_proj.
+static void split_tensor(const importer *im, const source_tensor *t, const float *whole, float *out) {
+    int64_t cols = t->whole.ndim == 2 ? t->whole.shape[1] : 1;
+    int64_t blocks = t->holds == HOLDS_QKV ? im->desc.num_heads : im->src.tp;
+    int64_t rows = t->whole.shape[0] / (blocks * t->count);  // one part's rows in one block
+    for (int64_t b = 0; b < blocks; b++)
+        for (int k = 0; k < t->count; k++) {
+            const float *src = whole + (b * t->count + k) * rows * cols;
+            float *dst = out + ((int64_t)k * blocks + b) * rows * cols;
+            memcpy(dst, src, (size_t)(rows * cols) * sizeof *dst);
+        }
 }
 
 static int64_t int_or(const neox_pt_value *v, int64_t fallback) { return v && v->kind == NEOX_PT_INT ? v->i : fallback; }
@@ -373,10 +425,15 @@ static int write_checkpoint(importer *im, const char *save, const char *const *c
     int rc = 0, ngroups = im->opt[1] ? 3 : 1;
     neox_progress *bar = neox_progress_start("from-neox", (double)o.flat_total * sizeof(float) * ngroups, "B");
     for (int s = 0; s < ngroups && rc == 0; s++)
-        for (int i = 0; i < im->nparams && rc == 0; i++) {
-            float *whole = neox_malloc((size_t)numel_of(&im->params[i]) * sizeof *whole + 4);
+        for (int i = 0; i < im->ntensors && rc == 0; i++) {
+            const source_tensor *t = &im->tensors[i];
+            float *whole = neox_malloc((size_t)numel_of(&t->whole) * sizeof *whole + 4);
+            float *split = t->count > 1 ? neox_malloc((size_t)numel_of(&t->whole) * sizeof *split + 4) : whole;
             rc = whole_tensor(im, s, i, whole, err);
-            if (rc == 0) rc = neox_cvt_out_tensor(&o, opt_groups[s], i, whole, err);
+            if (rc == 0 && t->count > 1) split_tensor(im, t, whole, split);
+            for (int k = 0, at = 0; k < t->count && rc == 0; at += (int)numel_of(&im->params[t->first + k]), k++)
+                rc = neox_cvt_out_tensor(&o, opt_groups[s], t->first + k, split + at, err);
+            if (split != whole) free(split);
             free(whole);
             neox_progress_update(bar, o.bytes_written, NULL);
         }
@@ -421,6 +478,20 @@ static void notice_rng_state(const importer *im) {
     }
 }
 
+// What a Llama-style model (neox.c's names for norm: rmsnorm, a gated MLP, no biases) may hold to be
+// read from GPT-NeoX's names: its fused QKV is split per head, which grouped-query attention's layout
+// (and a query/key norm or experts, which have no Llama-style GPT-NeoX names here) would not fit.
+static int check_llama(const neox_model_desc *d, neox_error *err) {
+    if (d->num_kv_heads != d->num_heads)
+        return neox_fail(err, NEOX_EXIT_USAGE, "num_kv_heads: %d key/value heads of %d; from-neox reads a Llama-style "
+                         "model's fused QKV with one key/value head per query head", d->num_kv_heads, d->num_heads);
+    if (d->qk_norm)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm: a Llama-style model with a query/key norm is not read");
+    if (d->moe_experts > 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts: a Llama-style Mixture-of-Experts model is not read");
+    return 0;
+}
+
 // The model from the configs, its vocabulary the checkpoint's (already padded) embedding rows.
 static int describe_model(importer *im, const char *const *configs, int nconfigs, neox_error *err) {
     // The run's world (data x tensor x pipeline ranks, as the files count them): the stored config then
@@ -442,15 +513,15 @@ static int describe_model(importer *im, const char *const *configs, int nconfigs
     int64_t vocab = im->desc.vocab_size;
     if (vocab <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: no word_embeddings.weight in layer 0", im->src.dir);
     if (neox_model_desc_from_config(&im->desc, im->cfg, vocab, err) != 0) return -1;
-    if (im->desc.naming != NEOX_NAMES_GPT_NEOX)
-        return neox_fail(err, NEOX_EXIT_USAGE, "the configs describe a Llama-style model; from-neox reads GPT-NeoX-style "
-                         "models (layernorm, an ungated MLP, GPT-NeoX's parameter names)");
+    im->llama = im->desc.naming != NEOX_NAMES_GPT_NEOX;
+    if (im->llama && check_llama(&im->desc, err) != 0) return -1;
     if (im->desc.vocab_size != vocab)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: the embedding has %lld rows, the configs pad the vocabulary to %lld",
                          im->src.dir, (long long)vocab, (long long)im->desc.vocab_size);
     im->tied = im->desc.tied;
     im->params = neox_cvt_params(&im->desc, &im->nparams);
-    im->weights = neox_calloc((size_t)im->nparams * (size_t)im->src.tp, sizeof *im->weights);
+    plan_tensors(im);
+    im->weights = neox_calloc((size_t)im->ntensors * (size_t)im->src.tp, sizeof *im->weights);
     for (int k = 0; k < im->nlayer_files; k++) neox_pt_close(im->layer_files[k]);
     im->nlayer_files = 0;
     return 0;
@@ -458,13 +529,14 @@ static int describe_model(importer *im, const char *const *configs, int nconfigs
 
 static void importer_free(importer *im) {
     for (int s = 0; s < 3; s++) {
-        for (int k = 0; im->opt[s] && k < im->nparams * im->src.tp; k++) free(im->opt[s][k]);
+        for (int k = 0; im->opt[s] && k < im->ntensors * im->src.tp; k++) free(im->opt[s][k]);
         free(im->opt[s]);
     }
     for (int k = 0; k < im->nlayer_files; k++) neox_pt_close(im->layer_files[k]);
     free(im->layer_files);
     free(im->weights);
     free(im->params);
+    free(im->tensors);
     if (im->cfg) neox_config_free(im->cfg);
     neox_source_close(&im->src);
 }

@@ -112,29 +112,68 @@ static const char *const layer_parts[] = {
     "mlp.dense_4h_to_h.bias",
 };
 
-// GPT-NeoX's name of a parameter in PipelineModule layer `layer` -> neox.c's; NEOX_SRC_SKIP for
-// buffers and tied copies; -1 + err for a parameter neox.c has no place for.
-int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, char *out, size_t size, neox_error *err) {
-    if (strstr(part, "rotary_emb.inv_freq")) return NEOX_SRC_SKIP;  // a buffer neox.c computes
-    // GPT-NeoX since its TransformerEngine release (December 2024) names the ungated MLP's two
-    // projections mlp.linear1 and mlp.linear2, before it mlp.dense_h_to_4h and mlp.dense_4h_to_h.
-    char renamed[96];
+// A Llama-style model's layer: GPT-NeoX's module names (after the renames above) -> Hugging Face's.
+// The fused QKV goes to q_proj (from-neox splits it into q_proj, k_proj and v_proj), the gated MLP's
+// linear1 to up_proj (its halves: up_proj, then gate_proj).
+static const char *const llama_layer_parts[][2] = {
+    {"input_layernorm.weight", "input_layernorm.weight"},
+    {"input_layernorm.bias", "input_layernorm.bias"},
+    {"post_attention_layernorm.weight", "post_attention_layernorm.weight"},
+    {"post_attention_layernorm.bias", "post_attention_layernorm.bias"},
+    {"attention.query_key_value.weight", "self_attn.q_proj.weight"},
+    {"attention.query_key_value.bias", "self_attn.q_proj.bias"},
+    {"attention.dense.weight", "self_attn.o_proj.weight"},
+    {"attention.dense.bias", "self_attn.o_proj.bias"},
+    {"mlp.dense_h_to_4h.weight", "mlp.up_proj.weight"},
+    {"mlp.dense_h_to_4h.bias", "mlp.up_proj.bias"},
+    {"mlp.dense_4h_to_h.weight", "mlp.down_proj.weight"},
+    {"mlp.dense_4h_to_h.bias", "mlp.down_proj.bias"},
+};
+
+// GPT-NeoX's renamed parts: the MLP's linear1/linear2 (its TransformerEngine release, December 2024;
+// before it dense_h_to_4h/dense_4h_to_h), RMSNorm's `scale` (LayerNorm's `weight`).
+static const char *canonical_part(const char *part, char *buf, size_t size) {
     if (!strncmp(part, "mlp.linear1.", 12) || !strncmp(part, "mlp.linear2.", 12)) {
-        snprintf(renamed, sizeof renamed, "mlp.%s.%s", part[10] == '1' ? "dense_h_to_4h" : "dense_4h_to_h", part + 12);
-        part = renamed;
+        snprintf(buf, size, "mlp.%s.%s", part[10] == '1' ? "dense_h_to_4h" : "dense_4h_to_h", part + 12);
+        return buf;
     }
-    if (layer == 0 && strcmp(part, "word_embeddings.weight") == 0) return snprintf(out, size, "gpt_neox.embed_in.weight"), 0;
-    if (layer >= 2 && layer < num_layers + 2)
-        for (size_t i = 0; i < sizeof layer_parts / sizeof layer_parts[0]; i++)
-            if (strcmp(part, layer_parts[i]) == 0) return snprintf(out, size, "gpt_neox.layers.%d.%s", layer - 2, part), 0;
+    size_t n = strlen(part);
+    if (n >= 6 && strcmp(part + n - 6, ".scale") == 0 && strstr(part, "norm")) {
+        snprintf(buf, size, "%.*s.weight", (int)(n - 6), part);
+        return buf;
+    }
+    return part;
+}
+
+static int layer_name(int l, const char *part, int llama, char *out, size_t size) {
+    for (size_t i = 0; !llama && i < sizeof layer_parts / sizeof layer_parts[0]; i++)
+        if (strcmp(part, layer_parts[i]) == 0) return snprintf(out, size, "gpt_neox.layers.%d.%s", l, part), 1;
+    for (size_t i = 0; llama && i < sizeof llama_layer_parts / sizeof llama_layer_parts[0]; i++)
+        if (strcmp(part, llama_layer_parts[i][0]) == 0)
+            return snprintf(out, size, "model.layers.%d.%s", l, llama_layer_parts[i][1]), 1;
+    return 0;
+}
+
+// GPT-NeoX's name of a parameter in PipelineModule layer `layer` -> neox.c's; NEOX_SRC_SKIP for
+// buffers and tied copies; -1 + err for a parameter neox.c has no place for. `llama`: the model has
+// neox.c's Llama-style names (model.*, self_attn.*, lm_head).
+int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, int llama, char *out, size_t size,
+                        neox_error *err) {
+    if (strstr(part, "rotary_emb.inv_freq")) return NEOX_SRC_SKIP;  // a buffer neox.c computes
+    char renamed[96];
+    part = canonical_part(part, renamed, sizeof renamed);
+    if (layer == 0 && strcmp(part, "word_embeddings.weight") == 0)
+        return snprintf(out, size, llama ? "model.embed_tokens.weight" : "gpt_neox.embed_in.weight"), 0;
+    if (layer >= 2 && layer < num_layers + 2 && layer_name(layer - 2, part, llama, out, size)) return 0;
     if (layer == num_layers + 3 && (strcmp(part, "norm.weight") == 0 || strcmp(part, "norm.bias") == 0))
-        return snprintf(out, size, "gpt_neox.final_layer_norm.%s", part + 5), 0;
+        return snprintf(out, size, "%s.%s", llama ? "model.norm" : "gpt_neox.final_layer_norm", part + 5), 0;
     if (layer == num_layers + 4 && strcmp(part, "final_linear.weight") == 0 && !tied)
-        return snprintf(out, size, "embed_out.weight"), 0;
+        return snprintf(out, size, llama ? "lm_head.weight" : "embed_out.weight"), 0;
     if (layer == num_layers + 4 && strcmp(part, "word_embeddings.weight") == 0 && tied) return NEOX_SRC_SKIP;
     return neox_fail(err, NEOX_EXIT_USAGE,
-                     "GPT-NeoX parameter '%s' of layer %d: neox.c has no such parameter in a GPT-NeoX-style model of %d "
-                     "layers (%s embeddings)", part, layer, num_layers, tied ? "tied" : "untied");
+                     "GPT-NeoX parameter '%s' of layer %d: neox.c has no such parameter in a %s model of %d "
+                     "layers (%s embeddings)", part, layer, llama ? "Llama-style" : "GPT-NeoX-style", num_layers,
+                     tied ? "tied" : "untied");
 }
 
 // "sequential.5.attention.dense.weight", "module.5...." or "5...." -> layer 5, part "attention.dense.weight".
@@ -152,8 +191,12 @@ int neox_source_split_name(const char *name, int *layer, const char **part) {
 // The dimension Megatron cuts a parameter along over tensor-parallel ranks (-1: replicated).
 int neox_source_tp_dim(const char *hf_name) {
     static const char *const rows[] = {"embed_in.weight", "embed_out.weight", "query_key_value.weight",
-                                       "query_key_value.bias", "dense_h_to_4h.weight", "dense_h_to_4h.bias"};
-    static const char *const cols[] = {"attention.dense.weight", "dense_4h_to_h.weight"};
+                                       "query_key_value.bias", "dense_h_to_4h.weight", "dense_h_to_4h.bias",
+                                       "embed_tokens.weight", "lm_head.weight", "q_proj.weight", "q_proj.bias",
+                                       "k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias",
+                                       "up_proj.weight", "up_proj.bias", "gate_proj.weight", "gate_proj.bias"};
+    static const char *const cols[] = {"attention.dense.weight", "dense_4h_to_h.weight", "o_proj.weight",
+                                       "down_proj.weight"};
     size_t n = strlen(hf_name);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (n >= strlen(rows[i]) && strcmp(hf_name + n - strlen(rows[i]), rows[i]) == 0) return 0;

@@ -63,7 +63,7 @@ static int find_param(const exporter *e, const char *hf) {
 
 static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
     char hf[128];
-    int rc = neox_source_hf_name(layer, part, e->c.desc.num_layers, e->c.desc.tied, hf, sizeof hf, err);
+    int rc = neox_source_hf_name(layer, part, e->c.desc.num_layers, e->c.desc.tied, 0, hf, sizeof hf, err);
     if (rc != 0) return rc == NEOX_SRC_SKIP ? 0 : -1;
     int i = find_param(e, hf);
     if (i < 0) return 0;  // a part this model does not have (biases it was configured without)

@@ -9,7 +9,10 @@ one configuration, run one after another in the same process (DeepSpeed's start-
   - without a pipeline (`sequential.N` names), ZeRO stage 1 or 2 over the data-parallel ranks;
   - pp >= 1: GPT-NeoX's GPTModelPipe, a PipelineModule of LayerSpecs under DeepSpeed's PipelineEngine;
   - tp > 1: Megatron's tensor-parallel layers restated (every rank one tensor-parallel rank);
-  - load: DeepSpeed's load_checkpoint of that directory (to-neox's files) before training on.
+  - load: DeepSpeed's load_checkpoint of that directory (to-neox's files) before training on;
+  - llama: GPT-NeoX's Llama-style model (its llama configs: norm rmsnorm, RMSNorm's `scale`, swiglu with
+    `mlp.linear1` holding [x | gate] and `mlp.linear2`, no biases, rotary on the whole head, sequential
+    residual, an untied output layer), restated in torch with GPT-NeoX's names.
 A job trains `before` steps, saves with `engine.save_checkpoint` (GPT-NeoX's client state: the
 iteration and the python, numpy and torch RNG states), trains `after` more steps and writes the losses
 of every step to job["out"]/losses.json. Every sample is the same tokens (the test's corpus repeats
@@ -132,6 +135,88 @@ class AnnealingLR:
 def init_weights(model):
     torch.manual_seed(1234)
     parity.randomize_weights(model)
+    with torch.no_grad():  # RMSNorm's `scale` around 1, as the other norms' weights
+        for name, p in model.named_parameters():
+            if name.endswith("norm.scale"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+
+
+class RMSNorm(torch.nn.Module):
+    """GPT-NeoX's megatron/model/norms.py RMSNorm (no partial RMSNorm, no bias): x * rsqrt(mean(x^2) + eps) * scale."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.scale = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.scale * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class LlamaLayerPipe(torch.nn.Module):
+    """GPT-NeoX's ParallelTransformerLayer as its llama configs make it: sequential residual, RMSNorms,
+    the fused QKV interleaved per head ([q k v] of each head), rotary (rotate_half) on the whole head,
+    no biases (use_bias_in_attn_linear, use_bias_in_mlp false), the gated MLP's ParallelMLP: `linear1`
+    of 2 x ffn rows whose output Gated_Activation chunks into x then gate, silu(gate) * x, `linear2`."""
+
+    def __init__(self, m, save_inv_freqs=True):
+        super().__init__()
+        c, ffn, self.heads = m["hidden"], m["ffn"], m["heads"]
+        hd = c // self.heads
+        self.input_layernorm = RMSNorm(c, m["rms_eps"])
+        self.attention = torch.nn.Module()
+        self.attention.query_key_value = torch.nn.Linear(c, 3 * c, bias=False)
+        self.attention.dense = torch.nn.Linear(c, c, bias=False)
+        self.attention.rotary_emb = torch.nn.Module()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
+        self.attention.rotary_emb.register_buffer("inv_freq", inv_freq, persistent=save_inv_freqs)
+        self.post_attention_layernorm = RMSNorm(c, m["rms_eps"])
+        self.mlp = torch.nn.Module()
+        self.mlp.linear1 = torch.nn.Linear(c, 2 * ffn, bias=False)
+        self.mlp.linear2 = torch.nn.Linear(ffn, c, bias=False)
+
+    def attend(self, x):
+        b, t, c = x.shape
+        hd = c // self.heads
+        q, k, v = self.attention.query_key_value(x).view(b, t, self.heads, 3 * hd).permute(0, 2, 1, 3).split(hd, -1)
+        freqs = torch.outer(torch.arange(t).float(), self.attention.rotary_emb.inv_freq)
+        cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
+
+        def rotate(u):  # rotate_half over the whole head (rotary_pct 1)
+            return u * cos + torch.cat((-u[..., hd // 2:], u[..., :hd // 2]), -1) * sin
+
+        scores = rotate(q) @ rotate(k).transpose(-1, -2) / hd ** 0.5 + torch.full((t, t), float("-inf")).triu(1)
+        return self.attention.dense((scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(b, t, c))
+
+    def feed_forward(self, x):
+        up, gate = self.mlp.linear1(x).chunk(2, dim=-1)
+        return self.mlp.linear2(torch.nn.functional.silu(gate) * up)
+
+    def forward(self, h):
+        h = h + self.attend(self.input_layernorm(h))
+        return h + self.feed_forward(self.post_attention_layernorm(h))
+
+
+class LlamaNormPipe(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.norm = RMSNorm(m["hidden"], m["rms_eps"])
+
+    def forward(self, h):
+        return self.norm(h)
+
+
+class LlamaSequential(torch.nn.Module):
+    """GPT-NeoX's Llama-style model without a pipeline: `sequential.N` as GPTNeoXSequential numbers them."""
+
+    def __init__(self, cfg, m, save_inv_freqs=True):
+        super().__init__()
+        layers = [LlamaLayerPipe(m, save_inv_freqs) for _ in range(m["layers"])]
+        self.sequential = torch.nn.Sequential(EmbeddingPipe(cfg), torch.nn.Identity(), *layers, torch.nn.Identity(),
+                                              LlamaNormPipe(m), ParallelLinearPipe(cfg))
+
+    def forward(self, ids):
+        return self.sequential(ids)
 
 
 def hf_config(m):
@@ -345,7 +430,10 @@ def run_job(job, rank, world):
     loss_fn = lambda logits, labels: torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
                                                                        labels.reshape(-1))
     pipe, mpu = job.get("pp", 0) >= 1, None
-    if pipe:
+    if job.get("llama"):
+        model = LlamaSequential(cfg, job["model"], job.get("save_inv_freqs", True))
+        init_weights(model)
+    elif pipe:
         model = pipeline_model(cfg, job, world, loss_fn)
         init_weights(model)
     elif job.get("tp", 1) > 1:

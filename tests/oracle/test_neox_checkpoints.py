@@ -33,7 +33,12 @@ BEFORE, AFTER, MICRO, LR, WD = 3, 3, 2, 1e-3, 0.01
 # name: (ZeRO stage, data-parallel ranks, pipeline stages: 0 without GPT-NeoX's PipelineModule,
 # tensor-parallel ranks: Megatron's cuts, mp_rank_00/01)
 CASES = {"zero1-dp1": (1, 1, 0, 1), "zero2-dp2": (2, 2, 0, 1), "pipe-pp1": (1, 1, 1, 1), "pipe-pp2": (1, 1, 2, 1),
-         "tp2": (1, 1, 0, 2)}
+         "tp2": (1, 1, 0, 2), "llama-zero1": (1, 1, 0, 1)}
+# Llama-style runs (GPT-NeoX's llama configs: RMSNorm's `scale`, swiglu's `mlp.linear1` = [x | gate], no
+# biases, rotary on the whole head, sequential residual). GPT-NeoX's gated ParallelMLP from
+# intermediate_size 96, mlp_multiple_of 16: 96 x 2/3 = 64 rows of linear1 (rounded to 2 x 16), 32 of x.
+LLAMA = {"llama-zero1"}
+LLAMA_MODEL = dict(MODEL, rotary_pct=1.0, ffn=32, rms_eps=1e-4)  # (an eps JSON writes without an exponent)
 # The dimension Megatron cuts a parameter along over tensor-parallel ranks (None: whole on every rank).
 TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_value.weight": 0, "query_key_value.bias": 0,
           "dense_h_to_4h.weight": 0, "dense_h_to_4h.bias": 0, "attention.dense.weight": 1, "dense_4h_to_h.weight": 1}
@@ -56,7 +61,7 @@ def sample_tokens():
     return doc, doc + doc[:1]  # the stream repeats doc, so every sample of seq + 1 tokens is this
 
 
-def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1):
+def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False):
     cfg = {"num_layers": MODEL["layers"], "hidden_size": MODEL["hidden"], "num_attention_heads": MODEL["heads"],
            "seq_length": MODEL["seq"], "max_position_embeddings": MODEL["seq"], "pos_emb": "rotary",
            "rotary_pct": MODEL["rotary_pct"], "norm": "layernorm", "gpt_j_residual": True,
@@ -68,6 +73,10 @@ def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1):
            "zero_optimization": {"stage": zero}, "model_parallel_size": tp, "pipe_parallel_size": pp,
            "eval_interval": 1000, "eval_iters": 1, "log_interval": 1, "split": "1000,0,0",
            "data_path": data, "tokenizer_type": "CharLevelTokenizer", "log_dir": str(tmp / "logs")}
+    if llama:  # (GPT-NeoX's configs/llama/*.yml, small)
+        cfg.update(norm="rmsnorm", rms_norm_epsilon=LLAMA_MODEL["rms_eps"], activation="swiglu", rotary_pct=1,
+                   gpt_j_residual=False, use_bias_in_norms=False, use_bias_in_attn_linear=False, use_bias_in_mlp=False,
+                   intermediate_size=96, mlp_multiple_of=16)
     if load:
         cfg["load"] = str(load)
     if save:
@@ -111,7 +120,8 @@ def runs(tmp_path_factory):
     for name, (zero, dp, pp, tp) in CASES.items():
         d = root / name
         d.mkdir()
-        by_world.setdefault(dp * max(pp, 1) * tp, []).append(job(d / "ds", zero=zero, pp=pp, tp=tp))
+        llama = {"model": LLAMA_MODEL, "llama": True} if name in LLAMA else {}
+        by_world.setdefault(dp * max(pp, 1) * tp, []).append(job(d / "ds", zero=zero, pp=pp, tp=tp, **llama))
         out[name] = (d, zero, dp, data, pp)
     procs = [p for world, jobs in by_world.items() for p in launch(root, f"world{world}", world, jobs)]
     wait_all(procs)
@@ -142,7 +152,8 @@ def reloaded(runs, tmp_path_factory):
 
 
 def import_run(d, zero, data):
-    cfg = neox_config(d, data, zero, tp=CASES[d.name][3], pp=max(CASES[d.name][2], 1))  # (the run's GPT-NeoX config)
+    cfg = neox_config(d, data, zero, tp=CASES[d.name][3], pp=max(CASES[d.name][2], 1),  # (the run's GPT-NeoX config)
+                      llama=d.name in LLAMA)
     save = d / "imported"
     if not save.exists():
         r = subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(d / "ds"), "--config", str(cfg),
@@ -164,6 +175,36 @@ def hf_name(neox):
         return HF_OF[neox]
     parts = neox.split(".")
     return f"gpt_neox.layers.{int(parts[0]) - 2}." + ".".join(parts[1:])
+
+
+def llama_as_neox(hf, names):
+    """A Llama-style model's tensors under Hugging Face's names (`hf(name)`) restated under GPT-NeoX's
+    (names: GPT-NeoX's, sequential.N.PART): the fused QKV interleaved per head from q_proj, k_proj,
+    v_proj; linear1 = [up_proj; gate_proj] (Gated_Activation's x, then gate); RMSNorm's `scale`."""
+    L, heads = MODEL["layers"], MODEL["heads"]
+    ends = {"0.word_embeddings.weight": "model.embed_tokens.weight", f"{L + 3}.norm.scale": "model.norm.weight",
+            f"{L + 4}.final_linear.weight": "lm_head.weight"}
+    parts = {"input_layernorm.scale": "input_layernorm.weight", "post_attention_layernorm.scale":
+             "post_attention_layernorm.weight", "attention.dense.weight": "self_attn.o_proj.weight",
+             "mlp.linear2.weight": "mlp.down_proj.weight"}
+    out = {}
+    for name in names:
+        short = name.removeprefix("sequential.")
+        layer, part = short.split(".", 1)
+        pre = f"model.layers.{int(layer) - 2}."
+        if short in ends:
+            out[name] = hf(ends[short])
+        elif part in parts:
+            out[name] = hf(pre + parts[part])
+        elif part == "attention.query_key_value.weight":
+            q, k, v = (hf(pre + f"self_attn.{x}_proj.weight") for x in "qkv")
+            per_head = [t.reshape(heads, -1, t.shape[-1]) for t in (q, k, v)]
+            out[name] = np.concatenate(per_head, axis=1).reshape(-1, q.shape[-1])
+        elif part == "mlp.linear1.weight":
+            out[name] = np.concatenate([hf(pre + "mlp.up_proj.weight"), hf(pre + "mlp.gate_proj.weight")])
+        else:
+            raise AssertionError(f"no Llama-style restatement of {name}")
+    return out
 
 
 def h5_bytes(save, name):
@@ -242,14 +283,18 @@ def test_import_holds_deepspeed_state(runs, case, tmp_path):
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         master = get_fp32_state_dict_from_zero_checkpoint(str(d / "ds"), tag=f"global_step{BEFORE}")
         master = {k: v for k, v in master.items() if k in shapes}
-    assert len(ours) == len(master) == len(shapes)
+    llama = case in LLAMA
+    mine = llama_as_neox(ours.__getitem__, master) if llama else {name: ours[hf_name(name)] for name in master}
+    assert len(mine) == len(master) == len(shapes) and len(ours) == len(master) + 3 * llama * MODEL["layers"]
     for name, t in master.items():
-        np.testing.assert_array_equal(ours[hf_name(name)], t.detach().numpy(), err_msg=name)
-    for (name, key), t in flat.items():
-        if key != "master":
-            shape = tuple(master[name].shape)
-            np.testing.assert_array_equal(h5_tensor(save, f"optimizer/{key}/{hf_name(name)}", shape),
-                                          t.numpy().reshape(shape), err_msg=f"{key} {name}")
+        np.testing.assert_array_equal(mine[name], t.detach().numpy(), err_msg=name)
+    for key in ("exp_avg", "exp_avg_sq"):
+        def moment(hf):
+            return h5_tensor(save, f"optimizer/{key}/{hf}", ours[hf].shape)
+        mine = llama_as_neox(moment, master) if llama else {name: moment(hf_name(name)) for name in master}
+        for name in master:
+            np.testing.assert_array_equal(mine[name], flat[(name, key)].numpy().reshape(master[name].shape),
+                                          err_msg=f"{key} {name}")
     state = json.loads(h5_bytes(save, "state/train.json"))
     client = torch.load(ds / "mp_rank_00_model_states.pt", map_location="cpu")
     assert state["iteration"] == client["iteration"] == BEFORE
@@ -265,7 +310,7 @@ def neox_train_losses(d, zero, data):
     run = d / "continue"
     if not run.exists():
         run.mkdir()
-        cfg = neox_config(run, data, zero, load=import_run(d, zero, data))
+        cfg = neox_config(run, data, zero, load=import_run(d, zero, data), llama=d.name in LLAMA)
         subprocess.run([f"{BIN}/neox-train", "-q", str(cfg)], check=True, capture_output=True, text=True)
     return {r["iteration"]: r["train/lm_loss"] for r in map(json.loads, (run / "logs" / "metrics.jsonl").read_text()
                                                             .splitlines()) if "train/lm_loss" in r}
