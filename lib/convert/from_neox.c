@@ -478,20 +478,6 @@ static void notice_rng_state(const importer *im) {
     }
 }
 
-// What a Llama-style model (neox.c's names for norm: rmsnorm, a gated MLP, no biases) may hold to be
-// read from GPT-NeoX's names: its fused QKV is split per head, which grouped-query attention's layout
-// (and a query/key norm or experts, which have no Llama-style GPT-NeoX names here) would not fit.
-static int check_llama(const neox_model_desc *d, neox_error *err) {
-    if (d->num_kv_heads != d->num_heads)
-        return neox_fail(err, NEOX_EXIT_USAGE, "num_kv_heads: %d key/value heads of %d; from-neox reads a Llama-style "
-                         "model's fused QKV with one key/value head per query head", d->num_kv_heads, d->num_heads);
-    if (d->qk_norm)
-        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm: a Llama-style model with a query/key norm is not read");
-    if (d->moe_experts > 0)
-        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts: a Llama-style Mixture-of-Experts model is not read");
-    return 0;
-}
-
 // The model from the configs, its vocabulary the checkpoint's (already padded) embedding rows.
 static int describe_model(importer *im, const char *const *configs, int nconfigs, neox_error *err) {
     // The run's world (data x tensor x pipeline ranks, as the files count them): the stored config then
@@ -514,7 +500,7 @@ static int describe_model(importer *im, const char *const *configs, int nconfigs
     if (vocab <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: no word_embeddings.weight in layer 0", im->src.dir);
     if (neox_model_desc_from_config(&im->desc, im->cfg, vocab, err) != 0) return -1;
     im->llama = im->desc.naming != NEOX_NAMES_GPT_NEOX;
-    if (im->llama && check_llama(&im->desc, err) != 0) return -1;
+    if (im->llama && neox_source_check_llama(&im->desc, err) != 0) return -1;
     if (im->desc.vocab_size != vocab)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: the embedding has %lld rows, the configs pad the vocabulary to %lld",
                          im->src.dir, (long long)vocab, (long long)im->desc.vocab_size);

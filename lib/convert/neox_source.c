@@ -176,6 +176,21 @@ int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, i
                      tied ? "tied" : "untied");
 }
 
+// What a Llama-style model (neox.c's names for norm: rmsnorm, a gated MLP, no biases) may hold to be
+// read from or written to GPT-NeoX's names (from-neox, to-neox): its fused QKV is split or interleaved
+// per head, which grouped-query attention's layout would not fit; a query/key norm and experts have
+// no Llama-style GPT-NeoX names here.
+int neox_source_check_llama(const neox_model_desc *d, neox_error *err) {
+    if (d->num_kv_heads != d->num_heads)
+        return neox_fail(err, NEOX_EXIT_USAGE, "num_kv_heads: %d key/value heads of %d; GPT-NeoX's Llama-style "
+                         "fused QKV is read and written with one key/value head per query head", d->num_kv_heads, d->num_heads);
+    if (d->qk_norm)
+        return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm: a Llama-style model's query/key norm has no GPT-NeoX name here");
+    if (d->moe_experts > 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts: a Llama-style model's experts have no GPT-NeoX names here");
+    return 0;
+}
+
 // "sequential.5.attention.dense.weight", "module.5...." or "5...." -> layer 5, part "attention.dense.weight".
 int neox_source_split_name(const char *name, int *layer, const char **part) {
     if (strncmp(name, "module.", 7) == 0) name += 7;

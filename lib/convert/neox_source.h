@@ -4,6 +4,7 @@
 #define NEOX_CONVERT_NEOX_SOURCE_H
 
 #include "core.h"
+#include "model.h"
 #include "torch_pt.h"
 
 #define NEOX_SRC_SKIP 1
@@ -28,5 +29,8 @@ int neox_source_split_name(const char *name, int *layer, const char **part);
 int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, int llama, char *out, size_t size,
                         neox_error *err);
 int neox_source_tp_dim(const char *hf_name);
+// Whether a Llama-style model has GPT-NeoX names here (one key/value head per query head, no
+// query/key norm, no experts); -1 + err naming the config key that rules it out.
+int neox_source_check_llama(const neox_model_desc *d, neox_error *err);
 
 #endif

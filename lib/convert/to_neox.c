@@ -29,11 +29,25 @@ static const char *const layer_order[] = {
     "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias",
 };
 
+// The same for a Llama-style model, under GPT-NeoX's names now (the MLP's linear1/linear2); RMSNorm's
+// one parameter is `scale`, LayerNorm's `weight` and `bias` (rms: which of the two norms).
+static const char *const llama_layer_order[2][10] = {
+    {"input_layernorm.weight", "input_layernorm.bias", "attention.query_key_value.weight",
+     "attention.query_key_value.bias", "attention.dense.weight", "attention.dense.bias", "post_attention_layernorm.weight",
+     "post_attention_layernorm.bias", "mlp.linear1.weight", "mlp.linear1.bias"},
+    {"input_layernorm.scale", "attention.query_key_value.weight", "attention.query_key_value.bias",
+     "attention.dense.weight", "attention.dense.bias", "post_attention_layernorm.scale", "mlp.linear1.weight",
+     "mlp.linear1.bias", NULL, NULL},
+};
+static const char *const llama_layer_tail[] = {"mlp.linear2.weight", "mlp.linear2.bias"};
+
 typedef struct {
     char neox[128];    // GPT-NeoX's name: sequential.N.PART, or N.PART in a PipelineModule
     const char *part;  // PART (a static string)
     int layer;         // N, GPT-NeoX's layer number
-    int param;         // index in the neox.c parameter list
+    int param;         // index in the neox.c parameter list of its first parameter
+    int count;         // the neox.c parameters it holds: 3 (a Llama-style QKV), 2 (linear1's up, gate) or 1
+    int blocks;        // per tensor-parallel shard, the row blocks its parameters interleave in (QKV: heads)
     int decay;         // in the weight-decay group (not a bias or a norm)
 } neox_param_ref;
 
@@ -42,7 +56,7 @@ typedef struct {
     neox_cvt_param *params;
     int nparams;
     neox_param_ref *refs;  // GPT-NeoX's parameter order
-    int nrefs;
+    int nrefs, nref_params;  // (nref_params: the neox.c parameters they hold)
     int tp, dp, zero;
     int pp;                 // pipeline stages (0: no pipeline, the module in mp_rank_YY_model_states.pt)
     int stage_start[65];    // stage s holds GPT-NeoX layers [stage_start[s], stage_start[s + 1])
@@ -62,8 +76,10 @@ static int find_param(const exporter *e, const char *hf) {
 }
 
 static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
+    const neox_model_desc *d = &e->c.desc;
+    int llama = d->naming != NEOX_NAMES_GPT_NEOX;
     char hf[128];
-    int rc = neox_source_hf_name(layer, part, e->c.desc.num_layers, e->c.desc.tied, 0, hf, sizeof hf, err);
+    int rc = neox_source_hf_name(layer, part, d->num_layers, d->tied, llama, hf, sizeof hf, err);
     if (rc != 0) return rc == NEOX_SRC_SKIP ? 0 : -1;
     int i = find_param(e, hf);
     if (i < 0) return 0;  // a part this model does not have (biases it was configured without)
@@ -72,26 +88,46 @@ static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
     r->part = part;
     r->layer = layer;
     r->param = i;
+    r->count = 1, r->blocks = 1;
+    if (llama && strstr(part, "query_key_value.")) r->count = 3, r->blocks = d->num_heads / e->tp;
+    if (llama && strstr(part, "linear1.") && neox_activation_gated(d->activation)) r->count = 2;
     r->decay = !strstr(part, "bias") && !strstr(part, "norm");
+    e->nref_params += r->count;
     return 0;
+}
+
+// A Llama-style model's layers in GPT-NeoX's order (norms by their GPT-NeoX names: RMSNorm's scale).
+static int plan_llama_layers(exporter *e, neox_error *err) {
+    const neox_model_desc *d = &e->c.desc;
+    if (neox_source_check_llama(d, err) != 0) return neox_fail_context(err, "%s", e->c.dir);
+    if (d->norm != NEOX_NORM_RMSNORM && d->norm != NEOX_NORM_LAYERNORM)
+        return neox_fail(err, NEOX_EXIT_USAGE, "%s: a Llama-style model's norm is written as GPT-NeoX's RMSNorm (scale) "
+                         "or LayerNorm (weight, bias), not this one", e->c.dir);
+    int rms = d->norm == NEOX_NORM_RMSNORM, rc = 0;
+    for (int l = 0; l < d->num_layers && rc == 0; l++) {
+        for (int k = 0; k < 10 && llama_layer_order[rms][k] && rc == 0; k++)
+            rc = add_ref(e, l + 2, llama_layer_order[rms][k], err);
+        for (int k = 0; k < 2 && rc == 0; k++) rc = add_ref(e, l + 2, llama_layer_tail[k], err);
+    }
+    return rc;
 }
 
 // GPT-NeoX's parameter list; every neox.c parameter must have a place in it.
 static int plan_names(exporter *e, neox_error *err) {
     const neox_model_desc *d = &e->c.desc;
-    if (d->naming != NEOX_NAMES_GPT_NEOX)
-        return neox_fail(err, NEOX_EXIT_USAGE, "%s: a Llama-style model; to-neox writes GPT-NeoX-style models", e->c.dir);
+    int llama = d->naming != NEOX_NAMES_GPT_NEOX, rms = llama && d->norm == NEOX_NORM_RMSNORM;
     e->refs = neox_calloc((size_t)e->nparams + 1, sizeof *e->refs);
     int L = d->num_layers, rc = add_ref(e, 0, "word_embeddings.weight", err);
-    for (int l = 0; l < L && rc == 0; l++)
+    if (llama && rc == 0) rc = plan_llama_layers(e, err);
+    for (int l = 0; l < L && rc == 0 && !llama; l++)
         for (size_t k = 0; k < sizeof layer_order / sizeof layer_order[0] && rc == 0; k++)
             rc = add_ref(e, l + 2, layer_order[k], err);
-    if (rc == 0) rc = add_ref(e, L + 3, "norm.weight", err);
-    if (rc == 0) rc = add_ref(e, L + 3, "norm.bias", err);
+    if (rc == 0) rc = add_ref(e, L + 3, rms ? "norm.scale" : "norm.weight", err);
+    if (rc == 0 && !rms) rc = add_ref(e, L + 3, "norm.bias", err);
     if (rc == 0 && !d->tied) rc = add_ref(e, L + 4, "final_linear.weight", err);
-    if (rc == 0 && e->nrefs != e->nparams)
+    if (rc == 0 && e->nref_params != e->nparams)
         rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: %d of the model's %d parameters have GPT-NeoX names (a feature "
-                       "GPT-NeoX's checkpoints cannot hold)", e->c.dir, e->nrefs, e->nparams);
+                       "GPT-NeoX's checkpoints cannot hold)", e->c.dir, e->nref_params, e->nparams);
     return rc;
 }
 
@@ -113,6 +149,39 @@ static float *read_shard(const exporter *e, const char *group, int i, int r, int
                           : neox_ckpt_read_range(e->c.reader, name, offset[0], count[0], buf, err);
     if (rc != 0) return free(buf), NULL;
     return buf;
+}
+
+// GPT-NeoX's tensor `ref` on tensor-parallel rank r: its parameters' shards, a Llama-style fused one
+// interleaved by row blocks (QKV: [q k v] of each local head; linear1: [up | gate] of the shard).
+static float *read_ref(const exporter *e, const char *group, const neox_param_ref *ref, int r, int64_t shape[2],
+                       neox_error *err) {
+    if (ref->count == 1) return read_shard(e, group, ref->param, r, shape, err);
+    float *parts[3] = {NULL, NULL, NULL}, *out = NULL;
+    int64_t part_shape[2] = {0, 0};
+    for (int k = 0; k < ref->count; k++)
+        if (!(parts[k] = read_shard(e, group, ref->param + k, r, part_shape, err))) goto done;
+    int64_t rows = part_shape[0] / ref->blocks, cols = part_shape[1];
+    shape[0] = part_shape[0] * ref->count, shape[1] = cols;
+    out = neox_malloc((size_t)(shape[0] * cols) * sizeof *out + 4);
+    for (int64_t b = 0; b < ref->blocks; b++)
+        for (int k = 0; k < ref->count; k++)
+            memcpy(out + (b * ref->count + k) * rows * cols, parts[k] + b * rows * cols, (size_t)(rows * cols) * sizeof *out);
+done:
+    for (int k = 0; k < 3; k++) free(parts[k]);
+    return out;
+}
+
+// The elements of GPT-NeoX's tensor `ref` on one tensor-parallel rank.
+static int64_t ref_shard_numel(const exporter *e, const neox_param_ref *ref) {
+    int64_t n = 0;
+    for (int k = 0; k < ref->count; k++) {
+        const neox_cvt_param *p = &e->params[ref->param + k];
+        int64_t shape[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
+        int dim = neox_source_tp_dim(p->name);
+        if (dim >= 0) shape[dim] /= e->tp;
+        n += shape[0] * shape[1];
+    }
+    return n;
 }
 
 static neox_pt_value *tensor_of(neox_pt_writer *w, const exporter *e, int i, const float *data, const int64_t shape[2]) {
@@ -144,7 +213,7 @@ static neox_pt_value *module_dict(neox_pt_writer *w, const exporter *e, int r, i
     for (int k = 0; k < e->nrefs; k++) {
         if (e->refs[k].layer < lo || e->refs[k].layer >= hi) continue;
         int64_t shape[2];
-        float *data = read_shard(e, "params", e->refs[k].param, r, shape, err);
+        float *data = read_ref(e, "params", &e->refs[k], r, shape, err);
         if (!data) return NULL;
         neox_pt_set(w, module, full ? e->refs[k].neox : e->refs[k].part, tensor_of(w, e, e->refs[k].param, data, shape));
         free(data);
@@ -195,7 +264,7 @@ static float *group_flat(const exporter *e, const char *group, int decay, int s,
     for (int k = 0; k < e->nrefs; k++) {
         if (e->refs[k].decay != decay || !in_stage(e, s, e->refs[k].layer)) continue;
         int64_t shape[2];
-        float *data = read_shard(e, group, e->refs[k].param, r, shape, err);
+        float *data = read_ref(e, group, &e->refs[k], r, shape, err);
         if (!data) return free(flat), NULL;
         flat = neox_realloc(flat, (size_t)(*n + shape[0] * shape[1]) * sizeof *flat + 4);
         memcpy(flat + *n, data, (size_t)(shape[0] * shape[1]) * sizeof *flat);
@@ -219,11 +288,7 @@ static neox_pt_value *slice_mappings(neox_pt_writer *w, const exporter *e, int d
     int64_t at = 0;
     for (int k = 0; k < e->nrefs; k++) {
         if (e->refs[k].decay != decay || !in_stage(e, s, e->refs[k].layer)) continue;
-        const neox_cvt_param *p = &e->params[e->refs[k].param];
-        int64_t shape[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
-        int dim = neox_source_tp_dim(p->name);
-        if (dim >= 0) shape[dim] /= e->tp;
-        int64_t begin = at, end = at + shape[0] * shape[1];
+        int64_t begin = at, end = at + ref_shard_numel(e, &e->refs[k]);
         at = end;
         if (end <= lo || begin >= hi) continue;
         int64_t from = begin > lo ? begin : lo, to = end < hi ? end : hi;

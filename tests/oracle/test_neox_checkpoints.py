@@ -46,7 +46,7 @@ TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_valu
 
 def tp_dim(name):
     return next((dim for part, dim in TP_DIM.items() if name.endswith(part)), None)
-RELOADED = ["zero1-dp1", "pipe-pp1"]  # to-neox's files DeepSpeed loads back (one launch on one rank)
+RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1"]  # to-neox's files DeepSpeed loads back (one launch on one rank)
 
 
 def free_port():
@@ -145,7 +145,8 @@ def reloaded(runs, tmp_path_factory):
         d, zero, dp, data, pp = runs[name]
         import_run(d, zero, data)
         to_neox(d, pp, root / name)
-        jobs.append(job(root / name / "ds", zero=zero, pp=pp, load=str(root / name), save_inv_freqs=False))
+        llama = {"model": LLAMA_MODEL, "llama": True} if name in LLAMA else {}
+        jobs.append(job(root / name / "ds", zero=zero, pp=pp, load=str(root / name), save_inv_freqs=False, **llama))
         want[name] = neox_train_losses(d, zero, data)
     wait_all(launch(root, "reload", 1, jobs))
     return {name: (json.loads((root / name / "ds" / "losses.json").read_text()), want[name]) for name in RELOADED}
@@ -429,6 +430,46 @@ def test_round_trip_is_bit_exact(runs, tmp_path, tp, dp):
     sa, sb = json.loads(h5_bytes(save, "state/train.json")), json.loads(h5_bytes(back, "state/train.json"))
     for field in ("iteration", "optimizer_steps", "train_position", "lr_schedule", "optimizer", "model"):
         assert sa[field] == sb[field], field
+
+
+def test_llama_tensor_parallel_files(runs, tmp_path):
+    """A Llama-style import -> to-neox over two tensor-parallel ranks: each rank's fused QKV holds [q k v]
+    of its own heads and its linear1 [up | gate] of its own rows (Gated_Activation chunks the shard's
+    output), restated here from the Hugging Face export; -> from-neox is bit-exact."""
+    d, zero, _, data, _ = runs["llama-zero1"]
+    save = import_run(d, zero, data)
+    subprocess.run([f"{BIN}/neox-convert", "to-neox", "--input", str(save), "--output", str(tmp_path / "neox"),
+                    "--tp", "2"], check=True, capture_output=True, text=True)
+    subprocess.run([f"{BIN}/neox-convert", "to-hf", "--input", str(save), "--output", str(tmp_path / "hf")],
+                   check=True, capture_output=True)
+    hf = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    step = tmp_path / "neox" / f"global_step{BEFORE}"
+    shards = [torch.load(step / f"mp_rank_{r:02d}_model_states.pt")["module"] for r in range(2)]
+    heads, hd = MODEL["heads"], MODEL["hidden"] // MODEL["heads"]
+    for r, sd in enumerate(shards):
+        mine = {h: hf[h].reshape(heads, hd, -1)[r * heads // 2:(r + 1) * heads // 2] for h in
+                ("model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
+                 "model.layers.1.self_attn.v_proj.weight")}
+        qkv = np.concatenate(list(mine.values()), axis=1).reshape(-1, MODEL["hidden"])
+        np.testing.assert_array_equal(sd["sequential.3.attention.query_key_value.weight"].numpy(), qkv)
+        rows = slice(r * LLAMA_MODEL["ffn"] // 2, (r + 1) * LLAMA_MODEL["ffn"] // 2)
+        np.testing.assert_array_equal(sd["sequential.3.mlp.linear1.weight"].numpy(), np.concatenate(
+            [hf["model.layers.1.mlp.up_proj.weight"][rows], hf["model.layers.1.mlp.gate_proj.weight"][rows]]))
+        np.testing.assert_array_equal(sd["sequential.3.mlp.linear2.weight"].numpy(),
+                                      hf["model.layers.1.mlp.down_proj.weight"][:, rows])
+        np.testing.assert_array_equal(sd["sequential.3.input_layernorm.scale"].numpy(),
+                                      hf["model.layers.1.input_layernorm.weight"])
+    back = tmp_path / "back"
+    subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(tmp_path / "neox"), "--config",
+                    str(neox_config(tmp_path, data, 1, tp=2, llama=True)), "--output", str(back)], check=True,
+                   capture_output=True, text=True)
+    subprocess.run([f"{BIN}/neox-convert", "to-hf", "--input", str(back), "--output", str(tmp_path / "hf-back")],
+                   check=True, capture_output=True)
+    again = load_file(str(tmp_path / "hf-back" / "model.safetensors"))
+    assert hf.keys() == again.keys()
+    for k in hf:
+        np.testing.assert_array_equal(hf[k], again[k], err_msg=k)
+    assert optimizer_checksums(save) == optimizer_checksums(back)
 
 
 @pytest.mark.parametrize("case", RELOADED)
