@@ -1,10 +1,11 @@
 # tests/tools/neox_ckpt.sh: neox-convert to-neox and from-neox on a checkpoint neox-train writes (a
 # 1-layer model, 2 steps): the DeepSpeed files to-neox writes for 2 tensor-parallel by 2 data-parallel
 # ranks, read back by from-neox and resumed by neox-train; the pipeline layer files of --pp 1, read back
-# bit-exact; and what from-neox (and to-neox) refuse by name before
+# bit-exact; a Llama-style model's (rmsnorm, swiglu, no biases) pipeline layer files under GPT-NeoX's
+# names, read back bit-exact; and what from-neox (and to-neox) refuse by name before
 # writing anything (no output appears): a config whose model_parallel_size differs from the files, a
 # ZeRO-3 / bf16-optimizer checkpoint, a ZeRO stage 3 recorded in the optimizer files, a non-Adam
-# optimizer state, a missing config. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
+# optimizer state, a missing config, a Llama-style model with grouped-query attention. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
 source tests/lib.sh
 char_shakespeare "neox-convert to-neox/from-neox" || exit 0
 cat >"$T/run.yml" <<EOF2
@@ -44,4 +45,20 @@ check_output "bit-exact: the same tensors as the module files' import" "^same$" 
     bash -c "a=\$('$CONVERT' inspect '$T/pipe-back' | grep -E '^  (params|optimizer)/'); b=\$('$CONVERT' inspect '$T/back-tp1' | grep -E '^  (params|optimizer)/'); [ \$(echo \"\$a\" | wc -l) -gt 20 ] && [ \"\$a\" = \"\$b\" ] && echo same"
 check_fails "to-neox --pp refuses ZeRO-2 (DeepSpeed's pipeline engine runs ZeRO-1)" 2 "--pp 2 with --zero 2" \
     "$CONVERT" to-neox --input "$T/save" --output "$T/out4" --pp 2 --zero 2
+# A Llama-style model as GPT-NeoX's llama configs make it (RMSNorm's scale, linear1 = [x | gate]).
+sed -e 's/"model_parallel_size": 2/"model_parallel_size": 1/' -e 's/"pos_emb": "rotary"/"pos_emb": "rotary", "rotary_pct": 1, "norm": "rmsnorm", "activation": "swiglu", "use_bias_in_norms": false, "use_bias_in_attn_linear": false, "use_bias_in_mlp": false, "mlp_multiple_of": 16/' \
+    -e "s#$T/save#$T/llama#" "$T/run.yml" >"$T/llama.yml"
+check "neox-train writes a Llama-style checkpoint" "$TRAIN" -q "$T/llama.yml"
+check "to-neox --pp 1 writes its layer files" "$CONVERT" to-neox --input "$T/llama" --output "$T/llama-neox" --pp 1
+check_output "under GPT-NeoX's Llama names" "^attention.dense.weight attention.query_key_value.weight input_layernorm.scale mlp.linear1.weight mlp.linear2.weight post_attention_layernorm.scale$" \
+    "$PY" -c "import torch; print(*sorted(torch.load('$T/llama-neox/global_step2/layer_02-model_00-model_states.pt')))"
+check "from-neox reads them back" "$CONVERT" from-neox --input "$T/llama-neox" --config "$T/llama.yml" --output "$T/llama-back"
+check_output "bit-exact: the same tensors as neox-train's" "^same$" \
+    bash -c "a=\$('$CONVERT' inspect '$T/llama-back' | grep -E '^  (params|optimizer)/'); b=\$('$CONVERT' inspect '$T/llama' | grep -E '^  (params|optimizer)/'); [ \$(echo \"\$a\" | wc -l) -gt 20 ] && [ \"\$a\" = \"\$b\" ] && echo same"
+sed -e 's/"num_attention_heads": 2/"num_attention_heads": 2, "num_kv_heads": 1/' -e "s#$T/llama#$T/gqa#" "$T/llama.yml" >"$T/gqa.yml"
+check "neox-train writes a grouped-query Llama-style checkpoint" "$TRAIN" -q "$T/gqa.yml"
+check_fails "to-neox refuses grouped-query attention by name" 2 "num_kv_heads: 1 key/value heads of 2" \
+    "$CONVERT" to-neox --input "$T/gqa" --output "$T/out5"
+check_fails "from-neox refuses a grouped-query config by name" 2 "num_kv_heads: 1 key/value heads of 2" \
+    "$CONVERT" from-neox --input "$T/llama-neox" --config "$T/gqa.yml" --output "$T/out6"
 check "no refused command left an output" bash -c "! ls -d '$T'/out* 2>/dev/null"
