@@ -5,9 +5,11 @@
 // scaler and the data position. The model is known from the run's GPT-NeoX YAML configs. Every
 // tensor-parallel shard is joined (Megatron's cuts: rows for column-parallel weights, columns for
 // row-parallel ones; GPT-NeoX's fused QKV is already Hugging Face's per-head interleaving), every
-// ZeRO stage 1/2 partition placed by DeepSpeed's own param_slice_mappings. What neox.c cannot hold
-// (ZeRO-3, an optimizer other than Adam, a parameter it has no place for) is refused by name
-// before anything is written. See docs/convert.md, "From a GPT-NeoX run".
+// ZeRO stage 1/2 partition placed by DeepSpeed's own param_slice_mappings. A Llama-style run (GPT-NeoX's
+// llama configs) has its fused QKV split per head into q_proj, k_proj, v_proj and its gated MLP's
+// linear1 into up_proj and gate_proj. What neox.c cannot hold (ZeRO-3, an optimizer other than Adam,
+// grouped-query attention's QKV, a parameter it has no place for) is refused by name before anything
+// is written. See docs/convert.md, "From a GPT-NeoX run".
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>

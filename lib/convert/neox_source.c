@@ -170,6 +170,10 @@ int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, i
     if (layer == num_layers + 4 && strcmp(part, "final_linear.weight") == 0 && !tied)
         return snprintf(out, size, llama ? "lm_head.weight" : "embed_out.weight"), 0;
     if (layer == num_layers + 4 && strcmp(part, "word_embeddings.weight") == 0 && tied) return NEOX_SRC_SKIP;
+    if (!strncmp(part, "mlp.w1.", 7) || !strncmp(part, "mlp.w2.", 7) || !strncmp(part, "mlp.w3.", 7))
+        return neox_fail(err, NEOX_EXIT_USAGE, "GPT-NeoX parameter '%s' of layer %d: the LLaMAParallelMLP of GPT-NeoX "
+                         "before September 2024 (w1, w2, w3) is not read; from-neox reads its ParallelMLP's linear1 "
+                         "and linear2", part, layer);
     return neox_fail(err, NEOX_EXIT_USAGE,
                      "GPT-NeoX parameter '%s' of layer %d: neox.c has no such parameter in a %s model of %d "
                      "layers (%s embeddings)", part, layer, llama ? "Llama-style" : "GPT-NeoX-style", num_layers,

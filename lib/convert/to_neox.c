@@ -1,5 +1,6 @@
-// to_neox.c: `neox-convert to-neox`: a neox.c checkpoint of a GPT-NeoX-style model as the DeepSpeed
-// checkpoint GPT-NeoX writes, for a chosen tensor-parallel size and ZeRO-1/2 data-parallel size:
+// to_neox.c: `neox-convert to-neox`: a neox.c checkpoint of a GPT-NeoX-style or Llama-style model (the
+// latter under GPT-NeoX's llama names: RMSNorm's scale, the fused QKV per head, linear1 = [up | gate]
+// per shard) as the DeepSpeed checkpoint GPT-NeoX writes, for a chosen tensor-parallel size and ZeRO-1/2 data-parallel size:
 // `global_stepN/mp_rank_YY_model_states.pt` (the module's fp32 state dict under GPT-NeoX's
 // sequential names, the iteration, AnnealingLR's state), `zero_pp_rank_D_mp_rank_YY_optim_states.pt`
 // (ZeRO's fp32 partitions and Adam's moments over GPT-NeoX's two weight-decay groups, partitioned

@@ -2,8 +2,9 @@
 0.14.4 on the CPU, gloo; tests/oracle/neox_deepspeed_run.py): a GPT-NeoX-style model with GPT-NeoX's
 parameter names trained 3 steps with AdamW and saved by `engine.save_checkpoint` at ZeRO-1 on one rank,
 ZeRO-2 over two data-parallel ranks, and as GPT-NeoX's PipelineModule (per-layer files) by DeepSpeed's
-PipelineEngine with one stage (GPT-NeoX's default pipe_parallel_size 1) and with two, then trained 3
-more steps. The import must hold DeepSpeed's fp32 master weights exactly (its own zero_to_fp32.py is
+PipelineEngine with one stage (GPT-NeoX's default pipe_parallel_size 1) and with two, and a Llama-style
+model (GPT-NeoX's llama configs: RMSNorm's `scale`, `mlp.linear1` = [x | gate], no biases) at ZeRO-1,
+then trained 3 more steps. The import must hold DeepSpeed's fp32 master weights exactly (its own zero_to_fp32.py is
 the reference without a pipeline; with one, the partitions joined by their param_slice_mappings,
 restated here, as the moments are), the iteration, optimizer steps and AnnealingLR position; and
 neox-train, resumed from it, must log the losses DeepSpeed's run logged for its next 3 steps (within
