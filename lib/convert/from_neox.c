@@ -146,7 +146,7 @@ static int count_vocab(importer *im, int r, int layer, const char *part, neox_pt
 static int place_weight(importer *im, int r, int layer, const char *part, neox_pt_file *f, const neox_pt_value *v,
                         neox_error *err) {
     char hf[128];
-    int rc = neox_source_hf_name(layer, part, im->desc.num_layers, im->tied, im->llama, hf, sizeof hf, err);
+    int rc = neox_source_hf_name(&im->desc, layer, part, hf, sizeof hf, err);
     if (rc == NEOX_SRC_SKIP) return 0;
     if (rc != 0) return neox_fail_context(err, "%s", neox_pt_path(f));
     int i = tensor_index(im, hf);
@@ -277,7 +277,7 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
                                map->keys[k]->kind == NEOX_PT_STR ? map->keys[k]->str : "?");
                 break;
             }
-            int named = neox_source_hf_name(layer, part, im->desc.num_layers, im->tied, im->llama, hf, sizeof hf, err);
+            int named = neox_source_hf_name(&im->desc, layer, part, hf, sizeof hf, err);
             if (named == NEOX_SRC_SKIP) continue;
             if (named != 0 || (i = tensor_index(im, hf)) < 0) {
                 rc = named != 0 ? neox_fail_context(err, "%s", path)

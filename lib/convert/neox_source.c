@@ -131,18 +131,23 @@ static const char *const llama_layer_parts[][2] = {
 };
 
 // GPT-NeoX's renamed parts: the MLP's linear1/linear2 (its TransformerEngine release, December 2024;
-// before it dense_h_to_4h/dense_4h_to_h), RMSNorm's `scale` (LayerNorm's `weight`).
-static const char *canonical_part(const char *part, char *buf, size_t size) {
+// before it dense_h_to_4h/dense_4h_to_h) and RMSNorm's `scale` (LayerNorm's `weight`), each checked
+// against the configs' norm; NULL + err when the files' norm is another.
+static const char *canonical_part(const neox_model_desc *d, const char *part, char *buf, size_t size, neox_error *err) {
     if (!strncmp(part, "mlp.linear1.", 12) || !strncmp(part, "mlp.linear2.", 12)) {
         snprintf(buf, size, "mlp.%s.%s", part[10] == '1' ? "dense_h_to_4h" : "dense_4h_to_h", part + 12);
         return buf;
     }
     size_t n = strlen(part);
-    if (n >= 6 && strcmp(part + n - 6, ".scale") == 0 && strstr(part, "norm")) {
-        snprintf(buf, size, "%.*s.weight", (int)(n - 6), part);
-        return buf;
-    }
-    return part;
+    int rms = d->norm == NEOX_NORM_RMSNORM, norm = strstr(part, "norm.") != NULL;
+    int scale = norm && n >= 6 && strcmp(part + n - 6, ".scale") == 0;
+    int weight = norm && n >= 7 && strcmp(part + n - 7, ".weight") == 0;
+    if ((scale && !rms) || (weight && rms))
+        return neox_fail(err, NEOX_EXIT_USAGE, "GPT-NeoX parameter '%s': %s, but the configs say norm: %s", part,
+                         scale ? "RMSNorm's scale" : "a LayerNorm's weight", rms ? "rmsnorm" : "not rmsnorm"), NULL;
+    if (!scale) return part;
+    snprintf(buf, size, "%.*s.weight", (int)(n - 6), part);
+    return buf;
 }
 
 static int layer_name(int l, const char *part, int llama, char *out, size_t size) {
@@ -155,13 +160,14 @@ static int layer_name(int l, const char *part, int llama, char *out, size_t size
 }
 
 // GPT-NeoX's name of a parameter in PipelineModule layer `layer` -> neox.c's; NEOX_SRC_SKIP for
-// buffers and tied copies; -1 + err for a parameter neox.c has no place for. `llama`: the model has
-// neox.c's Llama-style names (model.*, self_attn.*, lm_head).
-int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, int llama, char *out, size_t size,
-                        neox_error *err) {
+// buffers and tied copies; -1 + err for a parameter neox.c has no place for in the model d (its
+// Llama-style names, model.*, self_attn.*, lm_head, when it is not GPT-NeoX-style).
+int neox_source_hf_name(const neox_model_desc *d, int layer, const char *part, char *out, size_t size, neox_error *err) {
     if (strstr(part, "rotary_emb.inv_freq")) return NEOX_SRC_SKIP;  // a buffer neox.c computes
+    int llama = d->naming != NEOX_NAMES_GPT_NEOX, num_layers = d->num_layers, tied = d->tied;
     char renamed[96];
-    part = canonical_part(part, renamed, sizeof renamed);
+    part = canonical_part(d, part, renamed, sizeof renamed, err);
+    if (!part) return -1;
     if (layer == 0 && strcmp(part, "word_embeddings.weight") == 0)
         return snprintf(out, size, llama ? "model.embed_tokens.weight" : "gpt_neox.embed_in.weight"), 0;
     if (layer >= 2 && layer < num_layers + 2 && layer_name(layer - 2, part, llama, out, size)) return 0;

@@ -26,8 +26,7 @@ neox_pt_file *neox_source_layer_file(const neox_source *s, int layer, int tp_ran
 // zero_pp_rank_D_mp_rank_YY_optim_states.pt of pipeline stage `stage`, tensor-parallel rank tp_rank.
 neox_pt_file *neox_source_optim_file(const neox_source *s, int dp_rank, int stage, int tp_rank, neox_error *err);
 int neox_source_split_name(const char *name, int *layer, const char **part);
-int neox_source_hf_name(int layer, const char *part, int num_layers, int tied, int llama, char *out, size_t size,
-                        neox_error *err);
+int neox_source_hf_name(const neox_model_desc *d, int layer, const char *part, char *out, size_t size, neox_error *err);
 int neox_source_tp_dim(const char *hf_name);
 // Whether a Llama-style model has GPT-NeoX names here (one key/value head per query head, no
 // query/key norm, no experts); -1 + err naming the config key that rules it out.

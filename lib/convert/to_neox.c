@@ -80,7 +80,7 @@ static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
     const neox_model_desc *d = &e->c.desc;
     int llama = d->naming != NEOX_NAMES_GPT_NEOX;
     char hf[128];
-    int rc = neox_source_hf_name(layer, part, d->num_layers, d->tied, llama, hf, sizeof hf, err);
+    int rc = neox_source_hf_name(d, layer, part, hf, sizeof hf, err);
     if (rc != 0) return rc == NEOX_SRC_SKIP ? 0 : -1;
     int i = find_param(e, hf);
     if (i < 0) return 0;  // a part this model does not have (biases it was configured without)

@@ -5,7 +5,8 @@
 # names, read back bit-exact; and what from-neox (and to-neox) refuse by name before
 # writing anything (no output appears): a config whose model_parallel_size differs from the files, a
 # ZeRO-3 / bf16-optimizer checkpoint, a ZeRO stage 3 recorded in the optimizer files, a non-Adam
-# optimizer state, a missing config, a Llama-style model with grouped-query attention. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
+# optimizer state, a missing config, a Llama-style model with grouped-query attention, RMSNorm files
+# against a config's layernorm. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
 source tests/lib.sh
 char_shakespeare "neox-convert to-neox/from-neox" || exit 0
 cat >"$T/run.yml" <<EOF2
@@ -61,4 +62,8 @@ check_fails "to-neox refuses grouped-query attention by name" 2 "num_kv_heads: 1
     "$CONVERT" to-neox --input "$T/gqa" --output "$T/out5"
 check_fails "from-neox refuses a grouped-query config by name" 2 "num_kv_heads: 1 key/value heads of 2" \
     "$CONVERT" from-neox --input "$T/llama-neox" --config "$T/gqa.yml" --output "$T/out6"
+sed 's/"norm": "rmsnorm"/"norm": "layernorm"/' "$T/llama.yml" >"$T/llama-ln.yml"
+check_fails "from-neox refuses RMSNorm files against a config's layernorm, naming the tensor" 2 \
+    "'input_layernorm.scale': RMSNorm's scale, but the configs say norm: not rmsnorm" \
+    "$CONVERT" from-neox --input "$T/llama-neox" --config "$T/llama-ln.yml" --output "$T/out7"
 check "no refused command left an output" bash -c "! ls -d '$T'/out* 2>/dev/null"
