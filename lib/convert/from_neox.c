@@ -195,8 +195,10 @@ static int check_weights(const importer *im, neox_error *err) {
             int64_t want[2] = {p->shape[0], p->ndim == 2 ? p->shape[1] : 1};
             if (dim >= 0) want[dim] /= im->src.tp;
             if (t->ndim != p->ndim || t->shape[0] != want[0] || (t->ndim == 2 && t->shape[1] != want[1]))
-                return neox_fail(err, NEOX_EXIT_USAGE, "%s: %s of tensor-parallel rank %d has another shape than the "
-                                 "configs' model", neox_pt_path(im->weights[i * im->src.tp + r].file), p->name, r);
+                return neox_fail(err, NEOX_EXIT_USAGE, "%s: %s of tensor-parallel rank %d is %lld x %lld, the configs' "
+                                 "model's %lld x %lld (their hidden_size, intermediate_size, mlp_multiple_of, activation)",
+                                 neox_pt_path(im->weights[i * im->src.tp + r].file), p->name, r, (long long)t->shape[0],
+                                 (long long)(t->ndim == 2 ? t->shape[1] : 1), (long long)want[0], (long long)want[1]);
         }
     }
     return 0;

@@ -6,7 +6,7 @@
 # writing anything (no output appears): a config whose model_parallel_size differs from the files, a
 # ZeRO-3 / bf16-optimizer checkpoint, a ZeRO stage 3 recorded in the optimizer files, a non-Adam
 # optimizer state, a missing config, a Llama-style model with grouped-query attention, RMSNorm files
-# against a config's layernorm. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
+# against a config's layernorm, a gated MLP's files against an ungated activation. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
 source tests/lib.sh
 char_shakespeare "neox-convert to-neox/from-neox" || exit 0
 cat >"$T/run.yml" <<EOF2
@@ -66,4 +66,9 @@ sed 's/"norm": "rmsnorm"/"norm": "layernorm"/' "$T/llama.yml" >"$T/llama-ln.yml"
 check_fails "from-neox refuses RMSNorm files against a config's layernorm, naming the tensor" 2 \
     "'input_layernorm.scale': RMSNorm's scale, but the configs say norm: not rmsnorm" \
     "$CONVERT" from-neox --input "$T/llama-neox" --config "$T/llama-ln.yml" --output "$T/out7"
+sed 's/"activation": "swiglu"/"activation": "gelu"/' "$T/llama.yml" >"$T/llama-gelu.yml"
+# (swiglu's linear1 of 2 x 32 rows happens to be gelu's 64: linear2 is where they differ)
+check_fails "from-neox refuses gated-MLP files against an ungated activation, naming the tensor and shapes" 2 \
+    "mlp.down_proj.weight of tensor-parallel rank 0 is 16 x 32, the configs' model's 16 x 64" \
+    "$CONVERT" from-neox --input "$T/llama-neox" --config "$T/llama-gelu.yml" --output "$T/out8"
 check "no refused command left an output" bash -c "! ls -d '$T'/out* 2>/dev/null"
