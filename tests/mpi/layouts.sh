@@ -161,16 +161,20 @@ check "non_parametric_layernorm changes the losses" bash -c \
 # bfloat16 linear layers: each layout rounds the same values to 16 bits except where a reduction
 # order differs by an fp32 ulp and a rounding flips, which training amplifies: measured 1.1e-5 on
 # the losses and 1.0e-4 / 6.5e-5 relative L2 on the parameters (tp2pp2 / dp2 ZeRO-1) after 20 steps;
-# held to 5e-4.
+# held to 5e-4. Activations are stored in bfloat16 (docs/model.md, "Activation storage"), so under
+# tensor parallelism each rank's partial sum of a row-parallel product is rounded to bf16 before the
+# fp32 sum over the group, where one rank rounds the whole sum once: a bf16 rounding more per
+# element, which Adam turns into steps of size lr on near-zero gradients (the biases). Measured
+# 2.1e-3 relative L2 on tp2pp2's parameters after 20 steps (its losses stay within 5e-4): held to 5e-3.
 BF16=', "precision": "bfloat16"'
 config bf16one neox 2 4 20 "$BF16"
 run bf16one 1
-for spec in "bf16tp2pp2 4 2 4 '$BF16$TP$PP'" "bf16dp2z1 2 2 2 '$BF16$Z1'"; do
+for spec in "bf16tp2pp2 4 2 4 '$BF16$TP$PP' 5e-3" "bf16dp2z1 2 2 2 '$BF16$Z1' 5e-4"; do
     eval "set -- $spec"
     config "$1" neox "$3" "$4" 20 "$5"
     run "$1" "$2"
-    check "$1 follows the single-rank bfloat16 run (losses, evaluations, final parameters within 5e-4)" \
-        "$PY" tests/mpi/layouts_check.py same "$T/bf16one" "$T/$1" 5e-4
+    check "$1 follows the single-rank bfloat16 run (losses, evaluations within 5e-4; final parameters within $6)" \
+        "$PY" tests/mpi/layouts_check.py same "$T/bf16one" "$T/$1" 5e-4 "$6"
 done
 
 # fp16 with forced overflows (2^26 x the output gradient exceeds 65504): tensor and pipeline

@@ -1,6 +1,7 @@
 """tests/mpi/layouts_check.py: the checks of tests/mpi/layouts.sh.
 
-  same REF RUN [TOL]           RUN's losses, evaluations and exported parameters equal REF's within TOL
+  same REF RUN [TOL [PTOL]]    RUN's losses and evaluations equal REF's within TOL, its exported
+                               parameters within PTOL (default TOL) relative L2
                                (default 1e-5)
   identical A B                A's losses, evaluations and exported parameters equal B's bit for bit
   resumed STRAIGHT A B         A (steps 1..10) then B (11..20) equal the straight run within 1e-5
@@ -43,7 +44,7 @@ def compare(a, b, keys):
     return not bad and keys
 
 
-def same(ref, run, tol=None):
+def same(ref, run, tol=None, param_tol=None):
     del tol  # read into TOL at start-up (compare uses it too)
     a, b = metrics(ref), metrics(run)
     if a.keys() != b.keys():
@@ -58,7 +59,7 @@ def same(ref, run, tol=None):
     worst_name = max(pa, key=lambda k: np.linalg.norm(pa[k] - pb[k]) / max(np.linalg.norm(pa[k]), 1e-30))
     worst = (diff / norm) ** 0.5
     print(f"{len(pa)} tensors, relative L2 difference {worst:.2e} (worst tensor {worst_name})")
-    return bool(ok) and pa.keys() == pb.keys() and worst <= TOL
+    return bool(ok) and pa.keys() == pb.keys() and worst <= (float(param_tol) if param_tol else TOL)
 
 
 def same_losses(ref, run):
