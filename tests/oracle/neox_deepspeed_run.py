@@ -475,7 +475,8 @@ def run_job(job, rank, world):
             engine.save_checkpoint(job["out"], tag=f"global_step{step + 1}", client_state=client)
     if rank == 0:
         os.makedirs(job["out"], exist_ok=True)
-        json.dump(losses, open(os.path.join(job["out"], "losses.json"), "w"))
+        with open(os.path.join(job["out"], "losses.json"), "w") as f:
+            json.dump(losses, f)
     engine.destroy()
 
 
@@ -486,6 +487,14 @@ def main():
     deepspeed.init_distributed(dist_backend="gloo", rank=rank, world_size=world)
     for job in spec["jobs"]:  # several configurations in one process: DeepSpeed's start-up is paid once
         run_job(job, rank, world)
+    # Every file is written and closed. Leave without the interpreter's teardown: gloo's threads,
+    # destroyed there in no fixed order, sometimes end the process in std::terminate ("terminate
+    # called without an active exception") after all the work is done, failing the launch.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
