@@ -20,7 +20,8 @@
 // Usage: gpu_predict [CONFIG.yml...] [key=value...]
 //   no CONFIG: GPT-NeoX 125M, 350M and 1.3B as bench/gpu_train.sh trains them (bf16, seq 2048)
 //   keys: micro (0: the largest of 32, 16, 8 whose allocations fit the GPU; else the config's or this)
-//         vocab (50257, the tokenizer's, padded as GPT-NeoX pads it)  launch_us (4)  table (1)
+//         cudnn (the config's cudnn_attention, true for the built-in models; 0: attention on the own kernels)
+//         vocab (50257, the tokenizer's, padded as GPT-NeoX pads it)  launch_us (4)  table (1; 2: also by op, on the H200)
 //         attention_tflops (attention's FLOPs at this rate, a kernel's measured one, not the GEMM rate)
 //         gemm_tflops fp32_tflops copy_gbs measured_on (H200)
 //         check (0; 1: compare the dry trace of the first config with the trace of a computed step on
@@ -51,22 +52,32 @@ static gpu gpus[2] = {
 };
 #define NOMINAL_BF16_PEAK 989e12
 
-// 16-bit attention is priced at the own pipelined kernels' (kernels/cuda/attention_fa2.cu) modelled
-// rate, a fraction of the 16-bit GEMM rate (the FLOPs stay op_cost's: 2 products forward, 5 backward):
-// - forward 0.35: FlashAttention-2, with the same techniques (mma.sync, cp.async double buffering,
+// 16-bit attention is priced at the rate of the implementation the route's rule picks for the call
+// (kernels/attention_route.c, recorded by op_cost as cost.cudnn), its FLOPs op_cost's (causal pairs,
+// 2 products forward, 5 backward, as FlashAttention's papers count them):
+// - cuDNN (bf16, no dropout, no ALiBi; cudnn_attention): the published rates of cuDNN's fused
+//   attention on an H100 SXM5 at head size 64 and sequence 2k (FlashAttention-3's paper, Shah et al.
+//   2024, figures 5-6): forward with the causal mask 334 TFLOP/s; backward 395 without the mask, taken
+//   at the forward's causal/non-causal ratio (334/395) as 334 with it. The H200 has the same SMs and
+//   clocks, and attention at this size is bound by them, so it gets the same rates.
+// - the own pipelined kernels (kernels/cuda/attention_fa2.cu), a fraction of the 16-bit GEMM rate:
+//   forward 0.35: FlashAttention-2, with the same techniques (mma.sync, cp.async double buffering,
 //   ldmatrix, 128-query tiles), reports 50-73% of an A100's peak and about a third of an H100's
 //   (no wgmma); these kernels are simpler (64-key tiles, no software pipelining of the products), so
 //   35% of the GEMM rate cuBLAS reaches on the same GPU. The diagonal tiles' masked half adds about
-//   80/T to the work (4% at T 2048), inside that figure.
-// - backward 0.35 x 0.7 x 5/7: FlashAttention-2's backward runs at about 0.7 of its forward's rate,
-//   and the deterministic two passes execute 7 products for the 5 counted (S and dP twice).
-// Not yet measured: no GPU host has run these kernels. cuDNN, which takes bf16 attention without
-// dropout, is taken to be no slower. attention_tflops= replaces both with a measured rate.
+//   80/T to the work (4% at T 2048), inside that figure. Backward 0.35 x 0.7 x 5/7: FlashAttention-2's
+//   backward runs at about 0.7 of its forward's rate, and the deterministic two passes execute 7
+//   products for the 5 counted (S and dP twice).
+// Neither is measured here yet: no GPU host has run them. attention_tflops= replaces both with a
+// measured rate.
+#define CUDNN_ATTENTION_FORWARD_TFLOPS 334.0
+#define CUDNN_ATTENTION_BACKWARD_TFLOPS 334.0
 #define ATTENTION_FORWARD_EFFICIENCY 0.35
 #define ATTENTION_BACKWARD_EFFICIENCY (0.35 * 0.7 * 5.0 / 7.0)
 
 typedef struct options {
     int micro, vocab, table, check;
+    int cudnn;         // -1: the config's cudnn_attention (true for the built-in models); else 0 or 1
     double launch;     // seconds per op call
     double attention;  // > 0: attention's FLOP/s (a kernel's measured rate) instead of its operands' GEMM rate
 } options;
@@ -89,6 +100,7 @@ typedef struct model_spec {
     neox_model_desc desc;
     neox_precision precision;
     int seq, micro;
+    int cudnn;  // whether bf16 attention may run on cuDNN (the route's rule, kernels/attention_route.c)
 } model_spec;
 
 static void load_spec(model_spec *s, const char *name, const char *path, const options *o) {
@@ -101,6 +113,7 @@ static void load_spec(model_spec *s, const char *name, const char *path, const o
     snprintf(s->name, sizeof s->name, "%s", name);
     s->seq = (int)neox_config_int(cfg, seq_length);
     s->micro = (int)neox_config_int(cfg, train_micro_batch_size_per_gpu);
+    s->cudnn = o->cudnn >= 0 ? o->cudnn : neox_config_bool(cfg, cudnn_attention);
     if (s->desc.moe_experts > 1) neox_die(2, "%s: Mixture-of-Experts routing depends on the data; not predicted", path);
     neox_config_free(cfg);
 }
@@ -133,7 +146,9 @@ static step_state *open_step(const model_spec *s, const neox_backend *be, int mi
     step_state *st = neox_calloc(1, sizeof *st);
     neox_model_desc d = s->desc;
     st->m = neox_model_create_on(&d, be, &err);
-    if (!st->m || neox_model_plan(st->m, micro, s->seq, &err) != 0) neox_die_error(&err);
+    if (!st->m) neox_die_error(&err);
+    neox_model_set_fused_head(st->m, 1);  // as neox-train's last stage does here (lib/train/setup.c)
+    if (neox_model_plan(st->m, micro, s->seq, &err) != 0) neox_die_error(&err);
     if (init) neox_model_init(st->m, 1234);
     neox_model_set_precision(st->m, s->precision);
     st->m->training = 1;
@@ -170,6 +185,7 @@ static void issue_step(step_state *st) {
     const neox_backend *be = m->be;
     neox_error err = {0};
     neox_model_zero_grad(m);
+    m->head_loss_scale = 1.0f;  // the backward's loss scale (bf16: none), which the fused loss applies
     if (neox_model_forward(m, st->ids, st->ids + 1, NULL, &err) != 0) neox_die_error(&err);
     neox_model_backward(m, 1.0f);
     be->sum_squares_segments_into(st->sumsq, m->grad_buf, st->segs, m->nparams);
@@ -183,6 +199,7 @@ static void issue_step(step_state *st) {
 static neox_op_call *trace_step(const model_spec *s, const neox_backend *inner, int micro, size_t *ncalls,
                                 double *peak) {
     const neox_backend *be = neox_profile_install(inner, 1);
+    neox_attention_allow_cudnn(s->cudnn);  // (op_cost records the route each attention call takes)
     step_state *st = open_step(s, be, micro, strcmp(inner->name, "dry") != 0);
     neox_profile_reset();  // (the set-up's ops are not the step's)
     issue_step(st);
@@ -199,8 +216,11 @@ static neox_op_call *trace_step(const model_spec *s, const neox_backend *inner, 
 static double call_seconds(const neox_op_call *c, const gpu *g, const options *o) {
     double rate = c->cost.tensor16 ? g->gemm16 : g->gemm32;
     int attention = neox_op_class_of(c->op) == NEOX_CLASS_ATTENTION;
-    if (attention && c->cost.tensor16)
-        rate *= c->op == NEOX_OP_attention_backward ? ATTENTION_BACKWARD_EFFICIENCY : ATTENTION_FORWARD_EFFICIENCY;
+    int backward = c->op == NEOX_OP_attention_backward;
+    if (attention && c->cost.cudnn)
+        rate = (backward ? CUDNN_ATTENTION_BACKWARD_TFLOPS : CUDNN_ATTENTION_FORWARD_TFLOPS) * 1e12;
+    else if (attention && c->cost.tensor16)
+        rate *= backward ? ATTENTION_BACKWARD_EFFICIENCY : ATTENTION_FORWARD_EFFICIENCY;
     if (attention && o->attention > 0) rate = o->attention;
     double compute = c->cost.flops / rate;
     double memory = c->cost.bytes / g->copy;
@@ -211,6 +231,28 @@ typedef struct class_sum {
     int64_t calls;
     double flops, bytes, seconds[2];
 } class_sum;
+
+// table=2: the H200's time by op inside each class, largest first, after the class table.
+static void print_ops(const neox_op_call *calls, size_t n, const gpu *g, const options *o, double step) {
+    class_sum ops[NEOX_OP_COUNT];
+    memset(ops, 0, sizeof ops);
+    for (size_t i = 0; i < n; i++) {
+        class_sum *x = &ops[calls[i].op];
+        x->calls++, x->flops += calls[i].cost.flops, x->bytes += calls[i].cost.bytes;
+        x->seconds[0] += call_seconds(&calls[i], g, o);
+    }
+    printf("  %-34s %7s %10s %9s %11s %6s\n", "op", "calls", "GFLOP", "GB", g->name, "share");
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < NEOX_OP_COUNT; k++)
+            if (ops[k].calls && (best < 0 || ops[k].seconds[0] > ops[best].seconds[0])) best = k;
+        if (best < 0) break;
+        class_sum *x = &ops[best];
+        printf("  %-34s %7lld %10.1f %9.2f %8.2f ms %5.1f%%\n", neox_op_name((neox_op_id)best), (long long)x->calls,
+               x->flops * 1e-9, x->bytes * 1e-9, x->seconds[0] * 1e3, 100 * x->seconds[0] / step);
+        x->calls = 0;
+    }
+}
 
 // The calls priced on g, in column column of the classes' seconds (the counts are added with column 0);
 // returns the step's time.
@@ -286,12 +328,16 @@ static void predict_model(const model_spec *s, const options *o, int configured)
         seconds[k] = both[k];
         op_flops[k] = 0.0;
         for (int c = 0; c < NEOX_CLASS_COUNT; c++) op_flops[k] += classes[c].flops;
-        free(calls);
-        if (k == 0) continue;
+        if (k == 0) {
+            free(calls);
+            continue;
+        }
         printf("# %s: %d layers, hidden %d, %d heads, seq %d, vocab %d, %s; micro-batch %d, allocations %.1f GB, "
                "%zu op calls per step\n", s->name, d->num_layers, d->hidden_size, d->num_heads, s->seq, d->vocab_size,
                neox_precision_name(s->precision), micro[1], peak[1] * 1e-9, n);
         if (o->table) print_table(classes, both);
+        if (o->table > 1) print_ops(calls, n, &gpus[1], o, both[1]);
+        free(calls);
     }
     if (micro[0] != micro[1]) printf("# H100: micro-batch %d (allocations %.1f GB)\n", micro[0], peak[0] * 1e-9);
     for (int k = 0; k < 2; k++) print_line(s, &gpus[k], micro[k], seconds[k], op_flops[k]);
@@ -343,6 +389,7 @@ static int parse_option(options *o, const char *arg) {
     else if (len == 5 && !strncmp(arg, "vocab", len)) o->vocab = (int)number(arg, v);
     else if (len == 5 && !strncmp(arg, "table", len)) o->table = (int)number(arg, v);
     else if (len == 5 && !strncmp(arg, "check", len)) o->check = (int)number(arg, v);
+    else if (len == 5 && !strncmp(arg, "cudnn", len)) o->cudnn = number(arg, v) != 0;
     else if (len == 9 && !strncmp(arg, "launch_us", len)) o->launch = number(arg, v) * 1e-6;
     else if (len == 16 && !strncmp(arg, "attention_tflops", len)) o->attention = number(arg, v) * 1e12;
     else if (len == 11 && !strncmp(arg, "measured_on", len)) {
@@ -351,7 +398,7 @@ static int parse_option(options *o, const char *arg) {
     } else if (len == 11 && !strncmp(arg, "gemm_tflops", len)) measured->gemm16 = number(arg, v) * 1e12;
     else if (len == 11 && !strncmp(arg, "fp32_tflops", len)) measured->gemm32 = number(arg, v) * 1e12;
     else if (len == 8 && !strncmp(arg, "copy_gbs", len)) measured->copy = number(arg, v) * 1e9;
-    else neox_die(2, "unknown key in '%s' (keys: micro vocab table check launch_us attention_tflops measured_on "
+    else neox_die(2, "unknown key in '%s' (keys: micro vocab table check cudnn launch_us attention_tflops measured_on "
                   "gemm_tflops fp32_tflops copy_gbs)", arg);
     // The other GPU follows the measured one by the data sheets' ratios.
     gpu *other = &gpus[measured == &gpus[0]];
@@ -362,7 +409,7 @@ static int parse_option(options *o, const char *arg) {
 
 int main(int argc, char **argv) {
     neox_set_progname("gpu_predict");
-    options o = {.vocab = 50257, .table = 1, .launch = 4e-6};
+    options o = {.vocab = 50257, .table = 1, .launch = 4e-6, .cudnn = -1};
     const char *paths[64];
     int npaths = 0;
     for (int i = 1; i < argc; i++)
@@ -374,8 +421,10 @@ int main(int argc, char **argv) {
            o.launch * 1e6);
     if (o.attention > 0) printf("# attention's FLOPs at %.1f TFLOP/s\n", o.attention * 1e-12);
     else
-        printf("# 16-bit attention at %.3g (forward) and %.3g (backward) of the 16-bit GEMM rate: the own tensor-core "
-               "kernels' model\n", ATTENTION_FORWARD_EFFICIENCY, ATTENTION_BACKWARD_EFFICIENCY);
+        printf("# bf16 attention on cuDNN (by the route's rule) at %.0f (forward) and %.0f (backward) TFLOP/s, its "
+               "published H100 rates; the own tensor-core kernels at %.3g (forward) and %.3g (backward) of the 16-bit "
+               "GEMM rate, their model\n", CUDNN_ATTENTION_FORWARD_TFLOPS, CUDNN_ATTENTION_BACKWARD_TFLOPS,
+               ATTENTION_FORWARD_EFFICIENCY, ATTENTION_BACKWARD_EFFICIENCY);
     for (int k = 0; k < 2; k++)
         printf("# %s: bf16 GEMM %.1f TFLOP/s, fp32 GEMM %.1f TFLOP/s, copy %.0f GB/s, memory %.1f GiB\n", gpus[k].name,
                gpus[k].gemm16 * 1e-12, gpus[k].gemm32 * 1e-12, gpus[k].copy * 1e-9, gpus[k].memory / 1073741824.0);

@@ -322,6 +322,7 @@ typedef struct neox_op_cost {
     double flops;  // of the matrix products (a multiply-add is 2); 0 for memory-bound ops
     double bytes;  // read + written in backend memory, at the storage precision
     int tensor16;  // the products take 16-bit operands (a GPU's tensor cores)
+    int cudnn;     // attention a CUDA device runs on cuDNN by the route's rule (kernels/attention_route.c)
 } neox_op_cost;
 
 #define NEOX_OP_COST_DECLARE(ret, name, params, args) neox_op_cost neox_op_cost_##name params;

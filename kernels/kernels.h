@@ -45,8 +45,9 @@ int neox_cuda_init(int device);
 // CUDA builds only: the cudaStream_t every op runs on (as void *, so C code needs no CUDA headers).
 void *neox_cuda_stream(void);
 // CUDA builds only: whether attention with bf16 operands may run on cuDNN's fused attention (1, the
-// default) or always on the own kernels (0; config key cudnn_attention). kernels/cuda/attention_cudnn.cu
-// owns the choice and its other rules (docs/cuda.md, "cuDNN fused attention").
+// default) or always on the own kernels (0; config key cudnn_attention): neox_attention_allow_cudnn.
+// kernels/cuda/attention_cudnn.cu applies the route's rule and asks cuDNN for plans (docs/cuda.md,
+// "cuDNN fused attention").
 void neox_cuda_attention_cudnn(int allow);
 
 // ---- conventions ----------------------------------------------------------------------------
@@ -250,6 +251,12 @@ NEOX_HOST_DEVICE static inline int neox_attention_query_rows(const neox_attentio
 NEOX_HOST_DEVICE static inline int neox_attention_query_pos(const neox_attention_opts *o, int r) {
     return o->q_split > 0 && r >= o->q_split ? o->q_pos1 + (r - o->q_split) : o->q_pos0 + r;
 }
+
+// The route of an attention call on a CUDA device (kernels/attention_route.c, the one owner of the
+// rule): whether cuDNN may take it (config key cudnn_attention, default 1), and why a call stays on
+// the own tensor-core kernels (NULL: cuDNN may take it, if it builds plans for the shape).
+void neox_attention_allow_cudnn(int allow);
+const char *neox_attention_own_reason(const neox_attention_opts *o);
 
 // The first row of the masks' counter (dropout_row0, plus the value at dropout_row0_at if any), read
 // where the kernel runs.

@@ -244,7 +244,8 @@ neox_op_cost neox_op_cost_attention_forward(void *out, float *lse, const void *q
     double qo = heads * Tq * HS, kv = (double)B * NKV * T * HS;
     return (neox_op_cost){.flops = 4.0 * heads * pairs * HS,
                           .bytes = elem_bytes(act) * (2.0 * qo + 2.0 * kv) + F32 * heads * Tq,
-                          .tensor16 = o.operands != NEOX_ELEM_F32};
+                          .tensor16 = o.operands != NEOX_ELEM_F32,
+                          .cudnn = !neox_attention_own_reason(&o)};
 }
 
 // Generation's attention over the cache: S queries at positions pos0.., the two forward products.
@@ -266,7 +267,8 @@ neox_op_cost neox_op_cost_attention_backward(void *dq, void *dk, void *dv, const
     double qo = heads * Tq * HS, kv = (double)B * NKV * T * HS;
     return (neox_op_cost){.flops = 10.0 * heads * pairs * HS,
                           .bytes = elem_bytes(act) * (4.0 * qo + 4.0 * kv) + F32 * heads * Tq,
-                          .tensor16 = o.operands != NEOX_ELEM_F32};
+                          .tensor16 = o.operands != NEOX_ELEM_F32,
+                          .cudnn = !neox_attention_own_reason(&o)};
 }
 
 // A linear layer with its activation (fp32): the product's FLOPs. Where a device fuses fn into the

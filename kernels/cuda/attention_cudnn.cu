@@ -10,10 +10,9 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cudnn_attention.h"
 
-static int g_cudnn_allowed = 1;
 static int g_pipelined = -1;  // -1: not chosen yet (the environment decides on first use)
 
-extern "C" void neox_cuda_attention_cudnn(int allow) { g_cudnn_allowed = allow != 0; }
+extern "C" void neox_cuda_attention_cudnn(int allow) { neox_attention_allow_cudnn(allow); }
 extern "C" void neox_cuda_attention_kernels(int pipelined) { g_pipelined = pipelined != 0; }
 
 // Says once per distinct outcome which implementation attention runs on (the first use of each).
@@ -57,18 +56,16 @@ int neox_cuda_attention_pipelined(void) {
     return g_pipelined;
 }
 
-// cuDNN runs a call when: it is allowed (config key cudnn_attention), the operands are bf16 (fp16
-// and fp32 stay on the own kernels), there is no attention dropout (the own kernels draw the CPU's
-// masks; cuDNN's Philox masks differ) and no ALiBi, libcudnn loads, and cuDNN builds plans for the
-// shape (plans and refusals are cached per shape). Forward and backward of one shape decide alike.
+// cuDNN runs a call when the route's rule allows it (kernels/attention_route.c: cudnn_attention, bf16
+// operands, no attention dropout, no ALiBi), libcudnn loads, and cuDNN builds plans for the shape
+// (plans and refusals are cached per shape). Forward and backward of one shape decide alike.
 static int use_cudnn(const neox_cudnn_sdpa *s, const neox_attention_opts *o, size_t *fwd_ws, size_t *bwd_ws) {
     char why[320], line[400];
-    const char *rule = !g_cudnn_allowed                    ? "own tensor-core kernels (cudnn_attention: false)"
-                       : o->operands != NEOX_ELEM_BF16 ? "own tensor-core kernels (fp16 operands: cuDNN is used for bf16 only)"
-                       : o->dropout > 0.0f             ? "own tensor-core kernels (attention dropout)"
-                       : o->alibi                      ? "own tensor-core kernels (ALiBi)"
-                                                       : NULL;
-    if (rule) return notice(rule), 0;
+    const char *rule = neox_attention_own_reason(o);
+    if (rule) {
+        snprintf(line, sizeof line, "own tensor-core kernels (%s)", rule);
+        return notice(line), 0;
+    }
     if (!neox_cudnn_sdpa_prepare(s, fwd_ws, bwd_ws, why, sizeof why)) {
         snprintf(line, sizeof line, "own tensor-core kernels (cuDNN: %s)", why);
         notice(line);

@@ -34,8 +34,8 @@ static int setup_precision(neox_trainer *t, neox_error *err) {
 // compute_backend: cpu, cuda, auto or emulated; on a GPU, one rank per device (local rank modulo the
 // device count) and NCCL communicators for the device buffers; on the emulated device, its twin's.
 static int setup_backend(neox_trainer *t, neox_error *err) {
-    // cudnn_attention: on a CUDA device, false keeps bf16 attention on the own kernels
-    // (kernels/cuda/attention_cudnn.cu owns the choice); the CPU backends have no cuDNN to choose.
+    // cudnn_attention: on a CUDA device, false keeps bf16 attention on the own kernels (the route's
+    // rule, kernels/attention_route.c); the CPU backends have no cuDNN to choose.
     int cudnn_attention = neox_config_bool(t->cfg, cudnn_attention);
     t->be = neox_backend_for_rank(neox_config_str(t->cfg, compute_backend), t->grid, err);
     if (!t->be) return -1;
@@ -44,11 +44,7 @@ static int setup_backend(neox_trainer *t, neox_error *err) {
     if (!t->be->on_device) return 0;
     // The emulated device's collectives: its twin of NCCL over MPI (lib/parallel/emulated_comm.c).
     if (!strcmp(t->be->name, "emulated")) return neox_grid_enable_emulated(t->grid, err);
-#ifdef NEOX_CUDA
-    neox_cuda_attention_cudnn(cudnn_attention);
-#else
-    (void)cudnn_attention;
-#endif
+    neox_attention_allow_cudnn(cudnn_attention);
     return neox_grid_enable_device(t->grid, err);
 }
 

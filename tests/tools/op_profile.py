@@ -3,6 +3,7 @@ bench/gpu_predict's output against FLOPs restated here from the model's shapes (
 
     python3 tests/tools/op_profile.py train LOG_DIR LAYERS HIDDEN HEADS SEQ MICRO VOCAB ITERS
     python3 tests/tools/op_profile.py predict OUTPUT LAYERS HIDDEN HEADS SEQ MICRO VOCAB
+    python3 tests/tools/op_profile.py route CUDNN_OUTPUT OWN_OUTPUT   (the built-in models' tables)
 
 The restatement: every linear layer's product is 2·tokens·params forward and 4·tokens·params backward
 (input and weight gradients), so the GEMM FLOPs of a step are 6·tokens·(12·L·H² + V·H) for a GPT-NeoX
@@ -90,7 +91,43 @@ def check_predict(path, layers, hidden, heads, seq, micro, vocab):
     print(f"ok: predicted op FLOPs {gemm + attention:.6g} = restated; formula {formula:.6g}")
 
 
+# The attention rates docs/cuda.md gives ("Predicting a step"): cuDNN's published H100 rates at head
+# size 64, sequence 2k (FlashAttention-3's paper), and the own kernels' modelled shares of the bf16
+# GEMM rate the H200 measured; 4 us per call.
+CUDNN_TFLOPS = {"forward": 334.0, "backward": 334.0}
+OWN_SHARE = {"forward": 0.35, "backward": 0.35 * 0.7 * 5 / 7}
+GEMM_TFLOPS, LAUNCH_MS = 692.8, 0.004
+
+
+def attention_ms(layers, hidden, heads, seq, micro, rates):
+    # Causal pairs; 2 products forward, 5 backward, 2·head_size FLOPs each, over micro·heads per
+    # layer. At these sizes the products bound each call (their bytes take a fifth of the time).
+    pairs = seq * (seq + 1) / 2
+    products = {"forward": 2, "backward": 5}
+    return sum(layers * (products[k] * 2.0 * (hidden // heads) * pairs * heads * micro / (rates[k] * 1e12) * 1e3
+                         + LAUNCH_MS) for k in products)
+
+
+def check_route(cudnn_path, own_path):
+    # The 125M model (12 layers, 768 hidden, 12 heads, seq 2048) at micro-batch 32 on the H200: bf16
+    # attention without dropout takes cuDNN's rates by default, the own kernels' with cudnn=0.
+    shape = (12, 768, 12, 2048, 32)
+    want = {"cudnn": attention_ms(*shape, CUDNN_TFLOPS),
+            "own": attention_ms(*shape, {k: OWN_SHARE[k] * GEMM_TFLOPS for k in OWN_SHARE})}
+    for route, path in (("cudnn", cudnn_path), ("own", own_path)):
+        text = open(path).read()
+        block = text.split("# 125M:")[1].split("# 350M:")[0]
+        row = re.search(r"^  attention\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+%\s+([\d.]+)", block, re.M)
+        assert row and int(row.group(1)) == 24, block
+        got = float(row.group(2))
+        assert abs(got - want[route]) <= 0.011, (route, got, want[route])
+        print(f"ok: 125M attention on the H200, route {route}: {got} ms = restated {want[route]:.2f}")
+
+
 if __name__ == "__main__":
-    mode, path, *nums = sys.argv[1:]
-    nums = [int(x) for x in nums]
-    (check_train if mode == "train" else check_predict)(path, *nums)
+    mode, path, *rest = sys.argv[1:]
+    if mode == "route":
+        check_route(path, *rest)
+    else:
+        nums = [int(x) for x in rest]
+        (check_train if mode == "train" else check_predict)(path, *nums)

@@ -46,4 +46,7 @@ check "gpu_predict: predicted FLOPs, TFLOP/s and MFU consistent" \
     python3 tests/tools/op_profile.py predict "$T/predict.out" 2 64 4 64 4 512
 check "gpu_predict: the built-in 125M, 350M and 1.3B" sh -c \
     "$PREDICT table=0 >'$T/builtin.out' && [ \$(grep -c '^predict: H[12]00 ' '$T/builtin.out') = 6 ]"
+check "gpu_predict: attention priced on the route's implementation (cuDNN by default, the own kernels with cudnn=0)" sh -c \
+    "$PREDICT >'$T/route-cudnn.out' && $PREDICT cudnn=0 >'$T/route-own.out' &&
+     python3 tests/tools/op_profile.py route '$T/route-cudnn.out' '$T/route-own.out'"
 check_fails "gpu_predict: an unknown key is refused" 2 "unknown key in 'gpus=2'" $PREDICT gpus=2
