@@ -4,10 +4,13 @@
 // TF32 GEMM rates that MFU is measured against. One line per op:
 //   op  ms_per_call  achieved (TFLOP/s or GB/s)  ratio_to_peer
 // Times are wall-clock over repeated calls between two synchronisations (launch overhead included,
-// small at these sizes). Run by tests/gpu/device-check.sh; needs a GPU.
+// small at these sizes). bf16 attention runs where the CUDA backend routes it (cuDNN where it loads),
+// then on the own pipelined kernels with both forms of their backward. Run by
+// tests/gpu/device-check.sh; needs a GPU.
 //   gpu_ops [batch]     (default 8)
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "kernels/backend.h"
@@ -168,6 +171,23 @@ int main(int argc, char **argv) {
     a.e = neox_attention_operands(NEOX_ELEM_BF16, HS);
     report_vs("attention forward bf16", time_op(run_att_fwd, &a), att, "TFLOP/s", bf16, "bf16 GEMM");
     report_vs("attention backward bf16", time_op(run_att_bwd, &a), 2.5 * att, "TFLOP/s", bf16, "bf16 GEMM");
+    // The own pipelined kernels, which run what cuDNN does not (dropout, ALiBi, fp16, no libcudnn): the
+    // forward, and the backward as the single pass and as the two passes (NEOX_ATTENTION_BACKWARD).
+    neox_cuda_attention_cudnn(0);
+    neox_cuda_attention_kernels(1);
+    report_vs("attention forward bf16 own", time_op(run_att_fwd, &a), att, "TFLOP/s", bf16, "bf16 GEMM");
+    const char *passes = getenv("NEOX_ATTENTION_BACKWARD");  // two-pass: the single pass failed its checks
+    if (passes && !strcmp(passes, "two-pass")) {
+        printf("%-28s not run (NEOX_ATTENTION_BACKWARD=two-pass)\n", "attention backward bf16 own 1-pass");
+    } else {
+        neox_cuda_attention_backward_passes(1);
+        report_vs("attention backward bf16 own 1-pass", time_op(run_att_bwd, &a), 2.5 * att, "TFLOP/s", bf16,
+                  "bf16 GEMM");
+    }
+    neox_cuda_attention_backward_passes(2);
+    report_vs("attention backward bf16 own 2-pass", time_op(run_att_bwd, &a), 2.5 * att, "TFLOP/s", bf16, "bf16 GEMM");
+    neox_cuda_attention_backward_passes(0);
+    neox_cuda_attention_cudnn(1);
 
     // Row ops at (N, C) and the loss at (N', V) with N' rows limited to fit a few GB.
     row_ctx r = {N, C, V, dev_floats((size_t)N * 4 * C, 4), dev_floats((size_t)N * 4 * C, 1), dev_floats(C, 1),

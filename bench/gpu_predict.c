@@ -65,15 +65,24 @@ static gpu gpus[2] = {
 //   ldmatrix, 128-query tiles), reports 50-73% of an A100's peak and about a third of an H100's
 //   (no wgmma); these kernels are simpler (64-key tiles, no software pipelining of the products), so
 //   35% of the GEMM rate cuBLAS reaches on the same GPU. The diagonal tiles' masked half adds about
-//   80/T to the work (4% at T 2048), inside that figure. Backward 0.35 x 0.7 x 5/7: FlashAttention-2's
-//   backward runs at about 0.7 of its forward's rate, and the deterministic two passes execute 7
-//   products for the 5 counted (S and dP twice).
+//   80/T to the work (4% at T 2048), inside that figure. Backward 0.35 x 0.7 x 0.78: FlashAttention-2's
+//   backward runs at about 0.7 of its forward's rate with the same five products in one pass; the
+//   default single pass adds dq in a fixed order instead of with FlashAttention-2's fire-and-forget
+//   atomics, and 0.78 is what that exposes. Per 64-query tile a block computes 5 products of 64 x 128
+//   x HS (5.2 MFLOP at HS 64: about 4.1 us on one SM at 0.245 of 692.8 TFLOP/s over 132 SMs); its turn
+//   then waits on an L2 load of its dq rows, the add, a fence and the counter's hand-over, about 1 us
+//   not hidden (one block per SM at HS 64 and up: nothing else runs meanwhile), and the cast of the fp32
+//   accumulator into dq afterwards adds about 3% (8 bytes per dq element against the products' FLOPs):
+//   4.1 / (4.1 + 1 + 0.12) = 0.78. Waiting for a turn costs little: the blocks of one (batch, kv head)
+//   add in descending key order and start in that order, so the block waited for is ahead of the
+//   waiter by two tiles. The two passes (NEOX_ATTENTION_BACKWARD=two-pass) would be 5/7 (seven
+//   products for the five counted) instead of 0.78.
 // Neither is measured here yet: no GPU host has run them. attention_tflops= replaces both with a
 // measured rate.
 #define CUDNN_ATTENTION_FORWARD_TFLOPS 334.0
 #define CUDNN_ATTENTION_BACKWARD_TFLOPS 334.0
 #define ATTENTION_FORWARD_EFFICIENCY 0.35
-#define ATTENTION_BACKWARD_EFFICIENCY (0.35 * 0.7 * 5.0 / 7.0)
+#define ATTENTION_BACKWARD_EFFICIENCY (0.35 * 0.7 * 0.78)
 
 typedef struct options {
     int micro, vocab, table, check;

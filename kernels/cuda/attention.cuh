@@ -36,6 +36,9 @@ int neox_cuda_attention_fa2_backward(void *dq, void *dk, void *dv, const void *d
 // Whether 16-bit attention that cuDNN does not run goes to the pipelined kernels (1) or the first
 // tensor-core kernels (0): attention_cudnn.cu's choice (neox_cuda_attention_kernels in cuda.h).
 int neox_cuda_attention_pipelined(void);
+// Whether the pipelined kernels' backward is the single pass (1) or the two passes (0):
+// attention_cudnn.cu's choice (neox_cuda_attention_backward_passes in cuda.h).
+int neox_cuda_attention_single_pass(void);
 // cuDNN's fused attention (attention_cudnn.cu), which decides per call whether it runs: 1 when it
 // ran the call, 0 when the own kernels must (the reasons are in attention_cudnn.cu). Shapes and
 // semantics as neox_attention_forward/backward's, the tensors stored as act: bf16 tensors go to

@@ -11,9 +11,11 @@
 #include "kernels/cuda/cudnn_attention.h"
 
 static int g_pipelined = -1;  // -1: not chosen yet (the environment decides on first use)
+static int g_single_pass = -1;  // likewise
 
 extern "C" void neox_cuda_attention_cudnn(int allow) { neox_attention_allow_cudnn(allow); }
 extern "C" void neox_cuda_attention_kernels(int pipelined) { g_pipelined = pipelined != 0; }
+extern "C" void neox_cuda_attention_backward_passes(int passes) { g_single_pass = passes ? passes == 1 : -1; }
 
 // Says once per distinct outcome which implementation attention runs on (the first use of each).
 static void notice(const char *what) {
@@ -54,6 +56,24 @@ int neox_cuda_attention_pipelined(void) {
     }
     notice(g_pipelined ? "own kernels: pipelined (attention_fa2.cu)" : "own kernels: first (attention_mma.cu)");
     return g_pipelined;
+}
+
+// The pipelined kernels' backward: one pass over key blocks with dq added in a fixed order (the
+// default) unless NEOX_ATTENTION_BACKWARD=two-pass or neox_cuda_attention_backward_passes(2) asks for
+// the two passes (dq, then dk and dv), kept until GPU hosts have run the single pass. Any other value
+// is refused, as NEOX_ATTENTION_KERNELS's.
+int neox_cuda_attention_single_pass(void) {
+    if (g_single_pass < 0) {
+        const char *e = getenv("NEOX_ATTENTION_BACKWARD");
+        if (e && *e && strcmp(e, "single-pass") && strcmp(e, "two-pass")) {
+            fprintf(stderr, "neox cuda: NEOX_ATTENTION_BACKWARD=%s: expected 'single-pass' or 'two-pass'\n", e);
+            exit(2);
+        }
+        g_single_pass = !(e && !strcmp(e, "two-pass"));
+    }
+    notice(g_single_pass ? "pipelined backward: single pass, ordered dq (attention_fa2.cu)"
+                         : "pipelined backward: two passes (attention_fa2.cu)");
+    return g_single_pass;
 }
 
 // cuDNN runs a call when the route's rule allows it (kernels/attention_route.c: cudnn_attention, bf16

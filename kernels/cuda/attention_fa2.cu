@@ -538,6 +538,270 @@ attention_fa2_dkv_kernel(S *dk, S *dv, fa_strides dkvs, fa_view<typename Ops::el
     }
 }
 
+// ---- backward: one pass (dk, dv and dq's contributions per key block) --------------------------------
+
+// A fragment (16 x 16) of rows r0.., columns k0.. of a row-major shared tile with PITCH elements a row.
+template <int PITCH, class E> __device__ __forceinline__ void lda_pitch(uint32_t *a, const E *X, int r0, int k0, int lane) {
+    ldsm_x4(a, X + (r0 + (lane & 15)) * PITCH + k0 + (lane >> 4) * 8);
+}
+
+// The single pass keeps a 64-query by 128-key tile of dS (rounded to the operand type, queries along
+// the rows) for dq's product; its pitch is the keys plus 16 bytes, as the other tiles'.
+enum { FA_DS_PITCH = FA_ROWS + 8 };
+// Whether dS fits where the current stage's q and dout tiles were (they are consumed by then): head
+// sizes from 64 on; below, it has shared memory of its own.
+template <int HS> struct fa_ds_in_stage {
+    static const bool value = 2 * fa_dims<HS>::pitch >= FA_DS_PITCH;
+};
+
+// The n8 fragment pairs (16 columns each) of dq's HS columns that warp `half` (0 or 1) of a row group
+// owns in the dq product: the first (HS / 16 + 1) / 2 pairs, or the rest.
+template <int HS> struct fa_dq_split {
+    static const int pairs = HS / 16, per_half = (pairs + 1) / 2;
+};
+
+// dq's contribution of this block's 128 keys to 16 queries (rows q0.. of dS) over the warp's column
+// pairs: acc = dS (16 x 128, shared) x k (Ks, 128 x HS); pair p of the warp is pair0 + p of the head.
+template <class Ops, int HS>
+__device__ __forceinline__ void dq_contribution(float (*acc)[4], const typename Ops::elem *dSs, int q0,
+                                                const typename Ops::elem *Ks, int pair0, int lane) {
+    const int PER = fa_dq_split<HS>::per_half;
+#pragma unroll
+    for (int n = 0; n < 2 * PER; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < FA_ROWS / 16; s++) {
+        uint32_t a[4];
+        lda_pitch<FA_DS_PITCH>(a, dSs, q0, s * 16, lane);
+#pragma unroll
+        for (int p = 0; p < PER; p++)
+            if (pair0 + p < fa_dq_split<HS>::pairs) {  // not past the last pair (the second half of an odd count)
+                uint32_t bf[4];
+                ldb<typename Ops::elem, HS>(bf, Ks, s * 16, (pair0 + p) * 16, lane);
+                Ops::mma(acc[2 * p], a, bf[0], bf[1]);
+                Ops::mma(acc[2 * p + 1], a, bf[2], bf[3]);
+            }
+    }
+}
+
+// ---- the ordered dq accumulation ----
+//
+// dq of a 64-query tile is the sum of the contributions of the key blocks that see it: blocks
+// first .. last = i0 / 128 (first > 0 under a sliding window). They add into an fp32 accumulator in
+// global memory in a fixed order, last block first (it stores rather than adds), then last - 1, ...:
+// a per-(batch, head, tile) counter in global memory says how many have added, and block jb waits for
+// last - jb. Descending order because each block walks its query tiles upwards from its own keys: block
+// jb reaches tile i0 after i0 / 64 - 2 jb tiles of work, the blocks after it sooner, so the one it
+// waits for is usually done (ascending order would make block jb wait for block 0's first 2 jb tiles).
+//
+// Deadlock freedom: a block waits only for blocks with higher key indices of the same (batch, kv
+// head). Blocks do not take their key block from blockIdx, whose dispatch order CUDA does not promise,
+// but from a ticket drawn from a global counter as they start: tickets are handed out in the order the
+// blocks start running, and ticket n's key block follows those of tickets < n in the waiting order (the
+// highest keys of a (batch, kv head) get the lowest tickets). So every block a waiter waits for has
+// started: it is resident or finished, never queued behind the waiter. Among the resident unfinished
+// blocks, the one with the lowest ticket waits for nobody unfinished, so it finishes; by induction all do.
+
+// Acquire and release at the GPU's scope (sm_70 and later): the counter's reader then sees the
+// accumulator stores the writer made before its release.
+__device__ __forceinline__ unsigned load_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void store_release(unsigned *p, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+// The block waits until `turn` blocks have added into the counter's tile.
+__device__ __forceinline__ void wait_turn(const unsigned *counter, unsigned turn) {
+    if (threadIdx.x == 0)
+        while (load_acquire(counter) != turn) __nanosleep(64);
+    __syncthreads();
+}
+// After every thread's accumulator stores: the next block may add.
+__device__ __forceinline__ void pass_turn(unsigned *counter, unsigned turn) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) store_release(counter, turn + 1);
+}
+
+// Adds (or, first, stores) a warp's dq contribution into the fp32 accumulator rows (B, NH, T, HS) of
+// head row `head`: rows i0 + q0 + g (+ 8), the warp's column pairs. L2 loads and stores (.cg): the
+// accumulator is written by other blocks, and an L1 line of it could be stale.
+template <int HS>
+__device__ __forceinline__ void add_dq(float *acc_rows, const float (*c)[4], int i0, int q0, int T, int pair0,
+                                       bool first, int lane) {
+    const int g = lane >> 2, t = lane & 3, PER = fa_dq_split<HS>::per_half;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int i = i0 + q0 + g + 8 * hr;
+        if (i >= T) continue;
+#pragma unroll
+        for (int p = 0; p < PER; p++) {
+            if (pair0 + p >= fa_dq_split<HS>::pairs) continue;
+#pragma unroll
+            for (int h8 = 0; h8 < 2; h8++) {
+                float2 *at = reinterpret_cast<float2 *>(acc_rows + (size_t)i * HS + (pair0 + p) * 16 + h8 * 8 + 2 * t);
+                float2 x = make_float2(c[2 * p + h8][2 * hr], c[2 * p + h8][2 * hr + 1]);
+                if (!first) {
+                    float2 old = __ldcg(at);
+                    x.x += old.x, x.y += old.y;
+                }
+                __stcg(at, x);
+            }
+        }
+    }
+}
+
+// The tickets (element 0) and the per-tile counters (B, NH, ceil(T / 64)) of the single pass, zeroed
+// before each call.
+__device__ __forceinline__ unsigned *tile_counter(unsigned *counters, int b, int h, int i0, const mma_shape &a) {
+    const int tiles = (a.T + FA_COLS - 1) / FA_COLS;
+    return counters + 1 + ((size_t)b * a.NH + h) * tiles + i0 / FA_COLS;
+}
+
+// dk, dv (B, NKV, T, HS) overwritten through dkvs as the dk/dv pass does, and dq's fp32 accumulator
+// dqacc (B, NH, T, HS) written whole (every row < T: the last block seeing a tile stores it). Grid
+// (key blocks of 128, NKV, B) in count only: each block draws its (key block, kv head, batch) from a
+// ticket (above). Per query tile of each head of the GQA group: S^T = k q^T, dP^T = v dout^T,
+// dv += (P^T * K) dout, dk += dS^T q as the dk/dv pass, then dS into shared memory (queries along its
+// rows) and dq's contribution dS k, added in its turn. Shared: as the dk/dv pass, plus dS [64][136]
+// where the consumed stage's q and dout were (head sizes 64..128) or after the statistics (below 64).
+template <class Ops, int HS, class S>
+__global__ void __launch_bounds__(FA_THREADS)
+attention_fa2_single_kernel(S *dk, S *dv, fa_strides dkvs, float *dqacc, unsigned *counters,
+                            fa_view<typename Ops::elem> dout, fa_view<typename Ops::elem> q,
+                            fa_view<typename Ops::elem> k, fa_view<typename Ops::elem> v, const float *lse,
+                            const float *D, mma_shape a) {
+    typedef typename Ops::elem E;
+    const int P = fa_dims<HS>::pitch, T = a.T, STAGE = 2 * FA_COLS * P;  // a stage: Qs then Os
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    E *Ks = reinterpret_cast<E *>(smem_raw), *Vs = Ks + FA_ROWS * P, *QO = Vs + FA_ROWS * P;
+    float *LD = reinterpret_cast<float *>(QO + 2 * STAGE);  // stage s: L = LD + 128 s, D = L + 64
+    E *dS_own = reinterpret_cast<E *>(LD + 2 * 2 * FA_COLS);  // (head sizes below 64)
+    __shared__ unsigned ticket;
+    if (threadIdx.x == 0) ticket = atomicAdd(counters, 1u);
+    __syncthreads();
+    const int nkb = gridDim.x, kb = nkb - 1 - (int)(ticket % nkb);  // highest keys first
+    const int kvh = (int)(ticket / nkb % a.NKV), b = (int)(ticket / nkb / a.NKV);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int group = a.NH / a.NKV;
+    const int j0 = kb * FA_ROWS, jw = j0 + warp * 16;  // the block's and the warp's first key
+    const float sl2 = a.scale * LOG2E;
+    const int key[2] = {jw + g, jw + g + 8};
+    const int i_end = a.window > 0 ? min(T, j0 + FA_ROWS - 1 + a.window) : T;
+    const int per_head = (i_end - j0 + FA_COLS - 1) / FA_COLS, ntiles = group * per_head;
+    // dq's product: warp w takes queries 16 (w % 4).. of the tile and half w / 4 of the column pairs.
+    const int dq_q0 = (warp & 3) * 16, dq_pair0 = (warp >> 2) * fa_dq_split<HS>::per_half;
+
+    auto issue = [&](int n) {
+        const int h = kvh * group + n / per_head, i0 = j0 + (n % per_head) * FA_COLS;
+        E *Qs = QO + (n & 1) * STAGE;
+        float *Ls = LD + (n & 1) * 2 * FA_COLS;
+        issue_tile<FA_COLS, HS>(Qs, q, b, h, i0, T);
+        issue_tile<FA_COLS, HS>(Qs + FA_COLS * P, dout, b, h, i0, T);
+        if (threadIdx.x < FA_COLS) {
+            const size_t at = ((size_t)b * a.NH + h) * T + i0 + threadIdx.x;
+            const bool in = i0 + (int)threadIdx.x < T;
+            Ls[threadIdx.x] = in ? lse[at] * LOG2E : 0.0f;
+            Ls[FA_COLS + threadIdx.x] = in ? D[at] : 0.0f;
+        }
+    };
+    issue_tile<FA_ROWS, HS>(Ks, k, b, kvh, j0, T);
+    issue_tile<FA_ROWS, HS>(Vs, v, b, kvh, j0, T);
+    issue(0);
+    cp_async_commit();
+
+    float dka[HS / 8][4], dva[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[n][e] = dva[n][e] = 0.0f;
+
+    for (int it = 0; it < ntiles; it++) {
+        if (it + 1 < ntiles) {
+            issue(it + 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int h = kvh * group + it / per_head, i0 = j0 + (it % per_head) * FA_COLS;
+        E *Qs = QO + (it & 1) * STAGE, *Os = Qs + FA_COLS * P;
+        const float *Ls = LD + (it & 1) * 2 * FA_COLS, *Ds = Ls + FA_COLS;
+        const tile_kind kind = key_tile_kind(jw, i0, T, a.window);
+        float dpt[FA_COLS / 8][4];
+        if (kind != TILE_NONE) {
+            const unsigned long long drow = dropout_row(a, b, h);
+            const float slope2 = slope2_of(a, h);
+            float st[FA_COLS / 8][4];
+            shared_rows_by_tile<Ops, HS>(st, Ks, warp * 16, Qs, lane);   // k q^T
+            shared_rows_by_tile<Ops, HS>(dpt, Vs, warp * 16, Os, lane);  // v dout^T
+#pragma unroll
+            for (int n = 0; n < FA_COLS / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int c = n * 8 + 2 * t + (e & 1), i = i0 + c, j = key[e >> 1];  // st[n][e]: key j, query i
+                    float pk = 0.0f, ds = 0.0f;
+                    if (kind == TILE_FULL || (i < T && j < T && sees(i, j, a.window))) {
+                        float p = exp2f(st[n][e] * sl2 + slope2 * (float)(j - i) - Ls[c]), kf = 1.0f;
+                        if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
+                        pk = p * kf;
+                        ds = p * (dpt[n][e] * kf - Ds[c]) * a.scale;
+                    }
+                    st[n][e] = pk;
+                    dpt[n][e] = ds;
+                }
+            weights_by_tile<Ops, HS>(dva, st, Os, lane);   // dv += (P^T * K) dout
+            weights_by_tile<Ops, HS>(dka, dpt, Qs, lane);  // dk += dS^T q
+        } else {
+#pragma unroll
+            for (int n = 0; n < FA_COLS / 8; n++) dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
+        }
+        // dS, rounded as dk's product rounded it, into shared memory as (query, key): the stage's q and
+        // dout once every warp is done with them.
+        E *dSs = fa_ds_in_stage<HS>::value ? Qs : dS_own;
+        if (fa_ds_in_stage<HS>::value) __syncthreads();
+#pragma unroll
+        for (int n = 0; n < FA_COLS / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dSs[(n * 8 + 2 * t + (e & 1)) * FA_DS_PITCH + warp * 16 + g + 8 * (e >> 1)] = Ops::from(dpt[n][e]);
+        __syncthreads();
+        float dqc[2 * fa_dq_split<HS>::per_half][4];
+        dq_contribution<Ops, HS>(dqc, dSs, dq_q0, Ks, dq_pair0, lane);
+        unsigned *counter = tile_counter(counters, b, h, i0, a);
+        const unsigned turn = (unsigned)(i0 / FA_ROWS - kb);  // key blocks after this one that see the tile
+        wait_turn(counter, turn);
+        add_dq<HS>(dqacc + ((size_t)b * a.NH + h) * T * HS, dqc, i0, dq_q0, T, dq_pair0, turn == 0, lane);
+        pass_turn(counter, turn);  // (its barrier also keeps this stage until every warp has read dS)
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        if (key[hr] >= T) continue;
+        const size_t at = dkvs.at(b, kvh, key[hr]);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                act_store(dk, at + n * 8 + 2 * t + c, dka[n][2 * hr + c]);
+                act_store(dv, at + n * 8 + 2 * t + c, dva[n][2 * hr + c]);
+            }
+    }
+}
+
+// dq (B, NH, T, HS) through its strides dqs, stored as S, from the single pass's fp32 accumulator.
+template <class S>
+__global__ void attention_fa2_dq_store_kernel(S *dq, fa_strides dqs, const float *dqacc, int B, int NH, int T, int HS) {
+    const size_t n = (size_t)B * NH * T * HS;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = e / HS, d = e % HS;
+        const int i = (int)(row % T), h = (int)(row / T % NH), b = (int)(row / T / NH);
+        act_store(dq, dqs.at(b, h, i) + d, __ldcg(dqacc + e));
+    }
+}
+
 // ---- launch ------------------------------------------------------------------------------------------
 
 template <typename K> static void fa_allow_smem(K kernel, size_t bytes) {
@@ -564,9 +828,16 @@ static void fa_forward_hs(S *out, float *lse, const fa_views<typename Ops::elem>
     CUDA_LAUNCHED();
 }
 
+// Shared bytes of the single pass at head size HS: the dk/dv pass's, plus dS's tile below head size 64.
+template <int HS> static size_t fa_single_smem() {
+    return fa_smem<HS>(2 * FA_ROWS + 4 * FA_COLS, 2 * 2 * FA_COLS) +
+           (fa_ds_in_stage<HS>::value ? 0 : (size_t)FA_COLS * FA_DS_PITCH * 2);
+}
+
+// The two passes: dq, then dk and dv.
 template <class Ops, int HS, class S>
-static void fa_backward_hs(S *dq, S *dk, S *dv, const fa_strides &dqs, const fa_strides &dkvs, const float *D,
-                           const float *lse, const fa_views<typename Ops::elem> &x, int B, const mma_shape &a) {
+static void fa_backward_two_pass(S *dq, S *dk, S *dv, const fa_strides &dqs, const fa_strides &dkvs, const float *D,
+                                 const float *lse, const fa_views<typename Ops::elem> &x, int B, const mma_shape &a) {
     cudaStream_t st = neox_cuda_current_stream();
     size_t smem_q = fa_smem<HS>(2 * FA_ROWS + 4 * FA_COLS, 0);                   // q, dout, two stages of k, v
     size_t smem_kv = fa_smem<HS>(2 * FA_ROWS + 4 * FA_COLS, 2 * 2 * FA_COLS);  // k, v, two stages of q, dout, L, D
@@ -578,6 +849,29 @@ static void fa_backward_hs(S *dq, S *dk, S *dv, const fa_strides &dqs, const fa_
     CUDA_LAUNCHED();
     attention_fa2_dkv_kernel<Ops, HS, S>
         <<<dim3(tiles, a.NKV, B), FA_THREADS, smem_kv, st>>>(dk, dv, dkvs, x.dout, x.q, x.k, x.v, lse, D, a);
+    CUDA_LAUNCHED();
+}
+
+// Scratch of the single pass: dq's fp32 accumulator (B, NH, T, HS), then the ticket and the per-tile
+// counters (fa_single_counters of them).
+static size_t fa_single_counters(int B, int NH, int T) { return 1 + (size_t)B * NH * ((T + FA_COLS - 1) / FA_COLS); }
+
+// The single pass (the counters zeroed first, so that tickets and turns start at 0), then dq cast from
+// its accumulator into place.
+template <class Ops, int HS, class S>
+static void fa_backward_single(S *dq, S *dk, S *dv, const fa_strides &dqs, const fa_strides &dkvs, const float *D,
+                               const float *lse, float *dqacc, unsigned *counters,
+                               const fa_views<typename Ops::elem> &x, int B, const mma_shape &a) {
+    cudaStream_t st = neox_cuda_current_stream();
+    size_t smem = fa_single_smem<HS>();
+    fa_allow_smem(attention_fa2_single_kernel<Ops, HS, S>, smem);
+    CUDA_CHECK(cudaMemsetAsync(counters, 0, fa_single_counters(B, a.NH, a.T) * sizeof(unsigned), st));
+    int tiles = (a.T + FA_ROWS - 1) / FA_ROWS;
+    attention_fa2_single_kernel<Ops, HS, S><<<dim3(tiles, a.NKV, B), FA_THREADS, smem, st>>>(
+        dk, dv, dkvs, dqacc, counters, x.dout, x.q, x.k, x.v, lse, D, a);
+    CUDA_LAUNCHED();
+    size_t n = (size_t)B * a.NH * a.T * HS;
+    attention_fa2_dq_store_kernel<S><<<blocks_for(n, 256), 256, 0, st>>>(dq, dqs, dqacc, B, a.NH, a.T, HS);
     CUDA_LAUNCHED();
 }
 
@@ -701,19 +995,26 @@ static void fa_forward_call(void *out, float *lse, const fa_call &c, const mma_s
     fa_forward_hs<Ops, HS, S>((S *)out, lse, x, c.B, a);
 }
 
-// D (fp32, from the stored out and dout), then the two passes.
+// D (fp32, from the stored out and dout), then the single pass (single) or the two passes.
 template <class Ops, int HS, class S>
 static void fa_backward_call(void *dq, void *dk, void *dv, const fa_strides &dqs, const fa_strides &dkvs,
-                             const void *out, const float *lse, const fa_call &c, const mma_shape &a) {
-    size_t at = 0, pd = fa_piece(&at, (size_t)c.B * c.NH * c.T * sizeof(float));
+                             const void *out, const float *lse, const fa_call &c, const mma_shape &a, bool single) {
+    size_t rows = (size_t)c.B * c.NH * c.T, at = 0, pd = fa_piece(&at, rows * sizeof(float)), pacc = 0, pcount = 0;
+    if (single) {
+        pacc = fa_piece(&at, rows * c.HS * sizeof(float));
+        pcount = fa_piece(&at, fa_single_counters(c.B, c.NH, c.T) * sizeof(unsigned));
+    }
     char *base = (char *)neox_cuda_scratch(at + views_bytes<Ops, S>(c, true) + 256);
     float *D = (float *)(base + pd);
-    size_t rows = (size_t)c.B * c.NH * c.T;
     attention_fa2_d_kernel<S><<<blocks_for(rows * 32, 256), 256, 0, neox_cuda_current_stream()>>>(
         D, (const S *)c.dout, (const S *)out, c.B, c.T, c.NH, c.HS);
     CUDA_LAUNCHED();
     fa_views<typename Ops::elem> x = views_of<Ops, S>(c, true, base, &at);
-    fa_backward_hs<Ops, HS, S>((S *)dq, (S *)dk, (S *)dv, dqs, dkvs, D, lse, x, c.B, a);
+    if (single)
+        fa_backward_single<Ops, HS, S>((S *)dq, (S *)dk, (S *)dv, dqs, dkvs, D, lse, (float *)(base + pacc),
+                                       (unsigned *)(base + pcount), x, c.B, a);
+    else
+        fa_backward_two_pass<Ops, HS, S>((S *)dq, (S *)dk, (S *)dv, dqs, dkvs, D, lse, x, c.B, a);
 }
 
 static fa_call dense_call(const void *q, const void *k, const void *v, const void *dout, int B, int T, int NH, int NKV,
@@ -743,10 +1044,12 @@ static fa_call fused_call(const void *qkv, int interleaved, const void *dout, in
 }
 
 // Shared bytes of the largest of the forward's (false) or the backward's (true) kernels at head size HS
-// (the fa_smem sums of fa_forward_hs and fa_backward_hs).
-static size_t fa_smem_needed(int HS, bool backward) {
+// (the fa_smem sums of fa_forward_hs and fa_backward_two_pass; the single pass's are fa_single_smem's:
+// the same from head size 64 on, dS's tile more below, where the total stays under 99 KB).
+static size_t fa_smem_needed(int HS, bool backward, bool single) {
     int rows = backward ? 2 * FA_ROWS + 4 * FA_COLS : FA_ROWS + 4 * FA_COLS;
-    return (size_t)rows * (HS + 8) * 2 + (backward ? 2 * 2 * FA_COLS * sizeof(float) : 0);
+    size_t ds = backward && single && 2 * (HS + 8) < FA_DS_PITCH ? (size_t)FA_COLS * FA_DS_PITCH * 2 : 0;
+    return (size_t)rows * (HS + 8) * 2 + (backward ? 2 * 2 * FA_COLS * sizeof(float) : 0) + ds;
 }
 
 // Whether this GPU gives a block that much shared memory: sm_80 163 KB and sm_90 227 KB always do;
@@ -781,7 +1084,7 @@ int neox_cuda_attention_fa2_forward(void *out, float *lse, const void *q, const 
                                      int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     fa_check(o.operands, HS, act);
     if (B <= 0 || T <= 0) return 1;
-    if (!fa_smem_fits(fa_smem_needed(HS, false))) return 0;
+    if (!fa_smem_fits(fa_smem_needed(HS, false, false))) return 0;
     fa_call c = dense_call(q, k, v, NULL, B, T, NH, NKV, HS);
     mma_shape a = make_shape(T, NH, NKV, o);
     FA_DISPATCH(o.operands, HS, act, fa_forward_call, out, lse, c, a);
@@ -793,10 +1096,11 @@ int neox_cuda_attention_fa2_backward(void *dq, void *dk, void *dv, const void *d
                                       int HS, neox_attention_opts o, neox_elem act) {
     fa_check(o.operands, HS, act);
     if (B <= 0 || T <= 0) return 1;
-    if (!fa_smem_fits(fa_smem_needed(HS, true))) return 0;
+    const bool single = neox_cuda_attention_single_pass();
+    if (!fa_smem_fits(fa_smem_needed(HS, true, single))) return 0;
     fa_call c = dense_call(q, k, v, dout, B, T, NH, NKV, HS);
     mma_shape a = make_shape(T, NH, NKV, o);
-    FA_DISPATCH(o.operands, HS, act, fa_backward_call, dq, dk, dv, c.qs, c.ks, out, lse, c, a);
+    FA_DISPATCH(o.operands, HS, act, fa_backward_call, dq, dk, dv, c.qs, c.ks, out, lse, c, a, single);
     return 1;
 }
 
@@ -808,7 +1112,7 @@ int neox_cuda_attention_fa2_forward_qkv(void *out, float *lse, const void *qkv, 
         abort();
     }
     if (B <= 0 || T <= 0) return 1;
-    if (!fa_smem_fits(fa_smem_needed(HS, false))) return 0;
+    if (!fa_smem_fits(fa_smem_needed(HS, false, false))) return 0;
     fa_call c = fused_call(qkv, interleaved, NULL, B, T, NH, NKV, HS);
     mma_shape a = make_shape(T, NH, NKV, o);
     FA_DISPATCH(o.operands, HS, act, fa_forward_call, out, lse, c, a);
@@ -824,13 +1128,14 @@ int neox_cuda_attention_fa2_backward_qkv(void *dqkv, const void *dout, const voi
         abort();
     }
     if (B <= 0 || T <= 0) return 1;
-    if (!fa_smem_fits(fa_smem_needed(HS, true))) return 0;
+    const bool single = neox_cuda_attention_single_pass();
+    if (!fa_smem_fits(fa_smem_needed(HS, true, single))) return 0;
     fa_call c = fused_call(qkv, interleaved, dout, B, T, NH, NKV, HS);
     mma_shape a = make_shape(T, NH, NKV, o);
     // The gradients land in dqkv's own q, k and v places (the fused buffer's layout): no merge pass.
     size_t es = act == NEOX_ELEM_BF16 ? 2 : 4;
     char *d = (char *)dqkv;
     FA_DISPATCH(o.operands, HS, act, fa_backward_call, d, d + c.k_off * es, d + c.v_off * es, c.qs, c.ks, out, lse, c,
-                a);
+                a, single);
     return 1;
 }

@@ -43,6 +43,12 @@ void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, const float
 // tensor-core kernels of attention_mma.cu; the environment's NEOX_ATTENTION_KERNELS=first picks 0 at
 // start-up, so a GPU host on which the pipelined ones fail can still train.
 void neox_cuda_attention_kernels(int pipelined);
+// How the pipelined kernels compute the attention backward (attention_cudnn.cu owns the choice): 1,
+// one pass over key blocks (dk, dv and dq's contributions, which are added into an fp32 accumulator in
+// a fixed order; the default), or 2, the two passes (dq, then dk and dv); the environment's
+// NEOX_ATTENTION_BACKWARD=two-pass picks 2 at start-up (0 returns to the environment's choice). Each
+// gives the same bits on every run (not the same bits as the other: dq is summed in another order).
+void neox_cuda_attention_backward_passes(int passes);
 // Attention reading q, k and v through strides from a fused QKV buffer qkv (B, T, (NH + 2 NKV) HS)
 // stored as act, in GPT-NeoX's interleaved per-head layout (interleaved != 0, NH == NKV) or Llama's
 // [q heads | k heads | v heads] (kernels/cuda/cudnn_attention.h describes both); otherwise as the

@@ -15,8 +15,9 @@
 # RPATH, so no LD_LIBRARY_PATH is needed), checks with ldd that every library resolves, then runs,
 # each under a time cap so the whole stays under 5 minutes:
 #   1. the op-parity harness (every op CUDA vs CPU, verbose: the largest error of each check), after
-#      its pipelined-attention checks alone (--attention, seconds; if they crash, the rest of the run
-#      uses the first tensor-core attention kernels),
+#      its pipelined-attention checks alone (--attention, seconds, the backward as one pass and as two;
+#      if they crash, the two passes alone, and the rest of the run uses the two-pass backward if they
+#      pass, else the first tensor-core attention kernels),
 #   2. the op speed at the 125M shapes against cuBLAS and copy bandwidth (bench/gpu_ops.c), which
 #      also measures the bf16 GEMM rate that MFU is taken against,
 #   3. 125M training throughput in bf16 (bench/gpu_train.sh: tokens/s, MFU vs the measured bf16 GEMM
@@ -32,7 +33,7 @@
 #      tool can reach the device (some sandboxed hosts refuse it) and time is left,
 # and writes everything into $OUT (a handful of files: the small ones are also appended to
 # summary.txt):
-#   summary.txt, build.log, op_parity_attention.txt, op_parity.txt, e2e.txt, gpu_train.txt, details.txt
+#   summary.txt, build.log, op_parity_attention.txt (and _two_pass.txt after a crash), op_parity.txt, e2e.txt, gpu_train.txt, details.txt
 #   (device, gpu_ops, ldd, sanitizers, and the op-parity rerun under NEOX_CUDA_SYNC=1 when the harness
 #   crashed)
 # Exit status: 0 when every check that ran passed.
@@ -199,17 +200,30 @@ export PATH=$PWD/$BIN:$PATH
 # ==== op parity =====================================================================================
 harness=build/cuda/tests/gpu/op_parity
 # First the pipelined attention kernels alone (kernels/cuda/attention_fa2.cu, which no GPU had run when
-# they were written): seconds, every launch waited for, so a fault names its kernel. If they crash,
-# the full harness and everything after run on the first tensor-core kernels (NEOX_ATTENTION_KERNELS=first).
+# they were written), their backward as the single pass and as the two passes: seconds, every launch
+# waited for, so a fault names its kernel. If they crash, the two passes alone are tried; if those pass,
+# the full harness and everything after run with NEOX_ATTENTION_BACKWARD=two-pass, else on the first
+# tensor-core kernels (NEOX_ATTENTION_KERNELS=first).
 NEOX_CUDA_SYNC=1 timeout "$(cap 45)" "$harness" -v --attention >"$OUT/op_parity_attention.txt" 2>&1
 early=$?
 note "op parity, pipelined attention first: exit $early; $(grep -c '^ok' "$OUT/op_parity_attention.txt") ok, $(grep -c '^not ok' "$OUT/op_parity_attention.txt") not ok"
 grep -A1 '^not ok' "$OUT/op_parity_attention.txt" | tee -a "$summary"
 [ $early -ne 0 ] && status=1
 if [ $early -ne 0 ] && [ $early -ne 1 ]; then
-    note "the pipelined attention kernels crashed (last lines below): the rest runs with NEOX_ATTENTION_KERNELS=first"
+    # A crash or a hang (timeout: 124) in the single-pass backward leaves its two passes to try alone.
+    note "the pipelined attention checks crashed (last lines below): again with NEOX_ATTENTION_BACKWARD=two-pass"
     tail -n 5 "$OUT/op_parity_attention.txt" | tee -a "$summary"
-    export NEOX_ATTENTION_KERNELS=first
+    NEOX_ATTENTION_BACKWARD=two-pass NEOX_CUDA_SYNC=1 timeout "$(cap 45)" "$harness" -v --attention \
+        >"$OUT/op_parity_attention_two_pass.txt" 2>&1
+    two=$?
+    note "op parity, pipelined attention with the two-pass backward: exit $two"
+    if [ $two -eq 0 ] || [ $two -eq 1 ]; then
+        note "the rest runs with NEOX_ATTENTION_BACKWARD=two-pass"
+        export NEOX_ATTENTION_BACKWARD=two-pass
+    else
+        note "the pipelined attention kernels crashed: the rest runs with NEOX_ATTENTION_KERNELS=first"
+        export NEOX_ATTENTION_KERNELS=first
+    fi
 fi
 timeout "$(cap 120)" "$harness" -v >"$OUT/op_parity.txt" 2>&1
 parity=$?

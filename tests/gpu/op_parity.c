@@ -12,8 +12,10 @@
 //                             --self compares the CPU backend with itself (checks the harness's own
 //                             plumbing where no GPU exists; every check must pass exactly);
 //                             --attention runs the pipelined attention kernels' checks only (a GPU
-//                             host's first look at them). NEOX_ATTENTION_KERNELS=first in the
-//                             environment leaves the pipelined kernels out of the full run.
+//                             host's first look at them), their backward as the single pass and
+//                             as the two passes. NEOX_ATTENTION_KERNELS=first in the environment
+//                             leaves the pipelined kernels out of the full run;
+//                             NEOX_ATTENTION_BACKWARD=two-pass leaves out their single pass.
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -562,6 +564,9 @@ static const char *g_att_path = "";
 // Whether the pipelined kernels are checked and are the default own kernels: not when the run was
 // started with NEOX_ATTENTION_KERNELS=first (tests/gpu/device-check.sh does so after they crashed).
 static int g_pipelined = 1;
+// The pipelined backward's forms checked: 1 (the single pass, the default) and 2 (the two passes), or
+// 2 alone when the run was started with NEOX_ATTENTION_BACKWARD=two-pass (after the single pass crashed).
+static int g_first_passes = 1;
 
 // e: the operands' type (fp32: the CUDA-core kernels; bf16/fp16: the tensor-core kernels against the
 // CPU reference at the same rounding points). In 16 bits the two sides round the same values, but
@@ -1413,10 +1418,11 @@ static void free_pairs(pair *p, int n) {
 }
 
 // The attention backward's repeats: fp32 (with_rest), then bf16 with dropout on the own kernels (the
-// first ones when with_rest, then the pipelined ones unless told not to), then bf16 without dropout on
-// cuDNN (with_rest). GQA, T off the tiles.
+// first ones when with_rest, then the pipelined ones unless told not to, their backward as the single
+// pass (its dq added by several key blocks in turn: T 300) and as the two passes), then bf16 without
+// dropout on cuDNN (with_rest). GQA, T off the tiles.
 static void test_attention_repeats(int with_rest) {
-    rep_ctx c = {.B = 2, .T = 97, .NH = 6, .NKV = 2, .HS = 64};
+    rep_ctx c = {.B = 2, .T = 300, .NH = 6, .NKV = 2, .HS = 64};
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
@@ -1432,13 +1438,20 @@ static void test_attention_repeats(int with_rest) {
         check_repeats("attention_backward (GQA, dropout)", rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
     neox_cuda_attention_cudnn(0);
     c.operands = NEOX_ELEM_BF16;
-    for (int pipelined = !with_rest; pipelined <= g_pipelined; pipelined++) {
-        neox_cuda_attention_kernels(pipelined);
-        check_repeats(pipelined ? "attention_backward bf16 own pipelined (GQA, dropout)"
-                                : "attention_backward bf16 own first (GQA, dropout)",
+    if (with_rest) {
+        neox_cuda_attention_kernels(0);
+        check_repeats("attention_backward bf16 own first (GQA, dropout)", rep_attention, &c,
+                      (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
+    }
+    for (int passes = g_first_passes; g_pipelined && passes <= 2; passes++) {
+        neox_cuda_attention_kernels(1);
+        neox_cuda_attention_backward_passes(passes);
+        check_repeats(passes == 1 ? "attention_backward bf16 own pipelined single-pass (GQA, dropout)"
+                                  : "attention_backward bf16 own pipelined two-pass (GQA, dropout)",
                       rep_attention, &c, (pair *[]){&ao[0], &ao[1], &ao[2]}, 3);
     }
     neox_cuda_attention_kernels(g_pipelined);
+    neox_cuda_attention_backward_passes(g_first_passes);
     neox_cuda_attention_cudnn(1);
     c.dropout = 0.0f;  // cuDNN's deterministic backward (when cuDNN loads: the notice on stderr)
     if (with_rest)
@@ -1605,13 +1618,16 @@ static void test_release_commit(void) {
     pair_free(&a);
 }
 
-// The tensor-core kernels, the first (attention_mma.cu) or the pipelined (attention_fa2.cu): T off and
-// on the 64-row and 128-row tiles, GQA and MQA, head sizes 16..128, windows whose edge crosses a
-// block's tiles (so a block has tiles without masks, with masks and skipped), dropout, ALiBi.
-static void attention_16bit_own(int pipelined) {
+// The tensor-core kernels, the first (attention_mma.cu) or the pipelined (attention_fa2.cu) with their
+// backward in `passes` (1: the single pass, 2: the two passes): T off and on the 64-row and 128-row
+// tiles, GQA and MQA, head sizes 16..128, windows whose edge crosses a block's tiles (so a block has
+// tiles without masks, with masks and skipped; in the single pass, query tiles whose dq comes from
+// several key blocks, and under a window from a range of them not starting at 0), dropout, ALiBi.
+static void attention_16bit_own(int pipelined, int passes) {
     neox_cuda_attention_cudnn(0);
     neox_cuda_attention_kernels(pipelined);
-    g_att_path = pipelined ? " own pipelined" : " own first";
+    neox_cuda_attention_backward_passes(passes);
+    g_att_path = !pipelined ? " own first" : passes == 1 ? " own pipelined single-pass" : " own pipelined two-pass";
     test_attention_elem(2, 37, 4, 4, 16, 0.0f, 0, NEOX_ELEM_BF16);
     test_attention_elem(1, 64, 4, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);
     test_attention_elem(2, 200, 6, 2, 64, 0.0f, 0, NEOX_ELEM_BF16);    // GQA, a partial last tile
@@ -1632,17 +1648,20 @@ static void attention_16bit_own(int pipelined) {
     test_attention_elem(1, 300, 4, 4, 64, 0.0f, 100, NEOX_ELEM_BF16);  // a window across 128-row blocks
     test_attention_elem(1, 257, 2, 2, 128, 0.1f, 70, NEOX_ELEM_F16);   // fp16, dropout, window, one row past
     test_attention_elem(1, 640, 4, 2, 128, 0.0f, 0, NEOX_ELEM_BF16);   // many full (mask-free) tiles
+    test_attention_elem(3, 700, 2, 1, 48, 0.0f, 200, NEOX_ELEM_F16);   // a window: late tiles' dq from blocks 3..5
     g_att_path = "";
     neox_cuda_attention_kernels(g_pipelined);
+    neox_cuda_attention_backward_passes(g_first_passes);
     neox_cuda_attention_cudnn(1);
 }
 
 // The pipelined kernels' own entry points and storage: q, k, v read from a fused QKV buffer (both
 // layouts), and bf16-stored tensors read and written as they are (no widening pass).
-static void attention_pipelined_layouts(void) {
+static void attention_pipelined_layouts(int passes) {
     neox_cuda_attention_cudnn(0);
     neox_cuda_attention_kernels(1);
-    g_att_path = " own pipelined";
+    neox_cuda_attention_backward_passes(passes);
+    g_att_path = passes == 1 ? " own pipelined single-pass" : " own pipelined two-pass";
     test_attention_qkv(2, 150, 4, 4, 64, 1, NEOX_ELEM_BF16, 0.0f);   // GPT-NeoX's interleaved heads
     test_attention_qkv(1, 200, 6, 2, 128, 0, NEOX_ELEM_BF16, 0.1f);  // Llama's layout, GQA, dropout
     test_attention_qkv(1, 97, 4, 1, 32, 0, NEOX_ELEM_F16, 0.0f);     // fp16, MQA
@@ -1650,7 +1669,15 @@ static void attention_pipelined_layouts(void) {
     test_bf16_attention(1, 256, 4, 1, 128);
     g_att_path = "";
     neox_cuda_attention_kernels(g_pipelined);
+    neox_cuda_attention_backward_passes(g_first_passes);
     neox_cuda_attention_cudnn(1);
+}
+
+// The pipelined kernels' checks with their backward in each form from first_passes (1: the single
+// pass, then the two passes; 2: the two passes alone).
+static void attention_pipelined(int first_passes) {
+    if (first_passes == 2) printf("# the single-pass attention backward's checks skipped (NEOX_ATTENTION_BACKWARD=two-pass)\n");
+    for (int passes = first_passes; passes <= 2; passes++) attention_16bit_own(1, passes), attention_pipelined_layouts(passes);
 }
 
 // cuDNN's fused attention against the same CPU reference and tolerances (its probabilities round to
@@ -1842,8 +1869,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attention")) attention_only = 1;
         else { fprintf(stderr, "usage: op_parity [-v] [--self] [--attention]\n"); return 2; }
     }
-    const char *kernels = getenv("NEOX_ATTENTION_KERNELS");
+    const char *kernels = getenv("NEOX_ATTENTION_KERNELS"), *passes = getenv("NEOX_ATTENTION_BACKWARD");
     g_pipelined = !(kernels && !strcmp(kernels, "first"));
+    g_first_passes = passes && !strcmp(passes, "two-pass") ? 2 : 1;
     setvbuf(stdout, NULL, _IOLBF, 0);  // lines so far survive an abort inside an op
     cpu = neox_backend_cpu();
     gpu = self ? cpu : neox_backend_cuda();
@@ -1853,10 +1881,10 @@ int main(int argc, char **argv) {
     }
     printf("# %s\n", neox_backends_description());
     neox_cuda_attention_kernels(g_pipelined);
+    neox_cuda_attention_backward_passes(g_first_passes);
     if (attention_only) {  // the pipelined attention kernels alone, first on a GPU host (seconds)
         g_pipelined = 1;
-        attention_16bit_own(1);
-        attention_pipelined_layouts();
+        attention_pipelined(g_first_passes);
         test_attention_repeats(0);
         printf("# %d checks, %d failed\n", checks, failures);
         return failures ? 1 : 0;
@@ -1929,8 +1957,8 @@ int main(int argc, char **argv) {
     test_attention(1, 300, 2, 2, 256, 0.0f, 0);
     test_attention(2, 150, 4, 2, 64, 0.0f, 40);   // sliding window across tiles
     test_attention(1, 97, 2, 1, 80, 0.1f, 1);     // a window of one key, dropout
-    attention_16bit_own(0);
-    if (g_pipelined) attention_16bit_own(1), attention_pipelined_layouts();
+    attention_16bit_own(0, 2);
+    if (g_pipelined) attention_pipelined(g_first_passes);
     else printf("# the pipelined attention kernels' checks skipped (NEOX_ATTENTION_KERNELS=first)\n");
     attention_16bit_cudnn();
     test_attention_cached(5, 17, 4, 2, 48, 50, 0, 0);
