@@ -16,10 +16,13 @@
 // - Masks are applied on the tiles that cross the causal diagonal or the window's edge only; a
 //   warp's tile that is entirely visible takes a path without per-element tests, and one it cannot
 //   see at all is skipped.
-// - Backward, deterministic: FlashAttention-2 accumulates dq across key tiles with fp32 atomics, whose
-//   order changes from run to run (so would dq's bits); here, as in attention_mma.cu, one pass gives dq
-//   (S, dP, dQ per key tile) and a second gives dk and dv (S, dP, dV, dK per query tile): seven
-//   products for the five, in exchange for identical bits every run and no T²-sized scratch.
+// - Backward, deterministic, in one pass: FlashAttention-2's five products per key block (S, dP, dV,
+//   dK and dq's contribution dS k), but where it adds dq across key blocks with fp32 atomics, whose
+//   order changes from run to run (so would dq's bits), the blocks here add into an fp32 accumulator
+//   in a fixed order, handed on by per-tile counters (the single pass, below, with its deadlock
+//   argument), and a last pass casts it into dq. The two passes of attention_mma.cu's scheme (dq: S,
+//   dP, dQ per key tile; dk, dv: S, dP, dV, dK per query tile; seven products for the five) stay
+//   selectable: attention_cudnn.cu owns the choice (NEOX_ATTENTION_BACKWARD).
 //
 // Tiles in shared memory are row-major in the operand type with a pitch of HS + 8 elements: a row is
 // a multiple of 16 bytes (cp.async and ldmatrix need 16-byte rows) and the 8 rows an ldmatrix phase
