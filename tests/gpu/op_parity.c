@@ -1674,10 +1674,11 @@ static void attention_pipelined_layouts(int passes) {
 }
 
 // The pipelined kernels' checks with their backward in each form from first_passes (1: the single
-// pass, then the two passes; 2: the two passes alone).
+// pass, then the two passes; 2: the two passes alone). --self runs one form: the CPU has no forms.
 static void attention_pipelined(int first_passes) {
     if (first_passes == 2) printf("# the single-pass attention backward's checks skipped (NEOX_ATTENTION_BACKWARD=two-pass)\n");
-    for (int passes = first_passes; passes <= 2; passes++) attention_16bit_own(1, passes), attention_pipelined_layouts(passes);
+    for (int passes = first_passes; passes <= (gpu == cpu ? first_passes : 2); passes++)
+        attention_16bit_own(1, passes), attention_pipelined_layouts(passes);
 }
 
 // cuDNN's fused attention against the same CPU reference and tolerances (its probabilities round to
