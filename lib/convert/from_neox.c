@@ -7,9 +7,9 @@
 // row-parallel ones; GPT-NeoX's fused QKV is already Hugging Face's per-head interleaving), every
 // ZeRO stage 1/2 partition placed by DeepSpeed's own param_slice_mappings. A Llama-style run (GPT-NeoX's
 // llama configs) has its fused QKV split per head into q_proj, k_proj, v_proj and its gated MLP's
-// linear1 into up_proj and gate_proj. What neox.c cannot hold (ZeRO-3, an optimizer other than Adam,
-// grouped-query attention's QKV, a parameter it has no place for) is refused by name before anything
-// is written. See docs/convert.md, "From a GPT-NeoX run".
+// linear1 into up_proj and gate_proj (under grouped-query attention its QKV is [q | k | v] per
+// tensor-parallel shard). What neox.c cannot hold (ZeRO-3, an optimizer other than Adam, a parameter
+// it has no place for) is refused by name before anything is written. See docs/convert.md, "From a GPT-NeoX run".
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,8 @@ typedef struct {
 } shard_ref;
 
 // How a tensor GPT-NeoX stores holds neox.c's parameters: as one, or (a Llama-style model) as its
-// fused QKV, interleaved per head ([q k v] of head 0, then of head 1, ...: q_proj, k_proj, v_proj),
+// fused QKV, interleaved per head ([q k v] of head 0, then of head 1, ...: q_proj, k_proj, v_proj;
+// with grouped-query attention [q | k | v] of each tensor-parallel shard's heads),
 // or the gated MLP's linear1, whose every tensor-parallel shard is [up | gate] of its rows (GPT-NeoX's
 // Gated_Activation chunks the shard's output in two: x, then gate).
 typedef enum { HOLDS_ONE, HOLDS_QKV, HOLDS_UP_GATE } neox_holds;
@@ -353,18 +354,22 @@ static int whole_tensor(importer *im, int s, int i, float *whole, neox_error *er
 }
 
 // A fused tensor (whole, as GPT-NeoX's shards join) -> its neox.c parameters one after another in out.
-// QKV: per head h, rows [q_h; k_h; v_h] -> q_proj (heads' q rows), k_proj, v_proj. linear1: per
-// tensor-parallel shard r, rows [up_r; gate_r] -> up_proj (every shard's up rows), gate_proj.
+// It is row blocks, each holding a slice of every part in turn: QKV per head [q_h; k_h; v_h], or under
+// grouped-query attention per tensor-parallel shard [q_r; k_r; v_r] (neox_source_qkv_blocks);
+// linear1 per shard [up_r; gate_r]. Part k's slice in each block is its rows / blocks.
 static void split_tensor(const importer *im, const source_tensor *t, const float *whole, float *out) {
     int64_t cols = t->whole.ndim == 2 ? t->whole.shape[1] : 1;
-    int64_t blocks = t->holds == HOLDS_QKV ? im->desc.num_heads : im->src.tp;
-    int64_t rows = t->whole.shape[0] / (blocks * t->count);  // one part's rows in one block
-    for (int64_t b = 0; b < blocks; b++)
-        for (int k = 0; k < t->count; k++) {
-            const float *src = whole + (b * t->count + k) * rows * cols;
-            float *dst = out + ((int64_t)k * blocks + b) * rows * cols;
-            memcpy(dst, src, (size_t)(rows * cols) * sizeof *dst);
+    int64_t blocks = t->holds == HOLDS_QKV ? (int64_t)neox_source_qkv_blocks(&im->desc, im->src.tp) * im->src.tp
+                                           : im->src.tp;
+    const float *src = whole;
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t at = 0;  // part k's first row in out
+        for (int k = 0; k < t->count; at += im->params[t->first + k].shape[0], k++) {
+            int64_t rows = im->params[t->first + k].shape[0] / blocks;
+            memcpy(out + (at + b * rows) * cols, src, (size_t)(rows * cols) * sizeof *out);
+            src += rows * cols;
         }
+    }
 }
 
 static int64_t int_or(const neox_pt_value *v, int64_t fallback) { return v && v->kind == NEOX_PT_INT ? v->i : fallback; }
@@ -504,7 +509,7 @@ static int describe_model(importer *im, const char *const *configs, int nconfigs
     if (vocab <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: no word_embeddings.weight in layer 0", im->src.dir);
     if (neox_model_desc_from_config(&im->desc, im->cfg, vocab, err) != 0) return -1;
     im->llama = im->desc.naming != NEOX_NAMES_GPT_NEOX;
-    if (im->llama && neox_source_check_llama(&im->desc, err) != 0) return -1;
+    if (im->llama && neox_source_check_llama(&im->desc, im->src.tp, err) != 0) return -1;
     if (im->desc.vocab_size != vocab)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: the embedding has %lld rows, the configs pad the vocabulary to %lld",
                          im->src.dir, (long long)vocab, (long long)im->desc.vocab_size);

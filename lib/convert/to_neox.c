@@ -48,7 +48,7 @@ typedef struct {
     int layer;         // N, GPT-NeoX's layer number
     int param;         // index in the neox.c parameter list of its first parameter
     int count;         // the neox.c parameters it holds: 3 (a Llama-style QKV), 2 (linear1's up, gate) or 1
-    int blocks;        // per tensor-parallel shard, the row blocks its parameters interleave in (QKV: heads)
+    int blocks;        // per tensor-parallel shard, the row blocks its parameters interleave in (QKV: heads, or 1)
     int decay;         // in the weight-decay group (not a bias or a norm)
 } neox_param_ref;
 
@@ -90,7 +90,7 @@ static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
     r->layer = layer;
     r->param = i;
     r->count = 1, r->blocks = 1;
-    if (llama && strstr(part, "query_key_value.")) r->count = 3, r->blocks = d->num_heads / e->tp;
+    if (llama && strstr(part, "query_key_value.")) r->count = 3, r->blocks = neox_source_qkv_blocks(d, e->tp);
     if (llama && strstr(part, "linear1.") && neox_activation_gated(d->activation)) r->count = 2;
     r->decay = !strstr(part, "bias") && !strstr(part, "norm");
     e->nref_params += r->count;
@@ -100,7 +100,7 @@ static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
 // A Llama-style model's layers in GPT-NeoX's order (norms by their GPT-NeoX names: RMSNorm's scale).
 static int plan_llama_layers(exporter *e, neox_error *err) {
     const neox_model_desc *d = &e->c.desc;
-    if (neox_source_check_llama(d, err) != 0) return neox_fail_context(err, "%s", e->c.dir);
+    if (neox_source_check_llama(d, e->tp, err) != 0) return neox_fail_context(err, "%s", e->c.dir);
     if (d->norm != NEOX_NORM_RMSNORM && d->norm != NEOX_NORM_LAYERNORM)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: a Llama-style model's norm is written as GPT-NeoX's RMSNorm (scale) "
                          "or LayerNorm (weight, bias), not this one", e->c.dir);
@@ -153,20 +153,28 @@ static float *read_shard(const exporter *e, const char *group, int i, int r, int
 }
 
 // GPT-NeoX's tensor `ref` on tensor-parallel rank r: its parameters' shards, a Llama-style fused one
-// interleaved by row blocks (QKV: [q k v] of each local head; linear1: [up | gate] of the shard).
+// as row blocks each holding a slice of every part (QKV: [q k v] of each local head, or under
+// grouped-query attention one block [q | k | v] of the shard; linear1: [up | gate] of the shard).
 static float *read_ref(const exporter *e, const char *group, const neox_param_ref *ref, int r, int64_t shape[2],
                        neox_error *err) {
     if (ref->count == 1) return read_shard(e, group, ref->param, r, shape, err);
     float *parts[3] = {NULL, NULL, NULL}, *out = NULL;
-    int64_t part_shape[2] = {0, 0};
-    for (int k = 0; k < ref->count; k++)
+    int64_t part_rows[3] = {0, 0, 0}, part_shape[2] = {0, 0};
+    shape[0] = 0;
+    for (int k = 0; k < ref->count; k++) {
         if (!(parts[k] = read_shard(e, group, ref->param + k, r, part_shape, err))) goto done;
-    int64_t rows = part_shape[0] / ref->blocks, cols = part_shape[1];
-    shape[0] = part_shape[0] * ref->count, shape[1] = cols;
+        part_rows[k] = part_shape[0] / ref->blocks;
+        shape[0] += part_shape[0];
+    }
+    int64_t cols = part_shape[1];
+    shape[1] = cols;
     out = neox_malloc((size_t)(shape[0] * cols) * sizeof *out + 4);
+    float *dst = out;
     for (int64_t b = 0; b < ref->blocks; b++)
-        for (int k = 0; k < ref->count; k++)
-            memcpy(out + (b * ref->count + k) * rows * cols, parts[k] + b * rows * cols, (size_t)(rows * cols) * sizeof *out);
+        for (int k = 0; k < ref->count; k++) {
+            memcpy(dst, parts[k] + b * part_rows[k] * cols, (size_t)(part_rows[k] * cols) * sizeof *out);
+            dst += part_rows[k] * cols;
+        }
 done:
     for (int k = 0; k < 3; k++) free(parts[k]);
     return out;

@@ -12,7 +12,8 @@ one configuration, run one after another in the same process (DeepSpeed's start-
   - load: DeepSpeed's load_checkpoint of that directory (to-neox's files) before training on;
   - llama: GPT-NeoX's Llama-style model (its llama configs: norm rmsnorm, RMSNorm's `scale`, swiglu with
     `mlp.linear1` holding [x | gate] and `mlp.linear2`, no biases, rotary on the whole head, sequential
-    residual, an untied output layer), restated in torch with GPT-NeoX's names.
+    residual, an untied output layer; grouped-query attention with model["kv_heads"]), restated in
+    torch with GPT-NeoX's names.
 A job trains `before` steps, saves with `engine.save_checkpoint` (GPT-NeoX's client state: the
 iteration and the python, numpy and torch RNG states), trains `after` more steps and writes the losses
 of every step to job["out"]/losses.json. Every sample is the same tokens (the test's corpus repeats
@@ -157,15 +158,19 @@ class LlamaLayerPipe(torch.nn.Module):
     """GPT-NeoX's ParallelTransformerLayer as its llama configs make it: sequential residual, RMSNorms,
     the fused QKV interleaved per head ([q k v] of each head), rotary (rotate_half) on the whole head,
     no biases (use_bias_in_attn_linear, use_bias_in_mlp false), the gated MLP's ParallelMLP: `linear1`
-    of 2 x ffn rows whose output Gated_Activation chunks into x then gate, silu(gate) * x, `linear2`."""
+    of 2 x ffn rows whose output Gated_Activation chunks into x then gate, silu(gate) * x, `linear2`.
+    With m["kv_heads"] below the heads, GPT-NeoX's grouped-query attention (ParallelSelfAttention's
+    gqa_project): the QKV's output split into all query heads, then the key heads, then the value
+    heads, keys and values repeat_interleave'd over the query heads."""
 
     def __init__(self, m, save_inv_freqs=True):
         super().__init__()
         c, ffn, self.heads = m["hidden"], m["ffn"], m["heads"]
         hd = c // self.heads
+        self.kv_heads = m.get("kv_heads", self.heads)
         self.input_layernorm = RMSNorm(c, m["rms_eps"])
         self.attention = torch.nn.Module()
-        self.attention.query_key_value = torch.nn.Linear(c, 3 * c, bias=False)
+        self.attention.query_key_value = torch.nn.Linear(c, c + 2 * self.kv_heads * hd, bias=False)
         self.attention.dense = torch.nn.Linear(c, c, bias=False)
         self.attention.rotary_emb = torch.nn.Module()
         inv_freq = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
@@ -178,7 +183,13 @@ class LlamaLayerPipe(torch.nn.Module):
     def attend(self, x):
         b, t, c = x.shape
         hd = c // self.heads
-        q, k, v = self.attention.query_key_value(x).view(b, t, self.heads, 3 * hd).permute(0, 2, 1, 3).split(hd, -1)
+        if self.kv_heads == self.heads:
+            q, k, v = self.attention.query_key_value(x).view(b, t, self.heads, 3 * hd).permute(0, 2, 1, 3).split(hd, -1)
+        else:  # gqa_project: [q of every head | k of every kv head | v of every kv head]
+            q, k, v = self.attention.query_key_value(x).split([c, self.kv_heads * hd, self.kv_heads * hd], -1)
+            q = q.view(b, t, self.heads, hd).permute(0, 2, 1, 3)
+            k, v = (u.view(b, t, self.kv_heads, hd).permute(0, 2, 1, 3).repeat_interleave(self.heads // self.kv_heads, 1)
+                    for u in (k, v))
         freqs = torch.outer(torch.arange(t).float(), self.attention.rotary_emb.inv_freq)
         cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
 

@@ -3,7 +3,8 @@
 parameter names trained 3 steps with AdamW and saved by `engine.save_checkpoint` at ZeRO-1 on one rank,
 ZeRO-2 over two data-parallel ranks, and as GPT-NeoX's PipelineModule (per-layer files) by DeepSpeed's
 PipelineEngine with one stage (GPT-NeoX's default pipe_parallel_size 1) and with two, and a Llama-style
-model (GPT-NeoX's llama configs: RMSNorm's `scale`, `mlp.linear1` = [x | gate], no biases) at ZeRO-1,
+model (GPT-NeoX's llama configs: RMSNorm's `scale`, `mlp.linear1` = [x | gate], no biases) at ZeRO-1, with
+and without grouped-query attention (its QKV [q | k | v] per tensor-parallel rank),
 then trained 3 more steps. The import must hold DeepSpeed's fp32 master weights exactly (its own zero_to_fp32.py is
 the reference without a pipeline; with one, the partitions joined by their param_slice_mappings,
 restated here, as the moments are), the iteration, optimizer steps and AnnealingLR position; and
@@ -34,12 +35,23 @@ BEFORE, AFTER, MICRO, LR, WD = 3, 3, 2, 1e-3, 0.01
 # name: (ZeRO stage, data-parallel ranks, pipeline stages: 0 without GPT-NeoX's PipelineModule,
 # tensor-parallel ranks: Megatron's cuts, mp_rank_00/01)
 CASES = {"zero1-dp1": (1, 1, 0, 1), "zero2-dp2": (2, 2, 0, 1), "pipe-pp1": (1, 1, 1, 1), "pipe-pp2": (1, 1, 2, 1),
-         "tp2": (1, 1, 0, 2), "llama-zero1": (1, 1, 0, 1)}
+         "tp2": (1, 1, 0, 2), "llama-zero1": (1, 1, 0, 1), "llama-gqa": (1, 1, 0, 1)}
 # Llama-style runs (GPT-NeoX's llama configs: RMSNorm's `scale`, swiglu's `mlp.linear1` = [x | gate], no
 # biases, rotary on the whole head, sequential residual). GPT-NeoX's gated ParallelMLP from
 # intermediate_size 96, mlp_multiple_of 16: 96 x 2/3 = 64 rows of linear1 (rounded to 2 x 16), 32 of x.
-LLAMA = {"llama-zero1"}
+LLAMA = {"llama-zero1", "llama-gqa"}
 LLAMA_MODEL = dict(MODEL, rotary_pct=1.0, ffn=32, rms_eps=1e-4)  # (an eps JSON writes without an exponent)
+# Grouped-query attention (num_kv_heads 2 of 4 heads): GPT-NeoX's fused QKV is then [q | k | v] of each
+# tensor-parallel rank's heads, not interleaved per head.
+GQA_MODEL = dict(LLAMA_MODEL, kv_heads=2)
+
+
+def model_of(case):
+    return GQA_MODEL if case == "llama-gqa" else LLAMA_MODEL if case in LLAMA else MODEL
+
+
+def llama_job(case):
+    return {"model": model_of(case), "llama": True} if case in LLAMA else {}
 # The dimension Megatron cuts a parameter along over tensor-parallel ranks (None: whole on every rank).
 TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_value.weight": 0, "query_key_value.bias": 0,
           "dense_h_to_4h.weight": 0, "dense_h_to_4h.bias": 0, "attention.dense.weight": 1, "dense_4h_to_h.weight": 1}
@@ -47,7 +59,7 @@ TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_valu
 
 def tp_dim(name):
     return next((dim for part, dim in TP_DIM.items() if name.endswith(part)), None)
-RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1"]  # to-neox's files DeepSpeed loads back (one launch on one rank)
+RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1", "llama-gqa"]  # to-neox's files DeepSpeed loads back (one launch on one rank)
 
 
 def free_port():
@@ -62,7 +74,7 @@ def sample_tokens():
     return doc, doc + doc[:1]  # the stream repeats doc, so every sample of seq + 1 tokens is this
 
 
-def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False):
+def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False, kv_heads=None):
     cfg = {"num_layers": MODEL["layers"], "hidden_size": MODEL["hidden"], "num_attention_heads": MODEL["heads"],
            "seq_length": MODEL["seq"], "max_position_embeddings": MODEL["seq"], "pos_emb": "rotary",
            "rotary_pct": MODEL["rotary_pct"], "norm": "layernorm", "gpt_j_residual": True,
@@ -78,6 +90,8 @@ def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False):
         cfg.update(norm="rmsnorm", rms_norm_epsilon=LLAMA_MODEL["rms_eps"], activation="swiglu", rotary_pct=1,
                    gpt_j_residual=False, use_bias_in_norms=False, use_bias_in_attn_linear=False, use_bias_in_mlp=False,
                    intermediate_size=96, mlp_multiple_of=16)
+    if kv_heads:
+        cfg["num_kv_heads"] = kv_heads
     if load:
         cfg["load"] = str(load)
     if save:
@@ -121,7 +135,7 @@ def runs(tmp_path_factory):
     for name, (zero, dp, pp, tp) in CASES.items():
         d = root / name
         d.mkdir()
-        llama = {"model": LLAMA_MODEL, "llama": True} if name in LLAMA else {}
+        llama = llama_job(name)
         by_world.setdefault(dp * max(pp, 1) * tp, []).append(job(d / "ds", zero=zero, pp=pp, tp=tp, **llama))
         out[name] = (d, zero, dp, data, pp)
     procs = [p for world, jobs in by_world.items() for p in launch(root, f"world{world}", world, jobs)]
@@ -146,7 +160,7 @@ def reloaded(runs, tmp_path_factory):
         d, zero, dp, data, pp = runs[name]
         import_run(d, zero, data)
         to_neox(d, pp, root / name)
-        llama = {"model": LLAMA_MODEL, "llama": True} if name in LLAMA else {}
+        llama = llama_job(name)
         jobs.append(job(root / name / "ds", zero=zero, pp=pp, load=str(root / name), save_inv_freqs=False, **llama))
         want[name] = neox_train_losses(d, zero, data)
     wait_all(launch(root, "reload", 1, jobs))
@@ -155,7 +169,7 @@ def reloaded(runs, tmp_path_factory):
 
 def import_run(d, zero, data):
     cfg = neox_config(d, data, zero, tp=CASES[d.name][3], pp=max(CASES[d.name][2], 1),  # (the run's GPT-NeoX config)
-                      llama=d.name in LLAMA)
+                      llama=d.name in LLAMA, kv_heads=model_of(d.name).get("kv_heads"))
     save = d / "imported"
     if not save.exists():
         r = subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(d / "ds"), "--config", str(cfg),
@@ -182,7 +196,8 @@ def hf_name(neox):
 def llama_as_neox(hf, names):
     """A Llama-style model's tensors under Hugging Face's names (`hf(name)`) restated under GPT-NeoX's
     (names: GPT-NeoX's, sequential.N.PART): the fused QKV interleaved per head from q_proj, k_proj,
-    v_proj; linear1 = [up_proj; gate_proj] (Gated_Activation's x, then gate); RMSNorm's `scale`."""
+    v_proj, or with fewer key/value heads (GPT-NeoX's gqa_project) [q_proj; k_proj; v_proj]; linear1 =
+    [up_proj; gate_proj] (Gated_Activation's x, then gate); RMSNorm's `scale`."""
     L, heads = MODEL["layers"], MODEL["heads"]
     ends = {"0.word_embeddings.weight": "model.embed_tokens.weight", f"{L + 3}.norm.scale": "model.norm.weight",
             f"{L + 4}.final_linear.weight": "lm_head.weight"}
@@ -200,6 +215,9 @@ def llama_as_neox(hf, names):
             out[name] = hf(pre + parts[part])
         elif part == "attention.query_key_value.weight":
             q, k, v = (hf(pre + f"self_attn.{x}_proj.weight") for x in "qkv")
+            if k.shape[0] != q.shape[0]:
+                out[name] = np.concatenate([q, k, v])
+                continue
             per_head = [t.reshape(heads, -1, t.shape[-1]) for t in (q, k, v)]
             out[name] = np.concatenate(per_head, axis=1).reshape(-1, q.shape[-1])
         elif part == "mlp.linear1.weight":
@@ -312,7 +330,8 @@ def neox_train_losses(d, zero, data):
     run = d / "continue"
     if not run.exists():
         run.mkdir()
-        cfg = neox_config(run, data, zero, load=import_run(d, zero, data), llama=d.name in LLAMA)
+        cfg = neox_config(run, data, zero, load=import_run(d, zero, data), llama=d.name in LLAMA,
+                          kv_heads=model_of(d.name).get("kv_heads"))
         subprocess.run([f"{BIN}/neox-train", "-q", str(cfg)], check=True, capture_output=True, text=True)
     return {r["iteration"]: r["train/lm_loss"] for r in map(json.loads, (run / "logs" / "metrics.jsonl").read_text()
                                                             .splitlines()) if "train/lm_loss" in r}
@@ -433,11 +452,26 @@ def test_round_trip_is_bit_exact(runs, tmp_path, tp, dp):
         assert sa[field] == sb[field], field
 
 
-def test_llama_tensor_parallel_files(runs, tmp_path):
-    """A Llama-style import -> to-neox over two tensor-parallel ranks: each rank's fused QKV holds [q k v]
-    of its own heads and its linear1 [up | gate] of its own rows (Gated_Activation chunks the shard's
+def rank_qkv(hf, layer, r, tp, kv_heads):
+    """Tensor-parallel rank r's fused QKV of a Llama-style layer as GPT-NeoX's ParallelSelfAttention
+    holds it (its ColumnParallelLinear's rows r of tp): [q k v] of each of its heads, or with fewer
+    key/value heads (gqa_project splits the rank's output as [q | k | v]) its query heads, then its
+    key heads, then its value heads, as GPT-NeoX's tools/ckpts/convert_neox_to_hf.py splits them."""
+    heads, hd = MODEL["heads"], MODEL["hidden"] // MODEL["heads"]
+    q, k, v = (hf[f"model.layers.{layer}.self_attn.{x}_proj.weight"] for x in "qkv")
+    if kv_heads == heads:
+        mine = [t.reshape(heads, hd, -1)[r * heads // tp:(r + 1) * heads // tp] for t in (q, k, v)]
+        return np.concatenate(mine, axis=1).reshape(-1, MODEL["hidden"])
+    return np.concatenate([np.split(t, tp)[r] for t in (q, k, v)])
+
+
+@pytest.mark.parametrize("case", ["llama-zero1", "llama-gqa"])
+def test_llama_tensor_parallel_files(runs, tmp_path, case):
+    """A Llama-style import -> to-neox over two tensor-parallel ranks: each rank's fused QKV holds its
+    own heads (rank_qkv) and its linear1 [up | gate] of its own rows (Gated_Activation chunks the shard's
     output), restated here from the Hugging Face export; -> from-neox is bit-exact."""
-    d, zero, _, data, _ = runs["llama-zero1"]
+    d, zero, _, data, _ = runs[case]
+    kv_heads = model_of(case).get("kv_heads", MODEL["heads"])
     save = import_run(d, zero, data)
     subprocess.run([f"{BIN}/neox-convert", "to-neox", "--input", str(save), "--output", str(tmp_path / "neox"),
                     "--tp", "2"], check=True, capture_output=True, text=True)
@@ -446,13 +480,9 @@ def test_llama_tensor_parallel_files(runs, tmp_path):
     hf = load_file(str(tmp_path / "hf" / "model.safetensors"))
     step = tmp_path / "neox" / f"global_step{BEFORE}"
     shards = [torch.load(step / f"mp_rank_{r:02d}_model_states.pt")["module"] for r in range(2)]
-    heads, hd = MODEL["heads"], MODEL["hidden"] // MODEL["heads"]
     for r, sd in enumerate(shards):
-        mine = {h: hf[h].reshape(heads, hd, -1)[r * heads // 2:(r + 1) * heads // 2] for h in
-                ("model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
-                 "model.layers.1.self_attn.v_proj.weight")}
-        qkv = np.concatenate(list(mine.values()), axis=1).reshape(-1, MODEL["hidden"])
-        np.testing.assert_array_equal(sd["sequential.3.attention.query_key_value.weight"].numpy(), qkv)
+        np.testing.assert_array_equal(sd["sequential.3.attention.query_key_value.weight"].numpy(),
+                                      rank_qkv(hf, 1, r, 2, kv_heads))
         rows = slice(r * LLAMA_MODEL["ffn"] // 2, (r + 1) * LLAMA_MODEL["ffn"] // 2)
         np.testing.assert_array_equal(sd["sequential.3.mlp.linear1.weight"].numpy(), np.concatenate(
             [hf["model.layers.1.mlp.up_proj.weight"][rows], hf["model.layers.1.mlp.gate_proj.weight"][rows]]))
@@ -462,7 +492,8 @@ def test_llama_tensor_parallel_files(runs, tmp_path):
                                       hf["model.layers.1.input_layernorm.weight"])
     back = tmp_path / "back"
     subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(tmp_path / "neox"), "--config",
-                    str(neox_config(tmp_path, data, 1, tp=2, llama=True)), "--output", str(back)], check=True,
+                    str(neox_config(tmp_path, data, 1, tp=2, llama=True, kv_heads=model_of(case).get("kv_heads"))),
+                    "--output", str(back)], check=True,
                    capture_output=True, text=True)
     subprocess.run([f"{BIN}/neox-convert", "to-hf", "--input", str(back), "--output", str(tmp_path / "hf-back")],
                    check=True, capture_output=True)

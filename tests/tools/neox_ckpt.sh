@@ -2,11 +2,11 @@
 # 1-layer model, 2 steps): the DeepSpeed files to-neox writes for 2 tensor-parallel by 2 data-parallel
 # ranks, read back by from-neox and resumed by neox-train; the pipeline layer files of --pp 1, read back
 # bit-exact; a Llama-style model's (rmsnorm, swiglu, no biases) pipeline layer files under GPT-NeoX's
-# names, read back bit-exact; and what from-neox (and to-neox) refuse by name before
+# names, read back bit-exact, with grouped-query attention too; and what from-neox (and to-neox) refuse by name before
 # writing anything (no output appears): a config whose model_parallel_size differs from the files, a
 # ZeRO-3 / bf16-optimizer checkpoint, a ZeRO stage 3 recorded in the optimizer files, a non-Adam
-# optimizer state, a missing config, a Llama-style model with grouped-query attention, RMSNorm files
-# against a config's layernorm, a gated MLP's files against an ungated activation. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
+# optimizer state, a missing config, grouped-query attention's key/value heads split over
+# tensor-parallel ranks, a grouped-query config against per-head files, RMSNorm files against a config's layernorm, a gated MLP's files against an ungated activation. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
 source tests/lib.sh
 char_shakespeare "neox-convert to-neox/from-neox" || exit 0
 cat >"$T/run.yml" <<EOF2
@@ -58,9 +58,17 @@ check_output "bit-exact: the same tensors as neox-train's" "^same$" \
     bash -c "a=\$('$CONVERT' inspect '$T/llama-back' | grep -E '^  (params|optimizer)/'); b=\$('$CONVERT' inspect '$T/llama' | grep -E '^  (params|optimizer)/'); [ \$(echo \"\$a\" | wc -l) -gt 20 ] && [ \"\$a\" = \"\$b\" ] && echo same"
 sed -e 's/"num_attention_heads": 2/"num_attention_heads": 2, "num_kv_heads": 1/' -e "s#$T/llama#$T/gqa#" "$T/llama.yml" >"$T/gqa.yml"
 check "neox-train writes a grouped-query Llama-style checkpoint" "$TRAIN" -q "$T/gqa.yml"
-check_fails "to-neox refuses grouped-query attention by name" 2 "num_kv_heads: 1 key/value heads of 2" \
-    "$CONVERT" to-neox --input "$T/gqa" --output "$T/out5"
-check_fails "from-neox refuses a grouped-query config by name" 2 "num_kv_heads: 1 key/value heads of 2" \
+check "to-neox --pp 1 writes its layer files" "$CONVERT" to-neox --input "$T/gqa" --output "$T/gqa-neox" --pp 1
+check_output "its fused QKV is GPT-NeoX's grouped-query [q | k | v]: 16 + 8 + 8 rows" "^torch.Size\(\[32, 16\]\)$" \
+    "$PY" -c "import torch; print(torch.load('$T/gqa-neox/global_step2/layer_02-model_00-model_states.pt')['attention.query_key_value.weight'].shape)"
+check "from-neox reads them back" "$CONVERT" from-neox --input "$T/gqa-neox" --config "$T/gqa.yml" --output "$T/gqa-back"
+check_output "bit-exact: the same tensors as neox-train's" "^same$" \
+    bash -c "a=\$('$CONVERT' inspect '$T/gqa-back' | grep -E '^  (params|optimizer)/'); b=\$('$CONVERT' inspect '$T/gqa' | grep -E '^  (params|optimizer)/'); [ \$(echo \"\$a\" | wc -l) -gt 20 ] && [ \"\$a\" = \"\$b\" ] && echo same"
+check_fails "to-neox refuses one key/value head over two tensor-parallel ranks (GPT-NeoX does not copy them)" 2 \
+    "num_kv_heads: 1 key/value heads over 2 tensor-parallel ranks" \
+    "$CONVERT" to-neox --input "$T/gqa" --output "$T/out5" --tp 2
+check_fails "from-neox refuses a grouped-query config against per-head files, naming the tensor and shapes" 2 \
+    "self_attn.q_proj.weight of tensor-parallel rank 0 is 48 x 16, the configs' model's 32 x 16" \
     "$CONVERT" from-neox --input "$T/llama-neox" --config "$T/gqa.yml" --output "$T/out6"
 sed 's/"norm": "rmsnorm"/"norm": "layernorm"/' "$T/llama.yml" >"$T/llama-ln.yml"
 check_fails "from-neox refuses RMSNorm files against a config's layernorm, naming the tensor" 2 \
