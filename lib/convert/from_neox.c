@@ -8,7 +8,8 @@
 // ZeRO stage 1/2 partition placed by DeepSpeed's own param_slice_mappings. A Llama-style run (GPT-NeoX's
 // llama configs) has its fused QKV split per head into q_proj, k_proj, v_proj and its gated MLP's
 // linear1 into up_proj and gate_proj (under grouped-query attention its QKV is [q | k | v] per
-// tensor-parallel shard). What neox.c cannot hold (ZeRO-3, an optimizer other than Adam, a parameter
+// tensor-parallel shard). A pipeline's tied embedding is read from the first stage, the last stage's
+// copy checked equal to it. What neox.c cannot hold (ZeRO-3, an optimizer other than Adam, a parameter
 // it has no place for) is refused by name before anything is written. See docs/convert.md, "From a GPT-NeoX run".
 #include <libgen.h>
 #include <stdio.h>
@@ -53,6 +54,12 @@ typedef struct {
     int nlayer_files;
     float **opt[3];              // master, exp_avg, exp_avg_sq: [param * tp + rank], NULL without ZeRO files
     int64_t optimizer_steps;
+    // A tied embedding's copy in a later pipeline stage's optimizer (GPT-NeoX's TiedLayerSpec "embed":
+    // DeepSpeed keeps one in each end stage's ZeRO groups): master, exp_avg, exp_avg_sq of one
+    // tensor-parallel rank, and how much of it the stage's partitions have filled.
+    float *tied_copy[3];
+    int64_t tied_filled;
+    int tied_tensor;  // the embedding's index in tensors
     int dynamic_scaler;          // DeepSpeed's DynamicLossScaler, with its state:
     double scale;
     int64_t scaler_iter, last_overflow, hysteresis;
@@ -220,9 +227,28 @@ static int read_scaler(importer *im, neox_pt_file *f, const neox_pt_value *ls, n
     return 0;
 }
 
-// One ZeRO partition file: each parameter fragment (DeepSpeed's param_slice_mappings) copied into
-// its rank's shard of master weights and moments; filled[] counts what each shard has received.
-static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled, neox_error *err) {
+// A param_slice_mappings name -> GPT-NeoX's layer and part. A pipeline run's tied embedding is named
+// by its TiedLayerSpec key (tied_modules.embed.word_embeddings.weight): layer 0's embedding.
+static int fragment_name(const importer *im, const char *path, const neox_pt_value *key, int *layer, const char **part,
+                         neox_error *err) {
+    const char *tied = "tied_modules.embed.";
+    if (key->kind == NEOX_PT_STR && !strncmp(key->str, tied, strlen(tied))) {
+        if (!im->tied)
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s: '%s': a tied embedding (GPT-NeoX's TiedLayerSpec), but the "
+                             "configs say no_weight_tying: true", path, key->str);
+        *layer = 0, *part = key->str + strlen(tied);
+        return 0;
+    }
+    if (key->kind != NEOX_PT_STR || neox_source_split_name(key->str, layer, part) != 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: param_slice_mappings names '%s'", path,
+                         key->kind == NEOX_PT_STR ? key->str : "?");
+    return 0;
+}
+
+// One ZeRO partition file of pipeline stage `stage`: each parameter fragment (DeepSpeed's
+// param_slice_mappings) copied into its rank's shard of master weights and moments; filled[] counts
+// what each shard has received. A later stage's copy of the tied embedding goes to im->tied_copy.
+static int read_partition(importer *im, int pipe_stage, int r, neox_pt_file *f, int64_t *filled, neox_error *err) {
     const char *path = neox_pt_path(f);
     const neox_pt_value *osd = neox_pt_get(neox_pt_root(f), "optimizer_state_dict");
     int64_t stage = 0;
@@ -270,16 +296,7 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
             const char *part;
             char hf[128];
             int64_t start, numel;
-            if (map->keys[k]->kind == NEOX_PT_STR && !strncmp(map->keys[k]->str, "tied_modules.", 13)) {
-                rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: '%s': a pipeline run with tied embeddings (GPT-NeoX's "
-                               "TiedLayerSpec, a copy on each end stage) is not read", path, map->keys[k]->str);
-                break;
-            }
-            if (map->keys[k]->kind != NEOX_PT_STR || neox_source_split_name(map->keys[k]->str, &layer, &part) != 0) {
-                rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: param_slice_mappings names '%s'", path,
-                               map->keys[k]->kind == NEOX_PT_STR ? map->keys[k]->str : "?");
-                break;
-            }
+            if ((rc = fragment_name(im, path, map->keys[k], &layer, &part, err)) != 0) break;
             int named = neox_source_hf_name(&im->desc, layer, part, hf, sizeof hf, err);
             if (named == NEOX_SRC_SKIP) continue;
             if (named != 0 || (i = tensor_index(im, hf)) < 0) {
@@ -289,12 +306,15 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
             }
             rc = neox_pt_integer(f, neox_pt_get(map->items[k], "start"), "fragment start", &start, err);
             if (rc == 0) rc = neox_pt_integer(f, neox_pt_get(map->items[k], "numel"), "fragment numel", &numel, err);
-            int64_t shard = neox_pt_numel(im->weights[i * im->src.tp + r].t), *got = &filled[i * im->src.tp + r];
+            int later_copy = pipe_stage > 0 && layer == 0;  // (the tied embedding, its owner being stage 0)
+            int64_t shard = neox_pt_numel(im->weights[i * im->src.tp + r].t);
+            int64_t *got = later_copy ? &im->tied_filled : &filled[i * im->src.tp + r];
+            if (later_copy) im->tied_tensor = i;
             if (rc == 0 && (start < 0 || numel < 0 || start > n - numel || *got > shard - numel))
                 rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: the fragment of %s [%lld, +%lld) lies outside its partition or "
                                "its tensor", path, map->keys[k]->str, (long long)start, (long long)numel);
             for (int s = 0; rc == 0 && s < 3; s++) {
-                float **dst = &im->opt[s][i * im->src.tp + r];
+                float **dst = later_copy ? &im->tied_copy[s] : &im->opt[s][i * im->src.tp + r];
                 if (!*dst) *dst = neox_calloc((size_t)shard + 1, sizeof **dst);
                 memcpy(*dst + *got, buf[s] + start, (size_t)numel * sizeof **dst);
             }
@@ -304,6 +324,29 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
         if (rc != 0) return -1;
     }
     return 0;
+}
+
+// After a later stage's partitions of tensor-parallel rank r: its copy of the tied embedding must be
+// stage 0's, whole, in master weights and both moments (DeepSpeed all-reduces the tied gradients over
+// the end stages, so their Adam updates agree; stage 0's is the copy its load_checkpoint broadcasts).
+static int check_tied_copy(importer *im, int stage, int r, neox_error *err) {
+    if (!im->tied_copy[0]) return 0;
+    int i = im->tied_tensor;
+    int64_t n = neox_pt_numel(im->weights[i * im->src.tp + r].t);
+    static const char *const what[3] = {"fp32 master weights", "exp_avg", "exp_avg_sq"};
+    int rc = 0;
+    if (im->tied_filled != n)
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: pipeline stage %d's ZeRO partitions hold %lld of the %lld elements of "
+                       "the tied embedding (tensor-parallel rank %d)", im->src.dir, stage, (long long)im->tied_filled,
+                       (long long)n, r);
+    for (int s = 0; s < 3 && rc == 0; s++)
+        if (memcmp(im->tied_copy[s], im->opt[s][i * im->src.tp + r], (size_t)n * sizeof(float)) != 0)
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: the tied embedding's %s on pipeline stage %d differ from stage 0's "
+                           "(tensor-parallel rank %d): GPT-NeoX's two copies of tied_modules.embed must be equal",
+                           im->src.dir, what[s], stage, r);
+    for (int s = 0; s < 3; s++) free(im->tied_copy[s]), im->tied_copy[s] = NULL;
+    im->tied_filled = 0;
+    return rc;
 }
 
 static int read_optimizer(importer *im, neox_error *err) {
@@ -316,12 +359,14 @@ static int read_optimizer(importer *im, neox_error *err) {
     int64_t *filled = neox_calloc(n, sizeof *filled);
     int rc = 0;
     for (int stage = 0; stage < im->src.pp && rc == 0; stage++)  // (a pipeline's stages: each its own layers)
-        for (int r = 0; r < im->src.tp && rc == 0; r++)
+        for (int r = 0; r < im->src.tp && rc == 0; r++) {
             for (int d = 0; d < im->src.dp && rc == 0; d++) {
                 neox_pt_file *f = neox_source_optim_file(&im->src, d, stage, r, err);
-                rc = f ? read_partition(im, r, f, filled, err) : -1;
+                rc = f ? read_partition(im, stage, r, f, filled, err) : -1;
                 neox_pt_close(f);
             }
+            if (rc == 0) rc = check_tied_copy(im, stage, r, err);
+        }
     for (size_t k = 0; k < n && rc == 0; k++)
         if (filled[k] != neox_pt_numel(im->weights[k].t))
             rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: ZeRO partitions hold %lld of the %lld elements of %s (rank %zu)",
@@ -524,6 +569,7 @@ static int describe_model(importer *im, const char *const *configs, int nconfigs
 
 static void importer_free(importer *im) {
     for (int s = 0; s < 3; s++) {
+        free(im->tied_copy[s]);
         for (int k = 0; im->opt[s] && k < im->ntensors * im->src.tp; k++) free(im->opt[s][k]);
         free(im->opt[s]);
     }

@@ -4,7 +4,8 @@
 // `global_stepN/mp_rank_YY_model_states.pt` (the module's fp32 state dict under GPT-NeoX's
 // sequential names, the iteration, AnnealingLR's state), `zero_pp_rank_D_mp_rank_YY_optim_states.pt`
 // (ZeRO's fp32 partitions and Adam's moments over GPT-NeoX's two weight-decay groups, partitioned
-// and padded as DeepSpeed's stage 1/2 optimizer does, with param_slice_mappings), and `latest`. Every
+// and padded as DeepSpeed's stage 1/2 optimizer does, with param_slice_mappings), and `latest`; with
+// --pp, per-layer files and per-stage optimizers (a tied embedding as GPT-NeoX's TiedLayerSpec). Every
 // file loads with torch.load(weights_only=True): DeepSpeed's own objects (the loss scaler, the
 // fragment addresses, the ZeRO stage enum) are written as the plain dicts and numbers they hold.
 // See docs/convert.md, "Back to GPT-NeoX".
@@ -50,6 +51,7 @@ typedef struct {
     int count;         // the neox.c parameters it holds: 3 (a Llama-style QKV), 2 (linear1's up, gate) or 1
     int blocks;        // per tensor-parallel shard, the row blocks its parameters interleave in (QKV: heads, or 1)
     int decay;         // in the weight-decay group (not a bias or a norm)
+    int tied;          // a pipeline's tied embedding (TiedLayerSpec "embed": in both end stages' optimizers)
 } neox_param_ref;
 
 typedef struct {
@@ -65,9 +67,11 @@ typedef struct {
     neox_loss_scaler scaler;
 } exporter;
 
-// The layers of stage s (all of them without a pipeline).
-static int in_stage(const exporter *e, int s, int layer) {
-    return e->pp == 0 || (layer >= e->stage_start[s] && layer < e->stage_start[s + 1]);
+// Whether stage s holds ref (every stage without a pipeline). The tied embedding is in the first
+// stage's layers and, as GPT-NeoX's output layer, in the last stage's optimizer too.
+static int in_stage(const exporter *e, int s, const neox_param_ref *ref) {
+    if (e->pp == 0 || (ref->tied && s == e->pp - 1)) return 1;
+    return ref->layer >= e->stage_start[s] && ref->layer < e->stage_start[s + 1];
 }
 
 static int find_param(const exporter *e, const char *hf) {
@@ -85,7 +89,11 @@ static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
     int i = find_param(e, hf);
     if (i < 0) return 0;  // a part this model does not have (biases it was configured without)
     neox_param_ref *r = &e->refs[e->nrefs++];
-    snprintf(r->neox, sizeof r->neox, e->pp ? "%d.%s" : "sequential.%d.%s", layer, part);
+    // (a pipeline's tied embedding is named in the optimizers by its TiedLayerSpec, which DeepSpeed's
+    // PipelineModule registers before its layers: tied_modules.embed.PART)
+    r->tied = e->pp && d->tied && layer == 0;
+    if (r->tied) snprintf(r->neox, sizeof r->neox, "tied_modules.embed.%s", part);
+    else snprintf(r->neox, sizeof r->neox, e->pp ? "%d.%s" : "sequential.%d.%s", layer, part);
     r->part = part;
     r->layer = layer;
     r->param = i;
@@ -271,7 +279,7 @@ static float *group_flat(const exporter *e, const char *group, int decay, int s,
     float *flat = NULL;
     *n = 0;
     for (int k = 0; k < e->nrefs; k++) {
-        if (e->refs[k].decay != decay || !in_stage(e, s, e->refs[k].layer)) continue;
+        if (e->refs[k].decay != decay || !in_stage(e, s, &e->refs[k])) continue;
         int64_t shape[2];
         float *data = read_ref(e, group, &e->refs[k], r, shape, err);
         if (!data) return free(flat), NULL;
@@ -296,7 +304,7 @@ static neox_pt_value *slice_mappings(neox_pt_writer *w, const exporter *e, int d
     neox_pt_value *map = neox_pt_new(w, NEOX_PT_DICT);
     int64_t at = 0;
     for (int k = 0; k < e->nrefs; k++) {
-        if (e->refs[k].decay != decay || !in_stage(e, s, e->refs[k].layer)) continue;
+        if (e->refs[k].decay != decay || !in_stage(e, s, &e->refs[k])) continue;
         int64_t begin = at, end = at + ref_shard_numel(e, &e->refs[k]);
         at = end;
         if (end <= lo || begin >= hi) continue;
@@ -522,9 +530,6 @@ int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_l
     check.zero = e.zero;
     check.pp = e.pp ? e.pp : 1;
     if (rc == 0) rc = neox_cvt_layout_check(&e.c.desc, &check, err);
-    if (rc == 0 && e.pp && e.c.desc.tied)
-        rc = neox_fail(err, NEOX_EXIT_USAGE, "--pp %d: a model with tied embeddings (GPT-NeoX's TiedLayerSpec, "
-                       "tied_modules.embed.*) is not written as pipeline files; give no --pp, or untie", e.pp);
     if (rc == 0 && e.pp) plan_stages(&e);
     if (rc == 0) rc = plan_scaler(&e, err);
     char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_dir, err) : NULL;

@@ -7,7 +7,8 @@ with rotary_save_freqs_buffer unless a job says save_inv_freqs false), AdamW ove
 weight-decay groups, GPT-NeoX's AnnealingLR as the engine's scheduler. Each job of SPEC["jobs"] is
 one configuration, run one after another in the same process (DeepSpeed's start-up paid once):
   - without a pipeline (`sequential.N` names), ZeRO stage 1 or 2 over the data-parallel ranks;
-  - pp >= 1: GPT-NeoX's GPTModelPipe, a PipelineModule of LayerSpecs under DeepSpeed's PipelineEngine;
+  - pp >= 1: GPT-NeoX's GPTModelPipe, a PipelineModule of LayerSpecs under DeepSpeed's PipelineEngine
+    (tied: the embedding and output layer one TiedLayerSpec, GPT-NeoX's default weight tying);
   - tp > 1: Megatron's tensor-parallel layers restated (every rank one tensor-parallel rank);
   - load: DeepSpeed's load_checkpoint of that directory (to-neox's files) before training on;
   - llama: GPT-NeoX's Llama-style model (its llama configs: norm rmsnorm, RMSNorm's `scale`, swiglu with
@@ -45,8 +46,16 @@ class EmbeddingPipe(torch.nn.Module):
         super().__init__()
         self.word_embeddings = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size)
 
+    @property
+    def word_embeddings_weight(self):  # (the attribute GPT-NeoX's TiedLayerSpec names)
+        return self.word_embeddings.weight
+
     def forward(self, ids):
         return self.word_embeddings(ids)
+
+
+def tied_logits(embedding, h):  # GPT-NeoX's _logits_helper: the tied embedding as the output layer
+    return torch.nn.functional.linear(h, embedding.word_embeddings_weight)
 
 
 class ParallelTransformerLayerPipe(torch.nn.Module):
@@ -242,13 +251,19 @@ def hf_config(m):
 def pipeline_model(cfg, job, world, loss_fn):
     """GPT-NeoX's GPTModelPipe: a PipelineModule of LayerSpecs in GPT-NeoX's numbering, partitioned by
     its default pipe_partition_method, over its pipe x data x model topology (which names the layer
-    files layer_XX-model_YY)."""
-    from deepspeed.pipe import LayerSpec, PipelineModule
+    files layer_XX-model_YY). With job["tied"] (GPT-NeoX's no_weight_tying false) the embedding and
+    the output layer are one TiedLayerSpec "embed", the output a forward_fn over it, as GPT-NeoX's."""
+    from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
     L, save_freqs = cfg.num_hidden_layers, job.get("save_inv_freqs", True)
-    specs = [LayerSpec(EmbeddingPipe, cfg), pre_transformer_block]
+    tied = job.get("tied", False)
+    embed = TiedLayerSpec("embed", EmbeddingPipe, cfg, tied_weight_attr="word_embeddings_weight") if tied else \
+        LayerSpec(EmbeddingPipe, cfg)
+    specs = [embed, pre_transformer_block]
     specs += [LayerSpec(ParallelTransformerLayerPipe, cfg, i, save_freqs) for i in range(L)]
-    specs += [post_transformer_block, LayerSpec(NormPipe, cfg), LayerSpec(ParallelLinearPipe, cfg)]
+    specs += [post_transformer_block, LayerSpec(NormPipe, cfg)]
+    specs += [TiedLayerSpec("embed", EmbeddingPipe, cfg, forward_fn=tied_logits, tied_weight_attr="word_embeddings_weight")
+              if tied else LayerSpec(ParallelLinearPipe, cfg)]
     topo = PipeModelDataParallelTopology(num_pp=job["pp"], num_mp=1, num_dp=world // job["pp"])
     return PipelineModule(layers=specs, loss_fn=loss_fn, topology=topo, partition_method="type:transformer|mlp",
                           activation_checkpoint_interval=0)

@@ -35,7 +35,11 @@ BEFORE, AFTER, MICRO, LR, WD = 3, 3, 2, 1e-3, 0.01
 # name: (ZeRO stage, data-parallel ranks, pipeline stages: 0 without GPT-NeoX's PipelineModule,
 # tensor-parallel ranks: Megatron's cuts, mp_rank_00/01)
 CASES = {"zero1-dp1": (1, 1, 0, 1), "zero2-dp2": (2, 2, 0, 1), "pipe-pp1": (1, 1, 1, 1), "pipe-pp2": (1, 1, 2, 1),
-         "tp2": (1, 1, 0, 2), "llama-zero1": (1, 1, 0, 1), "llama-gqa": (1, 1, 0, 1)}
+         "tp2": (1, 1, 0, 2), "llama-zero1": (1, 1, 0, 1), "llama-gqa": (1, 1, 0, 1),
+         "pipe-pp1-tied": (1, 1, 1, 1), "pipe-pp2-tied": (1, 1, 2, 1)}
+# Pipeline runs with GPT-NeoX's default weight tying (no_weight_tying false): its TiedLayerSpec "embed",
+# the embedding in layer_00's file and, named tied_modules.embed.*, in both end stages' optimizers.
+TIED = {"pipe-pp1-tied", "pipe-pp2-tied"}
 # Llama-style runs (GPT-NeoX's llama configs: RMSNorm's `scale`, swiglu's `mlp.linear1` = [x | gate], no
 # biases, rotary on the whole head, sequential residual). GPT-NeoX's gated ParallelMLP from
 # intermediate_size 96, mlp_multiple_of 16: 96 x 2/3 = 64 rows of linear1 (rounded to 2 x 16), 32 of x.
@@ -51,7 +55,8 @@ def model_of(case):
 
 
 def llama_job(case):
-    return {"model": model_of(case), "llama": True} if case in LLAMA else {}
+    """What a case's DeepSpeed job adds: the Llama-style model, or the tied embedding."""
+    return {"model": model_of(case), "llama": True} if case in LLAMA else {"tied": True} if case in TIED else {}
 # The dimension Megatron cuts a parameter along over tensor-parallel ranks (None: whole on every rank).
 TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_value.weight": 0, "query_key_value.bias": 0,
           "dense_h_to_4h.weight": 0, "dense_h_to_4h.bias": 0, "attention.dense.weight": 1, "dense_4h_to_h.weight": 1}
@@ -74,11 +79,11 @@ def sample_tokens():
     return doc, doc + doc[:1]  # the stream repeats doc, so every sample of seq + 1 tokens is this
 
 
-def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False, kv_heads=None):
+def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False, kv_heads=None, tied=False):
     cfg = {"num_layers": MODEL["layers"], "hidden_size": MODEL["hidden"], "num_attention_heads": MODEL["heads"],
            "seq_length": MODEL["seq"], "max_position_embeddings": MODEL["seq"], "pos_emb": "rotary",
            "rotary_pct": MODEL["rotary_pct"], "norm": "layernorm", "gpt_j_residual": True,
-           "no_weight_tying": True, "activation": "gelu", "hidden_dropout": 0.0, "attention_dropout": 0.0,
+           "no_weight_tying": not tied, "activation": "gelu", "hidden_dropout": 0.0, "attention_dropout": 0.0,
            "optimizer": {"type": "Adam", "params": {"lr": LR, "betas": [0.9, 0.95]}},  # eps 1e-8, layernorm 1e-5: defaults
            "weight_decay": WD, "min_lr": 0.0, "lr_decay_style": "constant", "warmup": 0.0,
            "train_iters": BEFORE + AFTER, "lr_decay_iters": BEFORE + AFTER,
@@ -169,7 +174,7 @@ def reloaded(runs, tmp_path_factory):
 
 def import_run(d, zero, data):
     cfg = neox_config(d, data, zero, tp=CASES[d.name][3], pp=max(CASES[d.name][2], 1),  # (the run's GPT-NeoX config)
-                      llama=d.name in LLAMA, kv_heads=model_of(d.name).get("kv_heads"))
+                      llama=d.name in LLAMA, kv_heads=model_of(d.name).get("kv_heads"), tied=d.name in TIED)
     save = d / "imported"
     if not save.exists():
         r = subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(d / "ds"), "--config", str(cfg),
@@ -261,8 +266,9 @@ def deepspeed_shapes(d, pp, tp_rank):
 def deepspeed_optimizer(d, dp, pp, tp):
     """The fp32 master weights and Adam's exp_avg and exp_avg_sq per parameter, whole: every rank's
     partition (of every pipeline stage and tensor-parallel rank, mp_rank_YY = stage x tp + rank) cut
-    by its param_slice_mappings, tensor-parallel shards joined along Megatron's cuts."""
-    pieces = {}
+    by its param_slice_mappings, tensor-parallel shards joined along Megatron's cuts. A tied embedding
+    (tied_modules.embed.*) is layer 0's; the last stage's copy must equal the first stage's."""
+    pieces, later = {}, {}
     for stage, tp_rank in ((s, r) for s in range(max(pp, 1)) for r in range(tp)):
         for rank in range(dp):
             sd = torch.load(d / "ds" / f"global_step{BEFORE}" /
@@ -271,9 +277,15 @@ def deepspeed_optimizer(d, dp, pp, tp):
             for g, mapping in enumerate(sd["param_slice_mappings"]):
                 state = sd["base_optimizer_state"]["state"][g]
                 for name, frag in mapping.items():
+                    tied = name.startswith("tied_modules.embed.")
+                    name = "0." + name.removeprefix("tied_modules.embed.") if tied else name
+                    into = later if tied and stage > 0 else pieces
                     for key, t in (("master", sd["single_partition_of_fp32_groups"][g]), ("exp_avg", state["exp_avg"]),
                                    ("exp_avg_sq", state["exp_avg_sq"])):
-                        pieces.setdefault((name, key), {}).setdefault(tp_rank, []).append(t.narrow(0, frag.start, frag.numel))
+                        into.setdefault((name, key), {}).setdefault(tp_rank, []).append(t.narrow(0, frag.start, frag.numel))
+    for (name, key), by_rank in later.items():
+        for r, parts in by_rank.items():
+            assert torch.equal(torch.cat(parts), torch.cat(pieces[(name, key)][r])), (name, key, r)
     shapes = [deepspeed_shapes(d, pp, r) for r in range(tp)]
     whole = {}
     for (name, key), by_rank in pieces.items():
@@ -331,7 +343,7 @@ def neox_train_losses(d, zero, data):
     if not run.exists():
         run.mkdir()
         cfg = neox_config(run, data, zero, load=import_run(d, zero, data), llama=d.name in LLAMA,
-                          kv_heads=model_of(d.name).get("kv_heads"))
+                          kv_heads=model_of(d.name).get("kv_heads"), tied=d.name in TIED)
         subprocess.run([f"{BIN}/neox-train", "-q", str(cfg)], check=True, capture_output=True, text=True)
     return {r["iteration"]: r["train/lm_loss"] for r in map(json.loads, (run / "logs" / "metrics.jsonl").read_text()
                                                             .splitlines()) if "train/lm_loss" in r}

@@ -1,7 +1,8 @@
 # tests/tools/neox_ckpt.sh: neox-convert to-neox and from-neox on a checkpoint neox-train writes (a
 # 1-layer model, 2 steps): the DeepSpeed files to-neox writes for 2 tensor-parallel by 2 data-parallel
 # ranks, read back by from-neox and resumed by neox-train; the pipeline layer files of --pp 1, read back
-# bit-exact; a Llama-style model's (rmsnorm, swiglu, no biases) pipeline layer files under GPT-NeoX's
+# bit-exact; a tied embedding's --pp 2 files (layer_00, tied_modules.embed in both stages' optimizers),
+# read back bit-exact and refused when the two copies differ; a Llama-style model's (rmsnorm, swiglu, no biases) pipeline layer files under GPT-NeoX's
 # names, read back bit-exact, with grouped-query attention too; and what from-neox (and to-neox) refuse by name before
 # writing anything (no output appears): a config whose model_parallel_size differs from the files, a
 # ZeRO-3 / bf16-optimizer checkpoint, a ZeRO stage 3 recorded in the optimizer files, a non-Adam
@@ -46,6 +47,31 @@ check_output "bit-exact: the same tensors as the module files' import" "^same$" 
     bash -c "a=\$('$CONVERT' inspect '$T/pipe-back' | grep -E '^  (params|optimizer)/'); b=\$('$CONVERT' inspect '$T/back-tp1' | grep -E '^  (params|optimizer)/'); [ \$(echo \"\$a\" | wc -l) -gt 20 ] && [ \"\$a\" = \"\$b\" ] && echo same"
 check_fails "to-neox --pp refuses ZeRO-2 (DeepSpeed's pipeline engine runs ZeRO-1)" 2 "--pp 2 with --zero 2" \
     "$CONVERT" to-neox --input "$T/save" --output "$T/out4" --pp 2 --zero 2
+# Tied embeddings under a pipeline (GPT-NeoX's default no_weight_tying false): TiedLayerSpec "embed" (2 layers, one a stage).
+sed -e 's/"no_weight_tying": true/"no_weight_tying": false/' -e 's/"num_layers": 1/"num_layers": 2/' -e "s#$T/save#$T/tied#" \
+    "$T/tp1.yml" >"$T/tied.yml"
+sed 's/"pipe_parallel_size": 1/"pipe_parallel_size": 2/' "$T/tied.yml" >"$T/tied-pp2.yml"
+check "neox-train writes a tied-embedding checkpoint" "$TRAIN" -q "$T/tied.yml"
+check "to-neox --pp 2 writes its pipeline files" "$CONVERT" to-neox --input "$T/tied" --output "$T/tied-neox" --pp 2
+check_output "the embedding in layer_00's file only; tied_modules.embed in both stages' optimizers" \
+    "^layer_00-model_00-model_states.pt layer_02-model_00-model_states.pt layer_03-model_00-model_states.pt layer_05-model_00-model_states.pt \[.tied_modules.embed.word_embeddings.weight.\] \[.tied_modules.embed.word_embeddings.weight.\]$" \
+    "$PY" -c "
+import glob, os, torch
+os.chdir('$T/tied-neox/global_step2')
+print(*sorted(glob.glob('layer_*')), *([k for k in torch.load(f'zero_pp_rank_0_mp_rank_0{s}_optim_states.pt')
+      ['optimizer_state_dict']['param_slice_mappings'][0] if 'embed' in k] for s in (0, 1)))"
+check "from-neox reads them back" "$CONVERT" from-neox --input "$T/tied-neox" --config "$T/tied-pp2.yml" --output "$T/tied-back"
+check_output "bit-exact: the same tensors as neox-train's" "^same$" \
+    bash -c "a=\$('$CONVERT' inspect '$T/tied-back' | grep -E '^  (params|optimizer)/'); b=\$('$CONVERT' inspect '$T/tied' | grep -E '^  (params|optimizer)/'); [ \$(echo \"\$a\" | wc -l) -gt 20 ] && [ \"\$a\" = \"\$b\" ] && echo same"
+"$PY" -c "
+import torch
+p = '$T/tied-neox/global_step2/zero_pp_rank_0_mp_rank_01_optim_states.pt'
+sd = torch.load(p)
+sd['optimizer_state_dict']['base_optimizer_state']['state'][0]['exp_avg'][0] += 1
+torch.save(sd, p)"
+check_fails "from-neox refuses a last stage whose tied copy differs from the first stage's, naming it" 1 \
+    "the tied embedding's exp_avg on pipeline stage 1 differ from stage 0's" \
+    "$CONVERT" from-neox --input "$T/tied-neox" --config "$T/tied-pp2.yml" --output "$T/out9"
 # A Llama-style model as GPT-NeoX's llama configs make it (RMSNorm's scale, linear1 = [x | gate]).
 sed -e 's/"model_parallel_size": 2/"model_parallel_size": 1/' -e 's/"pos_emb": "rotary"/"pos_emb": "rotary", "rotary_pct": 1, "norm": "rmsnorm", "activation": "swiglu", "use_bias_in_norms": false, "use_bias_in_attn_linear": false, "use_bias_in_mlp": false, "mlp_multiple_of": 16/' \
     -e "s#$T/save#$T/llama#" "$T/run.yml" >"$T/llama.yml"
