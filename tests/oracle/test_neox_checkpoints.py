@@ -64,7 +64,8 @@ TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_valu
 
 def tp_dim(name):
     return next((dim for part, dim in TP_DIM.items() if name.endswith(part)), None)
-RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1", "llama-gqa"]  # to-neox's files DeepSpeed loads back (one launch on one rank)
+# to-neox's files DeepSpeed loads back, each at its run's layout (one launch per world size, as `runs`)
+RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1", "llama-gqa", "zero2-dp2", "pipe-pp2", "pipe-pp2-tied", "tp2"]
 
 
 def free_port():
@@ -157,18 +158,20 @@ def to_neox(d, pp, out, *extra):
 @pytest.fixture(scope="module")
 def reloaded(runs, tmp_path_factory):
     """DeepSpeed's engine (GPT-NeoX's default now: no rotary_emb.inv_freq in the state dict) loading
-    to-neox's files of the imports with load_checkpoint, optimizer and scheduler included, and training
-    on: its losses per case, and neox-train's from the import."""
+    to-neox's files of the imports, written for the run's own layout (data-parallel ranks and ZeRO
+    stage, pipeline stages, tensor-parallel ranks), with load_checkpoint, optimizer and scheduler
+    included, and training on: its losses per case, and neox-train's (one rank) from the import."""
     root = tmp_path_factory.mktemp("neox_reload")
-    jobs, want = [], {}
+    by_world, want = {}, {}
     for name in RELOADED:
         d, zero, dp, data, pp = runs[name]
+        tp = CASES[name][3]
         import_run(d, zero, data)
-        to_neox(d, pp, root / name)
-        llama = llama_job(name)
-        jobs.append(job(root / name / "ds", zero=zero, pp=pp, load=str(root / name), save_inv_freqs=False, **llama))
+        to_neox(d, pp, root / name, "--dp", str(dp), "--zero", str(zero), "--tp", str(tp))
+        by_world.setdefault(dp * max(pp, 1) * tp, []).append(
+            job(root / name / "ds", zero=zero, pp=pp, tp=tp, load=str(root / name), save_inv_freqs=False, **llama_job(name)))
         want[name] = neox_train_losses(d, zero, data)
-    wait_all(launch(root, "reload", 1, jobs))
+    wait_all([p for world, jobs in by_world.items() for p in launch(root, f"reload{world}", world, jobs)])
     return {name: (json.loads((root / name / "ds" / "losses.json").read_text()), want[name]) for name in RELOADED}
 
 
