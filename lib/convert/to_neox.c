@@ -9,6 +9,7 @@
 // file loads with torch.load(weights_only=True): DeepSpeed's own objects (the loss scaler, the
 // fragment addresses, the ZeRO stage enum) are written as the plain dicts and numbers they hold.
 // See docs/convert.md, "Back to GPT-NeoX".
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +24,17 @@
 #include "torch_pt.h"
 
 // The parts of a transformer layer in the order GPT-NeoX's ParallelTransformerLayer registers them
-// (its parameters' order, which ZeRO's flat groups follow).
-static const char *const layer_order[] = {
-    "input_layernorm.weight", "input_layernorm.bias", "attention.query_key_value.weight",
-    "attention.query_key_value.bias", "attention.dense.weight", "attention.dense.bias",
-    "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight",
-    "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias",
+// (its parameters' order, which ZeRO's flat groups follow), the MLP under GPT-NeoX's names until
+// September 2024 (dense_h_to_4h) or since (linear1).
+static const char *const layer_order[2][12] = {
+    {"input_layernorm.weight", "input_layernorm.bias", "attention.query_key_value.weight",
+     "attention.query_key_value.bias", "attention.dense.weight", "attention.dense.bias",
+     "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight",
+     "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias"},
+    {"input_layernorm.weight", "input_layernorm.bias", "attention.query_key_value.weight",
+     "attention.query_key_value.bias", "attention.dense.weight", "attention.dense.bias",
+     "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.linear1.weight",
+     "mlp.linear1.bias", "mlp.linear2.weight", "mlp.linear2.bias"},
 };
 
 // The same for a Llama-style model, under GPT-NeoX's names now (the MLP's linear1/linear2); RMSNorm's
@@ -65,6 +71,8 @@ typedef struct {
     int stage_start[65];    // stage s holds GPT-NeoX layers [stage_start[s], stage_start[s + 1])
     int dynamic_scaler;     // an fp16 run's dynamic loss scaler: its settings (the config's) and state
     neox_loss_scaler scaler;
+    int linear_names;       // the MLP as mlp.linear1/linear2 (else dense_h_to_4h/dense_4h_to_h)
+    int inv_freq;           // write each layer's attention.rotary_emb.inv_freq buffer
 } exporter;
 
 // Whether stage s holds ref (every stage without a pipeline). The tied embedding is in the first
@@ -129,8 +137,8 @@ static int plan_names(exporter *e, neox_error *err) {
     int L = d->num_layers, rc = add_ref(e, 0, "word_embeddings.weight", err);
     if (llama && rc == 0) rc = plan_llama_layers(e, err);
     for (int l = 0; l < L && rc == 0 && !llama; l++)
-        for (size_t k = 0; k < sizeof layer_order / sizeof layer_order[0] && rc == 0; k++)
-            rc = add_ref(e, l + 2, layer_order[k], err);
+        for (size_t k = 0; k < sizeof layer_order[0] / sizeof layer_order[0][0] && rc == 0; k++)
+            rc = add_ref(e, l + 2, layer_order[e->linear_names][k], err);
     if (rc == 0) rc = add_ref(e, L + 3, rms ? "norm.scale" : "norm.weight", err);
     if (rc == 0 && !rms) rc = add_ref(e, L + 3, "norm.bias", err);
     if (rc == 0 && !d->tied) rc = add_ref(e, L + 4, "final_linear.weight", err);
@@ -223,6 +231,29 @@ static neox_pt_value *lr_scheduler(neox_pt_writer *w, const exporter *e) {
     return lr;
 }
 
+// Whether refs[k] is the last part of its layer's fused QKV: GPT-NeoX's ParallelSelfAttention
+// registers its rotary_emb (and its buffer) right after query_key_value.
+static int last_qkv_part(const exporter *e, int k) {
+    const char *qkv = "attention.query_key_value.";
+    if (strncmp(e->refs[k].part, qkv, strlen(qkv)) != 0) return 0;
+    return k + 1 == e->nrefs || strncmp(e->refs[k + 1].part, qkv, strlen(qkv)) != 0;
+}
+
+// GPT-NeoX's RotaryEmbedding buffer of one layer: 1 / base^(2i / R) over its R rotary dimensions,
+// in fp32 as torch computes it (the whole head, or rotary_pct of it; the same on every rank).
+static void add_inv_freq(neox_pt_writer *w, const exporter *e, neox_pt_value *module, int layer, int full) {
+    const neox_model_desc *d = &e->c.desc;
+    int64_t n = d->rotary_dims / 2;
+    float *freq = neox_malloc((size_t)n * sizeof *freq + 4);
+    for (int64_t i = 0; i < n; i++)
+        freq[i] = 1.0f / powf((float)d->rotary_base, (float)(2 * i) / (float)d->rotary_dims);
+    char name[128];
+    snprintf(name, sizeof name, full ? "sequential.%d.attention.rotary_emb.inv_freq" : "attention.rotary_emb.inv_freq",
+             layer);
+    neox_pt_set(w, module, name, neox_pt_new_tensor(w, NEOX_PT_F32, 1, &n, freq));
+    free(freq);
+}
+
 // The state dict of tensor-parallel rank r's parameters in layers [lo, hi), keyed by
 // GPT-NeoX's names (full: sequential.N.PART) or by PART alone (a pipeline layer file).
 static neox_pt_value *module_dict(neox_pt_writer *w, const exporter *e, int r, int lo, int hi, int full, neox_error *err) {
@@ -234,6 +265,7 @@ static neox_pt_value *module_dict(neox_pt_writer *w, const exporter *e, int r, i
         if (!data) return NULL;
         neox_pt_set(w, module, full ? e->refs[k].neox : e->refs[k].part, tensor_of(w, e, e->refs[k].param, data, shape));
         free(data);
+        if (e->inv_freq && last_qkv_part(e, k)) add_inv_freq(w, e, module, e->refs[k].layer, full);
     }
     return module;
 }
@@ -512,7 +544,25 @@ static int export_into(exporter *e, const char *out, neox_error *err) {
     return rc;
 }
 
-int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay, neox_error *err) {
+// The options against the model: GPT-NeoX built a gated MLP's linear1 only under its linear1 names
+// (before them, LLaMAParallelMLP's w1, w2, w3, which are not written); inv_freq needs rotary positions.
+static int plan_options(exporter *e, const neox_to_neox_options *opts, neox_error *err) {
+    const neox_model_desc *d = &e->c.desc;
+    int llama = d->naming != NEOX_NAMES_GPT_NEOX;
+    const char *names = opts && opts->mlp_names ? opts->mlp_names : llama ? "linear1" : "dense_h_to_4h";
+    e->linear_names = strcmp(names, "linear1") == 0;
+    if (llama && !e->linear_names)
+        return neox_fail(err, NEOX_EXIT_USAGE, "--mlp-names %s: a Llama-style model's MLP has GPT-NeoX names only as "
+                         "mlp.linear1/linear2 (GPT-NeoX since September 2024)", names);
+    e->inv_freq = opts && opts->inv_freq;
+    if (e->inv_freq && d->pos_emb != NEOX_POS_ROTARY)
+        return neox_fail(err, NEOX_EXIT_USAGE, "--inv-freq: %s has no rotary positions (pos_emb), so GPT-NeoX "
+                         "registers no inv_freq buffer", e->c.dir);
+    return 0;
+}
+
+int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay,
+                         const neox_to_neox_options *opts, neox_error *err) {
     exporter e = {.tp = lay->tp, .dp = lay->dp, .zero = lay->zero ? lay->zero : 1, .pp = lay->pp};
     if (e.zero > 2) return neox_fail(err, NEOX_EXIT_USAGE, "--zero %d: to-neox writes ZeRO stage 1 or 2 files", e.zero);
     if (e.pp && e.zero != 1)
@@ -522,7 +572,8 @@ int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_l
     if (neox_cvt_open(&e.c, ckpt, err) != 0) return -1;
     e.params = neox_cvt_params(&e.c.desc, &e.nparams);
     const char *opt = json_string_value(state_field(&e, NULL, "optimizer"));
-    int rc = plan_names(&e, err);
+    int rc = plan_options(&e, opts, err);
+    if (rc == 0) rc = plan_names(&e, err);
     if (rc == 0 && opt && strcmp(opt, "adam") != 0)
         rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: optimizer '%s': to-neox writes Adam's state (DeepSpeed's ZeRO files)",
                        e.c.dir, opt);

@@ -66,6 +66,9 @@ def tp_dim(name):
     return next((dim for part, dim in TP_DIM.items() if name.endswith(part)), None)
 # to-neox's files DeepSpeed loads back, each at its run's layout (one launch per world size, as `runs`)
 RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1", "llama-gqa", "zero2-dp2", "pipe-pp2", "pipe-pp2-tied", "tp2"]
+# Reloaded with to-neox's rotary inv_freq buffers into modules that register them as persistent
+# (GPT-NeoX's rotary_save_freqs_buffer true), whose strict load needs them.
+RELOADED_WITH_INV_FREQ = {"pipe-pp1"}
 
 
 def free_port():
@@ -167,9 +170,11 @@ def reloaded(runs, tmp_path_factory):
         d, zero, dp, data, pp = runs[name]
         tp = CASES[name][3]
         import_run(d, zero, data)
-        to_neox(d, pp, root / name, "--dp", str(dp), "--zero", str(zero), "--tp", str(tp))
+        inv_freq = name in RELOADED_WITH_INV_FREQ
+        to_neox(d, pp, root / name, "--dp", str(dp), "--zero", str(zero), "--tp", str(tp), *["--inv-freq"] * inv_freq)
         by_world.setdefault(dp * max(pp, 1) * tp, []).append(
-            job(root / name / "ds", zero=zero, pp=pp, tp=tp, load=str(root / name), save_inv_freqs=False, **llama_job(name)))
+            job(root / name / "ds", zero=zero, pp=pp, tp=tp, load=str(root / name), save_inv_freqs=inv_freq,
+                **llama_job(name)))
         want[name] = neox_train_losses(d, zero, data)
     wait_all([p for world, jobs in by_world.items() for p in launch(root, f"reload{world}", world, jobs)])
     return {name: (json.loads((root / name / "ds" / "losses.json").read_text()), want[name]) for name in RELOADED}
@@ -425,6 +430,28 @@ def test_to_neox_writes_deepspeeds_files(runs, case, tmp_path):
             pa, pb = A["base_optimizer_state"]["param_groups"][g], B["base_optimizer_state"]["param_groups"][g]
             assert {k: pa[k] for k in ("lr", "eps", "weight_decay", "params")} == \
                 {k: pb[k] for k in ("lr", "eps", "weight_decay", "params")} and tuple(pa["betas"]) == tuple(pb["betas"])
+
+
+def test_to_neox_writes_gpt_neox_names(runs, tmp_path):
+    """to-neox --mlp-names linear1 --inv-freq: the module DeepSpeed's run saved (its rotary_emb.inv_freq
+    buffers persistent, as with GPT-NeoX's rotary_save_freqs_buffer) under GPT-NeoX's names since
+    September 2024 (ParallelMLP's linear1/linear2 for dense_h_to_4h/dense_4h_to_h), every tensor equal,
+    the buffers included; from-neox reads the files back bit-exact."""
+    d, zero, _, data, _ = runs["zero1-dp1"]
+    save = import_run(d, zero, data)
+    to_neox(d, 0, tmp_path / "neox", "--mlp-names", "linear1", "--inv-freq")
+    ours = load_plain(tmp_path / "neox" / f"global_step{BEFORE}" / "mp_rank_00_model_states.pt")["module"]
+    ds = torch.load(d / "ds" / f"global_step{BEFORE}" / "mp_rank_00_model_states.pt")["module"]
+    renamed = {k.replace("mlp.dense_h_to_4h.", "mlp.linear1.").replace("mlp.dense_4h_to_h.", "mlp.linear2."): v
+               for k, v in ds.items()}
+    assert sum(k.endswith("rotary_emb.inv_freq") for k in ours) == MODEL["layers"]
+    assert sorted(ours) == sorted(renamed) and any("mlp.linear1." in k for k in ours)
+    for k, v in renamed.items():
+        assert ours[k].dtype == v.dtype and torch.equal(ours[k], v), k
+    back = tmp_path / "back"
+    subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(tmp_path / "neox"), "--config",
+                    str(neox_config(tmp_path, data, zero)), "--output", str(back)], check=True, capture_output=True)
+    assert optimizer_checksums(back) == optimizer_checksums(save)
 
 
 @pytest.mark.parametrize("tp,dp", [(1, 3), (2, 2)])

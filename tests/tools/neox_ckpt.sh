@@ -7,7 +7,8 @@
 # writing anything (no output appears): a config whose model_parallel_size differs from the files, a
 # ZeRO-3 / bf16-optimizer checkpoint, a ZeRO stage 3 recorded in the optimizer files, a non-Adam
 # optimizer state, a missing config, grouped-query attention's key/value heads split over
-# tensor-parallel ranks, a grouped-query config against per-head files, RMSNorm files against a config's layernorm, a gated MLP's files against an ungated activation. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
+# tensor-parallel ranks, a grouped-query config against per-head files, a Llama-style MLP under
+# dense_h_to_4h names, RMSNorm files against a config's layernorm, a gated MLP's files against an ungated activation. The DeepSpeed oracle is tests/oracle/test_neox_checkpoints.py.
 source tests/lib.sh
 char_shakespeare "neox-convert to-neox/from-neox" || exit 0
 cat >"$T/run.yml" <<EOF2
@@ -79,6 +80,9 @@ check "neox-train writes a Llama-style checkpoint" "$TRAIN" -q "$T/llama.yml"
 check "to-neox --pp 1 writes its layer files" "$CONVERT" to-neox --input "$T/llama" --output "$T/llama-neox" --pp 1
 check_output "under GPT-NeoX's Llama names" "^attention.dense.weight attention.query_key_value.weight input_layernorm.scale mlp.linear1.weight mlp.linear2.weight post_attention_layernorm.scale$" \
     "$PY" -c "import torch; print(*sorted(torch.load('$T/llama-neox/global_step2/layer_02-model_00-model_states.pt')))"
+check_fails "to-neox refuses a Llama-style MLP under GPT-NeoX's older dense_h_to_4h names" 2 \
+    "--mlp-names dense_h_to_4h: a Llama-style model's MLP has GPT-NeoX names only as mlp.linear1/linear2" \
+    "$CONVERT" to-neox --input "$T/llama" --output "$T/out10" --mlp-names dense_h_to_4h
 check "from-neox reads them back" "$CONVERT" from-neox --input "$T/llama-neox" --config "$T/llama.yml" --output "$T/llama-back"
 check_output "bit-exact: the same tensors as neox-train's" "^same$" \
     bash -c "a=\$('$CONVERT' inspect '$T/llama-back' | grep -E '^  (params|optimizer)/'); b=\$('$CONVERT' inspect '$T/llama' | grep -E '^  (params|optimizer)/'); [ \$(echo \"\$a\" | wc -l) -gt 20 ] && [ \"\$a\" = \"\$b\" ] && echo same"
