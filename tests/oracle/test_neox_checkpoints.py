@@ -4,14 +4,15 @@ parameter names trained 3 steps with AdamW and saved by `engine.save_checkpoint`
 ZeRO-2 over two data-parallel ranks, and as GPT-NeoX's PipelineModule (per-layer files) by DeepSpeed's
 PipelineEngine with one stage (GPT-NeoX's default pipe_parallel_size 1) and with two, and a Llama-style
 model (GPT-NeoX's llama configs: RMSNorm's `scale`, `mlp.linear1` = [x | gate], no biases) at ZeRO-1, with
-and without grouped-query attention (its QKV [q | k | v] per tensor-parallel rank),
-then trained 3 more steps. The import must hold DeepSpeed's fp32 master weights exactly (its own zero_to_fp32.py is
+and without grouped-query attention (its QKV [q | k | v] per tensor-parallel rank; also over two
+tensor-parallel ranks), and pipelines with GPT-NeoX's tied embedding (TiedLayerSpec) at one and two
+stages, then trained 3 more steps. The import must hold DeepSpeed's fp32 master weights exactly (its own zero_to_fp32.py is
 the reference without a pipeline; with one, the partitions joined by their param_slice_mappings,
 restated here, as the moments are), the iteration, optimizer steps and AnnealingLR position; and
 neox-train, resumed from it, must log the losses DeepSpeed's run logged for its next 3 steps (within
 1e-5 relative, fp32). Back the other way, to-neox of the import must equal DeepSpeed's files tensor for
-tensor, and DeepSpeed's engine must load it (load_checkpoint with its optimizer) and go on with
-neox-train's losses. Every sample is the same tokens, so the batches do not depend on the sample order
+tensor, and DeepSpeed's engine must load it (load_checkpoint with its optimizer) at the run's own
+layout and go on with neox-train's losses. Every sample is the same tokens, so the batches do not depend on the sample order
 (the data position is checked as a number). DeepSpeed's start-up and its runs take most of the time:
 one launch per world size runs every configuration of that size, once per module."""
 import json
@@ -36,22 +37,22 @@ BEFORE, AFTER, MICRO, LR, WD = 3, 3, 2, 1e-3, 0.01
 # tensor-parallel ranks: Megatron's cuts, mp_rank_00/01)
 CASES = {"zero1-dp1": (1, 1, 0, 1), "zero2-dp2": (2, 2, 0, 1), "pipe-pp1": (1, 1, 1, 1), "pipe-pp2": (1, 1, 2, 1),
          "tp2": (1, 1, 0, 2), "llama-zero1": (1, 1, 0, 1), "llama-gqa": (1, 1, 0, 1),
-         "pipe-pp1-tied": (1, 1, 1, 1), "pipe-pp2-tied": (1, 1, 2, 1)}
+         "pipe-pp1-tied": (1, 1, 1, 1), "pipe-pp2-tied": (1, 1, 2, 1), "llama-gqa-tp2": (1, 1, 0, 2)}
 # Pipeline runs with GPT-NeoX's default weight tying (no_weight_tying false): its TiedLayerSpec "embed",
 # the embedding in layer_00's file and, named tied_modules.embed.*, in both end stages' optimizers.
 TIED = {"pipe-pp1-tied", "pipe-pp2-tied"}
 # Llama-style runs (GPT-NeoX's llama configs: RMSNorm's `scale`, swiglu's `mlp.linear1` = [x | gate], no
 # biases, rotary on the whole head, sequential residual). GPT-NeoX's gated ParallelMLP from
 # intermediate_size 96, mlp_multiple_of 16: 96 x 2/3 = 64 rows of linear1 (rounded to 2 x 16), 32 of x.
-LLAMA = {"llama-zero1", "llama-gqa"}
+LLAMA = {"llama-zero1", "llama-gqa", "llama-gqa-tp2"}
 LLAMA_MODEL = dict(MODEL, rotary_pct=1.0, ffn=32, rms_eps=1e-4)  # (an eps JSON writes without an exponent)
 # Grouped-query attention (num_kv_heads 2 of 4 heads): GPT-NeoX's fused QKV is then [q | k | v] of each
-# tensor-parallel rank's heads, not interleaved per head.
+# tensor-parallel rank's heads, not interleaved per head (llama-gqa-tp2: two ranks, one key/value head each).
 GQA_MODEL = dict(LLAMA_MODEL, kv_heads=2)
 
 
 def model_of(case):
-    return GQA_MODEL if case == "llama-gqa" else LLAMA_MODEL if case in LLAMA else MODEL
+    return GQA_MODEL if case.startswith("llama-gqa") else LLAMA_MODEL if case in LLAMA else MODEL
 
 
 def llama_job(case):
@@ -59,13 +60,15 @@ def llama_job(case):
     return {"model": model_of(case), "llama": True} if case in LLAMA else {"tied": True} if case in TIED else {}
 # The dimension Megatron cuts a parameter along over tensor-parallel ranks (None: whole on every rank).
 TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_value.weight": 0, "query_key_value.bias": 0,
-          "dense_h_to_4h.weight": 0, "dense_h_to_4h.bias": 0, "attention.dense.weight": 1, "dense_4h_to_h.weight": 1}
+          "dense_h_to_4h.weight": 0, "dense_h_to_4h.bias": 0, "attention.dense.weight": 1, "dense_4h_to_h.weight": 1,
+          "mlp.linear1.weight": 0, "mlp.linear2.weight": 1}
 
 
 def tp_dim(name):
     return next((dim for part, dim in TP_DIM.items() if name.endswith(part)), None)
 # to-neox's files DeepSpeed loads back, each at its run's layout (one launch per world size, as `runs`)
-RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1", "llama-gqa", "zero2-dp2", "pipe-pp2", "pipe-pp2-tied", "tp2"]
+RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1", "llama-gqa", "zero2-dp2", "pipe-pp2", "pipe-pp2-tied", "tp2",
+            "llama-gqa-tp2"]
 # Reloaded with to-neox's rotary inv_freq buffers into modules that register them as persistent
 # (GPT-NeoX's rotary_save_freqs_buffer true), whose strict load needs them.
 RELOADED_WITH_INV_FREQ = {"pipe-pp1"}
@@ -206,11 +209,12 @@ def hf_name(neox):
     return f"gpt_neox.layers.{int(parts[0]) - 2}." + ".".join(parts[1:])
 
 
-def llama_as_neox(hf, names):
+def llama_as_neox(hf, names, tp=1):
     """A Llama-style model's tensors under Hugging Face's names (`hf(name)`) restated under GPT-NeoX's
-    (names: GPT-NeoX's, sequential.N.PART): the fused QKV interleaved per head from q_proj, k_proj,
-    v_proj, or with fewer key/value heads (GPT-NeoX's gqa_project) [q_proj; k_proj; v_proj]; linear1 =
-    [up_proj; gate_proj] (Gated_Activation's x, then gate); RMSNorm's `scale`."""
+    (names: GPT-NeoX's, sequential.N.PART), as tp tensor-parallel ranks' shards join: the fused QKV
+    interleaved per head from q_proj, k_proj, v_proj, or with fewer key/value heads (GPT-NeoX's
+    gqa_project) each rank's [q_r; k_r; v_r]; linear1 each rank's [up_r; gate_r] (Gated_Activation's x,
+    then gate); RMSNorm's `scale`."""
     L, heads = MODEL["layers"], MODEL["heads"]
     ends = {"0.word_embeddings.weight": "model.embed_tokens.weight", f"{L + 3}.norm.scale": "model.norm.weight",
             f"{L + 4}.final_linear.weight": "lm_head.weight"}
@@ -229,12 +233,13 @@ def llama_as_neox(hf, names):
         elif part == "attention.query_key_value.weight":
             q, k, v = (hf(pre + f"self_attn.{x}_proj.weight") for x in "qkv")
             if k.shape[0] != q.shape[0]:
-                out[name] = np.concatenate([q, k, v])
+                out[name] = np.concatenate([np.split(t, tp)[r] for r in range(tp) for t in (q, k, v)])
                 continue
             per_head = [t.reshape(heads, -1, t.shape[-1]) for t in (q, k, v)]
             out[name] = np.concatenate(per_head, axis=1).reshape(-1, q.shape[-1])
         elif part == "mlp.linear1.weight":
-            out[name] = np.concatenate([hf(pre + "mlp.up_proj.weight"), hf(pre + "mlp.gate_proj.weight")])
+            up, gate = hf(pre + "mlp.up_proj.weight"), hf(pre + "mlp.gate_proj.weight")
+            out[name] = np.concatenate([np.split(t, tp)[r] for r in range(tp) for t in (up, gate)])
         else:
             raise AssertionError(f"no Llama-style restatement of {name}")
     return out
@@ -324,14 +329,14 @@ def test_import_holds_deepspeed_state(runs, case, tmp_path):
         master = get_fp32_state_dict_from_zero_checkpoint(str(d / "ds"), tag=f"global_step{BEFORE}")
         master = {k: v for k, v in master.items() if k in shapes}
     llama = case in LLAMA
-    mine = llama_as_neox(ours.__getitem__, master) if llama else {name: ours[hf_name(name)] for name in master}
+    mine = llama_as_neox(ours.__getitem__, master, tp) if llama else {name: ours[hf_name(name)] for name in master}
     assert len(mine) == len(master) == len(shapes) and len(ours) == len(master) + 3 * llama * MODEL["layers"]
     for name, t in master.items():
         np.testing.assert_array_equal(mine[name], t.detach().numpy(), err_msg=name)
     for key in ("exp_avg", "exp_avg_sq"):
         def moment(hf):
             return h5_tensor(save, f"optimizer/{key}/{hf}", ours[hf].shape)
-        mine = llama_as_neox(moment, master) if llama else {name: moment(hf_name(name)) for name in master}
+        mine = llama_as_neox(moment, master, tp) if llama else {name: moment(hf_name(name)) for name in master}
         for name in master:
             np.testing.assert_array_equal(mine[name], flat[(name, key)].numpy().reshape(master[name].shape),
                                           err_msg=f"{key} {name}")
