@@ -90,12 +90,17 @@ check "one rank -> pp2 resume (recomputing activations): the FP8 state after ste
     scales onea pp2resumed 6 0
 check "one rank -> pp2 resume: the losses follow one rank's within 1e-5" losses onea pp2resumed 1e-5
 
-# dp3: each rank's output gradients are 3 times one rank's rounded, the bfloat16 output layer's by up
-# to a bfloat16 ulp (2^-8), so the amaxes and scales differ from the first step (measured 1.0e-2,
-# 3.0e-2 after 10 steps) and the losses slightly (4e-5 in 10 steps). Held to 5e-2 and 2e-4.
+# dp3: each rank's whole backward is 3 times one rank's, rounded from the loss gradient on (the
+# bfloat16 output layer's by up to a bfloat16 ulp, 2^-8, and E5M2 casts then round some element to a
+# neighbour), so the output gradients' amaxes and scales differ from the first step (measured 1.0e-2;
+# 3.0e-2 after 10 steps) while the forward tensors' are one rank's; the losses differ slightly (4e-5
+# in 10 steps). Held to 2e-2 after one step, 5e-2 after six and 2e-4.
 config one6 neox 6 1 6 "$FP8"
 train_layout one6 1
 config dp3 neox 2 1 6 "$FP8"
 train_layout dp3 3
+fwd() { "$PY" tests/mpi/fp8_layouts_check.py forward_same "$T/$1/ckpt" "$T/$2/ckpt" "$3"; }
+check "dp3: the forward tensors' amaxes and scales after step 1 equal one rank's bit for bit" fwd one6 dp3 1
+check "dp3: the FP8 scales and amax histories after step 1 within 2e-2 of one rank's" scales one6 dp3 1 2e-2
 check "dp3: the FP8 scales and amax histories after step 6 within 5e-2 of one rank's" scales one6 dp3 6 5e-2
 check "dp3: the losses follow one rank's within 2e-4" losses one6 dp3 2e-4
