@@ -66,13 +66,13 @@ static int check_device(const neox_trainer *t, neox_error *err) {
 }
 
 // This stage's FP8 linears among the whole model's (every stage's counts, in stage order).
-static void place_stage(const neox_trainer *t, fp8_state *s) {
-    const neox_grid *g = t->grid;
+static void place_stage(neox_trainer *t, fp8_state *s) {
+    neox_grid *g = t->grid;
     s->nlin = neox_model_fp8_tensors(t->model) / 3;
     s->first = 0, s->total = s->nlin;
     if (g->pipe_size == 1) return;
     int *counts = neox_calloc((size_t)g->pipe_size, sizeof *counts);
-    neox_allgather((neox_comm *)&g->pipe, &s->nlin, counts, 1, NEOX_I32);
+    neox_allgather(&g->pipe, &s->nlin, counts, 1, NEOX_I32);
     s->total = 0;
     for (int r = 0; r < g->pipe_size; r++) {
         if (r == g->pipe_rank) s->first = s->total;
