@@ -32,6 +32,10 @@ struct neox_value {
     int64_t integer;      // NEOX_VALUE_INT
     double number;        // NEOX_VALUE_FLOAT (also set for INT, so numbers read uniformly)
     char *string;         // NEOX_VALUE_STRING
+    // A plain (unquoted) scalar YAML 1.1 reads as a string but YAML 1.2, JSON and C read as a number
+    // (1e-06, 1E5, 1.0e5: an exponent without a '.' or a sign): kind STRING, as PyYAML reads it, and
+    // number its value; a key typed as a number takes it as that number (docs/config.md).
+    int number_text;
     int count;            // LIST and MAP: number of items
     neox_value **items;   // LIST and MAP: the values
     char **keys;          // MAP: the keys, as written

@@ -70,7 +70,18 @@ int neox_convert_from_neox(const char *input, const char *const *configs, int nc
 // The reverse: a neox.c checkpoint of a GPT-NeoX-style model as GPT-NeoX's DeepSpeed checkpoint for
 // lay->tp tensor-parallel and lay->dp data-parallel ranks at ZeRO stage lay->zero (1 when 0) in out_dir
 // (docs/convert.md, "Back to GPT-NeoX").
-int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay, neox_error *err);
+// What GPT-NeoX version the files are for (options; NULL: the defaults).
+typedef struct neox_to_neox_options {
+    // The MLP's names: "dense_h_to_4h" (dense_h_to_4h/dense_4h_to_h, GPT-NeoX 2.0 until September
+    // 2024; the default for GPT-NeoX-style models) or "linear1" (linear1/linear2, GPT-NeoX since then;
+    // the only names a Llama-style gated MLP has); NULL: the default.
+    const char *mlp_names;
+    // Write each layer's attention.rotary_emb.inv_freq buffer (GPT-NeoX with rotary_save_freqs_buffer
+    // true, or before March 2024: its strict module load needs them).
+    int inv_freq;
+} neox_to_neox_options;
+int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay,
+                         const neox_to_neox_options *opts, neox_error *err);
 int neox_convert_inspect(const char *ckpt, FILE *out, neox_error *err);
 // Prints a line per check; returns 0 when the checkpoint is sound, -1 (err names the first problem).
 int neox_convert_verify(const char *ckpt, FILE *out, neox_error *err);

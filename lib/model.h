@@ -395,6 +395,16 @@ float *neox_model_fp8_scale(const neox_model *m);
 // Delayed scaling's update after a training pass (and its amax reduction): rolls the histories and
 // sets every scale and its inverse (kernels.h's neox_fp8_update_scales).
 void neox_model_fp8_update(neox_model *m);
+// The same in two halves, for a pipeline schedule that runs other micro-batches' forwards between a
+// micro-batch's forward and its backward: _forward after a training forward (the forward tensors'
+// columns; the current slot keeps the scales its forward was cast with, which its backward and a
+// recomputed forward cast with again, recording nothing), _backward after the current slot's
+// backward (the output gradients' columns). Each half's amaxes: neox_model_fp8_newest_amaxes.
+void neox_model_fp8_update_forward(neox_model *m);
+void neox_model_fp8_update_backward(neox_model *m);
+// Row 0 of the history's forward columns (gradients 0: 2 per FP8 linear) or output-gradient columns
+// (1: one per linear), *count of them, contiguous: what a half's reduction over the ranks covers.
+float *neox_model_fp8_newest_amaxes(const neox_model *m, int gradients, int *count);
 // After the scales are written from outside: remakes their inverses.
 void neox_model_fp8_scales_changed(neox_model *m);
 // The scaling state as one rank would hold it (the output gradients' amaxes divided and scales

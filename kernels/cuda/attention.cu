@@ -75,7 +75,8 @@ __device__ __forceinline__ int first_key_tile(int i_first, int window) {
 }
 
 struct att_shape {
-    int Tq, kv_stride, pos0, NH, NKV, HS;  // query rows per head; key rows per kv head; first query's position
+    att_queries q;                         // the query rows per head and their positions
+    int kv_stride, NH, NKV, HS;            // key rows per kv head
     int window;                            // keys a query sees, itself included (0: all earlier ones)
     float scale, dropout, keep_scale;
     unsigned long long seed, drop_row0;    // dropout: the counter's first row and heads (kernels.h)
@@ -87,7 +88,7 @@ struct att_shape {
 // The first dropout counter row of head h of micro-batch row b (the CPU's).
 __device__ __forceinline__ unsigned long long dropout_row(const att_shape &a, int b, int h) {
     return neox_attention_dropout_row(neox_attention_dropout_first_row(a.drop_row0, a.drop_row0_at), a.drop_head0,
-                                      a.drop_heads, a.NH, b, h, a.Tq);
+                                      a.drop_heads, a.NH, b, h, a.q.n);
 }
 
 // Head h's ALiBi slope (0 without ALiBi).
@@ -103,18 +104,18 @@ attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
     float *Ks = smem, *Vs = Ks + HS * ATT_PITCH, *Qr = Vs + HS * ATT_PITCH + warp * HS;
     int b = blockIdx.z, h = blockIdx.y, g = h / (a.NH / a.NKV);
     int i0 = (gridDim.x - 1 - blockIdx.x) * ATT_WARPS, i = i0 + warp;
-    bool active = i < a.Tq;
+    bool active = i < a.q.n;
     size_t head = (size_t)b * a.NH + h;
     const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
     const float *kh = k + ((size_t)b * a.NKV + g) * a.kv_stride * HS, *vh = v + ((size_t)b * a.NKV + g) * a.kv_stride * HS;
-    if (active) load_row(Qr, q + (head * a.Tq + i) * HS, HS, lane);
+    if (active) load_row(Qr, q + (head * a.q.n + i) * HS, HS, lane);
     float o[NU], m = -INFINITY, sum = 0.0f;
 #pragma unroll
     for (int u = 0; u < NU; u++) o[u] = 0.0f;
-    int nkeys = a.pos0 + min(i0 + ATT_WARPS, a.Tq);  // keys seen by the block's last row, plus one
-    int last = a.pos0 + i;                            // this row's last visible key
+    int nkeys = query_pos(a.q, min(i0 + ATT_WARPS, a.q.n) - 1) + 1;  // keys seen by the block's last row, plus one
+    int last = query_pos(a.q, i);                                    // this row's last visible key
     float slope = slope_of(a, h);
-    for (int j0 = first_key_tile(a.pos0 + i0, a.window); j0 < nkeys; j0 += ATT_TILE) {
+    for (int j0 = first_key_tile(query_pos(a.q, i0), a.window); j0 < nkeys; j0 += ATT_TILE) {
         __syncthreads();  // the previous tile is consumed (and Qr written)
         load_tile(Ks, kh, j0, nkeys, HS);
         load_tile(Vs, vh, j0, nkeys, HS);
@@ -130,35 +131,37 @@ attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
         sum = sum * alpha + warp_sum(p);
         m = m_new;
         if (a.dropout > 0.0f && visible)  // the sum is of the undropped probabilities
-            p *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, a.Tq, j);
+            p *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, a.q.n, j);
 #pragma unroll
         for (int u = 0; u < NU; u++) o[u] *= alpha;
         add_weighted_columns<NU>(o, p, Vs, min(ATT_TILE, nkeys - j0), HS, lane);
     }
     if (!active) return;
     float inv = 1.0f / sum;
-    float *orow = out + (((size_t)b * a.Tq + i) * a.NH + h) * HS;
+    float *orow = out + (((size_t)b * a.q.n + i) * a.NH + h) * HS;
 #pragma unroll
     for (int u = 0; u < NU; u++)
         if (lane + 32 * u < HS) orow[lane + 32 * u] = o[u] * inv;
-    if (lse && lane == 0) lse[head * a.Tq + i] = m + logf(sum);
+    if (lse && lane == 0) lse[head * a.q.n + i] = m + logf(sum);
 }
 
-// dq (B, NH, T, HS) overwritten; D (B, NH, T) = dout . out. Grid as the forward's.
+// dq (B, NH, Tq, HS) overwritten; D (B, NH, Tq) = dout . out. Grid as the forward's.
 template <int NU>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, const float *k, const float *v,
                     const float *out, const float *lse, att_shape a) {
     extern __shared__ float smem[];
-    int HS = a.HS, T = a.Tq, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int HS = a.HS, T = a.q.n, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Ks = smem, *Vs = Ks + HS * ATT_PITCH, *Qr = Vs + HS * ATT_PITCH + warp * 2 * HS, *Dr = Qr + HS;
     int b = blockIdx.z, h = blockIdx.y, g = h / (a.NH / a.NKV);
     int i0 = (gridDim.x - 1 - blockIdx.x) * ATT_WARPS, i = i0 + warp;
     bool active = i < T;
     size_t head = (size_t)b * a.NH + h, orow = (((size_t)b * T + i) * a.NH + h) * HS;
     const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
-    const float *kh = k + ((size_t)b * a.NKV + g) * T * HS, *vh = v + ((size_t)b * a.NKV + g) * T * HS;
+    size_t kv = ((size_t)b * a.NKV + g) * a.kv_stride * HS;
+    const float *kh = k + kv, *vh = v + kv;
     float Di = 0.0f, l = 0.0f, slope = slope_of(a, h);
+    int last = query_pos(a.q, i);  // this row's last visible key
     if (active) {
         load_row(Qr, q + (head * T + i) * HS, HS, lane);
         load_row(Dr, dout + orow, HS, lane);
@@ -171,8 +174,8 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
     float acc[NU];
 #pragma unroll
     for (int u = 0; u < NU; u++) acc[u] = 0.0f;
-    int nkeys = min(i0 + ATT_WARPS, T);
-    for (int j0 = first_key_tile(i0, a.window); j0 < nkeys; j0 += ATT_TILE) {
+    int nkeys = query_pos(a.q, min(i0 + ATT_WARPS, T) - 1) + 1;
+    for (int j0 = first_key_tile(query_pos(a.q, i0), a.window); j0 < nkeys; j0 += ATT_TILE) {
         __syncthreads();
         load_tile(Ks, kh, j0, nkeys, HS);
         load_tile(Vs, vh, j0, nkeys, HS);
@@ -180,8 +183,8 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
         if (!active) continue;
         int j = j0 + lane;
         float ds = 0.0f;
-        if (sees(i, j, a.window)) {
-            float p = expf(dot_column(Qr, Ks, lane, HS) * a.scale + slope * (float)(j - i) - l);
+        if (sees(last, j, a.window)) {
+            float p = expf(dot_column(Qr, Ks, lane, HS) * a.scale + slope * (float)(j - last) - l);
             float dp = dot_column(Dr, Vs, lane, HS);
             if (a.dropout > 0.0f) dp *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
             ds = p * (dp - Di) * a.scale;
@@ -195,20 +198,20 @@ attention_dq_kernel(float *dq, float *D, const float *dout, const float *q, cons
         if (lane + 32 * u < HS) dqr[lane + 32 * u] = acc[u];
 }
 
-// dk, dv (B, NKV, T, HS) overwritten. Grid (key blocks, NKV, B): warp w owns key row j and sums
-// over the query heads of its group and the query rows i >= j.
+// dk, dv (B, NKV, kv_stride, HS) overwritten. Grid (key blocks, NKV, B): warp w owns key row j and
+// sums over the query heads of its group and the query rows at positions >= j.
 template <int NU>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v,
                      const float *lse, const float *D, att_shape a) {
     extern __shared__ float smem[];
-    int HS = a.HS, T = a.Tq, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int HS = a.HS, T = a.q.n, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Qs = smem, *Os = Qs + HS * ATT_PITCH, *Ls = Os + HS * ATT_PITCH, *Dt = Ls + ATT_TILE;
     float *Kr = Dt + ATT_TILE + warp * 2 * HS, *Vr = Kr + HS;
     int b = blockIdx.z, g = blockIdx.y, group = a.NH / a.NKV;
     int j_first = blockIdx.x * ATT_WARPS, j = j_first + warp;
-    bool active = j < T;
-    size_t kvrow = (((size_t)b * a.NKV + g) * T + j) * HS;
+    bool active = j < a.kv_stride;
+    size_t kvrow = (((size_t)b * a.NKV + g) * a.kv_stride + j) * HS;
     if (active) {
         load_row(Kr, k + kvrow, HS, lane);
         load_row(Vr, v + kvrow, HS, lane);
@@ -221,9 +224,9 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
         const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
         const float *qh = q + head * T * HS;
         float slope = slope_of(a, h);
-        // Queries after the window of the block's last key see none of its keys.
-        int i_end = a.window > 0 ? min(T, j_first + ATT_WARPS - 1 + a.window) : T;
-        for (int i0 = j_first / ATT_TILE * ATT_TILE; i0 < i_end; i0 += ATT_TILE) {
+        // Queries before the block's first key, and after the window of its last, see none of its keys.
+        int i_end = a.window > 0 ? rows_before(a.q, j_first + ATT_WARPS - 1 + a.window) : T;
+        for (int i0 = rows_before(a.q, j_first) / ATT_TILE * ATT_TILE; i0 < i_end; i0 += ATT_TILE) {
             __syncthreads();
             load_tile(Qs, qh, i0, T, HS);
             // dout rows of head h are strided by NH * HS: (B, T, NH, HS).
@@ -240,8 +243,9 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, co
             if (!active) continue;
             int i = i0 + lane;
             float pk = 0.0f, ds = 0.0f;
-            if (i < T && sees(i, j, a.window)) {
-                float p = expf(dot_column(Kr, Qs, lane, HS) * a.scale + slope * (float)(j - i) - Ls[lane]);
+            int pos = query_pos(a.q, i);
+            if (i < T && sees(pos, j, a.window)) {
+                float p = expf(dot_column(Kr, Qs, lane, HS) * a.scale + slope * (float)(j - pos) - Ls[lane]);
                 float dp = dot_column(Vr, Os, lane, HS), kf = 1.0f;
                 if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
                 pk = p * kf;
@@ -271,16 +275,6 @@ template <typename K> static void allow_smem(K kernel, size_t bytes) {
     if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-// The CUDA kernels score queries at their own positions 0..T-1 only; context parallelism's query
-// positions (kernels.h) are refused by the trainer on this backend (lib/train/context_parallel.c),
-// so reaching here with them is a bug.
-static void check_own_positions(const neox_attention_opts &o, int T) {
-    if (neox_attention_query_rows(&o, T) != T || o.q_pos0 != 0 || o.q_split != 0) {
-        fprintf(stderr, "neox cuda: attention with context-parallel query positions is not implemented on the GPU\n");
-        abort();
-    }
-}
-
 static void check_head_size(int HS) {
     if (HS < 1 || HS > 32 * ATT_MAX_NU) {
         fprintf(stderr, "neox cuda: attention head size %d not supported (1..%d)\n", HS, 32 * ATT_MAX_NU);
@@ -292,7 +286,7 @@ template <int NU> static void forward_nu(float *out, float *lse, const float *q,
                                          const att_shape &a) {
     size_t smem = tiles_bytes(a.HS, 1, 0);
     allow_smem(attention_forward_kernel<NU>, smem);
-    dim3 grid((a.Tq + ATT_WARPS - 1) / ATT_WARPS, a.NH, B);
+    dim3 grid((a.q.n + ATT_WARPS - 1) / ATT_WARPS, a.NH, B);
     attention_forward_kernel<NU><<<grid, ATT_WARPS * 32, smem, neox_cuda_current_stream()>>>(out, lse, q, k, v, a);
     CUDA_LAUNCHED();
 }
@@ -304,10 +298,12 @@ template <int NU> static void backward_nu(float *dq, float *dk, float *dv, float
     size_t smem_q = tiles_bytes(a.HS, 2, 0), smem_kv = tiles_bytes(a.HS, 2, 2 * ATT_TILE);
     allow_smem(attention_dq_kernel<NU>, smem_q);
     allow_smem(attention_dkv_kernel<NU>, smem_kv);
-    int blocks = (a.Tq + ATT_WARPS - 1) / ATT_WARPS;
+    int blocks = (a.q.n + ATT_WARPS - 1) / ATT_WARPS;
     attention_dq_kernel<NU><<<dim3(blocks, a.NH, B), ATT_WARPS * 32, smem_q, st>>>(dq, D, dout, q, k, v, out, lse, a);
     CUDA_LAUNCHED();
-    attention_dkv_kernel<NU><<<dim3(blocks, a.NKV, B), ATT_WARPS * 32, smem_kv, st>>>(dk, dv, dout, q, k, v, lse, D, a);
+    int key_blocks = (a.kv_stride + ATT_WARPS - 1) / ATT_WARPS;
+    attention_dkv_kernel<NU><<<dim3(key_blocks, a.NKV, B), ATT_WARPS * 32, smem_kv, st>>>(dk, dv, dout, q, k, v, lse, D,
+                                                                                          a);
     CUDA_LAUNCHED();
 }
 
@@ -324,16 +320,16 @@ template <int NU> static void backward_nu(float *dq, float *dk, float *dv, float
     default: FN<8>(__VA_ARGS__); break;                 \
     }
 
-static att_shape make_shape(int Tq, int kv_stride, int pos0, int NH, int NKV, int HS, const neox_attention_opts &o) {
+// Queries qr over keys strided by kv_stride rows.
+static att_shape make_shape(att_queries qr, int kv_stride, int NH, int NKV, int HS, const neox_attention_opts &o) {
     float scale = o.scale, dropout = o.dropout;
     int window = o.window;
     unsigned long long seed = o.seed;
     att_shape a;
     a.alibi = o.alibi;
     a.window = window;
-    a.Tq = Tq;
+    a.q = qr;
     a.kv_stride = kv_stride;
-    a.pos0 = pos0;
     a.NH = NH;
     a.NKV = NKV;
     a.HS = HS;
@@ -356,7 +352,7 @@ static void forward_f32(float *out, float *lse, const float *q, const float *k, 
     }
     check_head_size(HS);
     if (B <= 0 || T <= 0) return;
-    att_shape a = make_shape(T, T, 0, NH, NKV, HS, o);
+    att_shape a = make_shape(att_queries_of(o, T), T, NH, NKV, HS, o);
     DISPATCH_NU(HS, forward_nu, out, lse, q, k, v, B, a);
 }
 
@@ -365,7 +361,8 @@ extern "C" void neox_cuda_attention_cached(float *out, const float *q, const flo
     check_head_size(HS);
     if (S <= 0) return;
     o.dropout = 0.0f;  // the cached form has none (kernels.h)
-    att_shape a = make_shape(S, maxT, pos0, NH, NKV, HS, o);
+    att_queries rows = {S, pos0, 0, 0};
+    att_shape a = make_shape(rows, maxT, NH, NKV, HS, o);
     DISPATCH_NU(HS, forward_nu, out, (float *)NULL, q, kcache, vcache, 1, a);
 }
 
@@ -378,8 +375,9 @@ static void backward_f32(float *dq, float *dk, float *dv, const float *dout, con
     }
     check_head_size(HS);
     if (B <= 0 || T <= 0) return;
-    float *D = (float *)neox_cuda_scratch((size_t)B * NH * T * sizeof(float));
-    att_shape a = make_shape(T, T, 0, NH, NKV, HS, o);
+    int Tq = neox_attention_query_rows(&o, T);
+    float *D = (float *)neox_cuda_scratch((size_t)B * NH * Tq * sizeof(float));
+    att_shape a = make_shape(att_queries_of(o, T), T, NH, NKV, HS, o);
     DISPATCH_NU(HS, backward_nu, dq, dk, dv, D, dout, q, k, v, out, lse, B, a);
 }
 
@@ -425,7 +423,6 @@ static void store(void *x, const float *w, size_t n, neox_elem act) {
 
 extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
-    check_own_positions(o, T);
     // 16-bit operands: cuDNN where it runs, else the pipelined kernels (which read the stored tensors
     // as they are), unless the first tensor-core kernels were asked for (below, through fp32 copies).
     if (o.operands != NEOX_ELEM_F32) {
@@ -438,7 +435,7 @@ extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q
         forward_f32((float *)out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, NH, NKV, HS, o);
         return;
     }
-    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    size_t nq = (size_t)B * NH * neox_attention_query_rows(&o, T) * HS, nkv = (size_t)B * NKV * T * HS;
     float *qw = copies(2 * nq + 2 * nkv), *kw = qw + nq, *vw = kw + nkv, *ow = vw + nkv;
     widen(qw, q, nq, act), widen(kw, k, nkv, act), widen(vw, v, nkv, act);
     forward_f32(ow, lse, qw, kw, vw, B, T, NH, NKV, HS, o);
@@ -448,7 +445,6 @@ extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q
 extern "C" void neox_cuda_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
                                              const void *k, const void *v, const void *out, const float *lse, int B,
                                              int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
-    check_own_positions(o, T);
     if (o.operands != NEOX_ELEM_F32) {  // as the forward
         if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act)) return;
         if (neox_cuda_attention_pipelined() &&
@@ -460,7 +456,7 @@ extern "C" void neox_cuda_attention_backward(void *dq, void *dk, void *dv, const
                      (const float *)v, (const float *)out, lse, B, T, NH, NKV, HS, o);
         return;
     }
-    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
+    size_t nq = (size_t)B * NH * neox_attention_query_rows(&o, T) * HS, nkv = (size_t)B * NKV * T * HS;
     float *qw = copies(4 * nq + 4 * nkv), *kw = qw + nq, *vw = kw + nkv, *dw = vw + nkv, *ow = dw + nq;
     float *dqw = ow + nq, *dkw = dqw + nq, *dvw = dkw + nkv;
     widen(qw, q, nq, act), widen(kw, k, nkv, act), widen(vw, v, nkv, act);

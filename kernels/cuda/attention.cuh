@@ -11,6 +11,30 @@
 // Whether query position i sees key position j: causal, within the window when there is one.
 __device__ __forceinline__ bool sees(int i, int j, int window) { return j <= i && (window == 0 || j > i - window); }
 
+// A call's query rows: n rows at global positions pos0, pos0 + 1, ..., except that under context
+// parallelism the rows from split on (split > 0) start again at pos1 (kernels.h's
+// neox_attention_query_pos; generation over a KV cache sets pos0 alone). Positions rise with the rows.
+struct att_queries {
+    int n, pos0, split, pos1;
+};
+
+// The queries of a call over T keys with o's query positions.
+static inline att_queries att_queries_of(const neox_attention_opts &o, int T) {
+    att_queries q = {neox_attention_query_rows(&o, T), o.q_pos0, o.q_split, o.q_pos1};
+    return q;
+}
+
+// The global position of query row r.
+__device__ __forceinline__ int query_pos(const att_queries &q, int r) {
+    return q.split > 0 && r >= q.split ? q.pos1 + (r - q.split) : q.pos0 + r;
+}
+
+// How many query rows sit at positions before p: the first row a key at p can be seen by.
+__device__ __forceinline__ int rows_before(const att_queries &q, int p) {
+    if (q.split <= 0) return min(max(p - q.pos0, 0), q.n);
+    return min(max(p - q.pos0, 0), q.split) + min(max(p - q.pos1, 0), q.n - q.split);
+}
+
 // Dropout keep factor of probability (row, j), row = the head's first counter row
 // (neox_attention_dropout_row) + i: 0 or keep_scale = 1 / (1 - p).
 __device__ __forceinline__ float keep_factor(float p, float keep_scale, unsigned long long seed, unsigned long long row,

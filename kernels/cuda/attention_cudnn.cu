@@ -28,17 +28,58 @@ static void notice(const char *what) {
     fprintf(stderr, "neox cuda: attention: %s\n", what);
 }
 
-static neox_cudnn_sdpa sdpa_shape(int B, int T, int NH, int NKV, int HS, const neox_attention_opts *o) {
+// Context parallelism's query chunks (kernels.h's q_rows, q_split, q_pos0, q_pos1): a call's queries
+// are one or two runs of consecutive positions; run c is n rows from row r0 at positions pos.., and
+// sees keys 0 .. pos + n - 1 only, so cuDNN takes it as its own call: the last n of pos + n positions,
+// causal from the bottom-right corner. Without context parallelism: one run, all T rows from 0.
+typedef struct {
+    int r0, n, pos;
+} query_run;
+
+static int query_runs(const neox_attention_opts *o, int T, query_run runs[2]) {
+    int Tq = neox_attention_query_rows(o, T);
+    if (o->q_split > 0 && o->q_split < Tq) {
+        runs[0] = query_run{0, o->q_split, o->q_pos0};
+        runs[1] = query_run{o->q_split, Tq - o->q_split, o->q_pos1};
+        return 2;
+    }
+    runs[0] = query_run{0, Tq, o->q_pos0};
+    return 1;
+}
+
+// The shape of run r of a call over T keys with Tq query rows: q (B, NH, Tq, HS), k, v (B, NKV, T,
+// HS) as the model splits them, out (B, Tq, NH, HS) as the ops return it; the run's rows are reached
+// through these strides from its first row (run_offsets).
+static neox_cudnn_sdpa sdpa_shape(int B, int T, int NH, int NKV, int HS, const neox_attention_opts *o, query_run r) {
     neox_cudnn_sdpa s;
     memset(&s, 0, sizeof s);
-    s.B = B, s.H = NH, s.Hkv = NKV, s.T = T, s.HS = HS;
+    int Tq = neox_attention_query_rows(o, T);
+    s.B = B, s.H = NH, s.Hkv = NKV, s.T = r.pos + r.n, s.HS = HS, s.Tq = r.n;
     s.causal = 1, s.window = o->window, s.scale = o->scale;
-    // q, k, v (B, heads, T, HS) as the model splits them; out (B, T, NH, HS) as the ops return it
-    neox_cudnn_strides_bhtd(s.q_stride, NH, T, HS);
+    neox_cudnn_strides_bhtd(s.q_stride, NH, Tq, HS);
     neox_cudnn_strides_bhtd(s.k_stride, NKV, T, HS);
     neox_cudnn_strides_bhtd(s.v_stride, NKV, T, HS);
-    neox_cudnn_strides_bthd(s.o_stride, NH, T, HS);
+    neox_cudnn_strides_bthd(s.o_stride, NH, Tq, HS);
     return s;
+}
+
+// Element offsets of run r's first row in q (and dq) and in out (and dout).
+typedef struct {
+    size_t q, o;
+} run_offsets;
+static run_offsets offsets_of(query_run r, int NH, int HS) {
+    run_offsets at = {(size_t)r.r0 * HS, (size_t)r.r0 * NH * HS};
+    return at;
+}
+
+// cuDNN takes a run's statistics dense, (B, NH, n) (before 9.26 its backward takes no other), while
+// lse (B, NH, Tq) holds all runs' rows: copies between run r's rows of lse and a dense piece.
+static void stats_copy(float *dst, const float *src, query_run r, int B, int NH, int Tq, int to_lse) {
+    size_t run = (size_t)r.n * sizeof(float), whole = (size_t)Tq * sizeof(float);
+    const float *from = to_lse ? src : src + r.r0;
+    float *to = to_lse ? dst + r.r0 : dst;
+    CUDA_CHECK(cudaMemcpy2DAsync(to, to_lse ? whole : run, from, to_lse ? run : whole, run, (size_t)B * NH,
+                                 cudaMemcpyDeviceToDevice, neox_cuda_current_stream()));
 }
 
 // The own 16-bit kernels: the pipelined ones (attention_fa2.cu) unless NEOX_ATTENTION_KERNELS=first
@@ -77,23 +118,63 @@ int neox_cuda_attention_single_pass(void) {
 }
 
 // cuDNN runs a call when the route's rule allows it (kernels/attention_route.c: cudnn_attention, bf16
-// operands, no attention dropout, no ALiBi), libcudnn loads, and cuDNN builds plans for the shape
-// (plans and refusals are cached per shape). Forward and backward of one shape decide alike.
-static int use_cudnn(const neox_cudnn_sdpa *s, const neox_attention_opts *o, size_t *fwd_ws, size_t *bwd_ws) {
+// operands, no attention dropout, no ALiBi), libcudnn loads, and cuDNN builds plans for the shape of
+// each of its query runs (plans and refusals are cached per shape). Forward and backward of one shape
+// decide alike. *fwd_ws, *bwd_ws: the most workspace any run's plans need.
+static int use_cudnn(const neox_cudnn_sdpa *s, int nruns, const neox_attention_opts *o, size_t *fwd_ws,
+                     size_t *bwd_ws) {
     char why[320], line[400];
     const char *rule = neox_attention_own_reason(o);
     if (rule) {
         snprintf(line, sizeof line, "own tensor-core kernels (%s)", rule);
         return notice(line), 0;
     }
-    if (!neox_cudnn_sdpa_prepare(s, fwd_ws, bwd_ws, why, sizeof why)) {
-        snprintf(line, sizeof line, "own tensor-core kernels (cuDNN: %s)", why);
-        notice(line);
-        return 0;
+    *fwd_ws = *bwd_ws = 0;
+    for (int r = 0; r < nruns; r++) {
+        size_t fw = 0, bw = 0;
+        if (!neox_cudnn_sdpa_prepare(&s[r], &fw, &bw, why, sizeof why)) {
+            snprintf(line, sizeof line, "own tensor-core kernels (cuDNN%s: %s)",
+                     nruns > 1 ? ", context-parallel query chunks" : "", why);
+            notice(line);
+            return 0;
+        }
+        *fwd_ws = fw > *fwd_ws ? fw : *fwd_ws;
+        *bwd_ws = bw > *bwd_ws ? bw : *bwd_ws;
     }
-    snprintf(line, sizeof line, "cuDNN %s fused attention (bf16, deterministic backward)", neox_cudnn_version());
+    snprintf(line, sizeof line, "cuDNN %s fused attention (bf16, deterministic backward%s)", neox_cudnn_version(),
+             nruns > 1 ? ", one call per context-parallel query chunk" : "");
     notice(line);
     return 1;
+}
+
+// The shapes of a call's query runs (query_runs); their count.
+static int run_shapes(neox_cudnn_sdpa s[2], query_run runs[2], int B, int T, int NH, int NKV, int HS,
+                      const neox_attention_opts *o) {
+    int n = query_runs(o, T, runs);
+    for (int r = 0; r < n; r++) s[r] = sdpa_shape(B, T, NH, NKV, HS, o, runs[r]);
+    return n;
+}
+
+// Two query runs' key gradients into one: dk (of the later run, over keys 0 .. T_late - 1) plus part
+// (of the earlier run, over keys 0 .. T_early - 1, T_early <= T_late) for j < T_early, summed in fp32
+// and rounded once; zero at keys past T_late, which no query of the call sees. (B NKV, T, HS) bf16,
+// dense. Deterministic: one thread per element, the same order every run.
+__global__ void merge_run_grads_kernel(uint16_t *dk, const uint16_t *part, size_t n, int T, int HS, int T_early,
+                                       int T_late) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        int j = (int)(i / HS % T);
+        __nv_bfloat16 *d = reinterpret_cast<__nv_bfloat16 *>(dk + i);
+        if (j >= T_late) *d = __float2bfloat16_rn(0.0f);
+        else if (j < T_early)
+            *d = __float2bfloat16_rn(__bfloat162float(*d) + __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(part)[i]));
+    }
+}
+
+static void merge_run_grads(uint16_t *dk, const uint16_t *part, size_t n, int T, int HS, int T_early, int T_late) {
+    if (n == 0) return;
+    merge_run_grads_kernel<<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(dk, part, n, T, HS, T_early,
+                                                                                        T_late);
+    CUDA_LAUNCHED();
 }
 
 // Carves consecutive 256-byte-aligned pieces out of one scratch buffer.
@@ -129,41 +210,58 @@ static void bf16_back(void *x, const uint16_t *vals, size_t n, neox_elem act) {
 // The bytes of a scratch piece for n elements: none under bf16 storage.
 static size_t copy_bytes(size_t n, neox_elem act) { return act == NEOX_ELEM_BF16 ? 0 : n * 2; }
 
-// out: (B, T, NH, HS), lse: (B, NH, T); q: (B, NH, T, HS); k, v: (B, NKV, T, HS), stored as act.
+// out: (B, Tq, NH, HS), lse: (B, NH, Tq); q: (B, NH, Tq, HS); k, v: (B, NKV, T, HS), stored as act;
+// Tq = T unless o's query positions say otherwise (context parallelism: one cuDNN call per query run).
 int neox_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                       int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
-    neox_cudnn_sdpa s = sdpa_shape(B, T, NH, NKV, HS, &o);
+    neox_cudnn_sdpa s[2];
+    query_run runs[2];
     size_t fwd_ws = 0, bwd_ws = 0;
-    if (B <= 0 || T <= 0 || !use_cudnn(&s, &o, &fwd_ws, &bwd_ws)) return 0;
-    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS, at = 0;
+    if (B <= 0 || T <= 0) return 0;
+    int nruns = run_shapes(s, runs, B, T, NH, NKV, HS, &o);
+    if (!use_cudnn(s, nruns, &o, &fwd_ws, &bwd_ws)) return 0;
+    int Tq = neox_attention_query_rows(&o, T);
+    size_t nq = (size_t)B * NH * Tq * HS, nkv = (size_t)B * NKV * T * HS, at = 0;
     size_t pq = piece(&at, copy_bytes(nq, act)), pk = piece(&at, copy_bytes(nkv, act));
     size_t pv = piece(&at, copy_bytes(nkv, act)), po = piece(&at, copy_bytes(nq, act));
-    size_t pw = piece(&at, fwd_ws);
+    size_t pst = piece(&at, nruns > 1 ? (size_t)B * NH * Tq * sizeof(float) : 0), pw = piece(&at, fwd_ws);
     char *base = (char *)neox_cuda_scratch(at);
     const uint16_t *q16 = bf16_view(q, nq, act, base, pq), *k16 = bf16_view(k, nkv, act, base, pk);
     const uint16_t *v16 = bf16_view(v, nkv, act, base, pv);
     uint16_t *o16 = bf16_dest(out, act, base, po);
     char why[320];
-    check_ran(neox_cudnn_sdpa_forward(&s, o16, lse, q16, k16, v16, base + pw, neox_cuda_current_stream(), why,
-                                      sizeof why),
-              "forward", why);
+    for (int r = 0; r < nruns; r++) {
+        run_offsets x = offsets_of(runs[r], NH, HS);
+        float *stats = nruns > 1 ? (float *)(base + pst) : lse;
+        check_ran(neox_cudnn_sdpa_forward(&s[r], o16 + x.o, stats, q16 + x.q, k16, v16, base + pw,
+                                          neox_cuda_current_stream(), why, sizeof why),
+                  "forward", why);
+        if (nruns > 1) stats_copy(lse, stats, runs[r], B, NH, Tq, 1);
+    }
     bf16_back(out, o16, nq, act);
     return 1;
 }
 
-// dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS) overwritten; dout, out: (B, T, NH, HS); lse from the
-// cuDNN forward (the same log-sum-exp the own kernels keep); all stored as act.
+// dq: (B, NH, Tq, HS), dk, dv: (B, NKV, T, HS) overwritten; dout, out: (B, Tq, NH, HS); lse from the
+// cuDNN forward (the same log-sum-exp the own kernels keep); all stored as act. With two query runs
+// the later (whose keys reach further) writes dk and dv, the earlier writes a copy that is added to
+// them (merge_run_grads).
 int neox_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                                        const void *v, const void *out, const float *lse, int B, int T, int NH,
                                        int NKV, int HS, neox_attention_opts o, neox_elem act) {
-    neox_cudnn_sdpa s = sdpa_shape(B, T, NH, NKV, HS, &o);
+    neox_cudnn_sdpa s[2];
+    query_run runs[2];
     size_t fwd_ws = 0, bwd_ws = 0;
-    if (B <= 0 || T <= 0 || !use_cudnn(&s, &o, &fwd_ws, &bwd_ws)) return 0;
-    size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS, at = 0;
-    size_t bq = copy_bytes(nq, act), bkv = copy_bytes(nkv, act);
+    if (B <= 0 || T <= 0) return 0;
+    int nruns = run_shapes(s, runs, B, T, NH, NKV, HS, &o);
+    if (!use_cudnn(s, nruns, &o, &fwd_ws, &bwd_ws)) return 0;
+    int Tq = neox_attention_query_rows(&o, T);
+    size_t nq = (size_t)B * NH * Tq * HS, nkv = (size_t)B * NKV * T * HS, at = 0;
+    size_t bq = copy_bytes(nq, act), bkv = copy_bytes(nkv, act), bpart = nruns > 1 ? nkv * 2 : 0;
     size_t pq = piece(&at, bq), pk = piece(&at, bkv), pv = piece(&at, bkv), po = piece(&at, bq);
     size_t pdo = piece(&at, bq), pdq = piece(&at, bq), pdk = piece(&at, bkv), pdv = piece(&at, bkv);
-    size_t pw = piece(&at, bwd_ws);
+    size_t pek = piece(&at, bpart), pev = piece(&at, bpart), pw = piece(&at, bwd_ws);
+    size_t pst = piece(&at, nruns > 1 ? (size_t)B * NH * Tq * sizeof(float) : 0);
     char *base = (char *)neox_cuda_scratch(at);
     const uint16_t *q16 = bf16_view(q, nq, act, base, pq), *k16 = bf16_view(k, nkv, act, base, pk);
     const uint16_t *v16 = bf16_view(v, nkv, act, base, pv), *o16 = bf16_view(out, nq, act, base, po);
@@ -171,9 +269,23 @@ int neox_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void 
     uint16_t *dq16 = bf16_dest(dq, act, base, pdq), *dk16 = bf16_dest(dk, act, base, pdk);
     uint16_t *dv16 = bf16_dest(dv, act, base, pdv);
     char why[320];
-    check_ran(neox_cudnn_sdpa_backward(&s, dq16, dk16, dv16, do16, q16, k16, v16, o16, lse, base + pw,
-                                       neox_cuda_current_stream(), why, sizeof why),
-              "backward", why);
+    for (int r = nruns - 1; r >= 0; r--) {  // the later run first: it writes dk and dv
+        run_offsets x = offsets_of(runs[r], NH, HS);
+        bool late = r == nruns - 1;
+        uint16_t *gk = late ? dk16 : (uint16_t *)(base + pek), *gv = late ? dv16 : (uint16_t *)(base + pev);
+        const float *stats = lse;
+        if (nruns > 1) stats_copy((float *)(base + pst), lse, runs[r], B, NH, Tq, 0), stats = (float *)(base + pst);
+        check_ran(neox_cudnn_sdpa_backward(&s[r], dq16 + x.q, gk, gv, do16 + x.o, q16 + x.q, k16, v16, o16 + x.o,
+                                           stats, base + pw, neox_cuda_current_stream(), why, sizeof why),
+                  "backward", why);
+    }
+    if (nruns > 1) {
+        merge_run_grads(dk16, (const uint16_t *)(base + pek), nkv, T, HS, s[0].T, s[1].T);
+        merge_run_grads(dv16, (const uint16_t *)(base + pev), nkv, T, HS, s[0].T, s[1].T);
+    } else if (s[0].T < T) {  // one run ending before the last key: no query sees the rest
+        merge_run_grads(dk16, dk16, nkv, T, HS, 0, s[0].T);
+        merge_run_grads(dv16, dv16, nkv, T, HS, 0, s[0].T);
+    }
     bf16_back(dq, dq16, nq, act);
     bf16_back(dk, dk16, nkv, act);
     bf16_back(dv, dv16, nkv, act);

@@ -194,28 +194,42 @@ __device__ __forceinline__ void weights_by_tile(float (*out)[4], const float (*w
 
 enum tile_kind { TILE_NONE, TILE_FULL, TILE_MASKED };
 
-// A warp's 16 queries i0.. against keys j0 .. j0 + 63 (T queries and keys, window as sees()).
-__device__ __forceinline__ tile_kind query_tile_kind(int i0, int j0, int T, int window) {
-    const int i1 = i0 + 15, j1 = j0 + FA_COLS - 1;  // the last query and key
-    if (i0 >= T || j0 > i1 || (window > 0 && j1 <= i0 - window)) return TILE_NONE;  // nothing visible
-    if (j1 <= i0 && i1 < T && (window == 0 || j0 > i1 - window)) return TILE_FULL;  // all visible
+// Query rows r0 .. r0 + nr - 1 (at positions p0 .. p1, rising, not always consecutive under context
+// parallelism) against keys j0 .. j1: which pairs are visible (window as sees()). Rows past the
+// queries, or keys past the T keys, make a tile masked at best.
+__device__ __forceinline__ tile_kind tile_kind_of(const att_queries &qr, int r0, int nr, int j0, int j1, int T,
+                                                  int window) {
+    if (r0 >= qr.n || j0 >= T) return TILE_NONE;
+    const int last = min(r0 + nr, qr.n) - 1, p0 = query_pos(qr, r0), p1 = query_pos(qr, last);
+    if (j0 > p1 || (window > 0 && j1 <= p0 - window)) return TILE_NONE;  // nothing visible
+    if (j1 <= p0 && r0 + nr <= qr.n && j1 < T && (window == 0 || j0 > p1 - window)) return TILE_FULL;  // all visible
     return TILE_MASKED;
 }
+// A warp's 16 queries r0.. against keys j0 .. j0 + 63.
+__device__ __forceinline__ tile_kind query_tile_kind(const mma_shape &a, int r0, int j0) {
+    return tile_kind_of(a.q, r0, 16, j0, j0 + FA_COLS - 1, a.T, a.window);
+}
 // A warp's 16 keys j0.. against queries i0 .. i0 + 63.
-__device__ __forceinline__ tile_kind key_tile_kind(int j0, int i0, int T, int window) {
-    const int j1 = j0 + 15, i1 = i0 + FA_COLS - 1;
-    if (j0 >= T || j0 > i1 || (window > 0 && i0 >= j1 + window)) return TILE_NONE;
-    if (i0 >= j1 && i1 < T && j1 < T && (window == 0 || i1 < j0 + window)) return TILE_FULL;
-    return TILE_MASKED;
+__device__ __forceinline__ tile_kind key_tile_kind(const mma_shape &a, int j0, int i0) {
+    return tile_kind_of(a.q, i0, FA_COLS, j0, j0 + 15, a.T, a.window);
+}
+
+// The first key tile (of 64) a block whose first query row is i0 needs: keys before the window of
+// its first query are seen by none of its rows.
+__device__ __forceinline__ int key_tiles_begin(const mma_shape &a, int i0) {
+    const int p0 = query_pos(a.q, i0);
+    return a.window > 0 && p0 - a.window + 1 > 0 ? (p0 - a.window + 1) / FA_COLS * FA_COLS : 0;
 }
 
 // ---- forward ---------------------------------------------------------------------------------------
 
-// One key tile of the online softmax for a warp's rows (row[0] = g, row[1] = g + 8 of its 16): s
-// holds q k^T for keys j0 + 8 n + 2 t + c in s[n][2 hr + c]; on return it holds the (dropped,
-// unrounded) probabilities under the new running max m, alpha the factor on the earlier sums.
+// One key tile of the online softmax for a warp's rows (row[0] = g, row[1] = g + 8 of its 16, at
+// positions pos[]): s holds q k^T for keys j0 + 8 n + 2 t + c in s[n][2 hr + c]; on return it holds
+// the (dropped, unrounded) probabilities under the new running max m, alpha the factor on the
+// earlier sums.
 template <bool MASKED>
-__device__ __forceinline__ void softmax_tile(float (*s)[4], float *m, float *l, float *alpha, const int *row, int j0,
+__device__ __forceinline__ void softmax_tile(float (*s)[4], float *m, float *l, float *alpha, const int *row,
+                                             const int *pos, int j0,
                                              int t, const mma_shape &a, float sl2, float slope2,
                                              unsigned long long drow) {
 #pragma unroll
@@ -226,13 +240,13 @@ __device__ __forceinline__ void softmax_tile(float (*s)[4], float *m, float *l, 
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 int j = j0 + n * 8 + 2 * t + c;
-                float x = s[n][2 * hr + c] * sl2 + slope2 * (float)(j - row[hr]);
-                if (MASKED && !(row[hr] < a.T && sees(row[hr], j, a.window))) x = -INFINITY;
+                float x = s[n][2 * hr + c] * sl2 + slope2 * (float)(j - pos[hr]);
+                if (MASKED && !(row[hr] < a.q.n && sees(pos[hr], j, a.window))) x = -INFINITY;
                 s[n][2 * hr + c] = x;
                 mx = fmaxf(mx, x);
             }
         float m_new = fmaxf(m[hr], quad_max(mx));
-        // Masked tiles only: nothing visible to this row yet (before its window, or a row past T).
+        // Masked tiles only: nothing visible to this row yet (before its window, or a row past Tq).
         bool empty = MASKED && m_new == -INFINITY;
         alpha[hr] = empty ? 1.0f : exp2f(m[hr] - m_new);
         float rs = 0.0f;
@@ -252,14 +266,14 @@ __device__ __forceinline__ void softmax_tile(float (*s)[4], float *m, float *l, 
 }
 
 // Grid (query tiles, NH, B), the heaviest (last) query tiles first; 8 warps, warp w owns queries
-// i0 + 16 w... q: view (B, NH, T, HS); k, v: views (B, NKV, T, HS); out: (B, T, NH, HS) stored as S;
-// lse: (B, NH, T). Shared: Qs[128][P], then two stages of Ks[64][P], Vs[64][P].
+// i0 + 16 w... q: view (B, NH, Tq, HS); k, v: views (B, NKV, T, HS); out: (B, Tq, NH, HS) stored as
+// S; lse: (B, NH, Tq). Shared: Qs[128][P], then two stages of Ks[64][P], Vs[64][P].
 template <class Ops, int HS, class S>
 __global__ void __launch_bounds__(FA_THREADS)
 attention_fa2_forward_kernel(S *out, float *lse, fa_view<typename Ops::elem> q, fa_view<typename Ops::elem> k,
                              fa_view<typename Ops::elem> v, mma_shape a) {
     typedef typename Ops::elem E;
-    const int P = fa_dims<HS>::pitch, T = a.T;
+    const int P = fa_dims<HS>::pitch, T = a.T, Tq = a.q.n;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     E *Qs = reinterpret_cast<E *>(smem_raw), *KV = Qs + FA_ROWS * P;  // stage s: Ks = KV + 2 s 64 P, Vs = Ks + 64 P
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -267,12 +281,12 @@ attention_fa2_forward_kernel(S *out, float *lse, fa_view<typename Ops::elem> q, 
     const int i0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, r0 = i0 + warp * 16;  // block's and warp's first query
     const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
     const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
-    const int row[2] = {r0 + g, r0 + g + 8};
+    const int row[2] = {r0 + g, r0 + g + 8}, pos[2] = {query_pos(a.q, row[0]), query_pos(a.q, row[1])};
     // Key tiles [jbeg, kend): from the first a window lets any of the block's queries see to the diagonal.
-    const int jbeg = a.window > 0 && i0 - a.window + 1 > 0 ? (i0 - a.window + 1) / FA_COLS * FA_COLS : 0;
-    const int kend = min(i0 + FA_ROWS, T), ntiles = (kend - jbeg + FA_COLS - 1) / FA_COLS;
+    const int jbeg = key_tiles_begin(a, i0), kend = query_pos(a.q, min(i0 + FA_ROWS, Tq) - 1) + 1;
+    const int ntiles = (kend - jbeg + FA_COLS - 1) / FA_COLS;
 
-    issue_tile<FA_ROWS, HS>(Qs, q, b, h, i0, T);
+    issue_tile<FA_ROWS, HS>(Qs, q, b, h, i0, Tq);
     issue_tile<FA_COLS, HS>(KV, k, b, kvh, jbeg, T);
     issue_tile<FA_COLS, HS>(KV + FA_COLS * P, v, b, kvh, jbeg, T);
     cp_async_commit();  // group 0: q and the first key/value tile
@@ -299,12 +313,12 @@ attention_fa2_forward_kernel(S *out, float *lse, fa_view<typename Ops::elem> q, 
             for (int kk = 0; kk < HS / 16; kk++) lda<E, HS>(qf[kk], Qs, warp * 16, kk * 16, lane);
         }
         const E *Ks = KV + (it & 1) * 2 * FA_COLS * P, *Vs = Ks + FA_COLS * P;
-        const tile_kind kind = query_tile_kind(r0, j0, T, a.window);  // warp-uniform
+        const tile_kind kind = query_tile_kind(a, r0, j0);  // warp-uniform
         if (kind != TILE_NONE) {
             float s[FA_COLS / 8][4], alpha[2];
             rows_by_tile<Ops, HS>(s, qf, Ks, lane);  // s = q k^T
-            if (kind == TILE_FULL) softmax_tile<false>(s, m, l, alpha, row, j0, t, a, sl2, slope2, drow);
-            else softmax_tile<true>(s, m, l, alpha, row, j0, t, a, sl2, slope2, drow);
+            if (kind == TILE_FULL) softmax_tile<false>(s, m, l, alpha, row, pos, j0, t, a, sl2, slope2, drow);
+            else softmax_tile<true>(s, m, l, alpha, row, pos, j0, t, a, sl2, slope2, drow);
 #pragma unroll
             for (int n = 0; n < HS / 8; n++) {
                 o[n][0] *= alpha[0], o[n][1] *= alpha[0];
@@ -317,21 +331,21 @@ attention_fa2_forward_kernel(S *out, float *lse, fa_view<typename Ops::elem> q, 
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float sum = quad_sum(l[hr]);
-        if (row[hr] >= T) continue;
+        if (row[hr] >= Tq) continue;
         float inv = 1.0f / sum;
-        const size_t orow = (((size_t)b * T + row[hr]) * a.NH + h) * HS;  // out[b][row][h][.]
+        const size_t orow = (((size_t)b * Tq + row[hr]) * a.NH + h) * HS;  // out[b][row][h][.]
 #pragma unroll
         for (int n = 0; n < HS / 8; n++) {
             act_store(out, orow + n * 8 + 2 * t, o[n][2 * hr] * inv);
             act_store(out, orow + n * 8 + 2 * t + 1, o[n][2 * hr + 1] * inv);
         }
-        if (t == 0) lse[((size_t)b * a.NH + h) * T + row[hr]] = m[hr] * LN2 + logf(sum);
+        if (t == 0) lse[((size_t)b * a.NH + h) * Tq + row[hr]] = m[hr] * LN2 + logf(sum);
     }
 }
 
 // ---- backward: D -------------------------------------------------------------------------------------
 
-// D (B, NH, T) = dout . out per query row in fp32 from the stored (unrounded) values; one warp per row.
+// D (B, NH, T) = dout . out (T: the query rows) per query row in fp32 from the stored (unrounded) values; one warp per row.
 template <class S>
 __global__ void attention_fa2_d_kernel(float *D, const S *dout, const S *out, int B, int T, int NH, int HS) {
     const int lane = threadIdx.x & 31;
@@ -349,7 +363,7 @@ __global__ void attention_fa2_d_kernel(float *D, const S *dout, const S *out, in
 
 // ---- backward: dq ------------------------------------------------------------------------------------
 
-// dq (B, NH, T, HS) overwritten through its strides dqs, stored as S. Grid as the forward's. Per key tile: S = q k^T,
+// dq (B, NH, Tq, HS) overwritten through its strides dqs, stored as S. Grid as the forward's. Per key tile: S = q k^T,
 // dP = dout v^T, dS = P (dP K - D) scale, dq += dS k. Shared: Qs, Os (dout) [128][P], then two stages
 // of Ks, Vs [64][P]. q's and dout's fragments are loaded from shared memory for every tile: holding
 // both in registers, with dq's accumulators and the two score tiles, spills at head size 128.
@@ -359,7 +373,7 @@ attention_fa2_dq_kernel(S *dq, fa_strides dqs, const float *D, fa_view<typename 
                         fa_view<typename Ops::elem> q, fa_view<typename Ops::elem> k, fa_view<typename Ops::elem> v,
                         const float *lse, mma_shape a) {
     typedef typename Ops::elem E;
-    const int P = fa_dims<HS>::pitch, T = a.T;
+    const int P = fa_dims<HS>::pitch, T = a.T, Tq = a.q.n;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     E *Qs = reinterpret_cast<E *>(smem_raw), *Os = Qs + FA_ROWS * P, *KV = Os + FA_ROWS * P;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -368,12 +382,12 @@ attention_fa2_dq_kernel(S *dq, fa_strides dqs, const float *D, fa_view<typename 
     const size_t head = (size_t)b * a.NH + h;
     const unsigned long long drow = dropout_row(a, b, h);
     const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
-    const int row[2] = {r0 + g, r0 + g + 8};
-    const int jbeg = a.window > 0 && i0 - a.window + 1 > 0 ? (i0 - a.window + 1) / FA_COLS * FA_COLS : 0;
-    const int kend = min(i0 + FA_ROWS, T), ntiles = (kend - jbeg + FA_COLS - 1) / FA_COLS;
+    const int row[2] = {r0 + g, r0 + g + 8}, pos[2] = {query_pos(a.q, row[0]), query_pos(a.q, row[1])};
+    const int jbeg = key_tiles_begin(a, i0), kend = query_pos(a.q, min(i0 + FA_ROWS, Tq) - 1) + 1;
+    const int ntiles = (kend - jbeg + FA_COLS - 1) / FA_COLS;
 
-    issue_tile<FA_ROWS, HS>(Qs, q, b, h, i0, T);
-    issue_tile<FA_ROWS, HS>(Os, dout, b, h, i0, T);
+    issue_tile<FA_ROWS, HS>(Qs, q, b, h, i0, Tq);
+    issue_tile<FA_ROWS, HS>(Os, dout, b, h, i0, Tq);
     issue_tile<FA_COLS, HS>(KV, k, b, kvh, jbeg, T);
     issue_tile<FA_COLS, HS>(KV + FA_COLS * P, v, b, kvh, jbeg, T);
     cp_async_commit();
@@ -382,8 +396,8 @@ attention_fa2_dq_kernel(S *dq, fa_strides dqs, const float *D, fa_view<typename 
     float Dr[2], L[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        Dr[hr] = row[hr] < T ? D[head * T + row[hr]] : 0.0f;
-        L[hr] = row[hr] < T ? lse[head * T + row[hr]] * LOG2E : 0.0f;
+        Dr[hr] = row[hr] < Tq ? D[head * Tq + row[hr]] : 0.0f;
+        L[hr] = row[hr] < Tq ? lse[head * Tq + row[hr]] * LOG2E : 0.0f;
     }
     float acc[HS / 8][4];
 #pragma unroll
@@ -402,7 +416,7 @@ attention_fa2_dq_kernel(S *dq, fa_strides dqs, const float *D, fa_view<typename 
         }
         __syncthreads();
         const E *Ks = KV + (it & 1) * 2 * FA_COLS * P, *Vs = Ks + FA_COLS * P;
-        const tile_kind kind = query_tile_kind(r0, j0, T, a.window);
+        const tile_kind kind = query_tile_kind(a, r0, j0);
         if (kind != TILE_NONE) {
             float s[FA_COLS / 8][4], dp[FA_COLS / 8][4];
             shared_rows_by_tile<Ops, HS>(s, Qs, warp * 16, Ks, lane);   // q k^T
@@ -413,8 +427,8 @@ attention_fa2_dq_kernel(S *dq, fa_strides dqs, const float *D, fa_view<typename 
                 for (int e = 0; e < 4; e++) {
                     int hr = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);  // s[n][e]: row[hr], key j
                     float ds = 0.0f;
-                    if (kind == TILE_FULL || (row[hr] < T && sees(row[hr], j, a.window))) {
-                        float p = exp2f(s[n][e] * sl2 + slope2 * (float)(j - row[hr]) - L[hr]), d = dp[n][e];
+                    if (kind == TILE_FULL || (row[hr] < Tq && sees(pos[hr], j, a.window))) {
+                        float p = exp2f(s[n][e] * sl2 + slope2 * (float)(j - pos[hr]) - L[hr]), d = dp[n][e];
                         if (a.dropout > 0.0f) d *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + row[hr], T, j);
                         ds = p * (d - Dr[hr]) * a.scale;
                     }
@@ -426,7 +440,7 @@ attention_fa2_dq_kernel(S *dq, fa_strides dqs, const float *D, fa_view<typename 
     }
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        if (row[hr] >= T) continue;
+        if (row[hr] >= Tq) continue;
         const size_t at = dqs.at(b, h, row[hr]);  // dq[b][h][row][.]
 #pragma unroll
         for (int n = 0; n < HS / 8; n++) {
@@ -440,7 +454,7 @@ attention_fa2_dq_kernel(S *dq, fa_strides dqs, const float *D, fa_view<typename 
 
 // dk, dv (B, NKV, T, HS) overwritten through their strides dkvs, stored as S. Grid (key tiles of 128,
 // NKV, B): warp w owns keys j0 + 16 w.. and sums over the query heads of its group and the 64-query
-// tiles that see them, in transposed form: S^T = k q^T, dP^T = v dout^T, dv += (P^T * K) dout,
+// tiles that see them (q, dout, lse and D with Tq rows), in transposed form: S^T = k q^T, dP^T = v dout^T, dv += (P^T * K) dout,
 // dk += dS^T q. Shared: Ks, Vs [128][P], then two stages of Qs, Os [64][P] and their rows'
 // log-sum-exp and D (64 floats each).
 template <class Ops, int HS, class S>
@@ -449,7 +463,7 @@ attention_fa2_dkv_kernel(S *dk, S *dv, fa_strides dkvs, fa_view<typename Ops::el
                          fa_view<typename Ops::elem> k, fa_view<typename Ops::elem> v, const float *lse,
                          const float *D, mma_shape a) {
     typedef typename Ops::elem E;
-    const int P = fa_dims<HS>::pitch, T = a.T, STAGE = 2 * FA_COLS * P;  // a stage: Qs then Os
+    const int P = fa_dims<HS>::pitch, T = a.T, Tq = a.q.n, STAGE = 2 * FA_COLS * P;  // a stage: Qs then Os
     extern __shared__ __align__(16) unsigned char smem_raw[];
     E *Ks = reinterpret_cast<E *>(smem_raw), *Vs = Ks + FA_ROWS * P, *QO = Vs + FA_ROWS * P;
     float *LD = reinterpret_cast<float *>(QO + 2 * STAGE);  // stage s: L = LD + 128 s, D = L + 64
@@ -458,28 +472,30 @@ attention_fa2_dkv_kernel(S *dk, S *dv, fa_strides dkvs, fa_view<typename Ops::el
     const int j0 = blockIdx.x * FA_ROWS, jw = j0 + warp * 16;  // the block's and the warp's first key
     const float sl2 = a.scale * LOG2E;
     const int key[2] = {jw + g, jw + g + 8};
-    // Query tiles [j0, i_end) of each head: queries after the window of the block's last key see none.
-    const int i_end = a.window > 0 ? min(T, j0 + FA_ROWS - 1 + a.window) : T;
-    const int per_head = (i_end - j0 + FA_COLS - 1) / FA_COLS, ntiles = group * per_head;
+    // Query tiles [i_first, i_end) of each head: queries before the block's first key, and after the
+    // window of its last, see none (under context parallelism possibly no query at all: ntiles 0).
+    const int i_first = rows_before(a.q, j0);
+    const int i_end = a.window > 0 ? rows_before(a.q, j0 + FA_ROWS - 1 + a.window) : Tq;
+    const int per_head = max(0, (i_end - i_first + FA_COLS - 1) / FA_COLS), ntiles = group * per_head;
 
-    // Query tile n of the sequence: head kvh * group + n / per_head, queries j0 + 64 (n % per_head)...
+    // Query tile n of the sequence: head kvh * group + n / per_head, queries i_first + 64 (n % per_head)...
     auto issue = [&](int n) {
-        const int h = kvh * group + n / per_head, i0 = j0 + (n % per_head) * FA_COLS;
+        const int h = kvh * group + n / per_head, i0 = i_first + (n % per_head) * FA_COLS;
         E *Qs = QO + (n & 1) * STAGE;
         float *Ls = LD + (n & 1) * 2 * FA_COLS;
-        issue_tile<FA_COLS, HS>(Qs, q, b, h, i0, T);
-        issue_tile<FA_COLS, HS>(Qs + FA_COLS * P, dout, b, h, i0, T);
+        issue_tile<FA_COLS, HS>(Qs, q, b, h, i0, Tq);
+        issue_tile<FA_COLS, HS>(Qs + FA_COLS * P, dout, b, h, i0, Tq);
         // (plain stores: the other warps read this stage only after the sync that follows its wait)
         if (threadIdx.x < FA_COLS) {
-            const size_t at = ((size_t)b * a.NH + h) * T + i0 + threadIdx.x;
-            const bool in = i0 + (int)threadIdx.x < T;
+            const size_t at = ((size_t)b * a.NH + h) * Tq + i0 + threadIdx.x;
+            const bool in = i0 + (int)threadIdx.x < Tq;
             Ls[threadIdx.x] = in ? lse[at] * LOG2E : 0.0f;
             Ls[FA_COLS + threadIdx.x] = in ? D[at] : 0.0f;
         }
     };
     issue_tile<FA_ROWS, HS>(Ks, k, b, kvh, j0, T);
     issue_tile<FA_ROWS, HS>(Vs, v, b, kvh, j0, T);
-    issue(0);
+    if (ntiles > 0) issue(0);
     cp_async_commit();
 
     float dka[HS / 8][4], dva[HS / 8][4];
@@ -497,10 +513,10 @@ attention_fa2_dkv_kernel(S *dk, S *dv, fa_strides dkvs, fa_view<typename Ops::el
             cp_async_wait<0>();
         }
         __syncthreads();
-        const int h = kvh * group + it / per_head, i0 = j0 + (it % per_head) * FA_COLS;
+        const int h = kvh * group + it / per_head, i0 = i_first + (it % per_head) * FA_COLS;
         const E *Qs = QO + (it & 1) * STAGE, *Os = Qs + FA_COLS * P;
         const float *Ls = LD + (it & 1) * 2 * FA_COLS, *Ds = Ls + FA_COLS;
-        const tile_kind kind = key_tile_kind(jw, i0, T, a.window);
+        const tile_kind kind = key_tile_kind(a, jw, i0);
         if (kind != TILE_NONE) {
             const unsigned long long drow = dropout_row(a, b, h);
             const float slope2 = slope2_of(a, h);
@@ -513,8 +529,9 @@ attention_fa2_dkv_kernel(S *dk, S *dv, fa_strides dkvs, fa_view<typename Ops::el
                 for (int e = 0; e < 4; e++) {
                     int c = n * 8 + 2 * t + (e & 1), i = i0 + c, j = key[e >> 1];  // st[n][e]: key j, query i
                     float pk = 0.0f, ds = 0.0f;
-                    if (kind == TILE_FULL || (i < T && j < T && sees(i, j, a.window))) {
-                        float p = exp2f(st[n][e] * sl2 + slope2 * (float)(j - i) - Ls[c]), kf = 1.0f;
+                    const int pos = query_pos(a.q, i);
+                    if (kind == TILE_FULL || (i < Tq && j < T && sees(pos, j, a.window))) {
+                        float p = exp2f(st[n][e] * sl2 + slope2 * (float)(j - pos) - Ls[c]), kf = 1.0f;
                         if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
                         pk = p * kf;
                         ds = p * (dpt[n][e] * kf - Ds[c]) * a.scale;
@@ -733,7 +750,7 @@ attention_fa2_single_kernel(S *dk, S *dv, fa_strides dkvs, float *dqacc, unsigne
         const int h = kvh * group + it / per_head, i0 = j0 + (it % per_head) * FA_COLS;
         E *Qs = QO + (it & 1) * STAGE, *Os = Qs + FA_COLS * P;
         const float *Ls = LD + (it & 1) * 2 * FA_COLS, *Ds = Ls + FA_COLS;
-        const tile_kind kind = key_tile_kind(jw, i0, T, a.window);
+        const tile_kind kind = key_tile_kind(a, jw, i0);
         float dpt[FA_COLS / 8][4];
         if (kind != TILE_NONE) {
             const unsigned long long drow = dropout_row(a, b, h);
@@ -825,7 +842,7 @@ template <class Ops, int HS, class S>
 static void fa_forward_hs(S *out, float *lse, const fa_views<typename Ops::elem> &x, int B, const mma_shape &a) {
     size_t smem = fa_smem<HS>(FA_ROWS + 4 * FA_COLS, 0);  // q, two stages of k and v
     fa_allow_smem(attention_fa2_forward_kernel<Ops, HS, S>, smem);
-    dim3 grid((a.T + FA_ROWS - 1) / FA_ROWS, a.NH, B);
+    dim3 grid((a.q.n + FA_ROWS - 1) / FA_ROWS, a.NH, B);
     attention_fa2_forward_kernel<Ops, HS, S><<<grid, FA_THREADS, smem, neox_cuda_current_stream()>>>(out, lse, x.q, x.k,
                                                                                                      x.v, a);
     CUDA_LAUNCHED();
@@ -846,12 +863,12 @@ static void fa_backward_two_pass(S *dq, S *dk, S *dv, const fa_strides &dqs, con
     size_t smem_kv = fa_smem<HS>(2 * FA_ROWS + 4 * FA_COLS, 2 * 2 * FA_COLS);  // k, v, two stages of q, dout, L, D
     fa_allow_smem(attention_fa2_dq_kernel<Ops, HS, S>, smem_q);
     fa_allow_smem(attention_fa2_dkv_kernel<Ops, HS, S>, smem_kv);
-    int tiles = (a.T + FA_ROWS - 1) / FA_ROWS;
+    int tiles = (a.q.n + FA_ROWS - 1) / FA_ROWS, key_tiles = (a.T + FA_ROWS - 1) / FA_ROWS;
     attention_fa2_dq_kernel<Ops, HS, S>
         <<<dim3(tiles, a.NH, B), FA_THREADS, smem_q, st>>>(dq, dqs, D, x.dout, x.q, x.k, x.v, lse, a);
     CUDA_LAUNCHED();
     attention_fa2_dkv_kernel<Ops, HS, S>
-        <<<dim3(tiles, a.NKV, B), FA_THREADS, smem_kv, st>>>(dk, dv, dkvs, x.dout, x.q, x.k, x.v, lse, D, a);
+        <<<dim3(key_tiles, a.NKV, B), FA_THREADS, smem_kv, st>>>(dk, dv, dkvs, x.dout, x.q, x.k, x.v, lse, D, a);
     CUDA_LAUNCHED();
 }
 
@@ -954,8 +971,8 @@ struct fa_call {
     const void *q, *k, *v, *dout;
     size_t qkv_n;
     long long k_off, v_off;
-    fa_strides qs, ks, vs;  // (B, heads, T, HS) strides of q, k, v
-    int B, T, NH, NKV, HS;
+    fa_strides qs, ks, vs;  // (B, heads, Tq or T, HS) strides of q, k, v
+    int B, T, Tq, NH, NKV, HS;  // Tq: the query rows (T but under context parallelism)
 };
 
 // The 16-bit views of q, k, v (and dout when asked), rounding into scratch from `at` on what is not
@@ -964,7 +981,7 @@ template <class Ops, class S>
 static fa_views<typename Ops::elem> views_of(const fa_call &c, bool with_dout, char *base, size_t *at) {
     typedef typename Ops::elem E;
     fa_views<E> x;
-    size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS;
+    size_t nq = (size_t)c.B * c.NH * c.Tq * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS;
     if (c.qkv_n) {
         const E *all = operands_of<Ops>((const S *)c.q, c.qkv_n, base + fa_piece(at, operand_bytes<Ops, S>(c.qkv_n)));
         x.q = view_of(all, c.qs), x.k = view_of(all + c.k_off, c.ks), x.v = view_of(all + c.v_off, c.vs);
@@ -976,13 +993,13 @@ static fa_views<typename Ops::elem> views_of(const fa_call &c, bool with_dout, c
     x.dout.p = NULL;
     if (with_dout)
         x.dout = view_of(operands_of<Ops>((const S *)c.dout, nq, base + fa_piece(at, operand_bytes<Ops, S>(nq))),
-                         dense_strides(c.NH, c.T, c.HS, true));
+                         dense_strides(c.NH, c.Tq, c.HS, true));
     return x;
 }
 
 // Scratch bytes views_of needs.
 template <class Ops, class S> static size_t views_bytes(const fa_call &c, bool with_dout) {
-    size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, at = 0;
+    size_t nq = (size_t)c.B * c.NH * c.Tq * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, at = 0;
     if (c.qkv_n) fa_piece(&at, operand_bytes<Ops, S>(c.qkv_n));
     else fa_piece(&at, operand_bytes<Ops, S>(nq)), fa_piece(&at, operand_bytes<Ops, S>(nkv)),
          fa_piece(&at, operand_bytes<Ops, S>(nkv));
@@ -1002,7 +1019,7 @@ static void fa_forward_call(void *out, float *lse, const fa_call &c, const mma_s
 template <class Ops, int HS, class S>
 static void fa_backward_call(void *dq, void *dk, void *dv, const fa_strides &dqs, const fa_strides &dkvs,
                              const void *out, const float *lse, const fa_call &c, const mma_shape &a, bool single) {
-    size_t rows = (size_t)c.B * c.NH * c.T, at = 0, pd = fa_piece(&at, rows * sizeof(float)), pacc = 0, pcount = 0;
+    size_t rows = (size_t)c.B * c.NH * c.Tq, at = 0, pd = fa_piece(&at, rows * sizeof(float)), pacc = 0, pcount = 0;
     if (single) {
         pacc = fa_piece(&at, rows * c.HS * sizeof(float));
         pcount = fa_piece(&at, fa_single_counters(c.B, c.NH, c.T) * sizeof(unsigned));
@@ -1010,7 +1027,7 @@ static void fa_backward_call(void *dq, void *dk, void *dv, const fa_strides &dqs
     char *base = (char *)neox_cuda_scratch(at + views_bytes<Ops, S>(c, true) + 256);
     float *D = (float *)(base + pd);
     attention_fa2_d_kernel<S><<<blocks_for(rows * 32, 256), 256, 0, neox_cuda_current_stream()>>>(
-        D, (const S *)c.dout, (const S *)out, c.B, c.T, c.NH, c.HS);
+        D, (const S *)c.dout, (const S *)out, c.B, c.Tq, c.NH, c.HS);
     CUDA_LAUNCHED();
     fa_views<typename Ops::elem> x = views_of<Ops, S>(c, true, base, &at);
     if (single)
@@ -1020,12 +1037,12 @@ static void fa_backward_call(void *dq, void *dk, void *dv, const fa_strides &dqs
         fa_backward_two_pass<Ops, HS, S>((S *)dq, (S *)dk, (S *)dv, dqs, dkvs, D, lse, x, c.B, a);
 }
 
-static fa_call dense_call(const void *q, const void *k, const void *v, const void *dout, int B, int T, int NH, int NKV,
-                          int HS) {
+static fa_call dense_call(const void *q, const void *k, const void *v, const void *dout, int B, int T, int Tq, int NH,
+                          int NKV, int HS) {
     fa_call c;
     c.q = q, c.k = k, c.v = v, c.dout = dout, c.qkv_n = 0, c.k_off = c.v_off = 0;
-    c.qs = dense_strides(NH, T, HS, false), c.ks = c.vs = dense_strides(NKV, T, HS, false);
-    c.B = B, c.T = T, c.NH = NH, c.NKV = NKV, c.HS = HS;
+    c.qs = dense_strides(NH, Tq, HS, false), c.ks = c.vs = dense_strides(NKV, T, HS, false);
+    c.B = B, c.T = T, c.Tq = Tq, c.NH = NH, c.NKV = NKV, c.HS = HS;
     return c;
 }
 
@@ -1042,7 +1059,7 @@ static fa_call fused_call(const void *qkv, int interleaved, const void *dout, in
     c.qs.sb = s.q_stride[0], c.qs.sh = s.q_stride[1], c.qs.st = s.q_stride[2];
     c.ks.sb = s.k_stride[0], c.ks.sh = s.k_stride[1], c.ks.st = s.k_stride[2];
     c.vs = c.ks;
-    c.B = B, c.T = T, c.NH = NH, c.NKV = NKV, c.HS = HS;
+    c.B = B, c.T = c.Tq = T, c.NH = NH, c.NKV = NKV, c.HS = HS;
     return c;
 }
 
@@ -1074,7 +1091,8 @@ static bool fa_smem_fits(size_t bytes) {
 }
 
 // A caller that asks for 16-bit operands at a head size neox_attention_operands would not give is a
-// bug; so is a fused GPT-NeoX layout with GQA (its heads interleave q, k and v one for one).
+// bug; so is a fused GPT-NeoX layout with GQA (its heads interleave q, k and v one for one), and a
+// fused buffer with context parallelism's query positions (its queries and keys are the same rows).
 static void fa_check(neox_elem e, int HS, neox_elem act) {
     if (neox_attention_operands(e, HS) != e || e == NEOX_ELEM_F32 || (act != NEOX_ELEM_F32 && act != NEOX_ELEM_BF16)) {
         fprintf(stderr, "neox cuda: pipelined attention takes bf16/fp16 operands, head sizes 16, 32, ..., 128 and "
@@ -1083,12 +1101,37 @@ static void fa_check(neox_elem e, int HS, neox_elem act) {
     }
 }
 
+static void fa_check_fused(int interleaved, int NH, int NKV, const neox_attention_opts &o) {
+    if (interleaved && NH != NKV) {
+        fprintf(stderr, "neox cuda: the interleaved QKV layout has as many key/value heads as query heads\n");
+        abort();
+    }
+    if (o.q_rows > 0 || o.q_split > 0 || o.q_pos0 != 0) {
+        fprintf(stderr, "neox cuda: a fused QKV buffer's queries sit at its own rows (no query positions)\n");
+        abort();
+    }
+}
+
+// The single pass orders dq's additions by key block over queries at their own rows (a tile's turn is
+// i0 / 128 - key block, its counters T / 64 per head): context parallelism's query positions break that
+// numbering, so a call with them (q_rows, q_split or q_pos0 set) runs the two passes, said once on
+// stderr, until the single pass takes positions.
+static bool fa_single_pass(const neox_attention_opts &o) {
+    if (!neox_cuda_attention_single_pass()) return false;
+    if (o.q_rows <= 0 && o.q_split <= 0 && o.q_pos0 == 0) return true;
+    static int said;
+    if (!said++)
+        fprintf(stderr, "neox cuda: attention: pipelined backward: two passes for context parallelism's query "
+                        "positions (the single pass takes none yet)\n");
+    return false;
+}
+
 int neox_cuda_attention_fa2_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,
                                      int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     fa_check(o.operands, HS, act);
     if (B <= 0 || T <= 0) return 1;
     if (!fa_smem_fits(fa_smem_needed(HS, false, false))) return 0;
-    fa_call c = dense_call(q, k, v, NULL, B, T, NH, NKV, HS);
+    fa_call c = dense_call(q, k, v, NULL, B, T, neox_attention_query_rows(&o, T), NH, NKV, HS);
     mma_shape a = make_shape(T, NH, NKV, o);
     FA_DISPATCH(o.operands, HS, act, fa_forward_call, out, lse, c, a);
     return 1;
@@ -1099,9 +1142,9 @@ int neox_cuda_attention_fa2_backward(void *dq, void *dk, void *dv, const void *d
                                       int HS, neox_attention_opts o, neox_elem act) {
     fa_check(o.operands, HS, act);
     if (B <= 0 || T <= 0) return 1;
-    const bool single = neox_cuda_attention_single_pass();
+    const bool single = fa_single_pass(o);
     if (!fa_smem_fits(fa_smem_needed(HS, true, single))) return 0;
-    fa_call c = dense_call(q, k, v, dout, B, T, NH, NKV, HS);
+    fa_call c = dense_call(q, k, v, dout, B, T, neox_attention_query_rows(&o, T), NH, NKV, HS);
     mma_shape a = make_shape(T, NH, NKV, o);
     FA_DISPATCH(o.operands, HS, act, fa_backward_call, dq, dk, dv, c.qs, c.ks, out, lse, c, a, single);
     return 1;
@@ -1110,10 +1153,7 @@ int neox_cuda_attention_fa2_backward(void *dq, void *dk, void *dv, const void *d
 int neox_cuda_attention_fa2_forward_qkv(void *out, float *lse, const void *qkv, int interleaved, int B, int T, int NH,
                                          int NKV, int HS, neox_attention_opts o, neox_elem act) {
     fa_check(o.operands, HS, act);
-    if (interleaved && NH != NKV) {
-        fprintf(stderr, "neox cuda: the interleaved QKV layout has as many key/value heads as query heads\n");
-        abort();
-    }
+    fa_check_fused(interleaved, NH, NKV, o);
     if (B <= 0 || T <= 0) return 1;
     if (!fa_smem_fits(fa_smem_needed(HS, false, false))) return 0;
     fa_call c = fused_call(qkv, interleaved, NULL, B, T, NH, NKV, HS);
@@ -1126,12 +1166,9 @@ int neox_cuda_attention_fa2_backward_qkv(void *dqkv, const void *dout, const voi
                                           const void *out, const float *lse, int B, int T, int NH, int NKV, int HS,
                                           neox_attention_opts o, neox_elem act) {
     fa_check(o.operands, HS, act);
-    if (interleaved && NH != NKV) {
-        fprintf(stderr, "neox cuda: the interleaved QKV layout has as many key/value heads as query heads\n");
-        abort();
-    }
+    fa_check_fused(interleaved, NH, NKV, o);
     if (B <= 0 || T <= 0) return 1;
-    const bool single = neox_cuda_attention_single_pass();
+    const bool single = fa_single_pass(o);
     if (!fa_smem_fits(fa_smem_needed(HS, true, single))) return 0;
     fa_call c = fused_call(qkv, interleaved, dout, B, T, NH, NKV, HS);
     mma_shape a = make_shape(T, NH, NKV, o);

@@ -133,15 +133,15 @@ __device__ __forceinline__ void weighted_rows(float (*out)[4], const float (*p)[
 
 // ---- forward --------------------------------------------------------------------------------------
 
-// Grid (query tiles, NH, B), the heaviest (last) query tiles first. q: (B, NH, T, HS); k, v:
-// (B, NKV, T, HS); out: (B, T, NH, HS); lse: (B, NH, T).
+// Grid (query tiles, NH, B), the heaviest (last) query tiles first. q: (B, NH, Tq, HS); k, v:
+// (B, NKV, T, HS); out: (B, Tq, NH, HS); lse: (B, NH, Tq).
 template <class Ops, int HS>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
 attention_mma_forward_kernel(float *out, float *lse, const float *q, const float *k, const float *v, mma_shape a) {
     typedef typename Ops::elem E;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     E *Ks = reinterpret_cast<E *>(smem_raw), *Vs = Ks + MMA_COLS * tile_dims<HS>::pitch;
-    const int T = a.T, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int T = a.T, Tq = a.q.n, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.NH / a.NKV);
     const int i0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = i0 + warp * 16;
     const size_t head = (size_t)b * a.NH + h;
@@ -150,13 +150,14 @@ attention_mma_forward_kernel(float *out, float *lse, const float *q, const float
     const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
 
     uint32_t qf[HS / 16][4];
-    a_frags_global<Ops, HS>(qf, q + head * T * HS, HS, r0, T, g, t);
+    a_frags_global<Ops, HS>(qf, q + head * Tq * HS, HS, r0, Tq, g, t);
     float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    const int row[2] = {r0 + g, r0 + g + 8}, kend = min(i0 + MMA_ROWS, T);
+    const int row[2] = {r0 + g, r0 + g + 8}, pos[2] = {query_pos(a.q, row[0]), query_pos(a.q, row[1])};
+    const int kend = query_pos(a.q, min(i0 + MMA_ROWS, Tq) - 1) + 1;  // keys seen by the tile's last row, plus one
 
-    for (int j0 = first_key_tile64(i0, a.window); j0 < kend; j0 += MMA_COLS) {
+    for (int j0 = first_key_tile64(query_pos(a.q, i0), a.window); j0 < kend; j0 += MMA_COLS) {
         __syncthreads();  // the previous tile is consumed
         load_tile<Ops, HS>(Ks, kh, HS, j0, T);
         load_tile<Ops, HS>(Vs, vh, HS, j0, T);
@@ -172,14 +173,14 @@ attention_mma_forward_kernel(float *out, float *lse, const float *q, const float
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     int j = j0 + n * 8 + 2 * t + c;
-                    float x = row[hr] < T && sees(row[hr], j, a.window)
-                                  ? s[n][2 * hr + c] * sl2 + slope2 * (float)(j - row[hr])
+                    float x = row[hr] < Tq && sees(pos[hr], j, a.window)
+                                  ? s[n][2 * hr + c] * sl2 + slope2 * (float)(j - pos[hr])
                                   : -INFINITY;
                     s[n][2 * hr + c] = x;
                     mx = fmaxf(mx, x);
                 }
             float m_new = fmaxf(m[hr], quad_max(mx));
-            // Nothing visible to this row yet (before its window, or a row past T): no weight.
+            // Nothing visible to this row yet (before its window, or a row past Tq): no weight.
             alpha[hr] = m_new == -INFINITY ? 1.0f : exp2f(m[hr] - m_new);
             float rs = 0.0f;
 #pragma unroll
@@ -205,19 +206,19 @@ attention_mma_forward_kernel(float *out, float *lse, const float *q, const float
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float sum = quad_sum(l[hr]);
-        if (row[hr] >= T) continue;
+        if (row[hr] >= Tq) continue;
         float inv = 1.0f / sum;
-        float *orow = out + (((size_t)b * T + row[hr]) * a.NH + h) * HS;
+        float *orow = out + (((size_t)b * Tq + row[hr]) * a.NH + h) * HS;
 #pragma unroll
         for (int n = 0; n < HS / 8; n++)
             *reinterpret_cast<float2 *>(orow + n * 8 + 2 * t) = make_float2(o[n][2 * hr] * inv, o[n][2 * hr + 1] * inv);
-        if (t == 0) lse[head * T + row[hr]] = m[hr] * LN2 + logf(sum);
+        if (t == 0) lse[head * Tq + row[hr]] = m[hr] * LN2 + logf(sum);
     }
 }
 
 // ---- backward: dq ---------------------------------------------------------------------------------
 
-// dq (B, NH, T, HS) overwritten; D (B, NH, T) = dout . out (fp32, unrounded). Grid as the forward's.
+// dq (B, NH, Tq, HS) overwritten; D (B, NH, Tq) = dout . out (fp32, unrounded). Grid as the forward's.
 template <class Ops, int HS>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
 attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, const float *k, const float *v,
@@ -225,38 +226,38 @@ attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, 
     typedef typename Ops::elem E;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     E *Ks = reinterpret_cast<E *>(smem_raw), *Vs = Ks + MMA_COLS * tile_dims<HS>::pitch;
-    const int T = a.T, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int T = a.T, Tq = a.q.n, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.NH / a.NKV);
     const int i0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = i0 + warp * 16;
     const size_t head = (size_t)b * a.NH + h, ostride = (size_t)a.NH * HS;
     const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
     const float *kh = k + ((size_t)b * a.NKV + kvh) * T * HS, *vh = v + ((size_t)b * a.NKV + kvh) * T * HS;
-    const float *dout_h = dout + ((size_t)b * T * a.NH + h) * HS, *out_h = out + ((size_t)b * T * a.NH + h) * HS;
+    const float *dout_h = dout + ((size_t)b * Tq * a.NH + h) * HS, *out_h = out + ((size_t)b * Tq * a.NH + h) * HS;
     const float sl2 = a.scale * LOG2E, slope2 = slope2_of(a, h);
-    const int row[2] = {r0 + g, r0 + g + 8};
+    const int row[2] = {r0 + g, r0 + g + 8}, pos[2] = {query_pos(a.q, row[0]), query_pos(a.q, row[1])};
 
     // D and the log-sum-exp (in base-2 units of the scaled score) of the thread's two rows.
     float Dr[2], L[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float sum = 0.0f;
-        if (row[hr] < T) {
+        if (row[hr] < Tq) {
             const float *x = dout_h + (size_t)row[hr] * ostride, *y = out_h + (size_t)row[hr] * ostride;
             for (int d = t; d < HS; d += 4) sum += x[d] * y[d];
         }
         Dr[hr] = quad_sum(sum);
-        L[hr] = row[hr] < T ? lse[head * T + row[hr]] * LOG2E : 0.0f;
-        if (row[hr] < T && t == 0) D[head * T + row[hr]] = Dr[hr];
+        L[hr] = row[hr] < Tq ? lse[head * Tq + row[hr]] * LOG2E : 0.0f;
+        if (row[hr] < Tq && t == 0) D[head * Tq + row[hr]] = Dr[hr];
     }
     uint32_t qf[HS / 16][4], df[HS / 16][4];
-    a_frags_global<Ops, HS>(qf, q + head * T * HS, HS, r0, T, g, t);
-    a_frags_global<Ops, HS>(df, dout_h, ostride, r0, T, g, t);
+    a_frags_global<Ops, HS>(qf, q + head * Tq * HS, HS, r0, Tq, g, t);
+    a_frags_global<Ops, HS>(df, dout_h, ostride, r0, Tq, g, t);
     float acc[HS / 8][4];
 #pragma unroll
     for (int n = 0; n < HS / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    const int kend = min(i0 + MMA_ROWS, T);
+    const int kend = query_pos(a.q, min(i0 + MMA_ROWS, Tq) - 1) + 1;
 
-    for (int j0 = first_key_tile64(i0, a.window); j0 < kend; j0 += MMA_COLS) {
+    for (int j0 = first_key_tile64(query_pos(a.q, i0), a.window); j0 < kend; j0 += MMA_COLS) {
         __syncthreads();
         load_tile<Ops, HS>(Ks, kh, HS, j0, T);
         load_tile<Ops, HS>(Vs, vh, HS, j0, T);
@@ -270,8 +271,8 @@ attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, 
             for (int e = 0; e < 4; e++) {
                 int hr = e >> 1, j = j0 + n * 8 + 2 * t + (e & 1);
                 float ds = 0.0f;
-                if (row[hr] < T && sees(row[hr], j, a.window)) {
-                    float p = exp2f(s[n][e] * sl2 + slope2 * (float)(j - row[hr]) - L[hr]), d = dp[n][e];
+                if (row[hr] < Tq && sees(pos[hr], j, a.window)) {
+                    float p = exp2f(s[n][e] * sl2 + slope2 * (float)(j - pos[hr]) - L[hr]), d = dp[n][e];
                     if (a.dropout > 0.0f) d *= keep_factor(a.dropout, a.keep_scale, a.seed, drow + row[hr], T, j);
                     ds = p * (d - Dr[hr]) * a.scale;
                 }
@@ -281,8 +282,8 @@ attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, 
     }
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        if (row[hr] >= T) continue;
-        float *dst = dq + (head * T + row[hr]) * HS;
+        if (row[hr] >= Tq) continue;
+        float *dst = dq + (head * Tq + row[hr]) * HS;
 #pragma unroll
         for (int n = 0; n < HS / 8; n++)
             *reinterpret_cast<float2 *>(dst + n * 8 + 2 * t) = make_float2(acc[n][2 * hr], acc[n][2 * hr + 1]);
@@ -292,7 +293,8 @@ attention_mma_dq_kernel(float *dq, float *D, const float *dout, const float *q, 
 // ---- backward: dk, dv -----------------------------------------------------------------------------
 
 // dk, dv (B, NKV, T, HS) overwritten. Grid (key tiles, NKV, B): warp w owns keys j0 + 16 w.. and sums
-// over the query heads of its group and the query tiles that see them, in transposed form:
+// over the query heads of its group and the query tiles that see them (q, dout, lse and D with Tq
+// rows), in transposed form:
 // S^T = k q^T, dP^T = v dout^T, dv += (P^T * K) dout, dk += dS^T q.
 template <class Ops, int HS>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
@@ -303,7 +305,7 @@ attention_mma_dkv_kernel(float *dk, float *dv, const float *dout, const float *q
     extern __shared__ __align__(16) unsigned char smem_raw[];
     E *Ks = reinterpret_cast<E *>(smem_raw), *Vs = Ks + MMA_ROWS * P, *Qs = Vs + MMA_ROWS * P, *Os = Qs + MMA_COLS * P;
     float *Ls = reinterpret_cast<float *>(Os + MMA_COLS * P), *Ds = Ls + MMA_COLS;
-    const int T = a.T, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int T = a.T, Tq = a.q.n, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int b = blockIdx.z, kvh = blockIdx.y, group = a.NH / a.NKV;
     const int j0 = blockIdx.x * MMA_ROWS, r0 = warp * 16;  // r0: the warp's rows in Ks, Vs
     const size_t kv = ((size_t)b * a.NKV + kvh) * T * HS, ostride = (size_t)a.NH * HS;
@@ -317,21 +319,21 @@ attention_mma_dkv_kernel(float *dk, float *dv, const float *dout, const float *q
     for (int n = 0; n < HS / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dka[n][e] = dva[n][e] = 0.0f;
-    // Queries after the window of the tile's last key see none of its keys.
-    const int i_end = a.window > 0 ? min(T, j0 + MMA_ROWS - 1 + a.window) : T;
+    // Queries before the tile's first key, and after the window of its last, see none of its keys.
+    const int i_first = rows_before(a.q, j0), i_end = a.window > 0 ? rows_before(a.q, j0 + MMA_ROWS - 1 + a.window) : Tq;
 
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
         const size_t head = (size_t)b * a.NH + h;
         const unsigned long long drow = dropout_row(a, b, h);  // dropout's counter row of (b, h, 0)
-        const float *dout_h = dout + ((size_t)b * T * a.NH + h) * HS, slope2 = slope2_of(a, h);
-        for (int i0 = j0; i0 < i_end; i0 += MMA_COLS) {
+        const float *dout_h = dout + ((size_t)b * Tq * a.NH + h) * HS, slope2 = slope2_of(a, h);
+        for (int i0 = i_first; i0 < i_end; i0 += MMA_COLS) {
             __syncthreads();  // the previous query tile is consumed (and Ks, Vs written)
-            load_tile<Ops, HS>(Qs, q + head * T * HS, HS, i0, T);
-            load_tile<Ops, HS>(Os, dout_h, ostride, i0, T);
+            load_tile<Ops, HS>(Qs, q + head * Tq * HS, HS, i0, Tq);
+            load_tile<Ops, HS>(Os, dout_h, ostride, i0, Tq);
             if (threadIdx.x < MMA_COLS) {
                 int i = i0 + threadIdx.x;
-                Ls[threadIdx.x] = i < T ? lse[head * T + i] * LOG2E : 0.0f;
-                Ds[threadIdx.x] = i < T ? D[head * T + i] : 0.0f;
+                Ls[threadIdx.x] = i < Tq ? lse[head * Tq + i] * LOG2E : 0.0f;
+                Ds[threadIdx.x] = i < Tq ? D[head * Tq + i] : 0.0f;
             }
             __syncthreads();
             uint32_t kfrag[HS / 16][4], vf[HS / 16][4];
@@ -349,8 +351,9 @@ attention_mma_dkv_kernel(float *dk, float *dv, const float *dout, const float *q
                 for (int e = 0; e < 4; e++) {
                     int c = n * 8 + 2 * t + (e & 1), i = i0 + c, j = key[e >> 1];
                     float pk = 0.0f, ds = 0.0f;
-                    if (i < T && j < T && sees(i, j, a.window)) {
-                        float p = exp2f(st[n][e] * sl2 + slope2 * (float)(j - i) - Ls[c]), kf = 1.0f;
+                    int pos = query_pos(a.q, i);
+                    if (i < Tq && j < T && sees(pos, j, a.window)) {
+                        float p = exp2f(st[n][e] * sl2 + slope2 * (float)(j - pos) - Ls[c]), kf = 1.0f;
                         if (a.dropout > 0.0f) kf = keep_factor(a.dropout, a.keep_scale, a.seed, drow + i, T, j);
                         pk = p * kf;
                         ds = p * (dpt[n][e] * kf - Ds[c]) * a.scale;
@@ -389,7 +392,7 @@ static void forward_hs(float *out, float *lse, const float *q, const float *k, c
                        const mma_shape &a) {
     size_t smem = tiles_bytes<HS>(2, 0);
     allow_smem(attention_mma_forward_kernel<Ops, HS>, smem);
-    dim3 grid((a.T + MMA_ROWS - 1) / MMA_ROWS, a.NH, B);
+    dim3 grid((a.q.n + MMA_ROWS - 1) / MMA_ROWS, a.NH, B);
     attention_mma_forward_kernel<Ops, HS><<<grid, MMA_WARPS * 32, smem, neox_cuda_current_stream()>>>(out, lse, q, k, v,
                                                                                                       a);
     CUDA_LAUNCHED();
@@ -399,15 +402,15 @@ template <class Ops, int HS>
 static void backward_hs(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                         const float *v, const float *out, const float *lse, int B, const mma_shape &a) {
     cudaStream_t st = neox_cuda_current_stream();
-    float *D = (float *)neox_cuda_scratch((size_t)B * a.NH * a.T * sizeof(float));
+    float *D = (float *)neox_cuda_scratch((size_t)B * a.NH * a.q.n * sizeof(float));
     size_t smem_q = tiles_bytes<HS>(2, 0), smem_kv = tiles_bytes<HS>(4, 2 * MMA_COLS);
     allow_smem(attention_mma_dq_kernel<Ops, HS>, smem_q);
     allow_smem(attention_mma_dkv_kernel<Ops, HS>, smem_kv);
-    int tiles = (a.T + MMA_ROWS - 1) / MMA_ROWS;
+    int tiles = (a.q.n + MMA_ROWS - 1) / MMA_ROWS, key_tiles = (a.T + MMA_ROWS - 1) / MMA_ROWS;
     attention_mma_dq_kernel<Ops, HS><<<dim3(tiles, a.NH, B), MMA_WARPS * 32, smem_q, st>>>(dq, D, dout, q, k, v, out,
                                                                                            lse, a);
     CUDA_LAUNCHED();
-    attention_mma_dkv_kernel<Ops, HS><<<dim3(tiles, a.NKV, B), MMA_WARPS * 32, smem_kv, st>>>(dk, dv, dout, q, k, v,
+    attention_mma_dkv_kernel<Ops, HS><<<dim3(key_tiles, a.NKV, B), MMA_WARPS * 32, smem_kv, st>>>(dk, dv, dout, q, k, v,
                                                                                               lse, D, a);
     CUDA_LAUNCHED();
 }

@@ -71,7 +71,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 struct mma_shape {
-    int T, NH, NKV, window;
+    int T, NH, NKV, window;  // T: key rows per kv head
+    att_queries q;           // the query rows per head and their positions
     float scale, dropout, keep_scale;
     unsigned long long seed, drop_row0;  // dropout: the counter's first row and heads (kernels.h)
     const unsigned long long *drop_row0_at;  // NULL, or a row on the device added to drop_row0 (a replayed step's)
@@ -91,6 +92,7 @@ __device__ __forceinline__ float slope2_of(const mma_shape &a, int h) { return a
 static inline mma_shape make_shape(int T, int NH, int NKV, const neox_attention_opts &o) {
     mma_shape a;
     a.T = T, a.NH = NH, a.NKV = NKV, a.window = o.window;
+    a.q = att_queries_of(o, T);
     a.scale = o.scale, a.dropout = o.dropout, a.seed = o.seed, a.alibi = o.alibi;
     a.drop_row0 = o.dropout_row0, a.drop_head0 = o.dropout_head0, a.drop_heads = o.dropout_heads;
     a.drop_row0_at = o.dropout_row0_at;

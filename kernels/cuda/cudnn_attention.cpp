@@ -90,11 +90,16 @@ enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DOUT, UID_DQ, UI
 
 std::string g_version;
 
-std::vector<int64_t> dims(const neox_cudnn_sdpa *s, int heads) { return {s->B, heads, s->T, s->HS}; }
+int query_rows(const neox_cudnn_sdpa *s) { return s->Tq > 0 ? s->Tq : s->T; }
+bool bottom_right(const neox_cudnn_sdpa *s) { return s->Tq > 0 && s->Tq != s->T; }
+// q, out and their gradients (B, H, Tq, HS); k, v and theirs (B, Hkv, T, HS).
+std::vector<int64_t> q_dims(const neox_cudnn_sdpa *s) { return {s->B, s->H, query_rows(s), s->HS}; }
+std::vector<int64_t> kv_dims(const neox_cudnn_sdpa *s) { return {s->B, s->Hkv, s->T, s->HS}; }
 std::vector<int64_t> strides(const int64_t st[4]) { return {st[0], st[1], st[2], st[3]}; }
-std::vector<int64_t> stats_dims(const neox_cudnn_sdpa *s) { return {s->B, s->H, s->T, 1}; }
-// Stats (B, H, T, 1) dense: the same memory as the own kernels' lse (B, H, T).
-std::vector<int64_t> stats_strides(const neox_cudnn_sdpa *s) { return {(int64_t)s->H * s->T, s->T, 1, 1}; }
+std::vector<int64_t> stats_dims(const neox_cudnn_sdpa *s) { return {s->B, s->H, query_rows(s), 1}; }
+// Stats (B, H, Tq, 1) dense: the same memory as the own kernels' lse (B, H, Tq). (Dense, not strided:
+// cuDNN before 9.26 takes only a packed stats input in backward.)
+std::vector<int64_t> stats_strides(const neox_cudnn_sdpa *s) { return {(int64_t)s->H * query_rows(s), query_rows(s), 1, 1}; }
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &g, const char *name, int64_t uid,
                                                     std::vector<int64_t> d, std::vector<int64_t> st) {
@@ -107,10 +112,12 @@ void output(const std::shared_ptr<fe::graph::Tensor_attributes> &t, int64_t uid,
 }
 
 // The masks, the same in both directions: causal is the diagonal band's right bound 0 from the top
-// left corner; a window of w keeps key j for query i when j + w > i (the frontend's left bound, in
-// the own kernels' sense: keys i - w + 1 .. i).
+// left corner (from the bottom-right one when the queries are the last Tq of T positions); a window
+// of w keeps key j for query i when j + w > i (the frontend's left bound, in the own kernels' sense:
+// keys i - w + 1 .. i, i the query's position on that diagonal).
 template <typename Attrs> void set_masks(Attrs &a, const neox_cudnn_sdpa *s) {
-    if (s->causal) a.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+    fe::DiagonalAlignment_t corner = bottom_right(s) ? fe::DiagonalAlignment_t::BOTTOM_RIGHT : fe::DiagonalAlignment_t::TOP_LEFT;
+    if (s->causal) a.set_diagonal_alignment(corner).set_diagonal_band_right_bound(0);
     if (s->window > 0) a.set_diagonal_band_left_bound(s->window);
 }
 
@@ -125,16 +132,16 @@ std::shared_ptr<fe::graph::Graph> new_graph(int sm) {
     return g;
 }
 
-// out, stats = attention(q, k, v): q (B, H, T, HS), k, v (B, Hkv, T, HS), out like q.
+// out, stats = attention(q, k, v): q (B, H, Tq, HS), k, v (B, Hkv, T, HS), out like q.
 std::shared_ptr<fe::graph::Graph> forward_graph(const neox_cudnn_sdpa *s, int sm) {
     auto g = new_graph(sm);
-    auto q = input(*g, "q", UID_Q, dims(s, s->H), strides(s->q_stride));
-    auto k = input(*g, "k", UID_K, dims(s, s->Hkv), strides(s->k_stride));
-    auto v = input(*g, "v", UID_V, dims(s, s->Hkv), strides(s->v_stride));
+    auto q = input(*g, "q", UID_Q, q_dims(s), strides(s->q_stride));
+    auto k = input(*g, "k", UID_K, kv_dims(s), strides(s->k_stride));
+    auto v = input(*g, "v", UID_V, kv_dims(s), strides(s->v_stride));
     auto attrs = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(true).set_attn_scale(s->scale);
     set_masks(attrs, s);
     auto [o, stats] = g->sdpa(q, k, v, attrs);
-    output(o, UID_O, dims(s, s->H), strides(s->o_stride));
+    output(o, UID_O, q_dims(s), strides(s->o_stride));
     output(stats, UID_STATS, stats_dims(s), stats_strides(s));
     stats->set_data_type(fe::DataType_t::FLOAT);
     return g;
@@ -143,11 +150,11 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const neox_cudnn_sdpa *s, int sm
 // dq, dk, dv from dout, q, k, v, out and stats; deterministic (no atomics across key tiles).
 std::shared_ptr<fe::graph::Graph> backward_graph(const neox_cudnn_sdpa *s, int sm) {
     auto g = new_graph(sm);
-    auto q = input(*g, "q", UID_Q, dims(s, s->H), strides(s->q_stride));
-    auto k = input(*g, "k", UID_K, dims(s, s->Hkv), strides(s->k_stride));
-    auto v = input(*g, "v", UID_V, dims(s, s->Hkv), strides(s->v_stride));
-    auto o = input(*g, "o", UID_O, dims(s, s->H), strides(s->o_stride));
-    auto dout = input(*g, "dout", UID_DOUT, dims(s, s->H), strides(s->o_stride));
+    auto q = input(*g, "q", UID_Q, q_dims(s), strides(s->q_stride));
+    auto k = input(*g, "k", UID_K, kv_dims(s), strides(s->k_stride));
+    auto v = input(*g, "v", UID_V, kv_dims(s), strides(s->v_stride));
+    auto o = input(*g, "o", UID_O, q_dims(s), strides(s->o_stride));
+    auto dout = input(*g, "dout", UID_DOUT, q_dims(s), strides(s->o_stride));
     auto stats = input(*g, "stats", UID_STATS, stats_dims(s), stats_strides(s));
     stats->set_data_type(fe::DataType_t::FLOAT);
     auto attrs = fe::graph::SDPA_backward_attributes()
@@ -156,9 +163,9 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const neox_cudnn_sdpa *s, int s
                      .set_deterministic_algorithm(true);
     set_masks(attrs, s);
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, attrs);
-    output(dq, UID_DQ, dims(s, s->H), strides(s->q_stride));
-    output(dk, UID_DK, dims(s, s->Hkv), strides(s->k_stride));
-    output(dv, UID_DV, dims(s, s->Hkv), strides(s->v_stride));
+    output(dq, UID_DQ, q_dims(s), strides(s->q_stride));
+    output(dk, UID_DK, kv_dims(s), strides(s->k_stride));
+    output(dv, UID_DV, kv_dims(s), strides(s->v_stride));
     return g;
 }
 
@@ -167,6 +174,8 @@ const char *shape_problem(const neox_cudnn_sdpa *s) {
     if (s->B <= 0 || s->H <= 0 || s->Hkv <= 0 || s->T <= 0 || s->HS <= 0) return "empty shape";
     if (s->H % s->Hkv) return "query heads not a multiple of key/value heads";
     if (s->window > 0 && !s->causal) return "a sliding window needs the causal mask";
+    if (s->Tq < 0 || s->Tq > s->T) return "more query rows than keys";
+    if (bottom_right(s) && !s->causal) return "queries at the last positions need the causal mask";
     return nullptr;
 }
 
@@ -206,7 +215,7 @@ std::map<std::vector<int64_t>, plans> g_cache;
 std::vector<int64_t> cache_key(const neox_cudnn_sdpa *s) {
     uint32_t scale_bits;
     memcpy(&scale_bits, &s->scale, sizeof scale_bits);
-    std::vector<int64_t> key = {s->B, s->H, s->Hkv, s->T, s->HS, s->causal, s->window, scale_bits};
+    std::vector<int64_t> key = {s->B, s->H, s->Hkv, s->T, s->HS, s->causal, s->window, scale_bits, s->Tq};
     for (const int64_t *st : {s->q_stride, s->k_stride, s->v_stride, s->o_stride}) key.insert(key.end(), st, st + 4);
     return key;
 }

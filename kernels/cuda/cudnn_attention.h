@@ -21,6 +21,10 @@ extern "C" {
 typedef struct neox_cudnn_sdpa {
     int B, H, Hkv, T, HS;  // batch, query heads, key/value heads (H % Hkv == 0), sequence, head size
     int causal;            // query i sees keys j <= i
+    // Tq > 0: the call's Tq queries are the last Tq positions of the T keys' (query r at T - Tq + r:
+    // the causal diagonal and the window aligned to the bottom-right corner), e.g. one chunk of a
+    // context-parallel rank's queries over the keys up to its end; 0: T queries at the keys' positions.
+    int Tq;
     int window;            // > 0: only keys i - window + 1 .. i (with causal); 0: no window
     float scale;           // on q . k
     int64_t q_stride[4], k_stride[4], v_stride[4], o_stride[4];  // (B, heads, T, HS) strides in elements;
@@ -55,7 +59,7 @@ int neox_cudnn_sdpa_validate(const neox_cudnn_sdpa *s, int sm_version, char *why
 // refuses costs one attempt. *fwd_ws, *bwd_ws: the workspace bytes each needs.
 int neox_cudnn_sdpa_prepare(const neox_cudnn_sdpa *s, size_t *fwd_ws, size_t *bwd_ws, char *why, size_t whylen);
 
-// out, stats (B, H, T) fp32 = attention(q, k, v), queued on stream (a cudaStream_t). Pointers are
+// out, stats (B, H, Tq) fp32, dense = attention(q, k, v), queued on stream (a cudaStream_t). Pointers are
 // device pointers to bf16 (uint16_t bit patterns) addressed through s's strides; workspace holds at
 // least prepare's *fwd_ws bytes. Requires a successful prepare of s. Returns 0 when cuDNN refused to
 // run (the reason in why).

@@ -61,6 +61,34 @@ static int merge_file(neox_config *cfg, const neox_value *tree, const char *path
     return 0;
 }
 
+// A key typed as a number given a plain exponent without a '.' or a sign (1e-06: YAML 1.1, so PyYAML
+// and GPT-NeoX, read it as a string, on which GPT-NeoX's type check then fails) takes it as the number
+// YAML 1.2 and JSON read; a key of any other type keeps the string (docs/config.md, "Numbers written
+// with an exponent"). Sub-keys by their dotted path, through dicts at any depth.
+static void take_number_text(neox_value *v, const neox_key_spec *k) {
+    if (!k || k->type != NEOX_TYPE_FLOAT || v->kind != NEOX_VALUE_STRING || !v->number_text) return;
+    free(v->string);
+    v->string = NULL;
+    v->kind = NEOX_VALUE_FLOAT;
+}
+
+static void take_number_texts(neox_value *map, const char *path) {
+    for (int i = 0; map->kind == NEOX_VALUE_MAP && i < map->count; i++) {
+        char full[512];
+        const neox_key_spec *k = NULL;
+        if (path) {
+            snprintf(full, sizeof full, "%s.%s", path, map->keys[i]);
+            k = neox_subkey_find(full);
+        } else {
+            int id = neox_key_index(map->keys[i]);
+            k = id >= 0 ? &neox_key_specs[id] : NULL;
+            snprintf(full, sizeof full, "%s", k ? k->name : map->keys[i]);
+        }
+        take_number_text(map->items[i], k);
+        take_number_texts(map->items[i], full);
+    }
+}
+
 static int read_files(neox_config *cfg, const char *const *paths, int npaths, neox_error *err) {
     for (int i = 0; i < npaths; i++) {
         cfg->paths[i] = neox_strdup(paths[i]);
@@ -71,6 +99,7 @@ static int read_files(neox_config *cfg, const char *const *paths, int npaths, ne
         cfg->trees[i] = neox_yaml_parse(text, size, cfg->paths[i], err);
         free(text);
         if (!cfg->trees[i]) return -1;
+        take_number_texts(cfg->trees[i], NULL);
         if (merge_file(cfg, cfg->trees[i], cfg->paths[i], err) < 0) return -1;
     }
     return 0;

@@ -59,7 +59,7 @@ static const char *list_text(const char *list, char *buf, size_t size) {
     return buf;
 }
 
-// A string that C would read as a number but YAML 1.1 does not (1e-5, 1.0e5): worth a hint.
+// A string that C would read as a number (a quoted "1e-5", "0.1"): worth a hint.
 static int looks_numeric(const char *s) {
     char *end;
     strtod(s, &end);
@@ -87,9 +87,13 @@ static int check_type(const neox_key_spec *k, const neox_value *v, neox_error *e
     static const char *const wanted[] = {"true or false", "an integer", "a number", "a string", "a string",
                                          "a list", "a mapping", "a value"};
     neox_value_format(v, text, sizeof text);
+    // (a plain 1e-06 reaches here only for an integer key: a number key has taken it as the number)
+    if (v->kind == NEOX_VALUE_STRING && k->type == NEOX_TYPE_INT && v->number_text)
+        return key_fail(err, k, v, "expected an integer, got '%s' (a number with an exponent, which YAML 1.1 reads as "
+                        "a string and GPT-NeoX's integer keys refuse: write the integer's digits)", v->string);
     if (v->kind == NEOX_VALUE_STRING && (k->type == NEOX_TYPE_FLOAT || k->type == NEOX_TYPE_INT) && looks_numeric(v->string))
-        return key_fail(err, k, v, "expected %s, got the string '%s' (YAML 1.1 reads a number with an exponent only "
-                        "with a '.' and a signed exponent, e.g. 1.0e-5)", wanted[k->type], v->string);
+        return key_fail(err, k, v, "expected %s, got the string '%s' (quoted, or not a number YAML reads: write the "
+                        "number without quotes)", wanted[k->type], v->string);
     return key_fail(err, k, v, "expected %s, got %s (%s)", wanted[k->type], kind_name(v->kind), text);
 }
 

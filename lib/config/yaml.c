@@ -22,14 +22,19 @@ static const char *const FLOAT_RE =
     "^([-+]?[0-9][0-9_]*\\.[0-9_]*([eE][-+][0-9]+)?|\\.[0-9][0-9_]*([eE][-+][0-9]+)?"
     "|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\\.[0-9_]*|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN))$";
 
+// A number YAML 1.2's core schema (and JSON, and strtod) reads that the YAML 1.1 patterns above do not:
+// an exponent without a '.' in the mantissa or without a sign.
+static const char *const YAML12_FLOAT_RE = "^[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)$";
+
 typedef struct resolver {
-    regex_t is_bool, is_null, is_int, is_float;
+    regex_t is_bool, is_null, is_int, is_float, is_yaml12_float;
 } resolver;
 
 static void resolver_init(resolver *r) {
     // The patterns are constants known to compile; a failure here is a broken build, not bad input.
     if (regcomp(&r->is_bool, BOOL_RE, REG_EXTENDED | REG_NOSUB) || regcomp(&r->is_null, NULL_RE, REG_EXTENDED | REG_NOSUB) ||
-        regcomp(&r->is_int, INT_RE, REG_EXTENDED | REG_NOSUB) || regcomp(&r->is_float, FLOAT_RE, REG_EXTENDED | REG_NOSUB))
+        regcomp(&r->is_int, INT_RE, REG_EXTENDED | REG_NOSUB) || regcomp(&r->is_float, FLOAT_RE, REG_EXTENDED | REG_NOSUB) ||
+        regcomp(&r->is_yaml12_float, YAML12_FLOAT_RE, REG_EXTENDED | REG_NOSUB))
         neox_bug("cannot compile the YAML 1.1 scalar patterns");
 }
 
@@ -128,6 +133,7 @@ static int resolve_scalar(neox_value *v, const resolver *r, const yaml_event_t *
     } else {
         v->kind = NEOX_VALUE_STRING;
         v->string = neox_strndup(text, ev->data.scalar.length);
+        if (matches(&r->is_yaml12_float, text)) v->number_text = 1, v->number = strtod(text, NULL);
     }
     return 0;
 }

@@ -7,9 +7,10 @@
 // row-parallel ones; GPT-NeoX's fused QKV is already Hugging Face's per-head interleaving), every
 // ZeRO stage 1/2 partition placed by DeepSpeed's own param_slice_mappings. A Llama-style run (GPT-NeoX's
 // llama configs) has its fused QKV split per head into q_proj, k_proj, v_proj and its gated MLP's
-// linear1 into up_proj and gate_proj. What neox.c cannot hold (ZeRO-3, an optimizer other than Adam,
-// grouped-query attention's QKV, a parameter it has no place for) is refused by name before anything
-// is written. See docs/convert.md, "From a GPT-NeoX run".
+// linear1 into up_proj and gate_proj (under grouped-query attention its QKV is [q | k | v] per
+// tensor-parallel shard). A pipeline's tied embedding is read from the first stage, the last stage's
+// copy checked equal to it. What neox.c cannot hold (ZeRO-3, an optimizer other than Adam, a parameter
+// it has no place for) is refused by name before anything is written. See docs/convert.md, "From a GPT-NeoX run".
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,8 @@ typedef struct {
 } shard_ref;
 
 // How a tensor GPT-NeoX stores holds neox.c's parameters: as one, or (a Llama-style model) as its
-// fused QKV, interleaved per head ([q k v] of head 0, then of head 1, ...: q_proj, k_proj, v_proj),
+// fused QKV, interleaved per head ([q k v] of head 0, then of head 1, ...: q_proj, k_proj, v_proj;
+// with grouped-query attention [q | k | v] of each tensor-parallel shard's heads),
 // or the gated MLP's linear1, whose every tensor-parallel shard is [up | gate] of its rows (GPT-NeoX's
 // Gated_Activation chunks the shard's output in two: x, then gate).
 typedef enum { HOLDS_ONE, HOLDS_QKV, HOLDS_UP_GATE } neox_holds;
@@ -52,6 +54,12 @@ typedef struct {
     int nlayer_files;
     float **opt[3];              // master, exp_avg, exp_avg_sq: [param * tp + rank], NULL without ZeRO files
     int64_t optimizer_steps;
+    // A tied embedding's copy in a later pipeline stage's optimizer (GPT-NeoX's TiedLayerSpec "embed":
+    // DeepSpeed keeps one in each end stage's ZeRO groups): master, exp_avg, exp_avg_sq of one
+    // tensor-parallel rank, and how much of it the stage's partitions have filled.
+    float *tied_copy[3];
+    int64_t tied_filled;
+    int tied_tensor;  // the embedding's index in tensors
     int dynamic_scaler;          // DeepSpeed's DynamicLossScaler, with its state:
     double scale;
     int64_t scaler_iter, last_overflow, hysteresis;
@@ -219,9 +227,28 @@ static int read_scaler(importer *im, neox_pt_file *f, const neox_pt_value *ls, n
     return 0;
 }
 
-// One ZeRO partition file: each parameter fragment (DeepSpeed's param_slice_mappings) copied into
-// its rank's shard of master weights and moments; filled[] counts what each shard has received.
-static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled, neox_error *err) {
+// A param_slice_mappings name -> GPT-NeoX's layer and part. A pipeline run's tied embedding is named
+// by its TiedLayerSpec key (tied_modules.embed.word_embeddings.weight): layer 0's embedding.
+static int fragment_name(const importer *im, const char *path, const neox_pt_value *key, int *layer, const char **part,
+                         neox_error *err) {
+    const char *tied = "tied_modules.embed.";
+    if (key->kind == NEOX_PT_STR && !strncmp(key->str, tied, strlen(tied))) {
+        if (!im->tied)
+            return neox_fail(err, NEOX_EXIT_USAGE, "%s: '%s': a tied embedding (GPT-NeoX's TiedLayerSpec), but the "
+                             "configs say no_weight_tying: true", path, key->str);
+        *layer = 0, *part = key->str + strlen(tied);
+        return 0;
+    }
+    if (key->kind != NEOX_PT_STR || neox_source_split_name(key->str, layer, part) != 0)
+        return neox_fail(err, NEOX_EXIT_FAILURE, "%s: param_slice_mappings names '%s'", path,
+                         key->kind == NEOX_PT_STR ? key->str : "?");
+    return 0;
+}
+
+// One ZeRO partition file of pipeline stage `stage`: each parameter fragment (DeepSpeed's
+// param_slice_mappings) copied into its rank's shard of master weights and moments; filled[] counts
+// what each shard has received. A later stage's copy of the tied embedding goes to im->tied_copy.
+static int read_partition(importer *im, int pipe_stage, int r, neox_pt_file *f, int64_t *filled, neox_error *err) {
     const char *path = neox_pt_path(f);
     const neox_pt_value *osd = neox_pt_get(neox_pt_root(f), "optimizer_state_dict");
     int64_t stage = 0;
@@ -269,16 +296,7 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
             const char *part;
             char hf[128];
             int64_t start, numel;
-            if (map->keys[k]->kind == NEOX_PT_STR && !strncmp(map->keys[k]->str, "tied_modules.", 13)) {
-                rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: '%s': a pipeline run with tied embeddings (GPT-NeoX's "
-                               "TiedLayerSpec, a copy on each end stage) is not read", path, map->keys[k]->str);
-                break;
-            }
-            if (map->keys[k]->kind != NEOX_PT_STR || neox_source_split_name(map->keys[k]->str, &layer, &part) != 0) {
-                rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: param_slice_mappings names '%s'", path,
-                               map->keys[k]->kind == NEOX_PT_STR ? map->keys[k]->str : "?");
-                break;
-            }
+            if ((rc = fragment_name(im, path, map->keys[k], &layer, &part, err)) != 0) break;
             int named = neox_source_hf_name(&im->desc, layer, part, hf, sizeof hf, err);
             if (named == NEOX_SRC_SKIP) continue;
             if (named != 0 || (i = tensor_index(im, hf)) < 0) {
@@ -288,12 +306,15 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
             }
             rc = neox_pt_integer(f, neox_pt_get(map->items[k], "start"), "fragment start", &start, err);
             if (rc == 0) rc = neox_pt_integer(f, neox_pt_get(map->items[k], "numel"), "fragment numel", &numel, err);
-            int64_t shard = neox_pt_numel(im->weights[i * im->src.tp + r].t), *got = &filled[i * im->src.tp + r];
+            int later_copy = pipe_stage > 0 && layer == 0;  // (the tied embedding, its owner being stage 0)
+            int64_t shard = neox_pt_numel(im->weights[i * im->src.tp + r].t);
+            int64_t *got = later_copy ? &im->tied_filled : &filled[i * im->src.tp + r];
+            if (later_copy) im->tied_tensor = i;
             if (rc == 0 && (start < 0 || numel < 0 || start > n - numel || *got > shard - numel))
                 rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: the fragment of %s [%lld, +%lld) lies outside its partition or "
                                "its tensor", path, map->keys[k]->str, (long long)start, (long long)numel);
             for (int s = 0; rc == 0 && s < 3; s++) {
-                float **dst = &im->opt[s][i * im->src.tp + r];
+                float **dst = later_copy ? &im->tied_copy[s] : &im->opt[s][i * im->src.tp + r];
                 if (!*dst) *dst = neox_calloc((size_t)shard + 1, sizeof **dst);
                 memcpy(*dst + *got, buf[s] + start, (size_t)numel * sizeof **dst);
             }
@@ -303,6 +324,29 @@ static int read_partition(importer *im, int r, neox_pt_file *f, int64_t *filled,
         if (rc != 0) return -1;
     }
     return 0;
+}
+
+// After a later stage's partitions of tensor-parallel rank r: its copy of the tied embedding must be
+// stage 0's, whole, in master weights and both moments (DeepSpeed all-reduces the tied gradients over
+// the end stages, so their Adam updates agree; stage 0's is the copy its load_checkpoint broadcasts).
+static int check_tied_copy(importer *im, int stage, int r, neox_error *err) {
+    if (!im->tied_copy[0]) return 0;
+    int i = im->tied_tensor;
+    int64_t n = neox_pt_numel(im->weights[i * im->src.tp + r].t);
+    static const char *const what[3] = {"fp32 master weights", "exp_avg", "exp_avg_sq"};
+    int rc = 0;
+    if (im->tied_filled != n)
+        rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: pipeline stage %d's ZeRO partitions hold %lld of the %lld elements of "
+                       "the tied embedding (tensor-parallel rank %d)", im->src.dir, stage, (long long)im->tied_filled,
+                       (long long)n, r);
+    for (int s = 0; s < 3 && rc == 0; s++)
+        if (memcmp(im->tied_copy[s], im->opt[s][i * im->src.tp + r], (size_t)n * sizeof(float)) != 0)
+            rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: the tied embedding's %s on pipeline stage %d differ from stage 0's "
+                           "(tensor-parallel rank %d): GPT-NeoX's two copies of tied_modules.embed must be equal",
+                           im->src.dir, what[s], stage, r);
+    for (int s = 0; s < 3; s++) free(im->tied_copy[s]), im->tied_copy[s] = NULL;
+    im->tied_filled = 0;
+    return rc;
 }
 
 static int read_optimizer(importer *im, neox_error *err) {
@@ -315,12 +359,14 @@ static int read_optimizer(importer *im, neox_error *err) {
     int64_t *filled = neox_calloc(n, sizeof *filled);
     int rc = 0;
     for (int stage = 0; stage < im->src.pp && rc == 0; stage++)  // (a pipeline's stages: each its own layers)
-        for (int r = 0; r < im->src.tp && rc == 0; r++)
+        for (int r = 0; r < im->src.tp && rc == 0; r++) {
             for (int d = 0; d < im->src.dp && rc == 0; d++) {
                 neox_pt_file *f = neox_source_optim_file(&im->src, d, stage, r, err);
-                rc = f ? read_partition(im, r, f, filled, err) : -1;
+                rc = f ? read_partition(im, stage, r, f, filled, err) : -1;
                 neox_pt_close(f);
             }
+            if (rc == 0) rc = check_tied_copy(im, stage, r, err);
+        }
     for (size_t k = 0; k < n && rc == 0; k++)
         if (filled[k] != neox_pt_numel(im->weights[k].t))
             rc = neox_fail(err, NEOX_EXIT_FAILURE, "%s: ZeRO partitions hold %lld of the %lld elements of %s (rank %zu)",
@@ -353,18 +399,22 @@ static int whole_tensor(importer *im, int s, int i, float *whole, neox_error *er
 }
 
 // A fused tensor (whole, as GPT-NeoX's shards join) -> its neox.c parameters one after another in out.
-// QKV: per head h, rows [q_h; k_h; v_h] -> q_proj (heads' q rows), k_proj, v_proj. linear1: per
-// tensor-parallel shard r, rows [up_r; gate_r] -> up_proj (every shard's up rows), gate_proj.
+// It is row blocks, each holding a slice of every part in turn: QKV per head [q_h; k_h; v_h], or under
+// grouped-query attention per tensor-parallel shard [q_r; k_r; v_r] (neox_source_qkv_blocks);
+// linear1 per shard [up_r; gate_r]. Part k's slice in each block is its rows / blocks.
 static void split_tensor(const importer *im, const source_tensor *t, const float *whole, float *out) {
     int64_t cols = t->whole.ndim == 2 ? t->whole.shape[1] : 1;
-    int64_t blocks = t->holds == HOLDS_QKV ? im->desc.num_heads : im->src.tp;
-    int64_t rows = t->whole.shape[0] / (blocks * t->count);  // one part's rows in one block
-    for (int64_t b = 0; b < blocks; b++)
-        for (int k = 0; k < t->count; k++) {
-            const float *src = whole + (b * t->count + k) * rows * cols;
-            float *dst = out + ((int64_t)k * blocks + b) * rows * cols;
-            memcpy(dst, src, (size_t)(rows * cols) * sizeof *dst);
+    int64_t blocks = t->holds == HOLDS_QKV ? (int64_t)neox_source_qkv_blocks(&im->desc, im->src.tp) * im->src.tp
+                                           : im->src.tp;
+    const float *src = whole;
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t at = 0;  // part k's first row in out
+        for (int k = 0; k < t->count; at += im->params[t->first + k].shape[0], k++) {
+            int64_t rows = im->params[t->first + k].shape[0] / blocks;
+            memcpy(out + (at + b * rows) * cols, src, (size_t)(rows * cols) * sizeof *out);
+            src += rows * cols;
         }
+    }
 }
 
 static int64_t int_or(const neox_pt_value *v, int64_t fallback) { return v && v->kind == NEOX_PT_INT ? v->i : fallback; }
@@ -504,7 +554,7 @@ static int describe_model(importer *im, const char *const *configs, int nconfigs
     if (vocab <= 0) return neox_fail(err, NEOX_EXIT_FAILURE, "%s: no word_embeddings.weight in layer 0", im->src.dir);
     if (neox_model_desc_from_config(&im->desc, im->cfg, vocab, err) != 0) return -1;
     im->llama = im->desc.naming != NEOX_NAMES_GPT_NEOX;
-    if (im->llama && neox_source_check_llama(&im->desc, err) != 0) return -1;
+    if (im->llama && neox_source_check_llama(&im->desc, im->src.tp, err) != 0) return -1;
     if (im->desc.vocab_size != vocab)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: the embedding has %lld rows, the configs pad the vocabulary to %lld",
                          im->src.dir, (long long)vocab, (long long)im->desc.vocab_size);
@@ -519,6 +569,7 @@ static int describe_model(importer *im, const char *const *configs, int nconfigs
 
 static void importer_free(importer *im) {
     for (int s = 0; s < 3; s++) {
+        free(im->tied_copy[s]);
         for (int k = 0; im->opt[s] && k < im->ntensors * im->src.tp; k++) free(im->opt[s][k]);
         free(im->opt[s]);
     }

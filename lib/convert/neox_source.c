@@ -187,18 +187,28 @@ int neox_source_hf_name(const neox_model_desc *d, int layer, const char *part, c
 }
 
 // What a Llama-style model (neox.c's names for norm: rmsnorm, a gated MLP, no biases) may hold to be
-// read from or written to GPT-NeoX's names (from-neox, to-neox): its fused QKV is split or interleaved
-// per head, which grouped-query attention's layout would not fit; a query/key norm and experts have
-// no Llama-style GPT-NeoX names here.
-int neox_source_check_llama(const neox_model_desc *d, neox_error *err) {
-    if (d->num_kv_heads != d->num_heads)
-        return neox_fail(err, NEOX_EXIT_USAGE, "num_kv_heads: %d key/value heads of %d; GPT-NeoX's Llama-style "
-                         "fused QKV is read and written with one key/value head per query head", d->num_kv_heads, d->num_heads);
+// read from or written to GPT-NeoX's names (from-neox, to-neox) at tp tensor-parallel ranks: GPT-NeoX
+// cuts grouped-query attention's key/value heads over the ranks without copying them (its
+// ParallelSelfAttention divides num_kv_heads by the model-parallel size); a query/key norm and experts
+// have no Llama-style GPT-NeoX names here.
+int neox_source_check_llama(const neox_model_desc *d, int tp, neox_error *err) {
+    if (tp > 0 && d->num_kv_heads % tp != 0)
+        return neox_fail(err, NEOX_EXIT_USAGE, "num_kv_heads: %d key/value heads over %d tensor-parallel ranks; GPT-NeoX "
+                         "gives every rank whole key/value heads of its own", d->num_kv_heads, tp);
     if (d->qk_norm)
         return neox_fail(err, NEOX_EXIT_USAGE, "use_qk_layernorm: a Llama-style model's query/key norm has no GPT-NeoX name here");
     if (d->moe_experts > 0)
         return neox_fail(err, NEOX_EXIT_USAGE, "moe_num_experts: a Llama-style model's experts have no GPT-NeoX names here");
     return 0;
+}
+
+// GPT-NeoX's fused QKV on one tensor-parallel rank is `blocks` row blocks, each [q k v]: with one
+// key/value head per query head its heads interleaved ([q k v] of each head, as Hugging Face's
+// GPT-NeoX), with grouped-query attention (num_kv_heads below the heads) one block, [q | k | v] of
+// the rank's heads (ParallelSelfAttention's gqa_project splits the rank's output into the query
+// heads, then the key heads, then the value heads).
+int neox_source_qkv_blocks(const neox_model_desc *d, int tp) {
+    return d->num_kv_heads != d->num_heads ? 1 : d->num_heads / tp;
 }
 
 // "sequential.5.attention.dense.weight", "module.5...." or "5...." -> layer 5, part "attention.dense.weight".

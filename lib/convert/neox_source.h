@@ -28,8 +28,11 @@ neox_pt_file *neox_source_optim_file(const neox_source *s, int dp_rank, int stag
 int neox_source_split_name(const char *name, int *layer, const char **part);
 int neox_source_hf_name(const neox_model_desc *d, int layer, const char *part, char *out, size_t size, neox_error *err);
 int neox_source_tp_dim(const char *hf_name);
-// Whether a Llama-style model has GPT-NeoX names here (one key/value head per query head, no
-// query/key norm, no experts); -1 + err naming the config key that rules it out.
-int neox_source_check_llama(const neox_model_desc *d, neox_error *err);
+// Whether a Llama-style model has GPT-NeoX names here at tp tensor-parallel ranks (key/value heads
+// whole on each rank, no query/key norm, no experts); -1 + err naming the config key that rules it out.
+int neox_source_check_llama(const neox_model_desc *d, int tp, neox_error *err);
+// The [q k v] row blocks of GPT-NeoX's fused QKV on one of tp tensor-parallel ranks (per head, or one
+// block under grouped-query attention).
+int neox_source_qkv_blocks(const neox_model_desc *d, int tp);
 
 #endif

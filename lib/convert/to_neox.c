@@ -4,10 +4,12 @@
 // `global_stepN/mp_rank_YY_model_states.pt` (the module's fp32 state dict under GPT-NeoX's
 // sequential names, the iteration, AnnealingLR's state), `zero_pp_rank_D_mp_rank_YY_optim_states.pt`
 // (ZeRO's fp32 partitions and Adam's moments over GPT-NeoX's two weight-decay groups, partitioned
-// and padded as DeepSpeed's stage 1/2 optimizer does, with param_slice_mappings), and `latest`. Every
+// and padded as DeepSpeed's stage 1/2 optimizer does, with param_slice_mappings), and `latest`; with
+// --pp, per-layer files and per-stage optimizers (a tied embedding as GPT-NeoX's TiedLayerSpec). Every
 // file loads with torch.load(weights_only=True): DeepSpeed's own objects (the loss scaler, the
 // fragment addresses, the ZeRO stage enum) are written as the plain dicts and numbers they hold.
 // See docs/convert.md, "Back to GPT-NeoX".
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +24,17 @@
 #include "torch_pt.h"
 
 // The parts of a transformer layer in the order GPT-NeoX's ParallelTransformerLayer registers them
-// (its parameters' order, which ZeRO's flat groups follow).
-static const char *const layer_order[] = {
-    "input_layernorm.weight", "input_layernorm.bias", "attention.query_key_value.weight",
-    "attention.query_key_value.bias", "attention.dense.weight", "attention.dense.bias",
-    "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight",
-    "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias",
+// (its parameters' order, which ZeRO's flat groups follow), the MLP under GPT-NeoX's names until
+// September 2024 (dense_h_to_4h) or since (linear1).
+static const char *const layer_order[2][12] = {
+    {"input_layernorm.weight", "input_layernorm.bias", "attention.query_key_value.weight",
+     "attention.query_key_value.bias", "attention.dense.weight", "attention.dense.bias",
+     "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight",
+     "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias"},
+    {"input_layernorm.weight", "input_layernorm.bias", "attention.query_key_value.weight",
+     "attention.query_key_value.bias", "attention.dense.weight", "attention.dense.bias",
+     "post_attention_layernorm.weight", "post_attention_layernorm.bias", "mlp.linear1.weight",
+     "mlp.linear1.bias", "mlp.linear2.weight", "mlp.linear2.bias"},
 };
 
 // The same for a Llama-style model, under GPT-NeoX's names now (the MLP's linear1/linear2); RMSNorm's
@@ -48,8 +55,9 @@ typedef struct {
     int layer;         // N, GPT-NeoX's layer number
     int param;         // index in the neox.c parameter list of its first parameter
     int count;         // the neox.c parameters it holds: 3 (a Llama-style QKV), 2 (linear1's up, gate) or 1
-    int blocks;        // per tensor-parallel shard, the row blocks its parameters interleave in (QKV: heads)
+    int blocks;        // per tensor-parallel shard, the row blocks its parameters interleave in (QKV: heads, or 1)
     int decay;         // in the weight-decay group (not a bias or a norm)
+    int tied;          // a pipeline's tied embedding (TiedLayerSpec "embed": in both end stages' optimizers)
 } neox_param_ref;
 
 typedef struct {
@@ -63,11 +71,15 @@ typedef struct {
     int stage_start[65];    // stage s holds GPT-NeoX layers [stage_start[s], stage_start[s + 1])
     int dynamic_scaler;     // an fp16 run's dynamic loss scaler: its settings (the config's) and state
     neox_loss_scaler scaler;
+    int linear_names;       // the MLP as mlp.linear1/linear2 (else dense_h_to_4h/dense_4h_to_h)
+    int inv_freq;           // write each layer's attention.rotary_emb.inv_freq buffer
 } exporter;
 
-// The layers of stage s (all of them without a pipeline).
-static int in_stage(const exporter *e, int s, int layer) {
-    return e->pp == 0 || (layer >= e->stage_start[s] && layer < e->stage_start[s + 1]);
+// Whether stage s holds ref (every stage without a pipeline). The tied embedding is in the first
+// stage's layers and, as GPT-NeoX's output layer, in the last stage's optimizer too.
+static int in_stage(const exporter *e, int s, const neox_param_ref *ref) {
+    if (e->pp == 0 || (ref->tied && s == e->pp - 1)) return 1;
+    return ref->layer >= e->stage_start[s] && ref->layer < e->stage_start[s + 1];
 }
 
 static int find_param(const exporter *e, const char *hf) {
@@ -85,12 +97,16 @@ static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
     int i = find_param(e, hf);
     if (i < 0) return 0;  // a part this model does not have (biases it was configured without)
     neox_param_ref *r = &e->refs[e->nrefs++];
-    snprintf(r->neox, sizeof r->neox, e->pp ? "%d.%s" : "sequential.%d.%s", layer, part);
+    // (a pipeline's tied embedding is named in the optimizers by its TiedLayerSpec, which DeepSpeed's
+    // PipelineModule registers before its layers: tied_modules.embed.PART)
+    r->tied = e->pp && d->tied && layer == 0;
+    if (r->tied) snprintf(r->neox, sizeof r->neox, "tied_modules.embed.%s", part);
+    else snprintf(r->neox, sizeof r->neox, e->pp ? "%d.%s" : "sequential.%d.%s", layer, part);
     r->part = part;
     r->layer = layer;
     r->param = i;
     r->count = 1, r->blocks = 1;
-    if (llama && strstr(part, "query_key_value.")) r->count = 3, r->blocks = d->num_heads / e->tp;
+    if (llama && strstr(part, "query_key_value.")) r->count = 3, r->blocks = neox_source_qkv_blocks(d, e->tp);
     if (llama && strstr(part, "linear1.") && neox_activation_gated(d->activation)) r->count = 2;
     r->decay = !strstr(part, "bias") && !strstr(part, "norm");
     e->nref_params += r->count;
@@ -100,7 +116,7 @@ static int add_ref(exporter *e, int layer, const char *part, neox_error *err) {
 // A Llama-style model's layers in GPT-NeoX's order (norms by their GPT-NeoX names: RMSNorm's scale).
 static int plan_llama_layers(exporter *e, neox_error *err) {
     const neox_model_desc *d = &e->c.desc;
-    if (neox_source_check_llama(d, err) != 0) return neox_fail_context(err, "%s", e->c.dir);
+    if (neox_source_check_llama(d, e->tp, err) != 0) return neox_fail_context(err, "%s", e->c.dir);
     if (d->norm != NEOX_NORM_RMSNORM && d->norm != NEOX_NORM_LAYERNORM)
         return neox_fail(err, NEOX_EXIT_USAGE, "%s: a Llama-style model's norm is written as GPT-NeoX's RMSNorm (scale) "
                          "or LayerNorm (weight, bias), not this one", e->c.dir);
@@ -121,8 +137,8 @@ static int plan_names(exporter *e, neox_error *err) {
     int L = d->num_layers, rc = add_ref(e, 0, "word_embeddings.weight", err);
     if (llama && rc == 0) rc = plan_llama_layers(e, err);
     for (int l = 0; l < L && rc == 0 && !llama; l++)
-        for (size_t k = 0; k < sizeof layer_order / sizeof layer_order[0] && rc == 0; k++)
-            rc = add_ref(e, l + 2, layer_order[k], err);
+        for (size_t k = 0; k < sizeof layer_order[0] / sizeof layer_order[0][0] && rc == 0; k++)
+            rc = add_ref(e, l + 2, layer_order[e->linear_names][k], err);
     if (rc == 0) rc = add_ref(e, L + 3, rms ? "norm.scale" : "norm.weight", err);
     if (rc == 0 && !rms) rc = add_ref(e, L + 3, "norm.bias", err);
     if (rc == 0 && !d->tied) rc = add_ref(e, L + 4, "final_linear.weight", err);
@@ -153,20 +169,28 @@ static float *read_shard(const exporter *e, const char *group, int i, int r, int
 }
 
 // GPT-NeoX's tensor `ref` on tensor-parallel rank r: its parameters' shards, a Llama-style fused one
-// interleaved by row blocks (QKV: [q k v] of each local head; linear1: [up | gate] of the shard).
+// as row blocks each holding a slice of every part (QKV: [q k v] of each local head, or under
+// grouped-query attention one block [q | k | v] of the shard; linear1: [up | gate] of the shard).
 static float *read_ref(const exporter *e, const char *group, const neox_param_ref *ref, int r, int64_t shape[2],
                        neox_error *err) {
     if (ref->count == 1) return read_shard(e, group, ref->param, r, shape, err);
     float *parts[3] = {NULL, NULL, NULL}, *out = NULL;
-    int64_t part_shape[2] = {0, 0};
-    for (int k = 0; k < ref->count; k++)
+    int64_t part_rows[3] = {0, 0, 0}, part_shape[2] = {0, 0};
+    shape[0] = 0;
+    for (int k = 0; k < ref->count; k++) {
         if (!(parts[k] = read_shard(e, group, ref->param + k, r, part_shape, err))) goto done;
-    int64_t rows = part_shape[0] / ref->blocks, cols = part_shape[1];
-    shape[0] = part_shape[0] * ref->count, shape[1] = cols;
+        part_rows[k] = part_shape[0] / ref->blocks;
+        shape[0] += part_shape[0];
+    }
+    int64_t cols = part_shape[1];
+    shape[1] = cols;
     out = neox_malloc((size_t)(shape[0] * cols) * sizeof *out + 4);
+    float *dst = out;
     for (int64_t b = 0; b < ref->blocks; b++)
-        for (int k = 0; k < ref->count; k++)
-            memcpy(out + (b * ref->count + k) * rows * cols, parts[k] + b * rows * cols, (size_t)(rows * cols) * sizeof *out);
+        for (int k = 0; k < ref->count; k++) {
+            memcpy(dst, parts[k] + b * part_rows[k] * cols, (size_t)(part_rows[k] * cols) * sizeof *out);
+            dst += part_rows[k] * cols;
+        }
 done:
     for (int k = 0; k < 3; k++) free(parts[k]);
     return out;
@@ -207,6 +231,29 @@ static neox_pt_value *lr_scheduler(neox_pt_writer *w, const exporter *e) {
     return lr;
 }
 
+// Whether refs[k] is the last part of its layer's fused QKV: GPT-NeoX's ParallelSelfAttention
+// registers its rotary_emb (and its buffer) right after query_key_value.
+static int last_qkv_part(const exporter *e, int k) {
+    const char *qkv = "attention.query_key_value.";
+    if (strncmp(e->refs[k].part, qkv, strlen(qkv)) != 0) return 0;
+    return k + 1 == e->nrefs || strncmp(e->refs[k + 1].part, qkv, strlen(qkv)) != 0;
+}
+
+// GPT-NeoX's RotaryEmbedding buffer of one layer: 1 / base^(2i / R) over its R rotary dimensions,
+// in fp32 as torch computes it (the whole head, or rotary_pct of it; the same on every rank).
+static void add_inv_freq(neox_pt_writer *w, const exporter *e, neox_pt_value *module, int layer, int full) {
+    const neox_model_desc *d = &e->c.desc;
+    int64_t n = d->rotary_dims / 2;
+    float *freq = neox_malloc((size_t)n * sizeof *freq + 4);
+    for (int64_t i = 0; i < n; i++)
+        freq[i] = 1.0f / powf((float)d->rotary_base, (float)(2 * i) / (float)d->rotary_dims);
+    char name[128];
+    snprintf(name, sizeof name, full ? "sequential.%d.attention.rotary_emb.inv_freq" : "attention.rotary_emb.inv_freq",
+             layer);
+    neox_pt_set(w, module, name, neox_pt_new_tensor(w, NEOX_PT_F32, 1, &n, freq));
+    free(freq);
+}
+
 // The state dict of tensor-parallel rank r's parameters in layers [lo, hi), keyed by
 // GPT-NeoX's names (full: sequential.N.PART) or by PART alone (a pipeline layer file).
 static neox_pt_value *module_dict(neox_pt_writer *w, const exporter *e, int r, int lo, int hi, int full, neox_error *err) {
@@ -218,6 +265,7 @@ static neox_pt_value *module_dict(neox_pt_writer *w, const exporter *e, int r, i
         if (!data) return NULL;
         neox_pt_set(w, module, full ? e->refs[k].neox : e->refs[k].part, tensor_of(w, e, e->refs[k].param, data, shape));
         free(data);
+        if (e->inv_freq && last_qkv_part(e, k)) add_inv_freq(w, e, module, e->refs[k].layer, full);
     }
     return module;
 }
@@ -263,7 +311,7 @@ static float *group_flat(const exporter *e, const char *group, int decay, int s,
     float *flat = NULL;
     *n = 0;
     for (int k = 0; k < e->nrefs; k++) {
-        if (e->refs[k].decay != decay || !in_stage(e, s, e->refs[k].layer)) continue;
+        if (e->refs[k].decay != decay || !in_stage(e, s, &e->refs[k])) continue;
         int64_t shape[2];
         float *data = read_ref(e, group, &e->refs[k], r, shape, err);
         if (!data) return free(flat), NULL;
@@ -288,7 +336,7 @@ static neox_pt_value *slice_mappings(neox_pt_writer *w, const exporter *e, int d
     neox_pt_value *map = neox_pt_new(w, NEOX_PT_DICT);
     int64_t at = 0;
     for (int k = 0; k < e->nrefs; k++) {
-        if (e->refs[k].decay != decay || !in_stage(e, s, e->refs[k].layer)) continue;
+        if (e->refs[k].decay != decay || !in_stage(e, s, &e->refs[k])) continue;
         int64_t begin = at, end = at + ref_shard_numel(e, &e->refs[k]);
         at = end;
         if (end <= lo || begin >= hi) continue;
@@ -496,7 +544,25 @@ static int export_into(exporter *e, const char *out, neox_error *err) {
     return rc;
 }
 
-int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay, neox_error *err) {
+// The options against the model: GPT-NeoX built a gated MLP's linear1 only under its linear1 names
+// (before them, LLaMAParallelMLP's w1, w2, w3, which are not written); inv_freq needs rotary positions.
+static int plan_options(exporter *e, const neox_to_neox_options *opts, neox_error *err) {
+    const neox_model_desc *d = &e->c.desc;
+    int llama = d->naming != NEOX_NAMES_GPT_NEOX;
+    const char *names = opts && opts->mlp_names ? opts->mlp_names : llama ? "linear1" : "dense_h_to_4h";
+    e->linear_names = strcmp(names, "linear1") == 0;
+    if (llama && !e->linear_names)
+        return neox_fail(err, NEOX_EXIT_USAGE, "--mlp-names %s: a Llama-style model's MLP has GPT-NeoX names only as "
+                         "mlp.linear1/linear2 (GPT-NeoX since September 2024)", names);
+    e->inv_freq = opts && opts->inv_freq;
+    if (e->inv_freq && d->pos_emb != NEOX_POS_ROTARY)
+        return neox_fail(err, NEOX_EXIT_USAGE, "--inv-freq: %s has no rotary positions (pos_emb), so GPT-NeoX "
+                         "registers no inv_freq buffer", e->c.dir);
+    return 0;
+}
+
+int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_layout *lay,
+                         const neox_to_neox_options *opts, neox_error *err) {
     exporter e = {.tp = lay->tp, .dp = lay->dp, .zero = lay->zero ? lay->zero : 1, .pp = lay->pp};
     if (e.zero > 2) return neox_fail(err, NEOX_EXIT_USAGE, "--zero %d: to-neox writes ZeRO stage 1 or 2 files", e.zero);
     if (e.pp && e.zero != 1)
@@ -506,7 +572,8 @@ int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_l
     if (neox_cvt_open(&e.c, ckpt, err) != 0) return -1;
     e.params = neox_cvt_params(&e.c.desc, &e.nparams);
     const char *opt = json_string_value(state_field(&e, NULL, "optimizer"));
-    int rc = plan_names(&e, err);
+    int rc = plan_options(&e, opts, err);
+    if (rc == 0) rc = plan_names(&e, err);
     if (rc == 0 && opt && strcmp(opt, "adam") != 0)
         rc = neox_fail(err, NEOX_EXIT_USAGE, "%s: optimizer '%s': to-neox writes Adam's state (DeepSpeed's ZeRO files)",
                        e.c.dir, opt);
@@ -514,9 +581,6 @@ int neox_convert_to_neox(const char *ckpt, const char *out_dir, const neox_cvt_l
     check.zero = e.zero;
     check.pp = e.pp ? e.pp : 1;
     if (rc == 0) rc = neox_cvt_layout_check(&e.c.desc, &check, err);
-    if (rc == 0 && e.pp && e.c.desc.tied)
-        rc = neox_fail(err, NEOX_EXIT_USAGE, "--pp %d: a model with tied embeddings (GPT-NeoX's TiedLayerSpec, "
-                       "tied_modules.embed.*) is not written as pipeline files; give no --pp, or untie", e.pp);
     if (rc == 0 && e.pp) plan_stages(&e);
     if (rc == 0) rc = plan_scaler(&e, err);
     char *tmp = rc == 0 ? neox_cvt_outdir_begin(out_dir, err) : NULL;

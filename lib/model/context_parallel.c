@@ -8,7 +8,10 @@
 // backward: one collective each way per tensor, simpler than passing blocks round a ring (which
 // overlaps each block's transfer with the attention on the one before), and cheap while keys and
 // values (2 NKV of NH + 2 NKV heads' worth of the QKV output) are small against attention's work.
-// Backward gathers them again rather than keeping every layer's whole keys and values.
+// Backward gathers them again rather than keeping every layer's whole keys and values. Under bf16
+// activation storage the keys and values travel in bf16 (the stored values), while the gradients'
+// reduce-scatter sums in fp32, as the tensor-parallel reductions do: each rank's whole gradient is
+// rounded once (the attention's output) and the sum over the group once more.
 #include <string.h>
 
 #include "kernels/backend.h"
@@ -74,41 +77,62 @@ void neox_model_cp_rotary_tables(neox_model *m, float *cos, float *sin) {
 }
 
 // Between the all-gather's rank-major rows, stage: (cp, B, H, T, HS) with each rank's two chunks in
-// its T rows, and the whole sequence in position order, whole: (B, H, cp_T, HS). to_whole picks the
-// direction.
-static void rearrange(neox_model *m, float *whole, float *stage, int H, int to_whole) {
+// its T rows, and the whole sequence in position order, whole: (B, H, cp_T, HS); elements in the
+// model's storage. to_whole picks the direction.
+static void rearrange(neox_model *m, void *whole, void *stage, int H, int to_whole) {
     int cp = neox_model_cp_ways(&m->desc), HS = m->desc.head_size;
-    size_t c = (size_t)chunk_len(m), T = (size_t)m->T, W = (size_t)m->cp_T, bytes = c * HS * sizeof(float);
+    size_t e = neox_elem_size(m->act_elem), c = (size_t)chunk_len(m), T = (size_t)m->T, W = (size_t)m->cp_T;
+    size_t bytes = c * HS * e;
     for (int r = 0; r < cp; r++)
         for (int bh = 0; bh < m->B * H; bh++) {
-            float *rows = stage + (((size_t)r * m->B * H + bh) * T) * HS, *seq = whole + (size_t)bh * W * HS;
+            char *rows = (char *)stage + (((size_t)r * m->B * H + bh) * T) * HS * e;
+            char *seq = (char *)whole + (size_t)bh * W * HS * e;
             size_t at[2] = {(size_t)r * c, (size_t)(2 * cp - 1 - r) * c};
             for (int k = 0; k < 2; k++) {
-                float *mine = rows + (size_t)k * c * HS, *there = seq + at[k] * HS;
+                char *mine = rows + (size_t)k * c * HS * e, *there = seq + at[k] * HS * e;
                 if (to_whole) m->be->copy(there, mine, bytes);
                 else m->be->copy(mine, there, bytes);
             }
         }
 }
 
+// The elements of one rank's keys (or values), the all-gather's piece.
+static size_t kv_elems(const neox_model *m) {
+    return (size_t)m->B * neox_model_shard(&m->desc).NKV * m->T * m->desc.head_size;
+}
+
 void neox_model_cp_gather_kv(neox_model *m, const float *k, const float *v) {
     neox_acts *a = m->acts;
     int NKV = neox_model_shard(&m->desc).NKV;
-    size_t n = (size_t)m->B * NKV * m->T * m->desc.head_size;
-    neox_allgather(m->cp, k, a->cp_stage, n, NEOX_F32);
+    neox_dtype wire = neox_dtype_of_elem(m->act_elem);  // the stored values, as they are
+    neox_allgather(m->cp, k, a->cp_stage, kv_elems(m), wire);
     rearrange(m, a->cp_k, a->cp_stage, NKV, 1);
-    neox_allgather(m->cp, v, a->cp_stage, n, NEOX_F32);
+    neox_allgather(m->cp, v, a->cp_stage, kv_elems(m), wire);
     rearrange(m, a->cp_v, a->cp_stage, NKV, 1);
+}
+
+// The sum over the group of every rank's whole gradient (in stage, rank-major), this rank's piece into
+// out: in fp32, through fp32 room under bf16 storage (as neox_model_reduce_scatter sums).
+static void scatter_sum(neox_model *m, float *out) {
+    neox_acts *a = m->acts;
+    size_t n = kv_elems(m);
+    if (m->act_elem == NEOX_ELEM_F32) {
+        neox_reduce_scatter_sum(m->cp, a->cp_stage, out, n, NEOX_F32);
+        return;
+    }
+    float *whole = a->cp_sum, *mine = whole + n * (size_t)m->cp->size;
+    m->be->cast_bf16_to_f32(whole, (const uint16_t *)a->cp_stage, n * (size_t)m->cp->size);
+    neox_reduce_scatter_sum(m->cp, whole, mine, n, NEOX_F32);
+    m->be->cast_f32_to_bf16((uint16_t *)out, mine, n);
 }
 
 void neox_model_cp_scatter_dkv(neox_model *m, float *dk, float *dv) {
     neox_acts *a = m->acts;
     int NKV = neox_model_shard(&m->desc).NKV;
-    size_t n = (size_t)m->B * NKV * m->T * m->desc.head_size;
     rearrange(m, a->cp_dk, a->cp_stage, NKV, 0);
-    neox_reduce_scatter_sum(m->cp, a->cp_stage, dk, n, NEOX_F32);
+    scatter_sum(m, dk);
     rearrange(m, a->cp_dv, a->cp_stage, NKV, 0);
-    neox_reduce_scatter_sum(m->cp, a->cp_stage, dv, n, NEOX_F32);
+    scatter_sum(m, dv);
 }
 
 void neox_model_cp_reduce_loss(neox_model *m) {

@@ -162,8 +162,10 @@ static void carve_shared(const neox_model *m, neox_acts *a, char **cur) {
     a->dact = take_act(m, cur, N * F);
     if (neox_model_cp_ways(d) > 1) {  // the whole sequence's keys and values (context_parallel.c)
         size_t kv = (size_t)m->B * m->cp_T * NKV * HS;
-        a->cp_stage = take(cur, kv), a->cp_k = take(cur, kv), a->cp_v = take(cur, kv);
-        a->cp_dk = take(cur, kv), a->cp_dv = take(cur, kv);
+        a->cp_stage = take_act(m, cur, kv), a->cp_k = take_act(m, cur, kv), a->cp_v = take_act(m, cur, kv);
+        a->cp_dk = take_act(m, cur, kv), a->cp_dv = take_act(m, cur, kv);
+        // bf16 storage: the fp32 room the gradients' reduce-scatter sums in (the whole, and the rank's piece)
+        a->cp_sum = m->act_elem != NEOX_ELEM_F32 ? take(cur, kv + kv / (size_t)neox_model_cp_ways(d)) : NULL;
     }
     if (z.NK) {
         a->moe_dx = take_act(m, cur, z.NR * C);

@@ -6,6 +6,10 @@
 // at each use. Scales follow Transformer Engine's DelayedScaling: each cast records its tensor's
 // amax, and after each training pass the caller reduces the amaxes over the ranks and calls
 // neox_model_fp8_update, which rolls the histories and computes the scales the next pass casts with.
+// Under pipelining the forward scales move after each forward (neox_model_fp8_update_forward) while
+// other micro-batches' backwards are still to come: each activation slot then holds the forward
+// scales its micro-batch was cast with, which its backward (and a recomputed forward) casts with
+// again, as Transformer Engine keeps a recomputation's scales.
 // The output layer (GPT-NeoX's parallel_lm_logits, not a TE module) and MoE's products stay
 // bfloat16 (linear.c).
 #include <stdlib.h>
@@ -25,6 +29,11 @@ struct neox_fp8 {
     // 2 nlin + k its output gradient (backward format).
     float *history;         // (history_len, 3 nlin)
     float *scale, *scale_inv;  // (3 nlin)
+    // Per activation slot: the forward scales (2 nlin) and their inverses (2 nlin) its micro-batch
+    // was cast with, kept from its forward's update to its backward; held[slot] (host) says whether
+    // they are kept (else the current scales are the forward's).
+    float *slot_scales;     // (nslots, 4 nlin)
+    int *held, nslots;
     uint8_t *in8, *w8, *out8;  // FP8 operand scratch: an input (N, IC), a weight, an output gradient (N, OC)
     size_t in_bytes, w_bytes, out_bytes;
 };
@@ -83,8 +92,30 @@ static void free_scratch(neox_model *m) {
     m->be->free(f->in8);
     m->be->free(f->w8);
     m->be->free(f->out8);
+    m->be->free(f->slot_scales);
+    free(f->held);
     f->in8 = f->w8 = f->out8 = NULL;
+    f->slot_scales = NULL, f->held = NULL, f->nslots = 0;
     f->in_bytes = f->w_bytes = f->out_bytes = 0;
+}
+
+static size_t slot_floats(const struct neox_fp8 *f) { return 4 * (size_t)f->nlin; }
+
+// Whether the current slot's micro-batch keeps forward scales of its own (its forward's update has run).
+static int slot_held(const neox_model *m) {
+    const struct neox_fp8 *f = m->fp8;
+    return m->slot < f->nslots && f->held[m->slot];
+}
+
+// The scale and inverse of forward tensor j (2k: linear k's input, 2k + 1 its weight) that the current
+// slot's micro-batch is cast with.
+static const float *forward_scale(const neox_model *m, int j) {
+    const struct neox_fp8 *f = m->fp8;
+    return slot_held(m) ? f->slot_scales + (size_t)m->slot * slot_floats(f) + j : f->scale + j;
+}
+static const float *forward_scale_inv(const neox_model *m, int j) {
+    const struct neox_fp8 *f = m->fp8;
+    return slot_held(m) ? f->slot_scales + (size_t)m->slot * slot_floats(f) + 2 * f->nlin + j : f->scale_inv + j;
 }
 
 void neox_model_fp8_free(neox_model *m) {
@@ -136,27 +167,68 @@ void neox_model_fp8_plan(neox_model *m, int N) {
     f->in8 = m->be->alloc(f->in_bytes ? f->in_bytes : 1);
     f->out8 = m->be->alloc(f->out_bytes ? f->out_bytes : 1);
     f->w8 = m->be->alloc(f->w_bytes ? f->w_bytes : 1);
+    f->nslots = m->nslots > 0 ? m->nslots : 1;
+    f->slot_scales = m->be->alloc((size_t)f->nslots * slot_floats(f) * sizeof(float) + sizeof(float));
+    f->held = neox_calloc((size_t)f->nslots, sizeof *f->held);
 }
 
 size_t neox_model_fp8_bytes(const neox_model *m) {
     const struct neox_fp8 *f = m->fp8;
     if (!f) return 0;
-    return f->in_bytes + f->w_bytes + f->out_bytes + (size_t)tensors(f) * sizeof(float) * (f->recipe.history_len + 2);
+    return f->in_bytes + f->w_bytes + f->out_bytes + (size_t)tensors(f) * sizeof(float) * (f->recipe.history_len + 2) +
+           (size_t)f->nslots * slot_floats(f) * sizeof(float);
 }
 
 int neox_model_fp8_tensors(const neox_model *m) { return m->fp8 ? tensors(m->fp8) : 0; }
 float *neox_model_fp8_history(const neox_model *m) { return m->fp8 ? m->fp8->history : NULL; }
 float *neox_model_fp8_scale(const neox_model *m) { return m->fp8 ? m->fp8->scale : NULL; }
 
+static void update_forward_columns(neox_model *m) {
+    struct neox_fp8 *f = m->fp8;
+    const neox_fp8_recipe *r = &f->recipe;
+    m->be->fp8_update_scales(f->history, f->scale, f->scale_inv, r->history_len, tensors(f), 2 * f->nlin,
+                             NEOX_FP8_E4M3, r->margin, r->algo_max);
+}
+
+static void update_gradient_columns(neox_model *m) {
+    struct neox_fp8 *f = m->fp8;
+    const neox_fp8_recipe *r = &f->recipe;
+    int n = f->nlin;
+    m->be->fp8_update_scales(f->history + 2 * n, f->scale + 2 * n, f->scale_inv + 2 * n, r->history_len, tensors(f),
+                             n, r->backward_format, r->margin, r->algo_max);
+}
+
 void neox_model_fp8_update(neox_model *m) {
     struct neox_fp8 *f = m->fp8;
     if (!f || !f->nlin) return;
-    const neox_fp8_recipe *r = &f->recipe;
-    int n = f->nlin, ld = tensors(f);
-    m->be->fp8_update_scales(f->history, f->scale, f->scale_inv, r->history_len, ld, 2 * n, NEOX_FP8_E4M3, r->margin,
-                             r->algo_max);
-    m->be->fp8_update_scales(f->history + 2 * n, f->scale + 2 * n, f->scale_inv + 2 * n, r->history_len, ld, n,
-                             r->backward_format, r->margin, r->algo_max);
+    update_forward_columns(m);
+    update_gradient_columns(m);
+}
+
+void neox_model_fp8_update_forward(neox_model *m) {
+    struct neox_fp8 *f = m->fp8;
+    if (!f || !f->nlin) return;
+    neox_assert(m->slot < f->nslots && !f->held[m->slot], "an FP8 forward update of slot %d twice before its backward",
+                m->slot);
+    float *kept = f->slot_scales + (size_t)m->slot * slot_floats(f);
+    size_t bytes = 2 * (size_t)f->nlin * sizeof(float);
+    m->be->copy(kept, f->scale, bytes);
+    m->be->copy(kept + 2 * f->nlin, f->scale_inv, bytes);
+    f->held[m->slot] = 1;
+    update_forward_columns(m);
+}
+
+void neox_model_fp8_update_backward(neox_model *m) {
+    struct neox_fp8 *f = m->fp8;
+    if (!f || !f->nlin) return;
+    if (m->slot < f->nslots) f->held[m->slot] = 0;
+    update_gradient_columns(m);
+}
+
+float *neox_model_fp8_newest_amaxes(const neox_model *m, int gradients, int *count) {
+    const struct neox_fp8 *f = m->fp8;
+    *count = f ? (gradients ? f->nlin : 2 * f->nlin) : 0;
+    return f ? f->history + (gradients ? 2 * f->nlin : 0) : NULL;
 }
 
 void neox_model_fp8_scales_changed(neox_model *m) {
@@ -210,18 +282,22 @@ void neox_model_fp8_state_set(neox_model *m, const float *history, const float *
     neox_model_fp8_scales_changed(m);
 }
 
-// The amax slot of tensor j when this pass records amaxes (training), else NULL.
-static float *amax_of(const neox_model *m, int j) { return m->training ? m->fp8->history + j : NULL; }
+// The amax slot of tensor j when this pass records amaxes (training), else NULL. A forward recomputed
+// after its micro-batch's forward update (under pipelining) records nothing: those amaxes are in.
+static float *amax_of(const neox_model *m, int j) {
+    if (!m->training || (j < 2 * m->fp8->nlin && slot_held(m))) return NULL;
+    return m->fp8->history + j;
+}
 
 // out (N, OC) = inp (N, IC) @ w^T (OC, IC) of FP8 linear k (+ bias (OC)).
 void neox_model_fp8_forward(neox_model *m, int k, float *out, const float *inp, const float *w, const float *bias,
                             int N, int IC, int OC) {
     const neox_backend *be = m->be;
     struct neox_fp8 *f = m->fp8;
-    be->fp8_cast(f->in8, amax_of(m, 2 * k), inp, (size_t)N * IC, f->scale + 2 * k, NEOX_FP8_E4M3);
-    be->fp8_cast(f->w8, amax_of(m, 2 * k + 1), w, (size_t)OC * IC, f->scale + 2 * k + 1, NEOX_FP8_E4M3);
-    be->gemm_fp8(0, 1, N, OC, IC, f->in8, IC, NEOX_FP8_E4M3, f->scale_inv + 2 * k, f->w8, IC, NEOX_FP8_E4M3,
-                 f->scale_inv + 2 * k + 1, 0.0f, out, OC);
+    be->fp8_cast(f->in8, amax_of(m, 2 * k), inp, (size_t)N * IC, forward_scale(m, 2 * k), NEOX_FP8_E4M3);
+    be->fp8_cast(f->w8, amax_of(m, 2 * k + 1), w, (size_t)OC * IC, forward_scale(m, 2 * k + 1), NEOX_FP8_E4M3);
+    be->gemm_fp8(0, 1, N, OC, IC, f->in8, IC, NEOX_FP8_E4M3, forward_scale_inv(m, 2 * k), f->w8, IC, NEOX_FP8_E4M3,
+                 forward_scale_inv(m, 2 * k + 1), 0.0f, out, OC);
     if (bias) be->add_bias(out, bias, N, OC, NEOX_ELEM_F32);
 }
 
@@ -235,10 +311,10 @@ void neox_model_fp8_backward_weights(neox_model *m, int k, float *dw, float *db,
     neox_fp8_format bf = f->recipe.backward_format;
     be->fp8_cast(f->out8, amax_of(m, g), dout, (size_t)N * OC, f->scale + g, bf);
     if (f->recipe.wgrad) {
-        // The forward's FP8 input again: the same scale (it changes only after the pass), so the same bytes.
-        be->fp8_cast(f->in8, NULL, inp, (size_t)N * IC, f->scale + 2 * k, NEOX_FP8_E4M3);
+        // The forward's FP8 input again: the scale it was cast with (its slot's), so the same bytes.
+        be->fp8_cast(f->in8, NULL, inp, (size_t)N * IC, forward_scale(m, 2 * k), NEOX_FP8_E4M3);
         be->gemm_fp8(1, 0, OC, IC, N, f->out8, OC, bf, f->scale_inv + g, f->in8, IC, NEOX_FP8_E4M3,
-                     f->scale_inv + 2 * k, 1.0f, dw, IC);
+                     forward_scale_inv(m, 2 * k), 1.0f, dw, IC);
     } else {
         be->cast_f32_to_bf16(m->half_out, dout, (size_t)N * OC);
         be->cast_f32_to_bf16(m->half_in, inp, (size_t)N * IC);
@@ -254,7 +330,7 @@ void neox_model_fp8_backward_input(neox_model *m, int k, float *dinp, const floa
     const neox_backend *be = m->be;
     struct neox_fp8 *f = m->fp8;
     int g = 2 * f->nlin + k;
-    be->fp8_cast(f->w8, NULL, w, (size_t)OC * IC, f->scale + 2 * k + 1, NEOX_FP8_E4M3);
+    be->fp8_cast(f->w8, NULL, w, (size_t)OC * IC, forward_scale(m, 2 * k + 1), NEOX_FP8_E4M3);
     be->gemm_fp8(0, 0, N, IC, OC, f->out8, OC, f->recipe.backward_format, f->scale_inv + g, f->w8, IC,
-                 NEOX_FP8_E4M3, f->scale_inv + 2 * k + 1, 0.0f, dinp, IC);
+                 NEOX_FP8_E4M3, forward_scale_inv(m, 2 * k + 1), 0.0f, dinp, IC);
 }

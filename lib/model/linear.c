@@ -36,10 +36,7 @@ static void cast_half(const neox_model *m, uint16_t *out, const float *inp, size
 }
 
 neox_elem neox_model_storage_elem(const neox_model_desc *d, neox_precision p) {
-    // (Context parallelism's key/value exchange and rearranging copies move fp32 elements.)
-    return p == NEOX_PRECISION_BF16 && !neox_model_has_moe(d) && !d->value_head && neox_model_cp_ways(d) <= 1
-               ? NEOX_ELEM_BF16
-               : NEOX_ELEM_F32;
+    return p == NEOX_PRECISION_BF16 && !neox_model_has_moe(d) && !d->value_head ? NEOX_ELEM_BF16 : NEOX_ELEM_F32;
 }
 
 void neox_model_set_storage(neox_model *m, neox_elem act) {

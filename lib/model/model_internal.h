@@ -116,9 +116,11 @@ typedef struct neox_acts {
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
     float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NR, C), (NR, Fe) x 2, (max(NK, NR), C), (NK), (N, E)
     float *moe_swap;                   // (NR, C) expert parallelism's exchange buffer, else NULL
-    // Context parallel only (else NULL), each (B, NKV, cp_T, HS): the all-gather's rank-major
-    // buffer, the whole sequence's keys and values, and in backward their gradients.
-    float *cp_stage, *cp_k, *cp_v, *cp_dk, *cp_dv;
+    // Context parallel only (else NULL), each (B, NKV, cp_T, HS) in the model's storage: the
+    // all-gather's rank-major buffer, the whole sequence's keys and values, and in backward their
+    // gradients; under bf16 storage also the fp32 room their reduce-scatter sums in (the whole and
+    // the rank's piece: cp_T + T rows).
+    float *cp_stage, *cp_k, *cp_v, *cp_dk, *cp_dv, *cp_sum;
 } neox_acts;
 
 // Dropout streams: one per (run's dropout seed, global layer, site), indexed by global coordinates

@@ -28,13 +28,15 @@ extern const neox_train_part neox_train_comm_log_part;
 
 static neox_comm_log *comm_log_of(const neox_trainer *t) { return *neox_train_part_slot(t, &neox_train_comm_log_part); }
 
-// expert and expert_data: expert parallelism's groups (the exchange's all-to-alls; the experts' reducer).
+// expert and expert_data: expert parallelism's groups (the exchange's all-to-alls; the experts' reducer);
+// context: context parallelism's (the keys' and values' all-gathers, their gradients' reduce-scatters,
+// the loss's sums).
 static const char *group_names[NEOX_TRAIN_COMM_GROUPS] = {"world", "pipe", "data", "model", "embed", "data_intra",
-                                                          "data_inter", "expert", "expert_data"};
+                                                          "data_inter", "expert", "expert_data", "context"};
 
 neox_comm *neox_train_comm_group(neox_grid *g, int i, const char **name) {
     neox_comm *groups[NEOX_TRAIN_COMM_GROUPS] = {&g->world, &g->pipe, &g->data, &g->model, &g->embed, &g->data_intra,
-                                                 &g->data_inter, &g->expert, &g->expert_data};
+                                                 &g->data_inter, &g->expert, &g->expert_data, &g->context};
     if (name) *name = group_names[i];
     return groups[i];
 }

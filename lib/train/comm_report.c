@@ -1,7 +1,8 @@
 // comm_report.c: what every rank's communicators moved over the run, gathered to rank 0 and
 // written as log_dir/comm_stats.json (and summarised in the log): per rank, per group (data,
 // model, pipe, embed, world; data_intra and data_inter under the
-// hierarchical all-reduce; expert and expert_data under expert parallelism) and per operation, the calls, payload bytes, bytes sent and seconds
+// hierarchical all-reduce; expert and expert_data under expert parallelism; context under context
+// parallelism) and per operation, the calls, payload bytes, bytes sent and seconds
 // blocked. With data parallelism each rank also reports its gradient reducer's timing (parallel.h).
 // The registered parts add theirs (their report hooks): under ZeRO-3 each rank's parameter
 // coordinator's gathers and the most parameters it held whole, under optimizer offload its copies

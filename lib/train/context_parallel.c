@@ -17,9 +17,6 @@ static int refuse_combinations(const neox_trainer *t, int cp, neox_error *err) {
         other = "train_impl", why = "only train_impl: normal is implemented with it";
     else if (neox_config_int(cfg, moe_expert_parallel_size) > 1)
         other = "moe_expert_parallel_size", why = "not implemented together; use 1";
-    else if (!strcmp(t->be->name, "cuda"))
-        other = "compute_backend", why = "the CUDA attention kernels do not take a rank's query positions yet; use "
-                                         "cpu (or emulated)";
     else if (neox_config_has(cfg, eval_tasks) && neox_config_value(cfg, eval_tasks)->kind == NEOX_VALUE_LIST &&
              neox_config_value(cfg, eval_tasks)->count > 0)
         other = "eval_tasks", why = "task scoring runs whole sequences on each rank; score the checkpoints with neox-eval";

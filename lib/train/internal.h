@@ -33,7 +33,7 @@ typedef struct neox_train_state {
     int64_t overflow_skips;        // fp16 steps skipped for an overflow (the LR schedule does not advance)
 } neox_train_state;
 
-enum { NEOX_TRAIN_COMM_GROUPS = 9 };
+enum { NEOX_TRAIN_COMM_GROUPS = 10 };
 enum { NEOX_TRAIN_MAX_PARTS = 16 };
 
 // train_impl: kto (kto.c): its weights and metric sums.

@@ -21,33 +21,44 @@ typedef struct {
     int B, H, Hkv, T, HS, window;
     layout lay;
     int expect_ok;  // 0: a shape the frontend must refuse (the check can fail)
+    // > 0: context parallelism's query run, the last Tq of the T positions (causal from the
+    // bottom-right corner), its rows in a rank's q of 2 Tq rows, over keys of a sequence of T or more
+    int Tq;
 } graph_case;
 
 static const graph_case cases[] = {
     // bench/gpu_train.sh: GPT-NeoX 125M, micro-batch auto (32, 16, 8), 12 heads of 64, sequence 2048
-    {"125M micro-batch 32", 32, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1},
-    {"125M micro-batch 16", 16, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1},
-    {"125M micro-batch 8", 8, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1},
-    {"125M, fused interleaved QKV", 8, 12, 12, 2048, 64, 0, LAYOUT_FUSED_NEOX, 1},
+    {"125M micro-batch 32", 32, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1, 0},
+    {"125M micro-batch 16", 16, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1, 0},
+    {"125M micro-batch 8", 8, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1, 0},
+    {"125M, fused interleaved QKV", 8, 12, 12, 2048, 64, 0, LAYOUT_FUSED_NEOX, 1, 0},
     // Llama-style GQA and MQA (num_kv_heads < heads), the fused layout of its q/k/v projections
-    {"GQA 32/8 HS 128", 2, 32, 8, 2048, 128, 0, LAYOUT_SPLIT, 1},
-    {"GQA 32/8 HS 128, fused Llama QKV", 2, 32, 8, 2048, 128, 0, LAYOUT_FUSED_LLAMA, 1},
-    {"MQA 8/1 HS 64", 4, 8, 1, 512, 64, 0, LAYOUT_SPLIT, 1},
+    {"GQA 32/8 HS 128", 2, 32, 8, 2048, 128, 0, LAYOUT_SPLIT, 1, 0},
+    {"GQA 32/8 HS 128, fused Llama QKV", 2, 32, 8, 2048, 128, 0, LAYOUT_FUSED_LLAMA, 1, 0},
+    {"MQA 8/1 HS 64", 4, 8, 1, 512, 64, 0, LAYOUT_SPLIT, 1, 0},
     // sliding_window_width (window = width + 1 keys)
-    {"window 256, GQA 4/2", 4, 4, 2, 1024, 64, 256, LAYOUT_SPLIT, 1},
-    {"window 4097 over T 2048 (Mistral's 4096)", 2, 32, 8, 2048, 128, 4097, LAYOUT_SPLIT, 1},
-    {"window 17, T 70", 3, 4, 4, 70, 32, 17, LAYOUT_FUSED_NEOX, 1},
+    {"window 256, GQA 4/2", 4, 4, 2, 1024, 64, 256, LAYOUT_SPLIT, 1, 0},
+    {"window 4097 over T 2048 (Mistral's 4096)", 2, 32, 8, 2048, 128, 4097, LAYOUT_SPLIT, 1, 0},
+    {"window 17, T 70", 3, 4, 4, 70, 32, 17, LAYOUT_FUSED_NEOX, 1, 0},
     // every head size the 16-bit path takes (kernels.h, neox_attention_operands: 16, 32, ..., 128),
     // at sequences that are not multiples of a tile
-    {"HS 16, T 33", 2, 4, 2, 33, 16, 0, LAYOUT_SPLIT, 1},
-    {"HS 32, T 129", 2, 4, 4, 129, 32, 0, LAYOUT_SPLIT, 1},
-    {"HS 48, T 40", 1, 2, 2, 40, 48, 0, LAYOUT_SPLIT, 1},
-    {"HS 80, T 300", 2, 4, 1, 300, 80, 0, LAYOUT_SPLIT, 1},
-    {"HS 96, T 65", 2, 4, 4, 65, 96, 0, LAYOUT_FUSED_NEOX, 1},
-    {"HS 112, T 37", 1, 2, 2, 37, 112, 0, LAYOUT_SPLIT, 1},
+    {"HS 16, T 33", 2, 4, 2, 33, 16, 0, LAYOUT_SPLIT, 1, 0},
+    {"HS 32, T 129", 2, 4, 4, 129, 32, 0, LAYOUT_SPLIT, 1, 0},
+    {"HS 48, T 40", 1, 2, 2, 40, 48, 0, LAYOUT_SPLIT, 1, 0},
+    {"HS 80, T 300", 2, 4, 1, 300, 80, 0, LAYOUT_SPLIT, 1, 0},
+    {"HS 96, T 65", 2, 4, 4, 65, 96, 0, LAYOUT_FUSED_NEOX, 1, 0},
+    {"HS 112, T 37", 1, 2, 2, 37, 112, 0, LAYOUT_SPLIT, 1, 0},
+    // context_parallel_size: one call per query run of a rank (attention_cudnn.cu), 125M at 2048 over
+    // cp 2 (runs of 512 ending at 1024, 1536, 2048), a window, GQA, the op parity's odd chunks
+    {"cp 2 rank 1, first run", 8, 12, 12, 1024, 64, 0, LAYOUT_SPLIT, 1, 512},
+    {"cp 2 rank 1, second run", 8, 12, 12, 1536, 64, 0, LAYOUT_SPLIT, 1, 512},
+    {"cp 2 rank 0, second run", 8, 12, 12, 2048, 64, 0, LAYOUT_SPLIT, 1, 512},
+    {"cp 4 run, window 256, GQA 32/8 HS 128", 2, 32, 8, 1024, 128, 256, LAYOUT_SPLIT, 1, 256},
+    {"cp 2 run of 50 ending at 150, GQA", 2, 6, 2, 150, 64, 0, LAYOUT_SPLIT, 1, 50},
+    {"cp 4 run of 38 ending at 190, window 40", 1, 4, 2, 190, 64, 40, LAYOUT_SPLIT, 1, 38},
     // refused: the frontend's own rules (Hopper: head size at most 256, a multiple of 8)
-    {"HS 264 is refused", 1, 2, 2, 64, 264, 0, LAYOUT_SPLIT, 0},
-    {"HS 20 is refused", 1, 2, 2, 64, 20, 0, LAYOUT_SPLIT, 0},
+    {"HS 264 is refused", 1, 2, 2, 64, 264, 0, LAYOUT_SPLIT, 0, 0},
+    {"HS 20 is refused", 1, 2, 2, 64, 20, 0, LAYOUT_SPLIT, 0, 0},
 };
 
 static neox_cudnn_sdpa make_shape(const graph_case *c) {
@@ -65,6 +76,11 @@ static neox_cudnn_sdpa make_shape(const graph_case *c) {
         neox_cudnn_strides_qkv(&s, c->lay == LAYOUT_FUSED_NEOX, &off[0], &off[1], &off[2]);
     }
     neox_cudnn_strides_bthd(s.o_stride, c->H, c->T, c->HS);
+    if (c->Tq > 0) {  // the run's rows inside the rank's 2 Tq query rows
+        s.Tq = c->Tq;
+        neox_cudnn_strides_bhtd(s.q_stride, c->H, 2 * c->Tq, c->HS);
+        neox_cudnn_strides_bthd(s.o_stride, c->H, 2 * c->Tq, c->HS);
+    }
     return s;
 }
 
@@ -89,12 +105,12 @@ int main(void) {
         int ok = neox_cudnn_sdpa_validate(&s, 90, why, sizeof why);
         int pass = ok == c->expect_ok;
         failed += !pass;
-        printf("%s %d - forward + deterministic backward: %s (B %d, H %d/%d, T %d, HS %d, window %d)%s%s\n",
-               pass ? "ok" : "not ok", i + 1, c->what, c->B, c->H, c->Hkv, c->T, c->HS, c->window,
+        printf("%s %d - forward + deterministic backward: %s (B %d, H %d/%d, T %d, Tq %d, HS %d, window %d)%s%s\n",
+               pass ? "ok" : "not ok", i + 1, c->what, c->B, c->H, c->Hkv, c->T, c->Tq, c->HS, c->window,
                why[0] ? ": " : "", why);
     }
     // A window without the causal mask is refused before the frontend sees it.
-    graph_case lone = {"window without causal", 1, 2, 2, 64, 64, 8, LAYOUT_SPLIT, 0};
+    graph_case lone = {"window without causal", 1, 2, 2, 64, 64, 8, LAYOUT_SPLIT, 0, 0};
     neox_cudnn_sdpa s = make_shape(&lone);
     s.causal = 0;
     int refused = !neox_cudnn_sdpa_validate(&s, 90, why, sizeof why);

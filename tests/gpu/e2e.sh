@@ -21,7 +21,8 @@
 #   6. with two or more GPUs: dp2 (ZeRO-1, overlap_comm, one rank per GPU, NCCL) against the one-rank
 #      GPU run within 1e-4, the buckets still in flight when backward ended (comm_stats.json); dp2
 #      ZeRO-3 at hidden 512 against dp2 stage 0 within 1e-4, each rank's device peak within 1% of its
-#      plan and below stage 0's (the released units' granules given back); a rank stopped by SIGSTOP
+#      plan and below stage 0's (the released units' granules given back); precision fp8 at pp2
+#      against one GPU within 1e-5 (on sm_89 or newer; a comment line says when the GPU is older); a rank stopped by SIGSTOP
 #      ending the job through comm_timeout_seconds (NCCL's watchdog); with one GPU a comment line says
 #      it did not run.
 #   7. the step captured as a CUDA graph (cuda_graph: true) and replayed: Llama-style, GPT-NeoX with
@@ -178,6 +179,26 @@ sys.exit(0 if len(z3) == len(z0) == 2 and all(0 < x['device_peak_bytes'] <= 1.01
         "$T/z3" "$T/z0"
 }
 
+# precision fp8 pipelined over two GPUs (FP8 tensor cores: sm_89 or newer; on an older GPU the one-GPU
+# run is refused naming the GPU and the case says it did not run): the Llama-style model (untied) with
+# 4 micro-batches per step, one GPU against pp2 (one stage per GPU), whose stages update their FP8
+# scales in one rank's micro-batch order, each backward casting with its own forward's scales kept in
+# its activation slot (docs/model.md, "FP8 training"). On the CPU pp2 is one rank bit for bit
+# (tests/mpi/fp8_layouts.sh); here within 1e-5 (losses, grad norms).
+fp8_pipeline_over_gpus() {
+    config fp8one llama 2 4 20 ", \"compute_backend\": \"$GPU\", \"precision\": \"fp8\""
+    if ! "$TRAIN" -q "$T/fp8one.yml" >"$T/fp8one.out" 2>&1; then
+        if grep -q "FP8 products need sm_89" "$T/fp8one.out"; then
+            echo "# fp8 pipelined over GPUs: not run ($(grep -o 'GPU [0-9]* ([^)]*) is sm_[0-9]*' "$T/fp8one.out"))"
+        else _report 1 "fp8: train 20 steps on one rank on $GPU$DRY" "$T/fp8one.out"; fi
+        return
+    fi
+    config fp8pp2 llama 2 4 20 ", \"compute_backend\": \"$GPU\", \"precision\": \"fp8\", \"pipe_parallel_size\": 2"
+    check "fp8 pp2: train 20 steps on two ranks on $GPU$DRY" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/fp8pp2.yml"
+    compare "fp8 pp2 on $GPU equals one rank on $GPU within 1e-5 (losses, grad norms)" \
+        "${CHECK[@]}" close 1e-5 1e-5 "$T/fp8one" "$T/fp8pp2"
+}
+
 # A rank stopped (SIGSTOP) once both train ends the dp2 job within a few comm_timeout_seconds instead of
 # holding both GPUs forever: NCCL's non-blocking communicators are polled by the watchdog and aborted
 # (lib/parallel/nccl.c), the message naming the timeout and the group's ranks.
@@ -230,5 +251,6 @@ print('#', [(x['reductions'], x['pending_at_backward_end']) for x in g])
 sys.exit(0 if len(g) == 2 and all(x['pending_at_backward_end'] >= x['reductions'] == 20 for x in g) else 1)" \
         "$T/dp2/log/comm_stats.json"
     zero3_over_gpus
+    fp8_pipeline_over_gpus
     stopped_rank_ends_job
 fi

@@ -625,6 +625,49 @@ static void test_attention(int B, int T, int NH, int NKV, int HS, float dropout,
     test_attention_full(B, T, NH, NKV, HS, dropout, window, NEOX_ELEM_F32, 0);
 }
 
+// Context parallelism's query positions (kernels.h: q_rows, q_split, q_pos0, q_pos1): rank `rank` of
+// cp holds chunks rank and 2 cp - 1 - rank of c = T / (2 cp) positions, its 2c queries against all T
+// keys (the causal mask, the window and ALiBi's j - i at the global positions). The CPU's kernel with
+// the same positions is the reference (tests/unit/test_kernels.c holds it to the whole attention's
+// rows). e, alibi and the tolerances as test_attention_full's; no dropout (context parallelism refuses it).
+static void test_attention_cp(int B, int T, int cp, int rank, int NH, int NKV, int HS, int window, neox_elem e,
+                              int alibi) {
+    int c = T / (2 * cp), Tq = 2 * c;
+    size_t nq = (size_t)B * NH * Tq * HS, nkv = (size_t)B * NKV * T * HS;
+    double unit = e == NEOX_ELEM_BF16 ? 1.0 / 128 : e == NEOX_ELEM_F16 ? 1.0 / 1024 : 0.0;
+    double fwd_tol = e == NEOX_ELEM_F32 ? 2e-5 : 2 * unit, bwd_tol = e == NEOX_ELEM_F32 ? 5e-5 : 4 * unit;
+    char type[32];
+    snprintf(type, sizeof type, "%s%s", e == NEOX_ELEM_BF16 ? "bf16" : e == NEOX_ELEM_F16 ? "fp16" : "fp32",
+             e == NEOX_ELEM_F32 ? "" : g_att_path);
+    pair q = pair_uniform(nq, -2.0f, 2.0f), k = pair_uniform(nkv, -2.0f, 2.0f), v = pair_rand(nkv);
+    pair out = pair_rand(nq), lse = pair_rand((size_t)B * NH * Tq);
+    float *host_slopes = xmalloc((size_t)NH * sizeof(float));
+    neox_alibi_slopes(host_slopes, NH, 0, NH);
+    pair slopes = pair_from(host_slopes, NH);
+    neox_attention_opts oc = {1.0f / sqrtf((float)HS), window, 0.0f, 0, e, alibi ? slopes.h : NULL, 0, 0, 0,
+                              Tq, c, rank * c, (2 * cp - 1 - rank) * c, NULL}, og = oc;
+    og.alibi = alibi ? slopes.d : NULL;
+    const char *fmt = "attention_%s %s%s context parallel B=%d T=%d cp=%d rank=%d NH=%d NKV=%d HS=%d window=%d alibi=%d";
+    cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
+    gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, og, NEOX_ELEM_F32);
+    checkf(fwd_tol, e == NEOX_ELEM_F32 ? 1e-4 : fwd_tol, &out, fmt, "forward", type, "", B, T, cp, rank, NH, NKV, HS,
+           window, alibi);
+    checkf(e == NEOX_ELEM_F32 ? 1e-5 : 1e-4, 1e-5, &lse, fmt, "forward", type, " lse", B, T, cp, rank, NH, NKV, HS,
+           window, alibi);
+    pair o = pair_from(out.h, nq), l = pair_from(lse.h, lse.n), dout = pair_rand(nq);
+    pair dq = pair_rand(nq), dk = pair_rand(nkv), dv = pair_rand(nkv);
+    cpu->attention_backward(dq.h, dk.h, dv.h, dout.h, q.h, k.h, v.h, o.h, l.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
+    gpu->attention_backward(dq.d, dk.d, dv.d, dout.d, q.d, k.d, v.d, o.d, l.d, B, T, NH, NKV, HS, og, NEOX_ELEM_F32);
+    double rtol = e == NEOX_ELEM_F32 ? 1e-4 : bwd_tol;
+    checkf(bwd_tol, rtol, &dq, fmt, "backward", type, " dq", B, T, cp, rank, NH, NKV, HS, window, alibi);
+    checkf(bwd_tol, rtol, &dk, fmt, "backward", type, " dk", B, T, cp, rank, NH, NKV, HS, window, alibi);
+    checkf(bwd_tol, rtol, &dv, fmt, "backward", type, " dv", B, T, cp, rank, NH, NKV, HS, window, alibi);
+    pair_free(&slopes);
+    free(host_slopes);
+    pair *all[] = {&q, &k, &v, &out, &lse, &o, &l, &dout, &dq, &dk, &dv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
 // The pipelined kernels reading q, k and v through strides from a fused QKV buffer (GPT-NeoX's
 // interleaved layout or Llama's) and writing the gradients into a buffer of the same layout, against
 // the CPU's split, attention and merge (with --self: the CPU's on both sides). Tolerances as
@@ -1622,7 +1665,8 @@ static void test_release_commit(void) {
 // backward in `passes` (1: the single pass, 2: the two passes): T off and on the 64-row and 128-row
 // tiles, GQA and MQA, head sizes 16..128, windows whose edge crosses a block's tiles (so a block has
 // tiles without masks, with masks and skipped; in the single pass, query tiles whose dq comes from
-// several key blocks, and under a window from a range of them not starting at 0), dropout, ALiBi.
+// several key blocks, and under a window from a range of them not starting at 0), dropout, ALiBi,
+// context parallelism's query positions.
 static void attention_16bit_own(int pipelined, int passes) {
     neox_cuda_attention_cudnn(0);
     neox_cuda_attention_kernels(pipelined);
@@ -1649,6 +1693,17 @@ static void attention_16bit_own(int pipelined, int passes) {
     test_attention_elem(1, 257, 2, 2, 128, 0.1f, 70, NEOX_ELEM_F16);   // fp16, dropout, window, one row past
     test_attention_elem(1, 640, 4, 2, 128, 0.0f, 0, NEOX_ELEM_BF16);   // many full (mask-free) tiles
     test_attention_elem(3, 700, 2, 1, 48, 0.0f, 200, NEOX_ELEM_F16);   // a window: late tiles' dq from blocks 3..5
+    // Context parallelism's query positions: chunks that end inside a warp's 16 rows and a block's
+    // tiles, keys no query of the rank sees (rank 1's last), a window reaching back across chunks.
+    // The single pass takes no query positions (such calls run the two passes), so the pipelined
+    // kernels check them in the two-pass form alone (under --self, in the one form run).
+    if (!pipelined || passes == 2 || gpu == cpu) {
+        test_attention_cp(2, 200, 2, 0, 6, 2, 64, 0, NEOX_ELEM_BF16, 0);    // chunks of 50, GQA
+        test_attention_cp(2, 200, 2, 1, 6, 2, 64, 0, NEOX_ELEM_BF16, 0);
+        test_attention_cp(1, 520, 2, 1, 4, 4, 128, 0, NEOX_ELEM_BF16, 0);   // chunks of 130 across 128-row blocks
+        test_attention_cp(1, 304, 4, 3, 4, 2, 64, 40, NEOX_ELEM_BF16, 0);   // cp 4, chunks of 38, a window
+        test_attention_cp(1, 160, 2, 0, 12, 6, 64, 0, NEOX_ELEM_F16, 1);    // fp16, ALiBi
+    }
     g_att_path = "";
     neox_cuda_attention_kernels(g_pipelined);
     neox_cuda_attention_backward_passes(g_first_passes);
@@ -1693,6 +1748,11 @@ static void attention_16bit_cudnn(void) {
     test_attention_elem(2, 150, 4, 2, 64, 0.0f, 40, NEOX_ELEM_BF16);   // sliding window across tiles
     test_attention_elem(1, 97, 2, 1, 80, 0.0f, 1, NEOX_ELEM_BF16);     // a window of one key
     test_attention_elem(1, 2048, 12, 12, 64, 0.0f, 0, NEOX_ELEM_BF16); // 125M's heads, sequence 2048
+    // Context parallelism: one call per chunk (bottom-right causal over the keys up to its end).
+    test_attention_cp(2, 200, 2, 0, 6, 2, 64, 0, NEOX_ELEM_BF16, 0);
+    test_attention_cp(2, 200, 2, 1, 6, 2, 64, 0, NEOX_ELEM_BF16, 0);
+    test_attention_cp(1, 304, 4, 2, 4, 2, 64, 40, NEOX_ELEM_BF16, 0);   // cp 4, a window
+    test_attention_cp(1, 2048, 2, 1, 12, 12, 64, 0, NEOX_ELEM_BF16, 0); // 125M's heads
     g_att_path = "";
 }
 
@@ -1958,6 +2018,10 @@ int main(int argc, char **argv) {
     test_attention(1, 300, 2, 2, 256, 0.0f, 0);
     test_attention(2, 150, 4, 2, 64, 0.0f, 40);   // sliding window across tiles
     test_attention(1, 97, 2, 1, 80, 0.1f, 1);     // a window of one key, dropout
+    test_attention_cp(2, 80, 2, 0, 4, 2, 32, 0, NEOX_ELEM_F32, 0);     // chunks of 20 inside 8-row blocks, GQA
+    test_attention_cp(2, 80, 2, 1, 4, 2, 32, 0, NEOX_ELEM_F32, 0);
+    test_attention_cp(1, 200, 4, 2, 4, 1, 64, 30, NEOX_ELEM_F32, 0);   // cp 4, chunks of 25, a window, MQA
+    test_attention_cp(1, 120, 2, 0, 12, 4, 64, 0, NEOX_ELEM_F32, 1);   // ALiBi
     attention_16bit_own(0, 2);
     if (g_pipelined) attention_pipelined(g_first_passes);
     else printf("# the pipelined attention kernels' checks skipped (NEOX_ATTENTION_KERNELS=first)\n");

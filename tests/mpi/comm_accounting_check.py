@@ -4,7 +4,8 @@
                                        and operation equal the analytical per-step volume of the layout
                                        (layouts_check.expected), and comm/bytes is their total
                                        (NAME may also be dp2bf16: dp2 with bf16 gradients on the wire;
-                                       dp2z1ar: ZeRO-1 with reduce_scatter false, which all-reduces)
+                                       dp2z1ar: ZeRO-1 with reduce_scatter false, which all-reduces;
+                                       cp2: context parallelism's all-gathers and reduce-scatters)
   gather_calls CONFIG RUN BUCKET       every record has ceil(n / BUCKET) parameter all-gathers of 4n
                                        bytes in all per step (allgather_bucket_size)
   losses A B TOL                       A's and B's logged losses agree within TOL relative
@@ -17,9 +18,8 @@ import json
 import re
 import sys
 
-from layouts_check import expected, metrics, param_count
+from layouts_check import GROUPS, expected, metrics, param_count
 
-GROUPS = ("data", "model", "pipe", "embed")
 UNITS = {"B": 1, "KB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3}
 
 

@@ -50,8 +50,10 @@ declare -A SPEC=(
     # tensor-parallel reductions summed in fp32 around the collective
     [bf16tp2sp]="2 2 2 '$TP, \"sequence_parallel\": true, \"precision\": \"bfloat16\"'"
     [bf16pp2]="2 2 4 '$PP, \"precision\": \"bfloat16\"'"
+    # context parallelism's bf16 keys and values gathered, their gradients summed in fp32
+    [bf16cp2]="2 2 4 ', \"context_parallel_size\": 2, \"precision\": \"bfloat16\"'"
 )
-for name in ${LAYOUTS:-tp2 tp2sp pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2 cp2 bf16tp2sp bf16pp2}; do
+for name in ${LAYOUTS:-tp2 tp2sp pp2 dp2z1 dp2z2 dp2z3 dp2z3pre dp2z1off dp2z2off tp2pp2 dp2tp2 moedp2tp2 moeep2 cp2 bf16tp2sp bf16pp2 bf16cp2}; do
     eval "both $name ${SPEC[$name]}"
 done
 

@@ -1,12 +1,14 @@
-# tests/mpi/fp8_layouts.sh: precision fp8 (docs/model.md, "FP8 training") under tensor and data
-# parallelism against one rank on the same global batch. The FP8 scaling state (the run state's amax
-# histories and scales, kept in one rank's units) after the first step must equal the single-rank
-# run's bit for bit at tp2, dp2 ZeRO-1 and dp2 ZeRO-3 (the amaxes are max-reduced over tp and dp, and
-# a power-of-two data-parallel size casts one rank's FP8 bytes); later steps differ only by the fp32
-# reductions' order (held to the measured bound, below), and the losses stay within 1e-5. A dp2
-# checkpoint resumed at tp2 carries its amax histories bit for bit (the next step's state equals the
-# straight dp2 run's but for that step's own tp2 amaxes, within 1e-6). dp3 rounds its gradients differently (3 times one rank's, rounded) and is held
-# to the documented tolerance. pipe_parallel_size 2 is refused by name.
+# tests/mpi/fp8_layouts.sh: precision fp8 (docs/model.md, "FP8 training") under tensor, data and
+# pipeline parallelism against one rank on the same global batch. The FP8 scaling state (the run
+# state's amax histories and scales, kept in one rank's units) after the first step must equal the
+# single-rank run's bit for bit at tp2, dp2 ZeRO-1, dp2 ZeRO-3, pp2 and pp2 x dp2 (the amaxes are
+# max-reduced over each stage's tp and dp groups, a power-of-two data-parallel size casts one rank's
+# FP8 bytes, and each stage updates its scales in one rank's order); later steps differ only by the
+# fp32 reductions' order (held to the measured bound, below; pp2 alone has none and stays bit for
+# bit), and the losses stay within 1e-5. A dp2 checkpoint resumed at tp2 carries its amax histories
+# bit for bit (the next step's state equals the straight dp2 run's but for that step's own tp2
+# amaxes, within 1e-6); pp2 and one-rank checkpoints resume across each other bit for bit. dp3 rounds
+# its gradients differently (3 times one rank's, rounded) and is held to the documented tolerance.
 source tests/lib.sh
 
 need_mpi "FP8 under parallel layouts" || exit 0
@@ -49,16 +51,56 @@ check "dp2 -> tp2 resume: the carried FP8 amax history equals the straight dp2 r
     scales dp2z1 tp2resumed 4 0 1e-6
 check "dp2 -> tp2 resume: the losses follow one rank's within 1e-5" losses one tp2resumed 1e-5
 
-echo "{${PP#,}}" >"$T/pp2.yml"
-check_fails "pipe_parallel_size 2 is refused by name" 2 "precision fp8 with pipe_parallel_size 2" \
-    "$MPIEXEC" -n 2 "$TRAIN" -q "$T/one.yml" "$T/pp2.yml"
+# Pipelining: 1F1B runs micro-batch 1's forward before micro-batch 0's backward, so the runs
+# accumulate 4 micro-batches: each stage's forwards and its backwards must each update the scales in
+# one rank's order, and each backward cast with its own forward's scales. Each stage scales its own
+# layers and the run state gathers the stages' columns into one model's. Untied embeddings: the tied
+# embedding's two gradients are summed between the stages in another order than one rank's, which
+# moves the parameters by an ulp from step 2 on; untied, pp2 is one rank bit for bit.
+UNTIED=', "no_weight_tying": true'
+config onea neox 2 4 6 "$FP8$UNTIED"
+train_layout onea 1
+# (pp2 runs on the emulated device, which is the CPU bit for bit: the device step's slot scales too)
+config pp2 neox 2 4 6 "$FP8$UNTIED$PP"', "compute_backend": "emulated"'
+train_layout pp2 2
+check "pp2: the FP8 scales and amax histories after step 1 equal one rank's bit for bit" scales onea pp2 1 0
+check "pp2 (emulated device): after step 6 too" scales onea pp2 6 0
+check "pp2: the losses follow one rank's within 1e-5" losses onea pp2 1e-5
+# pp2 x dp2: the data-parallel gradient sum's order moves amaxes by an ulp from step 3 (measured
+# 4e-7 after 6 steps); held to 1e-5.
+config pp2dp2 neox 1 4 6 "$FP8$UNTIED$PP$Z1"
+train_layout pp2dp2 4
+check "pp2dp2: the FP8 scales and amax histories after step 1 equal one rank's bit for bit" scales onea pp2dp2 1 0
+check "pp2dp2: after step 6 within 1e-5" scales onea pp2dp2 6 1e-5
+check "pp2dp2: the losses follow one rank's within 1e-5" losses onea pp2dp2 1e-5
+# Resumes across pipelining: the stages' states resume as one model's, and one model's as stages'.
+config pp2stop neox 2 4 6 "$FP8$UNTIED$PP"', "exit_interval": 3'
+train_layout pp2stop 2
+config pp1resumed neox 2 4 6 "$FP8$UNTIED"', "load": "'"$T/pp2stop/ckpt"'"'
+train_layout pp1resumed 1
+check "pp2 -> one rank resume: the FP8 state after step 6 is the straight run's bit for bit" scales onea pp1resumed 6 0
+check "pp2 -> one rank resume: the losses follow one rank's within 1e-5" losses onea pp1resumed 1e-5
+config pp1stop neox 2 4 6 "$FP8$UNTIED"', "exit_interval": 3'
+train_layout pp1stop 1
+# (with checkpoint_activations: a backward's recomputed forward casts with its micro-batch's own
+# scales, though later forwards have moved them, and records no amax)
+config pp2resumed neox 2 4 6 "$FP8$UNTIED$PP"', "checkpoint_activations": true, "load": "'"$T/pp1stop/ckpt"'"'
+train_layout pp2resumed 2
+check "one rank -> pp2 resume (recomputing activations): the FP8 state after step 6 is the straight run's bit for bit" \
+    scales onea pp2resumed 6 0
+check "one rank -> pp2 resume: the losses follow one rank's within 1e-5" losses onea pp2resumed 1e-5
 
-# dp3: each rank's output gradients are 3 times one rank's rounded, the bfloat16 output layer's by up
-# to a bfloat16 ulp (2^-8), so the amaxes and scales differ from the first step (measured 1.0e-2,
-# 3.0e-2 after 10 steps) and the losses slightly (4e-5 in 10 steps). Held to 5e-2 and 2e-4.
+# dp3: each rank's whole backward is 3 times one rank's, rounded from the loss gradient on (the
+# bfloat16 output layer's by up to a bfloat16 ulp, 2^-8, and E5M2 casts then round some element to a
+# neighbour), so the output gradients' amaxes and scales differ from the first step (measured 1.0e-2;
+# 3.0e-2 after 10 steps) while the forward tensors' are one rank's; the losses differ slightly (4e-5
+# in 10 steps). Held to 2e-2 after one step, 5e-2 after six and 2e-4.
 config one6 neox 6 1 6 "$FP8"
 train_layout one6 1
 config dp3 neox 2 1 6 "$FP8"
 train_layout dp3 3
+fwd() { "$PY" tests/mpi/fp8_layouts_check.py forward_same "$T/$1/ckpt" "$T/$2/ckpt" "$3"; }
+check "dp3: the forward tensors' amaxes and scales after step 1 equal one rank's bit for bit" fwd one6 dp3 1
+check "dp3: the FP8 scales and amax histories after step 1 within 2e-2 of one rank's" scales one6 dp3 1 2e-2
 check "dp3: the FP8 scales and amax histories after step 6 within 5e-2 of one rank's" scales one6 dp3 6 5e-2
 check "dp3: the losses follow one rank's within 2e-4" losses one6 dp3 2e-4

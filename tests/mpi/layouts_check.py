@@ -144,12 +144,16 @@ def same_group(group, ref, run):
     return errors[worst] <= TOL
 
 
+# The groups whose per-step bytes the volume checks compare (comm_stats.json's names).
+GROUPS = ("data", "model", "pipe", "embed", "context")
+
+
 def per_step(run4, run6):
     r4, r6 = (json.load(open(f"{r}/log/comm_stats.json")) for r in (run4, run6))
     out = []
     for a, b in zip(r4["ranks"], r6["ranks"]):
         groups = {}
-        for g in ("data", "model", "pipe", "embed"):
+        for g in GROUPS:
             ops = set(a["groups"][g]) | set(b["groups"][g])
             groups[g] = {op: (b["groups"][g].get(op, {}).get("bytes", 0) - a["groups"][g].get(op, {}).get("bytes", 0)) / 2
                          for op in ops}
@@ -187,6 +191,13 @@ def expected(name, c, micro, accum):
         # all-reduces: CE max + stats, the norms' weight and bias gradients (2 per layer, the final one)
         reduce = 4 * N + 16 * N + 8 * C * (2 * L + 1)
         return {"model": {"all_gather": M * gather, "reduce_scatter": M * scatter, "all_reduce": M * reduce + 8}}
+    if name == "cp2":  # context parallelism: per layer and micro-batch the forward all-gathers k and v (each
+        # the whole sequences' N x NKV HS floats), backward gathers them again and reduce-scatters their
+        # gradients, and the loss's sum and count (two doubles) are summed once per micro-batch; the data
+        # group reduces the gradients as dp2's (the context ranks are data-parallel ways for them)
+        kv = 4 * N * C * c.get("num_key_value_heads", c["num_attention_heads"]) // c["num_attention_heads"]
+        return {"context": {"all_gather": M * L * 4 * kv, "reduce_scatter": M * L * 2 * kv, "all_reduce": 16 * M},
+                "data": expected("dp2", c, micro, accum)["data"]}
     if name == "pp2":
         return {"pipe": {"send": 4 * N * C * M, "recv": 4 * N * C * M, "broadcast": 8, "all_reduce": 8},
                 "embed": {"all_reduce": 4 * V * C}}
@@ -198,7 +209,7 @@ def volume(name, config, micro, accum, run4, run6):
     ok = True
     for info, got in per_step(run4, run6):
         want = expected(name, c, int(micro), int(accum))
-        for g in ("data", "model", "pipe", "embed"):
+        for g in GROUPS:
             if got[g] != want.get(g, {}):
                 print(f"rank {info['rank']} group {g}: got {got[g]}, expected {want.get(g, {})}")
                 ok = False

@@ -7,12 +7,16 @@ with rotary_save_freqs_buffer unless a job says save_inv_freqs false), AdamW ove
 weight-decay groups, GPT-NeoX's AnnealingLR as the engine's scheduler. Each job of SPEC["jobs"] is
 one configuration, run one after another in the same process (DeepSpeed's start-up paid once):
   - without a pipeline (`sequential.N` names), ZeRO stage 1 or 2 over the data-parallel ranks;
-  - pp >= 1: GPT-NeoX's GPTModelPipe, a PipelineModule of LayerSpecs under DeepSpeed's PipelineEngine;
-  - tp > 1: Megatron's tensor-parallel layers restated (every rank one tensor-parallel rank);
+  - pp >= 1: GPT-NeoX's GPTModelPipe, a PipelineModule of LayerSpecs under DeepSpeed's PipelineEngine
+    (tied: the embedding and output layer one TiedLayerSpec, GPT-NeoX's default weight tying);
+  - tp > 1: Megatron's tensor-parallel layers restated (every rank one tensor-parallel rank), of the
+    GPT-NeoX-style model or of the Llama-style one (GPT-NeoX's cuts of its QKV, with or without
+    grouped-query attention, and of its gated linear1);
   - load: DeepSpeed's load_checkpoint of that directory (to-neox's files) before training on;
   - llama: GPT-NeoX's Llama-style model (its llama configs: norm rmsnorm, RMSNorm's `scale`, swiglu with
     `mlp.linear1` holding [x | gate] and `mlp.linear2`, no biases, rotary on the whole head, sequential
-    residual, an untied output layer), restated in torch with GPT-NeoX's names.
+    residual, an untied output layer; grouped-query attention with model["kv_heads"]), restated in
+    torch with GPT-NeoX's names.
 A job trains `before` steps, saves with `engine.save_checkpoint` (GPT-NeoX's client state: the
 iteration and the python, numpy and torch RNG states), trains `after` more steps and writes the losses
 of every step to job["out"]/losses.json. Every sample is the same tokens (the test's corpus repeats
@@ -44,8 +48,16 @@ class EmbeddingPipe(torch.nn.Module):
         super().__init__()
         self.word_embeddings = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size)
 
+    @property
+    def word_embeddings_weight(self):  # (the attribute GPT-NeoX's TiedLayerSpec names)
+        return self.word_embeddings.weight
+
     def forward(self, ids):
         return self.word_embeddings(ids)
+
+
+def tied_logits(embedding, h):  # GPT-NeoX's _logits_helper: the tied embedding as the output layer
+    return torch.nn.functional.linear(h, embedding.word_embeddings_weight)
 
 
 class ParallelTransformerLayerPipe(torch.nn.Module):
@@ -157,15 +169,19 @@ class LlamaLayerPipe(torch.nn.Module):
     """GPT-NeoX's ParallelTransformerLayer as its llama configs make it: sequential residual, RMSNorms,
     the fused QKV interleaved per head ([q k v] of each head), rotary (rotate_half) on the whole head,
     no biases (use_bias_in_attn_linear, use_bias_in_mlp false), the gated MLP's ParallelMLP: `linear1`
-    of 2 x ffn rows whose output Gated_Activation chunks into x then gate, silu(gate) * x, `linear2`."""
+    of 2 x ffn rows whose output Gated_Activation chunks into x then gate, silu(gate) * x, `linear2`.
+    With m["kv_heads"] below the heads, GPT-NeoX's grouped-query attention (ParallelSelfAttention's
+    gqa_project): the QKV's output split into all query heads, then the key heads, then the value
+    heads, keys and values repeat_interleave'd over the query heads."""
 
     def __init__(self, m, save_inv_freqs=True):
         super().__init__()
         c, ffn, self.heads = m["hidden"], m["ffn"], m["heads"]
         hd = c // self.heads
+        self.kv_heads = m.get("kv_heads", self.heads)
         self.input_layernorm = RMSNorm(c, m["rms_eps"])
         self.attention = torch.nn.Module()
-        self.attention.query_key_value = torch.nn.Linear(c, 3 * c, bias=False)
+        self.attention.query_key_value = torch.nn.Linear(c, c + 2 * self.kv_heads * hd, bias=False)
         self.attention.dense = torch.nn.Linear(c, c, bias=False)
         self.attention.rotary_emb = torch.nn.Module()
         inv_freq = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
@@ -178,7 +194,13 @@ class LlamaLayerPipe(torch.nn.Module):
     def attend(self, x):
         b, t, c = x.shape
         hd = c // self.heads
-        q, k, v = self.attention.query_key_value(x).view(b, t, self.heads, 3 * hd).permute(0, 2, 1, 3).split(hd, -1)
+        if self.kv_heads == self.heads:
+            q, k, v = self.attention.query_key_value(x).view(b, t, self.heads, 3 * hd).permute(0, 2, 1, 3).split(hd, -1)
+        else:  # gqa_project: [q of every head | k of every kv head | v of every kv head]
+            q, k, v = self.attention.query_key_value(x).split([c, self.kv_heads * hd, self.kv_heads * hd], -1)
+            q = q.view(b, t, self.heads, hd).permute(0, 2, 1, 3)
+            k, v = (u.view(b, t, self.kv_heads, hd).permute(0, 2, 1, 3).repeat_interleave(self.heads // self.kv_heads, 1)
+                    for u in (k, v))
         freqs = torch.outer(torch.arange(t).float(), self.attention.rotary_emb.inv_freq)
         cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
 
@@ -231,13 +253,19 @@ def hf_config(m):
 def pipeline_model(cfg, job, world, loss_fn):
     """GPT-NeoX's GPTModelPipe: a PipelineModule of LayerSpecs in GPT-NeoX's numbering, partitioned by
     its default pipe_partition_method, over its pipe x data x model topology (which names the layer
-    files layer_XX-model_YY)."""
-    from deepspeed.pipe import LayerSpec, PipelineModule
+    files layer_XX-model_YY). With job["tied"] (GPT-NeoX's no_weight_tying false) the embedding and
+    the output layer are one TiedLayerSpec "embed", the output a forward_fn over it, as GPT-NeoX's."""
+    from deepspeed.pipe import LayerSpec, PipelineModule, TiedLayerSpec
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
     L, save_freqs = cfg.num_hidden_layers, job.get("save_inv_freqs", True)
-    specs = [LayerSpec(EmbeddingPipe, cfg), pre_transformer_block]
+    tied = job.get("tied", False)
+    embed = TiedLayerSpec("embed", EmbeddingPipe, cfg, tied_weight_attr="word_embeddings_weight") if tied else \
+        LayerSpec(EmbeddingPipe, cfg)
+    specs = [embed, pre_transformer_block]
     specs += [LayerSpec(ParallelTransformerLayerPipe, cfg, i, save_freqs) for i in range(L)]
-    specs += [post_transformer_block, LayerSpec(NormPipe, cfg), LayerSpec(ParallelLinearPipe, cfg)]
+    specs += [post_transformer_block, LayerSpec(NormPipe, cfg)]
+    specs += [TiedLayerSpec("embed", EmbeddingPipe, cfg, forward_fn=tied_logits, tied_weight_attr="word_embeddings_weight")
+              if tied else LayerSpec(ParallelLinearPipe, cfg)]
     topo = PipeModelDataParallelTopology(num_pp=job["pp"], num_mp=1, num_dp=world // job["pp"])
     return PipelineModule(layers=specs, loss_fn=loss_fn, topology=topo, partition_method="type:transformer|mlp",
                           activation_checkpoint_interval=0)
@@ -415,6 +443,84 @@ def tensor_parallel_model(cfg, job, mpu):
     return model
 
 
+class TensorParallelLlamaLayer(torch.nn.Module):
+    """LlamaLayerPipe cut as GPT-NeoX cuts it over tensor-parallel ranks: the QKV column-parallel, each
+    rank holding its own query heads and (grouped-query attention) its own key/value heads, in
+    gqa_project's [q_r | k_r | v_r] (per head [q k v] without it); linear1 column-parallel, each rank
+    its rows of x then of gate (Gated_Activation chunks the rank's output); dense and linear2
+    row-parallel; the RMSNorms whole."""
+
+    def __init__(self, whole, m, mpu):
+        super().__init__()
+        self.mpu, self.heads, self.kv_heads = mpu, m["heads"] // mpu.world, whole.kv_heads // mpu.world
+        hd = m["hidden"] // m["heads"]
+        self.gqa, self.hd = whole.kv_heads != m["heads"], hd
+        self.input_layernorm, self.attention = whole.input_layernorm, torch.nn.Module()
+        qkv = whole.attention.query_key_value.weight.detach()
+        if self.gqa:  # whole [Q | K | V] -> this rank's [q_r | k_r | v_r]
+            q, k, v = qkv.split([m["hidden"], whole.kv_heads * hd, whole.kv_heads * hd])
+            rows = torch.cat([t.chunk(mpu.world)[mpu.rank] for t in (q, k, v)])
+        else:  # interleaved per head: this rank's heads are its chunk of rows
+            rows = qkv.chunk(mpu.world)[mpu.rank]
+        self.attention.query_key_value = torch.nn.Module()
+        self.attention.query_key_value.weight = torch.nn.Parameter(rows.clone())
+        self.attention.query_key_value.weight.model_parallel = True
+        self.attention.dense = torch.nn.Module()
+        self.attention.dense.weight = shard(whole.attention.dense.weight, 1, mpu)
+        self.attention.rotary_emb = whole.attention.rotary_emb
+        self.post_attention_layernorm, self.mlp = whole.post_attention_layernorm, torch.nn.Module()
+        up, gate = whole.mlp.linear1.weight.detach().chunk(2)
+        self.mlp.linear1 = torch.nn.Module()
+        self.mlp.linear1.weight = torch.nn.Parameter(torch.cat([up.chunk(mpu.world)[mpu.rank],
+                                                                gate.chunk(mpu.world)[mpu.rank]]).clone())
+        self.mlp.linear1.weight.model_parallel = True
+        self.mlp.linear2 = torch.nn.Module()
+        self.mlp.linear2.weight = shard(whole.mlp.linear2.weight, 1, mpu)
+
+    def attend(self, x):
+        group, (b, t, _), hd = self.mpu.model_group, x.shape, self.hd
+        qkv = torch.nn.functional.linear(ReduceBackward.apply(x, group), self.attention.query_key_value.weight)
+        if self.gqa:
+            q, k, v = qkv.split([self.heads * hd, self.kv_heads * hd, self.kv_heads * hd], -1)
+            q = q.view(b, t, self.heads, hd).permute(0, 2, 1, 3)
+            k, v = (u.view(b, t, self.kv_heads, hd).permute(0, 2, 1, 3).repeat_interleave(self.heads // self.kv_heads, 1)
+                    for u in (k, v))
+        else:
+            q, k, v = qkv.view(b, t, self.heads, 3 * hd).permute(0, 2, 1, 3).split(hd, -1)
+        freqs = torch.outer(torch.arange(t).float(), self.attention.rotary_emb.inv_freq)
+        cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
+
+        def rotate(u):
+            return u * cos + torch.cat((-u[..., hd // 2:], u[..., :hd // 2]), -1) * sin
+
+        scores = rotate(q) @ rotate(k).transpose(-1, -2) / hd ** 0.5 + torch.full((t, t), float("-inf")).triu(1)
+        ctx = (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(b, t, -1)
+        return ReduceForward.apply(torch.nn.functional.linear(ctx, self.attention.dense.weight), group)
+
+    def feed_forward(self, x):
+        group = self.mpu.model_group
+        up, gate = torch.nn.functional.linear(ReduceBackward.apply(x, group), self.mlp.linear1.weight).chunk(2, dim=-1)
+        return ReduceForward.apply(torch.nn.functional.linear(torch.nn.functional.silu(gate) * up,
+                                                              self.mlp.linear2.weight), group)
+
+    def forward(self, h):
+        h = h + self.attend(self.input_layernorm(h))
+        return h + self.feed_forward(self.post_attention_layernorm(h))
+
+
+def tensor_parallel_llama_model(cfg, job, mpu):
+    """The Llama-style model without a pipeline, its whole weights drawn as the one-rank run draws them, then cut."""
+    whole = LlamaSequential(cfg, job["model"], job.get("save_inv_freqs", True))
+    init_weights(whole)
+    seq, L = whole.sequential, job["model"]["layers"]
+    layers = [TensorParallelLlamaLayer(seq[i + 2], job["model"], mpu) for i in range(L)]
+    model = torch.nn.Module()
+    model.sequential = torch.nn.Sequential(TensorParallelEmbedding(seq[0], mpu), torch.nn.Identity(), *layers,
+                                           torch.nn.Identity(), seq[L + 3], TensorParallelOutput(seq[L + 4], mpu))
+    model.forward = model.sequential.forward
+    return model
+
+
 def pre_transformer_block(h):  # GPT-NeoX's layer 1 and L+2: functions without parameters
     return h
 
@@ -430,7 +536,10 @@ def run_job(job, rank, world):
     loss_fn = lambda logits, labels: torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
                                                                        labels.reshape(-1))
     pipe, mpu = job.get("pp", 0) >= 1, None
-    if job.get("llama"):
+    if job.get("llama") and job.get("tp", 1) > 1:
+        mpu = TensorParallel(world)
+        model = tensor_parallel_llama_model(cfg, job, mpu)
+    elif job.get("llama"):
         model = LlamaSequential(cfg, job["model"], job.get("save_inv_freqs", True))
         init_weights(model)
     elif pipe:

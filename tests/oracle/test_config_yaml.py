@@ -88,3 +88,60 @@ def test_reference_configs_present():
     if not reference_files():
         pytest.skip(f"{CONFIGS} is absent")
     assert len(reference_files()) > 40
+
+
+# Numbers written with an exponent but without a '.' or a sign (1e-06): YAML 1.1, so PyYAML and GPT-NeoX,
+# read them as strings; GPT-NeoX's NeoXArgs.validate_types then refuses a string for a float key (it
+# accepts only the declared type, or an int for a float). neox.c takes them as the number for a key
+# typed as a number (YAML 1.2's and JSON's reading), keeps the string for a string key, and refuses
+# them for an integer key and when quoted.
+ARGS = "../shared/reference/gpt-neox-args/neox_args.py"
+
+
+def gpt_neox_types():
+    """Each NeoXArgs field's declared type, as source text ("float", "str", ...), read with ast."""
+    import ast
+    types = {}
+    for node in ast.walk(ast.parse(open(ARGS).read())):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    types[item.target.id] = ast.unparse(item.annotation)
+    return types
+
+
+def gpt_neox_accepts(declared, value):
+    """NeoXArgs.validate_types for a plain type: the declared type, or an int where a float is declared."""
+    kind = {"float": float, "int": int, "str": str}[declared]
+    return type(value) is kind or (type(value) is int and kind is float)
+
+
+@pytest.mark.skipif(not os.path.exists(ARGS), reason="GPT-NeoX's neox_args.py is absent")
+def test_exponent_without_dot(tmp_path):
+    types = gpt_neox_types()
+    plain = {"min_lr": "1e-06", "init_method_std": "2E-2", "rms_norm_epsilon": "1.0e5", "wandb_group": "1e-06"}
+    base = "num_layers: 2\nhidden_size: 32\nnum_attention_heads: 4\nmax_position_embeddings: 16\n" \
+           "train_micro_batch_size_per_gpu: 1\n"
+    path = tmp_path / "plain.yml"
+    path.write_text(base + "".join(f"{k}: {v}\n" for k, v in plain.items()))
+    read = yaml.safe_load(path.read_text())
+    run = subprocess.run([NEOX_TRAIN, "-q", "--print-config", "--print-config-format", "json", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    printed = json.loads(run.stdout)
+    for key, text in plain.items():
+        assert read[key] == text  # PyYAML: a string
+        ours = printed[key]["set"]["value"]
+        if types[key] == "float":  # GPT-NeoX refuses the string; neox.c takes the number YAML 1.2 and JSON read
+            assert not gpt_neox_accepts("float", read[key])
+            assert type(ours) is float and ours == float(text) == json.loads(text.lower()), (key, ours)
+        else:  # a string key: the string, as PyYAML reads it and GPT-NeoX takes it
+            assert types[key] == "str" and gpt_neox_accepts("str", read[key]) and ours == text, (key, ours)
+    for name, line, message in [("int", "train_iters: 1e3", "key 'train_iters': expected an integer, got '1e3'"),
+                                ("quoted", "min_lr: '1e-06'", "key 'min_lr': expected a number, got the string '1e-06'")]:
+        bad = tmp_path / f"{name}.yml"
+        bad.write_text(base + line + "\n")
+        key, value = next(iter(yaml.safe_load(line).items()))
+        assert not gpt_neox_accepts(types[key], value)  # GPT-NeoX refuses these too
+        run = subprocess.run([NEOX_TRAIN, "-q", "--print-config", str(bad)], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and message in run.stderr, run.stderr

@@ -3,14 +3,16 @@
 parameter names trained 3 steps with AdamW and saved by `engine.save_checkpoint` at ZeRO-1 on one rank,
 ZeRO-2 over two data-parallel ranks, and as GPT-NeoX's PipelineModule (per-layer files) by DeepSpeed's
 PipelineEngine with one stage (GPT-NeoX's default pipe_parallel_size 1) and with two, and a Llama-style
-model (GPT-NeoX's llama configs: RMSNorm's `scale`, `mlp.linear1` = [x | gate], no biases) at ZeRO-1,
-then trained 3 more steps. The import must hold DeepSpeed's fp32 master weights exactly (its own zero_to_fp32.py is
+model (GPT-NeoX's llama configs: RMSNorm's `scale`, `mlp.linear1` = [x | gate], no biases) at ZeRO-1, with
+and without grouped-query attention (its QKV [q | k | v] per tensor-parallel rank; also over two
+tensor-parallel ranks), and pipelines with GPT-NeoX's tied embedding (TiedLayerSpec) at one and two
+stages, then trained 3 more steps. The import must hold DeepSpeed's fp32 master weights exactly (its own zero_to_fp32.py is
 the reference without a pipeline; with one, the partitions joined by their param_slice_mappings,
 restated here, as the moments are), the iteration, optimizer steps and AnnealingLR position; and
 neox-train, resumed from it, must log the losses DeepSpeed's run logged for its next 3 steps (within
 1e-5 relative, fp32). Back the other way, to-neox of the import must equal DeepSpeed's files tensor for
-tensor, and DeepSpeed's engine must load it (load_checkpoint with its optimizer) and go on with
-neox-train's losses. Every sample is the same tokens, so the batches do not depend on the sample order
+tensor, and DeepSpeed's engine must load it (load_checkpoint with its optimizer) at the run's own
+layout and go on with neox-train's losses. Every sample is the same tokens, so the batches do not depend on the sample order
 (the data position is checked as a number). DeepSpeed's start-up and its runs take most of the time:
 one launch per world size runs every configuration of that size, once per module."""
 import json
@@ -34,20 +36,42 @@ BEFORE, AFTER, MICRO, LR, WD = 3, 3, 2, 1e-3, 0.01
 # name: (ZeRO stage, data-parallel ranks, pipeline stages: 0 without GPT-NeoX's PipelineModule,
 # tensor-parallel ranks: Megatron's cuts, mp_rank_00/01)
 CASES = {"zero1-dp1": (1, 1, 0, 1), "zero2-dp2": (2, 2, 0, 1), "pipe-pp1": (1, 1, 1, 1), "pipe-pp2": (1, 1, 2, 1),
-         "tp2": (1, 1, 0, 2), "llama-zero1": (1, 1, 0, 1)}
+         "tp2": (1, 1, 0, 2), "llama-zero1": (1, 1, 0, 1), "llama-gqa": (1, 1, 0, 1),
+         "pipe-pp1-tied": (1, 1, 1, 1), "pipe-pp2-tied": (1, 1, 2, 1), "llama-gqa-tp2": (1, 1, 0, 2)}
+# Pipeline runs with GPT-NeoX's default weight tying (no_weight_tying false): its TiedLayerSpec "embed",
+# the embedding in layer_00's file and, named tied_modules.embed.*, in both end stages' optimizers.
+TIED = {"pipe-pp1-tied", "pipe-pp2-tied"}
 # Llama-style runs (GPT-NeoX's llama configs: RMSNorm's `scale`, swiglu's `mlp.linear1` = [x | gate], no
 # biases, rotary on the whole head, sequential residual). GPT-NeoX's gated ParallelMLP from
 # intermediate_size 96, mlp_multiple_of 16: 96 x 2/3 = 64 rows of linear1 (rounded to 2 x 16), 32 of x.
-LLAMA = {"llama-zero1"}
+LLAMA = {"llama-zero1", "llama-gqa", "llama-gqa-tp2"}
 LLAMA_MODEL = dict(MODEL, rotary_pct=1.0, ffn=32, rms_eps=1e-4)  # (an eps JSON writes without an exponent)
+# Grouped-query attention (num_kv_heads 2 of 4 heads): GPT-NeoX's fused QKV is then [q | k | v] of each
+# tensor-parallel rank's heads, not interleaved per head (llama-gqa-tp2: two ranks, one key/value head each).
+GQA_MODEL = dict(LLAMA_MODEL, kv_heads=2)
+
+
+def model_of(case):
+    return GQA_MODEL if case.startswith("llama-gqa") else LLAMA_MODEL if case in LLAMA else MODEL
+
+
+def llama_job(case):
+    """What a case's DeepSpeed job adds: the Llama-style model, or the tied embedding."""
+    return {"model": model_of(case), "llama": True} if case in LLAMA else {"tied": True} if case in TIED else {}
 # The dimension Megatron cuts a parameter along over tensor-parallel ranks (None: whole on every rank).
 TP_DIM = {"word_embeddings.weight": 0, "final_linear.weight": 0, "query_key_value.weight": 0, "query_key_value.bias": 0,
-          "dense_h_to_4h.weight": 0, "dense_h_to_4h.bias": 0, "attention.dense.weight": 1, "dense_4h_to_h.weight": 1}
+          "dense_h_to_4h.weight": 0, "dense_h_to_4h.bias": 0, "attention.dense.weight": 1, "dense_4h_to_h.weight": 1,
+          "mlp.linear1.weight": 0, "mlp.linear2.weight": 1}
 
 
 def tp_dim(name):
     return next((dim for part, dim in TP_DIM.items() if name.endswith(part)), None)
-RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1"]  # to-neox's files DeepSpeed loads back (one launch on one rank)
+# to-neox's files DeepSpeed loads back, each at its run's layout (one launch per world size, as `runs`)
+RELOADED = ["zero1-dp1", "pipe-pp1", "llama-zero1", "llama-gqa", "zero2-dp2", "pipe-pp2", "pipe-pp2-tied", "tp2",
+            "llama-gqa-tp2"]
+# Reloaded with to-neox's rotary inv_freq buffers into modules that register them as persistent
+# (GPT-NeoX's rotary_save_freqs_buffer true), whose strict load needs them.
+RELOADED_WITH_INV_FREQ = {"pipe-pp1"}
 
 
 def free_port():
@@ -62,11 +86,11 @@ def sample_tokens():
     return doc, doc + doc[:1]  # the stream repeats doc, so every sample of seq + 1 tokens is this
 
 
-def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False):
+def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False, kv_heads=None, tied=False):
     cfg = {"num_layers": MODEL["layers"], "hidden_size": MODEL["hidden"], "num_attention_heads": MODEL["heads"],
            "seq_length": MODEL["seq"], "max_position_embeddings": MODEL["seq"], "pos_emb": "rotary",
            "rotary_pct": MODEL["rotary_pct"], "norm": "layernorm", "gpt_j_residual": True,
-           "no_weight_tying": True, "activation": "gelu", "hidden_dropout": 0.0, "attention_dropout": 0.0,
+           "no_weight_tying": not tied, "activation": "gelu", "hidden_dropout": 0.0, "attention_dropout": 0.0,
            "optimizer": {"type": "Adam", "params": {"lr": LR, "betas": [0.9, 0.95]}},  # eps 1e-8, layernorm 1e-5: defaults
            "weight_decay": WD, "min_lr": 0.0, "lr_decay_style": "constant", "warmup": 0.0,
            "train_iters": BEFORE + AFTER, "lr_decay_iters": BEFORE + AFTER,
@@ -78,6 +102,8 @@ def neox_config(tmp, data, zero, load=None, save=None, tp=1, pp=1, llama=False):
         cfg.update(norm="rmsnorm", rms_norm_epsilon=LLAMA_MODEL["rms_eps"], activation="swiglu", rotary_pct=1,
                    gpt_j_residual=False, use_bias_in_norms=False, use_bias_in_attn_linear=False, use_bias_in_mlp=False,
                    intermediate_size=96, mlp_multiple_of=16)
+    if kv_heads:
+        cfg["num_kv_heads"] = kv_heads
     if load:
         cfg["load"] = str(load)
     if save:
@@ -121,7 +147,7 @@ def runs(tmp_path_factory):
     for name, (zero, dp, pp, tp) in CASES.items():
         d = root / name
         d.mkdir()
-        llama = {"model": LLAMA_MODEL, "llama": True} if name in LLAMA else {}
+        llama = llama_job(name)
         by_world.setdefault(dp * max(pp, 1) * tp, []).append(job(d / "ds", zero=zero, pp=pp, tp=tp, **llama))
         out[name] = (d, zero, dp, data, pp)
     procs = [p for world, jobs in by_world.items() for p in launch(root, f"world{world}", world, jobs)]
@@ -138,24 +164,28 @@ def to_neox(d, pp, out, *extra):
 @pytest.fixture(scope="module")
 def reloaded(runs, tmp_path_factory):
     """DeepSpeed's engine (GPT-NeoX's default now: no rotary_emb.inv_freq in the state dict) loading
-    to-neox's files of the imports with load_checkpoint, optimizer and scheduler included, and training
-    on: its losses per case, and neox-train's from the import."""
+    to-neox's files of the imports, written for the run's own layout (data-parallel ranks and ZeRO
+    stage, pipeline stages, tensor-parallel ranks), with load_checkpoint, optimizer and scheduler
+    included, and training on: its losses per case, and neox-train's (one rank) from the import."""
     root = tmp_path_factory.mktemp("neox_reload")
-    jobs, want = [], {}
+    by_world, want = {}, {}
     for name in RELOADED:
         d, zero, dp, data, pp = runs[name]
+        tp = CASES[name][3]
         import_run(d, zero, data)
-        to_neox(d, pp, root / name)
-        llama = {"model": LLAMA_MODEL, "llama": True} if name in LLAMA else {}
-        jobs.append(job(root / name / "ds", zero=zero, pp=pp, load=str(root / name), save_inv_freqs=False, **llama))
+        inv_freq = name in RELOADED_WITH_INV_FREQ
+        to_neox(d, pp, root / name, "--dp", str(dp), "--zero", str(zero), "--tp", str(tp), *["--inv-freq"] * inv_freq)
+        by_world.setdefault(dp * max(pp, 1) * tp, []).append(
+            job(root / name / "ds", zero=zero, pp=pp, tp=tp, load=str(root / name), save_inv_freqs=inv_freq,
+                **llama_job(name)))
         want[name] = neox_train_losses(d, zero, data)
-    wait_all(launch(root, "reload", 1, jobs))
+    wait_all([p for world, jobs in by_world.items() for p in launch(root, f"reload{world}", world, jobs)])
     return {name: (json.loads((root / name / "ds" / "losses.json").read_text()), want[name]) for name in RELOADED}
 
 
 def import_run(d, zero, data):
     cfg = neox_config(d, data, zero, tp=CASES[d.name][3], pp=max(CASES[d.name][2], 1),  # (the run's GPT-NeoX config)
-                      llama=d.name in LLAMA)
+                      llama=d.name in LLAMA, kv_heads=model_of(d.name).get("kv_heads"), tied=d.name in TIED)
     save = d / "imported"
     if not save.exists():
         r = subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(d / "ds"), "--config", str(cfg),
@@ -179,10 +209,12 @@ def hf_name(neox):
     return f"gpt_neox.layers.{int(parts[0]) - 2}." + ".".join(parts[1:])
 
 
-def llama_as_neox(hf, names):
+def llama_as_neox(hf, names, tp=1):
     """A Llama-style model's tensors under Hugging Face's names (`hf(name)`) restated under GPT-NeoX's
-    (names: GPT-NeoX's, sequential.N.PART): the fused QKV interleaved per head from q_proj, k_proj,
-    v_proj; linear1 = [up_proj; gate_proj] (Gated_Activation's x, then gate); RMSNorm's `scale`."""
+    (names: GPT-NeoX's, sequential.N.PART), as tp tensor-parallel ranks' shards join: the fused QKV
+    interleaved per head from q_proj, k_proj, v_proj, or with fewer key/value heads (GPT-NeoX's
+    gqa_project) each rank's [q_r; k_r; v_r]; linear1 each rank's [up_r; gate_r] (Gated_Activation's x,
+    then gate); RMSNorm's `scale`."""
     L, heads = MODEL["layers"], MODEL["heads"]
     ends = {"0.word_embeddings.weight": "model.embed_tokens.weight", f"{L + 3}.norm.scale": "model.norm.weight",
             f"{L + 4}.final_linear.weight": "lm_head.weight"}
@@ -200,10 +232,14 @@ def llama_as_neox(hf, names):
             out[name] = hf(pre + parts[part])
         elif part == "attention.query_key_value.weight":
             q, k, v = (hf(pre + f"self_attn.{x}_proj.weight") for x in "qkv")
+            if k.shape[0] != q.shape[0]:
+                out[name] = np.concatenate([np.split(t, tp)[r] for r in range(tp) for t in (q, k, v)])
+                continue
             per_head = [t.reshape(heads, -1, t.shape[-1]) for t in (q, k, v)]
             out[name] = np.concatenate(per_head, axis=1).reshape(-1, q.shape[-1])
         elif part == "mlp.linear1.weight":
-            out[name] = np.concatenate([hf(pre + "mlp.up_proj.weight"), hf(pre + "mlp.gate_proj.weight")])
+            up, gate = hf(pre + "mlp.up_proj.weight"), hf(pre + "mlp.gate_proj.weight")
+            out[name] = np.concatenate([np.split(t, tp)[r] for r in range(tp) for t in (up, gate)])
         else:
             raise AssertionError(f"no Llama-style restatement of {name}")
     return out
@@ -243,8 +279,9 @@ def deepspeed_shapes(d, pp, tp_rank):
 def deepspeed_optimizer(d, dp, pp, tp):
     """The fp32 master weights and Adam's exp_avg and exp_avg_sq per parameter, whole: every rank's
     partition (of every pipeline stage and tensor-parallel rank, mp_rank_YY = stage x tp + rank) cut
-    by its param_slice_mappings, tensor-parallel shards joined along Megatron's cuts."""
-    pieces = {}
+    by its param_slice_mappings, tensor-parallel shards joined along Megatron's cuts. A tied embedding
+    (tied_modules.embed.*) is layer 0's; the last stage's copy must equal the first stage's."""
+    pieces, later = {}, {}
     for stage, tp_rank in ((s, r) for s in range(max(pp, 1)) for r in range(tp)):
         for rank in range(dp):
             sd = torch.load(d / "ds" / f"global_step{BEFORE}" /
@@ -253,9 +290,15 @@ def deepspeed_optimizer(d, dp, pp, tp):
             for g, mapping in enumerate(sd["param_slice_mappings"]):
                 state = sd["base_optimizer_state"]["state"][g]
                 for name, frag in mapping.items():
+                    tied = name.startswith("tied_modules.embed.")
+                    name = "0." + name.removeprefix("tied_modules.embed.") if tied else name
+                    into = later if tied and stage > 0 else pieces
                     for key, t in (("master", sd["single_partition_of_fp32_groups"][g]), ("exp_avg", state["exp_avg"]),
                                    ("exp_avg_sq", state["exp_avg_sq"])):
-                        pieces.setdefault((name, key), {}).setdefault(tp_rank, []).append(t.narrow(0, frag.start, frag.numel))
+                        into.setdefault((name, key), {}).setdefault(tp_rank, []).append(t.narrow(0, frag.start, frag.numel))
+    for (name, key), by_rank in later.items():
+        for r, parts in by_rank.items():
+            assert torch.equal(torch.cat(parts), torch.cat(pieces[(name, key)][r])), (name, key, r)
     shapes = [deepspeed_shapes(d, pp, r) for r in range(tp)]
     whole = {}
     for (name, key), by_rank in pieces.items():
@@ -286,14 +329,14 @@ def test_import_holds_deepspeed_state(runs, case, tmp_path):
         master = get_fp32_state_dict_from_zero_checkpoint(str(d / "ds"), tag=f"global_step{BEFORE}")
         master = {k: v for k, v in master.items() if k in shapes}
     llama = case in LLAMA
-    mine = llama_as_neox(ours.__getitem__, master) if llama else {name: ours[hf_name(name)] for name in master}
+    mine = llama_as_neox(ours.__getitem__, master, tp) if llama else {name: ours[hf_name(name)] for name in master}
     assert len(mine) == len(master) == len(shapes) and len(ours) == len(master) + 3 * llama * MODEL["layers"]
     for name, t in master.items():
         np.testing.assert_array_equal(mine[name], t.detach().numpy(), err_msg=name)
     for key in ("exp_avg", "exp_avg_sq"):
         def moment(hf):
             return h5_tensor(save, f"optimizer/{key}/{hf}", ours[hf].shape)
-        mine = llama_as_neox(moment, master) if llama else {name: moment(hf_name(name)) for name in master}
+        mine = llama_as_neox(moment, master, tp) if llama else {name: moment(hf_name(name)) for name in master}
         for name in master:
             np.testing.assert_array_equal(mine[name], flat[(name, key)].numpy().reshape(master[name].shape),
                                           err_msg=f"{key} {name}")
@@ -312,7 +355,8 @@ def neox_train_losses(d, zero, data):
     run = d / "continue"
     if not run.exists():
         run.mkdir()
-        cfg = neox_config(run, data, zero, load=import_run(d, zero, data), llama=d.name in LLAMA)
+        cfg = neox_config(run, data, zero, load=import_run(d, zero, data), llama=d.name in LLAMA,
+                          kv_heads=model_of(d.name).get("kv_heads"), tied=d.name in TIED)
         subprocess.run([f"{BIN}/neox-train", "-q", str(cfg)], check=True, capture_output=True, text=True)
     return {r["iteration"]: r["train/lm_loss"] for r in map(json.loads, (run / "logs" / "metrics.jsonl").read_text()
                                                             .splitlines()) if "train/lm_loss" in r}
@@ -393,6 +437,28 @@ def test_to_neox_writes_deepspeeds_files(runs, case, tmp_path):
                 {k: pb[k] for k in ("lr", "eps", "weight_decay", "params")} and tuple(pa["betas"]) == tuple(pb["betas"])
 
 
+def test_to_neox_writes_gpt_neox_names(runs, tmp_path):
+    """to-neox --mlp-names linear1 --inv-freq: the module DeepSpeed's run saved (its rotary_emb.inv_freq
+    buffers persistent, as with GPT-NeoX's rotary_save_freqs_buffer) under GPT-NeoX's names since
+    September 2024 (ParallelMLP's linear1/linear2 for dense_h_to_4h/dense_4h_to_h), every tensor equal,
+    the buffers included; from-neox reads the files back bit-exact."""
+    d, zero, _, data, _ = runs["zero1-dp1"]
+    save = import_run(d, zero, data)
+    to_neox(d, 0, tmp_path / "neox", "--mlp-names", "linear1", "--inv-freq")
+    ours = load_plain(tmp_path / "neox" / f"global_step{BEFORE}" / "mp_rank_00_model_states.pt")["module"]
+    ds = torch.load(d / "ds" / f"global_step{BEFORE}" / "mp_rank_00_model_states.pt")["module"]
+    renamed = {k.replace("mlp.dense_h_to_4h.", "mlp.linear1.").replace("mlp.dense_4h_to_h.", "mlp.linear2."): v
+               for k, v in ds.items()}
+    assert sum(k.endswith("rotary_emb.inv_freq") for k in ours) == MODEL["layers"]
+    assert sorted(ours) == sorted(renamed) and any("mlp.linear1." in k for k in ours)
+    for k, v in renamed.items():
+        assert ours[k].dtype == v.dtype and torch.equal(ours[k], v), k
+    back = tmp_path / "back"
+    subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(tmp_path / "neox"), "--config",
+                    str(neox_config(tmp_path, data, zero)), "--output", str(back)], check=True, capture_output=True)
+    assert optimizer_checksums(back) == optimizer_checksums(save)
+
+
 @pytest.mark.parametrize("tp,dp", [(1, 3), (2, 2)])
 def test_round_trip_is_bit_exact(runs, tmp_path, tp, dp):
     """neox.c -> to-neox (ZeRO-1 over three data ranks, whose partitions cut tensors; or two tensor-parallel
@@ -433,11 +499,26 @@ def test_round_trip_is_bit_exact(runs, tmp_path, tp, dp):
         assert sa[field] == sb[field], field
 
 
-def test_llama_tensor_parallel_files(runs, tmp_path):
-    """A Llama-style import -> to-neox over two tensor-parallel ranks: each rank's fused QKV holds [q k v]
-    of its own heads and its linear1 [up | gate] of its own rows (Gated_Activation chunks the shard's
+def rank_qkv(hf, layer, r, tp, kv_heads):
+    """Tensor-parallel rank r's fused QKV of a Llama-style layer as GPT-NeoX's ParallelSelfAttention
+    holds it (its ColumnParallelLinear's rows r of tp): [q k v] of each of its heads, or with fewer
+    key/value heads (gqa_project splits the rank's output as [q | k | v]) its query heads, then its
+    key heads, then its value heads, as GPT-NeoX's tools/ckpts/convert_neox_to_hf.py splits them."""
+    heads, hd = MODEL["heads"], MODEL["hidden"] // MODEL["heads"]
+    q, k, v = (hf[f"model.layers.{layer}.self_attn.{x}_proj.weight"] for x in "qkv")
+    if kv_heads == heads:
+        mine = [t.reshape(heads, hd, -1)[r * heads // tp:(r + 1) * heads // tp] for t in (q, k, v)]
+        return np.concatenate(mine, axis=1).reshape(-1, MODEL["hidden"])
+    return np.concatenate([np.split(t, tp)[r] for t in (q, k, v)])
+
+
+@pytest.mark.parametrize("case", ["llama-zero1", "llama-gqa"])
+def test_llama_tensor_parallel_files(runs, tmp_path, case):
+    """A Llama-style import -> to-neox over two tensor-parallel ranks: each rank's fused QKV holds its
+    own heads (rank_qkv) and its linear1 [up | gate] of its own rows (Gated_Activation chunks the shard's
     output), restated here from the Hugging Face export; -> from-neox is bit-exact."""
-    d, zero, _, data, _ = runs["llama-zero1"]
+    d, zero, _, data, _ = runs[case]
+    kv_heads = model_of(case).get("kv_heads", MODEL["heads"])
     save = import_run(d, zero, data)
     subprocess.run([f"{BIN}/neox-convert", "to-neox", "--input", str(save), "--output", str(tmp_path / "neox"),
                     "--tp", "2"], check=True, capture_output=True, text=True)
@@ -446,13 +527,9 @@ def test_llama_tensor_parallel_files(runs, tmp_path):
     hf = load_file(str(tmp_path / "hf" / "model.safetensors"))
     step = tmp_path / "neox" / f"global_step{BEFORE}"
     shards = [torch.load(step / f"mp_rank_{r:02d}_model_states.pt")["module"] for r in range(2)]
-    heads, hd = MODEL["heads"], MODEL["hidden"] // MODEL["heads"]
     for r, sd in enumerate(shards):
-        mine = {h: hf[h].reshape(heads, hd, -1)[r * heads // 2:(r + 1) * heads // 2] for h in
-                ("model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
-                 "model.layers.1.self_attn.v_proj.weight")}
-        qkv = np.concatenate(list(mine.values()), axis=1).reshape(-1, MODEL["hidden"])
-        np.testing.assert_array_equal(sd["sequential.3.attention.query_key_value.weight"].numpy(), qkv)
+        np.testing.assert_array_equal(sd["sequential.3.attention.query_key_value.weight"].numpy(),
+                                      rank_qkv(hf, 1, r, 2, kv_heads))
         rows = slice(r * LLAMA_MODEL["ffn"] // 2, (r + 1) * LLAMA_MODEL["ffn"] // 2)
         np.testing.assert_array_equal(sd["sequential.3.mlp.linear1.weight"].numpy(), np.concatenate(
             [hf["model.layers.1.mlp.up_proj.weight"][rows], hf["model.layers.1.mlp.gate_proj.weight"][rows]]))
@@ -462,7 +539,8 @@ def test_llama_tensor_parallel_files(runs, tmp_path):
                                       hf["model.layers.1.input_layernorm.weight"])
     back = tmp_path / "back"
     subprocess.run([f"{BIN}/neox-convert", "from-neox", "--input", str(tmp_path / "neox"), "--config",
-                    str(neox_config(tmp_path, data, 1, tp=2, llama=True)), "--output", str(back)], check=True,
+                    str(neox_config(tmp_path, data, 1, tp=2, llama=True, kv_heads=model_of(case).get("kv_heads"))),
+                    "--output", str(back)], check=True,
                    capture_output=True, text=True)
     subprocess.run([f"{BIN}/neox-convert", "to-hf", "--input", str(back), "--output", str(tmp_path / "hf-back")],
                    check=True, capture_output=True)

@@ -147,8 +147,10 @@ check_fails "error: duplicate key within one file" 2 "dup1.yml:2: duplicate key 
     "$T" --print-config $TINY "$(cfg dup1 $'seed: 1\nseed: 2')"
 check_fails "error: wrong type" 2 "type.yml:1: key 'eval_iters': expected an integer, got a string \(abc\)" \
     "$T" --print-config $TINY "$(cfg type 'eval_iters: abc')"
-check_fails "error: float written without a dot is a string in YAML 1.1" 2 "key 'init_method_std': expected a number, got the string '2e-2'" \
-    "$T" --print-config $TINY "$(cfg float 'init_method_std: 2e-2')"
+check_output "a number key takes a float written without a dot (a string to YAML 1.1) as the number" \
+    "init_method_std += 0\.02 +# .*float\.yml:1" "$T" --print-config $TINY "$(cfg float 'init_method_std: 2e-2')"
+check_fails "error: quoted, it is a string" 2 "key 'init_method_std': expected a number, got the string '2e-2' \(quoted" \
+    "$T" --print-config $TINY "$(cfg quoted "init_method_std: '2e-2'")"
 check_fails "error: out of range" 2 "range.yml:1: key 'hidden_dropout': 1.5 is out of range \(must be between 0 and 1\)" \
     "$T" --print-config $TINY "$(cfg range 'hidden_dropout: 1.5')"
 check_fails "error: bad choice" 2 "choice.yml:1: key 'checkpoint_scale': 'sawtooth' is not one of: linear, log" \

@@ -12,6 +12,9 @@ check_output "--print-config still works" 'eval_tasks' $EVAL --print-config conf
 check_fails "no config is a usage error" 2 'no config file' $EVAL
 check_fails "unknown option" 2 'unrecognized option' $EVAL --bogus x.yml
 check_fails "generate: unknown option" 2 'unrecognized option' $EVAL generate --bogus x.yml
+printf 'context_parallel_size: 2\n' >"$T/cp2.yml"
+check_fails "context_parallel_size refused by name" 2 "key 'context_parallel_size' 2: neox-eval scores whole" \
+    $EVAL configs/tiny-test.yml "$T/cp2.yml"
 # neox-eval runs itself again with a passive OpenMP wait policy unless the user chose one.
 check_output "OMP_WAIT_POLICY unset: restarted once with passive" '^1$' sh -c \
     "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT NEOX_LOG_LEVEL=debug $EVAL --version 2>&1 | grep -c 'running again with OMP_WAIT_POLICY=passive'"

@@ -61,6 +61,25 @@ static void expect_error(const char *extra, int world, const char *fragment) {
     if (!strstr(err.message, fragment)) fail_msg("error '%s' does not contain '%s'", err.message, fragment);
 }
 
+// A plain 1e-4 is a string to YAML 1.1 (PyYAML, GPT-NeoX); a key typed as a number takes it as the
+// number (a sub-key too), a string key keeps the string, an integer key refuses it.
+static void test_exponent_without_dot(void **state) {
+    (void)state;
+    neox_error err = {0};
+    neox_config *cfg = load("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 1e-4, eps: 1E-8}}\n"
+                            "min_lr: 1e-06\nlayernorm_epsilon: 1.0e5\nwandb_group: 1e-06\n", 1, &err);
+    if (!cfg) fail_msg("%s", err.message);
+    assert_true(neox_config_sub(cfg, optimizer__params__lr)->kind == NEOX_VALUE_FLOAT);
+    assert_true(neox_config_sub(cfg, optimizer__params__lr)->number == 1e-4);
+    assert_true(neox_config_sub(cfg, optimizer__params__eps)->number == 1e-8);
+    assert_true(neox_config_float(cfg, min_lr) == 1e-06);
+    assert_true(neox_config_float(cfg, layernorm_epsilon) == 1e5);
+    assert_string_equal(neox_config_str(cfg, wandb_group), "1e-06");
+    neox_config_free(cfg);
+    expect_error("train_micro_batch_size_per_gpu: 1\ntrain_iters: 1e3\n", 1,
+                 "key 'train_iters': expected an integer, got '1e3' (a number with an exponent");
+}
+
 static void test_schema_table(void **state) {
     (void)state;
     assert_true(neox_key_count >= 297);
@@ -300,7 +319,8 @@ static void test_optimizer_and_zero(void **state) {
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: madgrad_wd, params: {lr: 0.1, momentum: 1}}\n", 1,
                  "madgrad_wd needs a momentum in [0, 1)");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam}\n", 1, "must contain a mapping 'params'");
-    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 1e-4}}\n", 1, "optimizer.params.lr': expected a number");
+    expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: '1e-4'}}\n", 1,
+                 "optimizer.params.lr': expected a number, got the string '1e-4' (quoted");
     expect_error("train_micro_batch_size_per_gpu: 1\noptimizer: {type: adam, params: {lr: 0.1, weight_decay: 0.1}}\n", 1,
                  "top-level key 'weight_decay'");
     expect_error("train_micro_batch_size_per_gpu: 1\nlr: 0.5\n", 1, "optimizer.params.lr");
@@ -389,6 +409,7 @@ static void test_file_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schema_table),
+        cmocka_unit_test(test_exponent_without_dot),
         cmocka_unit_test(test_subkey_table),
         cmocka_unit_test(test_subkey_reads),
         cmocka_unit_test(test_padded_vocab),

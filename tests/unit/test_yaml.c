@@ -95,7 +95,8 @@ static void test_numbers_as_pyyaml(void **state) {
     expect_float(".inf", INFINITY);
     expect_float("-.Inf", -INFINITY);
     expect_float(".NaN", NAN);
-    // YAML 1.1 wants a '.' and a signed exponent: these are strings to PyYAML, hence here too.
+    // YAML 1.1 wants a '.' and a signed exponent: these are strings to PyYAML, hence here too (a key
+    // typed as a number takes those YAML 1.2 reads as numbers: number_text, tests/unit/test_config.c).
     expect_kind("1e-5", NEOX_VALUE_STRING);
     expect_kind("1.0e5", NEOX_VALUE_STRING);
     expect_kind("1.0e_8", NEOX_VALUE_STRING);

@@ -31,9 +31,13 @@ static void usage(FILE *out) {
             "                     weights, Adam moments, schedule, loss scaler and data position, from which\n"
             "                     neox-train continues\n"
             "  to-neox --input CKPT --output DIR [--tp N] [--pp M] [--dp K] [--zero 1|2]\n"
+            "        [--mlp-names dense_h_to_4h|linear1] [--inv-freq]\n"
             "                     write GPT-NeoX's DeepSpeed checkpoint (DIR/global_stepN/*.pt + DIR/latest):\n"
             "                     the module per tensor-parallel rank (with --pp: per pipeline layer, as\n"
-            "                     pipe_parallel_size M writes it), ZeRO partitions per data-parallel rank\n"
+            "                     pipe_parallel_size M writes it), ZeRO partitions per data-parallel rank;\n"
+            "                     the MLP as GPT-NeoX until September 2024 (dense_h_to_4h, the default) or\n"
+            "                     since (linear1) names it; --inv-freq adds the rotary inv_freq buffers\n"
+            "                     (for GPT-NeoX with rotary_save_freqs_buffer true)\n"
             "  inspect CKPT       layout, iteration, tokens seen, model, every tensor with shape, norm, CRC-32\n"
             "  verify CKPT        completeness, checksums and metadata; exit 0 when sound, 1 when not\n"
             "  reshard --input CKPT --output SAVE [--tp N] [--pp M] [--dp K] [--zero S]\n"
@@ -57,6 +61,7 @@ typedef struct args {
     long long pad_token_id;  // -1: not given
     neox_cvt_layout layout;
     int pp_given;             // to-neox: --pp writes pipeline layer files, none the module files
+    neox_to_neox_options to_neox;
     const char *configs[64];  // from-neox's --config files, in order
     int nconfigs;
 } args;
@@ -77,6 +82,7 @@ static args parse_command(int argc, char **argv) {
         {"tp", required_argument, NULL, 't'},    {"pp", required_argument, NULL, 'p'},
         {"dp", required_argument, NULL, 'D'},    {"zero", required_argument, NULL, 'z'},
         {"pad-token-id", required_argument, NULL, 'P'}, {"config", required_argument, NULL, 'c'},
+        {"mlp-names", required_argument, NULL, 'm'}, {"inv-freq", no_argument, NULL, 'f'},
         {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     args a = {.layout = {1, 1, 1, 0}, .pad_token_id = -1};
@@ -93,6 +99,12 @@ static args parse_command(int argc, char **argv) {
         case 'p': a.layout.pp = (int)neox_option_int("--pp", optarg, 1, 1 << 20), a.pp_given = 1; break;
         case 'D': a.layout.dp = (int)neox_option_int("--dp", optarg, 1, 1 << 20); break;
         case 'z': a.layout.zero = (int)neox_option_int("--zero", optarg, 0, 3); break;
+        case 'm':
+            if (strcmp(optarg, "dense_h_to_4h") != 0 && strcmp(optarg, "linear1") != 0)
+                neox_usage_error("--mlp-names: '%s' is not dense_h_to_4h or linear1", optarg);
+            a.to_neox.mlp_names = optarg;
+            break;
+        case 'f': a.to_neox.inv_freq = 1; break;
         case 'P': a.pad_token_id = neox_option_int("--pad-token-id", optarg, 0, (1LL << 31) - 1); break;
         case 'c':
             if (a.nconfigs == (int)(sizeof a.configs / sizeof a.configs[0])) neox_usage_error("--config: too many files");
@@ -122,6 +134,8 @@ static int run_command(int argc, char **argv) {
     args a = parse_command(argc, argv);
     neox_error err = {0};
     int rc;
+    if (strcmp(command, "to-neox") != 0 && (a.to_neox.mlp_names || a.to_neox.inv_freq))
+        neox_usage_error("%s: --mlp-names and --inv-freq are to-neox's options", command);
     if (!strcmp(command, "to-hf")) {
         need_io(&a, command);
         neox_to_hf_options o = {.dtype = a.dtype, .max_shard_bytes = a.max_shard, .pad_token_id = a.pad_token_id};
@@ -140,7 +154,7 @@ static int run_command(int argc, char **argv) {
     } else if (!strcmp(command, "to-neox")) {
         need_io(&a, command);
         if (!a.pp_given) a.layout.pp = 0;
-        rc = neox_convert_to_neox(a.input, a.output, &a.layout, &err);
+        rc = neox_convert_to_neox(a.input, a.output, &a.layout, &a.to_neox, &err);
     } else if (!strcmp(command, "reshard")) {
         need_io(&a, command);
         rc = neox_convert_reshard(a.input, a.output, &a.layout, &err);

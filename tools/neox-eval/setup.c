@@ -23,6 +23,14 @@ neox_config *neox_tool_setup(int nconfigs, const char *const *configs, int quiet
     int pp = at_least_1(neox_config_int(cfg, pipe_parallel_size)), mp = at_least_1(neox_config_int(cfg, model_parallel_size));
     if ((pp > 1 || mp > 1) && !quiet && neox_launcher_rank() == 0)
         neox_notice("pipe_parallel_size %d, model_parallel_size %d: neox-eval runs data parallel over all %d ranks", pp, mp, world);
+    int64_t cp = neox_config_int(cfg, context_parallel_size);
+    if (cp > 1) {  // unlike the two sizes above, a layout of the run, not of the checkpoint
+        err = (neox_error){0};
+        neox_fail(&err, NEOX_EXIT_USAGE, "key 'context_parallel_size' %lld: neox-eval scores whole sequences on every "
+                  "rank and does not share them over context ranks; set it to 1 to evaluate (a checkpoint loads at any "
+                  "context_parallel_size)", (long long)cp);
+        neox_die_error(&err);
+    }
     neox_comm_set_timeout(neox_config_float(cfg, comm_timeout_seconds));
     if (neox_grid_make(grid, 1, 1, &err) != 0) neox_die_error(&err);
     if (quiet || grid->world_rank != 0) neox_progress_set_enabled(0);
