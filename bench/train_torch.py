@@ -89,6 +89,27 @@ def main(argv):
         return F.cross_entropy(logits.float().view(n, -1), targets)
 
     loss_fn = torch.compile(forward_loss) if opts["compile"] else forward_loss
+    compile_error = None
+
+    def forward_backward(ids, targets):
+        loss = loss_fn(ids, targets)
+        t = time.perf_counter()
+        loss.backward()
+        return loss, t
+
+    def first_forward_backward(ids, targets):
+        # torch.compile can fail to build a graph's kernels (inductor's C++ for some bfloat16
+        # reductions on this torch): the step then runs eagerly, as its user would have to, and the
+        # output says so.
+        nonlocal loss_fn, compile_error
+        try:
+            return forward_backward(ids, targets)
+        except Exception as e:  # torch._inductor.exc.InductorError and whatever a backend raises
+            compile_error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+            print(f"train_torch.py: torch.compile failed, running eagerly ({compile_error})", file=sys.stderr)
+            loss_fn = forward_loss
+            opt.zero_grad(set_to_none=True)
+            return forward_backward(ids, targets)
 
     def cpu_seconds():
         u = resource.getrusage(resource.RUSAGE_SELF)
@@ -102,9 +123,7 @@ def main(argv):
             cpu = cpu_seconds()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(ids, targets)
-        t1 = time.perf_counter()
-        loss.backward()
+        loss, t1 = (first_forward_backward if s == 0 and opts["compile"] else forward_backward)(ids, targets)
         t2 = time.perf_counter()
         opt_step()
         t3 = time.perf_counter()
@@ -119,7 +138,7 @@ def main(argv):
     precision = "bfloat16" if opts["bf16"] or opts["weights"] == "bf16" else "fp32"
     print(json.dumps({
         "impl": "pytorch", "precision": precision, "autocast": bool(opts["bf16"]), "weights": opts["weights"],
-        "compile": bool(opts["compile"]), "adamw": opts["adamw"],
+        "compile": bool(opts["compile"]) and compile_error is None, "compile_error": compile_error, "adamw": opts["adamw"],
         "torch": torch.__version__, "transformers": transformers.__version__,
         "params": sum(p.numel() for p in model.parameters()), "tokens_per_step": n, "steps": opts["steps"],
         "seconds": round(total, 4), "tokens_per_s": round(n * opts["steps"] / total, 2),
