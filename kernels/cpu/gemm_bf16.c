@@ -80,12 +80,17 @@ typedef struct product_out {
     int ldc;
 } product_out;
 
-// alpha * sums (n <= 16 of them) rounded into bf16 c16, through a tile on the stack so that the
-// rounding is the scalar one, bit for bit.
-__attribute__((target("avx512f"))) static void store_rounded(uint16_t *c16, __m512 v, int n) {
-    float tile[16];
-    _mm512_storeu_ps(tile, v);
-    for (int e = 0; e < n; e++) c16[e] = neox_bf16_from_f32(tile[e]);
+// alpha * sums v rounded into bf16 c16 (the lanes of m): kernels.h's neox_bf16_from_f32 on 16 lanes,
+// the same integer steps (a NaN kept quiet, otherwise round to nearest even on the high half), so
+// the same bits.
+__attribute__((target("avx512f"))) static void store_rounded(uint16_t *c16, __m512 v, __mmask16 m) {
+    __m512i bits = _mm512_castps_si512(v), high = _mm512_srli_epi32(bits, 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+    __m512i quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+    _mm512_mask_cvtepi32_storeu_epi16(c16, m, _mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 
 // C rows i0..i0+rows, panel columns j0..j0+cols: alpha * (8 x 32 block of sums) + beta * C.
@@ -112,7 +117,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *
             size_t at = (size_t)(i0 + r) * out.ldc + j0 + 16 * h;
             __m512 v = _mm512_mul_ps(va, acc[r][h]);
             if (out.C16) {
-                store_rounded(out.C16 + at, v, n < 16 ? n : 16);
+                store_rounded(out.C16 + at, v, m);
                 continue;
             }
             float *c = out.C + at;

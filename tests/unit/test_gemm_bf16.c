@@ -87,6 +87,7 @@ static void check_rounded(int M, int N, int K) {
     float *rows = neox_malloc((size_t)M * N * sizeof *rows);
     for (size_t i = 0; i < (size_t)M * lda; i++) A[i] = bf16_of(value(i, 1) * 1.37f);
     for (size_t i = 0; i < (size_t)N * ldb; i++) B[i] = bf16_of(value(i, 2) * 0.71f);
+    A[0] = 0x7fc0, A[lda] = 0x7f80, A[2 * lda] = 0xff80;  // rows of NaN, of infinities (and NaN where 0 x inf)
     for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = 0x7fc1;  // a NaN no result rounds to
     neox_gemm_bf16_avx512(0, 1, M, N, K, 0.37f, A, lda, B, ldb, 0.0f, rows, N);
     neox_cast_f32_to_bf16(want, rows, (size_t)M * N);
