@@ -545,8 +545,8 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
     checkf(0, 0, &c, "rotary_tables cos T=%d R=%d", T, R);
     checkf(0, 0, &s, "rotary_tables sin T=%d R=%d", T, R);
     for (int inverse = 0; inverse < 2; inverse++) {
-        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse, NEOX_ELEM_F32);
-        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse, NEOX_ELEM_F32);
+        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse, NEOX_ELEM_F32, (neox_head_strides){0});
+        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse, NEOX_ELEM_F32, (neox_head_strides){0});
         checkf(1e-6, 1e-6, &x, "rotary_apply B=%d H=%d T=%d HS=%d R=%d inverse=%d", B, H, T, HS, R, inverse);
     }
     pair_free(&c);
@@ -584,7 +584,10 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
     // The dropout counter of a tensor-parallel rank holding heads 1.. of NH + 3, from batch row 5.
-    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3, 0, 0, 0, 0, NULL}, og = oc;
+    neox_attention_opts oc = {.scale = scale, .window = window, .dropout = dropout, .seed = seed, .operands = e,
+                              .alibi = alibi ? slopes.h : NULL, .dropout_row0 = 5, .dropout_head0 = 1,
+                              .dropout_heads = NH + 3};
+    neox_attention_opts og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     // The GPU's rows 2 + 3, the 3 read on the device (a replayed step's row): the CPU's 5.
     unsigned long long rows_at = 3, *rows_at_d = gpu->alloc(sizeof rows_at);
@@ -632,7 +635,7 @@ static void test_attention_qkv(int B, int T, int NH, int NKV, int HS, int interl
     pair dout = pair_rand(nq), dqkv = pair_rand(qkv.n);
     float *q = xmalloc(nq * sizeof(float)), *k = xmalloc(nkv * sizeof(float)), *v = xmalloc(nkv * sizeof(float));
     float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
-    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, dropout, 77, e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL};
+    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)HS), .dropout = dropout, .seed = 77, .operands = e};
     cpu->qkv_split(q, k, v, qkv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     cpu->attention_forward(out.h, lse.h, q, k, v, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
     cpu->attention_backward(dq, dk, dv, dout.h, q, k, v, out.h, lse.h, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
@@ -667,7 +670,9 @@ static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int 
     float host_slopes[64];
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
-    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, og = oc;
+    neox_attention_opts oc = {.scale = scale, .window = window, .operands = NEOX_ELEM_F32,
+                              .alibi = alibi ? slopes.h : NULL};
+    neox_attention_opts og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, oc);
     gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, og);
@@ -813,8 +818,8 @@ static void test_bf16_heads(int B, int T, int NH, int NKV, int HS, int interleav
     int R = HS / 2 * 2;
     pair c = pair_rand((size_t)T * R / 2), sn = pair_rand((size_t)T * R / 2);
     for (int inverse = 0; inverse <= 1; inverse++) {
-        cpu->rotary_apply(q.h, c.h, sn.h, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16);
-        gpu->rotary_apply(q.d, c.d, sn.d, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16);
+        cpu->rotary_apply(q.h, c.h, sn.h, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16, (neox_head_strides){0});
+        gpu->rotary_apply(q.d, c.d, sn.d, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16, (neox_head_strides){0});
         bcheckf(1e-6, BF16_ULP, &q, "rotary_apply bf16 B=%d H=%d T=%d HS=%d inverse=%d", B, NH, T, HS, inverse);
     }
     bpair *all[] = {&qkv, &q, &k, &v};
@@ -990,7 +995,7 @@ static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
     bpair q = bpair_uniform(nq, -2.0f, 2.0f), k = bpair_uniform(nkv, -2.0f, 2.0f), v = bpair_rand(nkv);
     bpair out = bpair_rand(nq), dout = bpair_rand(nq), dq = bpair_rand(nq), dk = bpair_rand(nkv), dv = bpair_rand(nkv);
     pair lse = pair_rand((size_t)B * NH * T);
-    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0, 0, 0, 0, 0, NULL};
+    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)HS), .operands = NEOX_ELEM_BF16};
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     bcheckf(3 * BF16_ULP, 3 * BF16_ULP, &out, "attention_forward bf16 storage%s B=%d T=%d NH=%d NKV=%d HS=%d",
@@ -1390,7 +1395,8 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0, 0, 0, 0, 0, NULL},
+                            c->NKV, c->HS, (neox_attention_opts){.scale = 0.125f, .dropout = c->dropout, .seed = 9,
+                                                  .operands = c->operands},
                             NEOX_ELEM_F32);
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
@@ -1420,7 +1426,8 @@ static void test_attention_repeats(int with_rest) {
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
-                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, NEOX_ELEM_F32);
+                           (neox_attention_opts){.scale = 0.125f, .dropout = 0.1f, .seed = 9, .operands = NEOX_ELEM_F32},
+                           NEOX_ELEM_F32);
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
