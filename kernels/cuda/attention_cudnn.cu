@@ -27,15 +27,21 @@ static void notice(const char *what) {
     fprintf(stderr, "neox cuda: attention: %s\n", what);
 }
 
+// cuDNN's (B, heads, T, HS) strides of a view.
+static void strides_of(int64_t stride[4], neox_head_strides v) {
+    stride[0] = (int64_t)v.batch, stride[1] = (int64_t)v.head, stride[2] = (int64_t)v.row, stride[3] = 1;
+}
+
 static neox_cudnn_sdpa sdpa_shape(int B, int T, int NH, int NKV, int HS, const neox_attention_opts *o) {
     neox_cudnn_sdpa s;
     memset(&s, 0, sizeof s);
     s.B = B, s.H = NH, s.Hkv = NKV, s.T = T, s.HS = HS;
     s.causal = 1, s.window = o->window, s.scale = o->scale;
-    // q, k, v (B, heads, T, HS) as the model splits them; out (B, T, NH, HS) as the ops return it
-    neox_cudnn_strides_bhtd(s.q_stride, NH, T, HS);
-    neox_cudnn_strides_bhtd(s.k_stride, NKV, T, HS);
-    neox_cudnn_strides_bhtd(s.v_stride, NKV, T, HS);
+    // q, k, v (B, heads, T, HS) by their views (split, or in the fused QKV buffer); out (B, T, NH, HS)
+    // as the ops return it
+    strides_of(s.q_stride, neox_head_strides_of(o->views.q, NH, T, HS));
+    strides_of(s.k_stride, neox_head_strides_of(o->views.k, NKV, T, HS));
+    strides_of(s.v_stride, neox_head_strides_of(o->views.v, NKV, T, HS));
     neox_cudnn_strides_bthd(s.o_stride, NH, T, HS);
     return s;
 }
@@ -112,7 +118,8 @@ static void bf16_back(void *x, const uint16_t *vals, size_t n, neox_elem act) {
 // The bytes of a scratch piece for n elements: none under bf16 storage.
 static size_t copy_bytes(size_t n, neox_elem act) { return act == NEOX_ELEM_BF16 ? 0 : n * 2; }
 
-// out: (B, T, NH, HS), lse: (B, NH, T); q: (B, NH, T, HS); k, v: (B, NKV, T, HS), stored as act.
+// out: (B, T, NH, HS), lse: (B, NH, T); q: (B, NH, T, HS); k, v: (B, NKV, T, HS), stored as act, laid
+// out by o.views (views other than contiguous ones only under bf16 storage: the copies below are dense).
 int neox_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                       int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     neox_cudnn_sdpa s = sdpa_shape(B, T, NH, NKV, HS, &o);
@@ -134,8 +141,8 @@ int neox_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, cons
     return 1;
 }
 
-// dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS) overwritten; dout, out: (B, T, NH, HS); lse from the
-// cuDNN forward (the same log-sum-exp the own kernels keep); all stored as act.
+// dq: (B, NH, T, HS), dk, dv: (B, NKV, T, HS) overwritten (through the views of q, k, v); dout, out:
+// (B, T, NH, HS); lse from the cuDNN forward (the same log-sum-exp the own kernels keep); all stored as act.
 int neox_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                                        const void *v, const void *out, const float *lse, int B, int T, int NH,
                                        int NKV, int HS, neox_attention_opts o, neox_elem act) {

@@ -1016,6 +1016,112 @@ static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
     pair_free(&lse);
 }
 
+// The model's fused route through the op table: rotary in place on q and k in the fused QKV buffer,
+// attention reading q, k, v through its views (opts.views from neox_qkv_fused_layout), its backward
+// writing dq, dk, dv into dqkv's views (every element: dqkv starts as other values on each side),
+// rotary backward in place. GPU against the CPU on the same views (the CPU's views equal its split
+// route bit for bit: tests/unit/test_qkv_views.c). act: fp32 or bf16 storage of qkv, out, dout, dqkv;
+// the backwards both start from the CPU's out and lse. Which GPU kernels run follows the entry's rule
+// (kernels/cuda/attention.cu): cuDNN or the pipelined kernels in place when the storage is the operand
+// type, else a split into scratch.
+typedef struct views_case {
+    int B, T, NH, NKV, HS, interleaved;
+    float dropout;
+    neox_elem act, operands;
+} views_case;
+
+static void run_views_forward(const neox_backend *be, void *qkv, void *out, float *lse, const float *cs,
+                              const float *sn, const views_case *c, neox_attention_opts o) {
+    size_t es = neox_elem_size(c->act);
+    neox_qkv_layout l = neox_qkv_fused_layout(c->T, c->NH, c->NKV, c->HS, c->interleaved);
+    char *x = qkv, *q = x + l.q_offset * es, *k = x + l.k_offset * es, *v = x + l.v_offset * es;
+    be->rotary_apply(q, cs, sn, c->B, c->NH, c->T, c->HS, c->HS / 2, 0, c->act, l.strides.q);
+    be->rotary_apply(k, cs, sn, c->B, c->NKV, c->T, c->HS, c->HS / 2, 0, c->act, l.strides.k);
+    be->attention_forward(out, lse, q, k, v, c->B, c->T, c->NH, c->NKV, c->HS, o, c->act);
+}
+
+static void run_views_backward(const neox_backend *be, void *dqkv, const void *qkv, const void *dout, const void *out,
+                               const float *lse, const float *cs, const float *sn, const views_case *c,
+                               neox_attention_opts o) {
+    size_t es = neox_elem_size(c->act);
+    neox_qkv_layout l = neox_qkv_fused_layout(c->T, c->NH, c->NKV, c->HS, c->interleaved);
+    const char *x = qkv;
+    char *d = dqkv, *dq = d + l.q_offset * es, *dk = d + l.k_offset * es, *dv = d + l.v_offset * es;
+    be->attention_backward(dq, dk, dv, dout, x + l.q_offset * es, x + l.k_offset * es, x + l.v_offset * es, out, lse,
+                           c->B, c->T, c->NH, c->NKV, c->HS, o, c->act);
+    be->rotary_apply(dq, cs, sn, c->B, c->NH, c->T, c->HS, c->HS / 2, 1, c->act, l.strides.q);
+    be->rotary_apply(dk, cs, sn, c->B, c->NKV, c->T, c->HS, c->HS / 2, 1, c->act, l.strides.k);
+}
+
+// One device tensor of n values stored as act, the same values on the host (fp32 or bf16 bits).
+typedef struct { void *h, *d; size_t n; neox_elem act; } apair;
+static apair apair_uniform(size_t n, float lo, float hi, neox_elem act) {
+    pair p = pair_uniform(n, lo, hi);
+    apair a = {p.h, gpu->alloc(n * neox_elem_size(act)), n, act};
+    if (act == NEOX_ELEM_BF16) {
+        a.h = xmalloc(n * sizeof(uint16_t));
+        neox_cast_f32_to_bf16(a.h, p.h, n);
+        free(p.h);
+    }
+    gpu->to_device(a.d, a.h, n * neox_elem_size(act));
+    gpu->free(p.d);
+    return a;
+}
+static void apair_free(apair *a) { free(a->h), gpu->free(a->d); }
+// The device values against the host's, within atol + rtol |host| (both widened to fp32).
+static void acheck(double atol, double rtol, const apair *a, const char *what, const views_case *c) {
+    float *want = xmalloc(a->n * sizeof(float)), *got = xmalloc(a->n * sizeof(float));
+    void *dev = xmalloc(a->n * neox_elem_size(a->act));
+    gpu->to_host(dev, a->d, a->n * neox_elem_size(a->act));
+    if (a->act == NEOX_ELEM_BF16) neox_cast_bf16_to_f32(want, a->h, a->n), neox_cast_bf16_to_f32(got, dev, a->n);
+    else memcpy(want, a->h, a->n * sizeof(float)), memcpy(got, dev, a->n * sizeof(float));
+    char name[200];
+    snprintf(name, sizeof name, "attention views %s interleaved=%d B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g act=%d "
+             "operands=%d", what, c->interleaved, c->B, c->T, c->NH, c->NKV, c->HS, c->dropout, c->act, c->operands);
+    compare(name, want, got, a->n, atol, rtol);
+    free(want), free(got), free(dev);
+}
+
+static void test_attention_views(views_case c) {
+    size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nall = (size_t)c.B * c.T * (c.NH + 2 * c.NKV) * c.HS;
+    size_t es = neox_elem_size(c.act);
+    int half = c.HS / 4;  // rotary on half of each head
+    double unit = c.operands == NEOX_ELEM_F32 ? 1e-5 : c.operands == NEOX_ELEM_BF16 ? 1.0 / 128 : 1.0 / 1024;
+    double store = c.act == NEOX_ELEM_BF16 ? BF16_ULP : 0.0, fwd = 3 * unit + store, bwd = 5 * unit + store;
+    apair qkv = apair_uniform(nall, -2.0f, 2.0f, c.act), out = apair_uniform(nq, -1.0f, 1.0f, c.act);
+    apair dout = apair_uniform(nq, -1.0f, 1.0f, c.act), dqkv = apair_uniform(nall, -1.0f, 1.0f, c.act);
+    pair lse = pair_rand((size_t)c.B * c.NH * c.T), cs = pair_rand((size_t)c.T * half), sn = pair_rand(cs.n);
+    cpu->rotary_tables(cs.h, sn.h, c.T, 2 * half, 10000.0, (neox_rope_scaling){.kind = NEOX_ROPE_DEFAULT});
+    gpu->to_device(cs.d, cs.h, cs.n * sizeof(float)), gpu->to_device(sn.d, sn.h, sn.n * sizeof(float));
+    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)c.HS), .dropout = c.dropout, .seed = 77,
+                             .operands = c.operands};
+    o.views = neox_qkv_fused_layout(c.T, c.NH, c.NKV, c.HS, c.interleaved).strides;
+    run_views_forward(cpu, qkv.h, out.h, lse.h, cs.h, sn.h, &c, o);
+    run_views_forward(gpu, qkv.d, out.d, lse.d, cs.d, sn.d, &c, o);
+    acheck(1e-5 + store, 1e-5 + store, &qkv, "rotary in place", &c);
+    acheck(fwd, fwd, &out, "forward", &c);
+    checkf(1e-4, 1e-5, &lse, "attention views forward lse B=%d T=%d NH=%d NKV=%d HS=%d", c.B, c.T, c.NH, c.NKV, c.HS);
+    gpu->to_device(qkv.d, qkv.h, nall * es);  // the backwards from the CPU's rotated qkv, out and lse
+    gpu->to_device(out.d, out.h, nq * es), gpu->to_device(lse.d, lse.h, lse.n * sizeof(float));
+    run_views_backward(cpu, dqkv.h, qkv.h, dout.h, out.h, lse.h, cs.h, sn.h, &c, o);
+    run_views_backward(gpu, dqkv.d, qkv.d, dout.d, out.d, lse.d, cs.d, sn.d, &c, o);
+    acheck(bwd, bwd, &dqkv, "backward dqkv", &c);
+    apair *all[] = {&qkv, &out, &dout, &dqkv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) apair_free(all[i]);
+    pair_free(&lse), pair_free(&cs), pair_free(&sn);
+}
+
+// The fused views on every route: in place (bf16 storage, bf16 operands: cuDNN without dropout, the
+// pipelined kernels with it), split into scratch (fp32 storage with 16-bit or fp32 operands), GQA, MQA.
+static void attention_views_cases(void) {
+    const neox_elem F32 = NEOX_ELEM_F32, BF16 = NEOX_ELEM_BF16;
+    test_attention_views((views_case){2, 150, 4, 4, 64, 1, 0.0f, BF16, BF16});   // GPT-NeoX's layout, in place
+    test_attention_views((views_case){1, 200, 6, 2, 128, 0, 0.0f, BF16, BF16});  // Llama's layout, GQA
+    test_attention_views((views_case){1, 130, 4, 4, 64, 1, 0.1f, BF16, BF16});   // dropout: own kernels in place
+    test_attention_views((views_case){1, 97, 4, 1, 32, 0, 0.0f, F32, BF16});     // fp32 storage: split, MQA
+    test_attention_views((views_case){2, 70, 4, 2, 16, 0, 0.1f, F32, F32});      // fp32 kernels: split
+}
+
 static void test_bf16_norm(int N, int C, int rms) {
     const char *name = rms ? "rmsnorm" : "layernorm";
     bpair inp = bpair_uniform((size_t)N * C, -2.0f, 3.0f), out = bpair_rand((size_t)N * C);
@@ -1864,6 +1970,7 @@ int main(int argc, char **argv) {
         g_pipelined = 1;
         attention_16bit_own(1);
         attention_pipelined_layouts();
+        attention_views_cases();
         test_attention_repeats(0);
         printf("# %d checks, %d failed\n", checks, failures);
         return failures ? 1 : 0;
@@ -1940,6 +2047,7 @@ int main(int argc, char **argv) {
     if (g_pipelined) attention_16bit_own(1), attention_pipelined_layouts();
     else printf("# the pipelined attention kernels' checks skipped (NEOX_ATTENTION_KERNELS=first)\n");
     attention_16bit_cudnn();
+    attention_views_cases();
     test_attention_cached(5, 17, 4, 2, 48, 50, 0, 0);
     test_attention_cached(1, 0, 4, 4, 64, 8, 0, 0);
     test_attention_cached(9, 0, 2, 1, 128, 9, 0, 0);
