@@ -240,7 +240,8 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
     }
     if (!strcmp(op, "rotary_apply")) {
         uint16_t *x = bf16("x", n);
-        neox_rotary_apply(x, f32("cos", n / 2), f32("sin", n / 2), 1, 1, N, C, C, fn == 1, B);
+        neox_rotary_apply(x, f32("cos", n / 2), f32("sin", n / 2), 1, 1, N, C, C, fn == 1, B,
+                          (neox_head_strides){0});
         return outs[0] = OUT_B("out", x, n), 1;
     }
     int rms = !strncmp(op, "rms", 3) || !strncmp(op, "add_rms", 7);
