@@ -67,12 +67,12 @@ typedef struct { int B, T, NH, HS; float *q, *k, *v, *out, *lse, *dout, *dq, *dk
 static void run_att_fwd(void *p) {
     att_ctx *a = p;
     be->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->B, a->T, a->NH, a->NH, a->HS,
-                          (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, NEOX_ELEM_F32);
+                          (neox_attention_opts){.scale = 0.125f, .operands = a->e}, NEOX_ELEM_F32);
 }
 static void run_att_bwd(void *p) {
     att_ctx *a = p;
     be->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->B, a->T, a->NH, a->NH,
-                           a->HS, (neox_attention_opts){0.125f, 0, 0.0f, 0, a->e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, NEOX_ELEM_F32);
+                           a->HS, (neox_attention_opts){.scale = 0.125f, .operands = a->e}, NEOX_ELEM_F32);
 }
 
 typedef struct { int N, C, V; float *x, *y, *w, *b, *mean, *rstd, *dx, *dw, *db, *logits, *lse, *losses; int *ids; } row_ctx;

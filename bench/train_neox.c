@@ -3,8 +3,11 @@
 // steps and prints one JSON line with tokens/s, the time spent in forward, backward and AdamW, and
 // the CPU seconds all threads used in the timed steps.
 //   train_neox key=value...   keys: layers hidden heads vocab seq batch steps warmup threads checkpoint bf16
+//                                   profile
 //   (checkpoint=1: activation checkpointing, each layer recomputed in backward; bf16=1: precision
-//   bfloat16, the linear layers' products on bfloat16 operands as neox-train runs them)
+//   bfloat16, the linear layers' products on bfloat16 operands as neox-train runs them; profile=1:
+//   the per-op profile of the timed steps on stderr, each op's wall time per step, as
+//   wall_clock_breakdown records it)
 // The step is the one neox-train runs: zero the gradients, forward, backward, AdamW over every
 // tensor (no weight decay on biases and norms).
 #include <omp.h>
@@ -14,16 +17,19 @@
 #include <sys/resource.h>
 
 #include "core.h"
+#include "kernels/backend.h"
 #include "kernels/kernels.h"
 #include "model.h"
 
-typedef struct bench_opts { int layers, hidden, heads, vocab, seq, batch, steps, warmup, threads, checkpoint, bf16; } bench_opts;
+typedef struct bench_opts {
+    int layers, hidden, heads, vocab, seq, batch, steps, warmup, threads, checkpoint, bf16, profile;
+} bench_opts;
 
 static void parse(bench_opts *o, const char *arg) {
     struct { const char *key; int *value; } keys[] = {
         {"layers", &o->layers}, {"hidden", &o->hidden}, {"heads", &o->heads}, {"vocab", &o->vocab},
         {"seq", &o->seq}, {"batch", &o->batch}, {"steps", &o->steps}, {"warmup", &o->warmup},
-        {"threads", &o->threads}, {"checkpoint", &o->checkpoint}, {"bf16", &o->bf16},
+        {"threads", &o->threads}, {"checkpoint", &o->checkpoint}, {"bf16", &o->bf16}, {"profile", &o->profile},
     };
     const char *eq = strchr(arg, '=');
     for (size_t i = 0; eq && i < sizeof keys / sizeof keys[0]; i++)
@@ -31,7 +37,7 @@ static void parse(bench_opts *o, const char *arg) {
             *keys[i].value = atoi(eq + 1);
             return;
         }
-    neox_die(2, "bad argument '%s' (keys: layers hidden heads vocab seq batch steps warmup threads checkpoint bf16)", arg);
+    neox_die(2, "bad argument '%s' (keys: layers hidden heads vocab seq batch steps warmup threads checkpoint bf16 profile)", arg);
 }
 
 // Pythia-70M's architecture (rotary on a quarter of each head, parallel residual, exact GELU,
@@ -45,6 +51,35 @@ static neox_model_desc pythia_desc(const bench_opts *o) {
         .tied = 0, .init_method = NEOX_INIT_NORMAL, .output_init_method = NEOX_INIT_NORMAL, .init_std = 0.02,
         .checkpoint_activations = o->checkpoint,
     };
+}
+
+// The per-op profile of the timed steps: the class table, then every op that ran, its calls, wall
+// time and achieved GFLOP/s (GEMMs) per step, summed over phases and layers, largest first.
+static void print_op_profile(int steps) {
+    neox_profile_print_table(stderr, steps);
+    neox_op_stat ops[NEOX_OP_COUNT] = {{0}};
+    double total = 0;
+    for (int op = 0; op < NEOX_OP_COUNT; op++) {
+        for (int phase = 0; phase < NEOX_PHASE_COUNT; phase++)
+            for (int layer = -1; layer < neox_profile_layers(); layer++) {
+                neox_op_stat s = neox_profile_stat((neox_phase)phase, layer, (neox_op_id)op);
+                ops[op].calls += s.calls;
+                ops[op].seconds += s.seconds;
+                ops[op].flops += s.flops;
+            }
+        total += ops[op].seconds;
+    }
+    for (int printed = 0; printed < NEOX_OP_COUNT; printed++) {
+        int top = -1;
+        for (int op = 0; op < NEOX_OP_COUNT; op++)
+            if (ops[op].calls && (top < 0 || ops[op].seconds > ops[top].seconds)) top = op;
+        if (top < 0) break;
+        neox_op_stat s = ops[top];
+        fprintf(stderr, "  %-28s %6lld calls %9.1f ms %5.1f%% %8.1f GFLOP/s\n", neox_op_name((neox_op_id)top),
+                (long long)(s.calls / steps), 1e3 * s.seconds / steps, 100 * s.seconds / total,
+                s.seconds > 0 ? s.flops / s.seconds / 1e9 : 0.0);
+        ops[top].calls = 0;
+    }
 }
 
 // CPU seconds used so far by every thread of the process (user + system).
@@ -63,7 +98,9 @@ int main(int argc, char **argv) {
 
     neox_error err = {0};
     neox_model_desc d = pythia_desc(&o);
-    neox_model *m = neox_model_create(&d, &err);
+    // profile=1: the per-op profile's table over the CPU backend (wall time around each op).
+    neox_model *m = o.profile ? neox_model_create_on(&d, neox_profile_install(neox_backend_cpu(), 0), &err)
+                              : neox_model_create(&d, &err);
     if (!m || neox_model_plan(m, o.batch, o.seq, &err) != 0) neox_die_error(&err);
     neox_model_init(m, 1234);
     if (o.bf16) neox_model_set_precision(m, NEOX_PRECISION_BF16);
@@ -75,7 +112,10 @@ int main(int argc, char **argv) {
 
     double t_fwd = 0, t_bwd = 0, t_opt = 0, first_loss = 0, last_loss = 0, cpu = 0;
     for (int s = 0; s < o.warmup + o.steps; s++) {
-        if (s == o.warmup) cpu = cpu_seconds();
+        if (s == o.warmup) {
+            cpu = cpu_seconds();
+            if (o.profile) neox_profile_reset();
+        }
         double t0 = neox_now();
         neox_model_zero_grad(m);
         if (neox_model_forward(m, ids, ids + 1, NULL, &err) != 0) neox_die_error(&err);
@@ -103,6 +143,7 @@ int main(int argc, char **argv) {
            "\"cpu_s\": %.4f, \"first_loss\": %.4f, \"last_loss\": %.4f, \"activation_bytes\": %zu}\n",
            o.bf16 ? "bfloat16" : "fp32", m->num_floats, n, o.steps, total, (double)n * o.steps / total, t_fwd / o.steps, t_bwd / o.steps,
            t_opt / o.steps, cpu, first_loss, last_loss, neox_model_activation_bytes(m));
+    if (o.profile) print_op_profile(o.steps);
     free(ids); free(mom); free(vel);
     neox_model_free(m);
     return 0;

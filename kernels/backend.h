@@ -78,7 +78,7 @@ extern "C" {
     X(void, rotary_tables, (float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling), (cos, sin, \
       T, R, base, scaling))                                                                                            \
     X(void, rotary_apply, (void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,            \
-      int inverse, neox_elem act), (x, cos, sin, B, H, T, HS, R, inverse, act))                                         \
+      int inverse, neox_elem act, neox_head_strides xs), (x, cos, sin, B, H, T, HS, R, inverse, act, xs))             \
     X(void, attention_forward, (void *out, float *lse, const void *q, const void *k, const void *v, int B, int T,     \
       int NH, int NKV, int HS, neox_attention_opts o, neox_elem act), (out, lse, q, k, v, B, T, NH, NKV, HS, o, act))  \
     X(void, attention_cached, (float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,  \

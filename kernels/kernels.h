@@ -192,10 +192,53 @@ void neox_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, 
                               int N, int C, float eps, neox_elem act);
 
 // ---- attention --------------------------------------------------------------------------------
+// Where the rows of a per-head tensor (B, H, T, HS) sit: the element distances between consecutive
+// batch rows, heads and positions (a row's HS values are always adjacent). All zero stands for the
+// contiguous layout (neox_head_strides_contiguous), so an opts or call that names no strides means it.
+typedef struct neox_head_strides {
+    size_t batch, head, row;
+} neox_head_strides;
+// The strides of q, k and v (in backward also of dq, dk and dv: the gradients are laid out as their inputs).
+typedef struct neox_qkv_strides {
+    neox_head_strides q, k, v;
+} neox_qkv_strides;
+// The fused QKV projection output (B, T, W) seen as q, k, v: each one's head 0 starts `offset`
+// elements into the buffer and steps by its strides.
+typedef struct neox_qkv_layout {
+    size_t q_offset, k_offset, v_offset;
+    neox_qkv_strides strides;
+} neox_qkv_layout;
+
+NEOX_HOST_DEVICE static inline neox_head_strides neox_head_strides_contiguous(int H, int T, int HS) {
+    neox_head_strides s = {(size_t)H * T * HS, (size_t)T * HS, (size_t)HS};
+    return s;
+}
+// s itself, or the contiguous strides of (B, H, T, HS) when s is all zero.
+NEOX_HOST_DEVICE static inline neox_head_strides neox_head_strides_of(neox_head_strides s, int H, int T, int HS) {
+    return s.batch == 0 && s.head == 0 && s.row == 0 ? neox_head_strides_contiguous(H, T, HS) : s;
+}
+NEOX_HOST_DEVICE static inline int neox_head_strides_is_contiguous(neox_head_strides s, int H, int T, int HS) {
+    neox_head_strides c = neox_head_strides_contiguous(H, T, HS), r = neox_head_strides_of(s, H, T, HS);
+    return r.batch == c.batch && r.head == c.head && r.row == c.row;
+}
+// The one owner of the fused layouts' addressing (qkv_split and qkv_merge copy by it, attention and
+// rotary read it in place): qkv (B, T, W), W = (NH + 2*NKV) * HS, either interleaved per head as
+// GPT-NeoX and its Hugging Face port store it ([q0 k0 v0 | q1 k1 v1 | ...], needs NKV == NH), or
+// grouped ([q all heads | k all heads | v all heads], Llama's separate q/k/v projections side by side).
+NEOX_HOST_DEVICE static inline neox_qkv_layout neox_qkv_fused_layout(int T, int NH, int NKV, int HS, int interleaved) {
+    size_t W = (size_t)(NH + 2 * NKV) * HS;
+    neox_head_strides s = {(size_t)T * W, interleaved ? 3 * (size_t)HS : (size_t)HS, W};
+    neox_qkv_layout l;
+    l.q_offset = 0;
+    l.k_offset = interleaved ? (size_t)HS : (size_t)NH * HS;
+    l.v_offset = interleaved ? 2 * (size_t)HS : (size_t)(NH + NKV) * HS;
+    l.strides.q = l.strides.k = l.strides.v = s;
+    return l;
+}
+
 // Splits the output of the fused QKV projection into per-head q: (B, NH, T, HS), k, v: (B, NKV, T, HS).
-// qkv: (B, T, W) with W = (NH + 2*NKV) * HS, laid out either interleaved per head as GPT-NeoX and its
-// Hugging Face port store it ([q0 k0 v0 | q1 k1 v1 | ...], needs NKV == NH), or grouped
-// ([q all heads | k all heads | v all heads], Llama's separate q/k/v projections side by side).
+// qkv: (B, T, W) in either layout of neox_qkv_fused_layout. The model runs attention on the fused
+// buffer in place where it can (docs/model.md, "Attention's data flow"); these copies serve the rest.
 void neox_qkv_split(void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV, int HS,
                     int interleaved, neox_elem act);
 // The inverse, for the gradients: dqkv (B, T, W) is overwritten.
@@ -215,10 +258,11 @@ typedef struct neox_rope_scaling {
 // Rotary tables for positions 0..T-1: cos, sin: (T, R/2), R the rotary dims (even), frequencies
 // base^(-2i/R) as GPT-NeoX and Hugging Face compute them, then scaled.
 void neox_rotary_tables(float *cos, float *sin, int T, int R, double base, neox_rope_scaling scaling);
-// In place on x: (B, H, T, HS), rotating the first R dims of each head with GPT-NeoX's rotate-half
+// In place on x: (B, H, T, HS) laid out by xs (all zero: contiguous; a view of the fused QKV buffer
+// rotates it where it is), rotating the first R dims of each head with GPT-NeoX's rotate-half
 // convention (pairs i and i + R/2). The backward (inverse rotation) is the same call with inverse = 1.
 void neox_rotary_apply(void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R, int inverse,
-                       neox_elem act);
+                       neox_elem act, neox_head_strides xs);
 
 // How attention scores its keys: the same for the forward, its backward and the cached form.
 typedef struct neox_attention_opts {
@@ -242,6 +286,9 @@ typedef struct neox_attention_opts {
     // NULL, or one row index in backend memory that the kernels add to dropout_row0 when they run: a
     // captured step's micro-batch, whose row changes at every replay (lib/train/step_scalars.c).
     const unsigned long long *dropout_row0_at;
+    // Where q, k, v (and dq, dk, dv) sit: all zero, the contiguous per-head tensors the shapes below
+    // give; neox_qkv_fused_layout's strides, views into the fused QKV buffer (not in the cached form).
+    neox_qkv_strides views;
 } neox_attention_opts;
 
 // The query rows of an attention over T keys, and the global position of query row r (kernels.h's opts).
@@ -277,7 +324,8 @@ NEOX_HOST_DEVICE static inline unsigned long long neox_attention_dropout_row(uns
 
 // Exact causal attention, flash style: no (T, T) matrix is stored; each query row keeps a running
 // max and sum (online softmax) and its log-sum-exp is saved for backward. Query head h uses key/value
-// head h / (NH / NKV) (GQA/MQA). q: (B, NH, Tq, HS); k, v: (B, NKV, T, HS); out: (B, Tq, NH, HS), i.e.
+// head h / (NH / NKV) (GQA/MQA). q: (B, NH, Tq, HS); k, v: (B, NKV, T, HS), each laid out by
+// o.views (contiguous, or views into the fused QKV buffer); out: (B, Tq, NH, HS), i.e.
 // (B, Tq, NH*HS) ready for the output projection; lse: (B, NH, Tq); Tq = T unless o.q_rows says
 // otherwise (context parallelism: a rank's queries over the whole sequence's keys). A score is
 // q . k * scale + slope * (j - i) (ALiBi's linear bias, after the scale as GPT-NeoX adds it).
@@ -300,7 +348,9 @@ void neox_attention_forward(void *out, float *lse, const void *q, const void *k,
 // Query i sees keys 0..pos0+i (the last window of them when window > 0).
 void neox_attention_cached(float *out, const float *q, const float *kcache, const float *vcache, int S, int pos0,
                            int NH, int NKV, int HS, int maxT, neox_attention_opts o);
-// dq: (B, NH, Tq, HS), dk, dv: (B, NKV, T, HS), all overwritten. dout: (B, Tq, NH, HS). In 16-bit
+// dq: (B, NH, Tq, HS), dk, dv: (B, NKV, T, HS), all overwritten (every element of their views,
+// once: a GQA group's dk and dv are summed before they are stored), laid out by o.views as q, k, v
+// are (views into a fused dqkv buffer: nothing else of it is touched). dout: (B, Tq, NH, HS). In 16-bit
 // operands, q, k, v and dout are rounded, and so are the dropped probabilities before dv's product and
 // the score gradients dS before dq's and dk's; D = dout . out is taken from the unrounded fp32 values.
 void neox_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,

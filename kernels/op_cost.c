@@ -228,15 +228,16 @@ neox_op_cost neox_op_cost_rotary_tables(float *cos, float *sin, int T, int R, do
     return bytes_only(F32 * (double)T * R);
 }
 
-// The first R dims of each head are read and written; the tables are read.
+// The first R dims of each head are read and written, wherever its view puts them; the tables are read.
 neox_op_cost neox_op_cost_rotary_apply(void *x, const float *cos, const float *sin, int B, int H, int T, int HS, int R,
-                                       int inverse, neox_elem act) {
-    (void)x, (void)cos, (void)sin, (void)HS, (void)inverse;
+                                       int inverse, neox_elem act, neox_head_strides xs) {
+    (void)x, (void)cos, (void)sin, (void)HS, (void)inverse, (void)xs;
     return bytes_only(elem_bytes(act) * 2.0 * (double)B * H * T * R + F32 * (double)T * R);
 }
 
-// Forward: two products per (query, key) pair (q·k, then p·v), 2·HS FLOPs each; it reads q, k, v and
-// writes out and the log-sum-exp. The products run on 16-bit operands when opts.operands says so.
+// Forward: two products per (query, key) pair (q·k, then p·v), 2·HS FLOPs each; it reads q, k, v
+// (split or in the fused buffer: the same bytes) and writes out and the log-sum-exp. The products run
+// on 16-bit operands when opts.operands says so.
 neox_op_cost neox_op_cost_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     (void)out, (void)lse, (void)q, (void)k, (void)v;

@@ -7,13 +7,16 @@
 // outputs is the (B, NH, T) log-sum-exp and a few tiles per thread. Threads split (batch, head,
 // query block) in the forward and (batch, key/value head) in the backward, so the key/value
 // gradients shared by a GQA group are written by one thread only (the backward therefore has
-// B * NKV units of parallel work).
+// B * NKV units of parallel work). q, k, v and their gradients are read and written through the views
+// opts.views gives (contiguous per-head tensors, or q, k, v where the fused QKV projection wrote
+// them): the GEMMs take a head's row stride as their leading dimension, so the arithmetic is the same
+// in either layout, bit for bit.
 //
 // With 16-bit operands (the GPU's tensor-core kernel, kernels/cuda/attention_mma.cu) this is its
-// reference at the same storage precision: the inputs are rounded once into copies, and the
+// reference at the same storage precision: the inputs are rounded once into contiguous copies, and the
 // probability and score-gradient tiles where that kernel rounds them (kernels.h says where). Under
 // bf16 activation storage the tensors are widened into fp32 copies and the results rounded once as
-// they are stored (the end of this file).
+// they are stored into their views (the end of this file).
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -99,10 +102,21 @@ static void key_range(const neox_attention_opts *o, int i0, int nq, int *first, 
     *end = neox_attention_query_pos(o, i0 + nq - 1) + 1;
 }
 
-// One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse; T keys.
-NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, const float *q, const float *k,
-                                            const float *v, int i0, int nq, int T, int HS,
-                                            const neox_attention_opts *o, float slope, unsigned long long row0) {
+// A per-head tensor (B, H, T, HS) in fp32: its first element and where its rows sit.
+typedef struct view {
+    float *p;
+    neox_head_strides s;
+} view;
+
+// The first row of head h of batch row b.
+static float *head_at(view x, int b, int h) { return x.p + (size_t)b * x.s.batch + (size_t)h * x.s.head; }
+
+// One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse; T keys. q, k, v: the
+// head's rows, each with its row stride (ldq, ldk, ldv).
+NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, const float *q, size_t ldq,
+                                            const float *k, size_t ldk, const float *v, size_t ldv, int i0, int nq,
+                                            int T, int HS, const neox_attention_opts *o, float slope,
+                                            unsigned long long row0) {
     float s[ATT_BLOCK * ATT_BLOCK], mx[ATT_BLOCK], sum[ATT_BLOCK];
     for (int r = 0; r < nq; r++) {
         mx[r] = -INFINITY;
@@ -113,7 +127,8 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
     key_range(o, i0, nq, &first, &end);
     for (int j0 = first; j0 < end; j0 += ATT_BLOCK) {
         int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
-        neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, s, ATT_BLOCK);
+        neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * ldq, (int)ldq, k + (size_t)j0 * ldk, (int)ldk, 0.0f, s,
+                       ATT_BLOCK);
         finish_scores(s, nq, nk, i0, j0, o, slope);
         for (int r = 0; r < nq; r++) {
             float *sr = s + (size_t)r * ATT_BLOCK, raw = -INFINITY;
@@ -141,8 +156,8 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
                     sr[c] *= keep_factor(o->dropout, o->seed, row0 + (unsigned long long)(i0 + r), T, j0 + c);
         }
         round_tile(s, nq, nk, o->operands);
-        neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, s, ATT_BLOCK, v + (size_t)j0 * HS, HS, 1.0f, out + (size_t)i0 * ldo,
-                       ldo);
+        neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, s, ATT_BLOCK, v + (size_t)j0 * ldv, (int)ldv, 1.0f,
+                       out + (size_t)i0 * ldo, ldo);
     }
     for (int r = 0; r < nq; r++) {
         float *o = out + (size_t)(i0 + r) * ldo, inv = 1.0f / sum[r];
@@ -151,44 +166,45 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
     }
 }
 
-static void forward_f32(float *out, float *lse, const float *q_in, const float *k_in, const float *v_in, int B, int T,
-                        int NH, int NKV, int HS, neox_attention_opts o) {
-    neox_elem operands = o.operands;
+// q, k, v: fp32 operands (already rounded to o.operands).
+static void forward_f32(float *out, float *lse, view q, view k, view v, int B, int T, int NH, int NKV, int HS,
+                        neox_attention_opts o) {
     int Tq = neox_attention_query_rows(&o, T), group = NH / NKV, nblocks = (Tq + ATT_BLOCK - 1) / ATT_BLOCK;
-    size_t nq = (size_t)B * NH * Tq * HS, nkv = (size_t)B * NKV * T * HS;
-    const float *q = rounded(q_in, nq, operands), *k = rounded(k_in, nkv, operands), *v = rounded(v_in, nkv, operands);
     // Later query blocks see more keys; dynamic scheduling over (b, h, block) balances them.
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int blk = 0; blk < nblocks; blk++) {
-                size_t head = (size_t)b * NH + h, kv = ((size_t)b * NKV + h / group) * T * HS;
+                size_t head = (size_t)b * NH + h;
                 int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < Tq ? ATT_BLOCK : Tq - i0;
-                forward_query_block(out + ((size_t)b * Tq * NH + h) * HS, NH * HS, lse + head * Tq,
-                                    q + head * Tq * HS, k + kv, v + kv, i0, nq, T, HS, &o, slope_of(&o, h),
-                                    dropout_row(&o, NH, b, h, T));
+                forward_query_block(out + ((size_t)b * Tq * NH + h) * HS, NH * HS, lse + head * Tq, head_at(q, b, h),
+                                    q.s.row, head_at(k, b, h / group), k.s.row, head_at(v, b, h / group), v.s.row, i0,
+                                    nq, T, HS, &o, slope_of(&o, h), dropout_row(&o, NH, b, h, T));
             }
-    free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in);
 }
 
 // Gradients of one (query block, key block) tile of one head. With P the probabilities (recomputed
 // from lse), K the dropout keep factors and D_i = dout_i . out_i:
 // dV += (P*K)^T dO, dS = P * (K * (dO V^T) - D) * scale, dQ += dS Kb, dK += dS^T Q.
-NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const float *dout, int ldd, const float *q,
-                                      const float *k, const float *v, const float *lse, const float *D, int i0, int nq,
-                                      int j0, int nk, int T, int HS, const neox_attention_opts *o, float slope,
+// q, dq: the head's query rows (row stride ldq, ldgq); k, v, dk, dv: its key/value head's (ldk, ldv,
+// ldgk, ldgv).
+NEOX_CLONES static void backward_tile(float *dq, size_t ldgq, float *dk, size_t ldgk, float *dv, size_t ldgv,
+                                      const float *dout, int ldd, const float *q, size_t ldq, const float *k,
+                                      size_t ldk, const float *v, size_t ldv, const float *lse, const float *D, int i0,
+                                      int nq, int j0, int nk, int T, int HS, const neox_attention_opts *o, float slope,
                                       unsigned long long row0) {
     float dropout = o->dropout;
     neox_elem operands = o->operands;
     float p[ATT_BLOCK * ATT_BLOCK], dp[ATT_BLOCK * ATT_BLOCK], pk[ATT_BLOCK * ATT_BLOCK];
-    neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * HS, HS, k + (size_t)j0 * HS, HS, 0.0f, p, ATT_BLOCK);
+    neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, q + (size_t)i0 * ldq, (int)ldq, k + (size_t)j0 * ldk, (int)ldk, 0.0f, p,
+                   ATT_BLOCK);
     finish_scores(p, nq, nk, i0, j0, o, slope);
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * ATT_BLOCK, l = lse[i0 + r];
         #pragma omp simd
         for (int c = 0; c < nk; c++) pr[c] = expf(pr[c] - l);
     }
-    neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, dout + (size_t)i0 * ldd, ldd, v + (size_t)j0 * HS, HS, 0.0f, dp,
+    neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, dout + (size_t)i0 * ldd, ldd, v + (size_t)j0 * ldv, (int)ldv, 0.0f, dp,
                    ATT_BLOCK);
     const float *pv = p;  // the probabilities dV sees
     if (dropout > 0.0f || operands != NEOX_ELEM_F32) {  // dP = K * (dO V^T); dV sees P * K, rounded
@@ -201,64 +217,82 @@ NEOX_CLONES static void backward_tile(float *dq, float *dk, float *dv, const flo
             }
         pv = pk;
     }
-    neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, pv, ATT_BLOCK, dout + (size_t)i0 * ldd, ldd, 1.0f, dv + (size_t)j0 * HS, HS);
+    neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, pv, ATT_BLOCK, dout + (size_t)i0 * ldd, ldd, 1.0f, dv + (size_t)j0 * ldgv,
+                   (int)ldgv);
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * ATT_BLOCK, *dr = dp + (size_t)r * ATT_BLOCK, Di = D[r];
         #pragma omp simd
         for (int c = 0; c < nk; c++) pr[c] = pr[c] * (dr[c] - Di) * o->scale;  // p becomes dS
     }
     round_tile(p, nq, nk, operands);
-    neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, p, ATT_BLOCK, k + (size_t)j0 * HS, HS, 1.0f, dq + (size_t)i0 * HS, HS);
-    neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, p, ATT_BLOCK, q + (size_t)i0 * HS, HS, 1.0f, dk + (size_t)j0 * HS, HS);
+    neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, p, ATT_BLOCK, k + (size_t)j0 * ldk, (int)ldk, 1.0f,
+                   dq + (size_t)i0 * ldgq, (int)ldgq);
+    neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, p, ATT_BLOCK, q + (size_t)i0 * ldq, (int)ldq, 1.0f,
+                   dk + (size_t)j0 * ldgk, (int)ldgk);
 }
 
-static void backward_f32(float *dq, float *dk, float *dv, const float *dout_in, const float *q_in, const float *k_in,
-                         const float *v_in, const float *out, const float *lse, int B, int T, int NH, int NKV, int HS,
-                         neox_attention_opts o) {
-    int Tq = neox_attention_query_rows(&o, T), group = NH / NKV, ldd = NH * HS;
-    neox_elem operands = o.operands;
-    size_t nq = (size_t)B * NH * Tq * HS, nkv = (size_t)B * NKV * T * HS;
-    const float *q = rounded(q_in, nq, operands), *k = rounded(k_in, nkv, operands), *v = rounded(v_in, nkv, operands);
-    const float *dout = rounded(dout_in, nq, operands);
+// Zeroes n rows of HS values (row stride ld): the gradients are summed into them.
+static void zero_rows(float *x, size_t ld, int n, int HS) {
+    for (int r = 0; r < n; r++) memset(x + (size_t)r * ld, 0, (size_t)HS * sizeof(float));
+}
+
+// D_i = sum_j P_ij dP_ij = dout_i . out_i for the nq query rows from i0 (also with dropout: out includes the mask).
+static void row_dots(float *D, const float *dout, const float *out, int ldd, int i0, int nq, int HS) {
+    for (int r = 0; r < nq; r++) {
+        const float *a = dout + (size_t)(i0 + r) * ldd, *o = out + (size_t)(i0 + r) * ldd;
+        float s = 0.0f;
+        for (int d = 0; d < HS; d++) s += a[d] * o[d];
+        D[r] = s;
+    }
+}
+
+// The gradients of head h (of key/value head g's group) of batch row b: dq's rows overwritten, dk's
+// and dv's summed into. dout is rounded to the operands, dout_exact not.
+static void backward_head(view dq, view dk, view dv, const float *dout, const float *dout_exact, const float *out,
+                          view q, view k, view v, const float *lse, int b, int h, int g, int T, int NH, int HS,
+                          const neox_attention_opts *o) {
+    int Tq = neox_attention_query_rows(o, T), ldd = NH * HS;
+    size_t head = (size_t)b * NH + h, merged = ((size_t)b * Tq * NH + h) * HS;  // head h's rows in (B, Tq, NH, HS)
+    float *dq_h = head_at(dq, b, h), *dk_g = head_at(dk, b, g), *dv_g = head_at(dv, b, g);
+    const float *q_h = head_at(q, b, h), *k_g = head_at(k, b, g), *v_g = head_at(v, b, g);
+    zero_rows(dq_h, dq.s.row, Tq, HS);
+    for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
+        int nq = i0 + ATT_BLOCK < Tq ? ATT_BLOCK : Tq - i0;
+        float D[ATT_BLOCK];
+        row_dots(D, dout_exact + merged, out + merged, ldd, i0, nq, HS);
+        int first, end;
+        key_range(o, i0, nq, &first, &end);
+        for (int j0 = first; j0 < end; j0 += ATT_BLOCK) {
+            int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
+            backward_tile(dq_h, dq.s.row, dk_g, dk.s.row, dv_g, dv.s.row, dout + merged, ldd, q_h, q.s.row, k_g,
+                          k.s.row, v_g, v.s.row, lse + head * Tq, D, i0, nq, j0, nk, T, HS, o, slope_of(o, h),
+                          dropout_row(o, NH, b, h, T));
+        }
+    }
+}
+
+// q, k, v, dout: fp32 operands (rounded to o.operands); dout_exact the unrounded dout.
+static void backward_f32(view dq, view dk, view dv, const float *dout_exact, view q, view k, view v, const float *out,
+                         const float *lse, int B, int T, int NH, int NKV, int HS, neox_attention_opts o) {
+    int Tq = neox_attention_query_rows(&o, T), group = NH / NKV;
+    const float *dout = rounded(dout_exact, (size_t)B * NH * Tq * HS, o.operands);
+    // One thread per (b, key/value head): it alone writes the key/value gradients its group shares.
     #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++) {
-            size_t kv = ((size_t)b * NKV + g) * T * HS;
-            memset(dk + kv, 0, (size_t)T * HS * sizeof(float));
-            memset(dv + kv, 0, (size_t)T * HS * sizeof(float));
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                size_t head = (size_t)b * NH + h;
-                size_t merged = ((size_t)b * Tq * NH + h) * HS;  // head h's rows in (B, Tq, NH, HS)
-                const float *dout_h = dout + merged, *dout_exact = dout_in + merged, *out_h = out + merged;
-                float *dq_h = dq + head * Tq * HS;
-                memset(dq_h, 0, (size_t)Tq * HS * sizeof(float));
-                for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
-                    int nq = i0 + ATT_BLOCK < Tq ? ATT_BLOCK : Tq - i0;
-                    // D = sum_j P_ij dP_ij = dout_i . out_i (also with dropout: out includes the mask).
-                    float D[ATT_BLOCK];
-                    for (int r = 0; r < nq; r++) {
-                        const float *a = dout_exact + (size_t)(i0 + r) * ldd, *o = out_h + (size_t)(i0 + r) * ldd;
-                        float s = 0.0f;
-                        for (int d = 0; d < HS; d++) s += a[d] * o[d];
-                        D[r] = s;
-                    }
-                    int first, end;
-                    key_range(&o, i0, nq, &first, &end);
-                    for (int j0 = first; j0 < end; j0 += ATT_BLOCK) {
-                        int nk = j0 + ATT_BLOCK < T ? ATT_BLOCK : T - j0;
-                        backward_tile(dq_h, dk + kv, dv + kv, dout_h, ldd, q + head * Tq * HS, k + kv, v + kv,
-                                      lse + head * Tq, D, i0, nq, j0, nk, T, HS, &o, slope_of(&o, h),
-                                      dropout_row(&o, NH, b, h, T));
-                    }
-                }
-            }
+            zero_rows(head_at(dk, b, g), dk.s.row, T, HS);
+            zero_rows(head_at(dv, b, g), dv.s.row, T, HS);
+            for (int h = g * group; h < (g + 1) * group; h++)
+                backward_head(dq, dk, dv, dout, dout_exact, out, q, k, v, lse, b, h, g, T, NH, HS, &o);
         }
-    free_rounded(q, q_in), free_rounded(k, k_in), free_rounded(v, v_in), free_rounded(dout, dout_in);
+    free_rounded(dout, dout_exact);
 }
 
-// ---- bf16 activation storage (kernels.h, "Activation storage") ---------------------------------
-// The tensors are widened into fp32 copies (exact), the fp32 attention runs on them and its results
-// are rounded once as they are stored: the reference the GPU's kernels are held to.
+// ---- storage and views (kernels.h, "Activation storage"; opts.views) --------------------------
+// Under fp32 storage and fp32 operands the kernels read and write the tensors where they are, by
+// their views. Otherwise q, k and v are widened and rounded into contiguous fp32 copies, and under
+// bf16 storage the gradients are made in contiguous fp32 room and rounded once as they are stored
+// into their views: the reference the GPU's kernels are held to.
 
 // An fp32 copy of the n act elements of x (to free), or x itself under fp32 (nothing to free).
 static float *widened(const void *x, size_t n, neox_elem act) {
@@ -268,42 +302,87 @@ static float *widened(const void *x, size_t n, neox_elem act) {
     return w;
 }
 
-// fp32 room for n results bound for x (x itself under fp32).
-static float *result_room(void *x, size_t n, neox_elem act) {
-    return act == NEOX_ELEM_F32 ? (float *)x : neox_cpu_scratch(n * sizeof(float), "attention's fp32 results");
-}
-
-// Stores the n results made in room into x (rounded once) and frees room; nothing under fp32.
-static void store_result(void *x, float *room, size_t n, neox_elem act) {
-    if (act == NEOX_ELEM_F32) return;
-    neox_act_store(x, 0, room, n, act);
-    free(room);
-}
-
 static void free_widened(const float *w, const void *x) {
     if ((const void *)w != x) free((void *)w);
 }
 
+// The element offset of row t of head h of batch row b.
+static size_t row_at(neox_head_strides s, int b, int h, int t) {
+    return (size_t)b * s.batch + (size_t)h * s.head + (size_t)t * s.row;
+}
+
+// q, k or v (B, H, T, HS) stored as act at xs, as fp32 operands rounded to `operands`: the tensor
+// itself when neither changes its values, else a contiguous copy (to free with free_view).
+static view operand_view(const void *x, neox_head_strides xs, int B, int H, int T, int HS, neox_elem act,
+                         neox_elem operands) {
+    neox_head_strides s = neox_head_strides_of(xs, H, T, HS), c = neox_head_strides_contiguous(H, T, HS);
+    if (act == NEOX_ELEM_F32 && operands == NEOX_ELEM_F32) return (view){(float *)x, s};
+    float *w = neox_cpu_scratch((size_t)B * H * T * HS * sizeof *w, "attention's operands");
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                float *row = w + row_at(c, b, h, t);
+                size_t at = row_at(s, b, h, t);
+                for (int d = 0; d < HS; d++) row[d] = neox_round_to_elem(neox_act_get(x, at + d, act), operands);
+            }
+    return (view){w, c};
+}
+
+static void free_view(view w, const void *x) {
+    if ((const void *)w.p != x) free(w.p);
+}
+
+// Where a gradient (B, H, T, HS) bound for x at xs is made: x itself under fp32, else contiguous fp32 room.
+static view result_view(void *x, neox_head_strides xs, int B, int H, int T, int HS, neox_elem act) {
+    if (act == NEOX_ELEM_F32) return (view){(float *)x, neox_head_strides_of(xs, H, T, HS)};
+    float *room = neox_cpu_scratch((size_t)B * H * T * HS * sizeof *room, "attention's fp32 results");
+    return (view){room, neox_head_strides_contiguous(H, T, HS)};
+}
+
+// Stores the results made in room into x's view (each rounded once) and frees room; nothing under fp32.
+static void store_view(void *x, neox_head_strides xs, view room, int B, int H, int T, int HS, neox_elem act) {
+    if (act == NEOX_ELEM_F32) return;
+    neox_head_strides s = neox_head_strides_of(xs, H, T, HS);
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                neox_act_store(x, row_at(s, b, h, t), room.p + row_at(room.s, b, h, t), HS, act);
+    free(room.p);
+}
+
 void neox_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int T, int NH,
                             int NKV, int HS, neox_attention_opts o, neox_elem act) {
-    size_t nq = (size_t)B * NH * neox_attention_query_rows(&o, T) * HS, nkv = (size_t)B * NKV * T * HS;
-    float *qw = widened(q, nq, act), *kw = widened(k, nkv, act), *vw = widened(v, nkv, act);
-    float *ow = result_room(out, nq, act);
+    int Tq = neox_attention_query_rows(&o, T);
+    size_t nq = (size_t)B * NH * Tq * HS;
+    view qw = operand_view(q, o.views.q, B, NH, Tq, HS, act, o.operands);
+    view kw = operand_view(k, o.views.k, B, NKV, T, HS, act, o.operands);
+    view vw = operand_view(v, o.views.v, B, NKV, T, HS, act, o.operands);
+    float *ow = act == NEOX_ELEM_F32 ? (float *)out : neox_cpu_scratch(nq * sizeof(float), "attention's fp32 results");
     forward_f32(ow, lse, qw, kw, vw, B, T, NH, NKV, HS, o);
-    store_result(out, ow, nq, act);
-    free_widened(qw, q), free_widened(kw, k), free_widened(vw, v);
+    if (act != NEOX_ELEM_F32) {
+        neox_act_store(out, 0, ow, nq, act);
+        free(ow);
+    }
+    free_view(qw, q), free_view(kw, k), free_view(vw, v);
 }
 
 void neox_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                              const void *v, const void *out, const float *lse, int B, int T, int NH, int NKV, int HS,
                              neox_attention_opts o, neox_elem act) {
-    size_t nq = (size_t)B * NH * neox_attention_query_rows(&o, T) * HS, nkv = (size_t)B * NKV * T * HS;
-    float *qw = widened(q, nq, act), *kw = widened(k, nkv, act), *vw = widened(v, nkv, act);
+    int Tq = neox_attention_query_rows(&o, T);
+    size_t nq = (size_t)B * NH * Tq * HS;
+    view qw = operand_view(q, o.views.q, B, NH, Tq, HS, act, o.operands);
+    view kw = operand_view(k, o.views.k, B, NKV, T, HS, act, o.operands);
+    view vw = operand_view(v, o.views.v, B, NKV, T, HS, act, o.operands);
     float *dw = widened(dout, nq, act), *ow = widened(out, nq, act);
-    float *dqw = result_room(dq, nq, act), *dkw = result_room(dk, nkv, act), *dvw = result_room(dv, nkv, act);
+    view dqw = result_view(dq, o.views.q, B, NH, Tq, HS, act);
+    view dkw = result_view(dk, o.views.k, B, NKV, T, HS, act), dvw = result_view(dv, o.views.v, B, NKV, T, HS, act);
     backward_f32(dqw, dkw, dvw, dw, qw, kw, vw, ow, lse, B, T, NH, NKV, HS, o);
-    store_result(dq, dqw, nq, act), store_result(dk, dkw, nkv, act), store_result(dv, dvw, nkv, act);
-    free_widened(qw, q), free_widened(kw, k), free_widened(vw, v), free_widened(dw, dout), free_widened(ow, out);
+    store_view(dq, o.views.q, dqw, B, NH, Tq, HS, act);
+    store_view(dk, o.views.k, dkw, B, NKV, T, HS, act), store_view(dv, o.views.v, dvw, B, NKV, T, HS, act);
+    free_view(qw, q), free_view(kw, k), free_view(vw, v), free_widened(dw, dout), free_widened(ow, out);
 }
 
 // GPT-NeoX's get_slopes_power_of_2(m)[i] = start * ratio ** i with start = ratio = 2 ** -(2 ** -(log2 m - 3)),

@@ -4,7 +4,10 @@
 // lane of vdpbf16ps), and op(A) into rows of such pairs, so that one instruction adds 2 products to
 // each of 16 sums: a block of 8 rows x 32 columns of C stays in 16 accumulators while K streams by.
 // Half the bytes of fp32 operands, twice the products per instruction. Fewer than 8 rows against a
-// row-major B (a decoding step) take dot products in place instead.
+// row-major B (a decoding step) take dot products in place instead. neox_gemm_bf16_rounded stores
+// the results rounded to bf16 straight from the registers, for a linear layer without bias under
+// bf16 storage (the output layer's logits), which otherwise passes through an fp32 copy of its whole
+// result (4096 x 50304 x 4 bytes on the bench's model: fresh pages, faulted in every step).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +72,31 @@ static void pack_a(uint32_t *packed, const uint16_t *A, int lda, int trans_a, in
                     packed[(size_t)i * KP + p] = pair_of(A, lda, trans_a, M, K, first + i, p);
 }
 
+// Where a product's results go: fp32 C (alpha * sums + beta * C), or bf16 C16 (alpha * sums, each
+// rounded once by kernels.h's neox_bf16_from_f32, the rounding activation storage uses).
+typedef struct product_out {
+    float *C;
+    uint16_t *C16;
+    int ldc;
+} product_out;
+
+// alpha * sums v rounded into bf16 c16 (the lanes of m): kernels.h's neox_bf16_from_f32 on 16 lanes,
+// the same integer steps (a NaN kept quiet, otherwise round to nearest even on the high half), so
+// the same bits.
+__attribute__((target("avx512f"))) static void store_rounded(uint16_t *c16, __m512 v, __mmask16 m) {
+    __m512i bits = _mm512_castps_si512(v), high = _mm512_srli_epi32(bits, 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+    __m512i quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+    _mm512_mask_cvtepi32_storeu_epi16(c16, m, _mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
 // C rows i0..i0+rows, panel columns j0..j0+cols: alpha * (8 x 32 block of sums) + beta * C.
 __attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *a, const uint16_t *panel, int KP,
                                                                int rows, int cols, int j0, float alpha, float beta,
-                                                               float *C, int ldc, int i0) {
+                                                               product_out out, int i0) {
     __m512 acc[MR][2];
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (int p = 0; p < KP; p++) {
@@ -90,8 +114,13 @@ __attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *
             int n = cols - 16 * h;
             if (n <= 0) break;
             __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-            float *c = C + (size_t)(i0 + r) * ldc + j0 + 16 * h;
+            size_t at = (size_t)(i0 + r) * out.ldc + j0 + 16 * h;
             __m512 v = _mm512_mul_ps(va, acc[r][h]);
+            if (out.C16) {
+                store_rounded(out.C16 + at, v, m);
+                continue;
+            }
+            float *c = out.C + at;
             if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c), v);
             _mm512_mask_storeu_ps(c, m, v);
         }
@@ -126,13 +155,9 @@ static void few_rows(int M, int N, int K, float alpha, const uint16_t *A, int ld
 static _Thread_local uint16_t *packed_b;
 static _Thread_local size_t packed_b_size;
 
-void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
-                           const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    if (M < MR && !trans_a && trans_b) {
-        few_rows(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
+// The packed product of at least MR rows into out.
+static void packed_product(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, float beta, product_out out) {
     int KP = (K + 1) / 2, MP = (M + MR - 1) / MR * MR, panels = (N + NR - 1) / NR, mblocks = (MP + MB - 1) / MB;
     size_t b_size = (size_t)panels * KP * 2 * NR;
     if (b_size > packed_b_size) {
@@ -156,13 +181,31 @@ void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float 
                 int cols = N - q * NR < NR ? N - q * NR : NR;
                 for (int i0 = 0; i0 < rows_here && first + i0 < M; i0 += MR) {
                     int rows = M - first - i0 < MR ? M - first - i0 : MR;
-                    block(a + (size_t)i0 * KP, b + (size_t)q * KP * 2 * NR, KP, rows, cols, q * NR, alpha, beta, C, ldc,
+                    block(a + (size_t)i0 * KP, b + (size_t)q * KP * 2 * NR, KP, rows, cols, q * NR, alpha, beta, out,
                           first + i0);
                 }
             }
         }
         free(a);
     }
+}
+
+void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (M < MR && !trans_a && trans_b) {
+        few_rows(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    packed_product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, (product_out){.C = C, .ldc = ldc});
+}
+
+int neox_gemm_bf16_rounded(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                           uint16_t *C, int ldc) {
+    // Fewer rows go to the decoding products (neox_gemm_ex), whose fp32 results the caller rounds.
+    if (M <= NEOX_DECODE_MAX_ROWS || N <= 0 || K <= 0 || !neox_cpu_has_avx512_bf16()) return 0;
+    packed_product(0, 1, M, N, K, alpha, A, lda, B, ldb, 0.0f, (product_out){.C16 = C, .ldc = ldc});
+    return 1;
 }
 
 int neox_cpu_has_avx512_bf16(void) {
@@ -177,6 +220,11 @@ void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float 
     neox_gemm_bf16_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 int neox_cpu_has_avx512_bf16(void) { return 0; }
+int neox_gemm_bf16_rounded(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                           uint16_t *C, int ldc) {
+    (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc;
+    return 0;
+}
 
 #endif
 

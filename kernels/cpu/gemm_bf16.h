@@ -16,6 +16,13 @@ typedef void neox_gemm_bf16_fn(int trans_a, int trans_b, int M, int N, int K, fl
 
 neox_gemm_bf16_fn neox_gemm_bf16_reference, neox_gemm_bf16_avx512;
 
+// C (M, N; row stride ldc, bf16) = alpha A (M, K) B^T (B (N, K)), each element's fp32 sum rounded
+// once (kernels.h's neox_bf16_from_f32): the same bits as the product into fp32 rows rounded
+// afterwards, without the rows. Done only by the AVX512_BF16 build on more than
+// NEOX_DECODE_MAX_ROWS rows; returns 0 (C untouched) where it is not done, 1 where it is.
+int neox_gemm_bf16_rounded(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                           uint16_t *C, int ldc);
+
 // AVX512_BF16 when this CPU has it, else the reference.
 neox_gemm_bf16_fn *neox_gemm_bf16_best(void);
 int neox_cpu_has_avx512_bf16(void);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "kernels/kernels.h"
 #include "parallel.h"
 #include "scratch.h"
@@ -25,8 +26,10 @@ static void store_rows(void *out, int ldo, const float *rows, int N, int OC, neo
 }
 
 // The bf16 forward: the product of the bf16 operands into fp32 rows that hold the bias, then stored.
+// Without a bias the AVX512_BF16 product rounds into out directly (the same bits, no rows).
 static void forward16(void *out, int ldo, const void *inp, const void *weight, const float *bias, int N, int IC,
                       int OC, neox_elem act) {
+    if (!bias && act == NEOX_ELEM_BF16 && neox_gemm_bf16_rounded(N, OC, IC, 1.0f, inp, IC, weight, IC, out, ldo)) return;
     float *rows = neox_cpu_scratch((size_t)N * OC * sizeof(float), "the linear layer's fp32 rows");
     if (bias) bias_rows(rows, OC, bias, N, OC);
     neox_gemm_ex(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, act, bias ? 1.0f : 0.0f, rows, OC, NEOX_ELEM_F32);

@@ -8,33 +8,21 @@
 #include "parallel.h"
 #include "storage.h"
 
-// Offsets of head h's q, k and v within one token's row of the fused projection output.
-static void qkv_offsets(int h, int NH, int NKV, int HS, int interleaved, size_t *q, size_t *k, size_t *v) {
-    if (interleaved) {  // [q0 k0 v0 | q1 k1 v1 | ...]
-        *q = (size_t)h * 3 * HS;
-        *k = *q + HS;
-        *v = *q + 2 * (size_t)HS;
-    } else {            // [q0 .. q(NH-1) | k0 .. k(NKV-1) | v0 .. v(NKV-1)]
-        *q = (size_t)h * HS;
-        *k = ((size_t)NH + h) * HS;
-        *v = ((size_t)NH + NKV + h) * HS;
-    }
-}
-
-// Copies between the token-major fused layout and the head-major q/k/v layout, in either direction.
-// Offsets count elements; es is the element size in bytes (the copy moves stored elements as they are).
+// Copies between the token-major fused layout (neox_qkv_fused_layout) and the head-major q/k/v
+// layout, in either direction. es is the element size in bytes (the copy moves stored elements as
+// they are).
 static void qkv_copy(void *qkv_v, void *q_v, void *k_v, void *v_v, int B, int T, int NH, int NKV, int HS,
                      int interleaved, int to_heads, size_t es) {
     char *qkv = qkv_v, *q = q_v, *k = k_v, *v = v_v;
+    neox_qkv_layout l = neox_qkv_fused_layout(T, NH, NKV, HS, interleaved);
     size_t W = (size_t)(NH + 2 * NKV) * HS, bytes = (size_t)HS * es;
     #pragma omp parallel for collapse(2) if ((size_t)B * T * W >= NEOX_PARALLEL_MIN_ELEMS)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             char *row = qkv + ((size_t)b * T + t) * W * es;
             for (int h = 0; h < NH; h++) {
-                size_t oq, ok, ov;
-                qkv_offsets(h, NH, NKV, HS, interleaved, &oq, &ok, &ov);
-                oq *= es, ok *= es, ov *= es;
+                size_t oq = (l.q_offset + h * l.strides.q.head) * es, ok = (l.k_offset + h * l.strides.k.head) * es;
+                size_t ov = (l.v_offset + h * l.strides.v.head) * es;
                 char *qh = q + (((size_t)b * NH + h) * T + t) * HS * es;
                 if (to_heads) memcpy(qh, row + oq, bytes); else memcpy(row + oq, qh, bytes);
                 if (h >= NKV) continue;
@@ -90,13 +78,14 @@ void neox_rotary_tables(float *cos_t, float *sin_t, int T, int R, double base, n
 }
 
 void neox_rotary_apply(void *x, const float *cos_t, const float *sin_t, int B, int H, int T, int HS, int R,
-                       int inverse, neox_elem act) {
+                       int inverse, neox_elem act, neox_head_strides xs) {
     int half = R / 2;
     float sign = inverse ? -1.0f : 1.0f;  // rotating by -angle undoes the rotation (its transpose)
+    neox_head_strides st = neox_head_strides_of(xs, H, T, HS);
     #pragma omp parallel for collapse(2) if ((size_t)B * H * T * HS >= NEOX_PARALLEL_MIN_ELEMS)
     for (int bh = 0; bh < B * H; bh++)
         for (int t = 0; t < T; t++) {
-            size_t row = ((size_t)bh * T + t) * HS;
+            size_t row = (size_t)(bh / H) * st.batch + (size_t)(bh % H) * st.head + (size_t)t * st.row;
             const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
             for (int i = 0; i < half; i++) {
                 float x1 = neox_act_get(x, row + i, act), x2 = neox_act_get(x, row + i + half, act), sn = sign * s[i];

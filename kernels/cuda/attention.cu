@@ -421,15 +421,92 @@ static void store(void *x, const float *w, size_t n, neox_elem act) {
     CUDA_LAUNCHED();
 }
 
+// ---- q, k, v through strided views (kernels.h's opts.views) ----------------------------------------
+// cuDNN and the pipelined kernels read q, k, v where they are (the fused QKV buffer) when it is stored
+// in the operand type, and write the gradients there. The CUDA-core fp32 kernels and the first
+// tensor-core kernels address dense tensors only, and the others' copies into the operand type are
+// dense: for those the views are first copied into dense scratch of this file's own (the split the
+// model no longer makes, kept here for the kernels that cannot take strides) and the gradients are
+// copied back into their views.
+static bool dense_views(const neox_attention_opts &o, int T, int NH, int NKV, int HS) {
+    return neox_head_strides_is_contiguous(o.views.q, NH, T, HS) &&
+           neox_head_strides_is_contiguous(o.views.k, NKV, T, HS) &&
+           neox_head_strides_is_contiguous(o.views.v, NKV, T, HS);
+}
+
+// Whether cuDNN and the pipelined kernels may be handed these views as they are.
+static bool views_in_place(const neox_attention_opts &o, int T, int NH, int NKV, int HS, neox_elem act) {
+    return dense_views(o, T, NH, NKV, HS) || act == o.operands;
+}
+
+// dst = src, both (B, H, T, HS) at their strides; one thread per element.
+template <typename E>
+__global__ void view_copy_kernel(E *dst, neox_head_strides ds, const E *src, neox_head_strides ss, int H, int T,
+                                 int HS, size_t n) {
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        size_t row = e / HS, bh = row / T, b = bh / H, h = bh % H, t = row % T, d = e % HS;
+        dst[b * ds.batch + h * ds.head + t * ds.row + d] = src[b * ss.batch + h * ss.head + t * ss.row + d];
+    }
+}
+
+static void view_copy(void *dst, neox_head_strides ds, const void *src, neox_head_strides ss, int B, int H, int T,
+                      int HS, neox_elem act) {
+    size_t n = (size_t)B * H * T * HS;
+    if (n == 0) return;
+    ds = neox_head_strides_of(ds, H, T, HS), ss = neox_head_strides_of(ss, H, T, HS);
+    ACT_DISPATCH(act, E,
+                 view_copy_kernel<E><<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>((E *)dst, ds,
+                                                                                                  (const E *)src, ss,
+                                                                                                  H, T, HS, n));
+    CUDA_LAUNCHED();
+}
+
+// The dense scratch the views are copied into (its own buffer: the calls below use the others).
+static char *split_room(size_t bytes) {
+    static char *buf;
+    static size_t cap;
+    if (bytes > cap) {
+        if (buf) neox_cuda_free(buf);  // (cudaFree waits for the kernels that used it)
+        buf = (char *)neox_cuda_alloc(bytes);
+        cap = bytes;
+    }
+    return buf;
+}
+
+// Dense copies of q, k, v (and room for their gradients when grads) in split_room: p[0..2] the copies,
+// p[3..5] the gradients' room.
+static void split_views(char *p[6], const void *q, const void *k, const void *v, int B, int T, int NH, int NKV, int HS,
+                        const neox_attention_opts &o, neox_elem act, bool grads) {
+    size_t es = neox_elem_size(act), nq = (size_t)B * NH * T * HS * es, nkv = (size_t)B * NKV * T * HS * es;
+    size_t sizes[6] = {nq, nkv, nkv, nq, nkv, nkv}, at = 0;
+    char *room = split_room((grads ? 2 : 1) * (nq + 2 * nkv));
+    for (int i = 0; i < (grads ? 6 : 3); i++) p[i] = room + at, at += sizes[i];
+    neox_head_strides dense = {0, 0, 0};
+    view_copy(p[0], dense, q, o.views.q, B, NH, T, HS, act);
+    view_copy(p[1], dense, k, o.views.k, B, NKV, T, HS, act);
+    view_copy(p[2], dense, v, o.views.v, B, NKV, T, HS, act);
+}
+
+static neox_attention_opts dense_opts(neox_attention_opts o) {
+    memset(&o.views, 0, sizeof o.views);
+    return o;
+}
+
 extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                             int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     // 16-bit operands: cuDNN where it runs, else the pipelined kernels (which read the stored tensors
     // as they are), unless the first tensor-core kernels were asked for (below, through fp32 copies).
-    if (o.operands != NEOX_ELEM_F32) {
+    if (o.operands != NEOX_ELEM_F32 && views_in_place(o, T, NH, NKV, HS, act)) {
         if (neox_cuda_attention_cudnn_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, act)) return;
         if (neox_cuda_attention_pipelined() &&
             neox_cuda_attention_fa2_forward(out, lse, q, k, v, B, T, NH, NKV, HS, o, act))
             return;
+    }
+    if (!dense_views(o, T, NH, NKV, HS)) {
+        char *p[6];
+        split_views(p, q, k, v, B, T, NH, NKV, HS, o, act, false);
+        neox_cuda_attention_forward(out, lse, p[0], p[1], p[2], B, T, NH, NKV, HS, dense_opts(o), act);
+        return;
     }
     if (act == NEOX_ELEM_F32) {
         forward_f32((float *)out, lse, (const float *)q, (const float *)k, (const float *)v, B, T, NH, NKV, HS, o);
@@ -445,11 +522,22 @@ extern "C" void neox_cuda_attention_forward(void *out, float *lse, const void *q
 extern "C" void neox_cuda_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
                                              const void *k, const void *v, const void *out, const float *lse, int B,
                                              int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
-    if (o.operands != NEOX_ELEM_F32) {  // as the forward
+    if (o.operands != NEOX_ELEM_F32 && views_in_place(o, T, NH, NKV, HS, act)) {  // as the forward
         if (neox_cuda_attention_cudnn_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act)) return;
         if (neox_cuda_attention_pipelined() &&
             neox_cuda_attention_fa2_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, o, act))
             return;
+    }
+    if (!dense_views(o, T, NH, NKV, HS)) {  // the gradients made dense, then written whole into their views
+        char *p[6];
+        neox_head_strides dense = {0, 0, 0};
+        split_views(p, q, k, v, B, T, NH, NKV, HS, o, act, true);
+        neox_cuda_attention_backward(p[3], p[4], p[5], dout, p[0], p[1], p[2], out, lse, B, T, NH, NKV, HS,
+                                     dense_opts(o), act);
+        view_copy(dq, o.views.q, p[3], dense, B, NH, T, HS, act);
+        view_copy(dk, o.views.k, p[4], dense, B, NKV, T, HS, act);
+        view_copy(dv, o.views.v, p[5], dense, B, NKV, T, HS, act);
+        return;
     }
     if (act == NEOX_ELEM_F32) {
         backward_f32((float *)dq, (float *)dk, (float *)dv, (const float *)dout, (const float *)q, (const float *)k,

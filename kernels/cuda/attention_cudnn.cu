@@ -47,8 +47,13 @@ static int query_runs(const neox_attention_opts *o, int T, query_run runs[2]) {
     return 1;
 }
 
+// cuDNN's (B, heads, T, HS) strides of a view.
+static void strides_of(int64_t stride[4], neox_head_strides v) {
+    stride[0] = (int64_t)v.batch, stride[1] = (int64_t)v.head, stride[2] = (int64_t)v.row, stride[3] = 1;
+}
+
 // The shape of run r of a call over T keys with Tq query rows: q (B, NH, Tq, HS), k, v (B, NKV, T,
-// HS) as the model splits them, out (B, Tq, NH, HS) as the ops return it; the run's rows are reached
+// HS) by their views, out (B, Tq, NH, HS) as the ops return it; the run's rows are reached
 // through these strides from its first row (run_offsets).
 static neox_cudnn_sdpa sdpa_shape(int B, int T, int NH, int NKV, int HS, const neox_attention_opts *o, query_run r) {
     neox_cudnn_sdpa s;
@@ -56,9 +61,11 @@ static neox_cudnn_sdpa sdpa_shape(int B, int T, int NH, int NKV, int HS, const n
     int Tq = neox_attention_query_rows(o, T);
     s.B = B, s.H = NH, s.Hkv = NKV, s.T = r.pos + r.n, s.HS = HS, s.Tq = r.n;
     s.causal = 1, s.window = o->window, s.scale = o->scale;
-    neox_cudnn_strides_bhtd(s.q_stride, NH, Tq, HS);
-    neox_cudnn_strides_bhtd(s.k_stride, NKV, T, HS);
-    neox_cudnn_strides_bhtd(s.v_stride, NKV, T, HS);
+    // q (B, NH, Tq, HS), k, v (B, NKV, T, HS) by their views (split, or in the fused QKV buffer; the
+    // fused route never has query positions); out (B, Tq, NH, HS) as the ops return it
+    strides_of(s.q_stride, neox_head_strides_of(o->views.q, NH, Tq, HS));
+    strides_of(s.k_stride, neox_head_strides_of(o->views.k, NKV, T, HS));
+    strides_of(s.v_stride, neox_head_strides_of(o->views.v, NKV, T, HS));
     neox_cudnn_strides_bthd(s.o_stride, NH, Tq, HS);
     return s;
 }
@@ -210,8 +217,10 @@ static void bf16_back(void *x, const uint16_t *vals, size_t n, neox_elem act) {
 // The bytes of a scratch piece for n elements: none under bf16 storage.
 static size_t copy_bytes(size_t n, neox_elem act) { return act == NEOX_ELEM_BF16 ? 0 : n * 2; }
 
-// out: (B, Tq, NH, HS), lse: (B, NH, Tq); q: (B, NH, Tq, HS); k, v: (B, NKV, T, HS), stored as act;
-// Tq = T unless o's query positions say otherwise (context parallelism: one cuDNN call per query run).
+// out: (B, Tq, NH, HS), lse: (B, NH, Tq); q: (B, NH, Tq, HS); k, v: (B, NKV, T, HS), stored as act,
+// laid out by o.views (views other than contiguous ones only under bf16 storage: the copies below
+// are dense); Tq = T unless o's query positions say otherwise (context parallelism: one cuDNN call
+// per query run).
 int neox_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                       int T, int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     neox_cudnn_sdpa s[2];
@@ -242,10 +251,10 @@ int neox_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, cons
     return 1;
 }
 
-// dq: (B, NH, Tq, HS), dk, dv: (B, NKV, T, HS) overwritten; dout, out: (B, Tq, NH, HS); lse from the
-// cuDNN forward (the same log-sum-exp the own kernels keep); all stored as act. With two query runs
-// the later (whose keys reach further) writes dk and dv, the earlier writes a copy that is added to
-// them (merge_run_grads).
+// dq: (B, NH, Tq, HS), dk, dv: (B, NKV, T, HS) overwritten (through the views of q, k, v); dout,
+// out: (B, Tq, NH, HS); lse from the cuDNN forward (the same log-sum-exp the own kernels keep); all
+// stored as act. With two query runs the later (whose keys reach further) writes dk and dv, the
+// earlier writes a copy that is added to them (merge_run_grads).
 int neox_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                                        const void *v, const void *out, const float *lse, int B, int T, int NH,
                                        int NKV, int HS, neox_attention_opts o, neox_elem act) {

@@ -1037,30 +1037,50 @@ static void fa_backward_call(void *dq, void *dk, void *dv, const fa_strides &dqs
         fa_backward_two_pass<Ops, HS, S>((S *)dq, (S *)dk, (S *)dv, dqs, dkvs, D, lse, x, c.B, a);
 }
 
-static fa_call dense_call(const void *q, const void *k, const void *v, const void *dout, int B, int T, int Tq, int NH,
-                          int NKV, int HS) {
+static fa_strides strides_of(neox_head_strides v) {
+    fa_strides x;
+    x.sb = (long long)v.batch, x.sh = (long long)v.head, x.st = (long long)v.row;
+    return x;
+}
+
+// q (Tq query rows), k, v (T rows) by their views (kernels.h's opts.views: dense, or views into the fused QKV buffer, which
+// the kernels read in place when it is stored in the operand type; fa_check refuses other storage).
+static fa_call views_call(const void *q, const void *k, const void *v, const void *dout, int B, int T, int Tq,
+                          int NH, int NKV, int HS, const neox_qkv_strides &views) {
     fa_call c;
     c.q = q, c.k = k, c.v = v, c.dout = dout, c.qkv_n = 0, c.k_off = c.v_off = 0;
-    c.qs = dense_strides(NH, Tq, HS, false), c.ks = c.vs = dense_strides(NKV, T, HS, false);
+    c.qs = strides_of(neox_head_strides_of(views.q, NH, Tq, HS));
+    c.ks = strides_of(neox_head_strides_of(views.k, NKV, T, HS));
+    c.vs = strides_of(neox_head_strides_of(views.v, NKV, T, HS));
     c.B = B, c.T = T, c.Tq = Tq, c.NH = NH, c.NKV = NKV, c.HS = HS;
     return c;
 }
 
 // q, k, v as views of a fused QKV buffer (B, T, (NH + 2 NKV) HS): the layouts and offsets are
-// neox_cudnn_strides_qkv's (the one description of the fused layouts, shared with cuDNN's route).
+// kernels.h's neox_qkv_fused_layout (the one owner of the fused layouts, the model's and cuDNN's too).
 static fa_call fused_call(const void *qkv, int interleaved, const void *dout, int B, int T, int NH, int NKV, int HS) {
-    neox_cudnn_sdpa s;
-    memset(&s, 0, sizeof s);
-    s.B = B, s.H = NH, s.Hkv = NKV, s.T = T, s.HS = HS;
-    int64_t q_off, k_off, v_off;
-    neox_cudnn_strides_qkv(&s, interleaved, &q_off, &k_off, &v_off);
+    neox_qkv_layout l = neox_qkv_fused_layout(T, NH, NKV, HS, interleaved);
     fa_call c;
-    c.q = c.k = c.v = qkv, c.dout = dout, c.qkv_n = (size_t)B * s.q_stride[0], c.k_off = k_off, c.v_off = v_off;
-    c.qs.sb = s.q_stride[0], c.qs.sh = s.q_stride[1], c.qs.st = s.q_stride[2];
-    c.ks.sb = s.k_stride[0], c.ks.sh = s.k_stride[1], c.ks.st = s.k_stride[2];
-    c.vs = c.ks;
+    c.q = c.k = c.v = qkv, c.dout = dout, c.qkv_n = (size_t)B * l.strides.q.batch;
+    c.k_off = (long long)l.k_offset, c.v_off = (long long)l.v_offset;
+    c.qs = strides_of(l.strides.q), c.ks = strides_of(l.strides.k), c.vs = strides_of(l.strides.v);
     c.B = B, c.T = c.Tq = T, c.NH = NH, c.NKV = NKV, c.HS = HS;
     return c;
+}
+
+// Views other than dense ones are read in place, so only in the operand type; and the backward
+// writes dk and dv by one set of strides.
+static void check_views(const neox_attention_opts &o, int T, int NH, int NKV, int HS, neox_elem act) {
+    neox_head_strides k = neox_head_strides_of(o.views.k, NKV, T, HS), v = neox_head_strides_of(o.views.v, NKV, T, HS);
+    bool dense = neox_head_strides_is_contiguous(o.views.q, NH, T, HS) &&
+                 neox_head_strides_is_contiguous(o.views.k, NKV, T, HS) &&
+                 neox_head_strides_is_contiguous(o.views.v, NKV, T, HS);
+    if (dense) return;
+    if (act != o.operands || k.batch != v.batch || k.head != v.head || k.row != v.row) {
+        fprintf(stderr, "neox cuda: pipelined attention reads strided q, k, v only stored in the operand type, with "
+                        "k and v laid out alike (kernels/cuda/attention.cu splits the others first)\n");
+        abort();
+    }
 }
 
 // Shared bytes of the largest of the forward's (false) or the backward's (true) kernels at head size HS
@@ -1130,8 +1150,9 @@ int neox_cuda_attention_fa2_forward(void *out, float *lse, const void *q, const 
                                      int NH, int NKV, int HS, neox_attention_opts o, neox_elem act) {
     fa_check(o.operands, HS, act);
     if (B <= 0 || T <= 0) return 1;
+    check_views(o, T, NH, NKV, HS, act);
     if (!fa_smem_fits(fa_smem_needed(HS, false, false))) return 0;
-    fa_call c = dense_call(q, k, v, NULL, B, T, neox_attention_query_rows(&o, T), NH, NKV, HS);
+    fa_call c = views_call(q, k, v, NULL, B, T, neox_attention_query_rows(&o, T), NH, NKV, HS, o.views);
     mma_shape a = make_shape(T, NH, NKV, o);
     FA_DISPATCH(o.operands, HS, act, fa_forward_call, out, lse, c, a);
     return 1;
@@ -1142,9 +1163,10 @@ int neox_cuda_attention_fa2_backward(void *dq, void *dk, void *dv, const void *d
                                       int HS, neox_attention_opts o, neox_elem act) {
     fa_check(o.operands, HS, act);
     if (B <= 0 || T <= 0) return 1;
+    check_views(o, T, NH, NKV, HS, act);
     const bool single = fa_single_pass(o);
     if (!fa_smem_fits(fa_smem_needed(HS, true, single))) return 0;
-    fa_call c = dense_call(q, k, v, dout, B, T, neox_attention_query_rows(&o, T), NH, NKV, HS);
+    fa_call c = views_call(q, k, v, dout, B, T, neox_attention_query_rows(&o, T), NH, NKV, HS, o.views);
     mma_shape a = make_shape(T, NH, NKV, o);
     FA_DISPATCH(o.operands, HS, act, fa_backward_call, dq, dk, dv, c.qs, c.ks, out, lse, c, a, single);
     return 1;

@@ -4,6 +4,7 @@
 // and a host without it falls back to the own attention kernels. Built without the frontend's
 // headers, every entry point reports that and the own kernels run.
 #include "kernels/cuda/cudnn_attention.h"
+#include "kernels/kernels.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -27,16 +28,17 @@ extern "C" void neox_cudnn_strides_bthd(int64_t stride[4], int heads, int T, int
     stride[3] = 1;
 }
 
+// (the layouts' addressing is kernels.h's neox_qkv_fused_layout, their one owner)
 extern "C" void neox_cudnn_strides_qkv(neox_cudnn_sdpa *s, int interleaved, int64_t *q_off, int64_t *k_off,
                                        int64_t *v_off) {
-    int64_t W = (int64_t)(s->H + 2 * s->Hkv) * s->HS, head = interleaved ? 3 * (int64_t)s->HS : s->HS;
-    int64_t base[4] = {(int64_t)s->T * W, head, W, 1};
+    neox_qkv_layout l = neox_qkv_fused_layout((int)s->T, (int)s->H, (int)s->Hkv, (int)s->HS, interleaved);
+    int64_t base[4] = {(int64_t)l.strides.q.batch, (int64_t)l.strides.q.head, (int64_t)l.strides.q.row, 1};
     memcpy(s->q_stride, base, sizeof base);
     memcpy(s->k_stride, base, sizeof base);
     memcpy(s->v_stride, base, sizeof base);
-    *q_off = 0;
-    *k_off = interleaved ? s->HS : (int64_t)s->H * s->HS;
-    *v_off = interleaved ? 2 * (int64_t)s->HS : (int64_t)(s->H + s->Hkv) * s->HS;
+    *q_off = (int64_t)l.q_offset;
+    *k_off = (int64_t)l.k_offset;
+    *v_off = (int64_t)l.v_offset;
 }
 
 static void say(char *why, size_t whylen, const char *what) {

@@ -4,29 +4,24 @@
 // are templates on the activations' storage type (common.cuh).
 #include "kernels/cuda/common.cuh"
 
-// One thread per element of the fused rows qkv: (B, T, W), W = (NH + 2 NKV) HS. to_heads copies
-// qkv -> q/k/v, else q/k/v -> qkv.
+// One thread per element of q, k and v (slots 0..NH-1 of a position are q's heads, then k's, then
+// v's); its place in qkv (B, T, W), W = (NH + 2 NKV) HS, is the fused layout's (kernels.h's
+// neox_qkv_fused_layout, l). to_heads copies qkv -> q/k/v, else q/k/v -> qkv.
 template <typename T_>
-__global__ void qkv_copy_kernel(T_ *qkv, T_ *q, T_ *k, T_ *v, int T, int NH, int NKV, int HS, int interleaved,
+__global__ void qkv_copy_kernel(T_ *qkv, T_ *q, T_ *k, T_ *v, neox_qkv_layout l, int T, int NH, int NKV, int HS,
                                 int to_heads, size_t n) {
     size_t W = (size_t)(NH + 2 * NKV) * HS;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t bt = e / W, b = bt / T, t = bt % T;
-        int w = (int)(e % W), kind, h, d;  // kind 0 q, 1 k, 2 v
-        if (interleaved) {  // [q0 k0 v0 | q1 k1 v1 | ...]
-            h = w / (3 * HS);
-            kind = (w % (3 * HS)) / HS;
-            d = w % HS;
-        } else {            // [q heads | k heads | v heads]
-            int slot = w / HS;
-            d = w % HS;
-            kind = slot < NH ? 0 : slot < NH + NKV ? 1 : 2;
-            h = kind == 0 ? slot : kind == 1 ? slot - NH : slot - NH - NKV;
-        }
-        int heads = kind == 0 ? NH : NKV;
+        int w = (int)(e % W), slot = w / HS, d = w % HS;
+        int kind = slot < NH ? 0 : slot < NH + NKV ? 1 : 2;  // 0 q, 1 k, 2 v
+        int h = kind == 0 ? slot : kind == 1 ? slot - NH : slot - NH - NKV, heads = kind == 0 ? NH : NKV;
+        const neox_head_strides &s = kind == 0 ? l.strides.q : kind == 1 ? l.strides.k : l.strides.v;
+        size_t at = (kind == 0 ? l.q_offset : kind == 1 ? l.k_offset : l.v_offset) + b * s.batch + h * s.head +
+                    t * s.row + d;
         T_ *dst = kind == 0 ? q : kind == 1 ? k : v;
         size_t idx = (((size_t)b * heads + h) * T + t) * HS + d;
-        if (to_heads) dst[idx] = qkv[e]; else qkv[e] = dst[idx];
+        if (to_heads) dst[idx] = qkv[at]; else qkv[at] = dst[idx];
     }
 }
 
@@ -35,8 +30,9 @@ static void qkv_copy(void *qkv, void *q, void *k, void *v, int B, int T, int NH,
     size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
     if (n == 0) return;
     cudaStream_t st = neox_cuda_current_stream();
-    ACT_DISPATCH(act, E, qkv_copy_kernel<E><<<blocks_for(n, 256), 256, 0, st>>>((E *)qkv, (E *)q, (E *)k, (E *)v, T, NH,
-                                                                               NKV, HS, interleaved, to_heads, n));
+    neox_qkv_layout l = neox_qkv_fused_layout(T, NH, NKV, HS, interleaved);
+    ACT_DISPATCH(act, E, qkv_copy_kernel<E><<<blocks_for(n, 256), 256, 0, st>>>((E *)qkv, (E *)q, (E *)k, (E *)v, l, T,
+                                                                               NH, NKV, HS, to_heads, n));
     CUDA_LAUNCHED();
 }
 
@@ -61,14 +57,15 @@ extern "C" void neox_cuda_rotary_tables(float *cos_t, float *sin_t, int T, int R
     free(host);
 }
 
-// x: (B*H, T, HS); one thread per rotated pair (row, i < R/2).
+// x: (B, H, T, HS) at strides xs (dense, or a view of the fused QKV buffer); one thread per rotated
+// pair (row, i < R/2).
 template <typename E>
-__global__ void rotary_kernel(E *x, const float *cos_t, const float *sin_t, int T, int HS, int half, float sign,
-                              size_t n) {
+__global__ void rotary_kernel(E *x, neox_head_strides xs, const float *cos_t, const float *sin_t, int H, int T,
+                              int half, float sign, size_t n) {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-        size_t row = e / half;
+        size_t row = e / half, bh = row / T;
         int i = (int)(e % half), t = (int)(row % T);
-        E *r = x + row * HS;
+        E *r = x + (bh / H) * xs.batch + (bh % H) * xs.head + (size_t)t * xs.row;
         float c = cos_t[(size_t)t * half + i], sn = sign * sin_t[(size_t)t * half + i];
         float x1 = act_load(r, i), x2 = act_load(r, i + half);
         act_store(r, i, x1 * c - x2 * sn);
@@ -77,12 +74,13 @@ __global__ void rotary_kernel(E *x, const float *cos_t, const float *sin_t, int 
 }
 
 extern "C" void neox_cuda_rotary_apply(void *x, const float *cos_t, const float *sin_t, int B, int H, int T, int HS,
-                                       int R, int inverse, neox_elem act) {
+                                       int R, int inverse, neox_elem act, neox_head_strides xs) {
     int half = R / 2;
     size_t n = (size_t)B * H * T * half;
     if (n == 0) return;
     cudaStream_t st = neox_cuda_current_stream();
-    ACT_DISPATCH(act, E, rotary_kernel<E><<<blocks_for(n, 256), 256, 0, st>>>((E *)x, cos_t, sin_t, T, HS, half,
+    neox_head_strides s = neox_head_strides_of(xs, H, T, HS);
+    ACT_DISPATCH(act, E, rotary_kernel<E><<<blocks_for(n, 256), 256, 0, st>>>((E *)x, s, cos_t, sin_t, H, T, half,
                                                                               inverse ? -1.0f : 1.0f, n));
     CUDA_LAUNCHED();
 }

@@ -146,17 +146,22 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
     linear_backward(m, group[GROUP_PROJ], group[GROUP_FC], a->datt, g->proj_w, g->proj_b, dy, la->att, p->proj_w, N,
                     NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
-    const float *k = la->k, *v = la->v;
-    float *dk = a->dk, *dv = a->dv;
+    // On the fused route q, k, v are read in qkv and their gradients written into dqkv's views.
+    neox_qkv_bufs x = neox_model_qkv_bufs(m, la->qkv, la->q, la->k, la->v);
+    neox_qkv_bufs dx = neox_model_qkv_bufs(m, a->dqkv, a->dq, a->dk, a->dv);
+    const float *k = x.k, *v = x.v;
+    float *dk = dx.k, *dv = dx.v;
     int keys = neox_model_attention_keys(m, &k, &v);
     neox_model_attention_key_grads(m, &dk, &dv);
-    m->be->attention_backward(a->dq, dk, dv, a->datt, la->q, k, v, la->att, la->lse, B, keys, NH, NKV, HS,
-                              neox_model_attention_opts(m, a->alibi, attn_p, l), m->act_elem);
-    if (dk != a->dk) neox_model_cp_scatter_dkv(m, a->dk, a->dv);
+    neox_attention_opts o = neox_model_attention_opts(m, a->alibi, attn_p, l);
+    o.views = x.views;
+    m->be->attention_backward(dx.q, dk, dv, a->datt, x.q, k, v, la->att, la->lse, B, keys, NH, NKV, HS, o,
+                              m->act_elem);
+    if (dk != dx.k) neox_model_cp_scatter_dkv(m, a->dk, a->dv);
     poll(m);
     if (d->rotary_dims) {
-        m->be->rotary_apply(a->dq, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1, m->act_elem);
-        m->be->rotary_apply(a->dk, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1, m->act_elem);
+        m->be->rotary_apply(dx.q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1, m->act_elem, dx.views.q);
+        m->be->rotary_apply(dx.k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 1, m->act_elem, dx.views.k);
     }
     if (d->qk_norm) {  // in place: the gradients of q and k before their norm
         int G = neox_qk_norm_group(d, NH);
@@ -167,8 +172,9 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
         m->be->head_norm_backward(a->dk, g->qk_norm_w, g->qk_norm_b, a->dk, la->kraw, p->qk_norm_w, kmean,
                                   la->qk_rstd + stats, B, NH, T, HS, G, m->act_elem);
     }
-    m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
-                     m->act_elem);
+    if (!neox_model_qkv_fused(d))
+        m->be->qkv_merge(a->dqkv, a->dq, a->dk, a->dv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
+                         m->act_elem);
     linear_backward(m, group[GROUP_QKV], group[GROUP_PROJ], dln1, g->qkv_w, g->qkv_b, a->dqkv,
                     neox_model_seq_gather(m, la->ln1), p->qkv_w, N, C, W);
 }

@@ -85,9 +85,11 @@ static void carve_saved(neox_model *m, neox_acts *a, char **cur, char **host_cur
         la->ln1_mean = take(cur, n);
         la->ln1_rstd = take(cur, n);
         la->qkv = take_act(m, cur, N * W);
-        la->q = take_act(m, cur, N * NH * HS);
-        la->k = take_act(m, cur, N * NKV * HS);
-        la->v = take_act(m, cur, N * NKV * HS);
+        if (!neox_model_qkv_fused(d)) {
+            la->q = take_act(m, cur, N * NH * HS);
+            la->k = take_act(m, cur, N * NKV * HS);
+            la->v = take_act(m, cur, N * NKV * HS);
+        }
         if (d->qk_norm) {
             la->qraw = take_act(m, cur, N * NH * HS);
             la->kraw = take_act(m, cur, N * NKV * HS);
@@ -154,9 +156,11 @@ static void carve_shared(const neox_model *m, neox_acts *a, char **cur) {
     a->dln = take_act(m, cur, 2 * N * C);
     a->dbranch = take_act(m, cur, n * C);
     a->dqkv = take_act(m, cur, N * W);
-    a->dq = take_act(m, cur, N * NH * HS);
-    a->dk = take_act(m, cur, N * NKV * HS);
-    a->dv = take_act(m, cur, N * NKV * HS);
+    if (!neox_model_qkv_fused(d)) {
+        a->dq = take_act(m, cur, N * NH * HS);
+        a->dk = take_act(m, cur, N * NKV * HS);
+        a->dv = take_act(m, cur, N * NKV * HS);
+    }
     a->datt = take_act(m, cur, N * NH * HS);
     a->dfc = take_act(m, cur, N * FC);
     a->dact = take_act(m, cur, N * F);
@@ -435,12 +439,29 @@ neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *
     const neox_model_desc *d = &m->desc;
     const neox_acts *a = m->acts;
     int NH = neox_model_shard(d).NH;
-    neox_attention_opts o = {1.0f / sqrtf((float)d->head_size), d->attn_window, dropout,
-                             dropout > 0.0f ? neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS) : 0,
-                             neox_attention_operands(neox_model_operand_elem(m), d->head_size), alibi,
-                             a->dropout_row0, d->tp_rank * NH, d->num_heads, 0, 0, 0, 0, a->dropout_row0_at};
+    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)d->head_size), .window = d->attn_window,
+                             .dropout = dropout,
+                             .seed = dropout > 0.0f ? neox_model_dropout_seed(m, layer, NEOX_SITE_ATTN_PROBS) : 0,
+                             .operands = neox_attention_operands(neox_model_operand_elem(m), d->head_size),
+                             .alibi = alibi, .dropout_row0 = a->dropout_row0, .dropout_head0 = d->tp_rank * NH,
+                             .dropout_heads = d->num_heads, .dropout_row0_at = a->dropout_row0_at};
     neox_model_cp_query_positions(m, &o);
     return o;
+}
+
+int neox_model_qkv_fused(const neox_model_desc *d) {
+    // Split instead: use_qk_layernorm's head norm reads and writes contiguous q and k; context
+    // parallelism all-gathers the keys and values of every rank from split buffers (context_parallel.c).
+    return !d->qk_norm && neox_model_cp_ways(d) == 1;
+}
+
+neox_qkv_bufs neox_model_qkv_bufs(const neox_model *m, float *fused, float *q, float *k, float *v) {
+    const neox_model_desc *d = &m->desc;
+    if (!neox_model_qkv_fused(d)) return (neox_qkv_bufs){.q = q, .k = k, .v = v};
+    neox_shard s = neox_model_shard(d);
+    neox_qkv_layout l = neox_qkv_fused_layout(m->T, s.NH, s.NKV, d->head_size, d->naming == NEOX_NAMES_GPT_NEOX);
+    return (neox_qkv_bufs){.q = neox_act_at(m, fused, l.q_offset), .k = neox_act_at(m, fused, l.k_offset),
+                           .v = neox_act_at(m, fused, l.v_offset), .views = l.strides};
 }
 
 void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, float *slopes, int head0, int n) {
@@ -581,22 +602,24 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     // attention over this rank's heads, on every row
     norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, n);
     neox_model_linear_forward(m, la->qkv, neox_model_seq_gather(m, la->ln1), p->qkv_w, p->qkv_b, N, C, W);
+    neox_qkv_bufs qkv = neox_model_qkv_bufs(m, la->qkv, la->q, la->k, la->v);
     if (d->qk_norm) {
         be->qkv_split(la->qraw, la->kraw, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX, m->act_elem);
         qk_norm_forward(m, l, la);
-    } else {
+    } else if (!neox_model_qkv_fused(d)) {
         be->qkv_split(la->q, la->k, la->v, la->qkv, B, T, NH, NKV, HS, d->naming == NEOX_NAMES_GPT_NEOX,
                       m->act_elem);
     }
-    if (d->rotary_dims) {
-        be->rotary_apply(la->q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0, m->act_elem);
-        be->rotary_apply(la->k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0, m->act_elem);
+    if (d->rotary_dims) {  // (on the fused route in place in qkv, which nothing reads before attention)
+        be->rotary_apply(qkv.q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 0, m->act_elem, qkv.views.q);
+        be->rotary_apply(qkv.k, a->cos, a->sin, B, NKV, T, HS, d->rotary_dims, 0, m->act_elem, qkv.views.k);
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
-    const float *k = la->k, *v = la->v;
+    const float *k = qkv.k, *v = qkv.v;
     int keys = neox_model_attention_keys(m, &k, &v);
-    be->attention_forward(la->att, la->lse, la->q, k, v, B, keys, NH, NKV, HS,
-                          neox_model_attention_opts(m, a->alibi, attn_p, l), m->act_elem);
+    neox_attention_opts o = neox_model_attention_opts(m, a->alibi, attn_p, l);
+    o.views = qkv.views;
+    be->attention_forward(la->att, la->lse, qkv.q, k, v, B, keys, NH, NKV, HS, o, m->act_elem);
     row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
 
     // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)

@@ -226,7 +226,8 @@ static void cache_append(neox_generator *g, int l, const float *k, const float *
 }
 
 // A segment's q, k, v of layer l (q (NH, len, HS); k, v (NKV, len, HS)) from g->qkv, normalised
-// (use_qk_layernorm, with qk_stats: (2, rows, NH)) and rotated at its positions.
+// (use_qk_layernorm, with qk_stats: (2, rows, NH)) and rotated at its positions. Split, not read in
+// g->qkv as training reads it: the keys and values go on into the cache's head-major rows.
 static void segment_qkv(neox_generator *g, int l, const segment *s, float *q, float *k, float *v, float *qk_stats,
                         size_t rows) {
     const neox_model_desc *d = &g->m->desc;
@@ -246,8 +247,8 @@ static void segment_qkv(neox_generator *g, int l, const segment *s, float *q, fl
     }
     if (d->rotary_dims) {
         const float *cos = g->cos + (size_t)s->pos * half, *sin = g->sin + (size_t)s->pos * half;
-        be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32);
-        be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32);
+        be->rotary_apply(q, cos, sin, 1, NH, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32, (neox_head_strides){0});
+        be->rotary_apply(k, cos, sin, 1, NKV, s->len, HS, d->rotary_dims, 0, NEOX_ELEM_F32, (neox_head_strides){0});
     }
 }
 

@@ -38,7 +38,8 @@ static inline int neox_model_head_cols(const neox_model_desc *d) { return d->val
 typedef struct neox_layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd;  // (N, C), (N), (N)
     float *qkv;                        // (N, W), W = (NH + 2*NKV) * HS
-    float *q, *k, *v;                  // (B, NH, T, HS), (B, NKV, T, HS) x 2, after rotary
+    float *q, *k, *v;                  // (B, NH, T, HS), (B, NKV, T, HS) x 2, after rotary; NULL on the
+                                       // fused route (neox_model_qkv_fused: attention reads them in qkv)
     float *qraw, *kraw;                // use_qk_layernorm: q and k before their norm (else NULL)
     float *qk_mean, *qk_rstd;          // (2, B, T, NH / G): the norm's statistics, q's then k's (mean NULL: RMS)
     float *att, *lse;                  // (N, NH*HS) attention output before the projection; (B, NH, T)
@@ -113,7 +114,7 @@ typedef struct neox_acts {
     double *ce_loss;                   // (2) the masked sum of the rows' losses, the sum of the mask
     float *dx, *dln, *dbranch;         // (n, C), (2, N, C), (n, C): dln1 then dln2, adjacent for one reduction
                                        // (dln1 holds the head's input gradient from a fused forward to its backward)
-    float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;
+    float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;  // (dq, dk, dv NULL on the fused route: views of dqkv)
     float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NR, C), (NR, Fe) x 2, (max(NK, NR), C), (NK), (N, E)
     float *moe_swap;                   // (NR, C) expert parallelism's exchange buffer, else NULL
     // Context parallel only (else NULL), each (B, NKV, cp_T, HS) in the model's storage: the
@@ -231,6 +232,18 @@ void neox_model_plan_half(neox_model *m);
 // window, operands, ALiBi's slopes `alibi` (backend memory filled by neox_model_fill_alibi, or NULL),
 // and dropout p with its seed and the global row and head coordinates of its masks.
 neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *alibi, float dropout, int layer);
+// Whether attention reads q, k, v where the fused QKV projection wrote them (rotary in place there,
+// the gradients written straight into dqkv's views), rather than in split copies (docs/model.md,
+// "Attention's data flow").
+int neox_model_qkv_fused(const neox_model_desc *d);
+// q, k, v (or their gradients) of one layer's attention: where each one's first head starts and the
+// strides that attention and rotary take (all zero for split tensors).
+typedef struct neox_qkv_bufs {
+    float *q, *k, *v;
+    neox_qkv_strides views;
+} neox_qkv_bufs;
+// The views of a fused (B, T, W) buffer on the fused route, else the split tensors q, k, v.
+neox_qkv_bufs neox_model_qkv_bufs(const neox_model *m, float *fused, float *q, float *k, float *v);
 // Fills n slopes (backend memory) for heads head0.. of the model with pos_emb alibi.
 void neox_model_fill_alibi(const neox_model_desc *d, const neox_backend *be, float *slopes, int head0, int n);
 

@@ -20,7 +20,8 @@
 // "lse", "mx" (row_max), the F64 "sumexp" (row_sumexp from mx) and "target_logit", and "dlogits"
 // (BF16, in place, scale 1/N). linear takes the BF16 "x" (N, C), "w16" (LIN_OC, C), "dout" (N, LIN_OC)
 // and "dinp" (N, C), the F32 "bias", "dbias" (LIN_OC) and "dweight" (LIN_OC, C): "out" (BF16), then the
-// backward's "dinp" (added to when fn = 1), "dweight" and "dbias". attention: causal attention of
+// backward's "dinp" (added to when fn & 1), "dweight" and "dbias"; fn & 2: the forward without the
+// bias (the output layer's case). attention: causal attention of
 // the BF16 "q" (ATT_NH, N, ATT_HS), "k", "v" (ATT_NKV, N, ATT_HS) with fp32 operands and scale
 // 1/sqrt(ATT_HS) (B = 1, T = N): "out" (N, ATT_NH * ATT_HS) and "lse" (F32), then the backward of the
 // BF16 "dout" (N, ATT_NH * ATT_HS): "dq", "dk", "dv". jitter scales "x" with eps 0.1, seed 7.
@@ -219,8 +220,8 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
         size_t no = (size_t)N * LIN_OC, nw = (size_t)LIN_OC * C;
         uint16_t *x = bf16("x", n), *w = bf16("w16", nw), *o = neox_malloc(no * 2), *dx = bf16("dinp", n);
         float *dw = f32("dweight", nw), *db = f32("dbias", LIN_OC);
-        neox_linear_forward(o, LIN_OC, x, w, f32("bias", LIN_OC), N, C, LIN_OC, B);
-        neox_linear_backward(dx, dw, db, bf16("dout", no), LIN_OC, x, w, N, C, LIN_OC, fn == 1, B);
+        neox_linear_forward(o, LIN_OC, x, w, fn & 2 ? NULL : f32("bias", LIN_OC), N, C, LIN_OC, B);
+        neox_linear_backward(dx, dw, db, bf16("dout", no), LIN_OC, x, w, N, C, LIN_OC, fn & 1, B);
         outs[0] = OUT_B("out", o, no), outs[1] = OUT_B("dinp", dx, n), outs[2] = OUT_F("dweight", dw, nw);
         outs[3] = OUT_F("dbias", db, LIN_OC);
         return 4;
@@ -239,7 +240,8 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
     }
     if (!strcmp(op, "rotary_apply")) {
         uint16_t *x = bf16("x", n);
-        neox_rotary_apply(x, f32("cos", n / 2), f32("sin", n / 2), 1, 1, N, C, C, fn == 1, B);
+        neox_rotary_apply(x, f32("cos", n / 2), f32("sin", n / 2), 1, 1, N, C, C, fn == 1, B,
+                          (neox_head_strides){0});
         return outs[0] = OUT_B("out", x, n), 1;
     }
     int rms = !strncmp(op, "rms", 3) || !strncmp(op, "add_rms", 7);

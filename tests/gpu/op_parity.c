@@ -547,8 +547,8 @@ static void test_rotary(int B, int H, int T, int HS, int R) {
     checkf(0, 0, &c, "rotary_tables cos T=%d R=%d", T, R);
     checkf(0, 0, &s, "rotary_tables sin T=%d R=%d", T, R);
     for (int inverse = 0; inverse < 2; inverse++) {
-        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse, NEOX_ELEM_F32);
-        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse, NEOX_ELEM_F32);
+        cpu->rotary_apply(x.h, c.h, s.h, B, H, T, HS, R, inverse, NEOX_ELEM_F32, (neox_head_strides){0});
+        gpu->rotary_apply(x.d, c.d, s.d, B, H, T, HS, R, inverse, NEOX_ELEM_F32, (neox_head_strides){0});
         checkf(1e-6, 1e-6, &x, "rotary_apply B=%d H=%d T=%d HS=%d R=%d inverse=%d", B, H, T, HS, R, inverse);
     }
     pair_free(&c);
@@ -589,7 +589,10 @@ static void test_attention_full(int B, int T, int NH, int NKV, int HS, float dro
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
     // The dropout counter of a tensor-parallel rank holding heads 1.. of NH + 3, from batch row 5.
-    neox_attention_opts oc = {scale, window, dropout, seed, e, alibi ? slopes.h : NULL, 5, 1, NH + 3, 0, 0, 0, 0, NULL}, og = oc;
+    neox_attention_opts oc = {.scale = scale, .window = window, .dropout = dropout, .seed = seed, .operands = e,
+                              .alibi = alibi ? slopes.h : NULL, .dropout_row0 = 5, .dropout_head0 = 1,
+                              .dropout_heads = NH + 3};
+    neox_attention_opts og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     // The GPU's rows 2 + 3, the 3 read on the device (a replayed step's row): the CPU's 5.
     unsigned long long rows_at = 3, *rows_at_d = gpu->alloc(sizeof rows_at);
@@ -680,7 +683,7 @@ static void test_attention_qkv(int B, int T, int NH, int NKV, int HS, int interl
     pair dout = pair_rand(nq), dqkv = pair_rand(qkv.n);
     float *q = xmalloc(nq * sizeof(float)), *k = xmalloc(nkv * sizeof(float)), *v = xmalloc(nkv * sizeof(float));
     float *dq = xmalloc(nq * sizeof(float)), *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
-    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, dropout, 77, e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL};
+    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)HS), .dropout = dropout, .seed = 77, .operands = e};
     cpu->qkv_split(q, k, v, qkv.h, B, T, NH, NKV, HS, interleaved, NEOX_ELEM_F32);
     cpu->attention_forward(out.h, lse.h, q, k, v, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
     cpu->attention_backward(dq, dk, dv, dout.h, q, k, v, out.h, lse.h, B, T, NH, NKV, HS, o, NEOX_ELEM_F32);
@@ -715,7 +718,9 @@ static void test_attention_cached(int S, int pos0, int NH, int NKV, int HS, int 
     float host_slopes[64];
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
-    neox_attention_opts oc = {scale, window, 0.0f, 0, NEOX_ELEM_F32, alibi ? slopes.h : NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, og = oc;
+    neox_attention_opts oc = {.scale = scale, .window = window, .operands = NEOX_ELEM_F32,
+                              .alibi = alibi ? slopes.h : NULL};
+    neox_attention_opts og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     cpu->attention_cached(out.h, q.h, kc.h, vc.h, S, pos0, NH, NKV, HS, maxT, oc);
     gpu->attention_cached(out.d, q.d, kc.d, vc.d, S, pos0, NH, NKV, HS, maxT, og);
@@ -861,8 +866,8 @@ static void test_bf16_heads(int B, int T, int NH, int NKV, int HS, int interleav
     int R = HS / 2 * 2;
     pair c = pair_rand((size_t)T * R / 2), sn = pair_rand((size_t)T * R / 2);
     for (int inverse = 0; inverse <= 1; inverse++) {
-        cpu->rotary_apply(q.h, c.h, sn.h, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16);
-        gpu->rotary_apply(q.d, c.d, sn.d, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16);
+        cpu->rotary_apply(q.h, c.h, sn.h, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16, (neox_head_strides){0});
+        gpu->rotary_apply(q.d, c.d, sn.d, B, NH, T, HS, R, inverse, NEOX_ELEM_BF16, (neox_head_strides){0});
         bcheckf(1e-6, BF16_ULP, &q, "rotary_apply bf16 B=%d H=%d T=%d HS=%d inverse=%d", B, NH, T, HS, inverse);
     }
     bpair *all[] = {&qkv, &q, &k, &v};
@@ -1038,7 +1043,7 @@ static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
     bpair q = bpair_uniform(nq, -2.0f, 2.0f), k = bpair_uniform(nkv, -2.0f, 2.0f), v = bpair_rand(nkv);
     bpair out = bpair_rand(nq), dout = bpair_rand(nq), dq = bpair_rand(nq), dk = bpair_rand(nkv), dv = bpair_rand(nkv);
     pair lse = pair_rand((size_t)B * NH * T);
-    neox_attention_opts o = {1.0f / sqrtf((float)HS), 0, 0.0f, 0, NEOX_ELEM_BF16, NULL, 0, 0, 0, 0, 0, 0, 0, NULL};
+    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)HS), .operands = NEOX_ELEM_BF16};
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     gpu->attention_forward(out.d, lse.d, q.d, k.d, v.d, B, T, NH, NKV, HS, o, NEOX_ELEM_BF16);
     bcheckf(3 * BF16_ULP, 3 * BF16_ULP, &out, "attention_forward bf16 storage%s B=%d T=%d NH=%d NKV=%d HS=%d",
@@ -1057,6 +1062,112 @@ static void test_bf16_attention(int B, int T, int NH, int NKV, int HS) {
     bpair *all[] = {&q, &k, &v, &out, &dout, &dq, &dk, &dv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) bpair_free(all[i]);
     pair_free(&lse);
+}
+
+// The model's fused route through the op table: rotary in place on q and k in the fused QKV buffer,
+// attention reading q, k, v through its views (opts.views from neox_qkv_fused_layout), its backward
+// writing dq, dk, dv into dqkv's views (every element: dqkv starts as other values on each side),
+// rotary backward in place. GPU against the CPU on the same views (the CPU's views equal its split
+// route bit for bit: tests/unit/test_qkv_views.c). act: fp32 or bf16 storage of qkv, out, dout, dqkv;
+// the backwards both start from the CPU's out and lse. Which GPU kernels run follows the entry's rule
+// (kernels/cuda/attention.cu): cuDNN or the pipelined kernels in place when the storage is the operand
+// type, else a split into scratch.
+typedef struct views_case {
+    int B, T, NH, NKV, HS, interleaved;
+    float dropout;
+    neox_elem act, operands;
+} views_case;
+
+static void run_views_forward(const neox_backend *be, void *qkv, void *out, float *lse, const float *cs,
+                              const float *sn, const views_case *c, neox_attention_opts o) {
+    size_t es = neox_elem_size(c->act);
+    neox_qkv_layout l = neox_qkv_fused_layout(c->T, c->NH, c->NKV, c->HS, c->interleaved);
+    char *x = qkv, *q = x + l.q_offset * es, *k = x + l.k_offset * es, *v = x + l.v_offset * es;
+    be->rotary_apply(q, cs, sn, c->B, c->NH, c->T, c->HS, c->HS / 2, 0, c->act, l.strides.q);
+    be->rotary_apply(k, cs, sn, c->B, c->NKV, c->T, c->HS, c->HS / 2, 0, c->act, l.strides.k);
+    be->attention_forward(out, lse, q, k, v, c->B, c->T, c->NH, c->NKV, c->HS, o, c->act);
+}
+
+static void run_views_backward(const neox_backend *be, void *dqkv, const void *qkv, const void *dout, const void *out,
+                               const float *lse, const float *cs, const float *sn, const views_case *c,
+                               neox_attention_opts o) {
+    size_t es = neox_elem_size(c->act);
+    neox_qkv_layout l = neox_qkv_fused_layout(c->T, c->NH, c->NKV, c->HS, c->interleaved);
+    const char *x = qkv;
+    char *d = dqkv, *dq = d + l.q_offset * es, *dk = d + l.k_offset * es, *dv = d + l.v_offset * es;
+    be->attention_backward(dq, dk, dv, dout, x + l.q_offset * es, x + l.k_offset * es, x + l.v_offset * es, out, lse,
+                           c->B, c->T, c->NH, c->NKV, c->HS, o, c->act);
+    be->rotary_apply(dq, cs, sn, c->B, c->NH, c->T, c->HS, c->HS / 2, 1, c->act, l.strides.q);
+    be->rotary_apply(dk, cs, sn, c->B, c->NKV, c->T, c->HS, c->HS / 2, 1, c->act, l.strides.k);
+}
+
+// One device tensor of n values stored as act, the same values on the host (fp32 or bf16 bits).
+typedef struct { void *h, *d; size_t n; neox_elem act; } apair;
+static apair apair_uniform(size_t n, float lo, float hi, neox_elem act) {
+    pair p = pair_uniform(n, lo, hi);
+    apair a = {p.h, gpu->alloc(n * neox_elem_size(act)), n, act};
+    if (act == NEOX_ELEM_BF16) {
+        a.h = xmalloc(n * sizeof(uint16_t));
+        neox_cast_f32_to_bf16(a.h, p.h, n);
+        free(p.h);
+    }
+    gpu->to_device(a.d, a.h, n * neox_elem_size(act));
+    gpu->free(p.d);
+    return a;
+}
+static void apair_free(apair *a) { free(a->h), gpu->free(a->d); }
+// The device values against the host's, within atol + rtol |host| (both widened to fp32).
+static void acheck(double atol, double rtol, const apair *a, const char *what, const views_case *c) {
+    float *want = xmalloc(a->n * sizeof(float)), *got = xmalloc(a->n * sizeof(float));
+    void *dev = xmalloc(a->n * neox_elem_size(a->act));
+    gpu->to_host(dev, a->d, a->n * neox_elem_size(a->act));
+    if (a->act == NEOX_ELEM_BF16) neox_cast_bf16_to_f32(want, a->h, a->n), neox_cast_bf16_to_f32(got, dev, a->n);
+    else memcpy(want, a->h, a->n * sizeof(float)), memcpy(got, dev, a->n * sizeof(float));
+    char name[200];
+    snprintf(name, sizeof name, "attention views %s interleaved=%d B=%d T=%d NH=%d NKV=%d HS=%d dropout=%g act=%d "
+             "operands=%d", what, c->interleaved, c->B, c->T, c->NH, c->NKV, c->HS, c->dropout, c->act, c->operands);
+    compare(name, want, got, a->n, atol, rtol);
+    free(want), free(got), free(dev);
+}
+
+static void test_attention_views(views_case c) {
+    size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nall = (size_t)c.B * c.T * (c.NH + 2 * c.NKV) * c.HS;
+    size_t es = neox_elem_size(c.act);
+    int half = c.HS / 4;  // rotary on half of each head
+    double unit = c.operands == NEOX_ELEM_F32 ? 1e-5 : c.operands == NEOX_ELEM_BF16 ? 1.0 / 128 : 1.0 / 1024;
+    double store = c.act == NEOX_ELEM_BF16 ? BF16_ULP : 0.0, fwd = 3 * unit + store, bwd = 5 * unit + store;
+    apair qkv = apair_uniform(nall, -2.0f, 2.0f, c.act), out = apair_uniform(nq, -1.0f, 1.0f, c.act);
+    apair dout = apair_uniform(nq, -1.0f, 1.0f, c.act), dqkv = apair_uniform(nall, -1.0f, 1.0f, c.act);
+    pair lse = pair_rand((size_t)c.B * c.NH * c.T), cs = pair_rand((size_t)c.T * half), sn = pair_rand(cs.n);
+    cpu->rotary_tables(cs.h, sn.h, c.T, 2 * half, 10000.0, (neox_rope_scaling){.kind = NEOX_ROPE_DEFAULT});
+    gpu->to_device(cs.d, cs.h, cs.n * sizeof(float)), gpu->to_device(sn.d, sn.h, sn.n * sizeof(float));
+    neox_attention_opts o = {.scale = 1.0f / sqrtf((float)c.HS), .dropout = c.dropout, .seed = 77,
+                             .operands = c.operands};
+    o.views = neox_qkv_fused_layout(c.T, c.NH, c.NKV, c.HS, c.interleaved).strides;
+    run_views_forward(cpu, qkv.h, out.h, lse.h, cs.h, sn.h, &c, o);
+    run_views_forward(gpu, qkv.d, out.d, lse.d, cs.d, sn.d, &c, o);
+    acheck(1e-5 + store, 1e-5 + store, &qkv, "rotary in place", &c);
+    acheck(fwd, fwd, &out, "forward", &c);
+    checkf(1e-4, 1e-5, &lse, "attention views forward lse B=%d T=%d NH=%d NKV=%d HS=%d", c.B, c.T, c.NH, c.NKV, c.HS);
+    gpu->to_device(qkv.d, qkv.h, nall * es);  // the backwards from the CPU's rotated qkv, out and lse
+    gpu->to_device(out.d, out.h, nq * es), gpu->to_device(lse.d, lse.h, lse.n * sizeof(float));
+    run_views_backward(cpu, dqkv.h, qkv.h, dout.h, out.h, lse.h, cs.h, sn.h, &c, o);
+    run_views_backward(gpu, dqkv.d, qkv.d, dout.d, out.d, lse.d, cs.d, sn.d, &c, o);
+    acheck(bwd, bwd, &dqkv, "backward dqkv", &c);
+    apair *all[] = {&qkv, &out, &dout, &dqkv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) apair_free(all[i]);
+    pair_free(&lse), pair_free(&cs), pair_free(&sn);
+}
+
+// The fused views on every route: in place (bf16 storage, bf16 operands: cuDNN without dropout, the
+// pipelined kernels with it), split into scratch (fp32 storage with 16-bit or fp32 operands), GQA, MQA.
+static void attention_views_cases(void) {
+    const neox_elem F32 = NEOX_ELEM_F32, BF16 = NEOX_ELEM_BF16;
+    test_attention_views((views_case){2, 150, 4, 4, 64, 1, 0.0f, BF16, BF16});   // GPT-NeoX's layout, in place
+    test_attention_views((views_case){1, 200, 6, 2, 128, 0, 0.0f, BF16, BF16});  // Llama's layout, GQA
+    test_attention_views((views_case){1, 130, 4, 4, 64, 1, 0.1f, BF16, BF16});   // dropout: own kernels in place
+    test_attention_views((views_case){1, 97, 4, 1, 32, 0, 0.0f, F32, BF16});     // fp32 storage: split, MQA
+    test_attention_views((views_case){2, 70, 4, 2, 16, 0, 0.1f, F32, F32});      // fp32 kernels: split
 }
 
 static void test_bf16_norm(int N, int C, int rms) {
@@ -1438,7 +1549,8 @@ static void rep_attention(void *p) {
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;  // in: q k v out lse dout; out: dq dk dv
     gpu->attention_backward(o[0].d, o[1].d, o[2].d, i[5].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->B, c->T, c->NH,
-                            c->NKV, c->HS, (neox_attention_opts){0.125f, 0, c->dropout, 9, c->operands, NULL, 0, 0, 0, 0, 0, 0, 0, NULL},
+                            c->NKV, c->HS, (neox_attention_opts){.scale = 0.125f, .dropout = c->dropout, .seed = 9,
+                                                  .operands = c->operands},
                             NEOX_ELEM_F32);
 }
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
@@ -1469,7 +1581,8 @@ static void test_attention_repeats(int with_rest) {
     size_t nq = (size_t)c.B * c.NH * c.T * c.HS, nkv = (size_t)c.B * c.NKV * c.T * c.HS, nl = (size_t)c.B * c.NH * c.T;
     pair ai[6] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv), pair_rand(nq), pair_rand(nl), pair_rand(nq)};
     cpu->attention_forward(ai[3].h, ai[4].h, ai[0].h, ai[1].h, ai[2].h, c.B, c.T, c.NH, c.NKV, c.HS,
-                           (neox_attention_opts){0.125f, 0, 0.1f, 9, NEOX_ELEM_F32, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, NEOX_ELEM_F32);
+                           (neox_attention_opts){.scale = 0.125f, .dropout = 0.1f, .seed = 9, .operands = NEOX_ELEM_F32},
+                           NEOX_ELEM_F32);
     gpu->to_device(ai[3].d, ai[3].h, nq * sizeof(float));
     gpu->to_device(ai[4].d, ai[4].h, nl * sizeof(float));
     pair ao[3] = {pair_rand(nq), pair_rand(nkv), pair_rand(nkv)};
@@ -1946,6 +2059,7 @@ int main(int argc, char **argv) {
     if (attention_only) {  // the pipelined attention kernels alone, first on a GPU host (seconds)
         g_pipelined = 1;
         attention_pipelined(g_first_passes);
+        attention_views_cases();
         test_attention_repeats(0);
         printf("# %d checks, %d failed\n", checks, failures);
         return failures ? 1 : 0;
@@ -2026,6 +2140,7 @@ int main(int argc, char **argv) {
     if (g_pipelined) attention_pipelined(g_first_passes);
     else printf("# the pipelined attention kernels' checks skipped (NEOX_ATTENTION_KERNELS=first)\n");
     attention_16bit_cudnn();
+    attention_views_cases();
     test_attention_cached(5, 17, 4, 2, 48, 50, 0, 0);
     test_attention_cached(1, 0, 4, 4, 64, 8, 0, 0);
     test_attention_cached(9, 0, 2, 1, 128, 9, 0, 0);

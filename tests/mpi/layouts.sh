@@ -129,12 +129,15 @@ same llamadrtp2sp llamadr1
 
 # ALiBi (pos_emb alibi, GPT-NeoX's slopes): each tensor-parallel rank biases its own heads with its
 # slice of the slopes. Losses and evaluations only: no Hugging Face class holds an ALiBi model.
-# follow VAR=VALUE REF WHAT SPEC...: REF trains on one rank with VAR set (config reads it), then each
-# SPEC "NAME RANKS MICRO ACCUM EXTRA" trains under the same setting and must follow REF's losses.
+# follow VAR=VALUE REF WHAT SPEC...: REF trains on one rank with VAR set (config reads it; once, when
+# an earlier follow trained it), then each SPEC "NAME RANKS MICRO ACCUM EXTRA" trains under the same
+# setting and must follow REF's losses.
 follow() {
     local "$1"; local ref=$2 what=$3; shift 3
-    config "$ref" neox 2 4 20 ""
-    check "$ref: train on 1 rank(s)" "$TRAIN" -q "$T/$ref.yml"
+    if [ ! -f "$T/$ref.yml" ]; then
+        config "$ref" neox 2 4 20 ""
+        check "$ref: train on 1 rank(s)" "$TRAIN" -q "$T/$ref.yml"
+    fi
     for spec in "$@"; do
         eval "set -- $spec"
         config "$1" neox "$3" "$4" 20 "$5"
@@ -145,7 +148,7 @@ follow() {
 }
 follow POS_EMB=alibi alibi1 ALiBi "alibitp2 2 2 4 '$TP'" "alibitp2pp2 4 2 4 '$TP$PP'"
 # Context parallelism under ALiBi: the bias takes each rank's queries' global positions.
-follow POS_EMB=alibi alibi1cp ALiBi "alibicp2 2 2 4 ', \"context_parallel_size\": 2'"
+follow POS_EMB=alibi alibi1 ALiBi "alibicp2 2 2 4 ', \"context_parallel_size\": 2'"
 check "ALiBi changes the losses (its slopes reach the scores)" bash -c \
     "! $PY tests/mpi/layouts_check.py same_losses '$T/one' '$T/alibi1' >/dev/null"
 

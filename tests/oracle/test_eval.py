@@ -29,10 +29,20 @@ def run(*args, **kw):
     return subprocess.run(list(args), check=True, capture_output=True, text=True, cwd=ROOT, **kw)
 
 
-@pytest.fixture(scope="module")
+_trained_dirs = []  # the one trained model of the session (see trained)
+
+
+@pytest.fixture(scope="session")
 def trained(tmp_path_factory):
-    """Trains a tiny model (20 iterations) and exports it to Hugging Face format."""
-    d = tmp_path_factory.mktemp("eval")
+    """Trains a tiny model (20 iterations) and exports it to Hugging Face format, once a session:
+    test_serve.py imports this fixture, which makes pytest hold a second definition of it there, and
+    both return the same folder (the tests only add files of their own names to it)."""
+    if not _trained_dirs:
+        _trained_dirs.append(train_tiny_model(tmp_path_factory.mktemp("eval")))
+    return _trained_dirs[0]
+
+
+def train_tiny_model(d):
     run("python3", "tests/tools/train_lib.py", "paragraphs", f"{DATA}/text/tinyshakespeare_input.txt", f"{d}/text.jsonl")
     run(f"{BIN}/neox-preprocess", "--input", f"{d}/text.jsonl", "--output-prefix", f"{d}/gpt2", "--append-eod",
         "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", f"{GPT2}/vocab.json", "--merge-file", f"{GPT2}/merges.txt")

@@ -250,18 +250,20 @@ LIN_OC = 24  # the driver's linear layer outputs
 
 
 @pytest.mark.parametrize("accumulate", [0, 1])
-def test_linear(accumulate, tmp_path):
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear(accumulate, with_bias, tmp_path):
     """bf16 inputs and weights (the weights' bf16 copy), the products and the bias summed in fp32 and
     rounded once; the input gradient (plus its old value when accumulating) rounded once; the weight
-    and bias gradients fp32, added to."""
+    and bias gradients fp32, added to. Without a bias (the output layer) the forward rounds the
+    product as it is stored (on AVX512_BF16 CPUs, straight from the product's registers)."""
     x, w, b = bf16((N, C), seed=25), bf16((LIN_OC, C), seed=26), f32((LIN_OC,), seed=25)
     dout, dinp0 = bf16((N, LIN_OC), seed=27), bf16((N, C), seed=28)
     dw0, db0 = f32((LIN_OC, C), seed=26), f32((LIN_OC,), seed=27)
     out = run(tmp_path, "linear", {"x": x, "w16": w, "bias": b, "dout": dout, "dinp": dinp0, "dweight": dw0,
-                                   "dbias": db0}, fn=accumulate)
+                                   "dbias": db0}, fn=accumulate | (0 if with_bias else 2))
     xd, wd, dd = x.to(F64), w.to(F64), dout.to(F64)
     # atol: fp32 sums of 200 products near a cancellation to zero
-    within_ulp(out["out"], xd @ wd.T + b.to(F64), "linear out", atol=1e-5)
+    within_ulp(out["out"], xd @ wd.T + (b.to(F64) if with_bias else 0), "linear out", atol=1e-5)
     within_ulp(out["dinp"], dd @ wd + (dinp0.to(F64) if accumulate else 0), "linear dinp", atol=1e-5)
     close32(out["dweight"], dw0.to(F64) + dd.T @ xd, "linear dweight")
     close32(out["dbias"], db0.to(F64) + dd.sum(0), "linear dbias")

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from data_oracle import BIN, ROOT
-from test_eval import EVAL, GPT2 as GPT2_DIR, neox_eval, run, trained  # noqa: F401  (trained: the module's model fixture)
+from test_eval import EVAL, GPT2 as GPT2_DIR, neox_eval, run, trained  # noqa: F401  (trained: the session's model fixture)
 
 LIMIT = 4  # documents (pages for wikitext) per task: enough to compare every metric, and quick
 # neox-eval scores windows of seq_length tokens, as the harness's HFLM; its API models keep one

@@ -1,6 +1,12 @@
 """Tokenizer parity: neox.c's encode (through `neox-preprocess encode`) against HF `tokenizers` and
-`tiktoken` on every text in ../shared/data, a generated adversarial set and invalid UTF-8, for
-GPT-2 (vocab+merges and tokenizer.json forms, plus HFGPT2Tokenizer) and GPT-NeoX-20B."""
+`tiktoken` on every text file of ../shared/data, a generated adversarial set and invalid UTF-8, for
+GPT-2 (vocab+merges and tokenizer.json forms, plus HFGPT2Tokenizer) and GPT-NeoX-20B. Each file is
+its representative slice (tokenizer_corpus.representative_documents: the first 20,000 characters and
+every later line bringing a character class or a longer whitespace, word or punctuation run): it
+reaches the same lines and branches of lib/tokenizer as the whole file but for two that only size
+reaches, which one more document reaches: the corpus's first 50,000 distinct words (measured with
+gcov: bench/tokenizer_slice_coverage.sh, docs/tokenizers.md). 600K characters where the files hold
+8.7M."""
 import functools
 import os
 import sys
@@ -18,9 +24,11 @@ def corpus():
     if not os.path.exists(tc.PREPROCESS):
         pytest.skip(f"{tc.PREPROCESS} is not built (run make)")
     docs = []
-    for name, items in sorted(tc.corpus_documents().items()):
+    for name, items in sorted(tc.representative_documents().items()):
         docs += [(name, d) for d in items]
     docs += [("adversarial", d) for d in tc.adversarial_documents()]
+    if not os.environ.get("NEOX_FULL_CORPUS"):  # (the whole corpus has its long documents)
+        docs.append(("distinct-words", tc.distinct_words_document()))
     return docs
 
 

@@ -1,12 +1,15 @@
 """tokenizer_corpus.py: texts for the tokenizer oracle tests and benchmark — every text file and
 jsonl document in ../shared/data plus a generated adversarial set — and the independent reference
 tokenizers (HF `tokenizers`, `tiktoken`), all built offline from the local files."""
+import functools
 import gzip
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
+import unicodedata
 
 SHARED = os.path.join("..", "shared", "data")
 TOK = os.path.join(SHARED, "tokenizers")
@@ -40,6 +43,11 @@ def _read(path):
 
 def corpus_documents():
     """{name: [documents]} of every text in ../shared/data (strings)."""
+    return {name: list(items) for name, items in _corpus_documents().items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _corpus_documents():  # (read once a process: the parity and families fixtures all start from it)
     docs = {}
     for rel in ["text/tinyshakespeare_input.txt", "text/enwik8_first100.txt", "eval/wikitext-2_wiki.test.tokens",
                 "eval/wikitext-2-raw_test_hfrows_crlf.raw", "vectors/ggml_prompts_test-cases.txt"]:
@@ -56,6 +64,78 @@ def corpus_documents():
     inp = _read(os.path.join(SHARED, "vectors/llamacpp_vocab_tests.inp"))
     docs["vectors/llamacpp_vocab_tests.inp"] = inp.split("\n__ggml_vocab_test__\n")
     return docs
+
+
+@functools.lru_cache(maxsize=None)
+def _char_class(c):
+    """A character's Unicode general category and UTF-8 length: what the pre-tokenizers' classes
+    (\\p{L}, \\p{N}, \\s, the rest), the normalizers and the byte-level map branch on."""
+    o = ord(c)
+    return unicodedata.category(c), 1 if o < 0x80 else 2 if o < 0x800 else 3 if o < 0x10000 else 4
+
+
+@functools.lru_cache(maxsize=None)
+def _run_of(kind, n):
+    return re.compile(f"{kind}{{{n}}}")
+
+
+def _longest_run(kind, text, at_least):
+    """The longest run of the class KIND in TEXT when it is longer than AT_LEAST, else AT_LEAST
+    (searches for a longer run only: most lines hold none)."""
+    while m := _run_of(kind, at_least + 1).search(text):
+        at_least = len(re.compile(kind + "+").match(text, m.start()).group())
+    return at_least
+
+
+# Runs whose length reaches different pre-token, merge and cut paths: whitespace (\s+(?!\S)),
+# letters and digits (long words), punctuation and symbols.
+_RUN_KINDS = (r"\s", r"\w", r"[^\s\w]")
+
+
+def _representative(docs, budget):
+    """The lines of DOCS (kept whole with their ends, in order, each document rebuilt from its kept
+    lines) up to BUDGET characters, then every later line that brings a character class or a run
+    longer than those kept: a slice that reaches what the whole file reaches, at a fraction of it."""
+    classes, longest, out, size = set(), dict.fromkeys(_RUN_KINDS, 0), [], 0
+    for doc in docs:
+        kept = []
+        for line in doc.splitlines(keepends=True):
+            line_classes = {_char_class(c) for c in set(line)}
+            runs = {k: _longest_run(k, line, longest[k]) for k in _RUN_KINDS}
+            if size < budget or not line_classes <= classes or runs != longest:
+                kept.append(line)
+                size += len(line)
+                classes |= line_classes
+                longest = runs
+        if kept or not doc:  # (an empty document stays: it is one)
+            out.append("".join(kept))
+    return out
+
+
+def distinct_words_document(count=50_000):
+    """One document of the corpus's first COUNT distinct words (\\w+, in the order they first
+    appear), a space between each: what slices lack and the whole corpus reaches — a document over
+    64 KiB (lib/tokenizer/tokenizer.c: the words of a long text in a team of threads become tasks)
+    and more distinct words than a thread's BPE word cache holds (lib/tokenizer/bpe.c: 24,576; the
+    cache is cleared and filled again)."""
+    words = {}
+    for _, items in sorted(corpus_documents().items()):
+        for doc in items:
+            words.update(dict.fromkeys(re.findall(r"\w+", doc)))
+            if len(words) >= count:
+                return " ".join(list(words)[:count])
+    return " ".join(words)
+
+
+def representative_documents(budget=20_000):
+    """{name: [documents]}: every file of corpus_documents() cut to its first BUDGET characters plus
+    each later line with a character class (Unicode category x UTF-8 length) or a whitespace, word
+    or punctuation run longer than any kept before (see _representative). The tests that check every
+    tokenizer form on the corpus use it; the whole files stay for the benchmarks, and for those tests
+    with NEOX_FULL_CORPUS=1 in the environment."""
+    if os.environ.get("NEOX_FULL_CORPUS"):
+        return corpus_documents()
+    return {name: _representative(items, budget) for name, items in corpus_documents().items()}
 
 
 def adversarial_documents(seed=1234, count=400):

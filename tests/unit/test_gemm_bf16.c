@@ -2,7 +2,8 @@
 // runs, the reference (widen, sgemm) and AVX512_BF16 (vdpbf16ps on packed pairs), against a
 // double-precision product of the same bfloat16 values: every transposition, odd K (a pair half
 // empty), M and N that are and are not multiples of the 8 x 32 register block and the 128-row
-// cache block, fewer than 8 rows (the decoding step's in-place dot products, K tails masked), padded strides, alpha and beta (beta 0 must not read C, which holds NaN there).
+// cache block, fewer than 8 rows (the decoding step's in-place dot products, K tails masked), padded strides, alpha and beta (beta 0 must not read C, which holds NaN there);
+// and the product rounded into bf16 as it is stored, bit for bit against the fp32 product rounded after.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +77,43 @@ static void test_avx512_bf16(void **state) {
     check_every_shape(neox_gemm_bf16_avx512, "avx512_bf16");
 }
 
+// neox_gemm_bf16_rounded (a linear layer's bf16 results stored straight from the product) gives the
+// bits of the AVX512_BF16 product into fp32 rounded afterwards by the activation storage's rounding,
+// writes nothing past N in a padded stride, and declines (C untouched) at NEOX_DECODE_MAX_ROWS rows.
+static void check_rounded(int M, int N, int K) {
+    int lda = K + 3, ldb = K + 1, ldc = N + 2;
+    uint16_t *A = neox_malloc((size_t)M * lda * sizeof *A), *B = neox_malloc((size_t)N * ldb * sizeof *B);
+    uint16_t *C = neox_malloc((size_t)M * ldc * sizeof *C), *want = neox_malloc((size_t)M * N * sizeof *want);
+    float *rows = neox_malloc((size_t)M * N * sizeof *rows);
+    for (size_t i = 0; i < (size_t)M * lda; i++) A[i] = bf16_of(value(i, 1) * 1.37f);
+    for (size_t i = 0; i < (size_t)N * ldb; i++) B[i] = bf16_of(value(i, 2) * 0.71f);
+    A[0] = 0x7fc0, A[lda] = 0x7f80, A[2 * lda] = 0xff80;  // rows of NaN, of infinities (and NaN where 0 x inf)
+    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = 0x7fc1;  // a NaN no result rounds to
+    neox_gemm_bf16_avx512(0, 1, M, N, K, 0.37f, A, lda, B, ldb, 0.0f, rows, N);
+    neox_cast_f32_to_bf16(want, rows, (size_t)M * N);
+    assert_int_equal(neox_gemm_bf16_rounded(M, N, K, 0.37f, A, lda, B, ldb, C, ldc), 1);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < ldc; j++) {
+            uint16_t got = C[(size_t)i * ldc + j], expect = j < N ? want[(size_t)i * N + j] : 0x7fc1;
+            if (got != expect) fail_msg("M %d N %d K %d: C[%d][%d] = 0x%04x, expected 0x%04x", M, N, K, i, j, got, expect);
+        }
+    free(A), free(B), free(C), free(want), free(rows);
+}
+
+static void test_rounded_store(void **state) {
+    (void)state;
+    uint16_t a[32 * 4] = {0}, b[4] = {0}, c[32] = {0x7fc1};
+    if (!neox_cpu_has_avx512_bf16()) {
+        assert_int_equal(neox_gemm_bf16_rounded(32, 1, 4, 1.0f, a, 4, b, 4, c, 1), 0);
+        printf("this CPU has no AVX512_BF16: the rounded store is declined\n");
+        return;
+    }
+    assert_int_equal(neox_gemm_bf16_rounded(NEOX_DECODE_MAX_ROWS, 1, 4, 1.0f, a, 4, b, 4, c, 1), 0);
+    assert_int_equal(c[0], 0x7fc1);
+    const int shapes[][3] = {{17, 33, 17}, {130, 40, 33}, {200, 70, 64}, {24, 32, 576}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) check_rounded(shapes[s][0], shapes[s][1], shapes[s][2]);
+}
+
 // neox_gemm_ex, the backends' entry, takes the best build for bfloat16 operands and fp32 results.
 static void test_gemm_ex_takes_it(void **state) {
     (void)state;
@@ -92,6 +130,7 @@ int main(void) {
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_avx512_bf16),
         cmocka_unit_test(test_gemm_ex_takes_it),
+        cmocka_unit_test(test_rounded_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

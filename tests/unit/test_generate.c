@@ -29,7 +29,7 @@ static void check_cached_attention(int window, const float *alibi) {
     fill(q, sizeof q / sizeof *q, 1);
     fill(k, sizeof k / sizeof *k, 2);
     fill(v, sizeof v / sizeof *v, 3);
-    neox_attention_opts o = {1.0f / sqrtf(HS), window, 0.0f, 0, NEOX_ELEM_F32, alibi, 0, 0, 0, 0, 0, 0, 0, NULL};
+    neox_attention_opts o = {.scale = 1.0f / sqrtf(HS), .window = window, .operands = NEOX_ELEM_F32, .alibi = alibi};
     neox_attention_forward(full, lse, q, k, v, 1, T, NH, NKV, HS, o, NEOX_ELEM_F32);
     // The cache is (NKV, maxT, HS) with maxT = T: the same layout as k and v here.
     neox_attention_cached(cached, q, k, v, T, 0, NH, NKV, HS, T, o);

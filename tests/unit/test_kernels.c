@@ -297,7 +297,7 @@ static void test_rotary(void **state) {
     neox_rotary_tables(cs, sn, T, R, 10000.0, (neox_rope_scaling){0});
     float *x = randn((size_t)B * H * T * HS, 1), *y = neox_malloc(sizeof(float) * B * H * T * HS);
     memcpy(y, x, sizeof(float) * B * H * T * HS);
-    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0, NEOX_ELEM_F32);
+    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 0, NEOX_ELEM_F32, (neox_head_strides){0});
     // Against the formula: x*cos + rotate_half(x)*sin on the first R dims, pass-through beyond.
     for (int bh = 0; bh < B * H; bh++)
         for (int t = 0; t < T; t++)
@@ -313,7 +313,7 @@ static void test_rotary(void **state) {
                 assert_true(fabs(ref - y[((size_t)bh * T + t) * HS + d]) < 1e-5);
             }
     // The inverse is the transpose of an orthogonal map: it restores x.
-    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 1, NEOX_ELEM_F32);
+    neox_rotary_apply(y, cs, sn, B, H, T, HS, R, 1, NEOX_ELEM_F32, (neox_head_strides){0});
     for (int i = 0; i < B * H * T * HS; i++) assert_true(fabs(x[i] - y[i]) < 1e-5);
     free(x); free(y);
 }
@@ -327,7 +327,8 @@ struct attn_ctx { float *q, *k, *v, *out, *lse, *R; int T, NH, NKV, window; floa
 static double attn_loss(void *p) {
     struct attn_ctx *c = p;
     neox_attention_forward(c->out, c->lse, c->q, c->k, c->v, AB, c->T, c->NH, c->NKV, AHS,
-                           (neox_attention_opts){0.5f, c->window, c->dropout, 99, NEOX_ELEM_F32, c->alibi, 0, 0, 0, 0, 0, 0, 0, NULL},
+                           (neox_attention_opts){.scale = 0.5f, .window = c->window, .dropout = c->dropout, .seed = 99,
+                                                 .operands = NEOX_ELEM_F32, .alibi = c->alibi},
                            NEOX_ELEM_F32);
     return dotd(c->out, c->R, (size_t)AB * c->T * c->NH * AHS);
 }
@@ -365,7 +366,8 @@ static void run_attention_biased(int T, int NH, int NKV, float dropout, int wind
     }
     float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
     neox_attention_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, AB, T, NH, NKV, AHS,
-                            (neox_attention_opts){0.5f, window, dropout, 99, NEOX_ELEM_F32, c.alibi, 0, 0, 0, 0, 0, 0, 0, NULL},
+                            (neox_attention_opts){.scale = 0.5f, .window = window, .dropout = dropout, .seed = 99,
+                                                  .operands = NEOX_ELEM_F32, .alibi = c.alibi},
                             NEOX_ELEM_F32);
     check_grad("attention dq", c.q, dq, nq, attn_loss, &c);
     check_grad("attention dk", c.k, dk, nk, attn_loss, &c);
@@ -545,7 +547,7 @@ static void check_rounding_points(neox_elem e) {
     size_t nq = (size_t)RNH * RT * RHS, nkv = (size_t)RNKV * RT * RHS;
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1), scale = 0.25f;
     float *out = zeros(nq), *lse = zeros((size_t)RNH * RT), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
-    neox_attention_opts o = {scale, 0, 0.0f, 0, e, NULL, 0, 0, 0, 0, 0, 0, 0, NULL};
+    neox_attention_opts o = {.scale = scale, .operands = e};
     neox_attention_forward(out, lse, q, k, v, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
     neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, RT, RNH, RNKV, RHS, o, NEOX_ELEM_F32);
     attn_ref *ref = neox_malloc(sizeof *ref), *loose = neox_malloc(sizeof *loose);
@@ -582,7 +584,8 @@ static void test_attention_16bit_tiles(void **state) {
     for (int e = NEOX_ELEM_BF16; e <= NEOX_ELEM_F16; e++) {
         float *o32 = zeros(nq), *o16 = zeros(nq), *l32 = zeros((size_t)2 * NH * T), *l16 = zeros((size_t)2 * NH * T);
         float *g32[3] = {zeros(nq), zeros(nkv), zeros(nkv)}, *g16[3] = {zeros(nq), zeros(nkv), zeros(nkv)};
-        neox_attention_opts o32_opts = {0.25f, 0, 0.1f, 5, NEOX_ELEM_F32, NULL, 0, 0, 0, 0, 0, 0, 0, NULL}, o16_opts = o32_opts;
+        neox_attention_opts o32_opts = {.scale = 0.25f, .dropout = 0.1f, .seed = 5, .operands = NEOX_ELEM_F32};
+        neox_attention_opts o16_opts = o32_opts;
         o16_opts.operands = (neox_elem)e;
         neox_attention_forward(o32, l32, q, k, v, 2, T, NH, NKV, HS, o32_opts, NEOX_ELEM_F32);
         neox_attention_forward(o16, l16, q, k, v, 2, T, NH, NKV, HS, o16_opts, NEOX_ELEM_F32);
@@ -700,7 +703,8 @@ static void test_attention_dropout_partition(void **state) {
     size_t nq = (size_t)B * NH * T * HS, nkv = (size_t)B * NKV * T * HS;
     float *q = randn(nq, 1), *k = randn(nkv, 1), *v = randn(nkv, 1), *dout = randn(nq, 1);
     float *out = zeros(nq), *lse = zeros((size_t)B * NH * T), *dq = zeros(nq), *dk = zeros(nkv), *dv = zeros(nkv);
-    neox_attention_opts whole = {0.5f, 0, 0.3f, 77, NEOX_ELEM_F32, NULL, 3, 0, 0, 0, 0, 0, 0, NULL};
+    neox_attention_opts whole = {.scale = 0.5f, .dropout = 0.3f, .seed = 77, .operands = NEOX_ELEM_F32,
+                                 .dropout_row0 = 3};
     neox_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
     neox_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, NH, NKV, HS, whole, NEOX_ELEM_F32);
     int local_differs = 0;
