@@ -647,8 +647,9 @@ static void test_attention_cp(int B, int T, int cp, int rank, int NH, int NKV, i
     float *host_slopes = xmalloc((size_t)NH * sizeof(float));
     neox_alibi_slopes(host_slopes, NH, 0, NH);
     pair slopes = pair_from(host_slopes, NH);
-    neox_attention_opts oc = {1.0f / sqrtf((float)HS), window, 0.0f, 0, e, alibi ? slopes.h : NULL, 0, 0, 0,
-                              Tq, c, rank * c, (2 * cp - 1 - rank) * c, NULL}, og = oc;
+    neox_attention_opts oc = {.scale = 1.0f / sqrtf((float)HS), .window = window, .operands = e,
+                              .alibi = alibi ? slopes.h : NULL, .q_rows = Tq, .q_split = c, .q_pos0 = rank * c,
+                              .q_pos1 = (2 * cp - 1 - rank) * c}, og = oc;
     og.alibi = alibi ? slopes.d : NULL;
     const char *fmt = "attention_%s %s%s context parallel B=%d T=%d cp=%d rank=%d NH=%d NKV=%d HS=%d window=%d alibi=%d";
     cpu->attention_forward(out.h, lse.h, q.h, k.h, v.h, B, T, NH, NKV, HS, oc, NEOX_ELEM_F32);
