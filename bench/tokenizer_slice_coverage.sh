@@ -9,8 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-if [ $# -gt 0 ]; then work=$1; mkdir -p "$work"; else
-    work=$(mktemp -d "${TMPDIR:-/tmp}/neox-slicecov.XXXXXX"); trap 'rm -rf "$work"' EXIT; fi
+if [ $# -gt 0 ]; then
+    work=$1
+    mkdir -p "$work"
+else  # a scratch folder of our own, removed on exit
+    work=$(mktemp -d "${TMPDIR:-/tmp}/neox-slicecov.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+fi
 mkdir -p "$work/src"
 git archive HEAD | tar -x -C "$work/src"
 ln -sfn "$repo/.deps" "$work/src/.deps"
