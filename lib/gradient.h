@@ -469,11 +469,12 @@ int neox_adaptive_run_restore(neox_adaptive_run *a, struct json_t *state, const 
 // rows) averaged over the group as (row ids, rows) for the rows touched on some rank: an all-gather
 // of counts, of ids and of rows (variable counts), summed in rank order. Untouched rows must be
 // zero on every rank (they are left as they are). Equal to the dense all-reduce (bit for bit at 2
-// ranks; see the file). predivide as gradient_predivide_factor. The gradient and the gathered rows
-// live on be (NULL: the CPU table); the marks and the row ids are the host's.
+// ranks; see the file). predivide as gradient_predivide_factor; mean_over as the reducer's (0: the
+// group's size; 1: the rows are summed). The gradient and the gathered rows live on be (NULL: the
+// CPU table); the marks and the row ids are the host's.
 typedef struct neox_sparse_rows neox_sparse_rows;
 neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, const struct neox_backend *be, int64_t rows, int64_t width,
-                                        int64_t row_begin, double predivide);
+                                        int64_t row_begin, double predivide, int mean_over);
 void neox_sparse_rows_free(neox_sparse_rows *s);
 // Marks the rows of these global token ids (ids outside the block are ignored).
 void neox_sparse_rows_touch(neox_sparse_rows *s, const int32_t *ids, size_t n);
@@ -511,6 +512,13 @@ typedef struct neox_grad_exchange_settings {
     // The groups: data (size 1: nothing is reduced), its node split for the hierarchical all-reduce
     // (made here when it pays: stage 0 on the host), expert_data for the experts (NULL: none).
     neox_comm *data, *data_intra, *data_inter, *expert_data;
+    // presummed: the gradients arrive scaled by 1 / data->size already (each rank's loss gradient
+    // divides by the global batch's tokens, as one rank's does over the same samples), so every path
+    // sums over the group: the reducers (mean_over 1, the experts' too), the sparse rows, and the
+    // compressors' averages multiplied by the group's size; a step that leaves the gradients local
+    // (1-bit Adam's compression phase) multiplies them by it, back to this rank's own mean. 0: each
+    // rank's gradients are its own mean, and every path averages.
+    int presummed;
     // The reducer: neox_grad_reducer_options' (zero_stage applies to the dense reducer; reduce_scatter
     // false all-reduces under stages 1 and 2).
     size_t bucket_bytes;
@@ -573,7 +581,8 @@ void neox_grad_exchange_ready_range(neox_grad_exchange *x, size_t begin, size_t 
 void neox_grad_exchange_ready_held(neox_grad_exchange *x);
 // Marks the rows of a micro-batch's input tokens (sparse_gradients).
 void neox_grad_exchange_touch_rows(neox_grad_exchange *x, const int32_t *tokens, size_t n);
-// After the backward a reduction follows: the mean over the group everywhere (or in the partition).
+// After the backward a reduction follows: the mean over the group everywhere (or in the partition);
+// presummed, the sum of the pre-scaled gradients, which is that mean.
 void neox_grad_exchange_finish(neox_grad_exchange *x);
 // After the step: its measurements for the adaptive plan; gauges (NEOX_ADAPTIVE_GAUGES, named by
 // neox_adaptive_gauge_name) filled, returns 1, when there is a plan to measure.

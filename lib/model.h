@@ -302,6 +302,11 @@ struct neox_model {
     // the caller before each training forward (the backward's loss_scale, known then).
     int fused_head;
     float head_loss_scale;
+    // The ranks whose micro-batch means the training loss averages (the data-parallel group's size,
+    // set by a trainer whose gradient exchange sums; 0 counts as 1): each micro-batch's loss gradient
+    // is divided by it too, in the denominator with the mask's sum (neox_model_head_scale's
+    // mask_sum), so a rank's loss gradient is one rank's over the whole global batch.
+    int loss_ranks;
     // NULL, or the micro-batch's loss gradient scale (neox_model_head_scale of its loss scale and mask
     // sum) in backend memory, which the loss's ops read in place of the one made from head_loss_scale
     // and the staged mask (a captured step's micro-batch: its trainer writes it there, kept in the slot
@@ -374,16 +379,13 @@ void neox_model_set_precision(neox_model *m, neox_precision p);
 // forward tensors (each FP8 linear's input and weight) E4M3, output gradients backward_format (E5M2
 // under te_fp8_format hybrid, E4M3 under e4m3); wgrad 0: the weight gradient's product in bfloat16
 // (te_fp8_wgrad false); each tensor's scale from its amax history of history_len passes (the
-// newest amax, or with algo_max the largest), fp8 max * 2^-margin / amax. grad_multiple: how many
-// times one rank's output gradients over the same samples this rank's are (the data-parallel size,
-// each rank's loss being the mean over its own micro-batch; 0 counts as 1).
+// newest amax, or with algo_max the largest), fp8 max * 2^-margin / amax.
 typedef struct neox_fp8_recipe {
     neox_fp8_format backward_format;
-    int wgrad, history_len, algo_max, margin, grad_multiple;
+    int wgrad, history_len, algo_max, margin;
 } neox_fp8_recipe;
 // After neox_model_set_precision(m, NEOX_PRECISION_FP8): sets the recipe and makes the scaling
-// state (scales 1, histories zero, as Transformer Engine starts; the output gradients' scales
-// 1 / grad_multiple, so that they cast to one rank's FP8 bytes). A training forward (m->training)
+// state (scales 1, histories zero, as Transformer Engine starts). A training forward (m->training)
 // records each FP8 tensor's amax; its backward each output gradient's.
 void neox_model_set_fp8_recipe(neox_model *m, const neox_fp8_recipe *recipe);
 // The scaled tensors (3 per FP8 linear: input, weight, output gradient), and the scaling state in
@@ -407,9 +409,8 @@ void neox_model_fp8_update_backward(neox_model *m);
 float *neox_model_fp8_newest_amaxes(const neox_model *m, int gradients, int *count);
 // After the scales are written from outside: remakes their inverses.
 void neox_model_fp8_scales_changed(neox_model *m);
-// The scaling state as one rank would hold it (the output gradients' amaxes divided and scales
-// multiplied by grad_multiple: exact for a power of two), so that any layout saves and resumes the
-// same numbers: host copies history (history_len, n) and scale (n); _set also remakes the inverses.
+// The scaling state (every layout's output gradients are one rank's: neox_model.loss_ranks), as
+// host copies history (history_len, n) and scale (n); _set also remakes the inverses.
 void neox_model_fp8_state_get(const neox_model *m, float *history, float *scale);
 void neox_model_fp8_state_set(neox_model *m, const float *history, const float *scale);
 // Whoever writes param_buf outside neox_model_init (an optimizer step, a checkpoint load) calls
@@ -471,7 +472,7 @@ void neox_model_set_head_rows(neox_model *m, int rows);
 // the CPU with the same chunks).
 #define NEOX_MODEL_HEAD_FUSED_ELEMS ((size_t)1 << 26)
 // The scale of a micro-batch's loss gradient: its loss scale over its mask's sum (the mean's
-// normalisation), 0 for an empty mask. The one expression for the model's loss ops and for a trainer
+// normalisation; as the model keeps it, times loss_ranks), 0 for an empty mask. The one expression for the model's loss ops and for a trainer
 // that puts it in backend memory (head_scale_at).
 static inline float neox_model_head_scale(float loss_scale, float mask_sum) {
     return mask_sum > 0 ? loss_scale / mask_sum : 0.0f;

@@ -6,7 +6,9 @@
 // half (adaptive_run.c), whose probes, switches and agreement check it carries out. Per step it
 // decides (begin_step) whether the gradients are reduced or left to the compressors, starts the
 // buckets backward reports ready, finishes and compresses, and hands the plan the step's times.
-// It answers for their memory, their report and their checkpoint state.
+// It answers for their memory, their report and their checkpoint state. Whether the gradients
+// arrive pre-scaled (presummed: reduce by sum) or as each rank's mean (reduce by mean) is decided
+// here once, for every path (sums_over).
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -42,8 +44,12 @@ struct neox_grad_exchange {
 };
 
 // ---- the reducers ----------------------------------------------------------------------------
+// What the reductions divide their sums by: 1 when the gradients arrive pre-scaled (presummed),
+// else `ranks` (0: the reducing group's size).
+static int sums_over(const neox_grad_exchange *x, int ranks) { return x->s.presummed ? 1 : ranks; }
+
 // A reducer over params [first, end) of the flat buffer and the group `over`, averaging over
-// mean_over ranks (0: the group). NULL with *err filled when it cannot be made.
+// mean_over ranks (0: the group; 1: summing). NULL with *err filled when it cannot be made.
 static neox_grad_reducer *make_reducer_over(neox_grad_exchange *x, int first, int end, neox_comm *over, int mean_over,
                                             neox_error *err) {
     const neox_grad_exchange_settings *s = &x->s;
@@ -79,7 +85,8 @@ static void make_partition(neox_grad_exchange *x) {
 static int make_reducers(neox_grad_exchange *x, neox_error *err) {
     neox_grad_exchange_settings *s = &x->s;
     if (s->sparse)
-        x->sparse = neox_sparse_rows_make(s->data, s->backend, s->sparse_rows, s->sparse_width, s->sparse_row_begin, s->predivide);
+        x->sparse = neox_sparse_rows_make(s->data, s->backend, s->sparse_rows, s->sparse_width, s->sparse_row_begin,
+                                          s->predivide, sums_over(x, 0));
     x->reducer_first = x->sparse ? 1 : 0;
     if (s->zero_stage >= 2) make_partition(x);
     // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
@@ -88,12 +95,13 @@ static int make_reducers(neox_grad_exchange *x, neox_error *err) {
         if (s->verbose)
             neox_info("data-parallel all-reduce: hierarchical (%d ranks per node on this node)", s->data_intra->size);
     }
-    x->reducer = make_reducer_over(x, x->reducer_first, s->dense_params, s->data, 0, err);
+    x->reducer = make_reducer_over(x, x->reducer_first, s->dense_params, s->data, sums_over(x, 0), err);
     if (!x->reducer) return -1;
     // Each expert already holds the sum over its expert group's tokens: summed over the ranks
-    // holding it and divided by the whole data-parallel size, it is the mean over every micro-batch.
+    // holding it and divided by the whole data-parallel size (pre-scaled: already), it is the mean
+    // over every micro-batch.
     if (!s->expert_data) return 0;
-    x->expert_reducer = make_reducer_over(x, s->dense_params, s->nparams, s->expert_data, s->data->size, err);
+    x->expert_reducer = make_reducer_over(x, s->dense_params, s->nparams, s->expert_data, sums_over(x, s->data->size), err);
     return x->expert_reducer ? 0 : -1;
 }
 
@@ -357,6 +365,17 @@ void neox_grad_exchange_touch_rows(neox_grad_exchange *x, const int32_t *tokens,
     if (x->sparse) neox_sparse_rows_touch(x->sparse, tokens, n);
 }
 
+// Parameters [first, + count) after a compressor's average: pre-scaled gradients' sum is the group's
+// size times it. The error feedback stays whole: the compressors' errors are in the units of the
+// gradients they were given, and what they hand back is summed.
+static void compressed_to_sum(neox_grad_exchange *x, int first, int count) {
+    const neox_grad_exchange_settings *s = &x->s;
+    if (!s->presummed || count == 0 || s->data->size == 1) return;
+    int last = first + count - 1;
+    size_t begin = s->param_offset[first], end = s->param_offset[last] + s->param_size[last];
+    s->backend->scale(s->grads + begin, end - begin, (float)s->data->size);
+}
+
 // After the reducer's finish: every bucket the plan compresses, on its own parameters, neighbours
 // with the same choice in one call (bucket i + 1 holds the tensors just before bucket i's), timed;
 // what a call took beyond the link model is the compressor's own cost, per unit of its work.
@@ -376,10 +395,12 @@ static void compress_planned(neox_grad_exchange *x) {
         double start = neox_now(), wire;
         if (c.scheme == NEOX_SCHEME_POWERSGD) {
             neox_powersgd_allreduce_range(x->powersgd, x->s.grads, first, count);
+            compressed_to_sum(x, first, count);
             wire = neox_powersgd_wire_bytes_at(x->powersgd, first, count, c.rank);
             units[c.scheme] += neox_powersgd_work_at(x->powersgd, first, count, c.rank);
         } else {
             neox_onebit_allreduce_range(x->onebit, x->s.grads, first, count);
+            compressed_to_sum(x, first, count);
             wire = neox_onebit_wire_bytes_range(x->onebit, first, count);
             units[c.scheme] += elements;
         }
@@ -391,7 +412,8 @@ static void compress_planned(neox_grad_exchange *x) {
 }
 
 // The compressed gradients: all of them (the step leaves them local), or under adaptive the
-// buckets the reducer left.
+// buckets the reducer left. A step that leaves them local without a compressor (1-bit Adam's
+// compression phase, whose optimizer reads this rank's own mean gradient) undoes the pre-scaling.
 static void compress(neox_grad_exchange *x) {
     if (x->adaptive) {
         compress_planned(x);
@@ -399,6 +421,7 @@ static void compress(neox_grad_exchange *x) {
     }
     if (x->onebit) neox_onebit_allreduce(x->onebit, x->s.grads);
     if (x->powersgd) neox_powersgd_allreduce(x->powersgd, x->s.grads);
+    if (x->s.nparams > 0) compressed_to_sum(x, 0, x->s.nparams);
 }
 
 void neox_grad_exchange_finish(neox_grad_exchange *x) {

@@ -1,5 +1,5 @@
-// sparse_grad.c: sparse_gradients — the input embedding's gradient averaged over the data group as
-// (row ids, rows) for the rows each rank's tokens touched, instead of a dense all-reduce of the
+// sparse_grad.c: sparse_gradients — the input embedding's gradient summed (or averaged) over the
+// data group as (row ids, rows) for the rows each rank's tokens touched, instead of a dense all-reduce of the
 // whole vocabulary x hidden matrix. Three all-gathers: the counts, the ids, the rows (variable
 // counts); every rank then sums the gathered rows in rank order, so all ranks hold the same result.
 //
@@ -25,6 +25,7 @@ struct neox_sparse_rows {
     const neox_backend *be;
     int64_t rows, width, row_begin;  // this rank's block of the embedding: global rows [row_begin, +rows)
     double predivide;
+    int mean_over;                   // the sum is divided by this many ranks (1: left a sum)
     uint8_t *touched;                // per local row: touched by this rank's tokens since the last reduce
     int32_t *ids;                    // gathered ids (capacity cap_ids), then the distinct ones
     int32_t *dev_ids;                // the same on the backend
@@ -34,10 +35,11 @@ struct neox_sparse_rows {
 };
 
 neox_sparse_rows *neox_sparse_rows_make(neox_comm *c, const neox_backend *be, int64_t rows, int64_t width,
-                                        int64_t row_begin, double predivide) {
+                                        int64_t row_begin, double predivide, int mean_over) {
     neox_sparse_rows *s = neox_calloc(1, sizeof *s);
     s->c = c, s->be = be ? be : neox_backend_cpu(), s->rows = rows, s->width = width, s->row_begin = row_begin;
     s->predivide = predivide > 0 ? predivide : 1.0;
+    s->mean_over = mean_over > 0 ? mean_over : c->size;
     s->touched = neox_calloc((size_t)rows + 1, 1);
     s->counts = neox_calloc((size_t)c->size, sizeof(int));
     s->elems = neox_calloc((size_t)c->size, sizeof(int));
@@ -77,7 +79,7 @@ static void sum_rows(neox_sparse_rows *s, float *grad, size_t total) {
     int w = (int)s->width;
     ids_to_backend(s, 0, total);
     s->be->rows_sum_by_id(grad, s->vals, s->dev_ids, (int)total, w);
-    float after = (float)(s->predivide / s->c->size);
+    float after = (float)(s->predivide / s->mean_over);
     if (after == 1.0f) return;
     // Each distinct row once: the touched mask now marks the union, and the ids list the distinct
     // rows (to_device is ordered after the sum queued above, which reads the gathered list).

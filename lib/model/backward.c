@@ -319,7 +319,7 @@ static void head_backward(neox_model *m, float loss_scale) {
     if (out < head) out = m->dense_params;
     if (d->value_head) {
         // The values' gradient was set by neox_model_set_value_grads.
-        m->be->scale(a->logits, (size_t)N, loss_scale);
+        m->be->scale(a->logits, (size_t)N, neox_model_head_scale(loss_scale, (float)neox_model_loss_ranks(m)));
         linear_backward(m, out, m->dense_params, a->dln, m->g.lm_head, NULL, a->logits, a->lnf, m->w.lm_head, N, C, OC);
     } else if (a->head_done) {
         // The fused forward made the output layer's gradients (for the same loss_scale).

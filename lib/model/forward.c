@@ -816,7 +816,7 @@ void neox_model_set_token_weights(neox_model *m, const float *w) {
     neox_acts *a = m->acts;
     neox_assert(!a->head_done, "token weights after a fused forward, whose output layer's backward is done");
     m->be->to_device(a->mask, w, (size_t)m->B * m->T * sizeof(float));
-    a->mask_sum = 1.0f;
+    a->mask_sum = (float)neox_model_loss_ranks(m);
 }
 
 void neox_model_set_input_sets(neox_model *m, int sets) {
@@ -845,7 +845,7 @@ static int fill_stage_rows(neox_model *m, input_stage *in, const int *ids, const
     for (int i = 0; i < whole; i++) mask_sum += loss_mask ? loss_mask[i] : 1.0f;
     if (loss_mask) neox_model_cp_pick_rows(m, in->mask, loss_mask, sizeof(float));
     else for (int i = 0; i < N; i++) in->mask[i] = 1.0f;
-    a->mask_sum = in->mask_sum = (float)(mask_sum / neox_model_cp_ways(&m->desc));
+    a->mask_sum = in->mask_sum = (float)(mask_sum / neox_model_cp_ways(&m->desc) * neox_model_loss_ranks(m));
     return 0;
 }
 
@@ -868,7 +868,7 @@ static int fill_stage(neox_model *m, input_stage *in, const int *ids, const int 
             in->mask[i] = loss_mask ? loss_mask[i] : 1.0f;
             mask_sum += in->mask[i];
         }
-        a->mask_sum = in->mask_sum = (float)mask_sum;
+        a->mask_sum = in->mask_sum = (float)(mask_sum * neox_model_loss_ranks(m));
     }
     return 0;
 }

@@ -39,9 +39,6 @@ struct neox_fp8 {
 };
 
 static int tensors(const struct neox_fp8 *f) { return 3 * f->nlin; }
-static float grad_multiple(const struct neox_fp8 *f) {
-    return f->recipe.grad_multiple > 1 ? (float)f->recipe.grad_multiple : 1.0f;
-}
 
 // The FP8 linear whose weight is w, or -1 (the output layer, MoE's products, a weight of rows).
 int neox_model_fp8_linear(const neox_model *m, const float *w) {
@@ -75,12 +72,12 @@ static void find_linears(neox_model *m, struct neox_fp8 *f) {
     }
 }
 
-// Each rank's output gradients are grad_multiple times one rank's, so their scales start at
-// 1 / grad_multiple: the first pass casts one rank's FP8 values, as every later one does (its scales
-// come from amaxes grad_multiple times one rank's).
+// Every scale starts at 1, as Transformer Engine's. (Each rank's output gradients are one rank's
+// over the same samples, whatever the layout: its loss gradient divides by the whole global batch's
+// tokens (neox_model.loss_ranks), so no layout needs other scales.)
 static void initial_scales(neox_model *m, struct neox_fp8 *f, int n) {
     float *scale = neox_malloc((size_t)n * sizeof(float));
-    for (int j = 0; j < n; j++) scale[j] = j >= 2 * f->nlin ? 1.0f / grad_multiple(f) : 1.0f;
+    for (int j = 0; j < n; j++) scale[j] = 1.0f;
     m->be->to_device(f->scale, scale, (size_t)n * sizeof(float));
     m->be->synchronize();
     free(scale);
@@ -245,40 +242,20 @@ void neox_model_fp8_scales_changed(neox_model *m) {
     free(inv);
 }
 
-// The output gradients' columns of history (len, n) and scale (n) between this rank's units and one
-// rank's: to one rank's the amaxes are divided by grad_multiple and the scales multiplied, back the
-// reverse.
-static void convert_gradient_columns(const struct neox_fp8 *f, float *history, float *scale, int to_one_rank) {
-    int n = tensors(f);
-    float k = grad_multiple(f);
-    for (int r = 0; r < f->recipe.history_len; r++) {
-        float *row = history + (size_t)r * n;
-        for (int j = 2 * f->nlin; j < n; j++) row[j] = to_one_rank ? row[j] / k : row[j] * k;
-    }
-    for (int j = 2 * f->nlin; j < n; j++) scale[j] = to_one_rank ? scale[j] * k : scale[j] / k;
-}
-
 void neox_model_fp8_state_get(const neox_model *m, float *history, float *scale) {
     const struct neox_fp8 *f = m->fp8;
     size_t n = (size_t)tensors(f);
     m->be->to_host(history, f->history, (size_t)f->recipe.history_len * n * sizeof(float));
     m->be->to_host(scale, f->scale, n * sizeof(float));
     m->be->synchronize();
-    convert_gradient_columns(f, history, scale, 1);
 }
 
 void neox_model_fp8_state_set(neox_model *m, const float *history, const float *scale) {
     struct neox_fp8 *f = m->fp8;
     size_t n = (size_t)tensors(f), len = (size_t)f->recipe.history_len;
-    float *h = neox_malloc(len * n * sizeof(float)), *s = neox_malloc(n * sizeof(float));
-    memcpy(h, history, len * n * sizeof(float));
-    memcpy(s, scale, n * sizeof(float));
-    convert_gradient_columns(f, h, s, 0);
-    m->be->to_device(f->history, h, len * n * sizeof(float));
-    m->be->to_device(f->scale, s, n * sizeof(float));
+    m->be->to_device(f->history, history, len * n * sizeof(float));
+    m->be->to_device(f->scale, scale, n * sizeof(float));
     m->be->synchronize();
-    free(h);
-    free(s);
     neox_model_fp8_scales_changed(m);
 }
 

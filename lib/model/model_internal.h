@@ -31,6 +31,8 @@ static inline neox_shard neox_model_shard(const neox_model_desc *d) {
 
 // The output layer's width on this rank: the vocabulary shard, or 1 for a value head.
 static inline int neox_model_head_cols(const neox_model_desc *d) { return d->value_head ? 1 : neox_model_shard(d).V; }
+// neox_model.loss_ranks, 0 counting as 1.
+static inline int neox_model_loss_ranks(const neox_model *m) { return m->loss_ranks > 1 ? m->loss_ranks : 1; }
 
 // What one layer's backward needs from its forward. With activation checkpointing every layer
 // points at the same single set and its forward is recomputed from the layer input in backward.
@@ -89,7 +91,7 @@ typedef struct neox_acts {
     float *logits;                     // (head_rows, V) of this rank's vocabulary (value head: (N)); dlogits after backward
     float *ce_lse, *mask;              // (N)
     int *ids, *targets;                // (N) ids and targets within this rank's vocabulary, -1 elsewhere
-    float mask_sum;
+    float mask_sum;                    // the loss gradient's denominator: the mask's sum x loss_ranks
     // Set by a forward that ran the fused loss (forward.c): the output layer's backward is done, for
     // d(head_loss_scale * loss); the slot's backward starts from the final norm.
     int head_done;

@@ -10,9 +10,10 @@
 // each forward and the backward half after each backward, so each stage's forwards and its backwards
 // each meet the micro-batches in the order one rank's gradient accumulation does.
 // The amax histories and scales are training state: the run state's "fp8" key, the whole model's
-// (every stage's columns, gathered from the stages) in one rank's units (a data-parallel rank's
-// output gradients are the data-parallel size times one rank's, and so are their amaxes), so that
-// a checkpoint resumes bit for bit under any layout with a power-of-two data-parallel size.
+// (every stage's columns, gathered from the stages). Every layout's output gradients are one rank's
+// over the same samples (each rank's loss gradient divides by the global batch's tokens and the
+// gradient exchange sums: lib/train/grad_exchange.c), so a checkpoint resumes bit for bit under
+// any layout.
 #include <string.h>
 
 #include "internal.h"
@@ -97,7 +98,6 @@ static int setup_fp8(neox_trainer *t, neox_error *err) {
     if (t->precision != NEOX_PRECISION_FP8) return 0;
     fp8_state s = {0};
     if (read_recipe(t->cfg, &s.recipe, err) != 0 || check_device(t, err) != 0) return -1;
-    s.recipe.grad_multiple = t->grid->data_size;  // each rank's loss is the mean over its own micro-batch
     neox_model_set_fp8_recipe(t->model, &s.recipe);
     place_stage(t, &s);
     if (gathers(t)) s.gathered = neox_calloc(state_floats(&s), sizeof(float));
@@ -154,7 +154,7 @@ static void fp8_end_pass(neox_trainer *t) {
     }
 }
 
-// This stage's state (one rank's units) placed in the whole model's columns of history (len, 3
+// This stage's state placed in the whole model's columns of history (len, 3
 // total) and scale (3 total); the other stages' columns are left as they are.
 static void place_columns(const neox_trainer *t, const fp8_state *s, float *history, float *scale) {
     size_t n = 3 * (size_t)s->nlin, len = (size_t)s->recipe.history_len, all = 3 * (size_t)s->total;
@@ -181,7 +181,7 @@ static void gather_stages(neox_trainer *t) {
     neox_allreduce_sum(&t->grid->pipe, s->gathered, state_floats(s), NEOX_F32);
 }
 
-// The scaling state (in one rank's units: neox_model_fp8_state_get) as JSON arrays of its floats
+// The scaling state (neox_model_fp8_state_get) as JSON arrays of its floats
 // (doubles hold them exactly), and back.
 static json_t *floats_json(const float *v, size_t n) {
     json_t *a = json_array();

@@ -156,6 +156,12 @@ int neox_train_setup_exchange(neox_trainer *t, neox_error *err) {
                                      .held_param = neox_train_tied_param(t), .clock = read_timers, .clock_ctx = t,
                                      .verbose = t->rank0 && !t->opts.quiet};
     if (read_reduction(t, &s, err) != 0 || read_compression(t, &s, err) != 0 || read_adaptive(t, &s, err) != 0) return -1;
+    // Each rank's loss gradient divides by the whole group's tokens (the data-parallel size times its
+    // own), as one rank's does over the same samples, and the exchange sums: every layout then
+    // computes one rank's gradient values, which FP8's amaxes see (docs/parallel.md, "How gradients
+    // are reduced").
+    s.presummed = 1;
+    t->model->loss_ranks = g->data.size;
     param_table p = param_table_of(t->model, &s);
     t->exchange = neox_grad_exchange_make(&s, err);
     free(p.offset), free(p.size), free(p.rows), free(p.cols);

@@ -53,7 +53,7 @@ static void sparse_case(double predivide) {
     memcpy(dense, sparse, ROWS * W * sizeof(float));
     memcpy(terms, sparse, ROWS * W * sizeof(float));
     neox_comm_stats before = grid.data.stats;
-    neox_sparse_rows *sr = neox_sparse_rows_make(&grid.data, NULL, ROWS, W, 0, predivide);
+    neox_sparse_rows *sr = neox_sparse_rows_make(&grid.data, NULL, ROWS, W, 0, predivide, 0);
     neox_sparse_rows_touch(sr, ids, TOKENS);
     neox_sparse_rows_reduce(sr, sparse);
     int32_t mine = 0;
