@@ -3,14 +3,11 @@
 
   scales REF RUN STEP TOL [NEWEST_TOL]
                                the scales and amax histories of RUN's checkpoint at STEP against REF's
-                               (both in one rank's units, as the run state keeps them). TOL 0: bit for
+                               (the run state's numbers). TOL 0: bit for
                                bit; otherwise every value within TOL relative. With NEWEST_TOL the
                                history's last row (the amaxes of STEP's own pass) and the scales made
                                from it are held to it instead, the older rows (carried from the steps
                                before) to TOL
-  forward_same REF RUN STEP     the forward tensors' columns (each FP8 linear's input and weight: the
-                               first two thirds) of RUN's amax histories and scales at STEP equal REF's
-                               bit for bit
   same_losses REF RUN TOL      RUN's training losses equal REF's at the same iterations within TOL
                                relative (RUN may be a resumed run, logging from its first step on)
 
@@ -63,19 +60,6 @@ def scales(ref, run, step, tol, newest_tol=None):
     return ok
 
 
-def forward_same(ref, run, step):
-    a, b = run_state(ref, int(step))["fp8"], run_state(run, int(step))["fp8"]
-    (ha, sa), (hb, sb) = arrays(a), arrays(b)
-    forward = 2 * a["tensors"] // 3
-    ok = True
-    for what, x, y in (("forward amax histories", ha[:, :forward], hb[:, :forward]),
-                       ("forward scales", sa[:forward], sb[:forward])):
-        same_bits = int(np.sum(x.view(np.uint32) == y.view(np.uint32)))
-        print(f"{what}: {same_bits} of {x.size} bit for bit")
-        ok &= same_bits == x.size
-    return ok
-
-
 def same_losses(ref, run, tol):
     def losses(p):
         return {r["iteration"]: r["train/lm_loss"] for r in map(json.loads, open(f"{p}/log/metrics.jsonl"))
@@ -91,4 +75,4 @@ def same_losses(ref, run, tol):
 
 
 if __name__ == "__main__":
-    sys.exit(0 if {"scales": scales, "forward_same": forward_same, "same_losses": same_losses}[sys.argv[1]](*sys.argv[2:]) else 1)
+    sys.exit(0 if {"scales": scales, "same_losses": same_losses}[sys.argv[1]](*sys.argv[2:]) else 1)

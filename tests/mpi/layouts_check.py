@@ -3,6 +3,8 @@
   same REF RUN [TOL [PTOL]]    RUN's losses and evaluations equal REF's within TOL, its exported
                                parameters within PTOL (default TOL) relative L2
                                (default 1e-5)
+  same_steps REF RUN TOL       RUN's gradient norms and losses equal REF's at every step within TOL
+                               relative
   identical A B                A's losses, evaluations and exported parameters equal B's bit for bit
   resumed STRAIGHT A B         A (steps 1..10) then B (11..20) equal the straight run within 1e-5
   segments STRAIGHT RUN...      each RUN's losses and evaluations (a run resumed from the one before)
@@ -67,6 +69,21 @@ def same_losses(ref, run):
     step's loss depends on every parameter the steps before it updated."""
     a, b = metrics(ref), metrics(run)
     return a.keys() == b.keys() and bool(compare(a, b, sorted(a)))
+
+
+def same_steps(ref, run, tol):
+    """Every step's gradient norm (before clipping) and loss within tol relative: for the first steps
+    of a layout whose gradients must be one rank's values but for the fp32 sums' order."""
+    def steps(p):
+        return {r["iteration"]: (r["train/grad_norm"], r["train/lm_loss"]) for r in map(json.loads, open(f"{p}/log/metrics.jsonl"))
+                if "train/lm_loss" in r}
+    a, b = steps(ref), steps(run)
+    if a.keys() != b.keys() or not a:
+        print(f"iterations {sorted(b)} against {sorted(a)}")
+        return False
+    worst = [max(abs(a[i][k] - b[i][k]) / abs(a[i][k]) for i in a) for k in (0, 1)]
+    print(f"{len(a)} steps, largest relative difference: gradient norm {worst[0]:.2e}, loss {worst[1]:.2e}")
+    return max(worst) <= float(tol)
 
 
 def identical(a, b):
@@ -244,4 +261,4 @@ def reductions(name, accum, run4, run6):
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     sys.exit(0 if {"same": same, "same_losses": same_losses, "identical": identical, "resumed": resumed, "volume": volume,
-                     "segments": segments, "same_params": same_params, "same_group": same_group}[cmd](*args) else 1)
+                     "segments": segments, "same_params": same_params, "same_group": same_group, "same_steps": same_steps}[cmd](*args) else 1)
