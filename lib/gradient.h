@@ -54,8 +54,10 @@ typedef struct neox_grad_reducer_options {
     // buckets in flight (and moves hierarchical chains on) while backward computes, besides
     // backward's own polls between operations; 0: no thread. Needs MPI_THREAD_MULTIPLE.
     double progress_interval;
-    // The mean divides the sum by this many ranks (0: the group's size). Expert parallelism's
-    // experts are reduced over the ranks holding them but averaged over the whole data group.
+    // The mean divides the sum by this many ranks (0: the group's size; 1: the sum, for gradients
+    // that arrive pre-scaled, as a training run's do: neox_grad_exchange_settings.presummed).
+    // Averaging expert parallelism's experts, reduced over the ranks holding them, takes the whole
+    // data group's size.
     int mean_over;
     // ZeRO-2 and 3 on the host: the most gradient elements one product of backward writes at once
     // (the largest tensor computed whole); with the two buckets it sizes the resident gradients.
@@ -77,8 +79,8 @@ void neox_grad_reducer_ready(neox_grad_reducer *r, int p);
 void neox_grad_reducer_ready_range(neox_grad_reducer *r, size_t begin, size_t end);
 // Lets MPI progress the buckets in flight (call now and then during backward).
 void neox_grad_reducer_progress(neox_grad_reducer *r);
-// Starts what has not started, waits for everything and averages. Afterwards the buffer holds the
-// mean gradient over data-parallel ranks (stage 0), or this rank's partition does (stage 1 and
+// Starts what has not started, waits for everything and averages (divides by mean_over).
+// Afterwards the buffer holds the mean gradient over data-parallel ranks (stage 0), or this rank's partition does (stage 1 and
 // stage 2 without partition_sum; the rest of the buffer is unspecified), or (partition_sum) the
 // mean is added to partition_sum and the buffer is all zeros. Resets for the next step.
 void neox_grad_reducer_finish(neox_grad_reducer *r);
