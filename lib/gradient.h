@@ -80,9 +80,10 @@ void neox_grad_reducer_ready_range(neox_grad_reducer *r, size_t begin, size_t en
 // Lets MPI progress the buckets in flight (call now and then during backward).
 void neox_grad_reducer_progress(neox_grad_reducer *r);
 // Starts what has not started, waits for everything and averages (divides by mean_over).
-// Afterwards the buffer holds the mean gradient over data-parallel ranks (stage 0), or this rank's partition does (stage 1 and
-// stage 2 without partition_sum; the rest of the buffer is unspecified), or (partition_sum) the
-// mean is added to partition_sum and the buffer is all zeros. Resets for the next step.
+// Afterwards the buffer holds the mean gradient over data-parallel ranks (stage 0), or this rank's
+// partition does (stage 1 and stage 2 without partition_sum; the rest of the buffer is
+// unspecified), or (partition_sum) the mean is added to partition_sum and the buffer is all zeros.
+// Resets for the next step.
 void neox_grad_reducer_finish(neox_grad_reducer *r);
 int neox_grad_reducer_bucket_count(const neox_grad_reducer *r);
 // Bucket i (0: the first backward finishes) from the next reduction on: skip 1, the reducer leaves

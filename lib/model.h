@@ -472,8 +472,8 @@ void neox_model_set_head_rows(neox_model *m, int rows);
 // the CPU with the same chunks).
 #define NEOX_MODEL_HEAD_FUSED_ELEMS ((size_t)1 << 26)
 // The scale of a micro-batch's loss gradient: its loss scale over its mask's sum (the mean's
-// normalisation; as the model keeps it, times loss_ranks), 0 for an empty mask. The one expression for the model's loss ops and for a trainer
-// that puts it in backend memory (head_scale_at).
+// normalisation; as the model keeps it, times loss_ranks), 0 for an empty mask. The one expression
+// for the model's loss ops and for a trainer that puts it in backend memory (head_scale_at).
 static inline float neox_model_head_scale(float loss_scale, float mask_sum) {
     return mask_sum > 0 ? loss_scale / mask_sum : 0.0f;
 }

@@ -101,7 +101,8 @@ static int make_reducers(neox_grad_exchange *x, neox_error *err) {
     // holding it and divided by the whole data-parallel size (pre-scaled: already), it is the mean
     // over every micro-batch.
     if (!s->expert_data) return 0;
-    x->expert_reducer = make_reducer_over(x, s->dense_params, s->nparams, s->expert_data, sums_over(x, s->data->size), err);
+    int experts_over = sums_over(x, s->data->size);
+    x->expert_reducer = make_reducer_over(x, s->dense_params, s->nparams, s->expert_data, experts_over, err);
     return x->expert_reducer ? 0 : -1;
 }
 

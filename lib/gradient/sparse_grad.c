@@ -1,6 +1,6 @@
 // sparse_grad.c: sparse_gradients — the input embedding's gradient summed (or averaged) over the
-// data group as (row ids, rows) for the rows each rank's tokens touched, instead of a dense all-reduce of the
-// whole vocabulary x hidden matrix. Three all-gathers: the counts, the ids, the rows (variable
+// data group as (row ids, rows) for the rows each rank's tokens touched, instead of a dense
+// all-reduce of the whole vocabulary x hidden matrix. Three all-gathers: the counts, the ids, the rows (variable
 // counts); every rank then sums the gathered rows in rank order, so all ranks hold the same result.
 //
 // Exactness: a row nobody touched has gradient exactly zero on every rank, so it needs no message.

@@ -22,7 +22,8 @@ source tests/layout_config.sh  # config NAME KIND MICRO ACCUM ITERS EXTRA
 LAYERS=2 CKPT_FACTOR=1 EVAL_INTERVAL=6
 FP8=', "precision": "fp8", "te_fp8_amax_history_len": 4, "te_fp8_amax_compute_algo": "max"'
 TP=', "model_parallel_size": 2' PP=', "pipe_parallel_size": 2'
-Z1=', "zero_optimization": {"stage": 1}' Z2=', "zero_optimization": {"stage": 2}' Z3=', "zero_optimization": {"stage": 3}'
+Z1=', "zero_optimization": {"stage": 1}' Z2=', "zero_optimization": {"stage": 2}'
+Z3=', "zero_optimization": {"stage": 3}'
 scales() {  # scales REF RUN STEP TOL [NEWEST_TOL]: the FP8 state of RUN's checkpoint at STEP against REF's (TOL 0: bit for bit)
     "$PY" tests/mpi/fp8_layouts_check.py scales "$T/$1/ckpt" "$T/$2/ckpt" "${@:3}"
 }

@@ -75,8 +75,8 @@ def same_steps(ref, run, tol):
     """Every step's gradient norm (before clipping) and loss within tol relative: for the first steps
     of a layout whose gradients must be one rank's values but for the fp32 sums' order."""
     def steps(p):
-        return {r["iteration"]: (r["train/grad_norm"], r["train/lm_loss"]) for r in map(json.loads, open(f"{p}/log/metrics.jsonl"))
-                if "train/lm_loss" in r}
+        records = map(json.loads, open(f"{p}/log/metrics.jsonl"))
+        return {r["iteration"]: (r["train/grad_norm"], r["train/lm_loss"]) for r in records if "train/lm_loss" in r}
     a, b = steps(ref), steps(run)
     if a.keys() != b.keys() or not a:
         print(f"iterations {sorted(b)} against {sorted(a)}")
@@ -261,4 +261,5 @@ def reductions(name, accum, run4, run6):
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     sys.exit(0 if {"same": same, "same_losses": same_losses, "identical": identical, "resumed": resumed, "volume": volume,
-                     "segments": segments, "same_params": same_params, "same_group": same_group, "same_steps": same_steps}[cmd](*args) else 1)
+                     "segments": segments, "same_params": same_params, "same_group": same_group,
+                     "same_steps": same_steps}[cmd](*args) else 1)
