@@ -183,7 +183,7 @@ def layer_bytes(tp, rows, seq, hidden, heads, sp, ck, split=False):
     tensor-parallel rank (the input, both norms' outputs, the sequential residual's sum), or 1/TP of
     their rows under sequence parallelism, with the norms' two statistics per row; and the tensors
     cut by heads or MLP rows (QKV, the attention output and its log-sum-exp, the MLP's two 4C-wide
-    ones; attention reads q, k, v in the QKV output, except on the split route, context parallelism's,
+    ones; attention reads q, k, v in the QKV output, except on the split route, use_qk_layernorm's,
     which keeps split copies of them too). checkpoint_activations keeps the input only."""
     N, C = rows * seq, hidden
     n = N // tp if sp else N
@@ -218,13 +218,13 @@ def activations(root, tp, rows, seq, hidden, heads, *names):
 
 
 def context(run, ranks, rows, seq, hidden, heads, cp):
-    """Context parallelism: per layer, the formula of `layer_bytes` (its split route) for seq / cp
-    positions on every rank (its two chunks); the plan's remainder holds at least the whole sequence's keys and values,
-    their gradients and the all-gather's rank-major buffer, 5 x (rows, seq, hidden) fp32 (every head
-    its own key/value head here)."""
+    """Context parallelism: per layer, the formula of `layer_bytes` (attention reading q, k, v in
+    the QKV output, as on one rank) for seq / cp positions on every rank (its two chunks); the
+    plan's remainder holds at least the whole sequence's keys and values and their gradients,
+    4 x (rows, seq, hidden) fp32 (every head its own key/value head here)."""
     ranks, rows, seq, hidden, heads, cp = map(int, (ranks, rows, seq, hidden, heads, cp))
     doc = json.load(open(f"{run}/log/memory_plan.json"))
-    want, gathered = layer_bytes(1, rows, seq // cp, hidden, heads, False, False, True), 5 * 4 * rows * seq * hidden
+    want, gathered = layer_bytes(1, rows, seq // cp, hidden, heads, False, False), 4 * 4 * rows * seq * hidden
     ok = len(doc["activation_layers"]) == ranks
     for r, (regions_, lay) in enumerate(zip(doc["ranks"], doc["activation_layers"])):
         total = lay["slots"] * lay["layers"] * lay["per_layer"] + lay["rest"]
