@@ -162,12 +162,17 @@ static void carve_shared(const neox_model *m, neox_acts *a, char **cur) {
         a->dv = take_act(m, cur, N * NKV * HS);
     }
     a->datt = take_act(m, cur, N * NH * HS);
+    char *mlp_room = *cur;  // (the MLP backward's scratch: context parallelism's key and value gradients share it)
     a->dfc = take_act(m, cur, N * FC);
     a->dact = take_act(m, cur, N * F);
     if (neox_model_cp_ways(d) > 1) {  // the whole sequence's keys and values (context_parallel.c)
         size_t kv = (size_t)m->B * m->cp_T * NKV * HS;  // (each pair adjacent: the rotary tables' room at plan time)
+        // Their gradients in the room of dfc and dact (grown to fit), which the MLP's backward uses and
+        // leaves before the attention's backward of the same layer begins, and nothing else touches.
+        char *room = mlp_room;
+        a->cp_dk = take_act(m, &room, 2 * kv), a->cp_dv = neox_act_at(m, a->cp_dk, kv);
+        if (room > *cur) *cur = room;
         a->cp_k = take_act(m, cur, 2 * kv), a->cp_v = neox_act_at(m, a->cp_k, kv);
-        a->cp_dk = take_act(m, cur, 2 * kv), a->cp_dv = neox_act_at(m, a->cp_dk, kv);
         // bf16 storage: the fp32 room the gradients' reduce-scatter sums in (the whole, and the rank's piece)
         a->cp_sum = m->act_elem != NEOX_ELEM_F32 ? take(cur, kv + kv / (size_t)neox_model_cp_ways(d)) : NULL;
     }

@@ -118,10 +118,10 @@ typedef struct neox_acts {
     float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NR, C), (NR, Fe) x 2, (max(NK, NR), C), (NK), (N, E)
     float *moe_swap;                   // (NR, C) expert parallelism's exchange buffer, else NULL
     // Context parallel only (else NULL), each (B, NKV, cp_T, HS) in the model's storage: the whole
-    // sequence's keys and values, and in backward their gradients (cp_dk's room is the all-gather's
-    // rank-major stage until the attention's backward writes it, cp_k's the reduce-scatter's after
-    // it: context_parallel.c); under bf16 storage also the fp32 room their reduce-scatter sums in
-    // (the whole and the rank's piece: cp_T + T rows).
+    // sequence's keys and values, and in backward their gradients, in the room of dfc and dact
+    // (cp_dk's room is the all-gather's rank-major stage until the attention's backward writes it,
+    // cp_k's the reduce-scatter's after it: context_parallel.c); under bf16 storage also the fp32
+    // room their reduce-scatter sums in (the whole and the rank's piece: cp_T + T rows).
     float *cp_k, *cp_v, *cp_dk, *cp_dv, *cp_sum;
 } neox_acts;
 

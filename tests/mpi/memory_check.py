@@ -220,17 +220,19 @@ def activations(root, tp, rows, seq, hidden, heads, *names):
 def context(run, ranks, rows, seq, hidden, heads, cp):
     """Context parallelism: per layer, the formula of `layer_bytes` (attention reading q, k, v in
     the QKV output, as on one rank) for seq / cp positions on every rank (its two chunks); the
-    plan's remainder holds at least the whole sequence's keys and values and their gradients,
-    4 x (rows, seq, hidden) fp32 (every head its own key/value head here)."""
+    plan's remainder holds at least the whole sequence's keys and values, 2 x (rows, seq, hidden)
+    fp32 (every head its own key/value head here), and the room their gradients share with the MLP's
+    backward scratch (its two (rows, seq / cp, 4 hidden) tensors): the larger of the two."""
     ranks, rows, seq, hidden, heads, cp = map(int, (ranks, rows, seq, hidden, heads, cp))
     doc = json.load(open(f"{run}/log/memory_plan.json"))
-    want, gathered = layer_bytes(1, rows, seq // cp, hidden, heads, False, False), 4 * 4 * rows * seq * hidden
+    whole, mlp = 4 * rows * seq * hidden, 4 * 2 * rows * (seq // cp) * 4 * hidden
+    want, gathered = layer_bytes(1, rows, seq // cp, hidden, heads, False, False), 2 * whole + max(2 * whole, mlp)
     ok = len(doc["activation_layers"]) == ranks
     for r, (regions_, lay) in enumerate(zip(doc["ranks"], doc["activation_layers"])):
         total = lay["slots"] * lay["layers"] * lay["per_layer"] + lay["rest"]
         ok &= total == regions_["activations"] and lay["per_layer"] == want and lay["rest"] >= gathered
         print(f"rank {r}: per layer {lay['per_layer']} (formula at seq {seq // cp}: {want}); rest {lay['rest']} "
-              f"holds the gathered keys and values ({gathered})")
+              f"holds the gathered keys and values and their gradients' room ({gathered})")
     return ok
 
 
