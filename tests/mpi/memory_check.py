@@ -177,20 +177,18 @@ def r16(n):
     return (n + 15) // 16 * 16  # the plan's 64-byte alignment of each tensor
 
 
-def layer_bytes(tp, rows, seq, hidden, heads, sp, ck, split=False):
+def layer_bytes(tp, rows, seq, hidden, heads, sp, ck):
     """What one layer keeps per micro-batch, restated from neox.c's fused attention (no s x s scores;
     the dropout masks regenerated from counters, never kept): fp32 (N, C) tensors whole on every
     tensor-parallel rank (the input, both norms' outputs, the sequential residual's sum), or 1/TP of
     their rows under sequence parallelism, with the norms' two statistics per row; and the tensors
     cut by heads or MLP rows (QKV, the attention output and its log-sum-exp, the MLP's two 4C-wide
-    ones; attention reads q, k, v in the QKV output, except on the split route, use_qk_layernorm's,
-    which keeps split copies of them too). checkpoint_activations keeps the input only."""
+    ones; attention reads q, k, v in the QKV output). checkpoint_activations keeps the input only."""
     N, C = rows * seq, hidden
     n = N // tp if sp else N
     t = tp
     whole = 3 * r16(n * C) + 4 * r16(n)  # ln1, mid, ln2 and their statistics
-    per_head = 4 if split else 1  # the attention output (and q, k, v on the split route)
-    cut = r16(N * 3 * C // t) + per_head * r16(N * C // t) + r16(N * heads // t) + 2 * r16(N * 4 * C // t)
+    cut = r16(N * 3 * C // t) + r16(N * C // t) + r16(N * heads // t) + 2 * r16(N * 4 * C // t)  # (+ the attention output)
     return 4 * (n * C + (0 if ck else whole + cut))
 
 
