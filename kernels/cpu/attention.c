@@ -104,8 +104,8 @@ static void key_range(const neox_attention_opts *o, int i0, int nq, int *first, 
 
 // The query blocks of Tq rows: ATT_BLOCK rows at most, none across context parallelism's two chunks
 // (rows [0, q_split) and [q_split, Tq)), whose positions jump: a block across them would take the
-// keys of its later rows for all of them (at T = 768, cp 4 a block of 32 rows of each chunk, a
-// quarter more score tiles than the rank's share). Block blk's first row and rows.
+// keys of its later rows for all of them (at T = 768, cp 4 a block of 32 rows of each chunk: a
+// fifth more score tiles than the rank's share). Block blk's first row and rows.
 static int query_blocks(const neox_attention_opts *o, int Tq) {
     int split = o->q_split > 0 && o->q_split < Tq ? o->q_split : 0;
     return (split + ATT_BLOCK - 1) / ATT_BLOCK + (Tq - split + ATT_BLOCK - 1) / ATT_BLOCK;
