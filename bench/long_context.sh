@@ -2,18 +2,29 @@
 # bench/long_context.sh: how long a sequence a fixed per-rank memory budget trains, one rank against
 # tensor parallelism with and without sequence_parallel and context parallelism, on CPU ranks.
 #   (a) for each layout (one rank; tp2; tp2 + sequence_parallel; tp4; tp4 + sequence_parallel; cp2;
-#       cp4; cp2 and cp4 with gradient buckets of 500,000 elements, +b), the
+#       cp4; cp2 and cp4 with gradient buckets of 500,000 elements, +b; cp4 with ZeRO-1 over its 4
+#       ranks and those buckets, +z1), the
 #       longest seq_length (a multiple of `step`) whose start-up plan (every rank's planned total, the
 #       "memory of rank N" lines; train_iters 0) fits `budget` per rank, found by doubling then
 #       bisection; with the plan's activations per layer (memory_plan.json) at the one-rank length;
-#   (b) each layout then trains `steps` steps at one common seq_length (the one-rank longest, so every
-#       layout trains the same tokens), with every rank's measured peak resident set and the CPU
-#       seconds of all ranks together (user + system of the job's processes: the ranks share this
-#       machine's cores, so wall time would measure the sharing, not the work) per token, as a ratio
-#       to one rank's.
+#   (b) each layout then trains at one common seq_length (the one-rank longest, so every layout
+#       trains the same tokens), with every rank's measured peak resident set and the CPU seconds of
+#       the training steps per token, as a ratio to one rank's. CPU seconds are user + system of all
+#       the job's processes (the ranks share this machine's cores, so wall time would measure the
+#       sharing, not the work), and only the steps': a run of 1 + `steps` steps less a run of 1 step
+#       at the same layout, which takes out the start-up (MPI's, the data index, the weights'
+#       initialisation: once per rank, so 4 times under 4 ranks) and the first step's one-time costs
+#       (first touches of the planned memory, MPI's connections). Waiting is not work: on a cluster
+#       each rank has its cores and a rank that waits for its peers spins on its own, but here 4
+#       ranks share 2 cores and the spinning is CPU time taken from the peer being waited for. So
+#       every row runs with NEOX_SHARED_CORES=1 (a wait polls for 50 us, then sleeps 20 us between
+#       polls: lib/parallel/comm_timeout.c; every MPI wait of a training step polls there while
+#       comm_timeout_seconds > 0, its default, so MPICH's own MPIR_CVAR_POLLS_BEFORE_YIELD does not
+#       apply) and OMP_WAIT_POLICY=passive (an OpenMP thread at a barrier sleeps rather than
+#       spins: one rank runs 2 threads), alike for every row.
 # Needs `make`. Usage: bench/long_context.sh [key=value...]  keys (defaults):
 #   budget=128M (per rank)   layers=4 hidden=256 heads=8   micro=1   step=256 (seq_length granularity)
-#   steps=2 (trained per layout in (b))   ckpt=false (checkpoint_activations)
+#   steps=2 (measured per layout in (b), after 1)   ckpt=false (checkpoint_activations)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench/cpu_info.sh
@@ -25,6 +36,7 @@ for arg in "$@"; do
     opt[$key]=${arg#*=}
 done
 MPIEXEC=${MPIEXEC:-mpiexec.mpich}
+export NEOX_SHARED_CORES=1 OMP_WAIT_POLICY=passive  # waits sleep rather than spin, every row alike (above)
 TRAIN=build/cpu/bin/neox-train
 work=$(mktemp -d "${TMPDIR:-/tmp}/neox-longctx.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -80,10 +92,14 @@ SP=', "sequence_parallel": true'
 # reduction are two of the largest bucket (the whole model under the default reduce_bucket_size):
 # the +b rows cut the buckets to 500,000 elements, as long-context runs would.
 BUCKETS=', "zero_optimization": {"stage": 0, "reduce_bucket_size": 500000}'
+# The data group ZeRO partitions over spans the context ranks too (docs/parallel.md, "Context
+# parallel"), as Megatron's distributed optimizer spans dp x cp: +z1 keeps a quarter of Adam's moments.
+ZERO1=', "zero_optimization": {"stage": 1, "reduce_bucket_size": 500000}'
 layouts=("1|1|" "tp2|2|, \"model_parallel_size\": 2" "tp2+SP|2|, \"model_parallel_size\": 2$SP"
          "tp4|4|, \"model_parallel_size\": 4" "tp4+SP|4|, \"model_parallel_size\": 4$SP"
          "cp2|2|, \"context_parallel_size\": 2" "cp4|4|, \"context_parallel_size\": 4"
-         "cp2+b|2|, \"context_parallel_size\": 2$BUCKETS" "cp4+b|4|, \"context_parallel_size\": 4$BUCKETS")
+         "cp2+b|2|, \"context_parallel_size\": 2$BUCKETS" "cp4+b|4|, \"context_parallel_size\": 4$BUCKETS"
+         "cp4+z1|4|, \"context_parallel_size\": 4$ZERO1")
 declare -A seq
 echo
 echo "## (a) the longest seq_length within the budget per rank"
@@ -99,7 +115,7 @@ done
 T=${seq[1]}
 [ "$T" -gt 0 ] || { echo "bench/long_context.sh: one rank fits no seq_length of ${opt[step]} in the budget" >&2; exit 1; }
 echo
-echo "## (b) ${opt[steps]} steps at seq_length $T: activations, measured peak, CPU seconds per token"
+echo "## (b) ${opt[steps]} steps at seq_length $T: activations, measured peak, the steps' CPU seconds per token"
 echo
 echo "| layout | activations per layer (rank 0) | all activations (rank 0) | SP saves | largest peak RSS | CPU s per token | x one rank |"
 echo "|---|---|---|---|---|---|---|"
@@ -107,9 +123,12 @@ declare -A cpu act
 for l in "${layouts[@]}"; do
     IFS='|' read -r name ranks extra <<<"$l"
     run=${name//+/}
-    config "$run" "$T" "${opt[steps]}" "$extra"
-    # The CPU time of every process the job ran (the ranks are the launcher's waited-for descendants).
-    python3 - "$work/$run.cpu" "$ranks" "$MPIEXEC" "$TRAIN" "$work/$run.yml" "$work/$run.rss" <<'PY'
+    # The CPU time of every process a job ran (the ranks are the launcher's waited-for descendants),
+    # for 1 step (run-1) and for 1 + steps (run); the second's peak resident sets are reported.
+    config "$run-1" "$T" 1 "$extra"
+    config "$run" "$T" "$((1 + ${opt[steps]}))" "$extra"
+    for job in "$run-1" "$run"; do
+        python3 - "$work/$job.cpu" "$ranks" "$MPIEXEC" "$TRAIN" "$work/$job.yml" "$work/$job.rss" <<'PY'
 import resource, subprocess, sys
 out, ranks, mpiexec, train, yml, rss = sys.argv[1:]
 wrap = ["python3", "tests/mpi/peak_rss.py", rss, train, "-q", yml]
@@ -118,12 +137,13 @@ subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 u = resource.getrusage(resource.RUSAGE_CHILDREN)
 open(out, "w").write(f"{u.ru_utime + u.ru_stime}\n")
 PY
+    done
     read -r per all < <(python3 -c "
 import json; d = json.load(open('$work/$run/log/memory_plan.json'))
 print(d['activation_layers'][0]['per_layer'], d['ranks'][0]['activations'])")
     act[$name]=$per
     peak=$(cat "$work/$run.rss".* | sort -n | tail -1)
-    cpu[$name]=$(python3 -c "print($(cat "$work/$run.cpu") / (${opt[steps]} * ${opt[micro]} * $T))")
+    cpu[$name]=$(python3 -c "print(($(cat "$work/$run.cpu") - $(cat "$work/$run-1.cpu")) / (${opt[steps]} * ${opt[micro]} * $T))")
     saves=""
     case $name in *+SP) saves=$(python3 -c "print(f'{100 * (1 - $per / ${act[${name%+SP}]}):.1f}% per layer')");; esac
     echo "| $name | $(python3 bench/memory_report.py human "$per") | $(python3 bench/memory_report.py human "$all") | $saves |" \

@@ -102,6 +102,21 @@ static void key_range(const neox_attention_opts *o, int i0, int nq, int *first, 
     *end = neox_attention_query_pos(o, i0 + nq - 1) + 1;
 }
 
+// The query blocks of Tq rows: ATT_BLOCK rows at most, none across context parallelism's two chunks
+// (rows [0, q_split) and [q_split, Tq)), whose positions jump: a block across them would take the
+// keys of its later rows for all of them (at T = 768, cp 4 a block of 32 rows of each chunk: a
+// fifth more score tiles than the rank's share). Block blk's first row and rows.
+static int query_blocks(const neox_attention_opts *o, int Tq) {
+    int split = o->q_split > 0 && o->q_split < Tq ? o->q_split : 0;
+    return (split + ATT_BLOCK - 1) / ATT_BLOCK + (Tq - split + ATT_BLOCK - 1) / ATT_BLOCK;
+}
+static void query_block(const neox_attention_opts *o, int Tq, int blk, int *i0, int *nq) {
+    int split = o->q_split > 0 && o->q_split < Tq ? o->q_split : 0, first = (split + ATT_BLOCK - 1) / ATT_BLOCK;
+    int begin = blk < first ? 0 : split, end = blk < first ? split : Tq;
+    *i0 = begin + (blk < first ? blk : blk - first) * ATT_BLOCK;
+    *nq = *i0 + ATT_BLOCK < end ? ATT_BLOCK : end - *i0;
+}
+
 // A per-head tensor (B, H, T, HS) in fp32: its first element and where its rows sit.
 typedef struct view {
     float *p;
@@ -169,14 +184,15 @@ NEOX_CLONES static void forward_query_block(float *out, int ldo, float *lse, con
 // q, k, v: fp32 operands (already rounded to o.operands).
 static void forward_f32(float *out, float *lse, view q, view k, view v, int B, int T, int NH, int NKV, int HS,
                         neox_attention_opts o) {
-    int Tq = neox_attention_query_rows(&o, T), group = NH / NKV, nblocks = (Tq + ATT_BLOCK - 1) / ATT_BLOCK;
+    int Tq = neox_attention_query_rows(&o, T), group = NH / NKV, nblocks = query_blocks(&o, Tq);
     // Later query blocks see more keys; dynamic scheduling over (b, h, block) balances them.
     #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int blk = 0; blk < nblocks; blk++) {
                 size_t head = (size_t)b * NH + h;
-                int i0 = (nblocks - 1 - blk) * ATT_BLOCK, nq = i0 + ATT_BLOCK < Tq ? ATT_BLOCK : Tq - i0;
+                int i0, nq;
+                query_block(&o, Tq, nblocks - 1 - blk, &i0, &nq);
                 forward_query_block(out + ((size_t)b * Tq * NH + h) * HS, NH * HS, lse + head * Tq, head_at(q, b, h),
                                     q.s.row, head_at(k, b, h / group), k.s.row, head_at(v, b, h / group), v.s.row, i0,
                                     nq, T, HS, &o, slope_of(&o, h), dropout_row(&o, NH, b, h, T));
@@ -256,8 +272,9 @@ static void backward_head(view dq, view dk, view dv, const float *dout, const fl
     float *dq_h = head_at(dq, b, h), *dk_g = head_at(dk, b, g), *dv_g = head_at(dv, b, g);
     const float *q_h = head_at(q, b, h), *k_g = head_at(k, b, g), *v_g = head_at(v, b, g);
     zero_rows(dq_h, dq.s.row, Tq, HS);
-    for (int i0 = 0; i0 < Tq; i0 += ATT_BLOCK) {
-        int nq = i0 + ATT_BLOCK < Tq ? ATT_BLOCK : Tq - i0;
+    for (int blk = 0; blk < query_blocks(o, Tq); blk++) {
+        int i0, nq;
+        query_block(o, Tq, blk, &i0, &nq);
         float D[ATT_BLOCK];
         row_dots(D, dout_exact + merged, out + merged, ldd, i0, nq, HS);
         int first, end;

@@ -428,8 +428,9 @@ static void store(void *x, const float *w, size_t n, neox_elem act) {
 // dense: for those the views are first copied into dense scratch of this file's own (the split the
 // model no longer makes, kept here for the kernels that cannot take strides) and the gradients are
 // copied back into their views.
+// (q has the query rows, k and v the T keys': context parallelism's differ.)
 static bool dense_views(const neox_attention_opts &o, int T, int NH, int NKV, int HS) {
-    return neox_head_strides_is_contiguous(o.views.q, NH, T, HS) &&
+    return neox_head_strides_is_contiguous(o.views.q, NH, neox_attention_query_rows(&o, T), HS) &&
            neox_head_strides_is_contiguous(o.views.k, NKV, T, HS) &&
            neox_head_strides_is_contiguous(o.views.v, NKV, T, HS);
 }
@@ -477,12 +478,13 @@ static char *split_room(size_t bytes) {
 // p[3..5] the gradients' room.
 static void split_views(char *p[6], const void *q, const void *k, const void *v, int B, int T, int NH, int NKV, int HS,
                         const neox_attention_opts &o, neox_elem act, bool grads) {
-    size_t es = neox_elem_size(act), nq = (size_t)B * NH * T * HS * es, nkv = (size_t)B * NKV * T * HS * es;
+    int Tq = neox_attention_query_rows(&o, T);
+    size_t es = neox_elem_size(act), nq = (size_t)B * NH * Tq * HS * es, nkv = (size_t)B * NKV * T * HS * es;
     size_t sizes[6] = {nq, nkv, nkv, nq, nkv, nkv}, at = 0;
     char *room = split_room((grads ? 2 : 1) * (nq + 2 * nkv));
     for (int i = 0; i < (grads ? 6 : 3); i++) p[i] = room + at, at += sizes[i];
     neox_head_strides dense = {0, 0, 0};
-    view_copy(p[0], dense, q, o.views.q, B, NH, T, HS, act);
+    view_copy(p[0], dense, q, o.views.q, B, NH, Tq, HS, act);
     view_copy(p[1], dense, k, o.views.k, B, NKV, T, HS, act);
     view_copy(p[2], dense, v, o.views.v, B, NKV, T, HS, act);
 }
@@ -534,7 +536,7 @@ extern "C" void neox_cuda_attention_backward(void *dq, void *dk, void *dv, const
         split_views(p, q, k, v, B, T, NH, NKV, HS, o, act, true);
         neox_cuda_attention_backward(p[3], p[4], p[5], dout, p[0], p[1], p[2], out, lse, B, T, NH, NKV, HS,
                                      dense_opts(o), act);
-        view_copy(dq, o.views.q, p[3], dense, B, NH, T, HS, act);
+        view_copy(dq, o.views.q, p[3], dense, B, NH, neox_attention_query_rows(&o, T), HS, act);
         view_copy(dk, o.views.k, p[4], dense, B, NKV, T, HS, act);
         view_copy(dv, o.views.v, p[5], dense, B, NKV, T, HS, act);
         return;

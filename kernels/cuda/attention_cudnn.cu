@@ -70,12 +70,13 @@ static neox_cudnn_sdpa sdpa_shape(int B, int T, int NH, int NKV, int HS, const n
     return s;
 }
 
-// Element offsets of run r's first row in q (and dq) and in out (and dout).
+// Element offsets of run r's first row in q (and dq, laid out alike: o.views.q, Tq rows) and in out
+// (and dout). (Under context parallelism q may be a view of the fused QKV buffer, rows W apart.)
 typedef struct {
     size_t q, o;
 } run_offsets;
-static run_offsets offsets_of(query_run r, int NH, int HS) {
-    run_offsets at = {(size_t)r.r0 * HS, (size_t)r.r0 * NH * HS};
+static run_offsets offsets_of(query_run r, const neox_attention_opts &o, int Tq, int NH, int HS) {
+    run_offsets at = {(size_t)r.r0 * neox_head_strides_of(o.views.q, NH, Tq, HS).row, (size_t)r.r0 * NH * HS};
     return at;
 }
 
@@ -240,7 +241,7 @@ int neox_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, cons
     uint16_t *o16 = bf16_dest(out, act, base, po);
     char why[320];
     for (int r = 0; r < nruns; r++) {
-        run_offsets x = offsets_of(runs[r], NH, HS);
+        run_offsets x = offsets_of(runs[r], o, Tq, NH, HS);
         float *stats = nruns > 1 ? (float *)(base + pst) : lse;
         check_ran(neox_cudnn_sdpa_forward(&s[r], o16 + x.o, stats, q16 + x.q, k16, v16, base + pw,
                                           neox_cuda_current_stream(), why, sizeof why),
@@ -279,7 +280,7 @@ int neox_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void 
     uint16_t *dv16 = bf16_dest(dv, act, base, pdv);
     char why[320];
     for (int r = nruns - 1; r >= 0; r--) {  // the later run first: it writes dk and dv
-        run_offsets x = offsets_of(runs[r], NH, HS);
+        run_offsets x = offsets_of(runs[r], o, Tq, NH, HS);
         bool late = r == nruns - 1;
         uint16_t *gk = late ? dk16 : (uint16_t *)(base + pek), *gv = late ? dv16 : (uint16_t *)(base + pev);
         const float *stats = lse;

@@ -151,13 +151,13 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
     neox_qkv_bufs dx = neox_model_qkv_bufs(m, a->dqkv, a->dq, a->dk, a->dv);
     const float *k = x.k, *v = x.v;
     float *dk = dx.k, *dv = dx.v;
-    int keys = neox_model_attention_keys(m, &k, &v);
+    int keys = neox_model_attention_keys(m, &k, &v, &x.views);
     neox_model_attention_key_grads(m, &dk, &dv);
     neox_attention_opts o = neox_model_attention_opts(m, a->alibi, attn_p, l);
     o.views = x.views;
     m->be->attention_backward(dx.q, dk, dv, a->datt, x.q, k, v, la->att, la->lse, B, keys, NH, NKV, HS, o,
                               m->act_elem);
-    if (dk != dx.k) neox_model_cp_scatter_dkv(m, a->dk, a->dv);
+    if (dk != dx.k) neox_model_cp_scatter_dkv(m, dx.k, dx.v, dx.views);
     poll(m);
     if (d->rotary_dims) {
         m->be->rotary_apply(dx.q, a->cos, a->sin, B, NH, T, HS, d->rotary_dims, 1, m->act_elem, dx.views.q);

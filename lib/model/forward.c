@@ -137,9 +137,9 @@ static void carve_shared(const neox_model *m, neox_acts *a, char **cur) {
     const neox_model_desc *d = &m->desc;
     plan_sizes z = sizes_of(m);
     size_t n = z.n, N = z.N, C = z.C, HS = z.HS, NH = z.NH, NKV = z.NKV, W = z.W, F = z.F, FC = z.FC;
-    size_t R = d->rotary_dims ? d->rotary_dims : 2, whole = (size_t)m->cp_T;  // (the whole sequence's tables)
-    a->cos = take(cur, whole * R / 2);
-    a->sin = take(cur, whole * R / 2);
+    size_t R = d->rotary_dims ? d->rotary_dims : 2, T = (size_t)m->T;  // (this rank's positions' rows)
+    a->cos = take(cur, T * R / 2);
+    a->sin = take(cur, T * R / 2);
     a->alibi = d->pos_emb == NEOX_POS_ALIBI ? take(cur, NH) : NULL;
     a->branch = take_act(m, cur, n * C);
     a->gather = neox_model_recompute_store(d) ? take_act(m, cur, n * C) : NULL;
@@ -162,12 +162,17 @@ static void carve_shared(const neox_model *m, neox_acts *a, char **cur) {
         a->dv = take_act(m, cur, N * NKV * HS);
     }
     a->datt = take_act(m, cur, N * NH * HS);
+    char *mlp_room = *cur;  // (the MLP backward's scratch: context parallelism's key and value gradients share it)
     a->dfc = take_act(m, cur, N * FC);
     a->dact = take_act(m, cur, N * F);
     if (neox_model_cp_ways(d) > 1) {  // the whole sequence's keys and values (context_parallel.c)
-        size_t kv = (size_t)m->B * m->cp_T * NKV * HS;
-        a->cp_stage = take_act(m, cur, kv), a->cp_k = take_act(m, cur, kv), a->cp_v = take_act(m, cur, kv);
-        a->cp_dk = take_act(m, cur, kv), a->cp_dv = take_act(m, cur, kv);
+        size_t kv = (size_t)m->B * m->cp_T * NKV * HS;  // (each pair adjacent: the rotary tables' room at plan time)
+        // Their gradients in the room of dfc and dact (grown to fit), which the MLP's backward uses and
+        // leaves before the attention's backward of the same layer begins, and nothing else touches.
+        char *room = mlp_room;
+        a->cp_dk = take_act(m, &room, 2 * kv), a->cp_dv = neox_act_at(m, a->cp_dk, kv);
+        if (room > *cur) *cur = room;
+        a->cp_k = take_act(m, cur, 2 * kv), a->cp_v = neox_act_at(m, a->cp_k, kv);
         // bf16 storage: the fp32 room the gradients' reduce-scatter sums in (the whole, and the rank's piece)
         a->cp_sum = m->act_elem != NEOX_ELEM_F32 ? take(cur, kv + kv / (size_t)neox_model_cp_ways(d)) : NULL;
     }
@@ -450,9 +455,9 @@ neox_attention_opts neox_model_attention_opts(const neox_model *m, const float *
 }
 
 int neox_model_qkv_fused(const neox_model_desc *d) {
-    // Split instead: use_qk_layernorm's head norm reads and writes contiguous q and k; context
-    // parallelism all-gathers the keys and values of every rank from split buffers (context_parallel.c).
-    return !d->qk_norm && neox_model_cp_ways(d) == 1;
+    // Split instead: use_qk_layernorm's head norm reads and writes contiguous q and k. (Context
+    // parallelism all-gathers the keys and values from their views: context_parallel.c.)
+    return !d->qk_norm;
 }
 
 neox_qkv_bufs neox_model_qkv_bufs(const neox_model *m, float *fused, float *q, float *k, float *v) {
@@ -616,7 +621,7 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     }
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     const float *k = qkv.k, *v = qkv.v;
-    int keys = neox_model_attention_keys(m, &k, &v);
+    int keys = neox_model_attention_keys(m, &k, &v, &qkv.views);
     neox_attention_opts o = neox_model_attention_opts(m, a->alibi, attn_p, l);
     o.views = qkv.views;
     be->attention_forward(la->att, la->lse, qkv.q, k, v, B, keys, NH, NKV, HS, o, m->act_elem);

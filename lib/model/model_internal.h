@@ -119,11 +119,12 @@ typedef struct neox_acts {
     float *dqkv, *dq, *dk, *dv, *datt, *dfc, *dact;  // (dq, dk, dv NULL on the fused route: views of dqkv)
     float *moe_dx, *moe_dh, *moe_dact, *moe_dy, *moe_dweight, *moe_dlogits;  // (NR, C), (NR, Fe) x 2, (max(NK, NR), C), (NK), (N, E)
     float *moe_swap;                   // (NR, C) expert parallelism's exchange buffer, else NULL
-    // Context parallel only (else NULL), each (B, NKV, cp_T, HS) in the model's storage: the
-    // all-gather's rank-major buffer, the whole sequence's keys and values, and in backward their
-    // gradients; under bf16 storage also the fp32 room their reduce-scatter sums in (the whole and
-    // the rank's piece: cp_T + T rows).
-    float *cp_stage, *cp_k, *cp_v, *cp_dk, *cp_dv, *cp_sum;
+    // Context parallel only (else NULL), each (B, NKV, cp_T, HS) in the model's storage: the whole
+    // sequence's keys and values, and in backward their gradients, in the room of dfc and dact
+    // (cp_dk's room is the all-gather's rank-major stage until the attention's backward writes it,
+    // cp_k's the reduce-scatter's after it: context_parallel.c); under bf16 storage also the fp32
+    // room their reduce-scatter sums in (the whole and the rank's piece: cp_T + T rows).
+    float *cp_k, *cp_v, *cp_dk, *cp_dv, *cp_sum;
 } neox_acts;
 
 // Dropout streams: one per (run's dropout seed, global layer, site), indexed by global coordinates
@@ -150,21 +151,23 @@ static inline int neox_model_recompute_ways(const neox_model_desc *d) {
 // Context parallelism (context_parallel.c): its ways (1 without); the attention options' query
 // positions for this rank's rows; the input rows of this rank picked from whole sequences (host,
 // elem bytes each, (B, cp_T) -> (B, T)); the rotary tables at this rank's positions (cos, sin
-// hold cp_T rows of R/2); the layer's keys and values all-gathered whole (into cp_k, cp_v) and, in
-// backward, the whole gradients in cp_dk, cp_dv reduce-scattered into this rank's dk, dv; the loss
-// pair summed over the group; a plan's checks.
+// hold T rows of R/2, made at plan time); the layer's keys and values all-gathered whole (into
+// cp_k, cp_v) from this rank's, laid out by views (the fused QKV buffer's, or contiguous) and, in
+// backward, the whole gradients in cp_dk, cp_dv reduce-scattered into this rank's dk, dv (laid out
+// by views); the loss pair summed over the group; a plan's checks.
 static inline int neox_model_cp_ways(const neox_model_desc *d) { return d->cp_size > 1 ? d->cp_size : 1; }
 void neox_model_cp_query_positions(const neox_model *m, neox_attention_opts *o);
 void neox_model_cp_pick_rows(const neox_model *m, void *dst, const void *src, size_t elem);
 void neox_model_cp_rotary_tables(neox_model *m, float *cos, float *sin);
-void neox_model_cp_gather_kv(neox_model *m, const float *k, const float *v);
-void neox_model_cp_scatter_dkv(neox_model *m, float *dk, float *dv);
+void neox_model_cp_gather_kv(neox_model *m, const float *k, const float *v, neox_qkv_strides views);
+void neox_model_cp_scatter_dkv(neox_model *m, float *dk, float *dv, neox_qkv_strides views);
 void neox_model_cp_reduce_loss(neox_model *m);
 int neox_model_cp_check(const neox_model_desc *d, int T, neox_error *err);
-// The keys and values a layer's attention reads (in: this rank's; under context parallelism they
-// become the whole sequence's, gathered) and their count of positions; where its backward writes
-// their gradients (the whole sequence's under context parallelism, for neox_model_cp_scatter_dkv).
-int neox_model_attention_keys(neox_model *m, const float **k, const float **v);
+// The keys and values a layer's attention reads (in: this rank's, laid out by *views; under context
+// parallelism they become the whole sequence's, gathered, and views' k and v contiguous) and their
+// count of positions; where its backward writes their gradients (the whole sequence's under context
+// parallelism, for neox_model_cp_scatter_dkv).
+int neox_model_attention_keys(neox_model *m, const float **k, const float **v, neox_qkv_strides *views);
 void neox_model_attention_key_grads(neox_model *m, float **dk, float **dv);
 
 // Sequence parallelism's ways: tp_size when desc.sequence_parallel, else 1.

@@ -12,7 +12,7 @@
 # (tp2+pp2 -> dp4/ZeRO-1, the reverse, dp2 -> dp1) and the trajectory continues. The bytes each
 # group moves per step equal the analytical count (tp2 with sequence_parallel: all-gathers and
 # reduce-scatters in place of the all-reduces). Context parallelism (cp2, cp4, with dp2 ZeRO-1, tp2,
-# pp2, the Llama-style model, ALiBi) follows the single-rank run, its keys' and values' gathers and
+# pp2, the Llama-style model, ALiBi, use_qk_layernorm's split q, k, v, checkpoint_activations) follows the single-rank run, its keys' and values' gathers and
 # their gradients' reduce-scatters move the analytical bytes per step, its checkpoints resume at cp1 and
 # the reverse, and what it is not implemented with is refused by name. Killing one rank ends the job
 # with `latest` intact.
@@ -103,6 +103,24 @@ check "cp2: every step's bytes of the context and data groups (metrics.jsonl) eq
 config llamacp2 llama 2 4 20 "$CP2$WIN"
 run llamacp2 2
 same llamacp2 llama1
+# use_qk_layernorm keeps q, k and v in split copies (the head norm's contiguous tensors): cp gathers
+# the keys and values from those, as it otherwise does from the fused QKV output's views.
+QK=', "use_qk_layernorm": true'
+config qk1 neox 2 4 20 "$QK"
+check "qk1: train on 1 rank(s)" "$TRAIN" -q "$T/qk1.yml"
+config qkcp2 neox 2 4 20 "$CP2$QK"
+check "qkcp2: train on 2 rank(s)" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/qkcp2.yml"
+check "qkcp2 follows the single-rank use_qk_layernorm run (losses, evaluations within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py same_losses "$T/qk1" "$T/qkcp2"
+# checkpoint_activations: the recomputed forward gathers the keys and values through the room the
+# MLP's backward and the key/value gradients share, between the layer's MLP backward and its attention's.
+CK=', "checkpoint_activations": true'
+config ck1 neox 2 4 20 "$CK"
+check "ck1: train on 1 rank(s)" "$TRAIN" -q "$T/ck1.yml"
+config ckcp2 neox 2 4 20 "$CP2$CK"
+check "ckcp2: train on 2 rank(s)" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/ckcp2.yml"
+check "ckcp2 follows the single-rank checkpoint_activations run (losses, evaluations within 1e-5)" \
+    "$PY" tests/mpi/layouts_check.py same_losses "$T/ck1" "$T/ckcp2"
 sed 's/"seq_length": 32/"seq_length": 30/' "$T/cp2.yml" >"$T/cpseq30.yml"
 check_fails "context_parallel_size with a seq_length not divisible by 2 x context_parallel_size is refused by name" 2 \
     "context_parallel_size.*seq_length 30 is not divisible by 2 x context_parallel_size" \

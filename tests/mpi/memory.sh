@@ -182,9 +182,10 @@ check_output "activations per layer follow the formula at tp2, with and without 
     python3 tests/mpi/memory_check.py activations "$T" 2 2 256 256 8 tp2 tp2sp tp2ck tp2spck
 sed 's/^/# /' "$_last_out"
 # Context parallelism (cp2 on the same two ranks, no tensor parallelism, rotary positions): each layer keeps the
-# activations of half the sequence (the formula at seq/2), and the plan's shared part holds the whole
-# sequence's keys and values, their gradients and the all-gather's buffer (5 of B x seq x C floats);
-# each rank's measured peak stays within its plan plus the libraries'.
+# activations of half the sequence (the formula at seq/2, attention reading q, k, v in the QKV output
+# as on one rank), and the plan's shared part holds the whole sequence's keys and values (2 of B x seq
+# x C floats) and their gradients' room, shared with the MLP's backward scratch; each rank's measured
+# peak stays within its plan plus the libraries'.
 MP=1 act cp2 2 ', "context_parallel_size": 2, "pos_emb": "rotary"'
 check_output "cp2: each rank's measured peak within its plan plus the libraries'" "^rank 1" \
     python3 tests/mpi/memory_check.py startup "$T/cp2" "$T/tp2tiny" 2

@@ -177,20 +177,18 @@ def r16(n):
     return (n + 15) // 16 * 16  # the plan's 64-byte alignment of each tensor
 
 
-def layer_bytes(tp, rows, seq, hidden, heads, sp, ck, split=False):
+def layer_bytes(tp, rows, seq, hidden, heads, sp, ck):
     """What one layer keeps per micro-batch, restated from neox.c's fused attention (no s x s scores;
     the dropout masks regenerated from counters, never kept): fp32 (N, C) tensors whole on every
     tensor-parallel rank (the input, both norms' outputs, the sequential residual's sum), or 1/TP of
     their rows under sequence parallelism, with the norms' two statistics per row; and the tensors
     cut by heads or MLP rows (QKV, the attention output and its log-sum-exp, the MLP's two 4C-wide
-    ones; attention reads q, k, v in the QKV output, except on the split route, context parallelism's,
-    which keeps split copies of them too). checkpoint_activations keeps the input only."""
+    ones; attention reads q, k, v in the QKV output). checkpoint_activations keeps the input only."""
     N, C = rows * seq, hidden
     n = N // tp if sp else N
     t = tp
     whole = 3 * r16(n * C) + 4 * r16(n)  # ln1, mid, ln2 and their statistics
-    per_head = 4 if split else 1  # the attention output (and q, k, v on the split route)
-    cut = r16(N * 3 * C // t) + per_head * r16(N * C // t) + r16(N * heads // t) + 2 * r16(N * 4 * C // t)
+    cut = r16(N * 3 * C // t) + r16(N * C // t) + r16(N * heads // t) + 2 * r16(N * 4 * C // t)  # (+ the attention output)
     return 4 * (n * C + (0 if ck else whole + cut))
 
 
@@ -218,19 +216,21 @@ def activations(root, tp, rows, seq, hidden, heads, *names):
 
 
 def context(run, ranks, rows, seq, hidden, heads, cp):
-    """Context parallelism: per layer, the formula of `layer_bytes` (its split route) for seq / cp
-    positions on every rank (its two chunks); the plan's remainder holds at least the whole sequence's keys and values,
-    their gradients and the all-gather's rank-major buffer, 5 x (rows, seq, hidden) fp32 (every head
-    its own key/value head here)."""
+    """Context parallelism: per layer, the formula of `layer_bytes` (attention reading q, k, v in
+    the QKV output, as on one rank) for seq / cp positions on every rank (its two chunks); the
+    plan's remainder holds at least the whole sequence's keys and values, 2 x (rows, seq, hidden)
+    fp32 (every head its own key/value head here), and the room their gradients share with the MLP's
+    backward scratch (its two (rows, seq / cp, 4 hidden) tensors): the larger of the two."""
     ranks, rows, seq, hidden, heads, cp = map(int, (ranks, rows, seq, hidden, heads, cp))
     doc = json.load(open(f"{run}/log/memory_plan.json"))
-    want, gathered = layer_bytes(1, rows, seq // cp, hidden, heads, False, False, True), 5 * 4 * rows * seq * hidden
+    whole, mlp = 4 * rows * seq * hidden, 4 * 2 * rows * (seq // cp) * 4 * hidden
+    want, gathered = layer_bytes(1, rows, seq // cp, hidden, heads, False, False), 2 * whole + max(2 * whole, mlp)
     ok = len(doc["activation_layers"]) == ranks
     for r, (regions_, lay) in enumerate(zip(doc["ranks"], doc["activation_layers"])):
         total = lay["slots"] * lay["layers"] * lay["per_layer"] + lay["rest"]
         ok &= total == regions_["activations"] and lay["per_layer"] == want and lay["rest"] >= gathered
         print(f"rank {r}: per layer {lay['per_layer']} (formula at seq {seq // cp}: {want}); rest {lay['rest']} "
-              f"holds the gathered keys and values ({gathered})")
+              f"holds the gathered keys and values and their gradients' room ({gathered})")
     return ok
 
 
