@@ -235,9 +235,10 @@ float *neox_model_mlp_backward_act(neox_model *m, float *dfc, float *dact, float
     const neox_backend *be = m->be;
     neox_act_fn fn = neox_activation_function(m->desc.activation);
     if (mlp_fused(m)) {
-        // The bias gradient goes where a device sums it from a pass it makes anyway: cuBLASLt's
-        // DGELU_BGRAD, or else the first projection's weight-gradient product (BGRADB), as without
-        // the fusion. (On the CPU both are the same column sums of the same dfc.)
+        // The bias gradient goes into the op only where the device sums it in the product's own pass
+        // (cuBLASLt's DGELU_BGRAD); else the first projection's weight backward sums it (BGRADB on
+        // fp32 products, column sums on bf16), as without the fusion. (On the CPU both are the same
+        // column sums of the same dfc.)
         int in_op = neox_linear_act_route(fn, m->act_elem) == NEOX_EPILOGUE_CUBLASLT;
         be->linear_act_backward(dfc, in_op ? db : NULL, dout, fused_weight(m, w2), fc, N, F, C, fn, m->act_elem);
         return in_op ? NULL : db;
