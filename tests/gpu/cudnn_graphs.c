@@ -168,8 +168,8 @@ int main(void) {
     // As for attention: without a GPU, prepare refuses with the reason (the separate passes then run).
     size_t ws = 0;
     why[0] = 0;
-    int planned = neox_cudnn_gelu_mm_prepare(&mm_cases[0].s, &ws, why, sizeof why);
-    int sound = planned ? 1 : why[0] != 0;
+    planned = neox_cudnn_gelu_mm_prepare(&mm_cases[0].s, &ws, why, sizeof why);
+    sound = planned ? 1 : why[0] != 0;
     failed += !sound;
     if (planned) printf("ok %d - MLP plan built on this GPU (workspace %zu bytes)\n", n + 3 + nmm, ws);
     else
