@@ -44,8 +44,6 @@ bool ensure_handle(std::string &why) {
     return g_handle != nullptr;
 }
 
-cudnnHandle_t handle() { return g_handle; }
-
 bool build(fe::graph::Graph &g, int64_t &ws, std::string &why) {
     return attempt([&] { return g.validate(); }, why) && attempt([&] { return g.build_operation_graph(g_handle); }, why) &&
            attempt([&] { return g.create_execution_plans({fe::HeurMode_t::A}); }, why) &&

@@ -44,7 +44,6 @@ template <typename F> bool attempt(F f, std::string &why) {
 
 // The handle every graph runs with, created on first use (needs a GPU); false with the reason.
 bool ensure_handle(std::string &why);
-cudnnHandle_t handle();
 // validate, cuDNN's operation graph, heuristics' candidates, support check, plan build; ws: the
 // workspace bytes the plan needs.
 bool build(fe::graph::Graph &g, int64_t &ws, std::string &why);
