@@ -5,7 +5,8 @@
 //   op  ms_per_call  achieved (TFLOP/s or GB/s)  ratio_to_peer
 // Times are wall-clock over repeated calls between two synchronisations (launch overhead included,
 // small at these sizes). bf16 attention runs where the CUDA backend routes it (cuDNN where it loads),
-// then on the own pipelined kernels with both forms of their backward. Run by
+// then on the own pipelined kernels with both forms of their backward; likewise the MLP's products with
+// the exact GELU (one cuDNN graph each way, then the product and GELU's pass apart). Run by
 // tests/gpu/device-check.sh; needs a GPU.
 //   gpu_ops [batch]     (default 8)
 #include <stdio.h>
@@ -73,6 +74,27 @@ static void run_att_bwd(void *p) {
     att_ctx *a = p;
     be->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->B, a->T, a->NH, a->NH,
                            a->HS, (neox_attention_opts){.scale = 0.125f, .operands = a->e}, NEOX_ELEM_F32);
+}
+
+// The MLP's products on bf16 storage with the exact GELU (kernels.h, linear_act_forward/backward):
+// x (N, C), w1 (F, C), pre and post (N, F); dy (N, C), w2 (C, F), dpre (N, F).
+typedef struct { int N, C, F; void *x, *w1, *pre, *post, *dy, *w2, *dpre; float *b1; } mlp_ctx;
+static void run_mlp_fwd(void *p) {
+    mlp_ctx *m = p;
+    be->linear_act_forward(m->post, m->pre, m->x, m->w1, m->b1, m->N, m->C, m->F, NEOX_FN_GELU, NEOX_ELEM_BF16);
+}
+static void run_mlp_bwd(void *p) {
+    mlp_ctx *m = p;
+    be->linear_act_backward(m->dpre, NULL, m->dy, m->w2, m->pre, m->N, m->F, m->C, NEOX_FN_GELU, NEOX_ELEM_BF16);
+}
+
+// Device bf16 buffer of n elements from dev_floats' pattern.
+static void *dev_bf16(size_t n, float scale) {
+    float *f = dev_floats(n, scale);
+    void *h = be->alloc(n * sizeof(uint16_t));
+    be->cast_f32_to_bf16(h, f, n);
+    be->free(f);
+    return h;
 }
 
 typedef struct { int N, C, V; float *x, *y, *w, *b, *mean, *rstd, *dx, *dw, *db, *logits, *lse, *losses; int *ids; } row_ctx;
@@ -188,6 +210,26 @@ int main(int argc, char **argv) {
     report_vs("attention backward bf16 own 2-pass", time_op(run_att_bwd, &a), 2.5 * att, "TFLOP/s", bf16, "bf16 GEMM");
     neox_cuda_attention_backward_passes(0);
     neox_cuda_attention_cudnn(1);
+
+    // The MLP's products with the exact GELU on bf16 storage, where the route sends them (one cuDNN
+    // graph each way where cuDNN loads and plans the shape; stderr says which ran), then as cuBLASLt's
+    // product with GELU as its own pass (the route without cuDNN): gpu_predict prices the first at the
+    // bf16 GEMM rate, an assumption this line checks (docs/cuda.md, "Predicting a step").
+    int F = 4 * C;
+    mlp_ctx m = {N, C, F, dev_bf16((size_t)N * C, 2), dev_bf16((size_t)F * C, 0.1f), dev_bf16((size_t)N * F, 1),
+                 dev_bf16((size_t)N * F, 1), dev_bf16((size_t)N * C, 1), dev_bf16((size_t)C * F, 0.1f),
+                 dev_bf16((size_t)N * F, 1), dev_floats(F, 0.1f)};
+    double mlp = 2.0 * N * C * F;
+    double fused_fwd = time_op(run_mlp_fwd, &m), fused_bwd = time_op(run_mlp_bwd, &m);
+    neox_linear_act_allow_cudnn(0);
+    double apart_fwd = time_op(run_mlp_fwd, &m), apart_bwd = time_op(run_mlp_bwd, &m);
+    neox_linear_act_allow_cudnn(1);
+    report_vs("mlp h->4h + gelu bf16 fused", fused_fwd, mlp, "TFLOP/s", bf16, "bf16 GEMM");
+    report_vs("mlp h->4h, gelu pass apart", apart_fwd, mlp, "TFLOP/s", bf16, "bf16 GEMM");
+    report_vs("mlp 4h->h dgrad x gelu' fused", fused_bwd, mlp, "TFLOP/s", bf16, "bf16 GEMM");
+    report_vs("mlp 4h->h dgrad, gelu' apart", apart_bwd, mlp, "TFLOP/s", bf16, "bf16 GEMM");
+    printf("%-28s %9.3f (forward) %9.3f (backward): fused time / apart time\n", "mlp gelu fusion", fused_fwd / apart_fwd,
+           fused_bwd / apart_bwd);
 
     // Row ops at (N, C) and the loss at (N', V) with N' rows limited to fit a few GB.
     row_ctx r = {N, C, V, dev_floats((size_t)N * 4 * C, 4), dev_floats((size_t)N * 4 * C, 1), dev_floats(C, 1),

@@ -21,6 +21,9 @@
 //   no CONFIG: GPT-NeoX 125M, 350M and 1.3B as bench/gpu_train.sh trains them (bf16, seq 2048)
 //   keys: micro (0: the largest of 32, 16, 8 whose allocations fit the GPU; else the config's or this)
 //         cudnn (the config's cudnn_attention, true for the built-in models; 0: attention on the own kernels)
+//         cudnn_mlp (1: the MLP's first product and its GELU, and the second's input gradient with GELU's
+//         backward, as cuDNN graphs where the route's rule allows, at the bf16 GEMM rate; 0: a host
+//         without cuDNN, the GELU passes apart)
 //         vocab (50257, the tokenizer's, padded as GPT-NeoX pads it)  launch_us (4)  table (1; 2: also by op, on the H200)
 //         attention_tflops (attention's FLOPs at this rate, a kernel's measured one, not the GEMM rate)
 //         gemm_tflops fp32_tflops copy_gbs measured_on (H200)
@@ -87,6 +90,7 @@ static gpu gpus[2] = {
 typedef struct options {
     int micro, vocab, table, check;
     int cudnn;         // -1: the config's cudnn_attention (true for the built-in models); else 0 or 1
+    int cudnn_mlp;     // 1: the MLP's products with their GELU as cuDNN graphs (the route's rule); 0: no cuDNN
     double launch;     // seconds per op call
     double attention;  // > 0: attention's FLOP/s (a kernel's measured rate) instead of its operands' GEMM rate
 } options;
@@ -110,6 +114,7 @@ typedef struct model_spec {
     neox_precision precision;
     int seq, micro;
     int cudnn;  // whether bf16 attention may run on cuDNN (the route's rule, kernels/attention_route.c)
+    int cudnn_mlp;  // whether the MLP's bf16 products may run as cuDNN graphs (kernels/linear_act_route.c)
 } model_spec;
 
 static void load_spec(model_spec *s, const char *name, const char *path, const options *o) {
@@ -123,6 +128,7 @@ static void load_spec(model_spec *s, const char *name, const char *path, const o
     s->seq = (int)neox_config_int(cfg, seq_length);
     s->micro = (int)neox_config_int(cfg, train_micro_batch_size_per_gpu);
     s->cudnn = o->cudnn >= 0 ? o->cudnn : neox_config_bool(cfg, cudnn_attention);
+    s->cudnn_mlp = o->cudnn_mlp;
     if (s->desc.moe_experts > 1) neox_die(2, "%s: Mixture-of-Experts routing depends on the data; not predicted", path);
     neox_config_free(cfg);
 }
@@ -209,6 +215,7 @@ static neox_op_call *trace_step(const model_spec *s, const neox_backend *inner, 
                                 double *peak) {
     const neox_backend *be = neox_profile_install(inner, 1);
     neox_attention_allow_cudnn(s->cudnn);  // (op_cost records the route each attention call takes)
+    neox_linear_act_allow_cudnn(s->cudnn_mlp);  // (and prices each linear_act call by its route)
     step_state *st = open_step(s, be, micro, strcmp(inner->name, "dry") != 0);
     neox_profile_reset();  // (the set-up's ops are not the step's)
     issue_step(st);
@@ -232,8 +239,9 @@ static double call_seconds(const neox_op_call *c, const gpu *g, const options *o
         rate *= backward ? ATTENTION_BACKWARD_EFFICIENCY : ATTENTION_FORWARD_EFFICIENCY;
     if (attention && o->attention > 0) rate = o->attention;
     double compute = c->cost.flops / rate;
-    double memory = c->cost.bytes / g->copy;
-    return (compute > memory ? compute : memory) + o->launch;
+    double memory = (c->cost.bytes - c->cost.after_bytes) / g->copy;  // (the passes after the product: below)
+    return (compute > memory ? compute : memory) + o->launch + c->cost.after_bytes / g->copy +
+           c->cost.after_calls * o->launch;
 }
 
 typedef struct class_sum {
@@ -399,6 +407,7 @@ static int parse_option(options *o, const char *arg) {
     else if (len == 5 && !strncmp(arg, "table", len)) o->table = (int)number(arg, v);
     else if (len == 5 && !strncmp(arg, "check", len)) o->check = (int)number(arg, v);
     else if (len == 5 && !strncmp(arg, "cudnn", len)) o->cudnn = number(arg, v) != 0;
+    else if (len == 9 && !strncmp(arg, "cudnn_mlp", len)) o->cudnn_mlp = number(arg, v) != 0;
     else if (len == 9 && !strncmp(arg, "launch_us", len)) o->launch = number(arg, v) * 1e-6;
     else if (len == 16 && !strncmp(arg, "attention_tflops", len)) o->attention = number(arg, v) * 1e12;
     else if (len == 11 && !strncmp(arg, "measured_on", len)) {
@@ -407,7 +416,7 @@ static int parse_option(options *o, const char *arg) {
     } else if (len == 11 && !strncmp(arg, "gemm_tflops", len)) measured->gemm16 = number(arg, v) * 1e12;
     else if (len == 11 && !strncmp(arg, "fp32_tflops", len)) measured->gemm32 = number(arg, v) * 1e12;
     else if (len == 8 && !strncmp(arg, "copy_gbs", len)) measured->copy = number(arg, v) * 1e9;
-    else neox_die(2, "unknown key in '%s' (keys: micro vocab table check cudnn launch_us attention_tflops measured_on "
+    else neox_die(2, "unknown key in '%s' (keys: micro vocab table check cudnn cudnn_mlp launch_us attention_tflops measured_on "
                   "gemm_tflops fp32_tflops copy_gbs)", arg);
     // The other GPU follows the measured one by the data sheets' ratios.
     gpu *other = &gpus[measured == &gpus[0]];
@@ -418,7 +427,7 @@ static int parse_option(options *o, const char *arg) {
 
 int main(int argc, char **argv) {
     neox_set_progname("gpu_predict");
-    options o = {.vocab = 50257, .table = 1, .launch = 4e-6, .cudnn = -1};
+    options o = {.vocab = 50257, .table = 1, .launch = 4e-6, .cudnn = -1, .cudnn_mlp = 1};
     const char *paths[64];
     int npaths = 0;
     for (int i = 1; i < argc; i++)
@@ -434,6 +443,10 @@ int main(int argc, char **argv) {
                "published H100 rates; the own tensor-core kernels at %.3g (forward) and %.3g (backward) of the 16-bit "
                "GEMM rate, their model\n", CUDNN_ATTENTION_FORWARD_TFLOPS, CUDNN_ATTENTION_BACKWARD_TFLOPS,
                ATTENTION_FORWARD_EFFICIENCY, ATTENTION_BACKWARD_EFFICIENCY);
+    // (an assumption until a GPU host measures it: tests/gpu/device-check.sh's bench/gpu_ops run does)
+    printf(o.cudnn_mlp ? "# bf16 MLP products with their GELU fused as cuDNN graphs (by the route's rule), at the bf16 "
+                         "GEMM rate, not measured\n"
+                       : "# bf16 MLP products without cuDNN: GELU and its backward as passes of their own\n");
     for (int k = 0; k < 2; k++)
         printf("# %s: bf16 GEMM %.1f TFLOP/s, fp32 GEMM %.1f TFLOP/s, copy %.0f GB/s, memory %.1f GiB\n", gpus[k].name,
                gpus[k].gemm16 * 1e-12, gpus[k].gemm32 * 1e-12, gpus[k].copy * 1e-9, gpus[k].memory / 1073741824.0);

@@ -27,10 +27,10 @@ extern "C" {
     X(void, linear_backward, (void *dinp, float *dweight, float *dbias, const void *dout, int ldo, const void *inp,    \
       const void *weight, int N, int IC, int OC, int accumulate, neox_elem act), (dinp, dweight, dbias, dout, ldo,      \
       inp, weight, N, IC, OC, accumulate, act))                                                                        \
-    X(void, linear_act_forward, (float *out, float *pre, const float *inp, const float *weight, const float *bias,    \
-      int N, int IC, int OC, neox_act_fn fn), (out, pre, inp, weight, bias, N, IC, OC, fn))                            \
-    X(void, linear_act_backward, (float *dpre, float *dbias, const float *dout, const float *weight, const float *pre, \
-      int N, int IC, int OC, neox_act_fn fn), (dpre, dbias, dout, weight, pre, N, IC, OC, fn))                         \
+    X(void, linear_act_forward, (void *out, void *pre, const void *inp, const void *weight, const float *bias, int N,  \
+      int IC, int OC, neox_act_fn fn, neox_elem act), (out, pre, inp, weight, bias, N, IC, OC, fn, act))               \
+    X(void, linear_act_backward, (void *dpre, float *dbias, const void *dout, const void *weight, const void *pre,     \
+      int N, int IC, int OC, neox_act_fn fn, neox_elem act), (dpre, dbias, dout, weight, pre, N, IC, OC, fn, act))     \
     X(void, gemm_ex, (int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,              \
       const void *B, int ldb, neox_elem ab, float beta, void *C, int ldc, neox_elem c), (trans_a, trans_b, M, N, K,    \
       alpha, A, lda, B, ldb, ab, beta, C, ldc, c))                                                                     \
@@ -323,6 +323,11 @@ typedef struct neox_op_cost {
     double bytes;  // read + written in backend memory, at the storage precision
     int tensor16;  // the products take 16-bit operands (a GPU's tensor cores)
     int cudnn;     // attention a CUDA device runs on cuDNN by the route's rule (kernels/attention_route.c)
+    // Of bytes, those of memory-bound passes a device runs after the op's product as kernels of their
+    // own (an activation not fused into the product, a bias gradient's column sums), and how many
+    // kernels: a roofline prices them after the product rather than under it.
+    double after_bytes;
+    int after_calls;
 } neox_op_cost;
 
 #define NEOX_OP_COST_DECLARE(ret, name, params, args) neox_op_cost neox_op_cost_##name params;

@@ -379,23 +379,34 @@ typedef enum neox_act_fn {
 // out = fn(inp): inp, out (n). dinp = dout * fn'(inp), overwritten.
 void neox_activation_forward(void *out, const void *inp, size_t n, neox_act_fn fn, neox_elem act);
 void neox_activation_backward(void *dinp, const void *dout, const void *inp, size_t n, neox_act_fn fn, neox_elem act);
-// The activations a device fuses into a product's epilogue: cuBLASLt's GELU is the tanh approximation
-// (GPT-NeoX's bias_gelu_fusion, Transformer Engine's gelu, Hugging Face's gelu_new); the exact (erf)
-// GELU and the others run as their own pass after the product.
-static inline int neox_act_epilogue_fused(neox_act_fn fn) { return fn == NEOX_FN_GELU_TANH; }
-// A linear layer with its activation fused (the MLP's first projection; fp32): pre (N, OC) = inp (N, IC)
-// @ weight (OC, IC)^T (+ bias (OC), or NULL), kept for backward, and out (N, OC) = fn(pre). Exactly
-// neox_linear_forward then neox_activation_forward; a device may fuse the activation into the
-// product's epilogue where neox_act_epilogue_fused(fn) (CUDA: cuBLASLt's GELU_AUX_BIAS).
-void neox_linear_act_forward(float *out, float *pre, const float *inp, const float *weight, const float *bias, int N,
-                             int IC, int OC, neox_act_fn fn);
+// A linear layer with its activation fused (the MLP's first projection): pre (N, OC) = inp (N, IC)
+// @ weight (OC, IC)^T (+ bias (OC), or NULL), kept for backward, and out (N, OC) = fn(pre). inp, pre,
+// out and the weight operand are stored as act (fp32, or bf16 with the weights' bf16 copy, as
+// neox_linear_forward's); bias stays fp32. Exactly neox_linear_forward then neox_activation_forward
+// (pre rounded once, fn of the rounded pre rounded once); a device may fuse the activation into the
+// product's epilogue where the route (neox_linear_act_route) says so, up to rounding.
+void neox_linear_act_forward(void *out, void *pre, const void *inp, const void *weight, const float *bias, int N,
+                             int IC, int OC, neox_act_fn fn, neox_elem act);
 // Its backward through the next linear (the MLP's second projection, whose input was fn(pre)):
 // dpre (N, IC) = fn'(pre (N, IC)) * (dout (N, OC) @ weight (OC, IC)), overwritten, and dbias (IC, or
-// NULL) += dpre's column sums (the first projection's bias gradient). Exactly neox_linear_backward's
-// input gradient, neox_activation_backward and neox_linear_backward's bias gradient; a device may fuse
-// them into one product where neox_act_epilogue_fused(fn) (CUDA: cuBLASLt's DGELU_BGRAD).
-void neox_linear_act_backward(float *dpre, float *dbias, const float *dout, const float *weight, const float *pre,
-                              int N, int IC, int OC, neox_act_fn fn);
+// NULL, fp32) += dpre's column sums (the first projection's bias gradient); dpre, dout, pre and the
+// weight operand stored as act. Exactly neox_linear_backward's input gradient (rounded once),
+// neox_activation_backward and neox_linear_backward's bias gradient of the rounded dpre; a device may
+// fuse them into one product where the route says so, up to rounding.
+void neox_linear_act_backward(void *dpre, float *dbias, const void *dout, const void *weight, const void *pre, int N,
+                              int IC, int OC, neox_act_fn fn, neox_elem act);
+// Where a CUDA device runs a linear_act call (kernels/linear_act_route.c, the one owner of the rule;
+// bench/gpu_predict prices each call by it through kernels/op_cost.c):
+// - NEOX_EPILOGUE_CUBLASLT: cuBLASLt's GELU epilogues (GELU_AUX_BIAS, DGELU_BGRAD), fp32 storage and
+//   GELU's tanh approximation (cuBLASLt's GELU is that approximation: GPT-NeoX's bias_gelu_fusion);
+// - NEOX_EPILOGUE_CUDNN: one cuDNN graph per direction, bf16 storage and the exact (erf) GELU or its
+//   tanh approximation (cuDNN's GELU_FWD/GELU_BWD and their tanh forms), when cuDNN loads and builds
+//   plans for the shape (else the separate passes below);
+// - NEOX_EPILOGUE_NONE: the product, then the activation as its own pass.
+typedef enum neox_epilogue_route { NEOX_EPILOGUE_NONE, NEOX_EPILOGUE_CUBLASLT, NEOX_EPILOGUE_CUDNN } neox_epilogue_route;
+neox_epilogue_route neox_linear_act_route(neox_act_fn fn, neox_elem act);
+// Whether the rule may pick cuDNN (default 1; bench/gpu_predict's cudnn_mlp=0 prices a host without it).
+void neox_linear_act_allow_cudnn(int allow);
 // A gated activation as GPT-NeoX's Gated_Activation computes it (geglu, reglu, swiglu, bilinear,
 // glu): inp: (N, 2F) = [x | gate] (the gate is the second half); out: (N, F) = fn(gate) * x.
 // dinp: (N, 2F) overwritten.

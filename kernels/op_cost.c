@@ -272,25 +272,38 @@ neox_op_cost neox_op_cost_attention_backward(void *dq, void *dk, void *dv, const
                           .cudnn = !neox_attention_own_reason(&o)};
 }
 
-// A linear layer with its activation (fp32): the product's FLOPs. Where a device fuses fn into the
-// product's epilogue (neox_act_epilogue_fused) the pre-activation is written once beside the output
-// and never read back; otherwise the activation is its own pass, reading it again.
-neox_op_cost neox_op_cost_linear_act_forward(float *out, float *pre, const float *inp, const float *weight,
-                                             const float *bias, int N, int IC, int OC, neox_act_fn fn) {
+// A linear layer with its activation: the product's FLOPs on operands stored as act. Where the route
+// (kernels/linear_act_route.c) fuses fn into the product's epilogue, pre and out are both written by
+// it and nothing is read back; otherwise the activation is its own pass after the product, reading
+// pre again and writing out.
+neox_op_cost neox_op_cost_linear_act_forward(void *out, void *pre, const void *inp, const void *weight,
+                                             const float *bias, int N, int IC, int OC, neox_act_fn fn, neox_elem act) {
     (void)out, (void)pre, (void)inp, (void)weight;
-    double n = N, ic = IC, oc = OC, rows = n * oc * (neox_act_epilogue_fused(fn) ? 2.0 : 3.0);
-    return (neox_op_cost){.flops = 2.0 * n * ic * oc, .bytes = F32 * (n * ic + oc * ic + rows + (bias ? oc : 0.0))};
+    double n = N, ic = IC, oc = OC, a = elem_bytes(act), product = a * (n * ic + oc * ic + n * oc) + F32 * (bias ? oc : 0.0);
+    int fused = neox_linear_act_route(fn, act) != NEOX_EPILOGUE_NONE;
+    double after = fused ? 0.0 : a * 2.0 * n * oc;
+    return (neox_op_cost){.flops = 2.0 * n * ic * oc, .bytes = product + (fused ? a * n * oc : after),
+                          .tensor16 = act != NEOX_ELEM_F32, .after_bytes = after, .after_calls = fused ? 0 : 1};
 }
 
-// Its backward: the input gradient's product; fused, the pre-activation is read and dpre written once
-// and the bias gradient (cuBLASLt writes it, then it is added) comes from the same pass; otherwise the
-// activation's backward and the bias gradient's column sums read dpre again.
-neox_op_cost neox_op_cost_linear_act_backward(float *dpre, float *dbias, const float *dout, const float *weight,
-                                              const float *pre, int N, int IC, int OC, neox_act_fn fn) {
+// Its backward: the input gradient's product. Fused (either route), the epilogue reads pre and writes
+// dpre once; cuBLASLt's DGELU_BGRAD sums the bias gradient in the same pass (written to a small
+// buffer, then added: a pass over IC floats), cuDNN's graph leaves it to a column-sum pass over dpre.
+// Otherwise the product writes the activation's gradient, the activation's backward reads it and pre
+// and writes dpre, and the column sums read dpre again.
+neox_op_cost neox_op_cost_linear_act_backward(void *dpre, float *dbias, const void *dout, const void *weight,
+                                              const void *pre, int N, int IC, int OC, neox_act_fn fn, neox_elem act) {
     (void)dpre, (void)dout, (void)weight, (void)pre;
-    double n = N, ic = IC, oc = OC, fused = neox_act_epilogue_fused(fn);
-    double rows = n * ic * (fused ? 2.0 : 4.0 + (dbias ? 1.0 : 0.0)), bias = dbias ? ic * (fused ? 3.0 : 2.0) : 0.0;
-    return (neox_op_cost){.flops = 2.0 * n * ic * oc, .bytes = F32 * (n * oc + ic * oc + rows + bias)};
+    neox_epilogue_route route = neox_linear_act_route(fn, act);
+    double n = N, ic = IC, oc = OC, a = elem_bytes(act);
+    double product = a * (n * oc + ic * oc + (route == NEOX_EPILOGUE_NONE ? 1.0 : 2.0) * n * ic);
+    double after = 0.0, column_sums = a * n * ic + F32 * 2.0 * ic;
+    int calls = 0;
+    if (route == NEOX_EPILOGUE_NONE) after += a * 3.0 * n * ic, calls++;
+    if (dbias && route == NEOX_EPILOGUE_CUBLASLT) product += F32 * ic, after += F32 * 3.0 * ic, calls++;
+    else if (dbias) after += column_sums, calls++;
+    return (neox_op_cost){.flops = 2.0 * n * ic * oc, .bytes = product + after, .tensor16 = act != NEOX_ELEM_F32,
+                          .after_bytes = after, .after_calls = calls};
 }
 
 // ---- elementwise ------------------------------------------------------------------------------

@@ -87,16 +87,16 @@ void neox_linear_backward(void *dinp, float *dweight, float *dbias, const void *
 }
 
 // The reference of a fused linear + activation: the ops themselves, in the order a model without
-// the fusion runs them (so a model calling it trains bit for bit as before).
-void neox_linear_act_forward(float *out, float *pre, const float *inp, const float *weight, const float *bias, int N,
-                             int IC, int OC, neox_act_fn fn) {
-    neox_linear_forward(pre, OC, inp, weight, bias, N, IC, OC, NEOX_ELEM_F32);
-    neox_activation_forward(out, pre, (size_t)N * OC, fn, NEOX_ELEM_F32);
+// the fusion runs them (so a model calling it trains bit for bit as before), at the storage act.
+void neox_linear_act_forward(void *out, void *pre, const void *inp, const void *weight, const float *bias, int N,
+                             int IC, int OC, neox_act_fn fn, neox_elem act) {
+    neox_linear_forward(pre, OC, inp, weight, bias, N, IC, OC, act);
+    neox_activation_forward(out, pre, (size_t)N * OC, fn, act);
 }
 
-void neox_linear_act_backward(float *dpre, float *dbias, const float *dout, const float *weight, const float *pre,
-                              int N, int IC, int OC, neox_act_fn fn) {
-    neox_linear_backward(dpre, NULL, NULL, dout, OC, NULL, weight, N, IC, OC, 0, NEOX_ELEM_F32);
-    neox_activation_backward(dpre, dpre, pre, (size_t)N * IC, fn, NEOX_ELEM_F32);  // (elementwise: in place)
-    if (dbias) bias_grad(dbias, dpre, IC, N, IC, NEOX_ELEM_F32);
+void neox_linear_act_backward(void *dpre, float *dbias, const void *dout, const void *weight, const void *pre, int N,
+                              int IC, int OC, neox_act_fn fn, neox_elem act) {
+    neox_linear_backward(dpre, NULL, NULL, dout, OC, NULL, weight, N, IC, OC, 0, act);
+    neox_activation_backward(dpre, dpre, pre, (size_t)N * IC, fn, act);  // (elementwise: in place)
+    if (dbias) bias_grad(dbias, dpre, IC, N, IC, act);
 }

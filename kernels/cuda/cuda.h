@@ -37,6 +37,14 @@ void neox_cuda_linear_gelu_forward(float *out, float *pre, const float *inp, con
                                    int N, int IC, int OC);
 void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, const float *weight, const float *pre, int N,
                                      int IC, int OC);
+// The same two products as cuDNN graphs on bf16 storage (kernels/cuda/linear_act_cudnn.cu), the
+// exact GELU (fn NEOX_FN_GELU) or its tanh approximation: out, pre (N, OC) from inp (N, IC), weight (OC,
+// IC) and bias (OC, fp32, or NULL); dpre (N, IC) from dout (N, OC), weight and pre. 0 when cuDNN did not
+// run (no library, or no plan for the shape): the caller then runs the separate ops.
+int neox_cuda_linear_act_cudnn_forward(void *out, void *pre, const void *inp, const void *weight, const float *bias,
+                                       int N, int IC, int OC, neox_act_fn fn);
+int neox_cuda_linear_act_cudnn_backward(void *dpre, const void *dout, const void *weight, const void *pre, int N,
+                                        int IC, int OC, neox_act_fn fn);
 
 // Which own kernels 16-bit attention runs on where cuDNN does not (kernels/cuda/attention_cudnn.cu
 // owns the choice): 1, the pipelined kernels of attention_fa2.cu (the default), or 0, the first

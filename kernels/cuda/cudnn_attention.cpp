@@ -1,17 +1,16 @@
 // cudnn_attention.cpp: cuDNN's fused attention graphs (cudnn_attention.h) through cudnn-frontend,
-// the header-only C++ interface that `make deps` installs into .deps/cudnn-frontend. The frontend's
-// dynamic loading is used: libcudnn.so.9 is opened on first use, so linking the tools needs no cuDNN
-// and a host without it falls back to the own attention kernels. Built without the frontend's
-// headers, every entry point reports that and the own kernels run.
+// the header-only C++ interface that `make deps` installs into .deps/cudnn-frontend (libcudnn's
+// loading, the handle and plan building are cudnn_graph.cpp's). A host without libcudnn falls back to
+// the own attention kernels. Built without the frontend's headers, every entry point reports that
+// and the own kernels run.
 #include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/cudnn_graph.hpp"
 #include "kernels/kernels.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#if __has_include(<cudnn_frontend.h>)
-#define NEOX_HAVE_CUDNN_FRONTEND 1
-#endif
+using neox_cudnn::say;
 
 // The strides helpers need nothing of cuDNN.
 extern "C" void neox_cudnn_strides_bhtd(int64_t stride[4], int heads, int T, int HS) {
@@ -41,16 +40,9 @@ extern "C" void neox_cudnn_strides_qkv(neox_cudnn_sdpa *s, int interleaved, int6
     *v_off = (int64_t)l.v_offset;
 }
 
-static void say(char *why, size_t whylen, const char *what) {
-    if (why && whylen) snprintf(why, whylen, "%s", what);
-}
-
 #ifndef NEOX_HAVE_CUDNN_FRONTEND
 
 static const char k_not_built[] = "built without the cudnn-frontend headers (make deps installs them)";
-extern "C" int neox_cudnn_built(void) { return 0; }
-extern "C" int neox_cudnn_load(char *why, size_t whylen) { return say(why, whylen, k_not_built), 0; }
-extern "C" const char *neox_cudnn_version(void) { return ""; }
 extern "C" int neox_cudnn_sdpa_validate(const neox_cudnn_sdpa *, int, char *why, size_t whylen) {
     return say(why, whylen, k_not_built), 0;
 }
@@ -69,28 +61,19 @@ extern "C" int neox_cudnn_sdpa_backward(const neox_cudnn_sdpa *, uint16_t *, uin
 
 #else
 
-#include <dlfcn.h>
-
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
-#include <cudnn_frontend.h>
-
 namespace fe = cudnn_frontend;
-
-// The frontend's dynamic loading resolves every cuDNN call through this handle.
-void *cudnn_frontend::cudnn_dlhandle = nullptr;
+using neox_cudnn::attempt;
 
 namespace {
 
 // Tensor ids of the variant packs.
 enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DOUT, UID_DQ, UID_DK, UID_DV };
-
-std::string g_version;
 
 int query_rows(const neox_cudnn_sdpa *s) { return s->Tq > 0 ? s->Tq : s->T; }
 bool bottom_right(const neox_cudnn_sdpa *s) { return s->Tq > 0 && s->Tq != s->T; }
@@ -181,22 +164,6 @@ const char *shape_problem(const neox_cudnn_sdpa *s) {
     return nullptr;
 }
 
-// Runs f, turning the frontend's errors and exceptions (dynamic loading throws on a missing
-// symbol) into a message.
-template <typename F> bool attempt(F f, std::string &why) {
-    try {
-        fe::error_t st = f();
-        if (st.is_good()) return true;
-        why = st.get_message();
-    } catch (const std::exception &e) {
-        why = e.what();
-    } catch (...) {
-        why = "unknown exception from cudnn-frontend";
-    }
-    if (why.empty()) why = "cudnn-frontend failed without a message";
-    return false;
-}
-
 bool validate_both(const neox_cudnn_sdpa *s, int sm, std::string &why) {
     return attempt([&] { return forward_graph(s, sm)->validate(); }, why) &&
            attempt([&] { return backward_graph(s, sm)->validate(); }, why);
@@ -210,8 +177,6 @@ struct plans {
     int64_t fwd_ws = 0, bwd_ws = 0;
 };
 
-cudnnHandle_t g_handle = nullptr;
-std::string g_handle_error;
 std::map<std::vector<int64_t>, plans> g_cache;
 
 std::vector<int64_t> cache_key(const neox_cudnn_sdpa *s) {
@@ -222,41 +187,16 @@ std::vector<int64_t> cache_key(const neox_cudnn_sdpa *s) {
     return key;
 }
 
-bool ensure_handle(std::string &why) {
-    if (g_handle) return true;
-    if (g_handle_error.empty()) {
-        try {
-            cudnnStatus_t st = fe::detail::create_handle(&g_handle);
-            if (st != CUDNN_STATUS_SUCCESS) {
-                g_handle = nullptr;
-                g_handle_error = std::string("cudnnCreate failed: ") + fe::detail::get_error_string(st);
-            }
-        } catch (const std::exception &e) {
-            g_handle_error = std::string("cudnnCreate failed: ") + e.what();
-        }
-    }
-    why = g_handle_error;
-    return g_handle != nullptr;
-}
-
-// validate, cuDNN's operation graph, heuristics' candidates, support check, plan build.
-bool build(fe::graph::Graph &g, int64_t &ws, std::string &why) {
-    return attempt([&] { return g.validate(); }, why) && attempt([&] { return g.build_operation_graph(g_handle); }, why) &&
-           attempt([&] { return g.create_execution_plans({fe::HeurMode_t::A}); }, why) &&
-           attempt([&] { return g.check_support(g_handle); }, why) && attempt([&] { return g.build_plans(); }, why) &&
-           attempt([&] { return g.get_workspace_size(ws); }, why);
-}
-
 plans make_plans(const neox_cudnn_sdpa *s) {
     plans p;
     char why[256];
     if (const char *bad = shape_problem(s)) return p.why = bad, p;
     if (!neox_cudnn_load(why, sizeof why)) return p.why = why, p;
-    if (!ensure_handle(p.why)) return p;
+    if (!neox_cudnn::ensure_handle(p.why)) return p;
     p.fwd = forward_graph(s, 0);
     p.bwd = backward_graph(s, 0);
-    if (!build(*p.fwd, p.fwd_ws, p.why)) return p.why = "forward: " + p.why, p;
-    if (!build(*p.bwd, p.bwd_ws, p.why)) return p.why = "backward: " + p.why, p;
+    if (!neox_cudnn::build(*p.fwd, p.fwd_ws, p.why)) return p.why = "forward: " + p.why, p;
+    if (!neox_cudnn::build(*p.bwd, p.bwd_ws, p.why)) return p.why = "backward: " + p.why, p;
     p.ok = true;
     return p;
 }
@@ -271,44 +211,10 @@ const plans *find_plans(const neox_cudnn_sdpa *s) {
 bool execute(const plans *p, fe::graph::Graph &g, std::unordered_map<int64_t, void *> &pack, void *workspace,
              void *stream, std::string &why) {
     if (!p->ok) return why = p->why, false;
-    if (fe::detail::set_stream(g_handle, (cudaStream_t)stream) != CUDNN_STATUS_SUCCESS) {
-        why = "cudnnSetStream failed";
-        return false;
-    }
-    return attempt([&] { return g.execute(g_handle, pack, workspace); }, why);
+    return neox_cudnn::execute(g, pack, workspace, stream, why);
 }
 
 }  // namespace
-
-extern "C" int neox_cudnn_load(char *why, size_t whylen) {
-    static int state = -1;  // -1 not tried, 0 failed, 1 loaded
-    static std::string error;
-    if (state < 0) {
-        // The soname of cuDNN 9 (the frontend needs 9.x), found through the RPATH (the CUDA toolkit's
-        // lib64) or the loader's usual search.
-        fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
-        if (!fe::cudnn_dlhandle) {
-            const char *e = dlerror();
-            error = std::string("libcudnn.so.9 not loadable: ") + (e ? e : "?");
-            state = 0;
-        } else {
-            try {
-                size_t v = fe::detail::get_backend_version();
-                g_version = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
-                state = 1;
-            } catch (const std::exception &e) {
-                error = std::string("libcudnn.so.9 loaded but unusable: ") + e.what();
-                state = 0;
-            }
-        }
-    }
-    if (!state) say(why, whylen, error.c_str());
-    return state;
-}
-
-extern "C" int neox_cudnn_built(void) { return 1; }
-
-extern "C" const char *neox_cudnn_version(void) { return g_version.c_str(); }
 
 extern "C" int neox_cudnn_sdpa_validate(const neox_cudnn_sdpa *s, int sm_version, char *why, size_t whylen) {
     if (const char *bad = shape_problem(s)) return say(why, whylen, bad), 0;

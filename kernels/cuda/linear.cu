@@ -27,7 +27,9 @@ static long g_lt_runs, g_fallbacks;
 extern "C" void neox_cuda_set_cublaslt(int allow) { g_use_lt = allow != 0; }
 extern "C" void neox_cuda_matmul_counts(long *lt, long *fallback) { *lt = g_lt_runs, *fallback = g_fallbacks; }
 
-int neox_cuda_epilogue_gelu_matches(neox_act_fn fn) { return neox_act_epilogue_fused(fn); }
+int neox_cuda_epilogue_gelu_matches(neox_act_fn fn) {
+    return neox_linear_act_route(fn, NEOX_ELEM_F32) == NEOX_EPILOGUE_CUBLASLT;
+}
 
 // ---- the cuBLAS path ----------------------------------------------------------------------------
 static void gemm_cublas(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int lda,
@@ -411,23 +413,31 @@ extern "C" void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, 
     neox_cuda_matmul(&g);
 }
 
-// The backend's fused linear + activation (kernels.h): the GELU epilogues where cuBLASLt's GELU is the
-// model's function (neox_act_epilogue_fused), else the linear and activation ops in turn.
-extern "C" void neox_cuda_linear_act_forward(float *out, float *pre, const float *inp, const float *weight,
-                                             const float *bias, int N, int IC, int OC, neox_act_fn fn) {
-    if (neox_act_epilogue_fused(fn)) {
-        neox_cuda_linear_gelu_forward(out, pre, inp, weight, bias, N, IC, OC);
+// The backend's fused linear + activation (kernels.h), where the route's rule sends each call
+// (kernels/linear_act_route.c): cuBLASLt's GELU epilogues (fp32, GELU's tanh approximation), one cuDNN
+// graph (bf16, either GELU; linear_act_cudnn.cu, which may find no plan), else the linear and
+// activation ops in turn.
+extern "C" void neox_cuda_linear_act_forward(void *out, void *pre, const void *inp, const void *weight,
+                                             const float *bias, int N, int IC, int OC, neox_act_fn fn, neox_elem act) {
+    neox_epilogue_route route = neox_linear_act_route(fn, act);
+    if (route == NEOX_EPILOGUE_CUBLASLT) {
+        neox_cuda_linear_gelu_forward((float *)out, (float *)pre, (const float *)inp, (const float *)weight, bias, N,
+                                      IC, OC);
         return;
     }
-    neox_cuda_linear_forward(pre, OC, inp, weight, bias, N, IC, OC, NEOX_ELEM_F32);
-    neox_cuda_activation_forward(out, pre, (size_t)N * OC, fn, NEOX_ELEM_F32);
+    if (route == NEOX_EPILOGUE_CUDNN && neox_cuda_linear_act_cudnn_forward(out, pre, inp, weight, bias, N, IC, OC, fn))
+        return;
+    neox_cuda_linear_forward(pre, OC, inp, weight, bias, N, IC, OC, act);
+    neox_cuda_activation_forward(out, pre, (size_t)N * OC, fn, act);
 }
 
-// dpre (N, IC) = fn'(pre) * (dout (N, OC) @ weight (OC, IC)); dbias (IC) += dpre's column sums, fused
-// as DGELU_BGRAD (which overwrites its sums: into the bias buffer, then added, as weight_grads does).
-extern "C" void neox_cuda_linear_act_backward(float *dpre, float *dbias, const float *dout, const float *weight,
-                                              const float *pre, int N, int IC, int OC, neox_act_fn fn) {
-    if (neox_act_epilogue_fused(fn)) {
+// dpre (N, IC) = fn'(pre) * (dout (N, OC) @ weight (OC, IC)); dbias (IC) += dpre's column sums: on
+// cuBLASLt fused as DGELU_BGRAD (which overwrites its sums: into the bias buffer, then added, as
+// weight_grads does); after cuDNN's graph or the separate ops, column sums of dpre.
+extern "C" void neox_cuda_linear_act_backward(void *dpre, float *dbias, const void *dout, const void *weight,
+                                              const void *pre, int N, int IC, int OC, neox_act_fn fn, neox_elem act) {
+    neox_epilogue_route route = neox_linear_act_route(fn, act);
+    if (route == NEOX_EPILOGUE_CUBLASLT) {
         float *sums = dbias ? bias_buffer(IC) : NULL;
         neox_cuda_matmul_args g = {0, 0, N, IC, OC, 1.0f, 0.0f, dout, OC, weight, IC, NEOX_ELEM_F32, dpre, IC,
                                    NEOX_ELEM_F32, dbias ? NEOX_CUDA_EPI_DGELU_BGRAD : NEOX_CUDA_EPI_DGELU, sums,
@@ -436,7 +446,9 @@ extern "C" void neox_cuda_linear_act_backward(float *dpre, float *dbias, const f
         if (dbias) neox_cuda_add_inplace(dbias, sums, (size_t)IC);
         return;
     }
-    neox_cuda_linear_backward(dpre, NULL, NULL, dout, OC, NULL, weight, N, IC, OC, 0, NEOX_ELEM_F32);
-    neox_cuda_activation_backward(dpre, dpre, pre, (size_t)N * IC, fn, NEOX_ELEM_F32);  // (elementwise: in place)
-    if (dbias) neox_cuda_column_sums(dbias, dpre, IC, NULL, NULL, NULL, N, IC);
+    if (route != NEOX_EPILOGUE_CUDNN || !neox_cuda_linear_act_cudnn_backward(dpre, dout, weight, pre, N, IC, OC, fn)) {
+        neox_cuda_linear_backward(dpre, NULL, NULL, dout, OC, NULL, weight, N, IC, OC, 0, act);
+        neox_cuda_activation_backward(dpre, dpre, pre, (size_t)N * IC, fn, act);  // (elementwise: in place)
+    }
+    if (dbias) neox_cuda_linear_backward(NULL, NULL, dbias, dpre, IC, NULL, NULL, N, IC, IC, 0, act);
 }

@@ -201,13 +201,19 @@ void neox_model_linear_backward_input_rows(neox_model *m, float *dinp, const flo
                 o0 > 0 ? 1.0f : 0.0f, dinp, IC, NEOX_ELEM_F32);
 }
 
-// Whether the MLP's first projection and its activation run as the backend's fused op: fp32 products
-// on fp32 activations with an ungated activation (the op is fp32's; a 16-bit or FP8 product and a
-// gated activation run as before). The one place the model decides it; whether a device then fuses
-// the function into the product's epilogue is the backend's (kernels.h, neox_act_epilogue_fused).
+// Whether the MLP's first projection and its activation run as the backend's fused op: an ungated
+// activation on fp32 products with fp32 activations, or on bf16 storage (the op takes both as they
+// are; fp16 and FP8 products, which cast operands into scratch, and gated activations run as before).
+// The one place the model decides it; where a device then fuses the function into the product is the
+// route's (kernels.h, neox_linear_act_route).
 static int mlp_fused(const neox_model *m) {
-    return m->precision == NEOX_PRECISION_FP32 && m->act_elem == NEOX_ELEM_F32 &&
-           !neox_activation_gated(m->desc.activation);
+    if (neox_activation_gated(m->desc.activation)) return 0;
+    return (m->precision == NEOX_PRECISION_FP32 && m->act_elem == NEOX_ELEM_F32) || m->act_elem == NEOX_ELEM_BF16;
+}
+
+// The weight operand of the fused ops: the fp32 weight, or under bf16 storage its bf16 copy.
+static const void *fused_weight(const neox_model *m, const float *w) {
+    return m->act_elem == NEOX_ELEM_BF16 ? (const void *)weight16(m, w) : (const void *)w;
 }
 
 void neox_model_mlp_forward_in(neox_model *m, float *act, float *fc, const float *inp, const float *w,
@@ -216,7 +222,7 @@ void neox_model_mlp_forward_in(neox_model *m, float *act, float *fc, const float
     neox_act_fn fn = neox_activation_function(m->desc.activation);
     int gated = neox_activation_gated(m->desc.activation);
     if (mlp_fused(m)) {
-        be->linear_act_forward(act, fc, inp, w, bias, N, C, F, fn);
+        be->linear_act_forward(act, fc, inp, fused_weight(m, w), bias, N, C, F, fn, m->act_elem);
         return;
     }
     neox_model_linear_forward(m, fc, inp, w, bias, N, C, gated ? 2 * F : F);
@@ -229,8 +235,13 @@ float *neox_model_mlp_backward_act(neox_model *m, float *dfc, float *dact, float
     const neox_backend *be = m->be;
     neox_act_fn fn = neox_activation_function(m->desc.activation);
     if (mlp_fused(m)) {
-        be->linear_act_backward(dfc, db, dout, w2, fc, N, F, C, fn);
-        return NULL;
+        // The bias gradient goes into the op only where the device sums it in the product's own pass
+        // (cuBLASLt's DGELU_BGRAD); else the first projection's weight backward sums it (BGRADB on
+        // fp32 products, column sums on bf16), as without the fusion. (On the CPU both are the same
+        // column sums of the same dfc.)
+        int in_op = neox_linear_act_route(fn, m->act_elem) == NEOX_EPILOGUE_CUBLASLT;
+        be->linear_act_backward(dfc, in_op ? db : NULL, dout, fused_weight(m, w2), fc, N, F, C, fn, m->act_elem);
+        return in_op ? NULL : db;
     }
     neox_model_linear_backward_input(m, dact, dout, w2, N, F, C);
     if (neox_activation_gated(m->desc.activation)) be->gated_backward(dfc, dact, fc, N, F, fn, m->act_elem);

@@ -1,6 +1,7 @@
-// cudnn_graphs.c: every cuDNN attention graph the model can ask for passes cudnn-frontend's validate()
-// for Hopper (sm_90), checked without a GPU: the frontend's checks of data types, head sizes, masks,
-// GQA and the architecture's rules run on the host (cudnn_attention.h, neox_cudnn_sdpa_validate).
+// cudnn_graphs.c: every cuDNN graph the model can ask for passes cudnn-frontend's validate() for
+// Hopper (sm_90), checked without a GPU: the attention graphs (the frontend's checks of data types,
+// head sizes, masks, GQA and the architecture's rules; cudnn_attention.h, neox_cudnn_sdpa_validate)
+// and the MLP's products with GELU fused (cudnn_matmul.h, neox_cudnn_gelu_mm_validate).
 // What needs a GPU (cuDNN's own support check, plan build, the numbers) is in tests/gpu/op_parity.c.
 // TAP lines; "# SKIP" when libcudnn cannot be loaded here; a build without the cudnn-frontend headers
 // fails. Exit 1 when any check fails.
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cudnn_attention.h"
+#include "kernels/cuda/cudnn_matmul.h"
 
 // How q, k, v and out are laid out in memory.
 typedef enum {
@@ -61,6 +63,30 @@ static const graph_case cases[] = {
     {"HS 20 is refused", 1, 2, 2, 64, 20, 0, LAYOUT_SPLIT, 0, 0},
 };
 
+// The MLP graphs (kernels/cuda/cudnn_matmul.cpp): the first projection's product with its bias and
+// GELU (N, C) -> (N, F), and the second's input gradient with GELU's backward (N, C) -> (N, F), at the
+// shapes bench/gpu_train.sh trains (N = micro-batch x 2048 tokens, F = 4C).
+typedef struct {
+    const char *what;
+    neox_cudnn_gelu_mm s;  // {backward, N, IC, OC, bias, tanh}
+    int expect_ok;
+} mm_case;
+
+static const mm_case mm_cases[] = {
+    {"125M first projection + bias + exact GELU, micro-batch 32", {0, 65536, 768, 3072, 1, 0}, 1},
+    {"125M second projection's input gradient x exact GELU'", {1, 65536, 3072, 768, 0, 0}, 1},
+    {"350M first projection + bias + exact GELU, micro-batch 16", {0, 32768, 1024, 4096, 1, 0}, 1},
+    {"350M second projection's input gradient x exact GELU'", {1, 32768, 4096, 1024, 0, 0}, 1},
+    {"1.3B first projection + bias + exact GELU, micro-batch 8", {0, 16384, 2048, 8192, 1, 0}, 1},
+    {"1.3B second projection's input gradient x exact GELU'", {1, 16384, 8192, 2048, 0, 0}, 1},
+    {"no bias (use_bias_in_mlp: false)", {0, 2048, 768, 3072, 0, 0}, 1},
+    {"tanh-approximated GELU forward (bias_gelu_fusion)", {0, 2048, 768, 3072, 1, 1}, 1},
+    {"tanh-approximated GELU backward", {1, 2048, 3072, 768, 0, 1}, 1},
+    {"rows and widths not multiples of a tile", {0, 37, 64, 96, 1, 0}, 1},
+    {"odd backward shape", {1, 37, 96, 64, 0, 0}, 1},
+    {"an empty shape is refused", {0, 0, 768, 3072, 1, 0}, 0},
+};
+
 static neox_cudnn_sdpa make_shape(const graph_case *c) {
     neox_cudnn_sdpa s;
     memset(&s, 0, sizeof s);
@@ -97,7 +123,8 @@ int main(void) {
     }
     printf("# cuDNN %s, graphs validated for sm_90 without a GPU\n", neox_cudnn_version());
     int n = (int)(sizeof cases / sizeof cases[0]), failed = 0;
-    printf("1..%d\n", n + 2);
+    int nmm = (int)(sizeof mm_cases / sizeof mm_cases[0]);
+    printf("1..%d\n", n + 2 + nmm + 1);
     for (int i = 0; i < n; i++) {
         const graph_case *c = &cases[i];
         neox_cudnn_sdpa s = make_shape(c);
@@ -129,5 +156,24 @@ int main(void) {
     else
         printf("%s %d - without plans, prepare says why (the own kernels then run): %s\n", sound ? "ok" : "not ok",
                n + 2, why);
+    for (int i = 0; i < nmm; i++) {
+        const mm_case *c = &mm_cases[i];
+        why[0] = 0;
+        int ok = neox_cudnn_gelu_mm_validate(&c->s, 90, why, sizeof why);
+        int pass = ok == c->expect_ok;
+        failed += !pass;
+        printf("%s %d - MLP %s: %s (N %d, IC %d, OC %d)%s%s\n", pass ? "ok" : "not ok", n + 3 + i,
+               c->s.backward ? "backward" : "forward", c->what, c->s.N, c->s.IC, c->s.OC, why[0] ? ": " : "", why);
+    }
+    // As for attention: without a GPU, prepare refuses with the reason (the separate passes then run).
+    size_t ws = 0;
+    why[0] = 0;
+    planned = neox_cudnn_gelu_mm_prepare(&mm_cases[0].s, &ws, why, sizeof why);
+    sound = planned ? 1 : why[0] != 0;
+    failed += !sound;
+    if (planned) printf("ok %d - MLP plan built on this GPU (workspace %zu bytes)\n", n + 3 + nmm, ws);
+    else
+        printf("%s %d - without a plan, prepare says why (the separate passes then run): %s\n", sound ? "ok" : "not ok",
+               n + 3 + nmm, why);
     return failed ? 1 : 0;
 }

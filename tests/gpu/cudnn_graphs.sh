@@ -1,7 +1,8 @@
-# cudnn_graphs.sh: every cuDNN attention graph the model uses passes cudnn-frontend's validate() for
-# sm_90, without a GPU (tests/gpu/cudnn_graphs.c), in the gpu suite of tests/run. Skipped where the
-# CUDA variant cannot be built (no nvcc) or libcudnn does not load; a CUDA build without the
-# cudnn-frontend headers (make deps) fails here, since its attention would never use cuDNN.
+# cudnn_graphs.sh: every cuDNN graph the model uses (attention; the MLP's products with GELU fused)
+# passes cudnn-frontend's validate() for sm_90, without a GPU (tests/gpu/cudnn_graphs.c), in the gpu
+# suite of tests/run. Skipped where the CUDA variant cannot be built (no nvcc) or libcudnn does not
+# load; a CUDA build without the cudnn-frontend headers (make deps) fails here, since its attention
+# would never use cuDNN.
 . tests/lib.sh
 bin=build/cuda/tests/gpu/cudnn_graphs
 if [ ! -x "$bin" ]; then

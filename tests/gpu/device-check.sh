@@ -19,7 +19,9 @@
 #      if they crash, the two passes alone, and the rest of the run uses the two-pass backward if they
 #      pass, else the first tensor-core attention kernels),
 #   2. the op speed at the 125M shapes against cuBLAS and copy bandwidth (bench/gpu_ops.c), which
-#      also measures the bf16 GEMM rate that MFU is taken against,
+#      also measures the bf16 GEMM rate that MFU is taken against, and the MLP's products with the
+#      exact GELU fused as cuDNN graphs against cuBLASLt's product with GELU's pass apart (the rate
+#      bench/gpu_predict assumes for them),
 #   3. 125M training throughput in bf16 (bench/gpu_train.sh: tokens/s, MFU vs the measured bf16 GEMM
 #      rate and vs the H200's nominal 989 TFLOP/s), the number that matters most, early, with the
 #      measured per-op profile by class (wall_clock_breakdown) beside bench/gpu_predict's roofline
@@ -231,6 +233,7 @@ if grep -q '# SKIP' "$OUT/op_parity.txt"; then parity=3; note "FAIL: the harness
 note "op parity: exit $parity; $(grep -c '^ok' "$OUT/op_parity.txt") ok, $(grep -c '^not ok' "$OUT/op_parity.txt") not ok"
 grep -A1 '^not ok' "$OUT/op_parity.txt" | tee -a "$summary"
 grep '^neox cuda: attention:' "$OUT/op_parity.txt" | sort -u | tee -a "$summary"  # which attention ran (cuDNN or why not)
+grep '^neox cuda: MLP product + GELU:' "$OUT/op_parity.txt" | sort -u | tee -a "$summary"  # likewise the MLP's GELU
 [ $parity -ne 0 ] && status=1
 if [ $parity -ne 0 ] && [ $parity -ne 1 ] && [ $parity -ne 3 ]; then
     # A crash (an abort inside an op): again with every launch waited for, to name the kernel.

@@ -234,16 +234,16 @@ static void test_linear_act(int N, int IC, int OC, neox_act_fn fn, int with_bias
         const char *path = gpu == cpu ? "cpu" : lt ? "cuBLASLt" : "cuBLAS";
         pair inp = pair_rand((size_t)N * IC), w = pair_rand((size_t)OC * IC), b = pair_rand(OC);
         pair out = pair_zero((size_t)N * OC), pre = pair_zero((size_t)N * OC);
-        cpu->linear_act_forward(out.h, pre.h, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC, fn);
-        gpu->linear_act_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC, fn);
+        cpu->linear_act_forward(out.h, pre.h, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC, fn, NEOX_ELEM_F32);
+        gpu->linear_act_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC, fn, NEOX_ELEM_F32);
         checkf(GEMM_TOL, &pre, "linear_act_forward pre-activation %s fn=%d N=%d IC=%d OC=%d bias=%d", path, (int)fn, N,
                IC, OC, with_bias);
         checkf(GEMM_TOL, &out, "linear_act_forward out %s fn=%d N=%d IC=%d OC=%d", path, (int)fn, N, IC, OC);
         // backward through a layer (OC, IC) whose input was fn(x), x of width IC
         pair dout = pair_rand((size_t)N * OC), x = pair_rand((size_t)N * IC), dpre = pair_zero((size_t)N * IC);
         pair db = pair_rand(IC);  // added to
-        cpu->linear_act_backward(dpre.h, with_bias ? db.h : NULL, dout.h, w.h, x.h, N, IC, OC, fn);
-        gpu->linear_act_backward(dpre.d, with_bias ? db.d : NULL, dout.d, w.d, x.d, N, IC, OC, fn);
+        cpu->linear_act_backward(dpre.h, with_bias ? db.h : NULL, dout.h, w.h, x.h, N, IC, OC, fn, NEOX_ELEM_F32);
+        gpu->linear_act_backward(dpre.d, with_bias ? db.d : NULL, dout.d, w.d, x.d, N, IC, OC, fn, NEOX_ELEM_F32);
         checkf(GEMM_TOL, &dpre, "linear_act_backward dpre %s fn=%d N=%d IC=%d OC=%d", path, (int)fn, N, IC, OC);
         if (with_bias) checkf(GEMM_TOL, &db, "linear_act_backward dbias %s fn=%d N=%d IC=%d OC=%d", path, (int)fn, N, IC, OC);
         pair *all[] = {&inp, &w, &b, &out, &pre, &dout, &x, &dpre, &db};
@@ -1034,6 +1034,34 @@ static void test_bf16_linear(int N, int IC, int OC, int pad, int accumulate) {
     for (size_t i = 0; i < sizeof bp / sizeof *bp; i++) bpair_free(bp[i]);
     pair *fp[] = {&b, &dw, &db};
     for (size_t i = 0; i < sizeof fp / sizeof *fp; i++) pair_free(fp[i]);
+}
+
+// The fused linear + activation ops on bf16 storage (kernels.h: linear_act_forward/backward), where
+// the route (kernels/linear_act_route.c) sends GELU, exact or tanh, to one cuDNN graph per direction
+// (the separate ops when cuDNN builds no plan; stderr says which ran) and ReLU to the separate ops,
+// against the CPU's composition. cuDNN takes GELU of the fp32 pre-activation and GELU's backward of
+// the fp32 product, where the CPU rounds each to bf16 first: out and dpre may differ by the rounding
+// of their input carried through GELU (at most about 1.13 of a bf16 unit of it) besides their own.
+static void test_bf16_linear_act(int N, int IC, int OC, neox_act_fn fn, int with_bias) {
+    bpair inp = bpair_rand((size_t)N * IC), w = bpair_rand((size_t)OC * IC);
+    bpair out = bpair_rand((size_t)N * OC), pre = bpair_rand((size_t)N * OC);
+    pair b = pair_rand(OC), db = pair_rand(IC);  // (db is added to)
+    cpu->linear_act_forward(out.h, pre.h, inp.h, w.h, with_bias ? b.h : NULL, N, IC, OC, fn, NEOX_ELEM_BF16);
+    gpu->linear_act_forward(out.d, pre.d, inp.d, w.d, with_bias ? b.d : NULL, N, IC, OC, fn, NEOX_ELEM_BF16);
+    bcheckf(1e-3, BF16_ULP, &pre, "linear_act_forward bf16 pre fn=%d N=%d IC=%d OC=%d bias=%d", (int)fn, N, IC, OC,
+            with_bias);
+    bcheckf(2e-3, 2 * BF16_ULP, &out, "linear_act_forward bf16 out fn=%d N=%d IC=%d OC=%d", (int)fn, N, IC, OC);
+    // backward through a layer (OC, IC) whose input was fn(x), x of width IC
+    bpair dout = bpair_rand((size_t)N * OC), x = bpair_rand((size_t)N * IC), dpre = bpair_rand((size_t)N * IC);
+    cpu->linear_act_backward(dpre.h, with_bias ? db.h : NULL, dout.h, w.h, x.h, N, IC, OC, fn, NEOX_ELEM_BF16);
+    gpu->linear_act_backward(dpre.d, with_bias ? db.d : NULL, dout.d, w.d, x.d, N, IC, OC, fn, NEOX_ELEM_BF16);
+    bcheckf(2e-3, 2 * BF16_ULP, &dpre, "linear_act_backward bf16 dpre fn=%d N=%d IC=%d OC=%d", (int)fn, N, IC, OC);
+    // (sums of N bf16 values that may each differ by a unit: sqrt(N) units of a typical |dpre|)
+    if (with_bias) checkf(0.5, 1e-2, &db, "linear_act_backward bf16 dbias fn=%d N=%d IC=%d", (int)fn, N, IC);
+    bpair *bp[] = {&inp, &w, &out, &pre, &dout, &x, &dpre};
+    for (size_t i = 0; i < sizeof bp / sizeof *bp; i++) bpair_free(bp[i]);
+    pair_free(&b);
+    pair_free(&db);
 }
 
 // Attention on bf16 q, k, v, out, dout and gradients, with bf16 operands (the model's bf16 precision:
@@ -2156,6 +2184,11 @@ int main(int argc, char **argv) {
     test_bf16_linear(37, 200, 96, 0, 0);
     test_bf16_attention(2, 130, 4, 2, 64);  // GQA, a partial last tile
     test_bf16_linear(64, 768, 2304, 5, 1);  // a fused QKV's shape, padded rows, dinp accumulated
+    test_bf16_linear_act(37, 64, 96, NEOX_FN_GELU, 1);
+    test_bf16_linear_act(128, 768, 3072, NEOX_FN_GELU, 1);  // a 125M MLP's first projection (cuDNN's graphs)
+    test_bf16_linear_act(9, 40, 24, NEOX_FN_GELU, 0);
+    test_bf16_linear_act(33, 48, 80, NEOX_FN_GELU_TANH, 1);
+    test_bf16_linear_act(20, 32, 40, NEOX_FN_RELU, 1);  // not fused: the separate ops
     test_bf16_cross_entropy(8, 50304);
     test_bf16_norm(37, 200, 0);
     test_bf16_norm(300, 64, 1);

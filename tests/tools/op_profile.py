@@ -4,6 +4,7 @@ bench/gpu_predict's output against FLOPs restated here from the model's shapes (
     python3 tests/tools/op_profile.py train LOG_DIR LAYERS HIDDEN HEADS SEQ MICRO VOCAB ITERS
     python3 tests/tools/op_profile.py predict OUTPUT LAYERS HIDDEN HEADS SEQ MICRO VOCAB
     python3 tests/tools/op_profile.py route CUDNN_OUTPUT OWN_OUTPUT   (the built-in models' tables)
+    python3 tests/tools/op_profile.py mlp FUSED_OUTPUT APART_OUTPUT   (table=2, cudnn_mlp=1 and 0)
 
 The restatement: every linear layer's product is 2·tokens·params forward and 4·tokens·params backward
 (input and weight gradients), so the GEMM FLOPs of a step are 6·tokens·(12·L·H² + V·H) for a GPT-NeoX
@@ -124,10 +125,43 @@ def check_route(cudnn_path, own_path):
         print(f"ok: 125M attention on the H200, route {route}: {got} ms = restated {want[route]:.2f}")
 
 
+COPY_GBS = 3942.0
+
+
+def op_ms(block, op):
+    row = re.search(rf"^  {op}\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+) ms", block, re.M)
+    assert row, (op, block)
+    return int(row.group(1)), float(row.group(2))
+
+
+def check_mlp(fused_path, apart_path):
+    # The 125M model at micro-batch 32 on the H200: with cuDNN's graphs the exact GELU costs nothing
+    # beside the products (no activation rows at all); without, GELU's forward pass reads pre and
+    # writes out, its backward reads the product's result and pre and writes dpre, all bf16 over
+    # tokens x 4 hidden, at the copy bandwidth, plus a launch each, in each of the 12 layers.
+    layers, hidden, tokens = 12, 768, 32 * 2048
+    elems = tokens * 4 * hidden
+    want = {"forward": layers * (2 * 2 * elems / (COPY_GBS * 1e9) * 1e3 + LAUNCH_MS),
+            "backward": layers * (3 * 2 * elems / (COPY_GBS * 1e9) * 1e3 + LAUNCH_MS)}
+    blocks = [open(p).read().split("# 125M:")[1].split("# 350M:")[0] for p in (fused_path, apart_path)]
+    assert "activation_forward" not in blocks[0] and "activation_backward" not in blocks[0], blocks[0]
+    for way in want:
+        (n0, fused), (n1, apart) = op_ms(blocks[0], f"linear_act_{way}"), op_ms(blocks[1], f"linear_act_{way}")
+        assert n0 == n1 == layers, (way, n0, n1)
+        assert abs(apart - fused - want[way]) <= 0.011, (way, apart, fused, want[way])
+        print(f"ok: 125M MLP {way} on the H200: {fused} ms fused, {apart} ms apart = + restated {want[way]:.2f}")
+    steps = [float(re.search(r"^predict: H200 125M .*?: ([\d.]+) ms per step", open(p).read(), re.M).group(1))
+             for p in (fused_path, apart_path)]
+    assert abs(steps[1] - steps[0] - sum(want.values())) <= 0.06, (steps, want)  # (printed to 4 digits)
+    print(f"ok: 125M step on the H200 {steps[0]} ms fused, {steps[1]} ms apart")
+
+
 if __name__ == "__main__":
     mode, path, *rest = sys.argv[1:]
     if mode == "route":
         check_route(path, *rest)
+    elif mode == "mlp":
+        check_mlp(path, *rest)
     else:
         nums = [int(x) for x in rest]
         (check_train if mode == "train" else check_predict)(path, *nums)

@@ -49,4 +49,7 @@ check "gpu_predict: the built-in 125M, 350M and 1.3B" sh -c \
 check "gpu_predict: attention priced on the route's implementation (cuDNN by default, the own kernels with cudnn=0)" sh -c \
     "$PREDICT >'$T/route-cudnn.out' && $PREDICT cudnn=0 >'$T/route-own.out' &&
      python3 tests/tools/op_profile.py route '$T/route-cudnn.out' '$T/route-own.out'"
+check "gpu_predict: the MLP's GELU fused into its products where cuDNN is (cudnn_mlp=1), its passes apart without" sh -c \
+    "$PREDICT table=2 >'$T/mlp-fused.out' && $PREDICT table=2 cudnn_mlp=0 >'$T/mlp-apart.out' &&
+     python3 tests/tools/op_profile.py mlp '$T/mlp-fused.out' '$T/mlp-apart.out'"
 check_fails "gpu_predict: an unknown key is refused" 2 "unknown key in 'gpus=2'" $PREDICT gpus=2

@@ -29,6 +29,43 @@ static void test_gemm_costs(void **state) {
     assert_true(c.flops == 2 * 2.0 * 5 * 2 * 3);
 }
 
+// The fused linear + activation: its route (kernels/linear_act_route.c) and what each route moves.
+// N 5, IC 2, OC 3: inp 10 elements, weight 6, pre and out 15 each; backward dout 15, pre and dpre 10.
+static void test_linear_act_costs(void **state) {
+    (void)state;
+    float x;
+    assert_int_equal(neox_linear_act_route(NEOX_FN_GELU, NEOX_ELEM_BF16), NEOX_EPILOGUE_CUDNN);
+    assert_int_equal(neox_linear_act_route(NEOX_FN_GELU_TANH, NEOX_ELEM_BF16), NEOX_EPILOGUE_CUDNN);
+    assert_int_equal(neox_linear_act_route(NEOX_FN_GELU_TANH, NEOX_ELEM_F32), NEOX_EPILOGUE_CUBLASLT);
+    assert_int_equal(neox_linear_act_route(NEOX_FN_GELU, NEOX_ELEM_F32), NEOX_EPILOGUE_NONE);
+    assert_int_equal(neox_linear_act_route(NEOX_FN_RELU, NEOX_ELEM_BF16), NEOX_EPILOGUE_NONE);
+    // cuDNN's graph: inp, weight read, pre and out written once (bf16), the fp32 bias read.
+    neox_op_cost c = neox_op_cost_linear_act_forward(NULL, NULL, NULL, NULL, &x, 5, 2, 3, NEOX_FN_GELU, NEOX_ELEM_BF16);
+    assert_true(c.flops == 60.0 && c.bytes == 2.0 * (10 + 6 + 30) + 4.0 * 3 && c.tensor16 == 1);
+    assert_true(c.after_bytes == 0.0 && c.after_calls == 0);
+    // Its backward: dout, weight, pre read, dpre written; the bias gradient a column-sum pass after it.
+    c = neox_op_cost_linear_act_backward(NULL, NULL, NULL, NULL, NULL, 5, 2, 3, NEOX_FN_GELU, NEOX_ELEM_BF16);
+    assert_true(c.flops == 60.0 && c.bytes == 2.0 * (15 + 6 + 20) && c.after_calls == 0);
+    c = neox_op_cost_linear_act_backward(NULL, &x, NULL, NULL, NULL, 5, 2, 3, NEOX_FN_GELU, NEOX_ELEM_BF16);
+    assert_true(c.after_bytes == 2.0 * 10 + 4.0 * 2 * 2 && c.after_calls == 1);
+    assert_true(c.bytes == 2.0 * (15 + 6 + 20) + c.after_bytes);
+    // Without cuDNN: the product writes pre, then GELU's pass reads it and writes out.
+    neox_linear_act_allow_cudnn(0);
+    assert_int_equal(neox_linear_act_route(NEOX_FN_GELU, NEOX_ELEM_BF16), NEOX_EPILOGUE_NONE);
+    c = neox_op_cost_linear_act_forward(NULL, NULL, NULL, NULL, &x, 5, 2, 3, NEOX_FN_GELU, NEOX_ELEM_BF16);
+    assert_true(c.after_bytes == 2.0 * 30 && c.after_calls == 1);
+    assert_true(c.bytes == 2.0 * (10 + 6 + 15) + 4.0 * 3 + c.after_bytes);
+    // ... and the product writes the activation's gradient; GELU's backward reads it and pre, writes dpre.
+    c = neox_op_cost_linear_act_backward(NULL, NULL, NULL, NULL, NULL, 5, 2, 3, NEOX_FN_GELU, NEOX_ELEM_BF16);
+    assert_true(c.after_bytes == 2.0 * 30 && c.after_calls == 1 && c.bytes == 2.0 * (15 + 6 + 10) + c.after_bytes);
+    neox_linear_act_allow_cudnn(1);
+    // fp32, GELU-tanh: cuBLASLt's epilogues; DGELU_BGRAD writes the sums, then they are added.
+    c = neox_op_cost_linear_act_forward(NULL, NULL, NULL, NULL, NULL, 5, 2, 3, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
+    assert_true(c.bytes == 4.0 * (10 + 6 + 30) && c.tensor16 == 0 && c.after_calls == 0);
+    c = neox_op_cost_linear_act_backward(NULL, &x, NULL, NULL, NULL, 5, 2, 3, NEOX_FN_GELU_TANH, NEOX_ELEM_F32);
+    assert_true(c.bytes == 4.0 * (15 + 6 + 20 + 2) + 4.0 * 3 * 2 && c.after_calls == 1);
+}
+
 static void test_attention_costs(void **state) {
     (void)state;
     neox_attention_opts o = {.operands = NEOX_ELEM_BF16};
@@ -99,7 +136,7 @@ static void test_dry_backend(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_costs), cmocka_unit_test(test_attention_costs),
+        cmocka_unit_test(test_gemm_costs), cmocka_unit_test(test_linear_act_costs), cmocka_unit_test(test_attention_costs),
         cmocka_unit_test(test_profile_wraps), cmocka_unit_test(test_dry_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
