@@ -14,9 +14,10 @@
 #   whole-gradient lines of the older format) is followed: the per-step shares in metrics.jsonl
 #   and the per-bucket step counts of the comms summary agree with it; it ends within 2% of AdamW;
 # - a resume in the middle of a mixed phase is bit-exact, the checkpoint naming the plan;
-# - on measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS), an interrupted and resumed run takes
-#   the decisions of the straight one, on the plans measured before the interruption, and a
-#   checkpoint without those measurements still loads, with a notice;
+# - on measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS), the straight run's checkpoint at 100,
+#   resumed, takes the decisions of the straight run's last 100 steps, on the plans measured before
+#   the checkpoint, and a checkpoint without those measurements still loads, with a notice
+#   (the resumes start from the straight runs' checkpoints, so no run is repeated for them);
 # - the memory plan holds the bf16 wire copy that any bucket may come to use;
 # - its keys without adaptive, a malformed decisions file and one planning other buckets are
 #   refused by name.
