@@ -596,12 +596,12 @@ def run_job(job, rank, world):
     engine.destroy()
 
 
-def wait_for(path, seconds=1800):
-    """The phase file the test writes (atomically) once that phase's inputs exist."""
+def wait_for(path, parent, seconds=1800):
+    """The phase file the test (process `parent`) writes atomically once that phase's inputs exist."""
     deadline = time.monotonic() + seconds
     while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            sys.exit(f"{path} did not appear in {seconds} s")
+        if time.monotonic() > deadline or os.getppid() != parent:
+            sys.exit(f"{path} did not appear in {seconds} s, or the test ended")
         time.sleep(0.1)
     return json.load(open(path))
 
@@ -609,9 +609,10 @@ def wait_for(path, seconds=1800):
 def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     os.environ.update(LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
+    parent = os.getppid()
     deepspeed.init_distributed(dist_backend="gloo", rank=rank, world_size=world)
     for path in sys.argv[1:]:
-        for job in wait_for(path)["jobs"]:  # several configurations in one process: DeepSpeed's start-up is paid once
+        for job in wait_for(path, parent)["jobs"]:  # several configurations in one process: DeepSpeed's start-up is paid once
             run_job(job, rank, world)
         torch.distributed.barrier()  # every rank's files of the phase are written
         if rank == 0:
