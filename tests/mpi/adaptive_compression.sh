@@ -14,9 +14,10 @@
 #   whole-gradient lines of the older format) is followed: the per-step shares in metrics.jsonl
 #   and the per-bucket step counts of the comms summary agree with it; it ends within 2% of AdamW;
 # - a resume in the middle of a mixed phase is bit-exact, the checkpoint naming the plan;
-# - on measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS), an interrupted and resumed run takes
-#   the decisions of the straight one, on the plans measured before the interruption, and a
-#   checkpoint without those measurements still loads, with a notice;
+# - on measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS), the straight run's checkpoint at 100,
+#   resumed, takes the decisions of the straight run's last 100 steps, on the plans measured before
+#   the checkpoint, and a checkpoint without those measurements still loads, with a notice
+#   (the resumes start from the straight runs' checkpoints, so no run is repeated for them);
 # - the memory plan holds the bf16 wire copy that any bucket may come to use;
 # - its keys without adaptive, a malformed decisions file and one planning other buckets are
 #   refused by name.
@@ -113,7 +114,9 @@ cat >"$T/schedule.jsonl" <<'EOF'
 {"iteration": 140, "scheme": "dense"}
 EOF
 SCHEDULE="$ADAPTIVE, \"gradient_compression_replay\": \"$T/schedule.jsonl\""
-check "a schedule of per-bucket plans through every scheme and rank" run schedule ", $SCHEDULE"
+# (its checkpoint at 100, in the mixed phase, is where the resume below starts)
+CK="\"save\": \"$T/ckpt\", \"checkpoint_factor\": 100"
+check "a schedule of per-bucket plans through every scheme and rank" run schedule ", $SCHEDULE, $CK"
 check "the schedule is followed (shares per step, steps per bucket) and ends within 2% of AdamW" python3 - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
@@ -149,8 +152,12 @@ print(f"{len(rows)} records follow the schedule; validation {valid('schedule'):.
 sys.exit(0 if valid("schedule") <= 1.02 * valid("adam") else 1)
 PY
 
-CK="\"save\": \"$T/ckpt\", \"load\": \"$T/ckpt\", \"checkpoint_factor\": 100"
-check "the schedule: 100 steps, checkpoint in the mixed phase" run resumed ", $SCHEDULE, $CK, \"exit_interval\": 100"
+# after100 METRICS: the records after iteration 100 of a straight run, in METRICS-after100.
+after100() {
+    python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    if json.loads(l).get("iteration", 0) > 100: print(l, end="")' "$1" >"$1-after100"
+}
 check_output "the checkpoint names the plan in use and when it was chosen" \
     '"buckets": \["powersgd:1", "bf16", "dense", "onebit", "onebit", "powersgd:4", "powersgd:2"\], "decided_at": 90, "powersgd_ranks": \[1, 4, 4, 4, 4, 4, 2\], "scheme": "mixed"' \
     python3 - "$T/ckpt/global_step100/rank_00000.h5" <<'PY'
@@ -160,12 +167,14 @@ m = re.search(r'"gradient_compression":\s*', data)
 state, _ = json.JSONDecoder().raw_decode(data, m.end())
 print(json.dumps({k: state[k] for k in ("buckets", "decided_at", "powersgd_ranks", "scheme")}, sort_keys=True))
 PY
-check "the schedule: resumed for 100 more" run resumed ", $SCHEDULE, $CK"
+printf 'global_step100\n' >"$T/ckpt/latest"
+check "the schedule: resumed at 100 for 100 more" run resumed ", $SCHEDULE, \"load\": \"$T/ckpt\""
+after100 "$T/schedule/metrics.jsonl"
 check "resumed in the mixed phase: bit-identical to the straight run" $LIB same \
-    "$T/schedule/metrics.jsonl" "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+    "$T/schedule/metrics.jsonl-after100" "$T/resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
 
 # Decisions on measurements from a file (NEOX_ADAPTIVE_MEASUREMENTS, the same on every run): a
-# straight run against one interrupted at 100 and resumed. The resumed run must decide as the
+# straight run against its checkpoint at 100 resumed. The resumed run must decide as the
 # straight one did, on the plans it measured before the interruption (kept in the checkpoint), not
 # start its memory and trials afresh.
 python3 - "$T/fixed.jsonl" <<'PY'
@@ -180,23 +189,23 @@ with open(sys.argv[1], "w") as f:
                             "powersgd_s_per_madd": rng.uniform(1e-10, 1e-9)}) + "\n")
 PY
 export NEOX_ADAPTIVE_MEASUREMENTS=$T/fixed.jsonl
-CK2="\"save\": \"$T/ckpt2\", \"load\": \"$T/ckpt2\", \"checkpoint_factor\": 100"
-check "measurements from a file: straight" run fixed ", $ADAPTIVE"
-check "measurements from a file: 100 steps, checkpoint" run fixed_resumed ", $ADAPTIVE, $CK2, \"exit_interval\": 100"
-check "measurements from a file: resumed for 100 more" run fixed_resumed ", $ADAPTIVE, $CK2"
+check "measurements from a file: straight, checkpoint at 100" run fixed ", $ADAPTIVE, \"save\": \"$T/ckpt2\", \"checkpoint_factor\": 100"
+printf 'global_step100\n' >"$T/ckpt2/latest"
+check "measurements from a file: resumed at 100 for 100 more" run fixed_resumed ", $ADAPTIVE, \"load\": \"$T/ckpt2\""
 check "resumed: the same decisions on the same inputs, among them plans measured before the interruption" \
     python3 - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
 straight, resumed = ([json.loads(l) for l in open(f"{t}/{d}/gradient_compression.jsonl")] for d in ("fixed", "fixed_resumed"))
 assert len(straight) > 4 and len({json.dumps(d["buckets"]) for d in straight}) > 1, straight  # the plans change
-assert resumed == straight, [(a["iteration"], b["iteration"]) for a, b in zip(straight, resumed) if a != b][:3]
-after = [d for d in resumed if d["iteration"] > 100]
-assert any(m["iteration"] < 100 for d in after for m in d["measured_plans"]), after
+tail = [d for d in straight if d["iteration"] > 100]  # the decisions after the checkpoint
+assert resumed == tail, [(a["iteration"], b["iteration"]) for a, b in zip(tail, resumed) if a != b][:3]
+assert any(m["iteration"] < 100 for d in resumed for m in d["measured_plans"]), resumed
 print("decisions:", [(d["iteration"], d["buckets"]) for d in straight])
 PY
+after100 "$T/fixed/metrics.jsonl"
 check "resumed: bit-identical to the straight run" $LIB same \
-    "$T/fixed/metrics.jsonl" "$T/fixed_resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
+    "$T/fixed/metrics.jsonl-after100" "$T/fixed_resumed/metrics.jsonl" train/lm_loss,train/grad_norm,validation/lm_loss
 # A checkpoint written before the measurements were kept (the key renamed away) still loads, with a notice.
 mkdir -p "$T/ckpt_old" && cp -r "$T/ckpt2/global_step100" "$T/ckpt_old/" && printf "global_step100\n" >"$T/ckpt_old/latest"
 check "a checkpoint without the measurements (as written before they were kept)" python3 - "$T/ckpt_old/global_step100" <<'PY'

@@ -21,11 +21,15 @@ A job trains `before` steps, saves with `engine.save_checkpoint` (GPT-NeoX's cli
 iteration and the python, numpy and torch RNG states), trains `after` more steps and writes the losses
 of every step to job["out"]/losses.json. Every sample is the same tokens (the test's corpus repeats
 one document of seq_length tokens), so the batches do not depend on the sample order.
-  RANK=r WORLD_SIZE=n MASTER_PORT=p neox_deepspeed_run.py SPEC.json"""
+Each SPEC is a phase: the ranks wait for its file to appear (the test writes it once the phase's
+inputs exist, the jobs of a later phase reading what the test made of an earlier one's files), run
+its jobs, and rank 0 then writes SPEC.done, so DeepSpeed starts once for all of them.
+  RANK=r WORLD_SIZE=n MASTER_PORT=p neox_deepspeed_run.py SPEC.json [SPEC.json...]"""
 import json
 import os
 import random
 import sys
+import time
 
 import numpy
 
@@ -532,6 +536,9 @@ def post_transformer_block(h):
 def run_job(job, rank, world):
     """One configuration: trains `before` steps and saves (or loads job["load"]), trains `after` more;
     the losses of every step go to job["out"]/losses.json."""
+    # Each job starts as in a fresh process: an engine given an mpu (the tensor-parallel jobs) leaves it
+    # in DeepSpeed's groups, where a later engine without one would take its ranks for model-parallel ones.
+    deepspeed.utils.groups.mpu = None
     cfg = hf_config(job["model"])
     loss_fn = lambda logits, labels: torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size),
                                                                        labels.reshape(-1))
@@ -589,13 +596,27 @@ def run_job(job, rank, world):
     engine.destroy()
 
 
+def wait_for(path, parent, seconds=1800):
+    """The phase file the test (process `parent`) writes atomically once that phase's inputs exist."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline or os.getppid() != parent:
+            sys.exit(f"{path} did not appear in {seconds} s, or the test ended")
+        time.sleep(0.1)
+    return json.load(open(path))
+
+
 def main():
-    spec = json.load(open(sys.argv[1]))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     os.environ.update(LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
+    parent = os.getppid()
     deepspeed.init_distributed(dist_backend="gloo", rank=rank, world_size=world)
-    for job in spec["jobs"]:  # several configurations in one process: DeepSpeed's start-up is paid once
-        run_job(job, rank, world)
+    for path in sys.argv[1:]:
+        for job in wait_for(path, parent)["jobs"]:  # several configurations in one process: DeepSpeed's start-up is paid once
+            run_job(job, rank, world)
+        torch.distributed.barrier()  # every rank's files of the phase are written
+        if rank == 0:
+            open(path + ".done", "w").close()
     # Every file is written and closed. Leave without the interpreter's teardown: gloo's threads,
     # destroyed there in no fixed order, sometimes end the process in std::terminate ("terminate
     # called without an active exception") after all the work is done, failing the launch.

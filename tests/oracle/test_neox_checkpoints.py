@@ -14,12 +14,14 @@ neox-train, resumed from it, must log the losses DeepSpeed's run logged for its 
 tensor, and DeepSpeed's engine must load it (load_checkpoint with its optimizer) at the run's own
 layout and go on with neox-train's losses. Every sample is the same tokens, so the batches do not depend on the sample order
 (the data position is checked as a number). DeepSpeed's start-up and its runs take most of the time:
-one launch per world size runs every configuration of that size, once per module."""
+one launch per world size runs every configuration of that size, once per module, the training runs and
+then the reloads as two phases of the same processes."""
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,26 +121,79 @@ def job(out, **extra):
                  "min_lr": 0.0, "weight_decay": WD, "sample": sample}, **extra)
 
 
-def launch(root, name, world, jobs):
-    """One DeepSpeed launch of `world` ranks running `jobs` one after another."""
-    (root / f"{name}.json").write_text(json.dumps({"jobs": jobs}))
+# The phases of each launch: the training runs, then DeepSpeed loading to-neox's files (`reloaded`).
+PHASES = ("train", "reload")
+
+
+def launch(root, name, world):
+    """One DeepSpeed launch of `world` ranks that runs each phase's jobs once `start` writes them."""
     port, procs = str(free_port()), []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_PORT=port, OMP_NUM_THREADS="1")
         log = open(root / f"{name}-rank{rank}.log", "w")
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "neox_deepspeed_run.py"),
-                                       str(root / f"{name}.json")], env=env, stdout=log, stderr=log))
+                                       *(str(root / f"{name}-{phase}.json") for phase in PHASES)],
+                                      env=env, stdout=log, stderr=log))
     return [(p, root / f"{name}-rank{rank}.log") for rank, p in enumerate(procs)]
 
 
-def wait_all(procs):
-    for p, log in procs:
-        if p.wait(timeout=600) != 0:
-            pytest.fail(f"DeepSpeed launch {log.name} failed:\n" + log.read_text()[-3000:])
+def start(root, name, phase, jobs):
+    """Hands a phase its jobs (written whole, then renamed, so no rank reads part of the file)."""
+    path = root / f"{name}-{phase}.json"
+    path.with_suffix(".tmp").write_text(json.dumps({"jobs": jobs}))
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def wait_phase(root, name, phase, procs, seconds=600):
+    """Until the launch's ranks have finished the phase; a rank that ends first fails the test."""
+    done, deadline = root / f"{name}-{phase}.json.done", time.monotonic() + seconds
+    while not done.exists():
+        for p, log in procs:
+            if p.poll() is not None:
+                pytest.fail(f"DeepSpeed launch {log.name} ended (status {p.returncode}) in phase {phase}:\n"
+                            + log.read_text()[-3000:])
+        if time.monotonic() > deadline:
+            pytest.fail(f"DeepSpeed launch {name}: phase {phase} not done in {seconds} s")
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def launches(tmp_path_factory):
+    """DeepSpeed's ranks for the module, one launch per world size of CASES; at the end, the phases no
+    test asked for are handed no jobs and every rank must exit cleanly."""
+    root = tmp_path_factory.mktemp("neox_ds")
+    worlds = sorted({dp * max(pp, 1) * tp for _, dp, pp, tp in CASES.values()})
+    procs = {world: launch(root, f"world{world}", world) for world in worlds}
+    yield root, procs
+    for world, ranks in procs.items():
+        for phase in PHASES:
+            if not (root / f"world{world}-{phase}.json").exists():
+                start(root, f"world{world}", phase, [])
+    failed = []
+    for ranks in procs.values():
+        for p, log in ranks:
+            try:
+                status = p.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                status = "killed after 300 s"
+            if status != 0:
+                failed.append(f"{log.name}: {status}\n" + log.read_text()[-3000:])
+    assert not failed, "DeepSpeed launches did not exit cleanly:\n" + "\n".join(failed)
+
+
+def run_phase(launches, phase, by_world):
+    """Runs each world size's jobs of one phase in its launch and waits for all of them."""
+    root, procs = launches
+    assert set(by_world) <= set(procs), (by_world.keys(), procs.keys())
+    for world in procs:
+        start(root, f"world{world}", phase, by_world.get(world, []))
+    for world, ranks in procs.items():
+        wait_phase(root, f"world{world}", phase, ranks)
+
+
+@pytest.fixture(scope="module")
+def runs(launches, tmp_path_factory):
     root = tmp_path_factory.mktemp("neox_ckpt")
     doc, _ = sample_tokens()
     data = str(root / "docs_text_document")
@@ -150,8 +205,7 @@ def runs(tmp_path_factory):
         llama = llama_job(name)
         by_world.setdefault(dp * max(pp, 1) * tp, []).append(job(d / "ds", zero=zero, pp=pp, tp=tp, **llama))
         out[name] = (d, zero, dp, data, pp)
-    procs = [p for world, jobs in by_world.items() for p in launch(root, f"world{world}", world, jobs)]
-    wait_all(procs)
+    run_phase(launches, "train", by_world)
     return out
 
 
@@ -162,7 +216,7 @@ def to_neox(d, pp, out, *extra):
 
 
 @pytest.fixture(scope="module")
-def reloaded(runs, tmp_path_factory):
+def reloaded(runs, launches, tmp_path_factory):
     """DeepSpeed's engine (GPT-NeoX's default now: no rotary_emb.inv_freq in the state dict) loading
     to-neox's files of the imports, written for the run's own layout (data-parallel ranks and ZeRO
     stage, pipeline stages, tensor-parallel ranks), with load_checkpoint, optimizer and scheduler
@@ -179,7 +233,7 @@ def reloaded(runs, tmp_path_factory):
             job(root / name / "ds", zero=zero, pp=pp, tp=tp, load=str(root / name), save_inv_freqs=inv_freq,
                 **llama_job(name)))
         want[name] = neox_train_losses(d, zero, data)
-    wait_all([p for world, jobs in by_world.items() for p in launch(root, f"reload{world}", world, jobs)])
+    run_phase(launches, "reload", by_world)
     return {name: (json.loads((root / name / "ds" / "losses.json").read_text()), want[name]) for name in RELOADED}
 
 
