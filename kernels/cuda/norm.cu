@@ -1,5 +1,6 @@
-// norm.cu: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add fused before the
-// forward; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
+// norm.cu: LayerNorm, RMSNorm and ScaleNorm forward and backward, the residual add (with the branch's
+// row-parallel bias) fused before the forward, and the residual gradient's column sums (that bias's
+// gradient) in the backward's pass; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
 // rows lose nothing), with the CPU's expressions. The weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
 // Every kernel here is a template on the activations' storage type (common.cuh); statistics and
 // parameter gradients stay fp32.
