@@ -101,12 +101,12 @@ typedef struct { int N, C, V; float *x, *y, *w, *b, *mean, *rstd, *dx, *dw, *db,
 static void run_ln_fwd(void *p) { row_ctx *r = p; be->layernorm_forward(r->y, r->mean, r->rstd, r->x, r->w, r->b, r->N, r->C, 1e-5f, NEOX_ELEM_F32); }
 static void run_ln_bwd(void *p) {
     row_ctx *r = p;
-    be->layernorm_backward(r->dx, r->dw, r->db, r->y, r->x, r->w, r->mean, r->rstd, r->N, r->C, NEOX_ELEM_F32);
+    be->layernorm_backward(r->dx, r->dw, r->db, NULL, r->y, r->x, r->w, r->mean, r->rstd, r->N, r->C, NEOX_ELEM_F32);
 }
 static void run_add_ln(void *p) {  // sum (dx) = x + y's second quarter, then the norm into y
     row_ctx *r = p;
-    be->add_layernorm_forward(r->dx, r->y, r->mean, r->rstd, r->x, r->y + (size_t)r->N * r->C, r->w, r->b, r->N, r->C,
-                              1e-5f, NEOX_ELEM_F32);
+    be->add_layernorm_forward(r->dx, r->y, r->mean, r->rstd, r->x, r->y + (size_t)r->N * r->C, NULL, r->w, r->b, r->N,
+                              r->C, 1e-5f, NEOX_ELEM_F32);
 }
 static void run_gelu(void *p) { row_ctx *r = p; be->activation_forward(r->y, r->x, (size_t)r->N * r->C, NEOX_FN_GELU_TANH, NEOX_ELEM_F32); }
 static void run_ce_fwd(void *p) {

@@ -4,7 +4,9 @@
 // AdamW over every tensor behind the norm's guard) — on the dry backend (kernels/dry.c: ops that do
 // nothing, allocations that are addresses only) under the per-op profile, which keeps every call with
 // its cost (kernels/op_cost.c: FLOPs of the products, bytes moved). Each call is then priced as a
-// roofline, max(FLOPs / the GEMM rate of its operands, bytes / copy bandwidth) + a launch overhead,
+// roofline, max(FLOPs / the GEMM rate of its operands, bytes / copy bandwidth) + a launch overhead
+// (the bytes of a pass the op runs apart from its products, such as a 16-bit bias gradient's column
+// sums, priced after the max rather than inside it),
 // on an H100 and an H200 (16-bit attention at its kernels' modelled share of the GEMM rate, below);
 // the sum is the step, and MFU is GPT-NeoX's model FLOPs (lib/metrics/flops.c) over that time against
 // the nominal dense bf16 peak the trainer's runtime/mfu uses (989 TFLOP/s).
@@ -373,7 +375,9 @@ static int check_trace(const model_spec *s, int micro) {
     for (size_t i = 0; i < nd && i < nc; i++) {
         const neox_op_call *a = &dry[i], *b = &cpu[i];
         if (a->op == b->op && a->phase == b->phase && a->layer == b->layer && a->cost.flops == b->cost.flops &&
-            a->cost.bytes == b->cost.bytes && a->cost.tensor16 == b->cost.tensor16)
+            a->cost.bytes == b->cost.bytes && a->cost.after_bytes == b->cost.after_bytes &&
+            a->cost.after_calls == b->cost.after_calls &&
+            a->cost.tensor16 == b->cost.tensor16)
             continue;
         if (bad++ < 5)
             printf("trace check: call %zu: dry %s (%s, layer %d, %.6g FLOPs, %.6g bytes), computed %s (%s, layer %d, "
@@ -435,7 +439,8 @@ int main(int argc, char **argv) {
             if (npaths == 64) neox_die(2, "at most 64 configs");
             paths[npaths++] = argv[i];
         }
-    printf("# roofline per op: max(FLOPs / GEMM rate of its operands, bytes / copy bandwidth) + %.1f us per call\n",
+    printf("# roofline per op: max(FLOPs / GEMM rate of its operands, bytes / copy bandwidth) + a pass of its own's "
+           "bytes / copy bandwidth + %.1f us per call\n",
            o.launch * 1e6);
     if (o.attention > 0) printf("# attention's FLOPs at %.1f TFLOP/s\n", o.attention * 1e-12);
     else

@@ -42,13 +42,14 @@ extern "C" {
       neox_elem act), (dwte, dwpe, dout, ids, B, T, C, act))                                                           \
     X(void, layernorm_forward, (void *out, float *mean, float *rstd, const void *inp, const float *weight,             \
       const float *bias, int N, int C, float eps, neox_elem act), (out, mean, rstd, inp, weight, bias, N, C, eps, act)) \
-    X(void, layernorm_backward, (void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,         \
-      const float *weight, const float *mean, const float *rstd, int N, int C, neox_elem act), (dinp, dweight, dbias,  \
-      dout, inp, weight, mean, rstd, N, C, act))                                                                        \
+    X(void, layernorm_backward, (void *dinp, float *dweight, float *dbias, float *dsum, const void *dout,              \
+      const void *inp, const float *weight, const float *mean, const float *rstd, int N, int C, neox_elem act),         \
+      (dinp, dweight, dbias, dsum, dout, inp, weight, mean, rstd, N, C, act))                                           \
     X(void, rmsnorm_forward, (void *out, float *rstd, const void *inp, const float *weight, int N, int C, float eps,   \
       neox_elem act), (out, rstd, inp, weight, N, C, eps, act))                                                         \
-    X(void, rmsnorm_backward, (void *dinp, float *dweight, const void *dout, const void *inp, const float *weight,     \
-      const float *rstd, int N, int C, neox_elem act), (dinp, dweight, dout, inp, weight, rstd, N, C, act))             \
+    X(void, rmsnorm_backward, (void *dinp, float *dweight, float *dsum, const void *dout, const void *inp,             \
+      const float *weight, const float *rstd, int N, int C, neox_elem act), (dinp, dweight, dsum, dout, inp, weight,    \
+      rstd, N, C, act))                                                                                                 \
     X(void, scalenorm_forward, (void *out, float *rnorm, const void *inp, const float *g, int N, int C, float eps,     \
       neox_elem act), (out, rnorm, inp, g, N, C, eps, act))                                                            \
     X(void, scalenorm_backward, (void *dinp, float *dg, const void *dout, const void *inp, const float *g,             \
@@ -67,10 +68,11 @@ extern "C" {
       const float *weight, int N, int K, int C, neox_elem act), (drows, dweight, dout, rows, slot, weight, N, K, C,    \
       act))                                                                                                            \
     X(void, add_layernorm_forward, (void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,     \
-      const float *weight, const float *bias, int N, int C, float eps, neox_elem act), (sum, out, mean, rstd, a, b,     \
-      weight, bias, N, C, eps, act))                                                                                    \
+      const float *b_bias, const float *weight, const float *bias, int N, int C, float eps, neox_elem act),             \
+      (sum, out, mean, rstd, a, b, b_bias, weight, bias, N, C, eps, act))                                               \
     X(void, add_rmsnorm_forward, (void *sum, void *out, float *rstd, const void *a, const void *b,                    \
-      const float *weight, int N, int C, float eps, neox_elem act), (sum, out, rstd, a, b, weight, N, C, eps, act))     \
+      const float *b_bias, const float *weight, int N, int C, float eps, neox_elem act), (sum, out, rstd, a, b, b_bias, \
+      weight, N, C, eps, act))                                                                                          \
     X(void, qkv_split, (void *q, void *k, void *v, const void *qkv, int B, int T, int NH, int NKV, int HS,             \
       int interleaved, neox_elem act), (q, k, v, qkv, B, T, NH, NKV, HS, interleaved, act))                             \
     X(void, qkv_merge, (void *dqkv, const void *dq, const void *dk, const void *dv, int B, int T, int NH, int NKV,     \

@@ -135,14 +135,17 @@ void neox_embedding_backward(float *dwte, float *dwpe, const void *dout, const i
 void neox_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *weight,
                             const float *bias, int N, int C, float eps, neox_elem act);
 // dinp: (N, C) is ADDED to (it is the residual stream's gradient); dweight, dbias (or NULL) added to.
-void neox_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+// dsum (C, or NULL) += the column sums of dinp after the add, as stored: the bias gradient of the
+// row-parallel linear whose output joined this stream (its output gradient is this sum), made in the
+// pass that writes dinp instead of a pass of its own; summed in neox_linear_backward's dbias order.
+void neox_layernorm_backward(void *dinp, float *dweight, float *dbias, float *dsum, const void *dout, const void *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C, neox_elem act);
 // RMSNorm: out = inp / sqrt(mean(inp^2) + eps) * weight (Llama's). rstd: (N).
 void neox_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *weight, int N, int C, float eps,
                           neox_elem act);
-// dinp ADDED to, dweight added to.
-void neox_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const float *weight,
-                           const float *rstd, int N, int C, neox_elem act);
+// dinp ADDED to, dweight added to; dsum as layernorm_backward's.
+void neox_rmsnorm_backward(void *dinp, float *dweight, float *dsum, const void *dout, const void *inp,
+                           const float *weight, const float *rstd, int N, int C, neox_elem act);
 
 // ScaleNorm (GPT-NeoX's `norm: scalenorm`): out = inp / max(||inp||, eps) * g, ||.|| the row's L2
 // norm, g one scalar. inp, out: (N, C) stored as act; rnorm: (N), 1 / max(||inp||, eps), saved for
@@ -183,13 +186,17 @@ void neox_moe_combine(void *out, const void *rows, const int *slot, const float 
 // token's slot), dweight[t*K + k] = dout[t] . rows[slot[t*K + k]] (summed in double, fp32).
 void neox_moe_combine_backward(void *drows, float *dweight, const void *dout, const void *rows, const int *slot,
                                const float *weight, int N, int K, int C, neox_elem act);
-// The residual add followed by the norm (a sequential residual's x + attention, then the MLP's
-// norm): sum = a + b (N, C; sum may alias a), then out, mean, rstd as the norm's forward of sum. The
-// same bits as neox_add then the norm; one pass over the rows on a GPU.
+// The residual add followed by the norm (a branch's output joining the residual stream, then the
+// next norm: the MLP's, the next layer's first, the final one): sum = a + (b + b_bias), then out,
+// mean, rstd as the norm's forward of sum. a, b, sum, out: (N, C) stored as act (sum may alias a);
+// b_bias: (C) or NULL, the row-parallel linear's bias, added to b's rows first and rounded to act
+// (neox_add_bias's value), then the sum rounded (neox_add's). out NULL: the sum alone (mean, rstd
+// unused). The same bits as neox_add_bias, neox_add, then the norm; one pass over the rows on a GPU.
 void neox_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,
-                                const float *weight, const float *bias, int N, int C, float eps, neox_elem act);
-void neox_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b, const float *weight,
-                              int N, int C, float eps, neox_elem act);
+                                const float *b_bias, const float *weight, const float *bias, int N, int C, float eps,
+                                neox_elem act);
+void neox_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b, const float *b_bias,
+                              const float *weight, int N, int C, float eps, neox_elem act);
 
 // ---- attention --------------------------------------------------------------------------------
 // Where the rows of a per-head tensor (B, H, T, HS) sit: the element distances between consecutive

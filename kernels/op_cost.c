@@ -52,27 +52,36 @@ static double segments_floats(const neox_segment *segs, int nseg) {
 
 // ---- GEMMs ------------------------------------------------------------------------------------
 // out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias: 2·N·IC·OC; the bias add is bytes only. The
-// operands and out are of type act.
+// operands and out are of type act. A 16-bit product with a bias goes through fp32 rows on the device
+// (cuBLASLt's bias epilogue takes a bias of the output's type; ours are fp32: kernels/cuda/linear.cu's
+// forward16): the product writes them, and a pass of its own reads them and stores out.
 neox_op_cost neox_op_cost_linear_forward(void *out, int ldo, const void *inp, const void *weight, const float *bias,
                                          int N, int IC, int OC, neox_elem act) {
     (void)out, (void)ldo, (void)inp, (void)weight;
-    double n = N, ic = IC, oc = OC;
+    double n = N, ic = IC, oc = OC, a = elem_bytes(act);
+    int rows = bias && act != NEOX_ELEM_F32;
+    double after = rows ? (F32 + a) * n * oc : 0.0;
     return (neox_op_cost){.flops = 2.0 * n * ic * oc,
-                          .bytes = elem_bytes(act) * (n * ic + oc * ic + n * oc) + F32 * (bias ? oc : 0.0),
-                          .tensor16 = act != NEOX_ELEM_F32};
+                          .bytes = a * (n * ic + oc * ic) + (rows ? F32 : a) * n * oc + F32 * (bias ? oc : 0.0) + after,
+                          .tensor16 = act != NEOX_ELEM_F32, .after_bytes = after, .after_calls = rows};
 }
 
 // Each gradient asked for (non-NULL) is one product: dinp = dout · weight, dweight = doutᵀ · inp
-// (2·N·IC·OC each); dbias sums dout's rows (bytes only). The weight gradients are fp32.
+// (2·N·IC·OC each); dbias sums dout's rows (bytes only). The weight gradients are fp32. With dweight,
+// the device makes dbias in the weight product's epilogue (cuBLASLt's BGRADB, kernels/cuda/linear.cu's
+// weight_grads), reading dout once; asked alone, with 16-bit operands beside a product, it is a pass of
+// its own after it (column sums).
 neox_op_cost neox_op_cost_linear_backward(void *dinp, float *dweight, float *dbias, const void *dout, int ldo,
                                           const void *inp, const void *weight, int N, int IC, int OC, int accumulate,
                                           neox_elem act) {
     (void)dout, (void)ldo, (void)inp, (void)weight;
-    double n = N, ic = IC, oc = OC, a = elem_bytes(act), flops = 0.0, bytes = 0.0;
+    double n = N, ic = IC, oc = OC, a = elem_bytes(act), flops = 0.0, bytes = 0.0, pass = 0.0;
     if (dinp) flops += 2.0 * n * ic * oc, bytes += a * (n * oc + ic * oc + n * ic * (accumulate ? 2.0 : 1.0));
     if (dweight) flops += 2.0 * n * ic * oc, bytes += a * (n * oc + n * ic) + F32 * 2.0 * ic * oc;
-    if (dbias) bytes += a * n * oc + F32 * 2.0 * oc;
-    return (neox_op_cost){.flops = flops, .bytes = bytes, .tensor16 = act != NEOX_ELEM_F32};
+    if (dbias) bytes += (dweight ? 0.0 : a * n * oc) + F32 * 2.0 * oc;  // (with dweight: dout read once)
+    if (dbias && !dweight && act != NEOX_ELEM_F32 && flops > 0.0) pass = a * n * oc + F32 * 2.0 * oc;
+    return (neox_op_cost){.flops = flops, .bytes = bytes, .tensor16 = act != NEOX_ELEM_F32, .after_bytes = pass,
+                          .after_calls = pass > 0.0};
 }
 
 // C (M, N) = alpha·op(A)·op(B) + beta·C: 2·M·N·K on operands of type ab; C is read too when beta != 0.
@@ -116,13 +125,14 @@ neox_op_cost neox_op_cost_layernorm_forward(void *out, float *mean, float *rstd,
     return bytes_only(elem_bytes(act) * 2.0 * n * c + F32 * (2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
 }
 
-neox_op_cost neox_op_cost_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+// dsum (the residual gradient's column sums) sums the rows the pass writes: no row bytes of its own.
+neox_op_cost neox_op_cost_layernorm_backward(void *dinp, float *dweight, float *dbias, float *dsum, const void *dout,
                                              const void *inp, const float *weight, const float *mean,
                                              const float *rstd, int N, int C, neox_elem act) {
     (void)dinp, (void)dout, (void)inp, (void)weight, (void)mean, (void)rstd;
     double n = N, c = C;
-    return bytes_only(elem_bytes(act) * 3.0 * n * c +
-                      F32 * (2.0 * n + c + (dweight ? 2.0 * c : 0.0) + (dbias ? 2.0 * c : 0.0)));
+    return bytes_only(elem_bytes(act) * 3.0 * n * c + F32 * (2.0 * n + c + (dweight ? 2.0 * c : 0.0) +
+                                                              (dbias ? 2.0 * c : 0.0) + (dsum ? 2.0 * c : 0.0)));
 }
 
 neox_op_cost neox_op_cost_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *weight, int N, int C,
@@ -132,11 +142,12 @@ neox_op_cost neox_op_cost_rmsnorm_forward(void *out, float *rstd, const void *in
     return bytes_only(elem_bytes(act) * 2.0 * n * c + F32 * (n + (weight ? c : 0.0)));
 }
 
-neox_op_cost neox_op_cost_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp,
+neox_op_cost neox_op_cost_rmsnorm_backward(void *dinp, float *dweight, float *dsum, const void *dout, const void *inp,
                                            const float *weight, const float *rstd, int N, int C, neox_elem act) {
     (void)dinp, (void)dout, (void)inp, (void)weight, (void)rstd;
     double n = N, c = C;
-    return bytes_only(elem_bytes(act) * 3.0 * n * c + F32 * (n + c + (dweight ? 2.0 * c : 0.0)));
+    return bytes_only(elem_bytes(act) * 3.0 * n * c +
+                      F32 * (n + c + (dweight ? 2.0 * c : 0.0) + (dsum ? 2.0 * c : 0.0)));
 }
 
 neox_op_cost neox_op_cost_scalenorm_forward(void *out, float *rnorm, const void *inp, const float *g, int N, int C,
@@ -172,19 +183,24 @@ neox_op_cost neox_op_cost_head_norm_backward(void *dinp, float *dweight, float *
                       F32 * (2.0 * rows + (weight ? w : 0.0) + (dweight ? 2.0 * w : 0.0) + (dbias ? 2.0 * w : 0.0)));
 }
 
+// a and b read, sum written, and (out not NULL) the normed rows written with their statistics; the
+// bias of b is one row, read once.
 neox_op_cost neox_op_cost_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a,
-                                                const void *b, const float *weight, const float *bias, int N, int C,
-                                                float eps, neox_elem act) {
-    (void)sum, (void)out, (void)mean, (void)rstd, (void)a, (void)b, (void)eps;
-    double n = N, c = C;
-    return bytes_only(elem_bytes(act) * 4.0 * n * c + F32 * (2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
+                                                const void *b, const float *b_bias, const float *weight,
+                                                const float *bias, int N, int C, float eps, neox_elem act) {
+    (void)sum, (void)mean, (void)rstd, (void)a, (void)b, (void)eps;
+    double n = N, c = C, bb = b_bias ? F32 * c : 0.0;
+    if (!out) return bytes_only(elem_bytes(act) * 3.0 * n * c + bb);
+    return bytes_only(elem_bytes(act) * 4.0 * n * c + bb + F32 * (2.0 * n + (weight ? c : 0.0) + (bias ? c : 0.0)));
 }
 
 neox_op_cost neox_op_cost_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b,
-                                              const float *weight, int N, int C, float eps, neox_elem act) {
-    (void)sum, (void)out, (void)rstd, (void)a, (void)b, (void)eps;
-    double n = N, c = C;
-    return bytes_only(elem_bytes(act) * 4.0 * n * c + F32 * (n + (weight ? c : 0.0)));
+                                              const float *b_bias, const float *weight, int N, int C, float eps,
+                                              neox_elem act) {
+    (void)sum, (void)rstd, (void)a, (void)b, (void)eps;
+    double n = N, c = C, bb = b_bias ? F32 * c : 0.0;
+    if (!out) return bytes_only(elem_bytes(act) * 3.0 * n * c + bb);
+    return bytes_only(elem_bytes(act) * 4.0 * n * c + bb + F32 * (n + (weight ? c : 0.0)));
 }
 
 // ---- Mixture of Experts: row gathers and the weighted combination --------------------------------

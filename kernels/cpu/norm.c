@@ -1,5 +1,7 @@
-// norm.c: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add fused before them (here
-// the add and the norm in turn: the reference a GPU's one-pass kernel is held to). Statistics are accumulated in double for
+// norm.c: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add (with the branch's
+// bias) fused before them (here the add and the norm in turn: the reference a GPU's one-pass kernel is
+// held to); the backward's optional column sums of the residual gradient are the linear layer's bias
+// gradient, called as it (the same additions). Statistics are accumulated in double for
 // rows of any width; parameter gradients are reduced over rows by column blocks so that no
 // per-thread scratch is needed and the sums do not depend on the thread count. LayerNorm and RMSNorm
 // read and write activations in their storage type (storage.h): a bf16 row is widened into fp32
@@ -83,7 +85,13 @@ static void layernorm_backward_row(float *dx, const float *d, const float *x, co
     for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - gmean - (x[c] - m) * s * gxmean);
 }
 
-void neox_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+// dsum += the column sums of dinp as stored, by the linear layer's own bias gradient: the same additions
+// as the pass it replaces in the model.
+static void residual_sums(float *dsum, const void *dinp, int N, int C, neox_elem act) {
+    if (dsum) neox_linear_backward(NULL, NULL, dsum, dinp, C, NULL, NULL, N, C, C, 0, act);
+}
+
+void neox_layernorm_backward(void *dinp, float *dweight, float *dbias, float *dsum, const void *dout, const void *inp,
                              const float *weight, const float *mean, const float *rstd, int N, int C, neox_elem act) {
     #pragma omp parallel
     {
@@ -100,6 +108,7 @@ void neox_layernorm_backward(void *dinp, float *dweight, float *dbias, const voi
     }
     add_column_sums(dweight, dout, inp, mean, rstd, N, C, act);
     if (dbias) add_column_sums(dbias, dout, NULL, NULL, NULL, N, C, act);
+    residual_sums(dsum, dinp, N, C, act);
 }
 
 // One row: out = x * rstd * weight.
@@ -136,8 +145,8 @@ static void rmsnorm_backward_row(float *dx, const float *d, const float *x, cons
     for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - x[c] * s * gxmean);
 }
 
-void neox_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const float *weight,
-                           const float *rstd, int N, int C, neox_elem act) {
+void neox_rmsnorm_backward(void *dinp, float *dweight, float *dsum, const void *dout, const void *inp,
+                           const float *weight, const float *rstd, int N, int C, neox_elem act) {
     #pragma omp parallel
     {
         float *s = row_scratch(act, 3, C);
@@ -152,6 +161,7 @@ void neox_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const v
         free(s);
     }
     add_column_sums(dweight, dout, inp, NULL, rstd, N, C, act);
+    residual_sums(dsum, dinp, N, C, act);
 }
 
 // Row i's L2 norm, in double, as the forward and the backward both need it.
@@ -286,14 +296,30 @@ void neox_head_norm_backward(void *dinp, float *dweight, float *dbias, const voi
             }
 }
 
-void neox_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,
-                                const float *weight, const float *bias, int N, int C, float eps, neox_elem act) {
-    neox_add(sum, a, b, (size_t)N * C, act);
-    neox_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps, act);
+// sum = a + (b + b_bias), each sum rounded to act as neox_add_bias, then neox_add round it (b is
+// left as it is).
+static void add_biased(void *sum, const void *a, const void *b, const float *b_bias, int N, int C, neox_elem act) {
+    if (!b_bias) {
+        neox_add(sum, a, b, (size_t)N * C, act);
+        return;
+    }
+    #pragma omp parallel for if ((size_t)N * C >= NEOX_PARALLEL_MIN_ELEMS)
+    for (int i = 0; i < N; i++)
+        for (size_t at = (size_t)i * C, end = at + C; at < end; at++) {
+            float biased = neox_act_round(neox_act_get(b, at, act) + b_bias[at - (size_t)i * C], act);
+            neox_act_set(sum, at, neox_act_get(a, at, act) + biased, act);
+        }
 }
 
-void neox_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b, const float *weight,
-                              int N, int C, float eps, neox_elem act) {
-    neox_add(sum, a, b, (size_t)N * C, act);
-    neox_rmsnorm_forward(out, rstd, sum, weight, N, C, eps, act);
+void neox_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,
+                                const float *b_bias, const float *weight, const float *bias, int N, int C, float eps,
+                                neox_elem act) {
+    add_biased(sum, a, b, b_bias, N, C, act);
+    if (out) neox_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps, act);
+}
+
+void neox_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b, const float *b_bias,
+                              const float *weight, int N, int C, float eps, neox_elem act) {
+    add_biased(sum, a, b, b_bias, N, C, act);
+    if (out) neox_rmsnorm_forward(out, rstd, sum, weight, N, C, eps, act);
 }

@@ -23,6 +23,11 @@ static inline void neox_act_set(void *p, size_t i, float v, neox_elem e) {
     else ((float *)p)[i] = v;
 }
 
+// v as element type e stores it (rounded to nearest even under bf16), widened back to fp32.
+static inline float neox_act_round(float v, neox_elem e) {
+    return e == NEOX_ELEM_BF16 ? neox_bf16_to_f32(neox_bf16_from_f32(v)) : v;
+}
+
 // n elements of p from element i on, as fp32: p's own memory under fp32, else widened into scratch (n floats).
 const float *neox_act_load(const void *p, size_t i, size_t n, neox_elem e, float *scratch);
 // Where to compute n fp32 results bound for p from element i on: p itself under fp32, else scratch.

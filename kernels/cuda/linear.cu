@@ -91,9 +91,9 @@ static void fallback_matmul(const neox_cuda_matmul_args *g) {
     gemm_cublas(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, g->A, g->lda, g->B, g->ldb, g->ab,
                 with_bias ? 1.0f : g->beta, g->C, g->ldc, g->c);
     if (g->epilogue == NEOX_CUDA_EPI_BGRADB) {  // op(A) is (M, K): its rows' sums are the columns of A^T
-        require(g->trans_a && g->ab == NEOX_ELEM_F32, "BGRADB takes the fp32 dout as A^T");
+        require(g->trans_a, "BGRADB takes dout as A^T");
         CUDA_CHECK(cudaMemsetAsync(g->bias, 0, (size_t)g->M * sizeof(float), neox_cuda_current_stream()));
-        neox_cuda_column_sums(g->bias, (const float *)g->A, g->lda, NULL, NULL, NULL, g->K, g->M);
+        neox_cuda_column_sums_act(g->bias, g->A, g->lda, NULL, NULL, NULL, g->K, g->M, g->ab);
     }
     int dgelu = g->epilogue == NEOX_CUDA_EPI_DGELU || g->epilogue == NEOX_CUDA_EPI_DGELU_BGRAD;
     if (g->epilogue == NEOX_CUDA_EPI_GELU_AUX_BIAS || dgelu) {
@@ -304,19 +304,17 @@ extern "C" void neox_cuda_gemm_ex(int trans_a, int trans_b, int M, int N, int K,
 }
 
 // ---- bf16 activation storage (kernels.h, "Activation storage") ---------------------------------
-// The products of bf16 operands go into fp32 rows (the bias in the epilogue, or dinp's widened old
-// value under beta = 1), which are rounded once as they are stored: as the CPU's kernels/cpu/linear.c.
+// Products of 16-bit operands accumulate in fp32 and are rounded once as they are stored, as the
+// CPU's kernels/cpu/linear.c rounds them. A product with no bias is stored in the operand type by
+// cuBLASLt itself (dinp's old value widened and added under beta = 1, then rounded: the CPU's order of
+// rounding). cuBLASLt's bias epilogue takes a bias of the output's type only, and ours are fp32, so a
+// biased product goes into fp32 rows with the bias in the epilogue, then is rounded as it is stored.
 
-// rows (N, C; fp32, packed) <-> x (N, C; row stride ld, type S). One thread per element, grid-stride.
+// rows (N, C; fp32, packed) -> x (N, C; row stride ld, type S). One thread per element, grid-stride.
 template <typename S> __global__ void store_rows_kernel(S *x, int ld, const float *rows, int N, int C) {
     size_t n = (size_t)N * C;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x)
         act_store(x, (k / C) * ld + k % C, rows[k]);
-}
-template <typename S> __global__ void load_rows_kernel(float *rows, const S *x, int ld, int N, int C) {
-    size_t n = (size_t)N * C;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x)
-        rows[k] = act_load(x, (k / C) * ld + k % C);
 }
 
 static void store_rows(void *x, int ld, const float *rows, int N, int C, neox_elem act) {
@@ -327,16 +325,13 @@ static void store_rows(void *x, int ld, const float *rows, int N, int C, neox_el
     CUDA_LAUNCHED();
 }
 
-static void load_rows(float *rows, const void *x, int ld, int N, int C, neox_elem act) {
-    size_t n = (size_t)N * C;
-    if (n == 0) return;
-    ACT_DISPATCH(act, S, load_rows_kernel<S><<<blocks_for(n, 256), 256, 0, neox_cuda_current_stream()>>>(
-                             rows, (const S *)x, ld, N, C));
-    CUDA_LAUNCHED();
-}
 
 static void forward16(void *out, int ldo, const void *inp, const void *weight, const float *bias, int N, int IC, int OC,
                       neox_elem act) {
+    if (!bias) {
+        neox_cuda_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, act, 0.0f, out, ldo, act);
+        return;
+    }
     float *rows = (float *)neox_cuda_scratch((size_t)N * OC * sizeof(float));
     neox_cuda_matmul_args g = {0, 1, N, OC, IC, 1.0f, 0.0f, inp, IC, weight, IC, act, rows, OC, NEOX_ELEM_F32,
                                bias ? NEOX_CUDA_EPI_BIAS : NEOX_CUDA_EPI_NONE, (float *)bias, NULL, 0};
@@ -344,17 +339,24 @@ static void forward16(void *out, int ldo, const void *inp, const void *weight, c
     store_rows(out, ldo, rows, N, OC, act);
 }
 
+// dweight (OC, IC; fp32) += dout^T (OC, N) @ inp (N, IC), operands of type ab, with dbias += dout's
+// column sums made by the same product (BGRADB, which overwrites: into scratch, then added) when both
+// are asked for, so dout is not read again for them.
+static void weight_grads(float *dweight, float *dbias, const void *dout, int ldo, const void *inp, int N, int IC,
+                         int OC, neox_elem ab) {
+    float *sums = dbias ? bias_buffer(OC) : NULL;
+    neox_cuda_matmul_args g = {1, 0, OC, IC, N, 1.0f, 1.0f, dout, ldo, inp, IC, ab, dweight, IC,
+                               NEOX_ELEM_F32, dbias ? NEOX_CUDA_EPI_BGRADB : NEOX_CUDA_EPI_NONE, sums, NULL, 0};
+    neox_cuda_matmul(&g);
+    if (dbias) neox_cuda_add_inplace(dbias, sums, (size_t)OC);
+}
+
 static void backward16(void *dinp, float *dweight, float *dbias, const void *dout, int ldo, const void *inp,
                        const void *weight, int N, int IC, int OC, int accumulate, neox_elem act) {
-    if (dinp) {
-        float *rows = (float *)neox_cuda_scratch((size_t)N * IC * sizeof(float));
-        if (accumulate) load_rows(rows, dinp, IC, N, IC, act);
-        neox_cuda_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, act, accumulate ? 1.0f : 0.0f, rows, IC,
-                       NEOX_ELEM_F32);
-        store_rows(dinp, IC, rows, N, IC, act);
-    }
-    if (dweight) neox_cuda_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, IC, act, 1.0f, dweight, IC, NEOX_ELEM_F32);
-    if (dbias) neox_cuda_column_sums_act(dbias, dout, ldo, NULL, NULL, NULL, N, OC, act);
+    if (dinp)  // dinp (N, IC) (+)= dout (N, OC) @ weight (OC, IC), stored in the operand type
+        neox_cuda_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, act, accumulate ? 1.0f : 0.0f, dinp, IC, act);
+    if (dweight) weight_grads(dweight, dbias, dout, ldo, inp, N, IC, OC, act);  // dbias by the same product
+    else if (dbias) neox_cuda_column_sums_act(dbias, dout, ldo, NULL, NULL, NULL, N, OC, act);
 }
 
 // out (N, ldo) = inp (N, IC) @ weight (OC, IC)^T (+ bias in the epilogue).
@@ -369,16 +371,6 @@ extern "C" void neox_cuda_linear_forward(void *out, int ldo, const void *inp, co
     neox_cuda_matmul(&g);
 }
 
-// dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC), with dbias += dout's column sums made by the same
-// product (BGRADB, which overwrites: into scratch, then added) when both are asked for.
-static void weight_grads(float *dweight, float *dbias, const float *dout, int ldo, const float *inp, int N, int IC,
-                         int OC) {
-    float *sums = dbias ? bias_buffer(OC) : NULL;
-    neox_cuda_matmul_args g = {1, 0, OC, IC, N, 1.0f, 1.0f, dout, ldo, inp, IC, NEOX_ELEM_F32, dweight, IC,
-                               NEOX_ELEM_F32, dbias ? NEOX_CUDA_EPI_BGRADB : NEOX_CUDA_EPI_NONE, sums, NULL, 0};
-    neox_cuda_matmul(&g);
-    if (dbias) neox_cuda_add_inplace(dbias, sums, (size_t)OC);
-}
 
 extern "C" void neox_cuda_linear_backward(void *dinp, float *dweight, float *dbias, const void *dout, int ldo,
                                           const void *inp, const void *weight, int N, int IC, int OC, int accumulate,
@@ -391,7 +383,7 @@ extern "C" void neox_cuda_linear_backward(void *dinp, float *dweight, float *dbi
         neox_cuda_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, NEOX_ELEM_F32, accumulate ? 1.0f : 0.0f, dinp, IC,
                        NEOX_ELEM_F32);
     const float *d = (const float *)dout;
-    if (dweight) weight_grads(dweight, dbias, d, ldo, (const float *)inp, N, IC, OC);  // NULL: only dinp or dbias
+    if (dweight) weight_grads(dweight, dbias, d, ldo, inp, N, IC, OC, NEOX_ELEM_F32);  // NULL: only dinp or dbias
     else if (dbias) neox_cuda_column_sums(dbias, d, ldo, NULL, NULL, NULL, N, OC);
 }
 

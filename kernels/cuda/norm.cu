@@ -1,10 +1,15 @@
-// norm.cu: LayerNorm, RMSNorm and ScaleNorm forward and backward, and the residual add fused before the
-// forward; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
+// norm.cu: LayerNorm, RMSNorm and ScaleNorm forward and backward, the residual add (with the branch's
+// row-parallel bias) fused before the forward, and the residual gradient's column sums (that bias's
+// gradient) in the backward's pass; one warp per row, statistics accumulated in double as kernels/cpu/norm.c does (so wide
 // rows lose nothing), with the CPU's expressions. The weight and bias gradients are deterministic column sums (kernels/cuda/reduce.cu).
 // Every kernel here is a template on the activations' storage type (common.cuh); statistics and
 // parameter gradients stay fp32.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemm.cuh"
+
+// v rounded as storage type T stores it (the type is the pointer's), as fp32.
+__device__ __forceinline__ float act_round(const float *, float v) { return v; }
+__device__ __forceinline__ float act_round(const __nv_bfloat16 *, float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 enum { NORM_WARPS = 8 };
 
@@ -74,7 +79,9 @@ __global__ void norm_backward_kernel(T *dinp, const T *dout, const T *inp, const
 // r0 + w + 8, ... (the column sums' lanes); each row's dinp as norm_backward_kernel, and the warp's
 // column sums of dout * (x - m) * s and dout in registers (column lane + 32k, k < K: C <= 32 K), then
 // the warps summed in order into pw, pb (chunks, C): the column sums' own order, finished by
-// neox_cuda_column_finish. mean NULL: RMSNorm (m = 0, no mean(g) term, no bias).
+// neox_cuda_column_finish. mean NULL: RMSNorm (m = 0, no mean(g) term, no bias). ps (or NULL): the
+// column sums of dinp as stored, in the same order: neox_cuda_column_sums_act's, which the linear
+// layers' bias gradients use, so the bias gradient made here has their bits.
 static_assert(NORM_WARPS == 8, "the fused backward's warps are the column sums' 8 lanes (kernels/cuda/reduce.cu)");
 
 // out[c] = the sum over the block's warps, in order, of each warp's column sums v (column lane + 32k).
@@ -92,15 +99,15 @@ __device__ void warps_in_order(float *out, float (*part)[32 * K], const float *v
 }
 
 template <int K, typename T>
-__global__ void norm_backward_fused_kernel(T *dinp, float *pw, float *pb, const T *dout, const T *inp,
+__global__ void norm_backward_fused_kernel(T *dinp, float *pw, float *pb, float *ps, const T *dout, const T *inp,
                                            const float *weight, const float *mean, const float *rstd, int N, int C,
                                            int rows_per_chunk) {
     __shared__ float part[NORM_WARPS][32 * K];
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float sw[K], sb[K];
+    float sw[K], sb[K], sd[K];
 #pragma unroll
-    for (int k = 0; k < K; k++) sw[k] = sb[k] = 0.0f;
+    for (int k = 0; k < K; k++) sw[k] = sb[k] = sd[k] = 0.0f;
     for (int row = r0 + warp; row < r1; row += NORM_WARPS) {
         const T *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
         float m = mean ? mean[row] : 0.0f, s = rstd[row];
@@ -118,28 +125,41 @@ __global__ void norm_backward_fused_kernel(T *dinp, float *pw, float *pb, const 
         }
         float gmean = mean ? (float)(warp_sum(gsum) / C) : 0.0f, gxmean = (float)(warp_sum(gxsum) / C);
         T *dx = dinp + (size_t)row * C;
-        for (int c = lane; c < C; c += 32)
-            act_store(dx, c,
-                      act_load(dx, c) + s * (act_load(d, c) * weight[c] - gmean - (act_load(x, c) - m) * s * gxmean));
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = lane + 32 * k;
+            if (c >= C) break;
+            float v = act_round(dx, act_load(dx, c) + s * (act_load(d, c) * weight[c] - gmean -
+                                                          (act_load(x, c) - m) * s * gxmean));
+            act_store(dx, c, v);
+            sd[k] += v;
+        }
     }
     warps_in_order<K>(pw + (size_t)blockIdx.x * C, part, sw, C);
     if (pb) {
         __syncthreads();  // part is rewritten for the bias
         warps_in_order<K>(pb + (size_t)blockIdx.x * C, part, sb, C);
     }
+    if (ps) {
+        __syncthreads();
+        warps_in_order<K>(ps + (size_t)blockIdx.x * C, part, sd, C);
+    }
 }
 
 // Runs the fused backward for C <= 1024 and returns 1; 0 for wider rows (the caller runs the row
 // kernel and the column sums apart).
 template <typename T>
-static int norm_backward_fused(T *dinp, float *dweight, float *dbias, const T *dout, const T *inp, const float *weight,
-                               const float *mean, const float *rstd, int N, int C) {
+static int norm_backward_fused(T *dinp, float *dweight, float *dbias, float *dsum, const T *dout, const T *inp,
+                               const float *weight, const float *mean, const float *rstd, int N, int C) {
     int K = (C + 31) / 32, rows_per_chunk, chunks = neox_cuda_column_chunks(N, &rows_per_chunk);
     if (K > 32) return 0;
-    float *pw = (float *)neox_cuda_scratch(2 * (size_t)chunks * C * sizeof(float)), *pb = dbias ? pw + (size_t)chunks * C : NULL;
+    size_t part = (size_t)chunks * C;
+    float *pw = (float *)neox_cuda_scratch(3 * part * sizeof(float));
+    float *pb = dbias ? pw + part : NULL, *ps = dsum ? pw + 2 * part : NULL;
     cudaStream_t st = neox_cuda_current_stream();
-#define FUSED(KK) norm_backward_fused_kernel<KK, T><<<chunks, NORM_WARPS * 32, 0, st>>>(dinp, pw, pb, dout, inp, weight, \
-                                                                                        mean, rstd, N, C, rows_per_chunk)
+#define FUSED(KK) norm_backward_fused_kernel<KK, T><<<chunks, NORM_WARPS * 32, 0, st>>>(dinp, pw, pb, ps, dout, inp,     \
+                                                                                        weight, mean, rstd, N, C,       \
+                                                                                        rows_per_chunk)
     if (K <= 8) FUSED(8);
     else if (K <= 16) FUSED(16);
     else if (K <= 24) FUSED(24);
@@ -148,19 +168,21 @@ static int norm_backward_fused(T *dinp, float *dweight, float *dbias, const T *d
     CUDA_LAUNCHED();
     neox_cuda_column_finish(dweight, pw, chunks, C);
     if (dbias) neox_cuda_column_finish(dbias, pb, chunks, C);
+    if (dsum) neox_cuda_column_finish(dsum, ps, chunks, C);
     return 1;
 }
 
 // LayerNorm's (mean != NULL) or RMSNorm's backward: the fused pass, or for wide rows the row kernel and the column sums.
 template <typename T>
-static void norm_backward(T *dinp, float *dweight, float *dbias, const T *dout, const T *inp, const float *weight,
-                          const float *mean, const float *rstd, int N, int C, neox_elem act) {
-    if (N <= 0 || norm_backward_fused<T>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C)) return;
+static void norm_backward(T *dinp, float *dweight, float *dbias, float *dsum, const T *dout, const T *inp,
+                          const float *weight, const float *mean, const float *rstd, int N, int C, neox_elem act) {
+    if (N <= 0 || norm_backward_fused<T>(dinp, dweight, dbias, dsum, dout, inp, weight, mean, rstd, N, C)) return;
     norm_backward_kernel<T><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
     CUDA_LAUNCHED();
     neox_cuda_column_sums_act(dweight, dout, C, inp, mean, rstd, N, C, act);
     if (dbias) neox_cuda_column_sums_act(dbias, dout, C, NULL, NULL, NULL, N, C, act);
+    if (dsum) neox_cuda_column_sums_act(dsum, dinp, C, NULL, NULL, NULL, N, C, act);
 }
 
 extern "C" void neox_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *weight,
@@ -171,11 +193,11 @@ extern "C" void neox_cuda_layernorm_forward(void *out, float *mean, float *rstd,
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+extern "C" void neox_cuda_layernorm_backward(void *dinp, float *dweight, float *dbias, float *dsum, const void *dout,
                                              const void *inp, const float *weight, const float *mean,
                                              const float *rstd, int N, int C, neox_elem act) {
-    ACT_DISPATCH(act, T, norm_backward<T>((T *)dinp, dweight, dbias, (const T *)dout, (const T *)inp, weight, mean, rstd,
-                                          N, C, act));
+    ACT_DISPATCH(act, T, norm_backward<T>((T *)dinp, dweight, dbias, dsum, (const T *)dout, (const T *)inp, weight, mean,
+                                          rstd, N, C, act));
 }
 
 extern "C" void neox_cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *weight, int N, int C,
@@ -186,10 +208,10 @@ extern "C" void neox_cuda_rmsnorm_forward(void *out, float *rstd, const void *in
     CUDA_LAUNCHED();
 }
 
-extern "C" void neox_cuda_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp,
+extern "C" void neox_cuda_rmsnorm_backward(void *dinp, float *dweight, float *dsum, const void *dout, const void *inp,
                                            const float *weight, const float *rstd, int N, int C, neox_elem act) {
-    ACT_DISPATCH(act, T, norm_backward<T>((T *)dinp, dweight, NULL, (const T *)dout, (const T *)inp, weight, NULL, rstd,
-                                          N, C, act));
+    ACT_DISPATCH(act, T, norm_backward<T>((T *)dinp, dweight, NULL, dsum, (const T *)dout, (const T *)inp, weight, NULL,
+                                          rstd, N, C, act));
 }
 
 // inp, out: (N, C) stored as T; rnorm: (N). One warp per row.
@@ -305,28 +327,79 @@ __global__ void head_norm_forward_kernel(T *out, float *mean, float *rstd, const
 
 // ---- the residual add fused before the norm --------------------------------------------------------
 
-__device__ __forceinline__ float4 add4(float4 x, float4 y) { return make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w); }
+__device__ __forceinline__ float4 add4(float4 x, float4 y) {
+    return make_float4(__fadd_rn(x.x, y.x), __fadd_rn(x.y, y.y), __fadd_rn(x.z, y.z), __fadd_rn(x.w, y.w));
+}
 
-// sum, out, a, b: (N, C) with C % 4 == 0 and 16-byte aligned rows; mean (LayerNorm only), rstd: (N).
-// One warp per row in 16-byte loads: the first pass writes sum = a + b and accumulates the row's sum
-// (LayerNorm) or sum of squares (RMSNorm) in double; the row is read back (from L1) for the variance
-// and the output, with the expressions of layernorm_forward_kernel and rmsnorm_forward_kernel.
+// The same op in any storage, element by element as add_bias_kernel, add_kernel (elementwise.cu) and
+// then layernorm_forward_kernel or rmsnorm_forward_kernel compute it: each lane takes the columns those
+// take (lane, lane + 32, ...), rounds b + b_bias and the sum to T, and sums the rounded row in double
+// in their order, so the statistics and outputs are theirs bit for bit. sum, out, a, b: (N, C) of T.
+template <typename T, bool RMS>
+__global__ void add_norm_rows_kernel(T *sum, T *out, float *mean, float *rstd, const T *a, const T *b,
+                                     const float *b_bias, const float *weight, const float *bias, int N, int C,
+                                     float eps) {
+    int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    size_t off = (size_t)row * C;
+    const T *ar = a + off, *br = b + off;
+    T *x = sum + off;
+    double acc = 0.0;
+    for (int c = lane; c < C; c += 32) {  // sum may alias a: each element is read before it is written
+        float bc = act_load(br, c);
+        if (b_bias) bc = act_round(br, __fadd_rn(bc, b_bias[c]));
+        float z = act_round(br, __fadd_rn(act_load(ar, c), bc));
+        act_store(x, c, z);
+        acc += RMS ? (double)z * z : (double)z;
+    }
+    if (!out) return;
+    acc = warp_sum(acc);
+    float m = 0.0f, s;
+    if (RMS) {
+        s = (float)(1.0 / sqrt(acc / C + eps));
+    } else {
+        double mu = acc / C, sq = 0.0;
+        for (int c = lane; c < C; c += 32) {
+            double d = act_load(x, c) - mu;
+            sq += d * d;
+        }
+        sq = warp_sum(sq);
+        m = (float)mu, s = (float)(1.0 / sqrt(sq / C + eps));
+    }
+    T *o = out + off;
+    for (int c = lane; c < C; c += 32) {
+        if (RMS) act_store(o, c, act_load(x, c) * s * weight[c]);
+        else act_store(o, c, (act_load(x, c) - m) * s * weight[c] + (bias ? bias[c] : 0.0f));
+    }
+    if (lane == 0) {
+        if (!RMS) mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// sum, out, a, b: (N, C) fp32 with C % 4 == 0 and 16-byte aligned rows; b_bias (C) or NULL; mean
+// (LayerNorm only), rstd: (N). One warp per row in 16-byte loads: the first pass writes
+// sum = a + (b + b_bias) and accumulates the row's sum (LayerNorm) or sum of squares (RMSNorm) in
+// double; the row is read back (from L1) for the variance and the output, with the expressions of
+// layernorm_forward_kernel and rmsnorm_forward_kernel. out NULL: the sum alone.
 template <bool RMS>
 __global__ void add_norm_forward_kernel(float *sum, float *out, float *mean, float *rstd, const float *a, const float *b,
-                                        const float *weight, const float *bias, int N, int C, float eps) {
+                                        const float *b_bias, const float *weight, const float *bias, int N, int C,
+                                        float eps) {
     int row = blockIdx.x * NORM_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31, C4 = C / 4;
     if (row >= N) return;
     size_t off = (size_t)row * C;
-    const float4 *a4 = (const float4 *)(a + off), *b4 = (const float4 *)(b + off);
+    const float4 *a4 = (const float4 *)(a + off), *b4 = (const float4 *)(b + off), *bb4 = (const float4 *)b_bias;
     float4 *s4 = (float4 *)(sum + off), *o4 = (float4 *)(out + off);
     const float4 *w4 = (const float4 *)weight, *bias4 = (const float4 *)bias;
     double acc = 0.0;
     for (int g = lane; g < C4; g += 32) {  // sum may alias a: each element is read before it is written
-        float4 z = add4(a4[g], b4[g]);
+        float4 z = add4(a4[g], b_bias ? add4(b4[g], bb4[g]) : b4[g]);
         s4[g] = z;
         if (RMS) acc += (double)z.x * z.x + (double)z.y * z.y + (double)z.z * z.z + (double)z.w * z.w;
         else acc += (double)z.x + (double)z.y + (double)z.z + (double)z.w;
     }
+    if (!out) return;
     acc = warp_sum(acc);
     float m = 0.0f, s;
     if (RMS) {
@@ -430,33 +503,35 @@ static bool vec4_rows(int C, const void *const *ptrs, int n) {
     return true;
 }
 
-// Under bf16 storage the norm reads the sum as stored (rounded), as the CPU's add then norm does: the
-// two ops in turn rather than the fused kernel, which normalises the unrounded sum.
-extern "C" void neox_cuda_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a,
-                                                const void *b, const float *weight, const float *bias, int N, int C,
-                                                float eps, neox_elem act) {
+// fp32 rows of 16-byte pieces take the vectorised kernel (its double sums group four elements per
+// lane); every other case, bf16 storage included, the element-wise one, which normalises the sum as
+// stored (rounded), as the unfused ops do.
+template <bool RMS>
+static void add_norm_forward(void *sum, void *out, float *mean, float *rstd, const void *a, const void *b,
+                             const float *b_bias, const float *weight, const float *bias, int N, int C, float eps,
+                             neox_elem act) {
     if (N <= 0) return;
-    const void *ptrs[] = {sum, out, a, b, weight, bias};
-    if (act != NEOX_ELEM_F32 || !vec4_rows(C, ptrs, 6)) {  // odd widths, bf16: the two ops in turn
-        neox_cuda_add(sum, a, b, (size_t)N * C, act);
-        neox_cuda_layernorm_forward(out, mean, rstd, sum, weight, bias, N, C, eps, act);
-        return;
+    const void *ptrs[] = {sum, out, a, b, b_bias, weight, bias};
+    cudaStream_t st = neox_cuda_current_stream();
+    if (act == NEOX_ELEM_F32 && vec4_rows(C, ptrs, 7)) {
+        add_norm_forward_kernel<RMS><<<norm_blocks(N), NORM_WARPS * 32, 0, st>>>(
+            (float *)sum, (float *)out, mean, rstd, (const float *)a, (const float *)b, b_bias, weight, bias, N, C, eps);
+    } else {
+        ACT_DISPATCH(act, T, add_norm_rows_kernel<T, RMS><<<norm_blocks(N), NORM_WARPS * 32, 0, st>>>(
+                                 (T *)sum, (T *)out, mean, rstd, (const T *)a, (const T *)b, b_bias, weight, bias, N,
+                                 C, eps));
     }
-    add_norm_forward_kernel<false><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
-        (float *)sum, (float *)out, mean, rstd, (const float *)a, (const float *)b, weight, bias, N, C, eps);
     CUDA_LAUNCHED();
 }
 
+extern "C" void neox_cuda_add_layernorm_forward(void *sum, void *out, float *mean, float *rstd, const void *a,
+                                                const void *b, const float *b_bias, const float *weight,
+                                                const float *bias, int N, int C, float eps, neox_elem act) {
+    add_norm_forward<false>(sum, out, mean, rstd, a, b, b_bias, weight, bias, N, C, eps, act);
+}
+
 extern "C" void neox_cuda_add_rmsnorm_forward(void *sum, void *out, float *rstd, const void *a, const void *b,
-                                              const float *weight, int N, int C, float eps, neox_elem act) {
-    if (N <= 0) return;
-    const void *ptrs[] = {sum, out, a, b, weight};
-    if (act != NEOX_ELEM_F32 || !vec4_rows(C, ptrs, 5)) {
-        neox_cuda_add(sum, a, b, (size_t)N * C, act);
-        neox_cuda_rmsnorm_forward(out, rstd, sum, weight, N, C, eps, act);
-        return;
-    }
-    add_norm_forward_kernel<true><<<norm_blocks(N), NORM_WARPS * 32, 0, neox_cuda_current_stream()>>>(
-        (float *)sum, (float *)out, NULL, rstd, (const float *)a, (const float *)b, weight, NULL, N, C, eps);
-    CUDA_LAUNCHED();
+                                              const float *b_bias, const float *weight, int N, int C, float eps,
+                                              neox_elem act) {
+    add_norm_forward<true>(sum, out, NULL, rstd, a, b, b_bias, weight, NULL, N, C, eps, act);
 }

@@ -17,30 +17,62 @@
 #include "kernels/backend.h"
 #include "model_internal.h"
 
-static void norm_backward_rows(const neox_model *m, float *dinp, float *dw, float *db, const float *dout,
+// dsum: the residual gradient's column sums (a row-parallel bias's gradient, residual_bias_grad), or NULL.
+static void norm_backward_rows(const neox_model *m, float *dinp, float *dw, float *db, float *dsum, const float *dout,
                                const float *inp, const float *w, const float *mean, const float *rstd, int N) {
     const neox_model_desc *d = &m->desc;
-    if (d->norm == NEOX_NORM_RMSNORM) m->be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, m->act_elem);
+    if (d->norm == NEOX_NORM_RMSNORM)
+        m->be->rmsnorm_backward(dinp, dw, dsum, dout, inp, w, rstd, N, d->hidden_size, m->act_elem);
     else if (d->norm == NEOX_NORM_SCALENORM)
         m->be->scalenorm_backward(dinp, dw, dout, inp, w, rstd, N, d->hidden_size, d->norm_eps, m->act_elem);
-    else m->be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, d->hidden_size, m->act_elem);
+    else m->be->layernorm_backward(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, d->hidden_size, m->act_elem);
 }
+
+// Whether the norms' backward passes make the row-parallel biases' gradients, the column sums of the
+// residual gradient they write (kernels.h, layernorm_backward's dsum), in place of a pass of the
+// linear's own over the same rows: when the forward folds the biases into the residual add (no hidden
+// dropout: with it the bias's gradient is the masked gradient's sum), without sequence parallelism
+// (the norm has this rank's rows only, the linear all of them gathered) and for the norms that have
+// the sums (LayerNorm, RMSNorm).
+static int norm_sums_bias(const neox_model *m) {
+    return neox_model_bias_folds(m) && !((const neox_acts *)m->acts)->seq_dnorm && m->desc.norm != NEOX_NORM_SCALENORM;
+}
+
+// The gradient of layer l's output bias (the second MLP projection's) when the norm backward that
+// completes the gradient of the layer's output makes it: that norm is the next layer's first on this
+// stage, or the final norm. NULL when the linear's backward makes it (norm_sums_bias, the previous
+// stage's last layer, a Mixture of Experts, no bias).
+static float *out_bias_by_norm(const neox_model *m, int l) {
+    const neox_model_desc *d = &m->desc;
+    if (!norm_sums_bias(m) || l < d->layer_begin || neox_model_moe_layer(d, l)) return NULL;
+    if (l + 1 >= d->layer_end && !neox_model_last_stage(d)) return NULL;
+    return m->g.layers[l].fc2_b;
+}
+
+// The attention output's bias gradient when layer l's second norm makes it (a sequential residual:
+// the gradient of x + attention is what that norm's backward completes).
+static float *attn_bias_by_norm(const neox_model *m, int l) {
+    return norm_sums_bias(m) && !m->desc.parallel_residual ? m->g.layers[l].proj_b : NULL;
+}
+
+// A linear's bias gradient for its own backward: db, unless a norm made it.
+static float *unless_made(float *db, const float *by_norm) { return by_norm ? NULL : db; }
 
 // A norm's backward over the residual stream's rows on this rank. Under sequence parallelism its
 // weight (and bias) gradients from these rows are summed over the tensor-parallel group before they
-// are added: every rank then holds the whole gradient of the replicated weights.
-static void norm_backward(neox_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                          const float *w, const float *mean, const float *rstd) {
+// are added: every rank then holds the whole gradient of the replicated weights (dsum is NULL there).
+static void norm_backward(neox_model *m, float *dinp, float *dw, float *db, float *dsum, const float *dout,
+                          const float *inp, const float *w, const float *mean, const float *rstd) {
     neox_acts *a = m->acts;
     int n = neox_model_stream_rows(m), C = m->desc.hidden_size;
     if (!a->seq_dnorm) {
-        norm_backward_rows(m, dinp, dw, db, dout, inp, w, mean, rstd, n);
+        norm_backward_rows(m, dinp, dw, db, dsum, dout, inp, w, mean, rstd, n);
         return;
     }
     float *sw = a->seq_dnorm, *sb = db ? a->seq_dnorm + C : NULL;
     size_t count = m->desc.norm == NEOX_NORM_SCALENORM ? 1 : (size_t)C;  // (scalenorm: one scalar)
     m->be->memset_zero(a->seq_dnorm, 2 * (size_t)C * sizeof(float));
-    norm_backward_rows(m, dinp, sw, sb, dout, inp, w, mean, rstd, n);
+    norm_backward_rows(m, dinp, sw, sb, NULL, dout, inp, w, mean, rstd, n);
     neox_allreduce_sum(m->tp, a->seq_dnorm, sb ? 2 * (size_t)C : count, NEOX_F32);
     m->be->add_inplace(dw, sw, count);
     if (sb) m->be->add_inplace(db, sb, (size_t)C);
@@ -126,7 +158,8 @@ static void mlp_backward(neox_model *m, int l, const int *group, const float *dy
     int N = m->B * m->T, C = d->hidden_size, F = s.F;
     int FC = neox_activation_gated(d->activation) ? 2 * F : F;
     dy = neox_model_seq_gather(m, dy);
-    linear_backward(m, group[GROUP_FC2], group[GROUP_END], NULL, g->fc2_w, g->fc2_b, dy, la->act, p->fc2_w, N, F, C);
+    linear_backward(m, group[GROUP_FC2], group[GROUP_END], NULL, g->fc2_w, unless_made(g->fc2_b, out_bias_by_norm(m, l)),
+                    dy, la->act, p->fc2_w, N, F, C);
     float *fc_db = neox_model_mlp_backward_act(m, a->dfc, a->dact, g->fc_b, dy, p->fc2_w, la->fc, N, F, C);
     linear_backward(m, group[GROUP_FC], group[GROUP_FC2], dln2, g->fc_w, fc_db, a->dfc, neox_model_seq_gather(m, la->ln2),
                     p->fc_w, N, C, FC);
@@ -143,8 +176,8 @@ static void attention_backward(neox_model *m, int l, const int *group, const flo
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
     int HS = d->head_size, W = (NH + 2 * NKV) * HS;
     dy = neox_model_seq_gather(m, dy);
-    linear_backward(m, group[GROUP_PROJ], group[GROUP_FC], a->datt, g->proj_w, g->proj_b, dy, la->att, p->proj_w, N,
-                    NH * HS, C);
+    linear_backward(m, group[GROUP_PROJ], group[GROUP_FC], a->datt, g->proj_w,
+                    unless_made(g->proj_b, attn_bias_by_norm(m, l)), dy, la->att, p->proj_w, N, NH * HS, C);
     float attn_p = m->training ? d->attention_dropout : 0.0f;
     // On the fused route q, k, v are read in qkv and their gradients written into dqkv's views.
     neox_qkv_bufs x = neox_model_qkv_bufs(m, la->qkv, la->q, la->k, la->v);
@@ -219,17 +252,19 @@ static void layer_backward(neox_model *m, int l) {
             neox_model_tp_reduce(m, a->dln, 2 * NC);
             d2 = dln2, d1 = dln1;
         }
-        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, d2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd);
+        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, NULL, d2, x, p->ln2_w, la->ln2_mean, la->ln2_rstd);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
-        norm_backward(m, a->dx, g->ln1_w, g->ln1_b, d1, x, p->ln1_w, la->ln1_mean, la->ln1_rstd);
+        norm_backward(m, a->dx, g->ln1_w, g->ln1_b, out_bias_by_norm(m, l - 1), d1, x, p->ln1_w, la->ln1_mean,
+                      la->ln1_rstd);
     } else {
         // (a MoE's input gradient is whole on every rank; sequence parallelism refuses MoE layers)
         const float *d2 = neox_model_moe_layer(d, l) ? dln2 : reduce_input_grad(m, dln2, 0);
-        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, d2, la->mid, p->ln2_w, la->ln2_mean, la->ln2_rstd);
+        norm_backward(m, a->dx, g->ln2_w, g->ln2_b, attn_bias_by_norm(m, l), d2, la->mid, p->ln2_w, la->ln2_mean,
+                      la->ln2_rstd);
         grads_ready(m, group[GROUP_LN2], group[GROUP_QKV]);
         attention_backward(m, l, group, branch_grad(m, a->dx, a->dbranch, l, NEOX_SITE_ATTN_OUT), dln1);
-        norm_backward(m, a->dx, g->ln1_w, g->ln1_b, reduce_input_grad(m, dln1, 0), x, p->ln1_w, la->ln1_mean,
-                      la->ln1_rstd);
+        norm_backward(m, a->dx, g->ln1_w, g->ln1_b, out_bias_by_norm(m, l - 1), reduce_input_grad(m, dln1, 0), x,
+                      p->ln1_w, la->ln1_mean, la->ln1_rstd);
     }
     grads_ready(m, group[GROUP_LN1], group[GROUP_LN2]);
 }
@@ -355,8 +390,8 @@ static void head_backward(neox_model *m, float loss_scale) {
     else dlnf = neox_act_at(m, dlnf, (size_t)neox_model_stream_row0(m) * C);
     a->head_done = 0;
     m->be->memset_zero(a->dx, neox_model_act_bytes(m, (size_t)neox_model_stream_rows(m) * d->hidden_size));
-    norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, dlnf, neox_model_stage_out(m), m->w.lnf_w, a->lnf_mean,
-                  a->lnf_rstd);
+    norm_backward(m, a->dx, m->g.lnf_w, m->g.lnf_b, out_bias_by_norm(m, d->layer_end - 1), dlnf,
+                  neox_model_stage_out(m), m->w.lnf_w, a->lnf_mean, a->lnf_rstd);
     grads_ready(m, head, out);
 }
 

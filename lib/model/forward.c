@@ -556,27 +556,69 @@ static void branch_dropout(neox_model *m, float *branch, int layer, int site) {
     if (m->training && m->desc.hidden_dropout > 0.0f) neox_model_hidden_dropout(m, branch, branch, layer, site);
 }
 
-// Adds a branch output (after hidden dropout) into the residual: out = res + dropout(branch).
-static void add_branch(neox_model *m, float *out, const float *res, float *branch, size_t n, int layer, int site) {
-    branch_dropout(m, branch, layer, site);
-    m->be->add(out, res, branch, n, m->act_elem);
-}
+// Whether a row-parallel linear's bias is added by the op that adds the branch into the residual
+// stream (add_layernorm_forward's b_bias) instead of by an add_bias pass of its own: always but under
+// hidden dropout, whose mask applies to the output with its bias (GPT-NeoX's dropout(out + bias) +
+// residual), so the bias is added before it, and only the add and the norm are fused.
+int neox_model_bias_folds(const neox_model *m) { return !(m->training && m->desc.hidden_dropout > 0.0f); }
 
-// The same add followed by the norm of its result, in one op: sum = res + dropout(branch), out =
-// norm(sum) (the sequential residual's MLP input).
-static void add_branch_norm(neox_model *m, float *sum, float *out, float *mean, float *rstd, const float *res,
-                            float *branch, const float *w, const float *b, int layer, int site) {
+static const float *folded_bias(const neox_model *m, const float *bias) { return neox_model_bias_folds(m) ? bias : NULL; }
+static const float *own_bias(const neox_model *m, const float *bias) { return neox_model_bias_folds(m) ? NULL : bias; }
+
+// A norm's destination and weights; out NULL: no norm.
+typedef struct norm_into {
+    float *out, *mean, *rstd;
+    const float *w, *b;
+} norm_into;
+
+// sum = res + (branch + bias) (bias: the branch's row-parallel bias when it folds, else NULL), then
+// the norm of sum into `to`, in one op over the residual stream's rows here. ScaleNorm, which has no
+// fused op, runs the add alone and then its norm.
+static void add_norm(neox_model *m, float *sum, const float *res, const float *branch, const float *bias, norm_into to) {
     const neox_model_desc *d = &m->desc;
     int N = neox_model_stream_rows(m), C = d->hidden_size;
-    branch_dropout(m, branch, layer, site);
     if (d->norm == NEOX_NORM_RMSNORM) {
-        m->be->add_rmsnorm_forward(sum, out, rstd, res, branch, w, N, C, d->norm_eps, m->act_elem);
-    } else if (neox_norm_arith(d) == NEOX_NORM_LAYERNORM) {
-        m->be->add_layernorm_forward(sum, out, mean, rstd, res, branch, w, b, N, C, d->norm_eps, m->act_elem);
-    } else {
-        m->be->add(sum, res, branch, (size_t)N * C, m->act_elem);
-        neox_model_norm_forward(m->be, d, out, mean, rstd, sum, w, b, N, m->act_elem);
+        m->be->add_rmsnorm_forward(sum, to.out, to.rstd, res, branch, bias, to.w, N, C, d->norm_eps, m->act_elem);
+        return;
     }
+    int fused = neox_norm_arith(d) == NEOX_NORM_LAYERNORM;
+    m->be->add_layernorm_forward(sum, fused ? to.out : NULL, to.mean, to.rstd, res, branch, bias, to.w, to.b, N, C,
+                                 d->norm_eps, m->act_elem);
+    if (!fused && to.out) neox_model_norm_forward(m->be, d, to.out, to.mean, to.rstd, sum, to.w, to.b, N, m->act_elem);
+}
+
+// A branch output (after hidden dropout) added into the residual and normed: add_norm of dropout(branch).
+static void add_branch_norm(neox_model *m, float *sum, const float *res, float *branch, const float *bias,
+                            norm_into to, int layer, int site) {
+    branch_dropout(m, branch, layer, site);
+    add_norm(m, sum, res, branch, bias, to);
+}
+
+// The norm that follows layer l's output, made by the layer's last add (the layer boundary): the next
+// layer's first norm on this stage, or after the stage's last layer the final norm (last stage only).
+// None under activation checkpointing (one set of activations serves every layer and a recomputed
+// layer makes its own first norm) or when a hook gathers each unit's weights (ZeRO-3: the next unit's
+// norm weights are not here yet).
+static norm_into next_norm(neox_model *m, int l) {
+    const neox_model_desc *d = &m->desc;
+    neox_acts *a = m->acts;
+    norm_into none = {0};
+    if (d->checkpoint_activations || m->weights_use) return none;
+    if (l + 1 < d->layer_end) {
+        neox_layer_acts *la = &a->layers[l + 1 - neox_model_shard(d).l0];
+        const neox_layer_params *p = &m->w.layers[l + 1];
+        return (norm_into){la->ln1, la->ln1_mean, la->ln1_rstd, p->ln1_w, p->ln1_b};
+    }
+    if (!neox_model_last_stage(d)) return none;  // (under sequence parallelism this rank's rows, gathered by the head)
+    return (norm_into){a->seq_whole ? a->seq_whole : a->lnf, a->lnf_mean, a->lnf_rstd, m->w.lnf_w, m->w.lnf_b};
+}
+
+// The layer's last add: y = res + branch (+ bias), with the next norm when next_norm makes it here.
+static void finish_layer(neox_model *m, int l, float *y, const float *res, float *branch, const float *bias, int site) {
+    norm_into next = next_norm(m, l);
+    if (site >= 0) add_branch_norm(m, y, res, branch, bias, next, l, site);
+    else add_norm(m, y, res, branch, bias, next);
+    ((neox_acts *)m->acts)->norm_made = next.out ? l + 1 : -1;
 }
 
 // use_qk_layernorm: the one norm of queries and keys (same weights, statistics apart), before rotary.
@@ -602,10 +644,11 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     int B = m->B, T = m->T, N = B * T, C = d->hidden_size, NH = s.NH, NKV = s.NKV;
     int HS = d->head_size, W = (NH + 2 * NKV) * HS, F = s.F;
     int n = neox_model_stream_rows(m);  // the residual stream's rows here (N, or this rank's under sequence parallelism)
-    size_t nC = (size_t)n * C;
 
-    // attention over this rank's heads, on every row
-    norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, n);
+    // attention over this rank's heads, on every row (its norm made by the previous layer's last add,
+    // or here)
+    if (a->norm_made != l) norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, p->ln1_w, p->ln1_b, n);
+    a->norm_made = -1;
     neox_model_linear_forward(m, la->qkv, neox_model_seq_gather(m, la->ln1), p->qkv_w, p->qkv_b, N, C, W);
     neox_qkv_bufs qkv = neox_model_qkv_bufs(m, la->qkv, la->q, la->k, la->v);
     if (d->qk_norm) {
@@ -625,24 +668,25 @@ void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y) {
     neox_attention_opts o = neox_model_attention_opts(m, a->alibi, attn_p, l);
     o.views = qkv.views;
     be->attention_forward(la->att, la->lse, qkv.q, k, v, B, keys, NH, NKV, HS, o, m->act_elem);
-    row_parallel_forward(m, a->branch, la->att, p->proj_w, p->proj_b, N, NH * HS);
+    row_parallel_forward(m, a->branch, la->att, p->proj_w, own_bias(m, p->proj_b), N, NH * HS);
 
-    // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential)
+    // MLP: on ln2(x) beside attention (parallel) or on ln2(x + attention) after it (sequential); the
+    // attention output's bias is added by the add into the residual stream
+    norm_into ln2 = {la->ln2, la->ln2_mean, la->ln2_rstd, p->ln2_w, p->ln2_b}, no_norm = {0};
     if (d->parallel_residual) {
-        add_branch(m, y, x, a->branch, nC, l, NEOX_SITE_ATTN_OUT);
+        add_branch_norm(m, y, x, a->branch, folded_bias(m, p->proj_b), no_norm, l, NEOX_SITE_ATTN_OUT);
         norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, x, p->ln2_w, p->ln2_b, n);
     } else {
-        add_branch_norm(m, la->mid, la->ln2, la->ln2_mean, la->ln2_rstd, x, a->branch, p->ln2_w, p->ln2_b, l,
-                        NEOX_SITE_ATTN_OUT);
+        add_branch_norm(m, la->mid, x, a->branch, folded_bias(m, p->proj_b), ln2, l, NEOX_SITE_ATTN_OUT);
     }
     if (neox_model_moe_layer(d, l)) {  // GPT-NeoX adds a MoE's output without dropout (it has no bias)
         neox_model_moe_forward(m, l, &la->moe, la->ln2, a->branch, N, m->training, 0);
-        be->add(y, la->mid, a->branch, nC, m->act_elem);
+        finish_layer(m, l, y, la->mid, a->branch, NULL, -1);
         return;
     }
     neox_model_mlp_forward_in(m, la->act, la->fc, neox_model_seq_gather(m, la->ln2), p->fc_w, p->fc_b, N, C, F);
-    row_parallel_forward(m, a->branch, la->act, p->fc2_w, p->fc2_b, N, F);
-    add_branch(m, y, d->parallel_residual ? y : la->mid, a->branch, nC, l, NEOX_SITE_MLP_OUT);
+    row_parallel_forward(m, a->branch, la->act, p->fc2_w, own_bias(m, p->fc2_b), N, F);
+    finish_layer(m, l, y, d->parallel_residual ? y : la->mid, a->branch, folded_bias(m, p->fc2_b), NEOX_SITE_MLP_OUT);
 }
 
 // Layer l's forward within the stage's: from its input into the next layer's, or the stage's output
@@ -921,6 +965,7 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     a->dropout_row0_at = m->dropout_row0_at;
     a->head_scale_at = m->head_scale_at;
     a->head_done = 0;
+    a->norm_made = -1;
     // The scope of the ops that follow, for the per-op profile (kernels/backend.h).
     neox_phase phase = m->training ? NEOX_PHASE_FORWARD : NEOX_PHASE_OTHER;
     neox_profile_scope(phase, -1);
@@ -943,11 +988,13 @@ int neox_model_forward(neox_model *m, const int *ids, const int *targets, const 
     neox_range_push("forward head");
     const float *out = neox_model_stage_out(m);
     neox_model_use_head(m, 1);
+    int made = a->norm_made == d->layer_end;  // (by the last layer's last add)
+    a->norm_made = -1;
     if (a->seq_whole) {  // the rank's rows normed, then gathered whole for the output layer
         size_t nC = (size_t)neox_model_stream_rows(m) * d->hidden_size;
-        norm_forward(m, a->seq_whole, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, neox_model_stream_rows(m));
+        if (!made) norm_forward(m, a->seq_whole, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, neox_model_stream_rows(m));
         neox_allgather(m->tp, a->seq_whole, a->lnf, nC, neox_dtype_of_elem(m->act_elem));
-    } else {
+    } else if (!made) {
         norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, out, m->w.lnf_w, m->w.lnf_b, N);
     }
     int rc = 0;

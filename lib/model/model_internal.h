@@ -95,6 +95,9 @@ typedef struct neox_acts {
     // Set by a forward that ran the fused loss (forward.c): the output layer's backward is done, for
     // d(head_loss_scale * loss); the slot's backward starts from the final norm.
     int head_done;
+    // The layer whose first norm the previous layer's last add has made (forward.c, next_norm), or
+    // the stage's layer_end for the final norm; -1 when none.
+    int norm_made;
     float head_loss_scale;
     const float *head_scale_at;  // (neox_model.head_scale_at as the forward found it)
     unsigned long long dropout_seed, dropout_row0;
@@ -202,6 +205,9 @@ int neox_te_apply(const neox_config *cfg, neox_model_desc *d, neox_error *err);
 // One layer's forward (global layer index l) from x (N, C) into y (N, C), saving into the current
 // slot's layer activations. y must not alias x.
 void neox_model_layer_forward(neox_model *m, int l, const float *x, float *y);
+// Whether the row-parallel linears' biases are added by the residual add (forward.c): not under
+// hidden dropout; backward then makes their gradients in the norms' passes.
+int neox_model_bias_folds(const neox_model *m);
 // Mixture-of-Experts layers (lib/model/moe.c). Forward: from la->ln2 to out (N, C), routing on the
 // host. Backward: from dy (N, C) to dln2 (N, C, overwritten), adding the router's and experts'
 // gradients; scratch (N, C) is used. Routes are allocated for the plan and freed with it.

@@ -256,8 +256,8 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
     }
     if (!strcmp(op, "add_layernorm_forward") || !strcmp(op, "add_rmsnorm_forward")) {
         uint16_t *x = bf16("x", n), *y = bf16("y", n), *s = neox_malloc(n * 2), *o = neox_malloc(n * 2);
-        if (rms) neox_add_rmsnorm_forward(s, o, rstd, x, y, w, N, C, 1e-5f, B);
-        else neox_add_layernorm_forward(s, o, mean, rstd, x, y, w, bias, N, C, 1e-5f, B);
+        if (rms) neox_add_rmsnorm_forward(s, o, rstd, x, y, NULL, w, N, C, 1e-5f, B);
+        else neox_add_layernorm_forward(s, o, mean, rstd, x, y, NULL, w, bias, N, C, 1e-5f, B);
         outs[0] = OUT_B("sum", s, n), outs[1] = OUT_B("out", o, n), outs[2] = OUT_F("rstd", rstd, N);
         outs[3] = OUT_F("mean", mean, N);
         return rms ? 3 : 4;
@@ -265,8 +265,8 @@ static int run(const char *op, int N, int C, neox_act_fn fn, output *outs) {
     if (!strcmp(op, "layernorm_backward") || !strcmp(op, "rmsnorm_backward")) {
         uint16_t *x = bf16("x", n), *d = bf16("dout", n), *dx = bf16("dinp", n);
         float *dw = f32("dweight", C), *db = rms ? NULL : f32("dbias", C);
-        if (rms) neox_rmsnorm_backward(dx, dw, d, x, w, f32("rstd", N), N, C, B);
-        else neox_layernorm_backward(dx, dw, db, d, x, w, f32("mean", N), f32("rstd", N), N, C, B);
+        if (rms) neox_rmsnorm_backward(dx, dw, NULL, d, x, w, f32("rstd", N), N, C, B);
+        else neox_layernorm_backward(dx, dw, db, NULL, d, x, w, f32("mean", N), f32("rstd", N), N, C, B);
         outs[0] = OUT_B("dinp", dx, n), outs[1] = OUT_F("dweight", dw, C), outs[2] = OUT_F("dbias", db, C);
         return rms ? 2 : 3;
     }

@@ -176,6 +176,7 @@ static void test_linear_tf32(void) {
 }
 
 static void test_gemm16(neox_elem ab, neox_elem ce, int ta, int tb, int M, int N, int K);
+static void test_bf16_linear(int N, int IC, int OC, int pad, int accumulate);
 
 // The linear cases again on the other product path: the default runs cuBLASLt with the bias and
 // bias-gradient epilogues, and this runs cuBLAS with them as separate kernels (the fallback where
@@ -188,6 +189,7 @@ static void test_linear_both_paths(void) {
     test_linear(37, 53, 71, 0, 1, 0);
     test_linear(64, 128, 96, 5, 1, 1);
     test_gemm16(NEOX_ELEM_BF16, NEOX_ELEM_BF16, 0, 0, 33, 70, 96);
+    test_bf16_linear(37, 200, 96, 3, 1);  // (the bias gradient's column sums apart from the product)
     neox_cuda_set_cublaslt(1);
     neox_cuda_matmul_counts(&lt1, &fb1);
     checks++;
@@ -388,13 +390,17 @@ static void test_layernorm(int N, int C, int with_bias) {
     checkf(0, 1e-6, &rstd, "layernorm_forward rstd N=%d C=%d", N, C);
     // The backward takes the CPU's statistics on both sides.
     pair m = pair_from(mean.h, N), r = pair_from(rstd.h, N), dout = pair_rand((size_t)N * C);
-    pair dinp = pair_rand((size_t)N * C), dw = pair_rand(C), db = pair_rand(C);
-    cpu->layernorm_backward(dinp.h, dw.h, with_bias ? db.h : NULL, dout.h, inp.h, w.h, m.h, r.h, N, C, NEOX_ELEM_F32);
-    gpu->layernorm_backward(dinp.d, dw.d, with_bias ? db.d : NULL, dout.d, inp.d, w.d, m.d, r.d, N, C, NEOX_ELEM_F32);
+    // (with the bias, the residual gradient's column sums too: a row-parallel bias's gradient)
+    pair dinp = pair_rand((size_t)N * C), dw = pair_rand(C), db = pair_rand(C), ds = pair_rand(C);
+    cpu->layernorm_backward(dinp.h, dw.h, with_bias ? db.h : NULL, with_bias ? ds.h : NULL, dout.h, inp.h, w.h, m.h,
+                            r.h, N, C, NEOX_ELEM_F32);
+    gpu->layernorm_backward(dinp.d, dw.d, with_bias ? db.d : NULL, with_bias ? ds.d : NULL, dout.d, inp.d, w.d, m.d,
+                            r.d, N, C, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &dinp, "layernorm_backward dinp N=%d C=%d", N, C);
     checkf(1e-4, 1e-5, &dw, "layernorm_backward dweight N=%d C=%d", N, C);
     if (with_bias) checkf(1e-4, 1e-5, &db, "layernorm_backward dbias N=%d C=%d", N, C);
-    pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &m, &r, &dout, &dinp, &dw, &db};
+    if (with_bias) checkf(1e-4, 1e-5, &ds, "layernorm_backward dsum N=%d C=%d", N, C);
+    pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &m, &r, &dout, &dinp, &dw, &db, &ds};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
@@ -406,11 +412,13 @@ static void test_rmsnorm(int N, int C) {
     checkf(1e-5, 1e-5, &out, "rmsnorm_forward N=%d C=%d", N, C);
     checkf(0, 1e-6, &rstd, "rmsnorm_forward rstd N=%d C=%d", N, C);
     pair r = pair_from(rstd.h, N), dout = pair_rand((size_t)N * C), dinp = pair_rand((size_t)N * C), dw = pair_rand(C);
-    cpu->rmsnorm_backward(dinp.h, dw.h, dout.h, inp.h, w.h, r.h, N, C, NEOX_ELEM_F32);
-    gpu->rmsnorm_backward(dinp.d, dw.d, dout.d, inp.d, w.d, r.d, N, C, NEOX_ELEM_F32);
+    pair ds = pair_rand(C);
+    cpu->rmsnorm_backward(dinp.h, dw.h, ds.h, dout.h, inp.h, w.h, r.h, N, C, NEOX_ELEM_F32);
+    gpu->rmsnorm_backward(dinp.d, dw.d, ds.d, dout.d, inp.d, w.d, r.d, N, C, NEOX_ELEM_F32);
     checkf(1e-5, 1e-5, &dinp, "rmsnorm_backward dinp N=%d C=%d", N, C);
     checkf(1e-4, 1e-5, &dw, "rmsnorm_backward dweight N=%d C=%d", N, C);
-    pair *all[] = {&inp, &w, &out, &rstd, &r, &dout, &dinp, &dw};
+    checkf(1e-4, 1e-5, &ds, "rmsnorm_backward dsum N=%d C=%d", N, C);
+    pair *all[] = {&inp, &w, &out, &rstd, &r, &dout, &dinp, &dw, &ds};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
@@ -496,26 +504,27 @@ static void test_moe(int N, int K, int C) {
 }
 
 // The residual add fused before the norm: the sum exactly, the norm as the norm's own tolerances.
-// C % 4 == 0 takes the 16-byte kernel, other widths the add and the norm in turn; alias: sum over a
-// (the residual stream updated in place).
-static void test_add_norm(int N, int C, int rms, int alias) {
+// C % 4 == 0 takes the 16-byte kernel, other widths the element-wise one; alias: sum over a (the
+// residual stream updated in place); biased: b's row-parallel bias (b_bias) added first.
+static void test_add_norm(int N, int C, int rms, int alias, int biased) {
     pair a = pair_uniform((size_t)N * C, -2.0f, 3.0f), b = pair_rand((size_t)N * C), w = pair_uniform(C, 0.5f, 1.5f);
     pair bias = pair_rand(C), sum = pair_rand((size_t)N * C), out = pair_rand((size_t)N * C), mean = pair_rand(N),
-         rstd = pair_rand(N);
+         rstd = pair_rand(N), bb = pair_rand(C);
     pair *s = alias ? &a : &sum;
+    const float *bbh = biased ? bb.h : NULL, *bbd = biased ? bb.d : NULL;
     if (rms) {
-        cpu->add_rmsnorm_forward(s->h, out.h, rstd.h, a.h, b.h, w.h, N, C, 1e-6f, NEOX_ELEM_F32);
-        gpu->add_rmsnorm_forward(s->d, out.d, rstd.d, a.d, b.d, w.d, N, C, 1e-6f, NEOX_ELEM_F32);
+        cpu->add_rmsnorm_forward(s->h, out.h, rstd.h, a.h, b.h, bbh, w.h, N, C, 1e-6f, NEOX_ELEM_F32);
+        gpu->add_rmsnorm_forward(s->d, out.d, rstd.d, a.d, b.d, bbd, w.d, N, C, 1e-6f, NEOX_ELEM_F32);
     } else {
-        cpu->add_layernorm_forward(s->h, out.h, mean.h, rstd.h, a.h, b.h, w.h, bias.h, N, C, 1e-5f, NEOX_ELEM_F32);
-        gpu->add_layernorm_forward(s->d, out.d, mean.d, rstd.d, a.d, b.d, w.d, bias.d, N, C, 1e-5f, NEOX_ELEM_F32);
+        cpu->add_layernorm_forward(s->h, out.h, mean.h, rstd.h, a.h, b.h, bbh, w.h, bias.h, N, C, 1e-5f, NEOX_ELEM_F32);
+        gpu->add_layernorm_forward(s->d, out.d, mean.d, rstd.d, a.d, b.d, bbd, w.d, bias.d, N, C, 1e-5f, NEOX_ELEM_F32);
         checkf(1e-6, 1e-6, &mean, "add_layernorm_forward mean N=%d C=%d", N, C);
     }
     const char *op = rms ? "add_rmsnorm_forward" : "add_layernorm_forward";
-    checkf(0, 0, s, "%s sum N=%d C=%d alias=%d (exact)", op, N, C, alias);
-    checkf(1e-5, 1e-5, &out, "%s N=%d C=%d alias=%d", op, N, C, alias);
+    checkf(0, 0, s, "%s sum N=%d C=%d alias=%d biased=%d (exact)", op, N, C, alias, biased);
+    checkf(1e-5, 1e-5, &out, "%s N=%d C=%d alias=%d biased=%d", op, N, C, alias, biased);
     checkf(0, 1e-6, &rstd, "%s rstd N=%d C=%d", op, N, C);
-    pair *all[] = {&a, &b, &w, &bias, &sum, &out, &mean, &rstd};
+    pair *all[] = {&a, &b, &w, &bias, &sum, &out, &mean, &rstd, &bb};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) pair_free(all[k]);
 }
 
@@ -1024,6 +1033,11 @@ static void test_bf16_linear(int N, int IC, int OC, int pad, int accumulate) {
     cpu->linear_forward(out.h, ldo, inp.h, w.h, b.h, N, IC, OC, NEOX_ELEM_BF16);
     gpu->linear_forward(out.d, ldo, inp.d, w.d, b.d, N, IC, OC, NEOX_ELEM_BF16);
     bcheckf(1e-3, BF16_ULP, &out, "linear_forward bf16 N=%d IC=%d OC=%d ldo=%d", N, IC, OC, ldo);
+    bpair plain = bpair_rand((size_t)N * ldo);  // no bias: the device stores the product in bf16 itself
+    cpu->linear_forward(plain.h, ldo, inp.h, w.h, NULL, N, IC, OC, NEOX_ELEM_BF16);
+    gpu->linear_forward(plain.d, ldo, inp.d, w.d, NULL, N, IC, OC, NEOX_ELEM_BF16);
+    bcheckf(1e-3, BF16_ULP, &plain, "linear_forward bf16 without bias N=%d IC=%d OC=%d ldo=%d", N, IC, OC, ldo);
+    bpair_free(&plain);
     bpair dout = bpair_rand((size_t)N * ldo), dinp = bpair_rand((size_t)N * IC);
     cpu->linear_backward(dinp.h, dw.h, db.h, dout.h, ldo, inp.h, w.h, N, IC, OC, accumulate, NEOX_ELEM_BF16);
     gpu->linear_backward(dinp.d, dw.d, db.d, dout.d, ldo, inp.d, w.d, N, IC, OC, accumulate, NEOX_ELEM_BF16);
@@ -1213,31 +1227,48 @@ static void test_bf16_norm(int N, int C, int rms) {
     }
     bcheckf(1e-5, BF16_ULP, &out, "%s_forward bf16 N=%d C=%d", name, N, C);
     checkf(0, 1e-6, &rstd, "%s_forward bf16 rstd N=%d C=%d", name, N, C);
-    pair m = pair_from(mean.h, N), r = pair_from(rstd.h, N), dw = pair_rand(C), db = pair_rand(C);
+    pair m = pair_from(mean.h, N), r = pair_from(rstd.h, N), dw = pair_rand(C), db = pair_rand(C), ds = pair_rand(C);
     bpair dout = bpair_rand((size_t)N * C), dinp = bpair_rand((size_t)N * C);
+    float *ds0 = xmalloc((size_t)C * sizeof(float));
+    memcpy(ds0, ds.h, (size_t)C * sizeof(float));
     if (rms) {
-        cpu->rmsnorm_backward(dinp.h, dw.h, dout.h, inp.h, w.h, r.h, N, C, NEOX_ELEM_BF16);
-        gpu->rmsnorm_backward(dinp.d, dw.d, dout.d, inp.d, w.d, r.d, N, C, NEOX_ELEM_BF16);
+        cpu->rmsnorm_backward(dinp.h, dw.h, ds.h, dout.h, inp.h, w.h, r.h, N, C, NEOX_ELEM_BF16);
+        gpu->rmsnorm_backward(dinp.d, dw.d, ds.d, dout.d, inp.d, w.d, r.d, N, C, NEOX_ELEM_BF16);
     } else {
-        cpu->layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, m.h, r.h, N, C, NEOX_ELEM_BF16);
-        gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, m.d, r.d, N, C, NEOX_ELEM_BF16);
+        cpu->layernorm_backward(dinp.h, dw.h, db.h, ds.h, dout.h, inp.h, w.h, m.h, r.h, N, C, NEOX_ELEM_BF16);
+        gpu->layernorm_backward(dinp.d, dw.d, db.d, ds.d, dout.d, inp.d, w.d, m.d, r.d, N, C, NEOX_ELEM_BF16);
         checkf(1e-4, 1e-5, &db, "layernorm_backward bf16 dbias N=%d C=%d", N, C);
     }
     bcheckf(1e-4, BF16_ULP, &dinp, "%s_backward bf16 dinp N=%d C=%d", name, N, C);
     checkf(1e-4, 1e-5, &dw, "%s_backward bf16 dweight N=%d C=%d", name, N, C);
-    bpair a = bpair_rand((size_t)N * C), sum = bpair_rand((size_t)N * C);
+    // dsum against the column sums of the device's own dinp as stored (the two backends' dinp may be
+    // a bf16 ulp apart), from the value both started at, by the linear layer's bias gradient.
+    uint16_t *got = xmalloc((size_t)N * C * sizeof(uint16_t));
+    gpu->to_host(got, dinp.d, (size_t)N * C * sizeof(uint16_t));
+    memcpy(ds.h, ds0, (size_t)C * sizeof(float));
+    cpu->linear_backward(NULL, NULL, ds.h, got, C, NULL, NULL, N, C, C, 0, NEOX_ELEM_BF16);
+    checkf(1e-5, 1e-5, &ds, "%s_backward bf16 dsum N=%d C=%d", name, N, C);
+    free(got);
+    free(ds0);
+    // The add with b's bias (b_bias), then the same with the sum alone (out NULL).
+    bpair a = bpair_rand((size_t)N * C), sum = bpair_rand((size_t)N * C), sum2 = bpair_rand((size_t)N * C);
     if (rms) {
-        cpu->add_rmsnorm_forward(sum.h, out.h, rstd.h, a.h, inp.h, w.h, N, C, 1e-6f, NEOX_ELEM_BF16);
-        gpu->add_rmsnorm_forward(sum.d, out.d, rstd.d, a.d, inp.d, w.d, N, C, 1e-6f, NEOX_ELEM_BF16);
+        cpu->add_rmsnorm_forward(sum.h, out.h, rstd.h, a.h, inp.h, b.h, w.h, N, C, 1e-6f, NEOX_ELEM_BF16);
+        gpu->add_rmsnorm_forward(sum.d, out.d, rstd.d, a.d, inp.d, b.d, w.d, N, C, 1e-6f, NEOX_ELEM_BF16);
+        cpu->add_rmsnorm_forward(sum2.h, NULL, NULL, a.h, inp.h, b.h, NULL, N, C, 1e-6f, NEOX_ELEM_BF16);
+        gpu->add_rmsnorm_forward(sum2.d, NULL, NULL, a.d, inp.d, b.d, NULL, N, C, 1e-6f, NEOX_ELEM_BF16);
     } else {
-        cpu->add_layernorm_forward(sum.h, out.h, mean.h, rstd.h, a.h, inp.h, w.h, b.h, N, C, 1e-5f, NEOX_ELEM_BF16);
-        gpu->add_layernorm_forward(sum.d, out.d, mean.d, rstd.d, a.d, inp.d, w.d, b.d, N, C, 1e-5f, NEOX_ELEM_BF16);
+        cpu->add_layernorm_forward(sum.h, out.h, mean.h, rstd.h, a.h, inp.h, b.h, w.h, b.h, N, C, 1e-5f, NEOX_ELEM_BF16);
+        gpu->add_layernorm_forward(sum.d, out.d, mean.d, rstd.d, a.d, inp.d, b.d, w.d, b.d, N, C, 1e-5f, NEOX_ELEM_BF16);
+        cpu->add_layernorm_forward(sum2.h, NULL, NULL, NULL, a.h, inp.h, b.h, NULL, NULL, N, C, 1e-5f, NEOX_ELEM_BF16);
+        gpu->add_layernorm_forward(sum2.d, NULL, NULL, NULL, a.d, inp.d, b.d, NULL, NULL, N, C, 1e-5f, NEOX_ELEM_BF16);
     }
     bcheckf(0, 0, &sum, "add_%s_forward bf16 sum N=%d C=%d", name, N, C);
     bcheckf(1e-5, BF16_ULP, &out, "add_%s_forward bf16 out N=%d C=%d", name, N, C);
-    bpair *bf[] = {&inp, &out, &dout, &dinp, &a, &sum};
+    bcheckf(0, 0, &sum2, "add_%s_forward bf16 sum alone N=%d C=%d", name, N, C);
+    bpair *bf[] = {&inp, &out, &dout, &dinp, &a, &sum, &sum2};
     for (size_t i = 0; i < sizeof bf / sizeof *bf; i++) bpair_free(bf[i]);
-    pair *all[] = {&w, &b, &mean, &rstd, &m, &r, &dw, &db};
+    pair *all[] = {&w, &b, &mean, &rstd, &m, &r, &dw, &db, &ds};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
@@ -1585,7 +1616,7 @@ static void rep_attention(void *p) {
 static void rep_layernorm(void *p) {  // in: dout x w mean rstd; out: dx dw db
     rep_ctx *c = p;
     pair *i = c->in, *o = c->out;
-    gpu->layernorm_backward(o[0].d, o[1].d, o[2].d, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->N, c->C, NEOX_ELEM_F32);
+    gpu->layernorm_backward(o[0].d, o[1].d, o[2].d, NULL, i[0].d, i[1].d, i[2].d, i[3].d, i[4].d, c->N, c->C, NEOX_ELEM_F32);
 }
 static void rep_linear(void *p) {  // in: dout x w; out: dx dw db (square C x C weight)
     rep_ctx *c = p;
@@ -2139,11 +2170,11 @@ int main(int argc, char **argv) {
     test_rmsnorm(2048, 1024);      // the fused backward's widest rows
     test_scalenorm(37, 200, 1e-8f);
     test_scalenorm(300, 3, 3.0f);  // rows of 3 values in [-2, 3): norms on both sides of 3
-    test_add_norm(300, 768, 0, 0);  // 16-byte rows
-    test_add_norm(37, 200, 0, 1);
-    test_add_norm(5, 1001, 0, 0);   // an odd width: the unfused ops
-    test_add_norm(64, 4096, 1, 1);
-    test_add_norm(9, 90, 1, 0);     // 90 % 4 != 0
+    test_add_norm(300, 768, 0, 0, 1);  // 16-byte rows, b's bias added first
+    test_add_norm(37, 200, 0, 1, 0);
+    test_add_norm(5, 1001, 0, 0, 1);   // an odd width: the element-wise kernel
+    test_add_norm(64, 4096, 1, 1, 1);
+    test_add_norm(9, 90, 1, 0, 0);     // 90 % 4 != 0
     test_head_norm(2, 4, 37, 16, 4, 0);
     test_head_norm(3, 6, 20, 64, 1, 1);
     test_moe(37, 2, 96);

@@ -5,6 +5,7 @@ bench/gpu_predict's output against FLOPs restated here from the model's shapes (
     python3 tests/tools/op_profile.py predict OUTPUT LAYERS HIDDEN HEADS SEQ MICRO VOCAB
     python3 tests/tools/op_profile.py route CUDNN_OUTPUT OWN_OUTPUT   (the built-in models' tables)
     python3 tests/tools/op_profile.py mlp FUSED_OUTPUT APART_OUTPUT   (table=2, cudnn_mlp=1 and 0)
+    python3 tests/tools/op_profile.py residual OUTPUT LAYERS DROPOUT   (gpu_predict table=2 of a sequential model)
 
 The restatement: every linear layer's product is 2·tokens·params forward and 4·tokens·params backward
 (input and weight gradients), so the GEMM FLOPs of a step are 6·tokens·(12·L·H² + V·H) for a GPT-NeoX
@@ -156,12 +157,29 @@ def check_mlp(fused_path, apart_path):
     print(f"ok: 125M step on the H200 {steps[0]} ms fused, {steps[1]} ms apart")
 
 
+def check_residual(path, layers, dropout):
+    """The step's passes around the norms, counted from docs/model.md ("The residual adds and the
+    norms"): each of a layer's two branches joins the residual stream in one add that makes the next
+    norm (the MLP's, the next layer's first, the final one), so the only lone norm is the first
+    layer's; the row-parallel bias is added by that add, or under hidden dropout before the mask by
+    add_bias (one per branch); no separate residual add is left."""
+    calls = {m.group(1): int(m.group(2)) for m in
+             re.finditer(r"^  ([a-z_0-9]+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+ ms", open(path).read(), re.M)}
+    want = {"add_layernorm_forward": 2 * layers, "layernorm_forward": 1, "add": 0,
+            "add_bias": 2 * layers if dropout else 0}
+    got = {op: calls.get(op, 0) for op in want}
+    assert got == want, (got, want)
+    print(f"ok: residual adds and norms {got}")
+
+
 if __name__ == "__main__":
     mode, path, *rest = sys.argv[1:]
     if mode == "route":
         check_route(path, *rest)
     elif mode == "mlp":
         check_mlp(path, *rest)
+    elif mode == "residual":
+        check_residual(path, int(rest[0]), int(rest[1]))
     else:
         nums = [int(x) for x in rest]
         (check_train if mode == "train" else check_predict)(path, *nums)

@@ -4,7 +4,8 @@
 # the products restated from the model's shapes in tests/tools/op_profile.py, whose times are
 # positive and within the iterations', and whose layer split covers every layer. bench/gpu_predict's
 # dry trace must equal a computed step's call for call, and its predicted FLOPs, TFLOP/s and MFU must
-# agree with the restatement and GPT-NeoX's formula.
+# agree with the restatement and GPT-NeoX's formula; its step's residual adds and norms are the
+# fused ones docs/model.md describes (counted per layer, with and without hidden dropout).
 source tests/lib.sh
 
 char_shakespeare "per-op profile" || exit 0
@@ -52,4 +53,13 @@ check "gpu_predict: attention priced on the route's implementation (cuDNN by def
 check "gpu_predict: the MLP's GELU fused into its products where cuDNN is (cudnn_mlp=1), its passes apart without" sh -c \
     "$PREDICT table=2 >'$T/mlp-fused.out' && $PREDICT table=2 cudnn_mlp=0 >'$T/mlp-apart.out' &&
      python3 tests/tools/op_profile.py mlp '$T/mlp-fused.out' '$T/mlp-apart.out'"
+# The branches' residual adds carry the row-parallel biases and make the next norm; under hidden
+# dropout the biases are added before the mask, on their own.
+check "gpu_predict: the residual adds fused with the biases and the next norms" sh -c \
+    "$PREDICT '$T/predict.yml' vocab=512 table=2 >'$T/residual.out' &&
+     python3 tests/tools/op_profile.py residual '$T/residual.out' 2 0"
+sed 's/"precision": "bfloat16"/&, "hidden_dropout": 0.1/' "$T/predict.yml" >"$T/dropout.yml"
+check "gpu_predict: under hidden dropout the biases are added before the mask, the add and norm still fused" sh -c \
+    "$PREDICT '$T/dropout.yml' vocab=512 table=2 >'$T/residual-dropout.out' &&
+     python3 tests/tools/op_profile.py residual '$T/residual-dropout.out' 2 1"
 check_fails "gpu_predict: an unknown key is refused" 2 "unknown key in 'gpus=2'" $PREDICT gpus=2

@@ -229,8 +229,8 @@ static void run_norm(int rms) {
         }
     }
     float *dinp = zeros(NN * NC), *dw = zeros(NC), *db = zeros(NC);
-    if (rms) neox_rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, NN, NC, NEOX_ELEM_F32);
-    else neox_layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, NN, NC, NEOX_ELEM_F32);
+    if (rms) neox_rmsnorm_backward(dinp, dw, NULL, c.R, c.inp, c.w, c.rstd, NN, NC, NEOX_ELEM_F32);
+    else neox_layernorm_backward(dinp, dw, db, NULL, c.R, c.inp, c.w, c.mean, c.rstd, NN, NC, NEOX_ELEM_F32);
     check_grad(rms ? "rmsnorm dinp" : "layernorm dinp", c.inp, dinp, NN * NC, norm_loss, &c);
     check_grad(rms ? "rmsnorm dweight" : "layernorm dweight", c.w, dw, NC, norm_loss, &c);
     if (!rms) check_grad("layernorm dbias", c.b, db, NC, norm_loss, &c);
@@ -249,8 +249,8 @@ static void test_add_norm(void **state) {
         float *a = randn(N * C, 1), *b = randn(N * C, 1), *w = randn(C, 1), *bias = randn(C, 1), *a0 = zeros(N * C);
         float *out = zeros(N * C), *mean = zeros(N), *rstd = zeros(N);
         memcpy(a0, a, sizeof(float) * N * C);
-        if (rms) neox_add_rmsnorm_forward(a, out, rstd, a, b, w, N, C, 1e-6f, NEOX_ELEM_F32);
-        else neox_add_layernorm_forward(a, out, mean, rstd, a, b, w, bias, N, C, 1e-5f, NEOX_ELEM_F32);
+        if (rms) neox_add_rmsnorm_forward(a, out, rstd, a, b, NULL, w, N, C, 1e-6f, NEOX_ELEM_F32);
+        else neox_add_layernorm_forward(a, out, mean, rstd, a, b, NULL, w, bias, N, C, 1e-5f, NEOX_ELEM_F32);
         for (int i = 0; i < N; i++) {
             double mu = 0, var = 0;
             for (int c = 0; c < C; c++) {
@@ -268,6 +268,92 @@ static void test_add_norm(void **state) {
         }
         free(a); free(b); free(w); free(bias); free(a0); free(out); free(mean); free(rstd);
     }
+}
+
+// n random values stored as act (bf16: rounded), for the storage tests below.
+static void *act_randn(size_t n, float scale, neox_elem act) {
+    float *x = randn(n, scale);
+    if (act == NEOX_ELEM_F32) return x;
+    uint16_t *h = neox_malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = neox_bf16_from_f32(x[i]);
+    free(x);
+    return h;
+}
+
+static void *act_copy(const void *x, size_t n, neox_elem act) {
+    size_t bytes = n * (act == NEOX_ELEM_F32 ? sizeof(float) : sizeof(uint16_t));
+    void *y = neox_malloc(bytes);
+    memcpy(y, x, bytes);
+    return y;
+}
+
+static float act_at(const void *x, size_t i, neox_elem act) {
+    return act == NEOX_ELEM_F32 ? ((const float *)x)[i] : neox_bf16_to_f32(((const uint16_t *)x)[i]);
+}
+
+// The fused ops against the unfused ops they replace in the model, bit for bit, in both storages:
+// the add with b's row-parallel bias and the norm against add_bias, add, then the norm (and with out
+// NULL the sum alone); the norm backward's dsum against the linear layer's bias gradient of the
+// dinp it wrote, and against a double-precision column sum of that dinp.
+static void test_add_norm_bias_unfused(void **state) {
+    (void)state;
+    enum { N = 7, C = 45 };
+    size_t n = (size_t)N * C;
+    for (int e = 0; e < 2; e++)
+        for (int rms = 0; rms < 2; rms++) {
+            neox_elem act = e ? NEOX_ELEM_BF16 : NEOX_ELEM_F32;
+            size_t esz = e ? sizeof(uint16_t) : sizeof(float);
+            void *a = act_randn(n, 1.0f, act), *b = act_randn(n, 1.0f, act), *dout = act_randn(n, 1.0f, act);
+            void *dx0 = act_randn(n, 1.0f, act);
+            float *bb = randn(C, 1.0f), *w = randn(C, 1.0f), *bias = randn(C, 1.0f);
+            void *sum1 = neox_malloc(n * esz), *out1 = neox_malloc(n * esz), *sum2 = neox_malloc(n * esz);
+            void *out2 = neox_malloc(n * esz), *sum3 = neox_malloc(n * esz), *b2 = act_copy(b, n, act);
+            void *b0 = act_copy(b, n, act);
+            float *m1 = zeros(N), *r1 = zeros(N), *m2 = zeros(N), *r2 = zeros(N);
+            if (rms) {
+                neox_add_rmsnorm_forward(sum1, out1, r1, a, b, bb, w, N, C, 1e-6f, act);
+                neox_add_rmsnorm_forward(sum3, NULL, NULL, a, b, bb, NULL, N, C, 1e-6f, act);
+            } else {
+                neox_add_layernorm_forward(sum1, out1, m1, r1, a, b, bb, w, bias, N, C, 1e-5f, act);
+                neox_add_layernorm_forward(sum3, NULL, NULL, NULL, a, b, bb, NULL, NULL, N, C, 1e-5f, act);
+            }
+            neox_add_bias(b2, bb, N, C, act);
+            neox_add(sum2, a, b2, n, act);
+            if (rms) neox_rmsnorm_forward(out2, r2, sum2, w, N, C, 1e-6f, act);
+            else neox_layernorm_forward(out2, m2, r2, sum2, w, bias, N, C, 1e-5f, act);
+            assert_memory_equal(sum1, sum2, n * esz);
+            assert_memory_equal(sum3, sum2, n * esz);
+            assert_memory_equal(out1, out2, n * esz);
+            assert_memory_equal(r1, r2, N * sizeof(float));
+            assert_memory_equal(m1, m2, N * sizeof(float));
+            assert_memory_equal(b, b0, n * esz);  // (b itself is left as it was)
+
+            void *dx1 = act_copy(dx0, n, act), *dx2 = act_copy(dx0, n, act);
+            float *dw1 = zeros(C), *dw2 = zeros(C), *db1 = zeros(C), *db2 = zeros(C), *ds1 = randn(C, 1.0f);
+            float *ds2 = neox_malloc(C * sizeof(float)), *ds0 = neox_malloc(C * sizeof(float));
+            memcpy(ds2, ds1, C * sizeof(float));
+            memcpy(ds0, ds1, C * sizeof(float));
+            if (rms) {
+                neox_rmsnorm_backward(dx1, dw1, ds1, dout, sum1, w, r1, N, C, act);
+                neox_rmsnorm_backward(dx2, dw2, NULL, dout, sum1, w, r1, N, C, act);
+            } else {
+                neox_layernorm_backward(dx1, dw1, db1, ds1, dout, sum1, w, m1, r1, N, C, act);
+                neox_layernorm_backward(dx2, dw2, db2, NULL, dout, sum1, w, m1, r1, N, C, act);
+            }
+            neox_linear_backward(NULL, NULL, ds2, dx2, C, NULL, NULL, N, C, C, 0, act);
+            assert_memory_equal(dx1, dx2, n * esz);
+            assert_memory_equal(dw1, dw2, C * sizeof(float));
+            assert_memory_equal(db1, db2, C * sizeof(float));
+            assert_memory_equal(ds1, ds2, C * sizeof(float));
+            for (int c = 0; c < C; c++) {
+                double col = ds0[c];
+                for (int i = 0; i < N; i++) col += act_at(dx1, (size_t)i * C + c, act);
+                assert_true(fabs(ds1[c] - col) <= 1e-5 * (1.0 + fabs(col)));
+            }
+            void *bufs[] = {a, b, b0, dout, dx0, bb, w, bias, sum1, out1, sum2, out2, sum3, b2, m1, r1, m2, r2,
+                            dx1, dx2, dw1, dw2, db1, db2, ds1, ds2, ds0};
+            for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) free(bufs[k]);
+        }
 }
 
 // ---- qkv split/merge and rotary -----------------------------------------------------------------
@@ -1084,6 +1170,7 @@ int main(void) {
         cmocka_unit_test(test_embedding_order),
         cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_add_norm),
+        cmocka_unit_test(test_add_norm_bias_unfused),
         cmocka_unit_test(test_qkv_split_merge), cmocka_unit_test(test_rotary),
         cmocka_unit_test(test_attention),       cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_attention_dropout), cmocka_unit_test(test_attention_blocks),
