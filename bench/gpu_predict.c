@@ -24,8 +24,9 @@
 //   keys: micro (0: the largest of 32, 16, 8 whose allocations fit the GPU; else the config's or this)
 //         cudnn (the config's cudnn_attention, true for the built-in models; 0: attention on the own kernels)
 //         cudnn_mlp (1: the MLP's first product and its GELU, and the second's input gradient with GELU's
-//         backward, as cuDNN graphs where the route's rule allows, at the bf16 GEMM rate; 0: a host
-//         without cuDNN, the GELU passes apart)
+//         backward, and the QKV product with its fp32 bias, as cuDNN graphs where the route's rules
+//         allow, at the bf16 GEMM rate; 0: a host without cuDNN, the GELU passes apart, the QKV
+//         product through fp32 rows)
 //         vocab (50257, the tokenizer's, padded as GPT-NeoX pads it)  launch_us (4)  table (1; 2: also by op, on the H200)
 //         attention_tflops (attention's FLOPs at this rate, a kernel's measured one, not the GEMM rate)
 //         gemm_tflops fp32_tflops copy_gbs measured_on (H200)

@@ -412,6 +412,9 @@ void neox_linear_act_backward(void *dpre, float *dbias, const void *dout, const 
 // - NEOX_EPILOGUE_NONE: the product, then the activation as its own pass.
 typedef enum neox_epilogue_route { NEOX_EPILOGUE_NONE, NEOX_EPILOGUE_CUBLASLT, NEOX_EPILOGUE_CUDNN } neox_epilogue_route;
 neox_epilogue_route neox_linear_act_route(neox_act_fn fn, neox_elem act);
+// Where a 16-bit linear_forward with a bias runs on a CUDA device: cuDNN's matmul + bias graph, or
+// (NONE) the product into fp32 rows rounded by a pass of its own (kernels/linear_act_route.c).
+neox_epilogue_route neox_linear_bias_route(neox_elem act, int ldo, int OC);
 // Whether the rule may pick cuDNN (default 1; bench/gpu_predict's cudnn_mlp=0 prices a host without it).
 void neox_linear_act_allow_cudnn(int allow);
 // A gated activation as GPT-NeoX's Gated_Activation computes it (geglu, reglu, swiglu, bilinear,

@@ -54,12 +54,13 @@ static double segments_floats(const neox_segment *segs, int nseg) {
 // out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias: 2·N·IC·OC; the bias add is bytes only. The
 // operands and out are of type act. A 16-bit product with a bias goes through fp32 rows on the device
 // (cuBLASLt's bias epilogue takes a bias of the output's type; ours are fp32: kernels/cuda/linear.cu's
-// forward16): the product writes them, and a pass of its own reads them and stores out.
+// forward16), unless cuDNN's matmul + bias graph runs it (neox_linear_bias_route): the product writes
+// them, and a pass of its own reads them and stores out.
 neox_op_cost neox_op_cost_linear_forward(void *out, int ldo, const void *inp, const void *weight, const float *bias,
                                          int N, int IC, int OC, neox_elem act) {
-    (void)out, (void)ldo, (void)inp, (void)weight;
+    (void)out, (void)inp, (void)weight;
     double n = N, ic = IC, oc = OC, a = elem_bytes(act);
-    int rows = bias && act != NEOX_ELEM_F32;
+    int rows = bias && act != NEOX_ELEM_F32 && neox_linear_bias_route(act, ldo, OC) != NEOX_EPILOGUE_CUDNN;
     double after = rows ? (F32 + a) * n * oc : 0.0;
     return (neox_op_cost){.flops = 2.0 * n * ic * oc,
                           .bytes = a * (n * ic + oc * ic) + (rows ? F32 : a) * n * oc + F32 * (bias ? oc : 0.0) + after,

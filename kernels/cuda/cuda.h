@@ -41,6 +41,8 @@ void neox_cuda_linear_dgelu_backward(float *dpre, const float *dout, const float
 // exact GELU (fn NEOX_FN_GELU) or its tanh approximation: out, pre (N, OC) from inp (N, IC), weight (OC,
 // IC) and bias (OC, fp32, or NULL); dpre (N, IC) from dout (N, OC), weight and pre. 0 when cuDNN did not
 // run (no library, or no plan for the shape): the caller then runs the separate ops.
+int neox_cuda_linear_bias_cudnn_forward(void *out, const void *inp, const void *weight, const float *bias, int N,
+                                        int IC, int OC);
 int neox_cuda_linear_act_cudnn_forward(void *out, void *pre, const void *inp, const void *weight, const float *bias,
                                        int N, int IC, int OC, neox_act_fn fn);
 int neox_cuda_linear_act_cudnn_backward(void *dpre, const void *dout, const void *weight, const void *pre, int N,

@@ -1,7 +1,8 @@
 // cudnn_matmul.cpp: the MLP's products with GELU fused (cudnn_matmul.h) as cuDNN graphs: a matmul
 // node, the bias as a pointwise ADD, and GELU's forward or backward as a pointwise node in the
-// product's epilogue, built through cudnn-frontend (libcudnn's loading, the handle and plan building:
-// cudnn_graph.cpp). Built without the frontend's headers, every entry point reports that.
+// product's epilogue (or none: a biased product stored in bf16), built through cudnn-frontend
+// (libcudnn's loading, the handle and plan building: cudnn_graph.cpp). Built without the frontend's
+// headers, every entry point reports that.
 #include "kernels/cuda/cudnn_matmul.h"
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/cudnn_graph.hpp"
@@ -94,6 +95,10 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const neox_cudnn_gelu_mm *s, int
         auto b = input(*g, "bias", UID_BIAS, 1, OC, {OC, OC, 1}, fe::DataType_t::FLOAT);
         pre = g->pointwise(pre, b, pointwise("bias", fe::PointwiseMode_t::ADD));
     }
+    if (s->plain) {  // the biased product alone
+        output(pre, "out", UID_OUT, N, OC);
+        return g;
+    }
     auto mode = s->tanh ? fe::PointwiseMode_t::GELU_APPROX_TANH_FWD : fe::PointwiseMode_t::GELU_FWD;
     auto out = g->pointwise(pre, pointwise("gelu", mode));
     output(pre, "pre", UID_PRE, N, OC);
@@ -136,7 +141,7 @@ struct plan {
 std::map<std::vector<int64_t>, plan> g_cache;
 
 const plan *find_plan(const neox_cudnn_gelu_mm *s) {
-    std::vector<int64_t> key = {s->backward, s->N, s->IC, s->OC, s->bias, s->tanh};
+    std::vector<int64_t> key = {s->backward, s->N, s->IC, s->OC, s->bias, s->tanh, s->plain};
     auto it = g_cache.find(key);
     if (it != g_cache.end()) return &it->second;
     plan p;
@@ -181,7 +186,8 @@ extern "C" int neox_cudnn_gelu_mm_forward(const neox_cudnn_gelu_mm *s, uint16_t 
                                           const uint16_t *inp, const uint16_t *w, const float *bias, void *workspace,
                                           void *stream, char *why, size_t whylen) {
     std::unordered_map<int64_t, void *> pack = {
-        {UID_X, (void *)inp}, {UID_W, (void *)w}, {UID_PRE, (void *)pre}, {UID_OUT, (void *)out}};
+        {UID_X, (void *)inp}, {UID_W, (void *)w}, {UID_OUT, (void *)out}};
+    if (!s->plain) pack[UID_PRE] = (void *)pre;
     if (s->bias) pack[UID_BIAS] = (void *)bias;
     return run(s, pack, workspace, stream, why, whylen);
 }

@@ -3,6 +3,8 @@
 // accumulation and epilogue.
 //   forward:  pre (N, OC) = inp (N, IC) @ w (OC, IC)^T (+ bias (OC), fp32), out (N, OC) = gelu(pre);
 //             pre and out both written (bf16), gelu taken of the fp32 pre in the epilogue
+//   plain:    out (N, OC) = inp @ w^T + bias (fp32), no activation: a biased product stored in bf16
+//             straight from its fp32 epilogue (cuBLASLt's bias epilogue takes a bias of the output's type)
 //   backward: dpre (N, IC) = (dout (N, OC) @ w (OC, IC)) * gelu'(pre (N, IC)): the product's result is
 //             never written, only dpre (bf16)
 // gelu is the exact (erf) GELU (cuDNN's GELU_FWD / GELU_BWD) or its tanh approximation
@@ -23,6 +25,7 @@ typedef struct neox_cudnn_gelu_mm {
     int N, IC, OC;   // rows, the first projection's input and output widths (backward: dpre is (N, IC))
     int bias;        // forward: a bias is added before the GELU
     int tanh;        // GELU's tanh approximation (else the exact erf GELU)
+    int plain;       // forward: no activation; out = the product + bias, pre not written
 } neox_cudnn_gelu_mm;
 
 // Builds the graph of s and runs cudnn-frontend's validate() on it for the given SM version (90 =

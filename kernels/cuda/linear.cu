@@ -332,6 +332,9 @@ static void forward16(void *out, int ldo, const void *inp, const void *weight, c
         neox_cuda_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, act, 0.0f, out, ldo, act);
         return;
     }
+    if (neox_linear_bias_route(act, ldo, OC) == NEOX_EPILOGUE_CUDNN &&
+        neox_cuda_linear_bias_cudnn_forward(out, inp, weight, bias, N, IC, OC))
+        return;
     float *rows = (float *)neox_cuda_scratch((size_t)N * OC * sizeof(float));
     neox_cuda_matmul_args g = {0, 1, N, OC, IC, 1.0f, 0.0f, inp, IC, weight, IC, act, rows, OC, NEOX_ELEM_F32,
                                bias ? NEOX_CUDA_EPI_BIAS : NEOX_CUDA_EPI_NONE, (float *)bias, NULL, 0};

@@ -2,15 +2,18 @@
 // neox_linear_act_forward/backward; the route's rule: kernels/linear_act_route.c): the MLP's first
 // product with its GELU, and the second's input gradient with GELU's backward, each one cuDNN graph
 // (kernels/cuda/cudnn_matmul.cpp) on the bf16 activations and the weights' bf16 copy as they are.
+// Also a biased bf16 product alone (the QKV projection), stored in bf16 from its fp32 epilogue.
 // When libcudnn does not load or cuDNN builds no plan for a shape, the caller (linear.cu) runs the
-// product and the activation as separate ops. Which of the two ran is said once per outcome on stderr.
+// product and the activation as separate ops (or the product through fp32 rows). Which ran is said
+// once per outcome on stderr.
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/cudnn_matmul.h"
 
-// Says once per distinct outcome which implementation the MLP's fused products run on.
+// Says once per distinct outcome which implementation the MLP's fused products (and the biased bf16
+// products) run on.
 static void notice(const char *what) {
     enum { KEEP = 8 };
     static char said[KEEP][400];
@@ -18,7 +21,7 @@ static void notice(const char *what) {
     for (int i = 0; i < n; i++)
         if (!strcmp(said[i], what)) return;
     if (n < KEEP) snprintf(said[n++], sizeof said[0], "%s", what);
-    fprintf(stderr, "neox cuda: MLP product + GELU: %s\n", what);
+    fprintf(stderr, "neox cuda: %s\n", what);
 }
 
 // Whether cuDNN runs s: libcudnn loads and builds a plan for the shape (plans and refusals cached).
@@ -26,11 +29,13 @@ static int use_cudnn(const neox_cudnn_gelu_mm *s, size_t *ws) {
     char why[320], line[400];
     const char *dir = s->backward ? "backward" : "forward";
     if (!neox_cudnn_gelu_mm_prepare(s, ws, why, sizeof why)) {
-        snprintf(line, sizeof line, "%s: the product, then the activation as its own pass (cuDNN: %s)", dir, why);
+        snprintf(line, sizeof line,
+                 "MLP product + GELU: %s: the product, then the activation as its own pass (cuDNN: %s)", dir, why);
         notice(line);
         return 0;
     }
-    snprintf(line, sizeof line, "%s: one cuDNN %s graph (bf16, %s GELU in the product's epilogue)", dir,
+    snprintf(line, sizeof line,
+             "MLP product + GELU: %s: one cuDNN %s graph (bf16, %s GELU in the product's epilogue)", dir,
              neox_cudnn_version(), s->tanh ? "tanh-approximated" : "exact (erf)");
     notice(line);
     return 1;
@@ -54,6 +59,27 @@ int neox_cuda_linear_act_cudnn_forward(void *out, void *pre, const void *inp, co
                                          (const uint16_t *)weight, bias, neox_cuda_scratch(ws),
                                          neox_cuda_current_stream(), why, sizeof why),
               "forward", why);
+    return 1;
+}
+
+// out: (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias (OC, fp32); bf16 but the bias. 1 when cuDNN ran.
+int neox_cuda_linear_bias_cudnn_forward(void *out, const void *inp, const void *weight, const float *bias, int N,
+                                        int IC, int OC) {
+    neox_cudnn_gelu_mm s = {0, N, IC, OC, 1, 0, 1};
+    size_t ws = 0;
+    char why[320], line[400];
+    if (N <= 0) return 0;
+    if (!neox_cudnn_gelu_mm_prepare(&s, &ws, why, sizeof why)) {
+        snprintf(line, sizeof line, "biased product: fp32 rows, then rounded in a pass of their own (cuDNN: %s)", why);
+        notice(line);
+        return 0;
+    }
+    snprintf(line, sizeof line, "biased product: one cuDNN %s graph (bf16, the fp32 bias in its epilogue)",
+             neox_cudnn_version());
+    notice(line);
+    check_ran(neox_cudnn_gelu_mm_forward(&s, (uint16_t *)out, NULL, (const uint16_t *)inp, (const uint16_t *)weight,
+                                         bias, neox_cuda_scratch(ws), neox_cuda_current_stream(), why, sizeof why),
+              "biased product", why);
     return 1;
 }
 

@@ -68,7 +68,7 @@ static const graph_case cases[] = {
 // shapes bench/gpu_train.sh trains (N = micro-batch x 2048 tokens, F = 4C).
 typedef struct {
     const char *what;
-    neox_cudnn_gelu_mm s;  // {backward, N, IC, OC, bias, tanh}
+    neox_cudnn_gelu_mm s;  // {backward, N, IC, OC, bias, tanh, plain}
     int expect_ok;
 } mm_case;
 
@@ -84,6 +84,9 @@ static const mm_case mm_cases[] = {
     {"tanh-approximated GELU backward", {1, 2048, 3072, 768, 0, 1}, 1},
     {"rows and widths not multiples of a tile", {0, 37, 64, 96, 1, 0}, 1},
     {"odd backward shape", {1, 37, 96, 64, 0, 0}, 1},
+    {"125M QKV product + fp32 bias, no activation, micro-batch 32", {0, 65536, 768, 2304, 1, 0, 1}, 1},
+    {"1.3B QKV product + fp32 bias, no activation, micro-batch 16", {0, 32768, 2048, 6144, 1, 0, 1}, 1},
+    {"biased product, rows and widths not multiples of a tile", {0, 37, 200, 96, 1, 0, 1}, 1},
     {"an empty shape is refused", {0, 0, 768, 3072, 1, 0}, 0},
 };
 

@@ -233,7 +233,7 @@ if grep -q '# SKIP' "$OUT/op_parity.txt"; then parity=3; note "FAIL: the harness
 note "op parity: exit $parity; $(grep -c '^ok' "$OUT/op_parity.txt") ok, $(grep -c '^not ok' "$OUT/op_parity.txt") not ok"
 grep -A1 '^not ok' "$OUT/op_parity.txt" | tee -a "$summary"
 grep '^neox cuda: attention:' "$OUT/op_parity.txt" | sort -u | tee -a "$summary"  # which attention ran (cuDNN or why not)
-grep '^neox cuda: MLP product + GELU:' "$OUT/op_parity.txt" | sort -u | tee -a "$summary"  # likewise the MLP's GELU
+grep -E '^neox cuda: (MLP product \+ GELU|biased product):' "$OUT/op_parity.txt" | sort -u | tee -a "$summary"  # likewise the MLP's GELU
 [ $parity -ne 0 ] && status=1
 if [ $parity -ne 0 ] && [ $parity -ne 1 ] && [ $parity -ne 3 ]; then
     # A crash (an abort inside an op): again with every launch waited for, to name the kernel.

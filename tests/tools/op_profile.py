@@ -151,9 +151,16 @@ def check_mlp(fused_path, apart_path):
         assert n0 == n1 == layers, (way, n0, n1)
         assert abs(apart - fused - want[way]) <= 0.011, (way, apart, fused, want[way])
         print(f"ok: 125M MLP {way} on the H200: {fused} ms fused, {apart} ms apart = + restated {want[way]:.2f}")
+    # The QKV product's bias: with cuDNN its graph adds the fp32 bias and stores bf16; without, the
+    # product goes into fp32 rows, which a pass of its own reads (4 bytes) and stores (2) over tokens x
+    # 3 hidden, plus a launch, in each layer.
+    rows = layers * ((4 + 2) * tokens * 3 * hidden / (COPY_GBS * 1e9) * 1e3 + LAUNCH_MS)
+    (_, fused), (_, apart) = op_ms(blocks[0], "linear_forward"), op_ms(blocks[1], "linear_forward")
+    assert abs(apart - fused - rows) <= 0.011, (apart, fused, rows)
+    print(f"ok: 125M biased products on the H200: {fused} ms on cuDNN, {apart} ms through fp32 rows = + {rows:.2f}")
     steps = [float(re.search(r"^predict: H200 125M .*?: ([\d.]+) ms per step", open(p).read(), re.M).group(1))
              for p in (fused_path, apart_path)]
-    assert abs(steps[1] - steps[0] - sum(want.values())) <= 0.06, (steps, want)  # (printed to 4 digits)
+    assert abs(steps[1] - steps[0] - sum(want.values()) - rows) <= 0.06, (steps, want, rows)  # (4 digits)
     print(f"ok: 125M step on the H200 {steps[0]} ms fused, {steps[1]} ms apart")
 
 
