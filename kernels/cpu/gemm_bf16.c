@@ -1,13 +1,15 @@
 // gemm_bf16.c: bfloat16 matrix products for 16-bit precision on the CPU (gemm_bf16.h). The
 // reference widens both operands to fp32 and calls sgemm. The AVX512_BF16 build packs op(B) into
 // panels of 32 columns with each column's elements in pairs along K (k even, k odd: one 32-bit
-// lane of vdpbf16ps), and op(A) into rows of such pairs, so that one instruction adds 2 products to
-// each of 16 sums: a block of 8 rows x 32 columns of C stays in 16 accumulators while K streams by.
-// Half the bytes of fp32 operands, twice the products per instruction. Fewer than 8 rows against a
-// row-major B (a decoding step) take dot products in place instead. neox_gemm_bf16_rounded stores
-// the results rounded to bf16 straight from the registers, for a linear layer without bias under
-// bf16 storage (the output layer's logits), which otherwise passes through an fp32 copy of its whole
-// result (4096 x 50304 x 4 bytes on the bench's model: fresh pages, faulted in every step).
+// lane of vdpbf16ps), and op(A) into blocks of 8 rows whose pairs lie together step by step, so that
+// one instruction adds 2 products to each of 16 sums: a block of 8 rows x 32 columns of C stays in
+// 16 accumulators while K streams by (about one vdpbf16ps a cycle, the core's rate for it). Half the
+// bytes of fp32 operands, twice the products per instruction. The threads share a product in one
+// parallel region with no barrier inside (packed_product). Fewer than 8 rows against a row-major B
+// (a decoding step) take dot products in place instead. neox_gemm_bf16_rounded stores the results
+// rounded to bf16 straight from the registers, with the bias or the old value added there, for a
+// linear layer under bf16 storage, which otherwise passes through an fp32 copy of its whole result
+// (4096 x 50304 x 4 bytes for the bench's logits: fresh pages, faulted in every step).
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +39,9 @@ void neox_gemm_bf16_reference(int trans_a, int trans_b, int M, int N, int K, flo
 #include <immintrin.h>
 
 // MR rows per register block, NR columns per panel, MB rows per cache block of A, and the bytes of
-// packed B one work item of a product split over columns aims for (with a block of A, in L2).
-enum { MR = 8, NR = 32, MB = 128, CHUNK_BYTES = 256 * 1024 };
+// packed B one work item of a product split over columns aims for (with a block of A, in L2);
+// KC pairs of K per block along K (a panel's block: KC x 128 bytes, 32 KB of the 48 KB L1).
+enum { MR = 8, NR = 32, MB = 128, KC = 256, CHUNK_BYTES = 256 * 1024 };
 
 static uint16_t element(const uint16_t *X, int ld, int trans, int row, int col) {
     return trans ? X[(size_t)col * ld + row] : X[(size_t)row * ld + col];
@@ -116,12 +119,14 @@ static void pack_a(uint32_t *packed, const uint16_t *A, int lda, int trans_a, in
             }
 }
 
-// Where a product's results go: fp32 C (alpha * sums + beta * C), or bf16 C16 (alpha * sums, each
-// rounded once by kernels.h's neox_bf16_from_f32, the rounding activation storage uses).
+// Where a product's results go: fp32 C (alpha * sums + beta * C), or bf16 C16 (alpha * sums + the
+// addend: bias[j], C16's old value widened, or none; each rounded once by kernels.h's
+// neox_bf16_from_f32, the rounding activation storage uses).
 typedef struct product_out {
     float *C;
     uint16_t *C16;
-    int ldc;
+    const float *bias;
+    int accumulate, ldc;
 } product_out;
 
 // alpha * sums v rounded into bf16 c16 (the lanes of m): kernels.h's neox_bf16_from_f32 on 16 lanes,
@@ -137,14 +142,35 @@ __attribute__((target("avx512f"))) static void store_rounded(uint16_t *c16, __m5
     _mm512_mask_cvtepi32_storeu_epi16(c16, m, _mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 
-// C rows i0..i0+rows, panel columns j0..j0+cols: alpha * (8 x 32 block of sums) + beta * C. Each sum
-// starts at zero and takes the pairs of K in order, whatever the blocking around it.
-__attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *a, const uint32_t *panel, int KP,
-                                                               int rows, int cols, int j0, float alpha, float beta,
-                                                               product_out out, int i0) {
+// One product: its operands, the pairs along K (KP) and panels of op(B), and where its results go.
+typedef struct product {
+    int trans_a, trans_b, M, N, K, KP, panels;
+    float alpha, beta;
+    const uint16_t *A, *B;
+    int lda, ldb;
+    product_out out;
+} product;
+
+// The fp32 values of 16 bf16 elements (lanes of m; the others zero).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static __m512 widened(const uint16_t *p, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+// C rows i0..i0+rows, panel columns j0..j0+cols: alpha * (8 x 32 block of sums) + beta * C (or the
+// addend: the same fused multiply-add by 1, so the same bits as fp32 rows holding it), over pairs
+// p0..p0+np of K. Each sum starts at zero and takes the pairs of K in order, whatever the blocking
+// around it: a block of K that is not the first resumes the sums from part (fp32, exact), one that is
+// not the last leaves them there instead of finishing them.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void block(const product *g, const uint32_t *a,
+                                                                                const uint32_t *panel, int p0, int np,
+                                                                                float *part, int rows, int cols,
+                                                                                int i0, int j0) {
     __m512 acc[MR][2];
-    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    for (int p = 0; p < KP; p++) {
+    int first = p0 == 0, last = p0 + np == g->KP;
+    for (int r = 0; r < MR; r++)
+        for (int h = 0; h < 2; h++) acc[r][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (r * 2 + h) * 16);
+    a += (size_t)p0 * MR, panel += (size_t)p0 * NR;
+    for (int p = 0; p < np; p++) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * NR);
         __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * NR + 16);
         for (int r = 0; r < MR; r++) {
@@ -153,7 +179,14 @@ __attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
         }
     }
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    if (!last) {
+        for (int r = 0; r < MR; r++)
+            for (int h = 0; h < 2; h++) _mm512_storeu_ps(part + (r * 2 + h) * 16, acc[r][h]);
+        return;
+    }
+    product_out out = g->out;
+    float beta = g->beta;
+    __m512 va = _mm512_set1_ps(g->alpha), vb = _mm512_set1_ps(beta);
     for (int r = 0; r < rows; r++)
         for (int h = 0; h < 2; h++) {
             int n = cols - 16 * h;
@@ -162,6 +195,9 @@ __attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *
             size_t at = (size_t)(i0 + r) * out.ldc + j0 + 16 * h;
             __m512 v = _mm512_mul_ps(va, acc[r][h]);
             if (out.C16) {
+                __m512 one = _mm512_set1_ps(1.0f);
+                if (out.bias) v = _mm512_fmadd_ps(one, _mm512_maskz_loadu_ps(m, out.bias + j0 + 16 * h), v);
+                else if (out.accumulate) v = _mm512_fmadd_ps(one, widened(out.C16 + at, m), v);
                 store_rounded(out.C16 + at, v, m);
                 continue;
             }
@@ -197,8 +233,9 @@ static void few_rows(int M, int N, int K, float alpha, const uint16_t *A, int ld
 
 // Each thread's packed operands, kept between calls: the output layer's are MBs, and a fresh
 // allocation of that size each call costs as much in page faults as the packing itself.
-static _Thread_local uint32_t *kept_a, *kept_b;
-static _Thread_local size_t kept_a_words, kept_b_words;
+// (kept_part: the sums carried from one block of K to the next, fp32, 4 bytes a word like the others.)
+static _Thread_local uint32_t *kept_a, *kept_b, *kept_part;
+static _Thread_local size_t kept_a_words, kept_b_words, kept_part_words;
 
 static uint32_t *kept(uint32_t **buf, size_t *words, size_t need) {
     if (need > *words) {
@@ -209,22 +246,27 @@ static uint32_t *kept(uint32_t **buf, size_t *words, size_t need) {
     return *buf;
 }
 
-typedef struct product {
-    int trans_a, trans_b, M, N, K, KP, panels;
-    float alpha, beta;
-    const uint16_t *A, *B;
-    int lda, ldb;
-    product_out out;
-} product;
+// The partial sums of up to MB rows x panels panels (none needed when K fits one block).
+static float *partial_sums(int KP, int panels) {
+    if (KP <= KC) return NULL;
+    return (float *)kept(&kept_part, &kept_part_words, (size_t)MB * panels * NR);
+}
 
-// Rows first..first+rows of C (packed in a, MR rows a block) against panels q0..q1 (packed in b).
-static void run_blocks(const product *g, const uint32_t *a, int first, int rows, const uint32_t *b, int q0, int q1) {
-    for (int q = q0; q < q1; q++) {
-        int cols = g->N - q * NR < NR ? g->N - q * NR : NR;
-        for (int i0 = 0; i0 < rows && first + i0 < g->M; i0 += MR) {
-            int n = g->M - first - i0 < MR ? g->M - first - i0 : MR;
-            block(a + (size_t)i0 * g->KP, b + (size_t)(q - q0) * g->KP * NR, g->KP, n, cols, q * NR, g->alpha, g->beta,
-                  g->out, first + i0);
+// Rows first..first+rows of C (packed in a, MR rows a block) against panels q0..q1 (packed in b), in
+// blocks of KC pairs along K (a block of a panel stays in L1 while the rows' blocks stream past it),
+// the sums between them in part (MR x NR floats per register block).
+static void run_blocks(const product *g, const uint32_t *a, int first, int rows, const uint32_t *b, int q0, int q1,
+                       float *part) {
+    for (int p0 = 0; p0 < g->KP || p0 == 0; p0 += KC) {
+        int np = g->KP - p0 < KC ? g->KP - p0 : KC;
+        for (int q = q0; q < q1; q++) {
+            int cols = g->N - q * NR < NR ? g->N - q * NR : NR;
+            for (int i0 = 0; i0 < rows && first + i0 < g->M; i0 += MR) {
+                int n = g->M - first - i0 < MR ? g->M - first - i0 : MR;
+                float *sums = part ? part + ((size_t)(q - q0) * (rows / MR) + i0 / MR) * MR * NR : NULL;
+                block(g, a + (size_t)i0 * g->KP, b + (size_t)(q - q0) * g->KP * NR, p0, np, sums, n, cols, first + i0,
+                      q * NR);
+            }
         }
     }
 }
@@ -258,7 +300,7 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
                 int first = item * MB, rows = MP - first < MB ? MP - first : MB;
                 uint32_t *a = kept(&kept_a, &kept_a_words, (size_t)MB * panel_words / NR);
                 pack_a(a, A, lda, trans_a, M, K, first, rows, KP);
-                run_blocks(&g, a, first, rows, whole, 0, panels);
+                run_blocks(&g, a, first, rows, whole, 0, panels, partial_sums(KP, panels));
             } else {
                 if (!whole) {
                     whole = kept(&kept_a, &kept_a_words, (size_t)MP * panel_words / NR);
@@ -268,7 +310,8 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
                 uint32_t *b = kept(&kept_b, &kept_b_words, (size_t)chunk * panel_words);
                 pack_b(b, B, ldb, trans_b, K, N, q0, q1, KP);
                 for (int first = 0; first < MP; first += MB)
-                    run_blocks(&g, whole + (size_t)first * KP, first, MP - first < MB ? MP - first : MB, b, q0, q1);
+                    run_blocks(&g, whole + (size_t)first * KP, first, MP - first < MB ? MP - first : MB, b, q0, q1,
+                               partial_sums(KP, q1 - q0));
             }
         }
     }
@@ -284,17 +327,20 @@ void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float 
     packed_product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, (product_out){.C = C, .ldc = ldc});
 }
 
-int neox_gemm_bf16_rounded(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                           uint16_t *C, int ldc) {
-    // Fewer rows go to the decoding products (neox_gemm_ex), whose fp32 results the caller rounds.
-    if (M <= NEOX_DECODE_MAX_ROWS || N <= 0 || K <= 0 || !neox_cpu_has_avx512_bf16()) return 0;
-    packed_product(0, 1, M, N, K, alpha, A, lda, B, ldb, 0.0f, (product_out){.C16 = C, .ldc = ldc});
+int neox_gemm_bf16_rounded(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, const float *bias, int accumulate, uint16_t *C, int ldc) {
+    // A decoding step's few rows go to neox_gemm_ex's dot products, whose fp32 results the caller rounds.
+    int decoding = !trans_a && trans_b && M <= NEOX_DECODE_MAX_ROWS;
+    if (decoding || M <= 0 || N <= 0 || K <= 0 || (bias && accumulate) || !neox_cpu_has_avx512_bf16()) return 0;
+    packed_product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f,
+                   (product_out){.C16 = C, .bias = bias, .accumulate = accumulate, .ldc = ldc});
     return 1;
 }
 
 int neox_cpu_has_avx512_bf16(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bf16");
 }
 
 #else  // not x86-64: the reference stands in for the vector build, which never runs here
@@ -304,9 +350,10 @@ void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float 
     neox_gemm_bf16_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 int neox_cpu_has_avx512_bf16(void) { return 0; }
-int neox_gemm_bf16_rounded(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                           uint16_t *C, int ldc) {
-    (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc;
+int neox_gemm_bf16_rounded(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, const float *bias, int accumulate, uint16_t *C, int ldc) {
+    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)bias, (void)accumulate, (void)C, (void)ldc;
     return 0;
 }
 
