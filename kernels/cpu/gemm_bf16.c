@@ -1,13 +1,16 @@
 // gemm_bf16.c: bfloat16 matrix products for 16-bit precision on the CPU (gemm_bf16.h). The
 // reference widens both operands to fp32 and calls sgemm. The AVX512_BF16 build packs op(B) into
 // panels of 32 columns with each column's elements in pairs along K (k even, k odd: one 32-bit
-// lane of vdpbf16ps), and op(A) into rows of such pairs, so that one instruction adds 2 products to
-// each of 16 sums: a block of 8 rows x 32 columns of C stays in 16 accumulators while K streams by.
-// Half the bytes of fp32 operands, twice the products per instruction. Fewer than 8 rows against a
-// row-major B (a decoding step) take dot products in place instead. neox_gemm_bf16_rounded stores
-// the results rounded to bf16 straight from the registers, for a linear layer without bias under
-// bf16 storage (the output layer's logits), which otherwise passes through an fp32 copy of its whole
-// result (4096 x 50304 x 4 bytes on the bench's model: fresh pages, faulted in every step).
+// lane of vdpbf16ps), and op(A) into blocks of 8 rows whose pairs lie together step by step, so that
+// one instruction adds 2 products to each of 16 sums: a block of 8 rows x 32 columns of C stays in
+// 16 accumulators while K streams by (about one vdpbf16ps a cycle, the core's rate for it). Half the
+// bytes of fp32 operands, twice the products per instruction. The threads share a product in one
+// parallel region with no barrier inside (packed_product). Fewer than 8 rows against a row-major B
+// (a decoding step) take dot products in place instead. neox_gemm_bf16_rounded stores the results
+// rounded to bf16 straight from the registers, with the bias or the old value added there, for a
+// linear layer under bf16 storage, which otherwise passes through an fp32 copy of its whole result
+// (4096 x 50304 x 4 bytes for the bench's logits: fresh pages, faulted in every step).
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,49 +38,95 @@ void neox_gemm_bf16_reference(int trans_a, int trans_b, int M, int N, int K, flo
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-enum { MR = 8, NR = 32, MB = 128 };  // rows per register block, columns per panel, rows per cache block
+// MR rows per register block, NR columns per panel, MB rows per cache block of A, and the bytes of
+// packed B one work item of a product split over columns aims for (with a block of A, in L2);
+// KC pairs of K per block along K (a panel's block: KC x 128 bytes, 32 KB of the 48 KB L1).
+enum { MR = 8, NR = 32, MB = 128, KC = 256, CHUNK_BYTES = 256 * 1024 };
 
 static uint16_t element(const uint16_t *X, int ld, int trans, int row, int col) {
     return trans ? X[(size_t)col * ld + row] : X[(size_t)row * ld + col];
 }
 
-// op(B)'s panel q: pairs p of rows 2p, 2p + 1 of its 32 columns, 64 bytes per pair; zero past the edges.
-static void pack_b(uint16_t *panel, const uint16_t *B, int ldb, int trans_b, int K, int N, int q, int KP) {
-    int j0 = q * NR;
-    for (int p = 0; p < KP; p++)
-        for (int jj = 0; jj < NR; jj++)
-            for (int t = 0; t < 2; t++) {
-                int k = 2 * p + t, j = j0 + jj;
-                panel[(size_t)p * 2 * NR + 2 * jj + t] = k < K && j < N ? element(B, ldb, trans_b, k, j) : 0;
+// Two bfloat16 neighbours (x[0] low, x[1] high) as one 32-bit pair, wherever they lie.
+static uint32_t word_at(const uint16_t *x) {
+    uint32_t w;
+    memcpy(&w, x, sizeof w);
+    return w;
+}
+
+// dst[0..8) = pairs (lo[c], hi[c]) of 8 neighbouring columns of two rows (SSE2, part of x86-64).
+static void interleave8(uint32_t *dst, const uint16_t *lo, const uint16_t *hi) {
+    __m128i l = _mm_loadu_si128((const __m128i *)lo), h = _mm_loadu_si128((const __m128i *)hi);
+    _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi16(l, h));
+    _mm_storeu_si128((__m128i *)(dst + 4), _mm_unpackhi_epi16(l, h));
+}
+
+// op(B)'s panels q0..q1 into panels: panel q holds pairs p of rows 2p, 2p + 1 of its NR columns, one
+// 32-bit word per column (panel[p * NR + c]: 64 bytes per pair), zero past the edges. The pairs whose
+// both rows lie inside K in a full panel are copied as words (B (N, K): each column's pairs lie
+// together) or interleaved from two rows (B (K, N)); the rest element by element.
+static void pack_b(uint32_t *panels, const uint16_t *B, int ldb, int trans_b, int K, int N, int q0, int q1, int KP) {
+    int KF = K / 2;
+    for (int q = q0; q < q1; q++) {
+        uint32_t *panel = panels + (size_t)(q - q0) * KP * NR;
+        int j0 = q * NR, full = j0 + NR <= N, p_edge = full ? KF : 0;
+        if (full && trans_b)
+            for (int c = 0; c < NR; c++) {
+                const uint16_t *col = B + (size_t)(j0 + c) * ldb;
+                for (int p = 0; p < KF; p++) panel[(size_t)p * NR + c] = word_at(col + 2 * p);
+            }
+        else if (full)
+            for (int p = 0; p < KF; p++)
+                for (int c = 0; c < NR; c += 8)
+                    interleave8(panel + (size_t)p * NR + c, B + (size_t)2 * p * ldb + j0 + c,
+                                B + (size_t)(2 * p + 1) * ldb + j0 + c);
+        for (int p = p_edge; p < KP; p++)
+            for (int c = 0; c < NR; c++) {
+                int k = 2 * p, j = j0 + c;
+                uint32_t lo = j < N ? element(B, ldb, trans_b, k, j) : 0;
+                uint32_t hi = j < N && k + 1 < K ? element(B, ldb, trans_b, k + 1, j) : 0;
+                panel[(size_t)p * NR + c] = lo | hi << 16;
+            }
+    }
+}
+
+// Rows first..first+count of op(A) (count a multiple of MR) as blocks of MR rows, each block's pairs
+// along K one after the other (block[p * MR + r]: the MR words one step of the register block
+// broadcasts lie together), zero past K and past row M. Full blocks copy words (A (M, K)) or
+// interleave two rows of A (K, M), pair by pair down A; the rest element by element.
+static void pack_a(uint32_t *packed, const uint16_t *A, int lda, int trans_a, int M, int K, int first, int count,
+                   int KP) {
+    int KF = K / 2, full_blocks = first + count <= M ? count / MR : (M - first) / MR;
+    if (trans_a)
+        for (int p = 0; p < KF; p++)
+            for (int b = 0; b < full_blocks; b++)
+                interleave8(packed + ((size_t)b * KP + p) * MR, A + (size_t)2 * p * lda + first + b * MR,
+                            A + (size_t)(2 * p + 1) * lda + first + b * MR);
+    else
+        for (int b = 0; b < full_blocks; b++)
+            for (int r = 0; r < MR; r++) {
+                const uint16_t *row = A + (size_t)(first + b * MR + r) * lda;
+                uint32_t *block = packed + (size_t)b * KP * MR;
+                for (int p = 0; p < KF; p++) block[(size_t)p * MR + r] = word_at(row + 2 * p);
+            }
+    for (int b = 0; b < count / MR; b++)
+        for (int p = b < full_blocks ? KF : 0; p < KP; p++)
+            for (int r = 0; r < MR; r++) {
+                int i = first + b * MR + r, k = 2 * p;
+                uint32_t lo = i < M ? element(A, lda, trans_a, i, k) : 0;
+                uint32_t hi = i < M && k + 1 < K ? element(A, lda, trans_a, i, k + 1) : 0;
+                packed[((size_t)b * KP + p) * MR + r] = lo | hi << 16;
             }
 }
 
-static uint32_t pair_of(const uint16_t *A, int lda, int trans_a, int M, int K, int i, int p) {
-    uint32_t lo = i < M ? element(A, lda, trans_a, i, 2 * p) : 0;
-    uint32_t hi = i < M && 2 * p + 1 < K ? element(A, lda, trans_a, i, 2 * p + 1) : 0;
-    return lo | hi << 16;
-}
-
-// Rows first..first+count of op(A) as pairs along K (32 bits each), zero past K and past row M; a
-// transposed A (op(A)'s rows are its columns) is read in tiles of 64 rows x 16 pairs so that reads
-// and writes both stay in cache.
-static void pack_a(uint32_t *packed, const uint16_t *A, int lda, int trans_a, int M, int K, int first, int count,
-                   int KP) {
-    enum { TI = 64, TP = 16 };
-    int ti = trans_a ? TI : 1, tp = trans_a ? TP : KP;
-    for (int i0 = 0; i0 < count; i0 += ti)
-        for (int p0 = 0; p0 < KP; p0 += tp)
-            for (int i = i0; i < i0 + ti && i < count; i++)
-                for (int p = p0; p < p0 + tp && p < KP; p++)
-                    packed[(size_t)i * KP + p] = pair_of(A, lda, trans_a, M, K, first + i, p);
-}
-
-// Where a product's results go: fp32 C (alpha * sums + beta * C), or bf16 C16 (alpha * sums, each
-// rounded once by kernels.h's neox_bf16_from_f32, the rounding activation storage uses).
+// Where a product's results go: fp32 C (alpha * sums + beta * C), or bf16 C16 (alpha * sums + the
+// addend: bias[j], C16's old value widened, or none; each rounded once by kernels.h's
+// neox_bf16_from_f32, the rounding activation storage uses).
 typedef struct product_out {
     float *C;
     uint16_t *C16;
-    int ldc;
+    const float *bias;
+    int accumulate, ldc;
 } product_out;
 
 // alpha * sums v rounded into bf16 c16 (the lanes of m): kernels.h's neox_bf16_from_f32 on 16 lanes,
@@ -93,22 +142,51 @@ __attribute__((target("avx512f"))) static void store_rounded(uint16_t *c16, __m5
     _mm512_mask_cvtepi32_storeu_epi16(c16, m, _mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 
-// C rows i0..i0+rows, panel columns j0..j0+cols: alpha * (8 x 32 block of sums) + beta * C.
-__attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *a, const uint16_t *panel, int KP,
-                                                               int rows, int cols, int j0, float alpha, float beta,
-                                                               product_out out, int i0) {
+// One product: its operands, the pairs along K (KP) and panels of op(B), and where its results go.
+typedef struct product {
+    int trans_a, trans_b, M, N, K, KP, panels;
+    float alpha, beta;
+    const uint16_t *A, *B;
+    int lda, ldb;
+    product_out out;
+} product;
+
+// The fp32 values of 16 bf16 elements (lanes of m; the others zero).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static __m512 widened(const uint16_t *p, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+// C rows i0..i0+rows, panel columns j0..j0+cols: alpha * (8 x 32 block of sums) + beta * C (or the
+// addend: the same fused multiply-add by 1, so the same bits as fp32 rows holding it), over pairs
+// p0..p0+np of K. Each sum starts at zero and takes the pairs of K in order, whatever the blocking
+// around it: a block of K that is not the first resumes the sums from part (fp32, exact), one that is
+// not the last leaves them there instead of finishing them.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void block(const product *g, const uint32_t *a,
+                                                                                const uint32_t *panel, int p0, int np,
+                                                                                float *part, int rows, int cols,
+                                                                                int i0, int j0) {
     __m512 acc[MR][2];
-    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    for (int p = 0; p < KP; p++) {
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * 2 * NR);
-        __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * 2 * NR + NR);
+    int first = p0 == 0, last = p0 + np == g->KP;
+    for (int r = 0; r < MR; r++)
+        for (int h = 0; h < 2; h++) acc[r][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (r * 2 + h) * 16);
+    a += (size_t)p0 * MR, panel += (size_t)p0 * NR;
+    for (int p = 0; p < np; p++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * NR);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * NR + 16);
         for (int r = 0; r < MR; r++) {
-            __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[(size_t)r * KP + p]);
+            __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[(size_t)p * MR + r]);
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
         }
     }
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    if (!last) {
+        for (int r = 0; r < MR; r++)
+            for (int h = 0; h < 2; h++) _mm512_storeu_ps(part + (r * 2 + h) * 16, acc[r][h]);
+        return;
+    }
+    product_out out = g->out;
+    float beta = g->beta;
+    __m512 va = _mm512_set1_ps(g->alpha), vb = _mm512_set1_ps(beta);
     for (int r = 0; r < rows; r++)
         for (int h = 0; h < 2; h++) {
             int n = cols - 16 * h;
@@ -117,6 +195,9 @@ __attribute__((target("avx512f,avx512bf16"))) static void block(const uint32_t *
             size_t at = (size_t)(i0 + r) * out.ldc + j0 + 16 * h;
             __m512 v = _mm512_mul_ps(va, acc[r][h]);
             if (out.C16) {
+                __m512 one = _mm512_set1_ps(1.0f);
+                if (out.bias) v = _mm512_fmadd_ps(one, _mm512_maskz_loadu_ps(m, out.bias + j0 + 16 * h), v);
+                else if (out.accumulate) v = _mm512_fmadd_ps(one, widened(out.C16 + at, m), v);
                 store_rounded(out.C16 + at, v, m);
                 continue;
             }
@@ -150,43 +231,89 @@ static void few_rows(int M, int N, int K, float alpha, const uint16_t *A, int ld
         }
 }
 
-// The packed op(B) of the calling thread, kept between calls: the output layer's is tens of MB, and a
-// fresh allocation of that size each call costs as much in page faults as the packing itself.
-static _Thread_local uint16_t *packed_b;
-static _Thread_local size_t packed_b_size;
+// Each thread's packed operands, kept between calls: the output layer's are MBs, and a fresh
+// allocation of that size each call costs as much in page faults as the packing itself.
+// (kept_part: the sums carried from one block of K to the next, fp32, 4 bytes a word like the others.)
+static _Thread_local uint32_t *kept_a, *kept_b, *kept_part;
+static _Thread_local size_t kept_a_words, kept_b_words, kept_part_words;
 
-// The packed product of at least MR rows into out.
-static void packed_product(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
-                           const uint16_t *B, int ldb, float beta, product_out out) {
-    int KP = (K + 1) / 2, MP = (M + MR - 1) / MR * MR, panels = (N + NR - 1) / NR, mblocks = (MP + MB - 1) / MB;
-    size_t b_size = (size_t)panels * KP * 2 * NR;
-    if (b_size > packed_b_size) {
-        free(packed_b);
-        packed_b = scratch(b_size * sizeof *packed_b);
-        packed_b_size = b_size;
+static uint32_t *kept(uint32_t **buf, size_t *words, size_t need) {
+    if (need > *words) {
+        free(*buf);
+        *buf = scratch(need * sizeof **buf);
+        *words = need;
     }
-    uint16_t *b = packed_b;
-    #pragma omp parallel for schedule(static)
-    for (int q = 0; q < panels; q++) pack_b(b + (size_t)q * KP * 2 * NR, B, ldb, trans_b, K, N, q, KP);
-    // Each thread packs one block of MB rows of op(A) at a time (its own buffer, allocated once per
-    // call) and runs it against every panel, which stay in the shared cache.
-    #pragma omp parallel
-    {
-        uint32_t *a = scratch((size_t)MB * (KP ? KP : 1) * sizeof *a);
-        #pragma omp for schedule(dynamic, 1)
-        for (int mb = 0; mb < mblocks; mb++) {
-            int first = mb * MB, rows_here = MP - first < MB ? MP - first : MB;
-            pack_a(a, A, lda, trans_a, M, K, first, rows_here, KP);
-            for (int q = 0; q < panels; q++) {
-                int cols = N - q * NR < NR ? N - q * NR : NR;
-                for (int i0 = 0; i0 < rows_here && first + i0 < M; i0 += MR) {
-                    int rows = M - first - i0 < MR ? M - first - i0 : MR;
-                    block(a + (size_t)i0 * KP, b + (size_t)q * KP * 2 * NR, KP, rows, cols, q * NR, alpha, beta, out,
-                          first + i0);
-                }
+    return *buf;
+}
+
+// The partial sums of up to MB rows x panels panels (none needed when K fits one block).
+static float *partial_sums(int KP, int panels) {
+    if (KP <= KC) return NULL;
+    return (float *)kept(&kept_part, &kept_part_words, (size_t)MB * panels * NR);
+}
+
+// Rows first..first+rows of C (packed in a, MR rows a block) against panels q0..q1 (packed in b), in
+// blocks of KC pairs along K (a block of a panel stays in L1 while the rows' blocks stream past it),
+// the sums between them in part (MR x NR floats per register block).
+static void run_blocks(const product *g, const uint32_t *a, int first, int rows, const uint32_t *b, int q0, int q1,
+                       float *part) {
+    for (int p0 = 0; p0 < g->KP || p0 == 0; p0 += KC) {
+        int np = g->KP - p0 < KC ? g->KP - p0 : KC;
+        for (int q = q0; q < q1; q++) {
+            int cols = g->N - q * NR < NR ? g->N - q * NR : NR;
+            for (int i0 = 0; i0 < rows && first + i0 < g->M; i0 += MR) {
+                int n = g->M - first - i0 < MR ? g->M - first - i0 : MR;
+                float *sums = part ? part + ((size_t)(q - q0) * (rows / MR) + i0 / MR) * MR * NR : NULL;
+                block(g, a + (size_t)i0 * g->KP, b + (size_t)(q - q0) * g->KP * NR, p0, np, sums, n, cols, first + i0,
+                      q * NR);
             }
         }
-        free(a);
+    }
+}
+
+// The packed product of at least MR rows into out, split over the larger of M and N: the work items
+// are blocks of MB rows (M >= N) or chunks of panels, taken by the threads one at a time (a thread
+// that other work slows takes fewer), each packed by the thread that takes it. Each thread packs
+// the other operand whole for itself on its first item, so no thread ever waits for another's
+// packing: one parallel region, no barrier inside it.
+static void packed_product(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, float beta, product_out out) {
+    int KP = (K + 1) / 2, MP = (M + MR - 1) / MR * MR, panels = (N + NR - 1) / NR;
+    product g = {trans_a, trans_b, M, N, K, KP, panels, alpha, beta, A, B, lda, ldb, out};
+    size_t panel_words = (size_t)(KP ? KP : 1) * NR;
+    int by_rows = M >= N, threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    // Panels per chunk: CHUNK_BYTES of them, fewer where that would leave under 4 chunks a thread.
+    int chunk = (int)(CHUNK_BYTES / (panel_words * 4));
+    if (chunk > panels / (4 * threads)) chunk = panels / (4 * threads);
+    if (chunk < 1) chunk = 1;
+    int items = by_rows ? (MP + MB - 1) / MB : (panels + chunk - 1) / chunk;
+    #pragma omp parallel
+    {
+        uint32_t *whole = NULL;  // the operand this thread packs whole (B by rows, A by columns)
+        #pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < items; item++) {
+            if (by_rows) {
+                if (!whole) {
+                    whole = kept(&kept_b, &kept_b_words, (size_t)panels * panel_words);
+                    pack_b(whole, B, ldb, trans_b, K, N, 0, panels, KP);
+                }
+                int first = item * MB, rows = MP - first < MB ? MP - first : MB;
+                uint32_t *a = kept(&kept_a, &kept_a_words, (size_t)MB * panel_words / NR);
+                pack_a(a, A, lda, trans_a, M, K, first, rows, KP);
+                run_blocks(&g, a, first, rows, whole, 0, panels, partial_sums(KP, panels));
+            } else {
+                if (!whole) {
+                    whole = kept(&kept_a, &kept_a_words, (size_t)MP * panel_words / NR);
+                    pack_a(whole, A, lda, trans_a, M, K, 0, MP, KP);
+                }
+                int q0 = item * chunk, q1 = q0 + chunk < panels ? q0 + chunk : panels;
+                uint32_t *b = kept(&kept_b, &kept_b_words, (size_t)chunk * panel_words);
+                pack_b(b, B, ldb, trans_b, K, N, q0, q1, KP);
+                for (int first = 0; first < MP; first += MB)
+                    run_blocks(&g, whole + (size_t)first * KP, first, MP - first < MB ? MP - first : MB, b, q0, q1,
+                               partial_sums(KP, q1 - q0));
+            }
+        }
     }
 }
 
@@ -200,17 +327,20 @@ void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float 
     packed_product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, (product_out){.C = C, .ldc = ldc});
 }
 
-int neox_gemm_bf16_rounded(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                           uint16_t *C, int ldc) {
-    // Fewer rows go to the decoding products (neox_gemm_ex), whose fp32 results the caller rounds.
-    if (M <= NEOX_DECODE_MAX_ROWS || N <= 0 || K <= 0 || !neox_cpu_has_avx512_bf16()) return 0;
-    packed_product(0, 1, M, N, K, alpha, A, lda, B, ldb, 0.0f, (product_out){.C16 = C, .ldc = ldc});
+int neox_gemm_bf16_rounded(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, const float *bias, int accumulate, uint16_t *C, int ldc) {
+    // A decoding step's few rows go to neox_gemm_ex's dot products, whose fp32 results the caller rounds.
+    int decoding = !trans_a && trans_b && M <= NEOX_DECODE_MAX_ROWS;
+    if (decoding || M <= 0 || N <= 0 || K <= 0 || (bias && accumulate) || !neox_cpu_has_avx512_bf16()) return 0;
+    packed_product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f,
+                   (product_out){.C16 = C, .bias = bias, .accumulate = accumulate, .ldc = ldc});
     return 1;
 }
 
 int neox_cpu_has_avx512_bf16(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bf16");
 }
 
 #else  // not x86-64: the reference stands in for the vector build, which never runs here
@@ -220,9 +350,10 @@ void neox_gemm_bf16_avx512(int trans_a, int trans_b, int M, int N, int K, float 
     neox_gemm_bf16_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 int neox_cpu_has_avx512_bf16(void) { return 0; }
-int neox_gemm_bf16_rounded(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                           uint16_t *C, int ldc) {
-    (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc;
+int neox_gemm_bf16_rounded(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, const float *bias, int accumulate, uint16_t *C, int ldc) {
+    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)bias, (void)accumulate, (void)C, (void)ldc;
     return 0;
 }
 

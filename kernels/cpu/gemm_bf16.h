@@ -16,12 +16,15 @@ typedef void neox_gemm_bf16_fn(int trans_a, int trans_b, int M, int N, int K, fl
 
 neox_gemm_bf16_fn neox_gemm_bf16_reference, neox_gemm_bf16_avx512;
 
-// C (M, N; row stride ldc, bf16) = alpha A (M, K) B^T (B (N, K)), each element's fp32 sum rounded
-// once (kernels.h's neox_bf16_from_f32): the same bits as the product into fp32 rows rounded
-// afterwards, without the rows. Done only by the AVX512_BF16 build on more than
-// NEOX_DECODE_MAX_ROWS rows; returns 0 (C untouched) where it is not done, 1 where it is.
-int neox_gemm_bf16_rounded(int M, int N, int K, float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                           uint16_t *C, int ldc);
+// C (M, N; row stride ldc, bf16) = alpha op(A) op(B) + addend, each element's fp32 sum rounded once
+// (kernels.h's neox_bf16_from_f32); the addend is bias[j] (bias given), C's old value widened
+// (accumulate; not with a bias) or nothing: the same bits as the product into fp32 rows holding the
+// addend (beta 1) rounded afterwards, without the rows (a linear layer's output or input gradient
+// under bf16 storage). Done only by the AVX512_BF16 build, and only where neox_gemm_ex takes its
+// packed product (not a decoding step's at most NEOX_DECODE_MAX_ROWS rows against B (N, K)); returns
+// 0 (C untouched) where it is not done, 1 where it is.
+int neox_gemm_bf16_rounded(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, const float *bias, int accumulate, uint16_t *C, int ldc);
 
 // AVX512_BF16 when this CPU has it, else the reference.
 neox_gemm_bf16_fn *neox_gemm_bf16_best(void);

@@ -26,10 +26,11 @@ static void store_rows(void *out, int ldo, const float *rows, int N, int OC, neo
 }
 
 // The bf16 forward: the product of the bf16 operands into fp32 rows that hold the bias, then stored.
-// Without a bias the AVX512_BF16 product rounds into out directly (the same bits, no rows).
+// The AVX512_BF16 product adds the bias and rounds into out directly (the same bits, no rows).
 static void forward16(void *out, int ldo, const void *inp, const void *weight, const float *bias, int N, int IC,
                       int OC, neox_elem act) {
-    if (!bias && act == NEOX_ELEM_BF16 && neox_gemm_bf16_rounded(N, OC, IC, 1.0f, inp, IC, weight, IC, out, ldo)) return;
+    if (act == NEOX_ELEM_BF16 && neox_gemm_bf16_rounded(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, bias, 0, out, ldo))
+        return;
     float *rows = neox_cpu_scratch((size_t)N * OC * sizeof(float), "the linear layer's fp32 rows");
     if (bias) bias_rows(rows, OC, bias, N, OC);
     neox_gemm_ex(0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, act, bias ? 1.0f : 0.0f, rows, OC, NEOX_ELEM_F32);
@@ -65,9 +66,12 @@ static void bias_grad(float *dbias, const void *dout, int ldo, int N, int OC, ne
 }
 
 // The bf16 input gradient: dout @ weight into fp32 rows (holding dinp's widened value when
-// accumulating), rounded once into dinp.
+// accumulating), rounded once into dinp; the AVX512_BF16 product rounds into dinp directly.
 static void input_grad16(void *dinp, const void *dout, int ldo, const void *weight, int N, int IC, int OC,
                          int accumulate, neox_elem act) {
+    if (act == NEOX_ELEM_BF16 &&
+        neox_gemm_bf16_rounded(0, 0, N, IC, OC, 1.0f, dout, ldo, weight, IC, NULL, accumulate, dinp, IC))
+        return;
     size_t n = (size_t)N * IC;
     float *rows = neox_cpu_scratch(n * sizeof(float), "the linear layer's fp32 input gradient");
     if (accumulate) neox_act_load(dinp, 0, n, act, rows);  // (a 16-bit act: widened into rows)

@@ -2,7 +2,7 @@
 // runs, the reference (widen, sgemm) and AVX512_BF16 (vdpbf16ps on packed pairs), against a
 // double-precision product of the same bfloat16 values: every transposition, odd K (a pair half
 // empty), M and N that are and are not multiples of the 8 x 32 register block and the 128-row
-// cache block, fewer than 8 rows (the decoding step's in-place dot products, K tails masked), padded strides, alpha and beta (beta 0 must not read C, which holds NaN there);
+// cache block, K over several cache blocks, fewer than 8 rows (the decoding step's in-place dot products, K tails masked), padded strides, alpha and beta (beta 0 must not read C, which holds NaN there);
 // and the product rounded into bf16 as it is stored, bit for bit against the fp32 product rounded after.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,9 +54,11 @@ static void check(neox_gemm_bf16_fn *gemm, const char *name, int ta, int tb, int
 }
 
 static void check_every_shape(neox_gemm_bf16_fn *gemm, const char *name) {
-    // M below 8 with B (N, K) takes the in-place dot products; K 33 and 70 end in a masked tail.
+    // M below 8 with B (N, K) takes the in-place dot products; K 33 and 70 end in a masked tail; K
+    // 576 and 1100 take two and three blocks along K (the sums carried between them), split over
+    // columns (N > M) and over rows.
     const int shapes[][3] = {{1, 1, 1}, {1, 33, 7}, {7, 31, 16}, {8, 32, 17}, {9, 65, 64}, {130, 40, 33},
-                             {3, 200, 576}, {2, 9, 70}, {5, 3, 32}};
+                             {3, 200, 576}, {2, 9, 70}, {5, 3, 32}, {41, 33, 1100}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int t = 0; t < 4; t++)
             for (int beta = 0; beta < 2; beta++)
@@ -78,40 +80,62 @@ static void test_avx512_bf16(void **state) {
 }
 
 // neox_gemm_bf16_rounded (a linear layer's bf16 results stored straight from the product) gives the
-// bits of the AVX512_BF16 product into fp32 rounded afterwards by the activation storage's rounding,
-// writes nothing past N in a padded stride, and declines (C untouched) at NEOX_DECODE_MAX_ROWS rows.
-static void check_rounded(int M, int N, int K) {
-    int lda = K + 3, ldb = K + 1, ldc = N + 2;
-    uint16_t *A = neox_malloc((size_t)M * lda * sizeof *A), *B = neox_malloc((size_t)N * ldb * sizeof *B);
+// bits of the AVX512_BF16 product into fp32 rows holding the addend (a bias, or C's old value
+// widened: beta 1), rounded afterwards by the activation storage's rounding, for the forward's
+// layout (B (N, K)) and the input gradient's (B (K, N)); writes nothing past N in a padded stride,
+// and declines (C untouched) at NEOX_DECODE_MAX_ROWS rows against B (N, K) and for both addends.
+enum addend { NONE, BIAS, OLD };
+
+static void check_rounded(int trans_b, int M, int N, int K, enum addend add) {
+    int lda = K + 3, ldb = (trans_b ? K : N) + 1, ldc = N + 2;
+    size_t nb = (size_t)(trans_b ? N : K) * ldb;
+    uint16_t *A = neox_malloc((size_t)M * lda * sizeof *A), *B = neox_malloc(nb * sizeof *B);
     uint16_t *C = neox_malloc((size_t)M * ldc * sizeof *C), *want = neox_malloc((size_t)M * N * sizeof *want);
-    float *rows = neox_malloc((size_t)M * N * sizeof *rows);
+    float *rows = neox_malloc((size_t)M * N * sizeof *rows), *bias = neox_malloc((size_t)N * sizeof *bias);
     for (size_t i = 0; i < (size_t)M * lda; i++) A[i] = bf16_of(value(i, 1) * 1.37f);
-    for (size_t i = 0; i < (size_t)N * ldb; i++) B[i] = bf16_of(value(i, 2) * 0.71f);
+    for (size_t i = 0; i < nb; i++) B[i] = bf16_of(value(i, 2) * 0.71f);
+    for (int j = 0; j < N; j++) bias[j] = value((size_t)j, 4) * 3.1f + 0.013f;  // not exact in bf16
     A[0] = 0x7fc0, A[lda] = 0x7f80, A[2 * lda] = 0xff80;  // rows of NaN, of infinities (and NaN where 0 x inf)
-    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = 0x7fc1;  // a NaN no result rounds to
-    neox_gemm_bf16_avx512(0, 1, M, N, K, 0.37f, A, lda, B, ldb, 0.0f, rows, N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < ldc; j++) {
+            uint16_t old = j < N ? bf16_of(value((size_t)i * N + j, 3) * 2.3f) : 0x7fc1;  // 0x7fc1: no result's NaN
+            C[(size_t)i * ldc + j] = add == OLD || j >= N ? old : 0x7fc1;
+            if (j < N) rows[(size_t)i * N + j] = add == BIAS ? bias[j] : add == OLD ? neox_bf16_to_f32(old) : 0.0f;
+        }
+    neox_gemm_bf16_avx512(0, trans_b, M, N, K, 0.37f, A, lda, B, ldb, add == NONE ? 0.0f : 1.0f, rows, N);
     neox_cast_f32_to_bf16(want, rows, (size_t)M * N);
-    assert_int_equal(neox_gemm_bf16_rounded(M, N, K, 0.37f, A, lda, B, ldb, C, ldc), 1);
+    assert_int_equal(neox_gemm_bf16_rounded(0, trans_b, M, N, K, 0.37f, A, lda, B, ldb, add == BIAS ? bias : NULL,
+                                            add == OLD, C, ldc),
+                     1);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < ldc; j++) {
             uint16_t got = C[(size_t)i * ldc + j], expect = j < N ? want[(size_t)i * N + j] : 0x7fc1;
-            if (got != expect) fail_msg("M %d N %d K %d: C[%d][%d] = 0x%04x, expected 0x%04x", M, N, K, i, j, got, expect);
+            if (got != expect)
+                fail_msg("tb %d M %d N %d K %d addend %d: C[%d][%d] = 0x%04x, expected 0x%04x", trans_b, M, N, K, add, i,
+                         j, got, expect);
         }
-    free(A), free(B), free(C), free(want), free(rows);
+    free(A), free(B), free(C), free(want), free(rows), free(bias);
 }
 
 static void test_rounded_store(void **state) {
     (void)state;
     uint16_t a[32 * 4] = {0}, b[4] = {0}, c[32] = {0x7fc1};
+    float bias[1] = {1.0f};
     if (!neox_cpu_has_avx512_bf16()) {
-        assert_int_equal(neox_gemm_bf16_rounded(32, 1, 4, 1.0f, a, 4, b, 4, c, 1), 0);
+        assert_int_equal(neox_gemm_bf16_rounded(0, 1, 32, 1, 4, 1.0f, a, 4, b, 4, NULL, 0, c, 1), 0);
         printf("this CPU has no AVX512_BF16: the rounded store is declined\n");
         return;
     }
-    assert_int_equal(neox_gemm_bf16_rounded(NEOX_DECODE_MAX_ROWS, 1, 4, 1.0f, a, 4, b, 4, c, 1), 0);
+    assert_int_equal(neox_gemm_bf16_rounded(0, 1, NEOX_DECODE_MAX_ROWS, 1, 4, 1.0f, a, 4, b, 4, NULL, 0, c, 1), 0);
+    assert_int_equal(neox_gemm_bf16_rounded(0, 1, 32, 1, 4, 1.0f, a, 4, b, 4, bias, 1, c, 1), 0);
     assert_int_equal(c[0], 0x7fc1);
-    const int shapes[][3] = {{17, 33, 17}, {130, 40, 33}, {200, 70, 64}, {24, 32, 576}};
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) check_rounded(shapes[s][0], shapes[s][1], shapes[s][2]);
+    // B (K, N) has no decoding path: a few rows are done.
+    const int shapes[][3] = {{17, 33, 17}, {130, 40, 33}, {200, 70, 64}, {24, 32, 576}, {5, 45, 20}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int add = NONE; add <= OLD; add++)
+                if (tb == 0 || shapes[s][0] > NEOX_DECODE_MAX_ROWS)
+                    check_rounded(tb, shapes[s][0], shapes[s][1], shapes[s][2], (enum addend)add);
 }
 
 // neox_gemm_ex, the backends' entry, takes the best build for bfloat16 operands and fp32 results.
