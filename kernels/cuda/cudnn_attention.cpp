@@ -69,6 +69,7 @@ extern "C" int neox_cudnn_sdpa_backward(const neox_cudnn_sdpa *, uint16_t *, uin
 
 namespace fe = cudnn_frontend;
 using neox_cudnn::attempt;
+using neox_cudnn::new_graph;
 
 namespace {
 
@@ -104,17 +105,6 @@ template <typename Attrs> void set_masks(Attrs &a, const neox_cudnn_sdpa *s) {
     fe::DiagonalAlignment_t corner = bottom_right(s) ? fe::DiagonalAlignment_t::BOTTOM_RIGHT : fe::DiagonalAlignment_t::TOP_LEFT;
     if (s->causal) a.set_diagonal_alignment(corner).set_diagonal_band_right_bound(0);
     if (s->window > 0) a.set_diagonal_band_left_bound(s->window);
-}
-
-// sm: the target architecture (90 = Hopper), or 0 for the current GPU's. Set before any node is
-// added: each node copies the graph's context when it is made.
-std::shared_ptr<fe::graph::Graph> new_graph(int sm) {
-    auto g = std::make_shared<fe::graph::Graph>();
-    if (sm > 0) g->set_sm_version(sm);
-    g->set_io_data_type(fe::DataType_t::BFLOAT16)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    return g;
 }
 
 // out, stats = attention(q, k, v): q (B, H, Tq, HS), k, v (B, Hkv, T, HS), out like q.

@@ -27,6 +27,15 @@ cudnnHandle_t g_handle = nullptr;
 std::string g_handle_error;
 }  // namespace
 
+std::shared_ptr<fe::graph::Graph> new_graph(int sm) {
+    auto g = std::make_shared<fe::graph::Graph>();
+    if (sm > 0) g->set_sm_version(sm);
+    g->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    return g;
+}
+
 bool ensure_handle(std::string &why) {
     if (g_handle) return true;
     if (g_handle_error.empty()) {

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -42,6 +43,9 @@ template <typename F> bool attempt(F f, std::string &why) {
     return false;
 }
 
+// A graph of bf16 inputs and outputs with fp32 intermediates and compute, for sm (90 = Hopper) or,
+// with 0, the current GPU. The version is set before any node: each node copies the graph's context.
+std::shared_ptr<fe::graph::Graph> new_graph(int sm);
 // The handle every graph runs with, created on first use (needs a GPU); false with the reason.
 bool ensure_handle(std::string &why);
 // validate, cuDNN's operation graph, heuristics' candidates, support check, plan build; ws: the

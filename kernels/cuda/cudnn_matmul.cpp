@@ -39,6 +39,7 @@ extern "C" int neox_cudnn_gelu_mm_backward(const neox_cudnn_gelu_mm *, uint16_t 
 
 namespace fe = cudnn_frontend;
 using neox_cudnn::attempt;
+using neox_cudnn::new_graph;
 
 namespace {
 
@@ -66,16 +67,6 @@ void output(const tensor &t, const char *name, int64_t uid, int64_t rows, int64_
 
 fe::graph::Pointwise_attributes pointwise(const char *name, fe::PointwiseMode_t mode) {
     return fe::graph::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(fe::DataType_t::FLOAT);
-}
-
-// sm: the target architecture (90 = Hopper), or 0 for the current GPU's; set before any node.
-std::shared_ptr<fe::graph::Graph> new_graph(int sm) {
-    auto g = std::make_shared<fe::graph::Graph>();
-    if (sm > 0) g->set_sm_version(sm);
-    g->set_io_data_type(fe::DataType_t::BFLOAT16)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    return g;
 }
 
 fe::graph::Matmul_attributes product(const char *name) {
