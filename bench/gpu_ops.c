@@ -88,6 +88,13 @@ static void run_mlp_bwd(void *p) {
     be->linear_act_backward(m->dpre, NULL, m->dy, m->w2, m->pre, m->N, m->F, m->C, NEOX_FN_GELU, NEOX_ELEM_BF16);
 }
 
+// The QKV projection on bf16 storage with its fp32 bias: x (N, C), w (3C, C), out (N, 3C).
+typedef struct { int N, C; void *x, *w, *out; float *b; } qkv_ctx;
+static void run_qkv_fwd(void *p) {
+    qkv_ctx *q = p;
+    be->linear_forward(q->out, 3 * q->C, q->x, q->w, q->b, q->N, q->C, 3 * q->C, NEOX_ELEM_BF16);
+}
+
 // Device bf16 buffer of n elements from dev_floats' pattern.
 static void *dev_bf16(size_t n, float scale) {
     float *f = dev_floats(n, scale);
@@ -230,6 +237,18 @@ int main(int argc, char **argv) {
     report_vs("mlp 4h->h dgrad, gelu' apart", apart_bwd, mlp, "TFLOP/s", bf16, "bf16 GEMM");
     printf("%-28s %9.3f (forward) %9.3f (backward): fused time / apart time\n", "mlp gelu fusion", fused_fwd / apart_fwd,
            fused_bwd / apart_bwd);
+
+    // The QKV product with its fp32 bias: one cuDNN graph where the route sends it, then cuBLASLt
+    // into fp32 rows and a rounding pass (the route without cuDNN); priced alike by gpu_predict.
+    qkv_ctx qk = {N, C, dev_bf16((size_t)N * C, 2), dev_bf16((size_t)3 * C * C, 0.1f), dev_bf16((size_t)N * 3 * C, 1),
+                  dev_floats(3 * C, 0.1f)};
+    double qkv = 2.0 * N * C * 3 * C, graph = time_op(run_qkv_fwd, &qk);
+    neox_linear_act_allow_cudnn(0);
+    double rows = time_op(run_qkv_fwd, &qk);
+    neox_linear_act_allow_cudnn(1);
+    report_vs("qkv + bias bf16, cuDNN graph", graph, qkv, "TFLOP/s", bf16, "bf16 GEMM");
+    report_vs("qkv + bias bf16, fp32 rows", rows, qkv, "TFLOP/s", bf16, "bf16 GEMM");
+    printf("%-28s %9.3f: graph time / rows time\n", "qkv bias graph", graph / rows);
 
     // Row ops at (N, C) and the loss at (N', V) with N' rows limited to fit a few GB.
     row_ctx r = {N, C, V, dev_floats((size_t)N * 4 * C, 4), dev_floats((size_t)N * 4 * C, 1), dev_floats(C, 1),
