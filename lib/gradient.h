@@ -55,7 +55,7 @@ typedef struct neox_grad_reducer_options {
     // backward's own polls between operations; 0: no thread. Needs MPI_THREAD_MULTIPLE.
     double progress_interval;
     // The mean divides the sum by this many ranks (0: the group's size; 1: the sum, for gradients
-    // that arrive pre-scaled, as a training run's do: neox_grad_exchange_settings.presummed).
+    // that arrive pre-scaled, as a training run's do: neox_grad_exchange's).
     // Averaging expert parallelism's experts, reduced over the ranks holding them, takes the whole
     // data group's size.
     int mean_over;
@@ -515,13 +515,6 @@ typedef struct neox_grad_exchange_settings {
     // The groups: data (size 1: nothing is reduced), its node split for the hierarchical all-reduce
     // (made here when it pays: stage 0 on the host), expert_data for the experts (NULL: none).
     neox_comm *data, *data_intra, *data_inter, *expert_data;
-    // presummed: the gradients arrive scaled by 1 / data->size already (each rank's loss gradient
-    // divides by the global batch's tokens, as one rank's does over the same samples), so every path
-    // sums over the group: the reducers (mean_over 1, the experts' too), the sparse rows, and the
-    // compressors' averages multiplied by the group's size; a step that leaves the gradients local
-    // (1-bit Adam's compression phase) multiplies them by it, back to this rank's own mean. 0: each
-    // rank's gradients are its own mean, and every path averages.
-    int presummed;
     // The reducer: neox_grad_reducer_options' (zero_stage applies to the dense reducer; reduce_scatter
     // false all-reduces under stages 1 and 2).
     size_t bucket_bytes;
@@ -584,8 +577,12 @@ void neox_grad_exchange_ready_range(neox_grad_exchange *x, size_t begin, size_t 
 void neox_grad_exchange_ready_held(neox_grad_exchange *x);
 // Marks the rows of a micro-batch's input tokens (sparse_gradients).
 void neox_grad_exchange_touch_rows(neox_grad_exchange *x, const int32_t *tokens, size_t n);
-// After the backward a reduction follows: the mean over the group everywhere (or in the partition);
-// presummed, the sum of the pre-scaled gradients, which is that mean.
+// After the backward a reduction follows. The gradients arrive scaled by 1 / data->size already (each
+// rank's loss gradient divides by the global batch's tokens, as one rank's does over the same
+// samples), so every path sums over the group: the reducers (mean_over 1, the experts' too), the
+// sparse rows, and the compressors' averages multiplied by the group's size; a step that leaves the
+// gradients local (1-bit Adam's compression phase) multiplies them by it, back to this rank's own
+// mean. The sum is the mean over the group everywhere (or in the partition).
 void neox_grad_exchange_finish(neox_grad_exchange *x);
 // After the step: its measurements for the adaptive plan; gauges (NEOX_ADAPTIVE_GAUGES, named by
 // neox_adaptive_gauge_name) filled, returns 1, when there is a plan to measure.

@@ -6,9 +6,8 @@
 // half (adaptive_run.c), whose probes, switches and agreement check it carries out. Per step it
 // decides (begin_step) whether the gradients are reduced or left to the compressors, starts the
 // buckets backward reports ready, finishes and compresses, and hands the plan the step's times.
-// It answers for their memory, their report and their checkpoint state. Whether the gradients
-// arrive pre-scaled (presummed: reduce by sum) or as each rank's mean (reduce by mean) is decided
-// here once, for every path (sums_over).
+// It answers for their memory, their report and their checkpoint state. The gradients arrive
+// pre-scaled by 1 / data size, so every path reduces by sum (neox_grad_exchange_finish, gradient.h).
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -44,10 +43,6 @@ struct neox_grad_exchange {
 };
 
 // ---- the reducers ----------------------------------------------------------------------------
-// What the reductions divide their sums by: 1 when the gradients arrive pre-scaled (presummed),
-// else `ranks` (0: the reducing group's size).
-static int sums_over(const neox_grad_exchange *x, int ranks) { return x->s.presummed ? 1 : ranks; }
-
 // A reducer over params [first, end) of the flat buffer and the group `over`, averaging over
 // mean_over ranks (0: the group; 1: summing). NULL with *err filled when it cannot be made.
 static neox_grad_reducer *make_reducer_over(neox_grad_exchange *x, int first, int end, neox_comm *over, int mean_over,
@@ -86,7 +81,7 @@ static int make_reducers(neox_grad_exchange *x, neox_error *err) {
     neox_grad_exchange_settings *s = &x->s;
     if (s->sparse)
         x->sparse = neox_sparse_rows_make(s->data, s->backend, s->sparse_rows, s->sparse_width, s->sparse_row_begin,
-                                          s->predivide, sums_over(x, 0));
+                                          s->predivide, 1);
     x->reducer_first = x->sparse ? 1 : 0;
     if (s->zero_stage >= 2) make_partition(x);
     // (On a GPU, NCCL's own rings and trees follow the node topology: no hierarchical layer on top.)
@@ -95,14 +90,13 @@ static int make_reducers(neox_grad_exchange *x, neox_error *err) {
         if (s->verbose)
             neox_info("data-parallel all-reduce: hierarchical (%d ranks per node on this node)", s->data_intra->size);
     }
-    x->reducer = make_reducer_over(x, x->reducer_first, s->dense_params, s->data, sums_over(x, 0), err);
+    x->reducer = make_reducer_over(x, x->reducer_first, s->dense_params, s->data, 1, err);
     if (!x->reducer) return -1;
     // Each expert already holds the sum over its expert group's tokens: summed over the ranks
     // holding it and divided by the whole data-parallel size (pre-scaled: already), it is the mean
     // over every micro-batch.
     if (!s->expert_data) return 0;
-    int experts_over = sums_over(x, s->data->size);
-    x->expert_reducer = make_reducer_over(x, s->dense_params, s->nparams, s->expert_data, experts_over, err);
+    x->expert_reducer = make_reducer_over(x, s->dense_params, s->nparams, s->expert_data, 1, err);
     return x->expert_reducer ? 0 : -1;
 }
 
@@ -371,7 +365,7 @@ void neox_grad_exchange_touch_rows(neox_grad_exchange *x, const int32_t *tokens,
 // gradients they were given, and what they hand back is summed.
 static void compressed_to_sum(neox_grad_exchange *x, int first, int count) {
     const neox_grad_exchange_settings *s = &x->s;
-    if (!s->presummed || count == 0 || s->data->size == 1) return;
+    if (count == 0 || s->data->size == 1) return;
     int last = first + count - 1;
     size_t begin = s->param_offset[first], end = s->param_offset[last] + s->param_size[last];
     s->backend->scale(s->grads + begin, end - begin, (float)s->data->size);

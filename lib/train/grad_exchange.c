@@ -160,7 +160,6 @@ int neox_train_setup_exchange(neox_trainer *t, neox_error *err) {
     // own), as one rank's does over the same samples, and the exchange sums: every layout then
     // computes one rank's gradient values, which FP8's amaxes see (docs/parallel.md, "How gradients
     // are reduced").
-    s.presummed = 1;
     t->model->loss_ranks = g->data.size;
     param_table p = param_table_of(t->model, &s);
     t->exchange = neox_grad_exchange_make(&s, err);
