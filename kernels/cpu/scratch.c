@@ -13,14 +13,16 @@
 #include <pthread.h>
 #include <stdio.h>
 
-// glibc refuses a mapping threshold above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit): blocks larger
-// than that are still mapped for each use.
-#define SCRATCH_MMAP_THRESHOLD (32 << 20)
+// Both limits at 16 MiB: the scratch of a step whose blocks are up to that size stays in the heap,
+// while a larger block (and the buffers a run frees once, after set-up) is still given back, so the
+// resident set does not keep more than 16 MiB it no longer uses. (Above 16 MiB an op's scratch is
+// mapped for each use, as before.)
+#define SCRATCH_KEEP_BYTES (16 << 20)
 
 static void keep_freed_pages(void) {
 #ifdef __GLIBC__
-    mallopt(M_MMAP_THRESHOLD, SCRATCH_MMAP_THRESHOLD);
-    mallopt(M_TRIM_THRESHOLD, -1);  // (unsigned inside glibc: never trim)
+    mallopt(M_MMAP_THRESHOLD, SCRATCH_KEEP_BYTES);
+    mallopt(M_TRIM_THRESHOLD, SCRATCH_KEEP_BYTES);
 #endif
 }
 
