@@ -8,8 +8,9 @@
 //   bfloat16, the linear layers' products on bfloat16 operands as neox-train runs them; profile=1:
 //   the per-op profile of the timed steps on stderr, each op's wall time per step, as
 //   wall_clock_breakdown records it)
-// The step is the one neox-train runs: zero the gradients, forward, backward, AdamW over every
-// tensor (no weight decay on biases and norms).
+// The step is the one neox-train runs: zero the gradients, forward with the fused loss (the loss and
+// the output layer's backward in the forward, as lib/train/setup.c asks for it), backward, AdamW over
+// every tensor (no weight decay on biases and norms).
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,7 +102,10 @@ int main(int argc, char **argv) {
     // profile=1: the per-op profile's table over the CPU backend (wall time around each op).
     neox_model *m = o.profile ? neox_model_create_on(&d, neox_profile_install(neox_backend_cpu(), 0), &err)
                               : neox_model_create(&d, &err);
-    if (!m || neox_model_plan(m, o.batch, o.seq, &err) != 0) neox_die_error(&err);
+    if (!m) neox_die_error(&err);
+    neox_model_set_fused_head(m, 1);  // (head_loss_scale: backward's loss scale, 1)
+    m->head_loss_scale = 1.0f;
+    if (neox_model_plan(m, o.batch, o.seq, &err) != 0) neox_die_error(&err);
     neox_model_init(m, 1234);
     if (o.bf16) neox_model_set_precision(m, NEOX_PRECISION_BF16);
     m->training = 1;

@@ -3,12 +3,17 @@
 // The vocabulary loops are vectorised (libmvec's expf, see vector_math.h), with AVX-512 and AVX2 builds of
 // each row function, the best one this CPU runs chosen at run time (the baseline build is x86-64-v2); the
 // sum of exponentials is accumulated in double. Logits stored in 16 bits (kernels.h, "Activation
-// storage"; the fused op also takes fp16) are widened element by element and their gradient rounded once.
+// storage"; the fused op also takes fp16) go through the same vectorised loops a block at a time,
+// widened into a block on the stack (exact) and their gradient rounded once on the way back, so a
+// row is read from memory once for its statistics and once more (in cache) for its gradient.
+// Every op here (the fused one, the unfused phases, forward and backward) runs the same row
+// functions, so they agree bit for bit.
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "storage.h"
 #include "vector_math.h"
 
 NEOX_CLONES static float row_max(const float *z, int V) {
@@ -30,58 +35,73 @@ NEOX_CLONES static void row_softmax_scaled(float *dz, const float *z, float l, f
     for (int j = 0; j < V; j++) dz[j] = expf(z[j] - l) * w;
 }
 
-// ---- rows stored in 16 bits ----------------------------------------------------------------------
-// A 16-bit element widened, or rounded back from fp32.
+// ---- rows in blocks ------------------------------------------------------------------------------
+// A 16-bit row is visited CE_BLOCK elements at a time, widened into a stack block that stays in L1;
+// an fp32 row is one block, read in place, so fp32 results are those of the loops above over the row.
+enum { CE_BLOCK = 1024 };
+
+static size_t elem_bytes(neox_elem e) { return e == NEOX_ELEM_F32 ? sizeof(float) : sizeof(uint16_t); }
+static int block_len(neox_elem e, int j0, int V) {
+    int n = V - j0;
+    return e == NEOX_ELEM_F32 || n < CE_BLOCK ? n : CE_BLOCK;
+}
+
+// Elements [j0, j0 + n) of a row stored as e, as fp32: the row itself under fp32, else widened into buf.
+static const float *load_block(const void *row, neox_elem e, int j0, int n, float *buf) {
+    if (e != NEOX_ELEM_F16) return neox_act_load(row, (size_t)j0, (size_t)n, e, buf);
+    for (int j = 0; j < n; j++) buf[j] = neox_f16_to_f32(((const uint16_t *)row)[j0 + j]);
+    return buf;
+}
+
+// Stores the n fp32 values computed at neox_act_dest's address as elements [j0, j0 + n) of row.
+static void store_block(void *row, neox_elem e, int j0, int n, const float *vals) {
+    if (e != NEOX_ELEM_F16) {
+        neox_act_store(row, (size_t)j0, vals, (size_t)n, e);
+        return;
+    }
+    for (int j = 0; j < n; j++) ((uint16_t *)row)[j0 + j] = neox_f16_from_f32(vals[j]);
+}
+
+// One element of a row stored as e, widened (the target logit).
 static float load_elem(const void *row, neox_elem e, int j) {
     if (e == NEOX_ELEM_BF16) return neox_bf16_to_f32(((const uint16_t *)row)[j]);
     if (e == NEOX_ELEM_F16) return neox_f16_to_f32(((const uint16_t *)row)[j]);
     return ((const float *)row)[j];
 }
 
-static void store_elem(void *row, neox_elem e, int j, float x) {
-    if (e == NEOX_ELEM_BF16) ((uint16_t *)row)[j] = neox_bf16_from_f32(x);
-    else if (e == NEOX_ELEM_F16) ((uint16_t *)row)[j] = neox_f16_from_f32(x);
-    else ((float *)row)[j] = x;
-}
-
-// The statistics of one 16-bit row (fp32 rows take the vectorised functions above).
-static float row_max_elem(const void *z, neox_elem e, int V) {
-    float mx = -INFINITY;
-    for (int j = 0; j < V; j++) {
-        float x = load_elem(z, e, j);
-        mx = x > mx ? x : mx;
+static float row_max_any(const void *z, neox_elem e, int V) {
+    float buf[CE_BLOCK], mx = -INFINITY;
+    for (int j0 = 0, n; j0 < V; j0 += n) {
+        n = block_len(e, j0, V);
+        float b = row_max(load_block(z, e, j0, n, buf), n);
+        mx = b > mx ? b : mx;
     }
     return mx;
 }
 
-static double row_sumexp_elem(const void *z, neox_elem e, float mx, int V) {
+static double row_sumexp_any(const void *z, neox_elem e, float mx, int V) {
+    float buf[CE_BLOCK];
     double sum = 0.0;
-    for (int j = 0; j < V; j++) sum += (double)expf(load_elem(z, e, j) - mx);
+    for (int j0 = 0, n; j0 < V; j0 += n) {
+        n = block_len(e, j0, V);
+        sum += row_sumexp(load_block(z, e, j0, n, buf), mx, n);
+    }
     return sum;
 }
 
 // dz = (exp(z - l) - onehot(target)) * w over one row (dz may be z); a 16-bit row rounds each
 // element once, after the one-hot's subtraction.
 static void row_grad(void *dz, const void *z, neox_elem e, float l, float w, int target, int V) {
-    if (e != NEOX_ELEM_F32) {
-        for (int j = 0; j < V; j++) {
-            float d = expf(load_elem(z, e, j) - l) * w;
-            store_elem(dz, e, j, j == target ? d - w : d);
-        }
-        return;
+    float buf[CE_BLOCK];
+    for (int j0 = 0, n; j0 < V; j0 += n) {
+        n = block_len(e, j0, V);
+        const float *x = load_block(z, e, j0, n, buf);
+        float *d = e == NEOX_ELEM_F32 ? (float *)dz + j0 : buf;  // (in place over the widened block)
+        row_softmax_scaled(d, x, l, w, n);
+        if (target >= j0 && target < j0 + n) d[target - j0] -= w;
+        if (e != NEOX_ELEM_F32) store_block(dz, e, j0, n, d);
     }
-    row_softmax_scaled(dz, z, l, w, V);
-    if (target >= 0 && target < V) ((float *)dz)[target] -= w;
 }
-
-// The row functions of a row stored as e: the vectorised fp32 ones, or element by element.
-static float row_max_any(const void *z, neox_elem e, int V) {
-    return e == NEOX_ELEM_F32 ? row_max(z, V) : row_max_elem(z, e, V);
-}
-static double row_sumexp_any(const void *z, neox_elem e, float mx, int V) {
-    return e == NEOX_ELEM_F32 ? row_sumexp(z, mx, V) : row_sumexp_elem(z, e, mx, V);
-}
-static size_t elem_bytes(neox_elem e) { return e == NEOX_ELEM_F32 ? sizeof(float) : sizeof(uint16_t); }
 
 void neox_cross_entropy_forward(float *losses, float *lse, const void *logits, const int *targets, int N, int V,
                                 neox_elem act) {
@@ -139,19 +159,20 @@ void neox_cross_entropy_target_logit(double *out, const void *logits, const int 
 }
 
 // ---- the fused loss and gradient (neox_cross_entropy_fused) -------------------------------------
+// Each thread takes whole rows: a row's statistics and then its gradient, in place, while the row is
+// still in cache.
 void neox_cross_entropy_fused(void *logits, neox_elem logits_elem, float *mx, double *sum, double *target_logit,
                               const int *targets, const float *weight, float scale, const float *scale_at, int N, int V,
                               int stats_given) {
     if (scale_at) scale = *scale_at;
-    size_t row_bytes = (size_t)V * (logits_elem == NEOX_ELEM_F32 ? sizeof(float) : sizeof(uint16_t));
+    size_t row_bytes = (size_t)V * elem_bytes(logits_elem);
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         void *z = (char *)logits + (size_t)i * row_bytes;
         int t = targets[i];
         if (!stats_given) {
-            int f32 = logits_elem == NEOX_ELEM_F32;
-            mx[i] = f32 ? row_max(z, V) : row_max_elem(z, logits_elem, V);
-            sum[i] = f32 ? row_sumexp(z, mx[i], V) : row_sumexp_elem(z, logits_elem, mx[i], V);
+            mx[i] = row_max_any(z, logits_elem, V);
+            sum[i] = row_sumexp_any(z, logits_elem, mx[i], V);
             target_logit[i] = t >= 0 && t < V ? (double)load_elem(z, logits_elem, t) : 0.0;
         }
         float l = mx[i] + (float)log(sum[i]);

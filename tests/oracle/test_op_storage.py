@@ -222,10 +222,11 @@ def test_embedding(tmp_path):
     close32(got["dwpe"], dwpe0.to(F64) + dout.to(F64), "embedding_backward dwpe")
 
 
-def test_cross_entropy(tmp_path):
+@pytest.mark.parametrize("V", [C, 2500])
+def test_cross_entropy(tmp_path, V):
     """Logits stored in bf16: the statistics from the widened logits (fp32 losses and lse, the sums of
-    exponentials in double), the gradient (softmax - onehot) x mask / N rounded once, in place."""
-    V = C
+    exponentials in double), the gradient (softmax - onehot) x mask / N rounded once, in place. The
+    CPU visits a 16-bit row in blocks of 1024 elements: V = 2500 spans two and a short one."""
     x = bf16((N, V), -8, 8, seed=24)
     g = torch.Generator().manual_seed(24)
     t = torch.randint(0, V, (N,), generator=g, dtype=torch.int32)

@@ -924,9 +924,11 @@ static void test_cross_entropy_masked_target(void **state) {
 // The fused loss and gradient against the formulas restated in double: per row lse = log sum exp,
 // the target logit, and dlogits = (softmax - onehot) * w * scale, for fp32 and bf16 logits, a masked
 // target and a weighted mask. In fp32 it equals the separate ops bit for bit (the unfused model's
-// path); its vocab-parallel second phase, on two halves of the vocabulary with statistics reduced
-// by hand, gives the whole rows' gradient.
-enum { FN = 6, FV = 1000 };
+// path), and so it does for 16-bit logits, whose rows the CPU visits in blocks of 1024 (the
+// vocabulary here spans two blocks and a short one, with targets in each); its vocab-parallel second
+// phase, on two halves of the vocabulary with statistics reduced by hand, gives the whole rows'
+// gradient.
+enum { FN = 6, FV = 2500 };
 
 static void fused_reference(const float *z, const int *t, const float *w, float scale, int i, double *lse, double *grad) {
     double mx = -INFINITY, s = 0;
@@ -938,24 +940,47 @@ static void fused_reference(const float *z, const int *t, const float *w, float 
 }
 
 static void check_fused_rows(const float *z, const float *dz, const float *mx, const double *sum, const double *tl,
-                             const int *t, const float *w, float scale, double tol) {
+                             const int *t, const float *w, float scale, double tol, double atol) {
     double grad[FV], lse;
     for (int i = 0; i < FN; i++) {
         fused_reference(z, t, w, scale, i, &lse, grad);
         if (mx) assert_true(fabs(mx[i] + log(sum[i]) - lse) < 1e-5);
         if (tl) assert_true(fabs(tl[i] - (t[i] >= 0 && t[i] < FV ? z[i * FV + t[i]] : 0.0)) < 1e-6);
-        for (int j = 0; j < FV; j++) assert_true(fabs(grad[j] - dz[i * FV + j]) <= tol * (fabs(grad[j]) + 1e-6));
+        for (int j = 0; j < FV; j++) assert_true(fabs(grad[j] - dz[i * FV + j]) <= tol * fabs(grad[j]) + atol);
     }
+}
+
+// The separate ops (forward, the vocab-parallel phases, backward) on the 16-bit rounding of z give
+// the fused op's statistics (mx, sum, tl) and gradient (dh, in e) bit for bit.
+static void check_fused_16bit_against_separate_ops(const float *z, const uint16_t *dh, neox_elem e, const float *mx,
+                                                   const double *sum, const double *tl, const int *t, const float *w) {
+    uint16_t *h = neox_malloc(sizeof(uint16_t) * FN * FV), *d2 = neox_malloc(sizeof(uint16_t) * FN * FV);
+    if (e == NEOX_ELEM_BF16) neox_cast_f32_to_bf16(h, z, FN * FV);
+    else neox_cast_f32_to_f16(h, z, FN * FV);
+    float mx2[FN], lse[FN], lse_fwd[FN], losses[FN];
+    double stats[2 * FN], loss[2];
+    neox_cross_entropy_row_max(mx2, h, FN, FV, e);
+    neox_cross_entropy_row_sumexp(stats, h, mx2, FN, FV, e);
+    neox_cross_entropy_target_logit(stats + FN, h, t, FN, FV, e);
+    neox_cross_entropy_loss(lse, loss, mx2, stats, w, FN);
+    neox_cross_entropy_forward(losses, lse_fwd, h, t, FN, FV, e);
+    neox_cross_entropy_backward(d2, h, lse, t, w, 0.25f, NULL, FN, FV, e);
+    assert_memory_equal(mx, mx2, sizeof mx2);
+    assert_memory_equal(sum, stats, FN * sizeof(double));
+    assert_memory_equal(tl, stats + FN, FN * sizeof(double));
+    assert_memory_equal(lse, lse_fwd, sizeof lse);
+    assert_memory_equal(dh, d2, sizeof(uint16_t) * FN * FV);
+    free(h); free(d2);
 }
 
 static void test_cross_entropy_fused(void **state) {
     (void)state;
     float *z = randn(FN * FV, 4), *dz = neox_malloc(sizeof(float) * FN * FV), w[FN] = {1, 0, 0.5f, 2, 1, 1}, mx[FN];
-    int t[FN] = {3, 999, -1, 0, 512, FV};
+    int t[FN] = {3, 1500, -1, 0, 2400, FV};
     double sum[FN], tl[FN];
     memcpy(dz, z, sizeof(float) * FN * FV);
     neox_cross_entropy_fused(dz, NEOX_ELEM_F32, mx, sum, tl, t, w, 0.25f, NULL, FN, FV, 0);
-    check_fused_rows(z, dz, mx, sum, tl, t, w, 0.25f, 1e-5);
+    check_fused_rows(z, dz, mx, sum, tl, t, w, 0.25f, 1e-5, 1e-5 * 1e-6);
     // fp32: the separate ops' values bit for bit
     float mx2[FN], lse[FN], *d2 = zeros(FN * FV);
     double stats[2 * FN], loss[2];
@@ -982,7 +1007,15 @@ static void test_cross_entropy_fused(void **state) {
     neox_cast_bf16_to_f32(zr, h, FN * FV);
     neox_cross_entropy_fused(h, NEOX_ELEM_BF16, mx, sum, tl, t, w, 0.25f, NULL, FN, FV, 0);
     neox_cast_bf16_to_f32(dh, h, FN * FV);
-    check_fused_rows(zr, dh, mx, sum, tl, t, w, 0.25f, 1.0 / 128);
+    check_fused_rows(zr, dh, mx, sum, tl, t, w, 0.25f, 1.0 / 128, 1.0 / 128 * 1e-6);
+    check_fused_16bit_against_separate_ops(z, h, NEOX_ELEM_BF16, mx, sum, tl, t, w);
+    // fp16 logits: the same, to fp16's precision
+    neox_cast_f32_to_f16(h, z, FN * FV);
+    neox_cast_f16_to_f32(zr, h, FN * FV);
+    neox_cross_entropy_fused(h, NEOX_ELEM_F16, mx, sum, tl, t, w, 0.25f, NULL, FN, FV, 0);
+    neox_cast_f16_to_f32(dh, h, FN * FV);
+    check_fused_rows(zr, dh, mx, sum, tl, t, w, 0.25f, 1.0 / 1024, 3e-8);  // (fp16's subnormal spacing 6e-8)
+    check_fused_16bit_against_separate_ops(z, h, NEOX_ELEM_F16, mx, sum, tl, t, w);
     // Two halves of the vocabulary (a vocab-parallel pair), statistics reduced as the all-reduces
     // would, then the second phase on each half.
     enum { H = FV / 2 };
@@ -1006,7 +1039,7 @@ static void test_cross_entropy_fused(void **state) {
         neox_cross_entropy_fused(half[r], NEOX_ELEM_F32, hm[r], gsum, NULL, ht_targets[r], w, 0.25f, NULL, FN, H, 1);
         for (int i = 0; i < FN; i++) memcpy(dh + i * FV + r * H, half[r] + i * H, sizeof(float) * H);
     }
-    check_fused_rows(z, dh, NULL, NULL, NULL, t, w, 0.25f, 1e-5);
+    check_fused_rows(z, dh, NULL, NULL, NULL, t, w, 0.25f, 1e-5, 1e-5 * 1e-6);
     free(z); free(dz); free(d2); free(h); free(zr); free(dh); free(half[0]); free(half[1]);
 }
 
