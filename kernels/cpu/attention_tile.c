@@ -128,7 +128,7 @@ void neox_att_pack_words(uint32_t *dst, size_t ldd, const uint16_t *x, size_t ld
     }
 }
 
-void neox_att_pack_rows(uint32_t *dst, size_t ldd, const uint16_t *x, size_t ldx, int rows, int cols) {
+NEOX_CLONES void neox_att_pack_rows(uint32_t *dst, size_t ldd, const uint16_t *x, size_t ldx, int rows, int cols) {
     for (int p = 0; p < (rows + 1) / 2; p++) {
         const uint16_t *lo = x + (size_t)2 * p * ldx, *hi = lo + ldx;
         uint32_t *d = dst + (size_t)p * ldd;
@@ -139,16 +139,16 @@ void neox_att_pack_rows(uint32_t *dst, size_t ldd, const uint16_t *x, size_t ldx
     }
 }
 
-void neox_att_pack_tile(uint32_t *dst, size_t ldd, const float *t, size_t ldt, int nr, int nc) {
+NEOX_CLONES void neox_att_pack_tile(uint32_t *dst, size_t ldd, const float *t, size_t ldt, int nr, int nc) {
     for (int r = 0; r < nr; r++) {
         const float *tr = t + (size_t)r * ldt;
-        for (int p = 0; p < (nc + 1) / 2; p++)
-            dst[(size_t)r * ldd + p] =
-                pair_of(neox_bf16_from_f32(tr[2 * p]), 2 * p + 1 < nc ? neox_bf16_from_f32(tr[2 * p + 1]) : 0);
+        uint32_t *d = dst + (size_t)r * ldd;
+        for (int p = 0; p < nc / 2; p++) d[p] = pair_of(neox_bf16_from_f32(tr[2 * p]), neox_bf16_from_f32(tr[2 * p + 1]));
+        if (nc % 2) d[nc / 2] = pair_of(neox_bf16_from_f32(tr[nc - 1]), 0);
     }
 }
 
-void neox_att_pack_tile_t(uint32_t *dst, size_t ldd, const float *t, size_t ldt, int nr, int nc) {
+NEOX_CLONES void neox_att_pack_tile_t(uint32_t *dst, size_t ldd, const float *t, size_t ldt, int nr, int nc) {
     for (int p = 0; p < (nr + 1) / 2; p++) {
         const float *lo = t + (size_t)2 * p * ldt, *hi = lo + ldt;
         int has_hi = 2 * p + 1 < nr;
