@@ -20,7 +20,7 @@
 // where they lie under bf16 storage (rounded into bf16 copies under fp32 storage), the keys and values
 // packed once per call, and each probability and score-gradient tile rounded as it is packed, so
 // nothing is widened. fp32 and fp16 operands take fp32 copies rounded to the operands (the tensors
-// themselves under fp32) and OpenBLAS's sgemm on the tiles. The results are made in fp32 and, under
+// themselves under fp32) and attention_tile.c's fp32 products on the tiles. The results are made in fp32 and, under
 // bf16 storage, rounded once as they are stored into their views (the end of this file).
 #include <math.h>
 #include <stddef.h>
@@ -30,7 +30,6 @@
 #include <string.h>
 
 #include "attention_tile.h"
-#include "gemm.h"
 #include "scratch.h"
 #include "storage.h"
 #include "kernels/kernels.h"
@@ -140,7 +139,7 @@ static const uint16_t *head16_at(view16 x, int b, int h) {
     return x.p + (size_t)b * x.s.batch + (size_t)h * x.s.head;
 }
 
-// One head's operands for its tile products: fp32 rows (neox_cpu_sgemm), or with `tile` set bf16
+// One head's operands for its tile products: fp32 rows (neox_att_f32_product), or with `tile` set bf16
 // pairs (attention_tile.h): the query and dO rows as they lie (their elements pair along the head
 // size), the key/value head's keys and values packed once per call as words (k, v: the B of q k^T
 // and dO v^T; T columns) and as row pairs (kr, vr: the B of dS k and p v; HS columns).
@@ -165,8 +164,7 @@ static void rows_times_t(float *s, const head_ops *h, int of_dout, int i0, int n
     }
     const float *a = of_dout ? h->dout : h->q, *b = of_dout ? h->v : h->k;
     size_t lda = of_dout ? h->ldd : h->ldq, ldb = of_dout ? h->ldv : h->ldk;
-    neox_cpu_sgemm(0, 1, nq, nk, HS, 1.0f, a + (size_t)i0 * lda, (int)lda, b + (size_t)j0 * ldb, (int)ldb, 0.0f, s,
-                   ATT_BLOCK);
+    neox_att_f32_product_bt(nq, nk, HS, a + (size_t)i0 * lda, lda, 1, b + (size_t)j0 * ldb, ldb, s, ATT_BLOCK, 0);
 }
 
 // c (nq rows, stride ldc) += t (nq, nk; pitch ATT_BLOCK) times the values (or keys, `keys`) j0..:
@@ -183,7 +181,7 @@ static void tile_times(float *c, size_t ldc, float *t, const head_ops *h, int ke
     round_tile(t, nq, nk, operands);
     const float *b = keys ? h->k : h->v;
     size_t ldb = keys ? h->ldk : h->ldv;
-    neox_cpu_sgemm(0, 0, nq, HS, nk, 1.0f, t, ATT_BLOCK, b + (size_t)j0 * ldb, (int)ldb, 1.0f, c, (int)ldc);
+    neox_att_f32_product(nq, HS, nk, t, ATT_BLOCK, 1, b + (size_t)j0 * ldb, ldb, c, ldc, 1);
 }
 
 // c (nk rows, stride ldc) += t^T (t: nq, nk; pitch ATT_BLOCK) times the query block's rows: dS^T q and
@@ -196,7 +194,7 @@ static void tile_t_times(float *c, size_t ldc, const float *t, const head_ops *h
         h->tile(nk, HS, (nq + 1) / 2, a, ATT_BLOCK / 2, b16, (size_t)HS, c, ldc, 1);
         return;
     }
-    neox_cpu_sgemm(1, 0, nk, HS, nq, 1.0f, t, ATT_BLOCK, b, (int)ldb, 1.0f, c, (int)ldc);
+    neox_att_f32_product(nk, HS, nq, t, 1, ATT_BLOCK, b, ldb, c, ldc, 1);
 }
 
 // One query block [i0, i0 + nq) of one head: out rows (stride ldo) and lse; T keys.

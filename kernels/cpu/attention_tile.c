@@ -1,4 +1,4 @@
-// attention_tile.c: attention's tile products with bfloat16 operands in pairs (attention_tile.h).
+// attention_tile.c: attention's tile products (attention_tile.h), first with bfloat16 operands in pairs.
 // The reference takes each pair as vdpbf16ps does, the odd element's product first and then the
 // even one's, both exact in fp32, so the two builds give the same sums bit for bit where no input or
 // result is subnormal; it is vectorised along the columns and built for AVX-512 and AVX2 too
@@ -154,5 +154,79 @@ NEOX_CLONES void neox_att_pack_tile_t(uint32_t *dst, size_t ldd, const float *t,
         int has_hi = 2 * p + 1 < nr;
         for (int c = 0; c < nc; c++)
             dst[(size_t)c * ldd + p] = pair_of(neox_bf16_from_f32(lo[c]), has_hi ? neox_bf16_from_f32(hi[c]) : 0);
+    }
+}
+
+// ---- fp32 operands ---------------------------------------------------------------------------
+// A block of 4 rows x 16 columns of C stays in registers (4 zmm, 8 ymm: GCC's vector types, which
+// each build lowers to its widest registers) while k streams by: per k one row of B and 4 elements
+// of A. Rows past M repeat row 0 (not stored); columns past the last 16 take the tail loop, which
+// sums in the same order.
+enum { FR = 4, FC = 16 };
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef float f32x16u __attribute__((vector_size(64), aligned(4), may_alias));  // at any float's address
+#define LOAD16(p) (*(const f32x16u *)(p))
+#define STORE16(p, v) (*(f32x16u *)(p) = (v))
+
+NEOX_CLONES static void f32_block(int rows, int K, const float *a, size_t a_row, size_t a_col, const float *b,
+                                  size_t ldb, float *c, size_t ldc, int accumulate) {
+    const float *a0 = a, *a1 = a + (rows > 1 ? a_row : 0), *a2 = a + (rows > 2 ? 2 * a_row : 0),
+                *a3 = a + (rows > 3 ? 3 * a_row : 0);
+    f32x16 zero = {0}, s0 = zero, s1 = zero, s2 = zero, s3 = zero;
+    if (accumulate) {
+        s0 = LOAD16(c);
+        if (rows > 1) s1 = LOAD16(c + ldc);
+        if (rows > 2) s2 = LOAD16(c + 2 * ldc);
+        if (rows > 3) s3 = LOAD16(c + 3 * ldc);
+    }
+    for (int k = 0; k < K; k++) {
+        f32x16 bk = LOAD16(b + (size_t)k * ldb);
+        size_t o = (size_t)k * a_col;
+        s0 += a0[o] * bk, s1 += a1[o] * bk, s2 += a2[o] * bk, s3 += a3[o] * bk;
+    }
+    STORE16(c, s0);
+    if (rows > 1) STORE16(c + ldc, s1);
+    if (rows > 2) STORE16(c + 2 * ldc, s2);
+    if (rows > 3) STORE16(c + 3 * ldc, s3);
+}
+
+// Columns j0..N of C (fewer than FC), one row at a time.
+NEOX_CLONES static void f32_tail(int M, int n, int K, const float *a, size_t a_row, size_t a_col, const float *b,
+                                 size_t ldb, float *c, size_t ldc, int accumulate) {
+    for (int i = 0; i < M; i++) {
+        float acc[FC];
+        for (int j = 0; j < n; j++) acc[j] = accumulate ? c[(size_t)i * ldc + j] : 0.0f;
+        for (int k = 0; k < K; k++) {
+            float x = a[(size_t)i * a_row + (size_t)k * a_col];
+            for (int j = 0; j < n; j++) acc[j] += x * b[(size_t)k * ldb + j];
+        }
+        for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = acc[j];
+    }
+}
+
+void neox_att_f32_product(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b, size_t ldb,
+                          float *c, size_t ldc, int accumulate) {
+    int full = N / FC * FC;
+    for (int j0 = 0; j0 < full; j0 += FC)
+        for (int i0 = 0; i0 < M; i0 += FR)
+            f32_block(M - i0 < FR ? M - i0 : FR, K, a + (size_t)i0 * a_row, a_row, a_col, b + j0, ldb,
+                      c + (size_t)i0 * ldc + j0, ldc, accumulate);
+    if (full < N) f32_tail(M, N - full, K, a, a_row, a_col, b + full, ldb, c + full, ldc, accumulate);
+}
+
+void neox_att_f32_product_bt(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b,
+                             size_t ldb, float *c, size_t ldc, int accumulate) {
+    enum { CH = 64 };
+    float bt[CH * CH];  // B's chunk (k0.., j0..) as (k, j) rows
+    for (int j0 = 0; j0 < N; j0 += CH) {
+        int nj = N - j0 < CH ? N - j0 : CH;
+        for (int k0 = 0; k0 < K; k0 += CH) {
+            int nk = K - k0 < CH ? K - k0 : CH;
+            for (int j = 0; j < nj; j++)
+                for (int k = 0; k < nk; k++) bt[k * CH + j] = b[(size_t)(j0 + j) * ldb + k0 + k];
+            // Later chunks of k carry on from the sums so far: each sum still takes k in order.
+            neox_att_f32_product(M, nj, nk, a + (size_t)k0 * a_col, a_row, a_col, bt, CH, c + j0, ldc,
+                                 accumulate || k0 > 0);
+        }
     }
 }

@@ -1,6 +1,6 @@
-// attention_tile.h: attention's tile products with bfloat16 operands (kernels/cpu/attention.c), for
-// the score and value products of its 64 x 64 tiles: q k^T, p v and in the backward dO v^T, dS k,
-// dS^T q, p^T dO. Both operands come in pairs along the summed dimension, one 32-bit word per pair
+// attention_tile.h: attention's tile products (kernels/cpu/attention.c), the score and value
+// products of its 64 x 64 tiles: q k^T, p v and in the backward dO v^T, dS k, dS^T q, p^T dO; in
+// bfloat16 pairs and in fp32 (the end of this file). Both operands come in pairs along the summed dimension, one 32-bit word per pair
 // (the even element in the low half), so that on AVX512_BF16 one vdpbf16ps adds two exact products
 // to each of 16 fp32 sums. The packing functions make those words from bf16 rows or from fp32 tiles
 // (rounding each value once to nearest even, kernels.h's neox_bf16_from_f32); the product has a
@@ -35,5 +35,17 @@ void neox_att_pack_rows(uint32_t *dst, size_t ldd, const uint16_t *x, size_t ldx
 // + p] = (t[2p][c], t[2p + 1][c]): the A of dS^T q or p^T dO); zero in place of an element past the tile.
 void neox_att_pack_tile(uint32_t *dst, size_t ldd, const float *t, size_t ldt, int nr, int nc);
 void neox_att_pack_tile_t(uint32_t *dst, size_t ldd, const float *t, size_t ldt, int nr, int nc);
+
+// ---- fp32 operands (fp32 precision, fp16 operands rounded in fp32 tiles) ---------------------
+// C (M, N; row stride ldc) = A B, or from C's own values when accumulate, each sum taking k in order
+// from there, each step a product rounded and then a sum rounded (no fused multiply-add: C11 does not
+// contract), so the AVX-512, AVX2 and baseline builds give the same bits.
+// A (M, K): element (i, k) at a[i * a_row + k * a_col] (a_row 1 and a_col a row pitch: a tile
+// transposed); B (K, N) row-major with stride ldb.
+void neox_att_f32_product(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b, size_t ldb,
+                          float *c, size_t ldc, int accumulate);
+// The same with B given transposed, (N, K) row-major (q k^T, dO v^T): copied 64 x 64 at a time.
+void neox_att_f32_product_bt(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b,
+                             size_t ldb, float *c, size_t ldc, int accumulate);
 
 #endif

@@ -1,11 +1,12 @@
-// test_attention_tile.c: attention's tile products on bf16 pairs (kernels/cpu/attention_tile.c) and the
-// attention that uses them. Each build this CPU runs (the reference; AVX512_BF16 where present) is
+// test_attention_tile.c: attention's tile products on bf16 pairs and in fp32 (kernels/cpu/attention_tile.c)
+// and the attention that uses them. Each build this CPU runs (the reference; AVX512_BF16 where present) is
 // held exactly to a double-precision product of values whose products and sums fp32 holds exactly,
 // for row counts around the 4-row register block, column counts around its 16-column vectors and
 // 64-column block, several pair counts, with and without accumulation (nothing written past the
 // rows and columns asked for); the two builds agree bit for bit on random values (the reference
 // takes each pair in the instruction's order); the packing functions place and round each element
-// as attention_tile.h says, half-empty pairs zero. Then attention under bf16 storage at head sizes
+// as attention_tile.h says, half-empty pairs zero; the fp32 products, exact the same way in each of
+// their forms. Then attention under bf16 storage at head sizes
 // 64 and 128, an odd sequence length in one key tile (half-empty pairs along both the keys and the
 // queries), against a naive attention in double that rounds where kernels.h says.
 #include <setjmp.h>
@@ -143,6 +144,47 @@ static void test_packing(void **state) {
         }
 }
 
+// ---- fp32 products ------------------------------------------------------------------------------
+// C = A B or C += A B with A as rows or transposed (a tile's columns) and B as rows or transposed, exact
+// against double on the same small multiples of 1/16: rows around the 4-row block, columns around
+// the 16-column one, K and N over the transposed B's 64 x 64 chunks; nothing past the rows and
+// columns asked for written.
+static void check_f32(int M, int N, int K, int a_t, int b_t, int accumulate) {
+    size_t lda = (size_t)(a_t ? M : K) + 3, ldb = (size_t)(b_t ? K : N) + 1, ldc = (size_t)N + 2;
+    size_t na = (size_t)(a_t ? K : M) * lda, nb = (size_t)(b_t ? N : K) * ldb, nc = (size_t)(M + 1) * ldc;
+    float *a = neox_malloc(na * sizeof *a), *b = neox_malloc(nb * sizeof *b), *c = neox_malloc(nc * sizeof *c);
+    for (size_t i = 0; i < na; i++) a[i] = value(i, 5);
+    for (size_t i = 0; i < nb; i++) b[i] = value(i, 6);
+    for (size_t i = 0; i < nc; i++) c[i] = accumulate && i < (size_t)M * ldc ? value(i, 7) : NAN;
+    size_t a_row = a_t ? 1 : lda, a_col = a_t ? lda : 1;
+    (b_t ? neox_att_f32_product_bt : neox_att_f32_product)(M, N, K, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+    for (int i = 0; i <= M; i++)
+        for (int j = 0; j < (int)ldc; j++) {
+            float got = c[i * ldc + j];
+            if (i == M || j >= N) {
+                if (!isnan(got) && !(accumulate && i < M && got == value(i * ldc + j, 7)))
+                    fail_msg("fp32 M %d N %d K %d: wrote C[%d][%d]", M, N, K, i, j);
+                continue;
+            }
+            double want = accumulate ? value(i * ldc + j, 7) : 0.0;
+            for (int k = 0; k < K; k++)
+                want += (double)a[i * a_row + k * a_col] * b[b_t ? (size_t)j * ldb + k : (size_t)k * ldb + j];
+            if (got != want)
+                fail_msg("fp32 M %d N %d K %d a_t %d b_t %d acc %d: C[%d][%d] = %.9g, expected %.9g", M, N, K, a_t, b_t,
+                         accumulate, i, j, got, want);
+        }
+    free(a), free(b), free(c);
+}
+
+static void test_f32_products(void **state) {
+    (void)state;
+    const int shapes[][3] = {{1, 1, 1}, {3, 17, 5}, {4, 16, 64}, {64, 64, 64}, {61, 63, 80}, {7, 70, 130}, {64, 128, 33}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int form = 0; form < 4; form++)
+            for (int acc = 0; acc < 2; acc++)
+                check_f32(shapes[s][0], shapes[s][1], shapes[s][2], form & 1, form >> 1, acc);
+}
+
 // ---- attention under bf16 storage on the bf16 path ------------------------------------------------
 enum { T = 61, NH = 2, NKV = 1 };
 
@@ -222,7 +264,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference),   cmocka_unit_test(test_avx512_bf16),
         cmocka_unit_test(test_builds_agree), cmocka_unit_test(test_packing),
-        cmocka_unit_test(test_attention_bf16_storage),
+        cmocka_unit_test(test_f32_products), cmocka_unit_test(test_attention_bf16_storage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
