@@ -164,7 +164,7 @@ static void rows_times_t(float *s, const head_ops *h, int of_dout, int i0, int n
     }
     const float *a = of_dout ? h->dout : h->q, *b = of_dout ? h->v : h->k;
     size_t lda = of_dout ? h->ldd : h->ldq, ldb = of_dout ? h->ldv : h->ldk;
-    neox_att_f32_product_bt(nq, nk, HS, a + (size_t)i0 * lda, lda, 1, b + (size_t)j0 * ldb, ldb, s, ATT_BLOCK, 0);
+    neox_att_f32_product_bt(nq, nk, HS, a + (size_t)i0 * lda, lda, 1, b + (size_t)j0 * ldb, ldb, s, ATT_BLOCK);
 }
 
 // c (nq rows, stride ldc) += t (nq, nk; pitch ATT_BLOCK) times the values (or keys, `keys`) j0..:

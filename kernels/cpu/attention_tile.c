@@ -168,12 +168,16 @@ typedef float f32x16u __attribute__((vector_size(64), aligned(4), may_alias));  
 #define LOAD16(p) (*(const f32x16u *)(p))
 #define STORE16(p, v) (*(f32x16u *)(p) = (v))
 
+// How a product meets C's old values: not at all (SET), added once to the finished sums (ADD:
+// sgemm's beta 1), or as the sums' starting values (CARRY: a later chunk of k).
+enum { SET, ADD, CARRY };
+
 NEOX_CLONES static void f32_block(int rows, int K, const float *a, size_t a_row, size_t a_col, const float *b,
-                                  size_t ldb, float *c, size_t ldc, int accumulate) {
+                                  size_t ldb, float *c, size_t ldc, int mode) {
     const float *a0 = a, *a1 = a + (rows > 1 ? a_row : 0), *a2 = a + (rows > 2 ? 2 * a_row : 0),
                 *a3 = a + (rows > 3 ? 3 * a_row : 0);
     f32x16 zero = {0}, s0 = zero, s1 = zero, s2 = zero, s3 = zero;
-    if (accumulate) {
+    if (mode == CARRY) {
         s0 = LOAD16(c);
         if (rows > 1) s1 = LOAD16(c + ldc);
         if (rows > 2) s2 = LOAD16(c + 2 * ldc);
@@ -184,38 +188,49 @@ NEOX_CLONES static void f32_block(int rows, int K, const float *a, size_t a_row,
         size_t o = (size_t)k * a_col;
         s0 += a0[o] * bk, s1 += a1[o] * bk, s2 += a2[o] * bk, s3 += a3[o] * bk;
     }
+    if (mode == ADD) {
+        s0 += LOAD16(c);
+        if (rows > 1) s1 += LOAD16(c + ldc);
+        if (rows > 2) s2 += LOAD16(c + 2 * ldc);
+        if (rows > 3) s3 += LOAD16(c + 3 * ldc);
+    }
     STORE16(c, s0);
     if (rows > 1) STORE16(c + ldc, s1);
     if (rows > 2) STORE16(c + 2 * ldc, s2);
     if (rows > 3) STORE16(c + 3 * ldc, s3);
 }
 
-// Columns j0..N of C (fewer than FC), one row at a time.
+// Columns j0..N of C (fewer than FC), one row at a time, with the same sums.
 NEOX_CLONES static void f32_tail(int M, int n, int K, const float *a, size_t a_row, size_t a_col, const float *b,
-                                 size_t ldb, float *c, size_t ldc, int accumulate) {
+                                 size_t ldb, float *c, size_t ldc, int mode) {
     for (int i = 0; i < M; i++) {
         float acc[FC];
-        for (int j = 0; j < n; j++) acc[j] = accumulate ? c[(size_t)i * ldc + j] : 0.0f;
+        for (int j = 0; j < n; j++) acc[j] = mode == CARRY ? c[(size_t)i * ldc + j] : 0.0f;
         for (int k = 0; k < K; k++) {
             float x = a[(size_t)i * a_row + (size_t)k * a_col];
             for (int j = 0; j < n; j++) acc[j] += x * b[(size_t)k * ldb + j];
         }
-        for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = acc[j];
+        for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = mode == ADD ? c[(size_t)i * ldc + j] + acc[j] : acc[j];
     }
 }
 
-void neox_att_f32_product(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b, size_t ldb,
-                          float *c, size_t ldc, int accumulate) {
+static void f32_product(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b, size_t ldb,
+                        float *c, size_t ldc, int mode) {
     int full = N / FC * FC;
     for (int j0 = 0; j0 < full; j0 += FC)
         for (int i0 = 0; i0 < M; i0 += FR)
             f32_block(M - i0 < FR ? M - i0 : FR, K, a + (size_t)i0 * a_row, a_row, a_col, b + j0, ldb,
-                      c + (size_t)i0 * ldc + j0, ldc, accumulate);
-    if (full < N) f32_tail(M, N - full, K, a, a_row, a_col, b + full, ldb, c + full, ldc, accumulate);
+                      c + (size_t)i0 * ldc + j0, ldc, mode);
+    if (full < N) f32_tail(M, N - full, K, a, a_row, a_col, b + full, ldb, c + full, ldc, mode);
+}
+
+void neox_att_f32_product(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b, size_t ldb,
+                          float *c, size_t ldc, int accumulate) {
+    f32_product(M, N, K, a, a_row, a_col, b, ldb, c, ldc, accumulate ? ADD : SET);
 }
 
 void neox_att_f32_product_bt(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b,
-                             size_t ldb, float *c, size_t ldc, int accumulate) {
+                             size_t ldb, float *c, size_t ldc) {
     enum { CH = 64 };
     float bt[CH * CH];  // B's chunk (k0.., j0..) as (k, j) rows
     for (int j0 = 0; j0 < N; j0 += CH) {
@@ -225,8 +240,8 @@ void neox_att_f32_product_bt(int M, int N, int K, const float *a, size_t a_row, 
             for (int j = 0; j < nj; j++)
                 for (int k = 0; k < nk; k++) bt[k * CH + j] = b[(size_t)(j0 + j) * ldb + k0 + k];
             // Later chunks of k carry on from the sums so far: each sum still takes k in order.
-            neox_att_f32_product(M, nj, nk, a + (size_t)k0 * a_col, a_row, a_col, bt, CH, c + j0, ldc,
-                                 accumulate || k0 > 0);
+            f32_product(M, nj, nk, a + (size_t)k0 * a_col, a_row, a_col, bt, CH, c + j0, ldc,
+                        k0 > 0 ? CARRY : SET);
         }
     }
 }

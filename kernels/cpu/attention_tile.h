@@ -37,15 +37,17 @@ void neox_att_pack_tile(uint32_t *dst, size_t ldd, const float *t, size_t ldt, i
 void neox_att_pack_tile_t(uint32_t *dst, size_t ldd, const float *t, size_t ldt, int nr, int nc);
 
 // ---- fp32 operands (fp32 precision, fp16 operands rounded in fp32 tiles) ---------------------
-// C (M, N; row stride ldc) = A B, or from C's own values when accumulate, each sum taking k in order
-// from there, each step a product rounded and then a sum rounded (no fused multiply-add: C11 does not
-// contract), so the AVX-512, AVX2 and baseline builds give the same bits.
-// A (M, K): element (i, k) at a[i * a_row + k * a_col] (a_row 1 and a_col a row pitch: a tile
-// transposed); B (K, N) row-major with stride ldb.
+// C (M, N; row stride ldc) = A B, or C += A B when accumulate (the sums finished, then added to C:
+// sgemm's beta 1), each sum taking k in order from zero, each step a product rounded and then a sum
+// rounded (no fused multiply-add: C11 does not contract), so the AVX-512, AVX2 and baseline builds
+// give the same bits, and the same as OpenBLAS's SSE3 kernels on attention's tiles. A (M, K):
+// element (i, k) at a[i * a_row + k * a_col] (a_row 1 and a_col a row pitch: a tile transposed); B
+// (K, N) row-major with stride ldb.
 void neox_att_f32_product(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b, size_t ldb,
                           float *c, size_t ldc, int accumulate);
-// The same with B given transposed, (N, K) row-major (q k^T, dO v^T): copied 64 x 64 at a time.
+// C = A B with B given transposed, (N, K) row-major (q k^T, dO v^T): copied 64 x 64 at a time, a
+// later chunk of k carrying on from the sums so far.
 void neox_att_f32_product_bt(int M, int N, int K, const float *a, size_t a_row, size_t a_col, const float *b,
-                             size_t ldb, float *c, size_t ldc, int accumulate);
+                             size_t ldb, float *c, size_t ldc);
 
 #endif

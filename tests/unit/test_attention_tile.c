@@ -145,7 +145,7 @@ static void test_packing(void **state) {
 }
 
 // ---- fp32 products ------------------------------------------------------------------------------
-// C = A B or C += A B with A as rows or transposed (a tile's columns) and B as rows or transposed, exact
+// C = A B or C += A B with A as rows or transposed (a tile's columns), and C = A B with B transposed, exact
 // against double on the same small multiples of 1/16: rows around the 4-row block, columns around
 // the 16-column one, K and N over the transposed B's 64 x 64 chunks; nothing past the rows and
 // columns asked for written.
@@ -157,7 +157,8 @@ static void check_f32(int M, int N, int K, int a_t, int b_t, int accumulate) {
     for (size_t i = 0; i < nb; i++) b[i] = value(i, 6);
     for (size_t i = 0; i < nc; i++) c[i] = accumulate && i < (size_t)M * ldc ? value(i, 7) : NAN;
     size_t a_row = a_t ? 1 : lda, a_col = a_t ? lda : 1;
-    (b_t ? neox_att_f32_product_bt : neox_att_f32_product)(M, N, K, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+    if (b_t) neox_att_f32_product_bt(M, N, K, a, a_row, a_col, b, ldb, c, ldc);
+    else neox_att_f32_product(M, N, K, a, a_row, a_col, b, ldb, c, ldc, accumulate);
     for (int i = 0; i <= M; i++)
         for (int j = 0; j < (int)ldc; j++) {
             float got = c[i * ldc + j];
@@ -182,7 +183,7 @@ static void test_f32_products(void **state) {
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int form = 0; form < 4; form++)
             for (int acc = 0; acc < 2; acc++)
-                check_f32(shapes[s][0], shapes[s][1], shapes[s][2], form & 1, form >> 1, acc);
+                if (!(acc && form >> 1)) check_f32(shapes[s][0], shapes[s][1], shapes[s][2], form & 1, form >> 1, acc);
 }
 
 // ---- attention under bf16 storage on the bf16 path ------------------------------------------------
