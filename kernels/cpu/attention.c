@@ -324,7 +324,8 @@ NEOX_CLONES static void backward_tile(float *dq, size_t ldgq, float *dk, size_t 
             }
         pv = pk;
     }
-    const float *dout = h->tile ? NULL : h->dout + (size_t)i0 * h->ldd, *q = h->tile ? NULL : h->q + (size_t)i0 * h->ldq;
+    const float *dout = h->tile ? NULL : h->dout + (size_t)i0 * h->ldd;  // fp32 path: the block's rows
+    const float *q = h->tile ? NULL : h->q + (size_t)i0 * h->ldq;
     tile_t_times(dv + (size_t)j0 * ldgv, ldgv, pv, h, dout16, dout, h->ldd, nq, nk, HS);
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * ATT_BLOCK, *dr = dp + (size_t)r * ATT_BLOCK, Di = D[r];
@@ -453,7 +454,8 @@ static view16 operand_view16(const void *x, neox_head_strides xs, int B, int H, 
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
-            for (int t = 0; t < T; t++) neox_cast_f32_to_bf16(w + row_at(c, b, h, t), (const float *)x + row_at(s, b, h, t), (size_t)HS);
+            for (int t = 0; t < T; t++)
+                neox_cast_f32_to_bf16(w + row_at(c, b, h, t), (const float *)x + row_at(s, b, h, t), (size_t)HS);
     return (view16){w, c};
 }
 

@@ -143,7 +143,8 @@ NEOX_CLONES void neox_att_pack_tile(uint32_t *dst, size_t ldd, const float *t, s
     for (int r = 0; r < nr; r++) {
         const float *tr = t + (size_t)r * ldt;
         uint32_t *d = dst + (size_t)r * ldd;
-        for (int p = 0; p < nc / 2; p++) d[p] = pair_of(neox_bf16_from_f32(tr[2 * p]), neox_bf16_from_f32(tr[2 * p + 1]));
+        for (int p = 0; p < nc / 2; p++)
+            d[p] = pair_of(neox_bf16_from_f32(tr[2 * p]), neox_bf16_from_f32(tr[2 * p + 1]));
         if (nc % 2) d[nc / 2] = pair_of(neox_bf16_from_f32(tr[nc - 1]), 0);
     }
 }

@@ -1,11 +1,12 @@
 // attention_tile.h: attention's tile products (kernels/cpu/attention.c), the score and value
 // products of its 64 x 64 tiles: q k^T, p v and in the backward dO v^T, dS k, dS^T q, p^T dO; in
-// bfloat16 pairs and in fp32 (the end of this file). Both operands come in pairs along the summed dimension, one 32-bit word per pair
-// (the even element in the low half), so that on AVX512_BF16 one vdpbf16ps adds two exact products
-// to each of 16 fp32 sums. The packing functions make those words from bf16 rows or from fp32 tiles
-// (rounding each value once to nearest even, kernels.h's neox_bf16_from_f32); the product has a
-// plain C build (the reference: the same pairs, products exact, sums in fp32) and the AVX512_BF16
-// one, which flushes subnormal inputs and results to zero as the instruction does.
+// bfloat16 pairs and in fp32 (the end of this file). In bfloat16 both operands come in pairs along
+// the summed dimension, one 32-bit word per pair (the even element in the low half), so that on
+// AVX512_BF16 one vdpbf16ps adds two exact products to each of 16 fp32 sums. The packing functions
+// make those words from bf16 rows or from fp32 tiles (rounding each value once to nearest even,
+// kernels.h's neox_bf16_from_f32); the product has a plain C build (the reference: the same pairs,
+// products exact, sums in fp32; AVX-512, AVX2 and baseline builds) and the AVX512_BF16 one, which
+// flushes subnormal inputs and results to zero as the instruction does.
 #ifndef NEOX_CPU_ATTENTION_TILE_H
 #define NEOX_CPU_ATTENTION_TILE_H
 

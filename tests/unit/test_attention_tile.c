@@ -124,11 +124,14 @@ static void test_packing(void **state) {
     uint32_t w[C / 2 * R], rows[(R + 1) / 2 * C], pt[R * ((C + 1) / 2)], ptt[C * ((R + 1) / 2)];
     neox_att_pack_words(w, R, x, LD, R, C);
     for (int p = 0; p < C / 2; p++)
-        for (int r = 0; r < R; r++) assert_int_equal(w[p * R + r], (uint32_t)x[r * LD + 2 * p] | (uint32_t)x[r * LD + 2 * p + 1] << 16);
+        for (int r = 0; r < R; r++)
+            assert_int_equal(w[p * R + r], (uint32_t)x[r * LD + 2 * p] | (uint32_t)x[r * LD + 2 * p + 1] << 16);
     neox_att_pack_rows(rows, C, x, LD, R, C);
     for (int p = 0; p < (R + 1) / 2; p++)
-        for (int c = 0; c < C; c++)
-            assert_int_equal(rows[p * C + c], (uint32_t)x[2 * p * LD + c] | (2 * p + 1 < R ? (uint32_t)x[(2 * p + 1) * LD + c] << 16 : 0));
+        for (int c = 0; c < C; c++) {
+            uint32_t hi = 2 * p + 1 < R ? x[(2 * p + 1) * LD + c] : 0;  // the row past R: zero
+            assert_int_equal(rows[p * C + c], (uint32_t)x[2 * p * LD + c] | hi << 16);
+        }
     neox_att_pack_tile(pt, (C + 1) / 2, t, LD, R, C - 1);  // 5 columns: the last pair half empty
     assert_int_equal(pt[0], 0x3f80u | 0x3f82u << 16);
     for (int r = 0; r < R; r++)
@@ -179,7 +182,8 @@ static void check_f32(int M, int N, int K, int a_t, int b_t, int accumulate) {
 
 static void test_f32_products(void **state) {
     (void)state;
-    const int shapes[][3] = {{1, 1, 1}, {3, 17, 5}, {4, 16, 64}, {64, 64, 64}, {61, 63, 80}, {7, 70, 130}, {64, 128, 33}};
+    const int shapes[][3] = {{1, 1, 1},    {3, 17, 5},   {4, 16, 64},  {64, 64, 64},
+                             {61, 63, 80}, {7, 70, 130}, {64, 128, 33}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int form = 0; form < 4; form++)
             for (int acc = 0; acc < 2; acc++)
@@ -208,7 +212,8 @@ static void naive(double *out, double *dq, double *dk, double *dv, const float *
             }
             for (int j = 0; j <= i; j++) sum += exp(sc[j] - mx);
             for (int j = 0; j <= i; j++)
-                for (int d = 0; d < HS; d++) out[((size_t)i * NH + h) * HS + d] += rb(exp(sc[j] - mx)) * v[j * HS + d] / sum;
+                for (int d = 0; d < HS; d++)
+                    out[((size_t)i * NH + h) * HS + d] += rb(exp(sc[j] - mx)) * v[j * HS + d] / sum;
             for (int d = 0; d < HS; d++) D += (double)di[d] * rb(out[((size_t)i * NH + h) * HS + d]);
             for (int j = 0; j <= i; j++) {
                 double p = exp(sc[j] - lse[h * T + i]), dp = 0;
@@ -233,7 +238,8 @@ static void check_attention(int HS) {
         for (size_t i = 0; i < n[t]; i++) f[t][i] = rb(sin(0.37 * (double)i + t) * (t == 3 ? 0.1 : 1.0));
         neox_cast_f32_to_bf16(x[t], f[t], n[t]);
     }
-    uint16_t *out = neox_malloc(nq * 2), *dq = neox_malloc(nq * 2), *dk = neox_malloc(nkv * 2), *dv = neox_malloc(nkv * 2);
+    uint16_t *out = neox_malloc(nq * 2), *dq = neox_malloc(nq * 2);
+    uint16_t *dk = neox_malloc(nkv * 2), *dv = neox_malloc(nkv * 2);
     float *lse = neox_malloc((size_t)NH * T * sizeof *lse), scale = 1.0f / sqrtf((float)HS) * 2.0f;
     neox_attention_opts o = {.scale = scale, .operands = neox_attention_operands(NEOX_ELEM_BF16, HS)};
     assert_int_equal(o.operands, NEOX_ELEM_BF16);
