@@ -60,8 +60,8 @@ for name in fp32 bf16 fp16 dp2bf16 dp2fp16 powersgd sgd onebitadam; do
         [ "$(grep -c '"train/lm_loss"' "$WORK/$side/$name/metrics.jsonl" 2>/dev/null)" = 20 ] ||
             say "run $name of build $side did not log 20 training losses"
     done
-    cmp -s <(grep -o '"train/lm_loss": [^,]*' "$WORK/a/$name/metrics.jsonl") \
-           <(grep -o '"train/lm_loss": [^,]*' "$WORK/b/$name/metrics.jsonl") || say "losses differ: $name"
+    cmp -s <(grep -o '"train/lm_loss": *[^,]*' "$WORK/a/$name/metrics.jsonl") \
+           <(grep -o '"train/lm_loss": *[^,]*' "$WORK/b/$name/metrics.jsonl") || say "losses differ: $name"
 done
 while read -r shard; do
     compared=$((compared + 1))
