@@ -236,8 +236,11 @@ static void check_attention(int HS) {
     for (int t = 0; t < 4; t++) {
         f[t] = neox_malloc(n[t] * sizeof(float)), x[t] = neox_malloc(n[t] * sizeof(uint16_t));
         for (size_t i = 0; i < n[t]; i++) f[t][i] = rb(sin(0.37 * (double)i + t) * (t == 3 ? 0.1 : 1.0));
-        neox_cast_f32_to_bf16(x[t], f[t], n[t]);
     }
+    // The last key (alone in a half-empty pair along the keys) takes most of the last query's weight
+    // (alone in a half-empty pair along the queries), so a pair lost at either edge shows.
+    for (int d = 0; d < HS; d++) f[1][(size_t)(T - 1) * HS + d] = rb(3.0 * f[0][(size_t)(T - 1) * HS + d]);
+    for (int t = 0; t < 4; t++) neox_cast_f32_to_bf16(x[t], f[t], n[t]);
     uint16_t *out = neox_malloc(nq * 2), *dq = neox_malloc(nq * 2);
     uint16_t *dk = neox_malloc(nkv * 2), *dv = neox_malloc(nkv * 2);
     float *lse = neox_malloc((size_t)NH * T * sizeof *lse), scale = 1.0f / sqrtf((float)HS) * 2.0f;
