@@ -142,9 +142,10 @@ __attribute__((target("avx512f"))) static void store_rounded(uint16_t *c16, __m5
     _mm512_mask_cvtepi32_storeu_epi16(c16, m, _mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 
-// One product: its operands, the pairs along K (KP) and panels of op(B), and where its results go.
+// One product: its operands, the pairs along K (KP) and panels of op(B), whether op(A)'s full blocks
+// of rows are read in place (in_place), and where its results go.
 typedef struct product {
-    int trans_a, trans_b, M, N, K, KP, panels;
+    int trans_a, trans_b, M, N, K, KP, panels, in_place;
     float alpha, beta;
     const uint16_t *A, *B;
     int lda, ldb;
@@ -156,25 +157,53 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static __m512 widened(const
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
+// One row of a block's sums (acc: columns j0..j0+32, cols of them in C) into bf16 row i of C16:
+// alpha * sums plus the addend, rounded. vcvtne2ps2bf16 rounds 32 lanes in one instruction with the
+// steps of store_rounded for every value but subnormals, which it flushes to zero; the sums never
+// are (vdpbf16ps flushes them), but alpha's product or the addend's sum can be, so a row with one
+// takes store_rounded. Multiplying by an alpha of 1 and adding nothing are skipped: the same bits.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) static void store_row_rounded(
+    const product *g, const __m512 acc[2], int i, int j0, int cols) {
+    product_out out = g->out;
+    __m512 v[2], va = _mm512_set1_ps(g->alpha), one = _mm512_set1_ps(1.0f);
+    __mmask16 m[2];
+    uint16_t *c16 = out.C16 + (size_t)i * out.ldc + j0;
+    __mmask16 subnormal = 0;
+    for (int h = 0; h < 2; h++) {
+        int n = cols - 16 * h;
+        m[h] = n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+        v[h] = g->alpha == 1.0f ? acc[h] : _mm512_mul_ps(va, acc[h]);
+        if (out.bias) v[h] = _mm512_fmadd_ps(one, _mm512_maskz_loadu_ps(m[h], out.bias + j0 + 16 * h), v[h]);
+        else if (out.accumulate) v[h] = _mm512_fmadd_ps(one, widened(c16 + 16 * h, m[h]), v[h]);
+        subnormal |= _mm512_mask_fpclass_ps_mask(m[h], v[h], 0x20);
+    }
+    if (subnormal) {
+        for (int h = 0; h < 2; h++)
+            if (m[h]) store_rounded(c16 + 16 * h, v[h], m[h]);
+        return;
+    }
+    __mmask32 m32 = (__mmask32)m[0] | (__mmask32)m[1] << 16;
+    _mm512_mask_storeu_epi16(c16, m32, (__m512i)_mm512_cvtne2ps_pbh(v[1], v[0]));
+}
+
 // C rows i0..i0+rows, panel columns j0..j0+cols: alpha * (8 x 32 block of sums) + beta * C (or the
 // addend: the same fused multiply-add by 1, so the same bits as fp32 rows holding it), over pairs
 // p0..p0+np of K. Each sum starts at zero and takes the pairs of K in order, whatever the blocking
 // around it: a block of K that is not the first resumes the sums from part (fp32, exact), one that is
 // not the last leaves them there instead of finishing them.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void block(const product *g, const uint32_t *a,
-                                                                                const uint32_t *panel, int p0, int np,
-                                                                                float *part, int rows, int cols,
-                                                                                int i0, int j0) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) static inline void block_body(
+    const product *g, const uint16_t *a, size_t row_step, size_t pair_step, const uint32_t *panel, int p0, int np,
+    float *part, int rows, int cols, int i0, int j0) {
     __m512 acc[MR][2];
     int first = p0 == 0, last = p0 + np == g->KP;
     for (int r = 0; r < MR; r++)
         for (int h = 0; h < 2; h++) acc[r][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (r * 2 + h) * 16);
-    a += (size_t)p0 * MR, panel += (size_t)p0 * NR;
+    a += (size_t)p0 * pair_step, panel += (size_t)p0 * NR;
     for (int p = 0; p < np; p++) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * NR);
         __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * NR + 16);
         for (int r = 0; r < MR; r++) {
-            __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[(size_t)p * MR + r]);
+            __m512bh x = (__m512bh)_mm512_set1_epi32((int)word_at(a + r * row_step + (size_t)p * pair_step));
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
         }
@@ -185,6 +214,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void bloc
         return;
     }
     product_out out = g->out;
+    if (out.C16) {
+        for (int r = 0; r < rows; r++) store_row_rounded(g, acc[r], i0 + r, j0, cols);
+        return;
+    }
     float beta = g->beta;
     __m512 va = _mm512_set1_ps(g->alpha), vb = _mm512_set1_ps(beta);
     for (int r = 0; r < rows; r++)
@@ -192,19 +225,26 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void bloc
             int n = cols - 16 * h;
             if (n <= 0) break;
             __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-            size_t at = (size_t)(i0 + r) * out.ldc + j0 + 16 * h;
-            __m512 v = _mm512_mul_ps(va, acc[r][h]);
-            if (out.C16) {
-                __m512 one = _mm512_set1_ps(1.0f);
-                if (out.bias) v = _mm512_fmadd_ps(one, _mm512_maskz_loadu_ps(m, out.bias + j0 + 16 * h), v);
-                else if (out.accumulate) v = _mm512_fmadd_ps(one, widened(out.C16 + at, m), v);
-                store_rounded(out.C16 + at, v, m);
-                continue;
-            }
-            float *c = out.C + at;
+            float *c = out.C + (size_t)(i0 + r) * out.ldc + j0 + 16 * h;
+            __m512 v = g->alpha == 1.0f ? acc[r][h] : _mm512_mul_ps(va, acc[r][h]);
             if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c), v);
             _mm512_mask_storeu_ps(c, m, v);
         }
+}
+
+// The block on MR rows of op(A) packed (block[p * MR + r], pack_a) or read in place: rows of A (M, K)
+// lda apart, whose pairs along K already lie together. The 8 rows' words are the same either way, so
+// are the sums; in place spares the packing's pass over A (the input gradient of the output layer
+// reads a 1024 x 8192 A once per product, and packing it was a tenth of that product's time).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void block_packed(
+    const product *g, const uint32_t *a, const uint32_t *panel, int p0, int np, float *part, int rows, int cols, int i0,
+    int j0) {
+    block_body(g, (const uint16_t *)a, 2, 2 * MR, panel, p0, np, part, rows, cols, i0, j0);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void block_in_place(
+    const product *g, const uint16_t *a, const uint32_t *panel, int p0, int np, float *part, int cols, int i0, int j0) {
+    block_body(g, a, (size_t)g->lda, 2, panel, p0, np, part, MR, cols, i0, j0);
 }
 
 // A few rows against B (N, K) row-major, as a decoding step multiplies: packing B would read and
@@ -252,20 +292,26 @@ static float *partial_sums(int KP, int panels) {
     return (float *)kept(&kept_part, &kept_part_words, (size_t)MB * panels * NR);
 }
 
-// Rows first..first+rows of C (packed in a, MR rows a block) against panels q0..q1 (packed in b), in
-// blocks of KC pairs along K (a block of a panel stays in L1 while the rows' blocks stream past it),
-// the sums between them in part (MR x NR floats per register block).
+// Rows first..first+rows of C against panels q0..q1 (packed in b), in blocks of KC pairs along K (a
+// block of a panel stays in L1 while the rows' blocks stream past it), the sums between them in part
+// (MR x NR floats per register block). op(A)'s rows are packed in a, MR rows a block, or read in
+// place (g->in_place), all but a last block of fewer than MR rows, which a holds packed.
 static void run_blocks(const product *g, const uint32_t *a, int first, int rows, const uint32_t *b, int q0, int q1,
                        float *part) {
     for (int p0 = 0; p0 < g->KP || p0 == 0; p0 += KC) {
         int np = g->KP - p0 < KC ? g->KP - p0 : KC;
         for (int q = q0; q < q1; q++) {
             int cols = g->N - q * NR < NR ? g->N - q * NR : NR;
+            const uint32_t *panel = b + (size_t)(q - q0) * g->KP * NR;
             for (int i0 = 0; i0 < rows && first + i0 < g->M; i0 += MR) {
                 int n = g->M - first - i0 < MR ? g->M - first - i0 : MR;
                 float *sums = part ? part + ((size_t)(q - q0) * (rows / MR) + i0 / MR) * MR * NR : NULL;
-                block(g, a + (size_t)i0 * g->KP, b + (size_t)(q - q0) * g->KP * NR, p0, np, sums, n, cols, first + i0,
-                      q * NR);
+                if (g->in_place && n == MR)
+                    block_in_place(g, g->A + (size_t)(first + i0) * g->lda, panel, p0, np, sums, cols, first + i0,
+                                   q * NR);
+                else
+                    block_packed(g, g->in_place ? a : a + (size_t)i0 * g->KP, panel, p0, np, sums, n, cols,
+                                 first + i0, q * NR);
             }
         }
     }
@@ -275,11 +321,12 @@ static void run_blocks(const product *g, const uint32_t *a, int first, int rows,
 // are blocks of MB rows (M >= N) or chunks of panels, taken by the threads one at a time (a thread
 // that other work slows takes fewer), each packed by the thread that takes it. Each thread packs
 // the other operand whole for itself on its first item, so no thread ever waits for another's
-// packing: one parallel region, no barrier inside it.
+// packing: one parallel region, no barrier inside it. op(A) = A (M, K) with K even is read in place
+// but for its last rows if fewer than MR (packed once per thread, zero past M).
 static void packed_product(int trans_a, int trans_b, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                            const uint16_t *B, int ldb, float beta, product_out out) {
-    int KP = (K + 1) / 2, MP = (M + MR - 1) / MR * MR, panels = (N + NR - 1) / NR;
-    product g = {trans_a, trans_b, M, N, K, KP, panels, alpha, beta, A, B, lda, ldb, out};
+    int KP = (K + 1) / 2, MP = (M + MR - 1) / MR * MR, panels = (N + NR - 1) / NR, in_place = !trans_a && K % 2 == 0;
+    product g = {trans_a, trans_b, M, N, K, KP, panels, in_place, alpha, beta, A, B, lda, ldb, out};
     size_t panel_words = (size_t)(KP ? KP : 1) * NR;
     int by_rows = M >= N, threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     // Panels per chunk: CHUNK_BYTES of them, fewer where that would leave under 4 chunks a thread.
@@ -290,6 +337,11 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
     #pragma omp parallel
     {
         uint32_t *whole = NULL;  // the operand this thread packs whole (B by rows, A by columns)
+        uint32_t *edge = NULL;   // in place: A's last block of fewer than MR rows, packed
+        if (in_place && M % MR) {
+            edge = kept(&kept_a, &kept_a_words, panel_words / NR * MR);
+            pack_a(edge, A, lda, 0, M, K, M / MR * MR, MR, KP);
+        }
         #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < items; item++) {
             if (by_rows) {
@@ -298,11 +350,14 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
                     pack_b(whole, B, ldb, trans_b, K, N, 0, panels, KP);
                 }
                 int first = item * MB, rows = MP - first < MB ? MP - first : MB;
-                uint32_t *a = kept(&kept_a, &kept_a_words, (size_t)MB * panel_words / NR);
-                pack_a(a, A, lda, trans_a, M, K, first, rows, KP);
+                uint32_t *a = edge;
+                if (!in_place) {
+                    a = kept(&kept_a, &kept_a_words, (size_t)MB * panel_words / NR);
+                    pack_a(a, A, lda, trans_a, M, K, first, rows, KP);
+                }
                 run_blocks(&g, a, first, rows, whole, 0, panels, partial_sums(KP, panels));
             } else {
-                if (!whole) {
+                if (!whole && !in_place) {
                     whole = kept(&kept_a, &kept_a_words, (size_t)MP * panel_words / NR);
                     pack_a(whole, A, lda, trans_a, M, K, 0, MP, KP);
                 }
@@ -310,8 +365,8 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
                 uint32_t *b = kept(&kept_b, &kept_b_words, (size_t)chunk * panel_words);
                 pack_b(b, B, ldb, trans_b, K, N, q0, q1, KP);
                 for (int first = 0; first < MP; first += MB)
-                    run_blocks(&g, whole + (size_t)first * KP, first, MP - first < MB ? MP - first : MB, b, q0, q1,
-                               partial_sums(KP, q1 - q0));
+                    run_blocks(&g, in_place ? edge : whole + (size_t)first * KP, first, MP - first < MB ? MP - first : MB,
+                               b, q0, q1, partial_sums(KP, q1 - q0));
             }
         }
     }

@@ -3,7 +3,8 @@
 // double-precision product of the same bfloat16 values: every transposition, odd K (a pair half
 // empty), M and N that are and are not multiples of the 8 x 32 register block and the 128-row
 // cache block, K over several cache blocks, fewer than 8 rows (the decoding step's in-place dot products, K tails masked), padded strides, alpha and beta (beta 0 must not read C, which holds NaN there);
-// and the product rounded into bf16 as it is stored, bit for bit against the fp32 product rounded after.
+// and the product rounded into bf16 as it is stored, bit for bit against the fp32 product rounded after
+// (results that are subnormal included: the activation storage's rounding keeps them).
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,9 +97,13 @@ static void check_rounded(int trans_b, int M, int N, int K, enum addend add) {
     for (size_t i = 0; i < nb; i++) B[i] = bf16_of(value(i, 2) * 0.71f);
     for (int j = 0; j < N; j++) bias[j] = value((size_t)j, 4) * 3.1f + 0.013f;  // not exact in bf16
     A[0] = 0x7fc0, A[lda] = 0x7f80, A[2 * lda] = 0xff80;  // rows of NaN, of infinities (and NaN where 0 x inf)
+    // Row 3 zero, so its results are the addends alone, some subnormal (rounded, not flushed to zero).
+    for (int k = 0; k < K; k++) A[3 * (size_t)lda + k] = 0;
+    for (int j = 1; j < N; j += 5) bias[j] = (j & 2 ? -1e-39f : 3e-39f) * (float)j;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < ldc; j++) {
             uint16_t old = j < N ? bf16_of(value((size_t)i * N + j, 3) * 2.3f) : 0x7fc1;  // 0x7fc1: no result's NaN
+            if (i == 3 && j < N && j % 3 == 0) old = (uint16_t)(j % 2 ? 0x8000 | (j & 0x7f) : j & 0x7f);  // subnormal
             C[(size_t)i * ldc + j] = add == OLD || j >= N ? old : 0x7fc1;
             if (j < N) rows[(size_t)i * N + j] = add == BIAS ? bias[j] : add == OLD ? neox_bf16_to_f32(old) : 0.0f;
         }
