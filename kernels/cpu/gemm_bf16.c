@@ -41,7 +41,8 @@ void neox_gemm_bf16_reference(int trans_a, int trans_b, int M, int N, int K, flo
 // MR rows per register block, NR columns per panel, MB rows per cache block of A, and the bytes of
 // packed B one work item of a product split over columns aims for (with a block of A, in L2);
 // KC pairs of K per block along K (a panel's block: KC x 128 bytes, 32 KB of the 48 KB L1).
-enum { MR = 8, NR = 32, MB = 128, KC = 256, CHUNK_BYTES = 256 * 1024 };
+// PREFETCH_PAIRS: how many pairs of rows ahead pack_a fetches A (K, M).
+enum { MR = 8, NR = 32, MB = 128, KC = 256, CHUNK_BYTES = 256 * 1024, PREFETCH_PAIRS = 8 };
 
 static uint16_t element(const uint16_t *X, int ld, int trans, int row, int col) {
     return trans ? X[(size_t)col * ld + row] : X[(size_t)row * ld + col];
@@ -98,10 +99,18 @@ static void pack_a(uint32_t *packed, const uint16_t *A, int lda, int trans_a, in
                    int KP) {
     int KF = K / 2, full_blocks = first + count <= M ? count / MR : (M - first) / MR;
     if (trans_a)
-        for (int p = 0; p < KF; p++)
+        for (int p = 0; p < KF; p++) {
+            // The rows of A (K, M) lie lda apart, a page or more for a wide layer's gradient, where the
+            // hardware's prefetchers do not follow: fetch the pair PREFETCH_PAIRS ahead in time.
+            if (p + PREFETCH_PAIRS < KF)
+                for (int c = 0; c < full_blocks * MR; c += 32)
+                    for (int h = 0; h < 2; h++)
+                        _mm_prefetch((const char *)(A + (size_t)(2 * (p + PREFETCH_PAIRS) + h) * lda + first + c),
+                                     _MM_HINT_T0);
             for (int b = 0; b < full_blocks; b++)
                 interleave8(packed + ((size_t)b * KP + p) * MR, A + (size_t)2 * p * lda + first + b * MR,
                             A + (size_t)(2 * p + 1) * lda + first + b * MR);
+        }
     else
         for (int b = 0; b < full_blocks; b++)
             for (int r = 0; r < MR; r++) {
