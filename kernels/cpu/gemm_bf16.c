@@ -1,15 +1,17 @@
 // gemm_bf16.c: bfloat16 matrix products for 16-bit precision on the CPU (gemm_bf16.h). The
 // reference widens both operands to fp32 and calls sgemm. The AVX512_BF16 build packs op(B) into
 // panels of 32 columns with each column's elements in pairs along K (k even, k odd: one 32-bit
-// lane of vdpbf16ps), and op(A) into blocks of 8 rows whose pairs lie together step by step, so that
-// one instruction adds 2 products to each of 16 sums: a block of 8 rows x 32 columns of C stays in
-// 16 accumulators while K streams by (about one vdpbf16ps a cycle, the core's rate for it). Half the
-// bytes of fp32 operands, twice the products per instruction. The threads share a product in one
-// parallel region with no barrier inside (packed_product). Fewer than 8 rows against a row-major B
-// (a decoding step) take dot products in place instead. neox_gemm_bf16_rounded stores the results
-// rounded to bf16 straight from the registers, with the bias or the old value added there, for a
-// linear layer under bf16 storage, which otherwise passes through an fp32 copy of its whole result
-// (4096 x 50304 x 4 bytes for the bench's logits: fresh pages, faulted in every step).
+// lane of vdpbf16ps), and broadcasts op(A)'s pairs, so that one instruction adds 2 products to each
+// of 16 sums: a block of 8 rows x 32 columns of C stays in 16 accumulators while K streams by (about
+// one vdpbf16ps a cycle, the core's rate for it). op(A) = A (M, K) with K even is read where it lies
+// (each row's pairs are already together); A (K, M) (a weight gradient) is packed into blocks of 8
+// rows whose pairs lie together step by step. Half the bytes of fp32 operands, twice the products
+// per instruction. The threads share a product in one parallel region with no barrier inside
+// (packed_product). Fewer than 8 rows against a row-major B (a decoding step) take dot products in
+// place instead. neox_gemm_bf16_rounded stores the results rounded to bf16 straight from the
+// registers, with the bias or the old value added there, for a linear layer under bf16 storage,
+// which otherwise passes through an fp32 copy of its whole result (4096 x 50304 x 4 bytes for the
+// bench's logits: fresh pages, faulted in every step).
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,21 +64,54 @@ static void interleave8(uint32_t *dst, const uint16_t *lo, const uint16_t *hi) {
     _mm_storeu_si128((__m128i *)(dst + 4), _mm_unpackhi_epi16(l, h));
 }
 
+// dst[k * dst_words + i] = the k-th pair of src row i (rows src_ld elements apart), i, k < 16: a 16 x
+// 16 transpose of 32-bit words in four rounds of shuffles. After the two unpacks each 128-bit lane
+// holds one word of 4 rows (u[4g + m], lane L: word 4L + m of rows 4g..4g+3); the two lane shuffles
+// gather the 4 groups' lanes of word 4L + m into one vector.
+__attribute__((target("avx512f"))) static void transpose16(uint32_t *dst, size_t dst_words, const uint16_t *src,
+                                                         size_t src_ld) {
+    __m512i r[16], t[16], u[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + (size_t)i * src_ld);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);      // words 0, 1 of rows i, i + 1 (per lane)
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);  // words 2, 3
+    }
+    for (int g = 0; g < 16; g += 4) {
+        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int m = 0; m < 4; m++) {
+        __m512i v = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88), w = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xdd);
+        __m512i v2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88), w2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xdd);
+        _mm512_storeu_si512(dst + (size_t)m * dst_words, _mm512_shuffle_i32x4(v, v2, 0x88));
+        _mm512_storeu_si512(dst + (size_t)(4 + m) * dst_words, _mm512_shuffle_i32x4(w, w2, 0x88));
+        _mm512_storeu_si512(dst + (size_t)(8 + m) * dst_words, _mm512_shuffle_i32x4(v, v2, 0xdd));
+        _mm512_storeu_si512(dst + (size_t)(12 + m) * dst_words, _mm512_shuffle_i32x4(w, w2, 0xdd));
+    }
+}
+
 // op(B)'s panels q0..q1 into panels: panel q holds pairs p of rows 2p, 2p + 1 of its NR columns, one
 // 32-bit word per column (panel[p * NR + c]: 64 bytes per pair), zero past the edges. The pairs whose
 // both rows lie inside K in a full panel are copied as words (B (N, K): each column's pairs lie
-// together) or interleaved from two rows (B (K, N)); the rest element by element.
+// together: 16 columns x 16 pairs transposed at a time) or interleaved from two rows (B (K, N)); the
+// rest element by element.
 static void pack_b(uint32_t *panels, const uint16_t *B, int ldb, int trans_b, int K, int N, int q0, int q1, int KP) {
     int KF = K / 2;
     for (int q = q0; q < q1; q++) {
         uint32_t *panel = panels + (size_t)(q - q0) * KP * NR;
         int j0 = q * NR, full = j0 + NR <= N, p_edge = full ? KF : 0;
-        if (full && trans_b)
+        if (full && trans_b) {
+            int p16 = KF / 16 * 16;  // pairs moved 16 x 16 at a time
+            for (int c = 0; c < NR; c += 16)
+                for (int p = 0; p < p16; p += 16)
+                    transpose16(panel + (size_t)p * NR + c, NR, B + (size_t)(j0 + c) * ldb + 2 * p, (size_t)ldb);
             for (int c = 0; c < NR; c++) {
                 const uint16_t *col = B + (size_t)(j0 + c) * ldb;
-                for (int p = 0; p < KF; p++) panel[(size_t)p * NR + c] = word_at(col + 2 * p);
+                for (int p = p16; p < KF; p++) panel[(size_t)p * NR + c] = word_at(col + 2 * p);
             }
-        else if (full)
+        } else if (full)
             for (int p = 0; p < KF; p++)
                 for (int c = 0; c < NR; c += 8)
                     interleave8(panel + (size_t)p * NR + c, B + (size_t)2 * p * ldb + j0 + c,
