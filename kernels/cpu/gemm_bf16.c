@@ -44,7 +44,8 @@ void neox_gemm_bf16_reference(int trans_a, int trans_b, int M, int N, int K, flo
 // packed B one work item of a product split over columns aims for (with a block of A, in L2);
 // KC pairs of K per block along K (a panel's block: KC x 128 bytes, 32 KB of the 48 KB L1).
 // PREFETCH_PAIRS: how many pairs of rows ahead pack_a fetches A (K, M).
-enum { MR = 8, NR = 32, MB = 128, KC = 256, CHUNK_BYTES = 256 * 1024, PREFETCH_PAIRS = 8 };
+// B_IN_L2_BYTES: the most packed B a product split by rows streams again for every block of MB rows.
+enum { MR = 8, NR = 32, MB = 128, KC = 256, CHUNK_BYTES = 256 * 1024, PREFETCH_PAIRS = 8, B_IN_L2_BYTES = 1024 * 1024 };
 
 static uint16_t element(const uint16_t *X, int ld, int trans, int row, int col) {
     return trans ? X[(size_t)col * ld + row] : X[(size_t)row * ld + col];
@@ -330,10 +331,10 @@ static uint32_t *kept(uint32_t **buf, size_t *words, size_t need) {
     return *buf;
 }
 
-// The partial sums of up to MB rows x panels panels (none needed when K fits one block).
-static float *partial_sums(int KP, int panels) {
+// The partial sums of up to rows rows x panels panels (none needed when K fits one block).
+static float *partial_sums(int KP, int rows, int panels) {
     if (KP <= KC) return NULL;
-    return (float *)kept(&kept_part, &kept_part_words, (size_t)MB * panels * NR);
+    return (float *)kept(&kept_part, &kept_part_words, (size_t)rows * panels * NR);
 }
 
 // Rows first..first+rows of C against panels q0..q1 (packed in b), in blocks of KC pairs along K (a
@@ -377,7 +378,12 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
     int chunk = (int)(CHUNK_BYTES / (panel_words * 4));
     if (chunk > panels / (4 * threads)) chunk = panels / (4 * threads);
     if (chunk < 1) chunk = 1;
-    int items = by_rows ? (MP + MB - 1) / MB : (panels + chunk - 1) / chunk;
+    // Rows per item split by rows: MB, or twice that where the packed B outgrows L2 (the output
+    // layer's input gradient: 4 MB) and there are rows for 2 such items a thread: every item streams
+    // all of B again from L3, which the two cores share. (More rows than that, and the items' partial
+    // sums and rows of A no longer stay in L2 beside a block of B.)
+    int mb = by_rows && (size_t)panels * panel_words * 4 > B_IN_L2_BYTES && MP >= 4 * threads * MB ? 2 * MB : MB;
+    int items = by_rows ? (MP + mb - 1) / mb : (panels + chunk - 1) / chunk;
     #pragma omp parallel
     {
         uint32_t *whole = NULL;  // the operand this thread packs whole (B by rows, A by columns)
@@ -393,13 +399,13 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
                     whole = kept(&kept_b, &kept_b_words, (size_t)panels * panel_words);
                     pack_b(whole, B, ldb, trans_b, K, N, 0, panels, KP);
                 }
-                int first = item * MB, rows = MP - first < MB ? MP - first : MB;
+                int first = item * mb, rows = MP - first < mb ? MP - first : mb;
                 uint32_t *a = edge;
                 if (!in_place) {
-                    a = kept(&kept_a, &kept_a_words, (size_t)MB * panel_words / NR);
+                    a = kept(&kept_a, &kept_a_words, (size_t)mb * panel_words / NR);
                     pack_a(a, A, lda, trans_a, M, K, first, rows, KP);
                 }
-                run_blocks(&g, a, first, rows, whole, 0, panels, partial_sums(KP, panels));
+                run_blocks(&g, a, first, rows, whole, 0, panels, partial_sums(KP, mb, panels));
             } else {
                 if (!whole && !in_place) {
                     whole = kept(&kept_a, &kept_a_words, (size_t)MP * panel_words / NR);
@@ -410,7 +416,7 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
                 pack_b(b, B, ldb, trans_b, K, N, q0, q1, KP);
                 for (int first = 0; first < MP; first += MB)
                     run_blocks(&g, in_place ? edge : whole + (size_t)first * KP, first, MP - first < MB ? MP - first : MB,
-                               b, q0, q1, partial_sums(KP, q1 - q0));
+                               b, q0, q1, partial_sums(KP, MB, q1 - q0));
             }
         }
     }

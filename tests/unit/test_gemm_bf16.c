@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -143,6 +144,33 @@ static void test_rounded_store(void **state) {
                     check_rounded(tb, shapes[s][0], shapes[s][1], shapes[s][2], (enum addend)add);
 }
 
+// A product split by rows whose packed B outgrows L2 takes items of twice the rows (here 1 thread,
+// 520 rows, B (8200, 64) packed: 1.05 MB): the same bits as the same rows in two products of 260,
+// which take the usual items, and within fp32's rounding of the reference build (widen, sgemm).
+static void test_large_b_items(void **state) {
+    (void)state;
+    if (!neox_cpu_has_avx512_bf16()) return;
+    enum { M = 520, N = 64, K = 8200 };
+    uint16_t *A = neox_malloc((size_t)M * K * sizeof *A), *B = neox_malloc((size_t)K * N * sizeof *B);
+    float *whole = neox_malloc((size_t)M * N * sizeof *whole), *halves = neox_malloc((size_t)M * N * sizeof *halves);
+    float *ref = neox_malloc((size_t)M * N * sizeof *ref);
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = bf16_of(value(i, 1));
+    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = bf16_of(value(i, 2));
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    neox_gemm_bf16_avx512(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, whole, N);
+    for (int h = 0; h < 2; h++)
+        neox_gemm_bf16_avx512(0, 0, M / 2, N, K, 1.0f, A + (size_t)h * (M / 2) * K, K, B, N, 0.0f,
+                              halves + (size_t)h * (M / 2) * N, N);
+    omp_set_num_threads(threads);
+    neox_gemm_bf16_reference(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, ref, N);
+    assert_memory_equal(whole, halves, (size_t)M * N * sizeof *whole);
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        if (!(fabsf(whole[i] - ref[i]) <= 1e-2f + 1e-4f * fabsf(ref[i])))
+            fail_msg("C[%zu] = %.9g, the reference build %.9g", i, whole[i], ref[i]);
+    free(A), free(B), free(whole), free(halves), free(ref);
+}
+
 // neox_gemm_ex, the backends' entry, takes the best build for bfloat16 operands and fp32 results.
 static void test_gemm_ex_takes_it(void **state) {
     (void)state;
@@ -160,6 +188,7 @@ int main(void) {
         cmocka_unit_test(test_avx512_bf16),
         cmocka_unit_test(test_gemm_ex_takes_it),
         cmocka_unit_test(test_rounded_store),
+        cmocka_unit_test(test_large_b_items),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
