@@ -243,6 +243,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) s
     int first = p0 == 0, last = p0 + np == g->KP;
     for (int r = 0; r < MR; r++)
         for (int h = 0; h < 2; h++) acc[r][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (r * 2 + h) * 16);
+    // The rows of C this block stores, fetched while it sums: for a wide output (the logits: 16 MB)
+    // each is a miss, and waiting for it at the store costs more than the few loads now.
+    if (last)
+        for (int r = 0; r < rows; r++) {
+            const char *c = g->out.C16 ? (const char *)(g->out.C16 + (size_t)(i0 + r) * g->out.ldc + j0)
+                                       : (const char *)(g->out.C + (size_t)(i0 + r) * g->out.ldc + j0);
+            _mm_prefetch(c, _MM_HINT_T0);
+            _mm_prefetch(c + 64 - 1, _MM_HINT_T0);
+            if (!g->out.C16) _mm_prefetch(c + 128 - 1, _MM_HINT_T0);
+        }
     a += (size_t)p0 * pair_step, panel += (size_t)p0 * NR;
     for (int p = 0; p < np; p++) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + (size_t)p * NR);
