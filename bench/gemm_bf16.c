@@ -4,8 +4,9 @@
 // gradient dy^T x (trans_a, beta 1), each timed as the best of `repeats` calls after one warm-up, at
 // the OpenMP thread count of the caller (OMP_NUM_THREADS). The forward and the input gradient are
 // stored rounded to bf16 (neox_gemm_bf16_rounded, the forward with a bias where the layer has one),
-// as the step under bf16 storage makes them and as torch's bf16 matmul returns them. Also the machine's vdpbf16ps peak: a loop of
-// independent vdpbf16ps on registers (no loads), the ceiling a product on packed operands can reach.
+// as the step under bf16 storage makes them and as torch's bf16 matmul returns them. Also the
+// machine's vdpbf16ps peak: a loop of independent vdpbf16ps on registers (no loads), the ceiling a
+// product on packed operands can reach.
 // Times are the process's CPU seconds (all its threads), which other programs on a shared machine
 // disturb much less than wall time. Prints one JSON line per product: name, M N K, transposes, CPU
 // seconds, GFLOP per CPU second (2 M N K / s) and its fraction of the measured peak.
@@ -83,7 +84,8 @@ typedef struct call {
 static void run(const call *c) {
     int lda = c->ta ? c->M : c->K, ldb = c->tb ? c->K : c->N;
     if (c->rounded) {
-        if (!neox_gemm_bf16_rounded(c->ta, c->tb, c->M, c->N, c->K, 1.0f, c->A, lda, c->B, ldb, c->bias, 0, c->C16, c->N))
+        if (!neox_gemm_bf16_rounded(c->ta, c->tb, c->M, c->N, c->K, 1.0f, c->A, lda, c->B, ldb, c->bias, 0, c->C16,
+                                    c->N))
             neox_die(1, "the rounded product declined %dx%dx%d", c->M, c->N, c->K);
     } else
         neox_gemm_bf16_best()(c->ta, c->tb, c->M, c->N, c->K, 1.0f, c->A, lda, c->B, ldb, c->beta, c->C, c->N);

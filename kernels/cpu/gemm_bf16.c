@@ -85,7 +85,8 @@ __attribute__((target("avx512f"))) static void transpose16(uint32_t *dst, size_t
     }
     for (int m = 0; m < 4; m++) {
         __m512i v = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88), w = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xdd);
-        __m512i v2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88), w2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xdd);
+        __m512i v2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88);
+        __m512i w2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xdd);
         _mm512_storeu_si512(dst + (size_t)m * dst_words, _mm512_shuffle_i32x4(v, v2, 0x88));
         _mm512_storeu_si512(dst + (size_t)(4 + m) * dst_words, _mm512_shuffle_i32x4(w, w2, 0x88));
         _mm512_storeu_si512(dst + (size_t)(8 + m) * dst_words, _mm512_shuffle_i32x4(v, v2, 0xdd));
@@ -425,8 +426,8 @@ static void packed_product(int trans_a, int trans_b, int M, int N, int K, float 
                 uint32_t *b = kept(&kept_b, &kept_b_words, (size_t)chunk * panel_words);
                 pack_b(b, B, ldb, trans_b, K, N, q0, q1, KP);
                 for (int first = 0; first < MP; first += MB)
-                    run_blocks(&g, in_place ? edge : whole + (size_t)first * KP, first, MP - first < MB ? MP - first : MB,
-                               b, q0, q1, partial_sums(KP, MB, q1 - q0));
+                    run_blocks(&g, in_place ? edge : whole + (size_t)first * KP, first,
+                               MP - first < MB ? MP - first : MB, b, q0, q1, partial_sums(KP, MB, q1 - q0));
             }
         }
     }
