@@ -208,7 +208,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static __m512 widened(const
 // steps of store_rounded for every value but subnormals, which it flushes to zero; the sums never
 // are (vdpbf16ps flushes them), but alpha's product or the addend's sum can be, so a row with one
 // takes store_rounded. Multiplying by an alpha of 1 and adding nothing are skipped: the same bits.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) static void store_row_rounded(
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), always_inline)) static inline void
+store_row_rounded(
     const product *g, const __m512 acc[2], int i, int j0, int cols) {
     product_out out = g->out;
     __m512 v[2], va = _mm512_set1_ps(g->alpha), one = _mm512_set1_ps(1.0f);
@@ -237,7 +238,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) static 
 // p0..p0+np of K. Each sum starts at zero and takes the pairs of K in order, whatever the blocking
 // around it: a block of K that is not the first resumes the sums from part (fp32, exact), one that is
 // not the last leaves them there instead of finishing them.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) static inline void block_body(
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"), always_inline)) static inline void block_body(
     const product *g, const uint16_t *a, size_t row_step, size_t pair_step, const uint32_t *panel, int p0, int np,
     float *part, int rows, int cols, int i0, int j0) {
     __m512 acc[MR][2];
@@ -292,13 +293,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), always_inline)) s
 // lda apart, whose pairs along K already lie together. The 8 rows' words are the same either way, so
 // are the sums; in place spares the packing's pass over A (the input gradient of the output layer
 // reads a 1024 x 8192 A once per product, and packing it was a tenth of that product's time).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void block_packed(
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) static void block_packed(
     const product *g, const uint32_t *a, const uint32_t *panel, int p0, int np, float *part, int rows, int cols, int i0,
     int j0) {
     block_body(g, (const uint16_t *)a, 2, 2 * MR, panel, p0, np, part, rows, cols, i0, j0);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void block_in_place(
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) static void block_in_place(
     const product *g, const uint16_t *a, const uint32_t *panel, int p0, int np, float *part, int cols, int i0, int j0) {
     block_body(g, a, (size_t)g->lda, 2, panel, p0, np, part, MR, cols, i0, j0);
 }
@@ -456,7 +457,7 @@ int neox_gemm_bf16_rounded(int trans_a, int trans_b, int M, int N, int K, float 
 int neox_cpu_has_avx512_bf16(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bf16");
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
 }
 
 #else  // not x86-64: the reference stands in for the vector build, which never runs here
