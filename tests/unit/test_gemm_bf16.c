@@ -3,8 +3,9 @@
 // double-precision product of the same bfloat16 values: every transposition, odd K (a pair half
 // empty), M and N that are and are not multiples of the 8 x 32 register block and the 128-row
 // cache block, K over several cache blocks, fewer than 8 rows (the decoding step's in-place dot products, K tails masked), padded strides, alpha and beta (beta 0 must not read C, which holds NaN there);
-// and the product rounded into bf16 as it is stored, bit for bit against the fp32 product rounded after
-// (results that are subnormal included: the activation storage's rounding keeps them).
+// the product rounded into bf16 as it is stored, bit for bit against the fp32 product rounded after
+// (results that are subnormal included: the activation storage's rounding keeps them); and the
+// larger row items of a product whose packed B outgrows L2, bit for bit against smaller products.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
