@@ -2,8 +2,11 @@
 // step (bench/gemm_bf16.sh runs it beside torch's bf16 matmul). For every linear layer of the model,
 // (tokens, in) -> (tokens, out): the forward x W^T (trans_b), the input gradient dy W and the weight
 // gradient dy^T x (trans_a, beta 1), each timed as the best of `repeats` calls after one warm-up, at
-// the OpenMP thread count of the caller (OMP_NUM_THREADS). Also the machine's vdpbf16ps peak: a loop of
-// independent vdpbf16ps on registers (no loads), the ceiling a product on packed operands can reach.
+// the OpenMP thread count of the caller (OMP_NUM_THREADS). The forward and the input gradient are
+// stored rounded to bf16 (neox_gemm_bf16_rounded, the forward with a bias where the layer has one),
+// as the step under bf16 storage makes them and as torch's bf16 matmul returns them. Also the
+// machine's vdpbf16ps peak: a loop of independent vdpbf16ps on registers (no loads), the ceiling a
+// product on packed operands can reach.
 // Times are the process's CPU seconds (all its threads), which other programs on a shared machine
 // disturb much less than wall time. Prints one JSON line per product: name, M N K, transposes, CPU
 // seconds, GFLOP per CPU second (2 M N K / s) and its fraction of the measured peak.
@@ -66,20 +69,44 @@ static uint16_t *random_bf16(size_t n) {
     return x;
 }
 
-static double time_product(int ta, int tb, int M, int N, int K, float beta, int repeats) {
-    int lda = ta ? M : K, ldb = tb ? K : N;
-    uint16_t *A = random_bf16((size_t)M * K), *B = random_bf16((size_t)N * K);
-    float *C = neox_calloc((size_t)M * N, sizeof *C);
-    neox_gemm_bf16_fn *gemm = neox_gemm_bf16_best();
-    gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+// One call of the product as the step makes it: into fp32 C (beta: the weight gradient's
+// accumulation), or rounded into bf16 C16 as it is stored (a linear layer's output, with its bias
+// when given, and its input gradient under bf16 storage: kernels/cpu/linear.c).
+typedef struct call {
+    int ta, tb, M, N, K, rounded;
+    float beta;
+    const uint16_t *A, *B;
+    const float *bias;
+    float *C;
+    uint16_t *C16;
+} call;
+
+static void run(const call *c) {
+    int lda = c->ta ? c->M : c->K, ldb = c->tb ? c->K : c->N;
+    if (c->rounded) {
+        if (!neox_gemm_bf16_rounded(c->ta, c->tb, c->M, c->N, c->K, 1.0f, c->A, lda, c->B, ldb, c->bias, 0, c->C16,
+                                    c->N))
+            neox_die(1, "the rounded product declined %dx%dx%d", c->M, c->N, c->K);
+    } else
+        neox_gemm_bf16_best()(c->ta, c->tb, c->M, c->N, c->K, 1.0f, c->A, lda, c->B, ldb, c->beta, c->C, c->N);
+}
+
+static double time_product(int ta, int tb, int M, int N, int K, float beta, int rounded, int with_bias, int repeats) {
+    call c = {ta, tb, M, N, K, rounded, beta, random_bf16((size_t)M * K), random_bf16((size_t)N * K), NULL, NULL, NULL};
+    float *bias = with_bias ? neox_calloc((size_t)N, sizeof *bias) : NULL;
+    for (int j = 0; with_bias && j < N; j++) bias[j] = 0.01f * (float)(j % 7);
+    c.bias = bias;
+    if (rounded) c.C16 = neox_calloc((size_t)M * N, sizeof *c.C16);
+    else c.C = neox_calloc((size_t)M * N, sizeof *c.C);
+    run(&c);
     double best = 1e30;
     for (int r = 0; r < repeats; r++) {
         double t0 = cpu_now();
-        gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
+        run(&c);
         double t = cpu_now() - t0;
         best = t < best ? t : best;
     }
-    free(A), free(B), free(C);
+    free((void *)c.A), free((void *)c.B), free(bias), free(c.C), free(c.C16);
     return best;
 }
 
@@ -98,13 +125,15 @@ int main(int argc, char **argv) {
         {"qkv", C, 3 * C}, {"attn_out", C, C}, {"mlp_up", C, 4 * C}, {"mlp_down", 4 * C, C}, {"logits", C, vocab}};
     for (size_t l = 0; l < sizeof layers / sizeof *layers; l++) {
         int in = layers[l].in, out = layers[l].out;
-        struct { const char *pass; int ta, tb, M, N, K; float beta; } products[] = {
-            {"forward", 0, 1, tokens, out, in, 0.0f},    // y = x W^T
-            {"dinput", 0, 0, tokens, in, out, 0.0f},     // dx = dy W
-            {"dweight", 1, 0, out, in, tokens, 1.0f}};   // dW += dy^T x
+        int bias = l + 1 < (int)(sizeof layers / sizeof *layers);  // every layer but the output layer has one
+        struct { const char *pass; int ta, tb, M, N, K; float beta; int rounded, bias; } products[] = {
+            {"forward", 0, 1, tokens, out, in, 0.0f, 1, bias},   // y = x W^T + b, stored in bf16
+            {"dinput", 0, 0, tokens, in, out, 0.0f, 1, 0},       // dx = dy W, stored in bf16
+            {"dweight", 1, 0, out, in, tokens, 1.0f, 0, 0}};     // dW += dy^T x, fp32
         for (int p = 0; p < 3; p++) {
             int M = products[p].M, N = products[p].N, K = products[p].K;
-            double s = time_product(products[p].ta, products[p].tb, M, N, K, products[p].beta, repeats);
+            double s = time_product(products[p].ta, products[p].tb, M, N, K, products[p].beta, products[p].rounded,
+                                    products[p].bias, repeats);
             double g = 2.0 * M * N * K / s / 1e9;
             printf("{\"name\": \"%s.%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"ta\": %d, \"tb\": %d, \"s\": %.6f, "
                    "\"gflops_per_s\": %.1f, \"of_peak\": %.3f}\n",

@@ -27,7 +27,11 @@ PKGS="yaml-0.1 jansson libutf8proc libzstd zlib hdf5 openblas mpich"
 gcc -std=c11 -D_GNU_SOURCE -O3 -march=x86-64-v2 -fopenmp -I. -Ilib $(pkg-config --cflags $PKGS) \
     bench/gemm_bf16.c build/cpu/libneox.a $(pkg-config --libs $PKGS) -lm -lpthread -o "$work/gemm_bf16"
 echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; threads ${opt[threads]}"
-export OMP_NUM_THREADS=${opt[threads]} OPENBLAS_NUM_THREADS=${opt[threads]}
+# Passive waits for both programs: a thread spinning at the end of a product is CPU time neither
+# product needs, and the process's CPU clock counts another thread's running time only up to its
+# last tick or sleep, so with spinning workers a short product on 2 threads reads as up to twice the
+# instruction's peak per CPU second. Asleep, every thread's time is counted.
+export OMP_NUM_THREADS=${opt[threads]} OPENBLAS_NUM_THREADS=${opt[threads]} OMP_WAIT_POLICY=passive
 keys="hidden=${opt[hidden]} vocab=${opt[vocab]} tokens=${opt[tokens]} repeats=${opt[repeats]}"
 echo "# peer: $("$peer_py" -c 'import torch; print("torch", torch.__version__, "oneDNN", torch.backends.mkldnn.is_available())')"
 echo "# start ($(uptime | sed 's/.*load/load/'))"

@@ -1,7 +1,7 @@
 # bench/gemm_bf16_torch.py: the peer side of bench/gemm_bf16.sh. torch's bfloat16 matmul (oneDNN on
 # an AVX512_BF16 CPU) on the products bench/gemm_bf16.c times, in the same order and with the same
 # shapes and transposes (a transposed operand is a transposed view, as autograd hands it over; the
-# weight gradient accumulates into fp32 as neox.c's does: a
+# forward is F.linear with the layer's bias, as bench/gemm_bf16.c adds it; the weight gradient accumulates into fp32 as neox.c's does: a
 # bf16 product widened and added), best of `repeats` after one warm-up, on torch.get_num_threads();
 # times are the process's CPU seconds, as bench/gemm_bf16.c takes them.
 # Prints one JSON line per product.
@@ -34,9 +34,10 @@ def timed(f):
 for name, fan_in, fan_out in (("qkv", C, 3 * C), ("attn_out", C, C), ("mlp_up", C, 4 * C), ("mlp_down", 4 * C, C),
                               ("logits", C, V)):
     x, w, dy = rnd(T, fan_in), rnd(fan_out, fan_in), rnd(T, fan_out)
+    b = None if name == "logits" else rnd(fan_out)  # every layer but the output layer has a bias
     dw = torch.zeros(fan_out, fan_in)
     products = {
-        "forward": (T, fan_out, fan_in, lambda: torch.matmul(x, w.t())),
+        "forward": (T, fan_out, fan_in, lambda: torch.nn.functional.linear(x, w, b)),
         "dinput": (T, fan_in, fan_out, lambda: torch.matmul(dy, w)),
         "dweight": (fan_out, fan_in, T, lambda: dw.add_(torch.matmul(dy.t(), x))),
     }

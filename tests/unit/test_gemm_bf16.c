@@ -3,13 +3,16 @@
 // double-precision product of the same bfloat16 values: every transposition, odd K (a pair half
 // empty), M and N that are and are not multiples of the 8 x 32 register block and the 128-row
 // cache block, K over several cache blocks, fewer than 8 rows (the decoding step's in-place dot products, K tails masked), padded strides, alpha and beta (beta 0 must not read C, which holds NaN there);
-// and the product rounded into bf16 as it is stored, bit for bit against the fp32 product rounded after.
+// the product rounded into bf16 as it is stored, bit for bit against the fp32 product rounded after
+// (results that are subnormal included: the activation storage's rounding keeps them); and the
+// larger row items of a product whose packed B outgrows L2, bit for bit against smaller products.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -96,9 +99,13 @@ static void check_rounded(int trans_b, int M, int N, int K, enum addend add) {
     for (size_t i = 0; i < nb; i++) B[i] = bf16_of(value(i, 2) * 0.71f);
     for (int j = 0; j < N; j++) bias[j] = value((size_t)j, 4) * 3.1f + 0.013f;  // not exact in bf16
     A[0] = 0x7fc0, A[lda] = 0x7f80, A[2 * lda] = 0xff80;  // rows of NaN, of infinities (and NaN where 0 x inf)
+    // Row 3 zero, so its results are the addends alone, some subnormal (rounded, not flushed to zero).
+    for (int k = 0; k < K; k++) A[3 * (size_t)lda + k] = 0;
+    for (int j = 1; j < N; j += 5) bias[j] = (j & 2 ? -1e-39f : 3e-39f) * (float)j;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < ldc; j++) {
             uint16_t old = j < N ? bf16_of(value((size_t)i * N + j, 3) * 2.3f) : 0x7fc1;  // 0x7fc1: no result's NaN
+            if (i == 3 && j < N && j % 3 == 0) old = (uint16_t)(j % 2 ? 0x8000 | (j & 0x7f) : j & 0x7f);  // subnormal
             C[(size_t)i * ldc + j] = add == OLD || j >= N ? old : 0x7fc1;
             if (j < N) rows[(size_t)i * N + j] = add == BIAS ? bias[j] : add == OLD ? neox_bf16_to_f32(old) : 0.0f;
         }
@@ -138,6 +145,33 @@ static void test_rounded_store(void **state) {
                     check_rounded(tb, shapes[s][0], shapes[s][1], shapes[s][2], (enum addend)add);
 }
 
+// A product split by rows whose packed B outgrows L2 takes items of twice the rows (here 1 thread,
+// 520 rows, B (8200, 64) packed: 1.05 MB): the same bits as the same rows in two products of 260,
+// which take the usual items, and within fp32's rounding of the reference build (widen, sgemm).
+static void test_large_b_items(void **state) {
+    (void)state;
+    if (!neox_cpu_has_avx512_bf16()) return;
+    enum { M = 520, N = 64, K = 8200 };
+    uint16_t *A = neox_malloc((size_t)M * K * sizeof *A), *B = neox_malloc((size_t)K * N * sizeof *B);
+    float *whole = neox_malloc((size_t)M * N * sizeof *whole), *halves = neox_malloc((size_t)M * N * sizeof *halves);
+    float *ref = neox_malloc((size_t)M * N * sizeof *ref);
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = bf16_of(value(i, 1));
+    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = bf16_of(value(i, 2));
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    neox_gemm_bf16_avx512(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, whole, N);
+    for (int h = 0; h < 2; h++)
+        neox_gemm_bf16_avx512(0, 0, M / 2, N, K, 1.0f, A + (size_t)h * (M / 2) * K, K, B, N, 0.0f,
+                              halves + (size_t)h * (M / 2) * N, N);
+    omp_set_num_threads(threads);
+    neox_gemm_bf16_reference(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, ref, N);
+    assert_memory_equal(whole, halves, (size_t)M * N * sizeof *whole);
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        if (!(fabsf(whole[i] - ref[i]) <= 1e-2f + 1e-4f * fabsf(ref[i])))
+            fail_msg("C[%zu] = %.9g, the reference build %.9g", i, whole[i], ref[i]);
+    free(A), free(B), free(whole), free(halves), free(ref);
+}
+
 // neox_gemm_ex, the backends' entry, takes the best build for bfloat16 operands and fp32 results.
 static void test_gemm_ex_takes_it(void **state) {
     (void)state;
@@ -155,6 +189,7 @@ int main(void) {
         cmocka_unit_test(test_avx512_bf16),
         cmocka_unit_test(test_gemm_ex_takes_it),
         cmocka_unit_test(test_rounded_store),
+        cmocka_unit_test(test_large_b_items),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
