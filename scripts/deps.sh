@@ -82,6 +82,18 @@ PIP_PKGS=(
   ml_dtypes     # float8_e4m3fn / float8_e5m2: the FP8 casts' oracle (torch 1.13 has no float8 dtypes)
 )
 
+# pip_install ARGS...: pip into .venv, quiet, leaving the byte-compiling to compile_venv at the end:
+# pip compiles every module it installs on one core (9,454 files, 20 CPU-s), compileall on all of them.
+# (The modules are compiled at install, not left to the first import: where PYTHONDONTWRITEBYTECODE is
+# set, every test's Python would compile transformers' 1,800 modules again.)
+venv_changed=0
+pip_install() { venv_changed=1; .venv/bin/python -m pip install -q --disable-pip-version-check --no-compile "$@"; }
+compile_venv() {
+  [ "$venv_changed" = 1 ] || return 0
+  # -qq: a file that does not compile (a template, a Python 2 example) is skipped silently, as pip does.
+  .venv/bin/python -m compileall -qq -j 0 .venv/lib >/dev/null || true
+}
+
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -111,7 +123,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   echo "make deps: preparing the oracle environment .venv (${PIP_PKGS[*]})"
   # System site packages: the venv sees Debian's python3-torch.
   grep -qs 'include-system-site-packages = true' .venv/pyvenv.cfg || "$PY" -m venv --system-site-packages .venv
-  .venv/bin/python -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
+  pip_install "${PIP_PKGS[@]}"
   printf '%s\n' "$want" >"$stamp"
 fi
 
@@ -133,8 +145,8 @@ from importlib.metadata import version
 for p in ("transformers", "tokenizers", "numpy", "huggingface_hub", "safetensors"):
     print(f"{p}=={version(p)}")
 PY
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${LM_EVAL[@]}"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -c "$constraints" "${LM_EVAL_DEPS[@]}"
+  pip_install --no-deps "${LM_EVAL[@]}"
+  pip_install -c "$constraints" "${LM_EVAL_DEPS[@]}"
   rm -f "$constraints"
   printf '%s\n' "$lm_want" >"$lm_stamp"
 fi
@@ -148,7 +160,7 @@ optim_stamp=.venv/.neox-deps-optim
 optim_want=$(printf '%s\n' "${OPTIM_ORACLES[@]}")
 if [ "$(cat "$optim_stamp" 2>/dev/null)" != "$optim_want" ]; then
   echo "make deps: installing the optimizer oracles into .venv (${OPTIM_ORACLES[*]})"
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${OPTIM_ORACLES[@]}"
+  pip_install --no-deps "${OPTIM_ORACLES[@]}"
   .venv/bin/python -c 'from torch_optimizer.sm3 import SM3; from madgrad import MADGRAD; from lion_pytorch import Lion'
   printf '%s\n' "$optim_want" >"$optim_stamp"
 fi
@@ -163,9 +175,10 @@ ds_stamp=.venv/.neox-deps-deepspeed
 ds_want=$(printf '%s\n' "${DEEPSPEED[@]}")
 if [ "$(cat "$ds_stamp" 2>/dev/null)" != "$ds_want" ]; then
   echo "make deps: installing DeepSpeed into .venv (${DEEPSPEED[*]})"
-  DS_BUILD_OPS=0 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "${DEEPSPEED[@]}"
+  DS_BUILD_OPS=0 pip_install --no-deps "${DEEPSPEED[@]}"
   DS_ACCELERATOR=cpu .venv/bin/python -c 'import deepspeed' >/dev/null
   printf '%s\n' "$ds_want" >"$ds_stamp"
 fi
 
+compile_venv
 install_cudnn_frontend

@@ -67,13 +67,20 @@ def lm(trained):
     return HarnessLM(str(trained / "hf"), max_length=64)
 
 
+_results = {}  # (model folder, tasks, extra options) -> results: a run that two tests read is made once
+
+
 def neox_eval(d, tasks, extra=()):
+    key = (str(d), tasks, tuple(extra))
+    if key in _results:
+        return _results[key]
     prefix = d / ("r_" + tasks.replace(":", "_").replace("/", "_").replace(",", "_"))[:40]
     run(f"{BIN}/neox-eval", "-q", f"{d}/model.yml", f"{d}/local.yml", "--tasks", tasks, "--data-dir", EVAL,
         "--limit", str(LIMIT), "--results-prefix", str(prefix), *extra)
     files = sorted(glob.glob(f"{prefix}_eval_results_*.json"))
     assert files, "no eval_results file written"
-    return json.load(open(files[-1]))["results"]
+    _results[key] = json.load(open(files[-1]))["results"]
+    return _results[key]
 
 
 def close(a, b, rel=REL):

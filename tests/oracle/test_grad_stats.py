@@ -11,6 +11,7 @@ from the HDF5 shards with h5dump. Against them:
 - optimizer_state_norms/NAME_momentum_buffer: the norm of buf_k;
 - train/noise_scale: GPT-NeoX's GradientNoiseScale restated in numpy (its ema, n_updates and n_batches) on the
   flattened g_k, B_small = train_batch_size."""
+import functools
 import json
 import shutil
 import subprocess
@@ -71,6 +72,7 @@ def momentum_buffers(tmp, step):
     return out
 
 
+@functools.lru_cache(maxsize=None)  # both tests read the same checkpoints: h5dump runs once per tensor and step
 def gradients(tmp):
     """[(buf_k, g_k) for k = 1..STEPS], each a dict name -> array."""
     out, prev = [], None
