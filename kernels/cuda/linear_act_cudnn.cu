@@ -16,7 +16,7 @@
 // products) run on.
 static void notice(const char *what) {
     enum { KEEP = 8 };
-    static char said[KEEP][400];
+    static char said[KEEP][512];
     static int n;
     for (int i = 0; i < n; i++)
         if (!strcmp(said[i], what)) return;
@@ -26,7 +26,7 @@ static void notice(const char *what) {
 
 // Whether cuDNN runs s: libcudnn loads and builds a plan for the shape (plans and refusals cached).
 static int use_cudnn(const neox_cudnn_gelu_mm *s, size_t *ws) {
-    char why[320], line[400];
+    char why[320], line[512];
     const char *dir = s->backward ? "backward" : "forward";
     if (!neox_cudnn_gelu_mm_prepare(s, ws, why, sizeof why)) {
         snprintf(line, sizeof line,
@@ -51,7 +51,7 @@ static void check_ran(int ok, const char *what, const char *why) {
 // out, pre: (N, OC); inp: (N, IC); weight: (OC, IC); all bf16; bias (OC) fp32 or NULL. 1 when cuDNN ran.
 int neox_cuda_linear_act_cudnn_forward(void *out, void *pre, const void *inp, const void *weight, const float *bias,
                                        int N, int IC, int OC, neox_act_fn fn) {
-    neox_cudnn_gelu_mm s = {0, N, IC, OC, bias != NULL, fn == NEOX_FN_GELU_TANH};
+    neox_cudnn_gelu_mm s = {0, N, IC, OC, bias != NULL, fn == NEOX_FN_GELU_TANH, 0};
     size_t ws = 0;
     if (N <= 0 || !use_cudnn(&s, &ws)) return 0;
     char why[320];
@@ -67,7 +67,7 @@ int neox_cuda_linear_bias_cudnn_forward(void *out, const void *inp, const void *
                                         int IC, int OC) {
     neox_cudnn_gelu_mm s = {0, N, IC, OC, 1, 0, 1};
     size_t ws = 0;
-    char why[320], line[400];
+    char why[320], line[512];
     if (N <= 0) return 0;
     if (!neox_cudnn_gelu_mm_prepare(&s, &ws, why, sizeof why)) {
         snprintf(line, sizeof line, "biased product: fp32 rows, then rounded in a pass of their own (cuDNN: %s)", why);
@@ -86,7 +86,7 @@ int neox_cuda_linear_bias_cudnn_forward(void *out, const void *inp, const void *
 // dpre, pre: (N, IC); dout: (N, OC); weight: (OC, IC); all bf16. 1 when cuDNN ran.
 int neox_cuda_linear_act_cudnn_backward(void *dpre, const void *dout, const void *weight, const void *pre, int N,
                                         int IC, int OC, neox_act_fn fn) {
-    neox_cudnn_gelu_mm s = {1, N, IC, OC, 0, fn == NEOX_FN_GELU_TANH};
+    neox_cudnn_gelu_mm s = {1, N, IC, OC, 0, fn == NEOX_FN_GELU_TANH, 0};
     size_t ws = 0;
     if (N <= 0 || !use_cudnn(&s, &ws)) return 0;
     char why[320];

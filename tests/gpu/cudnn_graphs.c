@@ -73,21 +73,21 @@ typedef struct {
 } mm_case;
 
 static const mm_case mm_cases[] = {
-    {"125M first projection + bias + exact GELU, micro-batch 32", {0, 65536, 768, 3072, 1, 0}, 1},
-    {"125M second projection's input gradient x exact GELU'", {1, 65536, 3072, 768, 0, 0}, 1},
-    {"350M first projection + bias + exact GELU, micro-batch 16", {0, 32768, 1024, 4096, 1, 0}, 1},
-    {"350M second projection's input gradient x exact GELU'", {1, 32768, 4096, 1024, 0, 0}, 1},
-    {"1.3B first projection + bias + exact GELU, micro-batch 8", {0, 16384, 2048, 8192, 1, 0}, 1},
-    {"1.3B second projection's input gradient x exact GELU'", {1, 16384, 8192, 2048, 0, 0}, 1},
-    {"no bias (use_bias_in_mlp: false)", {0, 2048, 768, 3072, 0, 0}, 1},
-    {"tanh-approximated GELU forward (bias_gelu_fusion)", {0, 2048, 768, 3072, 1, 1}, 1},
-    {"tanh-approximated GELU backward", {1, 2048, 3072, 768, 0, 1}, 1},
-    {"rows and widths not multiples of a tile", {0, 37, 64, 96, 1, 0}, 1},
-    {"odd backward shape", {1, 37, 96, 64, 0, 0}, 1},
+    {"125M first projection + bias + exact GELU, micro-batch 32", {0, 65536, 768, 3072, 1, 0, 0}, 1},
+    {"125M second projection's input gradient x exact GELU'", {1, 65536, 3072, 768, 0, 0, 0}, 1},
+    {"350M first projection + bias + exact GELU, micro-batch 16", {0, 32768, 1024, 4096, 1, 0, 0}, 1},
+    {"350M second projection's input gradient x exact GELU'", {1, 32768, 4096, 1024, 0, 0, 0}, 1},
+    {"1.3B first projection + bias + exact GELU, micro-batch 8", {0, 16384, 2048, 8192, 1, 0, 0}, 1},
+    {"1.3B second projection's input gradient x exact GELU'", {1, 16384, 8192, 2048, 0, 0, 0}, 1},
+    {"no bias (use_bias_in_mlp: false)", {0, 2048, 768, 3072, 0, 0, 0}, 1},
+    {"tanh-approximated GELU forward (bias_gelu_fusion)", {0, 2048, 768, 3072, 1, 1, 0}, 1},
+    {"tanh-approximated GELU backward", {1, 2048, 3072, 768, 0, 1, 0}, 1},
+    {"rows and widths not multiples of a tile", {0, 37, 64, 96, 1, 0, 0}, 1},
+    {"odd backward shape", {1, 37, 96, 64, 0, 0, 0}, 1},
     {"125M QKV product + fp32 bias, no activation, micro-batch 32", {0, 65536, 768, 2304, 1, 0, 1}, 1},
     {"1.3B QKV product + fp32 bias, no activation, micro-batch 16", {0, 32768, 2048, 6144, 1, 0, 1}, 1},
     {"biased product, rows and widths not multiples of a tile", {0, 37, 200, 96, 1, 0, 1}, 1},
-    {"an empty shape is refused", {0, 0, 768, 3072, 1, 0}, 0},
+    {"an empty shape is refused", {0, 0, 768, 3072, 1, 0, 0}, 0},
 };
 
 static neox_cudnn_sdpa make_shape(const graph_case *c) {
