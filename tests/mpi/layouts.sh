@@ -103,24 +103,21 @@ check "cp2: every step's bytes of the context and data groups (metrics.jsonl) eq
 config llamacp2 llama 2 4 20 "$CP2$WIN"
 run llamacp2 2
 same llamacp2 llama1
+# cp2_follows NAME KEY EXTRA: one rank and cp2 trained with EXTRA added, cp2 following one rank.
+cp2_follows() {
+    config "${1}1" neox 2 4 20 "$3"
+    check "${1}1: train on 1 rank(s)" "$TRAIN" -q "$T/${1}1.yml"
+    config "${1}cp2" neox 2 4 20 "$CP2$3"
+    check "${1}cp2: train on 2 rank(s)" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/${1}cp2.yml"
+    check "${1}cp2 follows the single-rank $2 run (losses, evaluations within 1e-5)" \
+        "$PY" tests/mpi/layouts_check.py same_losses "$T/${1}1" "$T/${1}cp2"
+}
 # use_qk_layernorm keeps q, k and v in split copies (the head norm's contiguous tensors): cp gathers
 # the keys and values from those, as it otherwise does from the fused QKV output's views.
-QK=', "use_qk_layernorm": true'
-config qk1 neox 2 4 20 "$QK"
-check "qk1: train on 1 rank(s)" "$TRAIN" -q "$T/qk1.yml"
-config qkcp2 neox 2 4 20 "$CP2$QK"
-check "qkcp2: train on 2 rank(s)" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/qkcp2.yml"
-check "qkcp2 follows the single-rank use_qk_layernorm run (losses, evaluations within 1e-5)" \
-    "$PY" tests/mpi/layouts_check.py same_losses "$T/qk1" "$T/qkcp2"
+cp2_follows qk use_qk_layernorm ', "use_qk_layernorm": true'
 # checkpoint_activations: the recomputed forward gathers the keys and values through the room the
 # MLP's backward and the key/value gradients share, between the layer's MLP backward and its attention's.
-CK=', "checkpoint_activations": true'
-config ck1 neox 2 4 20 "$CK"
-check "ck1: train on 1 rank(s)" "$TRAIN" -q "$T/ck1.yml"
-config ckcp2 neox 2 4 20 "$CP2$CK"
-check "ckcp2: train on 2 rank(s)" "$MPIEXEC" -n 2 "$TRAIN" -q "$T/ckcp2.yml"
-check "ckcp2 follows the single-rank checkpoint_activations run (losses, evaluations within 1e-5)" \
-    "$PY" tests/mpi/layouts_check.py same_losses "$T/ck1" "$T/ckcp2"
+cp2_follows ck checkpoint_activations ', "checkpoint_activations": true'
 sed 's/"seq_length": 32/"seq_length": 30/' "$T/cp2.yml" >"$T/cpseq30.yml"
 check_fails "context_parallel_size with a seq_length not divisible by 2 x context_parallel_size is refused by name" 2 \
     "context_parallel_size.*seq_length 30 is not divisible by 2 x context_parallel_size" \
