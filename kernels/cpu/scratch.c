@@ -4,9 +4,9 @@
 // from 128 KiB up are mapped and unmapped one by one, and the top of the heap is trimmed), so the
 // next op faults fresh zeroed pages in again, and every unmap of a multi-threaded process shoots
 // down the other cores' TLBs. The first scratch allocation therefore tells the allocator, once for
-// the process, to serve blocks up to its largest mapping threshold from the heap and never trim
-// it: the step's scratch then reuses the same pages. The heap's size stays at its peak, which the
-// step reaches every time anyway.
+// the process, to serve blocks up to 16 MiB from the heap and to trim only what exceeds 16 MiB free
+// at its top: the step's scratch then reuses the same pages, and the resident set keeps at most
+// 16 MiB it no longer uses.
 #include "scratch.h"
 
 #include <malloc.h>
